@@ -1,0 +1,7 @@
+"""`python -m inspector` runs the same entry point as `ckpt-inspector`."""
+
+import sys
+
+from inspector.cli import main
+
+sys.exit(main())

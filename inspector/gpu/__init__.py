@@ -1,0 +1,1 @@
+"""GPU health: NVML telemetry, recorded-log replay and repeat-inference consistency tests."""

@@ -1,0 +1,1 @@
+"""Verification report model and its JSON / HTML / PDF renderers."""

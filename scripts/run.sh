@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Sets up .venv and opens the app: on FILE if given, else on the built-in sample.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bash "$root/scripts/setup.sh"
+exec "$root/.venv/bin/ckpt-inspector" "$@"

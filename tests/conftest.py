@@ -1,0 +1,44 @@
+"""Shared fixtures: offscreen Qt, the outside corpus, canary files and screenshot output."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO.parent / "shared" / "corpus" / "picklescan"
+ARTIFACTS = REPO / "tests" / "artifacts"
+
+
+@pytest.fixture
+def canary(tmp_path: Path) -> Path:
+    """A path a malicious payload writes to when it runs; tests assert it never appears."""
+    path = tmp_path / "CANARY_EXECUTED"
+    yield path
+    assert not path.exists(), f"payload executed: canary {path} was written"
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    """The public scanner corpus beside the checkout; skipped where it is absent."""
+    if not (CORPUS / "labels.tsv").is_file():
+        pytest.skip(f"outside corpus not found at {CORPUS}")
+    return CORPUS
+
+
+@pytest.fixture(scope="session")
+def artifacts() -> Path:
+    """Folder for screenshots and other files a person looks at after a run."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    return ARTIFACTS
+
+
+@pytest.fixture(scope="session")
+def python_exe() -> str:
+    """The interpreter running the tests, for subprocess checks."""
+    return sys.executable
