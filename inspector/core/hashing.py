@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 
@@ -45,10 +46,8 @@ def sha256_bytes(data: bytes | memoryview) -> str:
 def _advise_sequential(fd: int) -> None:
     """Tell the kernel we read front to back so it reads ahead aggressively."""
     if hasattr(os, "posix_fadvise"):
-        try:
+        with contextlib.suppress(OSError):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        except OSError:
-            pass
 
 
 def is_sha256_hex(text: str) -> bool:

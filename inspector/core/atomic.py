@@ -1,0 +1,57 @@
+"""Atomic output files: write to a temp file beside the target, fsync, then rename."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+
+class OutputExistsError(FileExistsError):
+    """The output exists and the caller did not ask to overwrite it."""
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike[str], overwrite: bool = False) -> Iterator[BinaryIO]:
+    """Yield a binary file that replaces `path` only if the block finishes without error."""
+    target = Path(path)
+    if target.exists() and not overwrite:
+        raise OutputExistsError(f"{target} exists; refusing to overwrite it")
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        if not overwrite and target.exists():
+            raise OutputExistsError(f"{target} appeared while writing; refusing to overwrite it")
+        os.replace(tmp_name, target)
+        _fsync_dir(target.parent)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise
+
+
+def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, overwrite: bool = False) -> None:
+    """Write a whole file atomically."""
+    with atomic_write(path, overwrite=overwrite) as fh:
+        fh.write(data)
+
+
+def write_text_atomic(path: str | os.PathLike[str], text: str, overwrite: bool = False) -> None:
+    """Write a whole UTF-8 text file atomically."""
+    write_bytes_atomic(path, text.encode("utf-8"), overwrite=overwrite)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the rename itself durable."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
