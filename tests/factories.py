@@ -1,0 +1,665 @@
+"""Shared builders for test checkpoints: benign files torch and friends write, and malicious ones.
+
+Every builder writes one file into a folder the caller owns (normally `tmp_path`) and returns
+its path. torch, numpy and safetensors are imported inside the functions so importing this
+module stays cheap. Malicious builders take a `canary` path: the payload creates that file if
+it is ever executed, so a test proves nothing ran by asserting the canary is absent.
+
+Add new builders at the end; never change an existing builder's output (other tests rely on it).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+# ---------------------------------------------------------------------------------------------
+# Benign builders
+# ---------------------------------------------------------------------------------------------
+
+
+def small_state_dict(seed: int = 0) -> dict:
+    """A small model's state dict: a few float tensors of different shapes."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "fc1.weight": torch.randn(8, 4, generator=g),
+        "fc1.bias": torch.randn(8, generator=g),
+        "fc2.weight": torch.randn(2, 8, generator=g),
+        "fc2.bias": torch.zeros(2),
+    }
+
+
+def save_state_dict(path: Path, state: dict | None = None, **save_kwargs) -> Path:
+    """torch.save a state dict (default: `small_state_dict()`) to `path`."""
+    import torch
+
+    torch.save(small_state_dict() if state is None else state, path, **save_kwargs)
+    return Path(path)
+
+
+def training_checkpoint() -> dict:
+    """A full training checkpoint: model and Adam optimizer state after one step, plus metadata."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss = model(torch.randn(3, 4)).sum()
+    loss.backward()
+    opt.step()
+    return {
+        "epoch": 3,
+        "step": 1200,
+        "model": model.state_dict(),
+        "optimizer": opt.state_dict(),
+        "best_loss": 0.125,
+        "note": "resumable checkpoint",
+    }
+
+
+def save_training_checkpoint(path: Path) -> Path:
+    """torch.save `training_checkpoint()` to `path`."""
+    return save_state_dict(path, training_checkpoint())
+
+
+def every_dtype_state_dict() -> dict:
+    """One tensor per dtype torch can save, including bfloat16, float8, complex, bool, quantized."""
+    import torch
+
+    base = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    names = [
+        "float32", "float64", "float16", "bfloat16", "complex64", "complex128", "bool",
+        "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64",
+        "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu",
+    ]
+    out = {}
+    for name in names:
+        dtype = getattr(torch, name, None)
+        if dtype is not None:
+            out[name] = base.to(dtype)
+    out["quint8"] = torch.quantize_per_tensor(base, 0.1, 3, torch.quint8)
+    out["qint8"] = torch.quantize_per_tensor(base, 0.1, 0, torch.qint8)
+    out["qint32"] = torch.quantize_per_tensor(base, 0.1, 0, torch.qint32)
+    out["qint8_per_channel"] = torch.quantize_per_channel(
+        base, torch.tensor([0.1, 0.2]), torch.tensor([0, 1]), 0, torch.qint8
+    )
+    return out
+
+
+def save_every_dtype(path: Path) -> Path:
+    """torch.save `every_dtype_state_dict()` to `path`."""
+    return save_state_dict(path, every_dtype_state_dict())
+
+
+def nested_containers() -> dict:
+    """Nested dicts/lists/tuples, OrderedDict, torch.Size, dtype, device and plain scalars."""
+    from collections import OrderedDict
+
+    import torch
+
+    return {
+        "weights": OrderedDict([("a", torch.ones(2)), ("b", torch.zeros(3, dtype=torch.int64))]),
+        "shapes": [torch.Size([2, 3]), torch.Size([])],
+        "pairs": (1, 2.5, "three", None, True, b"bytes"),
+        "deep": {"l1": {"l2": [{"l3": (torch.eye(2), [1, 2, {"x": -7}])}]}},
+        "dtype": torch.float16,
+        "device": torch.device("cpu"),
+        "shared": [torch.arange(4)] * 2,
+        "big_int": 2**70,
+    }
+
+
+def save_nested(path: Path) -> Path:
+    """torch.save `nested_containers()` to `path`."""
+    return save_state_dict(path, nested_containers())
+
+
+def save_legacy(path: Path) -> Path:
+    """Legacy (non-zip) torch.save stream of `small_state_dict()`."""
+    return save_state_dict(path, _use_new_zipfile_serialization=False)
+
+
+def save_torchscript(path: Path) -> Path:
+    """A scripted module saved with torch.jit.save (a TorchScript archive)."""
+    import torch
+
+    module = torch.jit.script(torch.nn.Linear(3, 2))
+    torch.jit.save(module, str(path))
+    return Path(path)
+
+
+def save_safetensors(path: Path, state: dict | None = None) -> Path:
+    """A safetensors file of `small_state_dict()` (or `state`)."""
+    from safetensors.torch import save_file
+
+    save_file(small_state_dict() if state is None else state, str(path), metadata={"k": "v"})
+    return Path(path)
+
+
+def save_npy(path: Path) -> Path:
+    """A plain numeric .npy array (no pickle inside)."""
+    import numpy as np
+
+    with open(path, "wb") as f:
+        np.save(f, np.arange(12, dtype=np.float32).reshape(3, 4))
+    return Path(path)
+
+
+def save_npz(path: Path, compressed: bool = False) -> Path:
+    """A .npz archive of numeric arrays."""
+    import numpy as np
+
+    arrays = {"a": np.arange(5), "b": np.ones((2, 2), dtype=np.float64)}
+    with open(path, "wb") as f:
+        (np.savez_compressed if compressed else np.savez)(f, **arrays)
+    return Path(path)
+
+
+def save_npy_object(path: Path) -> Path:
+    """An object-dtype .npy array (numpy stores it as a pickle)."""
+    import numpy as np
+
+    arr = np.empty(2, dtype=object)
+    arr[0], arr[1] = [1, 2], {"k": "v"}
+    with open(path, "wb") as f:
+        np.save(f, arr, allow_pickle=True)
+    return Path(path)
+
+
+def large_state_dict(n_tensors: int = 5000) -> dict:
+    """A state dict with `n_tensors` small tensors (for speed checks of the scanner)."""
+    import torch
+
+    return {f"layers.{i // 4}.p{i % 4}": torch.full((2, 2), float(i)) for i in range(n_tensors)}
+
+
+def save_large_checkpoint(path: Path, n_tensors: int = 5000) -> Path:
+    """torch.save `large_state_dict(n_tensors)` to `path`."""
+    return save_state_dict(path, large_state_dict(n_tensors))
+
+
+# ---------------------------------------------------------------------------------------------
+# Pickle assembly: raw opcodes, so payloads can use tricks pickle.dumps never emits
+# ---------------------------------------------------------------------------------------------
+
+PROTO2 = b"\x80\x02"
+PROTO4 = b"\x80\x04"
+MARK, STOP, POP, TUPLE, REDUCE, BUILD = b"(", b".", b"0", b"t", b"R", b"b"
+TUPLE1, TUPLE2 = b"\x85", b"\x86"
+EMPTY_DICT, EMPTY_LIST, EMPTY_TUPLE, SETITEM, APPEND = b"}", b"]", b")", b"s", b"a"
+STACK_GLOBAL, MEMOIZE, NEWOBJ, OBJ = b"\x93", b"\x94", b"\x81", b"o"
+
+
+def p_global(module: str, name: str) -> bytes:
+    """GLOBAL opcode."""
+    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+
+def p_inst(module: str, name: str) -> bytes:
+    """INST opcode (the caller pushes MARK and the arguments first)."""
+    return b"i" + module.encode() + b"\n" + name.encode() + b"\n"
+
+
+def p_unicode(s: str) -> bytes:
+    """BINUNICODE opcode."""
+    raw = s.encode()
+    return b"X" + struct.pack("<I", len(raw)) + raw
+
+
+def p_short_unicode(s: str) -> bytes:
+    """SHORT_BINUNICODE opcode."""
+    raw = s.encode()
+    return b"\x8c" + bytes([len(raw)]) + raw
+
+
+def p_string(s: str) -> bytes:
+    """STRING opcode (protocol 0 quoted text)."""
+    return b"S" + repr(s).encode() + b"\n"
+
+
+def p_binstring(s: str) -> bytes:
+    """BINSTRING opcode."""
+    raw = s.encode()
+    return b"T" + struct.pack("<i", len(raw)) + raw
+
+
+def p_int(n: int) -> bytes:
+    """BININT opcode."""
+    return b"J" + struct.pack("<i", n)
+
+
+def p_binput(i: int) -> bytes:
+    """BINPUT opcode."""
+    return b"q" + bytes([i])
+
+
+def p_binget(i: int) -> bytes:
+    """BINGET opcode."""
+    return b"h" + bytes([i])
+
+
+def p_long_binget(i: int) -> bytes:
+    """LONG_BINGET opcode."""
+    return b"j" + struct.pack("<I", i)
+
+
+def p_frame(n: int) -> bytes:
+    """FRAME opcode with a declared length of n bytes."""
+    return b"\x95" + struct.pack("<Q", n)
+
+
+def call(module: str, name: str, *args: str, proto: bytes = PROTO2) -> bytes:
+    """A complete pickle that calls module.name(*args) with string arguments."""
+    body = b"".join(p_unicode(a) for a in args)
+    return proto + p_global(module, name) + MARK + body + TUPLE + REDUCE + STOP
+
+
+def touch_cmd(canary: Path) -> str:
+    """Shell command that creates the canary."""
+    return f"touch '{canary}'"
+
+
+def touch_code(canary: Path) -> str:
+    """Python source that creates the canary."""
+    return f"open({str(canary)!r}, 'w').close()"
+
+
+def _write(path: Path, data: bytes) -> Path:
+    Path(path).write_bytes(data)
+    return Path(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Malicious builders: builder(path, canary) -> path; the payload creates `canary` if run
+# ---------------------------------------------------------------------------------------------
+
+
+def mal_os_system(path: Path, canary: Path) -> Path:
+    """Classic GLOBAL os.system + REDUCE."""
+    return _write(path, call("os", "system", touch_cmd(canary)))
+
+
+def mal_posix_system(path: Path, canary: Path) -> Path:
+    """posix.system: the platform module behind os, as pickle.dumps(os.system) writes it."""
+    return _write(path, call("posix", "system", touch_cmd(canary)))
+
+
+def mal_builtins_exec(path: Path, canary: Path) -> Path:
+    """builtins.exec of Python source."""
+    return _write(path, call("builtins", "exec", touch_code(canary)))
+
+
+def mal_eval_proto0(path: Path, canary: Path) -> Path:
+    """Protocol 0 (no PROTO opcode) pickle calling builtins.eval, meant to be named `.bin`."""
+    data = p_global("builtins", "eval") + MARK + p_string(touch_code(canary)) + TUPLE + REDUCE
+    return _write(path, data + STOP)
+
+
+def mal_subprocess_call(path: Path, canary: Path) -> Path:
+    """subprocess.call with a list argument built from MARK/LIST."""
+    data = PROTO2 + p_global("subprocess", "call") + EMPTY_LIST + p_unicode("touch") + APPEND
+    data += p_unicode(str(canary)) + APPEND + TUPLE1 + REDUCE + STOP
+    return _write(path, data)
+
+
+def mal_stack_global_memo(path: Path, canary: Path) -> Path:
+    """STACK_GLOBAL whose operands come from STRING/BINSTRING through BINPUT/MEMOIZE and GETs."""
+    data = PROTO4
+    data += p_string("os") + p_binput(7) + POP  # memo[7] = "os"
+    data += p_binstring("sys") + MEMOIZE + POP  # memo[0] = "sys" (decoy)
+    data += p_binstring("tem") + POP  # decoy text never used
+    data += p_short_unicode("system") + b"r" + struct.pack("<I", 300) + POP  # memo[300]
+    data += p_binget(7) + p_long_binget(300) + STACK_GLOBAL
+    data += p_unicode(touch_cmd(canary)) + TUPLE1 + REDUCE + STOP
+    return _write(path, data)
+
+
+def mal_stack_global_get_proto0_memo(path: Path, canary: Path) -> Path:
+    """Operands stored with PUT (text key) and fetched with GET, then STACK_GLOBAL."""
+    data = PROTO4 + p_unicode("builtins") + b"p12\n" + POP + p_unicode("exec") + MEMOIZE + POP
+    data += b"g12\n" + p_binget(1) + STACK_GLOBAL  # MEMOIZE used key len(memo) == 1
+    data += p_unicode(touch_code(canary)) + TUPLE1 + REDUCE + STOP
+    return _write(path, data)
+
+
+def mal_stack_global_dotted(path: Path, canary: Path) -> Path:
+    """STACK_GLOBAL('pathlib', 'os.system'): resolves by attribute walk under protocol 4."""
+    data = PROTO4 + p_short_unicode("pathlib") + p_short_unicode("os.system") + STACK_GLOBAL
+    data += p_unicode(touch_cmd(canary)) + TUPLE1 + REDUCE + STOP
+    return _write(path, data)
+
+
+def mal_obj_pop(path: Path, canary: Path) -> Path:
+    """OBJ call whose result is discarded with POP; the file then unpickles to a plain dict."""
+    data = PROTO2 + MARK + p_global("os", "system") + p_unicode(touch_cmd(canary)) + OBJ + POP
+    data += EMPTY_DICT + p_unicode("ok") + p_int(1) + SETITEM + STOP
+    return _write(path, data)
+
+
+def mal_inst(path: Path, canary: Path) -> Path:
+    """INST opcode (protocol 0 class instantiation) calling os.system."""
+    data = MARK + p_string(touch_cmd(canary)) + p_inst("os", "system") + STOP
+    return _write(path, data)
+
+
+def mal_corrupt_tail(path: Path, canary: Path) -> Path:
+    """A payload followed by garbage so a strict parser errors after the call."""
+    data = PROTO2 + p_global("os", "system") + p_unicode(touch_cmd(canary)) + TUPLE1 + REDUCE
+    return _write(path, data + b"\xff\xfe garbage that is not pickle")
+
+
+def mal_frame_mismatch(path: Path, canary: Path) -> Path:
+    """Protocol 4 with a FRAME that declares fewer bytes than the opcodes after it."""
+    body = p_short_unicode("os") + p_short_unicode("system") + STACK_GLOBAL
+    body += p_unicode(touch_cmd(canary)) + TUPLE1 + REDUCE + STOP
+    return _write(path, PROTO4 + p_frame(3) + body)
+
+
+def mal_ext_code(path: Path, canary: Path) -> Path:
+    """EXT1: the callable comes from the copyreg extension registry, not resolvable statically."""
+    data = PROTO2 + b"\x82\x7f" + p_unicode(touch_cmd(canary)) + TUPLE1 + REDUCE + STOP
+    return _write(path, data)
+
+
+def mal_reduce_on_result(path: Path, canary: Path) -> Path:
+    """pkgutil.resolve_name('os:system') then REDUCE on that result (callable is not a GLOBAL)."""
+    data = PROTO2 + p_global("pkgutil", "resolve_name") + p_unicode("os:system") + TUPLE1 + REDUCE
+    data += p_unicode(touch_cmd(canary)) + TUPLE1 + REDUCE + STOP
+    return _write(path, data)
+
+
+def mal_getattr_import(path: Path, canary: Path) -> Path:
+    """getattr(__import__('os'), 'system')(cmd)."""
+    data = PROTO2 + p_global("builtins", "getattr")
+    data += p_global("builtins", "__import__") + p_unicode("os") + TUPLE1 + REDUCE
+    data += p_unicode("system") + TUPLE2 + REDUCE
+    data += p_unicode(touch_cmd(canary)) + TUPLE1 + REDUCE + STOP
+    return _write(path, data)
+
+
+def mal_timeit(path: Path, canary: Path) -> Path:
+    """timeit.timeit runs a code string."""
+    data = PROTO2 + p_global("timeit", "timeit") + MARK + p_unicode(touch_code(canary))
+    data += p_unicode("pass") + p_global("time", "perf_counter") + p_int(1) + TUPLE + REDUCE + STOP
+    return _write(path, data)
+
+
+def mal_collect_env_run(path: Path, canary: Path) -> Path:
+    """torch.utils.collect_env.run: a torch submodule gadget that runs a shell command."""
+    return _write(path, call("torch.utils.collect_env", "run", touch_cmd(canary)))
+
+
+def mal_io_fileio(path: Path, canary: Path) -> Path:
+    """_io.FileIO(canary, 'w') creates the file without running any code string."""
+    return _write(path, call("_io", "FileIO", str(canary), "w"))
+
+
+def mal_logging_filehandler(path: Path, canary: Path) -> Path:
+    """logging.FileHandler(canary) opens (creates) the file."""
+    return _write(path, call("logging", "FileHandler", str(canary)))
+
+
+def mal_pip_main(path: Path, canary: Path) -> Path:
+    """pip.main (CVE-2025-1716): not on older deny lists; here it also touches the canary."""
+    data = PROTO2 + p_global("pip", "main") + EMPTY_LIST + p_unicode("download") + APPEND
+    data += p_unicode("--log") + APPEND + p_unicode(str(canary)) + APPEND
+    data += p_unicode("nonexistent-pkg-xyz") + APPEND + TUPLE1 + REDUCE + STOP
+    return _write(path, data)
+
+
+def mal_runstring(path: Path, canary: Path) -> Path:
+    """numpy.testing._private.utils.runstring executes a code string."""
+    data = PROTO2 + p_global("numpy.testing._private.utils", "runstring")
+    data += p_unicode(touch_code(canary)) + EMPTY_DICT + TUPLE2 + REDUCE + STOP
+    return _write(path, data)
+
+
+def mal_osx_support(path: Path, canary: Path) -> Path:
+    """_osx_support._read_output runs a shell command."""
+    return _write(path, call("_osx_support", "_read_output", touch_cmd(canary)))
+
+
+def mal_uuid_command(path: Path, canary: Path) -> Path:
+    """uuid._get_command_stdout runs an executable."""
+    return _write(path, call("uuid", "_get_command_stdout", "touch", str(canary)))
+
+
+def mal_pickle_loads_nested(path: Path, canary: Path) -> Path:
+    """pickle.loads of an inner malicious pickle (a hook on pickle.load alone misses it)."""
+    inner = call("os", "system", touch_cmd(canary))
+    data = PROTO2 + p_global("pickle", "loads") + b"C" + bytes([len(inner)]) + inner
+    return _write(path, data + TUPLE1 + REDUCE + STOP)
+
+
+def mal_marshal_code(path: Path, canary: Path) -> Path:
+    """types.FunctionType(marshal.loads(code), {})() — code object smuggled as bytes."""
+    import marshal
+
+    code = marshal.dumps(compile(touch_code(canary), "<p>", "exec"))
+    data = PROTO2 + p_global("types", "FunctionType")
+    data += p_global("marshal", "loads") + b"B" + struct.pack("<I", len(code)) + code
+    data += TUPLE1 + REDUCE + EMPTY_DICT + TUPLE2 + REDUCE + EMPTY_TUPLE + REDUCE + STOP
+    return _write(path, data)
+
+
+def mal_methodcaller(path: Path, canary: Path) -> Path:
+    """operator.methodcaller('system', cmd) applied to importlib.import_module('os')."""
+    data = PROTO2 + p_global("operator", "methodcaller")
+    data += p_unicode("system") + p_unicode(touch_cmd(canary)) + TUPLE2 + REDUCE
+    data += p_global("importlib", "import_module") + p_unicode("os") + TUPLE1 + REDUCE
+    data += TUPLE1 + REDUCE + STOP
+    return _write(path, data)
+
+
+def mal_build_setstate(path: Path, canary: Path) -> Path:
+    """BUILD on a class-derived object whose state names code to run (via NEWOBJ of exec)."""
+    data = PROTO2 + p_global("builtins", "exec") + p_unicode(touch_code(canary)) + TUPLE1 + REDUCE
+    data += EMPTY_DICT + BUILD + STOP
+    return _write(path, data)
+
+
+def _torch_zip_bytes(tmp_dir: Path) -> bytes:
+    """Bytes of a real torch.save zip of `small_state_dict()`."""
+    target = Path(tmp_dir) / "_base_ckpt.pt"
+    if not target.exists():
+        save_state_dict(target)
+    return target.read_bytes()
+
+
+def _rewrite_zip(src: bytes, replace: dict[str, bytes], extra: dict[str, bytes] | None = None,
+                 compress: set[str] | None = None) -> bytes:
+    """Copy a zip, replacing some members' bytes and appending extra members."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(src)) as zin, zipfile.ZipFile(out, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            for suffix, new in replace.items():
+                if info.filename.endswith(suffix):
+                    data = new
+            method = zipfile.ZIP_DEFLATED if compress and info.filename.endswith(
+                tuple(compress)) else zipfile.ZIP_STORED
+            zout.writestr(zipfile.ZipInfo(info.filename), data, compress_type=method)
+        for name, data in (extra or {}).items():
+            zout.writestr(zipfile.ZipInfo(name), data)
+    return out.getvalue()
+
+
+def _data_pkl_name(src: bytes) -> str:
+    with zipfile.ZipFile(io.BytesIO(src)) as z:
+        return next(n for n in z.namelist() if n.endswith("/data.pkl"))
+
+
+def mal_zip_data_pkl(path: Path, canary: Path) -> Path:
+    """A torch zip archive whose data.pkl is an os.system payload."""
+    src = _torch_zip_bytes(Path(path).parent)
+    return _write(path, _rewrite_zip(src, {"/data.pkl": call("os", "system", touch_cmd(canary))}))
+
+
+def _patch_zip_flags(data: bytes, flag: int) -> bytes:
+    """Set a general-purpose flag bit in every local and central header."""
+    buf = bytearray(data)
+    for sig, off in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
+        start = 0
+        while (i := buf.find(sig, start)) >= 0:
+            (old,) = struct.unpack_from("<H", buf, i + off)
+            struct.pack_into("<H", buf, i + off, old | flag)
+            start = i + 4
+    return bytes(buf)
+
+
+def mal_zip_flag(flag: int) -> Callable[[Path, Path], Path]:
+    """Builder for a malicious torch zip with general-purpose flag bit `flag` set."""
+
+    def build(path: Path, canary: Path) -> Path:
+        mal_zip_data_pkl(path, canary)
+        return _write(path, _patch_zip_flags(Path(path).read_bytes(), flag))
+
+    build.__doc__ = f"Malicious torch zip with zip flag bit {flag:#x} set everywhere."
+    return build
+
+
+def mal_zip_bad_crc(path: Path, canary: Path) -> Path:
+    """Malicious torch zip with a deliberately wrong CRC on data.pkl (strict readers give up)."""
+    mal_zip_data_pkl(path, canary)
+    buf = bytearray(Path(path).read_bytes())
+    name = _data_pkl_name(bytes(buf)).encode()
+    for sig, crc_off, name_off in ((b"PK\x03\x04", 14, 30), (b"PK\x01\x02", 16, 46)):
+        start = 0
+        while (i := buf.find(sig, start)) >= 0:
+            if buf[i + name_off:i + name_off + len(name)] == name:
+                struct.pack_into("<I", buf, i + crc_off, 0xDEADBEEF)
+            start = i + 4
+    return _write(path, bytes(buf))
+
+
+def mal_zip_name_mismatch(path: Path, canary: Path) -> Path:
+    """Local header names data.pkl differently from the central directory."""
+    mal_zip_data_pkl(path, canary)
+    buf = bytearray(Path(path).read_bytes())
+    name = _data_pkl_name(bytes(buf)).encode()
+    i = buf.find(b"PK\x03\x04")
+    while i >= 0:
+        if buf[i + 30:i + 30 + len(name)] == name:
+            buf[i + 30 + len(name) - 8:i + 30 + len(name)] = b"Data.PKL"
+            break
+        i = buf.find(b"PK\x03\x04", i + 4)
+    return _write(path, bytes(buf))
+
+
+def mal_zip_hidden_member(path: Path, canary: Path) -> Path:
+    """Benign data.pkl, payload hidden in a member with a non-pickle name (CVE-2025-1889)."""
+    src = _torch_zip_bytes(Path(path).parent)
+    prefix = _data_pkl_name(src).split("/")[0]
+    extra = {f"{prefix}/config.json": call("os", "system", touch_cmd(canary))}
+    return _write(path, _rewrite_zip(src, {}, extra))
+
+
+def mal_zip_compressed_pkl(path: Path, canary: Path) -> Path:
+    """Payload in a deflate-compressed data.pkl."""
+    src = _torch_zip_bytes(Path(path).parent)
+    data = _rewrite_zip(src, {"/data.pkl": call("os", "system", touch_cmd(canary))}, None,
+                        {"/data.pkl"})
+    return _write(path, data)
+
+
+def mal_legacy_magic_eval(path: Path, canary: Path) -> Path:
+    """Legacy stream whose magic-number pickle is builtins.eval(code that returns the magic)."""
+    import pickle
+
+    src = Path(path).parent / "_legacy_base.pt"
+    save_legacy(src)
+    legacy = src.read_bytes()
+    first_len = len(pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2))
+    expr = f"({touch_code(canary)}, 0x1950a86a20f9469cfc6c)[1]"
+    return _write(path, call("builtins", "eval", expr) + legacy[first_len:])
+
+
+def mal_legacy_late_payload(path: Path, canary: Path) -> Path:
+    """Legacy stream with a normal magic pickle and a payload in the sys_info pickle."""
+    import pickle
+
+    src = Path(path).parent / "_legacy_base.pt"
+    save_legacy(src)
+    f = io.BytesIO(src.read_bytes())
+    pickle.load(f)
+    pickle.load(f)  # protocol version
+    head = f.getvalue()[: f.tell()]
+    pickle.load(f)  # sys_info
+    rest = f.getvalue()[f.tell():]
+    return _write(path, head + call("os", "system", touch_cmd(canary)) + rest)
+
+
+def mal_npy_object(path: Path, canary: Path) -> Path:
+    """A .npy header declaring an object array whose pickle payload runs os.system."""
+    header = "{'descr': '|O', 'fortran_order': False, 'shape': (1,), }"
+    header = header.ljust(117) + "\n"
+    data = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode()
+    return _write(path, data + call("os", "system", touch_cmd(canary)))
+
+
+def mal_gzip_pickle(path: Path, canary: Path) -> Path:
+    """A gzip-compressed pickle payload (joblib-style compressed pickles)."""
+    import gzip
+
+    return _write(path, gzip.compress(call("os", "system", touch_cmd(canary))))
+
+
+MALICIOUS_BUILDERS: dict[str, Callable[[Path, Path], Path]] = {
+    "os_system": mal_os_system,
+    "posix_system": mal_posix_system,
+    "builtins_exec": mal_builtins_exec,
+    "eval_proto0": mal_eval_proto0,
+    "subprocess_call": mal_subprocess_call,
+    "stack_global_memo": mal_stack_global_memo,
+    "stack_global_get_memoize": mal_stack_global_get_proto0_memo,
+    "stack_global_dotted": mal_stack_global_dotted,
+    "obj_pop": mal_obj_pop,
+    "inst": mal_inst,
+    "corrupt_tail": mal_corrupt_tail,
+    "frame_mismatch": mal_frame_mismatch,
+    "ext_code": mal_ext_code,
+    "reduce_on_result": mal_reduce_on_result,
+    "getattr_import": mal_getattr_import,
+    "timeit": mal_timeit,
+    "collect_env_run": mal_collect_env_run,
+    "io_fileio": mal_io_fileio,
+    "logging_filehandler": mal_logging_filehandler,
+    "pip_main": mal_pip_main,
+    "runstring": mal_runstring,
+    "osx_support": mal_osx_support,
+    "uuid_command": mal_uuid_command,
+    "pickle_loads_nested": mal_pickle_loads_nested,
+    "marshal_code": mal_marshal_code,
+    "methodcaller": mal_methodcaller,
+    "build_exec": mal_build_setstate,
+    "zip_data_pkl": mal_zip_data_pkl,
+    "zip_flag_0x1": mal_zip_flag(0x1),
+    "zip_flag_0x20": mal_zip_flag(0x20),
+    "zip_flag_0x40": mal_zip_flag(0x40),
+    "zip_bad_crc": mal_zip_bad_crc,
+    "zip_name_mismatch": mal_zip_name_mismatch,
+    "zip_hidden_member": mal_zip_hidden_member,
+    "zip_compressed_pkl": mal_zip_compressed_pkl,
+    "legacy_magic_eval": mal_legacy_magic_eval,
+    "legacy_late_payload": mal_legacy_late_payload,
+    "npy_object": mal_npy_object,
+    "gzip_pickle": mal_gzip_pickle,
+}
+
+BENIGN_BUILDERS: dict[str, Callable[[Path], Path]] = {
+    "state_dict": save_state_dict,
+    "training_checkpoint": save_training_checkpoint,
+    "every_dtype": save_every_dtype,
+    "nested": save_nested,
+    "legacy": save_legacy,
+    "torchscript": save_torchscript,
+    "safetensors": save_safetensors,
+    "npy": save_npy,
+    "npz": save_npz,
+    "npy_object": save_npy_object,
+}
