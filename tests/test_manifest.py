@@ -103,7 +103,10 @@ def test_bsd_names_with_parentheses_and_uppercase_hex() -> None:
     text = f"SHA256 (ckpt (epoch 3).pt) = {H1.upper()}\nSHA2-256(b.bin)= {H2}\n"
     manifest = parse_manifest(text)
     assert manifest.dialect == "bsd"
-    assert [(f.path, f.sha256) for f in manifest.files] == [("ckpt (epoch 3).pt", H1), ("b.bin", H2)]
+    assert [(f.path, f.sha256) for f in manifest.files] == [
+        ("ckpt (epoch 3).pt", H1),
+        ("b.bin", H2),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -154,9 +157,7 @@ def test_git_lfs_pointer() -> None:
     text = f"version https://git-lfs.github.com/spec/v1\noid sha256:{H1}\nsize 4933\n"
     manifest = parse_manifest(text, name="repo/model.safetensors")
     assert manifest.dialect == "git-lfs"
-    assert [(f.path, f.sha256, f.size) for f in manifest.files] == [
-        ("model.safetensors", H1, 4933)
-    ]
+    assert [(f.path, f.sha256, f.size) for f in manifest.files] == [("model.safetensors", H1, 4933)]
     with pytest.raises(ManifestError, match="no 'oid sha256"):
         parse_manifest("version https://git-lfs.github.com/spec/v1\nsize 3\n", name="p")
 
@@ -198,8 +199,10 @@ def test_json_manifest_round_trip_with_tensors(tmp_path: Path) -> None:
     [
         ({"schema": "ckpt-inspector-manifest", "schema_version": 99, "files": []}, "99"),
         ({"files": []}, "neither"),
-        ({"schema": "ckpt-inspector-manifest", "schema_version": 1, "files": [{"size": 1}]},
-         r"files\[0\]: file record needs a 'path'"),
+        (
+            {"schema": "ckpt-inspector-manifest", "schema_version": 1, "files": [{"size": 1}]},
+            r"files\[0\]: file record needs a 'path'",
+        ),
     ],
 )
 def test_json_manifest_errors(doc: dict, message: str) -> None:
