@@ -1,0 +1,357 @@
+"""Verify files, and the tensors inside them, against a manifest.
+
+File level: ok / mismatch / missing / size_mismatch / extra, the size compared first so a
+truncated download is reported without hashing it. Tensor level (when the manifest has
+tensors): ok / mismatch / missing / extra / dtype_or_shape_changed. Tensor digests come from a
+caller-supplied function (the CLI and GUI pass the jailed worker's), so this module never
+deserialises anything; it hashes the file while that function runs, on a second core.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from inspector.core.bitflip import canonical_dtype
+from inspector.core.hashing import sha256_file
+from inspector.core.manifest import FileEntry, Manifest, TensorEntry
+from inspector.core.progress import CancelToken, ProgressFn, check
+
+OK = "ok"
+MISMATCH = "mismatch"
+MISSING = "missing"
+SIZE_MISMATCH = "size_mismatch"
+EXTRA = "extra"
+DTYPE_OR_SHAPE_CHANGED = "dtype_or_shape_changed"
+
+
+class TensorDigestFn(Protocol):
+    """Returns the tensors of a checkpoint with their digests; raises on a file it cannot load."""
+
+    def __call__(self, path: Path, *, cancel: CancelToken | None = None) -> list[TensorEntry]: ...
+
+
+@dataclass
+class FileCheck:
+    """The verdict on one file."""
+
+    path: str
+    status: str
+    expected: str | None = None
+    actual: str | None = None
+    expected_size: int | None = None
+    actual_size: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The `files` record of the verify contract."""
+        return dict(self.__dict__)
+
+
+@dataclass
+class TensorCheck:
+    """The verdict on one tensor."""
+
+    key: str
+    file: str
+    status: str
+    expected: str | None = None
+    actual: str | None = None
+    expected_dtype: str | None = None
+    actual_dtype: str | None = None
+    expected_shape: list[int] | None = None
+    actual_shape: list[int] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The `tensors` record of the verify contract."""
+        return dict(self.__dict__)
+
+
+@dataclass
+class VerifyResult:
+    """Every file and tensor verdict, plus errors that stopped a tensor check."""
+
+    files: list[FileCheck] = field(default_factory=list)
+    tensors: list[TensorCheck] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True only when every file and tensor is ok and nothing failed."""
+        return (
+            not self.errors
+            and all(f.status == OK for f in self.files)
+            and all(t.status == OK for t in self.tensors)
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The verify contract of DESIGN.md."""
+        return {
+            "ok": self.ok,
+            "files": [f.to_json() for f in self.files],
+            "tensors": [t.to_json() for t in self.tensors],
+            "errors": self.errors,
+        }
+
+
+@dataclass
+class Measured:
+    """What was read from one file: its hash and, when asked, its tensors."""
+
+    sha256: str | None
+    tensors: list[TensorEntry] | None = None
+    error: str | None = None
+
+
+def measure_file(
+    path: Path,
+    hash_file: bool = True,
+    tensor_digests: TensorDigestFn | None = None,
+    progress: ProgressFn | None = None,
+    cancel: CancelToken | None = None,
+) -> Measured:
+    """Hash a file and collect its tensor digests at the same time (the worker is a 2nd core)."""
+    if tensor_digests is None:
+        return Measured(sha256=sha256_file(path, progress, cancel) if hash_file else None)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tensor-digests") as pool:
+        future = pool.submit(tensor_digests, path, cancel=cancel)
+        try:
+            sha = sha256_file(path, progress, cancel) if hash_file else None
+        except BaseException:
+            if cancel is not None:
+                cancel.cancel()
+            raise
+        try:
+            return Measured(sha256=sha, tensors=future.result())
+        except Exception as exc:  # the worker's failure is a verdict on this file, not a crash
+            return Measured(sha256=sha, error=f"{path}: tensors not checked: {exc}")
+
+
+def plan(
+    manifest: Manifest, paths: Iterable[Path], skip: Iterable[Path] = ()
+) -> list[tuple[FileEntry | None, Path]]:
+    """Pair manifest entries with files on disk; an entry with None is an extra file.
+
+    No paths: the manifest's folder. A folder that holds the manifest, or lies under its folder,
+    is checked against the manifest's paths; any other folder is taken as a copy of the
+    manifest's folder (a download beside a manifest kept elsewhere). A file is matched by its
+    path, or else by its name when only one entry has that name (a Git LFS pointer).
+    """
+    roots = list(paths) or [manifest.base_dir]
+    skipped = {os.path.abspath(p) for p in skip}
+    if manifest.source is not None:
+        skipped.add(os.path.abspath(manifest.source))
+    pairs: list[tuple[FileEntry | None, Path]] = []
+    claimed: set[int] = set()
+    seen: set[str] = set()
+
+    def add(entry: FileEntry | None, location: Path) -> None:
+        key = os.path.abspath(location)
+        if key in seen or (entry is not None and id(entry) in claimed):
+            return
+        seen.add(key)
+        if entry is not None:
+            claimed.add(id(entry))
+        pairs.append((entry, location))
+
+    base = Path(os.path.abspath(manifest.base_dir))
+    for root in roots:
+        root_abs = Path(os.path.abspath(root))
+        if root_abs.is_dir():
+            inside = root_abs == base or base in root_abs.parents
+            start = base if inside else root_abs
+            for entry in manifest.files:
+                location = start / Path(*entry.path.split("/"))
+                if not inside or root_abs == location or root_abs in location.parents:
+                    add(entry, location)
+            for found in _walk(root_abs):
+                if os.path.abspath(found) not in skipped:
+                    add(None, found)
+        else:
+            add(_match_file(manifest, root_abs), root_abs)
+    return pairs
+
+
+def _match_file(manifest: Manifest, path: Path) -> FileEntry | None:
+    if manifest.dialect == "git-lfs":
+        # a pointer describes one file, usually saved under another name than the download
+        return manifest.files[0]
+    for entry in manifest.files:
+        if Path(os.path.abspath(manifest.resolve(entry))) == path:
+            return entry
+    by_name = [e for e in manifest.files if e.path.rsplit("/", 1)[-1] == path.name]
+    return by_name[0] if len(by_name) == 1 else None
+
+
+def _walk(root: Path) -> list[Path]:
+    """Every file under a folder, skipping hidden names (.git, editors' and our temp files)."""
+    found = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found += [Path(folder, n) for n in sorted(names) if not n.startswith(".")]
+    return found
+
+
+def verify(
+    manifest: Manifest,
+    paths: Iterable[Path] = (),
+    tensor_digests: TensorDigestFn | None = None,
+    skip: Iterable[Path] = (),
+    progress: ProgressFn | None = None,
+    cancel: CancelToken | None = None,
+) -> VerifyResult:
+    """Verify files (and their tensors, when the manifest has them and a digest fn is given)."""
+    result = VerifyResult()
+    pairs = plan(manifest, paths, skip)
+    sizes = {i: _size(loc) for i, (_e, loc) in enumerate(pairs)}
+    to_hash = {
+        i
+        for i, (entry, _loc) in enumerate(pairs)
+        if entry is not None
+        and entry.sha256
+        and sizes[i] is not None
+        and (entry.size is None or entry.size == sizes[i])
+    }
+    track = _ByteProgress(progress, sum(sizes[i] for i in to_hash))
+    for i, (entry, location) in enumerate(pairs):
+        check(cancel)
+        size = sizes[i]
+        if entry is None:
+            result.files.append(FileCheck(path=str(location), status=EXTRA, actual_size=size))
+            continue
+        record = FileCheck(
+            path=entry.path,
+            status=OK,
+            expected=entry.sha256,
+            expected_size=entry.size,
+            actual_size=size,
+        )
+        result.files.append(record)
+        if size is None:
+            record.status = MISSING
+            continue
+        if entry.size is not None and entry.size != size:
+            record.status = SIZE_MISMATCH
+            continue
+        want_tensors = entry.tensors is not None and tensor_digests is not None
+        measured = measure_file(
+            location,
+            hash_file=i in to_hash,
+            tensor_digests=tensor_digests if want_tensors else None,
+            progress=track.for_file(),
+            cancel=cancel,
+        )
+        track.finish_file(size if i in to_hash else 0)
+        record.actual = measured.sha256
+        if entry.sha256 and measured.sha256 != entry.sha256:
+            record.status = MISMATCH
+        if measured.error:
+            result.errors.append(measured.error)
+        elif want_tensors:
+            result.tensors += compare_tensors(
+                entry.tensors or [], measured.tensors or [], entry.path
+            )
+    return result
+
+
+def verify_tensors_only(
+    manifest: Manifest,
+    paths: Iterable[Path],
+    tensor_digests: TensorDigestFn,
+    cancel: CancelToken | None = None,
+) -> VerifyResult:
+    """Compare the tensors of files (e.g. a conversion) with every tensor the manifest records."""
+    result = VerifyResult()
+    expected = [t for f in manifest.files for t in (f.tensors or [])]
+    if not manifest.has_tensors:
+        result.errors.append(f"the {manifest.dialect} manifest records no tensors")
+        return result
+    actual: list[TensorEntry] = []
+    for path in paths:
+        measured = measure_file(
+            Path(path), hash_file=False, tensor_digests=tensor_digests, cancel=cancel
+        )
+        if measured.error:
+            result.errors.append(measured.error)
+        actual += measured.tensors or []
+    label = ", ".join(str(p) for p in paths)
+    result.tensors = compare_tensors(expected, actual, label)
+    return result
+
+
+def compare_tensors(
+    expected: list[TensorEntry], actual: list[TensorEntry], file: str
+) -> list[TensorCheck]:
+    """Match tensors by key and compare dtype, shape and digest."""
+    have = {t.key: t for t in actual}
+    checks = []
+    for want in expected:
+        got = have.pop(want.key, None)
+        check_ = TensorCheck(
+            key=want.key,
+            file=file,
+            status=OK,
+            expected=want.digest,
+            expected_dtype=want.dtype,
+            expected_shape=_shape(want.shape),
+        )
+        checks.append(check_)
+        if got is None:
+            check_.status = MISSING
+            continue
+        check_.actual = got.digest
+        check_.actual_dtype = got.dtype
+        check_.actual_shape = _shape(got.shape)
+        if (
+            want.dtype is not None and canonical_dtype(want.dtype) != canonical_dtype(got.dtype)
+        ) or (want.shape is not None and tuple(want.shape) != tuple(got.shape or ())):
+            check_.status = DTYPE_OR_SHAPE_CHANGED
+        elif want.digest is not None and (
+            got.digest != want.digest
+            or (want.digest_algorithm or "sha256") != (got.digest_algorithm or "sha256")
+        ):
+            check_.status = MISMATCH
+    checks += [
+        TensorCheck(
+            key=t.key,
+            file=file,
+            status=EXTRA,
+            actual=t.digest,
+            actual_dtype=t.dtype,
+            actual_shape=_shape(t.shape),
+        )
+        for t in have.values()
+    ]
+    return checks
+
+
+def _shape(shape: Iterable[int] | None) -> list[int] | None:
+    return None if shape is None else list(shape)
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size if path.is_file() else None
+    except OSError:
+        return None
+
+
+class _ByteProgress:
+    """Turns per-file byte progress into progress over every file hashed in a verify."""
+
+    def __init__(self, progress: ProgressFn | None, total: int) -> None:
+        self.progress = progress
+        self.total = total
+        self.done = 0
+
+    def for_file(self) -> ProgressFn | None:
+        if self.progress is None:
+            return None
+        base, progress, total = self.done, self.progress, self.total
+        return lambda done, _t: progress(base + done, total)
+
+    def finish_file(self, hashed: int) -> None:
+        self.done += hashed

@@ -1,0 +1,163 @@
+"""File-level verification: ok / mismatch / missing / size_mismatch / extra."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+import inspector.core.verify as verify_mod
+from inspector.core.manifest import FileEntry, TensorEntry, read_manifest, write_manifest
+from inspector.core.verify import compare_tensors, verify
+
+
+def _folder(root: Path) -> dict[str, bytes]:
+    contents = {
+        "model.safetensors": bytes(range(256)) * 40,
+        "optimizer state.pt": b"optimizer" * 50,
+        "sub/config.json": b"{}",
+    }
+    for name, data in contents.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    return contents
+
+
+def _manifest(root: Path, contents: dict[str, bytes], name: str = "SHA256SUMS.tsv") -> Path:
+    entries = [
+        FileEntry(path=n, sha256=hashlib.sha256(d).hexdigest(), size=len(d))
+        for n, d in contents.items()
+    ]
+    write_manifest(root / name, entries)
+    return root / name
+
+
+def _statuses(result) -> dict[str, str]:
+    return {Path(f.path).name: f.status for f in result.files}
+
+
+def test_untouched_folder_verifies_and_the_manifest_is_not_extra(tmp_path: Path) -> None:
+    contents = _folder(tmp_path)
+    result = verify(read_manifest(_manifest(tmp_path, contents)))
+    assert result.ok
+    assert _statuses(result) == dict.fromkeys(
+        ["model.safetensors", "optimizer state.pt", "config.json"], "ok"
+    )
+
+
+def test_every_file_status(tmp_path: Path) -> None:
+    contents = _folder(tmp_path)
+    manifest = read_manifest(_manifest(tmp_path, contents))
+    data = bytearray((tmp_path / "model.safetensors").read_bytes())
+    data[1234] ^= 0x10
+    (tmp_path / "model.safetensors").write_bytes(bytes(data))
+    (tmp_path / "optimizer state.pt").write_bytes(b"optimizer" * 49)
+    (tmp_path / "sub/config.json").unlink()
+    (tmp_path / "sub/stray.bin").write_bytes(b"?")
+    (tmp_path / ".hidden.tmp").write_bytes(b"temp files are not extras")
+    result = verify(manifest)
+    assert not result.ok
+    assert _statuses(result) == {
+        "model.safetensors": "mismatch",
+        "optimizer state.pt": "size_mismatch",
+        "config.json": "missing",
+        "stray.bin": "extra",
+    }
+    record = result.to_json()["files"][0]
+    assert record["expected"] == hashlib.sha256(contents["model.safetensors"]).hexdigest()
+    assert record["actual"] == hashlib.sha256(data).hexdigest()
+
+
+def test_truncated_download_is_reported_without_hashing(tmp_path: Path, monkeypatch) -> None:
+    contents = _folder(tmp_path)
+    manifest = read_manifest(_manifest(tmp_path, contents))
+    (tmp_path / "model.safetensors").write_bytes(contents["model.safetensors"][:100])
+
+    def no_hashing(*_a, **_k):
+        raise AssertionError("a file whose size is wrong must not be hashed")
+
+    monkeypatch.setattr(verify_mod, "sha256_file", no_hashing)
+    result = verify(manifest, [tmp_path / "model.safetensors"])
+    assert [(f.status, f.expected_size, f.actual_size) for f in result.files] == [
+        ("size_mismatch", len(contents["model.safetensors"]), 100)
+    ]
+
+
+def test_download_folder_checked_against_a_manifest_kept_elsewhere(tmp_path: Path) -> None:
+    repo, download = tmp_path / "repo", tmp_path / "download"
+    repo.mkdir()
+    download.mkdir()
+    manifest_path = _manifest(repo, _folder(download), "checksums.sha256")
+    assert verify(read_manifest(manifest_path), [download]).ok
+    (download / "sub/config.json").write_bytes(b"{ }")
+    assert _statuses(verify(read_manifest(manifest_path), [download]))["config.json"] == "mismatch"
+
+
+def test_a_single_file_and_a_subfolder_limit_the_scope(tmp_path: Path) -> None:
+    contents = _folder(tmp_path)
+    manifest = read_manifest(_manifest(tmp_path, contents))
+    (tmp_path / "model.safetensors").unlink()
+    only = verify(manifest, [tmp_path / "optimizer state.pt"])
+    assert _statuses(only) == {"optimizer state.pt": "ok"}
+    sub = verify(manifest, [tmp_path / "sub"])
+    assert _statuses(sub) == {"config.json": "ok"}
+
+
+def test_git_lfs_pointer_checks_a_download_saved_under_another_name(tmp_path: Path) -> None:
+    data = b"\x00safetensors payload" * 100
+    download = tmp_path / "model (1).safetensors"
+    download.write_bytes(data)
+    pointer = tmp_path / "pointer" / "model.safetensors"
+    pointer.parent.mkdir()
+    pointer.write_text(
+        "version https://git-lfs.github.com/spec/v1\n"
+        f"oid sha256:{hashlib.sha256(data).hexdigest()}\nsize {len(data)}\n"
+    )
+    assert verify(read_manifest(pointer), [download]).ok
+    download.write_bytes(data[:-1] + b"!")
+    assert [f.status for f in verify(read_manifest(pointer), [download]).files] == ["mismatch"]
+
+
+def test_progress_counts_bytes_hashed(tmp_path: Path) -> None:
+    contents = _folder(tmp_path)
+    manifest = read_manifest(_manifest(tmp_path, contents))
+    seen: list[tuple[int, int]] = []
+    verify(manifest, progress=lambda done, total: seen.append((done, total)))
+    total = sum(len(d) for d in contents.values())
+    assert seen[-1] == (total, total)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+def test_compare_tensors_every_status() -> None:
+    expected = [
+        TensorEntry("a", "float32", (2, 2), "d1", "sha256"),
+        TensorEntry("b", "float32", (2,), "d2", "sha256"),
+        TensorEntry("c", "float16", (3,), "d3", "sha256"),
+        TensorEntry("gone", "int64", (), "d4", "sha256"),
+    ]
+    actual = [
+        TensorEntry("a", "float32", (2, 2), "d1", "sha256"),
+        TensorEntry("b", "float32", (2,), "XX", "sha256"),
+        TensorEntry("c", "F32", (3,), "d3", "sha256"),
+        TensorEntry("new", "int64", (), "d5", "sha256"),
+    ]
+    checks = compare_tensors(expected, actual, "f.pt")
+    assert {c.key: c.status for c in checks} == {
+        "a": "ok",
+        "b": "mismatch",
+        "c": "dtype_or_shape_changed",
+        "gone": "missing",
+        "new": "extra",
+    }
+
+
+@pytest.mark.parametrize("exists", [True, False])
+def test_manifest_without_hashes_checks_presence(tmp_path: Path, exists: bool) -> None:
+    (tmp_path / "model.safetensors.index.json").write_text(
+        '{"weight_map": {"w": "model-00001-of-00001.safetensors"}}'
+    )
+    if exists:
+        (tmp_path / "model-00001-of-00001.safetensors").write_bytes(b"x")
+    result = verify(read_manifest(tmp_path / "model.safetensors.index.json"))
+    assert [f.status for f in result.files] == ["ok" if exists else "missing"]
