@@ -1,0 +1,464 @@
+"""GPU telemetry model: one sample per GPU per tick, a compact ring buffer, alert rules, sampler.
+
+Pure Python + NumPy; no NVML, Qt or torch here, so the CLI, the GUI and replayed logs share it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+DEFAULT_INTERVAL_S = 1.0
+MIN_INTERVAL_S = 0.1
+# 24 h at 1 Hz per GPU; a ring is allocated per GPU seen, so 8 GPUs hold 8 of these.
+DEFAULT_CAPACITY = 24 * 3600
+DEFAULT_TEMP_THRESHOLD_C = 85.0
+
+
+def _f(smi: str, unit: str, label: str, kind: str = "number", aliases: tuple[str, ...] = ()):
+    """A GpuSample field whose metadata names its nvidia-smi column, unit and chart label."""
+    meta = {"smi": smi, "unit": unit, "label": label, "kind": kind, "aliases": aliases}
+    return field(default=None, metadata=meta)
+
+
+@dataclass
+class GpuSample:
+    """One reading of one GPU; every measurement is optional (None = n/a on this device)."""
+
+    timestamp: float
+    index: int
+    name: str | None = None
+    uuid: str | None = None
+    lost: bool = False
+    xids: tuple[int, ...] = ()
+    temperature_gpu: float | None = _f("temperature.gpu", "", "GPU temperature (°C)")
+    temperature_memory: float | None = _f("temperature.memory", "", "Memory temperature (°C)")
+    power_draw: float | None = _f("power.draw", "W", "Power draw (W)")
+    power_limit: float | None = _f(
+        "enforced.power.limit", "W", "Power limit (W)", aliases=("power.limit",)
+    )
+    utilization_gpu: float | None = _f("utilization.gpu", "%", "GPU utilisation (%)")
+    utilization_memory: float | None = _f("utilization.memory", "%", "Memory utilisation (%)")
+    memory_used: float | None = _f("memory.used", "MiB", "Memory used (MiB)")
+    memory_total: float | None = _f("memory.total", "MiB", "Memory total (MiB)")
+    clock_sm: float | None = _f(
+        "clocks.current.sm", "MHz", "SM clock (MHz)", aliases=("clocks.sm",)
+    )
+    clock_memory: float | None = _f(
+        "clocks.current.memory", "MHz", "Memory clock (MHz)", aliases=("clocks.mem",)
+    )
+    clocks_event_reasons: int | None = _f(
+        "clocks_event_reasons.active", "", "Clock-event reasons", "mask",
+        ("clocks_throttle_reasons.active",),
+    )
+    fan_speed: float | None = _f("fan.speed", "%", "Fan (%)")
+    pcie_replay: float | None = _f("pcie.replay_counter", "", "PCIe replays")
+    ecc_corrected_volatile: float | None = _f(
+        "ecc.errors.corrected.volatile.total", "", "ECC corrected (volatile)"
+    )
+    ecc_uncorrected_volatile: float | None = _f(
+        "ecc.errors.uncorrected.volatile.total", "", "ECC uncorrected (volatile)"
+    )
+    ecc_corrected_aggregate: float | None = _f(
+        "ecc.errors.corrected.aggregate.total", "", "ECC corrected (aggregate)"
+    )
+    ecc_uncorrected_aggregate: float | None = _f(
+        "ecc.errors.uncorrected.aggregate.total", "", "ECC uncorrected (aggregate)"
+    )
+    retired_sbe: float | None = _f(
+        "retired_pages.single_bit_ecc.count", "", "Retired pages (single-bit)",
+        aliases=("retired_pages.sbe",),
+    )
+    retired_dbe: float | None = _f(
+        "retired_pages.double_bit.count", "", "Retired pages (double-bit)",
+        aliases=("retired_pages.dbe", "retired_pages.double_bit_ecc.count"),
+    )
+    retired_pending: bool | None = _f("retired_pages.pending", "", "Retirement pending", "bool")
+    remapped_correctable: float | None = _f(
+        "remapped_rows.correctable", "", "Remapped rows (correctable)"
+    )
+    remapped_uncorrectable: float | None = _f(
+        "remapped_rows.uncorrectable", "", "Remapped rows (uncorrectable)"
+    )
+    remapped_pending: bool | None = _f("remapped_rows.pending", "", "Remap pending", "bool")
+    remapped_failure: bool | None = _f("remapped_rows.failure", "", "Remap failure", "bool")
+
+    def reasons(self) -> list[str]:
+        """The clock-event (throttle) reasons in words; empty when none or n/a."""
+        return decode_clock_reasons(self.clocks_event_reasons)
+
+
+@dataclass(frozen=True)
+class Field:
+    """Metadata of one measurement: attribute name, nvidia-smi column, unit, chart label."""
+
+    name: str
+    smi: str
+    unit: str
+    label: str
+    kind: str
+    aliases: tuple[str, ...]
+
+
+FIELDS: tuple[Field, ...] = tuple(
+    Field(f.name, **f.metadata) for f in dataclasses.fields(GpuSample) if f.metadata
+)
+FIELD_INDEX: dict[str, int] = {f.name: i for i, f in enumerate(FIELDS)}
+
+# Bit values are NVML's nvmlClocksEventReason* constants (checked against pynvml in the tests).
+CLOCK_REASONS: tuple[tuple[int, str], ...] = (
+    (0x001, "idle"),
+    (0x002, "applications clocks setting"),
+    (0x004, "software power cap"),
+    (0x008, "hardware slowdown"),
+    (0x010, "sync boost"),
+    (0x020, "software thermal slowdown"),
+    (0x040, "hardware thermal slowdown"),
+    (0x080, "hardware power brake"),
+    (0x100, "display clock setting"),
+)
+
+# The XIDs a user most often meets, from NVIDIA's XID catalogue; others show their number only.
+XID_MEANINGS: dict[int, str] = {
+    13: "graphics engine exception",
+    31: "GPU memory page fault",
+    43: "GPU stopped processing",
+    45: "preemptive cleanup",
+    48: "double-bit ECC error",
+    61: "internal micro-controller breakpoint",
+    62: "internal micro-controller halt",
+    63: "ECC page retirement or row remapping recorded",
+    64: "ECC page retirement or row remapping failed",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+}
+
+
+def decode_clock_reasons(mask: int | None) -> list[str]:
+    """Words for the set bits of a clock-event reason mask; unknown bits as hex."""
+    if not mask:
+        return []
+    words = [word for bit, word in CLOCK_REASONS if mask & bit]
+    known = 0
+    for bit, _ in CLOCK_REASONS:
+        known |= bit
+    if mask & ~known:
+        words.append(f"other (0x{mask & ~known:x})")
+    return words
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """An XID critical error reported by the driver for one GPU."""
+
+    timestamp: float
+    gpu: int
+    xid: int
+
+    def describe(self) -> str:
+        """One line: the XID number and, where known, what it means."""
+        meaning = XID_MEANINGS.get(self.xid)
+        return f"XID {self.xid}" + (f" ({meaning})" if meaning else "")
+
+
+@dataclass(frozen=True)
+class Alert:
+    """Something a user must see: a banner and a line in the event log."""
+
+    timestamp: float
+    gpu: int | None
+    kind: str
+    severity: str
+    message: str
+
+
+class GpuRing:
+    """Fixed-size ring of (time, field values) for one GPU; float32 values, NaN = n/a."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.times = np.empty(capacity, dtype=np.float64)
+        self.values = np.empty((capacity, len(FIELDS)), dtype=np.float32)
+        self._next = 0
+        self.count = 0
+
+    def append(self, timestamp: float, row: np.ndarray) -> None:
+        """Store one row, overwriting the oldest once full."""
+        self.times[self._next] = timestamp
+        self.values[self._next] = row
+        self._next = (self._next + 1) % self.capacity
+        self.count = min(self.count + 1, self.capacity)
+
+    def _order(self) -> np.ndarray | slice:
+        if self.count < self.capacity:
+            return slice(0, self.count)
+        return np.r_[self._next : self.capacity, 0 : self._next]
+
+    def series(self, column: int) -> tuple[np.ndarray, np.ndarray]:
+        """Chronological copies of the times and one field's values."""
+        order = self._order()
+        return self.times[order].copy(), self.values[order, column].copy()
+
+
+def sample_row(sample: GpuSample) -> np.ndarray:
+    """A sample's measurements as one float32 row, NaN where n/a."""
+    return np.array(
+        [np.nan if (v := getattr(sample, f.name)) is None else float(v) for f in FIELDS],
+        dtype=np.float32,
+    )
+
+
+class TelemetryStore:
+    """Thread-safe history of samples per GPU, XID events and alerts; what charts read."""
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, max_events: int = 10_000) -> None:
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._rings: dict[int, GpuRing] = {}
+        self._latest: dict[int, GpuSample] = {}
+        self.xids: deque[XidEvent] = deque(maxlen=max_events)
+        self.alerts: deque[Alert] = deque(maxlen=max_events)
+        self.version = 0
+
+    def add(self, sample: GpuSample) -> GpuSample | None:
+        """Store a sample; returns the previous sample of that GPU (for alert rules)."""
+        row = sample_row(sample)
+        with self._lock:
+            ring = self._rings.get(sample.index)
+            if ring is None:
+                ring = self._rings[sample.index] = GpuRing(self.capacity)
+            ring.append(sample.timestamp, row)
+            previous = self._latest.get(sample.index)
+            self._latest[sample.index] = sample
+            self.version += 1
+        return previous
+
+    def add_xid(self, event: XidEvent) -> None:
+        """Record an XID event."""
+        with self._lock:
+            self.xids.append(event)
+            self.version += 1
+
+    def add_alert(self, alert: Alert) -> None:
+        """Record an alert."""
+        with self._lock:
+            self.alerts.append(alert)
+            self.version += 1
+
+    def gpus(self) -> list[int]:
+        """GPU indices seen so far, sorted."""
+        with self._lock:
+            return sorted(self._rings)
+
+    def latest(self, gpu: int) -> GpuSample | None:
+        """The most recent sample of one GPU."""
+        with self._lock:
+            return self._latest.get(gpu)
+
+    def count(self, gpu: int) -> int:
+        """How many samples of one GPU the ring holds."""
+        with self._lock:
+            ring = self._rings.get(gpu)
+            return ring.count if ring else 0
+
+    def series(self, gpu: int, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(times, values) of one field of one GPU, oldest first; NaN where n/a."""
+        with self._lock:
+            ring = self._rings.get(gpu)
+            if ring is None:
+                return np.empty(0), np.empty(0, dtype=np.float32)
+            return ring.series(FIELD_INDEX[name])
+
+    def nbytes(self) -> int:
+        """Memory held by the sample rings."""
+        with self._lock:
+            return sum(r.times.nbytes + r.values.nbytes for r in self._rings.values())
+
+
+def evaluate(
+    previous: GpuSample | None, current: GpuSample, temp_threshold: float = DEFAULT_TEMP_THRESHOLD_C
+) -> list[Alert]:
+    """Alerts raised by the change from `previous` to `current` of one GPU."""
+    alerts: list[Alert] = []
+    t, gpu = current.timestamp, current.index
+
+    def add(kind: str, severity: str, message: str) -> None:
+        alerts.append(Alert(t, gpu, kind, severity, f"GPU {gpu}: {message}"))
+
+    if current.lost and not (previous and previous.lost):
+        add("gpu_lost", "critical", "the GPU is lost (fell off the bus or needs a reset)")
+    for name in ("ecc_uncorrected_volatile", "ecc_uncorrected_aggregate"):
+        before = getattr(previous, name, None)
+        now = getattr(current, name)
+        if before is not None and now is not None and now > before:
+            scope = name.rsplit("_", 1)[1]
+            add("ecc_uncorrected", "critical",
+                f"uncorrected ECC errors ({scope}) rose from {before:g} to {now:g}")
+    for name, what in (
+        ("retired_pending", "a page retirement is pending (reset the GPU to apply it)"),
+        ("remapped_pending", "a row remapping is pending (reset the GPU to apply it)"),
+        ("remapped_failure", "row remapping failed: the GPU has no spare rows left"),
+    ):
+        if getattr(current, name) and not getattr(previous, name, None):
+            add(name, "critical" if name == "remapped_failure" else "warning", what)
+    temp, before = current.temperature_gpu, getattr(previous, "temperature_gpu", None)
+    if temp is not None and temp > temp_threshold and (before is None or before <= temp_threshold):
+        add("temperature", "warning", f"temperature {temp:g} °C above {temp_threshold:g} °C")
+    return alerts
+
+
+def xid_alert(event: XidEvent) -> Alert:
+    """The alert for a new XID event."""
+    return Alert(event.timestamp, event.gpu, "xid", "critical",
+                 f"GPU {event.gpu}: {event.describe()}")
+
+
+def ingest(
+    store: TelemetryStore,
+    samples: Iterable[GpuSample],
+    temp_threshold: float = DEFAULT_TEMP_THRESHOLD_C,
+) -> list[Alert]:
+    """Add samples (and the XIDs they carry) to the store; returns the alerts they raised."""
+    raised: list[Alert] = []
+    for sample in samples:
+        previous = store.add(sample)
+        alerts = evaluate(previous, sample, temp_threshold)
+        for xid in sample.xids:
+            event = XidEvent(sample.timestamp, sample.index, xid)
+            store.add_xid(event)
+            alerts.append(xid_alert(event))
+        for alert in alerts:
+            store.add_alert(alert)
+        raised.extend(alerts)
+    return raised
+
+
+class SourceLost(Exception):
+    """The telemetry source stopped answering (driver unloaded, library gone)."""
+
+
+class TelemetrySource(Protocol):
+    """What the sampler reads: NVML, or a stand-in in tests."""
+
+    def sample(self) -> list[GpuSample]:
+        """One sample per GPU now; raises SourceLost when the driver is gone."""
+        ...
+
+    def watch_xids(self, on_event: Callable[[XidEvent], None], stop: threading.Event) -> None:
+        """Block, calling on_event for each XID, until stop is set or the source is lost."""
+        ...
+
+    def close(self) -> None:
+        """Release the source."""
+        ...
+
+
+class Sampler:
+    """Samples a source in a background thread at a fixed interval into a TelemetryStore."""
+
+    def __init__(
+        self,
+        source: TelemetrySource,
+        store: TelemetryStore,
+        interval: float = DEFAULT_INTERVAL_S,
+        temp_threshold: float = DEFAULT_TEMP_THRESHOLD_C,
+        on_samples: Callable[[list[GpuSample], list[Alert]], None] | None = None,
+        on_alert: Callable[[Alert], None] | None = None,
+    ) -> None:
+        if interval < MIN_INTERVAL_S:
+            raise ValueError(f"interval must be at least {MIN_INTERVAL_S} s, got {interval}")
+        self.source, self.store, self.interval = source, store, interval
+        self.temp_threshold = temp_threshold
+        self.on_samples, self.on_alert = on_samples, on_alert
+        self.error: str | None = None
+        self.ticks = 0
+        self._stop = threading.Event()
+        self._pending_xids: dict[int, list[int]] = {}
+        self._xid_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        """Start the sampling thread and the XID watcher thread."""
+        self._threads = [
+            threading.Thread(target=self._run, name="telemetry-sampler", daemon=True),
+            threading.Thread(target=self._watch, name="telemetry-xid", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop both threads and wait for them."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        """True while the sampling thread is alive."""
+        return bool(self._threads) and self._threads[0].is_alive()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until sampling stops (stop() or a lost source); True if it did."""
+        if self._threads:
+            self._threads[0].join(timeout)
+        return not self.running
+
+    def _watch(self) -> None:
+        # A lost source is reported by the sampling thread on its next tick.
+        with contextlib.suppress(SourceLost):
+            self.source.watch_xids(self._on_xid, self._stop)
+
+    def _on_xid(self, event: XidEvent) -> None:
+        self.store.add_xid(event)
+        with self._xid_lock:
+            self._pending_xids.setdefault(event.gpu, []).append(event.xid)
+        self._emit(xid_alert(event))
+
+    def _emit(self, alert: Alert) -> None:
+        self.store.add_alert(alert)
+        if self.on_alert:
+            self.on_alert(alert)
+
+    def _run(self) -> None:
+        deadline = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                samples = self.source.sample()
+            except SourceLost as exc:
+                self.error = str(exc)
+                self._emit(Alert(time.time(), None, "source_lost", "critical", str(exc)))
+                self._stop.set()
+                break
+            with self._xid_lock:
+                pending, self._pending_xids = self._pending_xids, {}
+            alerts: list[Alert] = []
+            for sample in samples:
+                # XIDs were stored and alerted as they arrived; the sample only carries them
+                # so a recording keeps them beside the reading they happened before.
+                sample.xids = tuple(pending.pop(sample.index, ()))
+                previous = self.store.add(sample)
+                alerts.extend(evaluate(previous, sample, self.temp_threshold))
+            for alert in alerts:
+                self._emit(alert)
+            self.ticks += 1
+            if self.on_samples:
+                self.on_samples(samples, alerts)
+            deadline += self.interval
+            now = time.monotonic()
+            if deadline < now:  # fell behind (suspend, slow driver): skip, don't burst
+                deadline = now
+            self._stop.wait(deadline - now)
+
