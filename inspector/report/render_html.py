@@ -1,0 +1,372 @@
+"""The report as one self-contained HTML file: inline CSS, charts as PNG data URIs.
+
+`report_body` is shared with the PDF renderer, which hands Qt's rich-text engine the same
+markup with its images registered as document resources instead of data URIs.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Callable
+from html import escape
+
+from inspector.core.atomic import write_text_atomic
+from inspector.report import charts
+from inspector.report.model import FAIL, PASS, FileReport, Report
+
+ImageSrc = Callable[[str, bytes], str]
+"""(name, png bytes) -> the value of an <img src=...> for this output."""
+
+MAX_ROWS = 200
+"""Longer tables are cut here in HTML/PDF; the JSON report always has every row."""
+
+HEADLINES = {
+    "safe": ("SAFE TO OPEN", "No code-running imports were found by the static scan."),
+    "suspicious": ("SUSPICIOUS", "Imports outside torch's weights_only allowlist; it will not "
+                   "load with weights_only=True unless exactly those globals are allowed."),
+    "dangerous": ("DANGEROUS — DO NOT LOAD", "The file imports functions that run code or touch "
+                  "the system when it is unpickled. It was not loaded."),
+    "error": ("COULD NOT BE CHECKED", "At least one file could not be scanned; see below."),
+}
+VERDICT_COLORS = {"safe": "#1b7f3b", "suspicious": "#b35c00", "dangerous": "#b00020",
+                  "error": "#5f5f5f"}
+PAGE_BREAK = " style=\"page-break-before: always\""
+"""Each file after the first starts a printed page, so its table never straddles two files."""
+CHECK_LABELS = {PASS: "✔ pass", FAIL: "✘ fail", "not_checked": "– not checked"}
+
+STYLE = """
+body { font-family: 'DejaVu Sans', Arial, sans-serif; font-size: 10pt; color: #111;
+       max-width: 60em; margin: 1.5em auto; padding: 0 1em; }
+h1 { font-size: 17pt; margin-bottom: 0.1em; }
+h2 { font-size: 14pt; margin-top: 1.6em; border-bottom: 2px solid #333; }
+h3 { font-size: 11.5pt; margin-top: 1.2em; margin-bottom: 0.3em; }
+table { border-collapse: collapse; margin: 0.3em 0; }
+th, td { border: 1px solid #bbb; padding: 3px 6px; text-align: left; vertical-align: top; }
+th { background-color: #eee; }
+.mono { font-family: 'DejaVu Sans Mono', monospace; font-size: 9pt; }
+.muted { color: #666; }
+.banner { width: 100%; border: none; margin: 0.8em 0; }
+.banner td { border: none; color: #fff; padding: 10px 14px; }
+.headline { font-size: 20pt; font-weight: bold; }
+.pass { color: #1b7f3b; font-weight: bold; }
+.fail { color: #b00020; font-weight: bold; }
+.not_checked { color: #666; }
+.sev-dangerous { color: #b00020; font-weight: bold; }
+.sev-suspicious { color: #b35c00; font-weight: bold; }
+img.chart { max-width: 100%; }
+@media print {
+  body { margin: 0; max-width: none; font-size: 9.5pt; }
+  .banner td { -webkit-print-color-adjust: exact; print-color-adjust: exact; }
+  section { break-inside: avoid-page; }
+  h2 { break-after: avoid-page; }
+}
+"""
+
+
+def render_html(report: Report) -> str:
+    """The whole self-contained HTML document."""
+    title = escape(f"Verification report — {', '.join(f.file.name for f in report.files)}")
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{title}</title><style>{STYLE}</style></head>\n<body>\n"
+        f"{report_body(report, data_uri)}</body></html>\n"
+    )
+
+
+def write_html(report: Report, path: str | os.PathLike[str], overwrite: bool = False) -> None:
+    """Render and write atomically."""
+    write_text_atomic(path, render_html(report), overwrite=overwrite)
+
+
+def data_uri(_name: str, png: bytes) -> str:
+    """Embed a PNG in the document itself."""
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def report_body(report: Report, image_src: ImageSrc) -> str:
+    """Every section of the report as HTML body markup."""
+    parts = [
+        "<h1>Checkpoint verification report</h1>",
+        f"<p class=\"muted\">{escape(report.tool.name)} {escape(report.tool.version)} · "
+        f"generated {escape(report.tool.generated_at)} UTC"
+        + (f" · <span class=\"mono\">{escape(report.tool.command)}</span>"
+           if report.tool.command else "") + "</p>",
+        _summary(report),
+    ]
+    for n, file_report in enumerate(report.files, 1):
+        parts.append(_file_sections(file_report, n, image_src))
+    parts.append(_telemetry(report, image_src))
+    parts.append(_environment(report))
+    return "\n".join(parts) + "\n"
+
+
+def _summary(report: Report) -> str:
+    headline, explanation = HEADLINES[report.verdict]
+    color = VERDICT_COLORS[report.verdict]
+    status = ("All checks that ran passed." if report.status == "passed"
+              else f"{len(report.problems)} problem(s) found.")
+    problems = "".join(f"<li>{escape(p)}</li>" for p in report.problems)
+    return (
+        "<section id=\"summary\" data-section=\"summary\">"
+        f"<table class=\"banner\" width=\"100%\" cellpadding=\"10\"><tr>"
+        f"<td bgcolor=\"{color}\" style=\"background-color: {color}; color: #ffffff;\">"
+        f"<span class=\"headline\" data-verdict=\"{report.verdict}\">{escape(headline)}</span><br>"
+        f"{escape(explanation)}<br><b>{escape(status)}</b></td></tr></table>"
+        + (f"<ul>{problems}</ul>" if problems else "")
+        + _table(["File", "Verdict", "Problems"], [
+            [escape(f.file.name), _verdict_cell(f.verdict), escape(str(len(f.problems)))]
+            for f in report.files])
+        + "</section>"
+    )
+
+
+def _file_sections(f: FileReport, n: int, image_src: ImageSrc) -> str:
+    anchor = f"file-{n}"
+    return "\n".join([
+        f"<h2 id=\"{anchor}\"{PAGE_BREAK if n > 1 else ''}>{n}. {escape(f.file.name)}</h2>",
+        _section("file", anchor, "File", _kv([
+            ("Path", _mono(f.file.path)),
+            ("Size", escape(_size(f.file.size))),
+            ("Modified", escape(f.file.mtime or "unknown")),
+            ("Format", escape(f.file.format or "unknown")),
+            ("SHA-256", _mono(f.file.sha256 or "not computed")),
+            ("Verdict", _verdict_cell(f.verdict)),
+        ])),
+        _section("checklist", anchor, "Prevention checklist", _table(
+            ["Practice", "Result", "Detail"],
+            [[escape(c.title), f"<span class=\"{c.status}\">{CHECK_LABELS[c.status]}</span>",
+              escape(c.detail)] for c in f.checklist])),
+        _section("scan", anchor, "Static scan (no code ran)", _scan(f)),
+        _section("load", anchor, "Jailed weights_only load", _load(f)),
+        _section("tensors", anchor, "Tensors", _tensors(f, anchor, image_src)),
+        _section("verification", anchor, "Manifest verification", _verification(f)),
+        _section("conversion", anchor, "Conversion to safetensors", _conversion(f)),
+        _section("consistency", anchor, "Repeat-inference consistency",
+                 _consistency(f, anchor, image_src)),
+    ])
+
+
+def _scan(f: FileReport) -> str:
+    s = f.scan
+    if s.status == "not_run":
+        return _not_run("The static scan did not run.")
+    ok = {True: "yes", False: "no", None: "undecided"}[s.weights_only_ok]
+    parts = [_kv([
+        ("Verdict", _verdict_cell(s.verdict or "error")),
+        ("weights_only=True accepts it", escape(ok)),
+        ("Globals imported", escape(str(len(s.globals)))),
+        ("Findings", escape(str(len(s.findings)))),
+    ] + ([("Error", escape(s.error))] if s.error else []))]
+    if s.globals:
+        parts.append("<h3>Globals</h3>" + _table(
+            ["Module", "Name", "Count", "Severity"],
+            [[_mono(g.get("module")), _mono(g.get("name")), escape(str(g.get("count", ""))),
+              _severity(g.get("severity"))] for g in s.globals]))
+    if s.findings:
+        parts.append("<h3>Findings</h3>" + _table(
+            ["Severity", "Code", "Message", "Where"],
+            [[_severity(x.get("severity")), _mono(x.get("code")), escape(str(x.get("message"))),
+              _mono(_where(x))] for x in s.findings]))
+    return "".join(parts)
+
+
+def _load(f: FileReport) -> str:
+    load = f.load
+    if load.status == "not_run":
+        reason = ("It was not loaded because the static scan called it dangerous."
+                  if f.verdict == "dangerous" else "No load was run in this session.")
+        return _not_run(reason)
+    rows = [("Result", escape(load.status)),
+            ("Sandbox level", escape(load.sandbox_level or "unknown"))]
+    rows += [(escape(k), escape(_short(v))) for k, v in load.sandbox.items() if k != "level"]
+    if load.error:
+        rows.append(("Error", escape(load.error)))
+    return _kv(rows)
+
+
+def _tensors(f: FileReport, anchor: str, image_src: ImageSrc) -> str:
+    t = f.tensors
+    if t is None:
+        return _not_run("No tensors were read (the file was not loaded).")
+    parts = [_kv([
+        ("Tensors", escape(f"{t.count:,}")),
+        ("Parameters (all elements)", escape(f"{t.parameters:,}")),
+        ("Tensor bytes", escape(_size(t.bytes))),
+        ("Other objects", escape(f"{t.objects:,}")),
+        ("Content digest", escape(t.digest_algorithm or "n/a")),
+    ])]
+    if t.dtypes:
+        png = charts.bar_chart("Bytes by dtype", [(d.dtype, d.bytes) for d in t.dtypes], "B")
+        parts.append(_img(image_src, f"{anchor}-dtypes", png, "Bytes by dtype"))
+        parts.append(_table(["dtype", "Tensors", "Elements", "Bytes"], [
+            [_mono(d.dtype), escape(f"{d.tensors:,}"), escape(f"{d.elements:,}"),
+             escape(_size(d.bytes))] for d in t.dtypes]))
+    parts.append("<h3>Tensors with NaN or Inf</h3>")
+    parts.append(_table(["Key", "NaN", "Inf"], [
+        [_mono(r.key), escape(f"{r.nan:,}"), escape(f"{r.inf:,}")] for r in t.nonfinite])
+        if t.nonfinite else "<p class=\"pass\">None: every value is finite.</p>")
+    if t.largest_abs:
+        parts.append("<h3>Largest magnitudes</h3>" + _table(["Key", "dtype", "max |x|"], [
+            [_mono(r.key), _mono(r.dtype), escape(f"{r.abs_max:.6g}")] for r in t.largest_abs]))
+    return "".join(parts)
+
+
+def _verification(f: FileReport) -> str:
+    v = f.verification
+    if v is None:
+        return _not_run("No manifest was given.")
+    parts = [_kv([
+        ("Result", _status(v.status)),
+        ("Manifest", _mono(v.manifest or "unknown")),
+        ("Counts", escape(", ".join(f"{n} {k}" for k, n in sorted(v.counts.items())))),
+    ])]
+    if v.files:
+        parts.append("<h3>Files</h3>" + _table(["Path", "Status", "Expected", "Actual"], [
+            [_mono(r.get("path")), escape(str(r.get("status"))), _mono(_short(r.get("expected"))),
+             _mono(_short(r.get("actual")))] for r in v.files]))
+    if v.tensors:
+        parts.append("<h3>Tensors that are not ok</h3>" + _table(
+            ["Key", "Status", "Expected", "Actual"],
+            [[_mono(r.get("key")), escape(str(r.get("status"))),
+              _mono(_short(r.get("expected"))), _mono(_short(r.get("actual")))]
+             for r in v.tensors]))
+    return "".join(parts)
+
+
+def _conversion(f: FileReport) -> str:
+    c = f.conversion
+    if c is None:
+        return _not_run("No conversion was run in this session.")
+    rows = [("Result", _status(c.status)), ("Output", _mono(c.output or "none")),
+            ("Output SHA-256", _mono(c.sha256 or "n/a"))]
+    rows += [(escape(k), escape(_short(v))) for k, v in c.details.items()]
+    return _kv(rows)
+
+
+def _consistency(f: FileReport, anchor: str, image_src: ImageSrc) -> str:
+    c = f.consistency
+    if c is None:
+        return _not_run("No consistency run in this session.")
+    parts = [_kv([("Result", _status(c.status)), ("Device", escape(c.device or "unknown")),
+                  ("Repeats", escape(str(c.repeats) if c.repeats is not None else "unknown"))]
+                 + [(escape(k), escape(_short(v))) for k, v in c.details.items()
+                    if k not in ("device", "repeats")])]
+    if c.series:
+        png = charts.line_chart("Max abs difference per iteration",
+                                [("max |Δ|", list(enumerate(c.series, 1)))],
+                                "iteration", "max |Δ|")
+        parts.append(_img(image_src, f"{anchor}-consistency", png, "Consistency per iteration"))
+    if c.failures:
+        keys = sorted({k for r in c.failures for k in r})
+        parts.append("<h3>Differing results</h3>" + _table(
+            [escape(k) for k in keys],
+            [[escape(_short(r.get(k))) for k in keys] for r in c.failures]))
+    return "".join(parts)
+
+
+def _telemetry(report: Report, image_src: ImageSrc) -> str:
+    t = report.telemetry
+    if t is None:
+        body = _not_run("No GPU telemetry was recorded in this session.")
+    else:
+        duration = f"{t.duration_s:.0f} s" if t.duration_s is not None else "unknown"
+        body = _kv([("Source", escape(t.source)), ("Samples", escape(f"{t.samples:,}")),
+                    ("Duration", escape(duration))])
+        body += _table(
+            ["GPU", "Temp min–max °C", "ECC corrected Δ", "ECC uncorrected Δ",
+             "Retired pages Δ", "Remapped rows Δ", "XIDs"],
+            [[escape(f"{g.index}: {g.name}"), escape(f"{_na(g.temperature_min, '.1f')}–"
+                                                     f"{_na(g.temperature_max, '.1f')}"),
+              escape(_na(g.ecc_corrected_delta)), escape(_na(g.ecc_uncorrected_delta)),
+              escape(_na(g.retired_pages_delta)), escape(_na(g.remapped_rows_delta)),
+              escape(", ".join(map(str, g.xids)) or "none")] for g in t.gpus])
+        series = [(f"GPU {g.index}", [(x, y) for x, y in g.temperature_series])
+                  for g in t.gpus if g.temperature_series]
+        if series:
+            png = charts.line_chart("GPU temperature", series, "seconds", "°C")
+            body += _img(image_src, "telemetry", png, "GPU temperature")
+    return "<h2>GPU telemetry</h2>" + _section_tag("telemetry", "telemetry", body)
+
+
+def _environment(report: Report) -> str:
+    env = report.environment
+    if not env:
+        body = _not_run("The environment was not collected.")
+    else:
+        rows = [("OS", env.get("os")), ("Python", env.get("python"))]
+        rows += list((env.get("packages") or {}).items())
+        rows += [("CUDA runtime (torch)", env.get("torch_cuda_runtime")),
+                 ("cuDNN", env.get("cudnn")), ("NVIDIA driver", env.get("driver")),
+                 ("CUDA driver API", env.get("cuda_driver")), ("NVML", env.get("nvml"))]
+        rows += [(f"GPU {g['index']}", f"{g['name']}, ECC {g['ecc_mode']}")
+                 for g in env.get("gpus") or []] or [("GPUs", "none found")]
+        body = _kv([(escape(str(k)), escape(str(v))) for k, v in rows])
+    return "<h2>Environment</h2>" + _section_tag("environment", "environment", body)
+
+
+def _section(kind: str, anchor: str, title: str, body: str) -> str:
+    return _section_tag(kind, f"{anchor}-{kind}", f"<h3>{escape(title)}</h3>{body}")
+
+
+def _section_tag(kind: str, anchor: str, body: str) -> str:
+    return f"<section id=\"{anchor}\" data-section=\"{kind}\">{body}</section>"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    """Cells are already-escaped markup; rows past MAX_ROWS are summarised."""
+    head = "".join(f"<th>{h}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>"
+                   for row in rows[:MAX_ROWS])
+    more = (f"<p class=\"muted\">… and {len(rows) - MAX_ROWS:,} more rows in the JSON report.</p>"
+            if len(rows) > MAX_ROWS else "")
+    return f"<table cellspacing=\"0\" cellpadding=\"3\"><tr>{head}</tr>{body}</table>{more}"
+
+
+def _kv(rows: list[tuple[str, str]]) -> str:
+    body = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
+    return f"<table cellspacing=\"0\" cellpadding=\"3\">{body}</table>"
+
+
+def _img(image_src: ImageSrc, name: str, png: bytes, alt: str) -> str:
+    src = image_src(name, png)
+    return f"<p><img class=\"chart\" width=\"540\" src=\"{src}\" alt=\"{escape(alt)}\"></p>"
+
+
+def _verdict_cell(verdict: str) -> str:
+    color = VERDICT_COLORS.get(verdict, "#000")
+    return f"<b style=\"color: {color}\">{escape(verdict.upper())}</b>"
+
+
+def _severity(severity) -> str:
+    return f"<span class=\"sev-{escape(str(severity))}\">{escape(str(severity))}</span>"
+
+
+def _status(status: str) -> str:
+    return f"<span class=\"{status}\">{CHECK_LABELS[status]}</span>"
+
+
+def _not_run(text: str) -> str:
+    return f"<p class=\"not_checked\">{escape(text)}</p>"
+
+
+def _mono(value) -> str:
+    return f"<span class=\"mono\">{escape(str(value))}</span>"
+
+
+def _where(finding: dict) -> str:
+    parts = [str(finding[k]) for k in ("member", "offset") if finding.get(k) not in (None, "")]
+    return " @ ".join(parts)
+
+
+def _short(value, limit: int = 120) -> str:
+    text = "" if value is None else str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _na(value, spec: str = "") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def _size(n: int | None) -> str:
+    return "unknown" if n is None else f"{charts.human_bytes(n)} ({n:,} bytes)"
