@@ -167,7 +167,7 @@ def plan(
                 location = start / Path(*entry.path.split("/"))
                 if not inside or root_abs == location or root_abs in location.parents:
                     add(entry, location)
-            for found in _walk(root_abs):
+            for found in list_files(root_abs):
                 if os.path.abspath(found) not in skipped:
                     add(None, found)
         else:
@@ -186,7 +186,7 @@ def _match_file(manifest: Manifest, path: Path) -> FileEntry | None:
     return by_name[0] if len(by_name) == 1 else None
 
 
-def _walk(root: Path) -> list[Path]:
+def list_files(root: Path) -> list[Path]:
     """Every file under a folder, skipping hidden names (.git, editors' and our temp files)."""
     found = []
     for folder, dirs, names in os.walk(root):

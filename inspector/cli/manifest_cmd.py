@@ -1,0 +1,113 @@
+"""`ckpt-inspector manifest create PATH… -o MANIFEST`: sha256sum, TSV or JSON with tensors."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from inspector import __version__
+from inspector.cli.verify_cmd import stderr_progress, worker_digests
+from inspector.core.atomic import OutputExistsError
+from inspector.core.manifest import FileEntry, ManifestError, dialect_for_path, relative_path
+from inspector.core.manifest import write_manifest as write
+from inspector.core.verify import list_files, measure_file
+
+CHECKPOINT_FORMATS = frozenset({"pytorch-zip", "pytorch-legacy", "safetensors"})
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_TENSORS = 3
+EXIT_OUTPUT = 4
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `manifest`."""
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    create = sub.add_parser(
+        "create",
+        help="hash files (and, for .json, every tensor) into a manifest",
+        description="Format from the extension: .sha256/.txt sha256sum, .tsv TSV, "
+        ".json this project's manifest with per-tensor digests computed in the jailed worker.",
+    )
+    create.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files or folders")
+    create.add_argument("-o", "--output", required=True, type=Path, help="manifest to write")
+    create.add_argument("--force", action="store_true", help="overwrite an existing manifest")
+    create.add_argument(
+        "--no-tensors", action="store_true", help="JSON manifest without per-tensor digests"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Create the manifest; exit 0 when written."""
+    out: Path = args.output
+    try:
+        dialect = dialect_for_path(out)
+    except ManifestError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    if out.exists() and not args.force:
+        return _fail(f"{out} exists; pass --force to overwrite it", EXIT_OUTPUT)
+    files = collect_files(args.paths, skip=out)
+    if not files:
+        return _fail("no files to put in the manifest", EXIT_USAGE)
+    want_tensors = dialect == "json" and not args.no_tensors
+    try:
+        entries = [_entry(path, out.parent, dialect, want_tensors) for path in files]
+        write(
+            out, entries, dialect, overwrite=args.force, created_by=f"ckpt-inspector {__version__}"
+        )
+    except _TensorsFailed as exc:
+        return _fail(f"{exc}; pass --no-tensors to record file hashes only", EXIT_TENSORS)
+    except (OutputExistsError, ManifestError) as exc:
+        return _fail(str(exc), EXIT_OUTPUT)
+    except OSError as exc:
+        return _fail(f"{exc.filename or out}: {exc.strerror or exc}", EXIT_OUTPUT)
+    tensors = sum(len(e.tensors or []) for e in entries)
+    detail = f", {tensors} tensors" if want_tensors else ""
+    print(f"wrote {out} ({dialect}): {len(entries)} files{detail}")
+    return EXIT_OK
+
+
+class _TensorsFailed(Exception):
+    """A checkpoint whose tensors the worker could not read."""
+
+
+def collect_files(paths: list[Path], skip: Path) -> list[Path]:
+    """Files named directly, and every non-hidden file under folders, without the output."""
+    skipped = os.path.abspath(skip)
+    found: list[Path] = []
+    for path in paths:
+        for item in list_files(path) if path.is_dir() else [path]:
+            if os.path.abspath(item) != skipped and item not in found:
+                found.append(item)
+    return found
+
+
+def _entry(path: Path, manifest_dir: Path, dialect: str, want_tensors: bool) -> FileEntry:
+    fmt = None if dialect == "sha256sum" else file_format(path)
+    digests = worker_digests() if want_tensors and fmt in CHECKPOINT_FORMATS else None
+    size = path.stat().st_size
+    with stderr_progress(f"hashing {path.name}") as progress:
+        measured = measure_file(path, tensor_digests=digests, progress=progress)
+    if measured.error:
+        raise _TensorsFailed(measured.error)
+    return FileEntry(
+        path=relative_path(path, manifest_dir),
+        sha256=measured.sha256,
+        size=size,
+        format=fmt,
+        tensors=measured.tensors,
+    )
+
+
+def file_format(path: Path) -> str:
+    """The format the static scan detects from the file's bytes (no code runs)."""
+    from inspector.core.scan import scan_file
+
+    return scan_file(path).format
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"ckpt-inspector manifest: {message}", file=sys.stderr)
+    return code
