@@ -3,4 +3,5 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bash "$root/scripts/setup.sh"
+if [ "$#" -eq 0 ]; then set -- --sample; fi
 exec "$root/.venv/bin/ckpt-inspector" "$@"

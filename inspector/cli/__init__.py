@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of `ckpt-inspector` and `python -m inspector`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in COMMANDS else None
-    if command is None and not any(a.startswith("-") for a in argv[:1]):
+    if command is None and not any(a.startswith("-") and a != "--sample" for a in argv[:1]):
         from inspector.cli.gui_cmd import run_gui
 
         return run_gui(argv)
