@@ -1,0 +1,290 @@
+"""What a pickle import means: torch's weights_only allowlist, a curated deny list, the rest.
+
+The allowlist and opcode set come from the installed torch's `torch/_weights_only_unpickler.py`,
+read with `ast` (torch is never imported) and cached per torch version in the user cache
+folder. Entries torch builds in loops over its own runtime objects (dtypes, storage and tensor
+classes, quantization schemes) cannot be read from the source without running it, so they come
+from the built-in table below; when torch is not installed the whole built-in list is used.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from inspector.core.pickle_scan import OPCODE_BYTES, WEIGHTS_ONLY_OPCODES_DEFAULT
+
+
+def _words(text: str) -> list[str]:
+    """Split a whitespace-separated table into names."""
+    return text.split()
+
+
+_DTYPES = _words(
+    "float16 float32 float64 bfloat16 complex32 complex64 complex128 bool uint8 int8 int16 int32 "
+    "int64 uint16 uint32 uint64 quint8 qint8 qint32 quint4x2 quint2x4 bits1x8 bits2x4 bits4x2 "
+    "bits8 bits16 float8_e4m3fn float8_e4m3fnuz float8_e5m2 float8_e5m2fnuz float8_e8m0fnu "
+    "float4_e2m1fn_x2"
+) + [f"{p}int{i}" for p in ("", "u") for i in range(1, 8)]
+_DENSE = _words("BFloat16 Bool Byte Char Double Float Half Int Long Short")
+_STORAGE_ONLY = _words("ComplexDouble ComplexFloat")
+_QUANT_STORAGE = _words("QInt32 QInt8 QUInt2x4 QUInt4x2 QUInt8")
+_QSCHEMES = _words(
+    "per_tensor_affine per_tensor_symmetric per_channel_affine per_channel_symmetric "
+    "per_channel_affine_float_qparams"
+)
+_REBUILD = _words(
+    "_rebuild_parameter _rebuild_parameter_with_state _rebuild_qtensor _rebuild_tensor "
+    "_rebuild_tensor_v2 _rebuild_tensor_v3 _rebuild_sparse_tensor _rebuild_meta_tensor_no_storage "
+    "_rebuild_nested_tensor _rebuild_wrapper_subclass _rebuild_device_tensor_from_numpy "
+    "_rebuild_device_tensor_from_cpu_tensor"
+)
+_LITERAL = _words(
+    "collections.OrderedDict collections.Counter torch.nn.parameter.Parameter "
+    "torch.serialization._get_layout torch.Size torch.Tensor torch.device _codecs.encode "
+    "builtins.bytearray builtins.set builtins.complex torch._tensor._rebuild_from_type_v2"
+)
+
+# Built by torch in loops over runtime objects; not readable from its source without running it.
+DYNAMIC_ALLOWED = frozenset(
+    [f"torch.{d}" for d in _DTYPES]
+    + [f"torch.{q}" for q in _QSCHEMES]
+    + [f"torch.{k}Storage" for k in _DENSE + _STORAGE_ONLY + _QUANT_STORAGE]
+    + [f"torch.cuda.{k}Storage" for k in _DENSE + _STORAGE_ONLY]
+    + [f"{m}.{k}Tensor" for m in ("torch", "torch.cuda") for k in _DENSE]
+    + [f"{m}.{k}Tensor" for m in ("torch.sparse", "torch.cuda.sparse") for k in _DENSE
+       if k != "Bool"]
+    + ["torch.storage.TypedStorage", "torch.storage.UntypedStorage"]
+)
+BUILTIN_ALLOWED = DYNAMIC_ALLOWED | frozenset(_LITERAL + [f"torch._utils.{f}" for f in _REBUILD])
+BUILTIN_BLOCKED_MODULES = frozenset({"sys", "os", "posix", "nt"})
+
+# Whole modules (and every submodule) whose callables run code or touch the OS, network,
+# files or the interpreter.
+DENY_MODULES = frozenset(_words("""
+os posix nt sys subprocess _posixsubprocess runpy pty socket _socket ctypes _ctypes cffi
+importlib imp zipimport pkgutil marshal pickle _pickle cPickle dill cloudpickle jsonpickle
+joblib shelve dbm shutil webbrowser antigravity pip ensurepip setuptools distutils venv
+timeit cProfile profile _lsprof trace pdb bdb code codeop doctest idlelib pydoc _pyrepl
+test uuid _osx_support _aix_support platform sysconfig site imaplib smtplib ftplib poplib
+nntplib telnetlib http urllib urllib3 requests httpx aiohttp httplib2 xmlrpc socketserver
+wsgiref ssl select selectors asyncio asyncore asynchat multiprocessing concurrent threading
+_thread signal atexit gc inspect types operator _operator io _io _pyio codecs pathlib glob
+fileinput linecache tempfile tarfile zipfile zipapp compileall py_compile mmap fcntl resource
+termios tty readline rlcompleter mailcap cgi cgitb logging yaml
+torch._inductor torch._dynamo torch.utils.collect_env torch.hub torch.package
+torch.utils.cpp_extension torch.fx torch.ops torch._C torch.library torch.classes
+torch.distributed.rpc torch.multiprocessing torch.compiler torch.export
+numpy.testing numpy.f2py numpy.distutils numpy.ctypeslib pandas.io
+"""))
+# Single callables in modules that are otherwise harmless.
+DENY_NAMES = frozenset(_words("""
+builtins.eval builtins.exec builtins.compile builtins.open builtins.getattr builtins.setattr
+builtins.delattr builtins.__import__ builtins.breakpoint builtins.input builtins.globals
+builtins.locals builtins.vars builtins.type builtins.super builtins.exit builtins.quit
+builtins.help builtins.memoryview builtins.__build_class__ builtins.apply builtins.execfile
+copyreg.add_extension copyreg.pickle copyreg._inverted_registry copyreg._extension_registry
+functools.partial functools.reduce torch.load torch.save torch.from_file torch.compile
+torch.serialization.load torch.serialization.save torch.storage._load_from_bytes
+torch.jit.load torch.jit._load_for_lite_interpreter torch.jit.CompilationUnit
+numpy.load numpy.save numpy.savez numpy.savetxt numpy.loadtxt numpy.fromfile numpy.memmap
+numpy.lib.npyio.load pandas.read_pickle pandas.read_csv
+"""))
+# A final name like these is dangerous in any module outside the allowlist.
+DENY_LEAF_NAMES = frozenset(_words("""
+system popen popen2 popen3 popen4 spawn spawnl spawnv spawnve execv execve execl execvp
+eval exec execfile compile __import__ import_module load loads run run_path run_module
+check_call check_output call getoutput getstatusoutput runstring runsource runcode
+open urlopen urlretrieve
+"""))
+_SAFE_DUNDERS = frozenset({"__main__", "__builtin__", "__new__"})
+
+_CODE_RE = re.compile(
+    r"__import__|\bimport\s+[\w.]+|\bexec\s*\(|\beval\s*\(|\bcompile\s*\(|\bos\.\w+\s*\(|"
+    r"\bsubprocess\b|\bsystem\s*\(|\bopen\s*\(|\blambda\b.*:|/bin/(?:ba|z|da)?sh\b|\bsh\s+-c\b|"
+    r"\bcurl\s|\bwget\s|\bnc\s+-|\brm\s+-rf\b|\$\(|`[^`]+`|&&|\|\||;\s*\w+\s+-|"
+    r"\bpowershell\b|\bcmd(?:\.exe)?\s+/c\b|__builtins__|__globals__|__subclasses__",
+    re.IGNORECASE,
+)
+
+
+def looks_like_code(text: str) -> bool:
+    """Whether a call argument reads like Python source or a shell command."""
+    return bool(_CODE_RE.search(text[:4096]))
+
+
+@dataclass(frozen=True)
+class WeightsOnlyRules:
+    """torch.load(weights_only=True) as far as a static scan can tell."""
+
+    allowed: frozenset[str]
+    blocked_modules: frozenset[str]
+    opcodes: frozenset[int]
+    source: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How one import is classified, and why."""
+
+    severity: str
+    reason: str
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ckpt-inspector"
+
+
+def _torch_dir() -> Path | None:
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    return Path(spec.origin).parent
+
+
+def _torch_version(torch_dir: Path) -> str | None:
+    try:
+        text = (torch_dir / "version.py").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    match = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def _function(tree: ast.Module, name: str) -> ast.AST | None:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return node
+    return None
+
+
+def parse_unpickler_source(source: str) -> dict:
+    """Read the allowlist's literal entries, blocked modules and opcode set from torch's source."""
+    tree = ast.parse(source)
+    allowed: set[str] = set()
+    allowed_fn = _function(tree, "_get_allowed_globals")
+    for node in ast.walk(allowed_fn) if allowed_fn else ():
+        if isinstance(node, ast.Dict):
+            allowed.update(k.value for k in node.keys
+                           if isinstance(k, ast.Constant) and isinstance(k.value, str))
+        elif (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store)
+              and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str)):
+            allowed.add(node.slice.value)
+    rebuild_fn = _function(tree, "_tensor_rebuild_functions")
+    for node in ast.walk(rebuild_fn) if rebuild_fn else ():
+        if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "torch._utils":
+            allowed.add(f"torch._utils.{node.attr}")
+    blocked: list[str] = []
+    for node in tree.body:
+        if (isinstance(node, ast.Assign | ast.AnnAssign) and "_blocklisted_modules"
+                in ast.unparse(node.targets[0] if isinstance(node, ast.Assign) else node.target)):
+            blocked = [e.value for e in ast.walk(node.value)
+                       if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    load_fn = _function(tree, "load")
+    opcodes = sorted({OPCODE_BYTES[n.id] for n in ast.walk(load_fn) if isinstance(n, ast.Name)
+                      and n.id in OPCODE_BYTES}) if load_fn else []
+    if not allowed or not opcodes:
+        raise ValueError("unrecognised _weights_only_unpickler.py layout")
+    return {"allowed": sorted(allowed), "blocked_modules": blocked, "opcodes": opcodes}
+
+
+def _builtin_rules(why: str) -> WeightsOnlyRules:
+    return WeightsOnlyRules(BUILTIN_ALLOWED, BUILTIN_BLOCKED_MODULES, WEIGHTS_ONLY_OPCODES_DEFAULT,
+                            f"built-in list ({why})")
+
+
+@functools.cache
+def weights_only_rules() -> WeightsOnlyRules:
+    """The installed torch's rules (cached per version on disk), else the built-in list."""
+    torch_dir = _torch_dir()
+    if torch_dir is None:
+        return _builtin_rules("torch not installed")
+    src = torch_dir / "_weights_only_unpickler.py"
+    version = _torch_version(torch_dir)
+    try:
+        stat = src.stat()
+    except OSError:
+        return _builtin_rules("torch has no _weights_only_unpickler.py")
+    stamp = f"{version}|{stat.st_size}|{stat.st_mtime_ns}"
+    safe_version = re.sub(r"[^\w.+-]", "_", str(version))
+    cache = _cache_dir() / f"weights-only-{safe_version}.json"
+    parsed = None
+    try:
+        cached = json.loads(cache.read_text(encoding="utf-8"))
+        if cached.get("stamp") == stamp:
+            parsed = cached
+    except (OSError, ValueError):
+        pass
+    if parsed is None:
+        try:
+            parsed = parse_unpickler_source(src.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError) as exc:
+            return _builtin_rules(f"could not read torch {version}: {exc}")
+        parsed["stamp"] = stamp
+        try:
+            from inspector.core.atomic import write_text_atomic
+
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(cache, json.dumps(parsed), overwrite=True)
+        except OSError:
+            pass  # a read-only home only costs a re-parse next time
+    return WeightsOnlyRules(
+        frozenset(parsed["allowed"]) | DYNAMIC_ALLOWED,
+        frozenset(parsed["blocked_modules"]),
+        frozenset(parsed["opcodes"]),
+        f"torch {version}",
+    )
+
+
+def _candidates(module: str, name: str) -> list[list[str]]:
+    """Dotted paths an import can reach: the full path and each walk from a name component."""
+    mod_parts = module.split(".")
+    name_parts = name.split(".")
+    full = mod_parts + name_parts
+    return [full] + [name_parts[i:] for i in range(len(name_parts) - 1)]
+
+
+def _deny_reason(path: list[str]) -> str | None:
+    for i in range(1, len(path) + 1):
+        prefix = ".".join(path[:i])
+        if prefix in DENY_MODULES or prefix in DENY_NAMES:
+            return f"{prefix} can run code or reach the OS, network or interpreter"
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> Verdict:
+    """Classify `module.name`: safe (weights_only allows it), dangerous, or suspicious."""
+    rules = rules or weights_only_rules()
+    key = f"{module}.{name}"
+    if module not in rules.blocked_modules and key in rules.allowed:
+        return Verdict("safe", "allowed by torch.load(weights_only=True)")
+    parts = module.split(".") + name.split(".")
+    if any(p.startswith("__") and p.endswith("__") and p not in _SAFE_DUNDERS for p in parts):
+        return Verdict("dangerous", "reaches interpreter internals through a dunder attribute")
+    for path in _candidates(module, name):
+        reason = _deny_reason(path)
+        if reason:
+            if path is not parts and len(path) < len(parts):
+                reason += f" (reached by attribute walk: {key})"
+            return Verdict("dangerous", reason)
+    if parts[-1] in DENY_LEAF_NAMES:
+        return Verdict("dangerous", f"'{parts[-1]}' names a callable that runs code or opens "
+                                    "files")
+    if module in rules.blocked_modules:
+        return Verdict("dangerous", f"module {module} is blocked by torch")
+    if "." in name:
+        return Verdict("suspicious", "dotted name resolved by attribute walk; not allowed by "
+                                     "torch.load(weights_only=True)")
+    return Verdict("suspicious", "not allowed by torch.load(weights_only=True); the file "
+                                 "only loads with weights_only=False")

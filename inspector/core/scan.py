@@ -1,0 +1,458 @@
+"""Static scan of one file or many: format, imports, findings, verdict. Nothing is executed.
+
+`scan_file(path)` reads the file (memory-mapped), detects its format from the bytes, walks
+every pickle it holds (every zip member whose bytes are a pickle, every pickle of a legacy
+stream, the pickle inside object .npy arrays and compressed pickles), classifies each import
+and reports what torch.load(weights_only=True) would do with it.
+"""
+
+from __future__ import annotations
+
+import bz2
+import lzma
+import mmap
+import os
+import time
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inspector.core import formats, zipread
+from inspector.core.pickle_scan import PickleScan, looks_like_pickle, scan_pickle
+from inspector.core.policy import WeightsOnlyRules, classify, looks_like_code, weights_only_rules
+from inspector.core.verdict import DANGEROUS, ERROR, SAFE, SUSPICIOUS, rank, worst
+
+MAX_MEMBER_BYTES = 1 << 30  # a pickle member larger than this is reported, not read
+MAX_DECOMPRESSED = 1 << 30
+CRC_BUDGET = 64 << 20  # tensor record bytes CRC-checked per file; pickles are always checked
+MAX_STREAM_PICKLES = 64
+TORCH_WEIGHTS_FORMATS = ("pytorch-zip", "pytorch-legacy")
+STORAGE_ITEMSIZE = {
+    "Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
+    "Byte": 1, "Bool": 1, "ComplexDouble": 16, "ComplexFloat": 8, "QUInt8": 1, "QInt8": 1,
+    "QInt32": 4, "QUInt4x2": 1, "QUInt2x4": 1, "Untyped": 1,
+}
+
+
+@dataclass
+class GlobalUse:
+    """One imported `module.name`, how often the file imports it, and what it means."""
+
+    module: str
+    name: str
+    count: int
+    severity: str
+    reason: str
+    members: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        """Contract form: module, name, count, severity (+ reason, members)."""
+        return {"module": self.module, "name": self.name, "count": self.count,
+                "severity": self.severity, "reason": self.reason, "members": self.members}
+
+
+@dataclass
+class Finding:
+    """A problem other than an import: structure, anomalies, code in arguments."""
+
+    severity: str
+    code: str
+    message: str
+    member: str | None = None
+    offset: int | None = None
+
+    def to_json(self) -> dict:
+        """Contract form."""
+        return {"severity": self.severity, "code": self.code, "message": self.message,
+                "member": self.member, "offset": self.offset}
+
+
+@dataclass
+class ScanResult:
+    """Everything the static scan learned about one file."""
+
+    path: str
+    format: str = "unknown"
+    verdict: str = SAFE
+    weights_only_ok: bool = False
+    globals: list[GlobalUse] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    error: str | None = None
+    weights_only_blockers: list[str] = field(default_factory=list)
+    weights_only_source: str = ""
+    pickles: list[dict] = field(default_factory=list)
+    size: int = 0
+    elapsed_ms: float = 0.0
+
+    def to_json(self) -> dict:
+        """The `scan` contract of DESIGN.md, plus blockers, pickles walked, size and timing."""
+        return {
+            "path": self.path,
+            "format": self.format,
+            "verdict": self.verdict,
+            "weights_only_ok": self.weights_only_ok,
+            "globals": [g.to_json() for g in self.globals],
+            "findings": [f.to_json() for f in self.findings],
+            "error": self.error,
+            "weights_only_blockers": self.weights_only_blockers,
+            "weights_only_source": self.weights_only_source,
+            "pickles": self.pickles,
+            "size": self.size,
+            "elapsed_ms": round(self.elapsed_ms, 3),
+        }
+
+
+class _Scan:
+    """Accumulates globals, findings and weights_only blockers while one file is walked."""
+
+    def __init__(self, result: ScanResult, rules: WeightsOnlyRules) -> None:
+        self.result = result
+        self.rules = rules
+        self.uses: dict[tuple[str, str], GlobalUse] = {}
+        self.torch_refuses = False
+
+    def find(self, severity: str, code: str, message: str, member: str | None = None,
+             offset: int | None = None) -> None:
+        if len(self.result.findings) < 2000:
+            self.result.findings.append(Finding(severity, code, message, member, offset))
+
+    def block(self, reason: str) -> None:
+        self.torch_refuses = True
+        blockers = self.result.weights_only_blockers
+        if reason not in blockers and len(blockers) < 200:
+            blockers.append(reason)
+
+    def walk(self, data: bytes, start: int = 0) -> PickleScan:
+        rules = self.rules
+        return scan_pickle(data, start, allowed=rules.allowed, wo_opcodes=rules.opcodes)
+
+    def add_pickle(self, scan: PickleScan, member: str | None, torch_reads: bool) -> None:
+        """Fold one walked pickle into the result; `torch_reads`: torch.load unpickles it."""
+        self.result.pickles.append({"member": member, "offset": scan.start, "end": scan.end,
+                                    "protocol": scan.protocol, "opcodes": scan.opcodes,
+                                    "complete": scan.stopped})
+        for ref in scan.globals:
+            use = self.uses.get((ref.module, ref.name))
+            if use is None:
+                verdict = classify(ref.module, ref.name, self.rules)
+                use = GlobalUse(ref.module, ref.name, 0, verdict.severity, verdict.reason)
+                self.uses[(ref.module, ref.name)] = use
+            use.count += 1
+            if member is not None and member not in use.members and len(use.members) < 8:
+                use.members.append(member)
+            if torch_reads and use.severity != SAFE:
+                self.block(f"{ref.opcode} {ref.key}")
+        for call in scan.calls:
+            allowed = call.func is not None and call.func.key in self.rules.allowed
+            if not allowed and any(looks_like_code(s) for s in call.strings):
+                target = call.func.key if call.func else "a computed callable"
+                sample = next(s for s in call.strings if looks_like_code(s))[:120]
+                self.find(DANGEROUS, "code-in-arguments",
+                          f"{call.opcode} of {target} with an argument that reads like code: "
+                          f"{sample!r}", member, call.offset)
+        for issue in scan.issues:
+            severity = DANGEROUS if issue.dangerous else SUSPICIOUS
+            self.find(severity, issue.code, issue.message, member, issue.offset)
+        if torch_reads:
+            for reason in scan.wo_blockers:
+                self.block(reason)
+            if not scan.stopped:
+                self.block("pickle does not end cleanly")
+
+    def finish(self) -> None:
+        res = self.result
+        order = sorted(self.uses.values(), key=lambda g: (-rank(g.severity), g.module, g.name))
+        res.globals = order
+        res.weights_only_ok = res.format in TORCH_WEIGHTS_FORMATS and not self.torch_refuses
+        res.weights_only_source = self.rules.source
+        verdicts = [g.severity for g in order] + [f.severity for f in res.findings]
+        res.verdict = ERROR if res.error and not verdicts else worst(verdicts)
+        if res.error and res.verdict == SAFE:
+            res.verdict = ERROR
+
+
+def _scan_stream(ctx: _Scan, buf, member: str | None, torch_format: bool) -> bool:
+    """Walk back-to-back pickles from the start of `buf`; False if the first is not a pickle."""
+    first = ctx.walk(buf, 0)
+    if not looks_like_pickle(first):
+        return False
+    legacy = bytes(buf[:len(formats.TORCH_MAGIC_PICKLE)]) == formats.TORCH_MAGIC_PICKLE
+    # torch's legacy loader unpickles five pickles: magic, protocol, sys_info, data, keys.
+    limit = 5 if legacy else MAX_STREAM_PICKLES
+    ctx.add_pickle(first, member, torch_format)
+    scan, count = first, 1
+    while scan.stopped and scan.end < len(buf) and count < limit:
+        nxt = ctx.walk(buf, scan.end)
+        if not (legacy or looks_like_pickle(nxt)):
+            break
+        ctx.add_pickle(nxt, member, torch_format)
+        scan, count = nxt, count + 1
+    if torch_format and legacy and count < 5:
+        ctx.block("legacy stream has fewer than five pickles")
+    if count > 1 and not legacy:
+        ctx.find("info", "multiple-pickles", f"{count} pickles back to back; all were scanned",
+                 member)
+    return True
+
+
+def _scan_npy(ctx: _Scan, buf, member: str | None) -> None:
+    header, data_start = formats.parse_npy_header(buf)
+    if formats.npy_has_objects(header["descr"]):
+        ctx.find(SUSPICIOUS, "npy-object-array", "object array: NumPy stores it as a pickle and "
+                 "only loads it with allow_pickle=True", member)
+        if not _scan_stream(ctx, bytes(buf[data_start:]), member, False):
+            ctx.find(SUSPICIOUS, "npy-object-array", "object array data is not a readable pickle",
+                     member)
+
+
+def _storage_itemsize(storage_type: str) -> int | None:
+    leaf = storage_type.rsplit(".", 1)[-1]
+    return STORAGE_ITEMSIZE.get(leaf[: -len("Storage")]) if leaf.endswith("Storage") else None
+
+
+def _scan_zip(ctx: _Scan, buf) -> None:
+    archive = zipread.read_zip(buf)
+    res = ctx.result
+    members = archive.members
+    res.format = kind = formats.zip_kind([m.name for m in members])
+    for a in archive.anomalies:
+        ctx.find(a.severity, a.code, a.message, a.member)
+    if kind == "torchscript":
+        ctx.find(SUSPICIOUS, "torchscript", "TorchScript archive: torch.jit.load runs the code "
+                 "inside it, and torch.load(weights_only=True) refuses it")
+    prefix = members[0].name.split("/", 1)[0] if members else ""
+    main_name = f"{prefix}/data.pkl"
+    by_name = {m.name: m for m in members}
+    main = by_name.get(main_name)
+    if kind == "pytorch-zip" and main is None:
+        ctx.block(f"no {main_name} record (torch reads the first member's folder)")
+    storages = []
+    crc_budget = CRC_BUDGET
+    skipped_crc = 0
+    # The main pickle first: its storage references tell which members are tensor records.
+    ordered = ([main] if main else []) + [m for m in members if m is not main]
+    record_names: set[str] = set()
+    for m in ordered:
+        is_record = m.name in record_names
+        if is_record and m.compressed_size > crc_budget and m.method == zipread.STORED:
+            skipped_crc += 1
+            if not _record_holds_pickle(buf, m):
+                continue
+        try:
+            data = zipread.member_bytes(buf, m, MAX_MEMBER_BYTES)
+        except zipread.MemberTooLarge as exc:
+            ctx.find(SUSPICIOUS, "zip-member-too-large", f"member not scanned: {exc}", m.name)
+            continue
+        except ValueError as exc:
+            ctx.find(SUSPICIOUS, "zip-member-unreadable", f"member not scanned: {exc}", m.name)
+            if m is main:
+                ctx.block(f"{m.name} cannot be read")
+            continue
+        if is_record:
+            crc_budget -= len(data)
+        if not zipread.crc_ok(data, m):
+            msg = "CRC-32 does not match the central directory (corrupted or tampered)"
+            if m.encrypted:
+                msg = "encrypted or flagged member whose bytes do not match its CRC-32"
+            ctx.find(SUSPICIOUS, "zip-crc-mismatch", msg, m.name)
+        if is_record and not (data[:1] == b"\x80" and data[1:2] and data[1] <= 5):
+            continue  # tensor bytes: torch never unpickles a record
+        if data.startswith(formats.NPY_MAGIC):
+            _scan_member_npy(ctx, data, m.name)
+            continue
+        scan = ctx.walk(data)
+        if not (scan.stopped if is_record else looks_like_pickle(scan)):
+            if m.encrypted:
+                ctx.find(SUSPICIOUS, "zip-encrypted", "encrypted member cannot be scanned",
+                         m.name)
+            if m is main:
+                ctx.block(f"{m.name} is not a pickle")
+            continue
+        torch_reads = m is main and kind == "pytorch-zip"
+        _scan_stream_from(ctx, data, scan, m.name, torch_reads)
+        storages.extend(scan.storages)
+        if m is main:
+            record_names = {f"{prefix}/data/{s.key}" for s in scan.storages}
+        elif m.name.endswith(".pkl"):
+            record_names |= {f"{prefix}/data/{s.key}" for s in scan.storages}
+        if m.method != zipread.STORED and not m.name.endswith(".debug_pkl"):
+            ctx.find(SUSPICIOUS, "zip-compressed-pickle", "pickle member is compressed; "
+                     "torch.save always stores pickles uncompressed", m.name)
+        if m is not main and kind == "pytorch-zip" and not m.name.endswith(".debug_pkl"):
+            ctx.find(SUSPICIOUS, "zip-extra-pickle", "a pickle torch.load never reads; it was "
+                     "scanned because other loaders may unpickle it", m.name)
+    if skipped_crc:
+        ctx.find("info", "zip-crc-skipped", f"CRC-32 of {skipped_crc} large tensor records not "
+                 "checked (scan budget); run `ckpt-inspector inspect` for a full check")
+    _check_records(ctx, storages, by_name, prefix, kind)
+
+
+def _record_holds_pickle(buf, m: zipread.Member) -> bool:
+    head = bytes(buf[m.data_offset:m.data_offset + 2]) if m.data_offset >= 0 else b""
+    return head[:1] == b"\x80" and len(head) == 2 and head[1] <= 5
+
+
+def _scan_member_npy(ctx: _Scan, data: bytes, name: str) -> None:
+    try:
+        _scan_npy(ctx, data, name)
+    except (ValueError, SyntaxError, MemoryError) as exc:
+        ctx.find(SUSPICIOUS, "npy-header", f"unreadable .npy header: {exc}", name)
+
+
+def _scan_stream_from(ctx: _Scan, data: bytes, first: PickleScan, member: str,
+                      torch_reads: bool) -> None:
+    """Fold an already walked first pickle, then any pickles appended after it."""
+    ctx.add_pickle(first, member, torch_reads)
+    scan, count = first, 1
+    while scan.stopped and scan.end < len(data) and count < MAX_STREAM_PICKLES:
+        nxt = ctx.walk(data, scan.end)
+        if not looks_like_pickle(nxt):
+            break
+        ctx.add_pickle(nxt, member, False)
+        ctx.find(SUSPICIOUS, "trailing-pickle", "another pickle follows the first one in this "
+                 "member", member, nxt.start)
+        scan, count = nxt, count + 1
+
+
+def _check_records(ctx: _Scan, storages: list, by_name: dict, prefix: str, kind: str) -> None:
+    """Storage references against the archive's records: absent, unreferenced, too small."""
+    seen: set[str] = set()
+    for s in storages:
+        name = f"{prefix}/data/{s.key}"
+        if name in seen:
+            continue
+        seen.add(name)
+        record = by_name.get(name)
+        if record is None:
+            ctx.find(SUSPICIOUS, "zip-missing-record",
+                     f"storage {s.key!r} is referenced but {name} is absent", name, s.offset)
+            ctx.block(f"record {name} is missing")
+            continue
+        itemsize = _storage_itemsize(s.storage_type)
+        if itemsize and s.numel >= 0 and s.numel * itemsize > record.size:
+            ctx.find(DANGEROUS, "storage-size-mismatch",
+                     f"storage {s.key!r} declares {s.numel} x {itemsize} bytes but its record "
+                     f"holds {record.size}; reading it would run past the data", name, s.offset)
+    if kind in ("pytorch-zip", "torchscript"):
+        data_prefix = f"{prefix}/data/"
+        for name in by_name:
+            if name.startswith(data_prefix) and name not in seen:
+                ctx.find(SUSPICIOUS, "zip-unreferenced-record",
+                         f"{name} is not referenced by any pickle (hidden data?)", name)
+
+
+def _decompress(buf, kind: str) -> bytes:
+    raw = bytes(buf)
+    if kind == "gzip":
+        d = zlib.decompressobj(wbits=47)
+    elif kind == "bz2":
+        d = bz2.BZ2Decompressor()
+    else:
+        d = lzma.LZMADecompressor()
+    out = d.decompress(raw, MAX_DECOMPRESSED + 1)
+    if len(out) > MAX_DECOMPRESSED:
+        raise ValueError(f"decompresses past {MAX_DECOMPRESSED} bytes")
+    return out
+
+
+def _scan_buffer(ctx: _Scan, buf, size: int) -> None:
+    res = ctx.result
+    kind = formats.sniff(bytes(buf[:64]), size)
+    try:
+        if kind == "zip":
+            _scan_zip(ctx, buf)
+            return
+        if kind == "npy":
+            res.format = "npy"
+            _scan_npy(ctx, buf, None)
+            return
+        if kind == "safetensors":
+            res.format = "safetensors"
+            check = formats.check_safetensors(buf, size)
+            if check.error is None:
+                for severity, code, message in check.problems:
+                    ctx.find(severity, code, message)
+                return
+            raise ValueError(check.error)
+        if kind.startswith("compressed:"):
+            algo = kind.split(":", 1)[1]
+            inner = _decompress(buf, algo)
+            if _scan_stream(ctx, inner, None, False):
+                res.format = "compressed-pickle"
+                ctx.find(SUSPICIOUS, "compressed-pickle", f"{algo}-compressed pickle: loaders "
+                         "such as joblib unpickle it with no weights_only protection")
+                return
+            raise ValueError(f"{algo} content is not a pickle")
+        if kind == "7z":
+            res.format = "7z"
+            ctx.find(SUSPICIOUS, "archive-unscannable", "7-Zip archive: its members cannot be "
+                     "scanned; extract it and scan the files")
+            return
+    except (zipread.NotAZip, ValueError, SyntaxError, MemoryError, EOFError, OSError,
+            IndexError) as exc:
+        if _scan_stream(ctx, buf, None, False):
+            res.format = "pickle"
+            ctx.find(SUSPICIOUS, "format-fallback", f"{kind} parse failed ({exc}); the bytes "
+                     "were scanned as a raw pickle")
+        elif not res.findings and not ctx.uses:
+            res.error = f"not a readable {kind} file: {exc}"
+        return
+    is_legacy = kind == "pytorch-legacy"
+    if _scan_stream(ctx, buf, None, is_legacy):
+        res.format = "pytorch-legacy" if is_legacy else "pickle"
+        return
+    head = bytes(buf[:8]).hex(" ")
+    res.error = f"not a model file: no known checkpoint or pickle format (starts with {head})"
+
+
+def scan_bytes(data: bytes, path: str = "<bytes>") -> ScanResult:
+    """Scan in-memory file content."""
+    return _run(path, len(data), lambda: data)
+
+
+def _run(path: str, size: int, load) -> ScanResult:
+    t0 = time.perf_counter()
+    res = ScanResult(path=path, size=size)
+    ctx = _Scan(res, weights_only_rules())
+    if size == 0:
+        res.error = "empty file"
+    else:
+        _scan_buffer(ctx, load(), size)
+    ctx.finish()
+    res.elapsed_ms = (time.perf_counter() - t0) * 1000
+    return res
+
+
+def scan_file(path: str | os.PathLike) -> ScanResult:
+    """Statically scan one file; never raises for a bad file (the result carries the error)."""
+    p = str(path)
+    try:
+        with open(p, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                return _run(p, 0, bytes)
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+                return _run(p, size, lambda: mm)
+    except OSError as exc:
+        res = ScanResult(path=p, verdict=ERROR, error=f"cannot read: {exc.strerror or exc}")
+        return res
+
+
+def iter_files(paths: Iterable[str | os.PathLike]) -> Iterator[Path]:
+    """Every file under the given paths (directories recursed, sorted, symlinks not followed)."""
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            for root, dirs, files in os.walk(p):
+                dirs.sort()
+                for name in sorted(files):
+                    yield Path(root) / name
+        else:
+            yield p
+
+
+def scan_paths(paths: Iterable[str | os.PathLike]) -> Iterator[ScanResult]:
+    """Scan files and directories (recursively, every file whatever its extension)."""
+    for p in iter_files(paths):
+        yield scan_file(p)

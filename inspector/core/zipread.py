@@ -1,0 +1,186 @@
+"""A relaxed zip reader that accepts what torch's reader accepts and reports what is odd.
+
+`zipfile` refuses archives torch still loads (a bad CRC, flag bits 0x1/0x20/0x40, a local
+header whose name differs from the central directory's), which lets a payload slip past a
+scanner built on it. This reader trusts the central directory for names and offsets (as
+torch's miniz-based reader does), reads member bytes straight from the local headers, and
+returns every oddity as an `Anomaly` instead of failing.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+
+LOCAL_SIG = b"PK\x03\x04"
+CENTRAL_SIG = b"PK\x01\x02"
+EOCD_SIG = b"PK\x05\x06"
+ZIP64_LOCATOR_SIG = b"PK\x06\x07"
+ZIP64_EOCD_SIG = b"PK\x06\x06"
+FLAG_ENCRYPTED = 0x1
+FLAG_PATCHED = 0x20
+FLAG_STRONG_ENCRYPTION = 0x40
+STORED, DEFLATED = 0, 8
+
+
+@dataclass(frozen=True, slots=True)
+class Anomaly:
+    """Something a well-formed torch archive never has."""
+
+    severity: str
+    code: str
+    message: str
+    member: str | None = None
+
+
+@dataclass(slots=True)
+class Member:
+    """One central-directory entry and where its bytes are."""
+
+    name: str
+    local_name: str | None
+    header_offset: int
+    data_offset: int
+    method: int
+    flags: int
+    crc: int
+    compressed_size: int
+    size: int
+
+    @property
+    def encrypted(self) -> bool:
+        """Whether the flags claim the data is encrypted."""
+        return bool(self.flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION))
+
+
+@dataclass
+class ZipArchive:
+    """Members in central-directory order, and the anomalies found while reading them."""
+
+    members: list[Member] = field(default_factory=list)
+    anomalies: list[Anomaly] = field(default_factory=list)
+
+
+class NotAZip(ValueError):
+    """The bytes have no usable zip structure."""
+
+
+def _find_eocd(buf) -> int:
+    start = max(0, len(buf) - (1 << 16) - 22)
+    i = buf.rfind(EOCD_SIG, start)
+    if i < 0:
+        raise NotAZip("no end-of-central-directory record")
+    return i
+
+
+def _zip64_extra(extra: bytes, usize: int, csize: int, offset: int) -> tuple[int, int, int]:
+    i = 0
+    while i + 4 <= len(extra):
+        tag, size = struct.unpack_from("<HH", extra, i)
+        body = extra[i + 4:i + 4 + size]
+        if tag == 1:
+            vals = [struct.unpack_from("<Q", body, j)[0] for j in range(0, len(body) - 7, 8)]
+            if usize == 0xFFFFFFFF and vals:
+                usize = vals.pop(0)
+            if csize == 0xFFFFFFFF and vals:
+                csize = vals.pop(0)
+            if offset == 0xFFFFFFFF and vals:
+                offset = vals.pop(0)
+        i += 4 + size
+    return usize, csize, offset
+
+
+def _central_directory(buf, eocd: int) -> tuple[int, int]:
+    """(offset, entry count) of the central directory, following zip64 records."""
+    _, _, _, total, _, cd_offset, _ = struct.unpack_from("<HHHHIIH", buf, eocd + 4)
+    loc = eocd - 20
+    if loc >= 0 and buf[loc:loc + 4] == ZIP64_LOCATOR_SIG:
+        (z64,) = struct.unpack_from("<Q", buf, loc + 8)
+        if buf[z64:z64 + 4] == ZIP64_EOCD_SIG:
+            total, _, cd_offset = struct.unpack_from("<QQQ", buf, z64 + 32)
+    return cd_offset, total
+
+
+def _unsafe_name(name: str) -> bool:
+    parts = name.replace("\\", "/").split("/")
+    return name.startswith(("/", "\\")) or ".." in parts or (len(name) > 1 and name[1] == ":")
+
+
+def read_zip(buf) -> ZipArchive:
+    """Parse the archive in `buf` (bytes or mmap); raises NotAZip when there is no zip at all."""
+    archive = ZipArchive()
+    add = archive.anomalies.append
+    cd_offset, total = _central_directory(buf, _find_eocd(buf))
+    pos = cd_offset
+    n = len(buf)
+    for _ in range(min(total, 10_000_000)):
+        if buf[pos:pos + 4] != CENTRAL_SIG:
+            add(Anomaly("suspicious", "zip-central-directory",
+                        f"central directory entry missing at offset {pos}"))
+            break
+        (flags, method, crc, csize, usize, nlen, xlen, clen, offset) = struct.unpack_from(
+            "<4x4xHH4xIIIHHH8xI", buf, pos)
+        raw_name = bytes(buf[pos + 46:pos + 46 + nlen])
+        extra = bytes(buf[pos + 46 + nlen:pos + 46 + nlen + xlen])
+        pos += 46 + nlen + xlen + clen
+        name = raw_name.decode("utf-8", "replace")
+        usize, csize, offset = _zip64_extra(extra, usize, csize, offset)
+        local_name = None
+        data_offset = -1
+        if buf[offset:offset + 4] == LOCAL_SIG:
+            lflags, lnlen, lxlen = struct.unpack_from("<2xH18xHH", buf, offset + 4)
+            local_name = bytes(buf[offset + 30:offset + 30 + lnlen]).decode("utf-8", "replace")
+            data_offset = offset + 30 + lnlen + lxlen
+            flags |= lflags
+        member = Member(name, local_name, offset, data_offset, method, flags, crc, csize, usize)
+        archive.members.append(member)
+        if data_offset < 0 or data_offset + csize > n:
+            add(Anomaly("suspicious", "zip-bad-offset",
+                        "member's local header or data lies outside the file", name))
+        elif local_name != name:
+            add(Anomaly("suspicious", "zip-name-mismatch",
+                        f"local header names it {local_name!r}, central directory {name!r}",
+                        name))
+        odd = flags & (FLAG_ENCRYPTED | FLAG_PATCHED | FLAG_STRONG_ENCRYPTION)
+        if odd:
+            add(Anomaly("suspicious", "zip-flag-bits",
+                        f"general-purpose flag bits {odd:#x} set (encryption/patch data), "
+                        "which torch ignores but strict readers refuse", name))
+        if _unsafe_name(name):
+            add(Anomaly("suspicious", "zip-path-traversal",
+                        f"member name {name!r} escapes the archive folder", name))
+    for name, count in Counter(m.name for m in archive.members).items():
+        if count > 1:
+            add(Anomaly("suspicious", "zip-duplicate-name",
+                        f"{count} members share the name {name!r}; readers disagree on "
+                        "which one counts", name))
+    return archive
+
+
+class MemberTooLarge(ValueError):
+    """The member would inflate past the caller's bound."""
+
+
+def member_bytes(buf, member: Member, max_size: int) -> bytes:
+    """The member's uncompressed bytes, bounded by `max_size`; raises ValueError if unreadable."""
+    if member.data_offset < 0:
+        raise ValueError("member has no local header")
+    raw = buf[member.data_offset:member.data_offset + member.compressed_size]
+    if member.method == STORED:
+        if len(raw) > max_size:
+            raise MemberTooLarge(f"{len(raw)} bytes")
+        return bytes(raw)
+    if member.method == DEFLATED:
+        inflater = zlib.decompressobj(-15)
+        out = inflater.decompress(raw, max_size + 1)
+        if len(out) > max_size:
+            raise MemberTooLarge(f"inflates past {max_size} bytes")
+        return out
+    raise ValueError(f"compression method {member.method} is not supported")
+
+
+def crc_ok(data: bytes, member: Member) -> bool:
+    """Whether `data` matches the CRC-32 the central directory records."""
+    return zlib.crc32(data) & 0xFFFFFFFF == member.crc
