@@ -1,7 +1,7 @@
 """1,000 random single-bit flips across dtypes, each found and localised by the diff engine.
 
 The loop runs in-process on tensors read back from raw bytes, through the same streaming
-function the worker's `diff` op uses (`diff_raw` over `tensor_chunks`), so it takes about a
+function the worker's `diff` op uses (`diff_raw` over `stats.byte_chunks`), so it takes about a
 second; `test_diff_e2e.py` flips bits in real `.pt` and `.safetensors` files through the jailed
 worker for a smaller number of cases.
 """
@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from inspector.sandbox.diff import CHANGED, IDENTICAL, diff_raw, tensor_chunks
+from inspector.sandbox import stats
+from inspector.sandbox.diff import CHANGED, IDENTICAL, diff_raw
+from inspector.sandbox.stats import byte_chunks
 
 # (exponent bits, mantissa bits) written out independently of inspector.core.bitflip
 FLOAT_FIELDS = {
@@ -76,7 +78,7 @@ def test_thousand_random_single_bit_flips_are_localised() -> None:
     pool = _pool()
     for trial in range(1000):
         t = pool[trial % len(pool)]
-        raw = np.concatenate(list(tensor_chunks(t, chunk_bytes=64)))
+        raw = np.frombuffer(b"".join(byte_chunks(t)), dtype=np.uint8)
         itemsize = t.element_size()
         index = int(rng.integers(0, t.numel()))
         bit = int(rng.integers(0, 8 * itemsize))
@@ -104,7 +106,7 @@ def test_thousand_random_single_bit_flips_are_localised() -> None:
 def test_numeric_differences_of_a_changed_tensor() -> None:
     a = torch.tensor([[1.0, -2.0], [0.0, 8.0]])
     b = torch.tensor([[1.0, -2.5], [0.25, float("inf")]])
-    diff = diff_raw("w", a.dtype, a.shape, tensor_chunks(a), tensor_chunks(b)).to_json()
+    diff = diff_raw("w", a.dtype, a.shape, byte_chunks(a), byte_chunks(b)).to_json()
     assert diff["changed_elements"] == 3
     assert diff["max_abs_diff"] == 0.5
     assert diff["max_rel_diff"] == 1.0  # 0 -> 0.25 is a full change relative to the larger side
@@ -112,23 +114,24 @@ def test_numeric_differences_of_a_changed_tensor() -> None:
     assert diff["multi_bit_elements"] == 3 - diff["single_bit_flips"]
 
 
-def test_identical_and_non_contiguous_views_compare_as_row_major() -> None:
+def test_identical_and_non_contiguous_views_compare_as_row_major(monkeypatch) -> None:
+    monkeypatch.setattr(stats, "CHUNK_BYTES", 24)  # several chunks, boundaries unlike the copy
     base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
     view = base.t()
     copy = view.contiguous()
-    same = diff_raw("v", view.dtype, view.shape, tensor_chunks(view, 8), tensor_chunks(copy, 40))
+    same = diff_raw("v", view.dtype, view.shape, byte_chunks(view), [copy.numpy().tobytes()])
     assert same.status == IDENTICAL and same.to_json()["bitflips"] == []
     copy.view(-1).view(torch.int32)[7] ^= 1
-    changed = diff_raw("v", view.dtype, view.shape, tensor_chunks(view, 8), tensor_chunks(copy))
+    changed = diff_raw("v", view.dtype, view.shape, byte_chunks(view), byte_chunks(copy))
     assert [(f.index, f.bit) for f in changed.tally.flips] == [(7, 0)]
 
 
 @pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
 def test_quantized_tensors_compare_on_their_integers() -> None:
     q = torch.quantize_per_tensor(torch.randn(10), 0.1, 3, torch.qint8)
-    flipped = np.concatenate(list(tensor_chunks(q))).copy()
+    flipped = bytearray(b"".join(byte_chunks(q)))
     flipped[4] ^= 0x80
-    diff = diff_raw("q", q.dtype, q.shape, tensor_chunks(q), [flipped]).to_json()
+    diff = diff_raw("q", q.dtype, q.shape, byte_chunks(q), [flipped]).to_json()
     assert [(f["index"], f["bit"], f["kind"]) for f in diff["bitflips"]] == [(4, 7, "sign")]
     assert diff["max_abs_diff"] == 128.0  # on the integer representation
 

@@ -15,6 +15,9 @@ import torch
 
 from inspector.core.bitflip import FlipTally, canonical_dtype, compare_raw, layout_for
 
+Chunk = memoryview | bytes | bytearray | np.ndarray
+"""Raw little-endian element bytes, e.g. from `stats.byte_chunks`."""
+
 IDENTICAL = "identical"
 CHANGED = "changed"
 ONLY_IN_A = "only_in_a"
@@ -75,10 +78,11 @@ class TensorDiff:
 
 
 def _aligned(
-    chunks_a: Iterable[np.ndarray], chunks_b: Iterable[np.ndarray]
+    chunks_a: Iterable[Chunk], chunks_b: Iterable[Chunk]
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Pair two byte streams whose chunk boundaries may differ (a view against a copy)."""
-    it_a, it_b = iter(chunks_a), iter(chunks_b)
+    it_a = (np.frombuffer(c, dtype=np.uint8) for c in chunks_a)
+    it_b = (np.frombuffer(c, dtype=np.uint8) for c in chunks_b)
     a = b = np.empty(0, dtype=np.uint8)
     while True:
         while a is not None and not a.size:
@@ -98,10 +102,10 @@ def diff_raw(
     key: str,
     dtype: Any,
     shape: Iterable[int],
-    chunks_a: Iterable[np.ndarray],
-    chunks_b: Iterable[np.ndarray],
+    chunks_a: Iterable[Chunk],
+    chunks_b: Iterable[Chunk],
 ) -> TensorDiff:
-    """Compare two tensors of one dtype and shape given as raw byte chunks."""
+    """Compare two tensors of one dtype and shape given as raw byte chunks of any sizes."""
     name = canonical_dtype(dtype)
     layout = layout_for(name)
     shape = [int(d) for d in shape]
@@ -149,20 +153,3 @@ def _numeric(
     rel = torch.where(scale > 0, absdiff / scale.clamp_min(torch.finfo(torch.float64).tiny), 0.0)
     result.max_abs_diff = max(result.max_abs_diff or 0.0, float(absdiff.max()))
     result.max_rel_diff = max(result.max_rel_diff or 0.0, float(rel.max()))
-
-
-def tensor_chunks(t: torch.Tensor, chunk_bytes: int = 16 << 20) -> Iterator[np.ndarray]:
-    """Raw bytes of a tensor, row-major as stored, in pieces of about chunk_bytes."""
-    if t.is_quantized:
-        t = t.int_repr()
-    if t.is_contiguous() or t.dim() == 0:
-        flat = t.reshape(-1)
-        step = max(1, chunk_bytes // max(1, t.element_size()))
-        for s in range(0, flat.numel(), step):
-            yield flat[s : s + step].view(torch.uint8).numpy()
-        return
-    # a non-contiguous view is copied a block of rows at a time, never whole
-    row_bytes = max(1, t[0].numel() * t.element_size()) if t.shape[0] else 1
-    rows = max(1, chunk_bytes // row_bytes)
-    for s in range(0, t.shape[0], rows):
-        yield from tensor_chunks(t[s : s + rows].contiguous(), chunk_bytes)
