@@ -14,11 +14,15 @@ import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from inspector import __version__
 from inspector.core.envinfo import EnvInfo
 from inspector.core.hashing import sha256_file
 from inspector.core.progress import CancelToken, ProgressFn
+
+if TYPE_CHECKING:
+    from inspector.gpu.telemetry import TelemetryStore
 
 SCHEMA_VERSION = 1
 PASS, FAIL, NOT_CHECKED = "pass", "fail", "not_checked"
@@ -54,8 +58,10 @@ class SessionEvidence:
     """Everything a report is built from."""
 
     files: list[FileEvidence]
-    telemetry: dict | None = None
-    """`{"source": str, "samples": [sample dicts]}` from `inspector.gpu.telemetry`."""
+    telemetry: TelemetryStore | None = None
+    """The session's samples (`inspector.gpu.telemetry.TelemetryStore`), if any were taken."""
+    telemetry_source: str = "nvml"
+    """"nvml", or the path of a replayed log."""
     environment: EnvInfo | None = None
     command: str | None = None
 
@@ -140,6 +146,8 @@ class VerificationInfo:
     files: list[dict]
     tensors: list[dict]
     """Only the tensors that are not ok; `counts` has the totals."""
+    errors: list[str]
+    """Checks that could not run (e.g. the worker failed to read the tensors)."""
 
 
 @dataclass
@@ -237,7 +245,8 @@ def build_report(
     """Build the report; a file whose SHA-256 the session never computed is hashed now."""
     environment = session.environment
     files = [_file_report(ev, session.files, progress, cancel) for ev in session.files]
-    telemetry = summarize_telemetry(session.telemetry) if session.telemetry else None
+    telemetry = (summarize_telemetry(session.telemetry, session.telemetry_source)
+                 if session.telemetry is not None else None)
     problems = [f"{f.file.name}: {p}" for f in files for p in f.problems]
     if telemetry is not None:
         problems += _telemetry_problems(telemetry)
@@ -404,16 +413,18 @@ def _verification_info(verify: dict | None, manifest: str | None) -> Verificatio
         return None
     files = list(verify.get("files") or [])
     all_tensors = list(verify.get("tensors") or [])
+    errors = [str(e) for e in verify.get("errors") or []]
     counts: dict[str, int] = {}
     for row in files + all_tensors:
         counts[row.get("status", "unknown")] = counts.get(row.get("status", "unknown"), 0) + 1
-    failed = any(row.get("status") != "ok" for row in files + all_tensors)
+    failed = errors or any(row.get("status") != "ok" for row in files + all_tensors)
     return VerificationInfo(
-        status=FAIL if failed or verify.get("error") else PASS,
+        status=FAIL if failed else PASS,
         manifest=manifest or verify.get("manifest"),
         counts=counts,
         files=files,
         tensors=[t for t in all_tensors if t.get("status") != "ok"],
+        errors=errors,
     )
 
 
@@ -469,8 +480,8 @@ def _check_hash_on_record(path: str, verification: VerificationInfo | None) -> C
     title = "SHA-256 on record matches"
     if verification is None:
         return CheckItem("hash_on_record", title, NOT_CHECKED, "no manifest was given")
-    row = _manifest_row(path, verification.files)
-    if row is None:
+    row = _manifest_row(path, verification)
+    if row is None or row.get("status") == "extra":
         return CheckItem("hash_on_record", title, FAIL,
                          f"{Path(path).name} is not listed in {verification.manifest}")
     if row.get("status") == "ok":
@@ -479,14 +490,18 @@ def _check_hash_on_record(path: str, verification: VerificationInfo | None) -> C
                      f"{row.get('status')} against {verification.manifest}")
 
 
-def _manifest_row(path: str, rows: list[dict]) -> dict | None:
-    """The verify row for this file: same resolved path, else the only row with its name."""
+def _manifest_row(path: str, verification: VerificationInfo) -> dict | None:
+    """This file's verify row: by path under the manifest, by unique name, or the only row."""
+    rows = verification.files
     target = Path(path).resolve()
+    base = Path(verification.manifest).resolve().parent if verification.manifest else Path.cwd()
     for row in rows:
-        if row.get("path") and Path(row["path"]).resolve() == target:
+        if row.get("path") and (base / row["path"]).resolve() == target:
             return row
     same_name = [r for r in rows if Path(str(r.get("path", ""))).name == target.name]
-    return same_name[0] if len(same_name) == 1 else None
+    if len(same_name) == 1:
+        return same_name[0]
+    return rows[0] if len(rows) == 1 else None
 
 
 def _check_weights_only(scan: ScanInfo, load: LoadInfo) -> CheckItem:
@@ -583,45 +598,55 @@ def _file_problems(
     return problems
 
 
-def summarize_telemetry(telemetry: dict) -> TelemetrySummary:
+def summarize_telemetry(store: TelemetryStore, source: str) -> TelemetrySummary:
     """Per GPU: temperature range, ECC / retired-page / remapped-row deltas and XIDs."""
-    samples = list(telemetry.get("samples") or [])
-    per_gpu: dict[int, list[dict]] = {}
-    for s in samples:
-        per_gpu.setdefault(int(s.get("index", 0)), []).append(s)
-    times = [t for t in (_number(s.get("time")) for s in samples) if t is not None]
-    t0 = min(times) if times else 0.0
-    gpus = []
-    for index, rows in sorted(per_gpu.items()):
-        temps = [(t - t0, v) for t, v in ((_number(r.get("time")), _number(
-            r.get("temperature_gpu"))) for r in rows) if t is not None and v is not None]
-        values = [v for _, v in temps]
-        xids = [int(x) for r in rows for x in (r.get("xids") or [])]
+    xids: dict[int, list[int]] = {}
+    for event in list(store.xids):
+        xids.setdefault(event.gpu, []).append(event.xid)
+    gpus, starts, ends = [], [], []
+    for index in store.gpus():
+        times, temps = store.series(index, "temperature_gpu")
+        if len(times):
+            starts.append(float(times[0]))
+            ends.append(float(times[-1]))
+        # the store keeps float32; two decimals is all a thermometer reading carries
+        temp_points = [(float(t), round(float(v), 2)) for t, v in zip(times, temps, strict=True)
+                       if math.isfinite(v)]
+        latest = store.latest(index)
+        retired = _sum_deltas(_delta(store, index, "retired_sbe"),
+                              _delta(store, index, "retired_dbe"))
         gpus.append(GpuTelemetry(
             index=index,
-            name=str(rows[0].get("name") or f"GPU {index}"),
-            samples=len(rows),
-            temperature_min=min(values) if values else None,
-            temperature_max=max(values) if values else None,
-            ecc_corrected_delta=_delta(rows, "ecc_corrected_volatile"),
-            ecc_uncorrected_delta=_delta(rows, "ecc_uncorrected_volatile"),
-            retired_pages_delta=_delta(rows, "retired_pages"),
-            remapped_rows_delta=_delta(rows, "remapped_rows_uncorrected"),
-            xids=xids,
-            temperature_series=[[round(t, 3), v] for t, v in _thin(temps)],
+            name=str(getattr(latest, "name", None) or f"GPU {index}"),
+            samples=store.count(index),
+            temperature_min=min((v for _, v in temp_points), default=None),
+            temperature_max=max((v for _, v in temp_points), default=None),
+            ecc_corrected_delta=_delta(store, index, "ecc_corrected_volatile"),
+            ecc_uncorrected_delta=_delta(store, index, "ecc_uncorrected_volatile"),
+            retired_pages_delta=retired,
+            remapped_rows_delta=_delta(store, index, "remapped_uncorrectable"),
+            xids=xids.get(index, []),
+            temperature_series=[[round(t - min(starts), 3), v]
+                                for t, v in _thin(temp_points)],
         ))
     return TelemetrySummary(
-        source=str(telemetry.get("source") or "unknown"),
-        samples=len(samples),
-        duration_s=(max(times) - t0) if times else None,
+        source=source,
+        samples=sum(g.samples for g in gpus),
+        duration_s=round(max(ends) - min(starts), 3) if starts else None,
         gpus=gpus,
     )
 
 
-def _delta(rows: list[dict], key: str) -> int | None:
-    """Last minus first of a monotonic counter, None when the device never reported it."""
-    values = [v for v in (_number(r.get(key)) for r in rows) if v is not None]
-    return int(values[-1] - values[0]) if values else None
+def _delta(store: TelemetryStore, index: int, name: str) -> int | None:
+    """Last minus first reading of a counter, None when the device never reported it."""
+    _, values = store.series(index, name)
+    finite = [float(v) for v in values if math.isfinite(v)]
+    return int(finite[-1] - finite[0]) if finite else None
+
+
+def _sum_deltas(*deltas: int | None) -> int | None:
+    known = [d for d in deltas if d is not None]
+    return sum(known) if known else None
 
 
 def _telemetry_problems(telemetry: TelemetrySummary) -> list[str]:

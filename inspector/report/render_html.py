@@ -231,6 +231,9 @@ def _verification(f: FileReport) -> str:
             [[_mono(r.get("key")), escape(str(r.get("status"))),
               _mono(_short(r.get("expected"))), _mono(_short(r.get("actual")))]
              for r in v.tensors]))
+    if v.errors:
+        parts.append("<h3>Not checked</h3><ul>"
+                     + "".join(f"<li>{escape(e)}</li>" for e in v.errors) + "</ul>")
     return "".join(parts)
 
 
