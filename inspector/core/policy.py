@@ -80,7 +80,7 @@ fileinput linecache tempfile tarfile zipfile zipapp compileall py_compile mmap f
 termios tty readline rlcompleter mailcap cgi cgitb logging yaml
 torch._inductor torch._dynamo torch.utils.collect_env torch.hub torch.package
 torch.utils.cpp_extension torch.fx torch.ops torch._C torch.library torch.classes
-torch.distributed.rpc torch.multiprocessing torch.compiler torch.export
+torch.distributed.rpc torch.multiprocessing torch.compiler torch.export torch.utils._config_module
 numpy.testing numpy.f2py numpy.distutils numpy.ctypeslib pandas.io
 """))
 # Single callables in modules that are otherwise harmless.
@@ -93,17 +93,20 @@ copyreg.add_extension copyreg.pickle copyreg._inverted_registry copyreg._extensi
 functools.partial functools.reduce torch.load torch.save torch.from_file torch.compile
 torch.serialization.load torch.serialization.save torch.storage._load_from_bytes
 torch.jit.load torch.jit._load_for_lite_interpreter torch.jit.CompilationUnit
+torch.utils.data.datapipes.utils.decoder.basichandlers
 numpy.load numpy.save numpy.savez numpy.savetxt numpy.loadtxt numpy.fromfile numpy.memmap
 numpy.lib.npyio.load pandas.read_pickle pandas.read_csv
 """))
-# A final name like these is dangerous in any module outside the allowlist.
+# A final name like these (or starting with one of them and "_") is dangerous in any module
+# outside the allowlist: loaders, runners and shell helpers hide under many module names.
 DENY_LEAF_NAMES = frozenset(_words("""
 system popen popen2 popen3 popen4 spawn spawnl spawnv spawnve execv execve execl execvp
 eval exec execfile compile __import__ import_module load loads run run_path run_module
 check_call check_output call getoutput getstatusoutput runstring runsource runcode
 open urlopen urlretrieve
 """))
-_SAFE_DUNDERS = frozenset({"__main__", "__builtin__", "__new__"})
+_LEAF_PREFIX_RE = re.compile(r"(?:load|exec|eval|run|spawn|popen|system|compile)(?:_|[A-Z])")
+_SAFE_DUNDERS = frozenset({"__main__", "__builtin__", "__torch__", "__new__"})
 
 _CODE_RE = re.compile(
     r"__import__|\bimport\s+[\w.]+|\bexec\s*\(|\beval\s*\(|\bcompile\s*\(|\bos\.\w+\s*\(|"
@@ -278,7 +281,7 @@ def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> V
             if path is not parts and len(path) < len(parts):
                 reason += f" (reached by attribute walk: {key})"
             return Verdict("dangerous", reason)
-    if parts[-1] in DENY_LEAF_NAMES:
+    if parts[-1] in DENY_LEAF_NAMES or _LEAF_PREFIX_RE.match(parts[-1]):
         return Verdict("dangerous", f"'{parts[-1]}' names a callable that runs code or opens "
                                     "files")
     if module in rules.blocked_modules:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inspector.core import formats, zipread
-from inspector.core.pickle_scan import PickleScan, looks_like_pickle, scan_pickle
+from inspector.core.pickle_scan import Call, PickleScan, looks_like_pickle, scan_pickle
 from inspector.core.policy import WeightsOnlyRules, classify, looks_like_code, weights_only_rules
 from inspector.core.verdict import DANGEROUS, ERROR, SAFE, SUSPICIOUS, rank, worst
 
@@ -27,6 +27,7 @@ MAX_MEMBER_BYTES = 1 << 30  # a pickle member larger than this is reported, not 
 MAX_DECOMPRESSED = 1 << 30
 CRC_BUDGET = 64 << 20  # tensor record bytes CRC-checked per file; pickles are always checked
 MAX_STREAM_PICKLES = 64
+MAX_NESTING = 3  # pickles inside call arguments inside pickles
 TORCH_WEIGHTS_FORMATS = ("pytorch-zip", "pytorch-legacy")
 STORAGE_ITEMSIZE = {
     "Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
@@ -127,7 +128,8 @@ class _Scan:
         rules = self.rules
         return scan_pickle(data, start, allowed=rules.allowed, wo_opcodes=rules.opcodes)
 
-    def add_pickle(self, scan: PickleScan, member: str | None, torch_reads: bool) -> None:
+    def add_pickle(self, scan: PickleScan, member: str | None, torch_reads: bool,
+                   depth: int = 0) -> None:
         """Fold one walked pickle into the result; `torch_reads`: torch.load unpickles it."""
         self.result.pickles.append({"member": member, "offset": scan.start, "end": scan.end,
                                     "protocol": scan.protocol, "opcodes": scan.opcodes,
@@ -151,6 +153,8 @@ class _Scan:
                 self.find(DANGEROUS, "code-in-arguments",
                           f"{call.opcode} of {target} with an argument that reads like code: "
                           f"{sample!r}", member, call.offset)
+            if not allowed and depth < MAX_NESTING:
+                self._nested(call, member, depth)
         for issue in scan.issues:
             severity = DANGEROUS if issue.dangerous else SUSPICIOUS
             self.find(severity, issue.code, issue.message, member, issue.offset)
@@ -159,6 +163,17 @@ class _Scan:
                 self.block(reason)
             if not scan.stopped:
                 self.block("pickle does not end cleanly")
+
+    def _nested(self, call: Call, member: str | None, depth: int) -> None:
+        """Scan pickles passed as call arguments (pickle.loads(b"..."), decoders, configs)."""
+        for text in call.strings:
+            if len(text) > 2 and text[0] == "\x80" and ord(text[1]) <= 5:
+                inner = self.walk(text.encode("latin-1"))
+                if looks_like_pickle(inner):
+                    target = call.func.key if call.func else "a computed callable"
+                    self.find(SUSPICIOUS, "nested-pickle", f"{call.opcode} of {target} receives a "
+                              "pickle as an argument; it was scanned too", member, call.offset)
+                    self.add_pickle(inner, member, False, depth + 1)
 
     def finish(self) -> None:
         res = self.result

@@ -1,0 +1,69 @@
+"""SARIF 2.1.0 output of scan results, for code-scanning pipelines (GitHub, GitLab, Azure)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from inspector import __version__
+from inspector.core.scan import ScanResult
+
+SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+_LEVEL = {"dangerous": "error", "suspicious": "warning", "error": "error", "info": "note"}
+
+
+def _uri(path: str) -> str:
+    p = Path(path)
+    return p.resolve().as_uri() if p.is_absolute() else p.as_posix()
+
+
+def _result(rule_id: str, level: str, text: str, path: str, props: dict) -> dict:
+    return {
+        "ruleId": rule_id,
+        "level": level,
+        "message": {"text": text},
+        "locations": [{"physicalLocation": {"artifactLocation": {"uri": _uri(path)}}}],
+        "properties": props,
+    }
+
+
+def sarif_log(results: Iterable[ScanResult]) -> dict:
+    """One SARIF run: a result per non-safe import, finding and scan error."""
+    rules: dict[str, dict] = {}
+    out = []
+
+    def rule(rule_id: str, text: str) -> None:
+        rules.setdefault(rule_id, {"id": rule_id, "shortDescription": {"text": text}})
+
+    for res in results:
+        common = {"format": res.format, "verdict": res.verdict,
+                  "weights_only_ok": res.weights_only_ok}
+        for g in res.globals:
+            if g.severity == "safe":
+                continue
+            rule_id = f"pickle-import/{g.severity}"
+            rule(rule_id, f"pickle imports a {g.severity} global")
+            out.append(_result(rule_id, _LEVEL[g.severity],
+                               f"imports {g.module}.{g.name} ({g.count}x): {g.reason}", res.path,
+                               {**common, "module": g.module, "name": g.name,
+                                "members": g.members}))
+        for f in res.findings:
+            if f.severity == "info":
+                continue
+            rule(f.code, f.code.replace("-", " "))
+            where = f" [{f.member}]" if f.member else ""
+            out.append(_result(f.code, _LEVEL.get(f.severity, "warning"), f.message + where,
+                               res.path, {**common, "member": f.member, "offset": f.offset}))
+        if res.error:
+            rule("scan-error", "file could not be scanned")
+            out.append(_result("scan-error", "error", res.error, res.path, common))
+    return {
+        "$schema": SCHEMA,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {"name": "ckpt-inspector", "version": __version__,
+                                "informationUri": "https://github.com/checkpoint-inspector",
+                                "rules": sorted(rules.values(), key=lambda r: r["id"])}},
+            "results": out,
+        }],
+    }

@@ -1,0 +1,73 @@
+"""`ckpt-inspector scan PATH… [--json] [--sarif FILE]`: static scan, no code from the file runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from inspector.core.atomic import OutputExistsError, write_text_atomic
+from inspector.core.scan import ScanResult, scan_paths
+from inspector.core.verdict import ERROR, exit_code, worst
+
+EXIT_OUTPUT = 4
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `scan`."""
+    parser.add_argument("paths", nargs="+", metavar="PATH",
+                        help="files or folders (recursive; every file, whatever its extension)")
+    parser.add_argument("--json", action="store_true",
+                        help="one JSON object per file (JSON Lines) instead of text")
+    parser.add_argument("--sarif", type=Path, metavar="FILE", help="also write SARIF 2.1.0")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing SARIF file")
+
+
+def _human(res: ScanResult) -> list[str]:
+    wo = "weights_only: loads" if res.weights_only_ok else "weights_only: refused"
+    if res.error:
+        return [f"{res.verdict.upper():<10} {res.path}: {res.error}"]
+    lines = [f"{res.verdict.upper():<10} {res.path}  ({res.format}; {wo})"]
+    for g in res.globals:
+        if g.severity != "safe":
+            lines.append(f"    {g.severity:<10} {g.module}.{g.name} x{g.count}: {g.reason}")
+    for f in res.findings:
+        if f.severity != "info":
+            where = f" [{f.member}]" if f.member else ""
+            lines.append(f"    {f.severity:<10} {f.code}: {f.message}{where}")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    """Scan every file; exit 0 safe, 1 suspicious, 2 dangerous, 3 error (worst file wins)."""
+    if args.sarif and args.sarif.exists() and not args.force:
+        print(f"ckpt-inspector scan: {args.sarif} exists; pass --force to overwrite it",
+              file=sys.stderr)
+        return EXIT_OUTPUT
+    results: list[ScanResult] = []
+    for res in scan_paths(args.paths):
+        results.append(res)
+        if args.json:
+            print(json.dumps(res.to_json()), flush=True)
+        else:
+            print("\n".join(_human(res)), flush=True)
+    if not results:
+        print("ckpt-inspector scan: no files found under the given paths", file=sys.stderr)
+        return exit_code(ERROR)
+    if args.sarif:
+        from inspector.cli.sarif import sarif_log
+
+        try:
+            write_text_atomic(args.sarif, json.dumps(sarif_log(results), indent=2),
+                              overwrite=args.force)
+        except (OutputExistsError, OSError) as exc:
+            print(f"ckpt-inspector scan: cannot write {args.sarif}: {exc}", file=sys.stderr)
+            return EXIT_OUTPUT
+    verdict = worst(r.verdict for r in results)
+    if not args.json and len(results) > 1:
+        counts = {v: sum(r.verdict == v for r in results) for v in
+                  ("safe", "suspicious", "dangerous", "error")}
+        summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+        print(f"{len(results)} files: {summary}", file=sys.stderr)
+    return exit_code(verdict)
