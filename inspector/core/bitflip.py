@@ -14,28 +14,10 @@ from typing import Any
 
 import numpy as np
 
+from inspector.core.dtypes import canonical_dtype
+
 MAX_REPORTED_FLIPS = 1000
 """Flips listed individually per tensor; counts beyond this stay exact."""
-
-_SAFETENSORS_NAMES = {
-    "F64": "float64",
-    "F32": "float32",
-    "F16": "float16",
-    "BF16": "bfloat16",
-    "F8_E4M3": "float8_e4m3fn",
-    "F8_E5M2": "float8_e5m2",
-    "F8_E8M0": "float8_e8m0fnu",
-    "C64": "complex64",
-    "I64": "int64",
-    "I32": "int32",
-    "I16": "int16",
-    "I8": "int8",
-    "U64": "uint64",
-    "U32": "uint32",
-    "U16": "uint16",
-    "U8": "uint8",
-    "BOOL": "bool",
-}
 
 
 @dataclass(frozen=True)
@@ -103,12 +85,6 @@ def _build_layouts() -> dict[str, BitLayout]:
 
 
 LAYOUTS = _build_layouts()
-
-
-def canonical_dtype(dtype: Any) -> str:
-    """Torch-style name of a dtype given as torch.dtype, 'torch.x', 'x' or a safetensors code."""
-    name = str(dtype).removeprefix("torch.")
-    return _SAFETENSORS_NAMES.get(name, name)
 
 
 def layout_for(dtype: Any) -> BitLayout:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from inspector.core.bitflip import canonical_dtype
+from inspector.core.dtypes import canonical_dtype
 from inspector.core.hashing import sha256_file
 from inspector.core.manifest import FileEntry, Manifest, TensorEntry
 from inspector.core.progress import CancelToken, ProgressFn, check

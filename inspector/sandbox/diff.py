@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from inspector.core.bitflip import FlipTally, canonical_dtype, compare_raw, layout_for
+from inspector.core.bitflip import FlipTally, compare_raw, layout_for
+from inspector.core.dtypes import canonical_dtype
 
 Chunk = memoryview | bytes | bytearray | np.ndarray
 """Raw little-endian element bytes, e.g. from `stats.byte_chunks`."""
