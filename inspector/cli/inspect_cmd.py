@@ -1,0 +1,127 @@
+"""`ckpt-inspector inspect FILE [--json] [--allow-global MODULE.NAME …]`.
+
+Static scan, file SHA-256, load with weights_only=True in the jailed worker, statistics and a
+content digest for every tensor. Human table by default; `--json` prints the `inspect`
+contract of DESIGN.md.
+
+Exit codes:
+  0  loaded; the static scan says safe
+  1  loaded; the static scan says suspicious (e.g. globals you allowed)
+  2  not loaded: the static scan says dangerous (--override-dangerous loads it anyway, still
+     with weights_only=True inside the jail)
+  3  not loaded: not a format torch.load reads (or the scan failed)
+  5  the load failed: weights_only refused globals (listed), corrupt archive, a sandbox
+     limit was hit, or the worker crashed or timed out
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from inspector.core.verdict import exit_code
+
+EXIT_LOAD_FAILED = 5
+_REFUSAL_EXITS = {"refused_dangerous": 2, "refused_global": 2, "unsupported_format": 3}
+
+
+def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared by every command that loads a checkpoint in the worker."""
+    parser.add_argument("--allow-global", action="append", default=[], metavar="MODULE.NAME",
+                        help="allow this global for this one load (repeatable); only what the "
+                             "weights_only error names, and only if you trust the file")
+    parser.add_argument("--override-dangerous", action="store_true",
+                        help="load even when the static scan says dangerous (still "
+                             "weights_only=True, inside the jail)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                        help="kill the worker after this long")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `inspect`."""
+    parser.add_argument("file", metavar="FILE", help="the checkpoint")
+    parser.add_argument("--json", action="store_true", help="print the inspect contract as JSON")
+    add_loader_arguments(parser)
+
+
+def error_exit(error: dict) -> int:
+    """The exit code for a worker or refusal error."""
+    return _REFUSAL_EXITS.get(error.get("code", ""), EXIT_LOAD_FAILED)
+
+
+def sandbox_line(sandbox: dict | None) -> str:
+    """One line naming the jail level, what is active and what is missing."""
+    if not sandbox:
+        return "sandbox:  not started"
+    line = f"sandbox:  {sandbox.get('level')} ({', '.join(sandbox.get('active') or []) or 'none'})"
+    missing = sandbox.get("missing") or {}
+    if missing:
+        line += "; missing: " + "; ".join(f"{k}: {v}" for k, v in missing.items())
+    return line
+
+
+def _num(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.4g}"
+
+
+def _human(report: dict) -> list[str]:
+    scan = report.get("scan") or {}
+    lines = [
+        f"file:     {report['path']} ({report['size']:,} bytes, {report.get('format')})",
+        f"sha256:   {report.get('sha256')}",
+        f"scan:     {scan.get('verdict')}"
+        + ("; weights_only loads it" if scan.get("weights_only_ok") else ""),
+        sandbox_line(report.get("sandbox")),
+    ]
+    tensors = report.get("tensors") or []
+    if tensors:
+        width = min(48, max(len(t["key"]) for t in tensors))
+        lines.append("")
+        algorithm = report["digest_algorithm"]
+        lines.append(f"{'key':<{width}}  {'dtype':<14} {'shape':<18} {'min':>10} {'max':>10} "
+                     f"{'mean':>10} {'std':>10} {'nan':>6} {'inf':>6}  {algorithm}")
+        for t in tensors:
+            flags = ",".join(t.get("flags") or [])
+            lines.append(
+                f"{t['key'][:width]:<{width}}  {t['dtype']:<14} {tuple(t['shape'])!s:<18} "
+                f"{_num(t.get('min')):>10} {_num(t.get('max')):>10} {_num(t.get('mean')):>10} "
+                f"{_num(t.get('std')):>10} {_num(t.get('nan')):>6} {_num(t.get('inf')):>6}  "
+                f"{(t.get('digest') or flags or '-')[:16]}")
+    objects = report.get("objects") or []
+    if objects:
+        lines.append("")
+        lines.append(f"{len(objects)} non-tensor value(s):")
+        lines.extend(f"  {o['key']}: {o['type']} = {o['repr']}" for o in objects[:50])
+    error = report.get("error")
+    if error:
+        lines.append("")
+        lines.append(f"error:    {error['message']}")
+    else:
+        total = sum(t.get("nbytes", 0) for t in tensors)
+        lines.append("")
+        lines.append(f"{len(tensors)} tensors, {total:,} bytes of tensor data")
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    """Inspect one checkpoint; see the module docstring for exit codes."""
+    from inspector.sandbox.client import inspect_file
+
+    try:
+        report = inspect_file(args.file, allow_globals=args.allow_global,
+                              override_dangerous=args.override_dangerous, timeout=args.timeout)
+    except OSError as exc:
+        print(f"ckpt-inspector inspect: {exc.strerror or exc}: {args.file}", file=sys.stderr)
+        return exit_code("error")
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print("\n".join(_human(report)))
+    if report.get("error"):
+        return error_exit(report["error"])
+    return exit_code((report.get("scan") or {}).get("verdict", "safe"))

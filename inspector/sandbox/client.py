@@ -1,0 +1,348 @@
+"""Client of the jailed worker: plain Python, used by the CLI, the GUI and the tests.
+
+`run_job` starts `python -I -m inspector.sandbox.worker` with a scrubbed environment in its
+own session (process group), sends the request, streams the worker's events to `on_event`,
+and kills the whole group on timeout, cancel or crash, so nothing is left running. Failures
+raise `SandboxError` with a stable `code` and a one-line `message`; a cancel raises
+`Cancelled`. This module never imports torch and never unpickles.
+
+`inspect_file` and `convert_file` add the static scan first: a file the scan calls dangerous
+is not handed to the worker unless the caller overrides, and even then it is only loaded with
+weights_only=True inside the jail. The file's SHA-256 is computed in a thread of this process
+while the worker loads and hashes tensors, so the two use both cores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from inspector.core.atomic import OutputExistsError, atomic_write, write_text_atomic
+from inspector.core.hashing import sha256_file
+from inspector.core.progress import Cancelled, CancelToken
+
+EventFn = Callable[[dict], None]
+
+WORKER_MODULE = "inspector.sandbox.worker"
+SELFTEST_ENV = "CKPT_INSPECTOR_SANDBOX_SELFTEST"
+LOADABLE_FORMATS = ("pytorch-zip", "pytorch-legacy")
+DIGEST_ALGORITHM = "sha256"
+
+
+class SandboxError(Exception):
+    """The worker failed or refused; `code` is stable, `message` is one line for a person."""
+
+    def __init__(self, code: str, message: str, globals_: Iterable[str] = (),
+                 sandbox: dict | None = None, stderr: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.globals = list(globals_)
+        self.sandbox = sandbox
+        self.stderr = stderr
+
+    def to_json(self) -> dict:
+        """The `error` object of the inspect and convert contracts."""
+        return {"code": self.code, "message": self.message, "globals": self.globals}
+
+
+def worker_env() -> dict[str, str]:
+    """The worker's whole environment: nothing inherited but the test-suite switch."""
+    env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8",
+           "HOME": "/nonexistent", "PYTHONDONTWRITEBYTECODE": "1"}
+    if os.environ.get(SELFTEST_ENV) == "1":
+        env[SELFTEST_ENV] = "1"
+    return env
+
+
+_SIGNAL_ERRORS = {
+    getattr(signal, "SIGXCPU", None): ("cpu_limit", "the worker used up its CPU-time limit"),
+    getattr(signal, "SIGXFSZ", None): ("file_size_limit",
+                                       "the worker exceeded its file-size limit"),
+    getattr(signal, "SIGSYS", None): ("seccomp_violation",
+                                      "the worker made a forbidden system call and was killed"),
+    signal.SIGSEGV: ("worker_crashed", "the worker crashed (segmentation fault)"),
+    signal.SIGABRT: ("worker_crashed", "the worker aborted"),
+    signal.SIGKILL: ("worker_killed", "the worker was killed (out of memory?)"),
+}
+
+
+def run_job(
+    request: dict,
+    on_event: EventFn | None = None,
+    cancel: CancelToken | None = None,
+    timeout: float | None = None,
+    pass_fds: Iterable[int] = (),
+) -> dict:
+    """Run one operation in a fresh jailed worker; return its `result` plus `sandbox`, `timing`."""
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-I", "-m", WORKER_MODULE],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=worker_env(), cwd="/", start_new_session=True, pass_fds=tuple(pass_fds),
+    )
+    stop = _Watchdog(proc, cancel, timeout)
+    stderr_tail: deque[str] = deque(maxlen=40)
+    drain = threading.Thread(target=_drain, args=(proc.stderr, stderr_tail), daemon=True)
+    drain.start()
+    sandbox: dict | None = None
+    result: dict | None = None
+    error: dict | None = None
+    startup_s: float | None = None
+    try:
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write((json.dumps(request) + "\n").encode())
+            proc.stdin.close()
+        for raw in proc.stdout:
+            try:
+                event = json.loads(raw)
+            except ValueError:
+                text = raw[:200].decode("utf-8", "replace")
+                stderr_tail.append(f"unparsable protocol line: {text}")
+                continue
+            kind = event.get("type")
+            if kind == "jail":
+                sandbox = {k: v for k, v in event.items() if k != "type"}
+            elif kind == "progress" and startup_s is None:
+                startup_s = time.monotonic() - started
+            elif kind == "result":
+                result = {k: v for k, v in event.items() if k != "type"}
+            elif kind == "error":
+                error = event
+            if on_event is not None and kind != "result":
+                on_event(event)
+        proc.wait()
+    finally:
+        stop.finish()
+        _kill_group(proc)
+        drain.join(timeout=2)
+    tail = "\n".join(stderr_tail)
+    if stop.reason == "cancel":
+        raise Cancelled()
+    if stop.reason == "timeout":
+        raise SandboxError("timeout", f"the worker did not finish within {timeout:g} s",
+                           sandbox=sandbox, stderr=tail)
+    if error is not None:
+        raise SandboxError(str(error.get("code") or "error"), str(error.get("message") or ""),
+                           error.get("globals") or (), sandbox=sandbox, stderr=tail)
+    if result is None:
+        raise _crash_error(proc.returncode, sandbox, tail)
+    result["sandbox"] = sandbox
+    result["timing"] = {"startup_s": startup_s, "total_s": time.monotonic() - started}
+    return result
+
+
+def _crash_error(returncode: int | None, sandbox: dict | None, tail: str) -> SandboxError:
+    if returncode is not None and returncode < 0:
+        code, message = _SIGNAL_ERRORS.get(
+            -returncode, ("worker_crashed", f"the worker died from signal {-returncode}"))
+    else:
+        last = next((ln for ln in reversed(tail.splitlines()) if ln.strip()), "no output")
+        code = "worker_crashed"
+        message = f"the worker exited ({returncode}) without a result: {last}"
+    return SandboxError(code, message, sandbox=sandbox, stderr=tail)
+
+
+def _drain(stream, tail: deque[str]) -> None:
+    for raw in stream:
+        tail.append(raw.decode("utf-8", "replace").rstrip())
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the worker's whole process group (a no-op once everything has exited)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+class _Watchdog:
+    """Kills the worker's group when the timeout passes or the cancel token is set."""
+
+    def __init__(self, proc: subprocess.Popen, cancel: CancelToken | None,
+                 timeout: float | None) -> None:
+        self.reason: str | None = None
+        self._proc = proc
+        self._cancel = cancel
+        self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.05):
+            if self._cancel is not None and self._cancel.cancelled:
+                self.reason = "cancel"
+            elif self._deadline is not None and time.monotonic() > self._deadline:
+                self.reason = "timeout"
+            else:
+                continue
+            _kill_group(self._proc)
+            return
+
+    def finish(self) -> None:
+        self._done.set()
+        self._thread.join()
+
+
+# --- inspect and convert ----------------------------------------------------------------
+
+
+def static_scan(path: Path) -> dict:
+    """The `scan` contract for one file (milliseconds; nothing is executed)."""
+    from inspector.core.scan import scan_file
+
+    return scan_file(path).to_json()
+
+
+def check_loadable(scan: dict, allow_globals: Iterable[str], override_dangerous: bool) -> None:
+    """Raise SandboxError when the scan says this file must not reach torch.load."""
+    fmt = scan.get("format")
+    severity = {f"{g['module']}.{g['name']}": g["severity"] for g in scan.get("globals") or []}
+    if scan.get("verdict") == "dangerous" and not override_dangerous:
+        bad = [name for name, sev in severity.items() if sev == "dangerous"]
+        raise SandboxError("refused_dangerous",
+                           "not loaded: the static scan found dangerous imports"
+                           + (f" ({', '.join(bad[:8])})" if bad else "")
+                           + "; override to load it with weights_only inside the jail", bad)
+    forbidden = [g for g in allow_globals if severity.get(g) == "dangerous"]
+    if forbidden:
+        raise SandboxError("refused_global",
+                           "refusing to allow dangerous globals: " + ", ".join(forbidden),
+                           forbidden)
+    if fmt == "torchscript":
+        raise SandboxError("unsupported_format",
+                           "TorchScript archives are never loaded (their code would run)")
+    if fmt not in LOADABLE_FORMATS:
+        detail = f": {scan['error']}" if scan.get("error") else ""
+        raise SandboxError("unsupported_format",
+                           f"torch.load cannot open this file (format {fmt}){detail}")
+
+
+def _limits(size: int, limits: dict | None) -> dict:
+    """Defaults scaled to the checkpoint: two CPU minutes plus one per GB."""
+    out = {"cpu_seconds": 120 + 60 * (size >> 30), "memory_mb": 4096, "open_files": 256}
+    out.update(limits or {})
+    return out
+
+
+class _FileHash:
+    """The file's SHA-256, computed on a second core while the worker runs."""
+
+    def __init__(self, path: Path, cancel: CancelToken | None) -> None:
+        self.digest: str | None = None
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._run, args=(path, cancel), daemon=True)
+        self._thread.start()
+
+    def _run(self, path: Path, cancel: CancelToken | None) -> None:
+        try:
+            self.digest = sha256_file(path, cancel=cancel)
+        except (OSError, Cancelled) as exc:
+            self.error = str(exc) or type(exc).__name__
+
+    def result(self) -> str | None:
+        self._thread.join()
+        return self.digest
+
+
+def inspect_file(
+    path: str | os.PathLike[str],
+    allow_globals: Iterable[str] = (),
+    override_dangerous: bool = False,
+    on_event: EventFn | None = None,
+    cancel: CancelToken | None = None,
+    timeout: float | None = None,
+    limits: dict | None = None,
+) -> dict:
+    """Scan, hash and load in the jail; the `inspect` contract (error set instead of raising)."""
+    target = Path(path).resolve()
+    allow = list(allow_globals)
+    size = target.stat().st_size
+    report: dict = {"path": str(target), "size": size, "sha256": None, "format": None,
+                    "scan": None, "sandbox": None, "digest_algorithm": DIGEST_ALGORITHM,
+                    "tensors": [], "objects": [], "error": None, "allowed_globals": allow}
+    hasher = _FileHash(target, cancel)
+    scan = static_scan(target)
+    report.update(scan=scan, format=scan.get("format"))
+    try:
+        check_loadable(scan, allow, override_dangerous)
+        request = {"op": "inspect", "path": str(target), "allow_globals": allow,
+                   "limits": _limits(size, limits)}
+        result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout)
+        report.update(sandbox=result["sandbox"], tensors=result["tensors"],
+                      objects=result["objects"], timing=result["timing"],
+                      digest_algorithm=result.get("digest_algorithm", DIGEST_ALGORITHM))
+    except SandboxError as exc:
+        report["error"] = exc.to_json()
+        report["sandbox"] = exc.sandbox
+    report["sha256"] = hasher.result()
+    if cancel is not None:
+        cancel.check()
+    return report
+
+
+def sidecar_path(output: Path) -> Path:
+    """Where the non-tensor data of a conversion goes: `<output stem>.sidecar.json`."""
+    return output.with_name(output.stem + ".sidecar.json")
+
+
+def convert_file(
+    path: str | os.PathLike[str],
+    output: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    allow_globals: Iterable[str] = (),
+    override_dangerous: bool = False,
+    on_event: EventFn | None = None,
+    cancel: CancelToken | None = None,
+    timeout: float | None = None,
+    limits: dict | None = None,
+) -> dict:
+    """Convert to safetensors inside the jail, verified bit for bit; the conversion report.
+
+    Raises SandboxError (and leaves nothing behind) when the conversion cannot be done.
+    """
+    source = Path(path).resolve()
+    out = Path(output).resolve() if output else source.with_suffix(".safetensors")
+    sidecar = sidecar_path(out)
+    for target in (out, sidecar):
+        if target.exists() and os.path.samefile(target, source):
+            raise SandboxError("output_is_input", f"refusing to overwrite the input {source}")
+        if target.exists() and not overwrite:
+            raise SandboxError("output_exists", f"{target} exists; pass overwrite to replace it")
+    allow = list(allow_globals)
+    size = source.stat().st_size
+    scan = static_scan(source)
+    check_loadable(scan, allow, override_dangerous)
+    request = {"op": "convert", "path": str(source), "allow_globals": allow,
+               "limits": _limits(size, limits),
+               # Views are cloned, so the output may exceed the input; this bounds it.
+               "output_bytes": 4 * size + (64 << 20)}
+    try:
+        with atomic_write(out, overwrite=overwrite) as fh:
+            request["output_fd"] = fh.fileno()
+            result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout,
+                             pass_fds=(fh.fileno(),))
+            if not result.get("verified"):
+                raise SandboxError("verify_failed", "the output does not match the input: "
+                                   + ", ".join(result.get("mismatches", [])[:8]),
+                                   sandbox=result.get("sandbox"))
+    except OutputExistsError as exc:
+        raise SandboxError("output_exists", str(exc)) from None
+    sidecar_doc = result.pop("sidecar_document", None)
+    result["sidecar"] = None
+    if sidecar_doc is not None:
+        write_text_atomic(sidecar, json.dumps(sidecar_doc, indent=1, allow_nan=False) + "\n",
+                          overwrite=overwrite)
+        result["sidecar"] = str(sidecar)
+    result.update(input=str(source), output=str(out), scan_verdict=scan.get("verdict"))
+    return result

@@ -1,0 +1,40 @@
+"""The worker's `inspect` operation: load, then statistics and digests for every tensor."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from inspector.core.progress import CancelToken
+from inspector.sandbox.load import load_checkpoint, split_leaves
+from inspector.sandbox.mapped import PageReleaser
+from inspector.sandbox.stats import DIGEST_ALGORITHM, describe_object, describe_tensors
+
+
+def inspect(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict:
+    """Load request["path"] with weights_only and describe every tensor and object."""
+    path = request["path"]
+    # Two pool threads, one core each: torch's own intra-op threads would only contend.
+    torch.set_num_threads(1)
+    emit({"type": "progress", "stage": "load", "done": 0, "total": 1})
+    obj = load_checkpoint(path, request.get("allow_globals", ()))
+    tensors, objects = split_leaves(obj)
+    objects_out = []
+    for key, value in objects:
+        rec = describe_object(key, value)
+        objects_out.append(rec)
+        emit({"type": "object", "key": key, "python_type": rec["type"], "repr": rec["repr"]})
+    release = PageReleaser(request.get("_maps_fd"), path)
+    release.refresh()
+    emit({"type": "progress", "stage": "tensors", "done": 0, "total": len(tensors)})
+    done = 0
+
+    def on_tensor(event: dict) -> None:
+        nonlocal done
+        done += 1
+        emit(event)
+        emit({"type": "progress", "stage": "tensors", "done": done, "total": len(tensors)})
+
+    records = describe_tensors(tensors, on_tensor, release=release, cancel=cancel)
+    return {"digest_algorithm": DIGEST_ALGORITHM, "tensors": records, "objects": objects_out}

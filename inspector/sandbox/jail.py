@@ -1,0 +1,347 @@
+"""Confine the current process before it deserialises anything; report the level reached.
+
+`apply_jail(config)` must run while the process is still single-threaded (before torch is
+imported): unshare(CLONE_NEWUSER) refuses multithreaded callers, and Landlock only binds the
+calling thread and the threads it creates afterwards. Each layer is applied independently so
+that a kernel lacking one feature still gets the others; the returned level names what is
+active and what is missing, and why.
+
+Layers, in order:
+1. namespaces: a new user + network namespace, so no network interface but loopback exists;
+2. resource limits: CPU seconds, open files, address space, file size (0 unless converting),
+   no core dumps;
+3. Landlock: read only the inputs, the Python installation and system libraries; write nothing
+   except through the already-open output descriptor; no TCP bind/connect; no signals or
+   abstract Unix sockets outside the sandbox;
+4. seccomp-BPF: kill on execve/execveat; EPERM for ptrace, fork/vfork and clone without
+   CLONE_THREAD, namespace and kernel-module calls; EAFNOSUPPORT for sockets other than
+   AF_UNIX; ENOSYS for clone3 and io_uring (their arguments are invisible to BPF, and libc
+   falls back to clone).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import struct
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+
+try:
+    import resource
+except ImportError:  # Windows has no rlimits; the level then says so
+    resource = None
+
+MIB = 1024 * 1024
+
+
+@dataclass
+class JailConfig:
+    """What the jailed process may touch."""
+
+    read_paths: list[str] = field(default_factory=list)
+    """Files or folders (the checkpoints) the job must read."""
+    output_fd: int | None = None
+    """An already-open descriptor the job writes its output to (conversion), else None."""
+    cpu_seconds: int = 600
+    memory_bytes: int = 8 * 1024 * MIB
+    """Address-space limit (mmapped checkpoints count towards it)."""
+    output_bytes: int = 0
+    """RLIMIT_FSIZE: 0 forbids growing any file; a conversion raises it to the output's size."""
+    open_files: int = 256
+
+
+def apply_jail(config: JailConfig) -> dict:
+    """Confine this process as far as the platform allows; return the level dict."""
+    active: list[str] = []
+    missing: dict[str, str] = {}
+    layers = [("namespaces", _unshare_namespaces), ("rlimits", _set_rlimits)]
+    if sys.platform.startswith("linux"):
+        layers += [("landlock", _landlock), ("seccomp", _seccomp)]
+    else:
+        missing["landlock"] = missing["seccomp"] = f"not available on {sys.platform}"
+    for name, apply in layers:
+        try:
+            detail = apply(config)
+        except OSError as exc:
+            missing[name] = f"{exc.strerror or exc} (errno {exc.errno})"
+            continue
+        except _Unsupported as exc:
+            missing[name] = str(exc)
+            continue
+        active.append(f"{name}:{detail}" if detail else name)
+    return {
+        "level": _level_name(active, missing),
+        "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
+        "active": active,
+        "missing": missing,
+    }
+
+
+def _level_name(active: list[str], missing: dict[str, str]) -> str:
+    if not missing:
+        return "full"
+    if not active:
+        return "process-only"
+    return "partial"
+
+
+class _Unsupported(Exception):
+    """The kernel or platform lacks a feature; the message says which."""
+
+
+_libc = ctypes.CDLL(None, use_errno=True) if os.name == "posix" else None
+
+
+def _syscall(nr: int, *args) -> int:
+    result = _libc.syscall(ctypes.c_long(nr), *args)
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return result
+
+
+# --- namespaces -------------------------------------------------------------------------
+
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+
+
+def _unshare_namespaces(config: JailConfig) -> str:
+    if not sys.platform.startswith("linux"):
+        raise _Unsupported(f"not available on {sys.platform}")
+    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
+        return "user+net"
+    first = ctypes.get_errno()
+    # Without user namespaces, root can still drop the network on its own.
+    if _libc.unshare(CLONE_NEWNET) == 0:
+        return f"net (user namespace refused: {os.strerror(first)})"
+    raise OSError(first, f"unshare refused: {os.strerror(first)}")
+
+
+# --- resource limits --------------------------------------------------------------------
+
+
+def _set_rlimits(config: JailConfig) -> str:
+    if resource is None:
+        raise _Unsupported(f"no resource limits on {sys.platform}")
+    limits = [
+        ("cpu", resource.RLIMIT_CPU, config.cpu_seconds, config.cpu_seconds + 2),
+        ("files", resource.RLIMIT_NOFILE, config.open_files, config.open_files),
+        ("as", resource.RLIMIT_AS, config.memory_bytes, config.memory_bytes),
+        ("fsize", resource.RLIMIT_FSIZE, config.output_bytes, config.output_bytes),
+        ("core", resource.RLIMIT_CORE, 0, 0),
+    ]
+    set_names = []
+    for name, which, soft, hard in limits:
+        _, old_hard = resource.getrlimit(which)
+        if old_hard != resource.RLIM_INFINITY:
+            soft, hard = min(soft, old_hard), min(hard, old_hard)
+        resource.setrlimit(which, (soft, hard))
+        set_names.append(name)
+    return ",".join(set_names)
+
+
+# --- Landlock ---------------------------------------------------------------------------
+
+_NR_LANDLOCK_CREATE_RULESET, _NR_LANDLOCK_ADD_RULE, _NR_LANDLOCK_RESTRICT_SELF = 444, 445, 446
+_PR_SET_NO_NEW_PRIVS = 38
+
+_FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_FS_ABI1_ALL = (1 << 13) - 1
+_FS_REFER, _FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
+_NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
+_SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1
+_FILE_ONLY_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI version this kernel offers (0 when it has none)."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    try:
+        return _syscall(_NR_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    except OSError:
+        return 0
+
+
+def _handled_fs(abi: int) -> int:
+    rights = _FS_ABI1_ALL
+    if abi >= 2:
+        rights |= _FS_REFER
+    if abi >= 3:
+        rights |= _FS_TRUNCATE
+    if abi >= 5:
+        rights |= _FS_IOCTL_DEV
+    return rights
+
+
+def _system_read_roots() -> list[str]:
+    """The Python installation (stdlib, venv, this package) and the shared libraries it loads."""
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    roots.update(p for p in sysconfig.get_paths().values())
+    roots.add(str(Path(__file__).resolve().parents[1]))
+    roots.update(["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache"])
+    # Harmless device and CPU-topology files torch's thread pool reads when it starts.
+    roots.update(["/dev/null", "/dev/urandom", "/proc/cpuinfo", "/sys/devices/system/cpu"])
+    return sorted(r for r in roots if r and os.path.exists(r))
+
+
+def _landlock(config: JailConfig) -> str:
+    abi = landlock_abi()
+    if abi < 1:
+        raise _Unsupported("kernel has no Landlock (or it is disabled)")
+    handled_fs = _handled_fs(abi)
+    handled_net = (_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 else 0
+    scoped = (_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if abi >= 6 else 0
+    if abi >= 6:
+        attr = struct.pack("=QQQ", handled_fs, handled_net, scoped)
+    elif abi >= 4:
+        attr = struct.pack("=QQ", handled_fs, handled_net)
+    else:
+        attr = struct.pack("=Q", handled_fs)
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    ruleset = _syscall(_NR_LANDLOCK_CREATE_RULESET, buf, ctypes.c_size_t(len(attr)),
+                       ctypes.c_uint32(0))
+    try:
+        read_rights = (_FS_READ_FILE | _FS_READ_DIR) & handled_fs
+        for path in _system_read_roots() + list(config.read_paths):
+            _add_path_rule(ruleset, path, read_rights)
+        if config.output_fd is not None:
+            write_rights = (_FS_READ_FILE | _FS_WRITE_FILE | _FS_TRUNCATE) & handled_fs
+            _add_fd_rule(ruleset, config.output_fd, write_rights)
+        if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+        _syscall(_NR_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
+    finally:
+        os.close(ruleset)
+    parts = [f"abi{abi}", "fs"]
+    if handled_net:
+        parts.append("net")
+    if scoped:
+        parts.append("scoped")
+    return "+".join(parts)
+
+
+def _add_path_rule(ruleset: int, path: str, rights: int) -> None:
+    fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    try:
+        _add_fd_rule(ruleset, fd, rights)
+    finally:
+        os.close(fd)
+
+
+def _add_fd_rule(ruleset: int, fd: int, rights: int) -> None:
+    if not os.path.isdir(f"/proc/self/fd/{fd}"):
+        rights &= _FILE_ONLY_RIGHTS
+    attr = struct.pack("=Qi", rights, fd)
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    _syscall(_NR_LANDLOCK_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(1), buf,
+             ctypes.c_uint32(0))
+
+
+# --- seccomp-BPF ------------------------------------------------------------------------
+
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_SYSCALLS = {
+    "x86_64": {
+        "execve": 59, "execveat": 322, "fork": 57, "vfork": 58, "clone": 56, "clone3": 435,
+        "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "socket": 41,
+        "socketpair": 53, "io_uring_setup": 425, "io_uring_enter": 426,
+        "io_uring_register": 427, "unshare": 272, "setns": 308, "mount": 165, "umount2": 166,
+        "pivot_root": 155, "chroot": 161, "bpf": 321, "perf_event_open": 298,
+        "userfaultfd": 323, "keyctl": 250, "add_key": 248, "request_key": 249,
+        "kexec_load": 246, "init_module": 175, "finit_module": 313, "open_by_handle_at": 304,
+        "seccomp": 317,
+    },
+    "aarch64": {
+        "execve": 221, "execveat": 281, "clone": 220, "clone3": 435, "ptrace": 117,
+        "process_vm_readv": 270, "process_vm_writev": 271, "socket": 198, "socketpair": 199,
+        "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "unshare": 97,
+        "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "bpf": 280,
+        "perf_event_open": 241, "userfaultfd": 282, "keyctl": 219, "add_key": 217,
+        "request_key": 218, "kexec_load": 104, "init_module": 105, "finit_module": 273,
+        "open_by_handle_at": 265, "seccomp": 277,
+    },
+}
+_KILL = ("execve", "execveat")
+_EPERM = ("fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev", "unshare",
+          "setns", "mount", "umount2", "pivot_root", "chroot", "bpf", "perf_event_open",
+          "userfaultfd", "keyctl", "add_key", "request_key", "kexec_load", "init_module",
+          "finit_module", "open_by_handle_at")
+_ENOSYS = ("clone3", "io_uring_setup", "io_uring_enter", "io_uring_register")
+
+_RET_KILL_PROCESS, _RET_ERRNO, _RET_ALLOW = 0x80000000, 0x00050000, 0x7FFF0000
+_LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+_OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16  # struct seccomp_data; arg0's low word (little endian)
+_CLONE_THREAD, _AF_UNIX = 0x00010000, 1
+_X32_SYSCALL_BIT = 0x40000000
+_SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC = 1, 1
+
+
+def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
+    """The BPF filter for this architecture as (code, jt, jf, k) instructions."""
+    nrs = _SYSCALLS[machine]
+    prog = [
+        (_LD_W_ABS, 0, 0, _OFF_ARCH),
+        (_JEQ_K, 1, 0, _AUDIT_ARCH[machine]),
+        (_RET_K, 0, 0, _RET_KILL_PROCESS),
+        (_LD_W_ABS, 0, 0, _OFF_NR),
+    ]
+    if machine == "x86_64":
+        prog += [(_JGE_K, 0, 1, _X32_SYSCALL_BIT), (_RET_K, 0, 0, _RET_KILL_PROCESS)]
+
+    def on_nr(name: str, action: int) -> None:
+        if name in nrs:
+            prog.extend([(_JEQ_K, 0, 1, nrs[name]), (_RET_K, 0, 0, action)])
+
+    for name in _KILL:
+        on_nr(name, _RET_KILL_PROCESS)
+    for name in _EPERM:
+        on_nr(name, _RET_ERRNO | errno.EPERM)
+    for name in _ENOSYS:
+        on_nr(name, _RET_ERRNO | errno.ENOSYS)
+    # Threads are clone(CLONE_THREAD|...); anything else would be a new process.
+    prog += [
+        (_JEQ_K, 0, 4, nrs["clone"]),
+        (_LD_W_ABS, 0, 0, _OFF_ARG0),
+        (_JSET_K, 0, 1, _CLONE_THREAD),
+        (_RET_K, 0, 0, _RET_ALLOW),
+        (_RET_K, 0, 0, _RET_ERRNO | errno.EPERM),
+    ]
+    for name in ("socket", "socketpair"):
+        prog += [
+            (_JEQ_K, 0, 4, nrs[name]),
+            (_LD_W_ABS, 0, 0, _OFF_ARG0),
+            (_JEQ_K, 0, 1, _AF_UNIX),
+            (_RET_K, 0, 0, _RET_ALLOW),
+            (_RET_K, 0, 0, _RET_ERRNO | errno.EAFNOSUPPORT),
+        ]
+    prog.append((_RET_K, 0, 0, _RET_ALLOW))
+    return prog
+
+
+def _seccomp(config: JailConfig) -> str:
+    machine = platform.machine()
+    if machine not in _SYSCALLS:
+        raise _Unsupported(f"no syscall table for {machine}")
+    prog = seccomp_program(machine)
+    filters = b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+    fbuf = ctypes.create_string_buffer(filters, len(filters))
+
+    class _SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = _SockFprog(len(prog), ctypes.addressof(fbuf))
+    if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    # TSYNC puts every existing thread under the filter too, should any exist already.
+    _syscall(_SYSCALLS[machine]["seccomp"], ctypes.c_uint(_SECCOMP_SET_MODE_FILTER),
+             ctypes.c_uint(_SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(fprog))
+    return f"{len(prog)} instructions"

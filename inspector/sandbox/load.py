@@ -1,0 +1,98 @@
+"""The one place a checkpoint is deserialised: torch.load(weights_only=True) inside the jail.
+
+There is no weights_only=False path. When torch refuses a global, `LoadError` names every
+global the checkpoint needs beyond torch's allowlist, so the caller can allow exactly those
+(`torch.serialization.safe_globals`) for one load. Runs only in the sandbox worker.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+import re
+import zipfile
+
+import torch
+
+from inspector.sandbox.stats import flatten, unique_keys
+
+_GLOBAL_IN_MESSAGE = re.compile(r"GLOBAL ([\w.]+) was not an allowed global")
+
+
+class LoadError(Exception):
+    """A load that failed; `code` is stable for callers, `globals` set when weights_only refused."""
+
+    def __init__(self, code: str, message: str, globals_: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.globals = globals_ or []
+
+
+def resolve_global(qualified: str) -> object:
+    """Import `module.name` (the name may be dotted, e.g. `pkg.mod.Class.Inner`)."""
+    parts = qualified.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            break
+        return obj
+    raise LoadError("bad_allowed_global",
+                    f"cannot allow {qualified}: no such importable module attribute here")
+
+
+def load_checkpoint(path: str, allow_globals: list[str] | tuple[str, ...] = ()) -> object:
+    """torch.load with weights_only=True (mmap for zip archives), allowing exactly those globals."""
+    allowed = [resolve_global(name) for name in allow_globals]
+    mmap = zipfile.is_zipfile(path)
+    try:
+        with torch.serialization.safe_globals(allowed):
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as exc:
+        text = str(exc)
+        if "Weights only load failed" not in text:
+            raise LoadError("load_failed", f"corrupt pickle data: {_first_line(text)}") from None
+        needed = [g for g in _unsafe_globals(path, text) if g not in allow_globals]
+        if needed:
+            raise LoadError(
+                "weights_only_refused",
+                "weights_only refused globals: " + ", ".join(needed)
+                + " (allow exactly these with --allow-global if you trust them)",
+                needed,
+            ) from None
+        reason = text.split("WeightsUnpickler error:", 1)[-1]
+        raise LoadError("weights_only_refused",
+                        f"weights_only refused the file: {_first_line(reason)}") from None
+    except (RuntimeError, EOFError, ValueError, OSError, KeyError, IndexError,
+            TypeError, AttributeError, AssertionError, zipfile.BadZipFile) as exc:
+        raise LoadError("load_failed", f"cannot load checkpoint: {_first_line(str(exc))}") from None
+
+
+def _unsafe_globals(path: str, message: str) -> list[str]:
+    """Every global beyond the allowlist (torch's own static reader), else the one torch named."""
+    found: list[str] = []
+    try:
+        found = list(torch.serialization.get_unsafe_globals_in_checkpoint(path))
+    except Exception:  # legacy or damaged files: fall back to the message
+        found = []
+    found += [g for g in _GLOBAL_IN_MESSAGE.findall(message) if g not in found]
+    return found
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "") or "unknown error"
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def split_leaves(obj: object) -> tuple[list[tuple[str, torch.Tensor]], list[tuple[str, object]]]:
+    """Flatten a loaded checkpoint into (tensors, other leaves), both keyed by dotted path."""
+    tensors, objects = [], []
+    for key, leaf in unique_keys(flatten(obj)):
+        (tensors if isinstance(leaf, torch.Tensor) else objects).append((key, leaf))
+    return tensors, objects

@@ -1,0 +1,383 @@
+"""Tensor statistics and content digests, computed in bounded chunks on two threads.
+
+Runs only inside the sandbox worker (it imports torch). Every statistic is over the finite
+values; NaN and Inf are counted separately. Complex tensors are summarised on their magnitude,
+quantized tensors on their integer representation (scale and zero point are reported), bool
+tensors as 0/1. The digest is SHA-256 of the tensor's bytes laid out contiguously in row-major
+order, as stored (quantized: the integer representation), so it matches a safetensors file
+holding the same tensor. `std` is the population standard deviation (ddof=0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import math
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+import torch
+
+from inspector.core.progress import CancelToken, check
+
+DIGEST_ALGORITHM = "sha256"
+HIST_BINS = 64
+CHUNK_BYTES = 16 * 1024 * 1024
+"""Bound on the bytes one thread touches at a time; also the granularity of page release."""
+REPR_LIMIT = 200
+MAX_DEPTH = 64
+
+Release = Callable[[int, int], None]
+"""release(address, nbytes): the caller is done with those bytes of a mapped checkpoint."""
+
+_SMALL_EXACT = {torch.bool, torch.int8, torch.uint8, torch.int16, torch.uint16}
+_WIDE_INT = {torch.int32, torch.uint32, torch.int64}
+_FLOAT_TO_F32 = {torch.float16, torch.bfloat16, torch.float32} | {
+    getattr(torch, n) for n in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+                                "float8_e5m2fnuz", "float8_e8m0fnu") if hasattr(torch, n)
+}
+
+
+def flatten(obj: object) -> Iterator[tuple[str, object]]:
+    """Yield (dotted key, leaf) for nested dicts, lists, tuples and argparse.Namespace."""
+    yield from _flatten(obj, "", 0, set())
+
+
+def _flatten(obj: object, prefix: str, depth: int, seen: set[int]) -> Iterator[tuple[str, object]]:
+    children = _children(obj)
+    if children is None or not children or depth >= MAX_DEPTH or id(obj) in seen:
+        yield (prefix or "<root>"), obj
+        return
+    seen.add(id(obj))
+    for name, child in children:
+        yield from _flatten(child, f"{prefix}.{name}" if prefix else str(name), depth + 1, seen)
+    seen.discard(id(obj))
+
+
+def _children(obj: object) -> list[tuple[object, object]] | None:
+    if isinstance(obj, dict):
+        return list(obj.items())
+    if type(obj) in (list, tuple):
+        return list(enumerate(obj))
+    if isinstance(obj, argparse.Namespace):
+        return list(vars(obj).items())
+    return None
+
+
+def unique_keys(items: Iterator[tuple[str, object]]) -> list[tuple[str, object]]:
+    """Disambiguate keys that collide after flattening (e.g. "a.b" and {"a": {"b": ...}})."""
+    out, used = [], set()
+    for key, value in items:
+        unique, n = key, 1
+        while unique in used:
+            n += 1
+            unique = f"{key}#{n}"
+        used.add(unique)
+        out.append((unique, value))
+    return out
+
+
+def describe_object(key: str, value: object) -> dict:
+    """The `object` record of a non-tensor leaf: key, Python type and a bounded repr."""
+    text = repr(value)
+    if len(text) > REPR_LIMIT:
+        text = text[: REPR_LIMIT - 3] + "..."
+    kind = type(value)
+    return {"key": key, "type": f"{kind.__module__}.{kind.__qualname__}", "repr": text}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """'float32' for torch.float32."""
+    return str(dtype).removeprefix("torch.")
+
+
+def is_dense(t: torch.Tensor) -> bool:
+    """True for strided tensors with data on the CPU (what statistics and digests need)."""
+    return t.layout == torch.strided and t.device.type == "cpu" and not t.is_nested
+
+
+def layout_record(key: str, t: torch.Tensor) -> dict:
+    """Structural facts about a tensor, without touching its data."""
+    rec: dict = {
+        "key": key, "dtype": dtype_name(t.dtype), "shape": list(t.shape), "numel": t.numel(),
+        "nbytes": t.numel() * t.element_size(), "layout": str(t.layout).removeprefix("torch."),
+        "device": t.device.type, "flags": [],
+    }
+    if t.is_nested:
+        rec["flags"].append("nested")
+        return rec
+    if t.layout != torch.strided:
+        rec["flags"].append("sparse")
+        return rec
+    if t.device.type == "meta":
+        rec["flags"].append("meta")
+    rec.update(stride=list(t.stride()), storage_offset=t.storage_offset(),
+               contiguous=t.is_contiguous())
+    if t.is_quantized:
+        rec["flags"].append("quantized")
+        rec["quantization"] = _quantization(t)
+    return rec
+
+
+def _quantization(t: torch.Tensor) -> dict:
+    scheme = str(t.qscheme()).removeprefix("torch.")
+    if t.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+        return {"scheme": scheme, "scale": t.q_scale(), "zero_point": t.q_zero_point()}
+    scales = t.q_per_channel_scales()
+    zeros = t.q_per_channel_zero_points()
+    return {"scheme": scheme, "axis": t.q_per_channel_axis(), "channels": scales.numel(),
+            "scale": [float(s) for s in scales[:16]], "zero_point": [int(z) for z in zeros[:16]]}
+
+
+def storage_groups(items: list[tuple[str, torch.Tensor]]) -> dict[str, list[str]]:
+    """For each key, the other keys whose tensors share its storage."""
+    by_storage: dict[tuple[int, int], list[str]] = {}
+    for key, t in items:
+        if is_dense(t) and t.untyped_storage().nbytes() > 0:
+            st = t.untyped_storage()
+            by_storage.setdefault((st.data_ptr(), st.nbytes()), []).append(key)
+    shared: dict[str, list[str]] = {}
+    for keys in by_storage.values():
+        if len(keys) > 1:
+            for key in keys:
+                shared[key] = [k for k in keys if k != key]
+    return shared
+
+
+def logical_chunks(t: torch.Tensor, max_elems: int) -> Iterator[torch.Tensor]:
+    """Row-major pieces of t (flattened), each at most max_elems elements; views where possible."""
+    if t.numel() == 0:
+        return
+    if t.is_contiguous() and not t.is_quantized:
+        flat = t.reshape(-1)
+        for start in range(0, flat.numel(), max_elems):
+            yield flat[start : start + max_elems]
+        return
+    if t.numel() <= max_elems or t.dim() == 0:
+        yield t.contiguous().reshape(-1)
+        return
+    rows = max(1, max_elems // max(1, t[0].numel()))
+    for start in range(0, t.shape[0], rows):
+        part = t[start : start + rows]
+        if rows == 1:
+            part = part[0]
+        yield from logical_chunks(part, max_elems)
+
+
+def _raw(chunk: torch.Tensor) -> torch.Tensor:
+    return chunk.int_repr() if chunk.is_quantized else chunk
+
+
+def byte_chunks(t: torch.Tensor, release: Release | None = None) -> Iterator[memoryview]:
+    """The tensor's bytes, contiguous and row-major, in bounded pieces."""
+    per = max(1, CHUNK_BYTES // max(1, t.element_size()))
+    for chunk in logical_chunks(t, per):
+        raw = _raw(chunk)
+        yield memoryview(raw.view(torch.uint8).numpy()).cast("B")
+        if release is not None and chunk.untyped_storage().data_ptr() == _storage_ptr(t):
+            release(chunk.data_ptr(), chunk.numel() * chunk.element_size())
+
+
+def _storage_ptr(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def tensor_digest(t: torch.Tensor, release: Release | None = None,
+                  cancel: CancelToken | None = None) -> str:
+    """SHA-256 of the tensor's bytes, contiguous and row-major, as stored."""
+    digest = hashlib.sha256()
+    for piece in byte_chunks(t, release):
+        check(cancel)
+        digest.update(piece)
+    return digest.hexdigest()
+
+
+@dataclass
+class _Moments:
+    """Chan et al.'s parallel combination of count, mean and sum of squared deviations."""
+
+    n: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+
+    def add(self, n: int, mean: float, m2: float) -> None:
+        if n == 0:
+            return
+        total = self.n + n
+        delta = mean - self.mean
+        self.mean += delta * n / total
+        self.m2 += m2 + delta * delta * self.n * n / total
+        self.n = total
+
+
+def _value_domain(chunk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, str]:
+    """(values as floats, the same as exact integers when floats would round, what they are)."""
+    if chunk.is_quantized:
+        chunk, what = chunk.int_repr(), "int_repr"
+    else:
+        what = "values"
+    dt = chunk.dtype
+    if dt in _SMALL_EXACT:
+        return chunk.to(torch.float32), None, what
+    if dt in _WIDE_INT:
+        exact = chunk.to(torch.int64)
+        return exact.to(torch.float64), exact, what
+    if dt == torch.uint64:
+        return chunk.to(torch.float64), chunk, what
+    if dt in _FLOAT_TO_F32:
+        return chunk.to(torch.float32), None, what
+    if dt == torch.float64:
+        return chunk, None, what
+    if dt.is_complex:
+        wide = torch.complex128 if dt == torch.complex128 else torch.complex64
+        return chunk.to(wide).abs(), None, "magnitude"
+    raise TypeError(f"no statistics for dtype {dtype_name(dt)}")
+
+
+def _exact_minmax(exact: torch.Tensor) -> tuple[int, int]:
+    if exact.dtype == torch.uint64:
+        arr = exact.numpy()
+        return int(arr.min()), int(arr.max())
+    lo, hi = torch.aminmax(exact)
+    return int(lo), int(hi)
+
+
+def tensor_stats(t: torch.Tensor, release: Release | None = None,
+                 cancel: CancelToken | None = None) -> dict:
+    """min, max, mean, std, absmax, NaN/Inf/zero counts and a 64-bin histogram of finite values."""
+    per = max(1, CHUNK_BYTES // max(4, t.element_size()) // 2)
+    moments = _Moments()
+    nan = inf = zeros = 0
+    lo = hi = None
+    what = "values"
+    chunks, last_finite = 0, None
+    for chunk in logical_chunks(t, per):
+        check(cancel)
+        values, exact, what = _value_domain(chunk)
+        finite, c_nan, c_inf, bounds = _finite(values)
+        nan += c_nan
+        inf += c_inf
+        zeros += values.numel() - int(torch.count_nonzero(values))
+        chunks += 1
+        last_finite = finite
+        if finite.numel():
+            c_lo, c_hi = bounds if exact is None else _exact_minmax(exact)
+            lo = c_lo if lo is None else min(lo, c_lo)
+            hi = c_hi if hi is None else max(hi, c_hi)
+            c_mean = float(finite.sum()) / finite.numel()
+            dev = finite - c_mean
+            moments.add(finite.numel(), c_mean, float(dev.square_().sum()))
+        _release_chunk(t, chunk, release)
+    rec = {"stats_on": what, "nan": nan, "inf": inf, "zeros": zeros, "min": lo, "max": hi,
+           "mean": None, "std": None, "absmax": None, "histogram": None}
+    if lo is None:
+        return rec
+    rec["mean"] = moments.mean
+    rec["std"] = math.sqrt(max(moments.m2, 0.0) / moments.n)
+    rec["absmax"] = max(abs(lo), abs(hi))
+    integral = not (t.dtype.is_floating_point or t.dtype.is_complex)
+    rec["min"], rec["max"] = (int(lo), int(hi)) if integral else (float(lo), float(hi))
+    # A one-chunk tensor (the common case) reuses its values instead of reading them again.
+    finite_chunks = [last_finite] if chunks == 1 else _finite_chunks(t, per, release, cancel)
+    rec["histogram"] = _histogram(finite_chunks, float(lo), float(hi))
+    return rec
+
+
+def _finite(values: torch.Tensor) -> tuple[torch.Tensor, int, int, tuple[float, float]]:
+    """(finite values, NaN count, Inf count, (min, max) of the finite values)."""
+    if values.numel() == 0:
+        return values, 0, 0, (math.nan, math.nan)
+    lo, hi = (float(v) for v in torch.aminmax(values))
+    # NaN propagates through aminmax, so finite bounds prove the chunk is all finite.
+    if math.isfinite(lo) and math.isfinite(hi):
+        return values, 0, 0, (lo, hi)
+    nan_mask = torch.isnan(values)
+    inf_mask = torch.isinf(values)
+    finite = values[~(nan_mask | inf_mask)]
+    bounds = tuple(float(v) for v in torch.aminmax(finite)) if finite.numel() else (0.0, 0.0)
+    return finite, int(nan_mask.sum()), int(inf_mask.sum()), bounds
+
+
+def histogram_edges(lo: float, hi: float) -> tuple[float, float]:
+    """The histogram range; a single value gets a unit-wide range, as NumPy does."""
+    return (lo - 0.5, hi + 0.5) if lo == hi else (lo, hi)
+
+
+def _finite_chunks(t: torch.Tensor, per: int, release: Release | None,
+                   cancel: CancelToken | None) -> Iterator[torch.Tensor]:
+    for chunk in logical_chunks(t, per):
+        check(cancel)
+        yield _finite(_value_domain(chunk)[0])[0]
+        _release_chunk(t, chunk, release)
+
+
+def _histogram(finite_chunks: Iterable[torch.Tensor], lo: float, hi: float) -> dict:
+    first, last = histogram_edges(lo, hi)
+    scale = HIST_BINS / (last - first)
+    counts = torch.zeros(HIST_BINS, dtype=torch.int64)
+    for finite in finite_chunks:
+        if finite.numel():
+            # Scale, clamp and truncate to a bin index; the top edge joins the last bin.
+            index = torch.sub(finite, first).mul_(scale).clamp_(0, HIST_BINS - 1).to(torch.uint8)
+            counts += torch.bincount(index, minlength=HIST_BINS)
+    return {"bins": HIST_BINS, "lo": first, "hi": last, "counts": counts.tolist()}
+
+
+def _release_chunk(t: torch.Tensor, chunk: torch.Tensor, release: Release | None) -> None:
+    if release is not None and chunk.untyped_storage().data_ptr() == _storage_ptr(t):
+        release(chunk.data_ptr(), chunk.numel() * chunk.element_size())
+
+
+def describe_tensors(
+    items: list[tuple[str, torch.Tensor]],
+    emit: Callable[[dict], None],
+    release: Release | None = None,
+    cancel: CancelToken | None = None,
+    threads: int = 2,
+) -> list[dict]:
+    """Full records for every tensor; each is emitted as soon as it is complete."""
+    shared = storage_groups(items)
+    records = [layout_record(k, t) for k, t in items]
+    lock = threading.Lock()
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stats") as pool:
+        jobs = {}
+        remaining = {}
+        for i, ((key, t), rec) in enumerate(zip(items, records, strict=True)):
+            if key in shared:
+                rec["shared_with"] = shared[key]
+            if not is_dense(t) or "meta" in rec["flags"]:
+                emit({"type": "tensor", **rec})
+                continue
+            jobs[pool.submit(tensor_digest, t, release, cancel)] = (i, "digest")
+            jobs[pool.submit(_safe_stats, t, release, cancel)] = (i, "stats")
+            remaining[i] = 2
+        try:
+            pending = set(jobs)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    i, part = jobs[fut]
+                    value = fut.result()
+                    with lock:
+                        if part == "digest":
+                            records[i]["digest"] = value
+                        else:
+                            records[i].update(value)
+                        remaining[i] -= 1
+                        if remaining[i] == 0:
+                            emit({"type": "tensor", **records[i]})
+        except BaseException:
+            for fut in jobs:
+                fut.cancel()
+            raise
+    return records
+
+
+def _safe_stats(t: torch.Tensor, release: Release | None, cancel: CancelToken | None) -> dict:
+    """Statistics, or a note saying why this dtype has none (the digest still covers it)."""
+    try:
+        return tensor_stats(t, release, cancel)
+    except (TypeError, RuntimeError, NotImplementedError) as exc:
+        return {"stats_on": None, "note": f"no statistics: {exc}"}

@@ -1,0 +1,141 @@
+"""The jailed worker: `python -I -m inspector.sandbox.worker`, the only process that unpickles.
+
+Protocol. The client writes one JSON request on stdin and closes it. The worker jails itself
+(see `jail.py`) *before* it imports torch or opens any input, then writes JSON lines on stdout:
+
+    {"type": "jail", "level": ..., "active": [...], "missing": {...}, "platform": ...}
+    {"type": "progress", "stage": str, "done": int, "total": int}
+    {"type": "tensor", "key": ..., "dtype": ..., ...}       one per tensor, as soon as ready
+    {"type": "object", "key": ..., "python_type": ..., "repr": ...}   one per non-tensor leaf
+    {"type": "result", ...}                       the operation's return value (last line)
+    {"type": "error", "code": str, "message": str, "globals": [...]}   instead of a result
+
+Request keys read here: `op` (a name in OPS), `path` and/or `paths` (inputs the jail lets the
+worker read), `output_fd` (an inherited descriptor for the only output, conversions only),
+`output_bytes` (its size limit), `limits` ({cpu_seconds, memory_mb, open_files}). Every other
+key belongs to the operation.
+
+Operations. OPS maps an operation name to "module:function"; each area adds its own entry
+and keeps its code in its own module. An operation is
+
+    def op(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict
+
+It runs inside the jail, streams events with `emit` (thread-safe), checks `cancel` (set when
+the worker gets SIGTERM) in long loops, and returns a JSON-serialisable dict that becomes the
+`result` event. It reports an expected failure by raising `LoadError(code, message, globals)`
+(inspector.sandbox.load) or any exception with `code` and `message` attributes. Never print to
+stdout: stdout is redirected to stderr so stray output cannot corrupt the protocol.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+
+from inspector.core.progress import Cancelled, CancelToken
+from inspector.sandbox.jail import MIB, JailConfig, apply_jail
+from inspector.sandbox.mapped import open_maps
+
+OPS: dict[str, str] = {
+    "inspect": "inspector.sandbox.inspect_op:inspect",
+    "convert": "inspector.sandbox.convert:convert",
+}
+
+SELFTEST_ENV = "CKPT_INSPECTOR_SANDBOX_SELFTEST"
+"""Set only by the test suite: registers an operation that unpickles with plain `pickle`, to
+prove the jail contains code that escaped weights_only. The client passes it through."""
+if os.environ.get(SELFTEST_ENV) == "1":
+    OPS["selftest-payload"] = "inspector.sandbox.selftest:run_payload"
+
+DEFAULT_MEMORY_MB = 4096
+
+
+def jail_config(request: dict) -> JailConfig:
+    """The jail for a request: its inputs readable, its output descriptor writable."""
+    paths = [request["path"]] if request.get("path") else []
+    paths += list(request.get("paths", ()))
+    limits = request.get("limits", {})
+    inputs_bytes = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
+    mapped = inputs_bytes + int(request.get("output_bytes", 0))
+    return JailConfig(
+        read_paths=paths,
+        output_fd=request.get("output_fd"),
+        cpu_seconds=int(limits.get("cpu_seconds", 600)),
+        # mmapped inputs and outputs count towards the address space, on top of the budget.
+        memory_bytes=int(limits.get("memory_mb", DEFAULT_MEMORY_MB)) * MIB + mapped,
+        output_bytes=int(request.get("output_bytes", 0)),
+        open_files=int(limits.get("open_files", 256)),
+    )
+
+
+class _Emitter:
+    """Thread-safe JSON-lines writer on the protocol descriptor."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self._lock = threading.Lock()
+
+    def __call__(self, event: dict) -> None:
+        line = json.dumps(event, allow_nan=False, default=str)
+        with self._lock:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+
+
+def _resolve(op: str) -> Callable:
+    if op not in OPS:
+        raise _Refused("unknown_op", f"unknown operation {op!r}; known: {', '.join(sorted(OPS))}")
+    module, func = OPS[op].split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+class _Refused(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def main() -> int:
+    """Read the request, jail, run the operation, report."""
+    protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    emit = _Emitter(protocol)
+    try:
+        request = json.loads(sys.stdin.readline() or "{}")
+        if not isinstance(request, dict) or "op" not in request:
+            raise _Refused("bad_request", "the request must be a JSON object with an 'op'")
+        maps_fd = open_maps()
+        level = apply_jail(jail_config(request))
+        emit({"type": "jail", **level})
+        request["_maps_fd"] = maps_fd
+        cancel = CancelToken()
+        signal.signal(signal.SIGTERM, lambda *_: cancel.cancel())
+        result = _resolve(request["op"])(request, emit, cancel)
+        emit({"type": "result", **result})
+        return 0
+    except Cancelled:
+        emit({"type": "error", "code": "cancelled", "message": "cancelled"})
+    except MemoryError:
+        emit({"type": "error", "code": "memory_limit",
+              "message": "the worker ran out of its memory allowance"})
+    except Exception as exc:  # every failure must reach the client as an event
+        code = getattr(exc, "code", None)
+        if isinstance(code, str):
+            emit({"type": "error", "code": code, "message": getattr(exc, "message", str(exc)),
+                  "globals": list(getattr(exc, "globals", []))})
+        else:
+            traceback.print_exc()
+            emit({"type": "error", "code": "internal",
+                  "message": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]})
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
