@@ -1,20 +1,23 @@
 """Tensor-level diff of two checkpoints with bit-flip forensics; runs inside the jailed worker.
 
 Tensors are compared as raw bytes (row-major, as stored) in bounded chunks; only the elements
-that differ are decoded to numbers, so memory stays flat whatever the tensor size.
+that differ are decoded to numbers (with torch, imported only then: two identical safetensors
+files are compared without it), so memory stays flat whatever the tensor size.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from inspector.core.bitflip import FlipTally, compare_raw, layout_for
 from inspector.core.dtypes import canonical_dtype
+from inspector.core.progress import CancelToken, check
+from inspector.sandbox.sources import Checkpoint, TensorSource, open_checkpoint
 
 Chunk = memoryview | bytes | bytearray | np.ndarray
 """Raw little-endian element bytes, e.g. from `stats.byte_chunks`."""
@@ -24,14 +27,15 @@ CHANGED = "changed"
 ONLY_IN_A = "only_in_a"
 ONLY_IN_B = "only_in_b"
 DTYPE_OR_SHAPE_CHANGED = "dtype_or_shape_changed"
+NOT_COMPARED = "not_compared"
 
 # quantized tensors are compared on their integer representation
 _INT_REPR = {
-    "qint8": torch.int8,
-    "quint8": torch.uint8,
-    "qint32": torch.int32,
-    "quint4x2": torch.uint8,
-    "quint2x4": torch.uint8,
+    "qint8": "int8",
+    "quint8": "uint8",
+    "qint32": "int32",
+    "quint4x2": "uint8",
+    "quint2x4": "uint8",
 }
 
 
@@ -51,6 +55,19 @@ class TensorDiff:
     nonfinite_changes: int = 0
     tally: FlipTally | None = field(default=None, repr=False)
 
+    def summary(self) -> str:
+        """One sentence for a key that is not identical; empty when it is."""
+        if self.status == CHANGED and self.tally is not None:
+            return self.tally.summary(self.key)
+        sentences = {
+            DTYPE_OR_SHAPE_CHANGED: f"`{self.key}` changed from {self.dtype_a}{self.shape_a} "
+            f"to {self.dtype_b}{self.shape_b}",
+            ONLY_IN_A: f"`{self.key}` is only in A",
+            ONLY_IN_B: f"`{self.key}` is only in B",
+            NOT_COMPARED: f"`{self.key}` has no dense data to compare",
+        }
+        return sentences.get(self.status, "")
+
     def to_json(self) -> dict[str, Any]:
         """The `tensors` record of the diff contract."""
         record: dict[str, Any] = {
@@ -67,7 +84,7 @@ class TensorDiff:
             "single_bit_flips": self.tally.single_bit if self.tally else 0,
             "multi_bit_elements": self.tally.multi_bit if self.tally else 0,
             "bitflips": [],
-            "summary": self.tally.summary(self.key) if self.tally and self.changed_elements else "",
+            "summary": self.summary(),
         }
         if self.tally is not None:
             shape = tuple(self.shape_a or ())
@@ -105,6 +122,7 @@ def diff_raw(
     shape: Iterable[int],
     chunks_a: Iterable[Chunk],
     chunks_b: Iterable[Chunk],
+    cancel: CancelToken | None = None,
 ) -> TensorDiff:
     """Compare two tensors of one dtype and shape given as raw byte chunks of any sizes."""
     name = canonical_dtype(dtype)
@@ -113,6 +131,7 @@ def diff_raw(
     result = TensorDiff(key, IDENTICAL, name, name, shape, shape, tally=FlipTally(layout))
     start = 0
     for a, b in _aligned(chunks_a, chunks_b):
+        check(cancel)
         chunk = compare_raw(a, b, layout)
         if chunk.changed.size:
             result.tally.add(chunk, start)
@@ -121,13 +140,17 @@ def diff_raw(
     result.changed_elements = result.tally.changed
     if result.changed_elements:
         result.status = CHANGED
+    else:
+        result.max_abs_diff = result.max_rel_diff = 0.0
     return result
 
 
-def _decode(raw: np.ndarray, name: str, itemsize: int, idx: np.ndarray) -> torch.Tensor | None:
-    """The numeric values of selected elements, as float64 or complex128."""
+def _decode(raw: np.ndarray, name: str, itemsize: int, idx: np.ndarray) -> Any:
+    """The numeric values of selected elements, as a float64 or complex128 torch tensor."""
+    import torch
+
     picked = np.ascontiguousarray(raw.reshape(-1, itemsize)[idx]).reshape(-1)
-    values = torch.from_numpy(picked).view(_INT_REPR.get(name) or getattr(torch, name))
+    values = torch.from_numpy(picked).view(getattr(torch, _INT_REPR.get(name, name)))
     if values.is_complex():
         return values.to(torch.complex128)
     try:
@@ -140,6 +163,8 @@ def _numeric(
     result: TensorDiff, name: str, itemsize: int, a: np.ndarray, b: np.ndarray, idx: np.ndarray
 ) -> None:
     """Fold the changed elements' absolute and relative differences into the result."""
+    import torch
+
     va, vb = _decode(a, name, itemsize, idx), _decode(b, name, itemsize, idx)
     if va is None or vb is None:
         return
@@ -154,3 +179,80 @@ def _numeric(
     rel = torch.where(scale > 0, absdiff / scale.clamp_min(torch.finfo(torch.float64).tiny), 0.0)
     result.max_abs_diff = max(result.max_abs_diff or 0.0, float(absdiff.max()))
     result.max_rel_diff = max(result.max_rel_diff or 0.0, float(rel.max()))
+
+
+def compare_sources(
+    a: TensorSource, b: TensorSource, cancel: CancelToken | None = None
+) -> TensorDiff:
+    """Compare one key of two checkpoints."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return TensorDiff(a.key, DTYPE_OR_SHAPE_CHANGED, a.dtype, b.dtype, a.shape, b.shape)
+    if a.read is None or b.read is None:
+        return TensorDiff(a.key, NOT_COMPARED, a.dtype, b.dtype, a.shape, b.shape)
+    return diff_raw(a.key, a.dtype, a.shape, a.read(), b.read(), cancel)
+
+
+def diff_checkpoints(
+    a: Checkpoint,
+    b: Checkpoint,
+    emit: Callable[[dict], None] | None = None,
+    cancel: CancelToken | None = None,
+) -> dict[str, Any]:
+    """Every key of both checkpoints compared; the `diff` contract without the file details."""
+    in_b = {s.key: s for s in b.tensors}
+    keys_a = {s.key for s in a.tensors}
+    pairs = [(s, in_b.get(s.key)) for s in a.tensors] + [
+        (None, s) for s in b.tensors if s.key not in keys_a
+    ]
+    records = []
+    for done, (sa, sb) in enumerate(pairs, 1):
+        check(cancel)
+        if sb is None:
+            result = TensorDiff(sa.key, ONLY_IN_A, dtype_a=sa.dtype, shape_a=sa.shape)
+        elif sa is None:
+            result = TensorDiff(sb.key, ONLY_IN_B, dtype_b=sb.dtype, shape_b=sb.shape)
+        else:
+            result = compare_sources(sa, sb, cancel)
+        record = result.to_json()
+        records.append(record)
+        if emit is not None:
+            emit({"type": "tensor", **record})
+            emit({"type": "progress", "stage": "diff", "done": done, "total": len(pairs)})
+    counts = Counter(r["status"] for r in records)
+    return {
+        "identical": all(r["status"] == IDENTICAL for r in records),
+        "counts": dict(counts),
+        "tensors": records,
+        "objects": _object_changes(a.objects, b.objects),
+        "summary": [r["summary"] for r in records if r["summary"]],
+    }
+
+
+def _object_changes(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Non-tensor leaves that differ (by type and bounded repr) or exist on one side only."""
+    in_b = {o["key"]: o for o in b}
+    changes = []
+    for obj in a:
+        other = in_b.pop(obj["key"], None)
+        if other is None:
+            changes.append({"key": obj["key"], "status": ONLY_IN_A, "a": obj["repr"], "b": None})
+        elif (obj["type"], obj["repr"]) != (other["type"], other["repr"]):
+            changes.append(
+                {"key": obj["key"], "status": CHANGED, "a": obj["repr"], "b": other["repr"]}
+            )
+    changes += [{"key": k, "status": ONLY_IN_B, "a": None, "b": o["repr"]} for k, o in in_b.items()]
+    return changes
+
+
+def diff(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict:
+    """Worker op `diff`: request `paths` [A, B]; streams one `tensor` event per key."""
+    path_a, path_b = request["paths"]
+    allow = request.get("allow_globals", ())
+    a = open_checkpoint(path_a, allow, request.get("_maps_fd"))
+    b = open_checkpoint(path_b, allow, request.get("_maps_fd"))
+    result = diff_checkpoints(a, b, emit, cancel)
+    return {
+        "a": {"path": path_a, "format": a.format},
+        "b": {"path": path_b, "format": b.format},
+        **result,
+    }

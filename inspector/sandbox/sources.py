@@ -1,0 +1,199 @@
+"""A checkpoint's tensors as raw row-major bytes, for digests and diffs; runs in the worker.
+
+Pickle-based checkpoints are loaded with weights_only=True (`load.load_checkpoint`) and read
+through `stats.byte_chunks`. A safetensors file needs no deserialisation at all: its header
+(validated by `core.formats.check_safetensors`) gives each tensor's byte range, already
+contiguous, row-major and little-endian, so those ranges are read straight from a read-only
+mapping and digests of safetensors files never import torch (seconds saved per verify).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mmap
+import os
+import struct
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from inspector.core.dtypes import canonical_dtype
+from inspector.core.formats import SAFETENSORS_MAX_HEADER, check_safetensors, sniff
+from inspector.core.progress import CancelToken, check
+
+DIGEST_ALGORITHM = "sha256"
+CHUNK_BYTES = 16 * 1024 * 1024
+"""Bytes read, compared or hashed at a time; bounds memory whatever the tensor size."""
+
+
+class SourceError(Exception):
+    """A checkpoint whose tensors cannot be read; `code` and `message` reach the client."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class TensorSource:
+    """One tensor: its name, dtype, shape and a way to read its bytes in chunks."""
+
+    key: str
+    dtype: str
+    shape: list[int]
+    read: Callable[[], Iterator[Any]] | None
+    """Yields buffers of raw bytes; None for tensors without dense CPU data (sparse, meta)."""
+    alias_of: str | None = None
+    note: str | None = None
+
+    def record(self) -> dict[str, Any]:
+        """Key, dtype and shape as the contracts spell them."""
+        rec: dict[str, Any] = {"key": self.key, "dtype": self.dtype, "shape": self.shape}
+        if self.alias_of is not None:
+            rec["alias_of"] = self.alias_of
+        if self.note is not None:
+            rec["note"] = self.note
+        return rec
+
+
+@dataclass
+class Checkpoint:
+    """What one file holds: its format, tensors, and non-tensor leaves (key, type, repr)."""
+
+    format: str
+    tensors: list[TensorSource]
+    objects: list[dict[str, Any]] = field(default_factory=list)
+
+
+def open_checkpoint(
+    path: str, allow_globals: list[str] | tuple[str, ...] = (), maps_fd: int | None = None
+) -> Checkpoint:
+    """Open a checkpoint of any supported format for reading its tensors' bytes."""
+    with open(path, "rb") as fh:
+        kind = sniff(fh.read(64), os.path.getsize(path))
+    if kind == "safetensors":
+        return _open_safetensors(path)
+    return _open_pickled(path, "pytorch-zip" if kind == "zip" else kind, allow_globals, maps_fd)
+
+
+def _open_pickled(path: str, fmt: str, allow_globals: Any, maps_fd: int | None) -> Checkpoint:
+    import torch
+
+    from inspector.sandbox.load import load_checkpoint, split_leaves
+    from inspector.sandbox.mapped import PageReleaser
+    from inspector.sandbox.stats import byte_chunks, describe_object, dtype_name, is_dense
+
+    # One thread here; the caller hashes the file on the other core at the same time.
+    torch.set_num_threads(1)
+    tensors, objects = split_leaves(load_checkpoint(path, allow_globals))
+    release = PageReleaser(maps_fd, path)
+    release.refresh()
+    sources = []
+    for key, t in tensors:
+        readable = is_dense(t) and t.device.type != "meta"
+        sources.append(
+            TensorSource(
+                key=key,
+                dtype=dtype_name(t.dtype),
+                shape=list(t.shape),
+                read=(lambda t=t: byte_chunks(t, release)) if readable else None,
+                note=None if readable else f"no dense data ({t.layout}, {t.device.type})",
+            )
+        )
+    return Checkpoint(fmt, sources, [describe_object(k, v) for k, v in objects])
+
+
+def _open_safetensors(path: str) -> Checkpoint:
+    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        if n > min(size - 8, SAFETENSORS_MAX_HEADER):
+            raise SourceError("bad_safetensors", f"{path}: header length {n} exceeds the file")
+        header_bytes = fh.read(n)
+        # one read-only mapping for every tensor; closed when the last view of it is gone
+        view = memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
+    checked = check_safetensors(struct.pack("<Q", n) + header_bytes, size)
+    problems = [m for severity, _code, m in checked.problems if severity != "info"]
+    if checked.error or problems:
+        raise SourceError("bad_safetensors", f"{path}: {checked.error or problems[0]}")
+    header = json.loads(header_bytes)
+    metadata = header.pop("__metadata__", None) or {}
+    base = 8 + n
+    sources = [
+        TensorSource(
+            key=key,
+            dtype=canonical_dtype(entry["dtype"]),
+            shape=list(entry["shape"]),
+            read=_range_reader(
+                view, base + entry["data_offsets"][0], base + entry["data_offsets"][1]
+            ),
+        )
+        for key, entry in header.items()
+    ]
+    sources += _aliases(sources, metadata)
+    objects = [
+        {"key": f"__metadata__.{k}", "type": "builtins.str", "repr": repr(v)[:200]}
+        for k, v in metadata.items()
+    ]
+    return Checkpoint("safetensors", sources, objects)
+
+
+def _aliases(sources: list[TensorSource], metadata: dict[str, str]) -> list[TensorSource]:
+    """Names a converter dropped for shared storage, recorded in metadata as removed -> kept."""
+    by_key = {s.key: s for s in sources}
+    return [
+        TensorSource(
+            key=removed, dtype=kept.dtype, shape=kept.shape, read=kept.read, alias_of=kept.key
+        )
+        for removed, name in metadata.items()
+        if removed not in by_key and (kept := by_key.get(name)) is not None
+    ]
+
+
+def _range_reader(view: memoryview, begin: int, end: int) -> Callable[[], Iterator[memoryview]]:
+    def read() -> Iterator[memoryview]:
+        for start in range(begin, end, CHUNK_BYTES):
+            stop = min(end, start + CHUNK_BYTES)
+            yield view[start:stop]
+            # pages of a read-only file mapping are dropped losslessly once read
+            _drop(view.obj, start, stop)
+
+    return read
+
+
+def _drop(mm: mmap.mmap, start: int, stop: int) -> None:
+    first = start // mmap.PAGESIZE * mmap.PAGESIZE
+    if hasattr(mmap, "MADV_DONTNEED"):
+        mm.madvise(mmap.MADV_DONTNEED, first, stop - first)
+
+
+def digest(source: TensorSource, cancel: CancelToken | None = None) -> str | None:
+    """SHA-256 of the tensor's bytes, contiguous and row-major, as stored."""
+    if source.read is None:
+        return None
+    h = hashlib.sha256()
+    for chunk in source.read():
+        check(cancel)
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def digests(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict:
+    """Worker op `digests`: key, dtype, shape and content digest of every tensor in a file."""
+    ckpt = open_checkpoint(
+        request["path"], request.get("allow_globals", ()), request.get("_maps_fd")
+    )
+    records = []
+    total = len(ckpt.tensors)
+    for done, source in enumerate(ckpt.tensors, 1):
+        rec = {
+            **source.record(),
+            "digest": digest(source, cancel),
+            "digest_algorithm": DIGEST_ALGORITHM,
+        }
+        records.append(rec)
+        emit({"type": "tensor", **rec})
+        emit({"type": "progress", "stage": "digests", "done": done, "total": total})
+    return {"format": ckpt.format, "digest_algorithm": DIGEST_ALGORITHM, "tensors": records}
