@@ -318,7 +318,8 @@ def convert_file(
         if target.exists() and os.path.samefile(target, source):
             raise SandboxError("output_is_input", f"refusing to overwrite the input {source}")
         if target.exists() and not overwrite:
-            raise SandboxError("output_exists", f"{target} exists; pass overwrite to replace it")
+            raise SandboxError("output_exists",
+                               f"{target} exists; refusing to overwrite it (--force replaces it)")
     allow = list(allow_globals)
     size = source.stat().st_size
     scan = static_scan(source)

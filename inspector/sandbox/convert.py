@@ -1,0 +1,273 @@
+"""The worker's `convert` operation: stream a checkpoint into a safetensors file, then verify it.
+
+Keys are flattened as in `stats.flatten`. Tensors that share a storage keep one name (the
+first, in sorted order, that covers the whole storage, as the safetensors project's own
+converter chooses); identical views become aliases recorded in `__metadata__` as
+`{removed: kept}`; partial views are written as their own (cloned) tensors; everything is
+written contiguous, row-major. Sparse, meta, nested and quantized tensors and dtypes
+safetensors has no code for are skipped and listed. Non-tensor leaves go to a JSON sidecar
+document that the client writes next to the output.
+
+The header is written first (offsets are known from the plan), then each tensor's bytes are
+streamed from the memory-mapped source in bounded chunks into the output descriptor the
+client opened, while a second thread hashes them. The output is then reopened with the
+`safetensors` library and every tensor's SHA-256 is compared with its source's, bit for bit.
+The worker never names, renames or creates files: the client owns the temp file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import torch
+from safetensors import safe_open
+
+from inspector.core.progress import CancelToken, check
+from inspector.sandbox.load import load_checkpoint, split_leaves
+from inspector.sandbox.mapped import PageReleaser
+from inspector.sandbox.stats import (
+    CHUNK_BYTES,
+    DIGEST_ALGORITHM,
+    Release,
+    byte_chunks,
+    describe_object,
+    dtype_name,
+    is_dense,
+)
+
+SAFETENSORS_DTYPES = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
+    torch.uint8: "U8", torch.bool: "BOOL", torch.float8_e4m3fn: "F8_E4M3",
+    torch.float8_e4m3fnuz: "F8_E4M3FNUZ", torch.float8_e5m2: "F8_E5M2",
+    torch.float8_e5m2fnuz: "F8_E5M2FNUZ", torch.complex64: "C64", torch.uint64: "U64",
+    torch.uint32: "U32", torch.uint16: "U16",
+}
+_ITEMSIZE = {name: dtype.itemsize for dtype, name in SAFETENSORS_DTYPES.items()}
+SIDECAR_FORMAT = "ckpt-inspector-sidecar/1"
+VERIFY_WINDOW = 256 * 1024 * 1024
+"""Bytes verified per reopening of the output, so its mapped pages do not pile up in RSS."""
+
+
+@dataclass
+class Plan:
+    """Which tensors are written, under which names, and what happens to the rest."""
+
+    entries: list[tuple[str, torch.Tensor]] = field(default_factory=list)
+    aliases: dict[str, str] = field(default_factory=dict)
+    cloned: list[str] = field(default_factory=list)
+    made_contiguous: list[str] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)
+
+
+def _covers_storage(t: torch.Tensor) -> bool:
+    return (t.storage_offset() == 0 and t.is_contiguous()
+            and t.numel() * t.element_size() == t.untyped_storage().nbytes())
+
+
+def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (a.dtype == b.dtype and a.shape == b.shape and a.stride() == b.stride()
+            and a.storage_offset() == b.storage_offset())
+
+
+def plan_tensors(tensors: list[tuple[str, torch.Tensor]]) -> Plan:
+    """Decide names, aliases, clones and skips for a flattened list of tensors."""
+    plan = Plan()
+    groups: dict[int, list[tuple[str, torch.Tensor]]] = {}
+    for key, t in tensors:
+        reason = _unsupported(t)
+        if reason:
+            plan.skipped.append({"key": key, "dtype": dtype_name(t.dtype), "reason": reason})
+            continue
+        ptr = t.untyped_storage().data_ptr() if t.untyped_storage().nbytes() else -id(t)
+        groups.setdefault(ptr, []).append((key, t))
+    kept_for: dict[str, str] = {}
+    sharing = {key for members in groups.values() if len(members) > 1 for key, _ in members}
+    for members in groups.values():
+        complete = sorted(k for k, t in members if _covers_storage(t))
+        if len(members) > 1 and complete:
+            keep = dict(members)[complete[0]]
+            for key, t in members:
+                if key != complete[0] and _same_view(t, keep):
+                    kept_for[key] = complete[0]
+    for key, t in tensors:
+        if key in kept_for:
+            plan.aliases[key] = kept_for[key]
+        elif not any(s["key"] == key for s in plan.skipped):
+            plan.entries.append((key, t))
+            if key in sharing and not _covers_storage(t):
+                plan.cloned.append(key)
+            elif not t.is_contiguous():
+                plan.made_contiguous.append(key)
+    return plan
+
+
+def _unsupported(t: torch.Tensor) -> str | None:
+    if not is_dense(t):
+        return "sparse, nested or non-CPU tensors have no safetensors form"
+    if t.device.type == "meta":
+        return "meta tensor has no data"
+    if t.is_quantized:
+        return "quantized tensors have no safetensors form"
+    if t.dtype not in SAFETENSORS_DTYPES:
+        return f"safetensors has no dtype for {dtype_name(t.dtype)}"
+    return None
+
+
+def header_bytes(entries: list[tuple[str, torch.Tensor]], metadata: dict[str, str]) -> bytes:
+    """The safetensors header (length prefix included), padded so data starts 8-aligned."""
+    header: dict = {"__metadata__": metadata}
+    offset = 0
+    for key, t in entries:
+        size = t.numel() * t.element_size()
+        header[key] = {"dtype": SAFETENSORS_DTYPES[t.dtype], "shape": list(t.shape),
+                       "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-(8 + len(text)) % 8)
+    return len(text).to_bytes(8, "little") + text
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    while data:
+        written = os.write(fd, data)
+        data = data[written:]
+
+
+def write_stream(fd: int, plan: Plan, metadata: dict[str, str], release: Release | None,
+                 cancel: CancelToken | None, emit: Callable[[dict], None]) -> tuple[dict, str]:
+    """Write header and tensors to fd; return ({key: source digest}, SHA-256 of the file)."""
+    file_hash = hashlib.sha256()
+    header = header_bytes(plan.entries, metadata)
+    _write_all(fd, memoryview(header))
+    file_hash.update(header)
+    digests = {}
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="digest") as pool:
+        for n, (key, t) in enumerate(plan.entries, 1):
+            tensor_hash = hashlib.sha256()
+            for piece in byte_chunks(t, release):
+                check(cancel)
+                # The tensor digest runs on the other core while this one writes and hashes.
+                pending = pool.submit(tensor_hash.update, piece)
+                _write_all(fd, piece)
+                file_hash.update(piece)
+                pending.result()
+            digests[key] = tensor_hash.hexdigest()
+            emit({"type": "progress", "stage": "write", "done": n, "total": len(plan.entries)})
+    os.fsync(fd)
+    return digests, file_hash.hexdigest()
+
+
+def _output_digest(handle, key: str) -> tuple[str, str, list[int]]:
+    """(SHA-256, dtype, shape) of one tensor as the safetensors library reads it back."""
+    view = handle.get_slice(key)
+    shape, dtype = list(view.get_shape()), view.get_dtype()
+    digest = hashlib.sha256()
+    if not shape or math.prod(shape) == 0:
+        parts = [handle.get_tensor(key)]
+    else:
+        row_bytes = math.prod(shape[1:]) * _ITEMSIZE[dtype]
+        rows = max(1, CHUNK_BYTES // max(1, row_bytes))
+        parts = (view[start : start + rows] for start in range(0, shape[0], rows))
+    for part in parts:
+        digest.update(part.contiguous().reshape(-1).view(torch.uint8).numpy())
+    return digest.hexdigest(), dtype, shape
+
+
+def verify_output(path: str, plan: Plan, digests: dict[str, str], metadata: dict[str, str],
+                  cancel: CancelToken | None, emit: Callable[[dict], None]) -> list[str]:
+    """Reopen the output with safetensors; return the keys (or facts) that do not match."""
+    mismatches = []
+    windows: list[list[tuple[str, torch.Tensor]]] = [[]]
+    size = 0
+    for key, t in plan.entries:
+        if size > VERIFY_WINDOW:
+            windows.append([])
+            size = 0
+        windows[-1].append((key, t))
+        size += t.numel() * t.element_size()
+    done = 0
+    for window in windows:
+        with safe_open(path, framework="pt") as handle:
+            if window is windows[0]:
+                if set(handle.keys()) != {k for k, _ in plan.entries}:
+                    mismatches.append("tensor names")
+                if (handle.metadata() or {}) != metadata:
+                    mismatches.append("__metadata__")
+            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="verify") as pool:
+                results = pool.map(lambda kt: (kt, _output_digest(handle, kt[0])), window)
+                for (key, t), (digest, dtype, shape) in results:
+                    check(cancel)
+                    if (digest != digests[key] or shape != list(t.shape)
+                            or dtype != SAFETENSORS_DTYPES[t.dtype]):
+                        mismatches.append(key)
+                    done += 1
+                    emit({"type": "progress", "stage": "verify", "done": done,
+                          "total": len(plan.entries)})
+    return mismatches
+
+
+def json_value(value: object) -> tuple[bool, object]:
+    """(True, JSON form) when JSON holds the value losslessly (with its recorded type)."""
+    if value is None or isinstance(value, bool | int | str):
+        return True, value
+    if isinstance(value, float):
+        return (True, value) if math.isfinite(value) else (False, None)
+    if isinstance(value, torch.Size):
+        return True, list(value)
+    if isinstance(value, torch.dtype | torch.device):
+        return True, str(value)
+    if isinstance(value, dict | list | tuple) and not value:
+        return True, {} if isinstance(value, dict) else []
+    return False, None
+
+
+def sidecar_document(objects: list[tuple[str, object]]) -> tuple[dict, list[dict]]:
+    """The sidecar JSON (values with their Python types) and the leaves JSON cannot hold."""
+    values, types, rejected = {}, {}, []
+    for key, value in objects:
+        ok, encoded = json_value(value)
+        if ok:
+            values[key] = encoded
+            types[key] = describe_object(key, value)["type"]
+        else:
+            rejected.append(describe_object(key, value))
+    return {"format": SIDECAR_FORMAT, "values": values, "types": types,
+            "not_serializable": rejected}, rejected
+
+
+def convert(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict:
+    """Convert request["path"] into the descriptor request["output_fd"]; the report."""
+    path, fd = request["path"], int(request["output_fd"])
+    torch.set_num_threads(1)
+    emit({"type": "progress", "stage": "load", "done": 0, "total": 1})
+    tensors, objects = split_leaves(load_checkpoint(path, request.get("allow_globals", ())))
+    plan = plan_tensors(tensors)
+    metadata = {"format": "pt", **plan.aliases}
+    release = PageReleaser(request.get("_maps_fd"), path)
+    release.refresh()
+    digests, file_sha = write_stream(fd, plan, metadata, release, cancel, emit)
+    mismatches = verify_output(f"/proc/self/fd/{fd}", plan, digests, metadata, cancel, emit)
+    document, rejected = sidecar_document(objects)
+    return {
+        "verified": not mismatches,
+        "mismatches": mismatches,
+        "sha256": file_sha,
+        "digest_algorithm": DIGEST_ALGORITHM,
+        "tensors_written": len(plan.entries),
+        "bytes_written": sum(t.numel() * t.element_size() for _, t in plan.entries),
+        "digests": digests,
+        "aliases": plan.aliases,
+        "cloned_views": plan.cloned,
+        "made_contiguous": plan.made_contiguous,
+        "tensors_skipped": plan.skipped,
+        "objects_moved": [k for k in document["values"]],
+        "not_serializable": rejected,
+        "sidecar_document": document if objects else None,
+    }
