@@ -45,6 +45,8 @@ from inspector.sandbox.mapped import open_maps
 OPS: dict[str, str] = {
     "inspect": "inspector.sandbox.inspect_op:inspect",
     "convert": "inspector.sandbox.convert:convert",
+    "digests": "inspector.sandbox.sources:digests",
+    "diff": "inspector.sandbox.diff:diff",
 }
 
 SELFTEST_ENV = "CKPT_INSPECTOR_SANDBOX_SELFTEST"
