@@ -29,6 +29,28 @@ ONLY_IN_B = "only_in_b"
 DTYPE_OR_SHAPE_CHANGED = "dtype_or_shape_changed"
 NOT_COMPARED = "not_compared"
 
+_FLOAT_MAX = float(np.finfo(np.float64).max)
+
+_NUMPY_DTYPES = {
+    name: np.dtype(code)
+    for name, code in {
+        "float16": "<f2",
+        "float32": "<f4",
+        "float64": "<f8",
+        "complex64": "<c8",
+        "complex128": "<c16",
+        "bool": "?",
+        "int8": "i1",
+        "int16": "<i2",
+        "int32": "<i4",
+        "int64": "<i8",
+        "uint8": "u1",
+        "uint16": "<u2",
+        "uint32": "<u4",
+        "uint64": "<u8",
+    }.items()
+}
+
 # quantized tensors are compared on their integer representation
 _INT_REPR = {
     "qint8": "int8",
@@ -145,40 +167,46 @@ def diff_raw(
     return result
 
 
-def _decode(raw: np.ndarray, name: str, itemsize: int, idx: np.ndarray) -> Any:
-    """The numeric values of selected elements, as a float64 or complex128 torch tensor."""
-    import torch
-
+def _decode(raw: np.ndarray, name: str, itemsize: int, idx: np.ndarray) -> np.ndarray | None:
+    """The numeric values of selected elements, as float64 or complex128."""
     picked = np.ascontiguousarray(raw.reshape(-1, itemsize)[idx]).reshape(-1)
-    values = torch.from_numpy(picked).view(getattr(torch, _INT_REPR.get(name, name)))
-    if values.is_complex():
-        return values.to(torch.complex128)
-    try:
-        return values.to(torch.float64)
-    except (RuntimeError, TypeError):  # packed float4 has no arithmetic in torch
-        return None
+    name = _INT_REPR.get(name, name)
+    if name in _NUMPY_DTYPES:
+        values = picked.view(_NUMPY_DTYPES[name])
+    else:
+        import torch  # bfloat16, float8 and complex32 have no numpy dtype
+
+        tensor = torch.from_numpy(picked).view(getattr(torch, name))
+        try:
+            wide = torch.complex128 if tensor.is_complex() else torch.float64
+            values = tensor.to(wide).numpy()
+        except (RuntimeError, TypeError):  # packed float4 has no arithmetic in torch
+            return None
+    with np.errstate(invalid="ignore"):  # widening a signalling NaN raises the flag
+        return values.astype(np.complex128 if values.dtype.kind == "c" else np.float64)
 
 
 def _numeric(
     result: TensorDiff, name: str, itemsize: int, a: np.ndarray, b: np.ndarray, idx: np.ndarray
 ) -> None:
     """Fold the changed elements' absolute and relative differences into the result."""
-    import torch
-
     va, vb = _decode(a, name, itemsize, idx), _decode(b, name, itemsize, idx)
     if va is None or vb is None:
         return
-    finite = torch.isfinite(va) & torch.isfinite(vb)
+    finite = np.isfinite(va) & np.isfinite(vb)
     result.nonfinite_changes += int((~finite).sum())
-    if not bool(finite.any()):
+    if not finite.any():
         return
     va, vb = va[finite], vb[finite]
-    absdiff = (va - vb).abs()
+    with np.errstate(over="ignore"):
+        absdiff = np.abs(va - vb)
     # relative to the larger magnitude: defined even where one side is zero, at most 2
-    scale = torch.maximum(va.abs(), vb.abs())
-    rel = torch.where(scale > 0, absdiff / scale.clamp_min(torch.finfo(torch.float64).tiny), 0.0)
-    result.max_abs_diff = max(result.max_abs_diff or 0.0, float(absdiff.max()))
-    result.max_rel_diff = max(result.max_rel_diff or 0.0, float(rel.max()))
+    scale = np.maximum(np.abs(va), np.abs(vb))
+    rel = np.divide(absdiff, scale, out=np.zeros_like(absdiff), where=scale > 0)
+    # the difference of two huge finite float64 values can overflow; JSON holds no Inf
+    largest = float(np.nan_to_num(absdiff.max(), posinf=_FLOAT_MAX))
+    result.max_abs_diff = max(result.max_abs_diff or 0.0, largest)
+    result.max_rel_diff = max(result.max_rel_diff or 0.0, float(np.nan_to_num(rel.max())))
 
 
 def compare_sources(
