@@ -14,11 +14,11 @@ from inspector.gpu.nvml_source import NvmlSource, NvmlUnavailable
 from inspector.gpu.telemetry import (
     CLOCK_REASONS,
     DEFAULT_CAPACITY,
+    AlertRules,
     GpuSample,
     Sampler,
     TelemetryStore,
     decode_clock_reasons,
-    evaluate,
     ingest,
 )
 
@@ -181,6 +181,7 @@ def test_alert_rules():
     def step(**changes):
         return GpuSample(**{**base.__dict__, "timestamp": 1.0, **changes})
 
+    evaluate = AlertRules().evaluate
     assert evaluate(None, base) == [] and evaluate(base, step()) == []
     [a] = evaluate(base, step(ecc_uncorrected_volatile=2))
     assert (a.kind, a.severity) == ("ecc_uncorrected", "critical")
@@ -192,10 +193,23 @@ def test_alert_rules():
     assert [a.kind for a in evaluate(base, step(remapped_pending=True))] == ["remapped_pending"]
     assert [a.kind for a in evaluate(base, step(remapped_failure=True))] == ["remapped_failure"]
     assert evaluate(step(retired_pending=True), step(retired_pending=True)) == []
-    [hot] = evaluate(base, step(temperature_gpu=91), temp_threshold=85)
-    assert hot.kind == "temperature" and "91 °C above 85 °C" in hot.message
-    assert evaluate(step(temperature_gpu=91), step(temperature_gpu=93), temp_threshold=85) == []
-    assert evaluate(base, step(temperature_gpu=91), temp_threshold=95) == []
+    assert AlertRules(temp_threshold=95).evaluate(base, step(temperature_gpu=91)) == []
+
+
+def test_temperature_alerts_once_while_hovering_at_the_threshold():
+    rules = AlertRules(temp_threshold=85, hysteresis=5)
+    temps = [80, 86, 84, 86, 85, 87, 79, 86, 90]
+    fired = []
+    previous = None
+    for i, temp in enumerate(temps):
+        sample = GpuSample(float(i), 1, temperature_gpu=temp)
+        fired += [(i, a.message) for a in rules.evaluate(previous, sample)]
+        previous = sample
+    # above 85 at i=1; the dips to 84/85 do not re-arm it; 79 (<= 80) does; 86 alerts again
+    assert fired == [(1, "GPU 1: temperature 86 °C above 85 °C"),
+                     (7, "GPU 1: temperature 86 °C above 85 °C")]
+    other_gpu = rules.evaluate(None, GpuSample(9.0, 2, temperature_gpu=88))
+    assert [a.gpu for a in other_gpu] == [2]  # each GPU has its own state
 
 
 def test_ring_buffer_wraps_oldest_first():

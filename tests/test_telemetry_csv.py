@@ -12,7 +12,7 @@ from fake_pynvml import FakeGpu, FakeNvml, install
 from inspector.core.atomic import OutputExistsError
 from inspector.gpu.nvml_source import NvmlSource
 from inspector.gpu.smi_csv import LogFormatError, parse_lines, read_log, write_log
-from inspector.gpu.telemetry import FIELDS, GpuSample, TelemetryStore, ingest
+from inspector.gpu.telemetry import FIELDS, AlertRules, GpuSample, TelemetryStore, ingest
 
 # `nvidia-smi --query-gpu=... --format=csv -l 5` on a two-GPU server: units in header and
 # cells, one row per GPU per interval, unsupported fields as [N/A] / [Not Supported].
@@ -52,7 +52,7 @@ def test_nvidia_smi_log_with_units_and_na_cells(tmp_path):
     assert s2.reasons() == ["software power cap", "hardware thermal slowdown"]
     assert s1.index == 1 and s3.timestamp == _local("2026/11/20 10:00:10.003")
     store = TelemetryStore(capacity=10)
-    alerts = ingest(store, log.samples, temp_threshold=85)
+    alerts = ingest(store, log.samples, AlertRules(temp_threshold=85))
     assert [(a.gpu, a.kind) for a in alerts] == [(0, "ecc_uncorrected"), (1, "temperature")]
     assert store.series(1, "power_draw")[1].tolist() == pytest.approx([598.10, 601.55])
 

@@ -16,6 +16,7 @@ from inspector.gpu.telemetry import (
     DEFAULT_TEMP_THRESHOLD_C,
     MIN_INTERVAL_S,
     Alert,
+    AlertRules,
     GpuSample,
     Sampler,
     TelemetryStore,
@@ -99,7 +100,7 @@ def _replay(args: argparse.Namespace) -> int:
         _err(str(exc))
         return EXIT_BAD_LOG
     store = TelemetryStore(capacity=max(1, len(log.samples)))
-    alerts = ingest(store, log.samples, args.temp_threshold)
+    alerts = ingest(store, log.samples, AlertRules(args.temp_threshold))
     print(_summary(args.replay, store, len(log.samples)))
     if log.bad_cells:
         print(f"  {log.bad_cells} unreadable cells skipped")
@@ -183,7 +184,8 @@ def _sample(args: argparse.Namespace, source) -> int:
             print(format_alert(alert), flush=True)
 
     store = TelemetryStore(capacity=4096)  # the CLI keeps only recent history; the CSV keeps all
-    sampler = Sampler(source, store, args.interval, args.temp_threshold, on_samples, on_alert)
+    rules = AlertRules(args.temp_threshold)
+    sampler = Sampler(source, store, args.interval, rules, on_samples, on_alert)
     sampler.start()
     try:
         sampler.wait(args.duration)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -60,32 +60,64 @@ def _is_na(cell: str) -> bool:
     return not text or text.startswith("[") or text.upper() in {"N/A", "UNKNOWN"}
 
 
-def _parse_cell(kind: str, cell: str) -> float | int | bool | None:
-    """One measurement cell; raises ValueError on a cell that is neither a value nor n/a."""
+def _parse_number(cell: str) -> float | None:
+    if cell.startswith("["):  # [N/A], [Not Supported], [Unknown Error] ...
+        return None
+    try:
+        return float(cell)  # the common case: a bare number (nounits)
+    except ValueError:
+        if _is_na(cell):
+            return None
+        return float(cell.split()[0])  # `612.33 W` -> 612.33
+
+
+def _parse_bool(cell: str) -> bool | None:
     if _is_na(cell):
         return None
-    text = cell.strip()
-    if kind == "bool":
-        word = text.lower()
-        if word in _TRUE or word in _FALSE:
-            return word in _TRUE
-        raise ValueError(text)
-    if kind == "mask":
-        return int(text, 0)
-    return float(text.split()[0])  # `612.33 W` -> 612.33
+    word = cell.strip().lower()
+    if word in _TRUE or word in _FALSE:
+        return word in _TRUE
+    raise ValueError(word)
 
 
-def _parse_time(cell: str) -> float:
-    text = cell.strip()
-    for fmt in TIME_FORMATS:
-        with contextlib.suppress(ValueError):
-            return datetime.strptime(text, fmt).timestamp()
-    raise ValueError(text)
+def _parse_mask(cell: str) -> int | None:
+    return None if _is_na(cell) else int(cell.strip(), 0)
+
+
+_PARSERS = {"number": _parse_number, "bool": _parse_bool, "mask": _parse_mask}
+
+
+class _Clock:
+    """Parses nvidia-smi timestamps; the date-to-minute part is cached (strptime is slow)."""
+
+    def __init__(self) -> None:
+        self._minutes: dict[str, float] = {}
+
+    def __call__(self, cell: str) -> float:
+        text = cell.strip()
+        head, seconds = text[:16], text[17:]
+        base = self._minutes.get(head)
+        if base is None:
+            for fmt in TIME_FORMATS:
+                with contextlib.suppress(ValueError):
+                    datetime.strptime(text, fmt)
+                    break
+            else:
+                raise ValueError(text)
+            base = self._minutes[head] = datetime.strptime(head, "%Y/%m/%d %H:%M").timestamp()
+        return base + float(seconds)
+
+
+def _cell(row: list[str], positions: dict[str, int], kind: str) -> str | None:
+    i = positions.get(kind)
+    return row[i] if i is not None and i < len(row) else None
+
+
+_KNOWN = set(_BY_NAME) | set(TEXT_COLUMNS)
 
 
 def _is_header(row: list[str]) -> bool:
-    names = [_column(c) for c in row]
-    return any(n in _BY_NAME or n in TEXT_COLUMNS for n in names)
+    return any(_column(c) in _KNOWN for c in row)
 
 
 def read_log(path: str | os.PathLike[str]) -> ReplayLog:
@@ -102,29 +134,43 @@ def parse_lines(lines: Iterable[str], name: str = "log") -> ReplayLog:
     """Parse CSV lines (header first; a repeated header, as in concatenated logs, is fine)."""
     header: list[str] | None = None
     log = ReplayLog([], [])
+    plan: list[tuple[int, str, Callable[[str], object]]] = []
+    text_at: dict[str, int] = {}
     keys: dict[str, int] = {}
     group = -1
     seen_in_group: set[int] = set()
+    clock = _Clock()
+    raw_header: list[str] = []
     for lineno, row in enumerate(csv.reader(lines, skipinitialspace=True), 1):
         if not row or all(not c.strip() for c in row):
             continue
-        if _is_header(row):
+        # Checking every cell of every row would dominate the parse; a repeated header is
+        # identical to the first or starts with a known column name.
+        if row == raw_header or _column(row[0]) in _KNOWN or (header is None and _is_header(row)):
+            raw_header = row
             header = [_column(c) for c in row]
             log.columns = header
-            if not any(n in _BY_NAME for n in header):
+            plan = [(i, spec.name, _PARSERS[spec.kind])
+                    for i, col in enumerate(header) if (spec := _BY_NAME.get(col))]
+            if not plan:
                 raise LogFormatError(f"{name}: no GPU telemetry columns in the header")
+            text_at = {}
+            for i, col in enumerate(header):
+                text_at.setdefault(TEXT_COLUMNS.get(col, ""), i)
             continue
         if header is None:
             raise LogFormatError(
                 f"{name}: line {lineno} is not an nvidia-smi CSV header "
                 "(record with --format=csv, not noheader)"
             )
-        cells = dict(zip(header, row, strict=False))
-        ident = cells.get("index") or cells.get("uuid") or cells.get("pci.bus_id") or "0"
-        gpu = int(ident) if ident.strip().isdigit() else keys.setdefault(ident, len(keys))
-        if "timestamp" in cells:
+
+        ident = next((c.strip() for k in ("index", "uuid", "bus")
+                      if (c := _cell(row, text_at, k)) and not _is_na(c)), "0")
+        gpu = int(ident) if ident.isdigit() else keys.setdefault(ident, len(keys))
+        stamp = _cell(row, text_at, "timestamp")
+        if stamp is not None:
             try:
-                when = _parse_time(cells["timestamp"])
+                when = clock(stamp)
             except ValueError:
                 log.bad_cells += 1
                 continue
@@ -134,35 +180,32 @@ def parse_lines(lines: Iterable[str], name: str = "log") -> ReplayLog:
                 group, seen_in_group = group + 1, set()
             seen_in_group.add(gpu)
             when = float(group)
-        sample = GpuSample(when, gpu, name=_text(cells, "name", "gpu_name"),
-                           uuid=_text(cells, "uuid", "gpu_uuid"))
-        for column, cell in cells.items():
-            spec = _BY_NAME.get(column)
-            if spec is None:
+        values: dict[str, object] = {}
+        for i, attr, parse in plan:
+            if i >= len(row):
                 continue
             try:
-                value = _parse_cell(spec.kind, cell)
+                value = parse(row[i])
             except ValueError:
                 log.bad_cells += 1
                 continue
-            if value is not None or getattr(sample, spec.name) is None:
-                setattr(sample, spec.name, value)
-        xids = cells.get("xid", "")
-        if not _is_na(xids):
-            sample.xids = tuple(int(x) for x in xids.replace(";", " ").split() if x.isdigit())
-        log.samples.append(sample)
+            if value is not None:
+                values[attr] = value
+        xids = _cell(row, text_at, "xid")
+        if xids is not None and not _is_na(xids):
+            values["xids"] = tuple(int(x) for x in xids.replace(";", " ").split() if x.isdigit())
+        name_cell, uuid_cell = _cell(row, text_at, "name"), _cell(row, text_at, "uuid")
+        log.samples.append(GpuSample(
+            when, gpu,
+            name=None if name_cell is None or _is_na(name_cell) else name_cell.strip(),
+            uuid=None if uuid_cell is None or _is_na(uuid_cell) else uuid_cell.strip(),
+            **values,
+        ))
     if header is None:
         raise LogFormatError(f"{name}: empty log")
     if "timestamp" not in log.columns:
         log.notes.append("no timestamp column: intervals are numbered 1 s apart")
     return log
-
-
-def _text(cells: dict[str, str], *names: str) -> str | None:
-    for n in names:
-        if n in cells and not _is_na(cells[n]):
-            return cells[n].strip()
-    return None
 
 
 def _format_time(timestamp: float) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import operator
 import threading
 import time
 from collections import deque
@@ -21,6 +22,7 @@ MIN_INTERVAL_S = 0.1
 # 24 h at 1 Hz per GPU; a ring is allocated per GPU seen, so 8 GPUs hold 8 of these.
 DEFAULT_CAPACITY = 24 * 3600
 DEFAULT_TEMP_THRESHOLD_C = 85.0
+TEMP_HYSTERESIS_C = 5.0
 
 
 def _f(smi: str, unit: str, label: str, kind: str = "number", aliases: tuple[str, ...] = ()):
@@ -213,12 +215,13 @@ class GpuRing:
         return self.times[order].copy(), self.values[order, column].copy()
 
 
+_MEASUREMENTS = operator.attrgetter(*(f.name for f in FIELDS))
+
+
 def sample_row(sample: GpuSample) -> np.ndarray:
     """A sample's measurements as one float32 row, NaN where n/a."""
-    return np.array(
-        [np.nan if (v := getattr(sample, f.name)) is None else float(v) for f in FIELDS],
-        dtype=np.float32,
-    )
+    return np.array([np.nan if v is None else v for v in _MEASUREMENTS(sample)],
+                    dtype=np.float32)
 
 
 class TelemetryStore:
@@ -288,36 +291,52 @@ class TelemetryStore:
             return sum(r.times.nbytes + r.values.nbytes for r in self._rings.values())
 
 
-def evaluate(
-    previous: GpuSample | None, current: GpuSample, temp_threshold: float = DEFAULT_TEMP_THRESHOLD_C
-) -> list[Alert]:
-    """Alerts raised by the change from `previous` to `current` of one GPU."""
-    alerts: list[Alert] = []
-    t, gpu = current.timestamp, current.index
+class AlertRules:
+    """The alert rules over a stream of samples.
 
-    def add(kind: str, severity: str, message: str) -> None:
-        alerts.append(Alert(t, gpu, kind, severity, f"GPU {gpu}: {message}"))
+    Counters alert on any increase; pending retirement / remapping and remap failure alert when
+    they appear; temperature alerts once when it rises above the threshold and re-arms only
+    after it falls `hysteresis` degrees below it, so a GPU hovering at the line alerts once.
+    """
 
-    if current.lost and not (previous and previous.lost):
-        add("gpu_lost", "critical", "the GPU is lost (fell off the bus or needs a reset)")
-    for name in ("ecc_uncorrected_volatile", "ecc_uncorrected_aggregate"):
-        before = getattr(previous, name, None)
-        now = getattr(current, name)
-        if before is not None and now is not None and now > before:
-            scope = name.rsplit("_", 1)[1]
-            add("ecc_uncorrected", "critical",
-                f"uncorrected ECC errors ({scope}) rose from {before:g} to {now:g}")
-    for name, what in (
-        ("retired_pending", "a page retirement is pending (reset the GPU to apply it)"),
-        ("remapped_pending", "a row remapping is pending (reset the GPU to apply it)"),
-        ("remapped_failure", "row remapping failed: the GPU has no spare rows left"),
-    ):
-        if getattr(current, name) and not getattr(previous, name, None):
-            add(name, "critical" if name == "remapped_failure" else "warning", what)
-    temp, before = current.temperature_gpu, getattr(previous, "temperature_gpu", None)
-    if temp is not None and temp > temp_threshold and (before is None or before <= temp_threshold):
-        add("temperature", "warning", f"temperature {temp:g} °C above {temp_threshold:g} °C")
-    return alerts
+    def __init__(self, temp_threshold: float = DEFAULT_TEMP_THRESHOLD_C,
+                 hysteresis: float = TEMP_HYSTERESIS_C) -> None:
+        self.temp_threshold = temp_threshold
+        self.hysteresis = hysteresis
+        self._hot: set[int] = set()
+
+    def evaluate(self, previous: GpuSample | None, current: GpuSample) -> list[Alert]:
+        """Alerts raised by the change from `previous` to `current` of one GPU."""
+        alerts: list[Alert] = []
+        t, gpu = current.timestamp, current.index
+
+        def add(kind: str, severity: str, message: str) -> None:
+            alerts.append(Alert(t, gpu, kind, severity, f"GPU {gpu}: {message}"))
+
+        if current.lost and not (previous and previous.lost):
+            add("gpu_lost", "critical", "the GPU is lost (fell off the bus or needs a reset)")
+        for name in ("ecc_uncorrected_volatile", "ecc_uncorrected_aggregate"):
+            before = getattr(previous, name, None)
+            now = getattr(current, name)
+            if before is not None and now is not None and now > before:
+                scope = name.rsplit("_", 1)[1]
+                add("ecc_uncorrected", "critical",
+                    f"uncorrected ECC errors ({scope}) rose from {before:g} to {now:g}")
+        for name, what in (
+            ("retired_pending", "a page retirement is pending (reset the GPU to apply it)"),
+            ("remapped_pending", "a row remapping is pending (reset the GPU to apply it)"),
+            ("remapped_failure", "row remapping failed: the GPU has no spare rows left"),
+        ):
+            if getattr(current, name) and not getattr(previous, name, None):
+                add(name, "critical" if name == "remapped_failure" else "warning", what)
+        temp, limit = current.temperature_gpu, self.temp_threshold
+        if temp is not None:
+            if gpu not in self._hot and temp > limit:
+                self._hot.add(gpu)
+                add("temperature", "warning", f"temperature {temp:g} °C above {limit:g} °C")
+            elif gpu in self._hot and temp <= limit - self.hysteresis:
+                self._hot.discard(gpu)
+        return alerts
 
 
 def xid_alert(event: XidEvent) -> Alert:
@@ -327,15 +346,14 @@ def xid_alert(event: XidEvent) -> Alert:
 
 
 def ingest(
-    store: TelemetryStore,
-    samples: Iterable[GpuSample],
-    temp_threshold: float = DEFAULT_TEMP_THRESHOLD_C,
+    store: TelemetryStore, samples: Iterable[GpuSample], rules: AlertRules | None = None
 ) -> list[Alert]:
     """Add samples (and the XIDs they carry) to the store; returns the alerts they raised."""
+    rules = rules or AlertRules()
     raised: list[Alert] = []
     for sample in samples:
         previous = store.add(sample)
-        alerts = evaluate(previous, sample, temp_threshold)
+        alerts = rules.evaluate(previous, sample)
         for xid in sample.xids:
             event = XidEvent(sample.timestamp, sample.index, xid)
             store.add_xid(event)
@@ -374,14 +392,14 @@ class Sampler:
         source: TelemetrySource,
         store: TelemetryStore,
         interval: float = DEFAULT_INTERVAL_S,
-        temp_threshold: float = DEFAULT_TEMP_THRESHOLD_C,
+        rules: AlertRules | None = None,
         on_samples: Callable[[list[GpuSample], list[Alert]], None] | None = None,
         on_alert: Callable[[Alert], None] | None = None,
     ) -> None:
         if interval < MIN_INTERVAL_S:
             raise ValueError(f"interval must be at least {MIN_INTERVAL_S} s, got {interval}")
         self.source, self.store, self.interval = source, store, interval
-        self.temp_threshold = temp_threshold
+        self.rules = rules or AlertRules()
         self.on_samples, self.on_alert = on_samples, on_alert
         self.error: str | None = None
         self.ticks = 0
@@ -450,7 +468,7 @@ class Sampler:
                 # so a recording keeps them beside the reading they happened before.
                 sample.xids = tuple(pending.pop(sample.index, ()))
                 previous = self.store.add(sample)
-                alerts.extend(evaluate(previous, sample, self.temp_threshold))
+                alerts.extend(self.rules.evaluate(previous, sample))
             for alert in alerts:
                 self._emit(alert)
             self.ticks += 1
