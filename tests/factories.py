@@ -663,3 +663,152 @@ BENIGN_BUILDERS: dict[str, Callable[[Path], Path]] = {
     "npz": save_npz,
     "npy_object": save_npy_object,
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# Structural oddities with benign content: builder(path) -> path (no payload, no canary)
+# ---------------------------------------------------------------------------------------------
+
+
+def save_protocol4(path: Path) -> Path:
+    """torch.save with pickle protocol 4 (FRAME, MEMOIZE, SHORT_BINUNICODE)."""
+    return save_state_dict(path, pickle_protocol=4)
+
+
+def _benign_zip(path: Path) -> bytes:
+    return _torch_zip_bytes(Path(path).parent)
+
+
+def odd_zip_bad_crc(path: Path) -> Path:
+    """Benign torch zip whose data.pkl CRC-32 is wrong in both headers."""
+    buf = bytearray(_benign_zip(path))
+    name = _data_pkl_name(bytes(buf)).encode()
+    for sig, crc_off, name_off in ((b"PK\x03\x04", 14, 30), (b"PK\x01\x02", 16, 46)):
+        start = 0
+        while (i := buf.find(sig, start)) >= 0:
+            if buf[i + name_off:i + name_off + len(name)] == name:
+                struct.pack_into("<I", buf, i + crc_off, 0x12345678)
+            start = i + 4
+    return _write(path, bytes(buf))
+
+
+def odd_zip_flag(flag: int) -> Callable[[Path], Path]:
+    """Builder for a benign torch zip with general-purpose flag bit `flag` set everywhere."""
+
+    def build(path: Path) -> Path:
+        return _write(path, _patch_zip_flags(_benign_zip(path), flag))
+
+    build.__doc__ = f"Benign torch zip with zip flag bit {flag:#x} set."
+    return build
+
+
+def odd_zip_name_mismatch(path: Path) -> Path:
+    """Benign torch zip whose local header names data.pkl differently from the central one."""
+    buf = bytearray(_benign_zip(path))
+    name = _data_pkl_name(bytes(buf)).encode()
+    i = buf.find(name)  # the first occurrence is the local header's copy
+    buf[i + len(name) - 8:i + len(name)] = b"Data.PKL"
+    return _write(path, bytes(buf))
+
+
+def odd_zip_unreferenced_record(path: Path) -> Path:
+    """Benign torch zip with an extra data/ record no storage references."""
+    src = _benign_zip(path)
+    prefix = _data_pkl_name(src).split("/")[0]
+    return _write(path, _rewrite_zip(src, {}, {f"{prefix}/data/999": b"\x00" * 64}))
+
+
+def odd_zip_duplicate_name(path: Path) -> Path:
+    """Benign torch zip with a second member named like an existing record."""
+    src = _benign_zip(path)
+    prefix = _data_pkl_name(src).split("/")[0]
+    out = io.BytesIO(src)
+    with zipfile.ZipFile(out, "a") as z, __import__("warnings").catch_warnings():
+        __import__("warnings").simplefilter("ignore")
+        z.writestr(zipfile.ZipInfo(f"{prefix}/byteorder"), b"little")
+    return _write(path, out.getvalue())
+
+
+def odd_zip_traversal_name(path: Path) -> Path:
+    """Benign torch zip with an extra member whose name climbs out of the folder."""
+    return _write(path, _rewrite_zip(_benign_zip(path), {}, {"../../etc/evil.txt": b"x"}))
+
+
+def odd_zip_missing_record(path: Path) -> Path:
+    """Benign torch zip with one storage record removed."""
+    src = _benign_zip(path)
+    prefix = _data_pkl_name(src).split("/")[0]
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(src)) as zin, zipfile.ZipFile(out, "w") as zout:
+        for info in zin.infolist():
+            if info.filename != f"{prefix}/data/0":
+                zout.writestr(zipfile.ZipInfo(info.filename), zin.read(info.filename))
+    return _write(path, out.getvalue())
+
+
+def odd_zip_short_record(path: Path) -> Path:
+    """Benign torch zip whose first storage record is shorter than the storage declares."""
+    src = _benign_zip(path)
+    prefix = _data_pkl_name(src).split("/")[0]
+    return _write(path, _rewrite_zip(src, {f"{prefix}/data/0": b"\x00" * 8}))
+
+
+def odd_setitem_on_list(path: Path) -> Path:
+    """Raw pickle doing SETITEM on a list (type confusion; CVE-2026-24747 class)."""
+    data = PROTO2 + EMPTY_LIST + p_int(0) + p_int(1) + SETITEM + STOP
+    return _write(path, data)
+
+
+def odd_zip_setitem_on_list(path: Path) -> Path:
+    """Torch zip whose data.pkl does SETITEM on a list."""
+    data = PROTO2 + EMPTY_LIST + p_int(0) + p_int(1) + SETITEM + STOP
+    return _write(path, _rewrite_zip(_benign_zip(path), {"/data.pkl": data}))
+
+
+def odd_zip_compressed_data_pkl(path: Path) -> Path:
+    """Benign torch zip whose data.pkl is deflate-compressed."""
+    return _write(path, _rewrite_zip(_benign_zip(path), {}, None, {"/data.pkl"}))
+
+
+def odd_legacy_protocol4(path: Path) -> Path:
+    """Legacy torch stream written with pickle protocol 4."""
+    return save_state_dict(path, _use_new_zipfile_serialization=False, pickle_protocol=4)
+
+
+# name -> (builder, finding code the scanner must report, or None)
+ODD_BUILDERS: dict[str, tuple[Callable[[Path], Path], str | None]] = {
+    "protocol4": (save_protocol4, None),
+    "legacy_protocol4": (odd_legacy_protocol4, None),
+    "zip_bad_crc": (odd_zip_bad_crc, "zip-crc-mismatch"),
+    "zip_flag_0x1": (odd_zip_flag(0x1), "zip-flag-bits"),
+    "zip_flag_0x20": (odd_zip_flag(0x20), "zip-flag-bits"),
+    "zip_flag_0x40": (odd_zip_flag(0x40), "zip-flag-bits"),
+    "zip_name_mismatch": (odd_zip_name_mismatch, "zip-name-mismatch"),
+    "zip_unreferenced_record": (odd_zip_unreferenced_record, "zip-unreferenced-record"),
+    "zip_duplicate_name": (odd_zip_duplicate_name, "zip-duplicate-name"),
+    "zip_traversal_name": (odd_zip_traversal_name, "zip-path-traversal"),
+    "zip_missing_record": (odd_zip_missing_record, "zip-missing-record"),
+    "zip_short_record": (odd_zip_short_record, "storage-size-mismatch"),
+    "setitem_on_list": (odd_setitem_on_list, "container-type-confusion"),
+    "zip_setitem_on_list": (odd_zip_setitem_on_list, "container-type-confusion"),
+    "zip_compressed_data_pkl": (odd_zip_compressed_data_pkl, "zip-compressed-pickle"),
+}
+
+
+def build_corpus(folder: Path, canary: Path) -> dict[str, dict[str, Path]]:
+    """Build every benign, odd and malicious sample into `folder`: {"benign"|"odd"|"malicious":
+    {name: path}}. Nothing in it is ever loaded here; malicious payloads target `canary`."""
+    folder = Path(folder)
+    out: dict[str, dict[str, Path]] = {"benign": {}, "odd": {}, "malicious": {}}
+    for kind in out:
+        (folder / kind).mkdir(parents=True, exist_ok=True)
+    for name, build in BENIGN_BUILDERS.items():
+        out["benign"][name] = build(folder / "benign" / f"{name}.bin")
+    for name, (build, _) in ODD_BUILDERS.items():
+        out["odd"][name] = build(folder / "odd" / f"{name}.bin")
+    for name, build in MALICIOUS_BUILDERS.items():
+        out["malicious"][name] = build(folder / "malicious" / f"{name}.bin", canary)
+    for sub in out:  # helper files some builders leave behind
+        for extra in (folder / sub).glob("_*"):
+            extra.unlink()
+    return out

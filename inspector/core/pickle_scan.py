@@ -12,9 +12,13 @@ disagrees with the opcodes inside cannot hide anything. Work is bounded by `Limi
 from __future__ import annotations
 
 import codecs
+import io
 import struct
 from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from inspector.core.torch_fastpath import UNIT_OPCODES, match_unit
 
 OPCODE_NAMES: dict[int, str] = {
     0x28: "MARK", 0x2E: "STOP", 0x30: "POP", 0x31: "POP_MARK", 0x32: "DUP", 0x46: "FLOAT",
@@ -55,11 +59,10 @@ class GlobalRef:
     name: str
     opcode: str
     offset: int
+    key: str = field(default="", compare=False)  # dotted `module.name`, as torch's list spells it
 
-    @property
-    def key(self) -> str:
-        """Dotted `module.name` as torch's allowlist spells it."""
-        return f"{self.module}.{self.name}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", f"{self.module}.{self.name}")
 
 
 @dataclass(slots=True)
@@ -72,8 +75,7 @@ class Call:
     strings: list[str]
 
 
-@dataclass(frozen=True, slots=True)
-class StorageRef:
+class StorageRef(NamedTuple):
     """A persistent id `('storage', storage_type, key, location, numel)`."""
 
     storage_type: str
@@ -213,7 +215,9 @@ def scan_pickle(
     count = 0
     max_ops = limits.max_opcodes
     unpack_from = struct.unpack_from
-    seen_bad_ops: set[int] = set()
+    unseen_bad_ops = set(range(256)) - wo_opcodes
+    fast = wo_opcodes >= UNIT_OPCODES
+    max_memo, max_stack = limits.max_memo, limits.max_stack
 
     def note(code: str, message: str, offset: int, dangerous: bool = False) -> None:
         if len(issues) < 1000:
@@ -279,6 +283,8 @@ def scan_pickle(
 
     def add_call(func: object, args: object, opname: str) -> _Obj:
         fref = func if isinstance(func, GlobalRef) else None
+        if fref is not None and fref.key in allowed:
+            return _Obj(fref)  # torch's own rebuild functions: nothing more to learn
         if fref is None:
             note("indirect-call", f"{opname} calls a value computed while loading "
                  "(not a plain import), which cannot be checked statically", op_at, True)
@@ -315,11 +321,24 @@ def scan_pickle(
             op_at = pos
             op = data[pos]
             pos += 1
-            if op not in wo_opcodes and op not in seen_bad_ops:
-                seen_bad_ops.add(op)
+            if op in unseen_bad_ops:
+                unseen_bad_ops.discard(op)
                 block(f"opcode {OPCODE_NAMES.get(op, hex(op))} is not supported")
+            if fast and (op == 0x68 or op == 0x6A) and data[pos + (1 if op == 0x68 else 4)] == 0x28:
+                found = match_unit(data, op_at, memo, allowed, GlobalRef, _Obj)
+                if found is not None:
+                    unit, value = found
+                    for key, stored in unit.puts:
+                        memo[key] = stored
+                    stack.append(value)
+                    res.storages.append(StorageRef(unit.storage_type.key, unit.key,
+                                                   unit.location, unit.numel, unit.storage_offset))
+                    count += unit.opcodes - 1
+                    pos = unit.end
+                    continue
             if op == 0x68:  # BINGET
-                key = data[take(1)]
+                key = data[pos]
+                pos += 1
                 value = memo.get(key, _MARK_SENTINEL)
                 if value is _MARK_SENTINEL:
                     note("bad-memo-key", f"BINGET of memo key {key} that was never stored", op_at)
@@ -327,11 +346,29 @@ def scan_pickle(
                     value = UNKNOWN
                 stack.append(value)
             elif op == 0x71:  # BINPUT
-                key = data[take(1)]
-                memo[key] = stack[-1] if stack else UNKNOWN
+                memo[data[pos]] = stack[-1] if stack else UNKNOWN
+                pos += 1
             elif op == 0x58:  # BINUNICODE
-                (k,) = unpack_from("<I", data, take(4))
-                stack.append(text(k))
+                (k,) = unpack_from("<I", data, pos)
+                pos += 4
+                if k <= _BIG and pos + k <= n:
+                    stack.append(str(data[pos:pos + k], "utf-8", "surrogatepass"))
+                    pos += k
+                else:
+                    stack.append(text(k))
+            elif op == 0x72:  # LONG_BINPUT
+                (key,) = unpack_from("<I", data, pos)
+                pos += 4
+                memo[key] = stack[-1] if stack else UNKNOWN
+            elif op == 0x6A:  # LONG_BINGET
+                (key,) = unpack_from("<I", data, pos)
+                pos += 4
+                value = memo.get(key, _MARK_SENTINEL)
+                if value is _MARK_SENTINEL:
+                    note("bad-memo-key", f"LONG_BINGET of memo key {key} never stored", op_at)
+                    block("memo key never stored")
+                    value = UNKNOWN
+                stack.append(value)
             elif op == 0x28:  # MARK
                 if len(metastack) >= limits.max_depth:
                     note("limit", "MARK nesting deeper than the scan bound", op_at)
@@ -339,22 +376,23 @@ def scan_pickle(
                 metastack.append(stack)
                 stack = []
             elif op == 0x4B:  # BININT1
-                stack.append(data[take(1)])
+                stack.append(data[pos])
+                pos += 1
             elif op == 0x74:  # TUPLE
                 items = pop_mark()  # before touching `stack`: pop_mark rebinds it
                 stack.append(tuple(items))
             elif op == 0x85:  # TUPLE1
-                stack.append((pop(),))
+                stack.append((stack.pop() if stack else pop(),))
             elif op == 0x86:  # TUPLE2
-                b = pop()
-                stack.append((pop(), b))
+                b = stack.pop() if stack else pop()
+                stack.append((stack.pop() if stack else pop(), b))
             elif op == 0x87:  # TUPLE3
-                c = pop()
-                b = pop()
-                stack.append((pop(), b, c))
+                c = stack.pop() if stack else pop()
+                b = stack.pop() if stack else pop()
+                stack.append((stack.pop() if stack else pop(), b, c))
             elif op == 0x52:  # REDUCE
-                args = pop()
-                func = pop()
+                args = stack.pop() if stack else pop()
+                func = stack.pop() if stack else pop()
                 check_call_allowed(func, "REDUCE")
                 stack.append(add_call(func, args, "REDUCE"))
             elif op == 0x51 or op == 0x50:  # BINPERSID, PERSID
@@ -397,17 +435,6 @@ def scan_pickle(
                 stack.append(unpack_from("<i", data, take(4))[0])
             elif op == 0x4D:  # BININT2
                 stack.append(unpack_from("<H", data, take(2))[0])
-            elif op == 0x72:  # LONG_BINPUT
-                (key,) = unpack_from("<I", data, take(4))
-                memo[key] = stack[-1] if stack else UNKNOWN
-            elif op == 0x6A:  # LONG_BINGET
-                (key,) = unpack_from("<I", data, take(4))
-                value = memo.get(key, _MARK_SENTINEL)
-                if value is _MARK_SENTINEL:
-                    note("bad-memo-key", f"LONG_BINGET of memo key {key} never stored", op_at)
-                    block("memo key never stored")
-                    value = UNKNOWN
-                stack.append(value)
             elif op == 0x63 or op == 0x69:  # GLOBAL, INST
                 module = str(line(), "utf-8")
                 name = str(line(), "utf-8")
@@ -581,10 +608,10 @@ def scan_pickle(
                 note("malformed", f"unknown opcode byte {op:#04x}", op_at)
                 res.error = f"unknown opcode {op:#04x} at offset {op_at}"
                 break
-            if len(memo) > limits.max_memo or len(stack) > limits.max_stack:
+            if not count & 0xFFF and (len(memo) > max_memo or len(stack) > max_stack):
                 note("limit", "memo or stack larger than the scan bound", op_at)
                 break
-    except _Truncated:
+    except (_Truncated, IndexError):
         note("malformed", "pickle data truncated", op_at)
         res.error = f"truncated at offset {op_at}"
     except (ValueError, UnicodeDecodeError, struct.error) as exc:
@@ -609,4 +636,51 @@ def looks_like_pickle(scan: PickleScan) -> bool:
     which no unpickler can import; those do not make the bytes a pickle.
     """
     return (scan.stopped or any(_importable(g) for g in scan.globals)
-            or any(i.dangerous for i in scan.issues))
+            or (scan.protocol >= 2 and any(i.dangerous for i in scan.issues)))
+
+
+class DisasmRow(NamedTuple):
+    """One opcode for the Pickle pane: where, what, its argument, and how bad (None if fine)."""
+
+    offset: int
+    opcode: str
+    argument: str
+    severity: str | None
+
+
+def disassemble(data: bytes, limit: int = 10_000, start: int = 0) -> list[DisasmRow]:
+    """Opcode rows of the pickle at `start` (at most `limit`), marked with the scanner's verdicts.
+
+    Rows come from `pickletools.genops`, which only decodes; a row that cannot be decoded ends
+    the listing with an `ERROR` row.
+    """
+    import pickletools
+
+    from inspector.core.policy import classify, weights_only_rules
+
+    rules = weights_only_rules()
+    scan = scan_pickle(data, start, allowed=rules.allowed, wo_opcodes=rules.opcodes)
+    marks: dict[int, str] = {}
+    for ref in scan.globals:
+        marks[ref.offset] = classify(ref.module, ref.name, rules).severity
+    for issue in scan.issues:
+        severity = "dangerous" if issue.dangerous else "suspicious"
+        if marks.get(issue.offset) != "dangerous":
+            marks[issue.offset] = severity
+    rows: list[DisasmRow] = []
+    stream = io.BytesIO(data)
+    stream.seek(start)
+    try:
+        for op, arg, offset in pickletools.genops(stream):
+            if len(rows) >= limit:
+                break
+            text = "" if arg is None else repr(arg)
+            if op.name == "STACK_GLOBAL":
+                ref = next((g for g in scan.globals if g.offset == offset), None)
+                text = repr(ref.key) if ref else "<unresolved>"
+            severity = marks.get(offset)
+            rows.append(DisasmRow(offset, op.name, text[:200], None if severity == "safe"
+                                  else severity))
+    except ValueError as exc:
+        rows.append(DisasmRow(scan.end, "ERROR", str(exc)[:200], "suspicious"))
+    return rows

@@ -29,6 +29,10 @@ CRC_BUDGET = 64 << 20  # tensor record bytes CRC-checked per file; pickles are a
 MAX_STREAM_PICKLES = 64
 MAX_NESTING = 3  # pickles inside call arguments inside pickles
 TORCH_WEIGHTS_FORMATS = ("pytorch-zip", "pytorch-legacy")
+# Members of a torch zip (below its folder) that torch.load opens besides the tensor records.
+TORCH_READS = frozenset({"data.pkl", "version", ".data/version", "byteorder",
+                         ".data/serialization_id", ".format_version", ".storage_alignment"})
+LEGACY_MAGIC_LONG = b"\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
 STORAGE_ITEMSIZE = {
     "Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
     "Byte": 1, "Bool": 1, "ComplexDouble": 16, "ComplexFloat": 8, "QUInt8": 1, "QInt8": 1,
@@ -192,19 +196,24 @@ def _scan_stream(ctx: _Scan, buf, member: str | None, torch_format: bool) -> boo
     first = ctx.walk(buf, 0)
     if not looks_like_pickle(first):
         return False
-    legacy = bytes(buf[:len(formats.TORCH_MAGIC_PICKLE)]) == formats.TORCH_MAGIC_PICKLE
+    # The magic-number pickle, whatever protocol wrote it: a lone LONG1 of torch's magic.
+    legacy = (first.stopped and not first.globals and first.end <= 40
+              and LEGACY_MAGIC_LONG in bytes(buf[:first.end]))
     # torch's legacy loader unpickles five pickles: magic, protocol, sys_info, data, keys.
     limit = 5 if legacy else MAX_STREAM_PICKLES
-    ctx.add_pickle(first, member, torch_format)
+    torch_reads = torch_format and legacy
+    ctx.add_pickle(first, member, torch_reads)
     scan, count = first, 1
     while scan.stopped and scan.end < len(buf) and count < limit:
         nxt = ctx.walk(buf, scan.end)
         if not (legacy or looks_like_pickle(nxt)):
             break
-        ctx.add_pickle(nxt, member, torch_format)
+        ctx.add_pickle(nxt, member, torch_reads)
         scan, count = nxt, count + 1
-    if torch_format and legacy and count < 5:
-        ctx.block("legacy stream has fewer than five pickles")
+    if torch_format:
+        ctx.result.format = "pytorch-legacy" if legacy else "pickle"
+        if legacy and count < 5:
+            ctx.block("legacy stream has fewer than five pickles")
     if count > 1 and not legacy:
         ctx.find("info", "multiple-pickles", f"{count} pickles back to back; all were scanned",
                  member)
@@ -228,29 +237,30 @@ def _storage_itemsize(storage_type: str) -> int | None:
 
 def _scan_zip(ctx: _Scan, buf) -> None:
     archive = zipread.read_zip(buf)
-    res = ctx.result
     members = archive.members
-    res.format = kind = formats.zip_kind([m.name for m in members])
+    ctx.result.format = kind = formats.zip_kind([m.name for m in members])
     for a in archive.anomalies:
         ctx.find(a.severity, a.code, a.message, a.member)
     if kind == "torchscript":
         ctx.find(SUSPICIOUS, "torchscript", "TorchScript archive: torch.jit.load runs the code "
                  "inside it, and torch.load(weights_only=True) refuses it")
+    # torch reads the folder of the first member and refuses members outside it.
     prefix = members[0].name.split("/", 1)[0] if members else ""
-    main_name = f"{prefix}/data.pkl"
     by_name = {m.name: m for m in members}
-    main = by_name.get(main_name)
-    if kind == "pytorch-zip" and main is None:
-        ctx.block(f"no {main_name} record (torch reads the first member's folder)")
-    storages = []
+    main = by_name.get(f"{prefix}/data.pkl")
+    torch_zip = kind == "pytorch-zip"
+    if torch_zip:
+        outside = next((m.name for m in members if not m.name.startswith(prefix + "/")), None)
+        if outside is not None:
+            ctx.block(f"member {outside!r} lies outside the {prefix}/ folder")
+    storages: list = []
+    records: set[str] = set()
     crc_budget = CRC_BUDGET
     skipped_crc = 0
     # The main pickle first: its storage references tell which members are tensor records.
-    ordered = ([main] if main else []) + [m for m in members if m is not main]
-    record_names: set[str] = set()
-    for m in ordered:
-        is_record = m.name in record_names
-        if is_record and m.compressed_size > crc_budget and m.method == zipread.STORED:
+    for m in ([main] if main else []) + [m for m in members if m is not main]:
+        is_record = m.name in records
+        if is_record and m.method == zipread.STORED and m.compressed_size > crc_budget:
             skipped_crc += 1
             if not _record_holds_pickle(buf, m):
                 continue
@@ -267,10 +277,8 @@ def _scan_zip(ctx: _Scan, buf) -> None:
         if is_record:
             crc_budget -= len(data)
         if not zipread.crc_ok(data, m):
-            msg = "CRC-32 does not match the central directory (corrupted or tampered)"
-            if m.encrypted:
-                msg = "encrypted or flagged member whose bytes do not match its CRC-32"
-            ctx.find(SUSPICIOUS, "zip-crc-mismatch", msg, m.name)
+            ctx.find(SUSPICIOUS, "zip-crc-mismatch", "CRC-32 does not match the central "
+                     "directory (corrupted, tampered or encrypted)", m.name)
         if is_record and not (data[:1] == b"\x80" and data[1:2] and data[1] <= 5):
             continue  # tensor bytes: torch never unpickles a record
         if data.startswith(formats.NPY_MAGIC):
@@ -284,22 +292,24 @@ def _scan_zip(ctx: _Scan, buf) -> None:
             if m is main:
                 ctx.block(f"{m.name} is not a pickle")
             continue
-        torch_reads = m is main and kind == "pytorch-zip"
-        _scan_stream_from(ctx, data, scan, m.name, torch_reads)
+        _scan_stream_from(ctx, data, scan, m.name, torch_zip and m is main)
         storages.extend(scan.storages)
-        if m is main:
-            record_names = {f"{prefix}/data/{s.key}" for s in scan.storages}
-        elif m.name.endswith(".pkl"):
-            record_names |= {f"{prefix}/data/{s.key}" for s in scan.storages}
+        if m is main or m.name.endswith(".pkl"):
+            records |= {f"{prefix}/data/{s.key}" for s in scan.storages}
         if m.method != zipread.STORED and not m.name.endswith(".debug_pkl"):
             ctx.find(SUSPICIOUS, "zip-compressed-pickle", "pickle member is compressed; "
                      "torch.save always stores pickles uncompressed", m.name)
-        if m is not main and kind == "pytorch-zip" and not m.name.endswith(".debug_pkl"):
+        if m is not main and torch_zip:
             ctx.find(SUSPICIOUS, "zip-extra-pickle", "a pickle torch.load never reads; it was "
                      "scanned because other loaders may unpickle it", m.name)
     if skipped_crc:
         ctx.find("info", "zip-crc-skipped", f"CRC-32 of {skipped_crc} large tensor records not "
                  "checked (scan budget); run `ckpt-inspector inspect` for a full check")
+    if torch_zip:
+        for m in members:
+            if m.unsupported_by_miniz and (m.name in records or m.name[len(prefix) + 1:]
+                                           in TORCH_READS):
+                ctx.block(f"{m.name} has encryption/patch flag bits torch cannot read")
     _check_records(ctx, storages, by_name, prefix, kind)
 
 
@@ -345,10 +355,18 @@ def _check_records(ctx: _Scan, storages: list, by_name: dict, prefix: str, kind:
             ctx.block(f"record {name} is missing")
             continue
         itemsize = _storage_itemsize(s.storage_type)
-        if itemsize and s.numel >= 0 and s.numel * itemsize > record.size:
+        if not itemsize or s.numel < 0 or s.numel * itemsize == record.size:
+            continue
+        declared = s.numel * itemsize
+        ctx.block(f"record {name} holds {record.size} bytes, storage declares {declared}")
+        if declared > record.size:
             ctx.find(DANGEROUS, "storage-size-mismatch",
                      f"storage {s.key!r} declares {s.numel} x {itemsize} bytes but its record "
                      f"holds {record.size}; reading it would run past the data", name, s.offset)
+        else:
+            ctx.find(SUSPICIOUS, "storage-record-larger",
+                     f"record holds {record.size} bytes, storage {s.key!r} uses {declared} "
+                     "(extra bytes hidden after the tensor)", name, s.offset)
     if kind in ("pytorch-zip", "torchscript"):
         data_prefix = f"{prefix}/data/"
         for name in by_name:
@@ -413,9 +431,7 @@ def _scan_buffer(ctx: _Scan, buf, size: int) -> None:
         elif not res.findings and not ctx.uses:
             res.error = f"not a readable {kind} file: {exc}"
         return
-    is_legacy = kind == "pytorch-legacy"
-    if _scan_stream(ctx, buf, None, is_legacy):
-        res.format = "pytorch-legacy" if is_legacy else "pickle"
+    if _scan_stream(ctx, buf, None, True):
         return
     head = bytes(buf[:8]).hex(" ")
     res.error = f"not a model file: no known checkpoint or pickle format (starts with {head})"

@@ -44,15 +44,21 @@ class Member:
     header_offset: int
     data_offset: int
     method: int
-    flags: int
+    flags: int  # central directory flags (what torch's miniz reader checks)
+    local_flags: int
     crc: int
     compressed_size: int
     size: int
 
     @property
     def encrypted(self) -> bool:
-        """Whether the flags claim the data is encrypted."""
-        return bool(self.flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION))
+        """Whether either header claims the data is encrypted."""
+        return bool((self.flags | self.local_flags) & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION))
+
+    @property
+    def unsupported_by_miniz(self) -> bool:
+        """Whether torch's reader refuses to open it (encryption or patch-data flag bits)."""
+        return bool(self.flags & (FLAG_ENCRYPTED | FLAG_PATCHED | FLAG_STRONG_ENCRYPTION))
 
 
 @dataclass
@@ -129,12 +135,13 @@ def read_zip(buf) -> ZipArchive:
         usize, csize, offset = _zip64_extra(extra, usize, csize, offset)
         local_name = None
         data_offset = -1
+        lflags = 0
         if buf[offset:offset + 4] == LOCAL_SIG:
             lflags, lnlen, lxlen = struct.unpack_from("<2xH18xHH", buf, offset + 4)
             local_name = bytes(buf[offset + 30:offset + 30 + lnlen]).decode("utf-8", "replace")
             data_offset = offset + 30 + lnlen + lxlen
-            flags |= lflags
-        member = Member(name, local_name, offset, data_offset, method, flags, crc, csize, usize)
+        member = Member(name, local_name, offset, data_offset, method, flags, lflags, crc, csize,
+                        usize)
         archive.members.append(member)
         if data_offset < 0 or data_offset + csize > n:
             add(Anomaly("suspicious", "zip-bad-offset",
@@ -143,11 +150,11 @@ def read_zip(buf) -> ZipArchive:
             add(Anomaly("suspicious", "zip-name-mismatch",
                         f"local header names it {local_name!r}, central directory {name!r}",
                         name))
-        odd = flags & (FLAG_ENCRYPTED | FLAG_PATCHED | FLAG_STRONG_ENCRYPTION)
+        odd = (flags | lflags) & (FLAG_ENCRYPTED | FLAG_PATCHED | FLAG_STRONG_ENCRYPTION)
         if odd:
             add(Anomaly("suspicious", "zip-flag-bits",
-                        f"general-purpose flag bits {odd:#x} set (encryption/patch data), "
-                        "which torch ignores but strict readers refuse", name))
+                        f"general-purpose flag bits {odd:#x} set (encryption/patch data); "
+                        "scanners that trust them skip the member", name))
         if _unsafe_name(name):
             add(Anomaly("suspicious", "zip-path-traversal",
                         f"member name {name!r} escapes the archive folder", name))

@@ -1,0 +1,165 @@
+"""Fast path for the opcode run `torch.save` writes for every tensor.
+
+A checkpoint with thousands of tensors repeats one ~30-opcode sequence per tensor:
+`_rebuild_tensor_v2((persistent storage id), offset, size, stride, requires_grad, OrderedDict())`
+with every global fetched from the memo. Walking it opcode by opcode in Python dominates the scan
+time, so this module recognises the whole sequence with one compiled regular expression and
+returns exactly the effect the generic walker would have had: the value pushed, the memo
+entries stored (in opcode order) and the storage reference. Anything that differs in the
+slightest (other opcodes, unknown memo keys, globals outside the allowlist) does not match, and
+the generic walker handles it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+_GET = rb"(?:h.|j....)"
+_PUT = rb"(?:q.|r....)"
+_INT = rb"(?:K.|M..|J....)"
+_TUPLE = (rb"(?:\)|" + _INT + rb"\x85|" + _INT + rb"{2}\x86|" + _INT + rb"{3}\x87|\("
+          + _INT + rb"*t)")
+
+UNIT_RE = re.compile(
+    rb"(?P<F>" + _GET + rb")\(\((?P<S>" + _GET + rb")(?P<T>" + _GET + rb")"
+    rb"X(?P<klen>.)\x00\x00\x00(?P<skey>[0-9]{1,20})(?P<p_skey>" + _PUT + rb")?"
+    rb"(?:(?P<L>" + _GET + rb")|X(?P<llen>.)\x00\x00\x00(?P<loc>[a-z]{1,8}(?::[0-9]{1,4})?)"
+    rb"(?P<p_loc>" + _PUT + rb")?)"
+    rb"(?P<numel>" + _INT + rb")t(?P<p_pid>" + _PUT + rb")?Q"
+    rb"(?P<offset>" + _INT + rb")"
+    rb"(?P<size>" + _TUPLE + rb")(?P<p_size>" + _PUT + rb")?"
+    rb"(?P<stride>" + _TUPLE + rb")(?P<p_stride>" + _PUT + rb")?"
+    rb"(?P<grad>[\x88\x89])(?P<O>" + _GET + rb")\)R(?P<p_od>" + _PUT + rb")?"
+    rb"t(?P<p_args>" + _PUT + rb")?R(?P<p_res>" + _PUT + rb")?",
+    re.DOTALL,
+)
+# Opcodes the unit uses: the fast path is only valid when torch's unpickler accepts all of them.
+UNIT_OPCODES = frozenset(b"hjqrKMJ()X\x85\x86\x87tQ\x88\x89R")
+_INT_SIZE = {0x4B: 1, 0x4D: 2, 0x4A: 4}
+
+
+class Unit(NamedTuple):
+    """What one recognised tensor sequence does to the walker's state."""
+
+    end: int
+    storage_type: object
+    key: str
+    location: str
+    numel: int
+    puts: list[tuple[int, object]]
+    opcodes: int
+    storage_offset: int
+
+
+def _decode_key(raw: bytes) -> int:
+    return raw[1] if len(raw) == 2 else int.from_bytes(raw[1:], "little")
+
+
+def _decode_int(raw: bytes) -> int:
+    if raw[0] == 0x4B:
+        return raw[1]
+    return int.from_bytes(raw[1:], "little", signed=raw[0] == 0x4A)
+
+
+def _decode_tuple(raw: bytes) -> tuple[tuple, int]:
+    """(value, opcode count) of an EMPTY_TUPLE / TUPLEn / MARK..TUPLE run of integers."""
+    if raw == b")":
+        return (), 1
+    marked = raw[0] == 0x28
+    body = raw[1:-1] if marked else raw[:-1]
+    values = []
+    i = 0
+    while i < len(body):
+        width = _INT_SIZE[body[i]]
+        values.append(_decode_int(body[i:i + 1 + width]))
+        i += 1 + width
+    return tuple(values), len(values) + (2 if marked else 1)
+
+
+class _Decoded(dict):
+    """Memoised decoding of the small opcode snippets that repeat across thousands of tensors.
+
+    Values are ints and tuples of ints (immutable), so sharing them between memo entries is
+    exact; the size stays bounded.
+    """
+
+    def __init__(self, decode) -> None:
+        super().__init__()
+        self.decode = decode
+
+    def __missing__(self, raw: bytes):
+        if len(self) > 50_000:
+            self.clear()
+        value = self[raw] = self.decode(raw)
+        return value
+
+
+_KEY = _Decoded(_decode_key)
+_INT = _Decoded(_decode_int)
+_TUPLE_OF = _Decoded(_decode_tuple)
+
+
+def match_unit(data, pos: int, memo: dict, allowed: frozenset[str], globals_type: type,
+               make_obj) -> tuple[Unit, object] | None:
+    """Recognise a tensor sequence at `pos`; returns (unit, pushed value) or None.
+
+    `globals_type` is the walker's GlobalRef class; `make_obj(func)` builds the value a call
+    (or, with None, a persistent load) pushes.
+    """
+    m = UNIT_RE.match(data, pos)
+    if m is None:
+        return None
+    (f_raw, s_raw, t_raw, klen, skey_raw, p_skey, l_raw, llen, loc_raw, p_loc, numel_raw, p_pid,
+     offset_raw, size_raw, p_size, stride_raw, p_stride, grad, o_raw, p_od, p_args,
+     p_res) = m.groups()
+    get = memo.get
+    func, stype = get(_KEY[f_raw]), get(_KEY[t_raw])
+    if not (type(func) is globals_type and type(stype) is globals_type
+            and func.key in allowed and stype.key in allowed
+            and get(_KEY[s_raw]) == "storage" and klen[0] == len(skey_raw)):
+        return None
+    skey = skey_raw.decode("ascii")
+    k_skey = _KEY[p_skey] if p_skey else None
+    k_loc = None
+    if l_raw is not None:
+        l_key = _KEY[l_raw]
+        location = get(l_key)
+        if l_key == k_skey or type(location) is not str:
+            return None  # a get of a value stored inside the unit: leave it to the walker
+    else:
+        location = loc_raw.decode("ascii")
+        if llen[0] != len(location):
+            return None
+        k_loc = _KEY[p_loc] if p_loc else None
+    k_pid = _KEY[p_pid] if p_pid else None
+    k_size = _KEY[p_size] if p_size else None
+    k_stride = _KEY[p_stride] if p_stride else None
+    o_key = _KEY[o_raw]
+    od = get(o_key)
+    if (type(od) is not globals_type or od.key != "collections.OrderedDict"
+            or o_key in (k_skey, k_loc, k_pid, k_size, k_stride)):
+        return None
+    numel = _INT[numel_raw]
+    size, n_size = _TUPLE_OF[size_raw]
+    stride, n_stride = _TUPLE_OF[stride_raw]
+    hooks, result = make_obj(od), make_obj(func)
+    args = (make_obj(None), _INT[offset_raw], size, stride, grad == b"\x88", hooks)
+    puts = []
+    if k_skey is not None:
+        puts.append((k_skey, skey))
+    if k_loc is not None:
+        puts.append((k_loc, location))
+    if k_pid is not None:
+        puts.append((k_pid, ("storage", stype, skey, location, numel)))
+    if k_size is not None:
+        puts.append((k_size, size))
+    if k_stride is not None:
+        puts.append((k_stride, stride))
+    for raw, value in ((p_od, hooks), (p_args, args), (p_res, result)):
+        if raw:
+            puts.append((_KEY[raw], value))
+    q_at = m.end(11) + 1 + len(p_pid or b"")
+    unit = Unit(m.end(), stype, skey, location, numel, puts, 17 + n_size + n_stride + len(puts),
+                q_at)
+    return unit, result
