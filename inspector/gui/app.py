@@ -1,0 +1,113 @@
+"""QApplication set-up: names, palette that follows the system's light/dark scheme, settings."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from PySide6.QtCore import QCoreApplication, QSettings, Qt
+from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
+from PySide6.QtWidgets import QApplication
+
+from inspector import __version__
+
+ORGANIZATION = "checkpoint-inspector"
+APPLICATION = "Checkpoint Inspector"
+MAX_RECENT = 10
+
+
+def display_available() -> bool:
+    """False on Linux/BSD when no display server is reachable and no Qt platform is forced."""
+    if sys.platform in ("win32", "darwin") or os.environ.get("QT_QPA_PLATFORM"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def create_application(argv: list[str]) -> QApplication:
+    """Return the QApplication, creating and configuring it on first call."""
+    app = QApplication.instance()
+    if app is None:
+        QCoreApplication.setOrganizationName(ORGANIZATION)
+        QCoreApplication.setApplicationName(APPLICATION)
+        QCoreApplication.setApplicationVersion(__version__)
+        QGuiApplication.setDesktopFileName("checkpoint-inspector")
+        app = QApplication(argv)
+    app.setStyle("Fusion")
+    app.setWindowIcon(app_icon())
+    apply_palette(app)
+    app.styleHints().colorSchemeChanged.connect(lambda _scheme: apply_palette(app))
+    return app
+
+
+def settings() -> QSettings:
+    """The app's persistent settings (geometry, recent files, options)."""
+    return QSettings(ORGANIZATION, APPLICATION)
+
+
+def recent_files() -> list[str]:
+    """Most recently opened paths, newest first."""
+    value = settings().value("recent_files", [])
+    if isinstance(value, str):
+        value = [value]
+    return [str(v) for v in value or []]
+
+
+def add_recent_file(path: str) -> None:
+    """Move `path` to the front of the recent list."""
+    paths = [path] + [p for p in recent_files() if p != path]
+    settings().setValue("recent_files", paths[:MAX_RECENT])
+
+
+def clear_recent_files() -> None:
+    """Forget all recent paths."""
+    settings().setValue("recent_files", [])
+
+
+def is_dark(palette: QPalette | None = None) -> bool:
+    """True when the window background is darker than its text."""
+    pal = palette or QGuiApplication.palette()
+    return pal.color(QPalette.ColorRole.Window).lightness() < pal.color(
+        QPalette.ColorRole.WindowText
+    ).lightness()
+
+
+def apply_palette(app: QApplication) -> None:
+    """Use a dark palette when the system scheme is dark, Fusion's light one otherwise."""
+    if app.styleHints().colorScheme() == Qt.ColorScheme.Dark:
+        app.setPalette(_dark_palette())
+    else:
+        app.setPalette(app.style().standardPalette())
+
+
+def _dark_palette() -> QPalette:
+    pal = QPalette()
+    role = QPalette.ColorRole
+    colours = {
+        role.Window: "#2b2d30",
+        role.WindowText: "#e6e6e6",
+        role.Base: "#1e1f22",
+        role.AlternateBase: "#26282b",
+        role.ToolTipBase: "#3c3f41",
+        role.ToolTipText: "#e6e6e6",
+        role.PlaceholderText: "#8c8c8c",
+        role.Text: "#e6e6e6",
+        role.Button: "#3c3f41",
+        role.ButtonText: "#e6e6e6",
+        role.BrightText: "#ff6b68",
+        role.Link: "#6ea8fe",
+        role.Highlight: "#2f65ca",
+        role.HighlightedText: "#ffffff",
+    }
+    for r, c in colours.items():
+        pal.setColor(r, QColor(c))
+    disabled = QPalette.ColorGroup.Disabled
+    for r in (role.WindowText, role.Text, role.ButtonText):
+        pal.setColor(disabled, r, QColor("#7a7a7a"))
+    return pal
+
+
+def app_icon() -> QIcon:
+    """The window icon: a shield drawn at run time (packaging ships the SVG)."""
+    from inspector.gui.verdict_style import shield_icon
+
+    return shield_icon("#2f65ca")

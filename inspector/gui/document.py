@@ -1,0 +1,122 @@
+"""One opened file and everything learned about it; the panes are views over this model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+STATE_WORDS = {
+    "scanning": "Scanning the pickle opcodes (no code runs)…",
+    "scanned": "Scanned",
+    "queued": "Waiting for the sandbox…",
+    "loading": "Loading in the sandbox…",
+    "hashing": "Hashing the file…",
+    "needs_decision": "Not loaded yet: it needs globals that weights_only=True refuses",
+    "blocked": "Not loaded: the static scan found code that would run when unpickled",
+    "declined": "Not loaded: you chose not to allow its globals",
+    "loaded": "Loaded in the sandbox with weights_only=True",
+    "load_failed": "The sandbox could not load it",
+    "cancelled": "Cancelled; the sandbox worker was stopped",
+    "error": "Could not be read",
+}
+
+
+class FileDocument(QObject):
+    """Scan, hash, sandbox load and integrity results of one file, filled in progressively."""
+
+    changed = Signal()
+    tensors_appended = Signal(int, int)  # first new row, number of new rows
+    tensors_reset = Signal()
+
+    def __init__(self, path: str | Path, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.path = Path(path)
+        self.state = "scanning"
+        self.message = ""
+        self.scan: dict[str, Any] | None = None
+        self.inspect: dict[str, Any] | None = None
+        self.sha256: str | None = None
+        self.sandbox: dict[str, Any] | None = None
+        self.allowed_globals: tuple[str, ...] = ()
+        self.tensors: list[dict[str, Any]] = []
+        self.objects: list[dict[str, Any]] = []
+        self.verify: dict[str, Any] | None = None
+        self.diff: dict[str, Any] | None = None
+        self.conversion: dict[str, Any] | None = None
+        self.worker_started = False
+
+    @property
+    def name(self) -> str:
+        """File name shown in lists and titles."""
+        return self.path.name
+
+    @property
+    def verdict(self) -> str | None:
+        """The static scan's verdict, or None while scanning."""
+        return self.scan.get("verdict") if self.scan else None
+
+    @property
+    def size(self) -> int | None:
+        """File size in bytes, from the inspection or the file system."""
+        if self.inspect and self.inspect.get("size") is not None:
+            return int(self.inspect["size"])
+        try:
+            return self.path.stat().st_size
+        except OSError:
+            return None
+
+    def globals_to_allow(self) -> list[str]:
+        """Dotted names of the globals weights_only=True would refuse (for the user to allow)."""
+        if not self.scan:
+            return []
+        return [
+            f"{g['module']}.{g['name']}"
+            for g in self.scan.get("globals", [])
+            if g.get("severity") not in ("safe", "allowed", None)
+        ]
+
+    def set_state(self, state: str, message: str = "") -> None:
+        """Move to a new pipeline state with an optional one-line message."""
+        self.state, self.message = state, message
+        self.changed.emit()
+
+    def set_scan(self, scan: dict[str, Any]) -> None:
+        """Record the static scan result."""
+        self.scan = scan
+        self.changed.emit()
+
+    def apply_events(self, events: list[dict[str, Any]]) -> None:
+        """Fold a batch of sandbox events into the model."""
+        new_tensors = [e for e in events if e.get("type") == "tensor"]
+        for e in events:
+            kind = e.get("type")
+            if kind == "jail":
+                self.sandbox = {k: v for k, v in e.items() if k != "type"}
+                self.worker_started = True
+                self.changed.emit()
+            elif kind == "object":
+                self.objects.append({k: v for k, v in e.items() if k != "type"})
+        if new_tensors:
+            self.worker_started = True
+            first = len(self.tensors)
+            self.tensors.extend({k: v for k, v in e.items() if k != "type"} for e in new_tensors)
+            self.tensors_appended.emit(first, len(new_tensors))
+
+    def set_inspect(self, result: dict[str, Any]) -> None:
+        """Record the final inspection; its tensor list is authoritative."""
+        self.inspect = result
+        self.sha256 = result.get("sha256") or self.sha256
+        self.sandbox = result.get("sandbox") or self.sandbox
+        if result.get("scan"):
+            self.scan = result["scan"]
+        final = result.get("tensors")
+        if final is not None and [t.get("key") for t in final] != [
+            t.get("key") for t in self.tensors
+        ]:
+            self.tensors = list(final)
+            self.tensors_reset.emit()
+        if result.get("objects") is not None:
+            self.objects = list(result["objects"])
+        self.changed.emit()

@@ -1,0 +1,124 @@
+"""Plain-language words for verdicts and findings: what it means and what to do."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """A headline, why it matters, and what the user should do about it."""
+
+    headline: str
+    meaning: str
+    action: str
+
+
+VERDICT_TEXT: dict[str, Explanation] = {
+    "safe": Explanation(
+        "Safe — no code in the pickle",
+        "Every import in the file is one that torch.load(weights_only=True) allows, so "
+        "loading it cannot run code.",
+        "Load it with torch.load(path, weights_only=True). Convert it to safetensors to drop "
+        "pickle altogether, and record its SHA-256 in a manifest so later copies can be "
+        "checked.",
+    ),
+    "suspicious": Explanation(
+        "Suspicious — your decision is needed",
+        "It imports globals outside weights_only's allowlist (custom classes, NumPy objects, "
+        "argparse.Namespace…). None is known to run code, but torch.load(weights_only=True) "
+        "refuses the file until they are allowed.",
+        "Allow exactly the globals you recognise (your own training code's classes) for this "
+        "one load — never weights_only=False. Once loaded, convert it to safetensors so no one "
+        "has to make this decision again.",
+    ),
+    "dangerous": Explanation(
+        "Dangerous — do not load this file",
+        "Unpickling it would import something that runs code or touches the system. It was "
+        "not loaded, and no sandbox worker was started for it.",
+        "Do not open it with torch.load(weights_only=False), pickle or joblib. Get the file "
+        "again from its original source and verify it against the publisher's checksum; ask "
+        "for a safetensors version.",
+    ),
+    "error": Explanation(
+        "Could not be scanned",
+        "The file is not a checkpoint this tool recognises, or it is damaged.",
+        "Check that the download finished (compare its size and SHA-256 with the source) and "
+        "that it is a PyTorch, safetensors or NumPy file.",
+    ),
+}
+
+PENDING = Explanation("Scanning…", "Reading the pickle opcodes; nothing from the file runs.", "")
+
+# Finding codes from the static scan; unknown codes fall back to the severity's advice.
+FINDING_TEXT: dict[str, tuple[str, str]] = {
+    "dangerous_global": (
+        "The pickle imports a function that can run code or reach the operating system.",
+        "Do not load it; get the file from its source again.",
+    ),
+    "unresolved_global": (
+        "An import is assembled in a way that cannot be worked out without running it — a "
+        "classic trick to hide a payload.",
+        "Treat the file as hostile; do not load it.",
+    ),
+    "code_string": (
+        "A call receives a string that looks like source code or a shell command.",
+        "Treat the file as hostile; do not load it.",
+    ),
+    "torchscript": (
+        "This is a TorchScript archive; it carries compiled code that runs when loaded.",
+        "Open it only with torch.jit.load, and only if you trust the source.",
+    ),
+    "crc_mismatch": (
+        "A zip member's checksum does not match its bytes: the file was damaged or edited.",
+        "Download it again and verify it against the publisher's checksum.",
+    ),
+    "duplicate_name": (
+        "Two zip members have the same name; loaders may pick a different one than scanners.",
+        "Treat the file as tampered with; get it from its source again.",
+    ),
+    "path_traversal": (
+        "A zip member name points outside the archive (../ or an absolute path).",
+        "Treat the file as tampered with; do not extract it.",
+    ),
+    "missing_record": (
+        "The pickle refers to a tensor record that is not in the archive: the file is "
+        "incomplete.",
+        "Download it again; the checkpoint cannot load as is.",
+    ),
+    "unreferenced_record": (
+        "The archive holds a data record that no tensor uses.",
+        "Usually harmless (an edited archive); verify the file against its checksum.",
+    ),
+    "storage_size_mismatch": (
+        "A storage declares more bytes than its record holds — a known way to corrupt memory "
+        "in older torch versions.",
+        "Do not load it with torch older than 2.10; get the file from its source again.",
+    ),
+    "parse_error": (
+        "The pickle stops or breaks part-way; everything before the break was still scanned.",
+        "A damaged download or a deliberately corrupt tail; get the file again.",
+    ),
+}
+
+SEVERITY_ADVICE = {
+    "dangerous": "Do not load the file; get it again from its source.",
+    "suspicious": "Load only with the named globals allowed, if you trust the source.",
+    "warning": "Verify the file against its publisher's checksum.",
+    "info": "No action needed.",
+}
+
+
+def verdict_explanation(verdict: str | None) -> Explanation:
+    """The banner and advice text of a verdict (None while scanning)."""
+    if verdict is None:
+        return PENDING
+    return VERDICT_TEXT.get(verdict, VERDICT_TEXT["error"])
+
+
+def finding_explanation(code: str, severity: str) -> tuple[str, str]:
+    """(what it means, what to do) for one finding."""
+    for known, text in FINDING_TEXT.items():
+        if code == known or code.startswith(known):
+            return text
+    return ("", SEVERITY_ADVICE.get(severity, SEVERITY_ADVICE["warning"]))

@@ -1,0 +1,444 @@
+"""Integrity: verify against a manifest, create one, and compare with another checkpoint."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, Qt
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QFileDialog,
+    QFrame,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableView,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from inspector.core.progress import CancelToken
+from inspector.gui import app as appmod
+from inspector.gui.document import FileDocument
+from inspector.gui.jobs import EmitFn, Job, JobRunner
+from inspector.gui.pipeline import Pipeline
+from inspector.gui.verdict_style import status_style, tint
+
+MANIFEST_FILTER = (
+    "Manifests (*.json *.sha256 *.sha256sum *.txt *.tsv *.md5 *);;All files (*)"
+)
+WRITE_FILTERS = {
+    "JSON manifest with tensor hashes (*.json)": ".json",
+    "sha256sum (*.sha256)": ".sha256",
+    "TSV (*.tsv)": ".tsv",
+}
+RESULT_COLUMNS = ("Item", "Kind", "Status", "Expected", "Actual", "Details")
+GOOD = {"ok", "identical"}
+
+
+class ResultsModel(QAbstractTableModel):
+    """File and tensor results, problems first, each row coloured by its status."""
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.rows: list[tuple[str, str, str, str, str, str]] = []
+
+    def set_rows(self, rows: list[tuple[str, str, str, str, str, str]]) -> None:
+        """Replace the rows; problems sort before ok rows, order otherwise kept."""
+        self.beginResetModel()
+        self.rows = sorted(rows, key=lambda r: r[2] in GOOD)
+        self.endResetModel()
+
+    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(RESULT_COLUMNS)
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return RESULT_COLUMNS[section]
+        return None
+
+    def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        row = self.rows[index.row()]
+        status = row[2]
+        if role == Qt.ItemDataRole.DisplayRole:
+            if index.column() == 2:
+                style = status_style(status)
+                return f"{style.glyph} {style.word}"
+            value = row[index.column()]
+            return value[:16] + "…" if index.column() in (3, 4) and len(value) > 17 else value
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return row[index.column()] or None
+        if role == Qt.ItemDataRole.BackgroundRole:
+            return tint(status_style(status).colour, 40 if status in GOOD else 80)
+        if role == Qt.ItemDataRole.UserRole:
+            return status
+        return None
+
+
+class ManifestDropZone(QFrame):
+    """A frame that takes a dropped manifest instead of opening it as a checkpoint."""
+
+    def __init__(self, on_drop, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        from inspector.gui.main_window import DROP_OWNER
+
+        self.setProperty(DROP_OWNER, True)
+        self.setAcceptDrops(True)
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self._on_drop = on_drop
+
+    def dragEnterEvent(self, event) -> None:
+        """Accept one local file."""
+        if event.mimeData().hasUrls():
+            event.acceptProposedAction()
+
+    def dropEvent(self, event) -> None:
+        """Verify against the dropped manifest."""
+        urls = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
+        if urls:
+            event.acceptProposedAction()
+            self._on_drop(urls[0])
+
+
+class IntegrityPane(QWidget):
+    """Manifest verification, manifest creation and checkpoint comparison for a document."""
+
+    def __init__(self, runner: JobRunner, pipeline: Pipeline,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.runner = runner
+        self.pipeline = pipeline
+        self.doc: FileDocument | None = None
+        self.docs_for_manifest: list[FileDocument] = []
+
+        zone = ManifestDropZone(self.verify_with)
+        hint = QLabel(
+            "Drop a manifest here — sha256sum or BSD checksums, TSV, a Git LFS pointer, this "
+            "app's JSON manifest or a sharded *.index.json — to check the file and every tensor."
+        )
+        hint.setWordWrap(True)
+        self.choose_button = QPushButton("Verify Against Manifest…")
+        self.choose_button.clicked.connect(self.choose_manifest)
+        self.create_button = QPushButton("Create Manifest…")
+        self.create_button.clicked.connect(self.create_manifest)
+        self.compare_button = QPushButton("Compare With…")
+        self.compare_button.clicked.connect(self.choose_compare)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.choose_button)
+        buttons.addWidget(self.create_button)
+        buttons.addWidget(self.compare_button)
+        buttons.addStretch(1)
+        zl = QVBoxLayout(zone)
+        zl.addWidget(hint)
+        zl.addLayout(buttons)
+
+        self.summary = QTextBrowser()
+        self.summary.setMaximumHeight(150)
+        self.summary.setAccessibleName("Integrity summary")
+        self.model = ResultsModel(self)
+        self.table = QTableView()
+        self.table.setModel(self.model)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.verticalHeader().hide()
+        self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.setWordWrap(False)
+        self.table.setAccessibleName("Integrity results")
+        for i, width in enumerate((260, 60, 150, 150, 150)):
+            self.table.setColumnWidth(i, width)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(zone)
+        layout.addWidget(self.summary)
+        layout.addWidget(self.table, 1)
+        self.set_document(None)
+
+    def set_document(self, doc: FileDocument | None) -> None:
+        """Show `doc`'s last verification or comparison."""
+        self.doc = doc
+        enabled = doc is not None
+        for b in (self.choose_button, self.create_button, self.compare_button):
+            b.setEnabled(enabled)
+        if doc is None:
+            self._show("<p>No file open.</p>", [])
+        elif doc.verify is not None:
+            self._show_verify(doc.verify)
+        elif doc.diff is not None:
+            self._show_diff(doc.diff)
+        else:
+            self._show(
+                "<p>Not verified yet. Drop a manifest above, or create one now so later copies "
+                "of this file can be checked against it.</p>", [])
+
+    # --- verify ------------------------------------------------------------------------
+
+    def choose_manifest(self) -> None:
+        """Ask for a manifest and verify the current document against it."""
+        if self.doc is None:
+            return
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Verify against manifest", str(self.doc.path.parent), MANIFEST_FILTER)
+        if path:
+            self.verify_with(path)
+
+    def verify_with(self, manifest_path: str | Path) -> Job | None:
+        """Verify the current document's file (and tensors, when it was loaded)."""
+        doc = self.doc
+        if doc is None:
+            return None
+        tensors = _tensor_entries(doc) if doc.state == "loaded" else None
+        job = Job(f"verify {doc.name}", _verify_fn(Path(manifest_path), doc.path, tensors), self)
+        job.finished.connect(lambda result: self._verified(doc, result))
+        job.failed.connect(lambda msg: self._show(
+            f"<p><b>Could not verify:</b> {html.escape(msg)}</p>", []))
+        self._show(f"<p>Verifying against {html.escape(str(manifest_path))}…</p>", [])
+        return self.pipeline.run_heavy(job)
+
+    def _verified(self, doc: FileDocument, result: dict[str, Any]) -> None:
+        doc.verify, doc.diff = result, None
+        doc.changed.emit()
+        if doc is self.doc:
+            self._show_verify(result)
+
+    def _show_verify(self, result: dict[str, Any]) -> None:
+        files, tensors = result.get("files", []), result.get("tensors", [])
+        rows = [
+            (f["path"], "file", f["status"], f.get("expected") or "", f.get("actual") or "",
+             _size_detail(f))
+            for f in files
+        ] + [
+            (t["key"], "tensor", t["status"], t.get("expected") or "", t.get("actual") or "",
+             _tensor_detail(t))
+            for t in tensors
+        ]
+        bad_files = sum(f["status"] != "ok" for f in files)
+        bad_tensors = sum(t["status"] != "ok" for t in tensors)
+        name = html.escape(str(result.get("manifest", "the manifest")))
+        if bad_files or bad_tensors or result.get("errors"):
+            head = (f"<p><b style='color:{status_style('mismatch').colour}'>✕ Does not match "
+                    f"{name}</b>: {bad_files} of {len(files)} file(s) and {bad_tensors} of "
+                    f"{len(tensors)} tensor(s) differ.</p>")
+        else:
+            head = (f"<p><b style='color:{status_style('ok').colour}'>✓ Matches {name}</b>: "
+                    f"{len(files)} file(s) and {len(tensors)} tensor(s) verified.</p>")
+        notes = "".join(f"<p>{html.escape(e)}</p>" for e in result.get("errors", []))
+        if result.get("note"):
+            notes += f"<p>{html.escape(result['note'])}</p>"
+        self._show(head + notes, rows)
+
+    # --- create ------------------------------------------------------------------------
+
+    def create_manifest(self) -> Job | None:
+        """Ask where to write a manifest of the current document, then write it."""
+        doc = self.doc
+        if doc is None:
+            return None
+        default = str(doc.path.with_name(doc.path.name + ".manifest.json"))
+        path, chosen = QFileDialog.getSaveFileName(
+            self, "Create manifest", default, ";;".join(WRITE_FILTERS))
+        if not path:
+            return None
+        if not Path(path).suffix and chosen in WRITE_FILTERS:
+            path += WRITE_FILTERS[chosen]
+        # The save dialog has already asked before replacing an existing file.
+        return self.write_manifest(Path(path), overwrite=True)
+
+    def write_manifest(self, path: Path, overwrite: bool = False) -> Job | None:
+        """Write a manifest of the current document to `path` (format from its extension)."""
+        doc = self.doc
+        if doc is None:
+            return None
+        tensors = _tensor_entries(doc) if doc.state == "loaded" else None
+        fn = _manifest_fn(path, doc.path, doc.sha256, (doc.scan or {}).get("format"), tensors,
+                          overwrite)
+        job = Job(f"manifest {doc.name}", fn, self)
+        job.finished.connect(lambda dialect: self._wrote_manifest(path, dialect, tensors))
+        job.failed.connect(lambda msg: self._show(
+            f"<p><b>Could not write the manifest:</b> {html.escape(msg)}</p>", []))
+        return self.pipeline.run_heavy(job)
+
+    def _wrote_manifest(self, path: Path, dialect: str, tensors: list | None) -> None:
+        with_tensors = ""
+        if tensors and dialect == "json":
+            with_tensors = f" with {len(tensors)} tensor hashes"
+        self._show(f"<p>Wrote a {html.escape(dialect)} manifest{with_tensors} to "
+                   f"<b>{html.escape(str(path))}</b>.</p>", [])
+
+    # --- compare -----------------------------------------------------------------------
+
+    def choose_compare(self) -> None:
+        """Ask for another checkpoint and diff the current document against it."""
+        if self.doc is None:
+            return
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Compare with", str(self.doc.path.parent), "All files (*)")
+        if path:
+            self.compare_with(path)
+
+    def compare_with(self, other: str | Path) -> Job | None:
+        """Diff the current document against `other` in the sandbox, with bit-flip forensics."""
+        doc = self.doc
+        if doc is None:
+            return None
+        if doc.verdict == "dangerous":
+            self._show("<p>A dangerous file is never loaded, so it cannot be compared.</p>", [])
+            return None
+        job = Job(f"diff {doc.name}", _diff_fn(doc.path, Path(other)), self)
+        job.finished.connect(lambda result: self._diffed(doc, result))
+        job.failed.connect(lambda msg: self._show(
+            f"<p><b>Could not compare:</b> {html.escape(msg)}</p>", []))
+        self._show(f"<p>Comparing with {html.escape(str(other))}…</p>", [])
+        return self.pipeline.run_heavy(job)
+
+    def _diffed(self, doc: FileDocument, result: dict[str, Any]) -> None:
+        doc.diff, doc.verify = result, None
+        doc.changed.emit()
+        if doc is self.doc:
+            self._show_diff(result)
+
+    def _show_diff(self, result: dict[str, Any]) -> None:
+        tensors = result.get("tensors", [])
+        rows = [
+            (t["key"], "tensor", t["status"], "", "", diff_words(t)) for t in tensors
+        ]
+        other = html.escape(str(result.get("b", "the other file")))
+        if result.get("identical"):
+            head = (f"<p><b style='color:{status_style('ok').colour}'>✓ Identical to {other}"
+                    f"</b>: all {len(tensors)} tensors are bit for bit the same.</p>")
+        else:
+            changed = [t for t in tensors if t["status"] != "identical"]
+            head = (f"<p><b style='color:{status_style('changed').colour}'>✕ Differs from "
+                    f"{other}</b>: {len(changed)} of {len(tensors)} tensors differ.</p>")
+            head += "".join(
+                f"<p>{html.escape(diff_words(t))}</p>" for t in changed[:8] if t.get("bitflips")
+            )
+            head += "<p>" + html.escape(forensic_verdict(changed)) + "</p>"
+        self._show(head, rows)
+
+    def _show(self, summary_html: str, rows: list[tuple[str, str, str, str, str, str]]) -> None:
+        self.summary.setHtml(summary_html)
+        self.model.set_rows(rows)
+
+
+def diff_words(t: dict[str, Any]) -> str:
+    """One plain sentence about one tensor of a diff."""
+    status = t.get("status")
+    key = t.get("key")
+    if t.get("summary"):
+        return str(t["summary"])
+    if status == "identical":
+        return "bit for bit identical"
+    if status in ("only_in_a", "only_in_b"):
+        return status_style(status).word
+    if status == "dtype_or_shape_changed":
+        return "dtype or shape changed"
+    flips = t.get("bitflips") or []
+    changed = int(t.get("changed_elements") or 0)
+    if flips and len(flips) == changed:
+        kinds = sorted({f.get("kind", "?") for f in flips})
+        where = f"all in {kinds[0]} bits" if len(kinds) == 1 else "in " + ", ".join(kinds) + " bits"
+        return f"{changed} single-bit flip{'s' if changed != 1 else ''} in {key}, {where}"
+    return f"{changed:,} elements differ (max abs diff {t.get('max_abs_diff')})"
+
+
+def forensic_verdict(changed: list[dict[str, Any]]) -> str:
+    """What the pattern of differences suggests, in plain words."""
+    flips = sum(len(t.get("bitflips") or []) for t in changed)
+    elements = sum(int(t.get("changed_elements") or 0) for t in changed)
+    if changed and flips and flips == elements:
+        return ("Every difference is a single flipped bit — the signature of memory or storage "
+                "corruption, not of training. Restore the file from a backup or download it "
+                "again, and check the machine's RAM/GPU ECC counters.")
+    if elements and not flips:
+        return ("Many bits changed in many elements — training, fine-tuning or quantisation "
+                "drift rather than corruption.")
+    return ("A mix of single-bit flips and broader changes; compare against a trusted copy "
+            "before using either file.")
+
+
+def _size_detail(f: dict[str, Any]) -> str:
+    exp, act = f.get("expected_size"), f.get("actual_size")
+    if f.get("status") == "size_mismatch":
+        return f"size {act:,} bytes, manifest says {exp:,}" if exp and act else "size differs"
+    return f"{act:,} bytes" if isinstance(act, int) else ""
+
+
+def _tensor_detail(t: dict[str, Any]) -> str:
+    if t.get("status") == "dtype_or_shape_changed":
+        return (f"{t.get('expected_dtype')} {t.get('expected_shape')} → "
+                f"{t.get('actual_dtype')} {t.get('actual_shape')}")
+    return str(t.get("actual_dtype") or t.get("expected_dtype") or "")
+
+
+def _tensor_entries(doc: FileDocument) -> list:
+    """The document's measured tensors as manifest entries (already hashed in the sandbox)."""
+    from inspector.core.manifest import TensorEntry
+
+    algorithm = (doc.inspect or {}).get("digest_algorithm", "sha256")
+    return [
+        TensorEntry(key=t["key"], dtype=t.get("dtype"), shape=tuple(t.get("shape") or ()),
+                    digest=t.get("digest"), digest_algorithm=algorithm)
+        for t in doc.tensors
+    ]
+
+
+def _verify_fn(manifest_path: Path, path: Path, tensors: list | None):
+    def run(emit: EmitFn, cancel: CancelToken) -> dict[str, Any]:
+        from inspector.core.manifest import read_manifest
+        from inspector.core.verify import verify
+
+        manifest = read_manifest(manifest_path)
+
+        def digests(_path: Path, *, cancel: CancelToken | None = None) -> list:
+            return tensors or []
+
+        def progress(done: int, total: int) -> None:
+            emit({"type": "progress", "stage": "verify", "done": done, "total": total})
+
+        use_tensors = tensors is not None and manifest.has_tensors
+        result = verify(manifest, [path], tensor_digests=digests if use_tensors else None,
+                        progress=progress, cancel=cancel).to_json()
+        result["manifest"] = str(manifest_path)
+        if manifest.has_tensors and tensors is None:
+            result["note"] = "Tensors were not checked: this file was not loaded."
+        return result
+
+    return run
+
+
+def _manifest_fn(target: Path, path: Path, sha256: str | None, fmt: str | None,
+                 tensors: list | None, overwrite: bool):
+    def run(emit: EmitFn, cancel: CancelToken) -> str:
+        from inspector.core.hashing import sha256_file
+        from inspector.core.manifest import FileEntry, relative_path, write_manifest
+
+        def progress(done: int, total: int) -> None:
+            emit({"type": "progress", "stage": "hash", "done": done, "total": total})
+
+        digest = sha256 or sha256_file(path, progress=progress, cancel=cancel)
+        entry = FileEntry(path=relative_path(path, target.parent), sha256=digest,
+                          size=path.stat().st_size, format=fmt, tensors=tensors)
+        return write_manifest(target, [entry], overwrite=overwrite,
+                              created_by=f"{appmod.APPLICATION}")
+
+    return run
+
+
+def _diff_fn(a: Path, b: Path):
+    def run(emit: EmitFn, cancel: CancelToken) -> dict[str, Any]:
+        from inspector.sandbox.client import diff_files
+
+        result = diff_files(a, b, on_event=emit, cancel=cancel)
+        result.setdefault("b", str(b))
+        return result
+
+    return run

@@ -1,0 +1,447 @@
+"""The main window: file list, panes, menus, toolbar, drag and drop, progress and cancel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QFileDialog,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QSplitter,
+    QStackedWidget,
+    QStyle,
+    QTabWidget,
+    QWidget,
+)
+
+from inspector.gui import app as appmod
+from inspector.gui.document import STATE_WORDS, FileDocument
+from inspector.gui.empty_state import EmptyState
+from inspector.gui.jobs import Job, JobRunner
+from inspector.gui.overview_pane import OverviewPane
+from inspector.gui.pickle_pane import PicklePane
+from inspector.gui.pipeline import Pipeline, expand_paths
+from inspector.gui.tensors_pane import TensorsPane
+from inspector.gui.verdict_style import verdict_icon, verdict_style
+
+FILE_FILTER = (
+    "Checkpoints (*.pt *.pth *.bin *.ckpt *.safetensors *.pkl *.pickle *.npy *.npz *.tar);;"
+    "All files (*)"
+)
+DROP_OWNER = "ownsFileDrops"
+"""Widgets with this property set handle their own file drops (e.g. the manifest zone)."""
+
+
+def local_paths(mime) -> list[str]:
+    """Local file paths carried by a drag's mime data."""
+    if mime is None or not mime.hasUrls():
+        return []
+    return [u.toLocalFile() for u in mime.urls() if u.isLocalFile()]
+
+
+class _DropFilter(QObject):
+    """Lets a file dropped on any widget of the window open it, whatever the widget is."""
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:
+        kind = event.type()
+        if kind not in (QEvent.Type.DragEnter, QEvent.Type.DragMove, QEvent.Type.Drop):
+            return False
+        if not isinstance(obj, QWidget) or obj.window() is not self.window:
+            return False
+        if _owned_by_drop_zone(obj) or not local_paths(event.mimeData()):
+            return False
+        event.setDropAction(Qt.DropAction.CopyAction)
+        event.accept()
+        if kind == QEvent.Type.Drop:
+            self.window.open_paths(local_paths(event.mimeData()))
+        return True
+
+
+def _owned_by_drop_zone(widget: QWidget | None) -> bool:
+    while widget is not None:
+        if widget.property(DROP_OWNER):
+            return True
+        widget = widget.parentWidget()
+    return False
+
+
+class MainWindow(QMainWindow):
+    """Checkpoint Inspector's window."""
+
+    document_opened = Signal(object)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setWindowTitle(appmod.APPLICATION)
+        self.setAcceptDrops(True)
+        self.docs: list[FileDocument] = []
+        self.runner = JobRunner(self)
+        self.pipeline = Pipeline(self.runner, self)
+
+        self.empty = EmptyState()
+        self.empty.open_requested.connect(self.open_dialog)
+        self.empty.sample_requested.connect(self.open_samples)
+
+        self.file_list = QListWidget()
+        self.file_list.setAccessibleName("Open files")
+        self.file_list.setMinimumWidth(160)
+        self.file_list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.file_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.file_list.currentRowChanged.connect(self._select_row)
+
+        self.overview = OverviewPane()
+        self.overview.load_allowed.connect(lambda doc, names: self.pipeline.load(doc, names))
+        self.overview.load_declined.connect(self.pipeline.decline)
+        self.pickle = PicklePane(self.runner)
+        self.tensors = TensorsPane()
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(self.overview, "Overview")
+        self.tabs.addTab(self.pickle, "Pickle")
+        self.tabs.addTab(self.tensors, "Tensors")
+        self._add_optional_panes()
+
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(self.file_list)
+        self.splitter.addWidget(self.tabs)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setSizes([230, 970])
+
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.empty)
+        self.stack.addWidget(self.splitter)
+        self.setCentralWidget(self.stack)
+
+        self._build_status_bar()
+        self._build_actions()
+        self.pipeline.progress.connect(self._show_progress)
+        self.pipeline.job_started.connect(self._job_started)
+        self.runner.busy_changed.connect(self._set_busy)
+        QApplication.instance().installEventFilter(_DropFilter(self))
+        self._restore_settings()
+        self._update_actions()
+
+    # --- building ----------------------------------------------------------------------
+
+    def _add_optional_panes(self) -> None:
+        """Panes built by other parts of the app, added when they are installed."""
+        from inspector.gui.integrity_pane import IntegrityPane
+
+        self.integrity = IntegrityPane(self.runner, self.pipeline)
+        self.tabs.addTab(self.integrity, "Integrity")
+
+    def _build_status_bar(self) -> None:
+        bar = self.statusBar()
+        self.stage_label = QLabel("Ready")
+        self.progress = QProgressBar()
+        self.progress.setMaximumWidth(260)
+        self.progress.setTextVisible(True)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop the running job and its sandbox worker (Esc)")
+        self.cancel_button.clicked.connect(self.cancel_jobs)
+        bar.addWidget(self.stage_label, 1)
+        bar.addPermanentWidget(self.progress)
+        bar.addPermanentWidget(self.cancel_button)
+        self.progress.hide()
+        self.cancel_button.hide()
+
+    def _action(self, text: str, slot, shortcut=None, tip: str = "", icon=None) -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+        if tip:
+            action.setStatusTip(tip)
+            action.setToolTip(tip)
+        if icon is not None:
+            action.setIcon(self.style().standardIcon(icon))
+        action.triggered.connect(slot)
+        return action
+
+    def _build_actions(self) -> None:
+        sp = QStyle.StandardPixmap
+        self.act_open = self._action("&Open…", self.open_dialog, QKeySequence.StandardKey.Open,
+                                     "Open checkpoint files", sp.SP_DialogOpenButton)
+        self.act_open_folder = self._action("Open &Folder…", self.open_folder_dialog,
+                                            "Ctrl+Shift+O", "Open a folder of shards",
+                                            sp.SP_DirOpenIcon)
+        self.act_sample = self._action("Open &Sample", self.open_samples, None,
+                                       "Write and open the built-in samples")
+        self.act_close = self._action("&Close", self.close_current, QKeySequence.StandardKey.Close,
+                                      "Close the selected file")
+        self.act_quit = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
+        self.act_convert = self._action("Convert to &safetensors…", self.convert_current,
+                                        "Ctrl+Shift+S", "Convert the selected file to "
+                                        "safetensors, verified tensor by tensor",
+                                        sp.SP_DialogSaveButton)
+        self.act_manifest = self._action("Create &Manifest…", self.integrity.create_manifest,
+                                         "Ctrl+M", "Write a manifest of the selected files")
+        self.act_verify = self._action("&Verify Against Manifest…",
+                                       self.integrity.choose_manifest, "Ctrl+Shift+V",
+                                       "Check files and tensors against a manifest",
+                                       sp.SP_DialogApplyButton)
+        self.act_compare = self._action("Compare &With…", self.integrity.choose_compare,
+                                        "Ctrl+D", "Diff against another checkpoint, "
+                                        "with bit-flip forensics", sp.SP_FileDialogContentsView)
+        self.act_cancel = self._action("Cancel", self.cancel_jobs, Qt.Key.Key_Escape,
+                                       "Stop the running job", sp.SP_BrowserStop)
+        self.act_about = self._action("&About Checkpoint Inspector", self.show_about)
+
+        menu = self.menuBar().addMenu("&File")
+        menu.addAction(self.act_open)
+        menu.addAction(self.act_open_folder)
+        self.recent_menu = menu.addMenu("Open &Recent")
+        self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
+        menu.addAction(self.act_sample)
+        menu.addSeparator()
+        menu.addAction(self.act_close)
+        menu.addSeparator()
+        menu.addAction(self.act_quit)
+        self.file_menu = menu
+
+        tools = self.menuBar().addMenu("&Tools")
+        for a in (self.act_convert, self.act_manifest, self.act_verify, self.act_compare):
+            tools.addAction(a)
+        tools.addSeparator()
+        tools.addAction(self.act_cancel)
+        self.tools_menu = tools
+
+        help_menu = self.menuBar().addMenu("&Help")
+        help_menu.addAction(self.act_about)
+
+        toolbar = self.addToolBar("Main")
+        toolbar.setObjectName("mainToolbar")
+        toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        toolbar.addAction(self.act_open)
+        toolbar.addSeparator()
+        toolbar.addAction(self.act_convert)
+        toolbar.addAction(self.act_verify)
+        toolbar.addAction(self.act_compare)
+
+    def _fill_recent_menu(self) -> None:
+        self.recent_menu.clear()
+        paths = appmod.recent_files()
+        for path in paths:
+            action = self.recent_menu.addAction(path)
+            action.triggered.connect(lambda _=False, p=path: self.open_paths([p]))
+        if not paths:
+            self.recent_menu.addAction("No recent files").setEnabled(False)
+        else:
+            self.recent_menu.addSeparator()
+            self.recent_menu.addAction("Clear List", appmod.clear_recent_files)
+
+    # --- documents ---------------------------------------------------------------------
+
+    @property
+    def current(self) -> FileDocument | None:
+        """The selected document."""
+        row = self.file_list.currentRow()
+        return self.docs[row] if 0 <= row < len(self.docs) else None
+
+    def open_paths(self, paths: list[str] | list[Path]) -> list[FileDocument]:
+        """Open files and folders (recursively); returns the newly opened documents."""
+        files = expand_paths(paths)
+        missing = [str(p) for p in paths if not Path(p).exists()]
+        if missing:
+            self.statusBar().showMessage(f"Not found: {', '.join(missing)}", 8000)
+        opened: list[FileDocument] = []
+        for path in files:
+            existing = next((d for d in self.docs if d.path == path.resolve()), None)
+            if existing is not None:
+                self.file_list.setCurrentRow(self.docs.index(existing))
+                continue
+            doc = FileDocument(path.resolve(), self)
+            self.docs.append(doc)
+            item = QListWidgetItem(doc.name)
+            self.file_list.addItem(item)
+            doc.changed.connect(lambda d=doc: self._refresh_item(d))
+            self._refresh_item(doc)
+            opened.append(doc)
+            self.pipeline.open(doc)
+            self.document_opened.emit(doc)
+        for p in paths:
+            if Path(p).exists():
+                appmod.add_recent_file(str(Path(p).resolve()))
+        if opened:
+            self.stack.setCurrentWidget(self.splitter)
+            self.file_list.setCurrentRow(self.docs.index(opened[0]))
+        self._update_actions()
+        return opened
+
+    def close_current(self) -> None:
+        """Close the selected document; cancel its jobs first."""
+        doc = self.current
+        if doc is None:
+            return
+        row = self.docs.index(doc)
+        for job in self.runner.active():
+            if doc.name in job.name:
+                job.cancel()
+        self.docs.pop(row)
+        self.file_list.takeItem(row)
+        if not self.docs:
+            self._show_document(None)
+            self.stack.setCurrentWidget(self.empty)
+        self._update_actions()
+
+    def _refresh_item(self, doc: FileDocument) -> None:
+        if doc not in self.docs:
+            return
+        item = self.file_list.item(self.docs.index(doc))
+        item.setIcon(verdict_icon(doc.verdict))
+        words = verdict_style(doc.verdict).word
+        item.setToolTip(f"{doc.path}\n{words} — {STATE_WORDS.get(doc.state, doc.state)}")
+        item.setData(Qt.ItemDataRole.AccessibleTextRole, f"{doc.name}, {words}")
+        if doc is self.current:
+            self._update_actions()
+
+    def _select_row(self, row: int) -> None:
+        self._show_document(self.docs[row] if 0 <= row < len(self.docs) else None)
+
+    def _show_document(self, doc: FileDocument | None) -> None:
+        self.overview.set_document(doc)
+        self.pickle.set_document(doc)
+        self.tensors.set_document(doc)
+        self.integrity.set_document(doc)
+        title = appmod.APPLICATION + (f" — {doc.name}" if doc else "")
+        self.setWindowTitle(title)
+        self._update_actions()
+
+    def _update_actions(self) -> None:
+        doc = self.current
+        has = doc is not None
+        self.act_close.setEnabled(has)
+        self.act_convert.setEnabled(has and doc.state == "loaded")
+        self.act_manifest.setEnabled(has)
+        self.act_verify.setEnabled(has)
+        self.act_compare.setEnabled(has and doc.verdict not in ("dangerous", None))
+
+    # --- commands ----------------------------------------------------------------------
+
+    def open_dialog(self) -> None:
+        """Ask for files to open."""
+        start = str(appmod.settings().value("last_dir", str(Path.home())))
+        paths, _ = QFileDialog.getOpenFileNames(self, "Open checkpoints", start, FILE_FILTER)
+        if paths:
+            appmod.settings().setValue("last_dir", str(Path(paths[0]).parent))
+            self.open_paths(paths)
+
+    def open_folder_dialog(self) -> None:
+        """Ask for a folder of shards to open."""
+        start = str(appmod.settings().value("last_dir", str(Path.home())))
+        folder = QFileDialog.getExistingDirectory(self, "Open a folder of shards", start)
+        if folder:
+            self.open_paths([folder])
+
+    def open_samples(self) -> list[FileDocument]:
+        """Write the built-in samples to the cache folder and open both."""
+        from inspector.core.samples import write_samples
+
+        try:
+            samples = write_samples()
+        except OSError as exc:
+            QMessageBox.warning(self, "Samples", f"Could not write the samples: {exc}")
+            return []
+        return self.open_paths([samples.benign, samples.malicious])
+
+    def convert_current(self) -> None:
+        """One click: convert the selected file next to itself and verify the result."""
+        doc = self.current
+        if doc is None:
+            return
+        from inspector.gui.convert_dialog import ConvertDialog
+
+        dialog = ConvertDialog(doc, self.pipeline, self)
+        dialog.open_result.connect(lambda p: self.open_paths([p]))
+        dialog.show()
+        dialog.start()
+
+    def cancel_jobs(self) -> None:
+        """Stop every running job and its sandbox worker."""
+        self.pipeline.cancel_all()
+        self.stage_label.setText("Cancelling…")
+
+    def show_about(self) -> None:
+        """The About box with the environment a bug report needs."""
+        from inspector.gui.about_dialog import AboutDialog
+
+        AboutDialog(self.runner, self).show()
+
+    # --- progress ----------------------------------------------------------------------
+
+    def _job_started(self, job: Job) -> None:
+        self.stage_label.setText(job.name.capitalize() + "…")
+        job.failed.connect(lambda msg, j=job: self.statusBar().showMessage(
+            f"{j.name}: {msg}", 10000))
+
+    def _show_progress(self, stage: str, done: int, total: int) -> None:
+        self.stage_label.setText(stage)
+        if total > 0:
+            self.progress.setRange(0, 1000)
+            self.progress.setValue(int(1000 * min(done, total) / total))
+            self.progress.setFormat(f"{100 * done / total:.0f} %")
+        else:
+            self.progress.setRange(0, 0)
+
+    def _set_busy(self, busy: bool) -> None:
+        self.progress.setVisible(busy)
+        self.cancel_button.setVisible(busy)
+        self.act_cancel.setEnabled(busy)
+        if busy:
+            self.progress.setRange(0, 0)
+        else:
+            self.stage_label.setText("Ready")
+        self._update_actions()
+
+    # --- drag and drop -----------------------------------------------------------------
+
+    def dragEnterEvent(self, event) -> None:
+        """Accept drags carrying local files."""
+        if local_paths(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event) -> None:
+        """Open the dropped files and folders."""
+        paths = local_paths(event.mimeData())
+        if paths:
+            event.acceptProposedAction()
+            self.open_paths(paths)
+
+    # --- settings ----------------------------------------------------------------------
+
+    def _restore_settings(self) -> None:
+        s = appmod.settings()
+        geometry = s.value("window/geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1200, 780)
+        state = s.value("window/state")
+        if state is not None:
+            self.restoreState(state)
+        splitter = s.value("window/splitter")
+        if splitter is not None:
+            self.splitter.restoreState(splitter)
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        """Save geometry, stop every job and worker, then close."""
+        s = appmod.settings()
+        s.setValue("window/geometry", self.saveGeometry())
+        s.setValue("window/state", self.saveState())
+        s.setValue("window/splitter", self.splitter.saveState())
+        self.pipeline.cancel_all()
+        self.runner.shutdown()
+        super().closeEvent(event)
+

@@ -1,0 +1,295 @@
+"""Overview: the verdict banner, the file's identity, and each finding in plain words."""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QFont, QGuiApplication
+from PySide6.QtWidgets import (
+    QFormLayout,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QTextBrowser,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from inspector.gui.document import STATE_WORDS, FileDocument
+from inspector.gui.explain import SEVERITY_ADVICE, finding_explanation, verdict_explanation
+from inspector.gui.verdict_style import verdict_icon, verdict_style
+
+
+def human_size(n: int | None) -> str:
+    """Bytes as a short human string with the exact count."""
+    if n is None:
+        return "—"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            short = f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+            return f"{short} ({n:,} bytes)" if unit != "B" else short
+        value /= 1024
+    return str(n)
+
+
+class VerdictBanner(QFrame):
+    """Colour, icon and words of the verdict; never colour alone."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("verdictBanner")
+        self.icon = QLabel()
+        self.title = QLabel()
+        font = QFont(self.title.font())
+        font.setPointSizeF(font.pointSizeF() * 1.5)
+        font.setBold(True)
+        self.title.setFont(font)
+        self.subtitle = QLabel()
+        self.subtitle.setWordWrap(True)
+        text = QVBoxLayout()
+        text.addWidget(self.title)
+        text.addWidget(self.subtitle)
+        row = QHBoxLayout(self)
+        row.addWidget(self.icon, 0, Qt.AlignmentFlag.AlignTop)
+        row.addLayout(text, 1)
+        row.setContentsMargins(16, 12, 16, 12)
+
+    def show_verdict(self, verdict: str | None, detail: str) -> None:
+        """Paint the banner for `verdict` (None while scanning)."""
+        style = verdict_style(verdict)
+        self.icon.setPixmap(verdict_icon(verdict).pixmap(44, 44))
+        self.title.setText(verdict_explanation(verdict).headline)
+        self.subtitle.setText(detail)
+        self.setStyleSheet(
+            f"#verdictBanner {{ background: {style.colour}; border-radius: 6px; }}"
+            "#verdictBanner QLabel { color: white; }"
+        )
+        self.setAccessibleName(f"Verdict: {style.word}")
+
+
+class OverviewPane(QWidget):
+    """Summary of one document; asks before loading a suspicious file."""
+
+    load_allowed = Signal(object, tuple)  # document, globals to allow
+    load_declined = Signal(object)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.doc: FileDocument | None = None
+        self.banner = VerdictBanner()
+
+        self.decision = QFrame()
+        self.decision.setObjectName("decisionBox")
+        self.decision.setFrameShape(QFrame.Shape.StyledPanel)
+        self.decision_text = QLabel()
+        self.decision_text.setWordWrap(True)
+        self.decision_text.setTextFormat(Qt.TextFormat.RichText)
+        self.allow_button = QPushButton("Load with exactly these globals allowed")
+        self.decline_button = QPushButton("Don't load")
+        self.allow_button.clicked.connect(self._allow)
+        self.decline_button.clicked.connect(self._decline)
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.decline_button)
+        buttons.addWidget(self.allow_button)
+        dbox = QVBoxLayout(self.decision)
+        dbox.addWidget(self.decision_text)
+        dbox.addLayout(buttons)
+
+        self.fields: dict[str, QLabel] = {}
+        form = QFormLayout()
+        form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        for key, label in (
+            ("path", "File"),
+            ("format", "Format"),
+            ("size", "Size"),
+            ("sha256", "SHA-256"),
+            ("sandbox", "Sandbox"),
+            ("weights_only", "weights_only=True"),
+            ("state", "Status"),
+        ):
+            value = QLabel("—")
+            value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            value.setWordWrap(True)
+            self.fields[key] = value
+            if key == "sha256":
+                mono = QFont("monospace")
+                mono.setStyleHint(QFont.StyleHint.Monospace)
+                value.setFont(mono)
+                self.copy_button = QToolButton()
+                self.copy_button.setText("Copy")
+                self.copy_button.setToolTip("Copy the SHA-256 to the clipboard")
+                self.copy_button.clicked.connect(self._copy_sha)
+                row = QHBoxLayout()
+                row.addWidget(value, 1)
+                row.addWidget(self.copy_button)
+                form.addRow(label + ":", row)
+            else:
+                form.addRow(label + ":", value)
+
+        self.findings = QTextBrowser()
+        self.findings.setOpenExternalLinks(False)
+        self.findings.setAccessibleName("Findings and advice")
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.banner)
+        layout.addWidget(self.decision)
+        layout.addLayout(form)
+        layout.addWidget(self.findings, 1)
+        self.set_document(None)
+
+    def set_document(self, doc: FileDocument | None) -> None:
+        """Show `doc` and follow its changes."""
+        if self.doc is not None:
+            self.doc.changed.disconnect(self.refresh)
+        self.doc = doc
+        if doc is not None:
+            doc.changed.connect(self.refresh)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Redraw from the document."""
+        doc = self.doc
+        if doc is None:
+            self.banner.show_verdict(None, "No file open.")
+            self.decision.hide()
+            for value in self.fields.values():
+                value.setText("—")
+            self.findings.clear()
+            return
+        scan = doc.scan or {}
+        verdict = doc.verdict
+        self.banner.show_verdict(verdict, self._banner_detail(doc))
+        self.fields["path"].setText(str(doc.path))
+        self.fields["format"].setText(str(scan.get("format") or "—"))
+        self.fields["size"].setText(human_size(doc.size))
+        hashing = doc.state in ("queued", "loading", "blocked", "declined", "error")
+        self.fields["sha256"].setText(doc.sha256 or ("computing…" if hashing else "—"))
+        self.copy_button.setEnabled(bool(doc.sha256))
+        self.fields["sandbox"].setText(_sandbox_text(doc))
+        self.fields["weights_only"].setText(_weights_only_text(doc))
+        self.fields["state"].setText(
+            STATE_WORDS.get(doc.state, doc.state) + (f": {doc.message}" if doc.message else "")
+        )
+        needs = doc.state == "needs_decision"
+        self.decision.setVisible(needs)
+        if needs:
+            names = doc.globals_to_allow()
+            self.decision_text.setText(
+                "<b>Load this file?</b> torch.load(weights_only=True) refuses it because it "
+                f"imports {len(names)} global{'s' if len(names) != 1 else ''} outside its "
+                "allowlist:<ul>"
+                + "".join(f"<li><code>{html.escape(n)}</code></li>" for n in names)
+                + "</ul>Only these will be allowed, for this one load, inside the sandbox. "
+                "Allow them only if you trust where the file came from."
+            )
+        self.findings.setHtml(_findings_html(doc))
+
+    def _banner_detail(self, doc: FileDocument) -> str:
+        verdict = doc.verdict
+        if verdict is None:
+            return verdict_explanation(None).meaning
+        if verdict == "dangerous":
+            names = [
+                f"{g['module']}.{g['name']}"
+                for g in (doc.scan or {}).get("globals", [])
+                if g.get("severity") == "dangerous"
+            ]
+            if names:
+                shown = ", ".join(names[:4]) + (" …" if len(names) > 4 else "")
+                return f"Unpickling it would call {shown}. It was not loaded."
+        if verdict == "error":
+            return (doc.scan or {}).get("error") or verdict_explanation(verdict).meaning
+        return verdict_explanation(verdict).meaning
+
+    def _copy_sha(self) -> None:
+        if self.doc and self.doc.sha256:
+            QGuiApplication.clipboard().setText(self.doc.sha256)
+
+    def _allow(self) -> None:
+        if self.doc is not None:
+            self.load_allowed.emit(self.doc, tuple(self.doc.globals_to_allow()))
+
+    def _decline(self) -> None:
+        if self.doc is not None:
+            self.load_declined.emit(self.doc)
+
+
+def _sandbox_text(doc: FileDocument) -> str:
+    if doc.sandbox:
+        level = doc.sandbox.get("level", "unknown")
+        active = ", ".join(str(a).split(":")[0] for a in doc.sandbox.get("active") or [])
+        missing = doc.sandbox.get("missing") or {}
+        text = f"{level} — {active}" if active else str(level)
+        if missing:
+            text += "; not available here: " + "; ".join(f"{k} ({v})" for k, v in missing.items())
+        return text
+    if doc.state in ("blocked", "declined"):
+        return "not started — the file was not loaded"
+    if doc.state in ("queued", "loading"):
+        return "starting…"
+    return "—"
+
+
+def _weights_only_text(doc: FileDocument) -> str:
+    if not doc.scan:
+        return "—"
+    if doc.scan.get("weights_only_ok"):
+        return "accepts this file"
+    names = doc.globals_to_allow()
+    if names:
+        return f"refuses it (needs {', '.join(names[:5])}{' …' if len(names) > 5 else ''})"
+    return "refuses it"
+
+
+def _findings_html(doc: FileDocument) -> str:
+    scan = doc.scan or {}
+    verdict = doc.verdict
+    expl = verdict_explanation(verdict)
+    parts = []
+    if expl.action:
+        parts.append(f"<h3>What to do</h3><p>{html.escape(expl.action)}</p>")
+    flagged = [g for g in scan.get("globals") or [] if g.get("severity") in ("dangerous",
+                                                                              "suspicious")]
+    if flagged:
+        parts.append(f"<h3>Offending imports ({len(flagged)})</h3>")
+    for g in flagged:
+        severity = str(g["severity"])
+        parts.append(
+            f"<p><b style='color:{verdict_style(severity).colour}'>{severity.upper()}</b> "
+            f"<code>{html.escape(g['module'])}.{html.escape(g['name'])}</code>"
+            f" — imported {g.get('count', 1)}×"
+            + (f"<br>{html.escape(str(g['reason']))}" if g.get("reason") else "")
+            + f"<br><b>What to do:</b> {html.escape(SEVERITY_ADVICE[severity])}</p>"
+        )
+    findings = scan.get("findings") or []
+    if findings:
+        parts.append(f"<h3>Findings ({len(findings)})</h3>")
+    for f in findings:
+        severity = str(f.get("severity", "warning"))
+        colour = verdict_style(severity).colour if severity in (
+            "dangerous", "suspicious") else "#5f6fa0"
+        meaning, action = finding_explanation(str(f.get("code", "")), severity)
+        where = ", ".join(
+            x for x in (
+                f"member {f['member']}" if f.get("member") else "",
+                f"offset {f['offset']}" if f.get("offset") is not None else "",
+            ) if x
+        )
+        parts.append(
+            f"<p><b style='color:{colour}'>{html.escape(severity.upper())}</b> "
+            f"<code>{html.escape(str(f.get('code', '')))}</code> — "
+            f"{html.escape(str(f.get('message', '')))}"
+            + (f" <i>({html.escape(where)})</i>" if where else "")
+            + (f"<br>{html.escape(meaning)}" if meaning else "")
+            + (f"<br><b>What to do:</b> {html.escape(action)}" if action else "")
+            + "</p>"
+        )
+    if verdict and not findings and not flagged:
+        parts.append("<h3>Findings</h3><p>None: no risky import and no structural problem.</p>")
+    return "".join(parts)

@@ -1,0 +1,340 @@
+"""Pickle: the globals a file imports and its opcode disassembly, offending opcodes marked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QItemSelectionModel,
+    QModelIndex,
+    QObject,
+    QSortFilterProxyModel,
+    Qt,
+)
+from PySide6.QtGui import QFont, QStandardItem, QStandardItemModel
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSplitter,
+    QTableView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from inspector.core.progress import CancelToken
+from inspector.gui.document import FileDocument
+from inspector.gui.jobs import EmitFn, Job, JobRunner
+from inspector.gui.verdict_style import tint, verdict_style
+
+OPCODE_LIMIT = 200_000
+"""Opcodes shown per pickle: plenty for 20,000-tensor checkpoints, bounded for hostile ones."""
+GLOBAL_COLUMNS = ("Module", "Name", "Count", "Severity", "Why")
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One disassembled opcode; `severity` is set on opcodes that import a flagged global."""
+
+    offset: int
+    opcode: str
+    arg: str
+    imports: str | None
+    severity: str | None
+
+
+@dataclass
+class Stream:
+    """One pickle inside the file (a zip member, or one pickle of a legacy stream)."""
+
+    label: str
+    rows: list[OpRow]
+    truncated: bool
+
+
+class OpcodeModel(QAbstractTableModel):
+    """Offset, opcode and argument of each opcode; flagged imports tinted by severity."""
+
+    HEADERS = ("Offset", "Opcode", "Argument")
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.rows: list[OpRow] = []
+        self.mono = QFont("monospace")
+        self.mono.setStyleHint(QFont.StyleHint.Monospace)
+
+    def set_rows(self, rows: list[OpRow]) -> None:
+        """Show another pickle's opcodes."""
+        self.beginResetModel()
+        self.rows = rows
+        self.endResetModel()
+
+    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else 3
+
+    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return self.HEADERS[section]
+        return None
+
+    def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        row = self.rows[index.row()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return (str(row.offset), row.opcode, row.arg)[index.column()]
+        if role == Qt.ItemDataRole.FontRole:
+            return self.mono
+        if role == Qt.ItemDataRole.BackgroundRole and row.severity in ("dangerous", "suspicious"):
+            return tint(verdict_style(row.severity).colour, 90)
+        if role == Qt.ItemDataRole.ToolTipRole and row.severity:
+            return f"imports {row.imports} ({row.severity})"
+        return None
+
+    def find(self, text: str, start: int) -> int:
+        """First row at or after `start` (wrapping) whose text contains `text`; -1 if none."""
+        needle = text.lower()
+        n = len(self.rows)
+        for k in range(n):
+            i = (start + k) % n
+            r = self.rows[i]
+            if needle in r.opcode.lower() or needle in r.arg.lower() or needle == str(r.offset):
+                return i
+        return -1
+
+    def first_use(self, dotted: str) -> int:
+        """Row of the first opcode that imports `module.name`; -1 if none."""
+        return next((i for i, r in enumerate(self.rows) if r.imports == dotted), -1)
+
+
+class PicklePane(QWidget):
+    """Globals table (sortable, filterable) above the searchable opcode disassembly."""
+
+    def __init__(self, runner: JobRunner, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.runner = runner
+        self.doc: FileDocument | None = None
+        self.streams: list[Stream] = []
+        self._job: Job | None = None
+
+        self.globals_model = QStandardItemModel(0, len(GLOBAL_COLUMNS), self)
+        self.globals_model.setHorizontalHeaderLabels(list(GLOBAL_COLUMNS))
+        self.proxy = QSortFilterProxyModel(self)
+        self.proxy.setSourceModel(self.globals_model)
+        self.proxy.setFilterKeyColumn(-1)
+        self.proxy.setFilterCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        self.proxy.setSortRole(Qt.ItemDataRole.UserRole)
+        self.global_filter = QLineEdit()
+        self.global_filter.setPlaceholderText("Filter globals (module, name, severity)")
+        self.global_filter.setClearButtonEnabled(True)
+        self.global_filter.textChanged.connect(self.proxy.setFilterFixedString)
+        self.globals_view = QTableView()
+        self.globals_view.setModel(self.proxy)
+        self.globals_view.setSortingEnabled(True)
+        self.globals_view.sortByColumn(3, Qt.SortOrder.DescendingOrder)
+        self.globals_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.globals_view.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.globals_view.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.globals_view.verticalHeader().hide()
+        self.globals_view.horizontalHeader().setStretchLastSection(True)
+        self.globals_view.setAccessibleName("Imported globals")
+        for i, width in enumerate((200, 190, 60, 100)):
+            self.globals_view.setColumnWidth(i, width)
+        self.globals_view.selectionModel().currentRowChanged.connect(self._global_selected)
+
+        self.stream_box = QComboBox()
+        self.stream_box.setAccessibleName("Pickle stream")
+        self.stream_box.currentIndexChanged.connect(self._show_stream)
+        self.search = QLineEdit()
+        self.search.setPlaceholderText("Find opcode, argument or offset")
+        self.search.setClearButtonEnabled(True)
+        self.search.returnPressed.connect(self.find_next)
+        find = QPushButton("Find Next")
+        find.clicked.connect(self.find_next)
+        self.op_status = QLabel()
+        self.op_model = OpcodeModel(self)
+        self.op_view = QTableView()
+        self.op_view.setModel(self.op_model)
+        self.op_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.op_view.verticalHeader().hide()
+        self.op_view.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        self.op_view.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 6)
+        self.op_view.horizontalHeader().setStretchLastSection(True)
+        self.op_view.setColumnWidth(0, 90)
+        self.op_view.setColumnWidth(1, 150)
+        self.op_view.setAccessibleName("Opcode disassembly")
+
+        top = QWidget()
+        tl = QVBoxLayout(top)
+        tl.setContentsMargins(0, 0, 0, 0)
+        tl.addWidget(QLabel("<b>Imported globals</b> — select one to jump to its first use"))
+        tl.addWidget(self.global_filter)
+        tl.addWidget(self.globals_view)
+        bottom = QWidget()
+        bl = QVBoxLayout(bottom)
+        bl.setContentsMargins(0, 0, 0, 0)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("<b>Opcodes</b>"))
+        row.addWidget(self.stream_box, 1)
+        row.addWidget(self.search, 1)
+        row.addWidget(find)
+        bl.addLayout(row)
+        bl.addWidget(self.op_view, 1)
+        bl.addWidget(self.op_status)
+        split = QSplitter(Qt.Orientation.Vertical)
+        split.addWidget(top)
+        split.addWidget(bottom)
+        split.setSizes([260, 440])
+        layout = QVBoxLayout(self)
+        layout.addWidget(split)
+        self.set_document(None)
+
+    def set_document(self, doc: FileDocument | None) -> None:
+        """Show `doc`'s globals; disassemble its pickles in the background."""
+        if self.doc is not None:
+            self.doc.changed.disconnect(self._doc_changed)
+        if self._job is not None:
+            self._job.cancel()
+            self._job = None
+        self.doc = doc
+        self._scan_shown = None
+        self.streams = []
+        self.stream_box.clear()
+        self.op_model.set_rows([])
+        if doc is not None:
+            doc.changed.connect(self._doc_changed)
+        self._doc_changed()
+
+    def _doc_changed(self) -> None:
+        doc = self.doc
+        scan = doc.scan if doc else None
+        if scan is self._scan_shown:
+            return
+        self._scan_shown = scan
+        self._fill_globals(scan.get("globals", []) if scan else [])
+        if scan is None:
+            self.op_status.setText("Scanning…" if doc else "No file open.")
+            return
+        if not scan.get("pickles"):
+            self.op_status.setText(f"No pickle in this file (format {scan.get('format')}).")
+            return
+        self.op_status.setText("Disassembling…")
+        self._job = Job(f"disassemble {doc.name}", _disassemble_fn(doc.path, scan), self)
+        self._job.finished.connect(self._streams_ready)
+        self._job.failed.connect(lambda msg: self.op_status.setText(f"Disassembly failed: {msg}"))
+        self.runner.start(self._job)
+
+    def _fill_globals(self, globals_: list[dict[str, Any]]) -> None:
+        self.globals_model.setRowCount(0)
+        rank = {"dangerous": 3, "suspicious": 2, "safe": 1}
+        for g in globals_:
+            severity = str(g.get("severity", ""))
+            items = [
+                _item(g.get("module", ""), str(g.get("module", ""))),
+                _item(g.get("name", ""), str(g.get("name", ""))),
+                _item(str(g.get("count", 0)), int(g.get("count", 0))),
+                _item(verdict_style(severity).word if severity in rank else severity,
+                      rank.get(severity, 0)),
+                _item(str(g.get("reason", "")), str(g.get("reason", ""))),
+            ]
+            if severity in ("dangerous", "suspicious"):
+                for it in items:
+                    it.setBackground(tint(verdict_style(severity).colour, 90))
+            items[0].setData(f"{g.get('module')}.{g.get('name')}", Qt.ItemDataRole.UserRole + 1)
+            self.globals_model.appendRow(items)
+        self.proxy.sort(self.proxy.sortColumn(), self.proxy.sortOrder())
+
+    def _streams_ready(self, streams: list[Stream]) -> None:
+        self.streams = streams
+        self.stream_box.blockSignals(True)
+        self.stream_box.clear()
+        for s in streams:
+            flagged = sum(r.severity in ("dangerous", "suspicious") for r in s.rows)
+            self.stream_box.addItem(f"{s.label} — {len(s.rows):,} opcodes"
+                                    + (f", {flagged} flagged" if flagged else ""))
+        self.stream_box.blockSignals(False)
+        if streams:
+            self._show_stream(0)
+
+    def _show_stream(self, index: int) -> None:
+        if not 0 <= index < len(self.streams):
+            return
+        stream = self.streams[index]
+        self.op_model.set_rows(stream.rows)
+        flagged = sum(r.severity in ("dangerous", "suspicious") for r in stream.rows)
+        note = f" (first {OPCODE_LIMIT:,} shown)" if stream.truncated else ""
+        self.op_status.setText(
+            f"{len(stream.rows):,} opcodes{note}; {flagged} import a flagged global"
+            + (" — highlighted." if flagged else "."))
+
+    def find_next(self) -> int:
+        """Select the next opcode matching the search text; returns its row or -1."""
+        text = self.search.text().strip()
+        if not text or not self.op_model.rows:
+            return -1
+        current = self.op_view.currentIndex()
+        start = current.row() + 1 if current.isValid() else 0
+        row = self.op_model.find(text, start)
+        if row < 0:
+            self.op_status.setText(f"“{text}” not found.")
+        else:
+            self._select_op(row)
+        return row
+
+    def _global_selected(self, current: QModelIndex, _previous: QModelIndex) -> None:
+        if not current.isValid():
+            return
+        dotted = self.proxy.index(current.row(), 0).data(Qt.ItemDataRole.UserRole + 1)
+        for si, stream in enumerate(self.streams):
+            row = next((i for i, r in enumerate(stream.rows) if r.imports == dotted), -1)
+            if row >= 0:
+                if self.stream_box.currentIndex() != si:
+                    self.stream_box.setCurrentIndex(si)
+                self._select_op(row)
+                return
+
+    def _select_op(self, row: int) -> None:
+        index = self.op_model.index(row, 0)
+        self.op_view.selectionModel().setCurrentIndex(
+            index, QItemSelectionModel.SelectionFlag.ClearAndSelect
+            | QItemSelectionModel.SelectionFlag.Rows)
+        self.op_view.scrollTo(index, QAbstractItemView.ScrollHint.PositionAtCenter)
+
+
+def _item(text: str, sort_value: Any) -> QStandardItem:
+    item = QStandardItem(text)
+    item.setData(sort_value, Qt.ItemDataRole.UserRole)
+    item.setToolTip(text)
+    return item
+
+
+def _disassemble_fn(path: Path, scan: dict[str, Any]):
+    severity = {f"{g['module']}.{g['name']}": g.get("severity") for g in scan.get("globals", [])}
+
+    def run(emit: EmitFn, cancel: CancelToken) -> list[Stream]:
+        from inspector.core.pickle_scan import disassemble
+        from inspector.core.scan import pickle_bytes
+
+        streams = []
+        for info in scan.get("pickles", []):
+            cancel.check()
+            data = pickle_bytes(path, info)
+            rows = [
+                OpRow(r.offset, r.opcode, r.arg, r.imports, severity.get(r.imports))
+                for r in disassemble(data, OPCODE_LIMIT + 1)
+            ]
+            label = info.get("member") or f"pickle at byte {info.get('offset', 0)}"
+            streams.append(Stream(label, rows[:OPCODE_LIMIT], len(rows) > OPCODE_LIMIT))
+        return streams
+
+    return run

@@ -1,0 +1,212 @@
+"""What happens to a dropped file: static scan at once, then hash and jailed load in turn.
+
+A dangerous file is only hashed, never handed to the sandbox; a suspicious one waits for
+the user to allow exactly the globals it needs. Heavy jobs (hash, load, convert, verify,
+diff) run one at a time so two big checkpoints never fight for memory and disk.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from inspector.core.progress import CancelToken
+from inspector.gui.document import FileDocument
+from inspector.gui.jobs import EmitFn, Job, JobFn, JobRunner
+
+STAGE_WORDS = {
+    "scan": "Scanning",
+    "hash": "Hashing (SHA-256)",
+    "sha256": "Hashing (SHA-256)",
+    "jail": "Starting the sandbox",
+    "load": "Loading with weights_only=True",
+    "stats": "Computing tensor statistics",
+    "tensors": "Computing tensor statistics",
+    "convert": "Converting to safetensors",
+    "write": "Writing safetensors",
+    "verify": "Verifying",
+    "diff": "Comparing tensors",
+    "manifest": "Creating manifest",
+}
+
+
+def stage_text(stage: str) -> str:
+    """Human words for a progress event's stage."""
+    return STAGE_WORDS.get(stage, stage.replace("_", " ").capitalize())
+
+
+def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """Files to open: files as given, folders walked recursively (hidden entries skipped)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            for root, dirs, files in os.walk(p):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                out.extend(Path(root) / f for f in sorted(files) if not f.startswith("."))
+        elif p.exists():
+            out.append(p)
+    return out
+
+
+class Pipeline(QObject):
+    """Runs the scan → hash → load sequence for documents and reports progress."""
+
+    progress = Signal(str, int, int)  # stage text, done, total (0 = unknown)
+    job_started = Signal(object)  # Job
+
+    def __init__(self, runner: JobRunner, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.runner = runner
+        self._heavy: list[tuple[Job, FileDocument | None]] = []
+        self._heavy_running: Job | None = None
+
+    # --- entry points -------------------------------------------------------------------
+
+    def open(self, doc: FileDocument) -> None:
+        """Scan `doc` now (in a thread); what follows depends on the verdict."""
+        doc.set_state("scanning")
+        job = Job(f"scan {doc.name}", _scan_fn(doc.path), self)
+        job.finished.connect(lambda scan: self._scanned(doc, scan))
+        job.failed.connect(lambda msg: self._scan_failed(doc, msg))
+        self._start(job)
+
+    def load(self, doc: FileDocument, allow_globals: tuple[str, ...] = ()) -> None:
+        """Queue the jailed load of `doc`, allowing exactly `allow_globals`."""
+        doc.allowed_globals = tuple(allow_globals)
+        doc.set_state("queued")
+        job = Job(f"inspect {doc.name}", _inspect_fn(doc.path, doc.allowed_globals), self)
+        job.events.connect(doc.apply_events)
+        job.finished.connect(lambda result: self._inspected(doc, result))
+        job.failed.connect(lambda msg: doc.set_state("load_failed", msg))
+        job.cancelled.connect(lambda: doc.set_state("cancelled"))
+        self.run_heavy(job, doc, "loading")
+
+    def decline(self, doc: FileDocument) -> None:
+        """The user refused to allow a suspicious file's globals: hash it, do not load it."""
+        self._hash(doc, "declined")
+
+    def run_heavy(self, job: Job, doc: FileDocument | None = None, state: str = "") -> Job:
+        """Queue a job that reads a whole checkpoint; it starts when the previous one ends."""
+        if doc is not None and state:
+            job.setProperty("doc_state", state)
+        self._heavy.append((job, doc))
+        self._next_heavy()
+        return job
+
+    def cancel_all(self) -> None:
+        """Stop the running jobs and drop the queued ones."""
+        for job, doc in self._heavy:
+            if doc is not None:
+                doc.set_state("cancelled")
+            job.deleteLater()
+        self._heavy.clear()
+        self.runner.cancel_all()
+
+    # --- internals ----------------------------------------------------------------------
+
+    def _start(self, job: Job) -> None:
+        job.events.connect(self._forward_progress)
+        self.job_started.emit(job)
+        self.runner.start(job)
+
+    def _next_heavy(self) -> None:
+        if self._heavy_running is not None or not self._heavy:
+            return
+        job, doc = self._heavy.pop(0)
+        self._heavy_running = job
+        job.ended.connect(self._heavy_ended)
+        state = job.property("doc_state")
+        if doc is not None and state:
+            doc.set_state(state)
+        self._start(job)
+
+    def _heavy_ended(self) -> None:
+        self._heavy_running = None
+        self._next_heavy()
+
+    def _forward_progress(self, events: list[dict[str, Any]]) -> None:
+        for e in reversed(events):
+            if e.get("type") == "progress":
+                self.progress.emit(
+                    stage_text(str(e.get("stage", ""))), int(e.get("done") or 0),
+                    int(e.get("total") or 0),
+                )
+                return
+
+    def _scanned(self, doc: FileDocument, scan: dict[str, Any]) -> None:
+        doc.set_scan(scan)
+        verdict = scan.get("verdict")
+        if verdict == "safe":
+            self.load(doc)
+        elif verdict == "suspicious":
+            doc.set_state("needs_decision")
+        elif verdict == "dangerous":
+            self._hash(doc, "blocked")
+        else:
+            self._hash(doc, "error", scan.get("error") or "")
+
+    def _scan_failed(self, doc: FileDocument, message: str) -> None:
+        doc.set_scan({"path": str(doc.path), "verdict": "error", "error": message,
+                      "globals": [], "findings": []})
+        doc.set_state("error", message)
+
+    def _hash(self, doc: FileDocument, final_state: str, message: str = "") -> None:
+        """Hash without loading (a dangerous, declined or unreadable file)."""
+        doc.set_state(final_state, message)
+        job = Job(f"hash {doc.name}", _hash_fn(doc.path), self)
+
+        def done(digest: str) -> None:
+            doc.sha256 = digest
+            doc.changed.emit()
+
+        job.finished.connect(done)
+        job.failed.connect(lambda msg: doc.set_state("error", msg))
+        self.run_heavy(job)
+
+    def _inspected(self, doc: FileDocument, result: dict[str, Any]) -> None:
+        doc.set_inspect(result)
+        if result.get("error"):
+            doc.set_state("load_failed", _error_text(result["error"]))
+        else:
+            doc.set_state("loaded")
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, dict):
+        return str(error.get("message") or error.get("code") or error)
+    return str(error)
+
+
+def _scan_fn(path: Path) -> JobFn:
+    def run(emit: EmitFn, cancel: CancelToken) -> dict[str, Any]:
+        from inspector.core.scan import scan_file
+
+        emit({"type": "progress", "stage": "scan", "done": 0, "total": 0})
+        return scan_file(path).to_json()
+
+    return run
+
+
+def _hash_fn(path: Path) -> JobFn:
+    def run(emit: EmitFn, cancel: CancelToken) -> str:
+        from inspector.core.hashing import sha256_file
+
+        def progress(done: int, total: int) -> None:
+            emit({"type": "progress", "stage": "hash", "done": done, "total": total})
+
+        return sha256_file(path, progress=progress, cancel=cancel)
+
+    return run
+
+
+def _inspect_fn(path: Path, allow_globals: tuple[str, ...]) -> JobFn:
+    def run(emit: EmitFn, cancel: CancelToken) -> dict[str, Any]:
+        from inspector.sandbox.client import inspect_file
+
+        return inspect_file(path, allow_globals=allow_globals, on_event=emit, cancel=cancel)
+
+    return run

@@ -1,0 +1,376 @@
+"""Tensors: a table (or prefix tree) of every tensor, its statistics, and a histogram."""
+
+from __future__ import annotations
+
+import csv
+import importlib
+import io
+import sys
+import threading
+from typing import Any
+
+from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt, QTimer
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QButtonGroup,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSplitter,
+    QStackedWidget,
+    QTableView,
+    QTableWidget,
+    QTableWidgetItem,
+    QToolButton,
+    QTreeView,
+    QVBoxLayout,
+    QWidget,
+)
+
+from inspector.gui import app as appmod
+from inspector.gui.document import FileDocument
+from inspector.gui.tensor_models import (
+    COLUMNS,
+    ROLE_ROW,
+    Row,
+    Summary,
+    TensorTableModel,
+    TensorTreeModel,
+    bytes_text,
+    number_text,
+    shape_text,
+)
+
+FLUSH_MS = 150
+"""Streamed rows are shown in batches at most this often, so the view never thrashes."""
+
+STAT_LABELS = (
+    ("key", "Key"), ("dtype", "Dtype"), ("shape", "Shape"), ("numel", "Elements"),
+    ("nbytes", "Size"), ("min", "Min"), ("max", "Max"), ("mean", "Mean"), ("std", "Std"),
+    ("absmax", "Abs max"), ("nan", "NaN"), ("inf", "Inf"), ("zeros", "Zeros"),
+    ("stride", "Stride"), ("storage_offset", "Storage offset"), ("contiguous", "Contiguous"),
+    ("shared_with", "Shares storage with"), ("flags", "Flags"), ("digest", "SHA-256"),
+)
+HIDDEN_STATS = {"histogram", "type"}
+
+
+class TensorsPane(QWidget):
+    """View over a document's tensor rows."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.doc: FileDocument | None = None
+        self.summary = Summary()
+        self._pending: list[tuple[int, int]] = []
+        self._flush_timer = QTimer(self)
+        self._flush_timer.setSingleShot(True)
+        self._flush_timer.setInterval(FLUSH_MS)
+        self._flush_timer.timeout.connect(self._flush)
+        self._tree_stale = True
+        self._plot = None
+        self.selected: Row | None = None
+
+        self.filter = QLineEdit()
+        self.filter.setPlaceholderText("Filter keys (text, or a glob such as *.bias)")
+        self.filter.setClearButtonEnabled(True)
+        self.filter.textChanged.connect(self._filter_changed)
+        self.table_button = QToolButton(text="Table", checkable=True, checked=True)
+        self.tree_button = QToolButton(text="Tree", checkable=True)
+        self.table_button.setToolTip("One row per tensor")
+        self.tree_button.setToolTip("Tensors grouped by dotted prefix")
+        group = QButtonGroup(self)
+        group.addButton(self.table_button, 0)
+        group.addButton(self.tree_button, 1)
+        group.idClicked.connect(self._set_mode)
+        self.copy_button = QPushButton("Copy as CSV")
+        self.copy_button.setToolTip("Copy the selected rows (or all shown rows) as CSV")
+        self.copy_button.clicked.connect(self.copy_csv)
+        top = QHBoxLayout()
+        top.addWidget(self.filter, 1)
+        top.addWidget(self.table_button)
+        top.addWidget(self.tree_button)
+        top.addWidget(self.copy_button)
+
+        self.model = TensorTableModel(self)
+        self.table = QTableView()
+        self.table.setModel(self.model)
+        self.table.setSortingEnabled(True)
+        self.table.sortByColumn(-1, Qt.SortOrder.AscendingOrder)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setAlternatingRowColors(True)
+        self.table.setWordWrap(False)
+        self.table.setAccessibleName("Tensors")
+        vh = self.table.verticalHeader()
+        vh.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        vh.setDefaultSectionSize(self.fontMetrics().height() + 8)
+        vh.hide()
+        hh = self.table.horizontalHeader()
+        hh.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
+        hh.setStretchLastSection(True)
+        hh.setResizeContentsPrecision(200)
+        self._sized = False
+        self.table.selectionModel().currentRowChanged.connect(self._table_current)
+
+        self.tree_model = TensorTreeModel(self)
+        self.tree = QTreeView()
+        self.tree.setModel(self.tree_model)
+        self.tree.setUniformRowHeights(True)
+        self.tree.setAlternatingRowColors(True)
+        self.tree.setAccessibleName("Tensors by prefix")
+        self.tree.header().resizeSection(0, 280)
+        self.tree.selectionModel().currentChanged.connect(self._tree_current)
+
+        self.views = QStackedWidget()
+        self.views.addWidget(self.table)
+        self.views.addWidget(self.tree)
+
+        self.detail_title = QLabel("Select a tensor to see its histogram and statistics.")
+        self.detail_title.setWordWrap(True)
+        self.plot_holder = QVBoxLayout()
+        self.stats = QTableWidget(0, 2)
+        self.stats.setHorizontalHeaderLabels(["Statistic", "Value"])
+        self.stats.verticalHeader().hide()
+        self.stats.horizontalHeader().setStretchLastSection(True)
+        self.stats.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.stats.setAccessibleName("Statistics of the selected tensor")
+        detail = QWidget()
+        dl = QVBoxLayout(detail)
+        dl.setContentsMargins(0, 0, 0, 0)
+        dl.addWidget(self.detail_title)
+        dl.addLayout(self.plot_holder, 1)
+        dl.addWidget(self.stats, 1)
+
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(self.views)
+        self.splitter.addWidget(detail)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setSizes([760, 340])
+
+        self.summary_label = QLabel()
+        self.summary_label.setWordWrap(True)
+        self.summary_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(self.splitter, 1)
+        layout.addWidget(self.summary_label)
+        if appmod.settings().value("tensors/view", "table") == "tree":
+            self.tree_button.setChecked(True)
+            self._set_mode(1)
+        self.set_document(None)
+
+    # --- document ----------------------------------------------------------------------
+
+    def set_document(self, doc: FileDocument | None) -> None:
+        """Show `doc`'s tensors and follow new ones as they stream in."""
+        if self.doc is not None:
+            self.doc.tensors_appended.disconnect(self._appended)
+            self.doc.tensors_reset.disconnect(self._reset)
+            self.doc.changed.disconnect(self._update_summary)
+        self.doc = doc
+        self._pending.clear()
+        if doc is not None:
+            doc.tensors_appended.connect(self._appended)
+            doc.tensors_reset.connect(self._reset)
+            doc.changed.connect(self._update_summary)
+        self._reset()
+
+    def _reset(self) -> None:
+        rows = self.doc.tensors if self.doc else []
+        self._pending.clear()
+        self.summary = Summary()
+        self.summary.add(rows)
+        self.model.set_rows(rows)
+        self._sized = False
+        self._fit_columns()
+        self._tree_stale = True
+        self._refresh_tree()
+        self._update_summary()
+        self._show_detail(None)
+
+    def _appended(self, first: int, count: int) -> None:
+        self._pending.append((first, count))
+        if not self._flush_timer.isActive():
+            self._flush_timer.start()
+
+    def _flush(self) -> None:
+        if not self.doc or not self._pending:
+            return
+        first = self._pending[0][0]
+        last = self._pending[-1][0] + self._pending[-1][1]
+        self._pending.clear()
+        self.summary.add(self.doc.tensors[first:last])
+        self.model.rows_appended(first, last - first)
+        self._fit_columns()
+        self._tree_stale = True
+        self._refresh_tree()
+        self._update_summary()
+
+    def _fit_columns(self) -> None:
+        """Size columns to the first rows once per document (later rows rarely differ)."""
+        if self._sized or not self.model.rowCount():
+            return
+        self._sized = True
+        self.table.resizeColumnsToContents()
+        self.table.setColumnWidth(0, min(self.table.columnWidth(0) + 12, 340))
+        _warm_up_charts()
+
+    def _update_summary(self) -> None:
+        text = self.summary.text()
+        doc = self.doc
+        if doc is None:
+            text = "No file open."
+        elif not doc.tensors and doc.state not in ("loaded", "loading", "queued"):
+            text = {
+                "blocked": "Not loaded: the static scan calls this file dangerous, so no "
+                "tensor was read.",
+                "needs_decision": "Not loaded yet: allow its globals on the Overview pane.",
+                "declined": "Not loaded: its globals were not allowed.",
+            }.get(doc.state, text)
+        elif doc.state in ("loading", "queued"):
+            text += "  (still loading…)"
+        shown = self.model.rowCount()
+        if doc and shown != self.summary.count:
+            text += f"  — {shown:,} shown by the filter"
+        self.summary_label.setText(text)
+
+    # --- views -------------------------------------------------------------------------
+
+    def _set_mode(self, mode: int) -> None:
+        self.views.setCurrentIndex(mode)
+        appmod.settings().setValue("tensors/view", "tree" if mode else "table")
+        self._refresh_tree()
+
+    def _refresh_tree(self) -> None:
+        if self.views.currentIndex() == 1 and self._tree_stale:
+            self.tree_model.set_rows(self.model.visible_rows())
+            self.tree.expandToDepth(0)
+            self._tree_stale = False
+
+    def _filter_changed(self, text: str) -> None:
+        self.model.set_filter(text)
+        self._tree_stale = True
+        self._refresh_tree()
+        self._update_summary()
+
+    def select_key(self, key: str) -> bool:
+        """Select the tensor `key` in the table; False when it is not shown."""
+        row = self.model.view_row_of(key)
+        if row < 0:
+            return False
+        index = self.model.index(row, 0)
+        self.table.selectionModel().setCurrentIndex(
+            index, QItemSelectionModel.SelectionFlag.ClearAndSelect
+            | QItemSelectionModel.SelectionFlag.Rows,
+        )
+        self.table.scrollTo(index)
+        return True
+
+    def _table_current(self, current: QModelIndex, _previous: QModelIndex) -> None:
+        self._show_detail(current.data(ROLE_ROW) if current.isValid() else None)
+
+    def _tree_current(self, current: QModelIndex, _previous: QModelIndex) -> None:
+        self._show_detail(current.data(ROLE_ROW) if current.isValid() else None)
+
+    # --- detail ------------------------------------------------------------------------
+
+    def _show_detail(self, row: Row | None) -> None:
+        self.selected = row
+        if row is None:
+            self.detail_title.setText("Select a tensor to see its histogram and statistics.")
+            self.stats.setRowCount(0)
+            if self._plot is not None:
+                self._plot.clear()
+            return
+        self.detail_title.setText(f"<b>{row.get('key')}</b>")
+        items = [(label, row[k]) for k, label in STAT_LABELS if k in row]
+        known = {k for k, _ in STAT_LABELS} | HIDDEN_STATS
+        items += [(k, v) for k, v in row.items() if k not in known]
+        self.stats.setRowCount(len(items))
+        for i, (label, value) in enumerate(items):
+            self.stats.setItem(i, 0, QTableWidgetItem(label))
+            cell = QTableWidgetItem(_stat_text(label, value))
+            cell.setToolTip(_stat_text(label, value))
+            self.stats.setItem(i, 1, cell)
+        self.stats.resizeColumnToContents(0)
+        self._draw_histogram(row)
+
+    def _draw_histogram(self, row: Row) -> None:
+        hist = histogram_of(row)
+        plot = self._ensure_plot()
+        plot.clear()
+        if hist is None:
+            plot.setTitle("No histogram (no finite values, or not a numeric tensor)")
+            return
+        edges, counts = hist
+        import pyqtgraph as pg
+
+        plot.setTitle(f"Histogram of finite values ({len(counts)} bins)")
+        plot.addItem(pg.PlotDataItem(edges, counts, stepMode="center", fillLevel=0,
+                                     brush=(47, 101, 202, 150), pen=pg.mkPen("#2f65ca")))
+
+    def _ensure_plot(self):
+        # pyqtgraph costs most of a second to import; pay it on first use, not at start-up.
+        if self._plot is None:
+            import pyqtgraph as pg
+
+            self._plot = pg.PlotWidget()
+            self._plot.setMinimumHeight(160)
+            self._plot.setMouseEnabled(x=True, y=False)
+            self._plot.getPlotItem().setLabel("left", "count")
+            self.plot_holder.addWidget(self._plot)
+        return self._plot
+
+    def copy_csv(self) -> str:
+        """Copy selected rows (or all shown) as CSV to the clipboard; returns the text."""
+        if self.views.currentIndex() == 0:
+            picked = sorted({i.row() for i in self.table.selectionModel().selectedRows()})
+            rows = [self.model.row_at(r) for r in picked] or self.model.visible_rows()
+        else:
+            rows = self.model.visible_rows()
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow([c.field for c in COLUMNS])
+        for row in rows:
+            writer.writerow([_csv_value(row.get(c.field)) for c in COLUMNS])
+        text = out.getvalue()
+        QGuiApplication.clipboard().setText(text)
+        return text
+
+
+def _warm_up_charts() -> None:
+    """Import pyqtgraph on a background thread so the first histogram does not stall the UI."""
+    if "pyqtgraph" not in sys.modules:
+        threading.Thread(target=importlib.import_module, args=("pyqtgraph",), daemon=True,
+                         name="import-pyqtgraph").start()
+
+
+def histogram_of(row: Row) -> tuple[list[float], list[int]] | None:
+    """(bin edges, counts) of the worker's histogram of finite values, or None."""
+    hist = row.get("histogram")
+    if not hist or not any(hist.get("counts") or ()):
+        return None
+    counts = [int(c) for c in hist["counts"]]
+    lo, hi = float(hist["lo"]), float(hist["hi"])
+    step = (hi - lo) / len(counts)
+    return [lo + i * step for i in range(len(counts) + 1)], counts
+
+
+def _stat_text(label: str, value: Any) -> str:
+    if label == "Shape":
+        return shape_text(value)
+    if label == "Size":
+        return f"{bytes_text(value)} ({value:,} bytes)" if isinstance(value, int) else str(value)
+    if isinstance(value, list | tuple):
+        return ", ".join(map(str, value)) if value else "—"
+    return number_text(value)
+
+
+def _csv_value(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return "x".join(map(str, value))
+    return "" if value is None else str(value)
