@@ -1,0 +1,204 @@
+"""Tensor-level verify and diff end to end, through the jailed worker and the real CLI.
+
+One random bit is flipped in the tensor data region of a real `.pt` archive and of a real
+`.safetensors` file with a JSON manifest on record: verify must report the file mismatch and
+exactly one mismatched tensor, and diff must name the tensor, element, bit and kind. These
+start real workers (each pays torch's import), so they flip a handful of bits; the 1,000-flip
+loop runs in-process in `test_diff_bitflips.py` through the same diff engine.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import struct
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from inspector.cli import main
+from inspector.core.bitflip import layout_for
+from inspector.core.manifest import read_manifest, relative_path, write_manifest
+from inspector.core.verify import verify, verify_tensors_only
+from inspector.sandbox.integrity_client import diff_files, tensor_digests
+
+
+def _state_dict() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(7)
+    return {
+        "layer1.weight": torch.randn(32, 16, generator=g),
+        "layer1.bias": torch.randn(32, generator=g),
+        "embed.weight": torch.randn(50, 8, generator=g).to(torch.bfloat16),
+        "norm.weight": torch.randn(16, generator=g).to(torch.float16),
+        "head.weight": torch.randn(4, 16, generator=g, dtype=torch.float64),
+        "step_counts": torch.randint(0, 1000, (10,), generator=g),
+    }
+
+
+def _raw(t: torch.Tensor) -> bytes:
+    return t.contiguous().view(torch.uint8).numpy().tobytes()
+
+
+def _pt_regions(path: Path, state: dict[str, torch.Tensor]) -> dict[str, tuple[int, int]]:
+    """Key -> (file offset, length) of each tensor's record in a torch zip archive."""
+    by_bytes = {_raw(t): key for key, t in state.items()}
+    regions = {}
+    data = path.read_bytes()
+    with zipfile.ZipFile(path) as zf:
+        for info in zf.infolist():
+            if "/data/" not in info.filename or info.compress_type != zipfile.ZIP_STORED:
+                continue
+            name_len, extra_len = struct.unpack_from("<HH", data, info.header_offset + 26)
+            start = info.header_offset + 30 + name_len + extra_len
+            record = data[start : start + info.file_size]
+            regions[by_bytes[record]] = (start, info.file_size)
+    assert set(regions) == set(state)
+    return regions
+
+
+def _safetensors_regions(path: Path) -> dict[str, tuple[int, int]]:
+    data = path.read_bytes()
+    (n,) = struct.unpack_from("<Q", data)
+    header = json.loads(data[8 : 8 + n])
+    header.pop("__metadata__", None)
+    return {
+        k: (8 + n + e["data_offsets"][0], e["data_offsets"][1] - e["data_offsets"][0])
+        for k, e in header.items()
+    }
+
+
+def _flip_random_bit(path: Path, regions: dict, state: dict, rng: random.Random) -> tuple:
+    """Flip one bit inside one tensor's bytes; return (key, element index, bit, kind)."""
+    key = rng.choice(sorted(regions))
+    start, length = regions[key]
+    offset = rng.randrange(length)
+    bit_in_byte = rng.randrange(8)
+    data = bytearray(path.read_bytes())
+    data[start + offset] ^= 1 << bit_in_byte
+    path.write_bytes(bytes(data))
+    itemsize = state[key].element_size()
+    bit = (offset % itemsize) * 8 + bit_in_byte
+    return key, offset // itemsize, bit, layout_for(state[key].dtype).describe(bit)[0]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory) -> dict:
+    """A .pt, its safetensors twin and a JSON manifest (with tensor digests) of both."""
+    folder = tmp_path_factory.mktemp("recorded")
+    state = _state_dict()
+    torch.save(state, folder / "model.pt")
+    save_file(state, folder / "model.safetensors")
+    manifest = folder / "manifest.json"
+    assert main(["manifest", "create", str(folder), "-o", str(manifest)]) == 0
+    # the .pt's own manifest, as `manifest create model.pt` writes it, without another worker
+    pt_only = tmp_path_factory.mktemp("pt-manifest") / "model.pt.json"
+    (entry,) = [f for f in read_manifest(manifest).files if f.path == "model.pt"]
+    entry.path = relative_path(folder / "model.pt", pt_only.parent)
+    write_manifest(pt_only, [entry])
+    return {"folder": folder, "state": state, "manifest": manifest, "pt_manifest": pt_only}
+
+
+def _copy(recorded: dict, tmp_path: Path) -> Path:
+    folder = tmp_path / "copy"
+    shutil.copytree(recorded["folder"], folder)
+    return folder
+
+
+def test_json_manifest_records_every_tensor_of_both_formats(recorded: dict) -> None:
+    manifest = read_manifest(recorded["manifest"])
+    assert manifest.dialect == "json"
+    by_path = {f.path: f for f in manifest.files}
+    assert by_path["model.pt"].format == "pytorch-zip"
+    assert by_path["model.safetensors"].format == "safetensors"
+    for entry in by_path.values():
+        assert {t.key for t in entry.tensors} == set(recorded["state"])
+        assert {t.digest_algorithm for t in entry.tensors} == {"sha256"}
+    pt = {t.key: t for t in by_path["model.pt"].tensors}
+    st = {t.key: t for t in by_path["model.safetensors"].tensors}
+    assert all(pt[k].digest == st[k].digest and pt[k].shape == st[k].shape for k in pt)
+    assert pt["embed.weight"].dtype == "bfloat16" and pt["embed.weight"].shape == (50, 8)
+
+
+def test_untouched_copy_verifies_file_and_tensors(recorded: dict, tmp_path: Path, capsys) -> None:
+    folder = _copy(recorded, tmp_path)
+    assert main(["verify", "-m", str(folder / "manifest.json"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [f["status"] for f in doc["files"]] == ["ok", "ok"]
+    assert len(doc["tensors"]) == 2 * len(recorded["state"])
+    assert {t["status"] for t in doc["tensors"]} == {"ok"}
+
+
+@pytest.mark.parametrize("name", ["model.pt", "model.safetensors"])
+def test_one_flipped_bit_is_found_by_verify_and_localised_by_diff(
+    recorded: dict, tmp_path: Path, name: str
+) -> None:
+    folder = _copy(recorded, tmp_path)
+    target = folder / name
+    state = recorded["state"]
+    regions = _pt_regions(target, state) if name.endswith(".pt") else _safetensors_regions(target)
+    key, index, bit, kind = _flip_random_bit(target, regions, state, random.Random(name))
+
+    result = verify(
+        read_manifest(folder / "manifest.json"), [target], tensor_digests=tensor_digests
+    )
+    assert [(f.path, f.status) for f in result.files] == [(name, "mismatch")]
+    bad = [t for t in result.tensors if t.status != "ok"]
+    assert [(t.key, t.status) for t in bad] == [(key, "mismatch")]
+    assert len(result.tensors) == len(state)
+
+    diff = diff_files(recorded["folder"] / name, target)
+    assert diff["identical"] is False
+    changed = [t for t in diff["tensors"] if t["status"] != "identical"]
+    assert [t["key"] for t in changed] == [key]
+    (record,) = changed
+    assert record["changed_elements"] == 1 and record["single_bit_flips"] == 1
+    (flip,) = record["bitflips"]
+    assert (flip["index"], flip["bit"], flip["kind"]) == (index, bit, kind)
+    assert record["summary"].startswith(f"1 single-bit flip in `{key}`")
+
+
+def test_safetensors_conversion_verifies_tensor_for_tensor_against_pt_manifest(
+    recorded: dict, tmp_path: Path, capsys
+) -> None:
+    pt_manifest = recorded["pt_manifest"]
+    converted = tmp_path / "converted.safetensors"
+    save_file(recorded["state"], converted)
+    capsys.readouterr()
+    assert main(["verify", str(converted), "-m", str(pt_manifest), "--tensors-only", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["files"] == []
+    assert sorted(t["key"] for t in doc["tensors"]) == sorted(recorded["state"])
+    assert {t["status"] for t in doc["tensors"]} == {"ok"}
+
+    state = dict(recorded["state"])
+    state["norm.weight"] = state["norm.weight"].float()
+    state["layer1.bias"] = state["layer1.bias"].clone()
+    state["layer1.bias"][3] += 1
+    del state["head.weight"]
+    state["extra"] = torch.ones(2)
+    save_file(state, tmp_path / "edited.safetensors")
+    result = verify_tensors_only(
+        read_manifest(pt_manifest), [tmp_path / "edited.safetensors"], tensor_digests
+    )
+    statuses = {t.key: t.status for t in result.tensors if t.status != "ok"}
+    assert statuses == {
+        "norm.weight": "dtype_or_shape_changed",
+        "layer1.bias": "mismatch",
+        "head.weight": "missing",
+        "extra": "extra",
+    }
+
+
+def test_diff_cli_human_output_and_exit_codes(recorded: dict, tmp_path: Path, capsys) -> None:
+    pt, st = recorded["folder"] / "model.pt", recorded["folder"] / "model.safetensors"
+    assert main(["diff", str(pt), str(st)]) == 0
+    assert "identical tensors: 6 tensors (6 identical)" in capsys.readouterr().out
+    broken = tmp_path / "broken.safetensors"
+    broken.write_bytes(st.read_bytes()[:200])
+    assert main(["diff", str(pt), str(broken)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ckpt-inspector diff: ") and "\n" not in err
