@@ -1,0 +1,198 @@
+"""`ckpt-inspector consistency FILE`: repeat-inference consistency on a GPU (or the CPU).
+
+Runs in the jailed worker; this process never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from typing import Any
+
+EXIT_CONSISTENT = 0
+EXIT_INCONSISTENT = 1
+EXIT_NOT_LOADED = 3
+EXIT_NO_DEVICE = 4
+EXIT_BAD_REQUEST = 5
+EXIT_WORKER = 6
+
+_CODE_EXITS = {
+    "no_cuda": EXIT_NO_DEVICE,
+    "bad_request": EXIT_BAD_REQUEST,
+    "bad_factory": EXIT_BAD_REQUEST,
+    "timeout": EXIT_WORKER,
+    "worker_crashed": EXIT_WORKER,
+    "worker_killed": EXIT_WORKER,
+    "cpu_limit": EXIT_WORKER,
+    "memory_limit": EXIT_WORKER,
+    "seccomp_violation": EXIT_WORKER,
+    "internal": EXIT_WORKER,
+}
+
+
+def _shape(text: str) -> list[int]:
+    parts = [p for p in re.split(r"[,x×\s]+", text.strip()) if p]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a shape like 1,3,224,224")
+    return [int(p) for p in parts]
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object of keyword arguments")
+    return value
+
+
+def _fault(text: str) -> dict[str, Any]:
+    match = re.fullmatch(r"(.+):(\d+):(\d+)(?:@(\d+))?", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY:ELEMENT:BIT[@ITERATION]")
+    key, index, bit, iteration = match.groups()
+    return {"key": key, "index": int(index), "bit": int(bit),
+            "iteration": int(iteration) if iteration else 2}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of the consistency subcommand."""
+    parser.add_argument("file", metavar="FILE", help="checkpoint (.pt / .pth / .bin / .ckpt)")
+    parser.add_argument("--device", default="auto",
+                        help="cuda:N, cpu, or auto (cuda:0 when present, else CPU)")
+    parser.add_argument("--repeats", type=int, default=10, metavar="N",
+                        help="runs compared with the first (default 10, at least 2)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the fixed inputs")
+    parser.add_argument("--model", metavar="MODULE:CALLABLE",
+                        help="your model factory; without it the weights probe runs")
+    parser.add_argument("--model-kwargs", type=_json_object, default={}, metavar="JSON",
+                        help="keyword arguments for the factory, as a JSON object")
+    parser.add_argument("--model-path", action="append", default=[], metavar="DIR",
+                        help="folder holding the factory's module (default: current folder)")
+    parser.add_argument("--input-shape", type=_shape, metavar="SHAPE",
+                        help="model input shape, e.g. 1,3,224,224")
+    parser.add_argument("--input-dtype", default="float32",
+                        help="model input dtype (integer dtypes give indices in [0, 100))")
+    parser.add_argument("--no-reload", action="store_true",
+                        help="skip the run after a fresh load of the checkpoint")
+    parser.add_argument("--inject", type=_fault, metavar="KEY:ELEMENT:BIT[@ITER]",
+                        help="flip one bit of one weight on the device before iteration ITER "
+                             "(default 2) to prove the detector works")
+    parser.add_argument("--allow-global", action="append", default=[], metavar="MODULE.NAME",
+                        help="allow this global for weights_only loading (repeatable)")
+    parser.add_argument("--timeout", type=float, metavar="S", help="give up after S seconds")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    parser.epilog = ("exit status: 0 consistent, 1 inconsistent, 3 checkpoint not loaded, "
+                     "4 device unavailable, 5 bad model or request, 6 worker failed")
+
+
+def _err(message: str) -> None:
+    print(f"ckpt-inspector consistency: {message}", file=sys.stderr)
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _bits(e: dict[str, Any]) -> str:
+    if len(e["bits"]) <= 3:
+        return ", ".join(f"bit {b} ({k})" for b, k in zip(e["bits"], e["kinds"], strict=False))
+    return f"{len(e['bits'])} bits differ ({', '.join(sorted(set(e['kinds'])))})"
+
+
+def _describe_element(name: str, e: dict[str, Any]) -> str:
+    return (f"{name}[{','.join(map(str, e['position']))}] (element {e['index']}): "
+            f"{_fmt(e['expected'])} -> {_fmt(e['actual'])}, {_bits(e)}")
+
+
+def format_result(result: dict[str, Any]) -> list[str]:
+    """The human summary of a consistency result."""
+    verdict = "CONSISTENT" if result["consistent"] else "INCONSISTENT"
+    lines = [f"{verdict} on {result['device_label']} ({result['repeats']} runs, "
+             f"{result['mode']})"]
+    if result.get("injected"):
+        f = result["injected"]
+        lines.append(f"  injected: bit {f['bit']} of {f['key']} element {f['index']} "
+                     f"before run {f['iteration']}")
+    if result["mode"] == "probe":
+        rate = result.get("weights_gb_per_s")
+        lines.append(f"  probed {result['probed_tensors']} weight matrices "
+                     f"({result['probed_bytes'] / 1e6:.1f} MB)"
+                     + (f", {rate:.2f} GB/s of weights" if isinstance(rate, float) else ""))
+        rows = result["tensors"]
+    else:
+        lines.append(f"  model {result['factory']}: missing keys {result['missing_keys'] or 'none'}"
+                     f", unexpected keys {result['unexpected_keys'] or 'none'}")
+        rows = result["outputs"]
+        if result.get("reload") is not None:
+            lines.append("  reload check: " + ("same output" if result["reload"]["consistent"]
+                                               else "OUTPUT DIFFERS after a fresh load"))
+    for row in rows:
+        if row["status"] != "fail":
+            continue
+        why = []
+        if row.get("repeat_mismatches") or row.get("runs_mismatched"):
+            n = row.get("repeat_mismatches") or row.get("runs_mismatched")
+            why.append(f"{n} run(s) differ, max |diff| {_fmt(row['max_abs_diff'])}")
+        if row.get("reference_ok") is False:
+            why.append(f"float64 reference off by {_fmt(row['reference_error_ratio'])}x "
+                       "the tolerance")
+        if row.get("roundtrip_ok") is False:
+            why.append("host->device->host copy changed the bytes")
+        lines.append(f"  FAIL {row['key']}: " + ("; ".join(why) or "see resident check"))
+        first = row.get("first_mismatch")
+        if first and "bits" in first:
+            name = "output" if result["mode"] == "model" else f"{row['key']} @ x"
+            lines.append(f"    first mismatch in run {first['iteration']}: "
+                         + _describe_element(name, first))
+    for resident in result.get("resident_mismatches", []):
+        lines.append(f"  device copy of {resident['key']} differs from the checkpoint in "
+                     f"{resident['changed_elements']} element(s):")
+        lines += [f"    {_describe_element(resident['key'], e)}" for e in resident["elements"]]
+    return lines
+
+
+def _on_event(event: dict[str, Any]) -> None:
+    kind = event.get("type")
+    if kind == "device":
+        print(f"device: {event['label']}", flush=True)
+    elif kind == "iteration":
+        print(f"  {event['phase']} run {event['iteration']}: {event['mismatched']} mismatched, "
+              f"max |diff| {_fmt(event['max_abs_diff'])}, {event['seconds'] * 1000:.1f} ms",
+              flush=True)
+    elif kind == "injected":
+        print(f"  injected bit {event['bit']} into {event['key']}[{event['index']}]", flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the check in the jailed worker; exit 0 consistent, 1 inconsistent."""
+    from inspector.gpu.consistency_job import ConsistencyRequest, run_consistency
+    from inspector.sandbox.client import SandboxError
+
+    if args.repeats < 2:
+        _err("--repeats must be at least 2")
+        return 2
+    if args.model and not args.input_shape:
+        _err("--model needs --input-shape")
+        return 2
+    spec = ConsistencyRequest(
+        path=args.file, device=args.device, repeats=args.repeats, seed=args.seed,
+        inject=args.inject, model=args.model, model_kwargs=args.model_kwargs,
+        input_shape=args.input_shape or [], input_dtype=args.input_dtype,
+        reload=not args.no_reload, python_path=args.model_path or ["."],
+        allow_globals=args.allow_global,
+    )
+    try:
+        result = run_consistency(spec, on_event=None if args.json else _on_event,
+                                 timeout=args.timeout)
+    except SandboxError as exc:
+        _err(f"{args.file}: {exc.message}")
+        return _CODE_EXITS.get(exc.code, EXIT_NOT_LOADED)
+    if args.json:
+        print(json.dumps(result, allow_nan=False))
+    else:
+        print("\n".join(format_result(result)))
+    return EXIT_CONSISTENT if result["consistent"] else EXIT_INCONSISTENT
