@@ -795,20 +795,29 @@ ODD_BUILDERS: dict[str, tuple[Callable[[Path], Path], str | None]] = {
 }
 
 
-def build_corpus(folder: Path, canary: Path) -> dict[str, dict[str, Path]]:
-    """Build every benign, odd and malicious sample into `folder`: {"benign"|"odd"|"malicious":
-    {name: path}}. Nothing in it is ever loaded here; malicious payloads target `canary`."""
+def build_corpus(folder: Path, canary: Path, kinds: tuple[str, ...] = ("benign", "odd",
+                 "malicious")) -> dict[str, dict[str, Path]]:
+    """Build the benign, odd and malicious samples (`kinds`) into `folder`: {kind: {name: path}}.
+    Nothing is ever loaded here; malicious payloads target `canary`. Files are named *.bin."""
     folder = Path(folder)
-    out: dict[str, dict[str, Path]] = {"benign": {}, "odd": {}, "malicious": {}}
+    out: dict[str, dict[str, Path]] = {kind: {} for kind in kinds}
     for kind in out:
         (folder / kind).mkdir(parents=True, exist_ok=True)
-    for name, build in BENIGN_BUILDERS.items():
+    for name, build in BENIGN_BUILDERS.items() if "benign" in out else ():
         out["benign"][name] = build(folder / "benign" / f"{name}.bin")
-    for name, (build, _) in ODD_BUILDERS.items():
+    for name, (build, _) in ODD_BUILDERS.items() if "odd" in out else ():
         out["odd"][name] = build(folder / "odd" / f"{name}.bin")
-    for name, build in MALICIOUS_BUILDERS.items():
+    for name, build in MALICIOUS_BUILDERS.items() if "malicious" in out else ():
         out["malicious"][name] = build(folder / "malicious" / f"{name}.bin", canary)
     for sub in out:  # helper files some builders leave behind
         for extra in (folder / sub).glob("_*"):
             extra.unlink()
     return out
+
+
+def corpus_fixture(tmp_path_factory, kinds: tuple[str, ...] = ("benign", "odd", "malicious")
+                   ) -> tuple[dict[str, dict[str, Path]], Path]:
+    """Body of a corpus fixture: (build_corpus(...), canary), built into a fresh folder."""
+    folder = tmp_path_factory.mktemp("scan-corpus")
+    canary = folder / "CANARY_EXECUTED"
+    return build_corpus(folder, canary, kinds), canary

@@ -16,9 +16,7 @@ Format names (the `format` key of the scan contract):
 
 from __future__ import annotations
 
-import ast
 import itertools
-import json
 import math
 import struct
 from dataclasses import dataclass, field
@@ -90,6 +88,8 @@ class HeaderCheck:
 
 def check_safetensors(buf, size: int) -> HeaderCheck:
     """Validate a safetensors header: JSON, dtypes, shapes, offsets in bounds, no overlap."""
+    import json
+
     out = HeaderCheck()
     (n,) = struct.unpack_from("<Q", buf)
     try:
@@ -144,6 +144,8 @@ def check_safetensors(buf, size: int) -> HeaderCheck:
 
 def parse_npy_header(buf) -> tuple[dict, int]:
     """The header dict of a .npy file and the offset where its data starts; ValueError if bad."""
+    import ast
+
     if bytes(buf[:6]) != NPY_MAGIC or len(buf) < 10:
         raise ValueError("not a .npy file")
     major = buf[6]

@@ -164,10 +164,17 @@ def _torch_version(torch_dir: Path) -> str | None:
     return match.group(1) if match else None
 
 
-def _function(tree: ast.Module, name: str) -> ast.AST | None:
+def _function(tree: ast.AST, name: str) -> ast.AST | None:
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef) and node.name == name:
             return node
+    return None
+
+
+def _method(tree: ast.Module, cls: str, name: str) -> ast.AST | None:
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            return _function(node, name)
     return None
 
 
@@ -193,7 +200,7 @@ def parse_unpickler_source(source: str) -> dict:
                 in ast.unparse(node.targets[0] if isinstance(node, ast.Assign) else node.target)):
             blocked = [e.value for e in ast.walk(node.value)
                        if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-    load_fn = _function(tree, "load")
+    load_fn = _method(tree, "Unpickler", "load")
     opcodes = sorted({OPCODE_BYTES[n.id] for n in ast.walk(load_fn) if isinstance(n, ast.Name)
                       and n.id in OPCODE_BYTES}) if load_fn else []
     if not allowed or not opcodes:

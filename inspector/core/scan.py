@@ -8,8 +8,6 @@ and reports what torch.load(weights_only=True) would do with it.
 
 from __future__ import annotations
 
-import bz2
-import lzma
 import mmap
 import os
 import time
@@ -183,6 +181,9 @@ class _Scan:
         res = self.result
         order = sorted(self.uses.values(), key=lambda g: (-rank(g.severity), g.module, g.name))
         res.globals = order
+        if res.format not in TORCH_WEIGHTS_FORMATS:
+            res.weights_only_blockers.insert(0, f"torch.load does not read {res.format} files "
+                                                "(it needs a torch zip archive or legacy stream)")
         res.weights_only_ok = res.format in TORCH_WEIGHTS_FORMATS and not self.torch_refuses
         res.weights_only_source = self.rules.source
         verdicts = [g.severity for g in order] + [f.severity for f in res.findings]
@@ -376,6 +377,9 @@ def _check_records(ctx: _Scan, storages: list, by_name: dict, prefix: str, kind:
 
 
 def _decompress(buf, kind: str) -> bytes:
+    import bz2
+    import lzma
+
     raw = bytes(buf)
     if kind == "gzip":
         d = zlib.decompressobj(wbits=47)

@@ -12,6 +12,7 @@ the generic walker handles it.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import NamedTuple
 
@@ -21,7 +22,7 @@ _INT = rb"(?:K.|M..|J....)"
 _TUPLE = (rb"(?:\)|" + _INT + rb"\x85|" + _INT + rb"{2}\x86|" + _INT + rb"{3}\x87|\("
           + _INT + rb"*t)")
 
-UNIT_RE = re.compile(
+_UNIT_PATTERN = (
     rb"(?P<F>" + _GET + rb")\(\((?P<S>" + _GET + rb")(?P<T>" + _GET + rb")"
     rb"X(?P<klen>.)\x00\x00\x00(?P<skey>[0-9]{1,20})(?P<p_skey>" + _PUT + rb")?"
     rb"(?:(?P<L>" + _GET + rb")|X(?P<llen>.)\x00\x00\x00(?P<loc>[a-z]{1,8}(?::[0-9]{1,4})?)"
@@ -31,9 +32,14 @@ UNIT_RE = re.compile(
     rb"(?P<size>" + _TUPLE + rb")(?P<p_size>" + _PUT + rb")?"
     rb"(?P<stride>" + _TUPLE + rb")(?P<p_stride>" + _PUT + rb")?"
     rb"(?P<grad>[\x88\x89])(?P<O>" + _GET + rb")\)R(?P<p_od>" + _PUT + rb")?"
-    rb"t(?P<p_args>" + _PUT + rb")?R(?P<p_res>" + _PUT + rb")?",
-    re.DOTALL,
+    rb"t(?P<p_args>" + _PUT + rb")?R(?P<p_res>" + _PUT + rb")?"
 )
+
+
+@functools.cache
+def unit_re() -> re.Pattern[bytes]:
+    """The compiled sequence pattern (compiled on first use to keep imports fast)."""
+    return re.compile(_UNIT_PATTERN, re.DOTALL)
 # Opcodes the unit uses: the fast path is only valid when torch's unpickler accepts all of them.
 UNIT_OPCODES = frozenset(b"hjqrKMJ()X\x85\x86\x87tQ\x88\x89R")
 _INT_SIZE = {0x4B: 1, 0x4D: 2, 0x4A: 4}
@@ -107,7 +113,7 @@ def match_unit(data, pos: int, memo: dict, allowed: frozenset[str], globals_type
     `globals_type` is the walker's GlobalRef class; `make_obj(func)` builds the value a call
     (or, with None, a persistent load) pushes.
     """
-    m = UNIT_RE.match(data, pos)
+    m = unit_re().match(data, pos)
     if m is None:
         return None
     (f_raw, s_raw, t_raw, klen, skey_raw, p_skey, l_raw, llen, loc_raw, p_loc, numel_raw, p_pid,

@@ -1,0 +1,96 @@
+"""Benign files torch, safetensors and NumPy write, and benign archives with structural oddities:
+exact format, verdict and weights_only answer for each."""
+
+from __future__ import annotations
+
+import pytest
+from factories import BENIGN_BUILDERS, ODD_BUILDERS, corpus_fixture
+
+from inspector.core.scan import scan_file
+
+# name -> (format, verdict, weights_only_ok)
+BENIGN_EXPECTED = {
+    "state_dict": ("pytorch-zip", "safe", True),
+    "training_checkpoint": ("pytorch-zip", "safe", True),
+    "every_dtype": ("pytorch-zip", "safe", True),
+    "nested": ("pytorch-zip", "safe", True),
+    "legacy": ("pytorch-legacy", "safe", True),
+    "torchscript": ("torchscript", "suspicious", False),
+    "safetensors": ("safetensors", "safe", False),
+    "npy": ("npy", "safe", False),
+    "npz": ("npz", "safe", False),
+    "npy_object": ("npy", "suspicious", False),
+}
+# name -> (verdict, weights_only_ok); what torch 2.13 does was measured (see test_scan_weights_only)
+ODD_EXPECTED = {
+    "protocol4": ("safe", False),
+    "legacy_protocol4": ("safe", False),
+    "zip_bad_crc": ("suspicious", True),
+    "zip_flag_0x1": ("suspicious", False),
+    "zip_flag_0x20": ("suspicious", False),
+    "zip_flag_0x40": ("suspicious", False),
+    "zip_name_mismatch": ("suspicious", True),
+    "zip_unreferenced_record": ("suspicious", True),
+    "zip_duplicate_name": ("suspicious", True),
+    "zip_traversal_name": ("suspicious", False),
+    "zip_missing_record": ("suspicious", False),
+    "zip_short_record": ("dangerous", False),
+    "setitem_on_list": ("dangerous", False),
+    "zip_setitem_on_list": ("dangerous", False),
+    "zip_compressed_data_pkl": ("suspicious", True),
+}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    corpus, canary = corpus_fixture(tmp_path_factory, ("benign", "odd"))
+    yield corpus
+    assert not canary.exists()
+
+
+def test_tables_cover_every_builder():
+    assert set(BENIGN_EXPECTED) == set(BENIGN_BUILDERS)
+    assert set(ODD_EXPECTED) == set(ODD_BUILDERS)
+
+
+@pytest.mark.parametrize("name", sorted(BENIGN_BUILDERS))
+def test_benign_sample(built, name):
+    res = scan_file(built["benign"][name])
+    fmt, verdict, wo_ok = BENIGN_EXPECTED[name]
+    assert (res.format, res.verdict, res.weights_only_ok) == (fmt, verdict, wo_ok), res.to_json()
+    assert res.error is None
+    assert not [g for g in res.globals if g.severity == "dangerous"]
+    if wo_ok:
+        assert res.weights_only_blockers == []
+        assert all(g.severity == "safe" for g in res.globals)
+
+
+@pytest.mark.parametrize("name", sorted(ODD_BUILDERS))
+def test_odd_archive(built, name):
+    res = scan_file(built["odd"][name])
+    verdict, wo_ok = ODD_EXPECTED[name]
+    assert (res.verdict, res.weights_only_ok) == (verdict, wo_ok), res.to_json()
+    code = ODD_BUILDERS[name][1]
+    if code:
+        assert code in {f.code for f in res.findings}
+    if not wo_ok:
+        assert res.weights_only_blockers, "a refusal must say why"
+
+
+def test_every_dtype_storage_sizes_match(built):
+    res = scan_file(built["benign"]["every_dtype"])
+    assert not [f for f in res.findings if f.code.startswith("storage")]
+    assert {g.name for g in res.globals} >= {"BFloat16Storage", "ComplexDoubleStorage",
+                                             "QInt8Storage", "float8_e4m3fn", "_rebuild_qtensor"}
+
+
+def test_torchscript_is_flagged_not_trusted(built):
+    res = scan_file(built["benign"]["torchscript"])
+    assert "torchscript" in {f.code for f in res.findings}
+    # the code/ sources are text, not pickles, even though they start with "c"
+    assert all(g.module.replace(".", "").replace("_", "").isalnum() for g in res.globals)
+
+
+def test_protocol4_refusal_names_the_opcodes(built):
+    res = scan_file(built["odd"]["protocol4"])
+    assert any("FRAME" in b or "MEMOIZE" in b for b in res.weights_only_blockers)
