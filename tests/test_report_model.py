@@ -102,8 +102,11 @@ def test_benign_session_with_manifest_consistency_and_folder(tmp_path, validator
               "tensors": [{"key": "a", "file": "step-200.pt", "status": "ok"},
                           {"key": "b", "file": "step-200.pt", "status": "mismatch",
                            "expected": "2" * 64, "actual": "3" * 64}], "errors": []}
-    consistency = {"passed": True, "device": "cpu", "repeats": 3,
-                   "iterations": [{"max_abs_diff": 0.0}] * 3, "results": []}
+    consistency = {"consistent": True, "device": "cpu", "device_label": "CPU (no CUDA device)",
+                   "repeats": 3, "mode": "probe", "probed_tensors": 1,
+                   "tensors": [{"key": "a", "status": "pass", "max_abs_diff": 0.0}],
+                   "resident_mismatches": [],
+                   "iterations": [{"type": "iteration", "max_abs_diff": 0.0}] * 3}
     session = SessionEvidence([
         FileEvidence(str(current), inspect=inspect_contract(current, [tensor_row("a")]),
                      verify=verify, manifest=str(manifest), consistency=consistency,
@@ -143,14 +146,25 @@ def test_failed_load_and_inconsistent_run_fail_their_checks(tmp_path):
     path = tmp_path / "m.pt"
     path.write_bytes(b"m")
     inspect = inspect_contract(path, [], error={"code": "load", "message": "truncated archive"})
-    consistency = {"passed": False, "device": "cuda:0", "repeats": 5,
-                   "results": [{"key": "w", "passed": False, "index": 7, "bit": 30}]}
+    consistency = {"consistent": False, "device": "cuda:0", "device_label": "cuda:0 (H200)",
+                   "repeats": 5, "mode": "probe",
+                   "tensors": [{"key": "v", "status": "pass"},
+                               {"key": "w", "status": "fail", "repeat_mismatches": 1,
+                                "max_abs_diff": 0.5, "roundtrip_ok": True,
+                                "first_mismatch": {"iteration": 2, "index": 7, "bits": [30]}}],
+                   "resident_mismatches": [{"key": "w", "changed_elements": 1, "elements": []}]}
     report = build_report(SessionEvidence([FileEvidence(str(path), inspect=inspect,
                                                         consistency=consistency)]))
     f = report.files[0]
     assert f.load.status == "failed" and f.load.error == "truncated archive"
+    assert report.status == "failed"
     assert checks(f)["weights_only"] == FAIL and checks(f)["deterministic"] == FAIL
-    assert f.consistency.failures == [{"key": "w", "passed": False, "index": 7, "bit": 30}]
+    assert f.consistency.device == "cuda:0 (H200)"
+    assert f.consistency.failures == [
+        {"key": "w", "status": "fail", "repeat_mismatches": 1, "max_abs_diff": 0.5,
+         "roundtrip_ok": True, "first_mismatch": {"iteration": 2, "index": 7, "bits": [30]}},
+        {"key": "w", "status": "device copy differs", "changed_elements": 1}]
+    assert f.checklist[4].detail == "2 results differed on cuda:0 (H200)"
     assert "m.pt: jailed load failed: truncated archive" in report.problems
 
 
@@ -188,7 +202,7 @@ def test_telemetry_summary_from_a_real_store(tmp_path, validator):
 def test_nonfinite_values_become_strict_json(tmp_path, validator):
     path = tmp_path / "m.pt"
     path.write_bytes(b"m")
-    consistency = {"passed": True, "device": "cpu", "repeats": 1, "tolerance": float("inf")}
+    consistency = {"consistent": True, "device": "cpu", "repeats": 2, "tolerance": float("inf")}
     report = build_report(SessionEvidence([FileEvidence(str(path), scan=scan_contract(path),
                                                         consistency=consistency)]))
     text = report.dumps()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from PySide6.QtGui import QImage
 
+from inspector.core import envinfo
 from inspector.core.atomic import OutputExistsError
 from inspector.gpu.telemetry import GpuSample, TelemetryStore, ingest
 from inspector.report import UnknownReportFormat, build_report, export, write_report
@@ -51,8 +52,9 @@ def session(tmp_path: Path) -> SessionEvidence:
                                      "actual": "ef" * 32}], "tensors": [], "errors": []}
     conversion = {"output": str(tmp_path / "good.safetensors"), "sha256": "12" * 32,
                   "verified": True, "tensors_written": 4, "aliases": {}}
-    consistency = {"passed": True, "device": "cpu", "repeats": 8,
-                   "iterations": [{"max_abs_diff": 0.0} for _ in range(8)], "results": []}
+    consistency = {"consistent": True, "device": "cpu", "device_label": "CPU", "repeats": 8,
+                   "mode": "probe", "tensors": [], "resident_mismatches": [],
+                   "iterations": [{"type": "iteration", "max_abs_diff": 0.0} for _ in range(8)]}
     store = TelemetryStore(capacity=500)
     ingest(store, [GpuSample(timestamp=float(t), index=0, name="Test GPU",
                              temperature_gpu=50.0 + t % 7) for t in range(120)])
@@ -61,7 +63,8 @@ def session(tmp_path: Path) -> SessionEvidence:
          FileEvidence(str(good), inspect=inspect, verify=verify,
                       manifest=str(tmp_path / "SHA256SUMS"), conversion=conversion,
                       consistency=consistency)],
-        telemetry=store, command="ckpt-inspector report evil.pt good.pt -o r.pdf")
+        telemetry=store, environment=envinfo.collect(probe_torch=False),
+        command="ckpt-inspector report evil.pt good.pt -o r.pdf")
 
 
 class _Collector(HTMLParser):

@@ -53,8 +53,16 @@ def export(
     progress: ProgressFn | None = None,
     cancel: CancelToken | None = None,
 ) -> Report:
-    """Build the report from the session's evidence and write it; returns the report."""
+    """Build the report from the session's evidence and write it; returns the report.
+
+    Collects the environment first when the session has none (a few seconds: torch's CUDA and
+    cuDNN versions are asked of a subprocess). Call it off the UI thread.
+    """
     writer = writer_for(path)
+    if session.environment is None:
+        from inspector.core.envinfo import collect
+
+        session.environment = collect()
     report = build_report(session, progress=progress, cancel=cancel)
     writer(report, path, overwrite=overwrite)
     return report

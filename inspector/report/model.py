@@ -20,18 +20,27 @@ from inspector import __version__
 from inspector.core.envinfo import EnvInfo
 from inspector.core.hashing import sha256_file
 from inspector.core.progress import CancelToken, ProgressFn
+from inspector.core.verdict import worst
 
 if TYPE_CHECKING:
     from inspector.gpu.telemetry import TelemetryStore
 
 SCHEMA_VERSION = 1
 PASS, FAIL, NOT_CHECKED = "pass", "fail", "not_checked"
-VERDICTS = ("safe", "suspicious", "dangerous", "error")
-"""Scan verdicts, least to most severe for a report's headline."""
 
 LARGEST_ABS_ROWS = 10
 SERIES_POINTS = 240
 """Chart series are thinned to this many points; a printed chart cannot show more."""
+
+REFUSALS = ("refused_dangerous", "refused_global", "unsupported_format")
+"""Sandbox error codes for a file deliberately not loaded (policy, not a failure)."""
+
+FAILURE_KEYS = ("key", "status", "runs_mismatched", "repeat_mismatches", "max_abs_diff",
+                "reference_ok", "roundtrip_ok", "first_mismatch")
+"""What a failing consistency row keeps in the report."""
+CONSISTENCY_BULK = ("tensors", "outputs", "resident_mismatches", "iterations", "sandbox",
+                    "timing", "path", "device_label", "device", "repeats", "consistent", "error")
+"""Keys of a consistency result that are summarised elsewhere, not repeated in details."""
 
 SAFE_FORMATS = ("safetensors",)
 DATA_ONLY_FORMATS = ("npy", "npz")
@@ -92,12 +101,14 @@ class ScanInfo:
     globals: list[dict] = field(default_factory=list)
     findings: list[dict] = field(default_factory=list)
     error: str | None = None
+    weights_only_blockers: list[str] = field(default_factory=list)
 
 
 @dataclass
 class LoadInfo:
     status: str
-    """loaded | failed | not_run"""
+    """loaded | refused (not loaded by policy: dangerous, or not a torch.load format) |
+    failed | not_run"""
     sandbox_level: str | None = None
     sandbox: dict = field(default_factory=dict)
     error: str | None = None
@@ -167,6 +178,8 @@ class ConsistencyInfo:
     series: list[float]
     """Max abs difference per iteration, for the chart."""
     details: dict
+    error: str | None = None
+    """Why the run could not finish (no device, worker failure); it then counts as failed."""
 
 
 @dataclass
@@ -250,7 +263,7 @@ def build_report(
     problems = [f"{f.file.name}: {p}" for f in files for p in f.problems]
     if telemetry is not None:
         problems += _telemetry_problems(telemetry)
-    verdict = worst_verdict([f.verdict for f in files])
+    verdict = worst(f.verdict for f in files)
     return Report(
         schema_version=SCHEMA_VERSION,
         tool=ToolInfo(
@@ -266,12 +279,6 @@ def build_report(
         files=files,
         telemetry=telemetry,
     )
-
-
-def worst_verdict(verdicts: list[str]) -> str:
-    """The most severe scan verdict; "error" outranks all, "safe" for an empty list."""
-    ranked = [v for v in verdicts if v in VERDICTS]
-    return max(ranked, key=VERDICTS.index) if ranked else "safe"
 
 
 def _file_report(
@@ -292,7 +299,7 @@ def _file_report(
     checklist = [
         _check_safe_format(info, scan, conversion),
         _check_hash_on_record(ev.path, verification),
-        _check_weights_only(scan, load),
+        _check_weights_only(info, scan, load),
         _check_backup(ev, session_files),
         _check_deterministic(consistency),
     ]
@@ -344,6 +351,7 @@ def _scan_info(scan: dict | None) -> ScanInfo:
         globals=list(scan.get("globals") or []),
         findings=list(scan.get("findings") or []),
         error=scan.get("error"),
+        weights_only_blockers=[str(b) for b in scan.get("weights_only_blockers") or []],
     )
 
 
@@ -352,14 +360,14 @@ def _load_info(inspect: dict | None) -> LoadInfo:
         return LoadInfo(status="not_run")
     sandbox = dict(inspect.get("sandbox") or {})
     error = inspect.get("error")
+    status = "loaded"
     if isinstance(error, dict):
+        status = "refused" if error.get("code") in REFUSALS else "failed"
         error = error.get("message") or json.dumps(error, sort_keys=True)
-    return LoadInfo(
-        status="failed" if error else "loaded",
-        sandbox_level=sandbox.get("level"),
-        sandbox=sandbox,
-        error=error,
-    )
+    elif error:
+        status = "failed"
+    return LoadInfo(status=status, sandbox_level=sandbox.get("level"), sandbox=sandbox,
+                    error=error)
 
 
 def summarize_tensors(inspect: dict) -> TensorSummary:
@@ -444,17 +452,23 @@ def _conversion_info(conversion: dict | None) -> ConversionInfo | None:
 def _consistency_info(result: dict | None) -> ConsistencyInfo | None:
     if result is None:
         return None
-    failures = [r for r in result.get("results") or [] if not r.get("passed", True)]
-    passed = result.get("passed", result.get("consistent"))
+    rows = (result.get("tensors") or []) + (result.get("outputs") or [])
+    failures = [{k: row[k] for k in FAILURE_KEYS if k in row}
+                for row in rows if row.get("status") == "fail"]
+    failures += [{"key": r.get("key"), "status": "device copy differs",
+                  "changed_elements": r.get("changed_elements")}
+                 for r in result.get("resident_mismatches") or []]
     series = [v for v in (_number(i.get("max_abs_diff")) for i in result.get("iterations") or [])
               if v is not None]
+    passed = bool(result.get("consistent")) and not result.get("error")
     return ConsistencyInfo(
-        status=PASS if passed and not result.get("error") else FAIL,
-        device=result.get("device"),
+        status=PASS if passed else FAIL,
+        device=result.get("device_label") or result.get("device"),
         repeats=result.get("repeats"),
         failures=failures,
         series=_thin(series),
-        details={k: v for k, v in result.items() if k not in ("results", "iterations")},
+        details={k: v for k, v in result.items() if k not in CONSISTENCY_BULK},
+        error=result.get("error"),
     )
 
 
@@ -465,10 +479,8 @@ def _check_safe_format(
     fmt = (info.format or "").lower()
     if scan.status == "not_run" and not fmt:
         return CheckItem("safe_format", title, NOT_CHECKED, "the file was not scanned")
-    if any(s in fmt for s in SAFE_FORMATS):
-        return CheckItem("safe_format", title, PASS, f"{info.format} holds only tensors")
-    if any(s in fmt for s in DATA_ONLY_FORMATS) and not scan.globals:
-        return CheckItem("safe_format", title, PASS, f"{info.format} without embedded pickle")
+    if _holds_no_pickle(info, scan):
+        return CheckItem("safe_format", title, PASS, f"{info.format} holds only tensor data")
     if conversion is not None and conversion.status == PASS:
         return CheckItem("safe_format", title, PASS,
                          f"verified safetensors conversion written: {conversion.output}")
@@ -504,19 +516,29 @@ def _manifest_row(path: str, verification: VerificationInfo) -> dict | None:
     return rows[0] if len(rows) == 1 else None
 
 
-def _check_weights_only(scan: ScanInfo, load: LoadInfo) -> CheckItem:
+def _check_weights_only(info: FileInfo, scan: ScanInfo, load: LoadInfo) -> CheckItem:
     title = "Loads with torch.load(weights_only=True)"
-    if scan.weights_only_ok is None:
-        return CheckItem("weights_only", title, NOT_CHECKED, "the static scan did not decide")
+    if scan.status == "not_run":
+        return CheckItem("weights_only", title, NOT_CHECKED, "the file was not scanned")
+    if _holds_no_pickle(info, scan):
+        return CheckItem("weights_only", title, PASS,
+                         f"{info.format} holds no pickle: nothing for weights_only to refuse")
     if not scan.weights_only_ok:
-        refused = [f"{g.get('module')}.{g.get('name')}" for g in scan.globals
-                   if g.get("severity") != "safe"]
+        refused = scan.weights_only_blockers or [
+            f"{g.get('module')}.{g.get('name')}" for g in scan.globals
+            if g.get("severity") != "safe"]
         names = ", ".join(refused[:5]) or "its pickle opcodes"
         return CheckItem("weights_only", title, FAIL, f"would be refused because of {names}")
     if load.status == "failed":
         return CheckItem("weights_only", title, FAIL, f"the jailed load failed: {load.error}")
     detail = "loaded in the jail" if load.status == "loaded" else "accepted by the static scan"
     return CheckItem("weights_only", title, PASS, detail)
+
+
+def _holds_no_pickle(info: FileInfo, scan: ScanInfo) -> bool:
+    fmt = (info.format or "").lower()
+    return (any(s in fmt for s in SAFE_FORMATS + DATA_ONLY_FORMATS) and not scan.globals
+            and scan.status == "done")
 
 
 def _check_backup(ev: FileEvidence, session_files: list[FileEvidence]) -> CheckItem:
@@ -563,6 +585,9 @@ def _check_deterministic(consistency: ConsistencyInfo | None) -> CheckItem:
     where = f" on {consistency.device}" if consistency.device else ""
     if consistency.status == PASS:
         return CheckItem("deterministic", title, PASS, f"identical every repeat{where}")
+    if consistency.error:
+        return CheckItem("deterministic", title, FAIL,
+                         f"the run failed{where}: {consistency.error}")
     return CheckItem("deterministic", title, FAIL,
                      f"{len(consistency.failures) or 'some'} results differed{where}")
 
@@ -593,7 +618,9 @@ def _file_problems(
         problems.append(f"manifest verification failed ({detail or 'error'})")
     if conversion is not None and conversion.status == FAIL:
         problems.append("safetensors conversion was not verified")
-    if consistency is not None and consistency.status == FAIL:
+    if consistency is not None and consistency.error:
+        problems.append(f"consistency run failed: {consistency.error}")
+    elif consistency is not None and consistency.status == FAIL:
         problems.append("consistency run found differing results")
     return problems
 

@@ -177,6 +177,8 @@ def _load(f: FileReport) -> str:
         reason = ("It was not loaded because the static scan called it dangerous."
                   if f.verdict == "dangerous" else "No load was run in this session.")
         return _not_run(reason)
+    if load.status == "refused":
+        return _not_run(f"Not loaded: {load.error}")
     rows = [("Result", escape(load.status)),
             ("Sandbox level", escape(load.sandbox_level or "unknown"))]
     rows += [(escape(k), escape(_short(v))) for k, v in load.sandbox.items() if k != "level"]
@@ -253,8 +255,8 @@ def _consistency(f: FileReport, anchor: str, image_src: ImageSrc) -> str:
         return _not_run("No consistency run in this session.")
     parts = [_kv([("Result", _status(c.status)), ("Device", escape(c.device or "unknown")),
                   ("Repeats", escape(str(c.repeats) if c.repeats is not None else "unknown"))]
-                 + [(escape(k), escape(_short(v))) for k, v in c.details.items()
-                    if k not in ("device", "repeats")])]
+                 + ([("Error", escape(c.error))] if c.error else [])
+                 + [(escape(k), escape(_short(v))) for k, v in c.details.items()])]
     if c.series:
         png = charts.line_chart("Max abs difference per iteration",
                                 [("max |Δ|", list(enumerate(c.series, 1)))],

@@ -1,0 +1,196 @@
+"""`ckpt-inspector report FILE… -o OUT.{json,html,pdf} [--manifest M] [--consistency]`.
+
+Runs the whole pipeline headless through the same engine calls as the GUI: static scan, file
+SHA-256 and jailed weights_only load with statistics (`inspect`), verification against a
+manifest, a repeat-inference consistency run, NVML telemetry sampled while it all runs (where
+a driver is present), and the environment; then writes one report in the format the output's
+extension names. This process never imports torch.
+
+Exit codes (the report is written for 0–3):
+  0  every file is safe and every check that ran passed
+  1  a file is suspicious, or a check failed (manifest, load, NaN/Inf, consistency, GPU health)
+  2  a file is dangerous
+  3  a file could not be scanned, or no file was found
+  4  the report was not written (output exists without --force, unwritable, unknown extension)
+  5  the manifest cannot be read (nothing was written)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shlex
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from inspector.core.atomic import OutputExistsError
+from inspector.core.verdict import ERROR, exit_code
+from inspector.report import WRITERS, UnknownReportFormat, write_report, writer_for
+from inspector.report.model import FileEvidence, Report, SessionEvidence, build_report
+
+EXIT_FAILED_CHECK = 1
+EXIT_NOT_WRITTEN = 4
+EXIT_MANIFEST = 5
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `report`."""
+    parser.add_argument("paths", nargs="+", metavar="FILE",
+                        help="checkpoints, or folders of them (recursive)")
+    parser.add_argument("-o", "--output", required=True, type=Path, metavar="OUT",
+                        help=f"report file; the format comes from its extension "
+                             f"({', '.join(sorted(WRITERS))})")
+    parser.add_argument("--manifest", type=Path, metavar="M",
+                        help="verify every file (and its tensors, when recorded) against M")
+    parser.add_argument("--consistency", action="store_true",
+                        help="run the repeat-inference weights probe on each loadable file")
+    parser.add_argument("--device", default="auto",
+                        help="consistency device: cuda:N, cpu, or auto (default)")
+    parser.add_argument("--repeats", type=int, default=10, metavar="N",
+                        help="consistency runs compared with the first (default 10)")
+    parser.add_argument("--allow-global", action="append", default=[], metavar="MODULE.NAME",
+                        help="allow this global for weights_only loading (repeatable)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                        help="kill any one worker job after this long")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing report")
+    parser.epilog = ("exit status: 0 all safe and passed, 1 suspicious or a check failed, "
+                     "2 dangerous, 3 a file could not be scanned, 4 report not written, "
+                     "5 manifest unreadable")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the pipeline, write the report, and exit by what it found."""
+    try:
+        writer_for(args.output)
+    except UnknownReportFormat as exc:
+        return _fail(str(exc), EXIT_NOT_WRITTEN)
+    if args.output.exists() and not args.force:
+        return _fail(f"{args.output} exists; pass --force to overwrite it", EXIT_NOT_WRITTEN)
+    manifest = None
+    if args.manifest is not None:
+        from inspector.core.manifest import ManifestError, read_manifest
+
+        try:
+            manifest = read_manifest(args.manifest)
+        except (ManifestError, OSError) as exc:
+            return _fail(f"{args.manifest}: {exc}", EXIT_MANIFEST)
+    files = list(_targets(args.paths))
+    if not files:
+        return _fail("no files found under the given paths", exit_code(ERROR))
+    from inspector.core.envinfo import collect
+
+    with _telemetry() as (store, source):
+        evidence = [_evidence(path, folder, args, manifest) for path, folder in files]
+        environment = collect()
+    session = SessionEvidence(evidence, telemetry=store, telemetry_source=source,
+                              environment=environment,
+                              command=shlex.join(["ckpt-inspector", *sys.argv[1:]]))
+    report = build_report(session)
+    try:
+        write_report(report, args.output, overwrite=args.force)
+    except (OutputExistsError, OSError) as exc:
+        return _fail(f"report not written: {exc}", EXIT_NOT_WRITTEN)
+    _print_summary(report, args.output)
+    return report_exit(report)
+
+
+def report_exit(report: Report) -> int:
+    """The scan verdict's exit code, raised to 1 when a safe set of files failed a check."""
+    code = exit_code(report.verdict)
+    return EXIT_FAILED_CHECK if code == 0 and report.status == "failed" else code
+
+
+def _targets(paths: list[str]) -> Iterator[tuple[Path, str | None]]:
+    """(file, the folder it was found in or None); in folders only checkpoints are kept."""
+    from inspector.core.scan import iter_files, scan_file
+
+    for raw in paths:
+        root = Path(raw)
+        if not root.is_dir():
+            yield root, None
+            continue
+        for path in iter_files([root]):
+            # a model folder also holds configs, manifests and READMEs: not checkpoints
+            if scan_file(path).format != "unknown":
+                yield path, str(root)
+
+
+def _evidence(path: Path, folder: str | None, args: argparse.Namespace, manifest) -> FileEvidence:
+    from inspector.sandbox.client import inspect_file, static_scan
+
+    print(f"report: inspecting {path}", file=sys.stderr, flush=True)
+    try:
+        inspect = inspect_file(path, allow_globals=args.allow_global, timeout=args.timeout)
+    except OSError:  # unreadable or vanished: the scan result carries the reason
+        return FileEvidence(str(path), scan=static_scan(path), folder=folder)
+    ev = FileEvidence(str(path), inspect=inspect, folder=folder)
+    if manifest is not None:
+        ev.verify, ev.manifest = _verify(path, manifest), str(args.manifest)
+    if args.consistency and inspect.get("error") is None:
+        ev.consistency = _consistency(path, args)
+    return ev
+
+
+def _verify(path: Path, manifest) -> dict:
+    from inspector.cli.verify_cmd import worker_digests
+    from inspector.core.verify import verify
+
+    print(f"report: verifying {path.name} against the manifest", file=sys.stderr, flush=True)
+    return {"manifest": str(manifest.source), "dialect": manifest.dialect,
+            **verify(manifest, [path], tensor_digests=worker_digests()).to_json()}
+
+
+def _consistency(path: Path, args: argparse.Namespace) -> dict:
+    from inspector.gpu.consistency_job import ConsistencyRequest, run_consistency
+    from inspector.sandbox.client import SandboxError
+
+    print(f"report: consistency run on {path.name} ({args.device})", file=sys.stderr, flush=True)
+    iterations: list[dict] = []
+
+    def on_event(event: dict) -> None:
+        if event.get("type") == "iteration":
+            iterations.append(event)
+
+    spec = ConsistencyRequest(path=str(path), device=args.device, repeats=args.repeats,
+                              allow_globals=args.allow_global)
+    try:
+        result = run_consistency(spec, on_event=on_event, timeout=args.timeout)
+    except SandboxError as exc:
+        return {"consistent": False, "device": args.device, "error": exc.message}
+    result["iterations"] = iterations
+    return result
+
+
+@contextlib.contextmanager
+def _telemetry() -> Iterator[tuple[object | None, str]]:
+    """NVML sampled once a second while the block runs; (None, reason) without a driver."""
+    from inspector.gpu.nvml_source import NvmlSource, NvmlUnavailable
+
+    try:
+        source = NvmlSource.open()
+    except NvmlUnavailable as exc:
+        yield None, str(exc)
+        return
+    from inspector.gpu.telemetry import Sampler, TelemetryStore
+
+    store = TelemetryStore(capacity=24 * 3600)
+    sampler = Sampler(source, store, interval=1.0)
+    sampler.start()
+    try:
+        yield store, "nvml"
+    finally:
+        sampler.stop()
+        source.close()
+
+
+def _print_summary(report: Report, output: Path) -> None:
+    print(f"{report.verdict.upper()}: {len(report.files)} file(s), "
+          f"{len(report.problems)} problem(s); report written to {output}")
+    for problem in report.problems:
+        print(f"  {problem}")
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"ckpt-inspector report: {message}", file=sys.stderr)
+    return code
