@@ -202,8 +202,12 @@ def scan_pickle(
     allowed: frozenset[str] = frozenset(),
     wo_opcodes: frozenset[int] = WEIGHTS_ONLY_OPCODES_DEFAULT,
     limits: Limits = Limits(),
+    fast: bool = True,
 ) -> PickleScan:
-    """Walk one pickle stream from `start` to its STOP (or the first undecodable byte)."""
+    """Walk one pickle stream from `start` to its STOP (or the first undecodable byte).
+
+    `fast` lets torch's per-tensor opcode run be recognised in one step (same result).
+    """
     res = PickleScan(start=start)
     refs, calls, issues, blockers = res.globals, res.calls, res.issues, res.wo_blockers
     stack: list = []
@@ -216,7 +220,7 @@ def scan_pickle(
     max_ops = limits.max_opcodes
     unpack_from = struct.unpack_from
     unseen_bad_ops = set(range(256)) - wo_opcodes
-    fast = wo_opcodes >= UNIT_OPCODES
+    fast = fast and wo_opcodes >= UNIT_OPCODES
     max_memo, max_stack = limits.max_memo, limits.max_stack
 
     def note(code: str, message: str, offset: int, dangerous: bool = False) -> None:
