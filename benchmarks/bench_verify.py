@@ -1,0 +1,173 @@
+"""Benchmark `manifest create` and `verify` against sha256sum, `sha256sum -c` and openssl.
+
+Generates a checkpoint of at least 1 GB (torch.save of float32 and bfloat16 tensors) and its
+safetensors twin in a temporary folder, then times, in the same run and interleaved round by
+round so background load hits every tool alike (median of --runs, warm page cache):
+
+    sha256sum FILE            openssl dgst -sha256 FILE        sha256sum -c FILE.sha256
+    ckpt-inspector manifest create FILE -o FILE.sha256   (file hashes)
+    ckpt-inspector manifest create FILE -o FILE.json     (file hash + every tensor's digest)
+    ckpt-inspector verify FILE -m FILE.sha256            (file level)
+    ckpt-inspector verify FILE -m FILE.json              (file + tensor level, two cores)
+
+Targets (issue 4): file-level verify faster than `sha256sum -c` and within 1.1x of openssl;
+file + tensor verify within 1.6x of openssl. The jailed worker's start-up (dominated by
+importing torch for a pickle-based checkpoint) is measured and printed separately. The
+generated files are deleted at the end.
+
+    .venv/bin/python benchmarks/bench_verify.py [--size-gb 1] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+TENSOR_BYTES = 16 << 20
+
+
+def generate(folder: Path, size_gb: float) -> tuple[Path, Path]:
+    """A .pt of at least size_gb GB (float32 and bfloat16 tensors) and its safetensors twin."""
+    import torch
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(0)
+    state: dict[str, torch.Tensor] = {}
+    total, i = 0, 0
+    while total < size_gb * 1e9:
+        if i % 2:
+            t = torch.randn(TENSOR_BYTES // 2, generator=g).to(torch.bfloat16).reshape(4096, -1)
+        else:
+            t = torch.randn(TENSOR_BYTES // 4, generator=g).reshape(2048, -1)
+        state[f"layers.{i // 2}.{'mlp' if i % 2 else 'attn'}.weight"] = t
+        total += t.numel() * t.element_size()
+        i += 1
+    pt, st = folder / "bench.pt", folder / "bench.safetensors"
+    torch.save(state, pt)
+    save_file(state, st)
+    return pt, st
+
+
+def timed(argv: list[str], cwd: Path) -> float:
+    """Wall time of one command; its output is discarded, a failure stops the benchmark."""
+    start = time.perf_counter()
+    proc = subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"failed ({proc.returncode}): {' '.join(argv)}\n{proc.stderr.decode()}")
+    return elapsed
+
+
+def commands(path: Path) -> dict[str, list[str]]:
+    """Every timed command for one checkpoint (run in its folder), by label."""
+    ours = str(BIN / "ckpt-inspector")
+    name = path.name
+    sums, js = f"{name}.sha256", f"{name}.json"
+    return {
+        "sha256sum": ["sha256sum", name],
+        "openssl dgst -sha256": ["openssl", "dgst", "-sha256", name],
+        "sha256sum -c": ["sha256sum", "-c", sums],
+        "manifest create .sha256": [ours, "manifest", "create", name, "-o", sums, "--force"],
+        "manifest create .json": [ours, "manifest", "create", name, "-o", js, "--force"],
+        "verify (file)": [ours, "verify", name, "-m", sums],
+        "verify (file+tensors)": [ours, "verify", name, "-m", js],
+    }
+
+
+def worker_startup(folder: Path, runs: int) -> float:
+    """Median time from launch to the worker's first progress event on a tiny .pt."""
+    import torch
+
+    from inspector.sandbox.integrity_client import tensor_digests
+
+    tiny = folder / "tiny.pt"
+    torch.save({"w": torch.zeros(4)}, tiny)
+    times = []
+    for _ in range(runs):
+        first: list[float] = []
+        start = time.perf_counter()
+
+        def on_event(event: dict, first=first, start=start) -> None:
+            if event.get("type") == "progress" and not first:
+                first.append(time.perf_counter() - start)
+
+        tensor_digests(tiny, on_event=on_event)
+        times.append(first[0])
+    return statistics.median(times)
+
+
+def bench(path: Path, runs: int) -> dict[str, float]:
+    """Median wall time per command, interleaved round by round."""
+    cmds = commands(path)
+    for argv in cmds.values():  # warm the page cache and write the manifests once
+        if argv[1] != "-c":
+            timed(argv, path.parent)
+    samples: dict[str, list[float]] = {label: [] for label in cmds}
+    for _ in range(runs):
+        for label, argv in cmds.items():
+            samples[label].append(timed(argv, path.parent))
+    return {label: statistics.median(times) for label, times in samples.items()}
+
+
+def report(name: str, size: int, med: dict[str, float]) -> list[str]:
+    """Print one table and return the target checks that failed."""
+    openssl, check = med["openssl dgst -sha256"], med["sha256sum -c"]
+    print(f"\n{name}: {size / 1e9:.2f} GB")
+    print(f"  {'command':<26}{'median s':>10}{'GB/s':>8}{'vs openssl':>12}{'vs sha256sum':>14}")
+    for label, seconds in med.items():
+        print(
+            f"  {label:<26}{seconds:>10.2f}{size / 1e9 / seconds:>8.2f}"
+            f"{seconds / openssl:>11.2f}x{seconds / med['sha256sum']:>13.2f}x"
+        )
+    checks = [
+        ("verify (file) faster than sha256sum -c", med["verify (file)"] < check),
+        ("verify (file) within 1.1x of openssl", med["verify (file)"] <= 1.1 * openssl),
+        (
+            "verify (file+tensors) within 1.6x of openssl",
+            med["verify (file+tensors)"] <= 1.6 * openssl,
+        ),
+    ]
+    failed = []
+    for text, ok in checks:
+        print(f"  {'PASS' if ok else 'FAIL'}  {text}")
+        if not ok:
+            failed.append(f"{name}: {text}")
+    return failed
+
+
+def main() -> int:
+    """Generate, measure, report, clean up."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-gb", type=float, default=1.0)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    for tool in ("sha256sum", "openssl"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} is not installed; it is a baseline of this benchmark")
+    folder = Path(tempfile.mkdtemp(prefix="bench-verify-"))
+    try:
+        print(f"generating >= {args.size_gb:g} GB in {folder} ...", flush=True)
+        pt, st = generate(folder, args.size_gb)
+        print(f"load average before: {os.getloadavg()[0]:.2f} (2 cores shared with the machine)")
+        startup = worker_startup(folder, args.runs)
+        print(f"jailed worker start-up to first event (tiny .pt, imports torch): {startup:.2f} s")
+        failed = []
+        for name, path in (("torch .pt (zip)", pt), ("safetensors", st)):
+            failed += report(name, path.stat().st_size, bench(path, args.runs))
+        print(f"\nload average after: {os.getloadavg()[0]:.2f}")
+        print("all targets met" if not failed else f"{len(failed)} target(s) missed")
+        return 0 if not failed else 1
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
