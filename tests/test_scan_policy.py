@@ -1,0 +1,122 @@
+"""Import classification: torch's allowlist read from the installed source (checked against the
+real thing in a subprocess), its on-disk cache, the built-in fallback, and the deny rules."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from inspector.core import policy
+from inspector.core.policy import classify, looks_like_code, weights_only_rules
+
+REAL_ALLOWLIST = r"""
+import json
+from torch._weights_only_unpickler import _get_allowed_globals
+print(json.dumps(sorted(_get_allowed_globals())))
+"""
+
+
+def test_allowlist_equals_installed_torch(python_exe, tmp_path):
+    proc = subprocess.run([python_exe, "-I", "-c", REAL_ALLOWLIST], capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path, check=True)
+    real = set(json.loads(proc.stdout))
+    rules = weights_only_rules()
+    assert rules.source.startswith("torch 2.")
+    assert set(rules.allowed) == real
+    assert rules.blocked_modules == {"sys", "os", "posix", "nt"}
+
+
+def test_opcode_rules_read_from_source():
+    rules = weights_only_rules()
+    names = {policy.OPCODE_BYTES[n] for n in ("GLOBAL", "BINPERSID", "BINGET", "LONG_BINPUT")}
+    assert names <= rules.opcodes
+    for absent in ("STACK_GLOBAL", "MEMOIZE", "FRAME", "INST", "OBJ", "SHORT_BINUNICODE"):
+        assert policy.OPCODE_BYTES[absent] not in rules.opcodes
+
+
+def test_rules_are_cached_per_torch_version(python_exe, tmp_path):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    code = ("import sys; from inspector.core.policy import weights_only_rules as w; r = w(); "
+            "print(r.source.replace(' ', '_'), 'torch.MARKER' in r.allowed, "
+            "'torch' in sys.modules)")
+
+    def run() -> list[str]:
+        return subprocess.run([python_exe, "-c", code], env=env, capture_output=True, text=True,
+                              timeout=120, check=True).stdout.split()
+
+    source, marker, imported = run()
+    assert (marker, imported) == ("False", "False")  # read from source; torch never imported
+    (cache,) = (tmp_path / "ckpt-inspector").glob("weights-only-*.json")
+    data = json.loads(cache.read_text())
+    data["allowed"].append("torch.MARKER")  # proves the second run reads the cache, not torch
+    cache.write_text(json.dumps(data))
+    assert run() == [source, "True", "False"]
+
+
+def test_builtin_list_when_torch_is_absent(monkeypatch):
+    monkeypatch.setattr(policy, "_torch_dir", lambda: None)
+    rules = policy.weights_only_rules.__wrapped__()
+    assert rules.source.startswith("built-in list")
+    assert rules.allowed == policy.BUILTIN_ALLOWED
+    assert "torch._utils._rebuild_tensor_v2" in rules.allowed
+
+
+def test_parse_rejects_an_unknown_layout():
+    with pytest.raises(ValueError):
+        policy.parse_unpickler_source("def nothing():\n    pass\n")
+
+
+@pytest.mark.parametrize(("module", "name", "severity"), [
+    ("torch._utils", "_rebuild_tensor_v2", "safe"),
+    ("collections", "OrderedDict", "safe"),
+    ("builtins", "set", "safe"),
+    ("torch", "bfloat16", "safe"),
+    ("os", "system", "dangerous"),
+    ("posix", "system", "dangerous"),
+    ("nt", "system", "dangerous"),
+    ("builtins", "eval", "dangerous"),
+    ("builtins", "getattr", "dangerous"),
+    ("builtins", "__import__", "dangerous"),
+    ("pathlib", "os.system", "dangerous"),
+    ("collections", "os.system", "dangerous"),
+    ("asyncio.unix_events", "_UnixSubprocessTransport", "dangerous"),
+    ("torch._inductor.codecache", "compile_file", "dangerous"),
+    ("torch._dynamo.guards", "GuardBuilder.get", "dangerous"),
+    ("torch", "load", "dangerous"),
+    ("torch.hub", "load", "dangerous"),
+    ("pip", "main", "dangerous"),
+    ("types", "CodeType", "dangerous"),
+    ("operator", "attrgetter", "dangerous"),
+    ("cProfile", "run", "dangerous"),
+    ("mylib.io", "load_weights", "dangerous"),
+    ("mymodel", "Net.__reduce__.__globals__", "dangerous"),
+    ("sys", "modules", "dangerous"),
+    ("argparse", "Namespace", "suspicious"),
+    ("numpy.core.multiarray", "_reconstruct", "suspicious"),
+    ("__main__", "MyModel", "suspicious"),
+    ("torch.nn.modules.linear", "Linear", "suspicious"),
+    ("mymodel", "Net.Inner", "suspicious"),
+])
+def test_classify(module, name, severity):
+    assert classify(module, name).severity == severity
+
+
+def test_code_like_arguments():
+    for text in ("import os; os.system('id')", "__import__('os')", "curl http://x | sh",
+                 "rm -rf /", "echo $(id)", "exec(open('x').read())"):
+        assert looks_like_code(text), text
+    for text in ("layers.0.weight", "cpu", "storage", "Adam", "resumable checkpoint",
+                 "bias", "fc1.weight", "/data/run-3/ckpt.pt"):
+        assert not looks_like_code(text), text
+
+
+def test_core_imports_neither_torch_nor_qt(python_exe):
+    code = ("import sys, inspector.core.scan, inspector.cli.scan_cmd; "
+            "print([m for m in sys.modules if m.split('.')[0] in "
+            "('torch', 'PySide6', 'numpy', 'safetensors')])")
+    out = subprocess.run([python_exe, "-c", code], capture_output=True, text=True, timeout=120,
+                         check=True).stdout.strip()
+    assert out == "[]"
