@@ -16,6 +16,7 @@ import struct
 import zipfile
 from pathlib import Path
 
+import factories
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -202,3 +203,44 @@ def test_diff_cli_human_output_and_exit_codes(recorded: dict, tmp_path: Path, ca
     assert main(["diff", str(pt), str(broken)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("ckpt-inspector diff: ") and "\n" not in err
+
+
+def test_a_malicious_replacement_is_never_loaded(
+    recorded: dict, tmp_path: Path, canary: Path, capsys
+) -> None:
+    (tmp_path / "evil").mkdir()
+    evil = factories.mal_zip_data_pkl(tmp_path / "evil" / "model.pt", canary)
+    folder = _copy(recorded, tmp_path)
+    shutil.copyfile(evil, folder / "model.pt")
+    assert main(["verify", "-m", str(folder / "manifest.json"), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert {f["path"]: f["status"] for f in doc["files"]} == {
+        "model.pt": "size_mismatch",
+        "model.safetensors": "ok",
+    }
+    argv = ["verify", str(evil), "-m", str(recorded["pt_manifest"]), "--tensors-only", "--json"]
+    assert main(argv) == 3
+    (error,) = json.loads(capsys.readouterr().out)["errors"]
+    assert "tensors not checked" in error and "dangerous" in error
+    assert main(["diff", str(recorded["folder"] / "model.pt"), str(evil)]) == 2
+    assert "dangerous" in capsys.readouterr().err
+
+
+def test_sharded_index_checks_every_key_in_its_shard(recorded: dict, tmp_path: Path) -> None:
+    state = recorded["state"]
+    keys = sorted(state)
+    shards = {
+        "model-00001-of-00002.safetensors": keys[:3],
+        "model-00002-of-00002.safetensors": keys[3:],
+    }
+    for name, shard_keys in shards.items():
+        save_file({k: state[k] for k in shard_keys}, tmp_path / name)
+    index = tmp_path / "model.safetensors.index.json"
+    weight_map = {k: name for name, shard_keys in shards.items() for k in shard_keys}
+    index.write_text(json.dumps({"metadata": {"total_size": 0}, "weight_map": weight_map}))
+    result = verify(read_manifest(index), tensor_digests=tensor_digests)
+    assert result.ok and len(result.tensors) == len(state)
+
+    save_file({k: state[k] for k in keys[:2]}, tmp_path / "model-00001-of-00002.safetensors")
+    result = verify(read_manifest(index), tensor_digests=tensor_digests)
+    assert [(t.key, t.status) for t in result.tensors if t.status != "ok"] == [(keys[2], "missing")]
