@@ -104,3 +104,17 @@ def test_watch_reports_what_changed_between_passes(tmp_path: Path, capsys, monke
     (third,) = passes[2]["changed"]
     assert third["after"]["size"] == len(original) - 10
     assert len(sleeps) == 2 and all(0 < s <= 60 for s in sleeps)
+
+
+def test_git_lfs_pointer_needs_the_download_named(tmp_path: Path, capsys) -> None:
+    data = b"weights" * 1000
+    pointer = tmp_path / "model.safetensors"
+    pointer.write_text(
+        "version https://git-lfs.github.com/spec/v1\n"
+        f"oid sha256:{hashlib.sha256(data).hexdigest()}\nsize {len(data)}\n"
+    )
+    assert main(["verify", "-m", str(pointer)]) == 2
+    assert "name the downloaded file" in capsys.readouterr().err
+    download = tmp_path / "download.bin"
+    download.write_bytes(data)
+    assert main(["verify", str(download), "-m", str(pointer)]) == 0

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from pathlib import Path
 
 import pytest
 
 import inspector.core.verify as verify_mod
 from inspector.core.manifest import FileEntry, TensorEntry, read_manifest, write_manifest
-from inspector.core.verify import compare_tensors, verify
+from inspector.core.progress import Cancelled, CancelToken
+from inspector.core.verify import compare_tensors, measure_file, verify
 
 
 def _folder(root: Path) -> dict[str, bytes]:
@@ -161,3 +163,20 @@ def test_manifest_without_hashes_checks_presence(tmp_path: Path, exists: bool) -
         (tmp_path / "model-00001-of-00001.safetensors").write_bytes(b"x")
     result = verify(read_manifest(tmp_path / "model.safetensors.index.json"))
     assert [f.status for f in result.files] == ["ok" if exists else "missing"]
+
+
+def test_a_failed_hash_stops_the_tensor_job(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    def slow_digests(path: Path, *, cancel: CancelToken | None = None) -> list[TensorEntry]:
+        for _ in range(1000):
+            if cancel is not None and cancel.cancelled:
+                seen.append("cancelled")
+                raise Cancelled()
+            time.sleep(0.005)
+        return []
+
+    started = time.monotonic()
+    with pytest.raises(FileNotFoundError):
+        measure_file(tmp_path / "absent.pt", tensor_digests=slow_digests)
+    assert seen == ["cancelled"] and time.monotonic() - started < 3

@@ -53,6 +53,13 @@ def run(args: argparse.Namespace) -> int:
     except ManifestError as exc:
         print(f"ckpt-inspector verify: {exc}", file=sys.stderr)
         return EXIT_MANIFEST
+    if manifest.dialect == "git-lfs" and not args.paths:
+        print(
+            f"ckpt-inspector verify: {args.manifest} is a Git LFS pointer; "
+            "name the downloaded file to check against it",
+            file=sys.stderr,
+        )
+        return EXIT_MANIFEST
     digests = None if args.no_tensors else worker_digests()
     if args.tensors_only:
         if not args.paths:

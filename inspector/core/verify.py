@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from inspector.core.dtypes import canonical_dtype
 from inspector.core.hashing import sha256_file
 from inspector.core.manifest import FileEntry, Manifest, TensorEntry
-from inspector.core.progress import CancelToken, ProgressFn, check
+from inspector.core.progress import Cancelled, CancelToken, ProgressFn, check
 
 OK = "ok"
 MISMATCH = "mismatch"
@@ -116,23 +116,24 @@ def measure_file(
     """Hash a file and collect its tensor digests at the same time (the worker is a 2nd core)."""
     if tensor_digests is None:
         return Measured(sha256=sha256_file(path, progress, cancel) if hash_file else None)
+    # a token of our own when the caller has none, so a failed hash still stops the worker
+    token = cancel if cancel is not None else CancelToken()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tensor-digests") as pool:
-        future = pool.submit(tensor_digests, path, cancel=cancel)
+        future = pool.submit(tensor_digests, path, cancel=token)
         try:
-            sha = sha256_file(path, progress, cancel) if hash_file else None
+            sha = sha256_file(path, progress, token) if hash_file else None
         except BaseException:
-            if cancel is not None:
-                cancel.cancel()
+            token.cancel()
             raise
         try:
             return Measured(sha256=sha, tensors=future.result())
+        except Cancelled:
+            raise
         except Exception as exc:  # the worker's failure is a verdict on this file, not a crash
             return Measured(sha256=sha, error=f"{path}: tensors not checked: {exc}")
 
 
-def plan(
-    manifest: Manifest, paths: Iterable[Path], skip: Iterable[Path] = ()
-) -> list[tuple[FileEntry | None, Path]]:
+def plan(manifest: Manifest, paths: Iterable[Path]) -> list[tuple[FileEntry | None, Path]]:
     """Pair manifest entries with files on disk; an entry with None is an extra file.
 
     No paths: the manifest's folder. A folder that holds the manifest, or lies under its folder,
@@ -141,9 +142,7 @@ def plan(
     path, or else by its name when only one entry has that name (a Git LFS pointer).
     """
     roots = list(paths) or [manifest.base_dir]
-    skipped = {os.path.abspath(p) for p in skip}
-    if manifest.source is not None:
-        skipped.add(os.path.abspath(manifest.source))
+    skipped = {os.path.abspath(manifest.source)} if manifest.source is not None else set()
     pairs: list[tuple[FileEntry | None, Path]] = []
     claimed: set[int] = set()
     seen: set[str] = set()
@@ -199,13 +198,12 @@ def verify(
     manifest: Manifest,
     paths: Iterable[Path] = (),
     tensor_digests: TensorDigestFn | None = None,
-    skip: Iterable[Path] = (),
     progress: ProgressFn | None = None,
     cancel: CancelToken | None = None,
 ) -> VerifyResult:
     """Verify files (and their tensors, when the manifest has them and a digest fn is given)."""
     result = VerifyResult()
-    pairs = plan(manifest, paths, skip)
+    pairs = plan(manifest, paths)
     sizes = {i: _size(loc) for i, (_e, loc) in enumerate(pairs)}
     to_hash = {
         i
