@@ -1,0 +1,34 @@
+"""Test-only operation `selftest-payload`: unpickle with the plain `pickle` module in the jail.
+
+It exists so the test suite can prove what happens when code escapes weights_only: the worker
+registers it only when CKPT_INSPECTOR_SANDBOX_SELFTEST=1 (see worker.OPS). Each file of
+the request's `paths` is unpickled in turn, exactly as an unsafe loader would, and what it returned
+or raised is reported, so a test can assert that creating files, opening sockets and starting
+processes all failed inside the jail.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+
+from inspector.core.progress import CancelToken
+
+REPR_LIMIT = 300
+
+
+def run_payload(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict:
+    """Unpickle each file of request["paths"] (unsafely, on purpose); report each outcome."""
+    outcomes = []
+    for n, path in enumerate(request["paths"], 1):
+        cancel.check()
+        try:
+            with open(path, "rb") as fh:
+                value = pickle.load(fh)  # unsafe on purpose: this is what the jail contains
+            outcomes.append({"ok": True, "value": repr(value)[:REPR_LIMIT]})
+        except (Exception, MemoryError) as exc:  # the payload's failure is the result
+            outcomes.append({"ok": False, "error": type(exc).__name__,
+                             "errno": getattr(exc, "errno", None),
+                             "message": str(exc)[:REPR_LIMIT]})
+        emit({"type": "progress", "stage": "payload", "done": n, "total": len(request["paths"])})
+    return {"outcomes": outcomes}
