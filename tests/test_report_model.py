@@ -15,8 +15,9 @@ import pytest
 from inspector.core import envinfo
 from inspector.gpu.telemetry import GpuSample, TelemetryStore, ingest
 from inspector.report import SessionEvidence, build_report
-from inspector.report.model import FAIL, NOT_CHECKED, PASS, FileEvidence, summarize_tensors
+from inspector.report.model import FAIL, NOT_CHECKED, PASS, FileEvidence
 from inspector.report.render_json import load_schema
+from inspector.report.sections import summarize_tensors
 
 
 def tensor_row(key: str, dtype: str = "float32", numel: int = 6, nbytes: int = 24, **stats):

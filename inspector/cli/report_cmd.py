@@ -26,8 +26,16 @@ from pathlib import Path
 
 from inspector.core.atomic import OutputExistsError
 from inspector.core.verdict import ERROR, exit_code
-from inspector.report import WRITERS, UnknownReportFormat, write_report, writer_for
-from inspector.report.model import FileEvidence, Report, SessionEvidence, build_report
+from inspector.report import (
+    WRITERS,
+    FileEvidence,
+    Report,
+    SessionEvidence,
+    UnknownReportFormat,
+    build_report,
+    write_report,
+    writer_for,
+)
 
 EXIT_FAILED_CHECK = 1
 EXIT_NOT_WRITTEN = 4

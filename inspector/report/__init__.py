@@ -12,7 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from inspector.core.progress import CancelToken, ProgressFn
-from inspector.report.model import FileEvidence, Report, SessionEvidence, build_report
+from inspector.report.build import build_report
+from inspector.report.model import FileEvidence, Report, SessionEvidence
 
 WRITERS = {
     ".json": "inspector.report.render_json:write_json",

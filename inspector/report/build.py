@@ -1,0 +1,91 @@
+"""Build a `Report` from a session's evidence."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from inspector import __version__
+from inspector.core.progress import CancelToken, ProgressFn
+from inspector.core.verdict import worst
+from inspector.report.checklist import checklist, file_problems, telemetry_problems
+from inspector.report.model import (
+    SCHEMA_VERSION,
+    FileEvidence,
+    FileReport,
+    Report,
+    SessionEvidence,
+    ToolInfo,
+)
+from inspector.report.sections import (
+    consistency_info,
+    conversion_info,
+    file_info,
+    load_info,
+    scan_info,
+    summarize_telemetry,
+    summarize_tensors,
+    verification_info,
+)
+
+
+def build_report(
+    session: SessionEvidence,
+    *,
+    progress: ProgressFn | None = None,
+    cancel: CancelToken | None = None,
+) -> Report:
+    """Build the report; a file whose SHA-256 the session never computed is hashed now."""
+    environment = session.environment
+    files = [_file_report(ev, session.files, progress, cancel) for ev in session.files]
+    telemetry = (summarize_telemetry(session.telemetry, session.telemetry_source)
+                 if session.telemetry is not None else None)
+    problems = [f"{f.file.name}: {p}" for f in files for p in f.problems]
+    if telemetry is not None:
+        problems += telemetry_problems(telemetry)
+    verdict = worst(f.verdict for f in files)
+    return Report(
+        schema_version=SCHEMA_VERSION,
+        tool=ToolInfo(
+            name="ckpt-inspector",
+            version=__version__,
+            generated_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            command=session.command,
+        ),
+        verdict=verdict,
+        status="passed" if not problems else "failed",
+        problems=problems,
+        environment=environment.to_json() if environment is not None else {},
+        files=files,
+        telemetry=telemetry,
+    )
+
+
+def _file_report(
+    ev: FileEvidence,
+    session_files: list[FileEvidence],
+    progress: ProgressFn | None,
+    cancel: CancelToken | None,
+) -> FileReport:
+    scan_dict = ev.scan or (ev.inspect or {}).get("scan")
+    scan = scan_info(scan_dict)
+    load = load_info(ev.inspect)
+    tensors = summarize_tensors(ev.inspect) if load.status == "loaded" else None
+    verification = verification_info(ev.verify, ev.manifest)
+    conversion = conversion_info(ev.conversion)
+    consistency = consistency_info(ev.consistency)
+    info = file_info(ev, scan_dict, progress, cancel)
+    verdict = scan.verdict or ("error" if scan.status == "failed" else "safe")
+    return FileReport(
+        file=info,
+        verdict=verdict,
+        problems=file_problems(verdict, scan, load, tensors, verification, conversion,
+                                consistency),
+        checklist=checklist(ev, session_files, info, scan, load, verification, conversion,
+                            consistency),
+        scan=scan,
+        load=load,
+        tensors=tensors,
+        verification=verification,
+        conversion=conversion,
+        consistency=consistency,
+    )

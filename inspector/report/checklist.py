@@ -1,0 +1,214 @@
+"""The prevention checklist and the one-line problems a report headlines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from inspector.report.model import (
+    FAIL,
+    NOT_CHECKED,
+    PASS,
+    CheckItem,
+    ConsistencyInfo,
+    ConversionInfo,
+    FileEvidence,
+    FileInfo,
+    LoadInfo,
+    ScanInfo,
+    TelemetrySummary,
+    TensorSummary,
+    VerificationInfo,
+)
+
+SAFE_FORMATS = ("safetensors",)
+DATA_ONLY_FORMATS = ("npy", "npz")
+"""Formats that hold no code unless they embed a pickle (then the scan lists globals)."""
+
+
+def checklist(
+    ev: FileEvidence,
+    session_files: list[FileEvidence],
+    info: FileInfo,
+    scan: ScanInfo,
+    load: LoadInfo,
+    verification: VerificationInfo | None,
+    conversion: ConversionInfo | None,
+    consistency: ConsistencyInfo | None,
+) -> list[CheckItem]:
+    """The five prevention practices for one file, each pass / fail / not checked."""
+    return [
+        _check_safe_format(info, scan, conversion),
+        _check_hash_on_record(ev.path, verification),
+        _check_weights_only(info, scan, load),
+        _check_backup(ev, session_files),
+        _check_deterministic(consistency),
+    ]
+
+
+def _check_safe_format(
+    info: FileInfo, scan: ScanInfo, conversion: ConversionInfo | None
+) -> CheckItem:
+    title = "Stored in a format that cannot run code"
+    fmt = (info.format or "").lower()
+    if scan.status == "not_run" and not fmt:
+        return CheckItem("safe_format", title, NOT_CHECKED, "the file was not scanned")
+    if _holds_no_pickle(info, scan):
+        return CheckItem("safe_format", title, PASS, f"{info.format} holds only tensor data")
+    if conversion is not None and conversion.status == PASS:
+        return CheckItem("safe_format", title, PASS,
+                         f"verified safetensors conversion written: {conversion.output}")
+    return CheckItem("safe_format", title, FAIL,
+                     f"{info.format or 'this format'} is pickle-based; convert it to safetensors")
+
+
+def _check_hash_on_record(path: str, verification: VerificationInfo | None) -> CheckItem:
+    title = "SHA-256 on record matches"
+    if verification is None:
+        return CheckItem("hash_on_record", title, NOT_CHECKED, "no manifest was given")
+    row = _manifest_row(path, verification)
+    if row is None or row.get("status") == "extra":
+        return CheckItem("hash_on_record", title, FAIL,
+                         f"{Path(path).name} is not listed in {verification.manifest}")
+    if row.get("status") == "ok":
+        return CheckItem("hash_on_record", title, PASS, f"matches {verification.manifest}")
+    return CheckItem("hash_on_record", title, FAIL,
+                     f"{row.get('status')} against {verification.manifest}")
+
+
+def _manifest_row(path: str, verification: VerificationInfo) -> dict | None:
+    """This file's verify row: by path under the manifest, by unique name, or the only row."""
+    rows = verification.files
+    target = Path(path).resolve()
+    base = Path(verification.manifest).resolve().parent if verification.manifest else Path.cwd()
+    for row in rows:
+        if row.get("path") and (base / row["path"]).resolve() == target:
+            return row
+    same_name = [r for r in rows if Path(str(r.get("path", ""))).name == target.name]
+    if len(same_name) == 1:
+        return same_name[0]
+    return rows[0] if len(rows) == 1 else None
+
+
+def _check_weights_only(info: FileInfo, scan: ScanInfo, load: LoadInfo) -> CheckItem:
+    title = "Loads with torch.load(weights_only=True)"
+    if scan.status == "not_run":
+        return CheckItem("weights_only", title, NOT_CHECKED, "the file was not scanned")
+    if _holds_no_pickle(info, scan):
+        return CheckItem("weights_only", title, PASS,
+                         f"{info.format} holds no pickle: nothing for weights_only to refuse")
+    if not scan.weights_only_ok:
+        refused = scan.weights_only_blockers or [
+            f"{g.get('module')}.{g.get('name')}" for g in scan.globals
+            if g.get("severity") != "safe"]
+        names = ", ".join(refused[:5]) or "its pickle opcodes"
+        return CheckItem("weights_only", title, FAIL, f"would be refused because of {names}")
+    if load.status == "failed":
+        return CheckItem("weights_only", title, FAIL, f"the jailed load failed: {load.error}")
+    detail = "loaded in the jail" if load.status == "loaded" else "accepted by the static scan"
+    return CheckItem("weights_only", title, PASS, detail)
+
+
+def _holds_no_pickle(info: FileInfo, scan: ScanInfo) -> bool:
+    fmt = (info.format or "").lower()
+    return (any(s in fmt for s in SAFE_FORMATS + DATA_ONLY_FORMATS) and not scan.globals
+            and scan.status == "done")
+
+
+def _check_backup(ev: FileEvidence, session_files: list[FileEvidence]) -> CheckItem:
+    title = "Another checkpoint kept beside it"
+    if not ev.folder:
+        return CheckItem("backup", title, NOT_CHECKED, "a single file was given, not a folder")
+    own_set = _shard_set(Path(ev.path))
+    others = [
+        other for other in session_files
+        if other.folder == ev.folder
+        and Path(other.path).resolve() not in own_set
+        and _is_checkpoint(other)
+    ]
+    if others:
+        return CheckItem("backup", title, PASS, f"also in the folder: {Path(others[0].path).name}")
+    return CheckItem("backup", title, FAIL,
+                     "no other checkpoint in the folder; a failed save would leave nothing to "
+                     "fall back to")
+
+
+def _shard_set(path: Path) -> set[Path]:
+    """The file itself plus its sibling shards named by a `*.index.json` weight_map."""
+    members = {path.resolve()}
+    for index in path.parent.glob("*.index.json"):
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        shards = {(path.parent / name).resolve() for name in set(weight_map.values())}
+        if path.resolve() in shards:
+            members |= shards
+    return members
+
+
+def _is_checkpoint(ev: FileEvidence) -> bool:
+    scan = ev.scan or (ev.inspect or {}).get("scan") or {}
+    return scan.get("format") not in (None, "unknown") and scan.get("verdict") != "error"
+
+
+def _check_deterministic(consistency: ConsistencyInfo | None) -> CheckItem:
+    title = "Repeat-inference run gave identical results"
+    if consistency is None:
+        return CheckItem("deterministic", title, NOT_CHECKED, "no consistency run in this session")
+    where = f" on {consistency.device}" if consistency.device else ""
+    if consistency.status == PASS:
+        return CheckItem("deterministic", title, PASS, f"identical every repeat{where}")
+    if consistency.error:
+        return CheckItem("deterministic", title, FAIL,
+                         f"the run failed{where}: {consistency.error}")
+    return CheckItem("deterministic", title, FAIL,
+                     f"{len(consistency.failures) or 'some'} results differed{where}")
+
+
+def file_problems(
+    verdict: str,
+    scan: ScanInfo,
+    load: LoadInfo,
+    tensors: TensorSummary | None,
+    verification: VerificationInfo | None,
+    conversion: ConversionInfo | None,
+    consistency: ConsistencyInfo | None,
+) -> list[str]:
+    problems = []
+    if verdict in ("suspicious", "dangerous"):
+        names = [f"{g.get('module')}.{g.get('name')}" for g in scan.globals
+                 if g.get("severity") == verdict]
+        problems.append(f"{verdict}" + (f": imports {', '.join(names[:5])}" if names else ""))
+    if scan.status == "failed":
+        problems.append(f"scan failed: {scan.error}")
+    if load.status == "failed":
+        problems.append(f"jailed load failed: {load.error}")
+    if tensors is not None and tensors.nonfinite:
+        problems.append(f"{len(tensors.nonfinite)} tensors contain NaN or Inf")
+    if verification is not None and verification.status == FAIL:
+        bad = {k: v for k, v in verification.counts.items() if k != "ok"}
+        detail = ", ".join(f"{v} {k}" for k, v in sorted(bad.items()))
+        problems.append(f"manifest verification failed ({detail or 'error'})")
+    if conversion is not None and conversion.status == FAIL:
+        problems.append("safetensors conversion was not verified")
+    if consistency is not None and consistency.error:
+        problems.append(f"consistency run failed: {consistency.error}")
+    elif consistency is not None and consistency.status == FAIL:
+        problems.append("consistency run found differing results")
+    return problems
+
+
+def telemetry_problems(telemetry: TelemetrySummary) -> list[str]:
+    problems = []
+    for gpu in telemetry.gpus:
+        label = f"GPU {gpu.index} ({gpu.name})"
+        if gpu.ecc_uncorrected_delta:
+            problems.append(f"{label}: uncorrected ECC errors rose by {gpu.ecc_uncorrected_delta}")
+        if gpu.retired_pages_delta:
+            problems.append(f"{label}: {gpu.retired_pages_delta} memory pages retired")
+        if gpu.remapped_rows_delta:
+            problems.append(f"{label}: {gpu.remapped_rows_delta} rows remapped (uncorrectable)")
+        if gpu.xids:
+            problems.append(f"{label}: XID events {sorted(set(gpu.xids))}")
+    return problems

@@ -1,0 +1,264 @@
+"""Each report section, summarised from the engine's JSON contract for it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from inspector.core.hashing import sha256_file
+from inspector.core.progress import CancelToken, ProgressFn
+from inspector.report.model import (
+    FAIL,
+    PASS,
+    AbsRow,
+    ConsistencyInfo,
+    ConversionInfo,
+    DtypeRow,
+    FileEvidence,
+    FileInfo,
+    GpuTelemetry,
+    LoadInfo,
+    NonFiniteRow,
+    ScanInfo,
+    TelemetrySummary,
+    TensorSummary,
+    VerificationInfo,
+)
+
+if TYPE_CHECKING:
+    from inspector.gpu.telemetry import TelemetryStore
+
+LARGEST_ABS_ROWS = 10
+SERIES_POINTS = 240
+"""Chart series are thinned to this many points; a printed chart cannot show more."""
+
+REFUSALS = ("refused_dangerous", "refused_global", "unsupported_format")
+"""Sandbox error codes for a file deliberately not loaded (policy, not a failure)."""
+
+FAILURE_KEYS = ("key", "status", "runs_mismatched", "repeat_mismatches", "max_abs_diff",
+                "reference_ok", "roundtrip_ok", "first_mismatch")
+"""What a failing consistency row keeps in the report."""
+CONSISTENCY_BULK = ("tensors", "outputs", "resident_mismatches", "iterations", "sandbox",
+                    "timing", "path", "device_label", "device", "repeats", "consistent", "error")
+"""Keys of a consistency result that are summarised elsewhere, not repeated in details."""
+
+
+def file_info(
+    ev: FileEvidence, scan: dict | None, progress: ProgressFn | None, cancel: CancelToken | None
+) -> FileInfo:
+    path = Path(ev.path)
+    inspect = ev.inspect or {}
+    try:
+        st = path.stat()
+        size, mtime = st.st_size, _iso(st.st_mtime)
+    except OSError:
+        size, mtime = inspect.get("size"), None
+    sha = inspect.get("sha256")
+    if not sha and path.is_file():
+        sha = sha256_file(path, progress=progress, cancel=cancel)
+    return FileInfo(
+        path=os.fspath(path.absolute()),
+        name=path.name,
+        size=size,
+        mtime=mtime,
+        format=inspect.get("format") or (scan or {}).get("format"),
+        sha256=sha,
+    )
+
+
+def scan_info(scan: dict | None) -> ScanInfo:
+    if scan is None:
+        return ScanInfo(status="not_run")
+    return ScanInfo(
+        status="failed" if scan.get("verdict") == "error" else "done",
+        verdict=scan.get("verdict"),
+        weights_only_ok=scan.get("weights_only_ok"),
+        globals=list(scan.get("globals") or []),
+        findings=list(scan.get("findings") or []),
+        error=scan.get("error"),
+        weights_only_blockers=[str(b) for b in scan.get("weights_only_blockers") or []],
+    )
+
+
+def load_info(inspect: dict | None) -> LoadInfo:
+    if inspect is None:
+        return LoadInfo(status="not_run")
+    sandbox = dict(inspect.get("sandbox") or {})
+    error = inspect.get("error")
+    status = "loaded"
+    if isinstance(error, dict):
+        status = "refused" if error.get("code") in REFUSALS else "failed"
+        error = error.get("message") or json.dumps(error, sort_keys=True)
+    elif error:
+        status = "failed"
+    return LoadInfo(status=status, sandbox_level=sandbox.get("level"), sandbox=sandbox,
+                    error=error)
+
+
+def summarize_tensors(inspect: dict) -> TensorSummary:
+    """Counts, parameters, bytes by dtype, non-finite tensors and the largest magnitudes."""
+    rows = inspect.get("tensors") or []
+    by_dtype: dict[str, DtypeRow] = {}
+    nonfinite, magnitudes = [], []
+    for t in rows:
+        dtype = str(t.get("dtype"))
+        agg = by_dtype.setdefault(dtype, DtypeRow(dtype, 0, 0, 0))
+        agg.tensors += 1
+        agg.elements += int(t.get("numel") or 0)
+        agg.bytes += int(t.get("nbytes") or 0)
+        nan, inf = int(t.get("nan") or 0), int(t.get("inf") or 0)
+        if nan or inf:
+            nonfinite.append(NonFiniteRow(str(t.get("key")), nan, inf))
+        magnitude = _abs_max(t)
+        if magnitude is not None:
+            magnitudes.append(AbsRow(str(t.get("key")), dtype, magnitude))
+    magnitudes.sort(key=lambda r: r.abs_max, reverse=True)
+    return TensorSummary(
+        count=len(rows),
+        parameters=sum(d.elements for d in by_dtype.values()),
+        bytes=sum(d.bytes for d in by_dtype.values()),
+        objects=len(inspect.get("objects") or []),
+        digest_algorithm=inspect.get("digest_algorithm"),
+        dtypes=sorted(by_dtype.values(), key=lambda d: d.bytes, reverse=True),
+        nonfinite=nonfinite,
+        largest_abs=magnitudes[:LARGEST_ABS_ROWS],
+    )
+
+
+def _abs_max(tensor: dict) -> float | None:
+    """The largest finite magnitude a tensor row reports, None when it reports none."""
+    candidates = [_number(tensor.get(k)) for k in ("absmax", "abs_max", "min", "max")]
+    finite = [abs(v) for v in candidates if v is not None and math.isfinite(v)]
+    return max(finite) if finite else None
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def verification_info(verify: dict | None, manifest: str | None) -> VerificationInfo | None:
+    if verify is None:
+        return None
+    files = list(verify.get("files") or [])
+    all_tensors = list(verify.get("tensors") or [])
+    errors = [str(e) for e in verify.get("errors") or []]
+    counts: dict[str, int] = {}
+    for row in files + all_tensors:
+        counts[row.get("status", "unknown")] = counts.get(row.get("status", "unknown"), 0) + 1
+    failed = errors or any(row.get("status") != "ok" for row in files + all_tensors)
+    return VerificationInfo(
+        status=FAIL if failed else PASS,
+        manifest=manifest or verify.get("manifest"),
+        counts=counts,
+        files=files,
+        tensors=[t for t in all_tensors if t.get("status") != "ok"],
+        errors=errors,
+    )
+
+
+def conversion_info(conversion: dict | None) -> ConversionInfo | None:
+    if conversion is None:
+        return None
+    verified = conversion.get("verified")
+    failed = conversion.get("error") or verified is False
+    return ConversionInfo(
+        status=FAIL if failed else PASS,
+        output=conversion.get("output"),
+        sha256=conversion.get("sha256"),
+        details={k: v for k, v in conversion.items() if k not in ("output", "sha256")},
+    )
+
+
+def consistency_info(result: dict | None) -> ConsistencyInfo | None:
+    if result is None:
+        return None
+    rows = (result.get("tensors") or []) + (result.get("outputs") or [])
+    failures = [{k: row[k] for k in FAILURE_KEYS if k in row}
+                for row in rows if row.get("status") == "fail"]
+    failures += [{"key": r.get("key"), "status": "device copy differs",
+                  "changed_elements": r.get("changed_elements")}
+                 for r in result.get("resident_mismatches") or []]
+    series = [v for v in (_number(i.get("max_abs_diff")) for i in result.get("iterations") or [])
+              if v is not None]
+    passed = bool(result.get("consistent")) and not result.get("error")
+    return ConsistencyInfo(
+        status=PASS if passed else FAIL,
+        device=result.get("device_label") or result.get("device"),
+        repeats=result.get("repeats"),
+        failures=failures,
+        series=_thin(series),
+        details={k: v for k, v in result.items() if k not in CONSISTENCY_BULK},
+        error=result.get("error"),
+    )
+
+
+def summarize_telemetry(store: TelemetryStore, source: str) -> TelemetrySummary:
+    """Per GPU: temperature range, ECC / retired-page / remapped-row deltas and XIDs."""
+    xids: dict[int, list[int]] = {}
+    for event in list(store.xids):
+        xids.setdefault(event.gpu, []).append(event.xid)
+    gpus, starts, ends = [], [], []
+    for index in store.gpus():
+        times, temps = store.series(index, "temperature_gpu")
+        if len(times):
+            starts.append(float(times[0]))
+            ends.append(float(times[-1]))
+        # the store keeps float32; two decimals is all a thermometer reading carries
+        temp_points = [(float(t), round(float(v), 2)) for t, v in zip(times, temps, strict=True)
+                       if math.isfinite(v)]
+        latest = store.latest(index)
+        retired = _sum_deltas(_delta(store, index, "retired_sbe"),
+                              _delta(store, index, "retired_dbe"))
+        gpus.append(GpuTelemetry(
+            index=index,
+            name=str(getattr(latest, "name", None) or f"GPU {index}"),
+            samples=store.count(index),
+            temperature_min=min((v for _, v in temp_points), default=None),
+            temperature_max=max((v for _, v in temp_points), default=None),
+            ecc_corrected_delta=_delta(store, index, "ecc_corrected_volatile"),
+            ecc_uncorrected_delta=_delta(store, index, "ecc_uncorrected_volatile"),
+            retired_pages_delta=retired,
+            remapped_rows_delta=_delta(store, index, "remapped_uncorrectable"),
+            xids=xids.get(index, []),
+            temperature_series=[[round(t - min(starts), 3), v]
+                                for t, v in _thin(temp_points)],
+        ))
+    return TelemetrySummary(
+        source=source,
+        samples=sum(g.samples for g in gpus),
+        duration_s=round(max(ends) - min(starts), 3) if starts else None,
+        gpus=gpus,
+    )
+
+
+def _delta(store: TelemetryStore, index: int, name: str) -> int | None:
+    """Last minus first reading of a counter, None when the device never reported it."""
+    _, values = store.series(index, name)
+    finite = [float(v) for v in values if math.isfinite(v)]
+    return int(finite[-1] - finite[0]) if finite else None
+
+
+def _sum_deltas(*deltas: int | None) -> int | None:
+    known = [d for d in deltas if d is not None]
+    return sum(known) if known else None
+
+
+def _thin(points: list, limit: int = SERIES_POINTS) -> list:
+    """Every k-th point so at most `limit` remain, always keeping the last."""
+    if len(points) <= limit:
+        return list(points)
+    step = math.ceil(len(points) / limit)
+    return points[::step] + ([points[-1]] if (len(points) - 1) % step else [])
+
+
+def _iso(timestamp: float) -> str:
+    return dt.datetime.fromtimestamp(timestamp, dt.UTC).isoformat(timespec="seconds")
