@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -20,11 +21,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def display_available() -> bool:
+    """False on Linux/BSD when no display server is reachable and no Qt platform is forced."""
+    if sys.platform in ("win32", "darwin") or os.environ.get("QT_QPA_PLATFORM"):
+        return True
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
 def run_gui(argv: list[str]) -> int:
     """Open the window; without a display, inspect the file (or the sample) headless instead."""
     args = build_parser().parse_args(argv)
-    from inspector.gui.app import display_available
-
     if not display_available():
         return _headless(args)
     from inspector.gui.app import create_application

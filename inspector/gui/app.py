@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import sys
-
 from PySide6.QtCore import QCoreApplication, QSettings, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
 from PySide6.QtWidgets import QApplication
@@ -14,13 +11,6 @@ from inspector import __version__
 ORGANIZATION = "checkpoint-inspector"
 APPLICATION = "Checkpoint Inspector"
 MAX_RECENT = 10
-
-
-def display_available() -> bool:
-    """False on Linux/BSD when no display server is reachable and no Qt platform is forced."""
-    if sys.platform in ("win32", "darwin") or os.environ.get("QT_QPA_PLATFORM"):
-        return True
-    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
 def create_application(argv: list[str]) -> QApplication:
@@ -61,14 +51,6 @@ def add_recent_file(path: str) -> None:
 def clear_recent_files() -> None:
     """Forget all recent paths."""
     settings().setValue("recent_files", [])
-
-
-def is_dark(palette: QPalette | None = None) -> bool:
-    """True when the window background is darker than its text."""
-    pal = palette or QGuiApplication.palette()
-    return pal.color(QPalette.ColorRole.Window).lightness() < pal.color(
-        QPalette.ColorRole.WindowText
-    ).lightness()
 
 
 def apply_palette(app: QApplication) -> None:

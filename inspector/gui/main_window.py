@@ -30,7 +30,7 @@ from inspector.gui.jobs import Job, JobRunner
 from inspector.gui.overview_pane import OverviewPane
 from inspector.gui.pickle_pane import PicklePane
 from inspector.gui.pipeline import Pipeline, expand_paths
-from inspector.gui.tensors_pane import TensorsPane
+from inspector.gui.tensors_pane import TensorsPane, warm_up_charts
 from inspector.gui.verdict_style import verdict_icon, verdict_style
 
 FILE_FILTER = (
@@ -403,6 +403,8 @@ class MainWindow(QMainWindow):
             self.progress.setRange(0, 0)
         else:
             self.stage_label.setText("Ready")
+            if any(d.tensors for d in self.docs):
+                warm_up_charts()
         self._update_actions()
 
     # --- drag and drop -----------------------------------------------------------------

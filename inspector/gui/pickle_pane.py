@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import mmap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,12 +38,13 @@ from inspector.gui.verdict_style import tint, verdict_style
 
 OPCODE_LIMIT = 200_000
 """Opcodes shown per pickle: plenty for 20,000-tensor checkpoints, bounded for hostile ones."""
+MAX_PICKLE_BYTES = 1 << 30
 GLOBAL_COLUMNS = ("Module", "Name", "Count", "Severity", "Why")
 
 
 @dataclass(frozen=True)
 class OpRow:
-    """One disassembled opcode; `severity` is set on opcodes that import a flagged global."""
+    """One disassembled opcode; `severity` is the scanner's mark on offending opcodes."""
 
     offset: int
     opcode: str
@@ -148,12 +151,14 @@ class PicklePane(QWidget):
         self.globals_view.verticalHeader().hide()
         self.globals_view.horizontalHeader().setStretchLastSection(True)
         self.globals_view.setAccessibleName("Imported globals")
-        for i, width in enumerate((200, 190, 60, 100)):
-            self.globals_view.setColumnWidth(i, width)
+        self.globals_view.setWordWrap(False)
+        self.globals_view.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        self.globals_view.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
         self.globals_view.selectionModel().currentRowChanged.connect(self._global_selected)
 
         self.stream_box = QComboBox()
         self.stream_box.setAccessibleName("Pickle stream")
+        self.stream_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
         self.stream_box.currentIndexChanged.connect(self._show_stream)
         self.search = QLineEdit()
         self.search.setPlaceholderText("Find opcode, argument or offset")
@@ -185,7 +190,7 @@ class PicklePane(QWidget):
         bl.setContentsMargins(0, 0, 0, 0)
         row = QHBoxLayout()
         row.addWidget(QLabel("<b>Opcodes</b>"))
-        row.addWidget(self.stream_box, 1)
+        row.addWidget(self.stream_box)
         row.addWidget(self.search, 1)
         row.addWidget(find)
         bl.addLayout(row)
@@ -253,6 +258,10 @@ class PicklePane(QWidget):
             items[0].setData(f"{g.get('module')}.{g.get('name')}", Qt.ItemDataRole.UserRole + 1)
             self.globals_model.appendRow(items)
         self.proxy.sort(self.proxy.sortColumn(), self.proxy.sortOrder())
+        for column in range(len(GLOBAL_COLUMNS) - 1):
+            self.globals_view.resizeColumnToContents(column)
+            width = self.globals_view.columnWidth(column)
+            self.globals_view.setColumnWidth(column, min(max(width + 16, 70), 260))
 
     def _streams_ready(self, streams: list[Stream]) -> None:
         self.streams = streams
@@ -318,23 +327,50 @@ def _item(text: str, sort_value: Any) -> QStandardItem:
     return item
 
 
-def _disassemble_fn(path: Path, scan: dict[str, Any]):
-    severity = {f"{g['module']}.{g['name']}": g.get("severity") for g in scan.get("globals", [])}
+def imported_name(opcode: str, argument: str) -> str | None:
+    """`module.name` an import opcode row refers to (the row's argument is a repr)."""
+    if opcode not in ("GLOBAL", "INST", "STACK_GLOBAL"):
+        return None
+    try:
+        text = ast.literal_eval(argument)
+    except (ValueError, SyntaxError):
+        return None
+    if not isinstance(text, str):
+        return None
+    return text.replace(" ", ".", 1) if opcode != "STACK_GLOBAL" else text
 
+
+def _stream_bytes(path: Path, info: dict[str, Any]) -> tuple[bytes, int]:
+    """The bytes holding one scanned pickle and the file offset they start at."""
+    from inspector.core import zipread
+
+    start, end = int(info.get("offset") or 0), info.get("end")
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        member = info.get("member")
+        if member is None:
+            return bytes(buf[start:end]), start
+        found = next(m for m in zipread.read_zip(buf).members if m.name == member)
+        return zipread.member_bytes(buf, found, MAX_PICKLE_BYTES)[start:end], 0
+
+
+def _disassemble_fn(path: Path, scan: dict[str, Any]):
     def run(emit: EmitFn, cancel: CancelToken) -> list[Stream]:
         from inspector.core.pickle_scan import disassemble
-        from inspector.core.scan import pickle_bytes
 
         streams = []
         for info in scan.get("pickles", []):
             cancel.check()
-            data = pickle_bytes(path, info)
+            where = info.get("member") or f"pickle at byte {info.get('offset', 0)}"
+            if scan.get("format") == "compressed-pickle":
+                streams.append(Stream(f"{where} (compressed; not disassembled)", [], False))
+                continue
+            data, base = _stream_bytes(path, info)
             rows = [
-                OpRow(r.offset, r.opcode, r.arg, r.imports, severity.get(r.imports))
+                OpRow(base + r.offset, r.opcode, r.argument,
+                      imported_name(r.opcode, r.argument), r.severity)
                 for r in disassemble(data, OPCODE_LIMIT + 1)
             ]
-            label = info.get("member") or f"pickle at byte {info.get('offset', 0)}"
-            streams.append(Stream(label, rows[:OPCODE_LIMIT], len(rows) > OPCODE_LIMIT))
+            streams.append(Stream(where, rows[:OPCODE_LIMIT], len(rows) > OPCODE_LIMIT))
         return streams
 
     return run

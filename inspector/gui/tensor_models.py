@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -295,6 +296,21 @@ class _Node:
         self.nbytes = 0
 
 
+def natural_key(name: str) -> tuple:
+    """Sort `layer10` after `layer9` and `2` before `10`."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def _sort_children(root: _Node) -> None:
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        node.children.sort(key=lambda c: natural_key(c.name))
+        for i, child in enumerate(node.children):
+            child.index = i
+        stack.extend(node.children)
+
+
 TREE_COLUMNS = ("Name", "Tensors", "Elements", "Size", "Dtype", "Shape")
 
 
@@ -327,6 +343,7 @@ class TensorTreeModel(QAbstractItemModel):
                 node.numel += numel
                 node.nbytes += nbytes
             node.row = row
+        _sort_children(root)
         self.root = root
         self.endResetModel()
 

@@ -217,7 +217,6 @@ class TensorsPane(QWidget):
         self._sized = True
         self.table.resizeColumnsToContents()
         self.table.setColumnWidth(0, min(self.table.columnWidth(0) + 12, 340))
-        _warm_up_charts()
 
     def _update_summary(self) -> None:
         text = self.summary.text()
@@ -342,8 +341,12 @@ class TensorsPane(QWidget):
         return text
 
 
-def _warm_up_charts() -> None:
-    """Import pyqtgraph on a background thread so the first histogram does not stall the UI."""
+def warm_up_charts() -> None:
+    """Import pyqtgraph on a background thread so the first histogram does not stall the UI.
+
+    Call it only while no job runs: loading its extension modules holds the GIL for long
+    stretches, which would stall the UI during a load.
+    """
     if "pyqtgraph" not in sys.modules:
         threading.Thread(target=importlib.import_module, args=("pyqtgraph",), daemon=True,
                          name="import-pyqtgraph").start()
