@@ -100,14 +100,18 @@ def is_dense(t: torch.Tensor) -> bool:
 
 def layout_record(key: str, t: torch.Tensor) -> dict:
     """Structural facts about a tensor, without touching its data."""
+    if t.is_nested:
+        parts = t.unbind()
+        numel = sum(p.numel() for p in parts)
+        return {"key": key, "dtype": dtype_name(t.dtype), "shape": [], "numel": numel,
+                "nbytes": numel * t.element_size(), "layout": "nested",
+                "device": t.device.type, "flags": ["nested"],
+                "components": [list(p.shape) for p in parts[:16]]}
     rec: dict = {
         "key": key, "dtype": dtype_name(t.dtype), "shape": list(t.shape), "numel": t.numel(),
         "nbytes": t.numel() * t.element_size(), "layout": str(t.layout).removeprefix("torch."),
         "device": t.device.type, "flags": [],
     }
-    if t.is_nested:
-        rec["flags"].append("nested")
-        return rec
     if t.layout != torch.strided:
         rec["flags"].append("sparse")
         return rec

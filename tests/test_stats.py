@@ -1,0 +1,225 @@
+"""Tensor statistics and digests against a NumPy reference, for every dtype and layout."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from inspector.sandbox import stats
+from inspector.sandbox.stats import (
+    HIST_BINS,
+    describe_tensors,
+    flatten,
+    tensor_digest,
+    tensor_stats,
+    unique_keys,
+)
+
+FLOATS = ["float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
+          "float8_e4m3fnuz", "float8_e5m2fnuz"]
+INTS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+_SAME_SIZE_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64, 16: None}
+
+
+def _random(dtype_name: str, shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    dtype = getattr(torch, dtype_name)
+    if dtype_name in FLOATS:
+        scale = 1.0 if "float8" in dtype_name else 100.0
+        return (torch.randn(shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+    if dtype_name.startswith("complex"):
+        return torch.randn(shape, generator=g, dtype=dtype)
+    if dtype_name == "bool":
+        return torch.rand(shape, generator=g) > 0.5
+    info = torch.iinfo(dtype)
+    if dtype_name == "uint64":
+        hi = np.random.default_rng(seed).integers(0, 2**64 - 1, size=shape, dtype=np.uint64)
+        return torch.from_numpy(hi)
+    lo, hi = max(info.min, -(2**40)), min(info.max, 2**40)
+    return torch.randint(lo, hi, shape, generator=g, dtype=torch.int64).to(dtype)
+
+
+def _reference_values(t: torch.Tensor) -> np.ndarray:
+    """The values statistics are defined on, as float64 (or exact ints), by NumPy."""
+    if t.is_quantized:
+        return t.int_repr().numpy().astype(np.int64)
+    if t.dtype.is_complex:
+        return np.abs(t.numpy())
+    if t.dtype == torch.bool:
+        return t.numpy().astype(np.int64)
+    if t.dtype.is_floating_point:
+        return t.to(torch.float64).numpy()
+    return t.numpy()
+
+
+def _reference_bytes(t: torch.Tensor) -> bytes:
+    raw = t.int_repr() if t.is_quantized else t
+    if raw.dtype.is_complex:
+        return np.ascontiguousarray(raw.numpy()).tobytes()
+    as_int = _SAME_SIZE_INT[raw.element_size()]
+    return np.ascontiguousarray(raw.view(as_int).numpy()).tobytes()
+
+
+def _check(t: torch.Tensor) -> None:
+    got = tensor_stats(t)
+    values = _reference_values(t).reshape(-1)
+    assert tensor_digest(t) == hashlib.sha256(_reference_bytes(t)).hexdigest()
+    is_float = values.dtype.kind == "f"
+    finite = values[np.isfinite(values)] if is_float else values
+    assert got["nan"] == (int(np.isnan(values).sum()) if is_float else 0)
+    assert got["inf"] == (int(np.isinf(values).sum()) if is_float else 0)
+    assert got["zeros"] == int((values == 0).sum())
+    if finite.size == 0:
+        assert got["min"] is None and got["histogram"] is None
+        return
+    if t.dtype.is_complex:  # |z| may round differently in the last bit
+        assert got["min"] == pytest.approx(finite.min(), rel=1e-6)
+        assert got["max"] == pytest.approx(finite.max(), rel=1e-6)
+    else:
+        assert got["min"] == finite.min() and got["max"] == finite.max()
+    if values.dtype.kind in "iu":
+        assert isinstance(got["min"], int) and got["min"] == int(finite.min())
+    f64 = finite.astype(np.float64)
+    scale = max(float(np.abs(f64).max()), 1e-30)
+    assert got["mean"] == pytest.approx(f64.mean(), rel=1e-5, abs=1e-6 * scale)
+    assert got["std"] == pytest.approx(f64.std(), rel=1e-4, abs=1e-6 * scale)
+    assert got["absmax"] == pytest.approx(float(np.abs(f64).max()))
+    hist = got["histogram"]
+    lo, hi = f64.min(), f64.max()
+    if lo == hi:
+        lo, hi = lo - 0.5, hi + 0.5
+    ref, _ = np.histogram(f64, bins=HIST_BINS, range=(lo, hi))
+    assert hist["bins"] == HIST_BINS and len(hist["counts"]) == HIST_BINS
+    assert sum(hist["counts"]) == finite.size
+    # Values within rounding of a bin edge may land on either side; nothing moves further.
+    moved = np.abs(np.array(hist["counts"]) - ref).sum()
+    assert moved <= max(2, finite.size // 10_000), (hist["counts"], ref.tolist())
+
+
+@pytest.fixture(params=[1 << 24, 256], ids=["one-chunk", "many-chunks"])
+def chunking(request, monkeypatch):
+    """Run each check with whole tensors and with tiny chunks (the bounded-memory path)."""
+    monkeypatch.setattr(stats, "CHUNK_BYTES", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("name", FLOATS + INTS + ["bool", "complex64", "complex128"])
+def test_every_dtype_matches_numpy(name, chunking):
+    _check(_random(name, (37, 29)))
+
+
+@pytest.mark.parametrize("name", ["float32", "float16", "bfloat16", "float64"])
+def test_nan_and_inf_are_counted_and_excluded(name, chunking):
+    t = _random(name, (50, 20))
+    flat = t.view(-1)
+    flat[::7] = float("nan")
+    flat[3::11] = float("inf")
+    flat[5::13] = -float("inf")
+    flat[1::17] = 0
+    _check(t)
+
+
+def test_all_nan_tensor_has_no_value_statistics(chunking):
+    t = torch.full((10,), float("nan"))
+    got = tensor_stats(t)
+    assert got["nan"] == 10 and got["mean"] is None and got["histogram"] is None
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (3, 0, 2), (1,)])
+def test_empty_and_zero_dimensional(shape, chunking):
+    _check(_random("float32", shape))
+    _check(_random("int64", shape))
+
+
+def test_constant_tensor_uses_a_unit_range(chunking):
+    t = torch.full((100,), 2.5)
+    _check(t)
+    assert tensor_stats(t)["histogram"]["counts"][HIST_BINS // 2] == 100
+
+
+@pytest.mark.parametrize("make", [
+    lambda t: t.t(),
+    lambda t: t[::2, 1::3],
+    lambda t: t[5:9],
+    lambda t: t.unsqueeze(0).expand(3, -1, -1),
+    lambda t: t.permute(1, 0)[2:],
+], ids=["transpose", "strided", "row-slice", "expand", "permute-slice"])
+def test_non_contiguous_views(make, chunking):
+    base = _random("float32", (40, 30))
+    view = make(base)
+    _check(view)
+    assert tensor_digest(view) == hashlib.sha256(view.contiguous().numpy().tobytes()).hexdigest()
+
+
+def test_quantized_stats_are_on_the_integer_representation(chunking):
+    q = torch.quantize_per_tensor(torch.randn(20, 10), 0.05, 3, torch.quint8)
+    _check(q)
+    assert tensor_stats(q)["stats_on"] == "int_repr"
+    qc = torch.quantize_per_channel(torch.randn(6, 5), torch.rand(6) + 0.1,
+                                    torch.zeros(6, dtype=torch.long), 0, torch.qint8)
+    _check(qc)
+
+
+def test_complex_stats_are_on_the_magnitude():
+    t = torch.tensor([3 + 4j, 0j, -5j], dtype=torch.complex64)
+    got = tensor_stats(t)
+    assert got["stats_on"] == "magnitude"
+    assert (got["min"], got["max"], got["zeros"]) == (0.0, 5.0, 1)
+
+
+def test_describe_flags_shared_sparse_meta_nested_and_streams_each_tensor():
+    base = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    items = [
+        ("w", base), ("tied", base), ("row", base[1]),
+        ("sparse", torch.eye(3).to_sparse()), ("meta", torch.empty(4, device="meta")),
+        ("nested", torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])),
+        ("q", torch.quantize_per_tensor(torch.ones(4), 0.5, 1, torch.qint8)),
+    ]
+    events = []
+    records = describe_tensors(items, events.append)
+    assert sorted(e["key"] for e in events) == sorted(k for k, _ in items)
+    by_key = {r["key"]: r for r in records}
+    assert sorted(by_key["w"]["shared_with"]) == ["row", "tied"]
+    assert by_key["row"]["storage_offset"] == 4 and by_key["row"]["contiguous"]
+    assert by_key["w"]["stride"] == [4, 1]
+    assert "sparse" in by_key["sparse"]["flags"] and "digest" not in by_key["sparse"]
+    assert "meta" in by_key["meta"]["flags"] and "digest" not in by_key["meta"]
+    assert "nested" in by_key["nested"]["flags"]
+    assert by_key["q"]["quantization"] == {"scheme": "per_tensor_affine", "scale": 0.5,
+                                           "zero_point": 1}
+    assert by_key["w"]["digest"] == hashlib.sha256(base.numpy().tobytes()).hexdigest()
+    assert by_key["w"]["mean"] == pytest.approx(5.5)
+
+
+def test_unsupported_dtype_gets_a_digest_and_a_note():
+    t = torch.zeros(4, dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    (rec,) = describe_tensors([("f4", t)], lambda e: None)
+    assert rec["digest"] == hashlib.sha256(bytes(4)).hexdigest()
+    assert "no statistics" in rec["note"]
+
+
+def test_flatten_gives_dotted_keys_for_nested_containers():
+    import argparse
+    from collections import OrderedDict
+
+    obj = {"model": OrderedDict(w=1), "opt": {"state": {0: {"m": 2}}, "groups": [{"lr": 0.1}]},
+           "hp": argparse.Namespace(lr=3), "pair": (4, 5), "size": torch.Size([2]), "e": {}}
+    keys = dict(flatten(obj))
+    assert keys == {"model.w": 1, "opt.state.0.m": 2, "opt.groups.0.lr": 0.1, "hp.lr": 3,
+                    "pair.0": 4, "pair.1": 5, "size": torch.Size([2]), "e": {}}
+    assert [k for k, _ in unique_keys(flatten({"a.b": 1, "a": {"b": 2}}))] == ["a.b", "a.b#2"]
+
+
+def test_self_referencing_container_terminates():
+    loop: list = [1]
+    loop.append(loop)
+    assert [k for k, _ in flatten(loop)] == ["0", "1"]
+
+
+def test_population_std_definition():
+    got = tensor_stats(torch.tensor([1.0, 3.0]))
+    assert got["std"] == 1.0 and got["mean"] == 2.0 and not math.isnan(got["std"])
