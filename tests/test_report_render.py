@@ -168,3 +168,30 @@ def test_pdf_pages_render_and_the_first_shows_the_dangerous_verdict(session, tmp
 def _near(color, rgb, tolerance: int = 24) -> bool:
     return all(abs(a - b) <= tolerance for a, b in zip(
         (color.red(), color.green(), color.blue()), rgb, strict=True))
+
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install chromium)")
+def test_html_opens_in_headless_chromium_with_the_verdict_on_top(session, tmp_path, artifacts):
+    page = tmp_path / "report.html"
+    export(session, page)
+    shot = artifacts / "report-html.png"
+    shot.unlink(missing_ok=True)
+    subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                    "--window-size=1000,700", f"--screenshot={shot}", page.as_uri()],
+                   capture_output=True, timeout=120, cwd=tmp_path)
+    image = QImage(str(shot))
+    assert not image.isNull(), "chromium wrote no screenshot"
+    # the first screenful carries the dangerous banner, as a solid block of its colour
+    red = sum(1 for y in range(0, 300, 2) for x in range(0, image.width(), 2)
+              if _near(image.pixelColor(x, y), (0xB0, 0x00, 0x20)))
+    assert red > 2000
+    dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                          page.as_uri()], capture_output=True, text=True, timeout=120,
+                         cwd=tmp_path).stdout
+    doc = _Collector()
+    doc.feed(dom)
+    assert doc.verdicts == ["dangerous"] and doc.sections.count("tensors") == 2
+    assert "script" not in doc.tags  # the hostile key stayed text in the browser too

@@ -185,7 +185,8 @@ def file_problems(
     if load.status == "failed":
         problems.append(f"jailed load failed: {load.error}")
     if tensors is not None and tensors.nonfinite:
-        problems.append(f"{len(tensors.nonfinite)} tensors contain NaN or Inf")
+        n = len(tensors.nonfinite)
+        problems.append(f"{n} tensor{' contains' if n == 1 else 's contain'} NaN or Inf")
     if verification is not None and verification.status == FAIL:
         bad = {k: v for k, v in verification.counts.items() if k != "ok"}
         detail = ", ".join(f"{v} {k}" for k, v in sorted(bad.items()))
