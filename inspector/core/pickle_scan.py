@@ -18,7 +18,7 @@ from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from inspector.core.torch_fastpath import UNIT_OPCODES, match_unit
+from inspector.core.torch_fastpath import UNIT_OPCODES, match_entries, match_unit
 
 OPCODE_NAMES: dict[int, str] = {
     0x28: "MARK", 0x2E: "STOP", 0x30: "POP", 0x31: "POP_MARK", 0x32: "DUP", 0x46: "FLOAT",
@@ -221,6 +221,18 @@ def scan_pickle(
     unpack_from = struct.unpack_from
     unseen_bad_ops = set(range(256)) - wo_opcodes
     fast = fast and wo_opcodes >= UNIT_OPCODES
+    shared_objs: dict[int, tuple[object, _Obj]] = {}
+
+    def shared_obj(func: GlobalRef | None) -> _Obj:
+        # Call results are never mutated or compared by identity, so the fast path shares one
+        # per callable (the entry keeps `func` alive, so its id cannot be reused).
+        entry = shared_objs.get(id(func))
+        if entry is None:
+            entry = shared_objs[id(func)] = (func, _Obj(func))
+        return entry[1]
+
+    def add_storage(fields: tuple) -> None:
+        res.storages.append(tuple.__new__(StorageRef, fields))
     max_memo, max_stack = limits.max_memo, limits.max_stack
 
     def note(code: str, message: str, offset: int, dangerous: bool = False) -> None:
@@ -328,17 +340,20 @@ def scan_pickle(
             if op in unseen_bad_ops:
                 unseen_bad_ops.discard(op)
                 block(f"opcode {OPCODE_NAMES.get(op, hex(op))} is not supported")
+            if fast and op == 0x58:
+                end, ops = match_entries(data, op_at, memo, allowed, GlobalRef, shared_obj,
+                                         stack.append, add_storage)
+                if ops:
+                    pos = end
+                    count += ops - 1
+                    continue
             if fast and (op == 0x68 or op == 0x6A) and data[pos + (1 if op == 0x68 else 4)] == 0x28:
-                found = match_unit(data, op_at, memo, allowed, GlobalRef, _Obj)
+                found = match_unit(data, op_at, memo, allowed, GlobalRef, shared_obj)
                 if found is not None:
-                    unit, value = found
-                    for key, stored in unit.puts:
-                        memo[key] = stored
+                    pos, value, ops, storage = found
                     stack.append(value)
-                    res.storages.append(StorageRef(unit.storage_type.key, unit.key,
-                                                   unit.location, unit.numel, unit.storage_offset))
-                    count += unit.opcodes - 1
-                    pos = unit.end
+                    add_storage(storage)
+                    count += ops - 1
                     continue
             if op == 0x68:  # BINGET
                 key = data[pos]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import NamedTuple
 
 _GET = rb"(?:h.|j....)"
 _PUT = rb"(?:q.|r....)"
@@ -43,19 +42,6 @@ def unit_re() -> re.Pattern[bytes]:
 # Opcodes the unit uses: the fast path is only valid when torch's unpickler accepts all of them.
 UNIT_OPCODES = frozenset(b"hjqrKMJ()X\x85\x86\x87tQ\x88\x89R")
 _INT_SIZE = {0x4B: 1, 0x4D: 2, 0x4A: 4}
-
-
-class Unit(NamedTuple):
-    """What one recognised tensor sequence does to the walker's state."""
-
-    end: int
-    storage_type: object
-    key: str
-    location: str
-    numel: int
-    puts: list[tuple[int, object]]
-    opcodes: int
-    storage_offset: int
 
 
 def _decode_key(raw: bytes) -> int:
@@ -107,11 +93,13 @@ _TUPLE_OF = _Decoded(_decode_tuple)
 
 
 def match_unit(data, pos: int, memo: dict, allowed: frozenset[str], globals_type: type,
-               make_obj) -> tuple[Unit, object] | None:
-    """Recognise a tensor sequence at `pos`; returns (unit, pushed value) or None.
+               make_obj) -> tuple | None:
+    """Recognise a tensor sequence at `pos`, or None.
 
-    `globals_type` is the walker's GlobalRef class; `make_obj(func)` builds the value a call
-    (or, with None, a persistent load) pushes.
+    On a match the unit's memo stores are applied to `memo` and the result is `(end, pushed
+    value, opcode count, (storage type key, storage key, location, numel, BINPERSID offset))`;
+    on no match nothing is touched. `globals_type` is the walker's GlobalRef class;
+    `make_obj(func)` gives the value a call (or, with None, a persistent load) pushes.
     """
     m = unit_re().match(data, pos)
     if m is None:
@@ -150,22 +138,67 @@ def match_unit(data, pos: int, memo: dict, allowed: frozenset[str], globals_type
     size, n_size = _TUPLE_OF[size_raw]
     stride, n_stride = _TUPLE_OF[stride_raw]
     hooks, result = make_obj(od), make_obj(func)
-    args = (make_obj(None), _INT[offset_raw], size, stride, grad == b"\x88", hooks)
-    puts = []
-    if k_skey is not None:
-        puts.append((k_skey, skey))
-    if k_loc is not None:
-        puts.append((k_loc, location))
+    # Validated: now store into the memo in opcode order, as the generic walker would.
+    puts = 0
+    for key, value in ((k_skey, skey), (k_loc, location), (k_size, size), (k_stride, stride)):
+        if key is not None:
+            memo[key] = value
+            puts += 1
     if k_pid is not None:
-        puts.append((k_pid, ("storage", stype, skey, location, numel)))
-    if k_size is not None:
-        puts.append((k_size, size))
-    if k_stride is not None:
-        puts.append((k_stride, stride))
-    for raw, value in ((p_od, hooks), (p_args, args), (p_res, result)):
-        if raw:
-            puts.append((_KEY[raw], value))
+        memo[k_pid] = ("storage", stype, skey, location, numel)
+        puts += 1
+    if p_od:
+        memo[_KEY[p_od]] = hooks
+        puts += 1
+    if p_args:
+        memo[_KEY[p_args]] = (make_obj(None), _INT[offset_raw], size, stride, grad == b"\x88",
+                              hooks)
+        puts += 1
+    if p_res:
+        memo[_KEY[p_res]] = result
+        puts += 1
     q_at = m.end(11) + 1 + len(p_pid or b"")
-    unit = Unit(m.end(), stype, skey, location, numel, puts, 17 + n_size + n_stride + len(puts),
-                q_at)
-    return unit, result
+    return (m.end(), result, 17 + n_size + n_stride + puts,
+            (stype.key, skey, location, numel, q_at))
+
+
+def match_entries(data, pos: int, memo: dict, allowed: frozenset[str], globals_type: type,
+                  make_obj, push, add_storage) -> tuple[int, int]:
+    """Consume consecutive `BINUNICODE key [put] <tensor sequence>` dict entries from `pos`.
+
+    Each entry pushes its key and tensor (`push`) and reports its storage (`add_storage`).
+    Returns (position after the last whole entry, opcodes consumed); (pos, 0) when none match.
+    A key's memo store is applied before its tensor is matched, as the walker would; if the
+    tensor then does not match, the walker re-reads the entry and stores the same key again.
+    """
+    n = len(data)
+    ops = 0
+    while pos + 5 < n and data[pos] == 0x58:
+        k = int.from_bytes(data[pos + 1:pos + 5], "little")
+        p = pos + 5 + k
+        if k > 65_536 or p >= n:
+            break
+        try:
+            key = str(data[pos + 5:p], "utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            break
+        op = data[p]
+        put = 1
+        if op == 0x71 and p + 1 < n:
+            memo[data[p + 1]] = key
+            p += 2
+        elif op == 0x72 and p + 5 <= n:
+            memo[int.from_bytes(data[p + 1:p + 5], "little")] = key
+            p += 5
+        else:
+            put = 0
+        found = match_unit(data, p, memo, allowed, globals_type, make_obj)
+        if found is None:
+            break
+        end, value, unit_ops, storage = found
+        push(key)
+        push(value)
+        add_storage(storage)
+        ops += 1 + put + unit_ops
+        pos = end
+    return pos, ops

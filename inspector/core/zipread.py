@@ -13,6 +13,7 @@ import struct
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 LOCAL_SIG = b"PK\x03\x04"
 CENTRAL_SIG = b"PK\x01\x02"
@@ -35,8 +36,7 @@ class Anomaly:
     member: str | None = None
 
 
-@dataclass(slots=True)
-class Member:
+class Member(NamedTuple):
     """One central-directory entry and where its bytes are."""
 
     name: str
@@ -110,8 +110,14 @@ def _central_directory(buf, eocd: int) -> tuple[int, int]:
 
 
 def _unsafe_name(name: str) -> bool:
+    if not ("\\" in name or ".." in name or name[:1] == "/" or name[1:2] == ":"):
+        return False
     parts = name.replace("\\", "/").split("/")
-    return name.startswith(("/", "\\")) or ".." in parts or (len(name) > 1 and name[1] == ":")
+    return name.startswith(("/", "\\")) or ".." in parts or name[1:2] == ":"
+
+
+_CENTRAL = struct.Struct("<4x4xHH4xIIIHHH8xI").unpack_from
+_LOCAL = struct.Struct("<2xH18xHH").unpack_from
 
 
 def read_zip(buf) -> ZipArchive:
@@ -121,28 +127,29 @@ def read_zip(buf) -> ZipArchive:
     cd_offset, total = _central_directory(buf, _find_eocd(buf))
     pos = cd_offset
     n = len(buf)
+    members = archive.members
     for _ in range(min(total, 10_000_000)):
         if buf[pos:pos + 4] != CENTRAL_SIG:
             add(Anomaly("suspicious", "zip-central-directory",
                         f"central directory entry missing at offset {pos}"))
             break
-        (flags, method, crc, csize, usize, nlen, xlen, clen, offset) = struct.unpack_from(
-            "<4x4xHH4xIIIHHH8xI", buf, pos)
-        raw_name = bytes(buf[pos + 46:pos + 46 + nlen])
-        extra = bytes(buf[pos + 46 + nlen:pos + 46 + nlen + xlen])
+        flags, method, crc, csize, usize, nlen, xlen, clen, offset = _CENTRAL(buf, pos)
+        raw_name = buf[pos + 46:pos + 46 + nlen]
+        if xlen:
+            extra = bytes(buf[pos + 46 + nlen:pos + 46 + nlen + xlen])
+            usize, csize, offset = _zip64_extra(extra, usize, csize, offset)
         pos += 46 + nlen + xlen + clen
-        name = raw_name.decode("utf-8", "replace")
-        usize, csize, offset = _zip64_extra(extra, usize, csize, offset)
+        name = str(raw_name, "utf-8", "replace")
         local_name = None
         data_offset = -1
         lflags = 0
         if buf[offset:offset + 4] == LOCAL_SIG:
-            lflags, lnlen, lxlen = struct.unpack_from("<2xH18xHH", buf, offset + 4)
-            local_name = bytes(buf[offset + 30:offset + 30 + lnlen]).decode("utf-8", "replace")
+            lflags, lnlen, lxlen = _LOCAL(buf, offset + 4)
+            local_raw = buf[offset + 30:offset + 30 + lnlen]
+            local_name = name if local_raw == raw_name else str(local_raw, "utf-8", "replace")
             data_offset = offset + 30 + lnlen + lxlen
-        member = Member(name, local_name, offset, data_offset, method, flags, lflags, crc, csize,
-                        usize)
-        archive.members.append(member)
+        members.append(tuple.__new__(Member, (name, local_name, offset, data_offset, method,
+                                               flags, lflags, crc, csize, usize)))
         if data_offset < 0 or data_offset + csize > n:
             add(Anomaly("suspicious", "zip-bad-offset",
                         "member's local header or data lies outside the file", name))
