@@ -151,8 +151,8 @@ def _png(image: QImage, painter: QPainter) -> bytes:
 
 def _ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     """Round-numbered ticks covering [lo, hi]."""
-    if hi <= lo:
-        lo, hi = lo - 1, hi + 1
+    if hi <= lo:  # a flat series (e.g. zero difference every run) gets a unit-high axis
+        hi = lo + 1
     raw = (hi - lo) / count
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)

@@ -364,8 +364,18 @@ def _where(finding: dict) -> str:
     return " @ ".join(parts)
 
 
-def _short(value, limit: int = 120) -> str:
-    text = "" if value is None else str(value)
+def _short(value, limit: int = 160) -> str:
+    """A value as a person reads it: lists joined, mappings as `key: value`, cut at `limit`."""
+    if value is None:
+        text = "—"
+    elif isinstance(value, float):
+        text = f"{value:.6g}"
+    elif isinstance(value, list | tuple):
+        text = ", ".join(_short(v, limit) for v in value) or "none"
+    elif isinstance(value, dict):
+        text = "; ".join(f"{k}: {_short(v, limit)}" for k, v in value.items()) or "none"
+    else:
+        text = str(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
