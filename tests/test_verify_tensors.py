@@ -25,12 +25,16 @@ from inspector.cli import main
 from inspector.core.bitflip import layout_for
 from inspector.core.manifest import read_manifest, relative_path, write_manifest
 from inspector.core.verify import verify, verify_tensors_only
+from inspector.sandbox.client import convert_file
 from inspector.sandbox.integrity_client import diff_files, tensor_digests
+
+# tied weights share one storage: a flip there changes two keys, so flips avoid them
+TIED = ("embed.weight", "lm_head.weight")
 
 
 def _state_dict() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(7)
-    return {
+    state = {
         "layer1.weight": torch.randn(32, 16, generator=g),
         "layer1.bias": torch.randn(32, generator=g),
         "embed.weight": torch.randn(50, 8, generator=g).to(torch.bfloat16),
@@ -38,6 +42,13 @@ def _state_dict() -> dict[str, torch.Tensor]:
         "head.weight": torch.randn(4, 16, generator=g, dtype=torch.float64),
         "step_counts": torch.randint(0, 1000, (10,), generator=g),
     }
+    state["lm_head.weight"] = state["embed.weight"]
+    return state
+
+
+def _untied(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A copy without shared storage, as `safetensors.torch.save_file` requires."""
+    return {k: v.clone() for k, v in state.items()}
 
 
 def _raw(t: torch.Tensor) -> bytes:
@@ -46,7 +57,7 @@ def _raw(t: torch.Tensor) -> bytes:
 
 def _pt_regions(path: Path, state: dict[str, torch.Tensor]) -> dict[str, tuple[int, int]]:
     """Key -> (file offset, length) of each tensor's record in a torch zip archive."""
-    by_bytes = {_raw(t): key for key, t in state.items()}
+    by_bytes = {_raw(t): key for key, t in state.items() if key != TIED[1]}
     regions = {}
     data = path.read_bytes()
     with zipfile.ZipFile(path) as zf:
@@ -57,7 +68,7 @@ def _pt_regions(path: Path, state: dict[str, torch.Tensor]) -> dict[str, tuple[i
             start = info.header_offset + 30 + name_len + extra_len
             record = data[start : start + info.file_size]
             regions[by_bytes[record]] = (start, info.file_size)
-    assert set(regions) == set(state)
+    assert set(regions) == set(state) - {TIED[1]}
     return regions
 
 
@@ -74,7 +85,7 @@ def _safetensors_regions(path: Path) -> dict[str, tuple[int, int]]:
 
 def _flip_random_bit(path: Path, regions: dict, state: dict, rng: random.Random) -> tuple:
     """Flip one bit inside one tensor's bytes; return (key, element index, bit, kind)."""
-    key = rng.choice(sorted(regions))
+    key = rng.choice(sorted(k for k in regions if k not in TIED))
     start, length = regions[key]
     offset = rng.randrange(length)
     bit_in_byte = rng.randrange(8)
@@ -88,11 +99,12 @@ def _flip_random_bit(path: Path, regions: dict, state: dict, rng: random.Random)
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> dict:
-    """A .pt, its safetensors twin and a JSON manifest (with tensor digests) of both."""
+    """A .pt, its real conversion to safetensors, and a JSON manifest (tensor digests) of both."""
     folder = tmp_path_factory.mktemp("recorded")
     state = _state_dict()
     torch.save(state, folder / "model.pt")
-    save_file(state, folder / "model.safetensors")
+    report = convert_file(folder / "model.pt", folder / "model.safetensors")
+    assert report["verified"]
     manifest = folder / "manifest.json"
     assert main(["manifest", "create", str(folder), "-o", str(manifest)]) == 0
     # the .pt's own manifest, as `manifest create model.pt` writes it, without another worker
@@ -165,25 +177,24 @@ def test_one_flipped_bit_is_found_by_verify_and_localised_by_diff(
 def test_safetensors_conversion_verifies_tensor_for_tensor_against_pt_manifest(
     recorded: dict, tmp_path: Path, capsys
 ) -> None:
-    pt_manifest = recorded["pt_manifest"]
-    converted = tmp_path / "converted.safetensors"
-    save_file(recorded["state"], converted)
-    capsys.readouterr()
-    assert main(["verify", str(converted), "-m", str(pt_manifest), "--tensors-only", "--json"]) == 0
+    converted = recorded["folder"] / "model.safetensors"
+    # the converter kept one name for the tied storage and recorded the other as an alias
+    assert TIED[1] not in _safetensors_regions(converted)
+    argv = ["verify", str(converted), "-m", str(recorded["pt_manifest"]), "--tensors-only"]
+    assert main([*argv, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["files"] == []
     assert sorted(t["key"] for t in doc["tensors"]) == sorted(recorded["state"])
     assert {t["status"] for t in doc["tensors"]} == {"ok"}
 
-    state = dict(recorded["state"])
+    state = _untied(recorded["state"])
     state["norm.weight"] = state["norm.weight"].float()
-    state["layer1.bias"] = state["layer1.bias"].clone()
     state["layer1.bias"][3] += 1
     del state["head.weight"]
     state["extra"] = torch.ones(2)
     save_file(state, tmp_path / "edited.safetensors")
     result = verify_tensors_only(
-        read_manifest(pt_manifest), [tmp_path / "edited.safetensors"], tensor_digests
+        read_manifest(recorded["pt_manifest"]), [tmp_path / "edited.safetensors"], tensor_digests
     )
     statuses = {t.key: t.status for t in result.tensors if t.status != "ok"}
     assert statuses == {
@@ -197,7 +208,7 @@ def test_safetensors_conversion_verifies_tensor_for_tensor_against_pt_manifest(
 def test_diff_cli_human_output_and_exit_codes(recorded: dict, tmp_path: Path, capsys) -> None:
     pt, st = recorded["folder"] / "model.pt", recorded["folder"] / "model.safetensors"
     assert main(["diff", str(pt), str(st)]) == 0
-    assert "identical tensors: 6 tensors (6 identical)" in capsys.readouterr().out
+    assert "identical tensors: 7 tensors (7 identical)" in capsys.readouterr().out
     broken = tmp_path / "broken.safetensors"
     broken.write_bytes(st.read_bytes()[:200])
     assert main(["diff", str(pt), str(broken)]) == 2
@@ -227,7 +238,7 @@ def test_a_malicious_replacement_is_never_loaded(
 
 
 def test_sharded_index_checks_every_key_in_its_shard(recorded: dict, tmp_path: Path) -> None:
-    state = recorded["state"]
+    state = _untied(recorded["state"])
     keys = sorted(state)
     shards = {
         "model-00001-of-00002.safetensors": keys[:3],
