@@ -130,5 +130,9 @@ def test_output_errors_have_their_own_exit_codes(tmp_path, fast_env, capsys):
     assert main(["report", str(good), "-o", str(tmp_path / "x.json"),
                  "--manifest", str(bad_manifest)]) == 5
     assert not (tmp_path / "x.json").exists()
+    assert main(["report", str(good), "-o", str(tmp_path / "no" / "r.json")]) == 4
+    assert "no such folder" in capsys.readouterr().err
     assert main(["report", str(good), "-o", str(existing), "--force"]) == 0
-    assert _json(existing)["verdict"] == "safe"
+    doc = _json(existing)
+    assert doc["verdict"] == "safe"
+    assert doc["tool"]["command"] == f"ckpt-inspector report {good} -o {existing}"

@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(exc), EXIT_NOT_WRITTEN)
     if args.output.exists() and not args.force:
         return _fail(f"{args.output} exists; pass --force to overwrite it", EXIT_NOT_WRITTEN)
+    if not args.output.absolute().parent.is_dir():
+        return _fail(f"{args.output.parent}: no such folder", EXIT_NOT_WRITTEN)
     manifest = None
     if args.manifest is not None:
         from inspector.core.manifest import ManifestError, read_manifest
@@ -93,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         environment = collect()
     session = SessionEvidence(evidence, telemetry=store, telemetry_source=source,
                               environment=environment,
-                              command=shlex.join(["ckpt-inspector", *sys.argv[1:]]))
+                              command=_command_line(args))
     report = build_report(session)
     try:
         write_report(report, args.output, overwrite=args.force)
@@ -107,6 +109,18 @@ def report_exit(report: Report) -> int:
     """The scan verdict's exit code, raised to 1 when a safe set of files failed a check."""
     code = exit_code(report.verdict)
     return EXIT_FAILED_CHECK if code == 0 and report.status == "failed" else code
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The invocation, rebuilt from the parsed options, for the report's header."""
+    words = ["ckpt-inspector", "report", *map(str, args.paths), "-o", str(args.output)]
+    if args.manifest is not None:
+        words += ["--manifest", str(args.manifest)]
+    if args.consistency:
+        words += ["--consistency", "--device", args.device, "--repeats", str(args.repeats)]
+    for name in args.allow_global:
+        words += ["--allow-global", name]
+    return shlex.join(words)
 
 
 def _targets(paths: list[str]) -> Iterator[tuple[Path, str | None]]:
