@@ -25,8 +25,7 @@ from inspector.cli import main
 from inspector.core.bitflip import layout_for
 from inspector.core.manifest import read_manifest, relative_path, write_manifest
 from inspector.core.verify import verify, verify_tensors_only
-from inspector.sandbox.client import convert_file
-from inspector.sandbox.integrity_client import diff_files, tensor_digests
+from inspector.sandbox.client import convert_file, diff_files, tensor_digests
 
 # tied weights share one storage: a flip there changes two keys, so flips avoid them
 TIED = ("embed.weight", "lm_head.weight")

@@ -33,8 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Diff in the jailed worker and print the result."""
-    from inspector.sandbox.client import SandboxError
-    from inspector.sandbox.integrity_client import diff_files
+    from inspector.sandbox.client import SandboxError, diff_files
 
     for path in (args.a, args.b):
         if not path.is_file():

@@ -122,7 +122,7 @@ def _totals(noun: str, records: list) -> str:
 
 def worker_digests() -> TensorDigestFn:
     """Tensor digests computed by the jailed worker (imported only when tensors are checked)."""
-    from inspector.sandbox.integrity_client import tensor_digests
+    from inspector.sandbox.client import tensor_digests
 
     return tensor_digests
 

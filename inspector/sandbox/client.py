@@ -137,7 +137,8 @@ def run_job(
     if result is None:
         raise _crash_error(proc.returncode, sandbox, tail)
     result["sandbox"] = sandbox
-    result["timing"] = {"startup_s": startup_s, "total_s": time.monotonic() - started}
+    result["timing"] = {"startup_s": startup_s, "total_s": time.monotonic() - started,
+                        "worker_peak_rss_kb": result.pop("peak_rss_kb", None)}
     return result
 
 
@@ -347,3 +348,72 @@ def convert_file(
         result["sidecar"] = str(sidecar)
     result.update(input=str(source), output=str(out), scan_verdict=scan.get("verdict"))
     return result
+
+
+# --- integrity: tensor digests and diffs (issue 4; ops in sources.py and diff.py) --------------
+
+
+def _admit_for_integrity(path: Path, allow: list[str], override_dangerous: bool) -> str:
+    """Scan one input and refuse a dangerous pickle as `inspect` would (safetensors has none)."""
+    scan = static_scan(path)
+    if scan.get("format") != "safetensors":
+        check_loadable(scan, allow, override_dangerous)
+    return str(scan.get("format"))
+
+
+def tensor_digests(
+    path: str | os.PathLike[str],
+    *,
+    cancel: CancelToken | None = None,
+    allow_globals: Iterable[str] = (),
+    override_dangerous: bool = False,
+    on_event: EventFn | None = None,
+    timeout: float | None = None,
+) -> list:
+    """Every tensor of a checkpoint with its content digest (`TensorEntry`s), from the jail."""
+    from inspector.core.manifest import TensorEntry
+
+    target = Path(path).resolve()
+    allow = list(allow_globals)
+    _admit_for_integrity(target, allow, override_dangerous)
+    request = {
+        "op": "digests",
+        "path": str(target),
+        "allow_globals": allow,
+        "limits": _limits(target.stat().st_size, None),
+    }
+    result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout)
+    return [
+        TensorEntry(
+            key=r["key"],
+            dtype=r["dtype"],
+            shape=tuple(r["shape"]),
+            digest=r["digest"],
+            digest_algorithm=r["digest_algorithm"],
+        )
+        for r in result["tensors"]
+    ]
+
+
+def diff_files(
+    a: str | os.PathLike[str],
+    b: str | os.PathLike[str],
+    *,
+    cancel: CancelToken | None = None,
+    allow_globals: Iterable[str] = (),
+    override_dangerous: bool = False,
+    on_event: EventFn | None = None,
+    timeout: float | None = None,
+) -> dict:
+    """Compare two checkpoints of any formats tensor by tensor; the `diff` contract."""
+    paths = [Path(a).resolve(), Path(b).resolve()]
+    allow = list(allow_globals)
+    for path in paths:
+        _admit_for_integrity(path, allow, override_dangerous)
+    request = {
+        "op": "diff",
+        "paths": [str(p) for p in paths],
+        "allow_globals": allow,
+        "limits": _limits(sum(p.stat().st_size for p in paths), None),
+    }
+    return run_job(request, on_event=on_event, cancel=cancel, timeout=timeout)
