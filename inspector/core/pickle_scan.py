@@ -219,7 +219,7 @@ def scan_pickle(
     count = 0
     max_ops = limits.max_opcodes
     unpack_from = struct.unpack_from
-    unseen_bad_ops = set(range(256)) - wo_opcodes
+    reported_ops: set[int] = set()
     fast = fast and wo_opcodes >= UNIT_OPCODES
     shared_objs: dict[int, tuple[object, _Obj]] = {}
 
@@ -337,8 +337,8 @@ def scan_pickle(
             op_at = pos
             op = data[pos]
             pos += 1
-            if op in unseen_bad_ops:
-                unseen_bad_ops.discard(op)
+            if op not in wo_opcodes and op not in reported_ops:
+                reported_ops.add(op)
                 block(f"opcode {OPCODE_NAMES.get(op, hex(op))} is not supported")
             if fast and op == 0x58:
                 end, ops = match_entries(data, op_at, memo, allowed, GlobalRef, shared_obj,

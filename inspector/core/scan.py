@@ -27,6 +27,7 @@ MAX_MEMBER_BYTES = 1 << 30  # a pickle member larger than this is reported, not 
 MAX_DECOMPRESSED = 1 << 30
 CRC_BUDGET = 64 << 20  # tensor record bytes CRC-checked per file; pickles are always checked
 MAX_STREAM_PICKLES = 64
+SMALL_FILE = 1 << 20  # read whole; larger files are memory-mapped
 MAX_NESTING = 3  # pickles inside call arguments inside pickles
 TORCH_WEIGHTS_FORMATS = ("pytorch-zip", "pytorch-legacy")
 # Members of a torch zip (below its folder) that torch.load opens besides the tensor records.
@@ -480,6 +481,9 @@ def scan_file(path: str | os.PathLike) -> ScanResult:
             size = os.fstat(f.fileno()).st_size
             if size == 0:
                 return _run(p, 0, bytes)
+            if size <= SMALL_FILE:
+                data = f.read()
+                return _run(p, len(data), lambda: data)
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                 return _run(p, size, lambda: mm)
     except OSError as exc:

@@ -1,0 +1,184 @@
+"""Benchmark the static scan against picklescan and modelscan, in one run.
+
+    benchmarks/setup_bench_env.sh          # once: peers go into benchmarks/.bench-venv
+    .venv/bin/python benchmarks/bench_scan.py [--rounds 5]
+
+Every tool is timed by the same harness in its own interpreter (ours from .venv, the peers
+from the bench venv): one warm-up scan, then each file scanned --rounds times in process;
+the per-file median is reported. Inputs: the public picklescan corpus
+(../shared/corpus/picklescan) and a benign 5,000-tensor torch.save checkpoint. A second table
+times each tool's command line over the whole corpus folder (process start included).
+Ratios are peer time / ckpt-inspector time: above 1 means ckpt-inspector is faster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO.parent / "shared" / "corpus" / "picklescan"
+BENCH_BIN = REPO / "benchmarks" / ".bench-venv" / "bin"
+OURS = "ckpt-inspector"
+
+HARNESS = r"""
+import json, statistics, sys, time
+cfg = json.load(sys.stdin)
+tool = cfg["tool"]
+if tool == "ckpt-inspector":
+    from inspector.core.scan import scan_file as scan
+    flagged = lambda r: r.verdict == "dangerous"
+elif tool == "picklescan":
+    from picklescan.scanner import scan_file_path as scan
+    flagged = lambda r: r.infected_files > 0
+else:
+    from modelscan.modelscan import ModelScan
+    scan = lambda p: ModelScan().scan(p)
+    flagged = lambda r: bool(r.get("issues"))
+scan(cfg["files"][0])  # warm-up: imports and caches
+out = {}
+for path in cfg["files"]:
+    times, result, error = [], None, None
+    for _ in range(cfg["rounds"]):
+        t0 = time.perf_counter()
+        try:
+            result = scan(path)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"[:200]
+        times.append(time.perf_counter() - t0)
+    out[path] = {"median": statistics.median(times),
+                 "flagged": None if error else bool(flagged(result)), "error": error}
+with open(cfg["out"], "w") as fh:
+    json.dump(out, fh)
+"""
+
+
+def python_for(tool: str) -> str:
+    """Interpreter that has the tool installed."""
+    return sys.executable if tool == OURS else str(BENCH_BIN / "python")
+
+
+def version_of(tool: str) -> str:
+    """Installed version string of a tool."""
+    if tool == OURS:
+        from inspector import __version__
+
+        return __version__
+    code = f"import importlib.metadata as m; print(m.version({tool!r}))"
+    return subprocess.run([python_for(tool), "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def in_process(tool: str, files: list[Path], rounds: int, work: Path) -> dict:
+    """Per-file median latency (seconds) and detection for one tool, timed in its own process."""
+    out = work / f"{tool}.json"
+    cfg = {"tool": tool, "files": [str(f) for f in files], "rounds": rounds, "out": str(out)}
+    subprocess.run([python_for(tool), "-c", HARNESS], input=json.dumps(cfg), text=True,
+                   capture_output=True, check=True, timeout=3600, cwd=work)
+    return json.loads(out.read_text())
+
+
+def cli_argv(tool: str, target: Path) -> list[str]:
+    """The command a user would type to scan `target` with each tool."""
+    if tool == OURS:
+        return [sys.executable, "-m", "inspector", "scan", "--json", str(target)]
+    return [str(BENCH_BIN / tool), "-p", str(target)]
+
+
+def cli_wall(tool: str, target: Path, rounds: int, work: Path) -> float:
+    """Median wall time of the tool's command line over `target` (exit status ignored)."""
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        subprocess.run(cli_argv(tool, target), capture_output=True, cwd=work, timeout=3600,
+                       check=False)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def build_large(work: Path) -> Path:
+    """A benign 5,000-tensor torch.save checkpoint (named .pt so every tool picks it up)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from factories import save_large_checkpoint
+
+    return save_large_checkpoint(work / "large_5000.pt", 5000)
+
+
+def corpus_files() -> tuple[list[Path], dict[str, str]]:
+    """Corpus sample files and their labels."""
+    labels = {}
+    for line in (CORPUS / "labels.tsv").read_text().splitlines()[1:]:
+        path, label = line.split("\t")
+        labels[str(CORPUS / path)] = label
+    return [Path(p) for p in sorted(labels)], labels
+
+
+def table(rows: list[list[str]]) -> str:
+    """Left-aligned text table."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+
+
+def main() -> int:
+    """Run every measurement and print the tables."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=5, help="scans per file (median)")
+    ap.add_argument("--cli-rounds", type=int, default=3, help="command-line runs (median)")
+    args = ap.parse_args()
+    if not (BENCH_BIN / "python").exists():
+        subprocess.run(["bash", str(REPO / "benchmarks" / "setup_bench_env.sh")], check=True)
+    if not (CORPUS / "labels.tsv").is_file():
+        print(f"corpus not found at {CORPUS}", file=sys.stderr)
+        return 2
+    tools = [OURS, "picklescan", "modelscan"]
+    files, labels = corpus_files()
+    malicious = [str(f) for f in files if labels[str(f)] == "malicious"]
+    with tempfile.TemporaryDirectory(prefix="bench-scan-") as tmp:
+        work = Path(tmp)
+        large = build_large(work)
+        large_mb = large.stat().st_size / 1e6
+        corpus = {t: in_process(t, files, args.rounds, work) for t in tools}
+        big = {t: in_process(t, [large], args.rounds, work)[str(large)] for t in tools}
+        cli = {t: cli_wall(t, CORPUS, args.cli_rounds, work) for t in tools}
+        cli_big = {t: cli_wall(t, large, args.cli_rounds, work) for t in tools}
+
+    print(f"Static scan benchmark, one run: {OURS} {version_of(OURS)}, "
+          f"picklescan {version_of('picklescan')}, modelscan {version_of('modelscan')}")
+    print(f"\nCorpus: {len(files)} files of {CORPUS}, in process, median of {args.rounds} "
+          "scans per file")
+    med = {t: statistics.median(r["median"] for r in corpus[t].values()) for t in tools}
+    rate = {t: len(files) / sum(r["median"] for r in corpus[t].values()) for t in tools}
+    rows = [["tool", "median ms/file", "files/s", "time ratio vs ours", "malicious flagged",
+             "scan errors"]]
+    for t in tools:
+        hits = sum(bool(corpus[t][p]["flagged"]) for p in malicious)
+        errors = sum(r["error"] is not None for r in corpus[t].values())
+        rows.append([t, f"{med[t] * 1e3:.3f}", f"{rate[t]:.0f}", f"{med[t] / med[OURS]:.1f}x",
+                     f"{hits}/{len(malicious)}", str(errors)])
+    print(table(rows))
+    print(f"\nLarge benign checkpoint: 5,000 tensors, {large_mb:.1f} MB, in process, "
+          f"median of {args.rounds}")
+    rows = [["tool", "latency ms", "time ratio vs ours", "flagged"]]
+    for t in tools:
+        ratio = big[t]["median"] / big[OURS]["median"]
+        verdict = str(big[t]["flagged"]) if big[t]["error"] is None else big[t]["error"][:40]
+        rows.append([t, f"{big[t]['median'] * 1e3:.1f}", f"{ratio:.1f}x", verdict])
+    print(table(rows))
+    print(f"\nCommand line, process start included, median of {args.cli_rounds} runs")
+    rows = [["tool", "corpus folder s", "files/s", "ratio", "large file s", "ratio"]]
+    for t in tools:
+        rows.append([t, f"{cli[t]:.2f}", f"{len(files) / cli[t]:.0f}",
+                     f"{cli[t] / cli[OURS]:.1f}x", f"{cli_big[t]:.2f}",
+                     f"{cli_big[t] / cli_big[OURS]:.1f}x"])
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
