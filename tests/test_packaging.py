@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -14,8 +15,9 @@ from pathlib import Path
 
 import factories
 import pytest
+from PySide6.QtGui import QImage
 
-from inspector import __version__
+from inspector import __version__, resources_path
 
 REPO = Path(__file__).resolve().parent.parent
 LINUX = REPO / "packaging" / "linux"
@@ -188,3 +190,33 @@ def test_pyinstaller_one_folder_build(tmp_path, canary):
     assert inspected.returncode == 0, inspected.stderr[-2000:]
     doc = json.loads(inspected.stdout)
     assert {t["key"] for t in doc["tensors"]} == set(factories.small_state_dict())
+
+
+def _build_icons_module():
+    spec = importlib.util.spec_from_file_location("build_icons",
+                                                  REPO / "packaging" / "build_icons.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_committed_icon_pngs_match_the_svg(qapp):
+    build_icons = _build_icons_module()
+    for size in resources_path.ICON_SIZES:
+        committed = QImage.fromData(resources_path.icon_png(size), "PNG").convertToFormat(
+            QImage.Format.Format_ARGB32)
+        fresh = build_icons.render(build_icons.SVG, size).convertToFormat(
+            QImage.Format.Format_ARGB32)
+        assert (committed.width(), committed.height()) == (size, size)
+        diff = sum(abs(a - b) for a, b in zip(committed.constBits().tobytes(),
+                                              fresh.constBits().tobytes(), strict=True))
+        # rerun packaging/build_icons.py after editing the SVG
+        assert diff / (size * size * 4) < 1.0, f"{size} px icon is stale"
+
+
+def test_app_icon_holds_every_size(qapp):
+    icon = resources_path.app_icon()
+    assert sorted(s.width() for s in icon.availableSizes()) == list(resources_path.ICON_SIZES)
+    assert b"<svg" in resources_path.icon_svg()
+    with pytest.raises(ValueError, match="no 20 px icon"):
+        resources_path.icon_png(20)
