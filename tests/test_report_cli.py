@@ -12,6 +12,7 @@ from pathlib import Path
 import factories
 import jsonschema
 import pytest
+from fake_pynvml import FakeGpu, FakeNvml, install
 
 from inspector.cli import main
 from inspector.core import envinfo
@@ -136,3 +137,19 @@ def test_output_errors_have_their_own_exit_codes(tmp_path, fast_env, capsys):
     doc = _json(existing)
     assert doc["verdict"] == "safe"
     assert doc["tool"]["command"] == f"ckpt-inspector report {good} -o {existing}"
+
+
+def test_gpu_telemetry_and_environment_come_from_nvml(tmp_path, fast_env, monkeypatch):
+    fake = install(monkeypatch, FakeNvml([FakeGpu(0, temperature=61,
+                                                  ecc={(1, 0): 3, (0, 0): 7})]))
+    st = factories.save_safetensors(tmp_path / "model.safetensors")
+    out = tmp_path / "r.json"
+    assert main(["report", str(st), "-o", str(out)]) == 0
+    doc = _json(out)
+    assert doc["environment"]["driver"] == "580.95.05"
+    assert [g["name"] for g in doc["environment"]["gpus"]] == [fake.gpus[0].name]
+    (gpu,) = doc["telemetry"]["gpus"]
+    assert doc["telemetry"]["source"] == "nvml" and gpu["samples"] >= 1
+    assert gpu["temperature_min"] == gpu["temperature_max"] == 61.0
+    assert gpu["ecc_uncorrected_delta"] == 0 and gpu["xids"] == []
+    assert not fake.initialised  # the sampler shut NVML down when the report was done

@@ -117,8 +117,8 @@ def nvml_info() -> tuple[str, str, str, list[GpuInfo]]:
     except pynvml.NVMLError as exc:
         return f"{NOT_FOUND} ({_nvml_text(exc)})", NOT_FOUND, NOT_FOUND, []
     try:
-        driver = _text(_nvml_call(pynvml.nvmlSystemGetDriverVersion))
-        cuda = _nvml_call(pynvml.nvmlSystemGetCudaDriverVersion_v2)
+        driver = _text(_nvml_call(pynvml, "nvmlSystemGetDriverVersion"))
+        cuda = _nvml_call(pynvml, "nvmlSystemGetCudaDriverVersion_v2")
         cuda_text = f"{cuda // 1000}.{cuda % 1000 // 10}" if isinstance(cuda, int) else cuda
         gpus = [_gpu(pynvml, i) for i in range(pynvml.nvmlDeviceGetCount())]
         return "ok", driver, cuda_text, gpus
@@ -131,8 +131,8 @@ def nvml_info() -> tuple[str, str, str, list[GpuInfo]]:
 
 def _gpu(pynvml, index: int) -> GpuInfo:
     handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-    memory = _nvml_call(pynvml.nvmlDeviceGetMemoryInfo, handle)
-    ecc = _nvml_call(pynvml.nvmlDeviceGetEccMode, handle)
+    memory = _nvml_call(pynvml, "nvmlDeviceGetMemoryInfo", handle)
+    ecc = _nvml_call(pynvml, "nvmlDeviceGetEccMode", handle)
     if isinstance(ecc, (tuple, list)):
         current, pending = ecc[0], ecc[1]
         ecc_text = "enabled" if current else "disabled"
@@ -142,17 +142,18 @@ def _gpu(pynvml, index: int) -> GpuInfo:
         ecc_text = NOT_AVAILABLE
     return GpuInfo(
         index=index,
-        name=_text(_nvml_call(pynvml.nvmlDeviceGetName, handle)),
-        uuid=_text(_nvml_call(pynvml.nvmlDeviceGetUUID, handle)),
+        name=_text(_nvml_call(pynvml, "nvmlDeviceGetName", handle)),
+        uuid=_text(_nvml_call(pynvml, "nvmlDeviceGetUUID", handle)),
         memory_total_mib=memory.total // (1024 * 1024) if hasattr(memory, "total") else None,
         ecc_mode=ecc_text,
     )
 
 
-def _nvml_call(fn, *args):
-    """Call one NVML query; a feature the device lacks reads "n/a" instead of failing."""
-    import pynvml
-
+def _nvml_call(pynvml, name: str, *args):
+    """One NVML query; a query the device or the binding lacks reads "n/a" instead of failing."""
+    fn = getattr(pynvml, name, None)
+    if fn is None:
+        return NOT_AVAILABLE
     try:
         return fn(*args)
     except (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound):
