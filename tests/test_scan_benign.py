@@ -94,3 +94,21 @@ def test_torchscript_is_flagged_not_trusted(built):
 def test_protocol4_refusal_names_the_opcodes(built):
     res = scan_file(built["odd"]["protocol4"])
     assert any("FRAME" in b or "MEMOIZE" in b for b in res.weights_only_blockers)
+
+
+def test_pickle_pane_rows_for_each_walked_pickle(built):
+    from inspector.core.pickle_scan import disassemble
+    from inspector.core.scan import pickle_source
+
+    path = built["benign"]["legacy"]
+    res = scan_file(path)
+    rows = [disassemble(pickle_source(path, p["member"]), 50, p["offset"]) for p in res.pickles]
+    assert len(rows) == 5 and all(r[0].opcode == "PROTO" for r in rows)
+    assert rows[1][0].offset == res.pickles[1]["offset"]
+    zipped = scan_file(built["benign"]["state_dict"])
+    entry = zipped.pickles[0]
+    assert entry["member"].endswith("/data.pkl")
+    rows = disassemble(pickle_source(built["benign"]["state_dict"], entry["member"]), 10_000)
+    assert any(r.opcode == "GLOBAL" and "_rebuild_tensor_v2" in r.argument for r in rows)
+    assert all(r.severity is None for r in rows)
+    assert rows[-1].opcode == "STOP"

@@ -112,7 +112,7 @@ def test_scan_paths_walks_folders_whatever_the_extension(tmp_path):
     assert results == {"weights.txt": "dangerous", "readme": "safe"}
 
 
-def test_zip_reader_tolerates_what_zipfile_refuses(tmp_path):
+def test_zip_reader_tolerates_what_zipfile_refuses():
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
         z.writestr("arch/data.pkl", b"\x80\x02}q\x00.")

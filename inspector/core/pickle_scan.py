@@ -145,7 +145,7 @@ class _Unknown:
 
 
 UNKNOWN = _Unknown()
-_MARK_SENTINEL = object()
+_MISSING = object()
 # Opcodes torch's weights-only unpickler implements; overridden from the installed torch.
 WEIGHTS_ONLY_OPCODES_DEFAULT = frozenset(
     OPCODE_BYTES[n] for n in (
@@ -185,6 +185,20 @@ def _decode_text(raw: bytes) -> object:
         return raw
 
 
+def _kind(value: object) -> str:
+    """What a container opcode is applied to: dict, list, set, object, unknown or a type name."""
+    if isinstance(value, _Seq):
+        return value.kind
+    if isinstance(value, _Obj):
+        if value.func is None:
+            return "object"
+        return {"collections.OrderedDict": "dict", "collections.Counter": "dict"}.get(
+            value.func.key, "object")
+    if value is UNKNOWN:
+        return "unknown"
+    return type(value).__name__
+
+
 def _fix_import(module: str, name: str, proto: int) -> tuple[str, str]:
     """Apply Python 2 name mapping the way pickle does for protocol < 3."""
     if proto < 3:
@@ -221,18 +235,8 @@ def scan_pickle(
     unpack_from = struct.unpack_from
     reported_ops: set[int] = set()
     fast = fast and wo_opcodes >= UNIT_OPCODES
-    shared_objs: dict[int, tuple[object, _Obj]] = {}
-
-    def shared_obj(func: GlobalRef | None) -> _Obj:
-        # Call results are never mutated or compared by identity, so the fast path shares one
-        # per callable (the entry keeps `func` alive, so its id cannot be reused).
-        entry = shared_objs.get(id(func))
-        if entry is None:
-            entry = shared_objs[id(func)] = (func, _Obj(func))
-        return entry[1]
-
-    def add_storage(fields: tuple) -> None:
-        res.storages.append(tuple.__new__(StorageRef, fields))
+    shared_objs: dict = {}  # the fast path's call results, one per callable
+    storages: list[tuple] = []  # plain tuples while walking; StorageRefs at the end
     max_memo, max_stack = limits.max_memo, limits.max_stack
 
     def note(code: str, message: str, offset: int, dangerous: bool = False) -> None:
@@ -311,22 +315,6 @@ def scan_pickle(
             calls.append(Call(fref, opname, op_at, strings))
         return _Obj(fref)
 
-    def check_call_allowed(func: object, opname: str) -> None:
-        if isinstance(func, GlobalRef) and func.key not in allowed:
-            block(f"{opname} of {func.key}")
-
-    def target_kind(value: object) -> str:
-        if isinstance(value, _Seq):
-            return value.kind
-        if isinstance(value, _Obj):
-            if value.func is None:
-                return "object"
-            return {"collections.OrderedDict": "dict", "collections.Counter": "dict"}.get(
-                value.func.key, "object")
-        if value is UNKNOWN:
-            return "unknown"
-        return type(value).__name__
-
     op_at = start
     try:
         while pos < n:
@@ -341,25 +329,25 @@ def scan_pickle(
                 reported_ops.add(op)
                 block(f"opcode {OPCODE_NAMES.get(op, hex(op))} is not supported")
             if fast and op == 0x58:
-                end, ops = match_entries(data, op_at, memo, allowed, GlobalRef, shared_obj,
-                                         stack.append, add_storage)
+                end, ops = match_entries(data, op_at, memo, allowed, GlobalRef, _Obj,
+                                         shared_objs, stack.append, storages.append)
                 if ops:
                     pos = end
                     count += ops - 1
                     continue
             if fast and (op == 0x68 or op == 0x6A) and data[pos + (1 if op == 0x68 else 4)] == 0x28:
-                found = match_unit(data, op_at, memo, allowed, GlobalRef, shared_obj)
+                found = match_unit(data, op_at, memo, allowed, GlobalRef, _Obj, shared_objs)
                 if found is not None:
                     pos, value, ops, storage = found
                     stack.append(value)
-                    add_storage(storage)
+                    storages.append(storage)
                     count += ops - 1
                     continue
             if op == 0x68:  # BINGET
                 key = data[pos]
                 pos += 1
-                value = memo.get(key, _MARK_SENTINEL)
-                if value is _MARK_SENTINEL:
+                value = memo.get(key, _MISSING)
+                if value is _MISSING:
                     note("bad-memo-key", f"BINGET of memo key {key} that was never stored", op_at)
                     block("memo key never stored")
                     value = UNKNOWN
@@ -382,8 +370,8 @@ def scan_pickle(
             elif op == 0x6A:  # LONG_BINGET
                 (key,) = unpack_from("<I", data, pos)
                 pos += 4
-                value = memo.get(key, _MARK_SENTINEL)
-                if value is _MARK_SENTINEL:
+                value = memo.get(key, _MISSING)
+                if value is _MISSING:
                     note("bad-memo-key", f"LONG_BINGET of memo key {key} never stored", op_at)
                     block("memo key never stored")
                     value = UNKNOWN
@@ -412,7 +400,8 @@ def scan_pickle(
             elif op == 0x52:  # REDUCE
                 args = stack.pop() if stack else pop()
                 func = stack.pop() if stack else pop()
-                check_call_allowed(func, "REDUCE")
+                if isinstance(func, GlobalRef) and func.key not in allowed:
+                    block(f"REDUCE of {func.key}")
                 stack.append(add_call(func, args, "REDUCE"))
             elif op == 0x51 or op == 0x50:  # BINPERSID, PERSID
                 pid = pop() if op == 0x51 else _decode_text(line())
@@ -424,7 +413,7 @@ def scan_pickle(
                     stype = pid[1].key if isinstance(pid[1], GlobalRef) else str(pid[1])
                     key = pid[2].decode("latin-1") if isinstance(pid[2], bytes) else str(pid[2])
                     numel = pid[4] if isinstance(pid[4], int) else -1
-                    res.storages.append(StorageRef(stype, key, str(pid[3]), numel, op_at))
+                    storages.append((stype, key, str(pid[3]), numel, op_at))
                 elif isinstance(pid, tuple) and pid and pid[0] not in ("storage", b"storage"):
                     block("persistent id that is not a storage")
                 stack.append(_Obj(None))
@@ -439,7 +428,7 @@ def scan_pickle(
             elif op == 0x75 or op == 0x73:  # SETITEMS, SETITEM
                 items = pop_mark() if op == 0x75 else [pop(), pop()][::-1]
                 target = stack[-1] if stack else UNKNOWN
-                kind = target_kind(target)
+                kind = _kind(target)
                 if kind not in ("dict", "unknown"):
                     name = "SETITEMS" if op == 0x75 else "SETITEM"
                     if kind == "object":
@@ -477,11 +466,11 @@ def scan_pickle(
                     if strings:
                         calls.append(Call(func, "BUILD", op_at, strings))
                 elif not isinstance(inst, _Obj):
-                    block(f"BUILD on a {target_kind(inst)}")
+                    block(f"BUILD on a {_kind(inst)}")
             elif op == 0x61 or op == 0x65:  # APPEND, APPENDS
                 items = [pop()] if op == 0x61 else pop_mark()
                 target = stack[-1] if stack else UNKNOWN
-                kind = target_kind(target)
+                kind = _kind(target)
                 if kind != "list":
                     name = "APPEND" if op == 0x61 else "APPENDS"
                     block(f"{name} on a {kind}")
@@ -518,7 +507,8 @@ def scan_pickle(
             elif op == 0x81:  # NEWOBJ
                 args = pop()
                 cls = pop()
-                check_call_allowed(cls, "NEWOBJ")
+                if isinstance(cls, GlobalRef) and cls.key not in allowed:
+                    block(f"NEWOBJ of {cls.key}")
                 stack.append(add_call(cls, args, "NEWOBJ"))
             elif op == 0x92:  # NEWOBJ_EX
                 kwargs = pop()
@@ -589,8 +579,8 @@ def scan_pickle(
                 stack.append(raw)
             elif op == 0x67:  # GET
                 key = int(line())
-                value = memo.get(key, _MARK_SENTINEL)
-                if value is _MARK_SENTINEL:
+                value = memo.get(key, _MISSING)
+                if value is _MISSING:
                     note("bad-memo-key", f"GET of memo key {key} that was never stored", op_at)
                     value = UNKNOWN
                 stack.append(value)
@@ -614,7 +604,7 @@ def scan_pickle(
                 stack.append(_Seq("set"))
             elif op == 0x90:  # ADDITEMS
                 pop_mark()
-                if target_kind(stack[-1] if stack else UNKNOWN) not in ("set", "unknown"):
+                if _kind(stack[-1] if stack else UNKNOWN) not in ("set", "unknown"):
                     note("container-type-confusion", "ADDITEMS on something not a set", op_at,
                          True)
             elif op == 0x91:  # FROZENSET
@@ -639,6 +629,7 @@ def scan_pickle(
     if not res.stopped and res.error is None and pos >= n and count:
         note("malformed", "pickle ends without STOP", op_at)
         res.error = "no STOP opcode"
+    res.storages = [tuple.__new__(StorageRef, fields) for fields in storages]
     res.end = pos
     res.opcodes = count
     return res

@@ -195,33 +195,44 @@ class _Scan:
             res.verdict = ERROR
 
 
-def _scan_stream(ctx: _Scan, buf, member: str | None, torch_format: bool) -> bool:
-    """Walk back-to-back pickles from the start of `buf`; False if the first is not a pickle."""
-    first = ctx.walk(buf, 0)
+def _scan_stream(ctx: _Scan, buf, member: str | None, torch_format: bool, start: int = 0) -> bool:
+    """Walk back-to-back pickles from `start`; False if the first is not a pickle.
+
+    `torch_format`: the bytes are a whole file torch.load may read (legacy stream or not).
+    """
+    first = ctx.walk(buf, start)
     if not looks_like_pickle(first):
         return False
     # The magic-number pickle, whatever protocol wrote it: a lone LONG1 of torch's magic.
-    legacy = (first.stopped and not first.globals and first.end <= 40
+    legacy = (torch_format and first.stopped and not first.globals and first.end <= 40
               and LEGACY_MAGIC_LONG in bytes(buf[:first.end]))
     # torch's legacy loader unpickles five pickles: magic, protocol, sys_info, data, keys.
-    limit = 5 if legacy else MAX_STREAM_PICKLES
-    torch_reads = torch_format and legacy
-    ctx.add_pickle(first, member, torch_reads)
-    scan, count = first, 1
-    while scan.stopped and scan.end < len(buf) and count < limit:
-        nxt = ctx.walk(buf, scan.end)
-        if not (legacy or looks_like_pickle(nxt)):
-            break
-        ctx.add_pickle(nxt, member, torch_reads)
-        scan, count = nxt, count + 1
+    count = _fold_pickles(ctx, buf, member, first, 5 if legacy else 0)
     if torch_format:
         ctx.result.format = "pytorch-legacy" if legacy else "pickle"
         if legacy and count < 5:
             ctx.block("legacy stream has fewer than five pickles")
-    if count > 1 and not legacy:
-        ctx.find("info", "multiple-pickles", f"{count} pickles back to back; all were scanned",
-                 member)
     return True
+
+
+def _fold_pickles(ctx: _Scan, buf, member: str | None, first: PickleScan,
+                  torch_pickles: int) -> int:
+    """Fold `first` and every pickle appended after it; torch unpickles the first
+    `torch_pickles` of them. Returns how many pickles there were."""
+    ctx.add_pickle(first, member, torch_pickles > 0)
+    limit = torch_pickles if torch_pickles > 1 else MAX_STREAM_PICKLES
+    scan, count = first, 1
+    while scan.stopped and scan.end < len(buf) and count < limit:
+        nxt = ctx.walk(buf, scan.end)
+        if not (count < torch_pickles or looks_like_pickle(nxt)):
+            break
+        ctx.add_pickle(nxt, member, count < torch_pickles)
+        scan, count = nxt, count + 1
+    if count > 1 and torch_pickles <= 1:
+        # back-to-back pickles are plausible in a raw file, odd inside an archive member
+        ctx.find("info" if member is None else SUSPICIOUS, "multiple-pickles",
+                 f"{count} pickles back to back; all were scanned", member, scan.start)
+    return count
 
 
 def _scan_npy(ctx: _Scan, buf, member: str | None) -> None:
@@ -229,7 +240,7 @@ def _scan_npy(ctx: _Scan, buf, member: str | None) -> None:
     if formats.npy_has_objects(header["descr"]):
         ctx.find(SUSPICIOUS, "npy-object-array", "object array: NumPy stores it as a pickle and "
                  "only loads it with allow_pickle=True", member)
-        if not _scan_stream(ctx, bytes(buf[data_start:]), member, False):
+        if not _scan_stream(ctx, buf, member, False, data_start):
             ctx.find(SUSPICIOUS, "npy-object-array", "object array data is not a readable pickle",
                      member)
 
@@ -304,7 +315,7 @@ def _scan_zip(ctx: _Scan, buf) -> None:
             if m is main:
                 ctx.block(f"{m.name} is not a pickle")
             continue
-        _scan_stream_from(ctx, data, scan, m.name, torch_zip and m is main)
+        _fold_pickles(ctx, data, m.name, scan, 1 if torch_zip and m is main else 0)
         storages.extend(scan.storages)
         if m is main or m.name.endswith(".pkl"):
             records |= {f"{prefix}/data/{s.key}" for s in scan.storages}
@@ -330,21 +341,6 @@ def _scan_member_npy(ctx: _Scan, data: bytes, name: str) -> None:
         _scan_npy(ctx, data, name)
     except (ValueError, SyntaxError, MemoryError) as exc:
         ctx.find(SUSPICIOUS, "npy-header", f"unreadable .npy header: {exc}", name)
-
-
-def _scan_stream_from(ctx: _Scan, data: bytes, first: PickleScan, member: str,
-                      torch_reads: bool) -> None:
-    """Fold an already walked first pickle, then any pickles appended after it."""
-    ctx.add_pickle(first, member, torch_reads)
-    scan, count = first, 1
-    while scan.stopped and scan.end < len(data) and count < MAX_STREAM_PICKLES:
-        nxt = ctx.walk(data, scan.end)
-        if not looks_like_pickle(nxt):
-            break
-        ctx.add_pickle(nxt, member, False)
-        ctx.find(SUSPICIOUS, "trailing-pickle", "another pickle follows the first one in this "
-                 "member", member, nxt.start)
-        scan, count = nxt, count + 1
 
 
 def _check_records(ctx: _Scan, storages: list, by_name: dict, prefix: str, kind: str) -> None:
@@ -508,3 +504,21 @@ def scan_paths(paths: Iterable[str | os.PathLike]) -> Iterator[ScanResult]:
     """Scan files and directories (recursively, every file whatever its extension)."""
     for p in iter_files(paths):
         yield scan_file(p)
+
+
+def pickle_source(path: str | os.PathLike, member: str | None) -> bytes:
+    """Bytes that a `ScanResult.pickles` entry's offsets point into (for `disassemble`): the
+    zip member named `member`, the content of a compressed pickle, or the file itself."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return b""
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            if member is not None:
+                found = [m for m in zipread.read_zip(buf).members if m.name == member]
+                if not found:
+                    raise KeyError(f"{member} is not in {path}")
+                return zipread.member_bytes(buf, found[0], MAX_MEMBER_BYTES)
+            kind = formats.sniff(bytes(buf[:64]), len(buf))
+            if kind.startswith("compressed:"):
+                return _decompress(buf, kind.split(":", 1)[1])
+            return bytes(buf)

@@ -92,14 +92,23 @@ _INT = _Decoded(_decode_int)
 _TUPLE_OF = _Decoded(_decode_tuple)
 
 
+def _shared(objs: dict, obj_type: type, func: object) -> object:
+    # Call results are never mutated or compared by identity, so the fast path shares one per
+    # callable (the entry keeps `func` alive, so its id cannot be reused).
+    entry = objs.get(id(func))
+    if entry is None:
+        entry = objs[id(func)] = (func, obj_type(func))
+    return entry[1]
+
+
 def match_unit(data, pos: int, memo: dict, allowed: frozenset[str], globals_type: type,
-               make_obj) -> tuple | None:
+               obj_type: type, objs: dict) -> tuple | None:
     """Recognise a tensor sequence at `pos`, or None.
 
     On a match the unit's memo stores are applied to `memo` and the result is `(end, pushed
     value, opcode count, (storage type key, storage key, location, numel, BINPERSID offset))`;
-    on no match nothing is touched. `globals_type` is the walker's GlobalRef class;
-    `make_obj(func)` gives the value a call (or, with None, a persistent load) pushes.
+    on no match nothing is touched. `globals_type` is the walker's GlobalRef class, `obj_type`
+    the class of what a call (or, with None, a persistent load) pushes; `objs` caches those.
     """
     m = unit_re().match(data, pos)
     if m is None:
@@ -137,7 +146,7 @@ def match_unit(data, pos: int, memo: dict, allowed: frozenset[str], globals_type
     numel = _INT[numel_raw]
     size, n_size = _TUPLE_OF[size_raw]
     stride, n_stride = _TUPLE_OF[stride_raw]
-    hooks, result = make_obj(od), make_obj(func)
+    hooks, result = _shared(objs, obj_type, od), _shared(objs, obj_type, func)
     # Validated: now store into the memo in opcode order, as the generic walker would.
     puts = 0
     for key, value in ((k_skey, skey), (k_loc, location), (k_size, size), (k_stride, stride)):
@@ -151,8 +160,8 @@ def match_unit(data, pos: int, memo: dict, allowed: frozenset[str], globals_type
         memo[_KEY[p_od]] = hooks
         puts += 1
     if p_args:
-        memo[_KEY[p_args]] = (make_obj(None), _INT[offset_raw], size, stride, grad == b"\x88",
-                              hooks)
+        memo[_KEY[p_args]] = (_shared(objs, obj_type, None), _INT[offset_raw], size, stride,
+                              grad == b"\x88", hooks)
         puts += 1
     if p_res:
         memo[_KEY[p_res]] = result
@@ -163,7 +172,7 @@ def match_unit(data, pos: int, memo: dict, allowed: frozenset[str], globals_type
 
 
 def match_entries(data, pos: int, memo: dict, allowed: frozenset[str], globals_type: type,
-                  make_obj, push, add_storage) -> tuple[int, int]:
+                  obj_type: type, objs: dict, push, add_storage) -> tuple[int, int]:
     """Consume consecutive `BINUNICODE key [put] <tensor sequence>` dict entries from `pos`.
 
     Each entry pushes its key and tensor (`push`) and reports its storage (`add_storage`).
@@ -176,23 +185,26 @@ def match_entries(data, pos: int, memo: dict, allowed: frozenset[str], globals_t
     while pos + 5 < n and data[pos] == 0x58:
         k = int.from_bytes(data[pos + 1:pos + 5], "little")
         p = pos + 5 + k
-        if k > 65_536 or p >= n:
+        if k > 65_536 or p + 8 >= n:
+            break
+        op = data[p]
+        q = p + (2 if op == 0x71 else 5 if op == 0x72 else 0)
+        get = data[q]
+        # cheap test before any decoding: a memo fetch of the rebuild function, then "(("
+        if not ((get == 0x68 and data[q + 2] == 0x28) or (get == 0x6A and data[q + 5] == 0x28)):
             break
         try:
             key = str(data[pos + 5:p], "utf-8", "surrogatepass")
         except UnicodeDecodeError:
             break
-        op = data[p]
-        put = 1
-        if op == 0x71 and p + 1 < n:
+        put = 0
+        if op == 0x71:
             memo[data[p + 1]] = key
-            p += 2
-        elif op == 0x72 and p + 5 <= n:
+            put = 1
+        elif op == 0x72:
             memo[int.from_bytes(data[p + 1:p + 5], "little")] = key
-            p += 5
-        else:
-            put = 0
-        found = match_unit(data, p, memo, allowed, globals_type, make_obj)
+            put = 1
+        found = match_unit(data, q, memo, allowed, globals_type, obj_type, objs)
         if found is None:
             break
         end, value, unit_ops, storage = found
