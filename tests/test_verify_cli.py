@@ -62,6 +62,8 @@ def test_cli_errors_are_one_line_with_distinct_codes(tmp_path: Path, capsys) -> 
     )
     assert main(["manifest", "create", str(folder), "-o", str(tmp_path / "m.yaml")]) == 2
     assert "cannot tell the manifest format" in capsys.readouterr().err
+    assert main(["manifest", "create", str(tmp_path / "nope"), "-o", str(tmp_path / "m.tsv")]) == 2
+    assert "nope: no such file or folder" in capsys.readouterr().err
     existing = tmp_path / "exists.sha256"
     existing.write_text("")
     assert main(["manifest", "create", str(folder), "-o", str(existing)]) == 4

@@ -48,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
         return _fail(str(exc), EXIT_USAGE)
     if out.exists() and not args.force:
         return _fail(f"{out} exists; pass --force to overwrite it", EXIT_OUTPUT)
+    absent = [p for p in args.paths if not p.exists()]
+    if absent:
+        return _fail(f"{absent[0]}: no such file or folder", EXIT_USAGE)
     files = collect_files(args.paths, skip=out)
     if not files:
         return _fail("no files to put in the manifest", EXIT_USAGE)
