@@ -102,6 +102,11 @@ def test_a_single_file_and_a_subfolder_limit_the_scope(tmp_path: Path) -> None:
     (tmp_path / "model.safetensors").unlink()
     only = verify(manifest, [tmp_path / "optimizer state.pt"])
     assert _statuses(only) == {"optimizer state.pt": "ok"}
+    gone = verify(manifest, [tmp_path / "model.safetensors", tmp_path / "typo.pt"])
+    assert _statuses(gone) == {"model.safetensors": "missing"}
+    assert gone.errors == [
+        f"{tmp_path / 'typo.pt'}: no such file, and the manifest does not list it"
+    ]
     sub = verify(manifest, [tmp_path / "sub"])
     assert _statuses(sub) == {"config.json": "ok"}
 

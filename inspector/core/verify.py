@@ -219,6 +219,9 @@ def verify(
     for i, (entry, location) in enumerate(pairs):
         check(cancel)
         size = sizes[i]
+        if entry is None and size is None:
+            result.errors.append(f"{location}: no such file, and the manifest does not list it")
+            continue
         if entry is None:
             result.files.append(FileCheck(path=str(location), status=EXTRA, actual_size=size))
             continue
