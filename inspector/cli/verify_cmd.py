@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.epilog = (
         "exit status: 0 all ok, 1 something differs, 2 manifest unreadable, "
-        "3 nothing differs but some tensors could not be checked"
+        "3 nothing differs but something could not be checked (see errors)"
     )
 
 
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def exit_status(result: VerifyResult) -> int:
-    """0 all ok, 1 something differs, 3 only unchecked tensors stand in the way."""
+    """0 all ok, 1 something differs, 3 only errors (unreadable files) stand in the way."""
     if result.ok:
         return EXIT_OK
     differs = any(f.status != "ok" for f in result.files) or any(
