@@ -199,6 +199,19 @@ def _kind(value: object) -> str:
     return type(value).__name__
 
 
+def _describe(value: object) -> str:
+    """Stable text for a persistent-id field (no object addresses)."""
+    if isinstance(value, GlobalRef):
+        return value.key
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("latin-1")
+    if type(value) is int:
+        return str(value)
+    return f"<{_kind(value)}>"
+
+
 def _fix_import(module: str, name: str, proto: int) -> tuple[str, str]:
     """Apply Python 2 name mapping the way pickle does for protocol < 3."""
     if proto < 3:
@@ -408,12 +421,11 @@ def scan_pickle(
                 if op == 0x50:
                     block("PERSID is not supported")
                 if (
-                    isinstance(pid, tuple) and len(pid) == 5 and pid[0] in ("storage", b"storage")
+                    isinstance(pid, tuple) and len(pid) >= 5 and pid[0] in ("storage", b"storage")
                 ):
-                    stype = pid[1].key if isinstance(pid[1], GlobalRef) else str(pid[1])
-                    key = pid[2].decode("latin-1") if isinstance(pid[2], bytes) else str(pid[2])
-                    numel = pid[4] if isinstance(pid[4], int) else -1
-                    storages.append((stype, key, str(pid[3]), numel, op_at))
+                    numel = pid[4] if type(pid[4]) is int else -1
+                    storages.append((_describe(pid[1]), _describe(pid[2]), _describe(pid[3]),
+                                     numel, op_at))
                 elif isinstance(pid, tuple) and pid and pid[0] not in ("storage", b"storage"):
                     block("persistent id that is not a storage")
                 stack.append(_Obj(None))

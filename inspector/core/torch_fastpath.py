@@ -149,12 +149,20 @@ def match_unit(data, pos: int, memo: dict, allowed: frozenset[str], globals_type
     hooks, result = _shared(objs, obj_type, od), _shared(objs, obj_type, func)
     # Validated: now store into the memo in opcode order, as the generic walker would.
     puts = 0
-    for key, value in ((k_skey, skey), (k_loc, location), (k_size, size), (k_stride, stride)):
-        if key is not None:
-            memo[key] = value
-            puts += 1
+    if k_skey is not None:
+        memo[k_skey] = skey
+        puts += 1
+    if k_loc is not None:
+        memo[k_loc] = location
+        puts += 1
     if k_pid is not None:
         memo[k_pid] = ("storage", stype, skey, location, numel)
+        puts += 1
+    if k_size is not None:
+        memo[k_size] = size
+        puts += 1
+    if k_stride is not None:
+        memo[k_stride] = stride
         puts += 1
     if p_od:
         memo[_KEY[p_od]] = hooks
