@@ -214,6 +214,23 @@ def test_diff_cli_human_output_and_exit_codes(recorded: dict, tmp_path: Path, ca
     err = capsys.readouterr().err.strip()
     assert err.startswith("ckpt-inspector diff: ") and "\n" not in err
 
+    flipped = tmp_path / "flipped.safetensors"
+    shutil.copyfile(st, flipped)
+    start, _length = _safetensors_regions(flipped)["layer1.weight"]
+    data = bytearray(flipped.read_bytes())
+    data[start + 4 * 37 + 3] ^= 0x40  # element 37, bit 30: the exponent's top bit
+    flipped.write_bytes(bytes(data))
+    assert main(["diff", str(st), str(flipped), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["identical"] is False and doc["counts"] == {"identical": 6, "changed": 1}
+    (changed,) = [t for t in doc["tensors"] if t["status"] == "changed"]
+    assert changed["changed_elements"] == 1 and changed["max_abs_diff"] is not None
+    assert changed["bitflips"] == [{"index": 37, "bit": 30, "kind": "exponent", "position": [2, 5]}]
+    assert main(["diff", str(st), str(flipped)]) == 1
+    out = capsys.readouterr().out
+    assert "1 single-bit flip in `layer1.weight`, in an exponent bit" in out
+    assert "[2, 5] (element 37): bit 30, exponent" in out
+
 
 def test_a_malicious_replacement_is_never_loaded(
     recorded: dict, tmp_path: Path, canary: Path, capsys
