@@ -177,15 +177,12 @@ def _raw(chunk: torch.Tensor) -> torch.Tensor:
 def byte_chunks(t: torch.Tensor, release: Release | None = None) -> Iterator[memoryview]:
     """The tensor's bytes, contiguous and row-major, in bounded pieces."""
     per = max(1, CHUNK_BYTES // max(1, t.element_size()))
+    storage_ptr = t.untyped_storage().data_ptr()
     for chunk in logical_chunks(t, per):
         raw = _raw(chunk)
         yield memoryview(raw.view(torch.uint8).numpy()).cast("B")
-        if release is not None and chunk.untyped_storage().data_ptr() == _storage_ptr(t):
+        if release is not None and chunk.untyped_storage().data_ptr() == storage_ptr:
             release(chunk.data_ptr(), chunk.numel() * chunk.element_size())
-
-
-def _storage_ptr(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr()
 
 
 def tensor_digest(t: torch.Tensor, release: Release | None = None,
@@ -248,8 +245,7 @@ def _exact_minmax(exact: torch.Tensor) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
-def tensor_stats(t: torch.Tensor, release: Release | None = None,
-                 cancel: CancelToken | None = None) -> dict:
+def tensor_stats(t: torch.Tensor, cancel: CancelToken | None = None) -> dict:
     """min, max, mean, std, absmax, NaN/Inf/zero counts and a 64-bin histogram of finite values."""
     per = max(1, CHUNK_BYTES // max(4, t.element_size()) // 2)
     moments = _Moments()
@@ -270,10 +266,7 @@ def tensor_stats(t: torch.Tensor, release: Release | None = None,
             c_lo, c_hi = bounds if exact is None else _exact_minmax(exact)
             lo = c_lo if lo is None else min(lo, c_lo)
             hi = c_hi if hi is None else max(hi, c_hi)
-            c_mean = float(finite.sum()) / finite.numel()
-            dev = finite - c_mean
-            moments.add(finite.numel(), c_mean, float(dev.square_().sum()))
-        _release_chunk(t, chunk, release)
+            moments.add(finite.numel(), *_mean_m2(finite))
     rec = {"stats_on": what, "nan": nan, "inf": inf, "zeros": zeros, "min": lo, "max": hi,
            "mean": None, "std": None, "absmax": None, "histogram": None}
     if lo is None:
@@ -284,9 +277,41 @@ def tensor_stats(t: torch.Tensor, release: Release | None = None,
     integral = not (t.dtype.is_floating_point or t.dtype.is_complex)
     rec["min"], rec["max"] = (int(lo), int(hi)) if integral else (float(lo), float(hi))
     # A one-chunk tensor (the common case) reuses its values instead of reading them again.
-    finite_chunks = [last_finite] if chunks == 1 else _finite_chunks(t, per, release, cancel)
+    if chunks == 1:
+        finite_chunks: Iterable[torch.Tensor] = [last_finite]
+    else:
+        finite_chunks = _finite_chunks(t, per, nan + inf > 0, cancel)
     rec["histogram"] = _histogram(finite_chunks, float(lo), float(hi))
     return rec
+
+
+_scratch_local = threading.local()
+
+
+def _scratch(like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A per-thread buffer shaped like `like`; fresh multi-MB allocations cost page faults."""
+    dtype = dtype or like.dtype
+    pool = _scratch_local.__dict__.setdefault("buffers", {})
+    buf = pool.get(dtype)
+    if buf is None or buf.numel() < like.numel():
+        buf = pool[dtype] = torch.empty(like.numel(), dtype=dtype)
+    return buf[: like.numel()].view(like.shape)
+
+
+def _mean_m2(finite: torch.Tensor) -> tuple[float, float]:
+    """Mean and sum of squared deviations of one chunk.
+
+    Sum and sum of squares (pairwise summation) take two cheap passes; when the mean is large
+    against the spread their difference would cancel, so the chunk is centred first instead.
+    """
+    n = finite.numel()
+    mean = float(finite.sum()) / n
+    work = _scratch(finite)
+    squares = float(torch.mul(finite, finite, out=work).sum())
+    m2 = squares - n * mean * mean
+    if m2 < 1e-2 * squares:
+        m2 = float(torch.sub(finite, mean, out=work).square_().sum())
+    return mean, m2
 
 
 def _finite(values: torch.Tensor) -> tuple[torch.Tensor, int, int, tuple[float, float]]:
@@ -309,29 +334,27 @@ def histogram_edges(lo: float, hi: float) -> tuple[float, float]:
     return (lo - 0.5, hi + 0.5) if lo == hi else (lo, hi)
 
 
-def _finite_chunks(t: torch.Tensor, per: int, release: Release | None,
+def _finite_chunks(t: torch.Tensor, per: int, filter_nonfinite: bool,
                    cancel: CancelToken | None) -> Iterator[torch.Tensor]:
     for chunk in logical_chunks(t, per):
         check(cancel)
-        yield _finite(_value_domain(chunk)[0])[0]
-        _release_chunk(t, chunk, release)
+        values = _value_domain(chunk)[0]
+        yield _finite(values)[0] if filter_nonfinite else values
 
 
 def _histogram(finite_chunks: Iterable[torch.Tensor], lo: float, hi: float) -> dict:
     first, last = histogram_edges(lo, hi)
     scale = HIST_BINS / (last - first)
-    counts = torch.zeros(HIST_BINS, dtype=torch.int64)
+    counts = torch.zeros(HIST_BINS + 1, dtype=torch.int64)
     for finite in finite_chunks:
         if finite.numel():
-            # Scale, clamp and truncate to a bin index; the top edge joins the last bin.
-            index = torch.sub(finite, first).mul_(scale).clamp_(0, HIST_BINS - 1).to(torch.uint8)
-            counts += torch.bincount(index, minlength=HIST_BINS)
-    return {"bins": HIST_BINS, "lo": first, "hi": last, "counts": counts.tolist()}
-
-
-def _release_chunk(t: torch.Tensor, chunk: torch.Tensor, release: Release | None) -> None:
-    if release is not None and chunk.untyped_storage().data_ptr() == _storage_ptr(t):
-        release(chunk.data_ptr(), chunk.numel() * chunk.element_size())
+            # (x - first) is exact for the low-precision dtypes whose values sit on bin edges;
+            # truncation gives the bin; the top edge (64) joins the last bin, as in NumPy.
+            scaled = torch.sub(finite, first, out=_scratch(finite)).mul_(scale)
+            index = _scratch(scaled, torch.uint8).copy_(scaled)
+            counts += torch.bincount(index, minlength=HIST_BINS + 1)[: HIST_BINS + 1]
+    counts[HIST_BINS - 1] += counts[HIST_BINS]
+    return {"bins": HIST_BINS, "lo": first, "hi": last, "counts": counts[:HIST_BINS].tolist()}
 
 
 def describe_tensors(
@@ -341,10 +364,14 @@ def describe_tensors(
     cancel: CancelToken | None = None,
     threads: int = 2,
 ) -> list[dict]:
-    """Full records for every tensor; each is emitted as soon as it is complete."""
+    """Full records for every tensor; each is emitted as soon as it is complete.
+
+    The digest and the statistics of a tensor run as two tasks on a pool of `threads`; once
+    both are done its pages are released (when a `release` is given), so RSS stays bounded by
+    the tensors in flight rather than the checkpoint.
+    """
     shared = storage_groups(items)
     records = [layout_record(k, t) for k, t in items]
-    lock = threading.Lock()
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stats") as pool:
         jobs = {}
         remaining = {}
@@ -354,8 +381,8 @@ def describe_tensors(
             if not is_dense(t) or "meta" in rec["flags"]:
                 emit({"type": "tensor", **rec})
                 continue
-            jobs[pool.submit(tensor_digest, t, release, cancel)] = (i, "digest")
-            jobs[pool.submit(_safe_stats, t, release, cancel)] = (i, "stats")
+            jobs[pool.submit(tensor_digest, t, None, cancel)] = (i, "digest")
+            jobs[pool.submit(_safe_stats, t, cancel)] = (i, "stats")
             remaining[i] = 2
         try:
             pending = set(jobs)
@@ -364,14 +391,14 @@ def describe_tensors(
                 for fut in done:
                     i, part = jobs[fut]
                     value = fut.result()
-                    with lock:
-                        if part == "digest":
-                            records[i]["digest"] = value
-                        else:
-                            records[i].update(value)
-                        remaining[i] -= 1
-                        if remaining[i] == 0:
-                            emit({"type": "tensor", **records[i]})
+                    if part == "digest":
+                        records[i]["digest"] = value
+                    else:
+                        records[i].update(value)
+                    remaining[i] -= 1
+                    if remaining[i] == 0:
+                        _release_tensor(items[i][1], release)
+                        emit({"type": "tensor", **records[i]})
         except BaseException:
             for fut in jobs:
                 fut.cancel()
@@ -379,9 +406,15 @@ def describe_tensors(
     return records
 
 
-def _safe_stats(t: torch.Tensor, release: Release | None, cancel: CancelToken | None) -> dict:
+def _release_tensor(t: torch.Tensor, release: Release | None) -> None:
+    if release is not None:
+        storage = t.untyped_storage()
+        release(storage.data_ptr(), storage.nbytes())
+
+
+def _safe_stats(t: torch.Tensor, cancel: CancelToken | None) -> dict:
     """Statistics, or a note saying why this dtype has none (the digest still covers it)."""
     try:
-        return tensor_stats(t, release, cancel)
+        return tensor_stats(t, cancel)
     except (TypeError, RuntimeError, NotImplementedError) as exc:
         return {"stats_on": None, "note": f"no statistics: {exc}"}

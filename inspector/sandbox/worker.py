@@ -7,7 +7,7 @@ Protocol. The client writes one JSON request on stdin and closes it. The worker 
     {"type": "progress", "stage": str, "done": int, "total": int}
     {"type": "tensor", "key": ..., "dtype": ..., ...}       one per tensor, as soon as ready
     {"type": "object", "key": ..., "python_type": ..., "repr": ...}   one per non-tensor leaf
-    {"type": "result", ...}                       the operation's return value (last line)
+    {"type": "result", ..., "peak_rss_kb": int}   the operation's return value (last line)
     {"type": "error", "code": str, "message": str, "globals": [...]}   instead of a result
 
 Request keys read here: `op` (a name in OPS), `path` and/or `paths` (inputs the jail lets the
@@ -105,6 +105,14 @@ class _Refused(Exception):
         self.message = message
 
 
+def _peak_rss_kb() -> int | None:
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def main() -> int:
     """Read the request, jail, run the operation, report."""
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
@@ -121,7 +129,7 @@ def main() -> int:
         cancel = CancelToken()
         signal.signal(signal.SIGTERM, lambda *_: cancel.cancel())
         result = _resolve(request["op"])(request, emit, cancel)
-        emit({"type": "result", **result})
+        emit({"type": "result", **result, "peak_rss_kb": _peak_rss_kb()})
         return 0
     except Cancelled:
         emit({"type": "error", "code": "cancelled", "message": "cancelled"})
