@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 from PySide6.QtCore import QCoreApplication, QSettings, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
 from PySide6.QtWidgets import QApplication
@@ -29,8 +31,9 @@ def create_application(argv: list[str]) -> QApplication:
     return app
 
 
+@cache
 def settings() -> QSettings:
-    """The app's persistent settings (geometry, recent files, options)."""
+    """The app's persistent settings (geometry, recent files, options), read once per process."""
     return QSettings(ORGANIZATION, APPLICATION)
 
 

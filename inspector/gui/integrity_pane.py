@@ -6,7 +6,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, Qt
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 
 from inspector.core.progress import CancelToken
 from inspector.gui import app as appmod
+from inspector.gui import roles
 from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, Job, JobRunner
 from inspector.gui.pipeline import Pipeline
@@ -59,27 +60,25 @@ class ResultsModel(QAbstractTableModel):
     def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(RESULT_COLUMNS)
 
-    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+    def headerData(self, section, orientation, role=roles.DISPLAY):
+        if orientation == roles.HORIZONTAL and role == roles.DISPLAY:
             return RESULT_COLUMNS[section]
         return None
 
-    def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
-        if not index.isValid():
-            return None
+    def data(self, index: QModelIndex, role: int = roles.DISPLAY):
         row = self.rows[index.row()]
         status = row[2]
-        if role == Qt.ItemDataRole.DisplayRole:
+        if role == roles.DISPLAY:
             if index.column() == 2:
                 style = status_style(status)
                 return f"{style.glyph} {style.word}"
             value = row[index.column()]
             return value[:16] + "…" if index.column() in (3, 4) and len(value) > 17 else value
-        if role == Qt.ItemDataRole.ToolTipRole:
+        if role == roles.TOOLTIP:
             return row[index.column()] or None
-        if role == Qt.ItemDataRole.BackgroundRole:
+        if role == roles.BACKGROUND:
             return tint(status_style(status).colour, 40 if status in GOOD else 80)
-        if role == Qt.ItemDataRole.UserRole:
+        if role == roles.USER:
             return status
         return None
 

@@ -9,9 +9,6 @@ deliveries instead of 100,000.
 from __future__ import annotations
 
 import collections
-import contextlib
-import os
-import sys
 import threading
 import traceback
 from collections.abc import Callable
@@ -104,27 +101,12 @@ def user_message(exc: BaseException) -> str:
     return text
 
 
-BACKGROUND_NICE = 10
-"""Niceness of pool threads; threads and worker processes they start inherit it on Linux."""
-
-
-def _lower_thread_priority() -> None:
-    """Let the UI thread win the CPU over background work (and the sandbox it spawns)."""
-    if sys.platform.startswith("linux"):
-        tid = threading.get_native_id()
-        with contextlib.suppress(OSError):
-            current = os.getpriority(os.PRIO_PROCESS, tid)
-            if current < BACKGROUND_NICE:
-                os.setpriority(os.PRIO_PROCESS, tid, BACKGROUND_NICE)
-
-
 class _Runnable(QRunnable):
     def __init__(self, job: Job) -> None:
         super().__init__()
         self._job = job
 
     def run(self) -> None:
-        _lower_thread_priority()
         self._job._run()
 
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, Qt, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
-    QApplication,
     QFileDialog,
     QLabel,
     QListWidget,
@@ -37,6 +36,7 @@ FILE_FILTER = (
     "Checkpoints (*.pt *.pth *.bin *.ckpt *.safetensors *.pkl *.pickle *.npy *.npz *.tar);;"
     "All files (*)"
 )
+PROGRESS_MS = 200
 DROP_OWNER = "ownsFileDrops"
 """Widgets with this property set handle their own file drops (e.g. the manifest zone)."""
 
@@ -49,7 +49,7 @@ def local_paths(mime) -> list[str]:
 
 
 class _DropFilter(QObject):
-    """Lets a file dropped on any widget of the window open it, whatever the widget is."""
+    """Lets a file dropped on a widget that takes drops itself (a text box) open it instead."""
 
     def __init__(self, window: MainWindow) -> None:
         super().__init__(window)
@@ -57,17 +57,16 @@ class _DropFilter(QObject):
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:
         kind = event.type()
-        if kind not in (QEvent.Type.DragEnter, QEvent.Type.DragMove, QEvent.Type.Drop):
-            return False
-        if not isinstance(obj, QWidget) or obj.window() is not self.window:
-            return False
-        if _owned_by_drop_zone(obj) or not local_paths(event.mimeData()):
+        if kind not in DRAG_EVENTS or not local_paths(event.mimeData()):
             return False
         event.setDropAction(Qt.DropAction.CopyAction)
         event.accept()
         if kind == QEvent.Type.Drop:
             self.window.open_paths(local_paths(event.mimeData()))
         return True
+
+
+DRAG_EVENTS = (QEvent.Type.DragEnter, QEvent.Type.DragMove, QEvent.Type.Drop)
 
 
 def _owned_by_drop_zone(widget: QWidget | None) -> bool:
@@ -130,9 +129,20 @@ class MainWindow(QMainWindow):
         self.pipeline.progress.connect(self._show_progress)
         self.pipeline.job_started.connect(self._job_started)
         self.runner.busy_changed.connect(self._set_busy)
-        QApplication.instance().installEventFilter(_DropFilter(self))
+        self._drop_filter = _DropFilter(self)
+        self.route_drops()
         self._restore_settings()
         self._update_actions()
+
+    def route_drops(self) -> None:
+        """Make file drops open files wherever they land, even on widgets that take drops.
+
+        Widgets that do not take drops pass them up to the window by themselves; only the
+        ones that do (text boxes, text views) get a filter. Call again after adding panes.
+        """
+        for widget in self.findChildren(QWidget):
+            if widget.acceptDrops() and not _owned_by_drop_zone(widget):
+                widget.installEventFilter(self._drop_filter)
 
     # --- building ----------------------------------------------------------------------
 
@@ -152,6 +162,11 @@ class MainWindow(QMainWindow):
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.setToolTip("Stop the running job and its sandbox worker (Esc)")
         self.cancel_button.clicked.connect(self.cancel_jobs)
+        self._progress_state = ("", 0, 0)
+        self._progress_timer = QTimer(self)
+        self._progress_timer.setSingleShot(True)
+        self._progress_timer.setInterval(PROGRESS_MS)
+        self._progress_timer.timeout.connect(self._apply_progress)
         bar.addWidget(self.stage_label, 1)
         bar.addPermanentWidget(self.progress)
         bar.addPermanentWidget(self.cancel_button)
@@ -387,6 +402,14 @@ class MainWindow(QMainWindow):
             f"{j.name}: {msg}", 10000))
 
     def _show_progress(self, stage: str, done: int, total: int) -> None:
+        # QProgressBar.setValue repaints the whole window synchronously; apply the latest
+        # state a few times a second instead of on every event.
+        self._progress_state = (stage, done, total)
+        if not self._progress_timer.isActive():
+            self._progress_timer.start()
+
+    def _apply_progress(self) -> None:
+        stage, done, total = self._progress_state
         self.stage_label.setText(stage)
         if total > 0:
             self.progress.setRange(0, 1000)

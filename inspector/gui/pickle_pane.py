@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.core.progress import CancelToken
+from inspector.gui import roles
 from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, Job, JobRunner
 from inspector.gui.verdict_style import tint, verdict_style
@@ -85,23 +86,21 @@ class OpcodeModel(QAbstractTableModel):
     def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else 3
 
-    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+    def headerData(self, section, orientation, role=roles.DISPLAY):
+        if orientation == roles.HORIZONTAL and role == roles.DISPLAY:
             return self.HEADERS[section]
         return None
 
-    def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
-        if not index.isValid():
-            return None
+    def data(self, index: QModelIndex, role: int = roles.DISPLAY):
         row = self.rows[index.row()]
-        if role == Qt.ItemDataRole.DisplayRole:
+        if role == roles.DISPLAY:
             return (str(row.offset), row.opcode, row.arg)[index.column()]
-        if role == Qt.ItemDataRole.FontRole:
+        if role == roles.FONT:
             return self.mono
-        if role == Qt.ItemDataRole.BackgroundRole and row.severity in ("dangerous", "suspicious"):
+        if role == roles.BACKGROUND and row.severity in ("dangerous", "suspicious"):
             return tint(verdict_style(row.severity).colour, 90)
-        if role == Qt.ItemDataRole.ToolTipRole and row.severity:
-            return f"imports {row.imports} ({row.severity})"
+        if role == roles.TOOLTIP and row.severity:
+            return f"{row.severity}: imports {row.imports}" if row.imports else row.severity
         return None
 
     def find(self, text: str, start: int) -> int:

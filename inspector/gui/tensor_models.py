@@ -17,11 +17,10 @@ from typing import Any
 from PySide6.QtCore import QAbstractItemModel, QAbstractTableModel, QModelIndex, QObject, Qt
 from PySide6.QtGui import QFont
 
+from inspector.gui import roles
 from inspector.gui.verdict_style import tint
 
 Row = dict[str, Any]
-ROLE_ROW = Qt.ItemDataRole.UserRole + 1
-"""Data role that returns the tensor's row dict (None for prefix nodes)."""
 
 BAD_COLOUR = "#c5221f"
 
@@ -174,6 +173,10 @@ class Summary:
         )
 
 
+SERVED_ROLES = frozenset(
+    {roles.DISPLAY, roles.BACKGROUND, roles.ALIGNMENT, roles.TOOLTIP, roles.FONT, roles.ROW})
+
+
 class TensorTableModel(QAbstractTableModel):
     """Flat table of tensors with in-model filtering and sorting."""
 
@@ -185,6 +188,7 @@ class TensorTableModel(QAbstractTableModel):
         self._sort: tuple[int, Qt.SortOrder] | None = None
         self.mono = QFont("monospace")
         self.mono.setStyleHint(QFont.StyleHint.Monospace)
+        self.bad_brush = tint(BAD_COLOUR, 70)
 
     # Qt model API
     def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
@@ -193,35 +197,35 @@ class TensorTableModel(QAbstractTableModel):
     def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
         return 0 if parent.isValid() else len(COLUMNS)
 
-    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
-        if orientation == Qt.Orientation.Horizontal:
-            if role == Qt.ItemDataRole.DisplayRole:
+    def headerData(self, section, orientation, role=roles.DISPLAY):
+        if orientation == roles.HORIZONTAL:
+            if role == roles.DISPLAY:
                 return COLUMNS[section].title
-            if role == Qt.ItemDataRole.ToolTipRole and COLUMNS[section].tip:
+            if role == roles.TOOLTIP and COLUMNS[section].tip:
                 return COLUMNS[section].tip
         return None
 
-    def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
-        if not index.isValid():
+    def data(self, index: QModelIndex, role: int = roles.DISPLAY):
+        if role not in SERVED_ROLES:  # most of the roles a view asks for, answered fast
             return None
-        row = self.rows[self.view[index.row()]]
-        column = COLUMNS[index.column()]
-        if role == Qt.ItemDataRole.DisplayRole:
+        return self._value(self.rows[self.view[index.row()]], COLUMNS[index.column()], role)
+
+    def _value(self, row: Row, column: Column, role: int):
+        if role == roles.DISPLAY:
             return cell_text(row, column)
-        if role == Qt.ItemDataRole.BackgroundRole and has_bad_values(row):
-            return tint(BAD_COLOUR, 70)
-        if role == Qt.ItemDataRole.TextAlignmentRole and column.numeric:
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        if role == Qt.ItemDataRole.ToolTipRole:
-            if column.field == "digest":
-                return row.get("digest")
-            if column.field == "key":
-                return row.get("key")
+        if role == roles.BACKGROUND:
+            return self.bad_brush if has_bad_values(row) else None
+        if role == roles.ALIGNMENT:
+            return roles.RIGHT if column.numeric else None
+        if role == roles.TOOLTIP:
+            if column.field in ("digest", "key"):
+                return row.get(column.field)
             if has_bad_values(row):
                 return f"{row.get('nan', 0)} NaN, {row.get('inf', 0)} Inf"
-        if role == Qt.ItemDataRole.FontRole and column.field == "digest":
-            return self.mono
-        if role == ROLE_ROW:
+            return None
+        if role == roles.FONT:
+            return self.mono if column.field == "digest" else None
+        if role == roles.ROW:
             return row
         return None
 
@@ -370,18 +374,16 @@ class TensorTreeModel(QAbstractItemModel):
     def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
         return len(TREE_COLUMNS)
 
-    def headerData(self, section, orientation, role=Qt.ItemDataRole.DisplayRole):
-        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+    def headerData(self, section, orientation, role=roles.DISPLAY):
+        if orientation == roles.HORIZONTAL and role == roles.DISPLAY:
             return TREE_COLUMNS[section]
         return None
 
-    def data(self, index: QModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
-        if not index.isValid():
-            return None
+    def data(self, index: QModelIndex, role: int = roles.DISPLAY):
         node: _Node = index.internalPointer()
         row = node.row
         col = index.column()
-        if role == Qt.ItemDataRole.DisplayRole:
+        if role == roles.DISPLAY:
             return (
                 node.name,
                 f"{node.count:,}",
@@ -390,10 +392,10 @@ class TensorTreeModel(QAbstractItemModel):
                 str(row.get("dtype")) if row else "",
                 shape_text(row.get("shape")) if row else "",
             )[col]
-        if role == Qt.ItemDataRole.BackgroundRole and row is not None and has_bad_values(row):
+        if role == roles.BACKGROUND and row is not None and has_bad_values(row):
             return tint(BAD_COLOUR, 70)
-        if role == Qt.ItemDataRole.TextAlignmentRole and col in (1, 2, 3):
-            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        if role == ROLE_ROW:
+        if role == roles.ALIGNMENT and col in (1, 2, 3):
+            return roles.RIGHT
+        if role == roles.ROW:
             return row
         return None

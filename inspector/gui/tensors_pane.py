@@ -31,10 +31,10 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.gui import app as appmod
+from inspector.gui import roles
 from inspector.gui.document import FileDocument
 from inspector.gui.tensor_models import (
     COLUMNS,
-    ROLE_ROW,
     Row,
     Summary,
     TensorTableModel,
@@ -270,10 +270,10 @@ class TensorsPane(QWidget):
         return True
 
     def _table_current(self, current: QModelIndex, _previous: QModelIndex) -> None:
-        self._show_detail(current.data(ROLE_ROW) if current.isValid() else None)
+        self._show_detail(current.data(roles.ROW) if current.isValid() else None)
 
     def _tree_current(self, current: QModelIndex, _previous: QModelIndex) -> None:
-        self._show_detail(current.data(ROLE_ROW) if current.isValid() else None)
+        self._show_detail(current.data(roles.ROW) if current.isValid() else None)
 
     # --- detail ------------------------------------------------------------------------
 

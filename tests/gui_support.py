@@ -1,0 +1,116 @@
+"""Helpers for the GUI tests: checkpoints built in a subprocess, real drop events, waits.
+
+The GUI process must never import torch, so the test process does not either: every
+checkpoint that needs torch is written by a child Python that also records the expected
+statistics as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QApplication, QWidget
+
+TESTS = Path(__file__).resolve().parent
+LOAD_TIMEOUT_MS = 120_000  # a cold worker start (torch import) on a loaded 2-core machine
+
+_BUILD = r"""
+import argparse, json, sys
+from pathlib import Path
+import torch
+sys.path.insert(0, sys.argv[1])
+import factories
+
+out = Path(sys.argv[2])
+what = sys.argv[3]
+expected = {}
+
+def record(name, state):
+    expected[name] = {
+        k: {"dtype": str(v.dtype).removeprefix("torch."), "shape": list(v.shape),
+            "numel": v.numel(), "min": v.float().nan_to_num(posinf=0, neginf=0).min().item(),
+            "max": v.float().nan_to_num(posinf=0, neginf=0).max().item(),
+            "nan": int(v.isnan().sum()), "inf": int(v.isinf().sum())}
+        for k, v in state.items()
+    }
+
+if what == "small":
+    state = factories.small_state_dict()
+    factories.save_state_dict(out / "benign.pt", state)
+    record("benign.pt", state)
+    bad = {"ok.weight": torch.ones(3, 3),
+           "bad.weight": torch.tensor([1.0, float("nan"), float("inf"), -2.0])}
+    torch.save(bad, out / "with_nan.pt")
+    record("with_nan.pt", bad)
+    torch.save({"model": state, "args": argparse.Namespace(lr=0.1, epochs=3)},
+               out / "suspicious.pt")
+    wide = {f"blocks.{i}.layer{j}.weight": torch.full((2,), float(i * 10 + j))
+            for i in range(40) for j in range(5)}
+    torch.save(wide, out / "wide.pt")
+    record("wide.pt", wide)
+elif what == "big":
+    mb = int(sys.argv[4])
+    g = torch.Generator().manual_seed(1)
+    n = 1 << 20  # one million float32 = 4 MiB per tensor
+    state = {f"layers.{i}.weight": torch.randn(n, generator=g) for i in range(mb // 4)}
+    torch.save(state, out / "big.pt")
+(out / f"expected-{what}.json").write_text(json.dumps(expected))
+"""
+
+
+def build(folder: Path, what: str, *extra: str) -> dict:
+    """Write the `what` set of checkpoints into `folder`; returns the expected statistics."""
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-c", _BUILD, str(TESTS), str(folder), what, *extra],
+                   check=True, timeout=600)
+    return json.loads((folder / f"expected-{what}.json").read_text())
+
+
+def drop_files(target: QWidget, paths: list[Path]) -> bool:
+    """Deliver a real drag-enter and drop of file URLs to `target`; True if the drop was taken."""
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    centre = QPointF(target.rect().center())
+    enter = QDragEnterEvent(centre, Qt.DropAction.CopyAction, mime,
+                            Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(target, enter)
+    if not enter.isAccepted():
+        return False
+    drop = QDropEvent(centre, Qt.DropAction.CopyAction, mime,
+                      Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
+    QApplication.sendEvent(target, drop)
+    return drop.isAccepted()
+
+
+def worker_pids() -> list[int]:
+    """Sandbox workers that are children of this test process."""
+    me = os.getpid()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == me and b"inspector.sandbox.worker" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def wait_loaded(qtbot, doc, states: tuple[str, ...] = ("loaded",)) -> None:
+    """Wait until the document's pipeline settles in one of `states` (fail fast otherwise)."""
+    final = {"loaded", "load_failed", "blocked", "declined", "cancelled", "error",
+             "needs_decision"}
+    qtbot.waitUntil(lambda: doc.state in final and (doc.sha256 is not None
+                                                      or doc.state == "needs_decision"),
+                    timeout=LOAD_TIMEOUT_MS)
+    assert doc.state in states, f"{doc.name}: {doc.state} {doc.message}"

@@ -1,0 +1,245 @@
+"""The real main window, driven offscreen: drops, verdicts, the jailed load, cancel, timing."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import time
+from pathlib import Path
+
+import factories
+import pytest
+from gui_support import LOAD_TIMEOUT_MS, build, drop_files, wait_loaded, worker_pids
+from PySide6.QtCore import QElapsedTimer, QSettings, QTimer
+
+from inspector.gui import roles
+from inspector.gui.app import create_application
+from inspector.gui.main_window import MainWindow
+from inspector.gui.tensor_models import COLUMNS
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> tuple[Path, dict]:
+    """Benign, NaN, suspicious and many-prefix checkpoints, with their expected statistics."""
+    folder = tmp_path_factory.mktemp("gui-small")
+    return folder, build(folder, "small")
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, monkeypatch) -> MainWindow:
+    """A shown main window with its own settings and cache folders."""
+    QSettings.setPath(QSettings.Format.NativeFormat, QSettings.Scope.UserScope,
+                      str(tmp_path / "settings"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    create_application([])
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.resize(1280, 820)
+    w.show()
+    qtbot.waitExposed(w)
+    return w
+
+
+@pytest.fixture
+def worker_requests(monkeypatch) -> list[dict]:
+    """Every request sent to a sandbox worker during the test."""
+    from inspector.sandbox import client
+
+    seen: list[dict] = []
+    real = client.run_job
+
+    def spy(request, *args, **kwargs):
+        seen.append(request)
+        return real(request, *args, **kwargs)
+
+    monkeypatch.setattr(client, "run_job", spy)
+    return seen
+
+
+def cell(window: MainWindow, row: int, field: str) -> str:
+    column = next(i for i, c in enumerate(COLUMNS) if c.field == field)
+    return window.tensors.model.index(row, column).data()
+
+
+def test_empty_state_invites_a_drop(window):
+    assert window.stack.currentWidget() is window.empty
+    assert "Drop a .pt / .pth / .bin / .ckpt / .safetensors file or a folder of shards" in (
+        window.empty.findChildren(type(window.stage_label))[1].text())
+    assert window.empty.open_button.isVisible() and window.empty.sample_button.isVisible()
+    assert not window.act_convert.isEnabled()
+
+
+def test_drop_benign_fills_the_tensor_table(window, qtbot, small, worker_requests):
+    folder, expected = small
+    path = folder / "benign.pt"
+    assert drop_files(window.empty, [path])
+    doc = window.current
+    assert doc is not None and doc.path == path.resolve()
+    wait_loaded(qtbot, doc)
+    want = expected["benign.pt"]
+    qtbot.waitUntil(lambda: window.tensors.model.rowCount() == len(want), timeout=5000)
+    rows = {window.tensors.model.index(r, 0).data(roles.ROW)["key"]: r for r in range(len(want))}
+    for key, stats in want.items():
+        row = window.tensors.model.row_at(rows[key])
+        assert row["dtype"] == stats["dtype"] and row["shape"] == stats["shape"]
+        assert row["numel"] == stats["numel"]
+        assert row["min"] == pytest.approx(stats["min"], abs=1e-6)
+        assert row["max"] == pytest.approx(stats["max"], abs=1e-6)
+        assert cell(window, rows[key], "numel") == f"{stats['numel']:,}"
+    assert doc.sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert window.overview.fields["sha256"].text() == doc.sha256
+    assert window.overview.banner.title.text().startswith("Safe")
+    assert doc.sandbox and doc.sandbox["level"] in ("full", "partial", "process-only")
+    assert [r["path"] for r in worker_requests] == [str(path.resolve())]
+    assert "7 tensors" not in window.tensors.summary_label.text()
+    assert f"{len(want)} tensors" in window.tensors.summary_label.text()
+    # The GUI process never deserialises: torch was never imported here.
+    assert "torch" not in sys.modules
+
+
+def test_drop_malicious_is_dangerous_and_never_reaches_a_worker(
+        window, qtbot, tmp_path, canary, worker_requests):
+    payload = factories.mal_os_system(tmp_path / "model.bin", canary)
+    sample = window.open_samples()
+    assert drop_files(window.tabs, [payload])
+    docs = [d for d in window.docs if d.verdict != "safe" or d.path == payload]
+    qtbot.waitUntil(lambda: all(d.state in ("blocked", "loaded") and d.sha256 for d in
+                                window.docs), timeout=LOAD_TIMEOUT_MS)
+    dangerous = [d for d in window.docs if d.verdict == "dangerous"]
+    assert {d.path for d in dangerous} == {payload.resolve(), sample[1].path}
+    for doc in dangerous:
+        window.file_list.setCurrentRow(window.docs.index(doc))
+        assert window.overview.banner.title.text().startswith("Dangerous")
+        assert "not started" in window.overview.fields["sandbox"].text()
+        assert window.tensors.model.rowCount() == 0
+        assert not doc.worker_started and doc.sandbox is None
+        assert doc.state == "blocked"
+        assert doc.sha256 == hashlib.sha256(doc.path.read_bytes()).hexdigest()
+    assert "os.system" in window.docs[-1].scan["globals"][0]["module"] + "." + \
+        window.docs[-1].scan["globals"][0]["name"] or docs
+    # Only the benign sample ever reached a worker; the demo's marker was never written.
+    assert [r["path"] for r in worker_requests] == [str(sample[0].path)]
+    assert not (sample[0].path.parent / "MALICIOUS_DEMO_PAYLOAD_RAN").exists()
+    assert not window.act_convert.isEnabled()
+
+
+def test_suspicious_file_asks_and_allows_exactly_its_globals(
+        window, qtbot, small, worker_requests):
+    folder, _ = small
+    (doc,) = window.open_paths([folder / "suspicious.pt"])
+    wait_loaded(qtbot, doc, ("needs_decision",))
+    assert window.overview.decision.isVisible()
+    assert "argparse.Namespace" in window.overview.decision_text.text()
+    assert worker_requests == []
+    window.overview.allow_button.click()
+    wait_loaded(qtbot, doc)
+    assert [r["allow_globals"] for r in worker_requests] == [["argparse.Namespace"]]
+    assert any(o["key"].startswith("args") for o in doc.objects)
+    assert window.tensors.model.rowCount() == 4
+
+
+def test_nan_rows_are_highlighted_and_filter_sort_tree_work(window, qtbot, small):
+    folder, _ = small
+    (doc,) = window.open_paths([folder / "with_nan.pt"])
+    wait_loaded(qtbot, doc)
+    model = window.tensors.model
+    qtbot.waitUntil(lambda: model.rowCount() == 2, timeout=5000)
+    bad = model.view_row_of("bad.weight")
+    ok = model.view_row_of("ok.weight")
+    assert model.index(bad, 0).data(8) is not None  # BackgroundRole: highlighted
+    assert model.index(ok, 0).data(8) is None
+    assert cell(window, bad, "nan") == "1" and cell(window, bad, "inf") == "1"
+    assert "1 with NaN/Inf" in window.tensors.summary_label.text()
+    window.tensors.filter.setText("bad")
+    assert model.rowCount() == 1
+    window.tensors.filter.setText("")
+    assert window.tensors.select_key("bad.weight")
+    stats = {window.tensors.stats.item(i, 0).text(): window.tensors.stats.item(i, 1).text()
+             for i in range(window.tensors.stats.rowCount())}
+    assert stats["NaN"] == "1" and stats["Inf"] == "1" and stats["Max"] == "1"
+    csv_text = window.tensors.copy_csv()
+    assert csv_text.splitlines()[0].startswith("key,dtype,shape")
+    assert "bad.weight,float32,4," in csv_text
+
+
+def test_tree_view_groups_by_dotted_prefix(window, qtbot, small):
+    folder, expected = small
+    (doc,) = window.open_paths([folder / "wide.pt"])
+    wait_loaded(qtbot, doc)
+    window.tensors.tree_button.click()
+    tree = window.tensors.tree_model
+    qtbot.waitUntil(lambda: tree.rowCount() == 1, timeout=5000)
+    blocks = tree.index(0, 0)
+    assert blocks.data() == "blocks" and tree.rowCount(blocks) == 40
+    assert tree.index(0, 1).data() == "200"  # tensors under the prefix
+    seven = tree.index(7, 0, blocks)
+    assert seven.data() == "7" and tree.rowCount(seven) == 5
+    layer2 = tree.index(2, 0, seven)
+    assert layer2.data() == "layer2" and layer2.data(roles.ROW) is None
+    leaf = tree.index(0, 0, layer2)
+    assert leaf.data(roles.ROW)["key"] == "blocks.7.layer2.weight"
+    assert leaf.data(roles.ROW)["max"] == expected["wide.pt"]["blocks.7.layer2.weight"]["max"]
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory) -> Path:
+    """A 256 MiB checkpoint of 64 four-MiB tensors."""
+    folder = tmp_path_factory.mktemp("gui-big")
+    build(folder, "big", "256")
+    return folder / "big.pt"
+
+
+def test_cancel_stops_the_worker(window, qtbot, big):
+    (doc,) = window.open_paths([big])
+    qtbot.waitUntil(lambda: doc.worker_started and bool(worker_pids()), timeout=LOAD_TIMEOUT_MS)
+    assert window.cancel_button.isVisible()
+    window.cancel_button.click()
+    qtbot.waitUntil(lambda: doc.state == "cancelled", timeout=30_000)
+    qtbot.waitUntil(lambda: not worker_pids(), timeout=10_000)
+    qtbot.waitUntil(lambda: not window.cancel_button.isVisible(), timeout=10_000)
+    assert len(doc.tensors) < 64
+
+
+def test_ui_thread_never_waits_over_100ms_while_a_big_file_loads(window, qtbot, big):
+    """A 10 ms UI timer keeps ticking while 256 MiB are scanned, hashed and loaded.
+
+    Two measures per gap between ticks: wall time, and the CPU time the UI thread itself
+    spent in it (what this app's code costs). The CPU bound holds on any machine. The wall
+    bound is the user-visible one; it is asserted unless other programs keep the machine
+    overloaded (load average above the number of cores), where the kernel, not the app,
+    decides how long a runnable thread waits — then the figures are printed instead.
+    """
+    clock = QElapsedTimer()
+    gaps: list[tuple[float, float]] = []  # (wall s, UI-thread CPU s)
+    cpu = [time.thread_time()]
+
+    def tick() -> None:
+        now = time.thread_time()
+        gaps.append((clock.restart() / 1000, now - cpu[0]))
+        cpu[0] = now
+
+    timer = QTimer()
+    timer.setInterval(TICK_MS)
+    timer.timeout.connect(tick)
+    load_before = os.getloadavg()[0]
+    clock.start()
+    timer.start()
+    (doc,) = window.open_paths([big])
+    window.tabs.setCurrentWidget(window.tensors)
+    wait_loaded(qtbot, doc)
+    timer.stop()
+    load = max(load_before, os.getloadavg()[0])
+    assert len(doc.tensors) == 64 and doc.sha256
+    assert len(gaps) > 50, "the timer barely ran"
+    worst_wall = max(w for w, _ in gaps)
+    worst_cpu = max(c for _, c in gaps)
+    print(f"\n{len(gaps)} ticks; worst wait {worst_wall * 1000:.0f} ms, worst UI-thread work "
+          f"{worst_cpu * 1000:.0f} ms; load average {load:.1f} on {os.cpu_count()} cores")
+    assert worst_cpu <= BOUND_S, f"the UI thread worked {worst_cpu * 1000:.0f} ms without a break"
+    if load <= (os.cpu_count() or 1):
+        assert worst_wall <= BOUND_S + TICK_MS / 1000, f"UI waited {worst_wall * 1000:.0f} ms"
+
+
+TICK_MS = 10
+BOUND_S = 0.100
