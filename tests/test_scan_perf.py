@@ -14,13 +14,14 @@ def test_5000_tensor_checkpoint_under_100ms(tmp_path):
     first = scan_file(path)
     assert (first.verdict, first.weights_only_ok) == ("safe", True)
     assert first.pickles[0]["opcodes"] > 150_000
-    # CPU time of this process, best of five: other jobs on a shared CI box inflate wall time
-    best = min(_cpu(lambda: scan_file(path)) for _ in range(5))
+    # CPU time of this thread, best of seven: other jobs on a shared CI box inflate wall time,
+    # and torch's idle worker threads (it just saved the file) would inflate process time
+    best = min(_cpu(lambda: scan_file(path)) for _ in range(7))
     print(f"\n5,000-tensor scan: {best * 1000:.1f} ms CPU")
     assert best < 0.100
 
 
 def _cpu(fn) -> float:
-    t0 = time.process_time()
+    t0 = time.thread_time()
     fn()
-    return time.process_time() - t0
+    return time.thread_time() - t0

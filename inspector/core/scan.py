@@ -346,8 +346,9 @@ def _scan_member_npy(ctx: _Scan, data: bytes, name: str) -> None:
 def _check_records(ctx: _Scan, storages: list, by_name: dict, prefix: str, kind: str) -> None:
     """Storage references against the archive's records: absent, unreferenced, too small."""
     seen: set[str] = set()
+    data_prefix = f"{prefix}/data/"
     for s in storages:
-        name = f"{prefix}/data/{s.key}"
+        name = data_prefix + s.key
         if name in seen:
             continue
         seen.add(name)
@@ -371,7 +372,6 @@ def _check_records(ctx: _Scan, storages: list, by_name: dict, prefix: str, kind:
                      f"record holds {record.size} bytes, storage {s.key!r} uses {declared} "
                      "(extra bytes hidden after the tensor)", name, s.offset)
     if kind in ("pytorch-zip", "torchscript"):
-        data_prefix = f"{prefix}/data/"
         for name in by_name:
             if name.startswith(data_prefix) and name not in seen:
                 ctx.find(SUSPICIOUS, "zip-unreferenced-record",

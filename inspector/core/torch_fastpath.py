@@ -148,32 +148,24 @@ def match_unit(data, pos: int, memo: dict, allowed: frozenset[str], globals_type
     stride, n_stride = _TUPLE_OF[stride_raw]
     hooks, result = _shared(objs, obj_type, od), _shared(objs, obj_type, func)
     # Validated: now store into the memo in opcode order, as the generic walker would.
-    puts = 0
     if k_skey is not None:
         memo[k_skey] = skey
-        puts += 1
     if k_loc is not None:
         memo[k_loc] = location
-        puts += 1
     if k_pid is not None:
         memo[k_pid] = ("storage", stype, skey, location, numel)
-        puts += 1
     if k_size is not None:
         memo[k_size] = size
-        puts += 1
     if k_stride is not None:
         memo[k_stride] = stride
-        puts += 1
     if p_od:
         memo[_KEY[p_od]] = hooks
-        puts += 1
     if p_args:
         memo[_KEY[p_args]] = (_shared(objs, obj_type, None), _INT[offset_raw], size, stride,
                               grad == b"\x88", hooks)
-        puts += 1
     if p_res:
         memo[_KEY[p_res]] = result
-        puts += 1
+    puts = 8 - (p_skey, p_loc, p_pid, p_size, p_stride, p_od, p_args, p_res).count(None)
     q_at = m.end(11) + 1 + len(p_pid or b"")
     return (m.end(), result, 17 + n_size + n_stride + puts,
             (stype.key, skey, location, numel, q_at))

@@ -110,8 +110,6 @@ def _central_directory(buf, eocd: int) -> tuple[int, int]:
 
 
 def _unsafe_name(name: str) -> bool:
-    if not ("\\" in name or ".." in name or name[:1] == "/" or name[1:2] == ":"):
-        return False
     parts = name.replace("\\", "/").split("/")
     return name.startswith(("/", "\\")) or ".." in parts or name[1:2] == ":"
 
@@ -162,7 +160,8 @@ def read_zip(buf) -> ZipArchive:
             add(Anomaly("suspicious", "zip-flag-bits",
                         f"general-purpose flag bits {odd:#x} set (encryption/patch data); "
                         "scanners that trust them skip the member", name))
-        if _unsafe_name(name):
+        if ("\\" in name or ".." in name or name[:1] == "/" or name[1:2] == ":") and (
+                _unsafe_name(name)):
             add(Anomaly("suspicious", "zip-path-traversal",
                         f"member name {name!r} escapes the archive folder", name))
     for name, count in Counter(m.name for m in archive.members).items():
