@@ -11,9 +11,11 @@ import torch
 
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.gpu.consistency import (
+    ASSERT_CLOSE_TOLERANCES,
     ConsistencyError,
     Fault,
     choose_device,
+    compare,
     model_run,
     weights_probe,
 )
@@ -214,3 +216,21 @@ def test_cuda_requested_without_a_device():
         choose_device("cuda:0")
     assert info.value.code == "no_cuda"
     assert choose_device("auto")[1] == "CPU (no CUDA device found)"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64,
+                                   torch.complex64, torch.complex128])
+def test_close_verdict_is_assert_closes(dtype):
+    gen = torch.Generator().manual_seed(3)
+    base = torch.randn(64, generator=gen, dtype=torch.float64)
+    rtol, atol = ASSERT_CLOSE_TOLERANCES[dtype]
+    for factor in (0.25, 0.9, 1.5, 8.0):
+        first = base.to(dtype)
+        other = (first.to(torch.complex128 if dtype.is_complex else torch.float64)
+                 + factor * (atol + rtol * first.abs().double())).to(dtype)
+        try:
+            torch.testing.assert_close(other, first, equal_nan=True)
+            expected = True
+        except AssertionError:
+            expected = False
+        assert compare("t", first, other).close is expected, (dtype, factor)

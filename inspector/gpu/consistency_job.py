@@ -64,6 +64,24 @@ class ConsistencyRequest:
         return request
 
 
+def describe_bits(e: dict[str, Any]) -> str:
+    """`bit 22 (mantissa)` for a few bits, else how many bits differ and of which kinds."""
+    if len(e["bits"]) <= 3:
+        return ", ".join(f"bit {b} ({k})" for b, k in zip(e["bits"], e["kinds"], strict=False))
+    return f"{len(e['bits'])} bits differ ({', '.join(sorted(set(e['kinds'])))})"
+
+
+def _number(value: Any) -> str:
+    return f"{value:.7g}" if isinstance(value, float) else str(value)
+
+
+def describe_element(name: str, e: dict[str, Any]) -> str:
+    """One line for a changed element of a consistency result: where, values, bits."""
+    where = ",".join(map(str, e["position"]))
+    return (f"{name}[{where}] (element {e['index']}): {_number(e['expected'])} -> "
+            f"{_number(e['actual'])}, {describe_bits(e)}")
+
+
 def run_consistency(
     spec: ConsistencyRequest,
     on_event: Callable[[dict], None] | None = None,

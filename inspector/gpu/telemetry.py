@@ -480,3 +480,29 @@ class Sampler:
                 deadline = now
             self._stop.wait(deadline - now)
 
+
+
+def peak_decimate(
+    times: np.ndarray, values: np.ndarray, start: float, end: float, max_points: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Clip a series to [start, end] (plus one neighbour each side) and, if it still has more
+    than `max_points`, keep each bucket's minimum and maximum so spikes survive decimation."""
+    if times.size and np.all(times[1:] >= times[:-1]):
+        first, last = np.searchsorted(times, (start, end))
+        times = times[max(first - 1, 0):last + 1]
+        values = values[max(first - 1, 0):last + 1]
+    buckets = max(1, max_points // 2)
+    if times.size <= max_points:
+        return times, values
+    size = -(-times.size // buckets)
+    pad = buckets * size - times.size
+    t = np.concatenate([times, np.full(pad, times[-1])]).reshape(buckets, size)
+    v = np.concatenate([values, np.full(pad, np.nan, values.dtype)]).reshape(buckets, size)
+    with np.errstate(invalid="ignore"):
+        low, high = np.fmin.reduce(v, axis=1), np.fmax.reduce(v, axis=1)
+    out_t = np.empty(2 * buckets)
+    out_t[0::2] = t[:, 0]
+    out_t[1::2] = (t[:, 0] + t[:, -1]) / 2
+    out_v = np.empty(2 * buckets, dtype=values.dtype)
+    out_v[0::2], out_v[1::2] = low, high
+    return out_t, out_v

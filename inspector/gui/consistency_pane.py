@@ -1,0 +1,436 @@
+"""The "Consistency" pane: run the repeat-inference check and watch it beside GPU telemetry.
+
+A view over inspector.gpu.consistency_job (which runs the check in the jailed worker); this
+module never imports torch. Each run's max |diff| and mismatched elements are plotted as they
+arrive, on the same time axis as the GPU temperature and power, so a mismatch can be matched
+to a thermal or power event.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QRadioButton,
+    QSpinBox,
+    QSplitter,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from inspector.gpu.consistency_job import ConsistencyRequest, describe_element, run_consistency
+from inspector.gpu.telemetry import TelemetryStore
+from inspector.gui.gpu_pane import gpu_colour
+from inspector.gui.jobs import Job, JobRunner
+
+RunFn = Callable[..., dict[str, Any]]
+PASS_STYLE = "background: #e8f5e9; color: #1b5e20; border: 1px solid #2e7d32;"
+FAIL_STYLE = "background: #fdecea; color: #7b1d14; border: 1px solid #c0392b;"
+IDLE_STYLE = "color: palette(text); border: 1px solid palette(mid);"
+DIFF_COLOUR, COUNT_COLOUR = "#c0392b", "#8e44ad"
+
+
+class ConsistencyPane(QWidget):
+    """Form, live plots and result table of one consistency run at a time."""
+
+    def __init__(
+        self,
+        parent: QWidget | None = None,
+        *,
+        runner: JobRunner | None = None,
+        telemetry: Callable[[], TelemetryStore | None] | None = None,
+        run_fn: RunFn = run_consistency,
+    ) -> None:
+        super().__init__(parent)
+        self.setObjectName("consistencyPane")
+        self._runner = runner or JobRunner(self)
+        self._telemetry = telemetry
+        self._run_fn = run_fn
+        self.job: Job | None = None
+        self.result: dict[str, Any] | None = None
+        self._started = 0.0
+        self._xs: list[float] = []
+        self._diffs: list[float] = []
+        self._counts: list[float] = []
+        self._marks: list[tuple[pg.PlotItem, pg.InfiniteLine]] = []
+        self._build()
+        self._set_running(False)
+
+    # ---- construction --------------------------------------------------------------------
+
+    def _build(self) -> None:
+        outer = QHBoxLayout(self)
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        outer.addWidget(splitter)
+
+        form_box = QWidget()
+        form_layout = QVBoxLayout(form_box)
+        form = QFormLayout()
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        self.file_edit = QLineEdit()
+        self.file_edit.setPlaceholderText("checkpoint to test")
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._choose_file)
+        file_row = QHBoxLayout()
+        file_row.addWidget(self.file_edit, 1)
+        file_row.addWidget(browse)
+        form.addRow("File", file_row)
+        self.device = QComboBox()
+        self.device.setEditable(True)
+        self.device.addItems(["auto", "cpu"] + [f"cuda:{i}" for i in range(8)])
+        self.device.setToolTip("auto: cuda:0 when a CUDA device is present, else the CPU")
+        form.addRow("Device", self.device)
+        self.repeats = QSpinBox()
+        self.repeats.setRange(2, 1_000_000)
+        self.repeats.setValue(10)
+        form.addRow("Runs", self.repeats)
+        self.mode_probe = QRadioButton("Weights probe (any checkpoint)")
+        self.mode_model = QRadioButton("Model run (your model code)")
+        self.mode_probe.setChecked(True)
+        modes = QButtonGroup(self)
+        modes.addButton(self.mode_probe)
+        modes.addButton(self.mode_model)
+        form.addRow("Test", self.mode_probe)
+        form.addRow("", self.mode_model)
+        form_layout.addLayout(form)
+
+        self.model_box = QGroupBox("Model")
+        model_form = QFormLayout(self.model_box)
+        self.factory = QLineEdit()
+        self.factory.setPlaceholderText("package.module:callable")
+        self.kwargs = QLineEdit("{}")
+        self.model_path = QLineEdit()
+        self.model_path.setPlaceholderText("folder holding the module")
+        self.input_shape = QLineEdit("1,3,224,224")
+        self.input_dtype = QComboBox()
+        self.input_dtype.addItems(["float32", "float16", "bfloat16", "float64", "int64"])
+        self.reload = QPushButton("Reload check")
+        self.reload.setCheckable(True)
+        self.reload.setChecked(True)
+        self.reload.setToolTip("After the runs, load the checkpoint afresh and compare again")
+        model_form.addRow("Factory", self.factory)
+        model_form.addRow("Kwargs (JSON)", self.kwargs)
+        model_form.addRow("Module folder", self.model_path)
+        model_form.addRow("Input shape", self.input_shape)
+        model_form.addRow("Input dtype", self.input_dtype)
+        model_form.addRow("", self.reload)
+        form_layout.addWidget(self.model_box)
+        self.mode_model.toggled.connect(self.model_box.setEnabled)
+        self.model_box.setEnabled(False)
+
+        self.inject_box = QGroupBox("Fault injection (prove the detector works)")
+        self.inject_box.setCheckable(True)
+        self.inject_box.setChecked(False)
+        inject_form = QFormLayout(self.inject_box)
+        self.inject_key = QLineEdit()
+        self.inject_key.setPlaceholderText("weight name, e.g. conv.weight")
+        self.inject_index = QSpinBox()
+        self.inject_index.setRange(0, 2**31 - 1)
+        self.inject_bit = QSpinBox()
+        self.inject_bit.setRange(0, 63)
+        self.inject_bit.setValue(22)
+        self.inject_run = QSpinBox()
+        self.inject_run.setRange(1, 1_000_000)
+        self.inject_run.setValue(2)
+        inject_form.addRow("Tensor", self.inject_key)
+        inject_form.addRow("Element", self.inject_index)
+        inject_form.addRow("Bit", self.inject_bit)
+        inject_form.addRow("Before run", self.inject_run)
+        form_layout.addWidget(self.inject_box)
+
+        buttons = QHBoxLayout()
+        self.run_button = QPushButton("Run")
+        self.run_button.setDefault(True)
+        self.run_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel)
+        buttons.addWidget(self.run_button)
+        buttons.addWidget(self.cancel_button)
+        form_layout.addLayout(buttons)
+        self.progress = QProgressBar()
+        self.progress.setFormat("%v / %m runs")
+        form_layout.addWidget(self.progress)
+        form_layout.addStretch(1)
+        splitter.addWidget(form_box)
+
+        right = QWidget()
+        right_layout = QVBoxLayout(right)
+        self.verdict = QLabel("Choose a checkpoint and press Run.")
+        self.verdict.setObjectName("consistencyVerdict")
+        self.verdict.setWordWrap(True)
+        self.verdict.setMargin(6)
+        self.verdict.setStyleSheet(IDLE_STYLE)
+        self.device_label = QLabel("")
+        right_layout.addWidget(self.verdict)
+        right_layout.addWidget(self.device_label)
+        right_split = QSplitter(Qt.Orientation.Vertical)
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics.setBackground(self.palette().base().color())
+        text = self.palette().text().color().name()
+        self.plots: dict[str, pg.PlotItem] = {}
+        for row, (name, title, unit) in enumerate((
+            ("diff", "Max |diff| vs the first run", ""),
+            ("count", "Mismatched elements", ""),
+            ("temperature", "GPU temperature", "°C"),
+            ("power", "GPU power", "W"),
+        )):
+            plot = self.graphics.addPlot(row=row, col=0)
+            plot.setTitle(f"<b>{title}</b>", size="9pt", color=text)
+            plot.setLabel("left", unit)
+            plot.showGrid(x=True, y=True, alpha=0.2)
+            plot.getAxis("left").setWidth(56)
+            if row:
+                plot.setXLink(self.plots["diff"])
+            self.plots[name] = plot
+        self.plots["power"].setLabel("bottom", "seconds since the run started")
+        symbol = {"symbol": "o", "symbolSize": 6}
+        self.diff_curve = self.plots["diff"].plot(pen=pg.mkPen(DIFF_COLOUR, width=1.5),
+                                                  symbolBrush=DIFF_COLOUR, **symbol)
+        self.count_curve = self.plots["count"].plot(pen=pg.mkPen(COUNT_COLOUR, width=1.5),
+                                                    symbolBrush=COUNT_COLOUR, **symbol)
+        self.no_telemetry = pg.TextItem("", color=text, anchor=(0.5, 0.5))
+        self.plots["temperature"].addItem(self.no_telemetry, ignoreBounds=True)
+        right_split.addWidget(self.graphics)
+        self.table = QTreeWidget()
+        self.table.setHeaderLabels(["Tensor / output", "Result", "Detail"])
+        self.table.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.header().setStretchLastSection(True)
+        right_split.addWidget(self.table)
+        right_split.setSizes([520, 260])
+        right_layout.addWidget(right_split, 1)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([340, 900])
+
+    # ---- inputs --------------------------------------------------------------------------
+
+    def set_file(self, path: str) -> None:
+        """Point the pane at a checkpoint (the main window calls this on selection)."""
+        self.file_edit.setText(path)
+
+    def _choose_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Checkpoint to test", "",
+                                              "Checkpoints (*.pt *.pth *.bin *.ckpt);;All (*)")
+        if path:
+            self.set_file(path)
+
+    def request(self) -> ConsistencyRequest:
+        """The form as a request; ValueError with a one-line message when it is incomplete."""
+        path = self.file_edit.text().strip()
+        if not path:
+            raise ValueError("choose a checkpoint first")
+        spec = ConsistencyRequest(path=path, device=self.device.currentText().strip() or "auto",
+                                  repeats=self.repeats.value())
+        if self.inject_box.isChecked():
+            key = self.inject_key.text().strip()
+            if not key:
+                raise ValueError("fault injection needs a tensor name")
+            spec.inject = {"key": key, "index": self.inject_index.value(),
+                           "bit": self.inject_bit.value(), "iteration": self.inject_run.value()}
+        if self.mode_model.isChecked():
+            factory = self.factory.text().strip()
+            if ":" not in factory:
+                raise ValueError("the model factory must look like package.module:callable")
+            try:
+                kwargs = json.loads(self.kwargs.text() or "{}")
+                shape = [int(p) for p in self.input_shape.text().replace("x", ",").split(",")
+                         if p.strip()]
+            except ValueError as exc:
+                raise ValueError(f"model settings: {exc}") from None
+            if not isinstance(kwargs, dict) or not shape:
+                raise ValueError("kwargs must be a JSON object and the input shape non-empty")
+            spec.model, spec.model_kwargs, spec.input_shape = factory, kwargs, shape
+            spec.input_dtype = self.input_dtype.currentText()
+            spec.reload = self.reload.isChecked()
+            folder = self.model_path.text().strip()
+            spec.python_path = [folder] if folder else []
+        return spec
+
+    # ---- running -------------------------------------------------------------------------
+
+    def start(self) -> Job | None:
+        """Start a run in the background; None (and a message) when the form is incomplete."""
+        if self.job is not None:
+            return None
+        try:
+            spec = self.request()
+        except ValueError as exc:
+            self._verdict(str(exc), FAIL_STYLE)
+            return None
+        self._clear()
+        self.progress.setRange(0, spec.repeats)
+        self.progress.setValue(0)
+        self._started = time.time()
+        run_fn = self._run_fn
+
+        def work(emit, cancel):
+            def stamped(event: dict) -> None:
+                emit({**event, "received": time.time()})
+
+            return run_fn(spec, on_event=stamped, cancel=cancel)
+
+        job = Job("consistency", work, self)
+        job.events.connect(self._on_events)
+        job.finished.connect(self._on_finished)
+        job.failed.connect(lambda message: self._ended(message, FAIL_STYLE))
+        job.cancelled.connect(lambda: self._ended("Cancelled.", IDLE_STYLE))
+        self.job = job
+        self._set_running(True)
+        self._verdict(f"Running {spec.repeats} runs on {spec.device}…", IDLE_STYLE)
+        return self._runner.start(job)
+
+    def cancel(self) -> None:
+        """Cancel the running check; the worker process is killed."""
+        if self.job is not None:
+            self.job.cancel()
+
+    def _set_running(self, running: bool) -> None:
+        self.run_button.setEnabled(not running)
+        self.cancel_button.setEnabled(running)
+
+    def _clear(self) -> None:
+        self.result = None
+        self._xs, self._diffs, self._counts = [], [], []
+        self.diff_curve.setData([], [])
+        self.count_curve.setData([], [])
+        for name in ("temperature", "power"):
+            for item in list(self.plots[name].listDataItems()):
+                self.plots[name].removeItem(item)
+        for plot, line in self._marks:
+            plot.removeItem(line)
+        self._marks = []
+        self.table.clear()
+        self.device_label.setText("")
+
+    def _on_events(self, events: list[dict]) -> None:
+        for event in events:
+            kind = event.get("type")
+            if kind == "device":
+                self.device_label.setText(f"Device: {event['label']}")
+            elif kind == "iteration":
+                self._xs.append(event["received"] - self._started)
+                # non-finite numbers arrive as 'inf' / 'nan' strings (JSON has none)
+                self._diffs.append(float(event["max_abs_diff"]))
+                self._counts.append(float(event["mismatched"]))
+                if event["phase"] != "reload":
+                    self.progress.setValue(min(self.progress.maximum(), int(event["iteration"])))
+            elif kind == "injected":
+                self._mark(event["received"] - self._started,
+                           f"bit {event['bit']} flipped in {event['key']}")
+        xs = np.asarray(self._xs)
+        self.diff_curve.setData(xs, np.nan_to_num(np.asarray(self._diffs), posinf=np.nan))
+        self.count_curve.setData(xs, np.asarray(self._counts))
+        self._draw_telemetry()
+
+    def _mark(self, x: float, label: str) -> None:
+        for row, plot in enumerate(self.plots.values()):
+            line = pg.InfiniteLine(pos=x, angle=90, movable=False,
+                                   pen=pg.mkPen("#e67e22", width=1.5, style=Qt.PenStyle.DashLine),
+                                   label=label if row == 0 else None,
+                                   labelOpts={"position": 0.8, "color": "#e67e22"})
+            plot.addItem(line, ignoreBounds=True)
+            self._marks.append((plot, line))
+
+    def _draw_telemetry(self) -> None:
+        store = self._telemetry() if self._telemetry else None
+        gpus = store.gpus() if store is not None else []
+        self.no_telemetry.setText("" if gpus else "no GPU telemetry on this machine")
+        if not gpus:
+            return
+        for name, field in (("temperature", "temperature_gpu"), ("power", "power_draw")):
+            plot = self.plots[name]
+            for item in list(plot.listDataItems()):
+                plot.removeItem(item)
+            for gpu in gpus:
+                times, values = store.series(gpu, field)
+                window = times >= self._started - 1.0
+                if window.any() and np.isfinite(values[window]).any():
+                    plot.plot(times[window] - self._started, values[window], stepMode="left",
+                              connect="finite", pen=pg.mkPen(gpu_colour(gpu), width=1.5))
+
+    def _on_finished(self, result: dict[str, Any]) -> None:
+        self.result = result
+        self._draw_telemetry()
+        verdict = "CONSISTENT" if result["consistent"] else "INCONSISTENT"
+        detail = (f"{verdict}: {result['repeats']} runs on {result['device_label']} "
+                  f"({'weights probe' if result['mode'] == 'probe' else 'model run'})")
+        if result.get("weights_gb_per_s"):
+            detail += f", {result['weights_gb_per_s']:.3g} GB/s of weights"
+        self._fill_table(result)
+        self._ended(detail, PASS_STYLE if result["consistent"] else FAIL_STYLE)
+
+    def _ended(self, message: str, style: str) -> None:
+        self.job = None
+        self._set_running(False)
+        self._verdict(message, style)
+
+    def _verdict(self, text: str, style: str) -> None:
+        self.verdict.setText(text)
+        self.verdict.setStyleSheet(style)
+
+    def _fill_table(self, result: dict[str, Any]) -> None:
+        rows = result["tensors"] if result["mode"] == "probe" else result["outputs"]
+        resident = {r["key"]: r for r in result.get("resident_mismatches", [])}
+        rows = sorted(rows, key=lambda r: (r["status"] != "fail", r["key"]))
+        for row in rows:
+            item = QTreeWidgetItem([row["key"], row["status"].upper(), _detail(row)])
+            item.setToolTip(2, item.text(2))
+            colour = {"fail": "#c0392b", "pass": "#2e7d32"}.get(row["status"])
+            if colour:
+                item.setForeground(1, QColor(colour))
+            flips = resident.get(row["key"])
+            for element in (flips or {}).get("elements", []):
+                text = describe_element(row["key"], element) + " vs the checkpoint"
+                QTreeWidgetItem(item, ["", "device copy", text]).setToolTip(2, text)
+            self.table.addTopLevelItem(item)
+            item.setExpanded(bool(flips))
+        if result["mode"] == "model":
+            keys = (f"missing keys: {', '.join(result['missing_keys']) or 'none'}; unexpected "
+                    f"keys: {', '.join(result['unexpected_keys']) or 'none'}")
+            self.table.addTopLevelItem(QTreeWidgetItem(["load_state_dict", "", keys]))
+            if result.get("reload") is not None:
+                same = result["reload"]["consistent"]
+                self.table.addTopLevelItem(QTreeWidgetItem(
+                    ["reload check", "PASS" if same else "FAIL",
+                     "same output after a fresh load" if same else "output differs after reload"]))
+
+
+def _detail(row: dict[str, Any]) -> str:
+    parts = []
+    runs = row.get("repeat_mismatches") or row.get("runs_mismatched")
+    if runs:
+        parts.append(f"{runs} run(s) differ, max |diff| {float(row['max_abs_diff']):.4g}")
+        first = row.get("first_mismatch")
+        if first and "bits" in first:
+            parts.append(f"first in run {first['iteration']}: "
+                         + describe_element("output", first))
+    if row.get("reference_ok") is False:
+        parts.append(f"float64 reference off by {row['reference_error_ratio']:.3g}× tolerance")
+    if row.get("roundtrip_ok") is False:
+        parts.append("host→device→host copy changed the bytes")
+    if not parts and "reference_error_ratio" in row:
+        parts.append(f"bit-identical runs; reference error {row['reference_error_ratio']:.2g}×"
+                     " tolerance")
+    elif not parts and row.get("sha256"):
+        parts.append(f"round trip ok, sha256 {row['sha256'][:12]}…")
+    return "; ".join(parts)
