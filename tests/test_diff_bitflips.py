@@ -9,13 +9,17 @@ worker for a smaller number of cases.
 from __future__ import annotations
 
 import itertools
+import json
+import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from inspector.sandbox import stats
-from inspector.sandbox.diff import CHANGED, IDENTICAL, diff_raw
+from inspector.sandbox.diff import CHANGED, IDENTICAL, diff_checkpoints, diff_raw
+from inspector.sandbox.sources import open_checkpoint
 from inspector.sandbox.stats import byte_chunks
 
 # (exponent bits, mantissa bits) written out independently of inspector.core.bitflip
@@ -139,3 +143,25 @@ def test_quantized_tensors_compare_on_their_integers() -> None:
 def test_mismatched_lengths_are_an_error() -> None:
     with pytest.raises(ValueError, match="lengths differ"):
         diff_raw("x", torch.float32, (2,), [np.zeros(8, np.uint8)], [np.zeros(4, np.uint8)])
+
+
+def _safetensors(path: Path, header: dict, payload: bytes) -> Path:
+    encoded = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + payload)
+    return path
+
+
+def test_dtypes_without_a_bit_layout_compare_by_bytes(tmp_path: Path) -> None:
+    header = {
+        "packed": {"dtype": "F4", "shape": [4], "data_offsets": [0, 2]},
+        "w": {"dtype": "F32", "shape": [1], "data_offsets": [2, 6]},
+    }
+    a = _safetensors(tmp_path / "a.safetensors", header, b"\x12\x34" + struct.pack("<f", 1.0))
+    b = _safetensors(tmp_path / "b.safetensors", header, b"\x12\x35" + struct.pack("<f", 1.0))
+    result = diff_checkpoints(open_checkpoint(str(a)), open_checkpoint(str(b)))
+    assert result["counts"] == {"changed": 1, "identical": 1}
+    assert result["summary"] == [
+        "`packed` differs (no bit layout for F4: only byte equality compared)"
+    ]
+    same = diff_checkpoints(open_checkpoint(str(a)), open_checkpoint(str(a)))
+    assert same["identical"] is True

@@ -1,8 +1,9 @@
 """Tensor-level diff of two checkpoints with bit-flip forensics; runs inside the jailed worker.
 
 Tensors are compared as raw bytes (row-major, as stored) in bounded chunks; only the elements
-that differ are decoded to numbers (with torch, imported only then: two identical safetensors
-files are compared without it), so memory stays flat whatever the tensor size.
+that differ are decoded to numbers (with numpy; torch only for bfloat16 and float8, which numpy
+lacks), so memory stays flat whatever the tensor size and two safetensors files are compared
+without importing torch.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 from inspector.core.bitflip import FlipTally, compare_raw, layout_for
 from inspector.core.dtypes import canonical_dtype
 from inspector.core.progress import CancelToken, check
-from inspector.sandbox.sources import Checkpoint, TensorSource, open_checkpoint
+from inspector.sandbox.sources import Checkpoint, TensorSource, digest, open_checkpoint
 
 Chunk = memoryview | bytes | bytearray | np.ndarray
 """Raw little-endian element bytes, e.g. from `stats.byte_chunks`."""
@@ -75,12 +76,17 @@ class TensorDiff:
     max_abs_diff: float | None = None
     max_rel_diff: float | None = None
     nonfinite_changes: int = 0
+    note: str | None = None
     tally: FlipTally | None = field(default=None, repr=False)
 
     def summary(self) -> str:
         """One sentence for a key that is not identical; empty when it is."""
-        if self.status == CHANGED and self.tally is not None:
-            return self.tally.summary(self.key)
+        if self.status == CHANGED:
+            return (
+                self.tally.summary(self.key)
+                if self.tally
+                else f"`{self.key}` differs ({self.note})"
+            )
         sentences = {
             DTYPE_OR_SHAPE_CHANGED: f"`{self.key}` changed from {self.dtype_a}{self.shape_a} "
             f"to {self.dtype_b}{self.shape_b}",
@@ -217,6 +223,15 @@ def compare_sources(
         return TensorDiff(a.key, DTYPE_OR_SHAPE_CHANGED, a.dtype, b.dtype, a.shape, b.shape)
     if a.read is None or b.read is None:
         return TensorDiff(a.key, NOT_COMPARED, a.dtype, b.dtype, a.shape, b.shape)
+    try:
+        layout_for(a.dtype)
+    except ValueError:  # e.g. safetensors' sub-byte F4/F6: equal or not, without forensics
+        same = digest(a, cancel) == digest(b, cancel)
+        result = TensorDiff(
+            a.key, IDENTICAL if same else CHANGED, a.dtype, b.dtype, a.shape, b.shape
+        )
+        result.note = None if same else f"no bit layout for {a.dtype}: only byte equality compared"
+        return result
     return diff_raw(a.key, a.dtype, a.shape, a.read(), b.read(), cancel)
 
 
