@@ -97,19 +97,10 @@ def _fmt(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def _bits(e: dict[str, Any]) -> str:
-    if len(e["bits"]) <= 3:
-        return ", ".join(f"bit {b} ({k})" for b, k in zip(e["bits"], e["kinds"], strict=False))
-    return f"{len(e['bits'])} bits differ ({', '.join(sorted(set(e['kinds'])))})"
-
-
-def _describe_element(name: str, e: dict[str, Any]) -> str:
-    return (f"{name}[{','.join(map(str, e['position']))}] (element {e['index']}): "
-            f"{_fmt(e['expected'])} -> {_fmt(e['actual'])}, {_bits(e)}")
-
-
 def format_result(result: dict[str, Any]) -> list[str]:
     """The human summary of a consistency result."""
+    from inspector.gpu.consistency_job import describe_element
+
     verdict = "CONSISTENT" if result["consistent"] else "INCONSISTENT"
     lines = [f"{verdict} on {result['device_label']} ({result['repeats']} runs, "
              f"{result['mode']})"]
@@ -147,11 +138,11 @@ def format_result(result: dict[str, Any]) -> list[str]:
         if first and "bits" in first:
             name = "output" if result["mode"] == "model" else f"{row['key']} @ x"
             lines.append(f"    first mismatch in run {first['iteration']}: "
-                         + _describe_element(name, first))
+                         + describe_element(name, first))
     for resident in result.get("resident_mismatches", []):
         lines.append(f"  device copy of {resident['key']} differs from the checkpoint in "
                      f"{resident['changed_elements']} element(s):")
-        lines += [f"    {_describe_element(resident['key'], e)}" for e in resident["elements"]]
+        lines += [f"    {describe_element(resident['key'], e)}" for e in resident["elements"]]
     return lines
 
 
