@@ -190,6 +190,15 @@ def test_pyinstaller_one_folder_build(tmp_path, canary):
     assert inspected.returncode == 0, inspected.stderr[-2000:]
     doc = json.loads(inspected.stdout)
     assert {t["key"] for t in doc["tensors"]} == set(factories.small_state_dict())
+    # the report's environment probe runs torch through the frozen entry's `-I -c` form, and
+    # package versions come from the metadata the spec bundles
+    reported = subprocess.run([app, "report", good, "-o", tmp_path / "r.json"], **run)
+    assert reported.returncode == 0, reported.stderr[-2000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    env = report["environment"]
+    assert env["packages"]["torch"] not in ("not found", "") and env["cudnn"] != "not found"
+    assert env["torch_cuda_runtime"] != "unknown (torch did not start)"
+    assert report["files"][0]["load"]["status"] == "loaded"
 
 
 def _build_icons_module():

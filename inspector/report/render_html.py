@@ -178,7 +178,9 @@ def _load(f: FileReport) -> str:
                   if f.verdict == "dangerous" else "No load was run in this session.")
         return _not_run(reason)
     if load.status == "refused":
-        return _not_run(f"Not loaded: {load.error}")
+        reason = load.error or ""
+        return _not_run(reason[:1].upper() + reason[1:] if reason.startswith("not loaded")
+                        else f"Not loaded: {reason}")
     rows = [("Result", escape(load.status)),
             ("Sandbox level", escape(load.sandbox_level or "unknown"))]
     rows += [(escape(k), escape(_short(v))) for k, v in load.sandbox.items() if k != "level"]
