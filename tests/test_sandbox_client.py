@@ -194,4 +194,15 @@ def test_not_a_checkpoint_exits_3(tmp_path, capsys):
     text = tmp_path / "notes.txt"
     text.write_text("hello\n")
     assert main(["inspect", str(text)]) == 3
-    assert "cannot open" in capsys.readouterr().out
+    assert "cannot load" in capsys.readouterr().out
+
+
+def test_safetensors_file_is_inspected_without_torch_load(tmp_path, unchanged):
+    state = {"w": torch.randn(5, 3), "b": torch.arange(4, dtype=torch.int16),
+             "h": torch.randn(6).bfloat16(), "s": torch.tensor(1.5)}
+    path = unchanged(factories.save_safetensors(tmp_path / "m.safetensors", state))
+    report = inspect_file(path)
+    assert report["error"] is None and report["format"] == "safetensors"
+    by_key = {t["key"]: t for t in report["tensors"]}
+    assert {k: by_key[k]["digest"] for k in state} == {k: _digest(t) for k, t in state.items()}
+    assert by_key["b"]["max"] == 3 and by_key["s"]["mean"] == 1.5

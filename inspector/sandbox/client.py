@@ -34,7 +34,7 @@ EventFn = Callable[[dict], None]
 
 WORKER_MODULE = "inspector.sandbox.worker"
 SELFTEST_ENV = "CKPT_INSPECTOR_SANDBOX_SELFTEST"
-LOADABLE_FORMATS = ("pytorch-zip", "pytorch-legacy")
+LOADABLE_FORMATS = ("pytorch-zip", "pytorch-legacy", "safetensors")
 DIGEST_ALGORITHM = "sha256"
 
 
@@ -226,7 +226,7 @@ def check_loadable(scan: dict, allow_globals: Iterable[str], override_dangerous:
     if fmt not in LOADABLE_FORMATS:
         detail = f": {scan['error']}" if scan.get("error") else ""
         raise SandboxError("unsupported_format",
-                           f"torch.load cannot open this file (format {fmt}){detail}")
+                           f"cannot load this file (format {fmt}){detail}")
 
 
 def _limits(size: int, limits: dict | None) -> dict:
@@ -277,8 +277,8 @@ def inspect_file(
     report.update(scan=scan, format=scan.get("format"))
     try:
         check_loadable(scan, allow, override_dangerous)
-        request = {"op": "inspect", "path": str(target), "allow_globals": allow,
-                   "limits": _limits(size, limits)}
+        request = {"op": "inspect", "path": str(target), "format": scan.get("format"),
+                   "allow_globals": allow, "limits": _limits(size, limits)}
         result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout)
         report.update(sandbox=result["sandbox"], tensors=result["tensors"],
                       objects=result["objects"], timing=result["timing"],
@@ -325,8 +325,8 @@ def convert_file(
     size = source.stat().st_size
     scan = static_scan(source)
     check_loadable(scan, allow, override_dangerous)
-    request = {"op": "convert", "path": str(source), "allow_globals": allow,
-               "limits": _limits(size, limits),
+    request = {"op": "convert", "path": str(source), "format": scan.get("format"),
+               "allow_globals": allow, "limits": _limits(size, limits),
                # Views are cloned, so the output may exceed the input; this bounds it.
                "output_bytes": 4 * size + (64 << 20)}
     try:

@@ -32,7 +32,7 @@ import torch
 from safetensors import safe_open
 
 from inspector.core.progress import CancelToken, check
-from inspector.sandbox.load import load_checkpoint, split_leaves
+from inspector.sandbox.load import SAFETENSORS_DTYPES, load_request, split_leaves
 from inspector.sandbox.mapped import PageReleaser
 from inspector.sandbox.stats import (
     CHUNK_BYTES,
@@ -44,14 +44,6 @@ from inspector.sandbox.stats import (
     is_dense,
 )
 
-SAFETENSORS_DTYPES = {
-    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
-    torch.uint8: "U8", torch.bool: "BOOL", torch.float8_e4m3fn: "F8_E4M3",
-    torch.float8_e4m3fnuz: "F8_E4M3FNUZ", torch.float8_e5m2: "F8_E5M2",
-    torch.float8_e5m2fnuz: "F8_E5M2FNUZ", torch.complex64: "C64", torch.uint64: "U64",
-    torch.uint32: "U32", torch.uint16: "U16",
-}
 _ITEMSIZE = {name: dtype.itemsize for dtype, name in SAFETENSORS_DTYPES.items()}
 SIDECAR_FORMAT = "ckpt-inspector-sidecar/1"
 VERIFY_WINDOW = 256 * 1024 * 1024
@@ -273,7 +265,7 @@ def convert(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
     path, fd = request["path"], int(request["output_fd"])
     torch.set_num_threads(1)
     emit({"type": "progress", "stage": "load", "done": 0, "total": 1})
-    tensors, objects = split_leaves(load_checkpoint(path, request.get("allow_globals", ())))
+    tensors, objects = split_leaves(load_request(request))
     plan = plan_tensors(tensors)
     metadata = {"format": "pt", **plan.aliases}
     release = PageReleaser(request.get("_maps_fd"), path)

@@ -7,18 +7,18 @@ from collections.abc import Callable
 import torch
 
 from inspector.core.progress import CancelToken
-from inspector.sandbox.load import load_checkpoint, split_leaves
+from inspector.sandbox.load import load_request, split_leaves
 from inspector.sandbox.mapped import PageReleaser
 from inspector.sandbox.stats import DIGEST_ALGORITHM, describe_object, describe_tensors
 
 
 def inspect(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict:
-    """Load request["path"] with weights_only and describe every tensor and object."""
+    """Load request["path"] (weights_only, or safetensors) and describe every tensor and object."""
     path = request["path"]
     # Two pool threads, one core each: torch's own intra-op threads would only contend.
     torch.set_num_threads(1)
     emit({"type": "progress", "stage": "load", "done": 0, "total": 1})
-    obj = load_checkpoint(path, request.get("allow_globals", ()))
+    obj = load_request(request)
     tensors, objects = split_leaves(obj)
     objects_out = []
     for key, value in objects:

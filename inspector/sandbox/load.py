@@ -2,12 +2,15 @@
 
 There is no weights_only=False path. When torch refuses a global, `LoadError` names every
 global the checkpoint needs beyond torch's allowlist, so the caller can allow exactly those
-(`torch.serialization.safe_globals`) for one load. Runs only in the sandbox worker.
+(`torch.serialization.safe_globals`) for one load. safetensors files hold no pickle: their
+tensors are views of a private mapping of the file. Runs only in the sandbox worker.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
+import os
 import pickle
 import re
 import zipfile
@@ -17,6 +20,17 @@ import torch
 from inspector.sandbox.stats import flatten, unique_keys
 
 _GLOBAL_IN_MESSAGE = re.compile(r"GLOBAL ([\w.]+) was not an allowed global")
+
+SAFETENSORS_DTYPES = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
+    torch.uint8: "U8", torch.bool: "BOOL", torch.float8_e4m3fn: "F8_E4M3",
+    torch.float8_e4m3fnuz: "F8_E4M3FNUZ", torch.float8_e5m2: "F8_E5M2",
+    torch.float8_e5m2fnuz: "F8_E5M2FNUZ", torch.complex64: "C64", torch.uint64: "U64",
+    torch.uint32: "U32", torch.uint16: "U16",
+}
+"""torch dtype -> safetensors dtype name (the names the safetensors format defines)."""
+_FROM_SAFETENSORS = {name: dtype for dtype, name in SAFETENSORS_DTYPES.items()}
 
 
 class LoadError(Exception):
@@ -72,6 +86,48 @@ def load_checkpoint(path: str, allow_globals: list[str] | tuple[str, ...] = ()) 
     except (RuntimeError, EOFError, ValueError, OSError, KeyError, IndexError,
             TypeError, AttributeError, AssertionError, zipfile.BadZipFile) as exc:
         raise LoadError("load_failed", f"cannot load checkpoint: {_first_line(str(exc))}") from None
+
+
+def load_request(request: dict) -> object:
+    """Load request["path"] by its scanned `format`: safetensors directly, else torch.load."""
+    if request.get("format") == "safetensors":
+        return load_safetensors(request["path"])
+    return load_checkpoint(request["path"], request.get("allow_globals", ()))
+
+
+def load_safetensors(path: str) -> dict[str, torch.Tensor]:
+    """Tensors of a safetensors file as zero-copy views of a private mapping of it."""
+    size = os.path.getsize(path)
+    try:
+        with open(path, "rb") as fh:
+            length = int.from_bytes(fh.read(8), "little")
+            if length > size - 8:
+                raise ValueError("header length exceeds the file")
+            header = json.loads(fh.read(length))
+        storage = torch.UntypedStorage.from_file(path, shared=False, nbytes=size)
+        return {name: _safetensors_view(storage, 8 + length, size, name, entry)
+                for name, entry in header.items() if name != "__metadata__"}
+    except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+        raise LoadError("load_failed", f"bad safetensors file: {_first_line(str(exc))}") from None
+
+
+def _safetensors_view(storage: torch.UntypedStorage, base: int, size: int, name: str,
+                      entry: dict) -> torch.Tensor:
+    dtype = _FROM_SAFETENSORS.get(entry["dtype"])
+    if dtype is None:
+        raise ValueError(f"{name}: dtype {entry['dtype']} is not supported here")
+    shape = [int(d) for d in entry["shape"]]
+    begin, end = (base + int(o) for o in entry["data_offsets"])
+    numel = 1
+    for d in shape:
+        numel *= d
+    if end > size or end - begin != numel * dtype.itemsize or begin > end:
+        raise ValueError(f"{name}: data offsets do not match dtype and shape")
+    if begin % dtype.itemsize == 0:
+        return torch.empty(0, dtype=dtype).set_(storage, begin // dtype.itemsize, shape)
+    # Unaligned data cannot be viewed in place; copy just this tensor.
+    raw = torch.empty(0, dtype=torch.uint8).set_(storage, begin, [end - begin])
+    return raw.clone().view(dtype).reshape(shape)
 
 
 def _unsafe_globals(path: str, message: str) -> list[str]:
