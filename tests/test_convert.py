@@ -19,20 +19,7 @@ from inspector.core.progress import CancelToken
 from inspector.sandbox.client import SandboxError, convert_file, sidecar_path
 from inspector.sandbox.convert import header_bytes, plan_tensors, verify_output, write_stream
 
-
-@pytest.fixture
-def unchanged():
-    """Register input files; after the test their bytes and mtime must be exactly as before."""
-    seen: list[tuple[Path, str, int]] = []
-
-    def track(path: Path) -> Path:
-        seen.append((path, hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns))
-        return path
-
-    yield track
-    for path, digest, mtime in seen:
-        assert hashlib.sha256(path.read_bytes()).hexdigest() == digest, f"{path} was modified"
-        assert path.stat().st_mtime_ns == mtime, f"{path} mtime changed"
+pytest_plugins = ("sandbox_fixtures",)  # fixture: unchanged
 
 
 def _bits(t: torch.Tensor) -> bytes:

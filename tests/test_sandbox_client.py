@@ -19,20 +19,7 @@ from inspector.cli import main
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.sandbox.client import inspect_file
 
-
-@pytest.fixture
-def unchanged():
-    """Register input files; after the test their bytes and mtime must be exactly as before."""
-    seen: list[tuple[Path, str, int]] = []
-
-    def track(path: Path) -> Path:
-        seen.append((path, hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns))
-        return path
-
-    yield track
-    for path, digest, mtime in seen:
-        assert hashlib.sha256(path.read_bytes()).hexdigest() == digest, f"{path} was modified"
-        assert path.stat().st_mtime_ns == mtime, f"{path} mtime changed"
+pytest_plugins = ("sandbox_fixtures",)  # fixture: unchanged
 
 
 def _digest(t: torch.Tensor) -> str:
