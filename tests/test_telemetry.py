@@ -247,3 +247,33 @@ def test_sampler_keeps_its_interval_and_rejects_too_fast(monkeypatch):
     times, _ = store.series(0, "temperature_gpu")
     assert 0.08 < np.diff(times).mean() < 0.13
     assert not any(t.name.startswith("telemetry-") for t in threading.enumerate())
+
+
+def _real_driver() -> bool:
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return False
+    pynvml.nvmlShutdown()
+    return True
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _real_driver(), reason="no NVIDIA driver/GPU on this machine")
+def test_real_nvml_samples_every_gpu_at_10_hz():
+    source = NvmlSource.open()
+    try:
+        [first, *_] = source.sample()
+        assert first.name and "NVIDIA" in first.name.upper()
+        assert first.temperature_gpu is not None and 0 < first.temperature_gpu < 120
+        assert first.memory_total and first.memory_total > 1024
+        assert first.power_draw is not None and first.clock_sm is not None
+        store = TelemetryStore(capacity=256)
+        sampler = Sampler(source, store, interval=0.1)
+        sampler.start()
+        time.sleep(2.0)
+        sampler.stop()
+        assert sampler.error is None and 15 <= sampler.ticks <= 25
+        assert store.count(0) == sampler.ticks
+    finally:
+        source.close()
