@@ -50,6 +50,7 @@ if what == "small":
     record("with_nan.pt", bad)
     torch.save({"model": state, "args": argparse.Namespace(lr=0.1, epochs=3)},
                out / "suspicious.pt")
+    factories.save_training_checkpoint(out / "training.pt")
     wide = {f"blocks.{i}.layer{j}.weight": torch.full((2,), float(i * 10 + j))
             for i in range(40) for j in range(5)}
     torch.save(wide, out / "wide.pt")
@@ -114,3 +115,4 @@ def wait_loaded(qtbot, doc, states: tuple[str, ...] = ("loaded",)) -> None:
                                                       or doc.state == "needs_decision"),
                     timeout=LOAD_TIMEOUT_MS)
     assert doc.state in states, f"{doc.name}: {doc.state} {doc.message}"
+

@@ -11,50 +11,13 @@ from pathlib import Path
 import factories
 import pytest
 from gui_support import LOAD_TIMEOUT_MS, build, drop_files, wait_loaded, worker_pids
-from PySide6.QtCore import QElapsedTimer, QSettings, QTimer
+from PySide6.QtCore import QElapsedTimer, QTimer
 
 from inspector.gui import roles
-from inspector.gui.app import create_application
 from inspector.gui.main_window import MainWindow
 from inspector.gui.tensor_models import COLUMNS
 
-
-@pytest.fixture(scope="module")
-def small(tmp_path_factory) -> tuple[Path, dict]:
-    """Benign, NaN, suspicious and many-prefix checkpoints, with their expected statistics."""
-    folder = tmp_path_factory.mktemp("gui-small")
-    return folder, build(folder, "small")
-
-
-@pytest.fixture
-def window(qtbot, tmp_path, monkeypatch) -> MainWindow:
-    """A shown main window with its own settings and cache folders."""
-    QSettings.setPath(QSettings.Format.NativeFormat, QSettings.Scope.UserScope,
-                      str(tmp_path / "settings"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    create_application([])
-    w = MainWindow()
-    qtbot.addWidget(w)
-    w.resize(1280, 820)
-    w.show()
-    qtbot.waitExposed(w)
-    return w
-
-
-@pytest.fixture
-def worker_requests(monkeypatch) -> list[dict]:
-    """Every request sent to a sandbox worker during the test."""
-    from inspector.sandbox import client
-
-    seen: list[dict] = []
-    real = client.run_job
-
-    def spy(request, *args, **kwargs):
-        seen.append(request)
-        return real(request, *args, **kwargs)
-
-    monkeypatch.setattr(client, "run_job", spy)
-    return seen
+pytest_plugins = ("gui_fixtures",)  # fixtures: window, small, worker_requests
 
 
 def cell(window: MainWindow, row: int, field: str) -> str:

@@ -141,7 +141,7 @@ class IntegrityPane(QWidget):
         zl.addLayout(buttons)
 
         self.summary = QTextBrowser()
-        self.summary.setMaximumHeight(150)
+        self.summary.setMaximumHeight(110)
         self.summary.setAccessibleName("Integrity summary")
         self.model = ResultsModel(self)
         self.table = QTableView()
@@ -149,6 +149,7 @@ class IntegrityPane(QWidget):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.verticalHeader().hide()
         self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+        self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.setWordWrap(False)
         self.table.setAccessibleName("Integrity results")
@@ -291,7 +292,7 @@ class IntegrityPane(QWidget):
         if doc.verdict == "dangerous":
             self._show("<p>A dangerous file is never loaded, so it cannot be compared.</p>", [])
             return None
-        job = Job(f"diff {doc.name}", _diff_fn(doc.path, Path(other)), self)
+        job = Job(f"diff {doc.name}", _diff_fn(doc.path, Path(other), doc.allowed_globals), self)
         job.finished.connect(lambda result: self._diffed(doc, result))
         job.failed.connect(lambda msg: self._show(
             f"<p><b>Could not compare:</b> {html.escape(msg)}</p>", []))
@@ -432,11 +433,11 @@ def _manifest_fn(target: Path, path: Path, sha256: str | None, fmt: str | None,
     return run
 
 
-def _diff_fn(a: Path, b: Path):
+def _diff_fn(a: Path, b: Path, allow_globals: tuple[str, ...]):
     def run(emit: EmitFn, cancel: CancelToken) -> dict[str, Any]:
         from inspector.sandbox.client import diff_files
 
-        result = diff_files(a, b, on_event=emit, cancel=cancel)
+        result = diff_files(a, b, on_event=emit, cancel=cancel, allow_globals=allow_globals)
         result.setdefault("b", str(b))
         return result
 

@@ -425,6 +425,7 @@ class MainWindow(QMainWindow):
         if busy:
             self.progress.setRange(0, 0)
         else:
+            self._progress_timer.stop()
             self.stage_label.setText("Ready")
             if any(d.tensors for d in self.docs):
                 warm_up_charts()

@@ -317,7 +317,13 @@ class TensorsPane(QWidget):
         if self._plot is None:
             import pyqtgraph as pg
 
-            self._plot = pg.PlotWidget()
+            palette = self.palette()
+            self._plot = pg.PlotWidget(background=palette.color(palette.ColorRole.Base))
+            text = palette.color(palette.ColorRole.Text)
+            for axis in ("left", "bottom"):
+                self._plot.getPlotItem().getAxis(axis).setTextPen(text)
+                self._plot.getPlotItem().getAxis(axis).setPen(text)
+            self._plot.getPlotItem().titleLabel.setAttr("color", text)
             self._plot.setMinimumHeight(160)
             self._plot.setMouseEnabled(x=True, y=False)
             self._plot.getPlotItem().setLabel("left", "count")

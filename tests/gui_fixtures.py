@@ -1,0 +1,58 @@
+"""Fixtures of the GUI tests, loaded with `pytest_plugins = ("gui_fixtures",)`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gui_support import build
+from PySide6.QtCore import QSettings
+
+from inspector.gui import app as appmod
+from inspector.gui.app import create_application
+from inspector.gui.main_window import MainWindow
+
+
+@pytest.fixture(scope="session")
+def gui_settings(tmp_path_factory) -> None:
+    """Point the app's settings at a throw-away folder for the whole session."""
+    QSettings.setPath(QSettings.Format.NativeFormat, QSettings.Scope.UserScope,
+                      str(tmp_path_factory.mktemp("settings")))
+    appmod.settings.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def small(tmp_path_factory) -> tuple[Path, dict]:
+    """Benign, NaN, suspicious, training and many-prefix checkpoints, with expected stats."""
+    folder = tmp_path_factory.mktemp("gui-small")
+    return folder, build(folder, "small")
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, monkeypatch, gui_settings) -> MainWindow:
+    """A shown main window with fresh settings and its own cache folder."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    create_application([])
+    appmod.settings().clear()
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.resize(1280, 820)
+    w.show()
+    qtbot.waitExposed(w)
+    return w
+
+
+@pytest.fixture
+def worker_requests(monkeypatch) -> list[dict]:
+    """Every request sent to a sandbox worker during the test."""
+    from inspector.sandbox import client
+
+    seen: list[dict] = []
+    real = client.run_job
+
+    def spy(request, *args, **kwargs):
+        seen.append(request)
+        return real(request, *args, **kwargs)
+
+    monkeypatch.setattr(client, "run_job", spy)
+    return seen

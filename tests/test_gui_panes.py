@@ -1,0 +1,223 @@
+"""Pickle, Integrity and Convert panes on real files, plus screenshots of every pane."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import zipfile
+from pathlib import Path
+
+import factories
+from gui_support import LOAD_TIMEOUT_MS, drop_files, wait_loaded
+from PySide6.QtGui import QColor
+from PySide6.QtWidgets import QApplication
+
+from inspector.gui import roles
+from inspector.gui.about_dialog import AboutDialog
+from inspector.gui.convert_dialog import ConvertDialog
+from inspector.gui.integrity_pane import ManifestDropZone
+from inspector.gui.verdict_style import status_style
+
+pytest_plugins = ("gui_fixtures",)  # fixtures: window, small, worker_requests
+
+
+def open_loaded(window, qtbot, path: Path):
+    (doc,) = window.open_paths([path])
+    wait_loaded(qtbot, doc)
+    return doc
+
+
+def results(window) -> dict[str, str]:
+    model = window.integrity.model
+    return {row[0]: row[2] for row in model.rows}
+
+
+def test_pickle_pane_marks_and_jumps_to_the_offending_global(window, qtbot, tmp_path, canary):
+    path = factories.mal_stack_global_memo(tmp_path / "memo.pkl", canary)
+    (doc,) = window.open_paths([path])
+    wait_loaded(qtbot, doc, ("blocked",))
+    pane = window.pickle
+    qtbot.waitUntil(lambda: pane.op_model.rowCount() > 0, timeout=30_000)
+    flagged = [r for r in pane.op_model.rows if r.severity == "dangerous"]
+    assert flagged, "the offending opcode is not marked"
+    assert pane.op_model.index(pane.op_model.rows.index(flagged[0]), 0).data(
+        roles.BACKGROUND) is not None
+    dangerous = next(g for g in doc.scan["globals"] if g["severity"] == "dangerous")
+    dotted = f"{dangerous['module']}.{dangerous['name']}"
+    pane.global_filter.setText(dangerous["name"])
+    assert pane.proxy.rowCount() >= 1
+    pane.globals_view.selectRow(0)
+    current = pane.op_view.currentIndex()
+    assert current.isValid()
+    row = pane.op_model.rows[current.row()]
+    assert row.imports == dotted and row.opcode == "STACK_GLOBAL"
+    assert current.row() == pane.op_model.first_use(dotted)
+    pane.search.setText("STOP")
+    hit = pane.find_next()
+    assert hit >= 0 and pane.op_model.rows[hit].opcode == "STOP"
+
+
+def test_manifest_with_one_bad_hash_marks_that_row(window, qtbot, small, tmp_path):
+    folder, _ = small
+    path = tmp_path / "model.pt"
+    shutil.copy(folder / "benign.pt", path)
+    doc = open_loaded(window, qtbot, path)
+    window.tabs.setCurrentWidget(window.integrity)
+    manifest = tmp_path / "model.manifest.json"
+    job = window.integrity.write_manifest(manifest)
+    qtbot.waitUntil(lambda: manifest.exists() and not job.running, timeout=30_000)
+    record = json.loads(manifest.read_text())
+    tensors = record["files"][0]["tensors"]
+    assert {t["key"] for t in tensors} == {t["key"] for t in doc.tensors}
+    victim = tensors[1]["key"]
+    tensors[1]["digest"] = "0" * 64
+    manifest.write_text(json.dumps(record))
+    zone = window.integrity.findChild(ManifestDropZone)
+    assert drop_files(zone, [manifest])
+    qtbot.waitUntil(lambda: doc.verify is not None, timeout=LOAD_TIMEOUT_MS)
+    status = results(window)
+    assert status[victim] == "mismatch"
+    assert status["model.pt"] == "ok"
+    assert all(s == "ok" for k, s in status.items() if k not in (victim,))
+    model = window.integrity.model
+    assert model.rows[0][0] == victim  # problems first
+    brush = model.index(0, 0).data(roles.BACKGROUND)
+    assert brush.color().name() == QColor(status_style("mismatch").colour).name()
+    assert "Does not match" in window.integrity.summary.toPlainText()
+    assert len(window.docs) == 1, "the manifest must not open as a checkpoint"
+
+
+def test_compare_reports_a_single_bit_flip_in_plain_words(window, qtbot, small, tmp_path):
+    folder, _ = small
+    original = folder / "benign.pt"
+    flipped = tmp_path / "flipped.pt"
+    data = bytearray(original.read_bytes())
+    with zipfile.ZipFile(original) as zf:
+        info = next(i for i in zf.infolist() if i.filename.endswith("/data/0"))
+    extra_len = int.from_bytes(data[info.header_offset + 28:info.header_offset + 30], "little")
+    start = info.header_offset + 30 + len(info.filename.encode()) + extra_len
+    data[start + 3] ^= 0x40  # element 0 of fc1.weight, float32: bit 30, an exponent bit
+    flipped.write_bytes(bytes(data))
+    open_loaded(window, qtbot, original)
+    window.integrity.compare_with(flipped)
+    doc = window.current
+    qtbot.waitUntil(lambda: doc.diff is not None, timeout=LOAD_TIMEOUT_MS)
+    changed = [t for t in doc.diff["tensors"] if t["status"] != "identical"]
+    assert [t["key"] for t in changed] == ["fc1.weight"]
+    text = window.integrity.summary.toPlainText()
+    assert "1 single-bit flip in `fc1.weight`" in text and "exponent" in text
+    assert "memory or storage corruption" in text
+    assert results(window)["fc1.weight"] == "changed"
+
+
+def test_convert_writes_a_verified_safetensors_and_offers_to_open_it(
+        window, qtbot, small, tmp_path):
+    folder, _ = small
+    source = tmp_path / "training.pt"
+    shutil.copy(folder / "training.pt", source)
+    before = source.read_bytes()
+    doc = open_loaded(window, qtbot, source)
+    assert window.act_convert.isEnabled()
+    window.act_convert.trigger()
+    dialog = window.findChild(ConvertDialog)
+    assert dialog is not None and dialog.output.text() == str(tmp_path / "training.safetensors")
+    qtbot.waitUntil(lambda: dialog.result is not None, timeout=LOAD_TIMEOUT_MS)
+    result = dialog.result
+    assert result["verified"] is True
+    out = tmp_path / "training.safetensors"
+    assert out.exists() and Path(result["sidecar"]).exists()
+    report = dialog.report.toPlainText()
+    assert "Verified: every tensor of the output equals the input" in report
+    assert "sidecar" in report
+    assert source.read_bytes() == before, "the input was modified"
+    assert doc.conversion is result
+    dialog.open_button.click()
+    qtbot.waitUntil(lambda: any(d.path == out for d in window.docs), timeout=10_000)
+    opened = next(d for d in window.docs if d.path == out)
+    qtbot.waitUntil(lambda: opened.verdict is not None, timeout=30_000)
+    assert opened.verdict == "safe"
+
+
+def test_convert_never_overwrites_without_asking(window, qtbot, small, tmp_path, monkeypatch):
+    folder, _ = small
+    source = tmp_path / "benign.pt"
+    shutil.copy(folder / "benign.pt", source)
+    existing = tmp_path / "benign.safetensors"
+    existing.write_bytes(b"keep me")
+    open_loaded(window, qtbot, source)
+    asked = []
+
+    def refuse(*args, **kwargs):
+        asked.append(args[2])
+        from PySide6.QtWidgets import QMessageBox
+
+        return QMessageBox.StandardButton.No
+
+    monkeypatch.setattr("inspector.gui.convert_dialog.QMessageBox.question", refuse)
+    window.act_convert.trigger()
+    dialog = window.findChild(ConvertDialog)
+    assert asked and str(existing) in asked[0]
+    assert dialog.job is None and existing.read_bytes() == b"keep me"
+
+
+def test_about_lists_the_environment_without_importing_torch(window, qtbot):
+    dialog = AboutDialog(window.runner, window)
+    dialog.show()
+    qtbot.waitUntil(lambda: bool(dialog.rows), timeout=120_000)
+    labels = dict(dialog.rows)
+    for key in ("Python", "torch", "CUDA runtime (torch)", "cuDNN", "NVIDIA driver"):
+        assert labels.get(key), key
+    assert labels["torch"].startswith("2.")
+    assert "torch" not in sys.modules
+
+
+def test_screenshots_of_every_pane(window, qtbot, small, artifacts, tmp_path):
+    folder, _ = small
+    shots = artifacts / "gui"
+    shots.mkdir(exist_ok=True)
+    window.grab().save(str(shots / "empty.png"))
+    samples = window.open_samples()
+    shutil.copy(folder / "with_nan.pt", tmp_path / "with_nan.pt")
+    for doc in [*samples, *window.open_paths([tmp_path / "with_nan.pt"])]:
+        qtbot.waitUntil(lambda d=doc: d.state in ("loaded", "blocked") and bool(d.sha256),
+                        timeout=LOAD_TIMEOUT_MS)
+    benign, malicious, nan_doc = window.docs
+
+    def shot(name: str) -> None:
+        QApplication.processEvents()
+        qtbot.wait(150)
+        assert window.grab().save(str(shots / f"{name}.png"))
+
+    window.file_list.setCurrentRow(0)
+    window.tabs.setCurrentWidget(window.overview)
+    shot("overview-safe")
+    window.file_list.setCurrentRow(1)
+    shot("overview-dangerous")
+    window.tabs.setCurrentWidget(window.pickle)
+    qtbot.waitUntil(lambda: window.pickle.op_model.rowCount() > 0, timeout=30_000)
+    window.pickle.globals_view.selectRow(0)
+    shot("pickle")
+    window.file_list.setCurrentRow(2)
+    window.tabs.setCurrentWidget(window.tensors)
+    window.tensors.select_key("bad.weight")
+    qtbot.waitUntil(lambda: window.tensors._plot is not None, timeout=30_000)
+    window.tensors.select_key("ok.weight")  # leaves the NaN/Inf row unselected, so tinted
+    shot("tensors")
+    window.file_list.setCurrentRow(0)
+    window.tensors.select_key("model.encoder.weight")
+    shot("tensors-histogram")
+    window.tensors.tree_button.click()
+    shot("tensors-tree")
+    window.tensors.table_button.click()
+    window.tabs.setCurrentWidget(window.integrity)
+    manifest = tmp_path / "sample.manifest.json"
+    job = window.integrity.write_manifest(manifest)
+    qtbot.waitUntil(lambda: not job.running, timeout=30_000)
+    window.integrity.verify_with(manifest)
+    qtbot.waitUntil(lambda: benign.verify is not None, timeout=LOAD_TIMEOUT_MS)
+    shot("integrity")
+    assert {p.name for p in shots.iterdir()} >= {
+        "empty.png", "overview-safe.png", "overview-dangerous.png", "pickle.png",
+        "tensors.png", "tensors-histogram.png", "tensors-tree.png", "integrity.png"}
+    assert malicious.verdict == "dangerous" and nan_doc.tensors
