@@ -107,3 +107,19 @@ def test_cancel_kills_the_worker(checkpoint):
     assert time.monotonic() - started < 120
     assert any(e["type"] == "iteration" for e in seen)
     assert not [t for t in threading.enumerate() if t.name.startswith("consistency")]
+
+
+def test_request_lets_the_jail_read_the_model_code_and_lifts_memory_only_for_cuda(checkpoint):
+    spec = ConsistencyRequest(str(checkpoint), device="cpu", repeats=4,
+                              inject={"key": "conv.weight", "index": 1, "bit": 2, "iteration": 3})
+    request = spec.to_request()
+    assert request["op"] == "consistency" and request["path"] == str(checkpoint.resolve())
+    assert "memory_mb" not in request["limits"] and "model" not in request
+    assert request["inject"]["bit"] == 2
+    spec.device, spec.model, spec.python_path = "cuda:1", "pkg.mod:build", [TESTS]
+    spec.input_shape = [2, 16]
+    request = spec.to_request()
+    assert request["limits"]["memory_mb"] >= 1 << 20  # CUDA reserves huge address space
+    assert request["paths"] == [TESTS] and request["python_path"] == [TESTS]
+    assert (request["model"], request["input_shape"], request["reload"]) == ("pkg.mod:build",
+                                                                            [2, 16], True)

@@ -21,6 +21,11 @@ from inspector.sandbox.client import SandboxError, check_loadable, run_job, stat
 CUDA_MEMORY_MB = 1 << 30
 
 
+def _nvidia_device() -> bool:
+    """Whether an NVIDIA device node exists (Linux), without importing torch or NVML."""
+    return os.path.exists("/dev/nvidiactl")
+
+
 @dataclass
 class ConsistencyRequest:
     """What the user asked for; `to_request` turns it into the worker's JSON request."""
@@ -44,7 +49,7 @@ class ConsistencyRequest:
         gigabytes = path.stat().st_size / 1e9
         python_path = [str(Path(p).resolve()) for p in self.python_path]
         limits: dict[str, int] = {"cpu_seconds": int(300 + 30 * gigabytes * self.repeats)}
-        if self.device.startswith("cuda") or self.device == "auto":
+        if self.device.startswith("cuda") or (self.device == "auto" and _nvidia_device()):
             limits["memory_mb"] = CUDA_MEMORY_MB
         request: dict[str, Any] = {
             "op": "consistency",
