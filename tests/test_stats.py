@@ -156,10 +156,12 @@ def test_non_contiguous_views(make, chunking):
 
 
 def test_quantized_stats_are_on_the_integer_representation(chunking):
-    q = torch.quantize_per_tensor(torch.randn(20, 10), 0.05, 3, torch.quint8)
+    g = torch.Generator().manual_seed(3)
+    q = torch.quantize_per_tensor(torch.randn(20, 10, generator=g), 0.05, 3, torch.quint8)
     _check(q)
     assert tensor_stats(q)["stats_on"] == "int_repr"
-    qc = torch.quantize_per_channel(torch.randn(6, 5), torch.rand(6) + 0.1,
+    scales = torch.rand(6, generator=g) + 0.1
+    qc = torch.quantize_per_channel(torch.randn(6, 5, generator=g), scales,
                                     torch.zeros(6, dtype=torch.long), 0, torch.qint8)
     _check(qc)
 

@@ -344,13 +344,14 @@ def _finite_chunks(t: torch.Tensor, per: int, filter_nonfinite: bool,
 
 def _histogram(finite_chunks: Iterable[torch.Tensor], lo: float, hi: float) -> dict:
     first, last = histogram_edges(lo, hi)
-    scale = HIST_BINS / (last - first)
+    width = (last - first) / HIST_BINS
     counts = torch.zeros(HIST_BINS + 1, dtype=torch.int64)
     for finite in finite_chunks:
         if finite.numel():
-            # (x - first) is exact for the low-precision dtypes whose values sit on bin edges;
-            # truncation gives the bin; the top edge (64) joins the last bin, as in NumPy.
-            scaled = torch.sub(finite, first, out=_scratch(finite)).mul_(scale)
+            # Dividing by the bin width (not multiplying by its inverse) puts a value that sits
+            # exactly on an edge, as integers and low-precision floats often do, in the bin
+            # NumPy puts it in; truncation gives the bin; the top edge joins the last bin.
+            scaled = torch.sub(finite, first, out=_scratch(finite)).div_(width)
             index = _scratch(scaled, torch.uint8).copy_(scaled)
             counts += torch.bincount(index, minlength=HIST_BINS + 1)[: HIST_BINS + 1]
     counts[HIST_BINS - 1] += counts[HIST_BINS]
