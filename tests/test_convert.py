@@ -106,6 +106,8 @@ def test_existing_output_and_the_input_itself_are_refused(tmp_path, capsys, unch
     assert info.value.code == "output_is_input"
     assert main(["convert", str(source), "-o", str(existing)]) == 4
     assert "exists" in capsys.readouterr().err
+    assert main(["convert", str(source), "-o", str(tmp_path / "missing" / "o.safetensors")]) == 4
+    assert "cannot write" in capsys.readouterr().err
 
 
 def test_dangerous_input_is_not_converted(tmp_path, canary, unchanged):

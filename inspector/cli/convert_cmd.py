@@ -8,7 +8,8 @@ Exit codes:
   0  converted and verified
   2  not loaded: the static scan says dangerous (see --override-dangerous)
   3  not loaded: not a format torch.load reads (or the scan failed)
-  4  the output (or its sidecar) exists and --force was not given, or it is the input
+  4  the output (or its sidecar) exists and --force was not given, it is the input, or its
+     folder cannot be written
   5  the load failed: weights_only refused globals (listed), corrupt archive, a sandbox
      limit was hit, or the worker crashed or timed out
   6  the written file did not verify against the input (nothing was kept)
@@ -26,7 +27,7 @@ from inspector.cli.inspect_cmd import add_loader_arguments, error_exit, sandbox_
 EXIT_OUTPUT = 4
 EXIT_VERIFY = 6
 _EXITS = {"output_exists": EXIT_OUTPUT, "output_is_input": EXIT_OUTPUT,
-          "verify_failed": EXIT_VERIFY}
+          "output_unwritable": EXIT_OUTPUT, "verify_failed": EXIT_VERIFY}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,6 +78,6 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"ckpt-inspector convert: {exc.strerror or exc}: {exc.filename or args.file}",
               file=sys.stderr)
-        return EXIT_OUTPUT if args.output and exc.filename == str(args.output) else 3
+        return 3
     print(json.dumps(report) if args.json else "\n".join(_human(report)))
     return 0

@@ -338,14 +338,17 @@ def convert_file(
                 raise SandboxError("verify_failed", "the output does not match the input: "
                                    + ", ".join(result.get("mismatches", [])[:8]),
                                    sandbox=result.get("sandbox"))
+        sidecar_doc = result.pop("sidecar_document", None)
+        result["sidecar"] = None
+        if sidecar_doc is not None:
+            write_text_atomic(sidecar, json.dumps(sidecar_doc, indent=1, allow_nan=False) + "\n",
+                              overwrite=overwrite)
+            result["sidecar"] = str(sidecar)
     except OutputExistsError as exc:
         raise SandboxError("output_exists", str(exc)) from None
-    sidecar_doc = result.pop("sidecar_document", None)
-    result["sidecar"] = None
-    if sidecar_doc is not None:
-        write_text_atomic(sidecar, json.dumps(sidecar_doc, indent=1, allow_nan=False) + "\n",
-                          overwrite=overwrite)
-        result["sidecar"] = str(sidecar)
+    except OSError as exc:
+        raise SandboxError("output_unwritable",
+                           f"cannot write {out.parent}: {exc.strerror or exc}") from None
     result.update(input=str(source), output=str(out), scan_verdict=scan.get("verdict"))
     return result
 
