@@ -251,7 +251,7 @@ class GpuPane(QWidget):
         self.log.header().setStretchLastSection(True)
         lower.addWidget(self.table)
         lower.addWidget(self.log)
-        lower.setSizes([700, 500])
+        lower.setSizes([820, 440])
         splitter.addWidget(lower)
         splitter.setSizes([700, 200])
         self.stack = QStackedWidget()
@@ -457,10 +457,13 @@ class GpuPane(QWidget):
         self._lod_ready = {}
 
     def _scroll_to_latest(self) -> None:
+        """Live: show the last LIVE_WINDOW_S seconds, or everything while there is less."""
         latest = max((s.timestamp for g in self.store.gpus() if (s := self.store.latest(g))),
                      default=time.time())
+        oldest = min((t[0] for t, _ in self._series.values() if t.size), default=latest)
+        start = max(oldest, latest - LIVE_WINDOW_S)
         first = self.plots[PLOTS[0][0]]
-        first.setXRange(latest - LIVE_WINDOW_S, latest, padding=0.01)
+        first.setXRange(start, max(latest, start + 10 * self.interval), padding=0.01)
         for plot in self.plots.values():
             plot.enableAutoRange(axis="y")
 
