@@ -177,6 +177,19 @@ def test_hours_of_replay_render_and_pan_without_stalling_the_ui(qtbot, tmp_path,
     assert shown[0] <= left and shown[-1] >= min(right, START + HOURS * 3600 - 1)
 
 
+def test_unreadable_log_is_one_line_and_keeps_the_pane_usable(qtbot, tmp_path, monkeypatch):
+    _no_driver(monkeypatch)
+    pane = GpuPane()
+    qtbot.addWidget(pane)
+    bad = tmp_path / "weights.bin"
+    bad.write_bytes(b"\x00\x01 definitely not a CSV log")
+    job = pane.open_log(str(bad))
+    qtbot.waitUntil(lambda: not job.running, timeout=30_000)
+    assert pane.status.text().startswith("Cannot open log: ")
+    assert "is not an nvidia-smi CSV header" in pane.status.text()
+    assert pane.stack.currentWidget() is pane.placeholder and pane.open_button.isEnabled()
+
+
 def test_live_fake_nvml_shows_xids_and_a_vanishing_driver(qtbot, monkeypatch):
     fake = install(monkeypatch, FakeNvml([FakeGpu(0), FakeGpu(1, temperature=61)]))
     pane = GpuPane(interval=0.1)
