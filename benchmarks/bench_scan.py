@@ -4,8 +4,11 @@
     .venv/bin/python benchmarks/bench_scan.py [--rounds 5]
 
 Every tool is timed by the same harness in its own interpreter (ours from .venv, the peers
-from the bench venv): one warm-up scan, then each file scanned --rounds times in process;
-the per-file median is reported. Inputs: the public picklescan corpus
+from the bench venv): one warm-up scan, then each file scanned --rounds times in process,
+measuring the scanning thread's CPU time (wall time on a shared machine mostly measures the
+other jobs; the wall-clock medians are printed too).
+The tools take --passes turns so background load hits them alike; per file the lowest of the
+passes' medians is kept. Inputs: the public picklescan corpus
 (../shared/corpus/picklescan) and a benign 5,000-tensor torch.save checkpoint. A second table
 times each tool's command line over the whole corpus folder (process start included).
 Ratios are peer time / ckpt-inspector time: above 1 means ckpt-inspector is faster.
@@ -44,15 +47,16 @@ else:
 scan(cfg["files"][0])  # warm-up: imports and caches
 out = {}
 for path in cfg["files"]:
-    times, result, error = [], None, None
+    cpu, wall, result, error = [], [], None, None
     for _ in range(cfg["rounds"]):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
             result = scan(path)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"[:200]
-        times.append(time.perf_counter() - t0)
-    out[path] = {"median": statistics.median(times),
+        cpu.append(time.thread_time() - c0)
+        wall.append(time.perf_counter() - t0)
+    out[path] = {"median": statistics.median(cpu), "wall": statistics.median(wall),
                  "flagged": None if error else bool(flagged(result)), "error": error}
 with open(cfg["out"], "w") as fh:
     json.dump(out, fh)
@@ -82,6 +86,13 @@ def in_process(tool: str, files: list[Path], rounds: int, work: Path) -> dict:
     subprocess.run([python_for(tool), "-c", HARNESS], input=json.dumps(cfg), text=True,
                    capture_output=True, check=True, timeout=3600, cwd=work)
     return json.loads(out.read_text())
+
+
+def merge(best: dict, new: dict) -> None:
+    """Keep, per file, the lowest median seen over the passes."""
+    for path, row in new.items():
+        if path not in best or row["median"] < best[path]["median"]:
+            best[path] = row
 
 
 def cli_argv(tool: str, target: Path) -> list[str]:
@@ -129,6 +140,8 @@ def main() -> int:
     """Run every measurement and print the tables."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=5, help="scans per file (median)")
+    ap.add_argument("--passes", type=int, default=3,
+                    help="turns each tool takes; per file the best pass's median counts")
     ap.add_argument("--cli-rounds", type=int, default=3, help="command-line runs (median)")
     args = ap.parse_args()
     if not (BENCH_BIN / "python").exists():
@@ -143,32 +156,39 @@ def main() -> int:
         work = Path(tmp)
         large = build_large(work)
         large_mb = large.stat().st_size / 1e6
-        corpus = {t: in_process(t, files, args.rounds, work) for t in tools}
-        big = {t: in_process(t, [large], args.rounds, work)[str(large)] for t in tools}
+        corpus: dict[str, dict] = {}
+        big: dict[str, dict] = {}
+        for _ in range(args.passes):  # tools take turns, so background load hits all alike
+            for t in tools:
+                merge(corpus.setdefault(t, {}), in_process(t, files, args.rounds, work))
+                merge(big.setdefault(t, {}), in_process(t, [large], args.rounds, work))
+        big = {t: big[t][str(large)] for t in tools}
         cli = {t: cli_wall(t, CORPUS, args.cli_rounds, work) for t in tools}
         cli_big = {t: cli_wall(t, large, args.cli_rounds, work) for t in tools}
 
     print(f"Static scan benchmark, one run: {OURS} {version_of(OURS)}, "
           f"picklescan {version_of('picklescan')}, modelscan {version_of('modelscan')}")
-    print(f"\nCorpus: {len(files)} files of {CORPUS}, in process, median of {args.rounds} "
-          "scans per file")
+    print(f"\nCorpus: {len(files)} files of {CORPUS}, in process, per-file median of "
+          f"{args.rounds} scans (best of {args.passes} passes)")
     med = {t: statistics.median(r["median"] for r in corpus[t].values()) for t in tools}
+    wall = {t: statistics.median(r["wall"] for r in corpus[t].values()) for t in tools}
     rate = {t: len(files) / sum(r["median"] for r in corpus[t].values()) for t in tools}
-    rows = [["tool", "median ms/file", "files/s", "time ratio vs ours", "malicious flagged",
-             "scan errors"]]
+    rows = [["tool", "median CPU ms/file", "files/s", "time ratio vs ours", "wall ms/file",
+             "malicious flagged", "scan errors"]]
     for t in tools:
         hits = sum(bool(corpus[t][p]["flagged"]) for p in malicious)
         errors = sum(r["error"] is not None for r in corpus[t].values())
         rows.append([t, f"{med[t] * 1e3:.3f}", f"{rate[t]:.0f}", f"{med[t] / med[OURS]:.1f}x",
-                     f"{hits}/{len(malicious)}", str(errors)])
+                     f"{wall[t] * 1e3:.3f}", f"{hits}/{len(malicious)}", str(errors)])
     print(table(rows))
     print(f"\nLarge benign checkpoint: 5,000 tensors, {large_mb:.1f} MB, in process, "
-          f"median of {args.rounds}")
-    rows = [["tool", "latency ms", "time ratio vs ours", "flagged"]]
+          f"median of {args.rounds} (best of {args.passes} passes)")
+    rows = [["tool", "CPU ms", "time ratio vs ours", "wall ms", "flagged"]]
     for t in tools:
         ratio = big[t]["median"] / big[OURS]["median"]
         verdict = str(big[t]["flagged"]) if big[t]["error"] is None else big[t]["error"][:40]
-        rows.append([t, f"{big[t]['median'] * 1e3:.1f}", f"{ratio:.1f}x", verdict])
+        rows.append([t, f"{big[t]['median'] * 1e3:.1f}", f"{ratio:.1f}x",
+                     f"{big[t]['wall'] * 1e3:.1f}", verdict])
     print(table(rows))
     print(f"\nCommand line, process start included, median of {args.cli_rounds} runs")
     rows = [["tool", "corpus folder s", "files/s", "ratio", "large file s", "ratio"]]

@@ -200,3 +200,13 @@ def test_fast_path_matches_generic_walk_on_mutations(big_pickle, mode):
         fast = scan_pickle(data, allowed=rules.allowed, wo_opcodes=rules.opcodes)
         slow = scan_pickle(data, allowed=rules.allowed, wo_opcodes=rules.opcodes, fast=False)
         assert _summary(fast) == _summary(slow)
+
+
+def test_hostile_nesting_does_not_crash_the_scan(tmp_path):
+    deep = PROTO2 + p_global("os", "system") + p_unicode("id") + TUPLE1 * 200_000 + REDUCE + STOP
+    res = scan_bytes(deep)
+    assert res.verdict == "dangerous" and res.error is None
+    header = "{'descr': " + "[" * 5000 + "]" * 5000 + ", 'fortran_order': False, 'shape': (1,)}"
+    npy = b"\x93NUMPY\x02\x00" + struct.pack("<I", len(header)) + header.encode()
+    res = scan_bytes(npy)
+    assert res.verdict in ("error", "suspicious") and "Traceback" not in (res.error or "")

@@ -62,7 +62,6 @@ def sarif_log(results: Iterable[ScanResult]) -> dict:
         "version": "2.1.0",
         "runs": [{
             "tool": {"driver": {"name": "ckpt-inspector", "version": __version__,
-                                "informationUri": "https://github.com/checkpoint-inspector",
                                 "rules": sorted(rules.values(), key=lambda r: r["id"])}},
             "results": out,
         }],

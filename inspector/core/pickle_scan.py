@@ -162,15 +162,16 @@ class _Truncated(Exception):
     pass
 
 
-def _strings_of(value: object, out: list[str], budget: int = 16) -> None:
+def _strings_of(value: object, out: list[str], budget: int = 16, depth: int = 0) -> None:
     """Collect the text inside a call's arguments (tuples, lists) for the code-text check."""
     if len(out) >= budget:
         return
     if isinstance(value, str):
         out.append(value)
     elif isinstance(value, tuple):
-        for v in value:
-            _strings_of(v, out, budget)
+        if depth < 8:  # hostile files nest tuples thousands deep
+            for v in value:
+                _strings_of(v, out, budget, depth + 1)
     elif isinstance(value, _Seq):
         out.extend(value.strings[: budget - len(out)])
     elif isinstance(value, bytes):

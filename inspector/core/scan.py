@@ -135,10 +135,15 @@ class _Scan:
 
     def add_pickle(self, scan: PickleScan, member: str | None, torch_reads: bool,
                    depth: int = 0) -> None:
-        """Fold one walked pickle into the result; `torch_reads`: torch.load unpickles it."""
-        self.result.pickles.append({"member": member, "offset": scan.start, "end": scan.end,
-                                    "protocol": scan.protocol, "opcodes": scan.opcodes,
-                                    "complete": scan.stopped})
+        """Fold one walked pickle into the result; `torch_reads`: torch.load unpickles it.
+
+        Pickles nested in call arguments (`depth` > 0) are not listed in `pickles`: their
+        offsets point into an argument, not into the file or member.
+        """
+        if depth == 0:
+            self.result.pickles.append({"member": member, "offset": scan.start, "end": scan.end,
+                                        "protocol": scan.protocol, "opcodes": scan.opcodes,
+                                        "complete": scan.stopped})
         for ref in scan.globals:
             use = self.uses.get((ref.module, ref.name))
             if use is None:
@@ -189,8 +194,7 @@ class _Scan:
                                                 "(it needs a torch zip archive or legacy stream)")
         res.weights_only_ok = res.format in TORCH_WEIGHTS_FORMATS and not self.torch_refuses
         res.weights_only_source = self.rules.source
-        verdicts = [g.severity for g in order] + [f.severity for f in res.findings]
-        res.verdict = ERROR if res.error and not verdicts else worst(verdicts)
+        res.verdict = worst([g.severity for g in order] + [f.severity for f in res.findings])
         if res.error and res.verdict == SAFE:
             res.verdict = ERROR
 
@@ -339,7 +343,7 @@ def _scan_zip(ctx: _Scan, buf) -> None:
 def _scan_member_npy(ctx: _Scan, data: bytes, name: str) -> None:
     try:
         _scan_npy(ctx, data, name)
-    except (ValueError, SyntaxError, MemoryError) as exc:
+    except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
         ctx.find(SUSPICIOUS, "npy-header", f"unreadable .npy header: {exc}", name)
 
 
@@ -428,8 +432,8 @@ def _scan_buffer(ctx: _Scan, buf, size: int) -> None:
             ctx.find(SUSPICIOUS, "archive-unscannable", "7-Zip archive: its members cannot be "
                      "scanned; extract it and scan the files")
             return
-    except (zipread.NotAZip, ValueError, SyntaxError, MemoryError, EOFError, OSError,
-            IndexError) as exc:
+    except (zipread.NotAZip, ValueError, SyntaxError, MemoryError, RecursionError, EOFError,
+            OSError, IndexError) as exc:
         if _scan_stream(ctx, buf, None, False):
             res.format = "pickle"
             ctx.find(SUSPICIOUS, "format-fallback", f"{kind} parse failed ({exc}); the bytes "
@@ -461,6 +465,9 @@ def _run(path: str, size: int, load) -> ScanResult:
             res.error = "empty file"
         else:
             _scan_buffer(ctx, load(), size)
+    except (RecursionError, MemoryError, ValueError, IndexError, KeyError, TypeError,
+            OSError) as exc:  # a scanner bug must not hide what was found so far
+        res.error = f"scan stopped: {type(exc).__name__}: {exc}"[:300]
     finally:
         if gc_was_enabled:
             gc.enable()

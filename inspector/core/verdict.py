@@ -16,8 +16,8 @@ def rank(verdict: str) -> int:
 
 
 def worst(verdicts: Iterable[str]) -> str:
-    """The worst of some verdicts; `safe` when there are none."""
-    return max(verdicts, key=rank, default=SAFE)
+    """The worst of some verdicts (other severities such as `info` count as safe)."""
+    return max((v for v in verdicts if v in _RANK), key=rank, default=SAFE)
 
 
 def exit_code(verdict: str) -> int:
