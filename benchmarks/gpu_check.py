@@ -28,7 +28,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import consistency_models  # noqa: E402
 
-from inspector.gpu.consistency import Fault, choose_device, model_run, weights_probe  # noqa: E402
+from inspector.gpu.bitcheck import Fault, choose_device  # noqa: E402
+from inspector.gpu.model_run import model_run  # noqa: E402
+from inspector.gpu.weights_probe import weights_probe  # noqa: E402
 
 
 def checkpoint(folder: Path, megabytes: int) -> Path:
