@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
@@ -19,6 +20,7 @@ from PySide6.QtWidgets import (
     QStackedWidget,
     QStyle,
     QTabWidget,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -26,10 +28,7 @@ from inspector.gui import app as appmod
 from inspector.gui.document import STATE_WORDS, FileDocument
 from inspector.gui.empty_state import EmptyState
 from inspector.gui.jobs import Job, JobRunner
-from inspector.gui.overview_pane import OverviewPane
-from inspector.gui.pickle_pane import PicklePane
 from inspector.gui.pipeline import Pipeline, expand_paths
-from inspector.gui.tensors_pane import TensorsPane, warm_up_charts
 from inspector.gui.verdict_style import verdict_icon, verdict_style
 
 FILE_FILTER = (
@@ -77,6 +76,24 @@ def _owned_by_drop_zone(widget: QWidget | None) -> bool:
     return False
 
 
+class LazyPane(QWidget):
+    """A tab whose real pane (and its imports) is created the first time it is shown."""
+
+    def __init__(self, factory: Callable[[], QWidget]) -> None:
+        super().__init__()
+        self._factory: Callable[[], QWidget] | None = factory
+        self.setLayout(QVBoxLayout())
+        self.layout().setContentsMargins(0, 0, 0, 0)
+
+    def showEvent(self, event) -> None:
+        """Build the pane on first show."""
+        if self._factory is not None:
+            factory, self._factory = self._factory, None
+            self.layout().addWidget(factory())
+            self.window().route_drops()
+        super().showEvent(event)
+
+
 class MainWindow(QMainWindow):
     """Checkpoint Inspector's window."""
 
@@ -101,17 +118,11 @@ class MainWindow(QMainWindow):
         self.file_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.file_list.currentRowChanged.connect(self._select_row)
 
-        self.overview = OverviewPane()
-        self.overview.load_allowed.connect(lambda doc, names: self.pipeline.load(doc, names))
-        self.overview.load_declined.connect(self.pipeline.decline)
-        self.pickle = PicklePane(self.runner)
-        self.tensors = TensorsPane()
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
-        self.tabs.addTab(self.overview, "Overview")
-        self.tabs.addTab(self.pickle, "Pickle")
-        self.tabs.addTab(self.tensors, "Tensors")
-        self._add_optional_panes()
+        self.panes_built = False
+        self.gpu: QWidget | None = None
+        self.consistency: QWidget | None = None
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.addWidget(self.file_list)
@@ -146,12 +157,45 @@ class MainWindow(QMainWindow):
 
     # --- building ----------------------------------------------------------------------
 
-    def _add_optional_panes(self) -> None:
-        """Panes built by other parts of the app, added when they are installed."""
+    def build_panes(self) -> None:
+        """Create the panes on first need, so the empty window appears without their cost."""
+        if self.panes_built:
+            return
+        self.panes_built = True
         from inspector.gui.integrity_pane import IntegrityPane
+        from inspector.gui.overview_pane import OverviewPane
+        from inspector.gui.pickle_pane import PicklePane
+        from inspector.gui.tensors_pane import TensorsPane
 
+        self.overview = OverviewPane()
+        self.overview.load_allowed.connect(lambda doc, names: self.pipeline.load(doc, names))
+        self.overview.load_declined.connect(self.pipeline.decline)
+        self.pickle = PicklePane(self.runner)
+        self.tensors = TensorsPane()
         self.integrity = IntegrityPane(self.runner, self.pipeline)
+        self.tabs.addTab(self.overview, "Overview")
+        self.tabs.addTab(self.pickle, "Pickle")
+        self.tabs.addTab(self.tensors, "Tensors")
         self.tabs.addTab(self.integrity, "Integrity")
+        self.tabs.addTab(LazyPane(self._make_gpu_pane), "GPU")
+        self.tabs.addTab(LazyPane(self._make_consistency_pane), "Consistency")
+        self.route_drops()
+
+    def _make_gpu_pane(self) -> QWidget:
+        from inspector.gui.gpu_pane import GpuPane
+
+        self.gpu = GpuPane(runner=self.runner)
+        return self.gpu
+
+    def _make_consistency_pane(self) -> QWidget:
+        from inspector.gui.consistency_pane import ConsistencyPane
+
+        pane = ConsistencyPane(runner=self.runner,
+                               telemetry=lambda: self.gpu.store if self.gpu else None)
+        if self.current is not None:
+            pane.set_file(str(self.current.path))
+        self.consistency = pane
+        return pane
 
     def _build_status_bar(self) -> None:
         bar = self.statusBar()
@@ -201,13 +245,13 @@ class MainWindow(QMainWindow):
                                         "Ctrl+Shift+S", "Convert the selected file to "
                                         "safetensors, verified tensor by tensor",
                                         sp.SP_DialogSaveButton)
-        self.act_manifest = self._action("Create &Manifest…", self.integrity.create_manifest,
+        self.act_manifest = self._action("Create &Manifest…", self.create_manifest,
                                          "Ctrl+M", "Write a manifest of the selected files")
         self.act_verify = self._action("&Verify Against Manifest…",
-                                       self.integrity.choose_manifest, "Ctrl+Shift+V",
+                                       self.verify_against_manifest, "Ctrl+Shift+V",
                                        "Check files and tensors against a manifest",
                                        sp.SP_DialogApplyButton)
-        self.act_compare = self._action("Compare &With…", self.integrity.choose_compare,
+        self.act_compare = self._action("Compare &With…", self.compare_with,
                                         "Ctrl+D", "Diff against another checkpoint, "
                                         "with bit-flip forensics", sp.SP_FileDialogContentsView)
         self.act_cancel = self._action("Cancel", self.cancel_jobs, Qt.Key.Key_Escape,
@@ -268,6 +312,8 @@ class MainWindow(QMainWindow):
     def open_paths(self, paths: list[str] | list[Path]) -> list[FileDocument]:
         """Open files and folders (recursively); returns the newly opened documents."""
         files = expand_paths(paths)
+        if files:
+            self.build_panes()
         missing = [str(p) for p in paths if not Path(p).exists()]
         if missing:
             self.statusBar().showMessage(f"Not found: {', '.join(missing)}", 8000)
@@ -326,10 +372,13 @@ class MainWindow(QMainWindow):
         self._show_document(self.docs[row] if 0 <= row < len(self.docs) else None)
 
     def _show_document(self, doc: FileDocument | None) -> None:
-        self.overview.set_document(doc)
-        self.pickle.set_document(doc)
-        self.tensors.set_document(doc)
-        self.integrity.set_document(doc)
+        if self.panes_built:
+            self.overview.set_document(doc)
+            self.pickle.set_document(doc)
+            self.tensors.set_document(doc)
+            self.integrity.set_document(doc)
+            if self.consistency is not None and doc is not None:
+                self.consistency.set_file(str(doc.path))
         title = appmod.APPLICATION + (f" — {doc.name}" if doc else "")
         self.setWindowTitle(title)
         self._update_actions()
@@ -383,6 +432,21 @@ class MainWindow(QMainWindow):
         dialog.show()
         dialog.start()
 
+    def create_manifest(self) -> None:
+        """Write a manifest of the selected file."""
+        self.tabs.setCurrentWidget(self.integrity)
+        self.integrity.create_manifest()
+
+    def verify_against_manifest(self) -> None:
+        """Check the selected file and its tensors against a manifest."""
+        self.tabs.setCurrentWidget(self.integrity)
+        self.integrity.choose_manifest()
+
+    def compare_with(self) -> None:
+        """Diff the selected file against another checkpoint."""
+        self.tabs.setCurrentWidget(self.integrity)
+        self.integrity.choose_compare()
+
     def cancel_jobs(self) -> None:
         """Stop every running job and its sandbox worker."""
         self.pipeline.cancel_all()
@@ -428,6 +492,8 @@ class MainWindow(QMainWindow):
             self._progress_timer.stop()
             self.stage_label.setText("Ready")
             if any(d.tensors for d in self.docs):
+                from inspector.gui.tensors_pane import warm_up_charts
+
                 warm_up_charts()
         self._update_actions()
 
@@ -467,6 +533,8 @@ class MainWindow(QMainWindow):
         s.setValue("window/geometry", self.saveGeometry())
         s.setValue("window/state", self.saveState())
         s.setValue("window/splitter", self.splitter.saveState())
+        if self.gpu is not None:
+            self.gpu.stop()
         self.pipeline.cancel_all()
         self.runner.shutdown()
         super().closeEvent(event)
