@@ -102,13 +102,15 @@ def _shared(objs: dict, obj_type: type, func: object) -> object:
 
 
 def match_unit(data, pos: int, memo: dict, allowed: frozenset[str], globals_type: type,
-               obj_type: type, objs: dict) -> tuple | None:
+               obj_type: type, objs: dict, run: dict | None = None) -> tuple | None:
     """Recognise a tensor sequence at `pos`, or None.
 
     On a match the unit's memo stores are applied to `memo` and the result is `(end, pushed
     value, opcode count, (storage type key, storage key, location, numel, BINPERSID offset))`;
     on no match nothing is touched. `globals_type` is the walker's GlobalRef class, `obj_type`
     the class of what a call (or, with None, a persistent load) pushes; `objs` caches those.
+    `run` lives for one run of consecutive units, during which the memo changes only through
+    their own stores: it remembers what the memo fetches were last checked to be.
     """
     m = unit_re().match(data, pos)
     if m is None:
@@ -116,38 +118,31 @@ def match_unit(data, pos: int, memo: dict, allowed: frozenset[str], globals_type
     (f_raw, s_raw, t_raw, klen, skey_raw, p_skey, l_raw, llen, loc_raw, p_loc, numel_raw, p_pid,
      offset_raw, size_raw, p_size, stride_raw, p_stride, grad, o_raw, p_od, p_args,
      p_res) = m.groups()
-    get = memo.get
-    func, stype = get(_KEY[f_raw]), get(_KEY[t_raw])
-    if not (type(func) is globals_type and type(stype) is globals_type
-            and func.key in allowed and stype.key in allowed
-            and get(_KEY[s_raw]) == "storage" and klen[0] == len(skey_raw)):
+    if klen[0] != len(skey_raw):
         return None
-    skey = skey_raw.decode("ascii")
-    k_skey = _KEY[p_skey] if p_skey else None
-    k_loc = None
-    if l_raw is not None:
-        l_key = _KEY[l_raw]
-        location = get(l_key)
-        if l_key == k_skey or type(location) is not str:
-            return None  # a get of a value stored inside the unit: leave it to the walker
+    sig = (f_raw, s_raw, t_raw, l_raw, llen, loc_raw, o_raw)
+    if run is not None and run.get("sig") == sig:
+        func, stype, location, hooks, result, storage, watched = run["checked"]
     else:
-        location = loc_raw.decode("ascii")
-        if llen[0] != len(location):
+        checked = _check_fetches(memo, allowed, globals_type, sig)
+        if checked is None:
             return None
-        k_loc = _KEY[p_loc] if p_loc else None
-    k_pid = _KEY[p_pid] if p_pid else None
-    k_size = _KEY[p_size] if p_size else None
-    k_stride = _KEY[p_stride] if p_stride else None
-    o_key = _KEY[o_raw]
-    od = get(o_key)
-    if (type(od) is not globals_type or od.key != "collections.OrderedDict"
-            or o_key in (k_skey, k_loc, k_pid, k_size, k_stride)):
-        return None
+        func, stype, location, od, watched = checked
+        hooks, result = _shared(objs, obj_type, od), _shared(objs, obj_type, func)
+        storage = _shared(objs, obj_type, None)
+        if run is not None:
+            run["sig"] = sig
+            run["checked"] = (func, stype, location, hooks, result, storage, watched)
+    keys = [_KEY[p] if p else None for p in (p_skey, p_loc, p_pid, p_size, p_stride, p_od,
+                                              p_args, p_res)]
+    if not watched.isdisjoint(keys):
+        return None  # the unit overwrites a key it (or the next unit) fetches: walk it exactly
+    k_skey, k_loc, k_pid, k_size, k_stride, k_od, k_args, k_res = keys
+    skey = skey_raw.decode("ascii")
     numel = _INT[numel_raw]
     size, n_size = _TUPLE_OF[size_raw]
     stride, n_stride = _TUPLE_OF[stride_raw]
-    hooks, result = _shared(objs, obj_type, od), _shared(objs, obj_type, func)
-    # Validated: now store into the memo in opcode order, as the generic walker would.
+    # Stores in opcode order, as the generic walker makes them.
     if k_skey is not None:
         memo[k_skey] = skey
     if k_loc is not None:
@@ -158,17 +153,43 @@ def match_unit(data, pos: int, memo: dict, allowed: frozenset[str], globals_type
         memo[k_size] = size
     if k_stride is not None:
         memo[k_stride] = stride
-    if p_od:
-        memo[_KEY[p_od]] = hooks
-    if p_args:
-        memo[_KEY[p_args]] = (_shared(objs, obj_type, None), _INT[offset_raw], size, stride,
-                              grad == b"\x88", hooks)
-    if p_res:
-        memo[_KEY[p_res]] = result
-    puts = 8 - (p_skey, p_loc, p_pid, p_size, p_stride, p_od, p_args, p_res).count(None)
+    if k_od is not None:
+        memo[k_od] = hooks
+    if k_args is not None:
+        memo[k_args] = (storage, _INT[offset_raw], size, stride, grad == b"\x88", hooks)
+    if k_res is not None:
+        memo[k_res] = result
+    puts = 8 - keys.count(None)
     q_at = m.end(11) + 1 + len(p_pid or b"")
     return (m.end(), result, 17 + n_size + n_stride + puts,
             (stype.key, skey, location, numel, q_at))
+
+
+def _check_fetches(memo: dict, allowed: frozenset[str], globals_type: type,
+                   sig: tuple) -> tuple | None:
+    """Check what the unit fetches from the memo: an allowed rebuild function, "storage", an
+    allowed storage type, a location and OrderedDict. Returns (func, storage type, location,
+    OrderedDict, memo keys fetched) or None."""
+    f_raw, s_raw, t_raw, l_raw, llen, loc_raw, o_raw = sig
+    get = memo.get
+    f_key, s_key, t_key, o_key = _KEY[f_raw], _KEY[s_raw], _KEY[t_raw], _KEY[o_raw]
+    func, stype, od = get(f_key), get(t_key), get(o_key)
+    if not (type(func) is globals_type and type(stype) is globals_type
+            and type(od) is globals_type and func.key in allowed and stype.key in allowed
+            and od.key == "collections.OrderedDict" and get(s_key) == "storage"):
+        return None
+    watched = {f_key, s_key, t_key, o_key}
+    if l_raw is not None:
+        l_key = _KEY[l_raw]
+        location = get(l_key)
+        if type(location) is not str:
+            return None
+        watched.add(l_key)
+    else:
+        location = loc_raw.decode("ascii")
+        if llen[0] != len(location):
+            return None
+    return func, stype, location, od, frozenset(watched)
 
 
 def match_entries(data, pos: int, memo: dict, allowed: frozenset[str], globals_type: type,
@@ -182,6 +203,7 @@ def match_entries(data, pos: int, memo: dict, allowed: frozenset[str], globals_t
     """
     n = len(data)
     ops = 0
+    run: dict = {}
     while pos + 5 < n and data[pos] == 0x58:
         k = int.from_bytes(data[pos + 1:pos + 5], "little")
         p = pos + 5 + k
@@ -198,13 +220,13 @@ def match_entries(data, pos: int, memo: dict, allowed: frozenset[str], globals_t
         except UnicodeDecodeError:
             break
         put = 0
-        if op == 0x71:
-            memo[data[p + 1]] = key
+        if op == 0x71 or op == 0x72:
+            k_key = data[p + 1] if op == 0x71 else int.from_bytes(data[p + 1:p + 5], "little")
+            memo[k_key] = key
             put = 1
-        elif op == 0x72:
-            memo[int.from_bytes(data[p + 1:p + 5], "little")] = key
-            put = 1
-        found = match_unit(data, q, memo, allowed, globals_type, obj_type, objs)
+            if run and k_key in run["checked"][-1]:
+                run.clear()  # the key overwrote a fetched memo entry: check again
+        found = match_unit(data, q, memo, allowed, globals_type, obj_type, objs, run)
         if found is None:
             break
         end, value, unit_ops, storage = found
