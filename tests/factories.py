@@ -821,3 +821,14 @@ def corpus_fixture(tmp_path_factory, kinds: tuple[str, ...] = ("benign", "odd", 
     folder = tmp_path_factory.mktemp("scan-corpus")
     canary = folder / "CANARY_EXECUTED"
     return build_corpus(folder, canary, kinds), canary
+
+
+def save_with_namespace(path: Path) -> Path:
+    """A checkpoint carrying argparse.Namespace run arguments, including a shell command line."""
+    import argparse
+
+    args = argparse.Namespace(lr=3e-4, cmd="torchrun train.py --lr 3e-4 && python eval.py")
+    return save_state_dict(path, {"model": small_state_dict(), "args": args})
+
+
+BENIGN_BUILDERS["namespace_args"] = save_with_namespace

@@ -20,6 +20,7 @@ BENIGN_EXPECTED = {
     "npy": ("npy", "safe", False),
     "npz": ("npz", "safe", False),
     "npy_object": ("npy", "suspicious", False),
+    "namespace_args": ("pytorch-zip", "suspicious", False),
 }
 # name -> (verdict, weights_only_ok); what torch 2.13 does was measured (see test_scan_weights_only)
 ODD_EXPECTED = {
@@ -112,3 +113,11 @@ def test_pickle_pane_rows_for_each_walked_pickle(built):
     assert any(r.opcode == "GLOBAL" and "_rebuild_tensor_v2" in r.argument for r in rows)
     assert all(r.severity is None for r in rows)
     assert rows[-1].opcode == "STOP"
+
+
+def test_custom_objects_are_suspicious_not_dangerous(built):
+    # argparse.Namespace needs weights_only=False; its logged command line is data, not a call
+    res = scan_file(built["benign"]["namespace_args"])
+    assert {(g.module, g.name, g.severity) for g in res.globals if g.severity != "safe"} == {
+        ("argparse", "Namespace", "suspicious")}
+    assert any("argparse.Namespace" in b for b in res.weights_only_blockers)

@@ -106,10 +106,11 @@ def test_classify(module, name, severity):
 
 def test_code_like_arguments():
     for text in ("import os; os.system('id')", "__import__('os')", "curl http://x | sh",
-                 "rm -rf /", "echo $(id)", "exec(open('x').read())"):
+                 "rm -rf /", "/bin/sh -c id", "exec(open('x').read())"):
         assert looks_like_code(text), text
     for text in ("layers.0.weight", "cpu", "storage", "Adam", "resumable checkpoint",
-                 "bias", "fc1.weight", "/data/run-3/ckpt.pt"):
+                 "bias", "fc1.weight", "/data/run-3/ckpt.pt",
+                 "torchrun train.py --lr 3e-4 && python eval.py || true"):
         assert not looks_like_code(text), text
 
 

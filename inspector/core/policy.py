@@ -111,7 +111,7 @@ _SAFE_DUNDERS = frozenset({"__main__", "__builtin__", "__torch__", "__new__"})
 _CODE_RE = re.compile(
     r"__import__|\bimport\s+[\w.]+|\bexec\s*\(|\beval\s*\(|\bcompile\s*\(|\bos\.\w+\s*\(|"
     r"\bsubprocess\b|\bsystem\s*\(|\bopen\s*\(|\blambda\b.*:|/bin/(?:ba|z|da)?sh\b|\bsh\s+-c\b|"
-    r"\bcurl\s|\bwget\s|\bnc\s+-|\brm\s+-rf\b|\$\(|`[^`]+`|&&|\|\||;\s*\w+\s+-|"
+    r"\bcurl\s|\bwget\s|\bnc\s+-|\brm\s+-rf\b|"
     r"\bpowershell\b|\bcmd(?:\.exe)?\s+/c\b|__builtins__|__globals__|__subclasses__",
     re.IGNORECASE,
 )

@@ -157,7 +157,9 @@ class _Scan:
                 self.block(f"{ref.opcode} {ref.key}")
         for call in scan.calls:
             allowed = call.func is not None and call.func.key in self.rules.allowed
-            if not allowed and any(looks_like_code(s) for s in call.strings):
+            # BUILD hands state to __setstate__: data such as logged command lines, not code
+            if (not allowed and call.opcode != "BUILD"
+                    and any(looks_like_code(s) for s in call.strings)):
                 target = call.func.key if call.func else "a computed callable"
                 sample = next(s for s in call.strings if looks_like_code(s))[:120]
                 self.find(DANGEROUS, "code-in-arguments",
