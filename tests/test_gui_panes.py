@@ -221,3 +221,17 @@ def test_screenshots_of_every_pane(window, qtbot, small, artifacts, tmp_path):
         "empty.png", "overview-safe.png", "overview-dangerous.png", "pickle.png",
         "tensors.png", "tensors-histogram.png", "tensors-tree.png", "integrity.png"}
     assert malicious.verdict == "dangerous" and nan_doc.tensors
+
+
+def test_export_report_of_the_session(window, qtbot, tmp_path):
+    docs = window.open_samples()
+    for doc in docs:
+        qtbot.waitUntil(lambda d=doc: d.state in ("loaded", "blocked") and bool(d.sha256),
+                        timeout=LOAD_TIMEOUT_MS)
+    out = tmp_path / "session-report.json"
+    job = window.write_report(out)
+    qtbot.waitUntil(lambda: not job.running, timeout=LOAD_TIMEOUT_MS)
+    report = json.loads(out.read_text())
+    assert report["verdict"] == "dangerous"
+    assert [Path(f["file"]["path"]).name for f in report["files"]] == [
+        "sample-benign.pt", "sample-malicious-demo.pt"]

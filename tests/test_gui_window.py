@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -207,3 +208,24 @@ def test_ui_thread_never_waits_over_100ms_while_a_big_file_loads(window, qtbot, 
 
 TICK_MS = 10
 BOUND_S = 0.100
+
+
+def test_dropping_a_folder_lists_its_checkpoints_with_verdict_icons(
+        window, qtbot, small, tmp_path, canary):
+    folder, _ = small
+    shards = tmp_path / "download"
+    (shards / "sub").mkdir(parents=True)
+    shutil.copy(folder / "benign.pt", shards / "model-00001.bin")
+    shutil.copy(folder / "with_nan.pt", shards / "sub" / "model-00002.pt")
+    factories.mal_os_system(shards / "extra.pkl", canary)
+    (shards / "config.json").write_text('{"hidden_size": 8}')
+    (shards / "README.md").write_text("# model card\n")
+    assert drop_files(window.empty, [shards])
+    names = [window.file_list.item(i).text() for i in range(window.file_list.count())]
+    assert names == ["extra.pkl", "model-00001.bin", "model-00002.pt"]
+    for doc in window.docs:
+        wait_loaded(qtbot, doc, ("loaded", "blocked"))
+    icons = {d.name: window.file_list.item(i).icon().cacheKey()
+             for i, d in enumerate(window.docs)}
+    assert icons["extra.pkl"] != icons["model-00001.bin"] == icons["model-00002.pt"]
+    assert [d.verdict for d in window.docs] == ["dangerous", "safe", "safe"]

@@ -240,6 +240,8 @@ class MainWindow(QMainWindow):
                                        "Write and open the built-in samples")
         self.act_close = self._action("&Close", self.close_current, QKeySequence.StandardKey.Close,
                                       "Close the selected file")
+        self.act_report = self._action("&Export Report…", self.export_report, "Ctrl+E",
+                                       "Write a JSON, HTML or PDF verification report")
         self.act_quit = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
         self.act_convert = self._action("Convert to &safetensors…", self.convert_current,
                                         "Ctrl+Shift+S", "Convert the selected file to "
@@ -265,6 +267,7 @@ class MainWindow(QMainWindow):
         self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
         menu.addAction(self.act_sample)
         menu.addSeparator()
+        menu.addAction(self.act_report)
         menu.addAction(self.act_close)
         menu.addSeparator()
         menu.addAction(self.act_quit)
@@ -387,6 +390,7 @@ class MainWindow(QMainWindow):
         doc = self.current
         has = doc is not None
         self.act_close.setEnabled(has)
+        self.act_report.setEnabled(has)
         self.act_convert.setEnabled(has and doc.state == "loaded")
         self.act_manifest.setEnabled(has)
         self.act_verify.setEnabled(has)
@@ -446,6 +450,33 @@ class MainWindow(QMainWindow):
         """Diff the selected file against another checkpoint."""
         self.tabs.setCurrentWidget(self.integrity)
         self.integrity.choose_compare()
+
+    def export_report(self) -> Job | None:
+        """Ask where, then write a report of every open file (format from the extension)."""
+        from inspector.gui.report_export import REPORT_FILTER
+
+        if not self.docs:
+            return None
+        default = str(self.docs[0].path.with_name(self.docs[0].path.stem + "-report.html"))
+        path, _ = QFileDialog.getSaveFileName(self, "Export report", default, REPORT_FILTER)
+        return self.write_report(Path(path)) if path else None
+
+    def write_report(self, path: Path) -> Job:
+        """Write the report to `path` in a background job."""
+        from inspector.gui.report_export import evidence, export_fn
+
+        consistency = getattr(self.consistency, "result", None)
+        source = getattr(self.consistency, "file_edit", None)
+        store = getattr(self.gpu, "store", None)
+        label = getattr(self.gpu, "source_label", "")
+        session = evidence(
+            self.docs, consistency, source.text() if source is not None else None,
+            telemetry=store if store is not None and store.gpus() else None,
+            telemetry_source="nvml" if label in ("", "live") else label)
+        job = Job("report", export_fn(session, path), self)
+        job.finished.connect(lambda p: self.statusBar().showMessage(f"Report written: {p}",
+                                                                    10000))
+        return self.pipeline.run_heavy(job)
 
     def cancel_jobs(self) -> None:
         """Stop every running job and its sandbox worker."""

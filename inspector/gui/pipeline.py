@@ -18,6 +18,8 @@ from inspector.core.progress import CancelToken
 from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, Job, JobFn, JobRunner
 
+SNIFF_BYTES = 64
+
 STAGE_WORDS = {
     "scan": "Scanning",
     "hash": "Hashing (SHA-256)",
@@ -40,16 +42,33 @@ def stage_text(stage: str) -> str:
 
 
 def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Files to open: files as given, folders walked recursively (hidden entries skipped)."""
+    """Files to open: files as given; folders walked, keeping what looks like a model file.
+
+    Inside a folder, config.json, tokenizers and READMEs are skipped by their leading bytes
+    (the scanner still judges every file that is kept); hidden entries are skipped too.
+    """
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
             for root, dirs, files in os.walk(p):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                out.extend(Path(root) / f for f in sorted(files) if not f.startswith("."))
+                out.extend(Path(root) / f for f in sorted(files)
+                           if not f.startswith(".") and _looks_like_model(Path(root) / f))
         elif p.exists():
             out.append(p)
     return out
+
+
+def _looks_like_model(path: Path) -> bool:
+    from inspector.core.formats import sniff
+
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+    except OSError:
+        return False
+    return size > 0 and sniff(head, size) not in ("unknown", "pickle?")
 
 
 class Pipeline(QObject):
