@@ -185,3 +185,13 @@ def test_a_failed_hash_stops_the_tensor_job(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         measure_file(tmp_path / "absent.pt", tensor_digests=slow_digests)
     assert seen == ["cancelled"] and time.monotonic() - started < 3
+
+
+def test_progress_on_a_large_file_is_throttled(tmp_path: Path) -> None:
+    data = bytes(range(256)) * (20 * 4096)  # 20 MiB: over 300 reads of 64 KiB
+    (tmp_path / "big.bin").write_bytes(data)
+    manifest = read_manifest(_manifest(tmp_path, {"big.bin": data}))
+    seen: list[tuple[int, int]] = []
+    assert verify(manifest, progress=lambda done, total: seen.append((done, total))).ok
+    assert seen[-1] == (len(data), len(data))
+    assert 100 <= len(seen) <= 1001

@@ -27,6 +27,11 @@ SIZE_MISMATCH = "size_mismatch"
 EXTRA = "extra"
 DTYPE_OR_SHAPE_CHANGED = "dtype_or_shape_changed"
 
+HASH_CHUNK_BYTES = 64 * 1024
+"""Read size for file hashes. Measured here on 1 GB: 64 KiB reads cost 1.0 s of CPU (as
+`openssl dgst`), 128 KiB and more 1.3-1.4 s: a buffer that size comes from a fresh mmap and
+no longer stays in the L2 cache between the kernel's copy and the hash."""
+
 
 class TensorDigestFn(Protocol):
     """Returns the tensors of a checkpoint with their digests; raises on a file it cannot load."""
@@ -114,7 +119,7 @@ def measure_file(
 ) -> Measured:
     """Hash a file and collect its tensor digests at the same time (the worker is a 2nd core)."""
     if tensor_digests is None:
-        return Measured(sha256=sha256_file(path, progress, cancel) if hash_file else None)
+        return Measured(sha256=_hash(path, progress, cancel) if hash_file else None)
     # imported here: concurrent.futures pulls in logging, ~30 ms off every file-level verify
     from concurrent.futures import ThreadPoolExecutor
 
@@ -123,7 +128,7 @@ def measure_file(
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tensor-digests") as pool:
         future = pool.submit(tensor_digests, path, cancel=token)
         try:
-            sha = sha256_file(path, progress, token) if hash_file else None
+            sha = _hash(path, progress, token) if hash_file else None
         except BaseException:
             token.cancel()
             raise
@@ -133,6 +138,10 @@ def measure_file(
             raise
         except Exception as exc:  # the worker's failure is a verdict on this file, not a crash
             return Measured(sha256=sha, error=f"{path}: tensors not checked: {exc}")
+
+
+def _hash(path: Path, progress: ProgressFn | None, cancel: CancelToken | None) -> str:
+    return sha256_file(path, progress, cancel, chunk_bytes=HASH_CHUNK_BYTES)
 
 
 def plan(manifest: Manifest, paths: Iterable[Path]) -> list[tuple[FileEntry | None, Path]]:
@@ -344,18 +353,28 @@ def _size(path: Path) -> int | None:
 
 
 class _ByteProgress:
-    """Turns per-file byte progress into progress over every file hashed in a verify."""
+    """Progress over every file hashed in a verify, passed on at most every 0.1 %."""
 
     def __init__(self, progress: ProgressFn | None, total: int) -> None:
         self.progress = progress
         self.total = total
         self.done = 0
+        self.step = max(1, total // 1000)
+        self.reported = -self.step
 
     def for_file(self) -> ProgressFn | None:
         if self.progress is None:
             return None
-        base, progress, total = self.done, self.progress, self.total
-        return lambda done, _t: progress(base + done, total)
+        base = self.done
+
+        def report(done: int, _total: int) -> None:
+            overall = base + done
+            # small reads mean many calls; a UI wants a few hundred updates, not thousands
+            if overall - self.reported >= self.step or overall == self.total:
+                self.reported = overall
+                self.progress(overall, self.total)
+
+        return report
 
     def finish_file(self, hashed: int) -> None:
         self.done += hashed
