@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QApplication
 
 from inspector.gui import roles
 from inspector.gui.about_dialog import AboutDialog
+from inspector.gui.app import dark_palette
 from inspector.gui.convert_dialog import ConvertDialog
 from inspector.gui.integrity_pane import ManifestDropZone
 from inspector.gui.verdict_style import status_style
@@ -217,9 +218,22 @@ def test_screenshots_of_every_pane(window, qtbot, small, artifacts, tmp_path):
     window.integrity.verify_with(manifest)
     qtbot.waitUntil(lambda: benign.verify is not None, timeout=LOAD_TIMEOUT_MS)
     shot("integrity")
+    app = QApplication.instance()
+    app.setPalette(dark_palette())
+    try:
+        window.file_list.setCurrentRow(1)
+        window.tabs.setCurrentWidget(window.overview)
+        shot("overview-dangerous-dark")
+        window.file_list.setCurrentRow(2)
+        window.tabs.setCurrentWidget(window.tensors)
+        window.tensors.select_key("ok.weight")
+        shot("tensors-dark")
+    finally:
+        app.setPalette(app.style().standardPalette())
     assert {p.name for p in shots.iterdir()} >= {
         "empty.png", "overview-safe.png", "overview-dangerous.png", "pickle.png",
-        "tensors.png", "tensors-histogram.png", "tensors-tree.png", "integrity.png"}
+        "tensors.png", "tensors-histogram.png", "tensors-tree.png", "integrity.png",
+        "overview-dangerous-dark.png", "tensors-dark.png"}
     assert malicious.verdict == "dangerous" and nan_doc.tensors
 
 

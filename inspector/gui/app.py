@@ -59,12 +59,13 @@ def clear_recent_files() -> None:
 def apply_palette(app: QApplication) -> None:
     """Use a dark palette when the system scheme is dark, Fusion's light one otherwise."""
     if app.styleHints().colorScheme() == Qt.ColorScheme.Dark:
-        app.setPalette(_dark_palette())
+        app.setPalette(dark_palette())
     else:
         app.setPalette(app.style().standardPalette())
 
 
-def _dark_palette() -> QPalette:
+def dark_palette() -> QPalette:
+    """The palette used when the system scheme is dark."""
     pal = QPalette()
     role = QPalette.ColorRole
     colours = {

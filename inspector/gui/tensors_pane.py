@@ -9,7 +9,7 @@ import sys
 import threading
 from typing import Any
 
-from PySide6.QtCore import QItemSelectionModel, QModelIndex, Qt, QTimer
+from PySide6.QtCore import QEvent, QItemSelectionModel, QModelIndex, Qt, QTimer
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -283,7 +283,7 @@ class TensorsPane(QWidget):
             self.detail_title.setText("Select a tensor to see its histogram and statistics.")
             self.stats.setRowCount(0)
             if self._plot is not None:
-                self._plot.clear()
+                self._plot.hide()
             return
         self.detail_title.setText(f"<b>{row.get('key')}</b>")
         items = [(label, row[k]) for k, label in STAT_LABELS if k in row]
@@ -301,6 +301,7 @@ class TensorsPane(QWidget):
     def _draw_histogram(self, row: Row) -> None:
         hist = histogram_of(row)
         plot = self._ensure_plot()
+        plot.show()
         plot.clear()
         if hist is None:
             plot.setTitle("No histogram (no finite values, or not a numeric tensor)")
@@ -317,18 +318,31 @@ class TensorsPane(QWidget):
         if self._plot is None:
             import pyqtgraph as pg
 
-            palette = self.palette()
-            self._plot = pg.PlotWidget(background=palette.color(palette.ColorRole.Base))
-            text = palette.color(palette.ColorRole.Text)
-            for axis in ("left", "bottom"):
-                self._plot.getPlotItem().getAxis(axis).setTextPen(text)
-                self._plot.getPlotItem().getAxis(axis).setPen(text)
-            self._plot.getPlotItem().titleLabel.setAttr("color", text)
+            self._plot = pg.PlotWidget()
             self._plot.setMinimumHeight(160)
+            self._style_plot()
             self._plot.setMouseEnabled(x=True, y=False)
             self._plot.getPlotItem().setLabel("left", "count")
             self.plot_holder.addWidget(self._plot)
         return self._plot
+
+    def _style_plot(self) -> None:
+        """Give the chart the palette's colours (light or dark, as the system is)."""
+        palette = self.palette()
+        text = palette.color(palette.ColorRole.Text)
+        self._plot.setBackground(palette.color(palette.ColorRole.Base))
+        item = self._plot.getPlotItem()
+        for axis in ("left", "bottom"):
+            item.getAxis(axis).setTextPen(text)
+            item.getAxis(axis).setPen(text)
+        item.titleLabel.setAttr("color", text)
+        item.titleLabel.setText(item.titleLabel.text)
+
+    def changeEvent(self, event: QEvent) -> None:
+        """Restyle the chart when the system switches between light and dark."""
+        if event.type() == QEvent.Type.PaletteChange and self._plot is not None:
+            self._style_plot()
+        super().changeEvent(event)
 
     def copy_csv(self) -> str:
         """Copy selected rows (or all shown) as CSV to the clipboard; returns the text."""
