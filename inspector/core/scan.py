@@ -158,13 +158,13 @@ class _Scan:
         for call in scan.calls:
             allowed = call.func is not None and call.func.key in self.rules.allowed
             # BUILD hands state to __setstate__: data such as logged command lines, not code
-            if (not allowed and call.opcode != "BUILD"
-                    and any(looks_like_code(s) for s in call.strings)):
+            code = None if allowed or call.opcode == "BUILD" else next(
+                (s for s in call.strings if looks_like_code(s)), None)
+            if code is not None:
                 target = call.func.key if call.func else "a computed callable"
-                sample = next(s for s in call.strings if looks_like_code(s))[:120]
                 self.find(DANGEROUS, "code-in-arguments",
                           f"{call.opcode} of {target} with an argument that reads like code: "
-                          f"{sample!r}", member, call.offset)
+                          f"{code[:120]!r}", member, call.offset)
             if not allowed and depth < MAX_NESTING:
                 self._nested(call, member, depth)
         for issue in scan.issues:
