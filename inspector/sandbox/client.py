@@ -82,8 +82,14 @@ def run_job(
     cancel: CancelToken | None = None,
     timeout: float | None = None,
     pass_fds: Iterable[int] = (),
+    gate: Callable[[], dict] | None = None,
 ) -> dict:
-    """Run one operation in a fresh jailed worker; return its `result` plus `sandbox`, `timing`."""
+    """Run one operation in a fresh jailed worker; return its `result` plus `sandbox`, `timing`.
+
+    The worker jails itself and imports what the operation needs, then waits for a start line
+    before it opens any input. `gate`, when given, runs here meanwhile (the static scan): it
+    returns extra request fields for the start line, or raises to stop the worker unstarted.
+    """
     started = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-I", "-m", WORKER_MODULE],
@@ -101,6 +107,10 @@ def run_job(
     try:
         with contextlib.suppress(BrokenPipeError):
             proc.stdin.write((json.dumps(request) + "\n").encode())
+            proc.stdin.flush()
+        start = {"start": True, **(gate() if gate is not None else {})}
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write((json.dumps(start) + "\n").encode())
             proc.stdin.close()
         for raw in proc.stdout:
             try:
@@ -273,13 +283,18 @@ def inspect_file(
                     "scan": None, "sandbox": None, "digest_algorithm": DIGEST_ALGORITHM,
                     "tensors": [], "objects": [], "error": None, "allowed_globals": allow}
     hasher = _FileHash(target, cancel)
-    scan = static_scan(target)
-    report.update(scan=scan, format=scan.get("format"))
-    try:
+
+    def admit() -> dict:
+        scan = static_scan(target)
+        report.update(scan=scan, format=scan.get("format"))
         check_loadable(scan, allow, override_dangerous)
-        request = {"op": "inspect", "path": str(target), "format": scan.get("format"),
-                   "allow_globals": allow, "limits": _limits(size, limits)}
-        result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout)
+        return {"format": scan.get("format")}
+
+    try:
+        request = {"op": "inspect", "path": str(target), "allow_globals": allow,
+                   "limits": _limits(size, limits)}
+        # The scan runs while the worker starts; the worker opens nothing until it passes.
+        result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout, gate=admit)
         report.update(sandbox=result["sandbox"], tensors=result["tensors"],
                       objects=result["objects"], timing=result["timing"],
                       digest_algorithm=result.get("digest_algorithm", DIGEST_ALGORITHM))
@@ -323,17 +338,22 @@ def convert_file(
                                f"{target} exists; refusing to overwrite it (--force replaces it)")
     allow = list(allow_globals)
     size = source.stat().st_size
-    scan = static_scan(source)
-    check_loadable(scan, allow, override_dangerous)
-    request = {"op": "convert", "path": str(source), "format": scan.get("format"),
-               "allow_globals": allow, "limits": _limits(size, limits),
+    scanned: dict = {}
+
+    def admit() -> dict:
+        scanned.update(static_scan(source))
+        check_loadable(scanned, allow, override_dangerous)
+        return {"format": scanned.get("format")}
+
+    request = {"op": "convert", "path": str(source), "allow_globals": allow,
+               "limits": _limits(size, limits),
                # Views are cloned, so the output may exceed the input; this bounds it.
                "output_bytes": 4 * size + (64 << 20)}
     try:
         with atomic_write(out, overwrite=overwrite) as fh:
             request["output_fd"] = fh.fileno()
             result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout,
-                             pass_fds=(fh.fileno(),))
+                             pass_fds=(fh.fileno(),), gate=admit)
             if not result.get("verified"):
                 raise SandboxError("verify_failed", "the output does not match the input: "
                                    + ", ".join(result.get("mismatches", [])[:8]),
@@ -349,7 +369,7 @@ def convert_file(
     except OSError as exc:
         raise SandboxError("output_unwritable",
                            f"cannot write {out.parent}: {exc.strerror or exc}") from None
-    result.update(input=str(source), output=str(out), scan_verdict=scan.get("verdict"))
+    result.update(input=str(source), output=str(out), scan_verdict=scanned.get("verdict"))
     return result
 
 

@@ -1,7 +1,10 @@
 """The jailed worker: `python -I -m inspector.sandbox.worker`, the only process that unpickles.
 
-Protocol. The client writes one JSON request on stdin and closes it. The worker jails itself
-(see `jail.py`) *before* it imports torch or opens any input, then writes JSON lines on stdout:
+Protocol. The client writes one JSON request line on stdin. The worker jails itself (see
+`jail.py`) *before* it imports torch or opens any input, imports the operation's module, and
+then waits for a second line, `{"start": true, ...more request fields}`, before it touches an
+input (so the client's static scan overlaps the worker's start-up and still gates the load).
+It writes JSON lines on stdout:
 
     {"type": "jail", "level": ..., "active": [...], "missing": {...}, "platform": ...}
     {"type": "progress", "stage": str, "done": int, "total": int}
@@ -128,7 +131,12 @@ def main() -> int:
         request["_maps_fd"] = maps_fd
         cancel = CancelToken()
         signal.signal(signal.SIGTERM, lambda *_: cancel.cancel())
-        result = _resolve(request["op"])(request, emit, cancel)
+        op = _resolve(request["op"])
+        start = json.loads(sys.stdin.readline() or "{}")
+        if not isinstance(start, dict) or start.pop("start", None) is not True:
+            raise _Refused("not_started", "the client did not start the operation")
+        request.update(start)
+        result = op(request, emit, cancel)
         emit({"type": "result", **result, "peak_rss_kb": _peak_rss_kb()})
         return 0
     except Cancelled:
