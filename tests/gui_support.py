@@ -78,7 +78,7 @@ def drop_files(target: QWidget, paths: list[Path]) -> bool:
     mime = QMimeData()
     mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
     centre = QPointF(target.rect().center())
-    enter = QDragEnterEvent(centre, Qt.DropAction.CopyAction, mime,
+    enter = QDragEnterEvent(centre.toPoint(), Qt.DropAction.CopyAction, mime,
                             Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier)
     QApplication.sendEvent(target, enter)
     if not enter.isAccepted():

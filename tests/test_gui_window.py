@@ -117,7 +117,9 @@ def test_nan_rows_are_highlighted_and_filter_sort_tree_work(window, qtbot, small
     assert cell(window, bad, "nan") == "1" and cell(window, bad, "inf") == "1"
     assert "1 with NaN/Inf" in window.tensors.summary_label.text()
     window.tensors.filter.setText("bad")
-    assert model.rowCount() == 1
+    qtbot.waitUntil(lambda: model.rowCount() == 1, timeout=5_000)
+    window.tensors.filter.setText("*.WEIGHT")
+    qtbot.waitUntil(lambda: model.rowCount() == 2, timeout=5_000)
     window.tensors.filter.setText("")
     assert window.tensors.select_key("bad.weight")
     stats = {window.tensors.stats.item(i, 0).text(): window.tensors.stats.item(i, 1).text()

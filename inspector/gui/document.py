@@ -101,7 +101,7 @@ class FileDocument(QObject):
         if new_tensors:
             self.worker_started = True
             first = len(self.tensors)
-            self.tensors.extend({k: v for k, v in e.items() if k != "type"} for e in new_tensors)
+            self.tensors.extend(new_tensors)  # the event itself is the row: no copy per tensor
             self.tensors_appended.emit(first, len(new_tensors))
 
     def set_inspect(self, result: dict[str, Any]) -> None:

@@ -108,35 +108,44 @@ def has_bad_values(row: Row) -> bool:
     return bool(row.get("nan")) or bool(row.get("inf"))
 
 
-def sort_key(column: Column):
-    """A key function that sorts missing values last and NaN above everything."""
-
-    def key(row: Row):
-        value = row.get(column.field)
-        if column.field == "shape":
-            value = list(value) if value is not None else None
-            return (value is None, len(value or ()), value or [])
+def sort_order(rows: list[Row], view: list[int], column: Column, descending: bool) -> list[int]:
+    """`view` sorted by one column; rows without a value last, NaN above every number."""
+    field = column.field
+    convert = _shape_key if field == "shape" else _number if column.numeric else str
+    present: list[int] = []
+    keys: list[Any] = []
+    missing: list[int] = []
+    for i in view:
+        value = rows[i].get(field)
         if value is None:
-            return (True, 0)
-        if column.numeric:
-            try:
-                f = float(value)
-            except (TypeError, ValueError):
-                return (True, 0)
-            return (False, math.inf if math.isnan(f) else f)
-        return (False, str(value))
+            missing.append(i)
+        else:
+            present.append(i)
+            keys.append(convert(value))
+    order = sorted(range(len(present)), key=keys.__getitem__, reverse=descending)
+    return [present[j] for j in order] + missing
 
-    return key
+
+def _shape_key(shape: Any) -> tuple:
+    return len(shape), tuple(shape)
+
+
+def _number(value: Any) -> float:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return -math.inf
+    return math.inf if math.isnan(f) else f
 
 
 def key_matcher(text: str):
-    """Case-insensitive substring match, or a glob when the text has * or ?."""
+    """Match lower-cased keys: a substring, or a glob (found anywhere) when it has * ? [."""
     pattern = text.strip().lower()
     if not pattern:
         return None
     if any(c in pattern for c in "*?["):
-        return lambda key: fnmatch.fnmatchcase(key.lower(), pattern)
-    return lambda key: pattern in key.lower()
+        return re.compile(fnmatch.translate(pattern).removesuffix(r"\Z")).search
+    return lambda key: pattern in key
 
 
 @dataclass
@@ -184,6 +193,7 @@ class TensorTableModel(QAbstractTableModel):
         super().__init__(parent)
         self.rows: list[Row] = []
         self.view: list[int] = []
+        self._keys: list[str] = []
         self._match = None
         self._sort: tuple[int, Qt.SortOrder] | None = None
         self.mono = QFont("monospace")
@@ -230,6 +240,8 @@ class TensorTableModel(QAbstractTableModel):
         return None
 
     def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
+        if self._sort == (column, order):  # the header asks again after sortByColumn
+            return
         self._sort = (column, order)
         self._rebuild()
 
@@ -237,14 +249,16 @@ class TensorTableModel(QAbstractTableModel):
     def set_rows(self, rows: list[Row]) -> None:
         """Show a new list of rows (shared with the document, not copied)."""
         self.rows = rows
+        self._keys = [str(r.get("key", "")).lower() for r in rows]
         self._rebuild()
 
     def rows_appended(self, first: int, count: int) -> None:
         """Rows [first, first+count) were appended to the shared list."""
+        self._keys.extend(str(r.get("key", "")).lower() for r in self.rows[first:first + count])
         if self._sort is not None:
             self._rebuild()
             return
-        new = [i for i in range(first, first + count) if self._accepts(self.rows[i])]
+        new = [i for i in range(first, first + count) if self._accepts(i)]
         if new:
             start = len(self.view)
             self.beginInsertRows(QModelIndex(), start, start + len(new) - 1)
@@ -271,17 +285,20 @@ class TensorTableModel(QAbstractTableModel):
         """Rows in view order."""
         return [self.rows[i] for i in self.view]
 
-    def _accepts(self, row: Row) -> bool:
-        return self._match is None or self._match(str(row.get("key", "")))
+    def _accepts(self, i: int) -> bool:
+        return self._match is None or bool(self._match(self._keys[i]))
 
     def _rebuild(self) -> None:
         self.beginResetModel()
-        view = [i for i, r in enumerate(self.rows) if self._accepts(r)]
+        match = self._match
+        if match is None:
+            view = list(range(len(self.rows)))
+        else:
+            view = [i for i, key in enumerate(self._keys) if match(key)]
         if self._sort is not None:
             column, order = self._sort
-            key = sort_key(COLUMNS[column])
-            view.sort(key=lambda i: key(self.rows[i]),
-                      reverse=order == Qt.SortOrder.DescendingOrder)
+            view = sort_order(self.rows, view, COLUMNS[column],
+                              order == Qt.SortOrder.DescendingOrder)
         self.view = view
         self.endResetModel()
 

@@ -44,6 +44,8 @@ from inspector.gui.tensor_models import (
     shape_text,
 )
 
+FILTER_MS = 200
+"""The filter applies once typing pauses, not on every keystroke."""
 FLUSH_MS = 150
 """Streamed rows are shown in batches at most this often, so the view never thrashes."""
 
@@ -76,7 +78,11 @@ class TensorsPane(QWidget):
         self.filter = QLineEdit()
         self.filter.setPlaceholderText("Filter keys (text, or a glob such as *.bias)")
         self.filter.setClearButtonEnabled(True)
-        self.filter.textChanged.connect(self._filter_changed)
+        self._filter_timer = QTimer(self)
+        self._filter_timer.setSingleShot(True)
+        self._filter_timer.setInterval(FILTER_MS)
+        self._filter_timer.timeout.connect(self._filter_changed)
+        self.filter.textChanged.connect(self._filter_timer.start)
         self.table_button = QToolButton(text="Table", checkable=True, checked=True)
         self.tree_button = QToolButton(text="Tree", checkable=True)
         self.table_button.setToolTip("One row per tensor")
@@ -250,8 +256,8 @@ class TensorsPane(QWidget):
             self.tree.expandToDepth(0)
             self._tree_stale = False
 
-    def _filter_changed(self, text: str) -> None:
-        self.model.set_filter(text)
+    def _filter_changed(self) -> None:
+        self.model.set_filter(self.filter.text())
         self._tree_stale = True
         self._refresh_tree()
         self._update_summary()
