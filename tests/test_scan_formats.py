@@ -84,7 +84,21 @@ def test_seven_zip_is_never_safe(tmp_path):
     path = tmp_path / "a.7z"
     path.write_bytes(b"7z\xbc\xaf\x27\x1c\x00\x04" + bytes(24))
     res = scan_file(path)
-    assert res.verdict == "suspicious" and "archive-unscannable" in _codes(res)
+    assert res.verdict == "suspicious" and "archive-partially-scanned" in _codes(res)
+
+
+def test_seven_zip_streams_are_decoded(tmp_path, canary):
+    import lzma
+
+    payload = call("os", "system", touch_cmd(canary))
+    stream = lzma.compress(b"README text\n" + payload, format=lzma.FORMAT_RAW,
+                           filters=[{"id": lzma.FILTER_LZMA2}])
+    path = tmp_path / "bundle.7z"
+    path.write_bytes(b"7z\xbc\xaf\x27\x1c\x00\x04" + bytes(4)
+                     + struct.pack("<QQ", len(stream), 0) + bytes(4) + stream)
+    res = scan_file(path)
+    assert (res.format, res.verdict) == ("7z", "dangerous")
+    assert res.globals[0].members == ["<7z stream 0>"] and res.pickles == []
 
 
 @pytest.mark.parametrize(("content", "message"), [

@@ -137,8 +137,8 @@ class _Scan:
                    depth: int = 0) -> None:
         """Fold one walked pickle into the result; `torch_reads`: torch.load unpickles it.
 
-        Pickles nested in call arguments (`depth` > 0) are not listed in `pickles`: their
-        offsets point into an argument, not into the file or member.
+        Pickles nested in call arguments or decoded from a 7z stream (`depth` > 0) are not
+        listed in `pickles`: their offsets point into decoded bytes, not the file or a member.
         """
         if depth == 0:
             self.result.pickles.append({"member": member, "offset": scan.start, "end": scan.end,
@@ -384,6 +384,28 @@ def _check_records(ctx: _Scan, storages: list, by_name: dict, prefix: str, kind:
                          f"{name} is not referenced by any pickle (hidden data?)", name)
 
 
+def _scan_7z(ctx: _Scan, buf) -> None:
+    """Scan pickles found in the decoded streams of a 7z archive; it stays at least suspicious,
+    since its members cannot be listed."""
+    from inspector.core import sevenzip
+
+    found = 0
+    for i, data in enumerate(sevenzip.decoded_streams(buf, MAX_DECOMPRESSED)):
+        end = -1
+        for start in sevenzip.pickle_starts(data):
+            if start < end:
+                continue  # inside a pickle already scanned
+            scan = ctx.walk(data, start)
+            if scan.stopped or looks_like_pickle(scan):
+                # depth 1: not listed in `pickles`, whose offsets must point into the file
+                ctx.add_pickle(scan, f"<7z stream {i}>", False, depth=1)
+                found += 1
+                end = scan.end
+    ctx.find(SUSPICIOUS, "archive-partially-scanned", "7-Zip archive: members cannot be listed "
+             f"without a 7-Zip library; {found} pickle(s) found in its decoded streams were "
+             "scanned; extract it and scan the files to be sure")
+
+
 def _decompress(buf, kind: str) -> bytes:
     import bz2
     import lzma
@@ -431,8 +453,7 @@ def _scan_buffer(ctx: _Scan, buf, size: int) -> None:
             raise ValueError(f"{algo} content is not a pickle")
         if kind == "7z":
             res.format = "7z"
-            ctx.find(SUSPICIOUS, "archive-unscannable", "7-Zip archive: its members cannot be "
-                     "scanned; extract it and scan the files")
+            _scan_7z(ctx, buf)
             return
     except (zipread.NotAZip, ValueError, SyntaxError, MemoryError, RecursionError, EOFError,
             OSError, IndexError) as exc:
