@@ -10,7 +10,7 @@ Format names (the `format` key of the scan contract):
 - `safetensors`: u64 header length, JSON header, data buffer
 - `npy`: NumPy array file; `npz`: zip archive of `.npy` members
 - `zip`: any other zip archive (its members are scanned by content)
-- `7z`: 7-Zip archive, which cannot be looked into without a 7-Zip library
+- `7z`: 7-Zip archive: members cannot be listed, its decoded LZMA streams are searched
 - `unknown`: none of the above
 """
 
