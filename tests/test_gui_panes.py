@@ -136,8 +136,11 @@ def test_convert_writes_a_verified_safetensors_and_offers_to_open_it(
     dialog.open_button.click()
     qtbot.waitUntil(lambda: any(d.path == out for d in window.docs), timeout=10_000)
     opened = next(d for d in window.docs if d.path == out)
-    qtbot.waitUntil(lambda: opened.verdict is not None, timeout=30_000)
-    assert opened.verdict == "safe"
+    wait_loaded(qtbot, opened)
+    assert opened.verdict == "safe" and opened.scan["format"] == "safetensors"
+    converted = {t["key"]: t["digest"] for t in opened.tensors}
+    original = {t["key"]: t["digest"] for t in doc.tensors}
+    assert converted and all(original[k] == v for k, v in converted.items())
 
 
 def test_convert_never_overwrites_without_asking(window, qtbot, small, tmp_path, monkeypatch):
