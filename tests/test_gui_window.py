@@ -231,3 +231,16 @@ def test_dropping_a_folder_lists_its_checkpoints_with_verdict_icons(
              for i, d in enumerate(window.docs)}
     assert icons["extra.pkl"] != icons["model-00001.bin"] == icons["model-00002.pt"]
     assert [d.verdict for d in window.docs] == ["dangerous", "safe", "safe"]
+
+
+def test_declining_a_suspicious_file_hashes_it_and_never_loads_it(
+        window, qtbot, small, worker_requests):
+    folder, _ = small
+    (doc,) = window.open_paths([folder / "suspicious.pt"])
+    wait_loaded(qtbot, doc, ("needs_decision",))
+    window.overview.decline_button.click()
+    wait_loaded(qtbot, doc, ("declined",))
+    assert doc.sha256 == hashlib.sha256(doc.path.read_bytes()).hexdigest()
+    assert worker_requests == [] and not doc.tensors
+    assert "not allowed" in window.tensors.summary_label.text()
+    assert not window.overview.decision.isVisible()

@@ -9,10 +9,8 @@ from PySide6.QtCore import QObject, Signal
 
 STATE_WORDS = {
     "scanning": "Scanning the pickle opcodes (no code runs)…",
-    "scanned": "Scanned",
     "queued": "Waiting for the sandbox…",
     "loading": "Loading in the sandbox…",
-    "hashing": "Hashing the file…",
     "needs_decision": "Not loaded yet: it needs globals that weights_only=True refuses",
     "blocked": "Not loaded: the static scan found code that would run when unpickled",
     "declined": "Not loaded: you chose not to allow its globals",

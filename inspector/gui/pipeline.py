@@ -80,7 +80,7 @@ class Pipeline(QObject):
     def __init__(self, runner: JobRunner, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.runner = runner
-        self._heavy: list[tuple[Job, FileDocument | None]] = []
+        self._heavy: list[tuple[Job, FileDocument | None, str]] = []
         self._heavy_running: Job | None = None
 
     # --- entry points -------------------------------------------------------------------
@@ -109,16 +109,17 @@ class Pipeline(QObject):
         self._hash(doc, "declined")
 
     def run_heavy(self, job: Job, doc: FileDocument | None = None, state: str = "") -> Job:
-        """Queue a job that reads a whole checkpoint; it starts when the previous one ends."""
-        if doc is not None and state:
-            job.setProperty("doc_state", state)
-        self._heavy.append((job, doc))
+        """Queue a job that reads a whole checkpoint; it starts when the previous one ends.
+
+        `doc` moves to `state` when the job starts (it waits in the queue until then).
+        """
+        self._heavy.append((job, doc, state))
         self._next_heavy()
         return job
 
     def cancel_all(self) -> None:
         """Stop the running jobs and drop the queued ones."""
-        for job, doc in self._heavy:
+        for job, doc, _state in self._heavy:
             if doc is not None:
                 doc.set_state("cancelled")
             job.deleteLater()
@@ -135,10 +136,9 @@ class Pipeline(QObject):
     def _next_heavy(self) -> None:
         if self._heavy_running is not None or not self._heavy:
             return
-        job, doc = self._heavy.pop(0)
+        job, doc, state = self._heavy.pop(0)
         self._heavy_running = job
         job.ended.connect(self._heavy_ended)
-        state = job.property("doc_state")
         if doc is not None and state:
             doc.set_state(state)
         self._start(job)
