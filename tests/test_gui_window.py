@@ -244,3 +244,13 @@ def test_declining_a_suspicious_file_hashes_it_and_never_loads_it(
     assert worker_requests == [] and not doc.tensors
     assert "not allowed" in window.tensors.summary_label.text()
     assert not window.overview.decision.isVisible()
+
+
+def test_a_file_dropped_on_a_text_box_opens_instead_of_pasting_its_path(window, qtbot, small):
+    folder, _ = small
+    window.open_paths([folder / "benign.pt"])
+    window.tabs.setCurrentWidget(window.tensors)
+    assert drop_files(window.tensors.filter, [folder / "with_nan.pt"])
+    assert [d.name for d in window.docs] == ["benign.pt", "with_nan.pt"]
+    assert window.tensors.filter.text() == ""
+    assert window.current.name == "with_nan.pt"

@@ -117,7 +117,6 @@ class IntegrityPane(QWidget):
         self.runner = runner
         self.pipeline = pipeline
         self.doc: FileDocument | None = None
-        self.docs_for_manifest: list[FileDocument] = []
 
         zone = ManifestDropZone(self.verify_with)
         hint = QLabel(

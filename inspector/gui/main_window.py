@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -38,6 +38,7 @@ FILE_FILTER = (
 PROGRESS_MS = 200
 DROP_OWNER = "ownsFileDrops"
 """Widgets with this property set handle their own file drops (e.g. the manifest zone)."""
+DRAG_EVENTS = (QEvent.Type.DragEnter, QEvent.Type.DragMove, QEvent.Type.Drop)
 
 
 def local_paths(mime) -> list[str]:
@@ -63,9 +64,6 @@ class _DropFilter(QObject):
         if kind == QEvent.Type.Drop:
             self.window.open_paths(local_paths(event.mimeData()))
         return True
-
-
-DRAG_EVENTS = (QEvent.Type.DragEnter, QEvent.Type.DragMove, QEvent.Type.Drop)
 
 
 def _owned_by_drop_zone(widget: QWidget | None) -> bool:
@@ -96,8 +94,6 @@ class LazyPane(QWidget):
 
 class MainWindow(QMainWindow):
     """Checkpoint Inspector's window."""
-
-    document_opened = Signal(object)
 
     def __init__(self) -> None:
         super().__init__()
@@ -334,7 +330,6 @@ class MainWindow(QMainWindow):
             self._refresh_item(doc)
             opened.append(doc)
             self.pipeline.open(doc)
-            self.document_opened.emit(doc)
         for p in paths:
             if Path(p).exists():
                 appmod.add_recent_file(str(Path(p).resolve()))
