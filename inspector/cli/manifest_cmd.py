@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"{exc.filename or out}: {exc.strerror or exc}", EXIT_OUTPUT)
     tensors = sum(len(e.tensors or []) for e in entries)
     detail = f", {tensors} tensors" if want_tensors else ""
-    print(f"wrote {out} ({dialect}): {len(entries)} files{detail}")
+    files_text = "1 file" if len(entries) == 1 else f"{len(entries)} files"
+    print(f"wrote {out} ({dialect}): {files_text}{detail}")
     return EXIT_OK
 
 

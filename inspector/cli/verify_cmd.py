@@ -108,16 +108,18 @@ def print_human(result: VerifyResult) -> None:
         print(f"  tensor {t.status.upper():<22} {t.key} ({t.file}){detail}")
     for error in result.errors:
         print(f"ERROR          {error}")
-    totals = [_totals("files", result.files)]
+    totals = [_totals("file", result.files)]
     if result.tensors:
-        totals.append(_totals("tensors", result.tensors))
+        totals.append(_totals("tensor", result.tensors))
     print("; ".join(totals))
 
 
 def _totals(noun: str, records: list) -> str:
     counts = Counter(r.status for r in records)
     parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-    return f"{len(records)} {noun}" + (f": {parts}" if parts else "")
+    return f"{len(records)} {noun}{'' if len(records) == 1 else 's'}" + (
+        f": {parts}" if parts else ""
+    )
 
 
 def worker_digests() -> TensorDigestFn:
