@@ -113,7 +113,7 @@ def test_compare_reports_a_single_bit_flip_in_plain_words(window, qtbot, small, 
 
 
 def test_convert_writes_a_verified_safetensors_and_offers_to_open_it(
-        window, qtbot, small, tmp_path):
+        window, qtbot, small, tmp_path, artifacts):
     folder, _ = small
     source = tmp_path / "training.pt"
     shutil.copy(folder / "training.pt", source)
@@ -133,6 +133,8 @@ def test_convert_writes_a_verified_safetensors_and_offers_to_open_it(
     assert "sidecar" in report
     assert source.read_bytes() == before, "the input was modified"
     assert doc.conversion is result
+    (artifacts / "gui").mkdir(exist_ok=True)
+    assert dialog.grab().save(str(artifacts / "gui" / "convert-dialog.png"))
     dialog.open_button.click()
     qtbot.waitUntil(lambda: any(d.path == out for d in window.docs), timeout=10_000)
     opened = next(d for d in window.docs if d.path == out)
@@ -165,7 +167,7 @@ def test_convert_never_overwrites_without_asking(window, qtbot, small, tmp_path,
     assert dialog.job is None and existing.read_bytes() == b"keep me"
 
 
-def test_about_lists_the_environment_without_importing_torch(window, qtbot):
+def test_about_lists_the_environment_without_importing_torch(window, qtbot, artifacts):
     dialog = AboutDialog(window.runner, window)
     dialog.show()
     qtbot.waitUntil(lambda: bool(dialog.rows), timeout=120_000)
@@ -173,6 +175,8 @@ def test_about_lists_the_environment_without_importing_torch(window, qtbot):
     for key in ("Python", "torch", "CUDA runtime (torch)", "cuDNN", "NVIDIA driver"):
         assert labels.get(key), key
     assert labels["torch"].startswith("2.")
+    (artifacts / "gui").mkdir(exist_ok=True)
+    assert dialog.grab().save(str(artifacts / "gui" / "about.png"))
     assert "torch" not in sys.modules
 
 
