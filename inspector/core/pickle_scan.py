@@ -51,9 +51,9 @@ class Limits:
     max_stack: int = 10_000_000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GlobalRef:
-    """One import: `module.name` as the unpickler would resolve it."""
+    """One import: `module.name` as the unpickler would resolve it (treat as read-only)."""
 
     module: str
     name: str
@@ -62,7 +62,7 @@ class GlobalRef:
     key: str = field(default="", compare=False)  # dotted `module.name`, as torch's list spells it
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "key", f"{self.module}.{self.name}")
+        self.key = f"{self.module}.{self.name}"
 
 
 @dataclass(slots=True)

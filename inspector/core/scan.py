@@ -501,20 +501,23 @@ def _run(path: str, size: int, load) -> ScanResult:
 
 def scan_file(path: str | os.PathLike) -> ScanResult:
     """Statically scan one file; never raises for a bad file (the result carries the error)."""
-    p = str(path)
+    p = os.fspath(path)
     try:
-        with open(p, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size == 0:
-                return _run(p, 0, bytes)
+        fd = os.open(p, os.O_RDONLY)  # no file object: this is most of a small file's cost
+        try:
+            size = os.fstat(fd).st_size
             if size <= SMALL_FILE:
-                data = f.read()
+                chunks = []
+                while chunk := os.read(fd, SMALL_FILE + 1 - sum(map(len, chunks))):
+                    chunks.append(chunk)
+                data = b"".join(chunks)
                 return _run(p, len(data), lambda: data)
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
                 return _run(p, size, lambda: mm)
+        finally:
+            os.close(fd)
     except OSError as exc:
-        res = ScanResult(path=p, verdict=ERROR, error=f"cannot read: {exc.strerror or exc}")
-        return res
+        return ScanResult(path=p, verdict=ERROR, error=f"cannot read: {exc.strerror or exc}")
 
 
 def iter_files(paths: Iterable[str | os.PathLike]) -> Iterator[Path]:
