@@ -157,8 +157,11 @@ class _Scan:
                 self.block(f"{ref.opcode} {ref.key}")
         for call in scan.calls:
             allowed = call.func is not None and call.func.key in self.rules.allowed
-            # BUILD hands state to __setstate__: data such as logged command lines, not code
-            code = None if allowed or call.opcode == "BUILD" else next(
+            known = call.func and self.uses.get((call.func.module, call.func.name))
+            # BUILD hands state to __setstate__ (data such as logged command lines, not code);
+            # a callable already judged dangerous needs no second reason
+            code = None if (allowed or call.opcode == "BUILD"
+                            or (known and known.severity == DANGEROUS)) else next(
                 (s for s in call.strings if looks_like_code(s)), None)
             if code is not None:
                 target = call.func.key if call.func else "a computed callable"
