@@ -290,9 +290,8 @@ def _scan_zip(ctx: _Scan, buf) -> None:
             if m.compressed_size > crc_budget:
                 skipped_crc += 1
                 continue
-            data = buf[m.data_offset:m.data_offset + m.compressed_size]
-            crc_budget -= len(data)
-            if zlib.crc32(data) != m.crc:
+            crc_budget -= m.compressed_size
+            if _crc32(buf, m.data_offset, m.compressed_size) != m.crc:
                 ctx.find(SUSPICIOUS, "zip-crc-mismatch", "CRC-32 does not match the central "
                          "directory (corrupted or tampered tensor data)", m.name)
         else:
@@ -407,6 +406,13 @@ def _scan_7z(ctx: _Scan, buf) -> None:
     ctx.find(SUSPICIOUS, "archive-partially-scanned", "7-Zip archive: members cannot be listed "
              f"without a 7-Zip library; {found} pickle(s) found in its decoded streams were "
              "scanned; extract it and scan the files to be sure")
+
+
+def _crc32(buf, start: int, length: int) -> int:
+    """CRC-32 of a slice without copying it: slicing an mmap copies under the GIL, while
+    zlib.crc32 over a view releases the GIL, so a GUI thread keeps running meanwhile."""
+    with memoryview(buf) as whole, whole[start:start + length] as part:
+        return zlib.crc32(part)
 
 
 def _decompress(buf, kind: str) -> bytes:
