@@ -28,6 +28,7 @@ BUILD_INPUTS = ("pyproject.toml", "README.md", "inspector", "resources")
 def _copy_source(dest: Path) -> Path:
     """The files a wheel is built from, so the build never writes into the checkout."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    dest.mkdir(parents=True, exist_ok=True)
     for name in BUILD_INPUTS:
         src = REPO / name
         if src.is_dir():
