@@ -18,6 +18,8 @@ from inspector.cli import main
 from inspector.core import envinfo
 from inspector.report.render_json import load_schema
 
+pytestmark = pytest.mark.usefixtures("qapp")  # charts and PDFs draw with Qt
+
 needs_poppler = pytest.mark.skipif(
     shutil.which("pdftoppm") is None or shutil.which("pdftotext") is None,
     reason="pdftoppm/pdftotext not installed (apt-get install poppler-utils)")

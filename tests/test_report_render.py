@@ -20,6 +20,8 @@ from inspector.report import UnknownReportFormat, build_report, export, write_re
 from inspector.report.model import FileEvidence, SessionEvidence
 from inspector.report.render_html import render_html
 
+pytestmark = pytest.mark.usefixtures("qapp")  # charts and PDFs draw with Qt
+
 FILE_SECTIONS = ("file", "checklist", "scan", "load", "tensors", "verification", "conversion",
                  "consistency")
 HOSTILE = "<script>alert(1)</script><img src=http://evil.invalid/x>"

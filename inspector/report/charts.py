@@ -12,13 +12,20 @@ SCALE = 2
 """Drawn at twice the CSS size so charts stay sharp when printed."""
 
 _app: QGuiApplication | None = None
+"""Kept referenced so Python does not destroy the application while charts are drawn."""
 
 
 def ensure_gui() -> None:
-    """Make sure a Qt GUI application exists; headless callers get the offscreen platform."""
+    """Make sure a Qt application exists; headless callers get the offscreen platform.
+
+    A full QApplication, not a QGuiApplication: widgets created later in the same process
+    (a test session, a script that also opens a window) need one, and Qt allows only one.
+    """
     global _app
     if QGuiApplication.instance() is None:
-        _app = QGuiApplication(["ckpt-inspector", "-platform", "offscreen"])
+        from PySide6.QtWidgets import QApplication
+
+        _app = QApplication(["ckpt-inspector", "-platform", "offscreen"])
 
 
 def bar_chart(title: str, rows: list[tuple[str, float]], unit: str, width: int = 640) -> bytes:
