@@ -135,6 +135,9 @@ def run_job(
         stop.finish()
         _kill_group(proc)
         drain.join(timeout=2)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            with contextlib.suppress(OSError):
+                stream.close()
     tail = "\n".join(stderr_tail)
     if stop.reason == "cancel":
         raise Cancelled()
