@@ -102,7 +102,7 @@ def _check_weights_only(info: FileInfo, scan: ScanInfo, load: LoadInfo) -> Check
             f"{g.get('module')}.{g.get('name')}" for g in scan.globals
             if g.get("severity") != "safe"]
         names = ", ".join(refused[:5]) or "its pickle opcodes"
-        return CheckItem("weights_only", title, FAIL, f"would be refused because of {names}")
+        return CheckItem("weights_only", title, FAIL, f"weights_only=True refuses it: {names}")
     if load.status == "failed":
         return CheckItem("weights_only", title, FAIL, f"the jailed load failed: {load.error}")
     detail = "loaded in the jail" if load.status == "loaded" else "accepted by the static scan"
