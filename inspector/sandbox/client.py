@@ -130,7 +130,8 @@ def run_job(
                 error = event
             if on_event is not None and kind != "result":
                 on_event(event)
-        proc.wait()
+            if kind in ("result", "error"):
+                break  # the last line; the group is killed below without waiting for teardown
     finally:
         stop.finish()
         _kill_group(proc)
