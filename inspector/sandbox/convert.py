@@ -165,18 +165,20 @@ def write_stream(fd: int, plan: Plan, metadata: dict[str, str], release: Release
     position = len(header)
     writeback = _Writeback(fd)
     digests = {}
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="digest") as pool:
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="digest") as pool:
         for n, (key, t) in enumerate(plan.entries, 1):
             tensor_hash = hashlib.sha256()
             for piece in byte_chunks(t, release):
                 check(cancel)
-                # The tensor digest runs on the other core while this one writes and hashes.
-                pending = pool.submit(tensor_hash.update, piece)
+                # Both digests run beside the write (hashlib and os.write release the GIL);
+                # each chunk finishes before the next starts, which keeps the digests in order.
+                pending = [pool.submit(tensor_hash.update, piece),
+                           pool.submit(file_hash.update, piece)]
                 _write_all(fd, piece)
-                file_hash.update(piece)
                 position += len(piece)
                 writeback.advance(position)
-                pending.result()
+                for job in pending:
+                    job.result()
             digests[key] = tensor_hash.hexdigest()
             emit({"type": "progress", "stage": "write", "done": n, "total": len(plan.entries)})
     return digests, file_hash.hexdigest()
