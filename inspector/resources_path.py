@@ -11,6 +11,9 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 
 PACKAGE = "inspector.resources"
+APP_ID = "io.github.ckptinspector.CheckpointInspector"
+"""Desktop-entry / AppStream id (packaging/linux/APP_ID.desktop); pass it to
+QGuiApplication.setDesktopFileName so Wayland shells match windows to the entry and icon."""
 ICON_NAME = "checkpoint-inspector"
 ICON_SIZES = (16, 24, 32, 48, 64, 128, 256, 512)
 

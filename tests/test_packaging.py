@@ -21,7 +21,7 @@ from inspector import __version__, resources_path
 
 REPO = Path(__file__).resolve().parent.parent
 LINUX = REPO / "packaging" / "linux"
-APP_ID = "io.github.ckptinspector.CheckpointInspector"
+APP_ID = resources_path.APP_ID
 BUILD_INPUTS = ("pyproject.toml", "README.md", "inspector", "resources")
 
 
