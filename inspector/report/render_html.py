@@ -44,7 +44,7 @@ h3 { font-size: 11.5pt; margin-top: 1.2em; margin-bottom: 0.3em; }
 table { border-collapse: collapse; margin: 0.3em 0; }
 th, td { border: 1px solid #bbb; padding: 3px 6px; text-align: left; vertical-align: top; }
 th { background-color: #eee; }
-.mono { font-family: 'DejaVu Sans Mono', monospace; font-size: 9pt; }
+.mono { font-family: 'DejaVu Sans Mono', monospace; font-size: 9pt; word-break: break-all; }
 .muted { color: #666; }
 .banner { width: 100%; border: none; margin: 0.8em 0; }
 .banner td { border: none; color: #fff; padding: 10px 14px; }
