@@ -31,6 +31,16 @@ def test_readme_names_the_run_and_test_commands():
     assert "bash scripts/test.sh" in ci  # CI runs exactly the README's test command
 
 
+def test_readme_documents_every_command_and_its_links():
+    from inspector.cli import COMMANDS
+
+    text = (REPO / "README.md").read_text()
+    for name in COMMANDS:
+        assert re.search(rf"^\| `{name}\b", text, re.M), f"README lacks a row for `{name}`"
+    for target in re.findall(r"\]\(([^)#]+)\)", text):
+        assert (REPO / target).exists(), f"README links to missing {target}"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 @pytest.mark.skipif(os.environ.get(NESTED) == "1", reason="already inside the README test")
