@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from importlib import resources
 from importlib.resources.abc import Traversable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from PySide6.QtGui import QIcon
 
 PACKAGE = "inspector.resources"
 APP_ID = "io.github.ckptinspector.CheckpointInspector"
@@ -38,7 +42,7 @@ def icon_png(size: int) -> bytes:
     return resource(f"icons/{ICON_NAME}-{size}.png").read_bytes()
 
 
-def app_icon():
+def app_icon() -> QIcon:
     """A QIcon holding every PNG size, for the window and the taskbar (needs a Qt GUI app)."""
     from PySide6.QtGui import QIcon, QPixmap
 

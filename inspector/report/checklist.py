@@ -175,6 +175,7 @@ def file_problems(
     conversion: ConversionInfo | None,
     consistency: ConsistencyInfo | None,
 ) -> list[str]:
+    """One line per problem found in one file's sections."""
     problems = []
     if verdict in ("suspicious", "dangerous"):
         names = [f"{g.get('module')}.{g.get('name')}" for g in scan.globals
@@ -201,6 +202,7 @@ def file_problems(
 
 
 def telemetry_problems(telemetry: TelemetrySummary) -> list[str]:
+    """One line per GPU health problem seen during the session."""
     problems = []
     for gpu in telemetry.gpus:
         label = f"GPU {gpu.index} ({gpu.name})"

@@ -53,6 +53,8 @@ class SessionEvidence:
 
 @dataclass
 class ToolInfo:
+    """Which tool wrote the report, when, and from which command line."""
+
     name: str
     version: str
     generated_at: str
@@ -61,6 +63,8 @@ class ToolInfo:
 
 @dataclass
 class FileInfo:
+    """The checkpoint's identity: where it is, how big, when changed, format, SHA-256."""
+
     path: str
     name: str
     size: int | None
@@ -71,6 +75,8 @@ class FileInfo:
 
 @dataclass
 class ScanInfo:
+    """The static scan, trimmed to what a report shows."""
+
     status: str
     verdict: str | None = None
     weights_only_ok: bool | None = None
@@ -82,6 +88,8 @@ class ScanInfo:
 
 @dataclass
 class LoadInfo:
+    """The jailed weights_only load and the sandbox level it reached."""
+
     status: str
     """loaded | refused (not loaded by policy: dangerous, or not a torch.load format) |
     failed | not_run"""
@@ -92,6 +100,8 @@ class LoadInfo:
 
 @dataclass
 class DtypeRow:
+    """Tensors, elements and bytes of one dtype."""
+
     dtype: str
     tensors: int
     elements: int
@@ -100,6 +110,8 @@ class DtypeRow:
 
 @dataclass
 class NonFiniteRow:
+    """A tensor holding NaN or Inf, with the counts."""
+
     key: str
     nan: int
     inf: int
@@ -107,6 +119,8 @@ class NonFiniteRow:
 
 @dataclass
 class AbsRow:
+    """A tensor's largest finite magnitude."""
+
     key: str
     dtype: str
     abs_max: float
@@ -114,6 +128,8 @@ class AbsRow:
 
 @dataclass
 class TensorSummary:
+    """What the loaded tensors add up to."""
+
     count: int
     parameters: int
     """Elements over all tensors (optimizer state included when the file holds it)."""
@@ -127,6 +143,8 @@ class TensorSummary:
 
 @dataclass
 class VerificationInfo:
+    """The file and its tensors against a manifest."""
+
     status: str
     manifest: str | None
     counts: dict[str, int]
@@ -139,6 +157,8 @@ class VerificationInfo:
 
 @dataclass
 class ConversionInfo:
+    """A safetensors conversion made in this session."""
+
     status: str
     output: str | None
     sha256: str | None
@@ -147,6 +167,8 @@ class ConversionInfo:
 
 @dataclass
 class ConsistencyInfo:
+    """A repeat-inference consistency run."""
+
     status: str
     device: str | None
     repeats: int | None
@@ -160,6 +182,8 @@ class ConsistencyInfo:
 
 @dataclass
 class CheckItem:
+    """One prevention practice: pass, fail or not checked, and why."""
+
     id: str
     title: str
     status: str
@@ -168,6 +192,8 @@ class CheckItem:
 
 @dataclass
 class FileReport:
+    """Everything the report says about one file."""
+
     file: FileInfo
     verdict: str
     problems: list[str]
@@ -182,6 +208,8 @@ class FileReport:
 
 @dataclass
 class GpuTelemetry:
+    """One GPU's health over the session."""
+
     index: int
     name: str
     samples: int
@@ -198,6 +226,8 @@ class GpuTelemetry:
 
 @dataclass
 class TelemetrySummary:
+    """GPU telemetry over the session."""
+
     source: str
     samples: int
     duration_s: float | None
@@ -206,6 +236,8 @@ class TelemetrySummary:
 
 @dataclass
 class Report:
+    """The whole verification report; `to_json()` is the schema.json document."""
+
     schema_version: int
     tool: ToolInfo
     verdict: str

@@ -50,6 +50,7 @@ CONSISTENCY_BULK = ("tensors", "outputs", "resident_mismatches", "iterations", "
 def file_info(
     ev: FileEvidence, scan: dict | None, progress: ProgressFn | None, cancel: CancelToken | None
 ) -> FileInfo:
+    """The file's identity; hashes it when the session has no SHA-256 for it."""
     path = Path(ev.path)
     inspect = ev.inspect or {}
     try:
@@ -71,6 +72,7 @@ def file_info(
 
 
 def scan_info(scan: dict | None) -> ScanInfo:
+    """The scan contract as a section ("not_run" without one)."""
     if scan is None:
         return ScanInfo(status="not_run")
     return ScanInfo(
@@ -85,6 +87,7 @@ def scan_info(scan: dict | None) -> ScanInfo:
 
 
 def load_info(inspect: dict | None) -> LoadInfo:
+    """The inspect contract's load outcome: loaded, refused by policy, or failed."""
     if inspect is None:
         return LoadInfo(status="not_run")
     sandbox = dict(inspect.get("sandbox") or {})
@@ -146,6 +149,7 @@ def _number(value) -> float | None:
 
 
 def verification_info(verify: dict | None, manifest: str | None) -> VerificationInfo | None:
+    """The verify contract as a section; only non-ok tensors are kept."""
     if verify is None:
         return None
     files = list(verify.get("files") or [])
@@ -166,6 +170,7 @@ def verification_info(verify: dict | None, manifest: str | None) -> Verification
 
 
 def conversion_info(conversion: dict | None) -> ConversionInfo | None:
+    """The conversion report as a section."""
     if conversion is None:
         return None
     verified = conversion.get("verified")
@@ -179,6 +184,7 @@ def conversion_info(conversion: dict | None) -> ConversionInfo | None:
 
 
 def consistency_info(result: dict | None) -> ConsistencyInfo | None:
+    """A consistency result as a section: status, failures and the per-run series."""
     if result is None:
         return None
     rows = (result.get("tensors") or []) + (result.get("outputs") or [])
