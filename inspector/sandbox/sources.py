@@ -4,7 +4,10 @@ Pickle-based checkpoints are loaded with weights_only=True (`load.load_checkpoin
 through `stats.byte_chunks`. A safetensors file needs no deserialisation at all: its header
 (validated by `core.formats.check_safetensors`) gives each tensor's byte range, already
 contiguous, row-major and little-endian, so those ranges are read straight from a read-only
-mapping and digests of safetensors files never import torch (seconds saved per verify).
+mapping and digests of safetensors files never import torch (seconds saved per verify). A
+plain `torch.save` zip archive that `core.torch_layout` describes completely is read the same
+way, from its stored records; views that are not one row-major run are gathered with numpy
+strides. Anything that layout does not cover is loaded with torch.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import json
 import mmap
 import os
 import struct
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +25,7 @@ from typing import Any
 from inspector.core.dtypes import canonical_dtype
 from inspector.core.formats import SAFETENSORS_MAX_HEADER, check_safetensors, sniff
 from inspector.core.progress import CancelToken, check
+from inspector.core.torch_layout import NotCovered, TensorLayout, describe_archive
 
 DIGEST_ALGORITHM = "sha256"
 CHUNK_BYTES = 16 * 1024 * 1024
@@ -75,6 +80,10 @@ def open_checkpoint(
         kind = sniff(fh.read(64), os.path.getsize(path))
     if kind == "safetensors":
         return _open_safetensors(path)
+    if kind == "zip":
+        ckpt = _open_layout(path)
+        if ckpt is not None:
+            return ckpt
     return _open_pickled(path, "pytorch-zip" if kind == "zip" else kind, allow_globals, maps_fd)
 
 
@@ -103,6 +112,64 @@ def _open_pickled(path: str, fmt: str, allow_globals: Any, maps_fd: int | None) 
             )
         )
     return Checkpoint(fmt, sources, [describe_object(k, v) for k, v in objects])
+
+
+def _open_layout(path: str) -> Checkpoint | None:
+    """A torch zip archive read through its static layout (no torch), or None to load it."""
+    with open(path, "rb") as fh:
+        mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        layouts = describe_archive(mm)
+    except NotCovered:
+        mm.close()
+        return None
+    view = memoryview(mm)
+    sources = [
+        TensorSource(
+            key=t.key,
+            dtype=t.dtype,
+            shape=list(t.shape),
+            read=_range_reader(view, t.data_offset, t.data_offset + t.numel * t.itemsize)
+            if t.contiguous
+            else _strided_reader(view, t),
+        )
+        for t in layouts
+    ]
+    return Checkpoint("pytorch-zip", sources)
+
+
+def _strided_reader(view: memoryview, t: TensorLayout) -> Callable[[], Iterator[memoryview]]:
+    def read() -> Iterator[memoryview]:
+        import numpy as np
+
+        # bounds were checked by describe_archive: the view lies inside its stored record
+        first = np.frombuffer(view, dtype=np.uint8)[t.data_offset :]
+        elements = np.lib.stride_tricks.as_strided(
+            first,
+            shape=(*t.shape, t.itemsize),
+            strides=(*(s * t.itemsize for s in t.stride), 1),
+            writeable=False,
+        )
+        yield from _row_major(elements)
+
+    return read
+
+
+def _row_major(arr: Any) -> Iterator[memoryview]:
+    """Contiguous copies of a strided numpy array, in row-major order, each about CHUNK_BYTES."""
+    import numpy as np
+
+    if arr.nbytes <= CHUNK_BYTES or arr.ndim == 1:
+        yield memoryview(np.ascontiguousarray(arr).reshape(-1))
+        return
+    row = arr[0].nbytes
+    if row > CHUNK_BYTES:
+        for sub in arr:
+            yield from _row_major(sub)
+        return
+    step = CHUNK_BYTES // row
+    for start in range(0, len(arr), step):
+        yield memoryview(np.ascontiguousarray(arr[start : start + step]).reshape(-1))
 
 
 def _open_safetensors(path: str) -> Checkpoint:
@@ -196,4 +263,9 @@ def digests(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
         records.append(rec)
         emit({"type": "tensor", **rec})
         emit({"type": "progress", "stage": "digests", "done": done, "total": total})
-    return {"format": ckpt.format, "digest_algorithm": DIGEST_ALGORITHM, "tensors": records}
+    return {
+        "format": ckpt.format,
+        "digest_algorithm": DIGEST_ALGORITHM,
+        "tensors": records,
+        "torch_imported": "torch" in sys.modules,
+    }

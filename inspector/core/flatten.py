@@ -1,0 +1,51 @@
+"""Dotted keys for the leaves of nested containers; no torch import, so core code can share it.
+
+The sandbox's torch-based loader and the torch-free tensor layout (`core.torch_layout`) must
+name every tensor identically, so both flatten through these functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+
+MAX_DEPTH = 64
+
+
+def flatten(obj: object) -> Iterator[tuple[str, object]]:
+    """Yield (dotted key, leaf) for nested dicts, lists, tuples and argparse.Namespace."""
+    yield from _flatten(obj, "", 0, set())
+
+
+def _flatten(obj: object, prefix: str, depth: int, seen: set[int]) -> Iterator[tuple[str, object]]:
+    children = _children(obj)
+    if children is None or not children or depth >= MAX_DEPTH or id(obj) in seen:
+        yield (prefix or "<root>"), obj
+        return
+    seen.add(id(obj))
+    for name, child in children:
+        yield from _flatten(child, f"{prefix}.{name}" if prefix else str(name), depth + 1, seen)
+    seen.discard(id(obj))
+
+
+def _children(obj: object) -> list[tuple[object, object]] | None:
+    if isinstance(obj, dict):
+        return list(obj.items())
+    if type(obj) in (list, tuple):
+        return list(enumerate(obj))
+    if isinstance(obj, argparse.Namespace):
+        return list(vars(obj).items())
+    return None
+
+
+def unique_keys(items: Iterator[tuple[str, object]]) -> list[tuple[str, object]]:
+    """Disambiguate keys that collide after flattening (e.g. "a.b" and {"a": {"b": ...}})."""
+    out, used = [], set()
+    for key, value in items:
+        unique, n = key, 1
+        while unique in used:
+            n += 1
+            unique = f"{key}#{n}"
+        used.add(unique)
+        out.append((unique, value))
+    return out

@@ -1,0 +1,329 @@
+"""Where every tensor of a plain `torch.save` zip archive lies, read without torch or unpickling.
+
+A weights-only load needs `import torch` (seconds) only to turn the main pickle into tensors.
+For the common archive — nested dicts / OrderedDicts with str keys, lists and tuples whose
+leaves are all `_rebuild_tensor_v2/_v3` over `('storage', type, key, location, numel)`
+persistent ids — the pickle is fully described by each tensor's record, dtype, offset, size and
+stride. This module emulates exactly that subset of torch's weights-only unpickler on values it
+builds itself (opcodes decoded by the standard library's `pickletools.genops`; nothing is
+imported or called) and raises `NotCovered` at the first thing outside it: another global or
+opcode, a non-tensor leaf, a storage record that is compressed, flagged, missing, unreferenced
+or not exactly the declared size, a big-endian archive, a view outside its storage, TorchScript,
+quantized or sparse tensors. A caller then loads the file with torch instead; this path never
+guesses. Tensor keys are the ones `core.flatten` gives the torch-loaded object.
+"""
+
+from __future__ import annotations
+
+import pickletools
+import sys
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from inspector.core import zipread
+from inspector.core.flatten import flatten, unique_keys
+from inspector.core.pickle_scan import WEIGHTS_ONLY_OPCODES_DEFAULT
+
+# Storage classes torch.save names (dtype, itemsize); quantized storages are left to torch.
+STORAGE_DTYPES = {
+    "torch.DoubleStorage": ("float64", 8), "torch.FloatStorage": ("float32", 4),
+    "torch.HalfStorage": ("float16", 2), "torch.BFloat16Storage": ("bfloat16", 2),
+    "torch.LongStorage": ("int64", 8), "torch.IntStorage": ("int32", 4),
+    "torch.ShortStorage": ("int16", 2), "torch.CharStorage": ("int8", 1),
+    "torch.ByteStorage": ("uint8", 1), "torch.BoolStorage": ("bool", 1),
+    "torch.ComplexDoubleStorage": ("complex128", 16), "torch.ComplexFloatStorage": ("complex64", 8),
+    "torch.storage.UntypedStorage": ("uint8", 1),
+}
+# dtypes `_rebuild_tensor_v3` names as its last argument (over an UntypedStorage).
+V3_DTYPES = {
+    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
+    "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "complex128": 16, "complex64": 8,
+    "complex32": 4, "uint16": 2, "uint32": 4, "uint64": 8, "float8_e4m3fn": 1,
+    "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1,
+}
+_REBUILD_V2 = "torch._utils._rebuild_tensor_v2"
+_REBUILD_V3 = "torch._utils._rebuild_tensor_v3"
+_ORDERED_DICT = "collections.OrderedDict"
+_GLOBALS = frozenset(STORAGE_DTYPES) | {_REBUILD_V2, _REBUILD_V3, _ORDERED_DICT} | {
+    f"torch.{name}" for name in V3_DTYPES}
+# Everything else in an archive must be one of torch's own bookkeeping records.
+_BOOKKEEPING = frozenset({"version", ".data/version", "byteorder", ".data/serialization_id",
+                          ".format_version", ".storage_alignment"})
+_OPCODES = frozenset(pickletools.code2op[chr(code)].name for code in WEIGHTS_ONLY_OPCODES_DEFAULT
+                     if chr(code) in pickletools.code2op)
+MAX_PICKLE_BYTES = 256 << 20
+
+
+class NotCovered(Exception):
+    """The archive holds something this reader does not fully understand: load it with torch."""
+
+
+@dataclass(frozen=True, slots=True)
+class TensorLayout:
+    """One tensor: its flattened key and where its elements lie in the file."""
+
+    key: str
+    dtype: str
+    itemsize: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    data_offset: int
+    """Byte offset in the file of the tensor's first element (record start + offset*itemsize)."""
+
+    @property
+    def numel(self) -> int:
+        """Number of elements."""
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def contiguous(self) -> bool:
+        """Whether the elements are one row-major run (dimensions of size 1 do not count)."""
+        expected = 1
+        for d, s in zip(reversed(self.shape), reversed(self.stride), strict=True):
+            if d != 1 and s != expected:
+                return False
+            expected *= d
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class _Global:
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Storage:
+    stype: str
+    key: str
+    nbytes: int
+
+
+@dataclass(slots=True, eq=False)
+class _Tensor:
+    dtype: str
+    itemsize: int
+    storage: _Storage
+    offset: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+
+
+def _ints(value: object, what: str) -> tuple[int, ...]:
+    if type(value) is not tuple or any(type(v) is not int or v < 0 for v in value):
+        raise NotCovered(f"{what} is not a tuple of non-negative ints")
+    return value
+
+
+def _rebuild(func: str, args: object) -> _Tensor:
+    """The tensor `_rebuild_tensor_v2/_v3(*args)` makes, if torch would make it."""
+    n = 7 if func == _REBUILD_V3 else 6
+    if type(args) is not tuple or len(args) != n:
+        raise NotCovered(f"{func} with {len(args) if type(args) is tuple else '?'} arguments")
+    storage, offset, shape, stride, requires_grad, hooks = args[:6]
+    if type(storage) is not _Storage or type(offset) is not int or offset < 0:
+        raise NotCovered("tensor storage or offset of an unexpected kind")
+    shape, stride = _ints(shape, "size"), _ints(stride, "stride")
+    if len(shape) != len(stride):
+        raise NotCovered("size and stride differ in length")
+    if requires_grad is not False or type(hooks) is not OrderedDict or hooks:
+        raise NotCovered("tensor with requires_grad or backward hooks")
+    if func == _REBUILD_V3:
+        if type(args[6]) is not _Global or storage.stype != "torch.storage.UntypedStorage":
+            raise NotCovered("_rebuild_tensor_v3 without a dtype over an untyped storage")
+        dtype = args[6].key.removeprefix("torch.")
+        itemsize = V3_DTYPES[dtype]
+    else:
+        dtype, itemsize = STORAGE_DTYPES[storage.stype]
+        if storage.stype == "torch.storage.UntypedStorage":
+            raise NotCovered("_rebuild_tensor_v2 over an untyped storage")
+    if all(shape):  # torch's set_ checks the view lies inside its storage unless it is empty
+        last = offset + sum((d - 1) * s for d, s in zip(shape, stride, strict=True))
+        if (last + 1) * itemsize > storage.nbytes:
+            raise NotCovered("tensor view reaches past its storage")
+    return _Tensor(dtype, itemsize, storage, offset, shape, stride)
+
+
+def _persistent(pid: object, storages: dict[str, _Storage]) -> _Storage:
+    if type(pid) is not tuple or len(pid) != 5 or pid[0] != "storage":
+        raise NotCovered("persistent id that is not a storage")
+    _, stype, key, location, numel = pid
+    if type(stype) is not _Global or type(key) is not str or type(location) is not str:
+        raise NotCovered("storage id fields of an unexpected kind")
+    if type(numel) is not int or numel < 0 or stype.key not in STORAGE_DTYPES:
+        raise NotCovered(f"storage of type {getattr(stype, 'key', '?')} or bad element count")
+    storage = _Storage(stype.key, key, numel * STORAGE_DTYPES[stype.key][1])
+    # torch reuses the first storage loaded under a key; any disagreement is left to it
+    if storages.setdefault(key, storage) != storage:
+        raise NotCovered(f"storage {key!r} declared twice differently")
+    return storage
+
+
+def walk_pickle(data: bytes) -> tuple[object, dict[str, _Storage]]:
+    """The object a weights-only load of `data` builds (tensors as layouts) and its storages."""
+    stack: list = []
+    marks: list[list] = []
+    memo: dict[int, object] = {}
+    storages: dict[str, _Storage] = {}
+    ordered: set[int] = set()
+    keep: list = []  # keeps every id() above alive for the walk
+    try:
+        for op, arg, _pos in pickletools.genops(data):
+            name = op.name
+            if name not in _OPCODES:
+                raise NotCovered(f"opcode {name}")
+            if name in ("BINPUT", "LONG_BINPUT"):
+                memo[arg] = stack[-1]
+            elif name in ("BINGET", "LONG_BINGET"):
+                stack.append(memo[arg])
+            elif name == "MARK":
+                marks.append(stack)
+                stack = []
+            elif name in ("BININT", "BININT1", "BININT2", "LONG1", "BINUNICODE"):
+                stack.append(arg)
+            elif name in ("NEWTRUE", "NEWFALSE", "NONE", "EMPTY_TUPLE"):
+                stack.append({"NEWTRUE": True, "NEWFALSE": False, "NONE": None}.get(name, ()))
+            elif name == "TUPLE":
+                items, stack = stack, marks.pop()
+                stack.append(tuple(items))
+            elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
+                k = int(name[-1])
+                items = tuple(stack[-k:])
+                if len(items) != k:
+                    raise NotCovered("tuple of missing items")
+                del stack[-k:]
+                stack.append(items)
+            elif name == "EMPTY_DICT":
+                stack.append({})
+            elif name == "EMPTY_LIST":
+                stack.append([])
+            elif name == "GLOBAL":
+                key = arg.replace(" ", ".", 1)
+                if key not in _GLOBALS:
+                    raise NotCovered(f"global {key}")
+                stack.append(_Global(key))
+            elif name == "BINPERSID":
+                stack.append(_persistent(stack.pop(), storages))
+            elif name == "REDUCE":
+                args = stack.pop()
+                func = stack.pop()
+                if type(func) is not _Global or func.key not in (_REBUILD_V2, _REBUILD_V3,
+                                                                 _ORDERED_DICT):
+                    raise NotCovered("call of something that is not a rebuild function")
+                if func.key == _ORDERED_DICT:
+                    if args != ():
+                        raise NotCovered("OrderedDict built from arguments")
+                    value = OrderedDict()
+                    ordered.add(id(value))
+                else:
+                    value = _rebuild(func.key, args)
+                keep.append(value)
+                stack.append(value)
+            elif name in ("SETITEM", "SETITEMS"):
+                if name == "SETITEM":
+                    items = stack[-2:]
+                    del stack[-2:]
+                else:
+                    items, stack = stack, marks.pop()
+                target = stack[-1]
+                if not isinstance(target, dict) or len(items) % 2:
+                    raise NotCovered("SETITEM(S) on something that is not a dict")
+                for i in range(0, len(items), 2):
+                    if type(items[i]) is not str:
+                        raise NotCovered("dict key that is not a str")
+                    target[items[i]] = items[i + 1]
+            elif name in ("APPEND", "APPENDS"):
+                if name == "APPEND":
+                    items = [stack.pop()]
+                else:
+                    items, stack = stack, marks.pop()
+                if type(stack[-1]) is not list:
+                    raise NotCovered("APPEND(S) on something that is not a list")
+                stack[-1].extend(items)
+            elif name == "BUILD":
+                state = stack.pop()
+                # OrderedDict state (a state_dict's `_metadata`) becomes attributes, not items
+                if id(stack[-1]) not in ordered or type(state) is not dict:
+                    raise NotCovered("BUILD of something other than an OrderedDict's attributes")
+                _check_plain(state, 0)
+            elif name == "PROTO":
+                if arg != 2:
+                    raise NotCovered(f"pickle protocol {arg}")
+            elif name == "STOP":
+                if len(stack) != 1 or marks:
+                    raise NotCovered("pickle stops with a stack that is not one object")
+                return stack[0], storages
+            else:
+                raise NotCovered(f"opcode {name}")
+    except (ValueError, IndexError, KeyError, TypeError) as exc:
+        raise NotCovered(f"pickle not understood: {exc}") from None
+    raise NotCovered("pickle ends without STOP")
+
+
+def _check_plain(value: object, depth: int) -> None:
+    """State that torch keeps as attributes must hold nothing torch could refuse to build."""
+    if depth > 16:
+        raise NotCovered("attribute state nested too deep")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_plain(k, depth + 1)
+            _check_plain(v, depth + 1)
+    elif type(value) in (list, tuple):
+        for v in value:
+            _check_plain(v, depth + 1)
+    elif value is not None and type(value) not in (int, str, bool):
+        raise NotCovered("attribute state holding something other than plain values")
+
+
+def describe_archive(buf) -> list[TensorLayout]:
+    """Every tensor of the torch zip archive in `buf` (bytes or mmap), keyed as torch flattens it.
+
+    Raises NotCovered when anything in the archive is outside the subset described above.
+    """
+    try:
+        archive = zipread.read_zip(buf)
+    except (zipread.NotAZip, ValueError, IndexError) as exc:
+        raise NotCovered(f"not a readable zip: {exc}") from None
+    if archive.anomalies:
+        raise NotCovered(archive.anomalies[0].message)
+    members = archive.members
+    if not members:
+        raise NotCovered("empty archive")
+    prefix = members[0].name.split("/", 1)[0] + "/"
+    by_name = {}
+    for m in members:
+        if not m.name.startswith(prefix) or m.method != zipread.STORED or m.encrypted or (
+                m.unsupported_by_miniz or m.compressed_size != m.size):
+            raise NotCovered(f"member {m.name!r} is outside the folder, compressed or flagged")
+        by_name[m.name[len(prefix):]] = m
+    main = by_name.get("data.pkl")
+    if main is None or main.size > MAX_PICKLE_BYTES:
+        raise NotCovered("no data.pkl of a readable size")
+    data = zipread.member_bytes(buf, main, MAX_PICKLE_BYTES)
+    if zlib.crc32(data) != main.crc:
+        raise NotCovered("data.pkl fails its CRC-32")
+    order = by_name.get("byteorder")
+    if order is not None:
+        if zipread.member_bytes(buf, order, 16) != b"little":
+            raise NotCovered("archive is not little-endian")
+    elif sys.byteorder != "little":
+        raise NotCovered("archive without byteorder on a big-endian machine")
+    root, storages = walk_pickle(data)
+    records = {f"data/{key}" for key in storages}
+    extra = [n for n in by_name if n not in records and n not in _BOOKKEEPING and n != "data.pkl"]
+    if extra:
+        raise NotCovered(f"archive member {extra[0]!r} is not a plain checkpoint's")
+    for key, storage in storages.items():
+        record = by_name.get(f"data/{key}")
+        if record is None or record.size != storage.nbytes:
+            raise NotCovered(f"record data/{key} is missing or not the declared size")
+    out = []
+    for key, leaf in unique_keys(flatten(root)):
+        if type(leaf) is not _Tensor:
+            raise NotCovered(f"{key} is not a tensor")
+        start = by_name[f"data/{leaf.storage.key}"].data_offset + leaf.offset * leaf.itemsize
+        out.append(TensorLayout(key, leaf.dtype, leaf.itemsize, leaf.shape, leaf.stride, start))
+    return out
