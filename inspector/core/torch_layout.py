@@ -10,7 +10,9 @@ imported or called) and raises `NotCovered` at the first thing outside it: anoth
 opcode, a non-tensor leaf, a storage record that is compressed, flagged, missing, unreferenced
 or not exactly the declared size, a big-endian archive, a view outside its storage, TorchScript,
 quantized or sparse tensors. A caller then loads the file with torch instead; this path never
-guesses. Tensor keys are the ones `core.flatten` gives the torch-loaded object.
+guesses. Tensor keys are the ones `core.flatten` gives the torch-loaded object. The scanner's
+walker (`core.pickle_scan`) is not reused for this: it records imports and calls, not the values
+built, and its hot loop is tuned for scanning; this path must build values exactly.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from dataclasses import dataclass
 
 from inspector.core import zipread
 from inspector.core.flatten import flatten, unique_keys
-from inspector.core.pickle_scan import WEIGHTS_ONLY_OPCODES_DEFAULT
 
 # Storage classes torch.save names (dtype, itemsize); quantized storages are left to torch.
 STORAGE_DTYPES = {
@@ -50,8 +51,6 @@ _GLOBALS = frozenset(STORAGE_DTYPES) | {_REBUILD_V2, _REBUILD_V3, _ORDERED_DICT}
 # Everything else in an archive must be one of torch's own bookkeeping records.
 _BOOKKEEPING = frozenset({"version", ".data/version", "byteorder", ".data/serialization_id",
                           ".format_version", ".storage_alignment"})
-_OPCODES = frozenset(pickletools.code2op[chr(code)].name for code in WEIGHTS_ONLY_OPCODES_DEFAULT
-                     if chr(code) in pickletools.code2op)
 MAX_PICKLE_BYTES = 256 << 20
 
 
@@ -172,9 +171,7 @@ def walk_pickle(data: bytes) -> tuple[object, dict[str, _Storage]]:
     keep: list = []  # keeps every id() above alive for the walk
     try:
         for op, arg, _pos in pickletools.genops(data):
-            name = op.name
-            if name not in _OPCODES:
-                raise NotCovered(f"opcode {name}")
+            name = op.name  # every opcode handled below is one torch's weights-only loader has
             if name in ("BINPUT", "LONG_BINPUT"):
                 memo[arg] = stack[-1]
             elif name in ("BINGET", "LONG_BINGET"):
@@ -302,15 +299,17 @@ def describe_archive(buf) -> list[TensorLayout]:
     main = by_name.get("data.pkl")
     if main is None or main.size > MAX_PICKLE_BYTES:
         raise NotCovered("no data.pkl of a readable size")
-    data = zipread.member_bytes(buf, main, MAX_PICKLE_BYTES)
+    order = by_name.get("byteorder")
+    try:
+        data = zipread.member_bytes(buf, main, MAX_PICKLE_BYTES)
+        little = sys.byteorder == "little" if order is None else (
+            zipread.member_bytes(buf, order, 16) == b"little")
+    except ValueError as exc:
+        raise NotCovered(f"member unreadable: {exc}") from None
     if zlib.crc32(data) != main.crc:
         raise NotCovered("data.pkl fails its CRC-32")
-    order = by_name.get("byteorder")
-    if order is not None:
-        if zipread.member_bytes(buf, order, 16) != b"little":
-            raise NotCovered("archive is not little-endian")
-    elif sys.byteorder != "little":
-        raise NotCovered("archive without byteorder on a big-endian machine")
+    if not little:
+        raise NotCovered("archive is not little-endian")
     root, storages = walk_pickle(data)
     records = {f"data/{key}" for key in storages}
     extra = [n for n in by_name if n not in records and n not in _BOOKKEEPING and n != "data.pkl"]
