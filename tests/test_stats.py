@@ -225,3 +225,11 @@ def test_self_referencing_container_terminates():
 def test_population_std_definition():
     got = tensor_stats(torch.tensor([1.0, 3.0]))
     assert got["std"] == 1.0 and got["mean"] == 2.0 and not math.isnan(got["std"])
+
+
+def test_parameters_that_require_grad_are_described(chunking):
+    # torch.load restores nn.Parameter with requires_grad=True; autograd must not get in the way.
+    param = torch.nn.Parameter(_random("float32", (30, 20)))
+    _check(param.detach())
+    assert tensor_stats(param) == tensor_stats(param.detach())
+    assert tensor_digest(param) == tensor_digest(param.detach())

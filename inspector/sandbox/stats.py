@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from inspector.core.progress import CancelToken, check
@@ -154,6 +155,8 @@ def logical_chunks(t: torch.Tensor, max_elems: int) -> Iterator[torch.Tensor]:
     """Row-major pieces of t (flattened), each at most max_elems elements; views where possible."""
     if t.numel() == 0:
         return
+    # Parameters load with requires_grad; autograd refuses out= buffers and .numpy() on them.
+    t = t.detach()
     if t.is_contiguous() and not t.is_quantized:
         flat = t.reshape(-1)
         for start in range(0, flat.numel(), max_elems):
@@ -351,8 +354,13 @@ def _histogram(finite_chunks: Iterable[torch.Tensor], lo: float, hi: float) -> d
             # Dividing by the bin width (not multiplying by its inverse) puts a value that sits
             # exactly on an edge, as integers and low-precision floats often do, in the bin
             # NumPy puts it in; truncation gives the bin; the top edge joins the last bin.
-            scaled = torch.sub(finite, first, out=_scratch(finite)).div_(width)
-            index = _scratch(scaled, torch.uint8).copy_(scaled)
+            # NumPy does the same IEEE operations as torch here, in about half the time.
+            values = finite.resolve_neg().numpy()
+            scalar = values.dtype.type
+            scaled = np.subtract(values, scalar(first), out=_scratch(finite).numpy())
+            np.divide(scaled, scalar(width), out=scaled)
+            index = _scratch(finite, torch.uint8)
+            np.copyto(index.numpy(), scaled, casting="unsafe")
             counts += torch.bincount(index, minlength=HIST_BINS + 1)[: HIST_BINS + 1]
     counts[HIST_BINS - 1] += counts[HIST_BINS]
     return {"bins": HIST_BINS, "lo": first, "hi": last, "counts": counts[:HIST_BINS].tolist()}
