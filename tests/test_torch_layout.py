@@ -199,6 +199,7 @@ def test_random_byte_flips_in_data_pkl_never_give_an_answer_torch_would_not(tmp_
     assert answered > 0  # some flips (in names, values) keep the file loadable
 
 
+@pytest.mark.filterwarnings("ignore:TypedStorage is deprecated")
 def test_dtype_tables_match_torch() -> None:
     for storage_type, (dtype, itemsize) in STORAGE_DTYPES.items():
         cls = resolve_global(storage_type)
