@@ -174,3 +174,23 @@ def test_informational_findings_do_not_change_a_safe_verdict(tmp_path):
     res = scan_file(two)
     assert (res.verdict, len(res.pickles)) == ("safe", 2)
     assert "multiple-pickles" in _codes(res)
+
+
+def test_tensor_record_right_after_the_main_pickle_is_not_walked(tmp_path):
+    # Older torch wrote data/0 straight after data.pkl; a record must never be judged by the
+    # bytes of the member read before it.
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({"w": torch.arange(12, dtype=torch.float32)}, buf)
+    src = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
+    names = src.namelist()
+    pkl = next(n for n in names if n.endswith("/data.pkl"))
+    record = next(n for n in names if "/data/" in n and not n.endswith("serialization_id"))
+    ordered = [pkl, record] + [n for n in names if n not in (pkl, record)]
+    path = tmp_path / "old-order.pt"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as out:
+        for name in ordered:
+            out.writestr(name, src.read(name))
+    res = scan_file(path)
+    assert (res.verdict, _codes(res)) == ("safe", set())

@@ -294,6 +294,9 @@ def _scan_zip(ctx: _Scan, buf) -> None:
             if _crc32(buf, m.data_offset, m.compressed_size) != m.crc:
                 ctx.find(SUSPICIOUS, "zip-crc-mismatch", "CRC-32 does not match the central "
                          "directory (corrupted or tampered tensor data)", m.name)
+            if not _pickle_head(buf[m.data_offset:m.data_offset + 2]):
+                continue  # tensor bytes: torch never unpickles a record
+            data = bytes(buf[m.data_offset:m.data_offset + m.compressed_size])
         else:
             try:
                 data = zipread.member_bytes(buf, m, MAX_MEMBER_BYTES)
@@ -310,8 +313,8 @@ def _scan_zip(ctx: _Scan, buf) -> None:
             if not zipread.crc_ok(data, m):
                 ctx.find(SUSPICIOUS, "zip-crc-mismatch", "CRC-32 does not match the central "
                          "directory (corrupted, tampered or encrypted)", m.name)
-        if is_record and not (data[:1] == b"\x80" and data[1:2] and data[1] <= 5):
-            continue  # tensor bytes: torch never unpickles a record
+        if is_record and not _pickle_head(data[:2]):
+            continue
         if data.startswith(formats.NPY_MAGIC):
             _scan_member_npy(ctx, data, m.name)
             continue
@@ -406,6 +409,11 @@ def _scan_7z(ctx: _Scan, buf) -> None:
     ctx.find(SUSPICIOUS, "archive-partially-scanned", "7-Zip archive: members cannot be listed "
              f"without a 7-Zip library; {found} pickle(s) found in its decoded streams were "
              "scanned; extract it and scan the files to be sure")
+
+
+def _pickle_head(head: bytes) -> bool:
+    """Whether two bytes open a protocol 2-5 pickle (PROTO opcode and a known version)."""
+    return len(head) == 2 and head[0] == 0x80 and head[1] <= 5
 
 
 def _crc32(buf, start: int, length: int) -> int:
