@@ -17,7 +17,14 @@ from safetensors.torch import load_file
 from inspector.cli import main
 from inspector.core.progress import CancelToken
 from inspector.sandbox.client import SandboxError, convert_file, sidecar_path
-from inspector.sandbox.convert import header_bytes, plan_tensors, verify_output, write_stream
+from inspector.sandbox.convert import (
+    Writeback,
+    header_bytes,
+    plan_tensors,
+    verify_output,
+    write_stream,
+)
+from inspector.sandbox.load import LoadError
 
 pytest_plugins = ("sandbox_fixtures",)  # fixture: unchanged
 
@@ -161,3 +168,31 @@ def test_plan_keeps_the_complete_tensor_and_clones_partial_views():
     assert plan.cloned == ["b.view"]
     assert plan.made_contiguous == ["d.alone"]
     assert [k for k, _ in plan.entries] == ["b.view", "a.full", "d.alone"]
+
+
+def test_writeback_in_small_stretches_writes_the_same_file(tmp_path, monkeypatch):
+    plain, plan, digests, metadata = _plan_and_write(tmp_path, _model_state())
+    monkeypatch.setattr(Writeback, "STRETCH", 64)  # a flush after nearly every chunk
+    out = tmp_path / "flushed.safetensors"
+    fd = os.open(out, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        with Writeback(fd) as writeback:
+            flushed = write_stream(fd, plan, metadata, None, CancelToken(), lambda e: None,
+                                   writeback)
+    finally:
+        os.close(fd)
+    assert out.read_bytes() == plain.read_bytes()
+    assert flushed == (digests, hashlib.sha256(plain.read_bytes()).hexdigest())
+
+
+def test_a_failed_background_flush_fails_the_conversion():
+    # A pipe cannot be flushed to disk (EINVAL): the failure must surface, not be swallowed.
+    read_end, write_end = os.pipe()
+    try:
+        with pytest.raises(LoadError) as info, Writeback(write_end) as writeback:
+            os.write(write_end, b"x")
+            writeback.advance(1, final=True)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert info.value.code == "output_unwritable"

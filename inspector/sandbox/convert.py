@@ -13,17 +13,17 @@ streamed from the memory-mapped source in bounded chunks into the output descrip
 client opened, while a second thread hashes them. The output is then reopened with the
 `safetensors` library and every tensor's SHA-256 is compared with its source's, bit for bit.
 The worker never names, renames or creates files: the client owns the temp file and fsyncs
-it before the rename; the worker starts writeback as it goes so that fsync is short.
+it before the rename; the worker writes back to disk as it goes so that fsync is short.
 """
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import math
 import os
-import sys
+import queue
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,7 +32,7 @@ import torch
 from safetensors import safe_open
 
 from inspector.core.progress import CancelToken, check
-from inspector.sandbox.load import SAFETENSORS_DTYPES, load_request, split_leaves
+from inspector.sandbox.load import SAFETENSORS_DTYPES, LoadError, load_request, split_leaves
 from inspector.sandbox.mapped import PageReleaser
 from inspector.sandbox.stats import (
     CHUNK_BYTES,
@@ -135,35 +135,62 @@ def _write_all(fd: int, data: memoryview) -> None:
         data = data[written:]
 
 
-class _Writeback:
-    """Starts disk writeback of each written stretch at once (Linux sync_file_range), so the
-    client's final fsync finds little left to do; elsewhere the fsync does all of it."""
+class Writeback:
+    """Flushes the output to disk on a background thread (fdatasync) once each stretch of it
+    is written, so the disk works while the worker writes, hashes and verifies, and the
+    client's final fsync finds little left to do. (sync_file_range is not enough: it leaves
+    the device cache to the final fsync, whose cost then still grows with the file.)
+
+    The writer never waits for the disk: flushes are queued, and the thread is joined only
+    on leaving the `with` block.
+    """
 
     STRETCH = 64 * 1024 * 1024
-    _SYNC_FILE_RANGE_WRITE = 2
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
-        self._done = 0
-        libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-        self._sync = getattr(libc, "sync_file_range", None)
+        self._queued = 0
+        self._requests: queue.SimpleQueue[bool] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="writeback", daemon=True)
+        self._error: OSError | None = None
 
-    def advance(self, position: int) -> None:
-        if self._sync is not None and position - self._done >= self.STRETCH:
-            self._sync(self._fd, ctypes.c_int64(self._done),
-                       ctypes.c_int64(position - self._done), self._SYNC_FILE_RANGE_WRITE)
-            self._done = position
+    def __enter__(self) -> Writeback:
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self._requests.put(False)
+        self._thread.join()
+        if self._error is not None and exc_type is None:
+            raise LoadError("output_unwritable",
+                            f"cannot write the output: {self._error.strerror or self._error}")
+
+    def advance(self, position: int, final: bool = False) -> None:
+        """Everything before position is written; flush it once a stretch (or all) is ready."""
+        if position - self._queued >= (1 if final else self.STRETCH):
+            self._requests.put(True)
+            self._queued = position
+
+    def _run(self) -> None:
+        flush = getattr(os, "fdatasync", os.fsync)
+        while self._requests.get():
+            try:
+                flush(self._fd)
+            except OSError as exc:
+                # Reported here: the failed flush clears the error, so a later fsync of the
+                # same open file (the client's) may not see it again.
+                self._error = exc
 
 
 def write_stream(fd: int, plan: Plan, metadata: dict[str, str], release: Release | None,
-                 cancel: CancelToken | None, emit: Callable[[dict], None]) -> tuple[dict, str]:
+                 cancel: CancelToken | None, emit: Callable[[dict], None],
+                 writeback: Writeback | None = None) -> tuple[dict, str]:
     """Write header and tensors to fd; return ({key: source digest}, SHA-256 of the file)."""
     file_hash = hashlib.sha256()
     header = header_bytes(plan.entries, metadata)
     _write_all(fd, memoryview(header))
     file_hash.update(header)
     position = len(header)
-    writeback = _Writeback(fd)
     digests = {}
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="digest") as pool:
         for n, (key, t) in enumerate(plan.entries, 1):
@@ -176,11 +203,14 @@ def write_stream(fd: int, plan: Plan, metadata: dict[str, str], release: Release
                            pool.submit(file_hash.update, piece)]
                 _write_all(fd, piece)
                 position += len(piece)
-                writeback.advance(position)
+                if writeback is not None:
+                    writeback.advance(position)
                 for job in pending:
                     job.result()
             digests[key] = tensor_hash.hexdigest()
             emit({"type": "progress", "stage": "write", "done": n, "total": len(plan.entries)})
+    if writeback is not None:
+        writeback.advance(position, final=True)
     return digests, file_hash.hexdigest()
 
 
@@ -272,8 +302,10 @@ def convert(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
     metadata = {"format": "pt", **plan.aliases}
     release = PageReleaser(request.get("_maps_fd"), path)
     release.refresh()
-    digests, file_sha = write_stream(fd, plan, metadata, release, cancel, emit)
-    mismatches = verify_output(f"/proc/self/fd/{fd}", plan, digests, metadata, cancel, emit)
+    with Writeback(fd) as writeback:
+        digests, file_sha = write_stream(fd, plan, metadata, release, cancel, emit, writeback)
+        mismatches = verify_output(f"/proc/self/fd/{fd}", plan, digests, metadata, cancel,
+                                   emit)
     document, rejected = sidecar_document(objects)
     return {
         "verified": not mismatches,
