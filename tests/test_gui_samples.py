@@ -90,6 +90,7 @@ def test_without_a_display_a_dangerous_file_is_reported_not_loaded(
 _GUI_RUN = textwrap.dedent("""
     import json, sys
     from PySide6.QtCore import QTimer
+    from inspector.gui.about_dialog import AboutDialog
     from inspector.gui.app import create_application
     from inspector.gui.main_window import MainWindow
 
@@ -97,17 +98,25 @@ _GUI_RUN = textwrap.dedent("""
     window = MainWindow()
     window.show()
     docs = window.open_samples()
+    about = []
 
     def check():
-        if all(d.state in ("loaded", "blocked") and d.sha256 for d in docs):
+        if not all(d.state in ("loaded", "blocked") and d.sha256 for d in docs):
+            QTimer.singleShot(100, check)
+        elif not about:
+            about.append(AboutDialog(window.runner, window))
+            about[0].show()
+            QTimer.singleShot(100, check)
+        elif not about[0].rows:
+            QTimer.singleShot(100, check)
+        else:
             window.close()
             print(json.dumps({"states": [d.state for d in docs],
                               "tensors": len(docs[0].tensors),
+                              "about_torch": dict(about[0].rows).get("torch", ""),
                               "torch": "torch" in sys.modules,
                               "numpy": "numpy" in sys.modules}))
             app.quit()
-        else:
-            QTimer.singleShot(100, check)
 
     check()
     app.exec()
@@ -123,5 +132,6 @@ def test_a_full_inspection_never_imports_torch_in_the_gui_process(tmp_path, pyth
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["states"] == ["loaded", "blocked"] and result["tensors"] == 7
+    assert result["about_torch"].startswith("2.")
     assert result["torch"] is False
     assert not (tmp_path / "cache" / "checkpoint-inspector" / "samples" / MARKER_NAME).exists()

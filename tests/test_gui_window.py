@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import shutil
@@ -190,12 +191,21 @@ def test_ui_thread_never_waits_over_100ms_while_a_big_file_loads(window, qtbot, 
     timer.setInterval(TICK_MS)
     timer.timeout.connect(tick)
     load_before = os.getloadavg()[0]
-    clock.start()
-    timer.start()
-    (doc,) = window.open_paths([big])
-    window.tabs.setCurrentWidget(window.tensors)
-    wait_loaded(qtbot, doc)
-    timer.stop()
+    # Earlier tests leave torch and their objects in this process; a full collection over
+    # them takes hundreds of ms on the UI thread. The GUI process never holds them, so they
+    # are moved out of the collector's sight for the measurement.
+    gc.collect()
+    gc.freeze()
+    try:
+        cpu[0] = time.thread_time()
+        clock.start()
+        timer.start()
+        (doc,) = window.open_paths([big])
+        window.tabs.setCurrentWidget(window.tensors)
+        wait_loaded(qtbot, doc)
+        timer.stop()
+    finally:
+        gc.unfreeze()
     load = max(load_before, os.getloadavg()[0])
     assert len(doc.tensors) == 64 and doc.sha256
     assert len(gaps) > 50, "the timer barely ran"

@@ -193,3 +193,13 @@ def test_safetensors_file_is_inspected_without_torch_load(tmp_path, unchanged):
     by_key = {t["key"]: t for t in report["tensors"]}
     assert {k: by_key[k]["digest"] for k in state} == {k: _digest(t) for k, t in state.items()}
     assert by_key["b"]["max"] == 3 and by_key["s"]["mean"] == 1.5
+
+
+def test_an_interactive_caller_can_ask_the_worker_to_yield_the_cores(tmp_path):
+    path = tmp_path / "sd.pt"
+    torch.save({"w": torch.ones(4)}, path)
+    report = inspect_file(path, limits={"nice": 10})
+    assert report["error"] is None and len(report["tensors"]) == 1
+    assert any(layer.startswith("rlimits") and "nice+10" in layer
+               for layer in report["sandbox"]["active"])
+    assert not any("nice" in layer for layer in inspect_file(path)["sandbox"]["active"])

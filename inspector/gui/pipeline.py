@@ -19,6 +19,7 @@ from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, Job, JobFn, JobRunner
 
 SNIFF_BYTES = 64
+WORKER_NICE = 10
 
 STAGE_WORDS = {
     "scan": "Scanning",
@@ -226,6 +227,8 @@ def _inspect_fn(path: Path, allow_globals: tuple[str, ...]) -> JobFn:
     def run(emit: EmitFn, cancel: CancelToken) -> dict[str, Any]:
         from inspector.sandbox.client import inspect_file
 
-        return inspect_file(path, allow_globals=allow_globals, on_event=emit, cancel=cancel)
+        # The jailed worker yields the cores to this process, so the UI stays responsive.
+        return inspect_file(path, allow_globals=allow_globals, on_event=emit, cancel=cancel,
+                            limits={"nice": WORKER_NICE})
 
     return run

@@ -53,6 +53,9 @@ class JailConfig:
     output_bytes: int = 0
     """RLIMIT_FSIZE: 0 forbids growing any file; a conversion raises it to the output's size."""
     open_files: int = 256
+    nice: int = 0
+    """How much lower than its caller the job is scheduled; an interactive caller (the GUI)
+    asks for this so its UI thread wins the cores while the job computes."""
 
 
 def apply_jail(config: JailConfig) -> dict:
@@ -143,6 +146,9 @@ def _set_rlimits(config: JailConfig) -> str:
             soft, hard = min(soft, old_hard), min(hard, old_hard)
         resource.setrlimit(which, (soft, hard))
         set_names.append(name)
+    if config.nice > 0:
+        os.nice(config.nice)
+        set_names.append(f"nice+{config.nice}")
     return ",".join(set_names)
 
 

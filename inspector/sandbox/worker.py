@@ -77,6 +77,7 @@ def jail_config(request: dict) -> JailConfig:
         memory_bytes=int(limits.get("memory_mb", DEFAULT_MEMORY_MB)) * MIB + mapped,
         output_bytes=int(request.get("output_bytes", 0)),
         open_files=int(limits.get("open_files", 256)),
+        nice=int(limits.get("nice", 0)),
     )
 
 
