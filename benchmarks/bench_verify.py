@@ -14,8 +14,9 @@ Targets (issue 4): file-level verify faster than `sha256sum -c` and within 1.1x 
 file + tensor verify within 1.6x of openssl, on wall-clock medians. CPU seconds (the command
 and every process it waited for, the worker included) are printed beside them: on a machine
 shared with other jobs they show the work done independently of scheduling noise. The jailed
-worker's start-up (dominated by importing torch for a pickle-based checkpoint) is measured
-and printed separately. The generated files are deleted at the end.
+worker's start-up on a tiny plain .pt (the torch-free layout path; a checkpoint that torch
+must load adds torch's import on top) is measured and printed separately. The generated
+files are deleted at the end.
 
     .venv/bin/python benchmarks/bench_verify.py [--size-gb 1] [--runs 3]
 """
@@ -181,7 +182,8 @@ def main() -> int:
         pt, st = generate(folder, args.size_gb)
         print(f"load average before: {os.getloadavg()[0]:.2f} (2 cores shared with the machine)")
         startup = worker_startup(folder, args.runs)
-        print(f"jailed worker start-up to first event (tiny .pt, imports torch): {startup:.2f} s")
+        print("jailed worker start-up to first event (tiny plain .pt, no torch import): "
+              f"{startup:.2f} s")
         failed = []
         for name, path in (("torch .pt (zip)", pt), ("safetensors", st)):
             # only a pickle-based checkpoint makes the worker import torch
