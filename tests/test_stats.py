@@ -104,6 +104,7 @@ def _check(t: torch.Tensor) -> None:
 def chunking(request, monkeypatch):
     """Run each check with whole tensors and with tiny chunks (the bounded-memory path)."""
     monkeypatch.setattr(stats, "CHUNK_BYTES", request.param)
+    monkeypatch.setattr(stats, "STATS_CHUNK_BYTES", request.param)
     return request.param
 
 
