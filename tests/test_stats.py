@@ -9,14 +9,13 @@ import numpy as np
 import pytest
 import torch
 
+from inspector.core.flatten import flatten, unique_keys
 from inspector.sandbox import stats
 from inspector.sandbox.stats import (
     HIST_BINS,
     describe_tensors,
-    flatten,
     tensor_digest,
     tensor_stats,
-    unique_keys,
 )
 
 FLOATS = ["float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",

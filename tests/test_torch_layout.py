@@ -18,7 +18,6 @@ import factories
 import pytest
 import torch
 
-from inspector.core import flatten as core_flatten
 from inspector.core.torch_layout import STORAGE_DTYPES, V3_DTYPES, NotCovered, describe_archive
 from inspector.sandbox import sources, stats
 from inspector.sandbox.client import run_job
@@ -207,7 +206,6 @@ def test_dtype_tables_match_torch() -> None:
         assert (stats.dtype_name(expected), expected.itemsize) == (dtype, itemsize)
     for name, itemsize in V3_DTYPES.items():
         assert getattr(torch, name).itemsize == itemsize
-    assert core_flatten.MAX_DEPTH == stats.MAX_DEPTH
 
 
 def test_worker_digests_a_plain_archive_without_importing_torch(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from inspector.core.bitflip import layout_for
-from inspector.sandbox.stats import flatten, unique_keys
+from inspector.core.flatten import flatten, unique_keys
 
 Emit = Callable[[dict[str, Any]], None]
 MAX_LISTED = 20

@@ -1,6 +1,6 @@
 """The worker's `convert` operation: stream a checkpoint into a safetensors file, then verify it.
 
-Keys are flattened as in `stats.flatten`. Tensors that share a storage keep one name (the
+Keys are flattened as in `core.flatten`. Tensors that share a storage keep one name (the
 first, in sorted order, that covers the whole storage, as the safetensors project's own
 converter chooses); identical views become aliases recorded in `__metadata__` as
 `{removed: kept}`; partial views are written as their own (cloned) tensors; everything is

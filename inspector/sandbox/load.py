@@ -17,7 +17,7 @@ import zipfile
 
 import torch
 
-from inspector.sandbox.stats import flatten, unique_keys
+from inspector.core.flatten import flatten, unique_keys
 
 _GLOBAL_IN_MESSAGE = re.compile(r"GLOBAL ([\w.]+) was not an allowed global")
 

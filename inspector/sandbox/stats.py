@@ -10,7 +10,6 @@ holding the same tensor. `std` is the population standard deviation (ddof=0).
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import math
 import threading
@@ -31,7 +30,6 @@ STATS_CHUNK_BYTES = 4 * 1024 * 1024
 """Statistics make several passes over each chunk: chunk and scratch buffers of this size
 stay in the L3 cache beside the hashing threads (a third less CPU than 16 MiB)."""
 REPR_LIMIT = 200
-MAX_DEPTH = 64
 
 Release = Callable[[int, int], None]
 """release(address, nbytes): the caller is done with those bytes of a mapped checkpoint."""
@@ -42,45 +40,6 @@ _FLOAT_TO_F32 = {torch.float16, torch.bfloat16, torch.float32} | {
     getattr(torch, n) for n in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
                                 "float8_e5m2fnuz", "float8_e8m0fnu") if hasattr(torch, n)
 }
-
-
-def flatten(obj: object) -> Iterator[tuple[str, object]]:
-    """Yield (dotted key, leaf) for nested dicts, lists, tuples and argparse.Namespace."""
-    yield from _flatten(obj, "", 0, set())
-
-
-def _flatten(obj: object, prefix: str, depth: int, seen: set[int]) -> Iterator[tuple[str, object]]:
-    children = _children(obj)
-    if children is None or not children or depth >= MAX_DEPTH or id(obj) in seen:
-        yield (prefix or "<root>"), obj
-        return
-    seen.add(id(obj))
-    for name, child in children:
-        yield from _flatten(child, f"{prefix}.{name}" if prefix else str(name), depth + 1, seen)
-    seen.discard(id(obj))
-
-
-def _children(obj: object) -> list[tuple[object, object]] | None:
-    if isinstance(obj, dict):
-        return list(obj.items())
-    if type(obj) in (list, tuple):
-        return list(enumerate(obj))
-    if isinstance(obj, argparse.Namespace):
-        return list(vars(obj).items())
-    return None
-
-
-def unique_keys(items: Iterator[tuple[str, object]]) -> list[tuple[str, object]]:
-    """Disambiguate keys that collide after flattening (e.g. "a.b" and {"a": {"b": ...}})."""
-    out, used = [], set()
-    for key, value in items:
-        unique, n = key, 1
-        while unique in used:
-            n += 1
-            unique = f"{key}#{n}"
-        used.add(unique)
-        out.append((unique, value))
-    return out
 
 
 def describe_object(key: str, value: object) -> dict:
