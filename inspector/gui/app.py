@@ -9,6 +9,7 @@ from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
 from PySide6.QtWidgets import QApplication
 
 from inspector import __version__
+from inspector.resources_path import APP_ID
 
 ORGANIZATION = "checkpoint-inspector"
 APPLICATION = "Checkpoint Inspector"
@@ -22,7 +23,7 @@ def create_application(argv: list[str]) -> QApplication:
         QCoreApplication.setOrganizationName(ORGANIZATION)
         QCoreApplication.setApplicationName(APPLICATION)
         QCoreApplication.setApplicationVersion(__version__)
-        QGuiApplication.setDesktopFileName("checkpoint-inspector")
+        QGuiApplication.setDesktopFileName(APP_ID)
         app = QApplication(argv)
     app.setStyle("Fusion")
     app.setWindowIcon(app_icon())
