@@ -183,6 +183,7 @@ class TensorsPane(QWidget):
             doc.tensors_appended.connect(self._appended)
             doc.tensors_reset.connect(self._reset)
             doc.changed.connect(self._update_summary)
+        self._sized = False
         self._reset()
 
     def _reset(self) -> None:
@@ -191,7 +192,8 @@ class TensorsPane(QWidget):
         self.summary = Summary()
         self.summary.add(rows)
         self.model.set_rows(rows)
-        self._sized = False
+        # A reset of the same document (the final, authoritative list) keeps its column widths:
+        # measuring every cell again stalls the UI thread just as the load completes.
         self._fit_columns()
         self._tree_stale = True
         self._refresh_tree()
