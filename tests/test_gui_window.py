@@ -106,7 +106,7 @@ def test_suspicious_file_asks_and_allows_exactly_its_globals(
     wait_loaded(qtbot, doc)
     assert [r["allow_globals"] for r in worker_requests] == [["argparse.Namespace"]]
     assert any(o["key"].startswith("args") for o in doc.objects)
-    assert window.tensors.model.rowCount() == 4
+    qtbot.waitUntil(lambda: window.tensors.model.rowCount() == 4, timeout=5000)
 
 
 def test_nan_rows_are_highlighted_and_filter_sort_tree_work(window, qtbot, small):
