@@ -120,3 +120,23 @@ def test_git_lfs_pointer_needs_the_download_named(tmp_path: Path, capsys) -> Non
     download = tmp_path / "download.bin"
     download.write_bytes(data)
     assert main(["verify", str(download), "-m", str(pointer)]) == 0
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_unlisted_files_are_extra_and_fail_only_when_strict(
+    tmp_path: Path, capsys, strict: bool
+) -> None:
+    folder = _folder(tmp_path / "ckpt")
+    manifest = tmp_path / "sums.sha256"
+    assert main(["manifest", "create", str(folder), "-o", str(manifest)]) == 0
+    capsys.readouterr()
+    (folder / "config.json").write_text("{}")
+    (folder / "shards" / "tokenizer.json").write_text("{}")
+    args = ["verify", "-m", str(manifest), str(folder), "--no-tensors", "--json"]
+    assert main(args + (["--strict"] if strict else [])) == (1 if strict else 0)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is not strict and doc["strict"] is strict
+    extras = sorted(Path(f["path"]).name for f in doc["files"] if f["status"] == "extra")
+    assert extras == ["config.json", "tokenizer.json"]
+    (folder / "model weights.bin").write_bytes(b"changed")
+    assert main(args) == 1

@@ -1,4 +1,5 @@
-"""`ckpt-inspector verify PATH… --manifest M [--json]`: files and tensors against a manifest."""
+"""`ckpt-inspector verify`: files and tensors against a manifest, a Hugging Face cache against
+its own blob names, or one file against a SHA-256 pasted from the Hub."""
 
 from __future__ import annotations
 
@@ -10,9 +11,17 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+from inspector.core.hashing import is_sha256_hex
+from inspector.core.hfcache import is_cache_path, verify_cache
 from inspector.core.manifest import ManifestError, read_manifest
 from inspector.core.progress import ProgressFn
-from inspector.core.verify import TensorDigestFn, VerifyResult, verify, verify_tensors_only
+from inspector.core.verify import (
+    TensorDigestFn,
+    VerifyResult,
+    verify,
+    verify_sha256,
+    verify_tensors_only,
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -27,9 +36,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="*",
         type=Path,
         metavar="PATH",
-        help="files or folders to verify (default: the manifest's folder)",
+        help="files or folders to verify (default: the manifest's folder); without "
+        "--manifest, Hugging Face cache folders, repositories or snapshots",
     )
-    parser.add_argument("--manifest", "-m", required=True, type=Path, help="manifest to verify")
+    parser.add_argument(
+        "--manifest",
+        "-m",
+        type=Path,
+        help="manifest to verify against (not needed for a Hugging Face cache or --sha256)",
+    )
+    parser.add_argument(
+        "--sha256",
+        metavar="HEX",
+        help="check the one PATH against this SHA-256 (e.g. from the Hub's file page)",
+    )
+    parser.add_argument(
+        "--strict", action="store_true", help="files the manifest does not list fail the check"
+    )
     parser.add_argument("--json", action="store_true", help="print the JSON verify contract")
     parser.add_argument(
         "--no-tensors", action="store_true", help="check files only, even if tensors are recorded"
@@ -41,50 +64,83 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the manifest records, ignoring file names and hashes",
     )
     parser.epilog = (
-        "exit status: 0 all ok, 1 something differs, 2 manifest unreadable, "
-        "3 nothing differs but something could not be checked (see errors)"
+        "exit status: 0 all ok, 1 something differs, 2 manifest unreadable (or no manifest "
+        "where one is needed), 3 nothing differs but something could not be checked"
     )
 
 
 def run(args: argparse.Namespace) -> int:
     """Verify and print the result; the exit status says whether everything is ok."""
+    if args.manifest is None:
+        return _run_without_manifest(args)
     try:
         manifest = read_manifest(args.manifest)
     except ManifestError as exc:
-        print(f"ckpt-inspector verify: {exc}", file=sys.stderr)
-        return EXIT_MANIFEST
+        return _usage(str(exc))
+    if args.sha256:
+        return _usage("--sha256 checks one file without a manifest; drop --manifest")
     if manifest.dialect == "git-lfs" and not args.paths:
-        print(
-            f"ckpt-inspector verify: {args.manifest} is a Git LFS pointer; "
-            "name the downloaded file to check against it",
-            file=sys.stderr,
+        return _usage(
+            f"{args.manifest} is a Git LFS pointer; name the downloaded file to check against it"
         )
-        return EXIT_MANIFEST
     digests = None if args.no_tensors else worker_digests()
     if args.tensors_only:
         if not args.paths:
-            print("ckpt-inspector verify: --tensors-only needs the files to check", file=sys.stderr)
-            return EXIT_MANIFEST
+            return _usage("--tensors-only needs the files to check")
         result = verify_tensors_only(manifest, args.paths, worker_digests())
     else:
         with stderr_progress("verifying") as progress:
-            result = verify(manifest, args.paths, tensor_digests=digests, progress=progress)
+            result = verify(
+                manifest,
+                args.paths,
+                tensor_digests=digests,
+                progress=progress,
+                strict=args.strict,
+            )
+    return _finish(args, result, str(args.manifest), manifest.dialect)
+
+
+def _run_without_manifest(args: argparse.Namespace) -> int:
+    """`--sha256 HEX FILE`, or Hugging Face cache paths checked against their blob names."""
+    if args.sha256:
+        if len(args.paths) != 1 or not is_sha256_hex(args.sha256):
+            return _usage("--sha256 takes 64 hexadecimal digits and exactly one PATH")
+        with stderr_progress("verifying") as progress:
+            result = verify_sha256(args.paths[0], args.sha256, progress=progress)
+        return _finish(args, result, None, "sha256")
+    not_cache = [p for p in args.paths if not is_cache_path(p)]
+    if not args.paths or not_cache:
+        named = f"{not_cache[0]} is not in a Hugging Face cache; " if not_cache else ""
+        return _usage(f"{named}pass --manifest (or --sha256 HEX for one file)")
+    result = VerifyResult(strict=True)
+    with stderr_progress("verifying") as progress:
+        for path in args.paths:
+            part = verify_cache(path, progress=progress)
+            result.files += part.files
+            result.errors += part.errors
+    return _finish(args, result, None, "hf-cache")
+
+
+def _finish(args: argparse.Namespace, result: VerifyResult, manifest: str | None,
+            dialect: str) -> int:
     if args.json:
-        doc = {"manifest": str(args.manifest), "dialect": manifest.dialect, **result.to_json()}
+        doc = {"manifest": manifest, "dialect": dialect, **result.to_json()}
         print(json.dumps(doc, indent=1))
     else:
         print_human(result)
     return exit_status(result)
 
 
+def _usage(message: str) -> int:
+    print(f"ckpt-inspector verify: {message}", file=sys.stderr)
+    return EXIT_MANIFEST
+
+
 def exit_status(result: VerifyResult) -> int:
-    """0 all ok, 1 something differs, 3 only errors (unreadable files) stand in the way."""
+    """0 all ok, 1 something differs, 3 only errors or unchecked files stand in the way."""
     if result.ok:
         return EXIT_OK
-    differs = any(f.status != "ok" for f in result.files) or any(
-        t.status != "ok" for t in result.tensors
-    )
-    return EXIT_FAILED if differs else EXIT_UNCHECKED
+    return EXIT_FAILED if result.differs else EXIT_UNCHECKED
 
 
 def print_human(result: VerifyResult) -> None:
@@ -93,9 +149,11 @@ def print_human(result: VerifyResult) -> None:
         if f.status == "size_mismatch":
             detail = f"  size {f.actual_size}, expected {f.expected_size}"
         elif f.status == "mismatch":
-            detail = f"  sha256 {f.actual}, expected {f.expected}"
+            detail = f"  {f.algorithm} {f.actual}, expected {f.expected}"
         else:
             detail = ""
+        if f.note:
+            detail += f"  ({f.note})"
         print(f"{f.status.upper():<14} {f.path}{detail}")
     for t in result.tensors:
         if t.status == "ok":

@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--passes", type=int, default=0, metavar="N", help="stop after N passes (default: never)"
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per pass")
+    parser.add_argument(
+        "--strict", action="store_true", help="files the manifest does not list fail the pass"
+    )
     parser.epilog = "exit status: 0 when the last pass was all ok, 1 otherwise, 2 bad manifest"
 
 
@@ -53,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         while True:
             number += 1
             started = time.monotonic()
-            result = verify(manifest, [args.folder])
+            result = verify(manifest, [args.folder], strict=args.strict)
             current = snapshot(result)
             changes = changed_since(previous, current)
             _report(args, number, result, changes)

@@ -1,10 +1,12 @@
 """Verify files, and the tensors inside them, against a manifest.
 
 File level: ok / mismatch / missing / size_mismatch / extra, the size compared first so a
-truncated download is reported without hashing it. Tensor level (when the manifest has
-tensors): ok / mismatch / missing / extra / dtype_or_shape_changed. Tensor digests come from a
-caller-supplied function (the CLI and GUI pass the jailed worker's), so this module never
-deserialises anything; it hashes the file while that function runs, on a second core.
+truncated download is reported without hashing it. As with `sha256sum -c`, a file the manifest
+does not list is reported as extra but fails the check only when the caller asks for strict.
+Tensor level (when the manifest has tensors): ok / mismatch / missing / extra /
+dtype_or_shape_changed. Tensor digests come from a caller-supplied function (the CLI and GUI
+pass the jailed worker's), so this module never deserialises anything; it hashes the file
+while that function runs, on a second core.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ MISMATCH = "mismatch"
 MISSING = "missing"
 SIZE_MISMATCH = "size_mismatch"
 EXTRA = "extra"
+UNCHECKED = "unchecked"
 DTYPE_OR_SHAPE_CHANGED = "dtype_or_shape_changed"
 
 
@@ -44,6 +47,8 @@ class FileCheck:
     actual: str | None = None
     expected_size: int | None = None
     actual_size: int | None = None
+    algorithm: str | None = "sha256"
+    note: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The `files` record of the verify contract."""
@@ -76,13 +81,27 @@ class VerifyResult:
     files: list[FileCheck] = field(default_factory=list)
     tensors: list[TensorCheck] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    strict: bool = False
+
+    @property
+    def failed_files(self) -> list[FileCheck]:
+        """Files that fail the check: not ok, and extras only when strict."""
+        tolerated = {OK} if self.strict else {OK, EXTRA}
+        return [f for f in self.files if f.status not in tolerated]
+
+    @property
+    def differs(self) -> bool:
+        """True when a file or tensor differs from the record (not merely unchecked)."""
+        return any(f.status != UNCHECKED for f in self.failed_files) or any(
+            t.status != OK for t in self.tensors
+        )
 
     @property
     def ok(self) -> bool:
-        """True only when every file and tensor is ok and nothing failed."""
+        """True when no file fails, every tensor is ok and nothing failed."""
         return (
             not self.errors
-            and all(f.status == OK for f in self.files)
+            and not self.failed_files
             and all(t.status == OK for t in self.tensors)
         )
 
@@ -90,6 +109,7 @@ class VerifyResult:
         """The verify contract of DESIGN.md."""
         return {
             "ok": self.ok,
+            "strict": self.strict,
             "files": [f.to_json() for f in self.files],
             "tensors": [t.to_json() for t in self.tensors],
             "errors": self.errors,
@@ -206,9 +226,10 @@ def verify(
     tensor_digests: TensorDigestFn | None = None,
     progress: ProgressFn | None = None,
     cancel: CancelToken | None = None,
+    strict: bool = False,
 ) -> VerifyResult:
     """Verify files (and their tensors, when the manifest has them and a digest fn is given)."""
-    result = VerifyResult()
+    result = VerifyResult(strict=strict)
     pairs = plan(manifest, paths)
     sizes = {i: _size(loc) for i, (_e, loc) in enumerate(pairs)}
     to_hash = {
@@ -219,7 +240,7 @@ def verify(
         and sizes[i] is not None
         and (entry.size is None or entry.size == sizes[i])
     }
-    track = _ByteProgress(progress, sum(sizes[i] for i in to_hash))
+    track = ByteProgress(progress, sum(sizes[i] for i in to_hash))
     for i, (entry, location) in enumerate(pairs):
         check(cancel)
         size = sizes[i]
@@ -262,6 +283,21 @@ def verify(
                 entry.tensors or [], measured.tensors or [], entry.path
             )
     return result
+
+
+def verify_sha256(
+    path: Path,
+    expected: str,
+    progress: ProgressFn | None = None,
+    cancel: CancelToken | None = None,
+) -> VerifyResult:
+    """Check one file against a SHA-256 given by hand (e.g. copied from the Hub's file page)."""
+    size = _size(path)
+    record = FileCheck(path=str(path), status=MISSING, expected=expected.lower(), actual_size=size)
+    if size is not None:
+        record.actual = _hash(path, progress, cancel)
+        record.status = OK if record.actual == record.expected else MISMATCH
+    return VerifyResult(files=[record], strict=True)
 
 
 def verify_tensors_only(
@@ -347,7 +383,7 @@ def _size(path: Path) -> int | None:
         return None
 
 
-class _ByteProgress:
+class ByteProgress:
     """Progress over every file hashed in a verify, passed on at most every 0.1 %."""
 
     def __init__(self, progress: ProgressFn | None, total: int) -> None:
@@ -358,6 +394,7 @@ class _ByteProgress:
         self.reported = -self.step
 
     def for_file(self) -> ProgressFn | None:
+        """A progress function for the next file, reporting overall bytes."""
         if self.progress is None:
             return None
         base = self.done
@@ -372,4 +409,5 @@ class _ByteProgress:
         return report
 
     def finish_file(self, hashed: int) -> None:
+        """Count a finished file's hashed bytes."""
         self.done += hashed
