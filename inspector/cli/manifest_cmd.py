@@ -8,11 +8,12 @@ import sys
 from pathlib import Path
 
 from inspector import __version__
+from inspector.cli.inspect_cmd import add_loader_arguments
 from inspector.cli.verify_cmd import stderr_progress, worker_digests
 from inspector.core.atomic import OutputExistsError
 from inspector.core.manifest import FileEntry, ManifestError, dialect_for_path, relative_path
 from inspector.core.manifest import write_manifest as write
-from inspector.core.verify import list_files, measure_file
+from inspector.core.verify import TensorDigestFn, list_files, measure_file
 
 CHECKPOINT_FORMATS = frozenset({"pytorch-zip", "pytorch-legacy", "safetensors"})
 
@@ -37,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     create.add_argument(
         "--no-tensors", action="store_true", help="JSON manifest without per-tensor digests"
     )
+    add_loader_arguments(create)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail("no files to put in the manifest", EXIT_USAGE)
     want_tensors = dialect == "json" and not args.no_tensors
     try:
-        entries = [_entry(path, out.parent, dialect, want_tensors) for path in files]
+        digests = worker_digests(args) if want_tensors else None
+        entries = [_entry(path, out.parent, dialect, digests) for path in files]
         write(
             out, entries, dialect, overwrite=args.force, created_by=f"ckpt-inspector {__version__}"
         )
@@ -88,12 +91,17 @@ def collect_files(paths: list[Path], skip: Path) -> list[Path]:
     return found
 
 
-def _entry(path: Path, manifest_dir: Path, dialect: str, want_tensors: bool) -> FileEntry:
+def _entry(
+    path: Path, manifest_dir: Path, dialect: str, digests: TensorDigestFn | None
+) -> FileEntry:
     fmt = None if dialect == "sha256sum" else file_format(path)
-    digests = worker_digests() if want_tensors and fmt in CHECKPOINT_FORMATS else None
     size = path.stat().st_size
     with stderr_progress(f"hashing {path.name}") as progress:
-        measured = measure_file(path, tensor_digests=digests, progress=progress)
+        measured = measure_file(
+            path,
+            tensor_digests=digests if fmt in CHECKPOINT_FORMATS else None,
+            progress=progress,
+        )
     if measured.error:
         raise _TensorsFailed(measured.error)
     return FileEntry(

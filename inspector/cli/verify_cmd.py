@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+from inspector.cli.inspect_cmd import add_loader_arguments
 from inspector.core.hashing import is_sha256_hex
 from inspector.core.hfcache import is_cache_path, verify_cache
 from inspector.core.manifest import ManifestError, read_manifest
@@ -63,6 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="compare the tensors of PATH (e.g. a safetensors conversion) with every tensor "
         "the manifest records, ignoring file names and hashes",
     )
+    add_loader_arguments(parser)
     parser.epilog = (
         "exit status: 0 all ok, 1 something differs, 2 manifest unreadable (or no manifest "
         "where one is needed), 3 nothing differs but something could not be checked"
@@ -83,11 +85,11 @@ def run(args: argparse.Namespace) -> int:
         return _usage(
             f"{args.manifest} is a Git LFS pointer; name the downloaded file to check against it"
         )
-    digests = None if args.no_tensors else worker_digests()
+    digests = None if args.no_tensors else worker_digests(args)
     if args.tensors_only:
         if not args.paths:
             return _usage("--tensors-only needs the files to check")
-        result = verify_tensors_only(manifest, args.paths, worker_digests())
+        result = verify_tensors_only(manifest, args.paths, worker_digests(args))
     else:
         with stderr_progress("verifying") as progress:
             result = verify(
@@ -180,11 +182,21 @@ def _totals(noun: str, records: list) -> str:
     )
 
 
-def worker_digests() -> TensorDigestFn:
-    """Tensor digests computed by the jailed worker (imported only when tensors are checked)."""
+def worker_digests(args: argparse.Namespace | None = None) -> TensorDigestFn:
+    """Tensor digests computed by the jailed worker, with the command's loader options."""
+    from functools import partial
+
+    # imported only when tensors are checked: the client pulls in the sandbox machinery
     from inspector.sandbox.client import tensor_digests
 
-    return tensor_digests
+    if args is None:
+        return tensor_digests
+    return partial(
+        tensor_digests,
+        allow_globals=args.allow_global,
+        override_dangerous=args.override_dangerous,
+        timeout=args.timeout,
+    )
 
 
 @contextlib.contextmanager
