@@ -193,7 +193,7 @@ def test_selftest_operation_does_not_exist_without_the_switch(tmp_path, monkeypa
 
 
 def test_seccomp_filter_checks_the_architecture_first():
-    prog = seccomp_program("x86_64")
+    prog = seccomp_program("x86_64", pid=4242)
     assert prog[0] == (0x20, 0, 0, 4)  # load seccomp_data.arch
     assert prog[2][3] == 0x80000000  # any other architecture is killed
     assert prog[-1][3] == 0x7FFF0000  # everything not listed is allowed

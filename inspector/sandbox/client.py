@@ -6,6 +6,11 @@ and kills the whole group on timeout, cancel or crash, so nothing is left runnin
 raise `SandboxError` with a stable `code` and a one-line `message`; a cancel raises
 `Cancelled`. This module never imports torch and never unpickles.
 
+The worker is treated as hostile once it has read the input: the jail level is the one its
+handshake gave before the start line was sent (`jail_refused` when weaker than required),
+and its output is read in bounded chunks, so a worker that floods, repeats the handshake or
+adds lines after its result is killed (`protocol_violation`) without growing this process.
+
 `inspect_file` and `convert_file` add the static scan first: a file the scan calls dangerous
 is not handed to the worker unless the caller overrides, and even then it is only loaded with
 weights_only=True inside the jail. The file's SHA-256 is computed in a thread of this process
@@ -17,23 +22,35 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from inspector.core.atomic import OutputExistsError, atomic_write, write_text_atomic
 from inspector.core.hashing import sha256_file
 from inspector.core.progress import Cancelled, CancelToken
+from inspector.sandbox.jail import LEVELS
 
 EventFn = Callable[[dict], None]
 
 WORKER_MODULE = "inspector.sandbox.worker"
 SELFTEST_ENV = "CKPT_INSPECTOR_SANDBOX_SELFTEST"
+DISABLE_ENV = "CKPT_INSPECTOR_SANDBOX_DISABLE"
+REQUIRE_CHOICES = ("full", "partial", "any")
+DEFAULT_REQUIRED_JAIL = "partial"
+MAX_LINE_BYTES = 64 << 20
+"""One protocol line: an inspect result repeats every tensor record (about 1 KiB each), so
+this admits some 60,000 tensors while bounding what one line can make this process hold."""
+MAX_OUTPUT_BYTES = 1 << 30
+"""Everything a worker may write on the protocol descriptor in one job."""
+RESULT_GRACE_S = 5.0
+"""How long the worker may take to close its end after the result before it is killed."""
 LOADABLE_FORMATS = ("pytorch-zip", "pytorch-legacy", "safetensors")
 DIGEST_ALGORITHM = "sha256"
 
@@ -61,7 +78,46 @@ def worker_env() -> dict[str, str]:
            "HOME": "/nonexistent", "PYTHONDONTWRITEBYTECODE": "1"}
     if os.environ.get(SELFTEST_ENV) == "1":
         env[SELFTEST_ENV] = "1"
+        if os.environ.get(DISABLE_ENV):
+            env[DISABLE_ENV] = os.environ[DISABLE_ENV]
     return env
+
+
+_required_jail = DEFAULT_REQUIRED_JAIL
+
+
+def set_required_jail(required: str) -> None:
+    """The weakest jail this process's later jobs accept: `full`, `partial` or `any`."""
+    global _required_jail
+    if required not in REQUIRE_CHOICES:
+        raise ValueError(f"required jail must be one of {', '.join(REQUIRE_CHOICES)}")
+    _required_jail = required
+
+
+def required_jail() -> str:
+    """The process-wide required jail level (`set_required_jail`)."""
+    return _required_jail
+
+
+def jail_accepted(level: str, required: str) -> bool:
+    """Whether a worker at `level` may load for a caller requiring `required`."""
+    if required == "any":
+        return True
+    return level in LEVELS and LEVELS.index(level) >= LEVELS.index(required)
+
+
+def _refusal(sandbox: dict, required: str) -> SandboxError:
+    level = sandbox.get("level")
+    allow = "partial" if level == "partial" else "any"
+    return SandboxError(
+        "jail_refused",
+        f"not loaded: the jail is only {sandbox.get('description') or level} and "
+        f"{required} is required; --require-jail {allow} (or the app's Required jail setting) "
+        "loads anyway", sandbox=sandbox)
+
+
+class _Violation(Exception):
+    """The worker broke the protocol; the message says how."""
 
 
 _SIGNAL_ERRORS = {
@@ -83,13 +139,17 @@ def run_job(
     timeout: float | None = None,
     pass_fds: Iterable[int] = (),
     gate: Callable[[], dict] | None = None,
+    require_jail: str | None = None,
 ) -> dict:
     """Run one operation in a fresh jailed worker; return its `result` plus `sandbox`, `timing`.
 
-    The worker jails itself and imports what the operation needs, then waits for a start line
-    before it opens any input. `gate`, when given, runs here meanwhile (the static scan): it
-    returns extra request fields for the start line, or raises to stop the worker unstarted.
+    The worker jails itself, reports its level (the handshake) and imports what the operation
+    needs, then waits for a start line before it opens any input. `gate`, when given, runs
+    here meanwhile (the static scan): it returns extra request fields for the start line, or
+    raises to stop the worker unstarted. The start line is sent only when the handshake's level
+    meets `require_jail` (default: `required_jail()`).
     """
+    required = require_jail or _required_jail
     started = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-I", "-m", WORKER_MODULE],
@@ -98,40 +158,46 @@ def run_job(
     )
     stop = _Watchdog(proc, cancel, timeout)
     stderr_tail: deque[str] = deque(maxlen=40)
-    drain = threading.Thread(target=_drain, args=(proc.stderr, stderr_tail), daemon=True)
+    drain = threading.Thread(target=_drain, args=(proc.stderr.fileno(), stderr_tail),
+                             daemon=True)
     drain.start()
     sandbox: dict | None = None
     result: dict | None = None
     error: dict | None = None
     startup_s: float | None = None
+    nonce = secrets.token_hex(16)
     try:
-        with contextlib.suppress(BrokenPipeError):
-            proc.stdin.write((json.dumps(request) + "\n").encode())
-            proc.stdin.flush()
-        start = {"start": True, **(gate() if gate is not None else {})}
-        with contextlib.suppress(BrokenPipeError):
-            proc.stdin.write((json.dumps(start) + "\n").encode())
-            proc.stdin.close()
-        for raw in proc.stdout:
-            try:
-                event = json.loads(raw)
-            except ValueError:
-                text = raw[:200].decode("utf-8", "replace")
-                stderr_tail.append(f"unparsable protocol line: {text}")
-                continue
-            kind = event.get("type")
+        _send(proc, request)
+        start = {"start": True, **(gate() if gate is not None else {}), "nonce": nonce}
+        for event in _events(proc.stdout.fileno()):
+            kind = event["type"]
+            if result is not None:
+                raise _Violation(f"a {kind!r} line after the result")
             if kind == "jail":
+                if sandbox is not None:
+                    raise _Violation("a second jail line")
                 sandbox = {k: v for k, v in event.items() if k != "type"}
+                if not jail_accepted(str(sandbox.get("level")), required):
+                    raise _refusal(sandbox, required)
+                _send(proc, start, last=True)
+            elif sandbox is None and kind != "error":
+                raise _Violation(f"a {kind!r} line before the jail handshake")
             elif kind == "progress" and startup_s is None:
                 startup_s = time.monotonic() - started
             elif kind == "result":
-                result = {k: v for k, v in event.items() if k != "type"}
+                if event.get("nonce") != nonce:
+                    raise _Violation("a result without this job's nonce")
+                result = {k: v for k, v in event.items() if k not in ("type", "nonce")}
+                stop.expire_in(RESULT_GRACE_S)  # nothing may follow; EOF is expected
             elif kind == "error":
                 error = event
+                break
             if on_event is not None and kind != "result":
                 on_event(event)
-            if kind in ("result", "error"):
-                break  # the last line; the group is killed below without waiting for teardown
+    except _Violation as exc:
+        raise SandboxError("protocol_violation",
+                           f"the worker broke the protocol and was killed: {exc}",
+                           sandbox=sandbox, stderr="\n".join(stderr_tail)) from None
     finally:
         stop.finish()
         _kill_group(proc)
@@ -156,6 +222,49 @@ def run_job(
     return result
 
 
+def _send(proc: subprocess.Popen, message: dict, last: bool = False) -> None:
+    # A worker that already died shows up as a missing result, with its exit status.
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.write((json.dumps(message) + "\n").encode())
+        proc.stdin.flush()
+        if last:
+            proc.stdin.close()
+
+
+def _events(fd: int) -> Iterator[dict]:
+    """The worker's protocol lines as event dicts; raises _Violation on anything else."""
+    for raw in _bounded_lines(fd, MAX_LINE_BYTES, MAX_OUTPUT_BYTES):
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            raise _Violation(f"an unparsable line ({raw[:80]!r})") from None
+        if not isinstance(event, dict) or not isinstance(event.get("type"), str):
+            raise _Violation("a line that is not an event object")
+        yield event
+
+
+def _bounded_lines(fd: int, max_line: int, max_total: int) -> Iterator[bytes]:
+    """Newline-terminated lines read from `fd` in chunks, never holding more than a line."""
+    buf = bytearray()
+    total = 0
+    scanned = 0  # bytes of buf already known to hold no newline
+    while chunk := os.read(fd, 1 << 20):
+        total += len(chunk)
+        if total > max_total:
+            raise _Violation(f"more than {max_total >> 20} MiB of output")
+        buf += chunk
+        pos = 0
+        while (newline := buf.find(b"\n", max(pos, scanned))) >= 0:
+            if newline - pos > max_line:
+                raise _Violation(f"a line longer than {max_line >> 20} MiB")
+            yield bytes(buf[pos:newline])
+            pos = newline + 1
+        del buf[:pos]
+        scanned = len(buf)
+        if len(buf) > max_line:
+            raise _Violation(f"a line longer than {max_line >> 20} MiB")
+
+
 def _crash_error(returncode: int | None, sandbox: dict | None, tail: str) -> SandboxError:
     if returncode is not None and returncode < 0:
         code, message = _SIGNAL_ERRORS.get(
@@ -167,9 +276,18 @@ def _crash_error(returncode: int | None, sandbox: dict | None, tail: str) -> San
     return SandboxError(code, message, sandbox=sandbox, stderr=tail)
 
 
-def _drain(stream, tail: deque[str]) -> None:
-    for raw in stream:
-        tail.append(raw.decode("utf-8", "replace").rstrip())
+_STDERR_LINE = 2000
+"""Characters kept of one stderr line: the tail is for a person, and the worker is hostile."""
+
+
+def _drain(fd: int, tail: deque[str]) -> None:
+    partial = bytearray()
+    while chunk := os.read(fd, 1 << 16):
+        lines = (bytes(partial) + chunk).split(b"\n")
+        partial[:] = lines.pop()[-_STDERR_LINE:]
+        tail.extend(raw[:_STDERR_LINE].decode("utf-8", "replace").rstrip() for raw in lines)
+    if partial:
+        tail.append(partial.decode("utf-8", "replace").rstrip())
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -189,6 +307,7 @@ class _Watchdog:
         self._proc = proc
         self._cancel = cancel
         self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._grace: float | None = None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
@@ -199,10 +318,16 @@ class _Watchdog:
                 self.reason = "cancel"
             elif self._deadline is not None and time.monotonic() > self._deadline:
                 self.reason = "timeout"
+            elif self._grace is not None and time.monotonic() > self._grace:
+                self.reason = "grace"
             else:
                 continue
             _kill_group(self._proc)
             return
+
+    def expire_in(self, seconds: float) -> None:
+        """Kill the group after `seconds` whatever happens (the job's answer is in)."""
+        self._grace = time.monotonic() + seconds
 
     def finish(self) -> None:
         self._done.set()
@@ -301,7 +426,8 @@ def inspect_file(
         result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout, gate=admit)
         report.update(sandbox=result["sandbox"], tensors=result["tensors"],
                       objects=result["objects"], timing=result["timing"],
-                      digest_algorithm=result.get("digest_algorithm", DIGEST_ALGORITHM))
+                      digest_algorithm=result.get("digest_algorithm", DIGEST_ALGORITHM),
+                      health=result.get("health"), unique_storage=result.get("unique_storage"))
     except SandboxError as exc:
         report["error"] = exc.to_json()
         report["sandbox"] = exc.sandbox

@@ -10,13 +10,23 @@ Layers, in order:
 1. namespaces: a new user + network namespace, so no network interface but loopback exists;
 2. resource limits: CPU seconds, open files, address space, file size (0 unless converting),
    no core dumps;
-3. Landlock: read only the inputs, the Python installation and system libraries; write nothing
+3. threads: RLIMIT_NPROC, which inside the fresh user namespace counts only this worker's
+   tasks (outside one it would count every process of the user, so it is left off there);
+4. Landlock: read only the inputs, the Python installation and system libraries; write nothing
    except through the already-open output descriptor; no TCP bind/connect; no signals or
    abstract Unix sockets outside the sandbox;
-4. seccomp-BPF: kill on execve/execveat; EPERM for ptrace, fork/vfork and clone without
-   CLONE_THREAD, namespace and kernel-module calls; EAFNOSUPPORT for sockets other than
-   AF_UNIX; ENOSYS for clone3 and io_uring (their arguments are invisible to BPF, and libc
-   falls back to clone).
+5. seccomp-BPF: kill on execve/execveat; EPERM for ptrace, fork/vfork and clone without
+   CLONE_THREAD, namespace and kernel-module calls, the chmod/chown/utime families, xattr
+   changes, and signals or scheduling changes aimed at any process but this one;
+   EAFNOSUPPORT for every socket() (the worker talks over inherited pipes, so no Unix socket
+   can reach a D-Bus, Docker or ssh-agent listener); ENOSYS for clone3 and io_uring (their
+   arguments are invisible to BPF, and libc falls back to clone).
+
+`stat()` is not confined: Landlock has no right for it, so a payload can still learn whether a
+path exists and its size, owner and times (never its content).
+
+The level is `full` when every layer is active, `process-only` when none of namespaces,
+Landlock and seccomp is, and `partial` otherwise; `description` names what is missing.
 """
 
 from __future__ import annotations
@@ -56,20 +66,34 @@ class JailConfig:
     nice: int = 0
     """How much lower than its caller the job is scheduled; an interactive caller (the GUI)
     asks for this so its UI thread wins the cores while the job computes."""
+    max_threads: int = field(default_factory=lambda: 64 + 3 * (os.cpu_count() or 1))
+    """Tasks (threads) the worker may have at once: torch's intra-op, inter-op and OpenMP
+    pools (one thread per core each) plus the operation's own, with room to spare."""
+    disabled: frozenset[str] = frozenset()
+    """Layers to leave off: only the test suite's degraded-environment runs set this."""
+
+
+LEVELS = ("process-only", "partial", "full")
+"""Jail levels from weakest to strongest."""
+CONFINING_LAYERS = ("namespaces", "landlock", "seccomp")
 
 
 def apply_jail(config: JailConfig) -> dict:
     """Confine this process as far as the platform allows; return the level dict."""
     active: list[str] = []
     missing: dict[str, str] = {}
-    layers = [("namespaces", _unshare_namespaces), ("rlimits", _set_rlimits)]
+    layers = [("namespaces", _unshare_namespaces), ("rlimits", _set_rlimits),
+              ("threads", _cap_threads)]
     if sys.platform.startswith("linux"):
         layers += [("landlock", _landlock), ("seccomp", _seccomp)]
     else:
         missing["landlock"] = missing["seccomp"] = f"not available on {sys.platform}"
     for name, apply in layers:
+        if name in config.disabled:
+            missing[name] = "disabled for a self-test of a degraded jail"
+            continue
         try:
-            detail = apply(config)
+            detail = apply(config, active)
         except OSError as exc:
             missing[name] = f"{exc.strerror or exc} (errno {exc.errno})"
             continue
@@ -77,19 +101,24 @@ def apply_jail(config: JailConfig) -> dict:
             missing[name] = str(exc)
             continue
         active.append(f"{name}:{detail}" if detail else name)
+    level = level_name(active)
+    description = level if not missing else f"{level}: missing {', '.join(missing)}"
     return {
-        "level": _level_name(active, missing),
+        "level": level,
+        "description": description,
         "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
         "active": active,
         "missing": missing,
     }
 
 
-def _level_name(active: list[str], missing: dict[str, str]) -> str:
-    if not missing:
-        return "full"
-    if not active:
+def level_name(active: list[str]) -> str:
+    """`full`, `partial` or `process-only` for the active layers (`name:detail` strings)."""
+    names = {a.split(":")[0] for a in active}
+    if not names & set(CONFINING_LAYERS):
         return "process-only"
+    if names >= {*CONFINING_LAYERS, "rlimits", "threads"}:
+        return "full"
     return "partial"
 
 
@@ -114,7 +143,7 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 
 
-def _unshare_namespaces(config: JailConfig) -> str:
+def _unshare_namespaces(config: JailConfig, active: list[str]) -> str:
     if not sys.platform.startswith("linux"):
         raise _Unsupported(f"not available on {sys.platform}")
     if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
@@ -129,7 +158,7 @@ def _unshare_namespaces(config: JailConfig) -> str:
 # --- resource limits --------------------------------------------------------------------
 
 
-def _set_rlimits(config: JailConfig) -> str:
+def _set_rlimits(config: JailConfig, active: list[str]) -> str:
     if resource is None:
         raise _Unsupported(f"no resource limits on {sys.platform}")
     limits = [
@@ -150,6 +179,16 @@ def _set_rlimits(config: JailConfig) -> str:
         os.nice(config.nice)
         set_names.append(f"nice+{config.nice}")
     return ",".join(set_names)
+
+
+def _cap_threads(config: JailConfig, active: list[str]) -> str:
+    if resource is None:
+        raise _Unsupported(f"no resource limits on {sys.platform}")
+    if "namespaces:user+net" not in active:
+        raise _Unsupported("no user namespace: RLIMIT_NPROC would count every process of "
+                           "this user, so threads are not capped")
+    resource.setrlimit(resource.RLIMIT_NPROC, (config.max_threads, config.max_threads))
+    return f"nproc={config.max_threads}"
 
 
 # --- Landlock ---------------------------------------------------------------------------
@@ -197,7 +236,7 @@ def _system_read_roots() -> list[str]:
     return sorted(r for r in roots if r and os.path.exists(r))
 
 
-def _landlock(config: JailConfig) -> str:
+def _landlock(config: JailConfig, active: list[str]) -> str:
     abi = landlock_abi()
     if abi < 1:
         raise _Unsupported("kernel has no Landlock (or it is disabled)")
@@ -254,6 +293,9 @@ def _add_fd_rule(ruleset: int, fd: int, rights: int) -> None:
 # --- seccomp-BPF ------------------------------------------------------------------------
 
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+# The x*attrat calls (Linux 6.13) and fchmodat2 (6.6) share numbers on both architectures.
+_NEW_CALLS = {"fchmodat2": 452, "setxattrat": 463, "getxattrat": 464, "listxattrat": 465,
+              "removexattrat": 466}
 _SYSCALLS = {
     "x86_64": {
         "execve": 59, "execveat": 322, "fork": 57, "vfork": 58, "clone": 56, "clone3": 435,
@@ -264,6 +306,17 @@ _SYSCALLS = {
         "userfaultfd": 323, "keyctl": 250, "add_key": 248, "request_key": 249,
         "kexec_load": 246, "init_module": 175, "finit_module": 313, "open_by_handle_at": 304,
         "seccomp": 317,
+        "chmod": 90, "fchmod": 91, "fchmodat": 268, "chown": 92, "fchown": 93, "lchown": 94,
+        "fchownat": 260, "utime": 132, "utimes": 235, "futimesat": 261, "utimensat": 280,
+        "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "getxattr": 191,
+        "lgetxattr": 192, "fgetxattr": 193, "listxattr": 194, "llistxattr": 195,
+        "flistxattr": 196, "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199,
+        "kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129,
+        "rt_tgsigqueueinfo": 297, "pidfd_open": 434, "pidfd_send_signal": 424,
+        "pidfd_getfd": 438, "process_madvise": 440, "kcmp": 312, "prlimit64": 302,
+        "setpriority": 141, "ioprio_set": 251, "sched_setparam": 142,
+        "sched_setscheduler": 144, "sched_setaffinity": 203, "sched_setattr": 314,
+        "migrate_pages": 256, "move_pages": 279, **_NEW_CALLS,
     },
     "aarch64": {
         "execve": 221, "execveat": 281, "clone": 220, "clone3": 435, "ptrace": 117,
@@ -273,14 +326,43 @@ _SYSCALLS = {
         "perf_event_open": 241, "userfaultfd": 282, "keyctl": 219, "add_key": 217,
         "request_key": 218, "kexec_load": 104, "init_module": 105, "finit_module": 273,
         "open_by_handle_at": 265, "seccomp": 277,
+        "fchmod": 52, "fchmodat": 53, "fchownat": 54, "fchown": 55, "utimensat": 88,
+        "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "getxattr": 8, "lgetxattr": 9,
+        "fgetxattr": 10, "listxattr": 11, "llistxattr": 12, "flistxattr": 13,
+        "removexattr": 14, "lremovexattr": 15, "fremovexattr": 16,
+        "kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138,
+        "rt_tgsigqueueinfo": 240, "pidfd_open": 434, "pidfd_send_signal": 424,
+        "pidfd_getfd": 438, "process_madvise": 440, "kcmp": 272, "prlimit64": 261,
+        "setpriority": 140, "ioprio_set": 30, "sched_setparam": 118,
+        "sched_setscheduler": 119, "sched_setaffinity": 122, "sched_setattr": 274,
+        "migrate_pages": 238, "move_pages": 239, **_NEW_CALLS,
     },
 }
 _KILL = ("execve", "execveat")
 _EPERM = ("fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev", "unshare",
           "setns", "mount", "umount2", "pivot_root", "chroot", "bpf", "perf_event_open",
           "userfaultfd", "keyctl", "add_key", "request_key", "kexec_load", "init_module",
-          "finit_module", "open_by_handle_at")
+          "finit_module", "open_by_handle_at",
+          # Metadata: Landlock has no right for these, and they would let a payload make a
+          # key world-readable, set a setuid bit (as root) or back-date a file.
+          "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat",
+          "utime", "utimes", "futimesat", "utimensat", "setxattr", "lsetxattr", "fsetxattr",
+          "removexattr", "lremovexattr", "fremovexattr", "setxattrat", "removexattrat",
+          # Handles on, and scheduling of, other processes (the worker keeps its own kuid,
+          # so same-user checks would otherwise pass); tkill has no process argument.
+          "tkill", "pidfd_open", "pidfd_send_signal", "pidfd_getfd", "process_madvise",
+          "kcmp", "setpriority", "ioprio_set")
 _ENOSYS = ("clone3", "io_uring_setup", "io_uring_enter", "io_uring_register")
+# Reading extended attributes is harmless but unneeded; "not supported" is what a caller
+# expects from a filesystem without them.
+_EOPNOTSUPP = ("getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr",
+               "getxattrat", "listxattrat")
+# Calls whose first argument names a process: allowed only when it is this process (kill(0)
+# and kill(-1) name a group and every process, so they are refused too) ...
+_SELF_ONLY = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
+# ... or, where 0 means the caller, 0 as well.
+_SELF_OR_ZERO = ("prlimit64", "sched_setparam", "sched_setscheduler", "sched_setaffinity",
+                 "sched_setattr", "migrate_pages", "move_pages")
 
 _RET_KILL_PROCESS, _RET_ERRNO, _RET_ALLOW = 0x80000000, 0x00050000, 0x7FFF0000
 _LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
@@ -290,8 +372,8 @@ _X32_SYSCALL_BIT = 0x40000000
 _SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC = 1, 1
 
 
-def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
-    """The BPF filter for this architecture as (code, jt, jf, k) instructions."""
+def seccomp_program(machine: str, pid: int) -> list[tuple[int, int, int, int]]:
+    """The BPF filter for this architecture and process as (code, jt, jf, k) instructions."""
     nrs = _SYSCALLS[machine]
     prog = [
         (_LD_W_ABS, 0, 0, _OFF_ARCH),
@@ -306,12 +388,31 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
         if name in nrs:
             prog.extend([(_JEQ_K, 0, 1, nrs[name]), (_RET_K, 0, 0, action)])
 
+    def arg0_in(name: str, allowed: tuple[int, ...], refusal: int) -> None:
+        # Loading the argument clobbers the syscall number, so every path of the block
+        # returns. pid_t is 32 bits: the kernel reads only the low word.
+        n = len(allowed)
+        prog.append((_JEQ_K, 0, n + 3, nrs[name]))
+        prog.append((_LD_W_ABS, 0, 0, _OFF_ARG0))
+        prog.extend((_JEQ_K, n - i, 0, value) for i, value in enumerate(allowed))
+        prog.append((_RET_K, 0, 0, _RET_ERRNO | refusal))
+        prog.append((_RET_K, 0, 0, _RET_ALLOW))
+
     for name in _KILL:
         on_nr(name, _RET_KILL_PROCESS)
     for name in _EPERM:
         on_nr(name, _RET_ERRNO | errno.EPERM)
     for name in _ENOSYS:
         on_nr(name, _RET_ERRNO | errno.ENOSYS)
+    for name in _EOPNOTSUPP:
+        on_nr(name, _RET_ERRNO | errno.EOPNOTSUPP)
+    # No socket at all; a socketpair of Unix sockets reaches nothing outside the worker.
+    on_nr("socket", _RET_ERRNO | errno.EAFNOSUPPORT)
+    arg0_in("socketpair", (_AF_UNIX,), errno.EAFNOSUPPORT)
+    for name in _SELF_ONLY:
+        arg0_in(name, (pid,), errno.EPERM)
+    for name in _SELF_OR_ZERO:
+        arg0_in(name, (0, pid), errno.EPERM)
     # Threads are clone(CLONE_THREAD|...); anything else would be a new process.
     prog += [
         (_JEQ_K, 0, 4, nrs["clone"]),
@@ -320,23 +421,15 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
         (_RET_K, 0, 0, _RET_ALLOW),
         (_RET_K, 0, 0, _RET_ERRNO | errno.EPERM),
     ]
-    for name in ("socket", "socketpair"):
-        prog += [
-            (_JEQ_K, 0, 4, nrs[name]),
-            (_LD_W_ABS, 0, 0, _OFF_ARG0),
-            (_JEQ_K, 0, 1, _AF_UNIX),
-            (_RET_K, 0, 0, _RET_ALLOW),
-            (_RET_K, 0, 0, _RET_ERRNO | errno.EAFNOSUPPORT),
-        ]
     prog.append((_RET_K, 0, 0, _RET_ALLOW))
     return prog
 
 
-def _seccomp(config: JailConfig) -> str:
+def _seccomp(config: JailConfig, active: list[str]) -> str:
     machine = platform.machine()
     if machine not in _SYSCALLS:
         raise _Unsupported(f"no syscall table for {machine}")
-    prog = seccomp_program(machine)
+    prog = seccomp_program(machine, os.getpid())
     filters = b"".join(struct.pack("=HBBI", *ins) for ins in prog)
     fbuf = ctypes.create_string_buffer(filters, len(filters))
 

@@ -1,17 +1,25 @@
 """The jailed worker: `python -I -m inspector.sandbox.worker`, the only process that unpickles.
 
 Protocol. The client writes one JSON request line on stdin. The worker jails itself (see
-`jail.py`) *before* it imports torch or opens any input, imports the operation's module, and
-then waits for a second line, `{"start": true, ...more request fields}`, before it touches an
-input (so the client's static scan overlaps the worker's start-up and still gates the load).
-It writes JSON lines on stdout:
+`jail.py`) *before* it imports torch or opens any input and says so in its first line, the
+handshake `{"type": "jail", ...}`: the client takes the jail level from this line only, and
+refuses to go on when it is weaker than the caller requires. The worker then imports the
+operation's module and waits for a second line, `{"start": true, "nonce": str, ...more request
+fields}`, before it touches an input (so the client's static scan overlaps the worker's
+start-up and still gates the load). It writes JSON lines on stdout:
 
-    {"type": "jail", "level": ..., "active": [...], "missing": {...}, "platform": ...}
+    {"type": "jail", "level": ..., "description": ..., "active": [...], "missing": {...},
+     "platform": ...}                                        exactly once, first
     {"type": "progress", "stage": str, "done": int, "total": int}
     {"type": "tensor", "key": ..., "dtype": ..., ...}       one per tensor, as soon as ready
     {"type": "object", "key": ..., "python_type": ..., "repr": ...}   one per non-tensor leaf
-    {"type": "result", ..., "peak_rss_kb": int}   the operation's return value (last line)
+    {"type": "result", ..., "peak_rss_kb": int, "nonce": str}  the return value (last line)
     {"type": "error", "code": str, "message": str, "globals": [...]}   instead of a result
+
+After the result the worker closes the protocol descriptor. A second `jail` line, a `result`
+without the start line's nonce, anything after the result, a line that is not a JSON object,
+a line over the client's line bound or output over its total bound is a protocol violation:
+the client kills the worker and the job fails (`protocol_violation`).
 
 Request keys read here: `op` (a name in OPS), `path` and/or `paths` (inputs the jail lets the
 worker read), `output_fd` (an inherited descriptor for the only output, conversions only),
@@ -56,7 +64,12 @@ OPS: dict[str, str] = {
 SELFTEST_ENV = "CKPT_INSPECTOR_SANDBOX_SELFTEST"
 """Set only by the test suite: registers an operation that unpickles with plain `pickle`, to
 prove the jail contains code that escaped weights_only. The client passes it through."""
-if os.environ.get(SELFTEST_ENV) == "1":
+DISABLE_ENV = "CKPT_INSPECTOR_SANDBOX_DISABLE"
+"""Comma-separated jail layers to leave off (namespaces, rlimits, threads, landlock, seccomp),
+so the test suite can check the level reported in a degraded environment. Honoured only
+together with SELFTEST_ENV."""
+SELFTEST = os.environ.get(SELFTEST_ENV) == "1"
+if SELFTEST:
     OPS["selftest-payload"] = "inspector.sandbox.selftest:run_payload"
 
 DEFAULT_MEMORY_MB = 4096
@@ -78,7 +91,14 @@ def jail_config(request: dict) -> JailConfig:
         output_bytes=int(request.get("output_bytes", 0)),
         open_files=int(limits.get("open_files", 256)),
         nice=int(limits.get("nice", 0)),
+        disabled=_disabled_layers(),
     )
+
+
+def _disabled_layers() -> frozenset[str]:
+    if not SELFTEST:
+        return frozenset()
+    return frozenset(filter(None, os.environ.get(DISABLE_ENV, "").split(",")))
 
 
 class _Emitter:
@@ -136,9 +156,12 @@ def main() -> int:
         start = json.loads(sys.stdin.readline() or "{}")
         if not isinstance(start, dict) or start.pop("start", None) is not True:
             raise _Refused("not_started", "the client did not start the operation")
+        nonce = start.pop("nonce", None)
         request.update(start)
         result = op(request, emit, cancel)
-        emit({"type": "result", **result, "peak_rss_kb": _peak_rss_kb()})
+        emit({"type": "result", **result, "peak_rss_kb": _peak_rss_kb(), "nonce": nonce})
+        # EOF right after the result tells the client nothing else follows.
+        protocol.close()
         return 0
     except Cancelled:
         emit({"type": "error", "code": "cancelled", "message": "cancelled"})
