@@ -12,17 +12,24 @@ Exit codes:
   3  not loaded: not a format torch.load reads (or the scan failed)
   5  the load failed: weights_only refused globals (listed), corrupt archive, a sandbox
      limit was hit, or the worker crashed or timed out
+  7  loaded, the static scan says safe, but weights health is `problem` (NaN or Inf in
+     weights, or a magnitude outlier: see core/health.py); a suspicious scan keeps exit 1
+
+`--json` is strict JSON: non-finite numbers are the strings "nan", "inf" and "-inf". `std` is
+the population standard deviation, `std_sample` the sample one (what `torch.std()` gives);
+the table shows the sample one.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from inspector.core import strict_json
 from inspector.core.verdict import exit_code
 
 EXIT_LOAD_FAILED = 5
+EXIT_HEALTH_PROBLEM = 7
 _REFUSAL_EXITS = {"refused_dangerous": 2, "refused_global": 2, "unsupported_format": 3}
 
 
@@ -64,9 +71,20 @@ def sandbox_line(sandbox: dict | None) -> str:
 def _num(value: object) -> str:
     if value is None:
         return "-"
-    if isinstance(value, int):
+    if isinstance(value, int | str):
         return str(value)
     return f"{value:.4g}"
+
+
+def health_lines(health: dict | None) -> list[str]:
+    """The weights-health verdict and its findings, one line each."""
+    if not health:
+        return ["health:   not assessed (nothing was loaded)"]
+    lines = [f"health:   {health['status']} ({health.get('weights_checked', 0)} weight tensors "
+             f"judged, {len(health['findings'])} finding(s))"]
+    lines.extend(f"  {f['severity']:<8} {f['key']}: {f['message']}"
+                 for f in health["findings"][:50])
+    return lines
 
 
 def _human(report: dict) -> list[str]:
@@ -78,19 +96,22 @@ def _human(report: dict) -> list[str]:
         + ("; weights_only loads it" if scan.get("weights_only_ok") else ""),
         sandbox_line(report.get("sandbox")),
     ]
+    if not report.get("error"):
+        lines.extend(health_lines(report.get("health")))
     tensors = report.get("tensors") or []
     if tensors:
         width = min(48, max(len(t["key"]) for t in tensors))
         lines.append("")
         algorithm = report["digest_algorithm"]
         lines.append(f"{'key':<{width}}  {'dtype':<14} {'shape':<18} {'min':>10} {'max':>10} "
-                     f"{'mean':>10} {'std':>10} {'nan':>6} {'inf':>6}  {algorithm}")
+                     f"{'mean':>10} {'std(n-1)':>10} {'nan':>6} {'inf':>6}  {algorithm}")
         for t in tensors:
             flags = ",".join(t.get("flags") or [])
             lines.append(
                 f"{t['key'][:width]:<{width}}  {t['dtype']:<14} {tuple(t['shape'])!s:<18} "
                 f"{_num(t.get('min')):>10} {_num(t.get('max')):>10} {_num(t.get('mean')):>10} "
-                f"{_num(t.get('std')):>10} {_num(t.get('nan')):>6} {_num(t.get('inf')):>6}  "
+                f"{_num(t.get('std_sample', t.get('std'))):>10} {_num(t.get('nan')):>6} "
+                f"{_num(t.get('inf')):>6}  "
                 f"{(t.get('digest') or flags or '-')[:16]}")
     objects = report.get("objects") or []
     if objects:
@@ -103,8 +124,14 @@ def _human(report: dict) -> list[str]:
         lines.append(f"error:    {error['message']}")
     else:
         total = sum(t.get("nbytes", 0) for t in tensors)
+        elements = sum(t.get("numel", 0) for t in tensors)
         lines.append("")
-        lines.append(f"{len(tensors)} tensors, {total:,} bytes of tensor data")
+        lines.append(f"{len(tensors)} tensors, {elements:,} elements, {total:,} bytes of tensor "
+                     f"data")
+        unique = report.get("unique_storage")
+        if unique:
+            lines.append(f"unique storage: {unique['storages']} storages, {unique['numel']:,} "
+                         f"elements, {unique['nbytes']:,} bytes (shared storage counted once)")
     return lines
 
 
@@ -119,9 +146,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"ckpt-inspector inspect: {exc.strerror or exc}: {args.file}", file=sys.stderr)
         return exit_code("error")
     if args.json:
-        print(json.dumps(report))
+        print(strict_json.dumps(report))
     else:
         print("\n".join(_human(report)))
     if report.get("error"):
         return error_exit(report["error"])
-    return exit_code((report.get("scan") or {}).get("verdict", "safe"))
+    code = exit_code((report.get("scan") or {}).get("verdict", "safe"))
+    if code == 0 and (report.get("health") or {}).get("status") == "problem":
+        return EXIT_HEALTH_PROBLEM
+    return code

@@ -1,4 +1,8 @@
-"""Atomic output files: write to a temp file beside the target, fsync, then rename."""
+"""Atomic output files: write to a temp file beside the target, fsync, then rename.
+
+The temp file `mkstemp` creates is mode 0600; before the rename it gets the mode a plain
+`open()` would have given (0666 less the umask), so outputs are readable as users expect.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ def atomic_write(path: str | os.PathLike[str], overwrite: bool = False) -> Itera
         raise OutputExistsError(f"{target} exists; refusing to overwrite it")
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as fh:
             yield fh
             fh.flush()
@@ -34,6 +39,18 @@ def atomic_write(path: str | os.PathLike[str], overwrite: bool = False) -> Itera
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp_name)
         raise
+
+
+def current_umask() -> int:
+    """The process umask, from /proc where it can be read without changing it."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        with open("/proc/self/status", encoding="ascii") as fh:
+            line = next(ln for ln in fh if ln.startswith("Umask:"))
+        return int(line.split()[1], 8)
+    # Elsewhere reading it means setting it (briefly process-wide); it is set straight back.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes, overwrite: bool = False) -> None:

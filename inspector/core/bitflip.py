@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from inspector.core.dtypes import canonical_dtype
+from inspector.core.dtypes import BY_NAME, REGISTRY, canonical_dtype
 
 MAX_REPORTED_FLIPS = 1000
 """Flips listed individually per tensor; counts beyond this stay exact."""
@@ -53,34 +53,30 @@ def _layout(dtype: str, *pieces: tuple[list[str], str | None]) -> BitLayout:
 
 
 def _build_layouts() -> dict[str, BitLayout]:
-    floats = {
-        "float64": (11, 52),
-        "float32": (8, 23),
-        "float16": (5, 10),
-        "bfloat16": (8, 7),
-        "float8_e4m3fn": (4, 3),
-        "float8_e4m3fnuz": (4, 3),
-        "float8_e5m2": (5, 2),
-        "float8_e5m2fnuz": (5, 2),
-    }
-    layouts = {name: _layout(name, (_fields(e, m), None)) for name, (e, m) in floats.items()}
-    layouts["float8_e8m0fnu"] = _layout("float8_e8m0fnu", (_fields(8, 0, signed=False), None))
-    # one torch element packs two e2m1 values; name the nibble rather than guess an order
-    layouts["float4_e2m1fn_x2"] = _layout(
-        "float4_e2m1fn_x2", (_fields(2, 1), "low nibble"), (_fields(2, 1), "high nibble")
-    )
-    for name, half in (("complex128", (11, 52)), ("complex64", (8, 23)), ("complex32", (5, 10))):
-        layouts[name] = _layout(name, (_fields(*half), "real"), (_fields(*half), "imag"))
-    for bits in (8, 16, 32, 64):
-        layouts[f"int{bits}"] = _layout(f"int{bits}", (_integer(bits, True), None))
-        layouts[f"uint{bits}"] = _layout(f"uint{bits}", (_integer(bits, False), None))
-    layouts["bool"] = _layout("bool", (["value"] + ["padding"] * 7, None))
+    """One layout per byte-sized dtype of the registry (sub-byte safetensors types have none)."""
+    layouts = {}
+    for d in REGISTRY:
+        if not d.in_torch:
+            continue
+        if d.kind == "float":
+            sign, exp, man = d.fields
+            layouts[d.name] = _layout(d.name, (_fields(exp, man, signed=bool(sign)), None))
+        elif d.kind == "packed":
+            # one torch element packs two values; name the nibble rather than guess an order
+            half = _fields(*d.fields[1:])
+            layouts[d.name] = _layout(d.name, (half, "low nibble"), (half, "high nibble"))
+        elif d.kind == "complex":
+            half = _fields(*d.fields[1:])
+            layouts[d.name] = _layout(d.name, (half, "real"), (half, "imag"))
+        elif d.kind in ("int", "uint"):
+            layouts[d.name] = _layout(d.name, (_integer(d.bits, d.kind == "int"), None))
+        elif d.kind == "bool":
+            layouts[d.name] = _layout(d.name, (["value"] + ["padding"] * 7, None))
     # quantized tensors are compared on their integer representation
-    layouts["qint8"] = layouts["int8"]
-    layouts["quint8"] = layouts["uint8"]
-    layouts["qint32"] = layouts["int32"]
-    layouts["quint4x2"] = _layout("quint4x2", (["value"] * 8, None))
-    layouts["quint2x4"] = _layout("quint2x4", (["value"] * 8, None))
+    for d in REGISTRY:
+        if d.kind == "quantized":
+            layouts[d.name] = (layouts[d.int_repr] if d.bits == BY_NAME[d.int_repr].bits
+                               else _layout(d.name, (["value"] * d.bits, None)))
     return layouts
 
 

@@ -6,7 +6,11 @@ Format names (the `format` key of the scan contract):
 - `torchscript`: zip archive with `constants.pkl` and `code/` (what `torch.jit.save` writes)
 - `pytorch-legacy`: stream of pickles starting with torch's magic number (pre-1.6 `torch.save`)
 - `pickle`: any other pickle stream, protocol 0-5 (one or several pickles back to back)
-- `compressed-pickle`: a gzip, bz2 or xz file whose content is a pickle (joblib style)
+- `pytorch-tar`: tar archive with torch's legacy `storages`/`tensors`/`pickle` members
+  (torch.load reads it, never with weights_only=True); `tar`: any other tar archive
+- `compressed-pickle`: a gzip, bz2, xz, LZMA-alone, raw zlib, lz4 or zstd stream (every member
+  of a multi-member file) whose content is a pickle (joblib style)
+- `distcp`: back-to-back torch.save zip archives (torch.distributed.checkpoint's data files)
 - `safetensors`: u64 header length, JSON header, data buffer
 - `npy`: NumPy array file; `npz`: zip archive of `.npy` members
 - `zip`: any other zip archive (its members are scanned by content)
@@ -18,21 +22,21 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 import struct
 from dataclasses import dataclass, field
 
+from inspector.core.dtypes import SAFETENSORS_ITEMSIZE_BITS
+
 TORCH_MAGIC_PICKLE = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19\x2e"
 NPY_MAGIC = b"\x93NUMPY"
-COMPRESSION_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bz2", b"\xfd7zXZ\x00": "xz"}
+COMPRESSION_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bz2", b"\xfd7zXZ\x00": "xz",
+                     b"\x04\x22\x4d\x18": "lz4", b"\x28\xb5\x2f\xfd": "zstd",
+                     b"\x5d\x00": "lzma", b"\x78": "zlib"}
 SEVEN_ZIP_MAGIC = b"7z\xbc\xaf\x27\x1c"
 # Opcodes a protocol 0/1 pickle (no PROTO opcode) can start with.
 PICKLE_FIRST_BYTES = frozenset(b"(.0FIJKLMNPQRSTUVXabcdegijlopqrstu}])G")
 
-SAFETENSORS_ITEMSIZE_BITS = {
-    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "F4": 4, "F6_E2M3": 6,
-    "F6_E3M2": 6, "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32,
-    "C64": 64, "F64": 64, "I64": 64, "U64": 64,
-}
 SAFETENSORS_MAX_HEADER = 100_000_000
 
 
@@ -45,8 +49,10 @@ def sniff(head: bytes, size: int) -> str:
     if head.startswith(SEVEN_ZIP_MAGIC):
         return "7z"
     for magic, kind in COMPRESSION_MAGIC.items():
-        if head.startswith(magic):
+        if head.startswith(magic) and (kind != "zlib" or int.from_bytes(head[:2]) % 31 == 0):
             return "compressed:" + kind
+    if is_tar(head):
+        return "tar"
     if head.startswith(TORCH_MAGIC_PICKLE):
         return "pytorch-legacy"
     if len(head) >= 9 and head[8:9] == b"{":
@@ -58,6 +64,20 @@ def sniff(head: bytes, size: int) -> str:
     if head[:1] and head[0] in PICKLE_FIRST_BYTES:
         return "pickle?"
     return "unknown"
+
+
+def is_tar(head: bytes) -> bool:
+    """Whether a 512-byte block is a tar header (its checksum holds, as tarfile checks)."""
+    if len(head) < 512 or head[0] == 0:
+        return False
+    field = head[148:156].split(b"\x00", 1)[0].strip()
+    try:
+        stored = int(field, 8)
+    except ValueError:
+        return False
+    computed = sum(head[:148]) + 8 * 32 + sum(head[156:512])
+    signed = computed - 256 * sum(b >= 128 for b in head[:148] + head[156:512])
+    return stored in (computed, signed)
 
 
 def zip_kind(names: list[str]) -> str:
@@ -164,10 +184,23 @@ def parse_npy_header(buf) -> tuple[dict, int]:
     return header, start + hlen
 
 
+# NumPy type strings that hold plain values (bool, numbers, bytes, text, void, datetimes);
+# anything else ("O", "object", "i4,O", "(2,)O", unknown codes) may hold Python objects.
+_NPY_PLAIN = re.compile(r"[<>|=!]?(?:[?bBhHiIlLqQpPefdgFDGSUVcu]\d*|[mM]8(?:\[\w+\])?)")
+
+
 def npy_has_objects(descr: object) -> bool:
-    """Whether a .npy dtype description holds Python objects (stored as a pickle)."""
+    """Whether a .npy `descr` may hold Python objects (then NumPy stores the data as a pickle).
+
+    Follows `numpy.lib.format.descr_to_dtype`: a type string, a `(descr, shape)` subarray, or a
+    list of `(name, descr[, shape])` fields, nested to any depth; anything it cannot prove plain
+    counts as objects.
+    """
     if isinstance(descr, str):
-        return descr.lstrip("<>|=").startswith("O")
-    if isinstance(descr, list):  # structured dtype: [(field name, dtype[, shape]), ...]
-        return any(isinstance(f, tuple) and len(f) >= 2 and npy_has_objects(f[1]) for f in descr)
-    return False
+        return _NPY_PLAIN.fullmatch(descr) is None
+    if isinstance(descr, tuple):
+        return len(descr) != 2 or npy_has_objects(descr[0])
+    if isinstance(descr, list):
+        return any(not isinstance(f, tuple | list) or len(f) not in (2, 3)
+                   or npy_has_objects(f[1]) for f in descr)
+    return True

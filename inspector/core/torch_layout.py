@@ -24,25 +24,17 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from inspector.core import zipread
+from inspector.core.dtypes import REGISTRY
 from inspector.core.flatten import flatten, unique_keys
 
 # Storage classes torch.save names (dtype, itemsize); quantized storages are left to torch.
 STORAGE_DTYPES = {
-    "torch.DoubleStorage": ("float64", 8), "torch.FloatStorage": ("float32", 4),
-    "torch.HalfStorage": ("float16", 2), "torch.BFloat16Storage": ("bfloat16", 2),
-    "torch.LongStorage": ("int64", 8), "torch.IntStorage": ("int32", 4),
-    "torch.ShortStorage": ("int16", 2), "torch.CharStorage": ("int8", 1),
-    "torch.ByteStorage": ("uint8", 1), "torch.BoolStorage": ("bool", 1),
-    "torch.ComplexDoubleStorage": ("complex128", 16), "torch.ComplexFloatStorage": ("complex64", 8),
-    "torch.storage.UntypedStorage": ("uint8", 1),
-}
+    f"torch.{d.storage}": (d.name, d.itemsize) for d in REGISTRY
+    if d.storage and d.kind != "quantized"
+} | {"torch.storage.UntypedStorage": ("uint8", 1)}
 # dtypes `_rebuild_tensor_v3` names as its last argument (over an UntypedStorage).
-V3_DTYPES = {
-    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
-    "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "complex128": 16, "complex64": 8,
-    "complex32": 4, "uint16": 2, "uint32": 4, "uint64": 8, "float8_e4m3fn": 1,
-    "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1,
-}
+V3_DTYPES = {d.name: d.itemsize for d in REGISTRY
+             if d.in_torch and d.kind not in ("quantized", "packed")}
 _REBUILD_V2 = "torch._utils._rebuild_tensor_v2"
 _REBUILD_V3 = "torch._utils._rebuild_tensor_v3"
 _ORDERED_DICT = "collections.OrderedDict"

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from inspector.core.bitflip import FlipTally, compare_raw, layout_for
-from inspector.core.dtypes import canonical_dtype
+from inspector.core.dtypes import REGISTRY, canonical_dtype
 from inspector.core.progress import CancelToken, check
 from inspector.sandbox.sources import Checkpoint, TensorSource, digest, open_checkpoint
 
@@ -32,34 +32,10 @@ NOT_COMPARED = "not_compared"
 
 _FLOAT_MAX = float(np.finfo(np.float64).max)
 
-_NUMPY_DTYPES = {
-    name: np.dtype(code)
-    for name, code in {
-        "float16": "<f2",
-        "float32": "<f4",
-        "float64": "<f8",
-        "complex64": "<c8",
-        "complex128": "<c16",
-        "bool": "?",
-        "int8": "i1",
-        "int16": "<i2",
-        "int32": "<i4",
-        "int64": "<i8",
-        "uint8": "u1",
-        "uint16": "<u2",
-        "uint32": "<u4",
-        "uint64": "<u8",
-    }.items()
-}
+_NUMPY_DTYPES = {d.name: np.dtype(d.numpy) for d in REGISTRY if d.numpy}
 
 # quantized tensors are compared on their integer representation
-_INT_REPR = {
-    "qint8": "int8",
-    "quint8": "uint8",
-    "qint32": "int32",
-    "quint4x2": "uint8",
-    "quint2x4": "uint8",
-}
+_INT_REPR = {d.name: d.int_repr for d in REGISTRY if d.int_repr}
 
 
 @dataclass

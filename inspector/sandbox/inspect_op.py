@@ -1,4 +1,8 @@
-"""The worker's `inspect` operation: load, then statistics and digests for every tensor."""
+"""The worker's `inspect` operation: load, then statistics and digests for every tensor.
+
+The result adds `unique_storage` (storages, elements and bytes counted once per storage, so
+tied weights count once) and `health` (`core.health`'s verdict on the values).
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,16 @@ from collections.abc import Callable
 
 import torch
 
+from inspector.core.health import assess
 from inspector.core.progress import CancelToken
 from inspector.sandbox.load import load_request, split_leaves
 from inspector.sandbox.mapped import PageReleaser
-from inspector.sandbox.stats import DIGEST_ALGORITHM, describe_object, describe_tensors
+from inspector.sandbox.stats import (
+    DIGEST_ALGORITHM,
+    describe_object,
+    describe_tensors,
+    unique_storage,
+)
 
 
 def inspect(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict:
@@ -37,4 +47,5 @@ def inspect(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
         emit({"type": "progress", "stage": "tensors", "done": done, "total": len(tensors)})
 
     records = describe_tensors(tensors, on_tensor, release=release, cancel=cancel)
-    return {"digest_algorithm": DIGEST_ALGORITHM, "tensors": records, "objects": objects_out}
+    return {"digest_algorithm": DIGEST_ALGORITHM, "tensors": records, "objects": objects_out,
+            "unique_storage": unique_storage(tensors), "health": assess(records).to_json()}

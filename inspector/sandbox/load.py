@@ -17,19 +17,16 @@ import zipfile
 
 import torch
 
+from inspector.core.dtypes import REGISTRY
 from inspector.core.flatten import flatten, unique_keys
 
 _GLOBAL_IN_MESSAGE = re.compile(r"GLOBAL ([\w.]+) was not an allowed global")
 
 SAFETENSORS_DTYPES = {
-    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8",
-    torch.uint8: "U8", torch.bool: "BOOL", torch.float8_e4m3fn: "F8_E4M3",
-    torch.float8_e4m3fnuz: "F8_E4M3FNUZ", torch.float8_e5m2: "F8_E5M2",
-    torch.float8_e5m2fnuz: "F8_E5M2FNUZ", torch.complex64: "C64", torch.uint64: "U64",
-    torch.uint32: "U32", torch.uint16: "U16",
+    getattr(torch, d.name): d.safetensors for d in REGISTRY
+    if d.safetensors and d.in_torch and hasattr(torch, d.name)
 }
-"""torch dtype -> safetensors dtype name (the names the safetensors format defines)."""
+"""torch dtype -> safetensors dtype code, from the registry (`core.dtypes`)."""
 _FROM_SAFETENSORS = {name: dtype for dtype, name in SAFETENSORS_DTYPES.items()}
 
 

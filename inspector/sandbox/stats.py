@@ -5,7 +5,16 @@ values; NaN and Inf are counted separately. Complex tensors are summarised on th
 quantized tensors on their integer representation (scale and zero point are reported), bool
 tensors as 0/1. The digest is SHA-256 of the tensor's bytes laid out contiguously in row-major
 order, as stored (quantized: the integer representation), so it matches a safetensors file
-holding the same tensor. `std` is the population standard deviation (ddof=0).
+holding the same tensor.
+
+Overflow: moments are accumulated in float64 (Chan's parallel combination of per-chunk mean
+and sum of squared deviations); a chunk whose squares would overflow is first scaled by a
+power of two, so a flipped exponent bit (a float32 value near 3e38) still gives finite
+results. min, max and absmax are the stored values exactly. `std` is the population standard
+deviation (ddof=0) and `std_sample` the sample one (ddof=1, what `torch.std()` returns).
+`exponents` counts the finite non-zero values by binary exponent, floor(log2|x|), as
+[[exponent, count], ...]; `core.health` judges magnitude outliers from it. Non-finite
+numbers never appear in a record: see `core.strict_json`.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import numpy as np
 import torch
 
 from inspector.core.progress import CancelToken, check
+from inspector.core.strict_json import strict, strict_float
 
 DIGEST_ALGORITHM = "sha256"
 HIST_BINS = 64
@@ -84,7 +94,7 @@ def layout_record(key: str, t: torch.Tensor) -> dict:
                contiguous=t.is_contiguous())
     if t.is_quantized:
         rec["flags"].append("quantized")
-        rec["quantization"] = _quantization(t)
+        rec["quantization"] = strict(_quantization(t))
     return rec
 
 
@@ -111,6 +121,25 @@ def storage_groups(items: list[tuple[str, torch.Tensor]]) -> dict[str, list[str]
             for key in keys:
                 shared[key] = [k for k in keys if k != key]
     return shared
+
+
+def unique_storage(items: list[tuple[str, torch.Tensor]]) -> dict:
+    """Storages, elements and bytes counted once per storage (tied weights count once)."""
+    seen: dict[tuple[int, int], int] = {}
+    numel = nbytes = 0
+    for _, t in items:
+        if is_dense(t) and t.untyped_storage().nbytes() > 0:
+            st = t.untyped_storage()
+            ident = (st.data_ptr(), st.nbytes())
+            if ident not in seen:
+                seen[ident] = st.nbytes() // max(1, t.element_size())
+                numel += seen[ident]
+                nbytes += st.nbytes()
+        elif not is_dense(t) or t.numel() == 0:
+            size = layout_record("", t)
+            numel += size["numel"]
+            nbytes += size["nbytes"]
+    return {"storages": len(seen), "numel": numel, "nbytes": nbytes}
 
 
 def logical_chunks(t: torch.Tensor, max_elems: int) -> Iterator[torch.Tensor]:
@@ -162,20 +191,38 @@ def tensor_digest(t: torch.Tensor, release: Release | None = None,
 
 @dataclass
 class _Moments:
-    """Chan et al.'s parallel combination of count, mean and sum of squared deviations."""
+    """Chan et al.'s parallel combination of count, mean and sum of squared deviations.
+
+    mean and m2 are kept in units of 2**exp (exp grows with the largest chunk seen), so
+    neither overflows even for values near the float64 maximum.
+    """
 
     n: int = 0
     mean: float = 0.0
     m2: float = 0.0
+    exp: int = 0
 
-    def add(self, n: int, mean: float, m2: float) -> None:
+    def add(self, n: int, mean: float, m2: float, exp: int = 0) -> None:
         if n == 0:
             return
+        if exp > self.exp:
+            self.mean = math.ldexp(self.mean, self.exp - exp)
+            self.m2 = math.ldexp(self.m2, 2 * (self.exp - exp))
+            self.exp = exp
+        elif exp < self.exp:
+            mean = math.ldexp(mean, exp - self.exp)
+            m2 = math.ldexp(m2, 2 * (exp - self.exp))
         total = self.n + n
         delta = mean - self.mean
         self.mean += delta * n / total
         self.m2 += m2 + delta * delta * self.n * n / total
         self.n = total
+
+    def std(self, ddof: int) -> float | None:
+        """Standard deviation with ddof, in the values' own units (None without enough values)."""
+        if self.n - ddof <= 0:
+            return None
+        return math.ldexp(math.sqrt(max(self.m2, 0.0) / (self.n - ddof)), self.exp)
 
 
 def _value_domain(chunk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, str]:
@@ -214,6 +261,7 @@ def tensor_stats(t: torch.Tensor, cancel: CancelToken | None = None) -> dict:
     """min, max, mean, std, absmax, NaN/Inf/zero counts and a 64-bin histogram of finite values."""
     per = max(1, STATS_CHUNK_BYTES // max(4, t.element_size()) // 2)
     moments = _Moments()
+    exponents = _ExponentCounts() if t.dtype.is_floating_point else None
     nan = inf = zeros = 0
     lo = hi = None
     what = "values"
@@ -231,13 +279,18 @@ def tensor_stats(t: torch.Tensor, cancel: CancelToken | None = None) -> dict:
             c_lo, c_hi = bounds if exact is None else _exact_minmax(exact)
             lo = c_lo if lo is None else min(lo, c_lo)
             hi = c_hi if hi is None else max(hi, c_hi)
-            moments.add(finite.numel(), *_mean_m2(finite))
+            moments.add(finite.numel(), *_mean_m2(finite, c_lo, c_hi))
+            if exponents is not None:
+                exponents.add(finite)
     rec = {"stats_on": what, "nan": nan, "inf": inf, "zeros": zeros, "min": lo, "max": hi,
-           "mean": None, "std": None, "absmax": None, "histogram": None}
+           "mean": None, "std": None, "std_sample": None, "absmax": None, "histogram": None}
+    if exponents is not None:
+        rec["exponents"] = exponents.pairs()
     if lo is None:
         return rec
-    rec["mean"] = moments.mean
-    rec["std"] = math.sqrt(max(moments.m2, 0.0) / moments.n)
+    rec["mean"] = strict_float(math.ldexp(moments.mean, moments.exp))
+    rec["std"] = strict_float(moments.std(0))
+    rec["std_sample"] = strict_float(moments.std(1))
     rec["absmax"] = max(abs(lo), abs(hi))
     integral = not (t.dtype.is_floating_point or t.dtype.is_complex)
     rec["min"], rec["max"] = (int(lo), int(hi)) if integral else (float(lo), float(hi))
@@ -263,20 +316,60 @@ def _scratch(like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tens
     return buf[: like.numel()].view(like.shape)
 
 
-def _mean_m2(finite: torch.Tensor) -> tuple[float, float]:
-    """Mean and sum of squared deviations of one chunk.
+_SQUARES_LIMIT = 1e36
+"""Bound on n * absmax**2 for the float32 fast path (float32 overflows at 3.4e38)."""
+
+
+def _mean_m2(finite: torch.Tensor, lo: float, hi: float) -> tuple[float, float, int]:
+    """Mean and sum of squared deviations of one chunk, in units of 2**exp; and exp.
 
     Sum and sum of squares (pairwise summation) take two cheap passes; when the mean is large
     against the spread their difference would cancel, so the chunk is centred first instead.
+    Values whose squares could overflow are scaled by a power of two in float64 first.
     """
     n = finite.numel()
+    absmax = max(abs(lo), abs(hi))
+    if n * absmax * absmax > _SQUARES_LIMIT:
+        exp = math.frexp(absmax)[1]
+        scaled = torch.ldexp(finite.to(torch.float64), torch.tensor(-exp, dtype=torch.int32))
+        mean = float(scaled.sum()) / n
+        return mean, float((scaled - mean).square_().sum()), exp
     mean = float(finite.sum()) / n
     work = _scratch(finite)
     squares = float(torch.mul(finite, finite, out=work).sum())
     m2 = squares - n * mean * mean
     if m2 < 1e-2 * squares:
         m2 = float(torch.sub(finite, mean, out=work).square_().sum())
-    return mean, m2
+    return mean, m2, 0
+
+
+class _ExponentCounts:
+    """Finite non-zero values counted by floor(log2|x|), from the float32 exponent field."""
+
+    def __init__(self) -> None:
+        self.counts = torch.zeros(256, dtype=torch.int64)
+        self.wide: dict[int, int] = {}
+
+    def add(self, finite: torch.Tensor) -> None:
+        if finite.dtype == torch.float64:
+            big = finite.abs() >= 2.0**128
+            if bool(big.any()):
+                # Beyond float32's range: exact exponents from frexp, counted apart.
+                for e in (torch.frexp(finite[big])[1] - 1).tolist():
+                    self.wide[e] = self.wide.get(e, 0) + 1
+                finite = finite[~big]
+            finite = finite.to(torch.float32)
+        fields = finite.view(torch.int32).bitwise_right_shift(23).bitwise_and_(0xFF)
+        self.counts += torch.bincount(fields.reshape(-1), minlength=256)
+        # Zeros are not magnitudes; float32 subnormals (field 0) are counted as 2**-127.
+        self.counts[0] -= int((finite == 0).sum())
+
+    def pairs(self) -> list[list[int]]:
+        """[[exponent, count], ...] in increasing exponent order, non-zero counts only."""
+        out = {int(e) - 127: int(c) for e, c in enumerate(self.counts.tolist()) if c}
+        for e, c in self.wide.items():
+            out[e] = out.get(e, 0) + c
+        return [[e, out[e]] for e in sorted(out)]
 
 
 def _finite(values: torch.Tensor) -> tuple[torch.Tensor, int, int, tuple[float, float]]:
@@ -309,9 +402,16 @@ def _finite_chunks(t: torch.Tensor, per: int, filter_nonfinite: bool,
 
 def _histogram(finite_chunks: Iterable[torch.Tensor], lo: float, hi: float) -> dict:
     first, last = histogram_edges(lo, hi)
-    width = (last - first) / HIST_BINS
+    # A range wider than the values' dtype can hold (a flipped exponent bit gives one) is
+    # binned in float64, halved if even float64 overflows; both are exact for in-range values.
+    halve = not math.isfinite(last - first)
+    base = first / 2 if halve else first
+    width = ((last / 2 - first / 2) if halve else (last - first)) / HIST_BINS
+    wide = halve or last - first > float(torch.finfo(torch.float32).max)
     counts = torch.zeros(HIST_BINS + 1, dtype=torch.int64)
     for finite in finite_chunks:
+        if wide and finite.numel():
+            finite = finite.to(torch.float64) * (0.5 if halve else 1.0)
         if finite.numel():
             # Dividing by the bin width (not multiplying by its inverse) puts a value that sits
             # exactly on an edge, as integers and low-precision floats often do, in the bin
@@ -319,7 +419,7 @@ def _histogram(finite_chunks: Iterable[torch.Tensor], lo: float, hi: float) -> d
             # NumPy does the same IEEE operations as torch here, in about half the time.
             values = finite.resolve_neg().numpy()
             scalar = values.dtype.type
-            scaled = np.subtract(values, scalar(first), out=_scratch(finite).numpy())
+            scaled = np.subtract(values, scalar(base), out=_scratch(finite).numpy())
             np.divide(scaled, scalar(width), out=scaled)
             index = _scratch(finite, torch.uint8)
             np.copyto(index.numpy(), scaled, casting="unsafe")

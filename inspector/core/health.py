@@ -1,0 +1,218 @@
+"""Weights health: a verdict on the tensors' values, beside the static scan's code safety.
+
+Judged from the `inspect` tensor records alone (no torch), so the CLI, the GUI and the report
+judge old and new results alike. Status is `problem` when a weight holds NaN or Inf or a
+magnitude outlier, `warning` for constant weight matrices and exact duplicates, `ok` otherwise.
+
+Rules:
+- Weights are floating tensors outside training state. Training state is any key with a
+  segment naming an optimizer, scheduler, scaler, callback or loop (`optimizer_states`,
+  `lr_schedulers`, `callbacks`, ...) or a known counter or score (`best_model_score`,
+  `kth_value`, `step`, ...). NaN or Inf there is listed as `info` and never a problem
+  (Lightning's `ModelCheckpoint.kth_value` is `inf` by design).
+- Magnitude outlier (a flipped exponent bit): from the record's `exponents` (values counted
+  by floor(log2|x|)), the bulk top E is the binary order below which all but a tail of
+  max(1, n // 1000) values lie; values at 2**(E + 1 + GAP) or above are outliers, where GAP is
+  20 binary orders (about 10**6) for 8-bit and wider exponents and 8 (256x) for float16 and
+  float8_e5m2. Setting the top exponent bit multiplies a value by 2**(bias+1) (2**128 for
+  float32 and bfloat16, 2**16 for float16), far beyond GAP. Tensors of fewer than 16 finite
+  non-zero values, and float8 types with 4 exponent bits, are not judged.
+- Constant: a weight of two or more dimensions whose values are all equal (all zero, or one
+  value) is a warning; 1-D and scalar tensors (biases, norm scales, running statistics, class
+  tokens) are legitimately constant at initialisation and are not judged.
+- Duplicate: two weights of at least 16 elements with equal digest, dtype and shape that do
+  not share storage (tied weights share it) are a warning; constant tensors are excluded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from inspector.core.dtypes import lookup
+
+OK, WARNING, PROBLEM = "ok", "warning", "problem"
+INFO = "info"
+_RANK = {OK: 0, INFO: 0, WARNING: 1, PROBLEM: 2}
+
+OUTLIER_TAIL = 1000
+"""One value in this many may sit above the bulk before it stops being an outlier."""
+MIN_JUDGED = 16
+WIDE_GAP, NARROW_GAP = 20, 8
+
+STATE_SEGMENTS = frozenset({
+    "optimizer", "optimizers", "optimizer_states", "optimizer_state", "optim", "opt_state",
+    "lr_scheduler", "lr_schedulers", "scheduler", "schedulers", "scaler", "grad_scaler",
+    "callbacks", "loops", "amp", "hparams", "hyper_parameters", "rng_state", "rng_states",
+})
+STATE_LEAVES = frozenset({
+    "step", "steps", "epoch", "global_step", "best_model_score", "kth_value", "best_score",
+    "current_score", "num_batches_tracked", "iteration", "best_metric", "wait_count",
+})
+
+
+@dataclass
+class HealthFinding:
+    """One observation about one tensor's values."""
+
+    code: str
+    key: str
+    severity: str
+    message: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """{code, key, severity, message, ...details}."""
+        return {"code": self.code, "key": self.key, "severity": self.severity,
+                "message": self.message, **self.details}
+
+
+@dataclass
+class Health:
+    """The weights-health verdict of one checkpoint."""
+
+    status: str = OK
+    findings: list[HealthFinding] = field(default_factory=list)
+    weights_checked: int = 0
+    state_tensors: int = 0
+
+    def add(self, finding: HealthFinding) -> None:
+        """Record a finding; the status is the worst severity seen."""
+        self.findings.append(finding)
+        if _RANK[finding.severity] > _RANK[self.status]:
+            self.status = finding.severity
+
+    def to_json(self) -> dict[str, Any]:
+        """The `health` contract: status, findings, and how many tensors were judged."""
+        return {"status": self.status, "findings": [f.to_json() for f in self.findings],
+                "weights_checked": self.weights_checked, "state_tensors": self.state_tensors}
+
+
+def is_state_key(key: str) -> bool:
+    """True for training state (optimizer, scheduler, callbacks, counters), not model weights."""
+    parts = [p.lower() for p in key.split(".")]
+    return bool(STATE_SEGMENTS.intersection(parts)) or parts[-1] in STATE_LEAVES or any(
+        p.startswith(("modelcheckpoint", "earlystopping")) for p in parts)
+
+
+def _is_float(rec: dict[str, Any]) -> bool:
+    d = lookup(rec.get("dtype"))
+    return d is not None and d.kind == "float"
+
+
+def outlier_gap(dtype: Any) -> int | None:
+    """Binary orders above the bulk that make a value an outlier; None when not judged."""
+    d = lookup(dtype)
+    if d is None or d.fields is None or d.kind != "float" or d.fields[1] < 5:
+        return None
+    return WIDE_GAP if d.fields[1] >= 8 else NARROW_GAP
+
+
+def magnitude_outliers(exponents: list[list[int]], gap: int) -> tuple[int, int | None]:
+    """(number of outliers, bulk top exponent) from [[exponent, count], ...] pairs."""
+    total = sum(c for _, c in exponents)
+    if total < MIN_JUDGED:
+        return 0, None
+    tail = max(1, total // OUTLIER_TAIL)
+    above = 0
+    bulk = exponents[0][0]
+    for e, c in sorted(exponents, reverse=True):
+        if above + c > tail:
+            bulk = e
+            break
+        above += c
+    limit = bulk + 1 + gap
+    return sum(c for e, c in exponents if e >= limit), bulk
+
+
+def _num(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def assess(tensors: list[dict[str, Any]]) -> Health:
+    """Judge every tensor record of an `inspect` result; see the module docstring."""
+    health = Health()
+    seen: dict[tuple, str] = {}
+    judged: dict[str, str | None] = {}
+    for rec in tensors:
+        key = rec.get("key", "")
+        if not _is_float(rec) or rec.get("stats_on") is None:
+            continue
+        # A tied view of a storage already judged (same bytes) is not reported twice.
+        if any(judged.get(k, "") == rec.get("digest") for k in rec.get("shared_with") or ()):
+            continue
+        judged[key] = rec.get("digest")
+        if is_state_key(key):
+            health.state_tensors += 1
+            _nonfinite(health, rec, INFO)
+            continue
+        health.weights_checked += 1
+        _nonfinite(health, rec, PROBLEM)
+        _outliers(health, rec)
+        if _constant(health, rec):
+            continue
+        _duplicate(health, rec, seen)
+    return health
+
+
+def _nonfinite(health: Health, rec: dict[str, Any], severity: str) -> None:
+    nan, inf = _count(rec.get("nan")), _count(rec.get("inf"))
+    if not nan and not inf:
+        return
+    what = " and ".join(p for p in (f"{nan:,} NaN" if nan else "", f"{inf:,} Inf" if inf else "")
+                        if p)
+    numel = rec.get("numel") or 0
+    if severity == INFO:
+        message = f"{what} in training state (shown, not a weights problem)"
+    else:
+        message = f"{what} of {numel:,} values: the weights are corrupt or training diverged"
+    health.add(HealthFinding("nonfinite-state" if severity == INFO else "nonfinite-weights",
+                             rec["key"], severity, message, {"nan": nan, "inf": inf}))
+
+
+def _outliers(health: Health, rec: dict[str, Any]) -> None:
+    gap = outlier_gap(rec.get("dtype"))
+    exponents = rec.get("exponents")
+    if gap is None or not exponents:
+        return
+    count, bulk = magnitude_outliers(exponents, gap)
+    if count:
+        health.add(HealthFinding(
+            "magnitude-outlier", rec["key"], PROBLEM,
+            f"{count:,} value(s) at least 2^{gap} times above the rest of the tensor "
+            f"(absmax {_num(rec.get('absmax'))}, the rest below 2^{bulk + 1}): the signature "
+            f"of a flipped exponent bit",
+            {"outliers": count, "absmax": rec.get("absmax"), "bulk_exponent": bulk + 1}))
+
+
+def _constant(health: Health, rec: dict[str, Any]) -> bool:
+    """Warn about a constant weight matrix; True when the tensor is constant (judged or not)."""
+    lo, hi = rec.get("min"), rec.get("max")
+    if lo is None or lo != hi:
+        return False
+    shape, numel = rec.get("shape") or [], rec.get("numel") or 0
+    if len(shape) >= 2 and numel >= 2 and not _count(rec.get("nan")) + _count(rec.get("inf")):
+        zero = lo == 0
+        message = (f"all {numel:,} values are zero (expected only in freshly initialised "
+                   f"LoRA-style layers)" if zero else f"all {numel:,} values equal {lo!r}")
+        health.add(HealthFinding("zero-weights" if zero else "constant-weights", rec["key"],
+                                 WARNING, message, {"value": lo}))
+    return True
+
+
+def _duplicate(health: Health, rec: dict[str, Any], seen: dict[tuple, str]) -> None:
+    digest = rec.get("digest")
+    if not digest or (rec.get("numel") or 0) < MIN_JUDGED:
+        return
+    ident = (digest, rec.get("dtype"), tuple(rec.get("shape") or ()))
+    first = seen.setdefault(ident, rec["key"])
+    if first != rec["key"] and first not in (rec.get("shared_with") or ()):
+        health.add(HealthFinding(
+            "duplicate-weights", rec["key"], WARNING,
+            f"bit-for-bit identical to {first} without sharing its storage (a copy where "
+            f"distinct weights were expected, or tied weights saved twice)",
+            {"duplicate_of": first}))
