@@ -1,0 +1,179 @@
+"""Weights health: random bit flips, NaN checkpoints, training state, constant and duplicates."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from inspector.cli import main
+from inspector.core.health import PROBLEM, assess, is_state_key, magnitude_outliers, outlier_gap
+from inspector.sandbox.client import inspect_file
+from inspector.sandbox.stats import describe_tensors, tensor_stats
+
+FLIPS = 1000
+_BITS_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+_EXPONENT_MSB = {torch.float32: 30, torch.float16: 14, torch.bfloat16: 14}
+
+
+def _records(state: dict[str, torch.Tensor]) -> list[dict]:
+    return describe_tensors(list(state.items()), lambda event: None, threads=1)
+
+
+def _flip(t: torch.Tensor, index: int, bit: int) -> torch.Tensor:
+    out = t.clone()
+    raw = out.reshape(-1).view(_BITS_VIEW[t.dtype]).numpy()
+    unsigned = raw.view(np.uint32 if raw.itemsize == 4 else np.uint16)
+    unsigned[index] ^= unsigned.dtype.type(1 << bit)
+    return out
+
+
+def _scaled(g: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+    return (torch.randn(32, 32, generator=g) * 0.05).to(dtype)
+
+
+def _strict(obj: object) -> str:
+    return json.dumps(obj, allow_nan=False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_random_single_bit_flips_are_named_when_they_hit_the_exponent_top(dtype) -> None:
+    rng = random.Random(f"flips-{dtype}")
+    g = torch.Generator().manual_seed(7)
+    clean = (torch.randn(48, 64, generator=g) * 0.02).to(dtype)
+    base = tensor_stats(clean)
+    assert assess([{"key": "w", "dtype": str(dtype).removeprefix("torch."), "shape": [48, 64],
+                    "numel": clean.numel(), "digest": "a", **base}]).status == "ok"
+    bits = clean.element_size() * 8
+    msb = _EXPONENT_MSB[dtype]
+    required = named = other_exponent_named = 0
+    for _ in range(FLIPS):
+        index, bit = rng.randrange(clean.numel()), rng.randrange(bits)
+        flipped = _flip(clean, index, bit)
+        rec = {"key": "layer.weight", "dtype": str(dtype).removeprefix("torch."),
+               "shape": [48, 64], "numel": clean.numel(), "digest": "x", **tensor_stats(flipped)}
+        health = assess([rec])
+        _strict(rec)
+        _strict(health.to_json())
+        hit = {f.key for f in health.findings if f.severity == PROBLEM}
+        old = float(clean.reshape(-1)[index])
+        new = float(flipped.reshape(-1)[index].float())
+        others = torch.cat([clean.reshape(-1)[:index], clean.reshape(-1)[index + 1:]])
+        biggest = float(others.float().abs().max())
+        set_msb = bit == msb and abs(new) > abs(old)
+        # float32 and bfloat16: the top exponent bit multiplies by 2**128, so every such flip
+        # of a non-zero value must be named; float16 (2**16) when it lands 2**9 above the rest.
+        must = set_msb and old != 0 and (not math.isfinite(new) or dtype != torch.float16
+                                         or abs(new) >= 2 ** (outlier_gap("float16") + 1) * biggest)
+        if must:
+            required += 1
+            assert hit == {"layer.weight"}, (index, bit, old, new, health.to_json())
+            named += 1
+        elif hit and bit != msb:
+            other_exponent_named += 1
+        if bit < bits - 1 - (8 if dtype != torch.float16 else 5):
+            # a mantissa flip never moves a value orders of magnitude: never a problem
+            assert not hit, (index, bit, old, new)
+    assert required > 0 and named == required
+
+
+def test_flipped_checkpoint_end_to_end_through_the_jailed_inspect(tmp_path: Path, capsys) -> None:
+    g = torch.Generator().manual_seed(3)
+    dtypes = ["float32", "float16", "bfloat16", "float32", "bfloat16"]
+    state = {f"block{i}.{dt}.weight": _scaled(g, getattr(torch, dt))
+             for i, dt in enumerate(dtypes)}
+    # float16's top exponent bit multiplies by 2**16 only: flip its largest value
+    largest = int(state["block1.float16.weight"].float().abs().argmax())
+    flips = {"block0.float32.weight": (5, 30), "block1.float16.weight": (largest, 14),
+             "block2.bfloat16.weight": (77, 14), "block4.bfloat16.weight": (3, 14)}
+    for key, (index, bit) in flips.items():
+        state[key] = _flip(state[key], index, bit)
+    path = tmp_path / "flipped.pt"
+    torch.save(state, path)
+    report = inspect_file(path)
+    assert report["error"] is None and report["scan"]["verdict"] == "safe"
+    named = {f["key"] for f in report["health"]["findings"] if f["severity"] == "problem"}
+    assert named == set(flips)
+    assert "block3.float32.weight" not in named
+    assert main(["inspect", str(path), "--json"]) == 7
+    out = capsys.readouterr().out
+    json.loads(out, parse_constant=lambda token: pytest.fail(f"non-strict token {token}"))
+
+
+def test_nan_checkpoint_is_safe_code_with_a_weights_problem(tmp_path: Path, capsys) -> None:
+    weight = torch.randn(16, 16)
+    weight[2, 3] = float("nan")
+    weight[4, 4] = float("inf")
+    path = tmp_path / "nan.pt"
+    torch.save({"fc.weight": weight, "fc.bias": torch.zeros(16)}, path)
+    assert main(["inspect", str(path)]) == 7
+    text = capsys.readouterr().out
+    assert "scan:     safe" in text and "health:   problem" in text
+    assert "fc.weight: 1 NaN and 1 Inf" in text
+    assert main(["inspect", str(path), "--json"]) == 7
+    report = json.loads(capsys.readouterr().out,
+                        parse_constant=lambda token: pytest.fail(f"non-strict token {token}"))
+    assert report["scan"]["verdict"] == "safe"
+    assert report["health"]["status"] == "problem"
+    assert [f["code"] for f in report["health"]["findings"]] == ["nonfinite-weights"]
+
+
+def test_lightning_state_is_shown_but_not_a_problem() -> None:
+    g = torch.Generator().manual_seed(0)
+    records = _records({
+        "state_dict.encoder.weight": torch.randn(8, 8, generator=g),
+        "state_dict.encoder.bias": torch.zeros(8),
+        "state_dict.norm.weight": torch.ones(8),
+        "callbacks.ModelCheckpoint{'monitor': 'val_loss'}.kth_value": torch.tensor(math.inf),
+        "callbacks.ModelCheckpoint{'monitor': 'val_loss'}.best_model_score": torch.tensor(0.3),
+        "optimizer_states.0.state.0.exp_avg": torch.full((8, 8), math.nan),
+        "optimizer_states.0.state.0.step": torch.tensor(100.0),
+    })
+    health = assess(records)
+    assert health.status == "ok"
+    assert {f.code for f in health.findings} == {"nonfinite-state"}
+    assert health.weights_checked == 3 and health.state_tensors == 4
+
+
+def test_constant_zero_and_duplicate_weights_are_warnings() -> None:
+    g = torch.Generator().manual_seed(1)
+    shared = torch.randn(16, 16, generator=g)
+    records = _records({
+        "a.weight": torch.randn(16, 16, generator=g),
+        "a.bias": torch.zeros(16),
+        "ln.weight": torch.ones(16),
+        "lora_B.weight": torch.zeros(16, 4),
+        "proj.weight": torch.full((4, 4), 0.5),
+        "b.weight": shared,
+        "c.weight": shared.clone(),
+        "tied.weight": shared,
+    })
+    health = assess(records)
+    assert health.status == "warning"
+    found = {(f.code, f.key) for f in health.findings}
+    assert found == {("zero-weights", "lora_B.weight"), ("constant-weights", "proj.weight"),
+                     ("duplicate-weights", "c.weight")}
+
+
+def test_outlier_rule_needs_enough_values_and_a_clear_gap() -> None:
+    assert magnitude_outliers([[-5, 10], [30, 1]], 20) == (0, None)
+    assert magnitude_outliers([[-7, 500], [-6, 500], [20, 1]], 20) == (1, -6)
+    assert magnitude_outliers([[-7, 500], [-6, 500], [14, 1]], 20) == (0, -6)
+    # two values above the bulk of 1,000 are more than a tail of one: the bulk moves up
+    assert magnitude_outliers([[-7, 998], [20, 2]], 20) == (0, 20)
+    assert outlier_gap("float8_e4m3fn") is None and outlier_gap("int8") is None
+    assert outlier_gap("F16") == 8 and outlier_gap("bfloat16") == 20
+
+
+@pytest.mark.parametrize("key, state", [
+    ("optimizer.state.3.exp_avg_sq", True), ("lr_schedulers.0.last_epoch", True),
+    ("callbacks.EarlyStopping{'monitor': 'x'}.best_score", True), ("global_step", True),
+    ("model.layers.0.attn.q_proj.weight", False), ("bn1.running_var", False),
+])
+def test_state_keys(key: str, state: bool) -> None:
+    assert is_state_key(key) is state
