@@ -1,7 +1,9 @@
 """`ckpt-inspector convert FILE [-o OUT.safetensors] [--force]`: verified safetensors output.
 
-Runs inside the jailed worker (weights_only=True); tensors are streamed to a temp file beside
-the output, reopened with safetensors and compared bit for bit, then renamed into place.
+A folder or a `*.index.json` is one sharded checkpoint, converted shard by shard into the files
+transformers writes (see `convert_folder`). Runs inside the jailed worker
+(weights_only=True); tensors are streamed to a temp file beside the output, reopened with
+safetensors and compared bit for bit, then renamed into place.
 Non-tensor values go to `<OUT stem>.sidecar.json`.
 
 Exit codes:
@@ -13,12 +15,15 @@ Exit codes:
   5  the load failed: weights_only refused globals (listed), corrupt archive, a sandbox
      limit was hit, or the worker crashed or timed out
   6  the written file did not verify against the input (nothing was kept)
+  7  a folder's shards do not match their index (missing or orphan shard, a key in no shard or
+     in two); nothing was kept
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -32,9 +37,12 @@ _EXITS = {"output_exists": EXIT_OUTPUT, "output_is_input": EXIT_OUTPUT,
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `convert`."""
-    parser.add_argument("file", metavar="FILE", help="the checkpoint to convert")
+    parser.add_argument("file", metavar="FILE",
+                        help="the checkpoint to convert, or a model folder or *.index.json")
     parser.add_argument("-o", "--output", type=Path, metavar="OUT.safetensors",
-                        help="output path (default: FILE with the suffix .safetensors)")
+                        help="output path (default: beside FILE, with the suffix .safetensors; "
+                             "pytorch_model.bin becomes model.safetensors); for a folder or "
+                             "index, the output folder")
     parser.add_argument("--force", action="store_true",
                         help="replace an existing output and sidecar")
     parser.add_argument("--json", action="store_true", help="print the conversion report as JSON")
@@ -62,19 +70,36 @@ def _human(report: dict) -> list[str]:
     return lines
 
 
+def exit_for(exc: Exception) -> int:
+    """The exit status for a SandboxError from a conversion."""
+    return _EXITS.get(exc.code) or error_exit(exc.to_json())
+
+
 def run(args: argparse.Namespace) -> int:
     """Convert one checkpoint; see the module docstring for exit codes."""
+    from inspector.cli.convert_folder import default_output, is_folder_input, run_folder
     from inspector.sandbox.client import SandboxError, convert_file
 
+    def convert_one(source: str | Path, output: Path, overwrite: bool) -> dict:
+        return convert_file(source, output, overwrite=overwrite,
+                            allow_globals=args.allow_global,
+                            override_dangerous=args.override_dangerous, timeout=args.timeout)
+
+    if is_folder_input(Path(args.file)):
+        return run_folder(args, convert_one, exit_for)
+    output = args.output or default_output(Path(args.file))
+    if output.is_symlink():  # a link in an HF snapshot leads into blobs/
+        print(f"ckpt-inspector convert: {output} is a link; refusing to write through it",
+              file=sys.stderr)
+        return EXIT_OUTPUT
     try:
-        report = convert_file(args.file, args.output, overwrite=args.force,
-                              allow_globals=args.allow_global,
-                              override_dangerous=args.override_dangerous, timeout=args.timeout)
+        report = convert_one(args.file, output, args.force)
+        report["input"] = os.path.abspath(args.file)  # the user's path, not a link's target
     except SandboxError as exc:
         if args.json:
             print(json.dumps({"input": args.file, "error": exc.to_json(), "sandbox": exc.sandbox}))
         print(f"ckpt-inspector convert: {exc.message}", file=sys.stderr)
-        return _EXITS.get(exc.code) or error_exit(exc.to_json())
+        return exit_for(exc)
     except OSError as exc:
         print(f"ckpt-inspector convert: {exc.strerror or exc}: {exc.filename or args.file}",
               file=sys.stderr)

@@ -1,0 +1,302 @@
+"""`convert DIR` / `convert X.index.json`: a model folder to the safetensors files transformers
+writes, and where single-file outputs go.
+
+One shard becomes `model.safetensors`; several become `model-0000X-of-0000N.safetensors` with
+the input's shard boundaries, plus a `model.safetensors.index.json` whose map is built from
+what each conversion wrote and then checked against the written headers. `pytorch_model.bin`
+becomes `model.safetensors`, the name transformers looks for (another `X.bin` becomes
+`X.safetensors`). Each shard goes through the jailed worker's verified conversion; a key two
+shards share (tied weights, stored once within a shard) is written once, as transformers'
+own loader expects. Outputs go beside the path the user gave, never beside a link's target,
+so a snapshot in a Hugging Face cache gets its outputs in the snapshot folder and never in
+`blobs/`; nothing is overwritten unless --force, and a link is never written through. Other
+files (config, tokenizer) are left alone. A failure removes every file this run created.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inspector.cli.inspect_cmd import sandbox_line
+from inspector.core.hfcache import repo_folder
+from inspector.core.shards import (
+    INDEX_SUFFIX,
+    Problem,
+    ShardError,
+    ShardIndex,
+    check_contents,
+    check_files,
+    is_index,
+    read_index,
+    safetensors_contents,
+    shard_name,
+    write_index,
+)
+
+EXIT_COVERAGE = 7
+CHECKPOINT_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+SAFETENSORS_INDEX = ".safetensors" + INDEX_SUFFIX
+
+
+class FolderError(Exception):
+    """A folder conversion that cannot go ahead; `code` chooses the exit status."""
+
+    def __init__(self, code: str, message: str, problems: list[Problem] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.problems = problems or []
+
+
+@dataclass
+class FolderJob:
+    """Inputs (as the user reaches them) paired with outputs, and the index to write."""
+
+    source: Path
+    index: ShardIndex | None
+    pairs: list[tuple[Path, Path]]
+    output_index: Path | None
+    reports: list[dict] = field(default_factory=list)
+
+
+def safetensors_name(name: str) -> str:
+    """The safetensors file transformers would look for in place of a torch file."""
+    if name == "pytorch_model.bin":
+        return "model.safetensors"
+    return name.rpartition(".")[0] + ".safetensors" if "." in name else name + ".safetensors"
+
+
+def default_output(path: Path) -> Path:
+    """A single file's output: beside the path given (a link's folder, not its target's)."""
+    return Path(os.path.abspath(path)).parent / safetensors_name(path.name)
+
+
+def is_folder_input(path: Path) -> bool:
+    """True for a folder or an index, which `convert` treats as one sharded checkpoint."""
+    return path.is_dir() or is_index(path)
+
+
+def plan_folder(path: Path, output_dir: Path | None) -> FolderJob:
+    """Find the checkpoint in a folder (or index) and name every output."""
+    index_path, single = _find_input(Path(os.path.abspath(path)))
+    source = index_path or single
+    out_dir = Path(os.path.abspath(output_dir or source.parent))
+    _refuse_cache_blobs(out_dir)
+    if index_path is None:
+        return FolderJob(source, None, [(source, out_dir / safetensors_name(source.name))], None)
+    try:
+        index = read_index(index_path)
+    except ShardError as exc:
+        raise FolderError("bad_index", str(exc)) from None
+    shards = index.shards()
+    target = safetensors_name(index.single_name)
+    if len(shards) == 1:
+        return FolderJob(source, index, [(index.folder / shards[0], out_dir / target)], None)
+    pairs = [
+        (index.folder / shard, out_dir / shard_name(target, number, len(shards)))
+        for number, shard in enumerate(shards, 1)
+    ]
+    return FolderJob(source, index, pairs, out_dir / (target + INDEX_SUFFIX))
+
+
+def _find_input(path: Path) -> tuple[Path, None] | tuple[None, Path]:
+    """(index, None) for a sharded checkpoint, (None, file) for a folder with one file."""
+    if is_index(path):
+        if path.name.endswith(SAFETENSORS_INDEX):
+            raise FolderError("already_safetensors", f"{path} indexes safetensors shards already")
+        return path, None
+    indexes = sorted(p for p in path.iterdir() if is_index(p))
+    torch_indexes = [p for p in indexes if not p.name.endswith(SAFETENSORS_INDEX)]
+    if len(torch_indexes) > 1:
+        names = ", ".join(p.name for p in torch_indexes)
+        raise FolderError("ambiguous", f"{path} holds several indexes ({names}); name one")
+    if torch_indexes:
+        return torch_indexes[0], None
+    files = sorted(
+        p for p in path.iterdir()
+        if p.suffix in CHECKPOINT_SUFFIXES and not p.name.startswith(".") and p.is_file()
+    )
+    preferred = [p for p in files if p.name == "pytorch_model.bin"]
+    if preferred or len(files) == 1:
+        return None, (preferred or files)[0]
+    if indexes or (path / "model.safetensors").exists():
+        raise FolderError("already_safetensors", f"{path} holds safetensors weights already")
+    found = ", ".join(p.name for p in files) if files else "none"
+    raise FolderError(
+        "no_checkpoint",
+        f"{path}: no index and not exactly one checkpoint file (.bin/.pt/.pth/.ckpt: {found})",
+    )
+
+
+def _refuse_cache_blobs(out_dir: Path) -> None:
+    """Blobs are content-addressed: a file written there would be a blob with a wrong name."""
+    for folder in (out_dir, Path(os.path.realpath(out_dir))):
+        repo = repo_folder(folder)
+        if repo is not None and (folder == repo / "blobs" or repo / "blobs" in folder.parents):
+            raise FolderError(
+                "output_unwritable",
+                f"{out_dir} is in a Hugging Face cache's blobs/; convert through the snapshot "
+                "folder or pass -o DIR",
+            )
+
+
+def check_outputs(paths: list[Path], force: bool) -> None:
+    """Refuse to replace a file unless forced, and never write through a link."""
+    for path in paths:
+        if path.is_symlink():
+            raise FolderError("output_exists", f"{path} is a link; refusing to write through it")
+        if path.exists() and not force:
+            raise FolderError("output_exists",
+                              f"{path} exists; refusing to overwrite it (--force replaces it)")
+
+
+def convert_folder(job: FolderJob, convert_one, force: bool, on_shard=None) -> dict:
+    """Convert every shard, then write and check the index; the folder's conversion report.
+
+    `convert_one(src, out, overwrite)` is the jailed conversion of one file (its report);
+    `on_shard(number, count, src)` is told as each shard starts.
+    """
+    outputs = [out for _src, out in job.pairs] + ([job.output_index] if job.output_index else [])
+    check_outputs(outputs, force)
+    if job.index is not None:
+        fatal = [p for p in check_files(job.index) if p.fatal]
+        if fatal:
+            raise FolderError("coverage", "the shards do not match their index", fatal)
+    created: list[Path] = []
+    try:
+        for number, (src, out) in enumerate(job.pairs, 1):
+            if on_shard is not None:
+                on_shard(number, len(job.pairs), src)
+            existed = out.exists()
+            report = convert_one(src, out, force)
+            report["input"] = str(src)  # the worker names the link's target
+            job.reports.append(report)
+            if not existed:
+                created.append(out)
+                if report["sidecar"]:
+                    created.append(Path(report["sidecar"]))
+        return _finish(job, force)
+    except BaseException:
+        for path in created:
+            path.unlink(missing_ok=True)
+        raise
+
+
+def _finish(job: FolderJob, force: bool) -> dict:
+    """Check what was found in each shard against the index; write and check the new index."""
+    pairs = list(zip(job.pairs, job.reports, strict=True))
+    written = {out.name: list(r["digests"]) for (_s, out), r in pairs}
+    data_bytes = sum(r["bytes_written"] for r in job.reports)
+    problems: list[Problem] = []
+    if job.index is not None:
+        found = {
+            src.name: [*r["digests"], *r["aliases"], *(s["key"] for s in r["tensors_skipped"])]
+            for (src, _o), r in pairs
+        }
+        problems = check_contents(job.index, found, data_bytes)
+        fatal = [p for p in problems if p.fatal]
+        if fatal:
+            raise FolderError("coverage", "the shards do not match their index", fatal)
+    if job.output_index is not None:
+        metadata = dict(job.index.metadata) if job.index is not None else {}
+        weight_map = {key: name for name, keys in written.items() for key in keys}
+        write_index(job.output_index, weight_map, data_bytes, metadata, overwrite=force)
+        try:
+            _check_written(job.output_index)
+        except BaseException:
+            job.output_index.unlink(missing_ok=True)
+            raise
+    return {
+        "input": str(job.source),
+        "index": str(job.index.path) if job.index is not None else None,
+        "output_index": str(job.output_index) if job.output_index else None,
+        "outputs": [str(out) for _src, out in job.pairs],
+        "tensors_written": sum(r["tensors_written"] for r in job.reports),
+        "bytes_written": data_bytes,
+        "problems": [p.to_json() for p in problems],
+        "shards": job.reports,
+    }
+
+
+def _check_written(index_path: Path) -> None:
+    """The index just written must describe the shards just written, key for key."""
+    index = read_index(index_path)
+    found, data = {}, 0
+    for shard in index.shards():
+        keys, size = safetensors_contents(index.folder / shard)
+        found[shard] = keys
+        data += size
+    problems = check_files(index) + check_contents(index, found, data)
+    if problems:
+        raise FolderError("verify_failed", "the written index does not match the written "
+                          "shards: " + "; ".join(p.message for p in problems[:4]))
+
+
+def human_lines(report: dict) -> list[str]:
+    """One line per shard written (and its aliases, skips, sidecar), the index, the checks."""
+    lines = []
+    for shard in report["shards"]:
+        lines.append(f"wrote     {shard['output']} ({shard['tensors_written']} tensors, "
+                     f"{shard['bytes_written']:,} bytes) from {shard['input']}")
+        lines += [f"alias     {alias} -> {kept} (shared storage, stored once)"
+                  for alias, kept in shard["aliases"].items()]
+        lines += [f"skipped   {s['key']}: {s['reason']}" for s in shard["tensors_skipped"]]
+        if shard.get("sidecar"):
+            lines.append(f"sidecar   {shard['sidecar']}")
+    if report["output_index"]:
+        lines.append(f"index     {report['output_index']} ({report['tensors_written']} keys, "
+                     f"total_size {report['bytes_written']:,})")
+    lines.append("verified  every tensor of every shard reopened with safetensors matches its "
+                 "source bit for bit" + (", and the index matches the shards"
+                                         if report["output_index"] else ""))
+    lines += [f"warning   {p['message']}" for p in report["problems"]]
+    lines.append(sandbox_line(report["shards"][0].get("sandbox")))
+    return lines
+
+
+def run_folder(args: argparse.Namespace, convert_one, exit_for) -> int:
+    """`convert` of a folder or index; exit codes as for one file, 7 for coverage problems."""
+    show = sys.stderr.isatty() and not getattr(args, "quiet", False)
+
+    def on_shard(number: int, count: int, src: Path) -> None:
+        if show:
+            print(f"converting {number}/{count}: {src}", file=sys.stderr, flush=True)
+
+    try:
+        job = plan_folder(Path(args.file), args.output)
+        report = convert_folder(job, convert_one, args.force, on_shard)
+    except FolderError as exc:
+        return _fail(args, exc.code, exc.message, exc.problems, _FOLDER_EXITS.get(exc.code, 3))
+    except _sandbox_errors() as exc:
+        return _fail(args, exc.code, exc.message, [], exit_for(exc))
+    except OSError as exc:
+        return _fail(args, "os_error", f"{exc.strerror or exc}: {exc.filename or args.file}",
+                     [], 3)
+    print(json.dumps(report) if args.json else "\n".join(human_lines(report)))
+    return 0
+
+
+_FOLDER_EXITS = {"coverage": EXIT_COVERAGE, "output_exists": 4, "output_unwritable": 4,
+                 "verify_failed": 6}
+
+
+def _sandbox_errors() -> type[Exception]:
+    from inspector.sandbox.client import SandboxError
+
+    return SandboxError
+
+
+def _fail(args: argparse.Namespace, code: str, message: str, problems: list[Problem],
+          status: int) -> int:
+    if args.json:
+        print(json.dumps({"input": args.file, "error": {"code": code, "message": message},
+                          "problems": [p.to_json() for p in problems]}))
+    print(f"ckpt-inspector convert: {message}", file=sys.stderr)
+    for problem in problems:
+        print(f"  {problem.code}: {problem.message}", file=sys.stderr)
+    return status
