@@ -73,6 +73,7 @@ class Call:
     opcode: str
     offset: int
     strings: list[str]
+    args: str = ""  # the arguments as pseudo-Python, e.g. `"curl x | sh", 1`
 
 
 class StorageRef(NamedTuple):
@@ -176,6 +177,31 @@ def _strings_of(value: object, out: list[str], budget: int = 16, depth: int = 0)
         out.extend(value.strings[: budget - len(out)])
     elif isinstance(value, bytes):
         out.append(value.decode("latin-1"))
+
+
+def render(value: object, depth: int = 0) -> str:
+    """A walked value as short pseudo-Python: literals as repr, a call's result as `f(…)`."""
+    if isinstance(value, str | bytes):
+        text = repr(value)
+        return text if len(text) <= 200 else text[:190] + "…" + text[-1]
+    if value is None or isinstance(value, bool | int | float):
+        return repr(value)
+    if isinstance(value, GlobalRef):
+        return value.key
+    if isinstance(value, _Obj):
+        return f"{value.func.key}(…)" if value.func else "<computed object>"
+    if isinstance(value, _Big):
+        return f"<{value.size} bytes>"
+    if isinstance(value, _Seq):
+        inner = ", ".join(render(s, depth + 1) for s in value.strings[:3])
+        return {"list": f"[{inner}…]", "dict": f"{{{inner}…}}"}.get(value.kind,
+                                                                      f"{value.kind}({inner}…)")
+    if isinstance(value, tuple):
+        if depth > 3:
+            return "(…)"
+        inner = ", ".join(render(v, depth + 1) for v in value[:6])
+        return f"({inner}{', …' if len(value) > 6 else ',' if len(value) == 1 else ''})"
+    return "…"
 
 
 def _decode_text(raw: bytes) -> object:
@@ -326,7 +352,10 @@ def scan_pickle(
         strings: list[str] = []
         _strings_of(args, strings)
         if len(calls) < 200_000:
-            calls.append(Call(fref, opname, op_at, strings))
+            shown = render(args)
+            if isinstance(args, tuple):
+                shown = shown[1:-1].removesuffix(",")
+            calls.append(Call(fref, opname, op_at, strings, shown[:400]))
         return _Obj(fref)
 
     op_at = start
@@ -660,6 +689,12 @@ def looks_like_pickle(scan: PickleScan) -> bool:
     """
     return (scan.stopped or any(_importable(g) for g in scan.globals)
             or (scan.protocol >= 2 and any(i.dangerous for i in scan.issues)))
+
+
+def imports_or_stops(scan: PickleScan) -> bool:
+    """Whether a walk reached STOP or imported a real name: the test for bytes that are
+    usually something else (tensor records), where a random run of opcodes must not count."""
+    return scan.stopped or any(_importable(g) for g in scan.globals)
 
 
 class DisasmRow(NamedTuple):

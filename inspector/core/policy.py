@@ -65,45 +65,104 @@ DYNAMIC_ALLOWED = frozenset(
 BUILTIN_ALLOWED = DYNAMIC_ALLOWED | frozenset(_LITERAL + [f"torch._utils.{f}" for f in _REBUILD])
 BUILTIN_BLOCKED_MODULES = frozenset({"sys", "os", "posix", "nt"})
 
-# Whole modules (and every submodule) whose callables run code or touch the OS, network,
-# files or the interpreter.
-DENY_MODULES = frozenset(_words("""
-os posix nt sys subprocess _posixsubprocess runpy pty socket _socket ctypes _ctypes cffi
-importlib imp zipimport pkgutil marshal pickle _pickle cPickle dill cloudpickle jsonpickle
-joblib shelve dbm shutil webbrowser antigravity pip ensurepip setuptools distutils venv
-timeit cProfile profile _lsprof trace pdb bdb code codeop doctest idlelib pydoc _pyrepl
-test uuid _osx_support _aix_support platform sysconfig site imaplib smtplib ftplib poplib
-nntplib telnetlib http urllib urllib3 requests httpx aiohttp httplib2 xmlrpc socketserver
-wsgiref ssl select selectors asyncio asyncore asynchat multiprocessing concurrent threading
-_thread signal atexit gc inspect types operator _operator io _io _pyio codecs pathlib glob
-fileinput linecache tempfile tarfile zipfile zipapp compileall py_compile mmap fcntl resource
-termios tty readline rlcompleter mailcap cgi cgitb logging yaml
-torch._inductor torch._dynamo torch.utils.collect_env torch.hub torch.package
-torch.utils.cpp_extension torch.fx torch.ops torch._C torch.library torch.classes
-torch.distributed.rpc torch.multiprocessing torch.compiler torch.export torch.utils._config_module
-numpy.testing numpy.f2py numpy.distutils numpy.ctypeslib pandas.io
-"""))
-# Single callables in modules that are otherwise harmless.
-DENY_NAMES = frozenset(_words("""
-builtins.eval builtins.exec builtins.compile builtins.open builtins.getattr builtins.setattr
-builtins.delattr builtins.__import__ builtins.breakpoint builtins.input builtins.globals
-builtins.locals builtins.vars builtins.type builtins.super builtins.exit builtins.quit
-builtins.help builtins.memoryview builtins.__build_class__ builtins.apply builtins.execfile
-copyreg.add_extension copyreg.pickle copyreg._inverted_registry copyreg._extension_registry
-functools.partial functools.reduce torch.load torch.save torch.from_file torch.compile
-torch.serialization.load torch.serialization.save torch.storage._load_from_bytes
-torch.jit.load torch.jit._load_for_lite_interpreter torch.jit.CompilationUnit
-torch.utils.data.datapipes.utils.decoder.basichandlers
-numpy.load numpy.save numpy.savez numpy.savetxt numpy.loadtxt numpy.fromfile numpy.memmap
-numpy.lib.npyio.load pandas.read_pickle pandas.read_csv
-"""))
+# The deny list, by capability: (reason, whole modules with every submodule, single callables).
+# A reviewer adds an entry under the capability it gives a pickle; the finding quotes the reason.
+CAPABILITIES: dict[str, tuple[str, str, str]] = {
+    "run code": ("runs programs, shell commands or Python code", """
+        os posix nt subprocess _posixsubprocess runpy pty multiprocessing concurrent asyncio
+        asyncore asynchat threading _thread signal atexit pdb bdb code codeop doctest idlelib
+        timeit cProfile profile _lsprof trace webbrowser antigravity pip ensurepip setuptools
+        distutils venv _osx_support _aix_support platform uuid test pydoc _pyrepl sysconfig
+        site torch.utils.collect_env torch.utils.cpp_extension torch._inductor torch._dynamo
+        torch.compiler torch.export torch.fx torch.ops torch._C torch.library torch.classes
+        torch.multiprocessing torch.distributed.rpc torch.utils._config_module numpy.testing
+        numpy.f2py numpy.distutils
+    """, """
+        builtins.exec builtins.breakpoint builtins.input builtins.exit builtins.quit
+        builtins.help builtins.__build_class__ builtins.apply builtins.execfile torch.compile
+        torch.jit.load torch.jit._load_for_lite_interpreter torch.jit.CompilationUnit
+    """),
+    "evaluate text": ("evaluates text as Python code or a template", """
+        annotationlib sympy.parsing numexpr pandas.core.computation jinja2 mako
+    """, """
+        builtins.eval builtins.compile typing._eval_type typing.ForwardRef
+        typing.get_type_hints typing._type_check sympy.sympify sympy.core.sympify.sympify
+        pandas.eval dataclasses._create_fn logging.config.listen logging.config.dictConfig
+        logging.config.fileConfig
+    """),
+    "write files": ("writes, deletes, maps or opens files", """
+        io _io _pyio pathlib shutil tempfile tarfile zipfile zipapp compileall py_compile mmap
+        fcntl shelve dbm glob fileinput linecache logging codecs
+    """, """
+        builtins.open numpy.save numpy.savez numpy.savez_compressed numpy.savetxt numpy.memmap
+        numpy.ndarray.tofile numpy.core.memmap numpy.lib.format.open_memmap torch.save
+        torch.serialization.save torch.from_file torch.UntypedStorage.from_file
+        torch.TypedStorage.from_file torch.storage.UntypedStorage.from_file
+        torch.storage.TypedStorage.from_file
+    """),
+    "open sockets or databases": ("opens sockets, network connections or databases", """
+        socket _socket ssl select selectors socketserver http urllib urllib3 requests httpx
+        aiohttp httplib2 xmlrpc wsgiref smtplib ftplib poplib imaplib nntplib telnetlib sqlite3
+        _sqlite3 psycopg psycopg2 pymysql MySQLdb sqlalchemy redis pymongo paramiko
+    """, ""),
+    "import modules": ("imports modules or loads code by name", """
+        importlib imp zipimport pkgutil torch.hub torch.package
+    """, """
+        builtins.__import__ torch.utils.data.datapipes.utils.decoder.basichandlers
+    """),
+    "load nested data": ("unpickles or loads data that can itself run code", """
+        marshal pickle _pickle cPickle dill cloudpickle jsonpickle joblib yaml pandas.io
+        copyreg
+    """, """
+        numpy.load numpy.loadtxt numpy.fromfile numpy.lib.npyio.load pandas.read_pickle
+        pandas.read_csv torch.load torch.serialization.load torch.storage._load_from_bytes
+    """),
+    "reach the interpreter": ("reaches sys, memory or interpreter internals (a gadget for any "
+                              "of the above)", """
+        sys gc inspect types operator _operator ctypes _ctypes cffi resource termios tty
+        readline rlcompleter mailcap cgi cgitb
+    """, """
+        builtins.getattr builtins.setattr builtins.delattr builtins.globals builtins.locals
+        builtins.vars builtins.type builtins.super builtins.memoryview functools.partial
+        functools.reduce
+    """),
+}
+_DENY: dict[str, str] = {}
+for _capability, (_reason, _modules, _names) in CAPABILITIES.items():
+    for _entry in _words(_modules) + _words(_names):
+        _DENY[_entry] = f"can {_capability}: {_reason}"
+DENY_MODULES = frozenset(e for c in CAPABILITIES.values() for e in _words(c[1]))
+DENY_NAMES = frozenset(e for c in CAPABILITIES.values() for e in _words(c[2]))
 # A final name like these (or starting with one of them and "_") is dangerous in any module
 # outside the allowlist: loaders, runners and shell helpers hide under many module names.
 DENY_LEAF_NAMES = frozenset(_words("""
 system popen popen2 popen3 popen4 spawn spawnl spawnv spawnve execv execve execl execvp
 eval exec execfile compile __import__ import_module load loads run run_path run_module
 check_call check_output call getoutput getstatusoutput runstring runsource runcode
-open urlopen urlretrieve
+open urlopen urlretrieve from_file tofile rmtree unlink write_text write_bytes
+"""))
+# Modules whose C implementation a pickle may name instead: the finding names the real import.
+REAL_MODULES = {"posix": "os", "nt": "os", "_io": "io", "_pickle": "pickle", "_socket": "socket",
+                "_operator": "operator", "_codecs": "codecs", "_posixsubprocess": "subprocess",
+                "_sqlite3": "sqlite3", "__builtin__": "builtins"}
+# Plain data classes of stock files outside torch's weights_only allowlist:
+# torch.distributed.checkpoint's `.metadata` (pickled with plain pickle) and the paths in it.
+KNOWN_DATA = frozenset(_words("""
+torch.distributed.checkpoint.metadata.Metadata
+torch.distributed.checkpoint.metadata.MetadataIndex
+torch.distributed.checkpoint.metadata.ChunkStorageMetadata
+torch.distributed.checkpoint.metadata.TensorStorageMetadata
+torch.distributed.checkpoint.metadata.BytesStorageMetadata
+torch.distributed.checkpoint.metadata.TensorProperties
+torch.distributed.checkpoint.metadata.StorageMeta
+torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING
+torch.distributed.checkpoint.filesystem._StorageInfo
+torch.distributed.checkpoint.planner.LoadItemType
+torch.distributed.checkpoint.planner.WriteItemType
+pathlib.PosixPath pathlib.PurePosixPath pathlib.WindowsPath pathlib.PureWindowsPath pathlib.Path
+pathlib._local.PosixPath pathlib._local.PurePosixPath pathlib._local.WindowsPath
+pathlib._local.PureWindowsPath pathlib._local.Path
+torch.strided torch.contiguous_format torch.channels_last
 """))
 _LEAF_PREFIX_RE = re.compile(r"(?:load|exec|eval|run|spawn|popen|system|compile)(?:_|[A-Z])")
 _SAFE_DUNDERS = frozenset({"__main__", "__builtin__", "__torch__", "__new__"})
@@ -267,9 +326,17 @@ def _candidates(module: str, name: str) -> list[list[str]]:
 def _deny_reason(path: list[str]) -> str | None:
     for i in range(1, len(path) + 1):
         prefix = ".".join(path[:i])
-        if prefix in DENY_MODULES or prefix in DENY_NAMES:
-            return f"{prefix} can run code or reach the OS, network or interpreter"
+        reason = _DENY.get(prefix)
+        if reason is not None:
+            return f"{prefix} {reason}"
     return None
+
+
+def real_name(module: str, name: str) -> str:
+    """The import as a user would write it: `os.system` for a pickle's `posix.system`."""
+    head, _, rest = module.partition(".")
+    real = REAL_MODULES.get(head, head)
+    return f"{real}{'.' if rest else ''}{rest}.{name}"
 
 
 @functools.lru_cache(maxsize=4096)
@@ -279,6 +346,9 @@ def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> V
     key = f"{module}.{name}"
     if module not in rules.blocked_modules and key in rules.allowed:
         return Verdict("safe", "allowed by torch.load(weights_only=True)")
+    if key in KNOWN_DATA:
+        return Verdict("safe", "plain data class of torch.distributed.checkpoint metadata; "
+                               "torch.load(weights_only=True) does not allow it")
     parts = module.split(".") + name.split(".")
     if any(p.startswith("__") and p.endswith("__") and p not in _SAFE_DUNDERS for p in parts):
         return Verdict("dangerous", "reaches interpreter internals through a dunder attribute")
@@ -289,8 +359,8 @@ def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> V
                 reason += f" (reached by attribute walk: {key})"
             return Verdict("dangerous", reason)
     if parts[-1] in DENY_LEAF_NAMES or _LEAF_PREFIX_RE.match(parts[-1]):
-        return Verdict("dangerous", f"'{parts[-1]}' names a callable that runs code or opens "
-                                    "files")
+        return Verdict("dangerous", f"'{parts[-1]}' names a callable that runs code, loads "
+                                    "data or opens, writes or deletes files")
     if module in rules.blocked_modules:
         return Verdict("dangerous", f"module {module} is blocked by torch")
     if "." in name:

@@ -18,18 +18,35 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inspector.core import formats, zipread
-from inspector.core.pickle_scan import Call, PickleScan, looks_like_pickle, scan_pickle
-from inspector.core.policy import WeightsOnlyRules, classify, looks_like_code, weights_only_rules
-from inspector.core.verdict import DANGEROUS, ERROR, SAFE, SUSPICIOUS, rank, worst
+from inspector.core import decompress, formats, zipread
+from inspector.core.discover import discover
+from inspector.core.pickle_scan import (
+    Call,
+    Limits,
+    PickleScan,
+    imports_or_stops,
+    looks_like_pickle,
+    scan_pickle,
+)
+from inspector.core.policy import (
+    WeightsOnlyRules,
+    classify,
+    looks_like_code,
+    real_name,
+    weights_only_rules,
+)
+from inspector.core.verdict import DANGEROUS, ERROR, SAFE, SKIPPED, SUSPICIOUS, rank, worst
 
 MAX_MEMBER_BYTES = 1 << 30  # a pickle member larger than this is reported, not read
 MAX_DECOMPRESSED = 1 << 30
 CRC_BUDGET = 64 << 20  # tensor record bytes CRC-checked per file; pickles are always checked
-MAX_STREAM_PICKLES = 64
+MAX_LISTED_PICKLES = 1000  # `pickles` entries kept for the GUI; every pickle is scanned
 SMALL_FILE = 1 << 20  # read whole; larger files are memory-mapped
 MAX_NESTING = 3  # pickles inside call arguments inside pickles
-TORCH_WEIGHTS_FORMATS = ("pytorch-zip", "pytorch-legacy")
+_PROBE = Limits(max_opcodes=100_000)  # a quick look at bytes that are rarely a pickle
+TORCH_WEIGHTS_FORMATS = ("pytorch-zip", "pytorch-legacy", "distcp")
+# Members of torch's legacy tar format, which torch.load reads only with weights_only=False.
+TORCH_TAR_MEMBERS = frozenset({"sys_info", "pickle", "storages", "tensors"})
 # Members of a torch zip (below its folder) that torch.load opens besides the tensor records.
 TORCH_READS = frozenset({"data.pkl", "version", ".data/version", "byteorder",
                          ".data/serialization_id", ".format_version", ".storage_alignment"})
@@ -51,11 +68,18 @@ class GlobalUse:
     severity: str
     reason: str
     members: list[str] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)  # pseudo-Python, e.g. `os.system("id")`
+
+    @property
+    def import_name(self) -> str:
+        """The import as a user writes it (`os.system` for a pickle's `posix.system`)."""
+        return real_name(self.module, self.name)
 
     def to_json(self) -> dict:
-        """Contract form: module, name, count, severity (+ reason, members)."""
+        """Contract form: module, name, count, severity (+ reason, members, import, calls)."""
         return {"module": self.module, "name": self.name, "count": self.count,
-                "severity": self.severity, "reason": self.reason, "members": self.members}
+                "severity": self.severity, "reason": self.reason, "members": self.members,
+                "import": self.import_name, "calls": self.calls}
 
 
 @dataclass
@@ -67,11 +91,12 @@ class Finding:
     message: str
     member: str | None = None
     offset: int | None = None
+    call: str | None = None  # the call it concerns, as pseudo-Python
 
     def to_json(self) -> dict:
-        """Contract form."""
+        """Contract form (+ call)."""
         return {"severity": self.severity, "code": self.code, "message": self.message,
-                "member": self.member, "offset": self.offset}
+                "member": self.member, "offset": self.offset, "call": self.call}
 
 
 @dataclass
@@ -119,9 +144,10 @@ class _Scan:
         self.torch_refuses = False
 
     def find(self, severity: str, code: str, message: str, member: str | None = None,
-             offset: int | None = None) -> None:
-        if len(self.result.findings) < 2000:
-            self.result.findings.append(Finding(severity, code, message, member, offset))
+             offset: int | None = None, call: str | None = None) -> None:
+        findings = self.result.findings
+        if len(findings) < 2000 or (severity == DANGEROUS and len(findings) < 4000):
+            findings.append(Finding(severity, code, message, member, offset, call))
 
     def block(self, reason: str) -> None:
         self.torch_refuses = True
@@ -140,7 +166,7 @@ class _Scan:
         Pickles nested in call arguments or decoded from a 7z stream (`depth` > 0) are not
         listed in `pickles`: their offsets point into decoded bytes, not the file or a member.
         """
-        if depth == 0:
+        if depth == 0 and len(self.result.pickles) < MAX_LISTED_PICKLES:
             self.result.pickles.append({"member": member, "offset": scan.start, "end": scan.end,
                                         "protocol": scan.protocol, "opcodes": scan.opcodes,
                                         "complete": scan.stopped})
@@ -153,11 +179,16 @@ class _Scan:
             use.count += 1
             if member is not None and member not in use.members and len(use.members) < 8:
                 use.members.append(member)
-            if torch_reads and use.severity != SAFE:
+            if torch_reads and (ref.key not in self.rules.allowed
+                                or ref.module in self.rules.blocked_modules):
                 self.block(f"{ref.opcode} {ref.key}")
         for call in scan.calls:
             allowed = call.func is not None and call.func.key in self.rules.allowed
             known = call.func and self.uses.get((call.func.module, call.func.name))
+            text = _call_text(call, known)
+            if known and known.severity != SAFE and call.opcode != "BUILD" and (
+                    len(known.calls) < 4 and text not in known.calls):
+                known.calls.append(text)
             # BUILD hands state to __setstate__ (data such as logged command lines, not code);
             # a callable already judged dangerous needs no second reason
             code = None if (allowed or call.opcode == "BUILD"
@@ -167,7 +198,7 @@ class _Scan:
                 target = call.func.key if call.func else "a computed callable"
                 self.find(DANGEROUS, "code-in-arguments",
                           f"{call.opcode} of {target} with an argument that reads like code: "
-                          f"{code[:120]!r}", member, call.offset)
+                          f"{code[:120]!r}", member, call.offset, text)
             if not allowed and depth < MAX_NESTING:
                 self._nested(call, member, depth)
         for issue in scan.issues:
@@ -190,6 +221,11 @@ class _Scan:
                               "pickle as an argument; it was scanned too", member, call.offset)
                     self.add_pickle(inner, member, False, depth + 1)
 
+    def not_fully_read(self, code: str, why: str, member: str | None = None) -> None:
+        """Part of the file was not scanned (a bound, a missing library): never safe."""
+        self.find(SUSPICIOUS, code, f"not fully scanned: {why}", member)
+        self.block(f"not fully scanned: {why}")
+
     def finish(self) -> None:
         res = self.result
         order = sorted(self.uses.values(), key=lambda g: (-rank(g.severity), g.module, g.name))
@@ -200,8 +236,17 @@ class _Scan:
         res.weights_only_ok = res.format in TORCH_WEIGHTS_FORMATS and not self.torch_refuses
         res.weights_only_source = self.rules.source
         res.verdict = worst([g.severity for g in order] + [f.severity for f in res.findings])
-        if res.error and res.verdict == SAFE:
+        # what was found stays found: a dangerous import is reported even in a broken file
+        if res.error and res.verdict != DANGEROUS:
             res.verdict = ERROR
+
+
+def _call_text(call: Call, use: GlobalUse | None) -> str:
+    """A call as pseudo-Python, named by its real import: `os.system("touch x")`."""
+    name = use.import_name if use else (call.func.key if call.func else "<computed>")
+    if call.opcode == "BUILD":
+        return f"{name}(…).__setstate__({call.args})"
+    return f"{name}({call.args})"
 
 
 def _scan_stream(ctx: _Scan, buf, member: str | None, torch_format: bool, start: int = 0) -> bool:
@@ -229,9 +274,8 @@ def _fold_pickles(ctx: _Scan, buf, member: str | None, first: PickleScan,
     """Fold `first` and every pickle appended after it; torch unpickles the first
     `torch_pickles` of them. Returns how many pickles there were."""
     ctx.add_pickle(first, member, torch_pickles > 0)
-    limit = torch_pickles if torch_pickles > 1 else MAX_STREAM_PICKLES
     scan, count = first, 1
-    while scan.stopped and scan.end < len(buf) and count < limit:
+    while scan.stopped and scan.end < len(buf):
         nxt = ctx.walk(buf, scan.end)
         if not (count < torch_pickles or looks_like_pickle(nxt)):
             break
@@ -261,9 +305,31 @@ def _storage_itemsize(storage_type: str) -> int | None:
 
 
 def _scan_zip(ctx: _Scan, buf) -> None:
-    archive = zipread.read_zip(buf)
+    """Every archive in the file: one, or the back-to-back archives of a `.distcp` file."""
+    spans = zipread.archive_spans(buf)
+    for start, end in spans:
+        _scan_archive(ctx, buf, zipread.read_zip(buf, start, end))
+    if len(spans) > 1:
+        ctx.result.format = "distcp"
+        ctx.find("info", "zip-concatenated", f"{len(spans)} zip archives back to back (as "
+                 "torch.distributed.checkpoint writes its .distcp data files); all were scanned")
+
+
+def _record_may_be_pickle(buf, m: zipread.Member) -> bool:
+    """Whether a tensor record's bytes parse as a pickle (a cheap walk in place, no copy)."""
+    head = bytes(buf[m.data_offset:m.data_offset + 2])
+    if _pickle_head(head):
+        return True
+    if not head or head[0] not in formats.PICKLE_FIRST_BYTES:
+        return False
+    return imports_or_stops(scan_pickle(buf, m.data_offset, limits=_PROBE))
+
+
+def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
     members = archive.members
-    ctx.result.format = kind = formats.zip_kind([m.name for m in members])
+    kind = formats.zip_kind([m.name for m in members])
+    if ctx.result.format in ("unknown", "zip", "npz") or kind == "torchscript":
+        ctx.result.format = kind
     for a in archive.anomalies:
         ctx.find(a.severity, a.code, a.message, a.member)
     if kind == "torchscript":
@@ -294,7 +360,7 @@ def _scan_zip(ctx: _Scan, buf) -> None:
             if _crc32(buf, m.data_offset, m.compressed_size) != m.crc:
                 ctx.find(SUSPICIOUS, "zip-crc-mismatch", "CRC-32 does not match the central "
                          "directory (corrupted or tampered tensor data)", m.name)
-            if not _pickle_head(buf[m.data_offset:m.data_offset + 2]):
+            if not _record_may_be_pickle(buf, m):
                 continue  # tensor bytes: torch never unpickles a record
             data = bytes(buf[m.data_offset:m.data_offset + m.compressed_size])
         else:
@@ -313,13 +379,14 @@ def _scan_zip(ctx: _Scan, buf) -> None:
             if not zipread.crc_ok(data, m):
                 ctx.find(SUSPICIOUS, "zip-crc-mismatch", "CRC-32 does not match the central "
                          "directory (corrupted, tampered or encrypted)", m.name)
-        if is_record and not _pickle_head(data[:2]):
+        if is_record and not (_pickle_head(data[:2]) or (data[:1]
+                              and data[0] in formats.PICKLE_FIRST_BYTES)):
             continue
         if data.startswith(formats.NPY_MAGIC):
             _scan_member_npy(ctx, data, m.name)
             continue
         scan = ctx.walk(data)
-        if not (scan.stopped if is_record else looks_like_pickle(scan)):
+        if not (imports_or_stops(scan) if is_record else looks_like_pickle(scan)):
             if m.encrypted:
                 ctx.find(SUSPICIOUS, "zip-encrypted", "encrypted member cannot be scanned",
                          m.name)
@@ -423,68 +490,131 @@ def _crc32(buf, start: int, length: int) -> int:
         return zlib.crc32(part)
 
 
-def _decompress(buf, kind: str) -> bytes:
-    import bz2
-    import lzma
+def _scan_compressed(ctx: _Scan, buf, algo: str) -> None:
+    res = ctx.result
+    try:
+        decoded = decompress.decompress(buf, algo, MAX_DECOMPRESSED)
+    except decompress.CodecMissing as exc:
+        res.format = "compressed-pickle"
+        ctx.not_fully_read("compressed-unreadable", f"{exc}; its content was not scanned")
+        return
+    if decoded.incomplete:
+        ctx.not_fully_read("compressed-unreadable", decoded.incomplete)
+    if not _scan_stream(ctx, decoded.data, None, False):
+        raise ValueError(f"{algo} content is not a pickle")
+    res.format = "compressed-pickle"
+    members = f" ({decoded.members} members)" if decoded.members > 1 else ""
+    ctx.find(SUSPICIOUS, "compressed-pickle", f"{algo}-compressed pickle{members}: loaders such "
+             "as joblib unpickle it with no weights_only protection")
 
-    raw = bytes(buf)
-    if kind == "gzip":
-        d = zlib.decompressobj(wbits=47)
-    elif kind == "bz2":
-        d = bz2.BZ2Decompressor()
-    else:
-        d = lzma.LZMADecompressor()
-    out = d.decompress(raw, MAX_DECOMPRESSED + 1)
-    if len(out) > MAX_DECOMPRESSED:
-        raise ValueError(f"decompresses past {MAX_DECOMPRESSED} bytes")
-    return out
+
+def _carve(ctx: _Scan, data: bytes, member: str, covered: int) -> None:
+    """Scan every protocol 2+ pickle that starts after `covered` (pickles between raw data)."""
+    from inspector.core.sevenzip import pickle_starts
+
+    for start in pickle_starts(data, limit=None):
+        if start < covered:
+            continue
+        scan = ctx.walk(data, start)
+        if imports_or_stops(scan) and (scan.globals or scan.calls):
+            ctx.add_pickle(scan, member, False, depth=1)
+            covered = scan.end
+
+
+def _scan_tar(ctx: _Scan, buf) -> None:
+    """A tar archive; torch's legacy tar format (`storages`, `tensors`, `pickle` members) is
+    read by torch.load with weights_only=False: every member's pickles are scanned."""
+    import io
+    import tarfile
+
+    res = ctx.result
+    fileobj = buf if isinstance(buf, mmap.mmap) else io.BytesIO(buf)
+    fileobj.seek(0)
+    with tarfile.open(fileobj=fileobj, mode="r:") as tar:
+        members = [m for m in tar.getmembers() if m.isfile()]
+    names = {m.name for m in members}
+    torch_tar = {"storages", "tensors", "pickle"} <= names
+    res.format = "pytorch-tar" if torch_tar else "tar"
+    if torch_tar:
+        ctx.find(SUSPICIOUS, "torch-legacy-tar", "torch's legacy tar format: torch.load unpickles "
+                 "its storages, tensors and pickle members and refuses weights_only=True")
+        ctx.block("torch.load refuses weights_only=True for the legacy tar format")
+    found = 0
+    for m in members:
+        if m.size > MAX_MEMBER_BYTES:
+            ctx.not_fully_read("tar-member-too-large", f"{m.size}-byte member", m.name)
+            continue
+        data = bytes(buf[m.offset_data:m.offset_data + m.size])
+        covered = 0
+        if _scan_stream(ctx, data, m.name, False):
+            found += 1
+            covered = ctx.result.pickles[-1]["end"] if ctx.result.pickles else 0
+        _carve(ctx, data, m.name, covered)
+    if not found and not ctx.uses:
+        raise ValueError("tar archive without pickles")
+
+
+def _scan_as(ctx: _Scan, buf, size: int, kind: str) -> None:
+    """The reading a loader takes for the detected format."""
+    res = ctx.result
+    if kind == "zip":
+        _scan_zip(ctx, buf)
+    elif kind == "npy":
+        res.format = "npy"
+        _scan_npy(ctx, buf, None)
+    elif kind == "safetensors":
+        res.format = "safetensors"
+        check = formats.check_safetensors(buf, size)
+        if check.error is not None:
+            raise ValueError(check.error)
+        for severity, code, message in check.problems:
+            ctx.find(severity, code, message)
+    elif kind.startswith("compressed:"):
+        _scan_compressed(ctx, buf, kind.split(":", 1)[1])
+    elif kind == "7z":
+        res.format = "7z"
+        _scan_7z(ctx, buf)
+    elif kind == "tar":
+        _scan_tar(ctx, buf)
+    elif not _scan_stream(ctx, buf, None, True):
+        head = bytes(buf[:8]).hex(" ")
+        res.error = f"not a model file: no known checkpoint or pickle format (starts with {head})"
+
+
+def _scan_also_as_pickle(ctx: _Scan, buf) -> None:
+    """Files that are two formats at once: pickle.load (and torch.load's legacy path) unpickle
+    the first bytes of anything that is not a zip, so a safetensors or tar file whose bytes
+    also parse as a pickle that imports something is scanned that way too; the worst wins."""
+    head = bytes(buf[:2])
+    if not head or not (head[0] in formats.PICKLE_FIRST_BYTES or _pickle_head(head)):
+        return
+    first = ctx.walk(buf, 0)
+    if not (imports_or_stops(first) and (first.globals or first.calls)):
+        return
+    ctx.find(SUSPICIOUS, "polyglot", f"the {ctx.result.format} file is also a pickle that "
+             "imports globals; pickle.load and torch.load would run it, so it was scanned too")
+    _fold_pickles(ctx, buf, None, first, 0)
 
 
 def _scan_buffer(ctx: _Scan, buf, size: int) -> None:
     res = ctx.result
-    kind = formats.sniff(bytes(buf[:64]), size)
+    kind = formats.sniff(bytes(buf[:512]), size)
     try:
-        if kind == "zip":
-            _scan_zip(ctx, buf)
-            return
-        if kind == "npy":
-            res.format = "npy"
-            _scan_npy(ctx, buf, None)
-            return
-        if kind == "safetensors":
-            res.format = "safetensors"
-            check = formats.check_safetensors(buf, size)
-            if check.error is None:
-                for severity, code, message in check.problems:
-                    ctx.find(severity, code, message)
-                return
-            raise ValueError(check.error)
-        if kind.startswith("compressed:"):
-            algo = kind.split(":", 1)[1]
-            inner = _decompress(buf, algo)
-            if _scan_stream(ctx, inner, None, False):
-                res.format = "compressed-pickle"
-                ctx.find(SUSPICIOUS, "compressed-pickle", f"{algo}-compressed pickle: loaders "
-                         "such as joblib unpickle it with no weights_only protection")
-                return
-            raise ValueError(f"{algo} content is not a pickle")
-        if kind == "7z":
-            res.format = "7z"
-            _scan_7z(ctx, buf)
-            return
-    except (zipread.NotAZip, ValueError, SyntaxError, MemoryError, RecursionError, EOFError,
-            OSError, IndexError) as exc:
+        _scan_as(ctx, buf, size, kind)
+    except Exception as exc:  # any parser failure: try the raw pickle reading
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
         if _scan_stream(ctx, buf, None, False):
             res.format = "pickle"
-            ctx.find(SUSPICIOUS, "format-fallback", f"{kind} parse failed ({exc}); the bytes "
+            ctx.find(SUSPICIOUS, "format-fallback", f"{kind} parse failed ({reason}); the bytes "
                      "were scanned as a raw pickle")
         elif not res.findings and not ctx.uses:
-            res.error = f"not a readable {kind} file: {exc}"
+            res.error = f"not a readable {kind} file: {reason}"
+        else:
+            ctx.not_fully_read("format-unreadable", f"{kind} parse failed: {reason}")
         return
-    if _scan_stream(ctx, buf, None, True):
-        return
-    head = bytes(buf[:8]).hex(" ")
-    res.error = f"not a model file: no known checkpoint or pickle format (starts with {head})"
+    # torch.load and numpy.load take a zip's own path; pickle.load stops at its first byte
+    if kind != "zip" and res.format not in ("pickle", "pytorch-legacy", "unknown"):
+        _scan_also_as_pickle(ctx, buf)
 
 
 def scan_bytes(data: bytes, path: str = "<bytes>") -> ScanResult:
@@ -505,9 +635,8 @@ def _run(path: str, size: int, load) -> ScanResult:
             res.error = "empty file"
         else:
             _scan_buffer(ctx, load(), size)
-    except (RecursionError, MemoryError, ValueError, IndexError, KeyError, TypeError,
-            OSError) as exc:  # a scanner bug must not hide what was found so far
-        res.error = f"scan stopped: {type(exc).__name__}: {exc}"[:300]
+    except Exception as exc:  # a scanner bug must not hide what was found so far
+        res.error = " ".join(f"scan stopped: {type(exc).__name__}: {exc}".split())[:300]
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -538,22 +667,32 @@ def scan_file(path: str | os.PathLike) -> ScanResult:
 
 
 def iter_files(paths: Iterable[str | os.PathLike]) -> Iterator[Path]:
-    """Every file under the given paths (directories recursed, sorted, symlinks not followed)."""
-    for raw in paths:
-        p = Path(raw)
-        if p.is_dir():
-            for root, dirs, files in os.walk(p):
-                dirs.sort()
-                for name in sorted(files):
-                    yield Path(root) / name
-        else:
-            yield p
+    """Every file under the given paths, as `core.discover` lists them."""
+    for found in discover(paths):
+        yield found.path
+
+
+def _not_a_checkpoint(res: ScanResult) -> bool:
+    """A file no loader reads as a model: no known format, nothing that parses as a pickle."""
+    return (res.format in ("unknown", "tar") and not res.findings and not res.globals
+            and bool(res.error) and res.error.startswith(("not a model file", "not a readable",
+                                                          "empty file", "cannot read")))
 
 
 def scan_paths(paths: Iterable[str | os.PathLike]) -> Iterator[ScanResult]:
-    """Scan files and directories (recursively, every file whatever its extension)."""
-    for p in iter_files(paths):
-        yield scan_file(p)
+    """Scan files and folders (recursively, every file whatever its extension). A folder's
+    file that is not a checkpoint at all (JSON, text, tokenizer files, images) is `skipped`;
+    a file that cannot even be scanned is reported, never left out."""
+    for found in discover(paths):
+        try:
+            res = scan_file(found.path)
+        except Exception as exc:  # scan_file never raises for a bad file; a bug must not hide
+            res = ScanResult(path=os.fspath(found.path), verdict=ERROR,
+                             error=" ".join(f"scan failed: {type(exc).__name__}: {exc}"
+                                            .split())[:300])
+        if found.in_folder and _not_a_checkpoint(res):
+            res.verdict = SKIPPED
+        yield res
 
 
 def pickle_source(path: str | os.PathLike, member: str | None) -> bytes:
@@ -568,7 +707,7 @@ def pickle_source(path: str | os.PathLike, member: str | None) -> bytes:
                 if not found:
                     raise KeyError(f"{member} is not in {path}")
                 return zipread.member_bytes(buf, found[0], MAX_MEMBER_BYTES)
-            kind = formats.sniff(bytes(buf[:64]), len(buf))
+            kind = formats.sniff(bytes(buf[:512]), len(buf))
             if kind.startswith("compressed:"):
-                return _decompress(buf, kind.split(":", 1)[1])
+                return decompress.decompress(buf, kind.split(":", 1)[1], MAX_DECOMPRESSED).data
             return bytes(buf)

@@ -45,11 +45,11 @@ def decoded_streams(buf, max_bytes: int) -> list[bytes]:
         return []
 
 
-def pickle_starts(data: bytes, limit: int = 64) -> list[int]:
+def pickle_starts(data: bytes, limit: int | None = 64) -> list[int]:
     """Offsets where a protocol 2-5 pickle could begin (files in a solid stream are joined)."""
     starts = []
     i = data.find(b"\x80")
-    while i >= 0 and len(starts) < limit:
+    while i >= 0 and (limit is None or len(starts) < limit):
         if i + 1 < len(data) and 2 <= data[i + 1] <= 5:
             starts.append(i)
         i = data.find(b"\x80", i + 1)

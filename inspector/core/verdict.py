@@ -1,17 +1,22 @@
-"""Verdict order and exit codes: safe < suspicious < dangerous < error; the worst one wins."""
+"""Verdict order and exit codes: safe < suspicious < dangerous < error; the worst one wins.
+
+`skipped` is a folder's file that is not a checkpoint in any format a loader reads (JSON,
+text, tokenizer files, images): it ranks as safe and never fails a gate.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 SAFE, SUSPICIOUS, DANGEROUS, ERROR = "safe", "suspicious", "dangerous", "error"
+SKIPPED = "skipped"
 ORDER = (SAFE, SUSPICIOUS, DANGEROUS, ERROR)
 _RANK = {v: i for i, v in enumerate(ORDER)}
 EXIT_CODES = {SAFE: 0, SUSPICIOUS: 1, DANGEROUS: 2, ERROR: 3}
 
 
 def rank(verdict: str) -> int:
-    """Position of a verdict in the order (a finding's `info` severity ranks as safe)."""
+    """Position of a verdict in the order (`info` and `skipped` rank as safe)."""
     return _RANK.get(verdict, 0)
 
 
@@ -23,3 +28,8 @@ def worst(verdicts: Iterable[str]) -> str:
 def exit_code(verdict: str) -> int:
     """Process exit status for a verdict: 0 safe, 1 suspicious, 2 dangerous, 3 error."""
     return EXIT_CODES.get(verdict, 0)
+
+
+def fails(verdict: str, fail_on: str) -> bool:
+    """Whether a verdict fails a gate set at `fail_on` (that level or any worse one)."""
+    return verdict in _RANK and rank(verdict) >= rank(fail_on)

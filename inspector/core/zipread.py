@@ -73,9 +73,9 @@ class NotAZip(ValueError):
     """The bytes have no usable zip structure."""
 
 
-def _find_eocd(buf) -> int:
-    start = max(0, len(buf) - (1 << 16) - 22)
-    i = buf.rfind(EOCD_SIG, start)
+def _find_eocd(buf, base: int = 0, end: int | None = None) -> int:
+    end = len(buf) if end is None else end
+    i = buf.rfind(EOCD_SIG, max(base, end - (1 << 16) - 22), end)
     if i < 0:
         raise NotAZip("no end-of-central-directory record")
     return i
@@ -98,15 +98,41 @@ def _zip64_extra(extra: bytes, usize: int, csize: int, offset: int) -> tuple[int
     return usize, csize, offset
 
 
-def _central_directory(buf, eocd: int) -> tuple[int, int]:
-    """(offset, entry count) of the central directory, following zip64 records."""
-    _, _, _, total, _, cd_offset, _ = struct.unpack_from("<HHHHIIH", buf, eocd + 4)
+def _central_directory(buf, eocd: int, base: int = 0) -> tuple[int, int, int, int]:
+    """(offset, entry count, size, end) of the central directory, following zip64 records;
+    offsets are relative to the archive's first byte at `base`; `end` is where the records
+    after the directory sit, so a well-formed archive has offset + size == end."""
+    _, _, _, total, cd_size, cd_offset, _ = struct.unpack_from("<HHHHIIH", buf, eocd + 4)
+    after = eocd - base
     loc = eocd - 20
-    if loc >= 0 and buf[loc:loc + 4] == ZIP64_LOCATOR_SIG:
+    if loc >= base and buf[loc:loc + 4] == ZIP64_LOCATOR_SIG:
+        after = loc - 56 - base  # a zip64 end record without extensible data sits there
         (z64,) = struct.unpack_from("<Q", buf, loc + 8)
-        if buf[z64:z64 + 4] == ZIP64_EOCD_SIG:
-            total, _, cd_offset = struct.unpack_from("<QQQ", buf, z64 + 32)
-    return cd_offset, total
+        if buf[base + z64:base + z64 + 4] == ZIP64_EOCD_SIG:
+            total, _, cd_size, cd_offset = struct.unpack_from("<QQQQ", buf, base + z64 + 24)
+    return cd_offset, total, cd_size, after
+
+
+def archive_spans(buf) -> list[tuple[int, int]]:
+    """(start, end) of each zip archive written back to back in `buf`, as
+    torch.distributed.checkpoint's `.distcp` files hold them; one span for a plain archive."""
+    eocd = _find_eocd(buf)
+    cd_offset, _, cd_size, after = _central_directory(buf, eocd)
+    if cd_offset + cd_size == after:
+        return [(0, len(buf))]
+    spans: list[tuple[int, int]] = []
+    start, pos = 0, 0
+    while (i := buf.find(EOCD_SIG, pos)) >= 0 and i + 22 <= len(buf):
+        pos = i + 1
+        cd_offset, _, cd_size, after = _central_directory(buf, i, start)
+        if cd_offset + cd_size != after:
+            continue  # the signature's bytes inside member data
+        (comment,) = struct.unpack_from("<H", buf, i + 20)
+        spans.append((start, i + 22 + comment))
+        start = pos = i + 22 + comment
+        if buf[start:start + 4] != LOCAL_SIG:
+            break
+    return spans if len(spans) > 1 else [(0, len(buf))]
 
 
 def _unsafe_name(name: str) -> bool:
@@ -118,12 +144,13 @@ _CENTRAL = struct.Struct("<4x4xHH4xIIIHHH8xI").unpack_from
 _LOCAL = struct.Struct("<2xH18xHH").unpack_from
 
 
-def read_zip(buf) -> ZipArchive:
-    """Parse the archive in `buf` (bytes or mmap); raises NotAZip when there is no zip at all."""
+def read_zip(buf, base: int = 0, end: int | None = None) -> ZipArchive:
+    """Parse the archive in `buf[base:end]` (bytes or mmap; offsets in the result are the
+    buffer's); raises NotAZip when there is no zip at all."""
     archive = ZipArchive()
     add = archive.anomalies.append
-    cd_offset, total = _central_directory(buf, _find_eocd(buf))
-    pos = cd_offset
+    cd_offset, total, _, _ = _central_directory(buf, _find_eocd(buf, base, end), base)
+    pos = base + cd_offset
     n = len(buf)
     members = archive.members
     for _ in range(min(total, 10_000_000)):
@@ -137,6 +164,7 @@ def read_zip(buf) -> ZipArchive:
             extra = bytes(buf[pos + 46 + nlen:pos + 46 + nlen + xlen])
             usize, csize, offset = _zip64_extra(extra, usize, csize, offset)
         pos += 46 + nlen + xlen + clen
+        offset += base
         name = str(raw_name, "utf-8", "replace")
         local_name = None
         data_offset = -1
