@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 
 import numpy as np
@@ -86,6 +87,9 @@ def _check(t: torch.Tensor) -> None:
     scale = max(float(np.abs(f64).max()), 1e-30)
     assert got["mean"] == pytest.approx(f64.mean(), rel=1e-5, abs=1e-6 * scale)
     assert got["std"] == pytest.approx(f64.std(), rel=1e-4, abs=1e-6 * scale)
+    if finite.size > 1:
+        assert got["std_sample"] == pytest.approx(f64.std(ddof=1), rel=1e-4, abs=1e-6 * scale)
+    json.dumps(got, allow_nan=False)
     assert got["absmax"] == pytest.approx(float(np.abs(f64).max()))
     hist = got["histogram"]
     lo, hi = f64.min(), f64.max()
@@ -222,9 +226,52 @@ def test_self_referencing_container_terminates():
     assert [k for k, _ in flatten(loop)] == ["0", "1"]
 
 
-def test_population_std_definition():
-    got = tensor_stats(torch.tensor([1.0, 3.0]))
+def test_population_and_sample_std_definitions():
+    t = torch.tensor([1.0, 3.0])
+    got = tensor_stats(t)
     assert got["std"] == 1.0 and got["mean"] == 2.0 and not math.isnan(got["std"])
+    assert got["std_sample"] == pytest.approx(float(t.std()))
+    single = tensor_stats(torch.tensor([5.0]))
+    assert single["std"] == 0.0 and single["std_sample"] is None
+
+
+@pytest.mark.parametrize("name, huge", [
+    ("float32", 1e37), ("float32", 3.4e38), ("bfloat16", 3.3e38), ("float16", 65504.0),
+    ("float64", 1.7e308),
+])
+def test_huge_values_never_overflow_the_statistics(name, huge, chunking):
+    """A flipped top exponent bit gives values near the dtype's maximum: exact, finite stats."""
+    dtype = getattr(torch, name)
+    t = (torch.randn(300, 7, generator=torch.Generator().manual_seed(2)) * 0.02).to(dtype)
+    flat = t.view(-1)
+    flat[11], flat[1000], flat[2000] = huge, -huge, huge
+    got = tensor_stats(t)
+    json.dumps(got, allow_nan=False)
+    ref = t.to(torch.float64).numpy().reshape(-1)
+    assert got["max"] == ref.max() and got["min"] == ref.min() and got["absmax"] == ref.max()
+    assert got["inf"] == 0 and got["nan"] == 0
+    # float64 reference by scaling (NumPy's own std overflows at 1.7e308)
+    s = float(np.abs(ref).max())
+    # chunks in range are summed pairwise in float32, scaled ones in float64
+    assert got["mean"] == pytest.approx((ref / s).mean() * s, rel=1e-6, abs=1e-9 * s)
+    assert got["std"] == pytest.approx((ref / s).std() * s, rel=1e-6)
+    assert got["std_sample"] == pytest.approx((ref / s).std(ddof=1) * s, rel=1e-6)
+    assert sum(got["histogram"]["counts"]) == ref.size
+    counts = got["histogram"]["counts"]
+    assert counts[0] == 1 and counts[-1] == 2 and sum(counts[1:-1]) == ref.size - 3
+    assert dict(got["exponents"])[math.frexp(float(t.view(-1)[11]))[1] - 1] >= 3
+
+
+def test_exponent_counts_match_frexp(chunking):
+    t = torch.randn(40, 30, generator=torch.Generator().manual_seed(4)) * 3
+    t.view(-1)[::9] = 0
+    got = dict(tensor_stats(t)["exponents"])
+    values = t.to(torch.float64).numpy().reshape(-1)
+    values = values[values != 0]
+    ref: dict[int, int] = {}
+    for e in (np.frexp(values)[1] - 1).tolist():
+        ref[e] = ref.get(e, 0) + 1
+    assert got == ref
 
 
 def test_parameters_that_require_grad_are_described(chunking):

@@ -7,10 +7,11 @@ tensors as 0/1. The digest is SHA-256 of the tensor's bytes laid out contiguousl
 order, as stored (quantized: the integer representation), so it matches a safetensors file
 holding the same tensor.
 
-Overflow: moments are accumulated in float64 (Chan's parallel combination of per-chunk mean
-and sum of squared deviations); a chunk whose squares would overflow is first scaled by a
-power of two, so a flipped exponent bit (a float32 value near 3e38) still gives finite
-results. min, max and absmax are the stored values exactly. `std` is the population standard
+Overflow: moments are combined in float64 (Chan's parallel combination of per-chunk mean and
+sum of squared deviations; within a chunk of up to 4 MiB, float32 pairwise sums, relative
+error about 1e-7); a chunk whose squares could overflow float32 is summed in float64 after
+scaling by a power of two, so a flipped exponent bit (a value near 3e38, or 1.7e308 in
+float64) still gives finite, accurate results. min, max and absmax are the stored values exactly. `std` is the population standard
 deviation (ddof=0) and `std_sample` the sample one (ddof=1, what `torch.std()` returns).
 `exponents` counts the finite non-zero values by binary exponent, floor(log2|x|), as
 [[exponent, count], ...]; `core.health` judges magnitude outliers from it. Non-finite
