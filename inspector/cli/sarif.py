@@ -46,6 +46,7 @@ def sarif_log(results: Iterable[ScanResult]) -> dict:
             out.append(_result(rule_id, _LEVEL[g.severity],
                                f"imports {g.module}.{g.name} ({g.count}x): {g.reason}", res.path,
                                {**common, "module": g.module, "name": g.name,
+                                "import": g.import_name, "calls": g.calls,
                                 "members": g.members}))
         for f in res.findings:
             if f.severity == "info":
@@ -53,8 +54,9 @@ def sarif_log(results: Iterable[ScanResult]) -> dict:
             rule(f.code, f.code.replace("-", " "))
             where = f" [{f.member}]" if f.member else ""
             out.append(_result(f.code, _LEVEL.get(f.severity, "warning"), f.message + where,
-                               res.path, {**common, "member": f.member, "offset": f.offset}))
-        if res.error:
+                               res.path, {**common, "member": f.member, "offset": f.offset,
+                                          "call": f.call}))
+        if res.error and res.verdict != "skipped":  # skipped: not a checkpoint, no finding
             rule("scan-error", "file could not be scanned")
             out.append(_result("scan-error", "error", res.error, res.path, common))
     return {

@@ -1,4 +1,5 @@
-"""`ckpt-inspector scan PATH… [--json] [--sarif FILE]`: static scan, no code from the file runs."""
+"""`ckpt-inspector scan PATH… [--json] [--sarif FILE] [--fail-on LEVEL]`: static scan, no code
+from the file runs."""
 
 from __future__ import annotations
 
@@ -9,7 +10,17 @@ from pathlib import Path
 
 from inspector.core.atomic import OutputExistsError, write_text_atomic
 from inspector.core.scan import ScanResult, scan_paths
-from inspector.core.verdict import ERROR, exit_code, worst
+from inspector.core.termtext import escape
+from inspector.core.verdict import (
+    DANGEROUS,
+    ERROR,
+    ORDER,
+    SKIPPED,
+    SUSPICIOUS,
+    exit_code,
+    fails,
+    worst,
+)
 
 EXIT_OUTPUT = 4
 
@@ -22,25 +33,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="one JSON object per file (JSON Lines) instead of text")
     parser.add_argument("--sarif", type=Path, metavar="FILE", help="also write SARIF 2.1.0")
     parser.add_argument("--force", action="store_true", help="overwrite an existing SARIF file")
+    parser.add_argument("--fail-on", choices=(SUSPICIOUS, DANGEROUS, ERROR), metavar="LEVEL",
+                        help="gate: exit with the worst file's status when any file is LEVEL or "
+                             "worse (suspicious < dangerous < error), else 0; skipped files "
+                             "(not checkpoints) never fail")
 
 
 def _human(res: ScanResult) -> list[str]:
+    """Text lines for one file; everything that comes from the file is escaped (`termtext`), so
+    a name holding terminal escapes cannot repaint the verdict."""
     wo = "weights_only: loads" if res.weights_only_ok else "weights_only: refused"
+    path = escape(res.path)
+    if res.verdict == SKIPPED:
+        return [f"{'SKIPPED':<10} {path}: not a checkpoint ({escape(res.error or '')})"]
+    lines = [f"{res.verdict.upper():<10} {path}  ({res.format}; {wo})"]
     if res.error:
-        return [f"{res.verdict.upper():<10} {res.path}: {res.error}"]
-    lines = [f"{res.verdict.upper():<10} {res.path}  ({res.format}; {wo})"]
+        lines = [f"{res.verdict.upper():<10} {path}: {escape(res.error)}"]
     for g in res.globals:
         if g.severity != "safe":
-            lines.append(f"    {g.severity:<10} {g.module}.{g.name} x{g.count}: {g.reason}")
+            key = f"{g.module}.{g.name}"
+            name = g.import_name if g.import_name == key else f"{g.import_name} (as {key})"
+            lines.append(f"    {g.severity:<10} {escape(name)} x{g.count}: {escape(g.reason)}")
+            lines.extend(f"{'':<15}{escape(c)}" for c in g.calls)
     for f in res.findings:
         if f.severity != "info":
-            where = f" [{f.member}]" if f.member else ""
-            lines.append(f"    {f.severity:<10} {f.code}: {f.message}{where}")
+            where = f" [{escape(f.member)}]" if f.member else ""
+            lines.append(f"    {f.severity:<10} {f.code}: {escape(f.message)}{where}")
+            if f.call:
+                lines.append(f"{'':<15}{escape(f.call)}")
     return lines
 
 
 def run(args: argparse.Namespace) -> int:
-    """Scan every file; exit 0 safe, 1 suspicious, 2 dangerous, 3 error (worst file wins)."""
+    """Scan every file; exit 0 safe, 1 suspicious, 2 dangerous, 3 error (worst file wins);
+    with --fail-on, 0 unless some file is at that level or worse."""
     if args.sarif and args.sarif.exists() and not args.force:
         print(f"ckpt-inspector scan: {args.sarif} exists; pass --force to overwrite it",
               file=sys.stderr)
@@ -66,8 +92,9 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_OUTPUT
     verdict = worst(r.verdict for r in results)
     if not args.json and len(results) > 1:
-        counts = {v: sum(r.verdict == v for r in results) for v in
-                  ("safe", "suspicious", "dangerous", "error")}
+        counts = {v: sum(r.verdict == v for r in results) for v in (*ORDER, SKIPPED)}
         summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
         print(f"{len(results)} files: {summary}", file=sys.stderr)
+    if args.fail_on and not any(fails(r.verdict, args.fail_on) for r in results):
+        return 0
     return exit_code(verdict)
