@@ -35,7 +35,7 @@ from pathlib import Path
 from inspector.core.atomic import OutputExistsError, atomic_write, write_text_atomic
 from inspector.core.hashing import sha256_file
 from inspector.core.progress import Cancelled, CancelToken
-from inspector.sandbox.jail import LEVELS
+from inspector.sandbox.jail import LEVELS, default_max_threads
 
 EventFn = Callable[[dict], None]
 
@@ -156,7 +156,8 @@ def run_job(
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env=worker_env(), cwd="/", start_new_session=True, pass_fds=tuple(pass_fds),
     )
-    stop = _Watchdog(proc, cancel, timeout)
+    max_threads = int(request.get("limits", {}).get("max_threads") or default_max_threads())
+    stop = _Watchdog(proc, cancel, timeout, max_threads)
     stderr_tail: deque[str] = deque(maxlen=40)
     drain = threading.Thread(target=_drain, args=(proc.stderr.fileno(), stderr_tail),
                              daemon=True)
@@ -211,6 +212,9 @@ def run_job(
     if stop.reason == "timeout":
         raise SandboxError("timeout", f"the worker did not finish within {timeout:g} s",
                            sandbox=sandbox, stderr=tail)
+    if stop.reason == "threads":
+        raise SandboxError("thread_limit", f"the worker started more than {max_threads} "
+                           "threads and was killed", sandbox=sandbox, stderr=tail)
     if error is not None:
         raise SandboxError(str(error.get("code") or "error"), str(error.get("message") or ""),
                            error.get("globals") or (), sandbox=sandbox, stderr=tail)
@@ -298,16 +302,29 @@ def _kill_group(proc: subprocess.Popen) -> None:
         proc.wait(timeout=5)
 
 
+def _thread_count(pid: int) -> int:
+    """The process's thread count from /proc (0 where there is none to read)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Threads:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 class _Watchdog:
-    """Kills the worker's group when the timeout passes or the cancel token is set."""
+    """Kills the worker's group on timeout, cancel, or more than `max_threads` threads."""
 
     def __init__(self, proc: subprocess.Popen, cancel: CancelToken | None,
-                 timeout: float | None) -> None:
+                 timeout: float | None, max_threads: int | None = None) -> None:
         self.reason: str | None = None
         self._proc = proc
         self._cancel = cancel
         self._deadline = None if timeout is None else time.monotonic() + timeout
         self._grace: float | None = None
+        self._max_threads = max_threads
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
@@ -320,6 +337,8 @@ class _Watchdog:
                 self.reason = "timeout"
             elif self._grace is not None and time.monotonic() > self._grace:
                 self.reason = "grace"
+            elif self._max_threads and _thread_count(self._proc.pid) > self._max_threads:
+                self.reason = "threads"
             else:
                 continue
             _kill_group(self._proc)
@@ -452,10 +471,12 @@ def convert_file(
     cancel: CancelToken | None = None,
     timeout: float | None = None,
     limits: dict | None = None,
+    skip_unsupported: bool = False,
 ) -> dict:
     """Convert to safetensors inside the jail, verified bit for bit; the conversion report.
 
-    Raises SandboxError (and leaves nothing behind) when the conversion cannot be done.
+    Raises SandboxError (and leaves nothing behind) when the conversion cannot be done, or
+    (code `unsupported_tensors`) would leave tensors out and skip_unsupported is not set.
     """
     source = Path(path).resolve()
     out = Path(output).resolve() if output else source.with_suffix(".safetensors")
@@ -476,7 +497,7 @@ def convert_file(
         return {"format": scanned.get("format")}
 
     request = {"op": "convert", "path": str(source), "allow_globals": allow,
-               "limits": _limits(size, limits),
+               "limits": _limits(size, limits), "skip_unsupported": skip_unsupported,
                # Views are cloned, so the output may exceed the input; this bounds it.
                "output_bytes": 4 * size + (64 << 20)}
     try:

@@ -11,7 +11,9 @@ Layers, in order:
 2. resource limits: CPU seconds, open files, address space, file size (0 unless converting),
    no core dumps;
 3. threads: RLIMIT_NPROC, which inside the fresh user namespace counts only this worker's
-   tasks (outside one it would count every process of the user, so it is left off there);
+   tasks (`nproc=N`). Outside one it would count every process of the user, and the kernel
+   exempts real root from it, so there the cap is the client's watchdog, which kills the
+   worker's group once it has more than N threads (`watchdog=N`);
 4. Landlock: read only the inputs, the Python installation and system libraries; write nothing
    except through the already-open output descriptor; no TCP bind/connect; no signals or
    abstract Unix sockets outside the sandbox;
@@ -66,11 +68,17 @@ class JailConfig:
     nice: int = 0
     """How much lower than its caller the job is scheduled; an interactive caller (the GUI)
     asks for this so its UI thread wins the cores while the job computes."""
-    max_threads: int = field(default_factory=lambda: 64 + 3 * (os.cpu_count() or 1))
-    """Tasks (threads) the worker may have at once: torch's intra-op, inter-op and OpenMP
-    pools (one thread per core each) plus the operation's own, with room to spare."""
+    max_threads: int = field(default_factory=lambda: default_max_threads())
+    real_uid: int = field(default_factory=lambda: os.getuid() if os.name == "posix" else -1)
+    """The uid before the user namespace hides it (RLIMIT_NPROC does not bind root)."""
     disabled: frozenset[str] = frozenset()
     """Layers to leave off: only the test suite's degraded-environment runs set this."""
+
+
+def default_max_threads() -> int:
+    """Threads a worker may have: torch's intra-op, inter-op and OpenMP pools (one thread per
+    core each) plus the operation's own, with room to spare."""
+    return 64 + 3 * (os.cpu_count() or 1)
 
 
 LEVELS = ("process-only", "partial", "full")
@@ -117,7 +125,7 @@ def level_name(active: list[str]) -> str:
     names = {a.split(":")[0] for a in active}
     if not names & set(CONFINING_LAYERS):
         return "process-only"
-    if names >= {*CONFINING_LAYERS, "rlimits", "threads"}:
+    if names >= {*CONFINING_LAYERS, "rlimits"}:
         return "full"
     return "partial"
 
@@ -184,11 +192,10 @@ def _set_rlimits(config: JailConfig, active: list[str]) -> str:
 def _cap_threads(config: JailConfig, active: list[str]) -> str:
     if resource is None:
         raise _Unsupported(f"no resource limits on {sys.platform}")
-    if "namespaces:user+net" not in active:
-        raise _Unsupported("no user namespace: RLIMIT_NPROC would count every process of "
-                           "this user, so threads are not capped")
-    resource.setrlimit(resource.RLIMIT_NPROC, (config.max_threads, config.max_threads))
-    return f"nproc={config.max_threads}"
+    if "namespaces:user+net" in active and config.real_uid != 0:
+        resource.setrlimit(resource.RLIMIT_NPROC, (config.max_threads, config.max_threads))
+        return f"nproc={config.max_threads}"
+    return f"watchdog={config.max_threads}"
 
 
 # --- Landlock ---------------------------------------------------------------------------

@@ -23,7 +23,8 @@ the client kills the worker and the job fails (`protocol_violation`).
 
 Request keys read here: `op` (a name in OPS), `path` and/or `paths` (inputs the jail lets the
 worker read), `output_fd` (an inherited descriptor for the only output, conversions only),
-`output_bytes` (its size limit), `limits` ({cpu_seconds, memory_mb, open_files}). Every other
+`output_bytes` (its size limit), `limits` ({cpu_seconds, memory_mb, open_files, nice,
+max_threads}). Every other
 key belongs to the operation.
 
 Operations. OPS maps an operation name to "module:function"; each area adds its own entry
@@ -50,7 +51,7 @@ import traceback
 from collections.abc import Callable
 
 from inspector.core.progress import Cancelled, CancelToken
-from inspector.sandbox.jail import MIB, JailConfig, apply_jail
+from inspector.sandbox.jail import MIB, JailConfig, apply_jail, default_max_threads
 from inspector.sandbox.mapped import open_maps
 
 OPS: dict[str, str] = {
@@ -91,6 +92,7 @@ def jail_config(request: dict) -> JailConfig:
         output_bytes=int(request.get("output_bytes", 0)),
         open_files=int(limits.get("open_files", 256)),
         nice=int(limits.get("nice", 0)),
+        max_threads=int(limits.get("max_threads") or default_max_threads()),
         disabled=_disabled_layers(),
     )
 
