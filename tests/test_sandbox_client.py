@@ -203,3 +203,54 @@ def test_an_interactive_caller_can_ask_the_worker_to_yield_the_cores(tmp_path):
     assert any(layer.startswith("rlimits") and "nice+10" in layer
                for layer in report["sandbox"]["active"])
     assert not any("nice" in layer for layer in inspect_file(path)["sandbox"]["active"])
+
+
+@pytest.fixture
+def degraded(monkeypatch):
+    """Leave jail layers off through the self-test switch; restore the required level after."""
+    from inspector.sandbox import client
+
+    monkeypatch.setattr(client, "_required_jail", client.DEFAULT_REQUIRED_JAIL)
+    monkeypatch.setenv(client.SELFTEST_ENV, "1")
+
+    def leave_off(layers: str) -> None:
+        monkeypatch.setenv(client.DISABLE_ENV, layers)
+
+    return leave_off
+
+
+def test_require_jail_full_refuses_a_partial_jail_before_loading(tmp_path, capsys, degraded):
+    path = factories.save_state_dict(tmp_path / "model.pt")
+    degraded("namespaces")
+    assert main(["inspect", str(path), "--json", "--require-jail", "full"]) == 9
+    report = json.loads(capsys.readouterr().out)
+    assert report["error"]["code"] == "jail_refused" and report["tensors"] == []
+    assert report["sandbox"]["level"] == "partial"
+    assert "namespaces" in report["sandbox"]["description"]
+    assert main(["inspect", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sandbox"]["level"] == "partial"
+
+
+def test_process_only_is_refused_by_default_and_allowed_with_any(tmp_path, capsys, degraded):
+    path = factories.save_state_dict(tmp_path / "model.pt")
+    degraded("namespaces,landlock,seccomp")
+    assert main(["inspect", str(path)]) == 9
+    out = capsys.readouterr().out
+    assert "process-only" in out and "--require-jail any" in out
+    assert main(["inspect", str(path), "--json", "--require-jail", "any"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["error"] is None and report["sandbox"]["level"] == "process-only"
+    assert len(report["tensors"]) == len(factories.small_state_dict())
+
+
+@pytest.mark.parametrize("argv", [
+    ["inspect", "F"], ["convert", "F"], ["diff", "A", "B"], ["consistency", "F"],
+    ["report", "F", "-o", "r.json"], ["verify", "F", "--manifest", "M"],
+    ["manifest", "create", "F", "-o", "m.json"],
+])
+def test_every_command_that_loads_takes_require_jail(argv):
+    from inspector.cli import build_parser
+
+    args = build_parser(argv[0]).parse_args([*argv, "--require-jail", "any"])
+    assert args.require_jail == "any"
+    assert build_parser(argv[0]).parse_args(argv).require_jail == "partial"

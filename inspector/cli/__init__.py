@@ -61,6 +61,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         build_parser().print_help()
         return EXIT_USAGE
+    if getattr(args, "require_jail", None):
+        from inspector.sandbox.client import set_required_jail
+
+        set_required_jail(args.require_jail)
     try:
         return int(_command_module(args.command).run(args))
     except KeyboardInterrupt:

@@ -11,6 +11,8 @@ import re
 import sys
 from typing import Any
 
+from inspector.cli.inspect_cmd import EXIT_JAIL, JAIL_ERRORS, add_require_jail_argument
+
 EXIT_CONSISTENT = 0
 EXIT_INCONSISTENT = 1
 EXIT_NOT_LOADED = 3
@@ -29,6 +31,8 @@ _CODE_EXITS = {
     "memory_limit": EXIT_WORKER,
     "seccomp_violation": EXIT_WORKER,
     "internal": EXIT_WORKER,
+    "thread_limit": EXIT_WORKER,
+    **dict.fromkeys(JAIL_ERRORS, EXIT_JAIL),
 }
 
 
@@ -84,9 +88,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-global", action="append", default=[], metavar="MODULE.NAME",
                         help="allow this global for weights_only loading (repeatable)")
     parser.add_argument("--timeout", type=float, metavar="S", help="give up after S seconds")
+    add_require_jail_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     parser.epilog = ("exit status: 0 consistent, 1 inconsistent, 3 checkpoint not loaded, "
-                     "4 device unavailable, 5 bad model or request, 6 worker failed")
+                     "4 device unavailable, 5 bad model or request, 6 worker failed, "
+                     "9 the jail is weaker than --require-jail or the worker broke the protocol")
 
 
 def _err(message: str) -> None:

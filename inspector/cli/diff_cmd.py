@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from inspector.cli.inspect_cmd import EXIT_JAIL, JAIL_ERRORS, add_require_jail_argument
 from inspector.cli.verify_cmd import stderr_progress
 
 EXIT_IDENTICAL = 0
@@ -28,7 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MODULE.NAME",
         help="allow exactly this global for weights_only loading (repeatable)",
     )
-    parser.epilog = "exit status: 0 identical tensors, 1 different, 2 a file could not be read"
+    add_require_jail_argument(parser)
+    parser.epilog = ("exit status: 0 identical tensors, 1 different, 2 a file could not be "
+                     "read, 9 the jail is weaker than --require-jail or the worker broke the "
+                     "protocol")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
             )
     except SandboxError as exc:
         print(f"ckpt-inspector diff: {exc.message}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_JAIL if exc.code in JAIL_ERRORS else EXIT_ERROR
     if args.json:
         print(json.dumps(result, indent=1))
     else:

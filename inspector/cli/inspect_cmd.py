@@ -14,6 +14,8 @@ Exit codes:
      limit was hit, or the worker crashed or timed out
   7  loaded, the static scan says safe, but weights health is `problem` (NaN or Inf in
      weights, or a magnitude outlier: see core/health.py); a suspicious scan keeps exit 1
+  9  not loaded: the jail is weaker than --require-jail allows (default partial), or the
+     worker broke the protocol and was killed (every command that loads uses this code)
 
 `--json` is strict JSON: non-finite numbers are the strings "nan", "inf" and "-inf". `std` is
 the population standard deviation, `std_sample` the sample one (what `torch.std()` gives);
@@ -30,7 +32,10 @@ from inspector.core.verdict import exit_code
 
 EXIT_LOAD_FAILED = 5
 EXIT_HEALTH_PROBLEM = 7
-_REFUSAL_EXITS = {"refused_dangerous": 2, "refused_global": 2, "unsupported_format": 3}
+EXIT_JAIL = 9
+JAIL_ERRORS = ("jail_refused", "protocol_violation")
+_REFUSAL_EXITS = {"refused_dangerous": 2, "refused_global": 2, "unsupported_format": 3,
+                  **dict.fromkeys(JAIL_ERRORS, EXIT_JAIL)}
 
 
 def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +48,15 @@ def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
                              "weights_only=True, inside the jail)")
     parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                         help="kill the worker after this long")
+    add_require_jail_argument(parser)
+
+
+def add_require_jail_argument(parser: argparse.ArgumentParser) -> None:
+    """`--require-jail`: the weakest jail level a command that loads accepts."""
+    parser.add_argument("--require-jail", choices=("full", "partial", "any"), default="partial",
+                        help="refuse to load unless the jail reaches this level (default "
+                             "partial: namespaces, Landlock or seccomp active; any also "
+                             "accepts process-only, a worker with resource limits alone)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

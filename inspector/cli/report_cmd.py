@@ -24,6 +24,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from inspector.cli.inspect_cmd import add_require_jail_argument
 from inspector.core.atomic import OutputExistsError
 from inspector.core.verdict import ERROR, exit_code
 from inspector.report import (
@@ -62,6 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                         help="kill any one worker job after this long")
     parser.add_argument("--force", action="store_true", help="overwrite an existing report")
+    add_require_jail_argument(parser)
     parser.epilog = ("exit status: 0 all safe and passed, 1 suspicious or a check failed, "
                      "2 dangerous, 3 a file could not be scanned, 4 report not written, "
                      "5 manifest unreadable")

@@ -223,9 +223,25 @@ def _hash_fn(path: Path) -> JobFn:
     return run
 
 
+REQUIRED_JAIL_KEY = "sandbox/require_jail"
+
+
+def required_jail_setting() -> str:
+    """The weakest jail the app loads in: QSettings `sandbox/require_jail`, default partial."""
+    from inspector.gui.app import settings
+
+    value = str(settings().value(REQUIRED_JAIL_KEY, "partial"))
+    return value if value in ("full", "partial", "any") else "partial"
+
+
 def _inspect_fn(path: Path, allow_globals: tuple[str, ...]) -> JobFn:
+    required = required_jail_setting()
+
     def run(emit: EmitFn, cancel: CancelToken) -> dict[str, Any]:
-        from inspector.sandbox.client import inspect_file
+        from inspector.sandbox.client import inspect_file, set_required_jail
+
+        # Process-wide, so the app's conversions and integrity checks follow it too.
+        set_required_jail(required)
 
         # The jailed worker yields the cores to this process, so the UI stays responsive.
         return inspect_file(path, allow_globals=allow_globals, on_event=emit, cancel=cancel,
