@@ -111,6 +111,7 @@ class PickleScan:
     wo_blockers: list[str] = field(default_factory=list)
     error: str | None = None
     opcodes: int = 0
+    count: int = 1  # pickles walked: more than one only with `through`
 
 
 class _Obj:
@@ -257,10 +258,13 @@ def scan_pickle(
     wo_opcodes: frozenset[int] = WEIGHTS_ONLY_OPCODES_DEFAULT,
     limits: Limits = Limits(),
     fast: bool = True,
+    through: bool = False,
 ) -> PickleScan:
     """Walk one pickle stream from `start` to its STOP (or the first undecodable byte).
 
     `fast` lets torch's per-tensor opcode run be recognised in one step (same result).
+    `through` walks on past each STOP into the next pickle, each with a fresh stack and memo,
+    as repeated `pickle.load` calls read them: one walk for thousands of back-to-back pickles.
     """
     res = PickleScan(start=start)
     refs, calls, issues, blockers = res.globals, res.calls, res.issues, res.wo_blockers
@@ -533,7 +537,11 @@ def scan_pickle(
             elif op == 0x2E:  # STOP
                 pop()
                 res.stopped = True
-                break
+                if not through or pos >= n:
+                    break
+                res.count += 1
+                res.stopped = False
+                stack, metastack, memo, proto = [], [], {}, 0
             elif op == 0x95:  # FRAME: C unpickler only checks the bytes exist, then reads on
                 (k,) = unpack_from("<Q", data, take(8))
                 if pos + k > n:
@@ -688,7 +696,8 @@ def looks_like_pickle(scan: PickleScan) -> bool:
     which no unpickler can import; those do not make the bytes a pickle.
     """
     return (scan.stopped or any(_importable(g) for g in scan.globals)
-            or (scan.protocol >= 2 and any(i.dangerous for i in scan.issues)))
+            or (scan.protocol >= 2 and any(i.dangerous or i.code == "limit"
+                                           for i in scan.issues)))
 
 
 def imports_or_stops(scan: PickleScan) -> bool:

@@ -155,9 +155,10 @@ class _Scan:
         if reason not in blockers and len(blockers) < 200:
             blockers.append(reason)
 
-    def walk(self, data: bytes, start: int = 0) -> PickleScan:
+    def walk(self, data: bytes, start: int = 0, through: bool = False) -> PickleScan:
         rules = self.rules
-        return scan_pickle(data, start, allowed=rules.allowed, wo_opcodes=rules.opcodes)
+        return scan_pickle(data, start, allowed=rules.allowed, wo_opcodes=rules.opcodes,
+                           through=through)
 
     def add_pickle(self, scan: PickleScan, member: str | None, torch_reads: bool,
                    depth: int = 0) -> None:
@@ -255,7 +256,9 @@ def _scan_stream(ctx: _Scan, buf, member: str | None, torch_format: bool, start:
     `torch_format`: the bytes are a whole file torch.load may read (legacy stream or not).
     """
     first = ctx.walk(buf, start)
-    if not looks_like_pickle(first):
+    # a PROTO opcode first makes it a pickle to every unpickler, however broken the rest is
+    if not (looks_like_pickle(first) or (first.protocol >= 2 and _pickle_head(
+            bytes(buf[start:start + 2])))):
         return False
     # The magic-number pickle, whatever protocol wrote it: a lone LONG1 of torch's magic.
     legacy = (torch_format and first.stopped and not first.globals and first.end <= 40
@@ -276,11 +279,15 @@ def _fold_pickles(ctx: _Scan, buf, member: str | None, first: PickleScan,
     ctx.add_pickle(first, member, torch_pickles > 0)
     scan, count = first, 1
     while scan.stopped and scan.end < len(buf):
-        nxt = ctx.walk(buf, scan.end)
+        # past the listed ones, the rest is walked in one pass (a million tiny pickles)
+        through = count >= MAX_LISTED_PICKLES
+        nxt = ctx.walk(buf, scan.end, through)
         if not (count < torch_pickles or looks_like_pickle(nxt)):
             break
         ctx.add_pickle(nxt, member, count < torch_pickles)
-        scan, count = nxt, count + 1
+        scan, count = nxt, count + nxt.count
+        if through:
+            break
     if count > 1 and torch_pickles <= 1:
         # back-to-back pickles are plausible in a raw file, odd inside an archive member
         ctx.find("info" if member is None else SUSPICIOUS, "multiple-pickles",
