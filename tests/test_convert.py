@@ -87,7 +87,8 @@ def test_training_checkpoint_tensors_and_sidecar(tmp_path, unchanged):
     assert "optimizer.state.0.exp_avg_sq" in loaded and "model.0.weight" in loaded
     assert _bits(loaded["optimizer.state.0.exp_avg"]) == _bits(
         ckpt["optimizer"]["state"][0]["exp_avg"])
-    assert {s["key"] for s in report["tensors_skipped"]} == {"quantized", "sparse"}
+    assert report["tensors_skipped"] == [] and set(report["encoded"]) == {"quantized", "sparse"}
+    assert {"quantized::int_repr", "sparse::indices", "sparse::values"} <= set(loaded)
     sidecar = json.loads(Path(report["sidecar"]).read_text())
     assert sidecar["values"]["epoch"] == 3 and sidecar["values"]["hparams.lr"] == 1e-3
     assert sidecar["values"]["hparams.betas.1"] == 0.999
@@ -196,3 +197,115 @@ def test_a_failed_background_flush_fails_the_conversion():
         os.close(read_end)
         os.close(write_end)
     assert info.value.code == "output_unwritable"
+
+
+def _quantized_and_sparse() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(6, 4, generator=g)
+    coo = torch.sparse_coo_tensor(torch.tensor([[0, 2, 0, 5], [1, 3, 1, 0]]),
+                                  torch.randn(4, generator=g), (6, 4))  # uncoalesced: 0,1 twice
+    hybrid = torch.sparse_coo_tensor(torch.tensor([[1, 4]]), torch.randn(2, 3, generator=g),
+                                     (6, 3)).coalesce()
+    dense = torch.where(x > 0.5, x, 0.0)
+    return {
+        "q.per_tensor.qint8": torch.quantize_per_tensor(x, 0.037, 3, torch.qint8),
+        "q.per_tensor.quint8": torch.quantize_per_tensor(x, 0.05, 128, torch.quint8),
+        "q.per_tensor.qint32": torch.quantize_per_tensor(x, 1e-4, -7, torch.qint32),
+        "q.per_channel.axis0": torch.quantize_per_channel(
+            x, torch.rand(6, generator=g, dtype=torch.float64) / 10 + 0.01,
+            torch.arange(6) - 3, 0, torch.qint8),
+        "q.per_channel.axis1": torch.quantize_per_channel(
+            x, torch.rand(4, generator=g, dtype=torch.float64) / 10 + 0.01,
+            torch.tensor([0, 1, 2, 3]), 1, torch.quint8),
+        "q.symmetric": torch.quantize_per_tensor(x, 0.02, 0, torch.qint8),
+        "sparse.coo": coo,
+        "sparse.hybrid": hybrid,
+        "sparse.csr": dense.to_sparse_csr(),
+        "sparse.csc": dense.to_sparse_csc(),
+        "sparse.bsr": dense.to_sparse_bsr((2, 2)),
+        "dense": x,
+    }
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> None:
+    assert a.dtype == b.dtype and a.shape == b.shape and a.layout == b.layout
+    if a.is_quantized:
+        assert _bits(a.int_repr()) == _bits(b.int_repr())
+        assert a.qscheme() in (b.qscheme(), torch.per_tensor_symmetric)
+        if a.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
+            assert (a.q_scale(), a.q_zero_point()) == (b.q_scale(), b.q_zero_point())
+        else:
+            assert _bits(a.q_per_channel_scales()) == _bits(b.q_per_channel_scales())
+            assert _bits(a.q_per_channel_zero_points()) == _bits(b.q_per_channel_zero_points())
+            assert a.q_per_channel_axis() == b.q_per_channel_axis()
+    elif a.layout == torch.sparse_coo:
+        assert a.is_coalesced() == b.is_coalesced()
+        assert _bits(a._indices()) == _bits(b._indices())
+        assert _bits(a._values()) == _bits(b._values())
+    elif a.layout != torch.strided:
+        for part in ("crow_indices", "col_indices") if a.layout in (
+                torch.sparse_csr, torch.sparse_bsr) else ("ccol_indices", "row_indices"):
+            assert _bits(getattr(a, part)()) == _bits(getattr(b, part)())
+        assert _bits(a.values()) == _bits(b.values())
+    else:
+        assert _bits(a) == _bits(b)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_quantized_and_sparse_round_trip_bit_for_bit(tmp_path, capsys, unchanged):
+    from inspector.sandbox.encoded import METADATA_KEY, decode_file
+
+    state = _quantized_and_sparse()
+    source = unchanged(factories.save_state_dict(tmp_path / "qs.pt", state))
+    out = tmp_path / "qs.safetensors"
+    report = convert_file(source, out)
+    assert report["verified"] is True and report["tensors_skipped"] == []
+    assert report["tensors_in_input"] == len(state)
+    assert set(report["encoded"]) == set(state) - {"dense"}
+    with safe_open(out, framework="pt") as handle:
+        metadata = handle.metadata()
+    assert json.loads(metadata[METADATA_KEY])["q.per_channel.axis1"]["axis"] == 1
+    rebuilt = decode_file(load_file(out), metadata)
+    assert set(rebuilt) == set(state)
+    for key, original in state.items():
+        _same_bits(original, rebuilt[key])
+    assert main(["diff", str(source), str(out)]) == 0
+    manifest = tmp_path / "qs.json"
+    assert main(["manifest", "create", str(source), "-o", str(manifest)]) == 0
+    assert main(["verify", str(out), "--manifest", str(manifest), "--tensors-only"]) == 0
+    capsys.readouterr()
+
+
+def test_unconvertible_tensors_fail_unless_skipped_and_then_are_listed(tmp_path, capsys,
+                                                                       unchanged):
+    packed = torch.randint(0, 255, (3, 2), dtype=torch.uint8).view(torch.float4_e2m1fn_x2)
+    state = {"w": torch.randn(3, 3), "packed": packed, "z": torch.randn(2, dtype=torch.complex128)}
+    source = unchanged(factories.save_state_dict(tmp_path / "m.pt", state))
+    out = tmp_path / "m.safetensors"
+    with pytest.raises(SandboxError) as info:
+        convert_file(source, out)
+    assert info.value.code == "unsupported_tensors"
+    assert "packed" in info.value.message and "z (" in info.value.message
+    assert not out.exists() and not sidecar_path(out).exists()
+    assert not list(tmp_path.glob(".*.tmp"))
+    assert main(["convert", str(source), "-o", str(out)]) == 8
+    assert "--skip-unsupported" in capsys.readouterr().err
+    assert main(["convert", str(source), "-o", str(out), "--skip-unsupported"]) == 0
+    text = capsys.readouterr().out
+    assert "verified  1 of the input's 3 tensors (2 skipped, listed)" in text
+    assert "skipped   packed:" in text and "skipped   z:" in text
+    sidecar = json.loads(sidecar_path(out).read_text())
+    assert {s["key"] for s in sidecar["tensors_skipped"]} == {"packed", "z"}
+    assert set(load_file(out)) == {"w"}
+
+
+def test_outputs_are_readable_under_umask_022(tmp_path, unchanged):
+    previous = os.umask(0o022)
+    try:
+        ckpt = factories.training_checkpoint()
+        source = unchanged(factories.save_state_dict(tmp_path / "t.pt", ckpt))
+        report = convert_file(source, tmp_path / "t.safetensors")
+    finally:
+        os.umask(previous)
+    for path in (tmp_path / "t.safetensors", Path(report["sidecar"])):
+        assert path.stat().st_mode & 0o777 == 0o644

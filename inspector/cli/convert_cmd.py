@@ -17,8 +17,13 @@ Exit codes:
   6  the written file did not verify against the input (nothing was kept)
   7  a folder's shards do not match their index (missing or orphan shard, a key in no shard or
      in two); nothing was kept
+  8  some tensors have no safetensors form (listed; nothing was written); --skip-unsupported
+     converts the rest and lists the skipped keys in the output and the sidecar
   9  not loaded: the jail is weaker than --require-jail allows (default partial), or the
      worker broke the protocol and was killed
+
+Quantized and sparse tensors are written as their parts under `KEY::suffix` names, with the
+rebuild recipe in `__metadata__["ckpt-inspector.encoded"]` (see sandbox/encoded.py).
 """
 
 from __future__ import annotations
@@ -33,8 +38,10 @@ from inspector.cli.inspect_cmd import add_loader_arguments, error_exit, sandbox_
 
 EXIT_OUTPUT = 4
 EXIT_VERIFY = 6
+EXIT_UNSUPPORTED = 8
 _EXITS = {"output_exists": EXIT_OUTPUT, "output_is_input": EXIT_OUTPUT,
-          "output_unwritable": EXIT_OUTPUT, "verify_failed": EXIT_VERIFY}
+          "output_unwritable": EXIT_OUTPUT, "verify_failed": EXIT_VERIFY,
+          "unsupported_tensors": EXIT_UNSUPPORTED}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,15 +55,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true",
                         help="replace an existing output and sidecar")
     parser.add_argument("--json", action="store_true", help="print the conversion report as JSON")
+    parser.add_argument("--skip-unsupported", action="store_true",
+                        help="convert even when some tensors have no safetensors form; the "
+                             "skipped keys are listed in the output and the sidecar")
     add_loader_arguments(parser)
+
+
+def _verified_line(report: dict) -> str:
+    total = report.get("tensors_in_input")
+    skipped = len(report["tensors_skipped"])
+    if total is None:
+        scope = "every tensor written"
+    elif skipped:
+        scope = f"{total - skipped} of the input's {total} tensors ({skipped} skipped, listed)"
+    else:
+        scope = f"all {total} tensors of the input"
+    return (f"verified  {scope}: reopened with safetensors, each matches its source bit for "
+            f"bit ({report['digest_algorithm']})")
 
 
 def _human(report: dict) -> list[str]:
     lines = [
         f"wrote     {report['output']} ({report['tensors_written']} tensors, "
         f"{report['bytes_written']:,} bytes of tensor data)",
-        f"verified  every tensor reopened with safetensors matches its source bit for bit "
-        f"({report['digest_algorithm']})",
+        _verified_line(report),
         f"sha256    {report['sha256']}",
         sandbox_line(report.get("sandbox")),
     ]
@@ -64,6 +86,8 @@ def _human(report: dict) -> list[str]:
         lines.append(f"alias     {alias} -> {kept} (shared storage, stored once)")
     lines.extend(f"cloned    {key} (partial view of a shared storage)"
                  for key in report["cloned_views"])
+    lines.extend(f"encoded   {key} ({spec['kind']}, {spec['dtype']}) as {key}::* parts"
+                 for key, spec in (report.get("encoded") or {}).items())
     lines.extend(f"skipped   {s['key']}: {s['reason']}" for s in report["tensors_skipped"])
     if report.get("sidecar"):
         lines.append(f"sidecar   {report['sidecar']} ({len(report['objects_moved'])} values)")
@@ -85,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
     def convert_one(source: str | Path, output: Path, overwrite: bool) -> dict:
         return convert_file(source, output, overwrite=overwrite,
                             allow_globals=args.allow_global,
-                            override_dangerous=args.override_dangerous, timeout=args.timeout)
+                            override_dangerous=args.override_dangerous, timeout=args.timeout,
+                            skip_unsupported=args.skip_unsupported)
 
     if is_folder_input(Path(args.file)):
         return run_folder(args, convert_one, exit_for)

@@ -4,9 +4,14 @@ Keys are flattened as in `core.flatten`. Tensors that share a storage keep one n
 first, in sorted order, that covers the whole storage, as the safetensors project's own
 converter chooses); identical views become aliases recorded in `__metadata__` as
 `{removed: kept}`; partial views are written as their own (cloned) tensors; everything is
-written contiguous, row-major. Sparse, meta, nested and quantized tensors and dtypes
-safetensors has no code for are skipped and listed. Non-tensor leaves go to a JSON sidecar
-document that the client writes next to the output.
+written contiguous, row-major. Quantized and sparse tensors are written as their parts
+(`sandbox.encoded`: integer representation, scale, zero point, axis; indices, values, shape),
+so nothing is lost. What is still unconvertible (meta and nested tensors, dtypes safetensors
+has no code for) fails the conversion with the keys listed (`unsupported_tensors`), unless
+the request says `skip_unsupported`: then those keys are listed in the report and the
+sidecar. Non-tensor leaves go to a JSON sidecar document that the client writes next to the
+output. "Verified" covers every tensor of the input: each written tensor (or part) is
+compared with its source, and nothing else was left out unless listed as skipped.
 
 The header is written first (offsets are known from the plan), then each tensor's bytes are
 streamed from the memory-mapped source in bounded chunks into the output descriptor the
@@ -32,6 +37,7 @@ import torch
 from safetensors import safe_open
 
 from inspector.core.progress import CancelToken, check
+from inspector.sandbox.encoded import expand, metadata_entry
 from inspector.sandbox.load import SAFETENSORS_DTYPES, LoadError, load_request, split_leaves
 from inspector.sandbox.mapped import PageReleaser
 from inspector.sandbox.stats import (
@@ -109,7 +115,7 @@ def _unsupported(t: torch.Tensor) -> str | None:
     if t.device.type == "meta":
         return "meta tensor has no data"
     if t.is_quantized:
-        return "quantized tensors have no safetensors form"
+        return f"quantized {dtype_name(t.dtype)} with scheme {t.qscheme()} has no encoding"
     if t.dtype not in SAFETENSORS_DTYPES:
         return f"safetensors has no dtype for {dtype_name(t.dtype)}"
     return None
@@ -298,8 +304,15 @@ def convert(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
     torch.set_num_threads(1)
     emit({"type": "progress", "stage": "load", "done": 0, "total": 1})
     tensors, objects = split_leaves(load_request(request))
-    plan = plan_tensors(tensors)
-    metadata = {"format": "pt", **plan.aliases}
+    expanded, encoded = expand(tensors)
+    plan = plan_tensors(expanded)
+    if plan.skipped and not request.get("skip_unsupported"):
+        listed = "; ".join(f"{s['key']} ({s['reason']})" for s in plan.skipped[:20])
+        more = f" and {len(plan.skipped) - 20} more" if len(plan.skipped) > 20 else ""
+        raise LoadError("unsupported_tensors",
+                        f"cannot convert without losing tensors: {listed}{more} "
+                        f"(--skip-unsupported converts the rest and lists these)")
+    metadata = {"format": "pt", **plan.aliases, **metadata_entry(encoded)}
     release = PageReleaser(request.get("_maps_fd"), path)
     release.refresh()
     with Writeback(fd) as writeback:
@@ -307,6 +320,8 @@ def convert(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
         mismatches = verify_output(f"/proc/self/fd/{fd}", plan, digests, metadata, cancel,
                                    emit)
     document, rejected = sidecar_document(objects)
+    if plan.skipped:
+        document["tensors_skipped"] = plan.skipped
     return {
         "verified": not mismatches,
         "mismatches": mismatches,
@@ -319,7 +334,9 @@ def convert(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
         "cloned_views": plan.cloned,
         "made_contiguous": plan.made_contiguous,
         "tensors_skipped": plan.skipped,
+        "tensors_in_input": len(tensors),
+        "encoded": encoded,
         "objects_moved": [k for k in document["values"]],
         "not_serializable": rejected,
-        "sidecar_document": document if objects else None,
+        "sidecar_document": document if objects or plan.skipped else None,
     }

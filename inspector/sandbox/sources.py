@@ -7,7 +7,8 @@ contiguous, row-major and little-endian, so those ranges are read straight from 
 mapping and digests of safetensors files never import torch (seconds saved per verify). A
 plain `torch.save` zip archive that `core.torch_layout` describes completely is read the same
 way, from its stored records; views that are not one row-major run are gathered with numpy
-strides. Anything that layout does not cover is loaded with torch.
+strides. Anything that layout does not cover is loaded with torch; its quantized and sparse
+tensors are read as the parts `sandbox.encoded` names (`KEY::int_repr`, `KEY::indices`, ...).
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ def open_checkpoint(
 def _open_pickled(path: str, fmt: str, allow_globals: Any, maps_fd: int | None) -> Checkpoint:
     import torch
 
+    from inspector.sandbox.encoded import expand
     from inspector.sandbox.load import load_checkpoint, split_leaves
     from inspector.sandbox.mapped import PageReleaser
     from inspector.sandbox.stats import byte_chunks, describe_object, dtype_name, is_dense
@@ -97,6 +99,8 @@ def _open_pickled(path: str, fmt: str, allow_globals: Any, maps_fd: int | None) 
     # One thread here; the caller hashes the file on the other core at the same time.
     torch.set_num_threads(1)
     tensors, objects = split_leaves(load_checkpoint(path, allow_globals))
+    # Quantized and sparse tensors as the parts `convert` writes, so they compare one for one.
+    tensors = expand(tensors)[0]
     release = PageReleaser(maps_fd, path)
     release.refresh()
     sources = []
