@@ -164,10 +164,10 @@ def convert_folder(job: FolderJob, convert_one, force: bool, on_shard=None) -> d
     outputs = [out for _src, out in job.pairs] + ([job.output_index] if job.output_index else [])
     check_outputs(outputs, force)
     if job.index is not None:
-        fatal = [p for p in check_files(job.index) if p.fatal]
-        if fatal:
-            raise FolderError("coverage", "the shards do not match their index", fatal)
+        _raise_fatal(check_files(job.index))
     created: list[Path] = []
+    found: dict[str, list[str]] = {}
+    job.pairs[0][1].parent.mkdir(parents=True, exist_ok=True)
     try:
         for number, (src, out) in enumerate(job.pairs, 1):
             if on_shard is not None:
@@ -180,28 +180,33 @@ def convert_folder(job: FolderJob, convert_one, force: bool, on_shard=None) -> d
                 created.append(out)
                 if report["sidecar"]:
                     created.append(Path(report["sidecar"]))
-        return _finish(job, force)
+            # every key the shard held, written or not, checked at once so a bad set stops early
+            found[src.name] = [*report["digests"], *report["aliases"],
+                               *(s["key"] for s in report["tensors_skipped"])]
+            if job.index is not None:
+                _raise_fatal(check_contents(job.index, found))
+        return _finish(job, found, force)
     except BaseException:
         for path in created:
             path.unlink(missing_ok=True)
         raise
 
 
-def _finish(job: FolderJob, force: bool) -> dict:
-    """Check what was found in each shard against the index; write and check the new index."""
+def _raise_fatal(problems: list[Problem]) -> None:
+    fatal = [p for p in problems if p.fatal]
+    if fatal:
+        raise FolderError("coverage", "the shards do not match their index", fatal)
+
+
+def _finish(job: FolderJob, found: dict[str, list[str]], force: bool) -> dict:
+    """Check `total_size` against the data written; write the new index and check it."""
     pairs = list(zip(job.pairs, job.reports, strict=True))
     written = {out.name: list(r["digests"]) for (_s, out), r in pairs}
     data_bytes = sum(r["bytes_written"] for r in job.reports)
     problems: list[Problem] = []
     if job.index is not None:
-        found = {
-            src.name: [*r["digests"], *r["aliases"], *(s["key"] for s in r["tensors_skipped"])]
-            for (src, _o), r in pairs
-        }
         problems = check_contents(job.index, found, data_bytes)
-        fatal = [p for p in problems if p.fatal]
-        if fatal:
-            raise FolderError("coverage", "the shards do not match their index", fatal)
+        _raise_fatal(problems)
     if job.output_index is not None:
         metadata = dict(job.index.metadata) if job.index is not None else {}
         weight_map = {key: name for name, keys in written.items() for key in keys}

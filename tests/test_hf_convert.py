@@ -1,0 +1,207 @@
+"""`convert DIR` on real transformers layouts: sharded and single `.bin` folders, through a
+Hugging Face cache snapshot, and folders whose shards disagree with their index.
+
+transformers 5 writes only safetensors, so the `.bin` folders are laid out as transformers 4
+wrote them (`pytorch_model-0000X-of-0000N.bin` + `pytorch_model.bin.index.json`, the tied
+`lm_head.weight` saved beside `transformer.wte.weight` in one storage), with the shard
+boundaries transformers' own `save_pretrained(max_shard_size=...)` chooses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from inspector.cli import main
+
+transformers = pytest.importorskip("transformers")
+
+TOKENS = torch.tensor([[5, 17, 300, 2, 999, 41, 7, 7, 64, 0]])
+
+
+@pytest.fixture(scope="module")
+def model():
+    """A 2-layer GPT-2 with hidden size 64, random weights, tied input and output embeddings."""
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=64, n_head=2, vocab_size=1000, n_positions=64,
+        bos_token_id=0, eos_token_id=0,
+    )
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def _bin_folder(folder: Path, model, max_shard_size: str | None) -> Path:
+    """A `.bin` model folder as transformers 4 saved it; one file when max_shard_size is None."""
+    staging = folder.parent / (folder.name + "-staging")
+    model.save_pretrained(staging, max_shard_size=max_shard_size or "1GB")
+    folder.mkdir()
+    for name in ("config.json", "generation_config.json"):
+        shutil.copy(staging / name, folder / name)
+    state = model.state_dict()
+    assert state["lm_head.weight"].data_ptr() == state["transformer.wte.weight"].data_ptr()
+    if max_shard_size is None:
+        torch.save(state, folder / "pytorch_model.bin")
+        shutil.rmtree(staging)
+        return folder
+    index = json.loads((staging / "model.safetensors.index.json").read_text())
+    weight_map = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        keys = [k for k, s in index["weight_map"].items() if s == shard]
+        if "transformer.wte.weight" in keys:
+            keys.append("lm_head.weight")
+        name = shard.replace("model-", "pytorch_model-").replace(".safetensors", ".bin")
+        torch.save({k: state[k] for k in keys}, folder / name)
+        weight_map.update(dict.fromkeys(keys, name))
+    doc = {"metadata": {"total_size": index["metadata"]["total_size"]}, "weight_map": weight_map}
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps(doc, indent=2))
+    shutil.rmtree(staging)
+    return folder
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _loads_strictly_and_identically(folder: Path, model) -> None:
+    loaded, info = transformers.GPT2LMHeadModel.from_pretrained(
+        folder, use_safetensors=True, output_loading_info=True
+    )
+    assert {k: list(v) for k, v in info.items()} == {
+        "missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": [],
+    }
+    loaded.eval()
+    for key, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], tensor), key
+    with torch.no_grad():
+        assert torch.equal(loaded(TOKENS).logits, model(TOKENS).logits)
+
+
+def test_sharded_bin_folder_converts_to_what_transformers_loads(tmp_path, model, capsys):
+    folder = _bin_folder(tmp_path / "gpt2", model, "200KB")
+    before = _digests(folder)
+    shards = sorted(p.name for p in folder.glob("pytorch_model-*.bin"))
+    assert len(shards) >= 3
+    assert main(["convert", str(folder), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {k: v for k, v in _digests(folder).items() if k in before} == before
+    count = len(shards)
+    names = [f"model-{i:05d}-of-{count:05d}.safetensors" for i in range(1, count + 1)]
+    assert sorted(set(_digests(folder)) - set(before)) == sorted(
+        [*names, "model.safetensors.index.json"]
+    )
+    assert report["outputs"] == [str(folder / n) for n in names]
+    assert [s["input"] for s in report["shards"]] == [str(folder / s) for s in shards]
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    old = json.loads((folder / "pytorch_model.bin.index.json").read_text())["weight_map"]
+    # the same shard boundaries: every key stored in the shard of the same number
+    for key, shard in index["weight_map"].items():
+        assert shard == old[key].replace("pytorch_model-", "model-").replace(".bin", ".safetensors")
+    # of the tied pair, one is stored (transformers ties the other on load)
+    dropped = set(old) - set(index["weight_map"])
+    assert len(dropped) == 1 and dropped < {"lm_head.weight", "transformer.wte.weight"}
+    assert index["metadata"]["total_size"] == report["bytes_written"] == sum(
+        t.numel() * t.element_size()
+        for k, t in model.state_dict().items() if k != "lm_head.weight"
+    )
+    assert report["problems"] == []
+    _loads_strictly_and_identically(folder, model)
+
+    assert main(["convert", str(folder / "pytorch_model.bin.index.json")]) == 4
+    assert "exists; refusing to overwrite" in capsys.readouterr().err
+
+
+def test_single_pytorch_model_bin_becomes_model_safetensors(tmp_path, model, capsys):
+    folder = _bin_folder(tmp_path / "gpt2", model, None)
+    out = tmp_path / "converted"
+    assert main(["convert", str(folder), "-o", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["model.safetensors"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "config.json", "generation_config.json", "pytorch_model.bin",
+    ]
+    shutil.copy(folder / "config.json", out / "config.json")
+    _loads_strictly_and_identically(out, model)
+
+    # one file named directly gets the name transformers looks for, beside it
+    assert main(["convert", str(folder / "pytorch_model.bin")]) == 0
+    assert (folder / "model.safetensors").is_file()
+    assert not (folder / "pytorch_model.safetensors").exists()
+
+
+def _hf_cache(root: Path, folder: Path) -> Path:
+    """Move a model folder into a hub cache layout: blobs named by SHA-256, snapshot links."""
+    repo = root / "hub" / "models--org--gpt2-tiny"
+    snapshot = repo / "snapshots" / ("ab" * 20)
+    (repo / "blobs").mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for item in sorted(folder.iterdir()):
+        blob = repo / "blobs" / hashlib.sha256(item.read_bytes()).hexdigest()
+        item.rename(blob)
+        os.symlink(os.path.relpath(blob, snapshot), snapshot / item.name)
+    return snapshot
+
+
+@pytest.mark.parametrize("via", ["snapshot", "index link"])
+def test_converting_through_a_cache_snapshot_never_writes_into_blobs(
+    tmp_path, model, capsys, via
+):
+    snapshot = _hf_cache(tmp_path, _bin_folder(tmp_path / "gpt2", model, "300KB"))
+    blobs = snapshot.parent.parent / "blobs"
+    before = _digests(blobs)
+    target = snapshot if via == "snapshot" else snapshot / "pytorch_model.bin.index.json"
+    assert main(["convert", str(target), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert _digests(blobs) == before
+    written = [Path(p) for p in report["outputs"]] + [Path(report["output_index"])]
+    assert all(p.parent == snapshot and p.is_file() and not p.is_symlink() for p in written)
+    assert all(s["input"].startswith(str(snapshot)) for s in report["shards"])
+    _loads_strictly_and_identically(snapshot, model)
+
+    assert main(["convert", str(snapshot), "-o", str(blobs)]) == 4
+    assert "blobs/" in capsys.readouterr().err
+    assert _digests(blobs) == before
+    # the cache's own files still verify against their blob names; the new ones are copies
+    assert main(["verify", str(snapshot.parent.parent), "--json"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    unchecked = {Path(f["path"]).name for f in doc["files"] if f["status"] == "unchecked"}
+    assert unchecked == {p.name for p in written}
+    assert all(f["status"] in ("ok", "unchecked") for f in doc["files"])
+
+
+def _break(folder: Path, how: str) -> None:
+    index_path = folder / "pytorch_model.bin.index.json"
+    index = json.loads(index_path.read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    if how == "missing shard":
+        (folder / shards[-1]).unlink()
+    elif how == "orphan shard":
+        (folder / "pytorch_model-00009-of-00009.bin").write_bytes(b"left over")
+    elif how == "key not in its shard":
+        index["weight_map"]["transformer.h.9.attn.c_attn.weight"] = shards[0]
+    elif how == "key in the wrong shard":
+        key = next(k for k, s in index["weight_map"].items() if s == shards[-1])
+        index["weight_map"][key] = shards[0]
+    index_path.write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize(
+    "how", ["missing shard", "orphan shard", "key not in its shard", "key in the wrong shard"]
+)
+def test_shards_that_disagree_with_their_index_leave_nothing(tmp_path, model, capsys, how):
+    folder = _bin_folder(tmp_path / "gpt2", model, "300KB")
+    _break(folder, how)
+    before = _digests(folder)
+    assert main(["convert", str(folder), "--json"]) == 7
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["error"]["code"] == "coverage" and doc["problems"]
+    assert _digests(folder) == before
+    assert not any(p.name.startswith(".") for p in folder.iterdir())
