@@ -11,8 +11,9 @@ Overflow: moments are combined in float64 (Chan's parallel combination of per-ch
 sum of squared deviations; within a chunk of up to 4 MiB, float32 pairwise sums, relative
 error about 1e-7); a chunk whose squares could overflow float32 is summed in float64 after
 scaling by a power of two, so a flipped exponent bit (a value near 3e38, or 1.7e308 in
-float64) still gives finite, accurate results. min, max and absmax are the stored values exactly. `std` is the population standard
-deviation (ddof=0) and `std_sample` the sample one (ddof=1, what `torch.std()` returns).
+float64) still gives finite, accurate results. min, max and absmax are the stored values
+exactly. `std` is the population standard deviation (ddof=0) and `std_sample` the sample
+one (ddof=1, what `torch.std()` returns).
 `exponents` counts the finite non-zero values by binary exponent, floor(log2|x|), as
 [[exponent, count], ...]; `core.health` judges magnitude outliers from it. Non-finite
 numbers never appear in a record: see `core.strict_json`.
