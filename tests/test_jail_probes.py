@@ -575,15 +575,10 @@ def test_a_flood_of_lines_beyond_the_total_bound_is_a_violation(tmp_path, selfte
     assert info.value.code == "protocol_violation" and "MiB of output" in info.value.message
 
 
-def test_an_oversized_line_is_cut_off_and_the_client_stays_small(tmp_path):
-    """1.5 GiB without a newline: the client kills the worker and its RSS stays bounded."""
+def _client_growth(tmp_path: Path, flood: str) -> dict:
+    """Run `flood` in the jail from a fresh client process; its outcome and peak RSS growth."""
     payload = tmp_path / "flood.pkl"
-    payload.write_bytes(exec_pickle(PRELUDE + EMITTER + textwrap.dedent("""
-        fd = emit._stream.fileno()
-        block = b'x' * (1 << 20)
-        for _ in range(1536):
-            os.write(fd, block)
-        """)))
+    payload.write_bytes(exec_pickle(PRELUDE + EMITTER + textwrap.dedent(flood)))
     # VmHWM, not ru_maxrss: the latter keeps the forking test process's peak across exec.
     script = textwrap.dedent(f"""
         import json
@@ -605,9 +600,31 @@ def test_an_oversized_line_is_cut_off_and_the_client_stays_small(tmp_path):
                          env=env, cwd=REPO, timeout=300, check=True)
     report = json.loads(out.stdout)
     print("client peak RSS growth:", report["grew_kb"] // 1024, "MiB")
+    return report
+
+
+def test_an_oversized_line_is_cut_off_and_the_client_stays_small(tmp_path):
+    """1.5 GiB without a newline: the client kills the worker and its RSS stays bounded."""
+    report = _client_growth(tmp_path, """
+        fd = emit._stream.fileno()
+        block = b'x' * (1 << 20)
+        for _ in range(1536):
+            os.write(fd, block)
+        """)
     assert report["code"] == "protocol_violation", report
     assert "line longer than" in report["message"]
     assert report["grew_kb"] < 512 * 1024  # one bounded line, not the 1.5 GiB sent
+
+
+def test_a_flood_on_stderr_keeps_only_a_short_tail(tmp_path):
+    """1 GiB on stderr without a newline: the job still ends normally, the client stays small."""
+    report = _client_growth(tmp_path, """
+        block = b'x' * (1 << 20)
+        for _ in range(1024):
+            os.write(2, block)
+        """)
+    assert report["code"] is None, report  # stderr is for diagnostics, not the protocol
+    assert report["grew_kb"] < 256 * 1024
 
 
 # --- the required level ---------------------------------------------------------------
