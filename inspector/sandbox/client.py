@@ -73,7 +73,7 @@ class SandboxError(Exception):
 
 
 def worker_env() -> dict[str, str]:
-    """The worker's whole environment: nothing inherited but the test-suite switch."""
+    """The worker's whole environment: nothing inherited but the test suite's switches."""
     env = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8",
            "HOME": "/nonexistent", "PYTHONDONTWRITEBYTECODE": "1"}
     if os.environ.get(SELFTEST_ENV) == "1":
@@ -112,8 +112,8 @@ def _refusal(sandbox: dict, required: str) -> SandboxError:
     return SandboxError(
         "jail_refused",
         f"not loaded: the jail is only {sandbox.get('description') or level} and "
-        f"{required} is required; --require-jail {allow} (or the app's Required jail setting) "
-        "loads anyway", sandbox=sandbox)
+        f"{required} is required; --require-jail {allow} (in the app, the setting "
+        f"sandbox/require_jail = {allow}) loads anyway", sandbox=sandbox)
 
 
 class _Violation(Exception):
