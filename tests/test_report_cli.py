@@ -84,7 +84,7 @@ def test_json_report_with_manifest_and_folder(tmp_path, fast_env):
     prev, cur = doc["files"]
     assert _checks(cur) == {"safe_format": "fail", "hash_on_record": "pass",
                             "weights_only": "pass", "backup": "pass",
-                            "deterministic": "not_checked"}
+                            "deterministic": "not_checked", "weights_health": "pass"}
     assert _checks(prev)["hash_on_record"] == "fail"
     assert doc["problems"] == ["step-100.pt: manifest verification failed (1 mismatch)"]
     assert cur["load"]["status"] == "loaded" and cur["load"]["sandbox_level"]

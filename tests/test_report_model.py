@@ -71,7 +71,7 @@ def test_dangerous_file_headlines_the_report_and_fails_its_checklist(tmp_path, v
     assert f.file.sha256 == __import__("hashlib").sha256(evil.read_bytes()).hexdigest()
     assert checks(f) == {"safe_format": FAIL, "hash_on_record": NOT_CHECKED,
                          "weights_only": FAIL, "backup": NOT_CHECKED,
-                         "deterministic": NOT_CHECKED}
+                         "deterministic": NOT_CHECKED, "weights_health": NOT_CHECKED}
     assert "os.system" in f.checklist[2].detail
 
 
@@ -118,7 +118,7 @@ def test_benign_session_with_manifest_consistency_and_folder(tmp_path, validator
     validator.validate(report.to_json())
     f = report.files[0]
     assert checks(f) == {"safe_format": FAIL, "hash_on_record": PASS, "weights_only": PASS,
-                         "backup": PASS, "deterministic": PASS}
+                         "backup": PASS, "deterministic": PASS, "weights_health": PASS}
     assert "step-100.pt" in f.checklist[3].detail
     assert f.verification.status == FAIL and f.verification.counts == {"ok": 2, "mismatch": 1}
     assert [t["key"] for t in f.verification.tensors] == ["b"]

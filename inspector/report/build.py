@@ -20,6 +20,7 @@ from inspector.report.sections import (
     consistency_info,
     conversion_info,
     file_info,
+    health_info,
     load_info,
     scan_info,
     summarize_telemetry,
@@ -70,6 +71,7 @@ def _file_report(
     scan = scan_info(scan_dict)
     load = load_info(ev.inspect)
     tensors = summarize_tensors(ev.inspect) if load.status == "loaded" else None
+    health = health_info(ev.inspect) if load.status == "loaded" else None
     verification = verification_info(ev.verify, ev.manifest)
     conversion = conversion_info(ev.conversion)
     consistency = consistency_info(ev.consistency)
@@ -78,13 +80,14 @@ def _file_report(
     return FileReport(
         file=info,
         verdict=verdict,
-        problems=file_problems(verdict, scan, load, tensors, verification, conversion,
-                                consistency),
-        checklist=checklist(ev, session_files, info, scan, load, verification, conversion,
-                            consistency),
+        problems=file_problems(verdict, scan, load, health, verification, conversion,
+                               consistency),
+        checklist=checklist(ev, session_files, info, scan, load, health, verification,
+                            conversion, consistency),
         scan=scan,
         load=load,
         tensors=tensors,
+        health=health,
         verification=verification,
         conversion=conversion,
         consistency=consistency,

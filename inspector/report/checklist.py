@@ -14,10 +14,10 @@ from inspector.report.model import (
     ConversionInfo,
     FileEvidence,
     FileInfo,
+    HealthInfo,
     LoadInfo,
     ScanInfo,
     TelemetrySummary,
-    TensorSummary,
     VerificationInfo,
 )
 
@@ -32,18 +32,40 @@ def checklist(
     info: FileInfo,
     scan: ScanInfo,
     load: LoadInfo,
+    health: HealthInfo | None,
     verification: VerificationInfo | None,
     conversion: ConversionInfo | None,
     consistency: ConsistencyInfo | None,
 ) -> list[CheckItem]:
-    """The five prevention practices for one file, each pass / fail / not checked."""
+    """The five prevention practices and the weights' health, each pass / fail / not checked."""
     return [
         _check_safe_format(info, scan, conversion),
         _check_hash_on_record(ev.path, verification),
         _check_weights_only(info, scan, load),
         _check_backup(ev, session_files),
         _check_deterministic(consistency),
+        _check_weights_health(health),
     ]
+
+
+def _check_weights_health(health: HealthInfo | None) -> CheckItem:
+    title = "Weights are healthy (no NaN or Inf, no flipped-exponent outliers)"
+    if health is None:
+        return CheckItem("weights_health", title, NOT_CHECKED, "the weights were not loaded")
+    by_severity = _findings_by_severity(health)
+    if health.status == "problem":
+        return CheckItem("weights_health", title, FAIL, "; ".join(by_severity["problem"][:5]))
+    detail = f"{health.weights_checked} weight tensors judged"
+    if by_severity["warning"]:
+        detail += "; warnings: " + "; ".join(by_severity["warning"][:5])
+    return CheckItem("weights_health", title, PASS, detail)
+
+
+def _findings_by_severity(health: HealthInfo) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {"problem": [], "warning": [], "info": []}
+    for f in health.findings:
+        out.setdefault(str(f.get("severity")), []).append(f"{f.get('key')}: {f.get('message')}")
+    return out
 
 
 def _check_safe_format(
@@ -170,7 +192,7 @@ def file_problems(
     verdict: str,
     scan: ScanInfo,
     load: LoadInfo,
-    tensors: TensorSummary | None,
+    health: HealthInfo | None,
     verification: VerificationInfo | None,
     conversion: ConversionInfo | None,
     consistency: ConsistencyInfo | None,
@@ -185,9 +207,12 @@ def file_problems(
         problems.append(f"scan failed: {scan.error}")
     if load.status == "failed":
         problems.append(f"jailed load failed: {load.error}")
-    if tensors is not None and tensors.nonfinite:
-        n = len(tensors.nonfinite)
-        problems.append(f"{n} tensor{' contains' if n == 1 else 's contain'} NaN or Inf")
+    if health is not None and health.status == "problem":
+        keys = sorted({str(f.get("key")) for f in health.findings
+                       if f.get("severity") == "problem"})
+        problems.append(f"weights health problem in {len(keys)} tensor"
+                        f"{'' if len(keys) == 1 else 's'}: {', '.join(keys[:5])}"
+                        + (" ..." if len(keys) > 5 else ""))
     if verification is not None and verification.status == FAIL:
         bad = {k: v for k, v in verification.counts.items() if k != "ok"}
         detail = ", ".join(f"{v} {k}" for k, v in sorted(bad.items()))

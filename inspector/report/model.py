@@ -10,11 +10,11 @@ Nothing here imports Qt or torch.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from inspector.core.envinfo import EnvInfo
+from inspector.core.strict_json import strict
 
 if TYPE_CHECKING:
     from inspector.gpu.telemetry import TelemetryStore
@@ -138,7 +138,23 @@ class TensorSummary:
     digest_algorithm: str | None
     dtypes: list[DtypeRow]
     nonfinite: list[NonFiniteRow]
+    """Every tensor holding NaN or Inf, training state included (`HealthInfo` judges them)."""
     largest_abs: list[AbsRow]
+    unique_parameters: int | None = None
+    """Elements counted once per storage (tied weights once); None for older results."""
+    unique_bytes: int | None = None
+
+
+@dataclass
+class HealthInfo:
+    """Weights health, the verdict on the values beside the scan's verdict on the code."""
+
+    status: str
+    """ok | warning | problem"""
+    findings: list[dict]
+    """`core.health` findings: code, key, severity (problem|warning|info), message, ..."""
+    weights_checked: int
+    state_tensors: int
 
 
 @dataclass
@@ -201,6 +217,8 @@ class FileReport:
     scan: ScanInfo
     load: LoadInfo
     tensors: TensorSummary | None
+    health: HealthInfo | None
+    """None when nothing was loaded."""
     verification: VerificationInfo | None
     conversion: ConversionInfo | None
     consistency: ConsistencyInfo | None
@@ -250,19 +268,9 @@ class Report:
 
     def to_json(self) -> dict:
         """The report as a JSON-ready dict (non-finite floats become strings)."""
-        return _finite(asdict(self))
+        return strict(asdict(self))
 
     def dumps(self) -> str:
         """The report as indented JSON text."""
         return json.dumps(self.to_json(), indent=2, allow_nan=False, ensure_ascii=False) + "\n"
 
-
-def _finite(value):
-    """Replace NaN / ±Inf floats with strings so the document is strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value

@@ -54,6 +54,9 @@ th { background-color: #eee; }
 .not_checked { color: #666; }
 .sev-dangerous { color: #b00020; font-weight: bold; }
 .sev-suspicious { color: #b35c00; font-weight: bold; }
+.sev-problem { color: #b00020; font-weight: bold; }
+.sev-warning { color: #b35c00; font-weight: bold; }
+.sev-ok { color: #1b7f3b; font-weight: bold; }
 img.chart { max-width: 100%; }
 @media print {
   body { margin: 0; max-width: none; font-size: 9.5pt; }
@@ -114,9 +117,9 @@ def _summary(report: Report) -> str:
         f"<span class=\"headline\" data-verdict=\"{report.verdict}\">{escape(headline)}</span><br>"
         f"{escape(explanation)}<br><b>{escape(status)}</b></td></tr></table>"
         + (f"<ul>{problems}</ul>" if problems else "")
-        + _table(["File", "Verdict", "Problems"], [
-            [escape(f.file.name), _verdict_cell(f.verdict), escape(str(len(f.problems)))]
-            for f in report.files])
+        + _table(["File", "Code safety", "Weights health", "Problems"], [
+            [escape(f.file.name), _verdict_cell(f.verdict), _health_cell(f),
+             escape(str(len(f.problems)))] for f in report.files])
         + "</section>"
     )
 
@@ -131,7 +134,8 @@ def _file_sections(f: FileReport, n: int, image_src: ImageSrc) -> str:
             ("Modified", escape(f.file.mtime or "unknown")),
             ("Format", escape(f.file.format or "unknown")),
             ("SHA-256", _mono(f.file.sha256 or "not computed")),
-            ("Verdict", _verdict_cell(f.verdict)),
+            ("Code safety", _verdict_cell(f.verdict)),
+            ("Weights health", _health_cell(f)),
         ])),
         _section("checklist", anchor, "Prevention checklist", _table(
             ["Practice", "Result", "Detail"],
@@ -139,6 +143,7 @@ def _file_sections(f: FileReport, n: int, image_src: ImageSrc) -> str:
               escape(c.detail)] for c in f.checklist])),
         _section("scan", anchor, "Static scan (no code ran)", _scan(f)),
         _section("load", anchor, "Jailed weights_only load", _load(f)),
+        _section("health", anchor, "Weights health", _health(f)),
         _section("tensors", anchor, "Tensors", _tensors(f, anchor, image_src)),
         _section("verification", anchor, "Manifest verification", _verification(f)),
         _section("conversion", anchor, "Conversion to safetensors", _conversion(f)),
@@ -197,6 +202,9 @@ def _tensors(f: FileReport, anchor: str, image_src: ImageSrc) -> str:
         ("Tensors", escape(f"{t.count:,}")),
         ("Parameters (all elements)", escape(f"{t.parameters:,}")),
         ("Tensor bytes", escape(_size(t.bytes))),
+    ] + ([("Unique storage (tied weights once)",
+           escape(f"{t.unique_parameters:,} elements, {_size(t.unique_bytes)}"))]
+         if t.unique_parameters is not None else []) + [
         ("Other objects", escape(f"{t.objects:,}")),
         ("Content digest", escape(t.digest_algorithm or "n/a")),
     ])]
@@ -213,6 +221,30 @@ def _tensors(f: FileReport, anchor: str, image_src: ImageSrc) -> str:
     if t.largest_abs:
         parts.append("<h3>Largest magnitudes</h3>" + _table(["Key", "dtype", "max |x|"], [
             [_mono(r.key), _mono(r.dtype), escape(f"{r.abs_max:.6g}")] for r in t.largest_abs]))
+    return "".join(parts)
+
+
+def _health_cell(f: FileReport) -> str:
+    status = f.health.status if f.health is not None else "not assessed"
+    return f"<span class=\"sev-{escape(status)}\">{escape(status.upper())}</span>"
+
+
+def _health(f: FileReport) -> str:
+    h = f.health
+    if h is None:
+        return _not_run("The weights were not loaded, so their values were not judged.")
+    parts = [_kv([
+        ("Status", _health_cell(f)),
+        ("Weight tensors judged", escape(f"{h.weights_checked:,}")),
+        ("Training-state tensors (shown, not judged)", escape(f"{h.state_tensors:,}")),
+    ])]
+    if h.findings:
+        parts.append(_table(["Severity", "Code", "Key", "Finding"], [
+            [_severity(x.get("severity")), _mono(x.get("code")), _mono(x.get("key")),
+             escape(str(x.get("message")))] for x in h.findings]))
+    else:
+        parts.append("<p class=\"pass\">No NaN or Inf, no outliers, no constant or duplicate "
+                     "weights.</p>")
     return "".join(parts)
 
 

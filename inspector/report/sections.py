@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inspector.core.hashing import sha256_file
+from inspector.core.health import assess
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.report.model import (
     FAIL,
@@ -21,6 +22,7 @@ from inspector.report.model import (
     FileEvidence,
     FileInfo,
     GpuTelemetry,
+    HealthInfo,
     LoadInfo,
     NonFiniteRow,
     ScanInfo,
@@ -120,6 +122,7 @@ def summarize_tensors(inspect: dict) -> TensorSummary:
         if magnitude is not None:
             magnitudes.append(AbsRow(str(t.get("key")), dtype, magnitude))
     magnitudes.sort(key=lambda r: r.abs_max, reverse=True)
+    unique = inspect.get("unique_storage") or {}
     return TensorSummary(
         count=len(rows),
         parameters=sum(d.elements for d in by_dtype.values()),
@@ -129,7 +132,17 @@ def summarize_tensors(inspect: dict) -> TensorSummary:
         dtypes=sorted(by_dtype.values(), key=lambda d: d.bytes, reverse=True),
         nonfinite=nonfinite,
         largest_abs=magnitudes[:LARGEST_ABS_ROWS],
+        unique_parameters=unique.get("numel"),
+        unique_bytes=unique.get("nbytes"),
     )
+
+
+def health_info(inspect: dict) -> HealthInfo:
+    """Weights health as the engine judged it (judged here for results saved before it did)."""
+    health = inspect.get("health") or assess(inspect.get("tensors") or []).to_json()
+    return HealthInfo(status=health["status"], findings=list(health.get("findings") or []),
+                      weights_checked=int(health.get("weights_checked") or 0),
+                      state_tensors=int(health.get("state_tensors") or 0))
 
 
 def _abs_max(tensor: dict) -> float | None:
