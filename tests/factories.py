@@ -832,3 +832,302 @@ def save_with_namespace(path: Path) -> Path:
 
 
 BENIGN_BUILDERS["namespace_args"] = save_with_namespace
+
+
+# ---------------------------------------------------------------------------------------------
+# Adversarial builders (issue 12): builder(path, canary) -> path, each with the loader that
+# runs its payload. Loaders: "pickle" (pickle.load), "pickle-all" (pickle.load until the end,
+# as a reader of back-to-back pickles does), "torch" (torch.load(weights_only=False)),
+# "torch-at" (torch.load of the bytes from the second archive on, as torch.distributed.checkpoint
+# reads one item of a .distcp file), "numpy" (numpy.load(allow_pickle=True), every npz member),
+# "joblib" (the compressed-pickle reading of joblib: magic -> decompressor, every member of a
+# multi-member stream, then pickle.load), "dcp" (torch.distributed.checkpoint's read_metadata).
+# ---------------------------------------------------------------------------------------------
+
+
+def _reduce(module: str, name: str, *args: bytes, proto: bytes = PROTO2) -> bytes:
+    """A pickle body (no STOP) that calls module.name(*args), args being pickled operands."""
+    return proto + p_global(module, name) + MARK + b"".join(args) + TUPLE + REDUCE
+
+
+def _npy(descr: str, payload: bytes, version: int = 1) -> bytes:
+    """A .npy file whose header declares `descr` and whose data is `payload`."""
+    header = f"{{'descr': {descr}, 'fortran_order': False, 'shape': (1,), }}"
+    size = 4 if version > 1 else 2
+    pad = 64 - (6 + 2 + size + len(header) + 1) % 64
+    header = (header + " " * pad + "\n").encode("utf-8" if version == 3 else "latin-1")
+    return (b"\x93NUMPY" + bytes([version, 0]) + len(header).to_bytes(size, "little") + header
+            + payload)
+
+
+def adv_truncated_after_reduce(path: Path, canary: Path) -> Path:
+    """The payload's REDUCE runs before pickle.load reaches the truncated end."""
+    return _write(path, _reduce("os", "system", p_unicode(touch_cmd(canary))) + b"X\xff\xff")
+
+
+def adv_bad_opcode_after_reduce(path: Path, canary: Path) -> Path:
+    """An undefined opcode after the payload: the load fails, after the payload ran."""
+    return _write(path, _reduce("os", "system", p_unicode(touch_cmd(canary))) + b"\xff.")
+
+
+def adv_deep_marks_after_payload(path: Path, canary: Path) -> Path:
+    """200,000 nested MARKs after the payload (a resource bomb for recursive scanners)."""
+    data = _reduce("os", "system", p_unicode(touch_cmd(canary))) + MARK * 200_000 + b"N"
+    return _write(path, data + STOP)
+
+
+def adv_huge_memo_after_payload(path: Path, canary: Path) -> Path:
+    """300,000 memo entries after the payload."""
+    puts = b"".join(b"r" + struct.pack("<I", i) for i in range(300_000))
+    return _write(path, _reduce("os", "system", p_unicode(touch_cmd(canary))) + puts + STOP)
+
+
+def adv_payload_after_100_pickles(path: Path, canary: Path) -> Path:
+    """The payload is the 101st of back-to-back pickles (past any small count cap)."""
+    return _write(path, b"\x80\x02N." * 100 + call("os", "system", touch_cmd(canary)))
+
+
+def adv_payload_after_3000_pickles(path: Path, canary: Path) -> Path:
+    """The payload is the 3001st of back-to-back pickles."""
+    return _write(path, b"\x80\x02K\x01." * 3000 + call("os", "system", touch_cmd(canary)))
+
+
+def _tar(members: dict[str, bytes]) -> bytes:
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def _legacy_tar(storages: bytes, tensors: bytes, pickle_member: bytes) -> bytes:
+    import pickle
+
+    return _tar({"sys_info": pickle.dumps({"protocol_version": 1001, "little_endian": True},
+                                          protocol=2),
+                 "storages": storages, "tensors": tensors, "pickle": pickle_member})
+
+
+def adv_legacy_tar_storages(path: Path, canary: Path) -> Path:
+    """torch's legacy tar format; the payload is the `storages` member's first pickle."""
+    payload = call("os", "system", touch_cmd(canary))
+    return _write(path, _legacy_tar(payload, b"\x80\x02K\x00.", b"\x80\x02}."))
+
+
+def adv_legacy_tar_tensors(path: Path, canary: Path) -> Path:
+    """Legacy tar; the payload is the `tensors` member's first pickle."""
+    payload = call("os", "system", touch_cmd(canary))
+    return _write(path, _legacy_tar(b"\x80\x02K\x00.\x80\x02].", payload, b"\x80\x02}."))
+
+
+def adv_legacy_tar_pickle(path: Path, canary: Path) -> Path:
+    """Legacy tar; the payload is the `pickle` member (the object itself)."""
+    payload = call("os", "system", touch_cmd(canary))
+    return _write(path, _legacy_tar(b"\x80\x02K\x00.\x80\x02].", b"\x80\x02K\x00.", payload))
+
+
+def adv_tar_pickle_polyglot(path: Path, canary: Path) -> Path:
+    """A valid tar whose first bytes (the first member's name) are a protocol 0 pickle
+    payload: tar readers see a benign archive, pickle.load runs the payload."""
+    import tarfile
+
+    code = b"cos\nsystem\n(S'touch " + str(canary).encode() + b"'\ntR."
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        info = tarfile.TarInfo(code.decode())
+        info.size = 5
+        tar.addfile(info, io.BytesIO(b"hello"))
+    return _write(path, out.getvalue())
+
+
+def adv_zip_data_pkl_last(path: Path, canary: Path) -> Path:
+    """A torch zip whose data.pkl is the last member, after a record of another name."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("w/version", b"3\n")
+        z.writestr("w/byteorder", b"little")
+        z.writestr("w/data.pkl", call("os", "system", touch_cmd(canary)))
+    return _write(path, out.getvalue())
+
+
+def adv_distcp_second_archive(path: Path, canary: Path) -> Path:
+    """A .distcp-style file: a benign torch.save archive, then a malicious one."""
+    src = _torch_zip_bytes(Path(path).parent)
+    bad = _rewrite_zip(src, {"/data.pkl": call("os", "system", touch_cmd(canary))})
+    return _write(path, src + bad)
+
+
+def adv_npz_member_without_extension(path: Path, canary: Path) -> Path:
+    """An npz member named without .npy: numpy still parses it by its magic."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        z.writestr("weights", _npy("'|O'", call("os", "system", touch_cmd(canary))))
+    return _write(path, out.getvalue())
+
+
+def _npy_builder(descr: str, version: int = 1) -> Callable[[Path, Path], Path]:
+    def build(path: Path, canary: Path) -> Path:
+        return _write(path, _npy(descr, call("os", "system", touch_cmd(canary)), version))
+
+    build.__doc__ = f".npy whose descr {descr} holds Python objects (format {version}.0)"
+    return build
+
+
+def _joblib_split(compress: Callable[[bytes], bytes]) -> Callable[[Path, Path], Path]:
+    def build(path: Path, canary: Path) -> Path:
+        payload = call("os", "system", touch_cmd(canary))
+        half = len(payload) // 2
+        return _write(path, compress(payload[:half]) + compress(payload[half:]))
+
+    build.__doc__ = "a payload pickle split across two members of one compressed stream"
+    return build
+
+
+def adv_zlib_raw(path: Path, canary: Path) -> Path:
+    """A raw zlib stream (what joblib writes for compress='zlib')."""
+    import zlib
+
+    return _write(path, zlib.compress(call("os", "system", touch_cmd(canary))))
+
+
+def adv_lzma_alone(path: Path, canary: Path) -> Path:
+    """An LZMA-alone (.lzma) stream (joblib's compress='lzma')."""
+    import lzma
+
+    return _write(path, lzma.compress(call("os", "system", touch_cmd(canary)),
+                                      format=lzma.FORMAT_ALONE))
+
+
+def _global_call(module: str, name: str, *args: str | bytes | list[str],
+                 proto: bytes = PROTO2) -> Callable[[Path, Path], Path]:
+    """Builder of `module.name(*args)`: text arguments (`{canary}` replaced by the path), lists
+    of text, or raw opcodes (bytes)."""
+    def operand(arg: str | bytes | list[str], canary: Path) -> bytes:
+        if isinstance(arg, bytes):
+            return arg
+        if isinstance(arg, list):
+            return MARK + b"".join(operand(a, canary) for a in arg) + b"l"
+        return p_unicode(arg.replace("{canary}", str(canary)))
+
+    def build(path: Path, canary: Path) -> Path:
+        ops = [operand(a, canary) for a in args]
+        if proto == PROTO4:
+            head = PROTO4 + p_short_unicode(module) + p_short_unicode(name) + STACK_GLOBAL
+            return _write(path, head + MARK + b"".join(ops) + TUPLE + REDUCE + STOP)
+        return _write(path, _reduce(module, name, *ops, proto=proto) + STOP)
+
+    build.__doc__ = f"{module}.{name}(...) creating the canary"
+    return build
+
+
+def adv_typing_eval_type(path: Path, canary: Path) -> Path:
+    """typing._eval_type evaluates a ForwardRef's text: code in a type annotation."""
+    expr = f"__import__('os').system({touch_cmd(canary)!r})"
+    fwd = _reduce("typing", "ForwardRef", p_unicode(expr))[2:]
+    data = PROTO2 + p_global("typing", "_eval_type") + MARK + fwd + EMPTY_DICT + EMPTY_DICT
+    return _write(path, data + TUPLE + REDUCE + STOP)
+
+
+def adv_ndarray_tofile(path: Path, canary: Path) -> Path:
+    """numpy.ndarray.tofile writes an array to a path (protocol 4 dotted name)."""
+    arr = (p_short_unicode("numpy") + p_short_unicode("array") + STACK_GLOBAL + MARK
+           + EMPTY_LIST + b"K\x01" + APPEND + TUPLE + REDUCE)
+    head = PROTO4 + p_short_unicode("numpy") + p_short_unicode("ndarray.tofile") + STACK_GLOBAL
+    data = head + MARK + arr + p_unicode(str(canary)) + TUPLE + REDUCE + STOP
+    return _write(path, data)
+
+
+def adv_pathlib_touch(path: Path, canary: Path) -> Path:
+    """pathlib.Path (a known data class) then Path.touch on it: the method is not data."""
+    p = PROTO4 + p_short_unicode("pathlib") + p_short_unicode("Path") + STACK_GLOBAL
+    obj = p[2:] + MARK + p_unicode(str(canary)) + TUPLE + REDUCE
+    head = PROTO4 + p_short_unicode("pathlib") + p_short_unicode("Path.touch") + STACK_GLOBAL
+    return _write(path, head + MARK + obj + TUPLE + REDUCE + STOP)
+
+
+def adv_getattr_import_module(path: Path, canary: Path) -> Path:
+    """getattr(importlib.import_module('os'), 'system')(cmd)."""
+    mod = _reduce("importlib", "import_module", p_unicode("os"))[2:]
+    func = _reduce("builtins", "getattr", mod, p_unicode("system"))[2:]
+    return _write(path, PROTO2 + func + MARK + p_unicode(touch_cmd(canary)) + TUPLE + REDUCE
+                  + STOP)
+
+
+def adv_memmap(path: Path, canary: Path) -> Path:
+    """numpy.memmap in write mode creates (and sizes) the file it is given."""
+    shape = b"K\x01" + TUPLE1
+    return _write(path, _reduce("numpy", "memmap", p_unicode(str(canary)), p_unicode("uint8"),
+                                p_unicode("w+"), b"K\x00", shape) + STOP)
+
+
+def adv_pickle_loads_alias(path: Path, canary: Path) -> Path:
+    """_pickle.loads (the C module pickle.loads comes from) of an inner payload."""
+    inner = call("os", "system", touch_cmd(canary))
+    data = _reduce("_pickle", "loads", b"C" + bytes([len(inner)]) + inner, proto=PROTO4)
+    return _write(path, data + STOP)
+
+
+ADVERSARIAL_BUILDERS: dict[str, tuple[str, Callable[[Path, Path], Path]]] = {
+    # never crash, never hide
+    "truncated_after_reduce": ("pickle", adv_truncated_after_reduce),
+    "bad_opcode_after_reduce": ("pickle", adv_bad_opcode_after_reduce),
+    "deep_marks_after_payload": ("pickle", adv_deep_marks_after_payload),
+    "huge_memo_after_payload": ("pickle", adv_huge_memo_after_payload),
+    "payload_after_100_pickles": ("pickle-all", adv_payload_after_100_pickles),
+    "payload_after_3000_pickles": ("pickle-all", adv_payload_after_3000_pickles),
+    # what a loader reads: torch's legacy tar, zips whatever their order, polyglots
+    "legacy_tar_storages": ("torch", adv_legacy_tar_storages),
+    "legacy_tar_tensors": ("torch", adv_legacy_tar_tensors),
+    "legacy_tar_pickle": ("torch", adv_legacy_tar_pickle),
+    "tar_pickle_polyglot": ("pickle", adv_tar_pickle_polyglot),
+    "zip_data_pkl_last": ("torch", adv_zip_data_pkl_last),
+    "distcp_second_archive": ("torch-at", adv_distcp_second_archive),
+    # NumPy descr grammar
+    "npz_member_without_extension": ("numpy", adv_npz_member_without_extension),
+    "npy_descr_object_word": ("numpy", _npy_builder("'object'")),
+    "npy_descr_O8": ("numpy", _npy_builder("'O8'")),
+    "npy_descr_struct_field": ("numpy", _npy_builder("[('a', '<i4'), ('b', '|O')]")),
+    "npy_descr_subarray": ("numpy", _npy_builder("('|O', (2,))")),
+    "npy_descr_nested_struct": ("numpy", _npy_builder("[('outer', [('inner', '|O')])]")),
+    "npy_descr_titled_field": ("numpy", _npy_builder("[(('title', 'name'), '|O')]")),
+    "npy_descr_field_shape": ("numpy", _npy_builder("[('a', '|O', (2,))]")),
+    "npy_descr_field_subarray": ("numpy", _npy_builder("[('a', ('|O', (3,)))]")),
+    "npy_version_2": ("numpy", _npy_builder("'|O'", 2)),
+    "npy_version_3": ("numpy", _npy_builder("'|O'", 3)),
+    # compression wrappers
+    "gzip_split_members": ("joblib", _joblib_split(lambda b: __import__("gzip").compress(b))),
+    "bz2_split_streams": ("joblib", _joblib_split(lambda b: __import__("bz2").compress(b))),
+    "xz_split_streams": ("joblib", _joblib_split(lambda b: __import__("lzma").compress(b))),
+    "zlib_split_streams": ("joblib", _joblib_split(lambda b: __import__("zlib").compress(b))),
+    "zlib_raw": ("joblib", adv_zlib_raw),
+    "lzma_alone": ("joblib", adv_lzma_alone),
+    # globals by capability
+    "typing_eval_type": ("pickle", adv_typing_eval_type),
+    "ndarray_tofile": ("pickle", adv_ndarray_tofile),
+    "untyped_storage_from_file": ("pickle", _global_call(
+        "torch", "UntypedStorage.from_file", "{canary}", b"\x88", b"K\x10",
+        proto=PROTO4)),
+    "sqlite3_connect": ("pickle", _global_call("sqlite3", "connect", "{canary}")),
+    "builtins_open": ("pickle", _global_call("builtins", "open", "{canary}", "w")),
+    "io_open_alias": ("pickle", _global_call("_io", "open", "{canary}", "w")),
+    "codecs_open": ("pickle", _global_call("codecs", "open", "{canary}", "w")),
+    "zipfile_writer": ("pickle", _global_call("zipfile", "ZipFile", "{canary}",
+                                              "w")),
+    "tarfile_writer": ("pickle", _global_call("tarfile", "open", "{canary}", "w")),
+    "shutil_copy": ("pickle", _global_call("shutil", "copyfile", "/etc/hostname",
+                                           "{canary}")),
+    "subprocess_popen": ("pickle", _global_call("subprocess", "Popen", ["touch", "{canary}"])),
+    "numpy_memmap": ("pickle", adv_memmap),
+    "numpy_savetxt": ("pickle", _global_call("numpy", "savetxt", "{canary}",
+                                             EMPTY_LIST + b"K\x01" + APPEND)),
+    "torch_save": ("pickle", _global_call("torch", "save", b"K\x01", "{canary}")),
+    "pathlib_touch": ("pickle", adv_pathlib_touch),
+    "getattr_import_module": ("pickle", adv_getattr_import_module),
+    "profile_run": ("pickle", _global_call(
+        "profile", "run", "__import__('pathlib').Path('{canary}').touch()")),
+    "pickle_loads_alias": ("pickle", adv_pickle_loads_alias),
+}

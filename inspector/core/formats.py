@@ -82,7 +82,8 @@ def is_tar(head: bytes) -> bool:
 
 def zip_kind(names: list[str]) -> str:
     """Which kind of zip archive a list of member names is."""
-    if any(n == "data.pkl" or n.endswith("/data.pkl") for n in names):
+    # torch's reader finds members case-insensitively (miniz), so "A/DATA.PKL" is data.pkl
+    if any(n.lower() == "data.pkl" or n.lower().endswith("/data.pkl") for n in names):
         if any(n.endswith("constants.pkl") for n in names) and any("/code/" in n for n in names):
             return "torchscript"
         return "pytorch-zip"

@@ -12,6 +12,7 @@ import functools
 import gc
 import mmap
 import os
+import struct
 import time
 import zlib
 from collections.abc import Iterable, Iterator
@@ -231,10 +232,16 @@ class _Scan:
         res = self.result
         order = sorted(self.uses.values(), key=lambda g: (-rank(g.severity), g.module, g.name))
         res.globals = order
-        if res.format not in TORCH_WEIGHTS_FORMATS:
+        # torch.load hands a path named *.safetensors to safetensors.torch.load_file, which
+        # refuses any header the check finds fault with; the name decides, not the content
+        by_name = res.path.endswith(".safetensors")
+        if by_name and (res.format != "safetensors" or res.findings):
+            self.block("torch.load reads a *.safetensors path with safetensors, which refuses it")
+        elif not by_name and res.format not in TORCH_WEIGHTS_FORMATS:
             res.weights_only_blockers.insert(0, f"torch.load does not read {res.format} files "
                                                 "(it needs a torch zip archive or legacy stream)")
-        res.weights_only_ok = res.format in TORCH_WEIGHTS_FORMATS and not self.torch_refuses
+        res.weights_only_ok = (res.format in TORCH_WEIGHTS_FORMATS or by_name) and (
+            not self.torch_refuses)
         res.weights_only_source = self.rules.source
         res.verdict = worst([g.severity for g in order] + [f.severity for f in res.findings])
         # what was found stays found: a dangerous import is reported even in a broken file
@@ -314,12 +321,38 @@ def _storage_itemsize(storage_type: str) -> int | None:
 def _scan_zip(ctx: _Scan, buf) -> None:
     """Every archive in the file: one, or the back-to-back archives of a `.distcp` file."""
     spans = zipread.archive_spans(buf)
+    if len(spans) == 1:
+        _scan_archive(ctx, buf, zipread.read_zip(buf))
+        return
+    refuses, blockers = ctx.torch_refuses, list(ctx.result.weights_only_blockers)
     for start, end in spans:
         _scan_archive(ctx, buf, zipread.read_zip(buf, start, end))
-    if len(spans) > 1:
-        ctx.result.format = "distcp"
-        ctx.find("info", "zip-concatenated", f"{len(spans)} zip archives back to back (as "
-                 "torch.distributed.checkpoint writes its .distcp data files); all were scanned")
+    # what torch.load itself reads is decided below, not by every archive's content
+    ctx.torch_refuses, ctx.result.weights_only_blockers[:] = refuses, blockers
+    ctx.result.format = "distcp"
+    ctx.find("info", "zip-concatenated", f"{len(spans)} zip archives back to back (as "
+             "torch.distributed.checkpoint writes its .distcp data files); all were scanned")
+    _torch_view(ctx, buf, spans)
+
+
+def _torch_view(ctx: _Scan, buf, spans: list[tuple[int, int]]) -> None:
+    """torch.load of back-to-back archives: its reader takes the last end record's offsets as
+    if that archive began the file, which lands on another archive's directory or on garbage."""
+    try:
+        view = zipread.read_zip(buf)
+    except (ValueError, struct.error):
+        view = None
+    broken = view is None or not view.members or any(
+        a.code in ("zip-central-directory", "zip-bad-offset") for a in view.anomalies)
+    span = None if broken else next(
+        (s for s in spans if s[0] <= view.members[0].header_offset < s[1]), None)
+    if span is None:
+        ctx.block("torch.load finds no consistent archive in back-to-back archives")
+        return
+    probe = _Scan(ScanResult(ctx.result.path), ctx.rules)
+    _scan_archive(probe, buf, zipread.read_zip(buf, *span))
+    for reason in probe.result.weights_only_blockers:
+        ctx.block(reason)
 
 
 def _record_may_be_pickle(buf, m: zipread.Member) -> bool:
@@ -345,7 +378,7 @@ def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
     # torch reads the folder of the first member and refuses members outside it.
     prefix = members[0].name.split("/", 1)[0] if members else ""
     by_name = {m.name: m for m in members}
-    main = by_name.get(f"{prefix}/data.pkl")
+    main = zipread.torch_member(members, f"{prefix}/data.pkl")
     torch_zip = kind == "pytorch-zip"
     if torch_zip:
         outside = next((m.name for m in members if not m.name.startswith(prefix + "/")), None)
@@ -364,9 +397,11 @@ def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
                 skipped_crc += 1
                 continue
             crc_budget -= m.compressed_size
-            if _crc32(buf, m.data_offset, m.compressed_size) != m.crc:
-                ctx.find(SUSPICIOUS, "zip-crc-mismatch", "CRC-32 does not match the central "
-                         "directory (corrupted or tampered tensor data)", m.name)
+            actual = _crc32(buf, m.data_offset, m.compressed_size)
+            if actual != m.crc:
+                ctx.find(SUSPICIOUS, "zip-crc-mismatch", f"CRC-32 {actual:08x} does not match "
+                         f"{m.crc:08x} in the central directory (corrupted or tampered tensor "
+                         "data)", m.name)
             if not _record_may_be_pickle(buf, m):
                 continue  # tensor bytes: torch never unpickles a record
             data = bytes(buf[m.data_offset:m.data_offset + m.compressed_size])
@@ -384,8 +419,9 @@ def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
                     ctx.block(f"{m.name} cannot be read")
                 continue
             if not zipread.crc_ok(data, m):
-                ctx.find(SUSPICIOUS, "zip-crc-mismatch", "CRC-32 does not match the central "
-                         "directory (corrupted, tampered or encrypted)", m.name)
+                ctx.find(SUSPICIOUS, "zip-crc-mismatch", f"CRC-32 {zlib.crc32(data):08x} does "
+                         f"not match {m.crc:08x} in the central directory (corrupted, tampered "
+                         "or encrypted)", m.name)
         if is_record and not (_pickle_head(data[:2]) or (data[:1]
                               and data[0] in formats.PICKLE_FIRST_BYTES)):
             continue

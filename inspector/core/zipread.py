@@ -225,3 +225,55 @@ def member_bytes(buf, member: Member, max_size: int) -> bytes:
 def crc_ok(data: bytes, member: Member) -> bool:
     """Whether `data` matches the CRC-32 the central directory records."""
     return zlib.crc32(data) & 0xFFFFFFFF == member.crc
+
+
+def _miniz_key(name: str) -> bytes:
+    # miniz compares names byte by byte with ASCII-only lowercasing (MZ_TOLOWER)
+    return name.encode("utf-8", "surrogateescape").lower()
+
+
+def _miniz_sorted(keys: list[bytes]) -> list[int]:
+    """Central-directory indices in the order miniz's (unstable) heapsort leaves them (bytes
+    compare as mz_zip_reader_filename_less does: lexicographic, a prefix first)."""
+    idx = list(range(len(keys)))
+    size = len(idx)
+    if size <= 1:
+        return idx
+
+    def sift(root: int, end: int) -> None:
+        while (child := 2 * root + 1) < end:
+            if child + 1 < end and keys[idx[child]] < keys[idx[child + 1]]:
+                child += 1
+            if not keys[idx[root]] < keys[idx[child]]:
+                return
+            idx[root], idx[child] = idx[child], idx[root]
+            root = child
+
+    for start in range((size - 2) >> 1, -1, -1):
+        sift(start, size)
+    for end in range(size - 1, 0, -1):
+        idx[end], idx[0] = idx[0], idx[end]
+        sift(0, end)
+    return idx
+
+
+def torch_member(members: list[Member], name: str) -> Member | None:
+    """The member torch's reader (miniz: sorted central directory, case-insensitive binary
+    search) opens for `name`; with duplicate names that is not simply the first or last."""
+    target = _miniz_key(name)
+    matches = [m for m in members if len(m.name) == len(name) and _miniz_key(m.name) == target]
+    if len(matches) <= 1:
+        return matches[0] if matches else None
+    keys = [_miniz_key(m.name) for m in members]
+    order = _miniz_sorted(keys)
+    lo, hi = 0, len(order) - 1
+    while lo <= hi:
+        mid = lo + ((hi - lo) >> 1)
+        key = keys[order[mid]]
+        if key == target:
+            return members[order[mid]]
+        if key < target:
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    return None

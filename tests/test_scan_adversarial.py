@@ -1,0 +1,125 @@
+"""Adversarial samples of issue 12: each is first proven malicious (its payload runs under its
+target loader in a throwaway process and creates its canary there), then scanned: never safe,
+and (at least 90 % of them, all today) dangerous, with nothing executed by the scan."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from factories import ADVERSARIAL_BUILDERS
+
+from inspector.core.scan import scan_file
+
+# Runs one sample under its loader; the canary is the only file its folder may gain.
+LOADER = r"""
+import io, pickle, sys
+kind, path, arg = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+def joblib_stream(raw):
+    import bz2, lzma, zlib
+    if raw[:2] == b"\x1f\x8b" or raw[:1] == b"\x78":
+        out, rest = b"", raw
+        while rest:  # joblib's BinaryZlibFile reads stream after stream
+            d = zlib.decompressobj(31 if rest[:2] == b"\x1f\x8b" else 15)
+            out += d.decompress(rest)
+            rest = d.unused_data
+        return io.BytesIO(out)
+    if raw[:3] == b"BZh":
+        return bz2.BZ2File(io.BytesIO(raw))
+    if raw[:6] == b"\xfd7zXZ\x00":
+        return lzma.LZMAFile(io.BytesIO(raw), format=lzma.FORMAT_XZ)
+    return lzma.LZMAFile(io.BytesIO(raw), format=lzma.FORMAT_ALONE)
+
+
+try:
+    if kind == "pickle":
+        with open(path, "rb") as f:
+            pickle.load(f)
+    elif kind == "pickle-all":
+        with open(path, "rb") as f:
+            while f.read(1):
+                f.seek(-1, 1)
+                pickle.load(f)
+    elif kind == "torch":
+        import torch
+        torch.load(path, weights_only=False)
+    elif kind == "torch-at":
+        import torch
+        raw = open(path, "rb").read()
+        torch.load(io.BytesIO(raw[int(arg):]), weights_only=False)
+    elif kind == "numpy":
+        import numpy
+        out = numpy.load(path, allow_pickle=True)
+        if hasattr(out, "files"):
+            [out[name] for name in out.zip.namelist()]
+    elif kind == "joblib":
+        pickle.load(joblib_stream(open(path, "rb").read()))
+    elif kind == "dcp":
+        from torch.distributed.checkpoint import FileSystemReader
+        FileSystemReader(arg).read_metadata()
+except Exception as exc:
+    print("loader raised", type(exc).__name__, str(exc)[:200])
+"""
+
+
+def _loader_arg(name: str, path: Path, work: Path) -> str:
+    if name == "distcp_second_archive":
+        return str(len((work / "_base_ckpt.pt").read_bytes()))
+    return str(path.parent)
+
+
+@pytest.fixture(scope="module")
+def proven(tmp_path_factory, python_exe):
+    """Every sample, built and proven malicious; the proof's canary removed afterwards."""
+    work = tmp_path_factory.mktemp("adversarial")
+    short = Path(tempfile.mkdtemp(prefix="adv", dir="/tmp"))  # short: tar names hold 100 bytes
+    samples = {}
+    for name, (loader, build) in sorted(ADVERSARIAL_BUILDERS.items()):
+        canary_dir = short / f"{len(samples)}"
+        canary_dir.mkdir()
+        path = build(work / f"{name}.bin", canary_dir / "c")
+        proc = subprocess.run([python_exe, "-c", LOADER, loader, str(path),
+                               _loader_arg(name, path, work)],
+                              capture_output=True, text=True, timeout=300, cwd=short)
+        ran = [p.name for p in canary_dir.iterdir()]
+        samples[name] = (path, canary_dir, ran, proc.stdout + proc.stderr)
+        for p in canary_dir.iterdir():
+            p.unlink()
+    yield samples
+    for _, canary_dir, _, _ in samples.values():
+        canary_dir.rmdir()
+    short.rmdir()
+
+
+def test_enough_samples_across_the_classes():
+    loaders = {loader for loader, _ in ADVERSARIAL_BUILDERS.values()}
+    assert len(ADVERSARIAL_BUILDERS) >= 40
+    assert {"pickle", "pickle-all", "torch", "torch-at", "numpy", "joblib"} <= loaders
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIAL_BUILDERS))
+def test_payload_runs_under_its_loader(proven, name):
+    _, _, ran, output = proven[name]
+    assert ran, f"{name}: the payload did not run under its loader: {output}"
+
+
+@pytest.mark.parametrize("name", sorted(ADVERSARIAL_BUILDERS))
+def test_scan_is_never_safe_and_runs_nothing(proven, name):
+    path, canary_dir, _, _ = proven[name]
+    before = path.read_bytes()
+    res = scan_file(path)
+    assert res.verdict != "safe", res.to_json()
+    assert res.error is None or res.verdict == "dangerous", res.to_json()
+    assert not any(canary_dir.iterdir()), "the scan executed the payload"
+    assert path.read_bytes() == before
+
+
+def test_at_least_ninety_percent_dangerous(proven):
+    verdicts = {name: scan_file(path).verdict for name, (path, *_) in proven.items()}
+    dangerous = [n for n, v in verdicts.items() if v == "dangerous"]
+    assert len(dangerous) >= 0.9 * len(verdicts), {n: v for n, v in verdicts.items()
+                                                  if v != "dangerous"}
