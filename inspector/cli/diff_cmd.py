@@ -9,6 +9,7 @@ from pathlib import Path
 
 from inspector.cli.inspect_cmd import EXIT_JAIL, JAIL_ERRORS, add_require_jail_argument
 from inspector.cli.verify_cmd import stderr_progress
+from inspector.core.termtext import escape
 
 EXIT_IDENTICAL = 0
 EXIT_DIFFERENT = 1
@@ -75,15 +76,15 @@ def _progress_events(progress):
 def print_human(result: dict) -> None:
     """Totals, one sentence per key that differs, and the first flips of each tensor."""
     a, b = result["a"], result["b"]
-    print(f"A: {a['path']} ({a['format']})")
-    print(f"B: {b['path']} ({b['format']})")
+    print(escape(f"A: {a['path']} ({a['format']})"))
+    print(escape(f"B: {b['path']} ({b['format']})"))
     counts = ", ".join(f"{n} {status}" for status, n in sorted(result["counts"].items()))
     verdict = "identical tensors" if result["identical"] else "DIFFERENT"
     print(f"{verdict}: {len(result['tensors'])} tensors ({counts})")
     for record in result["tensors"]:
         if record["status"] == "identical":
             continue
-        print(f"  {record['summary']}")
+        print(escape(f"  {record['summary']}"))
         if record["status"] == "changed":
             print(
                 f"    {_elements(record['changed_elements'])}; max abs diff "
@@ -103,7 +104,7 @@ def print_human(result: dict) -> None:
         if len(record["bitflips"]) > _SHOWN_FLIPS:
             print(f"    … {record['single_bit_flips'] - _SHOWN_FLIPS} more single-bit flips")
     for obj in result.get("objects", []):
-        print(f"  object `{obj['key']}` {obj['status']}: {obj['a']} -> {obj['b']}")
+        print(escape(f"  object `{obj['key']}` {obj['status']}: {obj['a']} -> {obj['b']}"))
 
 
 def _num(value: float | None) -> str:

@@ -28,6 +28,7 @@ import argparse
 import sys
 
 from inspector.core import strict_json
+from inspector.core.termtext import escape
 from inspector.core.verdict import exit_code
 
 EXIT_LOAD_FAILED = 5
@@ -162,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(strict_json.dumps(report))
     else:
-        print("\n".join(_human(report)))
+        print("\n".join(escape(line) for line in _human(report)))  # text from the file
     if report.get("error"):
         return error_exit(report["error"])
     code = exit_code((report.get("scan") or {}).get("verdict", "safe"))

@@ -16,6 +16,7 @@ from inspector.core.hashing import is_sha256_hex
 from inspector.core.hfcache import is_cache_path, verify_cache
 from inspector.core.manifest import ManifestError, read_manifest
 from inspector.core.progress import ProgressFn
+from inspector.core.termtext import escape
 from inspector.core.verify import (
     TensorDigestFn,
     VerifyResult,
@@ -156,7 +157,7 @@ def print_human(result: VerifyResult) -> None:
             detail = ""
         if f.note:
             detail += f"  ({f.note})"
-        print(f"{f.status.upper():<14} {f.path}{detail}")
+        print(escape(f"{f.status.upper():<14} {f.path}{detail}"))
     for t in result.tensors:
         if t.status == "ok":
             continue
@@ -165,9 +166,9 @@ def print_human(result: VerifyResult) -> None:
             detail = f"  {got[0]}{got[1]}, expected {want[0]}{want[1]}"
         else:
             detail = ""
-        print(f"  tensor {t.status.upper():<22} {t.key} ({t.file}){detail}")
+        print(escape(f"  tensor {t.status.upper():<22} {t.key} ({t.file}){detail}"))
     for error in result.errors:
-        print(f"ERROR          {error}")
+        print(escape(f"ERROR          {error}"))
     totals = [_totals("file", result.files)]
     if result.tensors:
         totals.append(_totals("tensor", result.tensors))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 
 def _escaped(ch: str) -> str:
     code = ord(ch)
@@ -16,3 +18,13 @@ def escape(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(ch if ch.isprintable() else _escaped(ch) for ch in text)
+
+
+def html_escape(text: str, quote: bool = True) -> str:
+    """`html.escape`, with each control or format character shown as a marked `\\xNN` /
+    `\\uNNNN` (`<mark class="ctl">`), so a report shows what a file tried to hide; line breaks
+    and tabs, harmless in HTML, stay."""
+    if text.isprintable():
+        return html.escape(text, quote)
+    return "".join(html.escape(ch, quote) if ch.isprintable() or ch in "\n\t"
+                   else f'<mark class="ctl">{_escaped(ch)}</mark>' for ch in text)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Callable
-from html import escape
 
 from inspector.core.atomic import write_text_atomic
+from inspector.core.termtext import html_escape as escape  # marks control characters visibly
 from inspector.report import charts
 from inspector.report.model import FAIL, PASS, FileReport, Report
 
