@@ -1131,3 +1131,60 @@ ADVERSARIAL_BUILDERS: dict[str, tuple[str, Callable[[Path, Path], Path]]] = {
         "profile", "run", "__import__('pathlib').Path('{canary}').touch()")),
     "pickle_loads_alias": ("pickle", adv_pickle_loads_alias),
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# Fuzzing (issue 12): seed files of every format the scanner reads, and one mutation step
+# ---------------------------------------------------------------------------------------------
+
+
+def fuzz_seeds(folder: Path) -> list[Path]:
+    """Small files of every format the scanner reads, benign and malicious (the canary of the
+    malicious ones lies in `folder`, where nothing may ever create it)."""
+    import bz2
+    import gzip
+    import lzma
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    canary = folder / "CANARY_EXECUTED"
+    payload = call("os", "system", touch_cmd(canary))
+    seeds = [save_state_dict(folder / "zip.pt"), save_legacy(folder / "legacy.pt"),
+             save_safetensors(folder / "st.safetensors"), save_npy(folder / "a.npy"),
+             save_npz(folder / "a.npz"), save_npy_object(folder / "o.npy"),
+             save_protocol4(folder / "p4.pkl")]
+    blobs = {"gz.pkl": gzip.compress(payload), "bz.pkl": bz2.compress(payload),
+             "xz.pkl": lzma.compress(payload), "tar.pt": _legacy_tar(
+                 b"\x80\x02K\x00.\x80\x02].", b"\x80\x02K\x00.", payload),
+             "evil.pkl": payload, "memo.pkl": mal_stack_global_memo(
+                 folder / "_m.pkl", canary).read_bytes()}
+    for name, data in blobs.items():
+        seeds.append(_write(folder / name, data))
+    seeds.append(adv_distcp_second_archive(folder / "two.distcp", canary))
+    return seeds
+
+
+def mutate(data: bytes, rng) -> bytes:
+    """One to four random edits of `data`: bit flips, random or boundary bytes, inserted,
+    deleted, repeated or truncated spans (`rng` is a random.Random, so runs repeat)."""
+    out = bytearray(data)
+    for _ in range(rng.randint(1, 4)):
+        n = len(out)
+        at = rng.randrange(n) if n else 0
+        size = min(n - at, rng.choice((1, 2, 4, 8, 64, 512)))
+        op = rng.randrange(7)
+        if op == 0 and n:
+            out[at] ^= 1 << rng.randrange(8)
+        elif op == 1:
+            out[at:at + size] = bytes(rng.randrange(256) for _ in range(size))
+        elif op == 2:
+            out[at:at + size] = bytes([rng.choice((0, 0x7F, 0x80, 0xFF))]) * size
+        elif op == 3:
+            out[at:at] = bytes(rng.randrange(256) for _ in range(rng.choice((1, 4, 32))))
+        elif op == 4:
+            del out[at:at + size]
+        elif op == 5:
+            out[at:at] = out[at:at + size] * rng.choice((2, 16, 256))
+        else:
+            del out[at:]
+    return bytes(out)
