@@ -55,6 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true",
                         help="replace an existing output and sidecar")
     parser.add_argument("--json", action="store_true", help="print the conversion report as JSON")
+    parser.add_argument("--quiet", "-q", action="store_true",
+                        help="no progress on stderr (shown only on a terminal anyway)")
     parser.add_argument("--skip-unsupported", action="store_true",
                         help="convert even when some tensors have no safetensors form; the "
                              "skipped keys are listed in the output and the sidecar")
@@ -103,14 +105,21 @@ def exit_for(exc: Exception) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Convert one checkpoint; see the module docstring for exit codes."""
-    from inspector.cli.convert_folder import default_output, is_folder_input, run_folder
+    from inspector.cli.convert_folder import (
+        clear_progress,
+        default_output,
+        is_folder_input,
+        run_folder,
+        stderr_progress,
+    )
     from inspector.sandbox.client import SandboxError, convert_file
 
     def convert_one(source: str | Path, output: Path, overwrite: bool) -> dict:
         return convert_file(source, output, overwrite=overwrite,
                             allow_globals=args.allow_global,
                             override_dangerous=args.override_dangerous, timeout=args.timeout,
-                            skip_unsupported=args.skip_unsupported)
+                            skip_unsupported=args.skip_unsupported,
+                            on_event=stderr_progress(args))
 
     if is_folder_input(Path(args.file)):
         return run_folder(args, convert_one, exit_for)
@@ -120,7 +129,10 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_OUTPUT
     try:
-        report = convert_one(args.file, output, args.force)
+        try:
+            report = convert_one(args.file, output, args.force)
+        finally:
+            clear_progress(args)
         report["input"] = os.path.abspath(args.file)  # the user's path, not a link's target
     except SandboxError as exc:
         if args.json:

@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -264,17 +265,39 @@ def human_lines(report: dict) -> list[str]:
     return lines
 
 
+def stderr_progress(args: argparse.Namespace) -> Callable[[dict], None] | None:
+    """The worker's progress events as one line on stderr: on a terminal, unless --quiet."""
+    if getattr(args, "quiet", False) or not sys.stderr.isatty():
+        return None
+
+    def show(event: dict) -> None:
+        if event.get("type") == "progress" and event.get("total"):
+            percent = 100 * event["done"] // event["total"]
+            print(f"\r{event['stage']:<8}{percent:3d}%", end="", file=sys.stderr, flush=True)
+
+    return show
+
+
+def clear_progress(args: argparse.Namespace) -> None:
+    """Blank the progress line before the result is printed."""
+    if stderr_progress(args) is not None:
+        print("\r" + " " * 12 + "\r", end="", file=sys.stderr, flush=True)
+
+
 def run_folder(args: argparse.Namespace, convert_one, exit_for) -> int:
     """`convert` of a folder or index; exit codes as for one file, 7 for coverage problems."""
-    show = sys.stderr.isatty() and not getattr(args, "quiet", False)
+    show = stderr_progress(args) is not None
 
     def on_shard(number: int, count: int, src: Path) -> None:
         if show:
-            print(f"converting {number}/{count}: {src}", file=sys.stderr, flush=True)
+            print(f"\rconverting {number}/{count}: {src}", file=sys.stderr, flush=True)
 
     try:
         job = plan_folder(Path(args.file), args.output)
-        report = convert_folder(job, convert_one, args.force, on_shard)
+        try:
+            report = convert_folder(job, convert_one, args.force, on_shard)
+        finally:
+            clear_progress(args)
     except FolderError as exc:
         return _fail(args, exc.code, exc.message, exc.problems, _FOLDER_EXITS.get(exc.code, 3))
     except _sandbox_errors() as exc:
