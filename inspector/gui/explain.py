@@ -50,6 +50,43 @@ VERDICT_TEXT: dict[str, Explanation] = {
 
 PENDING = Explanation("Scanning…", "Reading the pickle opcodes; nothing from the file runs.", "")
 
+CORRUPT = Explanation(
+    "Damaged — the file's data is corrupted",
+    "Its bytes do not match the checksums or sizes the file itself records: a damaged "
+    "download or copy, failing storage, or tampering. This is not about which code to allow.",
+    "Get the file again and compare its SHA-256 with the publisher's; if a copy on your own "
+    "storage keeps changing, check the disk.",
+)
+
+INTEGRITY_CODES = frozenset({
+    "zip-crc-mismatch", "zip-missing-record", "zip-member-unreadable", "storage-size-mismatch",
+    "storage-record-larger", "safetensors-bounds",
+})
+"""Static-scan findings that mean damaged data (integrity), not code."""
+
+HEALTH_TEXT: dict[str, Explanation] = {
+    "ok": Explanation(
+        "Weights look healthy",
+        "No NaN or Inf, no value orders of magnitude above the rest of its tensor, no constant "
+        "or duplicated weight matrix.", ""),
+    "warning": Explanation(
+        "Weights: worth a look",
+        "A weight matrix is constant or all zero, or two weights are bit-for-bit copies of "
+        "each other.",
+        "Check that this is intended: fresh LoRA layers are all zero, and tied weights saved "
+        "twice are duplicates."),
+    "problem": Explanation(
+        "Weights are corrupted or diverged",
+        "Some weights hold NaN or Inf, or values far beyond the rest of their tensor (the "
+        "signature of a flipped exponent bit).",
+        "Do not use these weights. Diff against an earlier good copy to see whether single bits "
+        "flipped (memory or storage) or training diverged, and restore that copy."),
+}
+HEALTH_PENDING = Explanation("Weights health: not judged yet",
+                             "The weights are judged once the sandbox has read them.", "")
+HEALTH_NOT_LOADED = Explanation("Weights health: not judged",
+                                "The weights were not loaded, so their values were not read.", "")
+
 # Finding codes from the static scan; unknown codes fall back to the severity's advice.
 FINDING_TEXT: dict[str, tuple[str, str]] = {
     "dangerous_global": (
@@ -61,7 +98,7 @@ FINDING_TEXT: dict[str, tuple[str, str]] = {
         "classic trick to hide a payload.",
         "Treat the file as hostile; do not load it.",
     ),
-    "code_string": (
+    "code-in-arguments": (
         "A call receives a string that looks like source code or a shell command.",
         "Treat the file as hostile; do not load it.",
     ),
@@ -69,8 +106,9 @@ FINDING_TEXT: dict[str, tuple[str, str]] = {
         "This is a TorchScript archive; it carries compiled code that runs when loaded.",
         "Open it only with torch.jit.load, and only if you trust the source.",
     ),
-    "crc_mismatch": (
-        "A zip member's checksum does not match its bytes: the file was damaged or edited.",
+    "zip-crc-mismatch": (
+        "A zip member's checksum does not match its bytes: the file is damaged (or was "
+        "edited). This is corruption, not a question of trust in code.",
         "Download it again and verify it against the publisher's checksum.",
     ),
     "duplicate_name": (
@@ -81,16 +119,16 @@ FINDING_TEXT: dict[str, tuple[str, str]] = {
         "A zip member name points outside the archive (../ or an absolute path).",
         "Treat the file as tampered with; do not extract it.",
     ),
-    "missing_record": (
+    "zip-missing-record": (
         "The pickle refers to a tensor record that is not in the archive: the file is "
         "incomplete.",
         "Download it again; the checkpoint cannot load as is.",
     ),
-    "unreferenced_record": (
+    "zip-unreferenced-record": (
         "The archive holds a data record that no tensor uses.",
         "Usually harmless (an edited archive); verify the file against its checksum.",
     ),
-    "storage_size_mismatch": (
+    "storage-size-mismatch": (
         "A storage declares more bytes than its record holds — a known way to corrupt memory "
         "in older torch versions.",
         "Do not load it with torch older than 2.10; get the file from its source again.",
@@ -114,6 +152,26 @@ def verdict_explanation(verdict: str | None) -> Explanation:
     if verdict is None:
         return PENDING
     return VERDICT_TEXT.get(verdict, VERDICT_TEXT["error"])
+
+
+def integrity_findings(scan: dict | None) -> list[dict]:
+    """The scan's findings that mean damaged data (CRC, truncated or short records)."""
+    return [f for f in (scan or {}).get("findings") or [] if f.get("code") in INTEGRITY_CODES]
+
+
+def code_safety_explanation(scan: dict | None) -> Explanation:
+    """Banner text for the code-safety badge: damage is named as damage, not as a question."""
+    verdict = (scan or {}).get("verdict") if scan else None
+    if verdict in ("suspicious", "error") and integrity_findings(scan):
+        return CORRUPT
+    return verdict_explanation(verdict)
+
+
+def health_explanation(health: dict | None, loaded: bool | None) -> Explanation:
+    """Banner text for the weights-health badge (loaded None while the load may still run)."""
+    if health:
+        return HEALTH_TEXT.get(str(health.get("status")), HEALTH_TEXT["problem"])
+    return HEALTH_PENDING if loaded is None else HEALTH_NOT_LOADED
 
 
 def finding_explanation(code: str, severity: str) -> tuple[str, str]:

@@ -29,7 +29,7 @@ from inspector.gui.document import STATE_WORDS, FileDocument
 from inspector.gui.empty_state import EmptyState
 from inspector.gui.jobs import Job, JobRunner
 from inspector.gui.pipeline import Pipeline, expand_paths
-from inspector.gui.verdict_style import verdict_icon, verdict_style
+from inspector.gui.verdict_style import document_icon, document_words
 
 FILE_FILTER = (
     "Checkpoints (*.pt *.pth *.bin *.ckpt *.safetensors *.pkl *.pickle *.npy *.npz *.tar);;"
@@ -359,8 +359,8 @@ class MainWindow(QMainWindow):
         if doc not in self.docs:
             return
         item = self.file_list.item(self.docs.index(doc))
-        item.setIcon(verdict_icon(doc.verdict))
-        words = verdict_style(doc.verdict).word
+        item.setIcon(document_icon(doc))
+        words = document_words(doc)
         item.setToolTip(f"{doc.path}\n{words} — {STATE_WORDS.get(doc.state, doc.state)}")
         item.setData(Qt.ItemDataRole.AccessibleTextRole, f"{doc.name}, {words}")
         if doc is self.current:

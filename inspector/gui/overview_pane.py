@@ -1,4 +1,6 @@
-"""Overview: the verdict banner, the file's identity, and each finding in plain words."""
+"""Overview: two badges (code safety, weights health), the file's identity, each finding in
+plain words. Damaged data is named as damage; the allow-list question is asked only when the
+file imports globals to allow."""
 
 from __future__ import annotations
 
@@ -19,8 +21,22 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.gui.document import STATE_WORDS, FileDocument
-from inspector.gui.explain import SEVERITY_ADVICE, finding_explanation, verdict_explanation
-from inspector.gui.verdict_style import verdict_icon, verdict_style
+from inspector.gui.explain import (
+    SEVERITY_ADVICE,
+    Explanation,
+    code_safety_explanation,
+    finding_explanation,
+    health_explanation,
+    integrity_findings,
+    verdict_explanation,
+)
+from inspector.gui.verdict_style import (
+    Style,
+    badge_icon,
+    code_safety_style,
+    health_style,
+    verdict_style,
+)
 
 
 def human_size(n: int | None) -> str:
@@ -37,12 +53,18 @@ def human_size(n: int | None) -> str:
 
 
 class VerdictBanner(QFrame):
-    """Colour, icon and words of the verdict; never colour alone."""
+    """One badge: a caption, colour, icon and words; never colour alone."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, caption: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.caption = caption
         self.setObjectName("verdictBanner")
         self.icon = QLabel()
+        self.caption_label = QLabel(caption.upper())
+        small = QFont(self.caption_label.font())
+        small.setBold(True)
+        small.setPointSizeF(small.pointSizeF() * 0.8)
+        self.caption_label.setFont(small)
         self.title = QLabel()
         font = QFont(self.title.font())
         font.setPointSizeF(font.pointSizeF() * 1.5)
@@ -51,6 +73,7 @@ class VerdictBanner(QFrame):
         self.subtitle = QLabel()
         self.subtitle.setWordWrap(True)
         text = QVBoxLayout()
+        text.addWidget(self.caption_label)
         text.addWidget(self.title)
         text.addWidget(self.subtitle)
         row = QHBoxLayout(self)
@@ -59,16 +82,19 @@ class VerdictBanner(QFrame):
         row.setContentsMargins(16, 12, 16, 12)
 
     def show_verdict(self, verdict: str | None, detail: str) -> None:
-        """Paint the banner for `verdict` (None while scanning)."""
-        style = verdict_style(verdict)
-        self.icon.setPixmap(verdict_icon(verdict).pixmap(44, 44))
-        self.title.setText(verdict_explanation(verdict).headline)
+        """Paint the banner for a scan `verdict` (None while scanning)."""
+        self.show_style(verdict_style(verdict), verdict_explanation(verdict), detail)
+
+    def show_style(self, style: Style, text: Explanation, detail: str) -> None:
+        """Paint the badge in `style` with the explanation's headline and `detail`."""
+        self.icon.setPixmap(badge_icon(style.colour, style.glyph).pixmap(44, 44))
+        self.title.setText(text.headline)
         self.subtitle.setText(detail)
         self.setStyleSheet(
             f"#verdictBanner {{ background: {style.colour}; border-radius: 6px; }}"
             "#verdictBanner QLabel { color: white; }"
         )
-        self.setAccessibleName(f"Verdict: {style.word}")
+        self.setAccessibleName(f"{self.caption}: {style.word}")
 
 
 class OverviewPane(QWidget):
@@ -80,7 +106,8 @@ class OverviewPane(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.doc: FileDocument | None = None
-        self.banner = VerdictBanner()
+        self.banner = VerdictBanner("Code safety")
+        self.health_banner = VerdictBanner("Weights health")
 
         self.decision = QFrame()
         self.decision.setObjectName("decisionBox")
@@ -137,7 +164,10 @@ class OverviewPane(QWidget):
         self.findings.setAccessibleName("Findings and advice")
 
         layout = QVBoxLayout(self)
-        layout.addWidget(self.banner)
+        badges = QHBoxLayout()
+        badges.addWidget(self.banner, 1)
+        badges.addWidget(self.health_banner, 1)
+        layout.addLayout(badges)
         layout.addWidget(self.decision)
         layout.addLayout(form)
         layout.addWidget(self.findings, 1)
@@ -157,14 +187,20 @@ class OverviewPane(QWidget):
         doc = self.doc
         if doc is None:
             self.banner.show_verdict(None, "No file open.")
+            self.health_banner.show_style(health_style(None), health_explanation(None, None),
+                                          "No file open.")
             self.decision.hide()
             for value in self.fields.values():
                 value.setText("—")
             self.findings.clear()
             return
         scan = doc.scan or {}
-        verdict = doc.verdict
-        self.banner.show_verdict(verdict, self._banner_detail(doc))
+        self.banner.show_style(code_safety_style(doc.scan), code_safety_explanation(doc.scan),
+                               self._banner_detail(doc))
+        health = (doc.inspect or {}).get("health")
+        health_text = health_explanation(health, _loaded(doc))
+        self.health_banner.show_style(health_style(health), health_text,
+                                      _health_detail(health) or health_text.meaning)
         self.fields["path"].setText(str(doc.path))
         self.fields["format"].setText(str(scan.get("format") or "—"))
         self.fields["size"].setText(human_size(doc.size))
@@ -176,10 +212,11 @@ class OverviewPane(QWidget):
         self.fields["state"].setText(
             STATE_WORDS.get(doc.state, doc.state) + (f": {doc.message}" if doc.message else "")
         )
-        needs = doc.state == "needs_decision"
+        names = doc.globals_to_allow()
+        # Without globals to allow there is no question to ask (a damaged record, say).
+        needs = doc.state == "needs_decision" and bool(names)
         self.decision.setVisible(needs)
         if needs:
-            names = doc.globals_to_allow()
             self.decision_text.setText(
                 "<b>Load this file?</b> torch.load(weights_only=True) refuses it because it "
                 f"imports {len(names)} global{'s' if len(names) != 1 else ''} outside its "
@@ -203,6 +240,12 @@ class OverviewPane(QWidget):
             if names:
                 shown = ", ".join(names[:4]) + (" …" if len(names) > 4 else "")
                 return f"Unpickling it would call {shown}. It was not loaded."
+        damage = integrity_findings(doc.scan)
+        if damage and verdict in ("suspicious", "error"):
+            first = damage[0]
+            where = f" in {first['member']}" if first.get("member") else ""
+            more = f" (and {len(damage) - 1} more)" if len(damage) > 1 else ""
+            return f"{first.get('message')}{where}{more}."
         if verdict == "error":
             return (doc.scan or {}).get("error") or verdict_explanation(verdict).meaning
         return verdict_explanation(verdict).meaning
@@ -218,6 +261,26 @@ class OverviewPane(QWidget):
     def _decline(self) -> None:
         if self.doc is not None:
             self.load_declined.emit(self.doc)
+
+
+def _loaded(doc: FileDocument) -> bool | None:
+    """True once loaded, False when it will not be (refused, declined, failed), else None."""
+    if doc.state == "loaded":
+        return True
+    if doc.state in ("blocked", "declined", "error"):
+        return False
+    return None
+
+
+def _health_detail(health: dict | None) -> str:
+    """The first problem (or warning) finding and how many more there are."""
+    findings = [f for f in (health or {}).get("findings") or []
+                if f.get("severity") in ("problem", "warning")]
+    if not findings:
+        return ""
+    first = findings[0]
+    more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+    return f"{first.get('key')}: {first.get('message')}{more}"
 
 
 def _sandbox_text(doc: FileDocument) -> str:
@@ -250,10 +313,11 @@ def _weights_only_text(doc: FileDocument) -> str:
 def _findings_html(doc: FileDocument) -> str:
     scan = doc.scan or {}
     verdict = doc.verdict
-    expl = verdict_explanation(verdict)
+    expl = code_safety_explanation(doc.scan)
     parts = []
     if expl.action:
         parts.append(f"<h3>What to do</h3><p>{html.escape(expl.action)}</p>")
+    parts.append(_health_html((doc.inspect or {}).get("health")))
     flagged = [g for g in scan.get("globals") or [] if g.get("severity") in ("dangerous",
                                                                               "suspicious")]
     if flagged:
@@ -292,4 +356,24 @@ def _findings_html(doc: FileDocument) -> str:
         )
     if verdict and not findings and not flagged:
         parts.append("<h3>Findings</h3><p>None: no risky import and no structural problem.</p>")
+    return "".join(parts)
+
+
+def _health_html(health: dict | None) -> str:
+    """The weights-health findings, worst first; training state shown as information."""
+    if not health:
+        return ""
+    expl = health_explanation(health, True)
+    findings = sorted(health.get("findings") or [],
+                      key=lambda f: ("problem", "warning", "info").index(f.get("severity", "info")))
+    parts = [f"<h3>Weights health: {html.escape(str(health.get('status')).upper())}</h3>"
+             f"<p>{html.escape(expl.meaning)}"
+             + (f"<br><b>What to do:</b> {html.escape(expl.action)}" if expl.action else "")
+             + "</p>"]
+    for f in findings[:50]:
+        severity = str(f.get("severity"))
+        colour = health_style({"status": severity}).colour if severity != "info" else "#5f6fa0"
+        parts.append(f"<p><b style='color:{colour}'>{html.escape(severity.upper())}</b> "
+                     f"<code>{html.escape(str(f.get('key')))}</code> — "
+                     f"{html.escape(str(f.get('message')))}</p>")
     return "".join(parts)

@@ -162,8 +162,11 @@ class Pipeline(QObject):
         verdict = scan.get("verdict")
         if verdict == "safe":
             self.load(doc)
-        elif verdict == "suspicious":
+        elif verdict == "suspicious" and doc.globals_to_allow():
             doc.set_state("needs_decision")
+        elif verdict == "suspicious":
+            # nothing to allow (a damaged record, say): load it as `inspect` does
+            self.load(doc)
         elif verdict == "dangerous":
             self._hash(doc, "blocked")
         else:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QIcon, QPainter, QPainterPath, QPen, QPixmap
+
+from inspector.gui.explain import integrity_findings
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,16 @@ VERDICTS: dict[str, Style] = {
     "pending": Style("#5f6fa0", "…", "Scanning"),
 }
 
+CORRUPT = Style("#7b1fa2", "≠", "Damaged")
+"""Code safety of a file whose data fails its own checksums or sizes."""
+
+HEALTH: dict[str, Style] = {
+    "ok": Style("#1e8e3e", "✓", "Weights OK"),
+    "warning": Style("#b86e00", "!", "Weights: check"),
+    "problem": Style("#c5221f", "✕", "Weights: problem"),
+}
+HEALTH_UNKNOWN = Style("#6e6e6e", "–", "Weights not judged")
+
 STATUSES: dict[str, Style] = {
     "ok": Style("#1e8e3e", "✓", "OK"),
     "identical": Style("#1e8e3e", "✓", "Identical"),
@@ -43,6 +56,48 @@ STATUSES: dict[str, Style] = {
 def verdict_style(verdict: str | None) -> Style:
     """Style of a scan verdict; unknown or absent verdicts show as pending."""
     return VERDICTS.get(verdict or "pending", VERDICTS["error"])
+
+
+def code_safety_style(scan: dict | None) -> Style:
+    """Style of the code-safety badge: the verdict, or Damaged for integrity findings."""
+    verdict = (scan or {}).get("verdict") if scan else None
+    if verdict in ("suspicious", "error") and integrity_findings(scan):
+        return CORRUPT
+    return verdict_style(verdict)
+
+
+def health_style(health: dict | None) -> Style:
+    """Style of the weights-health badge (grey until the weights were judged)."""
+    return HEALTH.get(str((health or {}).get("status")), HEALTH_UNKNOWN)
+
+
+def document_icon(doc: Any) -> QIcon:
+    """A file's list icon: its code-safety badge, with a weights-health dot when not ok."""
+    safety = code_safety_style(doc.scan)
+    health = (doc.inspect or {}).get("health")
+    status = (health or {}).get("status")
+    if status not in ("warning", "problem"):
+        return badge_icon(safety.colour, safety.glyph)
+    return _badge_with_dot(safety.colour, safety.glyph, HEALTH[status].colour)
+
+
+def document_words(doc: Any) -> str:
+    """Code safety and, once judged, weights health in a few words."""
+    words = code_safety_style(doc.scan).word
+    health = (doc.inspect or {}).get("health")
+    return f"{words}; {health_style(health).word}" if health else words
+
+
+@cache
+def _badge_with_dot(colour: str, glyph: str, dot: str, size: int = 64) -> QIcon:
+    pix = badge_icon(colour, glyph, size).pixmap(size, size)
+    p = QPainter(pix)
+    p.setRenderHint(QPainter.RenderHint.Antialiasing)
+    p.setPen(QPen(QColor("white"), size * 0.06))
+    p.setBrush(QColor(dot))
+    p.drawEllipse(QRectF(size * 0.52, size * 0.52, size * 0.46, size * 0.46))
+    p.end()
+    return QIcon(pix)
 
 
 def status_style(status: str) -> Style:

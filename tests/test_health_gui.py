@@ -1,0 +1,73 @@
+"""The window's two badges: NaN weights are safe code with a weights problem; a CRC-damaged
+file is shown as damaged, never as a permissions question (screenshots in tests/artifacts/gui/)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import struct
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from gui_support import wait_loaded
+
+pytest_plugins = ("gui_fixtures",)  # fixtures: window
+
+
+def _nan_checkpoint(path: Path) -> Path:
+    weight = torch.randn(16, 16)
+    weight[3, 3] = float("nan")
+    torch.save({"fc.weight": weight, "fc.bias": torch.zeros(16)}, path)
+    return path
+
+
+def _crc_damaged(path: Path) -> Path:
+    torch.save({"w": torch.randn(32, 32)}, path)
+    data = bytearray(path.read_bytes())
+    info = next(i for i in zipfile.ZipFile(io.BytesIO(bytes(data))).infolist()
+                if i.filename.endswith("/data/0"))
+    # the local header's name and extra lengths (torch pads the extra field for alignment)
+    name_len, extra_len = struct.unpack_from("<HH", data, info.header_offset + 26)
+    data[info.header_offset + 30 + name_len + extra_len + 17] ^= 0x04
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_nan_checkpoint_is_safe_code_and_a_weights_problem(window, qtbot, tmp_path, artifacts):
+    (doc,) = window.open_paths([_nan_checkpoint(tmp_path / "nan.pt")])
+    wait_loaded(qtbot, doc)
+    qtbot.waitUntil(lambda: (doc.inspect or {}).get("health") is not None, timeout=5000)
+    overview = window.overview
+    assert overview.banner.title.text().startswith("Safe")
+    assert overview.banner.accessibleName() == "Code safety: Safe"
+    assert overview.health_banner.accessibleName() == "Weights health: Weights: problem"
+    assert overview.health_banner.title.text() == "Weights are corrupted or diverged"
+    assert "fc.weight" in overview.health_banner.subtitle.text()
+    assert "NaN" in overview.findings.toPlainText()
+    item = window.file_list.item(0)
+    assert "Safe; Weights: problem" in item.toolTip()
+    (artifacts / "gui").mkdir(exist_ok=True)
+    window.resize(1100, 700)
+    assert window.grab().save(str(artifacts / "gui" / "health-nan-window.png"))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_crc_damaged_file_is_named_damaged_not_asked_about(window, qtbot, tmp_path, artifacts):
+    path = _crc_damaged(tmp_path / "damaged.pt")
+    (doc,) = window.open_paths([path])
+    wait_loaded(qtbot, doc)
+    overview = window.overview
+    assert doc.scan["verdict"] == "suspicious"
+    assert not overview.decision.isVisible()
+    assert overview.banner.title.text().startswith("Damaged")
+    assert overview.banner.accessibleName() == "Code safety: Damaged"
+    detail = overview.banner.subtitle.text()
+    assert "CRC-32" in detail and "does not match" in detail and "damaged/data/0" in detail
+    text = overview.findings.toPlainText()
+    assert "allow" not in text.lower() and "decision" not in text.lower()
+    assert overview.fields["sha256"].text() == hashlib.sha256(path.read_bytes()).hexdigest()
+    (artifacts / "gui").mkdir(exist_ok=True)
+    window.resize(1100, 700)
+    assert window.grab().save(str(artifacts / "gui" / "health-crc-damaged-window.png"))
