@@ -1,7 +1,7 @@
 """Benchmark the static scan against picklescan and modelscan, in one run.
 
     benchmarks/setup_bench_env.sh          # once: peers go into benchmarks/.bench-venv
-    .venv/bin/python benchmarks/bench_scan.py [--rounds 5]
+    .venv/bin/python benchmarks/bench_scan.py [--rounds 5] [--baseline GIT_REV]
 
 Every tool is timed by the same harness in its own interpreter (ours from .venv, the peers
 from the bench venv): one warm-up scan, then each file scanned --rounds times in process,
@@ -12,12 +12,15 @@ passes' medians is kept. Inputs: the public picklescan corpus
 (../shared/corpus/picklescan) and a benign 5,000-tensor torch.save checkpoint. A second table
 times each tool's command line over the whole corpus folder (process start included).
 Ratios are peer time / ckpt-inspector time: above 1 means ckpt-inspector is faster.
+`--baseline REV` adds the scanner as it was at a git revision (its `inspector/` exported with
+`git archive`, first on PYTHONPATH) as one more in-process tool: before/after in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -34,7 +37,7 @@ HARNESS = r"""
 import json, statistics, sys, time
 cfg = json.load(sys.stdin)
 tool = cfg["tool"]
-if tool == "ckpt-inspector":
+if tool.startswith("ckpt-inspector"):
     from inspector.core.scan import scan_file as scan
     flagged = lambda r: r.verdict == "dangerous"
 elif tool == "picklescan":
@@ -65,7 +68,7 @@ with open(cfg["out"], "w") as fh:
 
 def python_for(tool: str) -> str:
     """Interpreter that has the tool installed."""
-    return sys.executable if tool == OURS else str(BENCH_BIN / "python")
+    return sys.executable if tool.startswith(OURS) else str(BENCH_BIN / "python")
 
 
 def version_of(tool: str) -> str:
@@ -74,6 +77,8 @@ def version_of(tool: str) -> str:
         from inspector import __version__
 
         return __version__
+    if tool.startswith(OURS):
+        return tool.split("@", 1)[1]
     code = f"import importlib.metadata as m; print(m.version({tool!r}))"
     return subprocess.run([python_for(tool), "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip()
@@ -83,8 +88,11 @@ def in_process(tool: str, files: list[Path], rounds: int, work: Path) -> dict:
     """Per-file median latency (seconds) and detection for one tool, timed in its own process."""
     out = work / f"{tool}.json"
     cfg = {"tool": tool, "files": [str(f) for f in files], "rounds": rounds, "out": str(out)}
+    env = dict(os.environ)
+    if "@" in tool:  # the exported baseline first on the path
+        env["PYTHONPATH"] = str(work / "baseline")
     subprocess.run([python_for(tool), "-c", HARNESS], input=json.dumps(cfg), text=True,
-                   capture_output=True, check=True, timeout=3600, cwd=work)
+                   capture_output=True, check=True, timeout=3600, cwd=work, env=env)
     return json.loads(out.read_text())
 
 
@@ -143,6 +151,8 @@ def main() -> int:
     ap.add_argument("--passes", type=int, default=3,
                     help="turns each tool takes; per file the best pass's median counts")
     ap.add_argument("--cli-rounds", type=int, default=3, help="command-line runs (median)")
+    ap.add_argument("--baseline", metavar="GIT_REV",
+                    help="also time the scanner at this git revision (in process only)")
     args = ap.parse_args()
     if not (BENCH_BIN / "python").exists():
         subprocess.run(["bash", str(REPO / "benchmarks" / "setup_bench_env.sh")], check=True)
@@ -154,6 +164,13 @@ def main() -> int:
     malicious = [str(f) for f in files if labels[str(f)] == "malicious"]
     with tempfile.TemporaryDirectory(prefix="bench-scan-") as tmp:
         work = Path(tmp)
+        if args.baseline:
+            tools.insert(1, f"{OURS}@{args.baseline}")
+            (work / "baseline").mkdir()
+            archive = subprocess.run(["git", "archive", args.baseline, "inspector"], cwd=REPO,
+                                     capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", str(work / "baseline")], input=archive,
+                           check=True)
         large = build_large(work)
         large_mb = large.stat().st_size / 1e6
         corpus: dict[str, dict] = {}
@@ -163,11 +180,13 @@ def main() -> int:
                 merge(corpus.setdefault(t, {}), in_process(t, files, args.rounds, work))
                 merge(big.setdefault(t, {}), in_process(t, [large], args.rounds, work))
         big = {t: big[t][str(large)] for t in tools}
-        cli = {t: cli_wall(t, CORPUS, args.cli_rounds, work) for t in tools}
-        cli_big = {t: cli_wall(t, large, args.cli_rounds, work) for t in tools}
+        cli_tools = [t for t in tools if "@" not in t]
+        cli = {t: cli_wall(t, CORPUS, args.cli_rounds, work) for t in cli_tools}
+        cli_big = {t: cli_wall(t, large, args.cli_rounds, work) for t in cli_tools}
 
     print(f"Static scan benchmark, one run: {OURS} {version_of(OURS)}, "
-          f"picklescan {version_of('picklescan')}, modelscan {version_of('modelscan')}")
+          f"picklescan {version_of('picklescan')}, modelscan {version_of('modelscan')}"
+          + (f", baseline {tools[1]}" if args.baseline else ""))
     print(f"\nCorpus: {len(files)} files of {CORPUS}, in process, per-file median of "
           f"{args.rounds} scans (best of {args.passes} passes)")
     med = {t: statistics.median(r["median"] for r in corpus[t].values()) for t in tools}
@@ -192,7 +211,7 @@ def main() -> int:
     print(table(rows))
     print(f"\nCommand line, process start included, median of {args.cli_rounds} runs")
     rows = [["tool", "corpus folder s", "files/s", "ratio", "large file s", "ratio"]]
-    for t in tools:
+    for t in cli_tools:
         rows.append([t, f"{cli[t]:.2f}", f"{len(files) / cli[t]:.0f}",
                      f"{cli[t] / cli[OURS]:.1f}x", f"{cli_big[t]:.2f}",
                      f"{cli_big[t] / cli_big[OURS]:.1f}x"])

@@ -46,8 +46,6 @@ SMALL_FILE = 1 << 20  # read whole; larger files are memory-mapped
 MAX_NESTING = 3  # pickles inside call arguments inside pickles
 _PROBE = Limits(max_opcodes=100_000)  # a quick look at bytes that are rarely a pickle
 TORCH_WEIGHTS_FORMATS = ("pytorch-zip", "pytorch-legacy", "distcp")
-# Members of torch's legacy tar format, which torch.load reads only with weights_only=False.
-TORCH_TAR_MEMBERS = frozenset({"sys_info", "pickle", "storages", "tensors"})
 # Members of a torch zip (below its folder) that torch.load opens besides the tensor records.
 TORCH_READS = frozenset({"data.pkl", "version", ".data/version", "byteorder",
                          ".data/serialization_id", ".format_version", ".storage_alignment"})
