@@ -182,5 +182,10 @@ def test_discover_lists_hidden_files_and_each_real_file_once(tmp_path):
     os.symlink("sub/a", tmp_path / "link")
     os.symlink("sub", tmp_path / "dirlink")
     os.symlink("missing", tmp_path / "broken")
+    os.mkfifo(tmp_path / "pipe")
     found = [f.path.relative_to(tmp_path).as_posix() for f in discover.discover([tmp_path])]
-    assert found == [".hidden", "broken", "link"]
+    assert found == [".hidden", "broken", "link", "pipe"]
+    verdicts = {os.path.basename(r.path): r.verdict for r in scan_paths([tmp_path])}
+    # a named pipe must not hang the scan; what no loader can read is skipped in a folder
+    assert verdicts == {".hidden": "skipped", "broken": "skipped", "link": "skipped",
+                        "pipe": "skipped"}

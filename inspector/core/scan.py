@@ -12,6 +12,7 @@ import functools
 import gc
 import mmap
 import os
+import stat
 import struct
 import time
 import zlib
@@ -690,9 +691,14 @@ def scan_file(path: str | os.PathLike) -> ScanResult:
     """Statically scan one file; never raises for a bad file (the result carries the error)."""
     p = os.fspath(path)
     try:
-        fd = os.open(p, os.O_RDONLY)  # no file object: this is most of a small file's cost
+        # no file object: this is most of a small file's cost; O_NONBLOCK so that a named
+        # pipe in a folder cannot hang the scan (it has no effect on regular files)
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return ScanResult(path=p, verdict=ERROR, error="cannot read: not a regular file")
+            size = st.st_size
             if size <= SMALL_FILE:
                 chunks = []
                 while chunk := os.read(fd, SMALL_FILE + 1 - sum(map(len, chunks))):
