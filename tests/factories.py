@@ -1188,3 +1188,19 @@ def mutate(data: bytes, rng) -> bytes:
         else:
             del out[at:]
     return bytes(out)
+
+
+def crc_damaged(path: Path, flip_at: int = 17) -> Path:
+    """A torch.save zip whose first tensor record has one flipped bit (its CRC-32 no longer
+    matches the central directory); torch still loads it."""
+    import torch
+
+    torch.save({"w": torch.randn(32, 32, generator=torch.Generator().manual_seed(0))}, path)
+    data = bytearray(path.read_bytes())
+    info = next(i for i in zipfile.ZipFile(io.BytesIO(bytes(data))).infolist()
+                if i.filename.endswith("/data/0"))
+    # the local header's own name and extra lengths (torch pads the extra field to align data)
+    name_len, extra_len = struct.unpack_from("<HH", data, info.header_offset + 26)
+    data[info.header_offset + 30 + name_len + extra_len + flip_at] ^= 0x04
+    path.write_bytes(bytes(data))
+    return path

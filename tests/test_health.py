@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
+import re
 from pathlib import Path
 
+import factories
 import numpy as np
 import pytest
 import torch
@@ -121,6 +124,18 @@ def test_nan_checkpoint_is_safe_code_with_a_weights_problem(tmp_path: Path, caps
     assert report["scan"]["verdict"] == "safe"
     assert report["health"]["status"] == "problem"
     assert [f["code"] for f in report["health"]["findings"]] == ["nonfinite-weights"]
+
+
+def test_crc_damaged_file_is_named_damaged_with_both_checksums(tmp_path: Path, capsys) -> None:
+    path = factories.crc_damaged(tmp_path / "damaged.pt")
+    assert main(["inspect", str(path)]) == 1  # the scan still says suspicious
+    text = capsys.readouterr().out
+    assert "the file is damaged (corrupted data, not code)" in text
+    damaged = [line for line in text.splitlines() if line.startswith("DAMAGED:")]
+    assert len(damaged) == 1 and "[damaged/data/0]" in damaged[0]
+    assert re.search(r"CRC-32 [0-9a-f]{8} does not match [0-9a-f]{8}", damaged[0])
+    assert "allow" not in text.lower()
+    assert f"sha256:   {hashlib.sha256(path.read_bytes()).hexdigest()}" in text
 
 
 def test_lightning_state_is_shown_but_not_a_problem() -> None:

@@ -4,11 +4,9 @@ file is shown as damaged, never as a permissions question (screenshots in tests/
 from __future__ import annotations
 
 import hashlib
-import io
-import struct
-import zipfile
 from pathlib import Path
 
+import factories
 import pytest
 import torch
 from gui_support import wait_loaded
@@ -20,18 +18,6 @@ def _nan_checkpoint(path: Path) -> Path:
     weight = torch.randn(16, 16)
     weight[3, 3] = float("nan")
     torch.save({"fc.weight": weight, "fc.bias": torch.zeros(16)}, path)
-    return path
-
-
-def _crc_damaged(path: Path) -> Path:
-    torch.save({"w": torch.randn(32, 32)}, path)
-    data = bytearray(path.read_bytes())
-    info = next(i for i in zipfile.ZipFile(io.BytesIO(bytes(data))).infolist()
-                if i.filename.endswith("/data/0"))
-    # the local header's name and extra lengths (torch pads the extra field for alignment)
-    name_len, extra_len = struct.unpack_from("<HH", data, info.header_offset + 26)
-    data[info.header_offset + 30 + name_len + extra_len + 17] ^= 0x04
-    path.write_bytes(bytes(data))
     return path
 
 
@@ -55,7 +41,7 @@ def test_nan_checkpoint_is_safe_code_and_a_weights_problem(window, qtbot, tmp_pa
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_crc_damaged_file_is_named_damaged_not_asked_about(window, qtbot, tmp_path, artifacts):
-    path = _crc_damaged(tmp_path / "damaged.pt")
+    path = factories.crc_damaged(tmp_path / "damaged.pt")
     (doc,) = window.open_paths([path])
     wait_loaded(qtbot, doc)
     overview = window.overview

@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import factories
 import jsonschema
 import pytest
 import torch
@@ -69,6 +70,16 @@ def test_lightning_inf_state_does_not_fail_the_report(tmp_path, fast_env):
     assert doc["problems"] == [] and f["health"]["status"] == "ok"
     assert [x["code"] for x in f["health"]["findings"]] == ["nonfinite-state"]
     assert f["tensors"]["nonfinite"][0]["key"].endswith("kth_value")
+
+
+def test_crc_damaged_file_is_a_damage_problem_not_a_suspicion(tmp_path, fast_env):
+    path = factories.crc_damaged(tmp_path / "damaged.pt")
+    out = tmp_path / "r.json"
+    assert main(["report", str(path), "-o", str(out)]) == 1
+    doc = _strict(out)
+    (problem,) = doc["problems"]
+    assert problem.startswith("damaged.pt: damaged: zip-crc-mismatch: CRC-32 ")
+    assert problem.endswith("[damaged/data/0]")
 
 
 def test_tied_weights_are_counted_once_and_old_results_are_judged(tmp_path):

@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from inspector.core import strict_json
+from inspector.core import integrity, strict_json
 from inspector.core.termtext import escape
 from inspector.core.verdict import exit_code
 
@@ -104,13 +104,16 @@ def health_lines(health: dict | None) -> list[str]:
 
 def _human(report: dict) -> list[str]:
     scan = report.get("scan") or {}
+    damage = integrity.integrity_findings(scan)
     lines = [
         f"file:     {report['path']} ({report['size']:,} bytes, {report.get('format')})",
         f"sha256:   {report.get('sha256')}",
         f"scan:     {scan.get('verdict')}"
-        + ("; weights_only loads it" if scan.get("weights_only_ok") else ""),
+        + ("; weights_only loads it" if scan.get("weights_only_ok") else "")
+        + ("; the file is damaged (corrupted data, not code)" if damage else ""),
         sandbox_line(report.get("sandbox")),
     ]
+    lines.extend(f"DAMAGED:  {integrity.describe(f)}" for f in damage)
     if not report.get("error"):
         lines.extend(health_lines(report.get("health")))
     tensors = report.get("tensors") or []

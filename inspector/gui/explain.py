@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inspector.core.integrity import integrity_findings
+
 
 @dataclass(frozen=True)
 class Explanation:
@@ -58,11 +60,6 @@ CORRUPT = Explanation(
     "storage keeps changing, check the disk.",
 )
 
-INTEGRITY_CODES = frozenset({
-    "zip-crc-mismatch", "zip-missing-record", "zip-member-unreadable", "storage-size-mismatch",
-    "storage-record-larger", "safetensors-bounds",
-})
-"""Static-scan findings that mean damaged data (integrity), not code."""
 
 HEALTH_TEXT: dict[str, Explanation] = {
     "ok": Explanation(
@@ -152,11 +149,6 @@ def verdict_explanation(verdict: str | None) -> Explanation:
     if verdict is None:
         return PENDING
     return VERDICT_TEXT.get(verdict, VERDICT_TEXT["error"])
-
-
-def integrity_findings(scan: dict | None) -> list[dict]:
-    """The scan's findings that mean damaged data (CRC, truncated or short records)."""
-    return [f for f in (scan or {}).get("findings") or [] if f.get("code") in INTEGRITY_CODES]
 
 
 def code_safety_explanation(scan: dict | None) -> Explanation:

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from inspector.core.integrity import integrity_findings
 from inspector.gui.document import STATE_WORDS, FileDocument
 from inspector.gui.explain import (
     SEVERITY_ADVICE,
@@ -27,7 +28,6 @@ from inspector.gui.explain import (
     code_safety_explanation,
     finding_explanation,
     health_explanation,
-    integrity_findings,
     verdict_explanation,
 )
 from inspector.gui.verdict_style import (

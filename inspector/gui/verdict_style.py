@@ -9,7 +9,7 @@ from typing import Any
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QIcon, QPainter, QPainterPath, QPen, QPixmap
 
-from inspector.gui.explain import integrity_findings
+from inspector.core.integrity import integrity_findings
 
 
 @dataclass(frozen=True)

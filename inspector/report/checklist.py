@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from inspector.core.integrity import describe, integrity_findings
 from inspector.report.model import (
     FAIL,
     NOT_CHECKED,
@@ -199,10 +200,14 @@ def file_problems(
 ) -> list[str]:
     """One line per problem found in one file's sections."""
     problems = []
+    damage = integrity_findings({"findings": scan.findings})
+    problems.extend(f"damaged: {describe(f)}" for f in damage)
     if verdict in ("suspicious", "dangerous"):
         names = [f"{g.get('module')}.{g.get('name')}" for g in scan.globals
                  if g.get("severity") == verdict]
-        problems.append(f"{verdict}" + (f": imports {', '.join(names[:5])}" if names else ""))
+        if names or not damage:
+            problems.append(f"{verdict}" + (f": imports {', '.join(names[:5])}" if names
+                                            else ""))
     if scan.status == "failed":
         problems.append(f"scan failed: {scan.error}")
     if load.status == "failed":

@@ -1,0 +1,25 @@
+"""Which static-scan findings mean damaged data (integrity) rather than code.
+
+A CRC mismatch, a record the pickle needs but the archive lacks, a record shorter than its
+storage, or tensor data beyond the end of a safetensors file is corruption: every output
+names it as such (with the member and, for a CRC, both checksums in the message) and never
+turns it into a question about which globals to allow.
+"""
+
+from __future__ import annotations
+
+INTEGRITY_CODES = frozenset({
+    "zip-crc-mismatch", "zip-missing-record", "zip-member-unreadable", "storage-size-mismatch",
+    "storage-record-larger", "safetensors-bounds",
+})
+
+
+def integrity_findings(scan: dict | None) -> list[dict]:
+    """The scan's findings that mean damaged data, in the scan's order."""
+    return [f for f in (scan or {}).get("findings") or [] if f.get("code") in INTEGRITY_CODES]
+
+
+def describe(finding: dict) -> str:
+    """One line: the finding's message and the member it concerns."""
+    where = f" [{finding['member']}]" if finding.get("member") else ""
+    return f"{finding.get('code')}: {finding.get('message')}{where}"
