@@ -162,3 +162,20 @@ def test_a_plain_folder_without_a_manifest_is_a_usage_error(tmp_path: Path, caps
     (tmp_path / "model.bin").write_bytes(b"x")
     assert main(["verify", str(tmp_path)]) == 2
     assert "is not in a Hugging Face cache; pass --manifest" in capsys.readouterr().err
+
+
+def test_the_huggingface_folder_and_blobs_named_directly(tmp_path: Path) -> None:
+    hub = _cache(tmp_path)
+    blobs = hub / "models--org--tiny" / "blobs"
+    assert verify_cache(tmp_path).ok  # ~/.cache/huggingface, holding hub/
+    assert all("/hub/models--org--tiny/snapshots/" in f.path for f in verify_cache(tmp_path).files)
+    blob = blobs / _git_sha1(CONFIG)
+    assert [(f.path, f.status, f.algorithm) for f in verify_cache(blob).files] == [
+        (str(blob), "ok", "git-sha1")
+    ]
+    blob.write_bytes(CONFIG + b" ")
+    assert _statuses(verify_cache(blobs)) == {
+        hashlib.sha256(WEIGHTS).hexdigest(): "ok",
+        hashlib.sha256(TOKENIZER).hexdigest(): "ok",
+        _git_sha1(CONFIG): "mismatch",
+    }

@@ -90,14 +90,17 @@ def repo_folder(path: Path) -> Path | None:
 
 
 def cache_repos(path: Path) -> list[Path]:
-    """The repository folders directly inside a cache folder (empty when it is not one)."""
-    if not path.is_dir():
-        return []
-    return sorted(
-        child
-        for child in path.iterdir()
-        if child.name.startswith(REPO_PREFIXES) and (child / "snapshots").is_dir()
-    )
+    """The repository folders of a cache folder, or of its `hub/` (`~/.cache/huggingface`)."""
+    for folder in (path, path / "hub"):
+        if folder.is_dir():
+            repos = sorted(
+                child
+                for child in folder.iterdir()
+                if child.name.startswith(REPO_PREFIXES) and (child / "snapshots").is_dir()
+            )
+            if repos:
+                return repos
+    return []
 
 
 def is_cache_path(path: Path) -> bool:
@@ -111,7 +114,7 @@ def scope(path: Path) -> CacheScope:
     repo = repo_folder(path)
     if repo is None:
         for child in cache_repos(path):
-            _add_repo(out, child, Path(path) / child.name)
+            _add_repo(out, child, Path(path) / child.relative_to(path))
     elif Path(os.path.abspath(path)) == repo:
         _add_repo(out, repo, Path(path))
     else:
@@ -130,8 +133,13 @@ def _add_repo(out: CacheScope, repo: Path, shown: Path) -> None:
 
 
 def _add_links(out: CacheScope, repo: Path, shown: Path) -> None:
-    """Snapshot files under `shown` (a folder or one file), by the path the user gave."""
+    """Snapshot files under `shown` (a folder or one file), by the path the user gave; blobs
+    named directly are checked as themselves."""
+    blobs = repo / "blobs"
     for link in _walk(shown):
+        if not link.is_symlink() and Path(os.path.abspath(link)).parent == blobs:
+            out.blobs.setdefault(os.path.realpath(link), BlobUse(blob=link)).links.append(link)
+            continue
         if not link.is_symlink():
             out.copies.append(link)
             continue
