@@ -140,3 +140,14 @@ def test_unlisted_files_are_extra_and_fail_only_when_strict(
     assert extras == ["config.json", "tokenizer.json"]
     (folder / "model weights.bin").write_bytes(b"changed")
     assert main(args) == 1
+
+
+def test_watch_fails_on_extras_only_when_strict(tmp_path: Path, capsys) -> None:
+    folder = _folder(tmp_path / "ckpt")
+    manifest = tmp_path / "sums.sha256"
+    assert main(["manifest", "create", str(folder), "-o", str(manifest)]) == 0
+    (folder / "checkpoint-2000.bin").write_bytes(b"a new save")
+    watch = ["watch", str(folder), "-m", str(manifest), "--passes", "1", "--interval", "0"]
+    assert main(watch) == 0
+    assert main([*watch, "--strict"]) == 1
+    assert "EXTRA" in capsys.readouterr().out
