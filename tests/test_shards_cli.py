@@ -11,8 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
+
+from inspector.cli import main
+from inspector.cli.convert_folder import FolderError, plan_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,3 +84,44 @@ def test_progress_on_a_terminal_only_and_never_with_quiet(tmp_path: Path) -> Non
         loaded |= load_file(tmp_path / "c" / name)
     assert loaded.keys() == state.keys()
     assert all(torch.equal(loaded[k], state[k]) for k in state)
+
+
+def _files(folder: Path, *names: str) -> Path:
+    folder.mkdir()
+    for name in names:
+        (folder / name).write_bytes(b"{}" if name.endswith(".json") else b"x")
+    return folder
+
+
+def test_what_a_folder_converts_and_where_to(tmp_path: Path, capsys) -> None:
+    trainer = _files(tmp_path / "t", "pytorch_model.bin", "training_args.bin", "optimizer.pt")
+    job = plan_folder(trainer, None)
+    assert job.pairs == [(trainer / "pytorch_model.bin", trainer / "model.safetensors")]
+    single = _files(tmp_path / "s", "model.pt", "config.json")
+    assert plan_folder(single, tmp_path / "o").pairs[0][1] == tmp_path / "o" / "model.safetensors"
+    one = _files(tmp_path / "one", "pytorch_model-00001-of-00001.bin")
+    (one / "pytorch_model.bin.index.json").write_text(
+        '{"weight_map": {"w": "pytorch_model-00001-of-00001.bin"}}'
+    )
+    job = plan_folder(one / "pytorch_model.bin.index.json", None)
+    assert [out.name for _src, out in job.pairs] == ["model.safetensors"]
+    assert job.output_index is None
+    cases = {
+        "already_safetensors": _files(tmp_path / "a", "model.safetensors", "training_args.bin"),
+        "ambiguous": _files(tmp_path / "b", "a.bin.index.json", "b.bin.index.json"),
+        "no_checkpoint": _files(tmp_path / "c", "config.json"),
+    }
+    for code, folder in cases.items():
+        with pytest.raises(FolderError) as caught:
+            plan_folder(folder, None)
+        assert caught.value.code == code
+    assert main(["convert", str(cases["already_safetensors"])]) == 3
+    assert "holds safetensors weights already" in capsys.readouterr().err
+    blobs = tmp_path / "hub" / "models--o--m" / "blobs"
+    blobs.mkdir(parents=True)
+    (blobs.parent / "snapshots").mkdir()
+    assert main(["convert", str(trainer), "-o", str(blobs)]) == 4
+    assert "blobs/" in capsys.readouterr().err
+    assert sorted(p.name for p in trainer.iterdir()) == [
+        "optimizer.pt", "pytorch_model.bin", "training_args.bin",
+    ]

@@ -118,15 +118,17 @@ def _find_input(path: Path) -> tuple[Path, None] | tuple[None, Path]:
         raise FolderError("ambiguous", f"{path} holds several indexes ({names}); name one")
     if torch_indexes:
         return torch_indexes[0], None
+    if (path / "pytorch_model.bin").is_file():
+        return None, path / "pytorch_model.bin"
+    # a Trainer's output folder keeps training_args.bin and optimizer.pt beside the weights
+    if indexes or any(path.glob("*.safetensors")):
+        raise FolderError("already_safetensors", f"{path} holds safetensors weights already")
     files = sorted(
         p for p in path.iterdir()
         if p.suffix in CHECKPOINT_SUFFIXES and not p.name.startswith(".") and p.is_file()
     )
-    preferred = [p for p in files if p.name == "pytorch_model.bin"]
-    if preferred or len(files) == 1:
-        return None, (preferred or files)[0]
-    if indexes or (path / "model.safetensors").exists():
-        raise FolderError("already_safetensors", f"{path} holds safetensors weights already")
+    if len(files) == 1:
+        return None, files[0]
     found = ", ".join(p.name for p in files) if files else "none"
     raise FolderError(
         "no_checkpoint",
