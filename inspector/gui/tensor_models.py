@@ -44,7 +44,7 @@ COLUMNS = (
     Column("Min", "min"),
     Column("Max", "max"),
     Column("Mean", "mean"),
-    Column("Std", "std"),
+    Column("Std (pop.)", "std"),
     Column("NaN", "nan", tip="Number of NaN elements"),
     Column("Inf", "inf", tip="Number of ±Inf elements"),
     Column("Zeros", "zeros", tip="Number of elements equal to zero"),

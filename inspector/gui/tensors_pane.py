@@ -51,12 +51,13 @@ FLUSH_MS = 150
 
 STAT_LABELS = (
     ("key", "Key"), ("dtype", "Dtype"), ("shape", "Shape"), ("numel", "Elements"),
-    ("nbytes", "Size"), ("min", "Min"), ("max", "Max"), ("mean", "Mean"), ("std", "Std"),
+    ("nbytes", "Size"), ("min", "Min"), ("max", "Max"), ("mean", "Mean"),
+    ("std", "Std (population)"), ("std_sample", "Std (sample, n-1; torch.std)"),
     ("absmax", "Abs max"), ("nan", "NaN"), ("inf", "Inf"), ("zeros", "Zeros"),
     ("stride", "Stride"), ("storage_offset", "Storage offset"), ("contiguous", "Contiguous"),
     ("shared_with", "Shares storage with"), ("flags", "Flags"), ("digest", "SHA-256"),
 )
-HIDDEN_STATS = {"histogram", "type"}
+HIDDEN_STATS = {"histogram", "type", "exponents"}
 
 
 class TensorsPane(QWidget):
