@@ -84,6 +84,8 @@ def test_progress_on_a_terminal_only_and_never_with_quiet(tmp_path: Path) -> Non
         loaded |= load_file(tmp_path / "c" / name)
     assert loaded.keys() == state.keys()
     assert all(torch.equal(loaded[k], state[k]) for k in state)
+    assert main(["convert", str(tmp_path / "ckpt"), "-o", str(tmp_path / "one.safetensors")]) == 4
+    assert not (tmp_path / "one.safetensors").exists()
 
 
 def _files(folder: Path, *names: str) -> Path:
@@ -99,6 +101,7 @@ def test_what_a_folder_converts_and_where_to(tmp_path: Path, capsys) -> None:
     assert job.pairs == [(trainer / "pytorch_model.bin", trainer / "model.safetensors")]
     single = _files(tmp_path / "s", "model.pt", "config.json")
     assert plan_folder(single, tmp_path / "o").pairs[0][1] == tmp_path / "o" / "model.safetensors"
+    assert plan_folder(single, tmp_path / "x.safetensors").pairs[0][1] == tmp_path / "x.safetensors"
     one = _files(tmp_path / "one", "pytorch_model-00001-of-00001.bin")
     (one / "pytorch_model.bin.index.json").write_text(
         '{"weight_map": {"w": "pytorch_model-00001-of-00001.bin"}}'

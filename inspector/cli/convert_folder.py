@@ -82,12 +82,25 @@ def is_folder_input(path: Path) -> bool:
     return path.is_dir() or is_index(path)
 
 
-def plan_folder(path: Path, output_dir: Path | None) -> FolderJob:
-    """Find the checkpoint in a folder (or index) and name every output."""
+def plan_folder(path: Path, output: Path | None) -> FolderJob:
+    """Find the checkpoint in a folder (or index) and name every output.
+
+    `output` is a folder, or a `.safetensors` file when the checkpoint is one file.
+    """
+    job = _plan(path, None if output is None or output.suffix == ".safetensors" else output)
+    if output is not None and output.suffix == ".safetensors":
+        if len(job.pairs) != 1:
+            raise FolderError("output_unwritable", f"{path} is {len(job.pairs)} shards; "
+                              "-o takes a folder for them")
+        job.pairs = [(job.pairs[0][0], Path(os.path.abspath(output)))]
+    _refuse_cache_blobs(job.pairs[0][1].parent)
+    return job
+
+
+def _plan(path: Path, output_dir: Path | None) -> FolderJob:
     index_path, single = _find_input(Path(os.path.abspath(path)))
     source = index_path or single
     out_dir = Path(os.path.abspath(output_dir or source.parent))
-    _refuse_cache_blobs(out_dir)
     if index_path is None:
         return FolderJob(source, None, [(source, out_dir / safetensors_name(source.name))], None)
     try:
