@@ -46,6 +46,7 @@ MAX_LISTED_PICKLES = 1000  # `pickles` entries kept for the GUI; every pickle is
 SMALL_FILE = 1 << 20  # read whole; larger files are memory-mapped
 MAX_NESTING = 3  # pickles inside call arguments inside pickles
 _PROBE = Limits(max_opcodes=100_000)  # a quick look at bytes that are rarely a pickle
+_PICKLE_STARTS = formats.PICKLE_FIRST_BYTES | {0x80}
 TORCH_WEIGHTS_FORMATS = ("pytorch-zip", "pytorch-legacy", "distcp")
 # Members of a torch zip (below its folder) that torch.load opens besides the tensor records.
 TORCH_READS = frozenset({"data.pkl", "version", ".data/version", "byteorder",
@@ -401,7 +402,8 @@ def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
                 ctx.find(SUSPICIOUS, "zip-crc-mismatch", f"CRC-32 {actual:08x} does not match "
                          f"{m.crc:08x} in the central directory (corrupted or tampered tensor "
                          "data)", m.name)
-            if not _record_may_be_pickle(buf, m):
+            first = buf[m.data_offset] if m.compressed_size else 0
+            if first not in _PICKLE_STARTS or not _record_may_be_pickle(buf, m):
                 continue  # tensor bytes: torch never unpickles a record
             data = bytes(buf[m.data_offset:m.data_offset + m.compressed_size])
         else:

@@ -260,8 +260,10 @@ def _miniz_sorted(keys: list[bytes]) -> list[int]:
 def torch_member(members: list[Member], name: str) -> Member | None:
     """The member torch's reader (miniz: sorted central directory, case-insensitive binary
     search) opens for `name`; with duplicate names that is not simply the first or last."""
-    target = _miniz_key(name)
-    matches = [m for m in members if len(m.name) == len(name) and _miniz_key(m.name) == target]
+    target, size, lowered = _miniz_key(name), len(name), name.lower()
+    # str.lower equality is a superset of miniz's ASCII-only one, and cheap to test first
+    matches = [m for m in members if len(m.name) == size and m.name.lower() == lowered
+               and _miniz_key(m.name) == target]
     if len(matches) <= 1:
         return matches[0] if matches else None
     keys = [_miniz_key(m.name) for m in members]
