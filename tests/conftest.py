@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from pathlib import Path
@@ -42,3 +43,12 @@ def artifacts() -> Path:
 def python_exe() -> str:
     """The interpreter running the tests, for subprocess checks."""
     return sys.executable
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage_on_the_main_thread():
+    """The GUI switches automatic collection off (inspector.gui.ui_gc); collect between tests."""
+    yield
+    ui_gc = sys.modules.get("inspector.gui.ui_gc")
+    if ui_gc is not None and not gc.isenabled():
+        ui_gc.collect_if_due()

@@ -9,6 +9,7 @@ from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
 from PySide6.QtWidgets import QApplication
 
 from inspector import __version__
+from inspector.gui import ui_gc
 from inspector.resources_path import APP_ID
 
 ORGANIZATION = "checkpoint-inspector"
@@ -25,6 +26,7 @@ def create_application(argv: list[str]) -> QApplication:
         QCoreApplication.setApplicationVersion(__version__)
         QGuiApplication.setDesktopFileName(APP_ID)
         app = QApplication(argv)
+    ui_gc.install(app)
     app.setStyle("Fusion")
     app.setWindowIcon(app_icon())
     apply_palette(app)

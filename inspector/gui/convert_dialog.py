@@ -115,7 +115,8 @@ class ConvertDialog(QDialog):
         self.report.setHtml("<p>Converting inside the jailed worker; the input is only read."
                             "</p>")
         job = Job(f"convert {self.doc.name}",
-                  _convert_fn(self.doc.path, out, overwrite, self.doc.allowed_globals), self)
+                  _convert_fn(self.doc.path, out, overwrite, self.doc.allowed_globals), self,
+                  doc=self.doc)
         job.events.connect(self._events)
         job.finished.connect(self._finished)
         job.failed.connect(self._failed)

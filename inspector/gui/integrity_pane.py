@@ -195,7 +195,8 @@ class IntegrityPane(QWidget):
         if doc is None:
             return None
         tensors = _tensor_entries(doc) if doc.state == "loaded" else None
-        job = Job(f"verify {doc.name}", _verify_fn(Path(manifest_path), doc.path, tensors), self)
+        job = Job(f"verify {doc.name}", _verify_fn(Path(manifest_path), doc.path, tensors), self,
+                  doc=doc)
         job.finished.connect(lambda result: self._verified(doc, result))
         job.failed.connect(lambda msg: self._show(
             f"<p><b>Could not verify:</b> {html.escape(msg)}</p>", []))
@@ -259,7 +260,7 @@ class IntegrityPane(QWidget):
         tensors = _tensor_entries(doc) if doc.state == "loaded" else None
         fn = _manifest_fn(path, doc.path, doc.sha256, (doc.scan or {}).get("format"), tensors,
                           overwrite)
-        job = Job(f"manifest {doc.name}", fn, self)
+        job = Job(f"manifest {doc.name}", fn, self, doc=doc)
         job.finished.connect(lambda dialect: self._wrote_manifest(path, dialect, tensors))
         job.failed.connect(lambda msg: self._show(
             f"<p><b>Could not write the manifest:</b> {html.escape(msg)}</p>", []))
@@ -291,7 +292,8 @@ class IntegrityPane(QWidget):
         if doc.verdict == "dangerous":
             self._show("<p>A dangerous file is never loaded, so it cannot be compared.</p>", [])
             return None
-        job = Job(f"diff {doc.name}", _diff_fn(doc.path, Path(other), doc.allowed_globals), self)
+        job = Job(f"diff {doc.name}", _diff_fn(doc.path, Path(other), doc.allowed_globals), self,
+                  doc=doc)
         job.finished.connect(lambda result: self._diffed(doc, result))
         job.failed.connect(lambda msg: self._show(
             f"<p><b>Could not compare:</b> {html.escape(msg)}</p>", []))

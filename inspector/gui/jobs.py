@@ -4,6 +4,17 @@ A job is a plain function `fn(emit, cancel) -> result` (the same shape as the en
 `on_event=` / `cancel=` keywords). Events are queued from the worker thread and drained on
 the UI thread in batches, so a stream of 100,000 tensor events costs a handful of signal
 deliveries instead of 100,000.
+
+Lifetimes (the rule every caller relies on):
+- `JobRunner.adopt` makes the runner the job's Qt parent. The pane or dialog that created the
+  job only owns its outcome: when that owner is destroyed, or the document the job works for
+  is closed, the job is discarded (cancelled, and nothing it still reports is delivered).
+- The runner keeps a job until its thread has finished and its end has been handled on the
+  UI thread, then deletes it there with `deleteLater`. The bridge worker threads emit through
+  is the job's Qt child, so it dies on the UI thread, never while a thread can still emit,
+  and never by Python garbage collection on a worker thread.
+- Closing a window cancels every job, waits a bounded time for the threads (the engine kills
+  its worker processes on cancel), and discards whatever is still on its way.
 """
 
 from __future__ import annotations
@@ -39,20 +50,28 @@ class Job(QObject):
     cancelled = Signal()
     ended = Signal()  # after any of the three above
 
-    def __init__(self, name: str, fn: JobFn, parent: QObject | None = None) -> None:
+    def __init__(self, name: str, fn: JobFn, parent: QObject | None = None,
+                 doc: QObject | None = None) -> None:
         super().__init__(parent)
         self.name = name
+        self.doc = doc  # the document the job works for, if any; closing it discards the job
         self.token = CancelToken()
         self._fn = fn
         self._queue: collections.deque[Event] = collections.deque()
         self._lock = threading.Lock()
-        self._bridge = _Bridge()
+        self._bridge = _Bridge(self)
         self._bridge.wake.connect(self._drain)
         self._bridge.done.connect(self._complete)
         self.running = False
+        self.discarded = False
 
     def cancel(self) -> None:
         """Ask the job to stop; the engine call notices at its next check and kills its worker."""
+        self.token.cancel()
+
+    def discard(self) -> None:
+        """Cancel, and deliver nothing more: whoever wanted the outcome is gone."""
+        self.discarded = True
         self.token.cancel()
 
     def _emit(self, event: Event) -> None:
@@ -66,7 +85,7 @@ class Job(QObject):
         with self._lock:
             batch = list(self._queue)
             self._queue.clear()
-        if batch:
+        if batch and not self.discarded:
             self.events.emit(batch)
 
     def _run(self) -> None:
@@ -86,12 +105,13 @@ class Job(QObject):
     def _complete(self, outcome: str, payload: object) -> None:
         self._drain()
         self.running = False
-        if outcome == "ok":
-            self.finished.emit(payload)
-        elif outcome == "cancelled":
-            self.cancelled.emit()
-        else:
-            self.failed.emit(str(payload))
+        if not self.discarded:
+            if outcome == "ok":
+                self.finished.emit(payload)
+            elif outcome == "cancelled":
+                self.cancelled.emit()
+            else:
+                self.failed.emit(str(payload))
         self.ended.emit()
 
 
@@ -117,15 +137,27 @@ class JobRunner(QObject):
 
     def __init__(self, parent: QObject | None = None, max_threads: int = 4) -> None:
         super().__init__(parent)
+        # The pool is the runner's first child, so when the runner is destroyed the pool's
+        # destructor waits for the threads before the jobs (later children) are deleted.
         self.pool = QThreadPool(self)
         self.pool.setMaxThreadCount(max_threads)
         self._active: list[Job] = []
 
+    def adopt(self, job: Job) -> Job:
+        """Take over `job`'s lifetime; its creator's destruction discards it."""
+        owner = job.parent()
+        if owner is not self:
+            job.setParent(self)
+            if owner is not None:
+                owner.destroyed.connect(job.discard)
+        return job
+
     def start(self, job: Job) -> Job:
         """Run `job` in the pool; its signals arrive on the UI thread."""
+        self.adopt(job)
         self._active.append(job)
         job.running = True
-        job.ended.connect(lambda: self._forget(job))
+        job.ended.connect(self._forget)
         if len(self._active) == 1:
             self.busy_changed.emit(True)
         self.pool.start(_Runnable(job))
@@ -140,17 +172,26 @@ class JobRunner(QObject):
         for job in self._active:
             job.cancel()
 
+    def discard_for(self, doc: QObject) -> None:
+        """Discard every job working for `doc` (it was closed)."""
+        for job in self._active:
+            if job.doc is doc:
+                job.discard()
+
     def shutdown(self, timeout_ms: int = 10000) -> bool:
-        """Cancel everything and wait for the threads; True when all stopped in time."""
-        self.cancel_all()
+        """Discard everything and wait for the threads; True when all stopped in time."""
+        for job in self._active:
+            job.discard()
         return self.pool.waitForDone(timeout_ms)
 
-    def _forget(self, job: Job) -> None:
+    def _forget(self) -> None:
+        job = self.sender()
         if job in self._active:
             self._active.remove(job)
+            job.deleteLater()
             if not self._active:
                 # Deferred so a slot that starts a follow-up job does not see a busy flicker.
-                QTimer.singleShot(0, self._report_idle)
+                QTimer.singleShot(0, self, self._report_idle)  # dropped if the runner is gone
 
     def _report_idle(self) -> None:
         if not self._active:

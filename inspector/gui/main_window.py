@@ -345,9 +345,7 @@ class MainWindow(QMainWindow):
         if doc is None:
             return
         row = self.docs.index(doc)
-        for job in self.runner.active():
-            if doc.name in job.name:
-                job.cancel()
+        self.pipeline.close(doc)
         self.docs.pop(row)
         self.file_list.takeItem(row)
         if not self.docs:

@@ -208,7 +208,7 @@ class PicklePane(QWidget):
         if self.doc is not None:
             self.doc.changed.disconnect(self._doc_changed)
         if self._job is not None:
-            self._job.cancel()
+            self._job.discard()  # its disassembly is of the previous document
             self._job = None
         self.doc = doc
         self._scan_shown = None
@@ -233,7 +233,10 @@ class PicklePane(QWidget):
             self.op_status.setText(f"No pickle in this file (format {scan.get('format')}).")
             return
         self.op_status.setText("Disassembling…")
-        self._job = Job(f"disassemble {doc.name}", _disassemble_fn(doc.path, scan), self)
+        if self._job is not None:
+            self._job.discard()  # a newer scan of the document replaces its result
+        self._job = Job(f"disassemble {doc.name}", _disassemble_fn(doc.path, scan), self,
+                        doc=doc)
         self._job.finished.connect(self._streams_ready)
         self._job.failed.connect(lambda msg: self.op_status.setText(f"Disassembly failed: {msg}"))
         self.runner.start(self._job)

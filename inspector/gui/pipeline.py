@@ -89,7 +89,7 @@ class Pipeline(QObject):
     def open(self, doc: FileDocument) -> None:
         """Scan `doc` now (in a thread); what follows depends on the verdict."""
         doc.set_state("scanning")
-        job = Job(f"scan {doc.name}", _scan_fn(doc.path), self)
+        job = Job(f"scan {doc.name}", _scan_fn(doc.path), self, doc=doc)
         job.finished.connect(lambda scan: self._scanned(doc, scan))
         job.failed.connect(lambda msg: self._scan_failed(doc, msg))
         self._start(job)
@@ -98,7 +98,8 @@ class Pipeline(QObject):
         """Queue the jailed load of `doc`, allowing exactly `allow_globals`."""
         doc.allowed_globals = tuple(allow_globals)
         doc.set_state("queued")
-        job = Job(f"inspect {doc.name}", _inspect_fn(doc.path, doc.allowed_globals), self)
+        job = Job(f"inspect {doc.name}", _inspect_fn(doc.path, doc.allowed_globals), self,
+                  doc=doc)
         job.events.connect(doc.apply_events)
         job.finished.connect(lambda result: self._inspected(doc, result))
         job.failed.connect(lambda msg: doc.set_state("load_failed", msg))
@@ -114,9 +115,17 @@ class Pipeline(QObject):
 
         `doc` moves to `state` when the job starts (it waits in the queue until then).
         """
+        self.runner.adopt(job)
         self._heavy.append((job, doc, state))
         self._next_heavy()
         return job
+
+    def close(self, doc: FileDocument) -> None:
+        """`doc` was closed: drop its queued jobs and discard its running ones."""
+        for entry in [e for e in self._heavy if doc in (e[1], e[0].doc)]:
+            self._heavy.remove(entry)
+            entry[0].deleteLater()
+        self.runner.discard_for(doc)
 
     def cancel_all(self) -> None:
         """Stop the running jobs and drop the queued ones."""
@@ -180,7 +189,7 @@ class Pipeline(QObject):
     def _hash(self, doc: FileDocument, final_state: str, message: str = "") -> None:
         """Hash without loading (a dangerous, declined or unreadable file)."""
         doc.set_state(final_state, message)
-        job = Job(f"hash {doc.name}", _hash_fn(doc.path), self)
+        job = Job(f"hash {doc.name}", _hash_fn(doc.path), self, doc=doc)
 
         def done(digest: str) -> None:
             doc.sha256 = digest
