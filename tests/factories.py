@@ -1204,3 +1204,18 @@ def crc_damaged(path: Path, flip_at: int = 17) -> Path:
     data[info.header_offset + 30 + name_len + extra_len + flip_at] ^= 0x04
     path.write_bytes(bytes(data))
     return path
+
+
+def _npz_compressed(method: int) -> Callable[[Path, Path], Path]:
+    def build(path: Path, canary: Path) -> Path:
+        out = io.BytesIO()
+        with zipfile.ZipFile(out, "w", compression=method) as z:
+            z.writestr("arr_0.npy", _npy("'|O'", call("os", "system", touch_cmd(canary))))
+        return _write(path, out.getvalue())
+
+    build.__doc__ = f"an npz whose object-array member is compressed with zip method {method}"
+    return build
+
+
+ADVERSARIAL_BUILDERS["npz_bzip2_member"] = ("numpy", _npz_compressed(zipfile.ZIP_BZIP2))
+ADVERSARIAL_BUILDERS["npz_lzma_member"] = ("numpy", _npz_compressed(zipfile.ZIP_LZMA))

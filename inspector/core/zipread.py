@@ -23,7 +23,7 @@ ZIP64_EOCD_SIG = b"PK\x06\x06"
 FLAG_ENCRYPTED = 0x1
 FLAG_PATCHED = 0x20
 FLAG_STRONG_ENCRYPTION = 0x40
-STORED, DEFLATED = 0, 8
+STORED, DEFLATED, BZIP2, LZMA = 0, 8, 12, 14
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,13 +213,37 @@ def member_bytes(buf, member: Member, max_size: int) -> bytes:
         if len(raw) > max_size:
             raise MemberTooLarge(f"{len(raw)} bytes")
         return bytes(raw)
-    if member.method == DEFLATED:
-        inflater = zlib.decompressobj(-15)
-        out = inflater.decompress(raw, max_size + 1)
-        if len(out) > max_size:
-            raise MemberTooLarge(f"inflates past {max_size} bytes")
-        return out
-    raise ValueError(f"compression method {member.method} is not supported")
+    import lzma
+
+    try:
+        out = _decoder(member.method, raw).decompress(raw[_skip(member.method, raw):],
+                                                      max_size + 1)
+    except (zlib.error, lzma.LZMAError, OSError, EOFError, struct.error, LookupError) as exc:
+        raise ValueError(f"undecodable member data: {exc}") from None
+    if len(out) > max_size:
+        raise MemberTooLarge(f"inflates past {max_size} bytes")
+    return out
+
+
+def _skip(method: int, raw) -> int:
+    """Bytes before the compressed stream: zip's LZMA header (version, properties)."""
+    return 4 + struct.unpack_from("<H", raw, 2)[0] if method == LZMA else 0
+
+
+def _decoder(method: int, raw):
+    """Decompressor of a member; bzip2 and LZMA too, which numpy.load's zipfile reads."""
+    import bz2
+    import lzma
+
+    if method == DEFLATED:
+        return zlib.decompressobj(-15)
+    if method == BZIP2:
+        return bz2.BZ2Decompressor()
+    if method == LZMA and len(raw) >= 4:
+        props = bytes(raw[4:_skip(method, raw)])
+        filt = lzma._decode_filter_properties(lzma.FILTER_LZMA1, props)  # as zipfile does
+        return lzma.LZMADecompressor(lzma.FORMAT_RAW, filters=[filt])
+    raise ValueError(f"compression method {method} is not supported")
 
 
 def crc_ok(data: bytes, member: Member) -> bool:
