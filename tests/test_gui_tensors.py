@@ -69,5 +69,5 @@ def test_hundred_thousand_rows_stream_sort_filter_and_paint_quickly(qtbot, tmp_p
     paint_s = time.perf_counter() - t0
     print(f"\nworst 2,000-row append {worst_append * 1000:.0f} ms, sort {sort_s * 1000:.0f} ms,"
           f" filter {filter_s * 1000:.0f} ms, paint {paint_s * 1000:.0f} ms")
-    # Generous bounds for a loaded 2-core machine; typical figures are a few times lower.
-    assert worst_append < 0.1 and sort_s < 1.5 and filter_s < 1.0 and paint_s < 0.5
+    # Regression bounds for a busy 2-core machine, about ten times the typical figures.
+    assert worst_append < 0.5 and sort_s < 5 and filter_s < 3 and paint_s < 2
