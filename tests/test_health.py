@@ -16,6 +16,9 @@ import torch
 
 from inspector.cli import main
 from inspector.core.health import PROBLEM, assess, is_state_key, magnitude_outliers, outlier_gap
+from inspector.report import SessionEvidence, build_report
+from inspector.report.model import FileEvidence
+from inspector.report.render_html import render_html
 from inspector.sandbox.client import inspect_file
 from inspector.sandbox.stats import describe_tensors, tensor_stats
 
@@ -83,6 +86,30 @@ def test_random_single_bit_flips_are_named_when_they_hit_the_exponent_top(dtype)
             # a mantissa flip never moves a value orders of magnitude: never a problem
             assert not hit, (index, bit, old, new)
     assert required > 0 and named == required
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_flipped_tensors_make_strict_reports(dtype, tmp_path: Path) -> None:
+    """Any flip, exponent bits included, still gives a strict-JSON report and HTML."""
+    rng = random.Random(f"report-{dtype}")
+    clean = _scaled(torch.Generator().manual_seed(5), dtype)
+    path = tmp_path / "m.pt"
+    path.write_bytes(b"m")
+    bits = clean.element_size() * 8
+    for _ in range(20):
+        flipped = _flip(clean, rng.randrange(clean.numel()), rng.randrange(bits - 9, bits))
+        row = {"key": "w", "dtype": str(dtype).removeprefix("torch."), "shape": [32, 32],
+               "numel": 1024, "nbytes": 1024 * clean.element_size(), "digest": "0" * 64,
+               **tensor_stats(flipped)}
+        inspect = {"path": str(path), "size": 1, "sha256": "ab" * 32, "format": "pytorch-zip",
+                   "scan": {"path": str(path), "format": "pytorch-zip", "verdict": "safe",
+                            "weights_only_ok": True, "globals": [], "findings": []},
+                   "sandbox": {"level": "full"}, "digest_algorithm": "sha256",
+                   "tensors": [row], "objects": [], "error": None,
+                   "health": assess([row]).to_json()}
+        report = build_report(SessionEvidence([FileEvidence(str(path), inspect=inspect)]))
+        json.loads(report.dumps(), parse_constant=lambda t: pytest.fail(f"token {t}"))
+        assert "<html" in render_html(report)
 
 
 def test_flipped_checkpoint_end_to_end_through_the_jailed_inspect(tmp_path: Path, capsys) -> None:
