@@ -1219,3 +1219,17 @@ def _npz_compressed(method: int) -> Callable[[Path, Path], Path]:
 
 ADVERSARIAL_BUILDERS["npz_bzip2_member"] = ("numpy", _npz_compressed(zipfile.ZIP_BZIP2))
 ADVERSARIAL_BUILDERS["npz_lzma_member"] = ("numpy", _npz_compressed(zipfile.ZIP_LZMA))
+
+
+def adv_legacy_tar_second_storage(path: Path, canary: Path) -> Path:
+    """Legacy tar whose `storages` member holds one real storage record, then a protocol 0
+    payload where torch reads the next storage's (key, location, type) pickle."""
+    args = (PROTO2 + p_unicode("0") + p_unicode("cpu") + p_global("torch", "FloatStorage")
+            + b"\x87" + STOP)
+    payload = p_global("os", "system") + MARK + p_string(touch_cmd(canary)) + TUPLE + REDUCE
+    storages = (b"\x80\x02K\x02." + args + struct.pack("<q", 2) + struct.pack("<2f", 1, 2)
+                + payload + STOP)
+    return _write(path, _legacy_tar(storages, b"\x80\x02K\x00.", b"\x80\x02}."))
+
+
+ADVERSARIAL_BUILDERS["legacy_tar_second_storage"] = ("torch", adv_legacy_tar_second_storage)

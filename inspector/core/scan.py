@@ -589,13 +589,36 @@ def _scan_tar(ctx: _Scan, buf) -> None:
             ctx.not_fully_read("tar-member-too-large", f"{m.size}-byte member", m.name)
             continue
         data = bytes(buf[m.offset_data:m.offset_data + m.size])
-        covered = 0
-        if _scan_stream(ctx, data, m.name, False):
-            found += 1
-            covered = ctx.result.pickles[-1]["end"] if ctx.result.pickles else 0
+        walked, covered = _tar_member_pickles(ctx, data, m.name)
+        found += walked
         _carve(ctx, data, m.name, covered)
     if not found and not ctx.uses:
         raise ValueError("tar archive without pickles")
+
+
+def _tar_member_pickles(ctx: _Scan, data: bytes, member: str) -> tuple[int, int]:
+    """Walk a tar member's pickles as torch's legacy_load reads them: back to back, and in
+    `storages` / `tensors` past the raw record after each storage's or tensor's pickle.
+    Returns (pickles walked, where the walk stopped)."""
+    pos, count = 0, 0
+    while pos < len(data):
+        scan = ctx.walk(data, pos)
+        if not looks_like_pickle(scan):
+            break
+        ctx.add_pickle(scan, member, False)
+        count, pos = count + 1, scan.end
+        if not scan.stopped:
+            break
+        if member == "storages":  # after (key, location, StorageType): int64 numel, the data
+            size = next((s for g in scan.globals if (s := _storage_itemsize(g.key))), 0)
+            if size and pos + 8 <= len(data):
+                pos += 8 + size * int.from_bytes(data[pos:pos + 8], "little", signed=True)
+        elif member == "tensors" and count > 1 and pos + 4 <= len(data):
+            # after (key, storage id, type): int32 ndim, 4 bytes, sizes, strides, offset
+            pos += 16 + 16 * int.from_bytes(data[pos:pos + 4], "little", signed=True)
+        if pos < scan.end:
+            break  # a negative count: the walk cannot follow
+    return count, pos
 
 
 def _scan_as(ctx: _Scan, buf, size: int, kind: str) -> None:
