@@ -1233,3 +1233,16 @@ def adv_legacy_tar_second_storage(path: Path, canary: Path) -> Path:
 
 
 ADVERSARIAL_BUILDERS["legacy_tar_second_storage"] = ("torch", adv_legacy_tar_second_storage)
+
+
+def adv_dcp_metadata_payload(path: Path, canary: Path) -> Path:
+    """A torch.distributed.checkpoint folder whose `.metadata` is a payload: DCP's
+    FileSystemReader.read_metadata unpickles it with plain pickle."""
+    folder = Path(path).with_suffix(".dcp")
+    folder.mkdir(exist_ok=True)
+    data = PROTO2 + p_global("torch.distributed.checkpoint.metadata", "Metadata")
+    data += MARK + _reduce("os", "system", p_unicode(touch_cmd(canary)))[2:] + TUPLE + REDUCE
+    return _write(folder / ".metadata", data + STOP)
+
+
+ADVERSARIAL_BUILDERS["dcp_metadata_payload"] = ("dcp", adv_dcp_metadata_payload)

@@ -98,7 +98,7 @@ def proven(tmp_path_factory, python_exe):
 def test_enough_samples_across_the_classes():
     loaders = {loader for loader, _ in ADVERSARIAL_BUILDERS.values()}
     assert len(ADVERSARIAL_BUILDERS) >= 40
-    assert {"pickle", "pickle-all", "torch", "torch-at", "numpy", "joblib"} <= loaders
+    assert {"pickle", "pickle-all", "torch", "torch-at", "numpy", "joblib", "dcp"} <= loaders
 
 
 @pytest.mark.parametrize("name", sorted(ADVERSARIAL_BUILDERS))
