@@ -92,10 +92,12 @@ CAPABILITIES: dict[str, tuple[str, str, str]] = {
     """),
     "write files": ("writes, deletes, maps or opens files", """
         io _io _pyio pathlib shutil tempfile tarfile zipfile zipapp compileall py_compile mmap
-        fcntl shelve dbm glob fileinput linecache logging codecs
+        fcntl shelve dbm glob fileinput linecache logging codecs numpy.lib.format
+        numpy.lib._format_impl numpy.lib.npyio numpy.lib._npyio_impl numpy.core.memmap
+        numpy._core.memmap
     """, """
         builtins.open numpy.save numpy.savez numpy.savez_compressed numpy.savetxt numpy.memmap
-        numpy.ndarray.tofile numpy.core.memmap numpy.lib.format.open_memmap torch.save
+        numpy.ndarray.tofile numpy.ndarray.dump torch.save
         torch.serialization.save torch.from_file torch.UntypedStorage.from_file
         torch.TypedStorage.from_file torch.storage.UntypedStorage.from_file
         torch.storage.TypedStorage.from_file
@@ -112,7 +114,7 @@ CAPABILITIES: dict[str, tuple[str, str, str]] = {
     """),
     "load nested data": ("unpickles or loads data that can itself run code", """
         marshal pickle _pickle cPickle dill cloudpickle jsonpickle joblib yaml pandas.io
-        copyreg
+        copyreg torch.serialization
     """, """
         numpy.load numpy.loadtxt numpy.fromfile numpy.lib.npyio.load pandas.read_pickle
         pandas.read_csv torch.load torch.serialization.load torch.storage._load_from_bytes
@@ -139,7 +141,8 @@ DENY_LEAF_NAMES = frozenset(_words("""
 system popen popen2 popen3 popen4 spawn spawnl spawnv spawnve execv execve execl execvp
 eval exec execfile compile __import__ import_module load loads run run_path run_module
 check_call check_output call getoutput getstatusoutput runstring runsource runcode
-open urlopen urlretrieve from_file tofile rmtree unlink write_text write_bytes
+open urlopen urlretrieve from_file tofile rmtree unlink write_text write_bytes save savez
+savetxt dump to_pickle to_csv
 """))
 # Modules whose C implementation a pickle may name instead: the finding names the real import.
 REAL_MODULES = {"posix": "os", "nt": "os", "_io": "io", "_pickle": "pickle", "_socket": "socket",
