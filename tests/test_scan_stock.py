@@ -110,3 +110,14 @@ def test_training_checkpoint_is_not_dangerous(tmp_path):
     path = save_training_checkpoint(tmp_path / "last.ckpt")
     (res,) = scan_paths([path])
     assert res.verdict == "safe" and res.weights_only_ok
+
+
+def test_a_broken_checkpoint_in_a_folder_stays_an_error(tmp_path, python_exe):
+    (tmp_path / "m").mkdir()
+    good = save_state_dict(tmp_path / "m" / "good.pt")
+    (tmp_path / "m" / "truncated.pt").write_bytes(good.read_bytes()[:300])
+    (tmp_path / "m" / "bad.safetensors").write_bytes(b"\x0a" + bytes(7) + b"{not json}")
+    verdicts = {os.path.basename(r.path): r.verdict for r in scan_paths([tmp_path / "m"])}
+    assert verdicts["good.pt"] == "safe"
+    assert verdicts["truncated.pt"] != "skipped" and verdicts["bad.safetensors"] == "error"
+    assert _gate(python_exe, tmp_path / "m").returncode != 0

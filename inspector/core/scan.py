@@ -744,11 +744,17 @@ def iter_files(paths: Iterable[str | os.PathLike]) -> Iterator[Path]:
         yield found.path
 
 
+# Errors that say a file is no checkpoint at all (no format magic, nothing that parses as a
+# pickle, a plain tar, an empty file such as an HF cache's .no_exist marker, a named pipe or a
+# dangling link); a broken zip, safetensors or npy, or an unreadable file, stays an error.
+_NOT_A_CHECKPOINT = ("not a model file", "empty file", "not a readable tar file",
+                     "cannot read: not a regular file", "cannot read: No such file")
+
+
 def _not_a_checkpoint(res: ScanResult) -> bool:
-    """A file no loader reads as a model: no known format, nothing that parses as a pickle."""
-    return (res.format in ("unknown", "tar") and not res.findings and not res.globals
-            and bool(res.error) and res.error.startswith(("not a model file", "not a readable",
-                                                          "empty file", "cannot read")))
+    """A file no loader reads as a model."""
+    return (not res.findings and not res.globals and bool(res.error)
+            and res.error.startswith(_NOT_A_CHECKPOINT))
 
 
 def scan_paths(paths: Iterable[str | os.PathLike]) -> Iterator[ScanResult]:
