@@ -99,16 +99,31 @@ def test_compare_reports_a_single_bit_flip_in_plain_words(window, qtbot, small, 
     start = info.header_offset + 30 + len(info.filename.encode()) + extra_len
     data[start + 3] ^= 0x40  # element 0 of fc1.weight, float32: bit 30, an exponent bit
     flipped.write_bytes(bytes(data))
-    open_loaded(window, qtbot, original)
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(original, work / "benign.pt")
+    doc = open_loaded(window, qtbot, work / "benign.pt")
+    window.integrity.write_manifest(work / "benign.sha256")
+    qtbot.waitUntil(lambda: (work / "benign.sha256").exists(), timeout=LOAD_TIMEOUT_MS)
+    window.integrity.verify_with(work / "benign.sha256")
+    qtbot.waitUntil(lambda: doc.verify is not None, timeout=LOAD_TIMEOUT_MS)
     window.integrity.compare_with(flipped)
-    doc = window.current
     qtbot.waitUntil(lambda: doc.diff is not None, timeout=LOAD_TIMEOUT_MS)
     changed = [t for t in doc.diff["tensors"] if t["status"] != "identical"]
     assert [t["key"] for t in changed] == ["fc1.weight"]
     text = window.integrity.summary.toPlainText()
-    assert "1 single-bit flip in `fc1.weight`" in text and "exponent" in text
+    assert "1 single-bit flip in fc1.weight" in text and "exponent" in text and "`" not in text
     assert "memory or storage corruption" in text
+    assert f"Differs from {flipped}" in text and "{" not in text  # a path, not a dict
+    assert "Matches" in text  # the earlier verification stays beside the comparison
     assert results(window)["fc1.weight"] == "changed"
+    assert results(window)["benign.pt"] == "ok"
+    (flip,) = [r for r in window.integrity.model.rows if r[0].startswith("fc1.weight[")]
+    before = int.from_bytes(original.read_bytes()[start:start + 4], "little")
+    assert flip[1] == "bit 30 (exponent)"
+    assert flip[3].endswith(f"(0x{before:08x})") and flip[4].endswith(
+        f"(0x{before ^ 0x40000000:08x})")
+    assert flip[5] == f"byte {start + 3:,} of A, byte {start + 3:,} of B"
 
 
 def test_convert_writes_a_verified_safetensors_and_offers_to_open_it(

@@ -104,6 +104,10 @@ class ChunkDiff:
     """Element indices (within the chunk) whose bytes differ."""
     bits: np.ndarray
     """For each changed element: the one differing bit, or -1 when several bits differ."""
+    before: np.ndarray | None = None
+    """The chunk's elements in A as rows of raw bytes (a view, no copy)."""
+    after: np.ndarray | None = None
+    """The same elements in B."""
 
     @property
     def single(self) -> np.ndarray:
@@ -134,7 +138,8 @@ def compare_raw(a: Any, b: Any, layout: BitLayout) -> ChunkDiff:
         byte = np.argmax(rows != 0, axis=1)
         value = rows[np.arange(one.size), byte]
         bits[one] = byte * 8 + _LOG2[value]
-    return ChunkDiff(changed=changed.astype(np.int64), bits=bits)
+    return ChunkDiff(changed=changed.astype(np.int64), bits=bits, before=a8.reshape(-1, n),
+                     after=b8.reshape(-1, n))
 
 
 @dataclass
@@ -145,12 +150,22 @@ class BitFlip:
     bit: int
     kind: str
     part: str | None = None
+    before: int | None = None
+    """The element's bits in A, as an unsigned integer of its little-endian bytes."""
+    after: int | None = None
+    dtype: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The `bitflips` record of the diff contract."""
+        """The `bitflips` record of the diff contract (values as text: JSON has no NaN)."""
         record: dict[str, Any] = {"index": self.index, "bit": self.bit, "kind": self.kind}
         if self.part is not None:
             record["part"] = self.part
+        if self.before is not None and self.after is not None and self.dtype is not None:
+            digits = 2 * BY_NAME[self.dtype].itemsize if self.dtype in BY_NAME else 0
+            record["before_bits"] = f"{self.before:0{digits}x}"
+            record["after_bits"] = f"{self.after:0{digits}x}"
+            record["before_value"] = decode_value(self.before, self.dtype)
+            record["after_value"] = decode_value(self.after, self.dtype)
         return record
 
     @property
@@ -185,6 +200,10 @@ class FlipTally:
             flip = BitFlip(index=start + index, bit=bit, kind=kind, part=part)
             self.by_kind[flip.label] += 1
             if len(self.flips) < self.limit:
+                if chunk.before is not None and chunk.after is not None:
+                    flip.before = int.from_bytes(chunk.before[index].tobytes(), "little")
+                    flip.after = int.from_bytes(chunk.after[index].tobytes(), "little")
+                    flip.dtype = self.layout.dtype
                 self.flips.append(flip)
 
     def summary(self, key: str) -> str:
@@ -217,3 +236,25 @@ def _bits(label: str, n: int) -> str:
     if n > 1:
         return f"{label} bits"
     return f"{'an' if label[0] in 'aeiou' else 'a'} {label} bit"
+
+
+def decode_value(raw: int, dtype: str) -> str | None:
+    """An element's value from its bits, as text ('nan', 'inf', '-1.5e+38'); None if unknown.
+
+    Floats with a NumPy type are read by NumPy; bfloat16 is the top half of a float32. Other
+    types (float8, quantized, packed) are shown by their bits alone.
+    """
+    record = BY_NAME.get(dtype)
+    if record is None:
+        return None
+    if record.numpy is not None:
+        value = np.frombuffer(raw.to_bytes(record.itemsize, "little"), dtype=record.numpy)[0]
+    elif dtype == "bfloat16":
+        value = np.frombuffer((raw << 16).to_bytes(4, "little"), dtype="<f4")[0]
+    else:
+        return None
+    if record.kind == "bool":
+        return str(bool(value))
+    if record.kind in ("int", "uint"):
+        return str(int(value))
+    return f"{value:.9g}" if np.isfinite(value) else str(value).lower()

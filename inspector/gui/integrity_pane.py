@@ -37,8 +37,9 @@ WRITE_FILTERS = {
     "sha256sum (*.sha256)": ".sha256",
     "TSV (*.tsv)": ".tsv",
 }
-RESULT_COLUMNS = ("Item", "Kind", "Status", "Expected", "Actual", "Details")
+RESULT_COLUMNS = ("Item", "Kind", "Status", "Expected / A", "Actual / B", "Details")
 GOOD = {"ok", "identical"}
+Row = tuple[str, str, str, str, str, str]
 
 
 class ResultsModel(QAbstractTableModel):
@@ -46,9 +47,9 @@ class ResultsModel(QAbstractTableModel):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.rows: list[tuple[str, str, str, str, str, str]] = []
+        self.rows: list[Row] = []
 
-    def set_rows(self, rows: list[tuple[str, str, str, str, str, str]]) -> None:
+    def set_rows(self, rows: list[Row]) -> None:
         """Replace the rows; problems sort before ok rows, order otherwise kept."""
         self.beginResetModel()
         self.rows = sorted(rows, key=lambda r: r[2] in GOOD)
@@ -73,7 +74,7 @@ class ResultsModel(QAbstractTableModel):
                 style = status_style(status)
                 return f"{style.glyph} {style.word}"
             value = row[index.column()]
-            return value[:16] + "…" if index.column() in (3, 4) and len(value) > 17 else value
+            return value[:24] + "…" if index.column() in (3, 4) and len(value) > 25 else value
         if role == roles.TOOLTIP:
             return row[index.column()] or None
         if role == roles.BACKGROUND:
@@ -152,7 +153,7 @@ class IntegrityPane(QWidget):
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.setWordWrap(False)
         self.table.setAccessibleName("Integrity results")
-        for i, width in enumerate((260, 60, 150, 150, 150)):
+        for i, width in enumerate((260, 150, 110, 190, 190)):
             self.table.setColumnWidth(i, width)
 
         layout = QVBoxLayout(self)
@@ -162,21 +163,27 @@ class IntegrityPane(QWidget):
         self.set_document(None)
 
     def set_document(self, doc: FileDocument | None) -> None:
-        """Show `doc`'s last verification or comparison."""
+        """Show `doc`'s last verification and its last comparison, side by side."""
         self.doc = doc
         enabled = doc is not None
         for b in (self.choose_button, self.create_button, self.compare_button):
             b.setEnabled(enabled)
         if doc is None:
             self._show("<p>No file open.</p>", [])
-        elif doc.verify is not None:
-            self._show_verify(doc.verify)
-        elif doc.diff is not None:
-            self._show_diff(doc.diff)
+            return
+        heads, rows = [], []
+        if doc.verify is not None:
+            head, verify_rows = verify_view(doc.verify)
+            heads.append(head)
+            rows += verify_rows
         else:
-            self._show(
-                "<p>Not verified yet. Drop a manifest above, or create one now so later copies "
-                "of this file can be checked against it.</p>", [])
+            heads.append("<p>Not verified yet. Drop a manifest above, or create one now so later "
+                         "copies of this file can be checked against it.</p>")
+        if doc.diff is not None:
+            head, diff_rows = diff_view(doc.diff)
+            heads.append(head)
+            rows += diff_rows
+        self._show("".join(heads), rows)
 
     # --- verify ------------------------------------------------------------------------
 
@@ -204,36 +211,10 @@ class IntegrityPane(QWidget):
         return self.pipeline.run_heavy(job)
 
     def _verified(self, doc: FileDocument, result: dict[str, Any]) -> None:
-        doc.verify, doc.diff = result, None
+        doc.verify = result
         doc.changed.emit()
         if doc is self.doc:
-            self._show_verify(result)
-
-    def _show_verify(self, result: dict[str, Any]) -> None:
-        files, tensors = result.get("files", []), result.get("tensors", [])
-        rows = [
-            (f["path"], "file", f["status"], f.get("expected") or "", f.get("actual") or "",
-             _size_detail(f))
-            for f in files
-        ] + [
-            (t["key"], "tensor", t["status"], t.get("expected") or "", t.get("actual") or "",
-             _tensor_detail(t))
-            for t in tensors
-        ]
-        bad_files = sum(f["status"] != "ok" for f in files)
-        bad_tensors = sum(t["status"] != "ok" for t in tensors)
-        name = html.escape(str(result.get("manifest", "the manifest")))
-        if bad_files or bad_tensors or result.get("errors"):
-            head = (f"<p><b style='color:{status_style('mismatch').colour}'>✕ Does not match "
-                    f"{name}</b>: {bad_files} of {len(files)} file(s) and {bad_tensors} of "
-                    f"{len(tensors)} tensor(s) differ.</p>")
-        else:
-            head = (f"<p><b style='color:{status_style('ok').colour}'>✓ Matches {name}</b>: "
-                    f"{len(files)} file(s) and {len(tensors)} tensor(s) verified.</p>")
-        notes = "".join(f"<p>{html.escape(e)}</p>" for e in result.get("errors", []))
-        if result.get("note"):
-            notes += f"<p>{html.escape(result['note'])}</p>"
-        self._show(head + notes, rows)
+            self.set_document(doc)
 
     # --- create ------------------------------------------------------------------------
 
@@ -301,33 +282,111 @@ class IntegrityPane(QWidget):
         return self.pipeline.run_heavy(job)
 
     def _diffed(self, doc: FileDocument, result: dict[str, Any]) -> None:
-        doc.diff, doc.verify = result, None
+        doc.diff = result
         doc.changed.emit()
         if doc is self.doc:
-            self._show_diff(result)
+            self.set_document(doc)
 
-    def _show_diff(self, result: dict[str, Any]) -> None:
-        tensors = result.get("tensors", [])
-        rows = [
-            (t["key"], "tensor", t["status"], "", "", diff_words(t)) for t in tensors
-        ]
-        other = html.escape(str(result.get("b", "the other file")))
-        if result.get("identical"):
-            head = (f"<p><b style='color:{status_style('ok').colour}'>✓ Identical to {other}"
-                    f"</b>: all {len(tensors)} tensors are bit for bit the same.</p>")
-        else:
-            changed = [t for t in tensors if t["status"] != "identical"]
-            head = (f"<p><b style='color:{status_style('changed').colour}'>✕ Differs from "
-                    f"{other}</b>: {len(changed)} of {len(tensors)} tensors differ.</p>")
-            head += "".join(
-                f"<p>{html.escape(diff_words(t))}</p>" for t in changed[:8] if t.get("bitflips")
-            )
-            head += "<p>" + html.escape(forensic_verdict(changed)) + "</p>"
-        self._show(head, rows)
-
-    def _show(self, summary_html: str, rows: list[tuple[str, str, str, str, str, str]]) -> None:
+    def _show(self, summary_html: str, rows: list[Row]) -> None:
         self.summary.setHtml(summary_html)
         self.model.set_rows(rows)
+
+
+def verify_view(result: dict[str, Any]) -> tuple[str, list[Row]]:
+    """The summary paragraph and the table rows of a manifest verification."""
+    files, tensors = result.get("files", []), result.get("tensors", [])
+    rows = [
+        (f["path"], "file", f["status"], f.get("expected") or "", f.get("actual") or "",
+         _size_detail(f))
+        for f in files
+    ] + [
+        (t["key"], "tensor", t["status"], t.get("expected") or "", t.get("actual") or "",
+         _tensor_detail(t))
+        for t in tensors
+    ]
+    bad_files = sum(f["status"] != "ok" for f in files)
+    bad_tensors = sum(t["status"] != "ok" for t in tensors)
+    name = html.escape(str(result.get("manifest", "the manifest")))
+    if bad_files or bad_tensors or result.get("errors"):
+        head = (f"<p><b style='color:{status_style('mismatch').colour}'>✕ Does not match "
+                f"{name}</b>: {bad_files} of {len(files)} file(s) and {bad_tensors} of "
+                f"{len(tensors)} tensor(s) differ.</p>")
+    else:
+        head = (f"<p><b style='color:{status_style('ok').colour}'>✓ Matches {name}</b>: "
+                f"{len(files)} file(s) and {len(tensors)} tensor(s) verified.</p>")
+    notes = "".join(f"<p>{html.escape(e)}</p>" for e in result.get("errors", []))
+    if result.get("note"):
+        notes += f"<p>{html.escape(result['note'])}</p>"
+    return head + notes, rows
+
+
+def diff_view(result: dict[str, Any]) -> tuple[str, list[Row]]:
+    """The summary paragraph and the forensic rows of a comparison: one row per tensor that
+    differs, then one per flipped element with its bits, values before and after, and where
+    the changed byte lies in each file."""
+    tensors = result.get("tensors", [])
+    other = html.escape(_path_of(result.get("b")) or "the other file")
+    changed = [t for t in tensors if t["status"] != "identical"]
+    if not changed:
+        head = (f"<p><b style='color:{status_style('ok').colour}'>✓ Identical to {other}"
+                f"</b>: all {len(tensors)} tensors are bit for bit the same.</p>")
+    else:
+        head = (f"<p><b style='color:{status_style('changed').colour}'>✕ Differs from "
+                f"{other}</b>: {len(changed)} of {len(tensors)} tensors differ.</p>")
+        head += "".join(f"<p>{_code_html(diff_words(t))}</p>"
+                        for t in changed[:8] if t.get("bitflips"))
+        head += "<p>" + html.escape(forensic_verdict(changed)) + "</p>"
+    rows: list[Row] = []
+    for t in changed:
+        rows.append((t["key"], "tensor", t["status"], _dtype_shape(t, "a"), _dtype_shape(t, "b"),
+                     plain_words(diff_words(t))))
+        rows += [flip_row(t["key"], f) for f in t.get("bitflips") or []]
+    rows += [(t["key"], "tensor", t["status"], "", "", "bit for bit identical")
+             for t in tensors if t["status"] == "identical"]
+    return head, rows
+
+
+def flip_row(key: str, flip: dict[str, Any]) -> Row:
+    """One flipped element: where, which bit, its value and bits before and after."""
+    where = "[" + ", ".join(map(str, flip.get("position") or [flip.get("index")])) + "]"
+    part = f"{flip['part']} " if flip.get("part") else ""
+    bit = f"bit {flip.get('bit')} ({part}{flip.get('kind')})"
+    offsets = [f"byte {flip[k]:,} of {side}" for side, k in (("A", "file_offset_a"),
+                                                              ("B", "file_offset_b"))
+               if flip.get(k) is not None]
+    return (f"{key}{where}", bit, "changed", _value_bits(flip, "before"),
+            _value_bits(flip, "after"), ", ".join(offsets) or "offset in the file unknown")
+
+
+def _value_bits(flip: dict[str, Any], side: str) -> str:
+    value, bits = flip.get(f"{side}_value"), flip.get(f"{side}_bits")
+    if bits is None:
+        return ""
+    return f"{value} (0x{bits})" if value is not None else f"0x{bits}"
+
+
+def _dtype_shape(t: dict[str, Any], side: str) -> str:
+    dtype, shape = t.get(f"dtype_{side}"), t.get(f"shape_{side}")
+    if dtype is None:
+        return "—"
+    return f"{dtype} {list(shape or [])}"
+
+
+def _path_of(side: Any) -> str | None:
+    if isinstance(side, dict):
+        return side.get("path")
+    return str(side) if side else None
+
+
+def plain_words(text: str) -> str:
+    """Engine sentences mark keys with backticks; plain text drops them."""
+    return text.replace("`", "")
+
+
+def _code_html(text: str) -> str:
+    """Engine sentences with their backticked keys set as code, for a rich-text label."""
+    parts = html.escape(text).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
 
 def diff_words(t: dict[str, Any]) -> str:

@@ -54,6 +54,9 @@ class TensorDiff:
     nonfinite_changes: int = 0
     note: str | None = None
     tally: FlipTally | None = field(default=None, repr=False)
+    offset_a: int | None = None
+    """Where the tensor's bytes start in file A (None: not stored contiguously there)."""
+    offset_b: int | None = None
 
     def summary(self) -> str:
         """One sentence for a key that is not identical; empty when it is."""
@@ -85,6 +88,8 @@ class TensorDiff:
             "max_abs_diff": self.max_abs_diff,
             "max_rel_diff": self.max_rel_diff,
             "nonfinite_changes": self.nonfinite_changes,
+            "offset_a": self.offset_a,
+            "offset_b": self.offset_b,
             "single_bit_flips": self.tally.single_bit if self.tally else 0,
             "multi_bit_elements": self.tally.multi_bit if self.tally else 0,
             "bitflips": [],
@@ -92,9 +97,14 @@ class TensorDiff:
         }
         if self.tally is not None:
             shape = tuple(self.shape_a or ())
+            itemsize = self.tally.layout.itemsize
             for flip in self.tally.flips:
                 item = flip.to_json()
                 item["position"] = [int(i) for i in np.unravel_index(flip.index, shape)]
+                if self.offset_a is not None:
+                    item["file_offset_a"] = self.offset_a + flip.index * itemsize + flip.bit // 8
+                if self.offset_b is not None:
+                    item["file_offset_b"] = self.offset_b + flip.index * itemsize + flip.bit // 8
                 record["bitflips"].append(item)
         return record
 
@@ -208,7 +218,9 @@ def compare_sources(
         )
         result.note = None if same else f"no bit layout for {a.dtype}: only byte equality compared"
         return result
-    return diff_raw(a.key, a.dtype, a.shape, a.read(), b.read(), cancel)
+    result = diff_raw(a.key, a.dtype, a.shape, a.read(), b.read(), cancel)
+    result.offset_a, result.offset_b = a.offset, b.offset
+    return result
 
 
 def diff_checkpoints(

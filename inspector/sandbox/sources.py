@@ -53,6 +53,8 @@ class TensorSource:
     """Yields buffers of raw bytes; None for tensors without dense CPU data (sparse, meta)."""
     alias_of: str | None = None
     note: str | None = None
+    offset: int | None = None
+    """Where the tensor's bytes start in the file, when they lie there contiguously."""
 
     def record(self) -> dict[str, Any]:
         """Key, dtype and shape as the contracts spell them."""
@@ -136,6 +138,7 @@ def _open_layout(path: str) -> Checkpoint | None:
             read=_range_reader(view, t.data_offset, t.data_offset + t.numel * t.itemsize)
             if t.contiguous
             else _strided_reader(view, t),
+            offset=t.data_offset if t.contiguous else None,
         )
         for t in layouts
     ]
@@ -200,6 +203,7 @@ def _open_safetensors(path: str) -> Checkpoint:
             read=_range_reader(
                 view, base + entry["data_offsets"][0], base + entry["data_offsets"][1]
             ),
+            offset=base + entry["data_offsets"][0],
         )
         for key, entry in header.items()
     ]
