@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from inspector.cli import main
 
@@ -29,3 +30,19 @@ def test_allow_global_lets_manifest_create_record_tensors(tmp_path: Path, capsys
     assert main(["verify", "-m", str(manifest), *allow]) == 0
     assert main(["verify", "-m", str(manifest)]) == 3
     assert path.read_bytes() == before
+
+
+def test_dash_prints_a_json_manifest_that_verifies(tmp_path: Path, capsys, monkeypatch) -> None:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    save_file({"w": torch.ones(3, 2)}, folder / "model.safetensors")
+    (folder / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    assert main(["manifest", "create", "model", "-o", "-"]) == 0
+    text = capsys.readouterr().out
+    doc = json.loads(text)
+    assert [f["path"] for f in doc["files"]] == ["model/config.json", "model/model.safetensors"]
+    assert [t["key"] for t in doc["files"][1]["tensors"]] == ["w"]
+    assert not (tmp_path / "-").exists()
+    (tmp_path / "manifest.json").write_text(text)
+    assert main(["verify", "-m", "manifest.json"]) == 0

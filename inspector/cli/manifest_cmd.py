@@ -11,7 +11,13 @@ from inspector import __version__
 from inspector.cli.inspect_cmd import add_loader_arguments
 from inspector.cli.verify_cmd import stderr_progress, worker_digests
 from inspector.core.atomic import OutputExistsError
-from inspector.core.manifest import FileEntry, ManifestError, dialect_for_path, relative_path
+from inspector.core.manifest import (
+    FileEntry,
+    ManifestError,
+    dialect_for_path,
+    format_json,
+    relative_path,
+)
 from inspector.core.manifest import write_manifest as write
 from inspector.core.verify import TensorDigestFn, list_files, measure_file
 
@@ -33,7 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ".json this project's manifest with per-tensor digests computed in the jailed worker.",
     )
     create.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files or folders")
-    create.add_argument("-o", "--output", required=True, type=Path, help="manifest to write")
+    create.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        type=Path,
+        help="manifest to write; - prints a JSON manifest to stdout",
+    )
     create.add_argument("--force", action="store_true", help="overwrite an existing manifest")
     create.add_argument(
         "--no-tensors", action="store_true", help="JSON manifest without per-tensor digests"
@@ -44,11 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Create the manifest; exit 0 when written."""
     out: Path = args.output
+    to_stdout = str(out) == "-"
     try:
-        dialect = dialect_for_path(out)
+        dialect = "json" if to_stdout else dialect_for_path(out)
     except ManifestError as exc:
         return _fail(str(exc), EXIT_USAGE)
-    if out.exists() and not args.force:
+    if not to_stdout and out.exists() and not args.force:
         return _fail(f"{out} exists; pass --force to overwrite it", EXIT_OUTPUT)
     absent = [p for p in args.paths if not p.exists()]
     if absent:
@@ -59,10 +72,14 @@ def run(args: argparse.Namespace) -> int:
     want_tensors = dialect == "json" and not args.no_tensors
     try:
         digests = worker_digests(args) if want_tensors else None
-        entries = [_entry(path, out.parent, dialect, digests) for path in files]
-        write(
-            out, entries, dialect, overwrite=args.force, created_by=f"ckpt-inspector {__version__}"
-        )
+        # on stdout, paths are relative to where the command runs, as sha256sum's are
+        base = Path.cwd() if to_stdout else out.parent
+        entries = [_entry(path, base, dialect, digests) for path in files]
+        created_by = f"ckpt-inspector {__version__}"
+        if to_stdout:
+            sys.stdout.write(format_json(entries, created_by=created_by))
+            return EXIT_OK
+        write(out, entries, dialect, overwrite=args.force, created_by=created_by)
     except _TensorsFailed as exc:
         return _fail(f"{exc}; pass --no-tensors to record file hashes only", EXIT_TENSORS)
     except (OutputExistsError, ManifestError) as exc:
