@@ -270,3 +270,46 @@ def test_export_report_of_the_session(window, qtbot, tmp_path):
     assert report["verdict"] == "dangerous"
     assert [Path(f["file"]["path"]).name for f in report["files"]] == [
         "sample-benign.pt", "sample-malicious-demo.pt"]
+
+
+def test_export_report_asks_which_files_and_defaults_to_this_one(window, qtbot, tmp_path,
+                                                                 monkeypatch):
+    from PySide6.QtCore import QItemSelectionModel
+    from PySide6.QtWidgets import QDialog, QFileDialog
+
+    from inspector.gui.report_export import ScopeDialog
+
+    docs = window.open_samples()
+    for doc in docs:
+        qtbot.waitUntil(lambda d=doc: d.state in ("loaded", "blocked") and bool(d.sha256),
+                        timeout=LOAD_TIMEOUT_MS)
+    window.file_list.setCurrentRow(0)
+    offered: list[list[tuple[str, bool, bool]]] = []
+
+    def answer(pick: int):
+        def exec_(dialog: ScopeDialog) -> int:
+            offered.append([(b.text(), b.isEnabled(), b.isChecked()) for b, _ in dialog.choices])
+            dialog.choices[pick][0].setChecked(True)
+            return QDialog.DialogCode.Accepted
+        return exec_
+
+    out = tmp_path / "one.json"
+    monkeypatch.setattr(ScopeDialog, "exec", answer(0))
+    monkeypatch.setattr(QFileDialog, "getSaveFileName", lambda *a, **k: (str(out), ""))
+    job = window.export_report()
+    qtbot.waitUntil(lambda: not job.running, timeout=LOAD_TIMEOUT_MS)
+    report = json.loads(out.read_text())
+    assert [Path(f["file"]["path"]).name for f in report["files"]] == ["sample-benign.pt"]
+    assert report["verdict"] != "dangerous"  # the malicious demo beside it is not this report's
+    assert offered[0] == [("This file (sample-benign.pt)", True, True),
+                          ("Selected files (1)", True, False), ("All open files (2)", True, False)]
+
+    selection = window.file_list.selectionModel()
+    selection.select(window.file_list.model().index(1, 0), QItemSelectionModel.SelectionFlag.Select)
+    out = tmp_path / "both.json"
+    monkeypatch.setattr(ScopeDialog, "exec", answer(1))
+    job = window.export_report()
+    qtbot.waitUntil(lambda: not job.running, timeout=LOAD_TIMEOUT_MS)
+    report = json.loads(out.read_text())
+    assert offered[1][1] == ("Selected files (2)", True, False)
+    assert len(report["files"]) == 2 and report["verdict"] == "dangerous"

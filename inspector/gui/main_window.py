@@ -8,6 +8,7 @@ from pathlib import Path
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QFileDialog,
     QLabel,
     QListWidget,
@@ -109,6 +110,7 @@ class MainWindow(QMainWindow):
 
         self.file_list = QListWidget()
         self.file_list.setAccessibleName("Open files")
+        self.file_list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         self.file_list.setMinimumWidth(160)
         self.file_list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         self.file_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
@@ -445,17 +447,22 @@ class MainWindow(QMainWindow):
         self.integrity.choose_compare()
 
     def export_report(self) -> Job | None:
-        """Ask where, then write a report of every open file (format from the extension)."""
-        from inspector.gui.report_export import REPORT_FILTER
+        """Ask which files and where, then write their report (format from the extension)."""
+        from inspector.gui.report_export import REPORT_FILTER, choose_scope
 
         if not self.docs:
             return None
-        default = str(self.docs[0].path.with_name(self.docs[0].path.stem + "-report.html"))
+        selected = [self.docs[i.row()] for i in self.file_list.selectedIndexes()
+                    if 0 <= i.row() < len(self.docs)]
+        docs = choose_scope(self, self.current, selected, self.docs)
+        if not docs:
+            return None
+        default = str(docs[0].path.with_name(docs[0].path.stem + "-report.html"))
         path, _ = QFileDialog.getSaveFileName(self, "Export report", default, REPORT_FILTER)
-        return self.write_report(Path(path)) if path else None
+        return self.write_report(Path(path), docs) if path else None
 
-    def write_report(self, path: Path) -> Job:
-        """Write the report to `path` in a background job."""
+    def write_report(self, path: Path, docs: list[FileDocument] | None = None) -> Job:
+        """Write the report of `docs` (every open file by default) to `path` in a job."""
         from inspector.gui.report_export import evidence, export_fn
 
         consistency = getattr(self.consistency, "result", None)
@@ -463,7 +470,8 @@ class MainWindow(QMainWindow):
         store = getattr(self.gpu, "store", None)
         label = getattr(self.gpu, "source_label", "")
         session = evidence(
-            self.docs, consistency, source.text() if source is not None else None,
+            self.docs if docs is None else docs, consistency,
+            source.text() if source is not None else None,
             telemetry=store if store is not None and store.gpus() else None,
             telemetry_source="nvml" if label in ("", "live") else label)
         job = Job("report", export_fn(session, path), self)

@@ -5,11 +5,54 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QRadioButton, QVBoxLayout, QWidget
+
 from inspector.core.progress import CancelToken
 from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, JobFn
 
 REPORT_FILTER = "HTML report (*.html);;PDF report (*.pdf);;JSON report (*.json)"
+
+
+class ScopeDialog(QDialog):
+    """Which open files go into the report: this one, the selected ones, or all."""
+
+    def __init__(self, current: FileDocument | None, selected: list[FileDocument],
+                 everything: list[FileDocument], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Export report")
+        self.choices: list[tuple[QRadioButton, list[FileDocument]]] = []
+        layout = QVBoxLayout(self)
+        layout.addWidget(QLabel("Each file gets its own verdict line; which files to include?"))
+        for text, docs in (
+            (f"This file ({current.name})" if current else "This file", [current] if current
+             else []),
+            (f"Selected files ({len(selected)})", selected),
+            (f"All open files ({len(everything)})", everything),
+        ):
+            button = QRadioButton(text)
+            button.setEnabled(bool(docs))
+            layout.addWidget(button)
+            self.choices.append((button, docs))
+        next(b for b, docs in self.choices if docs).setChecked(True)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout.addWidget(buttons)
+
+    def chosen(self) -> list[FileDocument]:
+        """The documents of the checked choice."""
+        return next(docs for b, docs in self.choices if b.isChecked())
+
+
+def choose_scope(parent: QWidget, current: FileDocument | None, selected: list[FileDocument],
+                 everything: list[FileDocument]) -> list[FileDocument] | None:
+    """Ask which files to report when there is a choice; None when the user cancels."""
+    if len(everything) <= 1:
+        return list(everything)
+    dialog = ScopeDialog(current, selected, everything, parent)
+    return dialog.chosen() if dialog.exec() == QDialog.DialogCode.Accepted else None
 
 
 def evidence(docs: list[FileDocument], consistency: dict[str, Any] | None = None,
