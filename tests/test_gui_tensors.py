@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 import time
 
+import pytest
 from PySide6.QtCore import Qt
 
+from inspector.gui import roles
 from inspector.gui.document import FileDocument
 from inspector.gui.tensor_models import COLUMNS
-from inspector.gui.tensors_pane import TensorsPane
+from inspector.gui.tensors_pane import LOG_FLOOR, TensorsPane
 
 ROWS = 100_000
 BATCH = 2_000
@@ -71,3 +73,152 @@ def test_hundred_thousand_rows_stream_sort_filter_and_paint_quickly(qtbot, tmp_p
           f" filter {filter_s * 1000:.0f} ms, paint {paint_s * 1000:.0f} ms")
     # Regression bounds for a busy 2-core machine, about ten times the typical figures.
     assert worst_append < 0.5 and sort_s < 5 and filter_s < 3 and paint_s < 2
+
+
+# ---- laid out for 1280×720: priority columns, column chooser, histogram panel, theme ----
+
+pytest_plugins = ("gui_fixtures",)  # fixtures: gui_settings
+
+LAYERS = 32
+
+
+def llm_row(i: int) -> dict:
+    """A row as the worker sends it, with a realistic long key and a 16-bin histogram."""
+    layer, part = divmod(i, 4)
+    name = ("self_attn.q_proj", "self_attn.k_proj", "mlp.gate_proj", "mlp.down_proj")[part]
+    counts = [0, 1, 3, 40, 900, 12_000, 150_000, 400_000, 400_000, 150_000, 12_000, 900, 40,
+              3, 0, 1 + i]
+    return {"key": f"model.layers.{layer}.{name}.weight", "dtype": "bfloat16",
+            "shape": [4096, 4096], "numel": 16_777_216, "nbytes": 33_554_432,
+            "min": -0.1234567 - i, "max": 0.1234567 + i, "mean": -1.2345e-05,
+            "std": 0.0123456, "nan": int(i == 5), "inf": 0, "zeros": 12, "digest": f"{i:064x}",
+            "histogram": {"lo": -0.5, "hi": 0.5, "counts": counts}}
+
+
+@pytest.fixture
+def laptop(qtbot, tmp_path, gui_settings, qapp):
+    from inspector.gui import app as appmod
+
+    appmod.settings().clear()
+
+    def make(width: int = 1280, height: int = 720) -> TensorsPane:
+        pane = TensorsPane()
+        qtbot.addWidget(pane)
+        pane.resize(width, height)
+        pane.show()
+        qtbot.waitExposed(pane)
+        doc = FileDocument(tmp_path / "llm.pt")
+        pane.set_document(doc)
+        doc.apply_events([{"type": "tensor", **llm_row(i)} for i in range(LAYERS * 4)])
+        qtbot.waitUntil(lambda: pane.model.rowCount() == LAYERS * 4, timeout=5_000)
+        return pane
+
+    yield make
+    appmod.set_theme("system")
+
+
+def hidden_fields(pane: TensorsPane) -> set[str]:
+    return {c.field for i, c in enumerate(COLUMNS) if pane.table.isColumnHidden(i)}
+
+
+def fully_visible(pane: TensorsPane, field: str) -> bool:
+    col = column(field)
+    left = pane.table.columnViewportPosition(col)
+    return (not pane.table.isColumnHidden(col) and left >= 0
+            and left + pane.table.columnWidth(col) <= pane.table.viewport().width())
+
+
+def test_priority_columns_fit_1280_beside_the_histogram(laptop, qtbot):
+    from inspector.gui.tensor_models import PRIORITY
+
+    pane = laptop(1280, 720)
+    assert pane.detail.isVisible()
+    header = pane.table.horizontalHeader()
+    assert [COLUMNS[header.logicalIndex(v)].field for v in range(len(PRIORITY))] == list(PRIORITY)
+    hidden = [f for f in PRIORITY if not fully_visible(pane, f)]
+    assert hidden == [], f"priority columns off-screen at 1280 px: {hidden}"
+    pane.select_key("model.layers.3.mlp.down_proj.weight")
+    plot = pane._plot
+    right = plot.mapTo(pane, plot.rect().topRight()).x()
+    assert plot.isVisible() and plot.width() >= 200 and right <= pane.width()
+    # The CSV keeps the model's column order, whatever the table shows first.
+    assert pane.copy_csv().splitlines()[0].startswith("key,dtype,shape,numel,nbytes")
+
+
+def test_column_chooser_hides_columns_and_remembers(laptop, qtbot):
+    pane = laptop()
+    actions = {a.data(): a for a in pane.column_menu.actions()}
+    assert not actions["key"].isEnabled() and all(a.isChecked() for a in actions.values())
+    actions["numel"].trigger()
+    actions["digest"].trigger()
+    assert hidden_fields(pane) == {"numel", "digest"}
+    assert not actions["numel"].isChecked()
+    header = pane.table.horizontalHeader()
+    header.customContextMenuRequested.emit(header.rect().center())
+    qtbot.waitUntil(pane.column_menu.isVisible)
+    pane.column_menu.close()
+
+    again = laptop()
+    assert hidden_fields(again) == {"numel", "digest"}
+    again.set_column_visible("numel", True)
+    assert not again.table.isColumnHidden(column("numel"))
+    again.set_column_visible("key", False)  # a row needs its name: the key stays
+    assert not again.table.isColumnHidden(column("key"))
+
+
+def test_histogram_panel_collapses_and_the_table_takes_the_room(laptop, qtbot):
+    pane = laptop()
+    before = pane.table.viewport().width()
+    pane.details_button.click()
+    qtbot.waitUntil(lambda: not pane.detail.isVisible())
+    qtbot.waitUntil(lambda: pane.table.viewport().width() > before + 200)
+    assert all(fully_visible(pane, c.field) for c in COLUMNS if c.field != "digest")
+    assert not laptop().detail.isVisible()  # remembered
+
+
+def test_filter_that_hides_the_selection_clears_the_histogram(laptop, qtbot):
+    pane = laptop()
+    key = "model.layers.3.mlp.down_proj.weight"
+    assert pane.select_key(key)
+    assert pane._plot.isVisible() and pane.stats.rowCount() > 0
+    pane.filter.setText("layers.3.")  # still shows the selected row
+    qtbot.waitUntil(lambda: pane.model.rowCount() == 4)
+    assert pane.selected["key"] == key and pane._plot.isVisible()
+    assert pane.table.currentIndex().data(roles.ROW)["key"] == key
+    pane.filter.setText("q_proj")
+    qtbot.waitUntil(lambda: pane.model.rowCount() == LAYERS)
+    assert pane.selected is None and not pane._plot.isVisible() and pane.stats.rowCount() == 0
+    assert pane.detail_title.text() == f"No selection: the filter hides {key}."
+
+
+def test_log_scale_histogram(laptop, qtbot):
+    pane = laptop()
+    pane.select_key("model.layers.0.self_attn.q_proj.weight")
+    (item,) = pane._plot.getPlotItem().listDataItems()
+    counts = llm_row(0)["histogram"]["counts"]
+    assert list(item.getData()[1]) == counts
+    pane.log_scale.click()
+    (item,) = pane._plot.getPlotItem().listDataItems()
+    want = [math.log10(c) if c else LOG_FLOOR for c in counts]
+    assert list(item.getData()[1]) == pytest.approx(want)
+    assert pane._plot.getPlotItem().getAxis("left").logMode
+    assert "log count" in pane._plot.getPlotItem().titleLabel.text
+    assert laptop().log_scale.isChecked()  # remembered
+
+
+def test_tensors_pane_screenshots_light_and_dark(laptop, qtbot, artifacts):
+    from inspector.gui import app as appmod
+
+    pane = laptop()
+    pane.select_key("model.layers.1.self_attn.q_proj.weight")
+    for scheme in ("light", "dark"):
+        appmod.set_theme(scheme)
+        for width, height in ((1280, 720), (1920, 1080)):
+            pane.resize(width, height)
+            qtbot.wait(50)
+            pane.grab().save(str(artifacts / f"tensors-{width}x{height}-{scheme}.png"))
+    # Dark: the chart is drawn on the palette's base with a light series colour.
+    base = pane.palette().base().color()
+    assert pane._plot.backgroundBrush().color() == base
+    (item,) = pane._plot.getPlotItem().listDataItems()
+    assert item.opts["pen"].color().lightness() > base.lightness() + 60

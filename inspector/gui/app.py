@@ -1,12 +1,12 @@
-"""QApplication set-up: names, palette that follows the system's light/dark scheme, settings."""
+"""QApplication set-up: names, the theme (System, Light or Dark; View → Theme), settings."""
 
 from __future__ import annotations
 
 from functools import cache
 
 from PySide6.QtCore import QCoreApplication, QSettings, Qt
-from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
-from PySide6.QtWidgets import QApplication
+from PySide6.QtGui import QAction, QActionGroup, QColor, QGuiApplication, QIcon, QPalette
+from PySide6.QtWidgets import QApplication, QMenu, QMenuBar
 
 from inspector import __version__
 from inspector.gui import ui_gc
@@ -15,6 +15,8 @@ from inspector.resources_path import APP_ID
 ORGANIZATION = "checkpoint-inspector"
 APPLICATION = "Checkpoint Inspector"
 MAX_RECENT = 10
+THEMES = (("system", "&System"), ("light", "&Light"), ("dark", "&Dark"))
+"""View → Theme choices: (QSettings value of `view/theme`, menu text)."""
 
 
 def create_application(argv: list[str]) -> QApplication:
@@ -59,12 +61,49 @@ def clear_recent_files() -> None:
     settings().setValue("recent_files", [])
 
 
+def theme() -> str:
+    """The chosen theme: "system", "light" or "dark" (an unknown stored value reads as system)."""
+    value = str(settings().value("view/theme", "system"))
+    return value if value in dict(THEMES) else "system"
+
+
+def set_theme(name: str) -> None:
+    """Remember `name` (one of THEMES) and repaint the running application with it."""
+    if name not in dict(THEMES):
+        raise ValueError(f"unknown theme {name!r}")
+    settings().setValue("view/theme", name)
+    app = QApplication.instance()
+    if app is not None:
+        apply_palette(app)
+
+
 def apply_palette(app: QApplication) -> None:
-    """Use a dark palette when the system scheme is dark, Fusion's light one otherwise."""
-    if app.styleHints().colorScheme() == Qt.ColorScheme.Dark:
+    """Dark palette for the Dark theme, or for System while the system scheme is dark; Fusion's
+    light one otherwise."""
+    chosen = theme()
+    system_dark = app.styleHints().colorScheme() == Qt.ColorScheme.Dark
+    if chosen == "dark" or (chosen == "system" and system_dark):
         app.setPalette(dark_palette())
     else:
         app.setPalette(app.style().standardPalette())
+
+
+def add_theme_menu(menu_bar: QMenuBar) -> QMenu:
+    """Add View → Theme (System, Light, Dark) to a window's menu bar, checked as remembered."""
+    view = next((a.menu() for a in menu_bar.actions()
+                 if a.menu() is not None and a.text().replace("&", "") == "View"), None)
+    if view is None:
+        view = menu_bar.addMenu("&View")
+    menu = view.addMenu("&Theme")
+    group = QActionGroup(menu)
+    current = theme()
+    for name, text in THEMES:
+        action = QAction(text, menu, checkable=True, checked=name == current)
+        action.setData(name)
+        action.triggered.connect(lambda _checked=False, n=name: set_theme(n))
+        group.addAction(action)
+        menu.addAction(action)
+    return menu
 
 
 def dark_palette() -> QPalette:

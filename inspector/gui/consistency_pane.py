@@ -3,7 +3,8 @@
 A view over inspector.gpu.consistency_job (which runs the check in the jailed worker); this
 module never imports torch. Each run's max |diff| and mismatched elements are plotted as they
 arrive, on the same time axis as the GPU temperature and power, so a mismatch can be matched
-to a thermal or power event.
+to a thermal or power event. Without GPU telemetry (a CPU machine) the GPU charts are hidden
+and a line says why; a file the static scan calls dangerous cannot be run (the button says why).
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor
+from PySide6.QtCore import QEvent, Qt
 from PySide6.QtWidgets import (
     QButtonGroup,
     QComboBox,
@@ -40,14 +40,18 @@ from PySide6.QtWidgets import (
 
 from inspector.gpu.consistency_job import ConsistencyRequest, describe_element, run_consistency
 from inspector.gpu.telemetry import TelemetryStore
+from inspector.gui import chart_style
 from inspector.gui.gpu_pane import gpu_colour
 from inspector.gui.jobs import Job, JobRunner
+from inspector.sandbox.client import SandboxError
 
 RunFn = Callable[..., dict[str, Any]]
-PASS_STYLE = "background: #e8f5e9; color: #1b5e20; border: 1px solid #2e7d32;"
-FAIL_STYLE = "background: #fdecea; color: #7b1d14; border: 1px solid #c0392b;"
-IDLE_STYLE = "color: palette(text); border: 1px solid palette(mid);"
-DIFF_COLOUR, COUNT_COLOUR = "#c0392b", "#8e44ad"
+PASS_STYLE, FAIL_STYLE, IDLE_STYLE = "good", "bad", "idle"  # verdict banner looks
+GPU_PLOTS = ("temperature", "power")
+NO_TELEMETRY = ("GPU temperature and power charts are hidden: no GPU telemetry is being "
+                "recorded (no NVIDIA driver on this machine, or the GPU tab is not sampling).")
+DANGEROUS_TIP = ("Disabled: the static scan calls this file dangerous, so it is never loaded, "
+                 "not even for this check.")
 
 
 class ConsistencyPane(QWidget):
@@ -73,6 +77,8 @@ class ConsistencyPane(QWidget):
         self._diffs: list[float] = []
         self._counts: list[float] = []
         self._marks: list[tuple[pg.PlotItem, pg.InfiniteLine]] = []
+        self._verdicts: dict[str, str | None] = {}
+        self._verdict_style = IDLE_STYLE
         self._build()
         self._set_running(False)
 
@@ -89,6 +95,7 @@ class ConsistencyPane(QWidget):
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         self.file_edit = QLineEdit()
         self.file_edit.setPlaceholderText("checkpoint to test")
+        self.file_edit.textChanged.connect(lambda _text: self._set_running(self.job is not None))
         browse = QPushButton("Browse…")
         browse.clicked.connect(self._choose_file)
         file_row = QHBoxLayout()
@@ -179,15 +186,17 @@ class ConsistencyPane(QWidget):
         self.verdict.setObjectName("consistencyVerdict")
         self.verdict.setWordWrap(True)
         self.verdict.setMargin(6)
-        self.verdict.setStyleSheet(IDLE_STYLE)
         self.device_label = QLabel("")
+        self.gpu_note = QLabel(NO_TELEMETRY)
+        self.gpu_note.setObjectName("consistencyNoTelemetry")
+        self.gpu_note.setWordWrap(True)
         right_layout.addWidget(self.verdict)
         right_layout.addWidget(self.device_label)
+        right_layout.addWidget(self.gpu_note)
         right_split = QSplitter(Qt.Orientation.Vertical)
         self.graphics = pg.GraphicsLayoutWidget()
-        self.graphics.setBackground(self.palette().base().color())
-        text = self.palette().text().color().name()
         self.plots: dict[str, pg.PlotItem] = {}
+        self._titles: dict[str, str] = {}
         for row, (name, title, unit) in enumerate((
             ("diff", "Max |diff| vs the first run", ""),
             ("count", "Mismatched elements", ""),
@@ -195,21 +204,17 @@ class ConsistencyPane(QWidget):
             ("power", "GPU power", "W"),
         )):
             plot = self.graphics.addPlot(row=row, col=0)
-            plot.setTitle(f"<b>{title}</b>", size="9pt", color=text)
             plot.setLabel("left", unit)
             plot.showGrid(x=True, y=True, alpha=0.2)
             plot.getAxis("left").setWidth(56)
+            plot.setMinimumHeight(110)
             if row:
                 plot.setXLink(self.plots["diff"])
-            self.plots[name] = plot
-        self.plots["power"].setLabel("bottom", "seconds since the run started")
-        symbol = {"symbol": "o", "symbolSize": 6}
-        self.diff_curve = self.plots["diff"].plot(pen=pg.mkPen(DIFF_COLOUR, width=1.5),
-                                                  symbolBrush=DIFF_COLOUR, **symbol)
-        self.count_curve = self.plots["count"].plot(pen=pg.mkPen(COUNT_COLOUR, width=1.5),
-                                                    symbolBrush=COUNT_COLOUR, **symbol)
-        self.no_telemetry = pg.TextItem("", color=text, anchor=(0.5, 0.5))
-        self.plots["temperature"].addItem(self.no_telemetry, ignoreBounds=True)
+            self.plots[name], self._titles[name] = plot, title
+        self.diff_curve = self.plots["diff"].plot(symbol="o", symbolSize=6)
+        self.count_curve = self.plots["count"].plot(symbol="o", symbolSize=6)
+        self.gpu_plots_shown = True
+        self._show_gpu_plots(False)
         right_split.addWidget(self.graphics)
         self.table = QTreeWidget()
         self.table.setHeaderLabels(["Tensor / output", "Result", "Detail"])
@@ -221,12 +226,72 @@ class ConsistencyPane(QWidget):
         splitter.addWidget(right)
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([340, 900])
+        self._restyle()
+
+    def _restyle(self) -> None:
+        """Give the charts, curves and verdict banner the current palette's colours."""
+        palette = self.palette()
+        text = chart_style.text_colour(palette)
+        self.graphics.setBackground(chart_style.base_colour(palette))
+        for name, plot in self.plots.items():
+            plot.setTitle(f"<b>{self._titles[name]}</b>", size="9pt", color=text.name())
+            for axis in ("left", "bottom"):
+                plot.getAxis(axis).setPen(text)
+                plot.getAxis(axis).setTextPen(text)
+        for curve, role in ((self.diff_curve, "bad"), (self.count_curve, "mark")):
+            colour = chart_style.role_colour(role, palette)
+            curve.setPen(pg.mkPen(colour, width=1.5))
+            curve.setSymbolBrush(colour)
+        for _plot, line in self._marks:
+            line.setPen(self._mark_pen())
+        self._verdict(self.verdict.text(), self._verdict_style)
+        self._draw_telemetry()
+
+    def changeEvent(self, event: QEvent) -> None:
+        """Recolour when the theme switches between light and dark."""
+        if event.type() == QEvent.Type.PaletteChange and hasattr(self, "diff_curve"):
+            self._restyle()
+        super().changeEvent(event)
+
+    def _show_gpu_plots(self, show: bool) -> None:
+        """Put the GPU charts in the layout or take them out (a hidden item keeps its space)."""
+        self.gpu_note.setVisible(not show)
+        if show == self.gpu_plots_shown:
+            return
+        self.gpu_plots_shown = show
+        layout = self.graphics.ci
+        for row, name in enumerate(GPU_PLOTS, start=2):
+            plot = self.plots[name]
+            if show:
+                layout.addItem(plot, row=row, col=0)
+            else:
+                layout.removeItem(plot)
+            plot.setVisible(show)
+        last = self.plots["power" if show else "count"]
+        for name in ("count", "power"):
+            self.plots[name].setLabel("bottom", "seconds since the run started"
+                                      if self.plots[name] is last else None)
+            self.plots[name].showAxis("bottom", self.plots[name] is last or name == "count")
 
     # ---- inputs --------------------------------------------------------------------------
 
-    def set_file(self, path: str) -> None:
-        """Point the pane at a checkpoint (the main window calls this on selection)."""
+    def set_file(self, path: str, verdict: str | None = None) -> None:
+        """Point the pane at a checkpoint (the main window calls this on selection), with the
+        static scan's verdict when known."""
+        self._verdicts[path] = verdict
         self.file_edit.setText(path)
+        self._set_running(self.job is not None)
+
+    def set_verdict(self, path: str, verdict: str | None) -> None:
+        """The static scan's verdict of `path` (it may arrive after set_file)."""
+        self._verdicts[path] = verdict
+        self._set_running(self.job is not None)
+
+    def blocked_reason(self) -> str | None:
+        """Why Run is disabled for the chosen file, or None."""
+        if self._verdicts.get(self.file_edit.text().strip()) == "dangerous":
+            return DANGEROUS_TIP
+        return None
 
     def _choose_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Checkpoint to test", "",
@@ -287,7 +352,14 @@ class ConsistencyPane(QWidget):
             def stamped(event: dict) -> None:
                 emit({**event, "received": time.time()})
 
-            return run_fn(spec, on_event=stamped, cancel=cancel)
+            try:
+                return run_fn(spec, on_event=stamped, cancel=cancel)
+            except SandboxError as exc:
+                if exc.code != "refused_dangerous":
+                    raise
+                # The engine's message offers the CLI's override; the app has none.
+                raise RuntimeError("not run: the static scan calls this file dangerous, and the"
+                                   " app never loads such a file") from None
 
         job = Job("consistency", work, self)
         job.events.connect(self._on_events)
@@ -305,7 +377,9 @@ class ConsistencyPane(QWidget):
             self.job.cancel()
 
     def _set_running(self, running: bool) -> None:
-        self.run_button.setEnabled(not running)
+        blocked = self.blocked_reason()
+        self.run_button.setEnabled(not running and blocked is None)
+        self.run_button.setToolTip(blocked or "Run the check in the jailed worker")
         self.cancel_button.setEnabled(running)
 
     def _clear(self) -> None:
@@ -344,20 +418,23 @@ class ConsistencyPane(QWidget):
 
     def _mark(self, x: float, label: str) -> None:
         for row, plot in enumerate(self.plots.values()):
-            line = pg.InfiniteLine(pos=x, angle=90, movable=False,
-                                   pen=pg.mkPen("#e67e22", width=1.5, style=Qt.PenStyle.DashLine),
+            line = pg.InfiniteLine(pos=x, angle=90, movable=False, pen=self._mark_pen(),
                                    label=label if row == 0 else None,
-                                   labelOpts={"position": 0.8, "color": "#e67e22"})
+                                   labelOpts={"position": 0.8, "color": self._mark_pen().color()})
             plot.addItem(line, ignoreBounds=True)
             self._marks.append((plot, line))
+
+    def _mark_pen(self):
+        return pg.mkPen(chart_style.role_colour("warn", self.palette()), width=1.5,
+                        style=Qt.PenStyle.DashLine)
 
     def _draw_telemetry(self) -> None:
         store = self._telemetry() if self._telemetry else None
         gpus = store.gpus() if store is not None else []
-        self.no_telemetry.setText("" if gpus else "no GPU telemetry on this machine")
+        self._show_gpu_plots(bool(gpus))
         if not gpus:
             return
-        for name, field in (("temperature", "temperature_gpu"), ("power", "power_draw")):
+        for name, field in zip(GPU_PLOTS, ("temperature_gpu", "power_draw"), strict=True):
             plot = self.plots[name]
             for item in list(plot.listDataItems()):
                 plot.removeItem(item)
@@ -366,7 +443,8 @@ class ConsistencyPane(QWidget):
                 window = times >= self._started - 1.0
                 if window.any() and np.isfinite(values[window]).any():
                     plot.plot(times[window] - self._started, values[window], stepMode="left",
-                              connect="finite", pen=pg.mkPen(gpu_colour(gpu), width=1.5))
+                              connect="finite", pen=pg.mkPen(gpu_colour(gpu, self.palette()),
+                                                             width=1.5))
 
     def _on_finished(self, result: dict[str, Any]) -> None:
         self.result = result
@@ -386,7 +464,12 @@ class ConsistencyPane(QWidget):
 
     def _verdict(self, text: str, style: str) -> None:
         self.verdict.setText(text)
-        self.verdict.setStyleSheet(style)
+        self._verdict_style = style
+        palette = self.palette()
+        css = (f"color: {chart_style.text_colour(palette).name()}; border: 1px solid "
+               f"{palette.mid().color().name()};" if style == IDLE_STYLE
+               else chart_style.banner_css(style, palette))
+        self.verdict.setStyleSheet(f"#consistencyVerdict {{ {css} }}")
 
     def _fill_table(self, result: dict[str, Any]) -> None:
         rows = result["tensors"] if result["mode"] == "probe" else result["outputs"]
@@ -395,9 +478,9 @@ class ConsistencyPane(QWidget):
         for row in rows:
             item = QTreeWidgetItem([row["key"], row["status"].upper(), _detail(row)])
             item.setToolTip(2, item.text(2))
-            colour = {"fail": "#c0392b", "pass": "#2e7d32"}.get(row["status"])
-            if colour:
-                item.setForeground(1, QColor(colour))
+            role = {"fail": "bad", "pass": "good"}.get(row["status"])
+            if role:
+                item.setForeground(1, chart_style.role_colour(role, self.palette()))
             flips = resident.get(row["key"])
             for element in (flips or {}).get("elements", []):
                 text = describe_element(row["key"], element) + " vs the checkpoint"

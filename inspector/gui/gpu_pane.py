@@ -7,6 +7,12 @@ window plus one window either side, peak-decimated to about a point per pixel
 (telemetry.peak_decimate): panning within that is a pure view transform, and the window is
 recomputed, a few curves per event-loop turn, at most every LOD_INTERVAL_MS while the view
 moves, so hours of data pan and zoom smoothly.
+
+On a laptop screen the plots keep MIN_PLOT_HEIGHT each and scroll. Every plot marks the
+store's alerts (ECC, XID, temperature, lost GPU) and throttle onsets as vertical lines; the
+temperature plot draws the alert threshold. A crosshair shows every GPU's value at the time
+under the cursor, and in a replay the table shows the values at that time. GPUs differ in line
+width as well as colour (the first drawn widest, beneath), so equal values never hide a GPU.
 """
 
 from __future__ import annotations
@@ -17,9 +23,10 @@ from datetime import datetime
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QPainterPath, QPen
+from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QPainterPath, QPalette, QPen
 from PySide6.QtWidgets import (
+    QApplication,
     QFileDialog,
     QFrame,
     QGraphicsPathItem,
@@ -27,6 +34,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
+    QScrollArea,
     QSplitter,
     QStackedWidget,
     QTableWidget,
@@ -39,21 +47,35 @@ from PySide6.QtWidgets import (
 
 from inspector.gpu.telemetry import (
     DEFAULT_INTERVAL_S,
+    DEFAULT_TEMP_THRESHOLD_C,
+    FIELDS,
     Alert,
+    GpuSample,
     Sampler,
     TelemetrySource,
     TelemetryStore,
-    XidEvent,
     decode_clock_reasons,
     ingest,
     peak_decimate,
 )
+from inspector.gui import chart_style
 from inspector.gui.jobs import Job, JobRunner
 
-GPU_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
-               "#9467bd", "#8c564b", "#e377c2", "#17becf")
-XID_COLOUR = "#c0392b"
 _STYLES = (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine)
+GPU_WIDTHS = (4.5, 2.5, 1.5, 0.8)
+"""Line width per GPU (cycled): a later GPU is drawn thinner and on top of an earlier one."""
+MIN_PLOT_HEIGHT = 130
+"""Each plot keeps at least this height; below it the charts scroll instead of squashing."""
+MAX_MARKERS = 300
+"""Event markers drawn per plot; the event log lists every event."""
+MARKER_WORDS = {"temperature": "hot", "ecc_uncorrected": "ECC", "gpu_lost": "lost",
+                "source_lost": "driver lost", "remapped_failure": "remap failed",
+                "remapped_pending": "remap", "retired_pending": "retire"}
+"""Short marker labels (the tooltip and the event log say it in full)."""
+MARKER_LABEL_ROWS = (0.95, 0.78, 0.61)
+"""Label heights (fraction of the plot) taken in turn, so neighbouring labels do not collide."""
+THROTTLE_BITS = 0x008 | 0x020 | 0x040 | 0x080
+"""Clock-event reasons that are slowdowns (hardware, thermal, power brake), not a power cap."""
 
 # (title, unit, fields): one curve per GPU per field; 2nd/3rd fields are dashed/dotted.
 # Constant references (power limit, memory total) are in the table, not drawn: every curve
@@ -75,9 +97,33 @@ _TABLE_COLUMNS = ("GPU", "Temp", "Power", "Util", "Memory", "SM clock", "Clock e
                   "ECC unc.", "Retire/remap")
 
 
-def gpu_colour(index: int) -> str:
-    """The colour of one GPU in every chart."""
-    return GPU_COLOURS[index % len(GPU_COLOURS)]
+def gpu_colour(index: int, palette: QPalette | None = None) -> QColor:
+    """The colour of one GPU in every chart, for `palette` (the application's by default)."""
+    return chart_style.series_colour(index, palette or QApplication.palette())
+
+
+def gpu_pen(gpu: int, style: int, palette: QPalette | None = None) -> QPen:
+    """The pen of one GPU's curve: its colour and width, the field's dash style."""
+    pen = pg.mkPen(gpu_colour(gpu, palette), width=GPU_WIDTHS[gpu % len(GPU_WIDTHS)],
+                   style=_STYLES[style])
+    pen.setCosmetic(True)
+    return pen
+
+
+def value_at(times: np.ndarray, values: np.ndarray, t: float) -> float | None:
+    """A step series' value at time t (the last sample at or before it); None if n/a."""
+    i = int(np.searchsorted(times, t, side="right")) - 1
+    if i < 0 or not np.isfinite(values[i]):
+        return None
+    return float(values[i])
+
+
+def throttle_onsets(times: np.ndarray, reasons: np.ndarray) -> list[tuple[float, int]]:
+    """(time, reason mask) where a slowdown reason (THROTTLE_BITS) newly appears."""
+    known = np.isfinite(reasons)
+    mask = np.where(known, reasons, 0).astype(np.int64) & THROTTLE_BITS
+    new = mask & ~np.concatenate(([0], mask[:-1]))
+    return [(float(times[i]), int(mask[i])) for i in np.flatnonzero(new)]
 
 
 class StepCurve(QGraphicsPathItem):
@@ -127,12 +173,15 @@ class GpuPane(QWidget):
         interval: float = DEFAULT_INTERVAL_S,
         runner: JobRunner | None = None,
         autostart: bool = True,
+        temp_threshold: float = DEFAULT_TEMP_THRESHOLD_C,
     ) -> None:
         super().__init__(parent)
         self.setObjectName("gpuPane")
         self.store = TelemetryStore()
         self.sampler: Sampler | None = None
         self.interval = interval
+        self.temp_threshold = temp_threshold
+        self.cursor_time: float | None = None
         self.source_label = ""
         self._open_source = open_source
         self._runner = runner or JobRunner(self)
@@ -144,7 +193,8 @@ class GpuPane(QWidget):
         self._lod_points = 0
         self._lod_queue: list[tuple[int, str]] = []
         self._lod_ready: dict[tuple[int, str], tuple[np.ndarray, np.ndarray, QPainterPath]] = {}
-        self._xid_lines: list[pg.InfiniteLine] = []
+        self.markers: list[pg.InfiniteLine] = []
+        self._marked: set[tuple[float, int | None, str]] = set()
         self._follow = True
         self._build()
         self.alert_raised.connect(self._show_alert)
@@ -184,8 +234,6 @@ class GpuPane(QWidget):
 
         self.banner = QFrame()
         self.banner.setObjectName("gpuAlertBanner")
-        self.banner.setStyleSheet("#gpuAlertBanner { background: #fdecea; border: 1px solid "
-                                  "#c0392b; border-radius: 4px; } QLabel { color: #7b1d14; }")
         banner_layout = QHBoxLayout(self.banner)
         banner_layout.setContentsMargins(8, 4, 8, 4)
         self.banner_text = QLabel("")
@@ -213,18 +261,16 @@ class GpuPane(QWidget):
 
         splitter = QSplitter(Qt.Orientation.Vertical)
         self.graphics = pg.GraphicsLayoutWidget()
-        self._style_graphics()
         self.plots: dict[str, pg.PlotItem] = {}
+        self.crosshairs: dict[str, pg.InfiniteLine] = {}
+        self.readouts: dict[str, pg.TextItem] = {}
         first: pg.PlotItem | None = None
-        for row, (title, unit, fields) in enumerate(PLOTS):
+        for row, (title, unit, _fields) in enumerate(PLOTS):
             plot = self.graphics.addPlot(row=row, col=0,
                                          axisItems={"bottom": pg.DateAxisItem()})
-            styles = ", ".join(f"{style} {label}" for style, (_, label)
-                               in zip(("solid", "dashed", "dotted"), fields, strict=False))
-            plot.setTitle(f"<b>{title}</b>" + (f" ({styles})" if len(fields) > 1 else ""),
-                          size="9pt", color=self._foreground.name())
             plot.setLabel("left", unit)
             plot.getAxis("left").setWidth(56)
+            plot.setMinimumHeight(MIN_PLOT_HEIGHT)
             if first is None:
                 first = plot
             else:
@@ -233,9 +279,39 @@ class GpuPane(QWidget):
                 # One time axis, under the last plot: each one re-lays its ticks on every pan.
                 plot.hideAxis("bottom")
             plot.getViewBox().sigRangeChangedManually.connect(self._stop_following)
+            cross = pg.InfiniteLine(angle=90, movable=False)
+            cross.hide()
+            plot.addItem(cross, ignoreBounds=True)
+            readout = pg.TextItem("", anchor=(0, 0))
+            readout.setZValue(1000)
+            readout.hide()
+            plot.addItem(readout, ignoreBounds=True)
+            self.crosshairs[title], self.readouts[title] = cross, readout
             self.plots[title] = plot
         first.getViewBox().sigXRangeChanged.connect(self._view_moved)
-        splitter.addWidget(self.graphics)
+        self.threshold = pg.InfiniteLine(pos=self.temp_threshold, angle=0, movable=False,
+                                         label=f"alert above {self.temp_threshold:g} °C",
+                                         labelOpts={"position": 0.02, "anchors": [(0, 1), (0, 1)]})
+        self.threshold.setToolTip("Temperature alert threshold")
+        self.plots[PLOTS[0][0]].addItem(self.threshold, ignoreBounds=True)
+        self.graphics.scene().sigMouseMoved.connect(self._mouse_moved)
+        # Plots keep a readable height and scroll (laptop screens) rather than squash.
+        self.graphics.setMinimumHeight(len(PLOTS) * MIN_PLOT_HEIGHT + 40)
+        self.scroll = QScrollArea()
+        self.scroll.setObjectName("gpuCharts")
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll.setWidget(self.graphics)
+        charts = QWidget()
+        charts_layout = QVBoxLayout(charts)
+        charts_layout.setContentsMargins(0, 0, 0, 0)
+        self.readout = QLabel("Point at a chart to read every GPU's values at that time.")
+        self.readout.setObjectName("gpuReadout")
+        self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        charts_layout.addWidget(self.readout)
+        charts_layout.addWidget(self.scroll, 1)
+        splitter.addWidget(charts)
 
         lower = QSplitter(Qt.Orientation.Horizontal)
         self.table = QTableWidget(0, len(_TABLE_COLUMNS))
@@ -253,16 +329,50 @@ class GpuPane(QWidget):
         lower.addWidget(self.log)
         lower.setSizes([820, 440])
         splitter.addWidget(lower)
+        splitter.setStretchFactor(0, 1)  # a taller window grows the charts, not the table
+        splitter.setStretchFactor(1, 0)
         splitter.setSizes([700, 200])
         self.stack = QStackedWidget()
         self.stack.addWidget(self.placeholder)
         self.stack.addWidget(splitter)
         layout.addWidget(self.stack, 1)
+        self._restyle()
 
-    def _style_graphics(self) -> None:
+    def _restyle(self) -> None:
+        """Give charts, curves, markers and the banner the current palette's colours."""
         palette = self.palette()
-        self.graphics.setBackground(palette.base().color())
-        self._foreground = palette.text().color()
+        text = chart_style.text_colour(palette)
+        self.graphics.setBackground(chart_style.base_colour(palette))
+        for title, _unit, fields in PLOTS:
+            plot = self.plots[title]
+            styles = ", ".join(f"{style} {label}" for style, (_, label)
+                               in zip(("solid", "dashed", "dotted"), fields, strict=False))
+            plot.setTitle(f"<b>{title}</b>" + (f" ({styles})" if len(fields) > 1 else ""),
+                          size="9pt", color=text.name())
+            for axis in ("left", "bottom"):
+                plot.getAxis(axis).setPen(text)
+                plot.getAxis(axis).setTextPen(text)
+            self.crosshairs[title].setPen(pg.mkPen(text, width=1, style=Qt.PenStyle.DotLine))
+            self.readouts[title].setColor(text)
+            self.readouts[title].fill = pg.mkBrush(chart_style.base_colour(palette))
+            self.readouts[title].border = pg.mkPen(text)
+        warn = chart_style.role_colour("warn", palette)
+        self.threshold.setPen(pg.mkPen(warn, width=1.5, style=Qt.PenStyle.DashLine))
+        self.threshold.label.setColor(warn)
+        for (gpu, field), curve in self._curves.items():
+            curve.setPen(gpu_pen(gpu, self._field_style(field), palette))
+        for line in self.markers:
+            self._style_marker(line, palette)
+        self._update_table(self.cursor_time if self.sampler is None else None)
+        self.banner.setStyleSheet(f"#gpuAlertBanner {{ {chart_style.banner_css('bad', palette)} }}"
+                                  " QLabel { border: none; background: transparent; }")
+        self._update_key()
+
+    def changeEvent(self, event: QEvent) -> None:
+        """Recolour the charts when the theme switches between light and dark."""
+        if event.type() == QEvent.Type.PaletteChange and hasattr(self, "threshold"):
+            self._restyle()
+        super().changeEvent(event)
 
     # ---- sources -------------------------------------------------------------------------
 
@@ -359,8 +469,16 @@ class GpuPane(QWidget):
         self._curves.clear()
         self._series.clear()
         self._lod_window, self._lod_queue, self._lod_ready = (0.0, 0.0, 0.0), [], {}
-        self._xid_lines.clear()
-        self._drawn_version, self._drawn_xids = -1, 0
+        self.markers.clear()
+        self._marked.clear()
+        for title, plot in self.plots.items():
+            plot.addItem(self.crosshairs[title], ignoreBounds=True)
+            plot.addItem(self.readouts[title], ignoreBounds=True)
+            self.crosshairs[title].hide()
+            self.readouts[title].hide()
+        self.plots[PLOTS[0][0]].addItem(self.threshold, ignoreBounds=True)
+        self.cursor_time = None
+        self._drawn_version = -1
         self._follow = True
         self.table.setRowCount(0)
         self.log.clear()
@@ -390,11 +508,16 @@ class GpuPane(QWidget):
     def _stop_following(self) -> None:
         self._follow = False
 
+    @staticmethod
+    def _field_style(field: str) -> int:
+        return next(i for _t, _u, fields in PLOTS for i, (f, _) in enumerate(fields) if f == field)
+
     def _curve(self, gpu: int, title: str, field: str, style: int, label: str) -> StepCurve:
         key = (gpu, field)
         curve = self._curves.get(key)
         if curve is None:
-            curve = StepCurve(pg.mkPen(gpu_colour(gpu), width=1, style=_STYLES[style]))
+            curve = StepCurve(gpu_pen(gpu, style, self.palette()))
+            curve.setZValue(gpu)  # later (thinner) GPUs on top of earlier (wider) ones
             curve.setToolTip(f"GPU{gpu} {label}")
             self.plots[title].addItem(curve)
             self._curves[key] = curve
@@ -417,8 +540,8 @@ class GpuPane(QWidget):
         if self.sampler is not None and self._follow:
             self._scroll_to_latest()
         self._apply_lod()
-        self._draw_xids()
-        self._update_table()
+        self._draw_markers()
+        self._update_table(self.cursor_time if self.sampler is None else None)
         self._update_key()
 
     def _view_moved(self) -> None:
@@ -467,32 +590,119 @@ class GpuPane(QWidget):
         for plot in self.plots.values():
             plot.enableAutoRange(axis="y")
 
-    def _draw_xids(self) -> None:
-        events: list[XidEvent] = list(self.store.xids)
-        for event in events[self._drawn_xids:]:
+    def events(self) -> list[tuple[float, int | None, str, str, str]]:
+        """What the charts mark: (time, GPU, kind, severity, message) for every alert in the
+        store and every throttle onset in the samples, oldest first."""
+        found = [(a.timestamp, a.gpu, a.kind, a.severity, a.message)
+                 for a in list(self.store.alerts)]
+        for gpu in self.store.gpus():
+            times, reasons = self.store.series(gpu, "clocks_event_reasons")
+            for t, mask in throttle_onsets(times, reasons):
+                why = ", ".join(decode_clock_reasons(mask))
+                found.append((t, gpu, "throttle", "warning", f"GPU {gpu}: clocks slowed ({why})"))
+        return sorted(found, key=lambda e: e[0])
+
+    def _draw_markers(self) -> None:
+        """A vertical line on every plot per event not yet marked (newest MAX_MARKERS)."""
+        palette = self.palette()
+        for t, gpu, kind, severity, message in self.events()[-MAX_MARKERS:]:
+            if (t, gpu, kind) in self._marked:
+                continue
+            self._marked.add((t, gpu, kind))
+            short = message.split(": ", 1)[-1].split(" (")[0] if kind == "xid" else (
+                MARKER_WORDS.get(kind, kind.replace("_", " ")))
+            label = f"{short} GPU{gpu}" if gpu is not None else short
+            height = MARKER_LABEL_ROWS[len(self._marked) % len(MARKER_LABEL_ROWS)]
             for row, plot in enumerate(self.plots.values()):
-                label = f"XID {event.xid} GPU{event.gpu}" if row == 0 else None
-                line = pg.InfiniteLine(
-                    pos=event.timestamp, angle=90, movable=False, label=label,
-                    pen=pg.mkPen(XID_COLOUR, width=1.5, style=Qt.PenStyle.DashLine),
-                    labelOpts={"position": 0.85, "color": XID_COLOUR, "fill": (255, 255, 255, 200)},
-                )
-                line.setToolTip(event.describe())
+                line = pg.InfiniteLine(pos=t, angle=90, movable=False,
+                                       label=label if row == 0 else None,
+                                       labelOpts={"position": height, "anchors": [(0, 0), (0, 0)]})
+                line.severity = "mark" if kind == "throttle" else (
+                    "bad" if severity == "critical" else "warn")
+                self._style_marker(line, palette)
+                line.setToolTip(message)
                 plot.addItem(line, ignoreBounds=True)
-                self._xid_lines.append(line)
-        self._drawn_xids = len(events)
+                self.markers.append(line)
+
+    @staticmethod
+    def _style_marker(line: pg.InfiniteLine, palette: QPalette) -> None:
+        colour = chart_style.role_colour(line.severity, palette)
+        line.setPen(pg.mkPen(colour, width=1.5, style=Qt.PenStyle.DashLine))
+        if getattr(line, "label", None) is not None:
+            line.label.setColor(colour)
+            line.label.fill = pg.mkBrush(chart_style.base_colour(palette))
+
+    # ---- cursor --------------------------------------------------------------------------
+
+    def _mouse_moved(self, pos: QPointF) -> None:
+        for plot in self.plots.values():
+            if plot.sceneBoundingRect().contains(pos):
+                self.hover_at(plot.getViewBox().mapSceneToView(pos).x())
+                return
+
+    def hover_at(self, t: float) -> None:
+        """Crosshair at time t on every plot, each with every GPU's value there; in a replay
+        the table shows the values at t too."""
+        self.cursor_time = t
+        gpus = self.store.gpus()
+        stamp = datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+        self.readout.setText(f"At {stamp}" + (" (the table shows this time)"
+                                              if self.sampler is None else ""))
+        for title, unit, fields in PLOTS:
+            lines = []
+            for gpu in gpus:
+                values = [value_at(*self._series[(gpu, f)], t) if (gpu, f) in self._series
+                          else None for f, _ in fields]
+                if any(v is not None for v in values):
+                    shown = " / ".join("n/a" if v is None else f"{v:.4g}" for v in values)
+                    lines.append(f"GPU{gpu} {shown} {unit}")
+            cross, readout = self.crosshairs[title], self.readouts[title]
+            cross.setPos(t)
+            cross.show()
+            readout.setText("\n".join(lines))
+            view = self.plots[title].getViewBox()
+            (left, right), (_bottom, top) = view.viewRange()
+            readout.setAnchor((1, 0) if t > (left + right) / 2 else (0, 0))
+            readout.setPos(t, top)
+            readout.setVisible(bool(lines))
+        if self.sampler is None:
+            self._update_table(t)
+
+    def _sample_at(self, gpu: int, t: float) -> GpuSample | None:
+        """One GPU's reading in force at time t, rebuilt from the store's series."""
+        latest = self.store.latest(gpu)
+        times, _ = self.store.series(gpu, FIELDS[0].name)
+        i = int(np.searchsorted(times, t, side="right")) - 1
+        if latest is None or i < 0:
+            return None
+        values = {}
+        for f in FIELDS:
+            v = self.store.series(gpu, f.name)[1][i]
+            if not np.isfinite(v):
+                values[f.name] = None
+            else:
+                values[f.name] = bool(v) if f.kind == "bool" else (
+                    int(v) if f.kind == "mask" else float(v))
+        return GpuSample(float(times[i]), gpu, latest.name, latest.uuid, **values)
 
     def _update_key(self) -> None:
-        entries = [f'<span style="color:{gpu_colour(g)}">■ GPU{g}</span>'
+        palette = self.palette()
+        entries = [f'<span style="color:{gpu_colour(g, palette).name()}">'
+                   f'{"━" if GPU_WIDTHS[g % len(GPU_WIDTHS)] >= 2 else "─"} GPU{g}</span>'
                    for g in self.store.gpus()]
         self.key.setText("&nbsp;&nbsp;".join(entries))
+        self.key.setToolTip("Each GPU has its own colour and line width; a later GPU is drawn"
+                            " thinner on top, so matching values never hide a GPU")
 
-    def _update_table(self) -> None:
+    def _update_table(self, at: float | None = None) -> None:
+        """Current values: each GPU's latest sample, or (replay cursor) those in force at `at`."""
         gpus = self.store.gpus()
         self.table.setRowCount(len(gpus))
+        palette = self.palette()
         for row, gpu in enumerate(gpus):
-            s = self.store.latest(gpu)
+            s = self.store.latest(gpu) if at is None else self._sample_at(gpu, at)
             if s is None:
+                self.table.setItem(row, 0, QTableWidgetItem(f"GPU{gpu} (no sample yet)"))
                 continue
             state = []
             if s.retired_pending:
@@ -517,7 +727,7 @@ class GpuPane(QWidget):
             for col, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if col == 0:
-                    item.setForeground(QColor(gpu_colour(gpu)))
+                    item.setForeground(gpu_colour(gpu, palette))
                 self.table.setItem(row, col, item)
 
     # ---- alerts --------------------------------------------------------------------------
@@ -528,7 +738,7 @@ class GpuPane(QWidget):
                                 alert.severity, alert.message])
         item.setToolTip(3, alert.message)
         if alert.severity == "critical":
-            item.setForeground(2, QColor("#c0392b"))
+            item.setForeground(2, chart_style.role_colour("bad", self.palette()))
         self.log.insertTopLevelItem(0, item)
         count = self.log.topLevelItemCount()
         self.banner_text.setText(f"⚠ {alert.message}" + (f"  ({count} alerts in the event log)"

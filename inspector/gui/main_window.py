@@ -191,7 +191,7 @@ class MainWindow(QMainWindow):
         pane = ConsistencyPane(runner=self.runner,
                                telemetry=lambda: self.gpu.store if self.gpu else None)
         if self.current is not None:
-            pane.set_file(str(self.current.path))
+            pane.set_file(str(self.current.path), self.current.verdict)
         self.consistency = pane
         return pane
 
@@ -270,6 +270,7 @@ class MainWindow(QMainWindow):
         menu.addSeparator()
         menu.addAction(self.act_quit)
         self.file_menu = menu
+        self.theme_menu = appmod.add_theme_menu(self.menuBar())
 
         tools = self.menuBar().addMenu("&Tools")
         for a in (self.act_convert, self.act_manifest, self.act_verify, self.act_compare):
@@ -363,6 +364,8 @@ class MainWindow(QMainWindow):
         words = document_words(doc)
         item.setToolTip(f"{doc.path}\n{words} — {STATE_WORDS.get(doc.state, doc.state)}")
         item.setData(Qt.ItemDataRole.AccessibleTextRole, f"{doc.name}, {words}")
+        if self.consistency is not None:
+            self.consistency.set_verdict(str(doc.path), doc.verdict)
         if doc is self.current:
             self._update_actions()
 
@@ -376,7 +379,7 @@ class MainWindow(QMainWindow):
             self.tensors.set_document(doc)
             self.integrity.set_document(doc)
             if self.consistency is not None and doc is not None:
-                self.consistency.set_file(str(doc.path))
+                self.consistency.set_file(str(doc.path), doc.verdict)
         title = appmod.APPLICATION + (f" — {doc.name}" if doc else "")
         self.setWindowTitle(title)
         self._update_actions()

@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from PySide6.QtCore import QAbstractItemModel, QAbstractTableModel, QModelIndex, QObject, Qt
-from PySide6.QtGui import QFont
+from PySide6.QtGui import QFont, QPalette
+from PySide6.QtWidgets import QApplication
 
 from inspector.gui import roles
+from inspector.gui.chart_style import role_colour
 from inspector.gui.verdict_style import tint
 
 Row = dict[str, Any]
-
-BAD_COLOUR = "#c5221f"
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,22 @@ COLUMNS = (
     Column("Zeros", "zeros", tip="Number of elements equal to zero"),
     Column("SHA-256", "digest", False, "SHA-256 of the tensor's bytes, row-major, as stored"),
 )
+"""Model (logical) order: also the CSV's column order, which scripts may rely on."""
+
+PRIORITY = ("key", "dtype", "shape", "nan", "inf", "min", "max", "mean", "std")
+"""Fields shown first, in this order, so they fit a 1280 px window; the rest follow."""
+
+
+def display_order() -> list[int]:
+    """Logical column indices in the order the table shows them: PRIORITY, then the rest."""
+    fields = [c.field for c in COLUMNS]
+    first = [fields.index(f) for f in PRIORITY]
+    return first + [i for i in range(len(COLUMNS)) if i not in first]
+
+
+def bad_brush(palette: QPalette | None = None):
+    """Background of a row holding NaN/Inf: a tint readable on light and dark palettes."""
+    return tint(role_colour("bad", palette or QApplication.palette()).name(), 70)
 
 
 def shape_text(shape: Any) -> str:
@@ -198,7 +214,7 @@ class TensorTableModel(QAbstractTableModel):
         self._sort: tuple[int, Qt.SortOrder] | None = None
         self.mono = QFont("monospace")
         self.mono.setStyleHint(QFont.StyleHint.Monospace)
-        self.bad_brush = tint(BAD_COLOUR, 70)
+        self.bad_brush = bad_brush()
 
     # Qt model API
     def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
@@ -341,6 +357,7 @@ class TensorTreeModel(QAbstractItemModel):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.root = _Node("", None, 0)
+        self.bad_brush = bad_brush()
 
     def set_rows(self, rows: list[Row]) -> None:
         """Rebuild the tree from rows."""
@@ -410,7 +427,7 @@ class TensorTreeModel(QAbstractItemModel):
                 shape_text(row.get("shape")) if row else "",
             )[col]
         if role == roles.BACKGROUND and row is not None and has_bad_values(row):
-            return tint(BAD_COLOUR, 70)
+            return self.bad_brush
         if role == roles.ALIGNMENT and col in (1, 2, 3):
             return roles.RIGHT
         if role == roles.ROW:

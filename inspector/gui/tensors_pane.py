@@ -1,23 +1,33 @@
-"""Tensors: a table (or prefix tree) of every tensor, its statistics, and a histogram."""
+"""Tensors: a table (or prefix tree) of every tensor, its statistics, and a histogram.
+
+Laid out for a 1280 px window: the priority columns (tensor_models.PRIORITY) come first, the
+others can be hidden from the header's context menu or the Columns button (remembered), and the
+histogram panel collapses. The histogram follows the selection: when the filter hides the
+selected tensor it says so instead of showing a stale chart.
+"""
 
 from __future__ import annotations
 
 import csv
+import html
 import importlib
 import io
+import math
 import sys
 import threading
 from typing import Any
 
-from PySide6.QtCore import QEvent, QItemSelectionModel, QModelIndex, Qt, QTimer
+from PySide6.QtCore import QEvent, QItemSelectionModel, QModelIndex, QPoint, Qt, QTimer
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QButtonGroup,
+    QCheckBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QLineEdit,
+    QMenu,
     QPushButton,
     QSplitter,
     QStackedWidget,
@@ -31,7 +41,7 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.gui import app as appmod
-from inspector.gui import roles
+from inspector.gui import chart_style, roles
 from inspector.gui.document import FileDocument
 from inspector.gui.tensor_models import (
     COLUMNS,
@@ -39,7 +49,9 @@ from inspector.gui.tensor_models import (
     Summary,
     TensorTableModel,
     TensorTreeModel,
+    bad_brush,
     bytes_text,
+    display_order,
     number_text,
     shape_text,
 )
@@ -58,6 +70,11 @@ STAT_LABELS = (
     ("shared_with", "Shares storage with"), ("flags", "Flags"), ("digest", "SHA-256"),
 )
 HIDDEN_STATS = {"histogram", "type", "exponents"}
+NO_SELECTION = "Select a tensor to see its histogram and statistics."
+KEY_WIDTH_MAX = 280
+"""The key column's widest automatic size: long keys elide, the priority columns stay in view."""
+LOG_FLOOR = -0.5
+"""Log-scale baseline (log10 of a count of about 0.3): empty bins sit on it, one count shows."""
 
 
 class TensorsPane(QWidget):
@@ -95,10 +112,18 @@ class TensorsPane(QWidget):
         self.copy_button = QPushButton("Copy as CSV")
         self.copy_button.setToolTip("Copy the selected rows (or all shown rows) as CSV")
         self.copy_button.clicked.connect(self.copy_csv)
+        self.columns_button = QToolButton(text="Columns")
+        self.columns_button.setToolTip("Choose the table's columns (also on the header's"
+                                       " right-click menu)")
+        self.columns_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.details_button = QToolButton(text="Histogram", checkable=True)
+        self.details_button.setToolTip("Show or hide the histogram and statistics panel")
         top = QHBoxLayout()
         top.addWidget(self.filter, 1)
         top.addWidget(self.table_button)
         top.addWidget(self.tree_button)
+        top.addWidget(self.columns_button)
+        top.addWidget(self.details_button)
         top.addWidget(self.copy_button)
 
         self.model = TensorTableModel(self)
@@ -118,8 +143,24 @@ class TensorsPane(QWidget):
         hh.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         hh.setStretchLastSection(True)
         hh.setResizeContentsPrecision(200)
+        hh.setSectionsMovable(True)
+        for visual, logical in enumerate(display_order()):
+            hh.moveSection(hh.visualIndex(logical), visual)
+        self.column_menu = QMenu("Columns", self)
+        for column in COLUMNS:
+            action = self.column_menu.addAction(column.title)
+            action.setCheckable(True)
+            action.setData(column.field)
+            action.setEnabled(column.field != "key")  # a row needs its name
+            action.toggled.connect(lambda on, f=column.field: self.set_column_visible(f, on))
+        self.columns_button.setMenu(self.column_menu)
+        hh.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        hh.customContextMenuRequested.connect(self._header_menu)
+        hidden = appmod.settings().value("tensors/hidden_columns", [])
+        self._apply_hidden([hidden] if isinstance(hidden, str) else list(hidden or []))
         self._sized = False
         self.table.selectionModel().currentRowChanged.connect(self._table_current)
+        self.model.modelReset.connect(self._follow_selection)
 
         self.tree_model = TensorTreeModel(self)
         self.tree = QTreeView()
@@ -134,8 +175,14 @@ class TensorsPane(QWidget):
         self.views.addWidget(self.table)
         self.views.addWidget(self.tree)
 
-        self.detail_title = QLabel("Select a tensor to see its histogram and statistics.")
+        self.detail_title = QLabel(NO_SELECTION)
         self.detail_title.setWordWrap(True)
+        self.log_scale = QCheckBox("Log scale")
+        self.log_scale.setToolTip("Counts on a log axis: a few outliers (one flipped exponent)"
+                                  " stay visible beside millions of ordinary values")
+        self.log_scale.setChecked(appmod.settings().value("tensors/histogram_log", False,
+                                                          type=bool))
+        self.log_scale.toggled.connect(self._log_scale_changed)
         self.plot_holder = QVBoxLayout()
         self.stats = QTableWidget(0, 2)
         self.stats.setHorizontalHeaderLabels(["Statistic", "Value"])
@@ -143,19 +190,28 @@ class TensorsPane(QWidget):
         self.stats.horizontalHeader().setStretchLastSection(True)
         self.stats.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.stats.setAccessibleName("Statistics of the selected tensor")
-        detail = QWidget()
-        dl = QVBoxLayout(detail)
+        self.detail = QWidget()
+        self.detail.setMinimumWidth(240)
+        dl = QVBoxLayout(self.detail)
         dl.setContentsMargins(0, 0, 0, 0)
-        dl.addWidget(self.detail_title)
+        title_row = QHBoxLayout()
+        title_row.addWidget(self.detail_title, 1)
+        title_row.addWidget(self.log_scale, 0, Qt.AlignmentFlag.AlignTop)
+        dl.addLayout(title_row)
         dl.addLayout(self.plot_holder, 1)
         dl.addWidget(self.stats, 1)
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.addWidget(self.views)
-        self.splitter.addWidget(detail)
+        self.splitter.addWidget(self.detail)
+        self.splitter.setCollapsible(0, False)
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 1)
-        self.splitter.setSizes([760, 340])
+        self.splitter.setSizes([860, 320])
+        shown = appmod.settings().value("tensors/details", True, type=bool)
+        self.details_button.setChecked(shown)
+        self.detail.setVisible(shown)
+        self.details_button.toggled.connect(self._toggle_details)
 
         self.summary_label = QLabel()
         self.summary_label.setWordWrap(True)
@@ -225,7 +281,47 @@ class TensorsPane(QWidget):
             return
         self._sized = True
         self.table.resizeColumnsToContents()
-        self.table.setColumnWidth(0, min(self.table.columnWidth(0) + 12, 340))
+        self.table.setColumnWidth(0, min(self.table.columnWidth(0) + 12, KEY_WIDTH_MAX))
+
+    # --- layout ------------------------------------------------------------------------
+
+    def set_column_visible(self, field: str, visible: bool) -> None:
+        """Show or hide one table column (not the key), and remember the choice."""
+        hidden = {c.field for i, c in enumerate(COLUMNS) if self.table.isColumnHidden(i)}
+        hidden = (hidden - {field}) if visible else (hidden | {field})
+        self._apply_hidden(sorted(hidden))
+        appmod.settings().setValue("tensors/hidden_columns", sorted(hidden))
+
+    def _apply_hidden(self, hidden: list[str]) -> None:
+        for logical, column in enumerate(COLUMNS):
+            off = column.field in hidden and column.field != "key"
+            self.table.setColumnHidden(logical, off)
+            action = self.column_menu.actions()[logical]
+            action.blockSignals(True)
+            action.setChecked(not off)
+            action.blockSignals(False)
+
+    def _header_menu(self, pos: QPoint) -> None:
+        self.column_menu.popup(self.table.horizontalHeader().mapToGlobal(pos))
+
+    def _toggle_details(self, shown: bool) -> None:
+        self.detail.setVisible(shown)
+        appmod.settings().setValue("tensors/details", shown)
+
+    def _follow_selection(self) -> None:
+        """After the table's rows change (filter, sort, new rows), keep the selected tensor
+        selected, or clear the detail when the filter hides it."""
+        row = self.selected
+        if row is None:
+            return
+        view_row = self.model.view_row_of(row.get("key"))
+        if view_row >= 0:
+            index = self.model.index(view_row, 0)
+            self.table.selectionModel().setCurrentIndex(
+                index, QItemSelectionModel.SelectionFlag.ClearAndSelect
+                | QItemSelectionModel.SelectionFlag.Rows)
+        else:
+            self._show_detail(None, f"No selection: the filter hides {row.get('key')}.")
 
     def _update_summary(self) -> None:
         text = self.summary.text()
@@ -279,22 +375,27 @@ class TensorsPane(QWidget):
         return True
 
     def _table_current(self, current: QModelIndex, _previous: QModelIndex) -> None:
-        self._show_detail(current.data(roles.ROW) if current.isValid() else None)
+        row = current.data(roles.ROW) if current.isValid() else None
+        if row is not None and row is self.selected:
+            return  # the same tensor re-selected after a sort or filter: nothing changed
+        self._show_detail(row)
 
     def _tree_current(self, current: QModelIndex, _previous: QModelIndex) -> None:
         self._show_detail(current.data(roles.ROW) if current.isValid() else None)
 
     # --- detail ------------------------------------------------------------------------
 
-    def _show_detail(self, row: Row | None) -> None:
+    def _show_detail(self, row: Row | None, why: str = NO_SELECTION) -> None:
         self.selected = row
         if row is None:
-            self.detail_title.setText("Select a tensor to see its histogram and statistics.")
+            self.detail_title.setText(why)
             self.stats.setRowCount(0)
             if self._plot is not None:
                 self._plot.hide()
             return
-        self.detail_title.setText(f"<b>{row.get('key')}</b>")
+        key = html.escape(str(row.get("key")))
+        # A zero-width space after each dot lets a long key wrap at its dots, not be clipped.
+        self.detail_title.setText(f"<b>{key.replace('.', '.&#8203;')}</b>")
         items = [(label, row[k]) for k, label in STAT_LABELS if k in row]
         known = {k for k, _ in STAT_LABELS} | HIDDEN_STATS
         items += [(k, v) for k, v in row.items() if k not in known]
@@ -312,15 +413,31 @@ class TensorsPane(QWidget):
         plot = self._ensure_plot()
         plot.show()
         plot.clear()
+        log = self.log_scale.isChecked()
+        axis = plot.getPlotItem().getAxis("left")
+        axis.setLogMode(False, log)
+        axis.setLabel("count (log scale)" if log else "count")
         if hist is None:
             plot.setTitle("No histogram (no finite values, or not a numeric tensor)")
             return
         edges, counts = hist
         import pyqtgraph as pg
 
-        plot.setTitle(f"Histogram of finite values ({len(counts)} bins)")
-        plot.addItem(pg.PlotDataItem(edges, counts, stepMode="center", fillLevel=0,
-                                     brush=(47, 101, 202, 150), pen=pg.mkPen("#2f65ca")))
+        heights = [math.log10(c) if c > 0 else LOG_FLOOR for c in counts] if log else counts
+        colour = chart_style.series_colour(0, self.palette())
+        fill = chart_style.series_colour(0, self.palette())
+        fill.setAlpha(150)
+        plot.setTitle(f"Histogram of finite values ({len(counts)} bins"
+                      + (", log count)" if log else ")"))
+        plot.addItem(pg.PlotDataItem(edges, heights, stepMode="center",
+                                     fillLevel=LOG_FLOOR if log else 0, brush=fill,
+                                     pen=pg.mkPen(colour)))
+        plot.getPlotItem().enableAutoRange()
+
+    def _log_scale_changed(self, log: bool) -> None:
+        appmod.settings().setValue("tensors/histogram_log", log)
+        if self.selected is not None:
+            self._draw_histogram(self.selected)
 
     def _ensure_plot(self):
         # pyqtgraph costs most of a second to import; pay it on first use, not at start-up.
@@ -348,9 +465,13 @@ class TensorsPane(QWidget):
         item.titleLabel.setText(item.titleLabel.text)
 
     def changeEvent(self, event: QEvent) -> None:
-        """Restyle the chart when the system switches between light and dark."""
-        if event.type() == QEvent.Type.PaletteChange and self._plot is not None:
-            self._style_plot()
+        """Restyle the chart and row marks when the theme switches between light and dark."""
+        if event.type() == QEvent.Type.PaletteChange and hasattr(self, "tree_model"):
+            self.model.bad_brush = self.tree_model.bad_brush = bad_brush(self.palette())
+            if self._plot is not None:
+                self._style_plot()
+                if self.selected is not None:
+                    self._draw_histogram(self.selected)
         super().changeEvent(event)
 
     def copy_csv(self) -> str:
