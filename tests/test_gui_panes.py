@@ -88,7 +88,8 @@ def test_manifest_with_one_bad_hash_marks_that_row(window, qtbot, small, tmp_pat
     assert len(window.docs) == 1, "the manifest must not open as a checkpoint"
 
 
-def test_compare_reports_a_single_bit_flip_in_plain_words(window, qtbot, small, tmp_path):
+def test_compare_reports_a_single_bit_flip_in_plain_words(window, qtbot, small, tmp_path,
+                                                          artifacts):
     folder, _ = small
     original = folder / "benign.pt"
     flipped = tmp_path / "flipped.pt"
@@ -124,6 +125,8 @@ def test_compare_reports_a_single_bit_flip_in_plain_words(window, qtbot, small, 
     assert flip[3].endswith(f"(0x{before:08x})") and flip[4].endswith(
         f"(0x{before ^ 0x40000000:08x})")
     assert flip[5] == f"byte {start + 3:,} of A, byte {start + 3:,} of B"
+    window.tabs.setCurrentWidget(window.integrity)
+    window.grab().save(str(artifacts / "gui" / "integrity-compare.png"))
 
 
 def test_convert_writes_a_verified_safetensors_and_offers_to_open_it(

@@ -141,7 +141,7 @@ class IntegrityPane(QWidget):
         zl.addLayout(buttons)
 
         self.summary = QTextBrowser()
-        self.summary.setMaximumHeight(110)
+        self.summary.setMaximumHeight(150)
         self.summary.setAccessibleName("Integrity summary")
         self.model = ResultsModel(self)
         self.table = QTableView()
