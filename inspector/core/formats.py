@@ -33,6 +33,7 @@ NPY_MAGIC = b"\x93NUMPY"
 COMPRESSION_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bz2", b"\xfd7zXZ\x00": "xz",
                      b"\x04\x22\x4d\x18": "lz4", b"\x28\xb5\x2f\xfd": "zstd",
                      b"\x5d\x00": "lzma", b"\x78": "zlib"}
+_COMPRESSION_FIRST = frozenset(m[:1] for m in COMPRESSION_MAGIC)
 SEVEN_ZIP_MAGIC = b"7z\xbc\xaf\x27\x1c"
 # Opcodes a protocol 0/1 pickle (no PROTO opcode) can start with.
 PICKLE_FIRST_BYTES = frozenset(b"(.0FIJKLMNPQRSTUVXabcdegijlopqrstu}])G")
@@ -48,9 +49,10 @@ def sniff(head: bytes, size: int) -> str:
         return "npy"
     if head.startswith(SEVEN_ZIP_MAGIC):
         return "7z"
-    for magic, kind in COMPRESSION_MAGIC.items():
-        if head.startswith(magic) and (kind != "zlib" or int.from_bytes(head[:2]) % 31 == 0):
-            return "compressed:" + kind
+    if head[:1] in _COMPRESSION_FIRST:
+        for magic, kind in COMPRESSION_MAGIC.items():
+            if head.startswith(magic) and (kind != "zlib" or int.from_bytes(head[:2]) % 31 == 0):
+                return "compressed:" + kind
     if is_tar(head):
         return "tar"
     if head.startswith(TORCH_MAGIC_PICKLE):
@@ -68,8 +70,8 @@ def sniff(head: bytes, size: int) -> str:
 
 def is_tar(head: bytes) -> bool:
     """Whether a 512-byte block is a tar header (its checksum holds, as tarfile checks)."""
-    if len(head) < 512 or head[0] == 0:
-        return False
+    if len(head) < 512 or head[0] == 0 or head[148:156].translate(None, b"01234567 \x00"):
+        return False  # the checksum field holds octal digits, spaces and NULs only
     field = head[148:156].split(b"\x00", 1)[0].strip()
     try:
         stored = int(field, 8)
