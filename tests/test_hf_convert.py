@@ -205,3 +205,23 @@ def test_shards_that_disagree_with_their_index_leave_nothing(tmp_path, model, ca
     assert doc["error"]["code"] == "coverage" and doc["problems"]
     assert _digests(folder) == before
     assert not any(p.name.startswith(".") for p in folder.iterdir())
+
+
+def test_one_file_through_a_snapshot_link_lands_beside_the_link(tmp_path, model, capsys):
+    snapshot = _hf_cache(tmp_path, _bin_folder(tmp_path / "gpt2", model, None))
+    blobs = snapshot.parent.parent / "blobs"
+    before = _digests(blobs)
+    link = snapshot / "pytorch_model.bin"
+    assert main(["convert", str(link), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    out = snapshot / "model.safetensors"
+    assert report["input"] == str(link) and report["output"] == str(out)
+    assert out.is_file() and not out.is_symlink() and _digests(blobs) == before
+    _loads_strictly_and_identically(snapshot, model)
+    # where the cache already holds model.safetensors, --force must not write through its link
+    blob = blobs / hashlib.sha256(out.read_bytes()).hexdigest()
+    out.rename(blob)
+    os.symlink(os.path.relpath(blob, snapshot), out)
+    assert main(["convert", str(link), "--force"]) == 4
+    assert "is a link; refusing to write through it" in capsys.readouterr().err
+    assert _digests(blobs) == {**before, blob.name: blob.name}
