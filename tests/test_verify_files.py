@@ -195,3 +195,21 @@ def test_progress_on_a_large_file_is_throttled(tmp_path: Path) -> None:
     assert verify(manifest, progress=lambda done, total: seen.append((done, total))).ok
     assert seen[-1] == (len(data), len(data))
     assert 100 <= len(seen) <= 1001
+
+
+def test_an_index_fails_on_orphan_shards_but_not_on_other_files(tmp_path: Path) -> None:
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(
+        '{"weight_map": {"a": "model-00001-of-00002.safetensors",'
+        ' "b": "model-00002-of-00002.safetensors"}}'
+    )
+    for name in ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"):
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / "config.json").write_text("{}")
+    result = verify(read_manifest(index))
+    assert result.ok and _statuses(result)["config.json"] == "extra"
+    (tmp_path / "model-00003-of-00003.safetensors").write_bytes(b"left from another save")
+    result = verify(read_manifest(index))
+    assert not result.ok and result.differs
+    assert _statuses(result)["model-00003-of-00003.safetensors"] == "orphan"
+    assert _statuses(result)["config.json"] == "extra"

@@ -22,6 +22,7 @@ from inspector.core.atomic import write_text_atomic
 from inspector.core.dtypes import SAFETENSORS_ITEMSIZE_BITS
 
 INDEX_SUFFIX = ".index.json"
+ORPHAN_NOTE = "looks like a shard of this set but the index does not name it"
 SHARD_NAME = "{stem}-{number:05d}-of-{count:05d}{suffix}"
 
 
@@ -126,21 +127,27 @@ def check_files(index: ShardIndex) -> list[Problem]:
         Problem("key-in-two-shards", f"{key}: listed for {', '.join(shards)}")
         for key, shards in index.duplicates.items()
     ]
-    named = set(index.shards())
     problems += [
         Problem("missing-shard", f"{shard}: named by the index but not in {index.folder}")
-        for shard in sorted(named)
+        for shard in index.shards()
         if not (index.folder / shard).is_file()
     ]
+    problems += [
+        Problem("orphan-shard", f"{name}: {ORPHAN_NOTE}") for name in orphan_shards(index)
+    ]
+    return problems
+
+
+def orphan_shards(index: ShardIndex) -> list[str]:
+    """Files beside the index named like its shards (`stem-N-of-M.ext`) that it does not name."""
     stem, dot, suffix = index.single_name.rpartition(".")
     pattern = re.compile(rf"{re.escape(stem)}-\d+-of-\d+{re.escape(dot + suffix)}")
-    problems += [
-        Problem("orphan-shard", f"{item.name}: looks like a shard of this set but the index "
-                "does not name it")
+    named = set(index.weight_map.values())
+    return [
+        item.name
         for item in sorted(index.folder.iterdir())
         if pattern.fullmatch(item.name) and item.name not in named
     ]
-    return problems
 
 
 def check_contents(

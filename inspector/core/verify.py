@@ -21,6 +21,7 @@ from inspector.core.dtypes import canonical_dtype
 from inspector.core.hashing import sha256_file
 from inspector.core.manifest import FileEntry, Manifest, TensorEntry
 from inspector.core.progress import Cancelled, CancelToken, ProgressFn, check
+from inspector.core.shards import ORPHAN_NOTE, ShardError, orphan_shards, read_index
 
 OK = "ok"
 MISMATCH = "mismatch"
@@ -28,6 +29,7 @@ MISSING = "missing"
 SIZE_MISMATCH = "size_mismatch"
 EXTRA = "extra"
 UNCHECKED = "unchecked"
+ORPHAN = "orphan"
 DTYPE_OR_SHAPE_CHANGED = "dtype_or_shape_changed"
 
 
@@ -282,7 +284,23 @@ def verify(
             result.tensors += compare_tensors(
                 entry.tensors or [], measured.tensors or [], entry.path
             )
+    if manifest.dialect == "index" and manifest.source is not None:
+        _mark_orphans(result, manifest.source)
     return result
+
+
+def _mark_orphans(result: VerifyResult, index_path: Path) -> None:
+    """An extra file named like a shard of the index's set is a shard the index lost: a fault."""
+    try:
+        orphans = {
+            os.path.abspath(index_path.parent / name)
+            for name in orphan_shards(read_index(index_path))
+        }
+    except ShardError:
+        return
+    for record in result.files:
+        if record.status == EXTRA and os.path.abspath(record.path) in orphans:
+            record.status, record.note = ORPHAN, ORPHAN_NOTE
 
 
 def verify_sha256(
