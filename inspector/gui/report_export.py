@@ -62,7 +62,7 @@ def evidence(docs: list[FileDocument], consistency: dict[str, Any] | None = None
 
     files = [
         FileEvidence(
-            path=str(d.path), scan=d.scan, inspect=d.inspect, verify=d.verify,
+            path=str(d.path), scan=d.scan, inspect=d.inspect, verify=d.verify, diff=d.diff,
             manifest=(d.verify or {}).get("manifest"), conversion=d.conversion,
             consistency=consistency if consistency_file == str(d.path) else None,
         )

@@ -17,6 +17,7 @@ from inspector.report.model import (
     ToolInfo,
 )
 from inspector.report.sections import (
+    comparison_info,
     consistency_info,
     conversion_info,
     file_info,
@@ -75,13 +76,14 @@ def _file_report(
     verification = verification_info(ev.verify, ev.manifest)
     conversion = conversion_info(ev.conversion)
     consistency = consistency_info(ev.consistency)
+    comparison = comparison_info(ev.diff)
     info = file_info(ev, scan_dict, progress, cancel)
     verdict = scan.verdict or ("error" if scan.status == "failed" else "safe")
     return FileReport(
         file=info,
         verdict=verdict,
         problems=file_problems(verdict, scan, load, health, verification, conversion,
-                               consistency),
+                               consistency, comparison),
         checklist=checklist(ev, session_files, info, scan, load, health, verification,
                             conversion, consistency),
         scan=scan,
@@ -91,4 +93,5 @@ def _file_report(
         verification=verification,
         conversion=conversion,
         consistency=consistency,
+        comparison=comparison,
     )

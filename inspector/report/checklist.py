@@ -11,6 +11,7 @@ from inspector.report.model import (
     NOT_CHECKED,
     PASS,
     CheckItem,
+    ComparisonInfo,
     ConsistencyInfo,
     ConversionInfo,
     FileEvidence,
@@ -197,6 +198,7 @@ def file_problems(
     verification: VerificationInfo | None,
     conversion: ConversionInfo | None,
     consistency: ConsistencyInfo | None,
+    comparison: ComparisonInfo | None = None,
 ) -> list[str]:
     """One line per problem found in one file's sections."""
     problems = []
@@ -224,6 +226,11 @@ def file_problems(
         problems.append(f"manifest verification failed ({detail or 'error'})")
     if conversion is not None and conversion.status == FAIL:
         problems.append("safetensors conversion was not verified")
+    if comparison is not None and comparison.status == FAIL:
+        flips = comparison.single_bit_flips
+        problems.append(
+            f"differs from {comparison.other or 'the other copy'} in {len(comparison.tensors)} "
+            f"tensor(s)" + (f", {flips} single-bit flip(s)" if flips else ""))
     if consistency is not None and consistency.error:
         problems.append(f"consistency run failed: {consistency.error}")
     elif consistency is not None and consistency.status == FAIL:

@@ -36,6 +36,8 @@ class FileEvidence:
     consistency: dict | None = None
     folder: str | None = None
     """The folder the user gave, when this file was found in one (for the backup check)."""
+    diff: dict | None = None
+    """A comparison with another copy (the `diff` contract), when one was made."""
 
 
 @dataclass
@@ -182,6 +184,20 @@ class ConversionInfo:
 
 
 @dataclass
+class ComparisonInfo:
+    """The file compared tensor by tensor with another copy, with bit-flip forensics."""
+
+    status: str
+    """pass (bit for bit identical) | fail"""
+    other: str | None
+    counts: dict[str, int]
+    tensors: list[dict]
+    """Only the tensors that differ, each with at most `MAX_FLIPS_SHOWN` of its flips."""
+    single_bit_flips: int
+    """Changed elements that differ in exactly one bit: the signature of corruption."""
+
+
+@dataclass
 class ConsistencyInfo:
     """A repeat-inference consistency run."""
 
@@ -222,6 +238,7 @@ class FileReport:
     verification: VerificationInfo | None
     conversion: ConversionInfo | None
     consistency: ConsistencyInfo | None
+    comparison: ComparisonInfo | None = None
 
 
 @dataclass

@@ -146,6 +146,7 @@ def _file_sections(f: FileReport, n: int, image_src: ImageSrc) -> str:
         _section("health", anchor, "Weights health", _health(f)),
         _section("tensors", anchor, "Tensors", _tensors(f, anchor, image_src)),
         _section("verification", anchor, "Manifest verification", _verification(f)),
+        _section("comparison", anchor, "Comparison with another copy", _comparison(f)),
         _section("conversion", anchor, "Conversion to safetensors", _conversion(f)),
         _section("consistency", anchor, "Repeat-inference consistency",
                  _consistency(f, anchor, image_src)),
@@ -270,6 +271,35 @@ def _verification(f: FileReport) -> str:
     if v.errors:
         parts.append("<h3>Not checked</h3><ul>"
                      + "".join(f"<li>{escape(e)}</li>" for e in v.errors) + "</ul>")
+    return "".join(parts)
+
+
+def _comparison(f: FileReport) -> str:
+    c = f.comparison
+    if c is None:
+        return _not_run("Not compared with another copy in this session.")
+    parts = [_kv([
+        ("Result", _status(c.status)),
+        ("Other copy", _mono(c.other or "unknown")),
+        ("Counts", escape(", ".join(f"{n} {k}" for k, n in sorted(c.counts.items())))),
+        ("Single-bit flips", escape(str(c.single_bit_flips))),
+    ])]
+    for t in c.tensors:
+        parts.append(f"<h3>{_mono(t.get('key'))}</h3><p>"
+                     + escape(str(t.get("summary") or t.get("status"))).replace("`", "")
+                     + "</p>")
+        flips = t.get("bitflips") or []
+        if flips:
+            parts.append(_table(
+                ["Element", "Bit", "Before", "After", "Byte in A", "Byte in B"],
+                [[_mono(str(fl.get("position", fl.get("index")))),
+                  escape(f"{fl.get('bit')} ({fl.get('kind')})"),
+                  _mono(f"{fl.get('before_value')} 0x{fl.get('before_bits')}"
+                        if fl.get("before_bits") else ""),
+                  _mono(f"{fl.get('after_value')} 0x{fl.get('after_bits')}"
+                        if fl.get("after_bits") else ""),
+                  _mono(str(fl.get("file_offset_a", ""))),
+                  _mono(str(fl.get("file_offset_b", "")))] for fl in flips]))
     return "".join(parts)
 
 

@@ -16,6 +16,7 @@ from inspector.report.model import (
     FAIL,
     PASS,
     AbsRow,
+    ComparisonInfo,
     ConsistencyInfo,
     ConversionInfo,
     DtypeRow,
@@ -179,6 +180,30 @@ def verification_info(verify: dict | None, manifest: str | None) -> Verification
         files=files,
         tensors=[t for t in all_tensors if t.get("status") != "ok"],
         errors=errors,
+    )
+
+
+MAX_FLIPS_SHOWN = 20
+"""Flipped elements listed per tensor in a report; the counts stay exact."""
+
+
+def comparison_info(diff: dict | None) -> ComparisonInfo | None:
+    """The diff contract as a section: the tensors that differ and their first flips."""
+    if diff is None:
+        return None
+    tensors = list(diff.get("tensors") or [])
+    counts: dict[str, int] = {}
+    for t in tensors:
+        counts[t.get("status", "unknown")] = counts.get(t.get("status", "unknown"), 0) + 1
+    changed = [{**t, "bitflips": list(t.get("bitflips") or [])[:MAX_FLIPS_SHOWN]}
+               for t in tensors if t.get("status") != "identical"]
+    other = diff.get("b")
+    return ComparisonInfo(
+        status=FAIL if changed or not diff.get("identical", not changed) else PASS,
+        other=other.get("path") if isinstance(other, dict) else other,
+        counts=counts,
+        tensors=changed,
+        single_bit_flips=sum(int(t.get("single_bit_flips") or 0) for t in changed),
     )
 
 
