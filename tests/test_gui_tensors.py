@@ -1,4 +1,5 @@
-"""The Tensors pane with 100,000 streamed rows: appends, sorting, filtering and painting."""
+"""The Tensors pane: 100,000 streamed rows (appends, sorting, filtering, painting), and a layout
+that fits 1280×720 (priority columns, column chooser, histogram panel, log scale, themes)."""
 
 from __future__ import annotations
 
@@ -6,12 +7,17 @@ import math
 import time
 
 import pytest
+from gui_support import wait_loaded
 from PySide6.QtCore import Qt
 
+from inspector.core.samples import write_samples
+from inspector.gui import app as appmod
 from inspector.gui import roles
 from inspector.gui.document import FileDocument
-from inspector.gui.tensor_models import COLUMNS
+from inspector.gui.tensor_models import COLUMNS, PRIORITY
 from inspector.gui.tensors_pane import LOG_FLOOR, TensorsPane
+
+pytest_plugins = ("gui_fixtures",)  # fixtures: window, gui_settings
 
 ROWS = 100_000
 BATCH = 2_000
@@ -77,8 +83,6 @@ def test_hundred_thousand_rows_stream_sort_filter_and_paint_quickly(qtbot, tmp_p
 
 # ---- laid out for 1280×720: priority columns, column chooser, histogram panel, theme ----
 
-pytest_plugins = ("gui_fixtures",)  # fixtures: gui_settings
-
 LAYERS = 32
 
 
@@ -97,8 +101,6 @@ def llm_row(i: int) -> dict:
 
 @pytest.fixture
 def laptop(qtbot, tmp_path, gui_settings, qapp):
-    from inspector.gui import app as appmod
-
     appmod.settings().clear()
 
     def make(width: int = 1280, height: int = 720) -> TensorsPane:
@@ -129,8 +131,6 @@ def fully_visible(pane: TensorsPane, field: str) -> bool:
 
 
 def test_priority_columns_fit_1280_beside_the_histogram(laptop, qtbot):
-    from inspector.gui.tensor_models import PRIORITY
-
     pane = laptop(1280, 720)
     assert pane.detail.isVisible()
     header = pane.table.horizontalHeader()
@@ -207,8 +207,6 @@ def test_log_scale_histogram(laptop, qtbot):
 
 
 def test_tensors_pane_screenshots_light_and_dark(laptop, qtbot, artifacts):
-    from inspector.gui import app as appmod
-
     pane = laptop()
     pane.select_key("model.layers.1.self_attn.q_proj.weight")
     for scheme in ("light", "dark"):
@@ -222,3 +220,36 @@ def test_tensors_pane_screenshots_light_and_dark(laptop, qtbot, artifacts):
     assert pane._plot.backgroundBrush().color() == base
     (item,) = pane._plot.getPlotItem().listDataItems()
     assert item.opts["pen"].color().lightness() > base.lightness() + 60
+
+
+def test_in_the_main_window_at_1280x720_priority_columns_and_histogram_fit(window, qtbot,
+                                                                           tmp_path, artifacts):
+
+
+
+    (sample,) = window.open_paths([write_samples(tmp_path).benign])
+    wait_loaded(qtbot, sample)
+    window.tabs.setCurrentWidget(window.tensors)
+    pane = window.tensors
+    doc = FileDocument(tmp_path / "llm.pt")  # the sample's pane, showing a 128-tensor LLM
+    pane.set_document(doc)
+    doc.apply_events([{"type": "tensor", **llm_row(i)} for i in range(LAYERS * 4)])
+    qtbot.waitUntil(lambda: pane.model.rowCount() == LAYERS * 4, timeout=5_000)
+    pane.select_key("model.layers.1.self_attn.k_proj.weight")
+    try:
+        for scheme in ("light", "dark"):
+            appmod.set_theme(scheme)
+            for width, height in ((1280, 720), (1920, 1080)):
+                window.resize(width, height)
+                qtbot.wait(50)
+                widths = {f: pane.table.columnWidth(column(f)) for f in PRIORITY}
+                off = [f for f in PRIORITY if not fully_visible(pane, f)]
+                assert off == [], (width, off, pane.table.viewport().width(), widths)
+                plot = pane._plot
+                right = plot.mapTo(window, plot.rect().topRight()).x()
+                assert plot.isVisible() and plot.width() >= 200 and right <= window.width()
+                drawn = plot.getPlotItem().sceneBoundingRect()  # the chart inside its view
+                assert drawn.right() <= plot.viewport().width() + 1, (width, drawn)
+                window.grab().save(str(artifacts / f"window-tensors-{width}x{height}-{scheme}.png"))
+    finally:
+        appmod.set_theme("system")

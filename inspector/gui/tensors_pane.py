@@ -21,6 +21,7 @@ from PySide6.QtCore import QEvent, QItemSelectionModel, QModelIndex, QPoint, Qt,
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QBoxLayout,
     QButtonGroup,
     QCheckBox,
     QHBoxLayout,
@@ -73,6 +74,9 @@ HIDDEN_STATS = {"histogram", "type", "exponents"}
 NO_SELECTION = "Select a tensor to see its histogram and statistics."
 KEY_WIDTH_MAX = 280
 """The key column's widest automatic size: long keys elide, the priority columns stay in view."""
+SIDE_PANEL_MIN_WIDTH = 1200
+"""Below this pane width the histogram panel sits under the table (histogram beside the
+statistics) instead of beside it, so the table keeps its full width for the priority columns."""
 LOG_FLOOR = -0.5
 """Log-scale baseline (log10 of a count of about 0.3): empty bins sit on it, one count shows."""
 
@@ -198,8 +202,10 @@ class TensorsPane(QWidget):
         title_row.addWidget(self.detail_title, 1)
         title_row.addWidget(self.log_scale, 0, Qt.AlignmentFlag.AlignTop)
         dl.addLayout(title_row)
-        dl.addLayout(self.plot_holder, 1)
-        dl.addWidget(self.stats, 1)
+        self.detail_body = QBoxLayout(QBoxLayout.Direction.TopToBottom)
+        self.detail_body.addLayout(self.plot_holder, 1)
+        self.detail_body.addWidget(self.stats, 1)
+        dl.addLayout(self.detail_body, 1)
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.addWidget(self.views)
@@ -208,6 +214,7 @@ class TensorsPane(QWidget):
         self.splitter.setStretchFactor(0, 3)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setSizes([860, 320])
+        self.side_panel = True
         shown = appmod.settings().value("tensors/details", True, type=bool)
         self.details_button.setChecked(shown)
         self.detail.setVisible(shown)
@@ -418,7 +425,8 @@ class TensorsPane(QWidget):
         axis.setLogMode(False, log)
         axis.setLabel("count (log scale)" if log else "count")
         if hist is None:
-            plot.setTitle("No histogram (no finite values, or not a numeric tensor)")
+            # Short titles: a title's text width is the chart's minimum width.
+            plot.setTitle("No finite values to plot", size="9pt")
             return
         edges, counts = hist
         import pyqtgraph as pg
@@ -427,8 +435,8 @@ class TensorsPane(QWidget):
         colour = chart_style.series_colour(0, self.palette())
         fill = chart_style.series_colour(0, self.palette())
         fill.setAlpha(150)
-        plot.setTitle(f"Histogram of finite values ({len(counts)} bins"
-                      + (", log count)" if log else ")"))
+        plot.setTitle(f"Finite values, {len(counts)} bins" + (", log count" if log else ""),
+                      size="9pt")
         plot.addItem(pg.PlotDataItem(edges, heights, stepMode="center",
                                      fillLevel=LOG_FLOOR if log else 0, brush=fill,
                                      pen=pg.mkPen(colour)))
@@ -445,7 +453,7 @@ class TensorsPane(QWidget):
             import pyqtgraph as pg
 
             self._plot = pg.PlotWidget()
-            self._plot.setMinimumHeight(160)
+            self._plot.setMinimumHeight(140)
             self._style_plot()
             self._plot.setMouseEnabled(x=True, y=False)
             self._plot.getPlotItem().setLabel("left", "count")
@@ -463,6 +471,21 @@ class TensorsPane(QWidget):
             item.getAxis(axis).setPen(text)
         item.titleLabel.setAttr("color", text)
         item.titleLabel.setText(item.titleLabel.text)
+
+    def resizeEvent(self, event) -> None:
+        """Put the histogram panel beside the table on a wide pane, under it on a narrow one."""
+        super().resizeEvent(event)
+        side = self.width() >= SIDE_PANEL_MIN_WIDTH
+        if side == self.side_panel:
+            return
+        self.side_panel = side
+        self.splitter.setOrientation(Qt.Orientation.Horizontal if side
+                                     else Qt.Orientation.Vertical)
+        self.detail_body.setDirection(QBoxLayout.Direction.TopToBottom if side
+                                      else QBoxLayout.Direction.LeftToRight)
+        total = self.width() if side else self.splitter.height()
+        detail = 320 if side else max(220, total * 2 // 5)
+        self.splitter.setSizes([total - detail, detail])
 
     def changeEvent(self, event: QEvent) -> None:
         """Restyle the chart and row marks when the theme switches between light and dark."""
