@@ -28,9 +28,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import consistency_models  # noqa: E402
 
-from inspector.gpu.bitcheck import Fault, choose_device  # noqa: E402
-from inspector.gpu.model_run import model_run  # noqa: E402
-from inspector.gpu.weights_probe import weights_probe  # noqa: E402
+from inspector.sandbox.consistency.bitcheck import Fault, choose_device  # noqa: E402
+from inspector.sandbox.consistency.model_run import model_run  # noqa: E402
+from inspector.sandbox.consistency.weights_probe import weights_probe  # noqa: E402
 
 
 def checkpoint(folder: Path, megabytes: int) -> Path:

@@ -2,7 +2,7 @@
 
 Plain Python without torch, shared by the CLI and the GUI's Consistency pane. The checkpoint is
 scanned first and refused exactly as `inspect` refuses it; the work itself happens in the
-worker operation `consistency` (inspector.gpu.consistency.consistency_op).
+worker operation `consistency` (inspector.sandbox.consistency.op.consistency_op).
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ OPS: dict[str, str] = {
     "convert": "inspector.sandbox.convert:convert",
     "digests": "inspector.sandbox.sources:digests",
     "diff": "inspector.sandbox.diff:diff",
-    "consistency": "inspector.gpu.consistency:consistency_op",
+    "consistency": "inspector.sandbox.consistency.op:consistency_op",
 }
 
 SELFTEST_ENV = "CKPT_INSPECTOR_SANDBOX_SELFTEST"

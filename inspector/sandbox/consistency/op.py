@@ -3,10 +3,10 @@
 The worker operation `consistency` (registered in inspector.sandbox.worker.OPS); it runs
 inside the jailed worker process (torch is imported there; the GUI never imports this module).
 
-- Weights probe (inspector.gpu.weights_probe), for any checkpoint: W @ x repeated on the
+- Weights probe (`weights_probe` beside this module), for any checkpoint: W @ x repeated on the
   device for every weight matrix, compared bit for bit, against a float64 reference, plus a
   SHA-256 round trip and a bit-for-bit check of the device copies.
-- Model run (inspector.gpu.model_run): the user's own model, loaded with the checkpoint, run N
+- Model run (`model_run`): the user's own model, loaded with the checkpoint, run N
   times under deterministic settings, outputs compared, plus a reload check.
 - Fault injection flips one chosen bit of one weight on the device before a chosen iteration.
 """
@@ -18,9 +18,9 @@ from dataclasses import asdict
 from typing import Any
 
 from inspector.core.progress import CancelToken
-from inspector.gpu.bitcheck import Emit, Fault, choose_device, json_safe
-from inspector.gpu.model_run import model_run
-from inspector.gpu.weights_probe import weights_probe
+from inspector.sandbox.consistency.bitcheck import Emit, Fault, choose_device, json_safe
+from inspector.sandbox.consistency.model_run import model_run
+from inspector.sandbox.consistency.weights_probe import weights_probe
 
 
 def consistency_op(request: dict, emit: Emit, cancel: CancelToken) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from inspector.core.progress import CancelToken, check
-from inspector.gpu.bitcheck import (
+from inspector.sandbox.consistency.bitcheck import (
     ConsistencyError,
     Emit,
     Fault,

@@ -1,0 +1,110 @@
+"""The layers import only what they may: read from the source, so no import has to run.
+
+- `core` never imports torch, safetensors or Qt (it runs in every process, the GUI included).
+- Only code under `sandbox/` (what runs inside the jailed worker) imports torch or safetensors.
+- The GUI and the report reach the sandbox only through its client.
+- The worker's op table names only modules inside `sandbox/`.
+- Module-level imports between the project's modules form no cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from inspector.sandbox.worker import OPS
+
+PACKAGE = Path(__file__).resolve().parent.parent / "inspector"
+HEAVY = ("torch", "safetensors")
+QT = ("PySide6", "pyqtgraph", "shiboken6")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        out[".".join(parts).removesuffix(".__init__")] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(path: Path, top_level_only: bool = False) -> list[str]:
+    """Every module an import statement in `path` names (function-level ones too, unless
+    `top_level_only`); `from a import b` names both a and a.b."""
+    tree = ast.parse(path.read_text(), str(path))
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    names = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+            names += [f"{node.module}.{a.name}" for a in node.names]
+    return names
+
+
+def _violations(rule) -> list[str]:
+    return [f"{mod} imports {name}" for mod, path in sorted(MODULES.items())
+            for name in _imports(path) if rule(mod, name)]
+
+
+def test_the_import_reader_sees_imports_inside_functions():
+    assert "torch" in _imports(PACKAGE / "sandbox" / "load.py")
+    assert "inspector.sandbox.client.inspect_file" in _imports(PACKAGE / "gui" / "pipeline.py")
+
+
+def test_core_never_imports_torch_safetensors_or_qt():
+    assert not _violations(lambda mod, name: mod.startswith("inspector.core")
+                           and name.split(".")[0] in HEAVY + QT)
+
+
+def test_only_the_sandbox_imports_torch_or_safetensors():
+    assert not _violations(lambda mod, name: not mod.startswith("inspector.sandbox")
+                           and name.split(".")[0] in HEAVY)
+
+
+@pytest.mark.parametrize("layer", ["inspector.gui", "inspector.report"])
+def test_gui_and_report_reach_the_sandbox_only_through_its_client(layer):
+    assert not _violations(lambda mod, name: mod.startswith(layer)
+                           and name.startswith("inspector.sandbox")
+                           and name != "inspector.sandbox"
+                           and not name.startswith("inspector.sandbox.client"))
+
+
+def test_worker_ops_live_inside_the_sandbox():
+    outside = {op: target for op, target in OPS.items()
+               if not target.startswith("inspector.sandbox.")}
+    assert not outside
+    for target in OPS.values():
+        assert target.split(":")[0] in MODULES, f"{target} names no module"
+
+
+def test_no_import_cycles_at_module_level():
+    graph = {}
+    for mod, path in MODULES.items():
+        graph[mod] = {name if name in MODULES else name.rpartition(".")[0]
+                      for name in _imports(path, top_level_only=True)
+                      if name.startswith("inspector.")} & MODULES.keys() - {mod}
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+    stack: list[str] = []
+
+    def visit(mod: str) -> list[str] | None:
+        state[mod] = 1
+        stack.append(mod)
+        for dep in sorted(graph[mod]):
+            if state.get(dep) == 1:
+                return [*stack[stack.index(dep):], dep]
+            if dep not in state and (cycle := visit(dep)):
+                return cycle
+        stack.pop()
+        state[mod] = 2
+        return None
+
+    for mod in sorted(graph):
+        if mod not in state:
+            cycle = visit(mod)
+            assert cycle is None, " -> ".join(cycle)
