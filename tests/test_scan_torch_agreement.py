@@ -91,3 +91,17 @@ def test_weights_only_ok_agrees_with_torch(tmp_path, canary, python_exe):
     assert "upper.pt" in loaded  # DATA.PKL is data.pkl to torch's reader
     assert "model.safetensors" in loaded  # by its name, through safetensors
     assert not {"legacy.tar.pt", ".metadata"} & loaded
+
+
+def test_weights_only_ok_agrees_with_torch_on_adversarial_and_fuzz_seeds(tmp_path, canary,
+                                                                         python_exe):
+    from factories import ADVERSARIAL_BUILDERS, fuzz_seeds
+
+    folder = tmp_path / "adv"
+    folder.mkdir()
+    paths = [build(folder / f"{name}.bin", canary)
+             for name, (_, build) in sorted(ADVERSARIAL_BUILDERS.items())]
+    paths += fuzz_seeds(tmp_path / "seeds")
+    results = torch_verdicts(python_exe, [str(p) for p in paths], tmp_path)
+    assert _compare(results) == []
+    assert not (tmp_path / "seeds" / "CANARY_EXECUTED").exists()
