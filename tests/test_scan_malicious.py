@@ -1,4 +1,4 @@
-"""Every scanner-bypass trick of REFERENCE.md, built in tmp: each must be called dangerous,
+"""Every known scanner-bypass trick, built in tmp: each must be called dangerous,
 for the right reason, and no payload may ever run (the canary never appears)."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Static scan, file SHA-256, load with weights_only=True in the jailed worker, statistics and a
 content digest for every tensor. Human table by default; `--json` prints the `inspect`
-contract of DESIGN.md.
+contract (README, "JSON contracts").
 
 Exit codes:
   0  loaded; the static scan says safe

@@ -118,7 +118,7 @@ class ScanResult:
     elapsed_ms: float = 0.0
 
     def to_json(self) -> dict:
-        """The `scan` contract of DESIGN.md, plus blockers, pickles walked, size and timing."""
+        """The `scan` contract (README), plus blockers, pickles walked, size and timing."""
         return {
             "path": self.path,
             "format": self.format,

@@ -108,7 +108,7 @@ class VerifyResult:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The verify contract of DESIGN.md."""
+        """The verify contract (README, "JSON contracts")."""
         return {
             "ok": self.ok,
             "strict": self.strict,
