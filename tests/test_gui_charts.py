@@ -176,12 +176,20 @@ def test_consistency_pane_on_cpu_hides_gpu_charts_and_says_why(qtbot, monkeypatc
             pane.resize(width, height)
             qtbot.wait(50)
             pane.grab().save(str(artifacts / f"consistency-cpu-{width}x{height}-{scheme}.png"))
+    # A GPU that reports its temperature but not its power: only the power chart stays hidden.
     pane._started = START
-    store.add(GpuSample(START + 1, 0, "GPU", temperature_gpu=60.0, power_draw=100.0))
+    store.add(GpuSample(START + 1, 0, "GPU", temperature_gpu=60.0))
+    pane._draw_telemetry()
+    assert pane.plots["temperature"] in pane.graphics.ci.items
+    assert pane.plots["power"] not in pane.graphics.ci.items
+    assert pane.gpu_note.text() == "GPU power chart hidden: no GPU reports it."
     store.add(GpuSample(START + 2, 0, "GPU", temperature_gpu=61.0, power_draw=110.0))
     pane._draw_telemetry()
-    assert pane.plots["temperature"] in pane.graphics.ci.items and not pane.gpu_note.isVisible()
-    assert pane.plots["temperature"].listDataItems()
+    assert pane.plots["power"] in pane.graphics.ci.items and not pane.gpu_note.isVisible()
+    assert pane.plots["temperature"].listDataItems() and pane.plots["power"].listDataItems()
+    assert pane.plots["power"].getAxis("bottom").labelText == "seconds since the run started"
+    qtbot.wait(50)
+    pane.grab().save(str(artifacts / "consistency-with-telemetry-1920x1080-dark.png"))
 
 
 def test_consistency_run_is_disabled_for_a_dangerous_file(qtbot, tmp_path):

@@ -47,7 +47,8 @@ from inspector.sandbox.client import SandboxError
 
 RunFn = Callable[..., dict[str, Any]]
 PASS_STYLE, FAIL_STYLE, IDLE_STYLE = "good", "bad", "idle"  # verdict banner looks
-GPU_PLOTS = ("temperature", "power")
+GPU_PLOTS = {"temperature": ("temperature_gpu", "temperature"), "power": ("power_draw", "power")}
+"""GPU chart name: (telemetry field, what it shows)."""
 NO_TELEMETRY = ("GPU temperature and power charts are hidden: no GPU telemetry is being "
                 "recorded (no NVIDIA driver on this machine, or the GPU tab is not sampling).")
 DANGEROUS_TIP = ("Disabled: the static scan calls this file dangerous, so it is never loaded, "
@@ -213,8 +214,7 @@ class ConsistencyPane(QWidget):
             self.plots[name], self._titles[name] = plot, title
         self.diff_curve = self.plots["diff"].plot(symbol="o", symbolSize=6)
         self.count_curve = self.plots["count"].plot(symbol="o", symbolSize=6)
-        self.gpu_plots_shown = True
-        self._show_gpu_plots(False)
+        self._show_gpu_plots(set(), any_gpu=False)
         right_split.addWidget(self.graphics)
         self.table = QTreeWidget()
         self.table.setHeaderLabels(["Tensor / output", "Result", "Detail"])
@@ -253,25 +253,25 @@ class ConsistencyPane(QWidget):
             self._restyle()
         super().changeEvent(event)
 
-    def _show_gpu_plots(self, show: bool) -> None:
-        """Put the GPU charts in the layout or take them out (a hidden item keeps its space)."""
-        self.gpu_note.setVisible(not show)
-        if show == self.gpu_plots_shown:
-            return
-        self.gpu_plots_shown = show
+    def _show_gpu_plots(self, shown: set[str], any_gpu: bool) -> None:
+        """Lay out the GPU charts that have data and take the others out (a hidden item would
+        keep its space); a line says why any is missing."""
+        missing = [what for name, (_f, what) in GPU_PLOTS.items() if name not in shown]
+        self.gpu_note.setText(NO_TELEMETRY if not any_gpu else
+                              f"GPU {' and '.join(missing)} chart hidden: no GPU reports it.")
+        self.gpu_note.setVisible(bool(missing))
         layout = self.graphics.ci
         for row, name in enumerate(GPU_PLOTS, start=2):
-            plot = self.plots[name]
-            if show:
-                layout.addItem(plot, row=row, col=0)
-            else:
-                layout.removeItem(plot)
-            plot.setVisible(show)
-        last = self.plots["power" if show else "count"]
-        for name in ("count", "power"):
-            self.plots[name].setLabel("bottom", "seconds since the run started"
-                                      if self.plots[name] is last else None)
-            self.plots[name].showAxis("bottom", self.plots[name] is last or name == "count")
+            plot, want = self.plots[name], name in shown
+            if want != (plot in layout.items):
+                if want:
+                    layout.addItem(plot, row=row, col=0)
+                else:
+                    layout.removeItem(plot)
+                plot.setVisible(want)
+        last = [plot for plot in self.plots.values() if plot in layout.items][-1]
+        for plot in self.plots.values():
+            plot.setLabel("bottom", "seconds since the run started" if plot is last else None)
 
     # ---- inputs --------------------------------------------------------------------------
 
@@ -431,10 +431,10 @@ class ConsistencyPane(QWidget):
     def _draw_telemetry(self) -> None:
         store = self._telemetry() if self._telemetry else None
         gpus = store.gpus() if store is not None else []
-        self._show_gpu_plots(bool(gpus))
-        if not gpus:
-            return
-        for name, field in zip(GPU_PLOTS, ("temperature_gpu", "power_draw"), strict=True):
+        self._show_gpu_plots({name for name, (field, _what) in GPU_PLOTS.items()
+                              if any(np.isfinite(store.series(g, field)[1]).any() for g in gpus)},
+                             any_gpu=bool(gpus))
+        for name, (field, _what) in GPU_PLOTS.items():
             plot = self.plots[name]
             for item in list(plot.listDataItems()):
                 plot.removeItem(item)

@@ -423,6 +423,7 @@ class GpuPane(QWidget):
     def shutdown(self) -> None:
         """Stop everything; call when the window closes."""
         self._timer.stop()
+        self._lod_timer.stop()
         self.stop()
 
     def _choose_log(self) -> None:
