@@ -51,7 +51,13 @@ for i in range(first, count):
         out = {"i": i, "crash": f"{type(exc).__name__}: {exc}"[:200]}
     out["ms"] = (time.perf_counter() - t0) * 1000
     print(json.dumps(out), flush=True)
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+# VmHWM is this process's own peak: ru_maxrss would include the parent's at fork, as Linux
+# keeps it across exec
+try:
+    rss = next(int(line.split()[1]) for line in open("/proc/self/status")
+               if line.startswith("VmHWM:"))
+except (OSError, StopIteration):
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"done": True, "rss_kb": rss}), flush=True)
 """
 
