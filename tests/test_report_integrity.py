@@ -1,4 +1,5 @@
-"""A comparison with another copy goes into the report: its verdict, problem line and flips."""
+"""Integrity evidence in the report: a comparison with another copy (verdict, problem line and
+flips) and a manifest verification judged as `sha256sum -c` judges it."""
 
 from __future__ import annotations
 
@@ -62,3 +63,16 @@ def test_identical_copies_pass(tmp_path):
     (f,) = json.loads((tmp_path / "same.json").read_text())["files"]
     assert f["comparison"]["status"] == "pass" and f["comparison"]["tensors"] == []
     assert not any(p.startswith("differs from") for p in f["problems"])
+
+
+@pytest.mark.parametrize(("strict", "status"), [(False, "pass"), (True, "fail")])
+def test_an_extra_file_fails_verification_only_when_strict(tmp_path, strict, status):
+    good, _bad, _byte = _flipped_pair(tmp_path)
+    verify = {"strict": strict, "errors": [], "tensors": [], "files": [
+        {"path": "good.safetensors", "status": "ok", "expected": "ab" * 32, "actual": "ab" * 32},
+        {"path": "README.md", "status": "extra", "expected": None, "actual": None}]}
+    session = SessionEvidence([FileEvidence(str(good), verify=verify)],
+                              environment=envinfo.collect(probe_torch=False))
+    export(session, tmp_path / "v.json")
+    (f,) = json.loads((tmp_path / "v.json").read_text())["files"]
+    assert f["verification"]["status"] == status
