@@ -32,6 +32,7 @@ def test_nan_checkpoint_is_safe_code_and_a_weights_problem(window, qtbot, tmp_pa
     assert overview.health_banner.title.text() == "Weights are corrupted or diverged"
     assert "fc.weight" in overview.health_banner.subtitle.text()
     assert "NaN" in overview.findings.toPlainText()
+    assert "unique storage 272 elements, 1,088 bytes" in window.tensors.summary_label.text()
     item = window.file_list.item(0)
     assert "Safe; Weights: problem" in item.toolTip()
     (artifacts / "gui").mkdir(exist_ok=True)

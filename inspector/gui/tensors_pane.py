@@ -344,6 +344,10 @@ class TensorsPane(QWidget):
             }.get(doc.state, text)
         elif doc.state in ("loading", "queued"):
             text += "  (still loading…)"
+        unique = (doc.inspect or {}).get("unique_storage") if doc else None
+        if unique:
+            text += (f"  — unique storage {unique['numel']:,} elements, "
+                     f"{unique['nbytes']:,} bytes (tied weights once)")
         shown = self.model.rowCount()
         if doc and shown != self.summary.count:
             text += f"  — {shown:,} shown by the filter"
