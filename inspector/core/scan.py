@@ -22,6 +22,7 @@ from pathlib import Path
 
 from inspector.core import decompress, formats, zipread
 from inspector.core.discover import discover
+from inspector.core.dtypes import STORAGE_CLASSES
 from inspector.core.pickle_scan import (
     Call,
     Limits,
@@ -53,10 +54,8 @@ TORCH_READS = frozenset({"data.pkl", "version", ".data/version", "byteorder",
                          ".data/serialization_id", ".format_version", ".storage_alignment"})
 LEGACY_MAGIC_LONG = b"\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
 STORAGE_ITEMSIZE = {
-    "Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Char": 1,
-    "Byte": 1, "Bool": 1, "ComplexDouble": 16, "ComplexFloat": 8, "QUInt8": 1, "QInt8": 1,
-    "QInt32": 4, "QUInt4x2": 1, "QUInt2x4": 1, "Untyped": 1,
-}
+    name.removesuffix("Storage"): d.itemsize for name, d in STORAGE_CLASSES.items()
+} | {"Untyped": 1}
 
 
 @dataclass

@@ -35,6 +35,7 @@ from pathlib import Path
 from inspector.core.atomic import OutputExistsError, atomic_write, write_text_atomic
 from inspector.core.hashing import sha256_file
 from inspector.core.progress import Cancelled, CancelToken
+from inspector.sandbox.forkclient import ForkedWorker, ForkServer, ForkServerError
 from inspector.sandbox.jail import LEVELS, default_max_threads
 
 EventFn = Callable[[dict], None]
@@ -151,11 +152,7 @@ def run_job(
     """
     required = require_jail or _required_jail
     started = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-I", "-m", WORKER_MODULE],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        env=worker_env(), cwd="/", start_new_session=True, pass_fds=tuple(pass_fds),
-    )
+    proc = _spawn(tuple(pass_fds))
     max_threads = int(request.get("limits", {}).get("max_threads") or default_max_threads())
     stop = _Watchdog(proc, cancel, timeout, max_threads)
     stderr_tail: deque[str] = deque(maxlen=40)
@@ -222,8 +219,47 @@ def run_job(
         raise _crash_error(proc.returncode, sandbox, tail)
     result["sandbox"] = sandbox
     result["timing"] = {"startup_s": startup_s, "total_s": time.monotonic() - started,
-                        "worker_peak_rss_kb": result.pop("peak_rss_kb", None)}
+                        "worker_peak_rss_kb": result.pop("peak_rss_kb", None),
+                        "worker": "forked" if isinstance(proc, ForkedWorker) else "cold"}
     return result
+
+
+_fork_server: ForkServer | None = None
+
+
+@contextlib.contextmanager
+def fork_server(enabled: bool = True) -> Iterator[ForkServer | None]:
+    """Within the block, this process's jobs fork from one warm server (None when disabled,
+    or when it cannot start: jobs then start cold workers, as everywhere outside the block)."""
+    global _fork_server
+    if not enabled or _fork_server is not None:
+        yield _fork_server
+        return
+    try:
+        server = ForkServer().start(worker_env())
+    except ForkServerError as exc:
+        print(f"note: {exc}; using a cold worker per job", file=sys.stderr)
+        yield None
+        return
+    _fork_server = server
+    try:
+        yield server
+    finally:
+        _fork_server = None
+        server.close()
+
+
+def _spawn(pass_fds: tuple[int, ...]) -> subprocess.Popen | ForkedWorker:
+    """A fresh worker: forked from the warm server when one is in use, else a cold start."""
+    server = _fork_server
+    if server is not None:
+        with contextlib.suppress(ForkServerError):
+            return server.spawn(worker_env(), pass_fds)
+    return subprocess.Popen(
+        [sys.executable, "-I", "-m", WORKER_MODULE],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=worker_env(), cwd="/", start_new_session=True, pass_fds=pass_fds,
+    )
 
 
 def _send(proc: subprocess.Popen, message: dict, last: bool = False) -> None:

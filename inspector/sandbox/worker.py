@@ -69,9 +69,13 @@ DISABLE_ENV = "CKPT_INSPECTOR_SANDBOX_DISABLE"
 """Comma-separated jail layers to leave off (namespaces, rlimits, threads, landlock, seccomp),
 so the test suite can check the level reported in a degraded environment. Honoured only
 together with SELFTEST_ENV."""
-SELFTEST = os.environ.get(SELFTEST_ENV) == "1"
-if SELFTEST:
-    OPS["selftest-payload"] = "inspector.sandbox.selftest:run_payload"
+SELFTEST_OP = "inspector.sandbox.selftest:run_payload"
+
+
+def _selftest() -> bool:
+    # Read per job, not at import: a forked worker gets its job's environment after the fork
+    # server imported this module.
+    return os.environ.get(SELFTEST_ENV) == "1"
 
 DEFAULT_MEMORY_MB = 4096
 
@@ -98,7 +102,7 @@ def jail_config(request: dict) -> JailConfig:
 
 
 def _disabled_layers() -> frozenset[str]:
-    if not SELFTEST:
+    if not _selftest():
         return frozenset()
     return frozenset(filter(None, os.environ.get(DISABLE_ENV, "").split(",")))
 
@@ -118,9 +122,10 @@ class _Emitter:
 
 
 def _resolve(op: str) -> Callable:
-    if op not in OPS:
-        raise _Refused("unknown_op", f"unknown operation {op!r}; known: {', '.join(sorted(OPS))}")
-    module, func = OPS[op].split(":")
+    ops = {**OPS, "selftest-payload": SELFTEST_OP} if _selftest() else OPS
+    if op not in ops:
+        raise _Refused("unknown_op", f"unknown operation {op!r}; known: {', '.join(sorted(ops))}")
+    module, func = ops[op].split(":")
     return getattr(importlib.import_module(module), func)
 
 
@@ -139,6 +144,14 @@ def _peak_rss_kb() -> int | None:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
+def _set_torch_threads(request: dict) -> None:
+    """A forked worker (torch already imported) sizes its own pool; the fork server has none."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        threads = request.get("limits", {}).get("torch_threads") or os.cpu_count() or 1
+        torch.set_num_threads(int(threads))
+
+
 def main() -> int:
     """Read the request, jail, run the operation, report."""
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
@@ -151,6 +164,7 @@ def main() -> int:
         maps_fd = open_maps()
         level = apply_jail(jail_config(request))
         emit({"type": "jail", **level})
+        _set_torch_threads(request)
         request["_maps_fd"] = maps_fd
         cancel = CancelToken()
         signal.signal(signal.SIGTERM, lambda *_: cancel.cancel())

@@ -1,0 +1,171 @@
+"""The fork server: `python -I -m inspector.sandbox.forkserver FD`, a warm parent for workers.
+
+It imports torch, safetensors and every operation's module once, then forks one child per job;
+the child is the worker (`worker.main`) from its first line on: it reads the client's request,
+jails itself and only then opens an input. The server itself never reads a byte of any input
+and never runs a torch operation, so no thread pool exists when it forks (it checks that it is
+single-threaded before it says it is ready, and OpenBLAS is told to start no threads).
+
+Control protocol, on the Unix SOCK_SEQPACKET socket FD (one message each way per job):
+    client -> server: {"env": {...}, "targets": [int, ...]} with descriptors attached by
+        SCM_RIGHTS: the child's stdin, stdout, stderr, a status pipe, then one per target
+        (the descriptor the request names, e.g. a conversion's output, at that number);
+    server -> client: {"pid": int} (or {"error": str}).
+The server writes the child's exit status (as Popen.returncode: negative for a signal) on the
+job's status pipe once it has reaped it. Its first message is {"ready": true, "pid": int} or
+{"ready": false, "error": str}. EOF on the socket (the client closed it or died) makes the
+server kill every child's group and exit; each child also gets SIGKILL should the server die
+(PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+
+MAX_FDS = 16
+"""Descriptors one job may pass: the four of the child's plumbing and a few targets."""
+_PR_SET_PDEATHSIG = 1
+
+
+def preload() -> None:
+    """Import what every operation needs, running none of it (no torch op: no thread pool)."""
+    import safetensors.torch  # noqa: F401
+    import torch  # noqa: F401
+
+    from inspector.sandbox import worker
+
+    for target in (*worker.OPS.values(), worker.SELFTEST_OP):
+        importlib.import_module(target.split(":")[0])
+
+
+def thread_count() -> int:
+    """Threads of this process (forking with more than one would copy their locks' state)."""
+    return len(os.listdir("/proc/self/task"))
+
+
+def main() -> int:
+    """Preload, report ready, then fork a jailed worker per request until the socket closes."""
+    ctl = socket.socket(fileno=int(sys.argv[1]))
+    try:
+        preload()
+    except Exception as exc:  # the client falls back to cold workers
+        ctl.send(json.dumps({"ready": False, "error": f"{type(exc).__name__}: {exc}"}).encode())
+        return 1
+    if (threads := thread_count()) != 1:
+        ctl.send(json.dumps({"ready": False,
+                             "error": f"{threads} threads after the imports"}).encode())
+        return 1
+    ctl.send(json.dumps({"ready": True, "pid": os.getpid()}).encode())
+    return _serve(ctl)
+
+
+def _serve(ctl: socket.socket) -> int:
+    children: dict[int, int] = {}  # pid -> the write end of its status pipe
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    selector = selectors.DefaultSelector()
+    selector.register(ctl, selectors.EVENT_READ)
+    selector.register(wake_r, selectors.EVENT_READ)
+    try:
+        while True:
+            for key, _ in selector.select():
+                if key.fileobj is ctl:
+                    message, fds, _, _ = socket.recv_fds(ctl, 1 << 16, MAX_FDS)
+                    if not message:
+                        return 0
+                    _fork_job(ctl, message, fds, children)
+                else:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(wake_r, 4096)
+            _reap(children)
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def _fork_job(ctl: socket.socket, message: bytes, fds: list[int],
+              children: dict[int, int]) -> None:
+    try:
+        job = json.loads(message)
+        targets = [int(t) for t in job.get("targets", ())]
+        if len(fds) != 4 + len(targets) or any(t <= 2 for t in targets):
+            raise ValueError(f"{len(fds)} descriptors for {len(targets)} targets")
+        sys.stderr.flush()
+        pid = os.fork()
+    except (ValueError, OSError) as exc:
+        for fd in fds:
+            os.close(fd)
+        ctl.send(json.dumps({"error": str(exc)}).encode())
+        return
+    if pid == 0:
+        _child(fds, targets, dict(job.get("env") or {}))
+    for fd in fds[:3] + fds[4:]:
+        os.close(fd)
+    children[pid] = fds[3]
+    ctl.send(json.dumps({"pid": pid}).encode())
+
+
+def _reap(children: dict[int, int]) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        status_fd = children.pop(pid, None)
+        if status_fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(status_fd, f"{os.waitstatus_to_exitcode(status)}\n".encode())
+            os.close(status_fd)
+
+
+def _child(fds: list[int], targets: list[int], env: dict[str, str]) -> None:
+    """The forked worker: own session, the job's descriptors only, then `worker.main`."""
+    status = 70
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setsid()
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        wanted = [0, 1, 2, *targets]
+        # Lift every received descriptor above all wanted numbers first, so no dup2 below
+        # can overwrite one not yet moved.
+        floor = max(wanted + fds) + 1
+        lifted = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor) for fd in fds]
+        for number, fd in zip(wanted, lifted[:3] + lifted[4:], strict=True):
+            os.dup2(fd, number, inheritable=number <= 2)
+        _close_all_but(set(wanted))
+        os.environ.clear()
+        os.environ.update(env)
+        from inspector.sandbox import worker
+
+        status = worker.main()
+        sys.stderr.flush()
+    finally:
+        os._exit(status)
+
+
+def _close_all_but(keep: set[int]) -> None:
+    """Close every descriptor not in `keep` (the server's socket and other jobs' pipes)."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd not in keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
