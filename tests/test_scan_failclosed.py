@@ -109,6 +109,18 @@ def test_capabilities_are_dangerous_with_their_reason(module, name):
     assert verdict.severity == "dangerous" and " can " in verdict.reason
 
 
+def test_old_benign_object_pickles_are_not_alarms():
+    import pickle
+
+    # protocol 0/1 pickles of plain objects go through copyreg._reconstructor
+    res = scan_bytes(pickle.dumps(_Plain(), protocol=1))
+    assert res.verdict == "suspicious", res.to_json()
+
+
+class _Plain:
+    """A plain class, pickled by reference."""
+
+
 def test_escape_codes_cannot_repaint_the_verdict(tmp_path, python_exe, canary):
     trick = "\x1b[2K\x1b[1G\x1b[32mSAFE\x1b[0m \u202etxt.exe"
     data = (b"\x80\x02" + p_global("os", "system") + b"(" + p_unicode(touch_cmd(canary) + trick)

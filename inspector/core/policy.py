@@ -114,7 +114,7 @@ CAPABILITIES: dict[str, tuple[str, str, str]] = {
     """),
     "load nested data": ("unpickles or loads data that can itself run code", """
         marshal pickle _pickle cPickle dill cloudpickle jsonpickle joblib yaml pandas.io
-        copyreg torch.serialization
+        torch.serialization
     """, """
         numpy.load numpy.loadtxt numpy.fromfile numpy.lib.npyio.load pandas.read_pickle
         pandas.read_csv torch.load torch.serialization.load torch.storage._load_from_bytes
@@ -126,7 +126,8 @@ CAPABILITIES: dict[str, tuple[str, str, str]] = {
     """, """
         builtins.getattr builtins.setattr builtins.delattr builtins.globals builtins.locals
         builtins.vars builtins.type builtins.super builtins.memoryview functools.partial
-        functools.reduce
+        functools.reduce copyreg.add_extension copyreg.pickle copyreg._inverted_registry
+        copyreg._extension_registry
     """),
 }
 _DENY: dict[str, str] = {}
