@@ -85,10 +85,10 @@ CAPABILITIES: dict[str, tuple[str, str, str]] = {
     "evaluate text": ("evaluates text as Python code or a template", """
         annotationlib sympy.parsing numexpr pandas.core.computation jinja2 mako
     """, """
-        builtins.eval builtins.compile typing._eval_type typing.ForwardRef
-        typing.get_type_hints typing._type_check sympy.sympify sympy.core.sympify.sympify
-        pandas.eval dataclasses._create_fn logging.config.listen logging.config.dictConfig
-        logging.config.fileConfig
+        builtins.eval builtins.compile typing._eval_type typing.ForwardRef._evaluate
+        typing.evaluate_forward_ref typing.get_type_hints typing._type_check sympy.sympify
+        sympy.core.sympify.sympify pandas.eval dataclasses._create_fn logging.config.listen
+        logging.config.dictConfig logging.config.fileConfig
     """),
     "write files": ("writes, deletes, maps or opens files", """
         io _io _pyio pathlib shutil tempfile tarfile zipfile zipapp compileall py_compile mmap
