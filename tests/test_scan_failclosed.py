@@ -201,3 +201,14 @@ def test_discover_lists_hidden_files_and_each_real_file_once(tmp_path):
     # a named pipe must not hang the scan; what no loader can read is skipped in a folder
     assert verdicts == {".hidden": "skipped", "broken": "skipped", "link": "skipped",
                         "pipe": "skipped"}
+
+
+def test_every_deny_entry_is_reachable_and_has_a_reason():
+    from inspector.core import policy
+
+    for entry, reason in policy._DENY.items():
+        parts = entry.split(".")
+        shadows = [".".join(parts[:i]) for i in range(1, len(parts))
+                   if ".".join(parts[:i]) in policy._DENY]
+        assert not shadows, f"{entry} is hidden behind {shadows} (its reason is never shown)"
+        assert reason.startswith("can ")

@@ -86,9 +86,8 @@ CAPABILITIES: dict[str, tuple[str, str, str]] = {
         annotationlib sympy.parsing numexpr pandas.core.computation jinja2 mako
     """, """
         builtins.eval builtins.compile typing._eval_type typing.ForwardRef._evaluate
-        typing.evaluate_forward_ref typing.get_type_hints typing._type_check sympy.sympify
-        sympy.core.sympify.sympify pandas.eval dataclasses._create_fn logging.config.listen
-        logging.config.dictConfig logging.config.fileConfig
+        typing.evaluate_forward_ref typing.get_type_hints sympy.sympify
+        sympy.core.sympify.sympify pandas.eval dataclasses._create_fn
     """),
     "write files": ("writes, deletes, maps or opens files", """
         io _io _pyio pathlib shutil tempfile tarfile zipfile zipapp compileall py_compile mmap
@@ -98,7 +97,7 @@ CAPABILITIES: dict[str, tuple[str, str, str]] = {
     """, """
         builtins.open numpy.save numpy.savez numpy.savez_compressed numpy.savetxt numpy.memmap
         numpy.ndarray.tofile numpy.ndarray.dump torch.save
-        torch.serialization.save torch.from_file torch.UntypedStorage.from_file
+        torch.from_file torch.UntypedStorage.from_file
         torch.TypedStorage.from_file torch.storage.UntypedStorage.from_file
         torch.storage.TypedStorage.from_file
     """),
@@ -116,8 +115,8 @@ CAPABILITIES: dict[str, tuple[str, str, str]] = {
         marshal pickle _pickle cPickle dill cloudpickle jsonpickle joblib yaml pandas.io
         torch.serialization
     """, """
-        numpy.load numpy.loadtxt numpy.fromfile numpy.lib.npyio.load pandas.read_pickle
-        pandas.read_csv torch.load torch.serialization.load torch.storage._load_from_bytes
+        numpy.load numpy.loadtxt numpy.fromfile pandas.read_pickle
+        pandas.read_csv torch.load torch.storage._load_from_bytes
     """),
     "reach the interpreter": ("reaches sys, memory or interpreter internals (a gadget for any "
                               "of the above)", """
