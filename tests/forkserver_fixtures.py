@@ -1,0 +1,24 @@
+"""Fixtures that route jobs through one warm fork server, loaded with
+`pytest_plugins = ("forkserver_fixtures",)`."""
+
+from __future__ import annotations
+
+import pytest
+
+from inspector.sandbox import client
+from inspector.sandbox.forkclient import ForkServer
+
+
+@pytest.fixture(scope="session")
+def fork_server_handle():
+    """One fork server for the session (each job still gets its own freshly jailed child)."""
+    server = ForkServer().start(client.worker_env())
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def forked(fork_server_handle, monkeypatch):
+    """Within the test, run_job forks its workers from the warm server."""
+    monkeypatch.setattr(client, "_fork_server", fork_server_handle)
+    return fork_server_handle
