@@ -465,7 +465,8 @@ def inspect_file(
     size = target.stat().st_size
     report: dict = {"path": str(target), "size": size, "sha256": None, "format": None,
                     "scan": None, "sandbox": None, "digest_algorithm": DIGEST_ALGORITHM,
-                    "tensors": [], "objects": [], "error": None, "allowed_globals": allow}
+                    "tensors": [], "objects": [], "error": None, "allowed_globals": allow,
+                    "health": None, "unique_storage": None}
     hasher = _FileHash(target, cancel)
 
     def admit() -> dict:
