@@ -11,7 +11,7 @@ import numpy as np
 import pynvml
 import pytest
 from fake_pynvml import FakeNvml, install
-from PySide6.QtCore import QPoint
+from PySide6.QtCore import QPoint, QPointF
 
 from inspector.core.samples import write_samples
 from inspector.gpu.smi_csv import write_log
@@ -95,20 +95,37 @@ def test_plots_keep_a_readable_height_and_scroll_on_a_laptop_screen(replay, qtbo
     assert shown == [PLOTS[-1][0]]
 
 
-def test_threshold_and_every_event_are_marked_on_every_chart(replay):
+def test_threshold_and_every_event_are_marked_on_every_chart(replay, qtbot):
     temperature = replay.plots["Temperature"]
     assert replay.threshold in temperature.items and replay.threshold.value() == 85.0
     events = replay.events()
     kinds = {kind for _t, _gpu, kind, _sev, _msg in events}
     assert {"temperature", "throttle", "ecc_uncorrected", "xid"} <= kinds
     assert (START + 300, 1, "throttle") in {(t, g, k) for t, g, k, _s, _m in events}
-    for plot in replay.plots.values():
-        marked = sorted(item.value() for item in replay.markers if item in plot.items)
-        assert marked == sorted(t for t, *_ in events)
-    assert len(replay.markers) == len(events) * len(PLOTS)
-    tips = {line.toolTip() for line in replay.markers}
-    assert "GPU 1: XID 79 (GPU has fallen off the bus)" in tips
-    assert "GPU 1: clocks slowed (hardware thermal slowdown)" in tips
+    for title, plot in replay.plots.items():
+        marks = replay.marks[title]
+        assert marks in plot.items and list(marks.times) == [t for t, *_ in events]
+        assert marks.labelled == (title == PLOTS[0][0])  # labels once, on the top chart
+    messages = {m.message: m for m in replay.marked}
+    xid = messages["GPU 1: XID 79 (GPU has fallen off the bus)"]
+    assert xid.label == "XID 79 GPU1" and xid.role == "bad"
+    assert messages["GPU 1: clocks slowed (hardware thermal slowdown)"].role == "mark"
+
+    # The line is really drawn: the XID's column of the power chart holds its colour.
+    power = replay.plots["Power"]
+    replay.scroll.ensureWidgetVisible(replay.graphics, 0, 0)
+    view = power.getViewBox()
+    (_left, _right), (low, high) = view.viewRange()
+    top = replay.graphics.mapFromScene(view.mapViewToScene(QPointF(xid.time, high)))
+    bottom = replay.graphics.mapFromScene(view.mapViewToScene(QPointF(xid.time, low)))
+    image = replay.graphics.grab().toImage()
+    colour = replay.marks["Power"].colours["bad"]
+    near = {image.pixelColor(x, y).name() for x in range(top.x() - 2, top.x() + 3)
+            for y in range(top.y() + 2, bottom.y() - 2)}
+    assert colour.name() in near, (colour.name(), near)
+    # Pointing at the line shows its message.
+    qtbot.mouseMove(replay.graphics.viewport(), QPoint(top.x(), (top.y() + bottom.y()) // 2))
+    qtbot.waitUntil(lambda: replay.graphics.toolTip() == xid.message)
 
 
 def test_equal_values_never_hide_a_gpu(replay):

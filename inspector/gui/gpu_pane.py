@@ -59,6 +59,7 @@ from inspector.gpu.telemetry import (
     peak_decimate,
 )
 from inspector.gui import chart_style
+from inspector.gui.event_marks import EventMarks, Mark
 from inspector.gui.jobs import Job, JobRunner
 
 _STYLES = (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine)
@@ -66,14 +67,12 @@ GPU_WIDTHS = (4.5, 2.5, 1.5, 0.8)
 """Line width per GPU (cycled): a later GPU is drawn thinner and on top of an earlier one."""
 MIN_PLOT_HEIGHT = 130
 """Each plot keeps at least this height; below it the charts scroll instead of squashing."""
-MAX_MARKERS = 300
-"""Event markers drawn per plot; the event log lists every event."""
 MARKER_WORDS = {"temperature": "hot", "ecc_uncorrected": "ECC", "gpu_lost": "lost",
                 "source_lost": "driver lost", "remapped_failure": "remap failed",
                 "remapped_pending": "remap", "retired_pending": "retire"}
 """Short marker labels (the tooltip and the event log say it in full)."""
-MARKER_LABEL_ROWS = (0.95, 0.78, 0.61)
-"""Label heights (fraction of the plot) taken in turn, so neighbouring labels do not collide."""
+MARKER_HOVER_PX = 5
+"""A marker's message shows as the tooltip within this many pixels of its line."""
 THROTTLE_BITS = 0x008 | 0x020 | 0x040 | 0x080
 """Clock-event reasons that are slowdowns (hardware, thermal, power brake), not a power cap."""
 
@@ -193,8 +192,7 @@ class GpuPane(QWidget):
         self._lod_points = 0
         self._lod_queue: list[tuple[int, str]] = []
         self._lod_ready: dict[tuple[int, str], tuple[np.ndarray, np.ndarray, QPainterPath]] = {}
-        self.markers: list[pg.InfiniteLine] = []
-        self._marked: set[tuple[float, int | None, str]] = set()
+        self.marked: list[Mark] = []
         self._follow = True
         self._build()
         self.alert_raised.connect(self._show_alert)
@@ -263,6 +261,7 @@ class GpuPane(QWidget):
         self.graphics = pg.GraphicsLayoutWidget()
         self.plots: dict[str, pg.PlotItem] = {}
         self.crosshairs: dict[str, pg.InfiniteLine] = {}
+        self.marks: dict[str, EventMarks] = {}
         self.readouts: dict[str, pg.TextItem] = {}
         first: pg.PlotItem | None = None
         for row, (title, unit, _fields) in enumerate(PLOTS):
@@ -279,6 +278,8 @@ class GpuPane(QWidget):
                 # One time axis, under the last plot: each one re-lays its ticks on every pan.
                 plot.hideAxis("bottom")
             plot.getViewBox().sigRangeChangedManually.connect(self._stop_following)
+            marks = EventMarks(labelled=row == 0)
+            plot.addItem(marks, ignoreBounds=True)
             cross = pg.InfiniteLine(angle=90, movable=False)
             cross.hide()
             plot.addItem(cross, ignoreBounds=True)
@@ -287,6 +288,7 @@ class GpuPane(QWidget):
             readout.hide()
             plot.addItem(readout, ignoreBounds=True)
             self.crosshairs[title], self.readouts[title] = cross, readout
+            self.marks[title] = marks
             self.plots[title] = plot
         first.getViewBox().sigXRangeChanged.connect(self._view_moved)
         self.threshold = pg.InfiniteLine(pos=self.temp_threshold, angle=0, movable=False,
@@ -361,8 +363,9 @@ class GpuPane(QWidget):
         self.threshold.label.setColor(warn)
         for (gpu, field), curve in self._curves.items():
             curve.setPen(gpu_pen(gpu, self._field_style(field), palette))
-        for line in self.markers:
-            self._style_marker(line, palette)
+        roles = {role: chart_style.role_colour(role, palette) for role in ("bad", "warn", "mark")}
+        for marks in self.marks.values():
+            marks.set_colours(roles, chart_style.base_colour(palette))
         self._update_table(self.cursor_time if self.sampler is None else None)
         self.banner.setStyleSheet(f"#gpuAlertBanner {{ {chart_style.banner_css('bad', palette)} }}"
                                   " QLabel { border: none; background: transparent; }")
@@ -470,9 +473,10 @@ class GpuPane(QWidget):
         self._curves.clear()
         self._series.clear()
         self._lod_window, self._lod_queue, self._lod_ready = (0.0, 0.0, 0.0), [], {}
-        self.markers.clear()
-        self._marked.clear()
+        self.marked = []
         for title, plot in self.plots.items():
+            self.marks[title].set_marks([])
+            plot.addItem(self.marks[title], ignoreBounds=True)
             plot.addItem(self.crosshairs[title], ignoreBounds=True)
             plot.addItem(self.readouts[title], ignoreBounds=True)
             self.crosshairs[title].hide()
@@ -604,41 +608,30 @@ class GpuPane(QWidget):
         return sorted(found, key=lambda e: e[0])
 
     def _draw_markers(self) -> None:
-        """A vertical line on every plot per event not yet marked (newest MAX_MARKERS)."""
-        palette = self.palette()
-        for t, gpu, kind, severity, message in self.events()[-MAX_MARKERS:]:
-            if (t, gpu, kind) in self._marked:
-                continue
-            self._marked.add((t, gpu, kind))
+        """Mark every event on every plot (the first plot labels them)."""
+        marks = []
+        for t, gpu, kind, severity, message in self.events():
             short = message.split(": ", 1)[-1].split(" (")[0] if kind == "xid" else (
                 MARKER_WORDS.get(kind, kind.replace("_", " ")))
-            label = f"{short} GPU{gpu}" if gpu is not None else short
-            height = MARKER_LABEL_ROWS[len(self._marked) % len(MARKER_LABEL_ROWS)]
-            for row, plot in enumerate(self.plots.values()):
-                line = pg.InfiniteLine(pos=t, angle=90, movable=False,
-                                       label=label if row == 0 else None,
-                                       labelOpts={"position": height, "anchors": [(0, 0), (0, 0)]})
-                line.severity = "mark" if kind == "throttle" else (
-                    "bad" if severity == "critical" else "warn")
-                self._style_marker(line, palette)
-                line.setToolTip(message)
-                plot.addItem(line, ignoreBounds=True)
-                self.markers.append(line)
-
-    @staticmethod
-    def _style_marker(line: pg.InfiniteLine, palette: QPalette) -> None:
-        colour = chart_style.role_colour(line.severity, palette)
-        line.setPen(pg.mkPen(colour, width=1.5, style=Qt.PenStyle.DashLine))
-        if getattr(line, "label", None) is not None:
-            line.label.setColor(colour)
-            line.label.fill = pg.mkBrush(chart_style.base_colour(palette))
+            role = "mark" if kind == "throttle" else "bad" if severity == "critical" else "warn"
+            marks.append(Mark(t, role, f"{short} GPU{gpu}" if gpu is not None else short,
+                              message))
+        if marks != self.marked:
+            self.marked = marks
+            for item in self.marks.values():
+                item.set_marks(marks)
 
     # ---- cursor --------------------------------------------------------------------------
 
     def _mouse_moved(self, pos: QPointF) -> None:
-        for plot in self.plots.values():
+        for title, plot in self.plots.items():
             if plot.sceneBoundingRect().contains(pos):
-                self.hover_at(plot.getViewBox().mapSceneToView(pos).x())
+                view = plot.getViewBox()
+                t = view.mapSceneToView(pos).x()
+                self.hover_at(t)
+                per_px = view.viewPixelSize()[0]
+                mark = self.marks[title].near(t, MARKER_HOVER_PX * per_px)
+                self.graphics.setToolTip(mark.message if mark else "")
                 return
 
     def hover_at(self, t: float) -> None:
