@@ -37,6 +37,8 @@ from factories import EMPTY_DICT, MARK, PROTO2, REDUCE, STOP, TUPLE, p_global, p
 from inspector.sandbox import client
 from inspector.sandbox.client import SandboxError, run_job
 
+pytest_plugins = ("forkserver_fixtures",)
+
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux") or platform.machine() != "x86_64",
     reason="the probes use x86_64 Linux system call numbers")
@@ -208,6 +210,15 @@ PROBES: list[Probe] = [
     _p("pidfd_getfd", "sc(438, 0, 0, 0)", SECCOMP),
     _p("kcmp_client", "sc(312, os.getpid(), P['client'], 0, 0, 0)", SECCOMP),
     _p("process_madvise", "sc(440, 0, 0, 0, 0, 0)", SECCOMP),
+    # The parent: the client for a cold worker, the fork server (which forks every later
+    # worker, so taking it over would reach them all) for a forked one.
+    *(_p(f"{way}_parent_{what}", "open(f'/proc/{os.getppid()}/" + what + f"', {mode!r})"
+         + (".write(b'x')" if "+" in mode else ".read(1)"), LANDLOCK, FS)
+      for way, what, mode in [("read", "environ", "rb"), ("read", "mem", "rb"),
+                              ("write", "mem", "r+b"), ("read", "maps", "rb")]),
+    _p("ptrace_attach_parent", "sc(101, 16, os.getppid(), 0, 0)", "seccomp landlock"),
+    _p("kill_parent", "os.kill(os.getppid(), 0)", "seccomp landlock"),
+    _p("pidfd_open_parent", "sc(434, os.getppid(), 0)", SECCOMP),
     # Signals, limits and scheduling of other processes.
     _p("kill_client", "os.kill(P['client'], 0)", "seccomp landlock"),
     _p("kill_victim_sigterm", "os.kill(P['victim'], signal.SIGTERM)", "seccomp landlock"),
@@ -390,7 +401,7 @@ def run_probes(scene: Scene, probes: list[Probe], name: str, **kwargs) -> dict:
     request = {"op": "selftest-payload", "paths": [str(p) for p in inputs]}
     result = run_job(request, timeout=120, **kwargs)
     outcomes = dict(zip((p.name for p in probes), result["outcomes"], strict=True))
-    return {"sandbox": result["sandbox"], "outcomes": outcomes,
+    return {"sandbox": result["sandbox"], "outcomes": outcomes, "timing": result["timing"],
             "inputs_changed": before != snapshot(inputs)}
 
 
@@ -408,13 +419,26 @@ def not_refused(probe: Probe, outcome: dict) -> str | None:
     return None
 
 
-@pytest.fixture(scope="module", params=list(LEVELS))
+WORKERS = ("cold", "forked")
+"""How a job's worker starts: `python -m inspector.sandbox.worker`, or forked by the warm
+fork server (forkserver_fixtures); every probe runs against both."""
+
+
+def _route(mp: pytest.MonkeyPatch, request: pytest.FixtureRequest, worker: str) -> None:
+    if worker == "forked":
+        mp.setattr(client, "_fork_server", request.getfixturevalue("fork_server_handle"))
+
+
+@pytest.fixture(scope="module", params=[(level, worker) for worker in WORKERS
+                                        for level in LEVELS], ids="-".join)
 def probed(request, tmp_path_factory):
-    """The probe suite run once at one jail level."""
+    """The probe suite run once at one jail level, in cold or forked workers."""
+    level, worker = request.param
     mp = pytest.MonkeyPatch()
     mp.setenv(client.SELFTEST_ENV, "1")
-    mp.setenv(client.DISABLE_ENV, LEVELS[request.param])
-    scene = Scene(tmp_path_factory.mktemp(f"probes-{request.param}"))
+    mp.setenv(client.DISABLE_ENV, LEVELS[level])
+    _route(mp, request, worker)
+    scene = Scene(tmp_path_factory.mktemp(f"probes-{level}-{worker}"))
     watched = [scene.decoy, scene.ssh, scene.folder, scene.folder / "neighbour.txt"]
     try:
         before = snapshot(watched)
@@ -427,7 +451,8 @@ def probed(request, tmp_path_factory):
             bomb = run_probes(scene, [THREAD_BOMB], "threads")
         except SandboxError as exc:
             bomb = {"code": exc.code, "sandbox": exc.sandbox}
-        yield {"level": request.param, "scene": scene, "main": main, "bomb": bomb,
+        assert main["timing"]["worker"] == worker
+        yield {"level": level, "scene": scene, "main": main, "bomb": bomb,
                "chosen": chosen, "witnesses": witnesses, "active": active,
                "handshake": handshake, "before": before, "after": snapshot(watched)}
     finally:
@@ -504,10 +529,11 @@ def test_a_thread_bomb_stops_at_the_cap(probed):
 # --- a worker that kills itself, or breaks the protocol ---------------------------------
 
 
-@pytest.fixture
-def selftest(monkeypatch):
+@pytest.fixture(params=WORKERS)
+def selftest(request, monkeypatch):
     monkeypatch.setenv(client.SELFTEST_ENV, "1")
     monkeypatch.delenv(client.DISABLE_ENV, raising=False)
+    _route(monkeypatch, request, request.param)
 
 
 def _single(tmp_path: Path, body: str, **kwargs) -> dict:
