@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pynvml
 import pytest
-from fake_pynvml import FakeNvml, install
+from fake_pynvml import FakeGpu, FakeNvml, install
 from PySide6.QtCore import QPoint, QPointF
 
 from inspector.core.samples import write_samples
@@ -247,3 +247,36 @@ def test_main_window_disables_consistency_for_a_dangerous_file(window, qtbot, tm
     assert not window.consistency.run_button.isEnabled()
     assert window.consistency.run_button.toolTip() == DANGEROUS_TIP
     assert not samples.marker.exists()
+
+
+def test_live_charts_follow_the_latest_sample_whatever_the_cursor(qtbot, monkeypatch, artifacts,
+                                                                  theme):
+    fake = install(monkeypatch, FakeNvml([FakeGpu(0), FakeGpu(1, temperature=61)]))
+    pane = GpuPane(interval=0.1)
+    qtbot.addWidget(pane)
+    pane.resize(1280, 720)
+    pane.show()
+    try:
+        qtbot.waitUntil(lambda: pane.store.count(1) >= 3, timeout=10_000)
+        first = pane.store.series(1, "temperature_gpu")[0][0]
+        fake.gpus[1].temperature = 88  # above the threshold: an alert and a marker
+        fake.gpus[1].reasons = 0x040  # hardware thermal slowdown: a throttle marker
+        qtbot.waitUntil(lambda: {"hot GPU1", "throttle GPU1"} <= {m.label for m in pane.marked},
+                        timeout=10_000)
+        pane.hover_at(first)  # live: the readout shows that time, the table stays on the latest
+        assert pane.readouts["Temperature"].toPlainText().startswith("GPU0 45 / 52 °C\nGPU1 61")
+        assert "GPU1 80123 MiB" in pane.readouts["Memory used"].toPlainText()
+        qtbot.waitUntil(lambda: pane.table.item(1, 1).text() == "88 °C")
+        # The live view keeps moving; the readout stays pinned to the top of the chart.
+        view = pane.plots["Temperature"].getViewBox()
+        qtbot.waitUntil(lambda: pane.readouts["Temperature"].pos().y() == view.viewRange()[1][1])
+        assert "the table shows this time" not in pane.readout.text()
+        for scheme in ("light", "dark"):
+            theme(scheme)
+            for width, height in SIZES:
+                pane.resize(width, height)
+                qtbot.wait(100)
+                pane.grab().save(str(artifacts / f"gpu-live-{width}x{height}-{scheme}.png"))
+    finally:
+        pane.shutdown()
+    assert pane.sampler is None and fake.event_sets_open == 0

@@ -155,6 +155,13 @@ def step_path(times: np.ndarray, values: np.ndarray) -> QPainterPath:
     return pg.arrayToQPath(x, y, connect="finite")
 
 
+def _reading(value: float | None) -> str:
+    """A readout value: whole numbers from 1000 up (80123 MiB, not 8.012e+04), else 4 digits."""
+    if value is None:
+        return "n/a"
+    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
 def _num(value: float | None, unit: str) -> str:
     return "n/a" if value is None else f"{value:.0f} {unit}".rstrip()
 
@@ -278,6 +285,7 @@ class GpuPane(QWidget):
                 # One time axis, under the last plot: each one re-lays its ticks on every pan.
                 plot.hideAxis("bottom")
             plot.getViewBox().sigRangeChangedManually.connect(self._stop_following)
+            plot.getViewBox().sigRangeChanged.connect(lambda *_a, t=title: self._place_readout(t))
             marks = EventMarks(labelled=row == 0)
             plot.addItem(marks, ignoreBounds=True)
             cross = pg.InfiniteLine(angle=90, movable=False)
@@ -648,19 +656,25 @@ class GpuPane(QWidget):
                 values = [value_at(*self._series[(gpu, f)], t) if (gpu, f) in self._series
                           else None for f, _ in fields]
                 if any(v is not None for v in values):
-                    shown = " / ".join("n/a" if v is None else f"{v:.4g}" for v in values)
+                    shown = " / ".join(_reading(v) for v in values)
                     lines.append(f"GPU{gpu} {shown} {unit}")
             cross, readout = self.crosshairs[title], self.readouts[title]
             cross.setPos(t)
             cross.show()
             readout.setText("\n".join(lines))
-            view = self.plots[title].getViewBox()
-            (left, right), (_bottom, top) = view.viewRange()
-            readout.setAnchor((1, 0) if t > (left + right) / 2 else (0, 0))
-            readout.setPos(t, top)
             readout.setVisible(bool(lines))
+            self._place_readout(title)
         if self.sampler is None:
             self._update_table(t)
+
+    def _place_readout(self, title: str) -> None:
+        """Pin a plot's readout to the top of its view beside the crosshair (live views move)."""
+        readout = self.readouts[title]
+        if self.cursor_time is None or not readout.isVisible():
+            return
+        (left, right), (_bottom, top) = self.plots[title].getViewBox().viewRange()
+        readout.setAnchor((1, 0) if self.cursor_time > (left + right) / 2 else (0, 0))
+        readout.setPos(self.cursor_time, top)
 
     def _sample_at(self, gpu: int, t: float) -> GpuSample | None:
         """One GPU's reading in force at time t, rebuilt from the store's series."""
