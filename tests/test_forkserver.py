@@ -216,3 +216,34 @@ def test_outside_a_block_jobs_are_cold(tmp_path):
         assert server is None
     path = factories.save_state_dict(tmp_path / "m.pt")
     assert client.inspect_file(path)["timing"]["worker"] == "cold"
+
+
+def test_report_over_a_folder_forks_a_worker_per_file(tmp_path, monkeypatch):
+    from inspector.cli import main
+    from inspector.core import envinfo
+
+    real = envinfo.collect
+    monkeypatch.setattr(envinfo, "collect", lambda probe_torch=True: real(probe_torch=False))
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for i in range(3):
+        factories.save_state_dict(folder / f"step-{i}.pt", factories.small_state_dict(i))
+    spawned: list[int] = []
+    real_spawn = forkclient.ForkServer.spawn
+
+    def spawn(self, *args, **kwargs):
+        worker = real_spawn(self, *args, **kwargs)
+        spawned.append(worker.pid)
+        return worker
+
+    monkeypatch.setattr(forkclient.ForkServer, "spawn", spawn)
+    docs = {}
+    for how, extra in (("warm", []), ("cold", ["--cold-workers"])):
+        out = tmp_path / f"{how}.json"
+        assert main(["report", str(folder), "-o", str(out), *extra]) == 0
+        docs[how] = json.loads(out.read_text())["files"]
+    assert len(spawned) == 3  # one forked worker per file, and none with --cold-workers
+    assert client._fork_server is None  # the server is gone with the command
+    assert [f["tensors"] for f in docs["warm"]] == [f["tensors"] for f in docs["cold"]]
+    assert [f["load"]["sandbox_level"] for f in docs["warm"]] == [
+        f["load"]["sandbox_level"] for f in docs["cold"]]

@@ -63,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                         help="kill any one worker job after this long")
     parser.add_argument("--force", action="store_true", help="overwrite an existing report")
+    parser.add_argument("--cold-workers", action="store_true",
+                        help="start a fresh worker process per file instead of forking each "
+                             "from one warm fork server (used when there are several files)")
     add_require_jail_argument(parser)
     parser.epilog = ("exit status: 0 all safe and passed, 1 suspicious or a check failed, "
                      "2 dangerous, 3 a file could not be scanned, 4 report not written, "
@@ -91,8 +94,12 @@ def run(args: argparse.Namespace) -> int:
     if not files:
         return _fail("no files found under the given paths", exit_code(ERROR))
     from inspector.core.envinfo import collect
+    from inspector.sandbox.client import fork_server
 
-    with _telemetry() as (store, source):
+    # Several files: one warm server imports torch once and forks a freshly jailed worker
+    # per job, instead of each job paying a cold start.
+    warm = len(files) > 1 and not args.cold_workers
+    with _telemetry() as (store, source), fork_server(enabled=warm):
         evidence = [_evidence(path, folder, args, manifest) for path, folder in files]
         environment = collect()
     session = SessionEvidence(evidence, telemetry=store, telemetry_source=source,
