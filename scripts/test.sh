@@ -5,4 +5,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh dev
 export QT_QPA_PLATFORM=offscreen
 .venv/bin/ruff check .
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest --durations=15 "$@"
