@@ -52,6 +52,11 @@ class ForkedWorker:
         self.returncode = int(line) if line.strip() else -signal.SIGKILL
         return self.returncode
 
+    def __del__(self) -> None:
+        # A child whose status never came (wait timed out) must not leak the pipe.
+        if self._status >= 0:
+            os.close(self._status)
+
 
 class ForkServer:
     """One warm fork server for this process; `start()` once, `spawn()` per job, `close()`."""

@@ -103,6 +103,7 @@ def _fork_job(ctl: socket.socket, message: bytes, fds: list[int],
         if len(fds) != 4 + len(targets) or any(t <= 2 for t in targets):
             raise ValueError(f"{len(fds)} descriptors for {len(targets)} targets")
         sys.stderr.flush()
+        server = os.getpid()
         pid = os.fork()
     except (ValueError, OSError) as exc:
         for fd in fds:
@@ -110,7 +111,7 @@ def _fork_job(ctl: socket.socket, message: bytes, fds: list[int],
         ctl.send(json.dumps({"error": str(exc)}).encode())
         return
     if pid == 0:
-        _child(fds, targets, dict(job.get("env") or {}))
+        _child(fds, targets, dict(job.get("env") or {}), server)
     for fd in fds[:3] + fds[4:]:
         os.close(fd)
     children[pid] = fds[3]
@@ -132,7 +133,7 @@ def _reap(children: dict[int, int]) -> None:
             os.close(status_fd)
 
 
-def _child(fds: list[int], targets: list[int], env: dict[str, str]) -> None:
+def _child(fds: list[int], targets: list[int], env: dict[str, str], server: int) -> None:
     """The forked worker: own session, the job's descriptors only, then `worker.main`."""
     status = 70
     try:
@@ -140,6 +141,8 @@ def _child(fds: list[int], targets: list[int], env: dict[str, str]) -> None:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != server:  # the server died before the line above took effect
+            return
         wanted = [0, 1, 2, *targets]
         # Lift every received descriptor above all wanted numbers first, so no dup2 below
         # can overwrite one not yet moved.

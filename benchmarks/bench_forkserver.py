@@ -1,0 +1,109 @@
+"""Benchmark the fork server (issue 17) against cold workers, ratios measured in one run:
+
+(a) `ckpt-inspector report DIR -o OUT.json` over a folder of --files small checkpoints, cold
+    (`--cold-workers`: one `python -m inspector.sandbox.worker` per file) and warm (one fork
+    server, a forked worker per file), each against one `python -c "import torch"`
+    (issue 17's target: warm at most 3x);
+(b) `inspect_file` of a 4 KB checkpoint, cold and through a warm server (the engine call the
+    GUI makes from drop to complete statistics; the GUI's own painting is not included);
+(c) peak RSS of the server (VmHWM) and of a forked worker (its ru_maxrss, which counts the
+    pages it shares with the server) and of a cold worker.
+
+Every command runs as a child process, so this process never imports torch.
+
+    .venv/bin/python benchmarks/bench_forkserver.py [--files 20] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench_inspect_convert import median, timed
+
+PY = sys.executable
+CLI = str(Path(PY).with_name("ckpt-inspector"))
+
+GENERATE = r"""
+import sys, torch
+from pathlib import Path
+folder, n = Path(sys.argv[1]), int(sys.argv[2])
+for i in range(n):
+    g = torch.Generator().manual_seed(i)
+    torch.save({"w": torch.randn(16, 32, generator=g), "b": torch.randn(32, generator=g),
+                "step": torch.tensor(i)}, folder / f"step-{i:03d}.pt")
+"""
+
+LATENCY = r"""
+import json, os, sys, time
+from inspector.sandbox import client
+path, repeats = sys.argv[1], int(sys.argv[2])
+
+def once():
+    started = time.perf_counter()
+    report = client.inspect_file(path)
+    assert report["error"] is None, report["error"]
+    return time.perf_counter() - started, report["timing"]
+
+cold = [once() for _ in range(max(1, repeats // 4))]
+with client.fork_server() as server:
+    warm_start = time.perf_counter()
+    once()  # the first fork also faults in the server's pages
+    warm = [once() for _ in range(repeats)]
+    status = open(f"/proc/{server.pid}/status").read()
+    hwm = int(status.split("VmHWM:")[1].split()[0])
+print(json.dumps({
+    "cold_s": [c[0] for c in cold], "warm_s": [w[0] for w in warm],
+    "cold_worker_rss_kb": cold[-1][1]["worker_peak_rss_kb"],
+    "forked_worker_rss_kb": warm[-1][1]["worker_peak_rss_kb"],
+    "workers": sorted({w[1]["worker"] for w in warm}), "server_hwm_kb": hwm}))
+"""
+
+
+def main() -> int:
+    """Run the measurements and print a table with the ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-forkserver-") as tmp:
+        folder = Path(tmp) / "run"
+        folder.mkdir()
+        subprocess.run([PY, "-c", GENERATE, str(folder), str(args.files)], check=True)
+        small = min(folder.iterdir())
+        small_bytes = small.stat().st_size
+        out = Path(tmp) / "report.json"
+        timed([PY, "-c", "import torch"])  # warm the page cache
+        torch_rows = [timed([PY, "-c", "import torch"]) for _ in range(args.repeats)]
+        report = [CLI, "report", str(folder), "-o", str(out), "--force"]
+        cold_rows = [timed([*report, "--cold-workers"]) for _ in range(max(1, args.repeats // 2))]
+        warm_rows = [timed(report) for _ in range(args.repeats)]
+        latency = json.loads(timed([PY, "-c", LATENCY, str(small), str(10 * args.repeats)])["out"])
+    import_torch = median(torch_rows, "wall")
+    print(f"machine: {subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()}"
+          f" cores, shared with other work; medians of {args.repeats} runs unless noted")
+    print(f"python -c 'import torch':            {import_torch:7.2f} s")
+    for name, rows in (("cold", cold_rows), ("warm", warm_rows)):
+        wall = median(rows, "wall")
+        print(f"report of {args.files} files, {name} workers:  {wall:7.2f} s  "
+              f"= {wall / import_torch:5.2f}x import torch  (CPU {median(rows, 'cpu'):.2f} s, "
+              f"{len(rows)} runs)")
+    print(f"  warm vs cold: {median(cold_rows, 'wall') / median(warm_rows, 'wall'):.1f}x faster")
+    cold_ms = statistics.median(latency["cold_s"]) * 1000
+    warm_ms = statistics.median(latency["warm_s"]) * 1000
+    print(f"inspect_file of {small_bytes} B: cold {cold_ms:.0f} ms "
+          f"({len(latency['cold_s'])} runs), server warm {warm_ms:.0f} ms "
+          f"({len(latency['warm_s'])} runs, {'/'.join(latency['workers'])})")
+    print(f"peak RSS: fork server {latency['server_hwm_kb'] // 1024} MiB, forked worker "
+          f"{latency['forked_worker_rss_kb'] // 1024} MiB (mostly pages shared with the server), "
+          f"cold worker {latency['cold_worker_rss_kb'] // 1024} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
