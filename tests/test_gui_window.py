@@ -18,6 +18,7 @@ import pytest
 from gui_support import LOAD_TIMEOUT_MS, build, drop_files, wait_loaded, worker_pids
 from PySide6.QtCore import QElapsedTimer, QTimer
 
+from inspector.core.scan import scan_paths
 from inspector.gui import roles
 from inspector.gui.main_window import MainWindow
 from inspector.gui.tensor_models import COLUMNS
@@ -229,18 +230,23 @@ def test_dropping_a_folder_lists_its_checkpoints_with_verdict_icons(
     shutil.copy(folder / "benign.pt", shards / "model-00001.bin")
     shutil.copy(folder / "with_nan.pt", shards / "sub" / "model-00002.pt")
     factories.mal_os_system(shards / "extra.pkl", canary)
+    factories.mal_os_system(shards / ".hidden.pkl", canary)  # a dot hides nothing from the scan
     (shards / "config.json").write_text('{"hidden_size": 8}')
     (shards / "README.md").write_text("# model card\n")
     assert drop_files(window.empty, [shards])
+    # The window lists what `scan DIR` lists: files that are no checkpoint leave once scanned.
+    expected = [".hidden.pkl", "extra.pkl", "model-00001.bin", "model-00002.pt"]
+    qtbot.waitUntil(lambda: [d.name for d in window.docs] == expected, timeout=LOAD_TIMEOUT_MS)
     names = [window.file_list.item(i).text() for i in range(window.file_list.count())]
-    assert names == ["extra.pkl", "model-00001.bin", "model-00002.pt"]
+    assert names == expected
     for doc in window.docs:
         wait_loaded(qtbot, doc, ("loaded", "blocked"))
     icons = {d.name: window.file_list.item(i).icon().cacheKey()
              for i, d in enumerate(window.docs)}
     # with_nan.pt is safe code but NaN weights: its safe badge carries a weights-health mark
     assert len({icons["extra.pkl"], icons["model-00001.bin"], icons["model-00002.pt"]}) == 3
-    assert [d.verdict for d in window.docs] == ["dangerous", "safe", "safe"]
+    assert [d.verdict for d in window.docs] == ["dangerous", "dangerous", "safe", "safe"]
+    assert [Path(r.path).name for r in scan_paths([shards]) if r.verdict != "skipped"] == expected
 
 
 def test_declining_a_suspicious_file_hashes_it_and_never_loads_it(

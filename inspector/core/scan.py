@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inspector.core import decompress, formats, zipread
-from inspector.core.discover import discover
+from inspector.core.discover import Found, discover
 from inspector.core.dtypes import STORAGE_CLASSES
 from inspector.core.pickle_scan import (
     Call,
@@ -761,15 +761,20 @@ def scan_paths(paths: Iterable[str | os.PathLike]) -> Iterator[ScanResult]:
     file that is not a checkpoint at all (JSON, text, tokenizer files, images) is `skipped`;
     a file that cannot even be scanned is reported, never left out."""
     for found in discover(paths):
-        try:
-            res = scan_file(found.path)
-        except Exception as exc:  # scan_file never raises for a bad file; a bug must not hide
-            res = ScanResult(path=os.fspath(found.path), verdict=ERROR,
-                             error=" ".join(f"scan failed: {type(exc).__name__}: {exc}"
-                                            .split())[:300])
-        if found.in_folder and _not_a_checkpoint(res):
-            res.verdict = SKIPPED
-        yield res
+        yield scan_found(found)
+
+
+def scan_found(found: Found) -> ScanResult:
+    """Scan one discovered file; `skipped` when a folder's file is no checkpoint at all."""
+    try:
+        res = scan_file(found.path)
+    except Exception as exc:  # scan_file never raises for a bad file; a bug must not hide
+        res = ScanResult(path=os.fspath(found.path), verdict=ERROR,
+                         error=" ".join(f"scan failed: {type(exc).__name__}: {exc}"
+                                        .split())[:300])
+    if found.in_folder and _not_a_checkpoint(res):
+        res.verdict = SKIPPED
+    return res
 
 
 def pickle_source(path: str | os.PathLike, member: str | None) -> bytes:

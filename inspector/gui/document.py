@@ -18,6 +18,7 @@ STATE_WORDS = {
     "load_failed": "The sandbox could not load it",
     "cancelled": "Cancelled; the sandbox worker was stopped",
     "error": "Could not be read",
+    "skipped": "Not a checkpoint (skipped, as `scan` skips it in a folder)",
 }
 
 
@@ -28,9 +29,11 @@ class FileDocument(QObject):
     tensors_appended = Signal(int, int)  # first new row, number of new rows
     tensors_reset = Signal()
 
-    def __init__(self, path: str | Path, parent: QObject | None = None) -> None:
+    def __init__(self, path: str | Path, parent: QObject | None = None,
+                 in_folder: bool = False) -> None:
         super().__init__(parent)
         self.path = Path(path)
+        self.in_folder = in_folder  # found by walking a dropped folder, not named directly
         self.state = "scanning"
         self.message = ""
         self.scan: dict[str, Any] | None = None

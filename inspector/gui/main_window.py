@@ -103,6 +103,7 @@ class MainWindow(QMainWindow):
         self.docs: list[FileDocument] = []
         self.runner = JobRunner(self)
         self.pipeline = Pipeline(self.runner, self)
+        self.pipeline.skipped.connect(self._skip_document)
 
         self.empty = EmptyState()
         self.empty.open_requested.connect(self.open_dialog)
@@ -320,12 +321,13 @@ class MainWindow(QMainWindow):
         if missing:
             self.statusBar().showMessage(f"Not found: {', '.join(missing)}", 8000)
         opened: list[FileDocument] = []
-        for path in files:
-            existing = next((d for d in self.docs if d.path == path.resolve()), None)
+        for found in files:
+            path = found.path.absolute()  # the user's path, not a link's target
+            existing = next((d for d in self.docs if d.path == path), None)
             if existing is not None:
                 self.file_list.setCurrentRow(self.docs.index(existing))
                 continue
-            doc = FileDocument(path.resolve(), self)
+            doc = FileDocument(path, self, in_folder=found.in_folder)
             self.docs.append(doc)
             item = QListWidgetItem(doc.name)
             self.file_list.addItem(item)
@@ -344,9 +346,17 @@ class MainWindow(QMainWindow):
 
     def close_current(self) -> None:
         """Close the selected document; cancel its jobs first."""
-        doc = self.current
-        if doc is None:
-            return
+        if self.current is not None:
+            self.close_document(self.current)
+
+    def _skip_document(self, doc: FileDocument) -> None:
+        """A folder's file that is no checkpoint leaves the list, as `scan DIR` skips it."""
+        if doc in self.docs:
+            self.close_document(doc)
+            self.statusBar().showMessage(f"Skipped {doc.name}: not a checkpoint", 8000)
+
+    def close_document(self, doc: FileDocument) -> None:
+        """Close `doc`; its jobs are discarded first (no late result reaches it)."""
         row = self.docs.index(doc)
         self.pipeline.close(doc)
         self.docs.pop(row)

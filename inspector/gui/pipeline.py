@@ -14,11 +14,11 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from inspector.core.discover import Found
 from inspector.core.progress import CancelToken
 from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, Job, JobFn, JobRunner
 
-SNIFF_BYTES = 64
 WORKER_NICE = 10
 
 STAGE_WORDS = {
@@ -42,34 +42,13 @@ def stage_text(stage: str) -> str:
     return STAGE_WORDS.get(stage, stage.replace("_", " ").capitalize())
 
 
-def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """Files to open: files as given; folders walked, keeping what looks like a model file.
+def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Found]:
+    """Files to open, as `core.discover` lists them for `scan DIR`: folders walked (hidden files
+    included), each real file once. A folder's file that is no checkpoint at all is dropped by
+    its scan (`Pipeline.skipped`), by the same rule `scan DIR` uses."""
+    from inspector.core.discover import discover
 
-    Inside a folder, config.json, tokenizers and READMEs are skipped by their leading bytes
-    (the scanner still judges every file that is kept); hidden entries are skipped too.
-    """
-    out: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            for root, dirs, files in os.walk(p):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                out.extend(Path(root) / f for f in sorted(files)
-                           if not f.startswith(".") and _looks_like_model(Path(root) / f))
-        elif p.exists():
-            out.append(p)
-    return out
-
-
-def _looks_like_model(path: Path) -> bool:
-    from inspector.core.formats import sniff
-
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh:
-            head = fh.read(SNIFF_BYTES)
-    except OSError:
-        return False
-    return size > 0 and sniff(head, size) not in ("unknown", "pickle?")
+    return [f for f in discover(paths) if f.in_folder or f.path.exists()]
 
 
 class Pipeline(QObject):
@@ -77,6 +56,7 @@ class Pipeline(QObject):
 
     progress = Signal(str, int, int)  # stage text, done, total (0 = unknown)
     job_started = Signal(object)  # Job
+    skipped = Signal(object)  # a FileDocument from a folder that is no checkpoint at all
 
     def __init__(self, runner: JobRunner, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -89,7 +69,7 @@ class Pipeline(QObject):
     def open(self, doc: FileDocument) -> None:
         """Scan `doc` now (in a thread); what follows depends on the verdict."""
         doc.set_state("scanning")
-        job = Job(f"scan {doc.name}", _scan_fn(doc.path), self, doc=doc)
+        job = Job(f"scan {doc.name}", _scan_fn(Found(doc.path, doc.in_folder)), self, doc=doc)
         job.finished.connect(lambda scan: self._scanned(doc, scan))
         job.failed.connect(lambda msg: self._scan_failed(doc, msg))
         self._start(job)
@@ -169,7 +149,10 @@ class Pipeline(QObject):
     def _scanned(self, doc: FileDocument, scan: dict[str, Any]) -> None:
         doc.set_scan(scan)
         verdict = scan.get("verdict")
-        if verdict == "safe":
+        if verdict == "skipped":
+            doc.set_state("skipped")
+            self.skipped.emit(doc)
+        elif verdict == "safe":
             self.load(doc)
         elif verdict == "suspicious" and doc.globals_to_allow():
             doc.set_state("needs_decision")
@@ -213,12 +196,12 @@ def _error_text(error: Any) -> str:
     return str(error)
 
 
-def _scan_fn(path: Path) -> JobFn:
+def _scan_fn(found: Found) -> JobFn:
     def run(emit: EmitFn, cancel: CancelToken) -> dict[str, Any]:
-        from inspector.core.scan import scan_file
+        from inspector.core.scan import scan_found
 
         emit({"type": "progress", "stage": "scan", "done": 0, "total": 0})
-        return scan_file(path).to_json()
+        return scan_found(found).to_json()
 
     return run
 
