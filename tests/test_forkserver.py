@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -247,3 +248,22 @@ def test_report_over_a_folder_forks_a_worker_per_file(tmp_path, monkeypatch):
     assert [f["tensors"] for f in docs["warm"]] == [f["tensors"] for f in docs["cold"]]
     assert [f["load"]["sandbox_level"] for f in docs["warm"]] == [
         f["load"]["sandbox_level"] for f in docs["cold"]]
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="OpenBLAS starts no pool on one core")
+def test_a_server_with_a_thread_pool_refuses_to_serve():
+    """Without OPENBLAS_NUM_THREADS=1 numpy's import starts a pool: forking then would copy
+    its locks half-held into every child, so the server says it is not ready."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    env = client.worker_env()
+    server = subprocess.Popen([sys.executable, "-I", "-m", forkclient.SERVER_MODULE,
+                               str(theirs.fileno())], pass_fds=(theirs.fileno(),), env=env,
+                              stderr=subprocess.DEVNULL)
+    theirs.close()
+    try:
+        ours.settimeout(300)
+        hello = json.loads(ours.recv(4096))
+    finally:
+        ours.close()
+        server.wait(timeout=60)
+    assert hello["ready"] is False and "threads after the imports" in hello["error"], hello

@@ -1,8 +1,9 @@
 """Client of the jailed worker: plain Python, used by the CLI, the GUI and the tests.
 
 `run_job` starts `python -I -m inspector.sandbox.worker` with a scrubbed environment in its
-own session (process group), sends the request, streams the worker's events to `on_event`,
-and kills the whole group on timeout, cancel or crash, so nothing is left running. Failures
+own session (process group), or within `fork_server()` forks it from one warm fork server
+(`forkclient.py`), sends the request, streams the worker's events to `on_event`, and kills
+the whole group on timeout, cancel or crash, so nothing is left running. Failures
 raise `SandboxError` with a stable `code` and a one-line `message`; a cancel raises
 `Cancelled`. This module never imports torch and never unpickles.
 

@@ -24,8 +24,13 @@ the client kills the worker and the job fails (`protocol_violation`).
 Request keys read here: `op` (a name in OPS), `path` and/or `paths` (inputs the jail lets the
 worker read), `output_fd` (an inherited descriptor for the only output, conversions only),
 `output_bytes` (its size limit), `limits` ({cpu_seconds, memory_mb, open_files, nice,
-max_threads}). Every other
-key belongs to the operation.
+max_threads, torch_threads}). Every other key belongs to the operation.
+
+Forked workers. Within `client.fork_server()`, the worker is not a fresh interpreter but a
+child the fork server (`forkserver.py`) forked for this job after importing torch and every
+op's module; the child runs this same `main` on its own pipes, so the protocol and the order
+(request, jail, handshake, start line, input) are the same, and having torch already
+imported it sets torch's thread count itself (`torch_threads`, default the core count).
 
 Operations. OPS maps an operation name to "module:function"; each area adds its own entry
 and keeps its code in its own module. An operation is
@@ -76,6 +81,7 @@ def _selftest() -> bool:
     # Read per job, not at import: a forked worker gets its job's environment after the fork
     # server imported this module.
     return os.environ.get(SELFTEST_ENV) == "1"
+
 
 DEFAULT_MEMORY_MB = 4096
 
