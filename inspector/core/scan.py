@@ -35,6 +35,7 @@ from inspector.core.policy import (
     WeightsOnlyRules,
     classify,
     looks_like_code,
+    numpy_dtype_class,
     real_name,
     weights_only_rules,
 )
@@ -202,6 +203,9 @@ class _Scan:
                           f"{code[:120]!r}", member, call.offset, text)
             if not allowed and depth < MAX_NESTING:
                 self._nested(call, member, depth)
+            if call.opcode == "REDUCE" and call.func is not None and call.strings and (
+                    call.func.key == "numpy.dtype"):
+                self._needs_dtype_class(call.strings[0], member)
         for issue in scan.issues:
             severity = DANGEROUS if issue.dangerous else SUSPICIOUS
             self.find(severity, issue.code, issue.message, member, issue.offset)
@@ -210,6 +214,26 @@ class _Scan:
                 self.block(reason)
             if not scan.stopped:
                 self.block("pickle does not end cleanly")
+
+    def _needs_dtype_class(self, code: str, member: str | None) -> None:
+        """A pickled numpy.dtype(code) also needs its class allowed (torch checks the class of
+        what it BUILDs): list that class as a global, so one round of allowing suffices."""
+        dotted = numpy_dtype_class(code)
+        if dotted is None:
+            return
+        module, _, name = dotted.rpartition(".")
+        use = self.uses.get((module, name))
+        if use is None:
+            verdict = classify(module, name, self.rules)
+            reason = verdict.reason
+            if verdict.severity != SAFE:
+                reason = (f"the class of numpy.dtype({code!r}) objects, which this file builds: "
+                          f"{reason}")
+            use = GlobalUse(module, name, 0, verdict.severity, reason)
+            self.uses[(module, name)] = use
+        use.count += 1
+        if member is not None and member not in use.members and len(use.members) < 8:
+            use.members.append(member)
 
     def _nested(self, call: Call, member: str | None, depth: int) -> None:
         """Scan pickles passed as call arguments (pickle.loads(b"..."), decoders, configs)."""
