@@ -130,6 +130,18 @@ def run(name: str, model: torch.nn.Module, dtype: torch.dtype, rng: random.Rando
             "flipped": flipped_count}
 
 
+def heavy_tails(tensors: int = 20) -> None:
+    """Stress: 1 M-value tensors drawn from Student-t (df 1, 2, 3) x 0.02; how many are flagged."""
+    torch.manual_seed(0)
+    for df in (1.0, 2.0, 3.0):
+        dist = torch.distributions.StudentT(df)
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            flagged = sum(
+                assess(_records({"w": (dist.sample((1024, 1024)) * 0.02).to(dtype)})).status
+                == PROBLEM for _ in range(tensors))
+            print(f"  Student-t df={df:g} {dtype_name(dtype):>9}: {flagged}/{tensors} flagged")
+
+
 def exponent_cost(repeats: int = 5) -> None:
     """describe_tensors on 256 MiB of float32 weights: no exponent pass, screened, forced."""
     items = [(f"w{i}", torch.randn(2048, 2048) * 0.02) for i in range(16)]
@@ -168,6 +180,7 @@ def main() -> None:
                 totals[k] += v
     print(f"TOTAL: {totals['fps']} false problems over {totals['judged']} judged weight tensors; "
           f"flipped top exponent bit named in {totals['named']}/{totals['flipped']}")
+    heavy_tails()
     exponent_cost()
 
 
