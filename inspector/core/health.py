@@ -21,7 +21,8 @@ Rules:
   than the tail lie within 2**(GAP-1) of absmax). Measured with
   `benchmarks/bench_health_outliers.py`: no false problem on GPT-2, BERT, a Llama-shaped
   model, ViT, T5 (random initialisation) and a trained small GPT-2, in float32, float16 and
-  bfloat16.
+  bfloat16. Its limit: float16's 256x gap also flags Cauchy-tailed tensors (Student-t with
+  df 1; df 2 rarely, df 3 never).
 - Constant: a weight of two or more dimensions whose values are all equal (all zero, or one
   value) is a warning; 1-D and scalar tensors (biases, norm scales, running statistics, class
   tokens) are legitimately constant at initialisation and are not judged.
