@@ -219,3 +219,11 @@ def test_outlier_rule_needs_enough_values_and_a_clear_gap() -> None:
 ])
 def test_state_keys(key: str, state: bool) -> None:
     assert is_state_key(key) is state
+
+
+def test_tensors_without_statistics_are_not_judged() -> None:
+    records = _records({"sparse": torch.eye(4).to_sparse(), "meta": torch.empty(3, 3,
+                                                                                 device="meta"),
+                        "dense": torch.randn(4, 4)})
+    health = assess(records)
+    assert health.weights_checked == 1 and health.status == "ok"

@@ -146,8 +146,8 @@ def assess(tensors: list[dict[str, Any]]) -> Health:
     judged: dict[str, str | None] = {}
     for rec in tensors:
         key = rec.get("key", "")
-        if not _is_float(rec) or ("stats_on" in rec and rec["stats_on"] is None):
-            continue  # no values to judge (no statistics for this tensor)
+        if not _is_float(rec) or rec.get("nan") is None:
+            continue  # no statistics to judge (sparse, meta, or a dtype without them)
         # A tied view of a storage already judged (same bytes) is not reported twice.
         if any(judged.get(k, "") == rec.get("digest") for k in rec.get("shared_with") or ()):
             continue
