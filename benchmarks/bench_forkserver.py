@@ -7,7 +7,8 @@
 (b) `inspect_file` of a 4 KB checkpoint, cold and through a warm server (the engine call the
     GUI makes from drop to complete statistics; the GUI's own painting is not included);
 (c) peak RSS of the server (VmHWM) and of a forked worker (its ru_maxrss, which counts the
-    pages it shares with the server) and of a cold worker.
+    pages it shares with the server, and its private memory sampled while it loads) and of a
+    cold worker.
 
 Every command runs as a child process, so this process never imports torch.
 
@@ -44,16 +45,33 @@ import json, os, sys, time
 from inspector.sandbox import client
 path, repeats = sys.argv[1], int(sys.argv[2])
 
-def once():
+def private_kb(pid):
+    # Private (unshared) memory of each child of pid, from smaps_rollup.
+    out = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if int(open(f"/proc/{name}/stat").read().rsplit(")", 1)[1].split()[1]) != pid:
+                continue
+            rollup = open(f"/proc/{name}/smaps_rollup").read()
+        except (OSError, IndexError):
+            continue
+        out.append(sum(int(line.split()[1]) for line in rollup.splitlines()
+                       if line.startswith(("Private_Clean:", "Private_Dirty:"))))
+    return out
+
+def once(server=None, private=None):
+    def on_event(event):
+        if server is not None and event.get("type") == "tensor" and not private:
+            private.extend(private_kb(server.pid))
     started = time.perf_counter()
-    report = client.inspect_file(path)
+    report = client.inspect_file(path, on_event=on_event)
     assert report["error"] is None, report["error"]
     return time.perf_counter() - started, report["timing"]
 
 cold = [once() for _ in range(max(1, repeats // 4))]
 with client.fork_server() as server:
-    warm_start = time.perf_counter()
-    once()  # the first fork also faults in the server's pages
+    private = []
+    once(server, private)  # the first fork also faults in the server's pages
     warm = [once() for _ in range(repeats)]
     status = open(f"/proc/{server.pid}/status").read()
     hwm = int(status.split("VmHWM:")[1].split()[0])
@@ -61,7 +79,8 @@ print(json.dumps({
     "cold_s": [c[0] for c in cold], "warm_s": [w[0] for w in warm],
     "cold_worker_rss_kb": cold[-1][1]["worker_peak_rss_kb"],
     "forked_worker_rss_kb": warm[-1][1]["worker_peak_rss_kb"],
-    "workers": sorted({w[1]["worker"] for w in warm}), "server_hwm_kb": hwm}))
+    "workers": sorted({w[1]["worker"] for w in warm}), "server_hwm_kb": hwm,
+    "forked_private_kb": private}))
 """
 
 
@@ -100,7 +119,8 @@ def main() -> int:
           f"({len(latency['cold_s'])} runs), server warm {warm_ms:.0f} ms "
           f"({len(latency['warm_s'])} runs, {'/'.join(latency['workers'])})")
     print(f"peak RSS: fork server {latency['server_hwm_kb'] // 1024} MiB, forked worker "
-          f"{latency['forked_worker_rss_kb'] // 1024} MiB (mostly pages shared with the server), "
+          f"{latency['forked_worker_rss_kb'] // 1024} MiB (mostly pages shared with the server; "
+          f"private while it loads: {[kb // 1024 for kb in latency['forked_private_kb']]} MiB), "
           f"cold worker {latency['cold_worker_rss_kb'] // 1024} MiB")
     return 0
 
