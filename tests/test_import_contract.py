@@ -4,6 +4,7 @@
 - Only code under `sandbox/` (what runs inside the jailed worker) imports torch or safetensors.
 - The GUI and the report reach the sandbox only through its client.
 - The worker's op table names only modules inside `sandbox/`.
+- CLI commands never import each other (what they share is in `cli/common.py`).
 - Module-level imports between the project's modules form no cycle.
 """
 
@@ -81,6 +82,12 @@ def test_worker_ops_live_inside_the_sandbox():
     assert not outside
     for target in OPS.values():
         assert target.split(":")[0] in MODULES, f"{target} names no module"
+
+
+def test_cli_commands_never_import_each_other():
+    assert not _violations(lambda mod, name: mod.startswith("inspector.cli.")
+                           and name.startswith("inspector.cli.") and name.endswith("_cmd")
+                           and name != mod and mod != "inspector.cli")
 
 
 def test_no_import_cycles_at_module_level():

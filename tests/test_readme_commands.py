@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import re
 import shlex
@@ -45,7 +44,9 @@ def test_readme_documents_every_command_and_its_links():
 
 def _documented_exit_codes(name: str) -> set[str]:
     """Exit codes a command states in its --help epilog or its module's "Exit codes:" block."""
-    module = importlib.import_module(f"inspector.cli.{name}_cmd")
+    from inspector.cli import command_module
+
+    module = command_module(name)
     parser = argparse.ArgumentParser()
     module.add_arguments(parser)
     text = parser.epilog or ""

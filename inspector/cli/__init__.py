@@ -10,20 +10,41 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from types import ModuleType
+from typing import NamedTuple
 
 from inspector import __version__
 
-COMMANDS: dict[str, str] = {
-    "scan": "static scan for code in pickles (no code runs)",
-    "inspect": "scan, hash and load in the jailed worker; tensor statistics",
-    "convert": "convert to safetensors inside the jailed worker, verified bit for bit",
-    "manifest": "create a manifest (sha256sum, TSV or JSON with tensor hashes)",
-    "verify": "verify files and tensors against a manifest",
-    "diff": "compare two checkpoints tensor by tensor, with bit-flip forensics",
-    "watch": "re-verify a checkpoint folder periodically",
-    "telemetry": "sample NVML GPU telemetry or replay a recorded log",
-    "consistency": "repeat-inference consistency test on GPU or CPU",
-    "report": "run the pipeline headless and write a JSON / HTML / PDF report",
+
+class Command(NamedTuple):
+    """A subcommand: the module that implements it and its one-line help."""
+
+    module: str
+    help: str
+
+
+# Names map to modules explicitly, so a command's name need not be a Python identifier.
+COMMANDS: dict[str, Command] = {
+    "scan": Command("inspector.cli.scan_cmd",
+                    "static scan for code in pickles (no code runs)"),
+    "inspect": Command("inspector.cli.inspect_cmd",
+                    "scan, hash and load in the jailed worker; tensor statistics"),
+    "convert": Command("inspector.cli.convert_cmd",
+                    "convert to safetensors inside the jailed worker, verified bit for bit"),
+    "manifest": Command("inspector.cli.manifest_cmd",
+                    "create a manifest (sha256sum, TSV or JSON with tensor hashes)"),
+    "verify": Command("inspector.cli.verify_cmd",
+                    "verify files and tensors against a manifest"),
+    "diff": Command("inspector.cli.diff_cmd",
+                    "compare two checkpoints tensor by tensor, with bit-flip forensics"),
+    "watch": Command("inspector.cli.watch_cmd",
+                    "re-verify a checkpoint folder periodically"),
+    "telemetry": Command("inspector.cli.telemetry_cmd",
+                    "sample NVML GPU telemetry or replay a recorded log"),
+    "consistency": Command("inspector.cli.consistency_cmd",
+                    "repeat-inference consistency test on GPU or CPU"),
+    "report": Command("inspector.cli.report_cmd",
+                    "run the pipeline headless and write a JSON / HTML / PDF report"),
 }
 
 EXIT_USAGE = 64
@@ -38,15 +59,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"ckpt-inspector {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, help_text in COMMANDS.items():
-        sp = sub.add_parser(name, help=help_text, description=help_text)
+    for name, cmd in COMMANDS.items():
+        sp = sub.add_parser(name, help=cmd.help, description=cmd.help)
         if name == command:
-            _command_module(name).add_arguments(sp)
+            command_module(name).add_arguments(sp)
     return parser
 
 
-def _command_module(name: str):
-    return importlib.import_module(f"inspector.cli.{name}_cmd")
+def command_module(name: str) -> ModuleType:
+    """The module of subcommand `name` (imported now, not before)."""
+    return importlib.import_module(COMMANDS[name].module)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
         set_required_jail(args.require_jail)
     try:
-        return int(_command_module(args.command).run(args))
+        return int(command_module(args.command).run(args))
     except KeyboardInterrupt:
         print("ckpt-inspector: interrupted", file=sys.stderr)
         return 130

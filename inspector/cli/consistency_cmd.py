@@ -11,7 +11,7 @@ import re
 import sys
 from typing import Any
 
-from inspector.cli.inspect_cmd import EXIT_JAIL, JAIL_ERRORS, add_require_jail_argument
+from inspector.cli.common import EXIT_JAIL, JAIL_ERRORS, add_require_jail_argument
 
 EXIT_CONSISTENT = 0
 EXIT_INCONSISTENT = 1

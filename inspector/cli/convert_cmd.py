@@ -34,7 +34,7 @@ import os
 import sys
 from pathlib import Path
 
-from inspector.cli.inspect_cmd import add_loader_arguments, error_exit, sandbox_line
+from inspector.cli.common import add_loader_arguments, error_exit, sandbox_line
 
 EXIT_OUTPUT = 4
 EXIT_VERIFY = 6

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inspector.cli.inspect_cmd import sandbox_line
+from inspector.cli.common import sandbox_line
 from inspector.core.hfcache import repo_folder
 from inspector.core.shards import (
     INDEX_SUFFIX,

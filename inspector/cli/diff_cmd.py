@@ -7,8 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from inspector.cli.inspect_cmd import EXIT_JAIL, JAIL_ERRORS, add_require_jail_argument
-from inspector.cli.verify_cmd import stderr_progress
+from inspector.cli.common import EXIT_JAIL, JAIL_ERRORS, add_require_jail_argument, stderr_progress
 from inspector.core.termtext import escape
 
 EXIT_IDENTICAL = 0
@@ -58,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, indent=1))
     else:
-        print_human(result)
+        print_verify_result(result)
     return EXIT_IDENTICAL if result["identical"] else EXIT_DIFFERENT
 
 
@@ -73,7 +72,7 @@ def _progress_events(progress):
     return on_event
 
 
-def print_human(result: dict) -> None:
+def print_verify_result(result: dict) -> None:
     """Totals, one sentence per key that differs, and the first flips of each tensor."""
     a, b = result["a"], result["b"]
     print(escape(f"A: {a['path']} ({a['format']})"))

@@ -27,60 +27,17 @@ from __future__ import annotations
 import argparse
 import sys
 
+from inspector.cli.common import add_loader_arguments, error_exit, sandbox_line
 from inspector.core import integrity, strict_json
 from inspector.core.termtext import escape
 from inspector.core.verdict import exit_code
 
-EXIT_LOAD_FAILED = 5
 EXIT_HEALTH_PROBLEM = 7
-EXIT_JAIL = 9
-JAIL_ERRORS = ("jail_refused", "protocol_violation")
-_REFUSAL_EXITS = {"refused_dangerous": 2, "refused_global": 2, "unsupported_format": 3,
-                  **dict.fromkeys(JAIL_ERRORS, EXIT_JAIL)}
-
-
-def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options shared by every command that loads a checkpoint in the worker."""
-    parser.add_argument("--allow-global", action="append", default=[], metavar="MODULE.NAME",
-                        help="allow this global for this one load (repeatable); only what the "
-                             "weights_only error names, and only if you trust the file")
-    parser.add_argument("--override-dangerous", action="store_true",
-                        help="load even when the static scan says dangerous (still "
-                             "weights_only=True, inside the jail)")
-    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                        help="kill the worker after this long")
-    add_require_jail_argument(parser)
-
-
-def add_require_jail_argument(parser: argparse.ArgumentParser) -> None:
-    """`--require-jail`: the weakest jail level a command that loads accepts."""
-    parser.add_argument("--require-jail", choices=("full", "partial", "any"), default="partial",
-                        help="refuse to load unless the jail reaches this level (default "
-                             "partial: namespaces, Landlock or seccomp active; any also "
-                             "accepts process-only, a worker with resource limits alone)")
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `inspect`."""
     parser.add_argument("file", metavar="FILE", help="the checkpoint")
     parser.add_argument("--json", action="store_true", help="print the inspect contract as JSON")
     add_loader_arguments(parser)
-
-
-def error_exit(error: dict) -> int:
-    """The exit code for a worker or refusal error."""
-    return _REFUSAL_EXITS.get(error.get("code", ""), EXIT_LOAD_FAILED)
-
-
-def sandbox_line(sandbox: dict | None) -> str:
-    """One line naming the jail level, what is active and what is missing."""
-    if not sandbox:
-        return "sandbox:  not started"
-    line = f"sandbox:  {sandbox.get('level')} ({', '.join(sandbox.get('active') or []) or 'none'})"
-    missing = sandbox.get("missing") or {}
-    if missing:
-        line += "; missing: " + "; ".join(f"{k}: {v}" for k, v in missing.items())
-    return line
 
 
 def _num(value: object) -> str:

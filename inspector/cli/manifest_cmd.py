@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 from inspector import __version__
-from inspector.cli.inspect_cmd import add_loader_arguments
-from inspector.cli.verify_cmd import stderr_progress, worker_digests
+from inspector.cli.common import add_loader_arguments, stderr_progress, worker_digests
 from inspector.core.atomic import OutputExistsError
 from inspector.core.manifest import (
     FileEntry,

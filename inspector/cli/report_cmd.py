@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from inspector.cli.inspect_cmd import add_require_jail_argument
+from inspector.cli.common import add_require_jail_argument
 from inspector.core.atomic import OutputExistsError
 from inspector.core.verdict import ERROR, exit_code
 from inspector.report import (
@@ -164,7 +164,7 @@ def _evidence(path: Path, folder: str | None, args: argparse.Namespace, manifest
 
 
 def _verify(path: Path, manifest) -> dict:
-    from inspector.cli.verify_cmd import worker_digests
+    from inspector.cli.common import worker_digests
     from inspector.core.verify import verify
 
     print(f"report: verifying {path.name} against the manifest", file=sys.stderr, flush=True)

@@ -4,21 +4,21 @@ its own blob names, or one file against a SHA-256 pasted from the Hub."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import sys
-from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
-from inspector.cli.inspect_cmd import add_loader_arguments
+from inspector.cli.common import (
+    EXIT_MANIFEST,
+    add_loader_arguments,
+    print_verify_result,
+    stderr_progress,
+    worker_digests,
+)
 from inspector.core.hashing import is_sha256_hex
 from inspector.core.hfcache import is_cache_path, verify_cache
 from inspector.core.manifest import ManifestError, read_manifest
-from inspector.core.progress import ProgressFn
-from inspector.core.termtext import escape
 from inspector.core.verify import (
-    TensorDigestFn,
     VerifyResult,
     verify,
     verify_sha256,
@@ -27,7 +27,6 @@ from inspector.core.verify import (
 
 EXIT_OK = 0
 EXIT_FAILED = 1
-EXIT_MANIFEST = 2
 EXIT_UNCHECKED = 3
 
 
@@ -130,7 +129,7 @@ def _finish(args: argparse.Namespace, result: VerifyResult, manifest: str | None
         doc = {"manifest": manifest, "dialect": dialect, **result.to_json()}
         print(json.dumps(doc, indent=1))
     else:
-        print_human(result)
+        print_verify_result(result)
     return exit_status(result)
 
 
@@ -144,74 +143,3 @@ def exit_status(result: VerifyResult) -> int:
     if result.ok:
         return EXIT_OK
     return EXIT_FAILED if result.differs else EXIT_UNCHECKED
-
-
-def print_human(result: VerifyResult) -> None:
-    """One line per file that is not ok, tensors that are not ok under it, then totals."""
-    for f in result.files:
-        if f.status == "size_mismatch":
-            detail = f"  size {f.actual_size}, expected {f.expected_size}"
-        elif f.status == "mismatch":
-            detail = f"  {f.algorithm} {f.actual}, expected {f.expected}"
-        else:
-            detail = ""
-        if f.note:
-            detail += f"  ({f.note})"
-        print(escape(f"{f.status.upper():<14} {f.path}{detail}"))
-    for t in result.tensors:
-        if t.status == "ok":
-            continue
-        if t.status == "dtype_or_shape_changed":
-            got, want = (t.actual_dtype, t.actual_shape), (t.expected_dtype, t.expected_shape)
-            detail = f"  {got[0]}{got[1]}, expected {want[0]}{want[1]}"
-        else:
-            detail = ""
-        print(escape(f"  tensor {t.status.upper():<22} {t.key} ({t.file}){detail}"))
-    for error in result.errors:
-        print(escape(f"ERROR          {error}"))
-    totals = [_totals("file", result.files)]
-    if result.tensors:
-        totals.append(_totals("tensor", result.tensors))
-    print("; ".join(totals))
-
-
-def _totals(noun: str, records: list) -> str:
-    counts = Counter(r.status for r in records)
-    parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-    return f"{len(records)} {noun}{'' if len(records) == 1 else 's'}" + (
-        f": {parts}" if parts else ""
-    )
-
-
-def worker_digests(args: argparse.Namespace | None = None) -> TensorDigestFn:
-    """Tensor digests computed by the jailed worker, with the command's loader options."""
-    from functools import partial
-
-    # imported only when tensors are checked: the client pulls in the sandbox machinery
-    from inspector.sandbox.client import tensor_digests
-
-    if args is None:
-        return tensor_digests
-    return partial(
-        tensor_digests,
-        allow_globals=args.allow_global,
-        override_dangerous=args.override_dangerous,
-        timeout=args.timeout,
-    )
-
-
-@contextlib.contextmanager
-def stderr_progress(label: str) -> Iterator[ProgressFn | None]:
-    """A one-line percentage on stderr while a long job runs, only when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        yield None
-        return
-
-    def show(done: int, total: int) -> None:
-        if total:
-            print(f"\r{label} {100 * done // total:3d}%", end="", file=sys.stderr, flush=True)
-
-    try:
-        yield show
-    finally:
-        print("\r" + " " * (len(label) + 5) + "\r", end="", file=sys.stderr, flush=True)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from inspector.cli.verify_cmd import EXIT_MANIFEST, print_human
+from inspector.cli.common import EXIT_MANIFEST, print_verify_result
 from inspector.core.manifest import ManifestError, read_manifest
 from inspector.core.verify import VerifyResult, verify
 
@@ -107,7 +107,7 @@ def _report(args: argparse.Namespace, number: int, result: VerifyResult, changes
             f"{_describe(change['after'])}"
         )
     if number == 1 or changes:
-        print_human(result)
+        print_verify_result(result)
     sys.stdout.flush()
 
 

@@ -1,0 +1,132 @@
+"""What several commands share: loader options, exit codes of a load, the jail line, progress
+on stderr, tensor digests from the worker, and a verification printed for a person.
+
+Commands import from here, never from each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections import Counter
+from collections.abc import Iterator
+
+from inspector.core.progress import ProgressFn
+from inspector.core.termtext import escape
+from inspector.core.verify import TensorDigestFn, VerifyResult
+
+EXIT_LOAD_FAILED = 5
+EXIT_MANIFEST = 2  # verify and watch: the manifest cannot be read
+EXIT_JAIL = 9
+JAIL_ERRORS = ("jail_refused", "protocol_violation")
+_REFUSAL_EXITS = {"refused_dangerous": 2, "refused_global": 2, "unsupported_format": 3,
+                  **dict.fromkeys(JAIL_ERRORS, EXIT_JAIL)}
+
+
+def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared by every command that loads a checkpoint in the worker."""
+    parser.add_argument("--allow-global", action="append", default=[], metavar="MODULE.NAME",
+                        help="allow this global for this one load (repeatable); only what the "
+                             "weights_only error names, and only if you trust the file")
+    parser.add_argument("--override-dangerous", action="store_true",
+                        help="load even when the static scan says dangerous (still "
+                             "weights_only=True, inside the jail)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                        help="kill the worker after this long")
+    add_require_jail_argument(parser)
+
+
+def add_require_jail_argument(parser: argparse.ArgumentParser) -> None:
+    """`--require-jail`: the weakest jail level a command that loads accepts."""
+    parser.add_argument("--require-jail", choices=("full", "partial", "any"), default="partial",
+                        help="refuse to load unless the jail reaches this level (default "
+                             "partial: namespaces, Landlock or seccomp active; any also "
+                             "accepts process-only, a worker with resource limits alone)")
+
+
+def error_exit(error: dict) -> int:
+    """The exit code for a worker or refusal error."""
+    return _REFUSAL_EXITS.get(error.get("code", ""), EXIT_LOAD_FAILED)
+
+
+def sandbox_line(sandbox: dict | None) -> str:
+    """One line naming the jail level, what is active and what is missing."""
+    if not sandbox:
+        return "sandbox:  not started"
+    line = f"sandbox:  {sandbox.get('level')} ({', '.join(sandbox.get('active') or []) or 'none'})"
+    missing = sandbox.get("missing") or {}
+    if missing:
+        line += "; missing: " + "; ".join(f"{k}: {v}" for k, v in missing.items())
+    return line
+
+
+def print_verify_result(result: VerifyResult) -> None:
+    """One line per file that is not ok, tensors that are not ok under it, then totals."""
+    for f in result.files:
+        if f.status == "size_mismatch":
+            detail = f"  size {f.actual_size}, expected {f.expected_size}"
+        elif f.status == "mismatch":
+            detail = f"  {f.algorithm} {f.actual}, expected {f.expected}"
+        else:
+            detail = ""
+        if f.note:
+            detail += f"  ({f.note})"
+        print(escape(f"{f.status.upper():<14} {f.path}{detail}"))
+    for t in result.tensors:
+        if t.status == "ok":
+            continue
+        if t.status == "dtype_or_shape_changed":
+            got, want = (t.actual_dtype, t.actual_shape), (t.expected_dtype, t.expected_shape)
+            detail = f"  {got[0]}{got[1]}, expected {want[0]}{want[1]}"
+        else:
+            detail = ""
+        print(escape(f"  tensor {t.status.upper():<22} {t.key} ({t.file}){detail}"))
+    for error in result.errors:
+        print(escape(f"ERROR          {error}"))
+    totals = [_totals("file", result.files)]
+    if result.tensors:
+        totals.append(_totals("tensor", result.tensors))
+    print("; ".join(totals))
+
+
+def _totals(noun: str, records: list) -> str:
+    counts = Counter(r.status for r in records)
+    parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    return f"{len(records)} {noun}{'' if len(records) == 1 else 's'}" + (
+        f": {parts}" if parts else ""
+    )
+
+
+def worker_digests(args: argparse.Namespace | None = None) -> TensorDigestFn:
+    """Tensor digests computed by the jailed worker, with the command's loader options."""
+    from functools import partial
+
+    # imported only when tensors are checked: the client pulls in the sandbox machinery
+    from inspector.sandbox.client import tensor_digests
+
+    if args is None:
+        return tensor_digests
+    return partial(
+        tensor_digests,
+        allow_globals=args.allow_global,
+        override_dangerous=args.override_dangerous,
+        timeout=args.timeout,
+    )
+
+
+@contextlib.contextmanager
+def stderr_progress(label: str) -> Iterator[ProgressFn | None]:
+    """A one-line percentage on stderr while a long job runs, only when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+
+    def show(done: int, total: int) -> None:
+        if total:
+            print(f"\r{label} {100 * done // total:3d}%", end="", file=sys.stderr, flush=True)
+
+    try:
+        yield show
+    finally:
+        print("\r" + " " * (len(label) + 5) + "\r", end="", file=sys.stderr, flush=True)
