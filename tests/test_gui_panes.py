@@ -316,3 +316,19 @@ def test_export_report_asks_which_files_and_defaults_to_this_one(window, qtbot, 
     report = json.loads(out.read_text())
     assert offered[1][1] == ("Selected files (2)", True, False)
     assert len(report["files"]) == 2 and report["verdict"] == "dangerous"
+
+
+def test_overview_says_what_is_in_the_file(window, qtbot, small, artifacts):
+    folder, _ = small
+    doc = open_loaded(window, qtbot, folder / "training.pt")
+    window.tabs.setCurrentWidget(window.overview)
+    contents = window.overview.fields["contents"].text()
+    assert contents.startswith(f"{len(doc.tensors)} tensors · ") and "parameters" in contents
+    assert "float32" in contents
+    training = window.overview.fields["training"].text()
+    assert "epoch 3" in training and "optimizer: 1 parameter group, lr 0.001" in training
+    qtbot.waitUntil(lambda: not window.cancel_button.isVisible(), timeout=LOAD_TIMEOUT_MS)
+    window.grab().save(str(artifacts / "gui" / "overview-training.png"))
+    (plain,) = window.open_paths([folder / "benign.pt"])
+    wait_loaded(qtbot, plain)
+    assert window.overview.fields["training"].text() == "—"

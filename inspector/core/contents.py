@@ -1,0 +1,83 @@
+"""What a loaded checkpoint holds, in a few numbers: tensors, parameters, bytes, dtype mix, and
+for a training checkpoint where it stands (epoch, step, optimizer groups and learning rates).
+
+Works on the inspect contract's tensor records and object leaves (dotted keys), so the GUI,
+the CLI and the report can all say it the same way; no torch.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+_PROGRESS_KEYS = ("epoch", "global_step", "step", "iteration")
+_LR = re.compile(r"(?:^|\.)param_groups\.(\d+)\.lr$")
+_OPTIMIZER_STATE = re.compile(r"(?:^|\.)(?:optimizer|optimizers(?:\.\d+)?|optimizer_states"
+                              r"(?:\.\d+)?)\.state\.")
+_SCHEDULER = re.compile(r"(?:^|\.)(?:lr_scheduler|lr_schedulers|scheduler)s?(?:\.|$)")
+_SCALER = re.compile(r"(?:^|\.)(?:scaler|grad_scaler|amp)(?:\.|$)")
+
+
+@dataclass
+class Contents:
+    """Counts over the tensors, and what the training state says, if any."""
+
+    tensors: int
+    parameters: int
+    bytes: int
+    unique_parameters: int | None
+    unique_bytes: int | None
+    dtypes: list[tuple[str, int]]
+    """(dtype, bytes), largest first."""
+    optimizer_state_tensors: int = 0
+    progress: dict[str, str] = field(default_factory=dict)
+    """epoch / step / ... as the file spells them (shallowest key wins)."""
+    learning_rates: list[str] = field(default_factory=list)
+    """One per optimizer parameter group, in group order."""
+    has_scheduler: bool = False
+    has_scaler: bool = False
+
+    @property
+    def is_training_checkpoint(self) -> bool:
+        """Optimizer, scheduler or progress counters beside the weights."""
+        return bool(self.optimizer_state_tensors or self.learning_rates or self.progress
+                    or self.has_scheduler)
+
+
+def summarize(tensors: Iterable[dict[str, Any]], objects: Iterable[dict[str, Any]] = (),
+              unique: dict[str, Any] | None = None) -> Contents:
+    """Contents of a checkpoint from its tensor records, object leaves and unique storage."""
+    tensors = list(tensors)
+    by_dtype: dict[str, int] = {}
+    for t in tensors:
+        dtype = str(t.get("dtype") or "?")
+        by_dtype[dtype] = by_dtype.get(dtype, 0) + int(t.get("nbytes") or 0)
+    out = Contents(
+        tensors=len(tensors),
+        parameters=sum(int(t.get("numel") or 0) for t in tensors),
+        bytes=sum(int(t.get("nbytes") or 0) for t in tensors),
+        unique_parameters=(unique or {}).get("numel"),
+        unique_bytes=(unique or {}).get("nbytes"),
+        dtypes=sorted(by_dtype.items(), key=lambda kv: -kv[1]),
+        optimizer_state_tensors=sum(bool(_OPTIMIZER_STATE.search(str(t.get("key") or "")))
+                                    for t in tensors),
+    )
+    keys = [str(t.get("key") or "") for t in tensors]
+    lrs: dict[int, str] = {}
+    depth: dict[str, int] = {}
+    for o in objects:
+        key = str(o.get("key") or "")
+        keys.append(key)
+        leaf = key.rpartition(".")[2]
+        if leaf in _PROGRESS_KEYS and key.count(".") < depth.get(leaf, 3):
+            out.progress[leaf] = str(o.get("repr"))
+            depth[leaf] = key.count(".")
+        match = _LR.search(key)
+        if match:
+            lrs.setdefault(int(match.group(1)), str(o.get("repr")))
+    out.learning_rates = [lrs[i] for i in sorted(lrs)]
+    out.has_scheduler = any(_SCHEDULER.search(k) for k in keys)
+    out.has_scaler = any(_SCALER.search(k) for k in keys)
+    return out
