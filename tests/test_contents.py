@@ -51,3 +51,10 @@ def test_a_real_training_checkpoint_through_the_jailed_inspect(tmp_path, capsys)
         len(s) for s in raw["optimizer"]["state"].values())
     assert c.tensors == len(result["tensors"]) and c.parameters == sum(
         t["numel"] for t in result["tensors"])
+
+
+def test_inspect_prints_the_training_state(tmp_path, capsys):
+    path = save_training_checkpoint(tmp_path / "train.pt")
+    main(["inspect", str(path)])
+    out = capsys.readouterr().out
+    assert "training state: epoch 3 · step 1200 · optimizer: 1 parameter group, lr 0.001" in out

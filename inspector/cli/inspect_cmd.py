@@ -29,6 +29,7 @@ import sys
 
 from inspector.cli.common import add_loader_arguments, error_exit, sandbox_line
 from inspector.core import integrity, strict_json
+from inspector.core.contents import summarize, training_summary
 from inspector.core.termtext import escape
 from inspector.core.verdict import exit_code
 
@@ -107,6 +108,9 @@ def _human(report: dict) -> list[str]:
         if unique:
             lines.append(f"unique storage: {unique['storages']} storages, {unique['numel']:,} "
                          f"elements, {unique['nbytes']:,} bytes (shared storage counted once)")
+        training = training_summary(summarize(tensors, report.get("objects") or [], unique))
+        if training:
+            lines.append(f"training state: {training}")
     return lines
 
 

@@ -81,3 +81,21 @@ def summarize(tensors: Iterable[dict[str, Any]], objects: Iterable[dict[str, Any
     out.has_scheduler = any(_SCHEDULER.search(k) for k in keys)
     out.has_scaler = any(_SCALER.search(k) for k in keys)
     return out
+
+
+def training_summary(c: Contents) -> str:
+    """Where a training checkpoint stands, in one line; '' for weights alone."""
+    if not c.is_training_checkpoint:
+        return ""
+    parts = [f"{k} {v}" for k, v in c.progress.items()]
+    if c.learning_rates:
+        groups = len(c.learning_rates)
+        parts.append(f"optimizer: {groups} parameter group{'s' if groups != 1 else ''}, "
+                     f"lr {', '.join(c.learning_rates)}")
+    if c.optimizer_state_tensors:
+        parts.append(f"{c.optimizer_state_tensors} optimizer state tensors")
+    if c.has_scheduler:
+        parts.append("LR scheduler state")
+    if c.has_scaler:
+        parts.append("AMP grad-scaler state")
+    return " · ".join(parts)

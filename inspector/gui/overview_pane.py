@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from inspector.core.contents import Contents, summarize
+from inspector.core.contents import Contents, summarize, training_summary
 from inspector.core.integrity import integrity_findings
 from inspector.gui.document import STATE_WORDS, FileDocument
 from inspector.gui.explain import (
@@ -230,7 +230,7 @@ class OverviewPane(QWidget):
             )
         contents = summarize(doc.tensors, doc.objects, (doc.inspect or {}).get("unique_storage"))
         self.fields["contents"].setText(contents_text(contents) if doc.tensors else "—")
-        self.fields["training"].setText(training_text(contents) or "—")
+        self.fields["training"].setText(training_summary(contents) or "—")
         self.findings.setHtml(_findings_html(doc))
 
     def _banner_detail(self, doc: FileDocument) -> str:
@@ -277,24 +277,6 @@ def contents_text(c: Contents) -> str:
         parts[-1] += f" ({c.unique_parameters:,} unique: tied or shared storage counted once)"
     parts.append(human_size(c.bytes))
     parts.append(", ".join(f"{dtype} {human_size(n)}" for dtype, n in c.dtypes[:4]))
-    return " · ".join(parts)
-
-
-def training_text(c: Contents) -> str:
-    """Where a training checkpoint stands, or '' for weights alone."""
-    if not c.is_training_checkpoint:
-        return ""
-    parts = [f"{k} {v}" for k, v in c.progress.items()]
-    if c.learning_rates:
-        groups = len(c.learning_rates)
-        parts.append(f"optimizer: {groups} parameter group{'s' if groups != 1 else ''}, "
-                     f"lr {', '.join(c.learning_rates)}")
-    if c.optimizer_state_tensors:
-        parts.append(f"{c.optimizer_state_tensors} optimizer state tensors")
-    if c.has_scheduler:
-        parts.append("LR scheduler state")
-    if c.has_scaler:
-        parts.append("AMP grad-scaler state")
     return " · ".join(parts)
 
 
