@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inspector.cli.common import sandbox_line
+from inspector.core.errors import CodedError
 from inspector.core.hfcache import repo_folder
 from inspector.core.shards import (
     INDEX_SUFFIX,
@@ -44,13 +45,11 @@ CHECKPOINT_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 SAFETENSORS_INDEX = ".safetensors" + INDEX_SUFFIX
 
 
-class FolderError(Exception):
+class FolderError(CodedError):
     """A folder conversion that cannot go ahead; `code` chooses the exit status."""
 
     def __init__(self, code: str, message: str, problems: list[Problem] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+        super().__init__(code, message)
         self.problems = problems or []
 
 

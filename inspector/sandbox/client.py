@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from inspector.core.atomic import OutputExistsError, atomic_write, write_text_atomic
+from inspector.core.errors import CodedError
 from inspector.core.hashing import sha256_file
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.sandbox.forkclient import ForkedWorker, ForkServer, ForkServerError
@@ -57,14 +58,12 @@ LOADABLE_FORMATS = ("pytorch-zip", "pytorch-legacy", "safetensors")
 DIGEST_ALGORITHM = "sha256"
 
 
-class SandboxError(Exception):
+class SandboxError(CodedError):
     """The worker failed or refused; `code` is stable, `message` is one line for a person."""
 
     def __init__(self, code: str, message: str, globals_: Iterable[str] = (),
                  sandbox: dict | None = None, stderr: str = "") -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+        super().__init__(code, message)
         self.globals = list(globals_)
         self.sandbox = sandbox
         self.stderr = stderr

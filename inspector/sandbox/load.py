@@ -18,6 +18,7 @@ import zipfile
 import torch
 
 from inspector.core.dtypes import REGISTRY
+from inspector.core.errors import CodedError
 from inspector.core.flatten import flatten, unique_keys
 
 _GLOBAL_IN_MESSAGE = re.compile(r"GLOBAL ([\w.]+) was not an allowed global")
@@ -30,13 +31,11 @@ SAFETENSORS_DTYPES = {
 _FROM_SAFETENSORS = {name: dtype for dtype, name in SAFETENSORS_DTYPES.items()}
 
 
-class LoadError(Exception):
+class LoadError(CodedError):
     """A load that failed; `code` is stable for callers, `globals` set when weights_only refused."""
 
     def __init__(self, code: str, message: str, globals_: list[str] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+        super().__init__(code, message)
         self.globals = globals_ or []
 
 

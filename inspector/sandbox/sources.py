@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inspector.core.dtypes import canonical_dtype
+from inspector.core.errors import CodedError
 from inspector.core.formats import SAFETENSORS_MAX_HEADER, check_safetensors, sniff
 from inspector.core.progress import CancelToken, check
 from inspector.core.torch_layout import NotCovered, TensorLayout, describe_archive
@@ -33,13 +34,8 @@ CHUNK_BYTES = 16 * 1024 * 1024
 """Bytes read, compared or hashed at a time; bounds memory whatever the tensor size."""
 
 
-class SourceError(Exception):
+class SourceError(CodedError):
     """A checkpoint whose tensors cannot be read; `code` and `message` reach the client."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass

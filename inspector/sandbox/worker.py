@@ -55,6 +55,7 @@ import threading
 import traceback
 from collections.abc import Callable
 
+from inspector.core.errors import CodedError
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.sandbox.jail import MIB, JailConfig, apply_jail, default_max_threads
 from inspector.sandbox.mapped import open_maps
@@ -135,11 +136,8 @@ def _resolve(op: str) -> Callable:
     return getattr(importlib.import_module(module), func)
 
 
-class _Refused(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+class _Refused(CodedError):
+    """The request itself is refused (unknown op, malformed, never started)."""
 
 
 def _peak_rss_kb() -> int | None:

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from inspector.core.bitflip import layout_for
+from inspector.core.errors import CodedError
 from inspector.core.flatten import flatten, unique_keys
 
 Emit = Callable[[dict[str, Any]], None]
@@ -36,12 +37,8 @@ ASSERT_CLOSE_TOLERANCES = {
 }
 
 
-class ConsistencyError(Exception):
+class ConsistencyError(CodedError):
     """A request that cannot run (bad device, unknown tensor, factory not importable)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True)
