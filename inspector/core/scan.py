@@ -173,14 +173,7 @@ class _Scan:
                                         "protocol": scan.protocol, "opcodes": scan.opcodes,
                                         "complete": scan.stopped})
         for ref in scan.globals:
-            use = self.uses.get((ref.module, ref.name))
-            if use is None:
-                verdict = classify(ref.module, ref.name, self.rules)
-                use = GlobalUse(ref.module, ref.name, 0, verdict.severity, verdict.reason)
-                self.uses[(ref.module, ref.name)] = use
-            use.count += 1
-            if member is not None and member not in use.members and len(use.members) < 8:
-                use.members.append(member)
+            self._use(ref.module, ref.name, member)
             if torch_reads and (ref.key not in self.rules.allowed
                                 or ref.module in self.rules.blocked_modules):
                 self.block(f"{ref.opcode} {ref.key}")
@@ -219,16 +212,20 @@ class _Scan:
         """A pickled numpy.dtype(code) also needs its class allowed (torch checks the class of
         what it BUILDs): list that class as a global, so one round of allowing suffices."""
         dotted = numpy_dtype_class(code)
-        if dotted is None:
-            return
-        module, _, name = dotted.rpartition(".")
+        if dotted is not None:
+            module, _, name = dotted.rpartition(".")
+            self._use(module, name, member,
+                      why=f"the class of numpy.dtype({code!r}) objects, which this file builds")
+
+    def _use(self, module: str, name: str, member: str | None, why: str = "") -> None:
+        """Count one use of `module.name` (classified on first sight); `why` prefixes the
+        reason of a global that is not safe."""
         use = self.uses.get((module, name))
         if use is None:
             verdict = classify(module, name, self.rules)
             reason = verdict.reason
-            if verdict.severity != SAFE:
-                reason = (f"the class of numpy.dtype({code!r}) objects, which this file builds: "
-                          f"{reason}")
+            if why and verdict.severity != SAFE:
+                reason = f"{why}: {reason}"
             use = GlobalUse(module, name, 0, verdict.severity, reason)
             self.uses[(module, name)] = use
         use.count += 1

@@ -169,9 +169,7 @@ def verification_info(verify: dict | None, manifest: str | None) -> Verification
     files = list(verify.get("files") or [])
     all_tensors = list(verify.get("tensors") or [])
     errors = [str(e) for e in verify.get("errors") or []]
-    counts: dict[str, int] = {}
-    for row in files + all_tensors:
-        counts[row.get("status", "unknown")] = counts.get(row.get("status", "unknown"), 0) + 1
+    counts = _status_counts(files + all_tensors)
     # as `sha256sum -c`: a file the manifest does not list fails only a --strict check
     tolerated = {"ok"} if verify.get("strict") else {"ok", "extra"}
     failed = errors or any(row.get("status") not in tolerated for row in files + all_tensors)
@@ -185,6 +183,15 @@ def verification_info(verify: dict | None, manifest: str | None) -> Verification
     )
 
 
+def _status_counts(rows: list[dict]) -> dict[str, int]:
+    """How many rows have each status (first seen first)."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        status = row.get("status", "unknown")
+        counts[status] = counts.get(status, 0) + 1
+    return counts
+
+
 MAX_FLIPS_SHOWN = 20
 """Flipped elements listed per tensor in a report; the counts stay exact."""
 
@@ -194,9 +201,7 @@ def comparison_info(diff: dict | None) -> ComparisonInfo | None:
     if diff is None:
         return None
     tensors = list(diff.get("tensors") or [])
-    counts: dict[str, int] = {}
-    for t in tensors:
-        counts[t.get("status", "unknown")] = counts.get(t.get("status", "unknown"), 0) + 1
+    counts = _status_counts(tensors)
     changed = [{**t, "bitflips": list(t.get("bitflips") or [])[:MAX_FLIPS_SHOWN]}
                for t in tensors if t.get("status") != "identical"]
     other = diff.get("b")
