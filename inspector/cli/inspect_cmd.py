@@ -99,16 +99,15 @@ def _human(report: dict) -> list[str]:
         lines.append("")
         lines.append(f"error:    {error['message']}")
     else:
-        total = sum(t.get("nbytes", 0) for t in tensors)
-        elements = sum(t.get("numel", 0) for t in tensors)
-        lines.append("")
-        lines.append(f"{len(tensors)} tensors, {elements:,} elements, {total:,} bytes of tensor "
-                     f"data")
         unique = report.get("unique_storage")
+        contents = summarize(tensors, objects, unique)
+        lines.append("")
+        lines.append(f"{contents.tensors} tensors, {contents.parameters:,} elements, "
+                     f"{contents.bytes:,} bytes of tensor data")
         if unique:
             lines.append(f"unique storage: {unique['storages']} storages, {unique['numel']:,} "
                          f"elements, {unique['nbytes']:,} bytes (shared storage counted once)")
-        training = training_summary(summarize(tensors, report.get("objects") or [], unique))
+        training = training_summary(contents)
         if training:
             lines.append(f"training state: {training}")
     return lines
