@@ -67,7 +67,7 @@ def job_deaths(monkeypatch) -> list[bool]:
     def adopt(self, job):
         job.destroyed.connect(
             lambda *_: deaths.append(threading.current_thread() is threading.main_thread()))
-        return real(self, job)
+        real(self, job)
 
     monkeypatch.setattr(JobRunner, "adopt", adopt)
     return deaths

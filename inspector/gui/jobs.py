@@ -143,14 +143,13 @@ class JobRunner(QObject):
         self.pool.setMaxThreadCount(max_threads)
         self._active: list[Job] = []
 
-    def adopt(self, job: Job) -> Job:
+    def adopt(self, job: Job) -> None:
         """Take over `job`'s lifetime; its creator's destruction discards it."""
         owner = job.parent()
         if owner is not self:
             job.setParent(self)
             if owner is not None:
                 owner.destroyed.connect(job.discard)
-        return job
 
     def start(self, job: Job) -> Job:
         """Run `job` in the pool; its signals arrive on the UI thread."""

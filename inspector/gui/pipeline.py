@@ -14,7 +14,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from inspector.core.discover import Found
+from inspector.core.discover import Found, discover
 from inspector.core.progress import CancelToken
 from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, Job, JobFn, JobRunner
@@ -46,8 +46,6 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Found]:
     """Files to open, as `core.discover` lists them for `scan DIR`: folders walked (hidden files
     included), each real file once. A folder's file that is no checkpoint at all is dropped by
     its scan (`Pipeline.skipped`), by the same rule `scan DIR` uses."""
-    from inspector.core.discover import discover
-
     return [f for f in discover(paths) if f.in_folder or f.path.exists()]
 
 
