@@ -270,3 +270,12 @@ def test_a_file_dropped_on_a_text_box_opens_instead_of_pasting_its_path(window, 
     assert [d.name for d in window.docs] == ["benign.pt", "with_nan.pt"]
     assert window.tensors.filter.text() == ""
     assert window.current.name == "with_nan.pt"
+
+
+def test_a_dropped_file_becomes_the_only_selected_one(window, qtbot, small):
+    folder, _ = small
+    window.open_paths([folder / "benign.pt"])
+    assert drop_files(window.file_list, [folder / "with_nan.pt"])
+    # the list takes several rows (for reports), but a drop must not add to the old selection
+    assert [i.row() for i in window.file_list.selectedIndexes()] == [1]
+    assert window.current.name == "with_nan.pt"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer
+from PySide6.QtCore import QEvent, QItemSelectionModel, QObject, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -325,7 +325,7 @@ class MainWindow(QMainWindow):
             path = found.path.absolute()  # the user's path, not a link's target
             existing = next((d for d in self.docs if d.path == path), None)
             if existing is not None:
-                self.file_list.setCurrentRow(self.docs.index(existing))
+                self._select_only(self.docs.index(existing))
                 continue
             doc = FileDocument(path, self, in_folder=found.in_folder)
             self.docs.append(doc)
@@ -340,9 +340,15 @@ class MainWindow(QMainWindow):
                 appmod.add_recent_file(str(Path(p).resolve()))
         if opened:
             self.stack.setCurrentWidget(self.splitter)
-            self.file_list.setCurrentRow(self.docs.index(opened[0]))
+            self._select_only(self.docs.index(opened[0]))
         self._update_actions()
         return opened
+
+    def _select_only(self, row: int) -> None:
+        """Make `row` current and the only selected row. The list takes several rows, and
+        there a plain setCurrentRow follows the event being handled (a drop keeps the old
+        selection), so the command is explicit."""
+        self.file_list.setCurrentRow(row, QItemSelectionModel.SelectionFlag.ClearAndSelect)
 
     def close_current(self) -> None:
         """Close the selected document; cancel its jobs first."""
