@@ -2,15 +2,17 @@
 
 Hundreds of windows are opened and closed in one process while scans, hashes, jailed loads,
 diffs, manifests and conversions run; documents and dialogs are closed under running jobs,
-and the garbage collector runs from a non-UI thread the whole time (as it does whenever a
-worker thread allocates). pytest's faulthandler reports a crash with every thread's stack.
+and other threads churn garbage the whole time, so that any collection off the UI thread
+would show. pytest's faulthandler reports a crash with every thread's stack.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import random
 import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -19,6 +21,7 @@ import pytest
 from gui_support import LOAD_TIMEOUT_MS, wait_loaded, worker_pids
 from PySide6.QtCore import QCoreApplication, QEventLoop
 
+from inspector.gui.app import create_application
 from inspector.gui.convert_dialog import ConvertDialog
 from inspector.gui.jobs import JobRunner
 from inspector.gui.main_window import MainWindow
@@ -43,19 +46,36 @@ def _snapshot(doc) -> tuple:
 
 
 @pytest.fixture
-def collector_on_another_thread():
-    """Run the cyclic garbage collector from a non-UI thread until the test ends."""
+def collections_by_thread():
+    """Names of the threads that ran a garbage collection, while other threads churn garbage.
+
+    The churning threads make cycles fast enough that automatic collection would run there,
+    in the middle of a job, and free Qt objects of the UI thread. The application's rule
+    (inspector.gui.ui_gc) is that only the UI thread collects; this test holds it to that.
+    """
+    create_application([])  # as the app does: automatic collection off, a UI-thread timer on
+    seen: list[str] = []
+
+    def record(phase: str, _info: dict) -> None:
+        if phase == "start":
+            seen.append(threading.current_thread().name)
+
+    def churn() -> None:
+        while not stop.wait(0.005):
+            for _ in range(2000):
+                cycle: list = []
+                cycle.append(cycle)
+
     stop = threading.Event()
-
-    def collect() -> None:
-        while not stop.wait(0.02):
-            gc.collect()
-
-    thread = threading.Thread(target=collect, name="gc-elsewhere", daemon=True)
-    thread.start()
-    yield
+    threads = [threading.Thread(target=churn, name=f"churn-{i}", daemon=True) for i in (1, 2)]
+    gc.callbacks.append(record)
+    for thread in threads:
+        thread.start()
+    yield seen
     stop.set()
-    thread.join()
+    for thread in threads:
+        thread.join()
+    gc.callbacks.remove(record)
 
 
 @pytest.fixture
@@ -77,7 +97,7 @@ def job_deaths(monkeypatch) -> list[bool]:
 # took up to 6 minutes (about 90 s alone), so it gets more than the suite's default timeout.
 @pytest.mark.timeout(1200)
 def test_windows_and_documents_close_under_running_jobs(
-        qtbot, small, gui_settings, tmp_path, monkeypatch, collector_on_another_thread,
+        qtbot, small, gui_settings, tmp_path, monkeypatch, collections_by_thread,
         job_deaths):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     folder, _ = small
@@ -121,5 +141,46 @@ def test_windows_and_documents_close_under_running_jobs(
     qtbot.waitUntil(lambda: not worker_pids(), timeout=LOAD_TIMEOUT_MS)
     late = [doc.name for doc, before in closed if _snapshot(doc) != before]
     assert not late, f"results delivered to closed documents: {late}"
+    main = threading.main_thread().name
+    assert collections_by_thread, "the UI thread never collected garbage"
+    assert set(collections_by_thread) == {main}, (
+        f"collections ran off the UI thread: {sorted(set(collections_by_thread) - {main})}")
     assert job_deaths and all(job_deaths), (
         f"{job_deaths.count(False)} of {len(job_deaths)} jobs died off the UI thread")
+
+
+_FREE_OWNER_WITH_A_RUNNING_JOB = """
+import threading
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QApplication
+from inspector.gui.jobs import Job, JobRunner
+
+app = QApplication([])
+owner = QObject()  # Python-owned: freed, C++ side included, when its last reference goes
+runner = JobRunner(owner)
+started, release = threading.Event(), threading.Event()
+ended = []
+
+def work(emit, cancel):
+    started.set()
+    release.wait(20)  # then it needs the interpreter lock to return
+
+job = Job("wait", work)
+job.ended.connect(lambda: ended.append(True))
+runner.start(job)
+started.wait(20)
+del owner  # freed here, on the UI thread, holding the interpreter lock
+release.set()
+while not ended:
+    app.processEvents()
+print("owner freed, job ended, discarded:", job.discarded)
+"""
+
+
+def test_freeing_an_owner_never_waits_on_its_running_jobs(python_exe):
+    """A runner's owner freed while a job runs: no wait under the interpreter lock (deadlock)."""
+    done = subprocess.run([python_exe, "-c", _FREE_OWNER_WITH_A_RUNNING_JOB],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert done.returncode == 0, done.stderr
+    assert "owner freed, job ended, discarded: True" in done.stdout

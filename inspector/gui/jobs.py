@@ -13,6 +13,12 @@ Lifetimes (the rule every caller relies on):
   UI thread, then deletes it there with `deleteLater`. The bridge worker threads emit through
   is the job's Qt child, so it dies on the UI thread, never while a thread can still emit,
   and never by Python garbage collection on a worker thread.
+- A runner belongs to the application, not to the window or pane it works for (its owner):
+  the owner's destruction retires it (every job discarded) and it deletes itself once its
+  last thread has ended. Destroying a thread pool waits for its threads; if the owner took
+  the pool with it, that wait could run with the interpreter lock held (a Python-owned window
+  freed by the garbage collector) while the pool's threads need that lock to finish: a
+  deadlock no timeout can interrupt.
 - Closing a window cancels every job, waits a bounded time for the threads (the engine kills
   its worker processes on cancel), and discards whatever is still on its way.
 """
@@ -25,7 +31,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QObject, QRunnable, QThreadPool, QTimer, Signal
 
 from inspector.core.progress import Cancelled, CancelToken
 
@@ -131,17 +137,32 @@ class _Runnable(QRunnable):
 
 
 class JobRunner(QObject):
-    """Starts jobs on a thread pool and keeps them alive until they end."""
+    """Starts jobs on a thread pool and keeps them alive until they end.
+
+    `owner` is the window or pane the runner works for; the runner itself is the
+    application's child and outlives `owner` until its threads have ended.
+    """
 
     busy_changed = Signal(bool)
 
-    def __init__(self, parent: QObject | None = None, max_threads: int = 4) -> None:
-        super().__init__(parent)
+    def __init__(self, owner: QObject | None = None, max_threads: int = 4) -> None:
+        super().__init__(QCoreApplication.instance())
         # The pool is the runner's first child, so when the runner is destroyed the pool's
         # destructor waits for the threads before the jobs (later children) are deleted.
         self.pool = QThreadPool(self)
         self.pool.setMaxThreadCount(max_threads)
         self._active: list[Job] = []
+        self._retired = False
+        if owner is not None:
+            owner.destroyed.connect(self.retire)
+
+    def retire(self) -> None:
+        """The owner is gone: discard every job, and delete the runner when none is left."""
+        self._retired = True
+        for job in self._active:
+            job.discard()
+        if not self._active:
+            self.deleteLater()
 
     def adopt(self, job: Job) -> None:
         """Take over `job`'s lifetime; its creator's destruction discards it."""
@@ -188,7 +209,9 @@ class JobRunner(QObject):
         if job in self._active:
             self._active.remove(job)
             job.deleteLater()
-            if not self._active:
+            if not self._active and self._retired:
+                self.deleteLater()
+            elif not self._active:
                 # Deferred so a slot that starts a follow-up job does not see a busy flicker.
                 QTimer.singleShot(0, self, self._report_idle)  # dropped if the runner is gone
 
