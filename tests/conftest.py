@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import os
 import sys
@@ -14,6 +15,30 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO.parent / "shared" / "corpus" / "picklescan"
 ARTIFACTS = REPO / "tests" / "artifacts"
+BACKSTOP_S = 60
+"""How long past its timeout a stuck test may run before the whole run stops."""
+
+_real_stderr: int | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep a handle on the terminal's stderr before output capture takes over."""
+    global _real_stderr
+    _real_stderr = os.dup(sys.stderr.fileno())
+
+
+@pytest.fixture(autouse=True)
+def _stop_the_run_if_stuck(request: pytest.FixtureRequest):
+    """Print every thread's stack and end the run when a test outlives its timeout.
+
+    pytest-timeout's signal interrupts Python code only; a thread stuck in C++ (a Qt wait, a
+    lock) would hold the run until CI's own limit with nothing printed.
+    """
+    marker = request.node.get_closest_marker("timeout")
+    timeout = float(marker.args[0] if marker and marker.args else request.config.getini("timeout"))
+    faulthandler.dump_traceback_later(timeout + BACKSTOP_S, exit=True, file=_real_stderr)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture
