@@ -8,16 +8,20 @@ predicts it from the call's argument.
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 import torch
+from factories import mal_os_system
 
 from inspector.cli import main
-from inspector.core.policy import numpy_dtype_class
+from inspector.core.allow_presets import PRESETS, allow_flags
+from inspector.core.policy import classify, numpy_dtype_class
 from inspector.core.scan import scan_file
+from inspector.sandbox.load import resolve_global
 
 CODES = ["f2", "f4", "f8", "f16", "c8", "c16", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8",
          "b1", "O8", "V8", "U3", "S4", "M8", "m8", "<f4", ">i2", "|b1"]
@@ -81,3 +85,35 @@ def test_inspect_in_the_jail_loads_with_one_round_of_allow_global(numpy_checkpoi
     assert main(["inspect", str(numpy_checkpoint), "--json", *flags]) == 1  # loaded, suspicious
     result = json.loads(capsys.readouterr().out)
     assert result["error"] is None and result["tensors"]
+
+
+def test_presets_admit_nothing_dangerous_and_resolve_here():
+    for name, (_, members) in PRESETS.items():
+        for dotted in members:
+            module, _, leaf = dotted.rpartition(".")
+            assert classify(module, leaf).severity != "dangerous", (name, dotted)
+            assert resolve_global(dotted, missing_ok=True) is not None, (name, dotted)
+
+
+def test_allow_flags_prefer_a_preset_and_name_the_rest():
+    assert allow_flags(["numpy.ndarray", "foo.Bar", "numpy.dtypes.Float32DType"]) == [
+        "--allow", "numpy", "--allow-global", "foo.Bar"]
+    assert allow_flags(["numpy.dtypes.ObjectDType"]) == [
+        "--allow-global", "numpy.dtypes.ObjectDType"]
+
+
+def test_the_refusal_prints_the_flags_that_load_it(numpy_checkpoint, capsys):
+    assert main(["inspect", str(numpy_checkpoint), "--json"]) == 5
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["code"] == "weights_only_refused"
+    flags = shlex.split(error["message"].split("if you trust them, add: ", 1)[1])
+    assert flags == ["--allow", "numpy"]
+    assert main(["inspect", str(numpy_checkpoint), "--json", *flags]) == 1  # loaded, suspicious
+    result = json.loads(capsys.readouterr().out)
+    assert result["error"] is None and result["tensors"]
+
+
+def test_a_preset_never_lets_a_dangerous_file_load(tmp_path, canary, capsys):
+    path = mal_os_system(tmp_path / "evil.pt", canary)
+    assert main(["inspect", str(path), "--json", "--allow", "numpy", "--allow", "argparse"]) == 2
+    assert json.loads(capsys.readouterr().out)["error"]["code"] == "refused_dangerous"

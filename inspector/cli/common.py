@@ -12,6 +12,7 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 
+from inspector.core.allow_presets import PRESETS, preset_help
 from inspector.core.progress import ProgressFn
 from inspector.core.termtext import escape
 from inspector.core.verify import TensorDigestFn, VerifyResult
@@ -24,11 +25,26 @@ _REFUSAL_EXITS = {"refused_dangerous": 2, "refused_global": 2, "unsupported_form
                   **dict.fromkeys(JAIL_ERRORS, EXIT_JAIL)}
 
 
-def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options shared by every command that loads a checkpoint in the worker."""
+class _AllowPreset(argparse.Action):
+    """`--allow NAME`: add every global of that preset to `allow_global`."""
+
+    def __call__(self, parser, namespace, value, option_string=None) -> None:
+        getattr(namespace, self.dest).extend(PRESETS[value][1])
+
+
+def add_allow_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--allow-global` and `--allow PRESET`: what weights_only may rebuild, for one load."""
     parser.add_argument("--allow-global", action="append", default=[], metavar="MODULE.NAME",
                         help="allow this global for this one load (repeatable); only what the "
                              "weights_only error names, and only if you trust the file")
+    parser.add_argument("--allow", action=_AllowPreset, dest="allow_global", choices=PRESETS,
+                        metavar="PRESET", help="allow a named set of benign globals "
+                        f"(repeatable): {preset_help()}")
+
+
+def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options shared by every command that loads a checkpoint in the worker."""
+    add_allow_arguments(parser)
     parser.add_argument("--override-dangerous", action="store_true",
                         help="load even when the static scan says dangerous (still "
                              "weights_only=True, inside the jail)")

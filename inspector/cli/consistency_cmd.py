@@ -11,7 +11,12 @@ import re
 import sys
 from typing import Any
 
-from inspector.cli.common import EXIT_JAIL, JAIL_ERRORS, add_require_jail_argument
+from inspector.cli.common import (
+    EXIT_JAIL,
+    JAIL_ERRORS,
+    add_allow_arguments,
+    add_require_jail_argument,
+)
 
 EXIT_CONSISTENT = 0
 EXIT_INCONSISTENT = 1
@@ -85,8 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inject", type=_fault, metavar="KEY:ELEMENT:BIT[@ITER]",
                         help="flip one bit of one weight on the device before iteration ITER "
                              "(default 2) to prove the detector works")
-    parser.add_argument("--allow-global", action="append", default=[], metavar="MODULE.NAME",
-                        help="allow this global for weights_only loading (repeatable)")
+    add_allow_arguments(parser)
     parser.add_argument("--timeout", type=float, metavar="S", help="give up after S seconds")
     add_require_jail_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")

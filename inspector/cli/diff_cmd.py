@@ -7,7 +7,13 @@ import json
 import sys
 from pathlib import Path
 
-from inspector.cli.common import EXIT_JAIL, JAIL_ERRORS, add_require_jail_argument, stderr_progress
+from inspector.cli.common import (
+    EXIT_JAIL,
+    JAIL_ERRORS,
+    add_allow_arguments,
+    add_require_jail_argument,
+    stderr_progress,
+)
 from inspector.core.termtext import escape
 
 EXIT_IDENTICAL = 0
@@ -22,13 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a", type=Path, metavar="A", help="first checkpoint (any format)")
     parser.add_argument("b", type=Path, metavar="B", help="second checkpoint (any format)")
     parser.add_argument("--json", action="store_true", help="print the JSON diff contract")
-    parser.add_argument(
-        "--allow-global",
-        action="append",
-        default=[],
-        metavar="MODULE.NAME",
-        help="allow exactly this global for weights_only loading (repeatable)",
-    )
+    add_allow_arguments(parser)
     add_require_jail_argument(parser)
     parser.epilog = ("exit status: 0 identical tensors, 1 different, 2 a file could not be "
                      "read, 9 the jail is weaker than --require-jail or the worker broke the "

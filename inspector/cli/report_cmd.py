@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from inspector.cli.common import add_require_jail_argument
+from inspector.cli.common import add_allow_arguments, add_require_jail_argument
 from inspector.core.atomic import OutputExistsError
 from inspector.core.verdict import ERROR, exit_code
 from inspector.report import (
@@ -58,8 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="consistency device: cuda:N, cpu, or auto (default)")
     parser.add_argument("--repeats", type=int, default=10, metavar="N",
                         help="consistency runs compared with the first (default 10)")
-    parser.add_argument("--allow-global", action="append", default=[], metavar="MODULE.NAME",
-                        help="allow this global for weights_only loading (repeatable)")
+    add_allow_arguments(parser)
     parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                         help="kill any one worker job after this long")
     parser.add_argument("--force", action="store_true", help="overwrite an existing report")

@@ -392,6 +392,12 @@ _NUMPY_DTYPE_CLASSES = {
 }
 
 
+def numpy_dtype_classes() -> list[str]:
+    """Every `numpy.dtypes.X` class name that numpy_dtype_class can give."""
+    return [f"numpy.dtypes.{name}" for sizes in _NUMPY_DTYPE_CLASSES.values()
+            for name in sizes.values()]
+
+
 def numpy_dtype_class(code: str) -> str | None:
     """`numpy.dtypes.X` that numpy.dtype(code) objects are instances of, or None if unknown."""
     match = re.fullmatch(r"[<>|=]?([a-zA-Z])(\d*)", code)

@@ -13,10 +13,12 @@ import json
 import os
 import pickle
 import re
+import shlex
 import zipfile
 
 import torch
 
+from inspector.core.allow_presets import PRESET_GLOBALS, allow_flags
 from inspector.core.dtypes import REGISTRY
 from inspector.core.errors import CodedError
 from inspector.core.flatten import flatten, unique_keys
@@ -39,8 +41,9 @@ class LoadError(CodedError):
         self.globals = globals_ or []
 
 
-def resolve_global(qualified: str) -> object:
-    """Import `module.name` (the name may be dotted, e.g. `pkg.mod.Class.Inner`)."""
+def resolve_global(qualified: str, missing_ok: bool = False) -> object | None:
+    """Import `module.name` (the name may be dotted, e.g. `pkg.mod.Class.Inner`); None when it
+    is not importable here and `missing_ok` (a preset's name for another numpy version)."""
     parts = qualified.split(".")
     for cut in range(len(parts) - 1, 0, -1):
         try:
@@ -53,13 +56,16 @@ def resolve_global(qualified: str) -> object:
         except AttributeError:
             break
         return obj
+    if missing_ok:
+        return None
     raise LoadError("bad_allowed_global",
                     f"cannot allow {qualified}: no such importable module attribute here")
 
 
 def load_checkpoint(path: str, allow_globals: list[str] | tuple[str, ...] = ()) -> object:
     """torch.load with weights_only=True (mmap for zip archives), allowing exactly those globals."""
-    allowed = [resolve_global(name) for name in allow_globals]
+    resolved = (resolve_global(name, missing_ok=name in PRESET_GLOBALS) for name in allow_globals)
+    allowed = [obj for obj in resolved if obj is not None]
     mmap = zipfile.is_zipfile(path)
     try:
         with torch.serialization.safe_globals(allowed):
@@ -73,7 +79,7 @@ def load_checkpoint(path: str, allow_globals: list[str] | tuple[str, ...] = ()) 
             raise LoadError(
                 "weights_only_refused",
                 "weights_only refused globals: " + ", ".join(needed)
-                + " (allow exactly these with --allow-global if you trust them)",
+                + "; if you trust them, add: " + shlex.join(allow_flags(needed)),
                 needed,
             ) from None
         reason = text.split("WeightsUnpickler error:", 1)[-1]
