@@ -107,4 +107,4 @@ def test_every_dtype_both_know_round_trips(tmp_path: Path, capsys) -> None:
 @pytest.mark.parametrize("spelling", ["F8_E4M3FNUZ", "torch.float8_e4m3fnuz", "float8_e4m3fnuz"])
 def test_canonical_names(spelling: str) -> None:
     assert dtypes.canonical_dtype(spelling) == "float8_e4m3fnuz"
-    assert dtypes.safetensors_code(spelling) == "F8_E4M3FNUZ"
+    assert dtypes.lookup(spelling).safetensors == "F8_E4M3FNUZ"

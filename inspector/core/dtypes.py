@@ -101,9 +101,3 @@ def canonical_dtype(dtype: Any) -> str:
 def lookup(dtype: Any) -> DType | None:
     """The registry record of a dtype in any spelling canonical_dtype accepts."""
     return BY_NAME.get(canonical_dtype(dtype))
-
-
-def safetensors_code(dtype: Any) -> str | None:
-    """The safetensors code a converted file stores this dtype under, or None."""
-    record = lookup(dtype)
-    return record.safetensors if record and record.in_torch else None

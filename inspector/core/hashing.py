@@ -46,11 +46,6 @@ def sha256_file(
     return digest.hexdigest()
 
 
-def sha256_bytes(data: bytes | memoryview) -> str:
-    """Return the hex SHA-256 of an in-memory buffer."""
-    return hashlib.sha256(data).hexdigest()
-
-
 def _advise_sequential(fd: int) -> None:
     """Tell the kernel we read front to back so it reads ahead aggressively."""
     if hasattr(os, "posix_fadvise"):

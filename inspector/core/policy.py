@@ -133,8 +133,6 @@ _DENY: dict[str, str] = {}
 for _capability, (_reason, _modules, _names) in CAPABILITIES.items():
     for _entry in _words(_modules) + _words(_names):
         _DENY[_entry] = f"can {_capability}: {_reason}"
-DENY_MODULES = frozenset(e for c in CAPABILITIES.values() for e in _words(c[1]))
-DENY_NAMES = frozenset(e for c in CAPABILITIES.values() for e in _words(c[2]))
 # A final name like these (or starting with one of them and "_") is dangerous in any module
 # outside the allowlist: loaders, runners and shell helpers hide under many module names.
 DENY_LEAF_NAMES = frozenset(_words("""

@@ -192,7 +192,6 @@ class GpuPane(QWidget):
         self._open_source = open_source
         self._runner = runner or JobRunner(self)
         self._drawn_version = -1
-        self._drawn_xids = 0
         self._curves: dict[tuple[int, str], StepCurve] = {}
         self._series: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
         self._lod_window = (0.0, 0.0, 0.0)  # (from, to, visible span) the curves now hold

@@ -132,12 +132,6 @@ def badge_icon(colour: str, glyph: str, size: int = 64) -> QIcon:
     return QIcon(pix)
 
 
-def verdict_icon(verdict: str | None) -> QIcon:
-    """Badge icon of a verdict."""
-    s = verdict_style(verdict)
-    return badge_icon(s.colour, s.glyph)
-
-
 @cache
 def shield_icon(colour: str, size: int = 128) -> QIcon:
     """The application's shield mark with a check."""
