@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,17 +30,27 @@ def small(tmp_path_factory) -> tuple[Path, dict]:
 
 
 @pytest.fixture
-def window(qtbot, tmp_path, monkeypatch, gui_settings) -> MainWindow:
+def window(make_window) -> MainWindow:
     """A shown main window with fresh settings and its own cache folder."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    create_application([])
-    appmod.settings().clear()
-    w = MainWindow()
-    qtbot.addWidget(w)
-    w.resize(1280, 820)
-    w.show()
-    qtbot.waitExposed(w)
-    return w
+    return make_window()
+
+
+@pytest.fixture
+def make_window(qtbot, tmp_path, monkeypatch, gui_settings) -> Callable[..., MainWindow]:
+    """`make_window(**options)`: a shown MainWindow(**options), as the `window` fixture's."""
+
+    def make(**options) -> MainWindow:
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+        create_application([])
+        appmod.settings().clear()
+        w = MainWindow(**options)
+        qtbot.addWidget(w)
+        w.resize(1280, 820)
+        w.show()
+        qtbot.waitExposed(w)
+        return w
+
+    return make
 
 
 @pytest.fixture

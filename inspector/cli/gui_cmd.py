@@ -37,7 +37,7 @@ def run_gui(argv: list[str]) -> int:
     from inspector.gui.main_window import MainWindow
 
     app = create_application([sys.argv[0]])
-    window = MainWindow()
+    window = MainWindow(warm_worker=True)
     window.show()
     if args.files:
         window.open_paths(args.files)

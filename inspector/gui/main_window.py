@@ -96,7 +96,8 @@ class LazyPane(QWidget):
 class MainWindow(QMainWindow):
     """Checkpoint Inspector's window."""
 
-    def __init__(self) -> None:
+    def __init__(self, warm_worker: bool = False) -> None:
+        """`warm_worker`: keep a fork server ready from the first paint (the app sets it)."""
         super().__init__()
         self.setWindowTitle(appmod.APPLICATION)
         self.setAcceptDrops(True)
@@ -143,6 +144,14 @@ class MainWindow(QMainWindow):
         self.route_drops()
         self._restore_settings()
         self._update_actions()
+        self.warm = None
+        if warm_worker:
+            from inspector.gui.warm_worker import WarmWorker
+
+            self.warm = WarmWorker(self)
+            self.warm.unavailable.connect(lambda why: self.statusBar().showMessage(
+                f"No warm sandbox worker ({why}): each file starts its own", 15000))
+            self.warm.start_after_paint()
 
     def route_drops(self) -> None:
         """Make file drops open files wherever they land, even on widgets that take drops.
@@ -588,5 +597,7 @@ class MainWindow(QMainWindow):
             self.gpu.stop()
         self.pipeline.cancel_all()
         self.runner.shutdown()
+        if self.warm is not None:
+            self.warm.stop()
         super().closeEvent(event)
 

@@ -306,6 +306,8 @@ def _sandbox_text(doc: FileDocument) -> str:
         active = ", ".join(str(a).split(":")[0] for a in doc.sandbox.get("active") or [])
         missing = doc.sandbox.get("missing") or {}
         text = f"{level} — {active}" if active else str(level)
+        if worker := ((doc.inspect or {}).get("timing") or {}).get("worker"):
+            text += f" ({worker} worker)"  # forked from the warm server, or a cold start
         if missing:
             text += "; not available here: " + "; ".join(f"{k} ({v})" for k, v in missing.items())
         return text

@@ -225,28 +225,60 @@ def run_job(
 
 
 _fork_server: ForkServer | None = None
+_fork_server_lock = threading.Lock()
+
+
+def start_fork_server() -> ForkServer:
+    """Start this process's warm server; every later `run_job` (any thread) forks from it once
+    it is ready, until `stop_fork_server`. Raises ForkServerError when it cannot start, or when
+    it was stopped (or another was started) while it started."""
+    global _fork_server
+    server = ForkServer()
+    with _fork_server_lock:
+        if _fork_server is not None:
+            raise ForkServerError("a fork server is already in use")
+        _fork_server = server  # run_job skips it until it is ready; stop can kill it meanwhile
+    try:
+        server.start(worker_env())
+    except ForkServerError:
+        with _fork_server_lock:
+            if _fork_server is server:
+                _fork_server = None
+        raise
+    with _fork_server_lock:
+        stopped = _fork_server is not server
+    if stopped:
+        server.close()
+        raise ForkServerError("the fork server was stopped while it started")
+    return server
+
+
+def stop_fork_server() -> None:
+    """Stop this process's warm server (also one still starting); jobs start cold workers."""
+    global _fork_server
+    with _fork_server_lock:
+        server, _fork_server = _fork_server, None
+    if server is not None:
+        server.close()
 
 
 @contextlib.contextmanager
 def fork_server(enabled: bool = True) -> Iterator[ForkServer | None]:
     """Within the block, this process's jobs fork from one warm server (None when disabled,
     or when it cannot start: jobs then start cold workers, as everywhere outside the block)."""
-    global _fork_server
     if not enabled or _fork_server is not None:
         yield _fork_server
         return
     try:
-        server = ForkServer().start(worker_env())
+        server = start_fork_server()
     except ForkServerError as exc:
         print(f"note: {exc}; using a cold worker per job", file=sys.stderr)
         yield None
         return
-    _fork_server = server
     try:
         yield server
     finally:
-        _fork_server = None
-        server.close()
+        stop_fork_server()
 
 
 def _spawn(pass_fds: tuple[int, ...]) -> subprocess.Popen | ForkedWorker:

@@ -65,7 +65,8 @@ class ForkServer:
         self.pid: int | None = None
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one request and its reply at a time on the socket
+        self._closing = threading.Lock()
 
     def start(self, env: dict[str, str]) -> ForkServer:
         """Start the server with `env` and wait until it has imported torch."""
@@ -83,19 +84,24 @@ class ForkServer:
         ours.settimeout(READY_TIMEOUT_S)
         try:
             hello = json.loads(ours.recv(4096) or b"{}")
+            ours.settimeout(None)
         except (OSError, ValueError) as exc:
             self.close()
             raise ForkServerError(f"the fork server did not start: {exc}") from None
-        ours.settimeout(None)
         if not hello.get("ready"):
             self.close()
-            raise ForkServerError(f"the fork server did not start: {hello.get('error')}")
+            why = hello.get("error") or "it exited before it was ready"
+            raise ForkServerError(f"the fork server did not start: {why}")
         self.pid = int(hello["pid"])
         return self
 
     def spawn(self, env: dict[str, str], pass_fds: tuple[int, ...] = ()) -> ForkedWorker:
-        """Fork a fresh worker; `pass_fds` reach it at the same descriptor numbers."""
-        if self._sock is None:
+        """Fork a fresh worker; `pass_fds` reach it at the same descriptor numbers.
+
+        Safe from several threads at once: one job's request and reply never interleave with
+        another's, and a server not yet ready, closed or dead raises ForkServerError.
+        """
+        if self._sock is None or self.pid is None:
             raise ForkServerError("the fork server is not running")
         stdin_r, stdin_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
@@ -105,8 +111,11 @@ class ForkServer:
         message = json.dumps({"env": env, "targets": list(pass_fds)}).encode()
         try:
             with self._lock:
-                socket.send_fds(self._sock, [message], [*theirs, *pass_fds])
-                reply = json.loads(self._sock.recv(4096) or b'{"error": "it has exited"}')
+                sock = self._sock
+                if sock is None:
+                    raise OSError("it was closed")
+                socket.send_fds(sock, [message], [*theirs, *pass_fds])
+                reply = json.loads(sock.recv(4096) or b'{"error": "it has exited"}')
         except (OSError, ValueError) as exc:
             reply = {"error": str(exc)}
         finally:
@@ -119,18 +128,26 @@ class ForkServer:
         return ForkedWorker(int(reply["pid"]), stdin_w, stdout_r, stderr_r, status_r)
 
     def close(self) -> None:
-        """Stop the server: EOF on its socket makes it kill its children and exit."""
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-        if self._proc is not None:
+        """Stop the server: EOF on its socket makes it kill its children and exit.
+
+        Any thread may call it, also while `start` still waits for the server (which then
+        raises ForkServerError): a server still importing is killed at once.
+        """
+        with self._closing:
+            sock, self._sock = self._sock, None
+            proc, self._proc = self._proc, None
+        if sock is not None:
+            # shutdown, unlike close, wakes a thread blocked in recv on this socket.
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        if proc is not None:
             try:
-                self._proc.wait(timeout=5)
+                proc.wait(timeout=5 if self.pid is not None else 0)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self._proc.pid, signal.SIGKILL)
-                self._proc.wait()
-            self._proc = None
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
     def __enter__(self) -> ForkServer:
         return self

@@ -1,0 +1,183 @@
+"""The desktop app's warm fork server: files load through forked workers once it is ready,
+malicious files still never run, a killed server means cold workers, and nothing outlives
+the window (issue 17)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import factories
+import pytest
+from gui_support import LOAD_TIMEOUT_MS, drop_files, wait_loaded, worker_pids
+
+from inspector.core.samples import write_samples
+from inspector.sandbox import client
+
+pytest_plugins = ("gui_fixtures",)
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="the fork server is Linux-only")
+
+
+def _sandbox_processes() -> list[int]:
+    """Live (not zombie) sandbox processes this test process started: fork servers, cold
+    workers (both its children) and forked workers (children of such a server)."""
+    parents: dict[int, int] = {}
+    sandbox: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if fields[0] != "Z" and b"inspector.sandbox." in cmdline:
+            parents[int(entry.name)] = int(fields[1])
+    for pid, parent in parents.items():
+        if parent == os.getpid():
+            sandbox.add(pid)
+    sandbox |= {pid for pid, parent in parents.items() if parent in sandbox}
+    return sorted(sandbox)
+
+
+def _gone(pids: list[int], within: float = 30.0) -> bool:
+    """Whether none of `pids` is alive (zombies count as gone) within a generous bound."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not set(pids) & set(_sandbox_processes()):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def warm_window(qtbot, make_window):
+    """A shown window whose warm fork server is ready; afterwards no server is left."""
+    w = make_window(warm_worker=True)
+    qtbot.waitUntil(lambda: _ready_server() is not None, timeout=LOAD_TIMEOUT_MS)
+    yield w
+    w.close()
+    client.stop_fork_server()  # in case the test failed before it closed the window
+
+
+def _ready_server():
+    server = client._fork_server
+    return server if server is not None and server.pid is not None else None
+
+
+def _worker_kind(doc) -> str:
+    return doc.inspect["timing"]["worker"]
+
+
+def test_a_small_checkpoint_loads_through_a_forked_worker(warm_window, qtbot, tmp_path):
+    samples = write_samples(tmp_path)
+    assert samples.benign.stat().st_size < 8192
+    (doc,) = warm_window.open_paths([samples.benign])
+    wait_loaded(qtbot, doc)
+    assert _worker_kind(doc) == "forked"
+    assert doc.tensors and doc.sandbox["level"] in ("full", "partial", "process-only")
+    assert worker_pids() == []  # no cold worker was started
+    assert "forked" in warm_window.overview.fields["sandbox"].text()
+
+
+def test_a_malicious_file_opened_with_the_server_warm_never_runs(
+        warm_window, qtbot, tmp_path, canary, worker_requests):
+    payload = factories.mal_os_system(tmp_path / "model.bin", canary)
+    benign = write_samples(tmp_path).benign
+    assert drop_files(warm_window.tabs, [payload, benign])
+    docs = warm_window.docs
+    qtbot.waitUntil(lambda: len(docs) == 2 and all(
+        d.state in ("blocked", "loaded") and d.sha256 for d in docs), timeout=LOAD_TIMEOUT_MS)
+    states = {d.path.name: d.state for d in docs}
+    assert states == {"model.bin": "blocked", benign.name: "loaded"}
+    assert [r["path"] for r in worker_requests] == [str(benign.resolve())]
+    loaded = next(d for d in docs if d.state == "loaded")
+    assert _worker_kind(loaded) == "forked"
+
+
+def test_closing_the_window_leaves_no_server_or_worker(warm_window, qtbot, tmp_path):
+    server = _ready_server()
+    (doc,) = warm_window.open_paths([write_samples(tmp_path).benign])
+    wait_loaded(qtbot, doc)
+    assert server.pid in _sandbox_processes()
+    warm_window.close()
+    assert client._fork_server is None
+    assert _gone([server.pid]), "the fork server outlived the window"
+    assert _sandbox_processes() == []
+
+
+def test_closing_the_window_while_the_server_starts_leaves_nothing(
+        qtbot, make_window):
+    w = make_window(warm_worker=True)
+    qtbot.waitUntil(lambda: client._fork_server is not None, timeout=LOAD_TIMEOUT_MS)
+    w.close()
+    assert client._fork_server is None
+    # The start job (its own thread) sees the server killed and gives up.
+    qtbot.waitUntil(lambda: not w.warm._runner.active(), timeout=LOAD_TIMEOUT_MS)
+    assert client._fork_server is None
+    assert _gone(_sandbox_processes()) and _sandbox_processes() == []
+
+
+def test_a_killed_server_makes_the_next_job_start_a_cold_worker(
+        warm_window, qtbot, tmp_path):
+    server = _ready_server()
+    os.kill(server.pid, signal.SIGKILL)
+    assert _gone([server.pid])
+    (doc,) = warm_window.open_paths([write_samples(tmp_path).benign])
+    wait_loaded(qtbot, doc)
+    assert _worker_kind(doc) == "cold"
+    assert doc.tensors
+    assert "cold" in warm_window.overview.fields["sandbox"].text()
+
+
+def test_a_server_that_cannot_start_is_reported_once_and_jobs_run_cold(
+        qtbot, tmp_path, monkeypatch, make_window):
+    from inspector.sandbox import forkclient
+
+    monkeypatch.setattr(forkclient, "SERVER_MODULE", "inspector.sandbox.no_such_module")
+    w = make_window(warm_worker=True)
+    messages: list[str] = []
+    w.statusBar().messageChanged.connect(lambda text: text and messages.append(text))
+    qtbot.waitUntil(lambda: any("No warm sandbox worker" in m for m in messages),
+                    timeout=LOAD_TIMEOUT_MS)
+    assert client._fork_server is None
+    (doc,) = w.open_paths([write_samples(tmp_path).benign])
+    wait_loaded(qtbot, doc)
+    assert _worker_kind(doc) == "cold"
+    assert sum("No warm sandbox worker" in m for m in messages) == 1
+    w.close()
+
+
+def test_concurrent_jobs_each_get_their_own_forked_worker(small):
+    """Pool threads fork at once: each job's request and reply stay its own."""
+    folder, expected = small
+    names = ["benign.pt", "with_nan.pt", "wide.pt", "benign.pt", "with_nan.pt", "wide.pt"]
+    results: dict[int, dict] = {}
+    client.start_fork_server()
+    try:
+        barrier = threading.Barrier(len(names))
+
+        def job(i: int) -> None:
+            barrier.wait()
+            results[i] = client.inspect_file(folder / names[i])
+
+        threads = [threading.Thread(target=job, args=(i,)) for i in range(len(names))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=LOAD_TIMEOUT_MS / 1000)
+    finally:
+        client.stop_fork_server()
+    assert sorted(results) == list(range(len(names)))
+    for i, name in enumerate(names):
+        report = results[i]
+        assert report["error"] is None, report["error"]
+        assert report["timing"]["worker"] == "forked"
+        assert {t["key"] for t in report["tensors"]} == set(expected[name])
+    assert _gone(_sandbox_processes())
