@@ -70,6 +70,8 @@ class GlobalUse:
     reason: str
     members: list[str] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)  # pseudo-Python, e.g. `os.system("id")`
+    # where each of `calls` is made: {member, offset} of its opcode (offset None in decoded bytes)
+    call_sites: list[dict] = field(default_factory=list)
 
     @property
     def import_name(self) -> str:
@@ -77,10 +79,11 @@ class GlobalUse:
         return real_name(self.module, self.name)
 
     def to_json(self) -> dict:
-        """Contract form: module, name, count, severity (+ reason, members, import, calls)."""
+        """Contract form: module, name, count, severity (+ reason, members, import, calls,
+        call_sites)."""
         return {"module": self.module, "name": self.name, "count": self.count,
                 "severity": self.severity, "reason": self.reason, "members": self.members,
-                "import": self.import_name, "calls": self.calls}
+                "import": self.import_name, "calls": self.calls, "call_sites": self.call_sites}
 
 
 @dataclass
@@ -184,6 +187,8 @@ class _Scan:
             if known and known.severity != SAFE and call.opcode != "BUILD" and (
                     len(known.calls) < 4 and text not in known.calls):
                 known.calls.append(text)
+                known.call_sites.append({"member": member,
+                                         "offset": call.offset if depth == 0 else None})
             # BUILD hands state to __setstate__ (data such as logged command lines, not code);
             # a callable already judged dangerous needs no second reason
             code = None if (allowed or call.opcode == "BUILD"
