@@ -178,6 +178,7 @@ class MainWindow(QMainWindow):
         self.overview = OverviewPane()
         self.overview.load_allowed.connect(lambda doc, names: self.pipeline.load(doc, names))
         self.overview.load_declined.connect(self.pipeline.decline)
+        self.overview.opcode_requested.connect(self.show_opcode)
         self.pickle = PicklePane(self.runner)
         self.tensors = TensorsPane()
         self.integrity = IntegrityPane(self.runner, self.pipeline)
@@ -188,6 +189,11 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(LazyPane(self._make_gpu_pane), "GPU")
         self.tabs.addTab(LazyPane(self._make_consistency_pane), "Consistency")
         self.route_drops()
+
+    def show_opcode(self, member: str | None, offset: int) -> None:
+        """Switch to the Pickle pane at the opcode the scan found at `offset` in `member`."""
+        self.tabs.setCurrentWidget(self.pickle)
+        self.pickle.show_opcode(member, offset)
 
     def _make_gpu_pane(self) -> QWidget:
         from inspector.gui.gpu_pane import GpuPane

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QUrl, Signal
 from PySide6.QtGui import QFont, QGuiApplication
 from PySide6.QtWidgets import (
     QFormLayout,
@@ -21,10 +21,13 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.core.contents import Contents, summarize, training_summary
+from inspector.core.indicators import FLAGGED, import_label, indicators_text
 from inspector.core.integrity import integrity_findings
 from inspector.gui.document import STATE_WORDS, FileDocument
+from inspector.gui.evidence import finding_call_html, import_html, linked_location, opcode_target
 from inspector.gui.explain import (
-    SEVERITY_ADVICE,
+    INDICATORS_DISABLED_TIP,
+    INDICATORS_TIP,
     Explanation,
     code_safety_explanation,
     finding_explanation,
@@ -103,6 +106,7 @@ class OverviewPane(QWidget):
 
     load_allowed = Signal(object, tuple)  # document, globals to allow
     load_declined = Signal(object)
+    opcode_requested = Signal(object, int)  # zip member (None outside a zip), opcode offset
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -155,15 +159,21 @@ class OverviewPane(QWidget):
                 self.copy_button.setText("Copy")
                 self.copy_button.setToolTip("Copy the SHA-256 to the clipboard")
                 self.copy_button.clicked.connect(self._copy_sha)
+                self.indicators_button = QToolButton()
+                self.indicators_button.setText("Copy indicators")
+                self.indicators_button.clicked.connect(self._copy_indicators)
                 row = QHBoxLayout()
                 row.addWidget(value, 1)
                 row.addWidget(self.copy_button)
+                row.addWidget(self.indicators_button)
                 form.addRow(label + ":", row)
             else:
                 form.addRow(label + ":", value)
 
         self.findings = QTextBrowser()
         self.findings.setOpenExternalLinks(False)
+        self.findings.setOpenLinks(False)  # a link names an opcode; the page stays
+        self.findings.anchorClicked.connect(self._anchor_clicked)
         self.findings.setAccessibleName("Findings and advice")
 
         layout = QVBoxLayout(self)
@@ -210,6 +220,9 @@ class OverviewPane(QWidget):
         hashing = doc.state in ("queued", "loading", "blocked", "declined", "error")
         self.fields["sha256"].setText(doc.sha256 or ("computing…" if hashing else "—"))
         self.copy_button.setEnabled(bool(doc.sha256))
+        flagged = doc.verdict in FLAGGED
+        self.indicators_button.setEnabled(flagged)
+        self.indicators_button.setToolTip(INDICATORS_TIP if flagged else INDICATORS_DISABLED_TIP)
         self.fields["sandbox"].setText(_sandbox_text(doc))
         self.fields["weights_only"].setText(_weights_only_text(doc))
         self.fields["state"].setText(
@@ -239,7 +252,7 @@ class OverviewPane(QWidget):
             return verdict_explanation(None).meaning
         if verdict == "dangerous":
             names = [
-                f"{g['module']}.{g['name']}"
+                import_label(g)
                 for g in (doc.scan or {}).get("globals", [])
                 if g.get("severity") == "dangerous"
             ]
@@ -259,6 +272,17 @@ class OverviewPane(QWidget):
     def _copy_sha(self) -> None:
         if self.doc and self.doc.sha256:
             QGuiApplication.clipboard().setText(self.doc.sha256)
+
+    def _copy_indicators(self) -> None:
+        doc = self.doc
+        if doc is not None:
+            QGuiApplication.clipboard().setText(
+                indicators_text(doc.scan, name=doc.name, size=doc.size, sha256=doc.sha256))
+
+    def _anchor_clicked(self, url: QUrl) -> None:
+        target = opcode_target(url)
+        if target is not None:
+            self.opcode_requested.emit(*target)
 
     def _allow(self) -> None:
         if self.doc is not None:
@@ -341,15 +365,7 @@ def _findings_html(doc: FileDocument) -> str:
                                                                               "suspicious")]
     if flagged:
         parts.append(f"<h3>Offending imports ({len(flagged)})</h3>")
-    for g in flagged:
-        severity = str(g["severity"])
-        parts.append(
-            f"<p><b style='color:{verdict_style(severity).colour}'>{severity.upper()}</b> "
-            f"<code>{html.escape(g['module'])}.{html.escape(g['name'])}</code>"
-            f" — imported {g.get('count', 1)}×"
-            + (f"<br>{html.escape(str(g['reason']))}" if g.get("reason") else "")
-            + f"<br><b>What to do:</b> {html.escape(SEVERITY_ADVICE[severity])}</p>"
-        )
+    parts.extend(import_html(g) for g in flagged)
     findings = scan.get("findings") or []
     if findings:
         parts.append(f"<h3>Findings ({len(findings)})</h3>")
@@ -358,20 +374,15 @@ def _findings_html(doc: FileDocument) -> str:
         colour = verdict_style(severity).colour if severity in (
             "dangerous", "suspicious") else "#5f6fa0"
         meaning, action = finding_explanation(str(f.get("code", "")), severity)
-        where = ", ".join(
-            x for x in (
-                f"member {f['member']}" if f.get("member") else "",
-                f"offset {f['offset']}" if f.get("offset") is not None else "",
-            ) if x
-        )
+        where = linked_location(f.get("member"), f.get("offset"))
         parts.append(
             f"<p><b style='color:{colour}'>{html.escape(severity.upper())}</b> "
             f"<code>{html.escape(str(f.get('code', '')))}</code> — "
             f"{html.escape(str(f.get('message', '')))}"
-            + (f" <i>({html.escape(where)})</i>" if where else "")
+            + (f" <i>({where})</i>" if where else "")
             + (f"<br>{html.escape(meaning)}" if meaning else "")
             + (f"<br><b>What to do:</b> {html.escape(action)}" if action else "")
-            + "</p>"
+            + "</p>" + finding_call_html(f)
         )
     if verdict and not findings and not flagged:
         parts.append("<h3>Findings</h3><p>None: no risky import and no structural problem.</p>")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import bisect
 import mmap
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from inspector.core.indicators import location
 from inspector.core.progress import CancelToken
 from inspector.gui import roles
 from inspector.gui.document import FileDocument
@@ -56,11 +58,20 @@ class OpRow:
 
 @dataclass
 class Stream:
-    """One pickle inside the file (a zip member, or one pickle of a legacy stream)."""
+    """One pickle inside the file (a zip member, or one pickle of a legacy stream); `member`,
+    `start` and `end` place it as the scan does (offsets in the member, or in the file)."""
 
     label: str
     rows: list[OpRow]
     truncated: bool
+    member: str | None = None
+    start: int = 0
+    end: int | None = None
+
+    def holds(self, member: str | None, offset: int) -> bool:
+        """Whether the scan's `offset` in `member` falls inside this pickle."""
+        return member == self.member and self.start <= offset and (
+            self.end is None or offset < self.end)
 
 
 class OpcodeModel(QAbstractTableModel):
@@ -114,6 +125,10 @@ class OpcodeModel(QAbstractTableModel):
                 return i
         return -1
 
+    def at_offset(self, offset: int) -> int:
+        """Row of the opcode that starts at or holds `offset`; -1 if it precedes every row."""
+        return bisect.bisect_right(self.rows, offset, key=lambda r: r.offset) - 1
+
     def first_use(self, dotted: str) -> int:
         """Row of the first opcode that imports `module.name`; -1 if none."""
         return next((i for i, r in enumerate(self.rows) if r.imports == dotted), -1)
@@ -128,6 +143,7 @@ class PicklePane(QWidget):
         self.doc: FileDocument | None = None
         self.streams: list[Stream] = []
         self._job: Job | None = None
+        self._wanted: tuple[str | None, int] | None = None  # an opcode asked for before ready
 
         self.globals_model = QStandardItemModel(0, len(GLOBAL_COLUMNS), self)
         self.globals_model.setHorizontalHeaderLabels(list(GLOBAL_COLUMNS))
@@ -212,6 +228,7 @@ class PicklePane(QWidget):
             self._job = None
         self.doc = doc
         self._scan_shown = None
+        self._wanted = None
         self.streams = []
         self.stream_box.clear()
         self.op_model.set_rows([])
@@ -276,6 +293,8 @@ class PicklePane(QWidget):
         self.stream_box.blockSignals(False)
         if streams:
             self._show_stream(0)
+        if self._wanted is not None:
+            self.show_opcode(*self._wanted)
 
     def _show_stream(self, index: int) -> None:
         if not 0 <= index < len(self.streams):
@@ -313,6 +332,29 @@ class PicklePane(QWidget):
                     self.stream_box.setCurrentIndex(si)
                 self._select_op(row)
                 return
+
+    def show_opcode(self, member: str | None, offset: int) -> int:
+        """Select the opcode at the scan's `offset` in `member` (None outside a zip), showing
+        its pickle; asked before the disassembly is ready, it is shown once it is. Returns the
+        selected row, or -1."""
+        if self._job is not None and self._job.running:
+            self._wanted = (member, offset)
+            self.op_status.setText(f"Disassembling… then showing the opcode at offset {offset}.")
+            return -1
+        self._wanted = None
+        where = location(member, offset)
+        si = next((i for i, s in enumerate(self.streams) if s.holds(member, offset)), -1)
+        if si >= 0 and self.stream_box.currentIndex() != si:
+            self.stream_box.setCurrentIndex(si)
+        row = self.op_model.at_offset(offset) if si >= 0 else -1
+        if row < 0:
+            self.op_status.setText(f"No disassembled opcode at {where}.")
+            return -1
+        self._select_op(row)
+        found = self.op_model.rows[row].offset
+        self.op_status.setText(f"Opcode at {where}." if found == offset else
+                               f"The opcode at offset {found} holds {where}.")
+        return row
 
     def _select_op(self, row: int) -> None:
         index = self.op_model.index(row, 0)
@@ -352,7 +394,7 @@ def _stream_bytes(path: Path, info: dict[str, Any]) -> tuple[bytes, int]:
         if member is None:
             return bytes(buf[start:end]), start
         found = next(m for m in zipread.read_zip(buf).members if m.name == member)
-        return zipread.member_bytes(buf, found, MAX_PICKLE_BYTES)[start:end], 0
+        return zipread.member_bytes(buf, found, MAX_PICKLE_BYTES)[start:end], start
 
 
 def _disassemble_fn(path: Path, scan: dict[str, Any]):
@@ -363,8 +405,11 @@ def _disassemble_fn(path: Path, scan: dict[str, Any]):
         for info in scan.get("pickles", []):
             cancel.check()
             where = info.get("member") or f"pickle at byte {info.get('offset', 0)}"
+            place = {"member": info.get("member"), "start": int(info.get("offset") or 0),
+                     "end": info.get("end")}
             if scan.get("format") == "compressed-pickle":
-                streams.append(Stream(f"{where} (compressed; not disassembled)", [], False))
+                streams.append(Stream(f"{where} (compressed; not disassembled)", [], False,
+                                      **place))
                 continue
             data, base = _stream_bytes(path, info)
             rows = [
@@ -372,7 +417,8 @@ def _disassemble_fn(path: Path, scan: dict[str, Any]):
                       imported_name(r.opcode, r.argument), r.severity)
                 for r in disassemble(data, OPCODE_LIMIT + 1)
             ]
-            streams.append(Stream(where, rows[:OPCODE_LIMIT], len(rows) > OPCODE_LIMIT))
+            streams.append(Stream(where, rows[:OPCODE_LIMIT], len(rows) > OPCODE_LIMIT,
+                                  **place))
         return streams
 
     return run

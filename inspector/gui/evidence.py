@@ -1,0 +1,80 @@
+"""The Overview's evidence for a flagged file: each reconstructed call as pseudo-Python, linked
+to its opcode in the Pickle pane.
+
+A link is an `opcode:` URL carrying the pickle's zip member (absent for a bare pickle) and the
+opcode's offset, so the page needs no state to resolve a click.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote, unquote
+
+from PySide6.QtCore import QUrl
+
+from inspector.core.indicators import call_sites, import_label, location
+from inspector.core.termtext import html_escape
+from inspector.gui.explain import CALLS_CAPTION, OPCODE_LINK_TIP, SEVERITY_ADVICE
+from inspector.gui.verdict_style import verdict_style
+
+SCHEME = "opcode"
+
+
+def opcode_href(member: str | None, offset: int) -> str:
+    """The link to the opcode at `offset` of the pickle in `member` (None: not in a zip).
+
+    The member is percent-encoded whole, so the link needs no HTML escaping (Qt's HTML reader
+    keeps entities in attributes as written).
+    """
+    return f"{SCHEME}:{offset}" + ("" if member is None else f"#{quote(member, safe='')}")
+
+
+def opcode_target(url: QUrl) -> tuple[str | None, int] | None:
+    """(member, offset) of an `opcode:` link; None for any other URL."""
+    if url.scheme() != SCHEME or not url.path().isdigit():
+        return None
+    member = unquote(url.fragment(QUrl.ComponentFormattingOption.FullyEncoded))
+    return (member if url.hasFragment() else None), int(url.path())
+
+
+def linked_location(member: str | None, offset: int | None) -> str:
+    """'member x, offset 51' as HTML, a link to the opcode when the offset is known."""
+    text = html_escape(location(member, offset))
+    if offset is None:
+        return text
+    return (f"<a href='{opcode_href(member, offset)}' "
+            f"title='{OPCODE_LINK_TIP}'>{text}</a>")
+
+
+def call_html(text: str, member: str | None, offset: int | None) -> str:
+    """One call as wrapped monospace pseudo-Python; a link to its opcode where it is known."""
+    code = html_escape(text)
+    where = ""
+    if offset is not None:
+        code = (f"<a href='{opcode_href(member, offset)}' "
+                f"title='{OPCODE_LINK_TIP}'>{code}</a>")
+        # no break inside the comment: a wrapped call keeps its place on one line
+        where = "  #&nbsp;" + html_escape(location(member, offset)).replace(" ", "&nbsp;")
+    return f"<pre style='white-space:pre-wrap; margin:2px 0 6px 16px'>{code}{where}</pre>"
+
+
+def import_html(g: dict) -> str:
+    """A flagged global: severity, real name, why, the calls it would make, what to do."""
+    severity = str(g["severity"])
+    sites = call_sites(g)
+    calls = "".join(call_html(text, site.get("member"), site.get("offset"))
+                    for text, site in sites)
+    return (
+        f"<p><b style='color:{verdict_style(severity).colour}'>{severity.upper()}</b> "
+        f"<code>{html_escape(import_label(g))}</code> — imported {g.get('count', 1)}×"
+        + (f"<br>{html_escape(str(g['reason']))}" if g.get("reason") else "")
+        + (f"<br><i>{html_escape(CALLS_CAPTION)}</i>" if sites else "") + "</p>"
+        + calls
+        + f"<p><b>What to do:</b> {html_escape(SEVERITY_ADVICE[severity])}</p>"
+    )
+
+
+def finding_call_html(f: dict) -> str:
+    """The call a finding concerns, linked to its opcode; '' when it names none."""
+    if not f.get("call"):
+        return ""
+    return call_html(str(f["call"]), f.get("member"), f.get("offset"))
