@@ -24,6 +24,12 @@ from inspector.sandbox.stats import describe_object, layout_record, storage_grou
 transformers = pytest.importorskip("transformers")
 
 
+@pytest.fixture(autouse=True)
+def _seeded():
+    """Random initialisation, the same on every run."""
+    torch.manual_seed(0)
+
+
 def records(obj) -> tuple[list[dict], list[dict]]:
     """Tensor records and object leaves of a checkpoint, as the worker builds them."""
     tensors, objects = split_leaves(obj)
@@ -160,8 +166,9 @@ def test_through_the_jailed_inspect(tmp_path, capsys):
     model = transformers.GPT2LMHeadModel(cfg)
     path = tmp_path / "gpt2.pt"
     torch.save(model.state_dict(), path)
-    assert main(["inspect", str(path), "--json"]) == 0
+    main(["inspect", str(path), "--json"])
     result = json.loads(capsys.readouterr().out)
+    assert result["error"] is None  # loaded (the exit code also carries the scan's verdict)
     a = guess_architecture(result["tensors"])
     assert a.layers == {"decoder": 2} and a.hidden_size == 32 and a.tied_embeddings is True
     assert a.parameters == n_params(model) == result["unique_storage"]["numel"]
@@ -186,7 +193,7 @@ def test_a_model_optimizer_and_counter_are_enough_to_resume():
                            "grad_scaler": MISSING, "rng_state": MISSING}
     assert c.ready
     optimizer = next(i for i in c.items if i.code == "optimizer_state")
-    assert "tracking 4 parameter tensors; the model has 4" in optimizer.detail
+    assert "tracks all 4 parameter tensors of the model" in optimizer.detail
     json.dumps(c.to_json(), allow_nan=False)
 
 
@@ -203,6 +210,10 @@ def test_everything_a_resume_needs():
                    "lr_scheduler": sched.state_dict(), "scaler": scaler.state_dict(),
                    "epoch": 2, "global_step": 40, "rng_state": torch.get_rng_state()})
     assert set(statuses(c).values()) == {PRESENT} and c.ready
+    details = {i.code: i.detail for i in c.items}
+    assert details["lr_scheduler"] == "last_epoch 1"
+    assert details["grad_scaler"] == f"scale {scaler.state_dict()['scale']!r}"
+    assert details["rng_state"] == "rng_state" and details["progress"] == "epoch 2 · global_step 40"
 
 
 def test_optimizer_of_a_partly_frozen_model_is_a_mismatch():

@@ -19,6 +19,8 @@ from inspector.core.contents import Contents
 PRESENT, MISSING, MISMATCH = "present", "missing", "mismatch"
 _PARAM_ID = re.compile(r"^(.*)param_groups\.\d+\.params\.\d+$")
 _STATE_INDEX = re.compile(r"^state\.(\d+)\.")
+_LAST_EPOCH = re.compile(r"sched[^.]*(?:\.\d+)?\.last_epoch$")
+_SCALE = re.compile(r"(?:^|\.)(?:grad_)?scaler\.scale$")
 _RNG = re.compile(r"(?:^|\.)(?:[^.]*rng[^.]*|random_state|generator_state)(?:\.|$)", re.I)
 
 
@@ -63,6 +65,7 @@ def resume_checklist(contents: Contents, tensors: Iterable[dict[str, Any]],
     numel = sum(int(t.get("numel") or 0) for t in params)
     keys = [str(r.get("key") or "") for r in tensors + objects]
     progress = " · ".join(f"{k} {v}" for k, v in contents.progress.items())
+    rng = [k for k in keys if _RNG.search(k)]
     return ResumeChecklist([
         ResumeItem("model_weights", "Model weights", PRESENT if params else MISSING, True,
                    f"{len(params):,} parameter tensors, {numel:,} parameters" if params
@@ -70,16 +73,28 @@ def resume_checklist(contents: Contents, tensors: Iterable[dict[str, Any]],
         _optimizer_item(contents, tensors, objects, params),
         ResumeItem("progress", "Epoch / step", PRESENT if progress else MISSING, True,
                    progress or "no epoch or step counter: a resume would start counting at 0"),
-        ResumeItem("lr_scheduler", "LR scheduler", PRESENT if contents.has_scheduler else MISSING,
-                   False, "saved" if contents.has_scheduler
-                   else "not saved: a resumed schedule restarts (fine for a constant LR)"),
-        ResumeItem("grad_scaler", "AMP grad scaler", PRESENT if contents.has_scaler else MISSING,
-                   False, "saved" if contents.has_scaler
-                   else "not saved: needed only for float16 mixed precision"),
-        ResumeItem("rng_state", "RNG state", PRESENT if any(map(_RNG.search, keys)) else MISSING,
-                   False, "saved" if any(map(_RNG.search, keys))
-                   else "not saved: data order and dropout will differ from an unbroken run"),
+        _optional("lr_scheduler", "LR scheduler", contents.has_scheduler,
+                  _value(objects, _LAST_EPOCH, "last_epoch"),
+                  "a resumed schedule restarts from its first step (fine for a constant LR)"),
+        _optional("grad_scaler", "AMP grad scaler", contents.has_scaler,
+                  _value(objects, _SCALE, "scale"),
+                  "needed only for float16 mixed precision"),
+        _optional("rng_state", "RNG state", bool(rng),
+                  ", ".join(rng[:3]) + (" …" if rng[3:] else ""),
+                  "data order and dropout will differ from an unbroken run"),
     ])
+
+
+def _optional(code: str, label: str, present: bool, found: str, absent: str) -> ResumeItem:
+    """An item only some runs need: what was found, or what its absence means."""
+    return ResumeItem(code, label, PRESENT if present else MISSING, False,
+                      (found or "saved") if present else absent)
+
+
+def _value(objects: list[dict], pattern: re.Pattern[str], name: str) -> str:
+    """'name VALUE' from the first object whose key matches, '' if none does."""
+    found = next((o for o in objects if pattern.search(str(o.get("key") or ""))), None)
+    return f"{name} {found.get('repr')}" if found else ""
 
 
 def _optimizer_item(contents: Contents, tensors: list[dict], objects: list[dict],
@@ -87,7 +102,7 @@ def _optimizer_item(contents: Contents, tensors: list[dict], objects: list[dict]
     """Optimizer state, and whether it tracks as many parameters as the model has."""
     if not (contents.optimizer_state_tensors or contents.learning_rates):
         return ResumeItem("optimizer_state", "Optimizer state", MISSING, True,
-                          "not saved: a resume would restart the optimizer's moments from zero")
+                          "a resume would restart the optimizer's moments from zero")
     listed: dict[str, int] = {}
     for o in objects:
         match = _PARAM_ID.match(str(o.get("key") or ""))
@@ -108,13 +123,15 @@ def _optimizer_item(contents: Contents, tensors: list[dict], objects: list[dict]
         return ResumeItem("optimizer_state", "Optimizer state", PRESENT, True,
                           detail + "; which parameters it tracks is not saved")
     count, numel = sum(listed.values()), sum(int(t.get("numel") or 0) for t in params)
-    detail += f" tracking {count:,} parameter tensors; the model has {len(params):,}"
-    if largest:
-        detail += (f"; per-parameter state for {len(largest):,} of them "
-                   f"({sum(largest.values()):,} elements, the model {numel:,})")
-    matches = count == len(params) and (len(largest) != count or sum(largest.values()) == numel)
+    elements = sum(largest.values())
+    matches = count == len(params) and (len(largest) != count or elements == numel)
     if not matches:
-        detail += ": frozen parameters, or state saved for another model"
+        detail += (f" · tracks {count:,} parameter tensors ({elements:,} elements of state), "
+                   f"the model has {len(params):,} ({numel:,}): frozen parameters, or state "
+                   "saved for another model")
+    else:
+        detail += f" · tracks all {count:,} parameter tensors of the model · " + (
+            f"per-parameter state for {len(largest):,} ({elements:,} elements)" if largest
+            else "no per-parameter state (saved before the first step, or plain SGD)")
     return ResumeItem("optimizer_state", "Optimizer state", PRESENT if matches else MISMATCH,
                       True, detail)
-

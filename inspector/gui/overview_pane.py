@@ -34,6 +34,7 @@ from inspector.gui.explain import (
     health_explanation,
     verdict_explanation,
 )
+from inspector.gui.model_summary import ModelSummary
 from inspector.gui.verdict_style import (
     Style,
     badge_icon,
@@ -145,6 +146,7 @@ class OverviewPane(QWidget):
             ("weights_only", "weights_only=True"),
             ("state", "Status"),
             ("contents", "Contents"),
+            ("architecture", "Architecture"),
             ("training", "Training state"),
         ):
             value = QLabel("—")
@@ -169,6 +171,7 @@ class OverviewPane(QWidget):
                 form.addRow(label + ":", row)
             else:
                 form.addRow(label + ":", value)
+        self.model_summary = ModelSummary(form, self.fields["architecture"])
 
         self.findings = QTextBrowser()
         self.findings.setOpenExternalLinks(False)
@@ -205,6 +208,7 @@ class OverviewPane(QWidget):
             self.decision.hide()
             for value in self.fields.values():
                 value.setText("—")
+            self.model_summary.show(None, [], [])
             self.findings.clear()
             return
         scan = doc.scan or {}
@@ -244,6 +248,7 @@ class OverviewPane(QWidget):
         contents = summarize(doc.tensors, doc.objects, (doc.inspect or {}).get("unique_storage"))
         self.fields["contents"].setText(contents_text(contents) if doc.tensors else "—")
         self.fields["training"].setText(training_summary(contents) or "—")
+        self.model_summary.show(contents, doc.tensors, doc.objects)
         self.findings.setHtml(_findings_html(doc))
 
     def _banner_detail(self, doc: FileDocument) -> str:

@@ -1,0 +1,103 @@
+"""The Overview says what a checkpoint is: the architecture guessed from its keys and, for a
+training checkpoint, whether it holds what a resume needs (screenshots in tests/artifacts/gui/).
+
+The checkpoints are built by a child Python (the GUI test process never imports torch), from a
+transformers config made here, never downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gui_support import TESTS, wait_loaded
+from PySide6.QtWidgets import QApplication
+
+from inspector.gui import app as appmod
+
+pytest_plugins = ("gui_fixtures",)  # fixtures: window
+
+pytest.importorskip("transformers")
+
+_BUILD = r"""
+import json, sys
+from pathlib import Path
+import torch, transformers
+sys.path.insert(0, sys.argv[1])
+import factories
+
+out = Path(sys.argv[2])
+torch.manual_seed(0)
+cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=3,
+                               num_attention_heads=4, num_key_value_heads=2, vocab_size=100)
+model = transformers.LlamaForCausalLM(cfg)
+torch.save(model.state_dict(), out / "llama.pt")
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+model(torch.tensor([[1, 2, 3]])).logits.sum().backward()
+opt.step()
+torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": 2,
+            "step": 300}, out / "llama-train.pt")
+json.dump({"layers": cfg.num_hidden_layers, "hidden": cfg.hidden_size,
+           "vocab": cfg.vocab_size, "params": sum(p.numel() for p in model.parameters())},
+          open(out / "config.json", "w"))
+"""
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory) -> tuple[Path, dict]:
+    folder = tmp_path_factory.mktemp("gui-arch")
+    subprocess.run([sys.executable, "-c", _BUILD, str(TESTS), str(folder)], check=True,
+                   timeout=600)
+    return folder, json.loads((folder / "config.json").read_text())
+
+
+def test_overview_names_the_architecture(window, qtbot, llama):
+    folder, cfg = llama
+    (doc,) = window.open_paths([folder / "llama.pt"])
+    wait_loaded(qtbot, doc)
+    text = window.overview.fields["architecture"].text()
+    assert text.startswith("Llama-style decoder")
+    assert f"{cfg['layers']} decoder layers" in text
+    assert f"hidden size {cfg['hidden']}" in text and f"vocabulary {cfg['vocab']}" in text
+    assert f"{cfg['params']:,} parameters" in text
+    assert not window.overview.model_summary.resume.isVisible()  # weights alone: no checklist
+
+
+def test_training_checkpoint_shows_the_resume_checklist(window, qtbot, llama, artifacts):
+    folder, cfg = llama
+    (weights, doc) = window.open_paths([folder / "llama.pt", folder / "llama-train.pt"])
+    wait_loaded(qtbot, weights)
+    wait_loaded(qtbot, doc)
+    window.file_list.setCurrentRow(1)
+    overview = window.overview
+    qtbot.waitUntil(lambda: overview.doc is doc)
+    resume = overview.model_summary.resume
+    assert resume.isVisible()
+    rows = resume.accessibleDescription().splitlines()
+    assert rows[0].startswith("Ready to resume")
+    assert any(r.startswith("Optimizer state: saved — 1 parameter group · tracks all")
+               for r in rows)
+    assert "Epoch / step: saved — epoch 2 · step 300" in rows
+    assert any(r.startswith("LR scheduler (optional): not saved") for r in rows)
+    assert "✓ saved" in resume.text() and "not saved" in resume.text()
+    # the optimizer's state is training state, not part of the architecture's parameters
+    assert f"{cfg['params']:,} parameters" in overview.fields["architecture"].text()
+    shots = artifacts / "gui"
+    shots.mkdir(exist_ok=True)
+    window.resize(1280, 720)
+    rendered = {}
+    try:
+        for theme in ("light", "dark"):
+            appmod.set_theme(theme)
+            QApplication.processEvents()
+            qtbot.wait(100)
+            rendered[theme] = resume.text()
+            assert window.grab().save(str(shots / f"overview-resume-{theme}-1280x720.png"))
+    finally:
+        appmod.set_theme("system")
+    # the row colours follow the palette; the words do not change
+    assert rendered["light"] != rendered["dark"]
+    assert resume.accessibleDescription().splitlines() == rows
