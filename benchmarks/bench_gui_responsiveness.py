@@ -6,7 +6,14 @@ at once, with a 10 ms UI timer ticking. Two measures per gap between ticks: the 
 spent in it (the app's own work). Target: no wait over 100 ms. The baseline is the same
 timer in an idle window of the same process, which shows what the machine alone costs.
 
-    QT_QPA_PLATFORM=offscreen .venv/bin/python benchmarks/bench_gui_responsiveness.py [--repeats 3]
+It also times a 4 KB checkpoint (the built-in benign sample) from `open_paths` to complete
+statistics (loaded, hashed, every tensor's statistics in), opened one copy after another in
+one GUI process with cold workers and in one with the warm fork server (issue 17; target
+under 300 ms warm): the median of --drop-repeats opens each; the first open of each process
+(which also builds the panes) is reported on its own.
+
+    QT_QPA_PLATFORM=offscreen .venv/bin/python benchmarks/bench_gui_responsiveness.py \
+        [--repeats 3] [--drop-repeats 5] [--drop-only]
 """
 
 from __future__ import annotations
@@ -29,12 +36,14 @@ from PySide6.QtCore import QElapsedTimer, QTimer
 from inspector.gui.app import create_application
 from inspector.gui.main_window import MainWindow
 
+config = json.loads(sys.argv[1])  # {"batches": [[path, ...], ...], "warm": bool}
 app = create_application([])
-window = MainWindow()
+window = MainWindow(warm_worker=config["warm"])
 window.resize(1280, 720)
 window.show()
-files = sys.argv[1:]
+batches = list(config["batches"])
 clock, gaps, cpu = QElapsedTimer(), [], [time.thread_time()]
+idle, batch_ms, docs = [], [], []
 
 def tick():
     now = time.thread_time()
@@ -45,27 +54,47 @@ timer = QTimer()
 timer.setInterval(10)
 timer.timeout.connect(tick)
 
+def complete(d):
+    return d.state in ("loaded", "load_failed", "error") and d.sha256
+
+def open_next():
+    # Each batch opens once the previous one has complete statistics.
+    started = time.perf_counter()
+    batch = window.open_paths(batches.pop(0))
+    docs.extend(batch)
+    done = []
+
+    def check():
+        if not done and all(complete(d) for d in batch):
+            done.append(True)
+            batch_ms.append((time.perf_counter() - started) * 1000)
+            QTimer.singleShot(0, open_next if batches else finish)
+
+    for d in batch:
+        d.changed.connect(check)
+    check()
+
+def finish():
+    timer.stop()
+    print(json.dumps({"idle": idle, "load": gaps, "batch_ms": batch_ms,
+                      "workers": [(d.inspect or {}).get("timing", {}).get("worker")
+                                  for d in docs],
+                      "torch": "torch" in sys.modules, "states": [d.state for d in docs]}))
+    app.quit()
+
 def idle_done():
     global gaps
-    idle = gaps
+    idle.extend(gaps)
     gaps = []
-    docs = window.open_paths(files)
-
-    def poll():
-        if all(d.state in ("loaded", "load_failed", "error") and d.sha256 for d in docs):
-            timer.stop()
-            print(json.dumps({"idle": idle, "load": gaps,
-                              "torch": "torch" in sys.modules,
-                              "states": [d.state for d in docs]}))
-            app.quit()
-        else:
-            QTimer.singleShot(20, poll)
-
-    poll()
+    open_next()
 
 clock.start()
 timer.start()
-QTimer.singleShot(1000, idle_done)
+if config["warm"]:
+    window.warm.ready.connect(lambda: QTimer.singleShot(1000, idle_done))
+    window.warm.unavailable.connect(lambda why: (print(why, file=sys.stderr), app.exit(1)))
+else:
+    QTimer.singleShot(1000, idle_done)
 app.exec()
 """
 
@@ -84,11 +113,13 @@ def build_files(folder: Path, count: int) -> list[Path]:
     return out
 
 
-def run(files: list[Path]) -> dict:
-    """One GUI process opening `files` at once; its measurements."""
+def run(batches: list[list[Path]], warm: bool = False) -> dict:
+    """One GUI process opening each batch of files at once, after the previous batch has
+    complete statistics (with the warm fork server ready first when `warm`)."""
     env = {**os.environ, "QT_QPA_PLATFORM": os.environ.get("QT_QPA_PLATFORM", "offscreen"),
            "XDG_CACHE_HOME": tempfile.mkdtemp(prefix="bench-gui-cache-")}
-    done = subprocess.run([PY, "-c", CHILD, *map(str, files)], capture_output=True, text=True,
+    config = {"batches": [[str(f) for f in batch] for batch in batches], "warm": warm}
+    done = subprocess.run([PY, "-c", CHILD, json.dumps(config)], capture_output=True, text=True,
                           env=env, timeout=900, check=True)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     if result["torch"]:
@@ -100,8 +131,14 @@ def main() -> None:
     """Run the benchmark and print medians of the worst waits."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--drop-repeats", type=int, default=5)
+    parser.add_argument("--drop-only", action="store_true",
+                        help="only the 4 KB open-to-statistics timing (no 256 MiB files)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-gui-resp-"))
+    drop_latency(work, args.drop_repeats)
+    if args.drop_only:
+        return
     files = build_files(work, 3)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print("| files | worst wait (median) | worst UI-thread work | idle worst wait | ticks |")
@@ -109,7 +146,7 @@ def main() -> None:
     for count in (1, 3):
         worst_wall, worst_cpu, idle_wall, ticks = [], [], [], []
         for _ in range(args.repeats):
-            r = run(files[:count])
+            r = run([files[:count]])
             worst_wall.append(max(w for w, _ in r["load"]))
             worst_cpu.append(max(c for _, c in r["load"]))
             idle_wall.append(max(w for w, _ in r["idle"]))
@@ -118,6 +155,28 @@ def main() -> None:
               f"(runs {worst_wall}) | {statistics.median(worst_cpu):.0f} ms | "
               f"{statistics.median(idle_wall):.0f} ms | {int(statistics.median(ticks))} |")
     print("target: worst wait ≤ 100 ms")
+
+
+def drop_latency(work: Path, repeats: int) -> None:
+    """Open a 4 KB checkpoint `repeats` + 1 times, cold and warm; print medians and the ratio."""
+    from inspector.core.samples import write_samples
+
+    copies = [write_samples(work / f"sample-{i}").benign for i in range(repeats + 1)]
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"| 4 KB checkpoint, open_paths to complete statistics | first open | median of "
+          f"next {repeats} | runs (ms) | workers |")
+    print("|---|---|---|---|---|")
+    medians = {}
+    for label, warm in (("cold worker", False), ("warm fork server", True)):
+        r = run([[c] for c in copies], warm=warm)
+        if r["states"] != ["loaded"] * len(copies):
+            raise SystemExit(f"{label}: {r['states']}")
+        first, rest = r["batch_ms"][0], r["batch_ms"][1:]
+        medians[label] = statistics.median(rest)
+        print(f"| {label} | {first:.0f} ms | {medians[label]:.0f} ms | "
+              f"{[round(ms) for ms in rest]} | {sorted(set(r['workers']))} |")
+    print(f"cold / warm: {medians['cold worker'] / medians['warm fork server']:.1f}x; "
+          "target: warm under 300 ms")
 
 
 if __name__ == "__main__":
