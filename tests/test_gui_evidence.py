@@ -175,6 +175,16 @@ def test_opcode_links_carry_any_member_name():
     assert opcode_target(QUrl("opcode:-3")) is None
 
 
+def link_colours(browser: QTextBrowser) -> set[str]:
+    """The colours the page paints its links in."""
+    cursor = QTextCursor(browser.document())
+    colours = set()
+    for _, _, position in anchors(browser):
+        cursor.setPosition(position + 1)
+        colours.add(cursor.charFormat().foreground().color().name())
+    return colours
+
+
 def test_screenshots_of_the_evidence_light_and_dark(window, qtbot, tmp_path, canary, artifacts):
     shots = artifacts / "gui"
     shots.mkdir(exist_ok=True)
@@ -183,12 +193,24 @@ def test_screenshots_of_the_evidence_light_and_dark(window, qtbot, tmp_path, can
     open_blocked(window, qtbot, factories.mal_posix_system(tmp_path / "model.bin", canary))
     try:
         for theme in ("light", "dark"):
+            # switched while the page is shown: its links take the new palette's colour
             appmod.set_theme(theme)
-            for doc in window.docs:
+            QApplication.processEvents()
+            link = QApplication.palette().link().color().name()
+            assert link_colours(window.overview.findings) == {link}
+            for doc in reversed(window.docs):
                 window.file_list.setCurrentRow(window.docs.index(doc))
                 QApplication.processEvents()
                 qtbot.wait(150)
+                assert link_colours(window.overview.findings) == {link}
                 name = f"overview-evidence-{doc.path.stem}-{theme}-1280x720.png"
                 assert window.grab().save(str(shots / name))
+            (site,) = doc.scan["globals"][0]["call_sites"]  # the call of the file shown last
+            window.show_opcode(site["member"], site["offset"])
+            qtbot.waitUntil(lambda: window.pickle.op_view.currentIndex().isValid(),
+                            timeout=30_000)
+            qtbot.wait(150)
+            assert window.grab().save(str(shots / f"pickle-evidence-{theme}-1280x720.png"))
+            window.tabs.setCurrentWidget(window.overview)
     finally:
         appmod.set_theme("system")

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from urllib.parse import quote, unquote
 
-from PySide6.QtCore import QUrl
+from PySide6.QtCore import QEvent, QUrl, Signal
+from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from inspector.core.indicators import call_sites, import_label, location
 from inspector.core.termtext import html_escape
@@ -78,3 +79,40 @@ def finding_call_html(f: dict) -> str:
     if not f.get("call"):
         return ""
     return call_html(str(f["call"]), f.get("member"), f.get("offset"))
+
+
+class EvidenceBrowser(QTextBrowser):
+    """The Overview's findings page: a click on an `opcode:` link emits `opcode_requested`
+    (the page stays), and a theme switch re-reads the page, since Qt colours links from the
+    palette only when it reads the HTML."""
+
+    opcode_requested = Signal(object, int)  # zip member (None outside a zip), opcode offset
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._page = ""
+        self.setOpenLinks(False)
+        self.anchorClicked.connect(self._clicked)
+
+    def setHtml(self, text: str) -> None:
+        """Show `text`, kept to re-read on a theme switch."""
+        self._page = text
+        super().setHtml(text)
+
+    def clear(self) -> None:
+        """Show nothing."""
+        self._page = ""
+        super().clear()
+
+    def changeEvent(self, event: QEvent) -> None:
+        """Re-read the page in the new palette's link colour, at the same scroll position."""
+        if event.type() == QEvent.Type.PaletteChange and self._page:
+            scroll = self.verticalScrollBar().value()
+            super().setHtml(self._page)
+            self.verticalScrollBar().setValue(scroll)
+        super().changeEvent(event)
+
+    def _clicked(self, url: QUrl) -> None:
+        target = opcode_target(url)
+        if target is not None:
+            self.opcode_requested.emit(*target)

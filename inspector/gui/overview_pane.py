@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFont, QGuiApplication
 from PySide6.QtWidgets import (
     QFormLayout,
@@ -14,7 +14,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QPushButton,
-    QTextBrowser,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -24,7 +23,12 @@ from inspector.core.contents import Contents, summarize, training_summary
 from inspector.core.indicators import FLAGGED, import_label, indicators_text
 from inspector.core.integrity import integrity_findings
 from inspector.gui.document import STATE_WORDS, FileDocument
-from inspector.gui.evidence import finding_call_html, import_html, linked_location, opcode_target
+from inspector.gui.evidence import (
+    EvidenceBrowser,
+    finding_call_html,
+    import_html,
+    linked_location,
+)
 from inspector.gui.explain import (
     INDICATORS_DISABLED_TIP,
     INDICATORS_TIP,
@@ -173,10 +177,9 @@ class OverviewPane(QWidget):
                 form.addRow(label + ":", value)
         self.model_summary = ModelSummary(form, self.fields["architecture"])
 
-        self.findings = QTextBrowser()
+        self.findings = EvidenceBrowser()
         self.findings.setOpenExternalLinks(False)
-        self.findings.setOpenLinks(False)  # a link names an opcode; the page stays
-        self.findings.anchorClicked.connect(self._anchor_clicked)
+        self.findings.opcode_requested.connect(self.opcode_requested)
         self.findings.setAccessibleName("Findings and advice")
 
         layout = QVBoxLayout(self)
@@ -283,11 +286,6 @@ class OverviewPane(QWidget):
         if doc is not None:
             QGuiApplication.clipboard().setText(
                 indicators_text(doc.scan, name=doc.name, size=doc.size, sha256=doc.sha256))
-
-    def _anchor_clicked(self, url: QUrl) -> None:
-        target = opcode_target(url)
-        if target is not None:
-            self.opcode_requested.emit(*target)
 
     def _allow(self) -> None:
         if self.doc is not None:
