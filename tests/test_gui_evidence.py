@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QApplication, QTextBrowser
 from inspector.core.indicators import import_label, indicators_text
 from inspector.gui import app as appmod
 from inspector.gui.evidence import opcode_href, opcode_target
+from inspector.gui.explain import SEVERITY_ADVICE, SUSPICIOUS_IN_DANGEROUS_ADVICE
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window, worker_requests
 
@@ -90,8 +91,12 @@ def test_a_call_link_opens_the_pickle_pane_at_its_opcode(window, qtbot, tmp_path
     links = [a for a in anchors(window.overview.findings) if a[1] == g["calls"][0]]
     assert links, anchors(window.overview.findings)
     assert opcode_target(QUrl(links[0][0])) == (None, site["offset"])
+    # asked while the pane disassembles (its job ends on this thread, so it is still running)
+    window.pickle.set_document(doc)
+    assert window.pickle._job.running
     click_link(qtbot, window.overview.findings, links[0][2])
     assert window.tabs.currentWidget() is window.pickle
+    assert window.pickle.op_status.text().startswith("Disassembling…")
     qtbot.waitUntil(lambda: window.pickle.op_view.currentIndex().isValid(), timeout=30_000)
     assert selected_offset(window) == site["offset"]
     row = window.pickle.op_model.rows[window.pickle.op_view.currentIndex().row()]
@@ -108,6 +113,8 @@ def test_a_finding_link_in_a_zip_member_selects_its_opcode(window, qtbot, tmp_pa
     assert "open(" in finding["call"] and finding["offset"] is not None
     page = window.overview.findings.toPlainText()
     assert finding["call"] in page
+    assert SUSPICIOUS_IN_DANGEROUS_ADVICE in page  # never "allow it" in a dangerous file
+    assert SEVERITY_ADVICE["suspicious"] not in page
     # the finding's location and its call both link to the opcode
     targets = [opcode_target(QUrl(href)) for href, _, _ in anchors(window.overview.findings)]
     assert targets.count((None, finding["offset"])) >= 2

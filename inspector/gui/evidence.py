@@ -14,7 +14,12 @@ from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from inspector.core.indicators import call_sites, import_label, location
 from inspector.core.termtext import html_escape
-from inspector.gui.explain import CALLS_CAPTION, OPCODE_LINK_TIP, SEVERITY_ADVICE
+from inspector.gui.explain import (
+    CALLS_CAPTION,
+    OPCODE_LINK_TIP,
+    SEVERITY_ADVICE,
+    SUSPICIOUS_IN_DANGEROUS_ADVICE,
+)
 from inspector.gui.verdict_style import verdict_style
 
 SCHEME = "opcode"
@@ -58,9 +63,12 @@ def call_html(text: str, member: str | None, offset: int | None) -> str:
     return f"<pre style='white-space:pre-wrap; margin:2px 0 6px 16px'>{code}{where}</pre>"
 
 
-def import_html(g: dict) -> str:
-    """A flagged global: severity, real name, why, the calls it would make, what to do."""
+def import_html(g: dict, verdict: str | None = None) -> str:
+    """A flagged global: severity, real name, why, the calls it would make, what to do (in a
+    file whose `verdict` is dangerous, never to allow it)."""
     severity = str(g["severity"])
+    advice = (SUSPICIOUS_IN_DANGEROUS_ADVICE if verdict == "dangerous" and severity != verdict
+              else SEVERITY_ADVICE[severity])
     sites = call_sites(g)
     calls = "".join(call_html(text, site.get("member"), site.get("offset"))
                     for text, site in sites)
@@ -70,7 +78,7 @@ def import_html(g: dict) -> str:
         + (f"<br>{html_escape(str(g['reason']))}" if g.get("reason") else "")
         + (f"<br><i>{html_escape(CALLS_CAPTION)}</i>" if sites else "") + "</p>"
         + calls
-        + f"<p><b>What to do:</b> {html_escape(SEVERITY_ADVICE[severity])}</p>"
+        + f"<p><b>What to do:</b> {html_escape(advice)}</p>"
     )
 
 

@@ -143,6 +143,10 @@ INDICATORS_TIP = ("Copy a plain-text block for a security ticket: file name, siz
                   "verdict, flagged imports and the calls they would make")
 INDICATORS_DISABLED_TIP = "Only a dangerous or suspicious file has indicators to copy"
 
+# a suspicious import in a file that is dangerous for another reason (code in its arguments)
+SUSPICIOUS_IN_DANGEROUS_ADVICE = ("Do not allow it: the file is dangerous (see the findings), "
+                                  "so it must not be loaded at all.")
+
 SEVERITY_ADVICE = {
     "dangerous": "Do not load the file; get it again from its source.",
     "suspicious": "Load only with the named globals allowed, if you trust the source.",

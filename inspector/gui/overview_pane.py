@@ -368,7 +368,7 @@ def _findings_html(doc: FileDocument) -> str:
                                                                               "suspicious")]
     if flagged:
         parts.append(f"<h3>Offending imports ({len(flagged)})</h3>")
-    parts.extend(import_html(g) for g in flagged)
+    parts.extend(import_html(g, verdict) for g in flagged)
     findings = scan.get("findings") or []
     if findings:
         parts.append(f"<h3>Findings ({len(findings)})</h3>")
