@@ -17,7 +17,7 @@ from factories import save_training_checkpoint, small_state_dict, training_check
 from inspector.cli import main
 from inspector.core.architecture import UNKNOWN, guess_architecture
 from inspector.core.contents import summarize
-from inspector.core.resume import MISMATCH, MISSING, PRESENT, resume_checklist
+from inspector.core.resume import MISMATCH, MISSING, PRESENT, headline, resume_checklist
 from inspector.sandbox.load import split_leaves
 from inspector.sandbox.stats import describe_object, layout_record, storage_groups
 
@@ -172,6 +172,7 @@ def test_through_the_jailed_inspect(tmp_path, capsys):
     a = guess_architecture(result["tensors"])
     assert a.layers == {"decoder": 2} and a.hidden_size == 32 and a.tied_embeddings is True
     assert a.parameters == n_params(model) == result["unique_storage"]["numel"]
+    assert result["architecture"] == a.to_json() and result["resume"] is None
 
 
 # ---- resume readiness ----------------------------------------------------------------------
@@ -224,6 +225,9 @@ def test_optimizer_of_a_partly_frozen_model_is_a_mismatch():
     opt.step()
     c = checklist({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": 7})
     assert statuses(c)["optimizer_state"] == MISMATCH and not c.ready
+    assert headline(c) == "Not ready to resume: optimizer state does not match the model"
+    assert "tracks 2 parameter tensors (18 elements of state), the model has 4 (58)" in next(
+        i.detail for i in c.items if i.code == "optimizer_state")
 
 
 def test_weights_alone_cannot_resume():
@@ -237,3 +241,9 @@ def test_checklist_from_the_jailed_inspect(tmp_path, capsys):
     r = json.loads(capsys.readouterr().out)
     c = resume_checklist(summarize(r["tensors"], r["objects"]), r["tensors"], r["objects"])
     assert c.ready and statuses(c)["progress"] == PRESENT
+    assert r["resume"] == c.to_json()
+    main(["inspect", str(path)])
+    out = capsys.readouterr().out
+    assert "resume:   Ready to resume" in out
+    assert "  Epoch / step: saved — epoch 3 · step 1200" in out
+    assert "  RNG state (optional): not saved — " in out

@@ -13,10 +13,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from inspector.core.architecture import model_weights, unique_weights
-from inspector.core.contents import Contents
+from inspector.core.architecture import guess_architecture, model_weights, unique_weights
+from inspector.core.contents import Contents, summarize
 
 PRESENT, MISSING, MISMATCH = "present", "missing", "mismatch"
+_WORDS = {PRESENT: "saved", MISMATCH: "does not match the model", MISSING: "missing"}
 _PARAM_ID = re.compile(r"^(.*)param_groups\.\d+\.params\.\d+$")
 _STATE_INDEX = re.compile(r"^state\.(\d+)\.")
 _LAST_EPOCH = re.compile(r"sched[^.]*(?:\.\d+)?\.last_epoch$")
@@ -135,3 +136,41 @@ def _optimizer_item(contents: Contents, tensors: list[dict], objects: list[dict]
             else "no per-parameter state (saved before the first step, or plain SGD)")
     return ResumeItem("optimizer_state", "Optimizer state", PRESENT if matches else MISMATCH,
                       True, detail)
+
+
+def headline(checklist: ResumeChecklist) -> str:
+    """'Ready to resume' or what stops it, in words."""
+    if checklist.ready:
+        return "Ready to resume: weights, optimizer state and progress are saved"
+    return "Not ready to resume: " + ", ".join(
+        f"{i.label.lower()} {status_word(i)}" for i in checklist.items
+        if i.required and i.status != PRESENT)
+
+
+def item_label(item: ResumeItem) -> str:
+    """The item's name, marked (optional) where a run may do without it."""
+    return item.label + ("" if item.required else " (optional)")
+
+
+def alarming(item: ResumeItem) -> bool:
+    """An optional item that is not saved is information, not a fault: no alarm colour."""
+    return item.required or item.status != MISSING
+
+
+def status_word(item: ResumeItem) -> str:
+    """saved, missing, does not match the model, or (optional items) not saved."""
+    return _WORDS[item.status] if alarming(item) else "not saved"
+
+
+def resume_text(checklist: ResumeChecklist) -> str:
+    """The checklist as plain text, one row per line (for screen readers and copying)."""
+    return "\n".join([headline(checklist)] + [f"{item_label(i)}: {status_word(i)} — {i.detail}"
+                                               for i in checklist.items])
+
+
+def model_facts(tensors: list[dict[str, Any]], objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The inspect contract's `architecture` and `resume` (null for weights alone)."""
+    contents = summarize(tensors, objects)
+    return {"architecture": guess_architecture(tensors).to_json() if tensors else None,
+            "resume": resume_checklist(contents, tensors, objects).to_json()
+            if tensors and contents.is_training_checkpoint else None}

@@ -21,13 +21,16 @@ from inspector.core.resume import (
     MISSING,
     PRESENT,
     ResumeChecklist,
-    ResumeItem,
+    alarming,
+    headline,
+    item_label,
     resume_checklist,
+    resume_text,
+    status_word,
 )
 from inspector.gui.chart_style import role_colour
 
 _MARKS = {PRESENT: ("✓", "good"), MISMATCH: ("⚠", "warn"), MISSING: ("✗", "bad")}
-_WORDS = {PRESENT: "saved", MISMATCH: "does not match the model", MISSING: "missing"}
 
 
 class ArchitectureCache:
@@ -80,43 +83,15 @@ class ResumeView(QLabel):
         self.setAccessibleDescription(resume_text(self.checklist))
 
 
-def headline(checklist: ResumeChecklist) -> str:
-    """'Ready to resume' or what stops it, in words."""
-    if checklist.ready:
-        return "Ready to resume: weights, optimizer state and progress are saved"
-    blocking = [i.label.lower() for i in checklist.items if i.required and i.status != PRESENT]
-    return "Not ready to resume: " + ", ".join(blocking) + " " + (
-        "is" if len(blocking) == 1 else "are") + " missing or do not match"
-
-
-def _label(item: ResumeItem) -> str:
-    return item.label + ("" if item.required else " (optional)")
-
-
-def _alarming(item: ResumeItem) -> bool:
-    """An optional item that is not saved is information, not a fault: no alarm colour."""
-    return item.required or item.status != MISSING
-
-
-def _word(item: ResumeItem) -> str:
-    return _WORDS[item.status] if _alarming(item) else "not saved"
-
-
-def resume_text(checklist: ResumeChecklist) -> str:
-    """The checklist as plain text, one row per line (for screen readers and copying)."""
-    return "\n".join([headline(checklist)] + [f"{_label(i)}: {_word(i)} — {i.detail}"
-                                               for i in checklist.items])
-
-
 def resume_html(checklist: ResumeChecklist, palette: QPalette) -> str:
     """The checklist as rich text: each row's mark and status coloured by meaning, in words."""
     rows = []
     for i in checklist.items:
-        glyph, role = _MARKS[i.status] if _alarming(i) else ("–", "")
-        mark = html.escape(f"{glyph} {_word(i)}")
-        if _alarming(i):
+        glyph, role = _MARKS[i.status] if alarming(i) else ("–", "")
+        mark = html.escape(f"{glyph} {status_word(i)}")
+        if alarming(i):
             mark = f"<span style='color:{role_colour(role, palette).name()}'>{mark}</span>"
-        rows.append(f"<tr><td>{html.escape(_label(i))}&nbsp;&nbsp;</td>"
+        rows.append(f"<tr><td>{html.escape(item_label(i))}&nbsp;&nbsp;</td>"
                     f"<td><b>{mark}</b>&nbsp;&nbsp;</td><td>{html.escape(i.detail)}</td></tr>")
     return f"<b>{html.escape(headline(checklist))}</b><table>{''.join(rows)}</table>"
 

@@ -37,6 +37,7 @@ from inspector.core.atomic import OutputExistsError, atomic_write, write_text_at
 from inspector.core.errors import CodedError
 from inspector.core.hashing import sha256_file
 from inspector.core.progress import Cancelled, CancelToken
+from inspector.core.resume import model_facts
 from inspector.sandbox.forkclient import ForkedWorker, ForkServer, ForkServerError
 from inspector.sandbox.jail import LEVELS, default_max_threads
 
@@ -498,7 +499,8 @@ def inspect_file(
     report: dict = {"path": str(target), "size": size, "sha256": None, "format": None,
                     "scan": None, "sandbox": None, "digest_algorithm": DIGEST_ALGORITHM,
                     "tensors": [], "objects": [], "error": None, "allowed_globals": allow,
-                    "health": None, "unique_storage": None}
+                    "health": None, "unique_storage": None, "architecture": None,
+                    "resume": None}
     hasher = _FileHash(target, cancel)
 
     def admit() -> dict:
@@ -516,6 +518,7 @@ def inspect_file(
                       objects=result["objects"], timing=result["timing"],
                       digest_algorithm=result.get("digest_algorithm", DIGEST_ALGORITHM),
                       health=result.get("health"), unique_storage=result.get("unique_storage"))
+        report.update(model_facts(report["tensors"], report["objects"]))
     except SandboxError as exc:
         report["error"] = exc.to_json()
         report["sandbox"] = exc.sandbox
