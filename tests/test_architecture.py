@@ -15,9 +15,16 @@ import torch
 from factories import save_training_checkpoint, small_state_dict, training_checkpoint
 
 from inspector.cli import main
-from inspector.core.architecture import UNKNOWN, guess_architecture
+from inspector.core.architecture import UNKNOWN, Architecture, guess_architecture
 from inspector.core.contents import summarize
-from inspector.core.resume import MISMATCH, MISSING, PRESENT, headline, resume_checklist
+from inspector.core.resume import (
+    MISMATCH,
+    MISSING,
+    PRESENT,
+    ResumeChecklist,
+    headline,
+    resume_checklist,
+)
 from inspector.sandbox.load import split_leaves
 from inspector.sandbox.stats import describe_object, layout_record, storage_groups
 
@@ -196,6 +203,13 @@ def test_a_model_optimizer_and_counter_are_enough_to_resume():
     optimizer = next(i for i in c.items if i.code == "optimizer_state")
     assert "tracks all 4 parameter tensors of the model" in optimizer.detail
     json.dumps(c.to_json(), allow_nan=False)
+    assert ResumeChecklist.from_json(c.to_json() | {"later": 1}) == c
+
+
+def test_json_round_trips_and_ignores_keys_a_later_version_adds():
+    _, model = llama(tie_word_embeddings=True)
+    a = guess(model.state_dict())
+    assert Architecture.from_json(a.to_json() | {"later": 1}) == a
 
 
 def test_everything_a_resume_needs():

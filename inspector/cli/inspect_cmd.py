@@ -31,7 +31,7 @@ from inspector.cli.common import add_loader_arguments, error_exit, sandbox_line
 from inspector.core import integrity, strict_json
 from inspector.core.architecture import Architecture
 from inspector.core.contents import summarize, training_summary
-from inspector.core.resume import ResumeChecklist, ResumeItem, resume_text
+from inspector.core.resume import ResumeChecklist, resume_text
 from inspector.core.termtext import escape
 from inspector.core.verdict import exit_code
 
@@ -120,9 +120,9 @@ def _model_lines(report: dict) -> list[str]:
     """The architecture guess and, for a training checkpoint, the resume checklist."""
     lines = []
     if report.get("architecture"):
-        lines.append(f"architecture: {Architecture(**report['architecture']).summary()}")
+        lines.append(f"architecture: {Architecture.from_json(report['architecture']).summary()}")
     if report.get("resume"):
-        checklist = ResumeChecklist([ResumeItem(**i) for i in report["resume"]["items"]])
+        checklist = ResumeChecklist.from_json(report["resume"])
         first, *rows = resume_text(checklist).splitlines()
         lines.append(f"resume:   {first}")
         lines.extend(f"  {row}" for row in rows)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from inspector.core.health import is_state_key
@@ -46,6 +46,11 @@ class Architecture:
     notes: list[str] = field(default_factory=list)
     evidence: str = ""
     """The key that named the family."""
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Architecture:
+        """Back from `to_json()`'s dict; keys a later version adds are ignored."""
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
     def to_json(self) -> dict[str, Any]:
         """The `architecture` contract: every field, None as null."""

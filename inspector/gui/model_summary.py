@@ -1,6 +1,8 @@
 """The Overview's answer to "what is this?": the architecture guess in one line and, for a
 training checkpoint, the resume-readiness checklist, one row per item in words.
 
+Both come from the inspect result (`architecture`, `resume`), which the client computes on the
+job's thread, so a checkpoint of thousands of tensors costs the UI thread nothing here.
 Colours come from `chart_style` for the current palette and are re-picked on a palette change;
 every row says its status in words too, so colour is never the only signal.
 """
@@ -14,8 +16,7 @@ from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QFormLayout, QLabel, QWidget
 
-from inspector.core.architecture import Architecture, guess_architecture
-from inspector.core.contents import Contents
+from inspector.core.architecture import Architecture
 from inspector.core.resume import (
     MISMATCH,
     MISSING,
@@ -24,29 +25,12 @@ from inspector.core.resume import (
     alarming,
     headline,
     item_label,
-    resume_checklist,
     resume_text,
     status_word,
 )
 from inspector.gui.chart_style import role_colour
 
 _MARKS = {PRESENT: ("✓", "good"), MISMATCH: ("⚠", "warn"), MISSING: ("✗", "bad")}
-
-
-class ArchitectureCache:
-    """The guess for one tensor list, made again only when the list changes (a refresh
-    follows every document change, and a large checkpoint has thousands of keys)."""
-
-    def __init__(self) -> None:
-        self._key: tuple[int, int] | None = None
-        self._value: Architecture | None = None
-
-    def get(self, tensors: list[dict[str, Any]]) -> Architecture:
-        """The architecture guessed from `tensors`."""
-        key = (id(tensors), len(tensors))
-        if key != self._key or self._value is None:
-            self._key, self._value = key, guess_architecture(tensors)
-        return self._value
 
 
 class ResumeView(QLabel):
@@ -60,13 +44,10 @@ class ResumeView(QLabel):
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.setAccessibleName("Resume readiness")
 
-    def show_for(self, contents: Contents, tensors: list[dict[str, Any]],
-                 objects: list[dict[str, Any]]) -> bool:
-        """Show the checklist of a training checkpoint; False (and cleared) for weights alone."""
-        self.checklist = (resume_checklist(contents, tensors, objects)
-                          if tensors and contents.is_training_checkpoint else None)
+    def show_checklist(self, checklist: ResumeChecklist | None) -> None:
+        """Show `checklist`, or nothing."""
+        self.checklist = checklist
         self._render()
-        return self.checklist is not None
 
     def changeEvent(self, event: QEvent) -> None:
         """Re-pick the row colours when the theme changes."""
@@ -102,15 +83,14 @@ class ModelSummary:
 
     def __init__(self, form: QFormLayout, architecture: QLabel) -> None:
         self.form, self.architecture_label = form, architecture
-        self.cache = ArchitectureCache()
         self.resume = ResumeView()
         form.addRow("Resume:", self.resume)
         form.setRowVisible(self.resume, False)
 
-    def show(self, contents: Contents | None, tensors: list[dict[str, Any]],
-             objects: list[dict[str, Any]]) -> None:
-        """Show what the loaded tensors say; nothing (a dash) before any tensor arrives."""
-        loaded = contents is not None and bool(tensors)
-        self.architecture_label.setText(self.cache.get(tensors).summary() if loaded else "—")
-        shown = loaded and self.resume.show_for(contents, tensors, objects)
-        self.form.setRowVisible(self.resume, shown)
+    def show(self, inspect: dict[str, Any] | None) -> None:
+        """Show what an inspect result says; a dash before (or without) one."""
+        arch = (inspect or {}).get("architecture")
+        self.architecture_label.setText(Architecture.from_json(arch).summary() if arch else "—")
+        resume = (inspect or {}).get("resume")
+        self.resume.show_checklist(ResumeChecklist.from_json(resume) if resume else None)
+        self.form.setRowVisible(self.resume, resume is not None)

@@ -211,7 +211,7 @@ class OverviewPane(QWidget):
             self.decision.hide()
             for value in self.fields.values():
                 value.setText("—")
-            self.model_summary.show(None, [], [])
+            self.model_summary.show(None)
             self.findings.clear()
             return
         scan = doc.scan or {}
@@ -251,7 +251,7 @@ class OverviewPane(QWidget):
         contents = summarize(doc.tensors, doc.objects, (doc.inspect or {}).get("unique_storage"))
         self.fields["contents"].setText(contents_text(contents) if doc.tensors else "—")
         self.fields["training"].setText(training_summary(contents) or "—")
-        self.model_summary.show(contents, doc.tensors, doc.objects)
+        self.model_summary.show(doc.inspect)
         self.findings.setHtml(_findings_html(doc))
 
     def _banner_detail(self, doc: FileDocument) -> str:
