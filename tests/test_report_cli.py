@@ -6,6 +6,7 @@ import hashlib
 import json
 import shutil
 import subprocess
+import sys
 import unicodedata
 from pathlib import Path
 
@@ -155,3 +156,26 @@ def test_gpu_telemetry_and_environment_come_from_nvml(tmp_path, fast_env, monkey
     assert gpu["temperature_min"] == gpu["temperature_max"] == 61.0
     assert gpu["ecc_uncorrected_delta"] == 0 and gpu["xids"] == []
     assert not fake.initialised  # the sampler shut NVML down when the report was done
+
+
+def test_dash_prints_the_json_report_and_quiet_keeps_stderr_clean(tmp_path, fast_env, capsys):
+    good = factories.save_safetensors(tmp_path / "good.safetensors")
+    assert main(["report", str(good), "-o", "-", "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    jsonschema.Draft202012Validator(load_schema()).validate(doc)
+    assert doc["verdict"] == "safe" and doc["files"][0]["file"]["name"] == good.name
+    assert err.startswith("SAFE: 1 file(s)") and "inspecting" not in err
+    assert not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("command", ["inspect", "report"])
+def test_progress_goes_to_a_terminal_and_quiet_silences_it(tmp_path, fast_env, capsys,
+                                                          monkeypatch, command):
+    ckpt = factories.save_state_dict(tmp_path / "model.pt")
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    args = [command, str(ckpt)] + (["-o", str(tmp_path / "r.json")] if command == "report" else [])
+    assert main(args) == 0
+    assert "tensors 100%" in capsys.readouterr().err
+    assert main([*args, "--quiet"] + (["--force"] if command == "report" else [])) == 0
+    assert "%" not in capsys.readouterr().err

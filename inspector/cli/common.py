@@ -10,7 +10,7 @@ import argparse
 import contextlib
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from inspector.core.allow_presets import PRESETS, preset_help
 from inspector.core.progress import ProgressFn
@@ -45,6 +45,7 @@ def add_allow_arguments(parser: argparse.ArgumentParser) -> None:
 def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared by every command that loads a checkpoint in the worker."""
     add_allow_arguments(parser)
+    add_quiet_argument(parser)
     parser.add_argument("--override-dangerous", action="store_true",
                         help="load even when the static scan says dangerous (still "
                              "weights_only=True, inside the jail)")
@@ -131,18 +132,41 @@ def worker_digests(args: argparse.Namespace | None = None) -> TensorDigestFn:
     )
 
 
+def add_quiet_argument(parser: argparse.ArgumentParser) -> None:
+    """`--quiet`: no progress line on stderr."""
+    parser.add_argument("--quiet", "-q", action="store_true",
+                        help="no progress on stderr (shown only on a terminal anyway)")
+
+
 @contextlib.contextmanager
-def stderr_progress(label: str) -> Iterator[ProgressFn | None]:
-    """A one-line percentage on stderr while a long job runs, only when stderr is a terminal."""
-    if not sys.stderr.isatty():
+def stderr_progress(label: str, quiet: bool = False) -> Iterator[ProgressFn | None]:
+    """A one-line percentage on stderr while a long job runs: on a terminal, unless `quiet`."""
+    if quiet or not sys.stderr.isatty():
         yield None
         return
+    width = 0
 
-    def show(done: int, total: int) -> None:
+    def show(done: int, total: int, stage: str = "") -> None:
+        nonlocal width
         if total:
-            print(f"\r{label} {100 * done // total:3d}%", end="", file=sys.stderr, flush=True)
+            text = f"{label} {stage + ' ' if stage else ''}{100 * done // total:3d}%"
+            width = max(width, len(text))
+            print(f"\r{text}", end="", file=sys.stderr, flush=True)
 
     try:
         yield show
     finally:
-        print("\r" + " " * (len(label) + 5) + "\r", end="", file=sys.stderr, flush=True)
+        print("\r" + " " * width + "\r", end="", file=sys.stderr, flush=True)
+
+
+def progress_events(show: ProgressFn | None,
+                    stage: str | None = None) -> Callable[[dict], None] | None:
+    """The worker's progress events (of one `stage`, or all) fed to `show`; None when hidden."""
+    if show is None:
+        return None
+
+    def on_event(event: dict) -> None:
+        if event.get("type") == "progress" and stage in (None, event.get("stage")):
+            show(event["done"], event["total"], "" if stage else str(event.get("stage", "")))
+
+    return on_event

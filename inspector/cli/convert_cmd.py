@@ -34,7 +34,13 @@ import os
 import sys
 from pathlib import Path
 
-from inspector.cli.common import add_loader_arguments, error_exit, sandbox_line
+from inspector.cli.common import (
+    add_loader_arguments,
+    error_exit,
+    progress_events,
+    sandbox_line,
+    stderr_progress,
+)
 
 EXIT_OUTPUT = 4
 EXIT_VERIFY = 6
@@ -55,8 +61,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true",
                         help="replace an existing output and sidecar")
     parser.add_argument("--json", action="store_true", help="print the conversion report as JSON")
-    parser.add_argument("--quiet", "-q", action="store_true",
-                        help="no progress on stderr (shown only on a terminal anyway)")
     parser.add_argument("--skip-unsupported", action="store_true",
                         help="convert even when some tensors have no safetensors form; the "
                              "skipped keys are listed in the output and the sidecar")
@@ -105,21 +109,14 @@ def exit_for(exc: Exception) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Convert one checkpoint; see the module docstring for exit codes."""
-    from inspector.cli.convert_folder import (
-        clear_progress,
-        default_output,
-        is_folder_input,
-        run_folder,
-        stderr_progress,
-    )
+    from inspector.cli.convert_folder import default_output, is_folder_input, run_folder
     from inspector.sandbox.client import SandboxError, convert_file
 
-    def convert_one(source: str | Path, output: Path, overwrite: bool) -> dict:
+    def convert_one(source: str | Path, output: Path, overwrite: bool, on_event=None) -> dict:
         return convert_file(source, output, overwrite=overwrite,
                             allow_globals=args.allow_global,
                             override_dangerous=args.override_dangerous, timeout=args.timeout,
-                            skip_unsupported=args.skip_unsupported,
-                            on_event=stderr_progress(args))
+                            skip_unsupported=args.skip_unsupported, on_event=on_event)
 
     if is_folder_input(Path(args.file)):
         return run_folder(args, convert_one, exit_for)
@@ -129,10 +126,8 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_OUTPUT
     try:
-        try:
-            report = convert_one(args.file, output, args.force)
-        finally:
-            clear_progress(args)
+        with stderr_progress("converting", args.quiet) as show:
+            report = convert_one(args.file, output, args.force, progress_events(show))
         report["input"] = os.path.abspath(args.file)  # the user's path, not a link's target
     except SandboxError as exc:
         if args.json:

@@ -19,11 +19,11 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-from inspector.cli.common import sandbox_line
+from inspector.cli.common import progress_events, sandbox_line, stderr_progress
 from inspector.core.errors import CodedError
 from inspector.core.hfcache import repo_folder
 from inspector.core.shards import (
@@ -279,39 +279,22 @@ def human_lines(report: dict) -> list[str]:
     return lines
 
 
-def stderr_progress(args: argparse.Namespace) -> Callable[[dict], None] | None:
-    """The worker's progress events as one line on stderr: on a terminal, unless --quiet."""
-    if getattr(args, "quiet", False) or not sys.stderr.isatty():
-        return None
-
-    def show(event: dict) -> None:
-        if event.get("type") == "progress" and event.get("total"):
-            percent = 100 * event["done"] // event["total"]
-            print(f"\r{event['stage']:<8}{percent:3d}%", end="", file=sys.stderr, flush=True)
-
-    return show
-
-
-def clear_progress(args: argparse.Namespace) -> None:
-    """Blank the progress line before the result is printed."""
-    if stderr_progress(args) is not None:
-        print("\r" + " " * 12 + "\r", end="", file=sys.stderr, flush=True)
-
-
 def run_folder(args: argparse.Namespace, convert_one, exit_for) -> int:
-    """`convert` of a folder or index; exit codes as for one file, 7 for coverage problems."""
-    show = stderr_progress(args) is not None
+    """`convert` of a folder or index; exit codes as for one file, 7 for coverage problems.
 
-    def on_shard(number: int, count: int, src: Path) -> None:
-        if show:
-            print(f"\rconverting {number}/{count}: {src}", file=sys.stderr, flush=True)
-
+    `convert_one(source, output, overwrite, on_event)` converts one shard.
+    """
     try:
         job = plan_folder(Path(args.file), args.output)
-        try:
-            report = convert_folder(job, convert_one, args.force, on_shard)
-        finally:
-            clear_progress(args)
+        with stderr_progress("converting", args.quiet) as show:
+            on_event = progress_events(show)
+
+            def on_shard(number: int, count: int, src: Path) -> None:
+                if show is not None:
+                    print(f"\rconverting {number}/{count}: {src}", file=sys.stderr, flush=True)
+
+            report = convert_folder(job, partial(convert_one, on_event=on_event), args.force,
+                                    on_shard)
     except FolderError as exc:
         return _fail(args, exc.code, exc.message, exc.problems, _FOLDER_EXITS.get(exc.code, 3))
     except _sandbox_errors() as exc:

@@ -11,7 +11,9 @@ from inspector.cli.common import (
     EXIT_JAIL,
     JAIL_ERRORS,
     add_allow_arguments,
+    add_quiet_argument,
     add_require_jail_argument,
+    progress_events,
     stderr_progress,
 )
 from inspector.core.termtext import escape
@@ -29,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("b", type=Path, metavar="B", help="second checkpoint (any format)")
     parser.add_argument("--json", action="store_true", help="print the JSON diff contract")
     add_allow_arguments(parser)
+    add_quiet_argument(parser)
     add_require_jail_argument(parser)
     parser.epilog = ("exit status: 0 identical tensors, 1 different, 2 a file could not be "
                      "read, 9 the jail is weaker than --require-jail or the worker broke the "
@@ -44,12 +47,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"ckpt-inspector diff: {path}: no such file", file=sys.stderr)
             return EXIT_ERROR
     try:
-        with stderr_progress("comparing") as progress:
+        with stderr_progress("comparing", args.quiet) as progress:
             result = diff_files(
                 args.a,
                 args.b,
                 allow_globals=args.allow_global,
-                on_event=_progress_events(progress),
+                on_event=progress_events(progress, "diff"),
             )
     except SandboxError as exc:
         print(f"ckpt-inspector diff: {exc.message}", file=sys.stderr)
@@ -60,16 +63,6 @@ def run(args: argparse.Namespace) -> int:
         print_verify_result(result)
     return EXIT_IDENTICAL if result["identical"] else EXIT_DIFFERENT
 
-
-def _progress_events(progress):
-    if progress is None:
-        return None
-
-    def on_event(event: dict) -> None:
-        if event.get("type") == "progress" and event.get("stage") == "diff":
-            progress(event["done"], event["total"])
-
-    return on_event
 
 
 def print_verify_result(result: dict) -> None:

@@ -27,7 +27,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from inspector.cli.common import add_loader_arguments, error_exit, sandbox_line
+from inspector.cli.common import (
+    add_loader_arguments,
+    error_exit,
+    progress_events,
+    sandbox_line,
+    stderr_progress,
+)
 from inspector.core import integrity, strict_json
 from inspector.core.architecture import Architecture
 from inspector.core.contents import summarize, training_summary
@@ -134,8 +140,10 @@ def run(args: argparse.Namespace) -> int:
     from inspector.sandbox.client import inspect_file
 
     try:
-        report = inspect_file(args.file, allow_globals=args.allow_global,
-                              override_dangerous=args.override_dangerous, timeout=args.timeout)
+        with stderr_progress("inspecting", args.quiet) as show:
+            report = inspect_file(args.file, allow_globals=args.allow_global,
+                                  override_dangerous=args.override_dangerous,
+                                  timeout=args.timeout, on_event=progress_events(show))
     except OSError as exc:
         print(f"ckpt-inspector inspect: {exc.strerror or exc}: {args.file}", file=sys.stderr)
         return exit_code("error")

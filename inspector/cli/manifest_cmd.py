@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         digests = worker_digests(args) if want_tensors else None
         # on stdout, paths are relative to where the command runs, as sha256sum's are
         base = Path.cwd() if to_stdout else out.parent
-        entries = [_entry(path, base, dialect, digests) for path in files]
+        entries = [_entry(path, base, dialect, digests, args.quiet) for path in files]
         created_by = f"ckpt-inspector {__version__}"
         if to_stdout:
             sys.stdout.write(format_json(entries, created_by=created_by))
@@ -108,11 +108,11 @@ def collect_files(paths: list[Path], skip: Path) -> list[Path]:
 
 
 def _entry(
-    path: Path, manifest_dir: Path, dialect: str, digests: TensorDigestFn | None
+    path: Path, manifest_dir: Path, dialect: str, digests: TensorDigestFn | None, quiet: bool
 ) -> FileEntry:
     fmt = None if dialect == "sha256sum" else file_format(path)
     size = path.stat().st_size
-    with stderr_progress(f"hashing {path.name}") as progress:
+    with stderr_progress(f"hashing {path.name}", quiet) as progress:
         measured = measure_file(
             path,
             tensor_digests=digests if fmt in CHECKPOINT_FORMATS else None,

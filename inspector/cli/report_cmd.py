@@ -23,8 +23,15 @@ import shlex
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
-from inspector.cli.common import add_allow_arguments, add_require_jail_argument
+from inspector.cli.common import (
+    add_allow_arguments,
+    add_quiet_argument,
+    add_require_jail_argument,
+    progress_events,
+    stderr_progress,
+)
 from inspector.core.atomic import OutputExistsError
 from inspector.core.verdict import ERROR, exit_code
 from inspector.report import (
@@ -49,7 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="checkpoints, or folders of them (recursive)")
     parser.add_argument("-o", "--output", required=True, type=Path, metavar="OUT",
                         help=f"report file; the format comes from its extension "
-                             f"({', '.join(sorted(WRITERS))})")
+                             f"({', '.join(sorted(WRITERS))}); - prints the JSON report "
+                             "to stdout")
     parser.add_argument("--manifest", type=Path, metavar="M",
                         help="verify every file (and its tensors, when recorded) against M")
     parser.add_argument("--consistency", action="store_true",
@@ -59,6 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=10, metavar="N",
                         help="consistency runs compared with the first (default 10)")
     add_allow_arguments(parser)
+    add_quiet_argument(parser)
     parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                         help="kill any one worker job after this long")
     parser.add_argument("--force", action="store_true", help="overwrite an existing report")
@@ -73,14 +82,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the pipeline, write the report, and exit by what it found."""
-    try:
-        writer_for(args.output)
-    except UnknownReportFormat as exc:
-        return _fail(str(exc), EXIT_NOT_WRITTEN)
-    if args.output.exists() and not args.force:
-        return _fail(f"{args.output} exists; pass --force to overwrite it", EXIT_NOT_WRITTEN)
-    if not args.output.absolute().parent.is_dir():
-        return _fail(f"{args.output.parent}: no such folder", EXIT_NOT_WRITTEN)
+    to_stdout = str(args.output) == "-"
+    if not to_stdout:
+        try:
+            writer_for(args.output)
+        except UnknownReportFormat as exc:
+            return _fail(str(exc), EXIT_NOT_WRITTEN)
+        if args.output.exists() and not args.force:
+            return _fail(f"{args.output} exists; pass --force to overwrite it", EXIT_NOT_WRITTEN)
+        if not args.output.absolute().parent.is_dir():
+            return _fail(f"{args.output.parent}: no such folder", EXIT_NOT_WRITTEN)
     manifest = None
     if args.manifest is not None:
         from inspector.core.manifest import ManifestError, read_manifest
@@ -105,11 +116,15 @@ def run(args: argparse.Namespace) -> int:
                               environment=environment,
                               command=_command_line(args))
     report = build_report(session)
+    if to_stdout:
+        print(report.dumps())
+        _print_summary(report, "standard output", sys.stderr)
+        return report_exit(report)
     try:
         write_report(report, args.output, overwrite=args.force)
     except (OutputExistsError, OSError) as exc:
         return _fail(f"report not written: {exc}", EXIT_NOT_WRITTEN)
-    _print_summary(report, args.output)
+    _print_summary(report, args.output, sys.stdout)
     return report_exit(report)
 
 
@@ -149,9 +164,12 @@ def _targets(paths: list[str]) -> Iterator[tuple[Path, str | None]]:
 def _evidence(path: Path, folder: str | None, args: argparse.Namespace, manifest) -> FileEvidence:
     from inspector.sandbox.client import inspect_file, static_scan
 
-    print(f"report: inspecting {path}", file=sys.stderr, flush=True)
+    if not args.quiet:
+        print(f"report: inspecting {path}", file=sys.stderr, flush=True)
     try:
-        inspect = inspect_file(path, allow_globals=args.allow_global, timeout=args.timeout)
+        with stderr_progress(f"inspecting {path.name}", args.quiet) as show:
+            inspect = inspect_file(path, allow_globals=args.allow_global, timeout=args.timeout,
+                                   on_event=progress_events(show))
     except OSError:  # unreadable or vanished: the scan result carries the reason
         return FileEvidence(str(path), scan=static_scan(path), folder=folder)
     ev = FileEvidence(str(path), inspect=inspect, folder=folder)
@@ -214,11 +232,11 @@ def _telemetry() -> Iterator[tuple[object | None, str]]:
         source.close()
 
 
-def _print_summary(report: Report, output: Path) -> None:
+def _print_summary(report: Report, output: Path | str, stream: TextIO) -> None:
     print(f"{report.verdict.upper()}: {len(report.files)} file(s), "
-          f"{len(report.problems)} problem(s); report written to {output}")
+          f"{len(report.problems)} problem(s); report written to {output}", file=stream)
     for problem in report.problems:
-        print(f"  {problem}")
+        print(f"  {problem}", file=stream)
 
 
 def _fail(message: str, code: int) -> int:

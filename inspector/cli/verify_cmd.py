@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
             return _usage("--tensors-only needs the files to check")
         result = verify_tensors_only(manifest, args.paths, worker_digests(args))
     else:
-        with stderr_progress("verifying") as progress:
+        with stderr_progress("verifying", args.quiet) as progress:
             result = verify(
                 manifest,
                 args.paths,
@@ -107,7 +107,7 @@ def _run_without_manifest(args: argparse.Namespace) -> int:
     if args.sha256:
         if len(args.paths) != 1 or not is_sha256_hex(args.sha256):
             return _usage("--sha256 takes 64 hexadecimal digits and exactly one PATH")
-        with stderr_progress("verifying") as progress:
+        with stderr_progress("verifying", args.quiet) as progress:
             result = verify_sha256(args.paths[0], args.sha256, progress=progress)
         return _finish(args, result, None, "sha256")
     not_cache = [p for p in args.paths if not is_cache_path(p)]
@@ -115,7 +115,7 @@ def _run_without_manifest(args: argparse.Namespace) -> int:
         named = f"{not_cache[0]} is not in a Hugging Face cache; " if not_cache else ""
         return _usage(f"{named}pass --manifest (or --sha256 HEX for one file)")
     result = VerifyResult(strict=True)
-    with stderr_progress("verifying") as progress:
+    with stderr_progress("verifying", args.quiet) as progress:
         for path in args.paths:
             part = verify_cache(path, progress=progress)
             result.files += part.files
