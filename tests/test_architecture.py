@@ -201,7 +201,7 @@ def test_a_model_optimizer_and_counter_are_enough_to_resume():
                            "grad_scaler": MISSING, "rng_state": MISSING}
     assert c.ready
     optimizer = next(i for i in c.items if i.code == "optimizer_state")
-    assert "tracks all 4 parameter tensors of the model" in optimizer.detail
+    assert "tracks the model's 4 parameter tensors" in optimizer.detail
     json.dumps(c.to_json(), allow_nan=False)
     assert ResumeChecklist.from_json(c.to_json() | {"later": 1}) == c
 

@@ -40,6 +40,11 @@ model(torch.tensor([[1, 2, 3]])).logits.sum().backward()
 opt.step()
 torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": 2,
             "step": 300}, out / "llama-train.pt")
+frozen = torch.optim.Adam(model.lm_head.parameters(), lr=1e-3)  # the rest is frozen
+model(torch.tensor([[1, 2, 3]])).logits.sum().backward()
+frozen.step()
+torch.save({"model": model.state_dict(), "optimizer": frozen.state_dict(), "step": 5},
+           out / "llama-frozen.pt")
 json.dump({"layers": cfg.num_hidden_layers, "hidden": cfg.hidden_size,
            "vocab": cfg.vocab_size, "params": sum(p.numel() for p in model.parameters())},
           open(out / "config.json", "w"))
@@ -78,7 +83,7 @@ def test_training_checkpoint_shows_the_resume_checklist(window, qtbot, llama, ar
     assert resume.isVisible()
     rows = resume.accessibleDescription().splitlines()
     assert rows[0].startswith("Ready to resume")
-    assert any(r.startswith("Optimizer state: saved — 1 parameter group · tracks all")
+    assert any(r.startswith("Optimizer state: saved — 1 parameter group · tracks the")
                for r in rows)
     assert "Epoch / step: saved — epoch 2 · step 300" in rows
     assert any(r.startswith("LR scheduler (optional): not saved") for r in rows)
@@ -101,3 +106,19 @@ def test_training_checkpoint_shows_the_resume_checklist(window, qtbot, llama, ar
     # the row colours follow the palette; the words do not change
     assert rendered["light"] != rendered["dark"]
     assert resume.accessibleDescription().splitlines() == rows
+
+
+def test_an_optimizer_for_part_of_the_model_is_not_ready(window, qtbot, llama, artifacts):
+    folder, _ = llama
+    (doc,) = window.open_paths([folder / "llama-frozen.pt"])
+    wait_loaded(qtbot, doc)
+    resume = window.overview.model_summary.resume
+    assert resume.isVisible()
+    rows = resume.accessibleDescription().splitlines()
+    assert rows[0] == "Not ready to resume: optimizer state does not match the model"
+    assert any(r.startswith("Optimizer state: does not match the model — 1 parameter group · "
+                            "tracks 1 parameter tensor (") for r in rows)
+    assert "⚠ does not match the model" in resume.text()
+    window.resize(1280, 720)
+    QApplication.processEvents()
+    assert window.grab().save(str(artifacts / "gui" / "overview-resume-mismatch-1280x720.png"))

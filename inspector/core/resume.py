@@ -76,7 +76,7 @@ def resume_checklist(contents: Contents, tensors: Iterable[dict[str, Any]],
     rng = [k for k in keys if "rng" in k.lower() or ("_state" in k and _RANDOM_STATE.search(k))]
     return ResumeChecklist([
         ResumeItem("model_weights", "Model weights", PRESENT if params else MISSING, True,
-                   f"{len(params):,} parameter tensors, {numel:,} parameters" if params
+                   f"{_tensors(len(params))}, {numel:,} parameters" if params
                    else "no model weights beside the training state"),
         _optimizer_item(contents, tensors, objects, params),
         ResumeItem("progress", "Epoch / step", PRESENT if progress else MISSING, True,
@@ -134,15 +134,19 @@ def _optimizer_item(contents: Contents, tensors: list[dict], objects: list[dict]
     elements = sum(largest.values())
     matches = count == len(params) and (len(largest) != count or elements == numel)
     if not matches:
-        detail += (f" · tracks {count:,} parameter tensors ({elements:,} elements of state), "
+        detail += (f" · tracks {_tensors(count)} ({elements:,} elements of state), "
                    f"the model has {len(params):,} ({numel:,}): frozen parameters, or state "
                    "saved for another model")
     else:
-        detail += f" · tracks all {count:,} parameter tensors of the model · " + (
+        detail += f" · tracks the model's {_tensors(count)} · " + (
             f"per-parameter state for {len(largest):,} ({elements:,} elements)" if largest
             else "no per-parameter state (saved before the first step, or plain SGD)")
     return ResumeItem("optimizer_state", "Optimizer state", PRESENT if matches else MISMATCH,
                       True, detail)
+
+
+def _tensors(n: int) -> str:
+    return f"{n:,} parameter tensor{'s' if n != 1 else ''}"
 
 
 def headline(checklist: ResumeChecklist) -> str:
