@@ -14,9 +14,12 @@ from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QApplication, QTextBrowser
 
 from inspector.core.indicators import import_label, indicators_text
+from inspector.core.scan import scan_file
 from inspector.gui import app as appmod
-from inspector.gui.evidence import opcode_href, opcode_target
-from inspector.gui.explain import SEVERITY_ADVICE, SUSPICIOUS_IN_DANGEROUS_ADVICE
+from inspector.gui.document import FileDocument
+from inspector.gui.evidence import SHOWN, opcode_href, opcode_target
+from inspector.gui.explain import MORE_NOT_SHOWN, SEVERITY_ADVICE, SUSPICIOUS_IN_DANGEROUS_ADVICE
+from inspector.gui.overview_pane import OverviewPane
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window, worker_requests
 
@@ -172,6 +175,27 @@ def test_indicators_text_escapes_file_text_and_reads_older_scans():
     assert "SHA-256: not computed yet" in text and "Size: unknown" in text
     assert "Findings (0):\n  none" in text
     assert import_label({"module": "os", "name": "system", "import": "os.system"}) == "os.system"
+
+
+def test_a_hostile_file_with_hundreds_of_findings_shows_the_worst_first(qtbot, tmp_path, canary):
+    path = factories.mal_posix_system(tmp_path / "model.bin", canary)
+    scan = scan_file(str(path)).to_json()
+    warnings = [{"severity": "warning", "code": "zip-unreferenced-record", "message": f"w{i}",
+                 "member": f"data/{i}", "offset": None, "call": None} for i in range(SHOWN + 40)]
+    worst = {"severity": "dangerous", "code": "code-in-arguments", "message": "late",
+             "member": None, "offset": 54, "call": "os.system('last')"}
+    scan["findings"] = [*warnings, worst]
+    doc = FileDocument(path)
+    doc.scan = scan
+    pane = OverviewPane()
+    qtbot.addWidget(pane)
+    pane.set_document(doc)
+    page = pane.findings.toPlainText()
+    assert f"Findings ({SHOWN + 41})" in page
+    assert "os.system('last')" in page and page.index("late") < page.index("w0")
+    assert f"w{SHOWN - 2}" in page and f"w{SHOWN - 1}" not in page
+    assert MORE_NOT_SHOWN.format(n=41) in page
+    assert "os.system('last')" in indicators_text(scan, name="m", size=1, sha256=None)
 
 
 def test_opcode_links_carry_any_member_name():

@@ -16,6 +16,7 @@ from inspector.core.indicators import call_sites, import_label, location
 from inspector.core.termtext import html_escape
 from inspector.gui.explain import (
     CALLS_CAPTION,
+    MORE_NOT_SHOWN,
     OPCODE_LINK_TIP,
     SEVERITY_ADVICE,
     SUSPICIOUS_IN_DANGEROUS_ADVICE,
@@ -23,6 +24,10 @@ from inspector.gui.explain import (
 from inspector.gui.verdict_style import verdict_style
 
 SCHEME = "opcode"
+SHOWN = 200
+"""Imports and findings drawn per kind: a hostile file can list thousands, and the page is
+built on the UI thread (4,000 findings with calls take about 0.4 s to lay out)."""
+SEVERITY_RANK = {"dangerous": 3, "suspicious": 2, "warning": 1}
 
 
 def opcode_href(member: str | None, offset: int) -> str:
@@ -80,6 +85,17 @@ def import_html(g: dict, verdict: str | None = None) -> str:
         + calls
         + f"<p><b>What to do:</b> {html_escape(advice)}</p>"
     )
+
+
+def worst_first(items: list[dict]) -> list[dict]:
+    """At most SHOWN of `items` (globals or findings), the most severe first, for the page."""
+    return sorted(items, key=lambda x: -SEVERITY_RANK.get(str(x.get("severity")), 0))[:SHOWN]
+
+
+def more_html(items: list[dict]) -> str:
+    """The line saying how many of `items` the page leaves out; '' when none."""
+    hidden = len(items) - SHOWN
+    return f"<p><i>{html_escape(MORE_NOT_SHOWN.format(n=hidden))}</i></p>" if hidden > 0 else ""
 
 
 def finding_call_html(f: dict) -> str:

@@ -139,6 +139,8 @@ FINDING_TEXT: dict[str, tuple[str, str]] = {
 CALLS_CAPTION = ("Unpickling it would call (rebuilt from the opcodes; nothing was run). "
                  "Click a call to see its opcode:")
 OPCODE_LINK_TIP = "Show this opcode in the Pickle pane"
+MORE_NOT_SHOWN = ("… and {n} more, not shown here; Copy indicators copies every dangerous or "
+                  "suspicious one.")
 INDICATORS_TIP = ("Copy a plain-text block for a security ticket: file name, size, SHA-256, "
                   "verdict, flagged imports and the calls they would make")
 INDICATORS_DISABLED_TIP = "Only a dangerous or suspicious file has indicators to copy"

@@ -28,6 +28,8 @@ from inspector.gui.evidence import (
     finding_call_html,
     import_html,
     linked_location,
+    more_html,
+    worst_first,
 )
 from inspector.gui.explain import (
     INDICATORS_DISABLED_TIP,
@@ -368,11 +370,12 @@ def _findings_html(doc: FileDocument) -> str:
                                                                               "suspicious")]
     if flagged:
         parts.append(f"<h3>Offending imports ({len(flagged)})</h3>")
-    parts.extend(import_html(g, verdict) for g in flagged)
+    parts.extend(import_html(g, verdict) for g in worst_first(flagged))
+    parts.append(more_html(flagged))
     findings = scan.get("findings") or []
     if findings:
         parts.append(f"<h3>Findings ({len(findings)})</h3>")
-    for f in findings:
+    for f in worst_first(findings):
         severity = str(f.get("severity", "warning"))
         colour = verdict_style(severity).colour if severity in (
             "dangerous", "suspicious") else "#5f6fa0"
@@ -387,6 +390,7 @@ def _findings_html(doc: FileDocument) -> str:
             + (f"<br><b>What to do:</b> {html.escape(action)}" if action else "")
             + "</p>" + finding_call_html(f)
         )
+    parts.append(more_html(findings))
     if verdict and not findings and not flagged:
         parts.append("<h3>Findings</h3><p>None: no risky import and no structural problem.</p>")
     return "".join(parts)
