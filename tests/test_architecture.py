@@ -82,6 +82,7 @@ def test_llama_tied_head_shares_storage_or_is_left_out():
     # what a safetensors save of a tied model holds: no lm_head at all
     state.pop("lm_head.weight")
     assert guess(state).tied_embeddings is True
+    assert "no output head saved: tied to the embedding, or a base model" in guess(state).notes
 
 
 def test_mistral_is_llama_style():
@@ -229,6 +230,22 @@ def test_everything_a_resume_needs():
     assert details["lr_scheduler"] == "last_epoch 1"
     assert details["grad_scaler"] == f"scale {scaler.state_dict()['scale']!r}"
     assert details["rng_state"] == "rng_state" and details["progress"] == "epoch 2 · global_step 40"
+
+
+def test_lightning_layout():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    sched.step()
+    c = checklist({"state_dict": model.state_dict(), "optimizer_states": [opt.state_dict()],
+                   "lr_schedulers": [sched.state_dict()], "epoch": 0, "global_step": 1})
+    assert statuses(c) == {"model_weights": PRESENT, "optimizer_state": PRESENT,
+                           "progress": PRESENT, "lr_scheduler": PRESENT,
+                           "grad_scaler": MISSING, "rng_state": MISSING}
+    optimizer = next(i.detail for i in c.items if i.code == "optimizer_state")
+    assert "tracks the model's 4 parameter tensors · per-parameter state for 4" in optimizer
 
 
 def test_optimizer_of_a_partly_frozen_model_is_a_mismatch():

@@ -225,9 +225,12 @@ def _read_family(out: Architecture, family: _Family, by_key: dict[str, dict]) ->
     if embedding is not None and len(_shape(embedding)) == 2:
         out.vocab_size, out.hidden_size = _shape(embedding)
         head = _find(family.head, by_key)
-        # transformers leaves a tied head out of what it saves.
-        out.tied_embeddings = (_same_tensor(embedding, head) if head is not None
-                               else None if family.head_optional else True)
+        if head is not None:
+            out.tied_embeddings = _same_tensor(embedding, head)
+        elif not family.head_optional:
+            # transformers leaves a tied head out of what it saves; so does a base model.
+            out.tied_embeddings = True
+            out.notes.append("no output head saved: tied to the embedding, or a base model")
     family.read(out, by_key)
 
 
