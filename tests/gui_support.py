@@ -61,6 +61,10 @@ elif what == "big":
     n = 1 << 20  # one million float32 = 4 MiB per tensor
     state = {f"layers.{i}.weight": torch.randn(n, generator=g) for i in range(mb // 4)}
     torch.save(state, out / "big.pt")
+elif what == "numpy":
+    import numpy as np
+    torch.save({"model": {"w": torch.ones(2)}, "best": np.float32(0.5), "dtype": np.dtype("f4")},
+               out / "with_numpy.pt")
 (out / f"expected-{what}.json").write_text(json.dumps(expected))
 """
 

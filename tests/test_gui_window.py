@@ -279,3 +279,32 @@ def test_a_dropped_file_becomes_the_only_selected_one(window, qtbot, small):
     # the list takes several rows (for reports), but a drop must not add to the old selection
     assert [i.row() for i in window.file_list.selectedIndexes()] == [1]
     assert window.current.name == "with_nan.pt"
+
+
+def test_a_load_that_refuses_more_globals_asks_again_and_retries(
+        window, qtbot, tmp_path, monkeypatch, worker_requests):
+    """The scan's list was short (here: the numpy dtype classes dropped from it): the refused
+    load turns into a second question naming what it refused, and a yes loads the file."""
+    import inspector.core.scan as scan_mod
+
+    build(tmp_path, "numpy")
+    path = tmp_path / "with_numpy.pt"
+    real = scan_mod.scan_found
+
+    def short_scan(found):
+        result = real(found)
+        result.globals = [g for g in result.globals if g.module != "numpy.dtypes"]
+        return result
+
+    monkeypatch.setattr(scan_mod, "scan_found", short_scan)
+    (doc,) = window.open_paths([path])
+    wait_loaded(qtbot, doc, ("needs_decision",))
+    assert "Float32DType" not in window.overview.decision_text.text()
+    window.overview.allow_button.click()
+    wait_loaded(qtbot, doc, ("needs_decision",))
+    assert "numpy.dtypes.Float32DType" in window.overview.decision_text.text()
+    window.overview.allow_button.click()
+    wait_loaded(qtbot, doc)
+    first, second = (set(r["allow_globals"]) for r in worker_requests)
+    assert "numpy.dtypes.Float32DType" in second - first and first < second
+    assert doc.state == "loaded" and doc.tensors

@@ -117,3 +117,12 @@ def test_a_preset_never_lets_a_dangerous_file_load(tmp_path, canary, capsys):
     path = mal_os_system(tmp_path / "evil.pt", canary)
     assert main(["inspect", str(path), "--json", "--allow", "numpy", "--allow", "argparse"]) == 2
     assert json.loads(capsys.readouterr().out)["error"]["code"] == "refused_dangerous"
+
+
+def test_a_refused_build_names_the_class_the_pickle_never_spells(numpy_checkpoint, capsys):
+    short = [n for n in _needed(numpy_checkpoint) if not n.startswith("numpy.dtypes.")]
+    flags = [arg for name in short for arg in ("--allow-global", name)]
+    assert main(["inspect", str(numpy_checkpoint), "--json", *flags]) == 5
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["code"] == "weights_only_refused"
+    assert any(g.startswith("numpy.dtypes.") for g in error["globals"]), error

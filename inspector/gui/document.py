@@ -41,6 +41,7 @@ class FileDocument(QObject):
         self.sha256: str | None = None
         self.sandbox: dict[str, Any] | None = None
         self.allowed_globals: tuple[str, ...] = ()
+        self.refused_globals: list[str] = []  # what a load refused beyond the scan's list
         self.tensors: list[dict[str, Any]] = []
         self.objects: list[dict[str, Any]] = []
         self.verify: dict[str, Any] | None = None
@@ -69,14 +70,16 @@ class FileDocument(QObject):
             return None
 
     def globals_to_allow(self) -> list[str]:
-        """Dotted names of the globals weights_only=True would refuse (for the user to allow)."""
+        """Dotted names of the globals weights_only=True refuses (for the user to allow): the
+        scan's, then any a load refused that the scan did not list."""
         if not self.scan:
             return []
-        return [
+        names = [
             f"{g['module']}.{g['name']}"
             for g in self.scan.get("globals", [])
             if g.get("severity") not in ("safe", "allowed", None)
         ]
+        return names + [n for n in self.refused_globals if n not in names]
 
     def set_state(self, state: str, message: str = "") -> None:
         """Move to a new pipeline state with an optional one-line message."""

@@ -15,6 +15,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from inspector.core.discover import Found, discover
+from inspector.core.policy import classify
 from inspector.core.progress import CancelToken
 from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, Job, JobFn, JobRunner
@@ -182,10 +183,27 @@ class Pipeline(QObject):
 
     def _inspected(self, doc: FileDocument, result: dict[str, Any]) -> None:
         doc.set_inspect(result)
-        if result.get("error"):
-            doc.set_state("load_failed", _error_text(result["error"]))
+        error = result.get("error")
+        more = _more_to_allow(error, doc.allowed_globals)
+        if more:
+            # The load needs globals the user was not asked about: ask, and retry on yes.
+            doc.refused_globals = more
+            doc.set_state("needs_decision")
+        elif error:
+            doc.set_state("load_failed", _error_text(error))
         else:
             doc.set_state("loaded")
+
+
+def _more_to_allow(error: Any, allowed: tuple[str, ...]) -> list[str]:
+    """Globals a weights_only refusal names beyond `allowed`; none when one is dangerous."""
+    if not isinstance(error, dict) or error.get("code") != "weights_only_refused":
+        return []
+    names = [str(g) for g in error.get("globals") or [] if g not in allowed]
+    if any(classify(name.rpartition(".")[0], name.rpartition(".")[2]).severity == "dangerous"
+           for name in names):
+        return []
+    return names
 
 
 def _error_text(error: Any) -> str:

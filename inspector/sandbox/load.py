@@ -24,6 +24,9 @@ from inspector.core.errors import CodedError
 from inspector.core.flatten import flatten, unique_keys
 
 _GLOBAL_IN_MESSAGE = re.compile(r"GLOBAL ([\w.]+) was not an allowed global")
+# A BUILD on an object whose class the pickle never names (numpy.dtype('f4') is a
+# numpy.dtypes.Float32DType): torch names the class only in this sentence.
+_BUILD_IN_MESSAGE = re.compile(r"but got <class '([\w.]+)'>")
 
 SAFETENSORS_DTYPES = {
     getattr(torch, d.name): d.safetensors for d in REGISTRY
@@ -139,7 +142,8 @@ def _unsafe_globals(path: str, message: str) -> list[str]:
         found = list(torch.serialization.get_unsafe_globals_in_checkpoint(path))
     except Exception:  # legacy or damaged files: fall back to the message
         found = []
-    found += [g for g in _GLOBAL_IN_MESSAGE.findall(message) if g not in found]
+    named = _GLOBAL_IN_MESSAGE.findall(message) + _BUILD_IN_MESSAGE.findall(message)
+    found += [g for g in named if g not in found]
     return found
 
 
