@@ -300,3 +300,32 @@ def test_environment_probe_never_imports_torch_in_the_caller(python_exe):
         assert doc["torch_cuda_runtime"] == expected_cuda
     else:
         assert doc["torch_cuda_runtime"][0].isdigit()
+
+
+@pytest.mark.parametrize("detected", [True, False])
+def test_a_fault_injection_self_test_is_labelled_and_judged_as_one(tmp_path, validator, detected):
+    """Differing results are what a self-test wants: the file is not blamed for them."""
+    from inspector.report.render_html import render_html
+
+    path = tmp_path / "m.pt"
+    path.write_bytes(b"m")
+    fault = {"key": "w", "index": 7, "bit": 30, "iteration": 2}
+    run = {"consistent": not detected, "device": "cpu", "repeats": 5, "injected": fault,
+           "tensors": [{"key": "w", "status": "fail" if detected else "pass",
+                        "repeat_mismatches": int(detected)}]}
+    report = build_report(SessionEvidence([FileEvidence(
+        str(path), inspect=inspect_contract(path, [tensor_row("w")]), consistency=run)]))
+    f = report.files[0]
+    item = next(c for c in f.checklist if c.id == "deterministic")
+    assert "self-test" in item.title and "bit 30 of w[7]" in item.detail
+    assert f.consistency.self_test == fault
+    validator.validate(json.loads(report.dumps()))
+    html = render_html(report)
+    assert "Self-test" in html and "flipped on purpose before iteration 2" in html
+    if detected:
+        assert item.status == PASS and f.consistency.status == PASS
+        assert not any("consistency" in p for p in report.problems), report.problems
+    else:
+        assert item.status == FAIL and item.detail.startswith("NOT detected")
+        assert "m.pt: the consistency self-test did not detect its injected fault" in (
+            report.problems)

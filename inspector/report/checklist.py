@@ -22,6 +22,7 @@ from inspector.report.model import (
     TelemetrySummary,
     VerificationInfo,
 )
+from inspector.report.sections import self_test_words
 
 SAFE_FORMATS = ("safetensors",)
 DATA_ONLY_FORMATS = ("npy", "npz")
@@ -181,6 +182,13 @@ def _check_deterministic(consistency: ConsistencyInfo | None) -> CheckItem:
     if consistency is None:
         return CheckItem("deterministic", title, NOT_CHECKED, "no consistency run in this session")
     where = f" on {consistency.device}" if consistency.device else ""
+    if consistency.self_test and not consistency.error:
+        fault = self_test_words(consistency.self_test)
+        if consistency.status == PASS:
+            return CheckItem("deterministic", "Fault-injection self-test (not a check of the "
+                             "file)", PASS, f"detected: {fault}{where}")
+        return CheckItem("deterministic", "Fault-injection self-test (not a check of the file)",
+                         FAIL, f"NOT detected: {fault}{where}; the detector did not work")
     if consistency.status == PASS:
         return CheckItem("deterministic", title, PASS, f"identical every repeat{where}")
     if consistency.error:
@@ -233,6 +241,8 @@ def file_problems(
             f"tensor(s)" + (f", {flips} single-bit flip(s)" if flips else ""))
     if consistency is not None and consistency.error:
         problems.append(f"consistency run failed: {consistency.error}")
+    elif consistency is not None and consistency.status == FAIL and consistency.self_test:
+        problems.append("the consistency self-test did not detect its injected fault")
     elif consistency is not None and consistency.status == FAIL:
         problems.append("consistency run found differing results")
     return problems

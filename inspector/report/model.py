@@ -210,6 +210,9 @@ class ConsistencyInfo:
     details: dict
     error: str | None = None
     """Why the run could not finish (no device, worker failure); it then counts as failed."""
+    self_test: dict | None = None
+    """The fault flipped on purpose ({key, index, bit, iteration}): the run is a test of the
+    detector, which passes when the results differ, and says nothing about the file."""
 
 
 @dataclass

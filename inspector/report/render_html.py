@@ -14,6 +14,7 @@ from inspector.core.atomic import write_text_atomic
 from inspector.core.termtext import html_escape as escape  # marks control characters visibly
 from inspector.report import charts
 from inspector.report.model import FAIL, PASS, FileReport, Report
+from inspector.report.sections import self_test_words
 
 ImageSrc = Callable[[str, bytes], str]
 """(name, png bytes) -> the value of an <img src=...> for this output."""
@@ -317,7 +318,9 @@ def _consistency(f: FileReport, anchor: str, image_src: ImageSrc) -> str:
     c = f.consistency
     if c is None:
         return _not_run("No consistency run in this session.")
-    parts = [_kv([("Result", _status(c.status)), ("Device", escape(c.device or "unknown")),
+    test = ([("Self-test", escape(f"{self_test_words(c.self_test)}; the run passes when the "
+                                  "results differ"))] if c.self_test else [])
+    parts = [_kv(test + [("Result", _status(c.status)), ("Device", escape(c.device or "unknown")),
                   ("Repeats", escape(str(c.repeats) if c.repeats is not None else "unknown"))]
                  + ([("Error", escape(c.error))] if c.error else [])
                  + [(escape(k), escape(_short(v))) for k, v in c.details.items()])]

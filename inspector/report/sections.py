@@ -46,7 +46,8 @@ FAILURE_KEYS = ("key", "status", "runs_mismatched", "repeat_mismatches", "max_ab
                 "reference_ok", "roundtrip_ok", "first_mismatch")
 """What a failing consistency row keeps in the report."""
 CONSISTENCY_BULK = ("tensors", "outputs", "resident_mismatches", "iterations", "sandbox",
-                    "timing", "path", "device_label", "device", "repeats", "consistent", "error")
+                    "timing", "path", "device_label", "device", "repeats", "consistent", "error",
+                    "injected")
 """Keys of a consistency result that are summarised elsewhere, not repeated in details."""
 
 
@@ -240,7 +241,10 @@ def consistency_info(result: dict | None) -> ConsistencyInfo | None:
                  for r in result.get("resident_mismatches") or []]
     series = [v for v in (_number(i.get("max_abs_diff")) for i in result.get("iterations") or [])
               if v is not None]
-    passed = bool(result.get("consistent")) and not result.get("error")
+    self_test = result.get("injected")
+    finished = not result.get("error")
+    # a self-test passes when the detector saw the bit it was given
+    passed = finished and bool(result.get("consistent")) != bool(self_test)
     return ConsistencyInfo(
         status=PASS if passed else FAIL,
         device=result.get("device_label") or result.get("device"),
@@ -249,7 +253,14 @@ def consistency_info(result: dict | None) -> ConsistencyInfo | None:
         series=_thin(series),
         details={k: v for k, v in result.items() if k not in CONSISTENCY_BULK},
         error=result.get("error"),
+        self_test=self_test,
     )
+
+
+def self_test_words(fault: dict) -> str:
+    """The injected fault in words: which bit of which weight, before which iteration."""
+    return (f"bit {fault.get('bit')} of {fault.get('key')}[{fault.get('index')}] flipped on "
+            f"purpose before iteration {fault.get('iteration')}")
 
 
 def summarize_telemetry(store: TelemetryStore, source: str) -> TelemetrySummary:
