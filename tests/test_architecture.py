@@ -93,6 +93,24 @@ def test_mistral_is_llama_style():
     assert not any("grouped-query" in n for n in a.notes)  # as many k/v heads as query heads
 
 
+def test_mixtral_experts_and_their_width():
+    cfg = transformers.MixtralConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2,
+                                     num_local_experts=4, vocab_size=50)
+    model = transformers.MixtralForCausalLM(cfg)
+    a = guess(model.state_dict())
+    assert a.family.startswith("Llama") and a.layers == {"decoder": 2}
+    assert "mixture of experts: 4 experts per layer" in a.notes
+    assert a.intermediate_size == 48 and a.parameters == n_params(model)
+    # Mixtral as first published: numbered experts under block_sparse_moe
+    old = {k.replace(".mlp.gate.", ".block_sparse_moe.gate."): v
+           for k, v in model.state_dict().items() if ".experts." not in k}
+    old |= {f"model.layers.{n}.block_sparse_moe.experts.{e}.w1.weight": torch.zeros(48, 32)
+            for n in range(2) for e in range(4)}
+    b = guess(old)
+    assert "mixture of experts: 4 experts per layer" in b.notes and b.intermediate_size == 48
+
+
 def test_gpt2():
     cfg = transformers.GPT2Config(n_embd=48, n_layer=5, n_head=4, vocab_size=120, n_positions=32,
                                   bos_token_id=0, eos_token_id=0)

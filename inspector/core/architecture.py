@@ -142,9 +142,15 @@ def _read_llama(out: Architecture, by_key: dict[str, dict]) -> None:
     # The head width is in no shape, so only the query to key/value head ratio is known.
     if q and kv and q != kv and q % kv == 0:
         out.notes.append(f"grouped-query attention: {q // kv} query heads per key/value head")
-    experts = _numbers(r"(?:^|\.)experts\.(\d+)\.", by_key)
+    # A mixture of experts: the router has a row per expert; each expert's MLP is numbered
+    # (Mixtral as first published) or fused into [experts, ...] tensors (transformers 5).
+    moe = _LLAMA_LAYER + r"(?:mlp|block_sparse_moe)\."
+    experts = _dim(moe + r"gate\.weight$", by_key)
     if experts:
-        out.notes.append(f"mixture of experts: {max(experts) + 1} experts per layer")
+        out.notes.append(f"mixture of experts: {experts} experts per layer")
+        fused = _shape(_find(moe + r"experts\.down_proj$", by_key))
+        out.intermediate_size = (_dim(moe + r"experts\.0\.w1\.weight$", by_key)
+                                 or (fused[2] if len(fused) == 3 else None))
 
 
 def _read_gpt2(out: Architecture, by_key: dict[str, dict]) -> None:
