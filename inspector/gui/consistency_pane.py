@@ -43,6 +43,7 @@ from inspector.gpu.telemetry import TelemetryStore
 from inspector.gui import chart_style
 from inspector.gui.gpu_pane import gpu_colour
 from inspector.gui.jobs import Job, JobRunner
+from inspector.report.sections import self_test_words
 from inspector.sandbox.client import SandboxError
 
 RunFn = Callable[..., dict[str, Any]]
@@ -449,13 +450,20 @@ class ConsistencyPane(QWidget):
     def _on_finished(self, result: dict[str, Any]) -> None:
         self.result = result
         self._draw_telemetry()
-        verdict = "CONSISTENT" if result["consistent"] else "INCONSISTENT"
+        fault = result.get("injected")
+        # a self-test wants the results to differ: that is the detector seeing its bit
+        passed = bool(result["consistent"]) != bool(fault)
+        if fault:
+            verdict = (f"SELF-TEST {'PASSED' if passed else 'FAILED'}: "
+                       f"{self_test_words(fault)}, {'' if passed else 'NOT '}detected")
+        else:
+            verdict = "CONSISTENT" if passed else "INCONSISTENT"
         detail = (f"{verdict}: {result['repeats']} runs on {result['device_label']} "
                   f"({'weights probe' if result['mode'] == 'probe' else 'model run'})")
         if result.get("weights_gb_per_s"):
             detail += f", {result['weights_gb_per_s']:.3g} GB/s of weights"
         self._fill_table(result)
-        self._ended(detail, PASS_STYLE if result["consistent"] else FAIL_STYLE)
+        self._ended(detail, PASS_STYLE if passed else FAIL_STYLE)
 
     def _ended(self, message: str, style: str) -> None:
         self.job = None
