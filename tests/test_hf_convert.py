@@ -101,6 +101,8 @@ def test_sharded_bin_folder_converts_to_what_transformers_loads(tmp_path, model,
     )
     assert report["outputs"] == [str(folder / n) for n in names]
     assert [s["input"] for s in report["shards"]] == [str(folder / s) for s in shards]
+    # one warm fork server for the folder: every shard's worker was forked, none started cold
+    assert {s["timing"]["worker"] for s in report["shards"]} == {"forked"}
     index = json.loads((folder / "model.safetensors.index.json").read_text())
     old = json.loads((folder / "pytorch_model.bin.index.json").read_text())["weight_map"]
     # the same shard boundaries: every key stored in the shard of the same number

@@ -62,6 +62,14 @@ def add_require_jail_argument(parser: argparse.ArgumentParser) -> None:
                              "accepts process-only, a worker with resource limits alone)")
 
 
+def warm_workers(jobs: int, cold: bool = False) -> contextlib.AbstractContextManager:
+    """With several jailed jobs ahead, one warm fork server imports torch once and forks a
+    freshly jailed worker per job instead of each job paying a cold start."""
+    from inspector.sandbox.client import fork_server
+
+    return fork_server(enabled=jobs > 1 and not cold)
+
+
 def error_exit(error: dict) -> int:
     """The exit code for a worker or refusal error."""
     return _REFUSAL_EXITS.get(error.get("code", ""), EXIT_LOAD_FAILED)

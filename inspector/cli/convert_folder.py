@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from inspector.cli.common import progress_events, sandbox_line, stderr_progress
+from inspector.cli.common import progress_events, sandbox_line, stderr_progress, warm_workers
 from inspector.core.errors import CodedError
 from inspector.core.hfcache import repo_folder
 from inspector.core.shards import (
@@ -293,8 +293,9 @@ def run_folder(args: argparse.Namespace, convert_one, exit_for) -> int:
                 if show is not None:
                     print(f"\rconverting {number}/{count}: {src}", file=sys.stderr, flush=True)
 
-            report = convert_folder(job, partial(convert_one, on_event=on_event), args.force,
-                                    on_shard)
+            with warm_workers(len(job.pairs)):
+                report = convert_folder(job, partial(convert_one, on_event=on_event),
+                                        args.force, on_shard)
     except FolderError as exc:
         return _fail(args, exc.code, exc.message, exc.problems, _FOLDER_EXITS.get(exc.code, 3))
     except _sandbox_errors() as exc:

@@ -8,7 +8,12 @@ import sys
 from pathlib import Path
 
 from inspector import __version__
-from inspector.cli.common import add_loader_arguments, stderr_progress, worker_digests
+from inspector.cli.common import (
+    add_loader_arguments,
+    stderr_progress,
+    warm_workers,
+    worker_digests,
+)
 from inspector.core.atomic import OutputExistsError
 from inspector.core.manifest import (
     FileEntry,
@@ -73,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
         digests = worker_digests(args) if want_tensors else None
         # on stdout, paths are relative to where the command runs, as sha256sum's are
         base = Path.cwd() if to_stdout else out.parent
-        entries = [_entry(path, base, dialect, digests, args.quiet) for path in files]
+        with warm_workers(len(files) if digests else 0):
+            entries = [_entry(path, base, dialect, digests, args.quiet) for path in files]
         created_by = f"ckpt-inspector {__version__}"
         if to_stdout:
             sys.stdout.write(format_json(entries, created_by=created_by))

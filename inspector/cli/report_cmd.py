@@ -31,6 +31,7 @@ from inspector.cli.common import (
     add_require_jail_argument,
     progress_events,
     stderr_progress,
+    warm_workers,
 )
 from inspector.core.atomic import OutputExistsError
 from inspector.core.verdict import ERROR, exit_code
@@ -104,12 +105,8 @@ def run(args: argparse.Namespace) -> int:
     if not files:
         return _fail("no files found under the given paths", exit_code(ERROR))
     from inspector.core.envinfo import collect
-    from inspector.sandbox.client import fork_server
 
-    # Several files: one warm server imports torch once and forks a freshly jailed worker
-    # per job, instead of each job paying a cold start.
-    warm = len(files) > 1 and not args.cold_workers
-    with _telemetry() as (store, source), fork_server(enabled=warm):
+    with _telemetry() as (store, source), warm_workers(len(files), args.cold_workers):
         evidence = [_evidence(path, folder, args, manifest) for path, folder in files]
         environment = collect()
     session = SessionEvidence(evidence, telemetry=store, telemetry_source=source,

@@ -13,6 +13,7 @@ from inspector.cli.common import (
     add_loader_arguments,
     print_verify_result,
     stderr_progress,
+    warm_workers,
     worker_digests,
 )
 from inspector.core.hashing import is_sha256_hex
@@ -89,9 +90,11 @@ def run(args: argparse.Namespace) -> int:
     if args.tensors_only:
         if not args.paths:
             return _usage("--tensors-only needs the files to check")
-        result = verify_tensors_only(manifest, args.paths, worker_digests(args))
+        with warm_workers(len(args.paths)):
+            result = verify_tensors_only(manifest, args.paths, worker_digests(args))
     else:
-        with stderr_progress("verifying", args.quiet) as progress:
+        with stderr_progress("verifying", args.quiet) as progress, \
+                warm_workers(sum(f.tensors is not None for f in manifest.files) if digests else 0):
             result = verify(
                 manifest,
                 args.paths,
