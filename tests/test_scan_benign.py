@@ -3,8 +3,10 @@ exact format, verdict and weights_only answer for each."""
 
 from __future__ import annotations
 
+import zipfile
+
 import pytest
-from factories import BENIGN_BUILDERS, ODD_BUILDERS, corpus_fixture
+from factories import BENIGN_BUILDERS, ODD_BUILDERS, _rewrite_zip, call, corpus_fixture, touch_cmd
 
 from inspector.core.scan import scan_file
 
@@ -121,3 +123,30 @@ def test_custom_objects_are_suspicious_not_dangerous(built):
     assert {(g.module, g.name, g.severity) for g in res.globals if g.severity != "safe"} == {
         ("argparse", "Namespace", "suspicious")}
     assert any("argparse.Namespace" in b for b in res.weights_only_blockers)
+
+
+@pytest.mark.parametrize("head", [b".", b").", b"N.", b"}.", b"(lp0\n."])
+def test_tensor_bytes_that_happen_to_read_as_a_pickle_are_data(tmp_path, head):
+    """One record in 256 starts with 0x2e (STOP) and short complete import-free pickles turn
+    up in big models: torch never unpickles a record, and nothing without an import can run."""
+    import torch
+
+    raw = bytearray(head + bytes(16 - len(head)))
+    path = tmp_path / "model.pt"
+    torch.save({"w": torch.frombuffer(raw, dtype=torch.uint8).clone(), "b": torch.ones(3)}, path)
+    result = scan_file(path)
+    assert result.verdict == "safe", [f.code for f in result.findings]
+
+
+def test_a_tensor_record_that_imports_is_still_scanned(tmp_path, canary):
+    import torch
+
+    src = tmp_path / "src.pt"
+    torch.save({"w": torch.zeros(64, dtype=torch.uint8)}, src)
+    payload = call("os", "system", touch_cmd(canary))
+    prefix = zipfile.ZipFile(src).namelist()[0].split("/")[0]
+    path = tmp_path / "model.pt"
+    path.write_bytes(_rewrite_zip(src.read_bytes(), {f"{prefix}/data/0": payload.ljust(64, b"\0")}))
+    result = scan_file(path)
+    assert result.verdict == "dangerous"
+    assert any(f.member == f"{prefix}/data/0" for f in result.findings)

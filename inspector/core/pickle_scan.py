@@ -706,6 +706,14 @@ def imports_or_stops(scan: PickleScan) -> bool:
     return scan.stopped or any(_importable(g) for g in scan.globals)
 
 
+def imports(scan: PickleScan) -> bool:
+    """Whether a walk imported a real name: the test for a tensor record. Without an import a
+    pickle can call nothing, and a STOP alone is no sign: a record whose bytes start with
+    0x2e (`.`), or `).`, `N.`, `}.` and other short complete pickles, is ordinary tensor data
+    in roughly one record of 256 or of 65,536."""
+    return any(_importable(g) for g in scan.globals)
+
+
 class DisasmRow(NamedTuple):
     """One opcode for the Pickle pane: where, what, its argument, and how bad (None if fine)."""
 

@@ -27,6 +27,7 @@ from inspector.core.pickle_scan import (
     Call,
     Limits,
     PickleScan,
+    imports,
     imports_or_stops,
     looks_like_pickle,
     scan_pickle,
@@ -387,7 +388,7 @@ def _record_may_be_pickle(buf, m: zipread.Member) -> bool:
         return True
     if not head or head[0] not in formats.PICKLE_FIRST_BYTES:
         return False
-    return imports_or_stops(scan_pickle(buf, m.data_offset, limits=_PROBE))
+    return imports(scan_pickle(buf, m.data_offset, limits=_PROBE))
 
 
 def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
@@ -455,7 +456,7 @@ def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
             _scan_member_npy(ctx, data, m.name)
             continue
         scan = ctx.walk(data)
-        if not (imports_or_stops(scan) if is_record else looks_like_pickle(scan)):
+        if not (imports(scan) if is_record else looks_like_pickle(scan)):
             if m.encrypted:
                 ctx.find(SUSPICIOUS, "zip-encrypted", "encrypted member cannot be scanned",
                          m.name)
