@@ -189,12 +189,13 @@ def test_unknown_is_said_honestly():
 def test_through_the_jailed_inspect(tmp_path, capsys):
     cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=64, n_positions=16,
                                   bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(20)  # one of this model's records then starts with 0x2e (a STOP byte)
     model = transformers.GPT2LMHeadModel(cfg)
     path = tmp_path / "gpt2.pt"
     torch.save(model.state_dict(), path)
-    main(["inspect", str(path), "--json"])
+    assert main(["inspect", str(path), "--json"]) == 0  # loaded, safe code, healthy weights
     result = json.loads(capsys.readouterr().out)
-    assert result["error"] is None  # loaded (the exit code also carries the scan's verdict)
+    assert result["error"] is None
     a = guess_architecture(result["tensors"])
     assert a.layers == {"decoder": 2} and a.hidden_size == 32 and a.tied_embeddings is True
     assert a.parameters == n_params(model) == result["unique_storage"]["numel"]
