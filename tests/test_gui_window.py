@@ -308,3 +308,27 @@ def test_a_load_that_refuses_more_globals_asks_again_and_retries(
     first, second = (set(r["allow_globals"]) for r in worker_requests)
     assert "numpy.dtypes.Float32DType" in second - first and first < second
     assert doc.state == "loaded" and doc.tensors
+
+
+def test_tools_menu_sets_the_jail_a_load_requires(window, qtbot, small, monkeypatch):
+    """Tools → Required sandbox is the GUI's --require-jail: Full refuses a partial jail before
+    anything is loaded, Partial (the default) loads in it; the choice is remembered."""
+    from inspector.gui.pipeline import required_jail_setting
+    from inspector.sandbox import client
+
+    monkeypatch.setattr(client, "_required_jail", client.DEFAULT_REQUIRED_JAIL)
+    monkeypatch.setenv(client.SELFTEST_ENV, "1")
+    monkeypatch.setenv(client.DISABLE_ENV, "namespaces")  # this run's jail is partial
+    choices = {a.data(): a for a in window.jail_menu.actions()}
+    assert set(choices) == {"full", "partial", "any"} and choices["partial"].isChecked()
+    choices["full"].trigger()
+    assert required_jail_setting() == "full" and choices["full"].isChecked()
+    folder, _ = small
+    (doc,) = window.open_paths([folder / "benign.pt"])
+    wait_loaded(qtbot, doc, ("load_failed",))
+    assert "jail" in doc.message and not doc.tensors
+    window.close_current()
+    choices["partial"].trigger()
+    (doc,) = window.open_paths([folder / "benign.pt"])
+    wait_loaded(qtbot, doc)
+    assert doc.sandbox["level"] == "partial" and doc.tensors

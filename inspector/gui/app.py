@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 
 from PySide6.QtCore import QCoreApplication, QSettings, Qt
@@ -94,13 +95,18 @@ def add_theme_menu(menu_bar: QMenuBar) -> QMenu:
                  if a.menu() is not None and a.text().replace("&", "") == "View"), None)
     if view is None:
         view = menu_bar.addMenu("&View")
-    menu = view.addMenu("&Theme")
+    return add_choice_menu(view, "&Theme", THEMES, theme(), set_theme)
+
+
+def add_choice_menu(parent: QMenu, title: str, choices: tuple[tuple[str, str], ...],
+                    current: str, choose: Callable[[str], None]) -> QMenu:
+    """A submenu of exclusive checkable (value, text) choices; `choose(value)` on a pick."""
+    menu = parent.addMenu(title)
     group = QActionGroup(menu)
-    current = theme()
-    for name, text in THEMES:
-        action = QAction(text, menu, checkable=True, checked=name == current)
-        action.setData(name)
-        action.triggered.connect(lambda _checked=False, n=name: set_theme(n))
+    for value, text in choices:
+        action = QAction(text, menu, checkable=True, checked=value == current)
+        action.setData(value)
+        action.triggered.connect(lambda _checked=False, v=value: choose(v))
         group.addAction(action)
         menu.addAction(action)
     return menu

@@ -29,7 +29,13 @@ from inspector.gui import app as appmod
 from inspector.gui.document import STATE_WORDS, FileDocument
 from inspector.gui.empty_state import EmptyState
 from inspector.gui.jobs import Job, JobRunner
-from inspector.gui.pipeline import Pipeline, expand_paths
+from inspector.gui.pipeline import (
+    JAIL_CHOICES,
+    Pipeline,
+    expand_paths,
+    required_jail_setting,
+    set_required_jail_setting,
+)
 from inspector.gui.verdict_style import document_icon, document_words
 
 FILE_FILTER = (
@@ -291,6 +297,10 @@ class MainWindow(QMainWindow):
         tools = self.menuBar().addMenu("&Tools")
         for a in (self.act_convert, self.act_manifest, self.act_verify, self.act_compare):
             tools.addAction(a)
+        tools.addSeparator()
+        self.jail_menu = appmod.add_choice_menu(tools, "Required &sandbox", JAIL_CHOICES,
+                                                required_jail_setting(),
+                                                set_required_jail_setting)
         tools.addSeparator()
         tools.addAction(self.act_cancel)
         self.tools_menu = tools

@@ -235,6 +235,13 @@ def _hash_fn(path: Path) -> JobFn:
 
 
 REQUIRED_JAIL_KEY = "sandbox/require_jail"
+JAIL_CHOICES = (
+    ("full", "&Full: namespaces, Landlock and seccomp all active"),
+    ("partial", "&Partial: at least one isolation layer (default)"),
+    ("any", "&Any: resource limits alone are enough"),
+)
+"""Tools → Required sandbox: (QSettings value, menu text); the jail levels `--require-jail`
+takes on the command line."""
 
 
 def required_jail_setting() -> str:
@@ -242,7 +249,14 @@ def required_jail_setting() -> str:
     from inspector.gui.app import settings
 
     value = str(settings().value(REQUIRED_JAIL_KEY, "partial"))
-    return value if value in ("full", "partial", "any") else "partial"
+    return value if value in dict(JAIL_CHOICES) else "partial"
+
+
+def set_required_jail_setting(level: str) -> None:
+    """Remember the weakest jail the app loads in; the next load follows it."""
+    from inspector.gui.app import settings
+
+    settings().setValue(REQUIRED_JAIL_KEY, level)
 
 
 def _inspect_fn(path: Path, allow_globals: tuple[str, ...]) -> JobFn:
