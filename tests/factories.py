@@ -1246,3 +1246,43 @@ def adv_dcp_metadata_payload(path: Path, canary: Path) -> Path:
 
 
 ADVERSARIAL_BUILDERS["dcp_metadata_payload"] = ("dcp", adv_dcp_metadata_payload)
+
+
+# ---------------------------------------------------------------------------------------------
+# Corruption radar
+# ---------------------------------------------------------------------------------------------
+
+RADAR_FLIP = ("model.layers.3.self_attn.k_proj.weight", 77, 30)
+"""(key, element, bit) that `layered_state_dict(flip=True)` flips: float32's top exponent bit."""
+
+
+def layered_state_dict(layers: int = 6, flip: bool = False, seed: int = 0) -> dict:
+    """A small Llama-shaped float32 state dict (embeddings, `layers` decoder layers, final norm,
+    head) with weights about 0.02; `flip` flips `RADAR_FLIP`'s bit of one element."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    hidden, mlp, vocab = 16, 32, 40
+
+    def w(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g) * 0.02
+
+    state = {"model.embed_tokens.weight": w(vocab, hidden)}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        state.update({p + "self_attn.q_proj.weight": w(hidden, hidden),
+                      p + "self_attn.k_proj.weight": w(hidden, hidden),
+                      p + "self_attn.v_proj.weight": w(hidden, hidden),
+                      p + "self_attn.o_proj.weight": w(hidden, hidden),
+                      p + "mlp.gate_proj.weight": w(mlp, hidden),
+                      p + "mlp.up_proj.weight": w(mlp, hidden),
+                      p + "mlp.down_proj.weight": w(hidden, mlp),
+                      p + "input_layernorm.weight": torch.ones(hidden),
+                      p + "post_attention_layernorm.weight": torch.ones(hidden)})
+    state["model.norm.weight"] = torch.ones(hidden)
+    state["lm_head.weight"] = w(vocab, hidden)
+    if flip:
+        key, element, bit = RADAR_FLIP
+        bits = state[key].reshape(-1).view(torch.int32)
+        bits[element] ^= 1 << bit
+    return state
