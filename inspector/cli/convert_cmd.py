@@ -21,6 +21,11 @@ Exit codes:
      converts the rest and lists the skipped keys in the output and the sidecar
   9  not loaded: the jail is weaker than --require-jail allows (default partial), or the
      worker broke the protocol and was killed
+ 10  --key names nothing in the checkpoint (its keys are listed) or no mapping of tensors, or
+     --strip-prefix gives two keys one name (nothing was written)
+
+`--key state_dict --strip-prefix model.` takes a training checkpoint's weights (a Lightning
+checkpoint's `state_dict`) under the model's own names; see `core/extract.py`.
 
 Quantized and sparse tensors are written as their parts under `KEY::suffix` names, with the
 rebuild recipe in `__metadata__["ckpt-inspector.encoded"]` (see sandbox/encoded.py).
@@ -45,9 +50,11 @@ from inspector.cli.common import (
 EXIT_OUTPUT = 4
 EXIT_VERIFY = 6
 EXIT_UNSUPPORTED = 8
+EXIT_SELECTION = 10
 _EXITS = {"output_exists": EXIT_OUTPUT, "output_is_input": EXIT_OUTPUT,
           "output_unwritable": EXIT_OUTPUT, "verify_failed": EXIT_VERIFY,
-          "unsupported_tensors": EXIT_UNSUPPORTED}
+          "unsupported_tensors": EXIT_UNSUPPORTED, "key_not_found": EXIT_SELECTION,
+          "not_tensor_mapping": EXIT_SELECTION, "key_collision": EXIT_SELECTION}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-unsupported", action="store_true",
                         help="convert even when some tensors have no safetensors form; the "
                              "skipped keys are listed in the output and the sidecar")
+    parser.add_argument("--key", metavar="PATH",
+                        help="convert only the mapping of tensors at this dotted path of the "
+                             "loaded checkpoint (state_dict, model, module.model)")
+    parser.add_argument("--strip-prefix", action="append", default=[], metavar="PREFIX",
+                        help="remove PREFIX from the keys that start with it (repeatable, "
+                             "applied in order), e.g. model.")
     add_loader_arguments(parser)
 
 
@@ -74,6 +87,8 @@ def _verified_line(report: dict) -> str:
         scope = "every tensor written"
     elif skipped:
         scope = f"{total - skipped} of the input's {total} tensors ({skipped} skipped, listed)"
+    elif report.get("key"):
+        scope = f"all {total} tensors under {report['key']}"
     else:
         scope = f"all {total} tensors of the input"
     return (f"verified  {scope}: reopened with safetensors, each matches its source bit for "
@@ -88,6 +103,9 @@ def _human(report: dict) -> list[str]:
         f"sha256    {report['sha256']}",
         sandbox_line(report.get("sandbox")),
     ]
+    if report.get("key") or report.get("strip_prefix"):
+        lines.append(f"extracted {report.get('key') or 'the whole checkpoint'}"
+                     + "".join(f", {p!r} stripped" for p in report.get("strip_prefix") or ()))
     for alias, kept in report["aliases"].items():
         lines.append(f"alias     {alias} -> {kept} (shared storage, stored once)")
     lines.extend(f"cloned    {key} (partial view of a shared storage)"
@@ -116,9 +134,14 @@ def run(args: argparse.Namespace) -> int:
         return convert_file(source, output, overwrite=overwrite,
                             allow_globals=args.allow_global,
                             override_dangerous=args.override_dangerous, timeout=args.timeout,
-                            skip_unsupported=args.skip_unsupported, on_event=on_event)
+                            skip_unsupported=args.skip_unsupported, on_event=on_event,
+                            key=args.key, strip_prefix=args.strip_prefix)
 
     if is_folder_input(Path(args.file)):
+        if args.key or args.strip_prefix:
+            print("ckpt-inspector convert: --key and --strip-prefix take one file, not a folder "
+                  "of shards", file=sys.stderr)
+            return 2
         return run_folder(args, convert_one, exit_for)
     output = args.output or default_output(Path(args.file))
     if output.is_symlink():  # a link in an HF snapshot leads into blobs/

@@ -544,8 +544,13 @@ def convert_file(
     timeout: float | None = None,
     limits: dict | None = None,
     skip_unsupported: bool = False,
+    key: str | None = None,
+    strip_prefix: Iterable[str] = (),
 ) -> dict:
     """Convert to safetensors inside the jail, verified bit for bit; the conversion report.
+
+    `key` converts only what lies under that dotted path of the loaded object, and
+    `strip_prefix` removes those prefixes from the names (`sandbox.convert.select_leaves`).
 
     Raises SandboxError (and leaves nothing behind) when the conversion cannot be done, or
     (code `unsupported_tensors`) would leave tensors out and skip_unsupported is not set.
@@ -570,6 +575,7 @@ def convert_file(
 
     request = {"op": "convert", "path": str(source), "allow_globals": allow,
                "limits": _limits(size, limits), "skip_unsupported": skip_unsupported,
+               "key": key, "strip_prefix": list(strip_prefix),
                # Views are cloned, so the output may exceed the input; this bounds it.
                "output_bytes": 4 * size + (64 << 20)}
     try:

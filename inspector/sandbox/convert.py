@@ -13,6 +13,10 @@ sidecar. Non-tensor leaves go to a JSON sidecar document that the client writes 
 output. "Verified" covers every tensor of the input: each written tensor (or part) is
 compared with its source, and nothing else was left out unless listed as skipped.
 
+A request may name `key`, a dotted path into the loaded object (only what is under it is
+converted: a Lightning checkpoint's `state_dict`), and `strip_prefix`, prefixes removed from
+the names (`core.extract`); "the input" is then that selection.
+
 The header is written first (offsets are known from the plan), then each tensor's bytes are
 streamed from the memory-mapped source in bounded chunks into the output descriptor the
 client opened, while a second thread hashes them. The output is then reopened with the
@@ -29,14 +33,17 @@ import math
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import torch
 from safetensors import safe_open
 
+from inspector.core.errors import CodedError
+from inspector.core.extract import select, strip_prefixes
 from inspector.core.progress import CancelToken, check
+from inspector.core.termtext import escape
 from inspector.sandbox.encoded import expand, metadata_entry
 from inspector.sandbox.load import SAFETENSORS_DTYPES, LoadError, load_request, split_leaves
 from inspector.sandbox.mapped import PageReleaser
@@ -298,12 +305,29 @@ def sidecar_document(objects: list[tuple[str, object]]) -> tuple[dict, list[dict
             "not_serializable": rejected}, rejected
 
 
+def select_leaves(loaded: object, key: str | None, prefixes: Sequence[str]
+                  ) -> tuple[list[tuple[str, torch.Tensor]], list[tuple[str, object]]]:
+    """The leaves under `key` (all when None), with `prefixes` stripped from their names."""
+    selected = select(loaded, key) if key else loaded
+    tensors, objects = split_leaves(selected)
+    if key and not (isinstance(selected, Mapping) and tensors):
+        what = "a mapping with no tensors" if isinstance(selected, Mapping) else (
+            f"a {type(selected).__name__}")
+        raise CodedError("not_tensor_mapping",
+                         f"--key {escape(key)} is {what}, not a mapping of tensors")
+    if not prefixes:
+        return tensors, objects
+    names = strip_prefixes([k for k, _ in tensors] + [k for k, _ in objects], prefixes)
+    return [(names[k], t) for k, t in tensors], [(names[k], v) for k, v in objects]
+
+
 def convert(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict:
     """Convert request["path"] into the descriptor request["output_fd"]; the report."""
     path, fd = request["path"], int(request["output_fd"])
     torch.set_num_threads(1)
     emit({"type": "progress", "stage": "load", "done": 0, "total": 1})
-    tensors, objects = split_leaves(load_request(request))
+    key, prefixes = request.get("key"), list(request.get("strip_prefix") or ())
+    tensors, objects = select_leaves(load_request(request), key, prefixes)
     expanded, encoded = expand(tensors)
     plan = plan_tensors(expanded)
     if plan.skipped and not request.get("skip_unsupported"):
@@ -322,6 +346,8 @@ def convert(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
     document, rejected = sidecar_document(objects)
     if plan.skipped:
         document["tensors_skipped"] = plan.skipped
+    if key or prefixes:
+        document.update(key=key, strip_prefix=prefixes)
     return {
         "verified": not mismatches,
         "mismatches": mismatches,
@@ -339,4 +365,6 @@ def convert(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
         "objects_moved": [k for k in document["values"]],
         "not_serializable": rejected,
         "sidecar_document": document if objects or plan.skipped else None,
+        "key": key,
+        "strip_prefix": prefixes,
     }

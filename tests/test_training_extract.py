@@ -1,0 +1,170 @@
+"""Training checkpoints: `convert --key --strip-prefix` extracts the weights, and the inspect
+result maps the optimizer's integer ids to the model's parameter names.
+
+The checkpoints come from a real AdamW + StepLR training loop; the Lightning layout is built by
+hand in Lightning's shape (lightning itself is not installed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+from inspector.cli import main
+from inspector.core.errors import CodedError
+from inspector.core.extract import select, strip_prefixes
+
+pytest_plugins = ("sandbox_fixtures",)  # fixture: unchanged
+
+
+def _net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3))
+
+
+def _train(model: nn.Module, steps: int = 2) -> tuple[torch.optim.Optimizer, object]:
+    """Two real optimizer and scheduler steps, so AdamW holds exp_avg/exp_avg_sq per parameter."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        x = torch.randn(16, 4, generator=generator)
+        loss = model(x).square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        scheduler.step()
+    return optimizer, scheduler
+
+
+def _lightning(model: nn.Module, optimizer, scheduler) -> dict:
+    """What Lightning's ModelCheckpoint saves for a LightningModule holding `self.model`."""
+    return {
+        "epoch": 0,
+        "global_step": 2,
+        "pytorch-lightning_version": "2.4.0",
+        "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+        "loops": {"fit_loop": {"epoch_progress": {"current": {"completed": 0}}}},
+        "callbacks": {},
+        "optimizer_states": [optimizer.state_dict()],
+        "lr_schedulers": [scheduler.state_dict()],
+        "hyper_parameters": {"lr": 1e-2, "hidden": 8},
+    }
+
+
+@pytest.fixture(scope="module")
+def trained():
+    model = _net()
+    optimizer, scheduler = _train(model)
+    return model.eval(), optimizer, scheduler
+
+
+@pytest.fixture
+def lightning_file(tmp_path, trained, unchanged) -> Path:
+    path = tmp_path / "last.ckpt"
+    torch.save(_lightning(*trained), path)
+    return unchanged(path)
+
+
+def _forward_equal(model: nn.Module, weights: dict[str, torch.Tensor]) -> None:
+    fresh = _net().eval()
+    fresh.load_state_dict(weights, strict=True)
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        assert torch.equal(fresh(x), model(x))
+
+
+def test_lightning_state_dict_converts_to_the_models_own_names(tmp_path, trained, lightning_file,
+                                                                capsys):
+    model = trained[0]
+    out = tmp_path / "model.safetensors"
+    assert main(["convert", str(lightning_file), "-o", str(out), "--key", "state_dict",
+                 "--strip-prefix", "model.", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["verified"] and report["key"] == "state_dict"
+    assert report["strip_prefix"] == ["model."]
+    weights = load_file(out)
+    assert set(weights) == set(model.state_dict())
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(weights[name], tensor), name
+    _forward_equal(model, weights)
+    # Nothing outside state_dict (optimizer moments, loops, hyper-parameters) was written.
+    assert report["tensors_in_input"] == len(model.state_dict())
+    assert not (tmp_path / "model.sidecar.json").exists()
+
+
+def test_plain_training_dict_and_text_output(tmp_path, trained, unchanged, capsys):
+    model, optimizer, scheduler = trained
+    source = tmp_path / "ckpt.pt"
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "epoch": 3}, source)
+    unchanged(source)
+    out = tmp_path / "weights.safetensors"
+    assert main(["convert", str(source), "-o", str(out), "--key", "model"]) == 0
+    text = capsys.readouterr().out
+    assert "extracted model" in text
+    assert f"all {len(model.state_dict())} tensors under model" in text
+    _forward_equal(model, load_file(out))
+
+
+def test_nested_key_path_and_repeated_prefixes(tmp_path, trained, unchanged, capsys):
+    model = trained[0]
+    source = tmp_path / "wrapped.pt"
+    # DDP's `module.` inside a Lightning module's `model.`, under a nested key.
+    torch.save({"run": {"module": {f"module.model.{k}": v
+                                   for k, v in model.state_dict().items()}}}, source)
+    unchanged(source)
+    out = tmp_path / "w.safetensors"
+    assert main(["convert", str(source), "-o", str(out), "--key", "run.module",
+                 "--strip-prefix", "module.", "--strip-prefix", "model.", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["strip_prefix"] == ["module.", "model."]
+    _forward_equal(model, load_file(out))
+
+
+def test_missing_key_lists_the_top_level_keys(tmp_path, lightning_file, capsys):
+    out = tmp_path / "x.safetensors"
+    assert main(["convert", str(lightning_file), "-o", str(out), "--key", "state_dic"]) == 10
+    err = capsys.readouterr().err
+    assert "--key state_dic" in err and "top-level keys are:" in err
+    for top in ("state_dict", "optimizer_states", "lr_schedulers", "epoch", "global_step"):
+        assert top in err
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == [lightning_file]
+
+
+def test_key_that_is_not_a_mapping_of_tensors(tmp_path, lightning_file, capsys):
+    out = tmp_path / "x.safetensors"
+    for key, words in (("epoch", "is a int, not a mapping of tensors"),
+                       ("hyper_parameters", "is a mapping with no tensors"),
+                       ("optimizer_states", "is a list, not a mapping of tensors")):
+        assert main(["convert", str(lightning_file), "-o", str(out), "--key", key,
+                     "--json"]) == 10
+        captured = capsys.readouterr()
+        assert words in captured.err
+        assert json.loads(captured.out)["error"]["code"] == "not_tensor_mapping"
+        assert not out.exists()
+
+
+def test_prefixes_that_collide_are_refused(tmp_path, unchanged, capsys):
+    source = tmp_path / "both.pt"
+    torch.save({"state_dict": {"model.w": torch.ones(2), "w": torch.zeros(2)}}, source)
+    unchanged(source)
+    out = tmp_path / "x.safetensors"
+    assert main(["convert", str(source), "-o", str(out), "--key", "state_dict",
+                 "--strip-prefix", "model."]) == 10
+    assert "makes model.w and w both w" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_select_and_strip_in_core():
+    tree = {"a": {"b.c": [{"d": 1}]}, "x": 2}
+    assert select(tree, "a.b.c.0.d") == 1
+    with pytest.raises(CodedError) as info:
+        select(tree, "a.z")
+    assert info.value.code == "key_not_found" and "under a" in info.value.message
+    assert strip_prefixes(["model.x", "model.", "y"], ["model."]) == {
+        "model.x": "x", "model.": "model.", "y": "y"}
