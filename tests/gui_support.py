@@ -65,6 +65,10 @@ elif what == "numpy":
     import numpy as np
     torch.save({"model": {"w": torch.ones(2)}, "best": np.float32(0.5), "dtype": np.dtype("f4")},
                out / "with_numpy.pt")
+elif what == "radar":  # a 6-layer model with one flipped exponent bit
+    state = factories.layered_state_dict(flip=True)
+    torch.save(state, out / "flipped.pt")
+    record("flipped.pt", state)
 (out / f"expected-{what}.json").write_text(json.dumps(expected))
 """
 

@@ -21,7 +21,8 @@ HARD_CODED = re.compile(
     r"|QColor\(\"|mk(?:Pen|Brush)\(\""  # QColor("red"), mkPen("r")
     r"|(?:brush|fill|colou?r)=\(\d"  # brush=(47, 101, 202, 150)
 )
-PALETTE_PANES = ("gpu_pane.py", "consistency_pane.py", "tensors_pane.py", "tensor_models.py")
+PALETTE_PANES = ("gpu_pane.py", "consistency_pane.py", "tensors_pane.py", "tensor_models.py",
+                 "radar_view.py")
 
 
 def theme_actions(window: MainWindow) -> dict[str, object]:

@@ -65,7 +65,7 @@ def test_one_flipped_exponent_bit_is_the_brightest_cell_of_its_row(flipped) -> N
     assert tip.splitlines()[0] == key and "layer 3 · attention" in tip
     assert "weights health: magnitude-outlier" in tip
     assert f"absmax {flipped_absmax(flipped, key):.6g}" in tip
-    assert "10^" in radar.legend(ABSMAX)
+    assert f"to {flipped_absmax(flipped, key):.3g} (bright) on a log scale" in radar.legend(ABSMAX)
 
 
 def flipped_absmax(recs: list[dict], key: str) -> float:

@@ -95,6 +95,8 @@ class Radar:
     """Why the radar is empty, in words; "" when it has cells."""
     places: dict[str, tuple[int, int]] = field(default_factory=dict)
     """(row, column) of each key on the radar."""
+    _scales: dict[str, tuple[float, float]] = field(default_factory=dict, repr=False,
+                                                    compare=False)
 
     @property
     def empty(self) -> bool:
@@ -109,9 +111,11 @@ class Radar:
         """(low, high) of the metric's finite values over the whole radar."""
         if metric == NONFINITE:
             return 0.0, 1.0
-        values = [v for c in self.cells.values()
-                  if (v := c.value(metric)) is not None and math.isfinite(v)]
-        return (min(values), max(values)) if values else (0.0, 0.0)
+        if metric not in self._scales:  # every cell's colour asks; the cells never change
+            values = [v for c in self.cells.values()
+                      if (v := c.value(metric)) is not None and math.isfinite(v)]
+            self._scales[metric] = (min(values), max(values)) if values else (0.0, 0.0)
+        return self._scales[metric]
 
     def position(self, metric: str, value: float | None) -> float | None:
         """Where `value` sits on the colour scale, 0 (dark) to 1 (bright); None for no value."""
@@ -140,8 +144,9 @@ class Radar:
             return ("Colour: share of NaN/Inf elements, dark for none; any NaN or Inf is at "
                     f"least {NONFINITE_FLOOR:.0%} up the scale, all of them brightest.")
         lo, hi = self.scale(metric)
-        return (f"Colour: {METRICS[metric]}, from 10^{lo:.1f} (dark) to 10^{hi:.1f} (bright); "
-                "a flipped exponent bit lights up tens of orders above its row.")
+        return (f"Colour: {METRICS[metric]}, from {10 ** lo:.3g} (dark) to {10 ** hi:.3g} "
+                "(bright) on a log scale; a flipped exponent bit lights up tens of orders "
+                "above its row.")
 
     def describe(self, row: int, column: int) -> str:
         """A cell's key, place and exact statistics, one per line (its tooltip)."""

@@ -3,7 +3,8 @@
 Laid out for a 1280 px window: the priority columns (tensor_models.PRIORITY) come first, the
 others can be hidden from the header's context menu or the Columns button (remembered), and the
 histogram panel collapses. The histogram follows the selection: when the filter hides the
-selected tensor it says so instead of showing a stale chart.
+selected tensor it says so instead of showing a stale chart. The Radar view (`gui.radar_view`
+over `core.radar`) lays the weights along the model's depth; a cell selects its tensor here.
 """
 
 from __future__ import annotations
@@ -41,9 +42,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from inspector.core.radar import build_radar
 from inspector.gui import app as appmod
 from inspector.gui import chart_style, roles
 from inspector.gui.document import FileDocument
+from inspector.gui.radar_view import RadarView
 from inspector.gui.tensor_models import (
     COLUMNS,
     Row,
@@ -78,6 +81,8 @@ SIDE_PANEL_MIN_WIDTH = 1200
 """Below this pane width the histogram panel sits under the table (histogram beside the
 statistics) instead of beside it, so the table keeps its full width for the priority columns."""
 LOG_FLOOR = -0.5
+VIEWS = ("table", "tree", "radar")
+"""The views' names (QSettings `tensors/view`), in the order of their buttons."""
 """Log-scale baseline (log10 of a count of about 0.3): empty bins sit on it, one count shows."""
 
 
@@ -109,9 +114,14 @@ class TensorsPane(QWidget):
         self.tree_button = QToolButton(text="Tree", checkable=True)
         self.table_button.setToolTip("One row per tensor")
         self.tree_button.setToolTip("Tensors grouped by dotted prefix")
+        self.radar_button = QToolButton(text="Radar", checkable=True)
+        self.radar_button.setToolTip("Corruption radar: absmax, std and NaN/Inf share of every"
+                                     " weight along the model's depth (a flipped exponent bit"
+                                     " lights up)")
         group = QButtonGroup(self)
         group.addButton(self.table_button, 0)
         group.addButton(self.tree_button, 1)
+        group.addButton(self.radar_button, 2)
         group.idClicked.connect(self._set_mode)
         self.copy_button = QPushButton("Copy as CSV")
         self.copy_button.setToolTip("Copy the selected rows (or all shown rows) as CSV")
@@ -126,6 +136,7 @@ class TensorsPane(QWidget):
         top.addWidget(self.filter, 1)
         top.addWidget(self.table_button)
         top.addWidget(self.tree_button)
+        top.addWidget(self.radar_button)
         top.addWidget(self.columns_button)
         top.addWidget(self.details_button)
         top.addWidget(self.copy_button)
@@ -175,9 +186,15 @@ class TensorsPane(QWidget):
         self.tree.header().resizeSection(0, 280)
         self.tree.selectionModel().currentChanged.connect(self._tree_current)
 
+        self.radar = RadarView()
+        self.radar.key_selected.connect(self._radar_selected)
+        self.radar.key_opened.connect(self._radar_opened)
+        self._radar_source: tuple | None = None
+
         self.views = QStackedWidget()
         self.views.addWidget(self.table)
         self.views.addWidget(self.tree)
+        self.views.addWidget(self.radar)
 
         self.detail_title = QLabel(NO_SELECTION)
         self.detail_title.setWordWrap(True)
@@ -228,9 +245,10 @@ class TensorsPane(QWidget):
         layout.addLayout(top)
         layout.addWidget(self.splitter, 1)
         layout.addWidget(self.summary_label)
-        if appmod.settings().value("tensors/view", "table") == "tree":
-            self.tree_button.setChecked(True)
-            self._set_mode(1)
+        view = appmod.settings().value("tensors/view", "table")
+        if view in VIEWS[1:]:
+            group.button(VIEWS.index(view)).setChecked(True)
+            self._set_mode(VIEWS.index(view))
         self.set_document(None)
 
     # --- document ----------------------------------------------------------------------
@@ -241,12 +259,14 @@ class TensorsPane(QWidget):
             self.doc.tensors_appended.disconnect(self._appended)
             self.doc.tensors_reset.disconnect(self._reset)
             self.doc.changed.disconnect(self._update_summary)
+            self.doc.changed.disconnect(self._refresh_radar)
         self.doc = doc
         self._pending.clear()
         if doc is not None:
             doc.tensors_appended.connect(self._appended)
             doc.tensors_reset.connect(self._reset)
             doc.changed.connect(self._update_summary)
+            doc.changed.connect(self._refresh_radar)
         self._sized = False
         self._reset()
 
@@ -261,6 +281,7 @@ class TensorsPane(QWidget):
         self._fit_columns()
         self._tree_stale = True
         self._refresh_tree()
+        self._refresh_radar()
         self._update_summary()
         self._show_detail(None)
 
@@ -280,6 +301,7 @@ class TensorsPane(QWidget):
         self._fit_columns()
         self._tree_stale = True
         self._refresh_tree()
+        self._refresh_radar()
         self._update_summary()
 
     def _fit_columns(self) -> None:
@@ -357,8 +379,35 @@ class TensorsPane(QWidget):
 
     def _set_mode(self, mode: int) -> None:
         self.views.setCurrentIndex(mode)
-        appmod.settings().setValue("tensors/view", "tree" if mode else "table")
+        appmod.settings().setValue("tensors/view", VIEWS[mode])
         self._refresh_tree()
+        self._refresh_radar()
+
+    def _refresh_radar(self) -> None:
+        """Rebuild the radar, while it is shown, when the tensors or the health findings changed."""
+        if self.views.currentIndex() != 2:
+            return
+        doc = self.doc
+        health = (doc.inspect or {}).get("health") if doc else None
+        source = (id(doc), len(doc.tensors), health) if doc else None
+        if source == self._radar_source:
+            return
+        self._radar_source = source
+        self.radar.set_radar(build_radar(doc.tensors, (health or {}).get("findings") or ())
+                             if doc else None)
+        self.radar.show_key(self.selected.get("key") if self.selected else None)
+
+    def _radar_selected(self, key: str) -> None:
+        """A radar cell picks its tensor in the table (clearing a filter that hides it)."""
+        if not self.select_key(key) and self.filter.text():
+            self.filter.clear()
+            self._filter_changed()
+            self.select_key(key)
+
+    def _radar_opened(self, key: str) -> None:
+        self._radar_selected(key)
+        self.table_button.click()
+        self.table.scrollTo(self.table.currentIndex())
 
     def _refresh_tree(self) -> None:
         if self.views.currentIndex() == 1 and self._tree_stale:
@@ -398,6 +447,7 @@ class TensorsPane(QWidget):
 
     def _show_detail(self, row: Row | None, why: str = NO_SELECTION) -> None:
         self.selected = row
+        self.radar.show_key(row.get("key") if row is not None else None)
         if row is None:
             self.detail_title.setText(why)
             self.stats.setRowCount(0)
