@@ -17,6 +17,8 @@ from torch import nn
 from inspector.cli import main
 from inspector.core.errors import CodedError
 from inspector.core.extract import select, strip_prefixes
+from inspector.core.flatten import flatten
+from inspector.core.optimizer_map import map_optimizers
 
 pytest_plugins = ("sandbox_fixtures",)  # fixture: unchanged
 
@@ -168,3 +170,111 @@ def test_select_and_strip_in_core():
     assert info.value.code == "key_not_found" and "under a" in info.value.message
     assert strip_prefixes(["model.x", "model.", "y"], ["model."]) == {
         "model.x": "x", "model.": "model.", "y": "y"}
+
+
+# --- optimizer ids mapped to parameter names -------------------------------------------------
+
+
+class _Buffered(nn.Module):
+    """Buffers, listed before the parameters in a state dict; shaped like the parameters, they
+    make an id's shape fit more than one tensor, so the names cannot be told."""
+
+    def __init__(self, like_parameters: bool = True) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.register_buffer("mask", torch.ones(8 if like_parameters else 5))
+        self.register_buffer("proj", torch.eye(8 if like_parameters else 3))
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(self.a(x))
+
+
+def _inspect_json(path: Path, capsys) -> dict:
+    assert main(["inspect", str(path), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _records(checkpoint: dict) -> tuple[list[dict], list[dict]]:
+    """The inspect contract's records of an in-memory checkpoint (key, dtype, shape; repr)."""
+    tensors, objects = [], []
+    for key, leaf in flatten(checkpoint):
+        if isinstance(leaf, torch.Tensor):
+            tensors.append({"key": key, "dtype": str(leaf.dtype).removeprefix("torch."),
+                            "shape": list(leaf.shape), "numel": leaf.numel()})
+        else:
+            objects.append({"key": key, "repr": repr(leaf)})
+    return tensors, objects
+
+
+def test_lightning_optimizer_ids_are_named_after_the_parameters(trained, lightning_file, capsys):
+    model, optimizer, _ = trained
+    report = _inspect_json(lightning_file, capsys)
+    [entry] = report["optimizer_params"]
+    assert (entry["optimizer"], entry["model"], entry["mapped"]) == (
+        "optimizer_states.0", "state_dict", True)
+    state = optimizer.state_dict()
+    assert [p["id"] for p in entry["params"]] == state["param_groups"][0]["params"]
+    named = list(model.named_parameters())
+    assert len(entry["params"]) == len(named)
+    for row, (name, param) in zip(entry["params"], named, strict=True):
+        # The LightningModule holds the model as `self.model`: its names carry `model.`.
+        assert row["name"] == f"model.{name}"
+        assert row["key"] == f"state_dict.model.{name}"
+        assert row["shape"] == list(param.shape) == list(state["state"][row["id"]]["exp_avg"].shape)
+    # BatchNorm's running statistics sit between the parameters and were skipped.
+    assert "model.1.running_mean" not in [p["name"] for p in entry["params"]]
+
+
+def test_plain_checkpoint_names_its_ids_in_the_text_output(tmp_path, trained, capsys):
+    model, optimizer, scheduler = trained
+    path = tmp_path / "plain.pt"
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(), "epoch": 1}, path)
+    assert main(["inspect", str(path)]) == 0
+    names = [n for n, _ in model.named_parameters()]
+    assert (f"optimizer ids: optimizer: {len(names)} parameter ids named from model "
+            f"(0 {names[0]}, 1 {names[1]}, 2 {names[2]}, …)") in capsys.readouterr().out
+
+
+def test_buffers_shaped_like_parameters_leave_the_ids(tmp_path, capsys):
+    model = _Buffered()
+    optimizer, _ = _train_buffered(model)
+    path = tmp_path / "buffered.pt"
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": 1},
+               path)
+    [entry] = _inspect_json(path, capsys)["optimizer_params"]
+    assert not entry["mapped"] and "more than one way" in entry["reason"]
+    assert [p["id"] for p in entry["params"]] == [0, 1, 2, 3]
+    assert all(p["name"] is None and p["key"] is None for p in entry["params"])
+    # The same model whose buffer has a shape no parameter has: the match is unique again.
+    model = _Buffered(like_parameters=False)
+    optimizer, _ = _train_buffered(model)
+    tensors, objects = _records({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
+    [found] = map_optimizers(tensors, objects)
+    assert found.mapped and found.reason == ""
+    assert found.names == [n for n, _ in model.named_parameters()]
+
+
+def test_param_groups_out_of_model_order_are_not_guessed():
+    model = _net()
+    weights = [p for n, p in model.named_parameters() if n.endswith("weight")]
+    biases = [p for n, p in model.named_parameters() if n.endswith("bias")]
+    # The usual weight-decay split: ids follow the groups, not the model.
+    optimizer = torch.optim.AdamW([{"params": weights}, {"params": biases, "weight_decay": 0.0}])
+    model(torch.randn(4, 4)).sum().backward()
+    optimizer.step()
+    tensors, objects = _records({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
+    [found] = map_optimizers(tensors, objects)
+    assert not found.mapped and "no state dict" in found.reason
+    assert found.groups == [0, 0, 0, 1, 1, 1]
+
+
+def _train_buffered(model: nn.Module):
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(2):
+        model(torch.randn(3, 8)).square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return optimizer, None

@@ -37,6 +37,7 @@ from inspector.cli.common import (
 from inspector.core import integrity, strict_json
 from inspector.core.architecture import Architecture
 from inspector.core.contents import summarize, training_summary
+from inspector.core.optimizer_map import OptimizerParams
 from inspector.core.resume import ResumeChecklist, resume_text
 from inspector.core.termtext import escape
 from inspector.core.verdict import exit_code
@@ -118,6 +119,8 @@ def _human(report: dict) -> list[str]:
         training = training_summary(contents)
         if training:
             lines.append(f"training state: {training}")
+        lines.extend(f"optimizer ids: {escape(OptimizerParams.from_json(o).summary())}"
+                     for o in report.get("optimizer_params") or ())
         lines.extend(_model_lines(report))
     return lines
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from inspector.core.architecture import guess_architecture, model_weights, unique_weights
 from inspector.core.contents import Contents, summarize
+from inspector.core.optimizer_map import map_optimizers
 
 PRESENT, MISSING, MISMATCH = "present", "missing", "mismatch"
 _WORDS = {PRESENT: "saved", MISMATCH: "does not match the model", MISSING: "missing"}
@@ -180,8 +181,12 @@ def resume_text(checklist: ResumeChecklist) -> str:
 
 
 def model_facts(tensors: list[dict[str, Any]], objects: list[dict[str, Any]]) -> dict[str, Any]:
-    """The inspect contract's `architecture` and `resume` (null for weights alone)."""
+    """The inspect contract's `architecture`, `resume` and `optimizer_params` (null for
+    weights alone)."""
     contents = summarize(tensors, objects)
+    training = bool(tensors) and contents.is_training_checkpoint
     return {"architecture": guess_architecture(tensors).to_json() if tensors else None,
             "resume": resume_checklist(contents, tensors, objects).to_json()
-            if tensors and contents.is_training_checkpoint else None}
+            if training else None,
+            "optimizer_params": [o.to_json() for o in map_optimizers(tensors, objects)]
+            if training else None}
