@@ -117,14 +117,20 @@ def test_nested_key_path_and_repeated_prefixes(tmp_path, trained, unchanged, cap
     model = trained[0]
     source = tmp_path / "wrapped.pt"
     # DDP's `module.` inside a Lightning module's `model.`, under a nested key.
-    torch.save({"run": {"module": {f"module.model.{k}": v
-                                   for k, v in model.state_dict().items()}}}, source)
+    weights = {f"module.model.{k}": v for k, v in model.state_dict().items()}
+    torch.save({"run": {"module": {**weights, "module.model.version": 3}}, "epoch": 7}, source)
     unchanged(source)
     out = tmp_path / "w.safetensors"
     assert main(["convert", str(source), "-o", str(out), "--key", "run.module",
                  "--strip-prefix", "module.", "--strip-prefix", "model.", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["strip_prefix"] == ["module.", "model."]
+    report = json.loads(capsys.readouterr().out)
+    assert report["strip_prefix"] == ["module.", "model."] and report["key"] == "run.module"
     _forward_equal(model, load_file(out))
+    # The one non-tensor value under the key goes to the sidecar, renamed like the tensors,
+    # with what was extracted; `epoch`, outside the key, is not carried.
+    sidecar = json.loads(Path(report["sidecar"]).read_text())
+    assert sidecar["values"] == {"version": 3}
+    assert (sidecar["key"], sidecar["strip_prefix"]) == ("run.module", ["module.", "model."])
 
 
 def test_missing_key_lists_the_top_level_keys(tmp_path, lightning_file, capsys):
