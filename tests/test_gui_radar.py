@@ -188,3 +188,35 @@ def test_radar_is_built_only_while_shown(pane, qtbot, tmp_path, monkeypatch):
     index = pane.radar.index_of("layers.1.w")
     assert pane.radar.model.data(index, FLAGGED)
     assert "weights health: nonfinite-weights" in pane.radar.model.data(index, roles.TOOLTIP)
+
+
+def test_an_80_layer_model_fits_1280_without_scrolling(pane, qtbot, tmp_path, artifacts):
+    doc = FileDocument(tmp_path / "deep.pt")
+    pane.set_document(doc)
+    kinds = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "mlp.up_proj.weight",
+             "input_layernorm.weight")
+    flipped = "model.layers.41.mlp.up_proj.weight"
+    doc.apply_events([fake("model.embed_tokens.weight")]
+                     + [fake(key, absmax=3e37 if key == flipped else 0.1 + i / 1000)
+                        for i in range(80) for k in kinds if (key := f"model.layers.{i}.{k}")]
+                     + [fake("lm_head.weight")])
+    qtbot.waitUntil(lambda: pane.model.rowCount() == 322)
+    pane.radar_button.click()
+    view = pane.radar
+    assert view.model.columnCount() == 82
+    assert view.table.horizontalScrollBar().maximum() == 0
+    assert view.table.verticalScrollBar().maximum() == 0
+    step = view.model.label_step
+    assert step > 1  # 82 narrow columns: not every layer is named
+    shown = [view.model.headerData(c, Qt.Orientation.Horizontal) for c in range(82)]
+    assert shown[1] == "0" and shown[2] == "" and shown[1 + step] == str(step)
+    assert shown[0] == shown[-1] == ""  # "in" and "out" would elide to "…"; tooltips say
+    assert view.model.headerData(2, Qt.Orientation.Horizontal, roles.TOOLTIP) == "Layer 1"
+    index = view.index_of(flipped)
+    assert index.column() == 42 and view.table.visualRect(index).width() >= 8
+    assert view.model.data(index, roles.BACKGROUND) == colour_at(1.0)
+    for scheme in ("light", "dark"):
+        appmod.set_theme(scheme)
+        qtbot.wait(50)
+        pane.grab().save(str(artifacts / f"radar-deep-1280x720-{scheme}.png"))
+    appmod.set_theme("system")

@@ -48,6 +48,11 @@ METRIC_NAMES = ((ABSMAX, "Abs max (log10)"), (STD, "Std (log10)"),
                 (NONFINITE, "NaN/Inf share"))
 ROW_LABEL_MAX = 260
 ROW_HEIGHT_MAX = 2.5
+MIN_COLUMN = 8
+"""Narrowest layer column in pixels: an 80-layer model fits a 1280 px window without scrolling."""
+LABEL_STEPS = (1, 2, 4, 5, 10, 20, 25, 50, 100)
+NARROW = 16
+"""Columns narrower than this many pixels are drawn without a gap between cells."""
 """Tallest row, in lines of text: a few kinds on a tall screen stay blocks, not banners."""
 """The kind labels' widest column: long key patterns elide at the left, their tail stays."""
 NO_FILE = "Open a checkpoint to see its weights along the model's depth."
@@ -81,6 +86,8 @@ class RadarModel(QAbstractTableModel):
         super().__init__(parent)
         self.radar = Radar()
         self.metric = ABSMAX
+        self.label_step = 1
+        """Every how many layers the top header names one (a deep model's columns are narrow)."""
         self._colours: dict[tuple[int, int], QColor] = {}
 
     def set_radar(self, radar: Radar, metric: str) -> None:
@@ -124,7 +131,8 @@ class RadarModel(QAbstractTableModel):
         if orientation == roles.HORIZONTAL:
             label = self.radar.columns[section]
             if role == roles.DISPLAY:
-                return label
+                step = self.label_step
+                return label if (int(label) % step == 0 if label.isdigit() else step == 1) else ""
             return {BEFORE: "Weights before the first layer (embeddings)",
                     AFTER: "Weights after the last layer (final norm, output head)"}.get(
                         label, f"Layer {label}")
@@ -139,7 +147,9 @@ class HeatDelegate(QStyledItemDelegate):
               index: QModelIndex | QPersistentModelIndex) -> None:
         """Fill, finding outline and selection frame; an empty cell stays the base colour."""
         palette = option.palette
-        rect = QRect(option.rect).adjusted(1, 1, -1, -1)
+        # Narrow columns (a deep model) touch: a gap there would stripe the row.
+        gap = 1 if option.rect.width() >= NARROW else 0
+        rect = QRect(option.rect).adjusted(gap, 1, -gap, -1)
         painter.save()
         colour = index.data(roles.BACKGROUND)
         if colour is not None:
@@ -151,6 +161,37 @@ class HeatDelegate(QStyledItemDelegate):
             painter.setPen(QPen(chart_style.text_colour(palette), 2, Qt.PenStyle.DotLine))
             painter.drawRect(rect.adjusted(3, 3, -4, -4))
         painter.restore()
+
+
+class DepthHeader(QHeaderView):
+    """The layer header; when columns are too narrow for a number each, it names every
+    `label_step`-th layer centred over its column, spilling onto its neighbours."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(Qt.Orientation.Horizontal, parent)
+
+    def paintEvent(self, event: QEvent) -> None:
+        """The native header while every column is named, else a plain strip of numbers."""
+        model = self.model()
+        step = getattr(model, "label_step", 1)
+        if step == 1:
+            super().paintEvent(event)
+            return
+        painter = QPainter(self.viewport())
+        palette = self.palette()
+        painter.fillRect(self.viewport().rect(), palette.button())
+        painter.setPen(palette.color(palette.ColorRole.ButtonText))
+        width = self.fontMetrics().horizontalAdvance("0000")
+        height = self.viewport().height()
+        for section in range(self.count()):
+            label = model.radar.columns[section]
+            if label.isdigit() and int(label) % step == 0:
+                centre = self.sectionViewportPosition(section) + self.sectionSize(section) // 2
+                painter.drawText(QRect(centre - width // 2, 0, width, height),
+                                 Qt.AlignmentFlag.AlignCenter, label)
+        painter.setPen(palette.color(palette.ColorRole.Mid))
+        painter.drawLine(0, height - 1, self.viewport().width(), height - 1)
+        painter.end()
 
 
 class ColourBar(QWidget):
@@ -214,9 +255,10 @@ class RadarView(QWidget):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.setShowGrid(False)
         self.table.setAccessibleName("Corruption radar")
+        self.table.setHorizontalHeader(DepthHeader(self.table))
         hh = self.table.horizontalHeader()
         hh.setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
-        hh.setMinimumSectionSize(self.fontMetrics().horizontalAdvance("000") + 8)
+        hh.setMinimumSectionSize(MIN_COLUMN)
         vh = self.table.verticalHeader()
         vh.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
         vh.setDefaultSectionSize(self.fontMetrics().height() + 4)
@@ -262,22 +304,29 @@ class RadarView(QWidget):
         self.model.set_radar(radar, self.metric)
         self._show_scale()
         self.pages.setCurrentIndex(1)
-        self._fit_rows()
+        self._fit_cells()
 
-    def _fit_rows(self) -> None:
-        """Rows share the table's height, up to ROW_HEIGHT_MAX lines each (then they scroll)."""
-        rows = self.model.rowCount()
+    def _fit_cells(self) -> None:
+        """Rows share the table's height, up to ROW_HEIGHT_MAX lines each (then they scroll);
+        columns share its width, and the top header names every layer it has room for."""
+        rows, columns = self.model.rowCount(), self.model.columnCount()
         if not rows:
             return
         line = self.fontMetrics().height()
         room = self.table.viewport().height() // rows
         self.table.verticalHeader().setDefaultSectionSize(
             max(line + 4, min(room, int(line * ROW_HEIGHT_MAX))))
+        width = max(MIN_COLUMN, self.table.viewport().width() // columns)
+        label = self.fontMetrics().horizontalAdvance("0000")
+        step = next((s for s in LABEL_STEPS if s * width >= label), LABEL_STEPS[-1])
+        if step != self.model.label_step:
+            self.model.label_step = step
+            self.model.headerDataChanged.emit(roles.HORIZONTAL, 0, columns - 1)
 
     def resizeEvent(self, event: QEvent) -> None:
-        """Refit the rows to the new height."""
+        """Refit the cells to the new size."""
         super().resizeEvent(event)
-        self._fit_rows()
+        self._fit_cells()
 
     def show_key(self, key: str | None) -> None:
         """Move to the cell of `key` (none when it is not on the radar) without reporting it."""
