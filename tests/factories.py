@@ -1286,3 +1286,42 @@ def layered_state_dict(layers: int = 6, flip: bool = False, seed: int = 0) -> di
         bits = state[key].reshape(-1).view(torch.int32)
         bits[element] ^= 1 << bit
     return state
+
+
+def hf_bin_folder(folder: Path, model, max_shard_size: str | None) -> Path:
+    """A `.bin` model folder as transformers 4 saved it; one file when max_shard_size is None.
+
+    transformers 5 writes only safetensors, so the shards are `pytorch_model-0000X-of-0000N.bin`
+    with the boundaries its `save_pretrained(max_shard_size=...)` chooses, plus
+    `pytorch_model.bin.index.json`, and a tied `lm_head.weight` saved beside
+    `transformer.wte.weight` in one storage, as transformers 4 did.
+    """
+    import json
+    import shutil
+
+    import torch
+
+    staging = folder.parent / (folder.name + "-staging")
+    model.save_pretrained(staging, max_shard_size=max_shard_size or "1GB")
+    folder.mkdir()
+    for name in ("config.json", "generation_config.json"):
+        shutil.copy(staging / name, folder / name)
+    state = model.state_dict()
+    assert state["lm_head.weight"].data_ptr() == state["transformer.wte.weight"].data_ptr()
+    if max_shard_size is None:
+        torch.save(state, folder / "pytorch_model.bin")
+        shutil.rmtree(staging)
+        return folder
+    index = json.loads((staging / "model.safetensors.index.json").read_text())
+    weight_map = {}
+    for shard in sorted(set(index["weight_map"].values())):
+        keys = [k for k, s in index["weight_map"].items() if s == shard]
+        if "transformer.wte.weight" in keys:
+            keys.append("lm_head.weight")
+        name = shard.replace("model-", "pytorch_model-").replace(".safetensors", ".bin")
+        torch.save({k: state[k] for k in keys}, folder / name)
+        weight_map.update(dict.fromkeys(keys, name))
+    doc = {"metadata": {"total_size": index["metadata"]["total_size"]}, "weight_map": weight_map}
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps(doc, indent=2))
+    shutil.rmtree(staging)
+    return folder

@@ -2,9 +2,7 @@
 Hugging Face cache snapshot, and folders whose shards disagree with their index.
 
 transformers 5 writes only safetensors, so the `.bin` folders are laid out as transformers 4
-wrote them (`pytorch_model-0000X-of-0000N.bin` + `pytorch_model.bin.index.json`, the tied
-`lm_head.weight` saved beside `transformer.wte.weight` in one storage), with the shard
-boundaries transformers' own `save_pretrained(max_shard_size=...)` chooses.
+wrote them (`factories.hf_bin_folder`).
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from factories import hf_bin_folder as _bin_folder
 
 from inspector.cli import main
 
@@ -34,34 +33,6 @@ def model():
         bos_token_id=0, eos_token_id=0,
     )
     return transformers.GPT2LMHeadModel(config).eval()
-
-
-def _bin_folder(folder: Path, model, max_shard_size: str | None) -> Path:
-    """A `.bin` model folder as transformers 4 saved it; one file when max_shard_size is None."""
-    staging = folder.parent / (folder.name + "-staging")
-    model.save_pretrained(staging, max_shard_size=max_shard_size or "1GB")
-    folder.mkdir()
-    for name in ("config.json", "generation_config.json"):
-        shutil.copy(staging / name, folder / name)
-    state = model.state_dict()
-    assert state["lm_head.weight"].data_ptr() == state["transformer.wte.weight"].data_ptr()
-    if max_shard_size is None:
-        torch.save(state, folder / "pytorch_model.bin")
-        shutil.rmtree(staging)
-        return folder
-    index = json.loads((staging / "model.safetensors.index.json").read_text())
-    weight_map = {}
-    for shard in sorted(set(index["weight_map"].values())):
-        keys = [k for k, s in index["weight_map"].items() if s == shard]
-        if "transformer.wte.weight" in keys:
-            keys.append("lm_head.weight")
-        name = shard.replace("model-", "pytorch_model-").replace(".safetensors", ".bin")
-        torch.save({k: state[k] for k in keys}, folder / name)
-        weight_map.update(dict.fromkeys(keys, name))
-    doc = {"metadata": {"total_size": index["metadata"]["total_size"]}, "weight_map": weight_map}
-    (folder / "pytorch_model.bin.index.json").write_text(json.dumps(doc, indent=2))
-    shutil.rmtree(staging)
-    return folder
 
 
 def _digests(folder: Path) -> dict[str, str]:

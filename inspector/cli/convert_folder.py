@@ -24,6 +24,7 @@ from functools import partial
 from pathlib import Path
 
 from inspector.cli.common import progress_events, sandbox_line, stderr_progress, warm_workers
+from inspector.core.dcp_folder import is_dcp_folder
 from inspector.core.errors import CodedError
 from inspector.core.hfcache import repo_folder
 from inspector.core.shards import (
@@ -77,8 +78,9 @@ def default_output(path: Path) -> Path:
 
 
 def is_folder_input(path: Path) -> bool:
-    """True for a folder or an index, which `convert` treats as one sharded checkpoint."""
-    return path.is_dir() or is_index(path)
+    """True for a folder or an index, which `convert` treats as one sharded checkpoint; a
+    torch.distributed.checkpoint folder is one input the worker reads whole (`sandbox.dcp`)."""
+    return (path.is_dir() and not is_dcp_folder(path)) or is_index(path)
 
 
 def plan_folder(path: Path, output: Path | None) -> FolderJob:

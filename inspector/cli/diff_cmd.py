@@ -1,4 +1,7 @@
-"""`ckpt-inspector diff A B [--json]`: tensor-by-tensor comparison with bit-flip forensics."""
+"""`ckpt-inspector diff A B [--json]`: tensor-by-tensor comparison with bit-flip forensics.
+
+A and B are files, model folders or `*.index.json` files: shards are matched key by key
+wherever each side put them, and every record names the shard it came from on each side."""
 
 from __future__ import annotations
 
@@ -27,15 +30,17 @@ _SHOWN_FLIPS = 5
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `diff`."""
-    parser.add_argument("a", type=Path, metavar="A", help="first checkpoint (any format)")
-    parser.add_argument("b", type=Path, metavar="B", help="second checkpoint (any format)")
+    parser.add_argument("a", type=Path, metavar="A",
+                        help="first checkpoint: a file (any format), a folder or an index")
+    parser.add_argument("b", type=Path, metavar="B",
+                        help="second checkpoint: a file (any format), a folder or an index")
     parser.add_argument("--json", action="store_true", help="print the JSON diff contract")
     add_allow_arguments(parser)
     add_quiet_argument(parser)
     add_require_jail_argument(parser)
     parser.epilog = ("exit status: 0 identical tensors, 1 different, 2 a file could not be "
-                     "read, 9 the jail is weaker than --require-jail or the worker broke the "
-                     "protocol")
+                     "read or a shard is missing, 9 the jail is weaker than --require-jail or "
+                     "the worker broke the protocol")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,8 +48,8 @@ def run(args: argparse.Namespace) -> int:
     from inspector.sandbox.client import SandboxError, diff_files
 
     for path in (args.a, args.b):
-        if not path.is_file():
-            print(f"ckpt-inspector diff: {path}: no such file", file=sys.stderr)
+        if not path.exists():
+            print(f"ckpt-inspector diff: {path}: no such file or folder", file=sys.stderr)
             return EXIT_ERROR
     try:
         with stderr_progress("comparing", args.quiet) as progress:
@@ -52,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
                 args.a,
                 args.b,
                 allow_globals=args.allow_global,
-                on_event=progress_events(progress, "diff"),
+                on_event=progress_events(progress),
             )
     except SandboxError as exc:
         print(f"ckpt-inspector diff: {exc.message}", file=sys.stderr)
@@ -67,16 +72,21 @@ def run(args: argparse.Namespace) -> int:
 
 def print_verify_result(result: dict) -> None:
     """Totals, one sentence per key that differs, and the first flips of each tensor."""
-    a, b = result["a"], result["b"]
-    print(escape(f"A: {a['path']} ({a['format']})"))
-    print(escape(f"B: {b['path']} ({b['format']})"))
+    sharded = any(len(result[letter].get("shards") or []) > 1 for letter in "ab")
+    for letter in "ab":
+        side = result[letter]
+        shards = side.get("shards") or []
+        count = f", {len(shards)} shards" if len(shards) > 1 else ""
+        print(escape(f"{letter.upper()}: {side['path']} ({side['format']}{count})"))
+        for problem in side.get("problems") or []:
+            print(escape(f"  warning: {problem['message']}"))
     counts = ", ".join(f"{n} {status}" for status, n in sorted(result["counts"].items()))
     verdict = "identical tensors" if result["identical"] else "DIFFERENT"
     print(f"{verdict}: {len(result['tensors'])} tensors ({counts})")
     for record in result["tensors"]:
         if record["status"] == "identical":
             continue
-        print(escape(f"  {record['summary']}"))
+        print(escape(f"  {record['summary']}{_shards(record) if sharded else ''}"))
         if record["status"] == "changed":
             print(
                 f"    {_elements(record['changed_elements'])}; max abs diff "
@@ -95,8 +105,29 @@ def print_verify_result(result: dict) -> None:
             )
         if len(record["bitflips"]) > _SHOWN_FLIPS:
             print(f"    … {record['single_bit_flips'] - _SHOWN_FLIPS} more single-bit flips")
+    for alias in result.get("aliases", []):
+        print(escape(_alias_line(alias)))
     for obj in result.get("objects", []):
         print(escape(f"  object `{obj['key']}` {obj['status']}: {obj['a']} -> {obj['b']}"))
+
+
+def _shards(record: dict) -> str:
+    """Where a key is stored on each side."""
+    where = [f"{letter.upper()}: {record[f'shard_{letter}']}" for letter in "ab"
+             if record.get(f"shard_{letter}")]
+    return f" [{', '.join(where)}]" if where else ""
+
+
+def _alias_line(alias: dict) -> str:
+    """What was compared for a key one side keeps only under another name."""
+    side = alias["side"].upper()
+    other = "B" if side == "A" else "A"
+    if alias["how"] == "tied":
+        return (f"  tied: `{alias['key']}` is not stored in {side}; compared with "
+                f"{side}'s `{alias['stored_as']}`, which {other} keeps in the same storage "
+                "(tied weights)")
+    return (f"  alias: `{alias['key']}` in {side} is recorded as an alias of "
+            f"`{alias['stored_as']}`; compared with those bytes")
 
 
 def _num(value: float | None) -> str:

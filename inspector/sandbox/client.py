@@ -34,10 +34,13 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from inspector.core.atomic import OutputExistsError, atomic_write, write_text_atomic
+from inspector.core.dcp_folder import folder_files, is_dcp_folder, scan_folder
 from inspector.core.errors import CodedError
 from inspector.core.hashing import sha256_file
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.core.resume import model_facts
+from inspector.core.shard_set import resolve as resolve_shards
+from inspector.core.shards import ShardError, ShardIndex, check_contents
 from inspector.sandbox.forkclient import ForkedWorker, ForkServer, ForkServerError
 from inspector.sandbox.jail import LEVELS, default_max_threads
 
@@ -55,7 +58,7 @@ MAX_OUTPUT_BYTES = 1 << 30
 """Everything a worker may write on the protocol descriptor in one job."""
 RESULT_GRACE_S = 5.0
 """How long the worker may take to close its end after the result before it is killed."""
-LOADABLE_FORMATS = ("pytorch-zip", "pytorch-legacy", "safetensors")
+LOADABLE_FORMATS = ("pytorch-zip", "pytorch-legacy", "safetensors", "dcp")
 DIGEST_ALGORITHM = "sha256"
 
 
@@ -426,10 +429,19 @@ class _Watchdog:
 
 
 def static_scan(path: Path) -> dict:
-    """The `scan` contract for one file (milliseconds; nothing is executed)."""
+    """The `scan` contract for one file, or for a DCP folder as a whole (nothing is executed)."""
     from inspector.core.scan import scan_file
 
-    return scan_file(path).to_json()
+    return scan_folder(path) if is_dcp_folder(path) else scan_file(path).to_json()
+
+
+def _input(path: Path) -> tuple[int, list[str]]:
+    """The input's size, and a DCP folder's files (empty for a file): the jail lets the worker
+    read them and counts them in its memory allowance, as it counts one mapped file."""
+    if is_dcp_folder(path):
+        files = folder_files(path)
+        return sum(p.stat().st_size for p in files), [str(p) for p in files]
+    return path.stat().st_size, []
 
 
 def check_loadable(scan: dict, allow_globals: Iterable[str], override_dangerous: bool) -> None:
@@ -495,13 +507,13 @@ def inspect_file(
     """Scan, hash and load in the jail; the `inspect` contract (error set instead of raising)."""
     target = Path(path).resolve()
     allow = list(allow_globals)
-    size = target.stat().st_size
+    size, files = _input(target)
     report: dict = {"path": str(target), "size": size, "sha256": None, "format": None,
                     "scan": None, "sandbox": None, "digest_algorithm": DIGEST_ALGORITHM,
                     "tensors": [], "objects": [], "error": None, "allowed_globals": allow,
                     "health": None, "unique_storage": None, "architecture": None,
                     "resume": None}
-    hasher = _FileHash(target, cancel)
+    hasher = None if files else _FileHash(target, cancel)  # a folder has no one SHA-256
 
     def admit() -> dict:
         scan = static_scan(target)
@@ -510,7 +522,7 @@ def inspect_file(
         return {"format": scan.get("format")}
 
     try:
-        request = {"op": "inspect", "path": str(target), "allow_globals": allow,
+        request = {"op": "inspect", "path": str(target), "paths": files, "allow_globals": allow,
                    "limits": _limits(size, limits)}
         # The scan runs while the worker starts; the worker opens nothing until it passes.
         result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout, gate=admit)
@@ -522,7 +534,7 @@ def inspect_file(
     except SandboxError as exc:
         report["error"] = exc.to_json()
         report["sandbox"] = exc.sandbox
-    report["sha256"] = hasher.result()
+    report["sha256"] = hasher.result() if hasher is not None else None
     if cancel is not None:
         cancel.check()
     return report
@@ -565,7 +577,7 @@ def convert_file(
             raise SandboxError("output_exists",
                                f"{target} exists; refusing to overwrite it (--force replaces it)")
     allow = list(allow_globals)
-    size = source.stat().st_size
+    size, files = _input(source)
     scanned: dict = {}
 
     def admit() -> dict:
@@ -573,7 +585,7 @@ def convert_file(
         check_loadable(scanned, allow, override_dangerous)
         return {"format": scanned.get("format")}
 
-    request = {"op": "convert", "path": str(source), "allow_globals": allow,
+    request = {"op": "convert", "path": str(source), "paths": files, "allow_globals": allow,
                "limits": _limits(size, limits), "skip_unsupported": skip_unsupported,
                "key": key, "strip_prefix": list(strip_prefix),
                # Views are cloned, so the output may exceed the input; this bounds it.
@@ -657,15 +669,43 @@ def diff_files(
     on_event: EventFn | None = None,
     timeout: float | None = None,
 ) -> dict:
-    """Compare two checkpoints of any formats tensor by tensor; the `diff` contract."""
-    paths = [Path(a).resolve(), Path(b).resolve()]
+    """Compare two checkpoints of any formats tensor by tensor; the `diff` contract. Either may
+    be a folder or a `*.index.json`: its shards are compared key by key in the same worker."""
+    try:
+        sets = [resolve_shards(a), resolve_shards(b)]
+    except ShardError as exc:
+        raise SandboxError("bad_shards", str(exc)) from None
+    except OSError as exc:
+        raise SandboxError("unreadable", f"{exc.filename}: {exc.strerror or exc}") from None
     allow = list(allow_globals)
-    for path in paths:
+    files = [[p.resolve() for p in s.files] for s in sets]
+    every = list(dict.fromkeys(p for side in files for p in side))
+    for path in every:
         _admit_for_integrity(path, allow, override_dangerous)
+    sides = [{"path": str(s.path if s.index is not None else side[0]),
+              "files": [str(p) for p in side]} for s, side in zip(sets, files, strict=True)]
     request = {
         "op": "diff",
-        "paths": [str(p) for p in paths],
+        "paths": [str(p) for p in every],
+        "sides": sides,
         "allow_globals": allow,
-        "limits": _limits(sum(p.stat().st_size for p in paths), None),
+        "limits": _limits(sum(p.stat().st_size for p in every), None),
     }
-    return run_job(request, on_event=on_event, cancel=cancel, timeout=timeout)
+    result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout)
+    for letter, shard_set in zip("ab", sets, strict=True):
+        index = shard_set.index
+        result[letter]["index"] = str(index.path) if index is not None else None
+        result[letter]["problems"] = _index_problems(index, result["tensors"], letter)
+    return result
+
+
+def _index_problems(index: ShardIndex | None, records: list[dict], letter: str) -> list[dict]:
+    """How the keys a diff found in each shard of one side disagree with that side's index."""
+    if index is None:
+        return []
+    found: dict[str, list[str]] = {shard: [] for shard in index.shards()}
+    for record in records:
+        shard = record.get(f"shard_{letter}")
+        if shard is not None and record.get(f"stored_as_{letter}") is None:
+            found.setdefault(shard, []).append(record["key"])
+    return [p.to_json() for p in check_contents(index, found)]

@@ -8,6 +8,7 @@ without importing torch.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -18,7 +19,14 @@ import numpy as np
 from inspector.core.bitflip import FlipTally, compare_raw, layout_for
 from inspector.core.dtypes import REGISTRY, canonical_dtype
 from inspector.core.progress import CancelToken, check
-from inspector.sandbox.sources import Checkpoint, TensorSource, digest, open_checkpoint
+from inspector.core.tensor_pairs import Stored, pair_keys
+from inspector.sandbox.sources import (
+    Checkpoint,
+    SourceError,
+    TensorSource,
+    digest,
+    open_checkpoint,
+)
 
 Chunk = memoryview | bytes | bytearray | np.ndarray
 """Raw little-endian element bytes, e.g. from `stats.byte_chunks`."""
@@ -29,6 +37,10 @@ ONLY_IN_A = "only_in_a"
 ONLY_IN_B = "only_in_b"
 DTYPE_OR_SHAPE_CHANGED = "dtype_or_shape_changed"
 NOT_COMPARED = "not_compared"
+TIED = "tied"
+"""An alias the comparison inferred: the side keeps the key in the same bytes as its twin."""
+ALIAS = "alias"
+"""An alias the file records (a converter's `__metadata__`)."""
 
 _FLOAT_MAX = float(np.finfo(np.float64).max)
 
@@ -223,40 +235,147 @@ def compare_sources(
     return result
 
 
-def diff_checkpoints(
-    a: Checkpoint,
-    b: Checkpoint,
+@dataclass
+class Side:
+    """One checkpoint as its files (shards, or one file), each opened only when needed."""
+
+    path: str
+    files: list[str]
+    open: Callable[[int], Checkpoint]
+    """Opens file number i; a shard is dropped before the next one of its side is opened."""
+
+
+@dataclass
+class _Inventory:
+    """What a side stores, read shard by shard and kept without any tensor's bytes."""
+
+    stored: list[Stored]
+    objects: list[dict[str, Any]]
+    formats: list[str]
+    counts: list[int]
+
+
+class _OpenShard:
+    """The one file of a side that is open now (the inventory's last one is reused)."""
+
+    def __init__(self, side: Side) -> None:
+        self.side = side
+        self._number: int | None = None
+        self._checkpoint: Checkpoint | None = None
+        self._by_key: dict[str, TensorSource] = {}
+
+    def open(self, number: int) -> Checkpoint:
+        if number != self._number or self._checkpoint is None:
+            # let the previous file's mapping go before mapping the next
+            self._checkpoint, self._by_key = None, {}
+            self._checkpoint = self.side.open(number)
+            self._by_key = {s.key: s for s in self._checkpoint.tensors}
+            self._number = number
+        return self._checkpoint
+
+    def source(self, stored: Stored) -> TensorSource:
+        self.open(stored.shard)
+        return self._by_key[stored.key]
+
+
+def _inventory(opened: _OpenShard, emit: Callable[[dict], None] | None,
+               cancel: CancelToken | None) -> _Inventory:
+    side = opened.side
+    stored, objects, formats, counts = [], {}, [], []
+    where: dict[str, str] = {}
+    for number, file in enumerate(side.files):
+        check(cancel)
+        ckpt = opened.open(number)
+        name = os.path.basename(file)
+        for s in ckpt.tensors:
+            if s.key in where:
+                raise SourceError("key_in_two_shards",
+                                  f"{side.path}: {s.key} is stored in {where[s.key]} and {name}")
+            where[s.key] = name
+            stored.append(Stored(s.key, number, s.dtype, tuple(s.shape), s.storage, s.alias_of))
+        for obj in ckpt.objects:
+            objects.setdefault(obj["key"], obj)  # shards repeat their metadata
+        formats.append(ckpt.format)
+        counts.append(len(ckpt.tensors))
+        del ckpt  # else it would stay mapped while the next file is opened
+        if emit is not None:
+            emit({"type": "progress", "stage": "shards", "done": number + 1,
+                  "total": len(side.files)})
+    return _Inventory(stored, list(objects.values()), formats, counts)
+
+
+def diff_sides(
+    a: Side,
+    b: Side,
     emit: Callable[[dict], None] | None = None,
     cancel: CancelToken | None = None,
 ) -> dict[str, Any]:
-    """Every key of both checkpoints compared; the `diff` contract without the file details."""
-    in_b = {s.key: s for s in b.tensors}
-    keys_a = {s.key for s in a.tensors}
-    pairs = [(s, in_b.get(s.key)) for s in a.tensors] + [
-        (None, s) for s in b.tensors if s.key not in keys_a
-    ]
-    records = []
-    for done, (sa, sb) in enumerate(pairs, 1):
+    """Every key of two (sharded) checkpoints compared, with one shard per side open at a time.
+
+    The `diff` contract; records add `shard_a`/`shard_b` (the file each side keeps the key in)
+    and `stored_as_a`/`stored_as_b` (the key whose bytes were read when a side keeps this one
+    only as an alias or tied weight, listed in `aliases`).
+    """
+    open_a, open_b = _OpenShard(a), _OpenShard(b)
+    inv_a, inv_b = _inventory(open_a, emit, cancel), _inventory(open_b, emit, cancel)
+    pairs = pair_keys(inv_a.stored, inv_b.stored)
+    records, aliases = [], []
+    for done, pair in enumerate(pairs, 1):
         check(cancel)
-        if sb is None:
-            result = TensorDiff(sa.key, ONLY_IN_A, dtype_a=sa.dtype, shape_a=sa.shape)
-        elif sa is None:
-            result = TensorDiff(sb.key, ONLY_IN_B, dtype_b=sb.dtype, shape_b=sb.shape)
+        if pair.b is None:
+            result = TensorDiff(pair.key, ONLY_IN_A, dtype_a=pair.a.dtype, shape_a=[*pair.a.shape])
+        elif pair.a is None:
+            result = TensorDiff(pair.key, ONLY_IN_B, dtype_b=pair.b.dtype, shape_b=[*pair.b.shape])
         else:
-            result = compare_sources(sa, sb, cancel)
+            result = compare_sources(open_a.source(pair.a), open_b.source(pair.b), cancel)
+            result.key = pair.key
         record = result.to_json()
+        for letter, side, stored in (("a", a, pair.a), ("b", b, pair.b)):
+            record[f"shard_{letter}"] = (
+                os.path.basename(side.files[stored.shard]) if stored else None)
+            stored_as = stored.key if pair.tied == letter else stored.alias_of if stored else None
+            record[f"stored_as_{letter}"] = stored_as
+            if stored_as is not None:
+                aliases.append({"key": pair.key, "side": letter, "stored_as": stored_as,
+                                "how": TIED if pair.tied == letter else ALIAS})
         records.append(record)
         if emit is not None:
             emit({"type": "tensor", **record})
             emit({"type": "progress", "stage": "diff", "done": done, "total": len(pairs)})
     counts = Counter(r["status"] for r in records)
     return {
+        "a": _side_json(a, inv_a),
+        "b": _side_json(b, inv_b),
         "identical": all(r["status"] == IDENTICAL for r in records),
         "counts": dict(counts),
         "tensors": records,
-        "objects": _object_changes(a.objects, b.objects),
+        "aliases": aliases,
+        "objects": _object_changes(inv_a.objects, inv_b.objects),
         "summary": [r["summary"] for r in records if r["summary"]],
     }
+
+
+def _side_json(side: Side, inv: _Inventory) -> dict[str, Any]:
+    """The `a`/`b` record: the path, its format(s), and every file with its tensor count."""
+    return {
+        "path": side.path,
+        "format": "+".join(dict.fromkeys(inv.formats)),
+        "shards": [{"file": os.path.basename(f), "format": fmt, "tensors": n}
+                   for f, fmt, n in zip(side.files, inv.formats, inv.counts, strict=True)],
+    }
+
+
+def diff_checkpoints(
+    a: Checkpoint,
+    b: Checkpoint,
+    emit: Callable[[dict], None] | None = None,
+    cancel: CancelToken | None = None,
+) -> dict[str, Any]:
+    """Every key of two open checkpoints compared; the `diff` contract without file details."""
+    result = diff_sides(Side("A", ["A"], lambda _n: a), Side("B", ["B"], lambda _n: b),
+                        emit, cancel)
+    del result["a"], result["b"]
+    return result
 
 
 def _object_changes(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -276,14 +395,14 @@ def _object_changes(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[di
 
 
 def diff(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict:
-    """Worker op `diff`: request `paths` [A, B]; streams one `tensor` event per key."""
-    path_a, path_b = request["paths"]
+    """Worker op `diff`: request `paths` [A, B], or `sides` [{path, files}] (every file also
+    in `paths`, for the jail) for sharded checkpoints; one `tensor` event per key."""
     allow = request.get("allow_globals", ())
-    a = open_checkpoint(path_a, allow, request.get("_maps_fd"))
-    b = open_checkpoint(path_b, allow, request.get("_maps_fd"))
-    result = diff_checkpoints(a, b, emit, cancel)
-    return {
-        "a": {"path": path_a, "format": a.format},
-        "b": {"path": path_b, "format": b.format},
-        **result,
-    }
+    sides = request.get("sides") or [{"path": p, "files": [p]} for p in request["paths"]]
+
+    def side(spec: dict) -> Side:
+        files = list(spec["files"])
+        return Side(spec["path"], files,
+                    lambda n: open_checkpoint(files[n], allow, request.get("_maps_fd")))
+
+    return diff_sides(side(sides[0]), side(sides[1]), emit, cancel)

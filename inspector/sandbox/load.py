@@ -9,6 +9,7 @@ tensors are views of a private mapping of the file. Runs only in the sandbox wor
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import os
 import pickle
@@ -65,14 +66,16 @@ def resolve_global(qualified: str, missing_ok: bool = False) -> object | None:
                     f"cannot allow {qualified}: no such importable module attribute here")
 
 
-def load_checkpoint(path: str, allow_globals: list[str] | tuple[str, ...] = ()) -> object:
-    """torch.load with weights_only=True (mmap for zip archives), allowing exactly those globals."""
+def load_checkpoint(path: str | bytes, allow_globals: list[str] | tuple[str, ...] = ()) -> object:
+    """torch.load with weights_only=True (mmap for zip archives), allowing exactly those globals.
+
+    `path` may also be the bytes of one archive (an item of a `.distcp` file)."""
     resolved = (resolve_global(name, missing_ok=name in PRESET_GLOBALS) for name in allow_globals)
     allowed = [obj for obj in resolved if obj is not None]
-    mmap = zipfile.is_zipfile(path)
+    mmap = isinstance(path, str) and zipfile.is_zipfile(path)
     try:
         with torch.serialization.safe_globals(allowed):
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+            return torch.load(_opened(path), map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:
         text = str(exc)
         if "Weights only load failed" not in text:
@@ -93,10 +96,19 @@ def load_checkpoint(path: str, allow_globals: list[str] | tuple[str, ...] = ()) 
         raise LoadError("load_failed", f"cannot load checkpoint: {_first_line(str(exc))}") from None
 
 
+def _opened(path: str | bytes) -> str | io.BytesIO:
+    return io.BytesIO(path) if isinstance(path, bytes) else path
+
+
 def load_request(request: dict) -> object:
-    """Load request["path"] by its scanned `format`: safetensors directly, else torch.load."""
+    """Load request["path"] by its scanned `format`: safetensors directly, a DCP folder through
+    `sandbox.dcp`, else torch.load."""
     if request.get("format") == "safetensors":
         return load_safetensors(request["path"])
+    if request.get("format") == "dcp":
+        from inspector.sandbox.dcp import load_folder  # it loads its items through this module
+
+        return load_folder(request["path"], request.get("allow_globals", ()))
     return load_checkpoint(request["path"], request.get("allow_globals", ()))
 
 
@@ -135,11 +147,11 @@ def _safetensors_view(storage: torch.UntypedStorage, base: int, size: int, name:
     return raw.clone().view(dtype).reshape(shape)
 
 
-def _unsafe_globals(path: str, message: str) -> list[str]:
+def _unsafe_globals(path: str | bytes, message: str) -> list[str]:
     """Every global beyond the allowlist (torch's own static reader), else the one torch named."""
     found: list[str] = []
     try:
-        found = list(torch.serialization.get_unsafe_globals_in_checkpoint(path))
+        found = list(torch.serialization.get_unsafe_globals_in_checkpoint(_opened(path)))
     except Exception:  # legacy or damaged files: fall back to the message
         found = []
     named = _GLOBAL_IN_MESSAGE.findall(message) + _BUILD_IN_MESSAGE.findall(message)

@@ -51,6 +51,8 @@ class TensorSource:
     note: str | None = None
     offset: int | None = None
     """Where the tensor's bytes start in the file, when they lie there contiguously."""
+    storage: Any = None
+    """Equal values within one file: sources reading the same bytes (tied weights)."""
 
     def record(self) -> dict[str, Any]:
         """Key, dtype and shape as the contracts spell them."""
@@ -111,6 +113,7 @@ def _open_pickled(path: str, fmt: str, allow_globals: Any, maps_fd: int | None) 
                 shape=list(t.shape),
                 read=(lambda t=t: byte_chunks(t, release)) if readable else None,
                 note=None if readable else f"no dense data ({t.layout}, {t.device.type})",
+                storage=(t.data_ptr(), tuple(t.stride())) if readable else None,
             )
         )
     return Checkpoint(fmt, sources, [describe_object(k, v) for k, v in objects])
@@ -135,6 +138,7 @@ def _open_layout(path: str) -> Checkpoint | None:
             if t.contiguous
             else _strided_reader(view, t),
             offset=t.data_offset if t.contiguous else None,
+            storage=(t.data_offset, t.stride),
         )
         for t in layouts
     ]
@@ -200,6 +204,7 @@ def _open_safetensors(path: str) -> Checkpoint:
                 view, base + entry["data_offsets"][0], base + entry["data_offsets"][1]
             ),
             offset=base + entry["data_offsets"][0],
+            storage=tuple(entry["data_offsets"]),
         )
         for key, entry in header.items()
     ]
@@ -216,7 +221,8 @@ def _aliases(sources: list[TensorSource], metadata: dict[str, str]) -> list[Tens
     by_key = {s.key: s for s in sources}
     return [
         TensorSource(
-            key=removed, dtype=kept.dtype, shape=kept.shape, read=kept.read, alias_of=kept.key
+            key=removed, dtype=kept.dtype, shape=kept.shape, read=kept.read, alias_of=kept.key,
+            storage=kept.storage,
         )
         for removed, name in metadata.items()
         if removed not in by_key and (kept := by_key.get(name)) is not None
