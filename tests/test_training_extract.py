@@ -284,3 +284,12 @@ def _train_buffered(model: nn.Module):
         optimizer.step()
         optimizer.zero_grad()
     return optimizer, None
+
+
+def test_key_and_prefix_take_one_file_not_a_folder(tmp_path, trained, capsys):
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    torch.save(trained[0].state_dict(), folder / "pytorch_model.bin")
+    assert main(["convert", str(folder), "--strip-prefix", "model."]) == 2
+    assert "take one file, not a folder" in capsys.readouterr().err
+    assert sorted(p.name for p in folder.iterdir()) == ["pytorch_model.bin"]
