@@ -184,8 +184,8 @@ class DepthHeader(QHeaderView):
         width = self.fontMetrics().horizontalAdvance("0000")
         height = self.viewport().height()
         for section in range(self.count()):
-            label = model.radar.columns[section]
-            if label.isdigit() and int(label) % step == 0:
+            label = model.headerData(section, roles.HORIZONTAL)
+            if label:
                 centre = self.sectionViewportPosition(section) + self.sectionSize(section) // 2
                 painter.drawText(QRect(centre - width // 2, 0, width, height),
                                  Qt.AlignmentFlag.AlignCenter, label)
