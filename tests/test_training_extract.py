@@ -218,8 +218,8 @@ def test_lightning_optimizer_ids_are_named_after_the_parameters(trained, lightni
     model, optimizer, _ = trained
     report = _inspect_json(lightning_file, capsys)
     [entry] = report["optimizer_params"]
-    assert (entry["optimizer"], entry["model"], entry["mapped"]) == (
-        "optimizer_states.0", "state_dict", True)
+    assert (entry["optimizer"], entry["model"], entry["mapped"], entry["source"]) == (
+        "optimizer_states.0", "state_dict", True, "shapes")
     state = optimizer.state_dict()
     assert [p["id"] for p in entry["params"]] == state["param_groups"][0]["params"]
     named = list(model.named_parameters())
@@ -275,6 +275,25 @@ def test_param_groups_out_of_model_order_are_not_guessed():
     [found] = map_optimizers(tensors, objects)
     assert not found.mapped and "no state dict" in found.reason
     assert found.groups == [0, 0, 0, 1, 1, 1]
+
+
+def test_names_the_optimizer_saved_are_used_as_they_are():
+    model = _Buffered()
+    named = dict(model.named_parameters())
+    # Named groups out of model order, over a model whose shapes alone are ambiguous.
+    optimizer = torch.optim.AdamW([
+        {"params": [(n, p) for n, p in named.items() if n.endswith("weight")]},
+        {"params": [(n, p) for n, p in named.items() if n.endswith("bias")],
+         "weight_decay": 0.0}])
+    model(torch.randn(3, 8)).sum().backward()
+    optimizer.step()
+    tensors, objects = _records({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
+    [found] = map_optimizers(tensors, objects)
+    assert (found.source, found.model, found.ids) == ("param_names", "model", [0, 1, 2, 3])
+    assert found.names == ["a.weight", "b.weight", "a.bias", "b.bias"]
+    for row in found.to_json()["params"]:
+        assert row["shape"] == list(named[row["name"]].shape)
+        assert row["key"] == f"model.{row['name']}"
 
 
 def _train_buffered(model: nn.Module):

@@ -18,11 +18,14 @@ yet fits any tensor. The matching is used only when it is the only one, which ho
 when the earliest and the latest matching agree (every matching lies between them, id by
 id). When there is none (groups built out of model order, factored state such as
 Adafactor's, state saved for another model) or more than one (a buffer or frozen parameter
-shaped like its neighbour), the ids stay ids and `reason` says why. No torch.
+shaped like its neighbour), the ids stay ids and `reason` says why. An optimizer built from
+`named_parameters()` (torch 2.6 on) saves each group's `param_names`: those are used as
+they are, with no matching. No torch.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -31,6 +34,7 @@ from typing import Any
 from inspector.core.architecture import model_weights, unique_weights
 
 _PARAM_ID = re.compile(r"^(.*?)param_groups\.(\d+)\.params\.(\d+)$")
+_PARAM_NAME = re.compile(r"^(.*?)param_groups\.(\d+)\.param_names\.(\d+)$")
 _STATE = re.compile(r"^state\.(\d+)\.(.+)$")
 _STEP = "step"
 _SHOWN = 3
@@ -52,6 +56,8 @@ class OptimizerParams:
     names: list[str] = field(default_factory=list)
     """Per id, the name within `model` (as `named_parameters()` gives it); empty if unmapped."""
     reason: str = ""
+    source: str = ""
+    """Where the names come from: 'param_names' (saved by the optimizer) or 'shapes'."""
 
     @property
     def mapped(self) -> bool:
@@ -65,16 +71,16 @@ class OptimizerParams:
         return cls(data["optimizer"], [p["id"] for p in params], [p["group"] for p in params],
                    [p.get("shape") for p in params], data.get("model"),
                    [p["name"] for p in params] if data.get("mapped") else [],
-                   data.get("reason") or "")
+                   data.get("reason") or "", data.get("source") or "")
 
     def to_json(self) -> dict[str, Any]:
         """The inspect contract's `optimizer_params` entry."""
-        prefix = f"{self.model}." if self.model else ""
         return {"optimizer": self.optimizer, "model": self.model, "mapped": self.mapped,
-                "reason": self.reason,
+                "reason": self.reason, "source": self.source,
                 "params": [{"id": i, "group": g, "shape": s,
                             "name": self.names[n] if self.names else None,
-                            "key": prefix + self.names[n] if self.names else None}
+                            "key": f"{self.model}.{self.names[n]}"
+                            if self.names and self.model else None}
                            for n, (i, g, s) in enumerate(zip(self.ids, self.groups,
                                                              self.shapes, strict=True))]}
 
@@ -84,7 +90,8 @@ class OptimizerParams:
         if not self.mapped:
             return f"{self.optimizer}: {count} left as ids ({self.reason})"
         shown = ", ".join(f"{i} {n}" for i, n in zip(self.ids[:_SHOWN], self.names, strict=False))
-        return (f"{self.optimizer}: {count} named from {self.model} ({shown}"
+        where = f"from {self.model}" if self.model else "by the optimizer"
+        return (f"{self.optimizer}: {count} named {where} ({shown}"
                 + (", …" if len(self.ids) > _SHOWN else "") + ")")
 
 
@@ -93,11 +100,16 @@ def map_optimizers(tensors: Iterable[dict[str, Any]], objects: Iterable[dict[str
     """Every optimizer state dict in the records, its ids mapped to names where that is sure."""
     tensors = list(tensors)
     found: dict[str, list[tuple[int, int, int]]] = {}
+    saved: dict[tuple[str, int, int], str] = {}
     for o in objects:
-        match = _PARAM_ID.match(str(o.get("key") or ""))
-        if match and str(o.get("repr")).isdigit():
+        key, text = str(o.get("key") or ""), str(o.get("repr"))
+        match = _PARAM_ID.match(key)
+        if match and text.isdigit():
             found.setdefault(match.group(1), []).append(
-                (int(match.group(2)), int(match.group(3)), int(str(o.get("repr")))))
+                (int(match.group(2)), int(match.group(3)), int(text)))
+        match = _PARAM_NAME.match(key)
+        if match and text[:1] in "'\"":
+            saved[(match.group(1), int(match.group(2)), int(match.group(3)))] = _text(text)
     candidates = _state_dicts(unique_weights(model_weights(tensors)))
     out = []
     for prefix, rows in found.items():
@@ -106,13 +118,33 @@ def map_optimizers(tensors: Iterable[dict[str, Any]], objects: Iterable[dict[str
         result = OptimizerParams(prefix.rstrip("."), ids, [g for g, _, _ in rows], [])
         shapes, bad = _state_shapes(tensors, prefix)
         result.shapes = [shapes.get(i) for i in ids]
-        if bad:
+        names = [saved.get((prefix, g, n)) for g, n, _ in rows]
+        if all(names):
+            _named(result, [str(n) for n in names], candidates)
+        elif bad:
             result.reason = (f"the state of id {bad} has tensors of different shapes "
                              "(factored state), so it does not give the parameter's shape")
         else:
             _name(result, candidates)
         out.append(result)
     return out
+
+
+def _text(literal: str) -> str | None:
+    """The string a repr spells (a record's `repr` of a str), None if it is not one."""
+    try:
+        value = ast.literal_eval(literal)
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, str) else None
+
+
+def _named(result: OptimizerParams, names: list[str],
+           candidates: dict[str, list[tuple[str, list[int]]]]) -> None:
+    """Names the optimizer saved; `model` is the one state dict that holds all of them."""
+    result.names, result.source = names, "param_names"
+    holders = [m for m, params in candidates.items() if set(names) <= {n for n, _ in params}]
+    result.model = holders[0] if len(holders) == 1 else None
 
 
 def _state_dicts(weights: list[dict[str, Any]]) -> dict[str, list[tuple[str, list[int]]]]:
@@ -155,6 +187,7 @@ def _name(result: OptimizerParams, candidates: dict[str, list[tuple[str, list[in
             ambiguous.append(model)
     if len(matches) == 1 and not ambiguous:
         result.model, result.names = next(iter(matches.items()))
+        result.source = "shapes"
     elif matches or ambiguous:
         where = ", ".join(sorted([*matches, *ambiguous]))
         result.reason = (f"the shapes fit the tensors of {where} in more than one way "
