@@ -184,6 +184,24 @@ def test_a_head_that_is_not_tied_is_only_in_a(saved, model, tmp_path, capsys):
         ("lm_head.weight", ONLY_IN_A)]
 
 
+def test_shards_reached_through_links_are_named_as_the_links(saved, tmp_path, capsys):
+    """A Hugging Face cache snapshot: links named like the shards, to blobs named by hash."""
+    blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshot"
+    blobs.mkdir()
+    snapshot.mkdir()
+    for item in (saved / "st").iterdir():
+        blob = blobs / hashlib.sha256(item.read_bytes()).hexdigest()
+        shutil.copy(item, blob)
+        (snapshot / item.name).symlink_to(blob)
+    code, out, err = _diff(capsys, saved / "bin", snapshot, "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    names = sorted(p.name for p in (saved / "st").glob("model-*.safetensors"))
+    assert [s["file"] for s in result["b"]["shards"]] == names
+    assert {r["shard_b"] for r in result["tensors"]} == set(names)
+    assert result["b"]["path"] == str(snapshot)
+
+
 def test_one_shard_per_side_is_open_at_a_time(saved):
     """The comparison never holds two files of one side: each is dropped before the next."""
     live = {"a": set(), "b": set()}
@@ -200,7 +218,7 @@ def test_one_shard_per_side_is_open_at_a_time(saved):
             weakref.finalize(ckpt, live[letter].discard, token)
             return ckpt
 
-        return Side(str(folder), files, opened)
+        return Side(str(folder), [Path(f).name for f in files], opened)
 
     result = diff_sides(side("a", saved / "bin"), side("b", saved / "st"))
     assert result["identical"]

@@ -60,9 +60,9 @@ def pair_keys(a: Iterable[Stored], b: Iterable[Stored]) -> list[Pair]:
         elif pair.a is None:
             pair.a = _counterpart(pair.b, twins_b, in_a)
             pair.tied = A if pair.a is not None else None
-    order = {id(p): i for i, p in enumerate(pairs)}
+    # stable: within a pair of shards, keys keep the order the files list them in
     return sorted(pairs, key=lambda p: (
-        p.a is None, p.a.shard if p.a else 0, p.b.shard if p.b else -1, order[id(p)]))
+        p.a is None, p.a.shard if p.a else 0, p.b.shard if p.b else -1))
 
 
 def _by_key(stored: Iterable[Stored]) -> dict[str, Stored]:
@@ -75,15 +75,13 @@ def _by_key(stored: Iterable[Stored]) -> dict[str, Stored]:
 
 
 def _twins(stored: Iterable[Stored]) -> dict[str, list[str]]:
-    """Each key one side keeps in the same bytes as others, with those others."""
+    """Each key of one side with every key it shares its bytes with (itself included)."""
     groups: dict[tuple, list[str]] = {}
+    out: dict[str, list[str]] = {}
     for s in stored:
         if s.storage is not None:
-            groups.setdefault(s.twin_key(), []).append(s.key)
-    out: dict[str, list[str]] = {}
-    for keys in groups.values():
-        for key in keys:
-            out.setdefault(key, []).extend(k for k in keys if k != key)
+            out[s.key] = groups.setdefault(s.twin_key(), [])
+            out[s.key].append(s.key)
     return out
 
 
@@ -92,7 +90,7 @@ def _counterpart(
 ) -> Stored | None:
     """The other side's copy of a key this side keeps in the same bytes as `own`, if any."""
     for key in twins.get(own.key, ()):
-        found = theirs.get(key)
+        found = theirs.get(key) if key != own.key else None
         if found is not None and (found.dtype, found.shape) == (own.dtype, own.shape):
             return found
     return None

@@ -682,8 +682,10 @@ def diff_files(
     every = list(dict.fromkeys(p for side in files for p in side))
     for path in every:
         _admit_for_integrity(path, allow, override_dangerous)
+    # the worker opens the links' targets; output names the files as the user reaches them
     sides = [{"path": str(s.path if s.index is not None else side[0]),
-              "files": [str(p) for p in side]} for s, side in zip(sets, files, strict=True)]
+              "files": [str(p) for p in side], "names": [p.name for p in s.files]}
+             for s, side in zip(sets, files, strict=True)]
     request = {
         "op": "diff",
         "paths": [str(p) for p in every],

@@ -240,7 +240,8 @@ class Side:
     """One checkpoint as its files (shards, or one file), each opened only when needed."""
 
     path: str
-    files: list[str]
+    names: list[str]
+    """The files' names as the user knows them (a link's, not its target's)."""
     open: Callable[[int], Checkpoint]
     """Opens file number i; a shard is dropped before the next one of its side is opened."""
 
@@ -265,7 +266,7 @@ class _OpenShard:
         self._by_key: dict[str, TensorSource] = {}
 
     def open(self, number: int) -> Checkpoint:
-        if number != self._number or self._checkpoint is None:
+        if number != self._number:
             # let the previous file's mapping go before mapping the next
             self._checkpoint, self._by_key = None, {}
             self._checkpoint = self.side.open(number)
@@ -283,10 +284,9 @@ def _inventory(opened: _OpenShard, emit: Callable[[dict], None] | None,
     side = opened.side
     stored, objects, formats, counts = [], {}, [], []
     where: dict[str, str] = {}
-    for number, file in enumerate(side.files):
+    for number, name in enumerate(side.names):
         check(cancel)
         ckpt = opened.open(number)
-        name = os.path.basename(file)
         for s in ckpt.tensors:
             if s.key in where:
                 raise SourceError("key_in_two_shards",
@@ -300,7 +300,7 @@ def _inventory(opened: _OpenShard, emit: Callable[[dict], None] | None,
         del ckpt  # else it would stay mapped while the next file is opened
         if emit is not None:
             emit({"type": "progress", "stage": "shards", "done": number + 1,
-                  "total": len(side.files)})
+                  "total": len(side.names)})
     return _Inventory(stored, list(objects.values()), formats, counts)
 
 
@@ -331,8 +331,7 @@ def diff_sides(
             result.key = pair.key
         record = result.to_json()
         for letter, side, stored in (("a", a, pair.a), ("b", b, pair.b)):
-            record[f"shard_{letter}"] = (
-                os.path.basename(side.files[stored.shard]) if stored else None)
+            record[f"shard_{letter}"] = side.names[stored.shard] if stored else None
             stored_as = stored.key if pair.tied == letter else stored.alias_of if stored else None
             record[f"stored_as_{letter}"] = stored_as
             if stored_as is not None:
@@ -360,8 +359,8 @@ def _side_json(side: Side, inv: _Inventory) -> dict[str, Any]:
     return {
         "path": side.path,
         "format": "+".join(dict.fromkeys(inv.formats)),
-        "shards": [{"file": os.path.basename(f), "format": fmt, "tensors": n}
-                   for f, fmt, n in zip(side.files, inv.formats, inv.counts, strict=True)],
+        "shards": [{"file": name, "format": fmt, "tensors": n}
+                   for name, fmt, n in zip(side.names, inv.formats, inv.counts, strict=True)],
     }
 
 
@@ -395,14 +394,16 @@ def _object_changes(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[di
 
 
 def diff(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict:
-    """Worker op `diff`: request `paths` [A, B], or `sides` [{path, files}] (every file also
-    in `paths`, for the jail) for sharded checkpoints; one `tensor` event per key."""
+    """Worker op `diff`: request `paths` [A, B], or `sides` [{path, files, names}] (every file
+    also in `paths`, for the jail; `names` as the user knows them) for sharded checkpoints;
+    one `tensor` event per key."""
     allow = request.get("allow_globals", ())
     sides = request.get("sides") or [{"path": p, "files": [p]} for p in request["paths"]]
 
     def side(spec: dict) -> Side:
         files = list(spec["files"])
-        return Side(spec["path"], files,
+        names = spec.get("names") or [os.path.basename(f) for f in files]
+        return Side(spec["path"], names,
                     lambda n: open_checkpoint(files[n], allow, request.get("_maps_fd")))
 
     return diff_sides(side(sides[0]), side(sides[1]), emit, cancel)
