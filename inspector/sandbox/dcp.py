@@ -20,7 +20,6 @@ refused. Runs only in the sandbox worker.
 from __future__ import annotations
 
 import math
-import mmap
 import os
 import pickle
 import pickletools
@@ -137,12 +136,12 @@ def read_metadata(path: str) -> object:
 
 
 class _Items:
-    """Reads stored items from the folder's data files, each mapped once, read-only."""
+    """Reads stored items from the folder's data files: each item's bytes are read (not
+    mapped, so no page of the file stays in the worker's RSS) and loaded weights_only."""
 
     def __init__(self, folder: Path, allow_globals: list[str] | tuple[str, ...]) -> None:
         self._folder = folder
         self._allow = allow_globals
-        self._maps: dict[str, mmap.mmap] = {}
 
     def load(self, fqn: str, info: object) -> object:
         """The object stored for one item (a tensor chunk or a value), weights_only."""
@@ -152,16 +151,17 @@ class _Items:
         if getattr(info, "transform_descriptors", None):
             raise LoadError("unsupported_format", f"{fqn}: stored with transforms "
                             f"{info.transform_descriptors}, which are not read here")
-        mm = self._maps.get(name)
-        if mm is None:
-            with open(self._folder / name, "rb") as fh:
-                mm = self._maps[name] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         start, length = int(info.offset), int(info.length)
-        if start < 0 or length <= 0 or start + length > len(mm):
-            raise LoadError("load_failed", f"{fqn}: item [{start}, {start + length}) lies "
-                            f"outside {name} ({len(mm)} bytes)")
+        # opened per item: a folder written by many ranks has more files than the jail's limit
+        with open(self._folder / name, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if start < 0 or length <= 0 or start + length > size:
+                raise LoadError("load_failed", f"{fqn}: item [{start}, {start + length}) lies "
+                                f"outside {name} ({size} bytes)")
+            fh.seek(start)
+            data = fh.read(length)  # loops past read(2)'s 2 GiB cap, unlike one pread
         try:
-            return load_checkpoint(mm[start : start + length], self._allow)
+            return load_checkpoint(data, self._allow)
         except LoadError as exc:
             raise LoadError(exc.code, f"{fqn}: {exc.message}", exc.globals) from None
 
