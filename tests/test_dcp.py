@@ -160,6 +160,18 @@ def test_convert_without_output_writes_beside_the_folder(saved):
     assert sorted(p.name for p in folder.iterdir()) == [".metadata", "__0_0.distcp"]
 
 
+def test_convert_key_and_strip_prefix_find_the_saved_nesting(saved, tmp_path):
+    folder, state = saved
+    out = tmp_path / "weights.safetensors"
+    assert main(["convert", str(folder), "--key", "model", "--strip-prefix", "block.",
+                 "-o", str(out)]) == 0
+    written = load_file(out)
+    model = _flat(state["model"])
+    assert set(written) == {k.removeprefix("block.") for k in model}
+    for key, t in model.items():
+        assert _bits(written[key.removeprefix("block.")]) == _bits(t), key
+
+
 def _write_sharded(folder: Path, full: dict[str, torch.Tensor],
                    chunks: dict[str, list[tuple[tuple[int, ...], tuple[int, ...]]]]) -> None:
     """What FileSystemWriter writes when ranks hold chunks: rank r's items in __r_0.distcp."""

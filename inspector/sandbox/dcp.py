@@ -196,8 +196,29 @@ def _tensor(fqn: str, entry: object, storage: dict, items: _Items) -> torch.Tens
     return full
 
 
+def _nest(values: dict[str, object], paths: object) -> dict:
+    """The saved state's nesting, from the planner's `fqn -> key path` (so `convert --key model`
+    finds `model`); the flat names where there is no such map or it does not fit together."""
+    if not isinstance(paths, dict):
+        return values
+    root: dict = {}
+    for fqn, value in values.items():
+        path = paths.get(fqn)
+        if not (type(path) is tuple and path and all(type(p) in (str, int) for p in path)):
+            path = (fqn,)
+        node = root
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+            if type(node) is not dict:
+                return values
+        if path[-1] in node:
+            return values
+        node[path[-1]] = value
+    return root
+
+
 def load_folder(folder: str, allow_globals: list[str] | tuple[str, ...] = ()) -> dict:
-    """Every value of a DCP folder, keyed by its flattened name (tensors reassembled)."""
+    """Every value of a DCP folder (tensors reassembled), nested as it was saved."""
     from torch.distributed.checkpoint.metadata import (
         BytesStorageMetadata,
         MetadataIndex,
@@ -221,4 +242,4 @@ def load_folder(folder: str, allow_globals: list[str] | tuple[str, ...] = ()) ->
             out[fqn] = items.load(fqn, info)
         else:
             raise LoadError("load_failed", f"{fqn}: unknown storage kind {type(entry).__name__}")
-    return out
+    return _nest(out, metadata.planner_data)
