@@ -184,6 +184,27 @@ def test_a_head_that_is_not_tied_is_only_in_a(saved, model, tmp_path, capsys):
         ("lm_head.weight", ONLY_IN_A)]
 
 
+def test_an_index_that_misplaces_a_key_is_warned_about_and_the_tensors_still_compared(
+        saved, tmp_path, capsys):
+    copy = tmp_path / "st-misplaced"
+    shutil.copytree(saved / "st", copy)
+    index_path = copy / "model.safetensors.index.json"
+    doc = json.loads(index_path.read_text())
+    held = doc["weight_map"][FLIP_KEY]
+    wrong = next(s for s in sorted(set(doc["weight_map"].values())) if s != held)
+    doc["weight_map"][FLIP_KEY] = wrong
+    index_path.write_text(json.dumps(doc))
+    code, out, err = _diff(capsys, saved / "st", copy, "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["a"]["problems"] == []
+    assert [(p["code"], p["message"]) for p in result["b"]["problems"]] == [
+        ("key-in-wrong-shard", f"{FLIP_KEY}: in {held}, the index says {wrong}")]
+    assert {r["key"]: r["shard_b"] for r in result["tensors"]}[FLIP_KEY] == held
+    code, out, _ = _diff(capsys, saved / "st", copy)
+    assert f"warning: {FLIP_KEY}: in {held}, the index says {wrong}" in out
+
+
 def test_shards_reached_through_links_are_named_as_the_links(saved, tmp_path, capsys):
     """A Hugging Face cache snapshot: links named like the shards, to blobs named by hash."""
     blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshot"
