@@ -1,9 +1,10 @@
 """torch.distributed.checkpoint folders: `inspect DIR` and `convert DIR -o X.safetensors`.
 
-Folders are written by the real `dcp.save` (one process, no process group) or, for tensors
-sharded across ranks, laid out by hand exactly as `FileSystemWriter` lays them out (the real
-DCP metadata classes pickled with plain pickle, each item a `torch.save` archive back to
-back in a `.distcp` file). Every folder is hashed before and after: nothing writes into it.
+Folders are written by the real `dcp.save`: in one process (no process group), and by two
+gloo ranks saving DTensors sharded by rows and by columns. Broken chunk layouts are laid out
+by hand as `FileSystemWriter` lays them out (the real DCP metadata classes pickled with plain
+pickle, each item a `torch.save` archive back to back in a `.distcp` file). Every folder is
+hashed before and after: nothing writes into it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import io
 import json
 import pickle
 import struct
+import subprocess
 import warnings
 from pathlib import Path
 
@@ -226,6 +228,56 @@ def test_chunks_of_every_rank_are_reassembled_into_full_tensors(tmp_path):
     written = load_file(out)
     for key, t in full.items():
         assert written[key].shape == t.shape and _bits(written[key]) == _bits(t), key
+    assert _folder_digest(folder) == before
+
+
+_TWO_RANKS = """
+import sys
+import torch, torch.distributed as dist, torch.distributed.checkpoint as dcp
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+rank, store, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=2)
+mesh = init_device_mesh("cpu", (2,))
+gen = torch.Generator().manual_seed(3)
+full = {"rows": torch.randn(7, 5, generator=gen),
+        "cols": torch.randn(3, 9, generator=gen).bfloat16(), "rep": torch.arange(4)}
+placements = {"rows": Shard(0), "cols": Shard(1), "rep": Replicate()}
+model = {k: distribute_tensor(t, mesh, [placements[k]]) for k, t in full.items()}
+dcp.save({"model": model, "step": 3}, checkpoint_id=out)
+if rank == 0:
+    torch.save(full, out + ".full.pt")
+dist.destroy_process_group()
+"""
+
+
+def test_a_real_two_rank_save_is_reassembled(tmp_path, python_exe):
+    folder = tmp_path / "two"
+    ranks = [subprocess.Popen([python_exe, "-c", _TWO_RANKS, str(rank), str(tmp_path / "store"),
+                               str(folder)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for rank in (0, 1)]
+    try:
+        outputs = [proc.communicate(timeout=120)[0] for proc in ranks]
+    finally:
+        for proc in ranks:
+            proc.kill()
+            proc.wait()
+    assert [proc.returncode for proc in ranks] == [0, 0], outputs
+    full = torch.load(f"{folder}.full.pt")
+    assert sorted(p.name for p in folder.iterdir()) == [".metadata", "__0_0.distcp",
+                                                        "__1_0.distcp"]
+    before = _folder_digest(folder)
+    report = inspect_file(folder)
+    assert report["error"] is None, report["error"]
+    assert {t["key"]: t["digest"] for t in report["tensors"]} == {
+        f"model.{k}": hashlib.sha256(_bits(t)).hexdigest() for k, t in full.items()}
+    assert report["objects"][0]["key"] == "step" and report["objects"][0]["repr"] == "3"
+    out = tmp_path / "model.safetensors"
+    assert main(["convert", str(folder), "--key", "model", "-o", str(out)]) == 0
+    written = load_file(out)
+    assert set(written) == set(full)
+    for key, t in full.items():
+        assert written[key].dtype == t.dtype and _bits(written[key]) == _bits(t), key
     assert _folder_digest(folder) == before
 
 
