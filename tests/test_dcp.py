@@ -363,3 +363,21 @@ def test_a_framed_protocol_4_payload_is_refused(tmp_path, canary):
     path.write_bytes(b"\x80\x04\x95" + struct.pack("<Q", len(body)) + body)
     with pytest.raises(LoadError):
         read_metadata(str(path))
+
+
+def test_a_payload_in_a_stored_item_is_refused_before_and_inside_the_worker(tmp_path, canary):
+    folder = tmp_path / "item"
+    _write_sharded(folder, _sharded_tensors(), {"rows": [((0, 0), (6, 5))]})
+    item = (folder / "__0_0.distcp").read_bytes()
+    bad = factories._rewrite_zip(item, {"/data.pkl": factories.call(
+        "os", "system", factories.touch_cmd(canary))})
+    (folder / "__0_0.distcp").write_bytes(bad)
+    metadata = pickle.loads((folder / ".metadata").read_bytes())
+    (info,) = metadata.storage_data.values()
+    info.length = len(bad)
+    (folder / ".metadata").write_bytes(pickle.dumps(metadata))
+    assert scan_folder(folder)["verdict"] == "dangerous"
+    assert main(["inspect", str(folder)]) == 2
+    report = inspect_file(folder, override_dangerous=True)
+    assert report["error"]["code"] == "weights_only_refused", report["error"]
+    assert "rows" in report["error"]["message"]
