@@ -1288,6 +1288,20 @@ def layered_state_dict(layers: int = 6, flip: bool = False, seed: int = 0) -> di
     return state
 
 
+def tiny_gpt2():
+    """A 2-layer GPT-2 with hidden size 64, seeded random weights, tied input and output
+    embeddings (the config is built here; nothing is downloaded)."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=64, n_head=2, vocab_size=1000, n_positions=64,
+        bos_token_id=0, eos_token_id=0,
+    )
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
 def hf_bin_folder(folder: Path, model, max_shard_size: str | None) -> Path:
     """A `.bin` model folder as transformers 4 saved it; one file when max_shard_size is None.
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from factories import hf_bin_folder
+from factories import hf_bin_folder, tiny_gpt2
 
 from inspector.cli import main
 from inspector.core.tensor_pairs import Stored, pair_keys
@@ -33,12 +33,7 @@ FLIP_ELEMENT, FLIP_BIT = 777, 30  # a float32 exponent bit
 @pytest.fixture(scope="module")
 def model():
     """A 2-layer GPT-2 with hidden size 64, random weights, tied input and output embeddings."""
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        n_layer=2, n_embd=64, n_head=2, vocab_size=1000, n_positions=64,
-        bos_token_id=0, eos_token_id=0,
-    )
-    return transformers.GPT2LMHeadModel(config).eval()
+    return tiny_gpt2()
 
 
 @pytest.fixture(scope="module")

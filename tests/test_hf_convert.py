@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from factories import hf_bin_folder as _bin_folder
+from factories import tiny_gpt2
 
 from inspector.cli import main
 
@@ -27,12 +28,7 @@ TOKENS = torch.tensor([[5, 17, 300, 2, 999, 41, 7, 7, 64, 0]])
 @pytest.fixture(scope="module")
 def model():
     """A 2-layer GPT-2 with hidden size 64, random weights, tied input and output embeddings."""
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        n_layer=2, n_embd=64, n_head=2, vocab_size=1000, n_positions=64,
-        bos_token_id=0, eos_token_id=0,
-    )
-    return transformers.GPT2LMHeadModel(config).eval()
+    return tiny_gpt2()
 
 
 def _digests(folder: Path) -> dict[str, str]:
