@@ -267,13 +267,14 @@ def _check_plain(value: object, depth: int) -> None:
         raise NotCovered("attribute state holding something other than plain values")
 
 
-def describe_archive(buf) -> list[TensorLayout]:
-    """Every tensor of the torch zip archive in `buf` (bytes or mmap), keyed as torch flattens it.
+def describe_archive(buf, base: int = 0, end: int | None = None) -> list[TensorLayout]:
+    """Every tensor of the torch zip archive in `buf[base:end]` (bytes or mmap; offsets are the
+    buffer's, as `zipread.read_zip` gives them), keyed as torch flattens it.
 
     Raises NotCovered when anything in the archive is outside the subset described above.
     """
     try:
-        archive = zipread.read_zip(buf)
+        archive = zipread.read_zip(buf, base, end)
     except (zipread.NotAZip, ValueError, IndexError) as exc:
         raise NotCovered(f"not a readable zip: {exc}") from None
     if archive.anomalies:

@@ -20,6 +20,7 @@ refused. Runs only in the sandbox worker.
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import pickle
 import pickletools
@@ -32,6 +33,7 @@ import torch
 from torch import _weights_only_unpickler
 
 from inspector.core.policy import KNOWN_DATA
+from inspector.core.torch_layout import NotCovered, describe_archive
 from inspector.sandbox.load import LoadError, load_checkpoint, resolve_global
 
 METADATA_NAME = ".metadata"
@@ -136,15 +138,22 @@ def read_metadata(path: str) -> object:
 
 
 class _Items:
-    """Reads stored items from the folder's data files: each item's bytes are read (not
-    mapped, so no page of the file stays in the worker's RSS) and loaded weights_only."""
+    """Reads stored items from the folder's data files.
+
+    A tensor item whose archive `core.torch_layout` describes completely (what torch.save
+    writes for one tensor) becomes a view of a private read-only mapping of its data file: no
+    copy, no unpickling, and the caller's `PageReleaser` gives its pages back once read. Any
+    other item (plain values, anything the static layout does not cover) is read and loaded
+    with weights_only=True.
+    """
 
     def __init__(self, folder: Path, allow_globals: list[str] | tuple[str, ...]) -> None:
         self._folder = folder
         self._allow = allow_globals
+        self._mapped: dict[str, torch.UntypedStorage] = {}
 
     def load(self, fqn: str, info: object) -> object:
-        """The object stored for one item (a tensor chunk or a value), weights_only."""
+        """The object stored for one item (a tensor chunk or a value)."""
         name = info.relative_path
         if not isinstance(name, str) or os.path.basename(name) != name or name in ("", ".."):
             raise LoadError("load_failed", f"{fqn}: data file {name!r} is not in the folder")
@@ -158,12 +167,41 @@ class _Items:
             if start < 0 or length <= 0 or start + length > size:
                 raise LoadError("load_failed", f"{fqn}: item [{start}, {start + length}) lies "
                                 f"outside {name} ({size} bytes)")
+            view = self._view(fh, name, size, start, length)
+            if view is not None:
+                return view
             fh.seek(start)
             data = fh.read(length)  # loops past read(2)'s 2 GiB cap, unlike one pread
         try:
             return load_checkpoint(data, self._allow)
         except LoadError as exc:
             raise LoadError(exc.code, f"{fqn}: {exc.message}", exc.globals) from None
+
+    def _view(self, fh, name: str, size: int, start: int, length: int) -> torch.Tensor | None:
+        """The item's one tensor as a view of the mapped file, or None to load it instead."""
+        floor = start - start % mmap.ALLOCATIONGRANULARITY
+        # only this item is mapped to read its layout; its data pages are not touched here
+        with mmap.mmap(fh.fileno(), start + length - floor, offset=floor,
+                       access=mmap.ACCESS_READ) as mm:
+            try:
+                layouts = describe_archive(mm, start - floor, start + length - floor)
+            except NotCovered:
+                return None
+        if len(layouts) != 1 or layouts[0].key != "<root>":
+            return None
+        layout = layouts[0]
+        dtype = getattr(torch, layout.dtype, None)
+        if not isinstance(dtype, torch.dtype) or not all(layout.shape):
+            return None
+        span = (1 + sum((n - 1) * step for n, step in zip(layout.shape, layout.stride,
+                                                           strict=True))) * layout.itemsize
+        mapped = self._mapped.get(name)
+        if mapped is None:
+            mapped = self._mapped[name] = torch.UntypedStorage.from_file(
+                str(self._folder / name), shared=False, nbytes=size)
+        begin = floor + layout.data_offset  # inside the item: describe_archive checked it
+        return torch.empty(0, dtype=dtype).set_(mapped[begin : begin + span], 0, layout.shape,
+                                                layout.stride)
 
 
 def _tensor(fqn: str, entry: object, storage: dict, items: _Items) -> torch.Tensor:

@@ -29,13 +29,17 @@ def open_maps() -> int | None:
 
 
 class PageReleaser:
-    """release(address, nbytes) drops whole pages of the checkpoint's private file mappings."""
+    """release(address, nbytes) drops whole pages of the checkpoint's private file mappings
+    (for a folder, such as a torch.distributed.checkpoint one, those of the files in it)."""
 
     def __init__(self, maps_fd: int | None, path: str) -> None:
         self._maps_fd = maps_fd
-        st = os.stat(path)
-        self._inode = st.st_ino
-        self._device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
+        paths = [os.path.join(path, n) for n in os.listdir(path)] if os.path.isdir(path) else [
+            path]
+        self._files = set()
+        for name in paths:
+            st = os.stat(name)
+            self._files.add((f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}", st.st_ino))
         self._ranges: list[tuple[int, int]] = []
         self._starts: list[int] = []
         libc = ctypes.CDLL(None, use_errno=True) if maps_fd is not None else None
@@ -52,8 +56,8 @@ class PageReleaser:
         ranges = []
         for line in b"".join(chunks).decode("utf-8", "replace").splitlines():
             fields = line.split(None, 5)
-            if (len(fields) < 6 or not fields[1].endswith("p") or fields[3] != self._device
-                    or int(fields[4]) != self._inode):
+            if (len(fields) < 6 or not fields[1].endswith("p")
+                    or (fields[3], int(fields[4])) not in self._files):
                 continue
             start, end = (int(x, 16) for x in fields[0].split("-"))
             ranges.append((start, end))
