@@ -11,10 +11,11 @@ classes `policy.KNOWN_DATA` lists (DCP's metadata classes and the paths in them)
 unpickler reads only protocol-2 opcodes, so `_Protocol2` hands it the file's protocol-4
 opcodes as their protocol-2 forms (FRAME dropped, MEMOIZE as LONG_BINPUT, SHORT_BINUNICODE as
 BINUNICODE, STACK_GLOBAL as GLOBAL of the two strings on its stack); every global is still
-resolved and checked by torch. Each item is then loaded from its bytes with
-weights_only=True (DCP itself loads bytes items with weights_only=False), and chunks are
-reassembled into full tensors; a chunk layout that does not cover its tensor exactly once is
-refused. Runs only in the sandbox worker.
+resolved and checked by torch. A tensor item that `core.torch_layout` describes statically
+becomes a view of the mapped data file (no unpickling, no copy); any other item is loaded
+from its bytes with weights_only=True (DCP itself loads bytes items with weights_only=False).
+Chunks are reassembled into full tensors; a chunk layout that does not cover its tensor
+exactly once is refused. Runs only in the sandbox worker.
 """
 
 from __future__ import annotations
