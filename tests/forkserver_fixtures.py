@@ -9,9 +9,10 @@ from inspector.sandbox import client
 from inspector.sandbox.forkclient import ForkServer
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def fork_server_handle():
-    """One fork server for the session (each job still gets its own freshly jailed child)."""
+    """One fork server per test module (each job still gets its own freshly jailed child); it
+    never outlives the module, so later tests that count sandbox processes see none of it."""
     server = ForkServer().start(client.worker_env())
     yield server
     server.close()
