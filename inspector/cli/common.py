@@ -62,6 +62,23 @@ def add_require_jail_argument(parser: argparse.ArgumentParser) -> None:
                              "accepts process-only, a worker with resource limits alone)")
 
 
+def add_jobs_argument(parser: argparse.ArgumentParser) -> None:
+    """`--jobs N`: how many jailed workers run at once (default: one per core)."""
+    from inspector.sandbox.parallel import default_jobs
+
+    parser.add_argument("--jobs", "-j", type=_positive, default=default_jobs(), metavar="N",
+                        help="jailed workers at once (default: the number of cores, here "
+                             f"{default_jobs()}); N workers hold up to N times one worker's "
+                             "memory, so --jobs 1 runs one file at a time")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
 def warm_workers(jobs: int, cold: bool = False) -> contextlib.AbstractContextManager:
     """With several jailed jobs ahead, one warm fork server imports torch once and forks a
     freshly jailed worker per job instead of each job paying a cold start."""

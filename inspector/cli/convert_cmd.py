@@ -40,6 +40,7 @@ import sys
 from pathlib import Path
 
 from inspector.cli.common import (
+    add_jobs_argument,
     add_loader_arguments,
     error_exit,
     progress_events,
@@ -78,6 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="remove PREFIX from the keys that start with it (repeatable, "
                              "applied in order), e.g. model.")
     add_loader_arguments(parser)
+    add_jobs_argument(parser)  # a folder's shards; a single file is one job
 
 
 def _verified_line(report: dict) -> str:
@@ -130,12 +132,13 @@ def run(args: argparse.Namespace) -> int:
     from inspector.cli.convert_folder import default_output, is_folder_input, run_folder
     from inspector.sandbox.client import SandboxError, convert_file
 
-    def convert_one(source: str | Path, output: Path, overwrite: bool, on_event=None) -> dict:
+    def convert_one(source: str | Path, output: Path, overwrite: bool, on_event=None,
+                    cancel=None) -> dict:
         return convert_file(source, output, overwrite=overwrite,
                             allow_globals=args.allow_global,
                             override_dangerous=args.override_dangerous, timeout=args.timeout,
                             skip_unsupported=args.skip_unsupported, on_event=on_event,
-                            key=args.key, strip_prefix=args.strip_prefix)
+                            cancel=cancel, key=args.key, strip_prefix=args.strip_prefix)
 
     if is_folder_input(Path(args.file)):
         if args.key or args.strip_prefix:

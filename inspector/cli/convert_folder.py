@@ -7,10 +7,12 @@ what each conversion wrote and then checked against the written headers. `pytorc
 becomes `model.safetensors`, the name transformers looks for (another `X.bin` becomes
 `X.safetensors`). Each shard goes through the jailed worker's verified conversion; a key two
 shards share (tied weights, stored once within a shard) is written once, as transformers'
-own loader expects. Outputs go beside the path the user gave, never beside a link's target,
-so a snapshot in a Hugging Face cache gets its outputs in the snapshot folder and never in
-`blobs/`; nothing is overwritten unless --force, and a link is never written through. Other
-files (config, tokenizer) are left alone. A failure removes every file this run created.
+own loader expects. Shards are independent, so `--jobs` of them convert at once (each in its
+own jailed worker; N at once hold up to N times one worker's memory). Outputs go beside the
+path the user gave, never beside a link's target, so a snapshot in a Hugging Face cache gets
+its outputs in the snapshot folder and never in `blobs/`; nothing is overwritten unless
+--force, and a link is never written through. Other files (config, tokenizer) are left alone.
+A failure removes every file this run created.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -40,6 +43,7 @@ from inspector.core.shards import (
     shard_name,
     write_index,
 )
+from inspector.sandbox.parallel import run_parallel
 
 EXIT_COVERAGE = 7
 CHECKPOINT_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
@@ -172,11 +176,14 @@ def check_outputs(paths: list[Path], force: bool) -> None:
                               f"{path} exists; refusing to overwrite it (--force replaces it)")
 
 
-def convert_folder(job: FolderJob, convert_one, force: bool, on_shard=None) -> dict:
-    """Convert every shard, then write and check the index; the folder's conversion report.
+def convert_folder(job: FolderJob, convert_one, force: bool, on_shard=None,
+                   jobs: int = 1) -> dict:
+    """Convert every shard (`jobs` at once), then write and check the index; the folder's
+    conversion report.
 
-    `convert_one(src, out, overwrite)` is the jailed conversion of one file (its report);
-    `on_shard(number, count, src)` is told as each shard starts.
+    `convert_one(src, out, overwrite, cancel=token)` is the jailed conversion of one file (its
+    report); `on_shard(number, count, src)` is told as each shard starts, from its job's thread.
+    The first failing shard cancels the others, and every file this run created is removed.
     """
     outputs = [out for _src, out in job.pairs] + ([job.output_index] if job.output_index else [])
     check_outputs(outputs, force)
@@ -184,15 +191,20 @@ def convert_folder(job: FolderJob, convert_one, force: bool, on_shard=None) -> d
         _raise_fatal(check_files(job.index))
     created: list[Path] = []
     found: dict[str, list[str]] = {}
-    job.pairs[0][1].parent.mkdir(parents=True, exist_ok=True)
-    try:
-        for number, (src, out) in enumerate(job.pairs, 1):
-            if on_shard is not None:
-                on_shard(number, len(job.pairs), src)
-            existed = out.exists()
-            report = convert_one(src, out, force)
-            report["input"] = str(src)  # the worker names the link's target
-            job.reports.append(report)
+    lock = threading.Lock()  # `created` and `found` are shared by the shards' threads
+
+    def in_order() -> dict[str, list[str]]:
+        # the checks name shards in the index's order, whichever finished first
+        return {src.name: found[src.name] for src, _out in job.pairs if src.name in found}
+
+    def convert_shard(item: tuple[int, tuple[Path, Path]], cancel) -> dict:
+        number, (src, out) = item
+        if on_shard is not None:
+            on_shard(number, len(job.pairs), src)
+        existed = out.exists()
+        report = convert_one(src, out, force, cancel=cancel)
+        report["input"] = str(src)  # the worker names the link's target
+        with lock:
             if not existed:
                 created.append(out)
                 if report["sidecar"]:
@@ -201,8 +213,14 @@ def convert_folder(job: FolderJob, convert_one, force: bool, on_shard=None) -> d
             found[src.name] = [*report["digests"], *report["aliases"],
                                *(s["key"] for s in report["tensors_skipped"])]
             if job.index is not None:
-                _raise_fatal(check_contents(job.index, found))
-        return _finish(job, found, force)
+                _raise_fatal(check_contents(job.index, in_order()))
+        return report
+
+    job.pairs[0][1].parent.mkdir(parents=True, exist_ok=True)
+    try:
+        # run_parallel returns or raises only once every shard's job has stopped
+        job.reports = run_parallel(convert_shard, enumerate(job.pairs, 1), jobs)
+        return _finish(job, in_order(), force)
     except BaseException:
         for path in created:
             path.unlink(missing_ok=True)
@@ -289,7 +307,8 @@ def run_folder(args: argparse.Namespace, convert_one, exit_for) -> int:
     try:
         job = plan_folder(Path(args.file), args.output)
         with stderr_progress("converting", args.quiet) as show:
-            on_event = progress_events(show)
+            # one worker's percentage only when shards go one at a time: the line is shared
+            on_event = progress_events(show) if args.jobs == 1 else None
 
             def on_shard(number: int, count: int, src: Path) -> None:
                 if show is not None:
@@ -297,7 +316,7 @@ def run_folder(args: argparse.Namespace, convert_one, exit_for) -> int:
 
             with warm_workers(len(job.pairs)):
                 report = convert_folder(job, partial(convert_one, on_event=on_event),
-                                        args.force, on_shard)
+                                        args.force, on_shard, args.jobs)
     except FolderError as exc:
         return _fail(args, exc.code, exc.message, exc.problems, _FOLDER_EXITS.get(exc.code, 3))
     except _sandbox_errors() as exc:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from inspector import __version__
 from inspector.cli.common import (
+    add_jobs_argument,
     add_loader_arguments,
     stderr_progress,
     warm_workers,
@@ -23,6 +24,7 @@ from inspector.core.manifest import (
     relative_path,
 )
 from inspector.core.manifest import write_manifest as write
+from inspector.core.progress import CancelToken
 from inspector.core.verify import TensorDigestFn, list_files, measure_file
 
 CHECKPOINT_FORMATS = frozenset({"pytorch-zip", "pytorch-legacy", "safetensors"})
@@ -55,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-tensors", action="store_true", help="JSON manifest without per-tensor digests"
     )
     add_loader_arguments(create)
+    add_jobs_argument(create)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,8 +81,7 @@ def run(args: argparse.Namespace) -> int:
         digests = worker_digests(args) if want_tensors else None
         # on stdout, paths are relative to where the command runs, as sha256sum's are
         base = Path.cwd() if to_stdout else out.parent
-        with warm_workers(len(files) if digests else 0):
-            entries = [_entry(path, base, dialect, digests, args.quiet) for path in files]
+        entries = _entries(files, base, dialect, digests, args)
         created_by = f"ckpt-inspector {__version__}"
         if to_stdout:
             sys.stdout.write(format_json(entries, created_by=created_by))
@@ -113,8 +115,27 @@ def collect_files(paths: list[Path], skip: Path) -> list[Path]:
     return found
 
 
+def _entries(
+    files: list[Path], base: Path, dialect: str, digests: TensorDigestFn | None,
+    args: argparse.Namespace,
+) -> list[FileEntry]:
+    """`--jobs` files at once when tensors are digested in the jail (hashing alone is bound by
+    the disk, so it stays one file at a time); the first failure stops the rest."""
+    from functools import partial
+
+    from inspector.sandbox.parallel import run_parallel
+
+    jobs = min(args.jobs, len(files)) if digests else 1
+    one = partial(_entry, manifest_dir=base, dialect=dialect, digests=digests,
+                  quiet=args.quiet or jobs > 1)  # one file's percentage only when alone
+    with warm_workers(len(files) if digests else 0), \
+            stderr_progress("hashing files", args.quiet or jobs == 1) as show:
+        return run_parallel(one, files, jobs, progress=show)
+
+
 def _entry(
-    path: Path, manifest_dir: Path, dialect: str, digests: TensorDigestFn | None, quiet: bool
+    path: Path, cancel: CancelToken, manifest_dir: Path, dialect: str,
+    digests: TensorDigestFn | None, quiet: bool
 ) -> FileEntry:
     fmt = None if dialect == "sha256sum" else file_format(path)
     size = path.stat().st_size
@@ -123,6 +144,7 @@ def _entry(
             path,
             tensor_digests=digests if fmt in CHECKPOINT_FORMATS else None,
             progress=progress,
+            cancel=cancel,
         )
     if measured.error:
         raise _TensorsFailed(measured.error)

@@ -27,6 +27,7 @@ from typing import TextIO
 
 from inspector.cli.common import (
     add_allow_arguments,
+    add_jobs_argument,
     add_quiet_argument,
     add_require_jail_argument,
     progress_events,
@@ -75,6 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cold-workers", action="store_true",
                         help="start a fresh worker process per file instead of forking each "
                              "from one warm fork server (used when there are several files)")
+    add_jobs_argument(parser)
     add_require_jail_argument(parser)
     parser.epilog = ("exit status: 0 all safe and passed, 1 suspicious or a check failed, "
                      "2 dangerous, 3 a file could not be scanned, 4 report not written, "
@@ -107,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     from inspector.core.envinfo import collect
 
     with _telemetry() as (store, source), warm_workers(len(files), args.cold_workers):
-        evidence = [_evidence(path, folder, args, manifest) for path, folder in files]
+        evidence = _gather(files, args, manifest)
         environment = collect()
     session = SessionEvidence(evidence, telemetry=store, telemetry_source=source,
                               environment=environment,
@@ -158,22 +160,42 @@ def _targets(paths: list[str]) -> Iterator[tuple[Path, str | None]]:
                 yield path, str(root)
 
 
-def _evidence(path: Path, folder: str | None, args: argparse.Namespace, manifest) -> FileEvidence:
+def _gather(files: list[tuple[Path, str | None]], args: argparse.Namespace,
+            manifest) -> list[FileEvidence]:
+    """Inspect (and verify) `--jobs` files at once, then run consistency one file at a time:
+    every run shares the one GPU and its memory."""
+    from functools import partial
+
+    from inspector.sandbox.parallel import run_parallel
+
+    jobs = min(args.jobs, len(files))
+    with stderr_progress("inspecting files", args.quiet or jobs == 1) as show:
+        evidence = run_parallel(partial(_evidence, args=args, manifest=manifest, jobs=jobs),
+                                files, jobs, progress=show)
+    if args.consistency:
+        for ev in evidence:
+            if ev.inspect is not None and ev.inspect.get("error") is None:
+                ev.consistency = _consistency(Path(ev.path), args)
+    return evidence
+
+
+def _evidence(target: tuple[Path, str | None], cancel, args: argparse.Namespace, manifest,
+              jobs: int) -> FileEvidence:
     from inspector.sandbox.client import inspect_file, static_scan
 
+    path, folder = target
     if not args.quiet:
         print(f"report: inspecting {path}", file=sys.stderr, flush=True)
     try:
-        with stderr_progress(f"inspecting {path.name}", args.quiet) as show:
+        # one file's percentage only when files run one at a time: the line is shared
+        with stderr_progress(f"inspecting {path.name}", args.quiet or jobs > 1) as show:
             inspect = inspect_file(path, allow_globals=args.allow_global, timeout=args.timeout,
-                                   on_event=progress_events(show))
+                                   on_event=progress_events(show), cancel=cancel)
     except OSError:  # unreadable or vanished: the scan result carries the reason
         return FileEvidence(str(path), scan=static_scan(path), folder=folder)
     ev = FileEvidence(str(path), inspect=inspect, folder=folder)
     if manifest is not None:
         ev.verify, ev.manifest = _verify(path, manifest), str(args.manifest)
-    if args.consistency and inspect.get("error") is None:
-        ev.consistency = _consistency(path, args)
     return ev
 
 

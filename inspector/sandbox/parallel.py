@@ -1,0 +1,77 @@
+"""Run independent jailed jobs side by side: at most one per core, results in input order.
+
+Client side (this module never imports torch): each job is a thread of this process that calls
+the `sandbox.client` functions, so each still gets its own freshly jailed worker (forked from
+the warm server when one is in use: `ForkServer.spawn` takes one request at a time on its
+socket). Memory is honest arithmetic: N jobs at once hold up to N times one worker's peak.
+
+The first job to fail cancels the rest through the shared `CancelToken` (each client call
+kills its worker's process group when the token is set), jobs not yet started never start,
+and that first error is raised once every running job has stopped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from inspector.core.progress import CancelToken, ProgressFn
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def default_jobs() -> int:
+    """The cores this process may run on (at most `os.cpu_count()`)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
+def run_parallel(
+    fn: Callable[[T, CancelToken], R],
+    items: Iterable[T],
+    jobs: int,
+    cancel: CancelToken | None = None,
+    progress: ProgressFn | None = None,
+) -> list[R]:
+    """`fn(item, cancel)` per item, `jobs` at a time; the results in input order.
+
+    The first failure cancels `cancel` (a token of its own when None) and is raised after the
+    running jobs have stopped; `progress(done, total)` is told on this thread as jobs finish.
+    With `jobs` 1 the items run one after another on this thread.
+    """
+    work = list(items)
+    token = cancel if cancel is not None else CancelToken()
+    if jobs <= 1 or len(work) <= 1:
+        results = []
+        for done, item in enumerate(work, 1):
+            token.check()
+            results.append(fn(item, token))
+            if progress is not None:
+                progress(done, len(work))
+        return results
+    # imported here: concurrent.futures pulls in logging, which one-file commands never need
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    failure: BaseException | None = None
+    with ThreadPoolExecutor(max_workers=min(jobs, len(work)), thread_name_prefix="job") as pool:
+        futures = [pool.submit(fn, item, token) for item in work]
+        pending = set(futures)
+        try:
+            while pending and failure is None:
+                finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+                # of jobs failing together, the earliest in input order is the one reported
+                errors = [f.exception() for f in futures if f in finished and f.exception()]
+                failure = errors[0] if errors else None
+                if progress is not None and failure is None:
+                    progress(len(futures) - len(pending), len(futures))
+        finally:
+            if pending:  # a failure, or this thread interrupted: stop the others
+                token.cancel()
+                for future in pending:
+                    future.cancel()
+    if failure is not None:
+        raise failure
+    return [f.result() for f in futures]
