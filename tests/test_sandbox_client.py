@@ -117,9 +117,12 @@ def test_dangerous_file_is_refused_and_an_override_still_needs_weights_only(
 
 
 def test_torchscript_is_never_loaded(tmp_path, unchanged):
+    # its weights are read from their records (tests/test_torchscript_static.py), its code shown
     path = unchanged(factories.save_torchscript(tmp_path / "script.pt"))
     report = inspect_file(path, override_dangerous=True)
-    assert report["error"]["code"] == "unsupported_format"
+    assert report["error"] is None and report["format"] == "torchscript"
+    assert {t["key"] for t in report["tensors"]} == {"weight", "bias"}
+    assert report["code"] and report["scan"]["verdict"] == "suspicious"
 
 
 def _clear(error: dict) -> None:

@@ -4,6 +4,10 @@ Static scan, file SHA-256, load with weights_only=True in the jailed worker, sta
 content digest for every tensor. Human table by default; `--json` prints the `inspect`
 contract (README, "JSON contracts").
 
+TorchScript and torch.export archives are never loaded: their weights are read from their
+records (`sandbox.torchscript`), and the code files loading them would run are listed, with
+what in them is flagged (the scan stays suspicious).
+
 Exit codes:
   0  loaded; the static scan says safe
   1  loaded; the static scan says suspicious (e.g. globals you allowed)
@@ -83,6 +87,7 @@ def _human(report: dict) -> list[str]:
     lines.extend(f"DAMAGED:  {integrity.describe(f)}" for f in damage)
     if not report.get("error"):
         lines.extend(health_lines(report.get("health")))
+    lines.extend(code_lines(report))
     tensors = report.get("tensors") or []
     if tensors:
         width = min(48, max(len(t["key"]) for t in tensors))
@@ -122,6 +127,20 @@ def _human(report: dict) -> list[str]:
         lines.extend(f"optimizer ids: {escape(OptimizerParams.from_json(o).summary())}"
                      for o in report.get("optimizer_params") or ())
         lines.extend(_model_lines(report))
+    return lines
+
+
+def code_lines(report: dict) -> list[str]:
+    """A TorchScript or torch.export archive's code files: what loading it would run."""
+    code = report.get("code")
+    if not code:
+        return []
+    flagged = sum(bool(c["flags"]) for c in code)
+    lines = [f"code:     {len(code)} file(s) that loading the archive would run (never run "
+             f"here; weights read from their records; texts in --json); {flagged} flagged"]
+    for c in code:
+        lines.append(f"  {c['name']}  {c['size']:,} bytes")
+        lines.extend(f"    FLAG: {flag}" for flag in c["flags"])
     return lines
 
 

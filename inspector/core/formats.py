@@ -4,6 +4,8 @@ Format names (the `format` key of the scan contract):
 
 - `pytorch-zip`: zip archive with `<prefix>/data.pkl` (what `torch.save` writes since 1.6)
 - `torchscript`: zip archive with `constants.pkl` and `code/` (what `torch.jit.save` writes)
+- `torch-export`: zip archive with `archive_format` and `models/` (what `torch.export.save`
+  writes, a `.pt2`)
 - `pytorch-legacy`: stream of pickles starting with torch's magic number (pre-1.6 `torch.save`)
 - `pickle`: any other pickle stream, protocol 0-5 (one or several pickles back to back)
 - `pytorch-tar`: tar archive with torch's legacy `storages`/`tensors`/`pickle` members
@@ -91,6 +93,8 @@ def zip_kind(names: list[str]) -> str:
         return "pytorch-zip"
     if any(n.endswith("constants.pkl") for n in names):
         return "torchscript"
+    if any(n.endswith("/archive_format") for n in names) and any("/models/" in n for n in names):
+        return "torch-export"
     if names and all(n.endswith(".npy") for n in names):
         return "npz"
     return "zip"

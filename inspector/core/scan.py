@@ -394,13 +394,17 @@ def _record_may_be_pickle(buf, m: zipread.Member) -> bool:
 def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
     members = archive.members
     kind = formats.zip_kind([m.name for m in members])
-    if ctx.result.format in ("unknown", "zip", "npz") or kind == "torchscript":
+    if ctx.result.format in ("unknown", "zip", "npz") or kind in ("torchscript", "torch-export"):
         ctx.result.format = kind
     for a in archive.anomalies:
         ctx.find(a.severity, a.code, a.message, a.member)
     if kind == "torchscript":
         ctx.find(SUSPICIOUS, "torchscript", "TorchScript archive: torch.jit.load runs the code "
                  "inside it, and torch.load(weights_only=True) refuses it")
+    if kind == "torch-export":
+        ctx.find(SUSPICIOUS, "torch-export", "torch.export archive: torch.export.load rebuilds "
+                 "and runs the graph in models/ (custom operators run native code), and "
+                 "torch.load refuses it")
     # torch reads the folder of the first member and refuses members outside it.
     prefix = members[0].name.split("/", 1)[0] if members else ""
     by_name = {m.name: m for m in members}

@@ -41,6 +41,11 @@ _ORDERED_DICT = "collections.OrderedDict"
 _GLOBALS = frozenset(STORAGE_DTYPES) | {_REBUILD_V2, _REBUILD_V3, _ORDERED_DICT} | {
     f"torch.{name}" for name in V3_DTYPES}
 # Everything else in an archive must be one of torch's own bookkeeping records.
+# TorchScript's data.pkl (`script=True`): module objects of `__torch__` classes, typed lists
+# and type tags, all of them plain data to this walk (nothing is imported or called).
+_SCRIPT_LISTS = frozenset(f"torch.jit._pickle.build_{kind}list"
+                          for kind in ("int", "float", "bool", "double", "tensor"))
+_TYPE_TAG = "torch.jit._pickle.restore_type_tag"
 _BOOKKEEPING = frozenset({"version", ".data/version", "byteorder", ".data/serialization_id",
                           ".format_version", ".storage_alignment"})
 MAX_PICKLE_BYTES = 256 << 20
@@ -93,6 +98,14 @@ class _Storage:
     nbytes: int
 
 
+class ScriptModule(dict):
+    """A `__torch__` class object of a TorchScript archive: its attributes as items."""
+
+    def __init__(self, cls: str) -> None:
+        super().__init__()
+        self.cls = cls
+
+
 @dataclass(slots=True, eq=False)
 class _Tensor:
     dtype: str
@@ -109,8 +122,9 @@ def _ints(value: object, what: str) -> tuple[int, ...]:
     return value
 
 
-def _rebuild(func: str, args: object) -> _Tensor:
-    """The tensor `_rebuild_tensor_v2/_v3(*args)` makes, if torch would make it."""
+def _rebuild(func: str, args: object, script: bool = False) -> _Tensor:
+    """The tensor `_rebuild_tensor_v2/_v3(*args)` makes, if torch would make it (TorchScript
+    parameters keep requires_grad=True)."""
     n = 7 if func == _REBUILD_V3 else 6
     if type(args) is not tuple or len(args) != n:
         raise NotCovered(f"{func} with {len(args) if type(args) is tuple else '?'} arguments")
@@ -120,7 +134,8 @@ def _rebuild(func: str, args: object) -> _Tensor:
     shape, stride = _ints(shape, "size"), _ints(stride, "stride")
     if len(shape) != len(stride):
         raise NotCovered("size and stride differ in length")
-    if requires_grad is not False or type(hooks) is not OrderedDict or hooks:
+    if requires_grad not in ((False, True) if script else (False,)) or (
+            type(hooks) is not OrderedDict or hooks):
         raise NotCovered("tensor with requires_grad or backward hooks")
     if func == _REBUILD_V3:
         if type(args[6]) is not _Global or storage.stype != "torch.storage.UntypedStorage":
@@ -153,8 +168,11 @@ def _persistent(pid: object, storages: dict[str, _Storage]) -> _Storage:
     return storage
 
 
-def walk_pickle(data: bytes) -> tuple[object, dict[str, _Storage]]:
-    """The object a weights-only load of `data` builds (tensors as layouts) and its storages."""
+def walk_pickle(data: bytes, script: bool = False) -> tuple[object, dict[str, _Storage]]:
+    """The object a weights-only load of `data` builds (tensors as layouts) and its storages.
+
+    `script` also reads a TorchScript data.pkl: `__torch__` objects become `ScriptModule`s,
+    typed lists and type tags their plain values, floats are admitted."""
     stack: list = []
     marks: list[list] = []
     memo: dict[int, object] = {}
@@ -171,7 +189,8 @@ def walk_pickle(data: bytes) -> tuple[object, dict[str, _Storage]]:
             elif name == "MARK":
                 marks.append(stack)
                 stack = []
-            elif name in ("BININT", "BININT1", "BININT2", "LONG1", "BINUNICODE"):
+            elif name in ("BININT", "BININT1", "BININT2", "LONG1", "BINUNICODE") or (
+                    script and name == "BINFLOAT"):
                 stack.append(arg)
             elif name in ("NEWTRUE", "NEWFALSE", "NONE", "EMPTY_TUPLE"):
                 stack.append({"NEWTRUE": True, "NEWFALSE": False, "NONE": None}.get(name, ()))
@@ -191,14 +210,28 @@ def walk_pickle(data: bytes) -> tuple[object, dict[str, _Storage]]:
                 stack.append([])
             elif name == "GLOBAL":
                 key = arg.replace(" ", ".", 1)
-                if key not in _GLOBALS:
+                if key not in _GLOBALS and not (script and (
+                        key.startswith("__torch__.") or key in _SCRIPT_LISTS
+                        or key == _TYPE_TAG)):
                     raise NotCovered(f"global {key}")
                 stack.append(_Global(key))
             elif name == "BINPERSID":
                 stack.append(_persistent(stack.pop(), storages))
+            elif name == "NEWOBJ" and script:
+                args = stack.pop()
+                cls = stack.pop()
+                if type(cls) is not _Global or not cls.key.startswith("__torch__.") or args != ():
+                    raise NotCovered("NEWOBJ of something that is not a TorchScript class")
+                value = ScriptModule(cls.key)
+                keep.append(value)
+                stack.append(value)
             elif name == "REDUCE":
                 args = stack.pop()
                 func = stack.pop()
+                if script and type(func) is _Global and (
+                        func.key in _SCRIPT_LISTS or func.key == _TYPE_TAG):
+                    stack.append(_script_value(func.key, args))
+                    continue
                 if type(func) is not _Global or func.key not in (_REBUILD_V2, _REBUILD_V3,
                                                                  _ORDERED_DICT):
                     raise NotCovered("call of something that is not a rebuild function")
@@ -208,7 +241,7 @@ def walk_pickle(data: bytes) -> tuple[object, dict[str, _Storage]]:
                     value = OrderedDict()
                     ordered.add(id(value))
                 else:
-                    value = _rebuild(func.key, args)
+                    value = _rebuild(func.key, args, script)
                 keep.append(value)
                 stack.append(value)
             elif name in ("SETITEM", "SETITEMS"):
@@ -234,6 +267,9 @@ def walk_pickle(data: bytes) -> tuple[object, dict[str, _Storage]]:
                 stack[-1].extend(items)
             elif name == "BUILD":
                 state = stack.pop()
+                if type(stack[-1]) is ScriptModule and not stack[-1] and type(state) is dict:
+                    stack[-1].update(state)  # a module's attributes, each walked above
+                    continue
                 # OrderedDict state (a state_dict's `_metadata`) becomes attributes, not items
                 if id(stack[-1]) not in ordered or type(state) is not dict:
                     raise NotCovered("BUILD of something other than an OrderedDict's attributes")
@@ -250,6 +286,17 @@ def walk_pickle(data: bytes) -> tuple[object, dict[str, _Storage]]:
     except (ValueError, IndexError, KeyError, TypeError) as exc:
         raise NotCovered(f"pickle not understood: {exc}") from None
     raise NotCovered("pickle ends without STOP")
+
+
+def _script_value(func: str, args: object) -> object:
+    """What a typed-list builder or `restore_type_tag` returns: its plain first argument."""
+    if type(args) is not tuple or not args or type(args[0]) not in (list, dict):
+        raise NotCovered(f"{func} of an unexpected argument")
+    if func == _TYPE_TAG and (len(args) != 2 or type(args[1]) is not str):
+        raise NotCovered("type tag that is not a string")
+    if func != _TYPE_TAG and (len(args) != 1 or type(args[0]) is not list):
+        raise NotCovered(f"{func} of something that is not one list")
+    return args[0]
 
 
 def _check_plain(value: object, depth: int) -> None:
@@ -273,6 +320,20 @@ def describe_archive(buf, base: int = 0, end: int | None = None) -> list[TensorL
 
     Raises NotCovered when anything in the archive is outside the subset described above.
     """
+    by_name = archive_members(buf, base, end)
+    root, storages = walk_pickle(main_pickle(buf, by_name, "data.pkl"))
+    records = {f"data/{key}" for key in storages}
+    extra = [n for n in by_name if n not in records and n not in _BOOKKEEPING and n != "data.pkl"]
+    if extra:
+        raise NotCovered(f"archive member {extra[0]!r} is not a plain checkpoint's")
+    return tensor_layouts(unique_keys(flatten(root)), storages, by_name, "data/")
+
+
+def archive_members(buf, base: int = 0, end: int | None = None,
+                    compressed: tuple[str, ...] = ()) -> dict[str, zipread.Member]:
+    """The members of a torch zip archive by their name inside its one folder, each unflagged
+    and stored uncompressed unless its name starts with one of `compressed` (NotCovered
+    otherwise)."""
     try:
         archive = zipread.read_zip(buf, base, end)
     except (zipread.NotAZip, ValueError, IndexError) as exc:
@@ -285,13 +346,21 @@ def describe_archive(buf, base: int = 0, end: int | None = None) -> list[TensorL
     prefix = members[0].name.split("/", 1)[0] + "/"
     by_name = {}
     for m in members:
-        if not m.name.startswith(prefix) or m.method != zipread.STORED or m.encrypted or (
-                m.unsupported_by_miniz or m.compressed_size != m.size):
+        name = m.name[len(prefix):]
+        packed = m.method != zipread.STORED or m.compressed_size != m.size
+        if not m.name.startswith(prefix) or m.encrypted or m.unsupported_by_miniz or (
+                packed and not name.startswith(compressed) if compressed else packed):
             raise NotCovered(f"member {m.name!r} is outside the folder, compressed or flagged")
-        by_name[m.name[len(prefix):]] = m
-    main = by_name.get("data.pkl")
+        by_name[name] = m
+    return by_name
+
+
+def main_pickle(buf, by_name: dict[str, zipread.Member], name: str) -> bytes:
+    """The bytes of the archive's pickle `name`, checked against its CRC-32, in a little-endian
+    archive (NotCovered otherwise)."""
+    main = by_name.get(name)
     if main is None or main.size > MAX_PICKLE_BYTES:
-        raise NotCovered("no data.pkl of a readable size")
+        raise NotCovered(f"no {name} of a readable size")
     order = by_name.get("byteorder")
     try:
         data = zipread.member_bytes(buf, main, MAX_PICKLE_BYTES)
@@ -300,22 +369,24 @@ def describe_archive(buf, base: int = 0, end: int | None = None) -> list[TensorL
     except ValueError as exc:
         raise NotCovered(f"member unreadable: {exc}") from None
     if zlib.crc32(data) != main.crc:
-        raise NotCovered("data.pkl fails its CRC-32")
+        raise NotCovered(f"{name} fails its CRC-32")
     if not little:
         raise NotCovered("archive is not little-endian")
-    root, storages = walk_pickle(data)
-    records = {f"data/{key}" for key in storages}
-    extra = [n for n in by_name if n not in records and n not in _BOOKKEEPING and n != "data.pkl"]
-    if extra:
-        raise NotCovered(f"archive member {extra[0]!r} is not a plain checkpoint's")
+    return data
+
+
+def tensor_layouts(leaves: list[tuple[str, object]], storages: dict[str, _Storage],
+                   by_name: dict[str, zipread.Member], folder: str) -> list[TensorLayout]:
+    """The layouts of keyed tensor leaves over records `folder + storage key`, each checked to
+    hold exactly its declared bytes; NotCovered at a leaf that is not a tensor."""
     for key, storage in storages.items():
-        record = by_name.get(f"data/{key}")
+        record = by_name.get(f"{folder}{key}")
         if record is None or record.size != storage.nbytes:
-            raise NotCovered(f"record data/{key} is missing or not the declared size")
+            raise NotCovered(f"record {folder}{key} is missing or not the declared size")
     out = []
-    for key, leaf in unique_keys(flatten(root)):
+    for key, leaf in leaves:
         if type(leaf) is not _Tensor:
             raise NotCovered(f"{key} is not a tensor")
-        start = by_name[f"data/{leaf.storage.key}"].data_offset + leaf.offset * leaf.itemsize
+        start = by_name[f"{folder}{leaf.storage.key}"].data_offset + leaf.offset * leaf.itemsize
         out.append(TensorLayout(key, leaf.dtype, leaf.itemsize, leaf.shape, leaf.stride, start))
     return out

@@ -58,7 +58,10 @@ MAX_OUTPUT_BYTES = 1 << 30
 """Everything a worker may write on the protocol descriptor in one job."""
 RESULT_GRACE_S = 5.0
 """How long the worker may take to close its end after the result before it is killed."""
-LOADABLE_FORMATS = ("pytorch-zip", "pytorch-legacy", "safetensors", "dcp")
+LOADABLE_FORMATS = ("pytorch-zip", "pytorch-legacy", "safetensors", "dcp", "torchscript",
+                    "torch-export")
+"""TorchScript and torch.export archives are never loaded: the worker reads their weights'
+records statically (`sandbox.torchscript`) and only shows their code."""
 DIGEST_ALGORITHM = "sha256"
 
 
@@ -459,9 +462,6 @@ def check_loadable(scan: dict, allow_globals: Iterable[str], override_dangerous:
         raise SandboxError("refused_global",
                            "refusing to allow dangerous globals: " + ", ".join(forbidden),
                            forbidden)
-    if fmt == "torchscript":
-        raise SandboxError("unsupported_format",
-                           "TorchScript archives are never loaded (their code would run)")
     if fmt not in LOADABLE_FORMATS:
         detail = f": {scan['error']}" if scan.get("error") else ""
         raise SandboxError("unsupported_format",
@@ -530,6 +530,7 @@ def inspect_file(
                       objects=result["objects"], timing=result["timing"],
                       digest_algorithm=result.get("digest_algorithm", DIGEST_ALGORITHM),
                       health=result.get("health"), unique_storage=result.get("unique_storage"))
+        report.update({k: result[k] for k in ("code", "code_archive") if k in result})
         report.update(model_facts(report["tensors"], report["objects"]))
     except SandboxError as exc:
         report["error"] = exc.to_json()

@@ -1,5 +1,8 @@
 """The worker's `inspect` operation: load, then statistics and digests for every tensor.
 
+A TorchScript or torch.export archive's result also has `code` and `code_archive`
+(`sandbox.torchscript.code_report`): the code torch would run on loading it, never run here.
+
 The result adds `unique_storage` (storages, elements and bytes counted once per storage, so
 tied weights count once) and `health` (`core.health`'s verdict on the values).
 """
@@ -20,6 +23,7 @@ from inspector.sandbox.stats import (
     describe_tensors,
     unique_storage,
 )
+from inspector.sandbox.torchscript import CODE_ARCHIVES, code_report
 
 
 def inspect(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict:
@@ -47,5 +51,8 @@ def inspect(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
         emit({"type": "progress", "stage": "tensors", "done": done, "total": len(tensors)})
 
     records = describe_tensors(tensors, on_tensor, release=release, cancel=cancel)
-    return {"digest_algorithm": DIGEST_ALGORITHM, "tensors": records, "objects": objects_out,
-            "unique_storage": unique_storage(tensors), "health": assess(records).to_json()}
+    result = {"digest_algorithm": DIGEST_ALGORITHM, "tensors": records, "objects": objects_out,
+              "unique_storage": unique_storage(tensors), "health": assess(records).to_json()}
+    if request.get("format") in CODE_ARCHIVES:
+        result.update(code_report(path, request["format"]))
+    return result

@@ -102,13 +102,18 @@ def _opened(path: str | bytes) -> str | io.BytesIO:
 
 def load_request(request: dict) -> object:
     """Load request["path"] by its scanned `format`: safetensors directly, a DCP folder through
-    `sandbox.dcp`, else torch.load."""
+    `sandbox.dcp`, TorchScript and torch.export weights through `sandbox.torchscript` (their
+    code never runs), else torch.load."""
     if request.get("format") == "safetensors":
         return load_safetensors(request["path"])
     if request.get("format") == "dcp":
         from inspector.sandbox.dcp import load_folder  # it loads its items through this module
 
         return load_folder(request["path"], request.get("allow_globals", ()))
+    if request.get("format") in ("torchscript", "torch-export"):
+        from inspector.sandbox.torchscript import load_weights  # read statically, never loaded
+
+        return load_weights(request["path"], request["format"])
     return load_checkpoint(request["path"], request.get("allow_globals", ()))
 
 

@@ -5,8 +5,9 @@ through `stats.byte_chunks`. A safetensors file needs no deserialisation at all:
 (validated by `core.formats.check_safetensors`) gives each tensor's byte range, already
 contiguous, row-major and little-endian, so those ranges are read straight from a read-only
 mapping and digests of safetensors files never import torch (seconds saved per verify). A
-plain `torch.save` zip archive that `core.torch_layout` describes completely is read the same
-way, from its stored records; views that are not one row-major run are gathered with numpy
+plain `torch.save` zip archive that `core.torch_layout` describes completely, and the weights
+of a TorchScript or torch.export archive (`core.torchscript_layout`), are read the same way,
+from their stored records; views that are not one row-major run are gathered with numpy
 strides. Anything that layout does not cover is loaded with torch; its quantized and sparse
 tensors are read as the parts `sandbox.encoded` names (`KEY::int_repr`, `KEY::indices`, ...).
 """
@@ -28,6 +29,7 @@ from inspector.core.errors import CodedError
 from inspector.core.formats import SAFETENSORS_MAX_HEADER, check_safetensors, sniff
 from inspector.core.progress import CancelToken, check
 from inspector.core.torch_layout import NotCovered, TensorLayout, describe_archive
+from inspector.core.torchscript_layout import code_archive_kind, describe_code_archive
 
 DIGEST_ALGORITHM = "sha256"
 CHUNK_BYTES = 16 * 1024 * 1024
@@ -120,14 +122,19 @@ def _open_pickled(path: str, fmt: str, allow_globals: Any, maps_fd: int | None) 
 
 
 def _open_layout(path: str) -> Checkpoint | None:
-    """A torch zip archive read through its static layout (no torch), or None to load it."""
+    """A torch zip archive read through its static layout (no torch), or None to load it.
+    TorchScript and torch.export archives are only ever read this way (their code never runs;
+    `core.torchscript_layout`): one it does not cover is a SourceError."""
     with open(path, "rb") as fh:
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    fmt = code_archive_kind(mm)
     try:
-        layouts = describe_archive(mm)
-    except NotCovered:
+        layouts = describe_archive(mm) if fmt is None else describe_code_archive(mm, fmt).tensors
+    except NotCovered as exc:
         mm.close()
-        return None
+        if fmt is None:
+            return None
+        raise SourceError("not_covered", f"{path}: {fmt} archive not read: {exc}") from None
     view = memoryview(mm)
     sources = [
         TensorSource(
@@ -142,7 +149,7 @@ def _open_layout(path: str) -> Checkpoint | None:
         )
         for t in layouts
     ]
-    return Checkpoint("pytorch-zip", sources)
+    return Checkpoint(fmt or "pytorch-zip", sources)
 
 
 def _strided_reader(view: memoryview, t: TensorLayout) -> Callable[[], Iterator[memoryview]]:
