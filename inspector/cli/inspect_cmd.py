@@ -1,8 +1,10 @@
-"""`ckpt-inspector inspect FILE [--json] [--allow-global MODULE.NAME …]`.
+"""`ckpt-inspector inspect FILE|DIR|X.index.json [--json] [--allow-global MODULE.NAME …]`.
 
 Static scan, file SHA-256, load with weights_only=True in the jailed worker, statistics and a
 content digest for every tensor. Human table by default; `--json` prints the `inspect`
-contract (README, "JSON contracts").
+contract (README, "JSON contracts"). A model folder or `*.index.json` is one sharded
+checkpoint: every shard scanned first, then loaded one at a time, records merged with their
+`shard`, coverage against the index listed (`sandbox.inspect_shards`).
 
 TorchScript and torch.export archives are never loaded: their weights are read from their
 records (`sandbox.torchscript`), and the code files loading them would run are listed, with
@@ -18,6 +20,9 @@ Exit codes:
      limit was hit, or the worker crashed or timed out
   7  loaded, the static scan says safe, but weights health is `problem` (NaN or Inf in
      weights, or a magnitude outlier: see core/health.py); a suspicious scan keeps exit 1
+  8  a sharded checkpoint's shards do not match their index (listed under `problems`): a
+     shard missing (nothing loaded), an orphan shard, a key in no, two or the wrong shard;
+     a wrong `total_size` alone is only a warning
   9  not loaded: the jail is weaker than --require-jail allows (default partial), or the
      worker broke the protocol and was killed (every command that loads uses this code)
 
@@ -47,9 +52,15 @@ from inspector.core.termtext import escape
 from inspector.core.verdict import exit_code
 
 EXIT_HEALTH_PROBLEM = 7
+EXIT_COVERAGE = 8
+_SHARD_EXITS = {"missing_shard": EXIT_COVERAGE, "bad_shards": exit_code("error")}
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `inspect`."""
-    parser.add_argument("file", metavar="FILE", help="the checkpoint")
+    parser.add_argument("file", metavar="FILE",
+                        help="the checkpoint: a file, a model folder or index of shards, or a "
+                             "torch.distributed.checkpoint folder")
     parser.add_argument("--json", action="store_true", help="print the inspect contract as JSON")
     add_loader_arguments(parser)
 
@@ -85,6 +96,8 @@ def _human(report: dict) -> list[str]:
         sandbox_line(report.get("sandbox")),
     ]
     lines.extend(f"DAMAGED:  {integrity.describe(f)}" for f in damage)
+    if report.get("index"):
+        lines.extend(shard_lines(report))
     if not report.get("error"):
         lines.extend(health_lines(report.get("health")))
     lines.extend(code_lines(report))
@@ -127,6 +140,21 @@ def _human(report: dict) -> list[str]:
         lines.extend(f"optimizer ids: {escape(OptimizerParams.from_json(o).summary())}"
                      for o in report.get("optimizer_params") or ())
         lines.extend(_model_lines(report))
+    return lines
+
+
+def shard_lines(report: dict) -> list[str]:
+    """A sharded checkpoint: its index, each shard, tied keys and the coverage problems."""
+    shards = report.get("shards") or []
+    lines = [f"shards:   {len(shards)} in {report['index']}"]
+    lines.extend(f"  {s['file']}  {s['format']}  {_num(s['tensors'])} tensors  "
+                 f"{s['bytes'] or 0:,} bytes  sha256 {s['sha256'] or '-'}" for s in shards)
+    lines.extend(f"  alias {a['key']} -> {a['stored_as']} (shared storage in {a['shard']})"
+                 for a in report.get("aliases") or ())
+    problems = report.get("problems") or []
+    lines.append("coverage: " + (f"{len(problems)} problem(s)" if problems else
+                                 "every key in exactly one shard, as the index says"))
+    lines.extend(f"  {p['code']}: {p['message']}" for p in problems)
     return lines
 
 
@@ -174,7 +202,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         print("\n".join(escape(line) for line in _human(report)))  # text from the file
     if report.get("error"):
-        return error_exit(report["error"])
+        return _SHARD_EXITS.get(report["error"]["code"]) or error_exit(report["error"])
+    if any(p["fatal"] for p in report.get("problems") or ()):
+        return EXIT_COVERAGE
     code = exit_code((report.get("scan") or {}).get("verdict", "safe"))
     if code == 0 and (report.get("health") or {}).get("status") == "problem":
         return EXIT_HEALTH_PROBLEM

@@ -40,7 +40,12 @@ def folder_size(path: str | os.PathLike[str]) -> int:
 def scan_folder(path: str | os.PathLike[str]) -> dict:
     """The folder's `scan` record: every file scanned, summed up as one checkpoint."""
     folder = Path(path)
-    files = [scan_file(p).to_json() for p in folder_files(folder)]
+    return sum_scans(folder, [scan_file(p).to_json() for p in folder_files(folder)], FORMAT)
+
+
+def sum_scans(path: Path, files: list[dict], fmt: str, weights_only_ok: bool = False) -> dict:
+    """Several files' `scan` records as one checkpoint's, of format `fmt` (`unreadable` when a
+    file could not be read); the sharded `inspect` sums its shards' scans the same way."""
     verdicts = [f["verdict"] for f in files if f["verdict"] != SKIPPED]
     errors = [f"{Path(f['path']).name}: {f['error']}" for f in files
               if f["verdict"] == ERROR and f.get("error")]
@@ -50,10 +55,10 @@ def scan_folder(path: str | os.PathLike[str]) -> dict:
         findings += [{**f, "member": f"{name}:{f['member']}" if f.get("member") else name}
                      for f in record.get("findings") or []]
     return {
-        "path": str(folder),
-        "format": FORMAT if not errors else "unreadable",
+        "path": str(path),
+        "format": fmt if not errors else "unreadable",
         "verdict": worst(verdicts),
-        "weights_only_ok": False,
+        "weights_only_ok": weights_only_ok and not errors,
         "globals": [g for record in files for g in record.get("globals") or []],
         "findings": findings,
         "error": "; ".join(errors) or None,

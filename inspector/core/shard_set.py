@@ -35,8 +35,9 @@ class ShardSet:
     index: ShardIndex | None = None
 
 
-def resolve(path: str | os.PathLike[str]) -> ShardSet:
-    """The files of the checkpoint at `path`; ShardError if they are unclear or not whole."""
+def resolve(path: str | os.PathLike[str], strict: bool = True) -> ShardSet:
+    """The files of the checkpoint at `path`; ShardError if they are unclear or, when `strict`,
+    not whole (`inspect` lists those problems itself, so it passes strict=False)."""
     given = Path(os.path.abspath(path))
     if given.is_dir():
         found = _in_folder(given)
@@ -48,7 +49,7 @@ def resolve(path: str | os.PathLike[str]) -> ShardSet:
         return ShardSet(given, [found])
     index = read_index(found)
     problems = [p for p in check_files(index) if p.fatal]
-    if problems:
+    if problems and strict:
         raise ShardError(f"{found}: the shards do not match their index: "
                          + "; ".join(p.message for p in problems))
     return ShardSet(given, [index.folder / shard for shard in index.shards()], index)

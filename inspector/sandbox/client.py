@@ -39,6 +39,7 @@ from inspector.core.errors import CodedError
 from inspector.core.hashing import sha256_file
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.core.resume import model_facts
+from inspector.core.shard_inspect import is_sharded_input
 from inspector.core.shard_set import resolve as resolve_shards
 from inspector.core.shards import ShardError, ShardIndex, check_contents
 from inspector.sandbox.forkclient import ForkedWorker, ForkServer, ForkServerError
@@ -503,8 +504,18 @@ def inspect_file(
     cancel: CancelToken | None = None,
     timeout: float | None = None,
     limits: dict | None = None,
+    scan: dict | None = None,
 ) -> dict:
-    """Scan, hash and load in the jail; the `inspect` contract (error set instead of raising)."""
+    """Scan, hash and load in the jail; the `inspect` contract (error set instead of raising).
+
+    A folder (other than a DCP one) or a `*.index.json` is the sharded checkpoint it names
+    (`sandbox.inspect_shards`, which passes each shard's `scan`, made before any load).
+    """
+    if is_sharded_input(Path(path)):
+        from inspector.sandbox.inspect_shards import inspect_path
+
+        return inspect_path(path, allow_globals, override_dangerous, on_event, cancel, timeout,
+                            limits)
     target = Path(path).resolve()
     allow = list(allow_globals)
     size, files = _input(target)
@@ -516,10 +527,10 @@ def inspect_file(
     hasher = None if files else _FileHash(target, cancel)  # a folder has no one SHA-256
 
     def admit() -> dict:
-        scan = static_scan(target)
-        report.update(scan=scan, format=scan.get("format"))
-        check_loadable(scan, allow, override_dangerous)
-        return {"format": scan.get("format")}
+        scanned = scan or static_scan(target)
+        report.update(scan=scanned, format=scanned.get("format"))
+        check_loadable(scanned, allow, override_dangerous)
+        return {"format": scanned.get("format")}
 
     try:
         request = {"op": "inspect", "path": str(target), "paths": files, "allow_globals": allow,

@@ -115,17 +115,28 @@ def _quantization(t: torch.Tensor) -> dict:
 
 
 def storage_groups(items: list[tuple[str, torch.Tensor]]) -> dict[str, list[str]]:
-    """For each key, the other keys whose tensors share its storage."""
-    by_storage: dict[tuple[int, int], list[str]] = {}
+    """For each key, the other keys whose tensors share bytes of its storage.
+
+    Bytes, not the storage: every tensor of a safetensors file (and every item of a DCP
+    folder) is a view of one mapping of its file, yet no two of them hold the same bytes.
+    """
+    by_storage: dict[tuple[int, int], list[tuple[int, int, str]]] = {}
     for key, t in items:
-        if is_dense(t) and t.untyped_storage().nbytes() > 0:
+        if is_dense(t) and t.untyped_storage().nbytes() > 0 and t.numel() > 0:
             st = t.untyped_storage()
-            by_storage.setdefault((st.data_ptr(), st.nbytes()), []).append(key)
+            start = t.storage_offset() * t.element_size()
+            span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
+            by_storage.setdefault((st.data_ptr(), st.nbytes()), []).append(
+                (start, start + span * t.element_size(), key))
     shared: dict[str, list[str]] = {}
-    for keys in by_storage.values():
-        if len(keys) > 1:
-            for key in keys:
-                shared[key] = [k for k in keys if k != key]
+    for spans in by_storage.values():
+        active: list[tuple[int, str]] = []  # (end, key) of the spans begun before this one
+        for start, end, key in sorted(spans):
+            active = [(e, k) for e, k in active if e > start]
+            for _, other in active:
+                shared.setdefault(key, []).append(other)
+                shared.setdefault(other, []).append(key)
+            active.append((end, key))
     return shared
 
 
