@@ -124,3 +124,18 @@ def wait_loaded(qtbot, doc, states: tuple[str, ...] = ("loaded",)) -> None:
                     timeout=LOAD_TIMEOUT_MS)
     assert doc.state in states, f"{doc.name}: {doc.state} {doc.message}"
 
+
+
+def flip_exponent_bit(original: Path, out: Path) -> int:
+    """Copy a torch.save checkpoint to `out` with bit 30 (an exponent bit) of its first float32
+    storage's first element flipped; returns that element's byte offset in the file."""
+    import zipfile
+
+    data = bytearray(original.read_bytes())
+    with zipfile.ZipFile(original) as zf:
+        info = next(i for i in zf.infolist() if i.filename.endswith("/data/0"))
+    extra_len = int.from_bytes(data[info.header_offset + 28:info.header_offset + 30], "little")
+    start = info.header_offset + 30 + len(info.filename.encode()) + extra_len
+    data[start + 3] ^= 0x40
+    out.write_bytes(bytes(data))
+    return start

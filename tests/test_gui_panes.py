@@ -1,20 +1,17 @@
-"""Pickle, Integrity and Convert panes on real files, plus screenshots of every pane."""
+"""Pickle, Integrity and Convert panes on real files (screenshots: tests/test_gui_screens.py)."""
 
 from __future__ import annotations
 
 import json
 import shutil
-import zipfile
 from pathlib import Path
 
 import factories
-from gui_support import LOAD_TIMEOUT_MS, drop_files, wait_loaded
+from gui_support import LOAD_TIMEOUT_MS, drop_files, flip_exponent_bit, wait_loaded
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QApplication
 
 from inspector.gui import roles
 from inspector.gui.about_dialog import AboutDialog
-from inspector.gui.app import dark_palette
 from inspector.gui.convert_dialog import ConvertDialog
 from inspector.gui.integrity_pane import ManifestDropZone
 from inspector.gui.verdict_style import status_style
@@ -93,13 +90,7 @@ def test_compare_reports_a_single_bit_flip_in_plain_words(window, qtbot, small, 
     folder, _ = small
     original = folder / "benign.pt"
     flipped = tmp_path / "flipped.pt"
-    data = bytearray(original.read_bytes())
-    with zipfile.ZipFile(original) as zf:
-        info = next(i for i in zf.infolist() if i.filename.endswith("/data/0"))
-    extra_len = int.from_bytes(data[info.header_offset + 28:info.header_offset + 30], "little")
-    start = info.header_offset + 30 + len(info.filename.encode()) + extra_len
-    data[start + 3] ^= 0x40  # element 0 of fc1.weight, float32: bit 30, an exponent bit
-    flipped.write_bytes(bytes(data))
+    start = flip_exponent_bit(original, flipped)  # element 0 of fc1.weight
     work = tmp_path / "work"
     work.mkdir()
     shutil.copy(original, work / "benign.pt")
@@ -195,70 +186,6 @@ def test_about_lists_the_environment_without_importing_torch(window, qtbot, arti
     (artifacts / "gui").mkdir(exist_ok=True)
     assert dialog.grab().save(str(artifacts / "gui" / "about.png"))
     # Other tests import torch into this process; test_gui_samples.py checks in a clean one.
-
-
-def test_screenshots_of_every_pane(window, qtbot, small, artifacts, tmp_path):
-    folder, _ = small
-    shots = artifacts / "gui"
-    shots.mkdir(exist_ok=True)
-    window.grab().save(str(shots / "empty.png"))
-    samples = window.open_samples()
-    shutil.copy(folder / "with_nan.pt", tmp_path / "with_nan.pt")
-    for doc in [*samples, *window.open_paths([tmp_path / "with_nan.pt"])]:
-        qtbot.waitUntil(lambda d=doc: d.state in ("loaded", "blocked") and bool(d.sha256),
-                        timeout=LOAD_TIMEOUT_MS)
-    benign, malicious, nan_doc = window.docs
-
-    def shot(name: str) -> None:
-        QApplication.processEvents()
-        qtbot.wait(150)
-        assert window.grab().save(str(shots / f"{name}.png"))
-
-    window.file_list.setCurrentRow(0)
-    window.tabs.setCurrentWidget(window.overview)
-    shot("overview-safe")
-    window.file_list.setCurrentRow(1)
-    shot("overview-dangerous")
-    window.tabs.setCurrentWidget(window.pickle)
-    qtbot.waitUntil(lambda: window.pickle.op_model.rowCount() > 0, timeout=30_000)
-    window.pickle.globals_view.selectRow(0)
-    shot("pickle")
-    window.file_list.setCurrentRow(2)
-    window.tabs.setCurrentWidget(window.tensors)
-    window.tensors.select_key("bad.weight")
-    qtbot.waitUntil(lambda: window.tensors._plot is not None, timeout=30_000)
-    window.tensors.select_key("ok.weight")  # leaves the NaN/Inf row unselected, so tinted
-    shot("tensors")
-    window.file_list.setCurrentRow(0)
-    window.tensors.select_key("model.encoder.weight")
-    shot("tensors-histogram")
-    window.tensors.tree_button.click()
-    shot("tensors-tree")
-    window.tensors.table_button.click()
-    window.tabs.setCurrentWidget(window.integrity)
-    manifest = tmp_path / "sample.manifest.json"
-    job = window.integrity.write_manifest(manifest)
-    qtbot.waitUntil(lambda: not job.running, timeout=30_000)
-    window.integrity.verify_with(manifest)
-    qtbot.waitUntil(lambda: benign.verify is not None, timeout=LOAD_TIMEOUT_MS)
-    shot("integrity")
-    app = QApplication.instance()
-    app.setPalette(dark_palette())
-    try:
-        window.file_list.setCurrentRow(1)
-        window.tabs.setCurrentWidget(window.overview)
-        shot("overview-dangerous-dark")
-        window.file_list.setCurrentRow(2)
-        window.tabs.setCurrentWidget(window.tensors)
-        window.tensors.select_key("ok.weight")
-        shot("tensors-dark")
-    finally:
-        app.setPalette(app.style().standardPalette())
-    assert {p.name for p in shots.iterdir()} >= {
-        "empty.png", "overview-safe.png", "overview-dangerous.png", "pickle.png",
-        "tensors.png", "tensors-histogram.png", "tensors-tree.png", "integrity.png",
-        "overview-dangerous-dark.png", "tensors-dark.png"}
-    assert malicious.verdict == "dangerous" and nan_doc.tensors
 
 
 def test_export_report_of_the_session(window, qtbot, tmp_path):

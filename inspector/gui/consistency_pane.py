@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
@@ -30,6 +31,7 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QRadioButton,
+    QScrollArea,
     QSpinBox,
     QSplitter,
     QTreeWidget,
@@ -48,6 +50,7 @@ from inspector.sandbox.client import SandboxError
 
 RunFn = Callable[..., dict[str, Any]]
 PASS_STYLE, FAIL_STYLE, IDLE_STYLE = "good", "bad", "idle"  # verdict banner looks
+PLOT_MIN_HEIGHT = 110
 GPU_PLOTS = {"temperature": ("temperature_gpu", "temperature"), "power": ("power_draw", "power")}
 """GPU chart name: (telemetry field, what it shows)."""
 NO_TELEMETRY = ("GPU temperature and power charts are hidden: no GPU telemetry is being "
@@ -209,20 +212,29 @@ class ConsistencyPane(QWidget):
             plot.setLabel("left", unit)
             plot.showGrid(x=True, y=True, alpha=0.2)
             plot.getAxis("left").setWidth(56)
-            plot.setMinimumHeight(110)
+            plot.setMinimumHeight(PLOT_MIN_HEIGHT)
             if row:
                 plot.setXLink(self.plots["diff"])
             self.plots[name], self._titles[name] = plot, title
         self.diff_curve = self.plots["diff"].plot(symbol="o", symbolSize=6)
         self.count_curve = self.plots["count"].plot(symbol="o", symbolSize=6)
         self._show_gpu_plots(set(), any_gpu=False)
-        right_split.addWidget(self.graphics)
+        # The charts keep a readable height and scroll (a 720-pixel screen) rather than squash
+        # the last one out of view.
+        charts = QScrollArea()
+        charts.setWidgetResizable(True)
+        charts.setFrameShape(QFrame.Shape.NoFrame)
+        charts.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        charts.setWidget(self.graphics)
+        right_split.addWidget(charts)
         self.table = QTreeWidget()
         self.table.setHeaderLabels(["Tensor / output", "Result", "Detail"])
         self.table.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.table.header().setStretchLastSection(True)
         right_split.addWidget(self.table)
-        right_split.setSizes([520, 260])
+        right_split.setStretchFactor(0, 1)  # a taller window grows the charts, not the table
+        right_split.setStretchFactor(1, 0)
+        right_split.setSizes([560, 140])
         right_layout.addWidget(right_split, 1)
         splitter.addWidget(right)
         splitter.setStretchFactor(1, 1)
@@ -270,7 +282,9 @@ class ConsistencyPane(QWidget):
                 else:
                     layout.removeItem(plot)
                 plot.setVisible(want)
-        last = [plot for plot in self.plots.values() if plot in layout.items][-1]
+        laid_out = [plot for plot in self.plots.values() if plot in layout.items]
+        self.graphics.setMinimumHeight(len(laid_out) * PLOT_MIN_HEIGHT + 40)  # + the x label
+        last = laid_out[-1]
         for plot in self.plots.values():
             plot.setLabel("bottom", "seconds since the run started" if plot is last else None)
 

@@ -153,7 +153,8 @@ class IntegrityPane(QWidget):
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.setWordWrap(False)
         self.table.setAccessibleName("Integrity results")
-        for i, width in enumerate((260, 150, 110, 190, 190)):
+        # Sized so Details (a flip's byte offsets) keeps about 200 px in a 1280-pixel window.
+        for i, width in enumerate((220, 130, 100, 180, 180)):
             self.table.setColumnWidth(i, width)
 
         layout = QVBoxLayout(self)

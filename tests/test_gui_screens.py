@@ -1,0 +1,155 @@
+"""Screenshots of the empty window, of every pane of the main window and of its dialogs, at
+1280×720 and 1920×1080, light and dark, for a person to look at:
+tests/artifacts/screens/SCENE-WxH-THEME.png.
+
+After the empty window, it holds the built-in samples (safe and dangerous), a small
+checkpoint verified against its manifest and compared with a copy that has one flipped
+exponent bit, and a 6-layer model with a flipped exponent (the radar's case); the GPU pane
+reads two fake GPUs."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+
+import pytest
+from fake_pynvml import FakeGpu, FakeNvml, install
+from gui_support import LOAD_TIMEOUT_MS, build, flip_exponent_bit, wait_loaded
+from PySide6.QtCore import QPoint
+from PySide6.QtGui import QPainter, QPixmap
+from PySide6.QtWidgets import QApplication, QWidget
+
+from inspector.gui import app as appmod
+from inspector.gui.consistency_pane import PLOT_MIN_HEIGHT
+from inspector.gui.convert_dialog import ConvertDialog
+from inspector.gui.report_export import ScopeDialog
+
+pytest_plugins = ("gui_fixtures",)  # fixtures: window, small
+
+SIZES = ((1280, 720), (1920, 1080))
+THEMES = ("light", "dark")
+FLIPPED = "model.layers.3.self_attn.k_proj.weight"  # tests/factories.py RADAR_FLIP
+
+
+def over(window: QWidget, dialog: QWidget) -> QPixmap:
+    """The window with `dialog` drawn centred on it, as a user sees it (offscreen, a dialog is
+    its own top-level window, so the window's grab alone leaves it out)."""
+    picture = window.grab()
+    dialog.adjustSize()
+    top_left = QPoint((window.width() - dialog.width()) // 2,
+                      (window.height() - dialog.height()) // 2)
+    painter = QPainter(picture)
+    painter.drawPixmap(top_left, dialog.grab())
+    painter.end()
+    return picture
+
+
+@pytest.mark.timeout(600)
+def test_screenshots_of_every_pane_and_dialog(window, qtbot, small, tmp_path, artifacts,
+                                              monkeypatch):
+    install(monkeypatch, FakeNvml([FakeGpu(0), FakeGpu(1, temperature=61)]))
+    folder, _ = small
+    work = tmp_path / "work"
+    work.mkdir()
+    shutil.copy(folder / "benign.pt", work / "model.pt")
+    flip_exponent_bit(folder / "benign.pt", tmp_path / "model-flipped.pt")
+    build(tmp_path / "radar", "radar")
+    shots = artifacts / "screens"
+    shots.mkdir(exist_ok=True)
+    for old in shots.glob("*.png"):
+        old.unlink()
+
+    def shoot(scenes: dict[str, Callable[[], QWidget | None]]) -> None:
+        """Save every scene at every size in every theme; a scene may return a dialog."""
+        try:
+            for theme in THEMES:
+                appmod.set_theme(theme)
+                for width, height in SIZES:
+                    window.resize(width, height)
+                    for name, scene in scenes.items():
+                        dialog = scene()
+                        QApplication.processEvents()
+                        qtbot.wait(100)
+                        assert (window.width(), window.height()) == (width, height)
+                        picture = over(window, dialog) if dialog else window.grab()
+                        assert picture.save(str(shots / f"{name}-{width}x{height}-{theme}.png"))
+                        if name == "consistency":  # each chart keeps its height; they scroll
+                            graphics = window.consistency.graphics
+                            shown = [p for p in window.consistency.plots.values()
+                                     if p in graphics.ci.items]
+                            assert len(shown) == 4
+                            assert graphics.height() >= len(shown) * PLOT_MIN_HEIGHT
+        finally:
+            appmod.set_theme("system")
+
+    shoot({"empty": lambda: None})
+    benign, malicious = window.open_samples()
+    model, layered = window.open_paths([work / "model.pt", tmp_path / "radar" / "flipped.pt"])
+    wait_loaded(qtbot, malicious, ("blocked",))
+    for doc in (benign, model, layered):
+        wait_loaded(qtbot, doc)
+    qtbot.waitUntil(lambda: (layered.inspect or {}).get("health") is not None)
+    docs = window.docs
+
+    def show(doc, pane: QWidget) -> None:
+        window.file_list.setCurrentRow(docs.index(doc))
+        window.tabs.setCurrentWidget(pane)
+
+    # The Integrity pane's result: a manifest check, then a compare that keeps it beside.
+    show(model, window.integrity)
+    window.integrity.write_manifest(work / "model.sha256")
+    qtbot.waitUntil(lambda: (work / "model.sha256").exists(), timeout=LOAD_TIMEOUT_MS)
+    window.integrity.verify_with(work / "model.sha256")
+    qtbot.waitUntil(lambda: model.verify is not None, timeout=LOAD_TIMEOUT_MS)
+    window.integrity.compare_with(tmp_path / "model-flipped.pt")
+    qtbot.waitUntil(lambda: model.diff is not None, timeout=LOAD_TIMEOUT_MS)
+
+    window.act_convert.trigger()
+    convert = window.findChild(ConvertDialog)
+    qtbot.waitUntil(lambda: convert.result is not None, timeout=LOAD_TIMEOUT_MS)
+    assert convert.result["verified"] is True
+    export = ScopeDialog(model, [model], docs, window)
+    export.show()
+
+    def pickle() -> None:
+        show(malicious, window.pickle)
+        qtbot.waitUntil(lambda: window.pickle.op_model.rowCount() > 0, timeout=30_000)
+        window.pickle.globals_view.selectRow(0)
+
+    def tensors(button: str) -> Callable[[], None]:
+        def scene() -> None:
+            show(layered, window.tensors)
+            getattr(window.tensors, button).click()
+            assert window.tensors.select_key(FLIPPED)
+        return scene
+
+    def tab(title: str) -> Callable[[], None]:
+        def scene() -> None:
+            show(benign, next(window.tabs.widget(i) for i in range(window.tabs.count())
+                              if window.tabs.tabText(i) == title))
+        return scene
+
+    scenes: dict[str, Callable[[], QWidget | None]] = {
+        "overview-safe": lambda: show(benign, window.overview),
+        "overview-dangerous": lambda: show(malicious, window.overview),
+        "pickle-dangerous": pickle,
+        "tensors-table": tensors("table_button"),
+        "tensors-tree": tensors("tree_button"),
+        "tensors-radar": tensors("radar_button"),
+        "integrity-compare": lambda: show(model, window.integrity),
+        "gpu-live": tab("GPU"),
+        "consistency": tab("Consistency"),
+        "convert-dialog": lambda: (show(model, window.overview), convert)[1],
+        "export-dialog": lambda: (show(model, window.overview), export)[1],
+    }
+    tab("GPU")()
+    qtbot.waitUntil(lambda: window.gpu is not None and window.gpu.store.count(1) >= 3,
+                    timeout=30_000)
+    try:
+        shoot(scenes)
+    finally:
+        window.gpu.shutdown()
+    assert sorted(p.name for p in shots.glob("*.png")) == sorted(
+        f"{name}-{w}x{h}-{theme}.png" for name in ["empty", *scenes] for w, h in SIZES
+        for theme in THEMES)
+    assert "Differs from" in window.integrity.summary.toPlainText()
