@@ -22,7 +22,7 @@ HARD_CODED = re.compile(
     r"|(?:brush|fill|colou?r)=\(\d"  # brush=(47, 101, 202, 150)
 )
 PALETTE_PANES = ("gpu_pane.py", "consistency_pane.py", "tensors_pane.py", "tensor_models.py",
-                 "radar_view.py")
+                 "radar_view.py", "overview_pane.py")
 
 
 def theme_actions(window: MainWindow) -> dict[str, object]:

@@ -378,11 +378,11 @@ def _findings_html(doc: FileDocument) -> str:
     for f in worst_first(findings):
         severity = str(f.get("severity", "warning"))
         colour = verdict_style(severity).colour if severity in (
-            "dangerous", "suspicious") else "#5f6fa0"
+            "dangerous", "suspicious") else None
         meaning, action = finding_explanation(str(f.get("code", "")), severity)
         where = linked_location(f.get("member"), f.get("offset"))
         parts.append(
-            f"<p><b style='color:{colour}'>{html.escape(severity.upper())}</b> "
+            f"<p>{_severity_label(severity, colour)} "
             f"<code>{html.escape(str(f.get('code', '')))}</code> — "
             f"{html.escape(str(f.get('message', '')))}"
             + (f" <i>({where})</i>" if where else "")
@@ -394,6 +394,13 @@ def _findings_html(doc: FileDocument) -> str:
     if verdict and not findings and not flagged:
         parts.append("<h3>Findings</h3><p>None: no risky import and no structural problem.</p>")
     return "".join(parts)
+
+
+def _severity_label(severity: str, colour: str | None) -> str:
+    """A finding's severity in bold, in `colour`; with none (info), in the page's text colour,
+    which the evidence page takes from the palette each time it reads the page."""
+    style = f" style='color:{colour}'" if colour else ""
+    return f"<b{style}>{html.escape(severity.upper())}</b>"
 
 
 def _health_html(health: dict | None) -> str:
@@ -409,8 +416,8 @@ def _health_html(health: dict | None) -> str:
              + "</p>"]
     for f in findings[:50]:
         severity = str(f.get("severity"))
-        colour = health_style({"status": severity}).colour if severity != "info" else "#5f6fa0"
-        parts.append(f"<p><b style='color:{colour}'>{html.escape(severity.upper())}</b> "
+        colour = health_style({"status": severity}).colour if severity != "info" else None
+        parts.append(f"<p>{_severity_label(severity, colour)} "
                      f"<code>{html.escape(str(f.get('key')))}</code> — "
                      f"{html.escape(str(f.get('message')))}</p>")
     return "".join(parts)
