@@ -13,7 +13,12 @@ under 300 ms warm): the median of --drop-repeats opens each; the first open of e
 (which also builds the panes) is reported on its own.
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python benchmarks/bench_gui_responsiveness.py \
-        [--repeats 3] [--drop-repeats 5] [--drop-only]
+        [--repeats 3] [--drop-repeats 5] [--drop-only | --no-drop] [--counts 1,3] [--sample]
+
+--sample finds where the long waits come from: a thread samples the UI thread's Python stack
+every 2 ms, and each wait over 40 ms is printed (stderr) with the UI thread's most frequent
+innermost frames of the app during it. Sampling takes the interpreter lock, so its waits are
+not the benchmark's numbers.
 """
 
 from __future__ import annotations
@@ -31,10 +36,11 @@ PY = sys.executable
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 
 CHILD = r"""
-import json, sys, time
+import collections, json, sys, threading, time, traceback
 from PySide6.QtCore import QElapsedTimer, QTimer
 from inspector.gui.app import create_application
 from inspector.gui.main_window import MainWindow
+from pathlib import Path
 
 config = json.loads(sys.argv[1])  # {"batches": [[path, ...], ...], "warm": bool}
 app = create_application([])
@@ -45,10 +51,28 @@ batches = list(config["batches"])
 clock, gaps, cpu = QElapsedTimer(), [], [time.thread_time()]
 idle, batch_ms, docs = [], [], []
 
+samples, ui, stop = [], threading.get_ident(), threading.Event()
+
+def sampler():
+    # Innermost app frames of the UI thread, with a time stamp, until the window closes.
+    while not stop.is_set():
+        frame = sys._current_frames().get(ui)
+        if frame is not None:
+            stack = [f"{Path(f.filename).name}:{f.lineno} {f.name}"
+                     for f in traceback.extract_stack(frame) if "/inspector/" in f.filename]
+            samples.append((time.perf_counter(), " < ".join(reversed(stack[-3:]))))
+        time.sleep(0.002)
+
 def tick():
     now = time.thread_time()
-    gaps.append((clock.restart(), (now - cpu[0]) * 1000))
+    wait = clock.restart()
+    gaps.append((wait, (now - cpu[0]) * 1000))
     cpu[0] = now
+    if config["sample"] and wait > 40:
+        end = time.perf_counter()
+        seen = collections.Counter(s for t, s in samples if end - wait / 1000 <= t <= end)
+        print(f"wait {wait} ms:", *(f"  {n} x {s or '(Qt, outside the app)'}"
+                                     for s, n in seen.most_common(4)), sep="\n", file=sys.stderr)
 
 timer = QTimer()
 timer.setInterval(10)
@@ -76,6 +100,7 @@ def open_next():
 
 def finish():
     timer.stop()
+    stop.set()
     print(json.dumps({"idle": idle, "load": gaps, "batch_ms": batch_ms,
                       "workers": [(d.inspect or {}).get("timing", {}).get("worker")
                                   for d in docs],
@@ -90,6 +115,8 @@ def idle_done():
 
 clock.start()
 timer.start()
+if config["sample"]:
+    threading.Thread(target=sampler, daemon=True).start()
 if config["warm"]:
     window.warm.ready.connect(lambda: QTimer.singleShot(1000, idle_done))
     window.warm.unavailable.connect(lambda why: (print(why, file=sys.stderr), app.exit(1)))
@@ -113,14 +140,18 @@ def build_files(folder: Path, count: int) -> list[Path]:
     return out
 
 
-def run(batches: list[list[Path]], warm: bool = False) -> dict:
+def run(batches: list[list[Path]], warm: bool = False, sample: bool = False) -> dict:
     """One GUI process opening each batch of files at once, after the previous batch has
-    complete statistics (with the warm fork server ready first when `warm`)."""
+    complete statistics (with the warm fork server ready first when `warm`; the UI thread's
+    stack sampled and each long wait's frames printed when `sample`)."""
     env = {**os.environ, "QT_QPA_PLATFORM": os.environ.get("QT_QPA_PLATFORM", "offscreen"),
            "XDG_CACHE_HOME": tempfile.mkdtemp(prefix="bench-gui-cache-")}
-    config = {"batches": [[str(f) for f in batch] for batch in batches], "warm": warm}
+    config = {"batches": [[str(f) for f in batch] for batch in batches], "warm": warm,
+              "sample": sample}
     done = subprocess.run([PY, "-c", CHILD, json.dumps(config)], capture_output=True, text=True,
                           env=env, timeout=900, check=True)
+    if sample:
+        print(done.stderr, file=sys.stderr)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     if result["torch"]:
         raise SystemExit("the GUI process imported torch")
@@ -134,19 +165,28 @@ def main() -> None:
     parser.add_argument("--drop-repeats", type=int, default=5)
     parser.add_argument("--drop-only", action="store_true",
                         help="only the 4 KB open-to-statistics timing (no 256 MiB files)")
+    parser.add_argument("--no-drop", action="store_true",
+                        help="only the 256 MiB files (no 4 KB open-to-statistics timing)")
+    parser.add_argument("--counts", default="1,3",
+                        help="how many 256 MiB files to open at once, per row (at most 3)")
+    parser.add_argument("--sample", action="store_true",
+                        help="print where each wait over 40 ms is spent (see the docstring)")
+    parser.add_argument("--work", type=Path,
+                        help="folder to keep the built files in between runs (a temp folder)")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-gui-resp-"))
-    drop_latency(work, args.drop_repeats)
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench-gui-resp-"))
+    if not args.no_drop:
+        drop_latency(work, args.drop_repeats)
     if args.drop_only:
         return
     files = build_files(work, 3)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print("| files | worst wait (median) | worst UI-thread work | idle worst wait | ticks |")
     print("|---|---|---|---|---|")
-    for count in (1, 3):
+    for count in map(int, args.counts.split(",")):
         worst_wall, worst_cpu, idle_wall, ticks = [], [], [], []
         for _ in range(args.repeats):
-            r = run([files[:count]])
+            r = run([files[:count]], sample=args.sample)
             worst_wall.append(max(w for w, _ in r["load"]))
             worst_cpu.append(max(c for _, c in r["load"]))
             idle_wall.append(max(w for w, _ in r["idle"]))
