@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 
 from inspector.cli import main
 from inspector.core.scan import scan_file
-from inspector.core.torch_layout import NotCovered
+from inspector.core.torch_layout import NotCovered, describe_archive
 from inspector.core.torchscript_layout import (
     EXPORT_DTYPES,
     describe_export,
@@ -108,6 +108,8 @@ def test_static_layouts_name_every_state_dict_entry(saved) -> None:
                        for k, v in state.items()}, name
         assert layout.code and all(c.size > 0 and c.text for c in layout.code), name
     with pytest.raises(NotCovered):
+        describe_archive(saved["scripted"].read_bytes())  # never taken for a plain checkpoint
+    with pytest.raises(NotCovered):
         describe_torchscript(saved["state_dict"].read_bytes())
     with pytest.raises(NotCovered):
         describe_export(saved["scripted"].read_bytes())
@@ -150,10 +152,16 @@ def test_convert_writes_the_state_dict_bit_for_bit(saved, tmp_path, name):
         convert_file(saved[name], out)
 
 
-def test_diff_and_digests_against_the_eager_state_dict(saved):
+def test_diff_digests_and_manifest_against_the_eager_state_dict(saved, tmp_path, capsys):
     ref = {e.key: e for e in tensor_digests(saved["state_dict"])}
     for name in ARCHIVES:
         assert {e.key: e for e in tensor_digests(saved[name])} == ref, name
+    manifest = tmp_path / "m.json"
+    assert main(["manifest", "create", str(saved["scripted"]), str(saved["exported"]),
+                 "-o", str(manifest)]) == 0
+    for entry in json.loads(manifest.read_text())["files"]:
+        assert {t["key"]: t["digest"] for t in entry["tensors"]} == {
+            k: e.digest for k, e in ref.items()}, entry["path"]
     result = diff_files(saved["scripted"], saved["state_dict"])
     assert result["a"]["format"] == "torchscript"
     assert result["identical"] and result["counts"] == {"identical": len(ref)}

@@ -27,7 +27,9 @@ from inspector.core.manifest import write_manifest as write
 from inspector.core.progress import CancelToken
 from inspector.core.verify import TensorDigestFn, list_files, measure_file
 
-CHECKPOINT_FORMATS = frozenset({"pytorch-zip", "pytorch-legacy", "safetensors"})
+# TorchScript and torch.export weights are digested from their records (code never runs)
+CHECKPOINT_FORMATS = frozenset({"pytorch-zip", "pytorch-legacy", "safetensors", "torchscript",
+                                "torch-export"})
 
 EXIT_OK = 0
 EXIT_USAGE = 2

@@ -101,7 +101,14 @@ FINDING_TEXT: dict[str, tuple[str, str]] = {
     ),
     "torchscript": (
         "This is a TorchScript archive; it carries compiled code that runs when loaded.",
-        "Open it only with torch.jit.load, and only if you trust the source.",
+        "Its weights are read here without running that code (convert them to safetensors); "
+        "open it with torch.jit.load only if you trust the source.",
+    ),
+    "torch-export": (
+        "This is a torch.export archive; loading it rebuilds and runs its graph, and custom "
+        "operators in it run native code.",
+        "Its weights are read here without loading it (convert them to safetensors); open it "
+        "with torch.export.load only if you trust the source.",
     ),
     "zip-crc-mismatch": (
         "A zip member's checksum does not match its bytes: the file is damaged (or was "
