@@ -115,6 +115,30 @@ def test_static_layouts_name_every_state_dict_entry(saved) -> None:
         describe_export(saved["scripted"].read_bytes())
 
 
+class _WithConstants(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+        self.register_buffer("scratch", torch.ones(2), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) + torch.tensor([1.0, 2.0]) + self.scratch
+
+
+def test_constants_are_counted_not_listed(tmp_path) -> None:
+    net, example = _WithConstants(), torch.randn(1, 2)
+    traced, exported = tmp_path / "c.pt", tmp_path / "c.pt2"
+    torch.jit.save(torch.jit.trace(net, example), str(traced))
+    torch.export.save(torch.export.export(net, (example,)), str(exported))
+    script = describe_torchscript(traced.read_bytes())
+    # TorchScript keeps every buffer as a module attribute, the non-persistent one too
+    assert {t.key for t in script.tensors} == {"lin.weight", "lin.bias", "scratch"}
+    assert script.constants == 1  # the torch.tensor literal, in constants.pkl
+    export = describe_export(exported.read_bytes())
+    assert {t.key for t in export.tensors} == set(net.state_dict()) == {"lin.weight", "lin.bias"}
+    assert export.constants == 2  # the literal and the non-persistent buffer, lifted
+
+
 @pytest.mark.parametrize("name", ARCHIVES)
 def test_inspect_gives_the_state_dicts_statistics_and_shows_the_code(saved, reference, name):
     path = saved[name]
@@ -249,7 +273,7 @@ def test_code_that_runs_on_jit_load_is_refused_statically(tmp_path, canary, pyth
 
 def test_judge_code_flags_escape_hatches_only() -> None:
     assert judge_code("x = torch.add(a, b)\nops.aten.mul(a, b)\nops.prim.RaiseException('"
-                      "builtins.ValueError')") == []
+                      "builtins.ValueError')\n_0 = getattr(self, \"0\")") == []
     assert judge_code("subprocess.run(['x'])\neval('1')\nops.evil_lib.go(x)") == [
         "names the Python module subprocess", "calls eval()",
         "calls the non-torch operator namespace evil_lib"]
