@@ -19,6 +19,15 @@ under 300 ms warm): the median of --drop-repeats opens each; the first open of e
 every 2 ms, and each wait over 40 ms is printed (stderr) with the UI thread's most frequent
 innermost frames of the app during it. Sampling takes the interpreter lock, so its waits are
 not the benchmark's numbers.
+
+Measured 2026-11-30 with other sessions' tests running (load average 5-8 on 2 cores), 3 x 256
+MiB, one run per build, the pane-module prefetch (main_window._PanePrefetch) off and on in
+turn: worst wait median 252 ms (264/414/252/209/176) without it, 253 ms (253/186/170/374/289)
+with it; worst UI-thread CPU in one gap 46 against 43 ms. At that load the waits are the
+scheduler's: the UI thread's own work in any gap stays near 50 ms, and --sample puts the
+longest wait at the first open (building the panes, first paint), the rest in job starts.
+An earlier pair of five-run batches (392 -> 227 ms) was at different loads and is not a
+measure of the prefetch.
 """
 
 from __future__ import annotations
