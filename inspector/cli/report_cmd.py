@@ -106,11 +106,17 @@ def run(args: argparse.Namespace) -> int:
     files = list(_targets(args.paths))
     if not files:
         return _fail("no files found under the given paths", exit_code(ERROR))
+    from concurrent.futures import ThreadPoolExecutor
+
     from inspector.core.envinfo import collect
 
-    with _telemetry() as (store, source), warm_workers(len(files), args.cold_workers):
-        evidence = _gather(files, args, manifest)
-        environment = collect()
+    # the environment's torch probe is a subprocess (one `import torch`): it runs while the
+    # fork server starts and the files load, not after them
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="environment") as side:
+        probe = side.submit(collect)
+        with _telemetry() as (store, source), warm_workers(len(files), args.cold_workers):
+            evidence = _gather(files, args, manifest)
+        environment = probe.result()
     session = SessionEvidence(evidence, telemetry=store, telemetry_source=source,
                               environment=environment,
                               command=_command_line(args))
