@@ -16,6 +16,7 @@ import json
 import subprocess
 import zipfile
 from pathlib import Path
+from typing import Dict, Tuple  # noqa: UP035 (TorchScript reads these annotations)
 
 import pytest
 import torch
@@ -30,7 +31,13 @@ from inspector.core.torchscript_layout import (
     describe_torchscript,
     judge_code,
 )
-from inspector.sandbox.client import convert_file, diff_files, inspect_file, tensor_digests
+from inspector.sandbox.client import (
+    SandboxError,
+    convert_file,
+    diff_files,
+    inspect_file,
+    tensor_digests,
+)
 
 ARCHIVES = ("scripted", "traced", "exported")
 _NET_CODE = f"code/__torch__/{__name__.rpartition('.')[2]}.py"  # where _Net's code goes
@@ -236,34 +243,61 @@ def test_os_system_in_code_is_shown_and_flagged_and_never_runs(saved, tmp_path, 
     assert not canary.exists()
 
 
-def test_code_that_runs_on_jit_load_is_refused_statically(tmp_path, canary, python_exe):
-    from typing import Tuple  # noqa: UP035 (TorchScript reads the annotation)
+class _TupleTrap(torch.nn.Module):
+    """Its state is a tuple; its __setstate__ creates `path` (torch.from_file, shared=True)."""
 
-    class Trap(torch.nn.Module):
-        def __init__(self, path: str) -> None:
-            super().__init__()
-            self.weight = torch.nn.Parameter(torch.ones(3))
-            self.path = path
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(3))
+        self.path = path
 
-        @torch.jit.export
-        def __getstate__(self) -> Tuple[torch.Tensor, str, bool]:  # noqa: UP006
-            return (self.weight, self.path, self.training)
+    @torch.jit.export
+    def __getstate__(self) -> Tuple[torch.Tensor, str, bool]:  # noqa: UP006
+        return (self.weight, self.path, self.training)
 
-        @torch.jit.export
-        def __setstate__(self, state: Tuple[torch.Tensor, str, bool]) -> None:  # noqa: UP006
-            # torch.from_file(shared=True) creates the file: a side effect of loading
-            self.weight = state[0] + torch.from_file(state[1], True, 3) * 0.0
-            self.path = state[1]
-            self.training = state[2]
+    @torch.jit.export
+    def __setstate__(self, state: Tuple[torch.Tensor, str, bool]) -> None:  # noqa: UP006
+        self.weight = state[0] + torch.from_file(state[1], True, 3) * 0.0
+        self.path = state[1]
+        self.training = state[2]
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x * self.weight
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.weight
 
+
+class _DictTrap(torch.nn.Module):
+    """Its state is a dict a reader could mistake for attributes; the path is in its code."""
+
+    __constants__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(3))
+        self.path = path
+
+    @torch.jit.export
+    def __getstate__(self) -> Dict[str, torch.Tensor]:  # noqa: UP006
+        return {"weight": self.weight}
+
+    @torch.jit.export
+    def __setstate__(self, state: Dict[str, torch.Tensor]) -> None:  # noqa: UP006
+        self.weight = state["weight"] + torch.from_file(self.path, True, 3) * 0.0
+        self.training = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.weight
+
+
+@pytest.mark.parametrize("trap", [_TupleTrap, _DictTrap])
+def test_code_that_runs_on_jit_load_is_refused_statically(tmp_path, canary, python_exe, trap):
     path = tmp_path / "trap.pt"
-    torch.jit.save(torch.jit.script(Trap(str(canary))), str(path))
+    torch.jit.save(torch.jit.script(trap(str(canary))), str(path))
     report = inspect_file(path)
     assert report["error"]["code"] == "not_covered", report["error"]
-    assert "BUILD" in report["error"]["message"] and report["tensors"] == []
+    assert "__setstate__" in report["error"]["message"] and report["tensors"] == []
+    assert main(["convert", str(path), "-o", str(tmp_path / "trap.safetensors")]) == 5
+    with pytest.raises(SandboxError, match="__setstate__"):
+        tensor_digests(path)
     assert not canary.exists()
     # the same archive, loaded as torch.jit.load loads it, runs its code
     assert _jit_load(python_exe, path).returncode == 0

@@ -10,7 +10,8 @@ graph, so neither is ever called. The weights themselves are plain records:
   attribute path, as `state_dict()` names them. `constants.pkl` (tensors the code uses as
   literals, records under `constants/`) is walked too and counted, not listed: it is not
   part of the weights. Every other member must be code, debug info, traced inputs, extra
-  files or torch's bookkeeping.
+  files or torch's bookkeeping. A class whose code defines `__setstate__` rebuilds itself
+  from its state by running that code on load, so such an archive is refused.
 - `torch.export` (`.pt2`): `data/weights/model_weights_config.json` names, for each
   state_dict key, a raw record `data/weights/<path_name>` with dtype (the serialized schema's
   ScalarType number), sizes, strides and storage offset; pickled weights are not read here.
@@ -131,6 +132,16 @@ def _tensor_leaves(root: object) -> list[tuple[str, object]]:
 def describe_torchscript(buf) -> ArchiveLayout:
     """The parameters and buffers of a `torch.jit.save` archive and its code files."""
     by_name = archive_members(buf, compressed=("code/",))  # torch deflates code files
+    code = [_code_file(buf, member, name) for name, member in by_name.items()
+            if name.startswith("code/") and not name.endswith(".debug_pkl")]
+    if not code:
+        raise NotCovered("TorchScript archive without code/")
+    # A class with its own __setstate__ rebuilds itself from its state as its code says (it
+    # runs on load), so that state's names and tensors are not known to be its weights.
+    own = next((c.name for c in code if "def __setstate__(" in c.text), None)
+    if own is not None:
+        raise NotCovered(f"{own} defines __setstate__: a class restores itself with its own "
+                         "code, so its state is not plain attributes")
     root, storages = walk_pickle(main_pickle(buf, by_name, "data.pkl"), script=True)
     if type(root) is not ScriptModule:
         raise NotCovered("data.pkl does not hold a TorchScript module")
@@ -144,16 +155,11 @@ def describe_torchscript(buf) -> ArchiveLayout:
         constants = len(tensor_layouts(_tensor_leaves(consts), const_storages, by_name,
                                        "constants/"))
     known = {f"data/{k}" for k in storages} | {f"constants/{k}" for k in const_storages}
-    code = []
-    for name, member in by_name.items():
-        if name.startswith("code/") and not name.endswith(".debug_pkl"):
-            code.append(_code_file(buf, member, name))
-        elif not (name in known or name in _SCRIPT_BOOKKEEPING
-                  or name in ("data.pkl", "constants.pkl", "traced_inputs.pkl")
-                  or name.startswith(("code/", "extra/", "traced_inputs/"))):
+    for name in by_name:
+        if not (name in known or name in _SCRIPT_BOOKKEEPING
+                or name in ("data.pkl", "constants.pkl", "traced_inputs.pkl")
+                or name.startswith(("code/", "extra/", "traced_inputs/"))):
             raise NotCovered(f"archive member {name!r} is not a TorchScript archive's")
-    if not code:
-        raise NotCovered("TorchScript archive without code/")
     return ArchiveLayout("torchscript", layouts, code, constants)
 
 
