@@ -2,7 +2,8 @@
 
 (a) `ckpt-inspector report DIR -o OUT.json` over a folder of --files small checkpoints, cold
     (`--cold-workers`: one `python -m inspector.sandbox.worker` per file) and warm (one fork
-    server, a forked worker per file), each against one `python -c "import torch"`
+    server, a forked worker per file), warm both one file at a time (`--jobs 1`) and one
+    worker per core at once (the default), each against one `python -c "import torch"`
     (issue 17's target: warm at most 3x);
 (b) `inspect_file` of a 4 KB checkpoint, cold and through a warm server (the engine call the
     GUI makes from drop to complete statistics; the GUI's own painting is not included);
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -98,21 +100,34 @@ def main() -> int:
         small_bytes = small.stat().st_size
         out = Path(tmp) / "report.json"
         timed([PY, "-c", "import torch"])  # warm the page cache
-        torch_rows = [timed([PY, "-c", "import torch"]) for _ in range(args.repeats)]
         report = [CLI, "report", str(folder), "-o", str(out), "--force"]
         cold_rows = [timed([*report, "--cold-workers"]) for _ in range(max(1, args.repeats // 2))]
-        warm_rows = [timed(report) for _ in range(args.repeats)]
+        # interleaved, so each report is judged against an `import torch` under the same load
+        torch_rows, one_rows, warm_rows = [], [], []
+        for _ in range(args.repeats):
+            torch_rows.append(timed([PY, "-c", "import torch"]))
+            one_rows.append(timed([*report, "--jobs", "1"]))
+            warm_rows.append(timed(report))
         latency = json.loads(timed([PY, "-c", LATENCY, str(small), str(10 * args.repeats)])["out"])
     import_torch = median(torch_rows, "wall")
     print(f"machine: {subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()}"
           f" cores, shared with other work; medians of {args.repeats} runs unless noted")
     print(f"python -c 'import torch':            {import_torch:7.2f} s")
-    for name, rows in (("cold", cold_rows), ("warm", warm_rows)):
+    jobs = len(os.sched_getaffinity(0))
+    for name, rows in (("cold", cold_rows), ("warm --jobs 1", one_rows),
+                       (f"warm --jobs {jobs}", warm_rows)):
         wall = median(rows, "wall")
-        print(f"report of {args.files} files, {name} workers:  {wall:7.2f} s  "
-              f"= {wall / import_torch:5.2f}x import torch  (CPU {median(rows, 'cpu'):.2f} s, "
-              f"{len(rows)} runs)")
-    print(f"  warm vs cold: {median(cold_rows, 'wall') / median(warm_rows, 'wall'):.1f}x faster")
+        paired = ""
+        if rows is not cold_rows:
+            pairs = zip(rows, torch_rows, strict=True)
+            paired = (", paired with its repeat's import torch "
+                      f"{statistics.median(r['wall'] / t['wall'] for r, t in pairs):.2f}x")
+        print(f"report of {args.files} files, {name + ' workers:':<22} {wall:7.2f} s  "
+              f"= {wall / import_torch:5.2f}x import torch{paired}  "
+              f"(CPU {median(rows, 'cpu'):.2f} s, {len(rows)} runs)")
+    print(f"  warm vs cold: {median(cold_rows, 'wall') / median(warm_rows, 'wall'):.1f}x faster; "
+          f"--jobs {jobs} vs --jobs 1: "
+          f"{median(one_rows, 'wall') / median(warm_rows, 'wall'):.2f}x faster")
     cold_ms = statistics.median(latency["cold_s"]) * 1000
     warm_ms = statistics.median(latency["warm_s"]) * 1000
     print(f"inspect_file of {small_bytes} B: cold {cold_ms:.0f} ms "
