@@ -15,16 +15,19 @@ from pathlib import Path
 
 import pytest
 from factories import call, hf_bin_folder, mal_zip_data_pkl, tiny_gpt2, touch_cmd
+from gui_support import LOAD_TIMEOUT_MS
 
 from inspector.cli import main
 
 transformers = pytest.importorskip("transformers")
+pytest_plugins = ("gui_fixtures",)  # fixtures: window
 
 VALUES = ("dtype", "shape", "numel", "nbytes", "digest", "min", "max", "mean", "std",
           "std_sample", "absmax", "nan", "inf", "zeros", "histogram", "exponents", "flags")
 """What a tensor is, whatever file holds it (layout fields such as `storage_offset` differ:
 safetensors tensors are views of one mapping of their file)."""
 INDEXES = {"st": "model.safetensors.index.json", "bin": "pytorch_model.bin.index.json"}
+SETTLED = ("loaded", "load_failed", "blocked", "error", "needs_decision")
 SINGLES = {"st": "st-single/model.safetensors", "bin": "bin-single/pytorch_model.bin"}
 
 
@@ -215,3 +218,51 @@ def test_a_folder_with_one_checkpoint_file_is_that_file(saved, capsys):
     assert code == 0
     assert report["path"] == str(saved / SINGLES["bin"])
     assert "shards" not in report and len(report["tensors"]) == 29
+
+
+@pytest.fixture
+def charts():
+    """pyqtgraph imported on this (the UI) thread first: `tensors_pane.warm_up_charts` imports
+    it on a background thread, which crashed this test once inside pyqtgraph's `_copy_attrs`
+    of the PySide6 modules while the UI thread ran the event loop (a known race of the app's,
+    left to the GUI's owners)."""
+    import pyqtgraph
+
+    return pyqtgraph
+
+
+def test_the_app_opens_a_model_folder_as_one_document(charts, window, qtbot, saved):
+    before = _digests(saved)
+    (doc,) = window.open_paths([saved / "st"])
+    qtbot.waitUntil(lambda: doc.state in SETTLED, timeout=LOAD_TIMEOUT_MS)
+    assert doc.state == "loaded", doc.message
+    weight_map = _weight_map(saved / "st" / INDEXES["st"])
+    assert {t["key"]: t["shard"] for t in doc.tensors} == weight_map
+    assert doc.scan["verdict"] == "safe" and len(doc.scan["files"]) == len(set(weight_map.values()))
+    window.tabs.setCurrentWidget(window.overview)
+    shards = window.overview.fields["shards"]
+    count = len(set(weight_map.values()))
+    assert shards.text() == (f"{count} shards ({INDEXES['st']}): every key in exactly one "
+                             "shard, as the index says")
+    assert shards.isVisible()
+    (single,) = window.open_paths([saved / SINGLES["st"]])
+    qtbot.waitUntil(lambda: single.state in SETTLED, timeout=LOAD_TIMEOUT_MS)
+    window.overview.set_document(single)
+    assert not shards.isVisible()  # one file: no shard row
+    assert _digests(saved) == before
+
+
+def test_the_app_blocks_a_model_folder_with_a_malicious_shard(charts, window, qtbot, saved,
+                                                               tmp_path, canary):
+    copy = tmp_path / "bin-hostile"
+    shutil.copytree(saved / "bin", copy)
+    hostile = sorted(copy.glob("pytorch_model-*.bin"))[1]
+    hostile.write_bytes(call("os", "system", touch_cmd(canary)))
+    (doc,) = window.open_paths([copy])
+    qtbot.waitUntil(lambda: doc.state in SETTLED, timeout=LOAD_TIMEOUT_MS)
+    assert doc.state == "blocked", doc.message
+    assert doc.scan["verdict"] == "dangerous" and doc.inspect is None and not doc.tensors
+    window.tabs.setCurrentWidget(window.overview)
+    qtbot.waitUntil(lambda: not window.runner.active(), timeout=LOAD_TIMEOUT_MS)
+    assert window.overview.fields["sha256"].text() == "—"  # not hashing a folder forever
+    assert not canary.exists()

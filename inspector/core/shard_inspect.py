@@ -17,7 +17,9 @@ from pathlib import Path
 from inspector.core.dcp_folder import is_dcp_folder, sum_scans
 from inspector.core.health import assess
 from inspector.core.resume import model_facts
-from inspector.core.shards import Problem, ShardIndex, check_contents, is_index
+from inspector.core.scan import scan_file
+from inspector.core.shard_set import ShardSet, resolve
+from inspector.core.shards import Problem, ShardError, ShardIndex, check_contents, is_index
 
 DIGEST_ALGORITHM = "sha256"
 ALIAS = "alias"
@@ -37,6 +39,39 @@ def is_sharded_input(path: Path) -> bool:
     """True for a folder (not a torch.distributed.checkpoint one) or an index: `inspect` reads
     it as the one checkpoint its index names (`core.shard_set.resolve`)."""
     return (path.is_dir() and not is_dcp_folder(path)) or is_index(path)
+
+
+def sharded_set(path: Path) -> ShardSet | None:
+    """The shards a folder or index names; None for anything else (a file, a folder with one
+    checkpoint file and no index, or one whose index cannot be told)."""
+    if not is_sharded_input(path):
+        return None
+    try:
+        shards = resolve(path, strict=False)
+    except (ShardError, OSError):
+        return None
+    return shards if shards.index is not None else None
+
+
+def scan_set(shards: ShardSet) -> tuple[dict[str, dict], dict]:
+    """Every shard present scanned (nothing executed): each `scan` by shard name, and their
+    sum as the checkpoint's one `scan` record."""
+    files = zip(shards.index.shards(), shards.files, strict=True) if shards.index else ()
+    scans = {name: scan_file(file).to_json() for name, file in files if file.is_file()}
+    return scans, scan_shards(shards.path, list(scans.values()))
+
+
+def coverage_text(report: dict) -> str | None:
+    """One line for a person: how many shards, and whether they cover their index."""
+    if not report.get("index"):
+        return None
+    problems = report.get("problems") or []
+    count = len(report.get("shards") or [])
+    text = f"{count} shard{'s' if count != 1 else ''} ({Path(report['index']).name}): "
+    if not problems:
+        return text + "every key in exactly one shard, as the index says"
+    return text + "; ".join(f"{p['code']}: {p['message']}" for p in problems[:5]) + (
+        f"; {len(problems) - 5} more" if len(problems) > 5 else "")
 
 
 def new_report(path: Path, index: ShardIndex | None, allow_globals: list[str]) -> dict:

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 from inspector.core.contents import Contents, summarize, training_summary
 from inspector.core.indicators import FLAGGED, import_label, indicators_text
 from inspector.core.integrity import integrity_findings
+from inspector.core.shard_inspect import coverage_text, is_sharded_input
 from inspector.gui.document import STATE_WORDS, FileDocument
 from inspector.gui.evidence import (
     EvidenceBrowser,
@@ -147,6 +148,7 @@ class OverviewPane(QWidget):
             ("path", "File"),
             ("format", "Format"),
             ("size", "Size"),
+            ("shards", "Shards"),
             ("sha256", "SHA-256"),
             ("sandbox", "Sandbox"),
             ("weights_only", "weights_only=True"),
@@ -178,6 +180,7 @@ class OverviewPane(QWidget):
             else:
                 form.addRow(label + ":", value)
         self.model_summary = ModelSummary(form, self.fields["architecture"])
+        self.form = form
 
         self.findings = EvidenceBrowser()
         self.findings.setOpenExternalLinks(False)
@@ -226,7 +229,12 @@ class OverviewPane(QWidget):
         self.fields["path"].setText(str(doc.path))
         self.fields["format"].setText(str(scan.get("format") or "—"))
         self.fields["size"].setText(human_size(doc.size))
-        hashing = doc.state in ("queued", "loading", "blocked", "declined", "error")
+        shards = coverage_text(doc.inspect or {})
+        self.fields["shards"].setText(shards or "—")
+        self.form.setRowVisible(self.fields["shards"], shards is not None)
+        # a model folder of shards has no one SHA-256: each shard's is in the inspect result
+        hashing = doc.state in ("queued", "loading", "blocked", "declined",
+                                "error") and not is_sharded_input(doc.path)
         self.fields["sha256"].setText(doc.sha256 or ("computing…" if hashing else "—"))
         self.copy_button.setEnabled(bool(doc.sha256))
         flagged = doc.verdict in FLAGGED

@@ -17,6 +17,7 @@ from PySide6.QtCore import QObject, Signal
 from inspector.core.discover import Found, discover
 from inspector.core.policy import classify
 from inspector.core.progress import CancelToken
+from inspector.core.shard_inspect import is_sharded_input, scan_set, sharded_set
 from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, Job, JobFn, JobRunner
 
@@ -28,6 +29,7 @@ STAGE_WORDS = {
     "sha256": "Hashing (SHA-256)",
     "jail": "Starting the sandbox",
     "load": "Loading with weights_only=True",
+    "shards": "Loading shards",
     "stats": "Computing tensor statistics",
     "tensors": "Computing tensor statistics",
     "convert": "Converting to safetensors",
@@ -46,8 +48,13 @@ def stage_text(stage: str) -> str:
 def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Found]:
     """Files to open, as `core.discover` lists them for `scan DIR`: folders walked (hidden files
     included), each real file once. A folder's file that is no checkpoint at all is dropped by
-    its scan (`Pipeline.skipped`), by the same rule `scan DIR` uses."""
-    return [f for f in discover(paths) if f.in_folder or f.path.exists()]
+    its scan (`Pipeline.skipped`), by the same rule `scan DIR` uses. A model folder of shards
+    (or its `*.index.json`) is one document, first: `inspect` reads it as one checkpoint."""
+    paths = list(paths)
+    whole = [Path(os.path.abspath(p)) for p in paths if sharded_set(Path(p)) is not None]
+    rest = [p for p in paths if Path(os.path.abspath(p)) not in whole]
+    return [Found(p, False) for p in whole] + [
+        f for f in discover(rest) if f.in_folder or f.path.exists()]
 
 
 class Pipeline(QObject):
@@ -217,15 +224,18 @@ def _scan_fn(found: Found) -> JobFn:
         from inspector.core.scan import scan_found
 
         emit({"type": "progress", "stage": "scan", "done": 0, "total": 0})
-        return scan_found(found).to_json()
+        shards = None if found.in_folder else sharded_set(found.path)
+        return scan_set(shards)[1] if shards is not None else scan_found(found).to_json()
 
     return run
 
 
 def _hash_fn(path: Path) -> JobFn:
-    def run(emit: EmitFn, cancel: CancelToken) -> str:
+    def run(emit: EmitFn, cancel: CancelToken) -> str | None:
         from inspector.core.hashing import sha256_file
 
+        if is_sharded_input(path):
+            return None  # a model folder of shards has no one SHA-256 (each shard has its own)
         def progress(done: int, total: int) -> None:
             emit({"type": "progress", "stage": "hash", "done": done, "total": total})
 

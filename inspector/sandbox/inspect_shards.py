@@ -15,12 +15,11 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from inspector.core.progress import CancelToken
-from inspector.core.scan import scan_file
 from inspector.core.shard_inspect import (
     ShardResult,
     merge,
     new_report,
-    scan_shards,
+    scan_set,
     shard_summary,
 )
 from inspector.core.shard_set import ShardSet, resolve
@@ -62,9 +61,8 @@ def _inspect_set(shards: ShardSet, on_event: EventFn | None, options: dict) -> d
     report = new_report(shards.path, index, options["allow_globals"])
     present = {name: file for name, file in zip(index.shards(), shards.files, strict=True)
                if file.is_file()}
-    scans = {name: scan_file(file).to_json() for name, file in present.items()}
-    report.update(scan=scan_shards(shards.path, list(scans.values())),
-                  size=sum(s.get("size") or 0 for s in scans.values()))
+    scans, summed = scan_set(shards)
+    report.update(scan=summed, size=sum(s.get("size") or 0 for s in scans.values()))
     report["format"] = report["scan"]["format"]
     problems = check_files(index)
     results: list[ShardResult] = []
