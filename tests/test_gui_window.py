@@ -10,10 +10,6 @@ import time
 from pathlib import Path
 
 import factories
-
-# pytest.approx peeks at sys.modules["numpy"]; the app's chart warm-up imports numpy on a
-# background thread, and approx must never see it half-imported.
-import numpy  # noqa: F401
 import pytest
 from gui_support import LOAD_TIMEOUT_MS, build, drop_files, wait_loaded, worker_pids
 from PySide6.QtCore import QElapsedTimer, QTimer

@@ -220,18 +220,7 @@ def test_a_folder_with_one_checkpoint_file_is_that_file(saved, capsys):
     assert "shards" not in report and len(report["tensors"]) == 29
 
 
-@pytest.fixture
-def charts():
-    """pyqtgraph imported on this (the UI) thread first: `tensors_pane.warm_up_charts` imports
-    it on a background thread, which crashed this test once inside pyqtgraph's `_copy_attrs`
-    of the PySide6 modules while the UI thread ran the event loop (a known race of the app's,
-    left to the GUI's owners)."""
-    import pyqtgraph
-
-    return pyqtgraph
-
-
-def test_the_app_opens_a_model_folder_as_one_document(charts, window, qtbot, saved):
+def test_the_app_opens_a_model_folder_as_one_document(window, qtbot, saved):
     before = _digests(saved)
     (doc,) = window.open_paths([saved / "st"])
     qtbot.waitUntil(lambda: doc.state in SETTLED, timeout=LOAD_TIMEOUT_MS)
@@ -252,7 +241,7 @@ def test_the_app_opens_a_model_folder_as_one_document(charts, window, qtbot, sav
     assert _digests(saved) == before
 
 
-def test_the_app_blocks_a_model_folder_with_a_malicious_shard(charts, window, qtbot, saved,
+def test_the_app_blocks_a_model_folder_with_a_malicious_shard(window, qtbot, saved,
                                                                tmp_path, canary):
     copy = tmp_path / "bin-hostile"
     shutil.copytree(saved / "bin", copy)

@@ -14,8 +14,6 @@ import html
 import importlib
 import io
 import math
-import sys
-import threading
 from typing import Any
 
 from PySide6.QtCore import QEvent, QItemSelectionModel, QModelIndex, QPoint, Qt, QTimer
@@ -569,14 +567,13 @@ class TensorsPane(QWidget):
 
 
 def warm_up_charts() -> None:
-    """Import pyqtgraph on a background thread so the first histogram does not stall the UI.
+    """Import pyqtgraph now, while nothing runs, so the first histogram does not stall the UI.
 
-    Call it only while no job runs: loading its extension modules holds the GIL for long
-    stretches, which would stall the UI during a load.
+    On the UI thread, though it costs about 0.35 s once: importing it creates Qt GUI objects,
+    and from another thread, beside the running event loop, that crashed the app (a
+    segmentation fault seen once in the test suite).
     """
-    if "pyqtgraph" not in sys.modules:
-        threading.Thread(target=importlib.import_module, args=("pyqtgraph",), daemon=True,
-                         name="import-pyqtgraph").start()
+    importlib.import_module("pyqtgraph")
 
 
 def histogram_of(row: Row) -> tuple[list[float], list[int]] | None:
