@@ -329,3 +329,32 @@ def test_a_fault_injection_self_test_is_labelled_and_judged_as_one(tmp_path, val
         assert item.status == FAIL and item.detail.startswith("NOT detected")
         assert "m.pt: the consistency self-test did not detect its injected fault" in (
             report.problems)
+
+
+def test_a_training_checkpoint_reports_its_model_and_whether_it_can_resume(tmp_path, validator):
+    """The report carries what the Overview says: the architecture guess, the training state
+    and the resume checklist, from a real jailed inspect of a real training checkpoint."""
+    import factories
+
+    from inspector.report.render_html import render_html
+    from inspector.sandbox.client import inspect_file
+
+    path = factories.save_training_checkpoint(tmp_path / "train.pt")
+    inspect = inspect_file(path)
+    assert inspect["error"] is None and inspect["resume"] is not None
+    report = build_report(SessionEvidence([FileEvidence(str(path), inspect=inspect)]))
+    m = report.files[0].model
+    assert m.training and "epoch" in m.training
+    assert m.resume.startswith(("Ready to resume", "Not ready to resume"))
+    assert {r["item"] for r in m.resume_items} >= {"Model weights", "Optimizer state"}
+    doc = json.loads(report.dumps())
+    validator.validate(doc)
+    assert doc["files"][0]["model"]["resume"] == m.resume
+    html = render_html(report)
+    assert "Model and training state" in html and m.resume in html
+
+    weights = tmp_path / "weights.pt"
+    factories.save_state_dict(weights)
+    plain = build_report(SessionEvidence([FileEvidence(str(weights),
+                                                       inspect=inspect_file(weights))]))
+    assert plain.files[0].model.resume is None and plain.files[0].model.resume_items == []

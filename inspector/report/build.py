@@ -23,6 +23,7 @@ from inspector.report.sections import (
     file_info,
     health_info,
     load_info,
+    model_info,
     scan_info,
     summarize_telemetry,
     summarize_tensors,
@@ -77,6 +78,7 @@ def _file_report(
     conversion = conversion_info(ev.conversion)
     consistency = consistency_info(ev.consistency)
     comparison = comparison_info(ev.diff)
+    model = model_info(ev.inspect) if load.status == "loaded" else None
     info = file_info(ev, scan_dict, progress, cancel)
     verdict = scan.verdict or ("error" if scan.status == "failed" else "safe")
     return FileReport(
@@ -94,4 +96,5 @@ def _file_report(
         conversion=conversion,
         consistency=consistency,
         comparison=comparison,
+        model=model,
     )

@@ -226,6 +226,21 @@ class CheckItem:
 
 
 @dataclass
+class ModelInfo:
+    """What the loaded checkpoint is: the architecture guess and, for a training checkpoint,
+    where it stands and whether a run can resume from it."""
+
+    architecture: str | None
+    """The guess in one line (family, layers, hidden size, ...), None when nothing was read."""
+    training: str | None
+    """Epoch, step, optimizer groups and learning rates, ...; None for weights alone."""
+    resume: str | None
+    """'Ready to resume' or what stops it; None for weights alone."""
+    resume_items: list[dict]
+    """One row per thing a resume needs: item, status (in words), detail."""
+
+
+@dataclass
 class FileReport:
     """Everything the report says about one file."""
 
@@ -242,6 +257,8 @@ class FileReport:
     conversion: ConversionInfo | None
     consistency: ConsistencyInfo | None
     comparison: ComparisonInfo | None = None
+    model: ModelInfo | None = None
+    """None when nothing was loaded."""
 
 
 @dataclass

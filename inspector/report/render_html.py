@@ -145,6 +145,7 @@ def _file_sections(f: FileReport, n: int, image_src: ImageSrc) -> str:
         _section("scan", anchor, "Static scan (no code ran)", _scan(f)),
         _section("load", anchor, "Jailed weights_only load", _load(f)),
         _section("health", anchor, "Weights health", _health(f)),
+        _section("model", anchor, "Model and training state", _model(f)),
         _section("tensors", anchor, "Tensors", _tensors(f, anchor, image_src)),
         _section("verification", anchor, "Manifest verification", _verification(f)),
         _section("comparison", anchor, "Comparison with another copy", _comparison(f)),
@@ -152,6 +153,20 @@ def _file_sections(f: FileReport, n: int, image_src: ImageSrc) -> str:
         _section("consistency", anchor, "Repeat-inference consistency",
                  _consistency(f, anchor, image_src)),
     ])
+
+
+def _model(f: FileReport) -> str:
+    m = f.model
+    if m is None:
+        return _not_run("Nothing was loaded, so the model was not read.")
+    rows = [("Architecture", escape(m.architecture or "not recognised")),
+            ("Training state", escape(m.training or "weights only (no training state)"))]
+    if m.resume:
+        rows.append(("Resume", escape(m.resume)))
+    table = _table(["Needed to resume", "Status", "Detail"],
+                   [[escape(r["item"]), escape(r["status"]), escape(r["detail"])]
+                    for r in m.resume_items]) if m.resume_items else ""
+    return _kv(rows) + table
 
 
 def _scan(f: FileReport) -> str:

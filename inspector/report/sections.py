@@ -9,9 +9,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from inspector.core.architecture import Architecture
+from inspector.core.contents import summarize, training_summary
 from inspector.core.hashing import sha256_file
 from inspector.core.health import assess
 from inspector.core.progress import CancelToken, ProgressFn
+from inspector.core.resume import ResumeChecklist, headline, item_label, status_word
 from inspector.report.model import (
     FAIL,
     PASS,
@@ -25,6 +28,7 @@ from inspector.report.model import (
     GpuTelemetry,
     HealthInfo,
     LoadInfo,
+    ModelInfo,
     NonFiniteRow,
     ScanInfo,
     TelemetrySummary,
@@ -195,6 +199,22 @@ def _status_counts(rows: list[dict]) -> dict[str, int]:
 
 MAX_FLIPS_SHOWN = 20
 """Flipped elements listed per tensor in a report; the counts stay exact."""
+
+
+def model_info(inspect: dict) -> ModelInfo:
+    """The inspect result's architecture guess and training state, in the Overview's words."""
+    arch = inspect.get("architecture")
+    resume = inspect.get("resume")
+    training = training_summary(summarize(inspect.get("tensors") or [],
+                                          inspect.get("objects") or []))
+    checklist = ResumeChecklist.from_json(resume) if resume else None
+    return ModelInfo(
+        architecture=Architecture.from_json(arch).summary() if arch else None,
+        training=training or None,
+        resume=headline(checklist) if checklist else None,
+        resume_items=[{"item": item_label(i), "status": status_word(i), "detail": i.detail}
+                      for i in checklist.items] if checklist else [],
+    )
 
 
 def comparison_info(diff: dict | None) -> ComparisonInfo | None:
