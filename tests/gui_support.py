@@ -69,6 +69,29 @@ elif what == "radar":  # a 6-layer model with one flipped exponent bit
     state = factories.layered_state_dict(flip=True)
     torch.save(state, out / "flipped.pt")
     record("flipped.pt", state)
+elif what == "code":  # a scripted module, and copies whose code/ was edited afterwards
+    import re, zipfile
+    torch.manual_seed(15)
+    scripted = out / "scripted.pt"
+    torch.jit.save(torch.jit.script(torch.nn.Sequential(torch.nn.Linear(3, 2))), str(scripted))
+
+    def edited(name, line):
+        # `line` goes first into the body of the first forward in code/ (unescaped: raw text)
+        with zipfile.ZipFile(scripted) as zin, zipfile.ZipFile(out / name, "w") as zout:
+            done = False
+            for info in zin.infolist():
+                data = zin.read(info)
+                if not done and "/code/" in "/" + info.filename and info.filename.endswith(".py"):
+                    text = data.decode()
+                    new = re.sub(r"(\) -> Tensor:\n)", lambda m: m.group(1) + line + "\n",
+                                 text, count=1)
+                    done = new != text
+                    data = new.encode()
+                zout.writestr(info, data)
+        assert done, name
+
+    edited("os_system.pt", '    os.system("true")')
+    edited("tricky.pt", '    # <b>bold</b> \u202e <script>x</script>')
 (out / f"expected-{what}.json").write_text(json.dumps(expected))
 """
 

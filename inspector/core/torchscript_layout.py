@@ -40,6 +40,8 @@ from inspector.core.torch_layout import (
     walk_pickle,
 )
 
+CODE_ARCHIVES = ("torchscript", "torch-export")
+"""Scanned formats whose weights are read from their records and whose code is only shown."""
 CODE_TEXT_LIMIT = 64 * 1024
 """Characters of each code file's text an inspect result carries."""
 MAX_CONFIG_BYTES = 64 << 20

@@ -7,6 +7,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from inspector.core.torchscript_layout import CODE_ARCHIVES
+
 STATE_WORDS = {
     "scanning": "Scanning the pickle opcodes (no code runs)…",
     "queued": "Waiting for the sandbox…",
@@ -72,8 +74,8 @@ class FileDocument(QObject):
     def globals_to_allow(self) -> list[str]:
         """Dotted names of the globals weights_only=True refuses (for the user to allow): the
         scan's, then any a load refused that the scan did not list."""
-        if not self.scan:
-            return []
+        if not self.scan or self.scan.get("format") in CODE_ARCHIVES:
+            return []  # never unpickled: its weights are read from their records, not loaded
         names = [
             f"{g['module']}.{g['name']}"
             for g in self.scan.get("globals", [])

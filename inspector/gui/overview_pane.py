@@ -23,6 +23,7 @@ from inspector.core.contents import Contents, summarize, training_summary
 from inspector.core.indicators import FLAGGED, import_label, indicators_text
 from inspector.core.integrity import integrity_findings
 from inspector.core.shard_inspect import coverage_text, is_sharded_input
+from inspector.gui.code_view import CodeDialog, code_summary
 from inspector.gui.document import STATE_WORDS, FileDocument
 from inspector.gui.evidence import (
     EvidenceBrowser,
@@ -119,6 +120,7 @@ class OverviewPane(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.doc: FileDocument | None = None
+        self.code_dialog: CodeDialog | None = None
         self.banner = VerdictBanner("Code safety")
         self.health_banner = VerdictBanner("Weights health")
 
@@ -156,6 +158,7 @@ class OverviewPane(QWidget):
             ("contents", "Contents"),
             ("architecture", "Architecture"),
             ("training", "Training state"),
+            ("code", "Code"),
         ):
             value = QLabel("—")
             value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -176,6 +179,17 @@ class OverviewPane(QWidget):
                 row.addWidget(value, 1)
                 row.addWidget(self.copy_button)
                 row.addWidget(self.indicators_button)
+                form.addRow(label + ":", row)
+            elif key == "code":
+                # the file names and flags come from the archive: never read as markup
+                value.setTextFormat(Qt.TextFormat.PlainText)
+                self.code_button = QPushButton("Show code…")
+                self.code_button.setToolTip("Read the code loading this archive would run")
+                self.code_button.clicked.connect(self._show_code)
+                row = QHBoxLayout()
+                row.addWidget(value, 1)
+                row.addWidget(self.code_button, 0, Qt.AlignmentFlag.AlignTop)
+                self.code_row = row
                 form.addRow(label + ":", row)
             else:
                 form.addRow(label + ":", value)
@@ -217,6 +231,7 @@ class OverviewPane(QWidget):
             for value in self.fields.values():
                 value.setText("—")
             self.model_summary.show(None)
+            self.form.setRowVisible(self.code_row, False)
             self.findings.clear()
             return
         scan = doc.scan or {}
@@ -262,6 +277,9 @@ class OverviewPane(QWidget):
         self.fields["contents"].setText(contents_text(contents) if doc.tensors else "—")
         self.fields["training"].setText(training_summary(contents) or "—")
         self.model_summary.show(doc.inspect)
+        code = code_summary(doc.inspect)
+        self.fields["code"].setText(code or "—")
+        self.form.setRowVisible(self.code_row, code is not None)
         self.findings.setHtml(_findings_html(doc))
 
     def _banner_detail(self, doc: FileDocument) -> str:
@@ -296,6 +314,12 @@ class OverviewPane(QWidget):
         if doc is not None:
             QGuiApplication.clipboard().setText(
                 indicators_text(doc.scan, name=doc.name, size=doc.size, sha256=doc.sha256))
+
+    def _show_code(self) -> None:
+        if self.doc is not None:
+            self.code_dialog = CodeDialog(self.doc.name, (self.doc.inspect or {}).get("code")
+                                          or [], self)
+            self.code_dialog.show()
 
     def _allow(self) -> None:
         if self.doc is not None:

@@ -15,6 +15,7 @@ import torch
 
 from inspector.core.health import assess
 from inspector.core.progress import CancelToken
+from inspector.core.torchscript_layout import CODE_ARCHIVES
 from inspector.sandbox.load import load_request, split_leaves
 from inspector.sandbox.mapped import PageReleaser
 from inspector.sandbox.stats import (
@@ -23,7 +24,7 @@ from inspector.sandbox.stats import (
     describe_tensors,
     unique_storage,
 )
-from inspector.sandbox.torchscript import CODE_ARCHIVES, code_report
+from inspector.sandbox.torchscript import code_report
 
 
 def inspect(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict:

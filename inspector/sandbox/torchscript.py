@@ -16,9 +16,6 @@ import torch
 from inspector.core.errors import CodedError
 from inspector.core.torchscript_layout import ArchiveLayout, NotCovered, describe_code_archive
 
-CODE_ARCHIVES = ("torchscript", "torch-export")
-"""Scanned formats whose weights this module reads and whose code it only shows."""
-
 
 def describe(path: str, kind: str) -> ArchiveLayout:
     """The archive's static layout; CodedError `not_covered` when any part is not understood."""
