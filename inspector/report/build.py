@@ -17,6 +17,7 @@ from inspector.report.model import (
     ToolInfo,
 )
 from inspector.report.sections import (
+    code_info,
     comparison_info,
     consistency_info,
     conversion_info,
@@ -79,6 +80,7 @@ def _file_report(
     consistency = consistency_info(ev.consistency)
     comparison = comparison_info(ev.diff)
     model = model_info(ev.inspect) if load.status == "loaded" else None
+    code = code_info(ev.inspect)
     info = file_info(ev, scan_dict, progress, cancel)
     verdict = scan.verdict or ("error" if scan.status == "failed" else "safe")
     return FileReport(
@@ -97,4 +99,5 @@ def _file_report(
         consistency=consistency,
         comparison=comparison,
         model=model,
+        code=code,
     )

@@ -241,6 +241,21 @@ class ModelInfo:
 
 
 @dataclass
+class CodeInfo:
+    """The code a TorchScript or torch.export archive carries (torch.jit.load would run it):
+    each file's name, size and flags, not its text."""
+
+    kind: str
+    """`torchscript` or `torch-export`."""
+    constants: int
+    """Tensors kept beside the weights (not part of them)."""
+    flags: int
+    """Flags over every file."""
+    files: list[dict]
+    """name, size, truncated, flags (what in it reaches beyond tensor maths)."""
+
+
+@dataclass
 class FileReport:
     """Everything the report says about one file."""
 
@@ -259,6 +274,8 @@ class FileReport:
     comparison: ComparisonInfo | None = None
     model: ModelInfo | None = None
     """None when nothing was loaded."""
+    code: CodeInfo | None = None
+    """None unless the file is a TorchScript or torch.export archive that was read."""
 
 
 @dataclass

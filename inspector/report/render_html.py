@@ -146,6 +146,8 @@ def _file_sections(f: FileReport, n: int, image_src: ImageSrc) -> str:
         _section("load", anchor, "Jailed weights_only load", _load(f)),
         _section("health", anchor, "Weights health", _health(f)),
         _section("model", anchor, "Model and training state", _model(f)),
+        *([_section("code", anchor, "Code carried by the archive", _code(f))] if f.code
+          else []),
         _section("tensors", anchor, "Tensors", _tensors(f, anchor, image_src)),
         _section("verification", anchor, "Manifest verification", _verification(f)),
         _section("comparison", anchor, "Comparison with another copy", _comparison(f)),
@@ -167,6 +169,22 @@ def _model(f: FileReport) -> str:
                    [[escape(r["item"]), escape(r["status"]), escape(r["detail"])]
                     for r in m.resume_items]) if m.resume_items else ""
     return _kv(rows) + table
+
+
+def _code(f: FileReport) -> str:
+    """What loading the archive with torch would run: each code file and its flags."""
+    c = f.code
+    verdict = (f"{c.flags} flag{'s' if c.flags != 1 else ''}: read the flagged files before "
+               "anyone loads this archive with torch" if c.flags
+               else "no flags: nothing beyond tensor maths was found")
+    intro = ("<p>torch.jit.load (or torch.export.load) would compile and run this code; "
+             "here it was only read. The weights were read from their records.</p>")
+    rows = [[_mono(r.get("name")), escape(_size(r.get("size"))),
+             escape("; ".join(r.get("flags") or []) or "none")
+             + (" (text truncated)" if r.get("truncated") else "")] for r in c.files]
+    return (intro + _kv([("Kind", escape(c.kind)), ("Constants", escape(f"{c.constants:,}")),
+                         ("Flags", escape(verdict))])
+            + _table(["Code file", "Size", "Flags"], rows))
 
 
 def _scan(f: FileReport) -> str:

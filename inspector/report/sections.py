@@ -19,6 +19,7 @@ from inspector.report.model import (
     FAIL,
     PASS,
     AbsRow,
+    CodeInfo,
     ComparisonInfo,
     ConsistencyInfo,
     ConversionInfo,
@@ -215,6 +216,19 @@ def model_info(inspect: dict) -> ModelInfo:
         resume_items=[{"item": item_label(i), "status": status_word(i), "detail": i.detail}
                       for i in checklist.items] if checklist else [],
     )
+
+
+def code_info(inspect: dict | None) -> CodeInfo | None:
+    """A code-carrying archive's code files (names, sizes, flags); None for other files."""
+    code = (inspect or {}).get("code")
+    if code is None:
+        return None
+    archive = (inspect or {}).get("code_archive") or {}
+    files = [{k: c.get(k) for k in ("name", "size", "truncated")} | {"flags": list(
+        c.get("flags") or [])} for c in code]
+    return CodeInfo(kind=str(archive.get("kind") or (inspect or {}).get("format")),
+                    constants=int(archive.get("constants") or 0),
+                    flags=sum(len(f["flags"]) for f in files), files=files)
 
 
 def comparison_info(diff: dict | None) -> ComparisonInfo | None:

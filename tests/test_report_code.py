@@ -1,0 +1,64 @@
+"""The report's "Code carried by the archive" section: a TorchScript archive's code files, sizes
+and flags (not their text), in the JSON (validated against schema.json) and the HTML; no such
+section for a plain checkpoint."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from inspector.report import SessionEvidence, build_report
+from inspector.report.model import FileEvidence
+from inspector.report.render_html import render_html
+from inspector.report.render_json import load_schema
+from inspector.sandbox.client import inspect_file
+
+torch = pytest.importorskip("torch")
+
+CALL = 'os.system("true")'
+
+
+@pytest.fixture(scope="module")
+def archives(tmp_path_factory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("report-code")
+    scripted, evil, plain = folder / "scripted.pt", folder / "evil.pt", folder / "plain.pt"
+    torch.manual_seed(15)
+    module = torch.nn.Sequential(torch.nn.Linear(3, 2))
+    torch.jit.save(torch.jit.script(module), str(scripted))
+    torch.save(module.state_dict(), plain)
+    with zipfile.ZipFile(scripted) as zin, zipfile.ZipFile(evil, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info)
+            if info.filename.endswith("container.py"):  # Sequential's forward calls os.system
+                data = data.decode().replace(") -> Tensor:\n", f") -> Tensor:\n    {CALL}\n",
+                                             1).encode()
+            zout.writestr(info, data)
+    return {"scripted": scripted, "evil": evil, "plain": plain}
+
+
+def _report(*paths: Path):
+    files = [FileEvidence(str(p), inspect=inspect_file(p)) for p in paths]
+    return build_report(SessionEvidence(files)), files
+
+
+def test_report_lists_the_code_files_and_flags_and_validates(archives):
+    report, files = _report(archives["scripted"], archives["evil"], archives["plain"])
+    doc = json.loads(report.dumps())
+    jsonschema.Draft202012Validator(load_schema()).validate(doc)
+    clean, evil, plain = doc["files"]
+    names = [c["name"] for c in files[0].inspect["code"]]
+    assert [f["name"] for f in clean["code"]["files"]] == names
+    assert clean["code"]["kind"] == "torchscript" and clean["code"]["flags"] == 0
+    assert all(f["flags"] == [] and f["size"] > 0 for f in clean["code"]["files"])
+    flagged = [f for f in evil["code"]["files"] if f["flags"]]
+    assert [f["flags"] for f in flagged] == [["names the Python module os"]]
+    assert flagged[0]["name"].endswith("container.py") and evil["code"]["flags"] == 1
+    assert "text" not in flagged[0] and CALL not in report.dumps()  # names and flags only
+    assert plain.get("code") is None
+    html = render_html(report)
+    assert html.count('data-section="code"') == 2  # the two archives, not the plain file
+    assert "Code carried by the archive" in html and "names the Python module os" in html
