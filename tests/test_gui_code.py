@@ -49,6 +49,11 @@ def test_a_scripted_module_lists_its_code_files_without_flags(window, qtbot, arc
     assert dialog.marked == [] and dialog.text.extraSelections() == []
     assert dialog.text.isReadOnly()
     dialog.close()
+    # nothing was unpickled or run: the words say so instead of the pickle wording
+    assert overview.banner.title.text().startswith("Suspicious — it carries code")
+    assert "none of its code ran" in overview.fields["state"].text()
+    assert overview.fields["weights_only"].text().startswith("not used")
+    assert "allow" not in overview.findings.toPlainText().split("Offending")[0].lower()
 
 
 def test_os_system_in_code_is_flagged_at_a_glance_and_marked(window, qtbot, archives,

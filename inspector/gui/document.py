@@ -24,6 +24,10 @@ STATE_WORDS = {
 }
 
 
+CODE_ARCHIVE_LOADED = "Weights read in the sandbox from their records; none of its code ran"
+"""A TorchScript or torch.export archive is never unpickled, so it is not 'loaded'."""
+
+
 class FileDocument(QObject):
     """Scan, hash, sandbox load and integrity results of one file, filled in progressively."""
 
@@ -82,6 +86,12 @@ class FileDocument(QObject):
             if g.get("severity") not in ("safe", "allowed", None)
         ]
         return names + [n for n in self.refused_globals if n not in names]
+
+    def state_words(self) -> str:
+        """The pipeline state in words."""
+        if self.state == "loaded" and self.scan and self.scan.get("format") in CODE_ARCHIVES:
+            return CODE_ARCHIVE_LOADED
+        return STATE_WORDS.get(self.state, self.state)
 
     def set_state(self, state: str, message: str = "") -> None:
         """Move to a new pipeline state with an optional one-line message."""

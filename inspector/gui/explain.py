@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inspector.core.integrity import integrity_findings
+from inspector.core.torchscript_layout import CODE_ARCHIVES
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,14 @@ VERDICT_TEXT: dict[str, Explanation] = {
         "that it is a PyTorch, safetensors or NumPy file.",
     ),
 }
+
+CODE_ARCHIVE = Explanation(
+    "Suspicious — it carries code that runs when loaded",
+    "A TorchScript or torch.export archive: torch.jit.load or torch.export.load runs the code "
+    "inside it. Its weights were read here from their records, and none of its code ran.",
+    "Read its code (Code → Show code…) before loading it anywhere else; if you only need the "
+    "weights, convert it to safetensors.",
+)
 
 PENDING = Explanation("Scanning…", "Reading the pickle opcodes; nothing from the file runs.", "")
 
@@ -176,6 +185,8 @@ def code_safety_explanation(scan: dict | None) -> Explanation:
     verdict = (scan or {}).get("verdict") if scan else None
     if verdict in ("suspicious", "error") and integrity_findings(scan):
         return CORRUPT
+    if verdict == "suspicious" and (scan or {}).get("format") in CODE_ARCHIVES:
+        return CODE_ARCHIVE
     return verdict_explanation(verdict)
 
 

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.gui import app as appmod
-from inspector.gui.document import STATE_WORDS, FileDocument
+from inspector.gui.document import FileDocument
 from inspector.gui.empty_state import EmptyState
 from inspector.gui.jobs import Job, JobRunner
 from inspector.gui.pipeline import (
@@ -436,7 +436,7 @@ class MainWindow(QMainWindow):
         item = self.file_list.item(self.docs.index(doc))
         item.setIcon(document_icon(doc))
         words = document_words(doc)
-        item.setToolTip(f"{doc.path}\n{words} — {STATE_WORDS.get(doc.state, doc.state)}")
+        item.setToolTip(f"{doc.path}\n{words} — {doc.state_words()}")
         item.setData(Qt.ItemDataRole.AccessibleTextRole, f"{doc.name}, {words}")
         if self.consistency is not None:
             self.consistency.set_verdict(str(doc.path), doc.verdict)

@@ -23,8 +23,9 @@ from inspector.core.contents import Contents, summarize, training_summary
 from inspector.core.indicators import FLAGGED, import_label, indicators_text
 from inspector.core.integrity import integrity_findings
 from inspector.core.shard_inspect import coverage_text, is_sharded_input
+from inspector.core.torchscript_layout import CODE_ARCHIVES
 from inspector.gui.code_view import CodeDialog, code_summary
-from inspector.gui.document import STATE_WORDS, FileDocument
+from inspector.gui.document import FileDocument
 from inspector.gui.evidence import (
     EvidenceBrowser,
     finding_call_html,
@@ -258,7 +259,7 @@ class OverviewPane(QWidget):
         self.fields["sandbox"].setText(_sandbox_text(doc))
         self.fields["weights_only"].setText(_weights_only_text(doc))
         self.fields["state"].setText(
-            STATE_WORDS.get(doc.state, doc.state) + (f": {doc.message}" if doc.message else "")
+            doc.state_words() + (f": {doc.message}" if doc.message else "")
         )
         names = doc.globals_to_allow()
         # Without globals to allow there is no question to ask (a damaged record, say).
@@ -303,7 +304,7 @@ class OverviewPane(QWidget):
             return f"{first.get('message')}{where}{more}."
         if verdict == "error":
             return (doc.scan or {}).get("error") or verdict_explanation(verdict).meaning
-        return verdict_explanation(verdict).meaning
+        return code_safety_explanation(doc.scan).meaning
 
     def _copy_sha(self) -> None:
         if self.doc and self.doc.sha256:
@@ -384,6 +385,8 @@ def _weights_only_text(doc: FileDocument) -> str:
         return "—"
     if doc.scan.get("weights_only_ok"):
         return "accepts this file"
+    if doc.scan.get("format") in CODE_ARCHIVES:
+        return "not used: the archive is never unpickled; its weights are read as records"
     names = doc.globals_to_allow()
     if names:
         return f"refuses it (needs {', '.join(names[:5])}{' …' if len(names) > 5 else ''})"
