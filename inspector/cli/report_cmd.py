@@ -55,7 +55,8 @@ EXIT_MANIFEST = 5
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `report`."""
     parser.add_argument("paths", nargs="+", metavar="FILE",
-                        help="checkpoints, or folders of them (recursive)")
+                        help="checkpoints, or folders of them (recursive); a sharded model "
+                             "folder or its *.index.json is one checkpoint")
     parser.add_argument("-o", "--output", required=True, type=Path, metavar="OUT",
                         help=f"report file; the format comes from its extension "
                              f"({', '.join(sorted(WRITERS))}); - prints the JSON report "
@@ -152,12 +153,14 @@ def _command_line(args: argparse.Namespace) -> str:
 
 
 def _targets(paths: list[str]) -> Iterator[tuple[Path, str | None]]:
-    """(file, the folder it was found in or None); in folders only checkpoints are kept."""
+    """(file, the folder it was found in or None); in folders only checkpoints are kept. A
+    sharded model folder is one target, as `inspect` reads it (an index already is one)."""
     from inspector.core.scan import iter_files, scan_file
+    from inspector.core.shard_inspect import sharded_set
 
     for raw in paths:
         root = Path(raw)
-        if not root.is_dir():
+        if not root.is_dir() or sharded_set(root) is not None:
             yield root, None
             continue
         for path in iter_files([root]):

@@ -26,6 +26,8 @@ from inspector.report.sections import (
     load_info,
     model_info,
     scan_info,
+    shard_problems,
+    shards_info,
     summarize_telemetry,
     summarize_tensors,
     verification_info,
@@ -82,12 +84,13 @@ def _file_report(
     model = model_info(ev.inspect) if load.status == "loaded" else None
     code = code_info(ev.inspect)
     info = file_info(ev, scan_dict, progress, cancel)
+    shards = shards_info(ev.inspect)
     verdict = scan.verdict or ("error" if scan.status == "failed" else "safe")
     return FileReport(
         file=info,
         verdict=verdict,
         problems=file_problems(verdict, scan, load, health, verification, conversion,
-                               consistency, comparison),
+                               consistency, comparison) + shard_problems(shards),
         checklist=checklist(ev, session_files, info, scan, load, health, verification,
                             conversion, consistency),
         scan=scan,
@@ -100,4 +103,5 @@ def _file_report(
         comparison=comparison,
         model=model,
         code=code,
+        shards=shards,
     )

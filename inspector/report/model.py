@@ -241,6 +241,18 @@ class ModelInfo:
 
 
 @dataclass
+class ShardsInfo:
+    """A sharded checkpoint (a model folder or its index) reported as one file: its shards,
+    each with its own SHA-256, and how they cover the index."""
+
+    index: str
+    files: list[dict]
+    """The inspect contract's `shards` records: file, format, tensors, bytes, sha256."""
+    problems: list[dict]
+    """Coverage problems (code, message, fatal); a fatal one is also a report problem."""
+
+
+@dataclass
 class CodeInfo:
     """The code a TorchScript or torch.export archive carries (torch.jit.load would run it):
     each file's name, size and flags, not its text."""
@@ -276,6 +288,8 @@ class FileReport:
     """None when nothing was loaded."""
     code: CodeInfo | None = None
     """None unless the file is a TorchScript or torch.export archive that was read."""
+    shards: ShardsInfo | None = None
+    """None unless the path is a sharded checkpoint (a model folder or a `*.index.json`)."""
 
 
 @dataclass

@@ -134,10 +134,12 @@ def _file_sections(f: FileReport, n: int, image_src: ImageSrc) -> str:
             ("Size", escape(_size(f.file.size))),
             ("Modified", escape(f.file.mtime or "unknown")),
             ("Format", escape(f.file.format or "unknown")),
-            ("SHA-256", _mono(f.file.sha256 or "not computed")),
+            ("SHA-256", _mono(f.file.sha256 or ("one per shard (see Shards)" if f.shards
+                                               else "not computed"))),
             ("Code safety", _verdict_cell(f.verdict)),
             ("Weights health", _health_cell(f)),
         ])),
+        *([_section("shards", anchor, "Shards", _shards(f))] if f.shards else []),
         _section("checklist", anchor, "Prevention checklist", _table(
             ["Practice", "Result", "Detail"],
             [[escape(c.title), f"<span class=\"{c.status}\">{CHECK_LABELS[c.status]}</span>",
@@ -155,6 +157,22 @@ def _file_sections(f: FileReport, n: int, image_src: ImageSrc) -> str:
         _section("consistency", anchor, "Repeat-inference consistency",
                  _consistency(f, anchor, image_src)),
     ])
+
+
+def _shards(f: FileReport) -> str:
+    """Each shard with its own SHA-256 (the checkpoint has none), then coverage problems."""
+    s = f.shards
+    table = _table(["Shard", "Format", "Tensors", "Size", "SHA-256"], [
+        [_mono(r.get("file")), escape(r.get("format") or "unknown"),
+         escape(_na(r.get("tensors"))), escape(_size(r.get("bytes"))),
+         _mono(r.get("sha256") or "not loaded")] for r in s.files])
+    problems = _table(["Coverage problem", "Message"], [
+        [_mono(p.get("code")), escape(str(p.get("message")))] for p in s.problems]
+    ) if s.problems else ("<p>Every key is in exactly one shard, as the index says.</p>"
+                          if f.load.status == "loaded"
+                          else _not_run("The shards were not loaded, so their keys were not "
+                                        "checked against the index."))
+    return _kv([("Index", _mono(s.index))]) + table + problems
 
 
 def _model(f: FileReport) -> str:

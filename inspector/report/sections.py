@@ -32,6 +32,7 @@ from inspector.report.model import (
     ModelInfo,
     NonFiniteRow,
     ScanInfo,
+    ShardsInfo,
     TelemetrySummary,
     TensorSummary,
     VerificationInfo,
@@ -62,13 +63,18 @@ def file_info(
     """The file's identity; hashes it when the session has no SHA-256 for it."""
     path = Path(ev.path)
     inspect = ev.inspect or {}
+    # a sharded checkpoint's size is its shards' sum, and it has no one SHA-256 (its index
+    # file's would name only the index): each shard's is in the Shards section
+    sharded = bool(inspect.get("index"))
     try:
         st = path.stat()
         size, mtime = st.st_size, _iso(st.st_mtime)
     except OSError:
         size, mtime = inspect.get("size"), None
+    if sharded:
+        size = inspect.get("size")
     sha = inspect.get("sha256")
-    if not sha and path.is_file():
+    if not sha and path.is_file() and not sharded:
         sha = sha256_file(path, progress=progress, cancel=cancel)
     return FileInfo(
         path=os.fspath(path.absolute()),
@@ -78,6 +84,23 @@ def file_info(
         format=inspect.get("format") or (scan or {}).get("format"),
         sha256=sha,
     )
+
+
+def shards_info(inspect: dict | None) -> ShardsInfo | None:
+    """The shards of a sharded checkpoint's inspect result; None for anything else."""
+    if not (inspect or {}).get("index"):
+        return None
+    return ShardsInfo(index=inspect["index"], files=list(inspect.get("shards") or []),
+                      problems=list(inspect.get("problems") or []))
+
+
+def shard_problems(shards: ShardsInfo | None) -> list[str]:
+    """The fatal coverage problems as report problems (a wrong `total_size` is only shown,
+    as `inspect` only warns of it)."""
+    if shards is None:
+        return []
+    return [f"shard coverage: {p.get('code')}: {p.get('message')}" for p in shards.problems
+            if p.get("fatal", True)]
 
 
 def scan_info(scan: dict | None) -> ScanInfo:

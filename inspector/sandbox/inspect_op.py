@@ -3,8 +3,9 @@
 A TorchScript or torch.export archive's result also has `code` and `code_archive`
 (`sandbox.torchscript.code_report`): the code torch would run on loading it, never run here.
 
-The result adds `unique_storage` (storages, elements and bytes counted once per storage, so
-tied weights count once) and `health` (`core.health`'s verdict on the values).
+The result adds `unique_storage` (storages, and the elements and bytes the tensors reach in
+them, each byte once, so tied weights count once) and `health` (`core.health`'s verdict on
+the values).
 """
 
 from __future__ import annotations
