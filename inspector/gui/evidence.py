@@ -18,8 +18,7 @@ from inspector.gui.explain import (
     CALLS_CAPTION,
     MORE_NOT_SHOWN,
     OPCODE_LINK_TIP,
-    SEVERITY_ADVICE,
-    SUSPICIOUS_IN_DANGEROUS_ADVICE,
+    import_advice,
 )
 from inspector.gui.verdict_style import verdict_style
 
@@ -68,12 +67,11 @@ def call_html(text: str, member: str | None, offset: int | None) -> str:
     return f"<pre style='white-space:pre-wrap; margin:2px 0 6px 16px'>{code}{where}</pre>"
 
 
-def import_html(g: dict, verdict: str | None = None) -> str:
-    """A flagged global: severity, real name, why, the calls it would make, what to do (in a
-    file whose `verdict` is dangerous, never to allow it)."""
+def import_html(g: dict, verdict: str | None = None, fmt: str | None = None) -> str:
+    """A flagged global: severity, real name, why, the calls it would make, what to do
+    (`import_advice`: in a dangerous file or a code archive, never to allow it)."""
     severity = str(g["severity"])
-    advice = (SUSPICIOUS_IN_DANGEROUS_ADVICE if verdict == "dangerous" and severity != verdict
-              else SEVERITY_ADVICE[severity])
+    advice = import_advice(severity, verdict, fmt)
     sites = call_sites(g)
     calls = "".join(call_html(text, site.get("member"), site.get("offset"))
                     for text, site in sites)

@@ -172,6 +172,19 @@ SEVERITY_ADVICE = {
     "info": "No action needed.",
 }
 
+CODE_ARCHIVE_IMPORT_ADVICE = ("A class this archive's own code defines: torch.jit.load builds "
+                              "it by running that code. Read the code; never allow it for "
+                              "torch.load.")
+
+
+def import_advice(severity: str, verdict: str | None, fmt: str | None) -> str:
+    """What to do about one flagged import, given the file's verdict and format."""
+    if fmt in CODE_ARCHIVES:
+        return CODE_ARCHIVE_IMPORT_ADVICE
+    if verdict == "dangerous" and severity != verdict:
+        return SUSPICIOUS_IN_DANGEROUS_ADVICE
+    return SEVERITY_ADVICE[severity]
+
 
 def verdict_explanation(verdict: str | None) -> Explanation:
     """The banner and advice text of a verdict (None while scanning)."""

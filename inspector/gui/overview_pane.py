@@ -405,7 +405,7 @@ def _findings_html(doc: FileDocument) -> str:
                                                                               "suspicious")]
     if flagged:
         parts.append(f"<h3>Offending imports ({len(flagged)})</h3>")
-    parts.extend(import_html(g, verdict) for g in worst_first(flagged))
+    parts.extend(import_html(g, verdict, scan.get("format")) for g in worst_first(flagged))
     parts.append(more_html(flagged))
     findings = scan.get("findings") or []
     if findings:
