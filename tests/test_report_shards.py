@@ -189,3 +189,29 @@ def test_unique_storage_counts_the_bytes_tensors_reach_once():
     own = torch.ones(3, dtype=torch.float16)
     result = unique_storage([("a", a), ("b", b), ("tied", tied), ("own", own)])
     assert result == {"storages": 2, "numel": 10 + 6 + 3, "nbytes": 4 * 16 + 2 * 3}
+
+
+def test_a_manifest_checks_each_shard_and_consistency_is_left_unchecked(saved, tmp_path):
+    copy = tmp_path / "st"
+    shutil.copytree(saved / "st", copy)
+    shards = sorted(copy.glob("model-*.safetensors"))
+    sums = tmp_path / "SHA256SUMS"
+    lines = [f"{hashlib.sha256(p.read_bytes()).hexdigest()}  st/{p.name}" for p in shards]
+    sums.write_text("\n".join(lines) + "\n")
+    code, out = _report(tmp_path, str(copy), "--manifest", str(sums), "--consistency",
+                        "--device", "cpu")
+    assert code == 0
+    (entry,) = _json(out)["files"]
+    # the shard files only: config.json and the index are no `extra` rows
+    assert entry["verification"]["counts"] == {"ok": len(shards)}
+    checks = {c["id"]: c for c in entry["checklist"]}
+    assert checks["hash_on_record"]["status"] == "pass"
+    # the probe reads one file: not run on a folder, and not counted as a failure
+    assert entry["consistency"] is None and checks["deterministic"]["status"] == "not_checked"
+    lines[1] = "0" * 64 + lines[1][64:]
+    sums.write_text("\n".join(lines) + "\n")
+    code, out = _report(tmp_path, str(copy), "--manifest", str(sums), name="tampered.json")
+    assert code == 1
+    (entry,) = _json(out)["files"]
+    assert entry["verification"]["status"] == "fail"
+    assert {c["id"]: c["status"] for c in entry["checklist"]}["hash_on_record"] == "fail"

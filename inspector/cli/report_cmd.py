@@ -183,7 +183,11 @@ def _gather(files: list[tuple[Path, str | None]], args: argparse.Namespace,
                                 files, jobs, progress=show)
     if args.consistency:
         for ev in evidence:
-            if ev.inspect is not None and ev.inspect.get("error") is None:
+            if ev.inspect is not None and ev.inspect.get("index"):
+                # the probe reads one file; left "not checked" rather than failed
+                print(f"report: no consistency run on {Path(ev.path).name}: a sharded "
+                      "checkpoint (run it on each shard file)", file=sys.stderr, flush=True)
+            elif ev.inspect is not None and ev.inspect.get("error") is None:
                 ev.consistency = _consistency(Path(ev.path), args)
     return evidence
 
@@ -210,11 +214,15 @@ def _evidence(target: tuple[Path, str | None], cancel, args: argparse.Namespace,
 
 def _verify(path: Path, manifest) -> dict:
     from inspector.cli.common import worker_digests
+    from inspector.core.shard_inspect import sharded_set
     from inspector.core.verify import verify
 
     print(f"report: verifying {path.name} against the manifest", file=sys.stderr, flush=True)
+    # a sharded checkpoint is its shard files (present ones), not its folder's configs
+    shards = sharded_set(path)
+    files = [f for f in shards.files if f.is_file()] if shards is not None else [path]
     return {"manifest": str(manifest.source), "dialect": manifest.dialect,
-            **verify(manifest, [path], tensor_digests=worker_digests()).to_json()}
+            **verify(manifest, files, tensor_digests=worker_digests()).to_json()}
 
 
 def _consistency(path: Path, args: argparse.Namespace) -> dict:

@@ -43,7 +43,7 @@ def checklist(
     """The five prevention practices and the weights' health, each pass / fail / not checked."""
     return [
         _check_safe_format(info, scan, conversion),
-        _check_hash_on_record(ev.path, verification),
+        _check_hash_on_record(ev.path, verification, bool((ev.inspect or {}).get("index"))),
         _check_weights_only(info, scan, load),
         _check_backup(ev, session_files),
         _check_deterministic(consistency),
@@ -87,10 +87,19 @@ def _check_safe_format(
                      f"{info.format or 'this format'} is pickle-based; convert it to safetensors")
 
 
-def _check_hash_on_record(path: str, verification: VerificationInfo | None) -> CheckItem:
+def _check_hash_on_record(path: str, verification: VerificationInfo | None,
+                          sharded: bool = False) -> CheckItem:
     title = "SHA-256 on record matches"
     if verification is None:
         return CheckItem("hash_on_record", title, NOT_CHECKED, "no manifest was given")
+    if sharded:  # a folder has no SHA-256: the report verified each of its shard files
+        bad = [r for r in verification.files if r.get("status") != "ok"]
+        if verification.files and not bad:
+            return CheckItem("hash_on_record", title, PASS,
+                             f"every shard matches {verification.manifest}")
+        return CheckItem("hash_on_record", title, FAIL,
+                         f"{len(bad)} of {len(verification.files)} shard file(s) not ok "
+                         f"against {verification.manifest}")
     row = _manifest_row(path, verification)
     if row is None or row.get("status") == "extra":
         return CheckItem("hash_on_record", title, FAIL,
