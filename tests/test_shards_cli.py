@@ -64,10 +64,17 @@ def _convert(args: list[str], on_terminal: bool) -> tuple[int, str, str]:
 
 def test_progress_on_a_terminal_only_and_never_with_quiet(tmp_path: Path) -> None:
     state = _sharded(tmp_path / "ckpt")
-    code, out, err = _convert([str(tmp_path / "ckpt"), "-o", str(tmp_path / "a")], True)
+    # one worker at a time: a line per shard and the worker's percentage
+    code, out, err = _convert([str(tmp_path / "ckpt"), "-o", str(tmp_path / "a"), "--jobs", "1"],
+                              True)
     assert code == 0, err
     assert "converting 1/2: " in err and "converting 2/2: " in err and "%" in err
     assert "index     " in out
+    # shards at once: a line per shard as it starts, no single worker's percentage
+    code, out, err = _convert([str(tmp_path / "ckpt"), "-o", str(tmp_path / "j"), "--jobs", "2"],
+                              True)
+    assert code == 0, err
+    assert "converting 1/2: " in err and "converting 2/2: " in err
     code, out, err = _convert([str(tmp_path / "ckpt"), "-o", str(tmp_path / "b"), "-q"], True)
     assert (code, err) == (0, "")
     code, out, err = _convert([str(tmp_path / "ckpt"), "-o", str(tmp_path / "c"), "--json"], False)
