@@ -1302,6 +1302,26 @@ def tiny_gpt2():
     return transformers.GPT2LMHeadModel(config).eval()
 
 
+def gpt2_layouts(root: Path, model) -> Path:
+    """`model` saved under `root` as safetensors shards (`st`), `.bin` shards (`bin`), one
+    safetensors file (`st-single`) and one `.bin` file (`bin-single`)."""
+    model.save_pretrained(root / "st", max_shard_size="200KB")
+    model.save_pretrained(root / "st-single")
+    hf_bin_folder(root / "bin", model, "200KB")
+    hf_bin_folder(root / "bin-single", model, None)
+    assert len(list((root / "st").glob("model-*.safetensors"))) >= 3
+    assert len(list((root / "bin").glob("pytorch_model-*.bin"))) >= 3
+    return root
+
+
+def tree_digests(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file under `folder`, by relative path (to prove inputs unchanged)."""
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
 def hf_bin_folder(folder: Path, model, max_shard_size: str | None) -> Path:
     """A `.bin` model folder as transformers 4 saved it; one file when max_shard_size is None.
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from factories import hf_bin_folder, tiny_gpt2
+from factories import gpt2_layouts, tiny_gpt2, tree_digests
 
 from inspector.cli import main
 from inspector.core.tensor_pairs import Stored, pair_keys
@@ -39,19 +39,8 @@ def model():
 @pytest.fixture(scope="module")
 def saved(model, tmp_path_factory):
     """The same model as safetensors shards, `.bin` shards, one safetensors and one `.bin` file."""
-    root = tmp_path_factory.mktemp("models")
-    model.save_pretrained(root / "st", max_shard_size="200KB")
-    model.save_pretrained(root / "st-single")
-    hf_bin_folder(root / "bin", model, "200KB")
-    hf_bin_folder(root / "bin-single", model, None)
-    assert len(list((root / "st").glob("model-*.safetensors"))) >= 3
-    assert len(list((root / "bin").glob("pytorch_model-*.bin"))) >= 3
-    return root
+    return gpt2_layouts(tmp_path_factory.mktemp("models"), model)
 
-
-def _digests(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def _diff(capsys, a: Path, b: Path, *extra: str) -> tuple[int, str, str]:
@@ -67,7 +56,7 @@ def _weight_map(index: Path) -> dict[str, str]:
 @pytest.mark.parametrize("names", ["folders", "indexes"])
 def test_bin_shards_and_safetensors_shards_of_one_model_are_identical(saved, model, capsys,
                                                                       names):
-    before = _digests(saved)
+    before = tree_digests(saved)
     a_index, b_index = saved / "bin" / "pytorch_model.bin.index.json", \
         saved / "st" / "model.safetensors.index.json"
     a, b = (saved / "bin", saved / "st") if names == "folders" else (a_index, b_index)
@@ -99,7 +88,7 @@ def test_bin_shards_and_safetensors_shards_of_one_model_are_identical(saved, mod
     assert code == 0
     assert "identical tensors" in out and "shards" in out
     assert "tied: `lm_head.weight` is not stored in B" in out
-    assert _digests(saved) == before
+    assert tree_digests(saved) == before
 
 
 def _flip_in_safetensors(path: Path, key: str, element: int, bit: int) -> int:
@@ -115,7 +104,7 @@ def _flip_in_safetensors(path: Path, key: str, element: int, bit: int) -> int:
 
 
 def test_one_flipped_bit_in_one_shard_is_named_by_key_shard_and_bit(saved, tmp_path, capsys):
-    before = _digests(saved)
+    before = tree_digests(saved)
     copy = tmp_path / "st-flipped"
     shutil.copytree(saved / "st", copy)
     shard = _weight_map(copy / "model.safetensors.index.json")[FLIP_KEY]
@@ -135,7 +124,7 @@ def test_one_flipped_bit_in_one_shard_is_named_by_key_shard_and_bit(saved, tmp_p
     line = next(x for x in out.splitlines() if FLIP_KEY in x)
     assert f"B: {shard}" in line
     assert f"bit {FLIP_BIT}" in out
-    assert _digests(saved) == before
+    assert tree_digests(saved) == before
 
 
 def test_a_missing_shard_is_an_error_that_names_it(saved, tmp_path, capsys):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from factories import hf_bin_folder as _bin_folder
-from factories import tiny_gpt2
+from factories import tiny_gpt2, tree_digests
 
 from inspector.cli import main
 
@@ -29,14 +29,6 @@ TOKENS = torch.tensor([[5, 17, 300, 2, 999, 41, 7, 7, 64, 0]])
 def model():
     """A 2-layer GPT-2 with hidden size 64, random weights, tied input and output embeddings."""
     return tiny_gpt2()
-
-
-def _digests(folder: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
 
 
 def _loads_strictly_and_identically(folder: Path, model) -> None:
@@ -55,15 +47,15 @@ def _loads_strictly_and_identically(folder: Path, model) -> None:
 
 def test_sharded_bin_folder_converts_to_what_transformers_loads(tmp_path, model, capsys):
     folder = _bin_folder(tmp_path / "gpt2", model, "200KB")
-    before = _digests(folder)
+    before = tree_digests(folder)
     shards = sorted(p.name for p in folder.glob("pytorch_model-*.bin"))
     assert len(shards) >= 3
     assert main(["convert", str(folder), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert {k: v for k, v in _digests(folder).items() if k in before} == before
+    assert {k: v for k, v in tree_digests(folder).items() if k in before} == before
     count = len(shards)
     names = [f"model-{i:05d}-of-{count:05d}.safetensors" for i in range(1, count + 1)]
-    assert sorted(set(_digests(folder)) - set(before)) == sorted(
+    assert sorted(set(tree_digests(folder)) - set(before)) == sorted(
         [*names, "model.safetensors.index.json"]
     )
     assert report["outputs"] == [str(folder / n) for n in names]
@@ -125,11 +117,11 @@ def test_converting_through_a_cache_snapshot_never_writes_into_blobs(
 ):
     snapshot = _hf_cache(tmp_path, _bin_folder(tmp_path / "gpt2", model, "300KB"))
     blobs = snapshot.parent.parent / "blobs"
-    before = _digests(blobs)
+    before = tree_digests(blobs)
     target = snapshot if via == "snapshot" else snapshot / "pytorch_model.bin.index.json"
     assert main(["convert", str(target), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert _digests(blobs) == before
+    assert tree_digests(blobs) == before
     written = [Path(p) for p in report["outputs"]] + [Path(report["output_index"])]
     assert all(p.parent == snapshot and p.is_file() and not p.is_symlink() for p in written)
     assert all(s["input"].startswith(str(snapshot)) for s in report["shards"])
@@ -137,7 +129,7 @@ def test_converting_through_a_cache_snapshot_never_writes_into_blobs(
 
     assert main(["convert", str(snapshot), "-o", str(blobs)]) == 4
     assert "blobs/" in capsys.readouterr().err
-    assert _digests(blobs) == before
+    assert tree_digests(blobs) == before
     # the cache's own files still verify against their blob names; the new ones are copies
     assert main(["verify", str(snapshot.parent.parent), "--json"]) == 3
     doc = json.loads(capsys.readouterr().out)
@@ -168,24 +160,24 @@ def _break(folder: Path, how: str) -> None:
 def test_shards_that_disagree_with_their_index_leave_nothing(tmp_path, model, capsys, how):
     folder = _bin_folder(tmp_path / "gpt2", model, "300KB")
     _break(folder, how)
-    before = _digests(folder)
+    before = tree_digests(folder)
     assert main(["convert", str(folder), "--json"]) == 7
     doc = json.loads(capsys.readouterr().out)
     assert doc["error"]["code"] == "coverage" and doc["problems"]
-    assert _digests(folder) == before
+    assert tree_digests(folder) == before
     assert not any(p.name.startswith(".") for p in folder.iterdir())
 
 
 def test_one_file_through_a_snapshot_link_lands_beside_the_link(tmp_path, model, capsys):
     snapshot = _hf_cache(tmp_path, _bin_folder(tmp_path / "gpt2", model, None))
     blobs = snapshot.parent.parent / "blobs"
-    before = _digests(blobs)
+    before = tree_digests(blobs)
     link = snapshot / "pytorch_model.bin"
     assert main(["convert", str(link), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     out = snapshot / "model.safetensors"
     assert report["input"] == str(link) and report["output"] == str(out)
-    assert out.is_file() and not out.is_symlink() and _digests(blobs) == before
+    assert out.is_file() and not out.is_symlink() and tree_digests(blobs) == before
     _loads_strictly_and_identically(snapshot, model)
     # where the cache already holds model.safetensors, --force must not write through its link
     blob = blobs / hashlib.sha256(out.read_bytes()).hexdigest()
@@ -193,4 +185,4 @@ def test_one_file_through_a_snapshot_link_lands_beside_the_link(tmp_path, model,
     os.symlink(os.path.relpath(blob, snapshot), out)
     assert main(["convert", str(link), "--force"]) == 4
     assert "is a link; refusing to write through it" in capsys.readouterr().err
-    assert _digests(blobs) == {**before, blob.name: blob.name}
+    assert tree_digests(blobs) == {**before, blob.name: blob.name}

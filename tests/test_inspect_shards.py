@@ -14,7 +14,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from factories import call, hf_bin_folder, mal_zip_data_pkl, tiny_gpt2, touch_cmd
+from factories import (
+    call,
+    gpt2_layouts,
+    mal_zip_data_pkl,
+    tiny_gpt2,
+    touch_cmd,
+    tree_digests,
+)
 from gui_support import LOAD_TIMEOUT_MS
 
 from inspector.cli import main
@@ -34,20 +41,8 @@ SINGLES = {"st": "st-single/model.safetensors", "bin": "bin-single/pytorch_model
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """The same model as safetensors shards, `.bin` shards, one safetensors and one `.bin` file."""
-    model = tiny_gpt2()
-    root = tmp_path_factory.mktemp("models")
-    model.save_pretrained(root / "st", max_shard_size="200KB")
-    model.save_pretrained(root / "st-single")
-    hf_bin_folder(root / "bin", model, "200KB")
-    hf_bin_folder(root / "bin-single", model, None)
-    assert len(list((root / "st").glob("model-*.safetensors"))) >= 3
-    assert len(list((root / "bin").glob("pytorch_model-*.bin"))) >= 3
-    return root
+    return gpt2_layouts(tmp_path_factory.mktemp("models"), tiny_gpt2())
 
-
-def _digests(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def _inspect(capsys, path: Path, *extra: str) -> tuple[int, dict]:
@@ -65,7 +60,7 @@ def _weight_map(index: Path) -> dict[str, str]:
 @pytest.mark.parametrize("kind", ["st", "bin"])
 @pytest.mark.parametrize("named", ["folder", "index"])
 def test_shards_give_the_tensors_of_the_same_model_in_one_file(saved, capsys, kind, named):
-    before = _digests(saved)
+    before = tree_digests(saved)
     folder, index = saved / kind, saved / kind / INDEXES[kind]
     code, report = _inspect(capsys, folder if named == "folder" else index)
     assert code == 0, report["error"]
@@ -102,7 +97,7 @@ def test_shards_give_the_tensors_of_the_same_model_in_one_file(saved, capsys, ki
                                       "how": "alias"}]
     else:  # transformers leaves the tied head out of safetensors
         assert "lm_head.weight" not in records and report["aliases"] == []
-    assert _digests(saved) == before
+    assert tree_digests(saved) == before
 
 
 def test_the_text_output_counts_the_shards(saved, capsys):
@@ -126,7 +121,7 @@ def test_a_malicious_shard_refuses_the_whole_folder(saved, tmp_path, capsys, can
         hostile.write_bytes(call("os", "system", touch_cmd(canary)))
     else:  # a torch.save archive whose data.pkl runs the command
         hostile.write_bytes(mal_zip_data_pkl(tmp_path / "payload.bin", canary).read_bytes())
-    before = _digests(copy)
+    before = tree_digests(copy)
     extra = ("--override-dangerous",) if override else ()
     code, report = _inspect(capsys, copy, *extra)
     assert report["scan"]["verdict"] == "dangerous"
@@ -143,7 +138,7 @@ def test_a_malicious_shard_refuses_the_whole_folder(saved, tmp_path, capsys, can
         assert report["error"]["message"].startswith(f"{hostile.name}: not loaded")
         assert report["sandbox"] is None
         assert all(s["tensors"] is None for s in report["shards"])
-    assert _digests(copy) == before
+    assert tree_digests(copy) == before
     assert not canary.exists()
 
 
@@ -152,7 +147,7 @@ def test_a_missing_shard_loads_nothing_and_is_a_coverage_problem(saved, tmp_path
     shutil.copytree(saved / "st", copy)
     gone = sorted(copy.glob("model-*.safetensors"))[1]
     gone.unlink()
-    before = _digests(copy)
+    before = tree_digests(copy)
     code, report = _inspect(capsys, copy)
     assert code == 8
     assert report["error"]["code"] == "missing_shard"
@@ -165,7 +160,7 @@ def test_a_missing_shard_loads_nothing_and_is_a_coverage_problem(saved, tmp_path
     out, _ = capsys.readouterr()
     assert code == 8
     assert "coverage: 1 problem(s)" in out and f"missing-shard: {message}" in out
-    assert _digests(copy) == before
+    assert tree_digests(copy) == before
 
 
 def test_a_misplaced_key_is_listed_and_every_tensor_still_inspected(saved, tmp_path, capsys):
@@ -221,7 +216,7 @@ def test_a_folder_with_one_checkpoint_file_is_that_file(saved, capsys):
 
 
 def test_the_app_opens_a_model_folder_as_one_document(window, qtbot, saved):
-    before = _digests(saved)
+    before = tree_digests(saved)
     (doc,) = window.open_paths([saved / "st"])
     qtbot.waitUntil(lambda: doc.state in SETTLED, timeout=LOAD_TIMEOUT_MS)
     assert doc.state == "loaded", doc.message
@@ -238,7 +233,7 @@ def test_the_app_opens_a_model_folder_as_one_document(window, qtbot, saved):
     qtbot.waitUntil(lambda: single.state in SETTLED, timeout=LOAD_TIMEOUT_MS)
     window.overview.set_document(single)
     assert not shards.isVisible()  # one file: no shard row
-    assert _digests(saved) == before
+    assert tree_digests(saved) == before
 
 
 def test_the_app_blocks_a_model_folder_with_a_malicious_shard(window, qtbot, saved,

@@ -15,7 +15,7 @@ from pathlib import Path
 import factories
 import jsonschema
 import pytest
-from factories import call, hf_bin_folder, tiny_gpt2, touch_cmd
+from factories import call, gpt2_layouts, tiny_gpt2, touch_cmd, tree_digests
 
 from inspector.cli import main
 from inspector.core import envinfo
@@ -29,14 +29,8 @@ INDEX = "model.safetensors.index.json"
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    """The same model as safetensors shards, `.bin` shards and one safetensors file."""
-    model = tiny_gpt2()
-    root = tmp_path_factory.mktemp("models")
-    model.save_pretrained(root / "st", max_shard_size="200KB")
-    model.save_pretrained(root / "single")
-    hf_bin_folder(root / "bin", model, "200KB")
-    assert len(list((root / "st").glob("model-*.safetensors"))) >= 3
-    return root
+    """The same model as safetensors shards, `.bin` shards and one file of each."""
+    return gpt2_layouts(tmp_path_factory.mktemp("models"), tiny_gpt2())
 
 
 @pytest.fixture(autouse=True)
@@ -45,10 +39,6 @@ def fast_env(monkeypatch):
     real = envinfo.collect
     monkeypatch.setattr(envinfo, "collect", lambda probe_torch=True: real(probe_torch=False))
 
-
-def _digests(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def _report(tmp_path: Path, *args: str, name: str = "report.json") -> tuple[int, Path]:
@@ -66,11 +56,11 @@ def _json(path: Path) -> dict:
 
 @pytest.mark.parametrize("named", ["folder", "index"])
 def test_a_sharded_folder_is_one_entry_with_its_shards(saved, tmp_path, named):
-    before = _digests(saved)
+    before = tree_digests(saved)
     folder = saved / "st"
     target = folder if named == "folder" else folder / INDEX
     # beside the same model in one file, two jobs at once (the --jobs runner)
-    code, out = _report(tmp_path, str(target), str(saved / "single" / "model.safetensors"),
+    code, out = _report(tmp_path, str(target), str(saved / "st-single" / "model.safetensors"),
                         "--jobs", "2")
     assert code == 0
     doc = _json(out)
@@ -96,7 +86,7 @@ def test_a_sharded_folder_is_one_entry_with_its_shards(saved, tmp_path, named):
     assert sharded["tensors"]["unique_parameters"] == sum(
         p.numel() for p in tiny_gpt2().parameters())  # tied embeddings counted once
     assert sharded["model"]["architecture"] == single["model"]["architecture"]
-    assert _digests(saved) == before
+    assert tree_digests(saved) == before
 
 
 def test_the_html_report_lists_the_shards(saved, tmp_path):
@@ -114,7 +104,7 @@ def test_a_missing_shard_is_a_report_problem(saved, tmp_path):
     shutil.copytree(saved / "st", copy)
     gone = sorted(copy.glob("model-*.safetensors"))[1]
     gone.unlink()
-    before = _digests(copy)
+    before = tree_digests(copy)
     code, out = _report(tmp_path, str(copy))
     assert code == 1  # safe code, a failed check
     doc = _json(out)
@@ -129,7 +119,7 @@ def test_a_missing_shard_is_a_report_problem(saved, tmp_path):
     code, out = _report(tmp_path, str(copy), name="report.html")
     assert code == 1
     assert "missing-shard" in out.read_text()
-    assert _digests(copy) == before
+    assert tree_digests(copy) == before
 
 
 def test_a_wrong_total_size_is_shown_but_fails_nothing(saved, tmp_path):
@@ -150,7 +140,7 @@ def test_a_malicious_shard_makes_one_dangerous_entry(saved, tmp_path, canary):
     shutil.copytree(saved / "bin", copy)
     hostile = sorted(copy.glob("pytorch_model-*.bin"))[1]
     hostile.write_bytes(call("os", "system", touch_cmd(canary)))
-    before = _digests(copy)
+    before = tree_digests(copy)
     code, out = _report(tmp_path, str(copy))
     assert code == 2
     doc = _json(out)
@@ -161,7 +151,7 @@ def test_a_malicious_shard_makes_one_dangerous_entry(saved, tmp_path, canary):
     assert "os.system" in {f"{g['module']}.{g['name']}" for g in entry["scan"]["globals"]}
     assert all(s["tensors"] is None and s["sha256"] is None
                for s in entry["shards"]["files"])
-    assert _digests(copy) == before
+    assert tree_digests(copy) == before
     assert not canary.exists()
 
 
