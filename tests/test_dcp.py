@@ -232,7 +232,7 @@ def test_chunks_of_every_rank_are_reassembled_into_full_tensors(tmp_path):
 
 
 _TWO_RANKS = """
-import sys
+import os, sys
 import torch, torch.distributed as dist, torch.distributed.checkpoint as dcp
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
@@ -247,7 +247,10 @@ model = {k: distribute_tensor(t, mesh, [placements[k]]) for k, t in full.items()
 dcp.save({"model": model, "step": 3}, checkpoint_id=out)
 if rank == 0:
     torch.save(full, out + ".full.pt")
-dist.destroy_process_group()
+dist.barrier()  # both ranks' files are written and closed before either leaves
+# A normal exit tears gloo down while the other rank may already be gone, and that aborted
+# one rank now and then ('terminate called without an active exception', SIGABRT).
+os._exit(0)
 """
 
 
