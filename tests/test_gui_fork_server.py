@@ -9,11 +9,11 @@ import signal
 import sys
 import threading
 import time
-from pathlib import Path
 
 import factories
 import pytest
 from gui_support import LOAD_TIMEOUT_MS, drop_files, wait_loaded
+from sandbox_fixtures import sandbox_processes
 
 from inspector.core.samples import write_samples
 from inspector.sandbox import client
@@ -24,33 +24,11 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="the fork server is Linux-only")
 
 
-def _sandbox_processes() -> list[int]:
-    """Live (not zombie) sandbox processes this test process started: fork servers, cold
-    workers (both its children) and forked workers (children of such a server)."""
-    parents: dict[int, int] = {}
-    sandbox: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if fields[0] != "Z" and b"inspector.sandbox." in cmdline:
-            parents[int(entry.name)] = int(fields[1])
-    for pid, parent in parents.items():
-        if parent == os.getpid():
-            sandbox.add(pid)
-    sandbox |= {pid for pid, parent in parents.items() if parent in sandbox}
-    return sorted(sandbox)
-
-
 def _gone(pids: list[int], within: float = 30.0) -> bool:
     """Whether none of `pids` is alive (zombies count as gone) within a generous bound."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
-        if not set(pids) & set(_sandbox_processes()):
+        if not set(pids) & set(sandbox_processes()):
             return True
         time.sleep(0.05)
     return False
@@ -64,7 +42,7 @@ def warm_window(qtbot, make_window):
     yield w
     w.close()
     client.stop_fork_server()  # in case the test failed before it closed the window
-    assert _gone(_sandbox_processes()), "a sandbox process outlived the test"
+    assert _gone(sandbox_processes()), "a sandbox process outlived the test"
 
 
 def _ready_server():
@@ -105,11 +83,11 @@ def test_closing_the_window_leaves_no_server_or_worker(warm_window, qtbot, tmp_p
     server = _ready_server()
     (doc,) = warm_window.open_paths([write_samples(tmp_path).benign])
     wait_loaded(qtbot, doc)
-    assert server.pid in _sandbox_processes()
+    assert server.pid in sandbox_processes()
     warm_window.close()
     assert client._fork_server is None
     assert _gone([server.pid]), "the fork server outlived the window"
-    assert _sandbox_processes() == []
+    assert sandbox_processes() == []
 
 
 def test_closing_the_window_while_the_server_starts_leaves_nothing(
@@ -121,7 +99,7 @@ def test_closing_the_window_while_the_server_starts_leaves_nothing(
     # The start job (its own thread) sees the server killed and gives up.
     qtbot.waitUntil(lambda: not w.warm._runner.active(), timeout=LOAD_TIMEOUT_MS)
     assert client._fork_server is None
-    assert _gone(_sandbox_processes()) and _sandbox_processes() == []
+    assert _gone(sandbox_processes()) and sandbox_processes() == []
 
 
 def test_a_killed_server_makes_the_next_job_start_a_cold_worker(
@@ -180,4 +158,4 @@ def test_concurrent_jobs_each_get_their_own_forked_worker(small):
         assert report["error"] is None, report["error"]
         assert report["timing"]["worker"] == "forked"
         assert {t["key"] for t in report["tensors"]} == set(expected[name])
-    assert _gone(_sandbox_processes())
+    assert _gone(sandbox_processes())

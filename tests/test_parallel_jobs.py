@@ -15,6 +15,7 @@ from pathlib import Path
 import factories
 import pytest
 import torch
+from sandbox_fixtures import sandbox_processes
 
 from inspector.cli import main
 from inspector.core import envinfo
@@ -114,29 +115,12 @@ def test_the_default_is_one_job_per_core():
 # --- the commands ----------------------------------------------------------------------------
 
 
-def _sandbox_processes() -> list[int]:
-    """Live sandbox processes this test process started: fork servers and cold workers (its
-    children) and forked workers (their children)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if fields[0] != "Z" and b"inspector.sandbox." in cmdline:
-                parents[int(entry.name)] = int(fields[1])
-    ours = {pid for pid, parent in parents.items() if parent == os.getpid()}
-    return sorted(ours | {pid for pid, parent in parents.items() if parent in ours})
-
-
 @pytest.fixture
 def nothing_outlives():
     """The command must have stopped every worker and its fork server when it returns."""
-    assert _sandbox_processes() == []
+    assert sandbox_processes() == []
     yield
-    assert _sandbox_processes() == [], "a sandbox process outlived its command"
+    assert sandbox_processes() == [], "a sandbox process outlived its command"
 
 
 def _bytes(folder: Path) -> dict[str, str]:
