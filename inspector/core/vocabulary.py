@@ -1,0 +1,143 @@
+"""The closed vocabularies that results carry: one StrEnum per set of words.
+
+Members are `str`s equal to their values, so JSON output, comparisons with parsed JSON and dict
+lookups keep working with the plain words; the values are the public JSON contract and never
+change. Where a vocabulary is ordered, the members are declared in that order.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Verdict(StrEnum):
+    """A file's scan verdict; the four ranked ones from best to worst, then `skipped`."""
+
+    SAFE = "safe"
+    SUSPICIOUS = "suspicious"
+    DANGEROUS = "dangerous"
+    ERROR = "error"
+    SKIPPED = "skipped"
+    """A folder's file that is not a checkpoint; ranks as safe and never fails a gate."""
+
+
+class Severity(StrEnum):
+    """Severity of a scan finding or an imported global, from harmless to dangerous."""
+
+    INFO = "info"
+    SAFE = "safe"
+    SUSPICIOUS = "suspicious"
+    DANGEROUS = "dangerous"
+
+
+class FileStatus(StrEnum):
+    """One file checked against a manifest (the `verify` contract's `files[].status`)."""
+
+    OK = "ok"
+    MISMATCH = "mismatch"
+    MISSING = "missing"
+    SIZE_MISMATCH = "size_mismatch"
+    EXTRA = "extra"
+    UNCHECKED = "unchecked"
+    ORPHAN = "orphan"
+
+
+class TensorCheckStatus(StrEnum):
+    """One tensor checked against a manifest's digests (the `verify` contract's `tensors`)."""
+
+    OK = "ok"
+    MISMATCH = "mismatch"
+    MISSING = "missing"
+    EXTRA = "extra"
+    DTYPE_OR_SHAPE_CHANGED = "dtype_or_shape_changed"
+
+
+class TensorStatus(StrEnum):
+    """One tensor compared across two checkpoints (the `diff` contract's `tensors[].status`)."""
+
+    IDENTICAL = "identical"
+    CHANGED = "changed"
+    ONLY_IN_A = "only_in_a"
+    ONLY_IN_B = "only_in_b"
+    DTYPE_OR_SHAPE_CHANGED = "dtype_or_shape_changed"
+    NOT_COMPARED = "not_compared"
+
+
+class HealthStatus(StrEnum):
+    """The weights' health (`inspect`'s `health.status`), from best to worst."""
+
+    OK = "ok"
+    WARNING = "warning"
+    PROBLEM = "problem"
+
+
+class HealthSeverity(StrEnum):
+    """One health finding's severity, from mildest to worst."""
+
+    INFO = "info"
+    WARNING = "warning"
+    PROBLEM = "problem"
+
+
+class ResumeStatus(StrEnum):
+    """One item a training resume needs (`inspect`'s `resume.items[].status`)."""
+
+    PRESENT = "present"
+    MISSING = "missing"
+    MISMATCH = "mismatch"
+
+
+class JailLevel(StrEnum):
+    """How far the sandbox worker confined itself, from weakest to strongest."""
+
+    PROCESS_ONLY = "process-only"
+    PARTIAL = "partial"
+    FULL = "full"
+
+
+class DocumentState(StrEnum):
+    """Where the desktop app's pipeline stands with one opened file."""
+
+    SCANNING = "scanning"
+    QUEUED = "queued"
+    LOADING = "loading"
+    NEEDS_DECISION = "needs_decision"
+    BLOCKED = "blocked"
+    DECLINED = "declined"
+    LOADED = "loaded"
+    LOAD_FAILED = "load_failed"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+    SKIPPED = "skipped"
+
+
+class ReportStatus(StrEnum):
+    """A report's overall outcome (`failed` when it lists problems)."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+
+
+class CheckStatus(StrEnum):
+    """A report checklist item's or section's outcome (sections are only pass or fail)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    NOT_CHECKED = "not_checked"
+
+
+class StepStatus(StrEnum):
+    """Whether a report's scan step ran and finished."""
+
+    DONE = "done"
+    FAILED = "failed"
+    NOT_RUN = "not_run"
+
+
+class LoadStatus(StrEnum):
+    """A report's sandbox load: `refused` is not loaded on purpose."""
+
+    LOADED = "loaded"
+    REFUSED = "refused"
+    FAILED = "failed"
+    NOT_RUN = "not_run"
