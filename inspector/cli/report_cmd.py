@@ -35,7 +35,8 @@ from inspector.cli.common import (
     warm_workers,
 )
 from inspector.core.atomic import OutputExistsError
-from inspector.core.verdict import ERROR, exit_code
+from inspector.core.verdict import exit_code
+from inspector.core.vocabulary import Verdict
 from inspector.report import (
     WRITERS,
     FileEvidence,
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"{args.manifest}: {exc}", EXIT_MANIFEST)
     files = list(_targets(args.paths))
     if not files:
-        return _fail("no files found under the given paths", exit_code(ERROR))
+        return _fail("no files found under the given paths", exit_code(Verdict.ERROR))
     from concurrent.futures import ThreadPoolExecutor
 
     from inspector.core.envinfo import collect

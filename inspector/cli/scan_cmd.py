@@ -11,16 +11,8 @@ from pathlib import Path
 from inspector.core.atomic import OutputExistsError, write_text_atomic
 from inspector.core.scan import ScanResult, scan_paths
 from inspector.core.termtext import escape
-from inspector.core.verdict import (
-    DANGEROUS,
-    ERROR,
-    ORDER,
-    SKIPPED,
-    SUSPICIOUS,
-    exit_code,
-    fails,
-    worst,
-)
+from inspector.core.verdict import ORDER, exit_code, fails, worst
+from inspector.core.vocabulary import Severity, Verdict
 
 EXIT_OUTPUT = 4
 
@@ -33,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="one JSON object per file (JSON Lines) instead of text")
     parser.add_argument("--sarif", type=Path, metavar="FILE", help="also write SARIF 2.1.0")
     parser.add_argument("--force", action="store_true", help="overwrite an existing SARIF file")
-    parser.add_argument("--fail-on", choices=(SUSPICIOUS, DANGEROUS, ERROR), metavar="LEVEL",
+    parser.add_argument("--fail-on", choices=[v.value for v in ORDER[1:]], metavar="LEVEL",
                         help="gate: exit with the worst file's status when any file is LEVEL or "
                              "worse (suspicious < dangerous < error), else 0; skipped files "
                              "(not checkpoints) never fail")
@@ -44,19 +36,19 @@ def _human(res: ScanResult) -> list[str]:
     a name holding terminal escapes cannot repaint the verdict."""
     wo = "weights_only: loads" if res.weights_only_ok else "weights_only: refused"
     path = escape(res.path)
-    if res.verdict == SKIPPED:
+    if res.verdict == Verdict.SKIPPED:
         return [f"{'SKIPPED':<10} {path}: not a checkpoint ({escape(res.error or '')})"]
     lines = [f"{res.verdict.upper():<10} {path}  ({res.format}; {wo})"]
     if res.error:
         lines = [f"{res.verdict.upper():<10} {path}: {escape(res.error)}"]
     for g in res.globals:
-        if g.severity != "safe":
+        if g.severity != Severity.SAFE:
             key = f"{g.module}.{g.name}"
             name = g.import_name if g.import_name == key else f"{g.import_name} (as {key})"
             lines.append(f"    {g.severity:<10} {escape(name)} x{g.count}: {escape(g.reason)}")
             lines.extend(f"{'':<15}{escape(c)}" for c in g.calls)
     for f in res.findings:
-        if f.severity != "info":
+        if f.severity != Severity.INFO:
             where = f" [{escape(f.member)}]" if f.member else ""
             lines.append(f"    {f.severity:<10} {f.code}: {escape(f.message)}{where}")
             if f.call:
@@ -80,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             print("\n".join(_human(res)), flush=True)
     if not results:
         print("ckpt-inspector scan: no files found under the given paths", file=sys.stderr)
-        return exit_code(ERROR)
+        return exit_code(Verdict.ERROR)
     if args.sarif:
         from inspector.cli.sarif import sarif_log
 
@@ -92,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_OUTPUT
     verdict = worst(r.verdict for r in results)
     if not args.json and len(results) > 1:
-        counts = {v: sum(r.verdict == v for r in results) for v in (*ORDER, SKIPPED)}
+        counts = {v: sum(r.verdict == v for r in results) for v in Verdict}
         summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
         print(f"{len(results)} files: {summary}", file=sys.stderr)
     if args.fail_on and not any(fails(r.verdict, args.fail_on) for r in results):

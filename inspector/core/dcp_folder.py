@@ -15,7 +15,8 @@ from pathlib import Path
 
 from inspector.core.discover import discover
 from inspector.core.scan import scan_file
-from inspector.core.verdict import ERROR, SKIPPED, worst
+from inspector.core.verdict import worst
+from inspector.core.vocabulary import Verdict
 
 METADATA_NAME = ".metadata"
 FORMAT = "dcp"
@@ -46,9 +47,9 @@ def scan_folder(path: str | os.PathLike[str]) -> dict:
 def sum_scans(path: Path, files: list[dict], fmt: str, weights_only_ok: bool = False) -> dict:
     """Several files' `scan` records as one checkpoint's, of format `fmt` (`unreadable` when a
     file could not be read); the sharded `inspect` sums its shards' scans the same way."""
-    verdicts = [f["verdict"] for f in files if f["verdict"] != SKIPPED]
+    verdicts = [f["verdict"] for f in files if f["verdict"] != Verdict.SKIPPED]
     errors = [f"{Path(f['path']).name}: {f['error']}" for f in files
-              if f["verdict"] == ERROR and f.get("error")]
+              if f["verdict"] == Verdict.ERROR and f.get("error")]
     findings = []
     for record in files:
         name = Path(record["path"]).name

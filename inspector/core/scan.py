@@ -40,7 +40,8 @@ from inspector.core.policy import (
     real_name,
     weights_only_rules,
 )
-from inspector.core.verdict import DANGEROUS, ERROR, SAFE, SKIPPED, SUSPICIOUS, rank, worst
+from inspector.core.verdict import rank, worst
+from inspector.core.vocabulary import Severity, Verdict
 
 MAX_MEMBER_BYTES = 1 << 30  # a pickle member larger than this is reported, not read
 MAX_DECOMPRESSED = 1 << 30
@@ -110,7 +111,7 @@ class ScanResult:
 
     path: str
     format: str = "unknown"
-    verdict: str = SAFE
+    verdict: str = Verdict.SAFE
     weights_only_ok: bool = False
     globals: list[GlobalUse] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
@@ -151,7 +152,7 @@ class _Scan:
     def find(self, severity: str, code: str, message: str, member: str | None = None,
              offset: int | None = None, call: str | None = None) -> None:
         findings = self.result.findings
-        if len(findings) < 2000 or (severity == DANGEROUS and len(findings) < 4000):
+        if len(findings) < 2000 or (severity == Severity.DANGEROUS and len(findings) < 4000):
             findings.append(Finding(severity, code, message, member, offset, call))
 
     def block(self, reason: str) -> None:
@@ -185,7 +186,7 @@ class _Scan:
             allowed = call.func is not None and call.func.key in self.rules.allowed
             known = call.func and self.uses.get((call.func.module, call.func.name))
             text = _call_text(call, known)
-            if known and known.severity != SAFE and call.opcode != "BUILD" and (
+            if known and known.severity != Severity.SAFE and call.opcode != "BUILD" and (
                     len(known.calls) < 4 and text not in known.calls):
                 known.calls.append(text)
                 known.call_sites.append({"member": member,
@@ -193,11 +194,11 @@ class _Scan:
             # BUILD hands state to __setstate__ (data such as logged command lines, not code);
             # a callable already judged dangerous needs no second reason
             code = None if (allowed or call.opcode == "BUILD"
-                            or (known and known.severity == DANGEROUS)) else next(
+                            or (known and known.severity == Severity.DANGEROUS)) else next(
                 (s for s in call.strings if looks_like_code(s)), None)
             if code is not None:
                 target = call.func.key if call.func else "a computed callable"
-                self.find(DANGEROUS, "code-in-arguments",
+                self.find(Severity.DANGEROUS, "code-in-arguments",
                           f"{call.opcode} of {target} with an argument that reads like code: "
                           f"{code[:120]!r}", member, call.offset, text)
             if not allowed and depth < MAX_NESTING:
@@ -206,7 +207,7 @@ class _Scan:
                     call.func.key == "numpy.dtype"):
                 self._needs_dtype_class(call.strings[0], member)
         for issue in scan.issues:
-            severity = DANGEROUS if issue.dangerous else SUSPICIOUS
+            severity = Severity.DANGEROUS if issue.dangerous else Severity.SUSPICIOUS
             self.find(severity, issue.code, issue.message, member, issue.offset)
         if torch_reads:
             for reason in scan.wo_blockers:
@@ -230,7 +231,7 @@ class _Scan:
         if use is None:
             verdict = classify(module, name, self.rules)
             reason = verdict.reason
-            if why and verdict.severity != SAFE:
+            if why and verdict.severity != Severity.SAFE:
                 reason = f"{why}: {reason}"
             use = GlobalUse(module, name, 0, verdict.severity, reason)
             self.uses[(module, name)] = use
@@ -245,13 +246,14 @@ class _Scan:
                 inner = self.walk(text.encode("latin-1"))
                 if looks_like_pickle(inner):
                     target = call.func.key if call.func else "a computed callable"
-                    self.find(SUSPICIOUS, "nested-pickle", f"{call.opcode} of {target} receives a "
+                    self.find(Severity.SUSPICIOUS, "nested-pickle",
+                              f"{call.opcode} of {target} receives a "
                               "pickle as an argument; it was scanned too", member, call.offset)
                     self.add_pickle(inner, member, False, depth + 1)
 
     def not_fully_read(self, code: str, why: str, member: str | None = None) -> None:
         """Part of the file was not scanned (a bound, a missing library): never safe."""
-        self.find(SUSPICIOUS, code, f"not fully scanned: {why}", member)
+        self.find(Severity.SUSPICIOUS, code, f"not fully scanned: {why}", member)
         self.block(f"not fully scanned: {why}")
 
     def finish(self) -> None:
@@ -271,8 +273,8 @@ class _Scan:
         res.weights_only_source = self.rules.source
         res.verdict = worst([g.severity for g in order] + [f.severity for f in res.findings])
         # what was found stays found: a dangerous import is reported even in a broken file
-        if res.error and res.verdict != DANGEROUS:
-            res.verdict = ERROR
+        if res.error and res.verdict != Verdict.DANGEROUS:
+            res.verdict = Verdict.ERROR
 
 
 def _call_text(call: Call, use: GlobalUse | None) -> str:
@@ -323,7 +325,7 @@ def _fold_pickles(ctx: _Scan, buf, member: str | None, first: PickleScan,
             break
     if count > 1 and torch_pickles <= 1:
         # back-to-back pickles are plausible in a raw file, odd inside an archive member
-        ctx.find("info" if member is None else SUSPICIOUS, "multiple-pickles",
+        ctx.find(Severity.INFO if member is None else Severity.SUSPICIOUS, "multiple-pickles",
                  f"{count} pickles back to back; all were scanned", member, scan.start)
     return count
 
@@ -331,10 +333,12 @@ def _fold_pickles(ctx: _Scan, buf, member: str | None, first: PickleScan,
 def _scan_npy(ctx: _Scan, buf, member: str | None) -> None:
     header, data_start = formats.parse_npy_header(buf)
     if formats.npy_has_objects(header["descr"]):
-        ctx.find(SUSPICIOUS, "npy-object-array", "object array: NumPy stores it as a pickle and "
+        ctx.find(Severity.SUSPICIOUS, "npy-object-array",
+                 "object array: NumPy stores it as a pickle and "
                  "only loads it with allow_pickle=True", member)
         if not _scan_stream(ctx, buf, member, False, data_start):
-            ctx.find(SUSPICIOUS, "npy-object-array", "object array data is not a readable pickle",
+            ctx.find(Severity.SUSPICIOUS, "npy-object-array",
+                     "object array data is not a readable pickle",
                      member)
 
 
@@ -356,7 +360,7 @@ def _scan_zip(ctx: _Scan, buf) -> None:
     # what torch.load itself reads is decided below, not by every archive's content
     ctx.torch_refuses, ctx.result.weights_only_blockers[:] = refuses, blockers
     ctx.result.format = "distcp"
-    ctx.find("info", "zip-concatenated", f"{len(spans)} zip archives back to back (as "
+    ctx.find(Severity.INFO, "zip-concatenated", f"{len(spans)} zip archives back to back (as "
              "torch.distributed.checkpoint writes its .distcp data files); all were scanned")
     _torch_view(ctx, buf, spans)
 
@@ -399,10 +403,12 @@ def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
     for a in archive.anomalies:
         ctx.find(a.severity, a.code, a.message, a.member)
     if kind == "torchscript":
-        ctx.find(SUSPICIOUS, "torchscript", "TorchScript archive: torch.jit.load runs the code "
+        ctx.find(Severity.SUSPICIOUS, "torchscript",
+                 "TorchScript archive: torch.jit.load runs the code "
                  "inside it, and torch.load(weights_only=True) refuses it")
     if kind == "torch-export":
-        ctx.find(SUSPICIOUS, "torch-export", "torch.export archive: torch.export.load rebuilds "
+        ctx.find(Severity.SUSPICIOUS, "torch-export",
+                 "torch.export archive: torch.export.load rebuilds "
                  "and runs the graph in models/ (custom operators run native code), and "
                  "torch.load refuses it")
     # torch reads the folder of the first member and refuses members outside it.
@@ -429,7 +435,8 @@ def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
             crc_budget -= m.compressed_size
             actual = _crc32(buf, m.data_offset, m.compressed_size)
             if actual != m.crc:
-                ctx.find(SUSPICIOUS, "zip-crc-mismatch", f"CRC-32 {actual:08x} does not match "
+                ctx.find(Severity.SUSPICIOUS, "zip-crc-mismatch",
+                         f"CRC-32 {actual:08x} does not match "
                          f"{m.crc:08x} in the central directory (corrupted or tampered tensor "
                          "data)", m.name)
             first = buf[m.data_offset] if m.compressed_size else 0
@@ -440,17 +447,18 @@ def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
             try:
                 data = zipread.member_bytes(buf, m, MAX_MEMBER_BYTES)
             except zipread.MemberTooLarge as exc:
-                ctx.find(SUSPICIOUS, "zip-member-too-large", f"member not scanned: {exc}",
+                ctx.find(Severity.SUSPICIOUS, "zip-member-too-large", f"member not scanned: {exc}",
                          m.name)
                 continue
             except ValueError as exc:
-                ctx.find(SUSPICIOUS, "zip-member-unreadable", f"member not scanned: {exc}",
+                ctx.find(Severity.SUSPICIOUS, "zip-member-unreadable", f"member not scanned: {exc}",
                          m.name)
                 if m is main:
                     ctx.block(f"{m.name} cannot be read")
                 continue
             if not zipread.crc_ok(data, m):
-                ctx.find(SUSPICIOUS, "zip-crc-mismatch", f"CRC-32 {zlib.crc32(data):08x} does "
+                ctx.find(Severity.SUSPICIOUS, "zip-crc-mismatch",
+                         f"CRC-32 {zlib.crc32(data):08x} does "
                          f"not match {m.crc:08x} in the central directory (corrupted, tampered "
                          "or encrypted)", m.name)
         if is_record and not (_pickle_head(data[:2]) or (data[:1]
@@ -462,7 +470,7 @@ def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
         scan = ctx.walk(data)
         if not (imports(scan) if is_record else looks_like_pickle(scan)):
             if m.encrypted:
-                ctx.find(SUSPICIOUS, "zip-encrypted", "encrypted member cannot be scanned",
+                ctx.find(Severity.SUSPICIOUS, "zip-encrypted", "encrypted member cannot be scanned",
                          m.name)
             if m is main:
                 ctx.block(f"{m.name} is not a pickle")
@@ -472,13 +480,15 @@ def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
         if m is main or m.name.endswith(".pkl"):
             records |= {f"{prefix}/data/{s.key}" for s in scan.storages}
         if m.method != zipread.STORED and not m.name.endswith(".debug_pkl"):
-            ctx.find(SUSPICIOUS, "zip-compressed-pickle", "pickle member is compressed; "
+            ctx.find(Severity.SUSPICIOUS, "zip-compressed-pickle", "pickle member is compressed; "
                      "torch.save always stores pickles uncompressed", m.name)
         if m is not main and torch_zip:
-            ctx.find(SUSPICIOUS, "zip-extra-pickle", "a pickle torch.load never reads; it was "
+            ctx.find(Severity.SUSPICIOUS, "zip-extra-pickle",
+                     "a pickle torch.load never reads; it was "
                      "scanned because other loaders may unpickle it", m.name)
     if skipped_crc:
-        ctx.find("info", "zip-crc-skipped", f"CRC-32 of {skipped_crc} large tensor records not "
+        ctx.find(Severity.INFO, "zip-crc-skipped",
+                 f"CRC-32 of {skipped_crc} large tensor records not "
                  "checked (scan budget); run `ckpt-inspector inspect` for a full check")
     if torch_zip:
         for m in members:
@@ -492,7 +502,7 @@ def _scan_member_npy(ctx: _Scan, data: bytes, name: str) -> None:
     try:
         _scan_npy(ctx, data, name)
     except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
-        ctx.find(SUSPICIOUS, "npy-header", f"unreadable .npy header: {exc}", name)
+        ctx.find(Severity.SUSPICIOUS, "npy-header", f"unreadable .npy header: {exc}", name)
 
 
 def _check_records(ctx: _Scan, storages: list, by_name: dict, prefix: str, kind: str) -> None:
@@ -506,7 +516,7 @@ def _check_records(ctx: _Scan, storages: list, by_name: dict, prefix: str, kind:
         seen.add(name)
         record = by_name.get(name)
         if record is None:
-            ctx.find(SUSPICIOUS, "zip-missing-record",
+            ctx.find(Severity.SUSPICIOUS, "zip-missing-record",
                      f"storage {s.key!r} is referenced but {name} is absent", name, s.offset)
             ctx.block(f"record {name} is missing")
             continue
@@ -516,17 +526,17 @@ def _check_records(ctx: _Scan, storages: list, by_name: dict, prefix: str, kind:
         declared = s.numel * itemsize
         ctx.block(f"record {name} holds {record.size} bytes, storage declares {declared}")
         if declared > record.size:
-            ctx.find(DANGEROUS, "storage-size-mismatch",
+            ctx.find(Severity.DANGEROUS, "storage-size-mismatch",
                      f"storage {s.key!r} declares {s.numel} x {itemsize} bytes but its record "
                      f"holds {record.size}; reading it would run past the data", name, s.offset)
         else:
-            ctx.find(SUSPICIOUS, "storage-record-larger",
+            ctx.find(Severity.SUSPICIOUS, "storage-record-larger",
                      f"record holds {record.size} bytes, storage {s.key!r} uses {declared} "
                      "(extra bytes hidden after the tensor)", name, s.offset)
     if kind in ("pytorch-zip", "torchscript"):
         for name in by_name:
             if name.startswith(data_prefix) and name not in seen:
-                ctx.find(SUSPICIOUS, "zip-unreferenced-record",
+                ctx.find(Severity.SUSPICIOUS, "zip-unreferenced-record",
                          f"{name} is not referenced by any pickle (hidden data?)", name)
 
 
@@ -547,7 +557,8 @@ def _scan_7z(ctx: _Scan, buf) -> None:
                 ctx.add_pickle(scan, f"<7z stream {i}>", False, depth=1)
                 found += 1
                 end = scan.end
-    ctx.find(SUSPICIOUS, "archive-partially-scanned", "7-Zip archive: members cannot be listed "
+    ctx.find(Severity.SUSPICIOUS, "archive-partially-scanned",
+             "7-Zip archive: members cannot be listed "
              f"without a 7-Zip library; {found} pickle(s) found in its decoded streams were "
              "scanned; extract it and scan the files to be sure")
 
@@ -578,7 +589,8 @@ def _scan_compressed(ctx: _Scan, buf, algo: str) -> None:
         raise ValueError(f"{algo} content is not a pickle")
     res.format = "compressed-pickle"
     members = f" ({decoded.members} members)" if decoded.members > 1 else ""
-    ctx.find(SUSPICIOUS, "compressed-pickle", f"{algo}-compressed pickle{members}: loaders such "
+    ctx.find(Severity.SUSPICIOUS, "compressed-pickle",
+             f"{algo}-compressed pickle{members}: loaders such "
              "as joblib unpickle it with no weights_only protection")
 
 
@@ -610,7 +622,8 @@ def _scan_tar(ctx: _Scan, buf) -> None:
     torch_tar = {"storages", "tensors", "pickle"} <= names
     res.format = "pytorch-tar" if torch_tar else "tar"
     if torch_tar:
-        ctx.find(SUSPICIOUS, "torch-legacy-tar", "torch's legacy tar format: torch.load unpickles "
+        ctx.find(Severity.SUSPICIOUS, "torch-legacy-tar",
+                 "torch's legacy tar format: torch.load unpickles "
                  "its storages, tensors and pickle members and refuses weights_only=True")
         ctx.block("torch.load refuses weights_only=True for the legacy tar format")
     found = 0
@@ -688,7 +701,7 @@ def _scan_also_as_pickle(ctx: _Scan, buf) -> None:
     first = ctx.walk(buf, 0)
     if not (imports_or_stops(first) and (first.globals or first.calls)):
         return
-    ctx.find(SUSPICIOUS, "polyglot", f"the {ctx.result.format} file is also a pickle that "
+    ctx.find(Severity.SUSPICIOUS, "polyglot", f"the {ctx.result.format} file is also a pickle that "
              "imports globals; pickle.load and torch.load would run it, so it was scanned too")
     _fold_pickles(ctx, buf, None, first, 0)
 
@@ -702,7 +715,8 @@ def _scan_buffer(ctx: _Scan, buf, size: int) -> None:
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
         if _scan_stream(ctx, buf, None, False):
             res.format = "pickle"
-            ctx.find(SUSPICIOUS, "format-fallback", f"{kind} parse failed ({reason}); the bytes "
+            ctx.find(Severity.SUSPICIOUS, "format-fallback",
+                     f"{kind} parse failed ({reason}); the bytes "
                      "were scanned as a raw pickle")
         elif not res.findings and not ctx.uses:
             res.error = f"not a readable {kind} file: {reason}"
@@ -752,7 +766,8 @@ def scan_file(path: str | os.PathLike) -> ScanResult:
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                return ScanResult(path=p, verdict=ERROR, error="cannot read: not a regular file")
+                return ScanResult(path=p, verdict=Verdict.ERROR,
+                                  error="cannot read: not a regular file")
             size = st.st_size
             if size <= SMALL_FILE:
                 chunks = []
@@ -765,7 +780,8 @@ def scan_file(path: str | os.PathLike) -> ScanResult:
         finally:
             os.close(fd)
     except OSError as exc:
-        return ScanResult(path=p, verdict=ERROR, error=f"cannot read: {exc.strerror or exc}")
+        return ScanResult(path=p, verdict=Verdict.ERROR,
+                          error=f"cannot read: {exc.strerror or exc}")
 
 
 def iter_files(paths: Iterable[str | os.PathLike]) -> Iterator[Path]:
@@ -800,11 +816,11 @@ def scan_found(found: Found) -> ScanResult:
     try:
         res = scan_file(found.path)
     except Exception as exc:  # scan_file never raises for a bad file; a bug must not hide
-        res = ScanResult(path=os.fspath(found.path), verdict=ERROR,
+        res = ScanResult(path=os.fspath(found.path), verdict=Verdict.ERROR,
                          error=" ".join(f"scan failed: {type(exc).__name__}: {exc}"
                                         .split())[:300])
     if found.in_folder and _not_a_checkpoint(res):
-        res.verdict = SKIPPED
+        res.verdict = Verdict.SKIPPED
     return res
 
 

@@ -1,18 +1,19 @@
 """Verdict order and exit codes: safe < suspicious < dangerous < error; the worst one wins.
 
-`skipped` is a folder's file that is not a checkpoint in any format a loader reads (JSON,
-text, tokenizer files, images): it ranks as safe and never fails a gate.
+The order is `Verdict`'s declaration order. `skipped` is a folder's file that is not a
+checkpoint in any format a loader reads (JSON, text, tokenizer files, images): it ranks as safe
+and never fails a gate.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-SAFE, SUSPICIOUS, DANGEROUS, ERROR = "safe", "suspicious", "dangerous", "error"
-SKIPPED = "skipped"
-ORDER = (SAFE, SUSPICIOUS, DANGEROUS, ERROR)
+from inspector.core.vocabulary import Verdict
+
+ORDER = tuple(v for v in Verdict if v is not Verdict.SKIPPED)
 _RANK = {v: i for i, v in enumerate(ORDER)}
-EXIT_CODES = {SAFE: 0, SUSPICIOUS: 1, DANGEROUS: 2, ERROR: 3}
+EXIT_CODES = {Verdict.SAFE: 0, Verdict.SUSPICIOUS: 1, Verdict.DANGEROUS: 2, Verdict.ERROR: 3}
 
 
 def rank(verdict: str) -> int:
@@ -20,9 +21,9 @@ def rank(verdict: str) -> int:
     return _RANK.get(verdict, 0)
 
 
-def worst(verdicts: Iterable[str]) -> str:
+def worst(verdicts: Iterable[str]) -> Verdict:
     """The worst of some verdicts (other severities such as `info` count as safe)."""
-    return max((v for v in verdicts if v in _RANK), key=rank, default=SAFE)
+    return Verdict(max((v for v in verdicts if v in _RANK), key=rank, default=Verdict.SAFE))
 
 
 def exit_code(verdict: str) -> int:
