@@ -21,6 +21,7 @@ from inspector.core.dtypes import canonical_dtype
 from inspector.core.hashing import sha256_file
 from inspector.core.manifest import FileEntry, Manifest, TensorEntry
 from inspector.core.progress import Cancelled, CancelToken, ProgressFn, check
+from inspector.core.results import JsonRecord, typed_list
 from inspector.core.shards import ORPHAN_NOTE, ShardError, orphan_shards, read_index
 
 OK = "ok"
@@ -40,7 +41,7 @@ class TensorDigestFn(Protocol):
 
 
 @dataclass
-class FileCheck:
+class FileCheck(JsonRecord):
     """The verdict on one file."""
 
     path: str
@@ -52,13 +53,9 @@ class FileCheck:
     algorithm: str | None = "sha256"
     note: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """The `files` record of the verify contract."""
-        return dict(self.__dict__)
-
 
 @dataclass
-class TensorCheck:
+class TensorCheck(JsonRecord):
     """The verdict on one tensor."""
 
     key: str
@@ -71,17 +68,13 @@ class TensorCheck:
     expected_shape: list[int] | None = None
     actual_shape: list[int] | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """The `tensors` record of the verify contract."""
-        return dict(self.__dict__)
-
 
 @dataclass
-class VerifyResult:
+class VerifyResult(JsonRecord):
     """Every file and tensor verdict, plus errors that stopped a tensor check."""
 
-    files: list[FileCheck] = field(default_factory=list)
-    tensors: list[TensorCheck] = field(default_factory=list)
+    files: list[FileCheck] = field(default_factory=list, metadata=typed_list(FileCheck))
+    tensors: list[TensorCheck] = field(default_factory=list, metadata=typed_list(TensorCheck))
     errors: list[str] = field(default_factory=list)
     strict: bool = False
 
@@ -107,6 +100,11 @@ class VerifyResult:
             and all(t.status == OK for t in self.tensors)
         )
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> VerifyResult:
+        """Back from the verify contract; `ok` is recomputed, unknown keys kept (`extra`)."""
+        return super().from_json({k: v for k, v in data.items() if k != "ok"})
+
     def to_json(self) -> dict[str, Any]:
         """The verify contract (README, "JSON contracts")."""
         return {
@@ -115,6 +113,7 @@ class VerifyResult:
             "files": [f.to_json() for f in self.files],
             "tensors": [t.to_json() for t in self.tensors],
             "errors": self.errors,
+            **self.extra,
         }
 
 

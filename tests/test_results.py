@@ -1,0 +1,130 @@
+"""core.results: the typed results read back every real worker output unchanged.
+
+Each test runs the jailed worker through `sandbox.client` on a small checkpoint built here,
+then checks `to_json(from_json(d)) == d` and the types of a few fields.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import factories
+import torch
+
+from inspector.core.manifest import FileEntry, read_manifest, write_manifest
+from inspector.core.optimizer_map import OptimizerParams
+from inspector.core.results import (
+    ConversionResult,
+    DiffResult,
+    FlipRecord,
+    InspectResult,
+    Jail,
+    TensorStats,
+    plain,
+)
+from inspector.core.resume import ResumeChecklist
+from inspector.core.verify import FileCheck, TensorCheck, VerifyResult, verify
+from inspector.sandbox.client import convert_file, diff_files, inspect_file, tensor_digests
+
+
+def _round_trips(cls: type, data: dict) -> object:
+    """The typed result, after checking it writes back exactly what it read (strict JSON)."""
+    typed = cls.from_json(data)
+    assert typed.to_json() == data
+    json.dumps(typed.to_json(), allow_nan=False)
+    return typed
+
+
+def _flipped(src: dict[str, torch.Tensor], key: str, bit: int) -> dict[str, torch.Tensor]:
+    """A copy of a state dict with one bit of the first element of `key` flipped."""
+    out = {k: v.clone() for k, v in src.items()}
+    out[key].view(torch.int32).view(-1)[0] ^= 1 << bit
+    return out
+
+
+def test_inspect_of_a_training_checkpoint_round_trips(tmp_path: Path) -> None:
+    path = factories.save_training_checkpoint(tmp_path / "train.pt")
+    data = inspect_file(path)
+    assert data["error"] is None
+    result = _round_trips(InspectResult, data)
+    assert isinstance(result.sandbox, Jail) and result.jail_line.startswith("sandbox:  ")
+    assert result.digest_algorithm == "sha256"
+    assert all(isinstance(t, TensorStats) for t in result.tensors)
+    first = result.tensors[0]
+    assert (first.key, first.dtype, first.shape) == (
+        data["tensors"][0]["key"], data["tensors"][0]["dtype"], data["tensors"][0]["shape"])
+    assert isinstance(result.resume, ResumeChecklist)
+    assert all(isinstance(p, OptimizerParams) for p in result.optimizer_params)
+    assert [o.key for o in result.objects][:2] == ["epoch", "step"]
+    assert result.loaded and result.index is None
+
+
+def test_inspect_of_safetensors_with_a_nan_round_trips(tmp_path: Path) -> None:
+    state = factories.small_state_dict()
+    key = next(k for k, v in state.items() if v.dtype == torch.float32)
+    state[key].view(-1)[0] = float("nan")
+    data = inspect_file(factories.save_safetensors(tmp_path / "m.safetensors", state))
+    result = _round_trips(InspectResult, data)
+    row = next(t for t in result.tensors if t.key == key)
+    assert row.nan == 1
+    assert result.format == "safetensors" and result.optimizer_params is None
+    assert all(isinstance(t.absmax, float) for t in result.tensors)
+
+
+def test_diff_with_one_flipped_bit_round_trips(tmp_path: Path) -> None:
+    state = factories.small_state_dict()
+    key = next(k for k, v in state.items() if v.dtype == torch.float32 and v.dim() == 2)
+    a = factories.save_state_dict(tmp_path / "a.pt", state)
+    b = factories.save_state_dict(tmp_path / "b.pt", _flipped(state, key, 3))
+    result = _round_trips(DiffResult, diff_files(a, b))
+    assert not result.identical
+    (row,) = result.differing
+    assert (row.key, row.status, row.single_bit_flips) == (key, "changed", 1)
+    (flip,) = row.bitflips
+    assert isinstance(flip, FlipRecord) and (flip.bit, flip.kind, flip.position) == (
+        3, "mantissa", [0, 0])
+    assert row.plain_summary == plain(row.summary) and "`" not in row.plain_summary
+    assert key in row.plain_summary
+    assert result.a.path == str(a.resolve()) and result.a.problems == []
+
+
+def test_convert_round_trips(tmp_path: Path) -> None:
+    src = factories.save_state_dict(tmp_path / "m.pt")
+    before = src.read_bytes()
+    result = _round_trips(ConversionResult, convert_file(src, tmp_path / "m.safetensors"))
+    assert result.verified and result.tensors_written == len(factories.small_state_dict())
+    assert Path(result.output).is_file() and isinstance(result.sandbox, Jail)
+    assert src.read_bytes() == before
+
+
+def test_verify_with_one_mismatch_round_trips(tmp_path: Path) -> None:
+    state = factories.small_state_dict()
+    key = next(k for k, v in state.items() if v.dtype == torch.float32)
+    path = factories.save_safetensors(tmp_path / "m.safetensors", state)
+    entries = tensor_digests(path)
+    manifest = tmp_path / "m.json"
+    write_manifest(manifest, [FileEntry(path=path.name, sha256="0" * 64,
+                                        size=path.stat().st_size, tensors=entries)])
+    factories.save_safetensors(path, _flipped(state, key, 30))
+    data = verify(read_manifest(manifest), [path], tensor_digests=tensor_digests).to_json()
+    result = _round_trips(VerifyResult, data)
+    assert not result.ok
+    assert [f.status for f in result.files] == ["mismatch"]
+    assert all(isinstance(f, FileCheck) for f in result.files)
+    assert [(t.key, t.status) for t in result.tensors if t.status != "ok"] == [(key, "mismatch")]
+    assert all(isinstance(t, TensorCheck) for t in result.tensors)
+
+
+def test_unknown_keys_survive_and_absent_keys_stay_absent() -> None:
+    data = {"path": "/x.pt", "tensors": [{"key": "w", "dtype": "float32", "shape": [2],
+                                           "min": "-inf", "future_stat": {"p99": 1.0}}],
+            "sandbox": {"level": "full", "active": [], "new_layer": "on"},
+            "future_key": [1, 2]}
+    result = _round_trips(InspectResult, data)
+    assert result.extra == {"future_key": [1, 2]}
+    assert result.tensors[0].min == -math.inf and result.tensors[0].extra == {
+        "future_stat": {"p99": 1.0}}
+    assert result.sandbox.extra == {"new_layer": "on"}
+    assert "sha256" not in result.to_json() and result.sha256 is None
