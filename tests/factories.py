@@ -1359,3 +1359,75 @@ def hf_bin_folder(folder: Path, model, max_shard_size: str | None) -> Path:
     (folder / "pytorch_model.bin.index.json").write_text(json.dumps(doc, indent=2))
     shutil.rmtree(staging)
     return folder
+
+
+def dcp_state() -> dict:
+    """A nested state of several dtypes and plain values, as a training run saves it."""
+    import torch
+
+    gen = torch.Generator().manual_seed(15)
+    return {
+        "model": {
+            "embed.weight": torch.randn(16, 8, generator=gen),
+            "head.weight": torch.randn(4, 8, generator=gen).to(torch.bfloat16),
+            "norm.bias": torch.randn(8, generator=gen).to(torch.float16),
+            "block": {"scale": torch.randn(3, 3, generator=gen).double(),
+                      "mask": torch.tensor([True, False, True])},
+            "positions": torch.arange(10, dtype=torch.int64),
+        },
+        "step": 1234,
+        "name": "run-15",
+        "lr": 0.001,
+        "temperature": torch.tensor(0.5),
+    }
+
+
+def dcp_save(state: dict, folder: Path) -> Path:
+    """`state` saved by the real `dcp.save` in one process (no process group)."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "assuming the intent is to save in a single process"
+        dcp.save(state, checkpoint_id=str(folder))
+    return folder
+
+
+def dcp_write_chunks(folder: Path, full: dict, chunks: dict) -> None:
+    """What FileSystemWriter writes when ranks hold chunks of `full`'s tensors: rank r's items
+    (`chunks[fqn]` = [(offsets, sizes)] by rank) in __r_0.distcp, back to back."""
+    import pickle
+
+    import torch
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import (
+        ChunkStorageMetadata,
+        Metadata,
+        MetadataIndex,
+        TensorProperties,
+        TensorStorageMetadata,
+    )
+
+    folder.mkdir()
+    storage, tensors = {}, {}
+    files: dict[str, bytearray] = {}
+    for fqn, parts in chunks.items():
+        t = full[fqn]
+        metas = []
+        for rank, (offsets, sizes) in enumerate(parts):
+            piece = t[tuple(slice(o, o + s) for o, s in zip(offsets, sizes, strict=True))]
+            name = f"__{rank}_0.distcp"
+            buf = io.BytesIO()
+            torch.save(piece.clone(), buf)
+            data = files.setdefault(name, bytearray())
+            storage[MetadataIndex(fqn, torch.Size(offsets), rank)] = _StorageInfo(
+                name, len(data), len(buf.getvalue()))
+            data += buf.getvalue()
+            metas.append(ChunkStorageMetadata(torch.Size(offsets), torch.Size(sizes)))
+        tensors[fqn] = TensorStorageMetadata(TensorProperties.create_from_tensor(t), t.shape,
+                                             metas)
+    for name, data in files.items():
+        (folder / name).write_bytes(bytes(data))
+    metadata = Metadata(tensors, {k: (k,) for k in tensors}, storage)
+    (folder / ".metadata").write_bytes(pickle.dumps(metadata))

@@ -10,51 +10,23 @@ hashed before and after: nothing writes into it.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import pickle
 import struct
 import subprocess
-import warnings
 from pathlib import Path
 
 import factories
 import pytest
 import torch
-import torch.distributed.checkpoint as dcp
 from safetensors.torch import load_file
-from torch.distributed.checkpoint.filesystem import _StorageInfo
-from torch.distributed.checkpoint.metadata import (
-    ChunkStorageMetadata,
-    Metadata,
-    MetadataIndex,
-    TensorProperties,
-    TensorStorageMetadata,
-)
+from torch.distributed.checkpoint.metadata import Metadata
 
 from inspector.cli import main
 from inspector.core.dcp_folder import is_dcp_folder, scan_folder
 from inspector.sandbox.client import SandboxError, convert_file, inspect_file
 from inspector.sandbox.dcp import read_metadata
 from inspector.sandbox.load import LoadError
-
-
-def _state() -> dict:
-    gen = torch.Generator().manual_seed(15)
-    return {
-        "model": {
-            "embed.weight": torch.randn(16, 8, generator=gen),
-            "head.weight": torch.randn(4, 8, generator=gen).to(torch.bfloat16),
-            "norm.bias": torch.randn(8, generator=gen).to(torch.float16),
-            "block": {"scale": torch.randn(3, 3, generator=gen).double(),
-                      "mask": torch.tensor([True, False, True])},
-            "positions": torch.arange(10, dtype=torch.int64),
-        },
-        "step": 1234,
-        "name": "run-15",
-        "lr": 0.001,
-        "temperature": torch.tensor(0.5),
-    }
 
 
 def _flat(state: dict, prefix: str = "") -> dict:
@@ -65,13 +37,6 @@ def _flat(state: dict, prefix: str = "") -> dict:
         else:
             out[f"{prefix}{key}"] = value
     return out
-
-
-def _dcp_save(state: dict, folder: Path) -> Path:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "assuming the intent is to save in a single process"
-        dcp.save(state, checkpoint_id=str(folder))
-    return folder
 
 
 def _folder_digest(folder: Path) -> dict:
@@ -86,8 +51,8 @@ def _bits(t: torch.Tensor) -> bytes:
 @pytest.fixture
 def saved(tmp_path: Path) -> tuple[Path, dict]:
     """A real dcp.save folder of a nested state dict of several dtypes and plain values."""
-    state = _state()
-    return _dcp_save(state, tmp_path / "ckpt"), state
+    state = factories.dcp_state()
+    return factories.dcp_save(state, tmp_path / "ckpt"), state
 
 
 def test_folder_is_recognised_and_scanned_as_one_safe_checkpoint(saved):
@@ -174,33 +139,6 @@ def test_convert_key_and_strip_prefix_find_the_saved_nesting(saved, tmp_path):
         assert _bits(written[key.removeprefix("block.")]) == _bits(t), key
 
 
-def _write_sharded(folder: Path, full: dict[str, torch.Tensor],
-                   chunks: dict[str, list[tuple[tuple[int, ...], tuple[int, ...]]]]) -> None:
-    """What FileSystemWriter writes when ranks hold chunks: rank r's items in __r_0.distcp."""
-    folder.mkdir()
-    storage, tensors = {}, {}
-    files: dict[str, bytearray] = {}
-    for fqn, parts in chunks.items():
-        t = full[fqn]
-        metas = []
-        for rank, (offsets, sizes) in enumerate(parts):
-            piece = t[tuple(slice(o, o + s) for o, s in zip(offsets, sizes, strict=True))]
-            name = f"__{rank}_0.distcp"
-            buf = io.BytesIO()
-            torch.save(piece.clone(), buf)
-            data = files.setdefault(name, bytearray())
-            storage[MetadataIndex(fqn, torch.Size(offsets), rank)] = _StorageInfo(
-                name, len(data), len(buf.getvalue()))
-            data += buf.getvalue()
-            metas.append(ChunkStorageMetadata(torch.Size(offsets), torch.Size(sizes)))
-        tensors[fqn] = TensorStorageMetadata(TensorProperties.create_from_tensor(t), t.shape,
-                                             metas)
-    for name, data in files.items():
-        (folder / name).write_bytes(bytes(data))
-    metadata = Metadata(tensors, {k: (k,) for k in tensors}, storage)
-    (folder / ".metadata").write_bytes(pickle.dumps(metadata))
-
-
 _SHARDED = {
     "rows": [((0, 0), (4, 5)), ((4, 0), (2, 5))],
     "cols": [((0, 0), (3, 2)), ((0, 2), (3, 5))],
@@ -216,7 +154,7 @@ def _sharded_tensors() -> dict[str, torch.Tensor]:
 def test_chunks_of_every_rank_are_reassembled_into_full_tensors(tmp_path):
     full = _sharded_tensors()
     folder = tmp_path / "sharded"
-    _write_sharded(folder, full, _SHARDED)
+    factories.dcp_write_chunks(folder, full, _SHARDED)
     before = _folder_digest(folder)
     report = inspect_file(folder)
     assert report["error"] is None, report["error"]
@@ -291,7 +229,7 @@ def test_a_real_two_rank_save_is_reassembled(tmp_path, python_exe):
 def test_a_chunk_layout_that_does_not_cover_the_tensor_is_refused(tmp_path, chunks, why):
     full = _sharded_tensors()
     folder = tmp_path / "bad"
-    _write_sharded(folder, full, chunks)
+    factories.dcp_write_chunks(folder, full, chunks)
     report = inspect_file(folder)
     assert report["error"]["code"] == "load_failed" and why in report["error"]["message"]
     assert report["tensors"] == []
@@ -300,7 +238,7 @@ def test_a_chunk_layout_that_does_not_cover_the_tensor_is_refused(tmp_path, chun
 def test_a_data_file_outside_the_folder_is_refused(tmp_path):
     full = _sharded_tensors()
     folder = tmp_path / "escape"
-    _write_sharded(folder, full, {"rows": [((0, 0), (6, 5))]})
+    factories.dcp_write_chunks(folder, full, {"rows": [((0, 0), (6, 5))]})
     metadata = pickle.loads((folder / ".metadata").read_bytes())
     (info,) = metadata.storage_data.values()
     info.relative_path = "../escape/__0_0.distcp"
@@ -370,7 +308,7 @@ def test_a_framed_protocol_4_payload_is_refused(tmp_path, canary):
 
 def test_a_payload_in_a_stored_item_is_refused_before_and_inside_the_worker(tmp_path, canary):
     folder = tmp_path / "item"
-    _write_sharded(folder, _sharded_tensors(), {"rows": [((0, 0), (6, 5))]})
+    factories.dcp_write_chunks(folder, _sharded_tensors(), {"rows": [((0, 0), (6, 5))]})
     item = (folder / "__0_0.distcp").read_bytes()
     bad = factories._rewrite_zip(item, {"/data.pkl": factories.call(
         "os", "system", factories.touch_cmd(canary))})
