@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from inspector.cli import main
-from inspector.core import bitflip, dtypes, formats, torch_layout
+from inspector.core import bitflip, dtypes, torch_layout
 from inspector.sandbox.load import SAFETENSORS_DTYPES
 
 
@@ -71,8 +71,7 @@ def test_registry_covers_every_torch_dtype_and_agrees_with_safetensors() -> None
             assert name == "float4_e2m1fn_x2"
             continue
         assert SAFETENSORS_DTYPES[dtype] == dtypes.BY_NAME[name].safetensors
-        assert formats.SAFETENSORS_ITEMSIZE_BITS[dtypes.BY_NAME[name].safetensors] == \
-            dtype.itemsize * 8
+        assert dtypes.BY_SAFETENSORS[dtypes.BY_NAME[name].safetensors].bits == dtype.itemsize * 8
         assert bitflip.layout_for(name).itemsize == dtype.itemsize
         assert dtypes.canonical_dtype(dtypes.BY_NAME[name].safetensors) == name
     assert torch_layout.STORAGE_DTYPES["torch.FloatStorage"] == ("float32", 4)

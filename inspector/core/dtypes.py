@@ -87,7 +87,6 @@ BY_NAME = {d.name: d for d in REGISTRY}
 BY_SAFETENSORS = {d.safetensors: d for d in REGISTRY if d.safetensors}
 SAFETENSORS_NAMES = {code: d.name for code, d in BY_SAFETENSORS.items() if d.in_torch}
 """safetensors code -> torch name (codes torch has no dtype for, such as F4, keep the code)."""
-SAFETENSORS_ITEMSIZE_BITS = {code: d.bits for code, d in BY_SAFETENSORS.items()}
 STORAGE_CLASSES = {d.storage: d for d in REGISTRY if d.storage}
 """Legacy storage class name ('FloatStorage') -> its dtype."""
 

@@ -1,4 +1,4 @@
-"""Format detection from a file's bytes (never its name), and header parsers needing no pickle.
+"""Format detection from a file's bytes (never its name), and the npy header parser.
 
 Format names (the `format` key of the scan contract):
 
@@ -13,7 +13,7 @@ Format names (the `format` key of the scan contract):
 - `compressed-pickle`: a gzip, bz2, xz, LZMA-alone, raw zlib, lz4 or zstd stream (every member
   of a multi-member file) whose content is a pickle (joblib style)
 - `distcp`: back-to-back torch.save zip archives (torch.distributed.checkpoint's data files)
-- `safetensors`: u64 header length, JSON header, data buffer
+- `safetensors`: u64 header length, JSON header, data buffer (read by `core.safetensors_header`)
 - `npy`: NumPy array file; `npz`: zip archive of `.npy` members
 - `zip`: any other zip archive (its members are scanned by content)
 - `7z`: 7-Zip archive: members cannot be listed, its decoded LZMA streams are searched
@@ -22,13 +22,10 @@ Format names (the `format` key of the scan contract):
 
 from __future__ import annotations
 
-import itertools
-import math
 import re
 import struct
-from dataclasses import dataclass, field
 
-from inspector.core.dtypes import SAFETENSORS_ITEMSIZE_BITS
+from inspector.core.safetensors_header import length_error
 
 TORCH_MAGIC_PICKLE = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19\x2e"
 NPY_MAGIC = b"\x93NUMPY"
@@ -39,8 +36,6 @@ _COMPRESSION_FIRST = frozenset(m[:1] for m in COMPRESSION_MAGIC)
 SEVEN_ZIP_MAGIC = b"7z\xbc\xaf\x27\x1c"
 # Opcodes a protocol 0/1 pickle (no PROTO opcode) can start with.
 PICKLE_FIRST_BYTES = frozenset(b"(.0FIJKLMNPQRSTUVXabcdegijlopqrstu}])G")
-
-SAFETENSORS_MAX_HEADER = 100_000_000
 
 
 def sniff(head: bytes, size: int) -> str:
@@ -61,7 +56,7 @@ def sniff(head: bytes, size: int) -> str:
         return "pytorch-legacy"
     if len(head) >= 9 and head[8:9] == b"{":
         (n,) = struct.unpack_from("<Q", head)
-        if n <= min(size - 8, SAFETENSORS_MAX_HEADER):
+        if length_error(n, size) is None:
             return "safetensors"
     if head[:1] == b"\x80" and len(head) > 1 and head[1] <= 5:
         return "pickle"
@@ -98,75 +93,6 @@ def zip_kind(names: list[str]) -> str:
     if names and all(n.endswith(".npy") for n in names):
         return "npz"
     return "zip"
-
-
-@dataclass
-class HeaderCheck:
-    """Problems found in a safetensors or npy header: (severity, code, message)."""
-
-    problems: list[tuple[str, str, str]] = field(default_factory=list)
-    error: str | None = None
-    info: dict = field(default_factory=dict)
-
-    def add(self, severity: str, code: str, message: str) -> None:
-        """Record one problem."""
-        self.problems.append((severity, code, message))
-
-
-def check_safetensors(buf, size: int) -> HeaderCheck:
-    """Validate a safetensors header: JSON, dtypes, shapes, offsets in bounds, no overlap."""
-    import json
-
-    out = HeaderCheck()
-    (n,) = struct.unpack_from("<Q", buf)
-    try:
-        header = json.loads(bytes(buf[8:8 + n]))
-    except (ValueError, UnicodeDecodeError) as exc:
-        out.error = f"safetensors header is not valid JSON: {exc}"
-        return out
-    if not isinstance(header, dict):
-        out.error = "safetensors header is not a JSON object"
-        return out
-    data_len = size - 8 - n
-    meta = header.pop("__metadata__", None)
-    if meta is not None and not (isinstance(meta, dict) and all(
-            isinstance(k, str) and isinstance(v, str) for k, v in meta.items())):
-        out.add("suspicious", "safetensors-metadata", "__metadata__ must map text to text")
-    spans = []
-    for name, entry in header.items():
-        if not isinstance(entry, dict):
-            out.add("suspicious", "safetensors-entry", f"tensor {name!r} entry is not an object")
-            continue
-        dtype, shape, offs = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-        bits = SAFETENSORS_ITEMSIZE_BITS.get(dtype)
-        valid_shape = isinstance(shape, list) and all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
-        valid_offs = isinstance(offs, list) and len(offs) == 2 and all(
-            isinstance(o, int) and not isinstance(o, bool) for o in offs)
-        if bits is None or not valid_shape or not valid_offs:
-            out.add("suspicious", "safetensors-entry",
-                    f"tensor {name!r} has an invalid dtype, shape or data_offsets")
-            continue
-        begin, end = offs
-        if not 0 <= begin <= end <= data_len:
-            out.add("suspicious", "safetensors-bounds",
-                    f"tensor {name!r} offsets [{begin}, {end}] outside the {data_len}-byte buffer")
-            continue
-        expected = (math.prod(shape) * bits + 7) // 8
-        if end - begin != expected:
-            out.add("suspicious", "safetensors-size",
-                    f"tensor {name!r} spans {end - begin} bytes, {dtype}{shape} needs {expected}")
-        spans.append((begin, end, name))
-    spans.sort()
-    for (_, e1, n1), (b2, _, n2) in itertools.pairwise(spans):
-        if b2 < e1:
-            out.add("suspicious", "safetensors-overlap", f"tensors {n1!r} and {n2!r} overlap")
-    covered = spans[-1][1] if spans else 0
-    if covered < data_len:
-        out.add("info", "safetensors-trailing",
-                f"{data_len - covered} bytes after the last tensor are not part of any tensor")
-    out.info["tensors"] = len(header)
-    return out
 
 
 def parse_npy_header(buf) -> tuple[dict, int]:

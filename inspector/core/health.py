@@ -36,10 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inspector.core.dtypes import lookup
-from inspector.core.vocabulary import HealthSeverity, HealthStatus
 
-OK, WARNING, PROBLEM = HealthStatus.OK, HealthStatus.WARNING, HealthStatus.PROBLEM
-INFO = HealthSeverity.INFO
+OK, WARNING, PROBLEM = "ok", "warning", "problem"
+INFO = "info"
 _RANK = {OK: 0, INFO: 0, WARNING: 1, PROBLEM: 2}
 
 OUTLIER_TAIL = 1000

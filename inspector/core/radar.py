@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inspector.core.architecture import model_weights
-from inspector.core.vocabulary import HealthSeverity
 
 ABSMAX, STD, NONFINITE = "absmax", "std", "nonfinite"
 METRICS = {ABSMAX: "log10 of the largest |value|", STD: "log10 of the standard deviation",
@@ -188,7 +187,7 @@ def build_radar(tensors: Iterable[dict[str, Any]],
     weights = model_weights(tensors)
     flagged: dict[str, list[str]] = {}
     for f in findings:
-        if f.get("severity") != HealthSeverity.INFO:
+        if f.get("severity") != "info":
             flagged.setdefault(str(f.get("key")), []).append(str(f.get("code")))
     placed: list[tuple[str, str | None, dict[str, Any]]] = []
     layers: set[int] = set()

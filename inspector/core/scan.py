@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inspector.core import decompress, formats, zipread
+from inspector.core import decompress, formats, safetensors_header, zipread
 from inspector.core.discover import Found, discover
 from inspector.core.dtypes import STORAGE_CLASSES
 from inspector.core.pickle_scan import (
@@ -674,11 +674,11 @@ def _scan_as(ctx: _Scan, buf, size: int, kind: str) -> None:
         _scan_npy(ctx, buf, None)
     elif kind == "safetensors":
         res.format = "safetensors"
-        check = formats.check_safetensors(buf, size)
-        if check.error is not None:
-            raise ValueError(check.error)
-        for severity, code, message in check.problems:
-            ctx.find(severity, code, message)
+        header = safetensors_header.read_buffer(buf, size)
+        if header.error is not None:
+            raise ValueError(header.error)
+        for problem in header.problems:
+            ctx.find(problem.severity, problem.code, problem.message)
     elif kind.startswith("compressed:"):
         _scan_compressed(ctx, buf, kind.split(":", 1)[1])
     elif kind == "7z":

@@ -11,15 +11,15 @@ data once the tensors are known. Torch-free: safetensors shards are read from th
 from __future__ import annotations
 
 import json
+import os
 import re
-import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from inspector.core.atomic import write_text_atomic
-from inspector.core.dtypes import SAFETENSORS_ITEMSIZE_BITS
+from inspector.core.safetensors_header import read_header
 
 INDEX_SUFFIX = ".index.json"
 ORPHAN_NOTE = "looks like a shard of this set but the index does not name it"
@@ -192,31 +192,11 @@ def check_contents(
 def safetensors_contents(path: Path) -> tuple[list[str], int]:
     """The tensor keys of a safetensors file and the bytes of tensor data, from its header."""
     with open(path, "rb") as fh:
-        head = fh.read(8)
-        if len(head) < 8:
-            raise ShardError(f"{path}: too short for a safetensors file")
-        (length,) = struct.unpack("<Q", head)
-        try:
-            header = json.loads(fh.read(length))
-        except ValueError as exc:
-            raise ShardError(f"{path}: safetensors header is not valid JSON") from exc
-    if not isinstance(header, dict):
-        raise ShardError(f"{path}: safetensors header is not a JSON object")
-    header.pop("__metadata__", None)
-    keys, total = [], 0
-    for key, entry in header.items():
-        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
-        if (
-            not isinstance(offsets, list)
-            or entry.get("dtype") not in SAFETENSORS_ITEMSIZE_BITS
-            or len(offsets) != 2
-            or not all(isinstance(o, int) for o in offsets)
-            or offsets[1] < offsets[0]
-        ):
-            raise ShardError(f"{path}: tensor {key!r} has an invalid entry")
-        keys.append(key)
-        total += offsets[1] - offsets[0]
-    return keys, total
+        header = read_header(fh, os.fstat(fh.fileno()).st_size)
+    refusal = header.refusal()
+    if refusal is not None:
+        raise ShardError(f"{path}: {refusal}")
+    return [e.key for e in header.entries], sum(e.end - e.begin for e in header.entries)
 
 
 def write_index(

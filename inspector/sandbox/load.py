@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import io
-import json
 import os
 import pickle
 import re
@@ -20,21 +19,27 @@ import zipfile
 import torch
 
 from inspector.core.allow_presets import PRESET_GLOBALS, allow_flags
-from inspector.core.dtypes import REGISTRY
+from inspector.core.dtypes import REGISTRY, DType
 from inspector.core.errors import CodedError
 from inspector.core.flatten import flatten, unique_keys
+from inspector.core.safetensors_header import Entry, read_header
 
 _GLOBAL_IN_MESSAGE = re.compile(r"GLOBAL ([\w.]+) was not an allowed global")
 # A BUILD on an object whose class the pickle never names (numpy.dtype('f4') is a
 # numpy.dtypes.Float32DType): torch names the class only in this sentence.
 _BUILD_IN_MESSAGE = re.compile(r"but got <class '([\w.]+)'>")
 
+
+def torch_dtype(record: DType) -> torch.dtype | None:
+    """The torch dtype of a registry record (None when this torch has none)."""
+    return getattr(torch, record.name, None) if record.in_torch else None
+
+
 SAFETENSORS_DTYPES = {
-    getattr(torch, d.name): d.safetensors for d in REGISTRY
-    if d.safetensors and d.in_torch and hasattr(torch, d.name)
+    torch_dtype(d): d.safetensors for d in REGISTRY
+    if d.safetensors and torch_dtype(d) is not None
 }
 """torch dtype -> safetensors dtype code, from the registry (`core.dtypes`)."""
-_FROM_SAFETENSORS = {name: dtype for dtype, name in SAFETENSORS_DTYPES.items()}
 
 
 class LoadError(CodedError):
@@ -119,37 +124,29 @@ def load_request(request: dict) -> object:
 
 def load_safetensors(path: str) -> dict[str, torch.Tensor]:
     """Tensors of a safetensors file as zero-copy views of a private mapping of it."""
-    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        header = read_header(fh, os.fstat(fh.fileno()).st_size)
+    refusal = header.refusal()
+    if refusal is not None:
+        raise LoadError("load_failed", f"bad safetensors file: {_first_line(refusal)}")
     try:
-        with open(path, "rb") as fh:
-            length = int.from_bytes(fh.read(8), "little")
-            if length > size - 8:
-                raise ValueError("header length exceeds the file")
-            header = json.loads(fh.read(length))
-        storage = torch.UntypedStorage.from_file(path, shared=False, nbytes=size)
-        return {name: _safetensors_view(storage, 8 + length, size, name, entry)
-                for name, entry in header.items() if name != "__metadata__"}
-    except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+        storage = torch.UntypedStorage.from_file(path, shared=False, nbytes=header.size)
+    except RuntimeError as exc:
         raise LoadError("load_failed", f"bad safetensors file: {_first_line(str(exc))}") from None
+    return {e.key: _safetensors_view(storage, e) for e in header.entries}
 
 
-def _safetensors_view(storage: torch.UntypedStorage, base: int, size: int, name: str,
-                      entry: dict) -> torch.Tensor:
-    dtype = _FROM_SAFETENSORS.get(entry["dtype"])
+def _safetensors_view(storage: torch.UntypedStorage, entry: Entry) -> torch.Tensor:
+    dtype = torch_dtype(entry.dtype)
     if dtype is None:
-        raise ValueError(f"{name}: dtype {entry['dtype']} is not supported here")
-    shape = [int(d) for d in entry["shape"]]
-    begin, end = (base + int(o) for o in entry["data_offsets"])
-    numel = 1
-    for d in shape:
-        numel *= d
-    if end > size or end - begin != numel * dtype.itemsize or begin > end:
-        raise ValueError(f"{name}: data offsets do not match dtype and shape")
-    if begin % dtype.itemsize == 0:
-        return torch.empty(0, dtype=dtype).set_(storage, begin // dtype.itemsize, shape)
+        raise LoadError("load_failed", f"bad safetensors file: {entry.key}: dtype "
+                        f"{entry.dtype.safetensors} is not supported here")
+    if entry.begin % dtype.itemsize == 0:
+        return torch.empty(0, dtype=dtype).set_(storage, entry.begin // dtype.itemsize,
+                                                entry.shape)
     # Unaligned data cannot be viewed in place; copy just this tensor.
-    raw = torch.empty(0, dtype=torch.uint8).set_(storage, begin, [end - begin])
-    return raw.clone().view(dtype).reshape(shape)
+    raw = torch.empty(0, dtype=torch.uint8).set_(storage, entry.begin, [entry.end - entry.begin])
+    return raw.clone().view(dtype).reshape(entry.shape)
 
 
 def _unsafe_globals(path: str | bytes, message: str) -> list[str]:

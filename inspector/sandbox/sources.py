@@ -2,7 +2,7 @@
 
 Pickle-based checkpoints are loaded with weights_only=True (`load.load_checkpoint`) and read
 through `stats.byte_chunks`. A safetensors file needs no deserialisation at all: its header
-(validated by `core.formats.check_safetensors`) gives each tensor's byte range, already
+(read and checked by `core.safetensors_header`) gives each tensor's byte range, already
 contiguous, row-major and little-endian, so those ranges are read straight from a read-only
 mapping and digests of safetensors files never import torch (seconds saved per verify). A
 plain `torch.save` zip archive that `core.torch_layout` describes completely, and the weights
@@ -15,10 +15,8 @@ tensors are read as the parts `sandbox.encoded` names (`KEY::int_repr`, `KEY::in
 from __future__ import annotations
 
 import hashlib
-import json
 import mmap
 import os
-import struct
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,8 +24,9 @@ from typing import Any
 
 from inspector.core.dtypes import canonical_dtype
 from inspector.core.errors import CodedError
-from inspector.core.formats import SAFETENSORS_MAX_HEADER, check_safetensors, sniff
+from inspector.core.formats import sniff
 from inspector.core.progress import CancelToken, check
+from inspector.core.safetensors_header import read_header
 from inspector.core.torch_layout import NotCovered, TensorLayout, describe_archive
 from inspector.core.torchscript_layout import code_archive_kind, describe_code_archive
 
@@ -187,38 +186,28 @@ def _row_major(arr: Any) -> Iterator[memoryview]:
 
 
 def _open_safetensors(path: str) -> Checkpoint:
-    size = os.path.getsize(path)
     with open(path, "rb") as fh:
-        (n,) = struct.unpack("<Q", fh.read(8))
-        if n > min(size - 8, SAFETENSORS_MAX_HEADER):
-            raise SourceError("bad_safetensors", f"{path}: header length {n} exceeds the file")
-        header_bytes = fh.read(n)
+        header = read_header(fh, os.fstat(fh.fileno()).st_size)
+        refusal = header.refusal()
+        if refusal is not None:
+            raise SourceError("bad_safetensors", f"{path}: {refusal}")
         # one read-only mapping for every tensor; closed when the last view of it is gone
         view = memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
-    checked = check_safetensors(struct.pack("<Q", n) + header_bytes, size)
-    problems = [m for severity, _code, m in checked.problems if severity != "info"]
-    if checked.error or problems:
-        raise SourceError("bad_safetensors", f"{path}: {checked.error or problems[0]}")
-    header = json.loads(header_bytes)
-    metadata = header.pop("__metadata__", None) or {}
-    base = 8 + n
     sources = [
         TensorSource(
-            key=key,
-            dtype=canonical_dtype(entry["dtype"]),
-            shape=list(entry["shape"]),
-            read=_range_reader(
-                view, base + entry["data_offsets"][0], base + entry["data_offsets"][1]
-            ),
-            offset=base + entry["data_offsets"][0],
-            storage=tuple(entry["data_offsets"]),
+            key=e.key,
+            dtype=canonical_dtype(e.dtype.safetensors),
+            shape=e.shape,
+            read=_range_reader(view, e.begin, e.end),
+            offset=e.begin,
+            storage=(e.begin, e.end),
         )
-        for key, entry in header.items()
+        for e in header.entries
     ]
-    sources += _aliases(sources, metadata)
+    sources += _aliases(sources, header.metadata)
     objects = [
         {"key": f"__metadata__.{k}", "type": "builtins.str", "repr": repr(v)[:200]}
-        for k, v in metadata.items()
+        for k, v in header.metadata.items()
     ]
     return Checkpoint("safetensors", sources, objects)
 

@@ -1,0 +1,206 @@
+"""The one reader of a safetensors header: every consumer (scan, load, digests, diff, shards)
+sees the same entries and the same problems.
+
+A safetensors file is a little-endian u64 header length, that many bytes of UTF-8 JSON (an
+object: `__metadata__` and one entry per tensor, `dtype`, `shape`, `data_offsets` relative to
+the data buffer), then the data buffer. Two readers that disagree about a crafted header are
+an attacker's tool (one checks a tensor, the other loads a different one), so the checks live
+here once: `error` when the header cannot be read at all, `problems` (severity, code, message)
+for what it holds. A consumer that loads tensors refuses every problem but `info`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from inspector.core.dtypes import BY_SAFETENSORS, DType
+
+MAX_HEADER = 100_000_000
+"""Header bytes read at most (what the safetensors library accepts)."""
+_MAX_DIM = (1 << 63) - 1  # torch's sizes are int64; a larger dimension is no tensor
+INFO = "info"
+SUSPICIOUS = "suspicious"
+
+
+@dataclass(slots=True)
+class Entry:
+    """One tensor of the header, its offsets absolute in the file."""
+
+    key: str
+    dtype: DType
+    shape: list[int]
+    begin: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something wrong with the header that still let it be read."""
+
+    severity: str
+    code: str
+    message: str
+
+
+@dataclass
+class SafetensorsHeader:
+    """What a safetensors header says, and what is wrong with it."""
+
+    size: int
+    """Bytes in the file."""
+    length: int = 0
+    """Bytes of JSON after the 8-byte length."""
+    entries: list[Entry] = field(default_factory=list)
+    """Tensors whose dtype, shape and offsets are readable and in bounds, in header order."""
+    metadata: dict[str, str] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    error: str | None = None
+    """Why the header could not be read (then there are no entries)."""
+
+    @property
+    def base(self) -> int:
+        """Where the data buffer starts in the file."""
+        return 8 + self.length
+
+    def refusal(self) -> str | None:
+        """Why a loader must not read this file's tensors (None when it may)."""
+        if self.error is not None:
+            return self.error
+        return next((p.message for p in self.problems if p.severity != INFO), None)
+
+    def add(self, severity: str, code: str, message: str) -> None:
+        """Record one problem."""
+        self.problems.append(Problem(severity, code, message))
+
+
+def length_error(length: int, size: int) -> str | None:
+    """Why a header length cannot be right for a file of `size` bytes (None when it can)."""
+    if length > MAX_HEADER:
+        return f"header length {length} exceeds the {MAX_HEADER}-byte limit"
+    if length > size - 8:
+        return f"header length {length} exceeds the file"
+    return None
+
+
+def read_header(fh: BinaryIO, size: int) -> SafetensorsHeader:
+    """Read and check the header of a safetensors file open at its start, `size` bytes long."""
+    out = SafetensorsHeader(size)
+    head = fh.read(8)
+    if len(head) < 8:
+        out.error = f"{size} bytes is too short for a safetensors header length"
+        return out
+    (length,) = struct.unpack("<Q", head)
+    out.error = length_error(length, size)
+    if out.error is None:
+        out.length = length
+        _parse(out, fh.read(length))
+    return out
+
+
+def read_buffer(buf, size: int) -> SafetensorsHeader:
+    """`read_header` over a file's bytes already in memory (bytes or a mapping of the file)."""
+    return read_header(_Reader(buf), size)
+
+
+class _Reader:
+    """Reads a buffer as a file, without moving a mapping's own position."""
+
+    def __init__(self, buf) -> None:
+        self.buf, self.pos = buf, 0
+
+    def read(self, n: int) -> bytes:
+        out = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += len(out)
+        return out
+
+
+def _parse(out: SafetensorsHeader, raw: bytes) -> None:
+    if raw[:1] != b"{":
+        out.error = "safetensors header is not a JSON object"
+        return
+    try:
+        # decoded first: json.loads would take UTF-16 or UTF-32 bytes, the library does not
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        out.error = f"safetensors header is not valid UTF-8: {exc}"
+        return
+    repeated: list[str] = []
+    try:
+        header = json.loads(text, object_pairs_hook=_keep_repeats(repeated),
+                            parse_constant=_no_constant)
+    except ValueError as exc:
+        out.error = f"safetensors header is not valid JSON: {exc}"
+        return
+    if not isinstance(header, dict):
+        out.error = "safetensors header is not a JSON object"
+        return
+    if repeated:
+        names = ", ".join(sorted(set(repeated))[:5])
+        out.add(SUSPICIOUS, "safetensors-duplicate-key",
+                f"the header names a key more than once ({names}): readers may disagree")
+    meta = header.pop("__metadata__", None)
+    if meta is not None:
+        if isinstance(meta, dict) and all(type(v) is str for v in meta.values()):
+            out.metadata = meta
+        else:
+            out.add(SUSPICIOUS, "safetensors-metadata", "__metadata__ must map text to text")
+    _check_entries(out, header)
+
+
+def _keep_repeats(repeated: list[str]):
+    def pairs_to_dict(pairs: list[tuple[str, object]]) -> dict:
+        obj = dict(pairs)
+        if len(obj) != len(pairs):
+            seen: set[str] = set()
+            repeated.extend(k for k, _ in pairs if k in seen or seen.add(k))
+        return obj
+
+    return pairs_to_dict
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _check_entries(out: SafetensorsHeader, header: dict) -> None:
+    data_len = out.size - out.base
+    base = out.base
+    entries = out.entries
+    for name, entry in header.items():
+        if type(entry) is not dict:
+            out.add(SUSPICIOUS, "safetensors-entry", f"tensor {name!r} entry is not an object")
+            continue
+        dtype, shape, offs = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        record = BY_SAFETENSORS.get(dtype) if type(dtype) is str else None
+        if (record is None or type(shape) is not list
+                or not all(type(d) is int and 0 <= d <= _MAX_DIM for d in shape)
+                or type(offs) is not list or len(offs) != 2
+                or type(offs[0]) is not int or type(offs[1]) is not int):
+            out.add(SUSPICIOUS, "safetensors-entry",
+                    f"tensor {name!r} has an invalid dtype, shape or data_offsets")
+            continue
+        begin, end = offs
+        if not 0 <= begin <= end <= data_len:
+            out.add(SUSPICIOUS, "safetensors-bounds",
+                    f"tensor {name!r} offsets [{begin}, {end}] outside the {data_len}-byte buffer")
+            continue
+        # sub-byte dtypes (F4, F6) pack their elements; the last byte may be partly used
+        expected = (math.prod(shape) * record.bits + 7) // 8
+        if end - begin != expected:
+            out.add(SUSPICIOUS, "safetensors-size",
+                    f"tensor {name!r} spans {end - begin} bytes, {dtype}{shape} needs {expected}")
+        entries.append(Entry(name, record, shape, base + begin, base + end))
+    reach, holder = base, ""  # the furthest end so far, and whose it is
+    for begin, end, name in sorted((e.begin, e.end, e.key) for e in entries):
+        if begin < reach:
+            out.add(SUSPICIOUS, "safetensors-overlap", f"tensors {holder!r} and {name!r} overlap")
+        if end > reach:
+            reach, holder = end, name
+    covered = max((e.end for e in entries), default=base) - base
+    if covered < data_len:
+        out.add(INFO, "safetensors-trailing",
+                f"{data_len - covered} bytes after the last tensor are not part of any tensor")
