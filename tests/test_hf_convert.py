@@ -67,9 +67,8 @@ def test_sharded_bin_folder_converts_to_what_transformers_loads(tmp_path, model,
     # the same shard boundaries: every key stored in the shard of the same number
     for key, shard in index["weight_map"].items():
         assert shard == old[key].replace("pytorch_model-", "model-").replace(".bin", ".safetensors")
-    # of the tied pair, one is stored (transformers ties the other on load)
-    dropped = set(old) - set(index["weight_map"])
-    assert len(dropped) == 1 and dropped < {"lm_head.weight", "transformer.wte.weight"}
+    # of the tied pair, the embedding is stored, as save_pretrained stores it
+    assert set(old) - set(index["weight_map"]) == {"lm_head.weight"}
     assert index["metadata"]["total_size"] == report["bytes_written"] == sum(
         t.numel() * t.element_size()
         for k, t in model.state_dict().items() if k != "lm_head.weight"
@@ -186,3 +185,68 @@ def test_one_file_through_a_snapshot_link_lands_beside_the_link(tmp_path, model,
     assert main(["convert", str(link), "--force"]) == 4
     assert "is a link; refusing to write through it" in capsys.readouterr().err
     assert tree_digests(blobs) == {**before, blob.name: blob.name}
+
+
+def _tiny_llama():
+    """A 2-layer Llama with tied input and output embeddings."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=1000, tie_word_embeddings=True,
+        bos_token_id=0, eos_token_id=0,
+    )
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def _tiny_t5():
+    """A 1+1-layer T5 whose `shared` embedding is tied to both embed_tokens and lm_head."""
+    torch.manual_seed(0)
+    config = transformers.T5Config(
+        num_layers=1, num_decoder_layers=1, d_model=32, d_kv=8, d_ff=64, num_heads=4,
+        vocab_size=1000, decoder_start_token_id=0,
+    )
+    return transformers.T5ForConditionalGeneration(config).eval()
+
+
+def _logits(model, tokens):
+    with torch.no_grad():
+        if model.config.is_encoder_decoder:
+            return model(input_ids=tokens, decoder_input_ids=tokens[:, :4]).logits
+        return model(tokens).logits
+
+
+def _stored_keys(folder: Path) -> list[str]:
+    header = (folder / "model.safetensors").read_bytes()
+    length = int.from_bytes(header[:8], "little")
+    return sorted(k for k in json.loads(header[8:8 + length]) if k != "__metadata__")
+
+
+@pytest.mark.parametrize("build, kept", [
+    (tiny_gpt2, "transformer.wte.weight"),
+    (_tiny_llama, "model.embed_tokens.weight"),
+    (_tiny_t5, "shared.weight"),
+])
+def test_tied_weights_are_stored_under_the_name_save_pretrained_keeps(tmp_path, capsys,
+                                                                      build, kept):
+    model = build()
+    model.save_pretrained(tmp_path / "reference", safe_serialization=True)
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    torch.save(model.state_dict(), folder / "pytorch_model.bin")
+    shutil.copy(tmp_path / "reference" / "config.json", folder / "config.json")
+    out = tmp_path / "converted"
+    assert main(["convert", str(folder), "-o", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    tied = {k for k, t in model.state_dict().items()
+            if t.data_ptr() == model.state_dict()[kept].data_ptr()}
+    [shard] = report["shards"]
+    assert len(tied) >= 2 and shard["aliases"] == dict.fromkeys(sorted(tied - {kept}), kept)
+    assert _stored_keys(out) == _stored_keys(tmp_path / "reference")
+    shutil.copy(folder / "config.json", out / "config.json")
+    loaded, info = type(model).from_pretrained(out, use_safetensors=True,
+                                               output_loading_info=True)
+    assert {k: list(v) for k, v in info.items()} == {
+        "missing_keys": [], "unexpected_keys": [], "mismatched_keys": [], "error_msgs": [],
+    }
+    tokens = TOKENS % model.config.vocab_size
+    assert torch.equal(_logits(loaded.eval(), tokens), _logits(model, tokens))

@@ -92,8 +92,8 @@ def test_shards_give_the_tensors_of_the_same_model_in_one_file(saved, capsys, ki
     assert report["architecture"]["tied_embeddings"] is True
     if kind == "bin":  # the tied head is stored beside the embedding, in one storage
         head_shard = _weight_map(index)["lm_head.weight"]
-        assert report["aliases"] == [{"key": "transformer.wte.weight",
-                                      "stored_as": "lm_head.weight", "shard": head_shard,
+        assert report["aliases"] == [{"key": "lm_head.weight",
+                                      "stored_as": "transformer.wte.weight", "shard": head_shard,
                                       "how": "alias"}]
     else:  # transformers leaves the tied head out of safetensors
         assert "lm_head.weight" not in records and report["aliases"] == []

@@ -20,6 +20,7 @@ from inspector.core.resume import model_facts
 from inspector.core.scan import scan_file
 from inspector.core.shard_set import ShardSet, resolve
 from inspector.core.shards import Problem, ShardError, ShardIndex, check_contents, is_index
+from inspector.core.tie_rule import kept_name
 
 DIGEST_ALGORITHM = "sha256"
 ALIAS = "alias"
@@ -103,14 +104,15 @@ def shard_summary(scans: dict[str, dict], results: list[ShardResult]) -> list[di
 
 def aliases(records: list[dict]) -> list[dict]:
     """Keys whose tensor is the same view of the same storage as another key's in its shard:
-    the first key in name order is kept, as `convert` keeps it, and the others listed."""
+    the key `tie_rule.kept_name` picks is kept, as `convert` keeps it, and the others listed."""
     by_key = {(r.get("shard"), r["key"]): r for r in records}
     out = []
     for rec in records:
         twins = [by_key.get((rec.get("shard"), k)) for k in rec.get("shared_with") or ()]
         same = [t["key"] for t in twins if t is not None and _same_view(t, rec)]
-        if same and min(same) < rec["key"]:
-            out.append({"key": rec["key"], "stored_as": min(same), "shard": rec.get("shard"),
+        kept = kept_name([rec["key"], *same])
+        if kept != rec["key"]:
+            out.append({"key": rec["key"], "stored_as": kept, "shard": rec.get("shard"),
                         "how": ALIAS})
     return out
 

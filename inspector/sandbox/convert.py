@@ -1,8 +1,8 @@
 """The worker's `convert` operation: stream a checkpoint into a safetensors file, then verify it.
 
-Keys are flattened as in `core.flatten`. Tensors that share a storage keep one name (the
-first, in sorted order, that covers the whole storage, as the safetensors project's own
-converter chooses); identical views become aliases recorded in `__metadata__` as
+Keys are flattened as in `core.flatten`. Tensors that share a storage keep one name (of those
+that cover the whole storage, the one `core.tie_rule.kept_name` picks: the name transformers'
+`save_pretrained` keeps); identical views become aliases recorded in `__metadata__` as
 `{removed: kept}`; partial views are written as their own (cloned) tensors; everything is
 written contiguous, row-major. Quantized and sparse tensors are written as their parts
 (`sandbox.encoded`: integer representation, scale, zero point, axis; indices, values, shape),
@@ -44,6 +44,7 @@ from inspector.core.errors import CodedError
 from inspector.core.extract import select, strip_prefixes
 from inspector.core.progress import CancelToken, check
 from inspector.core.termtext import escape
+from inspector.core.tie_rule import kept_name
 from inspector.sandbox.encoded import expand, metadata_entry
 from inspector.sandbox.load import SAFETENSORS_DTYPES, LoadError, load_request, split_leaves
 from inspector.sandbox.mapped import PageReleaser
@@ -98,12 +99,13 @@ def plan_tensors(tensors: list[tuple[str, torch.Tensor]]) -> Plan:
     kept_for: dict[str, str] = {}
     sharing = {key for members in groups.values() if len(members) > 1 for key, _ in members}
     for members in groups.values():
-        complete = sorted(k for k, t in members if _covers_storage(t))
+        complete = [k for k, t in members if _covers_storage(t)]
         if len(members) > 1 and complete:
-            keep = dict(members)[complete[0]]
+            kept = kept_name(complete)
+            keep = dict(members)[kept]
             for key, t in members:
-                if key != complete[0] and _same_view(t, keep):
-                    kept_for[key] = complete[0]
+                if key != kept and _same_view(t, keep):
+                    kept_for[key] = kept
     for key, t in tensors:
         if key in kept_for:
             plan.aliases[key] = kept_for[key]
