@@ -253,3 +253,53 @@ def test_in_the_main_window_at_1280x720_priority_columns_and_histogram_fit(windo
                 window.grab().save(str(artifacts / f"window-tensors-{width}x{height}-{scheme}.png"))
     finally:
         appmod.set_theme("system")
+
+
+def test_switching_views_keeps_the_selected_tensor_selected_and_in_view(laptop, qtbot):
+    pane = laptop()
+    key = "model.layers.30.mlp.down_proj.weight"  # deep in the tree, far down the table
+    assert pane.select_key(key)
+    pane.tree_button.click()
+    current = pane.tree.currentIndex()
+    assert current.data(roles.ROW)["key"] == key and pane.tree.selectionModel().isSelected(
+        current)
+    parent = current.parent()
+    while parent.isValid():
+        assert pane.tree.isExpanded(parent)
+        parent = parent.parent()
+    assert pane.tree.viewport().rect().contains(pane.tree.visualRect(current))
+    assert pane.selected["key"] == key and pane._plot.isVisible()
+
+    other = pane.tree_model.index_of("model.layers.2.self_attn.q_proj.weight")
+    pane.tree.setCurrentIndex(other)
+    assert pane.selected["key"] == "model.layers.2.self_attn.q_proj.weight"
+    pane.table.scrollToBottom()
+    pane.table_button.click()
+    current = pane.table.currentIndex()
+    assert current.data(roles.ROW)["key"] == "model.layers.2.self_attn.q_proj.weight"
+    assert pane.table.viewport().rect().intersects(pane.table.visualRect(current))
+    assert pane.tree_model.index_of("model.layers.2.nothing").isValid() is False
+
+
+def test_checked_view_buttons_stand_out_in_both_themes(laptop, qtbot):
+    """A checked toggle is filled with the palette's highlight (Fusion alone only darkens it
+    by a tenth, which vanishes on the dark palette); an unchecked one keeps the button face."""
+    pane = laptop()
+    try:
+        for scheme in ("light", "dark"):
+            appmod.set_theme(scheme)
+            qtbot.wait(20)
+            palette = pane.palette()
+            for button, checked in ((pane.table_button, True), (pane.tree_button, False)):
+                assert button.isChecked() is checked
+                image = button.grab().toImage()
+                face = image.pixelColor(3, image.height() // 2)  # left of the text
+                want = palette.highlight().color() if checked else palette.button().color()
+                distance = max(abs(face.red() - want.red()), abs(face.green() - want.green()),
+                               abs(face.blue() - want.blue()))
+                assert distance < 40, (scheme, button.text(), face.name(), want.name())
+            highlight, face = palette.highlight().color(), palette.button().color()
+            assert abs(highlight.lightness() - face.lightness()) + abs(
+                highlight.hue() - face.hue()) > 60
+    finally:
+        appmod.set_theme("system")

@@ -30,6 +30,12 @@ from inspector.cli.common import progress_events, sandbox_line, stderr_progress,
 from inspector.core.dcp_folder import is_dcp_folder
 from inspector.core.errors import CodedError
 from inspector.core.hfcache import repo_folder
+from inspector.core.shard_set import (
+    SAFETENSORS_INDEX,
+    FolderChoiceError,
+    folder_checkpoint,
+    is_safetensors_choice,
+)
 from inspector.core.shards import (
     INDEX_SUFFIX,
     Problem,
@@ -46,8 +52,6 @@ from inspector.core.shards import (
 from inspector.sandbox.parallel import run_parallel
 
 EXIT_COVERAGE = 7
-CHECKPOINT_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
-SAFETENSORS_INDEX = ".safetensors" + INDEX_SUFFIX
 
 
 class FolderError(CodedError):
@@ -129,29 +133,14 @@ def _find_input(path: Path) -> tuple[Path, None] | tuple[None, Path]:
         if path.name.endswith(SAFETENSORS_INDEX):
             raise FolderError("already_safetensors", f"{path} indexes safetensors shards already")
         return path, None
-    indexes = sorted(p for p in path.iterdir() if is_index(p))
-    torch_indexes = [p for p in indexes if not p.name.endswith(SAFETENSORS_INDEX)]
-    if len(torch_indexes) > 1:
-        names = ", ".join(p.name for p in torch_indexes)
-        raise FolderError("ambiguous", f"{path} holds several indexes ({names}); name one")
-    if torch_indexes:
-        return torch_indexes[0], None
-    if (path / "pytorch_model.bin").is_file():
-        return None, path / "pytorch_model.bin"
+    try:
+        found = folder_checkpoint(path)
+    except FolderChoiceError as exc:
+        raise FolderError(exc.code, str(exc)) from None
     # a Trainer's output folder keeps training_args.bin and optimizer.pt beside the weights
-    if indexes or any(path.glob("*.safetensors")):
+    if is_safetensors_choice(found):
         raise FolderError("already_safetensors", f"{path} holds safetensors weights already")
-    files = sorted(
-        p for p in path.iterdir()
-        if p.suffix in CHECKPOINT_SUFFIXES and not p.name.startswith(".") and p.is_file()
-    )
-    if len(files) == 1:
-        return None, files[0]
-    found = ", ".join(p.name for p in files) if files else "none"
-    raise FolderError(
-        "no_checkpoint",
-        f"{path}: no index and not exactly one checkpoint file (.bin/.pt/.pth/.ckpt: {found})",
-    )
+    return (found, None) if is_index(found) else (None, found)
 
 
 def _refuse_cache_blobs(out_dir: Path) -> None:

@@ -16,6 +16,7 @@ from inspector.cli.common import (
     worker_digests,
 )
 from inspector.core.atomic import OutputExistsError
+from inspector.core.dcp_folder import folder_files, is_dcp_folder
 from inspector.core.manifest import (
     FileEntry,
     ManifestError,
@@ -107,11 +108,14 @@ class _TensorsFailed(Exception):
 
 
 def collect_files(paths: list[Path], skip: Path) -> list[Path]:
-    """Files named directly, and every non-hidden file under folders, without the output."""
+    """Files named directly, and every non-hidden file under folders, without the output; a
+    torch.distributed.checkpoint folder's hidden `.metadata` too (it is part of the checkpoint)."""
     skipped = os.path.abspath(skip)
     found: list[Path] = []
     for path in paths:
-        for item in list_files(path) if path.is_dir() else [path]:
+        items = folder_files(path) if is_dcp_folder(path) else (
+            list_files(path) if path.is_dir() else [path])
+        for item in items:
             if os.path.abspath(item) != skipped and item not in found:
                 found.append(item)
     return found

@@ -155,13 +155,15 @@ def _command_line(args: argparse.Namespace) -> str:
 
 def _targets(paths: list[str]) -> Iterator[tuple[Path, str | None]]:
     """(file, the folder it was found in or None); in folders only checkpoints are kept. A
-    sharded model folder is one target, as `inspect` reads it (an index already is one)."""
+    sharded model folder or a torch.distributed.checkpoint folder is one target, as `inspect`
+    reads it (an index already is one)."""
+    from inspector.core.dcp_folder import is_dcp_folder
     from inspector.core.scan import iter_files, scan_file
     from inspector.core.shard_inspect import sharded_set
 
     for raw in paths:
         root = Path(raw)
-        if not root.is_dir() or sharded_set(root) is not None:
+        if not root.is_dir() or is_dcp_folder(root) or sharded_set(root) is not None:
             yield root, None
             continue
         for path in iter_files([root]):
@@ -215,13 +217,16 @@ def _evidence(target: tuple[Path, str | None], cancel, args: argparse.Namespace,
 
 def _verify(path: Path, manifest) -> dict:
     from inspector.cli.common import worker_digests
+    from inspector.core.dcp_folder import folder_files, is_dcp_folder
     from inspector.core.shard_inspect import sharded_set
     from inspector.core.verify import verify
 
     print(f"report: verifying {path.name} against the manifest", file=sys.stderr, flush=True)
-    # a sharded checkpoint is its shard files (present ones), not its folder's configs
+    # a sharded checkpoint is its shard files (present ones), not its folder's configs; a
+    # DCP folder is every file in it, `.metadata` included
     shards = sharded_set(path)
-    files = [f for f in shards.files if f.is_file()] if shards is not None else [path]
+    files = ([f for f in shards.files if f.is_file()] if shards is not None
+             else folder_files(path) if is_dcp_folder(path) else [path])
     return {"manifest": str(manifest.source), "dialect": manifest.dialect,
             **verify(manifest, files, tensor_digests=worker_digests()).to_json()}
 

@@ -36,9 +36,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inspector.core.dtypes import lookup
+from inspector.core.vocabulary import HealthSeverity, HealthStatus
 
-OK, WARNING, PROBLEM = "ok", "warning", "problem"
-INFO = "info"
+OK, WARNING, PROBLEM = HealthStatus.OK, HealthStatus.WARNING, HealthStatus.PROBLEM
+INFO = HealthSeverity.INFO
 _RANK = {OK: 0, INFO: 0, WARNING: 1, PROBLEM: 2}
 
 OUTLIER_TAIL = 1000

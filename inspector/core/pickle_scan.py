@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from inspector.core.torch_fastpath import UNIT_OPCODES, match_entries, match_unit
+from inspector.core.vocabulary import Severity
 
 OPCODE_NAMES: dict[int, str] = {
     0x28: "MARK", 0x2E: "STOP", 0x30: "POP", 0x31: "POP_MARK", 0x32: "DUP", 0x46: "FLOAT",
@@ -739,7 +740,7 @@ def disassemble(data: bytes, limit: int = 10_000, start: int = 0) -> list[Disasm
     for ref in scan.globals:
         marks[ref.offset] = classify(ref.module, ref.name, rules).severity
     for issue in scan.issues:
-        severity = "dangerous" if issue.dangerous else "suspicious"
+        severity = Severity.DANGEROUS if issue.dangerous else Severity.SUSPICIOUS
         if marks.get(issue.offset) != "dangerous":
             marks[issue.offset] = severity
     rows: list[DisasmRow] = []
@@ -754,8 +755,8 @@ def disassemble(data: bytes, limit: int = 10_000, start: int = 0) -> list[Disasm
                 ref = next((g for g in scan.globals if g.offset == offset), None)
                 text = repr(ref.key) if ref else "<unresolved>"
             severity = marks.get(offset)
-            rows.append(DisasmRow(offset, op.name, text[:200], None if severity == "safe"
+            rows.append(DisasmRow(offset, op.name, text[:200], None if severity == Severity.SAFE
                                   else severity))
     except ValueError as exc:
-        rows.append(DisasmRow(scan.end, "ERROR", str(exc)[:200], "suspicious"))
+        rows.append(DisasmRow(scan.end, "ERROR", str(exc)[:200], Severity.SUSPICIOUS))
     return rows

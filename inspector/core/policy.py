@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.core.pickle_scan import OPCODE_BYTES, WEIGHTS_ONLY_OPCODES_DEFAULT
+from inspector.core.vocabulary import Severity
 
 
 def _words(text: str) -> list[str]:
@@ -346,29 +347,30 @@ def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> V
     rules = rules or weights_only_rules()
     key = f"{module}.{name}"
     if module not in rules.blocked_modules and key in rules.allowed:
-        return Verdict("safe", "allowed by torch.load(weights_only=True)")
+        return Verdict(Severity.SAFE, "allowed by torch.load(weights_only=True)")
     if key in KNOWN_DATA:
-        return Verdict("safe", "plain data class of torch.distributed.checkpoint metadata; "
-                               "torch.load(weights_only=True) does not allow it")
+        return Verdict(Severity.SAFE, "plain data class of torch.distributed.checkpoint "
+                                      "metadata; torch.load(weights_only=True) does not allow it")
     parts = module.split(".") + name.split(".")
     if any(p.startswith("__") and p.endswith("__") and p not in _SAFE_DUNDERS for p in parts):
-        return Verdict("dangerous", "reaches interpreter internals through a dunder attribute")
+        return Verdict(Severity.DANGEROUS,
+                       "reaches interpreter internals through a dunder attribute")
     for path in _candidates(module, name):
         reason = _deny_reason(path)
         if reason:
             if path is not parts and len(path) < len(parts):
                 reason += f" (reached by attribute walk: {key})"
-            return Verdict("dangerous", reason)
+            return Verdict(Severity.DANGEROUS, reason)
     if parts[-1] in DENY_LEAF_NAMES or _LEAF_PREFIX_RE.match(parts[-1]):
-        return Verdict("dangerous", f"'{parts[-1]}' names a callable that runs code, loads "
-                                    "data or opens, writes or deletes files")
+        return Verdict(Severity.DANGEROUS, f"'{parts[-1]}' names a callable that runs code, "
+                                           "loads data or opens, writes or deletes files")
     if module in rules.blocked_modules:
-        return Verdict("dangerous", f"module {module} is blocked by torch")
+        return Verdict(Severity.DANGEROUS, f"module {module} is blocked by torch")
     if "." in name:
-        return Verdict("suspicious", "dotted name resolved by attribute walk; not allowed by "
-                                     "torch.load(weights_only=True)")
-    return Verdict("suspicious", "not allowed by torch.load(weights_only=True); the file "
-                                 "only loads with weights_only=False")
+        return Verdict(Severity.SUSPICIOUS, "dotted name resolved by attribute walk; not allowed "
+                                            "by torch.load(weights_only=True)")
+    return Verdict(Severity.SUSPICIOUS, "not allowed by torch.load(weights_only=True); the file "
+                                        "only loads with weights_only=False")
 
 
 # NumPy 2 gives every dtype object a class of its own in numpy.dtypes; torch.load(weights_only=

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inspector.core.architecture import model_weights
+from inspector.core.vocabulary import HealthSeverity
 
 ABSMAX, STD, NONFINITE = "absmax", "std", "nonfinite"
 METRICS = {ABSMAX: "log10 of the largest |value|", STD: "log10 of the standard deviation",
@@ -187,7 +188,7 @@ def build_radar(tensors: Iterable[dict[str, Any]],
     weights = model_weights(tensors)
     flagged: dict[str, list[str]] = {}
     for f in findings:
-        if f.get("severity") != "info":
+        if f.get("severity") != HealthSeverity.INFO:
             flagged.setdefault(str(f.get("key")), []).append(str(f.get("code")))
     placed: list[tuple[str, str | None, dict[str, Any]]] = []
     layers: set[int] = set()

@@ -16,8 +16,9 @@ from typing import Any
 from inspector.core.architecture import guess_architecture, model_weights, unique_weights
 from inspector.core.contents import Contents, summarize
 from inspector.core.optimizer_map import map_optimizers
+from inspector.core.vocabulary import ResumeStatus
 
-PRESENT, MISSING, MISMATCH = "present", "missing", "mismatch"
+PRESENT, MISSING, MISMATCH = ResumeStatus.PRESENT, ResumeStatus.MISSING, ResumeStatus.MISMATCH
 _WORDS = {PRESENT: "saved", MISMATCH: "does not match the model", MISSING: "missing"}
 _PARAM_ID = re.compile(r"^(.*)param_groups\.\d+\.params\.\d+$")
 _STATE_INDEX = re.compile(r"^state\.(\d+)\.")

@@ -1,8 +1,8 @@
 """A checkpoint named by a file, a folder or a `*.index.json`, as the files that hold its tensors.
 
-A folder is the checkpoint its index names (a safetensors index first: that is what
-transformers loads when a folder holds both), else its one checkpoint file
-(`model.safetensors`, `pytorch_model.bin`, or the only `.safetensors/.bin/.pt/.pth/.ckpt`).
+`folder_checkpoint` is the one place that decides what a folder's checkpoint is, for every
+command (`convert DIR` too): a torch.distributed.checkpoint folder is itself (read whole),
+else the first of `PREFERENCE` it holds, else its only `.safetensors/.bin/.pt/.pth/.ckpt`.
 An index set must be whole before anything is read: a missing shard, a file named like a
 shard the index does not name, or a key listed for two shards is an error (`ShardError`).
 """
@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from inspector.core.dcp_folder import is_dcp_folder
 from inspector.core.shards import (
     INDEX_SUFFIX,
     ShardError,
@@ -23,7 +24,18 @@ from inspector.core.shards import (
 )
 
 CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
-PREFERRED_FILES = ("model.safetensors", "pytorch_model.bin")
+SAFETENSORS_INDEX = ".safetensors" + INDEX_SUFFIX
+# What transformers loads when a folder holds several: safetensors before torch pickles, an
+# index before a single file. Each entry is an index kind (by suffix) or a file name.
+PREFERENCE = (SAFETENSORS_INDEX, INDEX_SUFFIX, "model.safetensors", "pytorch_model.bin")
+
+
+class FolderChoiceError(ShardError):
+    """A folder whose checkpoint cannot be told: `code` is `ambiguous` or `no_checkpoint`."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass
@@ -40,7 +52,7 @@ def resolve(path: str | os.PathLike[str], strict: bool = True) -> ShardSet:
     not whole (`inspect` lists those problems itself, so it passes strict=False)."""
     given = Path(os.path.abspath(path))
     if given.is_dir():
-        found = _in_folder(given)
+        found = folder_checkpoint(given)
     elif is_index(given):
         found = given
     else:
@@ -55,19 +67,30 @@ def resolve(path: str | os.PathLike[str], strict: bool = True) -> ShardSet:
     return ShardSet(given, [index.folder / shard for shard in index.shards()], index)
 
 
-def _in_folder(folder: Path) -> Path:
-    """The index (safetensors first) or the single checkpoint file a folder holds."""
+def is_safetensors_choice(path: Path) -> bool:
+    """True when `folder_checkpoint` chose safetensors weights (an index of them or a file)."""
+    return path.name.endswith(SAFETENSORS_INDEX) or path.suffix == ".safetensors"
+
+
+def folder_checkpoint(folder: Path) -> Path:
+    """What a folder's checkpoint is: the folder itself for a torch.distributed.checkpoint
+    one, its first `PREFERENCE`, or its only checkpoint file; FolderChoiceError otherwise."""
+    if is_dcp_folder(folder):
+        return folder
     indexes = sorted(p for p in folder.iterdir() if is_index(p) and p.is_file())
-    for kind in (".safetensors" + INDEX_SUFFIX, INDEX_SUFFIX):
-        picked = [p for p in indexes if p.name.endswith(kind)]
-        if len(picked) > 1:
-            names = ", ".join(p.name for p in picked)
-            raise ShardError(f"{folder} holds several indexes ({names}); name one")
-        if picked:
-            return picked[0]
-    for name in PREFERRED_FILES:
-        if (folder / name).is_file():
-            return folder / name
+    for preferred in PREFERENCE:
+        if preferred.endswith(INDEX_SUFFIX):
+            picked = [p for p in indexes if p.name.endswith(preferred)]
+            # a safetensors index also ends like any index: each kind is taken once, in order
+            indexes = [p for p in indexes if p not in picked]
+            if len(picked) > 1:
+                names = ", ".join(p.name for p in picked)
+                raise FolderChoiceError("ambiguous",
+                                        f"{folder} holds several indexes ({names}); name one")
+            if picked:
+                return picked[0]
+        elif (folder / preferred).is_file():
+            return folder / preferred
     files = sorted(
         p for p in folder.iterdir()
         if p.suffix in CHECKPOINT_SUFFIXES and not p.name.startswith(".") and p.is_file()
@@ -75,5 +98,5 @@ def _in_folder(folder: Path) -> Path:
     if len(files) == 1:
         return files[0]
     found = ", ".join(p.name for p in files) if files else "none"
-    raise ShardError(f"{folder}: no index and not exactly one checkpoint file "
-                     f"({'/'.join(CHECKPOINT_SUFFIXES)}: {found})")
+    raise FolderChoiceError("no_checkpoint", f"{folder}: no index and not exactly one "
+                            f"checkpoint file ({'/'.join(CHECKPOINT_SUFFIXES)}: {found})")

@@ -23,15 +23,12 @@ from inspector.core.manifest import FileEntry, Manifest, TensorEntry
 from inspector.core.progress import Cancelled, CancelToken, ProgressFn, check
 from inspector.core.results import JsonRecord, typed_list
 from inspector.core.shards import ORPHAN_NOTE, ShardError, orphan_shards, read_index
+from inspector.core.vocabulary import FileStatus, TensorCheckStatus
 
-OK = "ok"
-MISMATCH = "mismatch"
-MISSING = "missing"
-SIZE_MISMATCH = "size_mismatch"
-EXTRA = "extra"
-UNCHECKED = "unchecked"
-ORPHAN = "orphan"
-DTYPE_OR_SHAPE_CHANGED = "dtype_or_shape_changed"
+OK, MISMATCH, MISSING = FileStatus.OK, FileStatus.MISMATCH, FileStatus.MISSING
+EXTRA, SIZE_MISMATCH = FileStatus.EXTRA, FileStatus.SIZE_MISMATCH
+UNCHECKED, ORPHAN = FileStatus.UNCHECKED, FileStatus.ORPHAN
+DTYPE_OR_SHAPE_CHANGED = TensorCheckStatus.DTYPE_OR_SHAPE_CHANGED
 
 
 class TensorDigestFn(Protocol):

@@ -385,6 +385,15 @@ class TensorTreeModel(QAbstractItemModel):
         self.root = root
         self.endResetModel()
 
+    def index_of(self, key: str) -> QModelIndex:
+        """The index of the tensor `key`'s leaf (invalid when the tree does not hold it)."""
+        node = self.root
+        for part in key.split("."):
+            node = next((c for c in node.children if c.name == part), None)
+            if node is None:
+                return QModelIndex()
+        return self.createIndex(node.index, 0, node) if node.row is not None else QModelIndex()
+
     def index(self, row: int, column: int, parent: QModelIndex = QModelIndex()):  # noqa: B008
         node = parent.internalPointer() if parent.isValid() else self.root
         if 0 <= row < len(node.children):

@@ -79,9 +79,9 @@ SIDE_PANEL_MIN_WIDTH = 1200
 """Below this pane width the histogram panel sits under the table (histogram beside the
 statistics) instead of beside it, so the table keeps its full width for the priority columns."""
 LOG_FLOOR = -0.5
+"""Log-scale baseline (log10 of a count of about 0.3): empty bins sit on it, one count shows."""
 VIEWS = ("table", "tree", "radar")
 """The views' names (QSettings `tensors/view`), in the order of their buttons."""
-"""Log-scale baseline (log10 of a count of about 0.3): empty bins sit on it, one count shows."""
 
 
 class TensorsPane(QWidget):
@@ -380,6 +380,12 @@ class TensorsPane(QWidget):
         appmod.settings().setValue("tensors/view", VIEWS[mode])
         self._refresh_tree()
         self._refresh_radar()
+        # The selected tensor stays selected, and in view, in whichever view is shown.
+        key = self.selected.get("key") if self.selected is not None else None
+        if mode == 0 and key is not None:
+            self.select_key(key)
+        elif mode == 1:
+            self._reveal_in_tree()
 
     def _refresh_radar(self) -> None:
         """Rebuild the radar, while it is shown, when the tensors or the health findings changed."""
@@ -412,6 +418,22 @@ class TensorsPane(QWidget):
             self.tree_model.set_rows(self.model.visible_rows())
             self.tree.expandToDepth(0)
             self._tree_stale = False
+            self._reveal_in_tree()
+
+    def _reveal_in_tree(self) -> None:
+        """Expand the tree down to the selected tensor, select it and scroll it into view."""
+        key = self.selected.get("key") if self.selected is not None else None
+        index = self.tree_model.index_of(str(key)) if key is not None else QModelIndex()
+        if not index.isValid():
+            return
+        parent = index.parent()
+        while parent.isValid():
+            self.tree.expand(parent)
+            parent = parent.parent()
+        self.tree.selectionModel().setCurrentIndex(
+            index, QItemSelectionModel.SelectionFlag.ClearAndSelect
+            | QItemSelectionModel.SelectionFlag.Rows)
+        self.tree.scrollTo(index)
 
     def _filter_changed(self) -> None:
         self.model.set_filter(self.filter.text())
@@ -439,7 +461,10 @@ class TensorsPane(QWidget):
         self._show_detail(row)
 
     def _tree_current(self, current: QModelIndex, _previous: QModelIndex) -> None:
-        self._show_detail(current.data(roles.ROW) if current.isValid() else None)
+        row = current.data(roles.ROW) if current.isValid() else None
+        if row is not None and row is self.selected:
+            return  # the selected tensor revealed in the tree: nothing changed
+        self._show_detail(row)
 
     # --- detail ------------------------------------------------------------------------
 

@@ -43,12 +43,17 @@ def checklist(
     """The five prevention practices and the weights' health, each pass / fail / not checked."""
     return [
         _check_safe_format(info, scan, conversion),
-        _check_hash_on_record(ev.path, verification, bool((ev.inspect or {}).get("index"))),
+        _check_hash_on_record(ev.path, verification, _several_files(ev.inspect or {})),
         _check_weights_only(info, scan, load),
         _check_backup(ev, session_files),
         _check_deterministic(consistency),
         _check_weights_health(health),
     ]
+
+
+def _several_files(inspect: dict) -> bool:
+    """A sharded checkpoint or a torch.distributed.checkpoint folder: files, no one SHA-256."""
+    return bool(inspect.get("index")) or inspect.get("format") == "dcp"
 
 
 def _check_weights_health(health: HealthInfo | None) -> CheckItem:
@@ -92,7 +97,7 @@ def _check_hash_on_record(path: str, verification: VerificationInfo | None,
     title = "SHA-256 on record matches"
     if verification is None:
         return CheckItem("hash_on_record", title, NOT_CHECKED, "no manifest was given")
-    if sharded:  # a folder has no SHA-256: the report verified each of its shard files
+    if sharded:  # a folder has no SHA-256: the report verified each of its files
         bad = [r for r in verification.files if r.get("status") != "ok"]
         if verification.files and not bad:
             return CheckItem("hash_on_record", title, PASS,

@@ -64,8 +64,9 @@ def file_info(
     path = Path(ev.path)
     inspect = ev.inspect or {}
     # a sharded checkpoint's size is its shards' sum, and it has no one SHA-256 (its index
-    # file's would name only the index): each shard's is in the Shards section
-    sharded = bool(inspect.get("index"))
+    # file's would name only the index): each shard's is in the Shards section; a DCP folder's
+    # size is its files' sum too
+    sharded = bool(inspect.get("index")) or path.is_dir()
     try:
         st = path.stat()
         size, mtime = st.st_size, _iso(st.st_mtime)

@@ -42,6 +42,7 @@ from inspector.core.resume import model_facts
 from inspector.core.shard_inspect import is_sharded_input
 from inspector.core.shard_set import resolve as resolve_shards
 from inspector.core.shards import ShardError, ShardIndex, check_contents
+from inspector.core.vocabulary import JailLevel, Severity, Verdict
 from inspector.sandbox.forkclient import ForkedWorker, ForkServer, ForkServerError
 from inspector.sandbox.jail import LEVELS, default_max_threads
 
@@ -117,7 +118,7 @@ def jail_accepted(level: str, required: str) -> bool:
 
 def _refusal(sandbox: dict, required: str) -> SandboxError:
     level = sandbox.get("level")
-    allow = "partial" if level == "partial" else "any"
+    allow = JailLevel.PARTIAL if level == JailLevel.PARTIAL else "any"
     return SandboxError(
         "jail_refused",
         f"not loaded: the jail is only {sandbox.get('description') or level} and "
@@ -452,8 +453,8 @@ def check_loadable(scan: dict, allow_globals: Iterable[str], override_dangerous:
     """Raise SandboxError when the scan says this file must not reach torch.load."""
     fmt = scan.get("format")
     severity = {f"{g['module']}.{g['name']}": g["severity"] for g in scan.get("globals") or []}
-    if scan.get("verdict") == "dangerous" and not override_dangerous:
-        bad = [name for name, sev in severity.items() if sev == "dangerous"]
+    if scan.get("verdict") == Verdict.DANGEROUS and not override_dangerous:
+        bad = [name for name, sev in severity.items() if sev == Severity.DANGEROUS]
         raise SandboxError("refused_dangerous",
                            "not loaded: the static scan found dangerous imports"
                            + (f" ({', '.join(bad[:8])})" if bad else "")

@@ -20,6 +20,7 @@ from inspector.core.bitflip import FlipTally, compare_raw, layout_for
 from inspector.core.dtypes import REGISTRY, canonical_dtype
 from inspector.core.progress import CancelToken, check
 from inspector.core.tensor_pairs import Stored, pair_keys
+from inspector.core.vocabulary import TensorStatus
 from inspector.sandbox.sources import (
     Checkpoint,
     SourceError,
@@ -31,12 +32,10 @@ from inspector.sandbox.sources import (
 Chunk = memoryview | bytes | bytearray | np.ndarray
 """Raw little-endian element bytes, e.g. from `stats.byte_chunks`."""
 
-IDENTICAL = "identical"
-CHANGED = "changed"
-ONLY_IN_A = "only_in_a"
-ONLY_IN_B = "only_in_b"
-DTYPE_OR_SHAPE_CHANGED = "dtype_or_shape_changed"
-NOT_COMPARED = "not_compared"
+IDENTICAL, CHANGED = TensorStatus.IDENTICAL, TensorStatus.CHANGED
+ONLY_IN_A, ONLY_IN_B = TensorStatus.ONLY_IN_A, TensorStatus.ONLY_IN_B
+DTYPE_OR_SHAPE_CHANGED = TensorStatus.DTYPE_OR_SHAPE_CHANGED
+NOT_COMPARED = TensorStatus.NOT_COMPARED
 TIED = "tied"
 """An alias the comparison inferred: the side keeps the key in the same bytes as its twin."""
 ALIAS = "alias"

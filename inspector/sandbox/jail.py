@@ -43,6 +43,8 @@ import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inspector.core.vocabulary import JailLevel
+
 try:
     import resource
 except ImportError:  # Windows has no rlimits; the level then says so
@@ -81,7 +83,7 @@ def default_max_threads() -> int:
     return 64 + 3 * (os.cpu_count() or 1)
 
 
-LEVELS = ("process-only", "partial", "full")
+LEVELS = tuple(JailLevel)
 """Jail levels from weakest to strongest."""
 CONFINING_LAYERS = ("namespaces", "landlock", "seccomp")
 
@@ -124,10 +126,10 @@ def level_name(active: list[str]) -> str:
     """`full`, `partial` or `process-only` for the active layers (`name:detail` strings)."""
     names = {a.split(":")[0] for a in active}
     if not names & set(CONFINING_LAYERS):
-        return "process-only"
+        return JailLevel.PROCESS_ONLY
     if names >= {*CONFINING_LAYERS, "rlimits"}:
-        return "full"
-    return "partial"
+        return JailLevel.FULL
+    return JailLevel.PARTIAL
 
 
 class _Unsupported(Exception):
