@@ -220,3 +220,50 @@ def test_an_80_layer_model_fits_1280_without_scrolling(pane, qtbot, tmp_path, ar
         qtbot.wait(50)
         pane.grab().save(str(artifacts / f"radar-deep-1280x720-{scheme}.png"))
     appmod.set_theme("system")
+
+
+def test_every_row_fits_a_1280x720_window_and_a_finding_is_in_view(window, qtbot, flipped,
+                                                                    artifacts):
+    """At 1280x720, histogram panel under the views, the 12 kinds of the 6-layer model all
+    show at a readable height (the radar takes the height it needs, the panel keeps its least)."""
+    (doc,) = window.open_paths([flipped])
+    wait_loaded(qtbot, doc)
+    qtbot.waitUntil(lambda: (doc.inspect or {}).get("health") is not None)
+    window.resize(1280, 720)
+    window.tabs.setCurrentWidget(window.tensors)
+    pane, view = window.tensors, window.tensors.radar
+    pane.radar_button.click()
+    try:
+        appmod.set_theme("dark")
+        qtbot.wait(50)
+        assert not pane.side_panel and pane.detail.isVisible()
+        assert view.model.rowCount() == 12
+        line = view.fontMetrics().height()
+        viewport = view.table.viewport().rect()
+        for row in range(12):
+            rect = view.table.visualRect(view.model.index(row, 0))
+            assert rect.height() >= line and viewport.contains(rect), (row, rect, viewport)
+        assert pane.detail.height() >= 200
+        window.grab().save(str(artifacts / "radar-12-rows-1280x720-dark.png"))
+    finally:
+        appmod.set_theme("system")
+
+
+def test_rows_that_cannot_fit_scroll_with_the_finding_in_view(pane, qtbot, tmp_path):
+    doc = FileDocument(tmp_path / "wide.pt")
+    pane.set_document(doc)
+    kinds = [f"block{k}.weight" for k in range(40)]
+    flagged = "layers.2.block37.weight"
+    doc.apply_events([fake(f"layers.{i}.{kind}") for i in range(4) for kind in kinds])
+    qtbot.waitUntil(lambda: pane.model.rowCount() == 160)
+    doc.inspect = {"health": {"status": "problem", "findings": [
+        {"code": "magnitude-outlier", "key": flagged, "severity": "problem"}]}}
+    pane.radar_button.click()
+    view = pane.radar
+    qtbot.waitUntil(lambda: view.pages.currentIndex() == 1)
+    assert view.table.verticalScrollBar().isVisible()
+    assert view.table.verticalScrollBar().maximum() > 0
+    index = view.index_of(flagged)
+    assert view.model.data(index, FLAGGED)
+    assert view.table.viewport().rect().contains(view.table.visualRect(index))
+    assert view.table.visualRect(index).height() >= view.fontMetrics().height()

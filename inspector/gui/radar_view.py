@@ -47,14 +47,16 @@ KEY = roles.USER + 3
 METRIC_NAMES = ((ABSMAX, "Abs max (log10)"), (STD, "Std (log10)"),
                 (NONFINITE, "NaN/Inf share"))
 ROW_LABEL_MAX = 260
+"""The kind labels' widest column: long key patterns elide at the left, their tail stays."""
 ROW_HEIGHT_MAX = 2.5
+"""Tallest row, in lines of text: a few kinds on a tall screen stay blocks, not banners."""
+ROW_PADDING = 2
+"""Pixels above a line of text in the shortest row: every label still reads in full."""
 MIN_COLUMN = 8
 """Narrowest layer column in pixels: an 80-layer model fits a 1280 px window without scrolling."""
 LABEL_STEPS = (1, 2, 4, 5, 10, 20, 25, 50, 100)
 NARROW = 16
 """Columns narrower than this many pixels are drawn without a gap between cells."""
-"""Tallest row, in lines of text: a few kinds on a tall screen stay blocks, not banners."""
-"""The kind labels' widest column: long key patterns elide at the left, their tail stays."""
 NO_FILE = "Open a checkpoint to see its weights along the model's depth."
 HOW = ("Outlined: a weights-health finding names the tensor. Click a cell (or move with the "
        "arrow keys) to select its tensor; double-click opens it in the table.")
@@ -261,7 +263,8 @@ class RadarView(QWidget):
         hh.setMinimumSectionSize(MIN_COLUMN)
         vh = self.table.verticalHeader()
         vh.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
-        vh.setDefaultSectionSize(self.fontMetrics().height() + 4)
+        vh.setMinimumSectionSize(self.fontMetrics().height() + ROW_PADDING)
+        vh.setDefaultSectionSize(self.fontMetrics().height() + ROW_PADDING)
         vh.setTextElideMode(Qt.TextElideMode.ElideLeft)
         vh.setMaximumWidth(ROW_LABEL_MAX)
         self.table.selectionModel().currentChanged.connect(self._current_changed)
@@ -305,6 +308,16 @@ class RadarView(QWidget):
         self._show_scale()
         self.pages.setCurrentIndex(1)
         self._fit_cells()
+        flagged = radar.flagged()
+        if flagged:  # rows that scroll: the finding's row is the one to see first
+            self.table.scrollTo(self.model.index(*flagged[0]))
+
+    def full_height(self) -> int:
+        """The view's height with every row shown at its shortest readable height."""
+        header = self.table.horizontalHeader().sizeHint().height()
+        rows = self.model.rowCount() * (self.fontMetrics().height() + ROW_PADDING)
+        above = self.table.mapTo(self, self.table.rect().topLeft()).y()
+        return above + header + rows + 2 * self.table.frameWidth()
 
     def _fit_cells(self) -> None:
         """Rows share the table's height, up to ROW_HEIGHT_MAX lines each (then they scroll);
@@ -315,7 +328,7 @@ class RadarView(QWidget):
         line = self.fontMetrics().height()
         room = self.table.viewport().height() // rows
         self.table.verticalHeader().setDefaultSectionSize(
-            max(line + 4, min(room, int(line * ROW_HEIGHT_MAX))))
+            max(line + ROW_PADDING, min(room, int(line * ROW_HEIGHT_MAX))))
         width = max(MIN_COLUMN, self.table.viewport().width() // columns)
         label = self.fontMetrics().horizontalAdvance("0000")
         step = next((s for s in LABEL_STEPS if s * width >= label), LABEL_STEPS[-1])

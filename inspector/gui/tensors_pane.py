@@ -78,6 +78,8 @@ KEY_WIDTH_MAX = 280
 SIDE_PANEL_MIN_WIDTH = 1200
 """Below this pane width the histogram panel sits under the table (histogram beside the
 statistics) instead of beside it, so the table keeps its full width for the priority columns."""
+DETAIL_MIN_HEIGHT = 220
+"""The histogram panel's least height under the table: its chart stays readable."""
 LOG_FLOOR = -0.5
 """Log-scale baseline (log10 of a count of about 0.3): empty bins sit on it, one count shows."""
 VIEWS = ("table", "tree", "radar")
@@ -380,6 +382,7 @@ class TensorsPane(QWidget):
         appmod.settings().setValue("tensors/view", VIEWS[mode])
         self._refresh_tree()
         self._refresh_radar()
+        self._fit_radar()
         # The selected tensor stays selected, and in view, in whichever view is shown.
         key = self.selected.get("key") if self.selected is not None else None
         if mode == 0 and key is not None:
@@ -399,7 +402,20 @@ class TensorsPane(QWidget):
         self._radar_source = source
         self.radar.set_radar(build_radar(doc.tensors, (health or {}).get("findings") or ())
                              if doc else None)
-        self.radar.show_key(self.selected.get("key") if self.selected else None)
+        self._fit_radar()
+        if self.selected is not None:
+            self.radar.show_key(self.selected.get("key"))
+
+    def _fit_radar(self) -> None:
+        """With the histogram panel under the views (a narrow pane), grow the radar to the
+        height that shows every row, the panel keeping DETAIL_MIN_HEIGHT; rows left over
+        scroll."""
+        if self.views.currentIndex() != 2 or self.side_panel or not self.detail.isVisible():
+            return
+        sizes = self.splitter.sizes()
+        wanted = min(self.radar.full_height(), sum(sizes) - DETAIL_MIN_HEIGHT)
+        if wanted > sizes[0]:
+            self.splitter.setSizes([wanted, sum(sizes) - wanted])
 
     def _radar_selected(self, key: str) -> None:
         """A radar cell picks its tensor in the table (clearing a filter that hides it)."""
@@ -561,8 +577,9 @@ class TensorsPane(QWidget):
         self.detail_body.setDirection(QBoxLayout.Direction.TopToBottom if side
                                       else QBoxLayout.Direction.LeftToRight)
         total = self.width() if side else self.splitter.height()
-        detail = 320 if side else max(220, total * 2 // 5)
+        detail = 320 if side else max(DETAIL_MIN_HEIGHT, total * 2 // 5)
         self.splitter.setSizes([total - detail, detail])
+        self._fit_radar()
 
     def changeEvent(self, event: QEvent) -> None:
         """Restyle the chart and row marks when the theme switches between light and dark."""
