@@ -16,6 +16,7 @@ from inspector.core.allow_presets import PRESETS, preset_help
 from inspector.core.progress import ProgressFn
 from inspector.core.termtext import escape
 from inspector.core.verify import TensorDigestFn, VerifyResult
+from inspector.core.vocabulary import FileStatus, TensorCheckStatus
 
 EXIT_LOAD_FAILED = 5
 EXIT_MANIFEST = 2  # verify and watch: the manifest cannot be read
@@ -106,9 +107,9 @@ def sandbox_line(sandbox: dict | None) -> str:
 def print_verify_result(result: VerifyResult) -> None:
     """One line per file that is not ok, tensors that are not ok under it, then totals."""
     for f in result.files:
-        if f.status == "size_mismatch":
+        if f.status == FileStatus.SIZE_MISMATCH:
             detail = f"  size {f.actual_size}, expected {f.expected_size}"
-        elif f.status == "mismatch":
+        elif f.status == FileStatus.MISMATCH:
             detail = f"  {f.algorithm} {f.actual}, expected {f.expected}"
         else:
             detail = ""
@@ -116,9 +117,9 @@ def print_verify_result(result: VerifyResult) -> None:
             detail += f"  ({f.note})"
         print(escape(f"{f.status.upper():<14} {f.path}{detail}"))
     for t in result.tensors:
-        if t.status == "ok":
+        if t.status == TensorCheckStatus.OK:
             continue
-        if t.status == "dtype_or_shape_changed":
+        if t.status == TensorCheckStatus.DTYPE_OR_SHAPE_CHANGED:
             got, want = (t.actual_dtype, t.actual_shape), (t.expected_dtype, t.expected_shape)
             detail = f"  {got[0]}{got[1]}, expected {want[0]}{want[1]}"
         else:

@@ -17,6 +17,7 @@ from inspector.cli.common import (
     add_allow_arguments,
     add_require_jail_argument,
 )
+from inspector.core.vocabulary import CheckStatus
 
 EXIT_CONSISTENT = 0
 EXIT_INCONSISTENT = 1
@@ -132,7 +133,7 @@ def format_result(result: dict[str, Any]) -> list[str]:
             lines.append("  reload check: " + ("same output" if result["reload"]["consistent"]
                                                else "OUTPUT DIFFERS after a fresh load"))
     for row in rows:
-        if row["status"] != "fail":
+        if row["status"] != CheckStatus.FAIL:
             continue
         why = []
         if row.get("repeat_mismatches") or row.get("runs_mismatched"):

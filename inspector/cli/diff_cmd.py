@@ -20,6 +20,7 @@ from inspector.cli.common import (
     stderr_progress,
 )
 from inspector.core.termtext import escape
+from inspector.core.vocabulary import TensorStatus
 
 EXIT_IDENTICAL = 0
 EXIT_DIFFERENT = 1
@@ -84,10 +85,10 @@ def print_verify_result(result: dict) -> None:
     verdict = "identical tensors" if result["identical"] else "DIFFERENT"
     print(f"{verdict}: {len(result['tensors'])} tensors ({counts})")
     for record in result["tensors"]:
-        if record["status"] == "identical":
+        if record["status"] == TensorStatus.IDENTICAL:
             continue
         print(escape(f"  {record['summary']}{_shards(record) if sharded else ''}"))
-        if record["status"] == "changed":
+        if record["status"] == TensorStatus.CHANGED:
             print(
                 f"    {_elements(record['changed_elements'])}; max abs diff "
                 f"{_num(record['max_abs_diff'])}, max rel diff {_num(record['max_rel_diff'])}"

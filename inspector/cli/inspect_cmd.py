@@ -50,6 +50,7 @@ from inspector.core.optimizer_map import OptimizerParams
 from inspector.core.resume import ResumeChecklist, resume_text
 from inspector.core.termtext import escape
 from inspector.core.verdict import exit_code
+from inspector.core.vocabulary import HealthStatus, Verdict
 
 EXIT_HEALTH_PROBLEM = 7
 EXIT_COVERAGE = 8
@@ -205,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
         return _SHARD_EXITS.get(report["error"]["code"]) or error_exit(report["error"])
     if any(p["fatal"] for p in report.get("problems") or ()):
         return EXIT_COVERAGE
-    code = exit_code((report.get("scan") or {}).get("verdict", "safe"))
-    if code == 0 and (report.get("health") or {}).get("status") == "problem":
+    code = exit_code((report.get("scan") or {}).get("verdict", Verdict.SAFE))
+    if code == 0 and (report.get("health") or {}).get("status") == HealthStatus.PROBLEM:
         return EXIT_HEALTH_PROBLEM
     return code

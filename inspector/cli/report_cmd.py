@@ -36,7 +36,7 @@ from inspector.cli.common import (
 )
 from inspector.core.atomic import OutputExistsError
 from inspector.core.verdict import exit_code
-from inspector.core.vocabulary import Verdict
+from inspector.core.vocabulary import ReportStatus, Verdict
 from inspector.report import (
     WRITERS,
     FileEvidence,
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
 def report_exit(report: Report) -> int:
     """The scan verdict's exit code, raised to 1 when a safe set of files failed a check."""
     code = exit_code(report.verdict)
-    return EXIT_FAILED_CHECK if code == 0 and report.status == "failed" else code
+    return EXIT_FAILED_CHECK if code == 0 and report.status == ReportStatus.FAILED else code
 
 
 def _command_line(args: argparse.Namespace) -> str:

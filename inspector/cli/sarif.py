@@ -7,9 +7,11 @@ from pathlib import Path
 
 from inspector import __version__
 from inspector.core.scan import ScanResult
+from inspector.core.vocabulary import Severity, Verdict
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
-_LEVEL = {"dangerous": "error", "suspicious": "warning", "error": "error", "info": "note"}
+_LEVEL = {Severity.DANGEROUS: "error", Severity.SUSPICIOUS: "warning", Verdict.ERROR: "error",
+          Severity.INFO: "note"}
 
 
 def _uri(path: str) -> str:
@@ -39,7 +41,7 @@ def sarif_log(results: Iterable[ScanResult]) -> dict:
         common = {"format": res.format, "verdict": res.verdict,
                   "weights_only_ok": res.weights_only_ok}
         for g in res.globals:
-            if g.severity == "safe":
+            if g.severity == Severity.SAFE:
                 continue
             rule_id = f"pickle-import/{g.severity}"
             rule(rule_id, f"pickle imports a {g.severity} global")
@@ -49,14 +51,14 @@ def sarif_log(results: Iterable[ScanResult]) -> dict:
                                 "import": g.import_name, "calls": g.calls,
                                 "members": g.members}))
         for f in res.findings:
-            if f.severity == "info":
+            if f.severity == Severity.INFO:
                 continue
             rule(f.code, f.code.replace("-", " "))
             where = f" [{f.member}]" if f.member else ""
             out.append(_result(f.code, _LEVEL.get(f.severity, "warning"), f.message + where,
                                res.path, {**common, "member": f.member, "offset": f.offset,
                                           "call": f.call}))
-        if res.error and res.verdict != "skipped":  # skipped: not a checkpoint, no finding
+        if res.error and res.verdict != Verdict.SKIPPED:  # skipped: not a checkpoint, no finding
             rule("scan-error", "file could not be scanned")
             out.append(_result("scan-error", "error", res.error, res.path, common))
     return {

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from inspector.core.progress import CancelToken, check
+from inspector.core.vocabulary import CheckStatus
 from inspector.sandbox.consistency.bitcheck import (
     ConsistencyError,
     Emit,
@@ -148,7 +149,7 @@ def _model_run(load, build, factory, kwargs, input_shape, input_dtype, device, r
         emit({"type": "iteration", "phase": "reload", "iteration": repeats + 1,
               "max_abs_diff": worst, "mismatched": mismatched, "seconds": elapsed})
         reload_result = {"consistent": mismatched == 0, "outputs": list(reload_result.values())}
-    consistent = (all(o["status"] == "pass" for o in outputs.values()) and not resident
+    consistent = (all(o["status"] == CheckStatus.PASS for o in outputs.values()) and not resident
                   and (reload_result is None or reload_result["consistent"]))
     return {
         "mode": "model",
@@ -170,14 +171,14 @@ def _record(table, first, out, iteration) -> tuple[int, float]:
         if key not in first:
             first[key] = value
             table[key] = {"key": key, "dtype": str(value.dtype).removeprefix("torch."),
-                          "shape": list(value.shape), "status": "pass", "runs_mismatched": 0,
-                          "max_abs_diff": 0.0, "within_tolerance": True}
+                          "shape": list(value.shape), "status": CheckStatus.PASS,
+                          "runs_mismatched": 0, "max_abs_diff": 0.0, "within_tolerance": True}
             continue
-        entry = table.setdefault(key, {"key": key, "status": "pass", "runs_mismatched": 0,
+        entry = table.setdefault(key, {"key": key, "status": CheckStatus.PASS, "runs_mismatched": 0,
                                        "max_abs_diff": 0.0, "within_tolerance": True})
         cmp = compare(key, first[key], value)
         if cmp.mismatched:
-            entry["status"] = "fail"
+            entry["status"] = CheckStatus.FAIL
             entry["runs_mismatched"] += 1
             entry["max_abs_diff"] = max(entry["max_abs_diff"], cmp.max_abs_diff)
             entry["within_tolerance"] = entry["within_tolerance"] and cmp.close

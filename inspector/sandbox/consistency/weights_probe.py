@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from inspector.core.progress import CancelToken, check
+from inspector.core.vocabulary import CheckStatus
 from inspector.sandbox.consistency.bitcheck import (
     ConsistencyError,
     Emit,
@@ -110,10 +111,10 @@ def _weights_probe(checkpoint, device, repeats, seed, inject, emit, cancel, budg
         iteration_base += repeats
     probed_bytes = sum(t.nbytes for _, t in probed)
     for flip in resident:
-        results[flip["key"]]["status"] = "fail"
+        results[flip["key"]]["status"] = CheckStatus.FAIL
     return {
         "mode": "probe",
-        "consistent": all(r["status"] != "fail" for r in results.values()),
+        "consistent": all(r["status"] != CheckStatus.FAIL for r in results.values()),
         "tensors": list(results.values()),
         "resident_mismatches": resident,
         "probed_tensors": len(probed),
@@ -126,7 +127,7 @@ def _weights_probe(checkpoint, device, repeats, seed, inject, emit, cancel, budg
 def _round_trip(key: str, t: torch.Tensor, device: torch.device) -> dict[str, Any]:
     """Host -> device -> host copy of one tensor, SHA-256 compared."""
     entry: dict[str, Any] = {"key": key, "dtype": str(t.dtype).removeprefix("torch."),
-                             "shape": list(t.shape), "status": "pass"}
+                             "shape": list(t.shape), "status": CheckStatus.PASS}
     if t.is_quantized or t.layout != torch.strided:
         entry.update(status="skipped", reason="sparse or quantized tensors are not probed")
         return entry
@@ -135,7 +136,7 @@ def _round_trip(key: str, t: torch.Tensor, device: torch.device) -> dict[str, An
     entry["sha256"] = sha256_tensor(host)
     entry["roundtrip_ok"] = sha256_tensor(back) == entry["sha256"]
     if not entry["roundtrip_ok"]:
-        entry["status"] = "fail"
+        entry["status"] = CheckStatus.FAIL
         entry["roundtrip_mismatch"] = bit_differences(key, back, host)
     if not _probeable(t):
         entry["probe"] = "not probed (not a floating tensor of 2+ dims)"
@@ -177,7 +178,7 @@ def _probe_group(group, device, repeats, seed, inject, emit, cancel, results, ba
             cmp = compare(key, firsts[key], out)
             entry = results[key]
             if cmp.mismatched:
-                entry["status"] = "fail"
+                entry["status"] = CheckStatus.FAIL
                 entry["repeat_mismatches"] += 1
                 entry["max_abs_diff"] = max(entry["max_abs_diff"], cmp.max_abs_diff)
                 entry.setdefault("first_mismatch", {"iteration": iteration, **cmp.first_mismatch})
@@ -206,4 +207,4 @@ def _reference_check(entry, host, x_dev, out) -> None:
     entry["reference_error_ratio"] = ratio  # <= 1 means within tolerance
     entry["reference_ok"] = ratio <= 1.0
     if not entry["reference_ok"]:
-        entry["status"] = "fail"
+        entry["status"] = CheckStatus.FAIL
