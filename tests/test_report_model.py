@@ -13,6 +13,7 @@ import jsonschema
 import pytest
 
 from inspector.core import envinfo
+from inspector.core.results import InspectResult
 from inspector.gpu.telemetry import GpuSample, TelemetryStore, ingest
 from inspector.report import SessionEvidence, build_report
 from inspector.report.model import FAIL, NOT_CHECKED, PASS, FileEvidence
@@ -82,7 +83,7 @@ def test_tensor_summary_counts_dtypes_nonfinite_and_magnitudes():
         tensor_row("c", "float32", 6, 24, min=0.0, max=3.0, inf=1),
         tensor_row("d", "int64", 2, 16, min=-100, max=5),
     ], "objects": [], "digest_algorithm": "sha256"}
-    s = summarize_tensors(inspect)
+    s = summarize_tensors(InspectResult.from_json({"path": "m.pt", **inspect}))
     assert (s.count, s.parameters, s.bytes) == (4, 22, 88)
     assert [(d.dtype, d.tensors, d.elements, d.bytes) for d in s.dtypes] == [
         ("float32", 2, 16, 64), ("int64", 1, 2, 16), ("bfloat16", 1, 4, 8)]

@@ -21,6 +21,27 @@ _SCALER = re.compile(r"(?:^|\.)(?:scaler|grad_scaler|amp)(?:\.|$)")
 
 
 @dataclass
+class DtypeTotal:
+    """Tensors, elements and bytes of one dtype."""
+
+    dtype: str
+    tensors: int
+    elements: int
+    bytes: int
+
+
+def tally_dtypes(rows: Iterable[tuple[str, int, int]]) -> list[DtypeTotal]:
+    """Totals per dtype of (dtype, elements, bytes) rows, the most bytes first."""
+    by_dtype: dict[str, DtypeTotal] = {}
+    for dtype, elements, nbytes in rows:
+        total = by_dtype.setdefault(dtype, DtypeTotal(dtype, 0, 0, 0))
+        total.tensors += 1
+        total.elements += elements
+        total.bytes += nbytes
+    return sorted(by_dtype.values(), key=lambda d: d.bytes, reverse=True)
+
+
+@dataclass
 class Contents:
     """Counts over the tensors, and what the training state says, if any."""
 
@@ -29,8 +50,8 @@ class Contents:
     bytes: int
     unique_parameters: int | None
     unique_bytes: int | None
-    dtypes: list[tuple[str, int]]
-    """(dtype, bytes), largest first."""
+    by_dtype: list[DtypeTotal]
+    """Largest first."""
     optimizer_state_tensors: int = 0
     progress: dict[str, str] = field(default_factory=dict)
     """epoch / step / ... as the file spells them (shallowest key wins)."""
@@ -38,6 +59,11 @@ class Contents:
     """One per optimizer parameter group, in group order."""
     has_scheduler: bool = False
     has_scaler: bool = False
+
+    @property
+    def dtypes(self) -> list[tuple[str, int]]:
+        """(dtype, bytes), largest first."""
+        return [(d.dtype, d.bytes) for d in self.by_dtype]
 
     @property
     def is_training_checkpoint(self) -> bool:
@@ -50,17 +76,15 @@ def summarize(tensors: Iterable[dict[str, Any]], objects: Iterable[dict[str, Any
               unique: dict[str, Any] | None = None) -> Contents:
     """Contents of a checkpoint from its tensor records, object leaves and unique storage."""
     tensors = list(tensors)
-    by_dtype: dict[str, int] = {}
-    for t in tensors:
-        dtype = str(t.get("dtype") or "?")
-        by_dtype[dtype] = by_dtype.get(dtype, 0) + int(t.get("nbytes") or 0)
+    by_dtype = tally_dtypes((str(t.get("dtype") or "?"), int(t.get("numel") or 0),
+                             int(t.get("nbytes") or 0)) for t in tensors)
     out = Contents(
         tensors=len(tensors),
-        parameters=sum(int(t.get("numel") or 0) for t in tensors),
-        bytes=sum(int(t.get("nbytes") or 0) for t in tensors),
+        parameters=sum(d.elements for d in by_dtype),
+        bytes=sum(d.bytes for d in by_dtype),
         unique_parameters=(unique or {}).get("numel"),
         unique_bytes=(unique or {}).get("nbytes"),
-        dtypes=sorted(by_dtype.items(), key=lambda kv: -kv[1]),
+        by_dtype=by_dtype,
         optimizer_state_tensors=sum(bool(_OPTIMIZER_STATE.search(str(t.get("key") or "")))
                                     for t in tensors),
     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
+from functools import cache
 from typing import Any, ClassVar, TypeVar
 
 from inspector.core.architecture import Architecture
@@ -68,26 +69,43 @@ class JsonRecord:
     @classmethod
     def from_json(cls: type[R], data: dict[str, Any]) -> R:
         """The record of a JSON object; unknown keys go to `extra`."""
-        known = [f for f in fields(cls) if f.name not in cls._OWN]
+        spec = _spec(cls)
         values = {}
-        for f in known:
-            if f.name in data:
-                value, load = data[f.name], f.metadata.get("load")
-                values[f.name] = load(value) if load is not None and value is not None else value
-        names = {f.name for f in known}
-        return cls(**values, extra={k: v for k, v in data.items() if k not in names},
-                   absent=frozenset(names.difference(data)))
+        for name, load, _dump in spec:
+            if name in data:
+                value = data[name]
+                values[name] = load(value) if load is not None and value is not None else value
+        if len(values) == len(data):  # the usual case: every key known, none absent
+            return cls(**values) if len(values) == len(spec) else cls(
+                **values, absent=frozenset(n for n, _l, _d in spec if n not in values))
+        return cls(**values, extra={k: v for k, v in data.items() if k not in values},
+                   absent=frozenset(n for n, _l, _d in spec if n not in data))
 
     def to_json(self) -> dict[str, Any]:
         """The JSON object this record was read from (strict: no NaN tokens)."""
         out: dict[str, Any] = {}
-        for f in fields(self):
-            if f.name in self._OWN or f.name in self.absent:
+        absent = self.absent
+        for name, _load, dump in _spec(type(self)):
+            if name in absent:
                 continue
-            value, dump = getattr(self, f.name), f.metadata.get("dump")
-            out[f.name] = dump(value) if dump is not None and value is not None else value
+            value = getattr(self, name)
+            out[name] = dump(value) if dump is not None and value is not None else value
         out.update(self.extra)
         return out
+
+
+@cache
+def _spec(cls: type) -> tuple[tuple[str, Callable | None, Callable | None], ...]:
+    """(name, load, dump) of each JSON field of a record class, in declaration order."""
+    return tuple((f.name, f.metadata.get("load"), f.metadata.get("dump"))
+                 for f in fields(cls) if f.name not in JsonRecord._OWN)
+
+
+def as_result(cls: type[R], value: R | dict[str, Any] | None) -> R | None:
+    """`value` as `cls`: a contract's dict is read once; a typed result or None is kept."""
+    if value is None or isinstance(value, cls):
+        return value
+    return cls.from_json(value)
 
 
 # --- inspect ---------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import datetime as dt
 
 from inspector import __version__
 from inspector.core.progress import CancelToken, ProgressFn
+from inspector.core.results import DiffResult, InspectResult, as_result
 from inspector.core.verdict import worst
 from inspector.report.checklist import checklist, file_problems, telemetry_problems
 from inspector.report.model import (
@@ -72,16 +73,18 @@ def _file_report(
     progress: ProgressFn | None,
     cancel: CancelToken | None,
 ) -> FileReport:
-    scan_dict = ev.scan or (ev.inspect or {}).get("scan")
+    inspect = as_result(InspectResult, ev.inspect)  # read once, here at the report's entry
+    scan_dict = ev.scan or (inspect.scan if inspect is not None else None)
     scan = scan_info(scan_dict)
-    load = load_info(ev.inspect)
-    tensors = summarize_tensors(ev.inspect) if load.status == "loaded" else None
-    health = health_info(ev.inspect) if load.status == "loaded" else None
+    load = load_info(inspect)
+    loaded = inspect if load.status == "loaded" else None
+    tensors = summarize_tensors(loaded) if loaded is not None else None
+    health = health_info(loaded) if loaded is not None else None
     verification = verification_info(ev.verify, ev.manifest)
     conversion = conversion_info(ev.conversion)
     consistency = consistency_info(ev.consistency)
-    comparison = comparison_info(ev.diff)
-    model = model_info(ev.inspect) if load.status == "loaded" else None
+    comparison = comparison_info(as_result(DiffResult, ev.diff))
+    model = model_info(loaded) if loaded is not None else None
     code = code_info(ev.inspect)
     info = file_info(ev, scan_dict, progress, cancel)
     shards = shards_info(ev.inspect)

@@ -13,7 +13,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
+from inspector.core.contents import DtypeTotal
 from inspector.core.envinfo import EnvInfo
+from inspector.core.results import DiffResult
 from inspector.core.strict_json import strict
 
 if TYPE_CHECKING:
@@ -36,8 +38,8 @@ class FileEvidence:
     consistency: dict | None = None
     folder: str | None = None
     """The folder the user gave, when this file was found in one (for the backup check)."""
-    diff: dict | None = None
-    """A comparison with another copy (the `diff` contract), when one was made."""
+    diff: dict | DiffResult | None = None
+    """A comparison with another copy (the `diff` contract, or it typed), when one was made."""
 
 
 @dataclass
@@ -101,16 +103,6 @@ class LoadInfo:
 
 
 @dataclass
-class DtypeRow:
-    """Tensors, elements and bytes of one dtype."""
-
-    dtype: str
-    tensors: int
-    elements: int
-    bytes: int
-
-
-@dataclass
 class NonFiniteRow:
     """A tensor holding NaN or Inf, with the counts."""
 
@@ -138,7 +130,7 @@ class TensorSummary:
     bytes: int
     objects: int
     digest_algorithm: str | None
-    dtypes: list[DtypeRow]
+    dtypes: list[DtypeTotal]
     nonfinite: list[NonFiniteRow]
     """Every tensor holding NaN or Inf, training state included (`HealthInfo` judges them)."""
     largest_abs: list[AbsRow]

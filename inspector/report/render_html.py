@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 
 from inspector.core.atomic import write_text_atomic
+from inspector.core.results import TensorDiffRow
 from inspector.core.termtext import html_escape as escape  # marks control characters visibly
 from inspector.report import charts
 from inspector.report.model import FAIL, PASS, FileReport, Report
@@ -336,22 +337,18 @@ def _comparison(f: FileReport) -> str:
         ("Counts", escape(", ".join(f"{n} {k}" for k, n in sorted(c.counts.items())))),
         ("Single-bit flips", escape(str(c.single_bit_flips))),
     ])]
-    for t in c.tensors:
-        parts.append(f"<h3>{_mono(t.get('key'))}</h3><p>"
-                     + escape(str(t.get("summary") or t.get("status"))).replace("`", "")
-                     + "</p>")
-        flips = t.get("bitflips") or []
-        if flips:
+    for t in map(TensorDiffRow.from_json, c.tensors):
+        parts.append(f"<h3>{_mono(t.key)}</h3><p>{escape(t.plain_summary)}</p>")
+        if t.bitflips:
             parts.append(_table(
                 ["Element", "Bit", "Before", "After", "Byte in A", "Byte in B"],
-                [[_mono(str(fl.get("position", fl.get("index")))),
-                  escape(f"{fl.get('bit')} ({fl.get('kind')})"),
-                  _mono(f"{fl.get('before_value')} 0x{fl.get('before_bits')}"
-                        if fl.get("before_bits") else ""),
-                  _mono(f"{fl.get('after_value')} 0x{fl.get('after_bits')}"
-                        if fl.get("after_bits") else ""),
-                  _mono(str(fl.get("file_offset_a", ""))),
-                  _mono(str(fl.get("file_offset_b", "")))] for fl in flips]))
+                [[_mono(str(fl.position or fl.index)),
+                  escape(f"{fl.bit} ({fl.kind})"),
+                  _mono(f"{fl.before_value} 0x{fl.before_bits}" if fl.before_bits else ""),
+                  _mono(f"{fl.after_value} 0x{fl.after_bits}" if fl.after_bits else ""),
+                  _mono("" if fl.file_offset_a is None else fl.file_offset_a),
+                  _mono("" if fl.file_offset_b is None else fl.file_offset_b)]
+                 for fl in t.bitflips]))
     return "".join(parts)
 
 

@@ -9,12 +9,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from inspector.core.architecture import Architecture
-from inspector.core.contents import summarize, training_summary
+from inspector.core.contents import summarize, tally_dtypes, training_summary
 from inspector.core.hashing import sha256_file
 from inspector.core.health import assess
 from inspector.core.progress import CancelToken, ProgressFn
-from inspector.core.resume import ResumeChecklist, headline, item_label, status_word
+from inspector.core.results import DiffResult, InspectResult, ObjectLeaf, TensorStats
+from inspector.core.resume import headline, item_label, status_word
 from inspector.report.model import (
     FAIL,
     PASS,
@@ -23,7 +23,6 @@ from inspector.report.model import (
     ComparisonInfo,
     ConsistencyInfo,
     ConversionInfo,
-    DtypeRow,
     FileEvidence,
     FileInfo,
     GpuTelemetry,
@@ -119,67 +118,58 @@ def scan_info(scan: dict | None) -> ScanInfo:
     )
 
 
-def load_info(inspect: dict | None) -> LoadInfo:
+def load_info(inspect: InspectResult | None) -> LoadInfo:
     """The inspect contract's load outcome: loaded, refused by policy, or failed."""
     if inspect is None:
         return LoadInfo(status="not_run")
-    sandbox = dict(inspect.get("sandbox") or {})
-    error = inspect.get("error")
-    status = "loaded"
-    if isinstance(error, dict):
-        status = "refused" if error.get("code") in REFUSALS else "failed"
-        error = error.get("message") or json.dumps(error, sort_keys=True)
-    elif error:
-        status = "failed"
-    return LoadInfo(status=status, sandbox_level=sandbox.get("level"), sandbox=sandbox,
-                    error=error)
+    sandbox = inspect.sandbox.to_json() if inspect.sandbox is not None else {}
+    error = inspect.error
+    if error is None:
+        return LoadInfo(status="loaded", sandbox_level=sandbox.get("level"), sandbox=sandbox)
+    return LoadInfo(status="refused" if error.code in REFUSALS else "failed",
+                    sandbox_level=sandbox.get("level"), sandbox=sandbox,
+                    error=error.message or json.dumps(error.to_json(), sort_keys=True))
 
 
-def summarize_tensors(inspect: dict) -> TensorSummary:
+def summarize_tensors(inspect: InspectResult) -> TensorSummary:
     """Counts, parameters, bytes by dtype, non-finite tensors and the largest magnitudes."""
-    rows = inspect.get("tensors") or []
-    by_dtype: dict[str, DtypeRow] = {}
-    nonfinite, magnitudes = [], []
-    for t in rows:
-        dtype = str(t.get("dtype"))
-        agg = by_dtype.setdefault(dtype, DtypeRow(dtype, 0, 0, 0))
-        agg.tensors += 1
-        agg.elements += int(t.get("numel") or 0)
-        agg.bytes += int(t.get("nbytes") or 0)
-        nan, inf = int(t.get("nan") or 0), int(t.get("inf") or 0)
-        if nan or inf:
-            nonfinite.append(NonFiniteRow(str(t.get("key")), nan, inf))
-        magnitude = _abs_max(t)
-        if magnitude is not None:
-            magnitudes.append(AbsRow(str(t.get("key")), dtype, magnitude))
+    rows = inspect.tensors
+    dtypes = tally_dtypes((t.dtype, t.numel, t.nbytes) for t in rows)
+    magnitudes = [AbsRow(t.key, t.dtype, m) for t in rows if (m := _abs_max(t)) is not None]
     magnitudes.sort(key=lambda r: r.abs_max, reverse=True)
-    unique = inspect.get("unique_storage") or {}
+    unique = inspect.unique_storage or {}
     return TensorSummary(
         count=len(rows),
-        parameters=sum(d.elements for d in by_dtype.values()),
-        bytes=sum(d.bytes for d in by_dtype.values()),
-        objects=len(inspect.get("objects") or []),
-        digest_algorithm=inspect.get("digest_algorithm"),
-        dtypes=sorted(by_dtype.values(), key=lambda d: d.bytes, reverse=True),
-        nonfinite=nonfinite,
+        parameters=sum(d.elements for d in dtypes),
+        bytes=sum(d.bytes for d in dtypes),
+        objects=len(inspect.objects),
+        digest_algorithm=inspect.digest_algorithm,
+        dtypes=dtypes,
+        nonfinite=[NonFiniteRow(t.key, t.nan, t.inf) for t in rows if t.nan or t.inf],
         largest_abs=magnitudes[:LARGEST_ABS_ROWS],
         unique_parameters=unique.get("numel"),
         unique_bytes=unique.get("nbytes"),
     )
 
 
-def health_info(inspect: dict) -> HealthInfo:
+def health_info(inspect: InspectResult) -> HealthInfo:
     """Weights health as the engine judged it (judged here for results saved before it did)."""
-    health = inspect.get("health") or assess(inspect.get("tensors") or []).to_json()
+    health = inspect.health or assess(_records(inspect.tensors)).to_json()
     return HealthInfo(status=health["status"], findings=list(health.get("findings") or []),
                       weights_checked=int(health.get("weights_checked") or 0),
                       state_tensors=int(health.get("state_tensors") or 0))
 
 
-def _abs_max(tensor: dict) -> float | None:
+def _records(items: list[TensorStats] | list[ObjectLeaf]) -> list[dict]:
+    """The contract's records, for the torch-free judges that read them (`core.health`,
+    `core.contents`)."""
+    return [i.to_json() for i in items]
+
+
+def _abs_max(tensor: TensorStats) -> float | None:
     """The largest finite magnitude a tensor row reports, None when it reports none."""
-    candidates = [_number(tensor.get(k)) for k in ("absmax", "abs_max", "min", "max")]
-    finite = [abs(v) for v in candidates if v is not None and math.isfinite(v)]
+    finite = [abs(float(v)) for v in (tensor.absmax, tensor.min, tensor.max)
+              if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
     return max(finite) if finite else None
 
 
@@ -226,15 +216,12 @@ MAX_FLIPS_SHOWN = 20
 """Flipped elements listed per tensor in a report; the counts stay exact."""
 
 
-def model_info(inspect: dict) -> ModelInfo:
+def model_info(inspect: InspectResult) -> ModelInfo:
     """The inspect result's architecture guess and training state, in the Overview's words."""
-    arch = inspect.get("architecture")
-    resume = inspect.get("resume")
-    training = training_summary(summarize(inspect.get("tensors") or [],
-                                          inspect.get("objects") or []))
-    checklist = ResumeChecklist.from_json(resume) if resume else None
+    training = training_summary(summarize(_records(inspect.tensors), _records(inspect.objects)))
+    checklist = inspect.resume
     return ModelInfo(
-        architecture=Architecture.from_json(arch).summary() if arch else None,
+        architecture=inspect.architecture.summary() if inspect.architecture else None,
         training=training or None,
         resume=headline(checklist) if checklist else None,
         resume_items=[{"item": item_label(i), "status": status_word(i), "detail": i.detail}
@@ -255,21 +242,18 @@ def code_info(inspect: dict | None) -> CodeInfo | None:
                     flags=sum(len(f["flags"]) for f in files), files=files)
 
 
-def comparison_info(diff: dict | None) -> ComparisonInfo | None:
+def comparison_info(diff: DiffResult | None) -> ComparisonInfo | None:
     """The diff contract as a section: the tensors that differ and their first flips."""
     if diff is None:
         return None
-    tensors = list(diff.get("tensors") or [])
-    counts = _status_counts(tensors)
-    changed = [{**t, "bitflips": list(t.get("bitflips") or [])[:MAX_FLIPS_SHOWN]}
-               for t in tensors if t.get("status") != "identical"]
-    other = diff.get("b")
+    changed = diff.differing
     return ComparisonInfo(
-        status=FAIL if changed or not diff.get("identical", not changed) else PASS,
-        other=other.get("path") if isinstance(other, dict) else other,
-        counts=counts,
-        tensors=changed,
-        single_bit_flips=sum(int(t.get("single_bit_flips") or 0) for t in changed),
+        status=FAIL if changed or not diff.identical else PASS,
+        other=diff.b.path if diff.b is not None else None,
+        counts=dict(diff.counts),
+        tensors=[{**t.to_json(), "bitflips": [f.to_json() for f in t.bitflips[:MAX_FLIPS_SHOWN]]}
+                 for t in changed],
+        single_bit_flips=sum(t.single_bit_flips for t in changed),
     )
 
 
