@@ -235,3 +235,23 @@ def test_report_in_parallel_gives_the_same_report(tmp_path, capsys, monkeypatch,
     paths = [f["file"]["path"] for f in docs["3"]["files"]]
     assert paths == [str(p) for p in sorted(folder.iterdir())]  # input order
     assert _comparable(docs["1"]) == _comparable(docs["3"])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux-only")
+def test_each_worker_runs_on_its_share_of_the_cores(tmp_path, nothing_outlives):
+    from inspector.sandbox.client import fork_server, inspect_file
+
+    files = _files(2, tmp_path / "run")
+
+    def threads(path: Path, cancel: CancelToken) -> int:
+        report = inspect_file(path, cancel=cancel)
+        assert report["error"] is None
+        return report["timing"]["compute_threads"]
+
+    cores = default_jobs()
+    alone = threads(files[0], CancelToken())  # a cold worker, the only job
+    with fork_server():
+        together = run_parallel(threads, files, jobs=2)
+        after = threads(files[1], CancelToken())  # the pool's share ends with the pool
+    assert alone == cores and after == cores
+    assert together == [max(1, cores // 2)] * 2

@@ -45,6 +45,7 @@ from inspector.core.shards import ShardError, ShardIndex, check_contents
 from inspector.core.vocabulary import JailLevel, Severity, Verdict
 from inspector.sandbox.forkclient import ForkedWorker, ForkServer, ForkServerError
 from inspector.sandbox.jail import LEVELS, default_max_threads
+from inspector.sandbox.parallel import job_threads
 
 EventFn = Callable[[dict], None]
 
@@ -160,6 +161,9 @@ def run_job(
     meets `require_jail` (default: `required_jail()`).
     """
     required = require_jail or _required_jail
+    # this job's share of the cores when several run at once (sandbox.parallel)
+    request = {**request, "limits": {"torch_threads": job_threads(),
+                                     **request.get("limits", {})}}
     started = time.monotonic()
     proc = _spawn(tuple(pass_fds))
     max_threads = int(request.get("limits", {}).get("max_threads") or default_max_threads())
@@ -229,6 +233,7 @@ def run_job(
     result["sandbox"] = sandbox
     result["timing"] = {"startup_s": startup_s, "total_s": time.monotonic() - started,
                         "worker_peak_rss_kb": result.pop("peak_rss_kb", None),
+                        "compute_threads": result.pop("compute_threads", None),
                         "worker": "forked" if isinstance(proc, ForkedWorker) else "cold"}
     return result
 

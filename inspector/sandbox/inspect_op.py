@@ -31,7 +31,7 @@ from inspector.sandbox.torchscript import code_report
 def inspect(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict:
     """Load request["path"] (weights_only, or safetensors) and describe every tensor and object."""
     path = request["path"]
-    # Two pool threads, one core each: torch's own intra-op threads would only contend.
+    # One tensor per pool thread, one core each: torch's own intra-op threads would contend.
     torch.set_num_threads(1)
     emit({"type": "progress", "stage": "load", "done": 0, "total": 1})
     obj = load_request(request)
@@ -52,7 +52,8 @@ def inspect(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
         emit(event)
         emit({"type": "progress", "stage": "tensors", "done": done, "total": len(tensors)})
 
-    records = describe_tensors(tensors, on_tensor, release=release, cancel=cancel)
+    records = describe_tensors(tensors, on_tensor, release=release, cancel=cancel,
+                               threads=request["_threads"])
     result = {"digest_algorithm": DIGEST_ALGORITHM, "tensors": records, "objects": objects_out,
               "unique_storage": unique_storage(tensors), "health": assess(records).to_json()}
     if request.get("format") in CODE_ARCHIVES:

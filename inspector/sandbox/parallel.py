@@ -4,6 +4,9 @@ Client side (this module never imports torch): each job is a thread of this proc
 the `sandbox.client` functions, so each still gets its own freshly jailed worker (forked from
 the warm server when one is in use: `ForkServer.spawn` takes one request at a time on its
 socket). Memory is honest arithmetic: N jobs at once hold up to N times one worker's peak.
+Cores are shared out the same way: a job thread's `job_threads()` is the cores divided by the
+jobs running at once (at least 1), and `client.run_job` asks its worker for that many compute
+threads, so N workers never run N times the cores' threads.
 
 The first job to fail cancels the rest through the shared `CancelToken` (each client call
 kills its worker's process group when the token is set), jobs not yet started never start,
@@ -13,6 +16,7 @@ and that first error is raised once every running job has stopped.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
@@ -27,6 +31,19 @@ def default_jobs() -> int:
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return os.cpu_count() or 1
+
+
+_share = threading.local()
+
+
+def job_threads() -> int:
+    """Compute threads a worker started from this thread may use: its job's share of the
+    cores inside `run_parallel`, every core elsewhere."""
+    return getattr(_share, "threads", None) or default_jobs()
+
+
+def _set_share(threads: int) -> None:
+    _share.threads = threads
 
 
 def run_parallel(
@@ -56,7 +73,9 @@ def run_parallel(
     from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
     failure: BaseException | None = None
-    with ThreadPoolExecutor(max_workers=min(jobs, len(work)), thread_name_prefix="job") as pool:
+    workers = min(jobs, len(work))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="job", initializer=_set_share,
+                            initargs=(max(1, default_jobs() // workers),)) as pool:
         futures = [pool.submit(fn, item, token) for item in work]
         pending = set(futures)
         try:

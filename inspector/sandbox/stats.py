@@ -193,8 +193,10 @@ def logical_chunks(t: torch.Tensor, max_elems: int) -> Iterator[torch.Tensor]:
         yield from logical_chunks(part, max_elems)
 
 
-def _raw(chunk: torch.Tensor) -> torch.Tensor:
-    return chunk.int_repr() if chunk.is_quantized else chunk
+def _chunk_bytes(chunk: torch.Tensor) -> memoryview:
+    """The stored bytes of one contiguous chunk (quantized: its integer representation)."""
+    raw = chunk.int_repr() if chunk.is_quantized else chunk
+    return memoryview(raw.view(torch.uint8).numpy()).cast("B")
 
 
 def byte_chunks(t: torch.Tensor, release: Release | None = None) -> Iterator[memoryview]:
@@ -202,8 +204,7 @@ def byte_chunks(t: torch.Tensor, release: Release | None = None) -> Iterator[mem
     per = max(1, CHUNK_BYTES // max(1, t.element_size()))
     storage_ptr = t.untyped_storage().data_ptr()
     for chunk in logical_chunks(t, per):
-        raw = _raw(chunk)
-        yield memoryview(raw.view(torch.uint8).numpy()).cast("B")
+        yield _chunk_bytes(chunk)
         if release is not None and chunk.untyped_storage().data_ptr() == storage_ptr:
             release(chunk.data_ptr(), chunk.numel() * chunk.element_size())
 
@@ -286,8 +287,13 @@ def _exact_minmax(exact: torch.Tensor) -> tuple[int, int]:
     return int(lo), int(hi)
 
 
-def tensor_stats(t: torch.Tensor, cancel: CancelToken | None = None) -> dict:
-    """min, max, mean, std, absmax, NaN/Inf/zero counts and a 64-bin histogram of finite values."""
+def tensor_stats(t: torch.Tensor, cancel: CancelToken | None = None,
+                 digest: hashlib._Hash | None = None) -> dict:
+    """min, max, mean, std, absmax, NaN/Inf/zero counts and a 64-bin histogram of finite values.
+
+    `digest` is fed the tensor's bytes as `tensor_digest` hashes them, in the same pass, while
+    each chunk is hot in the cache; after an exception it holds only part of them.
+    """
     per = max(1, STATS_CHUNK_BYTES // max(4, t.element_size()) // 2)
     moments = _Moments()
     nan = inf = zeros = 0
@@ -296,6 +302,8 @@ def tensor_stats(t: torch.Tensor, cancel: CancelToken | None = None) -> dict:
     chunks, last_finite = 0, None
     for chunk in logical_chunks(t, per):
         check(cancel)
+        if digest is not None:
+            digest.update(_chunk_bytes(chunk))
         values, exact, what = _value_domain(chunk)
         finite, c_nan, c_inf, bounds = _finite(values)
         nan += c_nan
@@ -497,39 +505,39 @@ def describe_tensors(
 ) -> list[dict]:
     """Full records for every tensor; each is emitted as soon as it is complete.
 
-    The digest and the statistics of a tensor run as two tasks on a pool of `threads`; once
-    both are done its pages are released (when a `release` is given), so RSS stays bounded by
-    the tensors in flight rather than the checkpoint.
+    Each tensor is one task on a pool of `threads` (inline for one): its digest and its
+    statistics in one pass over its bytes (`tensor_stats(digest=)`), so each chunk is read
+    from memory once; its pages are then released (when a `release` is given), so RSS stays
+    bounded by the tensors in flight rather than the checkpoint.
     """
     shared = storage_groups(items)
     records = [layout_record(k, t) for k, t in items]
+    dense = []
+    for i, ((key, t), rec) in enumerate(zip(items, records, strict=True)):
+        if key in shared:
+            rec["shared_with"] = shared[key]
+        if not is_dense(t) or "meta" in rec["flags"]:
+            emit({"type": "tensor", **rec})
+        else:
+            dense.append(i)
+
+    def finish(i: int, values: dict) -> None:
+        records[i].update(values)
+        _release_tensor(items[i][1], release)
+        emit({"type": "tensor", **records[i]})
+
+    if threads <= 1:
+        for i in dense:
+            finish(i, _stats_and_digest(items[i][1], cancel))
+        return records
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stats") as pool:
-        jobs = {}
-        remaining = {}
-        for i, ((key, t), rec) in enumerate(zip(items, records, strict=True)):
-            if key in shared:
-                rec["shared_with"] = shared[key]
-            if not is_dense(t) or "meta" in rec["flags"]:
-                emit({"type": "tensor", **rec})
-                continue
-            jobs[pool.submit(tensor_digest, t, None, cancel)] = (i, "digest")
-            jobs[pool.submit(_safe_stats, t, cancel)] = (i, "stats")
-            remaining[i] = 2
+        jobs = {pool.submit(_stats_and_digest, items[i][1], cancel): i for i in dense}
         try:
             pending = set(jobs)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    i, part = jobs[fut]
-                    value = fut.result()
-                    if part == "digest":
-                        records[i]["digest"] = value
-                    else:
-                        records[i].update(value)
-                    remaining[i] -= 1
-                    if remaining[i] == 0:
-                        _release_tensor(items[i][1], release)
-                        emit({"type": "tensor", **records[i]})
+                    finish(jobs[fut], fut.result())
         except BaseException:
             for fut in jobs:
                 fut.cancel()
@@ -543,9 +551,13 @@ def _release_tensor(t: torch.Tensor, release: Release | None) -> None:
         release(storage.data_ptr(), storage.nbytes())
 
 
-def _safe_stats(t: torch.Tensor, cancel: CancelToken | None) -> dict:
-    """Statistics, or a note saying why this dtype has none (the digest still covers it)."""
+def _stats_and_digest(t: torch.Tensor, cancel: CancelToken | None) -> dict:
+    """Statistics (or a note saying why this dtype has none) and the digest, which every
+    dense tensor gets."""
+    digest = hashlib.sha256()
     try:
-        return tensor_stats(t, cancel)
+        rec = tensor_stats(t, cancel, digest)
     except (TypeError, RuntimeError, NotImplementedError) as exc:
-        return {"stats_on": None, "note": f"no statistics: {exc}"}
+        return {"stats_on": None, "note": f"no statistics: {exc}",
+                "digest": tensor_digest(t, None, cancel)}
+    return {**rec, "digest": digest.hexdigest()}

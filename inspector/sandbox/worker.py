@@ -26,11 +26,17 @@ worker read), `output_fd` (an inherited descriptor for the only output, conversi
 `output_bytes` (its size limit), `limits` ({cpu_seconds, memory_mb, open_files, nice,
 max_threads, torch_threads}). Every other key belongs to the operation.
 
+Threads. `torch_threads` is the job's share of the cores (the client sends
+`parallel.job_threads()`: all of them for one job, fewer when it runs several at once). The
+worker sets torch's intra-op pool to it once the operation's module is imported, hands it to
+the operation as `request["_threads"]` (the `inspect` op's pool of statistics threads) and
+reports it as the result's `compute_threads`.
+
 Forked workers. Within `client.fork_server()`, the worker is not a fresh interpreter but a
 child the fork server (`forkserver.py`) forked for this job after importing torch and every
 op's module; the child runs this same `main` on its own pipes, so the protocol and the order
-(request, jail, handshake, start line, input) are the same, and having torch already
-imported it sets torch's thread count itself (`torch_threads`, default the core count).
+(request, jail, handshake, start line, input) are the same; the server started no thread
+pool, so the child's torch threads are only those its `torch_threads` asks for.
 
 Operations. OPS maps an operation name to "module:function"; each area adds its own entry
 and keeps its code in its own module. An operation is
@@ -148,12 +154,15 @@ def _peak_rss_kb() -> int | None:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-def _set_torch_threads(request: dict) -> None:
-    """A forked worker (torch already imported) sizes its own pool; the fork server has none."""
+def _set_threads(request: dict) -> int:
+    """The job's compute threads (`torch_threads`, else every core), set as torch's pool."""
+    threads = request.get("limits", {}).get("torch_threads")
+    threads = max(1, int(threads or os.cpu_count() or 1))
     torch = sys.modules.get("torch")
-    if torch is not None:
-        threads = request.get("limits", {}).get("torch_threads") or os.cpu_count() or 1
-        torch.set_num_threads(int(threads))
+    if torch is None:
+        return threads
+    torch.set_num_threads(threads)
+    return torch.get_num_threads()
 
 
 def main() -> int:
@@ -168,18 +177,19 @@ def main() -> int:
         maps_fd = open_maps()
         level = apply_jail(jail_config(request))
         emit({"type": "jail", **level})
-        _set_torch_threads(request)
         request["_maps_fd"] = maps_fd
         cancel = CancelToken()
         signal.signal(signal.SIGTERM, lambda *_: cancel.cancel())
         op = _resolve(request["op"])
+        request["_threads"] = _set_threads(request)
         start = json.loads(sys.stdin.readline() or "{}")
         if not isinstance(start, dict) or start.pop("start", None) is not True:
             raise _Refused("not_started", "the client did not start the operation")
         nonce = start.pop("nonce", None)
         request.update(start)
         result = op(request, emit, cancel)
-        emit({"type": "result", **result, "peak_rss_kb": _peak_rss_kb(), "nonce": nonce})
+        emit({"type": "result", **result, "peak_rss_kb": _peak_rss_kb(),
+              "compute_threads": request["_threads"], "nonce": nonce})
         # EOF right after the result tells the client nothing else follows.
         protocol.close()
         return 0
