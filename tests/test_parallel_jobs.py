@@ -255,3 +255,21 @@ def test_each_worker_runs_on_its_share_of_the_cores(tmp_path, nothing_outlives):
         after = threads(files[1], CancelToken())  # the pool's share ends with the pool
     assert alone == cores and after == cores
     assert together == [max(1, cores // 2)] * 2
+
+
+def test_verify_with_tensors_in_parallel_gives_the_same_result(tmp_path, capsys,
+                                                               nothing_outlives):
+    folder = tmp_path / "run"
+    files = _files(4, folder)
+    manifest = tmp_path / "m.json"
+    assert main(["manifest", "create", str(folder), "-o", str(manifest), "--jobs", "1"]) == 0
+    # one tensor changed in place (same size): only its tensor and file hash differ
+    torch.save({**factories.small_state_dict(2), "fc2.bias": torch.ones(2)}, files[2])
+    capsys.readouterr()
+    docs = {}
+    for jobs in ("1", "2"):
+        assert main(["verify", "-m", str(manifest), str(folder), "--jobs", jobs,
+                     "--json"]) == 1
+        docs[jobs] = json.loads(capsys.readouterr().out)
+    assert docs["1"] == docs["2"]
+    assert [t["status"] for t in docs["2"]["tensors"]].count("ok") == 15

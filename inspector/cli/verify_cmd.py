@@ -4,12 +4,15 @@ its own blob names, or one file against a SHA-256 pasted from the Hub."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from inspector.cli.common import (
     EXIT_MANIFEST,
+    add_jobs_argument,
     add_loader_arguments,
     print_verify_result,
     stderr_progress,
@@ -18,9 +21,12 @@ from inspector.cli.common import (
 )
 from inspector.core.hashing import is_sha256_hex
 from inspector.core.hfcache import is_cache_path, verify_cache
-from inspector.core.manifest import ManifestError, read_manifest
+from inspector.core.manifest import Manifest, ManifestError, TensorEntry, read_manifest
+from inspector.core.progress import CancelToken
 from inspector.core.verify import (
+    TensorDigestFn,
     VerifyResult,
+    plan,
     verify,
     verify_sha256,
     verify_tensors_only,
@@ -66,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the manifest records, ignoring file names and hashes",
     )
     add_loader_arguments(parser)
+    add_jobs_argument(parser)
     parser.epilog = (
         "exit status: 0 all ok, 1 something differs, 2 manifest unreadable (or no manifest "
         "where one is needed), 3 nothing differs but something could not be checked"
@@ -86,15 +93,17 @@ def run(args: argparse.Namespace) -> int:
         return _usage(
             f"{args.manifest} is a Git LFS pointer; name the downloaded file to check against it"
         )
-    digests = None if args.no_tensors else worker_digests(args)
     if args.tensors_only:
         if not args.paths:
             return _usage("--tensors-only needs the files to check")
-        with warm_workers(len(args.paths)):
-            result = verify_tensors_only(manifest, args.paths, worker_digests(args))
+        files = list(args.paths)
+        with warm_workers(len(files)), _digests_ahead(args, files) as digests:
+            result = verify_tensors_only(manifest, args.paths, digests)
     else:
+        files = [] if args.no_tensors else _tensor_files(manifest, args.paths)
+        ahead = contextlib.nullcontext() if args.no_tensors else _digests_ahead(args, files)
         with stderr_progress("verifying", args.quiet) as progress, \
-                warm_workers(sum(f.tensors is not None for f in manifest.files) if digests else 0):
+                warm_workers(len(files)), ahead as digests:
             result = verify(
                 manifest,
                 args.paths,
@@ -103,6 +112,30 @@ def run(args: argparse.Namespace) -> int:
                 strict=args.strict,
             )
     return _finish(args, result, str(args.manifest), manifest.dialect)
+
+
+def _tensor_files(manifest: Manifest, paths: list[Path]) -> list[Path]:
+    """The files `verify` will ask tensor digests of: listed with tensors, and of the listed
+    size (a file of another size fails without being read)."""
+    return [location for entry, location in plan(manifest, paths)
+            if entry is not None and entry.tensors is not None and location.is_file()
+            and entry.size in (None, location.stat().st_size)]
+
+
+@contextlib.contextmanager
+def _digests_ahead(args: argparse.Namespace, files: list[Path]) -> Iterator[TensorDigestFn]:
+    """Tensor digests of `files`, `--jobs` workers at a time, computed ahead while verify
+    hashes each file in turn and asks for them in its own order (so output never changes)."""
+    from inspector.sandbox.parallel import Prefetch
+
+    compute = worker_digests(args)
+    with Prefetch(lambda path, cancel: compute(path, cancel=cancel), files,
+                  args.jobs) as ahead:
+
+        def digests(path: Path, *, cancel: CancelToken | None = None) -> list[TensorEntry]:
+            return ahead.get(path, cancel) if path in ahead else compute(path, cancel=cancel)
+
+        yield digests
 
 
 def _run_without_manifest(args: argparse.Namespace) -> int:

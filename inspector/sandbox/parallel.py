@@ -15,12 +15,13 @@ and that first error is raised once every running job has stopped.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
-from inspector.core.progress import CancelToken, ProgressFn
+from inspector.core.progress import Cancelled, CancelToken, ProgressFn, check
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -94,3 +95,59 @@ def run_parallel(
     if failure is not None:
         raise failure
     return [f.result() for f in futures]
+
+
+class Prefetch(Generic[T, R]):
+    """`fn(item, cancel)` for every item, `jobs` at a time in the background, each result
+    handed out by `get` as soon as it is ready: for a caller that goes through the items in
+    order doing its own work (hashing each file) while the next ones' workers already run.
+
+    Unlike `run_parallel`, one item's failure is only that item's: `get` raises it. `close`
+    (or leaving the `with` block) cancels what is still running and waits for it.
+    """
+
+    def __init__(self, fn: Callable[[T, CancelToken], R], items: Iterable[T], jobs: int) -> None:
+        from concurrent.futures import Future
+
+        self._token = CancelToken()
+        self._futures: dict[T, Future] = {item: Future() for item in items}
+        self._thread = threading.Thread(target=self._run, args=(fn, jobs), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[[T, CancelToken], R], jobs: int) -> None:
+        def one(item: T, cancel: CancelToken) -> None:
+            future = self._futures[item]
+            try:
+                cancel.check()
+                future.set_result(fn(item, cancel))
+            except BaseException as exc:  # handed to whoever asks for this item
+                future.set_exception(exc)
+
+        with contextlib.suppress(Cancelled):  # closed: the items not begun are not wanted
+            run_parallel(one, list(self._futures), jobs, cancel=self._token)
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._futures
+
+    def get(self, item: T, cancel: CancelToken | None = None) -> R:
+        """The item's result (its exception raised), waiting for it; `cancel` stops the wait."""
+        from concurrent.futures import TimeoutError as Pending
+
+        future = self._futures[item]
+        while True:
+            check(cancel)
+            try:
+                return future.result(timeout=0.1)
+            except Pending:
+                continue
+
+    def close(self) -> None:
+        """Cancel every job still running or waiting, and wait until they have stopped."""
+        self._token.cancel()
+        self._thread.join()
+
+    def __enter__(self) -> Prefetch[T, R]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
