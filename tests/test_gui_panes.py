@@ -101,8 +101,7 @@ def test_compare_reports_a_single_bit_flip_in_plain_words(window, qtbot, small, 
     qtbot.waitUntil(lambda: doc.verify is not None, timeout=LOAD_TIMEOUT_MS)
     window.integrity.compare_with(flipped)
     qtbot.waitUntil(lambda: doc.diff is not None, timeout=LOAD_TIMEOUT_MS)
-    changed = [t for t in doc.diff["tensors"] if t["status"] != "identical"]
-    assert [t["key"] for t in changed] == ["fc1.weight"]
+    assert [t.key for t in doc.diff.differing] == ["fc1.weight"]
     text = window.integrity.summary.toPlainText()
     assert "1 single-bit flip in fc1.weight" in text and "exponent" in text and "`" not in text
     assert "memory or storage corruption" in text

@@ -7,6 +7,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from inspector.core.results import DiffResult, InspectResult
 from inspector.core.torchscript_layout import CODE_ARCHIVES
 
 STATE_WORDS = {
@@ -44,6 +45,8 @@ class FileDocument(QObject):
         self.message = ""
         self.scan: dict[str, Any] | None = None
         self.inspect: dict[str, Any] | None = None
+        self.result: InspectResult | None = None
+        """The final inspection, typed; `inspect` is the same as the contract's dict."""
         self.sha256: str | None = None
         self.sandbox: dict[str, Any] | None = None
         self.allowed_globals: tuple[str, ...] = ()
@@ -51,7 +54,7 @@ class FileDocument(QObject):
         self.tensors: list[dict[str, Any]] = []
         self.objects: list[dict[str, Any]] = []
         self.verify: dict[str, Any] | None = None
-        self.diff: dict[str, Any] | None = None
+        self.diff: DiffResult | None = None
         self.conversion: dict[str, Any] | None = None
         self.worker_started = False
 
@@ -68,8 +71,8 @@ class FileDocument(QObject):
     @property
     def size(self) -> int | None:
         """File size in bytes, from the inspection or the file system."""
-        if self.inspect and self.inspect.get("size") is not None:
-            return int(self.inspect["size"])
+        if self.result is not None and self.result.size is not None:
+            return self.result.size
         try:
             return self.path.stat().st_size
         except OSError:
@@ -120,19 +123,17 @@ class FileDocument(QObject):
             self.tensors.extend(new_tensors)  # the event itself is the row: no copy per tensor
             self.tensors_appended.emit(first, len(new_tensors))
 
-    def set_inspect(self, result: dict[str, Any]) -> None:
-        """Record the final inspection; its tensor list is authoritative."""
-        self.inspect = result
-        self.sha256 = result.get("sha256") or self.sha256
+    def set_inspect(self, result: dict[str, Any], typed: InspectResult) -> None:
+        """Record the final inspection, as the contract's dict and typed (made off the UI
+        thread); its tensor list is authoritative."""
+        self.inspect, self.result = result, typed
+        self.sha256 = typed.sha256 or self.sha256
         self.sandbox = result.get("sandbox") or self.sandbox
-        if result.get("scan"):
-            self.scan = result["scan"]
-        final = result.get("tensors")
-        if final is not None and [t.get("key") for t in final] != [
-            t.get("key") for t in self.tensors
-        ]:
+        if typed.scan:
+            self.scan = typed.scan
+        final = result["tensors"]
+        if [t.key for t in typed.tensors] != [t.get("key") for t in self.tensors]:
             self.tensors = list(final)
             self.tensors_reset.emit()
-        if result.get("objects") is not None:
-            self.objects = list(result["objects"])
+        self.objects = list(result["objects"])
         self.changed.emit()

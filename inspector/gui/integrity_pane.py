@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.core.progress import CancelToken
+from inspector.core.results import DiffResult, FlipRecord, TensorDiffRow
 from inspector.gui import app as appmod
 from inspector.gui import roles
 from inspector.gui.document import FileDocument
@@ -282,7 +283,7 @@ class IntegrityPane(QWidget):
         self._show(f"<p>Comparing with {html.escape(str(other))}…</p>", [])
         return self.pipeline.run_heavy(job)
 
-    def _diffed(self, doc: FileDocument, result: dict[str, Any]) -> None:
+    def _diffed(self, doc: FileDocument, result: DiffResult) -> None:
         doc.diff = result
         doc.changed.emit()
         if doc is self.doc:
@@ -321,67 +322,53 @@ def verify_view(result: dict[str, Any]) -> tuple[str, list[Row]]:
     return head + notes, rows
 
 
-def diff_view(result: dict[str, Any]) -> tuple[str, list[Row]]:
+def diff_view(result: DiffResult) -> tuple[str, list[Row]]:
     """The summary paragraph and the forensic rows of a comparison: one row per tensor that
     differs, then one per flipped element with its bits, values before and after, and where
     the changed byte lies in each file."""
-    tensors = result.get("tensors", [])
-    other = html.escape(_path_of(result.get("b")) or "the other file")
-    changed = [t for t in tensors if t["status"] != "identical"]
+    tensors = result.tensors
+    other = html.escape(result.b.path if result.b is not None else "the other file")
+    changed = result.differing
     if not changed:
         head = (f"<p><b style='color:{status_style('ok').colour}'>✓ Identical to {other}"
                 f"</b>: all {len(tensors)} tensors are bit for bit the same.</p>")
     else:
         head = (f"<p><b style='color:{status_style('changed').colour}'>✕ Differs from "
                 f"{other}</b>: {len(changed)} of {len(tensors)} tensors differ.</p>")
-        head += "".join(f"<p>{_code_html(diff_words(t))}</p>"
-                        for t in changed[:8] if t.get("bitflips"))
+        head += "".join(f"<p>{_code_html(t.summary)}</p>" for t in changed[:8] if t.bitflips)
         head += "<p>" + html.escape(forensic_verdict(changed)) + "</p>"
     rows: list[Row] = []
     for t in changed:
-        rows.append((t["key"], "tensor", t["status"], _dtype_shape(t, "a"), _dtype_shape(t, "b"),
-                     plain_words(diff_words(t))))
-        rows += [flip_row(t["key"], f) for f in t.get("bitflips") or []]
-    rows += [(t["key"], "tensor", t["status"], "", "", "bit for bit identical")
-             for t in tensors if t["status"] == "identical"]
+        rows.append((t.key, "tensor", t.status, _dtype_shape(t.dtype_a, t.shape_a),
+                     _dtype_shape(t.dtype_b, t.shape_b), t.plain_summary))
+        rows += [flip_row(t.key, f) for f in t.bitflips]
+    rows += [(t.key, "tensor", t.status, "", "", "bit for bit identical")
+             for t in tensors if t.status == "identical"]
     return head, rows
 
 
-def flip_row(key: str, flip: dict[str, Any]) -> Row:
+def flip_row(key: str, flip: FlipRecord) -> Row:
     """One flipped element: where, which bit, its value and bits before and after."""
-    where = "[" + ", ".join(map(str, flip.get("position") or [flip.get("index")])) + "]"
-    part = f"{flip['part']} " if flip.get("part") else ""
-    bit = f"bit {flip.get('bit')} ({part}{flip.get('kind')})"
-    offsets = [f"byte {flip[k]:,} of {side}" for side, k in (("A", "file_offset_a"),
-                                                              ("B", "file_offset_b"))
-               if flip.get(k) is not None]
-    return (f"{key}{where}", bit, "changed", _value_bits(flip, "before"),
-            _value_bits(flip, "after"), ", ".join(offsets) or "offset in the file unknown")
+    where = "[" + ", ".join(map(str, flip.position or [flip.index])) + "]"
+    offsets = [f"byte {offset:,} of {side}" for side, offset in (("A", flip.file_offset_a),
+                                                                  ("B", flip.file_offset_b))
+               if offset is not None]
+    return (f"{key}{where}", f"bit {flip.bit} ({flip.label})", "changed",
+            _value_bits(flip.before_value, flip.before_bits),
+            _value_bits(flip.after_value, flip.after_bits),
+            ", ".join(offsets) or "offset in the file unknown")
 
 
-def _value_bits(flip: dict[str, Any], side: str) -> str:
-    value, bits = flip.get(f"{side}_value"), flip.get(f"{side}_bits")
+def _value_bits(value: str | None, bits: str | None) -> str:
     if bits is None:
         return ""
     return f"{value} (0x{bits})" if value is not None else f"0x{bits}"
 
 
-def _dtype_shape(t: dict[str, Any], side: str) -> str:
-    dtype, shape = t.get(f"dtype_{side}"), t.get(f"shape_{side}")
+def _dtype_shape(dtype: str | None, shape: list[int] | None) -> str:
     if dtype is None:
         return "—"
     return f"{dtype} {list(shape or [])}"
-
-
-def _path_of(side: Any) -> str | None:
-    if isinstance(side, dict):
-        return side.get("path")
-    return str(side) if side else None
-
-
-def plain_words(text: str) -> str:
-    """Engine sentences mark keys with backticks; plain text drops them."""
-    return text.replace("`", "")
 
 
 def _code_html(text: str) -> str:
@@ -390,31 +377,10 @@ def _code_html(text: str) -> str:
     return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
 
-def diff_words(t: dict[str, Any]) -> str:
-    """One plain sentence about one tensor of a diff."""
-    status = t.get("status")
-    key = t.get("key")
-    if t.get("summary"):
-        return str(t["summary"])
-    if status == "identical":
-        return "bit for bit identical"
-    if status in ("only_in_a", "only_in_b"):
-        return status_style(status).word
-    if status == "dtype_or_shape_changed":
-        return "dtype or shape changed"
-    flips = t.get("bitflips") or []
-    changed = int(t.get("changed_elements") or 0)
-    if flips and len(flips) == changed:
-        kinds = sorted({f.get("kind", "?") for f in flips})
-        where = f"all in {kinds[0]} bits" if len(kinds) == 1 else "in " + ", ".join(kinds) + " bits"
-        return f"{changed} single-bit flip{'s' if changed != 1 else ''} in {key}, {where}"
-    return f"{changed:,} elements differ (max abs diff {t.get('max_abs_diff')})"
-
-
-def forensic_verdict(changed: list[dict[str, Any]]) -> str:
+def forensic_verdict(changed: list[TensorDiffRow]) -> str:
     """What the pattern of differences suggests, in plain words."""
-    flips = sum(len(t.get("bitflips") or []) for t in changed)
-    elements = sum(int(t.get("changed_elements") or 0) for t in changed)
+    flips = sum(len(t.bitflips) for t in changed)
+    elements = sum(t.changed_elements for t in changed)
     if changed and flips and flips == elements:
         return ("Every difference is a single flipped bit — the signature of memory or storage "
                 "corruption, not of training. Restore the file from a backup or download it "
@@ -495,11 +461,10 @@ def _manifest_fn(target: Path, path: Path, sha256: str | None, fmt: str | None,
 
 
 def _diff_fn(a: Path, b: Path, allow_globals: tuple[str, ...]):
-    def run(emit: EmitFn, cancel: CancelToken) -> dict[str, Any]:
+    def run(emit: EmitFn, cancel: CancelToken) -> DiffResult:
         from inspector.sandbox.client import diff_files
 
-        result = diff_files(a, b, on_event=emit, cancel=cancel, allow_globals=allow_globals)
-        result.setdefault("b", str(b))
-        return result
+        return DiffResult.from_json(diff_files(a, b, on_event=emit, cancel=cancel,
+                                               allow_globals=allow_globals))
 
     return run

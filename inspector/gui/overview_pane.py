@@ -238,7 +238,7 @@ class OverviewPane(QWidget):
         scan = doc.scan or {}
         self.banner.show_style(code_safety_style(doc.scan), code_safety_explanation(doc.scan),
                                self._banner_detail(doc))
-        health = (doc.inspect or {}).get("health")
+        health = doc.result.health if doc.result is not None else None
         health_text = health_explanation(health, _loaded(doc))
         self.health_banner.show_style(health_style(health), health_text,
                                       _health_detail(health) or health_text.meaning)
@@ -274,7 +274,8 @@ class OverviewPane(QWidget):
                 + "</ul>Only these will be allowed, for this one load, inside the sandbox. "
                 "Allow them only if you trust where the file came from."
             )
-        contents = summarize(doc.tensors, doc.objects, (doc.inspect or {}).get("unique_storage"))
+        contents = summarize(doc.tensors, doc.objects,
+                             doc.result.unique_storage if doc.result is not None else None)
         self.fields["contents"].setText(contents_text(contents) if doc.tensors else "—")
         self.fields["training"].setText(training_summary(contents) or "—")
         self.model_summary.show(doc.inspect)
@@ -368,7 +369,7 @@ def _sandbox_text(doc: FileDocument) -> str:
         active = ", ".join(str(a).split(":")[0] for a in doc.sandbox.get("active") or [])
         missing = doc.sandbox.get("missing") or {}
         text = f"{level} — {active}" if active else str(level)
-        if worker := ((doc.inspect or {}).get("timing") or {}).get("worker"):
+        if worker := ((doc.result.timing or {}) if doc.result else {}).get("worker"):
             text += f" ({worker} worker)"  # forked from the warm server, or a cold start
         if missing:
             text += "; not available here: " + "; ".join(f"{k} ({v})" for k, v in missing.items())
@@ -400,7 +401,7 @@ def _findings_html(doc: FileDocument) -> str:
     parts = []
     if expl.action:
         parts.append(f"<h3>What to do</h3><p>{html.escape(expl.action)}</p>")
-    parts.append(_health_html((doc.inspect or {}).get("health")))
+    parts.append(_health_html(doc.result.health if doc.result is not None else None))
     flagged = [g for g in scan.get("globals") or [] if g.get("severity") in ("dangerous",
                                                                               "suspicious")]
     if flagged:
