@@ -8,6 +8,7 @@ from inspector import __version__
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.core.results import DiffResult, InspectResult, as_result
 from inspector.core.verdict import worst
+from inspector.core.vocabulary import LoadStatus, ReportStatus, StepStatus, Verdict
 from inspector.report.checklist import checklist, file_problems, telemetry_problems
 from inspector.report.model import (
     SCHEMA_VERSION,
@@ -59,7 +60,7 @@ def build_report(
             command=session.command,
         ),
         verdict=verdict,
-        status="passed" if not problems else "failed",
+        status=ReportStatus.PASSED if not problems else ReportStatus.FAILED,
         problems=problems,
         environment=environment.to_json() if environment is not None else {},
         files=files,
@@ -77,7 +78,7 @@ def _file_report(
     scan_dict = ev.scan or (inspect.scan if inspect is not None else None)
     scan = scan_info(scan_dict)
     load = load_info(inspect)
-    loaded = inspect if load.status == "loaded" else None
+    loaded = inspect if load.status == LoadStatus.LOADED else None
     tensors = summarize_tensors(loaded) if loaded is not None else None
     health = health_info(loaded) if loaded is not None else None
     verification = verification_info(ev.verify, ev.manifest)
@@ -88,7 +89,7 @@ def _file_report(
     code = code_info(ev.inspect)
     info = file_info(ev, scan_dict, progress, cancel)
     shards = shards_info(ev.inspect)
-    verdict = scan.verdict or ("error" if scan.status == "failed" else "safe")
+    verdict = scan.verdict or (Verdict.ERROR if scan.status == StepStatus.FAILED else Verdict.SAFE)
     return FileReport(
         file=info,
         verdict=verdict,

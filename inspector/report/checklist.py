@@ -6,6 +6,15 @@ import json
 from pathlib import Path
 
 from inspector.core.integrity import describe, integrity_findings
+from inspector.core.vocabulary import (
+    FileStatus,
+    HealthSeverity,
+    HealthStatus,
+    LoadStatus,
+    Severity,
+    StepStatus,
+    Verdict,
+)
 from inspector.report.model import (
     FAIL,
     NOT_CHECKED,
@@ -61,16 +70,17 @@ def _check_weights_health(health: HealthInfo | None) -> CheckItem:
     if health is None:
         return CheckItem("weights_health", title, NOT_CHECKED, "the weights were not loaded")
     by_severity = _findings_by_severity(health)
-    if health.status == "problem":
-        return CheckItem("weights_health", title, FAIL, "; ".join(by_severity["problem"][:5]))
+    if health.status == HealthStatus.PROBLEM:
+        return CheckItem("weights_health", title, FAIL,
+                         "; ".join(by_severity[HealthSeverity.PROBLEM][:5]))
     detail = f"{health.weights_checked} weight tensors judged"
-    if by_severity["warning"]:
-        detail += "; warnings: " + "; ".join(by_severity["warning"][:5])
+    if by_severity[HealthSeverity.WARNING]:
+        detail += "; warnings: " + "; ".join(by_severity[HealthSeverity.WARNING][:5])
     return CheckItem("weights_health", title, PASS, detail)
 
 
 def _findings_by_severity(health: HealthInfo) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {"problem": [], "warning": [], "info": []}
+    out: dict[str, list[str]] = {s: [] for s in HealthSeverity}
     for f in health.findings:
         out.setdefault(str(f.get("severity")), []).append(f"{f.get('key')}: {f.get('message')}")
     return out
@@ -81,7 +91,7 @@ def _check_safe_format(
 ) -> CheckItem:
     title = "Stored in a format that cannot run code"
     fmt = (info.format or "").lower()
-    if scan.status == "not_run" and not fmt:
+    if scan.status == StepStatus.NOT_RUN and not fmt:
         return CheckItem("safe_format", title, NOT_CHECKED, "the file was not scanned")
     if _holds_no_pickle(info, scan):
         return CheckItem("safe_format", title, PASS, f"{info.format} holds only tensor data")
@@ -98,7 +108,7 @@ def _check_hash_on_record(path: str, verification: VerificationInfo | None,
     if verification is None:
         return CheckItem("hash_on_record", title, NOT_CHECKED, "no manifest was given")
     if sharded:  # a folder has no SHA-256: the report verified each of its files
-        bad = [r for r in verification.files if r.get("status") != "ok"]
+        bad = [r for r in verification.files if r.get("status") != FileStatus.OK]
         if verification.files and not bad:
             return CheckItem("hash_on_record", title, PASS,
                              f"every shard matches {verification.manifest}")
@@ -106,10 +116,10 @@ def _check_hash_on_record(path: str, verification: VerificationInfo | None,
                          f"{len(bad)} of {len(verification.files)} shard file(s) not ok "
                          f"against {verification.manifest}")
     row = _manifest_row(path, verification)
-    if row is None or row.get("status") == "extra":
+    if row is None or row.get("status") == FileStatus.EXTRA:
         return CheckItem("hash_on_record", title, FAIL,
                          f"{Path(path).name} is not listed in {verification.manifest}")
-    if row.get("status") == "ok":
+    if row.get("status") == FileStatus.OK:
         return CheckItem("hash_on_record", title, PASS, f"matches {verification.manifest}")
     return CheckItem("hash_on_record", title, FAIL,
                      f"{row.get('status')} against {verification.manifest}")
@@ -131,7 +141,7 @@ def _manifest_row(path: str, verification: VerificationInfo) -> dict | None:
 
 def _check_weights_only(info: FileInfo, scan: ScanInfo, load: LoadInfo) -> CheckItem:
     title = "Loads with torch.load(weights_only=True)"
-    if scan.status == "not_run":
+    if scan.status == StepStatus.NOT_RUN:
         return CheckItem("weights_only", title, NOT_CHECKED, "the file was not scanned")
     if _holds_no_pickle(info, scan):
         return CheckItem("weights_only", title, PASS,
@@ -139,19 +149,20 @@ def _check_weights_only(info: FileInfo, scan: ScanInfo, load: LoadInfo) -> Check
     if not scan.weights_only_ok:
         refused = scan.weights_only_blockers or [
             f"{g.get('module')}.{g.get('name')}" for g in scan.globals
-            if g.get("severity") != "safe"]
+            if g.get("severity") != Severity.SAFE]
         names = ", ".join(refused[:5]) or "its pickle opcodes"
         return CheckItem("weights_only", title, FAIL, f"weights_only=True refuses it: {names}")
-    if load.status == "failed":
+    if load.status == LoadStatus.FAILED:
         return CheckItem("weights_only", title, FAIL, f"the jailed load failed: {load.error}")
-    detail = "loaded in the jail" if load.status == "loaded" else "accepted by the static scan"
+    detail = ("loaded in the jail" if load.status == LoadStatus.LOADED
+              else "accepted by the static scan")
     return CheckItem("weights_only", title, PASS, detail)
 
 
 def _holds_no_pickle(info: FileInfo, scan: ScanInfo) -> bool:
     fmt = (info.format or "").lower()
     return (any(s in fmt for s in SAFE_FORMATS + DATA_ONLY_FORMATS) and not scan.globals
-            and scan.status == "done")
+            and scan.status == StepStatus.DONE)
 
 
 def _check_backup(ev: FileEvidence, session_files: list[FileEvidence]) -> CheckItem:
@@ -188,7 +199,7 @@ def _shard_set(path: Path) -> set[Path]:
 
 def _is_checkpoint(ev: FileEvidence) -> bool:
     scan = ev.scan or (ev.inspect or {}).get("scan") or {}
-    return scan.get("format") not in (None, "unknown") and scan.get("verdict") != "error"
+    return scan.get("format") not in (None, "unknown") and scan.get("verdict") != Verdict.ERROR
 
 
 def _check_deterministic(consistency: ConsistencyInfo | None) -> CheckItem:
@@ -226,24 +237,24 @@ def file_problems(
     problems = []
     damage = integrity_findings({"findings": scan.findings})
     problems.extend(f"damaged: {describe(f)}" for f in damage)
-    if verdict in ("suspicious", "dangerous"):
+    if verdict in (Verdict.SUSPICIOUS, Verdict.DANGEROUS):
         names = [f"{g.get('module')}.{g.get('name')}" for g in scan.globals
                  if g.get("severity") == verdict]
         if names or not damage:
             problems.append(f"{verdict}" + (f": imports {', '.join(names[:5])}" if names
                                             else ""))
-    if scan.status == "failed":
+    if scan.status == StepStatus.FAILED:
         problems.append(f"scan failed: {scan.error}")
-    if load.status == "failed":
+    if load.status == LoadStatus.FAILED:
         problems.append(f"jailed load failed: {load.error}")
-    if health is not None and health.status == "problem":
+    if health is not None and health.status == HealthStatus.PROBLEM:
         keys = sorted({str(f.get("key")) for f in health.findings
-                       if f.get("severity") == "problem"})
+                       if f.get("severity") == HealthSeverity.PROBLEM})
         problems.append(f"weights health problem in {len(keys)} tensor"
                         f"{'' if len(keys) == 1 else 's'}: {', '.join(keys[:5])}"
                         + (" ..." if len(keys) > 5 else ""))
     if verification is not None and verification.status == FAIL:
-        bad = {k: v for k, v in verification.counts.items() if k != "ok"}
+        bad = {k: v for k, v in verification.counts.items() if k != FileStatus.OK}
         detail = ", ".join(f"{v} {k}" for k, v in sorted(bad.items()))
         problems.append(f"manifest verification failed ({detail or 'error'})")
     if conversion is not None and conversion.status == FAIL:

@@ -17,12 +17,13 @@ from inspector.core.contents import DtypeTotal
 from inspector.core.envinfo import EnvInfo
 from inspector.core.results import DiffResult
 from inspector.core.strict_json import strict
+from inspector.core.vocabulary import CheckStatus
 
 if TYPE_CHECKING:
     from inspector.gpu.telemetry import TelemetryStore
 
 SCHEMA_VERSION = 1
-PASS, FAIL, NOT_CHECKED = "pass", "fail", "not_checked"
+PASS, FAIL, NOT_CHECKED = CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.NOT_CHECKED
 
 
 @dataclass

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from inspector.core.atomic import write_text_atomic
 from inspector.core.results import TensorDiffRow
 from inspector.core.termtext import html_escape as escape  # marks control characters visibly
+from inspector.core.vocabulary import LoadStatus, ReportStatus, StepStatus, Verdict
 from inspector.report import charts
 from inspector.report.model import FAIL, PASS, FileReport, Report
 from inspector.report.sections import self_test_words
@@ -24,15 +25,16 @@ MAX_ROWS = 200
 """Longer tables are cut here in HTML/PDF; the JSON report always has every row."""
 
 HEADLINES = {
-    "safe": ("SAFE TO OPEN", "No code-running imports were found by the static scan."),
-    "suspicious": ("SUSPICIOUS", "Imports outside torch's weights_only allowlist; it will not "
-                   "load with weights_only=True unless exactly those globals are allowed."),
-    "dangerous": ("DANGEROUS — DO NOT LOAD", "The file imports functions that run code or touch "
-                  "the system when it is unpickled. It was not loaded."),
-    "error": ("COULD NOT BE CHECKED", "At least one file could not be scanned; see below."),
+    Verdict.SAFE: ("SAFE TO OPEN", "No code-running imports were found by the static scan."),
+    Verdict.SUSPICIOUS: ("SUSPICIOUS", "Imports outside torch's weights_only allowlist; it will "
+                         "not load with weights_only=True unless exactly those globals are "
+                         "allowed."),
+    Verdict.DANGEROUS: ("DANGEROUS — DO NOT LOAD", "The file imports functions that run code or "
+                        "touch the system when it is unpickled. It was not loaded."),
+    Verdict.ERROR: ("COULD NOT BE CHECKED", "At least one file could not be scanned; see below."),
 }
-VERDICT_COLORS = {"safe": "#1b7f3b", "suspicious": "#b35c00", "dangerous": "#b00020",
-                  "error": "#5f5f5f"}
+VERDICT_COLORS = {Verdict.SAFE: "#1b7f3b", Verdict.SUSPICIOUS: "#b35c00",
+                  Verdict.DANGEROUS: "#b00020", Verdict.ERROR: "#5f5f5f"}
 PAGE_BREAK = " style=\"page-break-before: always\""
 """Each file after the first starts a printed page, so its table never straddles two files."""
 CHECK_LABELS = {PASS: "✔ pass", FAIL: "✘ fail", "not_checked": "– not checked"}
@@ -109,7 +111,7 @@ def report_body(report: Report, image_src: ImageSrc) -> str:
 def _summary(report: Report) -> str:
     headline, explanation = HEADLINES[report.verdict]
     color = VERDICT_COLORS[report.verdict]
-    status = ("All checks that ran passed." if report.status == "passed"
+    status = ("All checks that ran passed." if report.status == ReportStatus.PASSED
               else f"{len(report.problems)} problem(s) found.")
     problems = "".join(f"<li>{escape(p)}</li>" for p in report.problems)
     return (
@@ -170,7 +172,7 @@ def _shards(f: FileReport) -> str:
     problems = _table(["Coverage problem", "Message"], [
         [_mono(p.get("code")), escape(str(p.get("message")))] for p in s.problems]
     ) if s.problems else ("<p>Every key is in exactly one shard, as the index says.</p>"
-                          if f.load.status == "loaded"
+                          if f.load.status == LoadStatus.LOADED
                           else _not_run("The shards were not loaded, so their keys were not "
                                         "checked against the index."))
     return _kv([("Index", _mono(s.index))]) + table + problems
@@ -208,11 +210,11 @@ def _code(f: FileReport) -> str:
 
 def _scan(f: FileReport) -> str:
     s = f.scan
-    if s.status == "not_run":
+    if s.status == StepStatus.NOT_RUN:
         return _not_run("The static scan did not run.")
     ok = {True: "yes", False: "no", None: "undecided"}[s.weights_only_ok]
     parts = [_kv([
-        ("Verdict", _verdict_cell(s.verdict or "error")),
+        ("Verdict", _verdict_cell(s.verdict or Verdict.ERROR)),
         ("weights_only=True accepts it", escape(ok)),
         ("Globals imported", escape(str(len(s.globals)))),
         ("Findings", escape(str(len(s.findings)))),
@@ -232,11 +234,11 @@ def _scan(f: FileReport) -> str:
 
 def _load(f: FileReport) -> str:
     load = f.load
-    if load.status == "not_run":
+    if load.status == LoadStatus.NOT_RUN:
         reason = ("It was not loaded because the static scan called it dangerous."
-                  if f.verdict == "dangerous" else "No load was run in this session.")
+                  if f.verdict == Verdict.DANGEROUS else "No load was run in this session.")
         return _not_run(reason)
-    if load.status == "refused":
+    if load.status == LoadStatus.REFUSED:
         reason = load.error or ""
         return _not_run(reason[:1].upper() + reason[1:] if reason.startswith("not loaded")
                         else f"Not loaded: {reason}")

@@ -15,6 +15,7 @@ from inspector.core.health import assess
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.core.results import DiffResult, InspectResult, ObjectLeaf, TensorStats
 from inspector.core.resume import headline, item_label, status_word
+from inspector.core.vocabulary import FileStatus, LoadStatus, StepStatus, TensorCheckStatus, Verdict
 from inspector.report.model import (
     FAIL,
     PASS,
@@ -106,9 +107,9 @@ def shard_problems(shards: ShardsInfo | None) -> list[str]:
 def scan_info(scan: dict | None) -> ScanInfo:
     """The scan contract as a section ("not_run" without one)."""
     if scan is None:
-        return ScanInfo(status="not_run")
+        return ScanInfo(status=StepStatus.NOT_RUN)
     return ScanInfo(
-        status="failed" if scan.get("verdict") == "error" else "done",
+        status=StepStatus.FAILED if scan.get("verdict") == Verdict.ERROR else StepStatus.DONE,
         verdict=scan.get("verdict"),
         weights_only_ok=scan.get("weights_only_ok"),
         globals=list(scan.get("globals") or []),
@@ -121,12 +122,13 @@ def scan_info(scan: dict | None) -> ScanInfo:
 def load_info(inspect: InspectResult | None) -> LoadInfo:
     """The inspect contract's load outcome: loaded, refused by policy, or failed."""
     if inspect is None:
-        return LoadInfo(status="not_run")
+        return LoadInfo(status=LoadStatus.NOT_RUN)
     sandbox = inspect.sandbox.to_json() if inspect.sandbox is not None else {}
     error = inspect.error
     if error is None:
-        return LoadInfo(status="loaded", sandbox_level=sandbox.get("level"), sandbox=sandbox)
-    return LoadInfo(status="refused" if error.code in REFUSALS else "failed",
+        return LoadInfo(status=LoadStatus.LOADED, sandbox_level=sandbox.get("level"),
+                        sandbox=sandbox)
+    return LoadInfo(status=LoadStatus.REFUSED if error.code in REFUSALS else LoadStatus.FAILED,
                     sandbox_level=sandbox.get("level"), sandbox=sandbox,
                     error=error.message or json.dumps(error.to_json(), sort_keys=True))
 
@@ -191,14 +193,14 @@ def verification_info(verify: dict | None, manifest: str | None) -> Verification
     errors = [str(e) for e in verify.get("errors") or []]
     counts = _status_counts(files + all_tensors)
     # as `sha256sum -c`: a file the manifest does not list fails only a --strict check
-    tolerated = {"ok"} if verify.get("strict") else {"ok", "extra"}
+    tolerated = {FileStatus.OK} if verify.get("strict") else {FileStatus.OK, FileStatus.EXTRA}
     failed = errors or any(row.get("status") not in tolerated for row in files + all_tensors)
     return VerificationInfo(
         status=FAIL if failed else PASS,
         manifest=manifest or verify.get("manifest"),
         counts=counts,
         files=files,
-        tensors=[t for t in all_tensors if t.get("status") != "ok"],
+        tensors=[t for t in all_tensors if t.get("status") != TensorCheckStatus.OK],
         errors=errors,
     )
 
@@ -277,7 +279,7 @@ def consistency_info(result: dict | None) -> ConsistencyInfo | None:
         return None
     rows = (result.get("tensors") or []) + (result.get("outputs") or [])
     failures = [{k: row[k] for k in FAILURE_KEYS if k in row}
-                for row in rows if row.get("status") == "fail"]
+                for row in rows if row.get("status") == FAIL]
     failures += [{"key": r.get("key"), "status": "device copy differs",
                   "changed_elements": r.get("changed_elements")}
                  for r in result.get("resident_mismatches") or []]
