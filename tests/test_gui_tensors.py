@@ -282,24 +282,25 @@ def test_switching_views_keeps_the_selected_tensor_selected_and_in_view(laptop, 
 
 
 def test_checked_view_buttons_stand_out_in_both_themes(laptop, qtbot):
-    """A checked toggle is filled with the palette's highlight (Fusion alone only darkens it
-    by a tenth, which vanishes on the dark palette); an unchecked one keeps the button face."""
+    """A checked toggle is painted in the palette's highlight (Fusion alone only darkens its
+    face by a tenth, which vanishes on the dark palette); an unchecked one keeps the face."""
     pane = laptop()
+
+    def distance(a, b) -> int:
+        return max(abs(a.red() - b.red()), abs(a.green() - b.green()), abs(a.blue() - b.blue()))
+
     try:
         for scheme in ("light", "dark"):
             appmod.set_theme(scheme)
             qtbot.wait(20)
-            palette = pane.palette()
-            for button, checked in ((pane.table_button, True), (pane.tree_button, False)):
-                assert button.isChecked() is checked
-                image = button.grab().toImage()
-                face = image.pixelColor(3, image.height() // 2)  # left of the text
-                want = palette.highlight().color() if checked else palette.button().color()
-                distance = max(abs(face.red() - want.red()), abs(face.green() - want.green()),
-                               abs(face.blue() - want.blue()))
-                assert distance < 40, (scheme, button.text(), face.name(), want.name())
-            highlight, face = palette.highlight().color(), palette.button().color()
-            assert abs(highlight.lightness() - face.lightness()) + abs(
-                highlight.hue() - face.hue()) > 60
+            highlight, button = pane.palette().highlight().color(), pane.palette().button().color()
+            faces = {}
+            for toggle in (pane.table_button, pane.tree_button, pane.details_button):
+                image = toggle.grab().toImage()
+                faces[toggle] = face = image.pixelColor(3, image.height() // 2)  # left of text
+                near, far = (highlight, button) if toggle.isChecked() else (button, highlight)
+                assert distance(face, near) < distance(face, far), (scheme, toggle.text())
+            assert pane.table_button.isChecked() and not pane.tree_button.isChecked()
+            assert distance(faces[pane.table_button], faces[pane.tree_button]) > 60, scheme
     finally:
         appmod.set_theme("system")

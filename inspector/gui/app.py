@@ -18,14 +18,6 @@ APPLICATION = "Checkpoint Inspector"
 MAX_RECENT = 10
 THEMES = (("system", "&System"), ("light", "&Light"), ("dark", "&Dark"))
 """View → Theme choices: (QSettings value of `view/theme`, menu text)."""
-CHECKED_BUTTONS_CSS = (
-    "QToolButton:checked, QPushButton:checked { background: palette(highlight);"
-    " color: palette(highlighted-text); border: 1px solid palette(highlight);"
-    " border-radius: 3px; }"
-)
-"""A checked button (the Tensors pane's Table/Tree/Radar, Histogram) filled with the selection
-colour: Fusion only darkens a checked button's face by a tenth, which vanishes on a dark
-palette. Palette references, not colours, so it follows the theme."""
 
 
 def create_application(argv: list[str]) -> QApplication:
@@ -95,9 +87,6 @@ def apply_palette(app: QApplication) -> None:
         app.setPalette(dark_palette())
     else:
         app.setPalette(app.style().standardPalette())
-    # A style sheet resolves palette() when it is set: set again, it takes the new colours.
-    app.setStyleSheet("")
-    app.setStyleSheet(CHECKED_BUTTONS_CSS)
 
 
 def add_theme_menu(menu_bar: QMenuBar) -> QMenu:

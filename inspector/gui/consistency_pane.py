@@ -45,6 +45,7 @@ from inspector.gpu.telemetry import TelemetryStore
 from inspector.gui import chart_style
 from inspector.gui.gpu_pane import gpu_colour
 from inspector.gui.jobs import Job, JobRunner
+from inspector.gui.toggle_button import ToggleButton
 from inspector.report.sections import self_test_words
 from inspector.sandbox.client import SandboxError
 
@@ -136,10 +137,8 @@ class ConsistencyPane(QWidget):
         self.input_shape = QLineEdit("1,3,224,224")
         self.input_dtype = QComboBox()
         self.input_dtype.addItems(["float32", "float16", "bfloat16", "float64", "int64"])
-        self.reload = QPushButton("Reload check")
-        self.reload.setCheckable(True)
-        self.reload.setChecked(True)
-        self.reload.setToolTip("After the runs, load the checkpoint afresh and compare again")
+        self.reload = ToggleButton("Reload check", "After the runs, load the checkpoint afresh"
+                                   " and compare again", checked=True)
         model_form.addRow("Factory", self.factory)
         model_form.addRow("Kwargs (JSON)", self.kwargs)
         model_form.addRow("Module folder", self.model_path)

@@ -57,6 +57,7 @@ from inspector.gui.tensor_models import (
     number_text,
     shape_text,
 )
+from inspector.gui.toggle_button import ToggleButton
 
 FILTER_MS = 200
 """The filter applies once typing pauses, not on every keystroke."""
@@ -110,14 +111,11 @@ class TensorsPane(QWidget):
         self._filter_timer.setInterval(FILTER_MS)
         self._filter_timer.timeout.connect(self._filter_changed)
         self.filter.textChanged.connect(self._filter_timer.start)
-        self.table_button = QToolButton(text="Table", checkable=True, checked=True)
-        self.tree_button = QToolButton(text="Tree", checkable=True)
-        self.table_button.setToolTip("One row per tensor")
-        self.tree_button.setToolTip("Tensors grouped by dotted prefix")
-        self.radar_button = QToolButton(text="Radar", checkable=True)
-        self.radar_button.setToolTip("Corruption radar: absmax, std and NaN/Inf share of every"
-                                     " weight along the model's depth (a flipped exponent bit"
-                                     " lights up)")
+        self.table_button = ToggleButton("Table", "One row per tensor", checked=True)
+        self.tree_button = ToggleButton("Tree", "Tensors grouped by dotted prefix")
+        self.radar_button = ToggleButton("Radar", "Corruption radar: absmax, std and NaN/Inf"
+                                         " share of every weight along the model's depth (a"
+                                         " flipped exponent bit lights up)")
         group = QButtonGroup(self)
         group.addButton(self.table_button, 0)
         group.addButton(self.tree_button, 1)
@@ -130,8 +128,8 @@ class TensorsPane(QWidget):
         self.columns_button.setToolTip("Choose the table's columns (also on the header's"
                                        " right-click menu)")
         self.columns_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
-        self.details_button = QToolButton(text="Histogram", checkable=True)
-        self.details_button.setToolTip("Show or hide the histogram and statistics panel")
+        self.details_button = ToggleButton("Histogram",
+                                           "Show or hide the histogram and statistics panel")
         top = QHBoxLayout()
         top.addWidget(self.filter, 1)
         top.addWidget(self.table_button)
