@@ -26,6 +26,7 @@ from inspector.core.results import (
 )
 from inspector.core.resume import ResumeChecklist
 from inspector.core.verify import FileCheck, TensorCheck, VerifyResult, verify
+from inspector.core.vocabulary import JailLevel, TensorStatus, Verdict
 from inspector.sandbox.client import convert_file, diff_files, inspect_file, tensor_digests
 
 
@@ -81,7 +82,8 @@ def test_diff_with_one_flipped_bit_round_trips(tmp_path: Path) -> None:
     result = _round_trips(DiffResult, diff_files(a, b))
     assert not result.identical
     (row,) = result.differing
-    assert (row.key, row.status, row.single_bit_flips) == (key, "changed", 1)
+    assert (row.key, row.status, row.single_bit_flips) == (key, TensorStatus.CHANGED, 1)
+    assert isinstance(row.status, TensorStatus) and isinstance(result.sandbox.level, JailLevel)
     (flip,) = row.bitflips
     assert isinstance(flip, FlipRecord) and (flip.bit, flip.kind, flip.position) == (
         3, "mantissa", [0, 0])
@@ -95,6 +97,7 @@ def test_convert_round_trips(tmp_path: Path) -> None:
     before = src.read_bytes()
     result = _round_trips(ConversionResult, convert_file(src, tmp_path / "m.safetensors"))
     assert result.verified and result.tensors_written == len(factories.small_state_dict())
+    assert result.scan_verdict is Verdict.SAFE
     assert Path(result.output).is_file() and isinstance(result.sandbox, Jail)
     assert src.read_bytes() == before
 
@@ -128,3 +131,12 @@ def test_unknown_keys_survive_and_absent_keys_stay_absent() -> None:
         "future_stat": {"p99": 1.0}}
     assert result.sandbox.extra == {"new_layer": "on"}
     assert "sha256" not in result.to_json() and result.sha256 is None
+
+
+def test_a_status_word_a_newer_worker_adds_stays_a_string() -> None:
+    data = {"identical": False, "tensors": [{"key": "w", "status": "re_encoded"},
+                                            {"key": "v", "status": "changed"}]}
+    result = _round_trips(DiffResult, data)
+    assert [r.status for r in result.tensors] == ["re_encoded", TensorStatus.CHANGED]
+    assert not isinstance(result.tensors[0].status, TensorStatus)
+    assert [r.key for r in result.differing] == ["w", "v"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from functools import cache
 from typing import Any, ClassVar, TypeVar
 
@@ -20,6 +21,7 @@ from inspector.core.architecture import Architecture
 from inspector.core.optimizer_map import OptimizerParams
 from inspector.core.resume import ResumeChecklist
 from inspector.core.strict_json import NON_FINITE, strict_float
+from inspector.core.vocabulary import JailLevel, TensorStatus, Verdict
 
 R = TypeVar("R", bound="JsonRecord")
 
@@ -43,6 +45,13 @@ def _jsons(items: Iterable[Any]) -> list:
 
 NUMBER = {"load": _number, "dump": strict_float}
 """Field metadata of a number that may be non-finite."""
+
+
+def word(vocabulary: type[StrEnum]) -> dict[str, Callable]:
+    """Field metadata of a word of a `core.vocabulary` enum; a word a newer version added
+    stays a plain str, so its result is still readable."""
+    known = {member.value: member for member in vocabulary}
+    return {"load": lambda value: known.get(value, value)}
 
 
 def typed(cls: type) -> dict[str, Callable]:
@@ -115,7 +124,7 @@ def as_result(cls: type[R], value: R | dict[str, Any] | None) -> R | None:
 class Jail(JsonRecord):
     """The worker's jail handshake: the level it reached and what is active or missing."""
 
-    level: str | None = None
+    level: JailLevel | str | None = field(default=None, metadata=word(JailLevel))
     description: str | None = None
     platform: str | None = None
     active: list[str] = field(default_factory=list)
@@ -258,7 +267,7 @@ class TensorDiffRow(JsonRecord):
     """One key of a diff: its status, its numbers and its bit flips."""
 
     key: str
-    status: str
+    status: TensorStatus | str = field(metadata=word(TensorStatus))
     dtype_a: str | None = None
     dtype_b: str | None = None
     shape_a: list[int] | None = None
@@ -315,7 +324,7 @@ class DiffResult(JsonRecord):
     @property
     def differing(self) -> list[TensorDiffRow]:
         """The rows that are not identical, in the engine's order."""
-        return [r for r in self.tensors if r.status != "identical"]
+        return [r for r in self.tensors if r.status != TensorStatus.IDENTICAL]
 
 
 # --- convert ---------------------------------------------------------------------------
@@ -347,4 +356,4 @@ class ConversionResult(JsonRecord):
     sidecar: str | None = None
     input: str | None = None
     output: str | None = None
-    scan_verdict: str | None = None
+    scan_verdict: Verdict | str | None = field(default=None, metadata=word(Verdict))
