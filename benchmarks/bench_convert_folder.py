@@ -23,50 +23,45 @@ peak RSS (issue 17: for the parallel run, judged against the tree's sampled sum)
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
-import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
 from bench_inspect_convert import timed
-
-PY = sys.executable
+from common import (
+    PY,
+    TESTS,
+    load_average,
+    medians,
+    run_script,
+    scratch,
+    size_options,
+    warm_page_cache,
+)
 
 GENERATE = r"""
-import json, shutil, sys, torch, transformers
+import sys, torch, transformers
 from pathlib import Path
 folder, size_gb, shard = Path(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+sys.path.insert(0, sys.argv[4])
+from factories import hf_bin_folder
 hidden, vocab = 1280, 50257
 per_layer = 12 * hidden * hidden * 4
 layers = max(1, round((size_gb * 1e9 - vocab * hidden * 4) / per_layer))
 config = transformers.GPT2Config(n_layer=layers, n_embd=hidden, n_head=20, vocab_size=vocab)
 torch.manual_seed(0)
-model = transformers.GPT2LMHeadModel(config)
-staging = folder.parent / "staging"
-model.save_pretrained(staging, max_shard_size=shard)
-index = json.loads((staging / "model.safetensors.index.json").read_text())
-folder.mkdir()
-shutil.copy(staging / "config.json", folder / "config.json")
-state = model.state_dict()
-weight_map = {}
-for name in sorted(set(index["weight_map"].values())):
-    keys = [k for k, s in index["weight_map"].items() if s == name]
-    if "transformer.wte.weight" in keys:
-        keys.append("lm_head.weight")
-    out = name.replace("model-", "pytorch_model-").replace(".safetensors", ".bin")
-    torch.save({k: state[k] for k in keys}, folder / out)
-    weight_map.update(dict.fromkeys(keys, out))
-doc = {"metadata": index["metadata"], "weight_map": weight_map}
-(folder / "pytorch_model.bin.index.json").write_text(json.dumps(doc, indent=2))
-shutil.rmtree(staging)
-print(layers, len(set(weight_map.values())))
+hf_bin_folder(folder, transformers.GPT2LMHeadModel(config), shard)
+print(layers, len(list(folder.glob("*.bin"))))
 """
+
+
+def generate(folder: Path, size_gb: float, shard: str) -> list[str]:
+    """The GPT-2 shaped `.bin` folder (`tests/factories.hf_bin_folder`); [layers, shards]."""
+    return run_script(GENERATE, folder, size_gb, shard, TESTS).split()
+
 
 TRANSFORMERS = r"""
 import sys, transformers
@@ -117,27 +112,15 @@ def _descendants_rss_kb(root: int) -> int:
 
 def main() -> int:
     """Generate, measure, print medians and ratios, delete."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size-gb", type=float, default=2.0)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--shard-mb", type=int, default=500, help="max_shard_size of both sides")
-    ap.add_argument("--dir", type=Path, default=None, help="where to generate (default: temp)")
-    args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-convert-folder-", dir=args.dir))
+    args = size_options(__doc__, 2.0, 500)
     shard = f"{args.shard_mb}MB"
-    try:
+    with scratch("bench-convert-folder-", args.dir) as work:
         folder = work / "model"
-        made = subprocess.run([PY, "-c", GENERATE, str(folder), str(args.size_gb), shard],
-                              capture_output=True, text=True)
-        if made.returncode:
-            raise SystemExit(f"generating the folder failed: {made.stderr[-2000:]}")
-        layers, shards = made.stdout.split()
+        layers, shards = generate(folder, args.size_gb, shard)
         size = sum(p.stat().st_size for p in folder.glob("*.bin"))
         print(f"folder: GPT-2 shape, {layers} layers, {shards} .bin shards, {size / 1e9:.2f} GB; "
-              f"{len(os.sched_getaffinity(0))} CPUs; {args.repeats} repeats "
-              "(medians)")
-        for part in folder.glob("*.bin"):
-            subprocess.run(["cat", str(part)], stdout=subprocess.DEVNULL, check=True)
+              f"{load_average()}; {args.repeats} repeats (medians)")
+        warm_page_cache(folder.glob("*.bin"))
         script = work / "transformers_convert.py"
         script.write_text(TRANSFORMERS)
         jobs = len(os.sched_getaffinity(0))
@@ -166,8 +149,7 @@ def main() -> int:
                 shutil.rmtree(out)
         print(f"\n{'command':<48} {'wall s':>8} {'CPU s':>7} {'peak RSS MiB':>13} "
               f"{'tree MiB':>9}  notes")
-        med = {name: {k: statistics.median(r[k] for r in measured) for k in measured[0]
-                      if k != "out"} for name, measured in rows.items()}
+        med = medians(rows)
         for name, m in med.items():
             note = (f"worker start-ups {m['startup']:.2f} s in all; worker peak RSS "
                     f"{m['worker_rss']:.0f} MiB, {ours[name]} largest summed "
@@ -185,8 +167,6 @@ def main() -> int:
                 verdict = "target met" if ratio <= limit else "TARGET MISSED"
                 print(f"  {name[-8:]:<9} {label:<10} {ratio:6.2f}  (target <= {limit:.2f})  "
                       f"{verdict}")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -18,19 +18,12 @@ most a third of the load-everything baseline's, whatever the model size.
 
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
-import statistics
-import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-from bench_convert_folder import GENERATE, TRANSFORMERS
+from bench_convert_folder import TRANSFORMERS, generate
 from bench_inspect_convert import timed
-
-PY = sys.executable
+from common import PY, load_average, medians, run_script, scratch, size_options, warm_page_cache
 
 LOAD_ALL = r"""
 import json, sys, torch
@@ -53,28 +46,18 @@ assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
 
 def main() -> int:
     """Generate, measure, print medians and the ratio, delete."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size-gb", type=float, default=1.0)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--shard-mb", type=int, default=200, help="max_shard_size of both sides")
-    ap.add_argument("--dir", type=Path, default=None, help="where to generate (default: temp)")
-    args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="bench-diff-shards-", dir=args.dir))
+    args = size_options(__doc__, 1.0, 200)
     shard = f"{args.shard_mb}MB"
-    try:
+    with scratch("bench-diff-shards-", args.dir) as work:
         bins, sts = work / "bin", work / "st"
-        for command in ([PY, "-c", GENERATE, str(bins), str(args.size_gb), shard],
-                        [PY, "-c", TRANSFORMERS, str(bins), str(sts), shard]):
-            made = subprocess.run(command, capture_output=True, text=True)
-            if made.returncode:
-                raise SystemExit(f"generating the folders failed: {made.stderr[-2000:]}")
+        generate(bins, args.size_gb, shard)
+        run_script(TRANSFORMERS, bins, sts, shard)
         files = [*bins.glob("*.bin"), *sts.glob("*.safetensors")]
         size = sum(p.stat().st_size for p in bins.glob("*.bin"))
         print(f"GPT-2 shape, {len(list(bins.glob('*.bin')))} .bin shards against "
               f"{len(list(sts.glob('*.safetensors')))} safetensors shards, {size / 1e9:.2f} GB "
-              f"a side; {args.repeats} repeats (medians)")
-        for part in files:
-            subprocess.run(["cat", str(part)], stdout=subprocess.DEVNULL, check=True)
+              f"a side; {load_average()}; {args.repeats} repeats (medians)")
+        warm_page_cache(files)
         script = work / "load_all.py"
         script.write_text(LOAD_ALL)
         commands = {
@@ -92,10 +75,8 @@ def main() -> int:
                     result = json.loads(row.pop("out"))
                     assert result["identical"], "the two folders should be identical"
                     row["worker_rss"] = result["timing"]["worker_peak_rss_kb"] >> 10
-                row.pop("out", None)
                 rows[name].append(row)
-        med = {name: {k: statistics.median(r[k] for r in measured) for k in measured[0]}
-               for name, measured in rows.items()}
+        med = medians(rows)
         print(f"\n{'command':<46} {'wall s':>8} {'CPU s':>7} {'peak RSS MiB':>13}  notes")
         for name, m in med.items():
             note = f"worker peak RSS {m['worker_rss']:.0f} MiB" if "worker_rss" in m else ""
@@ -106,8 +87,6 @@ def main() -> int:
         verdict = "target met" if ratio <= 1 / 3 else "TARGET MISSED"
         print(f"\npeak RSS, ours / load-everything: {ratio:.2f} (target <= 0.33) {verdict}; "
               f"wall time {ours['wall'] / theirs['wall']:.2f}x")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 

@@ -16,6 +16,7 @@ import argparse
 import time
 
 import torch
+from common import best_of
 
 from inspector.core.architecture import guess_architecture
 from inspector.core.resume import model_facts
@@ -80,13 +81,9 @@ def cost(n: int) -> None:
     objects = [{"key": f"optimizer.param_groups.0.params.{i}", "repr": str(i)}
                for i in range(n)] + [{"key": "epoch", "repr": "1"}]
     tensors = params + state
-    runs = []
-    for _ in range(5):
-        start = time.perf_counter()
-        facts = model_facts(tensors, objects)
-        runs.append(time.perf_counter() - start)
+    best, facts = best_of(lambda: model_facts(tensors, objects))
     print(f"model_facts on {len(tensors)} tensors and {len(objects)} objects: best "
-          f"{min(runs) * 1e3:.0f} ms of 5 (ready: {facts['resume']['ready']})")
+          f"{best * 1e3:.0f} ms of 5 (ready: {facts['resume']['ready']})")
 
 
 def main() -> None:

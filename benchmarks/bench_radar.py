@@ -13,7 +13,8 @@ of the tensors or the health findings.
 from __future__ import annotations
 
 import argparse
-import time
+
+from common import best_of
 
 from inspector.core.radar import ABSMAX, build_radar
 
@@ -55,15 +56,6 @@ def training(tensors: int) -> list[dict]:
     return [_rec(k, i) for i, k in enumerate(params + state)]
 
 
-def _best_of(fn, repeat: int = 5) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def main() -> None:
     """Print build and colouring times per case."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -78,8 +70,8 @@ def main() -> None:
     for name, records in (("llama-2-70b-shaped", llama()), ("mixtral-shaped", mixtral()),
                           (f"training, {args.tensors:,} params", training(args.tensors))):
         radar = build_radar(records)
-        build = _best_of(lambda r=records: build_radar(r))
-        colour = _best_of(lambda r=radar: model.set_radar(r, ABSMAX))
+        build, _ = best_of(lambda r=records: build_radar(r))
+        colour, _ = best_of(lambda r=radar: model.set_radar(r, ABSMAX))
         print(f"{name}: {len(records):,} records -> {len(radar.rows)} rows x "
               f"{len(radar.columns)} columns; build {build * 1000:.1f} ms, "
               f"colour {colour * 1000:.1f} ms")

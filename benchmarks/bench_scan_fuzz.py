@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import select
 import statistics
 import subprocess
@@ -25,7 +24,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from common import TESTS, load_average, tests_on_path
+
 HANG_S = 10.0
 RSS_BOUND_MB = 1024
 
@@ -71,7 +71,7 @@ def run(seeds: list[Path], files: int, seed: int, work: Path) -> dict:
     target = work / "mutant.bin"
     while first < files:
         proc = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(REPO / "tests"), json.dumps([str(s) for s in seeds]),
+            [sys.executable, "-c", CHILD, str(TESTS), json.dumps([str(s) for s in seeds]),
              str(first), str(files), str(seed), str(target)],
             stdout=subprocess.PIPE, text=True, cwd=work)
         while True:
@@ -105,7 +105,7 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=10_000)
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
-    sys.path.insert(0, str(REPO / "tests"))
+    tests_on_path()
     from factories import fuzz_seeds
 
     with tempfile.TemporaryDirectory(prefix="bench-fuzz-") as tmp:
@@ -122,7 +122,7 @@ def main() -> int:
     slowest = max(rows, key=lambda r: r["ms"])
     peak_mb = out["peak_kb"] / 1024
     print(f"Scan fuzz: {len(rows)} mutated files from {len(seeds)} seeds (seed {args.seed}), "
-          f"{wall:.1f} s wall, load average {os.getloadavg()[0]:.1f}")
+          f"{wall:.1f} s wall, {load_average()}")
     print(f"crashes {len(crashes)}, hangs over {HANG_S:.0f} s {len(out['hangs'])}, multi-line "
           f"errors {len(multiline)}, payload ran {canary}")
     print(f"per file: median {statistics.median(ms):.2f} ms, p99 {ms[int(len(ms) * 0.99)]:.1f} "

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import shutil
 import statistics
@@ -28,8 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))  # the stand-in pynvml lives with the tests
+from common import REPO, load_average, matrix_checkpoint, tests_on_path
+
+tests_on_path()  # the stand-in pynvml lives with the tests
 
 
 def _cpu() -> float:
@@ -114,24 +114,6 @@ def replay_speed(folder: Path) -> dict:
             "ingest_rows_per_s": len(log.samples) / stored, "bytes": path.stat().st_size}
 
 
-def make_checkpoint(folder: Path, megabytes: int) -> Path:
-    """A transformer-like state dict: float32 and bfloat16 matrices, biases, norms."""
-    import torch
-
-    gen = torch.Generator().manual_seed(0)
-    state, total, i = {}, 0, 0
-    while total < megabytes * 1e6:
-        dtype = torch.bfloat16 if i % 2 else torch.float32
-        w = torch.randn(2048, 2048, generator=gen).to(dtype)
-        state[f"layers.{i}.weight"] = w
-        state[f"layers.{i}.bias"] = torch.zeros(2048, dtype=dtype)
-        total += w.nbytes
-        i += 1
-    path = folder / "probe.pt"
-    torch.save(state, path)
-    return path
-
-
 def plain_loop(state: dict, device, repeats: int) -> float:
     """What a user would write: W @ x repeated, torch.equal with the first; GB/s of weights."""
     import torch
@@ -194,7 +176,7 @@ def main() -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--real-nvml", action="store_true", help="sample the real driver")
     args = parser.parse_args()
-    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
+    print(f"machine: {load_average()}")
     for gpus in (1, 8):
         r = sampler_overhead(args.seconds, gpus, args.real_nvml)
         verdict = "OK" if r["cpu_percent"] < 2 else "OVER TARGET"
@@ -210,7 +192,7 @@ def main() -> int:
         print(f"replay: {r['rows']} rows ({r['bytes'] / 1e6:.1f} MB) parsed at "
               f"{r['parse_rows_per_s']:,.0f} rows/s, stored + alert rules at "
               f"{r['ingest_rows_per_s']:,.0f} rows/s")
-        path = make_checkpoint(folder, args.probe_mb)
+        path = matrix_checkpoint(folder / "probe.pt", args.probe_mb, 2048)
         r = probe_speed(path, args.device, args.repeats, args.rounds)
         print(f"weights probe on {r['device']}: {r['weights_gb']:.2f} GB of weights x "
               f"{args.repeats} runs: {r['probe_gb_per_s']:.2f} GB/s (median of {args.rounds}; "

@@ -24,15 +24,15 @@ files are deleted at the end.
 from __future__ import annotations
 
 import argparse
-import os
 import resource
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from common import load_average, scratch
 
 BIN = Path(sys.executable).parent
 TENSOR_BYTES = 16 << 20
@@ -176,11 +176,10 @@ def main() -> int:
     for tool in ("sha256sum", "openssl"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is not installed; it is a baseline of this benchmark")
-    folder = Path(tempfile.mkdtemp(prefix="bench-verify-"))
-    try:
+    with scratch("bench-verify-") as folder:
         print(f"generating >= {args.size_gb:g} GB in {folder} ...", flush=True)
         pt, st = generate(folder, args.size_gb)
-        print(f"load average before: {os.getloadavg()[0]:.2f} (2 cores shared with the machine)")
+        print(f"before: {load_average()}")
         startup = worker_startup(folder, args.runs)
         print("jailed worker start-up to first event (tiny plain .pt, no torch import): "
               f"{startup:.2f} s")
@@ -189,11 +188,9 @@ def main() -> int:
             # only a pickle-based checkpoint makes the worker import torch
             start = startup if path.suffix == ".pt" else None
             failed += report(name, path.stat().st_size, bench(path, args.runs), start)
-        print(f"\nload average after: {os.getloadavg()[0]:.2f}")
+        print(f"\nafter: {load_average()}")
         print("all targets met" if not failed else f"{len(failed)} target(s) missed")
         return 0 if not failed else 1
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

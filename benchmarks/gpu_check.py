@@ -22,30 +22,15 @@ import time
 from pathlib import Path
 
 import torch
+from common import REPO, TESTS, matrix_checkpoint, tests_on_path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
+tests_on_path()
 
 import consistency_models  # noqa: E402
 
 from inspector.sandbox.consistency.bitcheck import Fault, choose_device  # noqa: E402
 from inspector.sandbox.consistency.model_run import model_run  # noqa: E402
 from inspector.sandbox.consistency.weights_probe import weights_probe  # noqa: E402
-
-
-def checkpoint(folder: Path, megabytes: int) -> Path:
-    """Float32 and bfloat16 4096x4096 matrices plus biases, about `megabytes` MB."""
-    gen = torch.Generator().manual_seed(0)
-    state, total, i = {}, 0, 0
-    while total < megabytes * 1e6:
-        dtype = torch.bfloat16 if i % 2 else torch.float32
-        state[f"layers.{i}.weight"] = torch.randn(4096, 4096, generator=gen).to(dtype)
-        state[f"layers.{i}.bias"] = torch.zeros(4096, dtype=dtype)
-        total += state[f"layers.{i}.weight"].nbytes
-        i += 1
-    path = folder / "gpu_check.pt"
-    torch.save(state, path)
-    return path
 
 
 def found(result: dict, fault: Fault) -> bool:
@@ -68,7 +53,7 @@ def main() -> int:
     print(f"device: {label}")
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        path = checkpoint(Path(tmp), args.size_mb)
+        path = matrix_checkpoint(Path(tmp) / "gpu_check.pt", args.size_mb, 4096)
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         start = time.perf_counter()
         clean = weights_probe(state, device, repeats=args.repeats)
@@ -95,7 +80,7 @@ def main() -> int:
         result = model_run(lambda: torch.load(model_path, weights_only=True),
                            "consistency_models:tiny_mlp", {"width": 4096, "depth": 4},
                            [64, 16], "float32", device, repeats=6, inject=mfault,
-                           python_path=[str(REPO / "tests")])
+                           python_path=[str(TESTS)])
         detected = found(result, mfault)
         ok &= detected and not result["consistent"]
         print(f"model run with bit {mfault.bit} of {mfault.key}[{mfault.index}] flipped before "
