@@ -16,6 +16,7 @@ from PySide6.QtWidgets import QApplication, QTextBrowser
 from inspector.core.indicators import import_label, indicators_text
 from inspector.core.scan import scan_file
 from inspector.gui import app as appmod
+from inspector.gui import roles
 from inspector.gui.document import FileDocument
 from inspector.gui.evidence import SHOWN, opcode_href, opcode_target
 from inspector.gui.explain import MORE_NOT_SHOWN, SEVERITY_ADVICE, SUSPICIOUS_IN_DANGEROUS_ADVICE
@@ -105,7 +106,20 @@ def test_a_call_link_opens_the_pickle_pane_at_its_opcode(window, qtbot, tmp_path
     row = window.pickle.op_model.rows[window.pickle.op_view.currentIndex().row()]
     assert row.opcode == "REDUCE"  # the call itself
     assert window.pickle.stream_box.currentIndex() == 2
-    assert window.pickle.op_status.text() == f"Opcode at offset {site['offset']}."
+    # ... and the import it calls: both selected, both tinted as dangerous
+    model = window.pickle.op_model
+    picked = sorted(i.row() for i in window.pickle.op_view.selectionModel().selectedRows())
+    assert [model.rows[i].opcode for i in picked] == ["GLOBAL", "REDUCE"]
+    (import_row, call_row) = (model.rows[i] for i in picked)
+    assert call_row.calls == import_row.offset and import_row.imports == "os.system"
+    tints = [model.data(model.index(i, 0), roles.BACKGROUND) for i in picked]
+    assert tints[0] is not None and tints[0] == tints[1]
+    assert model.data(model.index(picked[1] + 1, 0), roles.BACKGROUND) is None
+    assert model.data(model.index(picked[1], 0), roles.TOOLTIP) == (
+        f"dangerous: calls os.system (imported at {import_row.offset})")
+    assert window.pickle.op_status.text() == (
+        f"Opcode at offset {site['offset']}. REDUCE calls os.system, imported by the GLOBAL"
+        f" at offset {import_row.offset}: both selected.")
 
 
 def test_a_finding_link_in_a_zip_member_selects_its_opcode(window, qtbot, tmp_path, canary):

@@ -722,6 +722,8 @@ class DisasmRow(NamedTuple):
     opcode: str
     argument: str
     severity: str | None
+    calls: int | None = None
+    """The offset of the flagged import this opcode calls (REDUCE, NEWOBJ, OBJ, BUILD)."""
 
 
 def disassemble(data: bytes, limit: int = 10_000, start: int = 0) -> list[DisasmRow]:
@@ -743,6 +745,14 @@ def disassemble(data: bytes, limit: int = 10_000, start: int = 0) -> list[Disasm
         severity = Severity.DANGEROUS if issue.dangerous else Severity.SUSPICIOUS
         if marks.get(issue.offset) != "dangerous":
             marks[issue.offset] = severity
+    calls: dict[int, int] = {}
+    for call in scan.calls:
+        # The opcode that makes a flagged call is as bad as the import it calls.
+        mark = marks.get(call.func.offset) if call.func is not None else None
+        if mark in (Severity.DANGEROUS, Severity.SUSPICIOUS) and call.offset != call.func.offset:
+            calls[call.offset] = call.func.offset
+            if marks.get(call.offset) != Severity.DANGEROUS:
+                marks[call.offset] = mark
     rows: list[DisasmRow] = []
     stream = io.BytesIO(data)
     stream.seek(start)
@@ -756,7 +766,7 @@ def disassemble(data: bytes, limit: int = 10_000, start: int = 0) -> list[Disasm
                 text = repr(ref.key) if ref else "<unresolved>"
             severity = marks.get(offset)
             rows.append(DisasmRow(offset, op.name, text[:200], None if severity == Severity.SAFE
-                                  else severity))
+                                  else severity, calls.get(offset)))
     except ValueError as exc:
         rows.append(DisasmRow(scan.end, "ERROR", str(exc)[:200], Severity.SUSPICIOUS))
     return rows

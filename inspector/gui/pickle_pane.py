@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from inspector.core.indicators import location
+from inspector.core.indicators import FLAGGED, location
 from inspector.core.progress import CancelToken
 from inspector.gui import roles
 from inspector.gui.document import FileDocument
@@ -47,13 +47,15 @@ GLOBAL_COLUMNS = ("Module", "Name", "Count", "Severity", "Why")
 
 @dataclass(frozen=True)
 class OpRow:
-    """One disassembled opcode; `severity` is the scanner's mark on offending opcodes."""
+    """One disassembled opcode; `severity` is the scanner's mark on offending opcodes, and
+    `calls` the offset of the flagged import that an opcode making a call (REDUCE, ...) calls."""
 
     offset: int
     opcode: str
     arg: str
     imports: str | None
     severity: str | None
+    calls: int | None = None
 
 
 @dataclass
@@ -75,7 +77,8 @@ class Stream:
 
 
 class OpcodeModel(QAbstractTableModel):
-    """Offset, opcode and argument of each opcode; flagged imports tinted by severity."""
+    """Offset, opcode and argument of each opcode; flagged imports and the opcodes that call
+    them tinted by severity."""
 
     HEADERS = ("Offset", "Opcode", "Argument")
 
@@ -108,11 +111,24 @@ class OpcodeModel(QAbstractTableModel):
             return (str(row.offset), row.opcode, row.arg)[index.column()]
         if role == roles.FONT:
             return self.mono
-        if role == roles.BACKGROUND and row.severity in ("dangerous", "suspicious"):
+        if role == roles.BACKGROUND and row.severity in FLAGGED:
             return tint(verdict_style(row.severity).colour, 90)
         if role == roles.TOOLTIP and row.severity:
-            return f"{row.severity}: imports {row.imports}" if row.imports else row.severity
+            if row.imports:
+                return f"{row.severity}: imports {row.imports}"
+            callee = self.callee_of(row)
+            if callee >= 0:
+                target = self.rows[callee]
+                return f"{row.severity}: calls {target.imports} (imported at {target.offset})"
+            return row.severity
         return None
+
+    def callee_of(self, row: OpRow) -> int:
+        """Row of the flagged import that `row` calls; -1 when it calls none shown here."""
+        if row.calls is None:
+            return -1
+        found = self.at_offset(row.calls)
+        return found if found >= 0 and self.rows[found].offset == row.calls else -1
 
     def find(self, text: str, start: int) -> int:
         """First row at or after `start` (wrapping) whose text contains `text`; -1 if none."""
@@ -271,7 +287,7 @@ class PicklePane(QWidget):
                       rank.get(severity, 0)),
                 _item(str(g.get("reason", "")), str(g.get("reason", ""))),
             ]
-            if severity in ("dangerous", "suspicious"):
+            if severity in FLAGGED:
                 for it in items:
                     it.setBackground(tint(verdict_style(severity).colour, 90))
             items[0].setData(f"{g.get('module')}.{g.get('name')}", Qt.ItemDataRole.UserRole + 1)
@@ -287,7 +303,7 @@ class PicklePane(QWidget):
         self.stream_box.blockSignals(True)
         self.stream_box.clear()
         for s in streams:
-            flagged = sum(r.severity in ("dangerous", "suspicious") for r in s.rows)
+            flagged = sum(r.severity in FLAGGED for r in s.rows)
             self.stream_box.addItem(f"{s.label} — {len(s.rows):,} opcodes"
                                     + (f", {flagged} flagged" if flagged else ""))
         self.stream_box.blockSignals(False)
@@ -301,10 +317,10 @@ class PicklePane(QWidget):
             return
         stream = self.streams[index]
         self.op_model.set_rows(stream.rows)
-        flagged = sum(r.severity in ("dangerous", "suspicious") for r in stream.rows)
+        flagged = sum(r.severity in FLAGGED for r in stream.rows)
         note = f" (first {OPCODE_LIMIT:,} shown)" if stream.truncated else ""
         self.op_status.setText(
-            f"{len(stream.rows):,} opcodes{note}; {flagged} import a flagged global"
+            f"{len(stream.rows):,} opcodes{note}; {flagged} import or call a flagged global"
             + (" — highlighted." if flagged else "."))
 
     def find_next(self) -> int:
@@ -351,9 +367,18 @@ class PicklePane(QWidget):
             self.op_status.setText(f"No disassembled opcode at {where}.")
             return -1
         self._select_op(row)
-        found = self.op_model.rows[row].offset
-        self.op_status.setText(f"Opcode at {where}." if found == offset else
-                               f"The opcode at offset {found} holds {where}.")
+        shown = self.op_model.rows[row]
+        text = (f"Opcode at {where}." if shown.offset == offset else
+                f"The opcode at offset {shown.offset} holds {where}.")
+        callee = self.op_model.callee_of(shown)
+        if callee >= 0:  # a call is only half the story without what it calls
+            self.op_view.selectionModel().select(
+                self.op_model.index(callee, 0),
+                QItemSelectionModel.SelectionFlag.Select | QItemSelectionModel.SelectionFlag.Rows)
+            target = self.op_model.rows[callee]
+            text += (f" {shown.opcode} calls {target.imports}, imported by the {target.opcode}"
+                     f" at offset {target.offset}: both selected.")
+        self.op_status.setText(text)
         return row
 
     def _select_op(self, row: int) -> None:
@@ -414,7 +439,8 @@ def _disassemble_fn(path: Path, scan: dict[str, Any]):
             data, base = _stream_bytes(path, info)
             rows = [
                 OpRow(base + r.offset, r.opcode, r.argument,
-                      imported_name(r.opcode, r.argument), r.severity)
+                      imported_name(r.opcode, r.argument), r.severity,
+                      None if r.calls is None else base + r.calls)
                 for r in disassemble(data, OPCODE_LIMIT + 1)
             ]
             streams.append(Stream(where, rows[:OPCODE_LIMIT], len(rows) > OPCODE_LIMIT,
