@@ -19,6 +19,7 @@ from inspector.cli.common import (
     progress_events,
     stderr_progress,
 )
+from inspector.core.results import DiffResult, TensorDiffRow
 from inspector.core.termtext import escape
 from inspector.core.vocabulary import TensorStatus
 
@@ -54,68 +55,59 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_ERROR
     try:
         with stderr_progress("comparing", args.quiet) as progress:
-            result = diff_files(
+            result = DiffResult.from_json(diff_files(
                 args.a,
                 args.b,
                 allow_globals=args.allow_global,
                 on_event=progress_events(progress),
-            )
+            ))
     except SandboxError as exc:
         print(f"ckpt-inspector diff: {exc.message}", file=sys.stderr)
         return EXIT_JAIL if exc.code in JAIL_ERRORS else EXIT_ERROR
     if args.json:
-        print(json.dumps(result, indent=1))
+        print(json.dumps(result.to_json(), indent=1))
     else:
-        print_verify_result(result)
-    return EXIT_IDENTICAL if result["identical"] else EXIT_DIFFERENT
+        print_diff(result)
+    return EXIT_IDENTICAL if result.identical else EXIT_DIFFERENT
 
 
-
-def print_verify_result(result: dict) -> None:
+def print_diff(result: DiffResult) -> None:
     """Totals, one sentence per key that differs, and the first flips of each tensor."""
-    sharded = any(len(result[letter].get("shards") or []) > 1 for letter in "ab")
-    for letter in "ab":
-        side = result[letter]
-        shards = side.get("shards") or []
-        count = f", {len(shards)} shards" if len(shards) > 1 else ""
-        print(escape(f"{letter.upper()}: {side['path']} ({side['format']}{count})"))
-        for problem in side.get("problems") or []:
+    sides = [(letter, side) for letter, side in (("A", result.a), ("B", result.b)) if side]
+    sharded = any(len(side.shards) > 1 for _letter, side in sides)
+    for letter, side in sides:
+        count = f", {len(side.shards)} shards" if len(side.shards) > 1 else ""
+        print(escape(f"{letter}: {side.path} ({side.format}{count})"))
+        for problem in side.problems:
             print(escape(f"  warning: {problem['message']}"))
-    counts = ", ".join(f"{n} {status}" for status, n in sorted(result["counts"].items()))
-    verdict = "identical tensors" if result["identical"] else "DIFFERENT"
-    print(f"{verdict}: {len(result['tensors'])} tensors ({counts})")
-    for record in result["tensors"]:
-        if record["status"] == TensorStatus.IDENTICAL:
-            continue
-        print(escape(f"  {record['summary']}{_shards(record) if sharded else ''}"))
-        if record["status"] == TensorStatus.CHANGED:
+    counts = ", ".join(f"{n} {status}" for status, n in sorted(result.counts.items()))
+    verdict = "identical tensors" if result.identical else "DIFFERENT"
+    print(f"{verdict}: {len(result.tensors)} tensors ({counts})")
+    for row in result.differing:
+        print(escape(f"  {row.summary}{_shards(row) if sharded else ''}"))
+        if row.status == TensorStatus.CHANGED:
             print(
-                f"    {_elements(record['changed_elements'])}; max abs diff "
-                f"{_num(record['max_abs_diff'])}, max rel diff {_num(record['max_rel_diff'])}"
-                + (
-                    f", {record['nonfinite_changes']} to/from NaN or Inf"
-                    if record["nonfinite_changes"]
-                    else ""
-                )
+                f"    {_elements(row.changed_elements)}; max abs diff "
+                f"{_num(row.max_abs_diff)}, max rel diff {_num(row.max_rel_diff)}"
+                + (f", {row.nonfinite_changes} to/from NaN or Inf"
+                   if row.nonfinite_changes else "")
             )
-        for flip in record["bitflips"][:_SHOWN_FLIPS]:
-            where = ", ".join(str(i) for i in flip["position"])
-            part = f" ({flip['part']})" if flip.get("part") else ""
-            print(
-                f"    [{where}] (element {flip['index']}): bit {flip['bit']}, {flip['kind']}{part}"
-            )
-        if len(record["bitflips"]) > _SHOWN_FLIPS:
-            print(f"    … {record['single_bit_flips'] - _SHOWN_FLIPS} more single-bit flips")
-    for alias in result.get("aliases", []):
+        for flip in row.bitflips[:_SHOWN_FLIPS]:
+            where = ", ".join(str(i) for i in flip.position)
+            part = f" ({flip.part})" if flip.part else ""
+            print(f"    [{where}] (element {flip.index}): bit {flip.bit}, {flip.kind}{part}")
+        if len(row.bitflips) > _SHOWN_FLIPS:
+            print(f"    … {row.single_bit_flips - _SHOWN_FLIPS} more single-bit flips")
+    for alias in result.aliases:
         print(escape(_alias_line(alias)))
-    for obj in result.get("objects", []):
+    for obj in result.objects:
         print(escape(f"  object `{obj['key']}` {obj['status']}: {obj['a']} -> {obj['b']}"))
 
 
-def _shards(record: dict) -> str:
+def _shards(row: TensorDiffRow) -> str:
     """Where a key is stored on each side."""
-    where = [f"{letter.upper()}: {record[f'shard_{letter}']}" for letter in "ab"
-             if record.get(f"shard_{letter}")]
+    where = [f"{letter}: {shard}" for letter, shard in (("A", row.shard_a), ("B", row.shard_b))
+             if shard]
     return f" [{', '.join(where)}]" if where else ""
 
 
