@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from inspector.core.dtypes import BY_SAFETENSORS, DType
+from inspector.core.vocabulary import Severity
 
 MAX_HEADER = 100_000_000
 """Header bytes read at most (what the safetensors library accepts)."""
 _MAX_DIM = (1 << 63) - 1  # torch's sizes are int64; a larger dimension is no tensor
-INFO = "info"
-SUSPICIOUS = "suspicious"
+INFO, SUSPICIOUS = Severity.INFO, Severity.SUSPICIOUS
 
 
 @dataclass(slots=True)
@@ -41,7 +41,7 @@ class Entry:
 class Problem:
     """Something wrong with the header that still let it be read."""
 
-    severity: str
+    severity: Severity
     code: str
     message: str
 
@@ -54,8 +54,9 @@ class SafetensorsHeader:
     """Bytes in the file."""
     length: int = 0
     """Bytes of JSON after the 8-byte length."""
-    entries: list[Entry] = field(default_factory=list)
-    """Tensors whose dtype, shape and offsets are readable and in bounds, in header order."""
+    spans: list[tuple[int, int, str, DType, list[int]]] = field(default_factory=list, repr=False)
+    """(begin, end, key, dtype, shape) of each entry, offsets in the data buffer: tuples, as
+    a scan of 5,000 tensors needs only the checks (an `Entry` each costs 20% more)."""
     metadata: dict[str, str] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
     error: str | None = None
@@ -66,13 +67,20 @@ class SafetensorsHeader:
         """Where the data buffer starts in the file."""
         return 8 + self.length
 
+    @property
+    def entries(self) -> list[Entry]:
+        """Tensors whose dtype, shape and offsets are readable and in bounds, in header order."""
+        base = self.base
+        return [Entry(key, dtype, shape, base + begin, base + end)
+                for begin, end, key, dtype, shape in self.spans]
+
     def refusal(self) -> str | None:
         """Why a loader must not read this file's tensors (None when it may)."""
         if self.error is not None:
             return self.error
         return next((p.message for p in self.problems if p.severity != INFO), None)
 
-    def add(self, severity: str, code: str, message: str) -> None:
+    def add(self, severity: Severity, code: str, message: str) -> None:
         """Record one problem."""
         self.problems.append(Problem(severity, code, message))
 
@@ -168,22 +176,22 @@ def _no_constant(name: str) -> None:
 
 def _check_entries(out: SafetensorsHeader, header: dict) -> None:
     data_len = out.size - out.base
-    base = out.base
-    entries = out.entries
+    spans = out.spans
     for name, entry in header.items():
         if type(entry) is not dict:
             out.add(SUSPICIOUS, "safetensors-entry", f"tensor {name!r} entry is not an object")
             continue
-        dtype, shape, offs = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-        record = BY_SAFETENSORS.get(dtype) if type(dtype) is str else None
-        if (record is None or type(shape) is not list
-                or not all(type(d) is int and 0 <= d <= _MAX_DIM for d in shape)
-                or type(offs) is not list or len(offs) != 2
-                or type(offs[0]) is not int or type(offs[1]) is not int):
+        try:
+            record = BY_SAFETENSORS[entry["dtype"]]
+            shape = entry["shape"]
+            begin, end = entry["data_offsets"]
+        except (KeyError, TypeError, ValueError):  # missing, unhashable, not a pair
+            record = None
+        if (record is None or type(begin) is not int or type(end) is not int
+                or type(shape) is not list or not _is_shape(shape)):
             out.add(SUSPICIOUS, "safetensors-entry",
                     f"tensor {name!r} has an invalid dtype, shape or data_offsets")
             continue
-        begin, end = offs
         if not 0 <= begin <= end <= data_len:
             out.add(SUSPICIOUS, "safetensors-bounds",
                     f"tensor {name!r} offsets [{begin}, {end}] outside the {data_len}-byte buffer")
@@ -191,16 +199,22 @@ def _check_entries(out: SafetensorsHeader, header: dict) -> None:
         # sub-byte dtypes (F4, F6) pack their elements; the last byte may be partly used
         expected = (math.prod(shape) * record.bits + 7) // 8
         if end - begin != expected:
-            out.add(SUSPICIOUS, "safetensors-size",
-                    f"tensor {name!r} spans {end - begin} bytes, {dtype}{shape} needs {expected}")
-        entries.append(Entry(name, record, shape, base + begin, base + end))
-    reach, holder = base, ""  # the furthest end so far, and whose it is
-    for begin, end, name in sorted((e.begin, e.end, e.key) for e in entries):
+            out.add(SUSPICIOUS, "safetensors-size", f"tensor {name!r} spans {end - begin} bytes, "
+                    f"{record.safetensors}{shape} needs {expected}")
+        spans.append((begin, end, name, record, shape))
+    reach, holder = 0, ""  # the furthest end so far, and whose it is
+    for begin, end, name, _, _ in sorted(spans):
         if begin < reach:
             out.add(SUSPICIOUS, "safetensors-overlap", f"tensors {holder!r} and {name!r} overlap")
         if end > reach:
             reach, holder = end, name
-    covered = max((e.end for e in entries), default=base) - base
-    if covered < data_len:
+    if reach < data_len:
         out.add(INFO, "safetensors-trailing",
-                f"{data_len - covered} bytes after the last tensor are not part of any tensor")
+                f"{data_len - reach} bytes after the last tensor are not part of any tensor")
+
+
+def _is_shape(shape: list) -> bool:
+    for d in shape:  # noqa: SIM110 (a loop: twice as fast as all() over a generator)
+        if type(d) is not int or not 0 <= d <= _MAX_DIM:
+            return False
+    return True
