@@ -102,16 +102,27 @@ def test_closing_the_window_while_the_server_starts_leaves_nothing(
     assert _gone(sandbox_processes()) and sandbox_processes() == []
 
 
-def test_a_killed_server_makes_the_next_job_start_a_cold_worker(
+def test_a_killed_server_is_replaced_and_the_job_that_found_it_runs_cold(
         warm_window, qtbot, tmp_path):
     server = _ready_server()
     os.kill(server.pid, signal.SIGKILL)
     assert _gone([server.pid])
-    (doc,) = warm_window.open_paths([write_samples(tmp_path).benign])
+    sample = write_samples(tmp_path).benign
+    (doc,) = warm_window.open_paths([sample])
     wait_loaded(qtbot, doc)
     assert _worker_kind(doc) == "cold"
     assert doc.tensors
     assert "cold" in warm_window.overview.fields["sandbox"].text()
+    # that job started a new server in the background; the next file forks from it
+    qtbot.waitUntil(lambda: (new := _ready_server()) is not None and new is not server,
+                    timeout=LOAD_TIMEOUT_MS)
+    replacement = _ready_server()
+    assert replacement.pid in sandbox_processes() and server.pid not in sandbox_processes()
+    (again,) = warm_window.open_paths([write_samples(tmp_path / "again").benign])
+    wait_loaded(qtbot, again)
+    assert _worker_kind(again) == "forked"
+    warm_window.close()
+    assert _gone([replacement.pid]), "the replacement server outlived the window"
 
 
 def test_a_server_that_cannot_start_is_reported_once_and_jobs_run_cold(

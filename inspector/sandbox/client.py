@@ -240,18 +240,30 @@ def run_job(
 
 _fork_server: ForkServer | None = None
 _fork_server_lock = threading.Lock()
+_keep_warm = False
+"""Whether a server found dead is replaced (`start_fork_server(keep_warm=True)`)."""
 
 
-def start_fork_server() -> ForkServer:
+def start_fork_server(keep_warm: bool = False) -> ForkServer:
     """Start this process's warm server; every later `run_job` (any thread) forks from it once
     it is ready, until `stop_fork_server`. Raises ForkServerError when it cannot start, or when
-    it was stopped (or another was started) while it started."""
-    global _fork_server
+    it was stopped (or another was started) while it started.
+
+    `keep_warm`: a job that finds the server dead (killed) runs a cold worker and starts a new
+    server in the background, which later jobs fork from once it is ready."""
+    return _start_server(keep_warm, replacing=False)
+
+
+def _start_server(keep_warm: bool, replacing: bool) -> ForkServer:
+    global _fork_server, _keep_warm
     server = ForkServer()
     with _fork_server_lock:
         if _fork_server is not None:
             raise ForkServerError("a fork server is already in use")
+        if replacing and not _keep_warm:
+            raise ForkServerError("the fork server was stopped before it was replaced")
         _fork_server = server  # run_job skips it until it is ready; stop can kill it meanwhile
+        _keep_warm = keep_warm
     try:
         server.start(worker_env())
     except ForkServerError:
@@ -269,11 +281,31 @@ def start_fork_server() -> ForkServer:
 
 def stop_fork_server() -> None:
     """Stop this process's warm server (also one still starting); jobs start cold workers."""
-    global _fork_server
+    global _fork_server, _keep_warm
     with _fork_server_lock:
         server, _fork_server = _fork_server, None
+        _keep_warm = False
     if server is not None:
         server.close()
+
+
+def _replace_lost(server: ForkServer) -> None:
+    """`server` died: forget and reap it, and start another in the background if kept warm."""
+    global _fork_server
+    with _fork_server_lock:
+        if _fork_server is not server:  # already replaced, or stopped
+            return
+        _fork_server = None
+        replace = _keep_warm
+    server.close()
+    if replace:
+        threading.Thread(target=_replace, daemon=True, name="fork-server").start()
+
+
+def _replace() -> None:
+    # Jobs meanwhile start cold workers; a stop before or during this start prevents or kills it.
+    with contextlib.suppress(ForkServerError):
+        _start_server(keep_warm=True, replacing=True)
 
 
 @contextlib.contextmanager
@@ -299,8 +331,11 @@ def _spawn(pass_fds: tuple[int, ...]) -> subprocess.Popen | ForkedWorker:
     """A fresh worker: forked from the warm server when one is in use, else a cold start."""
     server = _fork_server
     if server is not None:
-        with contextlib.suppress(ForkServerError):
+        try:
             return server.spawn(worker_env(), pass_fds)
+        except ForkServerError:
+            if server.dead():
+                _replace_lost(server)
     return subprocess.Popen(
         [sys.executable, "-I", "-m", WORKER_MODULE],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -127,6 +127,11 @@ class ForkServer:
             raise ForkServerError(f"the fork server could not fork: {reply.get('error')}")
         return ForkedWorker(int(reply["pid"]), stdin_w, stdout_r, stderr_r, status_r)
 
+    def dead(self) -> bool:
+        """Whether the server was ready once and its process has since ended (killed)."""
+        proc = self._proc
+        return self.pid is not None and (proc is None or proc.poll() is not None)
+
     def close(self) -> None:
         """Stop the server: EOF on its socket makes it kill its children and exit.
 
