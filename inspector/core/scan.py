@@ -143,11 +143,15 @@ class ScanResult:
 class _Scan:
     """Accumulates globals, findings and weights_only blockers while one file is walked."""
 
-    def __init__(self, result: ScanResult, rules: WeightsOnlyRules) -> None:
+    def __init__(self, result: ScanResult, rules: WeightsOnlyRules,
+                 archives: list[tuple[int, int]] | None = None) -> None:
         self.result = result
         self.rules = rules
         self.uses: dict[tuple[str, str], GlobalUse] = {}
         self.torch_refuses = False
+        # shared by every archive of the file: a .distcp file holds one archive per item
+        self.crc_budget = CRC_BUDGET
+        self.archives = archives
 
     def find(self, severity: str, code: str, message: str, member: str | None = None,
              offset: int | None = None, call: str | None = None) -> None:
@@ -350,19 +354,78 @@ def _storage_itemsize(storage_type: str) -> int | None:
 
 def _scan_zip(ctx: _Scan, buf) -> None:
     """Every archive in the file: one, or the back-to-back archives of a `.distcp` file."""
-    spans = zipread.archive_spans(buf)
-    if len(spans) == 1:
-        _scan_archive(ctx, buf, zipread.read_zip(buf))
-        return
+    if ctx.archives is None:
+        spans = zipread.archive_spans(buf)
+        if len(spans) == 1:
+            _scan_archive(ctx, buf, zipread.read_zip(buf))
+            return
+    else:
+        spans = _listed_archives(ctx, buf, ctx.archives)
+        if spans == [(0, len(buf))]:  # one item: a plain archive
+            _scan_archive(ctx, buf, zipread.read_zip(buf))
+            return
     refuses, blockers = ctx.torch_refuses, list(ctx.result.weights_only_blockers)
     for start, end in spans:
         _scan_archive(ctx, buf, zipread.read_zip(buf, start, end))
+    for start, end in _uncovered(spans, len(buf)):
+        spans += _scan_gap(ctx, buf, start, end)
     # what torch.load itself reads is decided below, not by every archive's content
     ctx.torch_refuses, ctx.result.weights_only_blockers[:] = refuses, blockers
     ctx.result.format = "distcp"
     ctx.find(Severity.INFO, "zip-concatenated", f"{len(spans)} zip archives back to back (as "
              "torch.distributed.checkpoint writes its .distcp data files); all were scanned")
-    _torch_view(ctx, buf, spans)
+    _torch_view(ctx, buf, sorted(spans))
+
+
+def _listed_archives(ctx: _Scan, buf, listed: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The archives `.metadata` lists (offset, length) that are each one whole archive: their
+    directories are read, not every page of the file. A listed range that is not one is
+    scanned in full, as DCP would load whatever it holds (`_uncovered` then finds any bytes
+    no archive covers)."""
+    spans = []
+    for offset, length in sorted(set(listed)):
+        end = offset + length
+        if 0 <= offset < end <= len(buf) and zipread.is_whole_archive(buf, offset, end):
+            spans.append((offset, end))
+        else:
+            _scan_gap(ctx, buf, max(offset, 0), min(max(end, 0), len(buf)),
+                      "the .metadata lists an item there that is not one whole archive")
+    return spans
+
+
+def _uncovered(spans: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
+    """The byte ranges of [0, size) that none of `spans` covers."""
+    gaps, pos = [], 0
+    for start, end in sorted(spans):
+        if start > pos:
+            gaps.append((pos, start))
+        pos = max(pos, end)
+    return gaps + ([(pos, size)] if pos < size else [])
+
+
+def _scan_gap(ctx: _Scan, buf, start: int, end: int,
+              why: str = "no archive covers them") -> list[tuple[int, int]]:
+    """Bytes of a `.distcp` file outside its archives, read in full: DCP loads the bytes at
+    any offset its `.metadata` gives, so a pickle or an archive there is scanned as such.
+    Returns the archives found in them (offsets in the file)."""
+    if start >= end:
+        return []
+    member = f"bytes {start}-{end}"
+    ctx.find(Severity.SUSPICIOUS, "distcp-unlisted-bytes",
+             f"{end - start} bytes at offset {start}: {why}; they were scanned in full", member)
+    data = bytes(buf[start:end])
+    try:
+        found = [(start + s, start + e) for s, e in zipread.archive_spans(data)]
+    except (ValueError, struct.error):
+        found = []  # no end record at all: no archive to read
+    for s, e in found:
+        try:
+            _scan_archive(ctx, buf, zipread.read_zip(buf, s, e))
+        except (ValueError, struct.error) as exc:
+            ctx.not_fully_read("zip-unreadable", f"archive not read: {exc}", member)
+    if not _scan_stream(ctx, data, member, False):
+        _carve(ctx, data, member, 0)
+    return found
 
 
 def _torch_view(ctx: _Scan, buf, spans: list[tuple[int, int]]) -> None:
@@ -380,6 +443,7 @@ def _torch_view(ctx: _Scan, buf, spans: list[tuple[int, int]]) -> None:
         ctx.block("torch.load finds no consistent archive in back-to-back archives")
         return
     probe = _Scan(ScanResult(ctx.result.path), ctx.rules)
+    probe.crc_budget = 0  # only its blockers are kept: the archive was checked above
     _scan_archive(probe, buf, zipread.read_zip(buf, *span))
     for reason in probe.result.weights_only_blockers:
         ctx.block(reason)
@@ -422,17 +486,16 @@ def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
             ctx.block(f"member {outside!r} lies outside the {prefix}/ folder")
     storages: list = []
     records: set[str] = set()
-    crc_budget = CRC_BUDGET
     skipped_crc = 0
     # The main pickle first: its storage references tell which members are tensor records.
     for m in ([main] if main else []) + [m for m in members if m is not main]:
         is_record = m.name in records
         if is_record and m.method == zipread.STORED and m.data_offset >= 0:
             # tensor bytes: torch never unpickles a record; check its CRC within the budget
-            if m.compressed_size > crc_budget:
+            if m.compressed_size > ctx.crc_budget:
                 skipped_crc += 1
                 continue
-            crc_budget -= m.compressed_size
+            ctx.crc_budget -= m.compressed_size
             actual = _crc32(buf, m.data_offset, m.compressed_size)
             if actual != m.crc:
                 ctx.find(Severity.SUSPICIOUS, "zip-crc-mismatch",
@@ -733,10 +796,11 @@ def scan_bytes(data: bytes, path: str = "<bytes>") -> ScanResult:
     return _run(path, len(data), lambda: data)
 
 
-def _run(path: str, size: int, load) -> ScanResult:
+def _run(path: str, size: int, load, archives: list[tuple[int, int]] | None = None
+         ) -> ScanResult:
     t0 = time.perf_counter()
     res = ScanResult(path=path, size=size)
-    ctx = _Scan(res, weights_only_rules())
+    ctx = _Scan(res, weights_only_rules(), archives)
     # The walk allocates many small acyclic objects; cyclic GC passes over a host process's
     # heap (torch, Qt) would cost more than the scan itself.
     gc_was_enabled = gc.isenabled()
@@ -756,8 +820,12 @@ def _run(path: str, size: int, load) -> ScanResult:
     return res
 
 
-def scan_file(path: str | os.PathLike) -> ScanResult:
-    """Statically scan one file; never raises for a bad file (the result carries the error)."""
+def scan_file(path: str | os.PathLike, archives: list[tuple[int, int]] | None = None
+              ) -> ScanResult:
+    """Statically scan one file; never raises for a bad file (the result carries the error).
+
+    `archives`: the (offset, length) of each item a DCP `.metadata` lists in this `.distcp`
+    file (`core.dcp_items`); checked, they spare the search of every page for archive ends."""
     p = os.fspath(path)
     try:
         # no file object: this is most of a small file's cost; O_NONBLOCK so that a named
@@ -774,9 +842,9 @@ def scan_file(path: str | os.PathLike) -> ScanResult:
                 while chunk := os.read(fd, SMALL_FILE + 1 - sum(map(len, chunks))):
                     chunks.append(chunk)
                 data = b"".join(chunks)
-                return _run(p, len(data), lambda: data)
+                return _run(p, len(data), lambda: data, archives)
             with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
-                return _run(p, size, lambda: mm)
+                return _run(p, size, lambda: mm, archives)
         finally:
             os.close(fd)
     except OSError as exc:

@@ -135,6 +135,21 @@ def archive_spans(buf) -> list[tuple[int, int]]:
     return spans if len(spans) > 1 else [(0, len(buf))]
 
 
+def is_whole_archive(buf, start: int, end: int) -> bool:
+    """Whether `buf[start:end]` is exactly one archive: a local header first, and an end
+    record at its end whose directory ends where the records after it begin (read from the
+    end, so the member data in between is not touched)."""
+    if buf[start:start + 4] != LOCAL_SIG or end - start < 22:
+        return False
+    try:
+        eocd = _find_eocd(buf, start, end)
+        cd_offset, _, cd_size, after = _central_directory(buf, eocd, start)
+    except (NotAZip, struct.error):
+        return False
+    (comment,) = struct.unpack_from("<H", buf, eocd + 20)
+    return eocd + 22 + comment == end and cd_offset + cd_size == after
+
+
 def _unsafe_name(name: str) -> bool:
     parts = name.replace("\\", "/").split("/")
     return name.startswith(("/", "\\")) or ".." in parts or name[1:2] == ":"

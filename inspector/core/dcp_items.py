@@ -1,0 +1,135 @@
+"""Where a torch.distributed.checkpoint folder's `.metadata` says its items lie, read statically.
+
+`.metadata` is a plain pickle of DCP's `Metadata`; its `storage_data` maps each item to a
+`_StorageInfo(relative_path, offset, length)`: the byte range of one `torch.save` archive in a
+`.distcp` data file. The static scan uses these ranges to read each archive's directory and
+pickles instead of searching every page of the file for archive ends (`core.scan`). Nothing is
+unpickled: the opcodes are walked (`pickletools.genops`) with a stack of plain values, and
+the classes are only names. The ranges are hints the scan checks, never trusted: anything
+this walk does not follow gives no ranges, and the scan then searches the whole file.
+"""
+
+from __future__ import annotations
+
+import pickletools
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+STORAGE_INFO = ("torch.distributed.checkpoint.filesystem", "_StorageInfo")
+MAX_METADATA = 256 << 20
+
+
+class NotFollowed(ValueError):
+    """An opcode or a shape this walk does not follow."""
+
+
+@dataclass
+class _Object:
+    """An instance built by NEWOBJ (or REDUCE) of a named class; BUILD gives its state."""
+
+    cls: tuple[str, str] | None
+    state: object = None
+
+
+@dataclass
+class _Walk:
+    stack: list = field(default_factory=list)
+    marks: list[int] = field(default_factory=list)
+    memo: dict[int, object] = field(default_factory=dict)
+    built: list[_Object] = field(default_factory=list)
+
+    def pop_mark(self) -> list:
+        at = self.marks.pop()
+        items, self.stack[at:] = self.stack[at:], []
+        return items
+
+
+_PLAIN = {"NONE": None, "NEWTRUE": True, "NEWFALSE": False}
+_TUPLES = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
+
+
+def _step(walk: _Walk, name: str, arg: object) -> None:
+    """One opcode on the walk's stack; dicts are lists of pairs (keys may be objects)."""
+    stack = walk.stack
+    if name in ("PROTO", "FRAME", "STOP"):
+        return
+    if name in _PLAIN:
+        stack.append(_PLAIN[name])
+    elif name in ("BININT", "BININT1", "BININT2", "LONG1", "LONG4", "INT", "LONG", "BINFLOAT",
+                  "FLOAT", "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE",
+                  "SHORT_BINBYTES", "BINBYTES", "BINBYTES8", "STRING", "BINSTRING",
+                  "SHORT_BINSTRING"):
+        stack.append(arg)
+    elif name == "MARK":
+        walk.marks.append(len(stack))
+    elif name in ("EMPTY_DICT", "EMPTY_LIST"):
+        stack.append([])
+    elif name == "EMPTY_TUPLE":
+        stack.append(())
+    elif name in _TUPLES:
+        count = _TUPLES[name]
+        stack[-count:] = [tuple(stack[-count:])]
+    elif name == "TUPLE":
+        stack.append(tuple(walk.pop_mark()))
+    elif name in ("DICT", "LIST"):
+        items = walk.pop_mark()
+        stack.append(list(zip(items[::2], items[1::2], strict=True)) if name == "DICT"
+                     else items)
+    elif name == "SETITEM":
+        value, key = stack.pop(), stack.pop()
+        stack[-1].append((key, value))
+    elif name == "SETITEMS":
+        items = walk.pop_mark()
+        stack[-1].extend(zip(items[::2], items[1::2], strict=True))
+    elif name == "APPEND":
+        item = stack.pop()
+        stack[-1].append(item)
+    elif name == "APPENDS":
+        items = walk.pop_mark()
+        stack[-1].extend(items)
+    elif name in ("MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT"):
+        walk.memo[len(walk.memo) if name == "MEMOIZE" else int(arg)] = stack[-1]
+    elif name in ("GET", "BINGET", "LONG_BINGET"):
+        stack.append(walk.memo[int(arg)])
+    elif name in ("GLOBAL", "STACK_GLOBAL"):
+        if name == "STACK_GLOBAL":
+            qualname, module = stack.pop(), stack.pop()
+        else:
+            module, _, qualname = str(arg).partition(" ")
+        stack.append(("global", module, qualname))
+    elif name in ("NEWOBJ", "REDUCE"):
+        args, cls = stack.pop(), stack.pop()
+        named = cls[1:] if isinstance(cls, tuple) and cls[:1] == ("global",) else None
+        obj = _Object(named, args if name == "REDUCE" else None)
+        walk.built.append(obj)
+        stack.append(obj)
+    elif name == "BUILD":
+        state = stack.pop()
+        if not isinstance(stack[-1], _Object):
+            raise NotFollowed("BUILD of something no class made")
+        stack[-1].state = state
+    else:
+        raise NotFollowed(f"opcode {name}")
+
+
+def item_ranges(data: bytes) -> dict[str, list[tuple[int, int]]]:
+    """(offset, length) of every stored item, by data file name; NotFollowed when the pickle
+    is not one this walk follows (the caller then has no hints)."""
+    if len(data) > MAX_METADATA:
+        raise NotFollowed(".metadata is larger than a metadata file")
+    walk = _Walk()
+    try:
+        for op, arg, _pos in pickletools.genops(data):
+            _step(walk, op.name, arg)
+    except (IndexError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise NotFollowed(f"{type(exc).__name__}: {exc}") from None
+    ranges: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for obj in walk.built:
+        if obj.cls != STORAGE_INFO:
+            continue
+        state = dict(obj.state) if isinstance(obj.state, list) else {}
+        name, offset, length = (state.get(k) for k in ("relative_path", "offset", "length"))
+        if not (type(name) is str and type(offset) is int and type(length) is int):
+            raise NotFollowed("a _StorageInfo without a file name, offset and length")
+        ranges[name].append((offset, length))
+    return dict(ranges)
