@@ -62,3 +62,25 @@ def test_report_lists_the_code_files_and_flags_and_validates(archives):
     html = render_html(report)
     assert html.count('data-section="code"') == 2  # the two archives, not the plain file
     assert "Code carried by the archive" in html and "names the Python module os" in html
+
+
+def test_flagged_code_is_a_problem_and_fails_the_checklist(archives):
+    """An archive whose code calls os.system: the exported report names the flagged file under
+    its problems and fails the 'cannot run code' item with it; the clean archive's item fails
+    only for carrying code, and it has no code problem."""
+    report, _ = _report(archives["scripted"], archives["evil"])
+    doc = json.loads(report.dumps())
+    jsonschema.Draft202012Validator(load_schema()).validate(doc)
+    clean, evil = doc["files"]
+    (problem,) = [p for p in evil["problems"] if "code flagged" in p]
+    assert problem.startswith("torchscript code flagged (1): ")
+    assert "container.py: names the Python module os" in problem
+    assert f"evil.pt: {problem}" in doc["problems"]
+    item = next(i for i in evil["checklist"] if i["id"] == "safe_format")
+    assert item["status"] == "fail" and "container.py: names the Python module os" in item[
+        "detail"] and "torch.jit.load runs" in item["detail"]
+    assert not [p for p in clean["problems"] if "code flagged" in p]
+    item = next(i for i in clean["checklist"] if i["id"] == "safe_format")
+    assert item["status"] == "fail" and "none flagged" in item["detail"]
+    html = render_html(report)
+    assert "torchscript code flagged (1)" in html

@@ -20,6 +20,7 @@ from inspector.report.model import (
 )
 from inspector.report.sections import (
     code_info,
+    code_problems,
     comparison_info,
     consistency_info,
     conversion_info,
@@ -94,9 +95,10 @@ def _file_report(
         file=info,
         verdict=verdict,
         problems=file_problems(verdict, scan, load, health, verification, conversion,
-                               consistency, comparison) + shard_problems(shards),
+                               consistency, comparison) + shard_problems(shards)
+        + code_problems(code),
         checklist=checklist(ev, session_files, info, scan, load, health, verification,
-                            conversion, consistency),
+                            conversion, consistency, code),
         scan=scan,
         load=load,
         tensors=tensors,

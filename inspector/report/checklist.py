@@ -20,6 +20,7 @@ from inspector.report.model import (
     NOT_CHECKED,
     PASS,
     CheckItem,
+    CodeInfo,
     ComparisonInfo,
     ConsistencyInfo,
     ConversionInfo,
@@ -31,7 +32,7 @@ from inspector.report.model import (
     TelemetrySummary,
     VerificationInfo,
 )
-from inspector.report.sections import self_test_words
+from inspector.report.sections import flagged_code, self_test_words
 
 SAFE_FORMATS = ("safetensors",)
 DATA_ONLY_FORMATS = ("npy", "npz")
@@ -48,10 +49,11 @@ def checklist(
     verification: VerificationInfo | None,
     conversion: ConversionInfo | None,
     consistency: ConsistencyInfo | None,
+    code: CodeInfo | None = None,
 ) -> list[CheckItem]:
     """The five prevention practices and the weights' health, each pass / fail / not checked."""
     return [
-        _check_safe_format(info, scan, conversion),
+        _check_safe_format(info, scan, conversion, code),
         _check_hash_on_record(ev.path, verification, _several_files(ev.inspect or {})),
         _check_weights_only(info, scan, load),
         _check_backup(ev, session_files),
@@ -87,7 +89,7 @@ def _findings_by_severity(health: HealthInfo) -> dict[str, list[str]]:
 
 
 def _check_safe_format(
-    info: FileInfo, scan: ScanInfo, conversion: ConversionInfo | None
+    info: FileInfo, scan: ScanInfo, conversion: ConversionInfo | None, code: CodeInfo | None
 ) -> CheckItem:
     title = "Stored in a format that cannot run code"
     fmt = (info.format or "").lower()
@@ -95,9 +97,18 @@ def _check_safe_format(
         return CheckItem("safe_format", title, NOT_CHECKED, "the file was not scanned")
     if _holds_no_pickle(info, scan):
         return CheckItem("safe_format", title, PASS, f"{info.format} holds only tensor data")
+    flagged = flagged_code(code)
+    if flagged:  # fails even beside a conversion: the file itself still carries that code
+        return CheckItem("safe_format", title, FAIL,
+                         f"its {code.kind} code, which torch.jit.load runs, is flagged: "
+                         f"{flagged}")
     if conversion is not None and conversion.status == PASS:
         return CheckItem("safe_format", title, PASS,
                          f"verified safetensors conversion written: {conversion.output}")
+    if code is not None:
+        return CheckItem("safe_format", title, FAIL,
+                         f"a {code.kind} archive carries code that torch.jit.load runs "
+                         f"({len(code.files)} files, none flagged); convert it to safetensors")
     return CheckItem("safe_format", title, FAIL,
                      f"{info.format or 'this format'} is pickle-based; convert it to safetensors")
 

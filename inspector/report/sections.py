@@ -244,6 +244,19 @@ def code_info(inspect: dict | None) -> CodeInfo | None:
                     flags=sum(len(f["flags"]) for f in files), files=files)
 
 
+def flagged_code(code: CodeInfo | None) -> str:
+    """A code archive's flags as 'FILE: FLAG; ...' (the first five; '' when none): what in
+    its code reaches beyond tensor maths, which torch.jit.load would run."""
+    flags = [f"{f['name']}: {flag}" for f in (code.files if code else []) for flag in f["flags"]]
+    return "; ".join(flags[:5]) + (" ..." if len(flags) > 5 else "")
+
+
+def code_problems(code: CodeInfo | None) -> list[str]:
+    """A code archive whose code is flagged, as one report problem."""
+    text = flagged_code(code)
+    return [f"{code.kind} code flagged ({code.flags}): {text}"] if text else []
+
+
 def comparison_info(diff: DiffResult | None) -> ComparisonInfo | None:
     """The diff contract as a section: the tensors that differ and their first flips."""
     if diff is None:
