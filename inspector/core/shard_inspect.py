@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.core.dcp_folder import is_dcp_folder, sum_scans
+from inspector.core.hashing import DIGEST_ALGORITHM
 from inspector.core.health import assess
 from inspector.core.resume import model_facts
 from inspector.core.scan import scan_file
@@ -22,7 +23,6 @@ from inspector.core.shard_set import ShardSet, resolve
 from inspector.core.shards import Problem, ShardError, ShardIndex, check_contents, is_index
 from inspector.core.tie_rule import kept_name
 
-DIGEST_ALGORITHM = "sha256"
 ALIAS = "alias"
 _VIEW = ("dtype", "shape", "stride", "storage_offset")
 

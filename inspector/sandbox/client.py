@@ -36,7 +36,7 @@ from pathlib import Path
 from inspector.core.atomic import OutputExistsError, atomic_write, write_text_atomic
 from inspector.core.dcp_folder import folder_files, is_dcp_folder, scan_folder
 from inspector.core.errors import CodedError
-from inspector.core.hashing import sha256_file
+from inspector.core.hashing import DIGEST_ALGORITHM, sha256_file
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.core.resume import model_facts
 from inspector.core.shard_inspect import is_sharded_input
@@ -65,7 +65,6 @@ LOADABLE_FORMATS = ("pytorch-zip", "pytorch-legacy", "safetensors", "dcp", "torc
                     "torch-export")
 """TorchScript and torch.export archives are never loaded: the worker reads their weights'
 records statically (`sandbox.torchscript`) and only shows their code."""
-DIGEST_ALGORITHM = "sha256"
 
 
 class SandboxError(CodedError):
@@ -546,17 +545,19 @@ def inspect_file(
     timeout: float | None = None,
     limits: dict | None = None,
     scan: dict | None = None,
+    jobs: int = 1,
 ) -> dict:
     """Scan, hash and load in the jail; the `inspect` contract (error set instead of raising).
 
     A folder (other than a DCP one) or a `*.index.json` is the sharded checkpoint it names
-    (`sandbox.inspect_shards`, which passes each shard's `scan`, made before any load).
+    (`sandbox.inspect_shards`, which passes each shard's `scan`, made before any load), its
+    shards loaded `jobs` at a time.
     """
     if is_sharded_input(Path(path)):
         from inspector.sandbox.inspect_shards import inspect_path
 
         return inspect_path(path, allow_globals, override_dangerous, on_event, cancel, timeout,
-                            limits)
+                            limits, jobs)
     target = Path(path).resolve()
     allow = list(allow_globals)
     size, files = _input(target)

@@ -42,6 +42,7 @@ from safetensors import safe_open
 
 from inspector.core.errors import CodedError
 from inspector.core.extract import select, strip_prefixes
+from inspector.core.hashing import DIGEST_ALGORITHM
 from inspector.core.progress import CancelToken, check
 from inspector.core.termtext import escape
 from inspector.core.tie_rule import kept_name
@@ -50,7 +51,6 @@ from inspector.sandbox.load import SAFETENSORS_DTYPES, LoadError, load_request, 
 from inspector.sandbox.mapped import PageReleaser
 from inspector.sandbox.stats import (
     CHUNK_BYTES,
-    DIGEST_ALGORITHM,
     Release,
     byte_chunks,
     describe_object,

@@ -14,17 +14,13 @@ from collections.abc import Callable
 
 import torch
 
+from inspector.core.hashing import DIGEST_ALGORITHM
 from inspector.core.health import assess
 from inspector.core.progress import CancelToken
 from inspector.core.torchscript_layout import CODE_ARCHIVES
 from inspector.sandbox.load import load_request, split_leaves
 from inspector.sandbox.mapped import PageReleaser
-from inspector.sandbox.stats import (
-    DIGEST_ALGORITHM,
-    describe_object,
-    describe_tensors,
-    unique_storage,
-)
+from inspector.sandbox.stats import describe_object, describe_tensors, unique_storage
 from inspector.sandbox.torchscript import code_report
 
 

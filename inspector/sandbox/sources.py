@@ -25,12 +25,12 @@ from typing import Any
 from inspector.core.dtypes import canonical_dtype
 from inspector.core.errors import CodedError
 from inspector.core.formats import sniff
+from inspector.core.hashing import DIGEST_ALGORITHM
 from inspector.core.progress import CancelToken, check
 from inspector.core.safetensors_header import read_header
 from inspector.core.torch_layout import NotCovered, TensorLayout, describe_archive
 from inspector.core.torchscript_layout import code_archive_kind, describe_code_archive
 
-DIGEST_ALGORITHM = "sha256"
 CHUNK_BYTES = 16 * 1024 * 1024
 """Bytes read, compared or hashed at a time; bounds memory whatever the tensor size."""
 

@@ -38,7 +38,6 @@ from inspector.core.health import MIN_JUDGED, OUTLIER_TAIL, outlier_gap
 from inspector.core.progress import CancelToken, check
 from inspector.core.strict_json import strict, strict_float
 
-DIGEST_ALGORITHM = "sha256"
 HIST_BINS = 64
 CHUNK_BYTES = 16 * 1024 * 1024
 """Bound on the bytes one thread touches at a time; also the granularity of page release."""
