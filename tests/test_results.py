@@ -22,6 +22,7 @@ from inspector.core.results import (
     InspectResult,
     Jail,
     TensorStats,
+    jail_line,
     plain,
 )
 from inspector.core.resume import ResumeChecklist
@@ -50,7 +51,8 @@ def test_inspect_of_a_training_checkpoint_round_trips(tmp_path: Path) -> None:
     data = inspect_file(path)
     assert data["error"] is None
     result = _round_trips(InspectResult, data)
-    assert isinstance(result.sandbox, Jail) and result.jail_line.startswith("sandbox:  ")
+    assert isinstance(result.sandbox, Jail)
+    assert jail_line(result.sandbox).startswith(f"sandbox:  {result.sandbox.level} (")
     assert result.digest_algorithm == "sha256"
     assert all(isinstance(t, TensorStats) for t in result.tensors)
     first = result.tensors[0]

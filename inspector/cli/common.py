@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 from inspector.core.allow_presets import PRESETS, preset_help
 from inspector.core.progress import ProgressFn
+from inspector.core.results import Jail, jail_line
 from inspector.core.termtext import escape
 from inspector.core.verify import TensorDigestFn, VerifyResult
 from inspector.core.vocabulary import FileStatus, TensorCheckStatus
@@ -94,14 +95,9 @@ def error_exit(error: dict) -> int:
 
 
 def sandbox_line(sandbox: dict | None) -> str:
-    """One line naming the jail level, what is active and what is missing."""
-    if not sandbox:
-        return "sandbox:  not started"
-    line = f"sandbox:  {sandbox.get('level')} ({', '.join(sandbox.get('active') or []) or 'none'})"
-    missing = sandbox.get("missing") or {}
-    if missing:
-        line += "; missing: " + "; ".join(f"{k}: {v}" for k, v in missing.items())
-    return line
+    """One line naming the jail level, what is active and what is missing (`jail_line` of
+    the handshake's dict)."""
+    return jail_line(Jail.from_json(sandbox) if sandbox else None)
 
 
 def print_verify_result(result: VerifyResult) -> None:

@@ -44,9 +44,9 @@ from inspector.cli.common import (
     add_loader_arguments,
     error_exit,
     progress_events,
-    sandbox_line,
     stderr_progress,
 )
+from inspector.core.results import ConversionResult, jail_line
 
 EXIT_OUTPUT = 4
 EXIT_VERIFY = 6
@@ -82,43 +82,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_jobs_argument(parser)  # a folder's shards; a single file is one job
 
 
-def _verified_line(report: dict) -> str:
-    total = report.get("tensors_in_input")
-    skipped = len(report["tensors_skipped"])
+def _verified_line(report: ConversionResult) -> str:
+    total = report.tensors_in_input
+    skipped = len(report.tensors_skipped)
     if total is None:
         scope = "every tensor written"
     elif skipped:
         scope = f"{total - skipped} of the input's {total} tensors ({skipped} skipped, listed)"
-    elif report.get("key"):
-        scope = f"all {total} tensors under {report['key']}"
+    elif report.key:
+        scope = f"all {total} tensors under {report.key}"
     else:
         scope = f"all {total} tensors of the input"
     return (f"verified  {scope}: reopened with safetensors, each matches its source bit for "
-            f"bit ({report['digest_algorithm']})")
+            f"bit ({report.digest_algorithm})")
 
 
-def _human(report: dict) -> list[str]:
+def _human(report: ConversionResult) -> list[str]:
     lines = [
-        f"wrote     {report['output']} ({report['tensors_written']} tensors, "
-        f"{report['bytes_written']:,} bytes of tensor data)",
+        f"wrote     {report.output} ({report.tensors_written} tensors, "
+        f"{report.bytes_written:,} bytes of tensor data)",
         _verified_line(report),
-        f"sha256    {report['sha256']}",
-        sandbox_line(report.get("sandbox")),
+        f"sha256    {report.sha256}",
+        jail_line(report.sandbox),
     ]
-    if report.get("key") or report.get("strip_prefix"):
-        lines.append(f"extracted {report.get('key') or 'the whole checkpoint'}"
-                     + "".join(f", {p!r} stripped" for p in report.get("strip_prefix") or ()))
-    for alias, kept in report["aliases"].items():
+    if report.key or report.strip_prefix:
+        lines.append(f"extracted {report.key or 'the whole checkpoint'}"
+                     + "".join(f", {p!r} stripped" for p in report.strip_prefix))
+    for alias, kept in report.aliases.items():
         lines.append(f"alias     {alias} -> {kept} (shared storage, stored once)")
     lines.extend(f"cloned    {key} (partial view of a shared storage)"
-                 for key in report["cloned_views"])
+                 for key in report.cloned_views)
     lines.extend(f"encoded   {key} ({spec['kind']}, {spec['dtype']}) as {key}::* parts"
-                 for key, spec in (report.get("encoded") or {}).items())
-    lines.extend(f"skipped   {s['key']}: {s['reason']}" for s in report["tensors_skipped"])
-    if report.get("sidecar"):
-        lines.append(f"sidecar   {report['sidecar']} ({len(report['objects_moved'])} values)")
+                 for key, spec in report.encoded.items())
+    lines.extend(f"skipped   {s['key']}: {s['reason']}" for s in report.tensors_skipped)
+    if report.sidecar:
+        lines.append(f"sidecar   {report.sidecar} ({len(report.objects_moved)} values)")
     lines.extend(f"not kept  {o['key']} ({o['type']}): JSON cannot hold {o['repr']}"
-                 for o in report["not_serializable"])
+                 for o in report.not_serializable)
     return lines
 
 
@@ -153,8 +153,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OUTPUT
     try:
         with stderr_progress("converting", args.quiet) as show:
-            report = convert_one(args.file, output, args.force, progress_events(show))
-        report["input"] = os.path.abspath(args.file)  # the user's path, not a link's target
+            report = ConversionResult.from_json(
+                convert_one(args.file, output, args.force, progress_events(show)))
+        report.input = os.path.abspath(args.file)  # the user's path, not a link's target
     except SandboxError as exc:
         if args.json:
             print(json.dumps({"input": args.file, "error": exc.to_json(), "sandbox": exc.sandbox}))
@@ -164,5 +165,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"ckpt-inspector convert: {exc.strerror or exc}: {exc.filename or args.file}",
               file=sys.stderr)
         return 3
-    print(json.dumps(report) if args.json else "\n".join(_human(report)))
+    print(json.dumps(report.to_json()) if args.json else "\n".join(_human(report)))
     return 0

@@ -130,12 +130,16 @@ class Jail(JsonRecord):
     active: list[str] = field(default_factory=list)
     missing: dict[str, str] = field(default_factory=dict)
 
-    def line(self) -> str:
-        """One line naming the jail level, what is active and what is missing."""
-        line = f"sandbox:  {self.level} ({', '.join(self.active) or 'none'})"
-        if self.missing:
-            line += "; missing: " + "; ".join(f"{k}: {v}" for k, v in self.missing.items())
-        return line
+
+def jail_line(jail: Jail | None) -> str:
+    """One line naming the jail level, what is active and what is missing (or that no worker
+    started), as the CLI prints it."""
+    if jail is None:
+        return "sandbox:  not started"
+    line = f"sandbox:  {jail.level} ({', '.join(jail.active or ()) or 'none'})"
+    if jail.missing:
+        line += "; missing: " + "; ".join(f"{k}: {v}" for k, v in jail.missing.items())
+    return line
 
 
 @dataclass
@@ -223,11 +227,6 @@ class InspectResult(JsonRecord):
     def loaded(self) -> bool:
         """The worker loaded the file (no error)."""
         return self.error is None
-
-    @property
-    def jail_line(self) -> str:
-        """The jail in one line, or that no worker started."""
-        return self.sandbox.line() if self.sandbox is not None else "sandbox:  not started"
 
 
 # --- diff ------------------------------------------------------------------------------
@@ -345,7 +344,8 @@ class ConversionResult(JsonRecord):
     cloned_views: list[str] = field(default_factory=list)
     made_contiguous: list[str] = field(default_factory=list)
     tensors_skipped: list[Any] = field(default_factory=list)
-    tensors_in_input: int = 0
+    tensors_in_input: int | None = None
+    """None from a worker that did not count them."""
     encoded: dict[str, Any] = field(default_factory=dict)
     objects_moved: list[Any] = field(default_factory=list)
     not_serializable: list[Any] = field(default_factory=list)
