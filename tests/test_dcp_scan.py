@@ -14,6 +14,7 @@ from pathlib import Path
 
 import factories
 import pytest
+import torch
 from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
 
@@ -76,6 +77,21 @@ def test_a_real_folder_scans_safe_without_searching_its_data_files(folder, monke
     assert (data["format"], data["verdict"]) == ("distcp", "safe"), data["findings"]
     assert {f["code"] for f in data["findings"]} == {f.code for f in plain.findings}
     assert data["weights_only_ok"] == plain.weights_only_ok
+
+
+def test_a_data_file_over_a_mebibyte_is_read_through_its_mapping_too(tmp_path, monkeypatch,
+                                                                     canary):
+    """Files over scan.SMALL_FILE are memory-mapped: read sparsely, a payload still found."""
+    state = {"w": torch.zeros(1024, 1024), "b": torch.ones(300, 1024), "step": 3}
+    folder = factories.dcp_save(state, tmp_path / "big")
+    assert (folder / DATA).stat().st_size > 5 << 20
+    monkeypatch.setattr(zipread, "archive_spans", lambda buf: [])  # no search: hints only
+    (data,) = [f for f in scan_folder(folder)["files"] if f["path"].endswith(DATA)]
+    assert (data["format"], data["verdict"]) == ("distcp", "safe"), data["findings"]
+    payload = factories.call("os", "system", factories.touch_cmd(canary))
+    with open(folder / DATA, "ab") as fh:
+        fh.write(payload)
+    assert scan_folder(folder)["verdict"] == "dangerous"
 
 
 def test_a_pickle_appended_after_the_last_archive_is_found(folder, canary):

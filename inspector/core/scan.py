@@ -360,6 +360,10 @@ def _scan_zip(ctx: _Scan, buf) -> None:
             _scan_archive(ctx, buf, zipread.read_zip(buf))
             return
     else:
+        if isinstance(buf, mmap.mmap):
+            # only headers, directories and pickles are read: without this, each touch
+            # reads a whole readahead window (8 MiB on some disks) of tensor data around it
+            buf.madvise(mmap.MADV_RANDOM)
         spans = _listed_archives(ctx, buf, ctx.archives)
         if spans == [(0, len(buf))]:  # one item: a plain archive
             _scan_archive(ctx, buf, zipread.read_zip(buf))
@@ -634,6 +638,9 @@ def _pickle_head(head: bytes) -> bool:
 def _crc32(buf, start: int, length: int) -> int:
     """CRC-32 of a slice without copying it: slicing an mmap copies under the GIL, while
     zlib.crc32 over a view releases the GIL, so a GUI thread keeps running meanwhile."""
+    if isinstance(buf, mmap.mmap) and length:
+        floor = start - start % mmap.PAGESIZE  # read ahead even where the file is MADV_RANDOM
+        buf.madvise(mmap.MADV_WILLNEED, floor, start + length - floor)
     with memoryview(buf) as whole, whole[start:start + length] as part:
         return zlib.crc32(part)
 
