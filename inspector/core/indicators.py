@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from inspector.core.policy import real_name
 from inspector.core.termtext import escape
+from inspector.core.vocabulary import Severity
 
-FLAGGED = ("dangerous", "suspicious")
+FLAGGED = (Severity.DANGEROUS, Severity.SUSPICIOUS)
 
 
 def import_label(g: dict) -> str:

@@ -40,6 +40,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from inspector.core.vocabulary import CheckStatus
 from inspector.gpu.consistency_job import ConsistencyRequest, describe_element, run_consistency
 from inspector.gpu.telemetry import TelemetryStore
 from inspector.gui import chart_style
@@ -495,7 +496,7 @@ class ConsistencyPane(QWidget):
     def _fill_table(self, result: dict[str, Any]) -> None:
         rows = result["tensors"] if result["mode"] == "probe" else result["outputs"]
         resident = {r["key"]: r for r in result.get("resident_mismatches", [])}
-        rows = sorted(rows, key=lambda r: (r["status"] != "fail", r["key"]))
+        rows = sorted(rows, key=lambda r: (r["status"] != CheckStatus.FAIL, r["key"]))
         for row in rows:
             item = QTreeWidgetItem([row["key"], row["status"].upper(), _detail(row)])
             item.setToolTip(2, item.text(2))

@@ -9,6 +9,7 @@ from PySide6.QtCore import QObject, Signal
 
 from inspector.core.results import DiffResult, InspectResult
 from inspector.core.torchscript_layout import CODE_ARCHIVES
+from inspector.core.vocabulary import DocumentState, Severity
 
 STATE_WORDS = {
     "scanning": "Scanning the pickle opcodes (no code runs)…",
@@ -41,7 +42,7 @@ class FileDocument(QObject):
         super().__init__(parent)
         self.path = Path(path)
         self.in_folder = in_folder  # found by walking a dropped folder, not named directly
-        self.state = "scanning"
+        self.state = DocumentState.SCANNING
         self.message = ""
         self.scan: dict[str, Any] | None = None
         self.inspect: dict[str, Any] | None = None
@@ -86,13 +87,14 @@ class FileDocument(QObject):
         names = [
             f"{g['module']}.{g['name']}"
             for g in self.scan.get("globals", [])
-            if g.get("severity") not in ("safe", "allowed", None)
+            if g.get("severity") not in (Severity.SAFE, "allowed", None)
         ]
         return names + [n for n in self.refused_globals if n not in names]
 
     def state_words(self) -> str:
         """The pipeline state in words."""
-        if self.state == "loaded" and self.scan and self.scan.get("format") in CODE_ARCHIVES:
+        if (self.state == DocumentState.LOADED and self.scan
+                and self.scan.get("format") in CODE_ARCHIVES):
             return CODE_ARCHIVE_LOADED
         return STATE_WORDS.get(self.state, self.state)
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from inspector.core.integrity import integrity_findings
 from inspector.core.torchscript_layout import CODE_ARCHIVES
+from inspector.core.vocabulary import Verdict
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,7 @@ def import_advice(severity: str, verdict: str | None, fmt: str | None) -> str:
     """What to do about one flagged import, given the file's verdict and format."""
     if fmt in CODE_ARCHIVES:
         return CODE_ARCHIVE_IMPORT_ADVICE
-    if verdict == "dangerous" and severity != verdict:
+    if verdict == Verdict.DANGEROUS and severity != verdict:
         return SUSPICIOUS_IN_DANGEROUS_ADVICE
     return SEVERITY_ADVICE[severity]
 
@@ -196,9 +197,9 @@ def verdict_explanation(verdict: str | None) -> Explanation:
 def code_safety_explanation(scan: dict | None) -> Explanation:
     """Banner text for the code-safety badge: damage is named as damage, not as a question."""
     verdict = (scan or {}).get("verdict") if scan else None
-    if verdict in ("suspicious", "error") and integrity_findings(scan):
+    if verdict in (Verdict.SUSPICIOUS, Verdict.ERROR) and integrity_findings(scan):
         return CORRUPT
-    if verdict == "suspicious" and (scan or {}).get("format") in CODE_ARCHIVES:
+    if verdict == Verdict.SUSPICIOUS and (scan or {}).get("format") in CODE_ARCHIVES:
         return CODE_ARCHIVE
     return verdict_explanation(verdict)
 

@@ -23,6 +23,13 @@ from PySide6.QtWidgets import (
 
 from inspector.core.progress import CancelToken
 from inspector.core.results import DiffResult, FlipRecord, TensorDiffRow
+from inspector.core.vocabulary import (
+    DocumentState,
+    FileStatus,
+    TensorCheckStatus,
+    TensorStatus,
+    Verdict,
+)
 from inspector.gui import app as appmod
 from inspector.gui import roles
 from inspector.gui.document import FileDocument
@@ -203,7 +210,7 @@ class IntegrityPane(QWidget):
         doc = self.doc
         if doc is None:
             return None
-        tensors = _tensor_entries(doc) if doc.state == "loaded" else None
+        tensors = _tensor_entries(doc) if doc.state == DocumentState.LOADED else None
         job = Job(f"verify {doc.name}", _verify_fn(Path(manifest_path), doc.path, tensors), self,
                   doc=doc)
         job.finished.connect(lambda result: self._verified(doc, result))
@@ -240,7 +247,7 @@ class IntegrityPane(QWidget):
         doc = self.doc
         if doc is None:
             return None
-        tensors = _tensor_entries(doc) if doc.state == "loaded" else None
+        tensors = _tensor_entries(doc) if doc.state == DocumentState.LOADED else None
         fn = _manifest_fn(path, doc.path, doc.sha256, (doc.scan or {}).get("format"), tensors,
                           overwrite)
         job = Job(f"manifest {doc.name}", fn, self, doc=doc)
@@ -272,7 +279,7 @@ class IntegrityPane(QWidget):
         doc = self.doc
         if doc is None:
             return None
-        if doc.verdict == "dangerous":
+        if doc.verdict == Verdict.DANGEROUS:
             self._show("<p>A dangerous file is never loaded, so it cannot be compared.</p>", [])
             return None
         job = Job(f"diff {doc.name}", _diff_fn(doc.path, Path(other), doc.allowed_globals), self,
@@ -306,8 +313,8 @@ def verify_view(result: dict[str, Any]) -> tuple[str, list[Row]]:
          _tensor_detail(t))
         for t in tensors
     ]
-    bad_files = sum(f["status"] != "ok" for f in files)
-    bad_tensors = sum(t["status"] != "ok" for t in tensors)
+    bad_files = sum(f["status"] != FileStatus.OK for f in files)
+    bad_tensors = sum(t["status"] != TensorCheckStatus.OK for t in tensors)
     name = html.escape(str(result.get("manifest", "the manifest")))
     if bad_files or bad_tensors or result.get("errors"):
         head = (f"<p><b style='color:{status_style('mismatch').colour}'>✕ Does not match "
@@ -343,7 +350,7 @@ def diff_view(result: DiffResult) -> tuple[str, list[Row]]:
                      _dtype_shape(t.dtype_b, t.shape_b), t.plain_summary))
         rows += [flip_row(t.key, f) for f in t.bitflips]
     rows += [(t.key, "tensor", t.status, "", "", "bit for bit identical")
-             for t in tensors if t.status == "identical"]
+             for t in tensors if t.status == TensorStatus.IDENTICAL]
     return head, rows
 
 
@@ -394,13 +401,13 @@ def forensic_verdict(changed: list[TensorDiffRow]) -> str:
 
 def _size_detail(f: dict[str, Any]) -> str:
     exp, act = f.get("expected_size"), f.get("actual_size")
-    if f.get("status") == "size_mismatch":
+    if f.get("status") == FileStatus.SIZE_MISMATCH:
         return f"size {act:,} bytes, manifest says {exp:,}" if exp and act else "size differs"
     return f"{act:,} bytes" if isinstance(act, int) else ""
 
 
 def _tensor_detail(t: dict[str, Any]) -> str:
-    if t.get("status") == "dtype_or_shape_changed":
+    if t.get("status") == TensorCheckStatus.DTYPE_OR_SHAPE_CHANGED:
         return (f"{t.get('expected_dtype')} {t.get('expected_shape')} → "
                 f"{t.get('actual_dtype')} {t.get('actual_shape')}")
     return str(t.get("actual_dtype") or t.get("expected_dtype") or "")

@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from inspector.core.vocabulary import DocumentState, Verdict
 from inspector.gui import app as appmod
 from inspector.gui.document import FileDocument
 from inspector.gui.empty_state import EmptyState
@@ -463,10 +464,10 @@ class MainWindow(QMainWindow):
         has = doc is not None
         self.act_close.setEnabled(has)
         self.act_report.setEnabled(has)
-        self.act_convert.setEnabled(has and doc.state == "loaded")
+        self.act_convert.setEnabled(has and doc.state == DocumentState.LOADED)
         self.act_manifest.setEnabled(has)
         self.act_verify.setEnabled(has)
-        self.act_compare.setEnabled(has and doc.verdict not in ("dangerous", None))
+        self.act_compare.setEnabled(has and doc.verdict not in (Verdict.DANGEROUS, None))
 
     # --- commands ----------------------------------------------------------------------
 

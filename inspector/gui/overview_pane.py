@@ -24,6 +24,7 @@ from inspector.core.indicators import FLAGGED, import_label, indicators_text
 from inspector.core.integrity import integrity_findings
 from inspector.core.shard_inspect import coverage_text, is_sharded_input
 from inspector.core.torchscript_layout import CODE_ARCHIVES
+from inspector.core.vocabulary import DocumentState, HealthSeverity, Severity, Verdict
 from inspector.gui.code_view import CodeDialog, code_summary
 from inspector.gui.document import FileDocument
 from inspector.gui.evidence import (
@@ -249,8 +250,10 @@ class OverviewPane(QWidget):
         self.fields["shards"].setText(shards or "—")
         self.form.setRowVisible(self.fields["shards"], shards is not None)
         # a model folder of shards has no one SHA-256: each shard's is in the inspect result
-        hashing = doc.state in ("queued", "loading", "blocked", "declined",
-                                "error") and not is_sharded_input(doc.path)
+        hashing = (doc.state in (DocumentState.QUEUED, DocumentState.LOADING,
+                                 DocumentState.BLOCKED, DocumentState.DECLINED,
+                                 DocumentState.ERROR)
+                   and not is_sharded_input(doc.path))
         self.fields["sha256"].setText(doc.sha256 or ("computing…" if hashing else "—"))
         self.copy_button.setEnabled(bool(doc.sha256))
         flagged = doc.verdict in FLAGGED
@@ -263,7 +266,7 @@ class OverviewPane(QWidget):
         )
         names = doc.globals_to_allow()
         # Without globals to allow there is no question to ask (a damaged record, say).
-        needs = doc.state == "needs_decision" and bool(names)
+        needs = doc.state == DocumentState.NEEDS_DECISION and bool(names)
         self.decision.setVisible(needs)
         if needs:
             self.decision_text.setText(
@@ -288,22 +291,22 @@ class OverviewPane(QWidget):
         verdict = doc.verdict
         if verdict is None:
             return verdict_explanation(None).meaning
-        if verdict == "dangerous":
+        if verdict == Verdict.DANGEROUS:
             names = [
                 import_label(g)
                 for g in (doc.scan or {}).get("globals", [])
-                if g.get("severity") == "dangerous"
+                if g.get("severity") == Severity.DANGEROUS
             ]
             if names:
                 shown = ", ".join(names[:4]) + (" …" if len(names) > 4 else "")
                 return f"Unpickling it would call {shown}. It was not loaded."
         damage = integrity_findings(doc.scan)
-        if damage and verdict in ("suspicious", "error"):
+        if damage and verdict in (Verdict.SUSPICIOUS, Verdict.ERROR):
             first = damage[0]
             where = f" in {first['member']}" if first.get("member") else ""
             more = f" (and {len(damage) - 1} more)" if len(damage) > 1 else ""
             return f"{first.get('message')}{where}{more}."
-        if verdict == "error":
+        if verdict == Verdict.ERROR:
             return (doc.scan or {}).get("error") or verdict_explanation(verdict).meaning
         return code_safety_explanation(doc.scan).meaning
 
@@ -345,9 +348,9 @@ def contents_text(c: Contents) -> str:
 
 def _loaded(doc: FileDocument) -> bool | None:
     """True once loaded, False when it will not be (refused, declined, failed), else None."""
-    if doc.state == "loaded":
+    if doc.state == DocumentState.LOADED:
         return True
-    if doc.state in ("blocked", "declined", "error"):
+    if doc.state in (DocumentState.BLOCKED, DocumentState.DECLINED, DocumentState.ERROR):
         return False
     return None
 
@@ -355,7 +358,7 @@ def _loaded(doc: FileDocument) -> bool | None:
 def _health_detail(health: dict | None) -> str:
     """The first problem (or warning) finding and how many more there are."""
     findings = [f for f in (health or {}).get("findings") or []
-                if f.get("severity") in ("problem", "warning")]
+                if f.get("severity") in (HealthSeverity.PROBLEM, HealthSeverity.WARNING)]
     if not findings:
         return ""
     first = findings[0]
@@ -374,9 +377,9 @@ def _sandbox_text(doc: FileDocument) -> str:
         if missing:
             text += "; not available here: " + "; ".join(f"{k} ({v})" for k, v in missing.items())
         return text
-    if doc.state in ("blocked", "declined"):
+    if doc.state in (DocumentState.BLOCKED, DocumentState.DECLINED):
         return "not started — the file was not loaded"
-    if doc.state in ("queued", "loading"):
+    if doc.state in (DocumentState.QUEUED, DocumentState.LOADING):
         return "starting…"
     return "—"
 
@@ -402,8 +405,7 @@ def _findings_html(doc: FileDocument) -> str:
     if expl.action:
         parts.append(f"<h3>What to do</h3><p>{html.escape(expl.action)}</p>")
     parts.append(_health_html(doc.result.health if doc.result is not None else None))
-    flagged = [g for g in scan.get("globals") or [] if g.get("severity") in ("dangerous",
-                                                                              "suspicious")]
+    flagged = [g for g in scan.get("globals") or [] if g.get("severity") in FLAGGED]
     if flagged:
         parts.append(f"<h3>Offending imports ({len(flagged)})</h3>")
     parts.extend(import_html(g, verdict, scan.get("format")) for g in worst_first(flagged))
@@ -413,8 +415,7 @@ def _findings_html(doc: FileDocument) -> str:
         parts.append(f"<h3>Findings ({len(findings)})</h3>")
     for f in worst_first(findings):
         severity = str(f.get("severity", "warning"))
-        colour = verdict_style(severity).colour if severity in (
-            "dangerous", "suspicious") else None
+        colour = verdict_style(severity).colour if severity in FLAGGED else None
         meaning, action = finding_explanation(str(f.get("code", "")), severity)
         where = linked_location(f.get("member"), f.get("offset"))
         parts.append(
@@ -452,7 +453,8 @@ def _health_html(health: dict | None) -> str:
              + "</p>"]
     for f in findings[:50]:
         severity = str(f.get("severity"))
-        colour = health_style({"status": severity}).colour if severity != "info" else None
+        colour = (health_style({"status": severity}).colour
+                  if severity != HealthSeverity.INFO else None)
         parts.append(f"<p>{_severity_label(severity, colour)} "
                      f"<code>{html.escape(str(f.get('key')))}</code> — "
                      f"{html.escape(str(f.get('message')))}</p>")

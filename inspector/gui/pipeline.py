@@ -19,6 +19,7 @@ from inspector.core.policy import classify
 from inspector.core.progress import CancelToken
 from inspector.core.results import InspectResult, LoadError
 from inspector.core.shard_inspect import is_sharded_input, scan_set, sharded_set
+from inspector.core.vocabulary import DocumentState, Severity, Verdict
 from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, Job, JobFn, JobRunner
 
@@ -75,7 +76,7 @@ class Pipeline(QObject):
 
     def open(self, doc: FileDocument) -> None:
         """Scan `doc` now (in a thread); what follows depends on the verdict."""
-        doc.set_state("scanning")
+        doc.set_state(DocumentState.SCANNING)
         job = Job(f"scan {doc.name}", _scan_fn(Found(doc.path, doc.in_folder)), self, doc=doc)
         job.finished.connect(lambda scan: self._scanned(doc, scan))
         job.failed.connect(lambda msg: self._scan_failed(doc, msg))
@@ -84,13 +85,13 @@ class Pipeline(QObject):
     def load(self, doc: FileDocument, allow_globals: tuple[str, ...] = ()) -> None:
         """Queue the jailed load of `doc`, allowing exactly `allow_globals`."""
         doc.allowed_globals = tuple(allow_globals)
-        doc.set_state("queued")
+        doc.set_state(DocumentState.QUEUED)
         job = Job(f"inspect {doc.name}", _inspect_fn(doc.path, doc.allowed_globals), self,
                   doc=doc)
         job.events.connect(doc.apply_events)
         job.finished.connect(lambda result: self._inspected(doc, result))
-        job.failed.connect(lambda msg: doc.set_state("load_failed", msg))
-        job.cancelled.connect(lambda: doc.set_state("cancelled"))
+        job.failed.connect(lambda msg: doc.set_state(DocumentState.LOAD_FAILED, msg))
+        job.cancelled.connect(lambda: doc.set_state(DocumentState.CANCELLED))
         self.run_heavy(job, doc, "loading")
 
     def decline(self, doc: FileDocument) -> None:
@@ -118,7 +119,7 @@ class Pipeline(QObject):
         """Stop the running jobs and drop the queued ones."""
         for job, doc, _state in self._heavy:
             if doc is not None:
-                doc.set_state("cancelled")
+                doc.set_state(DocumentState.CANCELLED)
             job.deleteLater()
         self._heavy.clear()
         self.runner.cancel_all()
@@ -156,25 +157,25 @@ class Pipeline(QObject):
     def _scanned(self, doc: FileDocument, scan: dict[str, Any]) -> None:
         doc.set_scan(scan)
         verdict = scan.get("verdict")
-        if verdict == "skipped":
-            doc.set_state("skipped")
+        if verdict == Verdict.SKIPPED:
+            doc.set_state(DocumentState.SKIPPED)
             self.skipped.emit(doc)
-        elif verdict == "safe":
+        elif verdict == Verdict.SAFE:
             self.load(doc)
-        elif verdict == "suspicious" and doc.globals_to_allow():
-            doc.set_state("needs_decision")
-        elif verdict == "suspicious":
+        elif verdict == Verdict.SUSPICIOUS and doc.globals_to_allow():
+            doc.set_state(DocumentState.NEEDS_DECISION)
+        elif verdict == Verdict.SUSPICIOUS:
             # nothing to allow (a damaged record, say): load it as `inspect` does
             self.load(doc)
-        elif verdict == "dangerous":
-            self._hash(doc, "blocked")
+        elif verdict == Verdict.DANGEROUS:
+            self._hash(doc, DocumentState.BLOCKED)
         else:
-            self._hash(doc, "error", scan.get("error") or "")
+            self._hash(doc, DocumentState.ERROR, scan.get("error") or "")
 
     def _scan_failed(self, doc: FileDocument, message: str) -> None:
-        doc.set_scan({"path": str(doc.path), "verdict": "error", "error": message,
+        doc.set_scan({"path": str(doc.path), "verdict": Verdict.ERROR, "error": message,
                       "globals": [], "findings": []})
-        doc.set_state("error", message)
+        doc.set_state(DocumentState.ERROR, message)
 
     def _hash(self, doc: FileDocument, final_state: str, message: str = "") -> None:
         """Hash without loading (a dangerous, declined or unreadable file)."""
@@ -186,7 +187,7 @@ class Pipeline(QObject):
             doc.changed.emit()
 
         job.finished.connect(done)
-        job.failed.connect(lambda msg: doc.set_state("error", msg))
+        job.failed.connect(lambda msg: doc.set_state(DocumentState.ERROR, msg))
         self.run_heavy(job)
 
     def _inspected(self, doc: FileDocument, result: tuple[dict[str, Any], InspectResult]
@@ -197,11 +198,11 @@ class Pipeline(QObject):
         if more:
             # The load needs globals the user was not asked about: ask, and retry on yes.
             doc.refused_globals = more
-            doc.set_state("needs_decision")
+            doc.set_state(DocumentState.NEEDS_DECISION)
         elif typed.error is not None:
-            doc.set_state("load_failed", typed.error.message or typed.error.code)
+            doc.set_state(DocumentState.LOAD_FAILED, typed.error.message or typed.error.code)
         else:
-            doc.set_state("loaded")
+            doc.set_state(DocumentState.LOADED)
 
 
 def _more_to_allow(error: LoadError | None, allowed: tuple[str, ...]) -> list[str]:
@@ -209,7 +210,7 @@ def _more_to_allow(error: LoadError | None, allowed: tuple[str, ...]) -> list[st
     if error is None or error.code != "weights_only_refused":
         return []
     names = [str(g) for g in error.globals if g not in allowed]
-    if any(classify(name.rpartition(".")[0], name.rpartition(".")[2]).severity == "dangerous"
+    if any(classify(name.rpartition(".")[0], name.rpartition(".")[2]).severity == Severity.DANGEROUS
            for name in names):
         return []
     return names

@@ -41,6 +41,7 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.core.radar import build_radar
+from inspector.core.vocabulary import DocumentState
 from inspector.gui import app as appmod
 from inspector.gui import chart_style, roles
 from inspector.gui.document import FileDocument
@@ -355,14 +356,15 @@ class TensorsPane(QWidget):
         doc = self.doc
         if doc is None:
             text = "No file open."
-        elif not doc.tensors and doc.state not in ("loaded", "loading", "queued"):
+        elif not doc.tensors and doc.state not in (DocumentState.LOADED, DocumentState.LOADING,
+                                                   DocumentState.QUEUED):
             text = {
                 "blocked": "Not loaded: the static scan calls this file dangerous, so no "
                 "tensor was read.",
                 "needs_decision": "Not loaded yet: allow its globals on the Overview pane.",
                 "declined": "Not loaded: its globals were not allowed.",
             }.get(doc.state, text)
-        elif doc.state in ("loading", "queued"):
+        elif doc.state in (DocumentState.LOADING, DocumentState.QUEUED):
             text += "  (still loading…)"
         unique = (doc.inspect or {}).get("unique_storage") if doc else None
         if unique:

@@ -10,6 +10,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QIcon, QPainter, QPainterPath, QPen, QPixmap
 
 from inspector.core.integrity import integrity_findings
+from inspector.core.vocabulary import HealthStatus, Verdict
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ def verdict_style(verdict: str | None) -> Style:
 def code_safety_style(scan: dict | None) -> Style:
     """Style of the code-safety badge: the verdict, or Damaged for integrity findings."""
     verdict = (scan or {}).get("verdict") if scan else None
-    if verdict in ("suspicious", "error") and integrity_findings(scan):
+    if verdict in (Verdict.SUSPICIOUS, Verdict.ERROR) and integrity_findings(scan):
         return CORRUPT
     return verdict_style(verdict)
 
@@ -76,7 +77,7 @@ def document_icon(doc: Any) -> QIcon:
     safety = code_safety_style(doc.scan)
     health = (doc.inspect or {}).get("health")
     status = (health or {}).get("status")
-    if status not in ("warning", "problem"):
+    if status not in (HealthStatus.WARNING, HealthStatus.PROBLEM):
         return badge_icon(safety.colour, safety.glyph)
     return _badge_with_dot(safety.colour, safety.glyph, HEALTH[status].colour)
 
