@@ -206,17 +206,19 @@ def test_manifest_stops_at_a_file_whose_tensors_cannot_be_read(tmp_path, capsys,
     assert not manifest.exists()
 
 
+def _without_timings(value):
+    """A result without what differs from run to run (timings)."""
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items()
+                if k not in ("timing", "elapsed_ms", "timings")}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
+
 def _comparable(doc: dict) -> list[dict]:
     """A report's files without what differs from run to run (timings, worker ids)."""
-    def strip(value):
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items()
-                    if k not in ("timing", "elapsed_ms", "timings")}
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return value
-
-    return strip(doc["files"])
+    return _without_timings(doc["files"])
 
 
 @pytest.mark.usefixtures("qapp")
@@ -273,3 +275,16 @@ def test_verify_with_tensors_in_parallel_gives_the_same_result(tmp_path, capsys,
         docs[jobs] = json.loads(capsys.readouterr().out)
     assert docs["1"] == docs["2"]
     assert [t["status"] for t in docs["2"]["tensors"]].count("ok") == 15
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux-only")
+def test_inspect_of_shards_in_parallel_gives_the_same_result(gpt2_folder, capsys,
+                                                             nothing_outlives):
+    docs = {}
+    for jobs in ("1", "3"):
+        assert main(["inspect", str(gpt2_folder), "--json", "--jobs", jobs]) == 0
+        docs[jobs] = json.loads(capsys.readouterr().out)
+    assert docs["3"]["error"] is None and len(docs["3"]["shards"]) >= 3
+    assert [s["file"] for s in docs["3"]["shards"]] == sorted(
+        p.name for p in gpt2_folder.glob("pytorch_model-*.bin"))
+    assert _without_timings(docs["1"]) == _without_timings(docs["3"])

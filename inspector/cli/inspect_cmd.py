@@ -3,8 +3,9 @@
 Static scan, file SHA-256, load with weights_only=True in the jailed worker, statistics and a
 content digest for every tensor. Human table by default; `--json` prints the `inspect`
 contract (README, "JSON contracts"). A model folder or `*.index.json` is one sharded
-checkpoint: every shard scanned first, then loaded one at a time, records merged with their
-`shard`, coverage against the index listed (`sandbox.inspect_shards`).
+checkpoint: every shard scanned first, then loaded `--jobs` at a time (default: one per
+core), records merged in shard order with their `shard`, coverage against the index listed
+(`sandbox.inspect_shards`).
 
 TorchScript and torch.export archives are never loaded: their weights are read from their
 records (`sandbox.torchscript`), and the code files loading them would run are listed, with
@@ -37,6 +38,7 @@ import argparse
 import sys
 
 from inspector.cli.common import (
+    add_jobs_argument,
     add_loader_arguments,
     error_exit,
     progress_events,
@@ -64,6 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "torch.distributed.checkpoint folder")
     parser.add_argument("--json", action="store_true", help="print the inspect contract as JSON")
     add_loader_arguments(parser)
+    add_jobs_argument(parser)  # a sharded checkpoint's shards; a single file is one job
 
 
 def _num(value: object) -> str:
@@ -194,7 +197,8 @@ def run(args: argparse.Namespace) -> int:
         with stderr_progress("inspecting", args.quiet) as show:
             report = inspect_file(args.file, allow_globals=args.allow_global,
                                   override_dangerous=args.override_dangerous,
-                                  timeout=args.timeout, on_event=progress_events(show))
+                                  timeout=args.timeout, on_event=progress_events(show),
+                                  jobs=args.jobs)
     except OSError as exc:
         print(f"ckpt-inspector inspect: {exc.strerror or exc}: {args.file}", file=sys.stderr)
         return exit_code("error")

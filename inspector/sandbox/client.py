@@ -545,17 +545,19 @@ def inspect_file(
     timeout: float | None = None,
     limits: dict | None = None,
     scan: dict | None = None,
+    jobs: int = 1,
 ) -> dict:
     """Scan, hash and load in the jail; the `inspect` contract (error set instead of raising).
 
     A folder (other than a DCP one) or a `*.index.json` is the sharded checkpoint it names
-    (`sandbox.inspect_shards`, which passes each shard's `scan`, made before any load).
+    (`sandbox.inspect_shards`, which passes each shard's `scan`, made before any load), its
+    shards loaded `jobs` at a time.
     """
     if is_sharded_input(Path(path)):
         from inspector.sandbox.inspect_shards import inspect_path
 
         return inspect_path(path, allow_globals, override_dangerous, on_event, cancel, timeout,
-                            limits)
+                            limits, jobs)
     target = Path(path).resolve()
     allow = list(allow_globals)
     size, files = _input(target)

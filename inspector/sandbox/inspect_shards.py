@@ -2,10 +2,11 @@
 
 Runs in the client process (no torch). Every shard is scanned before any is loaded, so one
 dangerous shard refuses the whole checkpoint as a dangerous file would be refused, and a
-missing shard loads nothing. Then each shard goes through `inspect_file` in turn, its own
-jailed worker (forked from one warm server), so a worker never holds more than one shard;
-`core.shard_inspect.merge` joins the results. A folder with no index but one checkpoint file
-is that file.
+missing shard loads nothing. Then each shard goes through `inspect_file`, `jobs` at a time
+(`sandbox.parallel.run_parallel`), each in its own jailed worker (forked from one warm
+server), so a worker never holds more than one shard; `core.shard_inspect.merge` joins the
+results in shard order, whatever order they finished in. A folder with no index but one
+checkpoint file is that file.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from inspector.sandbox.client import (
     fork_server,
     inspect_file,
 )
+from inspector.sandbox.parallel import run_parallel
 
 
 def inspect_path(
@@ -41,8 +43,12 @@ def inspect_path(
     cancel: CancelToken | None = None,
     timeout: float | None = None,
     limits: dict | None = None,
+    jobs: int = 1,
 ) -> dict:
-    """The `inspect` contract of the checkpoint a folder or index names (see the module)."""
+    """The `inspect` contract of the checkpoint a folder or index names (see the module).
+
+    With several `jobs`, the first shard that fails cancels `cancel` (as `run_parallel`
+    does), which stops the others' workers."""
     options = {"allow_globals": list(allow_globals), "override_dangerous": override_dangerous,
                "cancel": cancel, "timeout": timeout, "limits": limits}
     try:
@@ -53,10 +59,10 @@ def inspect_path(
         return report
     if shards.index is None:
         return inspect_file(shards.files[0], on_event=on_event, **options)
-    return _inspect_set(shards, on_event, options)
+    return _inspect_set(shards, on_event, options, jobs)
 
 
-def _inspect_set(shards: ShardSet, on_event: EventFn | None, options: dict) -> dict:
+def _inspect_set(shards: ShardSet, on_event: EventFn | None, options: dict, jobs: int) -> dict:
     index = shards.index
     report = new_report(shards.path, index, options["allow_globals"])
     present = {name: file for name, file in zip(index.shards(), shards.files, strict=True)
@@ -65,7 +71,7 @@ def _inspect_set(shards: ShardSet, on_event: EventFn | None, options: dict) -> d
     report.update(scan=summed, size=sum(s.get("size") or 0 for s in scans.values()))
     report["format"] = report["scan"]["format"]
     problems = check_files(index)
-    results: list[ShardResult] = []
+    loaded: dict[int, ShardResult] = {}  # by shard number, the failed one included
     try:
         missing = [p.message for p in problems if p.code == "missing-shard"]
         if missing:
@@ -73,22 +79,29 @@ def _inspect_set(shards: ShardSet, on_event: EventFn | None, options: dict) -> d
                                + "; ".join(missing))
         for name, scan in scans.items():
             _admit(name, scan, options)
+
+        def load(shard: tuple[int, tuple[str, Path]], cancel: CancelToken) -> None:
+            number, (name, file) = shard
+            one = inspect_file(file, scan=scans[name], **{**options, "cancel": cancel},
+                               on_event=_tagged(on_event, name, number, len(present)))
+            loaded[number] = ShardResult(name, file, one)
+            if one["error"]:
+                error = one["error"]
+                raise SandboxError(error["code"], f"{name}: {error['message']}",
+                                   error.get("globals") or (), sandbox=one["sandbox"])
+
         with fork_server(enabled=len(present) > 1):
-            for number, (name, file) in enumerate(present.items()):
-                one = inspect_file(file, scan=scans[name],
-                                   on_event=_tagged(on_event, name, number, len(present)),
-                                   **options)
-                results.append(ShardResult(name, file, one))
-                if one["error"]:
-                    error = one["error"]
-                    raise SandboxError(error["code"], f"{name}: {error['message']}",
-                                       error.get("globals") or (), sandbox=one["sandbox"])
-        problems += merge(report, results, index)
+            run_parallel(load, enumerate(present.items()), jobs, cancel=options["cancel"])
+        problems += merge(report, _in_order(loaded), index)
     except SandboxError as exc:
         report.update(error=exc.to_json(), sandbox=exc.sandbox)
-    report["shards"] = shard_summary(scans, results)
+    report["shards"] = shard_summary(scans, _in_order(loaded))
     report["problems"] = [p.to_json() for p in problems]
     return report
+
+
+def _in_order(loaded: dict[int, ShardResult]) -> list[ShardResult]:
+    return [loaded[number] for number in sorted(loaded)]
 
 
 def _admit(name: str, scan: dict, options: dict) -> None:
