@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -109,7 +111,7 @@ def read_header(fh: BinaryIO, size: int) -> SafetensorsHeader:
     return out
 
 
-def read_buffer(buf, size: int) -> SafetensorsHeader:
+def read_buffer(buf: bytes | mmap.mmap, size: int) -> SafetensorsHeader:
     """`read_header` over a file's bytes already in memory (bytes or a mapping of the file)."""
     return read_header(_Reader(buf), size)
 
@@ -117,7 +119,7 @@ def read_buffer(buf, size: int) -> SafetensorsHeader:
 class _Reader:
     """Reads a buffer as a file, without moving a mapping's own position."""
 
-    def __init__(self, buf) -> None:
+    def __init__(self, buf: bytes | mmap.mmap) -> None:
         self.buf, self.pos = buf, 0
 
     def read(self, n: int) -> bytes:
@@ -127,8 +129,8 @@ class _Reader:
 
 
 def _parse(out: SafetensorsHeader, raw: bytes) -> None:
-    if raw[:1] != b"{":
-        out.error = "safetensors header is not a JSON object"
+    if raw[:1] != b"{":  # then a valid JSON header is an object
+        out.error = "safetensors header is not a JSON object (it must start with '{')"
         return
     try:
         # decoded first: json.loads would take UTF-16 or UTF-32 bytes, the library does not
@@ -143,11 +145,8 @@ def _parse(out: SafetensorsHeader, raw: bytes) -> None:
     except ValueError as exc:
         out.error = f"safetensors header is not valid JSON: {exc}"
         return
-    if not isinstance(header, dict):
-        out.error = "safetensors header is not a JSON object"
-        return
     if repeated:
-        names = ", ".join(sorted(set(repeated))[:5])
+        names = ", ".join(repr(k) for k in sorted(set(repeated))[:5])
         out.add(SUSPICIOUS, "safetensors-duplicate-key",
                 f"the header names a key more than once ({names}): readers may disagree")
     meta = header.pop("__metadata__", None)
@@ -159,7 +158,7 @@ def _parse(out: SafetensorsHeader, raw: bytes) -> None:
     _check_entries(out, header)
 
 
-def _keep_repeats(repeated: list[str]):
+def _keep_repeats(repeated: list[str]) -> Callable[[list[tuple[str, object]]], dict]:
     def pairs_to_dict(pairs: list[tuple[str, object]]) -> dict:
         obj = dict(pairs)
         if len(obj) != len(pairs):
