@@ -9,7 +9,8 @@ measuring the scanning thread's CPU time (wall time on a shared machine mostly m
 other jobs; the wall-clock medians are printed too).
 The tools take --passes turns so background load hits them alike; per file the lowest of the
 passes' medians is kept. Inputs: the public picklescan corpus
-(../shared/corpus/picklescan) and a benign 5,000-tensor torch.save checkpoint. A second table
+(../shared/corpus/picklescan) and a benign 5,000-tensor checkpoint, saved by torch.save and as
+safetensors (5,000 header entries for `core.safetensors_header` to check). A second table
 times each tool's command line over the whole corpus folder (process start included).
 Ratios are peer time / ckpt-inspector time: above 1 means ckpt-inspector is faster.
 `--baseline REV` adds the scanner as it was at a git revision (its `inspector/` exported with
@@ -121,12 +122,15 @@ def cli_wall(tool: str, target: Path, rounds: int, work: Path) -> float:
     return statistics.median(times)
 
 
-def build_large(work: Path) -> Path:
-    """A benign 5,000-tensor torch.save checkpoint (named .pt so every tool picks it up)."""
+def build_large(work: Path) -> list[Path]:
+    """The same benign 5,000 tensors saved by torch.save (named .pt so every tool picks it up)
+    and as safetensors."""
     sys.path.insert(0, str(REPO / "tests"))
-    from factories import save_large_checkpoint
+    from factories import large_state_dict, save_safetensors, save_state_dict
 
-    return save_large_checkpoint(work / "large_5000.pt", 5000)
+    state = large_state_dict(5000)
+    return [save_state_dict(work / "large_5000.pt", state),
+            save_safetensors(work / "large_5000.safetensors", state)]
 
 
 def corpus_files() -> tuple[list[Path], dict[str, str]]:
@@ -171,18 +175,17 @@ def main() -> int:
                                      capture_output=True, check=True).stdout
             subprocess.run(["tar", "-x", "-C", str(work / "baseline")], input=archive,
                            check=True)
-        large = build_large(work)
-        large_mb = large.stat().st_size / 1e6
+        larges = build_large(work)
+        large_mb = {f.name: f.stat().st_size / 1e6 for f in larges}
         corpus: dict[str, dict] = {}
         big: dict[str, dict] = {}
         for _ in range(args.passes):  # tools take turns, so background load hits all alike
             for t in tools:
                 merge(corpus.setdefault(t, {}), in_process(t, files, args.rounds, work))
-                merge(big.setdefault(t, {}), in_process(t, [large], args.rounds, work))
-        big = {t: big[t][str(large)] for t in tools}
+                merge(big.setdefault(t, {}), in_process(t, larges, args.rounds, work))
         cli_tools = [t for t in tools if "@" not in t]
         cli = {t: cli_wall(t, CORPUS, args.cli_rounds, work) for t in cli_tools}
-        cli_big = {t: cli_wall(t, large, args.cli_rounds, work) for t in cli_tools}
+        cli_big = {t: cli_wall(t, larges[0], args.cli_rounds, work) for t in cli_tools}
 
     print(f"Static scan benchmark, one run: {OURS} {version_of(OURS)}, "
           f"picklescan {version_of('picklescan')}, modelscan {version_of('modelscan')}"
@@ -200,14 +203,17 @@ def main() -> int:
         rows.append([t, f"{med[t] * 1e3:.3f}", f"{rate[t]:.0f}", f"{med[t] / med[OURS]:.1f}x",
                      f"{wall[t] * 1e3:.3f}", f"{hits}/{len(malicious)}", str(errors)])
     print(table(rows))
-    print(f"\nLarge benign checkpoint: 5,000 tensors, {large_mb:.1f} MB, in process, "
-          f"median of {args.rounds} (best of {args.passes} passes)")
-    rows = [["tool", "CPU ms", "time ratio vs ours", "wall ms", "flagged"]]
-    for t in tools:
-        ratio = big[t]["median"] / big[OURS]["median"]
-        verdict = str(big[t]["flagged"]) if big[t]["error"] is None else big[t]["error"][:40]
-        rows.append([t, f"{big[t]['median'] * 1e3:.1f}", f"{ratio:.1f}x",
-                     f"{big[t]['wall'] * 1e3:.1f}", verdict])
+    print(f"\nLarge benign checkpoint: 5,000 tensors, in process, median of {args.rounds} "
+          f"(best of {args.passes} passes)")
+    rows = [["file", "tool", "CPU ms", "time ratio vs ours", "wall ms", "flagged"]]
+    for large in larges:
+        ours = big[OURS][str(large)]["median"]
+        for t in tools:
+            row = big[t][str(large)]
+            verdict = str(row["flagged"]) if row["error"] is None else row["error"][:40]
+            rows.append([f"{large.name} ({large_mb[large.name]:.1f} MB)", t,
+                         f"{row['median'] * 1e3:.1f}", f"{row['median'] / ours:.1f}x",
+                         f"{row['wall'] * 1e3:.1f}", verdict])
     print(table(rows))
     print(f"\nCommand line, process start included, median of {args.cli_rounds} runs")
     rows = [["tool", "corpus folder s", "files/s", "ratio", "large file s", "ratio"]]
