@@ -15,11 +15,32 @@ _NUMPY_CORE = [f"numpy.{core}.multiarray.{name}"
 # Object arrays are left out: an object dtype is rare in weights and worth a decision of its own.
 _NUMPY_DTYPES = [name for name in numpy_dtype_classes() if name != "numpy.dtypes.ObjectDType"]
 
+# Lightning's AttributeDict is a dict whose keys read as attributes; it holds hyper-parameters
+# (a config passed to save_hyperparameters, a Fabric state). One class under four import paths:
+# the unified `lightning` package, the standalone packages, and the subclass Lightning re-exports.
+_ATTRIBUTE_DICTS = ("lightning.fabric.utilities.data.AttributeDict",
+                    "lightning_fabric.utilities.data.AttributeDict",
+                    "lightning.pytorch.utilities.parsing.AttributeDict",
+                    "pytorch_lightning.utilities.parsing.AttributeDict")
+# Paths in hyper-parameters (data_dir=Path(...)) and in older ModelCheckpoint state. Python 3.13
+# pickles them from pathlib._local, and a path saved on Windows cannot be built on Linux.
+_PATHS = {f"pathlib{where}.{pure}{system}Path": f"pathlib.Pure{system}Path"
+          for where in ("", "._local") for pure in ("", "Pure") for system in ("Posix", "Windows")}
+
+STAND_INS: dict[str, str] = {**dict.fromkeys(_ATTRIBUTE_DICTS, "builtins.dict"), **_PATHS}
+"""Globals the worker rebuilds as a plain class of the standard library, registered under the
+checkpoint's name: an AttributeDict as a dict, a path as a pure path (a name that never touches
+the filesystem). The worker needs neither Lightning nor the saving system's path class."""
+
 PRESETS: dict[str, tuple[str, tuple[str, ...]]] = {
     "numpy": ("NumPy arrays, scalars and dtypes, as checkpoints that saved numpy values hold",
               (*_NUMPY_CORE, "numpy.ndarray", "numpy.dtype", *_NUMPY_DTYPES)),
     "argparse": ("argparse.Namespace, the hyper-parameters of fairseq-style checkpoints",
                  ("argparse.Namespace",)),
+    "lightning": ("Lightning's AttributeDict (loaded as a dict), pathlib paths (loaded as pure "
+                  "paths) and argparse.Namespace (PyTorch Lightning 1.x hparams), as Lightning "
+                  "checkpoints hold them",
+                  (*_ATTRIBUTE_DICTS, *_PATHS, "argparse.Namespace")),
 }
 
 PRESET_GLOBALS = frozenset(g for _, members in PRESETS.values() for g in members)

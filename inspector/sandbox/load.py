@@ -18,7 +18,7 @@ import zipfile
 
 import torch
 
-from inspector.core.allow_presets import PRESET_GLOBALS, allow_flags
+from inspector.core.allow_presets import PRESET_GLOBALS, STAND_INS, allow_flags
 from inspector.core.dtypes import REGISTRY, DType
 from inspector.core.errors import CodedError
 from inspector.core.flatten import flatten, unique_keys
@@ -71,12 +71,21 @@ def resolve_global(qualified: str, missing_ok: bool = False) -> object | None:
                     f"cannot allow {qualified}: no such importable module attribute here")
 
 
+def allowed_global(name: str) -> object | tuple[object, str] | None:
+    """What `torch.serialization.safe_globals` gets for `name`: its plain stand-in registered
+    under that name (`allow_presets.STAND_INS`), else the object; None for a preset's name that
+    this environment lacks."""
+    stand_in = STAND_INS.get(name)
+    if stand_in is not None:
+        return resolve_global(stand_in), name
+    return resolve_global(name, missing_ok=name in PRESET_GLOBALS)
+
+
 def load_checkpoint(path: str | bytes, allow_globals: list[str] | tuple[str, ...] = ()) -> object:
     """torch.load with weights_only=True (mmap for zip archives), allowing exactly those globals.
 
     `path` may also be the bytes of one archive (an item of a `.distcp` file)."""
-    resolved = (resolve_global(name, missing_ok=name in PRESET_GLOBALS) for name in allow_globals)
-    allowed = [obj for obj in resolved if obj is not None]
+    allowed = [g for g in map(allowed_global, allow_globals) if g is not None]
     mmap = isinstance(path, str) and zipfile.is_zipfile(path)
     try:
         with torch.serialization.safe_globals(allowed):
