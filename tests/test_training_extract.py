@@ -1,8 +1,8 @@
 """Training checkpoints: `convert --key --strip-prefix` extracts the weights, and the inspect
 result maps the optimizer's integer ids to the model's parameter names.
 
-The checkpoints come from a real AdamW + StepLR training loop; the Lightning layout is built by
-hand in Lightning's shape (lightning itself is not installed)."""
+The checkpoints come from a real AdamW + StepLR training loop; the Lightning layout here is
+built by hand in Lightning's shape (tests/test_lightning.py trains a real one)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from inspector.cli import main
 from inspector.core.errors import CodedError
 from inspector.core.extract import select, strip_prefixes
 from inspector.core.flatten import flatten
+from inspector.core.optim_types import optimizer_types, scheduler_types
 from inspector.core.optimizer_map import map_optimizers
 
 pytest_plugins = ("sandbox_fixtures",)  # fixture: unchanged
@@ -240,7 +241,7 @@ def test_plain_checkpoint_names_its_ids_in_the_text_output(tmp_path, trained, ca
                 "scheduler": scheduler.state_dict(), "epoch": 1}, path)
     assert main(["inspect", str(path)]) == 0
     names = [n for n, _ in model.named_parameters()]
-    assert (f"optimizer ids: optimizer: {len(names)} parameter ids named from model "
+    assert (f"optimizer ids: optimizer (AdamW): {len(names)} parameter ids named from model "
             f"(0 {names[0]}, 1 {names[1]}, 2 {names[2]}, …)") in capsys.readouterr().out
 
 
@@ -312,3 +313,56 @@ def test_key_and_prefix_take_one_file_not_a_folder(tmp_path, trained, capsys):
     assert main(["convert", str(folder), "--strip-prefix", "model."]) == 2
     assert "take one file, not a folder" in capsys.readouterr().err
     assert sorted(p.name for p in folder.iterdir()) == ["pytorch_model.bin"]
+
+
+_OPTIMIZERS = ["ASGD", "Adadelta", "Adafactor", "Adagrad", "Adam", "AdamW", "Adamax", "LBFGS",
+               "Muon", "NAdam", "RAdam", "RMSprop", "Rprop", "SGD", "SparseAdam"]
+
+
+@pytest.mark.parametrize("name", _OPTIMIZERS)
+def test_every_torch_optimizer_is_named_from_what_it_saved(name):
+    cls = getattr(torch.optim, name, None)
+    if cls is None:
+        pytest.skip(f"torch {torch.__version__} has no torch.optim.{name}")
+    weight = nn.Parameter(torch.ones(3, 2))
+    optimizer = cls([weight], **({} if name == "LBFGS" else {"lr": 0.1}))
+    if name != "SparseAdam":  # it takes sparse gradients only; its settings are saved anyway
+        weight.grad = torch.full_like(weight, 0.5)
+        optimizer.step((lambda: torch.tensor(1.0)) if name == "LBFGS" else None)
+    tensors, objects = _records({"optimizer": optimizer.state_dict()})
+    assert optimizer_types(tensors, objects) == {"optimizer.": name}
+
+
+def test_adam_and_adamw_without_decoupled_weight_decay_are_not_told_apart():
+    tensors, objects = _records({"opt": torch.optim.AdamW([nn.Parameter(torch.ones(2))])
+                                 .state_dict()})
+    objects = [o for o in objects if not o["key"].endswith("decoupled_weight_decay")]
+    assert optimizer_types(tensors, objects) == {"opt.": "Adam or AdamW"}
+
+
+_SCHEDULERS = {
+    "StepLR": lambda o, s: s.StepLR(o, 2),
+    "MultiStepLR": lambda o, s: s.MultiStepLR(o, [1, 3]),
+    "ExponentialLR": lambda o, s: s.ExponentialLR(o, 0.9),
+    "CosineAnnealingLR": lambda o, s: s.CosineAnnealingLR(o, 10),
+    "CosineAnnealingWarmRestarts": lambda o, s: s.CosineAnnealingWarmRestarts(o, 10),
+    "LambdaLR or MultiplicativeLR": lambda o, s: s.LambdaLR(o, lambda epoch: 1.0),
+    "OneCycleLR": lambda o, s: s.OneCycleLR(o, 0.1, total_steps=10),
+    "CyclicLR": lambda o, s: s.CyclicLR(o, 0.01, 0.1),
+    "ReduceLROnPlateau": lambda o, s: s.ReduceLROnPlateau(o),
+    "LinearLR": lambda o, s: s.LinearLR(o),
+    "ConstantLR": lambda o, s: s.ConstantLR(o),
+    "PolynomialLR": lambda o, s: s.PolynomialLR(o),
+    "SequentialLR": lambda o, s: s.SequentialLR(o, [s.ConstantLR(o), s.ExponentialLR(o, 0.9)],
+                                                [2]),
+}
+
+
+@pytest.mark.parametrize("name", _SCHEDULERS)
+def test_every_torch_scheduler_is_named_from_what_it_saved(name):
+    optimizer = torch.optim.SGD([nn.Parameter(torch.ones(2))], lr=0.1, momentum=0.9)
+    scheduler = _SCHEDULERS[name](optimizer, torch.optim.lr_scheduler)
+    optimizer.step()
+    scheduler.step(*([1.0] if name == "ReduceLROnPlateau" else []))
+    tensors, objects = _records({"lr_schedulers": [scheduler.state_dict()]})
+    assert scheduler_types(tensors, objects) == {"lr_schedulers.0.": name}

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inspector.core.architecture import model_weights, unique_weights
+from inspector.core.optim_types import optimizer_types
 
 _PARAM_ID = re.compile(r"^(.*?)param_groups\.(\d+)\.params\.(\d+)$")
 _PARAM_NAME = re.compile(r"^(.*?)param_groups\.(\d+)\.param_names\.(\d+)$")
@@ -58,6 +59,8 @@ class OptimizerParams:
     reason: str = ""
     source: str = ""
     """Where the names come from: 'param_names' (saved by the optimizer) or 'shapes'."""
+    type: str = ""
+    """The optimizer class its saved names show (`core.optim_types`), '' when they do not."""
 
     @property
     def mapped(self) -> bool:
@@ -71,12 +74,12 @@ class OptimizerParams:
         return cls(data["optimizer"], [p["id"] for p in params], [p["group"] for p in params],
                    [p.get("shape") for p in params], data.get("model"),
                    [p["name"] for p in params] if data.get("mapped") else [],
-                   data.get("reason") or "", data.get("source") or "")
+                   data.get("reason") or "", data.get("source") or "", data.get("type") or "")
 
     def to_json(self) -> dict[str, Any]:
         """The inspect contract's `optimizer_params` entry."""
-        return {"optimizer": self.optimizer, "model": self.model, "mapped": self.mapped,
-                "reason": self.reason, "source": self.source,
+        return {"optimizer": self.optimizer, "type": self.type, "model": self.model,
+                "mapped": self.mapped, "reason": self.reason, "source": self.source,
                 "params": [{"id": i, "group": g, "shape": s,
                             "name": self.names[n] if self.names else None,
                             "key": f"{self.model}.{self.names[n]}"
@@ -87,18 +90,19 @@ class OptimizerParams:
     def summary(self) -> str:
         """One line: the ids named, or why they are left as ids."""
         count = f"{len(self.ids)} parameter id{'s' if len(self.ids) != 1 else ''}"
+        name = f"{self.optimizer} ({self.type})" if self.type else self.optimizer
         if not self.mapped:
-            return f"{self.optimizer}: {count} left as ids ({self.reason})"
+            return f"{name}: {count} left as ids ({self.reason})"
         shown = ", ".join(f"{i} {n}" for i, n in zip(self.ids[:_SHOWN], self.names, strict=False))
         where = f"from {self.model}" if self.model else "by the optimizer"
-        return (f"{self.optimizer}: {count} named {where} ({shown}"
+        return (f"{name}: {count} named {where} ({shown}"
                 + (", …" if len(self.ids) > _SHOWN else "") + ")")
 
 
 def map_optimizers(tensors: Iterable[dict[str, Any]], objects: Iterable[dict[str, Any]]
                    ) -> list[OptimizerParams]:
     """Every optimizer state dict in the records, its ids mapped to names where that is sure."""
-    tensors = list(tensors)
+    tensors, objects = list(tensors), list(objects)
     found: dict[str, list[tuple[int, int, int]]] = {}
     saved: dict[tuple[str, int, int], str] = {}
     for o in objects:
@@ -111,11 +115,13 @@ def map_optimizers(tensors: Iterable[dict[str, Any]], objects: Iterable[dict[str
         if match and text[:1] in "'\"":
             saved[(match.group(1), int(match.group(2)), int(match.group(3)))] = _text(text)
     candidates = _state_dicts(unique_weights(model_weights(tensors)))
+    types = optimizer_types(tensors, objects)
     out = []
     for prefix, rows in found.items():
         rows.sort()
         ids = [i for _, _, i in rows]
-        result = OptimizerParams(prefix.rstrip("."), ids, [g for g, _, _ in rows], [])
+        result = OptimizerParams(prefix.rstrip("."), ids, [g for g, _, _ in rows], [],
+                                 type=types.get(prefix, ""))
         shapes, bad = _state_shapes(tensors, prefix)
         result.shapes = [shapes.get(i) for i in ids]
         names = [saved.get((prefix, g, n)) for g, n, _ in rows]
