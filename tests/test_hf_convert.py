@@ -19,6 +19,7 @@ from factories import hf_bin_folder as _bin_folder
 from factories import tiny_gpt2, tree_digests
 
 from inspector.cli import main
+from inspector.core.tie_rule import kept_name
 
 transformers = pytest.importorskip("transformers")
 
@@ -219,6 +220,41 @@ def _stored_keys(folder: Path) -> list[str]:
     header = (folder / "model.safetensors").read_bytes()
     length = int.from_bytes(header[:8], "little")
     return sorted(k for k in json.loads(header[8:8 + length]) if k != "__metadata__")
+
+
+def _tiny_bart():
+    """A 1+1-layer BART: `model.shared` tied to both embed_tokens and lm_head."""
+    torch.manual_seed(0)
+    config = transformers.BartConfig(
+        encoder_layers=1, decoder_layers=1, d_model=16, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, vocab_size=100,
+        max_position_embeddings=32,
+    )
+    return transformers.BartForConditionalGeneration(config).eval()
+
+
+def _tiny_bert():
+    """A 1-layer masked-LM BERT: the decoder weight tied to the word embeddings, and its bias
+    to the prediction head's."""
+    torch.manual_seed(0)
+    config = transformers.BertConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2,
+                                     intermediate_size=32, vocab_size=100,
+                                     max_position_embeddings=32)
+    return transformers.BertForMaskedLM(config).eval()
+
+
+@pytest.mark.parametrize("build", [tiny_gpt2, _tiny_llama, _tiny_t5, _tiny_bart, _tiny_bert])
+def test_the_tie_rule_keeps_what_save_pretrained_keeps(tmp_path, build):
+    model = build()
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    saved = set(_stored_keys(tmp_path))
+    groups: dict[int, list[str]] = {}
+    for key, tensor in model.state_dict().items():
+        groups.setdefault(tensor.data_ptr(), []).append(key)
+    tied = [names for names in groups.values() if len(names) > 1]
+    assert tied
+    for names in tied:
+        assert saved & set(names) == {kept_name(names)}, names
 
 
 @pytest.mark.parametrize("build, kept", [
