@@ -740,12 +740,13 @@ def diff_files(
     sides = [{"path": str(s.path if s.index is not None else side[0]),
               "files": [str(p) for p in side], "names": [p.name for p in s.files]}
              for s, side in zip(sets, files, strict=True)]
+    inputs = [_input(p) for p in every]  # a DCP folder's files are read too
     request = {
         "op": "diff",
-        "paths": [str(p) for p in every],
+        "paths": [str(p) for p in every] + [f for _size, fs in inputs for f in fs],
         "sides": sides,
         "allow_globals": allow,
-        "limits": _limits(sum(p.stat().st_size for p in every), None),
+        "limits": _limits(sum(size for size, _fs in inputs), None),
     }
     result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout)
     for letter, shard_set in zip("ab", sets, strict=True):

@@ -153,6 +153,14 @@ class _Items:
         self._allow = allow_globals
         self._mapped: dict[str, torch.UntypedStorage] = {}
 
+    def locate(self, t: torch.Tensor) -> tuple[str, int] | None:
+        """(data file, offset in it) of a tensor that is a view of one mapped file."""
+        for name, mapped in self._mapped.items():
+            base = mapped.data_ptr()
+            if base <= t.data_ptr() < base + mapped.nbytes():
+                return name, t.data_ptr() - base
+        return None
+
     def load(self, fqn: str, info: object) -> object:
         """The object stored for one item (a tensor chunk or a value)."""
         name = info.relative_path
@@ -258,6 +266,13 @@ def _nest(values: dict[str, object], paths: object) -> dict:
 
 def load_folder(folder: str, allow_globals: list[str] | tuple[str, ...] = ()) -> dict:
     """Every value of a DCP folder (tensors reassembled), nested as it was saved."""
+    return open_folder(folder, allow_globals)[0]
+
+
+def open_folder(folder: str, allow_globals: list[str] | tuple[str, ...] = ()
+                ) -> tuple[dict, Callable[[torch.Tensor], tuple[str, int] | None]]:
+    """`load_folder`'s values, and where a tensor kept whole in one data file lies there
+    (its file and offset; None for one reassembled from chunks), for the diff's forensics."""
     from torch.distributed.checkpoint.metadata import (
         BytesStorageMetadata,
         MetadataIndex,
@@ -281,4 +296,4 @@ def load_folder(folder: str, allow_globals: list[str] | tuple[str, ...] = ()) ->
             out[fqn] = items.load(fqn, info)
         else:
             raise LoadError("load_failed", f"{fqn}: unknown storage kind {type(entry).__name__}")
-    return _nest(out, metadata.planner_data)
+    return _nest(out, metadata.planner_data), items.locate

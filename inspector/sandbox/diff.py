@@ -68,6 +68,9 @@ class TensorDiff:
     offset_a: int | None = None
     """Where the tensor's bytes start in file A (None: not stored contiguously there)."""
     offset_b: int | None = None
+    file_a: str | None = None
+    """The file of a folder (a DCP data file) offset_a is in; None for the checkpoint file."""
+    file_b: str | None = None
 
     def summary(self) -> str:
         """One sentence for a key that is not identical; empty when it is."""
@@ -116,6 +119,8 @@ class TensorDiff:
                     item["file_offset_a"] = self.offset_a + flip.index * itemsize + flip.bit // 8
                 if self.offset_b is not None:
                     item["file_offset_b"] = self.offset_b + flip.index * itemsize + flip.bit // 8
+                item.update({f"file_{side}": name for side, name in
+                             (("a", self.file_a), ("b", self.file_b)) if name is not None})
                 record["bitflips"].append(item)
         return record
 
@@ -231,6 +236,7 @@ def compare_sources(
         return result
     result = diff_raw(a.key, a.dtype, a.shape, a.read(), b.read(), cancel)
     result.offset_a, result.offset_b = a.offset, b.offset
+    result.file_a, result.file_b = a.file, b.file
     return result
 
 

@@ -52,6 +52,8 @@ class TensorSource:
     note: str | None = None
     offset: int | None = None
     """Where the tensor's bytes start in the file, when they lie there contiguously."""
+    file: str | None = None
+    """The file of a folder (a DCP data file) that `offset` is in; None for the file itself."""
     storage: Any = None
     """Equal values within one file: sources reading the same bytes (tied weights)."""
 
@@ -78,6 +80,11 @@ def open_checkpoint(
     path: str, allow_globals: list[str] | tuple[str, ...] = (), maps_fd: int | None = None
 ) -> Checkpoint:
     """Open a checkpoint of any supported format for reading its tensors' bytes."""
+    if os.path.isdir(path):  # a torch.distributed.checkpoint folder, read whole by `sandbox.dcp`
+        from inspector.sandbox.dcp import open_folder
+
+        state, locate = open_folder(path, allow_globals)
+        return _open_loaded(path, "dcp", state, maps_fd, locate)
     with open(path, "rb") as fh:
         kind = sniff(fh.read(64), os.path.getsize(path))
     if kind == "safetensors":
@@ -90,16 +97,25 @@ def open_checkpoint(
 
 
 def _open_pickled(path: str, fmt: str, allow_globals: Any, maps_fd: int | None) -> Checkpoint:
+    from inspector.sandbox.load import load_checkpoint
+
+    return _open_loaded(path, fmt, load_checkpoint(path, allow_globals), maps_fd)
+
+
+def _open_loaded(path: str, fmt: str, loaded: Any, maps_fd: int | None,
+                 locate: Callable[[Any], tuple[str, int] | None] | None = None) -> Checkpoint:
+    """A loaded checkpoint's tensors; `locate(t)` gives (file, offset) of one that lies
+    contiguously in a file of the folder at `path`."""
     import torch
 
     from inspector.sandbox.encoded import expand
-    from inspector.sandbox.load import load_checkpoint, split_leaves
+    from inspector.sandbox.load import split_leaves
     from inspector.sandbox.mapped import PageReleaser
     from inspector.sandbox.stats import byte_chunks, describe_object, dtype_name, is_dense
 
     # One thread here; the caller hashes the file on the other core at the same time.
     torch.set_num_threads(1)
-    tensors, objects = split_leaves(load_checkpoint(path, allow_globals))
+    tensors, objects = split_leaves(loaded)
     # Quantized and sparse tensors as the parts `convert` writes, so they compare one for one.
     tensors = expand(tensors)[0]
     release = PageReleaser(maps_fd, path)
@@ -107,6 +123,7 @@ def _open_pickled(path: str, fmt: str, allow_globals: Any, maps_fd: int | None) 
     sources = []
     for key, t in tensors:
         readable = is_dense(t) and t.device.type != "meta"
+        where = locate(t) if locate is not None and readable and t.is_contiguous() else None
         sources.append(
             TensorSource(
                 key=key,
@@ -115,6 +132,8 @@ def _open_pickled(path: str, fmt: str, allow_globals: Any, maps_fd: int | None) 
                 read=(lambda t=t: byte_chunks(t, release)) if readable else None,
                 note=None if readable else f"no dense data ({t.layout}, {t.device.type})",
                 storage=(t.data_ptr(), tuple(t.stride())) if readable else None,
+                offset=where[1] if where else None,
+                file=where[0] if where else None,
             )
         )
     return Checkpoint(fmt, sources, [describe_object(k, v) for k, v in objects])
