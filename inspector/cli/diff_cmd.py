@@ -1,7 +1,9 @@
 """`ckpt-inspector diff A B [--json]`: tensor-by-tensor comparison with bit-flip forensics.
 
 A and B are files, model folders or `*.index.json` files: shards are matched key by key
-wherever each side put them, and every record names the shard it came from on each side."""
+wherever each side put them, and every record names the shard it came from on each side. A
+torch.distributed.checkpoint folder is one checkpoint, its chunks reassembled; a flipped bit in
+a tensor kept whole in one data file is placed there (`file_a`/`file_b`, `file_offset_a`/`_b`)."""
 
 from __future__ import annotations
 
@@ -33,9 +35,11 @@ _SHOWN_FLIPS = 5
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `diff`."""
     parser.add_argument("a", type=Path, metavar="A",
-                        help="first checkpoint: a file (any format), a folder or an index")
+                        help="first checkpoint: a file (any format), a folder (sharded or DCP) "
+                             "or an index")
     parser.add_argument("b", type=Path, metavar="B",
-                        help="second checkpoint: a file (any format), a folder or an index")
+                        help="second checkpoint: a file (any format), a folder (sharded or DCP) "
+                             "or an index")
     parser.add_argument("--json", action="store_true", help="print the JSON diff contract")
     add_allow_arguments(parser)
     add_quiet_argument(parser)
