@@ -743,7 +743,7 @@ def disassemble(data: bytes, limit: int = 10_000, start: int = 0) -> list[Disasm
         marks[ref.offset] = classify(ref.module, ref.name, rules).severity
     for issue in scan.issues:
         severity = Severity.DANGEROUS if issue.dangerous else Severity.SUSPICIOUS
-        if marks.get(issue.offset) != "dangerous":
+        if marks.get(issue.offset) != Severity.DANGEROUS:
             marks[issue.offset] = severity
     calls: dict[int, int] = {}
     for call in scan.calls:

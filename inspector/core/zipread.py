@@ -15,6 +15,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from inspector.core.vocabulary import Severity
+
 LOCAL_SIG = b"PK\x03\x04"
 CENTRAL_SIG = b"PK\x01\x02"
 EOCD_SIG = b"PK\x05\x06"
@@ -170,7 +172,7 @@ def read_zip(buf, base: int = 0, end: int | None = None) -> ZipArchive:
     members = archive.members
     for _ in range(min(total, 10_000_000)):
         if buf[pos:pos + 4] != CENTRAL_SIG:
-            add(Anomaly("suspicious", "zip-central-directory",
+            add(Anomaly(Severity.SUSPICIOUS, "zip-central-directory",
                         f"central directory entry missing at offset {pos}"))
             break
         flags, method, crc, csize, usize, nlen, xlen, clen, offset = _CENTRAL(buf, pos)
@@ -192,24 +194,24 @@ def read_zip(buf, base: int = 0, end: int | None = None) -> ZipArchive:
         members.append(tuple.__new__(Member, (name, local_name, offset, data_offset, method,
                                                flags, lflags, crc, csize, usize)))
         if data_offset < 0 or data_offset + csize > n:
-            add(Anomaly("suspicious", "zip-bad-offset",
+            add(Anomaly(Severity.SUSPICIOUS, "zip-bad-offset",
                         "member's local header or data lies outside the file", name))
         elif local_name != name:
-            add(Anomaly("suspicious", "zip-name-mismatch",
+            add(Anomaly(Severity.SUSPICIOUS, "zip-name-mismatch",
                         f"local header names it {local_name!r}, central directory {name!r}",
                         name))
         odd = (flags | lflags) & (FLAG_ENCRYPTED | FLAG_PATCHED | FLAG_STRONG_ENCRYPTION)
         if odd:
-            add(Anomaly("suspicious", "zip-flag-bits",
+            add(Anomaly(Severity.SUSPICIOUS, "zip-flag-bits",
                         f"general-purpose flag bits {odd:#x} set (encryption/patch data); "
                         "scanners that trust them skip the member", name))
         if ("\\" in name or ".." in name or name[:1] == "/" or name[1:2] == ":") and (
                 _unsafe_name(name)):
-            add(Anomaly("suspicious", "zip-path-traversal",
+            add(Anomaly(Severity.SUSPICIOUS, "zip-path-traversal",
                         f"member name {name!r} escapes the archive folder", name))
     for name, count in Counter(m.name for m in archive.members).items():
         if count > 1:
-            add(Anomaly("suspicious", "zip-duplicate-name",
+            add(Anomaly(Severity.SUSPICIOUS, "zip-duplicate-name",
                         f"{count} members share the name {name!r}; readers disagree on "
                         "which one counts", name))
     return archive

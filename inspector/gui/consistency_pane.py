@@ -40,7 +40,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from inspector.core.vocabulary import CheckStatus
+from inspector.core.vocabulary import CheckStatus, Verdict
 from inspector.gpu.consistency_job import ConsistencyRequest, describe_element, run_consistency
 from inspector.gpu.telemetry import TelemetryStore
 from inspector.gui import chart_style
@@ -304,7 +304,7 @@ class ConsistencyPane(QWidget):
 
     def blocked_reason(self) -> str | None:
         """Why Run is disabled for the chosen file, or None."""
-        if self._verdicts.get(self.file_edit.text().strip()) == "dangerous":
+        if self._verdicts.get(self.file_edit.text().strip()) == Verdict.DANGEROUS:
             return DANGEROUS_TIP
         return None
 

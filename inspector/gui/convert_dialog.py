@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.core.progress import CancelToken
+from inspector.core.vocabulary import FileStatus
 from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, Job
 from inspector.gui.pipeline import Pipeline, stage_text
@@ -180,7 +181,7 @@ class ConvertDialog(QDialog):
 def conversion_html(result: dict[str, Any]) -> str:
     """The conversion report in words: verification, aliases, sidecar, output hash."""
     verified = result.get("verified")
-    ok = status_style("ok" if verified else "mismatch")
+    ok = status_style(FileStatus.OK if verified else FileStatus.MISMATCH)
     parts = [
         f"<p><b style='color:{ok.colour}'>{ok.glyph} "
         + ("Verified: every tensor of the output equals the input, bit for bit."

@@ -46,7 +46,7 @@ WRITE_FILTERS = {
     "TSV (*.tsv)": ".tsv",
 }
 RESULT_COLUMNS = ("Item", "Kind", "Status", "Expected / A", "Actual / B", "Details")
-GOOD = {"ok", "identical"}
+GOOD = {FileStatus.OK, TensorStatus.IDENTICAL}
 Row = tuple[str, str, str, str, str, str]
 
 
@@ -360,7 +360,7 @@ def flip_row(key: str, flip: FlipRecord) -> Row:
     offsets = [f"byte {offset:,} of {side}" for side, offset in (("A", flip.file_offset_a),
                                                                   ("B", flip.file_offset_b))
                if offset is not None]
-    return (f"{key}{where}", f"bit {flip.bit} ({flip.label})", "changed",
+    return (f"{key}{where}", f"bit {flip.bit} ({flip.label})", TensorStatus.CHANGED,
             _value_bits(flip.before_value, flip.before_bits),
             _value_bits(flip.after_value, flip.after_bits),
             ", ".join(offsets) or "offset in the file unknown")

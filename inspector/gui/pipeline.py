@@ -92,11 +92,11 @@ class Pipeline(QObject):
         job.finished.connect(lambda result: self._inspected(doc, result))
         job.failed.connect(lambda msg: doc.set_state(DocumentState.LOAD_FAILED, msg))
         job.cancelled.connect(lambda: doc.set_state(DocumentState.CANCELLED))
-        self.run_heavy(job, doc, "loading")
+        self.run_heavy(job, doc, DocumentState.LOADING)
 
     def decline(self, doc: FileDocument) -> None:
         """The user refused to allow a suspicious file's globals: hash it, do not load it."""
-        self._hash(doc, "declined")
+        self._hash(doc, DocumentState.DECLINED)
 
     def run_heavy(self, job: Job, doc: FileDocument | None = None, state: str = "") -> Job:
         """Queue a job that reads a whole checkpoint; it starts when the previous one ends.

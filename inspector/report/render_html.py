@@ -15,7 +15,7 @@ from inspector.core.results import TensorDiffRow
 from inspector.core.termtext import html_escape as escape  # marks control characters visibly
 from inspector.core.vocabulary import LoadStatus, ReportStatus, StepStatus, Verdict
 from inspector.report import charts
-from inspector.report.model import FAIL, PASS, FileReport, Report
+from inspector.report.model import FAIL, NOT_CHECKED, PASS, FileReport, Report
 from inspector.report.sections import self_test_words
 
 ImageSrc = Callable[[str, bytes], str]
@@ -37,7 +37,7 @@ VERDICT_COLORS = {Verdict.SAFE: "#1b7f3b", Verdict.SUSPICIOUS: "#b35c00",
                   Verdict.DANGEROUS: "#b00020", Verdict.ERROR: "#5f5f5f"}
 PAGE_BREAK = " style=\"page-break-before: always\""
 """Each file after the first starts a printed page, so its table never straddles two files."""
-CHECK_LABELS = {PASS: "✔ pass", FAIL: "✘ fail", "not_checked": "– not checked"}
+CHECK_LABELS = {PASS: "✔ pass", FAIL: "✘ fail", NOT_CHECKED: "– not checked"}
 
 STYLE = """
 body { font-family: 'DejaVu Sans', Arial, sans-serif; font-size: 10pt; color: #111;
