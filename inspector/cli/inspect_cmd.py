@@ -42,14 +42,12 @@ from inspector.cli.common import (
     add_loader_arguments,
     error_exit,
     progress_events,
-    sandbox_line,
     stderr_progress,
 )
 from inspector.core import integrity, strict_json
-from inspector.core.architecture import Architecture
 from inspector.core.contents import summarize, training_summary
-from inspector.core.optimizer_map import OptimizerParams
-from inspector.core.resume import ResumeChecklist, resume_text
+from inspector.core.results import InspectResult, jail_line, records
+from inspector.core.resume import resume_text
 from inspector.core.termtext import escape
 from inspector.core.verdict import exit_code
 from inspector.core.vocabulary import HealthStatus, Verdict
@@ -88,83 +86,80 @@ def health_lines(health: dict | None) -> list[str]:
     return lines
 
 
-def _human(report: dict) -> list[str]:
-    scan = report.get("scan") or {}
+def _human(report: InspectResult) -> list[str]:
+    scan = report.scan or {}
     damage = integrity.integrity_findings(scan)
     lines = [
-        f"file:     {report['path']} ({report['size']:,} bytes, {report.get('format')})",
-        f"sha256:   {report.get('sha256')}",
+        f"file:     {report.path} ({report.size or 0:,} bytes, {report.format})",
+        f"sha256:   {report.sha256}",
         f"scan:     {scan.get('verdict')}"
         + ("; weights_only loads it" if scan.get("weights_only_ok") else "")
         + ("; the file is damaged (corrupted data, not code)" if damage else ""),
-        sandbox_line(report.get("sandbox")),
+        jail_line(report.sandbox),
     ]
     lines.extend(f"DAMAGED:  {integrity.describe(f)}" for f in damage)
-    if report.get("index"):
+    if report.index:
         lines.extend(shard_lines(report))
-    if not report.get("error"):
-        lines.extend(health_lines(report.get("health")))
+    if report.loaded:
+        lines.extend(health_lines(report.health))
     lines.extend(code_lines(report))
-    tensors = report.get("tensors") or []
+    tensors = report.tensors
     if tensors:
-        width = min(48, max(len(t["key"]) for t in tensors))
+        width = min(48, max(len(t.key) for t in tensors))
         lines.append("")
-        algorithm = report["digest_algorithm"]
         lines.append(f"{'key':<{width}}  {'dtype':<14} {'shape':<18} {'min':>10} {'max':>10} "
-                     f"{'mean':>10} {'std(n-1)':>10} {'nan':>6} {'inf':>6}  {algorithm}")
+                     f"{'mean':>10} {'std(n-1)':>10} {'nan':>6} {'inf':>6}  "
+                     f"{report.digest_algorithm}")
         for t in tensors:
-            flags = ",".join(t.get("flags") or [])
+            std = t.std if "std_sample" in t.absent else t.std_sample  # an older worker's
             lines.append(
-                f"{t['key'][:width]:<{width}}  {t['dtype']:<14} {tuple(t['shape'])!s:<18} "
-                f"{_num(t.get('min')):>10} {_num(t.get('max')):>10} {_num(t.get('mean')):>10} "
-                f"{_num(t.get('std_sample', t.get('std'))):>10} {_num(t.get('nan')):>6} "
-                f"{_num(t.get('inf')):>6}  "
-                f"{(t.get('digest') or flags or '-')[:16]}")
-    objects = report.get("objects") or []
+                f"{t.key[:width]:<{width}}  {t.dtype:<14} {tuple(t.shape)!s:<18} "
+                f"{_num(t.min):>10} {_num(t.max):>10} {_num(t.mean):>10} {_num(std):>10} "
+                f"{_num(t.nan):>6} {_num(t.inf):>6}  "
+                f"{(t.digest or ','.join(t.flags) or '-')[:16]}")
+    objects = report.objects
     if objects:
         lines.append("")
         lines.append(f"{len(objects)} non-tensor value(s):")
-        lines.extend(f"  {o['key']}: {o['type']} = {o['repr']}" for o in objects[:50])
-    error = report.get("error")
-    if error:
+        lines.extend(f"  {o.key}: {o.type} = {o.repr}" for o in objects[:50])
+    if report.error is not None:
         lines.append("")
-        lines.append(f"error:    {error['message']}")
-    else:
-        unique = report.get("unique_storage")
-        contents = summarize(tensors, objects, unique)
-        lines.append("")
-        lines.append(f"{contents.tensors} tensors, {contents.parameters:,} elements, "
-                     f"{contents.bytes:,} bytes of tensor data")
-        if unique:
-            lines.append(f"unique storage: {unique['storages']} storages, {unique['numel']:,} "
-                         f"elements, {unique['nbytes']:,} bytes (shared storage counted once)")
-        training = training_summary(contents)
-        if training:
-            lines.append(f"training state: {training}")
-        lines.extend(f"optimizer ids: {escape(OptimizerParams.from_json(o).summary())}"
-                     for o in report.get("optimizer_params") or ())
-        lines.extend(_model_lines(report))
+        lines.append(f"error:    {report.error.message}")
+        return lines
+    unique = report.unique_storage
+    contents = summarize(records(tensors), records(objects), unique)
+    lines.append("")
+    lines.append(f"{contents.tensors} tensors, {contents.parameters:,} elements, "
+                 f"{contents.bytes:,} bytes of tensor data")
+    if unique:
+        lines.append(f"unique storage: {unique['storages']} storages, {unique['numel']:,} "
+                     f"elements, {unique['nbytes']:,} bytes (shared storage counted once)")
+    training = training_summary(contents)
+    if training:
+        lines.append(f"training state: {training}")
+    lines.extend(f"optimizer ids: {escape(o.summary())}" for o in report.optimizer_params or ())
+    lines.extend(_model_lines(report))
     return lines
 
 
-def shard_lines(report: dict) -> list[str]:
+def shard_lines(report: InspectResult) -> list[str]:
     """A sharded checkpoint: its index, each shard, tied keys and the coverage problems."""
-    shards = report.get("shards") or []
-    lines = [f"shards:   {len(shards)} in {report['index']}"]
+    shards = report.shards or []
+    lines = [f"shards:   {len(shards)} in {report.index}"]
     lines.extend(f"  {s['file']}  {s['format']}  {_num(s['tensors'])} tensors  "
                  f"{s['bytes'] or 0:,} bytes  sha256 {s['sha256'] or '-'}" for s in shards)
     lines.extend(f"  alias {a['key']} -> {a['stored_as']} (shared storage in {a['shard']})"
-                 for a in report.get("aliases") or ())
-    problems = report.get("problems") or []
+                 for a in report.aliases or ())
+    problems = report.problems or []
     lines.append("coverage: " + (f"{len(problems)} problem(s)" if problems else
                                  "every key in exactly one shard, as the index says"))
     lines.extend(f"  {p['code']}: {p['message']}" for p in problems)
     return lines
 
 
-def code_lines(report: dict) -> list[str]:
+def code_lines(report: InspectResult) -> list[str]:
     """A TorchScript or torch.export archive's code files: what loading it would run."""
-    code = report.get("code")
+    code = report.code
     if not code:
         return []
     flagged = sum(bool(c["flags"]) for c in code)
@@ -176,14 +171,13 @@ def code_lines(report: dict) -> list[str]:
     return lines
 
 
-def _model_lines(report: dict) -> list[str]:
+def _model_lines(report: InspectResult) -> list[str]:
     """The architecture guess and, for a training checkpoint, the resume checklist."""
     lines = []
-    if report.get("architecture"):
-        lines.append(f"architecture: {Architecture.from_json(report['architecture']).summary()}")
-    if report.get("resume"):
-        checklist = ResumeChecklist.from_json(report["resume"])
-        first, *rows = resume_text(checklist).splitlines()
+    if report.architecture is not None:
+        lines.append(f"architecture: {report.architecture.summary()}")
+    if report.resume is not None:
+        first, *rows = resume_text(report.resume).splitlines()
         lines.append(f"resume:   {first}")
         lines.extend(f"  {row}" for row in rows)
     return lines
@@ -204,13 +198,14 @@ def run(args: argparse.Namespace) -> int:
         return exit_code("error")
     if args.json:
         print(strict_json.dumps(report))
-    else:
-        print("\n".join(escape(line) for line in _human(report)))  # text from the file
-    if report.get("error"):
-        return _SHARD_EXITS.get(report["error"]["code"]) or error_exit(report["error"])
-    if any(p["fatal"] for p in report.get("problems") or ()):
+    typed = InspectResult.from_json(report)
+    if not args.json:
+        print("\n".join(escape(line) for line in _human(typed)))  # text from the file
+    if typed.error is not None:
+        return _SHARD_EXITS.get(typed.error.code) or error_exit(typed.error.to_json())
+    if any(p["fatal"] for p in typed.problems or ()):
         return EXIT_COVERAGE
-    code = exit_code((report.get("scan") or {}).get("verdict", Verdict.SAFE))
-    if code == 0 and (report.get("health") or {}).get("status") == HealthStatus.PROBLEM:
+    code = exit_code((typed.scan or {}).get("verdict", Verdict.SAFE))
+    if code == 0 and (typed.health or {}).get("status") == HealthStatus.PROBLEM:
         return EXIT_HEALTH_PROBLEM
     return code

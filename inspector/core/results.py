@@ -110,6 +110,12 @@ def _spec(cls: type) -> tuple[tuple[str, Callable | None, Callable | None], ...]
                  for f in fields(cls) if f.name not in JsonRecord._OWN)
 
 
+def records(items: Iterable[JsonRecord]) -> list[dict[str, Any]]:
+    """The contract's records of typed items, for the torch-free judges that read records
+    (`core.contents`, `core.health`, `core.resume`)."""
+    return [i.to_json() for i in items]
+
+
 def as_result(cls: type[R], value: R | dict[str, Any] | None) -> R | None:
     """`value` as `cls`: a contract's dict is read once; a typed result or None is kept."""
     if value is None or isinstance(value, cls):

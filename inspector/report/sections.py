@@ -13,7 +13,7 @@ from inspector.core.contents import summarize, tally_dtypes, training_summary
 from inspector.core.hashing import sha256_file
 from inspector.core.health import assess
 from inspector.core.progress import CancelToken, ProgressFn
-from inspector.core.results import DiffResult, InspectResult, ObjectLeaf, TensorStats
+from inspector.core.results import DiffResult, InspectResult, TensorStats, records
 from inspector.core.resume import headline, item_label, status_word
 from inspector.core.vocabulary import FileStatus, LoadStatus, StepStatus, TensorCheckStatus, Verdict
 from inspector.report.model import (
@@ -156,16 +156,10 @@ def summarize_tensors(inspect: InspectResult) -> TensorSummary:
 
 def health_info(inspect: InspectResult) -> HealthInfo:
     """Weights health as the engine judged it (judged here for results saved before it did)."""
-    health = inspect.health or assess(_records(inspect.tensors)).to_json()
+    health = inspect.health or assess(records(inspect.tensors)).to_json()
     return HealthInfo(status=health["status"], findings=list(health.get("findings") or []),
                       weights_checked=int(health.get("weights_checked") or 0),
                       state_tensors=int(health.get("state_tensors") or 0))
-
-
-def _records(items: list[TensorStats] | list[ObjectLeaf]) -> list[dict]:
-    """The contract's records, for the torch-free judges that read them (`core.health`,
-    `core.contents`)."""
-    return [i.to_json() for i in items]
 
 
 def _abs_max(tensor: TensorStats) -> float | None:
@@ -220,7 +214,7 @@ MAX_FLIPS_SHOWN = 20
 
 def model_info(inspect: InspectResult) -> ModelInfo:
     """The inspect result's architecture guess and training state, in the Overview's words."""
-    training = training_summary(summarize(_records(inspect.tensors), _records(inspect.objects)))
+    training = training_summary(summarize(records(inspect.tensors), records(inspect.objects)))
     checklist = inspect.resume
     return ModelInfo(
         architecture=inspect.architecture.summary() if inspect.architecture else None,
