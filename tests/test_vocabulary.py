@@ -296,3 +296,9 @@ def test_every_vocabulary_is_a_str_enum_with_unique_values():
         values = [m.value for m in enum]
         assert len(set(values)) == len(values), enum
         assert all(m == m.value and json.dumps(m) == json.dumps(m.value) for m in enum)
+
+
+def test_every_document_state_has_words():
+    from inspector.gui.document import STATE_WORDS
+
+    assert set(STATE_WORDS) == set(vocabulary.DocumentState)

@@ -119,7 +119,8 @@ class ReportStatus(StrEnum):
 
 
 class CheckStatus(StrEnum):
-    """A report checklist item's or section's outcome (sections are only pass or fail)."""
+    """A report checklist item's or section's outcome, or one consistency row's (those and
+    the sections are only pass or fail)."""
 
     PASS = "pass"
     FAIL = "fail"

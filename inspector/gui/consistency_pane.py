@@ -500,7 +500,7 @@ class ConsistencyPane(QWidget):
         for row in rows:
             item = QTreeWidgetItem([row["key"], row["status"].upper(), _detail(row)])
             item.setToolTip(2, item.text(2))
-            role = {"fail": "bad", "pass": "good"}.get(row["status"])
+            role = {CheckStatus.FAIL: "bad", CheckStatus.PASS: "good"}.get(row["status"])
             if role:
                 item.setForeground(1, chart_style.role_colour(role, self.palette()))
             flips = resident.get(row["key"])

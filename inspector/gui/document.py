@@ -12,17 +12,17 @@ from inspector.core.torchscript_layout import CODE_ARCHIVES
 from inspector.core.vocabulary import DocumentState, Severity
 
 STATE_WORDS = {
-    "scanning": "Scanning the pickle opcodes (no code runs)…",
-    "queued": "Waiting for the sandbox…",
-    "loading": "Loading in the sandbox…",
-    "needs_decision": "Not loaded yet: it needs globals that weights_only=True refuses",
-    "blocked": "Not loaded: the static scan found code that would run when unpickled",
-    "declined": "Not loaded: you chose not to allow its globals",
-    "loaded": "Loaded in the sandbox with weights_only=True",
-    "load_failed": "The sandbox could not load it",
-    "cancelled": "Cancelled; the sandbox worker was stopped",
-    "error": "Could not be read",
-    "skipped": "Not a checkpoint (skipped, as `scan` skips it in a folder)",
+    DocumentState.SCANNING: "Scanning the pickle opcodes (no code runs)…",
+    DocumentState.QUEUED: "Waiting for the sandbox…",
+    DocumentState.LOADING: "Loading in the sandbox…",
+    DocumentState.NEEDS_DECISION: "Not loaded yet: it needs globals that weights_only=True refuses",
+    DocumentState.BLOCKED: "Not loaded: the static scan found code that would run when unpickled",
+    DocumentState.DECLINED: "Not loaded: you chose not to allow its globals",
+    DocumentState.LOADED: "Loaded in the sandbox with weights_only=True",
+    DocumentState.LOAD_FAILED: "The sandbox could not load it",
+    DocumentState.CANCELLED: "Cancelled; the sandbox worker was stopped",
+    DocumentState.ERROR: "Could not be read",
+    DocumentState.SKIPPED: "Not a checkpoint (skipped, as `scan` skips it in a folder)",
 }
 
 

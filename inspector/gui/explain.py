@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from inspector.core.integrity import integrity_findings
 from inspector.core.torchscript_layout import CODE_ARCHIVES
-from inspector.core.vocabulary import Verdict
+from inspector.core.vocabulary import HealthStatus, Verdict
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,7 @@ class Explanation:
 
 
 VERDICT_TEXT: dict[str, Explanation] = {
-    "safe": Explanation(
+    Verdict.SAFE: Explanation(
         "Safe — no code in the pickle",
         "Every import in the file is one that torch.load(weights_only=True) allows, so "
         "loading it cannot run code.",
@@ -27,7 +27,7 @@ VERDICT_TEXT: dict[str, Explanation] = {
         "pickle altogether, and record its SHA-256 in a manifest so later copies can be "
         "checked.",
     ),
-    "suspicious": Explanation(
+    Verdict.SUSPICIOUS: Explanation(
         "Suspicious — your decision is needed",
         "It imports globals outside weights_only's allowlist (custom classes, NumPy objects, "
         "argparse.Namespace…). None is known to run code, but torch.load(weights_only=True) "
@@ -36,7 +36,7 @@ VERDICT_TEXT: dict[str, Explanation] = {
         "one load — never weights_only=False. Once loaded, convert it to safetensors so no one "
         "has to make this decision again.",
     ),
-    "dangerous": Explanation(
+    Verdict.DANGEROUS: Explanation(
         "Dangerous — do not load this file",
         "Unpickling it would import something that runs code or touches the system. It was "
         "not loaded, and no sandbox worker was started for it.",
@@ -44,7 +44,7 @@ VERDICT_TEXT: dict[str, Explanation] = {
         "again from its original source and verify it against the publisher's checksum; ask "
         "for a safetensors version.",
     ),
-    "error": Explanation(
+    Verdict.ERROR: Explanation(
         "Could not be scanned",
         "The file is not a checkpoint this tool recognises, or it is damaged.",
         "Check that the download finished (compare its size and SHA-256 with the source) and "
@@ -72,17 +72,17 @@ CORRUPT = Explanation(
 
 
 HEALTH_TEXT: dict[str, Explanation] = {
-    "ok": Explanation(
+    HealthStatus.OK: Explanation(
         "Weights look healthy",
         "No NaN or Inf, no value orders of magnitude above the rest of its tensor, no constant "
         "or duplicated weight matrix.", ""),
-    "warning": Explanation(
+    HealthStatus.WARNING: Explanation(
         "Weights: worth a look",
         "A weight matrix is constant or all zero, or two weights are bit-for-bit copies of "
         "each other.",
         "Check that this is intended: fresh LoRA layers are all zero, and tied weights saved "
         "twice are duplicates."),
-    "problem": Explanation(
+    HealthStatus.PROBLEM: Explanation(
         "Weights are corrupted or diverged",
         "Some weights hold NaN or Inf, or values far beyond the rest of their tensor (the "
         "signature of a flipped exponent bit).",
@@ -191,7 +191,7 @@ def verdict_explanation(verdict: str | None) -> Explanation:
     """The banner and advice text of a verdict (None while scanning)."""
     if verdict is None:
         return PENDING
-    return VERDICT_TEXT.get(verdict, VERDICT_TEXT["error"])
+    return VERDICT_TEXT.get(verdict, VERDICT_TEXT[Verdict.ERROR])
 
 
 def code_safety_explanation(scan: dict | None) -> Explanation:
@@ -207,7 +207,7 @@ def code_safety_explanation(scan: dict | None) -> Explanation:
 def health_explanation(health: dict | None, loaded: bool | None) -> Explanation:
     """Banner text for the weights-health badge (loaded None while the load may still run)."""
     if health:
-        return HEALTH_TEXT.get(str(health.get("status")), HEALTH_TEXT["problem"])
+        return HEALTH_TEXT.get(str(health.get("status")), HEALTH_TEXT[HealthStatus.PROBLEM])
     return HEALTH_PENDING if loaded is None else HEALTH_NOT_LOADED
 
 

@@ -359,10 +359,11 @@ class TensorsPane(QWidget):
         elif not doc.tensors and doc.state not in (DocumentState.LOADED, DocumentState.LOADING,
                                                    DocumentState.QUEUED):
             text = {
-                "blocked": "Not loaded: the static scan calls this file dangerous, so no "
-                "tensor was read.",
-                "needs_decision": "Not loaded yet: allow its globals on the Overview pane.",
-                "declined": "Not loaded: its globals were not allowed.",
+                DocumentState.BLOCKED: "Not loaded: the static scan calls this file dangerous, so "
+                "no tensor was read.",
+                DocumentState.NEEDS_DECISION: "Not loaded yet: allow its globals on the Overview "
+                "pane.",
+                DocumentState.DECLINED: "Not loaded: its globals were not allowed.",
             }.get(doc.state, text)
         elif doc.state in (DocumentState.LOADING, DocumentState.QUEUED):
             text += "  (still loading…)"

@@ -10,7 +10,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QIcon, QPainter, QPainterPath, QPen, QPixmap
 
 from inspector.core.integrity import integrity_findings
-from inspector.core.vocabulary import HealthStatus, Verdict
+from inspector.core.vocabulary import FileStatus, HealthStatus, TensorStatus, Verdict
 
 
 @dataclass(frozen=True)
@@ -23,10 +23,10 @@ class Style:
 
 
 VERDICTS: dict[str, Style] = {
-    "safe": Style("#1e8e3e", "✓", "Safe"),
-    "suspicious": Style("#b86e00", "!", "Suspicious"),
-    "dangerous": Style("#c5221f", "✕", "Dangerous"),
-    "error": Style("#6e6e6e", "?", "Error"),
+    Verdict.SAFE: Style("#1e8e3e", "✓", "Safe"),
+    Verdict.SUSPICIOUS: Style("#b86e00", "!", "Suspicious"),
+    Verdict.DANGEROUS: Style("#c5221f", "✕", "Dangerous"),
+    Verdict.ERROR: Style("#6e6e6e", "?", "Error"),
     "pending": Style("#5f6fa0", "…", "Scanning"),
 }
 
@@ -34,29 +34,29 @@ CORRUPT = Style("#7b1fa2", "≠", "Damaged")
 """Code safety of a file whose data fails its own checksums or sizes."""
 
 HEALTH: dict[str, Style] = {
-    "ok": Style("#1e8e3e", "✓", "Weights OK"),
-    "warning": Style("#b86e00", "!", "Weights: check"),
-    "problem": Style("#c5221f", "✕", "Weights: problem"),
+    HealthStatus.OK: Style("#1e8e3e", "✓", "Weights OK"),
+    HealthStatus.WARNING: Style("#b86e00", "!", "Weights: check"),
+    HealthStatus.PROBLEM: Style("#c5221f", "✕", "Weights: problem"),
 }
 HEALTH_UNKNOWN = Style("#6e6e6e", "–", "Weights not judged")
 
 STATUSES: dict[str, Style] = {
-    "ok": Style("#1e8e3e", "✓", "OK"),
-    "identical": Style("#1e8e3e", "✓", "Identical"),
-    "mismatch": Style("#c5221f", "✕", "Mismatch"),
-    "changed": Style("#c5221f", "✕", "Changed"),
-    "size_mismatch": Style("#c5221f", "✕", "Size differs"),
-    "dtype_or_shape_changed": Style("#c5221f", "✕", "Dtype or shape changed"),
-    "missing": Style("#b86e00", "!", "Missing"),
-    "only_in_a": Style("#b86e00", "!", "Only in this file"),
-    "only_in_b": Style("#b86e00", "!", "Only in the other file"),
-    "extra": Style("#5f6fa0", "+", "Not in manifest"),
+    FileStatus.OK: Style("#1e8e3e", "✓", "OK"),
+    TensorStatus.IDENTICAL: Style("#1e8e3e", "✓", "Identical"),
+    FileStatus.MISMATCH: Style("#c5221f", "✕", "Mismatch"),
+    TensorStatus.CHANGED: Style("#c5221f", "✕", "Changed"),
+    FileStatus.SIZE_MISMATCH: Style("#c5221f", "✕", "Size differs"),
+    TensorStatus.DTYPE_OR_SHAPE_CHANGED: Style("#c5221f", "✕", "Dtype or shape changed"),
+    FileStatus.MISSING: Style("#b86e00", "!", "Missing"),
+    TensorStatus.ONLY_IN_A: Style("#b86e00", "!", "Only in this file"),
+    TensorStatus.ONLY_IN_B: Style("#b86e00", "!", "Only in the other file"),
+    FileStatus.EXTRA: Style("#5f6fa0", "+", "Not in manifest"),
 }
 
 
 def verdict_style(verdict: str | None) -> Style:
     """Style of a scan verdict; unknown or absent verdicts show as pending."""
-    return VERDICTS.get(verdict or "pending", VERDICTS["error"])
+    return VERDICTS.get(verdict or "pending", VERDICTS[Verdict.ERROR])
 
 
 def code_safety_style(scan: dict | None) -> Style:

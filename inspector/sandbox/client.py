@@ -498,7 +498,7 @@ def check_loadable(scan: dict, allow_globals: Iterable[str], override_dangerous:
                            "not loaded: the static scan found dangerous imports"
                            + (f" ({', '.join(bad[:8])})" if bad else "")
                            + "; override to load it with weights_only inside the jail", bad)
-    forbidden = [g for g in allow_globals if severity.get(g) == "dangerous"]
+    forbidden = [g for g in allow_globals if severity.get(g) == Severity.DANGEROUS]
     if forbidden:
         raise SandboxError("refused_global",
                            "refusing to allow dangerous globals: " + ", ".join(forbidden),
