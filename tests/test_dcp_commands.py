@@ -136,3 +136,17 @@ def test_report_gives_one_entry_for_the_folder_with_its_statistics(folder, tmp_p
     checks = {c["id"]: c["status"] for c in entry["checklist"]}
     assert checks["hash_on_record"] == "pass"
     json.dumps(doc, allow_nan=False)
+
+
+def test_report_of_a_folder_holding_a_dcp_folder_keeps_it_whole(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    factories.dcp_save(factories.dcp_state(), runs / "step-100")
+    torch.save({"w": torch.ones(3)}, runs / "final.pt")
+    (runs / "notes.txt").write_text("not a checkpoint")
+    out = tmp_path / "report.json"
+    assert main(["report", str(runs), "-o", str(out), "-q"]) == 0, capsys.readouterr()
+    entries = {Path(e["file"]["path"]).name: e["file"]["format"]
+               for e in json.loads(out.read_text())["files"]}
+    assert entries == {"step-100": "dcp", "final.pt": "pytorch-zip"}
+

@@ -156,7 +156,7 @@ def _command_line(args: argparse.Namespace) -> str:
 def _targets(paths: list[str]) -> Iterator[tuple[Path, str | None]]:
     """(file, the folder it was found in or None); in folders only checkpoints are kept. A
     sharded model folder or a torch.distributed.checkpoint folder is one target, as `inspect`
-    reads it (an index already is one)."""
+    reads it (an index already is one), and so is a DCP folder found inside a folder."""
     from inspector.core.dcp_folder import is_dcp_folder
     from inspector.core.scan import iter_files, scan_file
     from inspector.core.shard_inspect import sharded_set
@@ -166,9 +166,14 @@ def _targets(paths: list[str]) -> Iterator[tuple[Path, str | None]]:
         if not root.is_dir() or is_dcp_folder(root) or sharded_set(root) is not None:
             yield root, None
             continue
+        whole: set[Path] = set()
         for path in iter_files([root]):
+            if is_dcp_folder(path.parent):
+                if path.parent not in whole:  # its files are one checkpoint: once, whole
+                    whole.add(path.parent)
+                    yield path.parent, str(root)
             # a model folder also holds configs, manifests and READMEs: not checkpoints
-            if scan_file(path).format != "unknown":
+            elif scan_file(path).format != "unknown":
                 yield path, str(root)
 
 
