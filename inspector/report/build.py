@@ -87,9 +87,9 @@ def _file_report(
     consistency = consistency_info(ev.consistency)
     comparison = comparison_info(as_result(DiffResult, ev.diff))
     model = model_info(loaded) if loaded is not None else None
-    code = code_info(ev.inspect)
-    info = file_info(ev, scan_dict, progress, cancel)
-    shards = shards_info(ev.inspect)
+    code = code_info(inspect)
+    info = file_info(ev, inspect, scan_dict, progress, cancel)
+    shards = shards_info(inspect)
     verdict = scan.verdict or (Verdict.ERROR if scan.status == StepStatus.FAILED else Verdict.SAFE)
     return FileReport(
         file=info,

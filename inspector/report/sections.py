@@ -58,23 +58,24 @@ CONSISTENCY_BULK = ("tensors", "outputs", "resident_mismatches", "iterations", "
 
 
 def file_info(
-    ev: FileEvidence, scan: dict | None, progress: ProgressFn | None, cancel: CancelToken | None
+    ev: FileEvidence, inspect: InspectResult | None, scan: dict | None,
+    progress: ProgressFn | None, cancel: CancelToken | None
 ) -> FileInfo:
     """The file's identity; hashes it when the session has no SHA-256 for it."""
     path = Path(ev.path)
-    inspect = ev.inspect or {}
     # a sharded checkpoint's size is its shards' sum, and it has no one SHA-256 (its index
     # file's would name only the index): each shard's is in the Shards section; a DCP folder's
     # size is its files' sum too
-    sharded = bool(inspect.get("index")) or path.is_dir()
+    sharded = bool(inspect and inspect.index) or path.is_dir()
+    recorded = inspect.size if inspect is not None else None
     try:
         st = path.stat()
         size, mtime = st.st_size, _iso(st.st_mtime)
     except OSError:
-        size, mtime = inspect.get("size"), None
+        size, mtime = recorded, None
     if sharded:
-        size = inspect.get("size")
-    sha = inspect.get("sha256")
+        size = recorded
+    sha = inspect.sha256 if inspect is not None else None
     if not sha and path.is_file() and not sharded:
         sha = sha256_file(path, progress=progress, cancel=cancel)
     return FileInfo(
@@ -82,17 +83,17 @@ def file_info(
         name=path.name,
         size=size,
         mtime=mtime,
-        format=inspect.get("format") or (scan or {}).get("format"),
+        format=(inspect.format if inspect is not None else None) or (scan or {}).get("format"),
         sha256=sha,
     )
 
 
-def shards_info(inspect: dict | None) -> ShardsInfo | None:
+def shards_info(inspect: InspectResult | None) -> ShardsInfo | None:
     """The shards of a sharded checkpoint's inspect result; None for anything else."""
-    if not (inspect or {}).get("index"):
+    if inspect is None or not inspect.index:
         return None
-    return ShardsInfo(index=inspect["index"], files=list(inspect.get("shards") or []),
-                      problems=list(inspect.get("problems") or []))
+    return ShardsInfo(index=inspect.index, files=list(inspect.shards or []),
+                      problems=list(inspect.problems or []))
 
 
 def shard_problems(shards: ShardsInfo | None) -> list[str]:
@@ -225,15 +226,14 @@ def model_info(inspect: InspectResult) -> ModelInfo:
     )
 
 
-def code_info(inspect: dict | None) -> CodeInfo | None:
+def code_info(inspect: InspectResult | None) -> CodeInfo | None:
     """A code-carrying archive's code files (names, sizes, flags); None for other files."""
-    code = (inspect or {}).get("code")
-    if code is None:
+    if inspect is None or inspect.code is None:
         return None
-    archive = (inspect or {}).get("code_archive") or {}
+    archive = inspect.code_archive or {}
     files = [{k: c.get(k) for k in ("name", "size", "truncated")} | {"flags": list(
-        c.get("flags") or [])} for c in code]
-    return CodeInfo(kind=str(archive.get("kind") or (inspect or {}).get("format")),
+        c.get("flags") or [])} for c in inspect.code]
+    return CodeInfo(kind=str(archive.get("kind") or inspect.format),
                     constants=int(archive.get("constants") or 0),
                     flags=sum(len(f["flags"]) for f in files), files=files)
 
