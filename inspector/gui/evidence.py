@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QTextBrowser, QWidget
 
 from inspector.core.indicators import call_sites, import_label, location
 from inspector.core.termtext import html_escape
+from inspector.core.verdict import rank
 from inspector.gui.explain import (
     CALLS_CAPTION,
     MORE_NOT_SHOWN,
@@ -26,7 +27,6 @@ SCHEME = "opcode"
 SHOWN = 200
 """Imports and findings drawn per kind: a hostile file can list thousands, and the page is
 built on the UI thread (4,000 findings with calls take about 0.4 s to lay out)."""
-SEVERITY_RANK = {"dangerous": 3, "suspicious": 2, "warning": 1}
 
 
 def opcode_href(member: str | None, offset: int) -> str:
@@ -87,7 +87,7 @@ def import_html(g: dict, verdict: str | None = None, fmt: str | None = None) -> 
 
 def worst_first(items: list[dict]) -> list[dict]:
     """At most SHOWN of `items` (globals or findings), the most severe first, for the page."""
-    return sorted(items, key=lambda x: -SEVERITY_RANK.get(str(x.get("severity")), 0))[:SHOWN]
+    return sorted(items, key=lambda x: -rank(str(x.get("severity"))))[:SHOWN]
 
 
 def more_html(items: list[dict]) -> str:
