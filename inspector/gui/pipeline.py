@@ -14,6 +14,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from inspector.core.dcp_folder import is_dcp_folder, scan_folder
 from inspector.core.discover import Found, discover
 from inspector.core.policy import classify
 from inspector.core.progress import CancelToken
@@ -51,9 +52,11 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Found]:
     """Files to open, as `core.discover` lists them for `scan DIR`: folders walked (hidden files
     included), each real file once. A folder's file that is no checkpoint at all is dropped by
     its scan (`Pipeline.skipped`), by the same rule `scan DIR` uses. A model folder of shards
-    (or its `*.index.json`) is one document, first: `inspect` reads it as one checkpoint."""
+    (or its `*.index.json`), or a torch.distributed.checkpoint folder, is one document, first:
+    `inspect` reads it as one checkpoint."""
     paths = list(paths)
-    whole = [Path(os.path.abspath(p)) for p in paths if sharded_set(Path(p)) is not None]
+    whole = [Path(os.path.abspath(p)) for p in paths
+             if is_dcp_folder(Path(p)) or sharded_set(Path(p)) is not None]
     rest = [p for p in paths if Path(os.path.abspath(p)) not in whole]
     return [Found(p, False) for p in whole] + [
         f for f in discover(rest) if f.in_folder or f.path.exists()]
@@ -221,6 +224,8 @@ def _scan_fn(found: Found) -> JobFn:
         from inspector.core.scan import scan_found
 
         emit({"type": "progress", "stage": "scan", "done": 0, "total": 0})
+        if not found.in_folder and is_dcp_folder(found.path):
+            return scan_folder(found.path)
         shards = None if found.in_folder else sharded_set(found.path)
         return scan_set(shards)[1] if shards is not None else scan_found(found).to_json()
 
@@ -231,8 +236,8 @@ def _hash_fn(path: Path) -> JobFn:
     def run(emit: EmitFn, cancel: CancelToken) -> str | None:
         from inspector.core.hashing import sha256_file
 
-        if is_sharded_input(path):
-            return None  # a model folder of shards has no one SHA-256 (each shard has its own)
+        if is_sharded_input(path) or path.is_dir():
+            return None  # a folder (shards, or DCP) has no one SHA-256 (each file has its own)
         def progress(done: int, total: int) -> None:
             emit({"type": "progress", "stage": "hash", "done": done, "total": total})
 
