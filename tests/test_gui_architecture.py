@@ -17,6 +17,7 @@ from gui_support import TESTS, wait_loaded
 from PySide6.QtWidgets import QApplication
 
 from inspector.gui import app as appmod
+from inspector.gui.model_summary import WEIGHTS_ONLY
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window
 
@@ -68,7 +69,34 @@ def test_overview_names_the_architecture(window, qtbot, llama):
     assert f"{cfg['layers']} decoder layers" in text
     assert f"hidden size {cfg['hidden']}" in text and f"vocabulary {cfg['vocab']}" in text
     assert f"{cfg['params']:,} parameters" in text
-    assert not window.overview.model_summary.resume.isVisible()  # weights alone: no checklist
+    resume = window.overview.model_summary.resume  # weights alone: what it is, no checklist
+    assert resume.isVisible() and resume.accessibleDescription() == WEIGHTS_ONLY
+    assert "Not ready" not in resume.text() and resume.checklist is None
+
+
+def test_the_built_in_sample_is_weights_with_an_epoch_not_a_failed_resume(window, qtbot,
+                                                                          artifacts):
+    """The benign sample saves an epoch and a learning rate beside its weights, no optimizer:
+    the Overview says it is weights only (and shows the epoch), never 'Not ready to resume'."""
+    benign, _ = window.open_samples()
+    wait_loaded(qtbot, benign)
+    window.file_list.setCurrentRow(window.docs.index(benign))
+    qtbot.waitUntil(lambda: window.overview.doc is benign)
+    assert benign.inspect["resume"] is None
+    resume = window.overview.model_summary.resume
+    assert resume.isVisible() and resume.accessibleDescription() == WEIGHTS_ONLY
+    assert window.overview.fields["training"].text() == "epoch 12"
+    window.resize(1280, 720)
+    try:
+        for theme in ("light", "dark"):
+            appmod.set_theme(theme)
+            QApplication.processEvents()
+            qtbot.wait(100)
+            assert resume.text() == WEIGHTS_ONLY  # kept through a palette change
+            assert window.grab().save(str(artifacts / "gui"
+                                          / f"overview-weights-only-{theme}-1280x720.png"))
+    finally:
+        appmod.set_theme("system")
 
 
 def test_training_checkpoint_shows_the_resume_checklist(window, qtbot, llama, artifacts):
@@ -83,8 +111,8 @@ def test_training_checkpoint_shows_the_resume_checklist(window, qtbot, llama, ar
     assert resume.isVisible()
     rows = resume.accessibleDescription().splitlines()
     assert rows[0].startswith("Ready to resume")
-    assert any(r.startswith("Optimizer state: saved — 1 parameter group · tracks the")
-               for r in rows)
+    assert any(r.startswith("Optimizer state: saved — ") and "1 parameter group · tracks the"
+               in r for r in rows)
     assert "Epoch / step: saved — epoch 2 · step 300" in rows
     assert any(r.startswith("LR scheduler (optional): not saved") for r in rows)
     assert "✓ saved" in resume.text() and "not saved" in resume.text()

@@ -116,6 +116,18 @@ def test_screenshots_of_every_pane_and_dialog(window, qtbot, small, tmp_path, ar
         qtbot.waitUntil(lambda: window.pickle.op_model.rowCount() > 0, timeout=30_000)
         window.pickle.globals_view.selectRow(0)
 
+    def pickle_call() -> None:
+        """The payload's call as the evidence link opens it, then the row after it selected:
+        the GLOBAL and the REDUCE that calls it both tinted."""
+        show(malicious, window.pickle)
+        (site,) = next(g for g in malicious.scan["globals"] if g["call_sites"])["call_sites"]
+        qtbot.waitUntil(lambda: window.pickle.show_opcode(site["member"], site["offset"]) >= 0,
+                        timeout=30_000)
+        model = window.pickle.op_model
+        call = model.at_offset(site["offset"])
+        assert model.rows[call].opcode == "REDUCE" and model.rows[call].severity == "dangerous"
+        window.pickle.op_view.selectRow(call + 1)
+
     def tensors(button: str) -> Callable[[], None]:
         def scene() -> None:
             show(layered, window.tensors)
@@ -133,6 +145,7 @@ def test_screenshots_of_every_pane_and_dialog(window, qtbot, small, tmp_path, ar
         "overview-safe": lambda: show(benign, window.overview),
         "overview-dangerous": lambda: show(malicious, window.overview),
         "pickle-dangerous": pickle,
+        "pickle-call": pickle_call,
         "tensors-table": tensors("table_button"),
         "tensors-tree": tensors("tree_button"),
         "tensors-radar": tensors("radar_button"),

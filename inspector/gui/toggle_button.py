@@ -26,11 +26,12 @@ class ToggleButton(QToolButton):
         self.setChecked(checked)
 
     def paintEvent(self, _event: QPaintEvent) -> None:
-        """Fusion's tool button, its face and text in the selection colours when checked."""
+        """Fusion's tool button, its face and text in the selection colours when checked
+        (and enabled: a disabled one stays greyed like every other disabled control)."""
         painter = QStylePainter(self)
         option = QStyleOptionToolButton()
         self.initStyleOption(option)
-        if self.isChecked():
+        if self.isChecked() and self.isEnabled():
             role = QPalette.ColorRole
             option.palette.setColor(role.Button, option.palette.color(role.Highlight))
             option.palette.setColor(role.ButtonText,
