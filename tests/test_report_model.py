@@ -359,3 +359,30 @@ def test_a_training_checkpoint_reports_its_model_and_whether_it_can_resume(tmp_p
     plain = build_report(SessionEvidence([FileEvidence(str(weights),
                                                        inspect=inspect_file(weights))]))
     assert plain.files[0].model.resume is None and plain.files[0].model.resume_items == []
+
+
+def test_weights_with_an_epoch_are_not_a_failed_resume(tmp_path, validator):
+    """The built-in sample keeps an epoch and a learning rate beside its weights and no
+    optimizer: its report has no resume checklist and never says 'Not ready to resume'; a
+    training checkpoint (optimizer state) still gets one."""
+    import factories
+
+    from inspector.core.samples import write_samples
+    from inspector.report.render_html import render_html
+    from inspector.sandbox.client import inspect_file
+
+    sample = write_samples(tmp_path / "samples").benign
+    train = factories.save_training_checkpoint(tmp_path / "train.pt")
+    inspected = [inspect_file(sample), inspect_file(train)]
+    assert inspected[0]["resume"] is None and inspected[1]["resume"] is not None
+    report = build_report(SessionEvidence([FileEvidence(str(p), inspect=i)
+                                           for p, i in zip((sample, train), inspected,
+                                                           strict=True)]))
+    validator.validate(json.loads(report.dumps()))
+    weights, training = (f.model for f in report.files)
+    assert weights.training == "epoch 12" and weights.resume is None
+    assert weights.resume_items == []
+    assert training.resume is not None and training.resume_items
+    assert not [p for p in report.problems if "resume" in p.lower()]
+    html = render_html(report)
+    assert html.count("Needed to resume") == 1  # the training checkpoint's table only

@@ -181,11 +181,19 @@ def resume_text(checklist: ResumeChecklist) -> str:
                                                for i in checklist.items])
 
 
+def holds_training_state(contents: Contents) -> bool:
+    """Optimizer, scheduler or grad-scaler state beside the weights: what a resume restores.
+    An epoch or step counter alone is bookkeeping saved beside weights (the built-in sample
+    keeps one), not a training checkpoint whose resume could fail."""
+    return bool(contents.optimizer_state_tensors or contents.learning_rates
+                or contents.has_scheduler or contents.has_scaler)
+
+
 def model_facts(tensors: list[dict[str, Any]], objects: list[dict[str, Any]]) -> dict[str, Any]:
     """The inspect contract's `architecture`, `resume` and `optimizer_params` (null for
     weights alone)."""
     contents = summarize(tensors, objects)
-    training = bool(tensors) and contents.is_training_checkpoint
+    training = bool(tensors) and holds_training_state(contents)
     return {"architecture": guess_architecture(tensors).to_json() if tensors else None,
             "resume": resume_checklist(contents, tensors, objects).to_json()
             if training else None,

@@ -31,22 +31,27 @@ from inspector.core.resume import (
 from inspector.gui.chart_style import role_colour
 
 _MARKS = {PRESENT: ("✓", "good"), MISMATCH: ("⚠", "warn"), MISSING: ("✗", "bad")}
+WEIGHTS_ONLY = ("Weights only — no optimizer, scheduler or grad-scaler state: not a training "
+                "checkpoint, so there is nothing to resume")
+"""The Resume row of a loaded file without training state (a resume checklist would call
+every missing part a failure of something the file never meant to be)."""
 
 
 class ResumeView(QLabel):
-    """The checklist: a headline (ready or not) and a row per item."""
+    """The checklist: a headline (ready or not) and a row per item; or words without one."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.checklist: ResumeChecklist | None = None
+        self.otherwise = ""
         self.setTextFormat(Qt.TextFormat.RichText)
         self.setWordWrap(True)
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.setAccessibleName("Resume readiness")
 
-    def show_checklist(self, checklist: ResumeChecklist | None) -> None:
-        """Show `checklist`, or nothing."""
-        self.checklist = checklist
+    def show_checklist(self, checklist: ResumeChecklist | None, otherwise: str = "") -> None:
+        """Show `checklist`, or the words `otherwise`."""
+        self.checklist, self.otherwise = checklist, otherwise
         self._render()
 
     def changeEvent(self, event: QEvent) -> None:
@@ -57,8 +62,8 @@ class ResumeView(QLabel):
 
     def _render(self) -> None:
         if self.checklist is None:
-            self.clear()
-            self.setAccessibleDescription("")
+            self.setText(html.escape(self.otherwise))
+            self.setAccessibleDescription(self.otherwise)
             return
         self.setText(resume_html(self.checklist, self.palette()))
         self.setAccessibleDescription(resume_text(self.checklist))
@@ -78,8 +83,8 @@ def resume_html(checklist: ResumeChecklist, palette: QPalette) -> str:
 
 
 class ModelSummary:
-    """Fills the Overview form's Architecture field and its Resume row (shown only for a
-    training checkpoint)."""
+    """Fills the Overview form's Architecture field and its Resume row: the checklist for a
+    training checkpoint, WEIGHTS_ONLY for other loaded files."""
 
     def __init__(self, form: QFormLayout, architecture: QLabel) -> None:
         self.form, self.architecture_label = form, architecture
@@ -92,5 +97,6 @@ class ModelSummary:
         arch = (inspect or {}).get("architecture")
         self.architecture_label.setText(Architecture.from_json(arch).summary() if arch else "—")
         resume = (inspect or {}).get("resume")
-        self.resume.show_checklist(ResumeChecklist.from_json(resume) if resume else None)
-        self.form.setRowVisible(self.resume, resume is not None)
+        self.resume.show_checklist(ResumeChecklist.from_json(resume) if resume else None,
+                                   WEIGHTS_ONLY if arch else "")
+        self.form.setRowVisible(self.resume, bool(resume or arch))
