@@ -1,0 +1,113 @@
+"""Benchmark `inspect` of a ~1 GB checkpoint, start-up included, against hashing the file alone
+(issue 17's target: at most 1.5x `openssl dgst -sha256`), all in one run, interleaved:
+
+`openssl dgst -sha256 FILE`, `sha256sum FILE` and `ckpt-inspector inspect FILE --json` on a
+generated ~1 GB `.pt` and the same tensors as a `.safetensors`, the page cache warm (each file
+is read once first). With `--before PYTHON` the same inspect also runs with an interpreter
+whose `inspector` is another checkout, so a change is measured before and after in the same
+session. PYTHONPATH cannot do that: the worker runs `python -I`, which ignores it and would
+import this tree's worker. Such an interpreter: `git worktree add /tmp/before HEAD~3`,
+`python3 -m venv --without-pip /tmp/bv`, and in /tmp/bv's site-packages `a.pth` holding
+/tmp/before and `b.pth` holding this venv's site-packages. Medians of --repeats; the load
+average is printed at the start and the end (the machine may be shared).
+
+    .venv/bin/python benchmarks/bench_inspect_1gb.py [--size-gb 1.0] [--repeats 3]
+        [--before /tmp/bv/bin/python]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench_inspect_convert import GENERATE, median, timed
+
+PY = sys.executable
+
+TO_SAFETENSORS = r"""
+import sys, torch
+from safetensors.torch import save_file
+state = torch.load(sys.argv[1], weights_only=True, mmap=True)
+seen = set()
+out = {}
+for key, t in state.items():
+    if t.untyped_storage().data_ptr() not in seen:  # safetensors refuses shared storage
+        seen.add(t.untyped_storage().data_ptr())
+        out[key] = t.contiguous()
+save_file(out, sys.argv[2])
+"""
+
+
+def run_inspect(path: Path, python: str) -> dict:
+    """One timed inspect; its worker start-up and peak RSS as the report gives them."""
+    row = timed([python, "-m", "inspector", "inspect", str(path), "--json", "--quiet"])
+    report = json.loads(row.pop("out"))
+    if report.get("error"):
+        raise SystemExit(f"inspect {path.name}: {report['error']}")
+    timing = report.get("timing") or {}
+    row["startup"] = timing.get("startup_s") or 0.0
+    row["worker_rss"] = (timing.get("worker_peak_rss_kb") or 0) // 1024
+    return row
+
+
+def main() -> int:
+    """Generate both files, measure interleaved, print medians, ratios and the load; delete."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size-gb", type=float, default=1.0)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--before", default=None, metavar="PYTHON",
+                    help="an interpreter whose inspector is the checkout to compare with")
+    ap.add_argument("--dir", type=Path, default=None, help="where to generate (default: temp)")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-inspect-1gb-", dir=args.dir))
+    try:
+        pt = work / "model.pt"
+        st = work / "model.safetensors"
+        subprocess.run([PY, "-c", GENERATE, str(pt), str(args.size_gb)], check=True,
+                       capture_output=True)
+        subprocess.run([PY, "-c", TO_SAFETENSORS, str(pt), str(st)], check=True,
+                       capture_output=True)
+        for f in (pt, st):
+            subprocess.run(["cat", str(f)], stdout=subprocess.DEVNULL, check=True)
+        print(f"{pt.name} {pt.stat().st_size / 1e9:.2f} GB, {st.name} "
+              f"{st.stat().st_size / 1e9:.2f} GB; {os.cpu_count()} CPUs; {args.repeats} "
+              f"repeats, interleaved (medians); load average at start {os.getloadavg()}")
+        pythons = {"after": PY} if args.before is None else {"before": args.before,
+                                                             "after": PY}
+        rows: dict[tuple[str, str], list[dict]] = {}
+        for _ in range(args.repeats):
+            for f in (pt, st):
+                for name, cmd in (("openssl", ["openssl", "dgst", "-sha256", str(f)]),
+                                  ("sha256sum", ["sha256sum", str(f)])):
+                    row = timed(cmd)
+                    row.pop("out")
+                    rows.setdefault((f.suffix, name), []).append(row)
+                for label, python in pythons.items():
+                    rows.setdefault((f.suffix, f"inspect {label}"), []).append(
+                        run_inspect(f, python))
+        print(f"load average at end {os.getloadavg()}\n")
+        print(f"{'file':<13} {'command':<16} {'wall s':>7} {'CPU s':>7} {'RSS MiB':>8}  "
+              f"{'start-up s':>10} {'worker MiB':>10}  x openssl  x sha256sum")
+        for (suffix, name), measured in rows.items():
+            ssl = median(rows[(suffix, "openssl")], "wall")
+            sha = median(rows[(suffix, "sha256sum")], "wall")
+            wall = median(measured, "wall")
+            extra = (f"{median(measured, 'startup'):>10.2f} {median(measured, 'worker_rss'):>10.0f}"
+                     if "startup" in measured[0] else f"{'':>10} {'':>10}")
+            print(f"{suffix:<13} {name:<16} {wall:>7.2f} {median(measured, 'cpu'):>7.2f} "
+                  f"{median(measured, 'rss'):>8.0f}  {extra}  {wall / ssl:>9.2f}  "
+                  f"{wall / sha:>10.2f}")
+        print("\ntarget: inspect (after) at most 1.5x openssl dgst -sha256")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
