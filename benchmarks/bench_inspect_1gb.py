@@ -7,8 +7,9 @@ is read once first). With `--before PYTHON` the same inspect also runs with an i
 whose `inspector` is another checkout, so a change is measured before and after in the same
 session. PYTHONPATH cannot do that: the worker runs `python -I`, which ignores it and would
 import this tree's worker. Such an interpreter: `git worktree add /tmp/before HEAD~3`,
-`python3 -m venv --without-pip /tmp/bv`, and in /tmp/bv's site-packages `a.pth` holding
-/tmp/before and `b.pth` holding this venv's site-packages. Medians of --repeats; the load
+`python3 -m venv --without-pip /tmp/bv`, its site-packages replaced by a hard-linked copy of
+this venv's (`cp -al`; the jail lets a worker read only its own prefix) less the editable
+install's `__editable__*` files, plus an `a.pth` holding /tmp/before. Medians of --repeats; the load
 average is printed at the start and the end (the machine may be shared).
 
     .venv/bin/python benchmarks/bench_inspect_1gb.py [--size-gb 1.0] [--repeats 3]
