@@ -246,7 +246,7 @@ def test_everything_a_resume_needs():
                    "epoch": 2, "global_step": 40, "rng_state": torch.get_rng_state()})
     assert set(statuses(c).values()) == {PRESENT} and c.ready
     details = {i.code: i.detail for i in c.items}
-    assert details["lr_scheduler"] == "last_epoch 1"
+    assert details["lr_scheduler"] == "StepLR · last_epoch 1"
     assert details["grad_scaler"] == f"scale {scaler.state_dict()['scale']!r}"
     assert details["rng_state"] == "rng_state" and details["progress"] == "epoch 2 · global_step 40"
 

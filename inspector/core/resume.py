@@ -15,6 +15,7 @@ from typing import Any
 
 from inspector.core.architecture import guess_architecture, model_weights, unique_weights
 from inspector.core.contents import Contents, summarize
+from inspector.core.optim_types import scheduler_types
 from inspector.core.optimizer_map import map_optimizers
 from inspector.core.vocabulary import ResumeStatus
 
@@ -84,7 +85,8 @@ def resume_checklist(contents: Contents, tensors: Iterable[dict[str, Any]],
         ResumeItem("progress", "Epoch / step", PRESENT if progress else MISSING, True,
                    progress or "no epoch or step counter: a resume would start counting at 0"),
         _optional("lr_scheduler", "LR scheduler", contents.has_scheduler,
-                  _value(objects, _LAST_EPOCH, "last_epoch"),
+                  " · ".join(filter(None, [_types(scheduler_types(tensors, objects)),
+                                           _value(objects, _LAST_EPOCH, "last_epoch")])),
                   "a resumed schedule restarts from its first step (fine for a constant LR)"),
         _optional("grad_scaler", "AMP grad scaler", contents.has_scaler,
                   _value(objects, _SCALE, "scale"),
@@ -145,6 +147,11 @@ def _optimizer_item(contents: Contents, tensors: list[dict], objects: list[dict]
             else "no per-parameter state (saved before the first step, or plain SGD)")
     return ResumeItem("optimizer_state", "Optimizer state", PRESENT if matches else MISMATCH,
                       True, detail)
+
+
+def _types(found: dict[str, str]) -> str:
+    """The classes named, in order, each once ('' when none is known)."""
+    return ", ".join(dict.fromkeys(t for t in found.values() if t))
 
 
 def _tensors(n: int) -> str:
