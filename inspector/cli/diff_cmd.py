@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Diff in the jailed worker and print the result."""
-    from inspector.sandbox.client import SandboxError, diff_files
+    from inspector.sandbox.client import SandboxError, diff_result
 
     for path in (args.a, args.b):
         if not path.exists():
@@ -59,12 +59,8 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_ERROR
     try:
         with stderr_progress("comparing", args.quiet) as progress:
-            result = DiffResult.from_json(diff_files(
-                args.a,
-                args.b,
-                allow_globals=args.allow_global,
-                on_event=progress_events(progress),
-            ))
+            result = diff_result(args.a, args.b, allow_globals=args.allow_global,
+                                 on_event=progress_events(progress))
     except SandboxError as exc:
         print(f"ckpt-inspector diff: {exc.message}", file=sys.stderr)
         return EXIT_JAIL if exc.code in JAIL_ERRORS else EXIT_ERROR

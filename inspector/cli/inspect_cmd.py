@@ -185,27 +185,26 @@ def _model_lines(report: InspectResult) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Inspect one checkpoint; see the module docstring for exit codes."""
-    from inspector.sandbox.client import inspect_file
+    from inspector.sandbox.client import inspect_result
 
     try:
         with stderr_progress("inspecting", args.quiet) as show:
-            report = inspect_file(args.file, allow_globals=args.allow_global,
-                                  override_dangerous=args.override_dangerous,
-                                  timeout=args.timeout, on_event=progress_events(show),
-                                  jobs=args.jobs)
+            report = inspect_result(args.file, allow_globals=args.allow_global,
+                                    override_dangerous=args.override_dangerous,
+                                    timeout=args.timeout, on_event=progress_events(show),
+                                    jobs=args.jobs)
     except OSError as exc:
         print(f"ckpt-inspector inspect: {exc.strerror or exc}: {args.file}", file=sys.stderr)
         return exit_code("error")
     if args.json:
-        print(strict_json.dumps(report))
-    typed = InspectResult.from_json(report)
-    if not args.json:
-        print("\n".join(escape(line) for line in _human(typed)))  # text from the file
-    if typed.error is not None:
-        return _SHARD_EXITS.get(typed.error.code) or error_exit(typed.error.to_json())
-    if any(p["fatal"] for p in typed.problems or ()):
+        print(strict_json.dumps(report.to_json()))
+    else:
+        print("\n".join(escape(line) for line in _human(report)))  # text from the file
+    if report.error is not None:
+        return _SHARD_EXITS.get(report.error.code) or error_exit(report.error.to_json())
+    if any(p["fatal"] for p in report.problems or ()):
         return EXIT_COVERAGE
-    code = exit_code((typed.scan or {}).get("verdict", Verdict.SAFE))
-    if code == 0 and (typed.health or {}).get("status") == HealthStatus.PROBLEM:
+    code = exit_code((report.scan or {}).get("verdict", Verdict.SAFE))
+    if code == 0 and (report.health or {}).get("status") == HealthStatus.PROBLEM:
         return EXIT_HEALTH_PROBLEM
     return code

@@ -469,9 +469,8 @@ def _manifest_fn(target: Path, path: Path, sha256: str | None, fmt: str | None,
 
 def _diff_fn(a: Path, b: Path, allow_globals: tuple[str, ...]):
     def run(emit: EmitFn, cancel: CancelToken) -> DiffResult:
-        from inspector.sandbox.client import diff_files
+        from inspector.sandbox.client import diff_result
 
-        return DiffResult.from_json(diff_files(a, b, on_event=emit, cancel=cancel,
-                                               allow_globals=allow_globals))
+        return diff_result(a, b, on_event=emit, cancel=cancel, allow_globals=allow_globals)
 
     return run

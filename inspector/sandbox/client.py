@@ -32,12 +32,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 from inspector.core.atomic import OutputExistsError, atomic_write, write_text_atomic
 from inspector.core.dcp_folder import folder_files, is_dcp_folder, scan_folder
 from inspector.core.errors import CodedError
 from inspector.core.hashing import DIGEST_ALGORITHM, sha256_file
 from inspector.core.progress import Cancelled, CancelToken
+from inspector.core.results import DiffResult, InspectResult
 from inspector.core.resume import model_facts
 from inspector.core.shard_inspect import is_sharded_input
 from inspector.core.shard_set import resolve as resolve_shards
@@ -766,3 +768,17 @@ def _index_problems(index: ShardIndex | None, records: list[dict], letter: str) 
         if shard is not None and record.get(f"stored_as_{letter}") is None:
             found.setdefault(shard, []).append(record["key"])
     return [p.to_json() for p in check_contents(index, found)]
+
+
+# --- typed twins: the same jobs, their results as core.results dataclasses -----------------
+
+
+def inspect_result(path: str | os.PathLike[str], **options: Any) -> InspectResult:
+    """`inspect_file` (same options), its contract typed."""
+    return InspectResult.from_json(inspect_file(path, **options))
+
+
+def diff_result(a: str | os.PathLike[str], b: str | os.PathLike[str],
+                **options: Any) -> DiffResult:
+    """`diff_files` (same options), its diff contract typed."""
+    return DiffResult.from_json(diff_files(a, b, **options))
