@@ -22,7 +22,7 @@ from inspector.cli import main
 from inspector.core import zipread
 from inspector.core.dcp_folder import scan_folder
 from inspector.core.dcp_items import NotFollowed, item_ranges
-from inspector.core.scan import scan_file
+from inspector.core.scan import scan_file, scan_paths
 from inspector.core.torch_layout import describe_archive
 
 DATA = "__0_0.distcp"
@@ -77,6 +77,18 @@ def test_a_real_folder_scans_safe_without_searching_its_data_files(folder, monke
     assert (data["format"], data["verdict"]) == ("distcp", "safe"), data["findings"]
     assert {f["code"] for f in data["findings"]} == {f.code for f in plain.findings}
     assert data["weights_only_ok"] == plain.weights_only_ok
+
+
+def test_scan_dir_and_a_data_file_named_alone_use_the_listed_archives(folder, monkeypatch,
+                                                                      capsys):
+    def no_search(buf):
+        raise AssertionError("the data file was searched for archive ends")
+
+    monkeypatch.setattr(zipread, "archive_spans", no_search)
+    results = {Path(r.path).name: r for r in scan_paths([folder])}
+    assert (results[DATA].format, results[DATA].verdict) == ("distcp", "safe")
+    assert main(["scan", str(folder / DATA)]) == 0
+    assert main(["scan", str(folder)]) == 0
 
 
 def test_a_data_file_over_a_mebibyte_is_read_through_its_mapping_too(tmp_path, monkeypatch,

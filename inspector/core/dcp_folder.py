@@ -13,14 +13,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from inspector.core.dcp_items import MAX_METADATA, NotFollowed, item_ranges
+from inspector.core.dcp_items import METADATA_NAME, listed_archives
 from inspector.core.discover import discover
 from inspector.core.scan import scan_file
 from inspector.core.verdict import worst
 from inspector.core.vocabulary import Verdict
 
-METADATA_NAME = ".metadata"
-DATA_SUFFIX = ".distcp"
 FORMAT = "dcp"
 
 
@@ -45,20 +43,8 @@ def scan_folder(path: str | os.PathLike[str]) -> dict:
     file's scan reads the archives `.metadata` lists there (`core.dcp_items`) rather than
     searching all its pages for them; without readable hints it searches as for any file."""
     folder = Path(path)
-    hints = _item_ranges(folder / METADATA_NAME)
-    records = [scan_file(p, hints.get(p.name) if hints is not None and p.parent == folder
-                         and p.suffix == DATA_SUFFIX else None).to_json()
-               for p in folder_files(folder)]
+    records = [scan_file(p, listed_archives(p)).to_json() for p in folder_files(folder)]
     return sum_scans(folder, records, FORMAT)
-
-
-def _item_ranges(metadata: Path) -> dict[str, list[tuple[int, int]]] | None:
-    """Each data file's listed items, or None when `.metadata` gives none this walk follows."""
-    try:
-        with open(metadata, "rb") as fh:
-            return item_ranges(fh.read(MAX_METADATA + 1))
-    except (OSError, NotFollowed):
-        return None
 
 
 def sum_scans(path: Path, files: list[dict], fmt: str, weights_only_ok: bool = False) -> dict:

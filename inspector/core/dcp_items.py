@@ -11,12 +11,17 @@ this walk does not follow gives no ranges, and the scan then searches the whole 
 
 from __future__ import annotations
 
+import functools
+import os
 import pickletools
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 STORAGE_INFO = ("torch.distributed.checkpoint.filesystem", "_StorageInfo")
 MAX_METADATA = 256 << 20
+METADATA_NAME = ".metadata"
+DATA_SUFFIX = ".distcp"
 
 
 class NotFollowed(ValueError):
@@ -133,3 +138,29 @@ def item_ranges(data: bytes) -> dict[str, list[tuple[int, int]]]:
             raise NotFollowed("a _StorageInfo without a file name, offset and length")
         ranges[name].append((offset, length))
     return dict(ranges)
+
+
+def listed_archives(path: str | os.PathLike[str]) -> list[tuple[int, int]] | None:
+    """The (offset, length) of every item the `.metadata` beside a `.distcp` file lists in it;
+    None for another file, or when there is no `.metadata` this walk follows."""
+    path = Path(path)
+    if path.suffix != DATA_SUFFIX:
+        return None
+    metadata = path.parent / METADATA_NAME
+    try:
+        st = metadata.stat()
+    except OSError:
+        return None
+    ranges = _folder_ranges(str(metadata), st.st_mtime_ns, st.st_size)
+    return None if ranges is None else ranges.get(path.name)
+
+
+@functools.lru_cache(maxsize=8)
+def _folder_ranges(metadata: str, _mtime_ns: int, _size: int
+                   ) -> dict[str, list[tuple[int, int]]] | None:
+    """One folder's ranges, read once for all its data files (keyed by the file's identity)."""
+    try:
+        with open(metadata, "rb") as fh:
+            return item_ranges(fh.read(MAX_METADATA + 1))
+    except (OSError, NotFollowed):
+        return None

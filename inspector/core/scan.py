@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inspector.core import decompress, formats, safetensors_header, zipread
+from inspector.core.dcp_items import listed_archives
 from inspector.core.discover import Found, discover
 from inspector.core.dtypes import STORAGE_CLASSES
 from inspector.core.pickle_scan import (
@@ -889,7 +890,8 @@ def scan_paths(paths: Iterable[str | os.PathLike]) -> Iterator[ScanResult]:
 def scan_found(found: Found) -> ScanResult:
     """Scan one discovered file; `skipped` when a folder's file is no checkpoint at all."""
     try:
-        res = scan_file(found.path)
+        # a DCP data file: the archives its folder's .metadata lists, checked (dcp_items)
+        res = scan_file(found.path, listed_archives(found.path))
     except Exception as exc:  # scan_file never raises for a bad file; a bug must not hide
         res = ScanResult(path=os.fspath(found.path), verdict=Verdict.ERROR,
                          error=" ".join(f"scan failed: {type(exc).__name__}: {exc}"
