@@ -28,6 +28,8 @@ from inspector.core.results import (
 from inspector.core.resume import ResumeChecklist
 from inspector.core.verify import FileCheck, TensorCheck, VerifyResult, verify
 from inspector.core.vocabulary import JailLevel, TensorStatus, Verdict
+from inspector.report import FileEvidence, SessionEvidence, build_report
+from inspector.report.render_html import render_html
 from inspector.sandbox.client import convert_file, diff_files, inspect_file, tensor_digests
 
 
@@ -92,6 +94,12 @@ def test_diff_with_one_flipped_bit_round_trips(tmp_path: Path) -> None:
     assert row.plain_summary == plain(row.summary) and "`" not in row.plain_summary
     assert key in row.plain_summary
     assert result.a.path == str(a.resolve()) and result.a.problems == []
+    # the report reads the typed result as it reads the dict, and its page shows plain text
+    reports = [build_report(SessionEvidence([FileEvidence(str(a), diff=d)]))
+               for d in (result.to_json(), result)]
+    assert reports[0].files[0].comparison == reports[1].files[0].comparison
+    page = render_html(reports[1])
+    assert row.plain_summary in page and row.summary not in page
 
 
 def test_convert_round_trips(tmp_path: Path) -> None:
