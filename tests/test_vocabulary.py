@@ -2,8 +2,9 @@
 
 - Each enum's values are the ones the report schema and the README's "JSON contracts" list.
 - A real scan, verify and diff result serialises to the same bytes with members as with words.
-- No module compares a vocabulary field with a bare word (`status == "ok"`) or passes one as a
-  keyword (`status="not_run"`): the words live in `core/vocabulary.py` alone.
+- No module compares a vocabulary field with a bare word (`status == "ok"`), passes one as a
+  keyword (`status="not_run"`), assigns one to it or stores one under its key in a dict
+  display: the words live in `core/vocabulary.py` alone.
 """
 
 from __future__ import annotations
@@ -252,7 +253,8 @@ def _words(node: ast.AST) -> list[str]:
 
 
 def bare_words(source: str) -> list[tuple[int, str]]:
-    """(line, what) for each vocabulary word compared with, or passed as, a vocabulary field."""
+    """(line, what) for each vocabulary word compared with, passed as, assigned to or stored
+    under a vocabulary field."""
     found = []
     for node in ast.walk(ast.parse(source)):
         pairs: list[tuple[str | None, ast.AST]] = []
@@ -264,6 +266,14 @@ def bare_words(source: str) -> list[tuple[int, str]]:
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
               and node.func.attr == "set_state" and node.args):
             pairs = [("state", node.args[0])]
+        elif isinstance(node, ast.Assign):
+            pairs = [(_field(t), node.value) for t in node.targets]
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            pairs = [(_field(node.target), node.value)]
+        elif isinstance(node, ast.Dict):
+            pairs = [(_field(ast.Name(k.value)), v)
+                     for k, v in zip(node.keys, node.values, strict=True)
+                     if isinstance(k, ast.Constant) and isinstance(k.value, str)]
         for field, operand in pairs:
             found += [(operand.lineno, f"{field} {w!r}") for w in _words(operand)
                       if field and w in FIELDS[field]]
@@ -280,8 +290,11 @@ def test_the_rule_sees_each_form_of_a_bare_word():
         'doc.set_state("needs_decision")',
         'f = rec["status"] == Verdict.SAFE',
         'g = kind == "safe"',
+        'res.verdict = "error"',
+        'record = {"status": "ok", "kind": "safe"}',
+        'severity: str = "info"',
     ])
-    assert [line for line, _ in bare_words(source)] == [1, 2, 2, 3, 4, 5, 5, 6]
+    assert [line for line, _ in bare_words(source)] == [1, 2, 2, 3, 4, 5, 5, 6, 9, 10, 11]
 
 
 def test_no_module_compares_a_vocabulary_field_with_a_bare_word():
