@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from inspector.cli import main
-from inspector.core.allow_presets import PRESETS
+from inspector.core.allow_presets import PRESETS, allow_flags
 from inspector.core.optimizer_map import OptimizerParams
 from inspector.core.policy import classify
 from inspector.core.scan import scan_file
@@ -166,3 +166,11 @@ def test_the_jailed_worker_loads_it_where_lightning_cannot_be_imported(tmp_path,
     refused = client.inspect_file(trained[0], allow_globals=[*preset, "lightning.LightningModule"])
     assert refused["error"]["code"] == "bad_allowed_global"
     assert "lightning.LightningModule" in refused["error"]["message"]
+
+
+def test_one_preset_admits_what_a_lightning_1_checkpoint_needs():
+    # PyTorch Lightning 1.x saved hparams as an argparse.Namespace beside paths
+    assert allow_flags(["argparse.Namespace", "pathlib.PosixPath"]) == ["--allow", "lightning"]
+    assert allow_flags(["argparse.Namespace"]) == ["--allow", "argparse"]
+    assert allow_flags(["pathlib._local.WindowsPath", "my.Config"]) == [
+        "--allow", "lightning", "--allow-global", "my.Config"]

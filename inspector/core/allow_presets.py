@@ -53,13 +53,19 @@ def preset_help() -> str:
 
 
 def allow_flags(needed: list[str]) -> list[str]:
-    """The fewest command-line words that allow every name in `needed`."""
+    """Command-line words that allow every name in `needed`: the preset admitting most of them
+    first (a Lightning 1.x file's Namespace and path take `--allow lightning` alone), then
+    `--allow-global` for each name no preset admits."""
     flags: list[str] = []
     left = list(needed)
-    for name, (_, members) in PRESETS.items():
-        if any(g in members for g in left):
-            flags += ["--allow", name]
-            left = [g for g in left if g not in members]
+    while True:
+        # the preset that admits most of what is left (the first listed, on a tie)
+        covered, _, name = max((sum(g in members for g in left), -order, name)
+                               for order, (name, (_, members)) in enumerate(PRESETS.items()))
+        if not covered:
+            break
+        flags += ["--allow", name]
+        left = [g for g in left if g not in PRESETS[name][1]]
     for g in left:
         flags += ["--allow-global", g]
     return flags
