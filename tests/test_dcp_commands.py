@@ -109,6 +109,10 @@ def test_manifest_lists_metadata_and_every_data_file_and_verify_checks_them(
         capsys.readouterr()
         assert main(["verify", "-m", str(manifest), str(target)]) == 0
     assert len(list((tmp_path / "two").glob("__*_0.distcp"))) == 2
+    assert main(["manifest", "create", str(folder), "-o", str(tmp_path / "m.json")]) == 0
+    formats = {Path(f["path"]).name: f["format"]
+               for f in json.loads((tmp_path / "m.json").read_text())["files"]}
+    assert formats == {".metadata": "pickle", "__0_0.distcp": "distcp"}
     data = tmp_path / "two" / "__1_0.distcp"
     raw = bytearray(data.read_bytes())
     raw[len(raw) // 2] ^= 0x01

@@ -164,10 +164,12 @@ def _entry(
 
 
 def file_format(path: Path) -> str:
-    """The format the static scan detects from the file's bytes (no code runs)."""
+    """The format the static scan detects from the file's bytes (no code runs); a DCP data
+    file's scan reads the archives its `.metadata` lists, not every page."""
+    from inspector.core.dcp_items import listed_archives
     from inspector.core.scan import scan_file
 
-    return scan_file(path).format
+    return scan_file(path, listed_archives(path)).format
 
 
 def _fail(message: str, code: int) -> int:
