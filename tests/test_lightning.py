@@ -17,7 +17,6 @@ from torch import nn
 
 from inspector.cli import main
 from inspector.core.allow_presets import PRESETS, allow_flags
-from inspector.core.optimizer_map import OptimizerParams
 from inspector.core.policy import classify
 from inspector.core.scan import scan_file
 from inspector.sandbox import client
@@ -115,9 +114,15 @@ def test_inspect_asks_for_the_preset_then_summarises_the_training_state(trained,
     assert items["optimizer_state"]["detail"].startswith("1 parameter group · tracks the model's")
     assert items["lr_scheduler"]["detail"] == "StepLR · last_epoch 2"
     json.dumps(report, allow_nan=False)
-    # the text output's "optimizer ids:" line
-    assert OptimizerParams.from_json(mapped).summary().startswith(
-        "optimizer_states.0 (AdamW): 4 parameter ids named from state_dict (0 model.fc1.weight")
+
+    assert main(["inspect", str(path), "--allow", "lightning"]) == 1
+    text = capsys.readouterr().out.splitlines()
+    data_dir = values["hyper_parameters.data_dir"]
+    assert (f"hyper-parameters: lr 0.01 · data_dir {data_dir} · schedule.step_size 1 · "
+            "schedule.gamma 0.5") in text
+    assert any(line.startswith("optimizer ids: optimizer_states.0 (AdamW): 4 parameter ids "
+                               "named from state_dict (0 model.fc1.weight") for line in text)
+    assert "  LR scheduler (optional): saved — StepLR · last_epoch 2" in text
 
 
 def test_convert_extracts_weights_the_plain_module_loads_strictly(tmp_path, trained, unchanged,

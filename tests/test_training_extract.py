@@ -18,6 +18,7 @@ from inspector.cli import main
 from inspector.core.errors import CodedError
 from inspector.core.extract import select, strip_prefixes
 from inspector.core.flatten import flatten
+from inspector.core.hyper_params import hyper_parameters_line
 from inspector.core.optim_types import optimizer_types, scheduler_types
 from inspector.core.optimizer_map import map_optimizers
 
@@ -366,3 +367,13 @@ def test_every_torch_scheduler_is_named_from_what_it_saved(name):
     scheduler.step(*([1.0] if name == "ReduceLROnPlateau" else []))
     tensors, objects = _records({"lr_schedulers": [scheduler.state_dict()]})
     assert scheduler_types(tensors, objects) == {"lr_schedulers.0.": name}
+
+
+def test_hyper_parameters_line_names_the_module_and_data_module_values(trained):
+    checkpoint = _lightning(*trained) | {"datamodule_hyper_parameters": {"batch_size": 32}}
+    _, objects = _records(checkpoint)
+    assert hyper_parameters_line(objects) == "lr 0.01 · hidden 8 · datamodule.batch_size 32"
+    _, objects = _records({"hparams": {f"h{i}": i for i in range(10)}, "epoch": 1})
+    assert hyper_parameters_line(objects) == " · ".join(f"h{i} {i}" for i in range(8)) + (
+        " · … 2 more")
+    assert hyper_parameters_line(_records({"model": {"w": torch.ones(1)}, "epoch": 1})[1]) == ""

@@ -46,6 +46,7 @@ from inspector.cli.common import (
 )
 from inspector.core import integrity, strict_json
 from inspector.core.contents import summarize, training_summary
+from inspector.core.hyper_params import hyper_parameters_line
 from inspector.core.results import InspectResult, jail_line, records
 from inspector.core.resume import resume_text
 from inspector.core.termtext import escape
@@ -137,6 +138,9 @@ def _human(report: InspectResult) -> list[str]:
     training = training_summary(contents)
     if training:
         lines.append(f"training state: {training}")
+    hyper = hyper_parameters_line(records(objects))
+    if hyper:
+        lines.append(f"hyper-parameters: {hyper}")
     lines.extend(f"optimizer ids: {escape(o.summary())}" for o in report.optimizer_params or ())
     lines.extend(_model_lines(report))
     return lines
