@@ -299,3 +299,13 @@ def test_exponent_pass_is_skipped_only_when_the_histogram_rules_outliers_out(chu
     many = clean.clone()
     many.view(-1)[:10] = 1e30  # ten values are more than the rule's tail of four
     assert "exponents" not in tensor_stats(many)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_describe_gives_each_tensor_its_digest_on_any_pool(threads, chunking):
+    names = FLOATS + INTS + ["bool", "complex64"]
+    items = [(name, _random(name, (37, 29), seed=i)) for i, name in enumerate(names)]
+    items.append(("view", _random("float32", (40, 30)).t()[3:]))
+    items.append(("q", torch.quantize_per_tensor(torch.randn(50, 7), 0.1, 2, torch.qint8)))
+    records = describe_tensors(items, lambda e: None, threads=threads)
+    assert [r["digest"] for r in records] == [tensor_digest(t) for _, t in items]

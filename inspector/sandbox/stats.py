@@ -28,7 +28,7 @@ import math
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
@@ -287,7 +287,7 @@ def _exact_minmax(exact: torch.Tensor) -> tuple[int, int]:
 
 
 def tensor_stats(t: torch.Tensor, cancel: CancelToken | None = None,
-                 digest: hashlib._Hash | None = None) -> dict:
+                 digest: hashlib._Hash | _PipedDigest | None = None) -> dict:
     """min, max, mean, std, absmax, NaN/Inf/zero counts and a 64-bin histogram of finite values.
 
     `digest` is fed the tensor's bytes as `tensor_digest` hashes them, in the same pass, while
@@ -510,10 +510,12 @@ def describe_tensors(
 ) -> list[dict]:
     """Full records for every tensor; each is emitted as soon as it is complete.
 
-    Each tensor is one task on a pool of `threads` (inline for one): its digest and its
-    statistics in one pass over its bytes (`tensor_stats(digest=)`), so each chunk is read
-    from memory once; its pages are then released (when a `release` is given), so RSS stays
-    bounded by the tensors in flight rather than the checkpoint.
+    Each tensor's digest and statistics come from one pass over its bytes
+    (`tensor_stats(digest=)`): with one thread, both on it; with more, half of them go through
+    tensors and the other half hash the chunk each of those is reading, beside it, while it is
+    in the cache (`_PipedDigest`), so even a checkpoint of one huge tensor keeps two cores
+    busy. A tensor's pages are released once it is done (when a `release` is given), so RSS
+    stays bounded by the tensors in flight rather than the checkpoint.
     """
     shared = storage_groups(items)
     records = [layout_record(k, t) for k, t in items]
@@ -533,10 +535,13 @@ def describe_tensors(
 
     if threads <= 1:
         for i in dense:
-            finish(i, _stats_and_digest(items[i][1], cancel))
+            finish(i, _stats_and_digest(items[i][1], cancel, hashlib.sha256()))
         return records
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stats") as pool:
-        jobs = {pool.submit(_stats_and_digest, items[i][1], cancel): i for i in dense}
+    hashers = threads // 2
+    with ThreadPoolExecutor(max_workers=hashers, thread_name_prefix="hash") as hashing, \
+            ThreadPoolExecutor(max_workers=threads - hashers, thread_name_prefix="stats") as pool:
+        jobs = {pool.submit(_stats_and_digest, items[i][1], cancel, _PipedDigest(hashing)): i
+                for i in dense}
         try:
             pending = set(jobs)
             while pending:
@@ -550,16 +555,42 @@ def describe_tensors(
     return records
 
 
+class _PipedDigest:
+    """SHA-256 computed on a hashing thread: `update` hands the chunk over and returns, so the
+    chunk is hashed while the statistics read it (hashlib releases the GIL); chunks are hashed
+    in order, at most one waiting."""
+
+    def __init__(self, hashing: ThreadPoolExecutor) -> None:
+        self._sha = hashlib.sha256()
+        self._hashing = hashing
+        self._pending: Future | None = None
+
+    def update(self, data: memoryview) -> None:
+        """Hash `data` after the chunks before it."""
+        self._wait()
+        self._pending = self._hashing.submit(self._sha.update, data)
+
+    def hexdigest(self) -> str:
+        """The digest of every chunk handed over."""
+        self._wait()
+        return self._sha.hexdigest()
+
+    def _wait(self) -> None:
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
+
+
 def _release_tensor(t: torch.Tensor, release: Release | None) -> None:
     if release is not None:
         storage = t.untyped_storage()
         release(storage.data_ptr(), storage.nbytes())
 
 
-def _stats_and_digest(t: torch.Tensor, cancel: CancelToken | None) -> dict:
+def _stats_and_digest(t: torch.Tensor, cancel: CancelToken | None,
+                      digest: hashlib._Hash | _PipedDigest) -> dict:
     """Statistics (or a note saying why this dtype has none) and the digest, which every
-    dense tensor gets."""
-    digest = hashlib.sha256()
+    dense tensor gets; `digest` is a fresh SHA-256."""
     try:
         rec = tensor_stats(t, cancel, digest)
     except (TypeError, RuntimeError, NotImplementedError) as exc:
