@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ from PySide6.QtCore import QObject, Signal
 
 from inspector.core.results import DiffResult, InspectResult
 from inspector.core.torchscript_layout import CODE_ARCHIVES
+from inspector.core.verify import VerifyResult
 from inspector.core.vocabulary import DocumentState, Severity
 
 STATE_WORDS = {
@@ -28,6 +30,15 @@ STATE_WORDS = {
 
 CODE_ARCHIVE_LOADED = "Weights read in the sandbox from their records; none of its code ran"
 """A TorchScript or torch.export archive is never unpickled, so it is not 'loaded'."""
+
+
+@dataclass
+class Verification:
+    """A check of the file against a manifest: the result, that manifest, and a note."""
+
+    result: VerifyResult
+    manifest: str
+    note: str = ""
 
 
 class FileDocument(QObject):
@@ -54,7 +65,7 @@ class FileDocument(QObject):
         self.refused_globals: list[str] = []  # what a load refused beyond the scan's list
         self.tensors: list[dict[str, Any]] = []
         self.objects: list[dict[str, Any]] = []
-        self.verify: dict[str, Any] | None = None
+        self.verify: Verification | None = None
         self.diff: DiffResult | None = None
         self.conversion: dict[str, Any] | None = None
         self.worker_started = False

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject
 from PySide6.QtWidgets import (
@@ -23,6 +22,7 @@ from PySide6.QtWidgets import (
 
 from inspector.core.progress import CancelToken
 from inspector.core.results import DiffResult, FlipRecord, TensorDiffRow
+from inspector.core.verify import FileCheck, TensorCheck
 from inspector.core.vocabulary import (
     DocumentState,
     FileStatus,
@@ -32,7 +32,7 @@ from inspector.core.vocabulary import (
 )
 from inspector.gui import app as appmod
 from inspector.gui import roles
-from inspector.gui.document import FileDocument
+from inspector.gui.document import FileDocument, Verification
 from inspector.gui.jobs import EmitFn, Job, JobRunner
 from inspector.gui.pipeline import Pipeline
 from inspector.gui.verdict_style import status_style, tint
@@ -219,7 +219,7 @@ class IntegrityPane(QWidget):
         self._show(f"<p>Verifying against {html.escape(str(manifest_path))}…</p>", [])
         return self.pipeline.run_heavy(job)
 
-    def _verified(self, doc: FileDocument, result: dict[str, Any]) -> None:
+    def _verified(self, doc: FileDocument, result: Verification) -> None:
         doc.verify = result
         doc.changed.emit()
         if doc is self.doc:
@@ -301,31 +301,30 @@ class IntegrityPane(QWidget):
         self.model.set_rows(rows)
 
 
-def verify_view(result: dict[str, Any]) -> tuple[str, list[Row]]:
+def verify_view(verification: Verification) -> tuple[str, list[Row]]:
     """The summary paragraph and the table rows of a manifest verification."""
-    files, tensors = result.get("files", []), result.get("tensors", [])
+    result = verification.result
+    files, tensors = result.files, result.tensors
     rows = [
-        (f["path"], "file", f["status"], f.get("expected") or "", f.get("actual") or "",
-         _size_detail(f))
+        (f.path, "file", f.status, f.expected or "", f.actual or "", _size_detail(f))
         for f in files
     ] + [
-        (t["key"], "tensor", t["status"], t.get("expected") or "", t.get("actual") or "",
-         _tensor_detail(t))
+        (t.key, "tensor", t.status, t.expected or "", t.actual or "", _tensor_detail(t))
         for t in tensors
     ]
-    bad_files = sum(f["status"] != FileStatus.OK for f in files)
-    bad_tensors = sum(t["status"] != TensorCheckStatus.OK for t in tensors)
-    name = html.escape(str(result.get("manifest", "the manifest")))
-    if bad_files or bad_tensors or result.get("errors"):
+    bad_files = sum(f.status != FileStatus.OK for f in files)
+    bad_tensors = sum(t.status != TensorCheckStatus.OK for t in tensors)
+    name = html.escape(verification.manifest)
+    if bad_files or bad_tensors or result.errors:
         head = (f"<p><b style='color:{status_style('mismatch').colour}'>✕ Does not match "
                 f"{name}</b>: {bad_files} of {len(files)} file(s) and {bad_tensors} of "
                 f"{len(tensors)} tensor(s) differ.</p>")
     else:
         head = (f"<p><b style='color:{status_style('ok').colour}'>✓ Matches {name}</b>: "
                 f"{len(files)} file(s) and {len(tensors)} tensor(s) verified.</p>")
-    notes = "".join(f"<p>{html.escape(e)}</p>" for e in result.get("errors", []))
-    if result.get("note"):
-        notes += f"<p>{html.escape(result['note'])}</p>"
+    notes = "".join(f"<p>{html.escape(e)}</p>" for e in result.errors)
+    if verification.note:
+        notes += f"<p>{html.escape(verification.note)}</p>"
     return head + notes, rows
 
 
@@ -399,18 +398,17 @@ def forensic_verdict(changed: list[TensorDiffRow]) -> str:
             "before using either file.")
 
 
-def _size_detail(f: dict[str, Any]) -> str:
-    exp, act = f.get("expected_size"), f.get("actual_size")
-    if f.get("status") == FileStatus.SIZE_MISMATCH:
+def _size_detail(f: FileCheck) -> str:
+    exp, act = f.expected_size, f.actual_size
+    if f.status == FileStatus.SIZE_MISMATCH:
         return f"size {act:,} bytes, manifest says {exp:,}" if exp and act else "size differs"
     return f"{act:,} bytes" if isinstance(act, int) else ""
 
 
-def _tensor_detail(t: dict[str, Any]) -> str:
-    if t.get("status") == TensorCheckStatus.DTYPE_OR_SHAPE_CHANGED:
-        return (f"{t.get('expected_dtype')} {t.get('expected_shape')} → "
-                f"{t.get('actual_dtype')} {t.get('actual_shape')}")
-    return str(t.get("actual_dtype") or t.get("expected_dtype") or "")
+def _tensor_detail(t: TensorCheck) -> str:
+    if t.status == TensorCheckStatus.DTYPE_OR_SHAPE_CHANGED:
+        return (f"{t.expected_dtype} {t.expected_shape} → {t.actual_dtype} {t.actual_shape}")
+    return str(t.actual_dtype or t.expected_dtype or "")
 
 
 def _tensor_entries(doc: FileDocument) -> list:
@@ -426,7 +424,7 @@ def _tensor_entries(doc: FileDocument) -> list:
 
 
 def _verify_fn(manifest_path: Path, path: Path, tensors: list | None):
-    def run(emit: EmitFn, cancel: CancelToken) -> dict[str, Any]:
+    def run(emit: EmitFn, cancel: CancelToken) -> Verification:
         from inspector.core.manifest import read_manifest
         from inspector.core.verify import verify
 
@@ -440,11 +438,10 @@ def _verify_fn(manifest_path: Path, path: Path, tensors: list | None):
 
         use_tensors = tensors is not None and manifest.has_tensors
         result = verify(manifest, [path], tensor_digests=digests if use_tensors else None,
-                        progress=progress, cancel=cancel).to_json()
-        result["manifest"] = str(manifest_path)
-        if manifest.has_tensors and tensors is None:
-            result["note"] = "Tensors were not checked: this file was not loaded."
-        return result
+                        progress=progress, cancel=cancel)
+        unchecked = manifest.has_tensors and tensors is None
+        return Verification(result, str(manifest_path), "Tensors were not checked: this file "
+                            "was not loaded." if unchecked else "")
 
     return run
 

@@ -62,8 +62,9 @@ def evidence(docs: list[FileDocument], consistency: dict[str, Any] | None = None
 
     files = [
         FileEvidence(
-            path=str(d.path), scan=d.scan, inspect=d.inspect, verify=d.verify, diff=d.diff,
-            manifest=(d.verify or {}).get("manifest"), conversion=d.conversion,
+            path=str(d.path), scan=d.scan, inspect=d.inspect, diff=d.diff,
+            verify=d.verify.result if d.verify else None,
+            manifest=d.verify.manifest if d.verify else None, conversion=d.conversion,
             consistency=consistency if consistency_file == str(d.path) else None,
         )
         for d in docs

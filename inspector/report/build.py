@@ -8,6 +8,7 @@ from inspector import __version__
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.core.results import DiffResult, InspectResult, as_result
 from inspector.core.verdict import worst
+from inspector.core.verify import VerifyResult
 from inspector.core.vocabulary import LoadStatus, ReportStatus, StepStatus, Verdict
 from inspector.report.checklist import checklist, file_problems, telemetry_problems
 from inspector.report.model import (
@@ -82,7 +83,7 @@ def _file_report(
     loaded = inspect if load.status == LoadStatus.LOADED else None
     tensors = summarize_tensors(loaded) if loaded is not None else None
     health = health_info(loaded) if loaded is not None else None
-    verification = verification_info(ev.verify, ev.manifest)
+    verification = verification_info(as_result(VerifyResult, ev.verify), ev.manifest)
     conversion = conversion_info(ev.conversion)
     consistency = consistency_info(ev.consistency)
     comparison = comparison_info(as_result(DiffResult, ev.diff))

@@ -17,6 +17,7 @@ from inspector.core.contents import DtypeTotal
 from inspector.core.envinfo import EnvInfo
 from inspector.core.results import DiffResult
 from inspector.core.strict_json import strict
+from inspector.core.verify import VerifyResult
 from inspector.core.vocabulary import CheckStatus
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ class FileEvidence:
     path: str
     scan: dict | None = None
     inspect: dict | None = None
-    verify: dict | None = None
+    verify: dict | VerifyResult | None = None
     manifest: str | None = None
     conversion: dict | None = None
     consistency: dict | None = None

@@ -15,6 +15,7 @@ from inspector.core.health import assess
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.core.results import DiffResult, InspectResult, TensorStats, records
 from inspector.core.resume import headline, item_label, status_word
+from inspector.core.verify import VerifyResult
 from inspector.core.vocabulary import FileStatus, LoadStatus, StepStatus, TensorCheckStatus, Verdict
 from inspector.report.model import (
     FAIL,
@@ -179,34 +180,26 @@ def _number(value) -> float | None:
         return None
 
 
-def verification_info(verify: dict | None, manifest: str | None) -> VerificationInfo | None:
+def verification_info(verify: VerifyResult | None, manifest: str | None
+                      ) -> VerificationInfo | None:
     """The verify contract as a section; only non-ok tensors are kept."""
     if verify is None:
         return None
-    files = list(verify.get("files") or [])
-    all_tensors = list(verify.get("tensors") or [])
-    errors = [str(e) for e in verify.get("errors") or []]
-    counts = _status_counts(files + all_tensors)
+    rows = [*verify.files, *verify.tensors]
+    counts: dict[str, int] = {}  # first seen first
+    for row in rows:
+        counts[row.status] = counts.get(row.status, 0) + 1
     # as `sha256sum -c`: a file the manifest does not list fails only a --strict check
-    tolerated = {FileStatus.OK} if verify.get("strict") else {FileStatus.OK, FileStatus.EXTRA}
-    failed = errors or any(row.get("status") not in tolerated for row in files + all_tensors)
+    tolerated = {FileStatus.OK} if verify.strict else {FileStatus.OK, FileStatus.EXTRA}
+    errors = [str(e) for e in verify.errors]
     return VerificationInfo(
-        status=FAIL if failed else PASS,
-        manifest=manifest or verify.get("manifest"),
+        status=FAIL if errors or any(r.status not in tolerated for r in rows) else PASS,
+        manifest=manifest or verify.extra.get("manifest"),
         counts=counts,
-        files=files,
-        tensors=[t for t in all_tensors if t.get("status") != TensorCheckStatus.OK],
+        files=records(verify.files),
+        tensors=records(t for t in verify.tensors if t.status != TensorCheckStatus.OK),
         errors=errors,
     )
-
-
-def _status_counts(rows: list[dict]) -> dict[str, int]:
-    """How many rows have each status (first seen first)."""
-    counts: dict[str, int] = {}
-    for row in rows:
-        status = row.get("status", "unknown")
-        counts[status] = counts.get(status, 0) + 1
-    return counts
 
 
 MAX_FLIPS_SHOWN = 20
