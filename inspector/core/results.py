@@ -39,7 +39,9 @@ def _json(value: Any) -> Any:
     return value.to_json()
 
 
-def _jsons(items: Iterable[Any]) -> list:
+def records(items: Iterable[JsonRecord]) -> list[dict[str, Any]]:
+    """The contract's records of typed items (also for the torch-free judges that read
+    records: `core.contents`, `core.health`, `core.resume`)."""
     return [i.to_json() for i in items]
 
 
@@ -61,7 +63,7 @@ def typed(cls: type) -> dict[str, Callable]:
 
 def typed_list(cls: type) -> dict[str, Callable]:
     """Field metadata of a list of nested records."""
-    return {"load": _each(cls.from_json), "dump": _jsons}
+    return {"load": _each(cls.from_json), "dump": records}
 
 
 @dataclass
@@ -108,12 +110,6 @@ def _spec(cls: type) -> tuple[tuple[str, Callable | None, Callable | None], ...]
     """(name, load, dump) of each JSON field of a record class, in declaration order."""
     return tuple((f.name, f.metadata.get("load"), f.metadata.get("dump"))
                  for f in fields(cls) if f.name not in JsonRecord._OWN)
-
-
-def records(items: Iterable[JsonRecord]) -> list[dict[str, Any]]:
-    """The contract's records of typed items, for the torch-free judges that read records
-    (`core.contents`, `core.health`, `core.resume`)."""
-    return [i.to_json() for i in items]
 
 
 def as_result(cls: type[R], value: R | dict[str, Any] | None) -> R | None:
