@@ -138,7 +138,7 @@ def load_info(inspect: InspectResult | None) -> LoadInfo:
 def summarize_tensors(inspect: InspectResult) -> TensorSummary:
     """Counts, parameters, bytes by dtype, non-finite tensors and the largest magnitudes."""
     rows = inspect.tensors
-    dtypes = tally_dtypes((t.dtype, t.numel, t.nbytes) for t in rows)
+    dtypes = tally_dtypes((str(t.dtype), t.numel or 0, t.nbytes or 0) for t in rows)
     magnitudes = [AbsRow(t.key, t.dtype, m) for t in rows if (m := _abs_max(t)) is not None]
     magnitudes.sort(key=lambda r: r.abs_max, reverse=True)
     unique = inspect.unique_storage or {}
