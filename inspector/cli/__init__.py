@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import select
 import sys
 from types import ModuleType
 from typing import NamedTuple
@@ -48,6 +50,9 @@ COMMANDS: dict[str, Command] = {
 }
 
 EXIT_USAGE = 64
+# 128 + SIGPIPE: what a shell reports for a tool that a closed pipe ended (`cat big | head -1`),
+# so `set -o pipefail` scripts can tell it from the exit statuses this tool gives itself.
+EXIT_BROKEN_PIPE = 141
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -88,7 +93,29 @@ def main(argv: list[str] | None = None) -> int:
 
         set_required_jail(args.require_jail)
     try:
-        return int(command_module(args.command).run(args))
+        code = int(command_module(args.command).run(args))
+        sys.stdout.flush()  # output that fit in the buffer meets a closed pipe only here
+        return code
     except KeyboardInterrupt:
         print("ckpt-inspector: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        # The command's `with` blocks have already stopped its workers while this unwound.
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
+
+
+def _stdout_closed() -> bool:
+    """Whether nothing reads stdout any more (a pipe whose reader left polls as an error)."""
+    poller = select.poll()
+    poller.register(sys.stdout.fileno(), 0)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's flush at exit has nowhere to fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

@@ -94,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"{exc}; pass --no-tensors to record file hashes only", EXIT_TENSORS)
     except (OutputExistsError, ManifestError) as exc:
         return _fail(str(exc), EXIT_OUTPUT)
+    except BrokenPipeError:
+        raise  # `-o -` read by a pipe that closed: the entry point ends quietly
     except OSError as exc:
         return _fail(f"{exc.filename or out}: {exc.strerror or exc}", EXIT_OUTPUT)
     tensors = sum(len(e.tensors or []) for e in entries)
