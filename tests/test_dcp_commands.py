@@ -18,6 +18,8 @@ import torch
 
 from inspector.cli import main
 from inspector.core.torch_layout import describe_archive
+from inspector.report import FileEvidence, SessionEvidence, build_report
+from inspector.sandbox.client import static_scan
 
 CHUNKS = {"rows": [((0, 0), (4, 5)), ((4, 0), (2, 5))]}
 
@@ -139,7 +141,33 @@ def test_report_gives_one_entry_for_the_folder_with_its_statistics(folder, tmp_p
     assert entry["tensors"]["count"] == 7
     checks = {c["id"]: c["status"] for c in entry["checklist"]}
     assert checks["hash_on_record"] == "pass"
+    # torch.load would refuse .metadata; the row says what the worker did instead
+    weights_only = next(c for c in entry["checklist"] if c["id"] == "weights_only")
+    assert weights_only["status"] == "pass", weights_only
+    assert "under the DCP allow-list" in weights_only["detail"]
+    assert "torch.distributed.checkpoint.filesystem._StorageInfo" in weights_only["detail"]
     json.dumps(doc, allow_nan=False)
+
+
+def _weights_only_row(folder: Path, inspect: dict | None, scan: dict) -> dict:
+    evidence = FileEvidence(str(folder), scan=scan, inspect=inspect)
+    (entry,) = build_report(SessionEvidence([evidence])).to_json()["files"]
+    return next(c for c in entry["checklist"] if c["id"] == "weights_only")
+
+
+def test_report_row_of_a_dcp_folder_the_worker_did_not_load(folder):
+    scan = static_scan(folder)
+    failed = {"path": str(folder), "format": "dcp", "scan": scan, "tensors": [],
+              "objects": [], "error": {"code": "load_failed", "message": "chunks overlap"}}
+    row = _weights_only_row(folder, failed, scan)
+    assert (row["status"], row["detail"]) == ("fail", "the jailed load failed: chunks overlap")
+    row = _weights_only_row(folder, None, scan)
+    assert row["status"] == "not_checked" and "it was not loaded" in row["detail"]
+    hostile = {**scan, "verdict": "dangerous", "globals": [
+        *scan["globals"], {"module": "os", "name": "system", "severity": "dangerous"}]}
+    row = _weights_only_row(folder, None, hostile)
+    assert (row["status"], row["detail"]) == (
+        "fail", "the DCP allow-list refuses its .metadata: os.system")
 
 
 def test_report_of_a_folder_holding_a_dcp_folder_keeps_it_whole(tmp_path, capsys):

@@ -46,7 +46,10 @@ def build_report(
 ) -> Report:
     """Build the report; a file whose SHA-256 the session never computed is hashed now."""
     environment = session.environment
-    files = [_file_report(ev, session.files, progress, cancel) for ev in session.files]
+    # each file's inspect contract is read once, here at the report's entry; the backup check
+    # of every file looks at the others' scans
+    evidence = [(ev, as_result(InspectResult, ev.inspect)) for ev in session.files]
+    files = [_file_report(ev, inspect, evidence, progress, cancel) for ev, inspect in evidence]
     telemetry = (summarize_telemetry(session.telemetry, session.telemetry_source)
                  if session.telemetry is not None else None)
     problems = [f"{f.file.name}: {p}" for f in files for p in f.problems]
@@ -72,11 +75,11 @@ def build_report(
 
 def _file_report(
     ev: FileEvidence,
-    session_files: list[FileEvidence],
+    inspect: InspectResult | None,
+    session_files: list[tuple[FileEvidence, InspectResult | None]],
     progress: ProgressFn | None,
     cancel: CancelToken | None,
 ) -> FileReport:
-    inspect = as_result(InspectResult, ev.inspect)  # read once, here at the report's entry
     scan_dict = ev.scan or (inspect.scan if inspect is not None else None)
     scan = scan_info(scan_dict)
     load = load_info(inspect)
@@ -98,8 +101,8 @@ def _file_report(
         problems=file_problems(verdict, scan, load, health, verification, conversion,
                                consistency, comparison) + shard_problems(shards)
         + code_problems(code),
-        checklist=checklist(ev, session_files, info, scan, load, health, verification,
-                            conversion, consistency, code),
+        checklist=checklist(ev, inspect, session_files, info, scan, load, health,
+                            verification, conversion, consistency, code),
         scan=scan,
         load=load,
         tensors=tensors,

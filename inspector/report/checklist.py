@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
+from inspector.core.dcp_folder import FORMAT as DCP
 from inspector.core.integrity import describe, integrity_findings
+from inspector.core.policy import KNOWN_DATA
+from inspector.core.results import InspectResult
 from inspector.core.vocabulary import (
     FileStatus,
     HealthSeverity,
@@ -41,7 +45,8 @@ DATA_ONLY_FORMATS = ("npy", "npz")
 
 def checklist(
     ev: FileEvidence,
-    session_files: list[FileEvidence],
+    inspect: InspectResult | None,
+    session_files: list[tuple[FileEvidence, InspectResult | None]],
     info: FileInfo,
     scan: ScanInfo,
     load: LoadInfo,
@@ -51,10 +56,11 @@ def checklist(
     consistency: ConsistencyInfo | None,
     code: CodeInfo | None = None,
 ) -> list[CheckItem]:
-    """The five prevention practices and the weights' health, each pass / fail / not checked."""
+    """The five prevention practices and the weights' health, each pass / fail / not checked
+    (`session_files`: every file's evidence with its typed inspect result)."""
     return [
         _check_safe_format(info, scan, conversion, code),
-        _check_hash_on_record(ev.path, verification, _several_files(ev.inspect or {})),
+        _check_hash_on_record(ev.path, verification, _several_files(inspect)),
         _check_weights_only(info, scan, load),
         _check_backup(ev, session_files),
         _check_deterministic(consistency),
@@ -62,9 +68,9 @@ def checklist(
     ]
 
 
-def _several_files(inspect: dict) -> bool:
+def _several_files(inspect: InspectResult | None) -> bool:
     """A sharded checkpoint or a torch.distributed.checkpoint folder: files, no one SHA-256."""
-    return bool(inspect.get("index")) or inspect.get("format") == "dcp"
+    return inspect is not None and (bool(inspect.index) or inspect.format == DCP)
 
 
 def _check_weights_health(health: HealthInfo | None) -> CheckItem:
@@ -157,6 +163,8 @@ def _check_weights_only(info: FileInfo, scan: ScanInfo, load: LoadInfo) -> Check
     if _holds_no_pickle(info, scan):
         return CheckItem("weights_only", title, PASS,
                          f"{info.format} holds no pickle: nothing for weights_only to refuse")
+    if info.format == DCP:
+        return _dcp_weights_only(title, scan, load)
     if not scan.weights_only_ok:
         refused = scan.weights_only_blockers or [
             f"{g.get('module')}.{g.get('name')}" for g in scan.globals
@@ -170,22 +178,60 @@ def _check_weights_only(info: FileInfo, scan: ScanInfo, load: LoadInfo) -> Check
     return CheckItem("weights_only", title, PASS, detail)
 
 
+def _dcp_weights_only(title: str, scan: ScanInfo, load: LoadInfo) -> CheckItem:
+    """What the worker did with a torch.distributed.checkpoint folder: torch.load refuses its
+    `.metadata`'s classes, so the worker reads it with the weights_only unpickler allowed
+    DCP's plain data classes (`policy.KNOWN_DATA`) and every stored item with
+    weights_only=True."""
+    if load.status == LoadStatus.FAILED:
+        return CheckItem("weights_only", title, FAIL, f"the jailed load failed: {load.error}")
+    if load.status == LoadStatus.LOADED:
+        return CheckItem("weights_only", title, PASS,
+                         "a torch.distributed.checkpoint folder, loaded in the jail: .metadata "
+                         "by the weights_only unpickler under the DCP allow-list"
+                         f"{_first(_names(scan, lambda g, name: name in KNOWN_DATA), ' ({})')}"
+                         ", every item with weights_only=True")
+    refused = _names(scan, lambda g, name: g.get("severity") != Severity.SAFE)
+    if refused:
+        return CheckItem("weights_only", title, FAIL,
+                         f"the DCP allow-list refuses its .metadata: {_first(refused, '{}')}")
+    return CheckItem("weights_only", title, NOT_CHECKED,
+                     "a torch.distributed.checkpoint folder is read only in the jail (its "
+                     ".metadata under the DCP allow-list), and it was not loaded"
+                     + (f": {load.error}" if load.error else ""))
+
+
+def _names(scan: ScanInfo, keep: Callable[[dict, str], bool]) -> list[str]:
+    """The scan's globals as sorted dotted names, those `keep(global, name)` accepts."""
+    return sorted({name for g in scan.globals
+                   if keep(g, name := f"{g.get('module')}.{g.get('name')}")})
+
+
+def _first(names: list[str], template: str) -> str:
+    """The first five names in `template` ('' when there are none)."""
+    if not names:
+        return ""
+    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+    return template.format(", ".join(names[:5]) + more)
+
+
 def _holds_no_pickle(info: FileInfo, scan: ScanInfo) -> bool:
     fmt = (info.format or "").lower()
     return (any(s in fmt for s in SAFE_FORMATS + DATA_ONLY_FORMATS) and not scan.globals
             and scan.status == StepStatus.DONE)
 
 
-def _check_backup(ev: FileEvidence, session_files: list[FileEvidence]) -> CheckItem:
+def _check_backup(ev: FileEvidence,
+                  session_files: list[tuple[FileEvidence, InspectResult | None]]) -> CheckItem:
     title = "Another checkpoint kept beside it"
     if not ev.folder:
         return CheckItem("backup", title, NOT_CHECKED, "a single file was given, not a folder")
     own_set = _shard_set(Path(ev.path))
     others = [
-        other for other in session_files
+        other for other, inspect in session_files
         if other.folder == ev.folder
         and Path(other.path).resolve() not in own_set
-        and _is_checkpoint(other)
+        and _is_checkpoint(other, inspect)
     ]
     if others:
         return CheckItem("backup", title, PASS, f"also in the folder: {Path(others[0].path).name}")
@@ -208,8 +254,8 @@ def _shard_set(path: Path) -> set[Path]:
     return members
 
 
-def _is_checkpoint(ev: FileEvidence) -> bool:
-    scan = ev.scan or (ev.inspect or {}).get("scan") or {}
+def _is_checkpoint(ev: FileEvidence, inspect: InspectResult | None) -> bool:
+    scan = ev.scan or (inspect.scan if inspect is not None else None) or {}
     return scan.get("format") not in (None, "unknown") and scan.get("verdict") != Verdict.ERROR
 
 
