@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from inspector.core import policy
+from inspector.core.allow_presets import PRESETS
 from inspector.core.policy import classify, looks_like_code, weights_only_rules
 
 REAL_ALLOWLIST = r"""
@@ -102,6 +103,21 @@ def test_parse_rejects_an_unknown_layout():
 ])
 def test_classify(module, name, severity):
     assert classify(module, name).severity == severity
+
+
+def test_a_preset_member_names_its_preset_in_the_reason():
+    """A path is data of Lightning checkpoints as well as of DCP metadata, and an AttributeDict
+    loads with `--allow lightning`: each reason says so, naming every preset that admits it."""
+    for preset, (_, members) in PRESETS.items():
+        for name in members:
+            verdict = classify(*name.rsplit(".", 1))
+            if verdict.reason != "allowed by torch.load(weights_only=True)":
+                assert f"--allow {preset}" in verdict.reason, (name, verdict)
+                assert "weights_only=False" not in verdict.reason, (name, verdict)
+    path = classify("pathlib._local", "PosixPath")
+    assert path.severity == "safe" and "Lightning" in path.reason
+    assert classify("argparse", "Namespace").reason.endswith(
+        "--allow argparse or --allow lightning loads it")
 
 
 def test_code_like_arguments():

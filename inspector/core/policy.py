@@ -148,8 +148,9 @@ REAL_MODULES = {"posix": "os", "nt": "os", "_io": "io", "_pickle": "pickle", "_s
                 "_operator": "operator", "_codecs": "codecs", "_posixsubprocess": "subprocess",
                 "_sqlite3": "sqlite3", "__builtin__": "builtins"}
 # Plain data classes of stock files outside torch's weights_only allowlist:
-# torch.distributed.checkpoint's `.metadata` (pickled with plain pickle) and the paths in it.
-KNOWN_DATA = frozenset(_words("""
+# torch.distributed.checkpoint's `.metadata` (pickled with plain pickle) and the paths in it
+# and in Lightning checkpoints.
+_DCP_DATA = frozenset(_words("""
 torch.distributed.checkpoint.metadata.Metadata
 torch.distributed.checkpoint.metadata.MetadataIndex
 torch.distributed.checkpoint.metadata.ChunkStorageMetadata
@@ -161,11 +162,14 @@ torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING
 torch.distributed.checkpoint.filesystem._StorageInfo
 torch.distributed.checkpoint.planner.LoadItemType
 torch.distributed.checkpoint.planner.WriteItemType
+torch.strided torch.contiguous_format torch.channels_last
+"""))
+_PATHS = frozenset(_words("""
 pathlib.PosixPath pathlib.PurePosixPath pathlib.WindowsPath pathlib.PureWindowsPath pathlib.Path
 pathlib._local.PosixPath pathlib._local.PurePosixPath pathlib._local.WindowsPath
 pathlib._local.PureWindowsPath pathlib._local.Path
-torch.strided torch.contiguous_format torch.channels_last
 """))
+KNOWN_DATA = _DCP_DATA | _PATHS
 _LEAF_PREFIX_RE = re.compile(r"(?:load|exec|eval|run|spawn|popen|system|compile)(?:_|[A-Z])")
 _SAFE_DUNDERS = frozenset({"__main__", "__builtin__", "__torch__", "__new__"})
 
@@ -348,9 +352,14 @@ def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> V
     key = f"{module}.{name}"
     if module not in rules.blocked_modules and key in rules.allowed:
         return Verdict(Severity.SAFE, "allowed by torch.load(weights_only=True)")
-    if key in KNOWN_DATA:
+    if key in _DCP_DATA:
         return Verdict(Severity.SAFE, "plain data class of torch.distributed.checkpoint "
                                       "metadata; torch.load(weights_only=True) does not allow it")
+    if key in _PATHS:
+        return Verdict(Severity.SAFE, "a filesystem path (plain data), as torch.distributed."
+                                      "checkpoint metadata and Lightning checkpoints hold; "
+                                      "torch.load(weights_only=True) does not allow it, "
+                                      f"{preset_flags()[key]} loads it")
     parts = module.split(".") + name.split(".")
     if any(p.startswith("__") and p.endswith("__") and p not in _SAFE_DUNDERS for p in parts):
         return Verdict(Severity.DANGEROUS,
@@ -366,11 +375,26 @@ def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> V
                                            "loads data or opens, writes or deletes files")
     if module in rules.blocked_modules:
         return Verdict(Severity.DANGEROUS, f"module {module} is blocked by torch")
+    if key in preset_flags():
+        return Verdict(Severity.SUSPICIOUS, "not allowed by torch.load(weights_only=True); "
+                                            f"{preset_flags()[key]} loads it")
     if "." in name:
         return Verdict(Severity.SUSPICIOUS, "dotted name resolved by attribute walk; not allowed "
                                             "by torch.load(weights_only=True)")
     return Verdict(Severity.SUSPICIOUS, "not allowed by torch.load(weights_only=True); the file "
                                         "only loads with weights_only=False")
+
+
+@functools.cache
+def preset_flags() -> dict[str, str]:
+    """The `--allow PRESET` words that admit each global a preset lists (`allow_presets`)."""
+    from inspector.core.allow_presets import PRESETS  # imported late: it imports this module
+
+    flags: dict[str, list[str]] = {}
+    for preset, (_, members) in PRESETS.items():
+        for name in members:
+            flags.setdefault(name, []).append(f"--allow {preset}")
+    return {name: " or ".join(words) for name, words in flags.items()}
 
 
 # NumPy 2 gives every dtype object a class of its own in numpy.dtypes; torch.load(weights_only=
