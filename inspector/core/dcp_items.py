@@ -5,8 +5,11 @@
 `.distcp` data file. The static scan uses these ranges to read each archive's directory and
 pickles instead of searching every page of the file for archive ends (`core.scan`). Nothing is
 unpickled: the opcodes are walked (`pickletools.genops`) with a stack of plain values, and
-the classes are only names. The ranges are hints the scan checks, never trusted: anything
-this walk does not follow gives no ranges, and the scan then searches the whole file.
+the classes are only names, compared as `module.qualname` (pickle and torch's weights_only
+unpickler both resolve ('torch.distributed.checkpoint', 'filesystem._StorageInfo') to the same
+class). The ranges are hints the scan checks, never trusted: a `.metadata` this walk does not
+follow lists nothing, so every byte of its data files counts as unlisted (read in full and
+suspicious), and a file's ranges are those of every name that opens it (`./x`, a link).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-STORAGE_INFO = ("torch.distributed.checkpoint.filesystem", "_StorageInfo")
+STORAGE_INFO = "torch.distributed.checkpoint.filesystem._StorageInfo"
 MAX_METADATA = 256 << 20
 METADATA_NAME = ".metadata"
 DATA_SUFFIX = ".distcp"
@@ -32,7 +35,7 @@ class NotFollowed(ValueError):
 class _Object:
     """An instance built by NEWOBJ (or REDUCE) of a named class; BUILD gives its state."""
 
-    cls: tuple[str, str] | None
+    cls: str | None
     state: object = None
 
 
@@ -101,18 +104,22 @@ def _step(walk: _Walk, name: str, arg: object) -> None:
             qualname, module = stack.pop(), stack.pop()
         else:
             module, _, qualname = str(arg).partition(" ")
-        stack.append(("global", module, qualname))
+        stack.append(("global", f"{module}.{qualname}"))
     elif name in ("NEWOBJ", "REDUCE"):
         args, cls = stack.pop(), stack.pop()
-        named = cls[1:] if isinstance(cls, tuple) and cls[:1] == ("global",) else None
+        named = cls[1] if isinstance(cls, tuple) and cls[:1] == ("global",) else None
         obj = _Object(named, args if name == "REDUCE" else None)
         walk.built.append(obj)
         stack.append(obj)
     elif name == "BUILD":
         state = stack.pop()
-        if not isinstance(stack[-1], _Object):
+        obj = stack[-1]
+        if not isinstance(obj, _Object):
             raise NotFollowed("BUILD of something no class made")
-        stack[-1].state = state
+        # BUILD updates the object's __dict__ with a copy of the state as it is now: a
+        # SETITEM on the same dict later (through the memo) changes nothing the loader reads
+        prior = obj.state if isinstance(obj.state, list) else []
+        obj.state = prior + state if isinstance(state, list) else state
     else:
         raise NotFollowed(f"opcode {name}")
 
@@ -141,26 +148,37 @@ def item_ranges(data: bytes) -> dict[str, list[tuple[int, int]]]:
 
 
 def listed_archives(path: str | os.PathLike[str]) -> list[tuple[int, int]] | None:
-    """The (offset, length) of every item the `.metadata` beside a `.distcp` file lists in it;
-    None for another file, or when there is no `.metadata` this walk follows."""
+    """The (offset, length) of every item the `.metadata` beside a `.distcp` file lists in it,
+    under any name that opens this file; None for another file or one with no `.metadata`
+    beside it, [] when that `.metadata` lists nothing here or is not one this walk follows."""
     path = Path(path)
     if path.suffix != DATA_SUFFIX:
         return None
     metadata = path.parent / METADATA_NAME
     try:
-        st = metadata.stat()
+        st, own = metadata.stat(), path.stat()
     except OSError:
         return None
     ranges = _folder_ranges(str(metadata), st.st_mtime_ns, st.st_size)
-    return None if ranges is None else ranges.get(path.name)
+    return [] if ranges is None else ranges.get((own.st_dev, own.st_ino), [])
 
 
 @functools.lru_cache(maxsize=8)
 def _folder_ranges(metadata: str, _mtime_ns: int, _size: int
-                   ) -> dict[str, list[tuple[int, int]]] | None:
-    """One folder's ranges, read once for all its data files (keyed by the file's identity)."""
+                   ) -> dict[tuple[int, int], list[tuple[int, int]]] | None:
+    """One folder's ranges, read once for all its data files, by the identity of the file each
+    name opens (DCP opens folder / relative_path); None when the walk does not follow it."""
     try:
         with open(metadata, "rb") as fh:
-            return item_ranges(fh.read(MAX_METADATA + 1))
+            by_name = item_ranges(fh.read(MAX_METADATA + 1))
     except (OSError, NotFollowed):
         return None
+    folder = os.path.dirname(metadata)
+    by_file: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+    for name, ranges in by_name.items():
+        try:
+            st = os.stat(os.path.join(folder, name))
+        except (OSError, ValueError):
+            continue  # no file there (or a NUL in the name): DCP cannot open it either
+        by_file[st.st_dev, st.st_ino] += ranges
+    return dict(by_file)

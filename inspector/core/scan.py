@@ -797,6 +797,17 @@ def _scan_buffer(ctx: _Scan, buf, size: int) -> None:
     # torch.load and numpy.load take a zip's own path; pickle.load stops at its first byte
     if kind != "zip" and res.format not in ("pickle", "pytorch-legacy", "unknown"):
         _scan_also_as_pickle(ctx, buf)
+    if kind != "zip" and ctx.archives is not None:
+        _scan_listed_items(ctx, buf)
+
+
+def _scan_listed_items(ctx: _Scan, buf) -> None:
+    """A DCP data file that is not back-to-back archives: DCP still loads whatever lies at each
+    range its `.metadata` lists, so each is read in full (the whole file when none is known)."""
+    why = "a data file that is not back-to-back archives (DCP loads any range .metadata lists)"
+    listed = [(max(o, 0), min(max(o + n, 0), len(buf))) for o, n in sorted(set(ctx.archives))]
+    for start, end in listed or [(0, len(buf))]:
+        _scan_gap(ctx, buf, start, end, why)
 
 
 def scan_bytes(data: bytes, path: str = "<bytes>") -> ScanResult:

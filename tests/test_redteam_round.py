@@ -1,0 +1,184 @@
+"""Red-team round: files crafted so the static scan calls them safe while a loader runs code.
+
+DCP's own loader (`dcp.load`) unpickles `.metadata` with plain pickle and loads each bytes
+item with `torch.load(weights_only=False)`, so a payload anywhere a `.metadata` can point runs
+there. The scan reads only the ranges its own walk of `.metadata` finds (`core.dcp_items`): a
+range that walk misses, or a file it cannot map, must not leave hidden bytes unread.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import io
+import pickle
+import struct
+import zlib
+from pathlib import Path
+
+import factories
+import pytest
+from torch.distributed.checkpoint.filesystem import _StorageInfo
+from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
+
+from inspector.cli import main
+from inspector.core import dcp_items, zipread
+from inspector.core.dcp_folder import scan_folder
+
+DATA = "__0_0.distcp"
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A real dcp.save folder of a nested state dict of several dtypes and plain values."""
+    return factories.dcp_save(factories.dcp_state(), tmp_path / "ckpt")
+
+
+def _metadata(folder: Path):
+    return pickle.loads((folder / ".metadata").read_bytes())  # a file this test wrote
+
+
+def _hide_payload(folder: Path, canary: Path) -> tuple[int, int]:
+    """Write an os.system pickle inside a tensor's data (not at its start, where the scan
+    looks for a pickle in a record) with the record's CRC-32 updated to match; returns its
+    (offset, length) in the data file."""
+    payload = factories.call("os", "system", factories.touch_cmd(canary))
+    metadata = _metadata(folder)
+    info = next(v for k, v in metadata.storage_data.items() if k.fqn == "model.embed.weight")
+    raw = bytearray((folder / DATA).read_bytes())
+    end = info.offset + info.length
+    (record,) = [m for m in zipread.read_zip(bytes(raw), info.offset, end).members
+                 if m.compressed_size == 16 * 8 * 4]
+    start = record.data_offset + 8
+    raw[start:start + len(payload)] = payload
+    crc = struct.pack("<I", zlib.crc32(raw[record.data_offset:record.data_offset + 512]))
+    raw[record.header_offset + 14:record.header_offset + 18] = crc  # the local header's
+    central = raw.index(b"PK\x01\x02", record.data_offset, end)
+    while raw[central + 46:central + 46 + len(record.name)] != record.name.encode():
+        central = raw.index(b"PK\x01\x02", central + 4, end)
+    raw[central + 16:central + 20] = crc  # and the central directory's
+    (folder / DATA).write_bytes(bytes(raw))
+    (again,) = [m for m in zipread.read_zip(bytes(raw), info.offset, end).members
+                if m.name == record.name]
+    assert zipread.crc_ok(zipread.member_bytes(bytes(raw), again, 1 << 20), again)
+    return start, len(payload)
+
+
+def _add_item(metadata, fqn: str, info: _StorageInfo) -> None:
+    metadata.state_dict_metadata[fqn] = BytesStorageMetadata()
+    metadata.storage_data[MetadataIndex(fqn)] = info
+
+
+def _not_safe(folder: Path, canary: Path) -> None:
+    """The folder's scan is not safe, and inspect neither succeeds nor runs the payload."""
+    scan = scan_folder(folder)
+    assert scan["verdict"] not in ("safe", "skipped"), scan["findings"]
+    assert main(["scan", str(folder)]) != 0
+    assert main(["scan", str(folder / DATA)]) != 0
+    assert main(["inspect", str(folder)]) != 0
+    assert not canary.exists()
+
+
+def test_a_storage_info_named_by_a_dotted_qualname_is_listed(folder, canary):
+    """pickle and torch's weights_only unpickler both resolve ('torch.distributed.checkpoint',
+    'filesystem._StorageInfo') to _StorageInfo; a walk comparing the pair missed the item."""
+    offset, length = _hide_payload(folder, canary)
+    metadata = _metadata(folder)
+    _add_item(metadata, "evil", _StorageInfo(DATA, offset, length))
+    saved = _StorageInfo.__module__, _StorageInfo.__qualname__
+    _StorageInfo.__module__, _StorageInfo.__qualname__ = (
+        "torch.distributed.checkpoint", "filesystem._StorageInfo")
+    try:
+        data = pickle.dumps(metadata, protocol=4)
+    finally:
+        _StorageInfo.__module__, _StorageInfo.__qualname__ = saved
+    assert b"filesystem._StorageInfo" in data
+    (folder / ".metadata").write_bytes(data)
+    assert pickle.loads(data).storage_data[MetadataIndex("evil")].offset == offset
+    assert (offset, length) in dcp_items.item_ranges(data)[DATA]
+    _not_safe(folder, canary)
+
+
+def _marked(metadata, info: _StorageInfo) -> bytes:
+    """`metadata` pickled (protocol 2, no frames) with `info`'s state and its version (pickled
+    after storage_data) left as marker strings, for a test to replace with opcodes of its own."""
+
+    class Marking(pickle.Pickler):
+        def reducer_override(self, obj):
+            if obj is info:
+                return copyreg.__newobj__, (_StorageInfo,), "STATE_MARKER"
+            return NotImplemented
+
+    metadata.version = "AFTER_MARKER"
+    _add_item(metadata, "evil", info)
+    out = io.BytesIO()
+    Marking(out, protocol=2).dump(metadata)
+    return out.getvalue()
+
+
+def _unicode(text: str) -> bytes:
+    raw = text.encode()
+    return b"X" + struct.pack("<I", len(raw)) + raw
+
+
+def _long(value: int) -> bytes:
+    return b"J" + struct.pack("<i", value)
+
+
+def test_a_storage_info_state_changed_after_build_is_read_as_build_saw_it(folder, canary):
+    """BUILD copies its state dict into the object; the walk kept a reference to the dict, so
+    SETITEMs on it later (through the memo) moved the item the walk reported elsewhere."""
+    offset, length = _hide_payload(folder, canary)
+    metadata = _metadata(folder)
+    whole = next(iter(metadata.storage_data.values()))
+    data = _marked(metadata, _StorageInfo(DATA, 0, 1))
+    memo = struct.pack("<I", 100_000)
+    state = (b"}r" + memo + b"(" + _unicode("relative_path") + _unicode(DATA)
+             + _unicode("offset") + _long(offset) + _unicode("length") + _long(length) + b"u")
+    moved = (b"j" + memo + b"(" + _unicode("offset") + _long(whole.offset)
+             + _unicode("length") + _long(whole.length) + b"u")
+    data = data.replace(_unicode("STATE_MARKER"), state).replace(_unicode("AFTER_MARKER"), moved)
+    (folder / ".metadata").write_bytes(data)
+    real = pickle.loads(data).storage_data[MetadataIndex("evil")]
+    assert (real.offset, real.length) == (offset, length)
+    assert (offset, length) in dcp_items.item_ranges(data)[DATA]
+    _not_safe(folder, canary)
+
+
+def test_a_metadata_the_walk_does_not_follow_leaves_the_data_file_unsafe(folder, canary):
+    """A set (EMPTY_SET, ADDITEMS) anywhere in `.metadata` stops the walk: no ranges, so the
+    data file's hidden item is a range nobody listed to the scan."""
+    offset, length = _hide_payload(folder, canary)
+    metadata = _metadata(folder)
+    _add_item(metadata, "evil", _StorageInfo(DATA, offset, length))
+    metadata.planner_data = {"tags": {"a"}}
+    data = pickle.dumps(metadata, protocol=4)
+    (folder / ".metadata").write_bytes(data)
+    with pytest.raises(dcp_items.NotFollowed):
+        dcp_items.item_ranges(data)
+    _not_safe(folder, canary)
+
+
+def test_a_data_file_named_another_way_in_metadata_is_still_mapped(folder, canary):
+    """DCP opens folder / relative_path: './__0_0.distcp' is the same file under another name."""
+    offset, length = _hide_payload(folder, canary)
+    metadata = _metadata(folder)
+    _add_item(metadata, "evil", _StorageInfo(f"./{DATA}", offset, length))
+    (folder / ".metadata").write_bytes(pickle.dumps(metadata, protocol=4))
+    _not_safe(folder, canary)
+
+
+def test_a_listed_item_inside_a_data_file_that_is_a_pickle_is_read(folder, canary):
+    """A data file that is one benign pickle whose bytes value holds the payload: the scan
+    read it as a pickle and never looked at the range the `.metadata` lists inside it."""
+    payload = factories.call("os", "system", factories.touch_cmd(canary))
+    blob = pickle.dumps(b"\0" * 8 + payload, protocol=2)
+    offset = blob.index(payload)
+    metadata = _metadata(folder)
+    _add_item(metadata, "evil", _StorageInfo("__1_0.distcp", offset, len(payload)))
+    (folder / ".metadata").write_bytes(pickle.dumps(metadata, protocol=4))
+    (folder / "__1_0.distcp").write_bytes(blob)
+    scan = scan_folder(folder)
+    assert scan["verdict"] not in ("safe", "skipped"), scan["findings"]
+    assert main(["scan", str(folder / "__1_0.distcp")]) != 0
+    assert main(["inspect", str(folder)]) != 0
+    assert not canary.exists()
