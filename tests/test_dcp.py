@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+import pickletools
 import struct
 import subprocess
 from pathlib import Path
@@ -74,6 +75,34 @@ def test_metadata_is_read_by_the_weights_only_unpickler_as_plain_pickle_reads_it
     assert ours.state_dict_metadata == theirs.state_dict_metadata
     assert ours.storage_data == theirs.storage_data
     assert ours.planner_data == theirs.planner_data
+
+
+def _renamed_path_module(data: bytes, module: bytes) -> bytes:
+    """A protocol-4 pickle whose path global names `module` instead of `pathlib` (its
+    SHORT_BINUNICODE rewritten, and the FRAME holding it lengthened to match)."""
+    old = b"\x8c\x07pathlib\x94\x8c\x09PosixPath"  # MEMOIZE between the strings
+    at = data.index(old)
+    frame = max(pos for op, _, pos in pickletools.genops(data)
+                if op.name == "FRAME" and pos < at)
+    (length,) = struct.unpack_from("<Q", data, frame + 1)
+    grown = struct.pack("<Q", length + len(module) - len(b"pathlib"))
+    new = b"\x8c" + bytes([len(module)]) + module + old[9:]
+    return data[:frame + 1] + grown + data[frame + 9:at] + new + data[at + len(old):]
+
+
+def test_a_path_pickled_by_python_3_13_loads(saved, capsys):
+    """Python 3.13 pickles a path as `pathlib._local.PosixPath`, a name 3.11 lacks: the
+    metadata reader rebuilds it as the same stand-in `--allow lightning` uses."""
+    folder, state = saved
+    metadata = folder / ".metadata"
+    metadata.write_bytes(_renamed_path_module(metadata.read_bytes(), b"pathlib._local"))
+    assert b"pathlib._local" in metadata.read_bytes()
+    assert isinstance(read_metadata(str(metadata)), Metadata)
+    assert main(["inspect", str(folder), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["error"] is None
+    assert {t["key"] for t in report["tensors"]} == {k for k, v in _flat(state).items()
+                                                      if isinstance(v, torch.Tensor)}
 
 
 def test_inspect_gives_the_statistics_of_a_torch_save_of_the_same_state(saved, tmp_path, capsys):

@@ -33,9 +33,10 @@ from pathlib import Path
 import torch
 from torch import _weights_only_unpickler
 
+from inspector.core.allow_presets import STAND_INS
 from inspector.core.policy import KNOWN_DATA
 from inspector.core.torch_layout import NotCovered, describe_archive
-from inspector.sandbox.load import LoadError, load_checkpoint, resolve_global
+from inspector.sandbox.load import LoadError, allowed_global, load_checkpoint, resolve_global
 
 METADATA_NAME = ".metadata"
 METADATA_LIMIT = 256 << 20
@@ -107,10 +108,13 @@ class _Protocol2:
         return out
 
 
-def metadata_classes() -> list[type]:
-    """DCP's plain data classes and the paths in its metadata (`policy.KNOWN_DATA`)."""
-    found = (resolve_global(name, missing_ok=True) for name in sorted(KNOWN_DATA))
-    return [obj for obj in found if isinstance(obj, type)]
+def metadata_classes() -> list[type | tuple[type, str]]:
+    """DCP's plain data classes and the paths in its metadata (`policy.KNOWN_DATA`); a path as
+    its stand-in under the pickled name (`load.allowed_global`), so that a `.metadata` written
+    by another Python (3.13's `pathlib._local.PosixPath`) or on Windows loads here too."""
+    found = (allowed_global(name) if name in STAND_INS else resolve_global(name, missing_ok=True)
+             for name in sorted(KNOWN_DATA))
+    return [obj for obj in found if isinstance(obj, type | tuple)]
 
 
 def read_metadata(path: str) -> object:
