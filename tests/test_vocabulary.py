@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import argparse
 import ast
 import hashlib
 import json
@@ -29,6 +30,7 @@ from inspector.core.vocabulary import (
     HealthSeverity,
     HealthStatus,
     JailLevel,
+    JailRequirement,
     LoadStatus,
     ReportStatus,
     ResumeStatus,
@@ -123,6 +125,29 @@ def test_jail_levels_are_the_ones_the_security_model_names():
     sentence = sentence[:sentence.index("). ") + 1]
     assert [m.value for m in reversed(JailLevel)] == re.findall(r"(?:: |, |or )`([a-z-]+)`",
                                                                  sentence)
+
+
+def test_jail_requirements_are_defined_once_for_the_cli_the_client_and_the_app():
+    from inspector.cli.common import add_require_jail_argument
+    from inspector.gui.pipeline import JAIL_CHOICES, JAIL_MENU_TEXT
+    from inspector.sandbox import client
+
+    words = [r.value for r in JailRequirement]
+    parser = argparse.ArgumentParser()
+    add_require_jail_argument(parser)
+    option = next(a for a in parser._actions if a.dest == "require_jail")
+    # plain strings: argparse prints choices with repr(), a member would show as <...>
+    assert option.choices == words and all(type(c) is str for c in option.choices)
+    assert option.default == client.DEFAULT_REQUIRED_JAIL == vocabulary.DEFAULT_REQUIRED_JAIL
+    assert list(JAIL_MENU_TEXT) == list(JailRequirement)
+    assert [value for value, _ in JAIL_CHOICES] == words
+    for word in words:
+        client.set_required_jail(word)
+    with pytest.raises(ValueError, match="full, partial, any"):
+        client.set_required_jail("none")
+    client.set_required_jail(client.DEFAULT_REQUIRED_JAIL)
+    assert client.jail_accepted(JailLevel.PROCESS_ONLY, JailRequirement.ANY)
+    assert not client.jail_accepted(JailLevel.PROCESS_ONLY, JailRequirement.PARTIAL)
 
 
 def test_verify_tensor_statuses_are_documented():

@@ -17,7 +17,12 @@ from inspector.core.progress import ProgressFn
 from inspector.core.results import Jail, jail_line
 from inspector.core.termtext import escape
 from inspector.core.verify import TensorDigestFn, VerifyResult
-from inspector.core.vocabulary import FileStatus, TensorCheckStatus
+from inspector.core.vocabulary import (
+    DEFAULT_REQUIRED_JAIL,
+    FileStatus,
+    JailRequirement,
+    TensorCheckStatus,
+)
 
 EXIT_LOAD_FAILED = 5
 EXIT_MANIFEST = 2  # verify and watch: the manifest cannot be read
@@ -58,7 +63,9 @@ def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_require_jail_argument(parser: argparse.ArgumentParser) -> None:
     """`--require-jail`: the weakest jail level a command that loads accepts."""
-    parser.add_argument("--require-jail", choices=("full", "partial", "any"), default="partial",
+    # plain strings: argparse shows choices with repr()
+    parser.add_argument("--require-jail", choices=[r.value for r in JailRequirement],
+                        default=DEFAULT_REQUIRED_JAIL.value,
                         help="refuse to load unless the jail reaches this level (default "
                              "partial: namespaces, Landlock or seccomp active; any also "
                              "accepts process-only, a worker with resource limits alone)")

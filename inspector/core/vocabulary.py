@@ -95,6 +95,18 @@ class JailLevel(StrEnum):
     FULL = "full"
 
 
+class JailRequirement(StrEnum):
+    """The weakest jail a load accepts: `--require-jail`, the app's Required sandbox menu."""
+
+    FULL = "full"
+    PARTIAL = "partial"
+    ANY = "any"  # also process-only: a worker with resource limits alone
+
+
+DEFAULT_REQUIRED_JAIL = JailRequirement.PARTIAL
+"""What a load requires unless told otherwise: at least one isolation layer."""
+
+
 class DocumentState(StrEnum):
     """Where the desktop app's pipeline stands with one opened file."""
 

@@ -20,7 +20,13 @@ from inspector.core.policy import classify
 from inspector.core.progress import CancelToken
 from inspector.core.results import InspectResult, LoadError
 from inspector.core.shard_inspect import is_sharded_input, scan_set, sharded_set
-from inspector.core.vocabulary import DocumentState, Severity, Verdict
+from inspector.core.vocabulary import (
+    DEFAULT_REQUIRED_JAIL,
+    DocumentState,
+    JailRequirement,
+    Severity,
+    Verdict,
+)
 from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, Job, JobFn, JobRunner
 
@@ -247,21 +253,22 @@ def _hash_fn(path: Path) -> JobFn:
 
 
 REQUIRED_JAIL_KEY = "sandbox/require_jail"
-JAIL_CHOICES = (
-    ("full", "&Full: namespaces, Landlock and seccomp all active"),
-    ("partial", "&Partial: at least one isolation layer (default)"),
-    ("any", "&Any: resource limits alone are enough"),
-)
-"""Tools → Required sandbox: (QSettings value, menu text); the jail levels `--require-jail`
-takes on the command line."""
+JAIL_MENU_TEXT = {
+    JailRequirement.FULL: "&Full: namespaces, Landlock and seccomp all active",
+    JailRequirement.PARTIAL: "&Partial: at least one isolation layer (default)",
+    JailRequirement.ANY: "&Any: resource limits alone are enough",
+}
+"""Tools → Required sandbox: each requirement `--require-jail` takes, and its menu text."""
+JAIL_CHOICES = tuple((required.value, text) for required, text in JAIL_MENU_TEXT.items())
+"""The menu's (QSettings value, menu text) pairs."""
 
 
 def required_jail_setting() -> str:
     """The weakest jail the app loads in: QSettings `sandbox/require_jail`, default partial."""
     from inspector.gui.app import settings
 
-    value = str(settings().value(REQUIRED_JAIL_KEY, "partial"))
-    return value if value in dict(JAIL_CHOICES) else "partial"
+    value = str(settings().value(REQUIRED_JAIL_KEY, DEFAULT_REQUIRED_JAIL.value))
+    return value if value in set(JailRequirement) else DEFAULT_REQUIRED_JAIL.value
 
 
 def set_required_jail_setting(level: str) -> None:

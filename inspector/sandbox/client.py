@@ -44,7 +44,13 @@ from inspector.core.resume import model_facts
 from inspector.core.shard_inspect import is_sharded_input
 from inspector.core.shard_set import resolve as resolve_shards
 from inspector.core.shards import ShardError, ShardIndex, check_contents
-from inspector.core.vocabulary import JailLevel, Severity, Verdict
+from inspector.core.vocabulary import (
+    DEFAULT_REQUIRED_JAIL,
+    JailLevel,
+    JailRequirement,
+    Severity,
+    Verdict,
+)
 from inspector.sandbox.forkclient import ForkedWorker, ForkServer, ForkServerError
 from inspector.sandbox.jail import LEVELS, default_max_threads
 from inspector.sandbox.parallel import job_threads
@@ -54,8 +60,6 @@ EventFn = Callable[[dict], None]
 WORKER_MODULE = "inspector.sandbox.worker"
 SELFTEST_ENV = "CKPT_INSPECTOR_SANDBOX_SELFTEST"
 DISABLE_ENV = "CKPT_INSPECTOR_SANDBOX_DISABLE"
-REQUIRE_CHOICES = ("full", "partial", "any")
-DEFAULT_REQUIRED_JAIL = "partial"
 MAX_LINE_BYTES = 64 << 20
 """One protocol line: an inspect result repeats every tensor record (about 1 KiB each), so
 this admits some 60,000 tensors while bounding what one line can make this process hold."""
@@ -101,8 +105,8 @@ _required_jail = DEFAULT_REQUIRED_JAIL
 def set_required_jail(required: str) -> None:
     """The weakest jail this process's later jobs accept: `full`, `partial` or `any`."""
     global _required_jail
-    if required not in REQUIRE_CHOICES:
-        raise ValueError(f"required jail must be one of {', '.join(REQUIRE_CHOICES)}")
+    if required not in set(JailRequirement):
+        raise ValueError(f"required jail must be one of {', '.join(JailRequirement)}")
     _required_jail = required
 
 
@@ -113,14 +117,14 @@ def required_jail() -> str:
 
 def jail_accepted(level: str, required: str) -> bool:
     """Whether a worker at `level` may load for a caller requiring `required`."""
-    if required == "any":
+    if required == JailRequirement.ANY:
         return True
     return level in LEVELS and LEVELS.index(level) >= LEVELS.index(required)
 
 
 def _refusal(sandbox: dict, required: str) -> SandboxError:
     level = sandbox.get("level")
-    allow = JailLevel.PARTIAL if level == JailLevel.PARTIAL else "any"
+    allow = JailRequirement.PARTIAL if level == JailLevel.PARTIAL else JailRequirement.ANY
     return SandboxError(
         "jail_refused",
         f"not loaded: the jail is only {sandbox.get('description') or level} and "
