@@ -304,3 +304,20 @@ def test_checked_view_buttons_stand_out_in_both_themes(laptop, qtbot):
             assert distance(faces[pane.table_button], faces[pane.tree_button]) > 60, scheme
     finally:
         appmod.set_theme("system")
+
+
+def test_a_radar_cell_of_a_tensor_still_streaming_in_selects_it(laptop, qtbot):
+    """The radar is drawn from every tensor received, the table flushes new rows on a timer:
+    a click on a cell whose row has not been flushed yet still selects it (it did nothing)."""
+    pane = laptop()
+    pane.radar_button.click()
+    doc = pane.doc
+    late = llm_row(LAYERS * 4)
+    doc.apply_events([{"type": "tensor", **late}])
+    assert pane.model.rowCount() == LAYERS * 4  # not flushed yet
+    pane._refresh_radar()
+    index = pane.radar.index_of(late["key"])
+    assert index.isValid()
+    pane.radar.table.setCurrentIndex(index)  # as a click does
+    assert pane.selected is not None and pane.selected["key"] == late["key"]
+    assert pane.table.currentIndex().data(roles.ROW)["key"] == late["key"]

@@ -460,6 +460,8 @@ class TensorsPane(QWidget):
 
     def select_key(self, key: str) -> bool:
         """Select the tensor `key` in the table; False when it is not shown."""
+        # rows streamed in but not yet flushed to the table are on the radar already
+        self._flush()
         row = self.model.view_row_of(key)
         if row < 0:
             return False
