@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import copyreg
 import io
+import json
 import pickle
 import struct
+import tarfile
 import zlib
 from pathlib import Path
+from unittest import mock
 
 import factories
 import pytest
@@ -21,8 +24,9 @@ from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
 
 from inspector.cli import main
-from inspector.core import dcp_items, zipread
+from inspector.core import dcp_items, safetensors_header, zipread
 from inspector.core.dcp_folder import scan_folder
+from inspector.core.scan import scan_file
 
 DATA = "__0_0.distcp"
 
@@ -182,3 +186,93 @@ def test_a_listed_item_inside_a_data_file_that_is_a_pickle_is_read(folder, canar
     assert main(["scan", str(folder / "__1_0.distcp")]) != 0
     assert main(["inspect", str(folder)]) != 0
     assert not canary.exists()
+
+
+@pytest.mark.parametrize("absolute", [False, True])
+def test_an_item_in_a_file_outside_the_folder_is_reported(folder, canary, absolute):
+    """DCP opens folder / relative_path, so '../evil.distcp' or an absolute path reads a file
+    the folder's scan never sees: the `.metadata` that lists it is not safe."""
+    payload = factories.call("os", "system", factories.touch_cmd(canary))
+    evil = folder.parent / "evil.distcp"
+    evil.write_bytes(payload)
+    metadata = _metadata(folder)
+    name = str(evil) if absolute else "../evil.distcp"
+    _add_item(metadata, "evil", _StorageInfo(name, 0, len(payload)))
+    (folder / ".metadata").write_bytes(pickle.dumps(metadata, protocol=4))
+    scan = scan_folder(folder)
+    assert scan["verdict"] not in ("safe", "skipped"), scan["findings"]
+    assert "dcp-outside-file" in {f["code"] for f in scan["findings"]}
+    assert main(["scan", str(folder)]) != 0
+    assert main(["inspect", str(folder)]) != 0
+    assert not canary.exists()
+
+
+def _tar_polyglot(canary: Path) -> bytes:
+    """A valid safetensors file (no tensors) whose first 512 bytes are also a tar header that
+    Python's tarfile accepts (checksum written '0_NNNNNN'): torch.load's legacy path opens it
+    as its tar format and unpickles the `storages` member, which holds the payload."""
+    blocks = 3
+    length = 512 * blocks - 8  # the data region starts on a tar block
+    head = bytearray(b" " * 512)
+    head[:8] = struct.pack("<Q", length)
+    opening = b'{"__metadata__":{"a":"'
+    head[8:8 + len(opening)] = opening
+    size = b"%011o " % (512 * (blocks - 1))  # the first member is the rest of the header
+    head[100:157] = b"0000644 0000000 0000000 " + size + b"00000000000 " + b" " * 8 + b"0"
+    checksum = sum(head)  # with the checksum field as spaces, as tarfile computes it
+    head[148:156] = b"0_%06o" % checksum
+    header = bytes(head[8:]) + b" " * (length - 504 - 3) + b'"}}'
+    member = tarfile.TarInfo("storages")
+    payload = factories.call("os", "system", factories.touch_cmd(canary))
+    member.size = len(payload)
+    tail = member.tobuf(tarfile.USTAR_FORMAT) + payload + b"\0" * (-len(payload) % 512 + 1024)
+    return bytes(head[:8]) + header + tail
+
+
+def test_a_safetensors_file_that_tarfile_reads_as_torchs_tar_format_is_scanned_as_one(
+        tmp_path, canary):
+    """`formats.is_tar` accepts octal digits, spaces and NULs in the checksum field; Python's
+    tarfile (torch.load's legacy path) also takes int('0_123456', 8)."""
+    path = tmp_path / "model.pt"
+    path.write_bytes(_tar_polyglot(canary))
+    with tarfile.open(path) as tar:
+        assert "storages" in tar.getnames()
+    assert json.loads(path.read_bytes()[8:512 * 3]) == {"__metadata__": {"a": mock.ANY}}
+    scan = scan_file(path)
+    assert scan.verdict == "dangerous", scan.to_json()
+    assert main(["scan", str(path)]) == 2
+    assert main(["inspect", str(path)]) == 2
+    assert not canary.exists()
+
+
+def _safetensors(header: bytes, data: bytes = b"\0" * 8) -> bytes:
+    return struct.pack("<Q", len(header)) + header + data
+
+
+@pytest.mark.parametrize("entry", [
+    b'{"dtype":"F32","shape":[true],"data_offsets":[0,4]}',  # True == 1 to Python
+    b'{"dtype":"F32","shape":[2],"data_offsets":[false,8]}',
+    b'{"dtype":"F32","shape":[2],"data_offsets":[0,8.0]}',  # a float equal to an int
+    b'{"dtype":"F32","shape":[2],"data_offsets":[0,8e0]}',
+    b'{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}',
+])
+def test_safetensors_numbers_that_only_python_calls_integers_are_refused(tmp_path, entry):
+    """serde (the safetensors library) reads no boolean or float as a usize; a reader that
+    took them would check one tensor while another reader refuses or reads another."""
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(_safetensors(b'{"w":' + entry + b"}"))
+    with open(path, "rb") as fh:
+        header = safetensors_header.read_header(fh, path.stat().st_size)
+    assert header.refusal() is not None and not header.entries
+    assert scan_file(path).verdict == "suspicious"
+    assert main(["inspect", str(path)]) != 0
+
+
+def test_a_safetensors_header_with_whitespace_before_its_brace_is_refused(tmp_path):
+    """json.loads skips leading whitespace (and the scan's sniff would not see '{' at byte 8)."""
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(_safetensors(b' {"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}'))
+    with open(path, "rb") as fh:
+        header = safetensors_header.read_header(fh, path.stat().st_size)
+    assert header.error is not None
+    assert main(["inspect", str(path)]) != 0

@@ -13,9 +13,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from inspector.core.dcp_items import METADATA_NAME, listed_archives
+from inspector.core.dcp_items import METADATA_NAME
 from inspector.core.discover import discover
-from inspector.core.scan import scan_file
+from inspector.core.scan import scan_dcp_aware
 from inspector.core.verdict import worst
 from inspector.core.vocabulary import Verdict
 
@@ -43,7 +43,7 @@ def scan_folder(path: str | os.PathLike[str]) -> dict:
     file's scan reads the archives `.metadata` lists there (`core.dcp_items`) rather than
     searching all its pages for them; without readable hints it searches as for any file."""
     folder = Path(path)
-    records = [scan_file(p, listed_archives(p)).to_json() for p in folder_files(folder)]
+    records = [scan_dcp_aware(p).to_json() for p in folder_files(folder)]
     return sum_scans(folder, records, FORMAT)
 
 

@@ -9,7 +9,9 @@ the classes are only names, compared as `module.qualname` (pickle and torch's we
 unpickler both resolve ('torch.distributed.checkpoint', 'filesystem._StorageInfo') to the same
 class). The ranges are hints the scan checks, never trusted: a `.metadata` this walk does not
 follow lists nothing, so every byte of its data files counts as unlisted (read in full and
-suspicious), and a file's ranges are those of every name that opens it (`./x`, a link).
+suspicious), and a file's ranges are those of every name that opens it (`./x`, a link). A
+name that opens a file outside the folder (`/abs/x`, `../x`) is one DCP reads and a scan of
+the folder does not: `outside_items` names them for the scan to report.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ import pickletools
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
+
+from inspector.core.discover import discover
 
 STORAGE_INFO = "torch.distributed.checkpoint.filesystem._StorageInfo"
 MAX_METADATA = 256 << 20
@@ -159,13 +164,33 @@ def listed_archives(path: str | os.PathLike[str]) -> list[tuple[int, int]] | Non
         st, own = metadata.stat(), path.stat()
     except OSError:
         return None
-    ranges = _folder_ranges(str(metadata), st.st_mtime_ns, st.st_size)
-    return [] if ranges is None else ranges.get((own.st_dev, own.st_ino), [])
+    listing = _folder_ranges(str(metadata), st.st_mtime_ns, st.st_size)
+    return [] if listing is None else listing.by_file.get((own.st_dev, own.st_ino), [])
+
+
+def outside_items(path: str | os.PathLike[str]) -> list[str]:
+    """The data file names a `.metadata` lists that open no file of its folder: DCP loads
+    items from them, a scan of the folder never reads them ([] for any other file)."""
+    path = Path(path)
+    if path.name != METADATA_NAME:
+        return []
+    try:
+        st = path.stat()
+    except OSError:
+        return []
+    listing = _folder_ranges(str(path), st.st_mtime_ns, st.st_size)
+    return [] if listing is None else listing.outside
+
+
+class _Listing(NamedTuple):
+    by_file: dict[tuple[int, int], list[tuple[int, int]]]
+    """Ranges by the (st_dev, st_ino) of the file a listed name opens."""
+    outside: list[str]
+    """Listed names that open a file the folder's scan does not reach."""
 
 
 @functools.lru_cache(maxsize=8)
-def _folder_ranges(metadata: str, _mtime_ns: int, _size: int
-                   ) -> dict[tuple[int, int], list[tuple[int, int]]] | None:
+def _folder_ranges(metadata: str, _mtime_ns: int, _size: int) -> _Listing | None:
     """One folder's ranges, read once for all its data files, by the identity of the file each
     name opens (DCP opens folder / relative_path); None when the walk does not follow it."""
     try:
@@ -174,11 +199,20 @@ def _folder_ranges(metadata: str, _mtime_ns: int, _size: int
     except (OSError, NotFollowed):
         return None
     folder = os.path.dirname(metadata)
-    by_file: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+    inside = {_identity(found.path) for found in discover([folder])}
+    listing = _Listing(defaultdict(list), [])
     for name, ranges in by_name.items():
         try:
-            st = os.stat(os.path.join(folder, name))
+            key = _identity(os.path.join(folder, name))
         except (OSError, ValueError):
             continue  # no file there (or a NUL in the name): DCP cannot open it either
-        by_file[st.st_dev, st.st_ino] += ranges
-    return dict(by_file)
+        listing.by_file[key] += ranges
+        if key not in inside:
+            listing.outside.append(name)
+    return listing
+
+
+def _identity(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """The file a path opens (links followed), as (st_dev, st_ino)."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino

@@ -8,6 +8,7 @@ and reports what torch.load(weights_only=True) would do with it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import mmap
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inspector.core import decompress, formats, safetensors_header, zipread
-from inspector.core.dcp_items import listed_archives
+from inspector.core.dcp_items import listed_archives, outside_items
 from inspector.core.discover import Found, discover
 from inspector.core.dtypes import STORAGE_CLASSES
 from inspector.core.pickle_scan import (
@@ -797,8 +798,28 @@ def _scan_buffer(ctx: _Scan, buf, size: int) -> None:
     # torch.load and numpy.load take a zip's own path; pickle.load stops at its first byte
     if kind != "zip" and res.format not in ("pickle", "pytorch-legacy", "unknown"):
         _scan_also_as_pickle(ctx, buf)
+    if kind not in ("zip", "tar"):
+        _scan_also_as_tar(ctx, buf)
     if kind != "zip" and ctx.archives is not None:
         _scan_listed_items(ctx, buf)
+
+
+def _scan_also_as_tar(ctx: _Scan, buf) -> None:
+    """torch.load's legacy path opens anything Python's tarfile accepts as its tar format, and
+    tarfile takes headers `formats.is_tar` does not (a checksum written '0_123456' or after a
+    tab): such a file is scanned as a tar too, its own format kept; the worst wins."""
+    import tarfile
+
+    try:
+        tarfile.TarInfo.frombuf(bytes(buf[:512]), "utf-8", "surrogateescape")
+    except tarfile.HeaderError:
+        return
+    fmt = ctx.result.format
+    ctx.find(Severity.SUSPICIOUS, "polyglot", f"the {fmt} file is also a tar archive to Python's "
+             "tarfile; torch.load would unpickle its members, so it was scanned as one too")
+    with contextlib.suppress(tarfile.TarError, ValueError):  # no member pickles: it stands
+        _scan_tar(ctx, buf)
+    ctx.result.format = fmt
 
 
 def _scan_listed_items(ctx: _Scan, buf) -> None:
@@ -901,14 +922,28 @@ def scan_paths(paths: Iterable[str | os.PathLike]) -> Iterator[ScanResult]:
 def scan_found(found: Found) -> ScanResult:
     """Scan one discovered file; `skipped` when a folder's file is no checkpoint at all."""
     try:
-        # a DCP data file: the archives its folder's .metadata lists, checked (dcp_items)
-        res = scan_file(found.path, listed_archives(found.path))
+        res = scan_dcp_aware(found.path)
     except Exception as exc:  # scan_file never raises for a bad file; a bug must not hide
         res = ScanResult(path=os.fspath(found.path), verdict=Verdict.ERROR,
                          error=" ".join(f"scan failed: {type(exc).__name__}: {exc}"
                                         .split())[:300])
     if found.in_folder and _not_a_checkpoint(res):
         res.verdict = Verdict.SKIPPED
+    return res
+
+
+def scan_dcp_aware(path: str | os.PathLike) -> ScanResult:
+    """`scan_file` of a file that may belong to a DCP folder: a data file through the archives
+    its `.metadata` lists (checked, `core.dcp_items`), a `.metadata` that lists items in files
+    outside its folder suspicious (DCP loads them; a scan of the folder never reads them)."""
+    res = scan_file(path, listed_archives(path))
+    outside = outside_items(path)
+    if outside:
+        names = ", ".join(repr(n) for n in outside[:3])
+        res.findings.append(Finding(Severity.SUSPICIOUS, "dcp-outside-file",
+                                    f"lists items in {names}, outside its folder: DCP loads "
+                                    "them, and they were not scanned"))
+        res.verdict = worst([res.verdict, Verdict.SUSPICIOUS])
     return res
 
 
