@@ -132,9 +132,9 @@ def test_convert_writes_a_verified_safetensors_and_offers_to_open_it(
     assert dialog is not None and dialog.output.text() == str(tmp_path / "training.safetensors")
     qtbot.waitUntil(lambda: dialog.result is not None, timeout=LOAD_TIMEOUT_MS)
     result = dialog.result
-    assert result["verified"] is True
+    assert result.verified is True
     out = tmp_path / "training.safetensors"
-    assert out.exists() and Path(result["sidecar"]).exists()
+    assert out.exists() and Path(result.sidecar).exists()
     report = dialog.report.toPlainText()
     assert "Verified: every tensor of the output equals the input" in report
     assert "sidecar" in report

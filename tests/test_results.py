@@ -13,12 +13,16 @@ from pathlib import Path
 import factories
 import torch
 
+from inspector.cli import main
+from inspector.cli.inspect_cmd import health_lines
+from inspector.core.health import Health, HealthFinding
 from inspector.core.manifest import FileEntry, read_manifest, write_manifest
 from inspector.core.optimizer_map import OptimizerParams
 from inspector.core.results import (
     ConversionResult,
     DiffResult,
     FlipRecord,
+    FolderConversion,
     InspectResult,
     Jail,
     TensorStats,
@@ -27,7 +31,13 @@ from inspector.core.results import (
 )
 from inspector.core.resume import ResumeChecklist
 from inspector.core.verify import FileCheck, TensorCheck, VerifyResult, verify
-from inspector.core.vocabulary import JailLevel, TensorStatus, Verdict
+from inspector.core.vocabulary import (
+    HealthSeverity,
+    HealthStatus,
+    JailLevel,
+    TensorStatus,
+    Verdict,
+)
 from inspector.report import FileEvidence, SessionEvidence, build_report
 from inspector.report.render_html import render_html
 from inspector.sandbox.client import convert_file, diff_files, inspect_file, tensor_digests
@@ -78,6 +88,28 @@ def test_inspect_of_safetensors_with_a_nan_round_trips(tmp_path: Path) -> None:
     assert all(isinstance(t.absmax, float) for t in result.tensors)
 
 
+def test_health_with_findings_round_trips(tmp_path: Path) -> None:
+    state = factories.small_state_dict()
+    nan_key, copied = [k for k, v in state.items() if v.dtype == torch.float32 and v.dim() == 2
+                       and v.numel() >= 16][:2]
+    state[nan_key].view(-1)[0] = float("nan")
+    state["copy.weight"] = state[copied].clone()  # a duplicate that shares no storage
+    data = inspect_file(factories.save_safetensors(tmp_path / "m.safetensors", state))
+    health = _round_trips(Health, data["health"])
+    assert _round_trips(InspectResult, data).health == health
+    assert health.status is HealthStatus.PROBLEM and health.weights_checked == len(state)
+    assert all(isinstance(f, HealthFinding) for f in health.findings)
+    by_code = {f.code: f for f in health.findings}
+    nan = by_code["nonfinite-weights"]
+    assert (nan.key, nan.severity, nan.extra) == (nan_key, HealthSeverity.PROBLEM,
+                                                  {"nan": 1, "inf": 0})
+    duplicate = by_code["duplicate-weights"]  # the later key names the first in file order
+    assert {duplicate.key, *duplicate.extra.values()} == {copied, "copy.weight"}
+    assert list(duplicate.extra) == ["duplicate_of"]
+    assert health_lines(health)[0] == (f"health:   problem ({health.weights_checked} weight "
+                                       f"tensors judged, {len(health.findings)} finding(s))")
+
+
 def test_diff_with_one_flipped_bit_round_trips(tmp_path: Path) -> None:
     state = factories.small_state_dict()
     key = next(k for k, v in state.items() if v.dtype == torch.float32 and v.dim() == 2)
@@ -110,6 +142,30 @@ def test_convert_round_trips(tmp_path: Path) -> None:
     assert result.scan_verdict is Verdict.SAFE
     assert Path(result.output).is_file() and isinstance(result.sandbox, Jail)
     assert src.read_bytes() == before
+    # the report reads the typed conversion as it reads the dict
+    sections = [build_report(SessionEvidence([FileEvidence(str(src), conversion=c)]))
+                .files[0].conversion for c in (result.to_json(), result)]
+    assert sections[0] == sections[1] and sections[1].status == "pass"
+    assert (sections[1].output, sections[1].details["tensors_written"]) == (
+        result.output, result.tensors_written)
+
+
+def test_folder_convert_round_trips(tmp_path: Path, capsys) -> None:
+    state = factories.small_state_dict()
+    folder = tmp_path / "model"
+    folder.mkdir()
+    names = {k: f"pytorch_model-0000{1 + i % 2}-of-00002.bin" for i, k in enumerate(state)}
+    for name in set(names.values()):
+        torch.save({k: v for k, v in state.items() if names[k] == name}, folder / name)
+    total = sum(v.numel() * v.element_size() for v in state.values())
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": total}, "weight_map": names}))
+    assert main(["convert", str(folder), "--json", "-q"]) == 0
+    result = _round_trips(FolderConversion, json.loads(capsys.readouterr().out))
+    assert all(isinstance(s, ConversionResult) and s.verified for s in result.shards)
+    assert sorted(Path(s.input).name for s in result.shards) == sorted(set(names.values()))
+    assert (result.tensors_written, result.bytes_written) == (len(state), total)
+    assert Path(result.output_index).name == "model.safetensors.index.json"
 
 
 def test_verify_with_one_mismatch_round_trips(tmp_path: Path) -> None:

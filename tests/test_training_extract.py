@@ -20,7 +20,7 @@ from inspector.core.extract import select, strip_prefixes
 from inspector.core.flatten import flatten
 from inspector.core.hyper_params import hyper_parameters_line
 from inspector.core.optim_types import optimizer_types, scheduler_types
-from inspector.core.optimizer_map import map_optimizers
+from inspector.core.optimizer_map import OptimizerParams, map_optimizers
 
 pytest_plugins = ("sandbox_fixtures",)  # fixture: unchanged
 
@@ -296,6 +296,23 @@ def test_names_the_optimizer_saved_are_used_as_they_are():
     for row in found.to_json()["params"]:
         assert row["shape"] == list(named[row["name"]].shape)
         assert row["key"] == f"model.{row['name']}"
+
+
+def test_optimizer_params_round_trip_with_and_without_the_type_key():
+    """A result written before `type` existed passes through unchanged (no `"type": ""`
+    gained); a new one keeps its type, also '' for an optimizer its names do not tell."""
+    model = _Buffered()
+    optimizer = torch.optim.AdamW(model.parameters())
+    model(torch.randn(3, 8)).sum().backward()
+    optimizer.step()
+    tensors, objects = _records({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
+    [found] = map_optimizers(tensors, objects)
+    new = found.to_json()
+    assert new["type"] == "AdamW"
+    old = {k: v for k, v in new.items() if k != "type"}
+    unknown = {**new, "type": ""}
+    for data in (new, old, unknown):
+        assert OptimizerParams.from_json(data).to_json() == data
 
 
 def _train_buffered(model: nn.Module):

@@ -133,12 +133,12 @@ def run(args: argparse.Namespace) -> int:
     from inspector.sandbox.client import SandboxError, convert_file
 
     def convert_one(source: str | Path, output: Path, overwrite: bool, on_event=None,
-                    cancel=None) -> dict:
-        return convert_file(source, output, overwrite=overwrite,
-                            allow_globals=args.allow_global,
-                            override_dangerous=args.override_dangerous, timeout=args.timeout,
-                            skip_unsupported=args.skip_unsupported, on_event=on_event,
-                            cancel=cancel, key=args.key, strip_prefix=args.strip_prefix)
+                    cancel=None) -> ConversionResult:
+        return ConversionResult.from_json(convert_file(
+            source, output, overwrite=overwrite, allow_globals=args.allow_global,
+            override_dangerous=args.override_dangerous, timeout=args.timeout,
+            skip_unsupported=args.skip_unsupported, on_event=on_event, cancel=cancel,
+            key=args.key, strip_prefix=args.strip_prefix))
 
     if is_folder_input(Path(args.file)):
         if args.key or args.strip_prefix:
@@ -153,8 +153,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_OUTPUT
     try:
         with stderr_progress("converting", args.quiet) as show:
-            report = ConversionResult.from_json(
-                convert_one(args.file, output, args.force, progress_events(show)))
+            report = convert_one(args.file, output, args.force, progress_events(show))
         report.input = os.path.abspath(args.file)  # the user's path, not a link's target
     except SandboxError as exc:
         if args.json:

@@ -26,10 +26,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from inspector.cli.common import progress_events, sandbox_line, stderr_progress, warm_workers
+from inspector.cli.common import progress_events, stderr_progress, warm_workers
 from inspector.core.dcp_folder import is_dcp_folder
 from inspector.core.errors import CodedError
 from inspector.core.hfcache import repo_folder
+from inspector.core.results import ConversionResult, FolderConversion, jail_line
 from inspector.core.shard_set import (
     SAFETENSORS_INDEX,
     FolderChoiceError,
@@ -70,7 +71,7 @@ class FolderJob:
     index: ShardIndex | None
     pairs: list[tuple[Path, Path]]
     output_index: Path | None
-    reports: list[dict] = field(default_factory=list)
+    reports: list[ConversionResult] = field(default_factory=list)
 
 
 def safetensors_name(name: str) -> str:
@@ -166,13 +167,14 @@ def check_outputs(paths: list[Path], force: bool) -> None:
 
 
 def convert_folder(job: FolderJob, convert_one, force: bool, on_shard=None,
-                   jobs: int = 1) -> dict:
+                   jobs: int = 1) -> FolderConversion:
     """Convert every shard (`jobs` at once), then write and check the index; the folder's
     conversion report.
 
     `convert_one(src, out, overwrite, cancel=token)` is the jailed conversion of one file (its
-    report); `on_shard(number, count, src)` is told as each shard starts, from its job's thread.
-    The first failing shard cancels the others, and every file this run created is removed.
+    `ConversionResult`); `on_shard(number, count, src)` is told as each shard starts, from its
+    job's thread. The first failing shard cancels the others, and every file this run created
+    is removed.
     """
     outputs = [out for _src, out in job.pairs] + ([job.output_index] if job.output_index else [])
     check_outputs(outputs, force)
@@ -186,21 +188,21 @@ def convert_folder(job: FolderJob, convert_one, force: bool, on_shard=None,
         # the checks name shards in the index's order, whichever finished first
         return {src.name: found[src.name] for src, _out in job.pairs if src.name in found}
 
-    def convert_shard(item: tuple[int, tuple[Path, Path]], cancel) -> dict:
+    def convert_shard(item: tuple[int, tuple[Path, Path]], cancel) -> ConversionResult:
         number, (src, out) = item
         if on_shard is not None:
             on_shard(number, len(job.pairs), src)
         existed = out.exists()
         report = convert_one(src, out, force, cancel=cancel)
-        report["input"] = str(src)  # the worker names the link's target
+        report.input = str(src)  # the worker names the link's target
         with lock:
             if not existed:
                 created.append(out)
-                if report["sidecar"]:
-                    created.append(Path(report["sidecar"]))
+                if report.sidecar:
+                    created.append(Path(report.sidecar))
             # every key the shard held, written or not, checked at once so a bad set stops early
-            found[src.name] = [*report["digests"], *report["aliases"],
-                               *(s["key"] for s in report["tensors_skipped"])]
+            found[src.name] = [*report.digests, *report.aliases,
+                               *(s["key"] for s in report.tensors_skipped)]
             if job.index is not None:
                 _raise_fatal(check_contents(job.index, in_order()))
         return report
@@ -222,11 +224,11 @@ def _raise_fatal(problems: list[Problem]) -> None:
         raise FolderError("coverage", "the shards do not match their index", fatal)
 
 
-def _finish(job: FolderJob, found: dict[str, list[str]], force: bool) -> dict:
+def _finish(job: FolderJob, found: dict[str, list[str]], force: bool) -> FolderConversion:
     """Check `total_size` against the data written; write the new index and check it."""
     pairs = list(zip(job.pairs, job.reports, strict=True))
-    written = {out.name: list(r["digests"]) for (_s, out), r in pairs}
-    data_bytes = sum(r["bytes_written"] for r in job.reports)
+    written = {out.name: list(r.digests) for (_s, out), r in pairs}
+    data_bytes = sum(r.bytes_written for r in job.reports)
     problems: list[Problem] = []
     if job.index is not None:
         problems = check_contents(job.index, found, data_bytes)
@@ -240,16 +242,16 @@ def _finish(job: FolderJob, found: dict[str, list[str]], force: bool) -> dict:
         except BaseException:
             job.output_index.unlink(missing_ok=True)
             raise
-    return {
-        "input": str(job.source),
-        "index": str(job.index.path) if job.index is not None else None,
-        "output_index": str(job.output_index) if job.output_index else None,
-        "outputs": [str(out) for _src, out in job.pairs],
-        "tensors_written": sum(r["tensors_written"] for r in job.reports),
-        "bytes_written": data_bytes,
-        "problems": [p.to_json() for p in problems],
-        "shards": job.reports,
-    }
+    return FolderConversion(
+        input=str(job.source),
+        index=str(job.index.path) if job.index is not None else None,
+        output_index=str(job.output_index) if job.output_index else None,
+        outputs=[str(out) for _src, out in job.pairs],
+        tensors_written=sum(r.tensors_written for r in job.reports),
+        bytes_written=data_bytes,
+        problems=[p.to_json() for p in problems],
+        shards=job.reports,
+    )
 
 
 def _check_written(index_path: Path) -> None:
@@ -266,25 +268,25 @@ def _check_written(index_path: Path) -> None:
                           "shards: " + "; ".join(p.message for p in problems[:4]))
 
 
-def human_lines(report: dict) -> list[str]:
+def human_lines(report: FolderConversion) -> list[str]:
     """One line per shard written (and its aliases, skips, sidecar), the index, the checks."""
     lines = []
-    for shard in report["shards"]:
-        lines.append(f"wrote     {shard['output']} ({shard['tensors_written']} tensors, "
-                     f"{shard['bytes_written']:,} bytes) from {shard['input']}")
+    for shard in report.shards:
+        lines.append(f"wrote     {shard.output} ({shard.tensors_written} tensors, "
+                     f"{shard.bytes_written:,} bytes) from {shard.input}")
         lines += [f"alias     {alias} -> {kept} (shared storage, stored once)"
-                  for alias, kept in shard["aliases"].items()]
-        lines += [f"skipped   {s['key']}: {s['reason']}" for s in shard["tensors_skipped"]]
-        if shard.get("sidecar"):
-            lines.append(f"sidecar   {shard['sidecar']}")
-    if report["output_index"]:
-        lines.append(f"index     {report['output_index']} ({report['tensors_written']} keys, "
-                     f"total_size {report['bytes_written']:,})")
+                  for alias, kept in shard.aliases.items()]
+        lines += [f"skipped   {s['key']}: {s['reason']}" for s in shard.tensors_skipped]
+        if shard.sidecar:
+            lines.append(f"sidecar   {shard.sidecar}")
+    if report.output_index:
+        lines.append(f"index     {report.output_index} ({report.tensors_written} keys, "
+                     f"total_size {report.bytes_written:,})")
     lines.append("verified  every tensor of every shard reopened with safetensors matches its "
                  "source bit for bit" + (", and the index matches the shards"
-                                         if report["output_index"] else ""))
-    lines += [f"warning   {p['message']}" for p in report["problems"]]
-    lines.append(sandbox_line(report["shards"][0].get("sandbox")))
+                                         if report.output_index else ""))
+    lines += [f"warning   {p['message']}" for p in report.problems]
+    lines.append(jail_line(report.shards[0].sandbox))
     return lines
 
 
@@ -313,7 +315,7 @@ def run_folder(args: argparse.Namespace, convert_one, exit_for) -> int:
     except OSError as exc:
         return _fail(args, "os_error", f"{exc.strerror or exc}: {exc.filename or args.file}",
                      [], 3)
-    print(json.dumps(report) if args.json else "\n".join(human_lines(report)))
+    print(json.dumps(report.to_json()) if args.json else "\n".join(human_lines(report)))
     return 0
 
 

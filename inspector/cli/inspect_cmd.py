@@ -46,8 +46,10 @@ from inspector.cli.common import (
 )
 from inspector.core import integrity, strict_json
 from inspector.core.contents import summarize, training_summary
+from inspector.core.health import Health
 from inspector.core.hyper_params import hyper_parameters_line
-from inspector.core.results import InspectResult, jail_line, records
+from inspector.core.json_record import records
+from inspector.core.results import InspectResult, jail_line
 from inspector.core.resume import resume_text
 from inspector.core.termtext import escape
 from inspector.core.verdict import exit_code
@@ -76,14 +78,13 @@ def _num(value: object) -> str:
     return f"{value:.4g}"
 
 
-def health_lines(health: dict | None) -> list[str]:
+def health_lines(health: Health | None) -> list[str]:
     """The weights-health verdict and its findings, one line each."""
-    if not health:
+    if health is None:
         return ["health:   not assessed (nothing was loaded)"]
-    lines = [f"health:   {health['status']} ({health.get('weights_checked', 0)} weight tensors "
-             f"judged, {len(health['findings'])} finding(s))"]
-    lines.extend(f"  {f['severity']:<8} {f['key']}: {f['message']}"
-                 for f in health["findings"][:50])
+    lines = [f"health:   {health.status} ({health.weights_checked} weight tensors "
+             f"judged, {len(health.findings)} finding(s))"]
+    lines.extend(f"  {f.severity:<8} {f.key}: {f.message}" for f in health.findings[:50])
     return lines
 
 
@@ -209,6 +210,6 @@ def run(args: argparse.Namespace) -> int:
     if any(p["fatal"] for p in report.problems or ()):
         return EXIT_COVERAGE
     code = exit_code((report.scan or {}).get("verdict", Verdict.SAFE))
-    if code == 0 and (report.health or {}).get("status") == HealthStatus.PROBLEM:
+    if code == 0 and report.health is not None and report.health.status == HealthStatus.PROBLEM:
         return EXIT_HEALTH_PROBLEM
     return code

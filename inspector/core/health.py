@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inspector.core.dtypes import lookup
+from inspector.core.json_record import JsonRecord, typed_list, word
 from inspector.core.vocabulary import HealthSeverity, HealthStatus
 
 OK, WARNING, PROBLEM = HealthStatus.OK, HealthStatus.WARNING, HealthStatus.PROBLEM
@@ -59,27 +60,23 @@ STATE_LEAVES = frozenset({
 
 
 @dataclass
-class HealthFinding:
-    """One observation about one tensor's values."""
+class HealthFinding(JsonRecord):
+    """One observation about one tensor's values; what a finding adds (counts, the value,
+    the tensor it duplicates) is in `extra`, as the contract's record holds it beside these."""
 
     code: str
     key: str
-    severity: str
+    severity: HealthSeverity | str = field(metadata=word(HealthSeverity))
     message: str
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        """{code, key, severity, message, ...details}."""
-        return {"code": self.code, "key": self.key, "severity": self.severity,
-                "message": self.message, **self.details}
 
 
 @dataclass
-class Health:
-    """The weights-health verdict of one checkpoint."""
+class Health(JsonRecord):
+    """The weights-health verdict of one checkpoint (the `health` contract)."""
 
-    status: str = OK
-    findings: list[HealthFinding] = field(default_factory=list)
+    status: HealthStatus | str = field(default=OK, metadata=word(HealthStatus))
+    findings: list[HealthFinding] = field(default_factory=list,
+                                          metadata=typed_list(HealthFinding))
     weights_checked: int = 0
     state_tensors: int = 0
 
@@ -87,12 +84,7 @@ class Health:
         """Record a finding; the status is the worst severity seen."""
         self.findings.append(finding)
         if _RANK[finding.severity] > _RANK[self.status]:
-            self.status = finding.severity
-
-    def to_json(self) -> dict[str, Any]:
-        """The `health` contract: status, findings, and how many tensors were judged."""
-        return {"status": self.status, "findings": [f.to_json() for f in self.findings],
-                "weights_checked": self.weights_checked, "state_tensors": self.state_tensors}
+            self.status = HealthStatus(finding.severity)
 
 
 def is_state_key(key: str) -> bool:
@@ -178,7 +170,7 @@ def _nonfinite(health: Health, rec: dict[str, Any], severity: str) -> None:
     else:
         message = f"{what} of {numel:,} values: the weights are corrupt or training diverged"
     health.add(HealthFinding("nonfinite-state" if severity == INFO else "nonfinite-weights",
-                             rec["key"], severity, message, {"nan": nan, "inf": inf}))
+                             rec["key"], severity, message, extra={"nan": nan, "inf": inf}))
 
 
 def _outliers(health: Health, rec: dict[str, Any]) -> None:
@@ -193,7 +185,7 @@ def _outliers(health: Health, rec: dict[str, Any]) -> None:
             f"{count:,} value(s) at least 2^{gap} times above the rest of the tensor "
             f"(absmax {_num(rec.get('absmax'))}, the rest below 2^{bulk + 1}): the signature "
             f"of a flipped exponent bit",
-            {"outliers": count, "absmax": rec.get("absmax"), "bulk_exponent": bulk + 1}))
+            extra={"outliers": count, "absmax": rec.get("absmax"), "bulk_exponent": bulk + 1}))
 
 
 def _constant(health: Health, rec: dict[str, Any]) -> bool:
@@ -207,7 +199,7 @@ def _constant(health: Health, rec: dict[str, Any]) -> bool:
         message = (f"all {numel:,} values are zero (expected only in freshly initialised "
                    f"LoRA-style layers)" if zero else f"all {numel:,} values equal {lo!r}")
         health.add(HealthFinding("zero-weights" if zero else "constant-weights", rec["key"],
-                                 WARNING, message, {"value": lo}))
+                                 WARNING, message, extra={"value": lo}))
     return True
 
 
@@ -222,4 +214,4 @@ def _duplicate(health: Health, rec: dict[str, Any], seen: dict[tuple, str]) -> N
             "duplicate-weights", rec["key"], WARNING,
             f"bit-for-bit identical to {first} without sharing its storage (a copy where "
             f"distinct weights were expected, or tied weights saved twice)",
-            {"duplicate_of": first}))
+            extra={"duplicate_of": first}))

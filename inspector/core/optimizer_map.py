@@ -59,8 +59,9 @@ class OptimizerParams:
     reason: str = ""
     source: str = ""
     """Where the names come from: 'param_names' (saved by the optimizer) or 'shapes'."""
-    type: str = ""
-    """The optimizer class its saved names show (`core.optim_types`), '' when they do not."""
+    type: str | None = None
+    """The optimizer class its saved names show (`core.optim_types`), '' when they do not;
+    None in a result written before the key existed (`to_json` leaves it out again)."""
 
     @property
     def mapped(self) -> bool:
@@ -74,11 +75,12 @@ class OptimizerParams:
         return cls(data["optimizer"], [p["id"] for p in params], [p["group"] for p in params],
                    [p.get("shape") for p in params], data.get("model"),
                    [p["name"] for p in params] if data.get("mapped") else [],
-                   data.get("reason") or "", data.get("source") or "", data.get("type") or "")
+                   data.get("reason") or "", data.get("source") or "", data.get("type"))
 
     def to_json(self) -> dict[str, Any]:
         """The inspect contract's `optimizer_params` entry."""
-        return {"optimizer": self.optimizer, "type": self.type, "model": self.model,
+        typed = {} if self.type is None else {"type": self.type}
+        return {"optimizer": self.optimizer, **typed, "model": self.model,
                 "mapped": self.mapped, "reason": self.reason, "source": self.source,
                 "params": [{"id": i, "group": g, "shape": s,
                             "name": self.names[n] if self.names else None,

@@ -19,9 +19,9 @@ from typing import Any, Protocol
 
 from inspector.core.dtypes import canonical_dtype
 from inspector.core.hashing import sha256_file
+from inspector.core.json_record import JsonRecord, typed_list
 from inspector.core.manifest import FileEntry, Manifest, TensorEntry
 from inspector.core.progress import Cancelled, CancelToken, ProgressFn, check
-from inspector.core.results import JsonRecord, typed_list
 from inspector.core.shards import ORPHAN_NOTE, ShardError, orphan_shards, read_index
 from inspector.core.vocabulary import FileStatus, TensorCheckStatus
 

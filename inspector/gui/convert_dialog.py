@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.core.progress import CancelToken
+from inspector.core.results import ConversionResult
 from inspector.core.vocabulary import FileStatus
 from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, Job
@@ -48,7 +49,7 @@ class ConvertDialog(QDialog):
         self.doc = doc
         self.pipeline = pipeline
         self.job: Job | None = None
-        self.result: dict[str, Any] | None = None
+        self.result: ConversionResult | None = None
         self.setWindowTitle(f"Convert {doc.name} to safetensors")
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.resize(640, 420)
@@ -134,7 +135,7 @@ class ConvertDialog(QDialog):
                     self.progress.setRange(0, 1000)
                     self.progress.setValue(int(1000 * min(done, total) / total))
 
-    def _finished(self, result: dict[str, Any]) -> None:
+    def _finished(self, result: ConversionResult) -> None:
         self.result = result
         self.doc.conversion = result
         self.doc.changed.emit()
@@ -162,7 +163,7 @@ class ConvertDialog(QDialog):
             self.output.setText(path)
 
     def _output_path(self) -> str:
-        return str((self.result or {}).get("output") or self.output.text())
+        return (self.result.output if self.result is not None else None) or self.output.text()
 
     def _open_result(self) -> None:
         self.open_result.emit(self._output_path())
@@ -178,22 +179,22 @@ class ConvertDialog(QDialog):
             self.reject()
 
 
-def conversion_html(result: dict[str, Any]) -> str:
+def conversion_html(result: ConversionResult) -> str:
     """The conversion report in words: verification, aliases, sidecar, output hash."""
-    verified = result.get("verified")
+    verified = result.verified
     ok = status_style(FileStatus.OK if verified else FileStatus.MISMATCH)
     parts = [
         f"<p><b style='color:{ok.colour}'>{ok.glyph} "
         + ("Verified: every tensor of the output equals the input, bit for bit."
            if verified else "Not verified: the output does not match the input.")
         + "</b></p>",
-        f"<p>Wrote <b>{html.escape(str(result.get('output')))}</b> with "
-        f"{result.get('tensors_written', '?')} tensors.</p>",
+        f"<p>Wrote <b>{html.escape(str(result.output))}</b> with "
+        f"{result.tensors_written} tensors.</p>",
     ]
-    if result.get("sha256"):
-        parts.append(f"<p>SHA-256 of the output: <code>{html.escape(result['sha256'])}</code>"
+    if result.sha256:
+        parts.append(f"<p>SHA-256 of the output: <code>{html.escape(result.sha256)}</code>"
                      "</p>")
-    aliases = result.get("aliases") or {}
+    aliases = result.aliases
     if aliases:
         items = "".join(
             f"<li><code>{html.escape(str(a))}</code> → <code>{html.escape(str(k))}</code></li>"
@@ -202,20 +203,21 @@ def conversion_html(result: dict[str, Any]) -> str:
         parts.append(f"<p>{len(aliases)} tensor(s) shared storage with another and were "
                      f"stored once; the aliases are recorded in the file's metadata:</p>"
                      f"<ul>{items}</ul>")
-    if result.get("sidecar"):
-        moved = result.get("objects_moved") or []
-        parts.append(f"<p>{len(moved)} non-tensor value(s) (epoch, config…) went to the JSON "
-                     f"sidecar <b>{html.escape(str(result['sidecar']))}</b>.</p>")
-    for problem in result.get("not_serializable") or []:
+    if result.sidecar:
+        parts.append(f"<p>{len(result.objects_moved)} non-tensor value(s) (epoch, config…) went "
+                     f"to the JSON sidecar <b>{html.escape(result.sidecar)}</b>.</p>")
+    for problem in result.not_serializable:
         parts.append(f"<p>Not kept (JSON cannot hold it): {html.escape(str(problem))}</p>")
     return "".join(parts)
 
 
 def _convert_fn(path: Path, out: Path, overwrite: bool, allow_globals: tuple[str, ...]):
-    def run(emit: EmitFn, cancel: CancelToken) -> dict[str, Any]:
+    def run(emit: EmitFn, cancel: CancelToken) -> ConversionResult:
         from inspector.sandbox.client import convert_file
 
-        return convert_file(path, out, overwrite=overwrite, allow_globals=allow_globals,
-                            on_event=emit, cancel=cancel)
+        # typed here, on the job's thread, not on the UI thread
+        return ConversionResult.from_json(convert_file(
+            path, out, overwrite=overwrite, allow_globals=allow_globals, on_event=emit,
+            cancel=cancel))
 
     return run

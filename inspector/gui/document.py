@@ -8,7 +8,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from inspector.core.results import DiffResult, InspectResult
+from inspector.core.results import ConversionResult, DiffResult, InspectResult
 from inspector.core.torchscript_layout import CODE_ARCHIVES
 from inspector.core.verify import VerifyResult
 from inspector.core.vocabulary import DocumentState, Severity
@@ -67,7 +67,7 @@ class FileDocument(QObject):
         self.objects: list[dict[str, Any]] = []
         self.verify: Verification | None = None
         self.diff: DiffResult | None = None
-        self.conversion: dict[str, Any] | None = None
+        self.conversion: ConversionResult | None = None
         self.worker_started = False
 
     @property

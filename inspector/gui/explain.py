@@ -204,10 +204,11 @@ def code_safety_explanation(scan: dict | None) -> Explanation:
     return verdict_explanation(verdict)
 
 
-def health_explanation(health: dict | None, loaded: bool | None) -> Explanation:
-    """Banner text for the weights-health badge (loaded None while the load may still run)."""
-    if health:
-        return HEALTH_TEXT.get(str(health.get("status")), HEALTH_TEXT[HealthStatus.PROBLEM])
+def health_explanation(status: str | None, loaded: bool | None) -> Explanation:
+    """Banner text for the weights-health badge of a `Health.status` (None until judged;
+    loaded None while the load may still run)."""
+    if status:
+        return HEALTH_TEXT.get(status, HEALTH_TEXT[HealthStatus.PROBLEM])
     return HEALTH_PENDING if loaded is None else HEALTH_NOT_LOADED
 
 

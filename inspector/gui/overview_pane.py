@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.core.contents import Contents, summarize, training_summary
+from inspector.core.health import Health
 from inspector.core.indicators import FLAGGED, import_label, indicators_text
 from inspector.core.integrity import integrity_findings
 from inspector.core.shard_inspect import coverage_text, is_sharded_input
@@ -240,8 +241,9 @@ class OverviewPane(QWidget):
         self.banner.show_style(code_safety_style(doc.scan), code_safety_explanation(doc.scan),
                                self._banner_detail(doc))
         health = doc.result.health if doc.result is not None else None
-        health_text = health_explanation(health, _loaded(doc))
-        self.health_banner.show_style(health_style(health), health_text,
+        status = health.status if health is not None else None
+        health_text = health_explanation(status, _loaded(doc))
+        self.health_banner.show_style(health_style(status), health_text,
                                       _health_detail(health) or health_text.meaning)
         self.fields["path"].setText(str(doc.path))
         self.fields["format"].setText(str(scan.get("format") or "—"))
@@ -355,15 +357,15 @@ def _loaded(doc: FileDocument) -> bool | None:
     return None
 
 
-def _health_detail(health: dict | None) -> str:
+def _health_detail(health: Health | None) -> str:
     """The first problem (or warning) finding and how many more there are."""
-    findings = [f for f in (health or {}).get("findings") or []
-                if f.get("severity") in (HealthSeverity.PROBLEM, HealthSeverity.WARNING)]
+    findings = [f for f in (health.findings if health is not None else ())
+                if f.severity in (HealthSeverity.PROBLEM, HealthSeverity.WARNING)]
     if not findings:
         return ""
     first = findings[0]
     more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
-    return f"{first.get('key')}: {first.get('message')}{more}"
+    return f"{first.key}: {first.message}{more}"
 
 
 def _sandbox_text(doc: FileDocument) -> str:
@@ -440,22 +442,20 @@ def _severity_label(severity: str, colour: str | None) -> str:
     return f"<b{style}>{html.escape(severity.upper())}</b>"
 
 
-def _health_html(health: dict | None) -> str:
+def _health_html(health: Health | None) -> str:
     """The weights-health findings, worst first; training state shown as information."""
-    if not health:
+    if health is None:
         return ""
-    expl = health_explanation(health, True)
-    findings = sorted(health.get("findings") or [],
-                      key=lambda f: ("problem", "warning", "info").index(f.get("severity", "info")))
-    parts = [f"<h3>Weights health: {html.escape(str(health.get('status')).upper())}</h3>"
+    expl = health_explanation(health.status, True)
+    findings = sorted(health.findings,
+                      key=lambda f: ("problem", "warning", "info").index(f.severity or "info"))
+    parts = [f"<h3>Weights health: {html.escape(str(health.status).upper())}</h3>"
              f"<p>{html.escape(expl.meaning)}"
              + (f"<br><b>What to do:</b> {html.escape(expl.action)}" if expl.action else "")
              + "</p>"]
     for f in findings[:50]:
-        severity = str(f.get("severity"))
-        colour = (health_style({"status": severity}).colour
-                  if severity != HealthSeverity.INFO else None)
+        severity = str(f.severity)
+        colour = health_style(severity).colour if severity != HealthSeverity.INFO else None
         parts.append(f"<p>{_severity_label(severity, colour)} "
-                     f"<code>{html.escape(str(f.get('key')))}</code> — "
-                     f"{html.escape(str(f.get('message')))}</p>")
+                     f"<code>{html.escape(f.key)}</code> — {html.escape(f.message)}</p>")
     return "".join(parts)

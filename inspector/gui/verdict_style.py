@@ -67,16 +67,22 @@ def code_safety_style(scan: dict | None) -> Style:
     return verdict_style(verdict)
 
 
-def health_style(health: dict | None) -> Style:
-    """Style of the weights-health badge (grey until the weights were judged)."""
-    return HEALTH.get(str((health or {}).get("status")), HEALTH_UNKNOWN)
+def health_style(status: str | None) -> Style:
+    """Style of the weights-health badge of a `Health.status` or a finding's severity (grey
+    until the weights were judged)."""
+    return HEALTH.get(status, HEALTH_UNKNOWN) if status else HEALTH_UNKNOWN
+
+
+def _health_status(doc: Any) -> str | None:
+    """The document's weights-health status, None until judged."""
+    health = doc.result.health if doc.result is not None else None
+    return health.status if health is not None else None
 
 
 def document_icon(doc: Any) -> QIcon:
     """A file's list icon: its code-safety badge, with a weights-health dot when not ok."""
     safety = code_safety_style(doc.scan)
-    health = (doc.inspect or {}).get("health")
-    status = (health or {}).get("status")
+    status = _health_status(doc)
     if status not in (HealthStatus.WARNING, HealthStatus.PROBLEM):
         return badge_icon(safety.colour, safety.glyph)
     return _badge_with_dot(safety.colour, safety.glyph, HEALTH[status].colour)
@@ -85,8 +91,8 @@ def document_icon(doc: Any) -> QIcon:
 def document_words(doc: Any) -> str:
     """Code safety and, once judged, weights health in a few words."""
     words = code_safety_style(doc.scan).word
-    health = (doc.inspect or {}).get("health")
-    return f"{words}; {health_style(health).word}" if health else words
+    status = _health_status(doc)
+    return f"{words}; {health_style(status).word}" if status else words
 
 
 @cache

@@ -5,8 +5,9 @@ from __future__ import annotations
 import datetime as dt
 
 from inspector import __version__
+from inspector.core.json_record import as_result
 from inspector.core.progress import CancelToken, ProgressFn
-from inspector.core.results import DiffResult, InspectResult, as_result
+from inspector.core.results import ConversionResult, DiffResult, InspectResult
 from inspector.core.verdict import worst
 from inspector.core.verify import VerifyResult
 from inspector.core.vocabulary import LoadStatus, ReportStatus, StepStatus, Verdict
@@ -87,7 +88,7 @@ def _file_report(
     tensors = summarize_tensors(loaded) if loaded is not None else None
     health = health_info(loaded) if loaded is not None else None
     verification = verification_info(as_result(VerifyResult, ev.verify), ev.manifest)
-    conversion = conversion_info(ev.conversion)
+    conversion = conversion_info(as_result(ConversionResult, ev.conversion))
     consistency = consistency_info(ev.consistency)
     comparison = comparison_info(as_result(DiffResult, ev.diff))
     model = model_info(loaded) if loaded is not None else None

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from inspector.core.contents import DtypeTotal
 from inspector.core.envinfo import EnvInfo
-from inspector.core.results import DiffResult
+from inspector.core.results import ConversionResult, DiffResult
 from inspector.core.strict_json import strict
 from inspector.core.verify import VerifyResult
 from inspector.core.vocabulary import CheckStatus
@@ -36,7 +36,8 @@ class FileEvidence:
     inspect: dict | None = None
     verify: dict | VerifyResult | None = None
     manifest: str | None = None
-    conversion: dict | None = None
+    conversion: dict | ConversionResult | None = None
+    """A safetensors conversion made in this session (the contract's report, or it typed)."""
     consistency: dict | None = None
     folder: str | None = None
     """The folder the user gave, when this file was found in one (for the backup check)."""

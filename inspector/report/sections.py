@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 from inspector.core.contents import summarize, tally_dtypes, training_summary
 from inspector.core.hashing import sha256_file
 from inspector.core.health import assess
+from inspector.core.json_record import records
 from inspector.core.progress import CancelToken, ProgressFn
-from inspector.core.results import DiffResult, InspectResult, TensorStats, records
+from inspector.core.results import ConversionResult, DiffResult, InspectResult, TensorStats
 from inspector.core.resume import headline, item_label, status_word
 from inspector.core.verify import VerifyResult
 from inspector.core.vocabulary import FileStatus, LoadStatus, StepStatus, TensorCheckStatus, Verdict
@@ -158,10 +159,9 @@ def summarize_tensors(inspect: InspectResult) -> TensorSummary:
 
 def health_info(inspect: InspectResult) -> HealthInfo:
     """Weights health as the engine judged it (judged here for results saved before it did)."""
-    health = inspect.health or assess(records(inspect.tensors)).to_json()
-    return HealthInfo(status=health["status"], findings=list(health.get("findings") or []),
-                      weights_checked=int(health.get("weights_checked") or 0),
-                      state_tensors=int(health.get("state_tensors") or 0))
+    health = inspect.health or assess(records(inspect.tensors))
+    return HealthInfo(status=health.status, findings=records(health.findings),
+                      weights_checked=health.weights_checked, state_tensors=health.state_tensors)
 
 
 def _abs_max(tensor: TensorStats) -> float | None:
@@ -259,17 +259,18 @@ def comparison_info(diff: DiffResult | None) -> ComparisonInfo | None:
     )
 
 
-def conversion_info(conversion: dict | None) -> ConversionInfo | None:
+def conversion_info(conversion: ConversionResult | None) -> ConversionInfo | None:
     """The conversion report as a section."""
     if conversion is None:
         return None
-    verified = conversion.get("verified")
-    failed = conversion.get("error") or verified is False
+    # a report that carries an error (as `convert --json` prints a failure) did not convert
+    failed = conversion.extra.get("error") or not conversion.verified
+    details = conversion.to_json()
     return ConversionInfo(
         status=FAIL if failed else PASS,
-        output=conversion.get("output"),
-        sha256=conversion.get("sha256"),
-        details={k: v for k, v in conversion.items() if k not in ("output", "sha256")},
+        output=details.pop("output", None),
+        sha256=details.pop("sha256", None),
+        details=details,
     )
 
 
