@@ -59,8 +59,9 @@ def corpus() -> Path:
 
 @pytest.fixture(scope="session")
 def artifacts() -> Path:
-    """Folder for screenshots and other files a person looks at after a run."""
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    """Folder for screenshots and other files a person looks at after a run (with its gui/)."""
+    # gui/ is made here, not by whichever test happens to run first, so any test may save there
+    (ARTIFACTS / "gui").mkdir(parents=True, exist_ok=True)
     return ARTIFACTS
 
 

@@ -119,7 +119,6 @@ def test_training_checkpoint_shows_the_resume_checklist(window, qtbot, llama, ar
     # the optimizer's state is training state, not part of the architecture's parameters
     assert f"{cfg['params']:,} parameters" in overview.fields["architecture"].text()
     shots = artifacts / "gui"
-    shots.mkdir(exist_ok=True)
     window.resize(1280, 720)
     rendered = {}
     try:

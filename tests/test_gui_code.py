@@ -73,7 +73,6 @@ def test_os_system_in_code_is_flagged_at_a_glance_and_marked(window, qtbot, arch
     assert len(dialog.text.extraSelections()) == 1
     assert "names the Python module os" in dialog.flags.text()
     shots = artifacts / "gui"
-    shots.mkdir(exist_ok=True)
     window.resize(1280, 720)
     try:
         for theme in ("light", "dark"):

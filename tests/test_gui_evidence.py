@@ -232,7 +232,6 @@ def link_colours(browser: QTextBrowser) -> set[str]:
 
 def test_screenshots_of_the_evidence_light_and_dark(window, qtbot, tmp_path, canary, artifacts):
     shots = artifacts / "gui"
-    shots.mkdir(exist_ok=True)
     window.resize(1280, 720)
     open_blocked(window, qtbot, code_in_arguments(tmp_path / "hooks.pkl", canary))
     open_blocked(window, qtbot, factories.mal_posix_system(tmp_path / "model.bin", canary))

@@ -140,7 +140,6 @@ def test_convert_writes_a_verified_safetensors_and_offers_to_open_it(
     assert "sidecar" in report
     assert source.read_bytes() == before, "the input was modified"
     assert doc.conversion is result
-    (artifacts / "gui").mkdir(exist_ok=True)
     assert dialog.grab().save(str(artifacts / "gui" / "convert-dialog.png"))
     dialog.open_button.click()
     qtbot.waitUntil(lambda: any(d.path == out for d in window.docs), timeout=10_000)
@@ -182,7 +181,6 @@ def test_about_lists_the_environment_without_importing_torch(window, qtbot, arti
     for key in ("Python", "torch", "CUDA runtime (torch)", "cuDNN", "NVIDIA driver"):
         assert labels.get(key), key
     assert labels["torch"].startswith("2.")
-    (artifacts / "gui").mkdir(exist_ok=True)
     assert dialog.grab().save(str(artifacts / "gui" / "about.png"))
     # Other tests import torch into this process; test_gui_samples.py checks in a clean one.
 

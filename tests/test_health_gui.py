@@ -35,7 +35,6 @@ def test_nan_checkpoint_is_safe_code_and_a_weights_problem(window, qtbot, tmp_pa
     assert "unique storage 272 elements, 1,088 bytes" in window.tensors.summary_label.text()
     item = window.file_list.item(0)
     assert "Safe; Weights: problem" in item.toolTip()
-    (artifacts / "gui").mkdir(exist_ok=True)
     window.resize(1100, 700)
     assert window.grab().save(str(artifacts / "gui" / "health-nan-window.png"))
 
@@ -55,6 +54,5 @@ def test_crc_damaged_file_is_named_damaged_not_asked_about(window, qtbot, tmp_pa
     text = overview.findings.toPlainText()
     assert "allow" not in text.lower() and "decision" not in text.lower()
     assert overview.fields["sha256"].text() == hashlib.sha256(path.read_bytes()).hexdigest()
-    (artifacts / "gui").mkdir(exist_ok=True)
     window.resize(1100, 700)
     assert window.grab().save(str(artifacts / "gui" / "health-crc-damaged-window.png"))
