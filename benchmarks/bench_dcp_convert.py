@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 from bench_inspect_convert import timed
+from common import run_script
 
 PY = sys.executable
 
@@ -55,6 +56,12 @@ save_file(state["model"], out)
 """
 
 
+def generate_folder(folder: Path, size_gb: float) -> tuple[str, int]:
+    """A `dcp.save` folder of about `size_gb` of float32 matrices: how many, and its bytes."""
+    count = run_script(GENERATE, folder, size_gb).strip()
+    return count, sum(p.stat().st_size for p in folder.iterdir())
+
+
 def main() -> int:
     """Generate, measure, print medians and ratios, delete."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -65,12 +72,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-dcp-", dir=args.dir))
     try:
         folder = work / "dcp"
-        made = subprocess.run([PY, "-c", GENERATE, str(folder), str(args.size_gb)],
-                              capture_output=True, text=True)
-        if made.returncode:
-            raise SystemExit(f"generating the folder failed: {made.stderr[-2000:]}")
-        size = sum(p.stat().st_size for p in folder.iterdir())
-        print(f"folder: dcp.save of {made.stdout.strip()} float32 matrices, {size / 1e9:.2f} GB; "
+        count, size = generate_folder(folder, args.size_gb)
+        print(f"folder: dcp.save of {count} float32 matrices, {size / 1e9:.2f} GB; "
               f"{len(os.sched_getaffinity(0))} CPUs; {args.repeats} repeats (medians)")
         for part in folder.iterdir():
             subprocess.run(["cat", str(part)], stdout=subprocess.DEVNULL, check=True)

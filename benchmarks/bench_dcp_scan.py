@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench_dcp_convert import GENERATE
+from bench_dcp_convert import generate_folder
 
 PY = sys.executable
 HERE = Path(__file__).resolve().parents[1]
@@ -75,12 +75,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-dcp-scan-", dir=args.dir))
     try:
         folder = work / "dcp"
-        made = subprocess.run([PY, "-c", GENERATE, str(folder), str(args.size_gb)],
-                              capture_output=True, text=True)
-        if made.returncode:
-            raise SystemExit(f"generating the folder failed: {made.stderr[-2000:]}")
-        size = sum(p.stat().st_size for p in folder.iterdir())
-        print(f"folder: dcp.save of {made.stdout.strip()} float32 matrices, {size / 1e6:.0f} MB; "
+        count, size = generate_folder(folder, args.size_gb)
+        print(f"folder: dcp.save of {count} float32 matrices, {size / 1e6:.0f} MB; "
               f"{len(os.sched_getaffinity(0))} CPUs; load average {os.getloadavg()[0]:.1f}; "
               f"{args.repeats} repeats (medians)")
         checkouts = {"this checkout": HERE}

@@ -1394,6 +1394,17 @@ def dcp_save(state: dict, folder: Path) -> Path:
     return folder
 
 
+DCP_DATA = "__0_0.distcp"
+"""The data file `dcp_save` writes (one process: rank 0's only file)."""
+
+
+def dcp_metadata(folder: Path):
+    """The folder's `.metadata` unpickled (a file a test wrote), to edit and write back."""
+    import pickle
+
+    return pickle.loads((folder / ".metadata").read_bytes())
+
+
 def dcp_write_chunks(folder: Path, full: dict, chunks: dict) -> None:
     """What FileSystemWriter writes when ranks hold chunks of `full`'s tensors: rank r's items
     (`chunks[fqn]` = [(offsets, sizes)] by rank) in __r_0.distcp, back to back."""

@@ -25,7 +25,7 @@ from inspector.core.dcp_items import NotFollowed, item_ranges
 from inspector.core.scan import scan_file, scan_paths
 from inspector.core.torch_layout import describe_archive
 
-DATA = "__0_0.distcp"
+DATA = factories.DCP_DATA
 
 
 @pytest.fixture
@@ -34,14 +34,11 @@ def folder(tmp_path: Path) -> Path:
     return factories.dcp_save(factories.dcp_state(), tmp_path / "ckpt")
 
 
-def _metadata(folder: Path):
-    return pickle.loads((folder / ".metadata").read_bytes())  # a file this test wrote
-
 
 def _list_item(folder: Path, fqn: str, offset: int, length: int) -> None:
     """Make `.metadata` list a bytes item at [offset, offset + length) of the data file, as an
     attacker would to have DCP load what lies there."""
-    metadata = _metadata(folder)
+    metadata = factories.dcp_metadata(folder)
     metadata.state_dict_metadata[fqn] = BytesStorageMetadata()
     metadata.storage_data[MetadataIndex(fqn)] = _StorageInfo(DATA, offset, length)
     (folder / ".metadata").write_bytes(pickle.dumps(metadata))
@@ -121,7 +118,7 @@ def test_a_pickle_appended_after_the_last_archive_is_found(folder, canary):
 def test_a_pickle_inserted_between_two_archives_is_found(folder, canary):
     payload = factories.call("os", "system", factories.touch_cmd(canary))
     data = (folder / DATA).read_bytes()
-    metadata = _metadata(folder)
+    metadata = factories.dcp_metadata(folder)
     cut = sorted(info.offset for info in metadata.storage_data.values())[1]
     (folder / DATA).write_bytes(data[:cut] + payload + data[cut:])
     for info in metadata.storage_data.values():
@@ -135,7 +132,7 @@ def test_a_pickle_inserted_between_two_archives_is_found(folder, canary):
 
 def test_an_item_listed_inside_another_items_tensor_data_is_read(folder, canary):
     payload = factories.call("os", "system", factories.touch_cmd(canary))
-    metadata = _metadata(folder)
+    metadata = factories.dcp_metadata(folder)
     info = next(v for k, v in metadata.storage_data.items() if k.fqn == "model.embed.weight")
     raw = bytearray((folder / DATA).read_bytes())
     (layout,) = describe_archive(bytes(raw), info.offset, info.offset + info.length)

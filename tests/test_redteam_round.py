@@ -28,7 +28,7 @@ from inspector.core import dcp_items, safetensors_header, zipread
 from inspector.core.dcp_folder import scan_folder
 from inspector.core.scan import scan_file
 
-DATA = "__0_0.distcp"
+DATA = factories.DCP_DATA
 
 
 @pytest.fixture
@@ -37,16 +37,13 @@ def folder(tmp_path: Path) -> Path:
     return factories.dcp_save(factories.dcp_state(), tmp_path / "ckpt")
 
 
-def _metadata(folder: Path):
-    return pickle.loads((folder / ".metadata").read_bytes())  # a file this test wrote
-
 
 def _hide_payload(folder: Path, canary: Path) -> tuple[int, int]:
     """Write an os.system pickle inside a tensor's data (not at its start, where the scan
     looks for a pickle in a record) with the record's CRC-32 updated to match; returns its
     (offset, length) in the data file."""
     payload = factories.call("os", "system", factories.touch_cmd(canary))
-    metadata = _metadata(folder)
+    metadata = factories.dcp_metadata(folder)
     info = next(v for k, v in metadata.storage_data.items() if k.fqn == "model.embed.weight")
     raw = bytearray((folder / DATA).read_bytes())
     end = info.offset + info.length
@@ -86,7 +83,7 @@ def test_a_storage_info_named_by_a_dotted_qualname_is_listed(folder, canary):
     """pickle and torch's weights_only unpickler both resolve ('torch.distributed.checkpoint',
     'filesystem._StorageInfo') to _StorageInfo; a walk comparing the pair missed the item."""
     offset, length = _hide_payload(folder, canary)
-    metadata = _metadata(folder)
+    metadata = factories.dcp_metadata(folder)
     _add_item(metadata, "evil", _StorageInfo(DATA, offset, length))
     saved = _StorageInfo.__module__, _StorageInfo.__qualname__
     _StorageInfo.__module__, _StorageInfo.__qualname__ = (
@@ -132,7 +129,7 @@ def test_a_storage_info_state_changed_after_build_is_read_as_build_saw_it(folder
     """BUILD copies its state dict into the object; the walk kept a reference to the dict, so
     SETITEMs on it later (through the memo) moved the item the walk reported elsewhere."""
     offset, length = _hide_payload(folder, canary)
-    metadata = _metadata(folder)
+    metadata = factories.dcp_metadata(folder)
     whole = next(iter(metadata.storage_data.values()))
     data = _marked(metadata, _StorageInfo(DATA, 0, 1))
     memo = struct.pack("<I", 100_000)
@@ -152,7 +149,7 @@ def test_a_metadata_the_walk_does_not_follow_leaves_the_data_file_unsafe(folder,
     """A set (EMPTY_SET, ADDITEMS) anywhere in `.metadata` stops the walk: no ranges, so the
     data file's hidden item is a range nobody listed to the scan."""
     offset, length = _hide_payload(folder, canary)
-    metadata = _metadata(folder)
+    metadata = factories.dcp_metadata(folder)
     _add_item(metadata, "evil", _StorageInfo(DATA, offset, length))
     metadata.planner_data = {"tags": {"a"}}
     data = pickle.dumps(metadata, protocol=4)
@@ -165,7 +162,7 @@ def test_a_metadata_the_walk_does_not_follow_leaves_the_data_file_unsafe(folder,
 def test_a_data_file_named_another_way_in_metadata_is_still_mapped(folder, canary):
     """DCP opens folder / relative_path: './__0_0.distcp' is the same file under another name."""
     offset, length = _hide_payload(folder, canary)
-    metadata = _metadata(folder)
+    metadata = factories.dcp_metadata(folder)
     _add_item(metadata, "evil", _StorageInfo(f"./{DATA}", offset, length))
     (folder / ".metadata").write_bytes(pickle.dumps(metadata, protocol=4))
     _not_safe(folder, canary)
@@ -177,7 +174,7 @@ def test_a_listed_item_inside_a_data_file_that_is_a_pickle_is_read(folder, canar
     payload = factories.call("os", "system", factories.touch_cmd(canary))
     blob = pickle.dumps(b"\0" * 8 + payload, protocol=2)
     offset = blob.index(payload)
-    metadata = _metadata(folder)
+    metadata = factories.dcp_metadata(folder)
     _add_item(metadata, "evil", _StorageInfo("__1_0.distcp", offset, len(payload)))
     (folder / ".metadata").write_bytes(pickle.dumps(metadata, protocol=4))
     (folder / "__1_0.distcp").write_bytes(blob)
@@ -195,7 +192,7 @@ def test_an_item_in_a_file_outside_the_folder_is_reported(folder, canary, absolu
     payload = factories.call("os", "system", factories.touch_cmd(canary))
     evil = folder.parent / "evil.distcp"
     evil.write_bytes(payload)
-    metadata = _metadata(folder)
+    metadata = factories.dcp_metadata(folder)
     name = str(evil) if absolute else "../evil.distcp"
     _add_item(metadata, "evil", _StorageInfo(name, 0, len(payload)))
     (folder / ".metadata").write_bytes(pickle.dumps(metadata, protocol=4))
