@@ -25,6 +25,7 @@ from inspector.gui.gpu_pane import PLOTS, GpuPane
 
 HOURS, GPUS = 3, 4
 START = 1_790_000_000.0
+PAN_STEPS = 60  # with a zoom every 10th: three out and three back in
 
 
 def _void_qt_calls_drop_none() -> bool:
@@ -145,7 +146,8 @@ def test_hours_of_replay_render_and_pan_without_stalling_the_ui(qtbot, tmp_path,
     try:
         ticker.start(10)
         panner.start(30)
-        qtbot.wait(3000)
+        # a count of pans, not a span of time: on a busy machine the timer fires less often
+        qtbot.waitUntil(lambda: len(steps) >= PAN_STEPS, timeout=120_000)
         panner.stop()
         ticker.stop()
     finally:
@@ -153,7 +155,6 @@ def test_hours_of_replay_render_and_pan_without_stalling_the_ui(qtbot, tmp_path,
     load = os.getloadavg()[0] / (os.cpu_count() or 1)
     print(f"pan steps {len(steps)}, timer gap max {max(gaps)} ms, UI-thread CPU per gap max "
           f"{max(busy):.0f} ms, load {load:.1f} per core")
-    assert len(steps) >= 20, "the pan driver barely ran"
     # A regression bound on the UI thread's own work (34 ms measured); wall-time gaps measure
     # the scheduler on a busy machine, so they are printed, not asserted.
     assert max(busy) < 250, f"the UI thread worked {max(busy):.0f} ms without a break"
