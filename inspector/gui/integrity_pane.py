@@ -32,6 +32,7 @@ from inspector.core.vocabulary import (
 )
 from inspector.gui import app as appmod
 from inspector.gui import roles
+from inspector.gui.action_reasons import DANGEROUS_COMPARE, compare_blocker, file_blocker
 from inspector.gui.document import FileDocument, Verification
 from inspector.gui.jobs import EmitFn, Job, JobRunner
 from inspector.gui.pipeline import Pipeline
@@ -46,6 +47,9 @@ WRITE_FILTERS = {
     "TSV (*.tsv)": ".tsv",
 }
 RESULT_COLUMNS = ("Item", "Kind", "Status", "Expected / A", "Actual / B", "Details")
+VERIFY_TIP = "Check the file and every tensor against a manifest"
+CREATE_TIP = "Write a manifest of the file and its tensors"
+COMPARE_TIP = "Diff against another checkpoint, with bit-flip forensics"
 GOOD = {FileStatus.OK, TensorStatus.IDENTICAL}
 Row = tuple[str, str, str, str, str, str]
 
@@ -174,9 +178,11 @@ class IntegrityPane(QWidget):
     def set_document(self, doc: FileDocument | None) -> None:
         """Show `doc`'s last verification and its last comparison, side by side."""
         self.doc = doc
-        enabled = doc is not None
-        for b in (self.choose_button, self.create_button, self.compare_button):
-            b.setEnabled(enabled)
+        for button, blocked, tip in ((self.choose_button, file_blocker(doc), VERIFY_TIP),
+                                     (self.create_button, file_blocker(doc), CREATE_TIP),
+                                     (self.compare_button, compare_blocker(doc), COMPARE_TIP)):
+            button.setEnabled(blocked is None)
+            button.setToolTip(blocked or tip)
         if doc is None:
             self._show("<p>No file open.</p>", [])
             return
@@ -280,7 +286,7 @@ class IntegrityPane(QWidget):
         if doc is None:
             return None
         if doc.verdict == Verdict.DANGEROUS:
-            self._show("<p>A dangerous file is never loaded, so it cannot be compared.</p>", [])
+            self._show(f"<p>{DANGEROUS_COMPARE}.</p>", [])
             return None
         job = Job(f"diff {doc.name}", _diff_fn(doc.path, Path(other), doc.allowed_globals), self,
                   doc=doc)

@@ -26,8 +26,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from inspector.core.vocabulary import DocumentState, Verdict
 from inspector.gui import app as appmod
+from inspector.gui.action_reasons import compare_blocker, convert_blocker, file_blocker
 from inspector.gui.document import FileDocument
 from inspector.gui.empty_state import EmptyState
 from inspector.gui.jobs import Job, JobRunner
@@ -179,6 +179,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.stack)
 
         self._build_status_bar()
+        self._tips: dict[QAction, str] = {}  # each action's tooltip while it can run
         self._build_actions()
         self.pipeline.progress.connect(self._show_progress)
         self.pipeline.job_started.connect(self._job_started)
@@ -282,6 +283,7 @@ class MainWindow(QMainWindow):
         if tip:
             action.setStatusTip(tip)
             action.setToolTip(tip)
+            self._tips[action] = tip
         if icon is not None:
             action.setIcon(self.style().standardIcon(icon))
         action.triggered.connect(slot)
@@ -333,6 +335,7 @@ class MainWindow(QMainWindow):
         self.theme_menu = appmod.add_theme_menu(self.menuBar())
 
         tools = self.menuBar().addMenu("&Tools")
+        tools.setToolTipsVisible(True)  # a disabled tool's tooltip says why
         for a in (self.act_convert, self.act_manifest, self.act_verify, self.act_compare):
             tools.addAction(a)
         tools.addSeparator()
@@ -465,13 +468,15 @@ class MainWindow(QMainWindow):
 
     def _update_actions(self) -> None:
         doc = self.current
-        has = doc is not None
-        self.act_close.setEnabled(has)
-        self.act_report.setEnabled(has)
-        self.act_convert.setEnabled(has and doc.state == DocumentState.LOADED)
-        self.act_manifest.setEnabled(has)
-        self.act_verify.setEnabled(has)
-        self.act_compare.setEnabled(has and doc.verdict not in (Verdict.DANGEROUS, None))
+        for action, blocked in ((self.act_close, file_blocker(doc)),
+                                (self.act_report, file_blocker(doc)),
+                                (self.act_convert, convert_blocker(doc)),
+                                (self.act_manifest, file_blocker(doc)),
+                                (self.act_verify, file_blocker(doc)),
+                                (self.act_compare, compare_blocker(doc))):
+            # a disabled action's tooltip says why it cannot run on this file
+            action.setEnabled(blocked is None)
+            action.setToolTip(blocked or self._tips.get(action, action.text()))
 
     # --- commands ----------------------------------------------------------------------
 
