@@ -107,7 +107,7 @@ def test_screenshots_of_every_pane_and_dialog(window, qtbot, small, tmp_path, ar
     window.act_convert.trigger()
     convert = window.findChild(ConvertDialog)
     qtbot.waitUntil(lambda: convert.result is not None, timeout=LOAD_TIMEOUT_MS)
-    assert convert.result["verified"] is True
+    assert convert.result.verified is True
     export = ScopeDialog(model, [model], docs, window)
     export.show()
 
