@@ -61,7 +61,8 @@ from inspector.sandbox.stats import (
 _ITEMSIZE = {name: dtype.itemsize for dtype, name in SAFETENSORS_DTYPES.items()}
 SIDECAR_FORMAT = "ckpt-inspector-sidecar/1"
 VERIFY_WINDOW = 256 * 1024 * 1024
-"""Bytes verified per reopening of the output, so its mapped pages do not pile up in RSS."""
+"""Bytes verified per reopening of the output: its mapping's pages are given back behind the
+reads where the worker can (`PageReleaser`), and at the latest when the window closes."""
 
 
 @dataclass
@@ -229,8 +230,9 @@ def write_stream(fd: int, plan: Plan, metadata: dict[str, str], release: Release
     return digests, file_hash.hexdigest()
 
 
-def _output_digest(handle, key: str) -> tuple[str, str, list[int]]:
-    """(SHA-256, dtype, shape) of one tensor as the safetensors library reads it back."""
+def _output_digest(handle, key: str, release: Release | None) -> tuple[str, str, list[int]]:
+    """(SHA-256, dtype, shape) of one tensor as the safetensors library reads it back, each
+    part's pages of the output's mapping given back (`release`) once hashed."""
     view = handle.get_slice(key)
     shape, dtype = list(view.get_shape()), view.get_dtype()
     digest = hashlib.sha256()
@@ -241,13 +243,21 @@ def _output_digest(handle, key: str) -> tuple[str, str, list[int]]:
         rows = max(1, CHUNK_BYTES // max(1, row_bytes))
         parts = (view[start : start + rows] for start in range(0, shape[0], rows))
     for part in parts:
-        digest.update(part.contiguous().reshape(-1).view(torch.uint8).numpy())
+        part = part.contiguous()
+        digest.update(part.reshape(-1).view(torch.uint8).numpy())
+        if release is not None:
+            release(part.data_ptr(), part.numel() * part.element_size())
     return digest.hexdigest(), dtype, shape
 
 
 def verify_output(path: str, plan: Plan, digests: dict[str, str], metadata: dict[str, str],
-                  cancel: CancelToken | None, emit: Callable[[dict], None]) -> list[str]:
-    """Reopen the output with safetensors; return the keys (or facts) that do not match."""
+                  cancel: CancelToken | None, emit: Callable[[dict], None],
+                  release: PageReleaser | None = None) -> list[str]:
+    """Reopen the output with safetensors; return the keys (or facts) that do not match.
+
+    `release` (of the output file) gives back the pages of each window's mapping as they are
+    hashed, so a shard verifies in a few chunks' worth of RSS instead of a window's.
+    """
     mismatches = []
     windows: list[list[tuple[str, torch.Tensor]]] = [[]]
     size = 0
@@ -260,13 +270,16 @@ def verify_output(path: str, plan: Plan, digests: dict[str, str], metadata: dict
     done = 0
     for window in windows:
         with safe_open(path, framework="pt") as handle:
+            if release is not None:
+                release.refresh()  # the handle has just mapped the output
             if window is windows[0]:
                 if set(handle.keys()) != {k for k, _ in plan.entries}:
                     mismatches.append("tensor names")
                 if (handle.metadata() or {}) != metadata:
                     mismatches.append("__metadata__")
             with ThreadPoolExecutor(max_workers=2, thread_name_prefix="verify") as pool:
-                results = pool.map(lambda kt: (kt, _output_digest(handle, kt[0])), window)
+                results = pool.map(lambda kt: (kt, _output_digest(handle, kt[0], release)),
+                                   window)
                 for (key, t), (digest, dtype, shape) in results:
                     check(cancel)
                     if (digest != digests[key] or shape != list(t.shape)
@@ -344,7 +357,7 @@ def convert(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
     with Writeback(fd) as writeback:
         digests, file_sha = write_stream(fd, plan, metadata, release, cancel, emit, writeback)
         mismatches = verify_output(f"/proc/self/fd/{fd}", plan, digests, metadata, cancel,
-                                   emit)
+                                   emit, PageReleaser(request.get("_maps_fd"), fd))
     document, rejected = sidecar_document(objects)
     if plan.skipped:
         document["tensors_skipped"] = plan.skipped

@@ -30,12 +30,14 @@ def open_maps() -> int | None:
 
 class PageReleaser:
     """release(address, nbytes) drops whole pages of the checkpoint's private file mappings
-    (for a folder, such as a torch.distributed.checkpoint one, those of the files in it)."""
+    (for a folder, such as a torch.distributed.checkpoint one, those of the files in it; for
+    an open descriptor, those of its file: a conversion's output as it is verified)."""
 
-    def __init__(self, maps_fd: int | None, path: str) -> None:
+    def __init__(self, maps_fd: int | None, path: str | int) -> None:
         self._maps_fd = maps_fd
-        paths = [os.path.join(path, n) for n in os.listdir(path)] if os.path.isdir(path) else [
-            path]
+        paths: list[str | int] = [path]
+        if isinstance(path, str) and os.path.isdir(path):
+            paths = [os.path.join(path, n) for n in os.listdir(path)]
         self._files = set()
         for name in paths:
             st = os.stat(name)
