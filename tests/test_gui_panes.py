@@ -247,7 +247,11 @@ def test_overview_says_what_is_in_the_file(window, qtbot, small, artifacts):
     doc = open_loaded(window, qtbot, folder / "training.pt")
     window.tabs.setCurrentWidget(window.overview)
     contents = window.overview.fields["contents"].text()
-    assert contents.startswith(f"{len(doc.tensors)} tensors · ") and "parameters" in contents
+    elements = sum(int(t["numel"]) for t in doc.tensors)
+    assert contents.startswith(f"{len(doc.tensors)} tensors · {elements:,} elements · ")
+    # its count takes in the optimizer's state: it is not the model's parameters, which the
+    # Architecture line counts
+    assert "parameters" not in contents
     assert "float32" in contents
     training = window.overview.fields["training"].text()
     assert "epoch 3" in training and "optimizer: 1 parameter group, lr 0.001" in training

@@ -338,9 +338,12 @@ class OverviewPane(QWidget):
 
 
 def contents_text(c: Contents) -> str:
-    """'128 tensors · 2.1 B parameters (1.9 B unique) · 4.0 GiB · bfloat16 4.0 GiB'."""
+    """'128 tensors · 2,147,483,648 elements · 4.0 GiB · bfloat16 4.0 GiB'.
+
+    Elements, not parameters: the count takes in buffers, integer tensors and optimizer state,
+    and the Architecture line beside it counts the model's parameters."""
     parts = [f"{c.tensors:,} tensor{'s' if c.tensors != 1 else ''}",
-             f"{c.parameters:,} parameters"]
+             f"{c.parameters:,} element{'s' if c.parameters != 1 else ''}"]
     if c.unique_parameters is not None and c.unique_parameters != c.parameters:
         parts[-1] += f" ({c.unique_parameters:,} unique: tied or shared storage counted once)"
     parts.append(human_size(c.bytes))
