@@ -83,6 +83,8 @@ def test_overview_shows_each_call_with_its_argument_under_the_real_name(
     assert "os.system (posix.system)" in page
     assert f"os.system(\"touch '{canary}'\")" in page  # the command it would run
     assert "os.system (posix.system)" in window.overview.banner.subtitle.text()
+    assert window.overview.fields["weights_only"].text() == (
+        "refuses it: needs os.system (posix.system)")
     assert not worker_requests  # never handed to a worker
 
 

@@ -398,7 +398,10 @@ def _weights_only_text(doc: FileDocument) -> str:
         return "not used: the archive is never unpickled; its weights are read as records"
     names = doc.globals_to_allow()
     if names:
-        return f"refuses it (needs {', '.join(names[:5])}{' …' if len(names) > 5 else ''})"
+        # as a person writes the import (os.system), with the pickle's alias (posix.system)
+        shown = [import_label(dict(zip(("module", "name"), n.rsplit(".", 1), strict=True)))
+                 for n in names[:5]]
+        return f"refuses it: needs {', '.join(shown)}{' …' if len(names) > 5 else ''}"
     return "refuses it"
 
 
