@@ -10,9 +10,11 @@ import factories
 from gui_support import LOAD_TIMEOUT_MS, drop_files, flip_exponent_bit, wait_loaded
 from PySide6.QtGui import QColor
 
+from inspector.core.vocabulary import DocumentState
 from inspector.gui import roles
 from inspector.gui.about_dialog import AboutDialog
 from inspector.gui.convert_dialog import ConvertDialog
+from inspector.gui.document import FileDocument
 from inspector.gui.integrity_pane import ManifestDropZone
 from inspector.gui.verdict_style import status_style
 
@@ -260,3 +262,13 @@ def test_overview_says_what_is_in_the_file(window, qtbot, small, artifacts):
     (plain,) = window.open_paths([folder / "benign.pt"])
     wait_loaded(qtbot, plain)
     assert window.overview.fields["training"].text() == "—"
+
+
+def test_every_state_reads_as_words(tmp_path):
+    """The Status line and the file list's tooltip show a state's words: no Markdown
+    backticks and no identifiers."""
+    doc = FileDocument(tmp_path / "x.pt")
+    for state in DocumentState:
+        doc.set_state(state)
+        words = doc.state_words()
+        assert "`" not in words and words != state.value, state

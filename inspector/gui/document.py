@@ -24,7 +24,7 @@ STATE_WORDS = {
     DocumentState.LOAD_FAILED: "The sandbox could not load it",
     DocumentState.CANCELLED: "Cancelled; the sandbox worker was stopped",
     DocumentState.ERROR: "Could not be read",
-    DocumentState.SKIPPED: "Not a checkpoint (skipped, as `scan` skips it in a folder)",
+    DocumentState.SKIPPED: "Not a checkpoint (skipped, as the scan command skips it in a folder)",
 }
 
 
