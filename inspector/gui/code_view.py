@@ -65,9 +65,13 @@ class CodeDialog(QDialog):
         note.setWordWrap(True)
         self.list = QListWidget()
         self.list.setAccessibleName("Code files")
+        # a long path loses its middle, not its file name, and never scrolls out of sight
+        self.list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         for entry in files:
             item = QListWidgetItem(_item_text(entry))
-            item.setToolTip("\n".join(entry.get("flags") or []) or "No flags")
+            flags = entry.get("flags") or ["No flags"]
+            item.setToolTip("\n".join([str(entry.get("name")), *flags]))
             self.list.addItem(item)
         self.flags = QLabel()
         self.flags.setTextFormat(Qt.TextFormat.PlainText)  # flags name things from the file
