@@ -102,8 +102,31 @@ def test_closing_the_window_while_the_server_starts_leaves_nothing(
     assert _gone(sandbox_processes()) and sandbox_processes() == []
 
 
-def test_a_killed_server_is_replaced_and_the_job_that_found_it_runs_cold(
+@pytest.fixture
+def unwatched(monkeypatch):
+    """No server is watched, so the first job after a kill is the one that finds it dead."""
+    monkeypatch.setattr(client, "_watch", lambda server: None)
+
+
+def test_a_server_killed_while_idle_is_replaced_and_the_next_file_forks_from_the_new_one(
         warm_window, qtbot, tmp_path):
+    server = _ready_server()
+    os.kill(server.pid, signal.SIGKILL)
+    assert _gone([server.pid])
+    # no job ran: the replacement is started because the server ended
+    qtbot.waitUntil(lambda: (new := _ready_server()) is not None and new is not server,
+                    timeout=LOAD_TIMEOUT_MS)
+    replacement = _ready_server()
+    (doc,) = warm_window.open_paths([write_samples(tmp_path).benign])
+    wait_loaded(qtbot, doc)
+    assert _worker_kind(doc) == "forked" and doc.tensors
+    assert client._fork_server is replacement and replacement.pid in sandbox_processes()
+    warm_window.close()
+    assert _gone([replacement.pid]), "the replacement server outlived the window"
+
+
+def test_a_killed_server_is_replaced_and_the_job_that_found_it_runs_cold(
+        unwatched, warm_window, qtbot, tmp_path):
     server = _ready_server()
     os.kill(server.pid, signal.SIGKILL)
     assert _gone([server.pid])

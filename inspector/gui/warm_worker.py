@@ -2,10 +2,10 @@
 thread, and stopped when the window closes (the server also exits with this process).
 
 Until it is ready, and whenever it is gone (it could not start, or it died), every job starts
-a cold worker as before: no job ever waits for it. A server that dies (killed) is replaced:
-the first job to find it dead runs cold and starts a new one in the background
-(`keep_warm`). `sandbox.client.start_fork_server` and `stop_fork_server` do the work; this
-module only decides when, and tells the window once if the server could not start.
+a cold worker as before: no job ever waits for it. A server that dies (killed) is replaced
+in the background as soon as it ends (`keep_warm`), so later files fork from the new one.
+`sandbox.client.start_fork_server` and `stop_fork_server` do the work; this module only
+decides when, and tells the window once if the server could not start.
 """
 
 from __future__ import annotations

@@ -254,8 +254,9 @@ def start_fork_server(keep_warm: bool = False) -> ForkServer:
     it is ready, until `stop_fork_server`. Raises ForkServerError when it cannot start, or when
     it was stopped (or another was started) while it started.
 
-    `keep_warm`: a job that finds the server dead (killed) runs a cold worker and starts a new
-    server in the background, which later jobs fork from once it is ready."""
+    `keep_warm`: a server that dies (killed) is replaced in the background as soon as its
+    process ends (a `fork-server-watch` thread waits for it); jobs until the new one is ready,
+    and a job that finds it dead before that thread does, run cold workers."""
     return _start_server(keep_warm, replacing=False)
 
 
@@ -281,6 +282,9 @@ def _start_server(keep_warm: bool, replacing: bool) -> ForkServer:
     if stopped:
         server.close()
         raise ForkServerError("the fork server was stopped while it started")
+    if keep_warm:
+        threading.Thread(target=_watch, args=(server,), daemon=True,
+                         name="fork-server-watch").start()
     return server
 
 
@@ -305,6 +309,14 @@ def _replace_lost(server: ForkServer) -> None:
     server.close()
     if replace:
         threading.Thread(target=_replace, daemon=True, name="fork-server").start()
+
+
+def _watch(server: ForkServer) -> None:
+    # A kept-warm server killed while no job runs is replaced at once, not by the next job
+    # (which would run cold); a server closed on purpose is no longer current and stays gone.
+    server.wait_ended()
+    if server.dead():
+        _replace_lost(server)
 
 
 def _replace() -> None:

@@ -132,6 +132,23 @@ class ForkServer:
         proc = self._proc
         return self.pid is not None and (proc is None or proc.poll() is not None)
 
+    def wait_ended(self) -> None:
+        """Block until the server's process has ended (killed, or closed); at once when it has
+        already been reaped or never started."""
+        proc = self._proc
+        if proc is None:
+            return
+        try:
+            fd = os.pidfd_open(proc.pid)
+        except ProcessLookupError:
+            return
+        try:
+            # Reaped before the pidfd was opened: the pid may name another process by now.
+            if proc.returncode is None:
+                select.select([fd], [], [])
+        finally:
+            os.close(fd)
+
     def close(self) -> None:
         """Stop the server: EOF on its socket makes it kill its children and exit.
 
