@@ -249,6 +249,17 @@ def test_main_window_disables_consistency_for_a_dangerous_file(window, qtbot, tm
     assert not samples.marker.exists()
 
 
+def test_the_readout_never_covers_the_threshold_label(replay, qtbot):
+    """The temperature readout is pinned to the top beside the crosshair; the threshold's
+    label moves to the other end of its line, at either edge of the chart."""
+    label, readout = replay.threshold.label, replay.readouts["Temperature"]
+    for t in (START + 1, START + SECONDS / 2 - 5, START + SECONDS / 2 + 5, START + SECONDS - 2):
+        replay.hover_at(t)
+        qtbot.wait(20)
+        assert readout.isVisible() and label.isVisible()
+        assert not label.sceneBoundingRect().intersects(readout.sceneBoundingRect()), t
+
+
 def test_live_charts_follow_the_latest_sample_whatever_the_cursor(qtbot, monkeypatch, artifacts,
                                                                   theme):
     fake = install(monkeypatch, FakeNvml([FakeGpu(0), FakeGpu(1, temperature=61)]))

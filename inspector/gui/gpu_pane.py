@@ -672,8 +672,14 @@ class GpuPane(QWidget):
         if self.cursor_time is None or not readout.isVisible():
             return
         (left, right), (_bottom, top) = self.plots[title].getViewBox().viewRange()
-        readout.setAnchor((1, 0) if self.cursor_time > (left + right) / 2 else (0, 0))
+        on_right = self.cursor_time > (left + right) / 2
+        readout.setAnchor((1, 0) if on_right else (0, 0))
         readout.setPos(self.cursor_time, top)
+        if title == PLOTS[0][0]:
+            # the threshold's label goes to the far end of its line, out of the readout's way
+            label = self.threshold.label
+            label.anchors = [(0, 1), (0, 1)] if on_right else [(1, 1), (1, 1)]
+            label.setPosition(0.02 if on_right else 0.98)
 
     def _sample_at(self, gpu: int, t: float) -> GpuSample | None:
         """One GPU's reading in force at time t, rebuilt from the store's series."""
