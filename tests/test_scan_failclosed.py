@@ -42,10 +42,10 @@ def test_a_folder_reports_every_file_even_when_one_breaks_the_scanner(tmp_path, 
                                                                       canary):
     real = scan.scan_file
 
-    def flaky(path):
+    def flaky(path, *args):
         if path.name == "broken.pt":
             raise MemoryError("out of memory")
-        return real(path)
+        return real(path, *args)
 
     monkeypatch.setattr(scan, "scan_file", flaky)
     (tmp_path / "broken.pt").write_bytes(b"\x80\x02}.")
