@@ -38,6 +38,11 @@ against 14-17); worst wait 176 -> 178 ms (169/396/156/164/184/202 against
 182/188/56/175/181/90): at that load the waits are the scheduler's (the idle window's worst
 wait was 61-155 ms), and the longest UI work left in the open is the first document shown
 (Overview styles, Tensors reset).
+
+Measured 2026-12-01 (--drop-only, 2 cores shared with other sessions), the 4 KB sample from
+`open_paths` to complete statistics, medians of 5 after the first open: warm fork server 146
+ms at load 4.8 and 85 ms at load 2.2 (target under 300 ms; first open 143 / 110 ms); cold
+workers 2572 / 1892 ms (17.6x / 22.3x).
 """
 
 from __future__ import annotations
