@@ -134,18 +134,20 @@ class ForkServer:
 
     def wait_ended(self) -> None:
         """Block until the server's process has ended (killed, or closed); at once when it has
-        already been reaped or never started."""
+        already been reaped, never started, or the kernel has no pidfds (before Linux 5.3)."""
         proc = self._proc
         if proc is None:
             return
         try:
             fd = os.pidfd_open(proc.pid)
-        except ProcessLookupError:
+        except OSError:
             return
         try:
             # Reaped before the pidfd was opened: the pid may name another process by now.
             if proc.returncode is None:
-                select.select([fd], [], [])
+                poller = select.poll()  # not select(): descriptors past 1024 are fine
+                poller.register(fd, select.POLLIN)
+                poller.poll()
         finally:
             os.close(fd)
 
