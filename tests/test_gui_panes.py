@@ -119,6 +119,18 @@ def test_compare_reports_a_single_bit_flip_in_plain_words(window, qtbot, small, 
     assert flip[5] == f"byte {start + 3:,} of A, byte {start + 3:,} of B"
     window.tabs.setCurrentWidget(window.integrity)
     window.grab().save(str(artifacts / "gui" / "integrity-compare.png"))
+    # the exported report carries both: the comparison with its flip, the verification beside
+    job = window.write_report(tmp_path / "report.json", [doc])
+    qtbot.waitUntil(lambda: not job.running, timeout=LOAD_TIMEOUT_MS)
+    (entry,) = json.loads((tmp_path / "report.json").read_text())["files"]
+    comparison = entry["comparison"]
+    assert comparison["other"] == str(flipped) and comparison["single_bit_flips"] == 1
+    (tensor,) = comparison["tensors"]
+    (bits,) = tensor["bitflips"]
+    assert (tensor["key"], bits["bit"], bits["kind"]) == ("fc1.weight", 30, "exponent")
+    assert bits["file_offset_a"] == start + 3
+    assert entry["verification"]["status"] == "pass"
+    assert any(p.startswith(f"differs from {flipped}") for p in entry["problems"])
 
 
 def test_convert_writes_a_verified_safetensors_and_offers_to_open_it(
