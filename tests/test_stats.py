@@ -309,3 +309,25 @@ def test_describe_gives_each_tensor_its_digest_on_any_pool(threads, chunking):
     items.append(("q", torch.quantize_per_tensor(torch.randn(50, 7), 0.1, 2, torch.qint8)))
     records = describe_tensors(items, lambda e: None, threads=threads)
     assert [r["digest"] for r in records] == [tensor_digest(t) for _, t in items]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_tied_tensor_is_read_once_and_gets_the_same_record(threads, monkeypatch):
+    base = _random("float32", (64, 48))
+    other_view = base[:, :40]  # same storage and offset, other shape: its own statistics
+    items = [("embed", base), ("head", base), ("slice", other_view),
+             ("copy", base.clone()), ("bits", base.view(torch.int32)), ("again", base)]
+    read = []
+    described = stats._stats_and_digest
+    monkeypatch.setattr(stats, "_stats_and_digest",
+                        lambda t, *args: read.append(t) or described(t, *args))
+    events = []
+    records = describe_tensors(items, events.append, threads=threads)
+    assert len(read) == 4  # embed (for head and again too), slice, copy, bits
+    assert sorted(e["key"] for e in events) == sorted(k for k, _ in items)
+    for rec, (_, t) in zip(records, items, strict=True):
+        alone = tensor_stats(t)
+        assert rec["digest"] == tensor_digest(t)
+        assert {k: rec[k] for k in alone} == alone
+    by_key = {r["key"]: r for r in records}
+    assert by_key["head"]["histogram"] is not by_key["embed"]["histogram"]

@@ -23,6 +23,7 @@ numbers never appear in a record: see `core.strict_json`.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 import sys
@@ -515,23 +516,33 @@ def describe_tensors(
     tensors and the other half hash the chunk each of those is reading, beside it, while it is
     in the cache (`_PipedDigest`), so even a checkpoint of one huge tensor keeps two cores
     busy. A tensor's pages are released once it is done (when a `release` is given), so RSS
-    stays bounded by the tensors in flight rather than the checkpoint.
+    stays bounded by the tensors in flight rather than the checkpoint. A tensor that reads
+    the same bytes the same way as an earlier one (a tied weight saved under two names) gets
+    that one's statistics and digest without reading them again (`_same_view`).
     """
     shared = storage_groups(items)
     records = [layout_record(k, t) for k, t in items]
     dense = []
+    first_of: dict[tuple, int] = {}
+    twins: dict[int, list[int]] = {}  # a described tensor -> the later ones that are its view
     for i, ((key, t), rec) in enumerate(zip(items, records, strict=True)):
         if key in shared:
             rec["shared_with"] = shared[key]
         if not is_dense(t) or "meta" in rec["flags"]:
             emit({"type": "tensor", **rec})
-        else:
+            continue
+        view = _same_view(t)
+        first = i if view is None else first_of.setdefault(view, i)
+        if first == i:
             dense.append(i)
+        else:
+            twins.setdefault(first, []).append(i)
 
     def finish(i: int, values: dict) -> None:
-        records[i].update(values)
         _release_tensor(items[i][1], release)
-        emit({"type": "tensor", **records[i]})
+        for j in (i, *twins.get(i, ())):
+            records[j].update(values if j == i else copy.deepcopy(values))
+            emit({"type": "tensor", **records[j]})
 
     if threads <= 1:
         for i in dense:
@@ -553,6 +564,17 @@ def describe_tensors(
                 fut.cancel()
             raise
     return records
+
+
+def _same_view(t: torch.Tensor) -> tuple | None:
+    """What decides a dense tensor's statistics and digest: its bytes (storage, offset,
+    shape, strides) and how they are read (dtype, conjugate and negative bits). None for a
+    quantized tensor, which is always described on its own."""
+    if t.is_quantized:
+        return None
+    storage = t.untyped_storage()
+    return (storage.data_ptr(), storage.nbytes(), t.storage_offset(), tuple(t.shape),
+            t.stride(), t.dtype, t.is_conj(), t.is_neg())
 
 
 class _PipedDigest:
