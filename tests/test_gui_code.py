@@ -72,12 +72,16 @@ def test_os_system_in_code_is_flagged_at_a_glance_and_marked(window, qtbot, arch
     assert [lines[i].strip() for i in dialog.marked] == ['os.system("true")']
     assert len(dialog.text.extraSelections()) == 1
     assert "names the Python module os" in dialog.flags.text()
-    # at the screenshot's size a long path is elided in the list, not scrolled out of sight,
-    # and its tooltip holds it whole
+    # at the screenshot's size the flagged file's path fits the list whole (its size is in
+    # the tooltip); a longer one is elided, never scrolled out of sight
     dialog.resize(900, 560)
     QApplication.processEvents()
+    item = dialog.list.currentItem()
     assert not dialog.list.horizontalScrollBar().isVisible()
-    assert dialog.list.currentItem().toolTip().split("\n")[0] == flagged["name"]
+    assert dialog.list.fontMetrics().horizontalAdvance(item.text()) < (
+        dialog.list.viewport().width())
+    assert item.toolTip().split("\n") == [f"{flagged['name']} ({flagged['size']:,} bytes)",
+                                           "names the Python module os"]
     shots = artifacts / "gui"
     window.resize(1280, 720)
     try:

@@ -45,9 +45,16 @@ def flagged_lines(text: str) -> list[int]:
 
 
 def _item_text(entry: dict) -> str:
+    """Its flag count and path; the size goes in the tooltip, leaving the path the room."""
     flags = entry.get("flags") or []
     mark = f"⚠ {len(flags)} flag{'s' if len(flags) != 1 else ''} · " if flags else ""
-    return f"{mark}{entry.get('name')} ({int(entry.get('size') or 0):,} bytes)"
+    return f"{mark}{entry.get('name')}"
+
+
+def _item_tip(entry: dict) -> str:
+    """Path, size and each flag, one a line."""
+    size = f"{int(entry.get('size') or 0):,} bytes"
+    return "\n".join([f"{entry.get('name')} ({size})", *(entry.get("flags") or ["No flags"])])
 
 
 class CodeDialog(QDialog):
@@ -70,8 +77,7 @@ class CodeDialog(QDialog):
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         for entry in files:
             item = QListWidgetItem(_item_text(entry))
-            flags = entry.get("flags") or ["No flags"]
-            item.setToolTip("\n".join([str(entry.get("name")), *flags]))
+            item.setToolTip(_item_tip(entry))
             self.list.addItem(item)
         self.flags = QLabel()
         self.flags.setTextFormat(Qt.TextFormat.PlainText)  # flags name things from the file
@@ -91,7 +97,7 @@ class CodeDialog(QDialog):
         split = QSplitter()
         split.addWidget(self.list)
         split.addWidget(right)
-        split.setSizes([320, 680])  # the list wide enough to read a file's path
+        split.setSizes([400, 600])  # the list wide enough to read a file's path
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
