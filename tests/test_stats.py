@@ -302,13 +302,19 @@ def test_exponent_pass_is_skipped_only_when_the_histogram_rules_outliers_out(chu
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_describe_gives_each_tensor_its_digest_on_any_pool(threads, chunking):
+def test_describe_gives_each_tensor_its_digest_on_any_pool(threads, chunking, monkeypatch):
     names = FLOATS + INTS + ["bool", "complex64"]
     items = [(name, _random(name, (37, 29), seed=i)) for i, name in enumerate(names)]
     items.append(("view", _random("float32", (40, 30)).t()[3:]))
     items.append(("q", torch.quantize_per_tensor(torch.randn(50, 7), 0.1, 2, torch.qint8)))
+    # more than a thread's share of the bytes: hashed on a hashing thread beside its stats
+    items.insert(3, ("big", _random("float32", (400, 300)).t()))
+    piped = []
+    monkeypatch.setattr(stats, "_PipedDigest",
+                        lambda pool, cls=stats._PipedDigest: piped.append(1) or cls(pool))
     records = describe_tensors(items, lambda e: None, threads=threads)
     assert [r["digest"] for r in records] == [tensor_digest(t) for _, t in items]
+    assert len(piped) == (threads > 1)
 
 
 @pytest.mark.parametrize("threads", [1, 2])

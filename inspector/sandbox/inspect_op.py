@@ -27,8 +27,8 @@ from inspector.sandbox.torchscript import code_report
 def inspect(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict:
     """Load request["path"] (weights_only, or safetensors) and describe every tensor and object."""
     path = request["path"]
-    # describe_tensors runs the job's threads itself (statistics and hashing, one core each);
-    # torch's own intra-op threads would only contend with them.
+    # describe_tensors runs the job's threads itself (a tensor per core, a huge one's hashing
+    # on a thread beside it); torch's own intra-op threads would only contend with them.
     torch.set_num_threads(1)
     emit({"type": "progress", "stage": "load", "done": 0, "total": 1})
     obj = load_request(request)

@@ -512,13 +512,15 @@ def describe_tensors(
     """Full records for every tensor; each is emitted as soon as it is complete.
 
     Each tensor's digest and statistics come from one pass over its bytes
-    (`tensor_stats(digest=)`): with one thread, both on it; with more, half of them go through
-    tensors and the other half hash the chunk each of those is reading, beside it, while it is
-    in the cache (`_PipedDigest`), so even a checkpoint of one huge tensor keeps two cores
-    busy. A tensor's pages are released once it is done (when a `release` is given), so RSS
-    stays bounded by the tensors in flight rather than the checkpoint. A tensor that reads
-    the same bytes the same way as an earlier one (a tied weight saved under two names) gets
-    that one's statistics and digest without reading them again (`_same_view`).
+    (`tensor_stats(digest=)`): with one thread, both on it; with more, each thread takes a
+    tensor (largest first) and hashes it inline, except a tensor larger than a thread's share
+    of the bytes, whose chunks a hashing thread (half as many as `threads`) hashes beside it
+    while they are in the cache (`_PipedDigest`), so even a checkpoint of one huge tensor
+    keeps two cores busy. A tensor's pages are released once it is done (when a `release` is
+    given), so RSS stays bounded by the tensors in flight rather than the checkpoint. A
+    tensor that reads the same bytes the same way as an earlier one (a tied weight saved
+    under two names) gets that one's statistics and digest without reading them again
+    (`_same_view`).
     """
     shared = storage_groups(items)
     records = [layout_record(k, t) for k, t in items]
@@ -548,11 +550,15 @@ def describe_tensors(
         for i in dense:
             finish(i, _stats_and_digest(items[i][1], cancel, hashlib.sha256()))
         return records
-    hashers = threads // 2
-    with ThreadPoolExecutor(max_workers=hashers, thread_name_prefix="hash") as hashing, \
-            ThreadPoolExecutor(max_workers=threads - hashers, thread_name_prefix="stats") as pool:
-        jobs = {pool.submit(_stats_and_digest, items[i][1], cancel, _PipedDigest(hashing)): i
-                for i in dense}
+    size = {i: items[i][1].numel() * items[i][1].element_size() for i in dense}
+    total = sum(size.values())
+    with ThreadPoolExecutor(max_workers=threads // 2, thread_name_prefix="hash") as hashing, \
+            ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stats") as pool:
+        # Largest first, so the last tensor to finish is a small one.
+        jobs = {pool.submit(_stats_and_digest, items[i][1], cancel,
+                            _PipedDigest(hashing) if size[i] * threads > total
+                            else hashlib.sha256()): i
+                for i in sorted(dense, key=size.__getitem__, reverse=True)}
         try:
             pending = set(jobs)
             while pending:
