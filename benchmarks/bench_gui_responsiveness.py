@@ -43,6 +43,14 @@ Measured 2026-12-01 (--drop-only, 2 cores shared with other sessions), the 4 KB 
 `open_paths` to complete statistics, medians of 5 after the first open: warm fork server 146
 ms at load 4.8 and 85 ms at load 2.2 (target under 300 ms; first open 143 / 110 ms); cold
 workers 2572 / 1892 ms (17.6x / 22.3x).
+
+Measured 2026-12-01, --no-drop --repeats 3 (3 x 256 MiB): worst wait median 118 ms
+(157/59/118) at load average 4.0-4.5 and 89 ms (117/89/88) at 2.0-2.3; the worst UI-thread CPU
+in one gap 22-23 ms, so the waits are the scheduler's. --sample at load 2.6: no gap of the
+load over 19 ms of UI-thread CPU; the longest is the idle-time import of tensors_pane by the
+prefetch (43 ms). Tried and not kept: the job pool's threads at niceness 10 (four interleaved
+runs each, load 1.5-2.5: worst wait median 78 -> 65 ms), since workers started from those
+threads inherit it and the jail's +10 would take them to 19 on a busy machine.
 """
 
 from __future__ import annotations
