@@ -179,5 +179,17 @@ def split_leaves(obj: object) -> tuple[list[tuple[str, torch.Tensor]], list[tupl
     """Flatten a loaded checkpoint into (tensors, other leaves), both keyed by dotted path."""
     tensors, objects = [], []
     for key, leaf in unique_keys(flatten(obj)):
-        (tensors if isinstance(leaf, torch.Tensor) else objects).append((key, leaf))
+        if isinstance(leaf, torch.Tensor):
+            tensors.append((key, _meant(leaf)))
+        else:
+            objects.append((key, leaf))
     return tensors, objects
+
+
+def _meant(t: torch.Tensor) -> torch.Tensor:
+    """A tensor saved with its conjugate or negative bit set, as the values it stands for.
+
+    Its storage holds the values before conjugation or negation, so reading its bytes would
+    hash, compare and write those (safetensors' save_file does: the conjugate comes back
+    unconjugated), and viewing them as bytes fails. A copy, made only for such a tensor."""
+    return t.resolve_conj().resolve_neg() if t.is_conj() or t.is_neg() else t
