@@ -50,8 +50,6 @@ ROW_LABEL_MAX = 260
 """The kind labels' widest column: long key patterns elide at the left, their tail stays."""
 ROW_HEIGHT_MAX = 2.5
 """Tallest row, in lines of text: a few kinds on a tall screen stay blocks, not banners."""
-ROW_PADDING = 2
-"""Pixels above a line of text in the shortest row: every label still reads in full."""
 MIN_COLUMN = 8
 """Narrowest layer column in pixels: an 80-layer model fits a 1280 px window without scrolling."""
 LABEL_STEPS = (1, 2, 4, 5, 10, 20, 25, 50, 100)
@@ -263,8 +261,8 @@ class RadarView(QWidget):
         hh.setMinimumSectionSize(MIN_COLUMN)
         vh = self.table.verticalHeader()
         vh.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
-        vh.setMinimumSectionSize(self.fontMetrics().height() + ROW_PADDING)
-        vh.setDefaultSectionSize(self.fontMetrics().height() + ROW_PADDING)
+        vh.setMinimumSectionSize(self.shortest_row())
+        vh.setDefaultSectionSize(self.shortest_row())
         vh.setTextElideMode(Qt.TextElideMode.ElideLeft)
         vh.setMaximumWidth(ROW_LABEL_MAX)
         self.table.selectionModel().currentChanged.connect(self._current_changed)
@@ -312,10 +310,17 @@ class RadarView(QWidget):
         if flagged:  # rows that scroll: the finding's row is the one to see first
             self.table.scrollTo(self.model.index(*flagged[0]))
 
+    def shortest_row(self) -> int:
+        """The shortest row whose kind label the header draws in full, underscores and
+        descenders included: a line of the header's font and the style's margins around it."""
+        vh = self.table.verticalHeader()
+        margin = vh.style().pixelMetric(QStyle.PixelMetric.PM_HeaderMargin, None, vh)
+        return vh.fontMetrics().height() + 2 * margin
+
     def full_height(self) -> int:
         """The view's height with every row shown at its shortest readable height."""
         header = self.table.horizontalHeader().sizeHint().height()
-        rows = self.model.rowCount() * (self.fontMetrics().height() + ROW_PADDING)
+        rows = self.model.rowCount() * self.shortest_row()
         above = self.table.mapTo(self, self.table.rect().topLeft()).y()
         return above + header + rows + 2 * self.table.frameWidth()
 
@@ -328,7 +333,7 @@ class RadarView(QWidget):
         line = self.fontMetrics().height()
         room = self.table.viewport().height() // rows
         self.table.verticalHeader().setDefaultSectionSize(
-            max(line + ROW_PADDING, min(room, int(line * ROW_HEIGHT_MAX))))
+            max(self.shortest_row(), min(room, int(line * ROW_HEIGHT_MAX))))
         width = max(MIN_COLUMN, self.table.viewport().width() // columns)
         label = self.fontMetrics().horizontalAdvance("0000")
         step = next((s for s in LABEL_STEPS if s * width >= label), LABEL_STEPS[-1])
