@@ -122,6 +122,13 @@ def test_a_call_link_opens_the_pickle_pane_at_its_opcode(window, qtbot, tmp_path
     assert window.pickle.op_status.text() == (
         f"Opcode at offset {site['offset']}. REDUCE calls os.system, imported by the GLOBAL"
         f" at offset {import_row.offset}: both selected.")
+    # moving on to another row: the status describes that row, not the jump
+    window.pickle.op_view.setCurrentIndex(model.index(picked[0], 0))
+    assert window.pickle.op_status.text() == (
+        f"GLOBAL at offset {import_row.offset} — dangerous: imports os.system.")
+    window.pickle.op_view.setCurrentIndex(model.index(picked[1] + 1, 0))
+    assert window.pickle.op_status.text() == (
+        f"{model.rows[picked[1] + 1].opcode} at offset {model.rows[picked[1] + 1].offset}.")
 
 
 def test_a_finding_link_in_a_zip_member_selects_its_opcode(window, qtbot, tmp_path, canary):

@@ -209,6 +209,7 @@ class PicklePane(QWidget):
         self.op_view.setColumnWidth(0, 90)
         self.op_view.setColumnWidth(1, 150)
         self.op_view.setAccessibleName("Opcode disassembly")
+        self.op_view.selectionModel().currentChanged.connect(self._op_current)
 
         top = QWidget()
         tl = QVBoxLayout(top)
@@ -380,6 +381,16 @@ class PicklePane(QWidget):
                      f" at offset {target.offset}: both selected.")
         self.op_status.setText(text)
         return row
+
+    def _op_current(self, current: QModelIndex, _previous: QModelIndex) -> None:
+        """A row moved to (click, keys, search) is the one the status line describes, so a
+        jump's "both selected" never stays under another row."""
+        if not current.isValid():
+            return
+        shown = self.op_model.rows[current.row()]
+        what = self.op_model.data(current, roles.TOOLTIP)
+        self.op_status.setText(f"{shown.opcode} at offset {shown.offset}"
+                               + (f" — {what}." if what else "."))
 
     def _select_op(self, row: int) -> None:
         index = self.op_model.index(row, 0)
