@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 
 import factories
+import numpy as np
 import pytest
+import torch
 from gui_support import LOAD_TIMEOUT_MS, build, drop_files, wait_loaded, worker_pids
 from PySide6.QtCore import QElapsedTimer, QTimer
 
@@ -328,3 +330,19 @@ def test_tools_menu_sets_the_jail_a_load_requires(window, qtbot, small, monkeypa
     (doc,) = window.open_paths([folder / "benign.pt"])
     wait_loaded(qtbot, doc)
     assert doc.sandbox["level"] == "partial" and doc.tensors
+
+
+def test_numpy_values_load_after_one_allow(window, qtbot, tmp_path, worker_requests):
+    """NumPy arrays and scalars need globals the scan must predict in full (their dtype
+    classes too): one click on Allow loads the file, no second round of refusals."""
+    path = tmp_path / "with_numpy.pt"
+    torch.save({"w": torch.ones(2, 2), "mask": np.arange(4, dtype=np.float32),
+                "best": np.float64(0.25), "seed": np.int64(7)}, path)
+    (doc,) = window.open_paths([path])
+    wait_loaded(qtbot, doc, ("needs_decision",))
+    asked = doc.globals_to_allow()
+    assert any(g.startswith("numpy") for g in asked) and worker_requests == []
+    window.overview.allow_button.click()
+    wait_loaded(qtbot, doc)
+    assert [r["allow_globals"] for r in worker_requests] == [asked]
+    assert {o["key"] for o in doc.objects} >= {"mask", "best", "seed"}
