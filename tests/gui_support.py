@@ -11,11 +11,14 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QWidget
+
+from inspector.gui import app as appmod
 
 TESTS = Path(__file__).resolve().parent
 LOAD_TIMEOUT_MS = 120_000  # a cold worker start (torch import) on a loaded 2-core machine
@@ -162,3 +165,16 @@ def flip_exponent_bit(original: Path, out: Path) -> int:
     data[start + 3] ^= 0x40
     out.write_bytes(bytes(data))
     return start
+
+
+def each_theme(qtbot, settle_ms: int = 100) -> Iterator[str]:
+    """Switch the app to the light, then the dark theme, yielding each once it has repainted;
+    back to the system theme when the loop ends or fails."""
+    try:
+        for theme in ("light", "dark"):
+            appmod.set_theme(theme)
+            QApplication.processEvents()
+            qtbot.wait(settle_ms)
+            yield theme
+    finally:
+        appmod.set_theme("system")

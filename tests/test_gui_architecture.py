@@ -13,10 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from gui_support import TESTS, wait_loaded
+from gui_support import TESTS, each_theme, wait_loaded
 from PySide6.QtWidgets import QApplication
 
-from inspector.gui import app as appmod
 from inspector.gui.model_summary import WEIGHTS_ONLY
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window
@@ -87,16 +86,10 @@ def test_the_built_in_sample_is_weights_with_an_epoch_not_a_failed_resume(window
     assert resume.isVisible() and resume.accessibleDescription() == WEIGHTS_ONLY
     assert window.overview.fields["training"].text() == "epoch 12"
     window.resize(1280, 720)
-    try:
-        for theme in ("light", "dark"):
-            appmod.set_theme(theme)
-            QApplication.processEvents()
-            qtbot.wait(100)
-            assert resume.text() == WEIGHTS_ONLY  # kept through a palette change
-            assert window.grab().save(str(artifacts / "gui"
-                                          / f"overview-weights-only-{theme}-1280x720.png"))
-    finally:
-        appmod.set_theme("system")
+    for theme in each_theme(qtbot):
+        assert resume.text() == WEIGHTS_ONLY  # kept through a palette change
+        assert window.grab().save(str(artifacts / "gui"
+                                      / f"overview-weights-only-{theme}-1280x720.png"))
 
 
 def test_training_checkpoint_shows_the_resume_checklist(window, qtbot, llama, artifacts):
@@ -121,15 +114,9 @@ def test_training_checkpoint_shows_the_resume_checklist(window, qtbot, llama, ar
     shots = artifacts / "gui"
     window.resize(1280, 720)
     rendered = {}
-    try:
-        for theme in ("light", "dark"):
-            appmod.set_theme(theme)
-            QApplication.processEvents()
-            qtbot.wait(100)
-            rendered[theme] = resume.text()
-            assert window.grab().save(str(shots / f"overview-resume-{theme}-1280x720.png"))
-    finally:
-        appmod.set_theme("system")
+    for theme in each_theme(qtbot):
+        rendered[theme] = resume.text()
+        assert window.grab().save(str(shots / f"overview-resume-{theme}-1280x720.png"))
     # the row colours follow the palette; the words do not change
     assert rendered["light"] != rendered["dark"]
     assert resume.accessibleDescription().splitlines() == rows

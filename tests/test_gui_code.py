@@ -12,11 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gui_support import build, wait_loaded
+from gui_support import build, each_theme, wait_loaded
 from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QApplication, QPlainTextEdit
-
-from inspector.gui import app as appmod
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window
 
@@ -85,10 +83,7 @@ def test_os_system_in_code_is_flagged_at_a_glance_and_marked(window, qtbot, arch
     shots = artifacts / "gui"
     window.resize(1280, 720)
     try:
-        for theme in ("light", "dark"):
-            appmod.set_theme(theme)
-            QApplication.processEvents()
-            qtbot.wait(100)
+        for theme in each_theme(qtbot):
             assert window.grab().save(str(shots / f"overview-code-{theme}-1280x720.png"))
             dialog.resize(900, 560)
             picture = window.grab()
@@ -97,7 +92,6 @@ def test_os_system_in_code_is_flagged_at_a_glance_and_marked(window, qtbot, arch
             painter.end()
             assert picture.save(str(shots / f"code-dialog-{theme}-1280x720.png"))
     finally:
-        appmod.set_theme("system")
         dialog.close()
 
 
