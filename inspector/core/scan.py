@@ -394,7 +394,7 @@ def _listed_archives(ctx: _Scan, buf, listed: list[tuple[int, int]]) -> list[tup
         if 0 <= offset < end <= len(buf) and zipread.is_whole_archive(buf, offset, end):
             spans.append((offset, end))
         else:
-            _scan_gap(ctx, buf, max(offset, 0), min(max(end, 0), len(buf)),
+            _scan_gap(ctx, buf, offset, end,
                       "the .metadata lists an item there that is not one whole archive")
     return spans
 
@@ -413,7 +413,9 @@ def _scan_gap(ctx: _Scan, buf, start: int, end: int,
               why: str = "no archive covers them") -> list[tuple[int, int]]:
     """Bytes of a `.distcp` file outside its archives, read in full: DCP loads the bytes at
     any offset its `.metadata` gives, so a pickle or an archive there is scanned as such.
-    Returns the archives found in them (offsets in the file)."""
+    Returns the archives found in them (offsets in the file). A range `.metadata` gives may
+    reach outside the file: only its part inside is read."""
+    start, end = max(start, 0), min(max(end, 0), len(buf))
     if start >= end:
         return []
     member = f"bytes {start}-{end}"
@@ -826,7 +828,7 @@ def _scan_listed_items(ctx: _Scan, buf) -> None:
     """A DCP data file that is not back-to-back archives: DCP still loads whatever lies at each
     range its `.metadata` lists, so each is read in full (the whole file when none is known)."""
     why = "a data file that is not back-to-back archives (DCP loads any range .metadata lists)"
-    listed = [(max(o, 0), min(max(o + n, 0), len(buf))) for o, n in sorted(set(ctx.archives))]
+    listed = [(o, o + n) for o, n in sorted(set(ctx.archives))]
     for start, end in listed or [(0, len(buf))]:
         _scan_gap(ctx, buf, start, end, why)
 
