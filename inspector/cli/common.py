@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 
 from inspector.core.allow_presets import PRESETS, preset_help
 from inspector.core.progress import ProgressFn
-from inspector.core.results import Jail, jail_line
 from inspector.core.termtext import escape
 from inspector.core.verify import TensorDigestFn, VerifyResult
 from inspector.core.vocabulary import (
@@ -99,12 +98,6 @@ def warm_workers(jobs: int, cold: bool = False) -> contextlib.AbstractContextMan
 def error_exit(error: dict) -> int:
     """The exit code for a worker or refusal error."""
     return _REFUSAL_EXITS.get(error.get("code", ""), EXIT_LOAD_FAILED)
-
-
-def sandbox_line(sandbox: dict | None) -> str:
-    """One line naming the jail level, what is active and what is missing (`jail_line` of
-    the handshake's dict)."""
-    return jail_line(Jail.from_json(sandbox) if sandbox else None)
 
 
 def print_verify_result(result: VerifyResult) -> None:
