@@ -179,7 +179,6 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.stack)
 
         self._build_status_bar()
-        self._tips: dict[QAction, str] = {}  # each action's tooltip while it can run
         self._build_actions()
         self.pipeline.progress.connect(self._show_progress)
         self.pipeline.job_started.connect(self._job_started)
@@ -283,7 +282,6 @@ class MainWindow(QMainWindow):
         if tip:
             action.setStatusTip(tip)
             action.setToolTip(tip)
-            self._tips[action] = tip
         if icon is not None:
             action.setIcon(self.style().standardIcon(icon))
         action.triggered.connect(slot)
@@ -476,7 +474,7 @@ class MainWindow(QMainWindow):
                                 (self.act_compare, compare_blocker(doc))):
             # a disabled action's tooltip says why it cannot run on this file
             action.setEnabled(blocked is None)
-            action.setToolTip(blocked or self._tips.get(action, action.text()))
+            action.setToolTip(blocked or action.statusTip() or action.text())
 
     # --- commands ----------------------------------------------------------------------
 

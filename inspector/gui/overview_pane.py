@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 
 from inspector.core.contents import Contents, summarize, training_summary
 from inspector.core.health import Health
-from inspector.core.indicators import FLAGGED, import_label, indicators_text
+from inspector.core.indicators import FLAGGED, flagged_globals, import_label, indicators_text
 from inspector.core.integrity import integrity_findings
 from inspector.core.shard_inspect import coverage_text, is_sharded_input
 from inspector.core.torchscript_layout import CODE_ARCHIVES
@@ -399,8 +399,8 @@ def _weights_only_text(doc: FileDocument) -> str:
     names = doc.globals_to_allow()
     if names:
         # as a person writes the import (os.system), with the pickle's alias (posix.system)
-        shown = [import_label(dict(zip(("module", "name"), n.rsplit(".", 1), strict=True)))
-                 for n in names[:5]]
+        shown = [import_label({"module": module, "name": name})
+                 for module, _, name in (n.rpartition(".") for n in names[:5])]
         return f"refuses it: needs {', '.join(shown)}{' …' if len(names) > 5 else ''}"
     return "refuses it"
 
@@ -413,7 +413,7 @@ def _findings_html(doc: FileDocument) -> str:
     if expl.action:
         parts.append(f"<h3>What to do</h3><p>{html.escape(expl.action)}</p>")
     parts.append(_health_html(doc.result.health if doc.result is not None else None))
-    flagged = [g for g in scan.get("globals") or [] if g.get("severity") in FLAGGED]
+    flagged = flagged_globals(scan)
     if flagged:
         parts.append(f"<h3>Offending imports ({len(flagged)})</h3>")
     parts.extend(import_html(g, verdict, scan.get("format")) for g in worst_first(flagged))

@@ -70,7 +70,7 @@ def code_safety_style(scan: dict | None) -> Style:
 def health_style(status: str | None) -> Style:
     """Style of the weights-health badge of a `Health.status` or a finding's severity (grey
     until the weights were judged)."""
-    return HEALTH.get(status, HEALTH_UNKNOWN) if status else HEALTH_UNKNOWN
+    return HEALTH.get(status, HEALTH_UNKNOWN)
 
 
 def _health_status(doc: Any) -> str | None:
