@@ -10,13 +10,12 @@ every row says its status in words too, so colour is never the only signal.
 from __future__ import annotations
 
 import html
-from typing import Any
 
 from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QFormLayout, QLabel, QWidget
 
-from inspector.core.architecture import Architecture
+from inspector.core.results import InspectResult
 from inspector.core.resume import (
     MISMATCH,
     MISSING,
@@ -92,11 +91,11 @@ class ModelSummary:
         form.addRow("Resume:", self.resume)
         form.setRowVisible(self.resume, False)
 
-    def show(self, inspect: dict[str, Any] | None) -> None:
-        """Show what an inspect result says; a dash before (or without) one."""
-        arch = (inspect or {}).get("architecture")
-        self.architecture_label.setText(Architecture.from_json(arch).summary() if arch else "—")
-        resume = (inspect or {}).get("resume")
-        self.resume.show_checklist(ResumeChecklist.from_json(resume) if resume else None,
-                                   WEIGHTS_ONLY if arch else "")
-        self.form.setRowVisible(self.resume, bool(resume or arch))
+    def show(self, result: InspectResult | None) -> None:
+        """Show what an inspect result says (typed on its job's thread); a dash before (or
+        without) one."""
+        arch = result.architecture if result is not None else None
+        resume = result.resume if result is not None else None
+        self.architecture_label.setText(arch.summary() if arch is not None else "—")
+        self.resume.show_checklist(resume, WEIGHTS_ONLY if arch is not None else "")
+        self.form.setRowVisible(self.resume, resume is not None or arch is not None)

@@ -283,7 +283,7 @@ class OverviewPane(QWidget):
                              doc.result.unique_storage if doc.result is not None else None)
         self.fields["contents"].setText(contents_text(contents) if doc.tensors else "—")
         self.fields["training"].setText(training_summary(contents) or "—")
-        self.model_summary.show(doc.inspect)
+        self.model_summary.show(doc.result)
         code = code_summary(doc.inspect)
         self.fields["code"].setText(code or "—")
         self.form.setRowVisible(self.code_row, code is not None)

@@ -62,7 +62,7 @@ def evidence(docs: list[FileDocument], consistency: dict[str, Any] | None = None
 
     files = [
         FileEvidence(
-            path=str(d.path), scan=d.scan, inspect=d.inspect, diff=d.diff,
+            path=str(d.path), scan=d.scan, inspect=d.result, diff=d.diff,
             verify=d.verify.result if d.verify else None,
             manifest=d.verify.manifest if d.verify else None, conversion=d.conversion,
             consistency=consistency if consistency_file == str(d.path) else None,

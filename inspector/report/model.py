@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from inspector.core.contents import DtypeTotal
 from inspector.core.envinfo import EnvInfo
-from inspector.core.results import ConversionResult, DiffResult
+from inspector.core.results import ConversionResult, DiffResult, InspectResult
 from inspector.core.strict_json import strict
 from inspector.core.verify import VerifyResult
 from inspector.core.vocabulary import CheckStatus
@@ -33,7 +33,9 @@ class FileEvidence:
 
     path: str
     scan: dict | None = None
-    inspect: dict | None = None
+    inspect: dict | InspectResult | None = None
+    """The inspect contract, or it typed (the app passes the result it typed on the load's
+    thread, so the report does not read it again)."""
     verify: dict | VerifyResult | None = None
     manifest: str | None = None
     conversion: dict | ConversionResult | None = None
