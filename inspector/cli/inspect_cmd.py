@@ -129,7 +129,8 @@ def _human(report: InspectResult) -> list[str]:
         lines.append(f"error:    {report.error.message}")
         return lines
     unique = report.unique_storage
-    contents = summarize(records(tensors), records(objects), unique)
+    object_records = records(objects)
+    contents = summarize(records(tensors), object_records, unique)
     lines.append("")
     lines.append(f"{contents.tensors} tensors, {contents.parameters:,} elements, "
                  f"{contents.bytes:,} bytes of tensor data")
@@ -139,7 +140,7 @@ def _human(report: InspectResult) -> list[str]:
     training = training_summary(contents)
     if training:
         lines.append(f"training state: {training}")
-    hyper = hyper_parameters_line(records(objects))
+    hyper = hyper_parameters_line(object_records)
     if hyper:
         lines.append(f"hyper-parameters: {hyper}")
     lines.extend(f"optimizer ids: {escape(o.summary())}" for o in report.optimizer_params or ())
@@ -190,19 +191,20 @@ def _model_lines(report: InspectResult) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Inspect one checkpoint; see the module docstring for exit codes."""
-    from inspector.sandbox.client import inspect_result
+    from inspector.sandbox.client import inspect_file
 
     try:
         with stderr_progress("inspecting", args.quiet) as show:
-            report = inspect_result(args.file, allow_globals=args.allow_global,
+            contract = inspect_file(args.file, allow_globals=args.allow_global,
                                     override_dangerous=args.override_dangerous,
                                     timeout=args.timeout, on_event=progress_events(show),
                                     jobs=args.jobs)
     except OSError as exc:
         print(f"ckpt-inspector inspect: {exc.strerror or exc}: {args.file}", file=sys.stderr)
         return exit_code("error")
+    report = InspectResult.from_json(contract)
     if args.json:
-        print(strict_json.dumps(report.to_json()))
+        print(strict_json.dumps(contract))  # the worker's record as it came: nothing to rebuild
     else:
         print("\n".join(escape(line) for line in _human(report)))  # text from the file
     if report.error is not None:

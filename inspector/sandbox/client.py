@@ -39,7 +39,7 @@ from inspector.core.dcp_folder import folder_files, is_dcp_folder, scan_folder
 from inspector.core.errors import CodedError
 from inspector.core.hashing import DIGEST_ALGORITHM, sha256_file
 from inspector.core.progress import Cancelled, CancelToken
-from inspector.core.results import DiffResult, InspectResult
+from inspector.core.results import DiffResult
 from inspector.core.resume import model_facts
 from inspector.core.shard_inspect import is_sharded_input
 from inspector.core.shard_set import resolve as resolve_shards
@@ -786,12 +786,7 @@ def _index_problems(index: ShardIndex | None, records: list[dict], letter: str) 
     return [p.to_json() for p in check_contents(index, found)]
 
 
-# --- typed twins: the same jobs, their results as core.results dataclasses -----------------
-
-
-def inspect_result(path: str | os.PathLike[str], **options: Any) -> InspectResult:
-    """`inspect_file` (same options), its contract typed."""
-    return InspectResult.from_json(inspect_file(path, **options))
+# --- typed twin: the same job, its result as a core.results dataclass -------------------
 
 
 def diff_result(a: str | os.PathLike[str], b: str | os.PathLike[str],
