@@ -8,6 +8,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from inspector.core.health import Health
 from inspector.core.results import ConversionResult, DiffResult, InspectResult
 from inspector.core.torchscript_layout import CODE_ARCHIVES
 from inspector.core.verify import VerifyResult
@@ -79,6 +80,11 @@ class FileDocument(QObject):
     def verdict(self) -> str | None:
         """The static scan's verdict, or None while scanning."""
         return self.scan.get("verdict") if self.scan else None
+
+    @property
+    def health(self) -> Health | None:
+        """The weights-health verdict, None until the weights were judged."""
+        return self.result.health if self.result is not None else None
 
     @property
     def size(self) -> int | None:

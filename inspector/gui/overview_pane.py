@@ -240,11 +240,10 @@ class OverviewPane(QWidget):
         scan = doc.scan or {}
         self.banner.show_style(code_safety_style(doc.scan), code_safety_explanation(doc.scan),
                                self._banner_detail(doc))
-        health = doc.result.health if doc.result is not None else None
-        status = health.status if health is not None else None
+        status = doc.health.status if doc.health is not None else None
         health_text = health_explanation(status, _loaded(doc))
         self.health_banner.show_style(health_style(status), health_text,
-                                      _health_detail(health) or health_text.meaning)
+                                      _health_detail(doc.health) or health_text.meaning)
         self.fields["path"].setText(str(doc.path))
         self.fields["format"].setText(str(scan.get("format") or "—"))
         self.fields["size"].setText(human_size(doc.size))
@@ -412,7 +411,7 @@ def _findings_html(doc: FileDocument) -> str:
     parts = []
     if expl.action:
         parts.append(f"<h3>What to do</h3><p>{html.escape(expl.action)}</p>")
-    parts.append(_health_html(doc.result.health if doc.result is not None else None))
+    parts.append(_health_html(doc.health))
     flagged = flagged_globals(scan)
     if flagged:
         parts.append(f"<h3>Offending imports ({len(flagged)})</h3>")

@@ -75,8 +75,7 @@ def health_style(status: str | None) -> Style:
 
 def _health_status(doc: Any) -> str | None:
     """The document's weights-health status, None until judged."""
-    health = doc.result.health if doc.result is not None else None
-    return health.status if health is not None else None
+    return doc.health.status if doc.health is not None else None
 
 
 def document_icon(doc: Any) -> QIcon:

@@ -166,8 +166,8 @@ def health_info(inspect: InspectResult) -> HealthInfo:
 
 def _abs_max(tensor: TensorStats) -> float | None:
     """The largest finite magnitude a tensor row reports, None when it reports none."""
-    finite = [abs(float(v)) for v in (tensor.absmax, tensor.min, tensor.max)
-              if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)]
+    candidates = [_number(v) for v in (tensor.absmax, tensor.min, tensor.max)]
+    finite = [abs(v) for v in candidates if v is not None and math.isfinite(v)]
     return max(finite) if finite else None
 
 
