@@ -19,7 +19,8 @@ from inspector.core.discover import Found, discover
 from inspector.core.policy import classify
 from inspector.core.progress import CancelToken
 from inspector.core.results import InspectResult, LoadError
-from inspector.core.shard_inspect import is_sharded_input, scan_set, sharded_set
+from inspector.core.shard_inspect import scan_set, sharded_set
+from inspector.core.shards import is_index
 from inspector.core.vocabulary import (
     DEFAULT_REQUIRED_JAIL,
     DocumentState,
@@ -242,7 +243,7 @@ def _hash_fn(path: Path) -> JobFn:
     def run(emit: EmitFn, cancel: CancelToken) -> str | None:
         from inspector.core.hashing import sha256_file
 
-        if is_sharded_input(path) or path.is_dir():
+        if path.is_dir() or is_index(path):
             return None  # a folder (shards, or DCP) has no one SHA-256 (each file has its own)
         def progress(done: int, total: int) -> None:
             emit({"type": "progress", "stage": "hash", "done": done, "total": total})
