@@ -1442,3 +1442,69 @@ def dcp_write_chunks(folder: Path, full: dict, chunks: dict) -> None:
         (folder / name).write_bytes(bytes(data))
     metadata = Metadata(tensors, {k: (k,) for k in tensors}, storage)
     (folder / ".metadata").write_bytes(pickle.dumps(metadata))
+
+
+# --- adversarial hunt: zip readings where Python's zipfile (numpy.load) and torch's miniz differ
+
+
+def _hunt_local(name: str, data: bytes) -> bytes:
+    """A stored zip local header and its data."""
+    import zlib
+
+    raw = name.encode()
+    return struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, 0, 0, 0, zlib.crc32(data),
+                       len(data), len(data), len(raw), 0) + raw + data
+
+
+def _hunt_central(name: str, data: bytes, offset: int) -> bytes:
+    """A central-directory entry for a stored member whose local header is at `offset`."""
+    import zlib
+
+    raw = name.encode()
+    return struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, 0, 0, 0,
+                       zlib.crc32(data), len(data), len(data), len(raw), 0, 0, 0, 0, 0,
+                       offset) + raw
+
+
+def _hunt_eocd(entries: int, cd_size: int, cd_offset: int) -> bytes:
+    return struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, entries, entries, cd_size, cd_offset, 0)
+
+
+def _hunt_plain_npy() -> bytes:
+    return _npy_plain("{'descr': '<f4', 'fortran_order': False, 'shape': (256,), }",
+                      bytes(1024))
+
+
+def _npy_plain(header: str, payload: bytes) -> bytes:
+    pad = 64 - (6 + 2 + 2 + len(header) + 1) % 64
+    text = (header + " " * pad + "\n").encode("latin-1")
+    return b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text + payload
+
+
+def hunt_npz_zipfile_shift(path: Path, canary: Path) -> Path:
+    """An npz whose end record's directory offset is not where its directory lies: miniz (and
+    a reader trusting the offset) finds a decoy directory listing a plain array, while Python's
+    zipfile, which numpy.load uses, shifts every offset by the difference (the allowance it
+    makes for data prepended to an archive) and reads an object-array payload instead."""
+    evil = _npy("'|O'", call("os", "system", touch_cmd(canary)))
+    benign = _hunt_plain_npy()
+    decoy, real = _hunt_local("a.npy", benign), _hunt_local("a.npy", evil)
+    assert len(decoy) >= len(real)
+    decoy_cd = _hunt_central("a.npy", benign, 0)
+    real_cd = _hunt_central("a.npy", evil, len(decoy) - len(real))
+    data = decoy + decoy_cd + real + real_cd + _hunt_eocd(1, len(real_cd), len(decoy))
+    return _write(path, data)
+
+
+def hunt_npz_entry_count(path: Path, canary: Path) -> Path:
+    """An npz whose end record counts one entry while its directory holds two: zipfile reads
+    the directory by its size (numpy.load lists both), a reader trusting the count one."""
+    evil = _npy("'|O'", call("os", "system", touch_cmd(canary)))
+    benign = _hunt_plain_npy()
+    first, second = _hunt_local("a.npy", benign), _hunt_local("b.npy", evil)
+    cd = _hunt_central("a.npy", benign, 0) + _hunt_central("b.npy", evil, len(first))
+    return _write(path, first + second + cd + _hunt_eocd(1, len(cd), len(first) + len(second)))
+
+
+ADVERSARIAL_BUILDERS["npz_zipfile_shift"] = ("numpy", hunt_npz_zipfile_shift)
+ADVERSARIAL_BUILDERS["npz_entry_count"] = ("numpy", hunt_npz_entry_count)

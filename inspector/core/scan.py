@@ -360,6 +360,7 @@ def _scan_zip(ctx: _Scan, buf) -> None:
         spans = zipread.archive_spans(buf)
         if len(spans) == 1:
             _scan_archive(ctx, buf, zipread.read_zip(buf))
+            _scan_zipfile_view(ctx, buf)
             return
     else:
         if isinstance(buf, mmap.mmap):
@@ -381,6 +382,28 @@ def _scan_zip(ctx: _Scan, buf) -> None:
     ctx.find(Severity.INFO, "zip-concatenated", f"{len(spans)} zip archives back to back (as "
              "torch.distributed.checkpoint writes its .distcp data files); all were scanned")
     _torch_view(ctx, buf, sorted(spans))
+
+
+def _scan_zipfile_view(ctx: _Scan, buf) -> None:
+    """An archive whose end record's directory offset is not where its directory lies: Python's
+    zipfile (numpy.load) shifts every offset by the difference, torch's reader does not, so the
+    archive zipfile reads is scanned too. torch.load reads only the unshifted one."""
+    shift = zipread.zipfile_shift(buf)
+    if not shift:
+        return
+    ctx.find(Severity.SUSPICIOUS, "zip-offset-shift",
+             f"the central directory lies {shift:+d} bytes from where the end record puts it: "
+             "Python's zipfile (numpy.load) shifts every member by that much, torch does not; "
+             "both readings were scanned")
+    refuses, blockers = ctx.torch_refuses, list(ctx.result.weights_only_blockers)
+    fmt = ctx.result.format
+    try:
+        _scan_archive(ctx, buf, zipread.read_zip(buf, shift))
+    except (ValueError, struct.error) as exc:
+        ctx.find(Severity.SUSPICIOUS, "zip-unreadable",
+                 f"the shifted reading could not be read: {exc}")
+    ctx.torch_refuses, ctx.result.weights_only_blockers[:] = refuses, blockers
+    ctx.result.format = fmt
 
 
 def _listed_archives(ctx: _Scan, buf, listed: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -152,6 +152,16 @@ def is_whole_archive(buf, start: int, end: int) -> bool:
     return eocd + 22 + comment == end and cd_offset + cd_size == after
 
 
+def zipfile_shift(buf) -> int:
+    """How far Python's zipfile (numpy.load) moves every offset of the archive ending `buf`:
+    it takes the bytes between where the end record says the central directory starts and
+    where it does start as data prepended to the archive. torch's miniz reader takes the
+    offsets as written, so a nonzero shift gives the two readers two different archives
+    (`read_zip(buf, shift)` is zipfile's)."""
+    cd_offset, _, cd_size, after = _central_directory(buf, _find_eocd(buf))
+    return after - cd_size - cd_offset
+
+
 def _unsafe_name(name: str) -> bool:
     parts = name.replace("\\", "/").split("/")
     return name.startswith(("/", "\\")) or ".." in parts or name[1:2] == ":"
@@ -166,15 +176,24 @@ def read_zip(buf, base: int = 0, end: int | None = None) -> ZipArchive:
     buffer's); raises NotAZip when there is no zip at all."""
     archive = ZipArchive()
     add = archive.anomalies.append
-    cd_offset, total, _, _ = _central_directory(buf, _find_eocd(buf, base, end), base)
+    cd_offset, total, cd_size, _ = _central_directory(buf, _find_eocd(buf, base, end), base)
     pos = base + cd_offset
+    # Python's zipfile (numpy.load) reads entries until the directory's size is used up, not
+    # the end record's count: entries past the count are members to it, so they are read too
+    cd_end = pos + cd_size
     n = len(buf)
     members = archive.members
-    for _ in range(min(total, 10_000_000)):
-        if buf[pos:pos + 4] != CENTRAL_SIG:
+    for i in range(10_000_000):
+        if i >= total and (pos >= cd_end or buf[pos:pos + 4] != CENTRAL_SIG):
+            break
+        if pos < 0 or buf[pos:pos + 4] != CENTRAL_SIG:
             add(Anomaly(Severity.SUSPICIOUS, "zip-central-directory",
                         f"central directory entry missing at offset {pos}"))
             break
+        if i == total:
+            add(Anomaly(Severity.SUSPICIOUS, "zip-entry-count",
+                        f"the end record counts {total} entries but the central directory "
+                        "holds more; Python's zipfile (numpy.load) lists them all"))
         flags, method, crc, csize, usize, nlen, xlen, clen, offset = _CENTRAL(buf, pos)
         raw_name = buf[pos + 46:pos + 46 + nlen]
         if xlen:
@@ -186,7 +205,7 @@ def read_zip(buf, base: int = 0, end: int | None = None) -> ZipArchive:
         local_name = None
         data_offset = -1
         lflags = 0
-        if buf[offset:offset + 4] == LOCAL_SIG:
+        if offset >= 0 and buf[offset:offset + 4] == LOCAL_SIG:
             lflags, lnlen, lxlen = _LOCAL(buf, offset + 4)
             local_raw = buf[offset + 30:offset + 30 + lnlen]
             local_name = name if local_raw == raw_name else str(local_raw, "utf-8", "replace")

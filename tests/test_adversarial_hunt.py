@@ -1,0 +1,44 @@
+"""Adversarial hunt: inputs on which the static scan once gave a wrong trust answer.
+
+Each malicious sample is first proven to run its payload under its loader (in a throwaway
+process, creating only its canary), then scanned: the scan calls it dangerous and the canary
+never appears.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from factories import hunt_npz_entry_count, hunt_npz_zipfile_shift
+
+from inspector.core.scan import scan_file
+
+NUMPY_LOAD = r"""
+import sys, numpy
+out = numpy.load(sys.argv[1], allow_pickle=True)
+try:
+    [out[name] for name in out.files]
+except Exception as exc:
+    print("loader raised", type(exc).__name__, exc)
+"""
+
+NUMPY_SAMPLES = {"npz_zipfile_shift": hunt_npz_zipfile_shift,
+                 "npz_entry_count": hunt_npz_entry_count}
+
+
+@pytest.mark.parametrize("name", sorted(NUMPY_SAMPLES))
+def test_npz_read_the_way_zipfile_reads_it_is_dangerous(tmp_path, python_exe, name):
+    proof = tmp_path / "proof"
+    proof.mkdir()
+    sample = NUMPY_SAMPLES[name](tmp_path / "proof.npz", proof / "canary")
+    proc = subprocess.run([python_exe, "-c", NUMPY_LOAD, str(sample)], capture_output=True,
+                          text=True, timeout=120, cwd=proof)
+    assert (proof / "canary").exists(), f"numpy.load did not run the payload: {proc.stdout}"
+
+    canary = tmp_path / "canary"
+    path = NUMPY_SAMPLES[name](tmp_path / f"{name}.npz", canary)
+    res = scan_file(path)
+    assert res.verdict == "dangerous", res.to_json()
+    assert any(g.import_name == "os.system" for g in res.globals), res.to_json()
+    assert not canary.exists()
