@@ -82,6 +82,12 @@ def is_index(path: Path) -> bool:
     return path.name.endswith(INDEX_SUFFIX)
 
 
+def has_one_sha256(path: Path) -> bool:
+    """False for a folder (shards, or torch.distributed.checkpoint) or a shard index: each of
+    their files has its own SHA-256, and an index's would name only the index."""
+    return not (path.is_dir() or is_index(path))
+
+
 def read_index(path: Path) -> ShardIndex:
     """Read an index, keeping track of a key listed twice (JSON objects may repeat keys)."""
     duplicates: dict[str, list[str]] = {}

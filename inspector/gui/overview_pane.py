@@ -23,7 +23,8 @@ from inspector.core.contents import Contents, summarize, training_summary
 from inspector.core.health import Health
 from inspector.core.indicators import FLAGGED, flagged_globals, import_label, indicators_text
 from inspector.core.integrity import integrity_findings
-from inspector.core.shard_inspect import coverage_text, is_sharded_input
+from inspector.core.shard_inspect import coverage_text
+from inspector.core.shards import has_one_sha256
 from inspector.core.torchscript_layout import CODE_ARCHIVES
 from inspector.core.vocabulary import DocumentState, HealthSeverity, Severity, Verdict
 from inspector.gui.code_view import CodeDialog, code_summary
@@ -250,11 +251,10 @@ class OverviewPane(QWidget):
         shards = coverage_text(doc.inspect or {})
         self.fields["shards"].setText(shards or "—")
         self.form.setRowVisible(self.fields["shards"], shards is not None)
-        # a model folder of shards has no one SHA-256: each shard's is in the inspect result
         hashing = (doc.state in (DocumentState.QUEUED, DocumentState.LOADING,
                                  DocumentState.BLOCKED, DocumentState.DECLINED,
                                  DocumentState.ERROR)
-                   and not is_sharded_input(doc.path))
+                   and has_one_sha256(doc.path))
         self.fields["sha256"].setText(doc.sha256 or ("computing…" if hashing else "—"))
         self.copy_button.setEnabled(bool(doc.sha256))
         flagged = doc.verdict in FLAGGED

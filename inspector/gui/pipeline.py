@@ -20,7 +20,7 @@ from inspector.core.policy import classify
 from inspector.core.progress import CancelToken
 from inspector.core.results import InspectResult, LoadError
 from inspector.core.shard_inspect import scan_set, sharded_set
-from inspector.core.shards import is_index
+from inspector.core.shards import has_one_sha256
 from inspector.core.vocabulary import (
     DEFAULT_REQUIRED_JAIL,
     DocumentState,
@@ -243,8 +243,8 @@ def _hash_fn(path: Path) -> JobFn:
     def run(emit: EmitFn, cancel: CancelToken) -> str | None:
         from inspector.core.hashing import sha256_file
 
-        if path.is_dir() or is_index(path):
-            return None  # a folder (shards, or DCP) has no one SHA-256 (each file has its own)
+        if not has_one_sha256(path):
+            return None
         def progress(done: int, total: int) -> None:
             emit({"type": "progress", "stage": "hash", "done": done, "total": total})
 

@@ -16,6 +16,7 @@ from inspector.core.json_record import records
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.core.results import ConversionResult, DiffResult, InspectResult, TensorStats
 from inspector.core.resume import headline, item_label, status_word
+from inspector.core.shards import has_one_sha256
 from inspector.core.verify import VerifyResult
 from inspector.core.vocabulary import FileStatus, LoadStatus, StepStatus, TensorCheckStatus, Verdict
 from inspector.report.model import (
@@ -65,10 +66,9 @@ def file_info(
 ) -> FileInfo:
     """The file's identity; hashes it when the session has no SHA-256 for it."""
     path = Path(ev.path)
-    # a sharded checkpoint's size is its shards' sum, and it has no one SHA-256 (its index
-    # file's would name only the index): each shard's is in the Shards section; a DCP folder's
-    # size is its files' sum too
-    sharded = bool(inspect and inspect.index) or path.is_dir()
+    # a sharded checkpoint's or a DCP folder's size is its files' sum; each shard's SHA-256 is
+    # in the Shards section
+    sharded = bool(inspect and inspect.index) or not has_one_sha256(path)
     recorded = inspect.size if inspect is not None else None
     try:
         st = path.stat()
