@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 import inspector.core.verify as verify_mod
-from inspector.core.manifest import FileEntry, TensorEntry, read_manifest, write_manifest
+from inspector.core.manifest import (
+    FileEntry,
+    Manifest,
+    TensorEntry,
+    read_manifest,
+    write_manifest,
+)
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.core.verify import compare_tensors, measure_file, verify
 
@@ -213,3 +219,29 @@ def test_an_index_fails_on_orphan_shards_but_not_on_other_files(tmp_path: Path) 
     assert not result.ok and result.differs
     assert _statuses(result)["model-00003-of-00003.safetensors"] == "orphan"
     assert _statuses(result)["config.json"] == "extra"
+
+
+def test_verify_asks_tensor_digests_of_exactly_the_planned_tensor_targets(tmp_path):
+    data = {"a.pt": b"a" * 10, "b.pt": b"b" * 10, "c.pt": b"c" * 10, "extra.pt": b"e"}
+    for name, content in data.items():
+        (tmp_path / name).write_bytes(content)
+    tensors = [TensorEntry("w", "float32", (1,), "d", "sha256")]
+    manifest = Manifest("json", [
+        FileEntry("a.pt", hashlib.sha256(data["a.pt"]).hexdigest(), 10, tensors=tensors),
+        FileEntry("b.pt", None, 11, tensors=tensors),  # another size: fails unread
+        FileEntry("c.pt", None, 10),  # no tensors on record
+        FileEntry("gone.pt", None, 10, tensors=tensors),
+    ], base_dir=tmp_path)
+    pairs = verify_mod.plan(manifest, [tmp_path])
+    assert verify_mod.tensor_targets(pairs) == [tmp_path / "a.pt"]
+    asked = []
+
+    def digests(path, *, cancel=None):
+        asked.append(path)
+        return list(tensors)
+
+    result = verify(manifest, tensor_digests=digests, pairs=pairs)
+    assert asked == [tmp_path / "a.pt"]
+    assert _statuses(result) == {"a.pt": "ok", "b.pt": "size_mismatch", "c.pt": "ok",
+                                 "gone.pt": "missing", "extra.pt": "extra"}
+    assert [t.status for t in result.tensors] == ["ok"]

@@ -21,12 +21,13 @@ from inspector.cli.common import (
 )
 from inspector.core.hashing import is_sha256_hex
 from inspector.core.hfcache import is_cache_path, verify_cache
-from inspector.core.manifest import Manifest, ManifestError, TensorEntry, read_manifest
+from inspector.core.manifest import ManifestError, TensorEntry, read_manifest
 from inspector.core.progress import CancelToken
 from inspector.core.verify import (
     TensorDigestFn,
     VerifyResult,
     plan,
+    tensor_targets,
     verify,
     verify_sha256,
     verify_tensors_only,
@@ -100,26 +101,19 @@ def run(args: argparse.Namespace) -> int:
         with warm_workers(len(files)), _digests_ahead(args, files) as digests:
             result = verify_tensors_only(manifest, args.paths, digests)
     else:
-        files = [] if args.no_tensors else _tensor_files(manifest, args.paths)
+        pairs = plan(manifest, args.paths)
+        files = [] if args.no_tensors else tensor_targets(pairs)
         ahead = contextlib.nullcontext() if args.no_tensors else _digests_ahead(args, files)
         with stderr_progress("verifying", args.quiet) as progress, \
                 warm_workers(len(files)), ahead as digests:
             result = verify(
                 manifest,
-                args.paths,
                 tensor_digests=digests,
                 progress=progress,
                 strict=args.strict,
+                pairs=pairs,
             )
     return _finish(args, result, str(args.manifest), manifest.dialect)
-
-
-def _tensor_files(manifest: Manifest, paths: list[Path]) -> list[Path]:
-    """The files `verify` will ask tensor digests of: listed with tensors, and of the listed
-    size (a file of another size fails without being read)."""
-    return [location for entry, location in plan(manifest, paths)
-            if entry is not None and entry.tensors is not None and location.is_file()
-            and entry.size in (None, location.stat().st_size)]
 
 
 @contextlib.contextmanager

@@ -157,7 +157,11 @@ def _hash(path: Path, progress: ProgressFn | None, cancel: CancelToken | None) -
     return sha256_file(path, progress, cancel)
 
 
-def plan(manifest: Manifest, paths: Iterable[Path]) -> list[tuple[FileEntry | None, Path]]:
+Plan = list[tuple[FileEntry | None, Path]]
+"""Manifest entries paired with the files on disk (`plan`); None marks an extra file."""
+
+
+def plan(manifest: Manifest, paths: Iterable[Path]) -> Plan:
     """Pair manifest entries with files on disk; an entry with None is an extra file.
 
     No paths: the manifest's folder. A folder that holds the manifest, or lies under its folder,
@@ -167,7 +171,7 @@ def plan(manifest: Manifest, paths: Iterable[Path]) -> list[tuple[FileEntry | No
     """
     roots = list(paths) or [manifest.base_dir]
     skipped = {os.path.abspath(manifest.source)} if manifest.source is not None else set()
-    pairs: list[tuple[FileEntry | None, Path]] = []
+    pairs: Plan = []
     claimed: set[int] = set()
     seen: set[str] = set()
 
@@ -218,6 +222,17 @@ def list_files(root: Path) -> list[Path]:
     return found
 
 
+def tensor_targets(pairs: Plan) -> list[Path]:
+    """The files whose tensor digests `verify` asks for, in its order."""
+    return [location for entry, location in pairs if _checks_tensors(entry, _size(location))]
+
+
+def _checks_tensors(entry: FileEntry | None, size: int | None) -> bool:
+    # listed with tensors and present; a file of another size fails without being read
+    return (entry is not None and entry.tensors is not None and size is not None
+            and entry.size in (None, size))
+
+
 def verify(
     manifest: Manifest,
     paths: Iterable[Path] = (),
@@ -225,10 +240,12 @@ def verify(
     progress: ProgressFn | None = None,
     cancel: CancelToken | None = None,
     strict: bool = False,
+    pairs: Plan | None = None,
 ) -> VerifyResult:
-    """Verify files (and their tensors, when the manifest has them and a digest fn is given)."""
+    """Verify files (and their tensors, when the manifest has them and a digest fn is given);
+    `pairs`, when the caller already planned `paths`, spares a second walk of the folders."""
     result = VerifyResult(strict=strict)
-    pairs = plan(manifest, paths)
+    pairs = plan(manifest, paths) if pairs is None else pairs
     sizes = {i: _size(loc) for i, (_e, loc) in enumerate(pairs)}
     to_hash = {
         i
@@ -262,7 +279,7 @@ def verify(
         if entry.size is not None and entry.size != size:
             record.status = SIZE_MISMATCH
             continue
-        want_tensors = entry.tensors is not None and tensor_digests is not None
+        want_tensors = tensor_digests is not None and _checks_tensors(entry, size)
         measured = measure_file(
             location,
             hash_file=i in to_hash,
