@@ -1508,3 +1508,13 @@ def hunt_npz_entry_count(path: Path, canary: Path) -> Path:
 
 ADVERSARIAL_BUILDERS["npz_zipfile_shift"] = ("numpy", hunt_npz_zipfile_shift)
 ADVERSARIAL_BUILDERS["npz_entry_count"] = ("numpy", hunt_npz_entry_count)
+
+
+def hunt_zip_trailing_end_signature(path: Path, canary: Path) -> Path:
+    """A malicious torch zip followed by a bare end-record signature: miniz (torch.load) skips
+    a signature with fewer than 22 bytes after it and opens the real end record before it."""
+    mal_zip_data_pkl(path, canary)
+    return _write(path, Path(path).read_bytes() + b"PK\x05\x06")
+
+
+ADVERSARIAL_BUILDERS["zip_trailing_end_signature"] = ("torch", hunt_zip_trailing_end_signature)

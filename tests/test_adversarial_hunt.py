@@ -10,7 +10,11 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from factories import hunt_npz_entry_count, hunt_npz_zipfile_shift
+from factories import (
+    hunt_npz_entry_count,
+    hunt_npz_zipfile_shift,
+    hunt_zip_trailing_end_signature,
+)
 
 from inspector.core.scan import scan_file
 
@@ -38,6 +42,34 @@ def test_npz_read_the_way_zipfile_reads_it_is_dangerous(tmp_path, python_exe, na
 
     canary = tmp_path / "canary"
     path = NUMPY_SAMPLES[name](tmp_path / f"{name}.npz", canary)
+    res = scan_file(path)
+    assert res.verdict == "dangerous", res.to_json()
+    assert any(g.import_name == "os.system" for g in res.globals), res.to_json()
+    assert not canary.exists()
+
+
+TORCH_LOAD = r"""
+import sys, torch
+try:
+    torch.load(sys.argv[1], weights_only=False)
+except Exception as exc:
+    print("loader raised", type(exc).__name__, exc)
+"""
+
+TORCH_SAMPLES = {"zip_trailing_end_signature": hunt_zip_trailing_end_signature}
+
+
+@pytest.mark.parametrize("name", sorted(TORCH_SAMPLES))
+def test_torch_zip_read_the_way_miniz_reads_it_is_dangerous(tmp_path, python_exe, name):
+    proof = tmp_path / "proof"
+    proof.mkdir()
+    sample = TORCH_SAMPLES[name](tmp_path / "proof.pt", proof / "canary")
+    proc = subprocess.run([python_exe, "-c", TORCH_LOAD, str(sample)], capture_output=True,
+                          text=True, timeout=300, cwd=proof)
+    assert (proof / "canary").exists(), f"torch.load did not run the payload: {proc.stdout}"
+
+    canary = tmp_path / "canary"
+    path = TORCH_SAMPLES[name](tmp_path / f"{name}.pt", canary)
     res = scan_file(path)
     assert res.verdict == "dangerous", res.to_json()
     assert any(g.import_name == "os.system" for g in res.globals), res.to_json()

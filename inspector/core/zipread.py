@@ -77,7 +77,8 @@ class NotAZip(ValueError):
 
 def _find_eocd(buf, base: int = 0, end: int | None = None) -> int:
     end = len(buf) if end is None else end
-    i = buf.rfind(EOCD_SIG, max(base, end - (1 << 16) - 22), end)
+    # as miniz (torch.load) does: the last signature with a whole 22-byte record after it
+    i = buf.rfind(EOCD_SIG, max(base, end - (1 << 16) - 22), end - 18)
     if i < 0:
         raise NotAZip("no end-of-central-directory record")
     return i
