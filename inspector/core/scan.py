@@ -704,6 +704,9 @@ def _carve(ctx: _Scan, data: bytes, member: str, covered: int) -> None:
             covered = scan.end
 
 
+_TORCH_TAR = frozenset({"storages", "tensors", "pickle"})
+
+
 def _scan_tar(ctx: _Scan, buf) -> None:
     """A tar archive; torch's legacy tar format (`storages`, `tensors`, `pickle` members) is
     read by torch.load with weights_only=False: every member's pickles are scanned."""
@@ -714,15 +717,26 @@ def _scan_tar(ctx: _Scan, buf) -> None:
     fileobj = buf if isinstance(buf, mmap.mmap) else io.BytesIO(buf)
     fileobj.seek(0)
     with tarfile.open(fileobj=fileobj, mode="r:") as tar:
-        members = [m for m in tar.getmembers() if m.isfile()]
+        every = tar.getmembers()
+    members = [m for m in every if m.isfile()]
     names = {m.name for m in members}
-    torch_tar = {"storages", "tensors", "pickle"} <= names
+    # torch.load extracts its legacy tar's members (no extraction filter) and unpickles them: a
+    # link reads the file it points at (a hard link to an earlier member reads that member,
+    # scanned below)
+    links = [m for m in every if m.name in _TORCH_TAR and (
+        m.issym() or (m.islnk() and m.linkname not in names))]
+    torch_tar = names | {m.name for m in links} >= _TORCH_TAR
     res.format = "pytorch-tar" if torch_tar else "tar"
     if torch_tar:
         ctx.find(Severity.SUSPICIOUS, "torch-legacy-tar",
                  "torch's legacy tar format: torch.load unpickles "
                  "its storages, tensors and pickle members and refuses weights_only=True")
         ctx.block("torch.load refuses weights_only=True for the legacy tar format")
+    for m in links:
+        ctx.find(Severity.SUSPICIOUS, "tar-link",
+                 f"member is a link to {m.linkname!r}: extracting it reads that file, which lies "
+                 "outside the archive and was not scanned", m.name)
+        ctx.block(f"tar member {m.name} is a link")
     found = 0
     for m in members:
         if m.size > MAX_MEMBER_BYTES:
@@ -732,7 +746,7 @@ def _scan_tar(ctx: _Scan, buf) -> None:
         walked, covered = _tar_member_pickles(ctx, data, m.name)
         found += walked
         _carve(ctx, data, m.name, covered)
-    if not found and not ctx.uses:
+    if not found and not ctx.uses and not links:
         raise ValueError("tar archive without pickles")
 
 
