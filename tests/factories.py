@@ -1536,3 +1536,21 @@ def hunt_legacy_tar_links(path: Path, canary: Path, target: Path | None = None) 
             info.linkname = str(target)
             tar.addfile(info)
     return _write(path, out.getvalue())
+
+
+def hunt_index_outside(folder: Path, canary: Path) -> Path:
+    """A model folder with one plain safetensors shard and an index whose weight_map puts the
+    second shard at `../outside/pytorch_model-00002-of-00002.bin` (a payload): transformers
+    joins the folder and the name as given and loads it. Returns the folder."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    save_safetensors(folder / "model-00001-of-00002.safetensors")
+    outside = folder.parent / "outside"
+    outside.mkdir(exist_ok=True)
+    _write(outside / "pytorch_model-00002-of-00002.bin", call("os", "system", touch_cmd(canary)))
+    index = {"metadata": {"total_size": 0},
+             "weight_map": {"a": "model-00001-of-00002.safetensors",
+                            "b": "../outside/pytorch_model-00002-of-00002.bin"}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return folder

@@ -8,9 +8,11 @@ never appears.
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 from factories import (
+    hunt_index_outside,
     hunt_legacy_tar_links,
     hunt_npz_entry_count,
     hunt_npz_zipfile_shift,
@@ -97,4 +99,43 @@ def test_legacy_tar_of_links_to_a_pickle_outside_is_never_safe_or_skipped(tmp_pa
     assert not res.weights_only_ok
     (folder_res,) = scan_paths([folder])
     assert folder_res.verdict == "suspicious", folder_res.to_json()
+    assert not canary.exists()
+
+
+def test_index_that_maps_weights_outside_its_folder_is_not_safe(tmp_path):
+    canary = tmp_path / "canary"
+    folder = hunt_index_outside(tmp_path / "model", canary)
+    index = folder / "model.safetensors.index.json"
+    hub = pytest.importorskip("transformers.utils.hub")
+    files, _ = hub.get_checkpoint_shard_files(str(folder), str(index))
+    outside = tmp_path / "outside" / "pytorch_model-00002-of-00002.bin"
+    assert any(Path(f).resolve() == outside for f in files), files  # what transformers loads
+
+    results = {Path(r.path).name: r for r in scan_paths([folder])}
+    res = results["model.safetensors.index.json"]
+    assert res.verdict == "suspicious" and res.error is None, res.to_json()
+    assert any(f.code == "index-outside-file" and "../outside/" in f.message
+               for f in res.findings)
+    (alone,) = scan_paths([index])
+    assert alone.verdict == "suspicious", alone.to_json()
+    assert not canary.exists()
+
+
+def test_index_that_maps_weights_behind_a_folder_link_is_not_safe(tmp_path):
+    """`sub/` is a link to a folder outside: the folder scan does not follow folder links, so
+    `sub/pytorch_model-00002-of-00002.bin` is never scanned, and transformers loads it."""
+    import json
+
+    canary = tmp_path / "canary"
+    folder = hunt_index_outside(tmp_path / "model", canary)
+    (folder / "sub").symlink_to(tmp_path / "outside", target_is_directory=True)
+    index = folder / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    data["weight_map"]["b"] = "sub/pytorch_model-00002-of-00002.bin"
+    index.write_text(json.dumps(data))
+    results = {Path(r.path).name: r for r in scan_paths([folder])}
+    assert "pytorch_model-00002-of-00002.bin" not in results  # the link is not followed
+    res = results["model.safetensors.index.json"]
+    assert res.verdict == "suspicious", res.to_json()
+    assert any(f.code == "index-outside-file" and "sub/" in f.message for f in res.findings)
     assert not canary.exists()

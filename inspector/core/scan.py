@@ -962,6 +962,7 @@ def scan_found(found: Found) -> ScanResult:
     """Scan one discovered file; `skipped` when a folder's file is no checkpoint at all."""
     try:
         res = scan_dcp_aware(found.path)
+        _check_index(res)
     except Exception as exc:  # scan_file never raises for a bad file; a bug must not hide
         res = ScanResult(path=os.fspath(found.path), verdict=Verdict.ERROR,
                          error=" ".join(f"scan failed: {type(exc).__name__}: {exc}"
@@ -969,6 +970,58 @@ def scan_found(found: Found) -> ScanResult:
     if found.in_folder and _not_a_checkpoint(res):
         res.verdict = Verdict.SKIPPED
     return res
+
+
+MAX_INDEX_BYTES = 64 << 20
+
+
+def index_outside_files(path: str | os.PathLike) -> list[str]:
+    """The shard names a `*.index.json` maps weights to that lie outside its folder (absolute,
+    with a `..` part, or behind a folder link): transformers joins the folder and the name as
+    given and loads them."""
+    import json
+
+    name = os.fspath(path)
+    if not name.endswith(".index.json"):
+        return []
+    try:
+        with open(name, "rb") as fh:
+            raw = fh.read(MAX_INDEX_BYTES + 1)
+        data = json.loads(raw) if len(raw) <= MAX_INDEX_BYTES else None
+    except (OSError, ValueError, RecursionError):
+        return []
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict):
+        return []
+    folder = os.path.dirname(name)
+    return sorted({v for v in weight_map.values() if isinstance(v, str) and _leaves(folder, v)})
+
+
+def _leaves(folder: str, name: str) -> bool:
+    """Whether `folder`/`name` lies outside `folder` or behind a folder link (which the folder
+    walk does not follow)."""
+    if name.startswith(("/", "\\")) or name[1:2] == ":":
+        return True
+    parts = name.replace("\\", "/").split("/")
+    if ".." in parts:
+        return True
+    return any(os.path.islink(os.path.join(folder, *parts[:i])) for i in range(1, len(parts)))
+
+
+def _check_index(res: ScanResult) -> None:
+    """An index that maps weights to files outside its folder is suspicious: those files are
+    loaded with the checkpoint, and a scan of the folder never reads them."""
+    outside = index_outside_files(res.path)
+    if not outside:
+        return
+    if _not_a_checkpoint(res):  # the JSON itself is no pickle: its one problem is this
+        res.error, res.verdict = None, Verdict.SAFE
+    names = ", ".join(repr(n) for n in outside[:3])
+    res.findings.append(Finding(Severity.SUSPICIOUS, "index-outside-file",
+                                f"weight_map names {names}, outside its folder or behind a folder "
+                                "link: transformers "
+                                "loads them with this checkpoint, and they were not scanned"))
+    res.verdict = worst([res.verdict, Verdict.SUSPICIOUS])
 
 
 def scan_dcp_aware(path: str | os.PathLike) -> ScanResult:
