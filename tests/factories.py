@@ -1554,3 +1554,48 @@ def hunt_index_outside(folder: Path, canary: Path) -> Path:
                             "b": "../outside/pytorch_model-00002-of-00002.bin"}}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     return folder
+
+
+def hunt_nested_archive(kind: str) -> Callable[[Path, Path], Path]:
+    """A model folder shipped as one archive (`zip-deflated`, `zip-stored`, `tar.gz`,
+    `zip-in-zip`): the malicious torch zip of `mal_zip_data_pkl` inside it, as
+    `model/pytorch_model.bin`. A user unpacks it and loads that file."""
+    import tarfile
+
+    def build(path: Path, canary: Path) -> Path:
+        inner = mal_zip_data_pkl(Path(path).with_suffix(".inner"), canary).read_bytes()
+        Path(path).with_suffix(".inner").unlink()
+        out = io.BytesIO()
+        if kind == "tar.gz":
+            with tarfile.open(fileobj=out, mode="w:gz") as tar:
+                info = tarfile.TarInfo("model/pytorch_model.bin")
+                info.size = len(inner)
+                tar.addfile(info, io.BytesIO(inner))
+        else:
+            method = zipfile.ZIP_STORED if kind == "zip-stored" else zipfile.ZIP_DEFLATED
+            if kind == "zip-in-zip":
+                wrap = io.BytesIO()
+                with zipfile.ZipFile(wrap, "w", zipfile.ZIP_DEFLATED) as z:
+                    z.writestr("model/pytorch_model.bin", inner)
+                inner, name = wrap.getvalue(), "model.zip"
+            else:
+                name = "model/pytorch_model.bin"
+            with zipfile.ZipFile(out, "w", method) as z:
+                z.writestr(name, inner)
+        return _write(path, out.getvalue())
+
+    build.__doc__ = f"a malicious torch zip inside a {kind} archive"
+    return build
+
+
+def unpack_nested(path: Path, into: Path) -> Path:
+    """What the user does with a `hunt_nested_archive` file: unpack it (nested zips too) and
+    return the checkpoint inside."""
+    import shutil
+
+    shutil.unpack_archive(str(path), str(into), "gztar" if str(path).endswith(".tar.gz")
+                          else "zip")
+    inner_zip = into / "model.zip"
+    if inner_zip.exists():
+        shutil.unpack_archive(str(inner_zip), str(into), "zip")
+    return into / "model" / "pytorch_model.bin"

@@ -14,9 +14,11 @@ import pytest
 from factories import (
     hunt_index_outside,
     hunt_legacy_tar_links,
+    hunt_nested_archive,
     hunt_npz_entry_count,
     hunt_npz_zipfile_shift,
     hunt_zip_trailing_end_signature,
+    unpack_nested,
 )
 
 from inspector.core.scan import scan_file, scan_paths
@@ -138,4 +140,27 @@ def test_index_that_maps_weights_behind_a_folder_link_is_not_safe(tmp_path):
     res = results["model.safetensors.index.json"]
     assert res.verdict == "suspicious", res.to_json()
     assert any(f.code == "index-outside-file" and "sub/" in f.message for f in res.findings)
+    assert not canary.exists()
+
+
+NESTED = ("zip-deflated", "zip-stored", "tar.gz", "zip-in-zip")
+
+
+@pytest.mark.parametrize("kind", NESTED)
+def test_a_checkpoint_inside_an_archive_is_scanned(tmp_path, python_exe, kind):
+    suffix = ".tar.gz" if kind == "tar.gz" else ".zip"
+    proof = tmp_path / "proof"
+    proof.mkdir()
+    sample = hunt_nested_archive(kind)(tmp_path / f"proof{suffix}", proof / "canary")
+    inner = unpack_nested(sample, tmp_path / "unpacked")
+    proc = subprocess.run([python_exe, "-c", TORCH_LOAD, str(inner)], capture_output=True,
+                          text=True, timeout=300, cwd=proof)
+    assert (proof / "canary").exists(), f"torch.load did not run the payload: {proc.stdout}"
+
+    canary = tmp_path / "canary"
+    path = hunt_nested_archive(kind)(tmp_path / f"model{suffix}", canary)
+    res = scan_file(path)
+    assert res.verdict == "dangerous", res.to_json()
+    use = next(g for g in res.globals if g.import_name == "os.system")
+    assert any(m.endswith("data.pkl") and "!" in m for m in use.members), use.members
     assert not canary.exists()

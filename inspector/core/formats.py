@@ -11,7 +11,8 @@ Format names (the `format` key of the scan contract):
 - `pytorch-tar`: tar archive with torch's legacy `storages`/`tensors`/`pickle` members
   (torch.load reads it, never with weights_only=True); `tar`: any other tar archive
 - `compressed-pickle`: a gzip, bz2, xz, LZMA-alone, raw zlib, lz4 or zstd stream (every member
-  of a multi-member file) whose content is a pickle (joblib style)
+  of a multi-member file) whose content is a pickle (joblib style); `compressed-archive`: one
+  whose content is an archive (a `.tar.gz` of a model folder), scanned as that archive
 - `distcp`: back-to-back torch.save zip archives (torch.distributed.checkpoint's data files)
 - `safetensors`: u64 header length, JSON header, data buffer (read by `core.safetensors_header`)
 - `npy`: NumPy array file; `npz`: zip archive of `.npy` members

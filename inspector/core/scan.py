@@ -154,6 +154,7 @@ class _Scan:
         # shared by every archive of the file: a .distcp file holds one archive per item
         self.crc_budget = CRC_BUDGET
         self.archives = archives
+        self.nesting = 0  # archives this file lies inside (`_scan_nested`)
 
     def find(self, severity: str, code: str, message: str, member: str | None = None,
              offset: int | None = None, call: str | None = None) -> None:
@@ -568,6 +569,8 @@ def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
                          m.name)
             if m is main:
                 ctx.block(f"{m.name} is not a pickle")
+            if not is_record:
+                _scan_nested(ctx, data, m.name)
             continue
         _fold_pickles(ctx, data, m.name, scan, 1 if torch_zip and m is main else 0)
         storages.extend(scan.storages)
@@ -683,7 +686,10 @@ def _scan_compressed(ctx: _Scan, buf, algo: str) -> None:
     if decoded.incomplete:
         ctx.not_fully_read("compressed-unreadable", decoded.incomplete)
     if not _scan_stream(ctx, decoded.data, None, False):
-        raise ValueError(f"{algo} content is not a pickle")
+        if not _scan_nested(ctx, decoded.data, f"<{algo} content>"):
+            raise ValueError(f"{algo} content is not a pickle")
+        res.format = "compressed-archive"
+        return
     res.format = "compressed-pickle"
     members = f" ({decoded.members} members)" if decoded.members > 1 else ""
     ctx.find(Severity.SUSPICIOUS, "compressed-pickle",
@@ -705,6 +711,57 @@ def _carve(ctx: _Scan, data: bytes, member: str, covered: int) -> None:
 
 
 _TORCH_TAR = frozenset({"storages", "tensors", "pickle"})
+
+
+MAX_NESTING_ARCHIVES = 3  # archives inside archives scanned this deep
+# kinds known by a magic number or a checksum (zlib's and LZMA's two bytes are too weak a sign)
+_NESTED_KINDS = frozenset({"zip", "tar", "7z", "compressed:gzip", "compressed:bz2",
+                           "compressed:xz", "compressed:zstd", "compressed:lz4"})
+
+
+def _scan_nested(ctx: _Scan, data: bytes, member: str) -> bool:
+    """A member that is itself an archive or a compressed file (a model folder zipped with its
+    checkpoint inside, a .tar.gz): unpacked, its checkpoint is loaded, so it is scanned as a
+    file of its own and its imports and findings are folded in under `member!inner`. Returns
+    whether the member was one; torch.load never reads it, so nothing here blocks weights_only.
+    """
+    kind = formats.sniff(bytes(data[:512]), len(data))
+    if kind not in _NESTED_KINDS:
+        return False
+    if ctx.nesting >= MAX_NESTING_ARCHIVES:
+        ctx.not_fully_read("nested-too-deep",
+                           f"a {kind} inside {ctx.nesting} archives was not opened", member)
+        return True
+    sub = _Scan(ScanResult(f"{ctx.result.path}!{member}", size=len(data)), ctx.rules)
+    sub.nesting = ctx.nesting + 1
+    sub.crc_budget = ctx.crc_budget
+    try:
+        _scan_buffer(sub, data, len(data))
+    except Exception as exc:  # a parser bug inside must not hide what was found
+        sub.result.error = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+    sub.finish()
+    ctx.crc_budget = sub.crc_budget
+    inner = sub.result
+    if _not_a_checkpoint(inner):
+        return False  # an archive of other files (text, images): nothing a loader reads
+    ctx.find(Severity.INFO, "nested-archive", f"member is a {inner.format} file, scanned as "
+             f"one (unpacked, it is loaded): {inner.verdict}", member)
+    for use in sub.uses.values():
+        for where in use.members or [None]:
+            ctx._use(use.module, use.name, f"{member}!{where}" if where else member)
+        mine = ctx.uses[(use.module, use.name)]
+        mine.count += use.count - max(len(use.members), 1)
+        for text, site in zip(use.calls, use.call_sites, strict=False):
+            if len(mine.calls) < 4 and text not in mine.calls:
+                mine.calls.append(text)
+                mine.call_sites.append({"member": f"{member}!{site['member']}"
+                                        if site["member"] else member, "offset": None})
+    for f in inner.findings:
+        ctx.find(f.severity, f.code, f.message,
+                 f"{member}!{f.member}" if f.member else member, None, f.call)
+    if inner.error:
+        ctx.not_fully_read("nested-unreadable", f"{inner.format} inside: {inner.error}", member)
+    return True
 
 
 def _scan_tar(ctx: _Scan, buf) -> None:
@@ -745,6 +802,9 @@ def _scan_tar(ctx: _Scan, buf) -> None:
         data = bytes(buf[m.offset_data:m.offset_data + m.size])
         walked, covered = _tar_member_pickles(ctx, data, m.name)
         found += walked
+        if not walked and _scan_nested(ctx, data, m.name):
+            found += 1
+            continue  # its pickles were found inside it
         _carve(ctx, data, m.name, covered)
     if not found and not ctx.uses and not links:
         raise ValueError("tar archive without pickles")
