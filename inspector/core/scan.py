@@ -799,7 +799,17 @@ def _scan_tar(ctx: _Scan, buf) -> None:
         if m.size > MAX_MEMBER_BYTES:
             ctx.not_fully_read("tar-member-too-large", f"{m.size}-byte member", m.name)
             continue
-        data = bytes(buf[m.offset_data:m.offset_data + m.size])
+        if m.sparse is not None:
+            # a GNU sparse file: extracted (as torch.load extracts it), its holes are zeros
+            # between the stored pieces; read raw, the pieces run together and a string's
+            # length can swallow the opcodes after a hole
+            if m.size > MAX_SPARSE_BYTES:
+                ctx.not_fully_read("tar-member-too-large", f"{m.size}-byte sparse member",
+                                   m.name)
+                continue
+            data = _tar_extract(fileobj, m)
+        else:
+            data = bytes(buf[m.offset_data:m.offset_data + m.size])
         walked, covered = _tar_member_pickles(ctx, data, m.name)
         found += walked
         if not walked and _scan_nested(ctx, data, m.name):
@@ -808,6 +818,19 @@ def _scan_tar(ctx: _Scan, buf) -> None:
         _carve(ctx, data, m.name, covered)
     if not found and not ctx.uses and not links:
         raise ValueError("tar archive without pickles")
+
+
+MAX_SPARSE_BYTES = 64 << 20  # a sparse member expands from a few stored bytes: kept small
+
+
+def _tar_extract(fileobj, member) -> bytes:
+    """A member's content as tarfile extracts it (holes of a sparse file filled)."""
+    import tarfile
+
+    fileobj.seek(0)
+    with tarfile.open(fileobj=fileobj, mode="r:") as tar:
+        handle = tar.extractfile(member)
+        return handle.read() if handle is not None else b""
 
 
 def _tar_member_pickles(ctx: _Scan, data: bytes, member: str) -> tuple[int, int]:
