@@ -163,6 +163,23 @@ def test_a_missing_shard_loads_nothing_and_is_a_coverage_problem(saved, tmp_path
     assert tree_digests(copy) == before
 
 
+def test_an_index_naming_a_shard_outside_its_folder_is_refused_in_words(saved, tmp_path,
+                                                                       capsys):
+    copy = tmp_path / "st-outside"
+    shutil.copytree(saved / "st", copy)
+    index = copy / INDEXES["st"]
+    data = json.loads(index.read_text())
+    key = next(iter(data["weight_map"]))
+    data["weight_map"][key] = "../elsewhere.safetensors"
+    index.write_text(json.dumps(data))
+    code = main(["inspect", str(copy)])
+    out, _ = capsys.readouterr()
+    assert code == 3
+    assert "'weight_map' must map each key to a file name in its folder" in out
+    assert "None" not in out  # no unfilled field shown to the user
+    assert "sha256:   -" in out and "scan:     not run" in out
+
+
 def test_a_misplaced_key_is_listed_and_every_tensor_still_inspected(saved, tmp_path, capsys):
     copy = tmp_path / "st-misplaced"
     shutil.copytree(saved / "st", copy)

@@ -92,9 +92,10 @@ def _human(report: InspectResult) -> list[str]:
     scan = report.scan or {}
     damage = integrity.integrity_findings(scan)
     lines = [
-        f"file:     {report.path} ({report.size or 0:,} bytes, {report.format})",
-        f"sha256:   {report.sha256}",
-        f"scan:     {scan.get('verdict')}"
+        f"file:     {report.path} ({report.size or 0:,} bytes, "
+        f"{report.format or 'format unknown'})",
+        f"sha256:   {report.sha256 or '-'}",
+        f"scan:     {scan.get('verdict') or 'not run'}"
         + ("; weights_only loads it" if scan.get("weights_only_ok") else "")
         + ("; the file is damaged (corrupted data, not code)" if damage else ""),
         jail_line(report.sandbox),
