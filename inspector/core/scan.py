@@ -51,6 +51,7 @@ CRC_BUDGET = 64 << 20  # tensor record bytes CRC-checked per file; pickles are a
 MAX_LISTED_PICKLES = 1000  # `pickles` entries kept for the GUI; every pickle is scanned
 SMALL_FILE = 1 << 20  # read whole; larger files are memory-mapped
 MAX_NESTING = 3  # pickles inside call arguments inside pickles
+MAX_FORKS = 64  # next pickles where a reader without peek() goes on, followed per file
 _PROBE = Limits(max_opcodes=100_000)  # a quick look at bytes that are rarely a pickle
 _PICKLE_STARTS = formats.PICKLE_FIRST_BYTES | {0x80}
 TORCH_WEIGHTS_FORMATS = ("pytorch-zip", "pytorch-legacy", "distcp")
@@ -155,6 +156,7 @@ class _Scan:
         self.crc_budget = CRC_BUDGET
         self.archives = archives
         self.nesting = 0  # archives this file lies inside (`_scan_nested`)
+        self.forks = 0  # second readings of pickles followed (`_fold_pickles`)
 
     def find(self, severity: str, code: str, message: str, member: str | None = None,
              offset: int | None = None, call: str | None = None) -> None:
@@ -170,8 +172,20 @@ class _Scan:
 
     def walk(self, data: bytes, start: int = 0, through: bool = False) -> PickleScan:
         rules = self.rules
-        return scan_pickle(data, start, allowed=rules.allowed, wo_opcodes=rules.opcodes,
+        scan = scan_pickle(data, start, allowed=rules.allowed, wo_opcodes=rules.opcodes,
                            through=through)
+        if scan.frame_misaligned:
+            # a FRAME that ends inside an opcode or past STOP: a reader without peek() (torch.load
+            # reads data.pkl through io.BytesIO) reads other bytes; what it reads counts too
+            other = scan_pickle(data, start, allowed=rules.allowed, wo_opcodes=rules.opcodes,
+                                through=through, unbuffered=True)
+            scan.globals += other.globals
+            scan.calls += other.calls
+            scan.issues += other.issues
+            scan.storages += other.storages
+            scan.wo_blockers += [b for b in other.wo_blockers if b not in scan.wo_blockers]
+            scan.next_start = other.next_start
+        return scan
 
     def add_pickle(self, scan: PickleScan, member: str | None, torch_reads: bool,
                    depth: int = 0) -> None:
@@ -315,12 +329,22 @@ def _scan_stream(ctx: _Scan, buf, member: str | None, torch_format: bool, start:
 
 
 def _fold_pickles(ctx: _Scan, buf, member: str | None, first: PickleScan,
-                  torch_pickles: int) -> int:
+                  torch_pickles: int, depth: int = 0) -> int:
     """Fold `first` and every pickle appended after it; torch unpickles the first
-    `torch_pickles` of them. Returns how many pickles there were."""
+    `torch_pickles` of them. Returns how many pickles there were. A pickle whose FRAME runs
+    past its STOP has a second next pickle, where a reader without peek() goes on: that chain
+    is folded too (`depth` bounds how many such forks are followed)."""
     ctx.add_pickle(first, member, torch_pickles > 0)
     scan, count = first, 1
-    while scan.stopped and scan.end < len(buf):
+    while True:
+        if (scan.stopped and scan.end != scan.next_start < len(buf) and depth < 8
+                and ctx.forks < MAX_FORKS):
+            ctx.forks += 1
+            fork = ctx.walk(buf, scan.next_start)
+            if count < torch_pickles or looks_like_pickle(fork):
+                _fold_pickles(ctx, buf, member, fork, max(torch_pickles - count, 0), depth + 1)
+        if not (scan.stopped and scan.end < len(buf)):
+            break
         # past the listed ones, the rest is walked in one pass (a million tiny pickles)
         through = count >= MAX_LISTED_PICKLES
         nxt = ctx.walk(buf, scan.end, through)
