@@ -17,7 +17,7 @@ from torch import nn
 from inspector.cli import main
 from inspector.core.errors import CodedError
 from inspector.core.extract import select, strip_prefixes
-from inspector.core.flatten import flatten
+from inspector.core.flatten import colliding_keys, flatten, unique_keys
 from inspector.core.hyper_params import hyper_parameters_line
 from inspector.core.optim_types import optimizer_types, scheduler_types
 from inspector.core.optimizer_map import OptimizerParams, map_optimizers
@@ -168,6 +168,27 @@ def test_prefixes_that_collide_are_refused(tmp_path, unchanged, capsys):
                  "--strip-prefix", "model."]) == 10
     assert "makes model.w and w both w" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_keys_that_collide_once_flattened_are_refused(tmp_path, unchanged, capsys):
+    # written as they flatten, the literal "a.b" would be renamed "a.b#2" and "a.b" would hold
+    # the nested tensor: a loader asking for "a.b" would get the other one
+    source = tmp_path / "clash.pt"
+    torch.save({"a.b": torch.ones(2), "a": {"b": torch.zeros(2)}, "w": torch.ones(1)}, source)
+    unchanged(source)
+    out = tmp_path / "x.safetensors"
+    assert main(["convert", str(source), "-o", str(out)]) == 10
+    assert "two values are both named a.b once nested containers" in capsys.readouterr().err
+    assert not out.exists()
+    assert main(["convert", str(source), "-o", str(out), "--key", "a"]) == 0
+    loaded = load_file(out)
+    assert list(loaded) == ["b"] and torch.equal(loaded["b"], torch.zeros(2))
+
+
+def test_colliding_keys_in_core():
+    assert colliding_keys({"l.0": 1, "l": [2, 3], "l.1.x": 4, "m": {"n": 5}}) == ["l.0"]
+    assert colliding_keys({"a": {"b": 1}, "c": [1, 2]}) == []
+    assert [k for k, _ in unique_keys(flatten({"a.b": 1, "a": {"b": 2}}))] == ["a.b", "a.b#2"]
 
 
 def test_select_and_strip_in_core():

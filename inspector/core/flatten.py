@@ -7,6 +7,7 @@ name every tensor identically, so both flatten through these functions.
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from collections.abc import Iterator
 
 MAX_DEPTH = 64
@@ -36,6 +37,13 @@ def _children(obj: object) -> list[tuple[object, object]] | None:
     if isinstance(obj, argparse.Namespace):
         return list(vars(obj).items())
     return None
+
+
+def colliding_keys(obj: object) -> list[str]:
+    """The dotted keys two leaves share once flattened (a literal "a.b" and {"a": {"b": ...}}),
+    which `unique_keys` tells apart by renaming the later one."""
+    counts = Counter(key for key, _ in flatten(obj))
+    return sorted(key for key, n in counts.items() if n > 1)
 
 
 def unique_keys(items: Iterator[tuple[str, object]]) -> list[tuple[str, object]]:

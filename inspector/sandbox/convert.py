@@ -42,6 +42,7 @@ from safetensors import safe_open
 
 from inspector.core.errors import CodedError
 from inspector.core.extract import select, strip_prefixes
+from inspector.core.flatten import colliding_keys
 from inspector.core.hashing import DIGEST_ALGORITHM
 from inspector.core.progress import CancelToken, check
 from inspector.core.termtext import escape
@@ -324,6 +325,15 @@ def select_leaves(loaded: object, key: str | None, prefixes: Sequence[str]
                   ) -> tuple[list[tuple[str, torch.Tensor]], list[tuple[str, object]]]:
     """The leaves under `key` (all when None), with `prefixes` stripped from their names."""
     selected = select(loaded, key) if key else loaded
+    clashes = colliding_keys(selected)
+    if clashes:
+        # a safetensors file has flat names: one of the two values would be written renamed
+        # ("a.b#2"), and a loader asking for "a.b" would get the other one
+        more = f" (and {len(clashes) - 1} more)" if len(clashes) > 1 else ""
+        raise CodedError("key_collision",
+                         f"two values are both named {escape(clashes[0])} once nested "
+                         f"containers are flattened{more}; a safetensors file would hold one "
+                         "under another name: convert one of them with --key")
     tensors, objects = split_leaves(selected)
     if key and not (isinstance(selected, Mapping) and tensors):
         what = "a mapping with no tensors" if isinstance(selected, Mapping) else (
