@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from pathlib import Path
 
@@ -245,3 +246,32 @@ def test_verify_asks_tensor_digests_of_exactly_the_planned_tensor_targets(tmp_pa
     assert _statuses(result) == {"a.pt": "ok", "b.pt": "size_mismatch", "c.pt": "ok",
                                  "gone.pt": "missing", "extra.pt": "extra"}
     assert [t.status for t in result.tensors] == ["ok"]
+
+
+def test_a_shard_a_listed_index_names_but_the_manifest_leaves_out_is_unchecked(tmp_path, capsys):
+    from inspector.cli import main
+
+    shards = {"model-00001-of-00002.safetensors": b"one" * 10,
+              "model-00002-of-00002.safetensors": b"two" * 10}
+    index = {"metadata": {}, "weight_map": {"a": "model-00001-of-00002.safetensors",
+                                            "b": "model-00002-of-00002.safetensors"}}
+    files = {**shards, "model.safetensors.index.json": json.dumps(index).encode(),
+             "README.md": b"hello"}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    listed = [n for n in files if n != "model-00002-of-00002.safetensors"]
+    sums = tmp_path / "SHA256SUMS"
+    sums.write_text("".join(f"{hashlib.sha256(files[n]).hexdigest()}  {n}\n" for n in listed))
+    result = verify(read_manifest(sums), [tmp_path])
+    assert _statuses(result) == {
+        "model-00001-of-00002.safetensors": "ok", "model.safetensors.index.json": "ok",
+        "README.md": "ok", "model-00002-of-00002.safetensors": "unchecked"}
+    assert "not verified" in next(f.note for f in result.files if f.status == "unchecked")
+    assert not result.ok and not result.differs
+    assert main(["verify", "--manifest", str(sums), str(tmp_path)]) == 3
+    capsys.readouterr()
+    (tmp_path / "notes.txt").write_bytes(b"an unrelated extra file stays tolerated")
+    second = "model-00002-of-00002.safetensors"
+    sums.write_text(sums.read_text() + f"{hashlib.sha256(shards[second]).hexdigest()}  {second}\n")
+    result = verify(read_manifest(sums), [tmp_path])
+    assert result.ok and _statuses(result)["notes.txt"] == "extra"

@@ -12,7 +12,7 @@ while that function runs, on a second core.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,7 +22,14 @@ from inspector.core.hashing import sha256_file
 from inspector.core.json_record import JsonRecord, typed_list
 from inspector.core.manifest import FileEntry, Manifest, TensorEntry
 from inspector.core.progress import Cancelled, CancelToken, ProgressFn, check
-from inspector.core.shards import ORPHAN_NOTE, ShardError, orphan_shards, read_index
+from inspector.core.shards import (
+    ORPHAN_NOTE,
+    ShardError,
+    ShardIndex,
+    is_index,
+    orphan_shards,
+    read_index,
+)
 from inspector.core.vocabulary import FileStatus, TensorCheckStatus
 
 OK, MISMATCH, MISSING = FileStatus.OK, FileStatus.MISMATCH, FileStatus.MISSING
@@ -298,22 +305,31 @@ def verify(
                 entry.tensors or [], measured.tensors or [], entry.path
             )
     if manifest.dialect == "index" and manifest.source is not None:
-        _mark_orphans(result, manifest.source)
+        _mark_extras(result, [manifest.source], orphan_shards, ORPHAN, ORPHAN_NOTE)
+    listed_indexes = [loc for entry, loc in pairs if entry is not None and is_index(loc)]
+    _mark_extras(result, listed_indexes, ShardIndex.shards, UNCHECKED, UNLISTED_SHARD_NOTE)
     return result
 
 
-def _mark_orphans(result: VerifyResult, index_path: Path) -> None:
-    """An extra file named like a shard of the index's set is a shard the index lost: a fault."""
-    try:
-        orphans = {
-            os.path.abspath(index_path.parent / name)
-            for name in orphan_shards(read_index(index_path))
-        }
-    except ShardError:
-        return
+UNLISTED_SHARD_NOTE = ("a shard that an index the manifest lists names, so the model loads it, "
+                       "but the manifest does not list it: it was not verified")
+
+
+def _mark_extras(result: VerifyResult, indexes: list[Path],
+                 names: Callable[[ShardIndex], Iterable[str]], status: FileStatus,
+                 note: str) -> None:
+    """Extra files that `names` of an index picks are no tolerated extras: an orphan is a shard
+    the index lost (a fault); a shard a listed index names is loaded with it, unverified."""
+    picked = set()
+    for index_path in indexes:
+        try:
+            picked |= {os.path.abspath(index_path.parent / name)
+                       for name in names(read_index(index_path))}
+        except (ShardError, OSError):
+            continue
     for record in result.files:
-        if record.status == EXTRA and os.path.abspath(record.path) in orphans:
-            record.status, record.note = ORPHAN, ORPHAN_NOTE
+        if record.status == EXTRA and os.path.abspath(record.path) in picked:
+            record.status, record.note = status, note
 
 
 def verify_sha256(
