@@ -5,11 +5,12 @@ judge old and new results alike. Status is `problem` when a weight holds NaN or 
 magnitude outlier, `warning` for constant weight matrices and exact duplicates, `ok` otherwise.
 
 Rules:
-- Weights are floating tensors outside training state. Training state is any key with a
-  segment naming an optimizer, scheduler, scaler, callback or loop (`optimizer_states`,
-  `lr_schedulers`, `callbacks`, ...) or a known counter or score (`best_model_score`,
-  `kth_value`, `step`, ...). NaN or Inf there is listed as `info` and never a problem
-  (Lightning's `ModelCheckpoint.kth_value` is `inf` by design).
+- Weights are floating tensors (complex ones judged on their magnitude) outside training
+  state. Training state is any key with a segment naming an optimizer, scheduler, scaler,
+  callback or loop (`optimizer_states`, `lr_schedulers`, `callbacks`, ...) or a known
+  counter or score (`best_model_score`, `kth_value`, `step`, ...). NaN or Inf there is
+  listed as `info` and never a problem (Lightning's `ModelCheckpoint.kth_value` is `inf` by
+  design).
 - Magnitude outlier (a flipped exponent bit): from the record's `exponents` (values counted
   by floor(log2|x|)), the bulk top E is the binary order below which all but a tail of
   max(1, n // 1000) values lie; values at 2**(E + 1 + GAP) or above are outliers, where GAP is
@@ -94,15 +95,25 @@ def is_state_key(key: str) -> bool:
         p.startswith(("modelcheckpoint", "earlystopping")) for p in parts)
 
 
+_JUDGED_KINDS = ("float", "complex")
+"""Complex weights are judged on their magnitude (what `sandbox.stats` summarises), with the
+exponent width of their real and imaginary halves."""
+
+
 def _is_float(rec: dict[str, Any]) -> bool:
     d = lookup(rec.get("dtype"))
-    return d is not None and d.kind == "float"
+    return d is not None and d.kind in _JUDGED_KINDS
+
+
+def _is_complex(rec: dict[str, Any]) -> bool:
+    d = lookup(rec.get("dtype"))
+    return d is not None and d.kind == "complex"
 
 
 def outlier_gap(dtype: Any) -> int | None:
     """Binary orders above the bulk that make a value an outlier; None when not judged."""
     d = lookup(dtype)
-    if d is None or d.fields is None or d.kind != "float" or d.fields[1] < 5:
+    if d is None or d.fields is None or d.kind not in _JUDGED_KINDS or d.fields[1] < 5:
         return None
     return WIDE_GAP if d.fields[1] >= 8 else NARROW_GAP
 
@@ -193,6 +204,8 @@ def _constant(health: Health, rec: dict[str, Any]) -> bool:
     lo, hi = rec.get("min"), rec.get("max")
     if lo is None or lo != hi:
         return False
+    if _is_complex(rec) and lo != 0:
+        return False  # equal magnitudes, not equal values (unit phasors)
     shape, numel = rec.get("shape") or [], rec.get("numel") or 0
     if len(shape) >= 2 and numel >= 2 and not _count(rec.get("nan")) + _count(rec.get("inf")):
         zero = lo == 0

@@ -11,6 +11,7 @@ that keeps one shard per side open opens each as rarely as possible.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
@@ -79,7 +80,9 @@ def _twins(stored: Iterable[Stored]) -> dict[str, list[str]]:
     groups: dict[tuple, list[str]] = {}
     out: dict[str, list[str]] = {}
     for s in stored:
-        if s.storage is not None:
+        # a zero-size tensor holds no bytes, so it shares none: two of them in a safetensors
+        # file have one data offset and stride, yet neither is the other's tied weight
+        if s.storage is not None and math.prod(s.shape) > 0:
             out[s.key] = groups.setdefault(s.twin_key(), [])
             out[s.key].append(s.key)
     return out

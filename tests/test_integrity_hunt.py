@@ -1,0 +1,65 @@
+"""Integrity answers found wrong by a hunt with a failing disk's inputs: each test builds the
+input, asks the tool, and checks its answer against a plain torch/numpy computation."""
+
+from __future__ import annotations
+
+import torch
+from safetensors.torch import save_file
+
+from inspector.core.health import assess
+from inspector.sandbox.diff import diff_checkpoints
+from inspector.sandbox.sources import open_checkpoint
+from inspector.sandbox.stats import describe_tensors
+
+
+def _health(state: dict[str, torch.Tensor]):
+    return assess(describe_tensors(list(state.items()), lambda event: None, threads=1))
+
+
+def _flip_top_exponent_bit(t: torch.Tensor, index: int) -> torch.Tensor:
+    """t with the most significant exponent bit of element `index` (of its float view) set."""
+    out = t.clone()
+    floats = out.view(torch.float32) if out.is_complex() else out
+    ints = floats.reshape(-1).view(torch.int32)
+    ints[index] |= 1 << 30
+    return out
+
+
+# --- complex weights were never judged: NaN, Inf or a flipped exponent bit in a complex64
+# weight gave health `ok` (exit 0) although the record itself counted the NaN/Inf.
+
+
+def test_nonfinite_complex_weight_is_a_problem() -> None:
+    w = torch.randn(8, 8, dtype=torch.complex64)
+    w[2, 3] = complex(float("inf"), 0.0)
+    w[4, 4] = complex(0.0, float("nan"))
+    assert (~torch.isfinite(w)).sum() == 2  # what plain torch says
+    health = _health({"layer.weight": w})
+    assert health.status == "problem"
+    assert [f.code for f in health.findings] == ["nonfinite-weights"]
+
+
+def test_flipped_exponent_bit_in_complex_weight_is_a_problem() -> None:
+    g = torch.Generator().manual_seed(3)
+    clean = (torch.randn(64, 64, dtype=torch.complex64, generator=g) * 0.02)
+    assert _health({"layer.weight": clean}).status == "ok"
+    flipped = _flip_top_exponent_bit(clean, 101)  # the imaginary half of element 50
+    assert flipped.abs().max() > 1e30 and torch.isfinite(flipped).all()
+    health = _health({"layer.weight": flipped})
+    assert health.status == "problem"
+    assert "magnitude-outlier" in [f.code for f in health.findings]
+
+
+# --- a zero-size tensor has no bytes, yet two of them in one safetensors file (same data
+# offset, same stride) were taken for tied weights: B lacking `b` altogether was 'identical'.
+
+
+def test_zero_size_tensors_are_not_tied_weights(tmp_path) -> None:
+    save_file({"a": torch.zeros(0), "b": torch.zeros(0)}, tmp_path / "two.safetensors")
+    save_file({"a": torch.zeros(0)}, tmp_path / "one.safetensors")
+    result = diff_checkpoints(open_checkpoint(str(tmp_path / "two.safetensors")),
+                              open_checkpoint(str(tmp_path / "one.safetensors")))
+    assert not result["identical"]
+    assert {r["key"]: r["status"] for r in result["tensors"]} == {"a": "identical",
+                                                                   "b": "only_in_a"}
+    assert result["aliases"] == []
