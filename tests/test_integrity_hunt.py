@@ -3,6 +3,7 @@ input, asks the tool, and checks its answer against a plain torch/numpy computat
 
 from __future__ import annotations
 
+import pytest
 import torch
 from safetensors.torch import save_file
 
@@ -63,3 +64,42 @@ def test_zero_size_tensors_are_not_tied_weights(tmp_path) -> None:
     assert {r["key"]: r["status"] for r in result["tensors"]} == {"a": "identical",
                                                                    "b": "only_in_a"}
     assert result["aliases"] == []
+
+
+# --- a flipped exponent bit where the relative rule has nothing to compare with: a 1-element
+# weight, or a weight whose other values are all zero, at 6.8e36 (float32) was 'ok'.
+
+
+def _one_flipped(dtype: torch.dtype, value: float = 0.02) -> torch.Tensor:
+    bits = {torch.float32: (torch.int32, 30), torch.bfloat16: (torch.int16, 14),
+            torch.float64: (torch.int64, 62)}[dtype]
+    t = torch.tensor([value], dtype=dtype)
+    ints = t.view(bits[0])
+    ints |= 1 << bits[1]
+    return t
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_flipped_exponent_bit_in_a_one_element_weight_is_a_problem(dtype) -> None:
+    flipped = _one_flipped(dtype)
+    assert flipped.abs().item() > 1e30  # 0.02 * 2**128 (2**1024 in float64)
+    health = _health({"layer.scale": flipped.reshape(1, 1)})
+    assert health.status == "problem"
+    assert [f.code for f in health.findings] == ["magnitude-outlier"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_flipped_exponent_bit_among_zeros_is_a_problem(dtype) -> None:
+    w = torch.zeros(64, 64, dtype=dtype)
+    w[3, 5] = _one_flipped(dtype)[0]
+    w[7, 1] = 0.01
+    assert _health({"layer.weight": torch.zeros(64, 64, dtype=dtype)}).status == "warning"
+    health = _health({"layer.weight": w})
+    assert health.status == "problem"
+    assert "magnitude-outlier" in [f.code for f in health.findings]
+
+
+@pytest.mark.parametrize("value", [-1e4, 3.0e9, float(torch.finfo(torch.float32).min)])
+def test_large_but_plausible_scalars_stay_ok(value) -> None:
+    # attention-mask sentinels (finfo.min) and large constants are not flips
+    assert _health({"attn.masked_bias": torch.tensor(value)}).status == "ok"

@@ -19,7 +19,10 @@ Rules:
   float32 and bfloat16, 2**16 for float16), far beyond GAP. Tensors of fewer than 16 finite
   non-zero values, and float8 types with 4 exponent bits, are not judged. A record without
   `exponents` had its outliers ruled out by `sandbox.stats.outliers_ruled_out` (exactly: more
-  than the tail lie within 2**(GAP-1) of absmax). Measured with
+  than the tail lie within 2**(GAP-1) of absmax). A tensor of 8-bit or wider exponents too
+  sparse to judge so (fewer than 16 finite non-zero values: a 1-element weight, one whose
+  other values are zero) is a problem when its absmax is 2**64 or more, unless it is the
+  dtype's largest finite value (a `finfo.min` mask sentinel). Measured with
   `benchmarks/bench_health_outliers.py`: no false problem on GPT-2, BERT, a Llama-shaped
   model, ViT, T5 (random initialisation) and a trained small GPT-2, in float32, float16 and
   bfloat16. Its limit: float16's 256x gap also flags Cauchy-tailed tensors (Student-t with
@@ -48,6 +51,9 @@ OUTLIER_TAIL = 1000
 """One value in this many may sit above the bulk before it stops being an outlier."""
 MIN_JUDGED = 16
 WIDE_GAP, NARROW_GAP = 20, 8
+ABSOLUTE_LIMIT = 2 ** 64
+"""For dtypes of 8 or more exponent bits: a magnitude no weight reaches, and where setting the
+top exponent bit of any value from 2**-64 (float32, bfloat16; 2**-960 float64) up lands."""
 
 STATE_SEGMENTS = frozenset({
     "optimizer", "optimizers", "optimizer_states", "optimizer_state", "optim", "opt_state",
@@ -184,9 +190,32 @@ def _nonfinite(health: Health, rec: dict[str, Any], severity: str) -> None:
                              rec["key"], severity, message, extra={"nan": nan, "inf": inf}))
 
 
+def _few_values_outlier(health: Health, rec: dict[str, Any], gap: int | None) -> None:
+    """A value no weight reaches, in a tensor too sparse for the relative rule (a 1-element
+    weight, or one whose other values are zero): only a flipped exponent bit puts it there."""
+    d = lookup(rec.get("dtype"))
+    absmax = rec.get("absmax")
+    if gap != WIDE_GAP or d is None or not isinstance(absmax, (int, float)):
+        return
+    finite = (rec.get("numel") or 0) - _count(rec.get("nan")) - _count(rec.get("inf"))
+    if finite - _count(rec.get("zeros")) >= MIN_JUDGED or absmax < ABSOLUTE_LIMIT:
+        return
+    _, exp_bits, man_bits = d.fields
+    if absmax == (2 - 2.0 ** -man_bits) * 2.0 ** (2 ** (exp_bits - 1) - 1):
+        return  # the dtype's largest finite value: a deliberate sentinel (finfo.min masks)
+    health.add(HealthFinding(
+        "magnitude-outlier", rec["key"], PROBLEM,
+        f"a value of {_num(absmax)} (at least 2^{ABSOLUTE_LIMIT.bit_length() - 1}) among "
+        f"fewer than {MIN_JUDGED} non-zero values: no weight is that large; the signature of "
+        f"a flipped exponent bit",
+        extra={"outliers": 1, "absmax": absmax, "bulk_exponent": None}))
+
+
 def _outliers(health: Health, rec: dict[str, Any]) -> None:
     gap = outlier_gap(rec.get("dtype"))
     exponents = rec.get("exponents")
+    if gap is not None and not exponents:
+        _few_values_outlier(health, rec, gap)
     if gap is None or not exponents:
         return
     count, bulk = magnitude_outliers(exponents, gap)
