@@ -7,7 +7,9 @@ that a kernel lacking one feature still gets the others; the returned level name
 active and what is missing, and why.
 
 Layers, in order:
-1. namespaces: a new user + network namespace, so no network interface but loopback exists;
+1. namespaces: a new user + network + IPC namespace, so no network interface but loopback
+   exists, and no System V IPC object or POSIX message queue of the user's is in reach (an
+   X11 client's MIT-SHM segment) or outlives the worker;
 2. resource limits: CPU seconds, open files, address space, file size (0 unless converting),
    no core dumps;
 3. threads: RLIMIT_NPROC, which inside the fresh user namespace counts only this worker's
@@ -21,8 +23,11 @@ Layers, in order:
    CLONE_THREAD, namespace and kernel-module calls, the chmod/chown/utime families, xattr
    changes, and signals or scheduling changes aimed at any process but this one;
    EAFNOSUPPORT for every socket() (the worker talks over inherited pipes, so no Unix socket
-   can reach a D-Bus, Docker or ssh-agent listener); ENOSYS for clone3 and io_uring (their
-   arguments are invisible to BPF, and libc falls back to clone).
+   can reach a D-Bus, Docker or ssh-agent listener); EPERM for System V IPC and POSIX message
+   queues (memory they hold is outside RLIMIT_AS) and for inotify/fanotify (a watch is placed
+   on a path Landlock never opens); ENOSYS for clone3 and io_uring (their arguments are
+   invisible to BPF, and libc falls back to clone) and for memfd_create/memfd_secret (with a
+   conversion's RLIMIT_FSIZE each anonymous file could hold that much, uncounted).
 
 `stat()` is not confined: Landlock has no right for it, so a payload can still learn whether a
 path exists and its size, owner and times (never its content).
@@ -151,15 +156,20 @@ def _syscall(nr: int, *args) -> int:
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWIPC = 0x08000000
 
 
 def _unshare_namespaces(config: JailConfig, active: list[str]) -> str:
     if not sys.platform.startswith("linux"):
         raise _Unsupported(f"not available on {sys.platform}")
-    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
-        return "user+net"
+    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC) == 0:
+        return "user+net+ipc"
     first = ctypes.get_errno()
-    # Without user namespaces, root can still drop the network on its own.
+    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:  # a kernel without IPC namespaces
+        return f"user+net (IPC namespace refused: {os.strerror(ctypes.get_errno())})"
+    # Without user namespaces, root can still drop the network (and IPC) on its own.
+    if _libc.unshare(CLONE_NEWNET | CLONE_NEWIPC) == 0:
+        return f"net+ipc (user namespace refused: {os.strerror(first)})"
     if _libc.unshare(CLONE_NEWNET) == 0:
         return f"net (user namespace refused: {os.strerror(first)})"
     raise OSError(first, f"unshare refused: {os.strerror(first)}")
@@ -194,7 +204,7 @@ def _set_rlimits(config: JailConfig, active: list[str]) -> str:
 def _cap_threads(config: JailConfig, active: list[str]) -> str:
     if resource is None:
         raise _Unsupported(f"no resource limits on {sys.platform}")
-    if "namespaces:user+net" in active and config.real_uid != 0:
+    if any(a.startswith("namespaces:user+net") for a in active) and config.real_uid != 0:
         resource.setrlimit(resource.RLIMIT_NPROC, (config.max_threads, config.max_threads))
         return f"nproc={config.max_threads}"
     return f"watchdog={config.max_threads}"
@@ -325,7 +335,14 @@ _SYSCALLS = {
         "pidfd_getfd": 438, "process_madvise": 440, "kcmp": 312, "prlimit64": 302,
         "setpriority": 141, "ioprio_set": 251, "sched_setparam": 142,
         "sched_setscheduler": 144, "sched_setaffinity": 203, "sched_setattr": 314,
-        "migrate_pages": 256, "move_pages": 279, **_NEW_CALLS,
+        "migrate_pages": 256, "move_pages": 279,
+        "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65,
+        "semctl": 66, "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70,
+        "msgctl": 71, "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242,
+        "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245,
+        "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254,
+        "fanotify_init": 300, "fanotify_mark": 301, "memfd_create": 319,
+        "memfd_secret": 447, **_NEW_CALLS,
     },
     "aarch64": {
         "execve": 221, "execveat": 281, "clone": 220, "clone3": 435, "ptrace": 117,
@@ -344,7 +361,13 @@ _SYSCALLS = {
         "pidfd_getfd": 438, "process_madvise": 440, "kcmp": 272, "prlimit64": 261,
         "setpriority": 140, "ioprio_set": 30, "sched_setparam": 118,
         "sched_setscheduler": 119, "sched_setaffinity": 122, "sched_setattr": 274,
-        "migrate_pages": 238, "move_pages": 239, **_NEW_CALLS,
+        "migrate_pages": 238, "move_pages": 239,
+        "shmget": 194, "shmctl": 195, "shmat": 196, "shmdt": 197, "semget": 190,
+        "semctl": 191, "semtimedop": 192, "semop": 193, "msgget": 186, "msgctl": 187,
+        "msgrcv": 188, "msgsnd": 189, "mq_open": 180, "mq_unlink": 181, "mq_timedsend": 182,
+        "mq_timedreceive": 183, "mq_notify": 184, "mq_getsetattr": 185,
+        "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262,
+        "fanotify_mark": 263, "memfd_create": 279, "memfd_secret": 447, **_NEW_CALLS,
     },
 }
 _KILL = ("execve", "execveat")
@@ -360,8 +383,21 @@ _EPERM = ("fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev", "u
           # Handles on, and scheduling of, other processes (the worker keeps its own kuid,
           # so same-user checks would otherwise pass); tkill has no process argument.
           "tkill", "pidfd_open", "pidfd_send_signal", "pidfd_getfd", "process_madvise",
-          "kcmp", "setpriority", "ioprio_set")
-_ENOSYS = ("clone3", "io_uring_setup", "io_uring_enter", "io_uring_register")
+          "kcmp", "setpriority", "ioprio_set",
+          # System V IPC and POSIX message queues: objects outside the file system (Landlock
+          # never sees them), in the host's IPC namespace should the namespace layer be
+          # missing, whose memory no rlimit of the worker counts.
+          "shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semctl", "semtimedop",
+          "msgget", "msgsnd", "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend",
+          "mq_timedreceive", "mq_notify", "mq_getsetattr",
+          # Watches on paths outside the jail: marks are placed without opening the path.
+          "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init",
+          "fanotify_mark")
+# memfd: RLIMIT_FSIZE bounds each anonymous file only by the output's size during a
+# conversion, and its pages are not in RLIMIT_AS; ENOSYS is what a library falling back on
+# other memory (asmjit's JIT allocator) expects.
+_ENOSYS = ("clone3", "io_uring_setup", "io_uring_enter", "io_uring_register", "memfd_create",
+           "memfd_secret")
 # Reading extended attributes is harmless but unneeded; "not supported" is what a caller
 # expects from a filesystem without them.
 _EOPNOTSUPP = ("getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr",

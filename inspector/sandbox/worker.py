@@ -52,6 +52,7 @@ stdout: stdout is redirected to stderr so stray output cannot corrupt the protoc
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import json
 import os
@@ -165,8 +166,23 @@ def _set_threads(request: dict) -> int:
     return torch.get_num_threads()
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this worker when its parent (the client, or the fork server) dies.
+
+    The client kills the worker's group when a job ends, but a client killed itself (SIGKILL,
+    or SIGTERM's default action) runs no `finally`, and its worker, in a session of its own,
+    would live on. Set before the handshake: the client sends the start line only after
+    reading it, so a client that died first never lets an input be opened."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
 def main() -> int:
     """Read the request, jail, run the operation, report."""
+    _die_with_parent()
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     emit = _Emitter(protocol)
