@@ -103,3 +103,49 @@ def test_flipped_exponent_bit_among_zeros_is_a_problem(dtype) -> None:
 def test_large_but_plausible_scalars_stay_ok(value) -> None:
     # attention-mask sentinels (finfo.min) and large constants are not flips
     assert _health({"attn.masked_bias": torch.tensor(value)}).status == "ok"
+
+
+# --- a quantized or sparse tensor's part names (`KEY::scale`, `KEY::values`) beside a real
+# key of that name: convert failed with an internal SafetensorError ("invalid offset"), and
+# diff with "q::scale is stored in A and A"; a plain `KEY::extra` beside an encoded KEY was
+# dropped by `decode_file`.
+
+
+def _quantized() -> torch.Tensor:
+    return torch.quantize_per_tensor(torch.linspace(-1, 1, 16).reshape(4, 4), 0.1, 3,
+                                     torch.qint8)
+
+
+def test_part_name_taken_by_a_real_key_is_a_key_collision(tmp_path, capsys) -> None:
+    from inspector.cli import main
+
+    source = tmp_path / "q.pt"
+    torch.save({"q": _quantized(), "q::scale": torch.tensor(0.7, dtype=torch.float64)}, source)
+    out = tmp_path / "q.safetensors"
+    assert main(["convert", str(source), "-o", str(out), "--json"]) == 10
+    assert not out.exists()
+    assert "q::scale" in capsys.readouterr().err
+
+
+def test_part_name_collision_is_refused_in_expand() -> None:
+    from inspector.core.errors import CodedError
+    from inspector.sandbox.encoded import expand
+
+    sparse = torch.eye(3).to_sparse()
+    with pytest.raises(CodedError) as refused:
+        expand([("s", sparse), ("s::values", torch.ones(3))])
+    assert refused.value.code == "key_collision"
+    # no collision: every name distinct after encoding
+    names = [k for k, _ in expand([("s", sparse), ("s::other", torch.ones(3))])[0]]
+    assert len(names) == len(set(names)) == 3
+
+
+def test_decode_file_keeps_a_plain_key_under_an_encoded_prefix() -> None:
+    from inspector.sandbox.encoded import decode_file, expand, metadata_entry
+
+    q = _quantized()
+    parts, specs = expand([("q", q), ("q::extra", torch.ones(2))])
+    back = decode_file(dict(parts), metadata_entry(specs))
+    assert sorted(back) == ["q", "q::extra"]
+    assert torch.equal(back["q"].int_repr(), q.int_repr())
+    assert torch.equal(back["q::extra"], torch.ones(2))

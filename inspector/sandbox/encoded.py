@@ -23,6 +23,8 @@ import json
 
 import torch
 
+from inspector.core.errors import CodedError
+
 SEPARATOR = "::"
 METADATA_KEY = "ckpt-inspector.encoded"
 _QUANTIZED = {torch.qint8, torch.quint8, torch.qint32}
@@ -33,6 +35,11 @@ _COMPRESSED = {torch.sparse_csr: ("crow_indices", "col_indices"),
                torch.sparse_bsr: ("crow_indices", "col_indices"),
                torch.sparse_csc: ("ccol_indices", "row_indices"),
                torch.sparse_bsc: ("ccol_indices", "row_indices")}
+
+
+_SUFFIXES = {"quantized": ("int_repr", "scale", "zero_point"),
+             "sparse_coo": ("indices", "values"),
+             "sparse_compressed": ("compressed_indices", "plain_indices", "values")}
 
 
 def _name(dtype: torch.dtype | torch.layout | torch.qscheme) -> str:
@@ -79,6 +86,15 @@ def expand(tensors: list[tuple[str, torch.Tensor]]
             continue
         parts, specs[key] = encoded
         out.extend((f"{key}{SEPARATOR}{suffix}", part) for suffix, part in parts.items())
+    seen: set[str] = set()
+    for name, _ in out:
+        if name in seen:
+            # a real key named like a part ("q::scale" beside a quantized "q"): a file could
+            # hold only one of them under that name
+            raise CodedError("key_collision",
+                             f"{name!r} names both a tensor and a part of an encoded "
+                             f"(quantized or sparse) tensor; rename one of them")
+        seen.add(name)
     return out, specs
 
 
@@ -111,9 +127,10 @@ def decode_file(tensors: dict[str, torch.Tensor], metadata: dict[str, str]
                 ) -> dict[str, torch.Tensor]:
     """A converted file's tensors with every encoded tensor rebuilt under its own key."""
     specs = json.loads(metadata.get(METADATA_KEY, "{}"))
-    out = {k: v for k, v in tensors.items() if k.split(SEPARATOR)[0] not in specs}
+    out = dict(tensors)
     for key, spec in specs.items():
         prefix = key + SEPARATOR
-        parts = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
-        out[key] = decode(parts, spec)
+        # only the parts `encode` writes: a plain tensor named "KEY::other" stays itself
+        names = [prefix + s for s in _SUFFIXES[spec["kind"]] if prefix + s in tensors]
+        out[key] = decode({k[len(prefix):]: out.pop(k) for k in names}, spec)
     return out
