@@ -149,3 +149,55 @@ def test_decode_file_keeps_a_plain_key_under_an_encoded_prefix() -> None:
     assert sorted(back) == ["q", "q::extra"]
     assert torch.equal(back["q"].int_repr(), q.int_repr())
     assert torch.equal(back["q::extra"], torch.ones(2))
+
+
+# --- quantized weights were never judged: a NaN or Inf scale (every dequantized value NaN
+# or Inf, as plain torch shows) gave health `ok`.
+
+
+@pytest.mark.parametrize("scale", [float("nan"), float("inf")])
+def test_quantized_weight_with_nonfinite_scale_is_a_problem(scale) -> None:
+    q = torch._make_per_tensor_quantized_tensor(
+        torch.arange(-8, 8, dtype=torch.int8).reshape(4, 4), scale, 0)
+    assert not torch.isfinite(q.dequantize()[q.int_repr() != 0]).any()
+    health = _health({"layer.weight": q})
+    assert health.status == "problem"
+    assert [f.code for f in health.findings] == ["nonfinite-weights"]
+
+
+def test_quantized_weight_with_a_nonfinite_channel_scale_is_a_problem() -> None:
+    scales = torch.tensor([0.1, float("nan"), 0.1, 0.1], dtype=torch.float64)
+    q = torch._make_per_channel_quantized_tensor(
+        torch.arange(16, dtype=torch.uint8).reshape(4, 4), scales,
+        torch.zeros(4, dtype=torch.int64), 0)
+    assert torch.isnan(q.dequantize()[1]).all()
+    assert _health({"layer.weight": q}).status == "problem"
+    finite = torch._make_per_channel_quantized_tensor(
+        q.int_repr(), torch.full((4,), 0.1, dtype=torch.float64),
+        torch.zeros(4, dtype=torch.int64), 0)
+    assert _health({"layer.weight": finite}).status == "ok"
+
+
+@pytest.mark.xfail(strict=True, reason="sandbox/stats.py lists only the first 16 channel "
+                   "scales in the record, so a NaN scale in channel 17+ is never seen")
+def test_quantized_weight_with_a_nonfinite_late_channel_scale_is_a_problem() -> None:
+    scales = torch.full((32,), 0.1, dtype=torch.float64)
+    scales[20] = float("nan")
+    q = torch._make_per_channel_quantized_tensor(
+        torch.ones(32, 4, dtype=torch.uint8), scales, torch.zeros(32, dtype=torch.int64), 0)
+    assert _health({"layer.weight": q}).status == "problem"
+
+
+# --- sparse weights get no statistics (`nan` null), so NaN or a flipped exponent bit in their
+# values is never judged: health `ok`.
+
+
+@pytest.mark.xfail(strict=True, reason="sandbox/stats.py computes no statistics for sparse "
+                   "tensors (nan/inf null); the fix is there, on their values()")
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_sparse_weight_with_nan_is_a_problem(layout) -> None:
+    w = torch.eye(8)
+    w[2, 3] = float("nan")
+    sparse = w.to_sparse() if layout == "coo" else w.to_sparse_csr()
+    assert torch.isnan(sparse.to_dense()).sum() == 1
+    assert _health({"layer.weight": sparse}).status == "problem"

@@ -27,6 +27,8 @@ Rules:
   model, ViT, T5 (random initialisation) and a trained small GPT-2, in float32, float16 and
   bfloat16. Its limit: float16's 256x gap also flags Cauchy-tailed tensors (Student-t with
   df 1; df 2 rarely, df 3 never).
+- A quantized weight whose scale (per channel: one of the first 16 the record lists) is NaN
+  or Inf is a problem: every value it dequantizes to is NaN or Inf.
 - Constant: a weight of two or more dimensions whose values are all equal (all zero, or one
   value) is a warning; 1-D and scalar tensors (biases, norm scales, running statistics, class
   tokens) are legitimately constant at initialisation and are not judged.
@@ -36,6 +38,7 @@ Rules:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,6 +159,9 @@ def assess(tensors: list[dict[str, Any]]) -> Health:
     judged: dict[str, str | None] = {}
     for rec in tensors:
         key = rec.get("key", "")
+        if isinstance(rec.get("quantization"), dict):
+            _quantization(health, rec, INFO if is_state_key(key) else PROBLEM)
+            continue  # its integer representation has no NaN to count
         if not _is_float(rec) or rec.get("nan") is None:
             continue  # no statistics to judge (sparse, meta, or a dtype without them)
         # A tied view of a storage already judged (same bytes) is not reported twice.
@@ -209,6 +215,28 @@ def _few_values_outlier(health: Health, rec: dict[str, Any], gap: int | None) ->
         f"fewer than {MIN_JUDGED} non-zero values: no weight is that large; the signature of "
         f"a flipped exponent bit",
         extra={"outliers": 1, "absmax": absmax, "bulk_exponent": None}))
+
+
+def _nonfinite_number(value: Any) -> bool:
+    """NaN or Inf, as a float or as the strict-JSON text ("nan", "inf", "-inf")."""
+    if isinstance(value, str):
+        return value in ("nan", "inf", "-inf")
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _quantization(health: Health, rec: dict[str, Any], severity: str) -> None:
+    """A quantized tensor whose scale is NaN or Inf dequantizes to NaN or Inf throughout
+    (per channel: the channels listed, the first 16)."""
+    scale = rec["quantization"].get("scale")
+    scales = scale if isinstance(scale, list) else [scale]
+    bad = sum(_nonfinite_number(v) for v in scales)
+    if not bad:
+        return
+    what = "channel scales" if isinstance(scale, list) else "scale"
+    health.add(HealthFinding(
+        "nonfinite-state" if severity == INFO else "nonfinite-weights", rec["key"], severity,
+        f"quantization {what} NaN or Inf ({bad:,}): the dequantized weights are NaN or Inf",
+        extra={"nan": 0, "inf": 0, "bad_scales": bad}))
 
 
 def _outliers(health: Health, rec: dict[str, Any]) -> None:
