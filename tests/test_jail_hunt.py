@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import os
 import platform
 import signal
@@ -233,3 +234,94 @@ def test_a_cold_worker_dies_with_its_client(tmp_path):
     for pid in left:  # ours: the worker this test started; do not leave it running
         os.kill(pid, signal.SIGKILL)
     assert not left, "the worker outlived its killed client"
+
+
+def test_the_worker_holds_no_capability(tmp_path, jailed):
+    """A fresh user namespace gives its creator every capability inside it; none may stay."""
+    outcome = jailed(tmp_path, """
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+        data = (ctypes.c_uint32 * 6)()
+        sc(125, header, data)  # capget
+        if data[0] | data[1] | data[3] | data[4]:
+            raise LookupError(f'effective {data[3] << 32 | data[0]:#x}')
+        """)
+    assert outcome["ok"], outcome
+
+
+ROOT_WITHOUT_USERNS = """
+import ctypes, errno, json
+from inspector.sandbox import jail
+
+class Libc:
+    \"\"\"libc, but the kernel refuses a user namespace (user.max_user_namespaces=0).\"\"\"
+    def __init__(self, real):
+        self._real = real
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+    def unshare(self, flags):
+        if flags & jail.CLONE_NEWUSER:
+            ctypes.set_errno(errno.ENOSPC)
+            return -1
+        return self._real.unshare(flags)
+
+jail._libc = Libc(jail._libc)
+level = jail.apply_jail(jail.JailConfig(read_paths=[]))
+libc = ctypes.CDLL(None, use_errno=True)
+header = (ctypes.c_uint32 * 2)(0x20080522, 0)
+data = (ctypes.c_uint32 * 6)()
+assert libc.syscall(ctypes.c_long(125), header, data) == 0  # capget
+# syslog(SYSLOG_ACTION_SIZE_BUFFER): needs CAP_SYSLOG with kernel.dmesg_restrict, else none
+kernel_log = libc.syscall(ctypes.c_long(103), 10, None, 0)
+print(json.dumps({"level": level["level"], "active": level["active"],
+                  "effective": data[3] << 32 | data[0],
+                  "kernel_log": ctypes.get_errno() if kernel_log < 0 else "read"}))
+"""
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() != 0,
+                    reason="only root keeps real capabilities when its user namespace fails")
+def test_root_without_a_user_namespace_keeps_no_capability():
+    """The jail still says `full` (a network namespace, Landlock, seccomp) for root whose user
+    namespace the kernel refused; its real capabilities (reboot, raw I/O, the kernel log,
+    real-time scheduling) must be gone all the same."""
+    out = subprocess.run([sys.executable, "-I", "-c", ROOT_WITHOUT_USERNS], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert any("user namespace refused" in a for a in report["active"]), report
+    assert report["effective"] == 0, f"capabilities kept: {report}"
+    assert report["kernel_log"] == errno.EPERM, report
+
+
+SCHEDULING_CLIENT = """
+import json, os, resource, sys
+sys.path.insert(0, {tests!r})
+from inspector.sandbox import client
+# An audio-group user (limits.conf: @audio - rtprio 95, - nice -19), as many desktops set up.
+resource.setrlimit(resource.RLIMIT_RTPRIO, (95, 95))
+resource.setrlimit(resource.RLIMIT_NICE, (40, 40))
+result = client.run_job({{"op": "selftest-payload", "paths": [{payload!r}]}}, timeout=120)
+print(json.dumps(result["outcomes"]))
+"""
+
+
+@pytest.mark.parametrize("body", [
+    "os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))",
+    "os.nice(-5)",
+], ids=["realtime", "higher_priority"])
+def test_the_worker_cannot_raise_its_scheduling_above_the_users(tmp_path, body):
+    """A real-time worker spinning on every core starves the desktop; rlimits a user may hold
+    for audio (RLIMIT_RTPRIO, RLIMIT_NICE) must not pass into the jail."""
+    payload = tmp_path / "sched.pkl"
+    payload.write_bytes(exec_pickle(PRELUDE + body + "\n"))
+    script = SCHEDULING_CLIENT.format(tests=str(REPO / "tests"), payload=str(payload))
+    env = {**os.environ, client.SELFTEST_ENV: "1"}
+    env.pop(client.DISABLE_ENV, None)
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=300)
+    if out.returncode != 0 and "not allowed to raise maximum limit" in out.stderr:
+        pytest.skip("this user may not raise RLIMIT_RTPRIO/RLIMIT_NICE to set the scene")
+    assert out.returncode == 0, out.stderr
+    outcome = json.loads(out.stdout)[0]
+    assert not outcome["ok"], f"the worker raised its scheduling: {body}"
+    assert outcome["errno"] in (errno.EPERM, errno.EACCES), outcome

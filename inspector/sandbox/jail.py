@@ -116,7 +116,14 @@ def apply_jail(config: JailConfig) -> dict:
             missing[name] = str(exc)
             continue
         active.append(f"{name}:{detail}" if detail else name)
+    if sys.platform.startswith("linux") and "capabilities" not in config.disabled:
+        try:
+            _drop_capabilities()
+        except OSError as exc:
+            missing["capabilities"] = f"{exc.strerror or exc} (errno {exc.errno})"
     level = level_name(active)
+    if level == JailLevel.FULL and "capabilities" in missing:
+        level = JailLevel.PARTIAL
     description = level if not missing else f"{level}: missing {', '.join(missing)}"
     return {
         "level": level,
@@ -175,6 +182,26 @@ def _unshare_namespaces(config: JailConfig, active: list[str]) -> str:
     raise OSError(first, f"unshare refused: {os.strerror(first)}")
 
 
+# --- capabilities -----------------------------------------------------------------------
+
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def _drop_capabilities() -> None:
+    """Empty the effective, permitted and inheritable sets (ambient ones go with them).
+
+    Run last: a fresh user namespace hands its creator every capability inside it, and root
+    whose user namespace was refused (user.max_user_namespaces=0) would keep the real ones,
+    reboot, raw I/O ports, the kernel log, real-time scheduling and all, under a `full` jail.
+    Nothing after the jail needs one (Landlock and seccomp rely on no_new_privs), and with
+    execve killed they can never come back."""
+    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    if _libc.capset(header, data) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
 # --- resource limits --------------------------------------------------------------------
 
 
@@ -188,6 +215,11 @@ def _set_rlimits(config: JailConfig, active: list[str]) -> str:
         ("fsize", resource.RLIMIT_FSIZE, config.output_bytes, config.output_bytes),
         ("core", resource.RLIMIT_CORE, 0, 0),
     ]
+    # No real-time class and no nice value below the caller's, whatever the user's limits
+    # allow (an audio group's rtprio): a spinning SCHED_FIFO worker starves the machine.
+    limits += [(name, getattr(resource, which), 0, 0)
+               for name, which in (("rtprio", "RLIMIT_RTPRIO"), ("priority", "RLIMIT_NICE"))
+               if hasattr(resource, which)]
     set_names = []
     for name, which, soft, hard in limits:
         _, old_hard = resource.getrlimit(which)
