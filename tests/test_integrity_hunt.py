@@ -201,3 +201,18 @@ def test_sparse_weight_with_nan_is_a_problem(layout) -> None:
     sparse = w.to_sparse() if layout == "coo" else w.to_sparse_csr()
     assert torch.isnan(sparse.to_dense()).sum() == 1
     assert _health({"layer.weight": sparse}).status == "problem"
+
+
+# --- a weight whose storage is shared with a training-state key listed before it was skipped
+# as "already judged", so its NaN counted only as training-state `info`: health `ok`.
+
+
+def test_nan_weight_tied_to_earlier_training_state_is_a_problem() -> None:
+    w = torch.randn(8, 8)
+    w[1, 2] = float("nan")
+    health = _health({"optimizer.snapshot": w, "model.layer.weight": w})
+    assert health.status == "problem"
+    assert [(f.key, f.code) for f in health.findings if f.severity == "problem"] == [
+        ("model.layer.weight", "nonfinite-weights")]
+    # the weight first: judged once, as a weight
+    assert _health({"model.layer.weight": w, "optimizer.snapshot": w}).status == "problem"

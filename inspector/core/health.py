@@ -156,7 +156,7 @@ def assess(tensors: list[dict[str, Any]]) -> Health:
     """Judge every tensor record of an `inspect` result; see the module docstring."""
     health = Health()
     seen: dict[tuple, str] = {}
-    judged: dict[str, str | None] = {}
+    judged: dict[str, tuple[str | None, bool]] = {}  # key: (digest, training state)
     for rec in tensors:
         key = rec.get("key", "")
         if isinstance(rec.get("quantization"), dict):
@@ -164,11 +164,14 @@ def assess(tensors: list[dict[str, Any]]) -> Health:
             continue  # its integer representation has no NaN to count
         if not _is_float(rec) or rec.get("nan") is None:
             continue  # no statistics to judge (sparse, meta, or a dtype without them)
-        # A tied view of a storage already judged (same bytes) is not reported twice.
-        if any(judged.get(k, "") == rec.get("digest") for k in rec.get("shared_with") or ()):
+        # A tied view of a storage already judged (same bytes) is not reported twice; a
+        # weight is judged as one even when training state listed first holds its bytes.
+        state = is_state_key(key)
+        if any(judged.get(k, ("", True))[0] == rec.get("digest")
+               and (state or not judged[k][1]) for k in rec.get("shared_with") or ()):
             continue
-        judged[key] = rec.get("digest")
-        if is_state_key(key):
+        judged[key] = (rec.get("digest"), state)
+        if state:
             health.state_tensors += 1
             _nonfinite(health, rec, INFO)
             continue
