@@ -325,3 +325,15 @@ def test_the_worker_cannot_raise_its_scheduling_above_the_users(tmp_path, body):
     outcome = json.loads(out.stdout)[0]
     assert not outcome["ok"], f"the worker raised its scheduling: {body}"
     assert outcome["errno"] in (errno.EPERM, errno.EACCES), outcome
+
+
+def test_no_lease_on_an_input(tmp_path, jailed):
+    """A read lease stalls whoever opens the file for writing (a training run saving over the
+    checkpoint being inspected) for the kernel's lease-break-time, 45 s by default."""
+    outcome = jailed(tmp_path, f"""
+        import fcntl
+        fd = os.open({str(tmp_path / "payload.pkl")!r}, os.O_RDONLY)
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)
+        """)
+    assert not outcome["ok"], "the worker took a lease on its input"
+    assert outcome["errno"] == errno.EPERM, outcome

@@ -27,7 +27,8 @@ Layers, in order:
    queues (memory they hold is outside RLIMIT_AS) and for inotify/fanotify (a watch is placed
    on a path Landlock never opens); ENOSYS for clone3 and io_uring (their arguments are
    invisible to BPF, and libc falls back to clone) and for memfd_create/memfd_secret (with a
-   conversion's RLIMIT_FSIZE each anonymous file could hold that much, uncounted).
+   conversion's RLIMIT_FSIZE each anonymous file could hold that much, uncounted); EPERM for
+   fcntl(F_SETLEASE) (a lease on an input stalls a writer of that file).
 
 `stat()` is not confined: Landlock has no right for it, so a payload can still learn whether a
 path exists and its size, owner and times (never its content).
@@ -367,7 +368,7 @@ _SYSCALLS = {
         "pidfd_getfd": 438, "process_madvise": 440, "kcmp": 312, "prlimit64": 302,
         "setpriority": 141, "ioprio_set": 251, "sched_setparam": 142,
         "sched_setscheduler": 144, "sched_setaffinity": 203, "sched_setattr": 314,
-        "migrate_pages": 256, "move_pages": 279,
+        "migrate_pages": 256, "move_pages": 279, "fcntl": 72,
         "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65,
         "semctl": 66, "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70,
         "msgctl": 71, "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242,
@@ -393,7 +394,7 @@ _SYSCALLS = {
         "pidfd_getfd": 438, "process_madvise": 440, "kcmp": 272, "prlimit64": 261,
         "setpriority": 140, "ioprio_set": 30, "sched_setparam": 118,
         "sched_setscheduler": 119, "sched_setaffinity": 122, "sched_setattr": 274,
-        "migrate_pages": 238, "move_pages": 239,
+        "migrate_pages": 238, "move_pages": 239, "fcntl": 25,
         "shmget": 194, "shmctl": 195, "shmat": 196, "shmdt": 197, "semget": 190,
         "semctl": 191, "semtimedop": 192, "semop": 193, "msgget": 186, "msgctl": 187,
         "msgrcv": 188, "msgsnd": 189, "mq_open": 180, "mq_unlink": 181, "mq_timedsend": 182,
@@ -444,6 +445,7 @@ _SELF_OR_ZERO = ("prlimit64", "sched_setparam", "sched_setscheduler", "sched_set
 _RET_KILL_PROCESS, _RET_ERRNO, _RET_ALLOW = 0x80000000, 0x00050000, 0x7FFF0000
 _LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 _OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16  # struct seccomp_data; arg0's low word (little endian)
+_OFF_ARG1, _F_SETLEASE = 24, 1024
 _CLONE_THREAD, _AF_UNIX = 0x00010000, 1
 _X32_SYSCALL_BIT = 0x40000000
 _SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC = 1, 1
@@ -490,6 +492,15 @@ def seccomp_program(machine: str, pid: int) -> list[tuple[int, int, int, int]]:
         arg0_in(name, (pid,), errno.EPERM)
     for name in _SELF_OR_ZERO:
         arg0_in(name, (0, pid), errno.EPERM)
+    # A lease on an input stalls whoever opens it for writing (a training run saving over
+    # the checkpoint) for lease-break-time; nothing in the worker takes one.
+    prog += [
+        (_JEQ_K, 0, 4, nrs["fcntl"]),
+        (_LD_W_ABS, 0, 0, _OFF_ARG1),
+        (_JEQ_K, 0, 1, _F_SETLEASE),
+        (_RET_K, 0, 0, _RET_ERRNO | errno.EPERM),
+        (_RET_K, 0, 0, _RET_ALLOW),
+    ]
     # Threads are clone(CLONE_THREAD|...); anything else would be a new process.
     prog += [
         (_JEQ_K, 0, 4, nrs["clone"]),
