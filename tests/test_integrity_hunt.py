@@ -266,3 +266,24 @@ def test_tensor_named_metadata_is_refused_clearly(tmp_path) -> None:
     out = tmp_path / "m.safetensors"
     assert main(["convert", str(source), "-o", str(out), "--json"]) == 10
     assert not out.exists()
+
+
+# --- a flip's before/after values were printed to 9 significant digits: in float64 and
+# complex128 a low mantissa flip showed two equal numbers ("1.39454713e-235" twice).
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+def test_flip_values_in_float64_differ_as_text(dtype) -> None:
+    import numpy as np
+
+    from inspector.core.bitflip import decode_value
+
+    before = np.array([1.394547134567891e-235 + (0.1j if dtype == "complex128" else 0)],
+                      dtype=dtype)
+    after = before.copy()
+    after.view(np.uint64)[0] ^= np.uint64(1 << 4)  # a low mantissa bit of the real part
+    raw_b, raw_a = (int.from_bytes(x.tobytes(), "little") for x in (before, after))
+    text_b, text_a = decode_value(raw_b, dtype), decode_value(raw_a, dtype)
+    assert text_b != text_a
+    parse = complex if dtype == "complex128" else float
+    assert parse(text_b.strip("()")) == before[0] and parse(text_a.strip("()")) == after[0]

@@ -257,4 +257,8 @@ def decode_value(raw: int, dtype: str) -> str | None:
         return str(bool(value))
     if record.kind in ("int", "uint"):
         return str(int(value))
-    return f"{value:.9g}" if np.isfinite(value) else str(value).lower()
+    if not np.isfinite(value):
+        return str(value).lower()
+    # enough digits to tell any two values apart: 9 for float32 and narrower, 17 for float64
+    half = record.itemsize // (2 if record.kind == "complex" else 1)
+    return f"{value:.{17 if half >= 8 else 9}g}"
