@@ -287,3 +287,49 @@ def test_flip_values_in_float64_differ_as_text(dtype) -> None:
     assert text_b != text_a
     parse = complex if dtype == "complex128" else float
     assert parse(text_b.strip("()")) == before[0] and parse(text_a.strip("()")) == after[0]
+
+
+# --- diff compares an encoded (sparse or quantized) tensor by its parts alone; what only the
+# rebuild spec holds (a sparse tensor's dense shape, a per-channel axis, CSR vs CSC) is never
+# compared, so tensors torch calls different are 'identical'.
+
+_SPEC_ONLY = pytest.mark.xfail(strict=True, reason="the rebuild spec (shape, axis, layout) is "
+                               "not among the compared parts: sandbox/sources.py drops "
+                               "expand()'s specs; a fix needs sources.py (or new parts, a "
+                               "convert file-format change)")
+
+
+def _diff_pt(tmp_path, a: dict, b: dict) -> dict:
+    torch.save(a, tmp_path / "a.pt")
+    torch.save(b, tmp_path / "b.pt")
+    return diff_checkpoints(open_checkpoint(str(tmp_path / "a.pt")),
+                            open_checkpoint(str(tmp_path / "b.pt")))
+
+
+@_SPEC_ONLY
+def test_sparse_tensors_of_different_shape_differ(tmp_path) -> None:
+    i, v = torch.tensor([[0, 1], [1, 2]]), torch.tensor([1.0, 2.0])
+    a = torch.sparse_coo_tensor(i, v, (4, 4)).coalesce()
+    b = torch.sparse_coo_tensor(i, v, (4, 8)).coalesce()
+    assert a.shape != b.shape
+    assert not _diff_pt(tmp_path, {"s": a}, {"s": b})["identical"]
+
+
+@_SPEC_ONLY
+def test_per_channel_quantized_tensors_on_different_axes_differ(tmp_path) -> None:
+    r = torch.arange(16, dtype=torch.uint8).reshape(4, 4)
+    scales = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+    zeros = torch.zeros(4, dtype=torch.int64)
+    a = torch._make_per_channel_quantized_tensor(r, scales, zeros, 0)
+    b = torch._make_per_channel_quantized_tensor(r, scales, zeros, 1)
+    assert not torch.equal(a.dequantize(), b.dequantize())
+    assert not _diff_pt(tmp_path, {"q": a}, {"q": b})["identical"]
+
+
+@_SPEC_ONLY
+def test_csr_and_csc_with_the_same_parts_differ(tmp_path) -> None:
+    m = torch.tensor([[1.0, 2.0], [0.0, 3.0]])
+    a = m.to_sparse_csr()
+    b = torch.sparse_csc_tensor(a.crow_indices(), a.col_indices(), a.values(), (2, 2))
+    assert not torch.equal(a.to_dense(), b.to_dense())
+    assert not _diff_pt(tmp_path, {"m": a}, {"m": b})["identical"]
