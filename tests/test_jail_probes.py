@@ -590,6 +590,19 @@ def test_a_line_that_is_not_json_is_a_violation(tmp_path, selftest):
     assert info.value.code == "protocol_violation"
 
 
+def test_a_line_nested_too_deep_for_the_json_parser_is_a_violation(tmp_path):
+    # json.loads raises RecursionError, not ValueError, on 200,000 nested lists
+    line = b'{"type": "progress", "deep": ' + b"[" * 200_000 + b"]" * 200_000 + b"}\n"
+    path = tmp_path / "protocol"
+    path.write_bytes(line)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with pytest.raises(client._Violation, match="unparsable"):
+            list(client._events(fd))
+    finally:
+        os.close(fd)
+
+
 def test_a_flood_of_lines_beyond_the_total_bound_is_a_violation(tmp_path, selftest,
                                                                 monkeypatch):
     monkeypatch.setattr(client, "MAX_OUTPUT_BYTES", 4 << 20)

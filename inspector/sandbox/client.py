@@ -374,7 +374,7 @@ def _events(fd: int) -> Iterator[dict]:
     for raw in _bounded_lines(fd, MAX_LINE_BYTES, MAX_OUTPUT_BYTES):
         try:
             event = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # the parser recurses once per nested bracket
             raise _Violation(f"an unparsable line ({raw[:80]!r})") from None
         if not isinstance(event, dict) or not isinstance(event.get("type"), str):
             raise _Violation("a line that is not an event object")
