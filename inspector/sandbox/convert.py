@@ -353,6 +353,10 @@ def convert(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
     emit({"type": "progress", "stage": "load", "done": 0, "total": 1})
     key, prefixes = request.get("key"), list(request.get("strip_prefix") or ())
     tensors, objects = select_leaves(load_request(request), key, prefixes)
+    if any(name == "__metadata__" for name, _ in tensors):
+        raise CodedError("key_collision",
+                         "a tensor is named __metadata__, the name a safetensors header keeps "
+                         "for its metadata: no safetensors file can hold it under that name")
     expanded, encoded = expand(tensors)
     plan = plan_tensors(expanded)
     if plan.skipped and not request.get("skip_unsupported"):
