@@ -27,8 +27,8 @@ Rules:
   model, ViT, T5 (random initialisation) and a trained small GPT-2, in float32, float16 and
   bfloat16. Its limit: float16's 256x gap also flags Cauchy-tailed tensors (Student-t with
   df 1; df 2 rarely, df 3 never).
-- A quantized weight whose scale (per channel: one of the first 16 the record lists) is NaN
-  or Inf is a problem: every value it dequantizes to is NaN or Inf.
+- A quantized weight whose scale (per channel: any channel's, `nonfinite_scales`) is NaN or
+  Inf is a problem: every value it dequantizes to is NaN or Inf.
 - Constant: a weight of two or more dimensions whose values are all equal (all zero, or one
   value) is a warning; 1-D and scalar tensors (biases, norm scales, running statistics, class
   tokens) are legitimately constant at initialisation and are not judged.
@@ -228,11 +228,14 @@ def _nonfinite_number(value: Any) -> bool:
 
 
 def _quantization(health: Health, rec: dict[str, Any], severity: str) -> None:
-    """A quantized tensor whose scale is NaN or Inf dequantizes to NaN or Inf throughout
-    (per channel: the channels listed, the first 16)."""
+    """A quantized tensor whose scale (any channel's, per channel) is NaN or Inf dequantizes
+    to NaN or Inf there."""
     scale = rec["quantization"].get("scale")
     scales = scale if isinstance(scale, list) else [scale]
-    bad = sum(_nonfinite_number(v) for v in scales)
+    # every channel's, where the record counts them; else the listed ones (an older worker's)
+    bad = rec["quantization"].get("nonfinite_scales")
+    if not isinstance(bad, int):
+        bad = sum(_nonfinite_number(v) for v in scales)
     if not bad:
         return
     what = "channel scales" if isinstance(scale, list) else "scale"

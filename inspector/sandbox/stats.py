@@ -111,7 +111,8 @@ def _quantization(t: torch.Tensor) -> dict:
     scales = t.q_per_channel_scales()
     zeros = t.q_per_channel_zero_points()
     return {"scheme": scheme, "axis": t.q_per_channel_axis(), "channels": scales.numel(),
-            "scale": [float(s) for s in scales[:16]], "zero_point": [int(z) for z in zeros[:16]]}
+            "scale": [float(s) for s in scales[:16]], "zero_point": [int(z) for z in zeros[:16]],
+            "nonfinite_scales": int((~torch.isfinite(scales)).sum())}
 
 
 def storage_groups(items: list[tuple[str, torch.Tensor]]) -> dict[str, list[str]]:
