@@ -22,7 +22,6 @@ takes 0.6-0.9 s that the client spends waiting (it has no file or state to clean
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import importlib
 import json
@@ -34,7 +33,6 @@ import sys
 
 MAX_FDS = 16
 """Descriptors one job may pass: the four of the child's plumbing and a few targets."""
-_PR_SET_PDEATHSIG = 1
 
 
 def preload() -> None:
@@ -141,7 +139,9 @@ def _child(fds: list[int], targets: list[int], env: dict[str, str], server: int)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        from inspector.sandbox import worker
+
+        worker.die_with_parent()
         if os.getppid() != server:  # the server died before the line above took effect
             return
         wanted = [0, 1, 2, *targets]
@@ -154,8 +154,6 @@ def _child(fds: list[int], targets: list[int], env: dict[str, str], server: int)
         _close_all_but(set(wanted))
         os.environ.clear()
         os.environ.update(env)
-        from inspector.sandbox import worker
-
         status = worker.main()
         sys.stderr.flush()
     finally:

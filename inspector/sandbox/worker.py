@@ -169,7 +169,7 @@ def _set_threads(request: dict) -> int:
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """SIGKILL this worker when its parent (the client, or the fork server) dies.
 
     The client kills the worker's group when a job ends, but a client killed itself (SIGKILL,
@@ -182,7 +182,7 @@ def _die_with_parent() -> None:
 
 def main() -> int:
     """Read the request, jail, run the operation, report."""
-    _die_with_parent()
+    die_with_parent()
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     emit = _Emitter(protocol)
