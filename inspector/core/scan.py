@@ -1107,11 +1107,9 @@ def index_outside_files(path: str | os.PathLike) -> list[str]:
 def _leaves(folder: str, name: str) -> bool:
     """Whether `folder`/`name` lies outside `folder` or behind a folder link (which the folder
     walk does not follow)."""
-    if name.startswith(("/", "\\")) or name[1:2] == ":":
+    if zipread.unsafe_name(name):
         return True
     parts = name.replace("\\", "/").split("/")
-    if ".." in parts:
-        return True
     return any(os.path.islink(os.path.join(folder, *parts[:i])) for i in range(1, len(parts)))
 
 

@@ -163,7 +163,8 @@ def zipfile_shift(buf) -> int:
     return after - cd_size - cd_offset
 
 
-def _unsafe_name(name: str) -> bool:
+def unsafe_name(name: str) -> bool:
+    """An absolute path, a drive, or a `..` part: joined to a folder, it leaves the folder."""
     parts = name.replace("\\", "/").split("/")
     return name.startswith(("/", "\\")) or ".." in parts or name[1:2] == ":"
 
@@ -226,7 +227,7 @@ def read_zip(buf, base: int = 0, end: int | None = None) -> ZipArchive:
                         f"general-purpose flag bits {odd:#x} set (encryption/patch data); "
                         "scanners that trust them skip the member", name))
         if ("\\" in name or ".." in name or name[:1] == "/" or name[1:2] == ":") and (
-                _unsafe_name(name)):
+                unsafe_name(name)):
             add(Anomaly(Severity.SUSPICIOUS, "zip-path-traversal",
                         f"member name {name!r} escapes the archive folder", name))
     for name, count in Counter(m.name for m in archive.members).items():
