@@ -109,7 +109,7 @@ _JUDGED_KINDS = ("float", "complex")
 exponent width of their real and imaginary halves."""
 
 
-def _is_float(rec: dict[str, Any]) -> bool:
+def _is_judged_kind(rec: dict[str, Any]) -> bool:
     d = lookup(rec.get("dtype"))
     return d is not None and d.kind in _JUDGED_KINDS
 
@@ -162,7 +162,7 @@ def assess(tensors: list[dict[str, Any]]) -> Health:
         if isinstance(rec.get("quantization"), dict):
             _quantization(health, rec, INFO if is_state_key(key) else PROBLEM)
             continue  # its integer representation has no NaN to count
-        if not _is_float(rec) or rec.get("nan") is None:
+        if not _is_judged_kind(rec) or rec.get("nan") is None:
             continue  # no statistics to judge (sparse, meta, or a dtype without them)
         # A tied view of a storage already judged (same bytes) is not reported twice; a
         # weight is judged as one even when training state listed first holds its bytes.
