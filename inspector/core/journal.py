@@ -1,0 +1,238 @@
+"""The run journal: append-only JSON lines, each carrying the hash of the line before it.
+
+One run folder tells the whole story of a training run in one journal: the checkpoint ledger's
+save records, the training guard's alarms, the audit record. Each line is one JSON object with
+`seq` (0, 1, 2, ...), `prev` (the SHA-256 of the previous line's bytes, without its newline;
+64 zeros for the first), `kind`, the record's own fields and, last, `seal`: the SHA-256 of the
+line's own bytes up to it, so an edit of the newest line (which no successor chains to) is
+caught too. A line is written whole with one
+`write`, fsync'd, under an exclusive `flock`, so ranks appending to one journal interleave
+whole lines and the chain stays one chain.
+
+Reading never stops at a bad line: a line that is not JSON (a write cut short), a line whose
+successor's `prev` does not match it (changed after it was written), a gap in `seq` (lines
+deleted) are each a named `JournalProblem`, and every readable line is still returned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from inspector.core import strict_json
+
+JOURNAL_NAME = "journal.jsonl"
+GENESIS = "0" * 64
+_RESERVED = ("seq", "prev", "kind", "seal")
+_SEAL_PREFIX = b',"seal":"'
+_SEAL_LEN = len(_SEAL_PREFIX) + 64 + 2
+
+ProblemKind = Literal["truncated", "unreadable", "edited", "deleted"]
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One readable line: its 1-based line number, place in the chain, kind and whole record."""
+
+    line: int
+    seq: int
+    kind: str
+    record: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class JournalProblem:
+    """A line that breaks the chain, named by its 1-based line number."""
+
+    line: int
+    kind: ProblemKind
+    detail: str
+
+
+@dataclass(frozen=True)
+class Journal:
+    """Everything readable in a journal, and every place where the chain does not hold."""
+
+    path: Path
+    entries: tuple[JournalEntry, ...] = ()
+    problems: tuple[JournalProblem, ...] = field(default_factory=tuple)
+
+    @property
+    def intact(self) -> bool:
+        """True when every line is readable and chained to the one before it."""
+        return not self.problems
+
+    def of_kind(self, kind: str) -> tuple[JournalEntry, ...]:
+        """The entries of one kind, in journal order."""
+        return tuple(e for e in self.entries if e.kind == kind)
+
+
+def journal_path(run_dir: str | os.PathLike[str]) -> Path:
+    """Where a run folder keeps its journal."""
+    return Path(run_dir) / JOURNAL_NAME
+
+
+def line_hash(raw: bytes) -> str:
+    """The SHA-256 that the next line's `prev` must carry."""
+    return hashlib.sha256(raw).hexdigest()
+
+
+def append(path: str | os.PathLike[str], kind: str, fields: Mapping[str, Any]) -> JournalEntry:
+    """Append one record to the journal at `path` (created with its folder), durably."""
+    clash = [k for k in _RESERVED if k in fields]
+    if clash:
+        raise ValueError(f"journal fields may not be named {', '.join(clash)}")
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    created = not target.exists()
+    fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        with _locked(fd):
+            last, seq, ends_cleanly = _tail(fd)
+            record = {"seq": seq, "prev": line_hash(last) if last is not None else GENESIS,
+                      "kind": kind, **fields}
+            raw = _sealed(strict_json.dumps(record, sort_keys=False).encode("utf-8"))
+            # A line cut short by a crash stays as it is (read back as 'truncated'); the new
+            # record starts on a line of its own and chains to that fragment's bytes.
+            os.write(fd, (b"" if ends_cleanly else b"\n") + raw + b"\n")
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    if created:
+        _fsync_dir(target.parent)
+    return JournalEntry(line=0, seq=seq, kind=kind, record=record)
+
+
+def read(path: str | os.PathLike[str]) -> Journal:
+    """Read every line of a journal and name each place the chain breaks."""
+    target = Path(path)
+    data = target.read_bytes()
+    lines = data.split(b"\n")
+    cut_short = bool(lines) and lines[-1] != b""
+    if not cut_short:
+        lines = lines[:-1]
+    entries: list[JournalEntry] = []
+    problems: list[JournalProblem] = []
+    prev_raw: bytes | None = None
+    expect_seq = 0
+    for number, raw in enumerate(lines, start=1):
+        record = _parse(raw)
+        if record is None:
+            last = number == len(lines)
+            kind: ProblemKind = "truncated" if last and cut_short else "unreadable"
+            problems.append(JournalProblem(number, kind, _unreadable_detail(kind)))
+        else:
+            seq = record["seq"]
+            want_prev = line_hash(prev_raw) if prev_raw is not None else GENESIS
+            if seq > expect_seq:
+                missing = seq - expect_seq
+                problems.append(JournalProblem(
+                    number, "deleted",
+                    f"{missing} line(s) (seq {expect_seq}..{seq - 1}) are missing before it"))
+            elif not _seal_holds(raw):
+                problems.append(JournalProblem(
+                    number, "edited", "changed after it was written (its seal does not match)"))
+            elif record["prev"] != want_prev:
+                problems.extend(_chain_break(problems, number))
+            expect_seq = seq + 1
+            entries.append(JournalEntry(number, seq, str(record["kind"]), record))
+        prev_raw = raw
+    return Journal(target, tuple(entries), tuple(problems))
+
+
+def _sealed(body: bytes) -> bytes:
+    if b"\n" in body or not body.endswith(b"}"):
+        raise ValueError("a journal record must serialise to one JSON object on one line")
+    head = body[:-1]
+    return head + _SEAL_PREFIX + line_hash(head).encode("ascii") + b'"}'
+
+
+def _seal_holds(raw: bytes) -> bool:
+    head, tail = raw[:-_SEAL_LEN], raw[-_SEAL_LEN:]
+    if not tail.startswith(_SEAL_PREFIX):
+        return False
+    return tail[len(_SEAL_PREFIX):-2].decode("ascii", "replace") == line_hash(head)
+
+
+def _chain_break(problems: list[JournalProblem], number: int) -> list[JournalProblem]:
+    """The problem a `prev` mismatch names: the line before, unless it is already named."""
+    if number == 1:
+        return [JournalProblem(1, "edited", "the first line does not start a chain")]
+    if any(p.line == number - 1 for p in problems):
+        return []
+    return [JournalProblem(number - 1, "edited",
+                           "changed after it was written (the next line's hash of it differs)")]
+
+
+def _parse(raw: bytes) -> dict[str, Any] | None:
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    ok = (isinstance(record.get("seq"), int) and isinstance(record.get("prev"), str)
+          and isinstance(record.get("kind"), str))
+    return record if ok else None
+
+
+def _unreadable_detail(kind: ProblemKind) -> str:
+    if kind == "truncated":
+        return "the last line was cut short (a write that did not finish)"
+    return "not a journal record (damaged or not JSON)"
+
+
+def _tail(fd: int) -> tuple[bytes | None, int, bool]:
+    """The last line's bytes, the next seq, and whether the file ends with a newline."""
+    size = os.fstat(fd).st_size
+    if size == 0:
+        return None, 0, True
+    # Records are small; reading back a bounded tail keeps an append O(1) in the journal's length.
+    window = min(size, 1 << 20)
+    while True:
+        chunk = os.pread(fd, window, size - window)
+        ends_cleanly = chunk.endswith(b"\n")
+        body = chunk[:-1] if ends_cleanly else chunk
+        cut = body.rfind(b"\n")
+        if cut >= 0 or window == size:
+            last = body[cut + 1:]
+            break
+        window = min(size, window * 4)
+    seq = _next_seq(fd, size, last)
+    return last, seq, ends_cleanly
+
+
+def _next_seq(fd: int, size: int, last: bytes) -> int:
+    record = _parse(last)
+    if record is not None:
+        return record["seq"] + 1
+    # The last line is damaged: count on from the newest readable line before it.
+    for raw in reversed(os.pread(fd, size, 0).split(b"\n")):
+        found = _parse(raw)
+        if found is not None:
+            return found["seq"] + 1
+    return 0
+
+
+@contextlib.contextmanager
+def _locked(fd: int) -> Iterator[None]:
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _fsync_dir(folder: Path) -> None:
+    dfd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
