@@ -53,6 +53,9 @@ class NvmlSource:
         self.uuids = [self._static(nv.nvmlDeviceGetUUID, h) for h in handles]
         self.driver_version = self._static(nv.nvmlSystemGetDriverVersion)
         self.xid_unsupported: list[int] = []
+        # Why a getter gave n/a (NVML's own words, by getter name): a field table can then say
+        # "not supported" or "no permission" instead of a bare n/a.
+        self.unavailable: dict[str, str] = {}
         self._reasons_fn = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
             nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None
         )
@@ -99,6 +102,7 @@ class NvmlSource:
                 raise SourceLost(f"the NVIDIA driver stopped answering (NVML: {exc})") from None
             if code in self._gpu_gone:
                 raise _GpuLost() from None
+            self.unavailable[getattr(fn, "__name__", str(fn))] = str(exc)
             return None
 
     def sample(self) -> list[GpuSample]:
@@ -161,6 +165,8 @@ class NvmlSource:
         nv = self._nv
         values = self._read(nv.nvmlDeviceGetFieldValues, handle, [nv.NVML_FI_DEV_MEMORY_TEMP])
         if not values or values[0].nvmlReturn != nv.NVML_SUCCESS:
+            if values:
+                self.unavailable["NVML_FI_DEV_MEMORY_TEMP"] = _error_text(nv, values[0].nvmlReturn)
             return None
         v = values[0]
         member = {
@@ -215,6 +221,14 @@ class NvmlSource:
             return int(self._nv.nvmlDeviceGetIndex(device))
         except self._nv.NVMLError:
             return -1
+
+
+def _error_text(nv: ModuleType, code: int) -> str:
+    """NVML's own words for a return code, as its exceptions print them."""
+    try:
+        return str(nv.NVMLError(code))
+    except Exception:  # an unknown code: the number is all there is
+        return f"NVML error {code}"
 
 
 def _scaled(value: float | None, divisor: float) -> float | None:
