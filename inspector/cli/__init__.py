@@ -47,6 +47,8 @@ COMMANDS: dict[str, Command] = {
                     "repeat-inference consistency test on GPU or CPU"),
     "report": Command("inspector.cli.report_cmd",
                     "run the pipeline headless and write a JSON / HTML / PDF report"),
+    "merge": Command("inspector.cli.merge_cmd",
+                    "one report from the results files of a batch's shards"),
 }
 
 EXIT_USAGE = 64

@@ -1,5 +1,6 @@
 """What several commands share: loader options, exit codes of a load, the jail line, progress
-on stderr, tensor digests from the worker, and a verification printed for a person.
+on stderr, tensor digests from the worker, a verification printed for a person, and a batch's
+shard and results file.
 
 Commands import from here, never from each other.
 """
@@ -8,9 +9,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from inspector.core.allow_presets import PRESETS, preset_help
 from inspector.core.progress import ProgressFn
@@ -22,6 +26,9 @@ from inspector.core.vocabulary import (
     JailRequirement,
     TensorCheckStatus,
 )
+
+if TYPE_CHECKING:
+    from inspector.core.sharding import ResultsLog, Shard
 
 EXIT_LOAD_FAILED = 5
 EXIT_MANIFEST = 2  # verify and watch: the manifest cannot be read
@@ -192,3 +199,65 @@ def progress_events(show: ProgressFn | None,
             show(event["done"], event["total"], "" if stage else str(event.get("stage", "")))
 
     return on_event
+
+
+def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--shard I/N` and `--results FILE.jsonl`: one process's share of a batch, resumable."""
+    from inspector.core.sharding import parse_shard
+
+    def shard(text: str):
+        try:
+            return parse_shard(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parser.add_argument("--shard", type=shard, default=None, metavar="I/N",
+                        help="only this process's share of the files: those whose path "
+                             "hashes to I of N (0-based; e.g. $JOB_COMPLETION_INDEX/4)")
+    parser.add_argument("--results", type=Path, default=None, metavar="FILE.jsonl",
+                        help="append each file's result as it finishes and skip files already "
+                             "there, so a preempted job resumes; `merge` joins shards' files")
+
+
+@dataclasses.dataclass
+class Batch:
+    """The share of the files a command runs, and where finished ones are kept."""
+
+    shard: Shard
+    log: ResultsLog | None
+
+    def owns(self, key: str) -> bool:
+        """Whether this process runs the file named `key`."""
+        return self.shard.owns(key)
+
+    def begin(self, command: str, environment: Mapping[str, Any] | None = None) -> None:
+        """Note this run in the results file (nothing without --results)."""
+        if self.log is not None:
+            self.log.begin({"command": command, "shard": self.shard.label,
+                            "environment": environment})
+
+    def finished(self, key: str, path: Path) -> Mapping[str, Any] | None:
+        """The result an earlier run recorded for `key`, unless the file changed since."""
+        return self.log.finished(key, path) if self.log is not None else None
+
+    def record(self, key: str, path: Path, result: Mapping[str, Any]) -> None:
+        """Keep one finished file's result (nothing without --results)."""
+        if self.log is not None:
+            self.log.record(key, path, result)
+
+
+def open_batch(args: argparse.Namespace, kind: str) -> Batch:
+    """The batch a command's --shard and --results describe; damaged result lines are named."""
+    from inspector.core.sharding import Shard, open_results
+
+    shard = args.shard or Shard()
+    if args.results is None:
+        return Batch(shard, None)
+    log = open_results(args.results, kind)
+    for problem in log.problems:
+        print(escape(f"{args.results}: line {problem.line} {problem.kind}: {problem.detail}; "
+                     "its file is done again"), file=sys.stderr)
+    if log.done:
+        print(escape(f"{args.results}: {len(log.done)} result(s) kept from earlier runs; "
+                     "files that changed since are done again"), file=sys.stderr)
+    return Batch(shard, log)

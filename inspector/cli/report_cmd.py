@@ -22,11 +22,14 @@ import contextlib
 import shlex
 import sys
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import TextIO
 
 from inspector.cli.common import (
+    Batch,
     add_allow_arguments,
+    add_batch_arguments,
     add_jobs_argument,
     add_quiet_argument,
     add_require_jail_argument,
@@ -48,6 +51,7 @@ from inspector.report import (
     writer_for,
 )
 
+REPORT_KIND = "report.file"
 EXIT_FAILED_CHECK = 1
 EXIT_NOT_WRITTEN = 4
 EXIT_MANIFEST = 5
@@ -80,6 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "from one warm fork server (used when there are several files)")
     add_jobs_argument(parser)
     add_require_jail_argument(parser)
+    add_batch_arguments(parser)
     parser.epilog = ("exit status: 0 all safe and passed, 1 suspicious or a check failed, "
                      "2 dangerous, 3 a file could not be scanned, 4 report not written, "
                      "5 manifest unreadable")
@@ -105,8 +110,14 @@ def run(args: argparse.Namespace) -> int:
             manifest = read_manifest(args.manifest)
         except (ManifestError, OSError) as exc:
             return _fail(f"{args.manifest}: {exc}", EXIT_MANIFEST)
-    files = list(_targets(args.paths))
-    if not files:
+    from inspector.cli.common import open_batch
+
+    batch = open_batch(args, REPORT_KIND)
+    files = [t for t in _targets(args.paths) if batch.owns(str(t[0]))]
+    if not files and args.shard is not None:
+        print(f"report: shard {args.shard.label} holds none of the files; an empty report",
+              file=sys.stderr)
+    elif not files:
         return _fail("no files found under the given paths", exit_code(Verdict.ERROR))
     from concurrent.futures import ThreadPoolExecutor
 
@@ -117,8 +128,9 @@ def run(args: argparse.Namespace) -> int:
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="environment") as side:
         probe = side.submit(collect)
         with _telemetry() as (store, source), warm_workers(len(files), args.cold_workers):
-            evidence = _gather(files, args, manifest)
+            evidence = _gather(files, args, manifest, batch)
         environment = probe.result()
+    batch.begin(_command_line(args), environment.to_json())
     session = SessionEvidence(evidence, telemetry=store, telemetry_source=source,
                               environment=environment,
                               command=_command_line(args))
@@ -178,30 +190,43 @@ def _targets(paths: list[str]) -> Iterator[tuple[Path, str | None]]:
 
 
 def _gather(files: list[tuple[Path, str | None]], args: argparse.Namespace,
-            manifest) -> list[FileEvidence]:
+            manifest, batch: Batch) -> list[FileEvidence]:
     """Inspect (and verify) `--jobs` files at once, then run consistency one file at a time:
-    every run shares the one GPU and its memory."""
+    every run shares the one GPU and its memory. A file the results file already holds (and
+    that did not change since) is taken from there; each new one is kept there as it ends."""
     from functools import partial
 
     from inspector.sandbox.parallel import run_parallel
 
-    jobs = min(args.jobs, len(files))
+    kept = {t: batch.finished(str(t[0]), t[0]) for t in files}
+    todo = [t for t in files if kept[t] is None]
+    jobs = max(1, min(args.jobs, len(todo)))
     with stderr_progress("inspecting files", args.quiet or jobs == 1) as show:
-        evidence = run_parallel(partial(_evidence, args=args, manifest=manifest, jobs=jobs),
-                                files, jobs, progress=show)
+        fresh = run_parallel(partial(_evidence, args=args, manifest=manifest, jobs=jobs,
+                                     batch=batch), todo, jobs, progress=show)
     if args.consistency:
-        for ev in evidence:
+        for target, ev in zip(todo, fresh, strict=True):
             if ev.inspect is not None and ev.inspect.get("index"):
                 # the probe reads one file; left "not checked" rather than failed
                 print(f"report: no consistency run on {Path(ev.path).name}: a sharded "
                       "checkpoint (run it on each shard file)", file=sys.stderr, flush=True)
             elif ev.inspect is not None and ev.inspect.get("error") is None:
                 ev.consistency = _consistency(Path(ev.path), args)
-    return evidence
+            batch.record(str(target[0]), target[0], asdict(ev))
+    made = dict(zip(todo, fresh, strict=True))
+    return [made[t] if kept[t] is None else FileEvidence(**kept[t]) for t in files]
 
 
 def _evidence(target: tuple[Path, str | None], cancel, args: argparse.Namespace, manifest,
-              jobs: int) -> FileEvidence:
+              jobs: int, batch: Batch) -> FileEvidence:
+    ev = _file_evidence(target, cancel, args, manifest, jobs)
+    if not args.consistency:  # else kept once its consistency run is done too
+        batch.record(str(target[0]), target[0], asdict(ev))
+    return ev
+
+
+def _file_evidence(target: tuple[Path, str | None], cancel, args: argparse.Namespace, manifest,
+                   jobs: int) -> FileEvidence:
     from inspector.sandbox.client import inspect_file, static_scan
 
     path, folder = target

@@ -1,15 +1,18 @@
-"""`ckpt-inspector scan PATH… [--json] [--sarif FILE] [--fail-on LEVEL]`: static scan, no code
-from the file runs."""
+"""`ckpt-inspector scan PATH… [--json] [--sarif FILE] [--fail-on LEVEL] [--shard I/N]
+[--results FILE.jsonl]`: static scan, no code from the file runs."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
+from inspector.cli.common import add_batch_arguments, open_batch
 from inspector.core.atomic import OutputExistsError, write_text_atomic
-from inspector.core.scan import ScanResult, scan_paths
+from inspector.core.discover import discover
+from inspector.core.scan import ScanResult, scan_found
 from inspector.core.termtext import escape
 from inspector.core.verdict import ORDER, exit_code, fails, worst
 from inspector.core.vocabulary import Severity, Verdict
@@ -29,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="gate: exit with the worst file's status when any file is LEVEL or "
                              "worse (suspicious < dangerous < error), else 0; skipped files "
                              "(not checkpoints) never fail")
+    add_batch_arguments(parser)
 
 
 def _human(res: ScanResult) -> list[str]:
@@ -64,12 +68,25 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_OUTPUT
     results: list[ScanResult] = []
-    for res in scan_paths(args.paths):
+    batch = open_batch(args, "scan.result")
+    batch.begin(shlex.join(["ckpt-inspector", "scan", *args.paths]))
+    for found in discover(args.paths):
+        key = str(found.path)
+        if not batch.owns(key):
+            continue
+        done = batch.finished(key, found.path)
+        res = ScanResult.from_json(dict(done)) if done is not None else scan_found(found)
+        if done is None:
+            batch.record(key, found.path, res.to_json())
         results.append(res)
         if args.json:
             print(json.dumps(res.to_json()), flush=True)
         else:
             print("\n".join(_human(res)), flush=True)
+    if not results and args.shard is not None:
+        print(f"ckpt-inspector scan: shard {args.shard.label} holds none of the files",
+              file=sys.stderr)
+        return 0
     if not results:
         print("ckpt-inspector scan: no files found under the given paths", file=sys.stderr)
         return exit_code(Verdict.ERROR)

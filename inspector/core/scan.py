@@ -18,7 +18,7 @@ import struct
 import time
 import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from inspector.core import decompress, formats, safetensors_header, zipread
@@ -141,6 +141,19 @@ class ScanResult:
             "size": self.size,
             "elapsed_ms": round(self.elapsed_ms, 3),
         }
+
+    @classmethod
+    def from_json(cls, data: dict) -> ScanResult:
+        """The result back from its contract form (a batch's results file)."""
+        known = {f.name for f in fields(cls)} - {"globals", "findings"}
+        return cls(**{k: v for k, v in data.items() if k in known},
+                   globals=[_from_fields(GlobalUse, g) for g in data.get("globals", ())],
+                   findings=[_from_fields(Finding, f) for f in data.get("findings", ())])
+
+
+def _from_fields(cls: type, data: dict):
+    """A dataclass from a contract dict, ignoring keys that are derived, not stored."""
+    return cls(**{k: v for k, v in data.items() if k in {f.name for f in fields(cls)}})
 
 
 class _Scan:

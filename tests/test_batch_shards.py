@@ -1,0 +1,156 @@
+"""Sharded, resumable batch jobs: `--shard I/N`, `--results FILE.jsonl` and `merge`.
+
+The merged report of N shards (one killed mid-run and run again) must equal what one process
+writes for the same files; a real engine (a local Dask cluster of two worker processes) runs
+the shards as tasks, as the documented example does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from inspector.core import journal
+from inspector.core.sharding import Shard, parse_shard
+
+CLI = [sys.executable, "-m", "inspector"]
+
+
+def _cli(*args: object, check: int | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=240)
+    if check is not None:
+        assert proc.returncode == check, proc.stdout + proc.stderr
+    return proc
+
+
+@pytest.fixture
+def models(tmp_path: Path) -> Path:
+    folder = tmp_path / "models"
+    folder.mkdir()
+    gen = torch.Generator().manual_seed(0)
+    for i in range(6):
+        torch.save({"w": torch.randn(8, 8, generator=gen) * (i + 1), "b": torch.zeros(8)},
+                   folder / f"m{i}.pt")
+    bad = {"w": torch.randn(4, 4, generator=gen)}
+    bad["w"][1, 2] = float("nan")
+    torch.save(bad, folder / "nan.pt")
+    return folder
+
+
+def _files(report: Path) -> list[dict]:
+    files = json.loads(report.read_text())["files"]
+    return sorted(files, key=lambda f: f["file"]["path"])
+
+
+def test_parse_shard_and_its_refusals():
+    assert parse_shard("2/4") == Shard(2, 4)
+    for bad in ("4/4", "-1/4", "1", "a/b", "0/0"):
+        with pytest.raises(ValueError, match="0 <= I < N"):
+            parse_shard(bad)
+
+
+def test_every_file_has_exactly_one_shard_and_keeps_it_when_others_come():
+    keys = [f"/data/run/checkpoint-{i}/model.safetensors" for i in range(400)]
+    shards = [Shard(i, 5) for i in range(5)]
+    owners = [[s.index for s in shards if s.owns(k)] for k in keys]
+    assert all(len(o) == 1 for o in owners)
+    counts = [sum(o == [i] for o in owners) for i in range(5)]
+    assert min(counts) > 40  # spread, not all in one shard
+    again = [[s.index for s in shards if s.owns(k)] for k in keys]
+    assert again == owners
+
+
+def test_scan_shards_cover_the_folder_once_and_merge(models, tmp_path):
+    whole = _cli("scan", models, "--json")
+    single = {json.loads(line)["path"] for line in whole.stdout.splitlines()}
+    seen: list[str] = []
+    for i in range(3):
+        out = _cli("scan", models, "--json", "--shard", f"{i}/3", "--results",
+                   tmp_path / f"r{i}.jsonl")
+        assert out.returncode in (0, 1), out.stderr
+        seen += [json.loads(line)["path"] for line in out.stdout.splitlines()]
+    assert sorted(seen) == sorted(single)
+    merged = _cli("merge", *(tmp_path / f"r{i}.jsonl" for i in range(3)), "-o",
+                  tmp_path / "m.json", check=0)
+    assert "7 file(s) from 3 results file(s)" in merged.stdout
+    assert {f["file"]["path"] for f in _files(tmp_path / "m.json")} == single
+
+
+def test_a_killed_report_shard_resumes_and_the_merge_equals_one_process(models, tmp_path):
+    _cli("report", models, "-o", tmp_path / "single.json", "-q", "--jobs", "1", check=1)
+    results = [tmp_path / f"r{i}.jsonl" for i in range(2)]
+    victim = subprocess.Popen([*CLI, "report", str(models), "-o", str(tmp_path / "s0.json"),
+                               "-q", "--jobs", "1", "--cold-workers", "--shard", "0/2",
+                               "--results", str(results[0])],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and victim.poll() is None:
+        if results[0].exists() and journal.read(results[0]).of_kind("report.file"):
+            break
+        time.sleep(0.05)
+    killed_early = victim.poll() is None
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait()
+    done_before = len(journal.read(results[0]).of_kind("report.file"))
+    owned = sum(Shard(0, 2).owns(str(p)) for p in models.iterdir())
+    assert done_before >= 1
+    again = _cli("report", models, "-o", tmp_path / "s0.json", "-q", "--jobs", "1",
+                 "--shard", "0/2", "--results", results[0], "--force")
+    assert again.returncode in (0, 1), again.stderr
+    if killed_early and done_before < owned:
+        assert f"{done_before} result(s) kept from earlier runs" in again.stderr
+    _cli("report", models, "-o", tmp_path / "s1.json", "-q", "--shard", "1/2", "--results",
+         results[1])
+    _cli("merge", *results, "-o", tmp_path / "merged.json", check=1)
+    assert _files(tmp_path / "merged.json") == _files(tmp_path / "single.json")
+    merged, single = (json.loads((tmp_path / n).read_text()) for n in ("merged.json",
+                                                                      "single.json"))
+    for key in ("verdict", "status", "problems", "environment"):
+        assert merged[key] == single[key], key
+
+
+def test_a_result_cut_short_or_a_changed_file_is_done_again(models, tmp_path):
+    results = tmp_path / "r.jsonl"
+    _cli("scan", models, "--results", results)
+    records = journal.read(results).of_kind("scan.result")
+    assert len(records) == 7
+    data = results.read_bytes()
+    results.write_bytes(data[:-9])  # the last record is cut short, as a kill leaves it
+    (models / "m0.pt").write_bytes((models / "m0.pt").read_bytes())  # same bytes, new mtime
+    os.utime(models / "m0.pt", ns=(1, 1))
+    again = _cli("scan", models, "--results", results)
+    assert "line 8 truncated" in again.stderr or "line 8 unreadable" in again.stderr
+    assert "6 result(s) kept from earlier runs" in again.stderr
+    scanned = journal.read(results).of_kind("scan.result")
+    assert len(scanned) == 7 + 1  # 6 readable + the redone cut one + m0.pt
+
+
+def test_a_dask_cluster_runs_the_shards_as_tasks(models, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    shards = 3
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None, host="127.0.0.1") as cluster, \
+            distributed.Client(cluster) as client:
+        futures = [client.submit(_shard_task, str(models), i, shards, str(tmp_path), pure=False)
+                   for i in range(shards)]
+        codes = client.gather(futures)
+    assert all(code in (0, 1) for code in codes), codes
+    _cli("merge", *(tmp_path / f"r{i}.jsonl" for i in range(shards)), "-o",
+         tmp_path / "merged.json", check=0)
+    whole = _cli("scan", models, "--json")
+    assert {f["file"]["path"] for f in _files(tmp_path / "merged.json")} == {
+        json.loads(line)["path"] for line in whole.stdout.splitlines()}
+
+
+def _shard_task(folder: str, index: int, count: int, out: str) -> int:
+    """One Dask task: the documented `scan --shard I/N --results` of one shard."""
+    return subprocess.run([*CLI, "scan", folder, "--shard", f"{index}/{count}", "--results",
+                           f"{out}/r{index}.jsonl"], capture_output=True, timeout=240).returncode
