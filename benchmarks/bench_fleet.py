@@ -1,0 +1,139 @@
+"""Benchmark the fleet-scale paths: verify of a large sharded folder, and --shard across processes.
+
+1. `verify -m SHA256SUMS DIR` of a --size-gb GB sharded safetensors folder (8 shards), all
+   cores in use (`--jobs` = cores), against `sha256sum -c SHA256SUMS` (one process, what a user
+   runs) and against `openssl dgst -sha256` of the same files on every core at once (xargs -P);
+   throughput ratio to openssl (target: at least 0.9x) and to sha256sum -c.
+2. `scan DIR --shard I/N --results` as N=2 processes at once against one process over the
+   same folder of --files small checkpoints, then `merge`: wall-clock ratio.
+
+Medians of --runs, interleaved round by round, warm page cache; the machine's load is printed.
+
+    .venv/bin/python benchmarks/bench_fleet.py [--size-gb 4] [--files 200] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from common import load_average, scratch, warm_page_cache
+
+BIN = Path(sys.executable).parent
+CORES = len(os.sched_getaffinity(0))
+
+
+def sharded_folder(folder: Path, size_gb: float, shards: int = 8) -> list[Path]:
+    """`shards` safetensors files of float32 tensors, size_gb GB in all, and SHA256SUMS."""
+    import torch
+    from safetensors.torch import save_file
+
+    gen = torch.Generator().manual_seed(0)
+    per_shard = int(size_gb * 1e9 / shards)
+    files = []
+    for i in range(shards):
+        state = {f"layers.{i}.{j}.weight": torch.randn(per_shard // 4 // 8, generator=gen)
+                 for j in range(8)}
+        path = folder / f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        save_file(state, path)
+        files.append(path)
+    sums = subprocess.run(["sha256sum", *(p.name for p in files)], cwd=folder,
+                          capture_output=True, text=True, check=True).stdout
+    (folder / "SHA256SUMS").write_text(sums)
+    return files
+
+
+def timed(cmd: list[str] | str, cwd: Path, shell: bool = False) -> float:
+    """Wall-clock seconds of one command, which must succeed."""
+    start = time.perf_counter()
+    subprocess.run(cmd, cwd=cwd, check=True, shell=shell, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def verify_rounds(folder: Path, files: list[Path], runs: int) -> dict[str, float]:
+    """Medians of verify, sha256sum -c and openssl on all cores over the same files."""
+    names = " ".join(p.name for p in files)
+    cmds = {
+        "ckpt-inspector verify": ([str(BIN / "ckpt-inspector"), "verify", "-m", "SHA256SUMS",
+                                   "--jobs", str(CORES), *(p.name for p in files)], False),
+        "sha256sum -c": (["sha256sum", "-c", "--quiet", "SHA256SUMS"], False),
+        f"openssl dgst x{CORES}": (f"printf '%s\\n' {names} | xargs -P {CORES} -n 1 "
+                                   "openssl dgst -sha256", True),
+    }
+    times: dict[str, list[float]] = {name: [] for name in cmds}
+    for _ in range(runs):
+        for name, (cmd, shell) in cmds.items():
+            times[name].append(timed(cmd, folder, shell))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def small_folder(folder: Path, count: int) -> None:
+    """`count` small torch.save checkpoints."""
+    import torch
+
+    gen = torch.Generator().manual_seed(1)
+    for i in range(count):
+        torch.save({"w": torch.randn(64, 64, generator=gen)}, folder / f"ckpt-{i:04d}.pt")
+
+
+def shard_rounds(folder: Path, work: Path, runs: int, shards: int = 2) -> dict[str, float]:
+    """Medians of one scan process against `shards` processes at once plus their merge."""
+    cli = str(BIN / "ckpt-inspector")
+    one, many = [], []
+    for run in range(runs):
+        one.append(timed([cli, "scan", str(folder), "--json"], work))
+        start = time.perf_counter()
+        procs = [subprocess.Popen([cli, "scan", str(folder), "--shard", f"{i}/{shards}",
+                                   "--results", str(work / f"r{run}-{i}.jsonl")],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for i in range(shards)]
+        for p in procs:
+            p.wait()
+        subprocess.run([cli, "merge", *(str(work / f"r{run}-{i}.jsonl") for i in range(shards)),
+                        "-o", str(work / f"merged-{run}.json")], check=True,
+                       stdout=subprocess.DEVNULL)
+        many.append(time.perf_counter() - start)
+    return {"scan, 1 process": statistics.median(one),
+            f"scan, {shards} shards + merge": statistics.median(many)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size-gb", type=float, default=4.0)
+    ap.add_argument("--files", type=int, default=200)
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+    print(f"bench_fleet: {load_average()}")
+    with scratch("bench-fleet-") as tmp:
+        folder = tmp / "model"
+        folder.mkdir()
+        files = sharded_folder(folder, args.size_gb)
+        warm_page_cache(files)
+        size = sum(p.stat().st_size for p in files)
+        verify = verify_rounds(folder, files, args.runs)
+        openssl = next(v for k, v in verify.items() if k.startswith("openssl"))
+        print(f"verify of {size / 1e9:.2f} GB in {len(files)} shards, {CORES} cores "
+              f"(medians of {args.runs}; {load_average()}):")
+        for name, seconds in verify.items():
+            print(f"  {name:<24} {seconds:6.2f} s  {size / seconds / 1e9:5.2f} GB/s  "
+                  f"{openssl / seconds:4.2f}x openssl's throughput")
+        small = tmp / "small"
+        small.mkdir()
+        small_folder(small, args.files)
+        work = tmp / "work"
+        work.mkdir()
+        shard = shard_rounds(small, work, args.runs)
+        base = shard["scan, 1 process"]
+        print(f"scan of {args.files} checkpoints (medians of {args.runs}; {load_average()}):")
+        for name, seconds in shard.items():
+            print(f"  {name:<28} {seconds:6.2f} s  {seconds / base:4.2f}x one process")
+
+
+if __name__ == "__main__":
+    main()
