@@ -1,0 +1,172 @@
+"""The shipped alert rules under the real promtool, and end to end: a real Prometheus server on
+127.0.0.1 scrapes `telemetry --serve` replaying a log, the double-bit ECC alert fires, and
+`telemetry --from-prometheus` reads the node's history back into the same alerts."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from fleet_fixtures import write_replay
+
+from inspector.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+RULES = REPO / "packaging" / "prometheus" / "ckpt-inspector-rules.yml"
+RULE_TESTS = REPO / "tests" / "prometheus" / "ckpt-inspector-rules.test.yml"
+PROMTOOL, PROMETHEUS = shutil.which("promtool"), shutil.which("prometheus")
+NODE = "node-e2e"
+WAIT_S = 120
+
+MISSING = "not installed (Debian package prometheus; .ci/run installs it)"
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason=f"promtool {MISSING}")
+needs_prometheus = pytest.mark.skipif(PROMETHEUS is None, reason=f"prometheus {MISSING}")
+
+
+@needs_promtool
+def test_promtool_checks_the_rules():
+    proc = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    alerts = [r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+    assert f"SUCCESS: {len(alerts)} rules found" in proc.stdout
+
+
+@needs_promtool
+def test_promtool_rule_unit_tests_pass():
+    proc = subprocess.run([PROMTOOL, "test", "rules", str(RULE_TESTS)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_every_alert_is_unit_tested_firing():
+    alerts = {r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]}
+    fired = {case["alertname"] for t in yaml.safe_load(RULE_TESTS.read_text())["tests"]
+             for case in t["alert_rule_test"] if case["exp_alerts"]}
+    assert alerts == fired
+    for issue_topic in ("Xid", "DoubleBitEcc", "RowRemapFailure", "RetirementPending",
+                        "RecoveryAction", "ThermalThrottling", "GuardAlarm",
+                        "ChangedAfterSave", "NoVerifiedCheckpoint"):
+        assert any(issue_topic in a for a in alerts), issue_topic
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return json.load(reply)
+
+
+def _wait(what: str, check, timeout: float = WAIT_S):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            got = check()
+        except OSError:
+            got = None
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory, python_exe):
+    """A real Prometheus on 127.0.0.1 (1 s scrapes and rule evaluation, the shipped rules)
+    scraping `telemetry --serve` replaying 2 GPUs, GPU 1 gaining 2 double-bit ECC errors
+    after 10 s; yields (Prometheus URL, when the replay started)."""
+    if PROMETHEUS is None:
+        pytest.skip(f"prometheus {MISSING}")
+    tmp = tmp_path_factory.mktemp("prom")
+    log = write_replay(tmp / "smi.csv", gpus=2, ticks=40, dbe_from=20, dbe_gpu=1)
+    exporter_port, prom_port = _free_port(), _free_port()
+    config = tmp / "prometheus.yml"
+    config.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(RULES)],
+        "scrape_configs": [{"job_name": "ckpt-inspector",
+                            "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]}],
+    }))
+    url = f"http://127.0.0.1:{prom_port}"
+    procs = []
+    try:
+        procs.append(subprocess.Popen(
+            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
+             f"--web.listen-address=127.0.0.1:{prom_port}"],
+            stdout=subprocess.DEVNULL, stderr=open(tmp / "prometheus.log", "w")))  # noqa: SIM115
+        _wait("Prometheus to be ready",
+              lambda: procs[0].poll() is None and _get_json(f"{url}/api/v1/status/buildinfo"))
+        started = time.time()
+        # The replay starts once Prometheus scrapes, so it sees GPU 1's healthy ticks first.
+        procs.append(subprocess.Popen(
+            [python_exe, "-I", "-m", "inspector", "telemetry", "--replay", str(log),
+             "--serve", f"127.0.0.1:{exporter_port}", "--interval", "0.5", "--duration", "600",
+             "--hostname", NODE], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        assert "serving http://127.0.0.1:" in procs[1].stdout.readline()
+        yield url, started
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            proc.wait(30)
+
+
+def _query(url: str, promql: str) -> list:
+    params = urllib.parse.urlencode({"query": promql})
+    return _get_json(f"{url}/api/v1/query?{params}")["data"]["result"]
+
+
+@needs_prometheus
+def test_the_double_bit_ecc_alert_fires_in_a_real_prometheus(prometheus):
+    url, _ = prometheus
+
+    def firing():
+        alerts = _get_json(f"{url}/api/v1/alerts")["data"]["alerts"]
+        return [a for a in alerts
+                if a["labels"]["alertname"] == "GpuDoubleBitEccError" and a["state"] == "firing"]
+
+    alerts = _wait("GpuDoubleBitEccError to fire", firing)
+    assert [(a["labels"]["gpu"], a["labels"]["Hostname"]) for a in alerts] == [("1", NODE)]
+    assert float(alerts[0]["value"]) == 2.0
+    assert alerts[0]["annotations"]["summary"].startswith(f"GPU 1 on {NODE}: 2 uncorrected")
+
+
+@needs_prometheus
+def test_from_prometheus_reads_the_node_back_into_the_same_alerts(prometheus, capsys):
+    url, started = prometheus
+    _wait("GPU 1's ECC errors to be scraped",
+          lambda: _query(url, 'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="1"} == 2'))
+    code = main(["telemetry", "--from-prometheus", url, "--node", NODE,
+                 "--start", f"{started - 5:.0f}", "--end", "now", "--step", "1"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert re.search(rf"^{re.escape(url)}: \d+ rows, 2 GPU\(s\)", out, re.M), out
+    assert "GPU 1: uncorrected ECC errors (volatile) rose from 0 to 2" in out
+    assert "GPU 0: uncorrected" not in out
+
+
+@needs_prometheus
+def test_from_prometheus_names_an_unknown_node_in_one_line(prometheus, capsys):
+    url, _ = prometheus
+    code = main(["telemetry", "--from-prometheus", url, "--node", "no-such-node"])
+    err = capsys.readouterr().err.strip()
+    assert code == 4 and len(err.splitlines()) == 1 and "check --node" in err
+
+
+def test_from_prometheus_unreachable_is_one_line(capsys):
+    code = main(["telemetry", "--from-prometheus", f"http://127.0.0.1:{_free_port()}"])
+    err = capsys.readouterr().err.strip()
+    assert code == 4 and len(err.splitlines()) == 1 and "that Prometheus is running" in err
