@@ -147,10 +147,12 @@ def test_the_double_bit_ecc_alert_fires_in_a_real_prometheus(prometheus):
 @needs_prometheus
 def test_from_prometheus_reads_the_node_back_into_the_same_alerts(prometheus, capsys):
     url, started = prometheus
-    _wait("GPU 1's ECC errors to be scraped",
-          lambda: _query(url, 'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="1"} == 2'))
+    scraped = _wait("GPU 1's ECC errors to be scraped", lambda: _query(
+        url, 'timestamp(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="1"} == 2)'))
+    # The range ends past that scrape, so its last step sees it whenever the query runs.
+    end = float(scraped[0]["value"][1]) + 2
     code = main(["telemetry", "--from-prometheus", url, "--node", NODE,
-                 "--start", f"{started - 5:.0f}", "--end", "now", "--step", "1"])
+                 "--start", f"{started - 5:.0f}", "--end", f"{end:.3f}", "--step", "1"])
     out = capsys.readouterr().out
     assert code == 1, out
     assert re.search(rf"^{re.escape(url)}: \d+ rows, 2 GPU\(s\)", out, re.M), out
@@ -170,3 +172,36 @@ def test_from_prometheus_unreachable_is_one_line(capsys):
     code = main(["telemetry", "--from-prometheus", f"http://127.0.0.1:{_free_port()}"])
     err = capsys.readouterr().err.strip()
     assert code == 4 and len(err.splitlines()) == 1 and "that Prometheus is running" in err
+
+
+DASHBOARD = REPO / "packaging" / "grafana" / "ckpt-inspector-dashboard.json"
+_METRIC = re.compile(r"\b(DCGM_[A-Z_]+|ckpt_inspector_[a-z_]+)\b")
+
+
+def _panel_queries() -> dict[str, str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    return {p["title"] + "/" + t["refId"]: t["expr"]
+            for p in dashboard["panels"] for t in p.get("targets", ())}
+
+
+def test_the_dashboard_charts_every_metric_an_alert_uses():
+    charted = {m for expr in _panel_queries().values() for m in _METRIC.findall(expr)}
+    alerted = {m for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]
+               for m in _METRIC.findall(r["expr"])}
+    assert alerted <= charted, alerted - charted
+
+
+@needs_prometheus
+def test_every_dashboard_query_runs_in_a_real_prometheus(prometheus):
+    url, _ = prometheus
+    _wait("GPU 1's ECC errors to be scraped",
+          lambda: _query(url, 'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="1"} == 2'))
+    results = {}
+    for title, expr in _panel_queries().items():
+        promql = expr.replace("$Hostname", ".*").replace("$gpu", ".*")
+        params = urllib.parse.urlencode({"query": promql})
+        reply = _get_json(f"{url}/api/v1/query?{params}")  # a bad query is an HTTP 400
+        assert reply["status"] == "success", title
+        results[title] = reply["data"]["result"]
+    ecc = next(v for k, v in results.items() if k.startswith("Double-bit"))
+    assert sorted(float(r["value"][1]) for r in ecc) == [0.0, 2.0]
