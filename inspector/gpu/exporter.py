@@ -14,16 +14,18 @@ the run refresh) replace it, so a scrape never waits on NVML, a journal or a has
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import start_http_server
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from inspector.core.errors import CodedError
 from inspector.core.run_status import ChangeWatch, RunStatus, read_run
@@ -218,18 +220,36 @@ def ticks(samples: Iterable[GpuSample]) -> list[list[GpuSample]]:
     return out
 
 
+class _Handler(WSGIRequestHandler):
+    """No request log; no Nagle delay. wsgiref sends the headers and the body in separate
+    writes, and with Nagle's algorithm against the scraper's delayed ACK a 50 KB answer
+    waited 40 ms for nothing."""
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Log nothing: a scrape every few seconds is not news."""
+
+
 class Endpoint:
-    """The HTTP endpoint serving one Exporter; stop() closes the socket."""
+    """The HTTP endpoint serving one Exporter on a daemon thread; stop() closes the socket."""
 
     def __init__(self, exporter: Exporter, address: Address) -> None:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(exporter)
+        server_class = type("Server", (ThreadingWSGIServer,), {
+            "address_family": socket.AF_INET6 if ":" in address.host else socket.AF_INET})
         try:
-            self._server, self._thread = start_http_server(address.port, address.host,
-                                                           registry)
+            self._server = make_server(address.host, address.port, make_wsgi_app(registry),
+                                       server_class, handler_class=_Handler)
         except OSError as exc:
             raise CodedError("cannot-listen", f"cannot listen on {address.host}:{address.port}:"
                              f" {exc.strerror or exc}; pick another port") from None
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name="metrics-endpoint", daemon=True)
+        self._thread.start()
         self.address = Address(address.host, self._server.server_port)
 
     def stop(self) -> None:
