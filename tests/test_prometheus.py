@@ -205,3 +205,53 @@ def test_every_dashboard_query_runs_in_a_real_prometheus(prometheus):
         results[title] = reply["data"]["result"]
     ecc = next(v for k, v in results.items() if k.startswith("Double-bit"))
     assert sorted(float(r["value"][1]) for r in ecc) == [0.0, 2.0]
+
+
+@needs_prometheus
+def test_the_gpu_pane_loads_a_node_from_prometheus(prometheus, qtbot):
+    from inspector.gpu.prom_reader import make_query
+    from inspector.gui.gpu_pane import GpuPane
+
+    url, started = prometheus
+    scraped = _wait("GPU 1's ECC errors to be scraped", lambda: _query(
+        url, 'timestamp(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="1"} == 2)'))
+    end = float(scraped[0]["value"][1]) + 2
+    pane = GpuPane(autostart=False)
+    qtbot.addWidget(pane)
+    pane.open_prometheus(make_query(url, NODE, f"{started - 5:.0f}", f"{end:.3f}", 1))
+    qtbot.waitUntil(lambda: pane.status.text().startswith("Replay of"), timeout=60_000)
+    assert pane.status.text().startswith(f"Replay of {NODE} from {url}:")
+    assert pane.stack.currentIndex() == 1 and pane.store.gpus() == [0, 1]
+    ecc = [a for a in pane.store.alerts if a.kind == "ecc_uncorrected"]
+    assert {a.gpu for a in ecc} == {1}
+    _, values = pane.store.series(1, "ecc_uncorrected_volatile")
+    assert values.max() == 2.0 and values.min() == 0.0
+
+
+def test_the_gpu_pane_says_in_one_line_why_prometheus_failed(qtbot):
+    from inspector.gpu.prom_reader import make_query
+    from inspector.gui.gpu_pane import GpuPane
+
+    pane = GpuPane(autostart=False)
+    qtbot.addWidget(pane)
+    pane.open_prometheus(make_query(f"http://127.0.0.1:{_free_port()}", "n", "1h", "now"))
+    qtbot.waitUntil(lambda: pane.status.text().startswith("Cannot load"), timeout=60_000)
+    assert "that Prometheus is running" in pane.status.text()
+    assert "\n" not in pane.status.text()
+
+
+def test_the_prometheus_dialog_stays_open_on_a_bad_time_and_builds_the_query(qtbot):
+    from inspector.gui.prometheus_dialog import PrometheusDialog
+
+    dialog = PrometheusDialog(url="http://prom:9090/")
+    qtbot.addWidget(dialog)
+    dialog.node.setText("gpu-node-7")
+    dialog.start.setText("yesterday-ish")
+    dialog.accept()
+    assert dialog.query is None and "cannot read the time" in dialog.error.text()
+    dialog.start.setText("2h")
+    dialog.accept()
+    query = dialog.query
+    assert (query.url, query.node) == ("http://prom:9090", "gpu-node-7")
+    assert query.end - query.start == pytest.approx(7200, abs=1)
+    assert dialog.result() == PrometheusDialog.DialogCode.Accepted
