@@ -41,6 +41,7 @@ class FakeGpu:
     retired: dict[int, list[int]] = field(default_factory=dict)
     retired_pending: int = 0
     remapped: tuple[int, int, int, int] = (0, 0, 0, 0)
+    recovery_action: int = real.NVML_GPU_RECOVERY_ACTION_NONE
     unsupported: set[str] = field(default_factory=set)
     lost: bool = False
 
@@ -118,15 +119,18 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetFieldValues(self, h: _Handle, field_ids: list[int]) -> list[Any]:
         gpu = self._gpu(h, "field_values")
-        assert field_ids == [real.NVML_FI_DEV_MEMORY_TEMP]
+        attribute = {real.NVML_FI_DEV_MEMORY_TEMP: "memory_temperature",
+                     real.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: "recovery_action"}
+        assert len(field_ids) == 1 and field_ids[0] in attribute
+        name = attribute[field_ids[0]]
         value = real.c_nvmlFieldValue_t()
-        value.fieldId = real.NVML_FI_DEV_MEMORY_TEMP
+        value.fieldId = field_ids[0]
         value.valueType = real.NVML_VALUE_TYPE_UNSIGNED_INT
-        if "memory_temperature" in gpu.unsupported:
+        if name in gpu.unsupported:
             value.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
         else:
             value.nvmlReturn = real.NVML_SUCCESS
-            value.value.uiVal = gpu.memory_temperature
+            value.value.uiVal = getattr(gpu, name)
         return [value]
 
     def nvmlDeviceGetPowerUsage(self, h: _Handle) -> int:

@@ -51,7 +51,7 @@ def test_every_field_has_one_dcgm_name():
     assert [n.field for n in DCGM_NAMES] == [f.name for f in FIELDS]
     metrics = [n.metric for n in DCGM_NAMES]
     assert len(set(metrics)) == len(metrics)
-    assert all(re.fullmatch(r"DCGM_FI_DEV_[A-Z_]+", m) for m in metrics)
+    assert all(re.fullmatch(r"DCGM_FI_DEV_[A-Z_]+|ckpt_inspector_gpu_[a-z_]+", m) for m in metrics)
 
 
 def test_gpu_series_carry_dcgm_names_labels_and_units():
@@ -248,12 +248,15 @@ def test_live_nvml_source_feeds_the_exporter(monkeypatch):
         exporter = ex.Exporter("h")
         exporter.update(source.sample())
         fake.gpus[0].remapped = (0, 1, 0, 1)
+        fake.gpus[0].recovery_action = fake_pynvml.real.NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET
         exporter.update(source.sample())
     finally:
         source.close()
     got = _scrape(exporter)
     assert _pick(got, "DCGM_FI_DEV_ROW_REMAP_FAILURE", gpu="0") == [1.0]
     assert _pick(got, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", gpu="0") == [1.0]
+    assert _pick(got, "ckpt_inspector_gpu_recovery_action", gpu="0") == [
+        float(fake_pynvml.real.NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET)]
 
 
 def test_no_gpu_and_no_run_is_one_line_exit_3(monkeypatch, capsys):

@@ -1,6 +1,7 @@
 """dcgm-exporter's metric name for every telemetry field, so dashboards built for it work unchanged.
 
-Data beside the field registry (`telemetry.FIELDS`): one row per field, in its order. Values
+Data beside the field registry (`telemetry.FIELDS`): one row per field, in its order; a field
+dcgm-exporter does not publish is named `ckpt_inspector_gpu_<field>`. Values
 keep the units the fields already carry, which are dcgm-exporter's too (°C, W, %, MiB, MHz,
 counts); a boolean field is 1 or 0. The test suite holds that every field has a row here.
 """
@@ -48,6 +49,7 @@ DCGM_NAMES: tuple[DcgmName, ...] = (
     DcgmName("remapped_uncorrectable", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"),
     DcgmName("remapped_pending", "DCGM_FI_DEV_ROW_REMAP_PENDING"),
     DcgmName("remapped_failure", "DCGM_FI_DEV_ROW_REMAP_FAILURE"),
+    DcgmName("recovery_action", "ckpt_inspector_gpu_recovery_action"),
 )
 
 # Not a field: the number of the last XID the driver reported (0 = none), as dcgm-exporter has it.
