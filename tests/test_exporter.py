@@ -283,6 +283,15 @@ def test_missing_prometheus_client_names_the_install(monkeypatch, capsys):
     assert len(err.splitlines()) == 1 and "checkpoint-inspector[prometheus]" in err
 
 
+@pytest.mark.parametrize("other", [["--csv", "out.csv"], ["--from-prometheus", "http://x"]])
+def test_serve_refuses_what_it_cannot_combine_with(other, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["telemetry", "--serve", "0", *other]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{other[0]} does not combine with --serve" in err
+    assert not (tmp_path / "out.csv").exists()
+
+
 def test_a_port_in_use_is_one_line_exit_2(tmp_path, capsys):
     log = write_replay(tmp_path / "smi.csv", gpus=1, ticks=1)
     endpoint = ex.Endpoint(ex.Exporter("n"), ex.Address("127.0.0.1", 0))

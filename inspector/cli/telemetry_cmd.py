@@ -89,13 +89,13 @@ def run(args: argparse.Namespace) -> int:
     if args.interval < MIN_INTERVAL_S:
         _err(f"--interval must be at least {MIN_INTERVAL_S} s")
         return 2
-    if args.from_prometheus:
-        return _from_prometheus(args)
     if args.serve is not None:
         code, message = telemetry_serve.serve(args, lambda a: print(format_alert(a), flush=True))
         if message:
             _err(message)
         return code
+    if args.from_prometheus:
+        return _from_prometheus(args)
     if args.replay:
         return _replay(args)
     return _live(args)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import socket
-import sys
 import threading
 from collections.abc import Callable
 
@@ -42,7 +41,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def serve(args: argparse.Namespace, report_alert: Callable[[Alert], None]) -> tuple[int, str]:
     """Serve until --duration or Ctrl-C: (0, '') or (exit code, one-line error). Codes:
-    2 bad option or port, 3 no GPU and nothing else to serve, 4 bad log, 6 driver lost."""
+    2 bad option or port or no prometheus_client, 3 no GPU and nothing else to serve, 4 bad
+    log, 6 driver lost."""
+    if args.csv or args.from_prometheus:
+        other = "--csv" if args.csv else "--from-prometheus"
+        return 2, f"{other} does not combine with --serve; run them as two commands"
     try:
         from inspector.gpu import exporter as ex
     except ImportError:
@@ -92,7 +95,7 @@ def serve(args: argparse.Namespace, report_alert: Callable[[Alert], None]) -> tu
     try:
         ex.serve_until(exporter, stop, args.interval, args.duration, feed)
     except KeyboardInterrupt:
-        print("stopped", file=sys.stderr)
+        print("stopped")
     finally:
         if sampler:
             sampler.stop()
