@@ -42,6 +42,7 @@ class FakeGpu:
     retired_pending: int = 0
     remapped: tuple[int, int, int, int] = (0, 0, 0, 0)
     recovery_action: int = real.NVML_GPU_RECOVERY_ACTION_NONE
+    violation_ns: dict[int, int] = field(default_factory=dict)  # perf policy -> ns
     unsupported: set[str] = field(default_factory=set)
     lost: bool = False
 
@@ -132,6 +133,12 @@ class FakeNvml(types.ModuleType):
             value.nvmlReturn = real.NVML_SUCCESS
             value.value.uiVal = getattr(gpu, name)
         return [value]
+
+    def nvmlDeviceGetViolationStatus(self, h: _Handle, policy: int) -> Any:
+        gpu = self._gpu(h, "violation")
+        status = real.c_nvmlViolationTime_t()
+        status.referenceTime, status.violationTime = 1, gpu.violation_ns.get(policy, 0)
+        return status
 
     def nvmlDeviceGetPowerUsage(self, h: _Handle) -> int:
         return self._gpu(h, "power").power_mw

@@ -249,12 +249,15 @@ def test_live_nvml_source_feeds_the_exporter(monkeypatch):
         exporter.update(source.sample())
         fake.gpus[0].remapped = (0, 1, 0, 1)
         fake.gpus[0].recovery_action = fake_pynvml.real.NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET
+        fake.gpus[0].violation_ns[fake_pynvml.real.NVML_PERF_POLICY_THERMAL] = 2_500_000
         exporter.update(source.sample())
     finally:
         source.close()
     got = _scrape(exporter)
     assert _pick(got, "DCGM_FI_DEV_ROW_REMAP_FAILURE", gpu="0") == [1.0]
     assert _pick(got, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", gpu="0") == [1.0]
+    assert _pick(got, "DCGM_FI_DEV_THERMAL_VIOLATION", gpu="0") == [2500.0]  # µs
+    assert _pick(got, "DCGM_FI_DEV_POWER_VIOLATION", gpu="0") == [0.0]
     assert _pick(got, "ckpt_inspector_gpu_recovery_action", gpu="0") == [
         float(fake_pynvml.real.NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET)]
 
@@ -311,3 +314,19 @@ def test_serve_until_publishes_ticks_in_order_and_keeps_the_last():
     stop = threading.Event()
     ex.serve_until(exporter, stop, interval=0.01, duration=0.5, feed=feed)
     assert _pick(_scrape(exporter), "DCGM_FI_DEV_GPU_TEMP", gpu="1") == [43.0]
+
+
+def test_an_nvidia_smi_log_with_violation_counters_is_published_in_dcgm_units():
+    from inspector.gpu.smi_csv import parse_lines
+
+    log = parse_lines([
+        "timestamp, index, name, uuid, temperature.gpu, "
+        "clocks_event_reasons_counters.sw_power_cap [us], "
+        "clocks_event_reasons_counters.sw_thermal_slowdown [us]",
+        "2026/12/01 10:00:00.000, 0, NVIDIA H100, GPU-1, 40, 91403239 us, 0 us",
+    ])
+    exporter = ex.Exporter("n")
+    exporter.update(log.samples)
+    got = _scrape(exporter)
+    assert _pick(got, "DCGM_FI_DEV_POWER_VIOLATION", gpu="0") == [91403239.0]
+    assert _pick(got, "DCGM_FI_DEV_THERMAL_VIOLATION", gpu="0") == [0.0]

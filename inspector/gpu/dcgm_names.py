@@ -49,6 +49,8 @@ DCGM_NAMES: tuple[DcgmName, ...] = (
     DcgmName("remapped_uncorrectable", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"),
     DcgmName("remapped_pending", "DCGM_FI_DEV_ROW_REMAP_PENDING"),
     DcgmName("remapped_failure", "DCGM_FI_DEV_ROW_REMAP_FAILURE"),
+    DcgmName("power_violation", "DCGM_FI_DEV_POWER_VIOLATION"),
+    DcgmName("thermal_violation", "DCGM_FI_DEV_THERMAL_VIOLATION"),
     DcgmName("recovery_action", "ckpt_inspector_gpu_recovery_action"),
 )
 

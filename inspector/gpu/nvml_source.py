@@ -154,6 +154,9 @@ class NvmlSource:
             corr, unc, rows_pending, failure = rows
             s.remapped_correctable, s.remapped_uncorrectable = corr, unc
             s.remapped_pending, s.remapped_failure = bool(rows_pending), bool(failure)
+        violation = nv.nvmlDeviceGetViolationStatus
+        s.power_violation = _violation_us(read(violation, handle, nv.NVML_PERF_POLICY_POWER))
+        s.thermal_violation = _violation_us(read(violation, handle, nv.NVML_PERF_POLICY_THERMAL))
         recovery = getattr(nv, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)
         if recovery is not None:
             s.recovery_action = self._field_value(handle, recovery)
@@ -223,6 +226,11 @@ class NvmlSource:
 
 def _scaled(value: float | None, divisor: float) -> float | None:
     return None if value is None else value / divisor
+
+
+def _violation_us(status: Any) -> float | None:
+    """NVML counts violation time in ns; dcgm-exporter publishes it in µs."""
+    return None if status is None else status.violationTime / 1000
 
 
 def _length(pages: list[Any] | None) -> int | None:
