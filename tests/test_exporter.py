@@ -115,6 +115,11 @@ def test_run_journal_metrics_alarms_verification_age_and_changed_files(tmp_path)
     journal.append(log, "ledger.save", {"step": 300, "time": NOW - 1000, **third,
                                         "verified": False})
     journal.append(log, "consistency.result", {"outcome": "match", "time": NOW - 900})
+    # last.pt is saved twice in place: only its newest record is judged
+    journal.append(log, "ledger.save", {"step": 310, "time": NOW - 950,
+                                        **_checkpoint(run, "last.pt", b"old"), "verified": True})
+    journal.append(log, "ledger.save", {"step": 320, "time": NOW - 940,
+                                        **_checkpoint(run, "last.pt", b"new"), "verified": True})
     (run / "step200.pt").write_bytes(b"B" + b"b" * 199)  # same size, new bytes
     (run / "step100.pt").unlink()  # retention removed it: not "changed"
 
@@ -122,16 +127,18 @@ def test_run_journal_metrics_alarms_verification_age_and_changed_files(tmp_path)
     exporter.refresh_runs(now=NOW)
     got = _scrape(exporter)
     tags = {"run": "run-7", "Hostname": "node-a"}
-    assert _pick(got, "ckpt_inspector_checkpoint_saves_total", **tags) == [3.0]
-    assert _pick(got, "ckpt_inspector_checkpoint_verifications_total", result="verified") == [2.0]
+    assert _pick(got, "ckpt_inspector_checkpoint_saves_total", **tags) == [5.0]
+    assert _pick(got, "ckpt_inspector_checkpoint_verifications_total", result="verified") == [4.0]
     assert _pick(got, "ckpt_inspector_checkpoint_verifications_total", result="failed") == [1.0]
-    assert _pick(got, "ckpt_inspector_last_checkpoint_timestamp_seconds", **tags) == [NOW - 1000]
-    assert _pick(got, "ckpt_inspector_checkpoint_age_seconds", **tags) == [1000.0]
-    assert _pick(got, "ckpt_inspector_last_verified_checkpoint_timestamp_seconds") == [NOW - 2000]
-    assert _pick(got, "ckpt_inspector_unverified_seconds", **tags) == [2000.0]
+    assert _pick(got, "ckpt_inspector_last_checkpoint_timestamp_seconds", **tags) == [NOW - 940]
+    assert _pick(got, "ckpt_inspector_checkpoint_age_seconds", **tags) == [940.0]
+    assert _pick(got, "ckpt_inspector_last_verified_checkpoint_timestamp_seconds") == [NOW - 940]
+    assert _pick(got, "ckpt_inspector_unverified_seconds", **tags) == [940.0]
     assert _pick(got, "ckpt_inspector_checkpoint_changed_after_save", step="200") == [1.0]
     assert _pick(got, "ckpt_inspector_checkpoint_changed_after_save", step="300") == [0.0]
     assert _pick(got, "ckpt_inspector_checkpoint_changed_after_save", step="100") == []
+    assert _pick(got, "ckpt_inspector_checkpoint_changed_after_save", step="310") == []
+    assert _pick(got, "ckpt_inspector_checkpoint_changed_after_save", step="320") == [0.0]
     assert _pick(got, "ckpt_inspector_guard_alarms_total", rule="nan_loss",
                  action="snapshot") == [2.0]
     assert _pick(got, "ckpt_inspector_last_guard_alarm_timestamp_seconds") == [NOW - 1400]
@@ -330,3 +337,21 @@ def test_an_nvidia_smi_log_with_violation_counters_is_published_in_dcgm_units():
     got = _scrape(exporter)
     assert _pick(got, "DCGM_FI_DEV_POWER_VIOLATION", gpu="0") == [91403239.0]
     assert _pick(got, "DCGM_FI_DEV_THERMAL_VIOLATION", gpu="0") == [0.0]
+
+
+def test_unverified_time_counts_from_the_newest_verified_save_or_the_runs_start(tmp_path):
+    failing, never = tmp_path / "failing", tmp_path / "never"
+    for verified, when in ((True, NOW - 2000), (False, NOW - 1000)):
+        journal.append(journal.journal_path(failing), "ledger.save",
+                       {"step": 1, "time": when, "path": "a.pt", "verified": verified})
+    journal.append(journal.journal_path(never), "guard.alarm",
+                   {"step": 1, "rule": "nan_loss", "action": "stop", "time": NOW - 500})
+    journal.append(journal.journal_path(never), "ledger.save",
+                   {"step": 2, "time": NOW - 100, "path": "b.pt", "verified": False})
+    exporter = ex.Exporter("n", [failing, never])
+    exporter.refresh_runs(now=NOW)
+    got = _scrape(exporter)
+    assert _pick(got, "ckpt_inspector_unverified_seconds", run="failing") == [2000.0]
+    assert _pick(got, "ckpt_inspector_unverified_seconds", run="never") == [500.0]
+    assert _pick(got, "ckpt_inspector_last_verified_checkpoint_timestamp_seconds",
+                 run="never") == []

@@ -28,7 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from inspector.core.errors import CodedError
-from inspector.core.run_status import ChangeWatch, RunStatus, read_run
+from inspector.core.run_status import ChangeWatch, RunStatus, SavedCheckpoint, read_run
 from inspector.gpu.dcgm_names import DCGM_NAMES, GPU_LABELS, XID_METRIC
 from inspector.gpu.telemetry import CLOCK_REASONS, FIELDS, GpuSample
 
@@ -77,7 +77,7 @@ class Exporter:
         self._samples: dict[int, GpuSample] = {}
         self._last_xid: dict[int, int] = {}
         self._xid_counts: Counter[tuple[int, int]] = Counter()
-        self._runs: list[tuple[RunStatus, dict[Path, bool]]] = []
+        self._runs: list[tuple[RunStatus, list[tuple[SavedCheckpoint, bool]]]] = []
         self._runs_at = 0.0
         self._watch = ChangeWatch()
 
@@ -95,8 +95,9 @@ class Exporter:
         fresh = []
         for folder in self.run_dirs:
             status = read_run(folder)
-            changed = {s.path: c for s in status.saves
-                       if (c := self._watch.changed(s)) is not None}
+            # A path saved again (last.ckpt) is judged by its newest record only.
+            newest = {s.path: s for s in status.saves}
+            changed = [(s, c) for s in newest.values() if (c := self._watch.changed(s)) is not None]
             fresh.append((status, changed))
         with self._lock:
             self._runs, self._runs_at = fresh, time.time() if now is None else now
@@ -149,7 +150,7 @@ def _gpu_families(samples: list[GpuSample], last_xid: dict[int, int],
     yield from (xid, lost, when, reasons, events)
 
 
-def _run_families(runs: list[tuple[RunStatus, dict[Path, bool]]], now: float,
+def _run_families(runs: list[tuple[RunStatus, list[tuple[SavedCheckpoint, bool]]]], now: float,
                   hostname: str) -> Iterator[Metric]:
     def family(kind: type, name: str, doc: str, extra: tuple[str, ...] = ()) -> Metric:
         return kind(PREFIX + name, doc, labels=(*RUN_LABELS, *extra))
@@ -193,10 +194,9 @@ def _run_families(runs: list[tuple[RunStatus, dict[Path, bool]]], now: float,
             last_ok.add_metric(tags, newest_ok.time)
         if (gap := status.unverified_seconds(now)) is not None:
             unverified.add_metric(tags, gap)
-        for save in status.saves:
-            if save.path in changes:
-                step = "" if save.step is None else str(save.step)
-                changed.add_metric([*tags, step, str(save.path)], float(changes[save.path]))
+        for save, differs in changes:
+            step = "" if save.step is None else str(save.step)
+            changed.add_metric([*tags, step, str(save.path)], float(differs))
         for (rule, action), count in sorted(status.alarms.items()):
             alarms.add_metric([*tags, rule, action], float(count))
         if status.last_alarm is not None:
