@@ -103,13 +103,20 @@ def prometheus(tmp_path_factory, python_exe):
     }))
     url = f"http://127.0.0.1:{prom_port}"
     procs = []
+    server_log = (tmp / "prometheus.log").open("w")
     try:
         procs.append(subprocess.Popen(
             [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'data'}",
              f"--web.listen-address=127.0.0.1:{prom_port}"],
-            stdout=subprocess.DEVNULL, stderr=open(tmp / "prometheus.log", "w")))  # noqa: SIM115
-        _wait("Prometheus to be ready",
-              lambda: procs[0].poll() is None and _get_json(f"{url}/api/v1/status/buildinfo"))
+            stdout=subprocess.DEVNULL, stderr=server_log))
+
+        def ready():
+            if procs[0].poll() is not None:
+                tail = (tmp / "prometheus.log").read_text()[-2000:]
+                pytest.fail(f"prometheus exited with {procs[0].returncode}: {tail}")
+            return _get_json(f"{url}/api/v1/status/buildinfo")
+
+        _wait("Prometheus to be ready", ready)
         started = time.time()
         # The replay starts once Prometheus scrapes, so it sees GPU 1's healthy ticks first.
         procs.append(subprocess.Popen(
@@ -122,6 +129,7 @@ def prometheus(tmp_path_factory, python_exe):
         for proc in reversed(procs):
             proc.terminate()
             proc.wait(30)
+        server_log.close()
 
 
 def _query(url: str, promql: str) -> list:
