@@ -16,14 +16,19 @@ exposition is served that way (`--collector.disable-defaults --collector.textfil
 scraped the same way, for the ratio. That side leaves out the nvidia-smi runs the script
 would also cost.
 
-Measured (2 CPUs shared with other work at load 6.6-7.1, medians of 3 runs of 300 scrapes):
-8 GPUs 27.2 ms per scrape (p95 43.8 ms), 8.1 ms of the exporter's CPU, 51.6 KB; 1 GPU 3.5 ms
-and 2.0 ms; so 0.87 ms of CPU and 5.9 KB per GPU per scrape; a run of 200 saves beside the 8
-GPUs 24.9 ms and 8.7 ms. Idle (no scrapes, a replay tick and journal refresh each second)
-0-1 % of a core. node_exporter's textfile collector serving the same 8-GPU exposition: 13.0 ms
-and 5.8 ms of CPU, so ours is 2.09x its latency and 1.40x its CPU per scrape. At Prometheus's
-default 15 s scrape that is 0.05 % of one core for 8 GPUs. Before TCP_NODELAY an 8-GPU scrape
-took 41.5 ms for 12.2 ms of CPU (Nagle against delayed ACK; one run, load 4.7).
+Measured (2 CPUs shared with other work, medians of 3 runs of 300 scrapes), two runs:
+- load 6.6-7.1, 24 fields: 8 GPUs 27.2 ms per scrape (p95 43.8 ms) and 8.1 ms of the
+  exporter's CPU, 51.6 KB; 1 GPU 3.5 ms and 2.0 ms, so 0.87 ms of CPU and 5.9 KB per GPU per
+  scrape; with a run of 200 saves beside the 8 GPUs 24.9 ms and 8.7 ms; node_exporter's
+  textfile collector serving the same 8-GPU exposition 13.0 ms and 5.8 ms: ours 2.09x its
+  latency, 1.40x its CPU;
+- load 12.6-14.0, 27 fields (the violation times and recovery action added, n/a in this
+  log): 8 GPUs 53.7 ms and 10.2 ms; 1 GPU 8.0 ms and 2.6 ms (1.10 ms of CPU per GPU); with
+  the run 38.9 ms and 9.6 ms; node_exporter 17.7 ms and 6.3 ms: 3.04x latency, 1.63x CPU.
+Idle (no scrapes; a replay tick and a journal refresh every second) 0-1.3 % of a core. At
+Prometheus's default 15 s scrape, 8 GPUs cost under 0.1 % of one core. Latency beyond the CPU
+time is waiting for a core on this loaded box. Before TCP_NODELAY an 8-GPU scrape took 41.5 ms
+for 12.2 ms of CPU (Nagle against delayed ACK; one run, load 4.7).
 
     .venv/bin/python benchmarks/bench_fleet.py [--scrapes 300] [--repeats 3]
 """
