@@ -19,6 +19,7 @@ import yaml
 from fleet_fixtures import write_replay
 
 from inspector.cli import main
+from inspector.core import journal
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "packaging" / "prometheus" / "ckpt-inspector-rules.yml"
@@ -88,11 +89,15 @@ def _wait(what: str, check, timeout: float = WAIT_S):
 def prometheus(tmp_path_factory, python_exe):
     """A real Prometheus on 127.0.0.1 (1 s scrapes and rule evaluation, the shipped rules)
     scraping `telemetry --serve` replaying 2 GPUs, GPU 1 gaining 2 double-bit ECC errors
-    after 10 s; yields (Prometheus URL, when the replay started)."""
+    after 10 s, and a run whose guard just raised an alarm; yields (Prometheus URL, when the
+    replay started)."""
     if PROMETHEUS is None:
         pytest.skip(f"prometheus {MISSING}")
     tmp = tmp_path_factory.mktemp("prom")
     log = write_replay(tmp / "smi.csv", gpus=2, ticks=40, dbe_from=20, dbe_gpu=1)
+    run = tmp / "run-e2e"
+    journal.append(journal.journal_path(run), "guard.alarm", {
+        "step": 1200, "rule": "nan_loss", "action": "snapshot", "time": time.time()})
     exporter_port, prom_port = _free_port(), _free_port()
     config = tmp / "prometheus.yml"
     config.write_text(yaml.safe_dump({
@@ -122,7 +127,8 @@ def prometheus(tmp_path_factory, python_exe):
         procs.append(subprocess.Popen(
             [python_exe, "-I", "-m", "inspector", "telemetry", "--replay", str(log),
              "--serve", f"127.0.0.1:{exporter_port}", "--interval", "0.5", "--duration", "600",
-             "--hostname", NODE], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+             "--hostname", NODE, "--run", str(run)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
         assert "serving http://127.0.0.1:" in procs[1].stdout.readline()
         yield url, started
     finally:
@@ -263,3 +269,18 @@ def test_the_prometheus_dialog_stays_open_on_a_bad_time_and_builds_the_query(qtb
     assert (query.url, query.node) == ("http://prom:9090", "gpu-node-7")
     assert query.end - query.start == pytest.approx(7200, abs=1)
     assert dialog.result() == PrometheusDialog.DialogCode.Accepted
+
+
+@needs_prometheus
+def test_a_run_journals_guard_alarm_reaches_prometheus_and_alerts(prometheus):
+    url, _ = prometheus
+
+    def firing():
+        alerts = _get_json(f"{url}/api/v1/alerts")["data"]["alerts"]
+        return [a for a in alerts
+                if a["labels"]["alertname"] == "TrainingGuardAlarm" and a["state"] == "firing"]
+
+    (alert,) = _wait("TrainingGuardAlarm to fire", firing)
+    assert (alert["labels"]["run"], alert["labels"]["Hostname"]) == ("run-e2e", NODE)
+    (count,) = _query(url, 'ckpt_inspector_guard_alarms_total{rule="nan_loss"}')
+    assert count["metric"]["action"] == "snapshot" and float(count["value"][1]) == 1.0
