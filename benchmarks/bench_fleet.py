@@ -6,6 +6,7 @@
    throughput ratio to openssl (target: at least 0.9x) and to sha256sum -c.
 2. `scan DIR --shard I/N --results` as N=2 processes at once against one process over the
    same folder of --files small checkpoints, then `merge`: wall-clock ratio.
+3. The exporter's scrape latency and CPU at 8 replayed GPUs is `benchmarks/bench_exporter.py`.
 
 Medians of --runs, interleaved round by round, warm page cache; the machine's load is printed.
 

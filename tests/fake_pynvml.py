@@ -41,6 +41,8 @@ class FakeGpu:
     retired: dict[int, list[int]] = field(default_factory=dict)
     retired_pending: int = 0
     remapped: tuple[int, int, int, int] = (0, 0, 0, 0)
+    recovery_action: int = real.NVML_GPU_RECOVERY_ACTION_NONE
+    violation_ns: dict[int, int] = field(default_factory=dict)  # perf policy -> ns
     unsupported: set[str] = field(default_factory=set)
     lost: bool = False
 
@@ -118,16 +120,25 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetFieldValues(self, h: _Handle, field_ids: list[int]) -> list[Any]:
         gpu = self._gpu(h, "field_values")
-        assert field_ids == [real.NVML_FI_DEV_MEMORY_TEMP]
+        attribute = {real.NVML_FI_DEV_MEMORY_TEMP: "memory_temperature",
+                     real.NVML_FI_DEV_GET_GPU_RECOVERY_ACTION: "recovery_action"}
+        assert len(field_ids) == 1 and field_ids[0] in attribute
+        name = attribute[field_ids[0]]
         value = real.c_nvmlFieldValue_t()
-        value.fieldId = real.NVML_FI_DEV_MEMORY_TEMP
+        value.fieldId = field_ids[0]
         value.valueType = real.NVML_VALUE_TYPE_UNSIGNED_INT
-        if "memory_temperature" in gpu.unsupported:
+        if name in gpu.unsupported:
             value.nvmlReturn = real.NVML_ERROR_NOT_SUPPORTED
         else:
             value.nvmlReturn = real.NVML_SUCCESS
-            value.value.uiVal = gpu.memory_temperature
+            value.value.uiVal = getattr(gpu, name)
         return [value]
+
+    def nvmlDeviceGetViolationStatus(self, h: _Handle, policy: int) -> Any:
+        gpu = self._gpu(h, "violation")
+        status = real.c_nvmlViolationTime_t()
+        status.referenceTime, status.violationTime = 1, gpu.violation_ns.get(policy, 0)
+        return status
 
     def nvmlDeviceGetPowerUsage(self, h: _Handle) -> int:
         return self._gpu(h, "power").power_mw

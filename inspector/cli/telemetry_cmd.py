@@ -10,7 +10,9 @@ from datetime import datetime
 
 import numpy as np
 
+from inspector.cli import telemetry_serve
 from inspector.core.atomic import OutputExistsError
+from inspector.core.errors import CodedError
 from inspector.gpu.telemetry import (
     DEFAULT_INTERVAL_S,
     DEFAULT_TEMP_THRESHOLD_C,
@@ -44,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temp-threshold", type=float, default=DEFAULT_TEMP_THRESHOLD_C,
                         metavar="C", help="alert above this GPU temperature (default 85 °C)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --csv OUT")
+    telemetry_serve.add_arguments(parser)
     parser.epilog = ("exit status: 0 no alerts, 1 alerts raised, 3 no NVIDIA GPU/driver, "
                      "4 unreadable log, 5 output not written, 6 driver lost mid-run")
 
@@ -86,6 +89,13 @@ def run(args: argparse.Namespace) -> int:
     if args.interval < MIN_INTERVAL_S:
         _err(f"--interval must be at least {MIN_INTERVAL_S} s")
         return 2
+    if args.serve is not None:
+        code, message = telemetry_serve.serve(args, lambda a: print(format_alert(a), flush=True))
+        if message:
+            _err(message)
+        return code
+    if args.from_prometheus:
+        return _from_prometheus(args)
     if args.replay:
         return _replay(args)
     return _live(args)
@@ -115,6 +125,23 @@ def _replay(args: argparse.Namespace) -> int:
             _err(f"cannot write {args.csv}: {exc}")
             return EXIT_OUTPUT
         print(f"wrote {rows} rows to {args.csv}")
+    return EXIT_ALERTS if alerts else EXIT_OK
+
+
+def _from_prometheus(args: argparse.Namespace) -> int:
+    from inspector.gpu.prom_reader import make_query, read_range
+
+    try:
+        query = make_query(args.from_prometheus, args.node, args.start, args.end, args.step)
+        samples = read_range(query)
+    except CodedError as exc:
+        _err(exc.message)
+        return EXIT_BAD_LOG
+    store = TelemetryStore(capacity=max(1, len(samples)))
+    alerts = ingest(store, samples, AlertRules(args.temp_threshold))
+    print(_summary(args.from_prometheus, store, len(samples)))
+    for alert in alerts:
+        print(format_alert(alert))
     return EXIT_ALERTS if alerts else EXIT_OK
 
 

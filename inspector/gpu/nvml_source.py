@@ -121,7 +121,7 @@ class NvmlSource:
         nv, read = self._nv, self._read
         s = GpuSample(now, index, self.names[index], self.uuids[index])
         s.temperature_gpu = read(nv.nvmlDeviceGetTemperature, handle, nv.NVML_TEMPERATURE_GPU)
-        s.temperature_memory = self._memory_temperature(handle)
+        s.temperature_memory = self._field_value(handle, nv.NVML_FI_DEV_MEMORY_TEMP)
         s.power_draw = _scaled(read(nv.nvmlDeviceGetPowerUsage, handle), 1000)
         s.power_limit = _scaled(read(nv.nvmlDeviceGetEnforcedPowerLimit, handle), 1000)
         util = read(nv.nvmlDeviceGetUtilizationRates, handle)
@@ -158,12 +158,19 @@ class NvmlSource:
             corr, unc, rows_pending, failure = rows
             s.remapped_correctable, s.remapped_uncorrectable = corr, unc
             s.remapped_pending, s.remapped_failure = bool(rows_pending), bool(failure)
+        violation = nv.nvmlDeviceGetViolationStatus
+        s.power_violation = _violation_us(read(violation, handle, nv.NVML_PERF_POLICY_POWER))
+        s.thermal_violation = _violation_us(read(violation, handle, nv.NVML_PERF_POLICY_THERMAL))
+        recovery = getattr(nv, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)
+        if recovery is not None:
+            s.recovery_action = self._field_value(handle, recovery)
         return s
 
-    def _memory_temperature(self, handle: Any) -> float | None:
-        """HBM/GDDR temperature: only exposed as a field value (NVML_FI_DEV_MEMORY_TEMP)."""
+    def _field_value(self, handle: Any, field_id: int) -> float | None:
+        """A reading NVML exposes only as a field value (HBM/GDDR temperature, the recovery
+        action); None where the device does not report it."""
         nv = self._nv
-        values = self._read(nv.nvmlDeviceGetFieldValues, handle, [nv.NVML_FI_DEV_MEMORY_TEMP])
+        values = self._read(nv.nvmlDeviceGetFieldValues, handle, [field_id])
         if not values or values[0].nvmlReturn != nv.NVML_SUCCESS:
             if values:
                 self.unavailable["NVML_FI_DEV_MEMORY_TEMP"] = _error_text(nv, values[0].nvmlReturn)
@@ -233,6 +240,11 @@ def _error_text(nv: ModuleType, code: int) -> str:
 
 def _scaled(value: float | None, divisor: float) -> float | None:
     return None if value is None else value / divisor
+
+
+def _violation_us(status: Any) -> float | None:
+    """NVML counts violation time in ns; dcgm-exporter publishes it in µs."""
+    return None if status is None else status.violationTime / 1000
 
 
 def _length(pages: list[Any] | None) -> int | None:

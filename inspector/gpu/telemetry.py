@@ -92,6 +92,18 @@ class GpuSample:
     )
     remapped_pending: bool | None = _f("remapped_rows.pending", "", "Remap pending", "bool")
     remapped_failure: bool | None = _f("remapped_rows.failure", "", "Remap failure", "bool")
+    # NVML's violation time (nvmlDeviceGetViolationStatus) since the driver loaded, in µs; a
+    # log replays it from nvidia-smi's counter of the same clock-event reason.
+    power_violation: float | None = _f(
+        "clocks_event_reasons_counters.sw_power_cap", "us", "Power-capped time (µs)"
+    )
+    thermal_violation: float | None = _f(
+        "clocks_event_reasons_counters.sw_thermal_slowdown", "us", "Thermal slowdown time (µs)"
+    )
+    # NVML's NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (driver 570+): 0 none, 1 GPU reset, 2 node
+    # reboot, 3 drain P2P, 4 drain and reset. nvidia-smi has no CSV column for it; the name is
+    # this tool's own recordings' column.
+    recovery_action: float | None = _f("recovery_action", "", "Recovery action")
 
     def reasons(self) -> list[str]:
         """The clock-event (throttle) reasons in words; empty when none or n/a."""

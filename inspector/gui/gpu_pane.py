@@ -1,12 +1,13 @@
-"""The "GPU" pane: live NVML telemetry or a replayed log, as step plots with alerts.
+"""The "GPU" pane: live NVML telemetry, a replayed log or a node's history from Prometheus, as
+step plots with alerts.
 
-A view over inspector.gpu.telemetry (TelemetryStore + Sampler) and inspector.gpu.smi_csv; the
-sampling, alert rules and log parsing all live there. Plots redraw from the store on a timer
-only when it changed. Each curve is one cached step path (StepCurve) holding the visible
-window plus one window either side, peak-decimated to about a point per pixel
-(telemetry.peak_decimate): panning within that is a pure view transform, and the window is
-recomputed, a few curves per event-loop turn, at most every LOD_INTERVAL_MS while the view
-moves, so hours of data pan and zoom smoothly.
+A view over inspector.gpu.telemetry (TelemetryStore + Sampler), inspector.gpu.smi_csv and
+inspector.gpu.prom_reader; the sampling, alert rules, log parsing and queries all live there.
+Plots redraw from the store on a timer only when it changed. Each curve is one cached step path
+(StepCurve) holding the visible window plus one window either side, peak-decimated to about a
+point per pixel (telemetry.peak_decimate): panning within that is a pure view transform, and
+the window is recomputed, a few curves per event-loop turn, at most every LOD_INTERVAL_MS while
+the view moves, so hours of data pan and zoom smoothly.
 
 On a laptop screen the plots keep MIN_PLOT_HEIGHT each and scroll. Every plot marks the
 store's alerts (ECC, XID, temperature, lost GPU) and throttle onsets as vertical lines; the
@@ -45,6 +46,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from inspector.gpu.prom_reader import RangeQuery
 from inspector.gpu.telemetry import (
     DEFAULT_INTERVAL_S,
     DEFAULT_TEMP_THRESHOLD_C,
@@ -225,6 +227,9 @@ class GpuPane(QWidget):
         self.open_button.setToolTip("nvidia-smi --query-gpu … --format=csv logs, or a recording"
                                     " made with ckpt-inspector telemetry --csv")
         self.open_button.clicked.connect(self._choose_log)
+        self.prometheus_button = QPushButton("From Prometheus…")
+        self.prometheus_button.setToolTip("A node's GPU history from a Prometheus server")
+        self.prometheus_button.clicked.connect(self._choose_prometheus)
         self.live_button = QPushButton("Live")
         self.live_button.setToolTip("Sample this machine's GPUs through NVML")
         self.live_button.clicked.connect(self.start_live)
@@ -234,6 +239,7 @@ class GpuPane(QWidget):
         header.addWidget(self.key)
         header.addWidget(self.live_button)
         header.addWidget(self.open_button)
+        header.addWidget(self.prometheus_button)
         layout.addLayout(header)
 
         self.banner = QFrame()
@@ -444,21 +450,46 @@ class GpuPane(QWidget):
 
     def open_log(self, path: str) -> Job:
         """Replay a recorded log; it is read in the background and then shown whole."""
-        self.status.setText(f"Reading {path}…")
-
-        def load(emit, cancel) -> tuple[TelemetryStore, list[Alert], int]:
+        def read() -> list[GpuSample]:
             from inspector.gpu.smi_csv import read_log
 
-            log = read_log(path)
+            return read_log(path).samples
+
+        return self._load_history(path, read, "Cannot open log")
+
+    def _choose_prometheus(self) -> None:
+        from inspector.gui.prometheus_dialog import PrometheusDialog
+
+        dialog = PrometheusDialog(self)
+        if dialog.exec() and dialog.query:
+            self.open_prometheus(dialog.query)
+
+    def open_prometheus(self, query: RangeQuery) -> Job:
+        """Load a node's GPU history from Prometheus in the background, shown as a replay."""
+        def read() -> list[GpuSample]:
+            from inspector.gpu.prom_reader import read_range
+
+            return read_range(query)
+
+        return self._load_history(f"{query.node or 'the node'} from {query.url}", read,
+                                  "Cannot load from Prometheus")
+
+    def _load_history(self, label: str, read: Callable[[], list[GpuSample]],
+                      failure: str) -> Job:
+        """Read samples off the UI thread, run the alert rules over them, show them whole."""
+        self.status.setText(f"Reading {label}…")
+
+        def load(emit, cancel) -> tuple[TelemetryStore, list[Alert], int]:
+            samples = read()
             per_gpu: dict[int, int] = {}
-            for s in log.samples:
+            for s in samples:
                 per_gpu[s.index] = per_gpu.get(s.index, 0) + 1
             store = TelemetryStore(capacity=max(per_gpu.values(), default=1))
-            return store, ingest(store, log.samples), len(log.samples)
+            return store, ingest(store, samples), len(samples)
 
         job = Job("replay", load, self)
-        job.finished.connect(lambda payload: self._show_replay(path, *payload))
-        job.failed.connect(lambda message: self.status.setText(f"Cannot open log: {message}"))
+        job.finished.connect(lambda payload: self._show_replay(label, *payload))
+        job.failed.connect(lambda message: self.status.setText(f"{failure}: {message}"))
         return self._runner.start(job)
 
     def _show_replay(self, path: str, store: TelemetryStore, alerts: list[Alert],

@@ -1,0 +1,58 @@
+"""dcgm-exporter's metric name for every telemetry field, so dashboards built for it work unchanged.
+
+Data beside the field registry (`telemetry.FIELDS`): one row per field, in its order; a field
+dcgm-exporter does not publish is named `ckpt_inspector_gpu_<field>`. Values
+keep the units the fields already carry, which are dcgm-exporter's too (°C, W, %, MiB, MHz,
+counts); a boolean field is 1 or 0. The test suite holds that every field has a row here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The labels dcgm-exporter puts on every GPU series, spelled as it spells them.
+GPU_LABELS: tuple[str, ...] = ("gpu", "UUID", "device", "modelName", "Hostname")
+
+
+@dataclass(frozen=True)
+class DcgmName:
+    """One telemetry field under its dcgm-exporter name (and older names it was published as)."""
+
+    field: str
+    metric: str
+    aliases: tuple[str, ...] = ()
+
+
+DCGM_NAMES: tuple[DcgmName, ...] = (
+    DcgmName("temperature_gpu", "DCGM_FI_DEV_GPU_TEMP"),
+    DcgmName("temperature_memory", "DCGM_FI_DEV_MEMORY_TEMP"),
+    DcgmName("power_draw", "DCGM_FI_DEV_POWER_USAGE"),
+    DcgmName("power_limit", "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"),
+    DcgmName("utilization_gpu", "DCGM_FI_DEV_GPU_UTIL"),
+    DcgmName("utilization_memory", "DCGM_FI_DEV_MEM_COPY_UTIL"),
+    DcgmName("memory_used", "DCGM_FI_DEV_FB_USED"),
+    DcgmName("memory_total", "DCGM_FI_DEV_FB_TOTAL"),
+    DcgmName("clock_sm", "DCGM_FI_DEV_SM_CLOCK"),
+    DcgmName("clock_memory", "DCGM_FI_DEV_MEM_CLOCK"),
+    DcgmName("clocks_event_reasons", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+             ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",)),
+    DcgmName("fan_speed", "DCGM_FI_DEV_FAN_SPEED"),
+    DcgmName("pcie_replay", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"),
+    DcgmName("ecc_corrected_volatile", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),
+    DcgmName("ecc_uncorrected_volatile", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
+    DcgmName("ecc_corrected_aggregate", "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL"),
+    DcgmName("ecc_uncorrected_aggregate", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"),
+    DcgmName("retired_sbe", "DCGM_FI_DEV_RETIRED_SBE"),
+    DcgmName("retired_dbe", "DCGM_FI_DEV_RETIRED_DBE"),
+    DcgmName("retired_pending", "DCGM_FI_DEV_RETIRED_PENDING"),
+    DcgmName("remapped_correctable", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"),
+    DcgmName("remapped_uncorrectable", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"),
+    DcgmName("remapped_pending", "DCGM_FI_DEV_ROW_REMAP_PENDING"),
+    DcgmName("remapped_failure", "DCGM_FI_DEV_ROW_REMAP_FAILURE"),
+    DcgmName("power_violation", "DCGM_FI_DEV_POWER_VIOLATION"),
+    DcgmName("thermal_violation", "DCGM_FI_DEV_THERMAL_VIOLATION"),
+    DcgmName("recovery_action", "ckpt_inspector_gpu_recovery_action"),
+)
+
+# Not a field: the number of the last XID the driver reported (0 = none), as dcgm-exporter has it.
+XID_METRIC = "DCGM_FI_DEV_XID_ERRORS"
