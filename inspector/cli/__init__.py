@@ -47,6 +47,9 @@ COMMANDS: dict[str, Command] = {
                     "repeat-inference consistency test on GPU or CPU"),
     "report": Command("inspector.cli.report_cmd",
                     "run the pipeline headless and write a JSON / HTML / PDF report"),
+    # Temporary top-level name: it becomes `run order-diff` beside `run latest|verify`.
+    "order-diff": Command("inspector.cli.run_order_diff",
+                    "compare two runs' data order: first divergent step, duplicates, skips"),
 }
 
 EXIT_USAGE = 64
