@@ -61,6 +61,10 @@ class OrderLedger:
         self._expected: dict[int, tuple] = {}
         self.resume_mismatch: int | None = None
         path = ledger_path(self.run_dir, self.rank)
+        if start_step and path.exists():
+            # A resumed epoch: the samples its earlier steps took count against duplicates.
+            self._seen.update(i for s in read_ledger(path).steps
+                              if s.epoch == epoch and s.step < start_step for i in s.ids)
         self._writer = LedgerWriter(path, self.session, self.rank, time.time(), flush_every)
         journal.append(journal.journal_path(self.run_dir), LEDGER_KIND,
                        {"path": str(path.relative_to(self.run_dir)), "rank": self.rank,
