@@ -197,3 +197,12 @@ def test_an_iterable_dataset_is_refused_with_a_next_step():
 
     with pytest.raises(CodedError, match=r"OrderLedger\.record"):
         track(DataLoader(Stream(), batch_size=None), ledger=object())
+
+
+def test_order_diff_runs_without_importing_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, inspector.cli.run_order_diff; "
+            "sys.exit('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
