@@ -261,3 +261,23 @@ def test_a_damaged_journal_is_refused_and_left_as_it_was(tmp_path):
         Guard(tmp_path)
     assert caught.value.code == "journal-damaged" and "line 1" in caught.value.message
     assert path.read_bytes() == raw
+
+
+def test_a_halt_takes_sample_ids_and_loader_state_from_the_order_ledger(tmp_path):
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from inspector.guard.order import track
+
+    x, y = batch(0)
+    x[9, 2] = math.nan
+    loader = track(DataLoader(TensorDataset(x, y), batch_size=4), tmp_path)
+    model = tiny_model()
+    guard = Guard(tmp_path, GuardConfig(action="halt"), ledger=loader.ledger)
+    with pytest.raises(GuardHalt) as caught:
+        for xb, yb in loader:
+            loss = nn.functional.mse_loss(model(xb), yb)
+            loss.backward()
+            guard.step(loss, model, batch=(xb, yb))
+    scene = read_scene(caught.value.scene)
+    assert scene.step == 2 and scene.sample_ids == [8, 9, 10, 11]
+    assert scene.data_state["step"] == 3 and scene.data_state["epoch"] == 0

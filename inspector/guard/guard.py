@@ -121,6 +121,7 @@ class Guard:
     config: GuardConfig = field(default_factory=GuardConfig)
     rank: int = field(default_factory=lambda: int(os.environ.get("RANK", "0")))
     step_index: int = 0
+    ledger: Any = None  # an order.OrderLedger: the scene's default sample ids and loader state
 
     def __post_init__(self) -> None:
         self.run_dir = Path(self.run_dir)
@@ -150,6 +151,10 @@ class Guard:
         if pending is not None:
             batch = pending.batch if batch is None else batch
             sample_ids = pending.sample_ids if sample_ids is None else sample_ids
+        if self.ledger is not None:
+            if sample_ids is None and self.ledger.last is not None:
+                sample_ids = self.ledger.last.ids
+            data_state = self.ledger.state_dict if data_state is None else data_state
         inject.apply(list(self.config.faults), model, self.step_index, "grad", rerun=False)
         numbers = step_numbers(loss, model)
         values = {"loss": numbers.loss, "grad_norm": numbers.grad_norm}
