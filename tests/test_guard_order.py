@@ -206,3 +206,33 @@ def test_order_diff_runs_without_importing_torch():
     code = ("import sys, inspector.cli.run_order_diff; "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
+
+
+def test_a_stateful_dataloader_resumes_into_the_uninterrupted_order(tmp_path, capsys):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def make(run_dir):
+        g = torch.Generator().manual_seed(3)
+        return track(StatefulDataLoader(Squares(), batch_size=BS, shuffle=True, num_workers=2,
+                                        generator=g), run_dir)
+
+    a = make(tmp_path / "a")
+    list(a)
+    a.ledger.close()
+    first = make(tmp_path / "b")
+    it = iter(first)
+    for _ in range(5):
+        next(it)
+    saved = first.state_dict()
+    del it
+    first.ledger.close()
+    resumed = make(tmp_path / "b")
+    resumed.load_state_dict(saved)
+    assert resumed.ledger.step == 5
+    resumed.ledger.expect(expected_from_ledger(ledger_path(tmp_path / "a", 0), 0, 5, 3))
+    list(resumed)
+    resumed.ledger.close()
+    assert resumed.ledger.resume_mismatch is None
+    assert alarms(tmp_path / "b") == []
+    code, out = order_diff(capsys, tmp_path / "a", tmp_path / "b")
+    assert code == 0, out

@@ -2,13 +2,14 @@
 
     loader = track(DataLoader(dataset, batch_size=32, shuffle=True, num_workers=4), run_dir)
 
-`track` rebuilds a map-style DataLoader around its dataset, batch sampler, collate function and
-worker settings, so that each worker hands back, beside the user's own batch, the indices it
-loaded, its worker id and (once) its seeds. The loop sees exactly the batches it saw before.
-Per step the ledger writes one line (`order_log`), checks for a sample seen twice in the epoch,
-and, after a resume, checks the next K steps against the order the uninterrupted run had
-(`expect`). Workers whose torch, Python or NumPy seeds coincide are named. Each finding is a
-`guard.alarm` record with action `warn`.
+`track` rebuilds a map-style DataLoader (or torchdata's `StatefulDataLoader`, whose
+`state_dict` / `load_state_dict` the tracked loader passes through) around its dataset, batch
+sampler, collate function and worker settings, so that each worker hands back, beside the
+user's own batch, the indices it loaded, its worker id and (once) its seeds. The loop sees
+exactly the batches it saw before. Per step the ledger writes one line (`order_log`), checks for
+a sample seen twice in the epoch, and, after a resume, checks the next K steps against the
+order the uninterrupted run had (`expect`). Workers whose torch, Python or NumPy seeds coincide
+are named. Each finding is a `guard.alarm` record with action `warn`.
 """
 
 from __future__ import annotations
@@ -61,15 +62,23 @@ class OrderLedger:
         self._expected: dict[int, tuple] = {}
         self.resume_mismatch: int | None = None
         path = ledger_path(self.run_dir, self.rank)
-        if start_step and path.exists():
-            # A resumed epoch: the samples its earlier steps took count against duplicates.
-            self._seen.update(i for s in read_ledger(path).steps
-                              if s.epoch == epoch and s.step < start_step for i in s.ids)
+        self.path = path
+        if start_step:
+            self.resume_at(epoch, start_step)
         self._writer = LedgerWriter(path, self.session, self.rank, time.time(), flush_every)
         journal.append(journal.journal_path(self.run_dir), LEDGER_KIND,
                        {"path": str(path.relative_to(self.run_dir)), "rank": self.rank,
                         "session": self.session, "start_step": start_step, "epoch": epoch,
                         "time": time.time()})
+
+    def resume_at(self, epoch: int, step: int) -> None:
+        """Continue at (epoch, step) of a resumed run: the samples that epoch's earlier steps
+        took (in this rank's ledger) count against duplicates."""
+        self.epoch, self.step = epoch, step
+        self._seen = set()
+        if self.path.exists():
+            self._seen.update(i for s in read_ledger(self.path).steps
+                              if s.epoch == epoch and s.step < step for i in s.ids)
 
     def set_epoch(self, epoch: int) -> None:
         """Start an epoch: duplicates are counted within one."""
@@ -162,6 +171,19 @@ class TrackedLoader:
     def __len__(self) -> int:
         return len(self.loader)
 
+    def state_dict(self) -> dict:
+        """The wrapped loader's state (a StatefulDataLoader's; None for a DataLoader) and
+        the ledger's position, to save in a checkpoint."""
+        inner = getattr(self.loader, "state_dict", None)
+        return {"loader": inner() if inner is not None else None,
+                "ledger": self.ledger.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume from `state_dict()`: the loader where it stood, the ledger at that step."""
+        if state.get("loader") is not None:
+            self.loader.load_state_dict(state["loader"])
+        self.ledger.resume_at(int(state["ledger"]["epoch"]), int(state["ledger"]["step"]))
+
     def __iter__(self) -> Iterator[Any]:
         """Each pass after the first is the next epoch."""
         if self._started:
@@ -187,14 +209,17 @@ def track(loader: DataLoader, run_dir: str | os.PathLike[str] | None = None, *,
                          "(batch_size set); record an iterable dataset's ids with "
                          "OrderLedger.record")
     workers = loader.num_workers
-    rebuilt = DataLoader(
+    # The same class again: torchdata's StatefulDataLoader keeps its state_dict/load_state_dict.
+    extra = ({"snapshot_every_n_steps": loader.snapshot_every_n_steps}
+             if hasattr(loader, "snapshot_every_n_steps") else {})
+    rebuilt = type(loader)(
         _IdDataset(loader.dataset, id_fn), batch_sampler=loader.batch_sampler,
         num_workers=workers, collate_fn=_IdCollate(loader.collate_fn),
         pin_memory=loader.pin_memory, timeout=loader.timeout,
         worker_init_fn=_SeedInit(loader.worker_init_fn),
         multiprocessing_context=loader.multiprocessing_context, generator=loader.generator,
         prefetch_factor=loader.prefetch_factor if workers else None,
-        persistent_workers=loader.persistent_workers if workers else False)
+        persistent_workers=loader.persistent_workers if workers else False, **extra)
     return TrackedLoader(rebuilt, ledger)
 
 
