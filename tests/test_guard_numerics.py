@@ -281,3 +281,39 @@ def test_a_halt_takes_sample_ids_and_loader_state_from_the_order_ledger(tmp_path
     scene = read_scene(caught.value.scene)
     assert scene.step == 2 and scene.sample_ids == [8, 9, 10, 11]
     assert scene.data_state["step"] == 3 and scene.data_state["epoch"] == 0
+
+
+def test_an_unknown_action_is_refused(tmp_path):
+    with pytest.raises(CodedError, match="warn, skip, halt"):
+        Guard(tmp_path, GuardConfig(action="stop"))
+
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+@CUDA
+def test_on_a_gpu_the_check_syncs_once_and_a_flipped_gradient_is_caught(tmp_path):
+    import warnings
+
+    flip = BitFlip(step=3, param="2.weight", index=1, bit=30)
+    guard = Guard(tmp_path, GuardConfig(warmup=2, faults=[flip]))
+    model = tiny_model().cuda()
+    x, y = (t.cuda() for t in batch(0))
+    syncs = []
+    for step in range(4):
+        model.zero_grad(set_to_none=True)
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                v = guard.step(loss, model, step=step)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        syncs.append(sum("synchroniz" in str(w.message) for w in seen))
+    assert syncs[:3] == [1, 1, 1]
+    assert v.alarm is not None and v.alarm.worst[0][0] == "2.weight"
+    guard.close()

@@ -124,6 +124,9 @@ class Guard:
     ledger: Any = None  # an order.OrderLedger: the scene's default sample ids and loader state
 
     def __post_init__(self) -> None:
+        if self.config.action not in ("warn", "skip", "halt"):
+            raise CodedError("bad-action", f"guard action {self.config.action!r} is not one of "
+                             "warn, skip, halt")
         self.run_dir = Path(self.run_dir)
         self.journal = journal.journal_path(self.run_dir)
         check_journal(self.journal)
