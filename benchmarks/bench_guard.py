@@ -2,9 +2,12 @@
 data-order ledger's cost per sample.
 
 Method: a ~10M-parameter MLP (4 x Linear(1600, 1600) with GELU, batch 64, SGD) trained on the
-chosen device. The three modes run interleaved, round by round (off, guard, anomaly), so a
-change in the machine's load hits each alike; each round times `--steps` steps of each mode
-after a warm-up; the medians of the per-round mean step times are quoted, with ratios to off.
+chosen device. The three modes run interleaved, round by round, in an order that rotates each
+round (off, guard, anomaly; guard, anomaly, off; ...), so a change in the machine's load and
+the cache left by the previous step hit each alike; each round times `--steps` steps of each
+mode after a warm-up; the medians of the per-round mean step times are quoted, with ratios to
+off. `guard.step` is also timed alone on one backward's gradients, `--steps` calls per round:
+on a busy machine that is the steadier measure of what the guard adds.
 "guard" is the plain-loop API: `guard.step(loss, model, optimizer)` between backward and
 `optimizer.step()` (one fused norm, one device sync); "anomaly" is the whole step under
 `torch.autograd.detect_anomaly()`, what users are told to turn on instead.
@@ -14,7 +17,7 @@ through `track` (ledger lines buffered, fsync at close), and `OrderLedger.record
 difference per sample.
 
 Targets: guard overhead at most 2 % of step time on the CPU, at most 1 % on a GPU.
-Run: `python benchmarks/bench_guard.py [--device cuda] [--rounds 7] [--steps 10]`.
+Run: `python benchmarks/bench_guard.py [--device cuda] [--rounds 30] [--steps 1]`.
 """
 
 from __future__ import annotations
@@ -89,8 +92,8 @@ def bench_steps(args: argparse.Namespace, run_dir: Path) -> dict[str, float]:
         warnings.simplefilter("ignore")  # detect_anomaly warns that it is slow
         for m in modes:
             time_steps(m, model, opt, x, y, guard, 3, args.device)
-        for _ in range(args.rounds):
-            for m in modes:
+        for r in range(args.rounds):
+            for m in modes[r % 3:] + modes[:r % 3]:
                 times[m].append(time_steps(m, model, opt, x, y, guard, args.steps, args.device))
     times["guard.step alone"] = isolated_check(model, opt, x, y, guard, args)
     guard.close()
@@ -156,8 +159,8 @@ def main() -> int:
     """Run both benchmarks and print medians and ratios."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=1)
     ap.add_argument("--no-ledger", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-guard-") as tmp:

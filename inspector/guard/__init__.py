@@ -23,6 +23,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    """Import the module that defines `name` on first use."""
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'inspector.guard' has no attribute {name!r}")
