@@ -317,3 +317,19 @@ def test_on_a_gpu_the_check_syncs_once_and_a_flipped_gradient_is_caught(tmp_path
     assert syncs[:3] == [1, 1, 1]
     assert v.alarm is not None and v.alarm.worst[0][0] == "2.weight"
     guard.close()
+
+
+def test_every_step_leaves_one_metrics_line_and_the_journal_names_the_file(tmp_path):
+    from inspector.guard.blocklog import read_lines
+    from inspector.guard.guard import metrics_path
+
+    guard = Guard(tmp_path, GuardConfig(warmup=WARMUP))
+    verdicts = train(guard, tiny_model(), range(6), data=nan_at(4))
+    guard.close()
+    lines, problems = read_lines(metrics_path(tmp_path, 0))
+    assert not problems
+    assert [(r["s"], r["a"]) for r in lines] == [(0, None), (1, None), (2, None), (3, None),
+                                                 (4, "loss-nonfinite"), (5, "loss-nonfinite")]
+    assert lines[0]["loss"] == verdicts[0].loss and lines[4]["loss"] == "nan"
+    entries = journal.read(journal.journal_path(tmp_path)).of_kind("guard.metrics")
+    assert [e.record["path"] for e in entries] == ["guard/rank-00000.jsonl"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,10 +28,11 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from inspector.core import journal
+from inspector.core import journal, strict_json
 from inspector.core.errors import CodedError
 from inspector.guard import inject
 from inspector.guard.alarm_record import append_alarm
+from inspector.guard.blocklog import BlockWriter
 from inspector.guard.devstate import XidWatch, device_state
 from inspector.guard.inject import BitFlip
 from inspector.guard.numerics import StepNumbers, step_numbers
@@ -44,6 +46,9 @@ from inspector.guard.scene import (
     rng_states,
     write_scene,
 )
+
+METRICS_KIND = "guard.metrics"
+METRICS_DIR = "guard"
 
 # Megatron-LM exits 17 when a validation failure ends the job; a halted guard means the same.
 EXIT_HALTED = 17
@@ -134,6 +139,7 @@ class Guard:
         self.alarms: list[Alarm] = []
         self._pending: _Pending | None = None
         self._xids: XidWatch | None = XidWatch() if torch.cuda.is_available() else None
+        self._metrics: BlockWriter | None = None
 
     def begin(self, model: nn.Module | None = None, batch: Any = None,
               sample_ids: Sequence | None = None) -> None:
@@ -163,6 +169,7 @@ class Guard:
         values = {"loss": numbers.loss, "grad_norm": numbers.grad_norm}
         breaches = self.rules.check(values)
         verdict = StepVerdict(self.step_index, numbers.loss, numbers.grad_norm)
+        self._record_metrics(verdict, breaches)
         if not breaches:
             self.rules.learn(values)
         else:
@@ -207,10 +214,25 @@ class Guard:
         self.rules.load_state_dict(state["rules"])
 
     def close(self) -> None:
-        """Stop the XID listener (if a GPU was there)."""
+        """Flush the per-step metrics file and stop the XID listener (if a GPU was there)."""
+        if self._metrics is not None:
+            self._metrics.close()
         if self._xids is not None:
             self._xids.close()
             self._xids = None
+
+    def _record_metrics(self, verdict: StepVerdict, breaches: list[Breach]) -> None:
+        """One line per step (loss, grad norm, the first rule broken) in the rank's metrics file,
+        for charts; the journal names the file once."""
+        if self._metrics is None:
+            path = metrics_path(self.run_dir, self.rank)
+            self._metrics = BlockWriter(path)
+            journal.append(self.journal, METRICS_KIND,
+                           {"path": str(path.relative_to(self.run_dir)), "rank": self.rank,
+                            "time": time.time()})
+        self._metrics.write({"s": verdict.step, "loss": strict_json.strict_float(verdict.loss),
+                             "gn": strict_json.strict_float(verdict.grad_norm),
+                             "a": breaches[0].rule if breaches else None})
 
     def _attribute(self, alarm: Alarm, first: StepNumbers, closure: Callable[[], torch.Tensor],
                    model: nn.Module, pending: _Pending) -> None:
@@ -265,6 +287,11 @@ class Guard:
                      threshold=first.threshold, action=alarm.action, rank=self.rank,
                      params=alarm.params, attribution=alarm.attribution, scene=alarm.scene,
                      **extra)
+
+
+def metrics_path(run_dir: str | os.PathLike[str], rank: int) -> Path:
+    """Where one rank's per-step metrics live in a run folder."""
+    return Path(run_dir) / METRICS_DIR / f"rank-{rank:05d}.jsonl"
 
 
 def check_journal(path: Path) -> None:

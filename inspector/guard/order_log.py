@@ -1,10 +1,8 @@
 """The data-order ledger's file: one JSON line per step per rank, cheap enough for every step.
 
-`RUN_DIR/order/rank-NNNNN.jsonl`, one file per rank, appended by one process at a time. It is
-not the run journal: lines are buffered and written in blocks (`flush_every` steps), fsync'd only
-when the ledger closes, so a crash can cost the last block and cut its last line short (read
-back as a problem, never as a record). The journal holds one `order.ledger` record per session
-naming the file. Lines:
+`RUN_DIR/order/rank-NNNNN.jsonl`, one file per rank, appended by one process at a time, in
+blocks (`blocklog`: a crash can cost the last block, never the journal). The journal holds one
+`order.ledger` record per session naming the file. Lines:
 
 - `{"kind": "session", "session": S, "rank": R, "time": T}` opens each process's part;
 - `{"e": EPOCH, "s": STEP, "r": RANK, "w": WORKER, "ids": [...], "h": HASH, "t": S}`, one per
@@ -26,7 +24,8 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from inspector.guard.blocklog import BlockWriter, read_lines
 
 ORDER_DIR = "order"
 GENESIS = "0" * 32
@@ -71,61 +70,47 @@ def rolling_hash(prev: str, ids: Sequence) -> str:
 
 
 class LedgerWriter:
-    """Appends to one ledger file in blocks; `close` flushes and fsyncs."""
+    """Appends one session's lines to one ledger file, in blocks (`blocklog`)."""
 
     def __init__(self, path: Path, session: str, rank: int, time_s: float,
                  flush_every: int = 64) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._fh = open(path, "a", encoding="utf-8", buffering=1 << 16)  # noqa: SIM115
-        self._flush_every = max(1, flush_every)
-        self._pending = 0
         self.session = session
-        self._write({"kind": "session", "session": session, "rank": rank, "time": time_s})
+        self._out = BlockWriter(path, flush_every)
+        self._out.write({"kind": "session", "session": session, "rank": rank, "time": time_s})
 
     def step(self, record: StepOrder) -> None:
         """Write one step's line (flushed with its block)."""
-        self._write({"e": record.epoch, "s": record.step, "r": record.rank, "w": record.worker,
-                     "ids": list(record.ids), "h": record.hash, "t": record.session})
-        self._pending += 1
-        if self._pending >= self._flush_every:
-            self._fh.flush()
-            self._pending = 0
+        self._out.write({"e": record.epoch, "s": record.step, "r": record.rank,
+                         "w": record.worker, "ids": list(record.ids), "h": record.hash,
+                         "t": record.session})
 
     def seeds(self, epoch: int, worker: int, seeds: dict) -> None:
         """Write one worker's seeds."""
-        self._write({"kind": "seeds", "e": epoch, "w": worker, "seeds": seeds,
-                     "t": self.session})
+        self._out.write({"kind": "seeds", "e": epoch, "w": worker, "seeds": seeds,
+                         "t": self.session})
 
     def close(self) -> None:
         """Flush, fsync and close."""
-        if self._fh.closed:
-            return
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-        self._fh.close()
-
-    def _write(self, obj: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(obj, separators=(",", ":"), default=str) + "\n")
+        self._out.close()
 
 
 def read_ledger(path: str | os.PathLike[str]) -> LedgerRead:
     """Read one ledger file; a later session's record of a step replaces an earlier one's."""
-    out = LedgerRead(Path(path))
+    records, problems = read_lines(path)
+    out = LedgerRead(Path(path), problems=problems)
     by_step: dict[tuple[int, int, int], StepOrder] = {}
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for number, line in enumerate(fh, start=1):
+    for obj in records:
+        if obj.get("kind") == "seeds":
+            out.seeds.append(obj)
+        elif obj.get("kind") != "session":
             try:
-                obj = json.loads(line)
-                if obj.get("kind") == "seeds":
-                    out.seeds.append(obj)
-                elif obj.get("kind") != "session":
-                    rec = StepOrder(int(obj["e"]), int(obj["s"]), int(obj["r"]), int(obj["w"]),
-                                    tuple(obj["ids"]), str(obj["h"]), str(obj["t"]))
-                    by_step[(rec.rank, rec.epoch, rec.step)] = rec
-            except (ValueError, KeyError, TypeError, AttributeError):
-                end = "" if line.endswith("\n") else " (cut short: the run ended mid-write)"
-                out.problems.append(f"{path}:{number}: not a ledger line{end}")
+                rec = StepOrder(int(obj["e"]), int(obj["s"]), int(obj["r"]), int(obj["w"]),
+                                tuple(obj["ids"]), str(obj["h"]), str(obj["t"]))
+            except (KeyError, TypeError, ValueError):
+                out.problems.append(f"{path}: a step line lacks a field: {obj!r:.80}")
+                continue
+            by_step[(rec.rank, rec.epoch, rec.step)] = rec
     out.steps = [by_step[k] for k in sorted(by_step)]
     return out
 
