@@ -51,7 +51,7 @@ def test_audit_end_carries_a_guard_halts_exit_status(tmp_path):
     [end] = _records(tmp_path, "audit.end")
     assert end["exit_status"] == 17
     kinds = [e.kind for e in journal.read(journal.journal_path(tmp_path)).entries]
-    assert kinds == ["audit.start", "guard.alarm", "audit.end"]
+    assert kinds == ["audit.start", "guard.metrics", "guard.alarm", "audit.end"]
 
 
 def test_a_missing_input_is_named_before_anything_is_written(tmp_path):

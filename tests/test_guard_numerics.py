@@ -170,6 +170,11 @@ def test_halt_writes_its_scene_and_exits_with_the_documented_code(tmp_path):
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
     [record] = alarms(tmp_path)
     assert record["action"] == "halt" and record["scene"] == str(halt.scene)
+    from inspector.guard.blocklog import read_lines
+    from inspector.guard.guard import metrics_path
+
+    lines, _ = read_lines(metrics_path(tmp_path, 0))  # flushed before the halt, not closed
+    assert [r["s"] for r in lines] == list(range(7)) and lines[-1]["a"] == "loss-nonfinite"
 
 
 def test_a_halted_process_exits_17(tmp_path):

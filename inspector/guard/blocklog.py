@@ -32,6 +32,11 @@ class BlockWriter:
             self._fh.flush()
             self._pending = 0
 
+    def flush(self) -> None:
+        """Hand the buffered lines to the OS now (before a halt)."""
+        self._fh.flush()
+        self._pending = 0
+
     def close(self) -> None:
         """Flush, fsync and close (again: nothing)."""
         if self._fh.closed:

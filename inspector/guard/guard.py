@@ -270,7 +270,8 @@ class Guard:
             alarm.scene = write_scene(self.run_dir, scene, model, optimizer, rng_states())
         self._journal(alarm)
         if alarm.action == "halt":
-            assert alarm.scene is not None
+            assert alarm.scene is not None and self._metrics is not None
+            self._metrics.flush()
             raise GuardHalt(alarm.scene, f"guard halted at step {alarm.step}: "
                             f"{alarm.breaches[0].rule} (scene {alarm.scene}); resume with "
                             "Guard.resume(SCENE, model, optimizer)")
