@@ -1,7 +1,11 @@
 """The layers import only what they may: read from the source, so no import has to run.
 
 - `core` never imports torch, safetensors or Qt (it runs in every process, the GUI included).
-- Only code under `sandbox/` (what runs inside the jailed worker) imports torch or safetensors.
+- Only code under `sandbox/` (what runs inside the jailed worker) and `guard/` (what runs inside
+  the user's own training process) imports torch or safetensors.
+- `guard/` never imports Qt, the GUI, the CLI or the sandbox; the GUI and the report never
+  import `guard/`; the CLI imports only guard's torch-free modules (`GUARD_TORCH_FREE`), which
+  import no torch themselves, nor any other guard module.
 - The GUI and the report reach the sandbox only through its client.
 - The worker's op table names only modules inside `sandbox/`.
 - CLI commands never import each other (what they share is in `cli/common.py`).
@@ -19,6 +23,8 @@ from inspector.sandbox.worker import OPS
 
 PACKAGE = Path(__file__).resolve().parent.parent / "inspector"
 HEAVY = ("torch", "safetensors")
+GUARD_TORCH_FREE = ("inspector.guard", "inspector.guard.blocklog", "inspector.guard.order_log",
+                    "inspector.guard.order_diff")
 QT = ("PySide6", "pyqtgraph", "shiboken6")
 
 
@@ -63,9 +69,35 @@ def test_core_never_imports_torch_safetensors_or_qt():
                            and name.split(".")[0] in HEAVY + QT)
 
 
-def test_only_the_sandbox_imports_torch_or_safetensors():
-    assert not _violations(lambda mod, name: not mod.startswith("inspector.sandbox")
+def test_only_the_sandbox_and_the_guard_import_torch_or_safetensors():
+    assert not _violations(lambda mod, name: not mod.startswith(("inspector.sandbox",
+                                                                 "inspector.guard"))
                            and name.split(".")[0] in HEAVY)
+
+
+def test_the_guard_never_imports_qt_the_gui_the_cli_or_the_sandbox():
+    banned = ("inspector.gui", "inspector.cli", "inspector.sandbox")
+    assert not _violations(lambda mod, name: mod.startswith("inspector.guard")
+                           and (name.split(".")[0] in QT or name.startswith(banned)))
+
+
+@pytest.mark.parametrize("layer", ["inspector.gui", "inspector.report"])
+def test_gui_and_report_never_import_the_guard(layer):
+    assert not _violations(lambda mod, name: mod.startswith(layer)
+                           and name.startswith("inspector.guard"))
+
+
+def test_the_cli_imports_only_the_guards_torch_free_modules():
+    assert not _violations(lambda mod, name: mod.startswith("inspector.cli")
+                           and name.startswith("inspector.guard")
+                           and name.rpartition(".")[0] not in GUARD_TORCH_FREE
+                           and name not in GUARD_TORCH_FREE)
+    for mod in GUARD_TORCH_FREE:
+        names = _imports(MODULES[mod])
+        assert not [n for n in names if n.split(".")[0] in HEAVY], mod
+        assert not [n for n in names if n.startswith("inspector.guard")
+                    and n not in GUARD_TORCH_FREE and n.rpartition(".")[0]
+                    not in GUARD_TORCH_FREE], mod
 
 
 @pytest.mark.parametrize("layer", ["inspector.gui", "inspector.report"])

@@ -49,6 +49,9 @@ COMMANDS: dict[str, Command] = {
                     "run the pipeline headless and write a JSON / HTML / PDF report"),
     "merge": Command("inspector.cli.merge_cmd",
                     "one report from the results files of a batch's shards"),
+    # Temporary top-level name: it becomes `run order-diff` beside `run latest|verify`.
+    "order-diff": Command("inspector.cli.run_order_diff",
+                    "compare two runs' data order: first divergent step, duplicates, skips"),
 }
 
 EXIT_USAGE = 64

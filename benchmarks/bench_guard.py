@@ -1,0 +1,185 @@
+"""Training-guard overhead: step time with the guard off, on, and under detect_anomaly; the
+data-order ledger's cost per sample.
+
+Method: a ~10M-parameter MLP (4 x Linear(1600, 1600) with GELU, batch 64, SGD) trained on the
+chosen device. The three modes run interleaved, round by round, in an order that rotates each
+round (off, guard, anomaly; guard, anomaly, off; ...), so a change in the machine's load and
+the cache left by the previous step hit each alike; each round times `--steps` steps of each
+mode after a warm-up; the medians of the per-round mean step times are quoted, with ratios to
+off. `guard.step` is also timed alone on one backward's gradients, `--steps` calls per round:
+on a busy machine that is the steadier measure of what the guard adds.
+"guard" is the plain-loop API: `guard.step(loss, model, optimizer)` between backward and
+`optimizer.step()` (one fused norm, one device sync); "anomaly" is the whole step under
+`torch.autograd.detect_anomaly()`, what users are told to turn on instead.
+
+The ledger: iterating a DataLoader (main process, batch 256, a dataset of ints) plain and
+through `track` (ledger lines buffered, fsync at close), and `OrderLedger.record` alone; the
+difference per sample.
+
+Targets: guard overhead at most 2 % of step time on the CPU, at most 1 % on a GPU.
+Run: `python benchmarks/bench_guard.py [--device cuda] [--rounds 30] [--steps 1]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import load_average
+
+
+def build(device: str):
+    """The model, its optimizer and a fixed batch."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    width = 1600
+    layers: list[nn.Module] = []
+    for _ in range(4):
+        layers += [nn.Linear(width, width), nn.GELU()]
+    model = nn.Sequential(*layers, nn.Linear(width, 1)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x = torch.randn(64, width, device=device)
+    y = torch.randn(64, 1, device=device)
+    return model, opt, x, y
+
+
+def time_steps(mode: str, model, opt, x, y, guard, steps: int, device: str) -> float:
+    """Mean seconds per step over `steps` steps in one mode."""
+    import torch
+    from torch import nn
+
+    def sync() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    sync()
+    start = time.perf_counter()
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        if mode == "anomaly":
+            with torch.autograd.detect_anomaly():
+                loss = nn.functional.mse_loss(model(x), y)
+                loss.backward()
+        else:
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+        if mode == "guard":
+            if guard.step(loss, model, opt).take_step:
+                opt.step()
+        else:
+            opt.step()
+    sync()
+    return (time.perf_counter() - start) / steps
+
+
+def bench_steps(args: argparse.Namespace, run_dir: Path) -> dict[str, float]:
+    """Median step time per mode."""
+    import warnings
+
+    from inspector.guard.guard import Guard, GuardConfig
+
+    model, opt, x, y = build(args.device)
+    guard = Guard(run_dir, GuardConfig(warmup=10))
+    modes = ["off", "guard", "anomaly"]
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # detect_anomaly warns that it is slow
+        for m in modes:
+            time_steps(m, model, opt, x, y, guard, 3, args.device)
+        for r in range(args.rounds):
+            for m in modes[r % 3:] + modes[:r % 3]:
+                times[m].append(time_steps(m, model, opt, x, y, guard, args.steps, args.device))
+    times["guard.step alone"] = isolated_check(model, opt, x, y, guard, args)
+    guard.close()
+    assert not guard.alarms, guard.alarms
+    n = sum(p.numel() for p in model.parameters())
+    print(f"model: {n / 1e6:.2f}M parameters on {args.device}; {args.rounds} rounds x "
+          f"{args.steps} steps; load {load_average()}")
+    return {m: statistics.median(v) for m, v in times.items()}
+
+
+def isolated_check(model, opt, x, y, guard, args: argparse.Namespace) -> list[float]:
+    """Per round, the mean time of `guard.step` itself on one backward's gradients: the
+    overhead without the noise of subtracting two step times on a busy machine."""
+    import torch
+    from torch import nn
+
+    opt.zero_grad(set_to_none=True)
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    out = []
+    for _ in range(args.rounds):
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            guard.step(loss, model, opt)
+        out.append((time.perf_counter() - start) / args.steps)  # each step() syncs once
+    return out
+
+
+def bench_ledger(run_dir: Path, samples: int = 200_000, batch: int = 256) -> dict[str, float]:
+    """Seconds per sample: plain loader, tracked loader, and `record` alone."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from inspector.guard.order import OrderLedger, track
+
+    data = TensorDataset(torch.arange(samples))
+
+    def loop(loader) -> float:
+        start = time.perf_counter()
+        for _ in loader:
+            pass
+        return (time.perf_counter() - start) / samples
+
+    plain = min(loop(DataLoader(data, batch_size=batch, shuffle=True)) for _ in range(3))
+    tracked_times = []
+    for i in range(3):
+        ld = track(DataLoader(data, batch_size=batch, shuffle=True), run_dir / f"ledger-{i}")
+        tracked_times.append(loop(ld))
+        ld.ledger.close()
+    ledger = OrderLedger(run_dir / "record-only")
+    ids = [list(range(j, j + batch)) for j in range(0, samples, batch)]
+    start = time.perf_counter()
+    for b in ids:
+        ledger.record(b)
+    ledger.close()
+    record = (time.perf_counter() - start) / samples
+    return {"plain": plain, "tracked": min(tracked_times), "record": record}
+
+
+def main() -> int:
+    """Run both benchmarks and print medians and ratios."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=1)
+    ap.add_argument("--no-ledger", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-guard-") as tmp:
+        med = bench_steps(args, Path(tmp) / "steps")
+        off = med["off"]
+        for m, v in med.items():
+            print(f"  {m:16s} {v * 1000:9.2f} ms/step  {v / off:6.3f}x off")
+        target = "1" if args.device.startswith("cuda") else "2"
+        print(f"  guard overhead {100 * (med['guard'] / off - 1):+.2f} % from step times, "
+              f"{100 * med['guard.step alone'] / off:.2f} % from guard.step alone "
+              f"(target <= {target} %)")
+        if not args.no_ledger:
+            led = bench_ledger(Path(tmp))
+            extra = led["tracked"] - led["plain"]
+            print(f"ledger: plain loader {led['plain'] * 1e6:.2f} us/sample, tracked "
+                  f"{led['tracked'] * 1e6:.2f} us/sample (+{extra * 1e6:.2f}), "
+                  f"OrderLedger.record alone {led['record'] * 1e6:.3f} us/sample")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

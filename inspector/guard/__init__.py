@@ -1,0 +1,29 @@
+"""The training guard: numerics checks, re-run attribution, fault injection, the data-order
+ledger, the audit record and shadow re-inference, for the user's own training process.
+
+This package imports torch (it runs inside training, not in the app); the GUI never imports it
+and never will. Its torch-free modules (`order_log`, `order_diff`) serve the CLI. Names are
+loaded on first use, so `import inspector.guard.order_diff` does not import torch:
+
+    from inspector.guard import Guard
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "Guard": "inspector.guard.guard",
+    "GuardConfig": "inspector.guard.guard",
+    "GuardHalt": "inspector.guard.guard",
+    "EXIT_HALTED": "inspector.guard.guard",
+    "BitFlip": "inspector.guard.inject",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the module that defines `name` on first use."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'inspector.guard' has no attribute {name!r}")

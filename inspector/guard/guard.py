@@ -1,0 +1,321 @@
+"""The training guard: after backward and before the optimizer step, check the step's numbers,
+name what went wrong, re-run the step to tell the data from the device, and act.
+
+    guard = Guard(RUN_DIR)               # one per process (rank)
+    verdict = guard.step(loss, model)    # after loss.backward(), before optimizer.step()
+    if verdict.take_step: optimizer.step()
+
+or, with the step as a closure (which makes re-run attribution possible):
+
+    guard.run_step(closure, model, optimizer)   # closure: zero_grad, forward, backward, loss
+
+Cost when nothing fires: one fused norm over the gradients and one device sync (`numerics`).
+An alarm writes one `guard.alarm` record to the run journal and then takes the action:
+`warn` goes on, `skip` drops the step's gradients (so `optimizer.step()` changes nothing),
+`halt` writes a scene (`scene`) and raises `GuardHalt`, a `SystemExit` with `EXIT_HALTED`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from inspector.core import journal, strict_json
+from inspector.core.errors import CodedError
+from inspector.guard import inject
+from inspector.guard.alarm_record import append_alarm
+from inspector.guard.blocklog import BlockWriter
+from inspector.guard.devstate import XidWatch, device_state
+from inspector.guard.inject import BitFlip
+from inspector.guard.numerics import StepNumbers, step_numbers
+from inspector.guard.rules import Breach, RuleSet
+from inspector.guard.scene import (
+    Scene,
+    batch_hash,
+    load_scene,
+    model_fingerprint,
+    restore_rng,
+    rng_states,
+    write_scene,
+)
+
+METRICS_KIND = "guard.metrics"
+METRICS_DIR = "guard"
+
+# Megatron-LM exits 17 when a validation failure ends the job; a halted guard means the same.
+EXIT_HALTED = 17
+
+Action = Literal["warn", "skip", "halt"]
+Attribution = Literal["reproducible", "transient"]
+
+
+class GuardHalt(SystemExit):
+    """The guard stopped the run at an alarm; `scene` is the folder it wrote."""
+
+    def __init__(self, scene: Path, message: str) -> None:
+        super().__init__(EXIT_HALTED)
+        self.scene = scene
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass
+class GuardConfig:
+    """What the guard checks and does; every field has the issue's default."""
+
+    action: Action = "warn"
+    k_max: float = 10.0
+    k_ema: float = 10.0
+    warmup: int = 100
+    rerun: bool = True
+    rerun_rtol: float = 0.0
+    report_params: int = 8
+    faults: Sequence[BitFlip] = ()
+
+
+@dataclass
+class Alarm:
+    """One alarmed step: the rules it broke, who to blame, what the re-run said, what was done."""
+
+    step: int
+    breaches: list[Breach]
+    action: Action
+    params: list[str]
+    worst: list[tuple[str, float]]
+    attribution: Attribution | None = None
+    rerun: dict | None = None
+    device: dict | None = None
+    scene: Path | None = None
+
+
+@dataclass
+class StepVerdict:
+    """The outcome of one guarded step."""
+
+    step: int
+    loss: float
+    grad_norm: float
+    alarm: Alarm | None = None
+    take_step: bool = True
+
+
+@dataclass
+class _Pending:
+    """What `begin` captured for the step about to run."""
+
+    rng: dict[str, Any]
+    batch: Any = None
+    sample_ids: Sequence | None = None
+
+
+@dataclass
+class Guard:
+    """Checks every step of one process's training; see the module docstring."""
+
+    run_dir: Path
+    config: GuardConfig = field(default_factory=GuardConfig)
+    rank: int = field(default_factory=lambda: int(os.environ.get("RANK", "0")))
+    step_index: int = 0
+    ledger: Any = None  # an order.OrderLedger: the scene's default sample ids and loader state
+
+    def __post_init__(self) -> None:
+        if self.config.action not in ("warn", "skip", "halt"):
+            raise CodedError("bad-action", f"guard action {self.config.action!r} is not one of "
+                             "warn, skip, halt")
+        self.run_dir = Path(self.run_dir)
+        self.journal = journal.journal_path(self.run_dir)
+        check_journal(self.journal)
+        self.rules = RuleSet.default(self.config.k_max, self.config.k_ema, self.config.warmup)
+        self.alarms: list[Alarm] = []
+        self._pending: _Pending | None = None
+        self._xids: XidWatch | None = XidWatch() if torch.cuda.is_available() else None
+        self._metrics: BlockWriter | None = None
+
+    def begin(self, model: nn.Module | None = None, batch: Any = None,
+              sample_ids: Sequence | None = None) -> None:
+        """Mark the start of a step: keep the RNG state (for a re-run) and the batch."""
+        self._pending = _Pending(rng_states(), batch, sample_ids)
+        if model is not None:
+            inject.apply(list(self.config.faults), model, self.step_index, "weight", rerun=False)
+
+    def step(self, loss: torch.Tensor | float, model: nn.Module,
+             optimizer: torch.optim.Optimizer | None = None, *,
+             closure: Callable[[], torch.Tensor] | None = None, batch: Any = None,
+             sample_ids: Sequence | None = None, data_state: Any = None,
+             step: int | None = None) -> StepVerdict:
+        """Check this step (after backward, before optimizer.step) and act on an alarm."""
+        if step is not None:
+            self.step_index = step
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            batch = pending.batch if batch is None else batch
+            sample_ids = pending.sample_ids if sample_ids is None else sample_ids
+        if self.ledger is not None:
+            if sample_ids is None and self.ledger.last is not None:
+                sample_ids = self.ledger.last.ids
+            data_state = self.ledger.state_dict if data_state is None else data_state
+        inject.apply(list(self.config.faults), model, self.step_index, "grad", rerun=False)
+        numbers = step_numbers(loss, model)
+        values = {"loss": numbers.loss, "grad_norm": numbers.grad_norm}
+        breaches = self.rules.check(values)
+        verdict = StepVerdict(self.step_index, numbers.loss, numbers.grad_norm)
+        self._record_metrics(verdict, breaches)
+        if not breaches:
+            self.rules.learn(values)
+        else:
+            alarm = Alarm(self.step_index, breaches, self.config.action,
+                          numbers.nonfinite_params(self.config.report_params),
+                          numbers.worst_params(self.config.report_params))
+            if closure is not None and pending is not None and self.config.rerun:
+                self._attribute(alarm, numbers, closure, model, pending)
+            verdict.alarm = alarm
+            self.alarms.append(alarm)
+            self._act(alarm, verdict, model, optimizer, batch, sample_ids, data_state)
+        self.step_index += 1
+        return verdict
+
+    def run_step(self, closure: Callable[[], torch.Tensor], model: nn.Module,
+                 optimizer: torch.optim.Optimizer, *, batch: Any = None,
+                 sample_ids: Sequence | None = None, data_state: Any = None) -> StepVerdict:
+        """Run one step given as a closure (zero_grad, forward, backward, return the loss):
+        check it, re-run it on an alarm, and take the optimizer step unless skipped."""
+        self.begin(model, batch, sample_ids)
+        loss = closure()
+        verdict = self.step(loss, model, optimizer, closure=closure, data_state=data_state)
+        if verdict.take_step:
+            optimizer.step()
+        return verdict
+
+    def resume(self, scene_dir: str | os.PathLike[str], model: nn.Module,
+               optimizer: torch.optim.Optimizer | None = None) -> Scene:
+        """Load a halted step's scene into model and optimizer and continue at that step."""
+        scene = load_scene(scene_dir, model, optimizer)
+        self.rules.load_state_dict(scene.rules_state)
+        self.step_index = scene.step
+        return scene
+
+    def state_dict(self) -> dict:
+        """The guard's own state, to save in a checkpoint beside the model's."""
+        return {"step": self.step_index, "rules": self.rules.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a checkpoint's guard state."""
+        self.step_index = int(state["step"])
+        self.rules.load_state_dict(state["rules"])
+
+    def close(self) -> None:
+        """Flush the per-step metrics file and stop the XID listener (if a GPU was there)."""
+        if self._metrics is not None:
+            self._metrics.close()
+        if self._xids is not None:
+            self._xids.close()
+            self._xids = None
+
+    def _record_metrics(self, verdict: StepVerdict, breaches: list[Breach]) -> None:
+        """One line per step (loss, grad norm, the first rule broken) in the rank's metrics file,
+        for charts; the journal names the file once."""
+        if self._metrics is None:
+            path = metrics_path(self.run_dir, self.rank)
+            self._metrics = BlockWriter(path)
+            journal.append(self.journal, METRICS_KIND,
+                           {"path": str(path.relative_to(self.run_dir)), "rank": self.rank,
+                            "time": time.time()})
+        self._metrics.write({"s": verdict.step, "loss": strict_json.strict_float(verdict.loss),
+                             "gn": strict_json.strict_float(verdict.grad_norm),
+                             "a": breaches[0].rule if breaches else None})
+
+    def _attribute(self, alarm: Alarm, first: StepNumbers, closure: Callable[[], torch.Tensor],
+                   model: nn.Module, pending: _Pending) -> None:
+        """Re-run the step from the state before it, on the same batch, and compare."""
+        after = rng_states()
+        restore_rng(pending.rng)
+        model.zero_grad(set_to_none=True)
+        loss = closure()
+        inject.apply(list(self.config.faults), model, self.step_index, "grad", rerun=True)
+        again = step_numbers(loss, model)
+        restore_rng(after)
+        same = (_same(first.loss, again.loss, self.config.rerun_rtol)
+                and _same(first.grad_norm, again.grad_norm, self.config.rerun_rtol))
+        alarm.attribution = "reproducible" if same else "transient"
+        alarm.rerun = {"loss": again.loss, "grad_norm": again.grad_norm}
+        if not same:
+            alarm.device = device_state(self._xids)
+
+    def _act(self, alarm: Alarm, verdict: StepVerdict, model: nn.Module,
+             optimizer: torch.optim.Optimizer | None, batch: Any, sample_ids: Sequence | None,
+             data_state: Any) -> None:
+        if alarm.action == "skip":
+            verdict.take_step = False
+            for param in model.parameters():
+                param.grad = None
+        if alarm.action == "halt":
+            verdict.take_step = False
+            state = data_state() if callable(data_state) else data_state
+            scene = Scene(step=alarm.step, alarms=[_breach_json(b) for b in alarm.breaches],
+                          model_fingerprint=model_fingerprint(model),
+                          sample_ids=list(sample_ids) if sample_ids is not None else None,
+                          input_hash=batch_hash(batch), worst_grads=alarm.worst,
+                          nonfinite_params=alarm.params, data_state=state,
+                          rules_state=self.rules.state_dict())
+            alarm.scene = write_scene(self.run_dir, scene, model, optimizer, rng_states())
+        self._journal(alarm)
+        if alarm.action == "halt":
+            assert alarm.scene is not None and self._metrics is not None
+            self._metrics.flush()
+            raise GuardHalt(alarm.scene, f"guard halted at step {alarm.step}: "
+                            f"{alarm.breaches[0].rule} (scene {alarm.scene}); resume with "
+                            "Guard.resume(SCENE, model, optimizer)")
+
+    def _journal(self, alarm: Alarm) -> None:
+        first = alarm.breaches[0]
+        extra: dict[str, Any] = {"also": [_breach_json(b) for b in alarm.breaches[1:]],
+                                 "worst": [[n, v] for n, v in alarm.worst]}
+        if alarm.rerun is not None:
+            extra["rerun"] = alarm.rerun
+        if alarm.device is not None:
+            extra["device"] = alarm.device
+        append_alarm(self.run_dir, step=alarm.step, rule=first.rule, value=first.value,
+                     threshold=first.threshold, action=alarm.action, rank=self.rank,
+                     params=alarm.params, attribution=alarm.attribution, scene=alarm.scene,
+                     **extra)
+
+
+def metrics_path(run_dir: str | os.PathLike[str], rank: int) -> Path:
+    """Where one rank's per-step metrics live in a run folder."""
+    return Path(run_dir) / METRICS_DIR / f"rank-{rank:05d}.jsonl"
+
+
+def check_journal(path: Path) -> None:
+    """Refuse to append to a run journal whose chain is broken (CodedError, nothing written)."""
+    if not path.exists():
+        return
+    try:
+        read = journal.read(path)
+    except OSError as exc:
+        raise CodedError("journal-unreadable", f"{path} cannot be read ({exc})") from None
+    if not read.intact:
+        p = read.problems[0]
+        raise CodedError("journal-damaged", f"{path} line {p.line} is {p.kind} ({p.detail}); "
+                         "keep it as evidence and start the run in a new RUN_DIR")
+
+
+def _same(a: float, b: float, rtol: float) -> bool:
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    if math.isinf(a) or math.isinf(b):
+        return a == b
+    return abs(a - b) <= rtol * max(abs(a), abs(b))
+
+
+def _breach_json(b: Breach) -> dict:
+    return {"rule": b.rule, "signal": b.signal, "value": b.value, "threshold": b.threshold}

@@ -1,0 +1,282 @@
+"""The data-order ledger: which samples each step got, from which worker, with which seeds.
+
+    loader = track(DataLoader(dataset, batch_size=32, shuffle=True, num_workers=4), run_dir)
+
+`track` rebuilds a map-style DataLoader (or torchdata's `StatefulDataLoader`, whose
+`state_dict` / `load_state_dict` the tracked loader passes through) around its dataset, batch
+sampler, collate function and worker settings, so that each worker hands back, beside the
+user's own batch, the indices it loaded, its worker id and (once) its seeds. The loop sees
+exactly the batches it saw before. Per step the ledger writes one line (`order_log`), checks for
+a sample seen twice in the epoch, and, after a resume, checks the next K steps against the
+order the uninterrupted run had (`expect`). Workers whose torch, Python or NumPy seeds coincide
+are named. Each finding is a `guard.alarm` record with action `warn`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, get_worker_info
+
+from inspector.core import journal
+from inspector.core.errors import CodedError
+from inspector.guard.alarm_record import append_alarm
+from inspector.guard.order_log import (
+    GENESIS,
+    LedgerWriter,
+    StepOrder,
+    ledger_path,
+    read_ledger,
+    rolling_hash,
+)
+
+LEDGER_KIND = "order.ledger"
+MAIN_PROCESS = -1
+
+# Filled in each worker by `_SeedInit`, sent with that worker's first batch only.
+_worker_seeds: dict | None = None
+
+
+class OrderLedger:
+    """One rank's data-order ledger for one process (a session)."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], rank: int | None = None,
+                 start_step: int = 0, epoch: int = 0, flush_every: int = 64) -> None:
+        self.run_dir = Path(run_dir)
+        self.rank = int(os.environ.get("RANK", "0")) if rank is None else rank
+        self.session = uuid.uuid4().hex[:12]
+        self.step = start_step
+        self.epoch = epoch
+        self.last: StepOrder | None = None
+        self.seeds: dict[tuple[int, int], dict] = {}
+        self._hash = GENESIS
+        self._seen: set = set()
+        self._expected: dict[int, tuple] = {}
+        self.resume_mismatch: int | None = None
+        path = ledger_path(self.run_dir, self.rank)
+        self.path = path
+        if start_step:
+            self.resume_at(epoch, start_step)
+        self._writer = LedgerWriter(path, self.session, self.rank, time.time(), flush_every)
+        journal.append(journal.journal_path(self.run_dir), LEDGER_KIND,
+                       {"path": str(path.relative_to(self.run_dir)), "rank": self.rank,
+                        "session": self.session, "start_step": start_step, "epoch": epoch,
+                        "time": time.time()})
+
+    def resume_at(self, epoch: int, step: int) -> None:
+        """Continue at (epoch, step) of a resumed run: the samples that epoch's earlier steps
+        took (in this rank's ledger) count against duplicates."""
+        self.epoch, self.step = epoch, step
+        self._seen = set()
+        if self.path.exists():
+            self._seen.update(i for s in read_ledger(self.path).steps
+                              if s.epoch == epoch and s.step < step for i in s.ids)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start an epoch: duplicates are counted within one."""
+        self.epoch = epoch
+        self._seen = set()
+
+    def expect(self, batches: Sequence[Sequence], start_step: int | None = None) -> None:
+        """After a resume: the ids the uninterrupted run got at the next len(batches) steps."""
+        first = self.step if start_step is None else start_step
+        self._expected = {first + i: tuple(ids) for i, ids in enumerate(batches)}
+
+    def record(self, ids: Sequence, worker: int = MAIN_PROCESS) -> StepOrder:
+        """Record the step's sample ids, check them, and advance the step."""
+        ids = tuple(ids.tolist() if isinstance(ids, torch.Tensor) else ids)
+        self._hash = rolling_hash(self._hash, ids)
+        rec = StepOrder(self.epoch, self.step, self.rank, worker, ids, self._hash, self.session)
+        self._writer.step(rec)
+        dup = [i for i in ids if i in self._seen]
+        self._seen.update(ids)
+        if dup:
+            self._alarm("sample-duplicated", len(dup), None, samples=list(dup[:8]),
+                        worker=worker, epoch=self.epoch)
+        self._check_resume(rec)
+        self.last = rec
+        self.step += 1
+        return rec
+
+    def record_seeds(self, worker: int, seeds: dict) -> None:
+        """Record one worker's seeds; name the workers of this epoch that share one."""
+        self._writer.seeds(self.epoch, worker, seeds)
+        for (epoch, other), theirs in self.seeds.items():
+            if epoch != self.epoch or other == worker:
+                continue
+            shared = [k for k in seeds if k in theirs and seeds[k] == theirs[k]]
+            if shared:
+                self._alarm("worker-seed-shared", shared, None, workers=[other, worker],
+                            epoch=self.epoch)
+        self.seeds[(self.epoch, worker)] = seeds
+
+    def state_dict(self) -> dict:
+        """Where the ledger stands, for the scene's data-loader state."""
+        return {"epoch": self.epoch, "step": self.step, "rank": self.rank,
+                "session": self.session, "hash": self._hash}
+
+    def close(self) -> None:
+        """Flush and fsync the ledger file."""
+        self._writer.close()
+
+    def _check_resume(self, rec: StepOrder) -> None:
+        want = self._expected.pop(rec.step, None)
+        if want is None or self.resume_mismatch is not None:
+            return
+        if want != rec.ids:
+            self.resume_mismatch = rec.step
+            self._expected.clear()
+            self._alarm("resume-order", list(rec.ids[:8]), list(want[:8]), epoch=rec.epoch,
+                        worker=rec.worker)
+
+    def _alarm(self, rule: str, value: Any, threshold: Any, **extra: Any) -> None:
+        append_alarm(self.run_dir, step=self.step, rule=rule, value=value,
+                     threshold=threshold, action="warn", rank=self.rank, **extra)
+
+
+def expected_from_ledger(path: str | os.PathLike[str], epoch: int, start_step: int,
+                         k: int) -> list[tuple]:
+    """The ids an earlier (uninterrupted) run's ledger holds for K steps from `start_step`."""
+    steps = [s for s in read_ledger(path).steps if s.epoch == epoch and s.step >= start_step]
+    return [s.ids for s in steps[:k]]
+
+
+def expected_from_sampler(batch_sampler: Any, skip: int, k: int) -> list[tuple]:
+    """The ids a fresh, identically seeded batch sampler gives for K batches after `skip`."""
+    out: list[tuple] = []
+    for n, batch in enumerate(batch_sampler):
+        if n >= skip + k:
+            break
+        if n >= skip:
+            out.append(tuple(int(i) for i in batch))
+    return out
+
+
+class TrackedLoader:
+    """A DataLoader that records every batch in an `OrderLedger`; iterate it as the original."""
+
+    def __init__(self, loader: DataLoader, ledger: OrderLedger) -> None:
+        self.loader = loader
+        self.ledger = ledger
+        self._started = False
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def state_dict(self) -> dict:
+        """The wrapped loader's state (a StatefulDataLoader's; None for a DataLoader) and
+        the ledger's position, to save in a checkpoint."""
+        inner = getattr(self.loader, "state_dict", None)
+        return {"loader": inner() if inner is not None else None,
+                "ledger": self.ledger.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume from `state_dict()`: the loader where it stood, the ledger at that step."""
+        if state.get("loader") is not None:
+            self.loader.load_state_dict(state["loader"])
+        self.ledger.resume_at(int(state["ledger"]["epoch"]), int(state["ledger"]["step"]))
+
+    def __iter__(self) -> Iterator[Any]:
+        """Each pass after the first is the next epoch."""
+        if self._started:
+            self.ledger.set_epoch(self.ledger.epoch + 1)
+        self._started = True
+        for ids, worker, seeds, batch in self.loader:
+            if seeds is not None:
+                self.ledger.record_seeds(worker, seeds)
+            self.ledger.record(ids, worker)
+            yield batch
+
+
+def track(loader: DataLoader, run_dir: str | os.PathLike[str] | None = None, *,
+          ledger: OrderLedger | None = None,
+          id_fn: Callable[[int], Any] | None = None) -> TrackedLoader:
+    """Wrap a map-style DataLoader so every batch is recorded in the run's order ledger."""
+    if ledger is None:
+        if run_dir is None:
+            raise CodedError("no-ledger", "track() needs a run folder or an OrderLedger")
+        ledger = OrderLedger(run_dir)
+    if loader.batch_sampler is None:
+        raise CodedError("not-map-style", "track() needs a map-style dataset with batches "
+                         "(batch_size set); record an iterable dataset's ids with "
+                         "OrderLedger.record")
+    workers = loader.num_workers
+    # The same class again: torchdata's StatefulDataLoader keeps its state_dict/load_state_dict.
+    extra = ({"snapshot_every_n_steps": loader.snapshot_every_n_steps}
+             if hasattr(loader, "snapshot_every_n_steps") else {})
+    rebuilt = type(loader)(
+        _IdDataset(loader.dataset, id_fn), batch_sampler=loader.batch_sampler,
+        num_workers=workers, collate_fn=_IdCollate(loader.collate_fn),
+        pin_memory=loader.pin_memory, timeout=loader.timeout,
+        worker_init_fn=_SeedInit(loader.worker_init_fn),
+        multiprocessing_context=loader.multiprocessing_context, generator=loader.generator,
+        prefetch_factor=loader.prefetch_factor if workers else None,
+        persistent_workers=loader.persistent_workers if workers else False, **extra)
+    return TrackedLoader(rebuilt, ledger)
+
+
+class _IdDataset(Dataset):
+    """The user's dataset, each item paired with its sample id (its index unless `id_fn`)."""
+
+    def __init__(self, dataset: Any, id_fn: Callable[[int], Any] | None) -> None:
+        self.dataset = dataset
+        self.id_fn = id_fn
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        key = self.id_fn(index) if self.id_fn is not None else int(index)
+        return key, self.dataset[index]
+
+
+class _IdCollate:
+    """Runs in the worker: the user's collate on the items, with ids, worker id and seeds."""
+
+    def __init__(self, collate: Callable[[list], Any]) -> None:
+        self.collate = collate
+
+    def __call__(self, pairs: list[tuple[Any, Any]]) -> tuple:
+        global _worker_seeds
+        info = get_worker_info()
+        worker = MAIN_PROCESS if info is None else info.id
+        seeds, _worker_seeds = _worker_seeds, None
+        return [p[0] for p in pairs], worker, seeds, self.collate([p[1] for p in pairs])
+
+
+class _SeedInit:
+    """Runs once in each worker: the user's worker_init_fn, then note the worker's seeds."""
+
+    def __init__(self, init: Callable[[int], None] | None) -> None:
+        self.init = init
+
+    def __call__(self, worker_id: int) -> None:
+        global _worker_seeds
+        if self.init is not None:
+            self.init(worker_id)
+        _worker_seeds = worker_seeds()
+
+
+def worker_seeds() -> dict[str, Any]:
+    """This process's torch seed and fingerprints of its Python and NumPy generator states."""
+    out: dict[str, Any] = {"torch": torch.initial_seed(),
+                           "python": _fingerprint(repr(random.getstate()))}
+    try:
+        import numpy as np
+    except ImportError:
+        return out
+    out["numpy"] = _fingerprint(np.random.get_state()[1].tobytes())
+    return out
+
+
+def _fingerprint(data: str | bytes) -> str:
+    raw = data.encode() if isinstance(data, str) else data
+    return hashlib.blake2b(raw, digest_size=8).hexdigest()

@@ -1,0 +1,169 @@
+"""The guard's alarm rules over one scalar per step: non-finite, Megatron's spike, the EMA spike.
+
+Each rule sees the step's value of one signal (`loss` or `grad_norm`) and answers the threshold
+it broke, or None. Spike rules learn during a warm-up and never alarm in it; a value that raised
+an alarm is not learned, so one spike does not lift the bar for the next. Their state is plain
+numbers (`state_dict`), so a scene carries it and a resumed run keeps its thresholds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+Signal = Literal["loss", "grad_norm"]
+
+
+@dataclass(frozen=True)
+class Breach:
+    """One rule broken at one step: which, on what value, against what threshold."""
+
+    rule: str
+    signal: Signal
+    value: float
+    threshold: float | None
+
+
+@dataclass
+class NonFinite:
+    """NaN or Inf in the signal."""
+
+    signal: Signal
+
+    @property
+    def name(self) -> str:
+        """The rule's stable name in journal records."""
+        return f"{self.signal}-nonfinite"
+
+    def check(self, value: float) -> Breach | None:
+        """A breach when the value is NaN or Inf (no threshold), else None."""
+        return None if math.isfinite(value) else Breach(self.name, self.signal, value, None)
+
+    def learn(self, value: float) -> None:
+        """Nothing to learn."""
+
+    def state_dict(self) -> dict:
+        """No state."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """No state."""
+
+
+@dataclass
+class MaxOfFirst:
+    """Megatron's rule: alarm at >= k x the largest |value| of the first `warmup` values."""
+
+    signal: Signal
+    k: float = 10.0
+    warmup: int = 100
+    seen: int = 0
+    largest: float = 0.0
+
+    @property
+    def name(self) -> str:
+        """The rule's stable name in journal records."""
+        return f"{self.signal}-spike-max"
+
+    def check(self, value: float) -> Breach | None:
+        """The breach, with the threshold broken, or None."""
+        if self.seen < self.warmup or not math.isfinite(value):
+            return None
+        threshold = self.k * self.largest
+        if abs(value) >= threshold > 0:
+            return Breach(self.name, self.signal, value, threshold)
+        return None
+
+    def learn(self, value: float) -> None:
+        """Count the value; during the warm-up, keep the largest."""
+        if self.seen < self.warmup and math.isfinite(value):
+            self.largest = max(self.largest, abs(value))
+        self.seen += 1
+
+    def state_dict(self) -> dict:
+        """What a resumed run needs to keep the same threshold."""
+        return {"seen": self.seen, "largest": self.largest}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a saved state."""
+        self.seen, self.largest = int(state["seen"]), float(state["largest"])
+
+
+@dataclass
+class EmaSpike:
+    """The moving-average rule: alarm when value > k x its EMA, after `warmup` values."""
+
+    signal: Signal
+    k: float = 10.0
+    warmup: int = 100
+    beta: float = 0.99
+    seen: int = 0
+    ema: float = 0.0
+
+    @property
+    def name(self) -> str:
+        """The rule's stable name in journal records."""
+        return f"{self.signal}-spike-ema"
+
+    def check(self, value: float) -> Breach | None:
+        """The breach, with the threshold broken, or None."""
+        if self.seen < self.warmup or not math.isfinite(value):
+            return None
+        threshold = self.k * self.ema
+        if value > threshold > 0:
+            return Breach(self.name, self.signal, value, threshold)
+        return None
+
+    def learn(self, value: float) -> None:
+        """Fold the value into the average (bias-corrected while young)."""
+        if not math.isfinite(value):
+            return
+        self.seen += 1
+        weight = max(1.0 - self.beta, 1.0 / self.seen)
+        self.ema += weight * (value - self.ema)
+
+    def state_dict(self) -> dict:
+        """What a resumed run needs to keep the same threshold."""
+        return {"seen": self.seen, "ema": self.ema}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a saved state."""
+        self.seen, self.ema = int(state["seen"]), float(state["ema"])
+
+
+Rule = NonFinite | MaxOfFirst | EmaSpike
+
+
+@dataclass
+class RuleSet:
+    """Every rule the guard applies, with their shared learning and state."""
+
+    rules: list[Rule] = field(default_factory=list)
+
+    @classmethod
+    def default(cls, k_max: float = 10.0, k_ema: float = 10.0, warmup: int = 100) -> RuleSet:
+        """NaN/Inf on both signals, Megatron's rule on both, the EMA rule on the loss."""
+        return cls([NonFinite("loss"), NonFinite("grad_norm"),
+                    MaxOfFirst("loss", k_max, warmup), MaxOfFirst("grad_norm", k_max, warmup),
+                    EmaSpike("loss", k_ema, warmup)])
+
+    def check(self, values: dict[Signal, float]) -> list[Breach]:
+        """Every rule the step's values break, in rule order."""
+        found = (rule.check(values[rule.signal]) for rule in self.rules)
+        return [breach for breach in found if breach is not None]
+
+    def learn(self, values: dict[Signal, float]) -> None:
+        """Learn from a step that raised no alarm."""
+        for rule in self.rules:
+            rule.learn(values[rule.signal])
+
+    def state_dict(self) -> dict:
+        """Each rule's state under its name."""
+        return {rule.name: rule.state_dict() for rule in self.rules}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore the rules a saved state names."""
+        for rule in self.rules:
+            if rule.name in state:
+                rule.load_state_dict(state[rule.name])

@@ -1,0 +1,238 @@
+"""The data-order ledger with real DataLoaders and worker processes: what it records, shared
+worker seeds, a worker restart that duplicates and skips samples, a resume that fast-forwards
+wrongly, and `order-diff` naming each."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+from guard_support import alarms
+from torch.utils.data import DataLoader, Dataset
+
+from inspector.cli import main
+from inspector.guard.order import OrderLedger, expected_from_ledger, track
+from inspector.guard.order_log import ledger_path, read_ledger
+
+N, BS = 40, 4
+
+
+class Squares(Dataset):
+    def __len__(self):
+        return N
+
+    def __getitem__(self, i):
+        return torch.tensor([float(i), float(i * i)])
+
+
+class ResumableBatchSampler:
+    """A seeded shuffle in batches that starts at batch `start` (what a resumable sampler
+    restores); `pulled` counts batches the DataLoader took, prefetched ones included."""
+
+    def __init__(self, seed: int = 7, start: int = 0):
+        self.seed, self.start, self.pulled = seed, start, 0
+
+    def __iter__(self):
+        perm = torch.randperm(N, generator=torch.Generator().manual_seed(self.seed)).tolist()
+        for b in range(self.start, N // BS):
+            self.pulled += 1
+            yield perm[b * BS:(b + 1) * BS]
+
+    def __len__(self):
+        return N // BS - self.start
+
+
+def loader(sampler, workers=2, **kw):
+    return DataLoader(Squares(), batch_sampler=sampler, num_workers=workers, **kw)
+
+
+def full_run(run_dir):
+    ld = track(loader(ResumableBatchSampler()), run_dir)
+    batches = list(ld)
+    ld.ledger.close()
+    return batches
+
+
+def interrupted_run(run_dir, resume_at_batch, crash_after=5, k=3, reference=None):
+    """Train `crash_after` steps, lose the workers, resume at step `crash_after` with the
+    sampler restarted at `resume_at_batch`; the second session's ledger."""
+    sampler = ResumableBatchSampler()
+    first = track(loader(sampler), run_dir)
+    it = iter(first)
+    for _ in range(crash_after):
+        next(it)
+    pulled = sampler.pulled
+    del it  # the workers go away mid-epoch
+    first.ledger.close()
+    ledger = OrderLedger(run_dir, start_step=crash_after)
+    if reference is not None:
+        ledger.expect(expected_from_ledger(ledger_path(reference, 0), 0, crash_after, k))
+    start = pulled if resume_at_batch == "pulled" else resume_at_batch
+    second = track(loader(ResumableBatchSampler(start=start)), ledger=ledger)
+    list(itertools.islice(second, N // BS - crash_after))  # the loop's step budget per epoch
+    ledger.close()
+    ledger.pulled_before_crash = pulled
+    return ledger
+
+
+def order_diff(capsys, a, b, *extra):
+    code = main(["order-diff", str(a), str(b), *extra])
+    return code, capsys.readouterr().out
+
+
+def test_the_ledger_records_each_step_and_the_loop_sees_its_own_batches(tmp_path):
+    plain = list(loader(ResumableBatchSampler()))
+    tracked = full_run(tmp_path)
+    assert all(torch.equal(a, b) for a, b in zip(plain, tracked, strict=True))
+    read = read_ledger(ledger_path(tmp_path, 0))
+    assert not read.problems
+    assert [s.step for s in read.steps] == list(range(10))
+    assert {s.worker for s in read.steps} == {0, 1}
+    assert [list(s.ids) for s in read.steps] == [
+        [int(v) for v in b[:, 0].tolist()] for b in plain]
+    assert len({s.hash for s in read.steps}) == 10
+    assert sorted(s["w"] for s in read.seeds) == [0, 1]
+    assert read.seeds[0]["seeds"]["torch"] != read.seeds[1]["seeds"]["torch"]
+    assert alarms(tmp_path) == []
+
+
+def _same_seeds(worker_id):
+    random.seed(0)
+    np.random.seed(0)
+
+
+def test_workers_that_share_a_seed_are_named(tmp_path):
+    ld = track(loader(ResumableBatchSampler(), worker_init_fn=_same_seeds), tmp_path)
+    list(ld)
+    ld.ledger.close()
+    [record] = alarms(tmp_path)
+    assert record["rule"] == "worker-seed-shared"
+    assert sorted(record["value"]) == ["numpy", "python"] and record["workers"] == [0, 1]
+
+
+def test_a_worker_restart_that_duplicates_and_skips_samples(tmp_path, capsys):
+    full_run(tmp_path / "a")
+    # the restarted workers begin one batch early: step 5 gets batch 4 again
+    interrupted_run(tmp_path / "b", resume_at_batch=4)
+    [record] = alarms(tmp_path / "b")
+    assert record["rule"] == "sample-duplicated" and record["step"] == 5
+    assert record["value"] == BS
+    code, out = order_diff(capsys, tmp_path / "a", tmp_path / "b")
+    assert code == 1
+    assert "first divergent step: epoch 0 step 5 rank 0" in out
+    assert "duplicated 4, skipped 4, reordered 0" in out
+    code, out = order_diff(capsys, tmp_path / "a", tmp_path / "b", "--json")
+    result = json.loads(out)
+    assert (result["duplicated"], result["skipped"]) == (4, 4)
+    a_steps = read_ledger(ledger_path(tmp_path / "a", 0)).steps
+    assert {p["sample"] for p in result["duplicated_at"]} == set(a_steps[4].ids)
+    assert {p["step"] for p in result["duplicated_at"]} == {5}
+    assert {p["sample"] for p in result["skipped_at"]} == set(a_steps[9].ids)
+    assert {p["worker"] for p in result["skipped_at"]} == {a_steps[9].worker}
+    assert sum(c.get("duplicated", 0) for c in result["by_worker"].values()) == 4
+
+
+def test_a_resume_that_fast_forwards_wrongly_is_caught_at_its_first_step(tmp_path, capsys):
+    full_run(tmp_path / "a")
+    # the sampler's own counter includes the batches the workers had prefetched
+    ledger = interrupted_run(tmp_path / "b", "pulled", reference=tmp_path / "a")
+    assert ledger.resume_mismatch == 5
+    [record] = alarms(tmp_path / "b")
+    assert record["rule"] == "resume-order" and record["step"] == 5
+    code, out = order_diff(capsys, tmp_path / "a", tmp_path / "b")
+    assert code == 1 and "first divergent step: epoch 0 step 5" in out
+    lost = ledger.pulled_before_crash - 5  # prefetched by the workers, never trained on
+    assert lost > 1
+    # B's epoch ended after N/BS - lost steps; order-diff counts only steps both recorded
+    # (B might still be running), so of the lost batches it counts the one at step 5
+    assert f"duplicated 0, skipped {BS}, reordered 0 ({5 + 1} steps compared)" in out
+    assert len(read_ledger(ledger_path(tmp_path / "b", 0)).steps) == N // BS - lost
+
+
+def test_a_correct_resume_matches_the_uninterrupted_order(tmp_path, capsys):
+    full_run(tmp_path / "a")
+    ledger = interrupted_run(tmp_path / "b", resume_at_batch=5, reference=tmp_path / "a")
+    assert ledger.resume_mismatch is None
+    assert alarms(tmp_path / "b") == []
+    code, out = order_diff(capsys, tmp_path / "a", tmp_path / "b")
+    assert code == 0 and out.startswith("same order: 10 steps compared")
+
+
+def test_a_reordered_epoch_is_counted(tmp_path, capsys):
+    full_run(tmp_path / "a")
+    ld = track(loader(ResumableBatchSampler(seed=8)), tmp_path / "b")
+    list(ld)
+    ld.ledger.close()
+    code, out = order_diff(capsys, tmp_path / "a", tmp_path / "b", "--json")
+    result = json.loads(out)
+    assert code == 1 and result["first_divergent"]["step"] == 0
+    assert result["duplicated"] == result["skipped"] == 0 and result["reordered"] > 0
+
+
+def test_a_ledger_cut_short_is_read_up_to_its_damage(tmp_path, capsys):
+    full_run(tmp_path / "a")
+    path = ledger_path(tmp_path / "a", 0)
+    path.write_bytes(path.read_bytes()[:-20])
+    read = read_ledger(path)
+    assert len(read.steps) == 9 and len(read.problems) == 1 and "cut short" in read.problems[0]
+    code, out = order_diff(capsys, tmp_path / "a", tmp_path / "a")
+    assert code == 0 and "warning:" in out
+
+
+def test_no_ledger_is_exit_2(tmp_path, capsys):
+    assert main(["order-diff", str(tmp_path), str(tmp_path)]) == 2
+    assert "no data-order ledger" in capsys.readouterr().err
+
+
+def test_an_iterable_dataset_is_refused_with_a_next_step():
+    from inspector.core.errors import CodedError
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            yield from range(3)
+
+    with pytest.raises(CodedError, match=r"OrderLedger\.record"):
+        track(DataLoader(Stream(), batch_size=None), ledger=object())
+
+
+def test_order_diff_runs_without_importing_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, inspector.cli.run_order_diff; "
+            "sys.exit('torch' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
+
+
+def test_a_stateful_dataloader_resumes_into_the_uninterrupted_order(tmp_path, capsys):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def make(run_dir):
+        g = torch.Generator().manual_seed(3)
+        return track(StatefulDataLoader(Squares(), batch_size=BS, shuffle=True, num_workers=2,
+                                        generator=g), run_dir)
+
+    a = make(tmp_path / "a")
+    list(a)
+    a.ledger.close()
+    first = make(tmp_path / "b")
+    it = iter(first)
+    for _ in range(5):
+        next(it)
+    saved = first.state_dict()
+    del it
+    first.ledger.close()
+    resumed = make(tmp_path / "b")
+    resumed.load_state_dict(saved)
+    assert resumed.ledger.step == 5
+    resumed.ledger.expect(expected_from_ledger(ledger_path(tmp_path / "a", 0), 0, 5, 3))
+    list(resumed)
+    resumed.ledger.close()
+    assert resumed.ledger.resume_mismatch is None
+    assert alarms(tmp_path / "b") == []
+    code, out = order_diff(capsys, tmp_path / "a", tmp_path / "b")
+    assert code == 0, out
