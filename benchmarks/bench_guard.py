@@ -23,6 +23,7 @@ Run: `python benchmarks/bench_guard.py [--device cuda] [--rounds 30] [--steps 1]
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -162,6 +163,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--steps", type=int, default=1)
     ap.add_argument("--no-ledger", action="store_true")
+    ap.add_argument("--json", action="store_true",
+                    help="also print the step-time medians as one last JSON line")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-guard-") as tmp:
         med = bench_steps(args, Path(tmp) / "steps")
@@ -178,6 +181,11 @@ def main() -> int:
             print(f"ledger: plain loader {led['plain'] * 1e6:.2f} us/sample, tracked "
                   f"{led['tracked'] * 1e6:.2f} us/sample (+{extra * 1e6:.2f}), "
                   f"OrderLedger.record alone {led['record'] * 1e6:.3f} us/sample")
+        if args.json:
+            print(json.dumps({"device": args.device, "rounds": args.rounds,
+                              "ms_per_step": {m: v * 1000 for m, v in med.items()},
+                              "overhead_percent": 100 * (med["guard"] / off - 1),
+                              "guard_step_alone_percent": 100 * med["guard.step alone"] / off}))
     return 0
 
 

@@ -11,7 +11,7 @@
    element and bit), by dtype and bit kind, and the time to detect.
 5. CUDA inside the jail: `ckpt-inspector consistency --device D` through the jailed worker,
    clean and with a flip, and the jail level it reached.
-6. The training guard's step-time overhead, when benchmarks/bench_guard.py is there.
+6. The training guard's step-time overhead (benchmarks/bench_guard.py, --guard-rounds).
 
 --rehearse runs the same steps on the CPU against the stand-in pynvml of the tests, with the
 sizes given (small ones by default), so the script is proven before device time is spent.
@@ -264,13 +264,12 @@ def jailed(path: Path, device: str, fault: Fault | None) -> dict[str, Any]:
     return figures
 
 
-def guard_overhead(device: str) -> dict[str, Any] | None:
-    """The training guard's step-time overhead, through its own benchmark where it exists."""
+def guard_overhead(device: str, rounds: int) -> dict[str, Any]:
+    """The training guard's step-time overhead on `device`, through its own benchmark."""
     bench = REPO / "benchmarks" / "bench_guard.py"
-    if not bench.exists():
-        return None
-    proc = subprocess.run([sys.executable, str(bench), "--device", device, "--json"],
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    proc = subprocess.run([sys.executable, str(bench), "--device", device, "--rounds",
+                           str(rounds), "--no-ledger", "--json"],
+                          capture_output=True, text=True, cwd=REPO, timeout=240)
     try:
         return json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -288,6 +287,7 @@ def main() -> int:
     parser.add_argument("--faults", type=int)
     parser.add_argument("--model-faults", type=int, default=20)
     parser.add_argument("--nvml-seconds", type=float, default=60.0)
+    parser.add_argument("--guard-rounds", type=int)
     args = parser.parse_args()
     if args.rehearse:
         install_stand_in()
@@ -330,7 +330,8 @@ def main() -> int:
         consistency = {"probe": figures["probe"], "model_run": figures["model_run"],
                        "jail": figures["jail"]}
         (args.out / "consistency.json").write_text(json.dumps(consistency, indent=2))
-    figures["guard"] = guard_overhead(args.device)
+    figures["guard"] = guard_overhead(args.device, args.guard_rounds or (3 if args.rehearse
+                                                                         else 20))
     log(f"guard overhead: {figures['guard']}")
     figures["nvml_recording"] = finish_recording(recording, args.out, recording_started)
     log(f"nvml recording: {figures['nvml_recording']}")

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from fake_pynvml import FakeGpu, FakeNvml, install
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,12 +32,14 @@ def test_nvml_source_names_why_a_field_is_na(monkeypatch):
     assert "NVML_FI_DEV_MEMORY_TEMP" in source.unavailable
 
 
+@pytest.mark.timeout(600)
 def test_gpu_check_rehearsal_runs_clean(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "benchmarks/gpu_check.py", "--rehearse", "--device", "cpu", "--out",
          str(out), "--size-mb", "4", "--repeats", "3", "--faults", "24", "--model-faults", "2",
-         "--nvml-seconds", "2"], cwd=REPO, capture_output=True, text=True, timeout=280)
+         "--nvml-seconds", "2", "--guard-rounds", "1"],
+        cwd=REPO, capture_output=True, text=True, timeout=560)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     figures = json.loads((out / "figures.json").read_text())
     assert figures["ok"] and figures["rehearsal"]
@@ -50,4 +53,5 @@ def test_gpu_check_rehearsal_runs_clean(tmp_path):
     recording = figures["nvml_recording"]
     assert recording["exit_code"] == 0 and recording["gpus"] == 2 and recording["bad_cells"] == 0
     assert (out / "nvml.csv").stat().st_size > 0
+    assert figures["guard"]["device"] == "cpu" and "overhead_percent" in figures["guard"]
     assert json.loads((out / "consistency.json").read_text())["probe"]["consistent"] is True
