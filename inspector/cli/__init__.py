@@ -47,6 +47,8 @@ COMMANDS: dict[str, Command] = {
                     "repeat-inference consistency test on GPU or CPU"),
     "report": Command("inspector.cli.report_cmd",
                     "run the pipeline headless and write a JSON / HTML / PDF report"),
+    "run": Command("inspector.cli.run_cmd",
+                    "a training run's ledgered checkpoints: the latest valid one, verify all"),
 }
 
 EXIT_USAGE = 64
