@@ -75,7 +75,8 @@ class SaveRecord:
     warnings: tuple[str, ...] = ()
     detail: str | None = None
     seq: int = -1
-    line: int = 0
+    line: int = field(default=0, compare=False)
+    """The 1-based journal line it was read from (0 for a record just appended)."""
 
     def to_fields(self) -> dict[str, Any]:
         """The record's fields as the journal stores them (without seq and line)."""

@@ -11,8 +11,8 @@ CLI and the report never import it.
 """
 
 from inspector.core.run_ledger import LedgerError, SaveRecord, latest_valid
+from inspector.ledger.atomic_save import save
 from inspector.ledger.folder import record_folder, save_dcp, save_folder, save_pretrained
-from inspector.ledger.save import save
 
 __all__ = ["LedgerError", "SaveRecord", "latest_valid", "record_folder", "save", "save_dcp",
            "save_folder", "save_pretrained"]

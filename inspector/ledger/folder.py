@@ -26,11 +26,11 @@ from inspector.core.hashing import sha256_file
 from inspector.core.manifest import FileEntry, TensorEntry
 from inspector.core.run_ledger import LedgerError, SaveRecord
 from inspector.core.vocabulary import SaveOutcome
+from inspector.ledger.atomic_save import fsync_dir
 from inspector.ledger.digests import differences, disk_digests, expected_bytes, memory_digests
 from inspector.ledger.identity import barrier, current_rank, world_size
 from inspector.ledger.record import append_save, prior_ledger, relative
 from inspector.ledger.rotate import rotate
-from inspector.ledger.save import fsync_dir
 from inspector.ledger.space import check_space, disk_full
 
 TENSOR_FORMATS = frozenset({"safetensors", "zip", "pickle"})
