@@ -42,8 +42,12 @@ def save(
     keep: int | None = None,
     metadata: dict[str, str] | None = None,
     writer: str | None = None,
+    allow_globals: tuple[str, ...] = (),
 ) -> SaveRecord:
-    """Save `obj` (torch.save; safetensors for a `.safetensors` path), prove it, ledger it."""
+    """Save `obj` (torch.save; safetensors for a `.safetensors` path), prove it, ledger it.
+
+    The re-read loads a pickle with weights_only=True; `allow_globals` admits the classes a
+    trainer pickles beside the tensors (`core.allow_presets`, e.g. Lightning's)."""
     target = Path(path)
     run = Path(run_dir) if run_dir is not None else target.parent
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -62,7 +66,7 @@ def save(
             if full is not None:
                 raise full from exc
             raise
-        entry, outcome, detail = _prove(tmp, rel, expected)
+        entry, outcome, detail = _prove(tmp, rel, expected, allow_globals)
         if outcome == SaveOutcome.MISMATCH:
             append_save(run, target, layout="file", fmt=entry.format, writer=_writer(writer,
                         as_safetensors), files=[entry], outcome=outcome, detail=detail,
@@ -104,13 +108,14 @@ def _write(obj: Any, fd: int, tmp: Path, as_safetensors: bool,
         os.fsync(fh.fileno())
 
 
-def _prove(tmp: Path, rel: str, expected: list) -> tuple[FileEntry, SaveOutcome, str | None]:
+def _prove(tmp: Path, rel: str, expected: list, allow_globals: tuple[str, ...]
+           ) -> tuple[FileEntry, SaveOutcome, str | None]:
     """Re-read the written file: its manifest entry, and whether every tensor matched memory."""
     size = tmp.stat().st_size
     with ThreadPoolExecutor(1, thread_name_prefix="ledger-sha256") as pool:
         file_hash = pool.submit(sha256_file, tmp)
         try:
-            fmt, on_disk = disk_digests(tmp)
+            fmt, on_disk = disk_digests(tmp, allow_globals)
         except CodedError as exc:
             sha = file_hash.result()
             return (FileEntry(rel, sha, size, None, None), SaveOutcome.UNVERIFIED,

@@ -39,11 +39,13 @@ def memory_digests(obj: Any) -> list[TensorEntry]:
     return entries
 
 
-def disk_digests(path: str | os.PathLike[str]) -> tuple[str, list[TensorEntry]]:
-    """The format and every tensor of the checkpoint file (or DCP folder) at `path`."""
+def disk_digests(path: str | os.PathLike[str], allow_globals: tuple[str, ...] = ()
+                 ) -> tuple[str, list[TensorEntry]]:
+    """The format and every tensor of the checkpoint file (or DCP folder) at `path`; a pickle
+    is loaded with weights_only=True and `allow_globals` (a `core.allow_presets` preset's)."""
     from inspector.sandbox.sources import digest, open_checkpoint
 
-    ckpt = open_checkpoint(os.fspath(path))
+    ckpt = open_checkpoint(os.fspath(path), allow_globals)
     return ckpt.format, [
         TensorEntry(key=s.key, dtype=s.dtype, shape=tuple(s.shape), digest=digest(s),
                     digest_algorithm=DIGEST_ALGORITHM)
