@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_NONE
     where = ledger.resolve(record)
     if args.json:
-        print(json.dumps({"path": str(where), **record.to_fields(), "line": record.line},
+        print(json.dumps({**record.to_fields(), "line": record.line, "location": str(where)},
                          indent=1))
     else:
         print(escape(str(where)))

@@ -299,7 +299,8 @@ def latest_valid(run_dir: str | os.PathLike[str], rank: int | None = None) -> Sa
 
 
 def find_record(path: str | os.PathLike[str]) -> tuple[RunLedger, SaveRecord] | None:
-    """The newest save record of the checkpoint at `path`, from a journal in a folder above."""
+    """The newest save record of the checkpoint (or a file of the folder checkpoint) at
+    `path`, from a journal in one of the folders above it."""
     target = Path(os.path.abspath(path))
     for folder in list(target.parents)[:PARENT_LEVELS]:
         if not journal.journal_path(folder).is_file():
@@ -309,7 +310,8 @@ def find_record(path: str | os.PathLike[str]) -> tuple[RunLedger, SaveRecord] | 
         except LedgerError:
             continue
         for record in reversed(ledger.saves):
-            if Path(os.path.abspath(ledger.resolve(record))) == target:
+            places = [record.path, *(f.path for f in record.files)]
+            if any(Path(os.path.abspath(folder / p)) == target for p in places):
                 return ledger, record
     return None
 
