@@ -4,7 +4,8 @@
 Method: each measurement is a fresh interpreter that builds the state in memory (float32
 2048x2048 matrices for torch.save; a GPT-2 built from a config, no download, for
 save_pretrained), records its peak RSS, then saves once into a scratch folder on the same
-disk; the time is the save call alone, the RSS added is the peak after minus the peak before.
+disk; the time is the save call alone, the RSS added is the peak during the save (VmHWM, reset
+through /proc/self/clear_refs once the state is built) minus the RSS before it.
 The ledger's time includes its in-memory digests, the fsyncs, the re-read from disk with every
 tensor's digest and the file's SHA-256, and the journal append; the plain writers neither
 fsync nor read back. Runs alternate writer by writer; medians of --repeats.
@@ -24,7 +25,7 @@ from pathlib import Path
 from common import load_average, run_script, scratch
 
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 from pathlib import Path
 import torch
 kind, mb, out = sys.argv[1], float(sys.argv[2]), Path(sys.argv[3])
@@ -41,7 +42,13 @@ else:
     state = {f"layers.{i}.weight": torch.randn(2048, 2048) for i in range(n)}
     size = n * 2048 * 2048 * 4
 from inspector.ledger import save, save_pretrained  # imported before the clock starts
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def status(field):
+    line = next(l for l in open("/proc/self/status") if l.startswith(field + ":"))
+    return int(line.split()[1])
+# building the state peaked above where it settled: reset the peak (VmHWM) to the current RSS
+with open("/proc/self/clear_refs", "w") as fh:
+    fh.write("5")
+before = status("VmRSS")
 start = time.perf_counter()
 if kind == "torch.save":
     torch.save(state, out / "plain.pt")
@@ -52,7 +59,7 @@ elif kind == "save_pretrained":
 else:
     save_pretrained(model, out / "ledger", step=1)
 seconds = time.perf_counter() - start
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+after = status("VmHWM")
 print(json.dumps({"seconds": seconds, "rss_added_mib": (after - before) / 1024,
                   "state_mb": size / 1e6}))
 """
