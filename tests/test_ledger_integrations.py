@@ -140,3 +140,33 @@ def test_distributed_checkpoint_save_is_written_by_rank_zero_rules(tmp_path):
     assert record.format == "dcp" and record.outcome == SaveOutcome.VERIFIED, record.detail
     assert (tmp_path / "dcp-step-3" / ".metadata").is_file()
     assert latest_valid(tmp_path).path == "dcp-step-3"
+
+
+TWO_RANKS = """
+import sys, torch, torch.distributed as dist
+from pathlib import Path
+rank, run = int(sys.argv[1]), Path(sys.argv[2])
+dist.init_process_group("gloo", init_method=f"file://{run}/.pg", rank=rank, world_size=2)
+from inspector.ledger import save_dcp
+state = {"w": torch.full((8, 8), 3.0), "b": torch.arange(4.0)}
+record = save_dcp(state, run / "dcp-step-1", step=1)
+assert (record is None) == (rank != 0), record
+dist.destroy_process_group()
+"""
+
+
+def test_distributed_checkpoint_with_two_ranks_is_ledgered_once_by_rank_zero(tmp_path,
+                                                                             python_exe):
+    import subprocess
+
+    procs = [subprocess.Popen([python_exe, "-c", TWO_RANKS, str(rank), str(tmp_path)],
+                              stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    for p in procs:
+        assert p.wait(timeout=300) == 0, p.stderr.read()[-2000:]
+    [record] = read_ledger(tmp_path).saves
+    assert record.rank == 0 and record.format == "dcp"
+    assert record.outcome == SaveOutcome.VERIFIED, record.detail
+    names = sorted(f.path for f in record.files)
+    assert names == ["dcp-step-1/.metadata", "dcp-step-1/__0_0.distcp",
+                     "dcp-step-1/__1_0.distcp"]
+    assert latest_valid(tmp_path).path == "dcp-step-1"

@@ -75,13 +75,15 @@ def save_pretrained(model: Any, folder: str | os.PathLike[str], **options: Any) 
 def save_dcp(state_dict: Any, folder: str | os.PathLike[str], **options: Any) -> SaveRecord | None:
     """`torch.distributed.checkpoint.save` of `state_dict`, proven and ledgered by rank 0.
 
-    Returns the record on rank 0 and None elsewhere. With one rank the tensors are compared
-    with memory; with several, rank 0 holds only its part, so the record says unverified."""
+    Returns the record on rank 0 and None elsewhere. Rank 0 compares the folder with its own
+    memory when that holds every tensor whole (one rank, or plain replicated tensors, which
+    DCP writes once); a sharded tensor (DTensor, ShardedTensor) it holds only in part, so such
+    a record is unverified (its hashes recorded)."""
     import torch.distributed.checkpoint as dcp
 
     target = Path(folder)
     run = Path(options.get("run_dir") or target.parent)
-    alone = world_size() == 1
+    whole = world_size() == 1 or _all_plain(state_dict)
     tmp = _temp_name(target, shared=True)
     if current_rank() == 0:
         _prepare(target, state_dict, run, tmp)
@@ -91,7 +93,7 @@ def save_dcp(state_dict: Any, folder: str | os.PathLike[str], **options: Any) ->
         _write(lambda d: dcp.save(state_dict, checkpoint_id=d), tmp, target.parent)
         barrier()  # every rank's part is on disk, and rank 0 wrote .metadata
         if current_rank() == 0:
-            record = _commit(tmp, target, run, state_dict if alone else None,
+            record = _commit(tmp, target, run, state_dict if whole else None,
                              options.get("step"), options.get("epoch"), "dcp")
     except BaseException:
         if current_rank() == 0:
@@ -101,6 +103,16 @@ def save_dcp(state_dict: Any, folder: str | os.PathLike[str], **options: Any) ->
         rotate(run, record, options["keep"])
     barrier()
     return record
+
+
+def _all_plain(state_dict: Any) -> bool:
+    """True when every tensor leaf is a plain tensor (no DTensor or ShardedTensor)."""
+    import torch
+
+    from inspector.sandbox.load import split_leaves
+
+    plain = (torch.Tensor, torch.nn.Parameter)
+    return all(type(t) in plain for _k, t in split_leaves(state_dict)[0])
 
 
 def record_folder(
