@@ -70,9 +70,14 @@ def main(run: Path, kills: int, seed: int) -> None:
         assert torch.equal(loaded["optimizer"]["exp_avg"], want["optimizer"]["exp_avg"])
         floor = record.step
         step += 1
-    strays = sorted(p.name for p in (run / "ckpt").iterdir() if p.name.startswith("."))
+    folder = run / "ckpt"
+    strays = [p.name for p in folder.iterdir() if p.name.startswith(".")]
+    # one save that is left to finish clears every temp file the killed ones left
+    _, status = os.waitpid(save_in_child(run, step), 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    left = [p.name for p in folder.iterdir() if p.name.startswith(".")]
     print(json.dumps({"killed": killed, "finished": finished, "attempts": step - 1,
-                      "strays": len(strays), "latest": floor}))
+                      "strays": len(strays), "strays_after": len(left), "latest": step}))
 
 
 if __name__ == "__main__":

@@ -24,12 +24,14 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.mark.timeout(600)
 def test_sigkill_at_random_moments_never_loses_the_previous_checkpoint(tmp_path, python_exe):
     """200 kills that land mid-save; after each, latest_valid names an intact checkpoint no
-    older than the one before, and it loads with the tensors of its step (checked inside)."""
+    older than the one before, and it loads with the tensors of its step (checked inside);
+    a last save that finishes clears the temp files the killed ones left."""
     out = subprocess.run([python_exe, str(REPO / "tests" / "ledger_crash.py"), str(tmp_path),
                           "200", "25"], capture_output=True, text=True, cwd=REPO, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["killed"] == 200
+    assert summary["strays_after"] == 0  # the killed saves' temp files, cleared by the next
     ledger = read_ledger(tmp_path)
     assert ledger.journal.intact, ledger.journal.problems
     live = [c for c in check_saves(ledger) if c.state != CheckpointState.REMOVED]

@@ -2,7 +2,8 @@
 
 The order is what makes a crash at any moment harmless:
 1. digest the tensors in memory and check the disk has room (nothing written yet);
-2. write a temp file in the target's folder (`.NAME.XXXX.tmp`, never ledgered), fsync it;
+2. write a temp file in the target's folder (`.NAME.HOST-PID.XXXX.tmp`, never ledgered; one a
+   dead process of this host left is cleared first, `ledger.strays`), fsync it;
 3. re-read the temp file as `verify` would and compare every tensor with memory, while the
    file's SHA-256 is computed on a second thread;
 4. rename it over the target and fsync the folder; only now can a reader see it;
@@ -30,6 +31,7 @@ from inspector.ledger.digests import differences, disk_digests, expected_bytes, 
 from inspector.ledger.record import append_save, relative
 from inspector.ledger.rotate import rotate
 from inspector.ledger.space import check_space, disk_full
+from inspector.ledger.strays import clear_strays, temp_tag
 
 
 def save(
@@ -55,7 +57,9 @@ def save(
     expected = memory_digests(obj)
     check_space(target.parent, expected_bytes(obj))
     rel = relative(target, run)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    clear_strays(target.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.{temp_tag()}.", suffix=".tmp",
+                                    dir=target.parent)
     tmp = Path(tmp_name)
     try:
         os.fchmod(fd, 0o666 & ~current_umask())

@@ -32,6 +32,7 @@ from inspector.ledger.identity import barrier, current_rank, world_size
 from inspector.ledger.record import append_save, prior_ledger, relative
 from inspector.ledger.rotate import rotate
 from inspector.ledger.space import check_space, disk_full
+from inspector.ledger.strays import clear_strays, temp_tag
 
 TENSOR_FORMATS = frozenset({"safetensors", "zip", "pickle"})
 """What `formats.sniff` calls the files whose tensors are read and recorded."""
@@ -135,13 +136,14 @@ def record_folder(
 
 def _temp_name(target: Path, shared: bool = False) -> Path:
     # every rank must name the same folder; a lone writer gets one no other process uses
-    tail = ".tmp" if shared else f".tmp-{os.getpid()}"
+    tail = ".tmp" if shared else f".{temp_tag()}.tmp"
     return target.parent / f".{target.name}{tail}"
 
 
 def _prepare(target: Path, expected: Any, run: Path, tmp: Path | None = None) -> Path:
     """Check the room and make an empty temp folder beside the target."""
     target.parent.mkdir(parents=True, exist_ok=True)
+    clear_strays(target.parent)
     need = expected_bytes(expected) if expected is not None else _last_size(run)
     check_space(target.parent, need, need_inodes=8)
     tmp = tmp or _temp_name(target)
