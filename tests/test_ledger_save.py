@@ -139,3 +139,17 @@ def test_no_room_is_refused_before_a_byte_is_written(tmp_path, monkeypatch):
     assert err.value.code == "no_space" and "previous checkpoint is kept" in err.value.message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "journal.jsonl"]
     assert latest_valid(tmp_path) == good
+
+
+def test_a_trainer_cannot_delete_the_last_valid_checkpoint(tmp_path):
+    from inspector.ledger.rotate import remove_checkpoint
+
+    save(_state(1), tmp_path / "a.pt", step=1)
+    save(_state(2), tmp_path / "b.pt", step=2)
+    (tmp_path / "b.pt").write_bytes(b"truncated")  # the newer one went bad
+    with pytest.warns(UserWarning, match="last valid checkpoint"):
+        assert remove_checkpoint(tmp_path / "a.pt", tmp_path) is False
+    assert (tmp_path / "a.pt").exists() and latest_valid(tmp_path).step == 1
+    assert remove_checkpoint(tmp_path / "b.pt", tmp_path) is True
+    assert not (tmp_path / "b.pt").exists()
+    assert read_ledger(tmp_path).kinds["ledger.rotate"] == 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import warnings
 from pathlib import Path
 
 from inspector.core import journal
@@ -53,7 +54,11 @@ def remove_checkpoint(path: str | os.PathLike[str], run_dir: str | os.PathLike[s
     if ledger is not None and records:
         latest = latest_valid(run)
         if latest is not None and latest.path == records[-1].path:
-            return False  # a trainer's "remove the old one" must not take the only good one
+            # a trainer's "remove the old one" must not take the only good one
+            warnings.warn(f"{target}: kept, not deleted: it is the run's last valid "
+                          "checkpoint (`ckpt-inspector run verify` says why the newer ones "
+                          "are not)", stacklevel=2)
+            return False
         for record in records:
             _remove(ledger, record, "removed by the trainer")
     else:
