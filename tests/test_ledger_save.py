@@ -153,3 +153,12 @@ def test_a_trainer_cannot_delete_the_last_valid_checkpoint(tmp_path):
     assert remove_checkpoint(tmp_path / "b.pt", tmp_path) is True
     assert not (tmp_path / "b.pt").exists()
     assert read_ledger(tmp_path).kinds["ledger.rotate"] == 1
+
+
+def test_a_save_over_the_same_path_replaces_the_older_record_not_changes_it(tmp_path):
+    for step in (1, 2):
+        save(_state(step), tmp_path / "last.pt", step=step)
+    ledger = read_ledger(tmp_path)
+    assert [c.state for c in check_saves(ledger)] == [CheckpointState.REPLACED,
+                                                      CheckpointState.INTACT]
+    assert latest_valid(tmp_path).step == 2

@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     counts = ", ".join(f"{n} {s.value}" for s, n in (
         (CheckpointState.INTACT, summary.intact), (CheckpointState.CHANGED, summary.changed),
         (CheckpointState.MISSING, summary.missing), (CheckpointState.REMOVED, summary.removed),
+        (CheckpointState.REPLACED, summary.replaced),
     ) if n)
     chain = "chain intact" if summary.chain_intact else f"chain broken ({len(summary.problems)})"
     print(f"{summary.saves} checkpoint(s): {counts or 'none'}; {chain}; latest valid: "

@@ -134,6 +134,9 @@ class RunLedger:
     saves: tuple[SaveRecord, ...]
     removed: frozenset[int] = frozenset()
     """The `seq` of each save whose checkpoint a `ledger.rotate` record deleted."""
+    replaced: Mapping[int, int] = field(default_factory=dict)
+    """seq -> the line of the later save that wrote over the same path (Lightning's
+    `last.ckpt`, a `save_pretrained` into one folder): its bytes are gone on purpose."""
     bad_records: tuple[str, ...] = ()
     kinds: Mapping[str, int] = field(default_factory=dict)
     """How many records of each kind the journal holds (`guard.alarm` included)."""
@@ -144,8 +147,8 @@ class RunLedger:
         return self.journal.path
 
     def live(self) -> list[SaveRecord]:
-        """Saves not rotated away, oldest first."""
-        return [s for s in self.saves if s.seq not in self.removed]
+        """Saves neither rotated away nor written over, oldest first."""
+        return [s for s in self.saves if s.seq not in self.removed and s.seq not in self.replaced]
 
     def resolve(self, record: SaveRecord) -> Path:
         """Where a record's checkpoint lies."""
@@ -173,8 +176,22 @@ def read_ledger(path: str | os.PathLike[str]) -> RunLedger:
         elif entry.kind == ROTATE_KIND and isinstance(entry.record.get("save_seq"), int):
             removed.add(entry.record["save_seq"])
     kinds = Counter(e.kind for e in read.entries)
-    return RunLedger(source.parent, read, tuple(saves), frozenset(removed), tuple(bad),
-                     dict(kinds))
+    return RunLedger(source.parent, read, tuple(saves), frozenset(removed), _replaced(saves),
+                     tuple(bad), dict(kinds))
+
+
+def _replaced(saves: list[SaveRecord]) -> dict[int, int]:
+    """Saves a later one wrote over: same path, and the later one was put in place (a
+    mismatched save never replaces its target)."""
+    newest: dict[str, SaveRecord] = {}
+    replaced = {}
+    for record in saves:
+        earlier = newest.get(record.path)
+        if record.outcome != SaveOutcome.MISMATCH:
+            if earlier is not None:
+                replaced[earlier.seq] = record.line
+            newest[record.path] = record
+    return replaced
 
 
 @dataclass(frozen=True)
@@ -213,6 +230,10 @@ def check_saves(
         if rec.seq in ledger.removed:
             results[i] = CheckpointCheck(rec, CheckpointState.REMOVED,
                                          detail="deleted by rotation, as recorded")
+            continue
+        if rec.seq in ledger.replaced:
+            results[i] = CheckpointCheck(rec, CheckpointState.REPLACED, detail=(
+                f"written over by the save on line {ledger.replaced[rec.seq]}"))
             continue
         missing, resized = [], []
         for entry in rec.files:
@@ -353,6 +374,7 @@ class LedgerSummary:
     changed: int
     missing: int
     removed: int
+    replaced: int
     latest_valid: SaveRecord | None
     chain_intact: bool
     problems: tuple[str, ...]
@@ -365,6 +387,7 @@ class LedgerSummary:
             "journal": self.journal, "saves": self.saves,
             "verified_at_save": self.verified_at_save, "intact": self.intact,
             "changed": self.changed, "missing": self.missing, "removed": self.removed,
+            "replaced": self.replaced,
             "latest_valid": None if latest is None else {
                 "path": latest.path, "step": latest.step, "time": latest.time},
             "chain_intact": self.chain_intact, "problems": list(self.problems),
@@ -383,6 +406,7 @@ def summarize(ledger: RunLedger, checks: list[CheckpointCheck]) -> LedgerSummary
         verified_at_save=sum(s.outcome == SaveOutcome.VERIFIED for s in ledger.saves),
         intact=states[CheckpointState.INTACT], changed=states[CheckpointState.CHANGED],
         missing=states[CheckpointState.MISSING], removed=states[CheckpointState.REMOVED],
+        replaced=states[CheckpointState.REPLACED],
         latest_valid=valid[-1] if valid else None, chain_intact=ledger.journal.intact,
         problems=problems + ledger.bad_records, kinds=ledger.kinds,
     )

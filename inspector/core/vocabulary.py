@@ -171,3 +171,4 @@ class CheckpointState(StrEnum):
     CHANGED = "changed"
     MISSING = "missing"
     REMOVED = "removed"
+    REPLACED = "replaced"

@@ -21,7 +21,8 @@ COLUMNS = ("Step", "Epoch", "Saved (UTC)", "Size", "At save", "Now", "Rank", "Le
            "Checkpoint", "Detail")
 NUMERIC = frozenset({0, 1, 3, 6, 7})
 STATE_COLOURS = {CheckpointState.INTACT: "#2e7d32", CheckpointState.CHANGED: "#c62828",
-                 CheckpointState.MISSING: "#c62828", CheckpointState.REMOVED: "#6e6e6e"}
+                 CheckpointState.MISSING: "#c62828", CheckpointState.REMOVED: "#6e6e6e",
+                 CheckpointState.REPLACED: "#6e6e6e"}
 
 
 @dataclass(frozen=True)

@@ -397,7 +397,8 @@ def _run(run: dict, n: int) -> str:
         ("Checkpoints saved", escape(f"{run['saves']} ({run['verified_at_save']} verified "
                                      "against memory when saved)")),
         ("Now", escape(f"{run['intact']} intact, {run['changed']} changed, "
-                       f"{run['missing']} missing, {run['removed']} removed by rotation")),
+                       f"{run['missing']} missing, {run['removed']} removed by rotation, "
+                       f"{run['replaced']} written over by a later save")),
         ("Latest valid", _mono(latest["path"]) + escape(step) if latest else "none"),
         ("Chain", escape("intact" if run["chain_intact"] else "broken: "
                          + "; ".join(run["problems"]))),
