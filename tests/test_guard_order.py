@@ -80,7 +80,7 @@ def interrupted_run(run_dir, resume_at_batch, crash_after=5, k=3, reference=None
 
 
 def order_diff(capsys, a, b, *extra):
-    code = main(["order-diff", str(a), str(b), *extra])
+    code = main(["run", "order-diff", str(a), str(b), *extra])
     return code, capsys.readouterr().out
 
 
@@ -184,7 +184,7 @@ def test_a_ledger_cut_short_is_read_up_to_its_damage(tmp_path, capsys):
 
 
 def test_no_ledger_is_exit_2(tmp_path, capsys):
-    assert main(["order-diff", str(tmp_path), str(tmp_path)]) == 2
+    assert main(["run", "order-diff", str(tmp_path), str(tmp_path)]) == 2
     assert "no data-order ledger" in capsys.readouterr().err
 
 

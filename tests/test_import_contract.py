@@ -1,11 +1,12 @@
 """The layers import only what they may: read from the source, so no import has to run.
 
 - `core` never imports torch, safetensors or Qt (it runs in every process, the GUI included).
-- Only code under `sandbox/` (what runs inside the jailed worker) and `guard/` (what runs inside
-  the user's own training process) imports torch or safetensors.
+- Only code under `sandbox/` (what runs inside the jailed worker), `guard/` and `ledger/` (what
+  runs inside the user's own training process) imports torch or safetensors.
 - `guard/` never imports Qt, the GUI, the CLI or the sandbox; the GUI and the report never
   import `guard/`; the CLI imports only guard's torch-free modules (`GUARD_TORCH_FREE`), which
   import no torch themselves, nor any other guard module.
+- `ledger/` never imports Qt, the GUI, the CLI or the report; nothing outside it imports it.
 - The GUI and the report reach the sandbox only through its client.
 - The worker's op table names only modules inside `sandbox/`.
 - CLI commands never import each other (what they share is in `cli/common.py`).
@@ -69,9 +70,9 @@ def test_core_never_imports_torch_safetensors_or_qt():
                            and name.split(".")[0] in HEAVY + QT)
 
 
-def test_only_the_sandbox_and_the_guard_import_torch_or_safetensors():
-    assert not _violations(lambda mod, name: not mod.startswith(("inspector.sandbox",
-                                                                 "inspector.guard"))
+def test_only_the_sandbox_the_guard_and_the_ledger_import_torch_or_safetensors():
+    inside = ("inspector.sandbox", "inspector.guard", "inspector.ledger")
+    assert not _violations(lambda mod, name: not mod.startswith(inside)
                            and name.split(".")[0] in HEAVY)
 
 
@@ -98,6 +99,14 @@ def test_the_cli_imports_only_the_guards_torch_free_modules():
         assert not [n for n in names if n.startswith("inspector.guard")
                     and n not in GUARD_TORCH_FREE and n.rpartition(".")[0]
                     not in GUARD_TORCH_FREE], mod
+
+
+def test_the_ledger_never_imports_qt_or_the_app_and_nothing_else_imports_it():
+    apps = ("inspector.gui", "inspector.cli", "inspector.report")
+    assert not _violations(lambda mod, name: mod.startswith("inspector.ledger")
+                           and (name.split(".")[0] in QT or name.startswith(apps)))
+    assert not _violations(lambda mod, name: not mod.startswith("inspector.ledger")
+                           and name.startswith("inspector.ledger"))
 
 
 @pytest.mark.parametrize("layer", ["inspector.gui", "inspector.report"])

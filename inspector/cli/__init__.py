@@ -49,9 +49,8 @@ COMMANDS: dict[str, Command] = {
                     "run the pipeline headless and write a JSON / HTML / PDF report"),
     "merge": Command("inspector.cli.merge_cmd",
                     "one report from the results files of a batch's shards"),
-    # Temporary top-level name: it becomes `run order-diff` beside `run latest|verify`.
-    "order-diff": Command("inspector.cli.run_order_diff",
-                    "compare two runs' data order: first divergent step, duplicates, skips"),
+    "run": Command("inspector.cli.run_cmd",
+                    "a training run's ledgered checkpoints: the latest valid one, verify all"),
 }
 
 EXIT_USAGE = 64

@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     batch.begin(_command_line(args), environment.to_json())
     session = SessionEvidence(evidence, telemetry=store, telemetry_source=source,
                               environment=environment,
-                              command=_command_line(args))
+                              command=_command_line(args), runs=_runs(args))
     report = build_report(session)
     if to_stdout:
         print(report.dumps())
@@ -227,6 +227,7 @@ def _evidence(target: tuple[Path, str | None], cancel, args: argparse.Namespace,
 
 def _file_evidence(target: tuple[Path, str | None], cancel, args: argparse.Namespace, manifest,
                    jobs: int) -> FileEvidence:
+    from inspector.core.run_ledger import find_record
     from inspector.sandbox.client import inspect_file, static_scan
 
     path, folder = target
@@ -242,7 +243,27 @@ def _file_evidence(target: tuple[Path, str | None], cancel, args: argparse.Names
     ev = FileEvidence(str(path), inspect=inspect, folder=folder)
     if manifest is not None:
         ev.verify, ev.manifest = _verify(path, manifest), str(args.manifest)
+    elif (found := find_record(path)) is not None:
+        # a checkpoint saved through the ledger is verified against its save record
+        ledger, record = found
+        ev.verify = _verify(path, record.manifest(ledger.run_dir, source=ledger.path))
+        ev.manifest = f"{ledger.path}:{record.line} ({record.label}, saved {record.time})"
     return ev
+
+
+def _runs(args: argparse.Namespace) -> list:
+    """The ledger summary of each run folder given (one holding a journal.jsonl)."""
+    from inspector.cli.common import worker_digests
+    from inspector.core.journal import journal_path
+    from inspector.core.run_ledger import check_saves, read_ledger, summarize
+
+    runs = []
+    for raw in args.paths:
+        if Path(raw).is_dir() and journal_path(raw).is_file():
+            ledger = read_ledger(raw)
+            checks = check_saves(ledger, jobs=args.jobs, tensor_digests=worker_digests())
+            runs.append(summarize(ledger, checks))
+    return runs
 
 
 def _verify(path: Path, manifest) -> dict:

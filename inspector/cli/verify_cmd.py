@@ -21,8 +21,9 @@ from inspector.cli.common import (
 )
 from inspector.core.hashing import is_sha256_hex
 from inspector.core.hfcache import is_cache_path, verify_cache
-from inspector.core.manifest import ManifestError, TensorEntry, read_manifest
+from inspector.core.manifest import Manifest, ManifestError, TensorEntry, read_manifest
 from inspector.core.progress import CancelToken
+from inspector.core.run_ledger import RunLedger, SaveRecord, find_record
 from inspector.core.verify import (
     TensorDigestFn,
     VerifyResult,
@@ -101,19 +102,20 @@ def run(args: argparse.Namespace) -> int:
         with warm_workers(len(files)), _digests_ahead(args, files) as digests:
             result = verify_tensors_only(manifest, args.paths, digests)
     else:
-        pairs = plan(manifest, args.paths)
-        files = [] if args.no_tensors else tensor_targets(pairs)
-        ahead = contextlib.nullcontext() if args.no_tensors else _digests_ahead(args, files)
-        with stderr_progress("verifying", args.quiet) as progress, \
-                warm_workers(len(files)), ahead as digests:
-            result = verify(
-                manifest,
-                tensor_digests=digests,
-                progress=progress,
-                strict=args.strict,
-                pairs=pairs,
-            )
+        result = _verify_against(args, manifest, args.paths)
     return _finish(args, result, str(args.manifest), manifest.dialect)
+
+
+def _verify_against(args: argparse.Namespace, manifest: Manifest, paths: list[Path]
+                    ) -> VerifyResult:
+    """Files, then their tensors (digested `--jobs` at a time), against the manifest."""
+    pairs = plan(manifest, paths)
+    files = [] if args.no_tensors else tensor_targets(pairs)
+    ahead = contextlib.nullcontext() if args.no_tensors else _digests_ahead(args, files)
+    with stderr_progress("verifying", args.quiet) as progress, \
+            warm_workers(len(files)), ahead as digests:
+        return verify(manifest, tensor_digests=digests, progress=progress, strict=args.strict,
+                      pairs=pairs)
 
 
 @contextlib.contextmanager
@@ -141,6 +143,8 @@ def _run_without_manifest(args: argparse.Namespace) -> int:
             result = verify_sha256(args.paths[0], args.sha256, progress=progress)
         return _finish(args, result, None, "sha256")
     not_cache = [p for p in args.paths if not is_cache_path(p)]
+    if len(args.paths) == 1 and not_cache and (found := find_record(args.paths[0])):
+        return _run_against_ledger(args, *found)
     if not args.paths or not_cache:
         named = f"{not_cache[0]} is not in a Hugging Face cache; " if not_cache else ""
         return _usage(f"{named}pass --manifest (or --sha256 HEX for one file)")
@@ -151,6 +155,16 @@ def _run_without_manifest(args: argparse.Namespace) -> int:
             result.files += part.files
             result.errors += part.errors
     return _finish(args, result, None, "hf-cache")
+
+
+def _run_against_ledger(args: argparse.Namespace, ledger: RunLedger, record: SaveRecord) -> int:
+    """A ledgered checkpoint with no manifest given: its save record is the manifest."""
+    print(f"ckpt-inspector verify: no manifest given; using the ledger record at "
+          f"{ledger.path}:{record.line} ({record.label}, saved {record.time}, {record.outcome} "
+          "then)", file=sys.stderr)
+    manifest = record.manifest(ledger.run_dir, source=ledger.path)
+    result = _verify_against(args, manifest, [ledger.resolve(record)])
+    return _finish(args, result, f"{ledger.path}:{record.line}", manifest.dialect)
 
 
 def _finish(args: argparse.Namespace, result: VerifyResult, manifest: str | None,

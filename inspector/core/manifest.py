@@ -309,6 +309,11 @@ def _json_file(record: Any, where: str) -> FileEntry:
     )
 
 
+def file_entry(record: Any, where: str) -> FileEntry:
+    """A file record of the JSON manifest format, read and checked (ManifestError names `where`)."""
+    return _json_file(record, where)
+
+
 def _json_tensor(record: Any, where: str) -> TensorEntry:
     if not isinstance(record, dict) or not isinstance(record.get("key"), str):
         raise ManifestError(f"{where}: tensor record needs a 'key' string")

@@ -154,3 +154,21 @@ class LoadStatus(StrEnum):
     REFUSED = "refused"
     FAILED = "failed"
     NOT_RUN = "not_run"
+
+
+class SaveOutcome(StrEnum):
+    """What the ledger found when it re-read a checkpoint it had just saved."""
+
+    VERIFIED = "verified"
+    MISMATCH = "mismatch"
+    UNVERIFIED = "unverified"
+
+
+class CheckpointState(StrEnum):
+    """A ledgered checkpoint's bytes now, against its record."""
+
+    INTACT = "intact"
+    CHANGED = "changed"
+    MISSING = "missing"
+    REMOVED = "removed"
+    REPLACED = "replaced"

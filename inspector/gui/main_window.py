@@ -166,6 +166,7 @@ class MainWindow(QMainWindow):
         self.panes_built = False
         self.gpu: QWidget | None = None
         self.consistency: QWidget | None = None
+        self.run_pane: QWidget | None = None
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.addWidget(self.file_list)
@@ -377,7 +378,14 @@ class MainWindow(QMainWindow):
         return self.docs[row] if 0 <= row < len(self.docs) else None
 
     def open_paths(self, paths: list[str] | list[Path]) -> list[FileDocument]:
-        """Open files and folders (recursively); returns the newly opened documents."""
+        """Open files and folders (recursively); returns the newly opened documents. A
+        training run's folder (or journal) opens in the Run pane instead."""
+        from inspector.gui.run_pane import is_run_path
+
+        runs = [p for p in paths if is_run_path(p)]
+        if runs:
+            self.open_run(runs[-1])
+            paths = [p for p in paths if p not in runs]
         files = expand_paths(paths)
         if files:
             self.build_panes()
@@ -407,6 +415,24 @@ class MainWindow(QMainWindow):
             self._select_only(self.docs.index(opened[0]))
         self._update_actions()
         return opened
+
+    def open_run(self, path: str | Path) -> QWidget:
+        """Show a training run's ledgered checkpoints in the Run pane and check them."""
+        self.build_panes()
+        if self.run_pane is None:
+            from inspector.gui.run_pane import RunPane
+
+            self.run_pane = RunPane(self.runner)
+            self.run_pane.open_requested.connect(self._open_from_run)
+            self.tabs.addTab(self.run_pane, "Run")
+        self.stack.setCurrentWidget(self.splitter)
+        self.tabs.setCurrentWidget(self.run_pane)
+        self.run_pane.open_run(path)
+        return self.run_pane
+
+    def _open_from_run(self, path: str) -> None:
+        self.open_paths([path])
+        self.tabs.setCurrentWidget(self.overview)
 
     def _select_only(self, row: int) -> None:
         """Make `row` current and the only selected row. The list takes several rows, and

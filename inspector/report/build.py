@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 from inspector import __version__
 from inspector.core.json_record import as_result
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.core.results import ConversionResult, DiffResult, InspectResult
+from inspector.core.run_ledger import LedgerSummary
 from inspector.core.verdict import worst
 from inspector.core.verify import VerifyResult
 from inspector.core.vocabulary import LoadStatus, ReportStatus, StepStatus, Verdict
@@ -56,6 +58,8 @@ def build_report(
     problems = [f"{f.file.name}: {p}" for f in files for p in f.problems]
     if telemetry is not None:
         problems += telemetry_problems(telemetry)
+    for run in session.runs:
+        problems += run_problems(run)
     verdict = worst(f.verdict for f in files)
     return Report(
         schema_version=SCHEMA_VERSION,
@@ -71,7 +75,19 @@ def build_report(
         environment=environment.to_json() if environment is not None else {},
         files=files,
         telemetry=telemetry,
+        runs=[run.to_json() for run in session.runs],
     )
+
+
+def run_problems(run: LedgerSummary) -> list[str]:
+    """A run folder's ledger problems: checkpoints changed or missing, a broken chain."""
+    where = Path(run.journal).parent.name or run.journal
+    out = [f"run {where}: {n} ledgered checkpoint(s) {what}"
+           for n, what in ((run.changed, "changed since saved"), (run.missing, "missing")) if n]
+    out += [f"run {where}: ledger {p}" for p in run.problems]
+    if run.saves and run.latest_valid is None:
+        out.append(f"run {where}: no ledgered checkpoint is still valid")
+    return out
 
 
 def _file_report(

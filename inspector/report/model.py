@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from inspector.core.contents import DtypeTotal
 from inspector.core.envinfo import EnvInfo
 from inspector.core.results import ConversionResult, DiffResult, InspectResult
+from inspector.core.run_ledger import LedgerSummary
 from inspector.core.strict_json import strict
 from inspector.core.verify import VerifyResult
 from inspector.core.vocabulary import CheckStatus
@@ -58,6 +59,8 @@ class SessionEvidence:
     """"nvml", or the path of a replayed log."""
     environment: EnvInfo | None = None
     command: str | None = None
+    runs: list[LedgerSummary] = field(default_factory=list)
+    """The checkpoint ledgers of training-run folders given to the report."""
 
 
 @dataclass
@@ -330,6 +333,8 @@ class Report:
     environment: dict
     files: list[FileReport]
     telemetry: TelemetrySummary | None
+    runs: list[dict] = field(default_factory=list)
+    """Each run folder's ledger summary (`core.run_ledger.LedgerSummary.to_json`)."""
 
     def to_json(self) -> dict:
         """The report as a JSON-ready dict (non-finite floats become strings)."""

@@ -101,6 +101,7 @@ def report_body(report: Report, image_src: ImageSrc) -> str:
            if report.tool.command else "") + "</p>",
         _summary(report),
     ]
+    parts += [_run(run, n) for n, run in enumerate(report.runs, 1)]
     for n, file_report in enumerate(report.files, 1):
         parts.append(_file_sections(file_report, n, image_src))
     parts.append(_telemetry(report, image_src))
@@ -385,6 +386,25 @@ def _consistency(f: FileReport, anchor: str, image_src: ImageSrc) -> str:
             [escape(k) for k in keys],
             [[escape(_short(r.get(k))) for k in keys] for r in c.failures]))
     return "".join(parts)
+
+
+def _run(run: dict, n: int) -> str:
+    """A training run's checkpoint ledger: what was saved, what is intact now, the chain."""
+    latest = run["latest_valid"]
+    step = f" (step {latest['step']:,})" if latest and latest["step"] is not None else ""
+    rows = [
+        ("Ledger", _mono(run["journal"])),
+        ("Checkpoints saved", escape(f"{run['saves']} ({run['verified_at_save']} verified "
+                                     "against memory when saved)")),
+        ("Now", escape(f"{run['intact']} intact, {run['changed']} changed, "
+                       f"{run['missing']} missing, {run['removed']} removed by rotation, "
+                       f"{run['replaced']} written over by a later save")),
+        ("Latest valid", _mono(latest["path"]) + escape(step) if latest else "none"),
+        ("Chain", escape("intact" if run["chain_intact"] else "broken: "
+                         + "; ".join(run["problems"]))),
+        ("Records", escape(", ".join(f"{k} {n}" for k, n in sorted(run["records"].items())))),
+    ]
+    return "<h2>Training run ledger</h2>" + _section_tag("run", f"run-{n}", _kv(rows))
 
 
 def _telemetry(report: Report, image_src: ImageSrc) -> str:

@@ -205,7 +205,9 @@ def byte_chunks(t: torch.Tensor, release: Release | None = None) -> Iterator[mem
     per = max(1, CHUNK_BYTES // max(1, t.element_size()))
     storage_ptr = t.untyped_storage().data_ptr()
     for chunk in logical_chunks(t, per):
-        yield _chunk_bytes(chunk)
+        # a training process digests its tensors where they live (`inspector.ledger`): a chunk
+        # on an accelerator is copied to the CPU, one chunk at a time
+        yield _chunk_bytes(chunk if chunk.device.type == "cpu" else chunk.cpu())
         if release is not None and chunk.untyped_storage().data_ptr() == storage_ptr:
             release(chunk.data_ptr(), chunk.numel() * chunk.element_size())
 

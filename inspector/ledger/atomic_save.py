@@ -1,0 +1,142 @@
+"""`save(obj, path)`: a checkpoint file written atomically, proven on disk, then ledgered.
+
+The order is what makes a crash at any moment harmless:
+1. digest the tensors in memory and check the disk has room (nothing written yet);
+2. write a temp file in the target's folder (`.NAME.HOST-PID.XXXX.tmp`, never ledgered; one a
+   dead process of this host left is cleared first, `ledger.strays`), fsync it;
+3. re-read the temp file as `verify` would and compare every tensor with memory, while the
+   file's SHA-256 is computed on a second thread;
+4. rename it over the target and fsync the folder; only now can a reader see it;
+5. append the `ledger.save` record (fsync'd), then rotate older ones (`keep`).
+A kill before 4 leaves the previous checkpoint untouched beside a stray temp file; a kill
+between 4 and 5 leaves a checkpoint without a record, which `latest_valid` never returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from inspector.core.atomic import current_umask
+from inspector.core.errors import CodedError
+from inspector.core.hashing import sha256_file
+from inspector.core.manifest import FileEntry
+from inspector.core.run_ledger import LedgerError, SaveRecord
+from inspector.core.vocabulary import SaveOutcome
+from inspector.ledger.digests import differences, disk_digests, expected_bytes, memory_digests
+from inspector.ledger.record import append_save, relative
+from inspector.ledger.rotate import rotate
+from inspector.ledger.space import check_space, disk_full
+from inspector.ledger.strays import clear_strays, temp_tag
+
+
+def save(
+    obj: Any,
+    path: str | os.PathLike[str],
+    *,
+    step: int | None = None,
+    epoch: float | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
+    keep: int | None = None,
+    metadata: dict[str, str] | None = None,
+    writer: str | None = None,
+    allow_globals: tuple[str, ...] = (),
+) -> SaveRecord:
+    """Save `obj` (torch.save; safetensors for a `.safetensors` path), prove it, ledger it.
+
+    The re-read loads a pickle with weights_only=True; `allow_globals` admits the classes a
+    trainer pickles beside the tensors (`core.allow_presets`, e.g. Lightning's)."""
+    target = Path(path)
+    run = Path(run_dir) if run_dir is not None else target.parent
+    target.parent.mkdir(parents=True, exist_ok=True)
+    as_safetensors = target.suffix == ".safetensors"
+    expected = memory_digests(obj)
+    check_space(target.parent, expected_bytes(obj))
+    rel = relative(target, run)
+    clear_strays(target.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.{temp_tag()}.", suffix=".tmp",
+                                    dir=target.parent)
+    tmp = Path(tmp_name)
+    try:
+        os.fchmod(fd, 0o666 & ~current_umask())
+        try:
+            _write(obj, fd, tmp, as_safetensors, metadata)
+        except Exception as exc:
+            full = disk_full(exc, target.parent)
+            if full is not None:
+                raise full from exc
+            raise
+        entry, outcome, detail = _prove(tmp, rel, expected, allow_globals)
+        if outcome == SaveOutcome.MISMATCH:
+            append_save(run, target, layout="file", fmt=entry.format, writer=_writer(writer,
+                        as_safetensors), files=[entry], outcome=outcome, detail=detail,
+                        step=step, epoch=epoch)
+            raise LedgerError("save_mismatch", f"{target}: {detail}; the file was not put in "
+                              "place and the previous checkpoint is kept: check the machine's "
+                              "memory and disk (`ckpt-inspector report`)")
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    fsync_dir(target.parent)
+    record = append_save(run, target, layout="file", fmt=entry.format,
+                         writer=_writer(writer, as_safetensors), files=[entry],
+                         outcome=outcome, detail=detail, step=step, epoch=epoch)
+    if keep is not None:
+        rotate(run, record, keep)
+    return record
+
+
+def _writer(name: str | None, as_safetensors: bool) -> str:
+    return name or ("safetensors" if as_safetensors else "torch.save")
+
+
+def _write(obj: Any, fd: int, tmp: Path, as_safetensors: bool,
+           metadata: dict[str, str] | None) -> None:
+    """Write the checkpoint into the open temp file and make its bytes durable."""
+    with os.fdopen(fd, "wb") as fh:
+        if as_safetensors:
+            from safetensors.torch import save_file
+
+            save_file(obj, str(tmp), metadata=metadata)
+        else:
+            import torch
+
+            torch.save(obj, fh)
+            fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _prove(tmp: Path, rel: str, expected: list, allow_globals: tuple[str, ...]
+           ) -> tuple[FileEntry, SaveOutcome, str | None]:
+    """Re-read the written file: its manifest entry, and whether every tensor matched memory."""
+    size = tmp.stat().st_size
+    with ThreadPoolExecutor(1, thread_name_prefix="ledger-sha256") as pool:
+        file_hash = pool.submit(sha256_file, tmp)
+        try:
+            fmt, on_disk = disk_digests(tmp, allow_globals)
+        except CodedError as exc:
+            sha = file_hash.result()
+            return (FileEntry(rel, sha, size, None, None), SaveOutcome.UNVERIFIED,
+                    f"re-read failed: {exc.message}")
+        sha = file_hash.result()
+    entry = FileEntry(rel, sha, size, fmt, on_disk)
+    bad = differences(expected, on_disk, rel)
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        return entry, SaveOutcome.MISMATCH, f"on disk, tensor {shown} differs from memory"
+    return entry, SaveOutcome.VERIFIED, None
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a rename in `folder` durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,260 @@
+"""Folder checkpoints: `save_pretrained`, `torch.distributed.checkpoint.save`, a trainer's
+`checkpoint-N` folder, each written (or found) whole, proven and ledgered as one record.
+
+`save_folder(write, folder)` lets `write(tmp)` fill a temp folder beside the target, fsyncs
+every file and the folder, re-reads it, then renames it into place; `record_folder(folder)`
+ledgers a folder a trainer already wrote. Each file gets its manifest entry (size, SHA-256,
+format, and the tensors of every checkpoint file); the tensors found are compared with the
+in-memory state dict when one is given (a writer may drop tied names or add files of its own,
+so only tensors present on both sides must agree). A DCP folder is read whole, as `verify`
+reads it. `save_dcp` follows DCP's rank-0 rule: every rank writes its part, rank 0 alone
+renames, proves and ledgers, and the ranks meet at a barrier before and after.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from inspector.core.dcp_folder import is_dcp_folder
+from inspector.core.errors import CodedError
+from inspector.core.formats import sniff
+from inspector.core.hashing import sha256_file
+from inspector.core.manifest import FileEntry, TensorEntry
+from inspector.core.run_ledger import LedgerError, SaveRecord
+from inspector.core.vocabulary import SaveOutcome
+from inspector.ledger.atomic_save import fsync_dir
+from inspector.ledger.digests import differences, disk_digests, expected_bytes, memory_digests
+from inspector.ledger.identity import barrier, current_rank, world_size
+from inspector.ledger.record import append_save, prior_ledger, relative
+from inspector.ledger.rotate import rotate
+from inspector.ledger.space import check_space, disk_full
+from inspector.ledger.strays import clear_strays, temp_tag
+
+TENSOR_FORMATS = frozenset({"safetensors", "zip", "pickle"})
+"""What `formats.sniff` calls the files whose tensors are read and recorded."""
+
+
+def save_folder(
+    write: Callable[[Path], Any],
+    folder: str | os.PathLike[str],
+    *,
+    expected: Any = None,
+    step: int | None = None,
+    epoch: float | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
+    keep: int | None = None,
+    writer: str = "folder",
+) -> SaveRecord:
+    """Let `write(tmp_folder)` write a checkpoint folder, then prove, place and ledger it."""
+    target = Path(folder)
+    run = Path(run_dir) if run_dir is not None else target.parent
+    tmp = _prepare(target, expected, run)
+    try:
+        _write(write, tmp, target.parent)
+        record = _commit(tmp, target, run, expected, step, epoch, writer)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if keep is not None:
+        rotate(run, record, keep)
+    return record
+
+
+def save_pretrained(model: Any, folder: str | os.PathLike[str], **options: Any) -> SaveRecord:
+    """`model.save_pretrained(folder)`, proven and ledgered (options as for `save_folder`)."""
+    ledger_keys = {"step", "epoch", "run_dir", "keep"}
+    mine = {k: v for k, v in options.items() if k in ledger_keys}
+    theirs = {k: v for k, v in options.items() if k not in ledger_keys}
+    return save_folder(lambda tmp: model.save_pretrained(tmp, **theirs), folder,
+                       expected=model.state_dict(), writer="save_pretrained", **mine)
+
+
+def save_dcp(state_dict: Any, folder: str | os.PathLike[str], **options: Any) -> SaveRecord | None:
+    """`torch.distributed.checkpoint.save` of `state_dict`, proven and ledgered by rank 0.
+
+    Returns the record on rank 0 and None elsewhere. Rank 0 compares the folder with its own
+    memory when that holds every tensor whole (one rank, or plain replicated tensors, which
+    DCP writes once); a sharded tensor (DTensor, ShardedTensor) it holds only in part, so such
+    a record is unverified (its hashes recorded)."""
+    import torch.distributed.checkpoint as dcp
+
+    target = Path(folder)
+    run = Path(options.get("run_dir") or target.parent)
+    whole = world_size() == 1 or _all_plain(state_dict)
+    tmp = _temp_name(target, shared=True)
+    if current_rank() == 0:
+        _prepare(target, state_dict, run, tmp)
+    barrier()
+    record = None
+    try:
+        _write(lambda d: dcp.save(state_dict, checkpoint_id=d), tmp, target.parent)
+        barrier()  # every rank's part is on disk, and rank 0 wrote .metadata
+        if current_rank() == 0:
+            record = _commit(tmp, target, run, state_dict if whole else None,
+                             options.get("step"), options.get("epoch"), "dcp")
+    except BaseException:
+        if current_rank() == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if record is not None and options.get("keep") is not None:
+        rotate(run, record, options["keep"])
+    barrier()
+    return record
+
+
+def _all_plain(state_dict: Any) -> bool:
+    """True when every tensor leaf is a plain tensor (no DTensor or ShardedTensor)."""
+    import torch
+
+    from inspector.sandbox.load import split_leaves
+
+    plain = (torch.Tensor, torch.nn.Parameter)
+    return all(type(t) in plain for _k, t in split_leaves(state_dict)[0])
+
+
+def record_folder(
+    folder: str | os.PathLike[str],
+    *,
+    expected: Any = None,
+    step: int | None = None,
+    epoch: float | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
+    writer: str = "folder",
+) -> SaveRecord:
+    """Ledger a checkpoint folder another writer already put in place (fsync'd first)."""
+    target = Path(folder)
+    run = Path(run_dir) if run_dir is not None else target.parent
+    _fsync_tree(target)
+    files, fmt, outcome, detail = measure_folder(target, relative(target, run), expected)
+    return append_save(run, target, layout="folder", fmt=fmt, writer=writer, files=files,
+                       outcome=outcome, detail=detail, step=step, epoch=epoch)
+
+
+def _temp_name(target: Path, shared: bool = False) -> Path:
+    # every rank must name the same folder; a lone writer gets one no other process uses
+    tail = ".tmp" if shared else f".{temp_tag()}.tmp"
+    return target.parent / f".{target.name}{tail}"
+
+
+def _prepare(target: Path, expected: Any, run: Path, tmp: Path | None = None) -> Path:
+    """Check the room and make an empty temp folder beside the target."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    clear_strays(target.parent)
+    need = expected_bytes(expected) if expected is not None else _last_size(run)
+    check_space(target.parent, need, need_inodes=8)
+    tmp = tmp or _temp_name(target)
+    shutil.rmtree(tmp, ignore_errors=True)  # left by a writer that was killed
+    tmp.mkdir()
+    return tmp
+
+
+def _last_size(run: Path) -> int:
+    ledger = prior_ledger(run)
+    return ledger.saves[-1].size if ledger is not None and ledger.saves else 0
+
+
+def _write(write: Callable[[Path], Any], tmp: Path, folder: Path) -> None:
+    try:
+        write(tmp)
+    except Exception as exc:
+        full = disk_full(exc, folder)
+        if full is not None:
+            raise full from exc
+        raise
+
+
+def _commit(tmp: Path, target: Path, run: Path, expected: Any, step: int | None,
+            epoch: float | None, writer: str) -> SaveRecord:
+    _fsync_tree(tmp)
+    rel = relative(target, run)
+    files, fmt, outcome, detail = measure_folder(tmp, rel, expected)
+    if outcome == SaveOutcome.MISMATCH:
+        append_save(run, target, layout="folder", fmt=fmt, writer=writer, files=files,
+                    outcome=outcome, detail=detail, step=step, epoch=epoch)
+        raise LedgerError("save_mismatch", f"{target}: {detail}; the folder was not put in "
+                          "place and the previous checkpoint is kept: check the machine's "
+                          "memory and disk (`ckpt-inspector report`)")
+    _place(tmp, target)
+    return append_save(run, target, layout="folder", fmt=fmt, writer=writer, files=files,
+                       outcome=outcome, detail=detail, step=step, epoch=epoch)
+
+
+def _place(tmp: Path, target: Path) -> None:
+    """Rename the proven folder into place; an old folder of that name goes only after."""
+    old = None
+    if target.exists():
+        old = target.parent / f".{target.name}.old-{os.getpid()}"
+        os.rename(target, old)
+    os.rename(tmp, target)
+    fsync_dir(target.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def folder_files(folder: Path) -> list[Path]:
+    """Every file of a checkpoint folder, sorted (hidden ones too: DCP's `.metadata`)."""
+    return sorted(p for p in folder.rglob("*") if p.is_file())
+
+
+def measure_folder(folder: Path, rel: str, expected: Any
+                   ) -> tuple[list[FileEntry], str | None, SaveOutcome, str | None]:
+    """Each file's manifest entry, the folder's format, and the comparison with memory."""
+    dcp = is_dcp_folder(folder)
+    files: list[FileEntry] = []
+    found: list[TensorEntry] = []
+    unread: list[str] = []
+    for path in folder_files(folder):
+        name = f"{rel}/{path.relative_to(folder).as_posix()}"
+        entry = FileEntry(name, sha256_file(path), path.stat().st_size)
+        if not dcp and _kind(path) in TENSOR_FORMATS:
+            try:
+                entry.format, entry.tensors = disk_digests(path)
+                found += entry.tensors
+            except CodedError as exc:
+                unread.append(f"{path.name} ({exc.message})")
+        files.append(entry)
+    fmt = "dcp" if dcp else None
+    if dcp:
+        try:
+            found = disk_digests(folder)[1]
+        except CodedError as exc:
+            unread.append(f"the folder ({exc.message})")
+    outcome, detail = _judge(expected, found, rel, dcp)
+    if unread and outcome != SaveOutcome.MISMATCH:
+        detail = "; ".join(filter(None, [detail, "not read: " + ", ".join(unread)]))
+    return files, fmt, outcome, detail
+
+
+def _judge(expected: Any, found: list[TensorEntry], rel: str, whole: bool
+           ) -> tuple[SaveOutcome, str | None]:
+    if expected is None:
+        return SaveOutcome.UNVERIFIED, "hashes recorded; no state in memory to compare with"
+    want = memory_digests(expected)
+    bad = differences(want, found, rel, partial=not whole)
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        return SaveOutcome.MISMATCH, f"on disk, tensor {shown} differs from memory"
+    on_disk = {t.key for t in found}
+    if not any(t.key in on_disk for t in want):
+        return SaveOutcome.UNVERIFIED, "no tensor of the state in memory was found on disk"
+    return SaveOutcome.VERIFIED, None
+
+
+def _kind(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return sniff(fh.read(64), os.path.getsize(path))
+
+
+def _fsync_tree(folder: Path) -> None:
+    """fsync every file of a folder, its subfolders and the folder itself."""
+    for path in sorted(folder.rglob("*"), reverse=True):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    fsync_dir(folder)

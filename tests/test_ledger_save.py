@@ -1,0 +1,164 @@
+"""inspector.ledger: saves written atomically, proven against memory, ledgered and rotated."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from inspector.core import journal
+from inspector.core.manifest import read_manifest
+from inspector.core.run_ledger import (
+    SAVE_KIND,
+    LedgerError,
+    check_saves,
+    latest_valid,
+    read_ledger,
+)
+from inspector.core.torch_layout import describe_archive
+from inspector.core.verify import verify
+from inspector.core.vocabulary import CheckpointState, SaveOutcome
+from inspector.ledger import atomic_save, save
+from inspector.sandbox.client import tensor_digests
+
+
+def _state(seed: int, n: int = 32) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    return {"model": {"w": torch.randn(n, n, generator=g), "b": torch.zeros(n)},
+            "optimizer": {"state": {0: {"exp_avg": torch.ones(n, n) * seed}}},
+            "step": seed}
+
+
+def _weights(seed: int) -> dict:
+    """Tensors only, which `core.torch_layout` places in the file without loading it."""
+    return {"model": _state(seed)["model"]}
+
+
+def test_a_save_is_ledgered_with_every_field_and_verifies_unchanged(tmp_path):
+    record = save(_state(1), tmp_path / "ckpt" / "step-1.pt", step=1, epoch=0.5,
+                  run_dir=tmp_path)
+    assert record.outcome == SaveOutcome.VERIFIED and record.verified
+    assert record.path == "ckpt/step-1.pt" and record.format == "pytorch-zip"
+    assert record.size == (tmp_path / "ckpt" / "step-1.pt").stat().st_size
+    line = json.loads(journal.journal_path(tmp_path).read_text().splitlines()[0])
+    assert line["kind"] == SAVE_KIND
+    for key in ("step", "epoch", "time", "host", "rank", "path", "size", "sha256", "files",
+                "verified", "outcome", "warnings"):
+        assert key in line, key
+    keys = {t["key"] for t in line["files"][0]["tensors"]}
+    assert keys == {"model.w", "model.b", "optimizer.state.0.exp_avg"}
+    # the record is a manifest: core.verify checks it with the jailed worker's digests, as-is
+    ledger = read_ledger(tmp_path)
+    result = verify(ledger.saves[0].manifest(tmp_path), tensor_digests=tensor_digests)
+    assert result.ok and len(result.tensors) == 3
+    # and the same files in a JSON manifest read back the same way
+    manifest_text = json.dumps({"schema": "ckpt-inspector-manifest", "schema_version": 1,
+                                "files": line["files"]})
+    (tmp_path / "m.json").write_text(manifest_text)
+    assert read_manifest(tmp_path / "m.json").files == list(ledger.saves[0].files)
+
+
+def test_safetensors_save_is_proven_tensor_by_tensor(tmp_path):
+    tensors = {"w": torch.randn(8, 8), "half": torch.randn(4).half()}
+    record = save(tensors, tmp_path / "model.safetensors", metadata={"step": "3"})
+    assert record.format == "safetensors" and record.outcome == SaveOutcome.VERIFIED
+    assert {t.key for t in record.files[0].tensors} == {"w", "half"}
+    assert latest_valid(tmp_path).path == "model.safetensors"
+
+
+def _decaying_disk(monkeypatch):
+    """The real writer, then one bit of the written tensor data flipped, as a bad disk would."""
+    real_write = atomic_save._write
+
+    def write_then_decay(obj, fd, tmp, as_safetensors, metadata):
+        real_write(obj, fd, tmp, as_safetensors, metadata)
+        data = bytearray(tmp.read_bytes())
+        where = {t.key: t for t in describe_archive(bytes(data))}["model.w"].data_offset
+        data[where + 5] ^= 0x04
+        tmp.write_bytes(bytes(data))
+
+    monkeypatch.setattr(atomic_save, "_write", write_then_decay)
+
+
+def test_bytes_that_land_wrong_are_a_mismatch_and_never_replace_the_old_file(tmp_path,
+                                                                             monkeypatch):
+    target = tmp_path / "last.pt"
+    good = save(_weights(1), target, step=1)
+    _decaying_disk(monkeypatch)
+    with pytest.raises(LedgerError) as err:
+        save(_weights(2), target, step=2)
+    assert err.value.code == "save_mismatch" and "differs from memory" in err.value.message
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert latest_valid(tmp_path) == good
+    assert torch.equal(torch.load(target, weights_only=True)["model"]["w"],
+                       _weights(1)["model"]["w"])
+    assert read_ledger(tmp_path).saves[-1].outcome == SaveOutcome.MISMATCH
+
+
+def test_keep_rotates_only_after_the_new_one_verified(tmp_path, monkeypatch):
+    folder = tmp_path / "ckpt"
+    for step in range(4):
+        save(_state(step), folder / f"step-{step}.pt", step=step, run_dir=tmp_path, keep=2)
+    assert sorted(p.name for p in folder.iterdir()) == ["step-2.pt", "step-3.pt"]
+    ledger = read_ledger(tmp_path)
+    states = [c.state for c in check_saves(ledger)]
+    assert states == [CheckpointState.REMOVED] * 2 + [CheckpointState.INTACT] * 2
+    assert ledger.kinds["ledger.rotate"] == 2
+
+    _decaying_disk(monkeypatch)
+    with pytest.raises(LedgerError, match="differs from memory"):
+        save(_weights(4), folder / "step-4.pt", step=4, run_dir=tmp_path, keep=1)
+    # keep=1 asked for one, but the new save failed: both good ones are still there
+    assert sorted(p.name for p in folder.iterdir()) == ["step-2.pt", "step-3.pt"]
+    assert latest_valid(tmp_path).step == 3
+
+
+def test_a_size_jump_is_a_warning_in_the_ledger(tmp_path):
+    for step in range(3):
+        assert save(_state(step), tmp_path / f"s{step}.pt", step=step).warnings == ()
+    small = save({"model": {"w": torch.zeros(2)}}, tmp_path / "s3.pt", step=3)
+    assert len(small.warnings) == 1 and "x the median of the last 3" in small.warnings[0]
+    assert read_ledger(tmp_path).saves[-1].warnings == small.warnings
+
+
+def test_no_room_is_refused_before_a_byte_is_written(tmp_path, monkeypatch):
+    import os
+
+    good = save(_state(1), tmp_path / "a.pt", step=1)
+    real = os.statvfs
+
+    class Full:
+        def __init__(self, st):
+            self.f_bavail, self.f_frsize = 3, st.f_frsize
+            self.f_files, self.f_favail = st.f_files, st.f_favail
+
+    monkeypatch.setattr("inspector.ledger.space.os.statvfs", lambda p: Full(real(p)))
+    with pytest.raises(LedgerError) as err:
+        save(_state(2), tmp_path / "b.pt", step=2)
+    assert err.value.code == "no_space" and "previous checkpoint is kept" in err.value.message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt", "journal.jsonl"]
+    assert latest_valid(tmp_path) == good
+
+
+def test_a_trainer_cannot_delete_the_last_valid_checkpoint(tmp_path):
+    from inspector.ledger.rotate import remove_checkpoint
+
+    save(_state(1), tmp_path / "a.pt", step=1)
+    save(_state(2), tmp_path / "b.pt", step=2)
+    (tmp_path / "b.pt").write_bytes(b"truncated")  # the newer one went bad
+    with pytest.warns(UserWarning, match="last valid checkpoint"):
+        assert remove_checkpoint(tmp_path / "a.pt", tmp_path) is False
+    assert (tmp_path / "a.pt").exists() and latest_valid(tmp_path).step == 1
+    assert remove_checkpoint(tmp_path / "b.pt", tmp_path) is True
+    assert not (tmp_path / "b.pt").exists()
+    assert read_ledger(tmp_path).kinds["ledger.rotate"] == 1
+
+
+def test_a_save_over_the_same_path_replaces_the_older_record_not_changes_it(tmp_path):
+    for step in (1, 2):
+        save(_state(step), tmp_path / "last.pt", step=step)
+    ledger = read_ledger(tmp_path)
+    assert [c.state for c in check_saves(ledger)] == [CheckpointState.REPLACED,
+                                                      CheckpointState.INTACT]
+    assert latest_valid(tmp_path).step == 2

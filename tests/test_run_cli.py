@@ -1,0 +1,106 @@
+"""`run latest`, `run verify`, `verify CHECKPOINT` through its ledger record, and `report
+RUN_DIR` with the ledger's summary."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+import torch
+
+from inspector.cli import main
+from inspector.cli.run_cmd import ACTIONS
+from inspector.core import journal
+from inspector.core.torch_layout import describe_archive
+from inspector.ledger import save
+from inspector.report.render_json import load_schema
+
+
+def _run(tmp_path, steps=(1, 2, 3)):
+    for step in steps:
+        save({"enc.weight": torch.full((8, 8), float(step)), "head.bias": torch.ones(3) * step},
+             tmp_path / "ckpt" / f"step-{step}.pt", step=step, run_dir=tmp_path)
+    return tmp_path
+
+
+def _flip(path, key):
+    data = bytearray(path.read_bytes())
+    data[{t.key: t for t in describe_archive(bytes(data))}[key].data_offset] ^= 1
+    path.write_bytes(bytes(data))
+
+
+def test_run_is_a_table_of_actions(capsys):
+    assert set(ACTIONS) == {"latest", "verify", "order-diff"}
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in ACTIONS)
+
+
+def test_run_latest_names_the_newest_intact_checkpoint(tmp_path, capsys):
+    run = _run(tmp_path)
+    assert main(["run", "latest", str(run)]) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == str(run / "ckpt" / "step-3.pt")
+    assert "step 3, saved" in out.err and "intact since then" in out.err
+    _flip(run / "ckpt" / "step-3.pt", "head.bias")
+    assert main(["run", "latest", str(run), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["step"] == 2 and doc["location"] == str(run / "ckpt" / "step-2.pt")
+    for step in (1, 2):
+        (run / "ckpt" / f"step-{step}.pt").unlink()
+    assert main(["run", "latest", str(run)]) == 1
+    assert "none of the 3 ledgered checkpoints is still intact" in capsys.readouterr().err
+
+
+def test_run_without_a_journal_exits_2(tmp_path, capsys):
+    assert main(["run", "verify", str(tmp_path)]) == 2
+    assert "no journal.jsonl here" in capsys.readouterr().err
+
+
+def test_run_verify_json_names_states_and_tensors(tmp_path, capsys):
+    run = _run(tmp_path)
+    _flip(run / "ckpt" / "step-2.pt", "enc.weight")
+    (run / "ckpt" / "step-1.pt").unlink()
+    assert main(["run", "verify", str(run), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert [c["state"] for c in doc["checkpoints"]] == ["missing", "changed", "intact"]
+    assert doc["checkpoints"][1]["changed_tensors"] == ["enc.weight"]
+    assert doc["latest_valid"]["step"] == 3 and doc["chain_intact"]
+
+
+def test_verify_without_a_manifest_finds_the_ledger_record(tmp_path, capsys):
+    run = _run(tmp_path)
+    target = run / "ckpt" / "step-2.pt"
+    assert main(["verify", str(target)]) == 0
+    out = capsys.readouterr()
+    assert "no manifest given; using the ledger record at" in out.err
+    assert f"{journal.journal_path(run)}:2 (step 2" in out.err
+    assert "EXTRA" not in out.out  # only the checkpoint asked for is checked
+    _flip(target, "head.bias")
+    assert main(["verify", str(target), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["dialect"] == "ledger"
+    assert [t["key"] for t in doc["tensors"] if t["status"] != "ok"] == ["head.bias"]
+
+
+def test_report_of_a_run_folder_carries_the_ledger_summary(tmp_path, capsys):
+    run = _run(tmp_path, steps=(1, 2))
+    journal.append(journal.journal_path(run), "guard.alarm",
+                   {"step": 2, "rule": "loss_spike", "value": 9.0, "threshold": 3.0})
+    _flip(run / "ckpt" / "step-2.pt", "enc.weight")
+    out = tmp_path / "report.json"
+    assert main(["report", str(run), "-o", str(out), "--quiet"]) == 1
+    doc = json.loads(out.read_text())
+    jsonschema.Draft202012Validator(load_schema()).validate(doc)
+    [ledger] = doc["runs"]
+    assert (ledger["saves"], ledger["intact"], ledger["changed"]) == (2, 1, 1)
+    assert ledger["records"] == {"ledger.save": 2, "guard.alarm": 1}
+    assert ledger["latest_valid"]["step"] == 1
+    assert any("1 ledgered checkpoint(s) changed since saved" in p for p in doc["problems"])
+    by_name = {f["file"]["name"]: f for f in doc["files"]}
+    assert "(step 1, saved" in by_name["step-1.pt"]["verification"]["manifest"]
+    html = tmp_path / "report.html"
+    assert main(["report", str(run), "-o", str(html), "--quiet"]) == 1
+    assert "Training run ledger" in html.read_text() and "guard.alarm 1" in html.read_text()
