@@ -6,7 +6,7 @@ import importlib
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QItemSelectionModel, QObject, Qt, QTimer
+from PySide6.QtCore import QEvent, QItemSelectionModel, QObject, QSize, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -81,6 +81,19 @@ def _owned_by_drop_zone(widget: QWidget | None) -> bool:
             return True
         widget = widget.parentWidget()
     return False
+
+
+DEFAULT_SIZE = (1200, 780)
+"""The first window's size where the screen has room; a smaller screen gets what it has."""
+WINDOW_FRAME = (16, 48)
+"""Room left for the window manager's frame and title bar (width, height)."""
+
+
+def default_size(available: QSize) -> tuple[int, int]:
+    """The first window's size on a screen with `available` room (its work area): never more
+    than fits, so the status bar, progress and Cancel stay on a 1280×720 screen."""
+    return (min(DEFAULT_SIZE[0], available.width() - WINDOW_FRAME[0]),
+            min(DEFAULT_SIZE[1], available.height() - WINDOW_FRAME[1]))
 
 
 PANE_MODULES = ("inspector.gui.integrity_pane", "inspector.gui.overview_pane",
@@ -269,11 +282,17 @@ class MainWindow(QMainWindow):
         self._progress_timer.setSingleShot(True)
         self._progress_timer.setInterval(PROGRESS_MS)
         self._progress_timer.timeout.connect(self._apply_progress)
+        self.report_button = QPushButton("Open report")
+        self.report_button.setToolTip("Open the report just written")
+        self.report_button.clicked.connect(self.open_report)
+        self.report_path: Path | None = None
         bar.addWidget(self.stage_label, 1)
+        bar.addPermanentWidget(self.report_button)
         bar.addPermanentWidget(self.progress)
         bar.addPermanentWidget(self.cancel_button)
         self.progress.hide()
         self.cancel_button.hide()
+        self.report_button.hide()
 
     def _action(self, text: str, slot, shortcut=None, tip: str = "", icon=None) -> QAction:
         action = QAction(text, self)
@@ -316,6 +335,7 @@ class MainWindow(QMainWindow):
                                         "with bit-flip forensics", sp.SP_FileDialogContentsView)
         self.act_cancel = self._action("Cancel", self.cancel_jobs, Qt.Key.Key_Escape,
                                        "Stop the running job", sp.SP_BrowserStop)
+        self.act_cancel.setEnabled(False)  # until a job runs (`_set_busy`)
         self.act_about = self._action("&About Checkpoint Inspector", self.show_about)
 
         menu = self.menuBar().addMenu("&File")
@@ -560,9 +580,24 @@ class MainWindow(QMainWindow):
             telemetry=store if store is not None and store.gpus() else None,
             telemetry_source="nvml" if label in ("", "live") else label)
         job = Job("report", export_fn(session, path), self)
-        job.finished.connect(lambda p: self.statusBar().showMessage(f"Report written: {p}",
-                                                                    10000))
+        job.finished.connect(self._report_written)
         return self.pipeline.run_heavy(job)
+
+    def _report_written(self, path: object) -> None:
+        """Confirm the export in the window, with a button that opens the report."""
+        self.report_path = Path(str(path))
+        self.report_button.setToolTip(f"Open {self.report_path}")
+        self.report_button.show()
+        self.statusBar().showMessage(f"Report written: {self.report_path}", 30000)
+
+    def open_report(self) -> bool:
+        """Open the last written report in the desktop's viewer for its type."""
+        from PySide6.QtCore import QUrl
+        from PySide6.QtGui import QDesktopServices
+
+        if self.report_path is None:
+            return False
+        return QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.report_path)))
 
     def cancel_jobs(self) -> None:
         """Stop every running job and its sandbox worker."""
@@ -636,7 +671,7 @@ class MainWindow(QMainWindow):
         if geometry is not None:
             self.restoreGeometry(geometry)
         else:
-            self.resize(1200, 780)
+            self.resize(*default_size(self.screen().availableGeometry().size()))
         state = s.value("window/state")
         if state is not None:
             self.restoreState(state)

@@ -39,6 +39,7 @@ from inspector.gui.evidence import (
 )
 from inspector.gui.explain import (
     INDICATORS_DISABLED_TIP,
+    INDICATORS_LABEL,
     INDICATORS_TIP,
     Explanation,
     code_safety_explanation,
@@ -177,7 +178,7 @@ class OverviewPane(QWidget):
                 self.copy_button.setToolTip("Copy the SHA-256 to the clipboard")
                 self.copy_button.clicked.connect(self._copy_sha)
                 self.indicators_button = QToolButton()
-                self.indicators_button.setText("Copy indicators")
+                self.indicators_button.setText(INDICATORS_LABEL)
                 self.indicators_button.clicked.connect(self._copy_indicators)
                 row = QHBoxLayout()
                 row.addWidget(value, 1)
@@ -239,9 +240,10 @@ class OverviewPane(QWidget):
             self.findings.clear()
             return
         scan = doc.scan or {}
-        self.banner.show_style(code_safety_style(doc.scan), code_safety_explanation(doc.scan),
-                               self._banner_detail(doc))
         status = doc.health.status if doc.health is not None else None
+        self.banner.show_style(code_safety_style(doc.scan, status),
+                               code_safety_explanation(doc.scan, status),
+                               self._banner_detail(doc))
         health_text = health_explanation(status, _loaded(doc))
         self.health_banner.show_style(health_style(status), health_text,
                                       _health_detail(doc.health) or health_text.meaning)
@@ -309,7 +311,8 @@ class OverviewPane(QWidget):
             return f"{first.get('message')}{where}{more}."
         if verdict == Verdict.ERROR:
             return (doc.scan or {}).get("error") or verdict_explanation(verdict).meaning
-        return code_safety_explanation(doc.scan).meaning
+        status = doc.health.status if doc.health is not None else None
+        return code_safety_explanation(doc.scan, status).meaning
 
     def _copy_sha(self) -> None:
         if self.doc and self.doc.sha256:
@@ -407,7 +410,8 @@ def _weights_only_text(doc: FileDocument) -> str:
 def _findings_html(doc: FileDocument) -> str:
     scan = doc.scan or {}
     verdict = doc.verdict
-    expl = code_safety_explanation(doc.scan)
+    # the worse verdict leads: damaged weights' advice, never "load it" above "do not use"
+    expl = code_safety_explanation(doc.scan, doc.health.status if doc.health else None)
     parts = []
     if expl.action:
         parts.append(f"<h3>What to do</h3><p>{html.escape(expl.action)}</p>")
@@ -435,7 +439,10 @@ def _findings_html(doc: FileDocument) -> str:
             + "</p>" + finding_call_html(f)
         )
     parts.append(more_html(findings))
-    if verdict and not findings and not flagged:
+    if verdict == Verdict.ERROR and not findings:
+        reason = scan.get("error") or expl.meaning
+        parts.append(f"<h3>Findings</h3><p>Not scanned: {html.escape(str(reason))}</p>")
+    elif verdict and not findings and not flagged:
         parts.append("<h3>Findings</h3><p>None: no risky import and no structural problem.</p>")
     return "".join(parts)
 
