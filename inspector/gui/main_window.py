@@ -26,9 +26,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from inspector.core.shard_inspect import coverage_text
 from inspector.gui import app as appmod
 from inspector.gui.action_reasons import compare_blocker, convert_blocker, file_blocker
-from inspector.gui.document import FileDocument
+from inspector.gui.document import FileDocument, distinct_names, list_text
 from inspector.gui.empty_state import EmptyState
 from inspector.gui.jobs import Job, JobRunner
 from inspector.gui.pipeline import (
@@ -236,6 +237,7 @@ class MainWindow(QMainWindow):
         self.overview.load_allowed.connect(lambda doc, names: self.pipeline.load(doc, names))
         self.overview.load_declined.connect(self.pipeline.decline)
         self.overview.opcode_requested.connect(self.show_opcode)
+        self.overview.full_check_requested.connect(self.pipeline.full_check)
         self.pickle = PicklePane(self.runner)
         self.tensors = TensorsPane()
         self.integrity = IntegrityPane(self.runner, self.pipeline)
@@ -415,6 +417,7 @@ class MainWindow(QMainWindow):
             self.docs.append(doc)
             item = QListWidgetItem(doc.name)
             self.file_list.addItem(item)
+            self._relabel()
             doc.changed.connect(lambda d=doc: self._refresh_item(d))
             self._refresh_item(doc)
             opened.append(doc)
@@ -456,13 +459,26 @@ class MainWindow(QMainWindow):
             self.stack.setCurrentWidget(self.empty)
         self._update_actions()
 
+    def _relabel(self) -> None:
+        """Give documents with the same file name (two models' `gpt2` folders) the folders
+        that tell them apart, and redraw the rows whose text changed."""
+        labels = distinct_names([d.path for d in self.docs])
+        for doc, label in zip(self.docs, labels, strict=True):
+            wanted = label if label != doc.path.name else None
+            if wanted != doc.label:
+                doc.label = wanted
+                self._refresh_item(doc)
+
     def _refresh_item(self, doc: FileDocument) -> None:
         if doc not in self.docs:
             return
         item = self.file_list.item(self.docs.index(doc))
         item.setIcon(document_icon(doc))
+        coverage = coverage_text(doc.inspect or {})
+        item.setText(list_text(doc))
         words = document_words(doc)
-        item.setToolTip(f"{doc.path}\n{words} — {doc.state_words()}")
+        item.setToolTip(f"{doc.path}\n{words} — {doc.state_words()}"
+                        + (f"\n{coverage}" if coverage else ""))
         item.setData(Qt.ItemDataRole.AccessibleTextRole, f"{doc.name}, {words}")
         if self.consistency is not None:
             self.consistency.set_verdict(str(doc.path), doc.verdict)

@@ -31,6 +31,7 @@ from inspector.gui.code_view import CodeDialog, code_summary
 from inspector.gui.document import FileDocument
 from inspector.gui.evidence import (
     EvidenceBrowser,
+    actionable_message,
     finding_call_html,
     import_html,
     linked_location,
@@ -121,6 +122,7 @@ class OverviewPane(QWidget):
     load_allowed = Signal(object, tuple)  # document, globals to allow
     load_declined = Signal(object)
     opcode_requested = Signal(object, int)  # zip member (None outside a zip), opcode offset
+    full_check_requested = Signal(object)  # document: a finding's "full check" link
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -204,6 +206,7 @@ class OverviewPane(QWidget):
         self.findings = EvidenceBrowser()
         self.findings.setOpenExternalLinks(False)
         self.findings.opcode_requested.connect(self.opcode_requested)
+        self.findings.action_requested.connect(self._action)
         self.findings.setAccessibleName("Findings and advice")
 
         layout = QVBoxLayout(self)
@@ -313,6 +316,10 @@ class OverviewPane(QWidget):
             return (doc.scan or {}).get("error") or verdict_explanation(verdict).meaning
         status = doc.health.status if doc.health is not None else None
         return code_safety_explanation(doc.scan, status).meaning
+
+    def _action(self, name: str) -> None:
+        if self.doc is not None and name == "inspect":
+            self.full_check_requested.emit(self.doc)
 
     def _copy_sha(self) -> None:
         if self.doc and self.doc.sha256:
@@ -432,7 +439,7 @@ def _findings_html(doc: FileDocument) -> str:
         parts.append(
             f"<p>{_severity_label(severity, colour)} "
             f"<code>{html.escape(str(f.get('code', '')))}</code> — "
-            f"{html.escape(str(f.get('message', '')))}"
+            f"{actionable_message(str(f.get('message', '')))}"
             + (f" <i>({where})</i>" if where else "")
             + (f"<br>{html.escape(meaning)}" if meaning else "")
             + (f"<br><b>What to do:</b> {html.escape(action)}" if action else "")
