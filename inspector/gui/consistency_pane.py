@@ -93,9 +93,8 @@ class ConsistencyPane(QWidget):
     # ---- construction --------------------------------------------------------------------
 
     def _build(self) -> None:
-        outer = QHBoxLayout(self)
+        outer = QVBoxLayout(self)
         splitter = QSplitter(Qt.Orientation.Horizontal)
-        outer.addWidget(splitter)
 
         form_box = QWidget()
         form_layout = QVBoxLayout(form_box)
@@ -107,12 +106,13 @@ class ConsistencyPane(QWidget):
         browse = QPushButton("Browse…")
         browse.clicked.connect(self._choose_file)
         file_row = QHBoxLayout()
+        file_row.addWidget(QLabel("File"))
         file_row.addWidget(self.file_edit, 1)
         file_row.addWidget(browse)
-        # the path gets the form's whole width, on a row of its own under its label: beside
-        # the label column a typical path was cut off on the left
-        form.addRow(QLabel("File"))
-        form.addRow(file_row)
+        # the path spans the whole pane, above the form and the charts: in the form's column
+        # a typical path was cut off on the left
+        outer.addLayout(file_row)
+        outer.addWidget(splitter, 1)
         self.device = QComboBox()
         self.device.setEditable(True)
         self.device.addItems(["auto", "cpu"] + [f"cuda:{i}" for i in range(8)])
