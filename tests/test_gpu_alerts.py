@@ -36,7 +36,7 @@ def test_uncorrected_ecc_alerts_after_na_and_on_the_first_sample():
     na = GpuSample(0.0, 1, ecc_uncorrected_volatile=None)
     [alert] = rules.evaluate(na, GpuSample(1.0, 1, ecc_uncorrected_volatile=1))
     assert (alert.kind, alert.severity, alert.gpu) == ("ecc_uncorrected", "critical", 1)
-    assert alert.message == "GPU 1: 1 uncorrected ECC errors (volatile)"
+    assert alert.message == "GPU 1: 1 uncorrected ECC error (volatile)"
     # the same count again, with an [N/A] between: nothing new
     assert rules.evaluate(GpuSample(2.0, 1), GpuSample(3.0, 1, ecc_uncorrected_volatile=1)) == []
     # a first sample that already shows errors, on a GPU seen for the first time
@@ -62,7 +62,7 @@ def test_replay_exits_1_when_uncorrected_ecc_goes_from_na_to_1(tmp_path, capsys)
     log.write_text(ecc_then_hot_log())
     assert main(["telemetry", "--replay", str(log)]) == 1
     out = capsys.readouterr().out
-    assert "ALERT [critical] GPU 1: 1 uncorrected ECC errors (volatile)" in out
+    assert "ALERT [critical] GPU 1: 1 uncorrected ECC error (volatile)" in out
     assert "ALERT [warning] GPU 0: temperature 86 °C above 85 °C" in out
 
 
@@ -101,7 +101,7 @@ def test_banner_shows_the_critical_ecc_alert_behind_a_later_warning(qtbot, tmp_p
     kinds = [a.kind for a in gpu_pane.store.alerts]
     assert kinds == ["ecc_uncorrected", "temperature"]  # the warning is the latest
     text = gpu_pane.banner_text.text()
-    assert "CRITICAL" in text and "GPU 1: 1 uncorrected ECC errors (volatile)" in text
+    assert "CRITICAL" in text and "GPU 1: 1 uncorrected ECC error (volatile)" in text
     assert "86 °C" not in text and "(2 alerts in the event log)" in text
     assert gpu_pane.banner_alert.kind == "ecc_uncorrected"
     gpu_pane.dismiss_banner()
@@ -143,3 +143,15 @@ def test_a_constant_series_is_not_scaled_into_noise(qtbot, tmp_path, gpu_pane):
     assert y_range([np.zeros(5)], 4.0) == (0.0, 4.0)
     assert y_range([np.array([10.0, 90.0])], 10.0) == (10.0, 90.0)
     assert y_range([np.array([np.nan])], 10.0) is None
+
+
+def test_zoomed_in_to_seconds_the_axis_still_reads_as_a_clock(qtbot):
+    from datetime import datetime
+
+    from inspector.gui.gpu_pane import ClockAxis
+
+    t = datetime(2026, 11, 20, 10, 2, 15, 500_000).timestamp()
+    axis = ClockAxis()
+    assert axis.tickStrings([t], 1, 0.5) == ["10:02:15.5"]
+    assert axis.tickStrings([t], 1, 5) == ["10:02:15"]
+    assert axis.tickStrings([1e30], 1, 5) == [""]  # far outside the calendar: no label

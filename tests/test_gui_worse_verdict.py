@@ -77,6 +77,7 @@ def test_damaged_weights_never_show_a_green_check(window, qtbot, damage, name):
     assert overview.health_banner.accessibleName() == "Weights health: Weights: problem"
     words = advice(window)
     assert words.startswith("Do not use these weights")
+    assert overview.findings.toPlainText().count("Do not use these weights") == 1  # said once
     assert "weights_only=True" not in words and "Convert it to safetensors" not in words
 
 
@@ -107,6 +108,8 @@ def test_safetensors_gets_its_own_words_and_no_convert(window, qtbot, damage):
     assert "safetensors.torch.load_file" in words
     assert "torch.load" not in words.replace("safetensors.torch.load_file", "")
     assert "pickle" not in overview.banner.subtitle.text().replace("no pickle", "")
+    assert overview.fields["weights_only"].text().startswith("not used: safetensors")
+    assert "no risky import" not in overview.findings.toPlainText()
     assert not window.act_convert.isEnabled()
     assert window.act_convert.toolTip() == ALREADY_SAFETENSORS
     tools = {a.text(): a for a in window.tools_menu.actions()}
@@ -145,7 +148,7 @@ def test_a_parent_folder_of_two_models_is_one_entry_per_model(window, qtbot, dam
     qtbot.waitUntil(lambda: all(d.state == "loaded" and d.inspect for d in docs),
                     timeout=LOAD_TIMEOUT_MS)
     rows = [window.file_list.item(i).text() for i in range(window.file_list.count())]
-    assert rows == ["alpha/tiny-gpt — 2 shards, complete", "beta/tiny-gpt — 2 shards, complete"]
+    assert rows == ["alpha/tiny-gpt (2 shards)", "beta/tiny-gpt (2 shards)"]
     assert "every key in exactly one shard" in window.file_list.item(0).toolTip()
     assert all(len(d.tensors) == 4 for d in docs)
     # elided in the middle, so the distinguishing folder and the name both stay in view

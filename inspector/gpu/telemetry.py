@@ -326,7 +326,8 @@ class AlertRules:
                 scope = name.rsplit("_", 1)[1]
                 add("ecc_uncorrected", "critical",
                     f"uncorrected ECC errors ({scope}) rose from {known:g} to {now:g}"
-                    if known is not None else f"{now:g} uncorrected ECC errors ({scope})")
+                    if known is not None else
+                    f"{now:g} uncorrected ECC error{'' if now == 1 else 's'} ({scope})")
             if now is not None:
                 self._ecc_known[(gpu, name)] = max(now, known or 0)
         for name, what in (

@@ -175,10 +175,11 @@ class FileDocument(QObject):
 
 def list_text(doc: FileDocument) -> str:
     """A document's row in the file list: its name and, for a sharded model, its coverage
-    in a few words (the row's tooltip has `coverage_text` in full)."""
+    in a few words, short enough to stay unelided: 'gpt2 (2 shards)', or '(2 shards,
+    incomplete)' when the shards do not cover their index (the tooltip has `coverage_text`)."""
     shards = (doc.inspect or {}).get("shards")
     if not (doc.inspect or {}).get("index") or shards is None:
         return doc.name
     fatal = [p for p in (doc.inspect or {}).get("problems") or [] if p.get("fatal")]
     count = f"{len(shards)} shard{'s' if len(shards) != 1 else ''}"
-    return f"{doc.name} — {count}, {'incomplete' if fatal else 'complete'}"
+    return f"{doc.name} ({count}{', incomplete' if fatal else ''})"

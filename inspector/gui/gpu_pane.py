@@ -102,6 +102,24 @@ _TABLE_COLUMNS = ("GPU", "Temp", "Power", "Util", "Memory", "SM clock", "Clock e
                   "ECC unc.", "Retire/remap")
 
 
+class ClockAxis(pg.DateAxisItem):
+    """A time axis whose labels always read as a clock (10:02:15, or 10:02:15.5 below a
+    second): pyqtgraph's own drops the hours and minutes when zoomed in to seconds."""
+
+    def tickStrings(self, values, scale, spacing):
+        """Clock labels for ticks `spacing` seconds apart; dates from a day apart up."""
+        if spacing >= 86400:
+            return super().tickStrings(values, scale, spacing)
+        labels = []
+        for value in values:
+            try:
+                text = datetime.fromtimestamp(value).strftime("%H:%M:%S.%f")
+            except (OverflowError, OSError, ValueError):
+                text = ""
+            labels.append(text[:-5] if spacing < 1 else text[:-7])
+        return labels
+
+
 def gpu_colour(index: int, palette: QPalette | None = None) -> QColor:
     """The colour of one GPU in every chart, for `palette` (the application's by default)."""
     return chart_style.series_colour(index, palette or QApplication.palette())
@@ -297,7 +315,7 @@ class GpuPane(QWidget):
         first: pg.PlotItem | None = None
         for row, (title, unit, _fields) in enumerate(PLOTS):
             plot = self.graphics.addPlot(row=row, col=0,
-                                         axisItems={"bottom": pg.DateAxisItem()})
+                                         axisItems={"bottom": ClockAxis()})
             plot.setLabel("left", unit)
             # every plot has its own labelled time axis: the plots scroll, so one axis under
             # the last would be out of view on a small screen

@@ -401,6 +401,8 @@ def _sandbox_text(doc: FileDocument) -> str:
 def _weights_only_text(doc: FileDocument) -> str:
     if not doc.scan:
         return "—"
+    if doc.scan.get("format") == "safetensors":
+        return "not used: safetensors is read without torch.load or pickle"
     if doc.scan.get("weights_only_ok"):
         return "accepts this file"
     if doc.scan.get("format") in CODE_ARCHIVES:
@@ -422,7 +424,7 @@ def _findings_html(doc: FileDocument) -> str:
     parts = []
     if expl.action:
         parts.append(f"<h3>What to do</h3><p>{html.escape(expl.action)}</p>")
-    parts.append(_health_html(doc.health))
+    parts.append(_health_html(doc.health, said=expl.action))
     flagged = flagged_globals(scan)
     if flagged:
         parts.append(f"<h3>Offending imports ({len(flagged)})</h3>")
@@ -450,7 +452,10 @@ def _findings_html(doc: FileDocument) -> str:
         reason = scan.get("error") or expl.meaning
         parts.append(f"<h3>Findings</h3><p>Not scanned: {html.escape(str(reason))}</p>")
     elif verdict and not findings and not flagged:
-        parts.append("<h3>Findings</h3><p>None: no risky import and no structural problem.</p>")
+        what = ("no structural problem in the header or the tensor offsets"
+                if scan.get("format") == "safetensors"
+                else "no risky import and no structural problem")
+        parts.append(f"<h3>Findings</h3><p>None: {what}.</p>")
     return "".join(parts)
 
 
@@ -461,11 +466,14 @@ def _severity_label(severity: str, colour: str | None) -> str:
     return f"<b{style}>{html.escape(severity.upper())}</b>"
 
 
-def _health_html(health: Health | None) -> str:
-    """The weights-health findings, worst first; training state shown as information."""
+def _health_html(health: Health | None, said: str = "") -> str:
+    """The weights-health findings, worst first; training state shown as information. Its
+    advice is left out when the page's "What to do" (`said`) already gives it."""
     if health is None:
         return ""
     expl = health_explanation(health.status, True)
+    if expl.action == said:
+        expl = Explanation(expl.headline, expl.meaning, "")
     findings = sorted(health.findings,
                       key=lambda f: ("problem", "warning", "info").index(f.severity or "info"))
     parts = [f"<h3>Weights health: {html.escape(str(health.status).upper())}</h3>"
