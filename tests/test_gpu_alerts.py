@@ -155,3 +155,16 @@ def test_zoomed_in_to_seconds_the_axis_still_reads_as_a_clock(qtbot):
     assert axis.tickStrings([t], 1, 0.5) == ["10:02:15.5"]
     assert axis.tickStrings([t], 1, 5) == ["10:02:15"]
     assert axis.tickStrings([1e30], 1, 5) == [""]  # far outside the calendar: no label
+
+
+def test_a_few_seconds_of_live_samples_get_clock_ticks_that_fit(qtbot):
+    from datetime import datetime
+
+    from inspector.gui.gpu_pane import CLOCK_LABEL_PX, ClockAxis
+
+    start = datetime(2026, 11, 20, 10, 2, 15, 300_000).timestamp()
+    axis = ClockAxis()
+    [(step, values)] = axis.tickValues(start, start + 15, 930)
+    assert step == 2 and 5 <= len(values) <= 930 // CLOCK_LABEL_PX
+    labels = axis.tickStrings(values, 1, step)
+    assert labels[0] == "10:02:16" and all(len(t) == 8 and t.count(":") == 2 for t in labels)
