@@ -95,6 +95,30 @@ elif what == "code":  # a scripted module, and copies whose code/ was edited aft
 
     edited("os_system.pt", '    os.system("true")')
     edited("tricky.pt", '    # <b>bold</b> \u202e <script>x</script>')
+elif what == "damage":  # issue 24: every kind of damaged file, safetensors, two models
+    g = torch.Generator().manual_seed(24)
+    nan = {"fc.weight": torch.randn(16, 16, generator=g), "fc.bias": torch.randn(16, generator=g)}
+    nan["fc.weight"][3, 5] = float("nan")
+    torch.save(nan, out / "nan.pt")
+    torch.save(factories.layered_state_dict(flip=True), out / "flipped.pt")
+    factories.crc_damaged(out / "crc.pt")
+    torch.save({"w": torch.randn(64, 64, generator=g)}, out / "whole.pt")
+    data = (out / "whole.pt").read_bytes()
+    (out / "truncated.pt").write_bytes(data[:len(data) * 2 // 3])
+    (out / "whole.pt").unlink()
+    factories.save_safetensors(out / "model.safetensors")
+    for org in ("alpha", "beta"):
+        folder = out / "parent" / org / "tiny-gpt"
+        folder.mkdir(parents=True)
+        weight_map = {}
+        for shard in (1, 2):
+            name = f"pytorch_model-{shard:05d}-of-00002.bin"
+            state = {f"h.{shard}.{part}": torch.randn(8, 8, generator=g)
+                     for part in ("attn.weight", "mlp.weight")}
+            torch.save(state, folder / name)
+            weight_map.update(dict.fromkeys(state, name))
+        (folder / "pytorch_model.bin.index.json").write_text(json.dumps(
+            {"metadata": {"total_size": 4 * 4 * 64}, "weight_map": weight_map}))
 (out / f"expected-{what}.json").write_text(json.dumps(expected))
 """
 

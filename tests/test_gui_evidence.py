@@ -1,5 +1,5 @@
 """Evidence for a dangerous file: the reconstructed calls with their arguments under the real
-module names, links that open the Pickle pane at the opcode, and "Copy indicators" for a
+module names, links that open the Pickle pane at the opcode, and "Copy threat summary" for a
 security ticket. Nothing from the malicious files ever runs (the canary fixture)."""
 
 from __future__ import annotations

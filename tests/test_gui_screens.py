@@ -4,8 +4,10 @@ tests/artifacts/screens/SCENE-WxH-THEME.png.
 
 After the empty window, it holds the built-in samples (safe and dangerous), a small
 checkpoint verified against its manifest and compared with a copy that has one flipped
-exponent bit, and a 6-layer model with a flipped exponent (the radar's case); the GPU pane
-reads two fake GPUs."""
+exponent bit, a 6-layer model with a flipped exponent (the radar's case), a NaN, a
+CRC-damaged, a truncated and a safetensors file, and a parent folder of two sharded models;
+the GPU pane reads two fake GPUs live, then replays a log with a critical ECC alert behind a
+later temperature warning."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from gui_support import LOAD_TIMEOUT_MS, build, flip_exponent_bit, wait_loaded
 from PySide6.QtCore import QPoint
 from PySide6.QtGui import QPainter, QPixmap
 from PySide6.QtWidgets import QApplication, QWidget
+from test_gpu_alerts import ecc_then_hot_log
 
 from inspector.gui import app as appmod
 from inspector.gui.consistency_pane import PLOT_MIN_HEIGHT
@@ -54,6 +57,10 @@ def test_screenshots_of_every_pane_and_dialog(window, qtbot, small, tmp_path, ar
     shutil.copy(folder / "benign.pt", work / "model.pt")
     flip_exponent_bit(folder / "benign.pt", tmp_path / "model-flipped.pt")
     build(tmp_path / "radar", "radar")
+    damage = tmp_path / "damage"
+    build(damage, "damage")
+    replay_log = tmp_path / "ecc-then-hot.csv"
+    replay_log.write_text(ecc_then_hot_log())
     shots = artifacts / "screens"
     shots.mkdir(exist_ok=True)
     for old in shots.glob("*.png"):
@@ -85,10 +92,18 @@ def test_screenshots_of_every_pane_and_dialog(window, qtbot, small, tmp_path, ar
     shoot({"empty": lambda: None})
     benign, malicious = window.open_samples()
     model, layered = window.open_paths([work / "model.pt", tmp_path / "radar" / "flipped.pt"])
+    nan, crc, truncated, safetensors = window.open_paths(
+        [damage / "nan.pt", damage / "crc.pt", damage / "truncated.pt",
+         damage / "model.safetensors"])
+    alpha, beta = window.open_paths([damage / "parent"])
     wait_loaded(qtbot, malicious, ("blocked",))
-    for doc in (benign, model, layered):
+    wait_loaded(qtbot, truncated, ("error",))
+    for doc in (benign, model, layered, nan, crc, safetensors):
         wait_loaded(qtbot, doc)
-    qtbot.waitUntil(lambda: (layered.inspect or {}).get("health") is not None)
+    qtbot.waitUntil(lambda: all(d.state == "loaded" and d.inspect for d in (alpha, beta)),
+                    timeout=LOAD_TIMEOUT_MS)
+    for doc in (layered, nan):
+        qtbot.waitUntil(lambda d=doc: (d.inspect or {}).get("health") is not None)
     docs = window.docs
 
     def show(doc, pane: QWidget) -> None:
@@ -135,6 +150,23 @@ def test_screenshots_of_every_pane_and_dialog(window, qtbot, small, tmp_path, ar
             assert window.tensors.select_key(FLIPPED)
         return scene
 
+    def gpu(replay: bool) -> Callable[[], None]:
+        """The GPU pane sampling the fake GPUs live, or replaying a log where GPU 1's
+        uncorrected ECC count turns from [N/A] to 1 before GPU 0's later temperature
+        warning: the banner must show the critical ECC alert."""
+        def scene() -> None:
+            tab("GPU")()
+            pane = window.gpu
+            if replay and pane.source_label != str(replay_log):
+                pane.open_log(str(replay_log))
+                qtbot.waitUntil(lambda: pane.source_label == str(replay_log), timeout=30_000)
+            elif not replay and pane.sampler is None:
+                pane.start_live()
+                qtbot.waitUntil(lambda: pane.store.count(1) >= 3, timeout=30_000)
+            if replay:
+                assert "uncorrected ECC" in pane.banner_text.text()
+        return scene
+
     def tab(title: str) -> Callable[[], None]:
         def scene() -> None:
             show(benign, next(window.tabs.widget(i) for i in range(window.tabs.count())
@@ -150,7 +182,14 @@ def test_screenshots_of_every_pane_and_dialog(window, qtbot, small, tmp_path, ar
         "tensors-tree": tensors("tree_button"),
         "tensors-radar": tensors("radar_button"),
         "integrity-compare": lambda: show(model, window.integrity),
-        "gpu-live": tab("GPU"),
+        "damaged-nan": lambda: show(nan, window.overview),
+        "damaged-flipped": lambda: show(layered, window.overview),
+        "damaged-crc": lambda: show(crc, window.overview),
+        "damaged-truncated": lambda: show(truncated, window.overview),
+        "safetensors": lambda: show(safetensors, window.overview),
+        "two-models": lambda: show(alpha, window.overview),
+        "gpu-live": gpu(replay=False),
+        "gpu-replay-ecc": gpu(replay=True),
         "consistency": tab("Consistency"),
         "convert-dialog": lambda: (show(model, window.overview), convert)[1],
         "export-dialog": lambda: (show(model, window.overview), export)[1],

@@ -241,7 +241,7 @@ def test_dropping_a_folder_lists_its_checkpoints_with_verdict_icons(
         wait_loaded(qtbot, doc, ("loaded", "blocked"))
     icons = {d.name: window.file_list.item(i).icon().cacheKey()
              for i, d in enumerate(window.docs)}
-    # with_nan.pt is safe code but NaN weights: its safe badge carries a weights-health mark
+    # with_nan.pt is safe code but NaN weights: its list icon is the Damaged badge
     assert len({icons["extra.pkl"], icons["model-00001.bin"], icons["model-00002.pt"]}) == 3
     assert [d.verdict for d in window.docs] == ["dangerous", "dangerous", "safe", "safe"]
     assert [Path(r.path).name for r in scan_paths([shards]) if r.verdict != "skipped"] == expected

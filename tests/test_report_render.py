@@ -197,3 +197,36 @@ def test_html_opens_in_headless_chromium_with_the_verdict_on_top(session, tmp_pa
     doc.feed(dom)
     assert doc.verdicts == ["dangerous"] and doc.sections.count("tensors") == 2
     assert "script" not in doc.tags  # the hostile key stayed text in the browser too
+
+
+def test_the_summary_comes_first_and_every_file_table_in_the_appendix(session):
+    html = render_html(build_report(session))
+    summary, appendix = html.index('data-section="summary"'), html.index('id="appendix"')
+    files = [html.index(f'id="file-{n}"') for n in (1, 2)]
+    assert summary < appendix < min(files)
+    # the appendix starts a page of its own; the files after it do not each take a new page
+    assert 'id="appendix" style="page-break-before: always"' in html
+    assert html.count("page-break-before") == 1
+    # the summary names each file and links to its detail
+    head = html[summary:appendix]
+    assert 'href="#file-1"' in head and 'href="#file-2"' in head
+    assert "evil.pt" in head and "good.pt" in head
+    assert "Prevention checklist" not in head and "Tensors" not in head
+
+
+def test_the_pdf_first_page_is_the_summary_alone(session, tmp_path, artifacts):
+    from PySide6.QtCore import QSize
+    from PySide6.QtPdf import QPdfDocument
+
+    pdf = tmp_path / "report.pdf"
+    export(session, pdf)
+    doc = QPdfDocument()
+    doc.load(str(pdf))
+    assert doc.pageCount() >= 2
+    first, second = (doc.getAllText(n).text() for n in (0, 1))
+    assert "DANGEROUS" in first and "evil.pt" in first and "good.pt" in first
+    assert "Prevention checklist" not in first and "Appendix" not in first
+    assert second.lstrip().startswith("Appendix")
+    size = doc.pagePointSize(0).toSize()
+    assert doc.render(0, QSize(size.width(), size.height())).save(
+        str(artifacts / "report-pdf-summary-page.png"))

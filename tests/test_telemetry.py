@@ -183,18 +183,27 @@ def test_alert_rules():
         return GpuSample(**{**base.__dict__, "timestamp": 1.0, **changes})
 
     evaluate = AlertRules().evaluate
-    assert evaluate(None, base) == [] and evaluate(base, step()) == []
+    # the first sample already shows 4 uncorrected (aggregate) errors: that alerts, once
+    [first] = evaluate(None, base)
+    assert (first.kind, first.severity) == ("ecc_uncorrected", "critical")
+    assert "4 uncorrected ECC errors (aggregate)" in first.message
+    assert evaluate(base, step()) == []
     [a] = evaluate(base, step(ecc_uncorrected_volatile=2))
     assert (a.kind, a.severity) == ("ecc_uncorrected", "critical")
     assert "volatile" in a.message and "from 0 to 2" in a.message
     assert [a.kind for a in evaluate(base, step(ecc_uncorrected_aggregate=5))] == [
         "ecc_uncorrected"]
-    assert evaluate(step(ecc_uncorrected_volatile=None), step(ecc_uncorrected_volatile=3)) == []
+    # an [N/A] sample between counts does not hide a rise (the rules keep the highest known)
+    assert [a.message for a in evaluate(step(ecc_uncorrected_volatile=None),
+                                        step(ecc_uncorrected_volatile=3))] == [
+        "GPU 0: uncorrected ECC errors (volatile) rose from 2 to 3"]
     assert [a.kind for a in evaluate(base, step(retired_pending=True))] == ["retired_pending"]
     assert [a.kind for a in evaluate(base, step(remapped_pending=True))] == ["remapped_pending"]
     assert [a.kind for a in evaluate(base, step(remapped_failure=True))] == ["remapped_failure"]
     assert evaluate(step(retired_pending=True), step(retired_pending=True)) == []
-    assert AlertRules(temp_threshold=95).evaluate(base, step(temperature_gpu=91)) == []
+    hot = AlertRules(temp_threshold=95)
+    hot.evaluate(None, base)  # its first sample's 4 aggregate errors alert here, once
+    assert hot.evaluate(base, step(temperature_gpu=91)) == []
 
 
 def test_temperature_alerts_once_while_hovering_at_the_threshold():

@@ -33,6 +33,11 @@ def run_gui(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if not display_available():
         return _headless(args)
+    from inspector.gui.platform_check import EXIT_MISSING_LIBRARIES, startup_problem
+
+    if (problem := startup_problem()) is not None:  # before Qt aborts with a misleading line
+        print(problem, file=sys.stderr)
+        return EXIT_MISSING_LIBRARIES
     from inspector.gui.app import create_application
     from inspector.gui.main_window import MainWindow
 

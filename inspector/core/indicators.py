@@ -1,6 +1,6 @@
 """Indicators for a security ticket: a flagged file's identity, imports and calls as plain text.
 
-Built from the scan contract alone (no Qt, no torch), so the desktop app's "Copy indicators"
+Built from the scan contract alone (no Qt, no torch), so the desktop app's "Copy threat summary"
 and any other caller give the same block. Text that comes from the file is escaped
 (`core.termtext`), so a pasted ticket shows what a payload hid rather than obeying it.
 """

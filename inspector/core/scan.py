@@ -995,11 +995,12 @@ def scan_bytes(data: bytes, path: str = "<bytes>") -> ScanResult:
     return _run(path, len(data), lambda: data)
 
 
-def _run(path: str, size: int, load, archives: list[tuple[int, int]] | None = None
-         ) -> ScanResult:
+def _run(path: str, size: int, load, archives: list[tuple[int, int]] | None = None,
+         crc_budget: int = CRC_BUDGET) -> ScanResult:
     t0 = time.perf_counter()
     res = ScanResult(path=path, size=size)
     ctx = _Scan(res, weights_only_rules(), archives)
+    ctx.crc_budget = crc_budget
     # The walk allocates many small acyclic objects; cyclic GC passes over a host process's
     # heap (torch, Qt) would cost more than the scan itself.
     gc_was_enabled = gc.isenabled()
@@ -1019,9 +1020,12 @@ def _run(path: str, size: int, load, archives: list[tuple[int, int]] | None = No
     return res
 
 
-def scan_file(path: str | os.PathLike, archives: list[tuple[int, int]] | None = None
-              ) -> ScanResult:
+def scan_file(path: str | os.PathLike, archives: list[tuple[int, int]] | None = None,
+              crc_budget: int = CRC_BUDGET) -> ScanResult:
     """Statically scan one file; never raises for a bad file (the result carries the error).
+
+    `crc_budget`: tensor record bytes whose CRC-32 is checked (the app's full check passes
+    more than the file holds).
 
     `archives`: the (offset, length) of each item a DCP `.metadata` lists in this `.distcp`
     file (`core.dcp_items`); checked, they spare the search of every page for archive ends."""
@@ -1041,9 +1045,9 @@ def scan_file(path: str | os.PathLike, archives: list[tuple[int, int]] | None = 
                 while chunk := os.read(fd, SMALL_FILE + 1 - sum(map(len, chunks))):
                     chunks.append(chunk)
                 data = b"".join(chunks)
-                return _run(p, len(data), lambda: data, archives)
+                return _run(p, len(data), lambda: data, archives, crc_budget)
             with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
-                return _run(p, size, lambda: mm, archives)
+                return _run(p, size, lambda: mm, archives, crc_budget)
         finally:
             os.close(fd)
     except OSError as exc:

@@ -306,9 +306,12 @@ class TelemetryStore:
 class AlertRules:
     """The alert rules over a stream of samples.
 
-    Counters alert on any increase; pending retirement / remapping and remap failure alert when
-    they appear; temperature alerts once when it rises above the threshold and re-arms only
-    after it falls `hysteresis` degrees below it, so a GPU hovering at the line alerts once.
+    Uncorrected ECC counts alert whenever they exceed the highest count known for that GPU (0
+    before any), so a first sample that already shows errors, or a count that appears after
+    [N/A] samples, alerts once; an [N/A] between two equal counts does not. Pending
+    retirement / remapping and remap failure alert when they appear; temperature alerts once
+    when it rises above the threshold and re-arms only after it falls `hysteresis` degrees
+    below it, so a GPU hovering at the line alerts once.
     """
 
     def __init__(self, temp_threshold: float = DEFAULT_TEMP_THRESHOLD_C,
@@ -316,6 +319,7 @@ class AlertRules:
         self.temp_threshold = temp_threshold
         self.hysteresis = hysteresis
         self._hot: set[int] = set()
+        self._ecc_known: dict[tuple[int, str], float] = {}
 
     def evaluate(self, previous: GpuSample | None, current: GpuSample) -> list[Alert]:
         """Alerts raised by the change from `previous` to `current` of one GPU."""
@@ -328,12 +332,16 @@ class AlertRules:
         if current.lost and not (previous and previous.lost):
             add("gpu_lost", "critical", "the GPU is lost (fell off the bus or needs a reset)")
         for name in ("ecc_uncorrected_volatile", "ecc_uncorrected_aggregate"):
-            before = getattr(previous, name, None)
             now = getattr(current, name)
-            if before is not None and now is not None and now > before:
+            known = self._ecc_known.get((gpu, name))
+            if now is not None and now > (known or 0):
                 scope = name.rsplit("_", 1)[1]
                 add("ecc_uncorrected", "critical",
-                    f"uncorrected ECC errors ({scope}) rose from {before:g} to {now:g}")
+                    f"uncorrected ECC errors ({scope}) rose from {known:g} to {now:g}"
+                    if known is not None else
+                    f"{now:g} uncorrected ECC error{'' if now == 1 else 's'} ({scope})")
+            if now is not None:
+                self._ecc_known[(gpu, name)] = max(now, known or 0)
         for name, what in (
             ("retired_pending", "a page retirement is pending (reset the GPU to apply it)"),
             ("remapped_pending", "a row remapping is pending (reset the GPU to apply it)"),
@@ -349,6 +357,20 @@ class AlertRules:
             elif gpu in self._hot and temp <= limit - self.hysteresis:
                 self._hot.discard(gpu)
         return alerts
+
+
+SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
+"""Alert severities from least to most urgent."""
+
+
+def worst_alert(alerts: Iterable[Alert]) -> Alert | None:
+    """The alert a banner shows: the most severe, the latest among equals (None if none)."""
+    worst: Alert | None = None
+    for alert in alerts:
+        if worst is None or (SEVERITY_RANK.get(alert.severity, 1), alert.timestamp) >= (
+                SEVERITY_RANK.get(worst.severity, 1), worst.timestamp):
+            worst = alert
+    return worst
 
 
 def xid_alert(event: XidEvent) -> Alert:

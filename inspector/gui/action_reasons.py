@@ -10,10 +10,16 @@ SCANNING = "Wait for the scan to finish"
 DANGEROUS_COMPARE = "A dangerous file is never loaded, so it cannot be compared"
 
 
+ALREADY_SAFETENSORS = "Already safetensors: there is nothing to convert"
+
+
 def convert_blocker(doc: FileDocument | None) -> str | None:
-    """Why `doc` cannot be converted now (it must be loaded in the sandbox); None if it can."""
+    """Why `doc` cannot be converted now (it must be loaded in the sandbox, and not be
+    safetensors already); None if it can."""
     if doc is None:
         return NO_FILE
+    if (doc.scan or {}).get("format") == "safetensors":
+        return ALREADY_SAFETENSORS
     if doc.state == DocumentState.LOADED:
         return None
     return f"Only a file loaded in the sandbox can be converted. This one: {doc.state_words()}"

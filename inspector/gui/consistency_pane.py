@@ -44,7 +44,7 @@ from inspector.core.vocabulary import CheckStatus, Verdict
 from inspector.gpu.consistency_job import ConsistencyRequest, describe_element, run_consistency
 from inspector.gpu.telemetry import TelemetryStore
 from inspector.gui import chart_style
-from inspector.gui.gpu_pane import gpu_colour
+from inspector.gui.gpu_pane import gpu_colour, y_range
 from inspector.gui.jobs import Job, JobRunner
 from inspector.gui.toggle_button import ToggleButton
 from inspector.report.sections import self_test_words
@@ -52,7 +52,8 @@ from inspector.sandbox.client import SandboxError
 
 RunFn = Callable[..., dict[str, Any]]
 PASS_STYLE, FAIL_STYLE, IDLE_STYLE = "good", "bad", "idle"  # verdict banner looks
-PLOT_MIN_HEIGHT = 110
+PLOT_MIN_HEIGHT = 150
+X_LABEL = "seconds since the run started"
 GPU_PLOTS = {"temperature": ("temperature_gpu", "temperature"), "power": ("power_draw", "power")}
 """GPU chart name: (telemetry field, what it shows)."""
 NO_TELEMETRY = ("GPU temperature and power charts are hidden: no GPU telemetry is being "
@@ -92,9 +93,8 @@ class ConsistencyPane(QWidget):
     # ---- construction --------------------------------------------------------------------
 
     def _build(self) -> None:
-        outer = QHBoxLayout(self)
+        outer = QVBoxLayout(self)
         splitter = QSplitter(Qt.Orientation.Horizontal)
-        outer.addWidget(splitter)
 
         form_box = QWidget()
         form_layout = QVBoxLayout(form_box)
@@ -106,9 +106,13 @@ class ConsistencyPane(QWidget):
         browse = QPushButton("Browse…")
         browse.clicked.connect(self._choose_file)
         file_row = QHBoxLayout()
+        file_row.addWidget(QLabel("File"))
         file_row.addWidget(self.file_edit, 1)
         file_row.addWidget(browse)
-        form.addRow("File", file_row)
+        # the path spans the whole pane, above the form and the charts: in the form's column
+        # a typical path was cut off on the left
+        outer.addLayout(file_row)
+        outer.addWidget(splitter, 1)
         self.device = QComboBox()
         self.device.setEditable(True)
         self.device.addItems(["auto", "cpu"] + [f"cuda:{i}" for i in range(8)])
@@ -210,6 +214,9 @@ class ConsistencyPane(QWidget):
         )):
             plot = self.graphics.addPlot(row=row, col=0)
             plot.setLabel("left", unit)
+            # one x unit for every chart, each axis labelled: the charts scroll, so a label
+            # under the last alone left the others' numbers to guess
+            plot.setLabel("bottom", X_LABEL)
             plot.showGrid(x=True, y=True, alpha=0.2)
             plot.getAxis("left").setWidth(56)
             plot.setMinimumHeight(PLOT_MIN_HEIGHT)
@@ -283,10 +290,7 @@ class ConsistencyPane(QWidget):
                     layout.removeItem(plot)
                 plot.setVisible(want)
         laid_out = [plot for plot in self.plots.values() if plot in layout.items]
-        self.graphics.setMinimumHeight(len(laid_out) * PLOT_MIN_HEIGHT + 40)  # + the x label
-        last = laid_out[-1]
-        for plot in self.plots.values():
-            plot.setLabel("bottom", "seconds since the run started" if plot is last else None)
+        self.graphics.setMinimumHeight(len(laid_out) * PLOT_MIN_HEIGHT + 40)
 
     # ---- inputs --------------------------------------------------------------------------
 
@@ -295,6 +299,7 @@ class ConsistencyPane(QWidget):
         static scan's verdict when known."""
         self._verdicts[path] = verdict
         self.file_edit.setText(path)
+        self.file_edit.setToolTip(path)
         self._set_running(self.job is not None)
 
     def set_verdict(self, path: str, verdict: str | None) -> None:
@@ -427,8 +432,17 @@ class ConsistencyPane(QWidget):
                 self._mark(event["received"] - self._started,
                            f"bit {event['bit']} flipped in {event['key']}")
         xs = np.asarray(self._xs)
-        self.diff_curve.setData(xs, np.nan_to_num(np.asarray(self._diffs), posinf=np.nan))
-        self.count_curve.setData(xs, np.asarray(self._counts))
+        diffs = np.nan_to_num(np.asarray(self._diffs), posinf=np.nan)
+        counts = np.asarray(self._counts)
+        self.diff_curve.setData(xs, diffs)
+        self.count_curve.setData(xs, counts)
+        # all-zero (identical runs) stays a flat line at 0, not one centred in -0.5..0.5
+        largest = float(np.abs(diffs[np.isfinite(diffs)]).max(initial=0.0))
+        for name, values, span in (("diff", diffs, largest * 0.2 or 1.0),
+                                   ("count", counts, 4.0)):
+            found = y_range([values], span)
+            if found is not None:
+                self.plots[name].setYRange(*found, padding=0.08)
         self._draw_telemetry()
 
     def _mark(self, x: float, label: str) -> None:

@@ -42,6 +42,19 @@ class Verification:
     note: str = ""
 
 
+def distinct_names(paths: list[Path]) -> list[str]:
+    """Each path's shortest tail of folders that no other path in the list shares
+    ('org-a/gpt2' and 'org-b/gpt2'), so equal file names stay distinguishable in a list."""
+    names = []
+    for path in paths:
+        depth = 1
+        while depth < len(path.parts) and any(
+                other != path and other.parts[-depth:] == path.parts[-depth:] for other in paths):
+            depth += 1
+        names.append("/".join(path.parts[-depth:]))
+    return names
+
+
 class FileDocument(QObject):
     """Scan, hash, sandbox load and integrity results of one file, filled in progressively."""
 
@@ -70,11 +83,13 @@ class FileDocument(QObject):
         self.diff: DiffResult | None = None
         self.conversion: ConversionResult | None = None
         self.worker_started = False
+        self.label: str | None = None
+        """A longer name, set while another open document has the same file name."""
 
     @property
     def name(self) -> str:
-        """File name shown in lists and titles."""
-        return self.path.name
+        """File name shown in lists and titles: `label` when set (names that would be alike)."""
+        return self.label or self.path.name
 
     @property
     def verdict(self) -> str | None:
@@ -156,3 +171,15 @@ class FileDocument(QObject):
             self.tensors_reset.emit()
         self.objects = list(result["objects"])
         self.changed.emit()
+
+
+def list_text(doc: FileDocument) -> str:
+    """A document's row in the file list: its name and, for a sharded model, its coverage
+    in a few words, short enough to stay unelided: 'gpt2 (2 shards)', or '(2 shards,
+    incomplete)' when the shards do not cover their index (the tooltip has `coverage_text`)."""
+    shards = (doc.inspect or {}).get("shards")
+    if not (doc.inspect or {}).get("index") or shards is None:
+        return doc.name
+    fatal = [p for p in (doc.inspect or {}).get("problems") or [] if p.get("fatal")]
+    count = f"{len(shards)} shard{'s' if len(shards) != 1 else ''}"
+    return f"{doc.name} ({count}{', incomplete' if fatal else ''})"

@@ -20,8 +20,9 @@ class EmptyState(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("emptyState")
-        logo = QLabel()
-        logo.setPixmap(shield_icon("#2f65ca").pixmap(96, 96))
+        self.logo = logo = QLabel()
+        # a magnifier, not a check: nothing has been judged yet, so nothing reads as "safe"
+        logo.setPixmap(shield_icon("#2f65ca", checked=False).pixmap(96, 96))
         logo.setAlignment(Qt.AlignmentFlag.AlignCenter)
 
         title = QLabel(PROMPT)

@@ -7,6 +7,7 @@ opcode's offset, so the page needs no state to resolve a click.
 
 from __future__ import annotations
 
+import re
 from urllib.parse import quote, unquote
 
 from PySide6.QtCore import QEvent, QUrl, Signal
@@ -36,6 +37,24 @@ def opcode_href(member: str | None, offset: int) -> str:
     keeps entities in attributes as written).
     """
     return f"{SCHEME}:{offset}" + ("" if member is None else f"#{quote(member, safe='')}")
+
+
+ACTION_SCHEME = "action"
+ACTIONS = {"inspect": "Check every tensor record now"}
+"""What a finding's advice to run a command becomes in the app: the command -> its link text."""
+_CLI_ADVICE = re.compile(r";?\s*run `ckpt-inspector (\w+)[^`]*`[^;.]*")
+
+
+def actionable_message(message: str) -> str:
+    """A finding's message as HTML, its "run `ckpt-inspector CMD`" advice replaced by a link
+    that does it in the app (`action:CMD`), or dropped when the app has no such action."""
+    match = _CLI_ADVICE.search(message)
+    if match is None:
+        return html_escape(message)
+    action = match.group(1)
+    link = (f" — <a href='{ACTION_SCHEME}:{action}'>{html_escape(ACTIONS[action])}</a>"
+            if action in ACTIONS else "")
+    return html_escape(message[:match.start()] + message[match.end():]) + link
 
 
 def opcode_target(url: QUrl) -> tuple[str | None, int] | None:
@@ -109,6 +128,7 @@ class EvidenceBrowser(QTextBrowser):
     palette only when it reads the HTML."""
 
     opcode_requested = Signal(object, int)  # zip member (None outside a zip), opcode offset
+    action_requested = Signal(str)  # the name of an `action:` link (ACTIONS)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -138,3 +158,5 @@ class EvidenceBrowser(QTextBrowser):
         target = opcode_target(url)
         if target is not None:
             self.opcode_requested.emit(*target)
+        elif url.scheme() == ACTION_SCHEME and url.path() in ACTIONS:
+            self.action_requested.emit(url.path())

@@ -8,6 +8,11 @@ from inspector.core.integrity import integrity_findings
 from inspector.core.torchscript_layout import CODE_ARCHIVES
 from inspector.core.vocabulary import HealthStatus, Verdict
 
+HEALTH_PROBLEM_ACTION = (
+    "Do not use these weights. Diff against an earlier good copy (Tools → Compare With…) to "
+    "see whether single bits flipped (memory or storage) or training diverged, and restore "
+    "that copy.")
+
 
 @dataclass(frozen=True)
 class Explanation:
@@ -60,6 +65,21 @@ CODE_ARCHIVE = Explanation(
     "weights, convert it to safetensors.",
 )
 
+SAFETENSORS = Explanation(
+    "Safe — safetensors holds no code",
+    "A safetensors file is a JSON header and raw tensor bytes: there is no pickle in it, so "
+    "loading it cannot run code.",
+    "Load it with safetensors (safetensors.torch.load_file(path)), and record its SHA-256 in "
+    "a manifest so later copies can be checked.",
+)
+
+NO_CODE_DAMAGED_WEIGHTS = Explanation(
+    "No code found — but the weights are damaged",
+    "Loading it runs no code, but some weights hold NaN or Inf or values far beyond the rest "
+    "of their tensor (see Weights health).",
+    HEALTH_PROBLEM_ACTION,
+)
+
 PENDING = Explanation("Scanning…", "Reading the pickle opcodes; nothing from the file runs.", "")
 
 CORRUPT = Explanation(
@@ -86,8 +106,7 @@ HEALTH_TEXT: dict[str, Explanation] = {
         "Weights are corrupted or diverged",
         "Some weights hold NaN or Inf, or values far beyond the rest of their tensor (the "
         "signature of a flipped exponent bit).",
-        "Do not use these weights. Diff against an earlier good copy to see whether single bits "
-        "flipped (memory or storage) or training diverged, and restore that copy."),
+        HEALTH_PROBLEM_ACTION),
 }
 HEALTH_PENDING = Explanation("Weights health: not judged yet",
                              "The weights are judged once the sandbox has read them.", "")
@@ -156,8 +175,10 @@ FINDING_TEXT: dict[str, tuple[str, str]] = {
 CALLS_CAPTION = ("Unpickling it would call (rebuilt from the opcodes; nothing was run). "
                  "Click a call to see its opcode:")
 OPCODE_LINK_TIP = "Show this opcode in the Pickle pane"
-MORE_NOT_SHOWN = ("… and {n} more, not shown here; Copy indicators copies every dangerous or "
-                  "suspicious one.")
+INDICATORS_LABEL = "Copy threat summary"
+"""The button that copies `indicators_text` (flagged imports and calls) for a security ticket."""
+MORE_NOT_SHOWN = ("… and {n} more, not shown here; " + INDICATORS_LABEL + " copies every "
+                  "dangerous or suspicious one.")
 INDICATORS_TIP = ("Copy a plain-text block for a security ticket: file name, size, SHA-256, "
                   "verdict, flagged imports and the calls they would make")
 INDICATORS_DISABLED_TIP = "Only a dangerous or suspicious file has indicators to copy"
@@ -194,13 +215,20 @@ def verdict_explanation(verdict: str | None) -> Explanation:
     return VERDICT_TEXT.get(verdict, VERDICT_TEXT[Verdict.ERROR])
 
 
-def code_safety_explanation(scan: dict | None) -> Explanation:
-    """Banner text for the code-safety badge: damage is named as damage, not as a question."""
+def code_safety_explanation(scan: dict | None, health: str | None = None) -> Explanation:
+    """Banner and advice text for the code-safety badge, worded for the file's format: damage
+    is named as damage, not as a question, and weights whose `health` status is a problem
+    turn the advice into the weights' (the worse verdict leads)."""
     verdict = (scan or {}).get("verdict") if scan else None
+    fmt = (scan or {}).get("format")
     if verdict in (Verdict.SUSPICIOUS, Verdict.ERROR) and integrity_findings(scan):
         return CORRUPT
-    if verdict == Verdict.SUSPICIOUS and (scan or {}).get("format") in CODE_ARCHIVES:
+    if verdict == Verdict.SUSPICIOUS and fmt in CODE_ARCHIVES:
         return CODE_ARCHIVE
+    if verdict == Verdict.SAFE and health == HealthStatus.PROBLEM:
+        return NO_CODE_DAMAGED_WEIGHTS
+    if verdict == Verdict.SAFE and fmt == "safetensors":
+        return SAFETENSORS
     return verdict_explanation(verdict)
 
 

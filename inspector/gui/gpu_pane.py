@@ -59,6 +59,7 @@ from inspector.gpu.telemetry import (
     decode_clock_reasons,
     ingest,
     peak_decimate,
+    worst_alert,
 )
 from inspector.gui import chart_style
 from inspector.gui.event_marks import EventMarks, Mark
@@ -67,8 +68,9 @@ from inspector.gui.jobs import Job, JobRunner
 _STYLES = (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine)
 GPU_WIDTHS = (4.5, 2.5, 1.5, 0.8)
 """Line width per GPU (cycled): a later GPU is drawn thinner and on top of an earlier one."""
-MIN_PLOT_HEIGHT = 130
-"""Each plot keeps at least this height; below it the charts scroll instead of squashing."""
+MIN_PLOT_HEIGHT = 170
+"""Each plot (its own time axis included) keeps at least this height; below it the charts
+scroll instead of squashing."""
 MARKER_WORDS = {"temperature": "hot", "ecc_uncorrected": "ECC", "gpu_lost": "lost",
                 "source_lost": "driver lost", "remapped_failure": "remap failed",
                 "remapped_pending": "remap", "retired_pending": "retire"}
@@ -91,11 +93,52 @@ PLOTS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
                               ("ecc_corrected_volatile", "ECC corrected"),
                               ("pcie_replay", "PCIe replays"))),
 )
+TIME_LABEL = "time (local clock)"
+MIN_SPANS = {"°C": 10.0, "W": 20.0, "%": 10.0, "MiB": 1024.0, "MHz": 100.0, "count": 4.0}
+"""The least Y span a plot shows, by unit: a constant (or nearly constant) series stays a flat
+line in a sensible range instead of being auto-scaled into noise."""
 LIVE_WINDOW_S = 600.0
 LOD_INTERVAL_MS = 150
 LOD_BATCH = 4
 _TABLE_COLUMNS = ("GPU", "Temp", "Power", "Util", "Memory", "SM clock", "Clock events",
                   "ECC unc.", "Retire/remap")
+
+
+CLOCK_STEPS = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200,
+               10800, 21600, 43200)
+"""Tick spacings (seconds) of a ClockAxis below a day, each a round step on a clock."""
+CLOCK_LABEL_PX = 90
+"""Room one clock label takes on the axis, its gap included."""
+
+
+class ClockAxis(pg.DateAxisItem):
+    """A time axis whose labels always read as a clock (10:02:15, or 10:02:15.5 below a
+    second): pyqtgraph's own drops the hours and minutes when zoomed in to seconds, and picks
+    its ticks for those narrower labels, so wider ones were all dropped as overlapping."""
+
+    def tickValues(self, minVal, maxVal, size):
+        """Ticks on round clock steps, as many as fit `size` pixels; days from two days up."""
+        span = maxVal - minVal
+        if span <= 0 or span >= 2 * 86400 or not np.isfinite(span):
+            return super().tickValues(minVal, maxVal, size)
+        fit = max(2.0, size / CLOCK_LABEL_PX)
+        step = next((s for s in CLOCK_STEPS if span / s <= fit), CLOCK_STEPS[-1])
+        offset = datetime.fromtimestamp(minVal).astimezone().utcoffset().total_seconds()
+        first = np.ceil((minVal + offset) / step) * step - offset  # round in local time
+        return [(step, list(np.arange(first, maxVal, step)))]
+
+    def tickStrings(self, values, scale, spacing):
+        """Clock labels for ticks `spacing` seconds apart; dates from a day apart up."""
+        if spacing >= 86400:
+            return super().tickStrings(values, scale, spacing)
+        labels = []
+        for value in values:
+            try:
+                text = datetime.fromtimestamp(value).strftime("%H:%M:%S.%f")
+            except (OverflowError, OSError, ValueError):
+                text = ""
+            labels.append(text[:-5] if spacing < 1 else text[:-7])
+        return labels
 
 
 def gpu_colour(index: int, palette: QPalette | None = None) -> QColor:
@@ -157,6 +200,23 @@ def step_path(times: np.ndarray, values: np.ndarray) -> QPainterPath:
     return pg.arrayToQPath(x, y, connect="finite")
 
 
+def y_range(values: list[np.ndarray], min_span: float) -> tuple[float, float] | None:
+    """The Y range of a plot's finite values, widened about its middle to at least `min_span`
+    (a count never below 0); None without any finite value."""
+    finite = [v[np.isfinite(v)] for v in values]
+    finite = [v for v in finite if v.size]
+    if not finite:
+        return None
+    low = min(float(v.min()) for v in finite)
+    high = max(float(v.max()) for v in finite)
+    if high - low < min_span:
+        middle = (low + high) / 2
+        low, high = middle - min_span / 2, middle + min_span / 2
+        if low < 0 <= min(float(v.min()) for v in finite):
+            low, high = 0.0, min_span
+    return low, high
+
+
 def _reading(value: float | None) -> str:
     """A readout value: whole numbers from 1000 up (80123 MiB, not 8.012e+04), else 4 digits."""
     if value is None:
@@ -202,6 +262,8 @@ class GpuPane(QWidget):
         self._lod_ready: dict[tuple[int, str], tuple[np.ndarray, np.ndarray, QPainterPath]] = {}
         self.marked: list[Mark] = []
         self._follow = True
+        self._banner_alerts: list[Alert] = []
+        self.banner_alert: Alert | None = None
         self._build()
         self.alert_raised.connect(self._show_alert)
         self._timer = QTimer(self)
@@ -249,7 +311,7 @@ class GpuPane(QWidget):
         self.banner_text = QLabel("")
         self.banner_text.setWordWrap(True)
         dismiss = QPushButton("Dismiss")
-        dismiss.clicked.connect(self.banner.hide)
+        dismiss.clicked.connect(self.dismiss_banner)
         banner_layout.addWidget(self.banner_text, 1)
         banner_layout.addWidget(dismiss)
         self.banner.hide()
@@ -278,17 +340,17 @@ class GpuPane(QWidget):
         first: pg.PlotItem | None = None
         for row, (title, unit, _fields) in enumerate(PLOTS):
             plot = self.graphics.addPlot(row=row, col=0,
-                                         axisItems={"bottom": pg.DateAxisItem()})
+                                         axisItems={"bottom": ClockAxis()})
             plot.setLabel("left", unit)
+            # every plot has its own labelled time axis: the plots scroll, so one axis under
+            # the last would be out of view on a small screen
+            plot.setLabel("bottom", TIME_LABEL)
             plot.getAxis("left").setWidth(56)
             plot.setMinimumHeight(MIN_PLOT_HEIGHT)
             if first is None:
                 first = plot
             else:
                 plot.setXLink(first)
-            if row < len(PLOTS) - 1:
-                # One time axis, under the last plot: each one re-lays its ticks on every pan.
-                plot.hideAxis("bottom")
             plot.getViewBox().sigRangeChangedManually.connect(self._stop_following)
             plot.getViewBox().sigRangeChanged.connect(lambda *_a, t=title: self._place_readout(t))
             marks = EventMarks(labelled=row == 0)
@@ -380,8 +442,7 @@ class GpuPane(QWidget):
         for marks in self.marks.values():
             marks.set_colours(roles, chart_style.base_colour(palette))
         self._update_table(self.cursor_time if self.sampler is None else None)
-        self.banner.setStyleSheet(f"#gpuAlertBanner {{ {chart_style.banner_css('bad', palette)} }}"
-                                  " QLabel { border: none; background: transparent; }")
+        self._style_banner()
         self._update_key()
 
     def changeEvent(self, event: QEvent) -> None:
@@ -525,7 +586,7 @@ class GpuPane(QWidget):
         self._follow = True
         self.table.setRowCount(0)
         self.log.clear()
-        self.banner.hide()
+        self.dismiss_banner()
 
     # ---- drawing -------------------------------------------------------------------------
 
@@ -537,16 +598,19 @@ class GpuPane(QWidget):
             return
         self.plots[PLOTS[0][0]].setXRange(min(t[0] for t in spans), max(t[-1] for t in spans),
                                           padding=0.01)
-        for title, _unit, fields in PLOTS:
+        for title, _unit, _fields in PLOTS:
+            self.plots[title].disableAutoRange()
+        self._fit_y()
+
+    def _fit_y(self, since: float = -np.inf) -> None:
+        """Each plot's Y range over its samples from `since` on, never narrower than its
+        unit's MIN_SPANS (pyqtgraph's auto range would blow a constant series up into noise)."""
+        for title, unit, fields in PLOTS:
             names = {field for field, _ in fields}
-            finite = [v[np.isfinite(v)] for (_, f), (_, v) in self._series.items() if f in names]
-            finite = [v for v in finite if v.size]
-            plot = self.plots[title]
-            plot.disableAutoRange()
-            if finite:
-                low = min(float(v.min()) for v in finite)
-                high = max(float(v.max()) for v in finite)
-                plot.setYRange(low, high if high > low else low + 1, padding=0.08)
+            found = y_range([v[t >= since] for (_, f), (t, v) in self._series.items()
+                             if f in names], MIN_SPANS.get(unit, 1.0))
+            if found is not None:
+                self.plots[title].setYRange(*found, padding=0.08)
 
     def _stop_following(self) -> None:
         self._follow = False
@@ -630,8 +694,7 @@ class GpuPane(QWidget):
         start = max(oldest, latest - LIVE_WINDOW_S)
         first = self.plots[PLOTS[0][0]]
         first.setXRange(start, max(latest, start + 10 * self.interval), padding=0.01)
-        for plot in self.plots.values():
-            plot.enableAutoRange(axis="y")
+        self._fit_y(since=start)
 
     def events(self) -> list[tuple[float, int | None, str, str, str]]:
         """What the charts mark: (time, GPU, kind, severity, message) for every alert in the
@@ -784,7 +847,33 @@ class GpuPane(QWidget):
         if alert.severity == "critical":
             item.setForeground(2, chart_style.role_colour("bad", self.palette()))
         self.log.insertTopLevelItem(0, item)
+        self._banner_alerts.append(alert)
+        self._show_banner()
+
+    def _show_banner(self) -> None:
+        """The worst alert since the banner was last dismissed: a critical ECC error on one GPU
+        is never hidden behind a later temperature warning on another."""
+        worst = worst_alert(self._banner_alerts)
+        if worst is None:
+            self.banner.hide()
+            return
         count = self.log.topLevelItemCount()
-        self.banner_text.setText(f"⚠ {alert.message}" + (f"  ({count} alerts in the event log)"
-                                                         if count > 1 else ""))
+        when = datetime.fromtimestamp(worst.timestamp).strftime("%H:%M:%S")
+        self.banner_alert = worst
+        self.banner_text.setText(
+            f"⚠ {worst.severity.upper()} at {when}: {worst.message}"
+            + (f"  ({count} alerts in the event log)" if count > 1 else ""))
+        self._style_banner()
         self.banner.show()
+
+    def _style_banner(self) -> None:
+        role = "bad" if self.banner_alert is None or self.banner_alert.severity == "critical" \
+            else "warn"
+        self.banner.setStyleSheet(
+            f"#gpuAlertBanner {{ {chart_style.banner_css(role, self.palette())} }}"
+            " QLabel { border: none; background: transparent; }")
+
+    def dismiss_banner(self) -> None:
+        """Hide the banner until the next alert (the event log keeps every one)."""
+        self._banner_alerts = []
+        self.banner.hide()

@@ -46,7 +46,9 @@ WRITE_FILTERS = {
     "sha256sum (*.sha256)": ".sha256",
     "TSV (*.tsv)": ".tsv",
 }
-RESULT_COLUMNS = ("Item", "Kind", "Status", "Expected / A", "Actual / B", "Details")
+RESULT_COLUMNS = ("Item", "Kind", "Status", "This file", "Manifest / other file", "Details")
+"""The open file (the one under suspicion) is always the first value column, never
+"expected": a manifest's value or the other checkpoint's is the second."""
 VERIFY_TIP = "Check the file and every tensor against a manifest"
 CREATE_TIP = "Write a manifest of the file and its tensors"
 COMPARE_TIP = "Diff against another checkpoint, with bit-flip forensics"
@@ -191,7 +193,7 @@ class IntegrityPane(QWidget):
             head, verify_rows = verify_view(doc.verify)
             heads.append(head)
             rows += verify_rows
-        else:
+        elif doc.diff is None:  # above a comparison's result, this line would be stale
             heads.append("<p>Not verified yet. Drop a manifest above, or create one now so later "
                          "copies of this file can be checked against it.</p>")
         if doc.diff is not None:
@@ -312,10 +314,10 @@ def verify_view(verification: Verification) -> tuple[str, list[Row]]:
     result = verification.result
     files, tensors = result.files, result.tensors
     rows = [
-        (f.path, "file", f.status, f.expected or "", f.actual or "", _size_detail(f))
+        (f.path, "file", f.status, f.actual or "", f.expected or "", _size_detail(f))
         for f in files
     ] + [
-        (t.key, "tensor", t.status, t.expected or "", t.actual or "", _tensor_detail(t))
+        (t.key, "tensor", t.status, t.actual or "", t.expected or "", _tensor_detail(t))
         for t in tensors
     ]
     bad_files = sum(f.status != FileStatus.OK for f in files)
@@ -362,9 +364,9 @@ def diff_view(result: DiffResult) -> tuple[str, list[Row]]:
 def flip_row(key: str, flip: FlipRecord) -> Row:
     """One flipped element: where, which bit, its value and bits before and after."""
     where = "[" + ", ".join(map(str, flip.position or [flip.index])) + "]"
-    offsets = [f"byte {offset:,} of {side}" for side, offset in (("A", flip.file_offset_a),
-                                                                  ("B", flip.file_offset_b))
-               if offset is not None]
+    offsets = [f"byte {offset:,} of {side}" for side, offset in (
+        ("this file", flip.file_offset_a), ("the other file", flip.file_offset_b))
+        if offset is not None]
     return (f"{key}{where}", f"bit {flip.bit} ({flip.label})", TensorStatus.CHANGED,
             _value_bits(flip.before_value, flip.before_bits),
             _value_bits(flip.after_value, flip.after_bits),

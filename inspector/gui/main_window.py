@@ -6,7 +6,7 @@ import importlib
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QItemSelectionModel, QObject, Qt, QTimer
+from PySide6.QtCore import QEvent, QItemSelectionModel, QObject, QSize, Qt, QTimer
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -26,9 +26,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from inspector.core.shard_inspect import coverage_text
 from inspector.gui import app as appmod
 from inspector.gui.action_reasons import compare_blocker, convert_blocker, file_blocker
-from inspector.gui.document import FileDocument
+from inspector.gui.document import FileDocument, distinct_names, list_text
 from inspector.gui.empty_state import EmptyState
 from inspector.gui.jobs import Job, JobRunner
 from inspector.gui.pipeline import (
@@ -81,6 +82,19 @@ def _owned_by_drop_zone(widget: QWidget | None) -> bool:
             return True
         widget = widget.parentWidget()
     return False
+
+
+DEFAULT_SIZE = (1200, 780)
+"""The first window's size where the screen has room; a smaller screen gets what it has."""
+WINDOW_FRAME = (16, 48)
+"""Room left for the window manager's frame and title bar (width, height)."""
+
+
+def default_size(available: QSize) -> tuple[int, int]:
+    """The first window's size on a screen with `available` room (its work area): never more
+    than fits, so the status bar, progress and Cancel stay on a 1280×720 screen."""
+    return (min(DEFAULT_SIZE[0], available.width() - WINDOW_FRAME[0]),
+            min(DEFAULT_SIZE[1], available.height() - WINDOW_FRAME[1]))
 
 
 PANE_MODULES = ("inspector.gui.integrity_pane", "inspector.gui.overview_pane",
@@ -224,6 +238,7 @@ class MainWindow(QMainWindow):
         self.overview.load_allowed.connect(lambda doc, names: self.pipeline.load(doc, names))
         self.overview.load_declined.connect(self.pipeline.decline)
         self.overview.opcode_requested.connect(self.show_opcode)
+        self.overview.full_check_requested.connect(self.pipeline.full_check)
         self.pickle = PicklePane(self.runner)
         self.tensors = TensorsPane()
         self.integrity = IntegrityPane(self.runner, self.pipeline)
@@ -270,11 +285,17 @@ class MainWindow(QMainWindow):
         self._progress_timer.setSingleShot(True)
         self._progress_timer.setInterval(PROGRESS_MS)
         self._progress_timer.timeout.connect(self._apply_progress)
+        self.report_button = QPushButton("Open report")
+        self.report_button.setToolTip("Open the report just written")
+        self.report_button.clicked.connect(self.open_report)
+        self.report_path: Path | None = None
         bar.addWidget(self.stage_label, 1)
+        bar.addPermanentWidget(self.report_button)
         bar.addPermanentWidget(self.progress)
         bar.addPermanentWidget(self.cancel_button)
         self.progress.hide()
         self.cancel_button.hide()
+        self.report_button.hide()
 
     def _action(self, text: str, slot, shortcut=None, tip: str = "", icon=None) -> QAction:
         action = QAction(text, self)
@@ -317,6 +338,7 @@ class MainWindow(QMainWindow):
                                         "with bit-flip forensics", sp.SP_FileDialogContentsView)
         self.act_cancel = self._action("Cancel", self.cancel_jobs, Qt.Key.Key_Escape,
                                        "Stop the running job", sp.SP_BrowserStop)
+        self.act_cancel.setEnabled(False)  # until a job runs (`_set_busy`)
         self.act_about = self._action("&About Checkpoint Inspector", self.show_about)
 
         menu = self.menuBar().addMenu("&File")
@@ -403,6 +425,7 @@ class MainWindow(QMainWindow):
             self.docs.append(doc)
             item = QListWidgetItem(doc.name)
             self.file_list.addItem(item)
+            self._relabel()
             doc.changed.connect(lambda d=doc: self._refresh_item(d))
             self._refresh_item(doc)
             opened.append(doc)
@@ -462,13 +485,26 @@ class MainWindow(QMainWindow):
             self.stack.setCurrentWidget(self.empty)
         self._update_actions()
 
+    def _relabel(self) -> None:
+        """Give documents with the same file name (two models' `gpt2` folders) the folders
+        that tell them apart, and redraw the rows whose text changed."""
+        labels = distinct_names([d.path for d in self.docs])
+        for doc, label in zip(self.docs, labels, strict=True):
+            wanted = label if label != doc.path.name else None
+            if wanted != doc.label:
+                doc.label = wanted
+                self._refresh_item(doc)
+
     def _refresh_item(self, doc: FileDocument) -> None:
         if doc not in self.docs:
             return
         item = self.file_list.item(self.docs.index(doc))
         item.setIcon(document_icon(doc))
+        coverage = coverage_text(doc.inspect or {})
+        item.setText(list_text(doc))
         words = document_words(doc)
-        item.setToolTip(f"{doc.path}\n{words} — {doc.state_words()}")
+        item.setToolTip(f"{doc.path}\n{words} — {doc.state_words()}"
+                        + (f"\n{coverage}" if coverage else ""))
         item.setData(Qt.ItemDataRole.AccessibleTextRole, f"{doc.name}, {words}")
         if self.consistency is not None:
             self.consistency.set_verdict(str(doc.path), doc.verdict)
@@ -586,9 +622,24 @@ class MainWindow(QMainWindow):
             telemetry=store if store is not None and store.gpus() else None,
             telemetry_source="nvml" if label in ("", "live") else label)
         job = Job("report", export_fn(session, path), self)
-        job.finished.connect(lambda p: self.statusBar().showMessage(f"Report written: {p}",
-                                                                    10000))
+        job.finished.connect(self._report_written)
         return self.pipeline.run_heavy(job)
+
+    def _report_written(self, path: object) -> None:
+        """Confirm the export in the window, with a button that opens the report."""
+        self.report_path = Path(str(path))
+        self.report_button.setToolTip(f"Open {self.report_path}")
+        self.report_button.show()
+        self.statusBar().showMessage(f"Report written: {self.report_path}", 30000)
+
+    def open_report(self) -> bool:
+        """Open the last written report in the desktop's viewer for its type."""
+        from PySide6.QtCore import QUrl
+        from PySide6.QtGui import QDesktopServices
+
+        if self.report_path is None:
+            return False
+        return QDesktopServices.openUrl(QUrl.fromLocalFile(str(self.report_path)))
 
     def cancel_jobs(self) -> None:
         """Stop every running job and its sandbox worker."""
@@ -662,7 +713,7 @@ class MainWindow(QMainWindow):
         if geometry is not None:
             self.restoreGeometry(geometry)
         else:
-            self.resize(1200, 780)
+            self.resize(*default_size(self.screen().availableGeometry().size()))
         state = s.value("window/state")
         if state is not None:
             self.restoreState(state)

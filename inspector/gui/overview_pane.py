@@ -31,6 +31,7 @@ from inspector.gui.code_view import CodeDialog, code_summary
 from inspector.gui.document import FileDocument
 from inspector.gui.evidence import (
     EvidenceBrowser,
+    actionable_message,
     finding_call_html,
     import_html,
     linked_location,
@@ -39,6 +40,7 @@ from inspector.gui.evidence import (
 )
 from inspector.gui.explain import (
     INDICATORS_DISABLED_TIP,
+    INDICATORS_LABEL,
     INDICATORS_TIP,
     Explanation,
     code_safety_explanation,
@@ -120,6 +122,7 @@ class OverviewPane(QWidget):
     load_allowed = Signal(object, tuple)  # document, globals to allow
     load_declined = Signal(object)
     opcode_requested = Signal(object, int)  # zip member (None outside a zip), opcode offset
+    full_check_requested = Signal(object)  # document: a finding's "full check" link
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -177,7 +180,7 @@ class OverviewPane(QWidget):
                 self.copy_button.setToolTip("Copy the SHA-256 to the clipboard")
                 self.copy_button.clicked.connect(self._copy_sha)
                 self.indicators_button = QToolButton()
-                self.indicators_button.setText("Copy indicators")
+                self.indicators_button.setText(INDICATORS_LABEL)
                 self.indicators_button.clicked.connect(self._copy_indicators)
                 row = QHBoxLayout()
                 row.addWidget(value, 1)
@@ -203,6 +206,7 @@ class OverviewPane(QWidget):
         self.findings = EvidenceBrowser()
         self.findings.setOpenExternalLinks(False)
         self.findings.opcode_requested.connect(self.opcode_requested)
+        self.findings.action_requested.connect(self._action)
         self.findings.setAccessibleName("Findings and advice")
 
         layout = QVBoxLayout(self)
@@ -239,9 +243,10 @@ class OverviewPane(QWidget):
             self.findings.clear()
             return
         scan = doc.scan or {}
-        self.banner.show_style(code_safety_style(doc.scan), code_safety_explanation(doc.scan),
-                               self._banner_detail(doc))
         status = doc.health.status if doc.health is not None else None
+        self.banner.show_style(code_safety_style(doc.scan, status),
+                               code_safety_explanation(doc.scan, status),
+                               self._banner_detail(doc))
         health_text = health_explanation(status, _loaded(doc))
         self.health_banner.show_style(health_style(status), health_text,
                                       _health_detail(doc.health) or health_text.meaning)
@@ -309,7 +314,12 @@ class OverviewPane(QWidget):
             return f"{first.get('message')}{where}{more}."
         if verdict == Verdict.ERROR:
             return (doc.scan or {}).get("error") or verdict_explanation(verdict).meaning
-        return code_safety_explanation(doc.scan).meaning
+        status = doc.health.status if doc.health is not None else None
+        return code_safety_explanation(doc.scan, status).meaning
+
+    def _action(self, name: str) -> None:
+        if self.doc is not None and name == "inspect":
+            self.full_check_requested.emit(self.doc)
 
     def _copy_sha(self) -> None:
         if self.doc and self.doc.sha256:
@@ -391,6 +401,8 @@ def _sandbox_text(doc: FileDocument) -> str:
 def _weights_only_text(doc: FileDocument) -> str:
     if not doc.scan:
         return "—"
+    if doc.scan.get("format") == "safetensors":
+        return "not used: safetensors is read without torch.load or pickle"
     if doc.scan.get("weights_only_ok"):
         return "accepts this file"
     if doc.scan.get("format") in CODE_ARCHIVES:
@@ -407,11 +419,12 @@ def _weights_only_text(doc: FileDocument) -> str:
 def _findings_html(doc: FileDocument) -> str:
     scan = doc.scan or {}
     verdict = doc.verdict
-    expl = code_safety_explanation(doc.scan)
+    # the worse verdict leads: damaged weights' advice, never "load it" above "do not use"
+    expl = code_safety_explanation(doc.scan, doc.health.status if doc.health else None)
     parts = []
     if expl.action:
         parts.append(f"<h3>What to do</h3><p>{html.escape(expl.action)}</p>")
-    parts.append(_health_html(doc.health))
+    parts.append(_health_html(doc.health, said=expl.action))
     flagged = flagged_globals(scan)
     if flagged:
         parts.append(f"<h3>Offending imports ({len(flagged)})</h3>")
@@ -428,15 +441,21 @@ def _findings_html(doc: FileDocument) -> str:
         parts.append(
             f"<p>{_severity_label(severity, colour)} "
             f"<code>{html.escape(str(f.get('code', '')))}</code> — "
-            f"{html.escape(str(f.get('message', '')))}"
+            f"{actionable_message(str(f.get('message', '')))}"
             + (f" <i>({where})</i>" if where else "")
             + (f"<br>{html.escape(meaning)}" if meaning else "")
             + (f"<br><b>What to do:</b> {html.escape(action)}" if action else "")
             + "</p>" + finding_call_html(f)
         )
     parts.append(more_html(findings))
-    if verdict and not findings and not flagged:
-        parts.append("<h3>Findings</h3><p>None: no risky import and no structural problem.</p>")
+    if verdict == Verdict.ERROR and not findings:
+        reason = scan.get("error") or expl.meaning
+        parts.append(f"<h3>Findings</h3><p>Not scanned: {html.escape(str(reason))}</p>")
+    elif verdict and not findings and not flagged:
+        what = ("no structural problem in the header or the tensor offsets"
+                if scan.get("format") == "safetensors"
+                else "no risky import and no structural problem")
+        parts.append(f"<h3>Findings</h3><p>None: {what}.</p>")
     return "".join(parts)
 
 
@@ -447,11 +466,14 @@ def _severity_label(severity: str, colour: str | None) -> str:
     return f"<b{style}>{html.escape(severity.upper())}</b>"
 
 
-def _health_html(health: Health | None) -> str:
-    """The weights-health findings, worst first; training state shown as information."""
+def _health_html(health: Health | None, said: str = "") -> str:
+    """The weights-health findings, worst first; training state shown as information. Its
+    advice is left out when the page's "What to do" (`said`) already gives it."""
     if health is None:
         return ""
     expl = health_explanation(health.status, True)
+    if expl.action == said:
+        expl = Explanation(expl.headline, expl.meaning, "")
     findings = sorted(health.findings,
                       key=lambda f: ("problem", "warning", "info").index(f.severity or "info"))
     parts = [f"<h3>Weights health: {html.escape(str(health.status).upper())}</h3>"

@@ -47,6 +47,7 @@ STAGE_WORDS = {
     "verify": "Verifying",
     "diff": "Comparing tensors",
     "manifest": "Creating manifest",
+    "full_check": "Checking every record's CRC-32",
 }
 
 
@@ -62,11 +63,34 @@ def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Found]:
     (or its `*.index.json`), or a torch.distributed.checkpoint folder, is one document, first:
     `inspect` reads it as one checkpoint."""
     paths = list(paths)
-    whole = [Path(os.path.abspath(p)) for p in paths
-             if is_dcp_folder(Path(p)) or sharded_set(Path(p)) is not None]
+    whole = [Path(os.path.abspath(p)) for p in paths if _is_model_folder(Path(p))]
     rest = [p for p in paths if Path(os.path.abspath(p)) not in whole]
-    return [Found(p, False) for p in whole] + [
-        f for f in discover(rest) if f.in_folder or f.path.exists()]
+    # a parent folder of models: one document per model folder under it, not its shards
+    inner = [m for p in rest if Path(p).is_dir() for m in model_folders(Path(p))]
+    return [Found(p, False) for p in [*whole, *inner]] + [
+        f for f in discover(rest) if (f.in_folder or f.path.exists())
+        and not any(f.path.is_relative_to(m) for m in inner)]
+
+
+def _is_model_folder(path: Path) -> bool:
+    """A sharded folder or index, or a torch.distributed.checkpoint folder: one checkpoint."""
+    return is_dcp_folder(path) or sharded_set(path) is not None
+
+
+def model_folders(root: Path) -> list[Path]:
+    """The model folders below `root` (not `root` itself), each read as one checkpoint as
+    `inspect` reads it (`_is_model_folder`), sorted; nothing below a model folder is walked."""
+    found: list[Path] = []
+    for folder, dirs, _files in os.walk(os.path.abspath(root)):
+        dirs.sort()
+        kept = []
+        for name in dirs:
+            sub = Path(folder) / name
+            if sub.is_symlink():
+                continue  # as `discover`: links to folders are not followed
+            (found if _is_model_folder(sub) else kept).append(sub)
+        dirs[:] = [d.name for d in kept]
+    return sorted(found)
 
 
 class Pipeline(QObject):
@@ -103,6 +127,21 @@ class Pipeline(QObject):
         job.failed.connect(lambda msg: doc.set_state(DocumentState.LOAD_FAILED, msg))
         job.cancelled.connect(lambda: doc.set_state(DocumentState.CANCELLED))
         self.run_heavy(job, doc, DocumentState.LOADING)
+
+    def full_check(self, doc: FileDocument) -> Job:
+        """Scan `doc` again checking the CRC-32 of every tensor record, however large (the
+        first scan checks a budget of them); the new scan replaces the old one."""
+        path = doc.path
+
+        def run(emit: EmitFn, cancel: CancelToken) -> dict[str, Any]:
+            from inspector.core.scan import scan_file
+
+            emit({"type": "progress", "stage": "full_check", "done": 0, "total": 0})
+            return scan_file(path, crc_budget=max(1, path.stat().st_size)).to_json()
+
+        job = Job(f"full check {doc.name}", run, self, doc=doc)
+        job.finished.connect(doc.set_scan)
+        return self.run_heavy(job, doc)
 
     def decline(self, doc: FileDocument) -> None:
         """The user refused to allow a suspicious file's globals: hash it, do not load it."""

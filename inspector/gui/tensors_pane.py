@@ -65,11 +65,15 @@ FILTER_MS = 200
 FLUSH_MS = 150
 """Streamed rows are shown in batches at most this often, so the view never thrashes."""
 
+FIRST_NAN, FIRST_INF = "First NaN at", "First Inf at"
+"""Where a tensor's first non-finite element is, for a record that carries its flat index
+(`first_nan` / `first_inf`), shown as its position in the tensor's shape."""
 STAT_LABELS = (
     ("key", "Key"), ("dtype", "Dtype"), ("shape", "Shape"), ("numel", "Elements"),
     ("nbytes", "Size"), ("min", "Min"), ("max", "Max"), ("mean", "Mean"),
     ("std", "Std (population)"), ("std_sample", "Std (sample, n-1; torch.std)"),
-    ("absmax", "Abs max"), ("nan", "NaN"), ("inf", "Inf"), ("zeros", "Zeros"),
+    ("absmax", "Abs max"), ("nan", "NaN"), ("first_nan", FIRST_NAN), ("inf", "Inf"),
+    ("first_inf", FIRST_INF), ("zeros", "Zeros"),
     ("stride", "Stride"), ("storage_offset", "Storage offset"), ("contiguous", "Contiguous"),
     ("shared_with", "Shares storage with"), ("flags", "Flags"), ("digest", "SHA-256"),
 )
@@ -505,8 +509,10 @@ class TensorsPane(QWidget):
         self.stats.setRowCount(len(items))
         for i, (label, value) in enumerate(items):
             self.stats.setItem(i, 0, QTableWidgetItem(label))
-            cell = QTableWidgetItem(_stat_text(label, value))
-            cell.setToolTip(_stat_text(label, value))
+            text = (element_text(value, row.get("shape")) if label in (FIRST_NAN, FIRST_INF)
+                    else _stat_text(label, value))
+            cell = QTableWidgetItem(text)
+            cell.setToolTip(text)
             self.stats.setItem(i, 1, cell)
         self.stats.resizeColumnToContents(0)
         self._draw_histogram(row)
@@ -630,6 +636,20 @@ def histogram_of(row: Row) -> tuple[list[float], list[int]] | None:
     lo, hi = float(hist["lo"]), float(hist["hi"])
     step = (hi - lo) / len(counts)
     return [lo + i * step for i in range(len(counts) + 1)], counts
+
+
+def element_text(index: Any, shape: Any) -> str:
+    """A flat element index as its position in `shape`: '[3, 5] (element 53)'."""
+    if not isinstance(index, int) or index < 0:
+        return number_text(index)
+    dims = [int(d) for d in shape or []]
+    if not dims or index >= math.prod(dims):
+        return f"element {index:,}"
+    position, rest = [], index
+    for size in reversed(dims):
+        rest, at = divmod(rest, size)
+        position.append(at)
+    return f"[{', '.join(map(str, reversed(position)))}] (element {index:,})"
 
 
 def _stat_text(label: str, value: Any) -> str:

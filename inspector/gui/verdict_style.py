@@ -31,7 +31,11 @@ VERDICTS: dict[str, Style] = {
 }
 
 CORRUPT = Style("#7b1fa2", "≠", "Damaged")
-"""Code safety of a file whose data fails its own checksums or sizes."""
+"""Code safety of a file whose data fails its own checksums or sizes; in the file list, any
+damaged file (bad checksums or weights that hold NaN, Inf or flipped-bit outliers)."""
+
+NO_CODE_BUT_DAMAGED = Style("#6e6e6e", "–", "No code found")
+"""Code safety of a file with no code but damaged weights: no green check beside the damage."""
 
 HEALTH: dict[str, Style] = {
     HealthStatus.OK: Style("#1e8e3e", "✓", "Weights OK"),
@@ -59,12 +63,36 @@ def verdict_style(verdict: str | None) -> Style:
     return VERDICTS.get(verdict or "pending", VERDICTS[Verdict.ERROR])
 
 
-def code_safety_style(scan: dict | None) -> Style:
-    """Style of the code-safety badge: the verdict, or Damaged for integrity findings."""
+def code_safety_style(scan: dict | None, health: str | None = None) -> Style:
+    """Style of the code-safety badge: the verdict, Damaged for integrity findings, and no
+    green check when the weights' `health` status is a problem."""
     verdict = (scan or {}).get("verdict") if scan else None
     if verdict in (Verdict.SUSPICIOUS, Verdict.ERROR) and integrity_findings(scan):
         return CORRUPT
+    if verdict == Verdict.SAFE and health == HealthStatus.PROBLEM:
+        return NO_CODE_BUT_DAMAGED
     return verdict_style(verdict)
+
+
+def is_damaged(doc: Any) -> bool:
+    """True when the file's bytes fail their own checks or its weights are corrupted."""
+    return (code_safety_style(doc.scan) is CORRUPT
+            or _health_status(doc) == HealthStatus.PROBLEM)
+
+
+def worse_style(doc: Any) -> Style:
+    """The file's worse verdict, code safety or weights health, as the list shows it: a
+    dangerous file stays dangerous, any damage reads Damaged, then a suspicious file, then
+    weights worth a look; only a safe file with healthy (or unjudged) weights gets a check."""
+    safety = code_safety_style(doc.scan)
+    if safety.word == VERDICTS[Verdict.DANGEROUS].word:
+        return safety
+    if is_damaged(doc):
+        return CORRUPT
+    if safety is not VERDICTS[Verdict.SAFE]:
+        return safety
+    status = _health_status(doc)
+    return HEALTH[status] if status == HealthStatus.WARNING else safety
 
 
 def health_style(status: str | None) -> Style:
@@ -79,31 +107,18 @@ def _health_status(doc: Any) -> str | None:
 
 
 def document_icon(doc: Any) -> QIcon:
-    """A file's list icon: its code-safety badge, with a weights-health dot when not ok."""
-    safety = code_safety_style(doc.scan)
-    status = _health_status(doc)
-    if status not in (HealthStatus.WARNING, HealthStatus.PROBLEM):
-        return badge_icon(safety.colour, safety.glyph)
-    return _badge_with_dot(safety.colour, safety.glyph, HEALTH[status].colour)
+    """A file's list icon: the badge of its worse verdict (`worse_style`)."""
+    style = worse_style(doc)
+    return badge_icon(style.colour, style.glyph)
 
 
 def document_words(doc: Any) -> str:
-    """Code safety and, once judged, weights health in a few words."""
-    words = code_safety_style(doc.scan).word
+    """The worse verdict first, then code safety and, once judged, weights health."""
     status = _health_status(doc)
-    return f"{words}; {health_style(status).word}" if status else words
-
-
-@cache
-def _badge_with_dot(colour: str, glyph: str, dot: str, size: int = 64) -> QIcon:
-    pix = badge_icon(colour, glyph, size).pixmap(size, size)
-    p = QPainter(pix)
-    p.setRenderHint(QPainter.RenderHint.Antialiasing)
-    p.setPen(QPen(QColor("white"), size * 0.06))
-    p.setBrush(QColor(dot))
-    p.drawEllipse(QRectF(size * 0.52, size * 0.52, size * 0.46, size * 0.46))
-    p.end()
-    return QIcon(pix)
+    parts = [worse_style(doc).word, code_safety_style(doc.scan, status).word]
+    if status:
+        parts.append(health_style(status).word)
+    return "; ".join(dict.fromkeys(parts))
 
 
 def status_style(status: str) -> Style:
@@ -139,8 +154,9 @@ def badge_icon(colour: str, glyph: str, size: int = 64) -> QIcon:
 
 
 @cache
-def shield_icon(colour: str, size: int = 128) -> QIcon:
-    """The application's shield mark with a check."""
+def shield_icon(colour: str, size: int = 128, checked: bool = True) -> QIcon:
+    """The application's shield mark with a check, or (`checked` False: nothing judged yet)
+    with a magnifying glass, so an empty window does not read as "safe"."""
     pix = QPixmap(size, size)
     pix.fill(Qt.GlobalColor.transparent)
     p = QPainter(pix)
@@ -158,10 +174,14 @@ def shield_icon(colour: str, size: int = 128) -> QIcon:
     pen.setCapStyle(Qt.PenCapStyle.RoundCap)
     pen.setJoinStyle(Qt.PenJoinStyle.RoundJoin)
     p.setPen(pen)
-    check = QPainterPath(QPointF(32 * s, 50 * s))
-    check.lineTo(45 * s, 63 * s)
-    check.lineTo(69 * s, 37 * s)
     p.setBrush(Qt.BrushStyle.NoBrush)
-    p.drawPath(check)
+    if checked:
+        check = QPainterPath(QPointF(32 * s, 50 * s))
+        check.lineTo(45 * s, 63 * s)
+        check.lineTo(69 * s, 37 * s)
+        p.drawPath(check)
+    else:
+        p.drawEllipse(QPointF(46 * s, 44 * s), 13 * s, 13 * s)
+        p.drawLine(QPointF(56 * s, 54 * s), QPointF(67 * s, 66 * s))
     p.end()
     return QIcon(pix)

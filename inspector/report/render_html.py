@@ -36,6 +36,7 @@ HEADLINES = {
 VERDICT_COLORS = {Verdict.SAFE: "#1b7f3b", Verdict.SUSPICIOUS: "#b35c00",
                   Verdict.DANGEROUS: "#b00020", Verdict.ERROR: "#5f5f5f"}
 PAGE_BREAK = " style=\"page-break-before: always\""
+APPENDIX_TITLE = "Appendix: each file in detail, GPU telemetry and environment"
 """Each file after the first starts a printed page, so its table never straddles two files."""
 CHECK_LABELS = {PASS: "✔ pass", FAIL: "✘ fail", NOT_CHECKED: "– not checked"}
 
@@ -100,6 +101,9 @@ def report_body(report: Report, image_src: ImageSrc) -> str:
         + (f" · <span class=\"mono\">{escape(report.tool.command)}</span>"
            if report.tool.command else "") + "</p>",
         _summary(report),
+        # The first page is the summary; every per-file table follows in the appendix, one
+        # file after another (a page per file made 14 pages of 4 small files).
+        f"<h1 id=\"appendix\"{PAGE_BREAK}>{APPENDIX_TITLE}</h1>",
     ]
     parts += [_run(run, n) for n, run in enumerate(report.runs, 1)]
     for n, file_report in enumerate(report.files, 1):
@@ -122,9 +126,10 @@ def _summary(report: Report) -> str:
         f"<span class=\"headline\" data-verdict=\"{report.verdict}\">{escape(headline)}</span><br>"
         f"{escape(explanation)}<br><b>{escape(status)}</b></td></tr></table>"
         + (f"<ul>{problems}</ul>" if problems else "")
-        + _table(["File", "Code safety", "Weights health", "Problems"], [
+        + _table(["File", "Code safety", "Weights health", "Problems", "Detail"], [
             [escape(f.file.name), _verdict_cell(f.verdict), _health_cell(f),
-             escape(str(len(f.problems)))] for f in report.files])
+             escape(str(len(f.problems))), f"<a href=\"#file-{n}\">appendix {n}</a>"]
+            for n, f in enumerate(report.files, 1)])
         + "</section>"
     )
 
@@ -132,7 +137,7 @@ def _summary(report: Report) -> str:
 def _file_sections(f: FileReport, n: int, image_src: ImageSrc) -> str:
     anchor = f"file-{n}"
     return "\n".join([
-        f"<h2 id=\"{anchor}\"{PAGE_BREAK if n > 1 else ''}>{n}. {escape(f.file.name)}</h2>",
+        f"<h2 id=\"{anchor}\">{n}. {escape(f.file.name)}</h2>",
         _section("file", anchor, "File", _kv([
             ("Path", _mono(f.file.path)),
             ("Size", escape(_size(f.file.size))),
