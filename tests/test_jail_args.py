@@ -353,9 +353,10 @@ WORST_ADMITTED = ("b'{\"type\": \"progress\", \"stage\": \"x\", \"done\": 0, \"t
 
 
 def test_the_costliest_line_the_bounds_admit_is_measured(tmp_path):
-    """Containers, strings and integers (past the cached small ones) each just inside their bound in one line: the client
-    takes it, and its growth is the worst case docs/security.md quotes."""
+    """Containers, strings and integers (past the cached small ones) each just inside their
+    bound in one line: the client takes it, and its growth is the worst case
+    docs/security.md quotes."""
     report = _client_growth(tmp_path, EMITTER + _line_flood(WORST_ADMITTED))
-    assert report["code"] is None or "more than" not in (report["message"] or ""), report
+    assert report["code"] is None, report
     print("worst admitted line: client grew", report["grew_kb"] >> 10, "MiB")
     assert report["grew_kb"] < 1024 * 1024, report

@@ -72,6 +72,7 @@ LANDLOCK, SECCOMP = "landlock", "seccomp"
 NETGUARD = "seccomp namespaces landlock"
 OTHERS = "seccomp landlock pidns"  # another process: refused, or not even in the namespace
 OTHERS_ERRNOS = (EPERM, ESRCH)
+NS_OTHER = ("seccomp pidns", OTHERS_ERRNOS)  # refused, and naming a pid the namespace lacks
 
 PROBES: list[Probe] = [
     # Reading secrets, /proc and neighbouring files.
@@ -215,9 +216,9 @@ PROBES: list[Probe] = [
     _p("finit_module", "sc(313, 0, b'', 0)", SECCOMP),
     _p("kexec_load", "sc(246, 0, 0, 0, 0)", SECCOMP),
     _p("open_by_handle_at", "sc(304, -100, ctypes.create_string_buffer(16), 0)", SECCOMP),
-    _p("pidfd_open_client", "sc(434, P['client'], 0)", SECCOMP),
+    _p("pidfd_open_client", "sc(434, P['client'], 0)", *NS_OTHER),
     _p("pidfd_getfd", "sc(438, 0, 0, 0)", SECCOMP),
-    _p("kcmp_client", "sc(312, os.getpid(), P['client'], 0, 0, 0)", SECCOMP),
+    _p("kcmp_client", "sc(312, os.getpid(), P['client'], 0, 0, 0)", *NS_OTHER),
     _p("process_madvise", "sc(440, 0, 0, 0, 0, 0)", SECCOMP),
     # The parent: the client for a cold worker, the fork server (which forks every later
     # worker, so taking it over would reach them all) for a forked one.
@@ -242,16 +243,16 @@ PROBES: list[Probe] = [
        "sc(297, P['victim'], P['victim'], 15, ctypes.create_string_buffer(128))",
        OTHERS, OTHERS_ERRNOS),
     _p("pidfd_send_signal", "sc(424, 0, 15, 0, 0)", SECCOMP),
-    _p("prlimit_victim_read", "__import__('resource').prlimit(P['victim'], 7)", SECCOMP),
+    _p("prlimit_victim_read", "__import__('resource').prlimit(P['victim'], 7)", *NS_OTHER),
     _p("prlimit_victim_lower",
-       "__import__('resource').prlimit(P['victim'], 7, (8, 8))", SECCOMP),
-    _p("setpriority_victim", "os.setpriority(os.PRIO_PROCESS, P['victim'], 19)", SECCOMP),
-    _p("sched_setaffinity_victim", "os.sched_setaffinity(P['victim'], {0})", SECCOMP),
+       "__import__('resource').prlimit(P['victim'], 7, (8, 8))", *NS_OTHER),
+    _p("setpriority_victim", "os.setpriority(os.PRIO_PROCESS, P['victim'], 19)", *NS_OTHER),
+    _p("sched_setaffinity_victim", "os.sched_setaffinity(P['victim'], {0})", *NS_OTHER),
     _p("sched_setscheduler_victim",
-       "os.sched_setscheduler(P['victim'], os.SCHED_IDLE, os.sched_param(0))", SECCOMP),
-    _p("sched_setparam_victim", "os.sched_setparam(P['victim'], os.sched_param(0))", SECCOMP),
-    _p("ioprio_set_victim", "sc(251, 1, P['victim'], 0)", SECCOMP),
-    _p("migrate_pages_victim", "sc(256, P['victim'], 64, 0, 0)", SECCOMP),
+       "os.sched_setscheduler(P['victim'], os.SCHED_IDLE, os.sched_param(0))", *NS_OTHER),
+    _p("sched_setparam_victim", "os.sched_setparam(P['victim'], os.sched_param(0))", *NS_OTHER),
+    _p("ioprio_set_victim", "sc(251, 1, P['victim'], 0)", *NS_OTHER),
+    _p("migrate_pages_victim", "sc(256, P['victim'], 64, 0, 0)", *NS_OTHER),
     # --- by argument (issue 23): what a syscall-level filter let through ------------------
     # Socketpairs other than a stream pair reach any pathname socket with sendto/connect.
     *(_p(f"socketpair_unix_{n}", f"sc(53, 1, {kind}, 0, ctypes.create_string_buffer(8))",
@@ -278,7 +279,8 @@ PROBES: list[Probe] = [
     _p("connect_raw_fd0", "sc(42, 0, 0, 0)", SECCOMP),
     # The kernel signalling another process on the worker's behalf (SIGIO), on every kind of
     # descriptor the worker can hold.
-    *(_p(f"f_setown_{n}", f"import fcntl\nfd = {fd}\nfcntl.fcntl(fd, 8, P['victim'])", SECCOMP)
+    *(_p(f"f_setown_{n}", f"import fcntl\nfd = {fd}\nfcntl.fcntl(fd, 8, P['victim'])",
+         NS_OTHER[0], (*OTHERS_ERRNOS, errno.EBADF))
       for n, fd in [
         ("pipe", "os.pipe()[0]"), ("socketpair", "socket.socketpair()[0].detach()"),
         ("input_file", "os.open(P['input'], os.O_RDONLY)"),
@@ -291,7 +293,7 @@ PROBES: list[Probe] = [
        SECCOMP),
     _p("f_setown_ex_victim",
        "import fcntl, struct\n"
-       "fcntl.fcntl(os.pipe()[0], 15, struct.pack('ii', 1, P['victim']))", SECCOMP),
+       "fcntl.fcntl(os.pipe()[0], 15, struct.pack('ii', 1, P['victim']))", *NS_OTHER),
     _p("f_setsig", "import fcntl\nfcntl.fcntl(os.pipe()[0], 10, signal.SIGTERM)", SECCOMP),
     _p("f_setfl_o_async", "import fcntl\nfcntl.fcntl(os.pipe()[0], fcntl.F_SETFL, os.O_ASYNC)",
        SECCOMP),
