@@ -5,7 +5,7 @@ Three kinds of test:
   every argument rule is checked on its near variants (each socket type and flag, each fcntl
   command, a pointer's high word) without a process;
 - payloads inside the real jailed worker, cold and forked, for what must still work (a stream
-  socketpair, O_NONBLOCK) and for the PID namespace (the worker is PID 2 under an init, and
+  socketpair, O_NONBLOCK) and for the PID namespace (the worker is PID 2 beside an init, and
   it dies with its client even after clearing its own death signal; with the PID namespace
   switched off the same payload outlives its client, as the level says);
 - protocol lines built to cost the client the most memory per byte, each refused (or, at the
@@ -211,9 +211,9 @@ def test_the_worker_sees_only_its_own_pid_namespace(tmp_path, jailed):
         raise LookupError(f'{os.getpid()} {os.getppid()} {seen}')
         """.replace("P_CLIENT", str(os.getpid())))
     assert outcome["error"] == "LookupError", outcome
-    # PID 2 under init; the client's pid names nothing in this /proc (tids above 2 are the
-    # worker's own threads)
-    assert outcome["message"] == "2 1 [1, 2]", outcome
+    # PID 2 beside init, its parent (the relay) outside; the client's pid names nothing in
+    # this /proc (tids above 2 are the worker's own threads)
+    assert outcome["message"] == "2 0 [1, 2]", outcome
 
 
 def _descendants(pid: int) -> list[int]:
@@ -284,7 +284,7 @@ def test_a_worker_that_cleared_its_death_signal_dies_with_its_killed_client(tmp_
 
 
 def test_killing_only_the_relay_ends_the_namespace(tmp_path):
-    """The init holds its death signal towards the relay: the worker cannot outlive it."""
+    """The init holds its death signal towards the relay: the worker cannot outlive them."""
     parent, _ = _start_client(tmp_path, forked=False)
     try:
         tree = _descendants(parent.pid)
@@ -360,3 +360,50 @@ def test_the_costliest_line_the_bounds_admit_is_measured(tmp_path):
     assert report["code"] is None, report
     print("worst admitted line: client grew", report["grew_kb"] >> 10, "MiB")
     assert report["grew_kb"] < 1024 * 1024, report
+
+
+INIT_HOLDER = """
+import os, sys, time
+from inspector.sandbox import jail
+if sys.argv[1] == "python":
+    jail.shutil.which = lambda *args, **kwargs: None
+command = jail.init_command()
+assert (command[0].endswith("setpriv")) == (sys.argv[1] == "setpriv"), command
+r, w = os.pipe()
+init = os.posix_spawn(command[0], command, {}, file_actions=[(os.POSIX_SPAWN_DUP2, r, 0)])
+if os.fork() == 0:  # holds the pipe open: only the death signal can end init now
+    os.close(r)
+    time.sleep(120)
+    os._exit(0)
+print(init, flush=True)
+time.sleep(120)
+"""
+
+
+def _reading_stdin(pid: int) -> bool:
+    """Whether the process is blocked in read(0, ...) (x86_64 system call 0)."""
+    try:
+        return Path(f"/proc/{pid}/syscall").read_text().split()[:2] == ["0", "0x0"]
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("variant", ["setpriv", "python"])
+def test_the_init_dies_with_its_parent_even_with_its_pipe_held_open(variant):
+    if variant == "setpriv" and not jail.init_command()[0].endswith("setpriv"):
+        pytest.skip("util-linux setpriv is not installed here")
+    holder = subprocess.Popen([sys.executable, "-c", INIT_HOLDER, variant], cwd=REPO,
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        init = int(holder.stdout.readline())
+        keeper = [p for p in _descendants(holder.pid) if p != init]
+        deadline = time.monotonic() + 60
+        while not _reading_stdin(init) and time.monotonic() < deadline:
+            time.sleep(0.02)  # past its prctl: blocked in read(0, ...) on the pipe
+        assert _reading_stdin(init)
+        holder.kill()
+        holder.wait()
+        assert not _wait_gone([init]), "init outlived its parent"
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+    assert keeper

@@ -10,11 +10,11 @@ Guards, in order (`FULL_GUARDS`; DEVELOPING.md 2.2 says what each stops and what
 without it):
 1. namespaces: a new user + network + IPC namespace: no network interface but loopback, no
    System V IPC object or POSIX message queue of the user's in reach or outliving the worker;
-2. pidns: a new PID + mount namespace. This process stays outside it and only relays the exit
-   status; its child is PID 1 there, a tiny init that holds SIGKILL as its parent-death signal
-   and reaps; the worker is init's child. A payload can clear its own death signal but not
-   init's, and when init dies the kernel kills everything in the namespace: the worker dies
-   with its client (or fork server) whatever it does;
+2. pidns: a new PID + mount namespace. This process stays outside it and only relays the
+   worker's exit status. The first process it starts there is PID 1, a tiny exec'd init that
+   holds SIGKILL as its parent-death signal; the second, forked, is the worker. A payload can
+   clear its own death signal but not init's, and when init dies the kernel kills everything
+   in the namespace: the worker dies with its client (or fork server) whatever it does;
 3. proc: a fresh /proc mounted in that namespace, so /proc lists only init and the worker;
 4. resource limits: CPU seconds, open files, address space, file size (0 unless converting),
    no core dumps, no real-time or higher priority;
@@ -26,7 +26,7 @@ without it):
    abstract Unix sockets outside the sandbox (ABI 6);
 7. seccomp-BPF, by system call and by argument (`REFUSALS`, `ARGUMENT_RULES`; the calls left
    allowed that reach outside the worker, each with its reason, in `ALLOWED`);
-8. capabilities: every one dropped, last (in the relay and init too).
+8. capabilities: every one dropped, last (in the relay too).
 
 `stat()` and `readlink()` are not confined: Landlock has no right for them, so a payload can
 still learn whether a host path exists, its size, owner and times, and a symlink's target
@@ -44,7 +44,7 @@ import ctypes
 import errno
 import os
 import platform
-import select
+import shutil
 import signal
 import struct
 import sys
@@ -133,8 +133,8 @@ def _run_layers(config: JailConfig, state: Entered, layers: list[tuple[str, Laye
 def enter_namespaces(config: JailConfig) -> Entered:
     """The first guards: namespaces, the PID namespace with its init, a fresh /proc.
 
-    Only the worker returns: with the PID namespace this process forks the init, which forks
-    the worker, and both wait there for their child and exit with its status."""
+    Only the worker returns: with the PID namespace this process starts the init, forks the
+    worker, and stays behind as the relay that waits for it and exits with its status."""
     state = Entered()
     if not sys.platform.startswith("linux"):
         for name in ("namespaces", "pidns", "proc"):
@@ -245,33 +245,56 @@ def _unshare_namespaces(config: JailConfig, active: list[str]) -> str:
     raise OSError(first, f"unshare refused: {os.strerror(first)}")
 
 
+_INIT_PY = """
+import ctypes, os
+ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG: SIGKILL when the relay dies
+while os.read(0, 1):  # EOF once the relay is gone (also if it went before the line above)
+    pass
+"""
+
+
+def init_command() -> list[str]:
+    """PID 1 of the namespace, reading the relay's pipe on stdin until EOF with SIGKILL as
+    its parent-death signal: when PID 1 dies, the kernel kills the whole namespace. It is
+    exec'd (posix_spawn), never forked: no copy of a process that imported torch. util-linux's
+    `setpriv ... cat` costs a tenth of the CPU of Python, which stands in where it is absent."""
+    setpriv, cat = shutil.which("setpriv", path=_BIN), shutil.which("cat", path=_BIN)
+    if setpriv and cat:
+        return [setpriv, "--pdeathsig", "KILL", cat]
+    return [sys.executable, "-I", "-S", "-c", _INIT_PY]
+
+
+_BIN = "/usr/bin:/bin"
+
+
 def _pid_namespace(config: JailConfig, active: list[str]) -> str:
     _check(_libc.unshare(CLONE_NEWPID | CLONE_NEWNS))
     # The mount tree is a copy: without this, root outside a user namespace would share
     # every mount (the /proc mounted below included) with the host.
     _check(_libc.mount(None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None))
     alive_r, alive_w = os.pipe()
+    try:
+        # The first process made in the namespace is its PID 1; it holds none of the job's
+        # descriptors, so the client's EOF never waits for it.
+        actions = [(os.POSIX_SPAWN_DUP2, alive_r, 0),
+                   *((os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_WRONLY, 0) for fd in (1, 2))]
+        if config.output_fd is not None:
+            actions.append((os.POSIX_SPAWN_CLOSE, config.output_fd))
+        command = init_command()
+        os.posix_spawn(command[0], command, {}, file_actions=actions)
+    finally:
+        os.close(alive_r)
     sys.stdout.flush()
     sys.stderr.flush()
-    if init := os.fork():
-        os.close(alive_r)
-        _relay(init)
-    try:  # init from here on: nothing may send it back up as a second worker
-        os.close(alive_w)
-        die_with_parent()
-        if select.select([alive_r], [], [], 0)[0]:  # EOF: the relay died before the line above
-            os._exit(1)
-        os.close(alive_r)
-        worker = os.fork()
-    except BaseException:
-        os._exit(1)
-    if worker:
-        _init(worker)
+    if worker := os.fork():
+        _relay(worker)
+    os.close(alive_w)  # only the relay may keep init waiting
     return "pid+mnt, init holds the death signal"
 
 
 def _relay(child: int) -> None:
-    """Outside the namespace: wait for init and end as it did (a signal as that signal).
+    """Outside the namespace: wait for the worker and end as it did (a signal as that
+    signal); init, which reads the relay's end of a pipe, then sees EOF and exits.
 
     It keeps every descriptor the worker has, the protocol pipe included, so the client sees
     EOF only once this status is there to collect (it kills the group on EOF). It never
@@ -282,34 +305,15 @@ def _relay(child: int) -> None:
             _drop_capabilities()
         _, status = os.waitpid(child, 0)
         code = os.waitstatus_to_exitcode(status)
-        sig = -code if code < 0 else code - 128 if code > 128 else 0
-        if sig:
+        if code < 0:
             if resource is not None:
                 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            if sig != signal.SIGKILL:
-                signal.signal(sig, signal.SIG_DFL)
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
-            os.kill(os.getpid(), sig)
+            if -code != signal.SIGKILL:
+                signal.signal(-code, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, [-code])
+            os.kill(os.getpid(), -code)
     finally:
         os._exit(code if 0 <= code < 256 else 1)
-
-
-def _init(worker: int) -> None:
-    """PID 1 of the namespace: reap every child, exit with the worker's status (128+N for
-    signal N: init cannot re-raise one, the kernel ignores its own signals to it). Never
-    returns, as `_relay`."""
-    code = 1
-    try:
-        with contextlib.suppress(OSError):
-            _drop_capabilities()
-        while True:
-            pid, status = os.waitpid(-1, 0)
-            if pid == worker:
-                code = os.waitstatus_to_exitcode(status)
-                code = 128 - code if code < 0 else code
-                return
-    finally:
-        os._exit(code)
 
 
 def _mount_proc(config: JailConfig, active: list[str]) -> str:
