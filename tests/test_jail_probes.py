@@ -72,6 +72,8 @@ LANDLOCK, SECCOMP = "landlock", "seccomp"
 NETGUARD = "seccomp namespaces landlock"
 OTHERS = "seccomp landlock pidns"  # another process: refused, or not even in the namespace
 OTHERS_ERRNOS = (EPERM, ESRCH)
+PARENT = '(os.getppid() or P["client"])'
+OTHERS_ALL = (OTHERS, OTHERS_ERRNOS)
 NS_OTHER = ("seccomp pidns", OTHERS_ERRNOS)  # refused, and naming a pid the namespace lacks
 
 PROBES: list[Probe] = [
@@ -221,14 +223,15 @@ PROBES: list[Probe] = [
     _p("kcmp_client", "sc(312, os.getpid(), P['client'], 0, 0, 0)", *NS_OTHER),
     _p("process_madvise", "sc(440, 0, 0, 0, 0, 0)", SECCOMP),
     # The parent: the client for a cold worker, the fork server (which forks every later
-    # worker, so taking it over would reach them all) for a forked one.
-    *(_p(f"{way}_parent_{what}", "open(f'/proc/{os.getppid()}/" + what + f"', {mode!r})"
-         + (".write(b'x')" if "+" in mode else ".read(1)"), LANDLOCK, FS)
+    # worker, so taking it over would reach them all) for a forked one. In the PID namespace
+    # the parent (the relay) has no pid at all (getppid() is 0): the client stands in.
+    *(_p(f"{way}_parent_{what}", f"open(f'/proc/{{{PARENT}}}/" + what + f"', {mode!r})"
+         + (".write(b'x')" if "+" in mode else ".read(1)"), "landlock proc", (*FS, ENOENT))
       for way, what, mode in [("read", "environ", "rb"), ("read", "mem", "rb"),
                               ("write", "mem", "r+b"), ("read", "maps", "rb")]),
-    _p("ptrace_attach_parent", "sc(101, 16, os.getppid(), 0, 0)", "seccomp landlock"),
-    _p("kill_parent", "os.kill(os.getppid(), 0)", "seccomp landlock"),
-    _p("pidfd_open_parent", "sc(434, os.getppid(), 0)", SECCOMP),
+    _p("ptrace_attach_parent", f"sc(101, 16, {PARENT}, 0, 0)", *OTHERS_ALL),
+    _p("kill_parent", f"os.kill({PARENT}, 0)", *OTHERS_ALL),
+    _p("pidfd_open_parent", f"sc(434, {PARENT}, 0)", *NS_OTHER),
     # Signals, limits and scheduling of other processes.
     _p("kill_client", "os.kill(P['client'], 0)", OTHERS, OTHERS_ERRNOS),
     _p("kill_victim_sigterm", "os.kill(P['victim'], signal.SIGTERM)", OTHERS, OTHERS_ERRNOS),
