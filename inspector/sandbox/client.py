@@ -63,6 +63,15 @@ DISABLE_ENV = "CKPT_INSPECTOR_SANDBOX_DISABLE"
 MAX_LINE_BYTES = 64 << 20
 """One protocol line: an inspect result repeats every tensor record (about 1 KiB each), so
 this admits some 60,000 tensors while bounding what one line can make this process hold."""
+LINE_BUDGET = {b"{[": MAX_LINE_BYTES // 64, b",:": MAX_LINE_BYTES // 8, b'"': MAX_LINE_BYTES // 12}
+"""What one line may hold besides bytes: containers, items (commas and colons) and quote
+marks (two per string), counted before parsing (inside strings too, which only errs towards
+refusing). The parsed form of `[{},{},...]` is 25 times its text, so the byte bound alone let
+a 48 MiB line grow this process by 1.3 GiB. A real inspect result (about 120 bytes per
+container, 6 per item, 30 per quote mark) of 60,000 tensors stays inside them; the costliest
+line they admit grows the client by about 0.5 GiB (measured in tests/test_jail_args.py;
+docs/security.md), and nesting deeper than the interpreter's recursion limit (1,000) is
+refused by the parser itself."""
 MAX_OUTPUT_BYTES = 1 << 30
 """Everything a worker may write on the protocol descriptor in one job."""
 RESULT_GRACE_S = 5.0
@@ -372,6 +381,9 @@ def _send(proc: subprocess.Popen, message: dict, last: bool = False) -> None:
 def _events(fd: int) -> Iterator[dict]:
     """The worker's protocol lines as event dicts; raises _Violation on anything else."""
     for raw in _bounded_lines(fd, MAX_LINE_BYTES, MAX_OUTPUT_BYTES):
+        for marks, bound in LINE_BUDGET.items():
+            if sum(raw.count(bytes([m])) for m in marks) > bound:
+                raise _Violation(f"a line with more than {bound:,} of {marks.decode()!r}")
         try:
             event = json.loads(raw)
         except (ValueError, RecursionError):  # the parser recurses once per nested bracket
@@ -437,15 +449,20 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def _thread_count(pid: int) -> int:
-    """The process's thread count from /proc (0 where there is none to read)."""
+    """Threads of the process and its descendants (the relay, the namespace's init and the
+    worker) from /proc; 0 where there is none to read."""
+    count = 0
     try:
         with open(f"/proc/{pid}/status", "rb") as fh:
             for line in fh:
                 if line.startswith(b"Threads:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+                    count = int(line.split()[1])
+                    break
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as fh:
+            children = [int(c) for c in fh.read().split()]
+    except (OSError, ValueError):
+        return count
+    return count + sum(_thread_count(child) for child in children)
 
 
 class _Watchdog:

@@ -140,8 +140,9 @@ def _child(fds: list[int], targets: list[int], env: dict[str, str], server: int)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
         from inspector.sandbox import worker
+        from inspector.sandbox.jail import die_with_parent
 
-        worker.die_with_parent()
+        die_with_parent()
         if os.getppid() != server:  # the server died before the line above took effect
             return
         wanted = [0, 1, 2, *targets]

@@ -1,51 +1,55 @@
 """Confine the current process before it deserialises anything; report the level reached.
 
-`apply_jail(config)` must run while the process is still single-threaded (before torch is
-imported): unshare(CLONE_NEWUSER) refuses multithreaded callers, and Landlock only binds the
-calling thread and the threads it creates afterwards. Each layer is applied independently so
-that a kernel lacking one feature still gets the others; the returned level names what is
-active and what is missing, and why.
+`enter_namespaces(config)` then `apply_jail(config, entered)` must run while the process is
+still single-threaded (before torch is imported): unshare(CLONE_NEWUSER) refuses multithreaded
+callers, the PID namespace forks, and Landlock only binds the calling thread and the threads it
+creates afterwards. Each layer is applied independently so that a kernel lacking one feature
+still gets the others; the returned level names what is active and what is missing, and why.
 
-Layers, in order:
-1. namespaces: a new user + network + IPC namespace, so no network interface but loopback
-   exists, and no System V IPC object or POSIX message queue of the user's is in reach (an
-   X11 client's MIT-SHM segment) or outlives the worker;
-2. resource limits: CPU seconds, open files, address space, file size (0 unless converting),
-   no core dumps;
-3. threads: RLIMIT_NPROC, which inside the fresh user namespace counts only this worker's
-   tasks (`nproc=N`). Outside one it would count every process of the user, and the kernel
-   exempts real root from it, so there the cap is the client's watchdog, which kills the
-   worker's group once it has more than N threads (`watchdog=N`);
-4. Landlock: read only the inputs, the Python installation and system libraries; write nothing
+Guards, in order (`FULL_GUARDS`; DEVELOPING.md 2.2 says what each stops and what is left
+without it):
+1. namespaces: a new user + network + IPC namespace: no network interface but loopback, no
+   System V IPC object or POSIX message queue of the user's in reach or outliving the worker;
+2. pidns: a new PID + mount namespace. This process stays outside it and only relays the
+   worker's exit status. The first process it starts there is PID 1, a tiny exec'd init that
+   holds SIGKILL as its parent-death signal; the second, forked, is the worker. A payload can
+   clear its own death signal but not init's, and when init dies the kernel kills everything
+   in the namespace: the worker dies with its client (or fork server) whatever it does;
+3. proc: a fresh /proc mounted in that namespace, so /proc lists only init and the worker;
+4. resource limits: CPU seconds, open files, address space, file size (0 unless converting),
+   no core dumps, no real-time or higher priority;
+5. threads: RLIMIT_NPROC, which the kernel counts per user (per user namespace). Real root is
+   exempt from it, so root first takes a real uid of its own (`nproc_uid`: effective uid 0
+   stays, so file access is root's) and the kernel then caps it too;
+6. Landlock: read only the inputs, the Python installation and system libraries; write nothing
    except through the already-open output descriptor; no TCP bind/connect; no signals or
-   abstract Unix sockets outside the sandbox;
-5. seccomp-BPF: kill on execve/execveat; EPERM for ptrace, fork/vfork and clone without
-   CLONE_THREAD, namespace and kernel-module calls, the chmod/chown/utime families, xattr
-   changes, and signals or scheduling changes aimed at any process but this one;
-   EAFNOSUPPORT for every socket() (the worker talks over inherited pipes, so no Unix socket
-   can reach a D-Bus, Docker or ssh-agent listener); EPERM for System V IPC and POSIX message
-   queues (memory they hold is outside RLIMIT_AS) and for inotify/fanotify (a watch is placed
-   on a path Landlock never opens); ENOSYS for clone3 and io_uring (their arguments are
-   invisible to BPF, and libc falls back to clone) and for memfd_create/memfd_secret (with a
-   conversion's RLIMIT_FSIZE each anonymous file could hold that much, uncounted); EPERM for
-   fcntl(F_SETLEASE) (a lease on an input stalls a writer of that file).
+   abstract Unix sockets outside the sandbox (ABI 6);
+7. seccomp-BPF, by system call and by argument (`REFUSALS`, `ARGUMENT_RULES`; the calls left
+   allowed that reach outside the worker, each with its reason, in `ALLOWED`);
+8. capabilities: every one dropped, last (in the relay too).
 
-`stat()` is not confined: Landlock has no right for it, so a payload can still learn whether a
-path exists and its size, owner and times (never its content).
+`stat()` and `readlink()` are not confined: Landlock has no right for them, so a payload can
+still learn whether a host path exists, its size, owner and times, and a symlink's target
+(never a file's content).
 
-The level is `full` when every layer is active, `process-only` when none of namespaces,
-Landlock and seccomp is, and `partial` otherwise; `description` names what is missing.
+The level is `full` when every guard of `FULL_GUARDS` is active, `process-only` when none of
+namespaces, Landlock and seccomp is, and `partial` otherwise; `missing` names each absent guard
+and why.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
 import platform
+import shutil
+import signal
 import struct
 import sys
 import sysconfig
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,55 +96,93 @@ def default_max_threads() -> int:
 LEVELS = tuple(JailLevel)
 """Jail levels from weakest to strongest."""
 CONFINING_LAYERS = ("namespaces", "landlock", "seccomp")
+FULL_GUARDS = ("namespaces", "pidns", "proc", "rlimits", "threads", "landlock", "seccomp",
+               "capabilities")
+"""Every guard `full` needs; the handshake's `missing` names each one absent."""
 
 
-def apply_jail(config: JailConfig) -> dict:
-    """Confine this process as far as the platform allows; return the level dict."""
-    active: list[str] = []
-    missing: dict[str, str] = {}
-    layers = [("namespaces", _unshare_namespaces), ("rlimits", _set_rlimits),
-              ("threads", _cap_threads)]
-    if sys.platform.startswith("linux"):
-        layers += [("landlock", _landlock), ("seccomp", _seccomp)]
-    else:
-        missing["landlock"] = missing["seccomp"] = f"not available on {sys.platform}"
+@dataclass
+class Entered:
+    """The namespaces `enter_namespaces` reached, for `apply_jail` to go on from."""
+
+    active: list[str] = field(default_factory=list)
+    missing: dict[str, str] = field(default_factory=dict)
+    nproc_uid: int | None = None
+    """The real uid root took so that RLIMIT_NPROC binds it (None: not root, or refused)."""
+
+
+Layer = Callable[[JailConfig, list[str]], str]
+
+
+def _run_layers(config: JailConfig, state: Entered, layers: list[tuple[str, Layer]]) -> None:
     for name, apply in layers:
         if name in config.disabled:
-            missing[name] = "disabled for a self-test of a degraded jail"
+            state.missing[name] = "disabled for a self-test of a degraded jail"
             continue
         try:
-            detail = apply(config, active)
+            detail = apply(config, state.active)
         except OSError as exc:
-            missing[name] = f"{exc.strerror or exc} (errno {exc.errno})"
+            state.missing[name] = f"{exc.strerror or exc} (errno {exc.errno})"
             continue
         except _Unsupported as exc:
-            missing[name] = str(exc)
+            state.missing[name] = str(exc)
             continue
-        active.append(f"{name}:{detail}" if detail else name)
-    if sys.platform.startswith("linux") and "capabilities" not in config.disabled:
-        try:
-            _drop_capabilities()
-        except OSError as exc:
-            missing["capabilities"] = f"{exc.strerror or exc} (errno {exc.errno})"
-    level = level_name(active)
-    if level == JailLevel.FULL and "capabilities" in missing:
-        level = JailLevel.PARTIAL
+        state.active.append(f"{name}:{detail}" if detail else name)
+
+
+def enter_namespaces(config: JailConfig) -> Entered:
+    """The first guards: namespaces, the PID namespace with its init, a fresh /proc.
+
+    Only the worker returns: with the PID namespace this process starts the init, forks the
+    worker, and stays behind as the relay that waits for it and exits with its status."""
+    state = Entered()
+    if not sys.platform.startswith("linux"):
+        for name in ("namespaces", "pidns", "proc"):
+            state.missing[name] = f"not available on {sys.platform}"
+        return state
+    if "threads" not in config.disabled:
+        state.nproc_uid = _take_nproc_uid(config)  # before the user namespace hides uids
+    _run_layers(config, state, [("namespaces", _unshare_namespaces),
+                                ("pidns", _pid_namespace), ("proc", _mount_proc)])
+    return state
+
+
+def apply_jail(config: JailConfig, entered: Entered | None = None) -> dict:
+    """Confine this process as far as the platform allows; return the level dict.
+
+    `entered`: what `enter_namespaces` already did (the worker opens /proc/self/maps in
+    between); without it the namespaces are entered first."""
+    state = entered if entered is not None else enter_namespaces(config)
+    nproc_uid = state.nproc_uid
+    layers: list[tuple[str, Layer]] = [
+        ("rlimits", _set_rlimits),
+        ("threads", lambda c, active: _cap_threads(c, active, nproc_uid)),
+    ]
+    if sys.platform.startswith("linux"):
+        layers += [("landlock", _landlock), ("seccomp", _seccomp),
+                   ("capabilities", lambda c, active: _drop_capabilities())]
+    else:
+        for name in ("landlock", "seccomp", "capabilities"):
+            state.missing[name] = f"not available on {sys.platform}"
+    _run_layers(config, state, layers)
+    level = level_name(state.active)
+    missing = state.missing
     description = level if not missing else f"{level}: missing {', '.join(missing)}"
     return {
         "level": level,
         "description": description,
         "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
-        "active": active,
+        "active": state.active,
         "missing": missing,
     }
 
 
 def level_name(active: list[str]) -> str:
-    """`full`, `partial` or `process-only` for the active layers (`name:detail` strings)."""
+    """`full`, `partial` or `process-only` for the active guards (`name:detail` strings)."""
     names = {a.split(":")[0] for a in active}
     if not names & set(CONFINING_LAYERS):
         return JailLevel.PROCESS_ONLY
-    if names >= {*CONFINING_LAYERS, "rlimits"}:
+    if names >= set(FULL_GUARDS):
         return JailLevel.FULL
     return JailLevel.PARTIAL
 
@@ -160,16 +202,36 @@ def _syscall(nr: int, *args) -> int:
     return result
 
 
+def _check(result: int) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent dies (PR_SET_PDEATHSIG; Linux only)."""
+    if sys.platform.startswith("linux"):
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _no_new_privs() -> None:
+    _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+
+
 # --- namespaces -------------------------------------------------------------------------
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNS = 0x00020000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
 
 
 def _unshare_namespaces(config: JailConfig, active: list[str]) -> str:
-    if not sys.platform.startswith("linux"):
-        raise _Unsupported(f"not available on {sys.platform}")
     if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC) == 0:
         return "user+net+ipc"
     first = ctypes.get_errno()
@@ -183,12 +245,91 @@ def _unshare_namespaces(config: JailConfig, active: list[str]) -> str:
     raise OSError(first, f"unshare refused: {os.strerror(first)}")
 
 
+_INIT_PY = """
+import ctypes, os
+ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG: SIGKILL when the relay dies
+while os.read(0, 1):  # EOF once the relay is gone (also if it went before the line above)
+    pass
+"""
+
+
+def init_command() -> list[str]:
+    """PID 1 of the namespace, reading the relay's pipe on stdin until EOF with SIGKILL as
+    its parent-death signal: when PID 1 dies, the kernel kills the whole namespace. It is
+    exec'd (posix_spawn), never forked: no copy of a process that imported torch. util-linux's
+    `setpriv ... cat` costs a tenth of the CPU of Python, which stands in where it is absent."""
+    setpriv, cat = shutil.which("setpriv", path=_BIN), shutil.which("cat", path=_BIN)
+    if setpriv and cat:
+        return [setpriv, "--pdeathsig", "KILL", cat]
+    return [sys.executable, "-I", "-S", "-c", _INIT_PY]
+
+
+_BIN = "/usr/bin:/bin"
+
+
+def _pid_namespace(config: JailConfig, active: list[str]) -> str:
+    _check(_libc.unshare(CLONE_NEWPID | CLONE_NEWNS))
+    # The mount tree is a copy: without this, root outside a user namespace would share
+    # every mount (the /proc mounted below included) with the host.
+    _check(_libc.mount(None, b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None))
+    alive_r, alive_w = os.pipe()
+    try:
+        # The first process made in the namespace is its PID 1; it holds none of the job's
+        # descriptors, so the client's EOF never waits for it.
+        actions = [(os.POSIX_SPAWN_DUP2, alive_r, 0),
+                   *((os.POSIX_SPAWN_OPEN, fd, os.devnull, os.O_WRONLY, 0) for fd in (1, 2))]
+        if config.output_fd is not None:
+            actions.append((os.POSIX_SPAWN_CLOSE, config.output_fd))
+        command = init_command()
+        os.posix_spawn(command[0], command, {}, file_actions=actions)
+    finally:
+        os.close(alive_r)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if worker := os.fork():
+        _relay(worker)
+    os.close(alive_w)  # only the relay may keep init waiting
+    return "pid+mnt, init holds the death signal"
+
+
+def _relay(child: int) -> None:
+    """Outside the namespace: wait for the worker and end as it did (a signal as that
+    signal); init, which reads the relay's end of a pipe, then sees EOF and exits.
+
+    It keeps every descriptor the worker has, the protocol pipe included, so the client sees
+    EOF only once this status is there to collect (it kills the group on EOF). It never
+    returns, whatever fails: returning would make it a second, unjailed worker."""
+    code = 1
+    try:
+        with contextlib.suppress(OSError):
+            _drop_capabilities()
+        _, status = os.waitpid(child, 0)
+        code = os.waitstatus_to_exitcode(status)
+        if code < 0:
+            if resource is not None:
+                resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            if -code != signal.SIGKILL:
+                signal.signal(-code, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, [-code])
+            os.kill(os.getpid(), -code)
+    finally:
+        os._exit(code if 0 <= code < 256 else 1)
+
+
+def _mount_proc(config: JailConfig, active: list[str]) -> str:
+    if not any(a.startswith("pidns") for a in active):
+        raise _Unsupported("no PID namespace of its own to show")
+    _check(_libc.mount(b"proc", b"/proc", b"proc",
+                       ctypes.c_ulong(_MS_NOSUID | _MS_NODEV | _MS_NOEXEC), None))
+    return "this namespace's processes only"
+
+
 # --- capabilities -----------------------------------------------------------------------
 
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
-def _drop_capabilities() -> None:
+def _drop_capabilities() -> str:
     """Empty the effective, permitted and inheritable sets (ambient ones go with them).
 
     Run last: a fresh user namespace hands its creator every capability inside it, and root
@@ -198,9 +339,8 @@ def _drop_capabilities() -> None:
     execve killed they can never come back."""
     header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
     data = (ctypes.c_uint32 * 6)()
-    if _libc.capset(header, data) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
+    _check(_libc.capset(header, data))
+    return ""
 
 
 # --- resource limits --------------------------------------------------------------------
@@ -234,19 +374,41 @@ def _set_rlimits(config: JailConfig, active: list[str]) -> str:
     return ",".join(set_names)
 
 
-def _cap_threads(config: JailConfig, active: list[str]) -> str:
+_NPROC_UID_BASE = 0x7E000000
+"""Real uids root takes for the thread cap: unassigned, one per worker (base + pid), so no
+other process's tasks count towards a worker's RLIMIT_NPROC."""
+
+
+def _take_nproc_uid(config: JailConfig) -> int | None:
+    """As root, a real uid of this worker's own (effective and saved uid stay 0, so files are
+    opened as before and no capability is lost yet): the kernel exempts only real root from
+    RLIMIT_NPROC. None when not root or refused (a uid unmapped in a container)."""
+    if resource is None or config.real_uid != 0:
+        return None
+    uid = _NPROC_UID_BASE + os.getpid() % 0x1000000
+    try:
+        os.setresuid(uid, 0, 0)
+    except OSError:
+        return None
+    return uid
+
+
+def _cap_threads(config: JailConfig, active: list[str], nproc_uid: int | None) -> str:
     if resource is None:
         raise _Unsupported(f"no resource limits on {sys.platform}")
-    if any(a.startswith("namespaces:user+net") for a in active) and config.real_uid != 0:
-        resource.setrlimit(resource.RLIMIT_NPROC, (config.max_threads, config.max_threads))
-        return f"nproc={config.max_threads}"
-    return f"watchdog={config.max_threads}"
+    in_userns = any(a.startswith("namespaces:user") for a in active)
+    if nproc_uid is None and not (in_userns and config.real_uid != 0):
+        raise _Unsupported(
+            "the kernel caps no thread count here (outside a user namespace RLIMIT_NPROC "
+            "counts every process of the user, and real root is exempt); the client's "
+            f"watchdog kills the worker past {config.max_threads} threads instead")
+    resource.setrlimit(resource.RLIMIT_NPROC, (config.max_threads, config.max_threads))
+    return f"nproc={config.max_threads}" + (" (a real uid of its own)" if nproc_uid else "")
 
 
 # --- Landlock ---------------------------------------------------------------------------
 
 _NR_LANDLOCK_CREATE_RULESET, _NR_LANDLOCK_ADD_RULE, _NR_LANDLOCK_RESTRICT_SELF = 444, 445, 446
-_PR_SET_NO_NEW_PRIVS = 38
 
 _FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 _FS_ABI1_ALL = (1 << 13) - 1
@@ -311,9 +473,7 @@ def _landlock(config: JailConfig, active: list[str]) -> str:
         if config.output_fd is not None:
             write_rights = (_FS_READ_FILE | _FS_WRITE_FILE | _FS_TRUNCATE) & handled_fs
             _add_fd_rule(ruleset, config.output_fd, write_rights)
-        if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err))
+        _no_new_privs()
         _syscall(_NR_LANDLOCK_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0))
     finally:
         os.close(ruleset)
@@ -345,19 +505,24 @@ def _add_fd_rule(ruleset: int, fd: int, rights: int) -> None:
 # --- seccomp-BPF ------------------------------------------------------------------------
 
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
-# The x*attrat calls (Linux 6.13) and fchmodat2 (6.6) share numbers on both architectures.
-_NEW_CALLS = {"fchmodat2": 452, "setxattrat": 463, "getxattrat": 464, "listxattrat": 465,
-              "removexattrat": 466}
+# Calls added since Linux 5.1 share one number on every architecture.
+_NEW_CALLS = {"open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
+              "fsmount": 432, "fspick": 433, "mount_setattr": 442, "fchmodat2": 452,
+              "statmount": 457, "listmount": 458, "setxattrat": 463, "getxattrat": 464,
+              "listxattrat": 465, "removexattrat": 466, "open_tree_attr": 467,
+              "file_getattr": 468, "file_setattr": 469}
 _SYSCALLS = {
     "x86_64": {
         "execve": 59, "execveat": 322, "fork": 57, "vfork": 58, "clone": 56, "clone3": 435,
         "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "socket": 41,
-        "socketpair": 53, "io_uring_setup": 425, "io_uring_enter": 426,
+        "socketpair": 53, "connect": 42, "bind": 49, "listen": 50, "accept": 43,
+        "accept4": 288, "sendto": 44, "sendmsg": 46, "sendmmsg": 307, "ioctl": 16,
+        "io_uring_setup": 425, "io_uring_enter": 426,
         "io_uring_register": 427, "unshare": 272, "setns": 308, "mount": 165, "umount2": 166,
         "pivot_root": 155, "chroot": 161, "bpf": 321, "perf_event_open": 298,
         "userfaultfd": 323, "keyctl": 250, "add_key": 248, "request_key": 249,
         "kexec_load": 246, "init_module": 175, "finit_module": 313, "open_by_handle_at": 304,
-        "seccomp": 317,
+        "name_to_handle_at": 303, "seccomp": 317, "setsid": 112, "setpgid": 109,
         "chmod": 90, "fchmod": 91, "fchmodat": 268, "chown": 92, "fchown": 93, "lchown": 94,
         "fchownat": 260, "utime": 132, "utimes": 235, "futimesat": 261, "utimensat": 280,
         "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "getxattr": 191,
@@ -380,11 +545,14 @@ _SYSCALLS = {
     "aarch64": {
         "execve": 221, "execveat": 281, "clone": 220, "clone3": 435, "ptrace": 117,
         "process_vm_readv": 270, "process_vm_writev": 271, "socket": 198, "socketpair": 199,
+        "connect": 203, "bind": 200, "listen": 201, "accept": 202, "accept4": 242,
+        "sendto": 206, "sendmsg": 211, "sendmmsg": 269, "ioctl": 29,
         "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "unshare": 97,
         "setns": 268, "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "bpf": 280,
         "perf_event_open": 241, "userfaultfd": 282, "keyctl": 219, "add_key": 217,
         "request_key": 218, "kexec_load": 104, "init_module": 105, "finit_module": 273,
-        "open_by_handle_at": 265, "seccomp": 277,
+        "open_by_handle_at": 265, "name_to_handle_at": 264, "seccomp": 277, "setsid": 157,
+        "setpgid": 154,
         "fchmod": 52, "fchmodat": 53, "fchownat": 54, "fchown": 55, "utimensat": 88,
         "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "getxattr": 8, "lgetxattr": 9,
         "fgetxattr": 10, "listxattr": 11, "llistxattr": 12, "flistxattr": 13,
@@ -403,52 +571,207 @@ _SYSCALLS = {
         "fanotify_mark": 263, "memfd_create": 279, "memfd_secret": 447, **_NEW_CALLS,
     },
 }
-_KILL = ("execve", "execveat")
-_EPERM = ("fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev", "unshare",
-          "setns", "mount", "umount2", "pivot_root", "chroot", "bpf", "perf_event_open",
-          "userfaultfd", "keyctl", "add_key", "request_key", "kexec_load", "init_module",
-          "finit_module", "open_by_handle_at",
-          # Metadata: Landlock has no right for these, and they would let a payload make a
-          # key world-readable, set a setuid bit (as root) or back-date a file.
-          "chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat",
-          "utime", "utimes", "futimesat", "utimensat", "setxattr", "lsetxattr", "fsetxattr",
-          "removexattr", "lremovexattr", "fremovexattr", "setxattrat", "removexattrat",
-          # Handles on, and scheduling of, other processes (the worker keeps its own kuid,
-          # so same-user checks would otherwise pass); tkill has no process argument.
-          "tkill", "pidfd_open", "pidfd_send_signal", "pidfd_getfd", "process_madvise",
-          "kcmp", "setpriority", "ioprio_set",
-          # System V IPC and POSIX message queues: objects outside the file system (Landlock
-          # never sees them), in the host's IPC namespace should the namespace layer be
-          # missing, whose memory no rlimit of the worker counts.
-          "shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semctl", "semtimedop",
-          "msgget", "msgsnd", "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend",
-          "mq_timedreceive", "mq_notify", "mq_getsetattr",
-          # Watches on paths outside the jail: marks are placed without opening the path.
-          "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init",
-          "fanotify_mark")
-# memfd: RLIMIT_FSIZE bounds each anonymous file only by the output's size during a
-# conversion, and its pages are not in RLIMIT_AS; ENOSYS is what a library falling back on
-# other memory (asmjit's JIT allocator) expects.
-_ENOSYS = ("clone3", "io_uring_setup", "io_uring_enter", "io_uring_register", "memfd_create",
-           "memfd_secret")
-# Reading extended attributes is harmless but unneeded; "not supported" is what a caller
-# expects from a filesystem without them.
-_EOPNOTSUPP = ("getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr",
-               "getxattrat", "listxattrat")
-# Calls whose first argument names a process: allowed only when it is this process (kill(0)
-# and kill(-1) name a group and every process, so they are refused too) ...
-_SELF_ONLY = ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
-# ... or, where 0 means the caller, 0 as well.
-_SELF_OR_ZERO = ("prlimit64", "sched_setparam", "sched_setscheduler", "sched_setaffinity",
-                 "sched_setattr", "migrate_pages", "move_pages")
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """System calls the filter refuses outright, its answer, and why."""
+
+    answer: str
+    """`kill` (the process dies of SIGSYS) or the errno name returned."""
+    why: str
+    names: tuple[str, ...]
+
+
+REFUSALS: tuple[Refusal, ...] = (
+    Refusal("kill", "a new program: the one thing a payload must never get",
+            ("execve", "execveat")),
+    Refusal("EPERM", "new processes, other processes' memory, namespaces, mounts, kernel "
+            "modules, keys, BPF and performance counters: nothing a load needs",
+            ("fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev", "unshare",
+             "setns", "mount", "umount2", "pivot_root", "chroot", "bpf", "perf_event_open",
+             "userfaultfd", "keyctl", "add_key", "request_key", "kexec_load", "init_module",
+             "finit_module", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount",
+             "fspick", "mount_setattr", "open_tree_attr")),
+    Refusal("EPERM", "the mount table and file handles: statmount/listmount list the host's "
+            "mounts, and a handle names (and reopens) a file by inode, past Landlock",
+            ("statmount", "listmount", "name_to_handle_at", "open_by_handle_at")),
+    Refusal("EPERM", "metadata: Landlock has no right for these, and they would make a key "
+            "world-readable, set a setuid bit (as root), back-date a file or change its flags",
+            ("chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown",
+             "fchownat", "utime", "utimes", "futimesat", "utimensat", "setxattr", "lsetxattr",
+             "fsetxattr", "removexattr", "lremovexattr", "fremovexattr", "setxattrat",
+             "removexattrat", "file_setattr")),
+    Refusal("EPERM", "handles on, and scheduling of, other processes (the worker keeps its "
+            "kuid, so same-user checks would pass); tkill has no process argument",
+            ("tkill", "pidfd_open", "pidfd_send_signal", "pidfd_getfd", "process_madvise",
+             "kcmp", "setpriority", "ioprio_set")),
+    Refusal("EPERM", "leaving the client's process group or session, out of reach of its "
+            "killpg", ("setsid", "setpgid")),
+    Refusal("EPERM", "System V IPC and POSIX message queues: objects Landlock never sees, in "
+            "the host's IPC namespace should that layer be missing, their memory in no rlimit",
+            ("shmget", "shmat", "shmctl", "shmdt", "semget", "semop", "semctl", "semtimedop",
+             "msgget", "msgsnd", "msgrcv", "msgctl", "mq_open", "mq_unlink", "mq_timedsend",
+             "mq_timedreceive", "mq_notify", "mq_getsetattr")),
+    Refusal("EPERM", "watches on paths outside the jail: a mark is placed without opening "
+            "the path", ("inotify_init", "inotify_init1", "inotify_add_watch",
+                         "fanotify_init", "fanotify_mark")),
+    Refusal("EPERM", "sockets that reach out: connect names a peer; sendmsg's destination "
+            "and SCM_RIGHTS descriptors sit behind a pointer BPF cannot read (nothing in the "
+            "worker sends a message); bind, listen and accept would offer a socket to others",
+            ("connect", "bind", "listen", "accept", "accept4", "sendmsg", "sendmmsg")),
+    Refusal("EAFNOSUPPORT", "no socket at all: the worker talks over inherited pipes, so no "
+            "Unix socket reaches a D-Bus, Docker, journald or ssh-agent listener", ("socket",)),
+    Refusal("ENOSYS", "clone3 and io_uring hide their arguments from BPF (libc falls back to "
+            "clone); a memfd holds up to a conversion's RLIMIT_FSIZE outside RLIMIT_AS, and "
+            "ENOSYS is what a library falling back on other memory (asmjit) expects",
+            ("clone3", "io_uring_setup", "io_uring_enter", "io_uring_register",
+             "memfd_create", "memfd_secret")),
+    Refusal("EOPNOTSUPP", "reading extended attributes is harmless but unneeded; "
+            "`not supported` is what a caller expects from a file system without them",
+            ("getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr",
+             "getxattrat", "listxattrat", "file_getattr")),
+)
+
+SELF = -1
+"""Stands for this process's pid in an `ArgumentRule`'s values."""
+
+
+@dataclass(frozen=True)
+class ArgTest:
+    """One test on a 32-bit word of a system call's argument."""
+
+    arg: int
+    values: tuple[int, ...]
+    allow: bool
+    """True: the call passes only with one of `values`; False: one of them refuses it."""
+    mask: int = 0xFFFFFFFF
+    """ANDed with the word before it is compared."""
+    high: bool = False
+    """Test the argument's high word (a pointer is 64 bits), not its low one."""
+    only_if: tuple[int, int] | None = None
+    """(argument, value): the test applies only when that argument's low word is the value."""
+
+
+@dataclass(frozen=True)
+class ArgumentRule:
+    """A call allowed only when every test passes, refused with `answer` (an errno name)."""
+
+    name: str
+    answer: str
+    why: str
+    tests: tuple[ArgTest, ...]
+
+
+_AF_UNIX, _SOCK_STREAM, _SOCK_FLAGS = 1, 1, 0o4000 | 0o2000000  # SOCK_NONBLOCK | SOCK_CLOEXEC
+_F_SETFL, _F_SETOWN, _F_SETSIG, _F_SETOWN_EX, _F_SETLEASE, _F_NOTIFY = 4, 8, 10, 15, 1024, 1026
+_O_ASYNC = 0o20000
+_FIOASYNC, _FIOSETOWN, _SIOCSPGRP = 0x5452, 0x8901, 0x8902
+_FS_IOC_SETFLAGS, _FS_IOC32_SETFLAGS, _FS_IOC_FSSETXATTR = 0x40086602, 0x40046602, 0x401C5820
+_CLONE_THREAD = 0x00010000
+
+ARGUMENT_RULES: tuple[ArgumentRule, ...] = (
+    ArgumentRule("socketpair", "EAFNOSUPPORT",
+                 "a connected pair of Unix stream sockets reaches nothing outside the worker; "
+                 "a datagram or seqpacket one can sendto or connect to any pathname socket",
+                 (ArgTest(0, (_AF_UNIX,), allow=True),
+                  ArgTest(1, (_SOCK_STREAM,), allow=True, mask=0xFFFFFFFF & ~_SOCK_FLAGS))),
+    ArgumentRule("sendto", "EPERM",
+                 "send() on its own socketpair passes no address; a destination is a socket "
+                 "outside", (ArgTest(4, (0,), allow=True), ArgTest(4, (0,), allow=True,
+                                                                   high=True))),
+    ArgumentRule("fcntl", "EPERM",
+                 "an owner, a signal or O_ASYNC make the kernel signal any process on the "
+                 "worker's behalf (SIGIO); a directory notification watches a folder; a lease "
+                 "on an input stalls its writer for lease-break-time",
+                 (ArgTest(1, (_F_SETOWN, _F_SETOWN_EX, _F_SETSIG, _F_NOTIFY, _F_SETLEASE),
+                          allow=False),
+                  ArgTest(2, (_O_ASYNC,), allow=False, mask=_O_ASYNC,
+                          only_if=(1, _F_SETFL)))),
+    ArgumentRule("ioctl", "EPERM",
+                 "the ioctl spellings of O_ASYNC and F_SETOWN, and file flags (no-dump, "
+                 "append-only, project ids) an owner may set on its input",
+                 (ArgTest(1, (_FIOASYNC, _FIOSETOWN, _SIOCSPGRP, _FS_IOC_SETFLAGS,
+                              _FS_IOC32_SETFLAGS, _FS_IOC_FSSETXATTR), allow=False),)),
+    ArgumentRule("clone", "EPERM", "threads are clone(CLONE_THREAD|...); anything else is a "
+                 "new process", (ArgTest(0, (_CLONE_THREAD,), allow=True, mask=_CLONE_THREAD),)),
+    *(ArgumentRule(name, "EPERM", "a signal only to this process: kill(0) and kill(-1) name "
+                   "a group and every process", (ArgTest(0, (SELF,), allow=True),))
+      for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")),
+    *(ArgumentRule(name, "EPERM", "limits, scheduling and pages of this process only (0 "
+                   "names the caller)", (ArgTest(0, (0, SELF), allow=True),))
+      for name in ("prlimit64", "sched_setparam", "sched_setscheduler", "sched_setaffinity",
+                   "sched_setattr", "migrate_pages", "move_pages")),
+)
+
+ALLOWED: dict[str, str] = {
+    "open, openat, openat2": "Landlock decides which paths open: the inputs and the Python "
+    "installation for reading, nothing for writing",
+    "read, write, pread64, pwrite64, readv, writev, sendfile, splice, tee, copy_file_range":
+    "only descriptors the worker holds: its pipes, its output, files Landlock let it open",
+    "stat, lstat, fstat, newfstatat, statx, statfs, access, faccessat2": "Landlock has no "
+    "right for them: the existence, size, owner and times of a host path leak, never its "
+    "content",
+    "readlink, readlinkat": "Landlock has no right for it: a symlink's target leaks",
+    "getdents64": "only directories Landlock let it open",
+    "recvfrom, recvmsg, shutdown, getsockopt, setsockopt, getsockname, getpeername": "only the "
+    "worker's own stream socketpairs; with sendmsg refused no descriptor can be sent to it",
+    "mmap, mprotect, munmap, mremap, madvise, brk, mbind, set_mempolicy": "its own address "
+    "space, bounded by RLIMIT_AS",
+    "prctl": "its own process: clearing its death signal frees nothing (the PID namespace's "
+    "init holds one), PR_SET_MM needs a capability it dropped",
+    "flock, fcntl(F_SETLK, F_OFD_SETLK)": "advisory locks on files it may read: a writer that "
+    "takes a lock waits for the job, one that does not is not stopped",
+    "futex, wait4, waitid, rt_sig*, sigaltstack, getrandom, clock_*, nanosleep": "its own "
+    "threads, signals and time",
+    "landlock_create_ruleset, landlock_add_rule, landlock_restrict_self": "they can only "
+    "confine it further",
+}
+"""Allowed calls whose arguments name something outside the worker, and why each may stay."""
 
 _RET_KILL_PROCESS, _RET_ERRNO, _RET_ALLOW = 0x80000000, 0x00050000, 0x7FFF0000
-_LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
-_OFF_NR, _OFF_ARCH, _OFF_ARG0 = 0, 4, 16  # struct seccomp_data; arg0's low word (little endian)
-_OFF_ARG1, _F_SETLEASE = 24, 1024
-_CLONE_THREAD, _AF_UNIX = 0x00010000, 1
+_LD_W_ABS, _JEQ_K, _JGE_K, _RET_K, _AND_K, _JA = 0x20, 0x15, 0x35, 0x06, 0x54, 0x05
+_OFF_NR, _OFF_ARCH, _OFF_ARGS = 0, 4, 16  # struct seccomp_data; arguments little endian
 _X32_SYSCALL_BIT = 0x40000000
 _SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC = 1, 1
+
+
+def _answer(answer: str) -> int:
+    return _RET_KILL_PROCESS if answer == "kill" else _RET_ERRNO | getattr(errno, answer)
+
+
+def _argument_block(nr: int, rule: ArgumentRule, pid: int) -> list[tuple[int, int, int, int]]:
+    """One rule's instructions, skipped unless the call is `nr`. Every path inside returns:
+    loading an argument clobbers the syscall number."""
+    ins: list[tuple[int, int | str, int | str, int | str]] = []
+    labels: dict[str, int] = {}
+
+    def load(arg: int, high: bool = False) -> None:
+        ins.append((_LD_W_ABS, 0, 0, _OFF_ARGS + 8 * arg + (4 if high else 0)))
+
+    for n, test in enumerate(rule.tests):
+        after = f"after{n}"
+        if test.only_if is not None:
+            load(test.only_if[0])
+            ins.append((_JEQ_K, 0, after, test.only_if[1]))
+        load(test.arg, test.high)
+        if test.mask != 0xFFFFFFFF:
+            ins.append((_AND_K, 0, 0, test.mask))
+        for value in (pid if v == SELF else v for v in test.values):
+            ins.append((_JEQ_K, after if test.allow else "refuse", 0, value))
+        if test.allow:
+            ins.append((_JA, 0, 0, "refuse"))
+        labels[after] = len(ins)
+    ins.append((_RET_K, 0, 0, _RET_ALLOW))
+    labels["refuse"] = len(ins)
+    ins.append((_RET_K, 0, 0, _answer(rule.answer)))
+
+    def resolve(at: int, target: int | str) -> int:
+        return labels[target] - at - 1 if isinstance(target, str) else target
+
+    block = [(code, resolve(i, jt), resolve(i, jf), resolve(i, k) if code == _JA else k)
+             for i, (code, jt, jf, k) in enumerate(ins)]
+    return [(_JEQ_K, 0, len(block), nr), *block]  # type: ignore[list-item]
 
 
 def seccomp_program(machine: str, pid: int) -> list[tuple[int, int, int, int]]:
@@ -462,53 +785,12 @@ def seccomp_program(machine: str, pid: int) -> list[tuple[int, int, int, int]]:
     ]
     if machine == "x86_64":
         prog += [(_JGE_K, 0, 1, _X32_SYSCALL_BIT), (_RET_K, 0, 0, _RET_KILL_PROCESS)]
-
-    def on_nr(name: str, action: int) -> None:
-        if name in nrs:
-            prog.extend([(_JEQ_K, 0, 1, nrs[name]), (_RET_K, 0, 0, action)])
-
-    def arg0_in(name: str, allowed: tuple[int, ...], refusal: int) -> None:
-        # Loading the argument clobbers the syscall number, so every path of the block
-        # returns. pid_t is 32 bits: the kernel reads only the low word.
-        n = len(allowed)
-        prog.append((_JEQ_K, 0, n + 3, nrs[name]))
-        prog.append((_LD_W_ABS, 0, 0, _OFF_ARG0))
-        prog.extend((_JEQ_K, n - i, 0, value) for i, value in enumerate(allowed))
-        prog.append((_RET_K, 0, 0, _RET_ERRNO | refusal))
-        prog.append((_RET_K, 0, 0, _RET_ALLOW))
-
-    for name in _KILL:
-        on_nr(name, _RET_KILL_PROCESS)
-    for name in _EPERM:
-        on_nr(name, _RET_ERRNO | errno.EPERM)
-    for name in _ENOSYS:
-        on_nr(name, _RET_ERRNO | errno.ENOSYS)
-    for name in _EOPNOTSUPP:
-        on_nr(name, _RET_ERRNO | errno.EOPNOTSUPP)
-    # No socket at all; a socketpair of Unix sockets reaches nothing outside the worker.
-    on_nr("socket", _RET_ERRNO | errno.EAFNOSUPPORT)
-    arg0_in("socketpair", (_AF_UNIX,), errno.EAFNOSUPPORT)
-    for name in _SELF_ONLY:
-        arg0_in(name, (pid,), errno.EPERM)
-    for name in _SELF_OR_ZERO:
-        arg0_in(name, (0, pid), errno.EPERM)
-    # A lease on an input stalls whoever opens it for writing (a training run saving over
-    # the checkpoint) for lease-break-time; nothing in the worker takes one.
-    prog += [
-        (_JEQ_K, 0, 4, nrs["fcntl"]),
-        (_LD_W_ABS, 0, 0, _OFF_ARG1),
-        (_JEQ_K, 0, 1, _F_SETLEASE),
-        (_RET_K, 0, 0, _RET_ERRNO | errno.EPERM),
-        (_RET_K, 0, 0, _RET_ALLOW),
-    ]
-    # Threads are clone(CLONE_THREAD|...); anything else would be a new process.
-    prog += [
-        (_JEQ_K, 0, 4, nrs["clone"]),
-        (_LD_W_ABS, 0, 0, _OFF_ARG0),
-        (_JSET_K, 0, 1, _CLONE_THREAD),
-        (_RET_K, 0, 0, _RET_ALLOW),
-        (_RET_K, 0, 0, _RET_ERRNO | errno.EPERM),
-    ]
+    for refusal in REFUSALS:
+        for name in refusal.names:
+            if name in nrs:
+                prog += [(_JEQ_K, 0, 1, nrs[name]), (_RET_K, 0, 0, _answer(refusal.answer))]
+    for rule in ARGUMENT_RULES:
+        prog += _argument_block(nrs[rule.name], rule, pid)
     prog.append((_RET_K, 0, 0, _RET_ALLOW))
     return prog
 
@@ -525,9 +807,7 @@ def _seccomp(config: JailConfig, active: list[str]) -> str:
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
     fprog = _SockFprog(len(prog), ctypes.addressof(fbuf))
-    if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
+    _no_new_privs()
     # TSYNC puts every existing thread under the filter too, should any exist already.
     _syscall(_SYSCALLS[machine]["seccomp"], ctypes.c_uint(_SECCOMP_SET_MODE_FILTER),
              ctypes.c_uint(_SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(fprog))

@@ -52,7 +52,6 @@ stdout: stdout is redirected to stderr so stray output cannot corrupt the protoc
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import json
 import os
@@ -64,7 +63,14 @@ from collections.abc import Callable
 
 from inspector.core.errors import CodedError
 from inspector.core.progress import Cancelled, CancelToken
-from inspector.sandbox.jail import MIB, JailConfig, apply_jail, default_max_threads
+from inspector.sandbox.jail import (
+    MIB,
+    JailConfig,
+    apply_jail,
+    default_max_threads,
+    die_with_parent,
+    enter_namespaces,
+)
 from inspector.sandbox.mapped import open_maps
 
 OPS: dict[str, str] = {
@@ -166,22 +172,13 @@ def _set_threads(request: dict) -> int:
     return torch.get_num_threads()
 
 
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:
-    """SIGKILL this worker when its parent (the client, or the fork server) dies.
-
-    The client kills the worker's group when a job ends, but a client killed itself (SIGKILL,
-    or SIGTERM's default action) runs no `finally`, and its worker, in a session of its own,
-    would live on. Set before the handshake: the client sends the start line only after
-    reading it, so a client that died first never lets an input be opened."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
 def main() -> int:
     """Read the request, jail, run the operation, report."""
+    # The client kills the worker's group when a job ends, but a client killed itself
+    # (SIGKILL, or SIGTERM's default action) runs no `finally`. Set before the handshake: the
+    # client sends the start line only after reading it, so a client that died first never
+    # lets an input be opened. The jail's init holds the same signal for the worker, which
+    # can clear its own.
     die_with_parent()
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
@@ -190,8 +187,10 @@ def main() -> int:
         request = json.loads(sys.stdin.readline() or "{}")
         if not isinstance(request, dict) or "op" not in request:
             raise _Refused("bad_request", "the request must be a JSON object with an 'op'")
-        maps_fd = open_maps()
-        level = apply_jail(jail_config(request))
+        config = jail_config(request)
+        entered = enter_namespaces(config)  # the relay and init never come back from here
+        maps_fd = open_maps()  # the worker's own, before Landlock closes /proc
+        level = apply_jail(config, entered)
         emit({"type": "jail", **level})
         request["_maps_fd"] = maps_fd
         cancel = CancelToken()
