@@ -11,8 +11,11 @@ import contextlib
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
+from inspector.core.advice import DAMAGED
 from inspector.core.allow_presets import PRESETS, preset_help
+from inspector.core.integrity import INTEGRITY_CODES
 from inspector.core.progress import ProgressFn
 from inspector.core.termtext import escape
 from inspector.core.verify import TensorDigestFn, VerifyResult
@@ -20,6 +23,7 @@ from inspector.core.vocabulary import (
     DEFAULT_REQUIRED_JAIL,
     FileStatus,
     JailRequirement,
+    Severity,
     TensorCheckStatus,
 )
 
@@ -100,9 +104,35 @@ def error_exit(error: dict) -> int:
     return _REFUSAL_EXITS.get(error.get("code", ""), EXIT_LOAD_FAILED)
 
 
+def flagged_lines(scan: dict) -> list[str]:
+    """A scan's flagged imports with the calls they would make, and its findings, indented;
+    what comes from the file is escaped. A finding that means damaged data reads `damaged`."""
+    lines = []
+    for g in scan.get("globals") or ():
+        if g["severity"] != Severity.SAFE:
+            key = f"{g['module']}.{g['name']}"
+            imported = g.get("import") or key
+            name = imported if imported == key else f"{imported} (as {key})"
+            lines.append(f"    {g['severity']:<10} {escape(name)} x{g['count']}: "
+                         f"{escape(g['reason'])}")
+            lines.extend(f"{'':<15}{escape(c)}" for c in g.get("calls") or ())
+    for f in scan.get("findings") or ():
+        if f["severity"] != Severity.INFO:
+            where = f" [{escape(f['member'])}]" if f.get("member") else ""
+            severity = DAMAGED if f["code"] in INTEGRITY_CODES else f["severity"]
+            lines.append(f"    {severity:<10} {f['code']}: {escape(f['message'])}{where}")
+            if f.get("call"):
+                lines.append(f"{'':<15}{escape(f['call'])}")
+    return lines
+
+
 def print_verify_result(result: VerifyResult) -> None:
-    """One line per file that is not ok, tensors that are not ok under it, then totals."""
+    """One line per file that is not ok (unrelated extras folded into one), tensors that are
+    not ok under it, then totals."""
+    extras = [f for f in result.files if f.status == FileStatus.EXTRA and not f.note]
     for f in result.files:
+        if f in extras:
+            continue
         if f.status == FileStatus.SIZE_MISMATCH:
             detail = f"  size {f.actual_size}, expected {f.expected_size}"
         elif f.status == FileStatus.MISMATCH:
@@ -121,6 +151,12 @@ def print_verify_result(result: VerifyResult) -> None:
         else:
             detail = ""
         print(escape(f"  tensor {t.status.upper():<22} {t.key} ({t.file}){detail}"))
+    if extras:
+        names = ", ".join(Path(f.path).name for f in extras[:3])
+        more = f" and {len(extras) - 3} more" if len(extras) > 3 else ""
+        print(escape(f"{'EXTRA':<14} {len(extras)} file(s) the manifest does not list "
+                     f"({names}{more}; " + ("they fail with --strict)" if not result.strict
+                                           else "--strict: they fail)")))
     for error in result.errors:
         print(escape(f"ERROR          {error}"))
     totals = [_totals("file", result.files)]

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             result = diff_result(args.a, args.b, allow_globals=args.allow_global,
                                  on_event=progress_events(progress))
     except SandboxError as exc:
-        print(f"ckpt-inspector diff: {exc.message}", file=sys.stderr)
+        print(f"ckpt-inspector diff: {escape(exc.message)}", file=sys.stderr)
         return EXIT_JAIL if exc.code in JAIL_ERRORS else EXIT_ERROR
     if args.json:
         print(json.dumps(result.to_json(), indent=1))

@@ -41,10 +41,12 @@ from inspector.cli.common import (
     add_jobs_argument,
     add_loader_arguments,
     error_exit,
+    flagged_lines,
     progress_events,
     stderr_progress,
 )
-from inspector.core import integrity, strict_json
+from inspector.core import strict_json
+from inspector.core.advice import DAMAGED, advise, display_word
 from inspector.core.contents import summarize, training_summary
 from inspector.core.health import Health
 from inspector.core.hyper_params import hyper_parameters_line
@@ -90,17 +92,21 @@ def health_lines(health: Health | None) -> list[str]:
 
 def _human(report: InspectResult) -> list[str]:
     scan = report.scan or {}
-    damage = integrity.integrity_findings(scan)
+    word = display_word(scan) if scan else "not run"
+    health = report.health.status if report.health is not None else None
+    fmt = report.format if report.format not in (None, "unknown") else None
     lines = [
         f"file:     {report.path} ({report.size or 0:,} bytes, "
-        f"{report.format or 'format unknown'})",
+        f"{fmt or ('unreadable' if word == DAMAGED else 'format unknown')})",
         f"sha256:   {report.sha256 or '-'}",
-        f"scan:     {scan.get('verdict') or 'not run'}"
+        f"scan:     {word}"
         + ("; weights_only loads it" if scan.get("weights_only_ok") else "")
-        + ("; the file is damaged (corrupted data, not code)" if damage else ""),
+        + ("; the file's data is corrupted (not a question of code)" if word == DAMAGED
+           else ""),
+        *flagged_lines(scan),
+        f"advice:   {advise(scan, health).action}",
         jail_line(report.sandbox),
     ]
-    lines.extend(f"DAMAGED:  {integrity.describe(f)}" for f in damage)
     if report.index:
         lines.extend(shard_lines(report))
     if report.loaded:
@@ -128,6 +134,9 @@ def _human(report: InspectResult) -> list[str]:
     if report.error is not None:
         lines.append("")
         lines.append(f"error:    {report.error.message}")
+        if report.error.code == "refused_dangerous":
+            lines.append("          to load it anyway (weights_only=True, inside the jail): "
+                         "--override-dangerous")
         return lines
     unique = report.unique_storage
     object_records = records(objects)

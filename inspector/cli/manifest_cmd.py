@@ -44,8 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     create = sub.add_parser(
         "create",
         help="hash files (and, for .json, every tensor) into a manifest",
-        description="Format from the extension: .sha256/.txt sha256sum, .tsv TSV, "
-        ".json this project's manifest with per-tensor digests computed in the jailed worker.",
+        description="Format from the extension: .sha256/.txt (or the name SHA256SUMS) "
+        "sha256sum, .tsv TSV, .json this project's manifest with per-tensor digests "
+        "computed in the jailed worker.",
     )
     create.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files or folders")
     create.add_argument(

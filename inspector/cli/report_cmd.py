@@ -47,6 +47,7 @@ from inspector.report import (
     write_report,
     writer_for,
 )
+from inspector.report.advice import headline_word
 
 EXIT_FAILED_CHECK = 1
 EXIT_NOT_WRITTEN = 4
@@ -280,7 +281,7 @@ def _telemetry() -> Iterator[tuple[object | None, str]]:
 
 
 def _print_summary(report: Report, output: Path | str, stream: TextIO) -> None:
-    print(f"{report.verdict.upper()}: {len(report.files)} file(s), "
+    print(f"{headline_word(report).upper()}: {len(report.files)} file(s), "
           f"{len(report.problems)} problem(s); report written to {output}", file=stream)
     for problem in report.problems:
         print(f"  {problem}", file=stream)

@@ -6,13 +6,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
+from inspector.cli.common import flagged_lines
+from inspector.core.advice import DAMAGED, display_word
 from inspector.core.atomic import OutputExistsError, write_text_atomic
 from inspector.core.scan import ScanResult, scan_paths
 from inspector.core.termtext import escape
 from inspector.core.verdict import ORDER, exit_code, fails, worst
-from inspector.core.vocabulary import Severity, Verdict
+from inspector.core.vocabulary import Verdict
 
 EXIT_OUTPUT = 4
 
@@ -31,6 +34,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(not checkpoints) never fail")
 
 
+def _word(res: ScanResult) -> str:
+    """The word a person reads for this file: `damaged` for corruption (`core.advice`)."""
+    return display_word({"verdict": res.verdict,
+                         "findings": [{"code": f.code} for f in res.findings]})
+
+
 def _human(res: ScanResult) -> list[str]:
     """Text lines for one file; everything that comes from the file is escaped (`termtext`), so
     a name holding terminal escapes cannot repaint the verdict."""
@@ -38,21 +47,11 @@ def _human(res: ScanResult) -> list[str]:
     path = escape(res.path)
     if res.verdict == Verdict.SKIPPED:
         return [f"{'SKIPPED':<10} {path}: not a checkpoint ({escape(res.error or '')})"]
-    lines = [f"{res.verdict.upper():<10} {path}  ({res.format}; {wo})"]
+    word = _word(res).upper()
+    lines = [f"{word:<10} {path}  ({res.format}; {wo})"]
     if res.error:
-        lines = [f"{res.verdict.upper():<10} {path}: {escape(res.error)}"]
-    for g in res.globals:
-        if g.severity != Severity.SAFE:
-            key = f"{g.module}.{g.name}"
-            name = g.import_name if g.import_name == key else f"{g.import_name} (as {key})"
-            lines.append(f"    {g.severity:<10} {escape(name)} x{g.count}: {escape(g.reason)}")
-            lines.extend(f"{'':<15}{escape(c)}" for c in g.calls)
-    for f in res.findings:
-        if f.severity != Severity.INFO:
-            where = f" [{escape(f.member)}]" if f.member else ""
-            lines.append(f"    {f.severity:<10} {f.code}: {escape(f.message)}{where}")
-            if f.call:
-                lines.append(f"{'':<15}{escape(f.call)}")
+        lines = [f"{word:<10} {path}: {escape(res.error)}"]
+    lines.extend(flagged_lines(res.to_json()))
     return lines
 
 
@@ -84,8 +83,9 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_OUTPUT
     verdict = worst(r.verdict for r in results)
     if not args.json and len(results) > 1:
-        counts = {v: sum(r.verdict == v for r in results) for v in Verdict}
-        summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+        words = Counter(_word(r) for r in results)
+        order = [Verdict.SAFE, Verdict.SUSPICIOUS, DAMAGED, *ORDER[2:], Verdict.SKIPPED]
+        summary = ", ".join(f"{words[w]} {w}" for w in order if words[w])
         print(f"{len(results)} files: {summary}", file=sys.stderr)
     if args.fail_on and not any(fails(r.verdict, args.fail_on) for r in results):
         return 0

@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
                 warm_workers(len(files)), ahead as digests:
             result = verify(
                 manifest,
+                args.paths,
                 tensor_digests=digests,
                 progress=progress,
                 strict=args.strict,

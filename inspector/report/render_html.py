@@ -10,11 +10,13 @@ import base64
 import os
 from collections.abc import Callable
 
+from inspector.core.advice import DAMAGED
 from inspector.core.atomic import write_text_atomic
 from inspector.core.results import TensorDiffRow
 from inspector.core.termtext import html_escape as escape  # marks control characters visibly
 from inspector.core.vocabulary import LoadStatus, ReportStatus, StepStatus, Verdict
 from inspector.report import charts
+from inspector.report.advice import bad_data, file_advice
 from inspector.report.model import FAIL, NOT_CHECKED, PASS, FileReport, Report
 from inspector.report.sections import self_test_words
 
@@ -35,6 +37,7 @@ HEADLINES = {
 }
 VERDICT_COLORS = {Verdict.SAFE: "#1b7f3b", Verdict.SUSPICIOUS: "#b35c00",
                   Verdict.DANGEROUS: "#b00020", Verdict.ERROR: "#5f5f5f"}
+BAD_DATA_COLOR = "#b00020"
 PAGE_BREAK = " style=\"page-break-before: always\""
 """Each file after the first starts a printed page, so its table never straddles two files."""
 CHECK_LABELS = {PASS: "✔ pass", FAIL: "✘ fail", NOT_CHECKED: "– not checked"}
@@ -111,6 +114,10 @@ def report_body(report: Report, image_src: ImageSrc) -> str:
 def _summary(report: Report) -> str:
     headline, explanation = HEADLINES[report.verdict]
     color = VERDICT_COLORS[report.verdict]
+    # bad data outranks a clean scan: a damaged file or corrupted weights never read as fine
+    worse = bad_data(report)
+    if worse:
+        headline, explanation, color = worse.headline.upper(), worse.action, BAD_DATA_COLOR
     status = ("All checks that ran passed." if report.status == ReportStatus.PASSED
               else f"{len(report.problems)} problem(s) found.")
     problems = "".join(f"<li>{escape(p)}</li>" for p in report.problems)
@@ -122,7 +129,7 @@ def _summary(report: Report) -> str:
         f"{escape(explanation)}<br><b>{escape(status)}</b></td></tr></table>"
         + (f"<ul>{problems}</ul>" if problems else "")
         + _table(["File", "Code safety", "Weights health", "Problems"], [
-            [escape(f.file.name), _verdict_cell(f.verdict), _health_cell(f),
+            [escape(f.file.name), _word_cell(f), _health_cell(f),
              escape(str(len(f.problems)))] for f in report.files])
         + "</section>"
     )
@@ -139,8 +146,9 @@ def _file_sections(f: FileReport, n: int, image_src: ImageSrc) -> str:
             ("Format", escape(f.file.format or "unknown")),
             ("SHA-256", _mono(f.file.sha256 or ("one per shard (see Shards)" if f.shards
                                                else "not computed"))),
-            ("Code safety", _verdict_cell(f.verdict)),
+            ("Code safety", _word_cell(f)),
             ("Weights health", _health_cell(f)),
+            ("What to do", escape(file_advice(f).action)),
         ])),
         *([_section("shards", anchor, "Shards", _shards(f))] if f.shards else []),
         _section("checklist", anchor, "Prevention checklist", _table(
@@ -453,6 +461,13 @@ def _kv(rows: list[tuple[str, str]]) -> str:
 def _img(image_src: ImageSrc, name: str, png: bytes, alt: str) -> str:
     src = image_src(name, png)
     return f"<p><img class=\"chart\" width=\"540\" src=\"{src}\" alt=\"{escape(alt)}\"></p>"
+
+
+def _word_cell(f: FileReport) -> str:
+    """A file's code-safety word: `damaged` for corrupted data, else its verdict."""
+    word = file_advice(f).word
+    return (f"<b style=\"color: {BAD_DATA_COLOR}\">{escape(DAMAGED.upper())}</b>"
+            if word == DAMAGED else _verdict_cell(f.verdict))
 
 
 def _verdict_cell(verdict: str) -> str:
