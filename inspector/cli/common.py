@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -102,6 +103,25 @@ def warm_workers(jobs: int, cold: bool = False) -> contextlib.AbstractContextMan
 def error_exit(error: dict) -> int:
     """The exit code for a worker or refusal error."""
     return _REFUSAL_EXITS.get(error.get("code", ""), EXIT_LOAD_FAILED)
+
+
+_COLOURS = {"safe": "32", "ok": "32", "suspicious": "33", "warning": "33", "dangerous": "31",
+            DAMAGED: "31", "error": "31", "problem": "31", "not judged": "33"}
+"""ANSI colour of each verdict word (green, yellow, red)."""
+
+
+def use_colour(stream=None) -> bool:
+    """Colour only on a terminal, never when piped, with NO_COLOR set (no-color.org) or on a
+    dumb terminal."""
+    stream = sys.stdout if stream is None else stream
+    return (stream.isatty() and not os.environ.get("NO_COLOR")
+            and os.environ.get("TERM") != "dumb")
+
+
+def paint(text: str, word: str, colour: bool) -> str:
+    """`text` in the colour of verdict `word` (case-insensitive) when `colour` is on."""
+    code = _COLOURS.get(word.lower())
+    return f"\x1b[{code}m{text}\x1b[0m" if colour and code else text
 
 
 def flagged_lines(scan: dict) -> list[str]:

@@ -35,6 +35,7 @@ the table shows the sample one.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from inspector.cli.common import (
@@ -42,8 +43,10 @@ from inspector.cli.common import (
     add_loader_arguments,
     error_exit,
     flagged_lines,
+    paint,
     progress_events,
     stderr_progress,
+    use_colour,
 )
 from inspector.core import strict_json
 from inspector.core.advice import DAMAGED, advise, display_word
@@ -53,6 +56,7 @@ from inspector.core.hyper_params import hyper_parameters_line
 from inspector.core.json_record import records
 from inspector.core.results import InspectResult, jail_line
 from inspector.core.resume import resume_text
+from inspector.core.safetensors_header import read_header
 from inspector.core.termtext import escape
 from inspector.core.verdict import exit_code
 from inspector.core.vocabulary import HealthStatus, Verdict
@@ -64,9 +68,10 @@ _SHARD_EXITS = {"missing_shard": EXIT_COVERAGE, "bad_shards": exit_code("error")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `inspect`."""
-    parser.add_argument("file", metavar="FILE",
-                        help="the checkpoint: a file, a model folder or index of shards, or a "
-                             "torch.distributed.checkpoint folder")
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="the checkpoint(s): a file, a model folder or index of shards, or "
+                             "a torch.distributed.checkpoint folder; several are inspected in "
+                             "turn (with --json, one object per line), the highest status wins")
     parser.add_argument("--json", action="store_true", help="print the inspect contract as JSON")
     add_loader_arguments(parser)
     add_jobs_argument(parser)  # a sharded checkpoint's shards; a single file is one job
@@ -199,24 +204,59 @@ def _model_lines(report: InspectResult) -> list[str]:
     return lines
 
 
+def _painted(line: str, colour: bool) -> str:
+    """The verdict word of a `scan:` or `health:` line in its colour (after escaping the line,
+    so the file's own text can never carry a colour)."""
+    label, _, rest = line.partition(":")
+    if label not in ("scan", "health") or not colour:
+        return line
+    word = rest.split(";")[0].split("(")[0].strip()
+    return line.replace(word, paint(word, word, colour), 1)
+
+
+def in_file_order(contract: dict) -> None:
+    """Put a safetensors file's tensor records in the order their bytes lie in the file
+    (safetensors loads them sorted by name); other formats already come in file order."""
+    path = contract.get("path")
+    if contract.get("format") != "safetensors" or not path or not os.path.isfile(path):
+        return
+    with open(path, "rb") as fh:
+        header = read_header(fh, os.fstat(fh.fileno()).st_size)
+    where = {key: begin for begin, _end, key, _dtype, _shape in header.spans}
+    contract["tensors"] = sorted(contract.get("tensors") or [],
+                                 key=lambda t: where.get(t.get("key"), len(where) << 40))
+
+
 def run(args: argparse.Namespace) -> int:
-    """Inspect one checkpoint; see the module docstring for exit codes."""
+    """Inspect each checkpoint in turn; the highest exit status of them (see the registry)."""
+    codes = []
+    for n, path in enumerate(args.files):
+        if n and not args.json:
+            print()
+        codes.append(inspect_one(args, path))
+    return max(codes)
+
+
+def inspect_one(args: argparse.Namespace, path: str) -> int:
+    """Inspect one checkpoint and print it; its exit status."""
     from inspector.sandbox.client import inspect_file
 
     try:
         with stderr_progress("inspecting", args.quiet) as show:
-            contract = inspect_file(args.file, allow_globals=args.allow_global,
+            contract = inspect_file(path, allow_globals=args.allow_global,
                                     override_dangerous=args.override_dangerous,
                                     timeout=args.timeout, on_event=progress_events(show),
                                     jobs=args.jobs)
     except OSError as exc:
-        print(f"ckpt-inspector inspect: {exc.strerror or exc}: {args.file}", file=sys.stderr)
+        print(f"ckpt-inspector inspect: {exc.strerror or exc}: {path}", file=sys.stderr)
         return exit_code("error")
+    in_file_order(contract)
     report = InspectResult.from_json(contract)
     if args.json:
         print(strict_json.dumps(contract))  # the worker's record as it came: nothing to rebuild
     else:
-        print("\n".join(escape(line) for line in _human(report)))  # text from the file
+        colour = use_colour()
+        print("\n".join(_painted(escape(line), colour) for line in _human(report)))
     if report.error is not None:
         return _SHARD_EXITS.get(report.error.code) or error_exit(report.error.to_json())
     if any(p["fatal"] for p in report.problems or ()):

@@ -9,7 +9,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from inspector.cli.common import flagged_lines
+from inspector.cli.common import flagged_lines, paint, use_colour
 from inspector.core.advice import DAMAGED, display_word
 from inspector.core.atomic import OutputExistsError, write_text_atomic
 from inspector.core.scan import ScanResult, scan_paths
@@ -40,17 +40,18 @@ def _word(res: ScanResult) -> str:
                          "findings": [{"code": f.code} for f in res.findings]})
 
 
-def _human(res: ScanResult) -> list[str]:
+def _human(res: ScanResult, colour: bool = False) -> list[str]:
     """Text lines for one file; everything that comes from the file is escaped (`termtext`), so
     a name holding terminal escapes cannot repaint the verdict."""
     wo = "weights_only: loads" if res.weights_only_ok else "weights_only: refused"
     path = escape(res.path)
     if res.verdict == Verdict.SKIPPED:
         return [f"{'SKIPPED':<10} {path}: not a checkpoint ({escape(res.error or '')})"]
-    word = _word(res).upper()
-    lines = [f"{word:<10} {path}  ({res.format}; {wo})"]
+    word = _word(res)
+    shown = paint(f"{word.upper():<10}", word, colour)
+    lines = [f"{shown} {path}  ({res.format}; {wo})"]
     if res.error:
-        lines = [f"{word:<10} {path}: {escape(res.error)}"]
+        lines = [f"{shown} {path}: {escape(res.error)}"]
     lines.extend(flagged_lines(res.to_json()))
     return lines
 
@@ -63,12 +64,13 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_OUTPUT
     results: list[ScanResult] = []
+    colour = use_colour()
     for res in scan_paths(args.paths):
         results.append(res)
         if args.json:
             print(json.dumps(res.to_json()), flush=True)
         else:
-            print("\n".join(_human(res)), flush=True)
+            print("\n".join(_human(res, colour)), flush=True)
     if not results:
         print("ckpt-inspector scan: no files found under the given paths", file=sys.stderr)
         return exit_code(Verdict.ERROR)
