@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import NamedTuple, TextIO
 
 from inspector import __version__
+from inspector.cli.reference import epilog
 
 
 class Command(NamedTuple):
@@ -70,7 +71,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ckpt-inspector {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, cmd in COMMANDS.items():
-        sp = sub.add_parser(name, help=cmd.help, description=cmd.help)
+        sp = sub.add_parser(name, help=cmd.help, description=cmd.help, epilog=epilog(name),
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
         if name == command:
             command_module(name).add_arguments(sp)
     return parser

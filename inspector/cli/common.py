@@ -80,8 +80,8 @@ def add_jobs_argument(parser: argparse.ArgumentParser) -> None:
     from inspector.sandbox.parallel import default_jobs
 
     parser.add_argument("--jobs", "-j", type=_positive, default=default_jobs(), metavar="N",
-                        help="jailed workers at once (default: the number of cores, here "
-                             f"{default_jobs()}); N workers hold up to N times one worker's "
+                        help="jailed workers at once (default: the number of cores this "
+                             "process may use); N workers hold up to N times one worker's "
                              "memory, so --jobs 1 runs one file at a time")
 
 

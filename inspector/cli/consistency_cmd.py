@@ -96,10 +96,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, metavar="S", help="give up after S seconds")
     add_require_jail_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    parser.epilog = ("exit status: 0 consistent, 1 inconsistent, 3 checkpoint not loaded, "
-                     "4 device unavailable, 5 bad model or request, 6 worker failed, "
-                     "7 not judged: the weights hold NaN/Inf (named), "
-                     "9 the jail is weaker than --require-jail or the worker broke the protocol")
 
 
 def _err(message: str) -> None:

@@ -6,24 +6,7 @@ transformers writes (see `convert_folder`). Runs inside the jailed worker
 safetensors and compared bit for bit, then renamed into place.
 Non-tensor values go to `<OUT stem>.sidecar.json`.
 
-Exit codes:
-  0  converted and verified
-  2  not loaded: the static scan says dangerous (see --override-dangerous)
-  3  not loaded: not a format torch.load reads (or the scan failed), or a safetensors file
-     already (`already_safetensors`, as for a folder)
-  4  the output (or its sidecar) exists and --force was not given, it is the input, or its
-     folder cannot be written
-  5  the load failed: weights_only refused globals (listed), corrupt archive, a sandbox
-     limit was hit, or the worker crashed or timed out
-  6  the written file did not verify against the input (nothing was kept)
-  7  a folder's shards do not match their index (missing or orphan shard, a key in no shard or
-     in two); nothing was kept
-  8  some tensors have no safetensors form (listed; nothing was written); --skip-unsupported
-     converts the rest and lists the skipped keys in the output and the sidecar
-  9  not loaded: the jail is weaker than --require-jail allows (default partial), or the
-     worker broke the protocol and was killed
- 10  --key names nothing in the checkpoint (its keys are listed) or no mapping of tensors, or
-     --strip-prefix gives two keys one name (nothing was written)
+Exit codes: `inspector.cli.reference` (shown by --help and in docs/commands/).
 
 `--key state_dict --strip-prefix model.` takes a training checkpoint's weights (a Lightning
 checkpoint's `state_dict`) under the model's own names; see `core/extract.py`.

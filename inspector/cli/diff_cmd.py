@@ -44,9 +44,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_allow_arguments(parser)
     add_quiet_argument(parser)
     add_require_jail_argument(parser)
-    parser.epilog = ("exit status: 0 identical tensors, 1 different, 2 a file could not be "
-                     "read or a shard is missing, 9 the jail is weaker than --require-jail or "
-                     "the worker broke the protocol")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,21 +11,7 @@ TorchScript and torch.export archives are never loaded: their weights are read f
 records (`sandbox.torchscript`), and the code files loading them would run are listed, with
 what in them is flagged (the scan stays suspicious).
 
-Exit codes:
-  0  loaded; the static scan says safe
-  1  loaded; the static scan says suspicious (e.g. globals you allowed)
-  2  not loaded: the static scan says dangerous (--override-dangerous loads it anyway, still
-     with weights_only=True inside the jail)
-  3  not loaded: not a format torch.load reads (or the scan failed)
-  5  the load failed: weights_only refused globals (listed), corrupt archive, a sandbox
-     limit was hit, or the worker crashed or timed out
-  7  loaded, the static scan says safe, but weights health is `problem` (NaN or Inf in
-     weights, or a magnitude outlier: see core/health.py); a suspicious scan keeps exit 1
-  8  a sharded checkpoint's shards do not match their index (listed under `problems`): a
-     shard missing (nothing loaded), an orphan shard, a key in no, two or the wrong shard;
-     a wrong `total_size` alone is only a warning
-  9  not loaded: the jail is weaker than --require-jail allows (default partial), or the
-     worker broke the protocol and was killed (every command that loads uses this code)
+Exit codes: `inspector.cli.reference` (shown by --help and in docs/commands/).
 
 `--json` is strict JSON: non-finite numbers are the strings "nan", "inf" and "-inf". `std` is
 the population standard deviation, `std_sample` the sample one (what `torch.std()` gives);

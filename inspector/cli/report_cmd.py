@@ -81,9 +81,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "from one warm fork server (used when there are several files)")
     add_jobs_argument(parser)
     add_require_jail_argument(parser)
-    parser.epilog = ("exit status: 0 all safe and passed, 1 suspicious or a check failed, "
-                     "2 dangerous, 3 a file could not be scanned, 4 report not written, "
-                     "5 manifest unreadable")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -44,8 +44,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temp-threshold", type=float, default=DEFAULT_TEMP_THRESHOLD_C,
                         metavar="C", help="alert above this GPU temperature (default 85 °C)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --csv OUT")
-    parser.epilog = ("exit status: 0 no alerts, 1 alerts raised, 3 no NVIDIA GPU/driver, "
-                     "4 unreadable log, 5 output not written, 6 driver lost mid-run")
 
 
 def _num(value: float | None, unit: str, fmt: str = "{:.0f}") -> str:

@@ -74,10 +74,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_loader_arguments(parser)
     add_jobs_argument(parser)
-    parser.epilog = (
-        "exit status: 0 all ok, 1 something differs, 2 manifest unreadable (or no manifest "
-        "where one is needed), 3 nothing differs but something could not be checked"
-    )
 
 
 def run(args: argparse.Namespace) -> int:
