@@ -224,3 +224,109 @@ def test_a_training_checkpoint_converted_whole_gets_the_key_hint(tmp_path, capsy
 ])
 def test_extract_hint(keys, hint):
     assert extract_hint(keys) == hint
+
+
+# --- CLI habits -----------------------------------------------------------------------------
+
+def test_a_mistyped_command_gets_did_you_mean(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _cli(capsys, "inspcet", "model.pt")
+    assert code == 2 and out == ""
+    assert "did you mean 'inspect'?" in err
+
+
+def test_an_existing_file_without_extension_is_still_opened_not_refused(tmp_path, monkeypatch):
+    from inspector import cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "weights").write_bytes(b"x")
+    assert not cli._looks_like_a_command("weights")
+    assert cli._looks_like_a_command("inspcet")
+    assert not cli._looks_like_a_command("model.pt") and not cli._looks_like_a_command("a/b")
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
+    from inspector.cli.common import paint, use_colour
+
+    class Tty:
+        def isatty(self):
+            return True
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    assert use_colour(Tty())
+    assert paint("SAFE", "safe", True) == "\x1b[32mSAFE\x1b[0m"
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert not use_colour(Tty())
+    monkeypatch.delenv("NO_COLOR")
+    import io
+    assert not use_colour(io.StringIO())  # piped
+    assert paint("SAFE", "safe", False) == "SAFE"
+
+
+def test_piped_scan_output_has_no_escape_codes(tmp_path, python_exe):
+    import subprocess
+
+    save_state_dict(tmp_path / "m.pt")
+    proc = subprocess.run([python_exe, "-m", "inspector", "scan", str(tmp_path / "m.pt")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "\x1b[" not in proc.stdout and "SAFE" in proc.stdout
+
+
+def test_json_errors_are_json_objects(tmp_path, python_exe):
+    import subprocess
+
+    def run(*argv):
+        proc = subprocess.run([python_exe, "-m", "inspector", *argv], capture_output=True,
+                              text=True, timeout=120, cwd=tmp_path)
+        return proc.returncode, [json.loads(line) for line in proc.stderr.splitlines()]
+
+    code, errors = run("verify", "--json", "-m", "missing.json")
+    assert code == 2 and errors[0]["error"]["command"] == "verify"
+    assert "missing.json" in errors[0]["error"]["message"]
+    code, errors = run("scan", "--json", "--no-such-option", "x")
+    assert code == 2 and "--no-such-option" in errors[-1]["error"]["message"]
+    code, errors = run("diff", "--json", "gone.pt", "also-gone.pt")
+    assert code == 2 and errors == [{"error": {"command": "diff",
+                                               "message": "gone.pt: no such file or folder"}}]
+
+
+def test_inspect_takes_several_files_like_scan(tmp_path, capsys):
+    good = save_state_dict(tmp_path / "good.pt")
+    bad = _nan_file(tmp_path / "nan.pt")
+    code, out, _ = _cli(capsys, "inspect", good, bad, "--json", "-q")
+    docs = [json.loads(line) for line in out.splitlines()]
+    assert [Path(d["path"]).name for d in docs] == ["good.pt", "nan.pt"]
+    assert code == 7  # the highest status wins
+
+
+def test_the_first_nan_index_is_shown_and_in_the_data(tmp_path, capsys):
+    code, out, _ = _cli(capsys, "inspect", _nan_file(tmp_path / "nan.pt"))
+    assert "the first at flat index 3" in out
+    code, out, _ = _cli(capsys, "inspect", tmp_path / "nan.pt", "--json")
+    doc = json.loads(out)
+    assert code == 7
+    record = next(t for t in doc["tensors"] if t["key"] == "fc1.weight")
+    assert record["first_nonfinite"] == 3
+    assert all(t["first_nonfinite"] is None for t in doc["tensors"] if t["key"] != "fc1.weight")
+    finding = next(f for f in doc["health"]["findings"] if f["key"] == "fc1.weight")
+    assert finding["first_index"] == 3
+
+
+def test_safetensors_tensors_are_listed_in_file_order(tmp_path, capsys):
+    from safetensors.torch import save_file
+
+    # safetensors writes the wider dtype first, so file order is not name order here
+    save_file({"a": torch.zeros(4, dtype=torch.float16), "b": torch.ones(4, dtype=torch.float64)},
+              str(tmp_path / "m.safetensors"))
+    with open(tmp_path / "m.safetensors", "rb") as fh:
+        from inspector.core.safetensors_header import read_header
+        spans = read_header(fh, (tmp_path / "m.safetensors").stat().st_size).spans
+    file_order = [key for _b, _e, key, _d, _s in sorted(spans)]
+    assert file_order == ["b", "a"]
+    code, out, _ = _cli(capsys, "inspect", tmp_path / "m.safetensors", "--json")
+    assert [t["key"] for t in json.loads(out)["tensors"]] == file_order
+    code, out, _ = _cli(capsys, "inspect", tmp_path / "m.safetensors")
+    assert code == 0
+    rows = [line.split()[0] for line in out.splitlines() if line[:2] in ("a ", "b ")]
+    assert rows == file_order
