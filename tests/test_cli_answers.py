@@ -330,3 +330,35 @@ def test_safetensors_tensors_are_listed_in_file_order(tmp_path, capsys):
     assert code == 0
     rows = [line.split()[0] for line in out.splitlines() if line[:2] in ("a ", "b ")]
     assert rows == file_order
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.lin(x))
+
+
+class _Net(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c = _Block(), torch.nn.ReLU(), torch.nn.Sequential(_Block())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c(self.b(self.a(x)))
+
+
+def test_torchscript_own_module_classes_are_one_line(tmp_path, capsys):
+    path = tmp_path / "net.pt"
+    torch.jit.save(torch.jit.script(_Net()), str(path))
+    code, out, _ = _cli(capsys, "scan", path)
+    own = [line for line in out.splitlines() if "__torch__" in line]
+    assert code == 1 and own == []
+    summary = [line for line in out.splitlines() if "module class(es) of the archive" in line]
+    assert len(summary) == 1
+    code, out, _ = _cli(capsys, "scan", path, "--json")
+    listed = [g for g in json.loads(out)["globals"] if g["module"].startswith("__torch__")]
+    assert len(listed) >= 4  # every class is still in the JSON
+    assert summary[0].split()[1] == str(len(listed))

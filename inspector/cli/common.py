@@ -19,6 +19,7 @@ from inspector.core.allow_presets import PRESETS, preset_help
 from inspector.core.integrity import INTEGRITY_CODES
 from inspector.core.progress import ProgressFn
 from inspector.core.termtext import escape
+from inspector.core.torchscript_layout import CODE_ARCHIVES
 from inspector.core.verify import TensorDigestFn, VerifyResult
 from inspector.core.vocabulary import (
     DEFAULT_REQUIRED_JAIL,
@@ -128,8 +129,14 @@ def flagged_lines(scan: dict) -> list[str]:
     """A scan's flagged imports with the calls they would make, and its findings, indented;
     what comes from the file is escaped. A finding that means damaged data reads `damaged`."""
     lines = []
+    own = _own_module_classes(scan)
+    if own:
+        names = ", ".join(g["name"] for g in own[:3]) + (", …" if len(own) > 3 else "")
+        lines.append(f"    {Severity.SUSPICIOUS:<10} {len(own)} module class(es) of the "
+                     f"archive's own code ({escape(names)}): torch.jit.load builds them by "
+                     "running that code; each is listed with --json")
     for g in scan.get("globals") or ():
-        if g["severity"] != Severity.SAFE:
+        if g["severity"] != Severity.SAFE and g not in own:
             key = f"{g['module']}.{g['name']}"
             imported = g.get("import") or key
             name = imported if imported == key else f"{imported} (as {key})"
@@ -144,6 +151,15 @@ def flagged_lines(scan: dict) -> list[str]:
             if f.get("call"):
                 lines.append(f"{'':<15}{escape(f['call'])}")
     return lines
+
+
+def _own_module_classes(scan: dict) -> list[dict]:
+    """A TorchScript or torch.export archive's `__torch__.…` classes: its own code's modules,
+    shown as one line (there can be one per module of the model)."""
+    if scan.get("format") not in CODE_ARCHIVES:
+        return []
+    return [g for g in scan.get("globals") or ()
+            if g["severity"] != Severity.SAFE and g["module"].startswith("__torch__")]
 
 
 def print_verify_result(result: VerifyResult) -> None:
