@@ -362,3 +362,15 @@ def test_torchscript_own_module_classes_are_one_line(tmp_path, capsys):
     listed = [g for g in json.loads(out)["globals"] if g["module"].startswith("__torch__")]
     assert len(listed) >= 4  # every class is still in the JSON
     assert summary[0].split()[1] == str(len(listed))
+
+
+def test_the_report_does_not_pass_a_device_on_nan_weights():
+    from inspector.report.sections import consistency_info
+
+    result = {"device_label": "CPU", "repeats": 3, "consistent": True, "mode": "probe",
+              "tensors": [{"key": "w", "status": "pass", "nonfinite": 1, "first_nonfinite": 0}],
+              "nonfinite_weights": ["w"]}
+    info = consistency_info(result)
+    assert info.status == "fail" and "weights hold NaN/Inf in w" in info.error
+    clean = consistency_info({**result, "nonfinite_weights": [], "tensors": []})
+    assert clean.status == "pass" and clean.error is None
