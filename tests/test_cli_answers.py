@@ -374,3 +374,15 @@ def test_the_report_does_not_pass_a_device_on_nan_weights():
     assert info.status == "fail" and "weights hold NaN/Inf in w" in info.error
     clean = consistency_info({**result, "nonfinite_weights": [], "tensors": []})
     assert clean.status == "pass" and clean.error is None
+
+
+def test_a_damaged_file_is_damaged_throughout_the_report(tmp_path, capsys):
+    out = tmp_path / "r.html"
+    code, summary_line, _ = _cli(capsys, "report", crc_damaged(tmp_path / "crc.pt"), "-o", out,
+                                 "-q")
+    html = out.read_text()
+    import re
+
+    shown = re.sub(r"<[^>]+>", " ", html[html.index("</style>"):])  # the text a person reads
+    assert "suspicious" not in shown.lower() and "DAMAGED" in shown
+    assert summary_line.startswith("DAMAGED:") and code == 1

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from inspector.core.advice import DAMAGED
 from inspector.core.atomic import write_text_atomic
+from inspector.core.integrity import INTEGRITY_CODES
 from inspector.core.results import TensorDiffRow
 from inspector.core.termtext import html_escape as escape  # marks control characters visibly
 from inspector.core.vocabulary import LoadStatus, ReportStatus, StepStatus, Verdict
@@ -61,6 +62,7 @@ th { background-color: #eee; }
 .not_checked { color: #666; }
 .sev-dangerous { color: #b00020; font-weight: bold; }
 .sev-suspicious { color: #b35c00; font-weight: bold; }
+.sev-damaged { color: #b00020; font-weight: bold; }
 .sev-problem { color: #b00020; font-weight: bold; }
 .sev-warning { color: #b35c00; font-weight: bold; }
 .sev-ok { color: #1b7f3b; font-weight: bold; }
@@ -222,7 +224,7 @@ def _scan(f: FileReport) -> str:
         return _not_run("The static scan did not run.")
     ok = {True: "yes", False: "no", None: "undecided"}[s.weights_only_ok]
     parts = [_kv([
-        ("Verdict", _verdict_cell(s.verdict or Verdict.ERROR)),
+        ("Verdict", _word_cell(f)),
         ("weights_only=True accepts it", escape(ok)),
         ("Globals imported", escape(str(len(s.globals)))),
         ("Findings", escape(str(len(s.findings)))),
@@ -235,8 +237,9 @@ def _scan(f: FileReport) -> str:
     if s.findings:
         parts.append("<h3>Findings</h3>" + _table(
             ["Severity", "Code", "Message", "Where"],
-            [[_severity(x.get("severity")), _mono(x.get("code")), escape(str(x.get("message"))),
-              _mono(_where(x))] for x in s.findings]))
+            [[_severity(DAMAGED if x.get("code") in INTEGRITY_CODES else x.get("severity")),
+              _mono(x.get("code")), escape(str(x.get("message"))), _mono(_where(x))]
+             for x in s.findings]))
     return "".join(parts)
 
 
