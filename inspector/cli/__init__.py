@@ -8,6 +8,7 @@ Each subcommand lives in its own module under `inspector.cli` exposing
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib
 import io
@@ -97,8 +98,18 @@ def main(argv: list[str] | None = None) -> int:
         from inspector.cli.gui_cmd import run_gui
 
         return run_gui(argv)
-    if "--json" in argv:
-        sys.stderr = JsonErrors(sys.stderr)
+    if "--json" not in argv:
+        return _run(command, argv)
+    errors = JsonErrors(sys.stderr)
+    try:
+        with contextlib.redirect_stderr(errors):
+            return _run(command, argv)
+    finally:
+        errors.flush()
+
+
+def _run(command: str | None, argv: list[str]) -> int:
+    """Parse the arguments of `command` and run it; its exit status."""
     args = build_parser(command).parse_args(argv)
     if args.command is None:
         build_parser().print_help()
