@@ -157,9 +157,10 @@ def test_crc_damaged_file_is_named_damaged_with_both_checksums(tmp_path: Path, c
     path = factories.crc_damaged(tmp_path / "damaged.pt")
     assert main(["inspect", str(path)]) == 1  # the scan still says suspicious
     text = capsys.readouterr().out
-    assert "the file is damaged (corrupted data, not code)" in text
-    damaged = [line for line in text.splitlines() if line.startswith("DAMAGED:")]
+    assert "scan:     damaged" in text and "(not a question of code)" in text
+    damaged = [line for line in text.splitlines() if line.lstrip().startswith("damaged ")]
     assert len(damaged) == 1 and "[damaged/data/0]" in damaged[0]
+    assert "suspicious" not in text.lower()  # one word for damage (issue 24)
     assert re.search(r"CRC-32 [0-9a-f]{8} does not match [0-9a-f]{8}", damaged[0])
     assert "allow" not in text.lower()
     assert f"sha256:   {hashlib.sha256(path.read_bytes()).hexdigest()}" in text

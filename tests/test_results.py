@@ -102,7 +102,7 @@ def test_health_with_findings_round_trips(tmp_path: Path) -> None:
     by_code = {f.code: f for f in health.findings}
     nan = by_code["nonfinite-weights"]
     assert (nan.key, nan.severity, nan.extra) == (nan_key, HealthSeverity.PROBLEM,
-                                                  {"nan": 1, "inf": 0})
+                                                  {"nan": 1, "inf": 0, "first_index": 0})
     duplicate = by_code["duplicate-weights"]  # the later key names the first in file order
     assert {duplicate.key, *duplicate.extra.values()} == {copied, "copy.weight"}
     assert list(duplicate.extra) == ["duplicate_of"]

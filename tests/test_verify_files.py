@@ -229,12 +229,13 @@ def test_verify_asks_tensor_digests_of_exactly_the_planned_tensor_targets(tmp_pa
     tensors = [TensorEntry("w", "float32", (1,), "d", "sha256")]
     manifest = Manifest("json", [
         FileEntry("a.pt", hashlib.sha256(data["a.pt"]).hexdigest(), 10, tensors=tensors),
-        FileEntry("b.pt", None, 11, tensors=tensors),  # another size: fails unread
+        # another size: size_mismatch, and its tensors are still compared (issue 24)
+        FileEntry("b.pt", None, 11, tensors=tensors),
         FileEntry("c.pt", None, 10),  # no tensors on record
         FileEntry("gone.pt", None, 10, tensors=tensors),
     ], base_dir=tmp_path)
     pairs = verify_mod.plan(manifest, [tmp_path])
-    assert verify_mod.tensor_targets(pairs) == [tmp_path / "a.pt"]
+    assert verify_mod.tensor_targets(pairs) == [tmp_path / "a.pt", tmp_path / "b.pt"]
     asked = []
 
     def digests(path, *, cancel=None):
@@ -242,10 +243,10 @@ def test_verify_asks_tensor_digests_of_exactly_the_planned_tensor_targets(tmp_pa
         return list(tensors)
 
     result = verify(manifest, tensor_digests=digests, pairs=pairs)
-    assert asked == [tmp_path / "a.pt"]
+    assert asked == [tmp_path / "a.pt", tmp_path / "b.pt"]
     assert _statuses(result) == {"a.pt": "ok", "b.pt": "size_mismatch", "c.pt": "ok",
                                  "gone.pt": "missing", "extra.pt": "extra"}
-    assert [t.status for t in result.tensors] == ["ok"]
+    assert [t.status for t in result.tensors] == ["ok", "ok"]
 
 
 def test_a_shard_a_listed_index_names_but_the_manifest_leaves_out_is_unchecked(tmp_path, capsys):

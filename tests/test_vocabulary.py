@@ -1,6 +1,6 @@
 """The closed vocabularies (`core.vocabulary`) match the public contract and are used as members.
 
-- Each enum's values are the ones the report schema and the README's "JSON contracts" list.
+- Each enum's values are the ones the report schema and docs/json.md (JSON contracts) list.
 - A real scan, verify and diff result serialises to the same bytes with members as with words.
 - No module compares a vocabulary field with a bare word (`status == "ok"`), passes one as a
   keyword (`status="not_run"`), assigns one to it or stores one under its key in a dict
@@ -89,18 +89,15 @@ def test_report_section_statuses_are_check_statuses(pointer):
 
 
 def _contracts() -> str:
-    """The README's "JSON contracts" section on one line (its bullets wrap anywhere)."""
-    text = (REPO / "README.md").read_text()
-    start = text.index("### JSON contracts")
-    end = text.find("\n### ", start + 1)
-    return " ".join(text[start:end if end > 0 else None].split())
+    """docs/json.md, the JSON contracts, on one line (its bullets wrap anywhere)."""
+    return " ".join((REPO / "docs" / "json.md").read_text().split())
 
 
 def _documented(anchor: str) -> set[str]:
-    """The words the README lists in the parentheses after `anchor`: `a|b|c`, plus any
+    """The words docs/json.md lists in the parentheses after `anchor`: `a|b|c`, plus any
     `, or d` clause; an ellipsis (`…`, "as above") is left out."""
     match = re.search(re.escape(anchor) + r" \(([^)]*)\)", _contracts())
-    assert match, f"the README's JSON contracts no longer document {anchor!r}"
+    assert match, f"docs/json.md no longer documents {anchor!r}"
     first, *rest = match.group(1).split(",")
     words = {w.strip() for w in first.split("|")} - {"…"}
     words |= {m.group(1) for part in rest if (m := re.match(r"\s*or (\S+)", part))}
@@ -114,13 +111,13 @@ def _documented(anchor: str) -> set[str]:
     (ResumeStatus, "items [{code, label, status"),
     (ReportStatus, "`status"),
 ], ids=["Verdict", "HealthStatus", "FileStatus", "ResumeStatus", "ReportStatus"])
-def test_enum_is_exactly_what_the_readme_documents(enum, anchor):
+def test_enum_is_exactly_what_the_json_contracts_document(enum, anchor):
     assert {m.value for m in enum} == _documented(anchor)
 
 
-def test_jail_levels_are_the_ones_the_security_model_names():
+def test_jail_levels_are_the_ones_the_command_reference_names():
     """Its sentence lists `full` (...), `partial` (...), or `process-only` (...)."""
-    readme = " ".join((REPO / "README.md").read_text().split())
+    readme = " ".join((REPO / "docs" / "commands" / "README.md").read_text().split())
     sentence = readme[readme.index("it reads a byte of the input:"):]
     sentence = sentence[:sentence.index("). ") + 1]
     assert [m.value for m in reversed(JailLevel)] == re.findall(r"(?:: |, |or )`([a-z-]+)`",
@@ -151,7 +148,7 @@ def test_jail_requirements_are_defined_once_for_the_cli_the_client_and_the_app()
 
 
 def test_verify_tensor_statuses_are_documented():
-    """The README lists them as the files' statuses ("…") plus `dtype_or_shape_changed`."""
+    """docs/json.md lists them as the files' statuses ("…") plus `dtype_or_shape_changed`."""
     listed = _documented("tensors [{key, file, status")
     assert listed <= {m.value for m in TensorCheckStatus}
     assert {m.value for m in TensorCheckStatus} - listed <= {m.value for m in FileStatus}
@@ -162,7 +159,7 @@ def test_verify_tensor_statuses_are_documented():
     (TensorStatus, ("tensors [{key, status",)),
 ], ids=["Severity", "TensorStatus"])
 def test_severity_and_diff_status_are_documented(enum, anchors):
-    """Scan severities (globals and findings together) and diff statuses are the README's words."""
+    """Scan severities (globals and findings together) and diff statuses: docs/json.md's."""
     assert {m.value for m in enum} == set().union(*map(_documented, anchors))
 
 

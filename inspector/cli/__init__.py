@@ -8,14 +8,20 @@ Each subcommand lives in its own module under `inspector.cli` exposing
 from __future__ import annotations
 
 import argparse
+import contextlib
+import difflib
 import importlib
+import io
+import json
 import os
+import re
 import select
 import sys
 from types import ModuleType
-from typing import NamedTuple
+from typing import NamedTuple, TextIO
 
 from inspector import __version__
+from inspector.cli.reference import epilog
 
 
 class Command(NamedTuple):
@@ -54,6 +60,7 @@ COMMANDS: dict[str, Command] = {
 }
 
 EXIT_USAGE = 64
+EXIT_OPTION = 2  # what argparse gives a bad option; a mistyped command is one too
 # 128 + SIGPIPE: what a shell reports for a tool that a closed pipe ended (`cat big | head -1`),
 # so `set -o pipefail` scripts can tell it from the exit statuses this tool gives itself.
 EXIT_BROKEN_PIPE = 141
@@ -69,7 +76,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ckpt-inspector {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, cmd in COMMANDS.items():
-        sp = sub.add_parser(name, help=cmd.help, description=cmd.help)
+        sp = sub.add_parser(name, help=cmd.help, description=cmd.help, epilog=epilog(name),
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
         if name == command:
             command_module(name).add_arguments(sp)
     return parser
@@ -84,10 +92,28 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of `ckpt-inspector` and `python -m inspector`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in COMMANDS else None
+    if command is None and argv and _looks_like_a_command(argv[0]):
+        near = difflib.get_close_matches(argv[0], COMMANDS, n=1, cutoff=0.6)
+        hint = f"did you mean '{near[0]}'?" if near else f"commands: {', '.join(COMMANDS)}"
+        print(f"ckpt-inspector: '{argv[0]}' is not a command or a file; {hint} "
+              "(ckpt-inspector --help lists them)", file=sys.stderr)
+        return EXIT_OPTION
     if command is None and not any(a.startswith("-") and a != "--sample" for a in argv[:1]):
         from inspector.cli.gui_cmd import run_gui
 
         return run_gui(argv)
+    if "--json" not in argv:
+        return _run(command, argv)
+    errors = JsonErrors(sys.stderr)
+    try:
+        with contextlib.redirect_stderr(errors):
+            return _run(command, argv)
+    finally:
+        errors.flush()
+
+
+def _run(command: str | None, argv: list[str]) -> int:
+    """Parse the arguments of `command` and run it; its exit status."""
     args = build_parser(command).parse_args(argv)
     if args.command is None:
         build_parser().print_help()
@@ -109,6 +135,59 @@ def main(argv: list[str] | None = None) -> int:
         # The command's `with` blocks have already stopped its workers while this unwound.
         _discard_stdout()
         return EXIT_BROKEN_PIPE
+
+
+class JsonErrors(io.TextIOBase):
+    """stderr under `--json`: each one-line error (`ckpt-inspector CMD: message`, argparse's
+    `CMD: error: message` too) becomes a JSON object `{"error": {"command", "message"}}` on
+    its own line, argparse's usage lines are left out, and anything else passes through."""
+
+    _ERROR = re.compile(r"^ckpt-inspector(?: (?P<command>[\w-]+(?: [\w-]+)*))?: "
+                        r"(?:error: )?(?P<message>.*)$")
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream, self._pending, self._in_usage = stream, "", False
+
+    def write(self, text: str) -> int:
+        """Buffer `text` and pass on every whole line it completes."""
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            self._line(line)
+        return len(text)
+
+    def flush(self) -> None:
+        """Pass on what is buffered, then flush the real stream."""
+        if self._pending:
+            self._line(self._pending)
+            self._pending = ""
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        """As the real stream (progress lines check it)."""
+        return self._stream.isatty()
+
+    def fileno(self) -> int:
+        """As the real stream."""
+        return self._stream.fileno()
+
+    def _line(self, line: str) -> None:
+        if line.startswith("usage: ") or (self._in_usage and line.startswith(" ")):
+            self._in_usage = True
+            return
+        self._in_usage = False
+        match = self._ERROR.match(line)
+        if match:
+            line = json.dumps({"error": {"command": match["command"] or "",
+                                         "message": match["message"]}})
+        self._stream.write(line + "\n")
+
+
+def _looks_like_a_command(word: str) -> bool:
+    """A bare word that names no file (no path separator, no extension, nothing on disk): a
+    mistyped subcommand, never a file to open in the GUI."""
+    return (not word.startswith("-") and "/" not in word and os.sep not in word
+            and "." not in word and not os.path.exists(word))
 
 
 def _stdout_closed() -> bool:

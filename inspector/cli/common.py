@@ -10,20 +10,25 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import os
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from inspector.core.advice import DAMAGED
 from inspector.core.allow_presets import PRESETS, preset_help
+from inspector.core.integrity import INTEGRITY_CODES
 from inspector.core.progress import ProgressFn
 from inspector.core.termtext import escape
+from inspector.core.torchscript_layout import CODE_ARCHIVES
 from inspector.core.verify import TensorDigestFn, VerifyResult
 from inspector.core.vocabulary import (
     DEFAULT_REQUIRED_JAIL,
     FileStatus,
     JailRequirement,
+    Severity,
     TensorCheckStatus,
 )
 
@@ -82,8 +87,8 @@ def add_jobs_argument(parser: argparse.ArgumentParser) -> None:
     from inspector.sandbox.parallel import default_jobs
 
     parser.add_argument("--jobs", "-j", type=_positive, default=default_jobs(), metavar="N",
-                        help="jailed workers at once (default: the number of cores, here "
-                             f"{default_jobs()}); N workers hold up to N times one worker's "
+                        help="jailed workers at once (default: the number of cores this "
+                             "process may use); N workers hold up to N times one worker's "
                              "memory, so --jobs 1 runs one file at a time")
 
 
@@ -107,9 +112,69 @@ def error_exit(error: dict) -> int:
     return _REFUSAL_EXITS.get(error.get("code", ""), EXIT_LOAD_FAILED)
 
 
+_COLOURS = {"safe": "32", "ok": "32", "suspicious": "33", "warning": "33", "dangerous": "31",
+            DAMAGED: "31", "error": "31", "problem": "31", "not judged": "33"}
+"""ANSI colour of each verdict word (green, yellow, red)."""
+
+
+def use_colour(stream=None) -> bool:
+    """Colour only on a terminal, never when piped, with NO_COLOR set (no-color.org) or on a
+    dumb terminal."""
+    stream = sys.stdout if stream is None else stream
+    return (stream.isatty() and not os.environ.get("NO_COLOR")
+            and os.environ.get("TERM") != "dumb")
+
+
+def paint(text: str, word: str, colour: bool) -> str:
+    """`text` in the colour of verdict `word` (case-insensitive) when `colour` is on."""
+    code = _COLOURS.get(word.lower())
+    return f"\x1b[{code}m{text}\x1b[0m" if colour and code else text
+
+
+def flagged_lines(scan: dict) -> list[str]:
+    """A scan's flagged imports with the calls they would make, and its findings, indented;
+    what comes from the file is escaped. A finding that means damaged data reads `damaged`."""
+    lines = []
+    own = _own_module_classes(scan)
+    if own:
+        names = ", ".join(g["name"] for g in own[:3]) + (", …" if len(own) > 3 else "")
+        lines.append(f"    {Severity.SUSPICIOUS:<10} {len(own)} module class(es) of the "
+                     f"archive's own code ({escape(names)}): torch.jit.load builds them by "
+                     "running that code; each is listed with --json")
+    for g in scan.get("globals") or ():
+        if g["severity"] != Severity.SAFE and g not in own:
+            key = f"{g['module']}.{g['name']}"
+            imported = g.get("import") or key
+            name = imported if imported == key else f"{imported} (as {key})"
+            lines.append(f"    {g['severity']:<10} {escape(name)} x{g['count']}: "
+                         f"{escape(g['reason'])}")
+            lines.extend(f"{'':<15}{escape(c)}" for c in g.get("calls") or ())
+    for f in scan.get("findings") or ():
+        if f["severity"] != Severity.INFO:
+            where = f" [{escape(f['member'])}]" if f.get("member") else ""
+            severity = DAMAGED if f["code"] in INTEGRITY_CODES else f["severity"]
+            lines.append(f"    {severity:<10} {f['code']}: {escape(f['message'])}{where}")
+            if f.get("call"):
+                lines.append(f"{'':<15}{escape(f['call'])}")
+    return lines
+
+
+def _own_module_classes(scan: dict) -> list[dict]:
+    """A TorchScript or torch.export archive's `__torch__.…` classes: its own code's modules,
+    shown as one line (there can be one per module of the model)."""
+    if scan.get("format") not in CODE_ARCHIVES:
+        return []
+    return [g for g in scan.get("globals") or ()
+            if g["severity"] != Severity.SAFE and g["module"].startswith("__torch__")]
+
+
 def print_verify_result(result: VerifyResult) -> None:
-    """One line per file that is not ok, tensors that are not ok under it, then totals."""
+    """One line per file that is not ok (unrelated extras folded into one), tensors that are
+    not ok under it, then totals."""
+    extras = [f for f in result.files if f.status == FileStatus.EXTRA and not f.note]
     for f in result.files:
+        if f in extras:
+            continue
         if f.status == FileStatus.SIZE_MISMATCH:
             detail = f"  size {f.actual_size}, expected {f.expected_size}"
         elif f.status == FileStatus.MISMATCH:
@@ -128,6 +193,12 @@ def print_verify_result(result: VerifyResult) -> None:
         else:
             detail = ""
         print(escape(f"  tensor {t.status.upper():<22} {t.key} ({t.file}){detail}"))
+    if extras:
+        names = ", ".join(Path(f.path).name for f in extras[:3])
+        more = f" and {len(extras) - 3} more" if len(extras) > 3 else ""
+        print(escape(f"{'EXTRA':<14} {len(extras)} file(s) the manifest does not list "
+                     f"({names}{more}; " + ("they fail with --strict)" if not result.strict
+                                           else "--strict: they fail)")))
     for error in result.errors:
         print(escape(f"ERROR          {error}"))
     totals = [_totals("file", result.files)]

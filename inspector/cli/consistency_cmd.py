@@ -25,6 +25,7 @@ EXIT_NOT_LOADED = 3
 EXIT_NO_DEVICE = 4
 EXIT_BAD_REQUEST = 5
 EXIT_WORKER = 6
+EXIT_BAD_WEIGHTS = 7
 
 _CODE_EXITS = {
     "no_cuda": EXIT_NO_DEVICE,
@@ -95,9 +96,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, metavar="S", help="give up after S seconds")
     add_require_jail_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
-    parser.epilog = ("exit status: 0 consistent, 1 inconsistent, 3 checkpoint not loaded, "
-                     "4 device unavailable, 5 bad model or request, 6 worker failed, "
-                     "9 the jail is weaker than --require-jail or the worker broke the protocol")
 
 
 def _err(message: str) -> None:
@@ -113,8 +111,15 @@ def format_result(result: dict[str, Any]) -> list[str]:
     from inspector.gpu.consistency_job import describe_element
 
     verdict = "CONSISTENT" if result["consistent"] else "INCONSISTENT"
+    bad = nonfinite_rows(result)
+    if bad and result["consistent"]:
+        verdict = "NOT JUDGED"
     lines = [f"{verdict} on {result['device_label']} ({result['repeats']} runs, "
              f"{result['mode']})"]
+    for row in bad:
+        lines.append(f"  the weights hold NaN/Inf in {row['key']} ({row['nonfinite']} value(s), "
+                     f"first at element {row['first_nonfinite']}): the device cannot be judged "
+                     "on them; inspect the file, then diff it against a good copy")
     if result.get("injected"):
         f = result["injected"]
         lines.append(f"  injected: bit {f['bit']} of {f['key']} element {f['index']} "
@@ -157,6 +162,11 @@ def format_result(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def nonfinite_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The probed weights that hold NaN or Inf (no reference can judge a device on them)."""
+    return [row for row in result.get("tensors") or () if row.get("nonfinite")]
+
+
 def _on_event(event: dict[str, Any]) -> None:
     kind = event.get("type")
     if kind == "device":
@@ -197,4 +207,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result, allow_nan=False))
     else:
         print("\n".join(format_result(result)))
-    return EXIT_CONSISTENT if result["consistent"] else EXIT_INCONSISTENT
+    if not result["consistent"]:
+        return EXIT_INCONSISTENT
+    return EXIT_BAD_WEIGHTS if nonfinite_rows(result) else EXIT_CONSISTENT

@@ -6,23 +6,7 @@ transformers writes (see `convert_folder`). Runs inside the jailed worker
 safetensors and compared bit for bit, then renamed into place.
 Non-tensor values go to `<OUT stem>.sidecar.json`.
 
-Exit codes:
-  0  converted and verified
-  2  not loaded: the static scan says dangerous (see --override-dangerous)
-  3  not loaded: not a format torch.load reads (or the scan failed)
-  4  the output (or its sidecar) exists and --force was not given, it is the input, or its
-     folder cannot be written
-  5  the load failed: weights_only refused globals (listed), corrupt archive, a sandbox
-     limit was hit, or the worker crashed or timed out
-  6  the written file did not verify against the input (nothing was kept)
-  7  a folder's shards do not match their index (missing or orphan shard, a key in no shard or
-     in two); nothing was kept
-  8  some tensors have no safetensors form (listed; nothing was written); --skip-unsupported
-     converts the rest and lists the skipped keys in the output and the sidecar
-  9  not loaded: the jail is weaker than --require-jail allows (default partial), or the
-     worker broke the protocol and was killed
- 10  --key names nothing in the checkpoint (its keys are listed) or no mapping of tensors, or
-     --strip-prefix gives two keys one name (nothing was written)
+Exit codes: `inspector.cli.reference` (shown by --help and in docs/commands/).
 
 `--key state_dict --strip-prefix model.` takes a training checkpoint's weights (a Lightning
 checkpoint's `state_dict`) under the model's own names; see `core/extract.py`.
@@ -46,9 +30,13 @@ from inspector.cli.common import (
     progress_events,
     stderr_progress,
 )
+from inspector.core.extract import extract_hint
+from inspector.core.formats import sniff
 from inspector.core.results import ConversionResult, jail_line
 
+EXIT_NOT_TORCH = 3
 EXIT_OUTPUT = 4
+_LISTED_CLONES = 3
 EXIT_VERIFY = 6
 EXIT_UNSUPPORTED = 8
 EXIT_SELECTION = 10
@@ -110,8 +98,12 @@ def _human(report: ConversionResult) -> list[str]:
                      + "".join(f", {p!r} stripped" for p in report.strip_prefix))
     for alias, kept in report.aliases.items():
         lines.append(f"alias     {alias} -> {kept} (shared storage, stored once)")
-    lines.extend(f"cloned    {key} (partial view of a shared storage)"
-                 for key in report.cloned_views)
+    cloned = report.cloned_views
+    if len(cloned) > _LISTED_CLONES:
+        lines.append(f"cloned    {len(cloned)} tensors that were partial views of a shared "
+                     f"storage ({', '.join(cloned[:2])}, …; every key in --json)")
+    else:
+        lines.extend(f"cloned    {key} (partial view of a shared storage)" for key in cloned)
     lines.extend(f"encoded   {key} ({spec['kind']}, {spec['dtype']}) as {key}::* parts"
                  for key, spec in report.encoded.items())
     lines.extend(f"skipped   {s['key']}: {s['reason']}" for s in report.tensors_skipped)
@@ -119,7 +111,21 @@ def _human(report: ConversionResult) -> list[str]:
         lines.append(f"sidecar   {report.sidecar} ({len(report.objects_moved)} values)")
     lines.extend(f"not kept  {o['key']} ({o['type']}): JSON cannot hold {o['repr']}"
                  for o in report.not_serializable)
+    hint = None if report.key else extract_hint(
+        [*report.digests, *map(str, report.objects_moved)])
+    if hint:
+        lines.append(f"hint      a training checkpoint, converted whole (optimizer state too); "
+                     f"for the model's weights alone: convert FILE {hint}")
     return lines
+
+
+def already_safetensors(path: Path) -> bool:
+    """Whether `path` is a single file in safetensors format (by its bytes, not its name)."""
+    if not path.is_file():
+        return False
+    with open(path, "rb") as fh:
+        head = fh.read(512)
+    return sniff(head, path.stat().st_size) == "safetensors"
 
 
 def exit_for(exc: Exception) -> int:
@@ -146,6 +152,14 @@ def run(args: argparse.Namespace) -> int:
                   "of shards", file=sys.stderr)
             return 2
         return run_folder(args, convert_one, exit_for)
+    if already_safetensors(Path(args.file)):
+        message = (f"{args.file} is a safetensors file already: it holds no pickle, so there "
+                   "is nothing to convert (verify it with `ckpt-inspector inspect`)")
+        if args.json:
+            print(json.dumps({"input": args.file,
+                              "error": {"code": "already_safetensors", "message": message}}))
+        print(f"ckpt-inspector convert: {message}", file=sys.stderr)
+        return EXIT_NOT_TORCH
     output = args.output or default_output(Path(args.file))
     if output.is_symlink():  # a link in an HF snapshot leads into blobs/
         print(f"ckpt-inspector convert: {output} is a link; refusing to write through it",

@@ -44,9 +44,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_allow_arguments(parser)
     add_quiet_argument(parser)
     add_require_jail_argument(parser)
-    parser.epilog = ("exit status: 0 identical tensors, 1 different, 2 a file could not be "
-                     "read or a shard is missing, 9 the jail is weaker than --require-jail or "
-                     "the worker broke the protocol")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             result = diff_result(args.a, args.b, allow_globals=args.allow_global,
                                  on_event=progress_events(progress))
     except SandboxError as exc:
-        print(f"ckpt-inspector diff: {exc.message}", file=sys.stderr)
+        print(f"ckpt-inspector diff: {escape(exc.message)}", file=sys.stderr)
         return EXIT_JAIL if exc.code in JAIL_ERRORS else EXIT_ERROR
     if args.json:
         print(json.dumps(result.to_json(), indent=1))

@@ -11,21 +11,7 @@ TorchScript and torch.export archives are never loaded: their weights are read f
 records (`sandbox.torchscript`), and the code files loading them would run are listed, with
 what in them is flagged (the scan stays suspicious).
 
-Exit codes:
-  0  loaded; the static scan says safe
-  1  loaded; the static scan says suspicious (e.g. globals you allowed)
-  2  not loaded: the static scan says dangerous (--override-dangerous loads it anyway, still
-     with weights_only=True inside the jail)
-  3  not loaded: not a format torch.load reads (or the scan failed)
-  5  the load failed: weights_only refused globals (listed), corrupt archive, a sandbox
-     limit was hit, or the worker crashed or timed out
-  7  loaded, the static scan says safe, but weights health is `problem` (NaN or Inf in
-     weights, or a magnitude outlier: see core/health.py); a suspicious scan keeps exit 1
-  8  a sharded checkpoint's shards do not match their index (listed under `problems`): a
-     shard missing (nothing loaded), an orphan shard, a key in no, two or the wrong shard;
-     a wrong `total_size` alone is only a warning
-  9  not loaded: the jail is weaker than --require-jail allows (default partial), or the
-     worker broke the protocol and was killed (every command that loads uses this code)
+Exit codes: `inspector.cli.reference` (shown by --help and in docs/commands/).
 
 `--json` is strict JSON: non-finite numbers are the strings "nan", "inf" and "-inf". `std` is
 the population standard deviation, `std_sample` the sample one (what `torch.std()` gives);
@@ -35,22 +21,28 @@ the table shows the sample one.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from inspector.cli.common import (
     add_jobs_argument,
     add_loader_arguments,
     error_exit,
+    flagged_lines,
+    paint,
     progress_events,
     stderr_progress,
+    use_colour,
 )
-from inspector.core import integrity, strict_json
+from inspector.core import strict_json
+from inspector.core.advice import DAMAGED, advise, display_word
 from inspector.core.contents import summarize, training_summary
 from inspector.core.health import Health
 from inspector.core.hyper_params import hyper_parameters_line
 from inspector.core.json_record import records
 from inspector.core.results import InspectResult, jail_line
 from inspector.core.resume import resume_text
+from inspector.core.safetensors_header import read_header
 from inspector.core.termtext import escape
 from inspector.core.verdict import exit_code
 from inspector.core.vocabulary import HealthStatus, Verdict
@@ -62,9 +54,10 @@ _SHARD_EXITS = {"missing_shard": EXIT_COVERAGE, "bad_shards": exit_code("error")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `inspect`."""
-    parser.add_argument("file", metavar="FILE",
-                        help="the checkpoint: a file, a model folder or index of shards, or a "
-                             "torch.distributed.checkpoint folder")
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="the checkpoint(s): a file, a model folder or index of shards, or "
+                             "a torch.distributed.checkpoint folder; several are inspected in "
+                             "turn (with --json, one object per line), the highest status wins")
     parser.add_argument("--json", action="store_true", help="print the inspect contract as JSON")
     add_loader_arguments(parser)
     add_jobs_argument(parser)  # a sharded checkpoint's shards; a single file is one job
@@ -90,17 +83,21 @@ def health_lines(health: Health | None) -> list[str]:
 
 def _human(report: InspectResult) -> list[str]:
     scan = report.scan or {}
-    damage = integrity.integrity_findings(scan)
+    word = display_word(scan) if scan else "not run"
+    health = report.health.status if report.health is not None else None
+    fmt = report.format if report.format not in (None, "unknown") else None
     lines = [
         f"file:     {report.path} ({report.size or 0:,} bytes, "
-        f"{report.format or 'format unknown'})",
+        f"{fmt or ('unreadable' if word == DAMAGED else 'format unknown')})",
         f"sha256:   {report.sha256 or '-'}",
-        f"scan:     {scan.get('verdict') or 'not run'}"
+        f"scan:     {word}"
         + ("; weights_only loads it" if scan.get("weights_only_ok") else "")
-        + ("; the file is damaged (corrupted data, not code)" if damage else ""),
+        + ("; the file's data is corrupted (not a question of code)" if word == DAMAGED
+           else ""),
+        *flagged_lines(scan),
+        f"advice:   {advise(scan, health).action}",
         jail_line(report.sandbox),
     ]
-    lines.extend(f"DAMAGED:  {integrity.describe(f)}" for f in damage)
     if report.index:
         lines.extend(shard_lines(report))
     if report.loaded:
@@ -128,6 +125,9 @@ def _human(report: InspectResult) -> list[str]:
     if report.error is not None:
         lines.append("")
         lines.append(f"error:    {report.error.message}")
+        if report.error.code == "refused_dangerous":
+            lines.append("          to load it anyway (weights_only=True, inside the jail): "
+                         "--override-dangerous")
         return lines
     unique = report.unique_storage
     object_records = records(objects)
@@ -190,24 +190,59 @@ def _model_lines(report: InspectResult) -> list[str]:
     return lines
 
 
+def _painted(line: str, colour: bool) -> str:
+    """The verdict word of a `scan:` or `health:` line in its colour (after escaping the line,
+    so the file's own text can never carry a colour)."""
+    label, _, rest = line.partition(":")
+    if label not in ("scan", "health") or not colour:
+        return line
+    word = rest.split(";")[0].split("(")[0].strip()
+    return line.replace(word, paint(word, word, colour), 1)
+
+
+def in_file_order(contract: dict) -> None:
+    """Put a safetensors file's tensor records in the order their bytes lie in the file
+    (safetensors loads them sorted by name); other formats already come in file order."""
+    path = contract.get("path")
+    if contract.get("format") != "safetensors" or not path or not os.path.isfile(path):
+        return
+    with open(path, "rb") as fh:
+        header = read_header(fh, os.fstat(fh.fileno()).st_size)
+    where = {key: begin for begin, _end, key, _dtype, _shape in header.spans}
+    contract["tensors"] = sorted(contract.get("tensors") or [],
+                                 key=lambda t: where.get(t.get("key"), len(where) << 40))
+
+
 def run(args: argparse.Namespace) -> int:
-    """Inspect one checkpoint; see the module docstring for exit codes."""
+    """Inspect each checkpoint in turn; the highest exit status of them (see the registry)."""
+    codes = []
+    for n, path in enumerate(args.files):
+        if n and not args.json:
+            print()
+        codes.append(inspect_one(args, path))
+    return max(codes)
+
+
+def inspect_one(args: argparse.Namespace, path: str) -> int:
+    """Inspect one checkpoint and print it; its exit status."""
     from inspector.sandbox.client import inspect_file
 
     try:
         with stderr_progress("inspecting", args.quiet) as show:
-            contract = inspect_file(args.file, allow_globals=args.allow_global,
+            contract = inspect_file(path, allow_globals=args.allow_global,
                                     override_dangerous=args.override_dangerous,
                                     timeout=args.timeout, on_event=progress_events(show),
                                     jobs=args.jobs)
     except OSError as exc:
-        print(f"ckpt-inspector inspect: {exc.strerror or exc}: {args.file}", file=sys.stderr)
+        print(f"ckpt-inspector inspect: {exc.strerror or exc}: {path}", file=sys.stderr)
         return exit_code("error")
+    in_file_order(contract)
     report = InspectResult.from_json(contract)
     if args.json:
         print(strict_json.dumps(contract))  # the worker's record as it came: nothing to rebuild
     else:
-        print("\n".join(escape(line) for line in _human(report)))  # text from the file
+        colour = use_colour()
+        print("\n".join(_painted(escape(line), colour) for line in _human(report)))
     if report.error is not None:
         return _SHARD_EXITS.get(report.error.code) or error_exit(report.error.to_json())
     if any(p["fatal"] for p in report.problems or ()):

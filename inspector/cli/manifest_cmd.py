@@ -15,6 +15,7 @@ from inspector.cli.common import (
     warm_workers,
     worker_digests,
 )
+from inspector.cli.reference import epilog
 from inspector.core.atomic import OutputExistsError
 from inspector.core.dcp_folder import folder_files, is_dcp_folder
 from inspector.core.manifest import (
@@ -44,8 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     create = sub.add_parser(
         "create",
         help="hash files (and, for .json, every tensor) into a manifest",
-        description="Format from the extension: .sha256/.txt sha256sum, .tsv TSV, "
-        ".json this project's manifest with per-tensor digests computed in the jailed worker.",
+        epilog=epilog("manifest"), formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Format from the extension: .sha256/.txt (or the name SHA256SUMS) "
+        "sha256sum, .tsv TSV, .json this project's manifest with per-tensor digests "
+        "computed in the jailed worker.",
     )
     create.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="files or folders")
     create.add_argument(

@@ -5,13 +5,7 @@ leaves a results file; this reads them all (a line cut short by a killed job is 
 left out) and writes the one report a single process would have written for the same files,
 in file-path order. Nothing is scanned or loaded again: the report says what the shards saw.
 
-Exit codes (as `report`; the report is written for 0-3):
-  0  every file is safe and every check that ran passed
-  1  a file is suspicious, or a check failed
-  2  a file is dangerous
-  3  a file could not be scanned, or the results hold no file
-  4  the report was not written (output exists without --force, unwritable, unknown extension)
-  5  a results file cannot be read (nothing was written)
+Its exit codes are in `inspector/cli/reference.py` (`EXITS`).
 """
 
 from __future__ import annotations
@@ -55,10 +49,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"report file; the format comes from its extension "
                              f"({', '.join(sorted(WRITERS))})")
     parser.add_argument("--force", action="store_true", help="overwrite an existing report")
-    parser.epilog = ("exit status: 0 all safe and passed, 1 suspicious or a check failed, "
-                     "2 dangerous, 3 a file could not be scanned or no file, 4 report not "
-                     "written, 5 a results file unreadable.  Example: ckpt-inspector merge "
-                     "results-*.jsonl -o fleet.html")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -50,6 +50,7 @@ from inspector.report import (
     write_report,
     writer_for,
 )
+from inspector.report.advice import headline_word
 
 REPORT_KIND = "report.file"
 EXIT_FAILED_CHECK = 1
@@ -85,9 +86,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_jobs_argument(parser)
     add_require_jail_argument(parser)
     add_batch_arguments(parser)
-    parser.epilog = ("exit status: 0 all safe and passed, 1 suspicious or a check failed, "
-                     "2 dangerous, 3 a file could not be scanned, 4 report not written, "
-                     "5 manifest unreadable")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -326,7 +324,7 @@ def _telemetry() -> Iterator[tuple[object | None, str]]:
 
 
 def _print_summary(report: Report, output: Path | str, stream: TextIO) -> None:
-    print(f"{report.verdict.upper()}: {len(report.files)} file(s), "
+    print(f"{headline_word(report).upper()}: {len(report.files)} file(s), "
           f"{len(report.problems)} problem(s); report written to {output}", file=stream)
     for problem in report.problems:
         print(f"  {problem}", file=stream)

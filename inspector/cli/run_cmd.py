@@ -4,13 +4,7 @@ Each action is one row of `ACTIONS` (name -> the module with its `add_arguments(
 `run(args) -> int`, and its one-line help); the module is imported when the parser is built
 for `run`, never for other commands.
 
-Exit codes:
-  0  latest: a valid checkpoint was found; verify: every ledgered checkpoint is intact
-  1  latest: no checkpoint on record is still valid; verify: a checkpoint changed or is
-     missing, or ledger lines were cut, edited or deleted
-  2  no journal in RUN_DIR, or it cannot be read
-  order-diff: 0 the same samples in the same order, 1 the order differs, 2 a ledger could not
-     be found or read
+Its exit codes are in `inspector/cli/reference.py` (`EXITS`).
 """
 
 from __future__ import annotations

@@ -7,15 +7,23 @@ import argparse
 import json
 import shlex
 import sys
+from collections import Counter
 from pathlib import Path
 
-from inspector.cli.common import add_batch_arguments, open_batch
+from inspector.cli.common import (
+    add_batch_arguments,
+    flagged_lines,
+    open_batch,
+    paint,
+    use_colour,
+)
+from inspector.core.advice import DAMAGED, display_word
 from inspector.core.atomic import OutputExistsError, write_text_atomic
 from inspector.core.discover import discover
 from inspector.core.scan import ScanResult, scan_found
 from inspector.core.termtext import escape
 from inspector.core.verdict import ORDER, exit_code, fails, worst
-from inspector.core.vocabulary import Severity, Verdict
+from inspector.core.vocabulary import Verdict
 
 EXIT_OUTPUT = 4
 
@@ -35,28 +43,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_batch_arguments(parser)
 
 
-def _human(res: ScanResult) -> list[str]:
+def _word(res: ScanResult) -> str:
+    """The word a person reads for this file: `damaged` for corruption (`core.advice`)."""
+    return display_word({"verdict": res.verdict,
+                         "findings": [{"code": f.code} for f in res.findings]})
+
+
+def _human(res: ScanResult, colour: bool = False) -> list[str]:
     """Text lines for one file; everything that comes from the file is escaped (`termtext`), so
     a name holding terminal escapes cannot repaint the verdict."""
     wo = "weights_only: loads" if res.weights_only_ok else "weights_only: refused"
     path = escape(res.path)
     if res.verdict == Verdict.SKIPPED:
         return [f"{'SKIPPED':<10} {path}: not a checkpoint ({escape(res.error or '')})"]
-    lines = [f"{res.verdict.upper():<10} {path}  ({res.format}; {wo})"]
+    word = _word(res)
+    shown = paint(f"{word.upper():<10}", word, colour)
+    lines = [f"{shown} {path}  ({res.format}; {wo})"]
     if res.error:
-        lines = [f"{res.verdict.upper():<10} {path}: {escape(res.error)}"]
-    for g in res.globals:
-        if g.severity != Severity.SAFE:
-            key = f"{g.module}.{g.name}"
-            name = g.import_name if g.import_name == key else f"{g.import_name} (as {key})"
-            lines.append(f"    {g.severity:<10} {escape(name)} x{g.count}: {escape(g.reason)}")
-            lines.extend(f"{'':<15}{escape(c)}" for c in g.calls)
-    for f in res.findings:
-        if f.severity != Severity.INFO:
-            where = f" [{escape(f.member)}]" if f.member else ""
-            lines.append(f"    {f.severity:<10} {f.code}: {escape(f.message)}{where}")
-            if f.call:
-                lines.append(f"{'':<15}{escape(f.call)}")
+        lines = [f"{shown} {path}: {escape(res.error)}"]
+    lines.extend(flagged_lines(res.to_json()))
     return lines
 
 
@@ -68,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_OUTPUT
     results: list[ScanResult] = []
+    colour = use_colour()
     batch = open_batch(args, "scan.result")
     batch.begin(shlex.join(["ckpt-inspector", "scan", *args.paths]))
     for found in discover(args.paths):
@@ -82,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(res.to_json()), flush=True)
         else:
-            print("\n".join(_human(res)), flush=True)
+            print("\n".join(_human(res, colour)), flush=True)
     if not results and args.shard is not None:
         print(f"ckpt-inspector scan: shard {args.shard.label} holds none of the files",
               file=sys.stderr)
@@ -101,8 +107,9 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_OUTPUT
     verdict = worst(r.verdict for r in results)
     if not args.json and len(results) > 1:
-        counts = {v: sum(r.verdict == v for r in results) for v in Verdict}
-        summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+        words = Counter(_word(r) for r in results)
+        order = [Verdict.SAFE, Verdict.SUSPICIOUS, DAMAGED, *ORDER[2:], Verdict.SKIPPED]
+        summary = ", ".join(f"{words[w]} {w}" for w in order if words[w])
         print(f"{len(results)} files: {summary}", file=sys.stderr)
     if args.fail_on and not any(fails(r.verdict, args.fail_on) for r in results):
         return 0

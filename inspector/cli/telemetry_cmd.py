@@ -47,8 +47,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="C", help="alert above this GPU temperature (default 85 °C)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --csv OUT")
     telemetry_serve.add_arguments(parser)
-    parser.epilog = ("exit status: 0 no alerts, 1 alerts raised, 3 no NVIDIA GPU/driver, "
-                     "4 unreadable log, 5 output not written, 6 driver lost mid-run")
 
 
 def _num(value: float | None, unit: str, fmt: str = "{:.0f}") -> str:

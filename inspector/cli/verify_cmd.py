@@ -75,10 +75,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_loader_arguments(parser)
     add_jobs_argument(parser)
-    parser.epilog = (
-        "exit status: 0 all ok, 1 something differs, 2 manifest unreadable (or no manifest "
-        "where one is needed), 3 nothing differs but something could not be checked"
-    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,8 +110,8 @@ def _verify_against(args: argparse.Namespace, manifest: Manifest, paths: list[Pa
     ahead = contextlib.nullcontext() if args.no_tensors else _digests_ahead(args, files)
     with stderr_progress("verifying", args.quiet) as progress, \
             warm_workers(len(files)), ahead as digests:
-        return verify(manifest, tensor_digests=digests, progress=progress, strict=args.strict,
-                      pairs=pairs)
+        return verify(manifest, paths, tensor_digests=digests, progress=progress,
+                      strict=args.strict, pairs=pairs)
 
 
 @contextlib.contextmanager

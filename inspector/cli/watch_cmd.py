@@ -39,7 +39,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--strict", action="store_true", help="files the manifest does not list fail the pass"
     )
-    parser.epilog = "exit status: 0 when the last pass was all ok, 1 otherwise, 2 bad manifest"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -75,3 +75,26 @@ def strip_prefixes(keys: Iterable[str], prefixes: Sequence[str]) -> dict[str, st
         owner[new] = key
         renamed[key] = new
     return renamed
+
+
+_TRAINING_STATE = ("optimizer", "optimizer_states", "lr_schedulers", "scheduler",
+                   "optimizer_state")
+_MODEL_KEYS = ("state_dict", "model", "model_state_dict", "module")
+_WRAPPERS = ("model", "net", "module", "network")
+"""The attribute a LightningModule (or DDP) conventionally keeps its network under."""
+
+
+def extract_hint(keys: Iterable[str]) -> str | None:
+    """The `--key`/`--strip-prefix` options that take only the model's weights out of a
+    training checkpoint converted whole (tensor names as written), or None for weights alone."""
+    keys = list(keys)
+    tops = {k.split(".", 1)[0] for k in keys}
+    model = next((m for m in _MODEL_KEYS if m in tops), None)
+    if model is None or len(tops) < 2:
+        return None
+    if model != "state_dict" and not tops & set(_TRAINING_STATE):
+        return None
+    inner = {k[len(model) + 1:].split(".", 1)[0] for k in keys if k.startswith(model + ".")}
+    strip = f" --strip-prefix {inner.pop()}." if len(inner) == 1 and inner <= set(_WRAPPERS) \
+        else ""
+    return f"--key {model}{strip}"

@@ -195,8 +195,12 @@ def _nonfinite(health: Health, rec: dict[str, Any], severity: str) -> None:
         message = f"{what} in training state (shown, not a weights problem)"
     else:
         message = f"{what} of {numel:,} values: the weights are corrupt or training diverged"
+    first = rec.get("first_nonfinite")
+    if isinstance(first, int):
+        message += f" (the first at flat index {first:,})"
     health.add(HealthFinding("nonfinite-state" if severity == INFO else "nonfinite-weights",
-                             rec["key"], severity, message, extra={"nan": nan, "inf": inf}))
+                             rec["key"], severity, message,
+                             extra={"nan": nan, "inf": inf, "first_index": first}))
 
 
 def _few_values_outlier(health: Health, rec: dict[str, Any], gap: int | None) -> None:

@@ -1,7 +1,8 @@
 """Which static-scan findings mean damaged data (integrity) rather than code.
 
 A CRC mismatch, a record the pickle needs but the archive lacks, a record shorter than its
-storage, or tensor data beyond the end of a safetensors file is corruption: every output
+storage, tensor data beyond the end of a safetensors file, or a zip cut
+short before its end record is corruption: every output
 names it as such (with the member and, for a CRC, both checksums in the message) and never
 turns it into a question about which globals to allow.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 INTEGRITY_CODES = frozenset({
     "zip-crc-mismatch", "zip-missing-record", "zip-member-unreadable", "storage-size-mismatch",
-    "storage-record-larger", "safetensors-bounds",
+    "storage-record-larger", "safetensors-bounds", "zip-truncated",
 })
 
 

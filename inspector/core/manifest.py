@@ -28,6 +28,8 @@ _GNU_LINE = re.compile(rf"^(\\?)({_HEX64}) ([ *])(.+)$", re.DOTALL)
 _BSD_LINE = re.compile(rf"^(\\?)SHA(?:2-)?256 ?\((.+)\) ?= ?({_HEX64})$", re.DOTALL)
 _ESCAPES = {"\\": "\\", "n": "\n", "r": "\r"}
 
+SHA256SUMS_NAMES = ("SHA256SUMS", "SHA256SUM", "CHECKSUMS")
+"""Names that, without an extension, are sha256sum files by convention (Debian, Ubuntu)."""
 WRITE_DIALECTS = {".sha256": "sha256sum", ".txt": "sha256sum", ".tsv": "tsv", ".json": "json"}
 
 
@@ -362,7 +364,11 @@ def relative_path(path: str | os.PathLike[str], manifest_dir: str | os.PathLike[
 
 
 def dialect_for_path(path: str | os.PathLike[str]) -> str:
-    """The dialect to write, chosen from the manifest's extension."""
+    """The dialect to write, chosen from the manifest's extension (or its conventional name,
+    `SHA256SUMS`)."""
+    name = Path(path).name
+    if name.upper() in SHA256SUMS_NAMES:
+        return "sha256sum"
     suffix = Path(path).suffix.lower()
     if suffix not in WRITE_DIALECTS:
         known = ", ".join(sorted(WRITE_DIALECTS))

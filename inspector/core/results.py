@@ -65,6 +65,8 @@ class TensorStats(JsonRecord):
     stats_on: str | None = None
     nan: int = 0
     inf: int = 0
+    first_nonfinite: int | None = None
+    """The flat (row-major) index of the first NaN or Inf; None when there is none."""
     zeros: int = 0
     min: float | None = field(default=None, metadata=NUMBER)
     max: float | None = field(default=None, metadata=NUMBER)

@@ -949,6 +949,13 @@ def _scan_buffer(ctx: _Scan, buf, size: int) -> None:
             ctx.find(Severity.SUSPICIOUS, "format-fallback",
                      f"{kind} parse failed ({reason}); the bytes "
                      "were scanned as a raw pickle")
+        elif not res.findings and not ctx.uses and kind == "zip":
+            # zip magic without an end record: the tail is gone (an interrupted save, a
+            # partial download), which is damage, not an unknown format
+            res.error = f"damaged zip file: {reason}"
+            ctx.find(Severity.SUSPICIOUS, "zip-truncated",
+                     "the archive starts as a zip but has no end record: the file was cut "
+                     f"short (an interrupted save or a partial download); {reason}")
         elif not res.findings and not ctx.uses:
             res.error = f"not a readable {kind} file: {reason}"
         else:

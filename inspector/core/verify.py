@@ -235,9 +235,8 @@ def tensor_targets(pairs: Plan) -> list[Path]:
 
 
 def _checks_tensors(entry: FileEntry | None, size: int | None) -> bool:
-    # listed with tensors and present; a file of another size fails without being read
-    return (entry is not None and entry.tensors is not None and size is not None
-            and entry.size in (None, size))
+    # listed with tensors and present: a file of another size still gets its tensor verdicts
+    return entry is not None and entry.tensors is not None and size is not None
 
 
 def verify(
@@ -283,10 +282,11 @@ def verify(
         if size is None:
             record.status = MISSING
             continue
+        want_tensors = tensor_digests is not None and _checks_tensors(entry, size)
         if entry.size is not None and entry.size != size:
             record.status = SIZE_MISMATCH
-            continue
-        want_tensors = tensor_digests is not None and _checks_tensors(entry, size)
+            if not want_tensors:  # a file of another size fails without being read
+                continue
         measured = measure_file(
             location,
             hash_file=i in to_hash,
@@ -296,7 +296,7 @@ def verify(
         )
         track.finish_file(size if i in to_hash else 0)
         record.actual = measured.sha256
-        if entry.sha256 and measured.sha256 != entry.sha256:
+        if entry.sha256 and i in to_hash and measured.sha256 != entry.sha256:
             record.status = MISMATCH
         if measured.error:
             result.errors.append(measured.error)
@@ -308,7 +308,21 @@ def verify(
         _mark_extras(result, [manifest.source], orphan_shards, ORPHAN, ORPHAN_NOTE)
     listed_indexes = [loc for entry, loc in pairs if entry is not None and is_index(loc)]
     _mark_extras(result, listed_indexes, ShardIndex.shards, UNCHECKED, UNLISTED_SHARD_NOTE)
+    if manifest.files and all(f.status == EXTRA for f in result.files):
+        result.errors.append(nothing_checked(manifest, paths))
     return result
+
+
+def nothing_checked(manifest: Manifest, paths: Iterable[Path]) -> str:
+    """Why a verification that compared no file is no pass: what was expected, and where."""
+    expected = [e.path for e in manifest.files]
+    shown = ", ".join(expected[:3]) + (f" and {len(expected) - 3} more" if len(expected) > 3
+                                       else "")
+    roots = [str(p) for p in paths] or [str(manifest.base_dir)]
+    return (f"nothing was checked: none of the {len(expected)} file(s) the manifest lists "
+            f"({shown}) was found under {', '.join(roots)}; their paths are read relative to "
+            f"{os.path.abspath(manifest.base_dir)} (the manifest's folder). Name the folder "
+            "that holds them, or run verify from the manifest's folder")
 
 
 UNLISTED_SHARD_NOTE = ("a shard that an index the manifest lists names, so the model loads it, "

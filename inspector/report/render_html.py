@@ -10,11 +10,14 @@ import base64
 import os
 from collections.abc import Callable
 
+from inspector.core.advice import DAMAGED
 from inspector.core.atomic import write_text_atomic
+from inspector.core.integrity import INTEGRITY_CODES
 from inspector.core.results import TensorDiffRow
 from inspector.core.termtext import html_escape as escape  # marks control characters visibly
 from inspector.core.vocabulary import LoadStatus, ReportStatus, StepStatus, Verdict
 from inspector.report import charts
+from inspector.report.advice import bad_data, file_advice
 from inspector.report.model import FAIL, NOT_CHECKED, PASS, FileReport, Report
 from inspector.report.sections import self_test_words
 
@@ -35,6 +38,7 @@ HEADLINES = {
 }
 VERDICT_COLORS = {Verdict.SAFE: "#1b7f3b", Verdict.SUSPICIOUS: "#b35c00",
                   Verdict.DANGEROUS: "#b00020", Verdict.ERROR: "#5f5f5f"}
+BAD_DATA_COLOR = "#b00020"
 PAGE_BREAK = " style=\"page-break-before: always\""
 APPENDIX_TITLE = "Appendix: each file in detail, GPU telemetry and environment"
 """Each file after the first starts a printed page, so its table never straddles two files."""
@@ -59,6 +63,7 @@ th { background-color: #eee; }
 .not_checked { color: #666; }
 .sev-dangerous { color: #b00020; font-weight: bold; }
 .sev-suspicious { color: #b35c00; font-weight: bold; }
+.sev-damaged { color: #b00020; font-weight: bold; }
 .sev-problem { color: #b00020; font-weight: bold; }
 .sev-warning { color: #b35c00; font-weight: bold; }
 .sev-ok { color: #1b7f3b; font-weight: bold; }
@@ -116,6 +121,10 @@ def report_body(report: Report, image_src: ImageSrc) -> str:
 def _summary(report: Report) -> str:
     headline, explanation = HEADLINES[report.verdict]
     color = VERDICT_COLORS[report.verdict]
+    # bad data outranks a clean scan: a damaged file or corrupted weights never read as fine
+    worse = bad_data(report)
+    if worse:
+        headline, explanation, color = worse.headline.upper(), worse.action, BAD_DATA_COLOR
     status = ("All checks that ran passed." if report.status == ReportStatus.PASSED
               else f"{len(report.problems)} problem(s) found.")
     problems = "".join(f"<li>{escape(p)}</li>" for p in report.problems)
@@ -127,7 +136,7 @@ def _summary(report: Report) -> str:
         f"{escape(explanation)}<br><b>{escape(status)}</b></td></tr></table>"
         + (f"<ul>{problems}</ul>" if problems else "")
         + _table(["File", "Code safety", "Weights health", "Problems", "Detail"], [
-            [escape(f.file.name), _verdict_cell(f.verdict), _health_cell(f),
+            [escape(f.file.name), _word_cell(f), _health_cell(f),
              escape(str(len(f.problems))), f"<a href=\"#file-{n}\">appendix {n}</a>"]
             for n, f in enumerate(report.files, 1)])
         + "</section>"
@@ -145,8 +154,9 @@ def _file_sections(f: FileReport, n: int, image_src: ImageSrc) -> str:
             ("Format", escape(f.file.format or "unknown")),
             ("SHA-256", _mono(f.file.sha256 or ("one per shard (see Shards)" if f.shards
                                                else "not computed"))),
-            ("Code safety", _verdict_cell(f.verdict)),
+            ("Code safety", _word_cell(f)),
             ("Weights health", _health_cell(f)),
+            ("What to do", escape(file_advice(f).action)),
         ])),
         *([_section("shards", anchor, "Shards", _shards(f))] if f.shards else []),
         _section("checklist", anchor, "Prevention checklist", _table(
@@ -220,7 +230,7 @@ def _scan(f: FileReport) -> str:
         return _not_run("The static scan did not run.")
     ok = {True: "yes", False: "no", None: "undecided"}[s.weights_only_ok]
     parts = [_kv([
-        ("Verdict", _verdict_cell(s.verdict or Verdict.ERROR)),
+        ("Verdict", _word_cell(f)),
         ("weights_only=True accepts it", escape(ok)),
         ("Globals imported", escape(str(len(s.globals)))),
         ("Findings", escape(str(len(s.findings)))),
@@ -233,8 +243,9 @@ def _scan(f: FileReport) -> str:
     if s.findings:
         parts.append("<h3>Findings</h3>" + _table(
             ["Severity", "Code", "Message", "Where"],
-            [[_severity(x.get("severity")), _mono(x.get("code")), escape(str(x.get("message"))),
-              _mono(_where(x))] for x in s.findings]))
+            [[_severity(DAMAGED if x.get("code") in INTEGRITY_CODES else x.get("severity")),
+              _mono(x.get("code")), escape(str(x.get("message"))), _mono(_where(x))]
+             for x in s.findings]))
     return "".join(parts)
 
 
@@ -478,6 +489,13 @@ def _kv(rows: list[tuple[str, str]]) -> str:
 def _img(image_src: ImageSrc, name: str, png: bytes, alt: str) -> str:
     src = image_src(name, png)
     return f"<p><img class=\"chart\" width=\"540\" src=\"{src}\" alt=\"{escape(alt)}\"></p>"
+
+
+def _word_cell(f: FileReport) -> str:
+    """A file's code-safety word: `damaged` for corrupted data, else its verdict."""
+    word = file_advice(f).word
+    return (f"<b style=\"color: {BAD_DATA_COLOR}\">{escape(DAMAGED.upper())}</b>"
+            if word == DAMAGED else _verdict_cell(f.verdict))
 
 
 def _verdict_cell(verdict: str) -> str:

@@ -287,7 +287,12 @@ def consistency_info(result: dict | None) -> ConsistencyInfo | None:
     series = [v for v in (_number(i.get("max_abs_diff")) for i in result.get("iterations") or [])
               if v is not None]
     self_test = result.get("injected")
-    finished = not result.get("error")
+    error = result.get("error")
+    bad = result.get("nonfinite_weights") or []
+    if bad and not error and not self_test:  # no reference can judge a device on NaN weights
+        error = (f"not judged: the weights hold NaN/Inf in {', '.join(bad[:5])}, so the device "
+                 "cannot be judged on them")
+    finished = not error
     # a self-test passes when the detector saw the bit it was given
     passed = finished and bool(result.get("consistent")) != bool(self_test)
     return ConsistencyInfo(
@@ -297,7 +302,7 @@ def consistency_info(result: dict | None) -> ConsistencyInfo | None:
         failures=failures,
         series=_thin(series),
         details={k: v for k, v in result.items() if k not in CONSISTENCY_BULK},
-        error=result.get("error"),
+        error=error,
         self_test=self_test,
     )
 

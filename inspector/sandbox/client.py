@@ -529,19 +529,26 @@ def check_loadable(scan: dict, allow_globals: Iterable[str], override_dangerous:
     severity = {f"{g['module']}.{g['name']}": g["severity"] for g in scan.get("globals") or []}
     if scan.get("verdict") == Verdict.DANGEROUS and not override_dangerous:
         bad = [name for name, sev in severity.items() if sev == Severity.DANGEROUS]
+        name = Path(str(scan.get("path") or "the file")).name
+        calls = [c for g in scan.get("globals") or [] if g["severity"] == Severity.DANGEROUS
+                 for c in g.get("calls") or ()]
+        # no flag is named here: each front end adds the override it really has, if any
         raise SandboxError("refused_dangerous",
-                           "not loaded: the static scan found dangerous imports"
-                           + (f" ({', '.join(bad[:8])})" if bad else "")
-                           + "; override to load it with weights_only inside the jail", bad)
+                           f"not loaded: {name} is dangerous; get it again from its source. "
+                           "The static scan found "
+                           + (f"{', '.join(bad[:8])}" if bad else "dangerous code")
+                           + (f", which would call {calls[0][:200]}" if calls else ""), bad)
     forbidden = [g for g in allow_globals if severity.get(g) == Severity.DANGEROUS]
     if forbidden:
         raise SandboxError("refused_global",
                            "refusing to allow dangerous globals: " + ", ".join(forbidden),
                            forbidden)
     if fmt not in LOADABLE_FORMATS:
-        detail = f": {scan['error']}" if scan.get("error") else ""
+        what = scan.get("error") if fmt == "unknown" else None  # the reason, not "unknown"
+        detail = f": {scan['error']}" if scan.get("error") and not what else ""
         raise SandboxError("unsupported_format",
-                           f"cannot load this file (format {fmt}){detail}")
+                           f"cannot load this file: {what}" if what
+                           else f"cannot load this file (format {fmt}){detail}")
 
 
 def _limits(size: int, limits: dict | None) -> dict:

@@ -303,12 +303,16 @@ def tensor_stats(t: torch.Tensor, cancel: CancelToken | None = None,
     lo = hi = None
     what = "values"
     chunks, last_finite = 0, None
+    seen, first_bad = 0, None  # logical elements before this chunk; the first NaN/Inf's index
     for chunk in logical_chunks(t, per):
         check(cancel)
         if digest is not None:
             digest.update(_chunk_bytes(chunk))
         values, exact, what = _value_domain(chunk)
         finite, c_nan, c_inf, bounds = _finite(values)
+        if (c_nan or c_inf) and first_bad is None:
+            first_bad = seen + _first_nonfinite(values) // max(1, values.numel() // chunk.numel())
+        seen += chunk.numel()
         nan += c_nan
         inf += c_inf
         zeros += _zeros(values)
@@ -319,7 +323,8 @@ def tensor_stats(t: torch.Tensor, cancel: CancelToken | None = None,
             lo = c_lo if lo is None else min(lo, c_lo)
             hi = c_hi if hi is None else max(hi, c_hi)
             moments.add(finite.numel(), *_mean_m2(finite, c_lo, c_hi))
-    rec = {"stats_on": what, "nan": nan, "inf": inf, "zeros": zeros, "min": lo, "max": hi,
+    rec = {"stats_on": what, "nan": nan, "inf": inf, "first_nonfinite": first_bad,
+           "zeros": zeros, "min": lo, "max": hi,
            "mean": None, "std": None, "std_sample": None, "absmax": None, "histogram": None}
     if lo is None:
         return rec
@@ -462,6 +467,11 @@ def _finite(values: torch.Tensor) -> tuple[torch.Tensor, int, int, tuple[float, 
     finite = values[~(nan_mask | inf_mask)]
     bounds = tuple(float(v) for v in torch.aminmax(finite)) if finite.numel() else (0.0, 0.0)
     return finite, int(nan_mask.sum()), int(inf_mask.sum()), bounds
+
+
+def _first_nonfinite(values: torch.Tensor) -> int:
+    """The flat index of the first NaN or Inf among `values` (which hold at least one)."""
+    return int((~torch.isfinite(values.reshape(-1))).nonzero()[0, 0])
 
 
 def histogram_edges(lo: float, hi: float) -> tuple[float, float]:

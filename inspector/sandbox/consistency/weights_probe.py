@@ -5,7 +5,9 @@ to [out, -1]) are repeated N times on the device; every repeat is compared bit f
 first, and the first with a float64 CPU reference within a tolerance derived from dtype and
 size. Every tensor also makes a host -> device -> host round trip, SHA-256 compared. After the
 repeats the device copies are compared bit for bit with the host tensors, which localises
-corrupted weights to tensor, element and bit. Runs only inside the sandbox worker.
+corrupted weights to tensor, element and bit. A weight that holds NaN or Inf gets no reference
+check (`nonfinite`, `first_nonfinite`; listed in `nonfinite_weights`): its outputs say nothing
+about the device. Runs only inside the sandbox worker.
 """
 
 from __future__ import annotations
@@ -117,6 +119,7 @@ def _weights_probe(checkpoint, device, repeats, seed, inject, emit, cancel, budg
         "consistent": all(r["status"] != CheckStatus.FAIL for r in results.values()),
         "tensors": list(results.values()),
         "resident_mismatches": resident,
+        "nonfinite_weights": [k for k, r in results.items() if r.get("nonfinite")],
         "probed_tensors": len(probed),
         "probed_bytes": probed_bytes,
         "gemm_seconds": gemm_seconds,
@@ -157,6 +160,9 @@ def _probe_group(group, device, repeats, seed, inject, emit, cancel, results, ba
         mats[key] = host.to(device, copy=True)
         results[key].update(compute_dtype=str(dtype).removeprefix("torch."), repeats=repeats,
                             repeat_mismatches=0, max_abs_diff=0.0)
+        bad = (~torch.isfinite(host)).reshape(-1).nonzero()
+        if bad.numel():  # NaN/Inf weights: no reference can judge the device on them
+            results[key].update(nonfinite=int(bad.numel()), first_nonfinite=int(bad[0, 0]))
     gemm = 0.0
     for iteration in range(1, repeats + 1):
         check(cancel)
@@ -173,7 +179,8 @@ def _probe_group(group, device, repeats, seed, inject, emit, cancel, results, ba
         for key, out in outs.items():
             if iteration == 1:
                 firsts[key] = out
-                _reference_check(results[key], hosts[key], xs[key], out)
+                if "nonfinite" not in results[key]:
+                    _reference_check(results[key], hosts[key], xs[key], out)
                 continue
             cmp = compare(key, firsts[key], out)
             entry = results[key]
