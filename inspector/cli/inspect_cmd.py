@@ -63,8 +63,9 @@ _SHARD_EXITS = {"missing_shard": EXIT_COVERAGE, "bad_shards": exit_code("error")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `inspect`."""
     parser.add_argument("file", metavar="FILE",
-                        help="the checkpoint: a file, a model folder or index of shards, or a "
-                             "torch.distributed.checkpoint folder")
+                        help="the checkpoint: a file, a model folder or index of shards, a "
+                             "torch.distributed.checkpoint folder, or an s3://… object or "
+                             "prefix")
     parser.add_argument("--json", action="store_true", help="print the inspect contract as JSON")
     add_loader_arguments(parser)
     add_jobs_argument(parser)  # a sharded checkpoint's shards; a single file is one job
@@ -192,8 +193,11 @@ def _model_lines(report: InspectResult) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Inspect one checkpoint; see the module docstring for exit codes."""
+    from inspector.cli.remote import has_url, run_localized
     from inspector.sandbox.client import inspect_file
 
+    if has_url(args.file):
+        return run_localized(args, "file", run, "inspect")
     try:
         with stderr_progress("inspecting", args.quiet) as show:
             contract = inspect_file(args.file, allow_globals=args.allow_global,

@@ -12,13 +12,16 @@ from pathlib import Path
 
 from inspector.cli.common import (
     EXIT_MANIFEST,
+    add_batch_arguments,
     add_jobs_argument,
     add_loader_arguments,
+    open_batch,
     print_verify_result,
     stderr_progress,
     warm_workers,
     worker_digests,
 )
+from inspector.cli.remote import batch_command, path_or_url, verify_remote
 from inspector.core.hashing import is_sha256_hex
 from inspector.core.hfcache import is_cache_path, verify_cache
 from inspector.core.manifest import ManifestError, TensorEntry, read_manifest
@@ -32,6 +35,7 @@ from inspector.core.verify import (
     verify_sha256,
     verify_tensors_only,
 )
+from inspector.core.verify_batch import VERIFY_KIND, pending, verify_each
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -43,9 +47,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "paths",
         nargs="*",
-        type=Path,
+        type=path_or_url,
         metavar="PATH",
-        help="files or folders to verify (default: the manifest's folder); without "
+        help="files or folders (or s3://… objects and prefixes) to verify (default: the "
+        "manifest's folder); without "
         "--manifest, Hugging Face cache folders, repositories or snapshots",
     )
     parser.add_argument(
@@ -74,6 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_loader_arguments(parser)
     add_jobs_argument(parser)
+    add_batch_arguments(parser)
     parser.epilog = (
         "exit status: 0 all ok, 1 something differs, 2 manifest unreadable (or no manifest "
         "where one is needed), 3 nothing differs but something could not be checked"
@@ -94,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
         return _usage(
             f"{args.manifest} is a Git LFS pointer; name the downloaded file to check against it"
         )
+    if any(isinstance(p, str) for p in args.paths):  # object-store URLs
+        return _finish(args, verify_remote(args, manifest), str(args.manifest),
+                       manifest.dialect)
     if args.tensors_only:
         if not args.paths:
             return _usage("--tensors-only needs the files to check")
@@ -102,17 +111,23 @@ def run(args: argparse.Namespace) -> int:
             result = verify_tensors_only(manifest, args.paths, digests)
     else:
         pairs = plan(manifest, args.paths)
-        files = [] if args.no_tensors else tensor_targets(pairs)
+        batch = open_batch(args, VERIFY_KIND) if args.shard or args.results else None
+        todo = pending(pairs, batch) if batch else pairs
+        files = [] if args.no_tensors else tensor_targets(todo)
         ahead = contextlib.nullcontext() if args.no_tensors else _digests_ahead(args, files)
         with stderr_progress("verifying", args.quiet) as progress, \
                 warm_workers(len(files)), ahead as digests:
-            result = verify(
-                manifest,
-                tensor_digests=digests,
-                progress=progress,
-                strict=args.strict,
-                pairs=pairs,
-            )
+            if batch:
+                batch.begin(batch_command(args))
+                result = verify_each(manifest, pairs, batch, digests, args.strict)
+            else:
+                result = verify(
+                    manifest,
+                    tensor_digests=digests,
+                    progress=progress,
+                    strict=args.strict,
+                    pairs=pairs,
+                )
     return _finish(args, result, str(args.manifest), manifest.dialect)
 
 

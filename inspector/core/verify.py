@@ -304,11 +304,17 @@ def verify(
             result.tensors += compare_tensors(
                 entry.tensors or [], measured.tensors or [], entry.path
             )
+    mark_index_extras(result, manifest, pairs)
+    return result
+
+
+def mark_index_extras(result: VerifyResult, manifest: Manifest, pairs: Plan) -> None:
+    """Extra files that an index picks are no tolerated extras (`_mark_extras`), over every
+    pair planned (a batch verifies them one at a time, then marks once over all)."""
     if manifest.dialect == "index" and manifest.source is not None:
         _mark_extras(result, [manifest.source], orphan_shards, ORPHAN, ORPHAN_NOTE)
     listed_indexes = [loc for entry, loc in pairs if entry is not None and is_index(loc)]
     _mark_extras(result, listed_indexes, ShardIndex.shards, UNCHECKED, UNLISTED_SHARD_NOTE)
-    return result
 
 
 UNLISTED_SHARD_NOTE = ("a shard that an index the manifest lists names, so the model loads it, "
