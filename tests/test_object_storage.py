@@ -98,6 +98,11 @@ def test_scan_of_a_malicious_object_is_dangerous_and_never_runs_it(s3, tmp_path,
     assert res["path"] == url and res["verdict"] == "dangerous"
     assert any(g["module"] in ("os", "posix") and g["name"] == "system" for g in res["globals"])
     assert str(s3.temp) not in out.stdout + out.stderr
+    sarif = tmp_path / "scan.sarif"
+    s3.cli("scan", url, "--sarif", sarif)
+    log = json.loads(sarif.read_text())
+    assert {loc["physicalLocation"]["artifactLocation"]["uri"]
+            for result in log["runs"][0]["results"] for loc in result["locations"]} == {url}
 
 
 def test_scan_of_a_prefix_lists_every_object_under_its_url(s3, tmp_path):
@@ -142,6 +147,12 @@ def test_verify_one_object_shards_and_merge(s3, tmp_path):
     one = s3.cli("verify", "-m", manifest, url + "model.safetensors", "--json")
     assert one.returncode == 0, one.stdout + one.stderr
     assert [f["path"] for f in json.loads(one.stdout)["files"]] == [url + "model.safetensors"]
+    digest = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+    by_hand = s3.cli("verify", "--sha256", digest, url + "model.safetensors")
+    assert by_hand.returncode == 0, by_hand.stdout + by_hand.stderr
+    assert by_hand.stdout.startswith(f"OK             {url}model.safetensors")
+    wrong = s3.cli("verify", "--sha256", "0" * 64, url + "model.safetensors")
+    assert wrong.returncode == 1 and wrong.stdout.startswith("MISMATCH"), wrong.stdout
     seen = []
     for i in range(2):
         out = s3.cli("verify", "-m", manifest, url, "--json", "--shard", f"{i}/2",
@@ -174,6 +185,16 @@ def test_inspect_and_report_of_an_object_name_its_url(s3, tmp_path):
     assert [f["file"]["path"] for f in json.loads(report)["files"]] == [url]
     assert str(s3.temp) not in report + out.stdout + out.stderr
     assert f"ckpt-inspector report {url} -o" in report
+    results = tmp_path / "r.jsonl"
+    for _ in range(2):  # the second run keeps the first's result: the object did not change
+        again = s3.cli("report", url, "-o", tmp_path / "r2.json", "-q", "--force",
+                       "--results", results)
+        assert again.returncode == 0, again.stderr
+    assert "1 result(s) kept from earlier runs" in again.stderr
+    merged = s3.cli("merge", results, "-o", tmp_path / "m.json")
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    assert [f["file"]["path"] for f in json.loads((tmp_path / "m.json").read_text())[
+        "files"]] == [url]
 
 
 def test_a_missing_object_or_bucket_is_one_clear_line(s3):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.core import objstore
+from inspector.core.manifest import FileEntry, Manifest
 from inspector.core.objstore import ObjectStoreError, Relabel, RemoteObject
 from inspector.core.sharding import Where
 from inspector.core.termtext import escape
@@ -37,9 +38,10 @@ def batch_command(args: argparse.Namespace) -> str:
     return shlex.join(words + (["-m", str(args.manifest)] if args.manifest else []))
 
 
-def verify_remote(args: argparse.Namespace, manifest) -> VerifyResult:
-    """`verify -m M` over paths where some are URLs; a URL that cannot be listed is an error
-    line of the result (exit 3), the others are still checked."""
+def verify_remote(args: argparse.Namespace, manifest: Manifest | None) -> VerifyResult:
+    """`verify -m M` over paths where some are URLs (or, without M, `--sha256 HEX URL`); a
+    URL that cannot be listed is an error line of the result (exit 3), the others are still
+    checked."""
     from inspector.cli.common import open_batch, worker_digests
     from inspector.core.verify import plan
     from inspector.core.verify_batch import (
@@ -49,6 +51,9 @@ def verify_remote(args: argparse.Namespace, manifest) -> VerifyResult:
         verify_objects,
     )
 
+    if manifest is None:  # one object against a hash given by hand: a one-line manifest
+        name = str(args.paths[0]).rstrip("/").rsplit("/", 1)[-1]
+        manifest = Manifest("sha256", [FileEntry(name, sha256=args.sha256.lower())])
     batch = open_batch(args, VERIFY_KIND) if args.shard or args.results else None
     if batch is not None:
         batch.begin(batch_command(args))
@@ -128,10 +133,11 @@ def _scan_object(obj: RemoteObject, in_folder: bool):
 def run_localized(args: argparse.Namespace, attr: str, run: Callable[[argparse.Namespace], int],
                   command: str) -> int:
     """Run `run` with the URLs in `args.<attr>` (one path or a list) replaced by private local
-    copies, and everything it prints naming the URLs again; args.relabel says how."""
+    copies, and everything it prints naming the URLs again; args.relabel says how,
+    args.copies which object each local file holds."""
     value = getattr(args, attr)
     paths = value if isinstance(value, list) else [value]
-    relabel = Relabel()
+    relabel, copies = Relabel(), {}
     with contextlib.ExitStack() as stack:
         local = []
         for raw in paths:
@@ -144,9 +150,10 @@ def run_localized(args: argparse.Namespace, attr: str, run: Callable[[argparse.N
                 print(f"ckpt-inspector {command}: {escape(exc.message)}", file=sys.stderr)
                 return 3
             relabel.add(tree.path, str(raw))
+            copies.update(tree.copies)
             local.append(str(tree.path) if isinstance(raw, str) else type(raw)(tree.path))
         setattr(args, attr, local if isinstance(value, list) else local[0])
-        args.relabel, args.original_paths = relabel, paths
+        args.relabel, args.original_paths, args.copies = relabel, paths, copies
         out, err = io.StringIO(), io.StringIO()
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

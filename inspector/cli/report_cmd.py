@@ -204,7 +204,7 @@ def _gather(files: list[tuple[Path, str | None]], args: argparse.Namespace,
 
     from inspector.sandbox.parallel import run_parallel
 
-    kept = {t: batch.finished(_key(args, t[0]), t[0]) for t in files}
+    kept = {t: batch.finished(_key(args, t[0]), _where(args, t[0])) for t in files}
     todo = [t for t in files if kept[t] is None]
     jobs = max(1, min(args.jobs, len(todo)))
     with stderr_progress("inspecting files", args.quiet or jobs == 1) as show:
@@ -218,7 +218,7 @@ def _gather(files: list[tuple[Path, str | None]], args: argparse.Namespace,
                       "checkpoint (run it on each shard file)", file=sys.stderr, flush=True)
             elif ev.inspect is not None and ev.inspect.get("error") is None:
                 ev.consistency = _consistency(Path(ev.path), args)
-            batch.record(_key(args, target[0]), target[0], _kept(args, ev))
+            batch.record(_key(args, target[0]), _where(args, target[0]), _kept(args, ev))
     made = dict(zip(todo, fresh, strict=True))
     return [FileEvidence(**_kept(args, made[t])) if kept[t] is None else FileEvidence(**kept[t])
             for t in files]
@@ -228,6 +228,12 @@ def _key(args: argparse.Namespace, path: Path) -> str:
     """What names a file in a batch: its path, or the URL its private local copy came from."""
     relabel = getattr(args, "relabel", None)
     return relabel.text(str(path)) if relabel is not None else str(path)
+
+
+def _where(args: argparse.Namespace, path: Path):
+    """What says whether a kept result is still good: the file, or the object it was copied
+    from (a fresh copy's modification time would make every result look stale)."""
+    return getattr(args, "copies", {}).get(str(path), path)
 
 
 def _kept(args: argparse.Namespace, ev: FileEvidence) -> dict:
@@ -240,7 +246,7 @@ def _evidence(target: tuple[Path, str | None], cancel, args: argparse.Namespace,
               jobs: int, batch: Batch) -> FileEvidence:
     ev = _file_evidence(target, cancel, args, manifest, jobs)
     if not args.consistency:  # else kept once its consistency run is done too
-        batch.record(_key(args, target[0]), target[0], _kept(args, ev))
+        batch.record(_key(args, target[0]), _where(args, target[0]), _kept(args, ev))
     return ev
 
 

@@ -153,7 +153,8 @@ def _run_without_manifest(args: argparse.Namespace) -> int:
         if len(args.paths) != 1 or not is_sha256_hex(args.sha256):
             return _usage("--sha256 takes 64 hexadecimal digits and exactly one PATH")
         with stderr_progress("verifying", args.quiet) as progress:
-            result = verify_sha256(args.paths[0], args.sha256, progress=progress)
+            result = (verify_remote(args, None) if isinstance(args.paths[0], str)
+                      else verify_sha256(args.paths[0], args.sha256, progress=progress))
         return _finish(args, result, None, "sha256")
     not_cache = [p for p in args.paths if not is_cache_path(p)]
     if not args.paths or not_cache:

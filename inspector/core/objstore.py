@@ -206,6 +206,8 @@ class LocalTree:
     objects: list[RemoteObject]
     sha256: dict[str, str]
     """URL -> the SHA-256 computed while it streamed."""
+    copies: dict[str, RemoteObject] = field(default_factory=dict)
+    """Local copy's path -> the object it holds (what a batch keeps a result under)."""
 
     @property
     def path(self) -> Path:
@@ -242,9 +244,10 @@ def local_tree(url: str, objects: list[RemoteObject] | None = None,
     when the block ends."""
     objects = list_objects(url) if objects is None else objects
     with temp_folder() as root:
-        hashes = {}
+        hashes, copies = {}, {}
         for obj in objects:
             rel = relative_key(obj, url) or _name(obj.url)
             dest = root.joinpath(*[p for p in rel.split("/") if p not in ("", ".", "..")])
             hashes[obj.url] = fetch(obj, dest, cancel)
-        yield LocalTree(url, root, objects, hashes)
+            copies[str(dest)] = obj
+        yield LocalTree(url, root, objects, hashes, copies)
