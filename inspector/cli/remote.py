@@ -57,8 +57,11 @@ def verify_remote(args: argparse.Namespace, manifest: Manifest | None) -> Verify
     batch = open_batch(args, VERIFY_KIND) if args.shard or args.results else None
     if batch is not None:
         batch.begin(batch_command(args))
-    digests = None if args.no_tensors else worker_digests(args)
     result = VerifyResult(strict=args.strict)
+    if args.tensors_only:
+        result.errors.append("--tensors-only compares local files; copy the objects first")
+        return result
+    digests = None if args.no_tensors else worker_digests(args)
     local = [p for p in args.paths if not isinstance(p, str)]
     parts = []
     if local:
