@@ -8,7 +8,8 @@
    same folder of --files small checkpoints, then `merge`: wall-clock ratio.
 3. `verify -m SHA256SUMS s3://bench/model/` of the same folder served by a local S3-compatible
    server (moto's server mode on 127.0.0.1, in this process) against the same verify of the
-   folder on local disk: the ratio is what streaming from object storage costs (--no-s3 skips
+   folder on local disk (what streaming from object storage costs) and against what a user
+   would otherwise run, a boto3 download of the objects then `sha256sum -c` (--no-s3 skips
    it; it needs the dev extra's moto[server]).
 4. The exporter's scrape latency and CPU at 8 replayed GPUs is `benchmarks/bench_exporter.py`.
 
@@ -106,15 +107,23 @@ def s3_rounds(folder: Path, files: list[Path], runs: int) -> dict[str, float]:
             client.upload_file(str(path), "bench", f"model/{path.name}")
         cli = str(BIN / "ckpt-inspector")
         env = {**os.environ, **keys}
+        # what a user would otherwise run: download the objects (boto3, as `aws s3 cp`
+        # does), then sha256sum -c
+        fetch = ("import boto3, sys; c = boto3.client('s3'); "
+                 "[c.download_file('bench', 'model/' + n, 'dl/' + n) for n in sys.argv[1:]]")
+        names = " ".join(p.name for p in files)
         cmds = {"verify, local disk": [cli, "verify", "-m", "SHA256SUMS",
                                        *(p.name for p in files)],
                 "verify, local S3 server": [cli, "verify", "-m", "SHA256SUMS",
-                                            "s3://bench/model/"]}
+                                            "s3://bench/model/"],
+                "boto3 download + sha256sum -c": (
+                    f"rm -rf dl && mkdir dl && {sys.executable} -c \"{fetch}\" {names} && "
+                    "cp SHA256SUMS dl/ && cd dl && sha256sum -c --quiet SHA256SUMS")}
         times: dict[str, list[float]] = {name: [] for name in cmds}
         for _ in range(runs):
             for name, cmd in cmds.items():
                 start = time.perf_counter()
-                subprocess.run(cmd, cwd=folder, env=env, check=True,
+                subprocess.run(cmd, cwd=folder, env=env, check=True, shell=isinstance(cmd, str),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 times[name].append(time.perf_counter() - start)
     finally:
