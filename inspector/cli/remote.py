@@ -18,13 +18,16 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from inspector.core import objstore
-from inspector.core.manifest import FileEntry, Manifest
 from inspector.core.objstore import ObjectStoreError, Relabel, RemoteObject
 from inspector.core.sharding import Where
 from inspector.core.termtext import escape
-from inspector.core.verify import VerifyResult
+
+if TYPE_CHECKING:  # verify's modules load only when a URL is verified
+    from inspector.core.manifest import Manifest
+    from inspector.core.verify import VerifyResult
 
 
 def path_or_url(text: str) -> Path | str:
@@ -43,7 +46,8 @@ def verify_remote(args: argparse.Namespace, manifest: Manifest | None) -> Verify
     URL that cannot be listed is an error line of the result (exit 3), the others are still
     checked."""
     from inspector.cli.common import open_batch, worker_digests
-    from inspector.core.verify import plan
+    from inspector.core.manifest import FileEntry, Manifest
+    from inspector.core.verify import VerifyResult, plan
     from inspector.core.verify_batch import (
         VERIFY_KIND,
         Unbatched,
