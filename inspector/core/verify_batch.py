@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from inspector.core import objstore
 from inspector.core.manifest import FileEntry, Manifest
@@ -34,6 +34,9 @@ from inspector.core.verify import (
     mark_index_extras,
     verify,
 )
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 VERIFY_KIND = "verify.result"
 
@@ -118,19 +121,42 @@ def verify_objects(manifest: Manifest, url: str, keeper: Keeper | None = None,
     by_key = {objstore.relative_key(o, url): o for o in objects}
     if manifest.source is not None:  # the manifest uploaded beside the files is not one
         by_key.pop(manifest.source.name, None)
-    jobs: list[tuple[str, Where, Callable[[], VerifyResult]]] = []
     if single:
         entry = _entry_for_name(manifest, objects[0].url.rsplit("/", 1)[-1])
-        jobs.append(_object_job(entry, objects[0], objects[0].url, tensor_digests, strict,
-                                cancel))
+        checks = [(entry, objects[0], objects[0].url)]
     else:
-        for entry in manifest.files:
-            where = f"{url.rstrip('/')}/{entry.path}"
-            jobs.append(_object_job(entry, by_key.pop(entry.path, None), where,
-                                    tensor_digests, strict, cancel))
-        jobs += [_object_job(None, obj, obj.url, None, strict, cancel)
-                 for obj in by_key.values()]
-    return _each(jobs, keeper or Unbatched(), manifest, strict, cancel)
+        checks = [(entry, by_key.pop(entry.path, None), f"{url.rstrip('/')}/{entry.path}")
+                  for entry in manifest.files]
+        checks += [(None, obj, obj.url) for obj in by_key.values()]
+    keeper = keeper or Unbatched()
+    # imported here: concurrent.futures pulls in logging (see core.verify.measure_file)
+    from concurrent.futures import ThreadPoolExecutor
+
+    # a few objects stream at once: one stream is bound by the round trip per chunk, not the
+    # link (memory stays HASH_STREAMS chunks); results still come out in the manifest's order
+    pool = ThreadPoolExecutor(max_workers=HASH_STREAMS, thread_name_prefix="object-hash")
+    try:
+        ahead = {obj.url: pool.submit(objstore.sha256_object, obj, None, cancel)
+                 for entry, obj, where in checks
+                 if _streams_hash(entry, obj, tensor_digests) and keeper.owns(where)
+                 and keeper.finished(where, obj) is None}
+        jobs = [_object_job(entry, obj, where, tensor_digests, strict, cancel, ahead)
+                for entry, obj, where in checks]
+        return _each(jobs, keeper, manifest, strict, cancel)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+HASH_STREAMS = 4
+"""Objects hashed at once by `verify_objects`."""
+
+
+def _streams_hash(entry: FileEntry | None, obj: RemoteObject | None,
+                  digests: TensorDigestFn | None) -> bool:
+    """Whether checking `obj` against `entry` is a plain streamed hash (no tensors)."""
+    return (entry is not None and obj is not None and bool(entry.sha256)
+            and entry.size in (None, obj.size)
+            and not (digests is not None and _checks_tensors(entry, obj.size)))
 
 
 def _entry_for_name(manifest: Manifest, name: str) -> FileEntry | None:
@@ -141,15 +167,15 @@ def _entry_for_name(manifest: Manifest, name: str) -> FileEntry | None:
 
 
 def _object_job(entry: FileEntry | None, obj: RemoteObject | None, where: str,
-                digests: TensorDigestFn | None, strict: bool,
-                cancel: CancelToken | None) -> tuple[str, Where, Callable[[], VerifyResult]]:
+                digests: TensorDigestFn | None, strict: bool, cancel: CancelToken | None,
+                ahead: dict[str, Future[str]]) -> tuple[str, Where, Callable[[], VerifyResult]]:
     return where, obj or where, lambda: _check_object(entry, obj, where, digests, strict,
-                                                     cancel)
+                                                     cancel, ahead)
 
 
 def _check_object(entry: FileEntry | None, obj: RemoteObject | None, where: str,
-                  digests: TensorDigestFn | None, strict: bool,
-                  cancel: CancelToken | None) -> VerifyResult:
+                  digests: TensorDigestFn | None, strict: bool, cancel: CancelToken | None,
+                  ahead: dict[str, Future[str]]) -> VerifyResult:
     result = VerifyResult(strict=strict)
     size = obj.size if obj is not None else None
     if entry is None:
@@ -174,7 +200,9 @@ def _check_object(entry: FileEntry | None, obj: RemoteObject | None, where: str,
             else:
                 result.tensors += compare_tensors(entry.tensors or [], tensors, where)
     elif entry.sha256:
-        record.actual = objstore.sha256_object(obj, cancel=cancel)
+        started = ahead.get(obj.url)
+        record.actual = (started.result() if started is not None
+                         else objstore.sha256_object(obj, cancel=cancel))
     if record.status == OK and entry.sha256 and record.actual != entry.sha256:
         record.status = MISMATCH
     return result
