@@ -15,13 +15,15 @@
 
 Medians of --runs, interleaved round by round, warm page cache; the machine's load is printed.
 
-Measured 2026-12-01 at --size-gb 0.2 --files 20 --runs 3, 2 CPUs shared with other jobs (load
-10-14): verify from the local S3 server 19.56 s against 4.61 s from local disk (4.25x its time;
-moto's Python server, in this process, serves ~10 MB/s here, so this bounds moto more than the
-streaming path); verify 6.82 s, sha256sum -c 11.08 s, openssl x2 1.67 s (0.25x openssl's
-throughput at that load); scan of 20 files 3.06 s in one process, 10.26 s as 2 shards + merge.
-
-    .venv/bin/python benchmarks/bench_fleet.py [--size-gb 4] [--files 200] [--runs 3] [--no-s3]
+Measured 2026-12-01 at --size-gb 0.2 --files 20 --runs 3, 2 CPUs shared with other jobs:
+- load 8-10, four objects hashed at once: verify from the local S3 server 7.60 s, a boto3
+  download then sha256sum -c 7.56 s (ours 1.01x its time), verify from local disk 1.61 s
+  (4.71x); verify 1.94 s, sha256sum -c 3.29 s, openssl x2 0.83 s (0.43x openssl's throughput
+  at that load); scan of 20 files 0.74 s in one process, 2.45 s as 2 shards + merge.
+- load 9-10, one object at a time: 20.93 s from S3 against 16.27 s for boto3 + sha256sum -c
+  (1.29x) and 4.35 s from local disk (4.81x).
+moto's server runs in Python in this process: at this load it serves about 25-30 MB/s, which
+bounds both S3 rows; not yet measured at 4 GB or against MinIO or a real S3.
 """
 
 from __future__ import annotations
