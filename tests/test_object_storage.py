@@ -239,3 +239,20 @@ def test_an_object_streams_in_bounded_chunks(s3, tmp_path, monkeypatch):
         s3.put("h.safetensors", factories.save_safetensors(tmp_path / "h.safetensors")))[0])
     data = (tmp_path / "h.safetensors").read_bytes()
     assert header == data[:8 + int.from_bytes(data[:8], "little")]
+
+
+def test_verify_of_recorded_tensors_reads_them_from_a_private_copy(s3, tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    factories.save_safetensors(folder / "model.safetensors")
+    manifest = folder / "MANIFEST.json"  # with every tensor's digest
+    made = s3.cli("manifest", "create", folder, "-o", manifest)
+    assert made.returncode == 0, made.stderr
+    url = _upload(s3, folder, "tensors")
+    out = s3.cli("verify", "-m", manifest, url, "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    doc = json.loads(out.stdout)
+    assert [(f["path"], f["status"]) for f in doc["files"]] == [(url + "model.safetensors",
+                                                                 "ok")]
+    assert doc["tensors"] and {t["status"] for t in doc["tensors"]} == {"ok"}
+    assert {t["file"] for t in doc["tensors"]} == {url + "model.safetensors"}
