@@ -154,3 +154,36 @@ def _shard_task(folder: str, index: int, count: int, out: str) -> int:
     """One Dask task: the documented `scan --shard I/N --results` of one shard."""
     return subprocess.run([*CLI, "scan", folder, "--shard", f"{index}/{count}", "--results",
                            f"{out}/r{index}.jsonl"], capture_output=True, timeout=240).returncode
+
+
+def test_verify_shards_cover_the_folder_once_resume_and_merge_with_the_scan(models, tmp_path):
+    manifest = tmp_path / "MANIFEST.tsv"  # beside the folder: the folder is only checkpoints
+    _cli("manifest", "create", models, "-o", manifest, check=0)
+    (models / "m3.pt").write_bytes(b"truncated")  # one file that fails, in some shard
+    whole = json.loads(_cli("verify", "-m", manifest, models, "--json", check=1).stdout)
+    seen, results = [], [tmp_path / f"v{i}.jsonl" for i in range(3)]
+    for i in range(3):
+        out = _cli("verify", "-m", manifest, models, "--json", "--shard", f"{i}/3",
+                   "--results", results[i])
+        assert out.returncode in (0, 1), out.stderr
+        seen += json.loads(out.stdout)["files"]
+    assert sorted(seen, key=lambda f: f["path"]) == sorted(whole["files"],
+                                                            key=lambda f: f["path"])
+    kept = [r for r in results if journal.read(r).of_kind("verify.result")]
+    again = _cli("verify", "-m", manifest, models, "--json", "--shard", "0/3", "--results",
+                 results[0])
+    if results[0] in kept:
+        assert "result(s) kept from earlier runs" in again.stderr
+    assert len(journal.read(results[0]).of_kind("verify.result")) == sum(
+        Shard(0, 3).owns(str(p)) for p in models.iterdir())  # nothing verified twice
+    _cli("scan", models, "--results", tmp_path / "scan.jsonl")
+    _cli("merge", *results, tmp_path / "scan.jsonl", "-o", tmp_path / "m.json", check=1)
+    files = _files(tmp_path / "m.json")
+    assert [Path(f["file"]["path"]).name for f in files] == sorted(p.name for p in
+                                                                    models.iterdir())
+    for f in files:  # each file's scan and verification joined by its path
+        cut = f["file"]["path"].endswith("m3.pt")
+        verified = {row["path"]: row["status"] for row in f["verification"]["files"]}
+        assert verified == {f"models/{Path(f['file']['path']).name}":
+                            "size_mismatch" if cut else "ok"}
+        assert f["scan"]["verdict"] == ("skipped" if cut else "safe")

@@ -55,9 +55,10 @@ _SHARD_EXITS = {"missing_shard": EXIT_COVERAGE, "bad_shards": exit_code("error")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `inspect`."""
     parser.add_argument("files", nargs="+", metavar="FILE",
-                        help="the checkpoint(s): a file, a model folder or index of shards, or "
-                             "a torch.distributed.checkpoint folder; several are inspected in "
-                             "turn (with --json, one object per line), the highest status wins")
+                        help="the checkpoint(s): a file, a model folder or index of shards, a "
+                             "torch.distributed.checkpoint folder, or an s3://… object or "
+                             "prefix; several are inspected in turn (with --json, one object "
+                             "per line), the highest status wins")
     parser.add_argument("--json", action="store_true", help="print the inspect contract as JSON")
     add_loader_arguments(parser)
     add_jobs_argument(parser)  # a sharded checkpoint's shards; a single file is one job
@@ -215,6 +216,10 @@ def in_file_order(contract: dict) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Inspect each checkpoint in turn; the highest exit status of them (see the registry)."""
+    from inspector.cli.remote import has_url, run_localized
+
+    if has_url(args.files):
+        return run_localized(args, "files", run, "inspect")
     codes = []
     for n, path in enumerate(args.files):
         if n and not args.json:

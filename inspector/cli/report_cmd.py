@@ -61,7 +61,8 @@ EXIT_MANIFEST = 5
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `report`."""
     parser.add_argument("paths", nargs="+", metavar="FILE",
-                        help="checkpoints, or folders of them (recursive); a sharded model "
+                        help="checkpoints, or folders of them (recursive), or s3://… objects and "
+                             "prefixes; a sharded model "
                              "folder or its *.index.json is one checkpoint")
     parser.add_argument("-o", "--output", required=True, type=Path, metavar="OUT",
                         help=f"report file; the format comes from its extension "
@@ -90,6 +91,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the pipeline, write the report, and exit by what it found."""
+    from inspector.cli.remote import has_url, run_localized
+
+    if has_url(args.paths):
+        return run_localized(args, "paths", run, "report")
     to_stdout = str(args.output) == "-"
     if not to_stdout:
         try:
@@ -111,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     from inspector.cli.common import open_batch
 
     batch = open_batch(args, REPORT_KIND)
-    files = [t for t in _targets(args.paths) if batch.owns(str(t[0]))]
+    files = [t for t in _targets(args.paths) if batch.owns(_key(args, t[0]))]
     if not files and args.shard is not None:
         print(f"report: shard {args.shard.label} holds none of the files; an empty report",
               file=sys.stderr)
@@ -153,7 +158,8 @@ def report_exit(report: Report) -> int:
 
 def _command_line(args: argparse.Namespace) -> str:
     """The invocation, rebuilt from the parsed options, for the report's header."""
-    words = ["ckpt-inspector", "report", *map(str, args.paths), "-o", str(args.output)]
+    paths = getattr(args, "original_paths", args.paths)
+    words = ["ckpt-inspector", "report", *map(str, paths), "-o", str(args.output)]
     if args.manifest is not None:
         words += ["--manifest", str(args.manifest)]
     if args.consistency:
@@ -196,7 +202,7 @@ def _gather(files: list[tuple[Path, str | None]], args: argparse.Namespace,
 
     from inspector.sandbox.parallel import run_parallel
 
-    kept = {t: batch.finished(str(t[0]), t[0]) for t in files}
+    kept = {t: batch.finished(_key(args, t[0]), _where(args, t[0])) for t in files}
     todo = [t for t in files if kept[t] is None]
     jobs = max(1, min(args.jobs, len(todo)))
     with stderr_progress("inspecting files", args.quiet or jobs == 1) as show:
@@ -210,16 +216,35 @@ def _gather(files: list[tuple[Path, str | None]], args: argparse.Namespace,
                       "checkpoint (run it on each shard file)", file=sys.stderr, flush=True)
             elif ev.inspect is not None and ev.inspect.get("error") is None:
                 ev.consistency = _consistency(Path(ev.path), args)
-            batch.record(str(target[0]), target[0], asdict(ev))
+            batch.record(_key(args, target[0]), _where(args, target[0]), _kept(args, ev))
     made = dict(zip(todo, fresh, strict=True))
-    return [made[t] if kept[t] is None else FileEvidence(**kept[t]) for t in files]
+    return [FileEvidence(**_kept(args, made[t])) if kept[t] is None else FileEvidence(**kept[t])
+            for t in files]
+
+
+def _key(args: argparse.Namespace, path: Path) -> str:
+    """What names a file in a batch: its path, or the URL its private local copy came from."""
+    relabel = getattr(args, "relabel", None)
+    return relabel.text(str(path)) if relabel is not None else str(path)
+
+
+def _where(args: argparse.Namespace, path: Path):
+    """What says whether a kept result is still good: the file, or the object it was copied
+    from (a fresh copy's modification time would make every result look stale)."""
+    return getattr(args, "copies", {}).get(str(path), path)
+
+
+def _kept(args: argparse.Namespace, ev: FileEvidence) -> dict:
+    """The evidence as a report and a results file show it: URLs, not local copies' paths."""
+    relabel = getattr(args, "relabel", None)
+    return relabel.json(asdict(ev)) if relabel is not None else asdict(ev)
 
 
 def _evidence(target: tuple[Path, str | None], cancel, args: argparse.Namespace, manifest,
               jobs: int, batch: Batch) -> FileEvidence:
     ev = _file_evidence(target, cancel, args, manifest, jobs)
     if not args.consistency:  # else kept once its consistency run is done too
-        batch.record(str(target[0]), target[0], asdict(ev))
+        batch.record(_key(args, target[0]), _where(args, target[0]), _kept(args, ev))
     return ev
 
 

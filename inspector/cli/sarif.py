@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from inspector import __version__
+from inspector.core.objstore import is_url
 from inspector.core.scan import ScanResult
 from inspector.core.vocabulary import Severity, Verdict
 
@@ -15,6 +16,8 @@ _LEVEL = {Severity.DANGEROUS: "error", Severity.SUSPICIOUS: "warning", Verdict.E
 
 
 def _uri(path: str) -> str:
+    if is_url(path):  # an object in a store is already a URI
+        return path
     p = Path(path)
     return p.resolve().as_uri() if p.is_absolute() else p.as_posix()
 

@@ -17,10 +17,10 @@ from inspector.cli.common import (
     paint,
     use_colour,
 )
+from inspector.cli.remote import scan_sources
 from inspector.core.advice import DAMAGED, display_word
 from inspector.core.atomic import OutputExistsError, write_text_atomic
-from inspector.core.discover import discover
-from inspector.core.scan import ScanResult, scan_found
+from inspector.core.scan import ScanResult
 from inspector.core.termtext import escape
 from inspector.core.verdict import ORDER, exit_code, fails, worst
 from inspector.core.vocabulary import Verdict
@@ -31,7 +31,8 @@ EXIT_OUTPUT = 4
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `scan`."""
     parser.add_argument("paths", nargs="+", metavar="PATH",
-                        help="files or folders (recursive; every file, whatever its extension)")
+                        help="files or folders (recursive; every file, whatever its extension), or "
+                             "s3://… objects and prefixes")
     parser.add_argument("--json", action="store_true",
                         help="one JSON object per file (JSON Lines) instead of text")
     parser.add_argument("--sarif", type=Path, metavar="FILE", help="also write SARIF 2.1.0")
@@ -76,14 +77,14 @@ def run(args: argparse.Namespace) -> int:
     colour = use_colour()
     batch = open_batch(args, "scan.result")
     batch.begin(shlex.join(["ckpt-inspector", "scan", *args.paths]))
-    for found in discover(args.paths):
-        key = str(found.path)
+    for source in scan_sources(args.paths):
+        key = source.key
         if not batch.owns(key):
             continue
-        done = batch.finished(key, found.path)
-        res = ScanResult.from_json(dict(done)) if done is not None else scan_found(found)
+        done = batch.finished(key, source.where)
+        res = ScanResult.from_json(dict(done)) if done is not None else source.scan()
         if done is None:
-            batch.record(key, found.path, res.to_json())
+            batch.record(key, source.where, res.to_json())
         results.append(res)
         if args.json:
             print(json.dumps(res.to_json()), flush=True)

@@ -12,13 +12,16 @@ from pathlib import Path
 
 from inspector.cli.common import (
     EXIT_MANIFEST,
+    add_batch_arguments,
     add_jobs_argument,
     add_loader_arguments,
+    open_batch,
     print_verify_result,
     stderr_progress,
     warm_workers,
     worker_digests,
 )
+from inspector.cli.remote import batch_command, path_or_url, verify_remote
 from inspector.core.hashing import is_sha256_hex
 from inspector.core.hfcache import is_cache_path, verify_cache
 from inspector.core.manifest import Manifest, ManifestError, TensorEntry, read_manifest
@@ -33,6 +36,7 @@ from inspector.core.verify import (
     verify_sha256,
     verify_tensors_only,
 )
+from inspector.core.verify_batch import VERIFY_KIND, pending, verify_each
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -44,9 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "paths",
         nargs="*",
-        type=Path,
+        type=path_or_url,
         metavar="PATH",
-        help="files or folders to verify (default: the manifest's folder); without "
+        help="files or folders (or s3://… objects and prefixes) to verify (default: the "
+        "manifest's folder); without "
         "--manifest, Hugging Face cache folders, repositories or snapshots",
     )
     parser.add_argument(
@@ -75,6 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_loader_arguments(parser)
     add_jobs_argument(parser)
+    add_batch_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
         return _usage(
             f"{args.manifest} is a Git LFS pointer; name the downloaded file to check against it"
         )
+    if any(isinstance(p, str) for p in args.paths):  # object-store URLs
+        return _finish(args, verify_remote(args, manifest), str(args.manifest),
+                       manifest.dialect)
     if args.tensors_only:
         if not args.paths:
             return _usage("--tensors-only needs the files to check")
@@ -104,12 +113,18 @@ def run(args: argparse.Namespace) -> int:
 
 def _verify_against(args: argparse.Namespace, manifest: Manifest, paths: list[Path]
                     ) -> VerifyResult:
-    """Files, then their tensors (digested `--jobs` at a time), against the manifest."""
+    """Files, then their tensors (digested `--jobs` at a time), against the manifest; with
+    --shard or --results one file at a time, each kept as it finishes."""
     pairs = plan(manifest, paths)
-    files = [] if args.no_tensors else tensor_targets(pairs)
+    batch = open_batch(args, VERIFY_KIND) if args.shard or args.results else None
+    todo = pending(pairs, batch) if batch else pairs
+    files = [] if args.no_tensors else tensor_targets(todo)
     ahead = contextlib.nullcontext() if args.no_tensors else _digests_ahead(args, files)
     with stderr_progress("verifying", args.quiet) as progress, \
             warm_workers(len(files)), ahead as digests:
+        if batch:
+            batch.begin(batch_command(args))
+            return verify_each(manifest, pairs, batch, digests, args.strict)
         return verify(manifest, paths, tensor_digests=digests, progress=progress,
                       strict=args.strict, pairs=pairs)
 
@@ -136,7 +151,8 @@ def _run_without_manifest(args: argparse.Namespace) -> int:
         if len(args.paths) != 1 or not is_sha256_hex(args.sha256):
             return _usage("--sha256 takes 64 hexadecimal digits and exactly one PATH")
         with stderr_progress("verifying", args.quiet) as progress:
-            result = verify_sha256(args.paths[0], args.sha256, progress=progress)
+            result = (verify_remote(args, None) if isinstance(args.paths[0], str)
+                      else verify_sha256(args.paths[0], args.sha256, progress=progress))
         return _finish(args, result, None, "sha256")
     not_cache = [p for p in args.paths if not is_cache_path(p)]
     if len(args.paths) == 1 and not_cache and (found := find_record(args.paths[0])):

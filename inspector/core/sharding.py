@@ -19,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from inspector.core import journal
+from inspector.core.objstore import RemoteObject
 
 SESSION_KIND = "batch.session"
+Where = str | os.PathLike[str] | RemoteObject
+"""A file (or folder) on disk, or an object in a store, whose result is kept."""
 
 
 @dataclass(frozen=True)
@@ -55,9 +58,12 @@ def parse_shard(text: str) -> Shard:
     return Shard(index, count)
 
 
-def identity(path: str | os.PathLike[str]) -> list[int] | None:
-    """Size and modification time (a folder's: over every file in it, and their count), so a
-    checkpoint that changed since its result was kept is done again."""
+def identity(path: Where) -> list[Any] | None:
+    """Size and modification time (a folder's: over every file in it, and their count; an
+    object's: its size and ETag), so a checkpoint that changed since its result was kept is
+    done again."""
+    if isinstance(path, RemoteObject):
+        return path.identity
     try:
         st = os.stat(path)
         if not os.path.isdir(path):
@@ -83,7 +89,7 @@ class ResultsLog:
     """key -> the record: its `result` and the file's `identity` when it was made."""
     problems: tuple[journal.JournalProblem, ...] = ()
 
-    def finished(self, key: str, path: str | os.PathLike[str]) -> Mapping[str, Any] | None:
+    def finished(self, key: str, path: Where) -> Mapping[str, Any] | None:
         """The kept result for `key`, unless the file at `path` changed since."""
         record = self.done.get(key)
         if record is None or record.get("identity") != identity(path):
@@ -94,7 +100,7 @@ class ResultsLog:
         """Note what this run is (command, shard, environment), so a merge can say it."""
         journal.append(self.path, SESSION_KIND, {"for": self.kind, **session})
 
-    def record(self, key: str, path: str | os.PathLike[str], result: Mapping[str, Any]) -> None:
+    def record(self, key: str, path: Where, result: Mapping[str, Any]) -> None:
         """Append one finished file's result (durable before this returns)."""
         fields = {"key": key, "identity": identity(path), "result": result}
         journal.append(self.path, self.kind, fields)

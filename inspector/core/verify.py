@@ -247,9 +247,12 @@ def verify(
     cancel: CancelToken | None = None,
     strict: bool = False,
     pairs: Plan | None = None,
+    whole: bool = True,
 ) -> VerifyResult:
     """Verify files (and their tensors, when the manifest has them and a digest fn is given);
-    `pairs`, when the caller already planned `paths`, spares a second walk of the folders."""
+    `pairs`, when the caller already planned `paths`, spares a second walk of the folders.
+    `whole` False is one part of a batch: the checks over every file (extras an index picks,
+    nothing checked at all) are left to the caller."""
     result = VerifyResult(strict=strict)
     pairs = plan(manifest, paths) if pairs is None else pairs
     sizes = {i: _size(loc) for i, (_e, loc) in enumerate(pairs)}
@@ -304,13 +307,20 @@ def verify(
             result.tensors += compare_tensors(
                 entry.tensors or [], measured.tensors or [], entry.path
             )
+    if whole:
+        mark_index_extras(result, manifest, pairs)
+        if manifest.files and all(f.status == EXTRA for f in result.files):
+            result.errors.append(nothing_checked(manifest, paths))
+    return result
+
+
+def mark_index_extras(result: VerifyResult, manifest: Manifest, pairs: Plan) -> None:
+    """Extra files that an index picks are no tolerated extras (`_mark_extras`), over every
+    pair planned (a batch verifies them one at a time, then marks once over all)."""
     if manifest.dialect == "index" and manifest.source is not None:
         _mark_extras(result, [manifest.source], orphan_shards, ORPHAN, ORPHAN_NOTE)
     listed_indexes = [loc for entry, loc in pairs if entry is not None and is_index(loc)]
     _mark_extras(result, listed_indexes, ShardIndex.shards, UNCHECKED, UNLISTED_SHARD_NOTE)
-    if manifest.files and all(f.status == EXTRA for f in result.files):
-        result.errors.append(nothing_checked(manifest, paths))
-    return result
 
 
 def nothing_checked(manifest: Manifest, paths: Iterable[Path]) -> str:

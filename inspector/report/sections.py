@@ -13,6 +13,7 @@ from inspector.core.contents import summarize, tally_dtypes, training_summary
 from inspector.core.hashing import sha256_file
 from inspector.core.health import assess
 from inspector.core.json_record import records
+from inspector.core.objstore import is_url
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.core.results import ConversionResult, DiffResult, InspectResult, TensorStats
 from inspector.core.resume import headline, item_label, status_word
@@ -81,7 +82,7 @@ def file_info(
     if not sha and path.is_file() and not sharded:
         sha = sha256_file(path, progress=progress, cancel=cancel)
     return FileInfo(
-        path=os.fspath(path.absolute()),
+        path=ev.path if is_url(ev.path) else os.fspath(path.absolute()),
         name=path.name,
         size=size,
         mtime=mtime,

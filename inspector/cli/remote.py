@@ -1,0 +1,177 @@
+"""Object-store URLs on the command line: what `scan`, `verify`, `inspect` and `report` do with
+an `s3://…` (or other fsspec) path beside local ones.
+
+`scan` copies one object at a time into a private temp file, scans it there and names the
+URL; `verify` checks listed sizes and streams hashes (`core.verify_batch.verify_objects`);
+`inspect` and `report` run on a private local copy of the object or prefix (a sharded model
+needs its shards side by side) and every line they print, and every path in the report,
+names the URL. The temp folder is gone when the command ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import shlex
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from inspector.core import objstore
+from inspector.core.objstore import ObjectStoreError, Relabel, RemoteObject
+from inspector.core.sharding import Where
+from inspector.core.termtext import escape
+
+if TYPE_CHECKING:  # verify's modules load only when a URL is verified
+    from inspector.core.manifest import Manifest
+    from inspector.core.verify import VerifyResult
+
+
+def path_or_url(text: str) -> Path | str:
+    """argparse type: a URL stays a string (Path would fold its `//`), anything else a Path."""
+    return text if objstore.is_url(text) else Path(text)
+
+
+def batch_command(args: argparse.Namespace) -> str:
+    """The verify command line a results file notes for a merge."""
+    words = ["ckpt-inspector", "verify", *map(str, args.paths)]
+    return shlex.join(words + (["-m", str(args.manifest)] if args.manifest else []))
+
+
+def verify_remote(args: argparse.Namespace, manifest: Manifest | None) -> VerifyResult:
+    """`verify -m M` over paths where some are URLs (or, without M, `--sha256 HEX URL`); a
+    URL that cannot be listed is an error line of the result (exit 3), the others are still
+    checked."""
+    from inspector.cli.common import open_batch, worker_digests
+    from inspector.core.manifest import FileEntry, Manifest
+    from inspector.core.verify import VerifyResult, plan
+    from inspector.core.verify_batch import (
+        VERIFY_KIND,
+        Unbatched,
+        verify_each,
+        verify_objects,
+    )
+
+    if manifest is None:  # one object against a hash given by hand: a one-line manifest
+        name = str(args.paths[0]).rstrip("/").rsplit("/", 1)[-1]
+        manifest = Manifest("sha256", [FileEntry(name, sha256=args.sha256.lower())])
+    batch = open_batch(args, VERIFY_KIND) if args.shard or args.results else None
+    if batch is not None:
+        batch.begin(batch_command(args))
+    result = VerifyResult(strict=args.strict)
+    if args.tensors_only:
+        result.errors.append("--tensors-only compares local files; copy the objects first")
+        return result
+    digests = None if args.no_tensors else worker_digests(args)
+    local = [p for p in args.paths if not isinstance(p, str)]
+    parts = []
+    if local:
+        pairs = plan(manifest, local)
+        keeper = batch or Unbatched()
+        parts.append(lambda: verify_each(manifest, pairs, keeper, digests, args.strict))
+    for url in (p for p in args.paths if isinstance(p, str)):
+        parts.append(lambda url=url: verify_objects(manifest, url, batch, digests, args.strict))
+    for part in parts:
+        try:
+            got = part()
+        except ObjectStoreError as exc:
+            result.errors.append(exc.message)
+            continue
+        result.files += got.files
+        result.tensors += got.tensors
+        result.errors += got.errors
+    return result
+
+
+@dataclass
+class Source:
+    """One thing to scan: its key (the path or URL a user and a results file name it by)."""
+
+    key: str
+    where: Where
+    scan: Callable[[], object]
+
+
+def scan_sources(paths: list[str]) -> Iterator[Source]:
+    """Every file to scan under local paths (`core.discover`) and URLs (one object each);
+    an object is copied only when its scan runs."""
+    from inspector.core.discover import discover
+    from inspector.core.scan import ScanResult, scan_found
+
+    for raw in paths:
+        if not objstore.is_url(raw):
+            for found in discover([raw]):
+                yield Source(str(found.path), found.path,
+                             lambda found=found: scan_found(found))
+            continue
+        try:
+            objects = objstore.list_objects(raw)
+        except ObjectStoreError as exc:
+            why = exc.message.removeprefix(f"{raw}: ")  # the scan's line names the URL
+            yield Source(raw, raw, lambda why=why, raw=raw: ScanResult(
+                path=raw, verdict="error", error=why))
+            continue
+        in_folder = len(objects) > 1 or objstore.relative_key(objects[0], raw) != ""
+        for obj in objects:
+            yield Source(obj.url, obj,
+                         lambda obj=obj, inner=in_folder: _scan_object(obj, inner))
+
+
+def _scan_object(obj: RemoteObject, in_folder: bool):
+    from inspector.core.discover import Found
+    from inspector.core.scan import ScanResult, scan_found
+
+    try:
+        with objstore.temp_folder() as root:
+            local = root / (obj.url.rsplit("/", 1)[-1] or "object")
+            objstore.fetch(obj, local)
+            res = scan_found(Found(local, in_folder))
+            relabel = Relabel()
+            relabel.add(local, obj.url)
+            return ScanResult.from_json(relabel.json(res.to_json()))
+    except ObjectStoreError as exc:
+        return ScanResult(path=obj.url, verdict="error",
+                          error=exc.message.removeprefix(f"{obj.url}: "))
+
+
+def run_localized(args: argparse.Namespace, attr: str, run: Callable[[argparse.Namespace], int],
+                  command: str) -> int:
+    """Run `run` with the URLs in `args.<attr>` (one path or a list) replaced by private local
+    copies, and everything it prints naming the URLs again; args.relabel says how,
+    args.copies which object each local file holds."""
+    value = getattr(args, attr)
+    paths = value if isinstance(value, list) else [value]
+    relabel, copies = Relabel(), {}
+    with contextlib.ExitStack() as stack:
+        local = []
+        for raw in paths:
+            if not objstore.is_url(str(raw)):
+                local.append(raw)
+                continue
+            try:
+                tree = stack.enter_context(objstore.local_tree(str(raw)))
+            except ObjectStoreError as exc:
+                print(f"ckpt-inspector {command}: {escape(exc.message)}", file=sys.stderr)
+                return 3
+            relabel.add(tree.path, str(raw))
+            copies.update(tree.copies)
+            local.append(str(tree.path) if isinstance(raw, str) else type(raw)(tree.path))
+        setattr(args, attr, local if isinstance(value, list) else local[0])
+        args.relabel, args.original_paths, args.copies = relabel, paths, copies
+        out, err = io.StringIO(), io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = run(args)
+        finally:
+            sys.stdout.write(relabel.text(out.getvalue()))
+            sys.stderr.write(relabel.text(err.getvalue()))
+            sys.stdout.flush()
+    return code
+
+
+def has_url(value: object) -> bool:
+    """Whether a command's path argument (one or a list) names an object store."""
+    return any(objstore.is_url(str(v)) for v in (value if isinstance(value, list) else [value]))
