@@ -347,7 +347,50 @@ def _scan_stream(ctx: _Scan, buf, member: str | None, torch_format: bool, start:
         ctx.result.format = "pytorch-legacy" if legacy else "pickle"
         if legacy and count < 5:
             ctx.block("legacy stream has fewer than five pickles")
+        refusal = _legacy_refusal(buf, ctx.result.pickles) if legacy else None
+        if refusal is not None:
+            ctx.find(Severity.SUSPICIOUS, "legacy-refused", f"torch.load refuses this legacy "
+                     f"stream: {refusal}")
+            ctx.block(f"torch.load refuses the legacy stream: {refusal}")
     return True
+
+
+LEGACY_NUMBERS = (0x1950A86A20F9469CFC6C, 1001)  # torch's magic number, its protocol version
+_NUMBER_OPCODES = frozenset({"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4",
+                             "FLOAT", "BINFLOAT"})
+
+
+def _legacy_refusal(buf, pickles: list[dict]) -> str | None:
+    """Why torch's legacy loader refuses a stream the walk reads without fault: its first two
+    pickles are not exactly the magic number and protocol version torch compares them with, or
+    one of the five it unpickles cannot finish (a stray STOP on an empty stack, a missing memo
+    key: `pickletools.dis` follows the stack without running anything). None if it loads."""
+    import io
+    import pickletools
+
+    chain, pos = [], 0
+    for p in pickles:
+        if p["member"] is None and p["offset"] == pos and len(chain) < 5:
+            chain.append(p)
+            pos = p["end"]
+    for i, p in enumerate(chain):
+        if i == 3 and p["end"] - p["offset"] > SMALL_FILE:
+            continue  # the data pickle itself: the walk read it
+        data = bytes(buf[p["offset"]:p["end"]])
+        try:
+            pickletools.dis(data, out=io.StringIO())
+        except ValueError as exc:
+            if "stack not empty after STOP" not in str(exc):  # unpicklers ignore what is left
+                return f"pickle {i + 1} cannot be unpickled ({exc})"
+        if i < 2:
+            values = [(op.name, arg) for op, arg, _ in pickletools.genops(data)
+                      if op.name not in ("PROTO", "FRAME", "STOP")]
+            name, value = values[0] if len(values) == 1 else ("", None)
+            # torch compares with ==: 1001.0 passes, (1001,) and "1001" do not
+            if name not in _NUMBER_OPCODES or value != LEGACY_NUMBERS[i]:
+                what = ("magic number", "protocol version")[i]
+                return f"its {what} pickle is not {LEGACY_NUMBERS[i]}"
+    return None
 
 
 def _fold_pickles(ctx: _Scan, buf, member: str | None, first: PickleScan,
