@@ -134,7 +134,8 @@ def test_a_missing_shard_is_an_error_that_names_it(saved, tmp_path, capsys):
     gone.unlink()
     code, out, err = _diff(capsys, saved / "st", copy, "--json")
     assert code == 2
-    assert out == ""
+    error = json.loads(out)["error"]  # --json answers with the error object, not silence
+    assert error["code"] == "bad_shards" and gone.name in error["message"]
     assert f"{gone.name}: named by the index but not in {copy}" in err
 
 

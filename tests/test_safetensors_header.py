@@ -106,14 +106,43 @@ def test_every_consumer_refuses_a_crafted_header(name, tmp_path, forked, unchang
         assert code in {f.code for f in result.findings}
 
 
-def test_every_consumer_reads_a_sound_file_with_trailing_bytes(tmp_path, forked, unchanged):
-    path = tmp_path / "sound.safetensors"
-    path.write_bytes(_raw(f'{{"__metadata__": {{"k": "v"}}, "a": {{{F32_PAIR}}}}}',
-                          struct.pack("<2f", 1.5, -2.0) + bytes(8)))
+# bytes no tensor covers: the safetensors library refuses each (issue 22), so every consumer does
+UNCOVERED = {
+    "gap before": (_raw('{"a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}}'),
+                   "safetensors-gap"),
+    "gap between": (_raw(f'{{"a": {{{F32_PAIR}}}, '
+                         '"b": {"dtype": "U8", "shape": [4], "data_offsets": [12, 16]}}'),
+                    "safetensors-gap"),
+    "trailing bytes": (_raw(f'{{"__metadata__": {{"k": "v"}}, "a": {{{F32_PAIR}}}}}',
+                            struct.pack("<2f", 1.5, -2.0) + bytes(8)), "safetensors-trailing"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNCOVERED))
+def test_bytes_no_tensor_covers_are_refused_as_the_library_refuses_them(name, tmp_path, forked,
+                                                                       unchanged):
+    from safetensors.torch import load
+
+    data, code = UNCOVERED[name]
+    with pytest.raises(Exception, match=r"invalid offset|not fully covered"):
+        load(data)  # the reference reader
+    path = tmp_path / "uncovered.safetensors"
+    path.write_bytes(data)
     unchanged(path)
-    assert _outcomes(path, tmp_path) == {"scan": "safe", "reader": "read", "inspect": "read",
-                                         "diff": "read", "convert": "read", "shards": "read"}
-    assert "safetensors-trailing" in {f.code for f in scan_file(path).findings}
+    assert _outcomes(path, tmp_path) == {"scan": "flagged", "reader": "refused",
+                                         "inspect": "refused", "diff": "refused",
+                                         "convert": "refused", "shards": "refused"}
+    assert not (tmp_path / "out.safetensors").exists()
+    result = scan_file(path)
+    assert result.verdict == "suspicious" and code in {f.code for f in result.findings}
+
+
+def test_a_file_the_library_writes_has_no_uncovered_bytes(tmp_path):
+    import torch
+    from safetensors.torch import save
+
+    data = save({"a": torch.ones(3), "b": torch.zeros(2, 2, dtype=torch.float16)})
+    assert read_buffer(data, len(data)).problems == []
 
 
 def test_a_tensor_inside_a_larger_one_overlaps_it_whatever_lies_between():

@@ -52,20 +52,30 @@ def run(args: argparse.Namespace) -> int:
 
     for path in (args.a, args.b):
         if not path.exists():
-            print(f"ckpt-inspector diff: {path}: no such file or folder", file=sys.stderr)
+            _fail(args, {"code": "not_found", "message": f"{path}: no such file or folder",
+                         "globals": []})
             return EXIT_ERROR
     try:
         with stderr_progress("comparing", args.quiet) as progress:
             result = diff_result(args.a, args.b, allow_globals=args.allow_global,
                                  on_event=progress_events(progress))
     except SandboxError as exc:
-        print(f"ckpt-inspector diff: {escape(exc.message)}", file=sys.stderr)
+        _fail(args, exc.to_json(), exc.sandbox)
         return EXIT_JAIL if exc.code in JAIL_ERRORS else EXIT_ERROR
     if args.json:
         print(json.dumps(result.to_json(), indent=1))
     else:
         print_diff(result)
     return EXIT_IDENTICAL if result.identical else EXIT_DIFFERENT
+
+
+def _fail(args: argparse.Namespace, error: dict, sandbox: dict | None = None) -> None:
+    """A side that cannot be read: one line on stderr, and with --json the error object (so
+    a script reading stdout sees why, not an empty output)."""
+    if args.json:
+        print(json.dumps({"a": str(args.a), "b": str(args.b), "error": error,
+                          "sandbox": sandbox}))
+    print(f"ckpt-inspector diff: {escape(error['message'])}", file=sys.stderr)
 
 
 def print_diff(result: DiffResult) -> None:

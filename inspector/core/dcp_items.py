@@ -144,12 +144,21 @@ def item_ranges(data: bytes) -> dict[str, list[tuple[int, int]]]:
     for obj in walk.built:
         if obj.cls != STORAGE_INFO:
             continue
-        state = dict(obj.state) if isinstance(obj.state, list) else {}
+        state = _pairs(obj.state)
         name, offset, length = (state.get(k) for k in ("relative_path", "offset", "length"))
         if not (type(name) is str and type(offset) is int and type(length) is int):
             raise NotFollowed("a _StorageInfo without a file name, offset and length")
         ranges[name].append((offset, length))
     return dict(ranges)
+
+
+def _pairs(state: object) -> dict:
+    """A BUILD state that is a dict of (hashable key, value) pairs as a dict; any other state
+    (a list of other things, a slot-state tuple, an unhashable key) is {}: not followed."""
+    if not isinstance(state, list) or not all(
+            isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) for p in state):
+        return {}
+    return dict(state)
 
 
 def listed_archives(path: str | os.PathLike[str]) -> list[tuple[int, int]] | None:

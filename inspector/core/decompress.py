@@ -1,7 +1,10 @@
 """Content of a compressed file as the loaders that accept it read it: every member of a
 multi-member gzip, bz2, xz or raw zlib stream (joblib writes and reads those), LZMA-alone, and
-lz4 / zstd frames where their libraries are installed. Output is bounded; what could not be
-read is said, never dropped silently."""
+lz4 / zstd frames where their libraries are installed. Each header is read by the real
+reader's own rules: a gzip header by Python's `gzip` (which ignores the reserved flag bits
+zlib refuses), zlib with any window size `zlib.decompress` takes, LZMA-alone with any
+properties and dictionary size `lzma.FORMAT_ALONE` takes. Output is bounded; what could not
+be read is said, never dropped silently."""
 
 from __future__ import annotations
 
@@ -9,6 +12,12 @@ import zlib
 from dataclasses import dataclass
 
 _CHUNK = 1 << 20
+# a member's first input chunk, doubled up to _CHUNK: the decoder copies the input left after
+# a member ends, so a file of many tiny members must not hand each one a whole _CHUNK
+_FIRST_CHUNK = 4096
+_TRAILER = {"gzip": 8}  # CRC-32 and size after each gzip member's deflate data
+# kinds whose magic is weak (two bytes or a checksum): the decoder itself says if it reads them
+TRIED_KINDS = ("zlib", "lzma")
 
 
 class CodecMissing(Exception):
@@ -24,24 +33,48 @@ class Decoded:
     incomplete: str | None = None
 
 
-def _decoder(kind: str):
+class _Header:
+    """A file object over a view that Python's gzip header parser reads from."""
+
+    def __init__(self, view: memoryview) -> None:
+        self.view, self.pos = view, 0
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self.view) if n < 0 else self.pos + n
+        out = bytes(self.view[self.pos:end])
+        self.pos += len(out)
+        return out
+
+
+def _decoder(kind: str, view: memoryview):
+    """A decoder for the member that starts `view`, and how many header bytes it skips."""
     import bz2
     import lzma
 
-    if kind in ("gzip", "zlib"):
-        return zlib.decompressobj(31 if kind == "gzip" else 15)
+    if kind == "gzip":
+        import gzip
+
+        # Python's gzip reads the header itself (reserved flag bits and FHCRC ignored), then
+        # inflates raw deflate data: what gzip.open and gzip.decompress accept
+        header = _Header(view)
+        if gzip._read_gzip_header(header) is None:
+            raise EOFError("no gzip header")
+        return zlib.decompressobj(-zlib.MAX_WBITS), header.pos
+    if kind == "zlib":
+        return zlib.decompressobj(zlib.MAX_WBITS), 0  # every window size up to 32 KiB
     if kind == "bz2":
-        return bz2.BZ2Decompressor()
+        return bz2.BZ2Decompressor(), 0
     if kind in ("xz", "lzma"):
-        return lzma.LZMADecompressor(lzma.FORMAT_XZ if kind == "xz" else lzma.FORMAT_ALONE)
+        # FORMAT_ALONE takes any dictionary size; FORMAT_AUTO (lzma.open) only some
+        return lzma.LZMADecompressor(lzma.FORMAT_XZ if kind == "xz" else lzma.FORMAT_ALONE), 0
     try:
         if kind == "lz4":
             import lz4.frame  # type: ignore[import-not-found]
 
-            return lz4.frame.LZ4FrameDecompressor()
+            return lz4.frame.LZ4FrameDecompressor(), 0
         import zstandard  # type: ignore[import-not-found]
 
-        return zstandard.ZstdDecompressor().decompressobj()
+        return zstandard.ZstdDecompressor().decompressobj(), 0
     except ImportError as exc:
         raise CodecMissing(f"{kind}: the {exc.name} package is not installed") from None
 
@@ -52,37 +85,72 @@ def _pending(d) -> bytes | None:
     return tail if tail else None
 
 
+def _errors() -> tuple[type[BaseException], ...]:
+    import gzip
+    import lzma
+
+    return (zlib.error, lzma.LZMAError, gzip.BadGzipFile, OSError, EOFError, ValueError,
+            RuntimeError)
+
+
+def accepts(head: bytes, kind: str) -> bool:
+    """Whether `kind`'s real decoder reads `head` as the start of a stream: it gives output
+    and raises nothing (for the kinds of `TRIED_KINDS`, whose magic numbers are weak)."""
+    try:
+        d, skip = _decoder(kind, memoryview(head))
+        return bool(d.decompress(head[skip:], 64))
+    except _errors():
+        return False
+
+
+def _skip_zeros(view: memoryview, pos: int) -> int:
+    """The first offset at or after `pos` that is not zero padding."""
+    while pos < len(view) and not view[pos]:
+        block = bytes(view[pos:pos + 65536])
+        rest = block.lstrip(b"\x00")
+        pos += len(block) - len(rest)
+        if rest:
+            break
+    return pos
+
+
 def decompress(buf, kind: str, limit: int) -> Decoded:
     """Every member of a `kind` stream in `buf`, at most `limit` bytes of output."""
     out = bytearray()
     members = 0
     view = memoryview(buf)
-    pos, n = 0, len(view)
-    d = _decoder(kind)
-    errors = (zlib.error, OSError, EOFError, ValueError, RuntimeError)
+    n = len(view)
+    step = _FIRST_CHUNK
     try:
+        d, pos = _decoder(kind, view)
         while True:
             if pos >= n and not _pending(d):
                 break
-            chunk = _pending(d) or view[pos:pos + _CHUNK]
+            chunk = _pending(d) or view[pos:pos + step]
             if not _pending(d):
                 pos += len(chunk)
+                step = min(step * 2, _CHUNK)
             out += d.decompress(chunk, limit + 1 - len(out))
             if len(out) > limit:
                 del out[limit:]
                 return Decoded(bytes(out), members + 1, f"content larger than {limit} bytes")
             if getattr(d, "eof", False):
                 members += 1
-                # gzip readers skip zero padding between members and read on after it
-                rest = (bytes(d.unused_data) + bytes(view[pos:])).lstrip(b"\x00")
-                if not rest:
+                # the next member starts after this one's trailer; gzip readers skip zero
+                # padding between members and read on after it (offsets, never a copy: a
+                # file of a million tiny members must not copy its rest a million times)
+                pos = pos - len(d.unused_data) + _TRAILER.get(kind, 0)
+                if pos > n:
+                    return Decoded(bytes(out), members, f"{kind} trailer cut short (truncated)")
+                pos = _skip_zeros(view, pos)
+                if pos >= n:
                     return Decoded(bytes(out), members)
-                view = memoryview(rest)
-                pos, n = 0, len(view)
-                d = _decoder(kind)
+                d, skip = _decoder(kind, view[pos:])
+                pos += skip
+                step = _FIRST_CHUNK
         if not d.eof:
             return Decoded(bytes(out), members + 1, f"{kind} stream ends early (truncated)")
-    except errors as exc:
+    except _errors() as exc:
         return Decoded(bytes(out), members + 1, f"{kind} data unreadable after {len(out)} "
                                                 f"bytes: {exc}")
     return Decoded(bytes(out), members)

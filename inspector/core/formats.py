@@ -1,4 +1,4 @@
-"""Format detection from a file's bytes (never its name), and the npy header parser.
+"""Format detection from a file's bytes (never its name), and the npy header as NumPy reads it.
 
 Format names (the `format` key of the scan contract):
 
@@ -11,8 +11,10 @@ Format names (the `format` key of the scan contract):
 - `pytorch-tar`: tar archive with torch's legacy `storages`/`tensors`/`pickle` members
   (torch.load reads it, never with weights_only=True); `tar`: any other tar archive
 - `compressed-pickle`: a gzip, bz2, xz, LZMA-alone, raw zlib, lz4 or zstd stream (every member
-  of a multi-member file) whose content is a pickle (joblib style); `compressed-archive`: one
-  whose content is an archive (a `.tar.gz` of a model folder), scanned as that archive
+  of a multi-member file) whose content is a pickle (joblib style); zlib and LZMA-alone are
+  known by their real decoder accepting the first bytes (any window size, any properties);
+  `compressed-archive`: one whose content is an archive (a `.tar.gz` of a model folder),
+  scanned as that archive
 - `distcp`: back-to-back torch.save zip archives (torch.distributed.checkpoint's data files)
 - `safetensors`: u64 header length, JSON header, data buffer (read by `core.safetensors_header`)
 - `npy`: NumPy array file; `npz`: zip archive of `.npy` members
@@ -23,9 +25,11 @@ Format names (the `format` key of the scan contract):
 
 from __future__ import annotations
 
-import re
+import pickletools
 import struct
+from dataclasses import dataclass
 
+from inspector.core import decompress
 from inspector.core.safetensors_header import length_error
 
 TORCH_MAGIC_PICKLE = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19\x2e"
@@ -35,6 +39,8 @@ COMPRESSION_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bz2", b"\xfd7zXZ\x00": "xz",
                      b"\x5d\x00": "lzma", b"\x78": "zlib"}
 _COMPRESSION_FIRST = frozenset(m[:1] for m in COMPRESSION_MAGIC)
 SEVEN_ZIP_MAGIC = b"7z\xbc\xaf\x27\x1c"
+# Every byte the C unpickler reads as an opcode.
+OPCODE_BYTES = frozenset(op.code.encode("latin-1")[0] for op in pickletools.opcodes)
 # Opcodes a protocol 0/1 pickle (no PROTO opcode) can start with.
 PICKLE_FIRST_BYTES = frozenset(b"(.0FIJKLMNPQRSTUVXabcdegijlopqrstu}])G")
 
@@ -59,6 +65,13 @@ def sniff(head: bytes, size: int) -> str:
         (n,) = struct.unpack_from("<Q", head)
         if length_error(n, size) is None:
             return "safetensors"
+    if head[:1] and head[0] not in OPCODE_BYTES:
+        # zlib with any window, LZMA-alone with any properties: weak magic numbers, so the
+        # real decoder decides (a first byte that is also an opcode is read both ways, by
+        # the scanner's second readings)
+        for kind in decompress.TRIED_KINDS:
+            if decompress.accepts(head, kind):
+                return "compressed:" + kind
     if head[:1] == b"\x80" and len(head) > 1 and head[1] <= 5:
         return "pickle"
     if head[:1] and head[0] in PICKLE_FIRST_BYTES:
@@ -96,45 +109,57 @@ def zip_kind(names: list[str]) -> str:
     return "zip"
 
 
-def parse_npy_header(buf) -> tuple[dict, int]:
-    """The header dict of a .npy file and the offset where its data starts; ValueError if bad."""
-    import ast
+@dataclass(frozen=True)
+class NpyHeader:
+    """What NumPy's own header reader takes from a .npy file."""
+
+    shape: tuple
+    fortran_order: bool
+    objects: bool  # the dtype may hold Python objects: NumPy stores the data as a pickle
+
+
+def parse_npy_header(buf) -> tuple[NpyHeader, int]:
+    """The header of a .npy file as `numpy.load` reads it, and the offset where its data starts;
+    ValueError if NumPy refuses it. NumPy's own reader decides, so whatever it accepts is
+    accepted here: Python 2 headers (`1L`), any header size (`allow_pickle=True` lifts the
+    bound), every dtype descriptor."""
+    import io
+    import warnings
+
+    from numpy.lib import format as npformat
 
     if bytes(buf[:6]) != NPY_MAGIC or len(buf) < 10:
         raise ValueError("not a .npy file")
-    major = buf[6]
-    if major == 1:
-        (hlen,) = struct.unpack_from("<H", buf, 8)
-        start = 10
-    elif major in (2, 3):
-        (hlen,) = struct.unpack_from("<I", buf, 8)
-        start = 12
-    else:
-        raise ValueError(f"unknown .npy format version {major}")
-    text = bytes(buf[start:start + hlen]).decode("utf-8" if major == 3 else "latin-1")
-    header = ast.literal_eval(text)  # literals only: nothing can run
-    if not isinstance(header, dict) or "descr" not in header:
-        raise ValueError(".npy header lacks 'descr'")
-    return header, start + hlen
+    start = 10 if buf[6] == 1 else 12
+    (hlen,) = struct.unpack_from("<H" if start == 10 else "<I", buf, 8)
+    fp = io.BytesIO(bytes(buf[:start + hlen]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # NumPy warns when it filters a Python 2 header
+        version = npformat.read_magic(fp)
+        shape, fortran, dtype = _numpy_header_reader(version)(fp, version, max_header_size=2**64)
+    return NpyHeader(shape, fortran, bool(dtype.hasobject)), fp.tell()
 
 
-# NumPy type strings that hold plain values (bool, numbers, bytes, text, void, datetimes);
-# anything else ("O", "object", "i4,O", "(2,)O", unknown codes) may hold Python objects.
-_NPY_PLAIN = re.compile(r"[<>|=!]?(?:[?bBhHiIlLqQpPefdgFDGSUVcu]\d*|[mM]8(?:\[\w+\])?)")
+def _numpy_header_reader(version: tuple[int, int]):
+    """NumPy's header reader for a format version: the one numpy.load calls (version 3 has no
+    public entry, so its module's own function is taken)."""
+    from numpy.lib import format as npformat
+
+    impl = getattr(npformat, "_read_array_header", None)
+    if impl is None:
+        from numpy.lib import _format_impl  # NumPy 2 keeps the reader here
+
+        impl = _format_impl._read_array_header
+    return impl
 
 
 def npy_has_objects(descr: object) -> bool:
-    """Whether a .npy `descr` may hold Python objects (then NumPy stores the data as a pickle).
+    """Whether a .npy `descr` may hold Python objects (then NumPy stores the data as a pickle):
+    the dtype NumPy's `descr_to_dtype` builds from it holds objects, or NumPy cannot build one
+    (anything not proven plain counts as objects)."""
+    from numpy.lib import format as npformat
 
-    Follows `numpy.lib.format.descr_to_dtype`: a type string, a `(descr, shape)` subarray, or a
-    list of `(name, descr[, shape])` fields, nested to any depth; anything it cannot prove plain
-    counts as objects.
-    """
-    if isinstance(descr, str):
-        return _NPY_PLAIN.fullmatch(descr) is None
-    if isinstance(descr, tuple):
-        return len(descr) != 2 or npy_has_objects(descr[0])
-    if isinstance(descr, list):
-        return any(not isinstance(f, tuple | list) or len(f) not in (2, 3)
-                   or npy_has_objects(f[1]) for f in descr)
-    return True
+    try:
+        return bool(npformat.descr_to_dtype(descr).hasobject)
+    except (TypeError, ValueError, KeyError, IndexError, RecursionError):
+        return True

@@ -205,11 +205,18 @@ def _check_entries(out: SafetensorsHeader, header: dict) -> None:
     for begin, end, name, _, _ in sorted(spans):
         if begin < reach:
             out.add(SUSPICIOUS, "safetensors-overlap", f"tensors {holder!r} and {name!r} overlap")
+        elif begin > reach:
+            # the safetensors library refuses it ("invalid offset"): unused bytes hide data
+            where = f"after {holder!r}" if holder else "before the first tensor"
+            out.add(SUSPICIOUS, "safetensors-gap",
+                    f"{begin - reach} bytes {where} are not part of any tensor (the "
+                    "safetensors library refuses the file)")
         if end > reach:
             reach, holder = end, name
     if reach < data_len:
-        out.add(INFO, "safetensors-trailing",
-                f"{data_len - reach} bytes after the last tensor are not part of any tensor")
+        out.add(SUSPICIOUS, "safetensors-trailing",
+                f"{data_len - reach} bytes after the last tensor are not part of any tensor "
+                "(the safetensors library refuses the file: not fully covered)")
 
 
 def _is_shape(shape: list) -> bool:

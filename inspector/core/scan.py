@@ -42,6 +42,7 @@ from inspector.core.policy import (
     real_name,
     weights_only_rules,
 )
+from inspector.core.scan_budget import BudgetSpent, ScanBudget
 from inspector.core.verdict import rank, worst
 from inspector.core.vocabulary import Severity, Verdict
 
@@ -170,6 +171,9 @@ class _Scan:
         self.archives = archives
         self.nesting = 0  # archives this file lies inside (`_scan_nested`)
         self.forks = 0  # second readings of pickles followed (`_fold_pickles`)
+        # shared with every nested scan: one budget per file (`core.scan_budget`)
+        self.budget = ScanBudget.for_size(result.size)
+        self.records: dict[tuple[int, int, int], zipread.Member] = {}  # zip records read
 
     def find(self, severity: str, code: str, message: str, member: str | None = None,
              offset: int | None = None, call: str | None = None) -> None:
@@ -184,14 +188,19 @@ class _Scan:
             blockers.append(reason)
 
     def walk(self, data: bytes, start: int = 0, through: bool = False) -> PickleScan:
-        rules = self.rules
+        rules, budget = self.rules, self.budget
+        budget.check()
         scan = scan_pickle(data, start, allowed=rules.allowed, wo_opcodes=rules.opcodes,
-                           through=through)
+                           through=through, limits=Limits(max_opcodes=budget.opcodes))
+        budget.walked(scan.opcodes)
         if scan.frame_misaligned:
             # a FRAME that ends inside an opcode or past STOP: a reader without peek() (torch.load
             # reads data.pkl through io.BytesIO) reads other bytes; what it reads counts too
+            budget.check()
             other = scan_pickle(data, start, allowed=rules.allowed, wo_opcodes=rules.opcodes,
-                                through=through, unbuffered=True)
+                                through=through, unbuffered=True,
+                                limits=Limits(max_opcodes=budget.opcodes))
+            budget.walked(other.opcodes)
             scan.globals += other.globals
             scan.calls += other.calls
             scan.issues += other.issues
@@ -285,6 +294,19 @@ class _Scan:
                               "pickle as an argument; it was scanned too", member, call.offset)
                     self.add_pickle(inner, member, False, depth + 1)
 
+    def probe(self, data, start: int = 0) -> PickleScan:
+        """A quick bounded walk (`_PROBE`, within the budget) of bytes rarely a pickle."""
+        self.budget.check()
+        scan = scan_pickle(data, start, limits=Limits(
+            max_opcodes=min(_PROBE.max_opcodes, self.budget.opcodes)))
+        self.budget.walked(scan.opcodes)
+        return scan
+
+    def decoded_limit(self, cap: int) -> int:
+        """How many bytes the next decode may produce: `cap`, or less if the budget says so."""
+        self.budget.check()
+        return min(cap, self.budget.decoded)
+
     def not_fully_read(self, code: str, why: str, member: str | None = None) -> None:
         """Part of the file was not scanned (a bound, a missing library): never safe."""
         self.find(Severity.SUSPICIOUS, code, f"not fully scanned: {why}", member)
@@ -338,7 +360,50 @@ def _scan_stream(ctx: _Scan, buf, member: str | None, torch_format: bool, start:
         ctx.result.format = "pytorch-legacy" if legacy else "pickle"
         if legacy and count < 5:
             ctx.block("legacy stream has fewer than five pickles")
+        refusal = _legacy_refusal(buf, ctx.result.pickles) if legacy else None
+        if refusal is not None:
+            ctx.find(Severity.SUSPICIOUS, "legacy-refused", f"torch.load refuses this legacy "
+                     f"stream: {refusal}")
+            ctx.block(f"torch.load refuses the legacy stream: {refusal}")
     return True
+
+
+LEGACY_NUMBERS = (0x1950A86A20F9469CFC6C, 1001)  # torch's magic number, its protocol version
+_NUMBER_OPCODES = frozenset({"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4",
+                             "FLOAT", "BINFLOAT"})
+
+
+def _legacy_refusal(buf, pickles: list[dict]) -> str | None:
+    """Why torch's legacy loader refuses a stream the walk reads without fault: its first two
+    pickles are not exactly the magic number and protocol version torch compares them with, or
+    one of the five it unpickles cannot finish (a stray STOP on an empty stack, a missing memo
+    key: `pickletools.dis` follows the stack without running anything). None if it loads."""
+    import io
+    import pickletools
+
+    chain, pos = [], 0
+    for p in pickles:
+        if p["member"] is None and p["offset"] == pos and len(chain) < 5:
+            chain.append(p)
+            pos = p["end"]
+    for i, p in enumerate(chain):
+        if i == 3 and p["end"] - p["offset"] > SMALL_FILE:
+            continue  # the data pickle itself: the walk read it
+        data = bytes(buf[p["offset"]:p["end"]])
+        try:
+            pickletools.dis(data, out=io.StringIO())
+        except ValueError as exc:
+            if "stack not empty after STOP" not in str(exc):  # unpicklers ignore what is left
+                return f"pickle {i + 1} cannot be unpickled ({exc})"
+        if i < 2:
+            values = [(op.name, arg) for op, arg, _ in pickletools.genops(data)
+                      if op.name not in ("PROTO", "FRAME", "STOP")]
+            name, value = values[0] if len(values) == 1 else ("", None)
+            # torch compares with ==: 1001.0 passes, (1001,) and "1001" do not
+            if name not in _NUMBER_OPCODES or value != LEGACY_NUMBERS[i]:
+                what = ("magic number", "protocol version")[i]
+                return f"its {what} pickle is not {LEGACY_NUMBERS[i]}"
+    return None
 
 
 def _fold_pickles(ctx: _Scan, buf, member: str | None, first: PickleScan,
@@ -376,7 +441,7 @@ def _fold_pickles(ctx: _Scan, buf, member: str | None, first: PickleScan,
 
 def _scan_npy(ctx: _Scan, buf, member: str | None) -> None:
     header, data_start = formats.parse_npy_header(buf)
-    if formats.npy_has_objects(header["descr"]):
+    if header.objects:
         ctx.find(Severity.SUSPICIOUS, "npy-object-array",
                  "object array: NumPy stores it as a pickle and "
                  "only loads it with allow_pickle=True", member)
@@ -512,20 +577,21 @@ def _torch_view(ctx: _Scan, buf, spans: list[tuple[int, int]]) -> None:
         ctx.block("torch.load finds no consistent archive in back-to-back archives")
         return
     probe = _Scan(ScanResult(ctx.result.path), ctx.rules)
+    probe.budget = ctx.budget
     probe.crc_budget = 0  # only its blockers are kept: the archive was checked above
     _scan_archive(probe, buf, zipread.read_zip(buf, *span))
     for reason in probe.result.weights_only_blockers:
         ctx.block(reason)
 
 
-def _record_may_be_pickle(buf, m: zipread.Member) -> bool:
+def _record_may_be_pickle(ctx: _Scan, buf, m: zipread.Member) -> bool:
     """Whether a tensor record's bytes parse as a pickle (a cheap walk in place, no copy)."""
     head = bytes(buf[m.data_offset:m.data_offset + 2])
     if _pickle_head(head):
         return True
     if not head or head[0] not in formats.PICKLE_FIRST_BYTES:
         return False
-    return imports(scan_pickle(buf, m.data_offset, limits=_PROBE))
+    return imports(ctx.probe(buf, m.data_offset))
 
 
 def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
@@ -558,6 +624,8 @@ def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
     skipped_crc = 0
     # The main pickle first: its storage references tell which members are tensor records.
     for m in ([main] if main else []) + [m for m in members if m is not main]:
+        if _read_before(ctx, m):
+            continue
         is_record = m.name in records
         if is_record and m.method == zipread.STORED and m.data_offset >= 0:
             # tensor bytes: torch never unpickles a record; check its CRC within the budget
@@ -572,15 +640,21 @@ def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
                          f"{m.crc:08x} in the central directory (corrupted or tampered tensor "
                          "data)", m.name)
             first = buf[m.data_offset] if m.compressed_size else 0
-            if first not in _PICKLE_STARTS or not _record_may_be_pickle(buf, m):
+            if first not in _PICKLE_STARTS or not _record_may_be_pickle(ctx, buf, m):
                 continue  # tensor bytes: torch never unpickles a record
             data = bytes(buf[m.data_offset:m.data_offset + m.compressed_size])
         else:
+            stored = m.method == zipread.STORED
+            limit = MAX_MEMBER_BYTES if stored else ctx.decoded_limit(MAX_MEMBER_BYTES)
             try:
-                data = zipread.member_bytes(buf, m, MAX_MEMBER_BYTES)
+                data = zipread.member_bytes(buf, m, limit)
             except zipread.MemberTooLarge as exc:
-                ctx.find(Severity.SUSPICIOUS, "zip-member-too-large", f"member not scanned: {exc}",
-                         m.name)
+                if limit < MAX_MEMBER_BYTES:
+                    ctx.not_fully_read("scan-budget", f"member inflates past the file's decode "
+                                       f"budget ({exc})", m.name)
+                else:
+                    ctx.find(Severity.SUSPICIOUS, "zip-member-too-large",
+                             f"member not scanned: {exc}", m.name)
                 continue
             except ValueError as exc:
                 ctx.find(Severity.SUSPICIOUS, "zip-member-unreadable", f"member not scanned: {exc}",
@@ -588,6 +662,8 @@ def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
                 if m is main:
                     ctx.block(f"{m.name} cannot be read")
                 continue
+            if not stored:
+                ctx.budget.decode(len(data))
             if not zipread.crc_ok(data, m):
                 ctx.find(Severity.SUSPICIOUS, "zip-crc-mismatch",
                          f"CRC-32 {zlib.crc32(data):08x} does "
@@ -630,6 +706,20 @@ def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
                                            in TORCH_READS):
                 ctx.block(f"{m.name} has encryption/patch flag bits torch cannot read")
     _check_records(ctx, storages, by_name, prefix, kind)
+
+
+def _read_before(ctx: _Scan, m: zipread.Member) -> bool:
+    """Whether another directory entry of this file already pointed at `m`'s bytes: each
+    distinct record is read (and decoded) once, however many entries name it."""
+    if m.data_offset < 0:
+        return False
+    first = ctx.records.setdefault((m.data_offset, m.compressed_size, m.method), m)
+    if first is m:
+        return False
+    ctx.find(Severity.SUSPICIOUS, "zip-shared-record",
+             f"its directory entry points at the bytes of {first.name!r}, scanned once; "
+             "a well-formed archive gives each member its own bytes", m.name)
+    return True
 
 
 def _scan_member_npy(ctx: _Scan, data: bytes, name: str) -> None:
@@ -680,7 +770,9 @@ def _scan_7z(ctx: _Scan, buf) -> None:
     from inspector.core import sevenzip
 
     found = 0
-    for i, data in enumerate(sevenzip.decoded_streams(buf, MAX_DECOMPRESSED)):
+    streams = sevenzip.decoded_streams(buf, ctx.decoded_limit(MAX_DECOMPRESSED))
+    ctx.budget.decode(sum(map(len, streams)))
+    for i, data in enumerate(streams):
         end = -1
         for start in sevenzip.pickle_starts(data):
             if start < end:
@@ -712,14 +804,27 @@ def _crc32(buf, start: int, length: int) -> int:
         return zlib.crc32(part)
 
 
+def _decode(ctx: _Scan, buf, algo: str, cap: int = MAX_DECOMPRESSED) -> decompress.Decoded:
+    """A compressed stream's content (at most `cap` bytes), within the file's decode budget."""
+    decoded = decompress.decompress(buf, algo, ctx.decoded_limit(cap))
+    ctx.budget.decode(len(decoded.data))
+    return decoded
+
+
 def _scan_compressed(ctx: _Scan, buf, algo: str) -> None:
     res = ctx.result
     try:
-        decoded = decompress.decompress(buf, algo, MAX_DECOMPRESSED)
+        decoded = _decode(ctx, buf, algo)
     except decompress.CodecMissing as exc:
         res.format = "compressed-pickle"
         ctx.not_fully_read("compressed-unreadable", f"{exc}; its content was not scanned")
         return
+    _scan_decoded(ctx, decoded, algo)
+
+
+def _scan_decoded(ctx: _Scan, decoded: decompress.Decoded, algo: str) -> None:
+    """The content of a compressed stream: a pickle (joblib style) or an archive."""
+    res = ctx.result
     if decoded.incomplete:
         ctx.not_fully_read("compressed-unreadable", decoded.incomplete)
     if not _scan_stream(ctx, decoded.data, None, False):
@@ -772,14 +877,18 @@ def _scan_nested(ctx: _Scan, data: bytes, member: str) -> bool:
     sub = _Scan(ScanResult(f"{ctx.result.path}!{member}", size=len(data)), ctx.rules)
     sub.nesting = ctx.nesting + 1
     sub.crc_budget = ctx.crc_budget
+    sub.budget = ctx.budget
+    spent = None
     try:
         _scan_buffer(sub, data, len(data))
+    except BudgetSpent as exc:  # folded below, then the whole file's scan stops
+        spent = exc
     except Exception as exc:  # a parser bug inside must not hide what was found
         sub.result.error = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
     sub.finish()
     ctx.crc_budget = sub.crc_budget
     inner = sub.result
-    if _not_a_checkpoint(inner):
+    if spent is None and _not_a_checkpoint(inner):
         return False  # an archive of other files (text, images): nothing a loader reads
     ctx.find(Severity.INFO, "nested-archive", f"member is a {inner.format} file, scanned as "
              f"one (unpacked, it is loaded): {inner.verdict}", member)
@@ -798,6 +907,8 @@ def _scan_nested(ctx: _Scan, data: bytes, member: str) -> bool:
                  f"{member}!{f.member}" if f.member else member, None, f.call)
     if inner.error:
         ctx.not_fully_read("nested-unreadable", f"{inner.format} inside: {inner.error}", member)
+    if spent is not None:
+        raise spent
     return True
 
 
@@ -840,11 +951,12 @@ def _scan_tar(ctx: _Scan, buf) -> None:
             # a GNU sparse file: extracted (as torch.load extracts it), its holes are zeros
             # between the stored pieces; read raw, the pieces run together and a string's
             # length can swallow the opcodes after a hole
-            if m.size > MAX_SPARSE_BYTES:
+            if m.size > ctx.decoded_limit(MAX_SPARSE_BYTES):
                 ctx.not_fully_read("tar-member-too-large", f"{m.size}-byte sparse member",
                                    m.name)
                 continue
             data = _tar_extract(fileobj, m)
+            ctx.budget.decode(len(data))
         else:
             data = bytes(buf[m.offset_data:m.offset_data + m.size])
         walked, covered = _tar_member_pickles(ctx, data, m.name)
@@ -870,29 +982,51 @@ def _tar_extract(fileobj, member) -> bytes:
         return handle.read() if handle is not None else b""
 
 
-def _tar_member_pickles(ctx: _Scan, data: bytes, member: str) -> tuple[int, int]:
+def _tar_member_pickles(ctx: _Scan, data: bytes, member: str, pos: int = 0,
+                        count: int = 0) -> tuple[int, int]:
     """Walk a tar member's pickles as torch's legacy_load reads them: back to back, and in
     `storages` / `tensors` past the raw record after each storage's or tensor's pickle.
-    Returns (pickles walked, where the walk stopped)."""
-    pos, count = 0, 0
+    `count`: pickles read before `pos`. Returns (pickles walked, where the walk stopped)."""
+    walked = 0
     while pos < len(data):
         scan = ctx.walk(data, pos)
         if not looks_like_pickle(scan):
             break
         ctx.add_pickle(scan, member, False)
-        count, pos = count + 1, scan.end
+        walked, count, pos = walked + 1, count + 1, scan.end
         if not scan.stopped:
             break
-        if member == "storages":  # after (key, location, StorageType): int64 numel, the data
-            size = next((s for g in scan.globals if (s := _storage_itemsize(g.key))), 0)
-            if size and pos + 8 <= len(data):
-                pos += 8 + size * int.from_bytes(data[pos:pos + 8], "little", signed=True)
-        elif member == "tensors" and count > 1 and pos + 4 <= len(data):
-            # after (key, storage id, type): int32 ndim, 4 bytes, sizes, strides, offset
-            pos += 16 + 16 * int.from_bytes(data[pos:pos + 4], "little", signed=True)
+        after = _after_record(data, member, scan, count)
+        if not after:
+            continue
+        for other in after[1:]:  # where a reading with another element size goes on
+            if ctx.forks >= MAX_FORKS:
+                ctx.not_fully_read("tar-storage-ambiguous", "more storages of unclear element "
+                                   "size than the scan follows", member)
+                break
+            ctx.forks += 1
+            walked += _tar_member_pickles(ctx, data, member, other, count)[0]
+        pos = after[0]
         if pos < scan.end:
             break  # a negative count: the walk cannot follow
-    return count, pos
+    return walked, pos
+
+
+def _after_record(data: bytes, member: str, scan: PickleScan, count: int) -> list[int]:
+    """Where torch reads its next pickle after the raw record that follows `scan` (the first
+    is the likeliest); [] where no record follows. A storage's record is an int64 element count
+    and that many elements of `storage_type._dtype`, the third item of the pickled (key,
+    location, storage_type): any storage class the pickle names may be that item, so each
+    element size it names is one reading."""
+    pos = scan.end
+    if member == "storages" and pos + 8 <= len(data):
+        numel = int.from_bytes(data[pos:pos + 8], "little", signed=True)
+        sizes = [s for g in reversed(scan.globals) if (s := _storage_itemsize(g.key))]
+        return [pos + 8 + size * numel for size in dict.fromkeys(sizes)]
+    if member == "tensors" and count > 1 and pos + 4 <= len(data):
+        # after (key, storage id, type): int32 ndim, 4 bytes, sizes, strides, offset
+        return [pos + 16 + 16 * int.from_bytes(data[pos:pos + 4], "little", signed=True)]
+    return []
 
 
 def _scan_as(ctx: _Scan, buf, size: int, kind: str) -> None:
@@ -942,6 +1076,8 @@ def _scan_buffer(ctx: _Scan, buf, size: int) -> None:
     kind = formats.sniff(bytes(buf[:512]), size)
     try:
         _scan_as(ctx, buf, size, kind)
+    except BudgetSpent:
+        raise
     except Exception as exc:  # any parser failure: try the raw pickle reading
         reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
         if _scan_stream(ctx, buf, None, False):
@@ -966,6 +1102,8 @@ def _scan_buffer(ctx: _Scan, buf, size: int) -> None:
         _scan_also_as_pickle(ctx, buf)
     if kind not in ("zip", "tar"):
         _scan_also_as_tar(ctx, buf)
+    if kind != "zip" and not kind.startswith("compressed:"):
+        _scan_also_compressed(ctx, buf)
     if kind != "zip" and ctx.archives is not None:
         _scan_listed_items(ctx, buf)
 
@@ -986,6 +1124,52 @@ def _scan_also_as_tar(ctx: _Scan, buf) -> None:
     with contextlib.suppress(tarfile.TarError, ValueError):  # no member pickles: it stands
         _scan_tar(ctx, buf)
     ctx.result.format = fmt
+
+
+PREFIX_BYTES = 1 << 16  # content decoded to tell a stream from bytes that merely decode
+
+
+def _scan_also_compressed(ctx: _Scan, buf) -> None:
+    """A file whose first bytes are also a zlib or LZMA-alone header that the real decoder
+    takes (weak magic numbers whose first byte is also an opcode, so `formats.sniff` read it as
+    a pickle or as nothing): `zlib.decompress` and `lzma` read it as a stream, so where its
+    content is a pickle or an archive that is scanned too, and the worst wins. Where the first
+    reading found nothing at all, this reading is the file's."""
+    res = ctx.result
+    head = bytes(buf[:512])
+    for algo in decompress.TRIED_KINDS:
+        if not decompress.accepts(head, algo):
+            continue
+        prefix = _decode(ctx, buf, algo, PREFIX_BYTES).data
+        alone = res.error is not None and res.error.startswith("not a model file")
+        if not _content_loads(ctx, prefix, alone):
+            continue
+        decoded = _decode(ctx, buf, algo)
+        fmt, error = res.format, res.error
+        res.error = None
+        try:
+            _scan_decoded(ctx, decoded, algo)
+        except ValueError:
+            res.error = error  # its content is no pickle after all
+            continue
+        if not alone:
+            res.format = fmt
+            ctx.find(Severity.SUSPICIOUS, "polyglot",
+                     f"the {fmt} file is also a {algo} stream whose content loads: "
+                     f"{algo} readers unpickle that, so it was scanned too")
+
+
+def _content_loads(ctx: _Scan, prefix: bytes, alone: bool) -> bool:
+    """Whether decoded bytes open like a pickle or an archive a loader reads (not the noise a
+    decoder makes of other bytes). `alone`: no other reading of the file found anything, so a
+    pickle that walks cleanly through the prefix counts too."""
+    if not prefix:
+        return False
+    if _pickle_head(prefix[:2]) or formats.sniff(prefix[:512], len(prefix)) in _NESTED_KINDS:
+        return True
+    probe = ctx.probe(prefix)
+    return imports(probe) or (alone and (probe.stopped or (
+        len(prefix) == PREFIX_BYTES and (probe.error or "").startswith("truncated"))))
 
 
 def _scan_listed_items(ctx: _Scan, buf) -> None:
@@ -1017,6 +1201,9 @@ def _run(path: str, size: int, load, archives: list[tuple[int, int]] | None = No
             res.error = "empty file"
         else:
             _scan_buffer(ctx, load(), size)
+            ctx.budget.check()  # the last walk may have spent it
+    except BudgetSpent as exc:  # fast and bounded: what was found stays, the rest is unread
+        ctx.not_fully_read("scan-budget", f"{exc}; the scan stopped there")
     except Exception as exc:  # a scanner bug must not hide what was found so far
         res.error = " ".join(f"scan stopped: {type(exc).__name__}: {exc}".split())[:300]
     finally:

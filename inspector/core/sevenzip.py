@@ -18,21 +18,23 @@ _LZMA1_DEFAULT = {"id": lzma.FILTER_LZMA1, "dict_size": _DICT, "lc": 3, "lp": 0,
 
 
 def decoded_streams(buf, max_bytes: int) -> list[bytes]:
-    """Decoded packed streams of a 7z archive (each at most `max_bytes`); [] if none decode."""
+    """Decoded packed streams of a 7z archive (at most `max_bytes` in all); [] if none decode."""
     if len(buf) < SIGNATURE_SIZE:
         return []
     (next_header_offset,) = struct.unpack_from("<Q", buf, 12)
     packed = bytes(buf[SIGNATURE_SIZE:SIGNATURE_SIZE + min(next_header_offset, len(buf))])
     out: list[bytes] = []
     pos = 0
-    while pos < len(packed) and len(out) < 64:
+    left = max_bytes
+    while pos < len(packed) and len(out) < 64 and left > 0:
         dec = lzma.LZMADecompressor(lzma.FORMAT_RAW,
                                     filters=[{"id": lzma.FILTER_LZMA2, "dict_size": _DICT}])
         try:
-            data = dec.decompress(packed[pos:], max_bytes)
+            data = dec.decompress(packed[pos:], left)
         except lzma.LZMAError:
             break
         out.append(data)
+        left -= len(data)
         if not dec.eof:
             break
         pos = len(packed) - len(dec.unused_data)

@@ -90,14 +90,18 @@ def has_one_sha256(path: Path) -> bool:
 
 def read_index(path: Path) -> ShardIndex:
     """Read an index, keeping track of a key listed twice (JSON objects may repeat keys)."""
-    duplicates: dict[str, list[str]] = {}
+    # repeats by the object they occur in (kept alive so ids stay unique): only the weight_map's
+    # are shard names; a repeat at any other depth is read as json (and transformers) reads it
+    repeats: list[tuple[dict, dict[str, list[Any]]]] = []
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        seen: dict[str, list[Any]] = {}
         for key, value in items:
             if key in out and out[key] != value:
-                duplicates.setdefault(key, [out[key]]).append(value)
+                seen.setdefault(key, [out[key]]).append(value)
             out[key] = value
+        repeats.append((out, seen))
         return out
 
     try:
@@ -113,6 +117,7 @@ def read_index(path: Path) -> ShardIndex:
     ):
         raise ShardError(f"{path}: 'weight_map' must map each key to a file name in its folder")
     metadata = doc.get("metadata")
+    duplicates = next((seen for obj, seen in repeats if obj is weight_map), {})
     return ShardIndex(
         path=path,
         weight_map=weight_map,
@@ -130,7 +135,7 @@ def shard_name(single_name: str, number: int, count: int) -> str:
 def check_files(index: ShardIndex) -> list[Problem]:
     """What can be told before reading a shard: repeated keys, missing and orphan shards."""
     problems = [
-        Problem("key-in-two-shards", f"{key}: listed for {', '.join(shards)}")
+        Problem("key-in-two-shards", f"{key}: listed for {', '.join(map(str, shards))}")
         for key, shards in index.duplicates.items()
     ]
     problems += [

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -10,6 +9,7 @@ from inspector.core.dcp_folder import FORMAT as DCP
 from inspector.core.integrity import describe, integrity_findings
 from inspector.core.policy import KNOWN_DATA
 from inspector.core.results import InspectResult
+from inspector.core.shards import ShardError, read_index
 from inspector.core.vocabulary import (
     FileStatus,
     HealthSeverity,
@@ -245,8 +245,8 @@ def _shard_set(path: Path) -> set[Path]:
     members = {path.resolve()}
     for index in path.parent.glob("*.index.json"):
         try:
-            weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map") or {}
-        except (OSError, ValueError, AttributeError):
+            weight_map = read_index(index).weight_map
+        except ShardError:
             continue
         shards = {(path.parent / name).resolve() for name in set(weight_map.values())}
         if path.resolve() in shards:

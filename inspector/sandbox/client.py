@@ -193,7 +193,10 @@ def run_job(
     nonce = secrets.token_hex(16)
     try:
         _send(proc, request)
-        start = {"start": True, **(gate() if gate is not None else {}), "nonce": nonce}
+        # the gate (the admission scan) is not the worker's time: the timeout waits for it
+        with stop.paused():
+            extra = gate() if gate is not None else {}
+        start = {"start": True, **extra, "nonce": nonce}
         for event in _events(proc.stdout.fileno()):
             kind = event["type"]
             if result is not None:
@@ -474,17 +477,30 @@ class _Watchdog:
         self._proc = proc
         self._cancel = cancel
         self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._paused_at: float | None = None
         self._grace: float | None = None
         self._max_threads = max_threads
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The timeout does not run meanwhile (cancel and the thread limit still do)."""
+        self._paused_at = time.monotonic()
+        try:
+            yield
+        finally:
+            if self._deadline is not None:
+                self._deadline += time.monotonic() - self._paused_at
+            self._paused_at = None
+
     def _watch(self) -> None:
         while not self._done.wait(0.05):
             if self._cancel is not None and self._cancel.cancelled:
                 self.reason = "cancel"
-            elif self._deadline is not None and time.monotonic() > self._deadline:
+            elif (self._deadline is not None and self._paused_at is None
+                  and time.monotonic() > self._deadline):
                 self.reason = "timeout"
             elif self._grace is not None and time.monotonic() > self._grace:
                 self.reason = "grace"

@@ -15,6 +15,7 @@ import pickle
 import re
 import shlex
 import zipfile
+from collections.abc import Iterator
 
 import torch
 
@@ -89,6 +90,8 @@ def load_checkpoint(path: str | bytes, allow_globals: list[str] | tuple[str, ...
     mmap = isinstance(path, str) and zipfile.is_zipfile(path)
     try:
         with torch.serialization.safe_globals(allowed):
+            if mmap:
+                _check_record_sizes(path)
             return torch.load(_opened(path), map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:
         text = str(exc)
@@ -108,6 +111,46 @@ def load_checkpoint(path: str | bytes, allow_globals: list[str] | tuple[str, ...
     except (RuntimeError, EOFError, ValueError, OSError, KeyError, IndexError,
             TypeError, AttributeError, AssertionError, zipfile.BadZipFile) as exc:
         raise LoadError("load_failed", f"cannot load checkpoint: {_first_line(str(exc))}") from None
+
+
+def _check_record_sizes(path: str) -> None:
+    """The check torch.load makes without mmap and skips with it: each storage's record holds
+    exactly its bytes (`get_storage_from_record`); with mmap a storage is a slice of the mapped
+    file, and a record longer than its storage loads. A load to the meta device gives each
+    storage's size and record offset (no data read), torch's own zip reader each record's size;
+    a mismatch raises RuntimeError with torch's words. Storages the meta device cannot build
+    (quantized tensors, some rebuilds) leave the file unchecked: the load below still runs."""
+    try:
+        meta = torch.load(path, map_location="meta", weights_only=True)
+    except Exception:  # whatever the meta load cannot do, the real load judges
+        return
+    with open(path, "rb") as fh:
+        reader = torch._C.PyTorchFileReader(fh)
+        records = {reader.get_record_offset(n): (n, reader.get_record_size(n))
+                   for n in reader.get_all_records()}
+    for storage in _storages(meta):
+        offset = getattr(storage, "_checkpoint_offset", None)
+        name, size = records.get(offset, (None, storage.nbytes()))
+        if size != storage.nbytes():
+            raise RuntimeError(f"record size ({size} bytes) of {name} does not match expected size"
+                               f" ({storage.nbytes()} bytes): torch.load without mmap refuses it")
+
+
+def _storages(obj: object, depth: int = 0) -> Iterator[torch.UntypedStorage]:
+    """The storage of every tensor in a loaded object's containers and attributes."""
+    if depth > 100:
+        return
+    if isinstance(obj, torch.Tensor):
+        yield obj.untyped_storage()
+        return
+    if isinstance(obj, dict):
+        items = list(obj.values())
+    elif isinstance(obj, list | tuple | set | frozenset):
+        items = list(obj)
+    else:
+        items = list(getattr(obj, "__dict__", {}).values())
+    for item in items:
+        yield from _storages(item, depth + 1)
 
 
 def _opened(path: str | bytes) -> str | io.BytesIO:
