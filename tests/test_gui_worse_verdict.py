@@ -21,7 +21,7 @@ from inspector.gui.document import FileDocument, distinct_names
 from inspector.gui.evidence import actionable_message
 from inspector.gui.integrity_pane import RESULT_COLUMNS
 from inspector.gui.pipeline import expand_paths, model_folders
-from inspector.gui.tensors_pane import FIRST_NAN, element_text
+from inspector.gui.tensors_pane import FIRST_NONFINITE, element_text
 from inspector.gui.verdict_style import VERDICTS
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window, small
@@ -189,8 +189,9 @@ def test_the_first_nan_position_is_shown_where_the_record_has_it(window, qtbot, 
     doc = open_one(window, qtbot, folder / "with_nan.pt")
     window.tabs.setCurrentWidget(window.tensors)
     row = next(r for r in doc.tensors if r["key"] == "bad.weight")
-    row.setdefault("first_nan", 1)  # the sandbox's record carries it where it knows it
+    first = row["first_nonfinite"]  # the sandbox's own record, as it came from the worker
     window.tensors._show_detail(row)
     stats = window.tensors.stats
     labels = {stats.item(i, 0).text(): stats.item(i, 1).text() for i in range(stats.rowCount())}
-    assert labels[FIRST_NAN] == "[1] (element 1)"
+    assert first == 1  # [1.0, nan, inf, -2.0]
+    assert labels[FIRST_NONFINITE] == "[1] (element 1)"

@@ -26,42 +26,51 @@ SAFETENSORS = "safetensors"
 
 @dataclass(frozen=True)
 class Advice:
-    """The word to show, a one-line headline and what the user should do."""
+    """The word to show, a one-line headline and what the user should do; `case` names which
+    of the cases below it is, so a view can word it its own way (the GUI names its menus)."""
 
     word: str
     headline: str
     action: str
+    case: str
 
 
 GET_IT_AGAIN = ("Get it again from its source and compare its SHA-256 with the publisher's; "
                 "if a copy on your own storage keeps changing, check the disk.")
 
 _DAMAGED = Advice(DAMAGED, "Damaged — the file's data is corrupted (not a question of code)",
-                  "Do not use it. " + GET_IT_AGAIN)
+                  "Do not use it. " + GET_IT_AGAIN, case="damaged")
 _DANGEROUS = Advice(Verdict.DANGEROUS, "Dangerous — do not load this file",
                     "Do not load it (not with torch.load, pickle or joblib). Get it again from "
                     "its source and verify it against the publisher's checksum; ask for a "
-                    "safetensors version.")
+                    "safetensors version.",
+                    case="dangerous")
 _UNREADABLE = Advice(Verdict.ERROR, "Could not be read as a checkpoint",
                      "Check that the download finished (compare its size and SHA-256 with the "
-                     "source) and that it is a PyTorch, safetensors or NumPy file.")
+                     "source) and that it is a PyTorch, safetensors or NumPy file.",
+                     case="unreadable")
 _CODE_ARCHIVE = Advice(Verdict.SUSPICIOUS, "Suspicious — it carries code that runs when loaded",
                        "Read its code before loading it anywhere; if you only need the weights, "
-                       "convert it to safetensors.")
+                       "convert it to safetensors.",
+                       case="code_archive")
 _SUSPICIOUS = Advice(Verdict.SUSPICIOUS, "Suspicious — your decision is needed",
                      "Allow exactly the globals you recognise for this one load (--allow-global "
-                     "MODULE.NAME), never weights_only=False; then convert it to safetensors.")
+                     "MODULE.NAME), never weights_only=False; then convert it to safetensors.",
+                     case="suspicious")
 _SAFE_PICKLE = Advice(Verdict.SAFE, "Safe — no code in the pickle",
                       "Load it with torch.load(path, weights_only=True); convert it to "
                       "safetensors to drop pickle altogether, and record its SHA-256 in a "
-                      "manifest.")
+                      "manifest.",
+                      case="safe_pickle")
 _SAFE_SAFETENSORS = Advice(Verdict.SAFE, "Safe — a safetensors file holds no code",
                            "Load it with safetensors.torch.load_file(path); record its SHA-256 "
-                           "in a manifest so later copies can be checked.")
+                           "in a manifest so later copies can be checked.",
+                           case="safe_safetensors")
 _BAD_WEIGHTS = Advice(HealthStatus.PROBLEM, "Weights are corrupted or diverged",
                       "Do not use these weights. Diff against an earlier good copy to see "
                       "whether single bits flipped (memory or storage) or training diverged, "
-                      "and restore that copy or get the file again from its source.")
+                      "and restore that copy or get the file again from its source.",
+                      case="bad_weights")
 
 
 def is_damaged(scan: dict | None) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inspector.core.integrity import integrity_findings
+from inspector.core.advice import advise
 from inspector.core.torchscript_layout import CODE_ARCHIVES
 from inspector.core.vocabulary import HealthStatus, Verdict
 
@@ -89,6 +89,18 @@ CORRUPT = Explanation(
     "Get the file again and compare its SHA-256 with the publisher's; if a copy on your own "
     "storage keeps changing, check the disk.",
 )
+
+
+# The app's wording of each case `core.advice.advise` decides (bad weights is worded above).
+_CASE_TEXT: dict[str, Explanation] = {
+    "damaged": CORRUPT,
+    "dangerous": VERDICT_TEXT[Verdict.DANGEROUS],
+    "unreadable": VERDICT_TEXT[Verdict.ERROR],
+    "code_archive": CODE_ARCHIVE,
+    "suspicious": VERDICT_TEXT[Verdict.SUSPICIOUS],
+    "safe_pickle": VERDICT_TEXT[Verdict.SAFE],
+    "safe_safetensors": SAFETENSORS,
+}
 
 
 HEALTH_TEXT: dict[str, Explanation] = {
@@ -216,20 +228,19 @@ def verdict_explanation(verdict: str | None) -> Explanation:
 
 
 def code_safety_explanation(scan: dict | None, health: str | None = None) -> Explanation:
-    """Banner and advice text for the code-safety badge, worded for the file's format: damage
-    is named as damage, not as a question, and weights whose `health` status is a problem
-    turn the advice into the weights' (the worse verdict leads)."""
+    """Banner and advice text for the code-safety badge. Which case applies is decided once,
+    by `core.advice.advise` (damage first, then danger, then bad weights: the worse verdict
+    leads, as in the CLI and the report); this only words each case for the app."""
     verdict = (scan or {}).get("verdict") if scan else None
-    fmt = (scan or {}).get("format")
-    if verdict in (Verdict.SUSPICIOUS, Verdict.ERROR) and integrity_findings(scan):
-        return CORRUPT
-    if verdict == Verdict.SUSPICIOUS and fmt in CODE_ARCHIVES:
-        return CODE_ARCHIVE
-    if verdict == Verdict.SAFE and health == HealthStatus.PROBLEM:
-        return NO_CODE_DAMAGED_WEIGHTS
-    if verdict == Verdict.SAFE and fmt == "safetensors":
-        return SAFETENSORS
-    return verdict_explanation(verdict)
+    if verdict is None:
+        return PENDING
+    case = advise(scan, health).case
+    if case == "bad_weights":
+        if verdict == Verdict.SAFE:
+            return NO_CODE_DAMAGED_WEIGHTS
+        shown = VERDICT_TEXT.get(verdict, VERDICT_TEXT[Verdict.ERROR])
+        return Explanation(shown.headline, shown.meaning, HEALTH_PROBLEM_ACTION)
+    return _CASE_TEXT[case]
 
 
 def health_explanation(status: str | None, loaded: bool | None) -> Explanation:

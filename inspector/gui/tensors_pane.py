@@ -65,15 +65,15 @@ FILTER_MS = 200
 FLUSH_MS = 150
 """Streamed rows are shown in batches at most this often, so the view never thrashes."""
 
-FIRST_NAN, FIRST_INF = "First NaN at", "First Inf at"
-"""Where a tensor's first non-finite element is, for a record that carries its flat index
-(`first_nan` / `first_inf`), shown as its position in the tensor's shape."""
+FIRST_NONFINITE = "First NaN/Inf at"
+"""Where a tensor's first NaN or Inf is (the sandbox's `first_nonfinite`, a flat index),
+shown as its position in the tensor's shape."""
 STAT_LABELS = (
     ("key", "Key"), ("dtype", "Dtype"), ("shape", "Shape"), ("numel", "Elements"),
     ("nbytes", "Size"), ("min", "Min"), ("max", "Max"), ("mean", "Mean"),
     ("std", "Std (population)"), ("std_sample", "Std (sample, n-1; torch.std)"),
-    ("absmax", "Abs max"), ("nan", "NaN"), ("first_nan", FIRST_NAN), ("inf", "Inf"),
-    ("first_inf", FIRST_INF), ("zeros", "Zeros"),
+    ("absmax", "Abs max"), ("nan", "NaN"), ("inf", "Inf"),
+    ("first_nonfinite", FIRST_NONFINITE), ("zeros", "Zeros"),
     ("stride", "Stride"), ("storage_offset", "Storage offset"), ("contiguous", "Contiguous"),
     ("shared_with", "Shares storage with"), ("flags", "Flags"), ("digest", "SHA-256"),
 )
@@ -509,7 +509,7 @@ class TensorsPane(QWidget):
         self.stats.setRowCount(len(items))
         for i, (label, value) in enumerate(items):
             self.stats.setItem(i, 0, QTableWidgetItem(label))
-            text = (element_text(value, row.get("shape")) if label in (FIRST_NAN, FIRST_INF)
+            text = (element_text(value, row.get("shape")) if label == FIRST_NONFINITE
                     else _stat_text(label, value))
             cell = QTableWidgetItem(text)
             cell.setToolTip(text)
