@@ -76,10 +76,20 @@ def command_module(name: str) -> ModuleType:
     return importlib.import_module(COMMANDS[name].module)
 
 
+def _install_readings() -> None:
+    """Every scan of this process also runs the loaders' own readings in the jail
+    (`core.readings`); the user's process still never unpickles."""
+    from inspector.core import readings
+    from inspector.sandbox.client import dry_run_reader
+
+    readings.set_reader(dry_run_reader)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `ckpt-inspector` and `python -m inspector`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in COMMANDS else None
+    _install_readings()
     if command is None and not any(a.startswith("-") and a != "--sample" for a in argv[:1]):
         from inspector.cli.gui_cmd import run_gui
 

@@ -183,8 +183,9 @@ _CODE_RE = re.compile(
 
 
 def looks_like_code(text: str) -> bool:
-    """Whether a call argument reads like Python source or a shell command."""
-    return bool(_CODE_RE.search(text[:4096]))
+    """Whether a call argument reads like Python source or a shell command (read whole: code
+    past any window is still code)."""
+    return bool(_CODE_RE.search(text))
 
 
 @dataclass(frozen=True)
@@ -383,6 +384,61 @@ def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> V
                                             "by torch.load(weights_only=True)")
     return Verdict(Severity.SUSPICIOUS, "not allowed by torch.load(weights_only=True); the file "
                                         "only loads with weights_only=False")
+
+
+# Callables benign saves call (REDUCE): torch's and NumPy's rebuild functions and the plain
+# containers their pickles build; everything else a pickle calls is dangerous (`call_verdict`),
+# whatever its name. Classes rebuilt through copyreg (NEWOBJ, or _reconstructor and BUILD) are
+# not calls of the class: they stay as suspicious as the class's import.
+CALL_ALLOWED = frozenset(_words("""
+copyreg._reconstructor copyreg.__newobj__ copyreg.__newobj_ex__ builtins.object
+builtins.set builtins.frozenset builtins.bytearray builtins.bytes builtins.complex builtins.slice
+builtins.range builtins.list builtins.dict builtins.tuple builtins.int builtins.float
+builtins.str builtins.bool collections.OrderedDict collections.defaultdict collections.deque
+collections.Counter _codecs.encode codecs.encode datetime.datetime datetime.date datetime.time
+datetime.timedelta datetime.timezone decimal.Decimal fractions.Fraction
+numpy.core.multiarray._reconstruct numpy._core.multiarray._reconstruct numpy.dtype
+numpy.core.multiarray.scalar numpy._core.multiarray.scalar numpy.ndarray
+torch._tensor._rebuild_from_type_v2 torch._utils._rebuild_tensor_v2
+torch.jit._pickle.build_intlist torch.jit._pickle.build_doublelist
+torch.jit._pickle.build_boollist torch.jit._pickle.build_tensorlist
+torch.jit._pickle.build_complexlist torch.jit._pickle.restore_type_tag
+"""))
+# An enum member or a small value class rebuilt by value: Class('steps'), Class(2)
+_ENUM_CALL_RE = re.compile(r"\((?:'[\w.-]{0,64}'|\"[\w.-]{0,64}\"|-?\d{1,20})\)")
+
+
+def call_allowed(target: str, rules: WeightsOnlyRules | None = None) -> bool:
+    """Whether calling `target` (dotted) is something benign saves do."""
+    rules = rules or weights_only_rules()
+    head, _, rest = target.partition(".")
+    real = f"{REAL_MODULES.get(head, head)}.{rest}"
+    from inspector.core.allow_presets import PRESET_GLOBALS  # it imports this module
+
+    return any(t in CALL_ALLOWED or t in rules.allowed or t in PRESET_GLOBALS or t in KNOWN_DATA
+               or t.startswith("torch._utils._rebuild_") for t in (target, real))
+
+
+def call_verdict(target: str | None, computed: bool, texts: list[str],
+                 rules: WeightsOnlyRules | None = None) -> Verdict | None:
+    """Why a pickle's call of `target` is not what benign saves do (None when it is)."""
+    if computed or not target:
+        return Verdict(Severity.DANGEROUS, "calls a computed callable (the result of another "
+                                           "call or attribute walk), which no benign save does")
+    if call_allowed(target, rules):
+        return None
+    leaf = target.rsplit(".", 1)[-1]
+    module, _, name = target.rpartition(".")
+    denied = classify(module, name, rules) if module else None
+    if denied is not None and denied.severity == Severity.DANGEROUS:
+        return Verdict(Severity.DANGEROUS, f"calls {target}: {denied.reason}")
+    if leaf[:1].isupper() and texts and all(
+            _ENUM_CALL_RE.fullmatch(t[len(target):]) for t in texts if t.startswith(target)):
+        return Verdict(Severity.SUSPICIOUS, f"rebuilds {target} from one plain value (an enum "
+                                            "member's pattern): the class is called")
+    return Verdict(Severity.DANGEROUS, f"calls {target}, which no benign save calls (outside "
+                                       "torch's and NumPy's rebuilds, the weights_only "
+                                       "allowlist and the --allow presets)")
 
 
 @functools.cache
