@@ -13,6 +13,7 @@ import binascii
 import gzip
 import io
 import pickle
+import re
 import struct
 import tarfile
 import zipfile
@@ -181,16 +182,17 @@ _ELASTIC = "torch.distributed.elastic.multiprocessing.subprocess_handler"
 
 
 def adv_elastic_subprocess_handler(path: Path, canary: Path) -> Path:
-    """torch's elastic SubprocessHandler starts its entrypoint with Popen in __init__."""
+    """torch's elastic SubprocessHandler starts its entrypoint with Popen in __init__ (with
+    the empty environment it is given, hence the full path)."""
     return _write(path, PROTO4 + _stack_call(
-        f"{_ELASTIC}.subprocess_handler:SubprocessHandler", p_unicode("touch"),
-        MARK + p_unicode(str(canary)) + TUPLE, EMPTY_DICT, b"N", b"N", b"K\x00") + STOP)
+        f"{_ELASTIC}.subprocess_handler:SubprocessHandler", p_unicode("/usr/bin/touch"),
+        MARK + p_unicode(str(canary)) + TUPLE, EMPTY_DICT, b"N", b"N", b"K\x00", b"N") + STOP)
 
 
 def adv_elastic_get_handler(path: Path, canary: Path) -> Path:
     """The handler factory of the same package."""
     return _write(path, PROTO4 + _stack_call(
-        f"{_ELASTIC}.handlers:get_subprocess_handler", p_unicode("touch"),
+        f"{_ELASTIC}.handlers:get_subprocess_handler", p_unicode("/usr/bin/touch"),
         MARK + p_unicode(str(canary)) + TUPLE, EMPTY_DICT, b"N", b"N", b"K\x00") + STOP)
 
 
@@ -353,3 +355,92 @@ NESTED_BUILDERS: dict[str, tuple[str, Builder]] = {
     "nested_hex": ("nested:hex", _nested("hex")),
     "nested_hex_of_base64": ("nested:b64+hex", _nested("b64+hex")),
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# Ground truth for the differential fuzz, written apart from the dry-run op
+# ---------------------------------------------------------------------------------------------
+
+_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+class _Record(pickle.Unpickler):
+    """The ground truth, written apart from the op: CPython's C unpickler, every import kept,
+    every callable an inert object that swallows whatever the unpickler does with it."""
+
+    def __init__(self, data: bytes) -> None:
+        import io
+
+        super().__init__(io.BytesIO(data))
+        self.seen: set[tuple[str, str]] = set()
+        if data[:4] != b"PK\x03\x04":  # torch's legacy reader; pickle.load has none
+            self.persistent_load = lambda pid: _Inert()
+
+    def find_class(self, module, name):
+        self.seen.add((module, name))
+        return _Inert
+
+
+class _InertMeta(type):
+    def __call__(cls, *args, **kwargs):
+        return _Inert.__new__(_Inert)
+
+
+class _Inert(metaclass=_InertMeta):
+    def __new__(cls, *args, **kwargs):
+        return object.__new__(_Inert)
+
+    def __call__(self, *args, **kwargs):
+        return _Inert.__new__(_Inert)
+
+    def __setstate__(self, state):
+        pass
+
+    def __setitem__(self, key, value):
+        pass
+
+    def append(self, value):
+        pass
+
+    def extend(self, values):
+        pass
+
+
+def real_imports(data: bytes) -> set[tuple[str, str]]:
+    """What the C unpickler resolves reading back-to-back pickles from the start."""
+    reader = _Record(data)
+    for _ in range(1000):
+        try:
+            reader.load()
+        except Exception:
+            break
+    return {(m, n) for m, n in reader.seen if _NAME.fullmatch(m) and _NAME.fullmatch(n)}
+
+
+_TRUTH_CHILD = r"""
+import json, resource, struct, sys
+sys.path.insert(0, sys.argv[1])
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # a memo index can ask for GBs
+from readings_samples import real_imports
+data = open(sys.argv[2], "rb").read()
+pos = 0
+while pos < len(data):
+    (n,) = struct.unpack_from("<Q", data, pos)
+    blob = data[pos + 8:pos + 8 + n]
+    pos += 8 + n
+    print(json.dumps(sorted(real_imports(blob))), flush=True)
+"""
+
+
+def truths(mutants: list[bytes], folder: Path) -> list[set[tuple[str, str]]]:
+    """`real_imports` of each mutant, in a child process under a 2 GB address-space limit."""
+    import json
+    import subprocess
+    import sys
+
+    batch = Path(folder) / "mutants.bin"
+    batch.write_bytes(b"".join(struct.pack("<Q", len(m)) + m for m in mutants))
+    out = subprocess.run([sys.executable, "-c", _TRUTH_CHILD, str(Path(__file__).parent),
+                          str(batch)], capture_output=True, text=True, check=True,
+                         timeout=3600).stdout
+    return [{tuple(x) for x in json.loads(line)} for line in out.splitlines()]

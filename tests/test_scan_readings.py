@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from factories import fuzz_seeds, mutate
-from readings_samples import NESTED_BUILDERS, READINGS_BUILDERS
+from readings_samples import NESTED_BUILDERS, READINGS_BUILDERS, truths
 from test_scan_adversarial import LOADER
 
 from inspector.core import readings
@@ -45,21 +45,47 @@ def jailed_readings():
     readings.set_reader(None)
 
 
+# Proves every sample in one interpreter that imports the loaders once, then forks a
+# throwaway child per sample (its own process: what a payload does there stays there).
+PROVER = r"""
+import json, os, sys, time
+import numpy, torch, torch.distributed.checkpoint  # imported once, before the forks
+loader_code = sys.argv[1]
+for kind, path, arg in json.loads(sys.argv[2]):
+    pid = os.fork()
+    if pid == 0:
+        sys.argv = ["loader", kind, path, arg]
+        try:
+            exec(compile(loader_code, "loader", "exec"), {"__name__": "__main__"})
+        finally:
+            sys.stdout.flush()
+            os._exit(0)
+    deadline = time.monotonic() + 120
+    while os.waitpid(pid, os.WNOHANG) == (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print(json.dumps({"path": path}), flush=True)
+"""
+
+
 @pytest.fixture(scope="module")
 def proven(tmp_path_factory, python_exe):
     """Every sample, built and proven malicious; the proof's canary removed afterwards."""
+    import json
+
     work = tmp_path_factory.mktemp("readings")
     short = Path(tempfile.mkdtemp(prefix="rd", dir="/tmp"))  # tar names hold 100 bytes
-    samples = {}
+    built = {}
     for name, (loader, build) in sorted(ALL.items()):
-        canary_dir = short / f"{len(samples)}"
+        canary_dir = short / f"{len(built)}"
         canary_dir.mkdir()
-        path = build(work / f"{name}.bin", canary_dir / "c")
-        proc = subprocess.run([python_exe, "-c", NESTED_LOADER, loader, str(path),
-                               str(path.parent)], capture_output=True, text=True, timeout=300,
-                              cwd=short)
+        built[name] = (loader, build(work / f"{name}.bin", canary_dir / "c"), canary_dir)
+    jobs = [(loader, str(path), str(path.parent)) for loader, path, _ in built.values()]
+    proc = subprocess.run([python_exe, "-c", PROVER, NESTED_LOADER, json.dumps(jobs)],
+                          capture_output=True, text=True, timeout=1200, cwd=short)
+    samples = {}
+    for name, (_, path, canary_dir) in built.items():
         ran = [p.name for p in canary_dir.iterdir()]
-        samples[name] = (path, canary_dir, ran, proc.stdout + proc.stderr)
+        samples[name] = (path, canary_dir, ran, proc.stdout[-2000:] + proc.stderr[-2000:])
         for p in sorted(canary_dir.rglob("*"), reverse=True):
             p.rmdir() if p.is_dir() else p.unlink()
     yield samples
@@ -74,6 +100,7 @@ def test_enough_samples_across_the_classes():
         "pickle", "torch", "numpy", "joblib", "dcp"}
 
 
+@pytest.mark.timeout(1500)  # the first test builds and proves every sample
 @pytest.mark.parametrize("name", sorted(ALL))
 def test_payload_runs_under_its_loader(proven, name):
     _, _, ran, output = proven[name]
@@ -161,59 +188,6 @@ def test_without_a_reader_the_result_says_nothing_about_readings(tmp_path):
     assert not any(f.code == "parser-differential" for f in res.findings)
 
 
-class _Record(pickle.Unpickler):
-    """The ground truth, written apart from the op: CPython's C unpickler, every import kept,
-    every callable an inert object that swallows whatever the unpickler does with it."""
-
-    def __init__(self, data: bytes) -> None:
-        import io
-
-        super().__init__(io.BytesIO(data))
-        self.seen: set[tuple[str, str]] = set()
-        if data[:4] != b"PK\x03\x04":  # torch's legacy reader; pickle.load has none
-            self.persistent_load = lambda pid: _Inert()
-
-    def find_class(self, module, name):
-        self.seen.add((module, name))
-        return _Inert
-
-
-class _InertMeta(type):
-    def __call__(cls, *args, **kwargs):
-        return _Inert.__new__(_Inert)
-
-
-class _Inert(metaclass=_InertMeta):
-    def __new__(cls, *args, **kwargs):
-        return object.__new__(_Inert)
-
-    def __call__(self, *args, **kwargs):
-        return _Inert.__new__(_Inert)
-
-    def __setstate__(self, state):
-        pass
-
-    def __setitem__(self, key, value):
-        pass
-
-    def append(self, value):
-        pass
-
-    def extend(self, values):
-        pass
-
-
-def real_imports(data: bytes) -> set[tuple[str, str]]:
-    """What the C unpickler resolves reading back-to-back pickles from the start."""
-    reader = _Record(data)
-    for _ in range(1000):
-        try:
-            reader.load()
-        except Exception:
-            break
-    return {(m, n) for m, n in reader.seen if readings._importable(m, n)}
-
-
 def test_differential_fuzz_sample_misses_no_real_import(tmp_path):
     """2,000 mutants of the fuzz seeds (benchmarks/bench_scan_fuzz.py --readings runs 100,000):
     every import the C unpickler resolves is in the verdict's globals, and where the walker
@@ -226,10 +200,25 @@ def test_differential_fuzz_sample_misses_no_real_import(tmp_path):
         results = [scan_bytes(m) for m in mutants]
     readings.read(results, dry_run_reader)
     missed = []
-    for data, res in zip(mutants, results, strict=True):
-        truth = real_imports(data)
+    for truth, res in zip(truths(mutants, tmp_path), results, strict=True):
         verdict_imports = {(g.module, g.name) for g in res.globals}
         if truth - verdict_imports:
             missed.append(sorted(truth - verdict_imports))
     assert not missed, missed[:5]
     assert not (tmp_path / "seeds" / "CANARY_EXECUTED").exists()
+
+
+def test_every_deny_note_belongs_to_an_entry_and_every_entry_has_a_capability():
+    from inspector.core.policy import CAPABILITIES, DENY, DENY_NOTES
+
+    assert set(DENY_NOTES) <= set(DENY)
+    assert all(d.capability in CAPABILITIES and d.reason for d in DENY.values())
+    assert DENY["os"].note and DENY["os"].note in DENY["os"].text
+
+
+def test_no_allowed_call_is_on_the_deny_list():
+    from inspector.core.policy import CALL_ALLOWED, classify
+
+    for key in CALL_ALLOWED:
+        module, _, name = key.rpartition(".")
+        assert classify(module, name).severity != "dangerous", key

@@ -130,10 +130,78 @@ CAPABILITIES: dict[str, tuple[str, str, str]] = {
         copyreg._extension_registry
     """),
 }
-_DENY: dict[str, str] = {}
+# The gadget or advisory behind a deny entry, kept beside it as data; the finding quotes it.
+# Entries without a note of their own are there for their capability alone.
+DENY_NOTES: dict[str, str] = {
+    "os": "os.system / os.popen: the classic pickle payload (REDUCE of a shell command)",
+    "posix": "what pickle.dumps(os.system) writes on Linux",
+    "nt": "what pickle.dumps(os.system) writes on Windows",
+    "subprocess": "Popen/run/check_output: CVE-2025-32434-style payloads once weights_only "
+                  "was bypassed",
+    "runpy": "run_path/run_module execute a file or module by name",
+    "timeit": "timeit.Timer(stmt).timeit() compiles and runs its statement",
+    "cProfile": "cProfile.run(code) executes its text",
+    "profile": "profile.run(code) executes its text",
+    "pdb": "pdb.run(code) executes its text",
+    "pip": "pip.main(['install', URL]) installs and runs a package's setup code",
+    "_osx_support": "helpers that run compiler commands through os.popen",
+    "uuid": "uuid._get_command_stdout runs a program (picklescan bypass report)",
+    "torch.utils.collect_env": "collect_env.run(cmd) runs a shell command",
+    "torch.utils.cpp_extension": "load_inline compiles and loads C++ code",
+    "torch._inductor": "its code cache compiles and runs generated code",
+    "torch.jit.load": "loading TorchScript runs scripted __setstate__ code",
+    "builtins.exec": "executes Python source",
+    "builtins.eval": "evaluates Python source",
+    "builtins.compile": "compiles source for a later exec",
+    "typing._eval_type": "evaluates a ForwardRef's text (round 12 review)",
+    "typing.ForwardRef._evaluate": "evaluates the reference's text",
+    "sympy.sympify": "sympify(str) parses with eval",
+    "builtins.open": "opens or creates any file for writing",
+    "numpy.memmap": "mode 'w+' creates and sizes a file",
+    "numpy.ndarray.tofile": "writes an array to any path",
+    "torch.save": "writes a file anywhere",
+    "torch.UntypedStorage.from_file": "shared=True maps and writes a file",
+    "shutil": "copyfile/rmtree copy over or delete files",
+    "logging": "FileHandler creates the file it is given",
+    "pathlib": "Path.touch / write_text / unlink (data classes are allowed separately)",
+    "sqlite3": "connect(path) creates a database file",
+    "socket": "connects out: exfiltration or a reverse shell",
+    "importlib": "import_module reaches any module, then getattr reaches any callable",
+    "builtins.__import__": "the usual first step of a getattr gadget",
+    "pickle": "pickle.loads of an inner payload hides it from one-level scanners",
+    "_pickle": "the C module behind pickle.loads",
+    "marshal": "marshal.loads of code objects, run through types.FunctionType",
+    "torch.serialization": "torch.load(weights_only=False) of an inner archive",
+    "builtins.getattr": "getattr(module, 'system'): reaches a callable the scanner never sees "
+                        "imported",
+    "operator": "attrgetter/methodcaller call methods by name",
+    "functools.partial": "wraps any callable with its arguments for a later call",
+    "copyreg.add_extension": "EXT opcodes import through the extension registry",
+    "ctypes": "calls native functions by address",
+}
+
+
+@dataclass(frozen=True)
+class DenyEntry:
+    """One deny-list entry: the capability it gives a pickle, why, and the gadget behind it."""
+
+    entry: str
+    capability: str
+    reason: str
+    note: str
+
+    @property
+    def text(self) -> str:
+        """The finding's wording: `can CAPABILITY: REASON (NOTE)`."""
+        note = f" ({self.note})" if self.note else ""
+        return f"can {self.capability}: {self.reason}{note}"
+
+
+DENY: dict[str, DenyEntry] = {}
 for _capability, (_reason, _modules, _names) in CAPABILITIES.items():
     for _entry in _words(_modules) + _words(_names):
-        _DENY[_entry] = f"can {_capability}: {_reason}"
+        DENY[_entry] = DenyEntry(_entry, _capability, _reason, DENY_NOTES.get(_entry, ""))
+_DENY: dict[str, str] = {entry: d.text for entry, d in DENY.items()}
 # A final name like these (or starting with one of them and "_") is dangerous in any module
 # outside the allowlist: loaders, runners and shell helpers hide under many module names.
 DENY_LEAF_NAMES = frozenset(_words("""
@@ -378,7 +446,8 @@ def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> V
         return Verdict(Severity.DANGEROUS, f"module {module} is blocked by torch")
     if key in preset_flags():
         return Verdict(Severity.SUSPICIOUS, "not allowed by torch.load(weights_only=True); "
-                                            f"{preset_flags()[key]} loads it")
+                                            f"{preset_flags().get(key, '--allow-global ' + key)}"
+                                        " loads it")
     if "." in name:
         return Verdict(Severity.SUSPICIOUS, "dotted name resolved by attribute walk; not allowed "
                                             "by torch.load(weights_only=True)")
@@ -391,11 +460,11 @@ def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> V
 # whatever its name. Classes rebuilt through copyreg (NEWOBJ, or _reconstructor and BUILD) are
 # not calls of the class: they stay as suspicious as the class's import.
 CALL_ALLOWED = frozenset(_words("""
-copyreg._reconstructor copyreg.__newobj__ copyreg.__newobj_ex__ builtins.object
+copyreg._reconstructor builtins.object
 builtins.set builtins.frozenset builtins.bytearray builtins.bytes builtins.complex builtins.slice
 builtins.range builtins.list builtins.dict builtins.tuple builtins.int builtins.float
 builtins.str builtins.bool collections.OrderedDict collections.defaultdict collections.deque
-collections.Counter _codecs.encode codecs.encode datetime.datetime datetime.date datetime.time
+collections.Counter _codecs.encode datetime.datetime datetime.date datetime.time
 datetime.timedelta datetime.timezone decimal.Decimal fractions.Fraction
 numpy.core.multiarray._reconstruct numpy._core.multiarray._reconstruct numpy.dtype
 numpy.core.multiarray.scalar numpy._core.multiarray.scalar numpy.ndarray

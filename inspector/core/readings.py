@@ -65,6 +65,17 @@ def set_reader(reader: Reader | None) -> None:
     _reader = reader
 
 
+@contextlib.contextmanager
+def using(reader: Reader | None):
+    """Scans inside use `reader`; the one installed before is back afterwards."""
+    global _reader
+    before, _reader = _reader, reader
+    try:
+        yield
+    finally:
+        _reader = before
+
+
 def current_reader() -> Reader | None:
     """The installed reader, or None."""
     return _reader

@@ -501,14 +501,13 @@ def dry_run_reader(request: dict) -> dict:
 
 def static_scan(path: Path) -> dict:
     """The `scan` contract for one file, or for a DCP folder as a whole, with the loaders' own
-    readings (`dry_run_reader`, unless a reader is already installed); nothing of the file's
+    readings (the installed reader, else `dry_run_reader`); nothing of the file's
     runs in this process."""
     from inspector.core import readings
     from inspector.core.scan import scan_file
 
-    if readings.current_reader() is None:
-        readings.set_reader(dry_run_reader)
-    return scan_folder(path) if is_dcp_folder(path) else scan_file(path).to_json()
+    with readings.using(readings.current_reader() or dry_run_reader):
+        return scan_folder(path) if is_dcp_folder(path) else scan_file(path).to_json()
 
 
 def _input(path: Path) -> tuple[int, list[str]]:
