@@ -222,3 +222,18 @@ def test_no_allowed_call_is_on_the_deny_list():
     for key in CALL_ALLOWED:
         module, _, name = key.rpartition(".")
         assert classify(module, name).severity != "dangerous", key
+
+
+def test_a_folder_skips_only_files_positively_something_else(tmp_path, jailed_readings):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("a README of the model\n")
+    (folder / "config.json").write_text('{"a": 1}')
+    (folder / "tokenizer.model").write_bytes(b"\x0a\x05hello\x12\x03abc\x15\x00\x00\x80\x3f")
+    (folder / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(40))
+    (folder / "unknown.bin").write_bytes(bytes(range(7, 250)) * 3)
+    READINGS_BUILDERS["marks_100001"][1](folder / "marks.pkl", tmp_path / "never")
+    verdicts = {Path(r.path).name: r.verdict for r in scan_paths([folder])}
+    assert verdicts == {"notes.txt": "skipped", "config.json": "skipped",
+                        "tokenizer.model": "skipped", "logo.png": "skipped",
+                        "unknown.bin": "error", "marks.pkl": "dangerous"}, verdicts

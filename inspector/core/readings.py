@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
+import importlib.util
 import mmap
 import os
 import re
@@ -126,6 +128,15 @@ _NAME = re.compile(r"[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*")
 def _importable(module: str, name: str) -> bool:
     """A name the import system could resolve: anything else fails before any code runs."""
     return bool(_NAME.fullmatch(module) and _NAME.fullmatch(name))
+
+
+@functools.lru_cache(maxsize=1024)
+def _exists(module: str) -> bool:
+    """Whether the module's top-level package can be found (found, not imported)."""
+    try:
+        return importlib.util.find_spec(module.partition(".")[0]) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def request(blobs: list[Blob], folder: str) -> dict:
@@ -246,6 +257,9 @@ def apply(res, blob: Blob, records: list[dict]) -> None:
         find(Severity.SUSPICIOUS, "parser-differential",
              "the static walk sees imports no real unpickler reaches ("
              + ", ".join(only_walker[:6]) + ")")
+    # imports before a failure count too, when the module exists (text opening with `c`
+    # reads as a GLOBAL of words that name no module: a real load fails right there)
+    read_pickle = read_pickle or any(_exists(m) for m, _ in real)
     if read_pickle and res.error and res.error.startswith(("not a model file",
                                                            "not a readable")):
         find(Severity.SUSPICIOUS, "parser-differential",
