@@ -237,3 +237,18 @@ def test_a_folder_skips_only_files_positively_something_else(tmp_path, jailed_re
     assert verdicts == {"notes.txt": "skipped", "config.json": "skipped",
                         "tokenizer.model": "skipped", "logo.png": "skipped",
                         "unknown.bin": "error", "marks.pkl": "dangerous"}, verdicts
+
+
+def test_a_global_cut_at_the_end_is_a_differential_the_walker_alone_misses(tmp_path,
+                                                                          jailed_readings):
+    # at the end of the bytes the C reader takes a name line without its newline and drops its
+    # last byte: `systemX` imports os.system; the walker wants the newline and sees nothing
+    path = tmp_path / "cut.pkl"
+    path.write_bytes(b"\x80\x02cos\nsystemX")
+    with readings.using(None):
+        assert not any(g.import_name == "os.system" for g in scan_file(path).globals)
+    res = scan_file(path)
+    assert any(g.import_name == "os.system" and g.severity == "dangerous" for g in res.globals)
+    found = [f for f in res.findings if f.code == "parser-differential"]
+    assert found and found[0].severity == "dangerous" and "os.system" in found[0].message
+    assert res.verdict == "dangerous"

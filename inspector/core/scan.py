@@ -939,10 +939,9 @@ def _scan_as(ctx: _Scan, buf, size: int, kind: str) -> None:
 def _scan_also_as_pickle(ctx: _Scan, buf) -> None:
     """Files that are two formats at once: pickle.load (and torch.load's legacy path) unpickle
     the first bytes of anything that is not a zip, so a safetensors or tar file whose bytes
-    also parse as a pickle that imports something is scanned that way too; the worst wins."""
-    head = bytes(buf[:2])
-    if not head or not (head[0] in formats.PICKLE_FIRST_BYTES or _pickle_head(head)):
-        return
+    also parse as a pickle (from any first opcode) that imports something is scanned that way
+    too; the worst wins."""
+    # not gated by the first byte: the C unpickler takes any opcode there
     first = ctx.walk(buf, 0)
     if not (imports_or_stops(first) and (first.globals or first.calls)):
         return

@@ -137,6 +137,21 @@ class _Meta(type):
         return _Value(cls._ci_log, cls._ci_label, args)
 
 
+class _PlainMeta(_Meta):
+    """A torch rebuild (`_PLAIN_TARGETS`): its calls are counted, the first few shown; a
+    checkpoint makes tens of thousands of them."""
+
+    def __call__(cls, *args, **kwargs):
+        args = args + ((kwargs,) if kwargs else ())
+        log = cls._ci_log
+        entry = log.calls.get((cls._ci_label, "call"))
+        if entry is None or len(entry["texts"]) < MAX_TEXTS:
+            log.called(cls._ci_label, "call", args)
+        else:
+            entry["count"] += 1
+        return _Value(log, cls._ci_label, args)
+
+
 class _Value:
     """An inert object: what a stand-in call returned, or a stand-in class's instance. Whatever
     the unpickler does to it (call it, set its state, add items) is recorded."""
@@ -184,8 +199,9 @@ def _stand_in_class(log: _Log, module: str, name: str) -> type:
             log.called(label, "new", args + ((kwargs,) if kwargs else ()))
         return _Value(log, label, args, ".__new__(…)")
 
-    return _Meta(name.rsplit(".", 1)[-1] or "_", (), {"__new__": new, "_ci_label": label,
-                                                      "_ci_log": log})
+    meta = _PlainMeta if label.startswith(_PLAIN_TARGETS) else _Meta
+    return meta(name.rsplit(".", 1)[-1] or "_", (), {"__new__": new, "_ci_label": label,
+                                                     "_ci_log": log})
 
 
 def _reader_class(base: type, persistent: bool) -> type:
