@@ -80,9 +80,13 @@ def _install_readings() -> None:
     """Every scan of this process also runs the loaders' own readings in the jail
     (`core.readings`); the user's process still never unpickles."""
     from inspector.core import readings
-    from inspector.sandbox.client import dry_run_reader
 
-    readings.set_reader(dry_run_reader)
+    def jailed(request: dict) -> dict:
+        from inspector.sandbox.client import dry_run_reader  # imported when first needed
+
+        return dry_run_reader(request)
+
+    readings.set_reader(jailed)
 
 
 def main(argv: list[str] | None = None) -> int:
