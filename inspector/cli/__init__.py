@@ -76,24 +76,31 @@ def command_module(name: str) -> ModuleType:
     return importlib.import_module(COMMANDS[name].module)
 
 
-def _install_readings() -> None:
-    """Every scan of this process also runs the loaders' own readings in the jail
-    (`core.readings`); the user's process still never unpickles."""
+def _jailed(request: dict) -> dict:
+    """`core.readings`' reader: the jailed dry run (its client imported when first needed)."""
+    from inspector.sandbox.client import dry_run_reader
+
+    return dry_run_reader(request)
+
+
+def _jailed_readings():
+    """Every scan of the command also runs the loaders' own readings in the jail
+    (`core.readings`); the user's process still never unpickles. Restored when it returns."""
     from inspector.core import readings
 
-    def jailed(request: dict) -> dict:
-        from inspector.sandbox.client import dry_run_reader  # imported when first needed
-
-        return dry_run_reader(request)
-
-    readings.set_reader(jailed)
+    return readings.using(_jailed)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `ckpt-inspector` and `python -m inspector`."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = argv[0] if argv and argv[0] in COMMANDS else None
-    _install_readings()
+    with _jailed_readings():
+        return _main(argv, command)
+
+
+def _main(argv: list[str], command: str | None) -> int:
+    """`main` once the readings are installed: the GUI, or the chosen command."""
     if command is None and not any(a.startswith("-") and a != "--sample" for a in argv[:1]):
         from inspector.cli.gui_cmd import run_gui
 

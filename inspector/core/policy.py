@@ -428,7 +428,8 @@ def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> V
         return Verdict(Severity.SAFE, "a filesystem path (plain data), as torch.distributed."
                                       "checkpoint metadata and Lightning checkpoints hold; "
                                       "torch.load(weights_only=True) does not allow it, "
-                                      f"{preset_flags()[key]} loads it")
+                                      f"{preset_flags().get(key, '--allow-global ' + key)} "
+                                      "loads it")
     parts = module.split(".") + name.split(".")
     if any(p.startswith("__") and p.endswith("__") and p not in _SAFE_DUNDERS for p in parts):
         return Verdict(Severity.DANGEROUS,

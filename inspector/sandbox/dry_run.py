@@ -26,6 +26,7 @@ offset, length, member, starts, kinds}] with `file` an index into [path] + paths
 
 from __future__ import annotations
 
+import _compat_pickle
 import base64
 import binascii
 import io
@@ -215,9 +216,13 @@ def _reader_class(base: type, persistent: bool) -> type:
             self._ci_classes: dict[tuple[str, str], type] = {}
 
         def find_class(self, module, name):
+            # Python 2 names as the real find_class maps them for protocols 0-2 (applied
+            # always: under protocol 3+ the unmapped name names no module at all)
+            key = _compat_pickle.NAME_MAPPING.get((module, name)) or (
+                _compat_pickle.IMPORT_MAPPING.get(module, module), name)
+            key = (str(key[0]), str(key[1]))
             log = self._ci_log
-            log.imported(str(module), str(name))
-            key = (str(module), str(name))
+            log.imported(*key)
             cls = self._ci_classes.get(key)
             if cls is None:
                 cls = self._ci_classes[key] = _stand_in_class(log, *key)
