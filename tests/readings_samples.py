@@ -377,7 +377,11 @@ class _Record(pickle.Unpickler):
             self.persistent_load = lambda pid: _Inert()
 
     def find_class(self, module, name):
-        self.seen.add((module, name))
+        # the names CPython's own find_class resolves: Python 2 names mapped (protocols 0-2)
+        import _compat_pickle
+
+        self.seen.add(_compat_pickle.NAME_MAPPING.get((module, name)) or (
+            _compat_pickle.IMPORT_MAPPING.get(module, module), name))
         return _Inert
 
 
