@@ -11,7 +11,10 @@ The tools take --passes turns so background load hits them alike; per file the l
 passes' medians is kept. Inputs: the public picklescan corpus
 (../shared/corpus/picklescan) and a benign 5,000-tensor checkpoint, saved by torch.save and as
 safetensors (5,000 header entries for `core.safetensors_header` to check). A second table
-times each tool's command line over the whole corpus folder (process start included).
+times each tool's command line over the whole corpus folder (process start included; ours runs
+the loaders' own readings in the jail, one worker per batch of files, as `scan` does).
+`ckpt-inspector+readings` is `scan_file` with the jailed readings, one worker per file: its
+per-file times are wall time, the single-file latency a user of `scan FILE` sees.
 Ratios are peer time / ckpt-inspector time: above 1 means ckpt-inspector is faster.
 `--baseline REV` adds the scanner as it was at a git revision (its `inspector/` exported with
 `git archive`, first on PYTHONPATH) as one more in-process tool: before/after in the same run.
@@ -33,12 +36,22 @@ REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO.parent / "shared" / "corpus" / "picklescan"
 BENCH_BIN = REPO / "benchmarks" / ".bench-venv" / "bin"
 OURS = "ckpt-inspector"
+# the same scan with the loaders' own readings in a jailed worker, one per file (as `scan FILE`
+# runs); its "CPU" column is wall time, the jail's cost included
+READINGS = "ckpt-inspector+readings"
 
 HARNESS = r"""
 import json, statistics, sys, time
 cfg = json.load(sys.stdin)
 tool = cfg["tool"]
-if tool.startswith("ckpt-inspector"):
+if tool == "ckpt-inspector+readings":  # the jailed readings' cost is wall time, not ours
+    from inspector.core import readings
+    from inspector.core.scan import scan_file as scan
+    from inspector.sandbox.client import dry_run_reader
+    readings.set_reader(dry_run_reader)
+    flagged = lambda r: r.verdict == "dangerous"
+    time.thread_time = time.perf_counter
+elif tool.startswith("ckpt-inspector"):
     from inspector.core.scan import scan_file as scan
     flagged = lambda r: r.verdict == "dangerous"
 elif tool == "picklescan":
@@ -78,6 +91,8 @@ def version_of(tool: str) -> str:
         from inspector import __version__
 
         return __version__
+    if tool == READINGS:
+        return version_of(OURS)
     if tool.startswith(OURS):
         return tool.split("@", 1)[1]
     code = f"import importlib.metadata as m; print(m.version({tool!r}))"
@@ -163,13 +178,13 @@ def main() -> int:
     if not (CORPUS / "labels.tsv").is_file():
         print(f"corpus not found at {CORPUS}", file=sys.stderr)
         return 2
-    tools = [OURS, "picklescan", "modelscan"]
+    tools = [OURS, READINGS, "picklescan", "modelscan"]
     files, labels = corpus_files()
     malicious = [str(f) for f in files if labels[str(f)] == "malicious"]
     with tempfile.TemporaryDirectory(prefix="bench-scan-") as tmp:
         work = Path(tmp)
         if args.baseline:
-            tools.insert(1, f"{OURS}@{args.baseline}")
+            tools.insert(2, f"{OURS}@{args.baseline}")
             (work / "baseline").mkdir()
             archive = subprocess.run(["git", "archive", args.baseline, "inspector"], cwd=REPO,
                                      capture_output=True, check=True).stdout
@@ -183,13 +198,13 @@ def main() -> int:
             for t in tools:
                 merge(corpus.setdefault(t, {}), in_process(t, files, args.rounds, work))
                 merge(big.setdefault(t, {}), in_process(t, larges, args.rounds, work))
-        cli_tools = [t for t in tools if "@" not in t]
+        cli_tools = [t for t in tools if "@" not in t and t != READINGS]
         cli = {t: cli_wall(t, CORPUS, args.cli_rounds, work) for t in cli_tools}
         cli_big = {t: cli_wall(t, larges[0], args.cli_rounds, work) for t in cli_tools}
 
     print(f"Static scan benchmark, one run: {OURS} {version_of(OURS)}, "
           f"picklescan {version_of('picklescan')}, modelscan {version_of('modelscan')}"
-          + (f", baseline {tools[1]}" if args.baseline else ""))
+          + (f", baseline {tools[2]}" if args.baseline else ""))
     print(f"\nCorpus: {len(files)} files of {CORPUS}, in process, per-file median of "
           f"{args.rounds} scans (best of {args.passes} passes)")
     med = {t: statistics.median(r["median"] for r in corpus[t].values()) for t in tools}

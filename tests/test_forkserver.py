@@ -243,7 +243,9 @@ def test_report_over_a_folder_forks_a_worker_per_file(tmp_path, monkeypatch):
         out = tmp_path / f"{how}.json"
         assert main(["report", str(folder), "-o", str(out), *extra]) == 0
         docs[how] = json.loads(out.read_text())["files"]
-    assert len(spawned) == 3  # one forked worker per file, and none with --cold-workers
+    # per file one forked worker for the load and one for the scan's jailed readings
+    # (`core.readings`), and none with --cold-workers
+    assert len(spawned) == 6
     assert client._fork_server is None  # the server is gone with the command
     assert [f["tensors"] for f in docs["warm"]] == [f["tensors"] for f in docs["cold"]]
     assert [f["load"]["sandbox_level"] for f in docs["warm"]] == [

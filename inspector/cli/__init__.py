@@ -88,6 +88,21 @@ def command_module(name: str) -> ModuleType:
     return importlib.import_module(COMMANDS[name].module)
 
 
+def _jailed(request: dict) -> dict:
+    """`core.readings`' reader: the jailed dry run (its client imported when first needed)."""
+    from inspector.sandbox.client import dry_run_reader
+
+    return dry_run_reader(request)
+
+
+def _jailed_readings():
+    """Every scan of the command also runs the loaders' own readings in the jail
+    (`core.readings`); the user's process still never unpickles. Restored when it returns."""
+    from inspector.core import readings
+
+    return readings.using(_jailed)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `ckpt-inspector` and `python -m inspector`."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -98,6 +113,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ckpt-inspector: '{argv[0]}' is not a command or a file; {hint} "
               "(ckpt-inspector --help lists them)", file=sys.stderr)
         return EXIT_OPTION
+    with _jailed_readings():
+        return _main(argv, command)
+
+
+def _main(argv: list[str], command: str | None) -> int:
+    """`main` once the readings are installed: the GUI, or the chosen command."""
     if command is None and not any(a.startswith("-") and a != "--sample" for a in argv[:1]):
         from inspector.cli.gui_cmd import run_gui
 

@@ -37,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="one JSON object per file (JSON Lines) instead of text")
     parser.add_argument("--sarif", type=Path, metavar="FILE", help="also write SARIF 2.1.0")
     parser.add_argument("--force", action="store_true", help="overwrite an existing SARIF file")
+    parser.add_argument("--walker-only", action="store_true",
+                        help="verdict from the static walk alone: skip the loaders' own "
+                             "readings in the jailed worker (faster, and blind to parser "
+                             "differentials)")
     parser.add_argument("--fail-on", choices=[v.value for v in ORDER[1:]], metavar="LEVEL",
                         help="gate: exit with the worst file's status when any file is LEVEL or "
                              "worse (suspicious < dangerous < error), else 0; skipped files "
@@ -73,6 +77,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"ckpt-inspector scan: {args.sarif} exists; pass --force to overwrite it",
               file=sys.stderr)
         return EXIT_OUTPUT
+    if args.walker_only:
+        from inspector.core import readings
+
+        readings.set_reader(None)
     results: list[ScanResult] = []
     colour = use_colour()
     batch = open_batch(args, "scan.result")

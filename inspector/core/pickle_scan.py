@@ -789,8 +789,8 @@ def looks_like_pickle(scan: PickleScan) -> bool:
     which no unpickler can import; those do not make the bytes a pickle.
     """
     return (scan.stopped or any(_importable(g) for g in scan.globals)
-            or (scan.protocol >= 2 and any(i.dangerous or i.code == "limit"
-                                           for i in scan.issues)))
+            or any(i.code == "limit" or (scan.protocol >= 2 and i.dangerous)
+                   for i in scan.issues))
 
 
 def imports_or_stops(scan: PickleScan) -> bool:

@@ -130,10 +130,78 @@ CAPABILITIES: dict[str, tuple[str, str, str]] = {
         copyreg._extension_registry
     """),
 }
-_DENY: dict[str, str] = {}
+# The gadget or advisory behind a deny entry, kept beside it as data; the finding quotes it.
+# Entries without a note of their own are there for their capability alone.
+DENY_NOTES: dict[str, str] = {
+    "os": "os.system / os.popen: the classic pickle payload (REDUCE of a shell command)",
+    "posix": "what pickle.dumps(os.system) writes on Linux",
+    "nt": "what pickle.dumps(os.system) writes on Windows",
+    "subprocess": "Popen/run/check_output: CVE-2025-32434-style payloads once weights_only "
+                  "was bypassed",
+    "runpy": "run_path/run_module execute a file or module by name",
+    "timeit": "timeit.Timer(stmt).timeit() compiles and runs its statement",
+    "cProfile": "cProfile.run(code) executes its text",
+    "profile": "profile.run(code) executes its text",
+    "pdb": "pdb.run(code) executes its text",
+    "pip": "pip.main(['install', URL]) installs and runs a package's setup code",
+    "_osx_support": "helpers that run compiler commands through os.popen",
+    "uuid": "uuid._get_command_stdout runs a program (picklescan bypass report)",
+    "torch.utils.collect_env": "collect_env.run(cmd) runs a shell command",
+    "torch.utils.cpp_extension": "load_inline compiles and loads C++ code",
+    "torch._inductor": "its code cache compiles and runs generated code",
+    "torch.jit.load": "loading TorchScript runs scripted __setstate__ code",
+    "builtins.exec": "executes Python source",
+    "builtins.eval": "evaluates Python source",
+    "builtins.compile": "compiles source for a later exec",
+    "typing._eval_type": "evaluates a ForwardRef's text (round 12 review)",
+    "typing.ForwardRef._evaluate": "evaluates the reference's text",
+    "sympy.sympify": "sympify(str) parses with eval",
+    "builtins.open": "opens or creates any file for writing",
+    "numpy.memmap": "mode 'w+' creates and sizes a file",
+    "numpy.ndarray.tofile": "writes an array to any path",
+    "torch.save": "writes a file anywhere",
+    "torch.UntypedStorage.from_file": "shared=True maps and writes a file",
+    "shutil": "copyfile/rmtree copy over or delete files",
+    "logging": "FileHandler creates the file it is given",
+    "pathlib": "Path.touch / write_text / unlink (data classes are allowed separately)",
+    "sqlite3": "connect(path) creates a database file",
+    "socket": "connects out: exfiltration or a reverse shell",
+    "importlib": "import_module reaches any module, then getattr reaches any callable",
+    "builtins.__import__": "the usual first step of a getattr gadget",
+    "pickle": "pickle.loads of an inner payload hides it from one-level scanners",
+    "_pickle": "the C module behind pickle.loads",
+    "marshal": "marshal.loads of code objects, run through types.FunctionType",
+    "torch.serialization": "torch.load(weights_only=False) of an inner archive",
+    "builtins.getattr": "getattr(module, 'system'): reaches a callable the scanner never sees "
+                        "imported",
+    "operator": "attrgetter/methodcaller call methods by name",
+    "functools.partial": "wraps any callable with its arguments for a later call",
+    "copyreg.add_extension": "EXT opcodes import through the extension registry",
+    "ctypes": "calls native functions by address",
+}
+
+
+@dataclass(frozen=True)
+class DenyEntry:
+    """One deny-list entry: the capability it gives a pickle, why, and the gadget behind it."""
+
+    entry: str
+    capability: str
+    reason: str
+    note: str
+
+    @property
+    def text(self) -> str:
+        """The finding's wording: `can CAPABILITY: REASON (NOTE)`."""
+        note = f" ({self.note})" if self.note else ""
+        return f"can {self.capability}: {self.reason}{note}"
+
+
+DENY: dict[str, DenyEntry] = {}
 for _capability, (_reason, _modules, _names) in CAPABILITIES.items():
     for _entry in _words(_modules) + _words(_names):
-        _DENY[_entry] = f"can {_capability}: {_reason}"
+        DENY[_entry] = DenyEntry(_entry, _capability, _reason, DENY_NOTES.get(_entry, ""))
+_DENY: dict[str, str] = {entry: d.text for entry, d in DENY.items()}
 # A final name like these (or starting with one of them and "_") is dangerous in any module
 # outside the allowlist: loaders, runners and shell helpers hide under many module names.
 DENY_LEAF_NAMES = frozenset(_words("""
@@ -183,8 +251,9 @@ _CODE_RE = re.compile(
 
 
 def looks_like_code(text: str) -> bool:
-    """Whether a call argument reads like Python source or a shell command."""
-    return bool(_CODE_RE.search(text[:4096]))
+    """Whether a call argument reads like Python source or a shell command (read whole: code
+    past any window is still code)."""
+    return bool(_CODE_RE.search(text))
 
 
 @dataclass(frozen=True)
@@ -359,7 +428,8 @@ def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> V
         return Verdict(Severity.SAFE, "a filesystem path (plain data), as torch.distributed."
                                       "checkpoint metadata and Lightning checkpoints hold; "
                                       "torch.load(weights_only=True) does not allow it, "
-                                      f"{preset_flags()[key]} loads it")
+                                      f"{preset_flags().get(key, '--allow-global ' + key)} "
+                                      "loads it")
     parts = module.split(".") + name.split(".")
     if any(p.startswith("__") and p.endswith("__") and p not in _SAFE_DUNDERS for p in parts):
         return Verdict(Severity.DANGEROUS,
@@ -377,12 +447,68 @@ def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> V
         return Verdict(Severity.DANGEROUS, f"module {module} is blocked by torch")
     if key in preset_flags():
         return Verdict(Severity.SUSPICIOUS, "not allowed by torch.load(weights_only=True); "
-                                            f"{preset_flags()[key]} loads it")
+                                            f"{preset_flags().get(key, '--allow-global ' + key)}"
+                                        " loads it")
     if "." in name:
         return Verdict(Severity.SUSPICIOUS, "dotted name resolved by attribute walk; not allowed "
                                             "by torch.load(weights_only=True)")
     return Verdict(Severity.SUSPICIOUS, "not allowed by torch.load(weights_only=True); the file "
                                         "only loads with weights_only=False")
+
+
+# Callables benign saves call (REDUCE): torch's and NumPy's rebuild functions and the plain
+# containers their pickles build; everything else a pickle calls is dangerous (`call_verdict`),
+# whatever its name. Classes rebuilt through copyreg (NEWOBJ, or _reconstructor and BUILD) are
+# not calls of the class: they stay as suspicious as the class's import.
+CALL_ALLOWED = frozenset(_words("""
+copyreg._reconstructor builtins.object
+builtins.set builtins.frozenset builtins.bytearray builtins.bytes builtins.complex builtins.slice
+builtins.range builtins.list builtins.dict builtins.tuple builtins.int builtins.float
+builtins.str builtins.bool collections.OrderedDict collections.defaultdict collections.deque
+collections.Counter _codecs.encode datetime.datetime datetime.date datetime.time
+datetime.timedelta datetime.timezone decimal.Decimal fractions.Fraction
+numpy.core.multiarray._reconstruct numpy._core.multiarray._reconstruct numpy.dtype
+numpy.core.multiarray.scalar numpy._core.multiarray.scalar numpy.ndarray
+torch._tensor._rebuild_from_type_v2 torch._utils._rebuild_tensor_v2
+torch.jit._pickle.build_intlist torch.jit._pickle.build_doublelist
+torch.jit._pickle.build_boollist torch.jit._pickle.build_tensorlist
+torch.jit._pickle.build_complexlist torch.jit._pickle.restore_type_tag
+"""))
+# An enum member or a small value class rebuilt by value: Class('steps'), Class(2)
+_ENUM_CALL_RE = re.compile(r"\((?:'[\w.-]{0,64}'|\"[\w.-]{0,64}\"|-?\d{1,20})\)")
+
+
+def call_allowed(target: str, rules: WeightsOnlyRules | None = None) -> bool:
+    """Whether calling `target` (dotted) is something benign saves do."""
+    rules = rules or weights_only_rules()
+    head, _, rest = target.partition(".")
+    real = f"{REAL_MODULES.get(head, head)}.{rest}"
+    from inspector.core.allow_presets import PRESET_GLOBALS  # it imports this module
+
+    return any(t in CALL_ALLOWED or t in rules.allowed or t in PRESET_GLOBALS or t in KNOWN_DATA
+               or t.startswith("torch._utils._rebuild_") for t in (target, real))
+
+
+def call_verdict(target: str | None, computed: bool, texts: list[str],
+                 rules: WeightsOnlyRules | None = None) -> Verdict | None:
+    """Why a pickle's call of `target` is not what benign saves do (None when it is)."""
+    if computed or not target:
+        return Verdict(Severity.DANGEROUS, "calls a computed callable (the result of another "
+                                           "call or attribute walk), which no benign save does")
+    if call_allowed(target, rules):
+        return None
+    leaf = target.rsplit(".", 1)[-1]
+    module, _, name = target.rpartition(".")
+    denied = classify(module, name, rules) if module else None
+    if denied is not None and denied.severity == Severity.DANGEROUS:
+        return Verdict(Severity.DANGEROUS, f"calls {target}: {denied.reason}")
+    if leaf[:1].isupper() and texts and all(
+            _ENUM_CALL_RE.fullmatch(t[len(target):]) for t in texts if t.startswith(target)):
+        return Verdict(Severity.SUSPICIOUS, f"rebuilds {target} from one plain value (an enum "
+                                            "member's pattern): the class is called")
+    return Verdict(Severity.DANGEROUS, f"calls {target}, which no benign save calls (outside "
+                                       "torch's and NumPy's rebuilds, the weights_only "
+                                       "allowlist and the --allow presets)")
 
 
 @functools.cache

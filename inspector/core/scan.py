@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from inspector.core import decompress, formats, safetensors_header, zipread
+from inspector.core import decompress, formats, readings, safetensors_header, zipread
 from inspector.core.dcp_items import listed_archives, outside_items
 from inspector.core.discover import Found, discover
 from inspector.core.dtypes import STORAGE_CLASSES
@@ -36,6 +36,7 @@ from inspector.core.pickle_scan import (
 )
 from inspector.core.policy import (
     WeightsOnlyRules,
+    call_verdict,
     classify,
     looks_like_code,
     numpy_dtype_class,
@@ -125,6 +126,8 @@ class ScanResult:
     pickles: list[dict] = field(default_factory=list)
     size: int = 0
     elapsed_ms: float = 0.0
+    # what the loaders' own readers still have to read (`core.readings`); never serialised
+    _blobs: list = field(default_factory=list, repr=False, compare=False)
 
     def to_json(self) -> dict:
         """The `scan` contract (README), plus blockers, pickles walked, size and timing."""
@@ -174,6 +177,8 @@ class _Scan:
         # shared with every nested scan: one budget per file (`core.scan_budget`)
         self.budget = ScanBudget.for_size(result.size)
         self.records: dict[tuple[int, int, int], zipread.Member] = {}  # zip records read
+        self.blobs: dict[int, readings.Blob] = {}  # every buffer walked, for the real readers
+        self.member_of: dict[int, str] = {}  # archive members' buffers, by id, and their names
 
     def find(self, severity: str, code: str, message: str, member: str | None = None,
              offset: int | None = None, call: str | None = None) -> None:
@@ -207,7 +212,21 @@ class _Scan:
             scan.storages += other.storages
             scan.wo_blockers += [b for b in other.wo_blockers if b not in scan.wo_blockers]
             scan.next_start = other.next_start
+        self._keep(data, start, scan)
         return scan
+
+    def _keep(self, data, start: int, scan: PickleScan) -> None:
+        """Keep the walked buffer and start for the loaders' own readers (`core.readings`)."""
+        blob = self.blobs.get(id(data))
+        if blob is None:
+            # holding the buffer keeps its id this buffer's while the scan runs
+            member = self.member_of.get(id(data))
+            blob = self.blobs[id(data)] = readings.Blob(
+                member, set(), data=data, kinds=("c", "c-nopeek") if member else
+                ("c", "c-nopeek", "py"))
+        if len(blob.starts) < 4096:
+            blob.starts.add(start)
+        blob.walker.update((g.module, g.name) for g in scan.globals)
 
     def add_pickle(self, scan: PickleScan, member: str | None, torch_reads: bool,
                    depth: int = 0) -> None:
@@ -244,6 +263,13 @@ class _Scan:
                 self.find(Severity.DANGEROUS, "code-in-arguments",
                           f"{call.opcode} of {target} with an argument that reads like code: "
                           f"{code[:120]!r}", member, call.offset, text)
+            if call.func is not None and not allowed and (call.opcode == "REDUCE" or (
+                    call.opcode in ("INST", "OBJ") and call.args)):
+                verdict = call_verdict(call.func.key, False, [f"{call.func.key}({call.args})"],
+                                       self.rules)
+                if verdict is not None:
+                    self.find(verdict.severity, "call-outside-allowlist", verdict.reason,
+                              member, call.offset if depth == 0 else None, text)
             if not allowed and depth < MAX_NESTING:
                 self._nested(call, member, depth)
             if call.opcode == "REDUCE" and call.func is not None and call.strings and (
@@ -675,6 +701,7 @@ def _scan_archive(ctx: _Scan, buf, archive: zipread.ZipArchive) -> None:
         if data.startswith(formats.NPY_MAGIC):
             _scan_member_npy(ctx, data, m.name)
             continue
+        ctx.member_of[id(data)] = m.name
         scan = ctx.walk(data)
         if not (imports(scan) if is_record else looks_like_pickle(scan)):
             if m.encrypted:
@@ -1059,10 +1086,9 @@ def _scan_as(ctx: _Scan, buf, size: int, kind: str) -> None:
 def _scan_also_as_pickle(ctx: _Scan, buf) -> None:
     """Files that are two formats at once: pickle.load (and torch.load's legacy path) unpickle
     the first bytes of anything that is not a zip, so a safetensors or tar file whose bytes
-    also parse as a pickle that imports something is scanned that way too; the worst wins."""
-    head = bytes(buf[:2])
-    if not head or not (head[0] in formats.PICKLE_FIRST_BYTES or _pickle_head(head)):
-        return
+    also parse as a pickle (from any first opcode) that imports something is scanned that way
+    too; the worst wins."""
+    # not gated by the first byte: the C unpickler takes any opcode there
     first = ctx.walk(buf, 0)
     if not (imports_or_stops(first) and (first.globals or first.calls)):
         return
@@ -1210,6 +1236,10 @@ def _run(path: str, size: int, load, archives: list[tuple[int, int]] | None = No
         if gc_was_enabled:
             gc.enable()
     ctx.finish()
+    if size:
+        res._blobs = readings.blobs_of(ctx.blobs.values(), load(), path, size)
+        if not readings.is_deferred():
+            readings.read([res])
     res.elapsed_ms = (time.perf_counter() - t0) * 1000
     return res
 
@@ -1272,8 +1302,24 @@ def scan_paths(paths: Iterable[str | os.PathLike]) -> Iterator[ScanResult]:
     """Scan files and folders (recursively, every file whatever its extension). A folder's
     file that is not a checkpoint at all (JSON, text, tokenizer files, images) is `skipped`;
     a file that cannot even be scanned is reported, never left out."""
+    batch: list[ScanResult] = []
     for found in discover(paths):
-        yield scan_found(found)
+        with readings.deferred():  # the loaders' readings of many files run in one job
+            batch.append(scan_found(found))
+        if len(batch) >= READ_BATCH_FILES or readings.pending_bytes(batch) > READ_BATCH_BYTES:
+            yield from _read_batch(batch)
+            batch = []
+    yield from _read_batch(batch)
+
+
+READ_BATCH_FILES = 256
+READ_BATCH_BYTES = 64 << 20
+
+
+def _read_batch(batch: list[ScanResult]) -> list[ScanResult]:
+    """Run the batch's pending readings (`core.readings`), one jailed job for all."""
+    readings.read(batch)
+    return batch
 
 
 def scan_found(found: Found) -> ScanResult:
@@ -1285,9 +1331,25 @@ def scan_found(found: Found) -> ScanResult:
         res = ScanResult(path=os.fspath(found.path), verdict=Verdict.ERROR,
                          error=" ".join(f"scan failed: {type(exc).__name__}: {exc}"
                                         .split())[:300])
-    if found.in_folder and _not_a_checkpoint(res):
+    # skipped only when positively something else (text, JSON, an image...); a reading that
+    # then yields a pickle takes that back (`readings.apply`)
+    if found.in_folder and _not_a_checkpoint(res) and _other(found.path, res):
         res.verdict = Verdict.SKIPPED
     return res
+
+
+def _other(path, res: ScanResult) -> bool:
+    """Whether the file is positively no checkpoint (`other_files`); a file that cannot be
+    read as a regular file (a pipe, a dangling link) is none either."""
+    from inspector.core.other_files import identify
+
+    if res.error and res.error.startswith(("cannot read: not a regular file",
+                                           "cannot read: No such file", "empty file")):
+        return True
+    what = identify(path)
+    if what is not None:
+        res.error = f"{res.error} ({what})" if res.error else what
+    return what is not None
 
 
 MAX_INDEX_BYTES = 64 << 20

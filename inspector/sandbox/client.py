@@ -523,11 +523,24 @@ class _Watchdog:
 # --- inspect and convert ----------------------------------------------------------------
 
 
+DRY_RUN_LIMITS = {"cpu_seconds": 120, "memory_mb": 2048}
+
+
+def dry_run_reader(request: dict) -> dict:
+    """`core.readings`' reader: the `dry-run` op (the real unpicklers, inert) in a jailed
+    worker, forked from the fork server when one runs."""
+    return run_job({**request, "limits": dict(DRY_RUN_LIMITS)}, timeout=300)
+
+
 def static_scan(path: Path) -> dict:
-    """The `scan` contract for one file, or for a DCP folder as a whole (nothing is executed)."""
+    """The `scan` contract for one file, or for a DCP folder as a whole, with the loaders' own
+    readings (the installed reader, else `dry_run_reader`); nothing of the file's
+    runs in this process."""
+    from inspector.core import readings
     from inspector.core.scan import scan_file
 
-    return scan_folder(path) if is_dcp_folder(path) else scan_file(path).to_json()
+    with readings.using(readings.current_reader() or dry_run_reader):
+        return scan_folder(path) if is_dcp_folder(path) else scan_file(path).to_json()
 
 
 def _input(path: Path) -> tuple[int, list[str]]:

@@ -79,6 +79,7 @@ OPS: dict[str, str] = {
     "digests": "inspector.sandbox.sources:digests",
     "diff": "inspector.sandbox.diff:diff",
     "consistency": "inspector.sandbox.consistency.op:consistency_op",
+    "dry-run": "inspector.sandbox.dry_run:dry_run",
 }
 
 SELFTEST_ENV = "CKPT_INSPECTOR_SANDBOX_SELFTEST"

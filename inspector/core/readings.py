@@ -1,0 +1,314 @@
+"""The loaders' own readings of a scanned file, folded into its scan result.
+
+The static walk (`core.pickle_scan`) explains a pickle; the verdict also rests on what the real
+unpicklers read from the same bytes. While a file is scanned, every buffer the walker reads as a
+pickle is kept with the offsets it starts at (`_Scan.walk`), and the file itself is always one
+more reading from its first byte, whatever its format (the C unpickler accepts any opcode
+there: a polyglot is not told by byte 0). A reader, injected by the caller (the CLI and the app
+pass `sandbox.client.dry_run_reader`, which runs the `dry-run` op in the jail; core never
+unpickles), reads each blob with CPython's C unpickler (buffered and without peek()) and the
+pure-Python one (joblib), recording every import and call. `apply` then folds in:
+
+- imports the real readings resolve, classified as any import (`policy.classify`);
+- `parser-differential`: the real readers resolve an import the walker did not see (dangerous:
+  a grammar difference is the mark of a crafted file), or the walker sees one no real reader
+  reaches (suspicious), or a real reader reads a pickle where the walker found none;
+- calls outside the call allow-list (`policy.call_verdict`), with their reconstructed call and
+  code-like arguments read whole;
+- pickles held in values (raw, base64, hex, in stages), as `nested-pickle-value` on the key that
+  holds them, and code-like text in values (`code-in-value`, info).
+
+A file the walker called no checkpoint becomes one when a real reading reads a pickle from it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import importlib.util
+import mmap
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from inspector.core.policy import call_verdict, classify, weights_only_rules
+from inspector.core.verdict import worst
+from inspector.core.vocabulary import Severity, Verdict
+
+
+@dataclass
+class Blob:
+    """Bytes a loader may read as pickles: from a file in place (`path`) or held (`data`)."""
+
+    member: str | None
+    starts: set[int]
+    walker: set[tuple[str, str]] = field(default_factory=set)  # imports the walk saw here
+    data: bytes | None = None
+    path: str | None = None
+    size: int = 0
+    persistent: bool = True  # the loader has a persistent_load (torch); plain pickle has not
+    # reader kinds: C with peek (open()), C without (io.BytesIO), pure Python (joblib, which
+    # reads whole files, never archive members)
+    kinds: tuple[str, ...] = ("c", "c-nopeek", "py")
+
+
+Reader = Callable[[dict], dict]
+"""Runs the `dry-run` op on a request ({path, paths, readings}) and returns its result."""
+
+_reader: Reader | None = None
+
+
+def set_reader(reader: Reader | None) -> None:
+    """Install the reader every later scan in this process uses (None: walker only)."""
+    global _reader
+    _reader = reader
+
+
+@contextlib.contextmanager
+def using(reader: Reader | None):
+    """Scans inside use `reader`; the one installed before is back afterwards."""
+    global _reader
+    before, _reader = _reader, reader
+    try:
+        yield
+    finally:
+        _reader = before
+
+
+def current_reader() -> Reader | None:
+    """The installed reader, or None."""
+    return _reader
+
+
+_DEFER = contextvars.ContextVar("ckpt_inspector_defer_readings", default=False)
+
+
+@contextlib.contextmanager
+def deferred():
+    """Scans inside leave their readings pending (`read` runs them later, many in one job)."""
+    token = _DEFER.set(True)
+    try:
+        yield
+    finally:
+        _DEFER.reset(token)
+
+
+def is_deferred() -> bool:
+    """Whether scans now leave their readings pending."""
+    return _DEFER.get()
+
+
+def blobs_of(walked: Iterable[Blob], whole, path: str, size: int) -> list[Blob]:
+    """The blobs one scan leaves for the real readers: the file from its first byte (always,
+    whatever its format: a zip is read without persistent_load, as plain pickle.load reads it),
+    then every other buffer the walk read, held as bytes."""
+    if _reader is None and not _DEFER.get():
+        return []
+    mapped = isinstance(whole, mmap.mmap)
+    first = Blob(None, {0}, path=path if mapped else None, size=size,
+                 data=None if mapped else bytes(whole),
+                 persistent=bytes(whole[:4]) != b"PK\x03\x04")
+    out = [first]
+    for blob in walked:
+        if blob.data is whole:
+            first.starts |= blob.starts
+            first.walker |= blob.walker
+        else:
+            out.append(Blob(blob.member, blob.starts, blob.walker, data=bytes(blob.data),
+                            kinds=blob.kinds))
+    return out
+
+
+_NAME = re.compile(r"[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*")
+
+
+def _importable(module: str, name: str) -> bool:
+    """A name the import system could resolve: anything else fails before any code runs."""
+    return bool(_NAME.fullmatch(module) and _NAME.fullmatch(name))
+
+
+@functools.lru_cache(maxsize=1024)
+def _exists(module: str) -> bool:
+    """Whether the module's top-level package can be found (found, not imported)."""
+    try:
+        return importlib.util.find_spec(module.partition(".")[0]) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def request(blobs: list[Blob], folder: str) -> dict:
+    """The dry-run request for `blobs`: held bytes go into one file in `folder`."""
+    blob_file = os.path.join(folder, "blobs")
+    paths: list[str] = []
+    items = []
+    with open(blob_file, "wb") as out:
+        pos = 0
+        for b in blobs:
+            if b.path is not None:
+                if b.path not in paths:
+                    paths.append(b.path)
+                item = {"file": 1 + paths.index(b.path), "offset": 0, "length": b.size}
+            else:
+                out.write(b.data)
+                item = {"file": 0, "offset": pos, "length": len(b.data)}
+                pos += len(b.data)
+            items.append({**item, "member": b.member, "starts": sorted(b.starts),
+                          "persistent": b.persistent, "kinds": list(b.kinds)})
+    return {"op": "dry-run", "path": blob_file, "paths": paths, "readings": items}
+
+
+def pending_bytes(results: Iterable) -> int:
+    """Bytes the results' pending readings hold in memory."""
+    return sum(len(b.data) for r in results for b in r._blobs if b.data is not None)
+
+
+def read(results: Iterable, reader: Reader | None = None) -> None:
+    """Run the real readings of each result's blobs (one job for all) and fold them in."""
+    reader = reader or _reader
+    results = [r for r in results if getattr(r, "_blobs", None)]
+    if reader is None or not results:
+        return
+    blobs = [b for r in results for b in r._blobs]
+    with tempfile.TemporaryDirectory(prefix="ckpt-readings-") as folder:
+        try:
+            answer = reader(request(blobs, folder))
+        except Exception as exc:  # no reading: never safe on the walker's word alone
+            for r in results:
+                _unread(r, f"{type(exc).__name__}: {exc}")
+            return
+    by_blob: dict[int, list[dict]] = {}
+    for record in answer.get("readings", []):
+        by_blob.setdefault(int(record["index"]), []).append(record)
+    i = 0
+    for r in results:
+        for b in r._blobs:
+            apply(r, b, by_blob.get(i, []))
+            i += 1
+        r._blobs = []
+
+
+def _unread(res, why: str) -> None:
+    from inspector.core.scan import Finding
+
+    res.findings.append(Finding(Severity.SUSPICIOUS, "readings-unavailable",
+                                f"the loaders' own readings could not run ({why[:200]}); the "
+                                "verdict rests on the static walk alone"))
+    res.verdict = _recount(res)
+    res._blobs = []
+
+
+def _recount(res) -> str:
+    """The verdict from the result's globals and findings, as `_Scan.finish` gives it."""
+    if res.verdict == Verdict.SKIPPED:
+        return Verdict.SKIPPED
+    verdict = worst([g.severity for g in res.globals] + [f.severity for f in res.findings])
+    return Verdict.ERROR if res.error and verdict != Verdict.DANGEROUS else verdict
+
+
+def apply(res, blob: Blob, records: list[dict]) -> None:
+    """Fold one blob's real readings into `res` (a `scan.ScanResult`)."""
+    from inspector.core.scan import Finding, GlobalUse
+
+    rules = weights_only_rules()
+    uses = {(g.module, g.name): g for g in res.globals}
+    real: dict[tuple[str, str], int] = {}
+    read_pickle = False
+    where = blob.member
+
+    seen = {(f.code, f.message, f.member) for f in res.findings}
+
+    def find(severity: str, code: str, message: str, call: str | None = None,
+             member: str | None = where) -> None:
+        if len(res.findings) < 4000 and (code, message, member) not in seen:
+            seen.add((code, message, member))
+            res.findings.append(Finding(severity, code, message, member, None, call))
+
+    for rec in records:
+        read_pickle |= rec["pickles"] > 0
+        for module, name, count in rec["imports"]:
+            if _importable(module, name):
+                real[(module, name)] = max(real.get((module, name), 0), count)
+        for call in rec["calls"]:
+            _judge_call(call, find, rules)
+        for inner in rec.get("nested", []):
+            _nested(inner, find, rules, where)
+        for value in rec.get("code_values", [])[:5]:
+            find(Severity.INFO, "code-in-value",
+                 f"the value at {value['key'] or '<root>'} reads like code: "
+                 f"{value['text'][:120]!r}", None, _key(where, value["key"]))
+    for (module, name), count in real.items():
+        if (module, name) not in uses:
+            verdict = classify(module, name, rules)
+            use = GlobalUse(module, name, count, verdict.severity, verdict.reason,
+                            [where] if where else [])
+            res.globals.append(use)
+            uses[(module, name)] = use
+            res.weights_only_ok = res.weights_only_ok and verdict.severity == Severity.SAFE
+    only_real = sorted(f"{m}.{n}" for m, n in set(real) - blob.walker)
+    only_walker = sorted(f"{m}.{n}" for m, n in blob.walker - set(real))
+    if only_real:
+        find(Severity.DANGEROUS, "parser-differential",
+             "CPython's unpickler resolves imports the static walk did not see ("
+             + ", ".join(only_real[:6]) + "): the bytes are crafted to read differently")
+    if only_walker and records:
+        find(Severity.SUSPICIOUS, "parser-differential",
+             "the static walk sees imports no real unpickler reaches ("
+             + ", ".join(only_walker[:6]) + ")")
+    # imports before a failure count too, when the module exists (text opening with `c`
+    # reads as a GLOBAL of words that name no module: a real load fails right there)
+    read_pickle = read_pickle or any(_exists(m) for m, _ in real)
+    if read_pickle and res.error and res.error.startswith(("not a model file",
+                                                           "not a readable")):
+        find(Severity.SUSPICIOUS, "parser-differential",
+             "CPython's unpickler reads a pickle here that the static walk could not read: "
+             f"{res.error[:160]}")
+        res.error = None
+        res.format = "pickle" if res.format == "unknown" else res.format
+        if res.verdict == Verdict.SKIPPED:
+            res.verdict = Verdict.SAFE
+    res.globals.sort(key=lambda g: (-_RANK[g.severity], g.module, g.name))
+    res.verdict = _recount(res)
+
+
+_RANK = {Severity.SAFE: 0, Severity.INFO: 0, Severity.SUSPICIOUS: 1, Severity.DANGEROUS: 2}
+
+
+def _key(member: str | None, key: str) -> str:
+    return f"{member}!{key}" if member and key else (member or key or "<root>")
+
+
+def _judge_call(call: dict, find, rules) -> None:
+    """A recorded call outside the allow-list is dangerous; code in its arguments too."""
+    if call["op"] not in ("call", "new"):
+        return
+    text = call["texts"][0] if call["texts"] else call["target"]
+    if call["op"] == "call":
+        verdict = call_verdict(call["target"], call["computed"], call["texts"], rules)
+        if verdict is not None:
+            find(verdict.severity, "call-outside-allowlist", verdict.reason, text)
+    if call.get("code"):
+        find(Severity.DANGEROUS, "code-in-arguments",
+             f"{call['target']} is called with an argument that reads like code: "
+             f"{call['code'][:120]!r}", text)
+
+
+def _nested(inner: dict, find, rules, member: str | None) -> None:
+    """A pickle held in a value: its dangerous imports and calls are a finding on its key."""
+    bad = [f"{m}.{n}" for m, n, _ in inner["imports"]
+           if classify(m, n, rules).severity == Severity.DANGEROUS]
+    bad += [c["target"] for c in inner["calls"] if c["op"] == "call" and call_verdict(
+        c["target"], c["computed"], c["texts"], rules) is not None]
+    key = _key(member, inner["key"])
+    shown = next((c["texts"][0] for c in inner["calls"] if c["texts"]), None)
+    if bad:
+        find(Severity.SUSPICIOUS, "nested-pickle-value",
+             f"the value at {inner['key'] or '<root>'} is a pickle ({inner['encoding']}) that "
+             f"calls {', '.join(sorted(set(bad))[:4])}: loading this file runs nothing, but "
+             "never unpickle that value", shown, key)
+    else:
+        find(Severity.INFO, "nested-pickle-value",
+             f"the value at {inner['key'] or '<root>'} is a pickle ({inner['encoding']}) of "
+             "plain data", shown, key)

@@ -1,0 +1,254 @@
+"""Issue 22, the verdict path: the loaders' own readings (the `dry-run` op in the jail) decide.
+
+Every sample of `readings_samples` is first proven malicious (its payload runs under its target
+loader in a throwaway process and creates its canary there), then scanned with the jailed
+readings: never safe, skipped or crashed, at least 95 % dangerous, nothing executed. Pickles
+nested in values are findings on their key. A differential fuzz sample checks that every import
+CPython's C unpickler resolves in a mutated pickle is in the verdict, and that where the walker
+and the real reading disagree the scan says so."""
+
+from __future__ import annotations
+
+import pickle
+import random
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from factories import fuzz_seeds, mutate
+from readings_samples import NESTED_BUILDERS, READINGS_BUILDERS, truths
+from test_scan_adversarial import LOADER
+
+from inspector.core import readings
+from inspector.core.scan import scan_bytes, scan_file, scan_paths
+from inspector.sandbox.client import dry_run_reader
+
+# test_scan_adversarial's loader, plus the code that later unpickles one value of a file
+NESTED_LOADER = LOADER.replace('    elif kind == "dcp":', '''    elif kind.startswith("nested:"):
+        import base64, binascii
+        value = pickle.load(open(path, "rb"))["config"]["blob"]
+        for step in reversed(kind.split(":", 1)[1].split("+")):
+            raw = value if isinstance(value, bytes) else value.encode()
+            value = {"raw": lambda b: b, "b64": base64.b64decode,
+                     "hex": binascii.unhexlify}[step](raw)
+        pickle.loads(value)
+    elif kind == "dcp":''')
+ALL = {**READINGS_BUILDERS, **NESTED_BUILDERS}
+
+
+@pytest.fixture
+def jailed_readings():
+    """Scans in this test run the real readers in the jailed worker."""
+    readings.set_reader(dry_run_reader)
+    yield
+    readings.set_reader(None)
+
+
+# Proves every sample in one interpreter that imports the loaders once, then forks a
+# throwaway child per sample (its own process: what a payload does there stays there).
+PROVER = r"""
+import json, os, sys, time
+import numpy, torch, torch.distributed.checkpoint  # imported once, before the forks
+loader_code = sys.argv[1]
+for kind, path, arg in json.loads(sys.argv[2]):
+    pid = os.fork()
+    if pid == 0:
+        sys.argv = ["loader", kind, path, arg]
+        try:
+            exec(compile(loader_code, "loader", "exec"), {"__name__": "__main__"})
+        finally:
+            sys.stdout.flush()
+            os._exit(0)
+    deadline = time.monotonic() + 120
+    while os.waitpid(pid, os.WNOHANG) == (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print(json.dumps({"path": path}), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def proven(tmp_path_factory, python_exe):
+    """Every sample, built and proven malicious; the proof's canary removed afterwards."""
+    import json
+
+    work = tmp_path_factory.mktemp("readings")
+    short = Path(tempfile.mkdtemp(prefix="rd", dir="/tmp"))  # tar names hold 100 bytes
+    built = {}
+    for name, (loader, build) in sorted(ALL.items()):
+        canary_dir = short / f"{len(built)}"
+        canary_dir.mkdir()
+        built[name] = (loader, build(work / f"{name}.bin", canary_dir / "c"), canary_dir)
+    jobs = [(loader, str(path), str(path.parent)) for loader, path, _ in built.values()]
+    proc = subprocess.run([python_exe, "-c", PROVER, NESTED_LOADER, json.dumps(jobs)],
+                          capture_output=True, text=True, timeout=1200, cwd=short)
+    samples = {}
+    for name, (_, path, canary_dir) in built.items():
+        ran = [p.name for p in canary_dir.iterdir()]
+        samples[name] = (path, canary_dir, ran, proc.stdout[-2000:] + proc.stderr[-2000:])
+        for p in sorted(canary_dir.rglob("*"), reverse=True):
+            p.rmdir() if p.is_dir() else p.unlink()
+    yield samples
+    for _, canary_dir, _, _ in samples.values():
+        canary_dir.rmdir()
+    short.rmdir()
+
+
+def test_enough_samples_across_the_classes():
+    assert len(READINGS_BUILDERS) >= 40
+    assert {loader for loader, _ in READINGS_BUILDERS.values()} >= {
+        "pickle", "torch", "numpy", "joblib", "dcp"}
+
+
+@pytest.mark.timeout(1500)  # the first test builds and proves every sample
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_payload_runs_under_its_loader(proven, name):
+    _, _, ran, output = proven[name]
+    assert ran, f"{name}: the payload did not run under its loader: {output}"
+
+
+@pytest.fixture(scope="module")
+def scanned(proven):
+    """Every sample scanned once with the jailed readings, in one folder-style batch."""
+    readings.set_reader(dry_run_reader)
+    try:
+        before = {name: path.read_bytes() for name, (path, *_) in proven.items()}
+        by_path = {r.path: r for r in scan_paths([p for p, *_ in proven.values()])}
+    finally:
+        readings.set_reader(None)
+    for name, (path, *_) in proven.items():
+        assert path.read_bytes() == before[name]
+    return {name: by_path[str(path)] for name, (path, *_) in proven.items()}
+
+
+@pytest.mark.parametrize("name", sorted(ALL))
+def test_scan_is_never_safe_skipped_or_crashed_and_runs_nothing(proven, scanned, name):
+    _, canary_dir, _, _ = proven[name]
+    res = scanned[name]
+    assert res.verdict not in ("safe", "skipped"), res.to_json()
+    assert res.error is None or res.verdict == "dangerous", res.to_json()
+    assert not any(f.code == "readings-unavailable" for f in res.findings), res.to_json()
+    assert not any(canary_dir.iterdir()), "the scan executed the payload"
+
+
+def test_at_least_95_percent_dangerous(scanned):
+    verdicts = {name: scanned[name].verdict for name in READINGS_BUILDERS}
+    dangerous = [n for n, v in verdicts.items() if v == "dangerous"]
+    assert len(dangerous) >= 0.95 * len(verdicts), {n: v for n, v in verdicts.items()
+                                                   if v != "dangerous"}
+
+
+@pytest.mark.parametrize("name", ["put_nul", "int_nul", "zip_nul_int", "npy_nul_int",
+                                  "legacy_tar_nul_int", "dcp_metadata_nul_int"])
+def test_a_grammar_differential_is_named_and_shows_the_real_import(scanned, name):
+    res = scanned[name]
+    assert any(g.import_name == "os.system" for g in res.globals), res.to_json()
+    calls = [f.call for f in res.findings if f.code == "call-outside-allowlist"]
+    assert any(c and c.startswith("os.system(") for c in calls), res.to_json()
+
+
+@pytest.mark.parametrize("name", sorted(NESTED_BUILDERS))
+def test_a_pickle_in_a_value_is_a_finding_on_its_key(scanned, name):
+    res = scanned[name]
+    found = [f for f in res.findings if f.code == "nested-pickle-value"]
+    assert found and found[0].severity == "suspicious", res.to_json()
+    assert "config.blob" in found[0].member and "never unpickle" in found[0].message
+    assert res.verdict == "suspicious"  # the file itself loads: nothing in it runs
+
+
+def test_data_only_nested_plain_pickle_is_info(tmp_path, jailed_readings):
+    path = tmp_path / "plain.pkl"
+    path.write_bytes(pickle.dumps({"blob": pickle.dumps([1, 2, 3]), "code": "import os"}))
+    res = scan_file(path)
+    codes = {(f.code, f.severity) for f in res.findings}
+    assert ("nested-pickle-value", "info") in codes and ("code-in-value", "info") in codes
+    assert res.verdict == "safe", res.to_json()
+
+
+def test_a_call_outside_the_allow_list_is_dangerous_with_its_call(tmp_path, jailed_readings):
+    path = READINGS_BUILDERS["wave_writer"][1](tmp_path / "w.pkl", tmp_path / "never")
+    res = scan_file(path)
+    calls = [f.call for f in res.findings if f.code == "call-outside-allowlist"]
+    assert res.verdict == "dangerous" and any("wave.Wave_write(" in (c or "") for c in calls)
+    assert not (tmp_path / "never").exists()
+
+
+def test_an_enum_rebuilt_by_value_stays_suspicious(tmp_path, jailed_readings):
+    from factories import PROTO2, _reduce, p_unicode
+
+    path = tmp_path / "enum.pkl"
+    path.write_bytes(_reduce("transformers.trainer_utils", "IntervalStrategy",
+                             p_unicode("steps"), proto=PROTO2) + b".")
+    assert scan_file(path).verdict == "suspicious"
+
+
+def test_without_a_reader_the_result_says_nothing_about_readings(tmp_path):
+    path = READINGS_BUILDERS["int_nul"][1](tmp_path / "a.pkl", tmp_path / "never")
+    res = scan_file(path)
+    assert not any(f.code == "parser-differential" for f in res.findings)
+
+
+def test_differential_fuzz_sample_misses_no_real_import(tmp_path):
+    """2,000 mutants of the fuzz seeds (benchmarks/bench_scan_fuzz.py --readings runs 100,000):
+    every import the C unpickler resolves is in the verdict's globals, and where the walker
+    did not see it the scan names a parser differential."""
+    rng = random.Random(22)
+    seeds = [p.read_bytes() for p in fuzz_seeds(tmp_path / "seeds")
+             if p.stat().st_size < 200_000]
+    mutants = [mutate(rng.choice(seeds), rng) for _ in range(2000)]
+    with readings.deferred():
+        results = [scan_bytes(m) for m in mutants]
+    readings.read(results, dry_run_reader)
+    missed = []
+    for truth, res in zip(truths(mutants, tmp_path), results, strict=True):
+        verdict_imports = {(g.module, g.name) for g in res.globals}
+        if truth - verdict_imports:
+            missed.append(sorted(truth - verdict_imports))
+    assert not missed, missed[:5]
+    assert not (tmp_path / "seeds" / "CANARY_EXECUTED").exists()
+
+
+def test_every_deny_note_belongs_to_an_entry_and_every_entry_has_a_capability():
+    from inspector.core.policy import CAPABILITIES, DENY, DENY_NOTES
+
+    assert set(DENY_NOTES) <= set(DENY)
+    assert all(d.capability in CAPABILITIES and d.reason for d in DENY.values())
+    assert DENY["os"].note and DENY["os"].note in DENY["os"].text
+
+
+def test_no_allowed_call_is_on_the_deny_list():
+    from inspector.core.policy import CALL_ALLOWED, classify
+
+    for key in CALL_ALLOWED:
+        module, _, name = key.rpartition(".")
+        assert classify(module, name).severity != "dangerous", key
+
+
+def test_a_folder_skips_only_files_positively_something_else(tmp_path, jailed_readings):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("a README of the model\n")
+    (folder / "config.json").write_text('{"a": 1}')
+    (folder / "tokenizer.model").write_bytes(b"\x0a\x05hello\x12\x03abc\x15\x00\x00\x80\x3f")
+    (folder / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(40))
+    (folder / "unknown.bin").write_bytes(bytes(range(7, 250)) * 3)
+    READINGS_BUILDERS["marks_100001"][1](folder / "marks.pkl", tmp_path / "never")
+    verdicts = {Path(r.path).name: r.verdict for r in scan_paths([folder])}
+    assert verdicts == {"notes.txt": "skipped", "config.json": "skipped",
+                        "tokenizer.model": "skipped", "logo.png": "skipped",
+                        "unknown.bin": "error", "marks.pkl": "dangerous"}, verdicts
+
+
+def test_a_global_cut_at_the_end_is_a_differential_the_walker_alone_misses(tmp_path,
+                                                                          jailed_readings):
+    # at the end of the bytes the C reader takes a name line without its newline and drops its
+    # last byte: `systemX` imports os.system; the walker wants the newline and sees nothing
+    path = tmp_path / "cut.pkl"
+    path.write_bytes(b"\x80\x02cos\nsystemX")
+    with readings.using(None):
+        assert not any(g.import_name == "os.system" for g in scan_file(path).globals)
+    res = scan_file(path)
+    assert any(g.import_name == "os.system" and g.severity == "dangerous" for g in res.globals)
+    found = [f for f in res.findings if f.code == "parser-differential"]
+    assert found and found[0].severity == "dangerous" and "os.system" in found[0].message
+    assert res.verdict == "dangerous"
