@@ -200,10 +200,11 @@ EXAMPLES: dict[str, tuple[Example, ...]] = {
                 "the form a CI job keeps"),
     ),
     "merge": (
-        Example("ckpt-inspector report s3-mirror/ -o part.json --shard 0/4 --results r0.jsonl",
-                "one of four shards of a batch job (run again after a preemption: it resumes)"),
         Example("ckpt-inspector merge r0.jsonl r1.jsonl r2.jsonl r3.jsonl -o fleet.html",
-                "one report from every shard's results"),
+                "one report from the results of four shards (`report --shard I/4 --results "
+                "rI.jsonl`)"),
+        Example("ckpt-inspector merge results-*.jsonl -o fleet.json --force",
+                "the same as JSON, replacing an earlier merge"),
     ),
     "run": (
         Example("ckpt-inspector run latest runs/exp1", "the checkpoint a resume should load"),
