@@ -404,7 +404,22 @@ def _run(run: dict, n: int) -> str:
                          + "; ".join(run["problems"]))),
         ("Records", escape(", ".join(f"{k} {n}" for k, n in sorted(run["records"].items())))),
     ]
-    return "<h2>Training run ledger</h2>" + _section_tag("run", f"run-{n}", _kv(rows))
+    return "<h2>Training run ledger</h2>" + _section_tag("run", f"run-{n}",
+                                                         _kv(rows) + _alarms(run))
+
+
+def _alarms(run: dict) -> str:
+    """The training guard's alarms: the rule at each step, the action, what it was blamed on."""
+    alarms = run.get("alarms") or []
+    if not alarms:
+        return "<h3>Guard alarms</h3><p class=\"muted\">The training guard raised no alarm.</p>"
+    rows = [[escape(_short(a["step"])), escape(_short(a["rank"])), escape(a["rule"]),
+             escape(_short(a["value"])), escape(_short(a["threshold"])), escape(a["action"]),
+             escape(_short(a["attribution"])), _mono(a["scene"]) if a["scene"] else "—",
+             escape(_short(a["params"])), escape(a["device_text"])] for a in alarms]
+    return "<h3>Guard alarms</h3>" + _table(
+        ["Step", "Rank", "Rule", "Value", "Threshold", "Action", "Attribution", "Scene",
+         "First non-finite parameters", "GPU state"], rows)
 
 
 def _telemetry(report: Report, image_src: ImageSrc) -> str:
