@@ -105,13 +105,14 @@ class Alarm:
         return "; ".join(parts)
 
     def label(self) -> str:
-        """One line: step, rule, value against threshold, action, attribution."""
+        """One line: step, rule, value against threshold, action, attribution, scene."""
         where = f"step {self.step}" if self.step is not None else "unknown step"
         rank = f" (rank {self.rank})" if self.rank not in (None, 0) else ""
         against = f", threshold {_short(self.threshold)}" if self.threshold is not None else ""
         blame = f", {self.attribution}" if self.attribution else ""
+        scene = f", scene {self.scene}" if self.scene else ""
         return (f"{where}{rank}: {self.rule} ({_short(self.value)}{against}), "
-                f"{self.action}{blame}")
+                f"{self.action}{blame}{scene}")
 
     def to_json(self) -> dict[str, Any]:
         """The report's `alarms` entry (strict JSON: non-finite numbers as strings)."""
