@@ -12,9 +12,11 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from guard_support import guarded_run
+import torch
+from guard_support import batch, closure_for, guarded_run, tiny_model
 
 from inspector.cli import main
+from inspector.guard.guard import Guard, GuardConfig, GuardHalt
 from inspector.report.render_json import load_schema
 
 
@@ -51,11 +53,6 @@ def test_json_report_lists_the_alarms_and_fails(run, tmp_path):
 
 
 def test_a_halted_alarm_names_its_scene_in_the_report(tmp_path):
-    import torch
-    from guard_support import batch, closure_for, tiny_model
-
-    from inspector.guard.guard import Guard, GuardConfig, GuardHalt
-
     run = tmp_path / "halted"
     model = tiny_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
