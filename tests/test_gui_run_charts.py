@@ -56,7 +56,7 @@ def test_charts_show_loss_and_grad_norm_with_alarm_and_checkpoint_marks(window, 
     assert row["Steps recorded"] == "12" and row["Steps"] == "0–11"
     assert row["Worker seeds (torch)"] == "w0: 1234, w1: 1235"
     assert row["Duplicated"] == "1" and row["Wrong after resume"] == "0"
-    assert "12 step(s) on 1 rank(s); 1 numerics alarm(s), 1 data-order alarm(s)" in \
+    assert "12 step(s) on 1 rank(s); 2 alarm(s), 1 of them on the data order" in \
         pane.guard_line.text()
 
 

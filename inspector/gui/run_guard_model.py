@@ -45,7 +45,7 @@ def curves(metrics: RunMetrics, signal: Signal) -> list[Curve]:
 
 
 def chart_marks(ledger: RunLedger | None, metrics: RunMetrics) -> list[Mark]:
-    """Alarms (numerics "bad", data order "warn") and checkpoint saves ("mark") at their steps."""
+    """Alarms (data order "warn", the others "bad") and checkpoint saves ("mark") at their steps."""
     marks = [Mark(float(a.step), "warn" if a.is_order else "bad", a.rule, a.label())
              for a in metrics.alarms if a.step is not None]
     if ledger is not None:
@@ -99,10 +99,9 @@ def guard_text(metrics: RunMetrics) -> str:
     if not metrics.recorded:
         return "The training guard recorded nothing in this run (see docs/guard.md)."
     steps = sum(len(s.steps) for s in metrics.series)
-    numerics = sum(not a.is_order for a in metrics.alarms)
-    order = len(metrics.alarms) - numerics
-    text = (f"Guard: {steps:,} step(s) on {len(metrics.series)} rank(s); {numerics} numerics "
-            f"alarm(s), {order} data-order alarm(s)")
+    order = sum(a.is_order for a in metrics.alarms)
+    text = (f"Guard: {steps:,} step(s) on {len(metrics.series)} rank(s); "
+            f"{len(metrics.alarms)} alarm(s), {order} of them on the data order")
     if metrics.problems:
         text += f"; {len(metrics.problems)} problem(s): {metrics.problems[0]}"
     return text
