@@ -84,8 +84,11 @@ def test_a_run_without_the_guard_says_so(window, qtbot, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_run_pane_screenshots(window, qtbot, tmp_path, artifacts):
-    pane = _open(window, qtbot, guarded_run(tmp_path / "run"))
+def test_run_pane_screenshots(window, qtbot, tmp_path, artifacts, monkeypatch):
+    # a fake GPU and a transient fault at step 5, so the GPU-state line has something to show
+    install(monkeypatch, FakeNvml([FakeGpu(0)]))
+    flip = BitFlip(step=5, param="0.bias", index=1, bit=30)
+    pane = _open(window, qtbot, guarded_run(tmp_path / "run", faults=(flip,)))
     shots = artifacts / "screens"
     shots.mkdir(parents=True, exist_ok=True)
     try:

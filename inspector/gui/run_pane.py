@@ -106,7 +106,7 @@ class RunPane(QWidget):
         self.splitter.addWidget(self.charts)
         self.splitter.addWidget(guard)
         self.splitter.setStretchFactor(1, 1)
-        self.splitter.setSizes([160, 300, 160])
+        self.splitter.setSizes([110, 280, 210])  # a run has few checkpoints, more alarms
         layout = QVBoxLayout(self)
         layout.addWidget(self.title)
         layout.addLayout(top)
