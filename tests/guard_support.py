@@ -37,3 +37,36 @@ def alarms(run_dir) -> list[dict]:
     read = journal.read(journal.journal_path(run_dir))
     assert read.intact, read.problems
     return [dict(e.record) for e in read.of_kind("guard.alarm")]
+
+
+def guarded_run(run_dir, steps: int = 12, nan_step: int = 6, dup_step: int = 8,
+                saves: tuple[int, ...] = (4, 10), faults: tuple = ()):
+    """A run folder written by the real guard, order ledger and checkpoint ledger on the CPU:
+    a NaN batch at `nan_step` (skipped, re-run: reproducible), step 2's samples again at
+    `dup_step` (sample-duplicated), a checkpoint saved at each of `saves`."""
+    import math
+
+    from inspector.guard.guard import Guard, GuardConfig
+    from inspector.guard.order import OrderLedger
+    from inspector.ledger import save
+
+    model = tiny_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    order = OrderLedger(run_dir, rank=0)
+    order.record_seeds(0, {"torch": 1234, "python": "ab12"})
+    order.record_seeds(1, {"torch": 1235, "python": "cd34"})
+    guard = Guard(run_dir, GuardConfig(warmup=3, action="skip", faults=list(faults)),
+                  ledger=order)
+    for step in range(steps):
+        first = 4 * (2 if step == dup_step else step)
+        order.record(range(first, first + 4), worker=step % 2)
+        x, y = batch(step)
+        if step == nan_step:
+            x[3, 1] = math.nan
+        guard.run_step(closure_for(model, optimizer, (x, y)), model, optimizer)
+        if step in saves:
+            save(model.state_dict(), run_dir / "ckpt" / f"step-{step}.pt", step=step,
+                 run_dir=run_dir)
+    guard.close()
+    order.close()
+    return run_dir

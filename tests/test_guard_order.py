@@ -15,8 +15,8 @@ from guard_support import alarms
 from torch.utils.data import DataLoader, Dataset
 
 from inspector.cli import main
+from inspector.core.order_log import ledger_path, read_ledger
 from inspector.guard.order import OrderLedger, expected_from_ledger, track
-from inspector.guard.order_log import ledger_path, read_ledger
 
 N, BS = 40, 4
 

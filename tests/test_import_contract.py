@@ -24,8 +24,7 @@ from inspector.sandbox.worker import OPS
 
 PACKAGE = Path(__file__).resolve().parent.parent / "inspector"
 HEAVY = ("torch", "safetensors")
-GUARD_TORCH_FREE = ("inspector.guard", "inspector.guard.blocklog", "inspector.guard.order_log",
-                    "inspector.guard.order_diff")
+GUARD_TORCH_FREE = ("inspector.guard", "inspector.guard.order_diff")
 QT = ("PySide6", "pyqtgraph", "shiboken6")
 
 

@@ -36,6 +36,7 @@ from inspector.core.manifest import (
     format_sha256sum,
 )
 from inspector.core.progress import CancelToken, check
+from inspector.core.run_metrics import Alarm, read_alarms
 from inspector.core.verify import TensorDigestFn, compare_tensors
 from inspector.core.vocabulary import CheckpointState, SaveOutcome, TensorCheckStatus
 
@@ -379,6 +380,8 @@ class LedgerSummary:
     chain_intact: bool
     problems: tuple[str, ...]
     kinds: Mapping[str, int]
+    alarms: tuple[Alarm, ...] = ()
+    """The training guard's alarms in the same journal, with their attribution."""
 
     def to_json(self) -> dict[str, Any]:
         """The report's `ledger` section."""
@@ -392,6 +395,7 @@ class LedgerSummary:
                 "path": latest.path, "step": latest.step, "time": latest.time},
             "chain_intact": self.chain_intact, "problems": list(self.problems),
             "records": dict(self.kinds),
+            "alarms": [a.to_json() for a in self.alarms],
         }
 
 
@@ -409,4 +413,5 @@ def summarize(ledger: RunLedger, checks: list[CheckpointCheck]) -> LedgerSummary
         replaced=states[CheckpointState.REPLACED],
         latest_valid=valid[-1] if valid else None, chain_intact=ledger.journal.intact,
         problems=problems + ledger.bad_records, kinds=ledger.kinds,
+        alarms=read_alarms(ledger.journal),
     )

@@ -10,8 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from inspector.core import journal
-
-ALARM_KIND = "guard.alarm"
+from inspector.core.run_status import GUARD_ALARM as ALARM_KIND
 
 
 def append_alarm(run_dir: str | os.PathLike[str], *, step: int, rule: str, value: Any,

@@ -29,10 +29,11 @@ import torch
 from torch import nn
 
 from inspector.core import journal, strict_json
+from inspector.core.blocklog import BlockWriter
 from inspector.core.errors import CodedError
+from inspector.core.run_metrics import METRICS_KIND, metrics_path
 from inspector.guard import inject
 from inspector.guard.alarm_record import append_alarm
-from inspector.guard.blocklog import BlockWriter
 from inspector.guard.devstate import XidWatch, device_state
 from inspector.guard.inject import BitFlip
 from inspector.guard.numerics import StepNumbers, step_numbers
@@ -46,9 +47,6 @@ from inspector.guard.scene import (
     rng_states,
     write_scene,
 )
-
-METRICS_KIND = "guard.metrics"
-METRICS_DIR = "guard"
 
 # Megatron-LM exits 17 when a validation failure ends the job; a halted guard means the same.
 EXIT_HALTED = 17
@@ -288,11 +286,6 @@ class Guard:
                      threshold=first.threshold, action=alarm.action, rank=self.rank,
                      params=alarm.params, attribution=alarm.attribution, scene=alarm.scene,
                      **extra)
-
-
-def metrics_path(run_dir: str | os.PathLike[str], rank: int) -> Path:
-    """Where one rank's per-step metrics live in a run folder."""
-    return Path(run_dir) / METRICS_DIR / f"rank-{rank:05d}.jsonl"
 
 
 def check_journal(path: Path) -> None:

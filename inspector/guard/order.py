@@ -28,17 +28,17 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from inspector.core import journal
 from inspector.core.errors import CodedError
-from inspector.guard.alarm_record import append_alarm
-from inspector.guard.order_log import (
+from inspector.core.order_log import (
     GENESIS,
+    LEDGER_KIND,
     LedgerWriter,
     StepOrder,
     ledger_path,
     read_ledger,
     rolling_hash,
 )
+from inspector.guard.alarm_record import append_alarm
 
-LEDGER_KIND = "order.ledger"
 MAIN_PROCESS = -1
 
 # Filled in each worker by `_SeedInit`, sent with that worker's first batch only.

@@ -6,6 +6,11 @@ changed with the tensor named, missing, removed by rotation) and the journal's c
 the journal and hashing the checkpoints run as one `gui.jobs` job; the rows appear as soon as
 the journal is read and their state when the hashes are done. Activating a row asks the window
 to open that checkpoint in the usual panes (`open_requested`).
+
+Below the table, what the training guard recorded (`core.run_metrics`, read in the same job):
+loss and gradient norm over steps with alarm and checkpoint marks (`run_charts`), the alarms
+with their attribution and the GPU state recorded with them, and the data order per rank.
+Rows, curves and lines come from `run_guard_model`.
 """
 
 from __future__ import annotations
@@ -20,14 +25,20 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
+    QSplitter,
     QTableView,
+    QTableWidget,
+    QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
 from inspector.core.progress import CancelToken
 from inspector.core.run_ledger import RunLedger, check_saves, read_ledger
+from inspector.core.run_metrics import RunMetrics, read_run_metrics
+from inspector.gui import run_guard_model as guard_model
 from inspector.gui.jobs import EmitFn, Job, JobRunner
+from inspector.gui.run_charts import RunCharts
 from inspector.gui.run_model import RunTableModel, chain_text, run_rows
 
 
@@ -69,13 +80,37 @@ class RunPane(QWidget):
             QHeaderView.ResizeMode.ResizeToContents)
         self.table.activated.connect(self._activated)
         self.table.doubleClicked.connect(self._activated)
+        self.metrics: RunMetrics | None = None
+        self.guard_line = QLabel("")
+        self.guard_line.setWordWrap(True)
+        self.charts = RunCharts()
+        self.telemetry = QLabel("")
+        self.telemetry.setWordWrap(True)
+        self.telemetry.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.alarms = _text_table(guard_model.ALARM_COLUMNS, "Guard alarms")
+        self.order = _text_table(guard_model.ORDER_COLUMNS, "Data order per rank")
         top = QHBoxLayout()
         top.addWidget(self.chain, 1)
         top.addWidget(self.verify_button)
+        lower = QSplitter(Qt.Orientation.Horizontal)
+        lower.addWidget(self.alarms)
+        lower.addWidget(self.order)
+        guard = QWidget()
+        guard_layout = QVBoxLayout(guard)
+        guard_layout.setContentsMargins(0, 0, 0, 0)
+        guard_layout.addWidget(self.guard_line)
+        guard_layout.addWidget(self.telemetry)
+        guard_layout.addWidget(lower, 1)
+        self.splitter = QSplitter(Qt.Orientation.Vertical)
+        self.splitter.addWidget(self.table)
+        self.splitter.addWidget(self.charts)
+        self.splitter.addWidget(guard)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setSizes([110, 280, 210])  # a run has few checkpoints, more alarms
         layout = QVBoxLayout(self)
         layout.addWidget(self.title)
         layout.addLayout(top)
-        layout.addWidget(self.table, 1)
+        layout.addWidget(self.splitter, 1)
 
     def open_run(self, path: str | Path) -> Job:
         """Show the run at `path` (a run folder or its journal) and check its checkpoints."""
@@ -95,7 +130,8 @@ class RunPane(QWidget):
             from inspector.sandbox.client import tensor_digests
 
             ledger = read_ledger(path)
-            emit({"type": "ledger", "ledger": ledger})
+            emit({"type": "ledger", "ledger": ledger,
+                  "metrics": read_run_metrics(ledger.journal, ledger.run_dir)})
             return ledger, check_saves(ledger, tensor_digests=tensor_digests, cancel=cancel)
 
         job = Job("check run", work, parent=self)
@@ -111,6 +147,7 @@ class RunPane(QWidget):
             if event.get("type") == "ledger":
                 self.ledger = event["ledger"]
                 self.model.set_rows(run_rows(self.ledger))
+                self._show_guard(event["metrics"])
                 self.chain.setText(f"{len(self.ledger.saves)} checkpoint(s) · "
                                    f"{chain_text(self.ledger)} · checking the bytes…")
 
@@ -128,8 +165,41 @@ class RunPane(QWidget):
         self.model.set_rows([])
         self.chain.setText(message)
 
+    def _show_guard(self, metrics: RunMetrics) -> None:
+        """Draw what the guard recorded: charts, alarms, GPU telemetry, data order."""
+        self.metrics = metrics
+        self.guard_line.setText(guard_model.guard_text(metrics))
+        self.telemetry.setText(guard_model.telemetry_text(metrics))
+        self.charts.show_run({signal: guard_model.curves(metrics, signal)
+                              for signal in ("loss", "grad_norm")},
+                             guard_model.chart_marks(self.ledger, metrics))
+        _fill(self.alarms, [guard_model.alarm_cells(a) for a in metrics.alarms])
+        _fill(self.order, guard_model.order_rows(metrics))
+
     def _activated(self, index) -> None:
         if 0 <= index.row() < len(self.model.rows):
             row = self.model.rows[index.row()]
             if row.location.exists():
                 self.open_requested.emit(str(row.location))
+
+
+def _text_table(columns: tuple[str, ...], name: str) -> QTableWidget:
+    """A read-only table of text rows."""
+    table = QTableWidget(0, len(columns))
+    table.setHorizontalHeaderLabels(list(columns))
+    table.setAccessibleName(name)
+    table.verticalHeader().hide()
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    table.horizontalHeader().setStretchLastSection(True)
+    return table
+
+
+def _fill(table: QTableWidget, rows: list[tuple[str, ...]]) -> None:
+    """Replace a text table's rows; each cell's tooltip is its whole text."""
+    table.setRowCount(len(rows))
+    for r, row in enumerate(rows):
+        for c, text in enumerate(row):
+            item = QTableWidgetItem(text)
+            item.setToolTip(text)
+            table.setItem(r, c, item)

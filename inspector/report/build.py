@@ -80,13 +80,14 @@ def build_report(
 
 
 def run_problems(run: LedgerSummary) -> list[str]:
-    """A run folder's ledger problems: checkpoints changed or missing, a broken chain."""
+    """A run folder's problems: checkpoints changed or missing, a broken chain, guard alarms."""
     where = Path(run.journal).parent.name or run.journal
     out = [f"run {where}: {n} ledgered checkpoint(s) {what}"
            for n, what in ((run.changed, "changed since saved"), (run.missing, "missing")) if n]
     out += [f"run {where}: ledger {p}" for p in run.problems]
     if run.saves and run.latest_valid is None:
         out.append(f"run {where}: no ledgered checkpoint is still valid")
+    out += [f"run {where}: guard alarm at {a.label()}" for a in run.alarms]
     return out
 
 

@@ -420,7 +420,31 @@ def _run(run: dict, n: int) -> str:
                          + "; ".join(run["problems"]))),
         ("Records", escape(", ".join(f"{k} {n}" for k, n in sorted(run["records"].items())))),
     ]
-    return "<h2>Training run ledger</h2>" + _section_tag("run", f"run-{n}", _kv(rows))
+    return "<h2>Training run ledger</h2>" + _section_tag("run", f"run-{n}",
+                                                         _kv(rows) + _alarms(run))
+
+
+def _alarms(run: dict) -> str:
+    """The training guard's alarms: the rule at each step, the action, what it was blamed on."""
+    alarms = run.get("alarms") or []
+    if not alarms:
+        return "<h3>Guard alarms</h3><p class=\"muted\">The training guard raised no alarm.</p>"
+    rows = []
+    for a in alarms:
+        rank = f" (rank {a['rank']})" if a["rank"] not in (None, 0) else ""
+        details = [("first non-finite", _short(a["params"])) if a["params"] else None,
+                   ("scene", a["scene"]) if a["scene"] else None,
+                   ("GPU", a["device_text"]) if a["device"] is not None else None]
+        rows.append([escape(f"{_short(a['step'])}{rank}"), escape(a["rule"]),
+                     escape(f"{_short(a['value'])} / {_short(a['threshold'])}"),
+                     escape(f"{a['action']}, {_short(a['attribution'])}"),
+                     "; ".join(f"{k}: {escape(str(v))}" for k, v in filter(None, details))
+                     or "—"])
+    gpu = ("" if any(a["device"] is not None for a in alarms)
+           else f"<p class=\"muted\">{escape(alarms[0]['device_text'])}.</p>")
+    return "<h3>Guard alarms</h3>" + _table(
+        ["Step", "Rule", "Value / threshold", "Action, attribution",
+         "First non-finite parameters, scene, GPU state"], rows) + gpu
 
 
 def _telemetry(report: Report, image_src: ImageSrc) -> str:

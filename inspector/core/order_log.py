@@ -25,9 +25,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inspector.guard.blocklog import BlockWriter, read_lines
+from inspector.core.blocklog import BlockWriter, read_lines
 
 ORDER_DIR = "order"
+LEDGER_KIND = "order.ledger"
 GENESIS = "0" * 32
 
 
