@@ -248,7 +248,9 @@ def apply(res, blob: Blob, records: list[dict]) -> None:
             uses[(module, name)] = use
             res.weights_only_ok = res.weights_only_ok and verdict.severity == Severity.SAFE
     only_real = sorted(f"{m}.{n}" for m, n in set(real) - blob.walker)
-    only_walker = sorted(f"{m}.{n}" for m, n in blob.walker - set(real))
+    # a walked "import" of words no import system resolves (Python source in a TorchScript
+    # archive read as protocol-0 text) fails in any loader before code runs: no differential
+    only_walker = sorted(f"{m}.{n}" for m, n in blob.walker - set(real) if _importable(m, n))
     if only_real:
         find(Severity.DANGEROUS, "parser-differential",
              "CPython's unpickler resolves imports the static walk did not see ("
