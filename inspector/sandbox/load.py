@@ -15,7 +15,6 @@ import pickle
 import re
 import shlex
 import zipfile
-from collections.abc import Iterator
 
 import torch
 
@@ -116,41 +115,44 @@ def load_checkpoint(path: str | bytes, allow_globals: list[str] | tuple[str, ...
 def _check_record_sizes(path: str) -> None:
     """The check torch.load makes without mmap and skips with it: each storage's record holds
     exactly its bytes (`get_storage_from_record`); with mmap a storage is a slice of the mapped
-    file, and a record longer than its storage loads. A load to the meta device gives each
-    storage's size and record offset (no data read), torch's own zip reader each record's size;
-    a mismatch raises RuntimeError with torch's words. Storages the meta device cannot build
-    (quantized tensors, some rebuilds) leave the file unchecked: the load below still runs."""
-    try:
-        meta = torch.load(path, map_location="meta", weights_only=True)
-    except Exception:  # whatever the meta load cannot do, the real load judges
-        return
+    file, and a record longer than its storage loads. `data.pkl` is read as torch reads it
+    (its weights_only unpickler, the same persistent ids: storage type, key, element count),
+    onto the meta device, so no tensor data is read; each storage's size is compared with its
+    record's, by record name as torch finds it. A pickle this reading cannot finish leaves the
+    check to the real load below, which judges it."""
+    from torch import _weights_only_unpickler
+
     with open(path, "rb") as fh:
         reader = torch._C.PyTorchFileReader(fh)
-        records = {reader.get_record_offset(n): (n, reader.get_record_size(n))
-                   for n in reader.get_all_records()}
-    for storage in _storages(meta):
-        offset = getattr(storage, "_checkpoint_offset", None)
-        name, size = records.get(offset, (None, storage.nbytes()))
-        if size != storage.nbytes():
-            raise RuntimeError(f"record size ({size} bytes) of {name} does not match expected size"
-                               f" ({storage.nbytes()} bytes): torch.load without mmap refuses it")
+        names = set(reader.get_all_records())
+        pickle_name = next((n for n in ("data.pkl",) if n in names), None)
+        if pickle_name is None:
+            return
+        expected: dict[str, int] = {}
 
+        def persistent_load(saved_id: tuple) -> torch.storage.TypedStorage:
+            _, storage_type, key, _location, numel = saved_id
+            dtype = torch.uint8 if storage_type is torch.UntypedStorage else storage_type.dtype
+            nbytes = numel * torch._utils._element_size(dtype)
+            expected[f"data/{key}"] = nbytes
+            # typed, as torch's own persistent_load hands it to the rebuild functions
+            return torch.storage.TypedStorage(
+                wrap_storage=torch.UntypedStorage(nbytes, device="meta"), dtype=dtype,
+                _internal=True)
 
-def _storages(obj: object, depth: int = 0) -> Iterator[torch.UntypedStorage]:
-    """The storage of every tensor in a loaded object's containers and attributes."""
-    if depth > 100:
-        return
-    if isinstance(obj, torch.Tensor):
-        yield obj.untyped_storage()
-        return
-    if isinstance(obj, dict):
-        items = list(obj.values())
-    elif isinstance(obj, list | tuple | set | frozenset):
-        items = list(obj)
-    else:
-        items = list(getattr(obj, "__dict__", {}).values())
-    for item in items:
-        yield from _storages(item, depth + 1)
+        unpickler = _weights_only_unpickler.Unpickler(io.BytesIO(reader.get_record(pickle_name)),
+                                                      encoding="utf-8")
+        unpickler.persistent_load = persistent_load
+        try:
+            unpickler.load()
+        except Exception:  # whatever this reading cannot do, the real load judges
+            return
+        for name, nbytes in expected.items():
+            size = reader.get_record_size(name) if name in names else None
+            if size is not None and size != nbytes:
+                raise RuntimeError(f"record size ({size} bytes) of {name} does not match "
+                                   f"expected size ({nbytes} bytes): torch.load without mmap "
+                                   "refuses it")
 
 
 def _opened(path: str | bytes) -> str | io.BytesIO:
