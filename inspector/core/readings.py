@@ -219,9 +219,16 @@ def apply(res, blob: Blob, records: list[dict]) -> None:
     where = blob.member
 
     seen = {(f.code, f.message, f.member) for f in res.findings}
+    # a call the walk already reported (with its opcode's offset) is not reported again
+    seen_calls = {(f.code, f.call) for f in res.findings if f.call}
+    # nor one of a global already dangerous: it is shown under that global, with its call
+    dangerous_calls = {c for g in res.globals if g.severity == Severity.DANGEROUS
+                       for c in g.calls}
 
     def find(severity: str, code: str, message: str, call: str | None = None,
              member: str | None = where) -> None:
+        if call is not None and ((code, call) in seen_calls or call in dangerous_calls):
+            return
         if len(res.findings) < 4000 and (code, message, member) not in seen:
             seen.add((code, message, member))
             res.findings.append(Finding(severity, code, message, member, None, call))

@@ -263,8 +263,9 @@ class _Scan:
                 self.find(Severity.DANGEROUS, "code-in-arguments",
                           f"{call.opcode} of {target} with an argument that reads like code: "
                           f"{code[:120]!r}", member, call.offset, text)
-            if call.func is not None and not allowed and (call.opcode == "REDUCE" or (
-                    call.opcode in ("INST", "OBJ") and call.args)):
+            judged = known and known.severity == Severity.DANGEROUS  # its call is shown there
+            if call.func is not None and not allowed and not judged and (
+                    call.opcode == "REDUCE" or (call.opcode in ("INST", "OBJ") and call.args)):
                 verdict = call_verdict(call.func.key, False, [f"{call.func.key}({call.args})"],
                                        self.rules)
                 if verdict is not None:
