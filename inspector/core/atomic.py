@@ -65,10 +65,15 @@ def write_text_atomic(path: str | os.PathLike[str], text: str, overwrite: bool =
 
 
 def _fsync_dir(folder: Path) -> None:
-    """Make the rename itself durable."""
+    """Make the rename itself durable, where the file system lets a folder be fsync'd."""
     with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(folder)
+
+
+def fsync_path(path: str | os.PathLike[str]) -> None:
+    """fsync a file or a folder by its path (a folder's: the renames and creations in it)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

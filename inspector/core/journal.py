@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from inspector.core import strict_json
+from inspector.core.atomic import fsync_path
 
 JOURNAL_NAME = "journal.jsonl"
 GENESIS = "0" * 64
@@ -106,7 +107,7 @@ def append(path: str | os.PathLike[str], kind: str, fields: Mapping[str, Any]) -
     finally:
         os.close(fd)
     if created:
-        _fsync_dir(target.parent)
+        fsync_path(target.parent)
     return JournalEntry(line=0, seq=seq, kind=kind, record=record)
 
 
@@ -228,11 +229,3 @@ def _locked(fd: int) -> Iterator[None]:
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
-
-
-def _fsync_dir(folder: Path) -> None:
-    dfd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)

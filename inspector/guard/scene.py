@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from inspector.core import strict_json
+from inspector.core.atomic import fsync_path
 from inspector.core.errors import CodedError
 from inspector.core.hashing import sha256_file
 
@@ -120,10 +121,10 @@ def write_scene(run_dir: Path, scene: Scene, model: nn.Module,
                 "python_rng": rng["python"], "numpy_rng": rng.get("numpy")}
         body["seal"] = _seal(body)
         (tmp / SCENE_JSON).write_text(strict_json.dumps(body, indent=1))
-        _fsync_path(tmp / SCENE_JSON)
+        fsync_path(tmp / SCENE_JSON)
         target = _free_name(parent, f"step-{scene.step:08d}")
         os.rename(tmp, target)
-        _fsync_path(parent)
+        fsync_path(parent)
     except BaseException:
         for p in tmp.iterdir():
             p.unlink()
@@ -232,13 +233,6 @@ def _save(path: Path, obj: Any) -> None:
         fh.flush()
         os.fsync(fh.fileno())
 
-
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _free_name(parent: Path, name: str) -> Path:

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from inspector.core.atomic import current_umask
+from inspector.core.atomic import current_umask, fsync_path
 from inspector.core.errors import CodedError
 from inspector.core.hashing import sha256_file
 from inspector.core.manifest import FileEntry
@@ -83,7 +83,7 @@ def save(
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
-    fsync_dir(target.parent)
+    fsync_path(target.parent)
     record = append_save(run, target, layout="file", fmt=entry.format,
                          writer=_writer(writer, as_safetensors), files=[entry],
                          outcome=outcome, detail=detail, step=step, epoch=epoch)
@@ -131,12 +131,3 @@ def _prove(tmp: Path, rel: str, expected: list, allow_globals: tuple[str, ...]
         shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
         return entry, SaveOutcome.MISMATCH, f"on disk, tensor {shown} differs from memory"
     return entry, SaveOutcome.VERIFIED, None
-
-
-def fsync_dir(folder: Path) -> None:
-    """Make a rename in `folder` durable."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from inspector.core.atomic import fsync_path
 from inspector.core.dcp_folder import is_dcp_folder
 from inspector.core.errors import CodedError
 from inspector.core.formats import sniff
@@ -26,7 +27,6 @@ from inspector.core.hashing import sha256_file
 from inspector.core.manifest import FileEntry, TensorEntry
 from inspector.core.run_ledger import LedgerError, SaveRecord
 from inspector.core.vocabulary import SaveOutcome
-from inspector.ledger.atomic_save import fsync_dir
 from inspector.ledger.digests import differences, disk_digests, expected_bytes, memory_digests
 from inspector.ledger.identity import barrier, current_rank, world_size
 from inspector.ledger.record import append_save, prior_ledger, relative
@@ -190,7 +190,7 @@ def _place(tmp: Path, target: Path) -> None:
         old = target.parent / f".{target.name}.old-{os.getpid()}"
         os.rename(target, old)
     os.rename(tmp, target)
-    fsync_dir(target.parent)
+    fsync_path(target.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -257,4 +257,4 @@ def _fsync_tree(folder: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
-    fsync_dir(folder)
+    fsync_path(folder)
