@@ -88,6 +88,15 @@ def test_a_crc_damaged_file_reads_damaged(window, qtbot, damage):
     assert green_share(window.file_list.item(0).icon()) < 0.02
     assert window.overview.banner.accessibleName() == "Code safety: Damaged"
     assert advice(window).startswith("Get the file again")
+    _findings_say_damaged(window, "zip-crc-mismatch")
+
+
+def _findings_say_damaged(window, code: str) -> None:
+    """The finding itself carries the damage word and the damage advice, never the code-risk
+    word or the advice to allow globals."""
+    text = window.overview.findings.toPlainText()
+    assert f"DAMAGED {code}" in text
+    assert "SUSPICIOUS" not in text and "named globals allowed" not in text
 
 
 def test_a_truncated_file_is_not_called_clean(window, qtbot, damage):
@@ -96,8 +105,9 @@ def test_a_truncated_file_is_not_called_clean(window, qtbot, damage):
     assert green_share(window.file_list.item(0).icon()) < 0.02
     text = window.overview.findings.toPlainText()
     assert "no structural problem" not in text
-    assert "Not scanned: not a readable zip file" in text
-    assert advice(window).startswith("Check that the download finished")
+    assert window.overview.banner.accessibleName() == "Code safety: Damaged"
+    assert advice(window).startswith("Get the file again")
+    _findings_say_damaged(window, "zip-truncated")
 
 
 def test_safetensors_gets_its_own_words_and_no_convert(window, qtbot, damage):

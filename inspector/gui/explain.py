@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inspector.core.advice import advise
+from inspector.core.integrity import INTEGRITY_CODES
 from inspector.core.torchscript_layout import CODE_ARCHIVES
 from inspector.core.vocabulary import HealthStatus, Verdict
 
@@ -256,4 +257,6 @@ def finding_explanation(code: str, severity: str) -> tuple[str, str]:
     for known, text in FINDING_TEXT.items():
         if code == known or code.startswith(known):
             return text
+    if code in INTEGRITY_CODES:  # any other damage: what damage means, and what to do
+        return (CORRUPT.meaning, CORRUPT.action)
     return ("", SEVERITY_ADVICE.get(severity, SEVERITY_ADVICE["warning"]))

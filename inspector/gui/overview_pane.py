@@ -19,10 +19,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from inspector.core.advice import DAMAGED
 from inspector.core.contents import Contents, summarize, training_summary
 from inspector.core.health import Health
 from inspector.core.indicators import FLAGGED, flagged_globals, import_label, indicators_text
-from inspector.core.integrity import integrity_findings
+from inspector.core.integrity import INTEGRITY_CODES, integrity_findings
 from inspector.core.shard_inspect import coverage_text
 from inspector.core.shards import has_one_sha256
 from inspector.core.torchscript_layout import CODE_ARCHIVES
@@ -50,6 +51,7 @@ from inspector.gui.explain import (
 )
 from inspector.gui.model_summary import ModelSummary
 from inspector.gui.verdict_style import (
+    CORRUPT,
     Style,
     badge_icon,
     code_safety_style,
@@ -436,6 +438,8 @@ def _findings_html(doc: FileDocument) -> str:
     for f in worst_first(findings):
         severity = str(f.get("severity", "warning"))
         colour = verdict_style(severity).colour if severity in FLAGGED else None
+        if f.get("code") in INTEGRITY_CODES:  # corruption has its own word, not a code risk
+            severity, colour = DAMAGED, CORRUPT.colour
         meaning, action = finding_explanation(str(f.get("code", "")), severity)
         where = linked_location(f.get("member"), f.get("offset"))
         parts.append(
