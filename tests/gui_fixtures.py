@@ -55,14 +55,17 @@ def make_window(qtbot, tmp_path, monkeypatch, gui_settings) -> Callable[..., Mai
 
 @pytest.fixture
 def worker_requests(monkeypatch) -> list[dict]:
-    """Every request sent to a sandbox worker during the test."""
+    """Every request sent to a sandbox worker to load or read a checkpoint during the test.
+    The scan's jailed dry-run readings (`op` "dry-run": the loaders' own parsers over the
+    bytes, with inert stand-ins, so nothing is loaded) are left out."""
     from inspector.sandbox import client
 
     seen: list[dict] = []
     real = client.run_job
 
     def spy(request, *args, **kwargs):
-        seen.append(request)
+        if request.get("op") != "dry-run":
+            seen.append(request)
         return real(request, *args, **kwargs)
 
     monkeypatch.setattr(client, "run_job", spy)
