@@ -285,6 +285,8 @@ class GpuPane(QWidget):
         self.status = QLabel("")
         self.status.setObjectName("gpuStatus")
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # a long replay path wraps instead of widening the window past a 1280-pixel screen
+        self.status.setWordWrap(True)
         self.open_button = QPushButton("Open recorded log…")
         self.open_button.setToolTip("nvidia-smi --query-gpu … --format=csv logs, or a recording"
                                     " made with ckpt-inspector telemetry --csv")
