@@ -24,6 +24,7 @@ from inspector.core import objstore
 from inspector.core.objstore import ObjectStoreError, Relabel, RemoteObject
 from inspector.core.sharding import Where
 from inspector.core.termtext import escape
+from inspector.core.vocabulary import Verdict
 
 if TYPE_CHECKING:  # verify's modules load only when a URL is verified
     from inspector.core.manifest import Manifest
@@ -112,7 +113,7 @@ def scan_sources(paths: list[str]) -> Iterator[Source]:
         except ObjectStoreError as exc:
             why = exc.message.removeprefix(f"{raw}: ")  # the scan's line names the URL
             yield Source(raw, raw, lambda why=why, raw=raw: ScanResult(
-                path=raw, verdict="error", error=why))
+                path=raw, verdict=Verdict.ERROR, error=why))
             continue
         in_folder = len(objects) > 1 or objstore.relative_key(objects[0], raw) != ""
         for obj in objects:
@@ -133,7 +134,7 @@ def _scan_object(obj: RemoteObject, in_folder: bool):
             relabel.add(local, obj.url)
             return ScanResult.from_json(relabel.json(res.to_json()))
     except ObjectStoreError as exc:
-        return ScanResult(path=obj.url, verdict="error",
+        return ScanResult(path=obj.url, verdict=Verdict.ERROR,
                           error=exc.message.removeprefix(f"{obj.url}: "))
 
 
