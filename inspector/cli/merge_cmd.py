@@ -27,10 +27,9 @@ from inspector.report import (
     WRITERS,
     FileEvidence,
     SessionEvidence,
-    UnknownReportFormat,
     build_report,
+    output_problem,
     write_report,
-    writer_for,
 )
 
 EXIT_FAILED_CHECK = 1
@@ -53,12 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Read every results file, write one report, and exit by what it found."""
-    try:
-        writer_for(args.output)
-    except UnknownReportFormat as exc:
-        return _fail(str(exc), EXIT_NOT_WRITTEN)
-    if args.output.exists() and not args.force:
-        return _fail(f"{args.output} exists; pass --force to overwrite it", EXIT_NOT_WRITTEN)
+    if problem := output_problem(args.output, args.force):
+        return _fail(problem, EXIT_NOT_WRITTEN)
     try:
         batch = read_results(args.results)
     except OSError as exc:

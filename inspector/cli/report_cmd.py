@@ -45,10 +45,9 @@ from inspector.report import (
     FileEvidence,
     Report,
     SessionEvidence,
-    UnknownReportFormat,
     build_report,
+    output_problem,
     write_report,
-    writer_for,
 )
 from inspector.report.advice import headline_word
 
@@ -96,15 +95,8 @@ def run(args: argparse.Namespace) -> int:
     if has_url(args.paths):
         return run_localized(args, "paths", run, "report")
     to_stdout = str(args.output) == "-"
-    if not to_stdout:
-        try:
-            writer_for(args.output)
-        except UnknownReportFormat as exc:
-            return _fail(str(exc), EXIT_NOT_WRITTEN)
-        if args.output.exists() and not args.force:
-            return _fail(f"{args.output} exists; pass --force to overwrite it", EXIT_NOT_WRITTEN)
-        if not args.output.absolute().parent.is_dir():
-            return _fail(f"{args.output.parent}: no such folder", EXIT_NOT_WRITTEN)
+    if not to_stdout and (problem := output_problem(args.output, args.force)):
+        return _fail(problem, EXIT_NOT_WRITTEN)
     manifest = None
     if args.manifest is not None:
         from inspector.core.manifest import ManifestError, read_manifest

@@ -23,7 +23,7 @@ WRITERS = {
 }
 
 __all__ = ["WRITERS", "FileEvidence", "Report", "SessionEvidence", "UnknownReportFormat",
-           "build_report", "export", "write_report", "writer_for"]
+           "build_report", "export", "output_problem", "write_report", "writer_for"]
 
 
 class UnknownReportFormat(ValueError):
@@ -39,6 +39,20 @@ def writer_for(path: str | os.PathLike[str]) -> Callable[..., None]:
             f"use one of {', '.join(sorted(WRITERS))}")
     module, func = WRITERS[suffix].split(":")
     return getattr(importlib.import_module(module), func)
+
+
+def output_problem(path: Path, force: bool) -> str | None:
+    """Why a report cannot be written to `path` (format, existing file, missing folder), in
+    one line, before any work is done; None when it can."""
+    try:
+        writer_for(path)
+    except UnknownReportFormat as exc:
+        return str(exc)
+    if path.exists() and not force:
+        return f"{path} exists; pass --force to overwrite it"
+    if not path.absolute().parent.is_dir():
+        return f"{path.parent}: no such folder"
+    return None
 
 
 def write_report(report: Report, path: str | os.PathLike[str], overwrite: bool = False) -> None:
