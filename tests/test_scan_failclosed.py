@@ -13,9 +13,10 @@ import zlib
 import pytest
 from factories import call, p_global, p_unicode, touch_cmd
 
-from inspector.core import decompress, discover, formats, scan
+from inspector.core import decompress, discover, formats, readings, scan
 from inspector.core.scan import scan_bytes, scan_file, scan_paths
 from inspector.core.termtext import escape, html_escape
+from inspector.sandbox.client import dry_run_reader
 
 
 def _cli(python_exe, *args):
@@ -35,7 +36,12 @@ def test_an_exception_in_a_reader_is_the_files_one_line_result(tmp_path, monkeyp
     monkeypatch.setattr(scan, "_fold_pickles", boom)
     evil = tmp_path / "evil.pkl"
     evil.write_bytes(call("os", "system", touch_cmd(canary)))
-    assert scan_file(evil).verdict == "error"  # not fully read: never safe
+    with readings.using(None):
+        assert scan_file(evil).verdict == "error"  # the walk alone, not fully read: never safe
+    with readings.using(dry_run_reader):  # the loaders' own reading still sees the call
+        res = scan_file(evil)
+    assert res.verdict == "dangerous" and "RuntimeError" in res.error
+    assert not canary.exists()
 
 
 def test_a_folder_reports_every_file_even_when_one_breaks_the_scanner(tmp_path, monkeypatch,

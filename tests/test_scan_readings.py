@@ -254,3 +254,34 @@ def test_a_global_cut_at_the_end_is_a_differential_the_walker_alone_misses(tmp_p
     found = [f for f in res.findings if f.code == "parser-differential"]
     assert found and found[0].severity == "dangerous" and "os.system" in found[0].message
     assert res.verdict == "dangerous"
+
+
+def test_readers_swapped_in_parallel_threads_leave_none_behind():
+    """Jobs run in parallel threads each scan with their own reader (`static_scan`); ending
+    their blocks out of order must not leave one installed for later scans."""
+    import threading
+
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def first():
+        with readings.using(dry_run_reader):
+            first_in.set()
+            second_in.wait(10)
+            seen["first"] = readings.current_reader()
+        first_out.set()
+
+    def second():
+        first_in.wait(10)
+        with readings.using(str):
+            second_in.set()
+            first_out.wait(10)
+            seen["second"] = readings.current_reader()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert seen == {"first": dry_run_reader, "second": str}
+    assert readings.current_reader() is None

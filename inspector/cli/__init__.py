@@ -100,7 +100,7 @@ def _jailed_readings():
     (`core.readings`); the user's process still never unpickles. Restored when it returns."""
     from inspector.core import readings
 
-    return readings.using(_jailed)
+    return readings.installed(_jailed)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -59,6 +59,10 @@ Reader = Callable[[dict], dict]
 """Runs the `dry-run` op on a request ({path, paths, readings}) and returns its result."""
 
 _reader: Reader | None = None
+# `using` overrides the process's reader in one thread only: parallel jobs each swap in their
+# own, and a process-wide swap undone out of order would leave one installed for good.
+_UNSET = object()
+_override = contextvars.ContextVar("ckpt_inspector_reader", default=_UNSET)
 
 
 def set_reader(reader: Reader | None) -> None:
@@ -68,8 +72,8 @@ def set_reader(reader: Reader | None) -> None:
 
 
 @contextlib.contextmanager
-def using(reader: Reader | None):
-    """Scans inside use `reader`; the one installed before is back afterwards."""
+def installed(reader: Reader | None):
+    """Scans in every thread use `reader` until the block ends; the one before is back then."""
     global _reader
     before, _reader = _reader, reader
     try:
@@ -78,9 +82,20 @@ def using(reader: Reader | None):
         _reader = before
 
 
+@contextlib.contextmanager
+def using(reader: Reader | None):
+    """Scans inside, in this thread, use `reader` (None: walker only), whatever is installed."""
+    token = _override.set(reader)
+    try:
+        yield
+    finally:
+        _override.reset(token)
+
+
 def current_reader() -> Reader | None:
-    """The installed reader, or None."""
-    return _reader
+    """The reader this thread's scans use: its `using` one, else the installed one."""
+    reader = _override.get()
+    return _reader if reader is _UNSET else reader
 
 
 _DEFER = contextvars.ContextVar("ckpt_inspector_defer_readings", default=False)
@@ -105,7 +120,7 @@ def blobs_of(walked: Iterable[Blob], whole, path: str, size: int) -> list[Blob]:
     """The blobs one scan leaves for the real readers: the file from its first byte (always,
     whatever its format: a zip is read without persistent_load, as plain pickle.load reads it),
     then every other buffer the walk read, held as bytes."""
-    if _reader is None and not _DEFER.get():
+    if current_reader() is None and not _DEFER.get():
         return []
     mapped = isinstance(whole, mmap.mmap)
     first = Blob(None, {0}, path=path if mapped else None, size=size,
@@ -167,7 +182,7 @@ def pending_bytes(results: Iterable) -> int:
 
 def read(results: Iterable, reader: Reader | None = None) -> None:
     """Run the real readings of each result's blobs (one job for all) and fold them in."""
-    reader = reader or _reader
+    reader = reader or current_reader()
     results = [r for r in results if getattr(r, "_blobs", None)]
     if reader is None or not results:
         return
