@@ -1060,7 +1060,11 @@ def _after_record(data: bytes, member: str, scan: PickleScan, count: int) -> lis
 def _scan_as(ctx: _Scan, buf, size: int, kind: str) -> None:
     """The reading a loader takes for the detected format."""
     res = ctx.result
-    if kind == "zip":
+    spec = formats.spec_of(kind)
+    if spec is not None and spec.scan is not None:  # a format module reads it (`core.formats`)
+        res.format = spec.format
+        spec.scan(ctx, buf)
+    elif kind == "zip":
         _scan_zip(ctx, buf)
     elif kind == "npy":
         res.format = "npy"
@@ -1100,7 +1104,9 @@ def _scan_also_as_pickle(ctx: _Scan, buf) -> None:
 
 def _scan_buffer(ctx: _Scan, buf, size: int) -> None:
     res = ctx.result
-    kind = formats.sniff(bytes(buf[:512]), size)
+    head = bytes(buf[:formats.HEAD_BYTES])
+    spec = formats.detect(head, size)
+    kind = spec.format if spec is not None else formats.sniff(head, size)
     try:
         _scan_as(ctx, buf, size, kind)
     except BudgetSpent:

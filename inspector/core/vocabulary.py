@@ -21,6 +21,32 @@ class Verdict(StrEnum):
     """A folder's file that is not a checkpoint; ranks as safe and never fails a gate."""
 
 
+class Format(StrEnum):
+    """What a file is, as the scan contract's `format` names it (`core.formats` holds each
+    one's record: how it is recognised, read, scanned and loaded)."""
+
+    PYTORCH_ZIP = "pytorch-zip"
+    TORCHSCRIPT = "torchscript"
+    TORCH_EXPORT = "torch-export"
+    PYTORCH_LEGACY = "pytorch-legacy"
+    PICKLE = "pickle"
+    PYTORCH_TAR = "pytorch-tar"
+    TAR = "tar"
+    COMPRESSED_PICKLE = "compressed-pickle"
+    COMPRESSED_ARCHIVE = "compressed-archive"
+    DISTCP = "distcp"
+    DCP = "dcp"
+    """A torch.distributed.checkpoint folder (`.metadata` and its `.distcp` files) as one."""
+    SAFETENSORS = "safetensors"
+    NPY = "npy"
+    NPZ = "npz"
+    ZIP = "zip"
+    SEVEN_ZIP = "7z"
+    GGUF = "gguf"
+    ONNX = "onnx"
+    UNKNOWN = "unknown"
+
+
 class Severity(StrEnum):
     """Severity of a scan finding or an imported global, from harmless to dangerous."""
 

@@ -572,12 +572,20 @@ def check_loadable(scan: dict, allow_globals: Iterable[str], override_dangerous:
         raise SandboxError("refused_global",
                            "refusing to allow dangerous globals: " + ", ".join(forbidden),
                            forbidden)
-    if fmt not in LOADABLE_FORMATS:
+    if fmt not in LOADABLE_FORMATS and not _module_loads(fmt):
         what = scan.get("error") if fmt == "unknown" else None  # the reason, not "unknown"
         detail = f": {scan['error']}" if scan.get("error") and not what else ""
         raise SandboxError("unsupported_format",
                            f"cannot load this file: {what}" if what
                            else f"cannot load this file (format {fmt}){detail}")
+
+
+def _module_loads(fmt: str) -> bool:
+    """Whether a format module of `core.formats` gives the worker a tensor reader for it."""
+    from inspector.core.formats import spec_of
+
+    spec = spec_of(fmt)
+    return spec is not None and spec.tensors is not None
 
 
 def _limits(size: int, limits: dict | None) -> dict:

@@ -163,6 +163,9 @@ def load_request(request: dict) -> object:
     """Load request["path"] by its scanned `format`: safetensors directly, a DCP folder through
     `sandbox.dcp`, TorchScript and torch.export weights through `sandbox.torchscript` (their
     code never runs), else torch.load."""
+    reader = module_reader(request.get("format") or "")
+    if reader is not None:
+        return reader(request["path"])
     if request.get("format") == "safetensors":
         return load_safetensors(request["path"])
     if request.get("format") == "dcp":
@@ -174,6 +177,17 @@ def load_request(request: dict) -> object:
 
         return load_weights(request["path"], request["format"])
     return load_checkpoint(request["path"], request.get("allow_globals", ()))
+
+
+def module_reader(fmt: str):
+    """The tensor reader a format module of `core.formats` names for `fmt`, or None."""
+    from inspector.core.formats import spec_of
+
+    spec = spec_of(fmt)
+    if spec is None or spec.tensors is None:
+        return None
+    module, _, function = spec.tensors.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def load_safetensors(path: str) -> dict[str, torch.Tensor]:

@@ -24,7 +24,7 @@ from typing import Any
 
 from inspector.core.dtypes import canonical_dtype
 from inspector.core.errors import CodedError
-from inspector.core.formats import sniff
+from inspector.core.formats import HEAD_BYTES, detect, sniff
 from inspector.core.hashing import DIGEST_ALGORITHM
 from inspector.core.progress import CancelToken, check
 from inspector.core.safetensors_header import read_header
@@ -86,7 +86,13 @@ def open_checkpoint(
         state, locate = open_folder(path, allow_globals)
         return _open_loaded(path, "dcp", state, maps_fd, locate)
     with open(path, "rb") as fh:
-        kind = sniff(fh.read(64), os.path.getsize(path))
+        head, size = fh.read(HEAD_BYTES), os.fstat(fh.fileno()).st_size
+    spec = detect(head, size)
+    if spec is not None and spec.tensors is not None:
+        from inspector.sandbox.load import module_reader
+
+        return _open_loaded(path, spec.format, module_reader(spec.format)(path), maps_fd)
+    kind = sniff(head, size)
     if kind == "safetensors":
         return _open_safetensors(path)
     if kind == "zip":

@@ -1,4 +1,4 @@
-"""Format detection from a file's bytes (never its name), and the npy header as NumPy reads it.
+"""Format detection from a file's bytes (never its name) by the built-in chain, and the npy header
 
 Format names (the `format` key of the scan contract):
 

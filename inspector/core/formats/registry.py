@@ -1,0 +1,94 @@
+"""The one record per file format, and the lists every other part derives from it.
+
+Each format module of this package registers one `FormatSpec` (several where one reader serves
+closely related kinds, as torch's zip reader serves `pytorch-zip`, `torchscript` and
+`torch-export`). File dialogs, folder filters, the desktop MIME types, the scan's dispatch and
+the worker's tensor loading all read these records, so a new format is one module here plus its
+tests (DEVELOPING.md, "Add a format").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from inspector.core.vocabulary import Format
+
+HEAD_BYTES = 512
+"""How many leading bytes `FormatSpec.sniff` is given."""
+
+
+@dataclass(frozen=True)
+class FormatSpec:
+    """What the project knows of one file format."""
+
+    format: Format
+    label: str
+    """What a user reads in a dialog or a result: "GGUF model (llama.cpp, ggml)"."""
+    suffixes: tuple[str, ...] = ()
+    """Offered by file dialogs and the desktop MIME globs; never how a file is recognised."""
+    mime: str | None = None
+    """The shared-mime-info type the desktop integration routes to the app."""
+    holds_code: bool = False
+    """Its loader can run code the file carries (a pickle, TorchScript, a template engine)."""
+    loaders: tuple[str, ...] = ()
+    """The loaders a user opens it with, whose own readings the verdict rests on."""
+    sniff: Callable[[bytes, int], bool] | None = None
+    """Positive recognition from the first `HEAD_BYTES` bytes and the file size; None where
+    the built-in chain (`sniffing.sniff`) recognises it."""
+    scan: Callable[[Any, Any], None] | None = None
+    """`scan(ctx, buf)`: reads the whole file (`buf`, bytes or a read-only mapping) and reports
+    through the scan context (`ctx.result.format`, `ctx.find`, `ctx.not_fully_read`); raising
+    ends in the scan's fallback readings. None where `core.scan` still dispatches it."""
+    tensors: str | None = None
+    """`"module:function"` the jailed worker calls as `function(path) -> {name: tensor}` to
+    read its tensors for statistics and digests; None where `sandbox.load` reads it."""
+
+
+_SPECS: dict[Format, FormatSpec] = {}
+
+
+def register(spec: FormatSpec) -> FormatSpec:
+    """Add one format's record (each format once)."""
+    if spec.format in _SPECS:
+        raise ValueError(f"format {spec.format} is registered twice")
+    _SPECS[spec.format] = spec
+    return spec
+
+
+def spec_of(fmt: str) -> FormatSpec | None:
+    """The record of a format name, or None for a name no module registers."""
+    try:
+        return _SPECS.get(Format(fmt))
+    except ValueError:
+        return None
+
+
+def all_specs() -> tuple[FormatSpec, ...]:
+    """Every registered record, in registration order."""
+    return tuple(_SPECS.values())
+
+
+def detect(head: bytes, size: int) -> FormatSpec | None:
+    """The first registered format whose own sniff recognises these bytes."""
+    return next((s for s in _SPECS.values() if s.sniff is not None and s.sniff(head, size)), None)
+
+
+def suffixes() -> tuple[str, ...]:
+    """Every suffix a file dialog offers, each once, in registration order."""
+    return tuple(dict.fromkeys(x for s in _SPECS.values() for x in s.suffixes))
+
+
+def dialog_filter() -> str:
+    """The Qt file-dialog filter: the model files the app opens, then all files."""
+    return f"Model files ({' '.join('*' + x for x in suffixes())});;All files (*)"
+
+
+def mime_types() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """MIME type -> (comment, glob suffixes), for the desktop integration."""
+    out: dict[str, tuple[str, list[str]]] = {}
+    for s in _SPECS.values():
+        if s.mime:
+            out.setdefault(s.mime, (s.label, []))[1].extend(s.suffixes)
+    return {mime: (label, tuple(dict.fromkeys(globs))) for mime, (label, globs) in out.items()}
