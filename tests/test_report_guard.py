@@ -86,6 +86,15 @@ def test_html_report_shows_the_alarm_table(run, tmp_path):
                  "0.weight, 0.bias, 2.weight, 2.bias", "sample-duplicated"):
         assert cell in table
     assert "guard alarm at step 6: loss-nonfinite (nan), skip, reproducible" in text
+    # the checkpoints' code is clean, but the banner leads with the failed run, never "safe"
+    banner = text[text.index('class="headline"'):text.index("</td>", text.index('class="banner"'))]
+    assert "SAFE TO OPEN" not in banner and "CHECKS FAILED" in banner, banner
+
+
+def test_the_summary_line_leads_with_the_failed_checks(run, tmp_path, capsys):
+    assert main(["report", str(run), "-o", str(tmp_path / "report.json")]) == 1
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("PROBLEM: ") and "problem(s)" in first, first
 
 
 @pytest.mark.skipif(shutil.which("pdftotext") is None,

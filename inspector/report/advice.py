@@ -20,14 +20,27 @@ def file_advice(f: FileReport) -> Advice:
     return advise(scan, f.health.status if f.health else None)
 
 
+CHECKS_FAILED = Advice(
+    HealthStatus.PROBLEM,
+    "Checks failed — the files carry no code-running imports, but checks beyond them failed",
+    "Read the problems below before using these checkpoints: a training guard's alarm, a "
+    "checkpoint changed after it was saved, or GPU errors can mean the weights are bad.",
+    case="checks-failed")
+"""A clean scan with problems outside the files (training runs, GPU telemetry)."""
+
+
 def bad_data(report: Report) -> Advice | None:
-    """The first file's advice whose data is bad, when it outranks the scan verdict."""
+    """What outranks a safe or suspicious scan on the report's first line: the first file whose
+    data is bad, else the problems outside the files (runs, telemetry)."""
     if report.verdict not in (Verdict.SAFE, Verdict.SUSPICIOUS):
         return None
-    return next((a for a in map(file_advice, report.files) if a.word in WORSE_THAN_CODE), None)
+    worse = next((a for a in map(file_advice, report.files) if a.word in WORSE_THAN_CODE), None)
+    outside = len(report.problems) - sum(len(f.problems) for f in report.files)
+    return worse or (CHECKS_FAILED if outside > 0 else None)
 
 
 def headline_word(report: Report) -> str:
-    """The report's one word: `damaged` or `problem` when the data is worse than the code."""
+    """The report's one word: `damaged` or `problem` when the data or the checks are worse than
+    the code."""
     worse = bad_data(report)
     return str(worse.word if worse else report.verdict)
