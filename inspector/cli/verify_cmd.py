@@ -124,7 +124,8 @@ def _verify_against(args: argparse.Namespace, manifest: Manifest, paths: list[Pa
             warm_workers(len(files)), ahead as digests:
         if batch:
             batch.begin(batch_command(args))
-            return verify_each(manifest, pairs, batch, digests, args.strict)
+            return verify_each(manifest, pairs, batch, digests, args.strict,
+                               progress=progress)
         return verify(manifest, paths, tensor_digests=digests, progress=progress,
                       strict=args.strict, pairs=pairs)
 

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from inspector.core import objstore
+from inspector.core.hashing import ByteProgress, HashAhead
 from inspector.core.manifest import FileEntry, Manifest
 from inspector.core.objstore import RemoteObject
-from inspector.core.progress import CancelToken, check
+from inspector.core.progress import CancelToken, ProgressFn, check
 from inspector.core.sharding import Where
 from inspector.core.verify import (
     EXTRA,
@@ -31,6 +32,7 @@ from inspector.core.verify import (
     VerifyResult,
     _checks_tensors,
     compare_tensors,
+    hash_targets,
     mark_index_extras,
     verify,
 )
@@ -59,21 +61,26 @@ def pending(pairs: Plan, keeper: Keeper) -> Plan:
 
 def verify_each(manifest: Manifest, pairs: Plan, keeper: Keeper,
                 tensor_digests: TensorDigestFn | None = None, strict: bool = False,
-                cancel: CancelToken | None = None) -> VerifyResult:
-    """`verify` of the owned pairs one at a time, each kept as it finishes."""
-    jobs = [(str(location), location, _one(manifest, (entry, location), tensor_digests,
-                                            strict, cancel))
-            for entry, location in pairs]
-    result = _each(jobs, keeper, manifest, strict, cancel)
+                cancel: CancelToken | None = None,
+                progress: ProgressFn | None = None) -> VerifyResult:
+    """`verify` of the owned pairs one file at a time, each kept as it finishes; the files
+    still to do are hashed a core each at once, ahead of their turn."""
+    targets = hash_targets(pending(pairs, keeper))
+    track = ByteProgress(progress, sum(p.stat().st_size for p in targets))
+    with HashAhead(targets, track, cancel) as hashes:
+        jobs = [(str(location), location, _one(manifest, (entry, location), tensor_digests,
+                                                strict, cancel, hashes))
+                for entry, location in pairs]
+        result = _each(jobs, keeper, manifest, strict, cancel)
     mark_index_extras(result, manifest, pairs)
     return result
 
 
 def _one(manifest: Manifest, pair: tuple[FileEntry | None, Path],
-         digests: TensorDigestFn | None, strict: bool,
-         cancel: CancelToken | None) -> Callable[[], VerifyResult]:
+         digests: TensorDigestFn | None, strict: bool, cancel: CancelToken | None,
+         hashes: HashAhead) -> Callable[[], VerifyResult]:
     return lambda: verify(manifest, pairs=[pair], tensor_digests=digests, strict=strict,
-                          cancel=cancel, whole=False)
+                          cancel=cancel, whole=False, hashes=hashes)
 
 
 def _each(jobs: list[tuple[str, Where, Callable[[], VerifyResult]]], keeper: Keeper,
