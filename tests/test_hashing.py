@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from inspector.core.atomic import OutputExistsError, atomic_write, write_bytes_atomic
 from inspector.core import hashing
+from inspector.core.atomic import OutputExistsError, atomic_write, write_bytes_atomic
 from inspector.core.hashing import ByteProgress, HashAhead, sha256_file
 from inspector.core.progress import Cancelled, CancelToken
 
