@@ -133,13 +133,23 @@ def _main(argv: list[str], command: str | None) -> int:
         errors.flush()
 
 
+def _sets_jail(required: str | None) -> bool:
+    """Whether `--require-jail` must be passed on: not for the default while the client is
+    not loaded yet (it starts at the default), so a command that loads nothing never imports
+    the client (a third of verify's start-up)."""
+    from inspector.core.vocabulary import DEFAULT_REQUIRED_JAIL
+
+    return required is not None and (required != DEFAULT_REQUIRED_JAIL
+                                      or "inspector.sandbox.client" in sys.modules)
+
+
 def _run(command: str | None, argv: list[str]) -> int:
     """Parse the arguments of `command` and run it; its exit status."""
     args = build_parser(command).parse_args(argv)
     if args.command is None:
         build_parser().print_help()
         return EXIT_USAGE
-    if getattr(args, "require_jail", None):
+    if _sets_jail(getattr(args, "require_jail", None)):
         from inspector.sandbox.client import set_required_jail
 
         set_required_jail(args.require_jail)

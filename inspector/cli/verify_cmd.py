@@ -119,7 +119,8 @@ def _verify_against(args: argparse.Namespace, manifest: Manifest, paths: list[Pa
     batch = open_batch(args, VERIFY_KIND) if args.shard or args.results else None
     todo = pending(pairs, batch) if batch else pairs
     files = [] if args.no_tensors else tensor_targets(todo)
-    ahead = contextlib.nullcontext() if args.no_tensors else _digests_ahead(args, files)
+    # no file to take tensors of (a SHA256SUMS): no worker, nor its client's import
+    ahead = contextlib.nullcontext() if not files else _digests_ahead(args, files)
     with stderr_progress("verifying", args.quiet) as progress, \
             warm_workers(len(files)), ahead as digests:
         if batch:
