@@ -171,6 +171,20 @@ def test_verify_one_object_shards_and_merge(s3, tmp_path):
     assert sorted(f["file"]["path"] for f in report["files"]) == sorted(seen)
 
 
+def test_verify_of_objects_that_match_no_listed_file_checks_nothing_and_fails(s3, tmp_path):
+    folder = _folder(tmp_path)
+    manifest = folder / "MANIFEST.json"
+    s3.cli("manifest", "create", "--no-tensors", folder, "-o", manifest)
+    stray = tmp_path / "stray.bin"
+    stray.write_bytes(b"not in the manifest")
+    url = s3.put("other/stray.bin", stray)
+    out = s3.cli("verify", "-m", manifest, url, "--json")
+    assert out.returncode == 3, out.stdout + out.stderr
+    doc = json.loads(out.stdout)
+    assert [f["status"] for f in doc["files"]] == ["extra"] and not doc["ok"]
+    assert doc["errors"][0].startswith("nothing was checked: none of the 3 file(s)")
+
+
 def test_inspect_and_report_of_an_object_name_its_url(s3, tmp_path):
     url = s3.put("models/tiny.safetensors",
                  factories.save_safetensors(tmp_path / "tiny.safetensors"))

@@ -21,7 +21,12 @@ from inspector.cli.common import (
     warm_workers,
     worker_digests,
 )
-from inspector.cli.remote import batch_command, path_or_url, verify_remote
+from inspector.cli.remote import (
+    batch_command,
+    part_checked_nothing,
+    path_or_url,
+    verify_remote,
+)
 from inspector.core.hashing import is_sha256_hex
 from inspector.core.hfcache import is_cache_path, verify_cache
 from inspector.core.manifest import Manifest, ManifestError, TensorEntry, read_manifest
@@ -36,7 +41,7 @@ from inspector.core.verify import (
     verify_sha256,
     verify_tensors_only,
 )
-from inspector.core.verify_batch import VERIFY_KIND, pending, verify_each
+from inspector.core.verify_batch import VERIFY_KIND, compared_nothing, pending, verify_each
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -125,8 +130,11 @@ def _verify_against(args: argparse.Namespace, manifest: Manifest, paths: list[Pa
             warm_workers(len(files)), ahead as digests:
         if batch:
             batch.begin(batch_command(args))
-            return verify_each(manifest, pairs, batch, digests, args.strict,
-                               progress=progress)
+            result = verify_each(manifest, pairs, batch, digests, args.strict,
+                                 progress=progress)
+            if manifest.files and compared_nothing(result):
+                result.errors.append(part_checked_nothing(args, manifest, batch.shard))
+            return result
         return verify(manifest, paths, tensor_digests=digests, progress=progress,
                       strict=args.strict, pairs=pairs)
 

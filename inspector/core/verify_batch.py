@@ -102,6 +102,20 @@ def _each(jobs: list[tuple[str, Where, Callable[[], VerifyResult]]], keeper: Kee
     return result
 
 
+def compared_nothing(result: VerifyResult) -> bool:
+    """Whether a verify compared no file or tensor with the record (extras only, or none)."""
+    return not result.tensors and all(f.status == EXTRA for f in result.files)
+
+
+def nothing_checked_part(manifest: Manifest, shard: str, where: str) -> str:
+    """Why one shard of a batch that compared nothing is no pass either."""
+    return (f"nothing was checked by shard {shard}: it owns none of the "
+            f"{len(manifest.files)} file(s) the manifest lists found under {where} (the "
+            "other shards may own them all; a shard that checks nothing fails so that no "
+            "gate passes on it): run no more shards than there are files, and give every "
+            "shard the same paths")
+
+
 class Unbatched:
     """No batch (no --shard, no --results): every file is this process's, nothing is kept."""
 
