@@ -36,6 +36,19 @@ def path_or_url(text: str) -> Path | str:
     return text if objstore.is_url(text) else Path(text)
 
 
+def url_refusal(command: str, argv: list[str], readers: list[str]) -> str | None:
+    """The one line that refuses an object-store URL given to a command that reads local
+    files only (an http(s) URL is left to the command: `telemetry --from-prometheus`)."""
+    url = next((a for a in argv if objstore.is_url(a) and not a.startswith(("http://",
+                                                                            "https://"))), None)
+    if url is None:
+        return None
+    copy = f"aws s3 cp{' --recursive' if url.endswith('/') else ''} {escape(url)} ."
+    return (f"ckpt-inspector {command}: {escape(url)}: {command} reads local files only; copy "
+            f"the object first (e.g. {copy}), or use "
+            f"{', '.join(readers[:-1])} or {readers[-1]}, which read object-store URLs")
+
+
 def batch_command(args: argparse.Namespace) -> str:
     """The verify command line a results file notes for a merge."""
     words = ["ckpt-inspector", "verify", *map(str, args.paths)]

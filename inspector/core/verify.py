@@ -22,6 +22,7 @@ from inspector.core.hashing import ByteProgress, HashAhead, sha256_file
 from inspector.core.json_record import JsonRecord, typed_list
 from inspector.core.manifest import FileEntry, Manifest, TensorEntry
 from inspector.core.progress import Cancelled, CancelToken, ProgressFn, check
+from inspector.core.safetensors_header import SafetensorsHeader, read_header
 from inspector.core.shards import (
     ORPHAN_NOTE,
     ShardError,
@@ -233,8 +234,33 @@ def list_files(root: Path) -> list[Path]:
 
 
 def tensor_targets(pairs: Plan) -> list[Path]:
-    """The files whose tensor digests `verify` asks for, in its order."""
-    return [location for entry, location in pairs if _checks_tensors(entry, _size(location))]
+    """The files whose tensor digests `verify` asks the digest function for, in its order
+    (a listing its header answers is not asked for)."""
+    return [location for entry, location in pairs
+            if _checks_tensors(entry, _size(location)) and not from_header(entry)]
+
+
+def from_header(entry: FileEntry | None) -> bool:
+    """Whether the record's tensors are checked from the file's safetensors header alone: it
+    lists keys (dtypes, shapes) and no digest, as a sharded checkpoint's index does."""
+    return (entry is not None and entry.tensors is not None
+            and entry.path.endswith(".safetensors")
+            and all(t.digest is None for t in entry.tensors))
+
+
+def header_tensors(header: SafetensorsHeader) -> list[TensorEntry]:
+    """The tensors a safetensors header lists (key, dtype, shape; no digest); ValueError with
+    the header's refusal where a loader would refuse the file."""
+    refusal = header.refusal()
+    if refusal is not None:
+        raise ValueError(refusal)
+    return [TensorEntry(e.key, e.dtype.name, tuple(e.shape)) for e in header.entries]
+
+
+def header_listing(path: Path, *, cancel: CancelToken | None = None) -> list[TensorEntry]:
+    """`header_tensors` of a local file (a `TensorDigestFn` that reads the header only)."""
+    with open(path, "rb") as fh:
+        return header_tensors(read_header(fh, os.fstat(fh.fileno()).st_size))
 
 
 def hash_targets(pairs: Plan) -> list[Path]:
@@ -308,6 +334,7 @@ def _verify_pairs(manifest: Manifest, pairs: Plan, sizes: list[int | None], to_h
             record.status = MISSING
             continue
         want_tensors = tensor_digests is not None and _checks_tensors(entry, size)
+        digests = header_listing if from_header(entry) else tensor_digests
         if entry.size is not None and entry.size != size:
             record.status = SIZE_MISMATCH
             if not want_tensors:  # a file of another size fails without being read
@@ -315,7 +342,7 @@ def _verify_pairs(manifest: Manifest, pairs: Plan, sizes: list[int | None], to_h
         measured = measure_file(
             location,
             hash_file=i in to_hash,
-            tensor_digests=tensor_digests if want_tensors else None,
+            tensor_digests=digests if want_tensors else None,
             cancel=cancel,
             hashes=hashes,
         )

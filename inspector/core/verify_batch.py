@@ -19,6 +19,7 @@ from inspector.core.hashing import ByteProgress, HashAhead
 from inspector.core.manifest import FileEntry, Manifest
 from inspector.core.objstore import RemoteObject
 from inspector.core.progress import CancelToken, ProgressFn, check
+from inspector.core.safetensors_header import read_buffer
 from inspector.core.sharding import Where
 from inspector.core.verify import (
     EXTRA,
@@ -28,11 +29,14 @@ from inspector.core.verify import (
     SIZE_MISMATCH,
     FileCheck,
     Plan,
+    TensorCheck,
     TensorDigestFn,
     VerifyResult,
     _checks_tensors,
     compare_tensors,
+    from_header,
     hash_targets,
+    header_tensors,
     mark_index_extras,
     verify,
 )
@@ -177,7 +181,21 @@ def _streams_hash(entry: FileEntry | None, obj: RemoteObject | None,
     """Whether checking `obj` against `entry` is a plain streamed hash (no tensors)."""
     return (entry is not None and obj is not None and bool(entry.sha256)
             and entry.size in (None, obj.size)
-            and not (digests is not None and _checks_tensors(entry, obj.size)))
+            and not (digests is not None and _checks_tensors(entry, obj.size)
+                     and not from_header(entry)))
+
+
+def _header_checks(entry: FileEntry, obj: RemoteObject, where: str,
+                   result: VerifyResult) -> list[TensorCheck]:
+    """The record's tensor listing against the object's safetensors header, read with range
+    requests: the tensors' data is never downloaded."""
+    header = read_buffer(objstore.safetensors_header_bytes(obj), obj.size)
+    try:
+        tensors = header_tensors(header)
+    except ValueError as exc:
+        result.errors.append(f"{where}: tensors not checked: {exc}")
+        return []
+    return compare_tensors(entry.tensors or [], tensors, where)
 
 
 def _entry_for_name(manifest: Manifest, name: str) -> FileEntry | None:
@@ -209,7 +227,7 @@ def _check_object(entry: FileEntry | None, obj: RemoteObject | None, where: str,
         record.status = MISSING
     elif entry.size is not None and entry.size != obj.size:
         record.status = SIZE_MISMATCH  # the listing says so: nothing is downloaded
-    elif digests is not None and _checks_tensors(entry, obj.size):
+    elif digests is not None and _checks_tensors(entry, obj.size) and not from_header(entry):
         with objstore.temp_folder() as root:
             local = root / (where.rsplit("/", 1)[-1] or "object")
             record.actual = objstore.fetch(obj, local, cancel)
@@ -220,10 +238,13 @@ def _check_object(entry: FileEntry | None, obj: RemoteObject | None, where: str,
                 result.errors.append(f"{where}: tensors not checked: {why}")
             else:
                 result.tensors += compare_tensors(entry.tensors or [], tensors, where)
-    elif entry.sha256:
-        started = ahead.get(obj.url)
-        record.actual = (started.result() if started is not None
-                         else objstore.sha256_object(obj, cancel=cancel))
+    else:
+        if digests is not None and _checks_tensors(entry, obj.size):  # from_header
+            result.tensors += _header_checks(entry, obj, where, result)
+        if entry.sha256:
+            started = ahead.get(obj.url)
+            record.actual = (started.result() if started is not None
+                             else objstore.sha256_object(obj, cancel=cancel))
     if record.status == OK and entry.sha256 and record.actual != entry.sha256:
         record.status = MISMATCH
     return result
