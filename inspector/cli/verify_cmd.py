@@ -9,6 +9,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from inspector.cli.common import (
     EXIT_MANIFEST,
@@ -28,10 +29,8 @@ from inspector.cli.remote import (
     verify_remote,
 )
 from inspector.core.hashing import is_sha256_hex
-from inspector.core.hfcache import is_cache_path, verify_cache
 from inspector.core.manifest import Manifest, ManifestError, TensorEntry, read_manifest
 from inspector.core.progress import CancelToken
-from inspector.core.run_ledger import RunLedger, SaveRecord, find_record
 from inspector.core.verify import (
     TensorDigestFn,
     VerifyResult,
@@ -42,6 +41,9 @@ from inspector.core.verify import (
     verify_tensors_only,
 )
 from inspector.core.verify_batch import VERIFY_KIND, compared_nothing, pending, verify_each
+
+if TYPE_CHECKING:
+    from inspector.core.run_ledger import RunLedger, SaveRecord
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -164,6 +166,10 @@ def _run_without_manifest(args: argparse.Namespace) -> int:
             result = (verify_remote(args, None) if isinstance(args.paths[0], str)
                       else verify_sha256(args.paths[0], args.sha256, progress=progress))
         return _finish(args, result, None, "sha256")
+    # imported here: a verify against a manifest (the batch case) needs neither
+    from inspector.core.hfcache import is_cache_path, verify_cache
+    from inspector.core.run_ledger import find_record
+
     not_cache = [p for p in args.paths if not is_cache_path(p)]
     if len(args.paths) == 1 and not_cache and (found := find_record(args.paths[0])):
         return _run_against_ledger(args, *found)
