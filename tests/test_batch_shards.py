@@ -187,3 +187,27 @@ def test_verify_shards_cover_the_folder_once_resume_and_merge_with_the_scan(mode
         assert verified == {f"models/{Path(f['file']['path']).name}":
                             "size_mismatch" if cut else "ok"}
         assert f["scan"]["verdict"] == ("skipped" if cut else "safe")
+
+
+def test_a_verify_shard_that_owns_no_file_says_nothing_was_checked_and_fails(tmp_path):
+    folder = tmp_path / "two"
+    folder.mkdir()
+    for name in ("a.bin", "b.bin"):
+        (folder / name).write_bytes(name.encode() * 100)
+    manifest = tmp_path / "SHA256SUMS"
+    _cli("manifest", "create", folder, "-o", manifest, check=0)  # dialect from the name
+    keys = [str(folder / n) for n in ("a.bin", "b.bin")]
+    empty = next(i for i in range(16) if not any(Shard(i, 16).owns(k) for k in keys))
+    busy = next(i for i in range(16) if any(Shard(i, 16).owns(k) for k in keys))
+    out = _cli("verify", "-m", manifest, folder, "--json", "--shard", f"{empty}/16",
+               "--results", tmp_path / "r.jsonl", check=3)
+    (error,) = json.loads(out.stdout)["errors"]
+    assert error.startswith(f"nothing was checked by shard {empty}/16: it owns none of the 2")
+    _cli("verify", "-m", manifest, folder, "--shard", f"{busy}/16", check=0)
+    # a lone --results run that finds none of the files is the whole run: its own reason
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "c.bin").write_bytes(b"c")
+    alone = _cli("verify", "-m", manifest, other, "--results", tmp_path / "r2.jsonl", "--json",
+                 check=3)
+    assert json.loads(alone.stdout)["errors"][0].startswith("nothing was checked: none of the 2")

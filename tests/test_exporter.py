@@ -257,15 +257,19 @@ def test_live_nvml_source_feeds_the_exporter(monkeypatch):
         fake.gpus[0].remapped = (0, 1, 0, 1)
         fake.gpus[0].recovery_action = fake_pynvml.real.NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET
         fake.gpus[0].violation_ns[fake_pynvml.real.NVML_PERF_POLICY_THERMAL] = 2_500_000
-        exporter.update(source.sample())
+        last = source.sample()
+        exporter.update(last)
     finally:
         source.close()
+    source_us = last[0].thermal_violation
     got = _scrape(exporter)
     assert _pick(got, "DCGM_FI_DEV_ROW_REMAP_FAILURE", gpu="0") == [1.0]
     assert _pick(got, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", gpu="0") == [1.0]
-    assert _pick(got, "DCGM_FI_DEV_THERMAL_VIOLATION", gpu="0") == [2500.0]  # µs
+    # NVML's 2.5 ms, µs in the sample, ns as DCGM publishes it
+    assert source_us == 2500.0
+    assert _pick(got, "DCGM_FI_DEV_THERMAL_VIOLATION", gpu="0") == [2_500_000.0]
     assert _pick(got, "DCGM_FI_DEV_POWER_VIOLATION", gpu="0") == [0.0]
-    assert _pick(got, "ckpt_inspector_gpu_recovery_action", gpu="0") == [
+    assert _pick(got, "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION", gpu="0") == [
         float(fake_pynvml.real.NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET)]
 
 
@@ -335,7 +339,8 @@ def test_an_nvidia_smi_log_with_violation_counters_is_published_in_dcgm_units():
     exporter = ex.Exporter("n")
     exporter.update(log.samples)
     got = _scrape(exporter)
-    assert _pick(got, "DCGM_FI_DEV_POWER_VIOLATION", gpu="0") == [91403239.0]
+    # nvidia-smi counts µs; DCGM_FI_DEV_POWER_VIOLATION is "Power Violation time in ns"
+    assert _pick(got, "DCGM_FI_DEV_POWER_VIOLATION", gpu="0") == [91403239.0 * 1000]
     assert _pick(got, "DCGM_FI_DEV_THERMAL_VIOLATION", gpu="0") == [0.0]
 
 
@@ -355,3 +360,19 @@ def test_unverified_time_counts_from_the_newest_verified_save_or_the_runs_start(
     assert _pick(got, "ckpt_inspector_unverified_seconds", run="never") == [500.0]
     assert _pick(got, "ckpt_inspector_last_verified_checkpoint_timestamp_seconds",
                  run="never") == []
+
+
+def test_prometheus_reader_takes_dcgm_units_and_dcgm4_names_back(monkeypatch):
+    from inspector.gpu import prom_reader
+
+    tags = {"gpu": "0", "UUID": "GPU-a", "Hostname": "n"}
+    series = [{"metric": {"__name__": name, **tags}, "values": [[100.0, value]]}
+              for name, value in [("DCGM_FI_DEV_THERMAL_VIOLATION", "2500000"),
+                                  ("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "41"),
+                                  ("DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION", "1")]]
+    monkeypatch.setattr(prom_reader, "_get", lambda query: series)
+    query = prom_reader.RangeQuery("http://p", "n", 0.0, 200.0, 1.0)
+    (sample,) = prom_reader.read_range(query)
+    assert (sample.thermal_violation, sample.temperature_gpu, sample.recovery_action) == (
+        2500.0, 41.0, 1.0)
+    assert "DCGM_FI_DEV_GPU_TEMP_CELSIUS" in prom_reader._selector("n")

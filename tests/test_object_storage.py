@@ -171,6 +171,20 @@ def test_verify_one_object_shards_and_merge(s3, tmp_path):
     assert sorted(f["file"]["path"] for f in report["files"]) == sorted(seen)
 
 
+def test_verify_of_objects_that_match_no_listed_file_checks_nothing_and_fails(s3, tmp_path):
+    folder = _folder(tmp_path)
+    manifest = folder / "MANIFEST.json"
+    s3.cli("manifest", "create", "--no-tensors", folder, "-o", manifest)
+    stray = tmp_path / "stray.bin"
+    stray.write_bytes(b"not in the manifest")
+    url = s3.put("other/stray.bin", stray)
+    out = s3.cli("verify", "-m", manifest, url, "--json")
+    assert out.returncode == 3, out.stdout + out.stderr
+    doc = json.loads(out.stdout)
+    assert [f["status"] for f in doc["files"]] == ["extra"] and not doc["ok"]
+    assert doc["errors"][0].startswith("nothing was checked: none of the 3 file(s)")
+
+
 def test_inspect_and_report_of_an_object_name_its_url(s3, tmp_path):
     url = s3.put("models/tiny.safetensors",
                  factories.save_safetensors(tmp_path / "tiny.safetensors"))
@@ -256,3 +270,42 @@ def test_verify_of_recorded_tensors_reads_them_from_a_private_copy(s3, tmp_path)
                                                                  "ok")]
     assert doc["tensors"] and {t["status"] for t in doc["tensors"]} == {"ok"}
     assert {t["file"] for t in doc["tensors"]} == {url + "model.safetensors"}
+
+
+def test_verify_against_an_index_reads_only_each_shards_header(s3, tmp_path, monkeypatch):
+    import torch
+
+    from inspector.core import objstore
+    from inspector.core.manifest import read_manifest
+    from inspector.core.verify_batch import verify_objects
+
+    folder = tmp_path / "sharded"
+    folder.mkdir()
+    shards = {"model-00001-of-00002.safetensors": {"a": torch.ones(256, 256)},
+              "model-00002-of-00002.safetensors": {"b": torch.zeros(128, 512), "c": torch.ones(3)}}
+    for name, state in shards.items():
+        factories.save_safetensors(folder / name, state)
+    weight_map = {key: name for name, state in shards.items() for key in state}
+    weight_map["gone"] = "model-00002-of-00002.safetensors"
+    index = folder / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {"total_size": 0}, "weight_map": weight_map}))
+    url = _upload(s3, folder, "sharded")
+    for name, value in s3.env.items():
+        monkeypatch.setenv(name, value)
+    ranges = []
+    real_range = objstore.read_range
+
+    def read_range(obj, start, end):
+        ranges.append(end - start)
+        return real_range(obj, start, end)
+
+    def no_download(*args, **kwargs):
+        raise AssertionError("an object was downloaded")
+
+    monkeypatch.setattr(objstore, "read_range", read_range)
+    monkeypatch.setattr(objstore, "stream", no_download)
+    result = verify_objects(read_manifest(index), url, tensor_digests=no_download)
+    assert {t.key: t.status for t in result.tensors} == {"a": "ok", "b": "ok", "c": "ok",
+                                                         "gone": "missing"}
+    assert not result.errors and [f.status for f in result.files] == ["ok", "ok"]
+    assert len(ranges) == 4 and max(ranges) < 1000  # two range requests a shard, headers only

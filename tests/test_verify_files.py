@@ -143,6 +143,19 @@ def test_progress_counts_bytes_hashed(tmp_path: Path) -> None:
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
 
 
+def test_cancel_during_a_verify_of_many_files_stops_it(tmp_path: Path) -> None:
+    contents = {f"shard-{i}.bin": bytes([i]) * 300_000 for i in range(6)}
+    for name, data in contents.items():
+        (tmp_path / name).write_bytes(data)
+    manifest = read_manifest(_manifest(tmp_path, contents))
+    token = CancelToken()
+    with pytest.raises(Cancelled):
+        verify(manifest, progress=lambda done, total: token.cancel(), cancel=token)
+    # with no cancel, every file is checked in the manifest's order
+    result = verify(manifest)
+    assert result.ok and [f.path for f in result.files] == list(contents)
+
+
 def test_compare_tensors_every_status() -> None:
     expected = [
         TensorEntry("a", "float32", (2, 2), "d1", "sha256"),

@@ -24,7 +24,7 @@ from safetensors.torch import save_file
 from inspector.cli import main
 from inspector.core.bitflip import layout_for
 from inspector.core.manifest import read_manifest, relative_path, write_manifest
-from inspector.core.verify import verify, verify_tensors_only
+from inspector.core.verify import plan, tensor_targets, verify, verify_tensors_only
 from inspector.sandbox.client import convert_file, diff_files, tensor_digests
 
 # tied weights share one storage: a flip there changes two keys, so flips avoid them
@@ -269,9 +269,23 @@ def test_sharded_index_checks_every_key_in_its_shard(recorded: dict, tmp_path: P
     index = tmp_path / "model.safetensors.index.json"
     weight_map = {k: name for name, shard_keys in shards.items() for k in shard_keys}
     index.write_text(json.dumps({"metadata": {"total_size": 0}, "weight_map": weight_map}))
-    result = verify(read_manifest(index), tensor_digests=tensor_digests)
-    assert result.ok and len(result.tensors) == len(state)
+    asked = []
+
+    def no_worker(path: Path, *, cancel=None) -> list:
+        asked.append(path)  # an index lists keys only: each shard's header answers it
+        return tensor_digests(path, cancel=cancel)
+
+    result = verify(read_manifest(index), tensor_digests=no_worker)
+    assert result.ok and len(result.tensors) == len(state) and asked == []
+    assert tensor_targets(plan(read_manifest(index), [])) == []
 
     save_file({k: state[k] for k in keys[:2]}, tmp_path / "model-00001-of-00002.safetensors")
-    result = verify(read_manifest(index), tensor_digests=tensor_digests)
+    result = verify(read_manifest(index), tensor_digests=no_worker)
     assert [(t.key, t.status) for t in result.tensors if t.status != "ok"] == [(keys[2], "missing")]
+    # a header a loader refuses is no listing: its tensors are not checked, and it fails
+    second = tmp_path / "model-00002-of-00002.safetensors"
+    second.write_bytes((2**40).to_bytes(8, "little") + b"{}")
+    result = verify(read_manifest(index), tensor_digests=no_worker)
+    assert not result.ok and asked == []
+    assert any("model-00002-of-00002.safetensors: tensors not checked: header length" in e
+               for e in result.errors)

@@ -25,24 +25,26 @@ from inspector.cli.reference import epilog
 
 
 class Command(NamedTuple):
-    """A subcommand: the module that implements it and its one-line help."""
+    """A subcommand: the module that implements it, its one-line help, and whether it reads
+    object-store URLs (`s3://…`) beside local paths (`cli.remote`)."""
 
     module: str
     help: str
+    urls: bool = False
 
 
 # Names map to modules explicitly, so a command's name need not be a Python identifier.
 COMMANDS: dict[str, Command] = {
     "scan": Command("inspector.cli.scan_cmd",
-                    "static scan for code in pickles (no code runs)"),
+                    "static scan for code in pickles (no code runs)", urls=True),
     "inspect": Command("inspector.cli.inspect_cmd",
-                    "scan, hash and load in the jailed worker; tensor statistics"),
+                    "scan, hash and load in the jailed worker; tensor statistics", urls=True),
     "convert": Command("inspector.cli.convert_cmd",
                     "convert to safetensors inside the jailed worker, verified bit for bit"),
     "manifest": Command("inspector.cli.manifest_cmd",
                     "create a manifest (sha256sum, TSV or JSON with tensor hashes)"),
     "verify": Command("inspector.cli.verify_cmd",
-                    "verify files and tensors against a manifest"),
+                    "verify files and tensors against a manifest", urls=True),
     "diff": Command("inspector.cli.diff_cmd",
                     "compare two checkpoints tensor by tensor, with bit-flip forensics"),
     "watch": Command("inspector.cli.watch_cmd",
@@ -52,7 +54,7 @@ COMMANDS: dict[str, Command] = {
     "consistency": Command("inspector.cli.consistency_cmd",
                     "repeat-inference consistency test on GPU or CPU"),
     "report": Command("inspector.cli.report_cmd",
-                    "run the pipeline headless and write a JSON / HTML / PDF report"),
+                    "run the pipeline headless and write a JSON / HTML / PDF report", urls=True),
     "merge": Command("inspector.cli.merge_cmd",
                     "one report from the results files of a batch's shards"),
     "run": Command("inspector.cli.run_cmd",
@@ -133,13 +135,29 @@ def _main(argv: list[str], command: str | None) -> int:
         errors.flush()
 
 
+def _sets_jail(required: str | None) -> bool:
+    """Whether `--require-jail` must be passed on: not for the default while the client is
+    not loaded yet (it starts at the default), so a command that loads nothing never imports
+    the client (a third of verify's start-up)."""
+    from inspector.core.vocabulary import DEFAULT_REQUIRED_JAIL
+
+    return required is not None and (required != DEFAULT_REQUIRED_JAIL
+                                      or "inspector.sandbox.client" in sys.modules)
+
+
 def _run(command: str | None, argv: list[str]) -> int:
     """Parse the arguments of `command` and run it; its exit status."""
+    if command is not None and not COMMANDS[command].urls and any("://" in a for a in argv):
+        from inspector.cli.remote import url_refusal
+
+        if refusal := url_refusal(command, argv, [n for n, c in COMMANDS.items() if c.urls]):
+            print(refusal, file=sys.stderr)
+            return EXIT_OPTION
     args = build_parser(command).parse_args(argv)
     if args.command is None:
         build_parser().print_help()
         return EXIT_USAGE
-    if getattr(args, "require_jail", None):
+    if _sets_jail(getattr(args, "require_jail", None)):
         from inspector.sandbox.client import set_required_jail
 
         set_required_jail(args.require_jail)

@@ -102,6 +102,8 @@ def _positive(text: str) -> int:
 def warm_workers(jobs: int, cold: bool = False) -> contextlib.AbstractContextManager:
     """With several jailed jobs ahead, one warm fork server imports torch once and forks a
     freshly jailed worker per job instead of each job paying a cold start."""
+    if (jobs <= 1 or cold) and "inspector.sandbox.client" not in sys.modules:
+        return contextlib.nullcontext()  # no server wanted, and none can run yet
     from inspector.sandbox.client import fork_server
 
     return fork_server(enabled=jobs > 1 and not cold)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from inspector.core import objstore
 from inspector.core.objstore import ObjectStoreError, Relabel, RemoteObject
-from inspector.core.sharding import Where
+from inspector.core.sharding import Shard, Where
 from inspector.core.termtext import escape
 from inspector.core.vocabulary import Verdict
 
@@ -34,6 +34,19 @@ if TYPE_CHECKING:  # verify's modules load only when a URL is verified
 def path_or_url(text: str) -> Path | str:
     """argparse type: a URL stays a string (Path would fold its `//`), anything else a Path."""
     return text if objstore.is_url(text) else Path(text)
+
+
+def url_refusal(command: str, argv: list[str], readers: list[str]) -> str | None:
+    """The one line that refuses an object-store URL given to a command that reads local
+    files only (an http(s) URL is left to the command: `telemetry --from-prometheus`)."""
+    url = next((a for a in argv if objstore.is_url(a) and not a.startswith(("http://",
+                                                                            "https://"))), None)
+    if url is None:
+        return None
+    copy = f"aws s3 cp{' --recursive' if url.endswith('/') else ''} {escape(url)} ."
+    return (f"ckpt-inspector {command}: {escape(url)}: {command} reads local files only; copy "
+            f"the object first (e.g. {copy}), or use "
+            f"{', '.join(readers[:-1])} or {readers[-1]}, which read object-store URLs")
 
 
 def batch_command(args: argparse.Namespace) -> str:
@@ -52,6 +65,7 @@ def verify_remote(args: argparse.Namespace, manifest: Manifest | None) -> Verify
     from inspector.core.verify_batch import (
         VERIFY_KIND,
         Unbatched,
+        compared_nothing,
         verify_each,
         verify_objects,
     )
@@ -84,7 +98,23 @@ def verify_remote(args: argparse.Namespace, manifest: Manifest | None) -> Verify
         result.files += got.files
         result.tensors += got.tensors
         result.errors += got.errors
+    if manifest.files and compared_nothing(result):
+        result.errors.append(part_checked_nothing(args, manifest,
+                                                  batch.shard if batch else None))
     return result
+
+
+def part_checked_nothing(args: argparse.Namespace, manifest: Manifest,
+                         shard: Shard | None) -> str:
+    """The error of a verify (or one shard of a batch's) that compared no file with the
+    manifest: the whole run's reason when it is the only shard, else the shard's."""
+    from inspector.core.verify import nothing_checked
+    from inspector.core.verify_batch import nothing_checked_part
+
+    if shard is None or shard.count == 1:
+        return nothing_checked(manifest, args.paths)
+    where = ", ".join(map(str, args.paths)) or str(manifest.base_dir)
+    return nothing_checked_part(manifest, shard.label, where)
 
 
 @dataclass

@@ -9,6 +9,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from inspector.cli.common import (
     EXIT_MANIFEST,
@@ -21,12 +22,15 @@ from inspector.cli.common import (
     warm_workers,
     worker_digests,
 )
-from inspector.cli.remote import batch_command, path_or_url, verify_remote
+from inspector.cli.remote import (
+    batch_command,
+    part_checked_nothing,
+    path_or_url,
+    verify_remote,
+)
 from inspector.core.hashing import is_sha256_hex
-from inspector.core.hfcache import is_cache_path, verify_cache
 from inspector.core.manifest import Manifest, ManifestError, TensorEntry, read_manifest
 from inspector.core.progress import CancelToken
-from inspector.core.run_ledger import RunLedger, SaveRecord, find_record
 from inspector.core.verify import (
     TensorDigestFn,
     VerifyResult,
@@ -36,7 +40,10 @@ from inspector.core.verify import (
     verify_sha256,
     verify_tensors_only,
 )
-from inspector.core.verify_batch import VERIFY_KIND, pending, verify_each
+from inspector.core.verify_batch import VERIFY_KIND, compared_nothing, pending, verify_each
+
+if TYPE_CHECKING:
+    from inspector.core.run_ledger import RunLedger, SaveRecord
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -119,12 +126,17 @@ def _verify_against(args: argparse.Namespace, manifest: Manifest, paths: list[Pa
     batch = open_batch(args, VERIFY_KIND) if args.shard or args.results else None
     todo = pending(pairs, batch) if batch else pairs
     files = [] if args.no_tensors else tensor_targets(todo)
-    ahead = contextlib.nullcontext() if args.no_tensors else _digests_ahead(args, files)
+    # no file to take tensors of (a SHA256SUMS): no worker, nor its client's import
+    ahead = contextlib.nullcontext() if not files else _digests_ahead(args, files)
     with stderr_progress("verifying", args.quiet) as progress, \
             warm_workers(len(files)), ahead as digests:
         if batch:
             batch.begin(batch_command(args))
-            return verify_each(manifest, pairs, batch, digests, args.strict)
+            result = verify_each(manifest, pairs, batch, digests, args.strict,
+                                 progress=progress)
+            if manifest.files and compared_nothing(result):
+                result.errors.append(part_checked_nothing(args, manifest, batch.shard))
+            return result
         return verify(manifest, paths, tensor_digests=digests, progress=progress,
                       strict=args.strict, pairs=pairs)
 
@@ -154,6 +166,10 @@ def _run_without_manifest(args: argparse.Namespace) -> int:
             result = (verify_remote(args, None) if isinstance(args.paths[0], str)
                       else verify_sha256(args.paths[0], args.sha256, progress=progress))
         return _finish(args, result, None, "sha256")
+    # imported here: a verify against a manifest (the batch case) needs neither
+    from inspector.core.hfcache import is_cache_path, verify_cache
+    from inspector.core.run_ledger import find_record
+
     not_cache = [p for p in args.paths if not is_cache_path(p)]
     if len(args.paths) == 1 and not_cache and (found := find_record(args.paths[0])):
         return _run_against_ledger(args, *found)

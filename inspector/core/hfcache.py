@@ -20,14 +20,13 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from inspector.core.hashing import CHUNK_BYTES, sha256_file
+from inspector.core.hashing import CHUNK_BYTES, ByteProgress, sha256_file
 from inspector.core.progress import CancelToken, ProgressFn, check
 from inspector.core.verify import (
     MISMATCH,
     MISSING,
     OK,
     UNCHECKED,
-    ByteProgress,
     FileCheck,
     VerifyResult,
 )
@@ -177,7 +176,6 @@ def verify_cache(
         if algorithm is not None:
             hasher = sha256_file if algorithm == SHA256 else git_blob_sha1
             actual = hasher(use.blob, track.for_file(), cancel)
-            track.finish_file(size)
         for link in use.links:
             record = FileCheck(
                 path=str(link), status=OK, actual_size=size, algorithm=algorithm

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from inspector.core.dtypes import canonical_dtype
-from inspector.core.hashing import sha256_file
+from inspector.core.hashing import ByteProgress, HashAhead, sha256_file
 from inspector.core.json_record import JsonRecord, typed_list
 from inspector.core.manifest import FileEntry, Manifest, TensorEntry
 from inspector.core.progress import Cancelled, CancelToken, ProgressFn, check
+from inspector.core.safetensors_header import SafetensorsHeader, read_header
 from inspector.core.shards import (
     ORPHAN_NOTE,
     ShardError,
@@ -136,10 +137,17 @@ def measure_file(
     tensor_digests: TensorDigestFn | None = None,
     progress: ProgressFn | None = None,
     cancel: CancelToken | None = None,
+    hashes: HashAhead | None = None,
 ) -> Measured:
-    """Hash a file and collect its tensor digests at the same time (the worker is a 2nd core)."""
+    """Hash a file and collect its tensor digests at the same time (the worker is a 2nd core);
+    the hash comes from `hashes` when they hash it already."""
+    def file_hash(token: CancelToken | None) -> str | None:
+        if not hash_file:
+            return None
+        return hashes.get(path) if hashes is not None else sha256_file(path, progress, token)
+
     if tensor_digests is None:
-        return Measured(sha256=_hash(path, progress, cancel) if hash_file else None)
+        return Measured(sha256=file_hash(cancel))
     # imported here: concurrent.futures pulls in logging, ~30 ms off every file-level verify
     from concurrent.futures import ThreadPoolExecutor
 
@@ -148,7 +156,7 @@ def measure_file(
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tensor-digests") as pool:
         future = pool.submit(tensor_digests, path, cancel=token)
         try:
-            sha = _hash(path, progress, token) if hash_file else None
+            sha = file_hash(token)
         except BaseException:
             token.cancel()
             raise
@@ -158,10 +166,6 @@ def measure_file(
             raise
         except Exception as exc:  # the worker's failure is a verdict on this file, not a crash
             return Measured(sha256=sha, error=f"{path}: tensors not checked: {exc}")
-
-
-def _hash(path: Path, progress: ProgressFn | None, cancel: CancelToken | None) -> str:
-    return sha256_file(path, progress, cancel)
 
 
 Plan = list[tuple[FileEntry | None, Path]]
@@ -230,8 +234,44 @@ def list_files(root: Path) -> list[Path]:
 
 
 def tensor_targets(pairs: Plan) -> list[Path]:
-    """The files whose tensor digests `verify` asks for, in its order."""
-    return [location for entry, location in pairs if _checks_tensors(entry, _size(location))]
+    """The files whose tensor digests `verify` asks the digest function for, in its order
+    (a listing its header answers is not asked for)."""
+    return [location for entry, location in pairs
+            if _checks_tensors(entry, _size(location)) and not from_header(entry)]
+
+
+def from_header(entry: FileEntry | None) -> bool:
+    """Whether the record's tensors are checked from the file's safetensors header alone: it
+    lists keys (dtypes, shapes) and no digest, as a sharded checkpoint's index does."""
+    return (entry is not None and entry.tensors is not None
+            and entry.path.endswith(".safetensors")
+            and all(t.digest is None for t in entry.tensors))
+
+
+def header_tensors(header: SafetensorsHeader) -> list[TensorEntry]:
+    """The tensors a safetensors header lists (key, dtype, shape; no digest); ValueError with
+    the header's refusal where a loader would refuse the file."""
+    refusal = header.refusal()
+    if refusal is not None:
+        raise ValueError(refusal)
+    return [TensorEntry(e.key, e.dtype.name, tuple(e.shape)) for e in header.entries]
+
+
+def header_listing(path: Path, *, cancel: CancelToken | None = None) -> list[TensorEntry]:
+    """`header_tensors` of a local file (a `TensorDigestFn` that reads the header only)."""
+    with open(path, "rb") as fh:
+        return header_tensors(read_header(fh, os.fstat(fh.fileno()).st_size))
+
+
+def hash_targets(pairs: Plan) -> list[Path]:
+    """The files of `pairs` that `verify` hashes: listed with a SHA-256, present, of the
+    listed size (a file of another size fails without being read)."""
+    return [location for entry, location in pairs if _hashes(entry, _size(location))]
+
+
+def _hashes(entry: FileEntry | None, size: int | None) -> bool:
+    return (entry is not None and bool(entry.sha256) and size is not None
+            and (entry.size is None or entry.size == size))
 
 
 def _checks_tensors(entry: FileEntry | None, size: int | None) -> bool:
@@ -248,23 +288,31 @@ def verify(
     strict: bool = False,
     pairs: Plan | None = None,
     whole: bool = True,
+    hashes: HashAhead | None = None,
 ) -> VerifyResult:
     """Verify files (and their tensors, when the manifest has them and a digest fn is given);
     `pairs`, when the caller already planned `paths`, spares a second walk of the folders.
-    `whole` False is one part of a batch: the checks over every file (extras an index picks,
-    nothing checked at all) are left to the caller."""
-    result = VerifyResult(strict=strict)
+    Files are hashed a core each at once (`HashAhead`; `hashes` when the caller runs them
+    across several calls), verdicts come in the plan's order. `whole` False is one part of a
+    batch: the checks over every file (extras an index picks, nothing checked at all) are left
+    to the caller."""
     pairs = plan(manifest, paths) if pairs is None else pairs
-    sizes = {i: _size(loc) for i, (_e, loc) in enumerate(pairs)}
-    to_hash = {
-        i
-        for i, (entry, _loc) in enumerate(pairs)
-        if entry is not None
-        and entry.sha256
-        and sizes[i] is not None
-        and (entry.size is None or entry.size == sizes[i])
-    }
-    track = ByteProgress(progress, sum(sizes[i] for i in to_hash))
+    sizes = [_size(loc) for _e, loc in pairs]
+    to_hash = {i for i, (entry, _loc) in enumerate(pairs) if _hashes(entry, sizes[i])}
+    if hashes is not None:
+        return _verify_pairs(manifest, pairs, sizes, to_hash, tensor_digests, cancel, strict,
+                             whole, paths, hashes)
+    track = ByteProgress(progress, sum(sizes[i] or 0 for i in to_hash))
+    with HashAhead([pairs[i][1] for i in sorted(to_hash)], track, cancel) as ahead:
+        return _verify_pairs(manifest, pairs, sizes, to_hash, tensor_digests, cancel, strict,
+                             whole, paths, ahead)
+
+
+def _verify_pairs(manifest: Manifest, pairs: Plan, sizes: list[int | None], to_hash: set[int],
+                  tensor_digests: TensorDigestFn | None, cancel: CancelToken | None,
+                  strict: bool, whole: bool, paths: Iterable[Path],
+                  hashes: HashAhead) -> VerifyResult:
+    result = VerifyResult(strict=strict)
     for i, (entry, location) in enumerate(pairs):
         check(cancel)
         size = sizes[i]
@@ -286,6 +334,7 @@ def verify(
             record.status = MISSING
             continue
         want_tensors = tensor_digests is not None and _checks_tensors(entry, size)
+        digests = header_listing if from_header(entry) else tensor_digests
         if entry.size is not None and entry.size != size:
             record.status = SIZE_MISMATCH
             if not want_tensors:  # a file of another size fails without being read
@@ -293,11 +342,10 @@ def verify(
         measured = measure_file(
             location,
             hash_file=i in to_hash,
-            tensor_digests=tensor_digests if want_tensors else None,
-            progress=track.for_file(),
+            tensor_digests=digests if want_tensors else None,
             cancel=cancel,
+            hashes=hashes,
         )
-        track.finish_file(size if i in to_hash else 0)
         record.actual = measured.sha256
         if entry.sha256 and i in to_hash and measured.sha256 != entry.sha256:
             record.status = MISMATCH
@@ -366,7 +414,7 @@ def verify_sha256(
     size = _size(path)
     record = FileCheck(path=str(path), status=MISSING, expected=expected.lower(), actual_size=size)
     if size is not None:
-        record.actual = _hash(path, progress, cancel)
+        record.actual = sha256_file(path, progress, cancel)
         record.status = OK if record.actual == record.expected else MISMATCH
     return VerifyResult(files=[record], strict=True)
 
@@ -452,33 +500,3 @@ def _size(path: Path) -> int | None:
         return path.stat().st_size if path.is_file() else None
     except OSError:
         return None
-
-
-class ByteProgress:
-    """Progress over every file hashed in a verify, passed on at most every 0.1 %."""
-
-    def __init__(self, progress: ProgressFn | None, total: int) -> None:
-        self.progress = progress
-        self.total = total
-        self.done = 0
-        self.step = max(1, total // 1000)
-        self.reported = -self.step
-
-    def for_file(self) -> ProgressFn | None:
-        """A progress function for the next file, reporting overall bytes."""
-        if self.progress is None:
-            return None
-        base = self.done
-
-        def report(done: int, _total: int) -> None:
-            overall = base + done
-            # small reads mean many calls; a UI wants a few hundred updates, not thousands
-            if overall - self.reported >= self.step or overall == self.total:
-                self.reported = overall
-                self.progress(overall, self.total)
-
-        return report
-
-    def finish_file(self, hashed: int) -> None:
-        """Count a finished file's hashed bytes."""
-        self.done += hashed

@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from inspector.core import objstore
+from inspector.core.hashing import ByteProgress, HashAhead
 from inspector.core.manifest import FileEntry, Manifest
 from inspector.core.objstore import RemoteObject
-from inspector.core.progress import CancelToken, check
+from inspector.core.progress import CancelToken, ProgressFn, check
+from inspector.core.safetensors_header import read_buffer
 from inspector.core.sharding import Where
 from inspector.core.verify import (
     EXTRA,
@@ -27,10 +29,14 @@ from inspector.core.verify import (
     SIZE_MISMATCH,
     FileCheck,
     Plan,
+    TensorCheck,
     TensorDigestFn,
     VerifyResult,
     _checks_tensors,
     compare_tensors,
+    from_header,
+    hash_targets,
+    header_tensors,
     mark_index_extras,
     verify,
 )
@@ -59,21 +65,26 @@ def pending(pairs: Plan, keeper: Keeper) -> Plan:
 
 def verify_each(manifest: Manifest, pairs: Plan, keeper: Keeper,
                 tensor_digests: TensorDigestFn | None = None, strict: bool = False,
-                cancel: CancelToken | None = None) -> VerifyResult:
-    """`verify` of the owned pairs one at a time, each kept as it finishes."""
-    jobs = [(str(location), location, _one(manifest, (entry, location), tensor_digests,
-                                            strict, cancel))
-            for entry, location in pairs]
-    result = _each(jobs, keeper, manifest, strict, cancel)
+                cancel: CancelToken | None = None,
+                progress: ProgressFn | None = None) -> VerifyResult:
+    """`verify` of the owned pairs one file at a time, each kept as it finishes; the files
+    still to do are hashed a core each at once, ahead of their turn."""
+    targets = hash_targets(pending(pairs, keeper))
+    track = ByteProgress(progress, sum(p.stat().st_size for p in targets))
+    with HashAhead(targets, track, cancel) as hashes:
+        jobs = [(str(location), location, _one(manifest, (entry, location), tensor_digests,
+                                                strict, cancel, hashes))
+                for entry, location in pairs]
+        result = _each(jobs, keeper, manifest, strict, cancel)
     mark_index_extras(result, manifest, pairs)
     return result
 
 
 def _one(manifest: Manifest, pair: tuple[FileEntry | None, Path],
-         digests: TensorDigestFn | None, strict: bool,
-         cancel: CancelToken | None) -> Callable[[], VerifyResult]:
+         digests: TensorDigestFn | None, strict: bool, cancel: CancelToken | None,
+         hashes: HashAhead) -> Callable[[], VerifyResult]:
     return lambda: verify(manifest, pairs=[pair], tensor_digests=digests, strict=strict,
-                          cancel=cancel, whole=False)
+                          cancel=cancel, whole=False, hashes=hashes)
 
 
 def _each(jobs: list[tuple[str, Where, Callable[[], VerifyResult]]], keeper: Keeper,
@@ -93,6 +104,20 @@ def _each(jobs: list[tuple[str, Where, Callable[[], VerifyResult]]], keeper: Kee
         result.tensors += part.tensors
         result.errors += part.errors
     return result
+
+
+def compared_nothing(result: VerifyResult) -> bool:
+    """Whether a verify compared no file or tensor with the record (extras only, or none)."""
+    return not result.tensors and all(f.status == EXTRA for f in result.files)
+
+
+def nothing_checked_part(manifest: Manifest, shard: str, where: str) -> str:
+    """Why one shard of a batch that compared nothing is no pass either."""
+    return (f"nothing was checked by shard {shard}: it owns none of the "
+            f"{len(manifest.files)} file(s) the manifest lists found under {where} (the "
+            "other shards may own them all; a shard that checks nothing fails so that no "
+            "gate passes on it): run no more shards than there are files, and give every "
+            "shard the same paths")
 
 
 class Unbatched:
@@ -156,7 +181,21 @@ def _streams_hash(entry: FileEntry | None, obj: RemoteObject | None,
     """Whether checking `obj` against `entry` is a plain streamed hash (no tensors)."""
     return (entry is not None and obj is not None and bool(entry.sha256)
             and entry.size in (None, obj.size)
-            and not (digests is not None and _checks_tensors(entry, obj.size)))
+            and not (digests is not None and _checks_tensors(entry, obj.size)
+                     and not from_header(entry)))
+
+
+def _header_checks(entry: FileEntry, obj: RemoteObject, where: str,
+                   result: VerifyResult) -> list[TensorCheck]:
+    """The record's tensor listing against the object's safetensors header, read with range
+    requests: the tensors' data is never downloaded."""
+    header = read_buffer(objstore.safetensors_header_bytes(obj), obj.size)
+    try:
+        tensors = header_tensors(header)
+    except ValueError as exc:
+        result.errors.append(f"{where}: tensors not checked: {exc}")
+        return []
+    return compare_tensors(entry.tensors or [], tensors, where)
 
 
 def _entry_for_name(manifest: Manifest, name: str) -> FileEntry | None:
@@ -188,7 +227,7 @@ def _check_object(entry: FileEntry | None, obj: RemoteObject | None, where: str,
         record.status = MISSING
     elif entry.size is not None and entry.size != obj.size:
         record.status = SIZE_MISMATCH  # the listing says so: nothing is downloaded
-    elif digests is not None and _checks_tensors(entry, obj.size):
+    elif digests is not None and _checks_tensors(entry, obj.size) and not from_header(entry):
         with objstore.temp_folder() as root:
             local = root / (where.rsplit("/", 1)[-1] or "object")
             record.actual = objstore.fetch(obj, local, cancel)
@@ -199,10 +238,13 @@ def _check_object(entry: FileEntry | None, obj: RemoteObject | None, where: str,
                 result.errors.append(f"{where}: tensors not checked: {why}")
             else:
                 result.tensors += compare_tensors(entry.tensors or [], tensors, where)
-    elif entry.sha256:
-        started = ahead.get(obj.url)
-        record.actual = (started.result() if started is not None
-                         else objstore.sha256_object(obj, cancel=cancel))
+    else:
+        if digests is not None and _checks_tensors(entry, obj.size):  # from_header
+            result.tensors += _header_checks(entry, obj, where, result)
+        if entry.sha256:
+            started = ahead.get(obj.url)
+            record.actual = (started.result() if started is not None
+                             else objstore.sha256_object(obj, cancel=cancel))
     if record.status == OK and entry.sha256 and record.actual != entry.sha256:
         record.status = MISMATCH
     return result

@@ -1,9 +1,17 @@
 """dcgm-exporter's metric name for every telemetry field, so dashboards built for it work unchanged.
 
 Data beside the field registry (`telemetry.FIELDS`): one row per field, in its order; a field
-dcgm-exporter does not publish is named `ckpt_inspector_gpu_<field>`. Values
-keep the units the fields already carry, which are dcgm-exporter's too (°C, W, %, MiB, MHz,
-counts); a boolean field is 1 or 0. The test suite holds that every field has a row here.
+no DCGM field stands for is named `ckpt_inspector_gpu_<field>`. The names are DCGM's field
+identifiers as dcgm-exporter publishes them (the names in its `etc/default-counters.csv`; DCGM
+4.x renamed many fields with their base unit, `DCGM_FI_DEV_GPU_TEMP_CELSIUS` and so on, and
+those newer names are aliases a Prometheus reader also accepts where the unit stayed the
+same: `GPU_UTIL_RATIO` or `SM_CLOCK_HERTZ` are not). Several are off in
+dcgm-exporter's default counters (ECC, retired pages, violations) or absent from it
+(`FB_TOTAL`, `ENFORCED_POWER_LIMIT`, `FAN_SPEED`, `CLOCKS_EVENT_REASONS`, `ROW_REMAP_PENDING`,
+`GET_GPU_RECOVERY_ACTION`): a user adds them to its counters file under these names. Values
+are in DCGM's units: a field's own unit times `scale` (the violation counters are µs in
+nvidia-smi and this tool, ns in DCGM); a boolean field is 1 or 0. The test suite holds that
+every field has a row here.
 """
 
 from __future__ import annotations
@@ -16,18 +24,22 @@ GPU_LABELS: tuple[str, ...] = ("gpu", "UUID", "device", "modelName", "Hostname")
 
 @dataclass(frozen=True)
 class DcgmName:
-    """One telemetry field under its dcgm-exporter name (and older names it was published as)."""
+    """One telemetry field under its dcgm-exporter name (and other names it is published as);
+    the published value is the field's times `scale`."""
 
     field: str
     metric: str
     aliases: tuple[str, ...] = ()
+    scale: float = 1.0
 
 
 DCGM_NAMES: tuple[DcgmName, ...] = (
-    DcgmName("temperature_gpu", "DCGM_FI_DEV_GPU_TEMP"),
-    DcgmName("temperature_memory", "DCGM_FI_DEV_MEMORY_TEMP"),
-    DcgmName("power_draw", "DCGM_FI_DEV_POWER_USAGE"),
-    DcgmName("power_limit", "DCGM_FI_DEV_ENFORCED_POWER_LIMIT"),
+    DcgmName("temperature_gpu", "DCGM_FI_DEV_GPU_TEMP", ("DCGM_FI_DEV_GPU_TEMP_CELSIUS",)),
+    DcgmName("temperature_memory", "DCGM_FI_DEV_MEMORY_TEMP",
+             ("DCGM_FI_DEV_MEMORY_TEMP_CELSIUS",)),
+    DcgmName("power_draw", "DCGM_FI_DEV_POWER_USAGE", ("DCGM_FI_DEV_BOARD_POWER_WATTS",)),
+    DcgmName("power_limit", "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",
+             ("DCGM_FI_DEV_BOARD_POWER_LIMIT_ENFORCED_WATTS",)),
     DcgmName("utilization_gpu", "DCGM_FI_DEV_GPU_UTIL"),
     DcgmName("utilization_memory", "DCGM_FI_DEV_MEM_COPY_UTIL"),
     DcgmName("memory_used", "DCGM_FI_DEV_FB_USED"),
@@ -44,14 +56,17 @@ DCGM_NAMES: tuple[DcgmName, ...] = (
     DcgmName("ecc_uncorrected_aggregate", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"),
     DcgmName("retired_sbe", "DCGM_FI_DEV_RETIRED_SBE"),
     DcgmName("retired_dbe", "DCGM_FI_DEV_RETIRED_DBE"),
-    DcgmName("retired_pending", "DCGM_FI_DEV_RETIRED_PENDING"),
+    DcgmName("retired_pending", "DCGM_FI_DEV_RETIRED_PENDING",
+             ("DCGM_FI_DEV_PAGE_RETIRED_PENDING",)),
     DcgmName("remapped_correctable", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS"),
     DcgmName("remapped_uncorrectable", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"),
     DcgmName("remapped_pending", "DCGM_FI_DEV_ROW_REMAP_PENDING"),
-    DcgmName("remapped_failure", "DCGM_FI_DEV_ROW_REMAP_FAILURE"),
-    DcgmName("power_violation", "DCGM_FI_DEV_POWER_VIOLATION"),
-    DcgmName("thermal_violation", "DCGM_FI_DEV_THERMAL_VIOLATION"),
-    DcgmName("recovery_action", "ckpt_inspector_gpu_recovery_action"),
+    DcgmName("remapped_failure", "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+             ("DCGM_FI_DEV_ROW_REMAP_FAILED",)),
+    DcgmName("power_violation", "DCGM_FI_DEV_POWER_VIOLATION", scale=1000.0),
+    DcgmName("thermal_violation", "DCGM_FI_DEV_THERMAL_VIOLATION", scale=1000.0),
+    DcgmName("recovery_action", "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
+             ("DCGM_FI_DEV_GPU_RECOVERY_ACTION", "ckpt_inspector_gpu_recovery_action")),
 )
 
 # Not a field: the number of the last XID the driver reported (0 = none), as dcgm-exporter has it.

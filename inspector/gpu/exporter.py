@@ -122,7 +122,7 @@ def _gpu_families(samples: list[GpuSample], last_xid: dict[int, int],
         for s in samples:
             value = getattr(s, spec.field)
             if value is not None and not s.lost:
-                family.add_metric(labels(s), float(value))
+                family.add_metric(labels(s), float(value) * spec.scale)
         yield family
     xid = GaugeMetricFamily(XID_METRIC, "the last XID the driver reported (0 = none)",
                             labels=GPU_LABELS)

@@ -243,7 +243,7 @@ def _scaled(value: float | None, divisor: float) -> float | None:
 
 
 def _violation_us(status: Any) -> float | None:
-    """NVML counts violation time in ns; dcgm-exporter publishes it in µs."""
+    """NVML counts violation time in ns; the field is in µs, as nvidia-smi's counters are."""
     return None if status is None else status.violationTime / 1000
 
 

@@ -19,7 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from inspector.core.errors import CodedError
-from inspector.gpu.dcgm_names import DCGM_NAMES, XID_METRIC
+from inspector.gpu.dcgm_names import DCGM_NAMES, XID_METRIC, DcgmName
 from inspector.gpu.telemetry import FIELDS, GpuSample
 
 LOST_METRIC = "ckpt_inspector_gpu_lost"
@@ -30,8 +30,8 @@ DEFAULT_POINTS = 2_000
 TIMEOUT_S = 30.0
 
 _KINDS = {f.name: f.kind for f in FIELDS}
-_FIELD_OF: dict[str, str] = {
-    name: spec.field for spec in DCGM_NAMES for name in (spec.metric, *spec.aliases)
+_SPEC_OF: dict[str, DcgmName] = {
+    name: spec for spec in DCGM_NAMES for name in (spec.metric, *spec.aliases)
 }
 _RELATIVE = re.compile(r"^-?(\d+(?:\.\d+)?)([smhdw])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -81,7 +81,7 @@ def make_query(url: str, node: str | None, start: str, end: str,
 
 
 def _selector(node: str | None) -> str:
-    names = sorted({*_FIELD_OF, XID_METRIC, LOST_METRIC})
+    names = sorted({*_SPEC_OF, XID_METRIC, LOST_METRIC})
     matchers = [f'__name__=~"{"|".join(names)}"']
     if node is not None:
         matchers.append(f'{NODE_LABEL}="{_escape(node)}"')
@@ -154,7 +154,8 @@ def read_range(query: RangeQuery) -> list[GpuSample]:
             if name == LOST_METRIC:
                 sample.lost = value != 0
             else:
-                _set(sample, _FIELD_OF[name], value)
+                spec = _SPEC_OF[name]
+                _set(sample, spec.field, value / spec.scale)
     _place_xids(samples, xid_values)
     return [samples[k] for k in sorted(samples, key=lambda k: (k[1], k[0]))]
 
