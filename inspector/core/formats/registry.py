@@ -39,11 +39,20 @@ class FormatSpec:
     the built-in chain (`sniffing.sniff`) recognises it."""
     scan: Callable[[Any, Any], None] | None = None
     """`scan(ctx, buf)`: reads the whole file (`buf`, bytes or a read-only mapping) and reports
-    through the scan context (`ctx.result.format`, `ctx.find`, `ctx.not_fully_read`); raising
-    ends in the scan's fallback readings. None where `core.scan` still dispatches it."""
+    through the scan context (`core.scan_context.ScanContext`: `ctx.result.format`, `ctx.find`,
+    `ctx.not_fully_read`, `ctx.scan_nested`); raising ends in the scan's fallback readings.
+    None for a kind another record's scan names (`npz`, `pytorch-zip`: the zip reader)."""
     tensors: str | None = None
     """`"module:function"` the jailed worker calls as `function(path) -> {name: tensor}` to
     read its tensors for statistics and digests; None where `sandbox.load` reads it."""
+    kinds: tuple[str, ...] = ()
+    """The first guesses of the built-in chain (`sniffing.sniff`: `zip`, `compressed:gzip`,
+    `pickle?`) that this record's `scan` reads. The chain keeps its own order, since its
+    precedence decides what a polyglot is read as first; a format with a magic number of its
+    own gives `sniff` instead."""
+    loadable: bool = False
+    """`sandbox.load` itself loads it for inspect, convert and diff (without a `tensors`
+    reader)."""
 
 
 _SPECS: dict[Format, FormatSpec] = {}
@@ -73,6 +82,21 @@ def all_specs() -> tuple[FormatSpec, ...]:
 def detect(head: bytes, size: int) -> FormatSpec | None:
     """The first registered format whose own sniff recognises these bytes."""
     return next((s for s in _SPECS.values() if s.sniff is not None and s.sniff(head, size)), None)
+
+
+def by_kind(kind: str) -> FormatSpec | None:
+    """The record whose `scan` reads what the built-in chain named `kind`."""
+    return next((s for s in _SPECS.values() if kind in s.kinds), None)
+
+
+def loadable() -> tuple[Format, ...]:
+    """The formats the jailed worker loads: its own readers' and the modules' `tensors`."""
+    return tuple(s.format for s in _SPECS.values() if s.loadable or s.tensors is not None)
+
+
+def holding_code(holds: bool) -> tuple[Format, ...]:
+    """The formats whose loader can run code the file carries (`holds`), or cannot."""
+    return tuple(s.format for s in _SPECS.values() if s.holds_code is holds)
 
 
 def suffixes() -> tuple[str, ...]:
