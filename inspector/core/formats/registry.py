@@ -50,6 +50,9 @@ class FormatSpec:
     `pickle?`) that this record's `scan` reads. The chain keeps its own order, since its
     precedence decides what a polyglot is read as first; a format with a magic number of its
     own gives `sniff` instead."""
+    mime_globs: tuple[str, ...] | None = None
+    """The suffixes the desktop integration claims for `mime`, where fewer than `suffixes`
+    (`.bin` is too common a name to claim); None: all of `suffixes`."""
     loadable: bool = False
     """`sandbox.load` itself loads it for inspect, convert and diff (without a `tensors`
     reader)."""
@@ -99,14 +102,17 @@ def holding_code(holds: bool) -> tuple[Format, ...]:
     return tuple(s.format for s in _SPECS.values() if s.holds_code is holds)
 
 
-def suffixes() -> tuple[str, ...]:
-    """Every suffix a file dialog offers, each once, in registration order."""
-    return tuple(dict.fromkeys(x for s in _SPECS.values() for x in s.suffixes))
+def suffixes(*formats: Format) -> tuple[str, ...]:
+    """Every suffix a file dialog offers, each once, in registration order; of `formats` only,
+    in their order, where given."""
+    specs = [_SPECS[f] for f in formats if f in _SPECS] if formats else _SPECS.values()
+    return tuple(dict.fromkeys(x for s in specs for x in s.suffixes))
 
 
-def dialog_filter() -> str:
-    """The Qt file-dialog filter: the model files the app opens, then all files."""
-    return f"Model files ({' '.join('*' + x for x in suffixes())});;All files (*)"
+def dialog_filter(*formats: Format, title: str = "Model files") -> str:
+    """The Qt file-dialog filter: the model files the app opens (of `formats` only, where
+    given), then all files."""
+    return f"{title} ({' '.join('*' + x for x in suffixes(*formats))});;All files (*)"
 
 
 def mime_types() -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -114,5 +120,6 @@ def mime_types() -> dict[str, tuple[str, tuple[str, ...]]]:
     out: dict[str, tuple[str, list[str]]] = {}
     for s in _SPECS.values():
         if s.mime:
-            out.setdefault(s.mime, (s.label, []))[1].extend(s.suffixes)
+            globs = s.suffixes if s.mime_globs is None else s.mime_globs
+            out.setdefault(s.mime, (s.label, []))[1].extend(globs)
     return {mime: (label, tuple(dict.fromkeys(globs))) for mime, (label, globs) in out.items()}

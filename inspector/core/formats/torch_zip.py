@@ -73,8 +73,9 @@ def check_records(ctx: ScanContext, storages: list, by_name: dict, prefix: str, 
 
 
 DCP_LOADERS = ("torch.distributed.checkpoint.load",)
-register(FormatSpec(Format.PYTORCH_ZIP, "PyTorch checkpoint (torch.save)", TORCH_SUFFIXES,
-                    TORCH_MIME, holds_code=True, loaders=("torch.load",), loadable=True))
+register(FormatSpec(Format.PYTORCH_ZIP, "PyTorch checkpoint", TORCH_SUFFIXES, TORCH_MIME,
+                    holds_code=True, loaders=("torch.load",),
+                    mime_globs=(".pt", ".pth", ".ckpt"), loadable=True))
 register(FormatSpec(Format.TORCHSCRIPT, "TorchScript archive (torch.jit.save)", holds_code=True,
                     loaders=("torch.jit.load",), loadable=True))
 register(FormatSpec(Format.TORCH_EXPORT, "torch.export archive (.pt2)", (".pt2",),
