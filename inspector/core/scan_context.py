@@ -67,17 +67,21 @@ class ScanContext:
 
     def find(self, severity: str, code: str, message: str, member: str | None = None,
              offset: int | None = None, call: str | None = None) -> None:
+        """Report one finding (bounded: the first 2,000, dangerous ones up to 4,000)."""
         findings = self.result.findings
         if len(findings) < 2000 or (severity == Severity.DANGEROUS and len(findings) < 4000):
             findings.append(Finding(severity, code, message, member, offset, call))
 
     def block(self, reason: str) -> None:
+        """torch.load(weights_only=True) refuses the file, for `reason`."""
         self.torch_refuses = True
         blockers = self.result.weights_only_blockers
         if reason not in blockers and len(blockers) < 200:
             blockers.append(reason)
 
     def walk(self, data: bytes, start: int = 0, through: bool = False) -> PickleScan:
+        """Walk the pickle at `start` within the file's budget (as both buffered and unbuffered
+        readers read it where a FRAME is misaligned), kept for the loaders' own readings."""
         rules, budget = self.rules, self.budget
         budget.check()
         scan = scan_pickle(data, start, allowed=rules.allowed, wo_opcodes=rules.opcodes,
@@ -225,6 +229,7 @@ class ScanContext:
         self.block(f"not fully scanned: {why}")
 
     def finish(self) -> None:
+        """Fold what was gathered into the result: globals, weights_only, the verdict."""
         res = self.result
         order = sorted(self.uses.values(), key=lambda g: (-rank(g.severity), g.module, g.name))
         res.globals = order
