@@ -236,7 +236,7 @@ class ScanContext:
         # torch.load hands a path named *.safetensors to safetensors.torch.load_file, which
         # refuses any header the check finds fault with; the name decides, not the content
         by_name = res.path.endswith(".safetensors")
-        if by_name and (res.format != "safetensors" or res.findings):
+        if by_name and (res.format != Format.SAFETENSORS or res.findings):
             self.block("torch.load reads a *.safetensors path with safetensors, which refuses it")
         elif not by_name and res.format not in TORCH_WEIGHTS_FORMATS:
             res.weights_only_blockers.insert(0, f"torch.load does not read {res.format} files "

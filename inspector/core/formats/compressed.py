@@ -24,7 +24,7 @@ def scan_compressed(ctx: ScanContext, buf, algo: str) -> None:
     try:
         decoded = ctx.decode(buf, algo)
     except decompress.CodecMissing as exc:
-        res.format = "compressed-pickle"
+        res.format = Format.COMPRESSED_PICKLE
         ctx.not_fully_read("compressed-unreadable", f"{exc}; its content was not scanned")
         return
     scan_decoded(ctx, decoded, algo)
@@ -38,9 +38,9 @@ def scan_decoded(ctx: ScanContext, decoded: decompress.Decoded, algo: str) -> No
     if not scan_stream(ctx, decoded.data, None, False):
         if not ctx.scan_nested(decoded.data, f"<{algo} content>"):
             raise ValueError(f"{algo} content is not a pickle")
-        res.format = "compressed-archive"
+        res.format = Format.COMPRESSED_ARCHIVE
         return
-    res.format = "compressed-pickle"
+    res.format = Format.COMPRESSED_PICKLE
     members = f" ({decoded.members} members)" if decoded.members > 1 else ""
     ctx.find(Severity.SUSPICIOUS, "compressed-pickle",
              f"{algo}-compressed pickle{members}: loaders such "

@@ -42,7 +42,7 @@ def scan_stream(ctx: ScanContext, buf, member: str | None, torch_format: bool,
     # torch's legacy loader unpickles five pickles: magic, protocol, sys_info, data, keys.
     count = fold_pickles(ctx, buf, member, first, 5 if legacy else 0)
     if torch_format:
-        ctx.result.format = "pytorch-legacy" if legacy else "pickle"
+        ctx.result.format = Format.PYTORCH_LEGACY if legacy else Format.PICKLE
         if legacy and count < 5:
             ctx.block("legacy stream has fewer than five pickles")
         refusal = legacy_refusal(buf, ctx.result.pickles) if legacy else None

@@ -42,7 +42,7 @@ def scan_tar(ctx: ScanContext, buf) -> None:
     links = [m for m in every if m.name in _TORCH_TAR and (
         m.issym() or (m.islnk() and m.linkname not in names))]
     torch_tar = names | {m.name for m in links} >= _TORCH_TAR
-    res.format = "pytorch-tar" if torch_tar else "tar"
+    res.format = Format.PYTORCH_TAR if torch_tar else Format.TAR
     if torch_tar:
         ctx.find(Severity.SUSPICIOUS, "torch-legacy-tar",
                  "torch's legacy tar format: torch.load unpickles "

@@ -65,7 +65,7 @@ def check_records(ctx: ScanContext, storages: list, by_name: dict, prefix: str, 
             ctx.find(Severity.SUSPICIOUS, "storage-record-larger",
                      f"record holds {record.size} bytes, storage {s.key!r} uses {declared} "
                      "(extra bytes hidden after the tensor)", name, s.offset)
-    if kind in ("pytorch-zip", "torchscript"):
+    if kind in (Format.PYTORCH_ZIP, Format.TORCHSCRIPT):
         for name in by_name:
             if name.startswith(data_prefix) and name not in seen:
                 ctx.find(Severity.SUSPICIOUS, "zip-unreferenced-record",

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from inspector.core.scan_context import ScanContext
 
 
-
 _PICKLE_STARTS = PICKLE_FIRST_BYTES | {0x80}
 
 
@@ -52,7 +51,7 @@ def scan_zip(ctx: ScanContext, buf) -> None:
         spans += scan_gap(ctx, buf, start, end)
     # what torch.load itself reads is decided below, not by every archive's content
     ctx.torch_refuses, ctx.result.weights_only_blockers[:] = refuses, blockers
-    ctx.result.format = "distcp"
+    ctx.result.format = Format.DISTCP
     ctx.find(Severity.INFO, "zip-concatenated", f"{len(spans)} zip archives back to back (as "
              "torch.distributed.checkpoint writes its .distcp data files); all were scanned")
     _torch_view(ctx, buf, sorted(spans))
@@ -167,15 +166,16 @@ def _record_may_be_pickle(ctx: ScanContext, buf, m: zipread.Member) -> bool:
 def scan_archive(ctx: ScanContext, buf, archive: zipread.ZipArchive) -> None:
     members = archive.members
     kind = zip_kind([m.name for m in members])
-    if ctx.result.format in ("unknown", "zip", "npz") or kind in ("torchscript", "torch-export"):
+    if ctx.result.format in (Format.UNKNOWN, Format.ZIP, Format.NPZ) or kind in (
+            Format.TORCHSCRIPT, Format.TORCH_EXPORT):
         ctx.result.format = kind
     for a in archive.anomalies:
         ctx.find(a.severity, a.code, a.message, a.member)
-    if kind == "torchscript":
+    if kind == Format.TORCHSCRIPT:
         ctx.find(Severity.SUSPICIOUS, "torchscript",
                  "TorchScript archive: torch.jit.load runs the code "
                  "inside it, and torch.load(weights_only=True) refuses it")
-    if kind == "torch-export":
+    if kind == Format.TORCH_EXPORT:
         ctx.find(Severity.SUSPICIOUS, "torch-export",
                  "torch.export archive: torch.export.load rebuilds "
                  "and runs the graph in models/ (custom operators run native code), and "
@@ -184,7 +184,7 @@ def scan_archive(ctx: ScanContext, buf, archive: zipread.ZipArchive) -> None:
     prefix = members[0].name.split("/", 1)[0] if members else ""
     by_name = {m.name: m for m in members}
     main = zipread.torch_member(members, f"{prefix}/data.pkl")
-    torch_zip = kind == "pytorch-zip"
+    torch_zip = kind == Format.PYTORCH_ZIP
     if torch_zip:
         outside = next((m.name for m in members if not m.name.startswith(prefix + "/")), None)
         if outside is not None:
