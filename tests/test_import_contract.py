@@ -10,6 +10,8 @@
 - The GUI and the report reach the sandbox only through its client.
 - The worker's op table names only modules inside `sandbox/`.
 - CLI commands never import each other (what they share is in `cli/common.py`).
+- Format modules (`core/formats/`) never import the scan or its context at module level:
+  they reach nested content through the context handed to them.
 - Module-level imports between the project's modules form no cycle.
 """
 
@@ -155,3 +157,13 @@ def test_no_import_cycles_at_module_level():
         if mod not in state:
             cycle = visit(mod)
             assert cycle is None, " -> ".join(cycle)
+
+
+def test_format_modules_reach_the_scan_only_through_the_context_handed_to_them():
+    scan_side = ("inspector.core.scan", "inspector.core.scan_context")
+    found = [f"{mod} imports {name}" for mod, path in sorted(MODULES.items())
+             if mod.startswith("inspector.core.formats")
+             for name in _imports(path, top_level_only=True)
+             if name.rpartition(".")[0] in scan_side or name in scan_side]
+    assert not found
+    assert any(mod.startswith("inspector.core.formats.") for mod in MODULES)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from hostile_files import HOSTILE
 
-from inspector.core import decompress, pickle_scan, scan, zipread
+from inspector.core import decompress, pickle_scan, scan, scan_context, zipread
 from inspector.core.scan import scan_bytes
 from inspector.core.scan_budget import ScanBudget
 
@@ -45,7 +45,7 @@ def counted(monkeypatch):
 
     monkeypatch.setattr(decompress, "decompress", decoding)
     monkeypatch.setattr(zipread, "member_bytes", member)
-    monkeypatch.setattr(scan, "scan_pickle", walking)
+    monkeypatch.setattr(scan_context, "scan_pickle", walking)
     return spent
 
 

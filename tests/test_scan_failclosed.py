@@ -14,6 +14,7 @@ import pytest
 from factories import call, p_global, p_unicode, touch_cmd
 
 from inspector.core import decompress, discover, formats, readings, scan
+from inspector.core.formats import numpy_files, pickle_stream
 from inspector.core.scan import scan_bytes, scan_file, scan_paths
 from inspector.core.termtext import escape, html_escape
 from inspector.sandbox.client import dry_run_reader
@@ -28,12 +29,12 @@ def test_an_exception_in_a_reader_is_the_files_one_line_result(tmp_path, monkeyp
     def boom(*_args, **_kwargs):
         raise RuntimeError("reader bug\nwith a second line")
 
-    monkeypatch.setattr(scan, "_scan_npy", boom)
+    monkeypatch.setattr(numpy_files, "scan_npy", boom)
     npy = tmp_path / "a.npy"
     npy.write_bytes(b"\x93NUMPY\x01\x00" + bytes(20))
     res = scan_file(npy)
     assert res.verdict == "error" and "RuntimeError" in res.error and "\n" not in res.error
-    monkeypatch.setattr(scan, "_fold_pickles", boom)
+    monkeypatch.setattr(pickle_stream, "fold_pickles", boom)
     evil = tmp_path / "evil.pkl"
     evil.write_bytes(call("os", "system", touch_cmd(canary)))
     with readings.using(None):

@@ -16,6 +16,7 @@ from inspector.cli.common import (
     worker_digests,
 )
 from inspector.cli.reference import epilog
+from inspector.core import formats
 from inspector.core.atomic import OutputExistsError
 from inspector.core.dcp_folder import folder_files, is_dcp_folder
 from inspector.core.manifest import (
@@ -28,10 +29,10 @@ from inspector.core.manifest import (
 from inspector.core.manifest import write_manifest as write
 from inspector.core.progress import CancelToken
 from inspector.core.verify import TensorDigestFn, list_files, measure_file
+from inspector.core.vocabulary import Format
 
 # TorchScript and torch.export weights are digested from their records (code never runs)
-CHECKPOINT_FORMATS = frozenset({"pytorch-zip", "pytorch-legacy", "safetensors", "torchscript",
-                                "torch-export"})
+CHECKPOINT_FORMATS = frozenset(formats.loadable()) - {Format.DCP}  # a DCP input is a folder
 
 EXIT_OK = 0
 EXIT_USAGE = 2

@@ -2,7 +2,7 @@
 
 The static walk (`core.pickle_scan`) explains a pickle; the verdict also rests on what the real
 unpicklers read from the same bytes. While a file is scanned, every buffer the walker reads as a
-pickle is kept with the offsets it starts at (`_Scan.walk`), and the file itself is always one
+pickle is kept with the offsets it starts at (`ScanContext.walk`), and the file itself is always one
 more reading from its first byte, whatever its format (the C unpickler accepts any opcode
 there: a polyglot is not told by byte 0). A reader, injected by the caller (the CLI and the app
 pass `sandbox.client.dry_run_reader`, which runs the `dry-run` op in the jail; core never
@@ -216,7 +216,7 @@ def _unread(res, why: str) -> None:
 
 
 def _recount(res) -> str:
-    """The verdict from the result's globals and findings, as `_Scan.finish` gives it."""
+    """The verdict from the result's globals and findings, as `ScanContext.finish` gives it."""
     if res.verdict == Verdict.SKIPPED:
         return Verdict.SKIPPED
     verdict = worst([g.severity for g in res.globals] + [f.severity for f in res.findings])

@@ -18,6 +18,15 @@ DECODED_CAP = 1 << 30
 OPCODES_BASE = 500_000  # pickle opcodes any file may have walked
 OPCODES_PER_BYTE = 1  # and one more per byte of the file
 
+# Bounds on single parts, shared by `core.scan_context` and the format modules
+MAX_MEMBER_BYTES = 1 << 30  # a pickle member larger than this is reported, not read
+MAX_DECOMPRESSED = 1 << 30
+CRC_BUDGET = 64 << 20  # tensor record bytes CRC-checked per file; pickles are always checked
+MAX_LISTED_PICKLES = 1000  # `pickles` entries kept for the GUI; every pickle is scanned
+MAX_NESTING = 3  # pickles inside call arguments inside pickles
+MAX_FORKS = 64  # next pickles where a reader without peek() goes on, followed per file
+MAX_NESTING_ARCHIVES = 3  # archives inside archives scanned this deep
+
 
 class BudgetSpent(Exception):
     """The file's scan budget is spent: the scan stops here (not safe)."""

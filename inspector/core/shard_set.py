@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from inspector.core import formats
 from inspector.core.dcp_folder import is_dcp_folder
 from inspector.core.shards import (
     INDEX_SUFFIX,
@@ -22,8 +23,9 @@ from inspector.core.shards import (
     is_index,
     read_index,
 )
+from inspector.core.vocabulary import Format
 
-CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
+CHECKPOINT_SUFFIXES = formats.suffixes(Format.SAFETENSORS, Format.PYTORCH_ZIP)
 SAFETENSORS_INDEX = ".safetensors" + INDEX_SUFFIX
 # What transformers loads when a folder holds several: safetensors before torch pickles, an
 # index before a single file. Each entry is an index kind (by suffix) or a file name.

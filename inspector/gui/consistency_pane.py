@@ -40,7 +40,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from inspector.core.vocabulary import CheckStatus, Verdict
+from inspector.core.formats import dialog_filter
+from inspector.core.vocabulary import CheckStatus, Format, Verdict
 from inspector.gpu.consistency_job import ConsistencyRequest, describe_element, run_consistency
 from inspector.gpu.telemetry import TelemetryStore
 from inspector.gui import chart_style
@@ -53,6 +54,7 @@ from inspector.sandbox.client import SandboxError
 RunFn = Callable[..., dict[str, Any]]
 PASS_STYLE, FAIL_STYLE, IDLE_STYLE = "good", "bad", "idle"  # verdict banner looks
 PLOT_MIN_HEIGHT = 150
+CHECKPOINT_FILTER = dialog_filter(Format.PYTORCH_ZIP, title="Checkpoints")
 X_LABEL = "seconds since the run started"
 GPU_PLOTS = {"temperature": ("temperature_gpu", "temperature"), "power": ("power_draw", "power")}
 """GPU chart name: (telemetry field, what it shows)."""
@@ -315,7 +317,7 @@ class ConsistencyPane(QWidget):
 
     def _choose_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Checkpoint to test", "",
-                                              "Checkpoints (*.pt *.pth *.bin *.ckpt);;All (*)")
+                                              CHECKPOINT_FILTER)
         if path:
             self.set_file(path)
 

@@ -6,9 +6,12 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
+from inspector.core import formats
+from inspector.core.vocabulary import Format
 from inspector.gui.verdict_style import shield_icon
 
-PROMPT = "Drop a .pt / .pth / .bin / .ckpt / .safetensors file or a folder of shards"
+PROMPT = (f"Drop a {' / '.join(formats.suffixes(Format.PYTORCH_ZIP, Format.SAFETENSORS))} file "
+          "or a folder of shards")
 
 
 class EmptyState(QWidget):

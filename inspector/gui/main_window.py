@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from inspector.core import formats
 from inspector.core.shard_inspect import coverage_text
 from inspector.gui import app as appmod
 from inspector.gui.action_reasons import compare_blocker, convert_blocker, file_blocker
@@ -41,10 +42,7 @@ from inspector.gui.pipeline import (
 )
 from inspector.gui.verdict_style import document_icon, document_words
 
-FILE_FILTER = (
-    "Checkpoints (*.pt *.pth *.bin *.ckpt *.safetensors *.pkl *.pickle *.npy *.npz *.tar);;"
-    "All files (*)"
-)
+FILE_FILTER = formats.dialog_filter()
 PROGRESS_MS = 200
 DROP_OWNER = "ownsFileDrops"
 """Widgets with this property set handle their own file drops (e.g. the manifest zone)."""

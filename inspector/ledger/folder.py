@@ -26,7 +26,7 @@ from inspector.core.formats import sniff
 from inspector.core.hashing import sha256_file
 from inspector.core.manifest import FileEntry, TensorEntry
 from inspector.core.run_ledger import LedgerError, SaveRecord
-from inspector.core.vocabulary import SaveOutcome
+from inspector.core.vocabulary import Format, SaveOutcome
 from inspector.ledger.digests import differences, disk_digests, expected_bytes, memory_digests
 from inspector.ledger.identity import barrier, current_rank, world_size
 from inspector.ledger.record import append_save, prior_ledger, relative
@@ -34,7 +34,7 @@ from inspector.ledger.rotate import rotate
 from inspector.ledger.space import check_space, disk_full
 from inspector.ledger.strays import clear_strays, temp_tag
 
-TENSOR_FORMATS = frozenset({"safetensors", "zip", "pickle"})
+TENSOR_FORMATS = frozenset({Format.SAFETENSORS, Format.ZIP, Format.PICKLE})
 """What `formats.sniff` calls the files whose tensors are read and recorded."""
 
 

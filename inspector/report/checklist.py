@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from inspector.core import formats
 from inspector.core.dcp_folder import FORMAT as DCP
 from inspector.core.integrity import describe, integrity_findings
 from inspector.core.policy import KNOWN_DATA
@@ -12,6 +13,7 @@ from inspector.core.results import InspectResult
 from inspector.core.shards import ShardError, read_index
 from inspector.core.vocabulary import (
     FileStatus,
+    Format,
     HealthSeverity,
     HealthStatus,
     LoadStatus,
@@ -38,8 +40,10 @@ from inspector.report.model import (
 )
 from inspector.report.sections import flagged_code, self_test_words
 
-SAFE_FORMATS = ("safetensors",)
-DATA_ONLY_FORMATS = ("npy", "npz")
+SAFE_FORMATS = tuple(s.format for s in formats.all_specs()
+                     if not s.holds_code and (s.loadable or s.tensors is not None))
+"""Tensor formats whose loader runs no code the file carries (`FormatSpec.holds_code`)."""
+DATA_ONLY_FORMATS = (Format.NPY, Format.NPZ)
 """Formats that hold no code unless they embed a pickle (then the scan lists globals)."""
 
 

@@ -37,6 +37,7 @@ from typing import Any
 from inspector.core.atomic import OutputExistsError, atomic_write, write_text_atomic
 from inspector.core.dcp_folder import folder_files, is_dcp_folder, scan_folder
 from inspector.core.errors import CodedError
+from inspector.core.formats import loadable
 from inspector.core.hashing import DIGEST_ALGORITHM, sha256_file
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.core.results import DiffResult
@@ -76,10 +77,6 @@ MAX_OUTPUT_BYTES = 1 << 30
 """Everything a worker may write on the protocol descriptor in one job."""
 RESULT_GRACE_S = 5.0
 """How long the worker may take to close its end after the result before it is killed."""
-LOADABLE_FORMATS = ("pytorch-zip", "pytorch-legacy", "safetensors", "dcp", "torchscript",
-                    "torch-export")
-"""TorchScript and torch.export archives are never loaded: the worker reads their weights'
-records statically (`sandbox.torchscript`) and only shows their code."""
 
 
 class SandboxError(CodedError):
@@ -572,20 +569,15 @@ def check_loadable(scan: dict, allow_globals: Iterable[str], override_dangerous:
         raise SandboxError("refused_global",
                            "refusing to allow dangerous globals: " + ", ".join(forbidden),
                            forbidden)
-    if fmt not in LOADABLE_FORMATS and not _module_loads(fmt):
+    # the registry's loadable formats (`FormatSpec.loadable`, `tensors`): TorchScript and
+    # torch.export archives are never loaded, the worker reads their weights' records
+    # statically (`sandbox.torchscript`) and only shows their code
+    if fmt not in loadable():
         what = scan.get("error") if fmt == "unknown" else None  # the reason, not "unknown"
         detail = f": {scan['error']}" if scan.get("error") and not what else ""
         raise SandboxError("unsupported_format",
                            f"cannot load this file: {what}" if what
                            else f"cannot load this file (format {fmt}){detail}")
-
-
-def _module_loads(fmt: str) -> bool:
-    """Whether a format module of `core.formats` gives the worker a tensor reader for it."""
-    from inspector.core.formats import spec_of
-
-    spec = spec_of(fmt)
-    return spec is not None and spec.tensors is not None
 
 
 def _limits(size: int, limits: dict | None) -> dict:

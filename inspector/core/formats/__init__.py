@@ -7,13 +7,28 @@ order `registry.detect` tries their sniffs in.
 
 from __future__ import annotations
 
-from inspector.core.formats import builtin  # noqa: F401 (registers its formats)
+# the registration order: torch's formats first in every list
+# isort: off
+from inspector.core.formats import (  # noqa: F401 (each registers its formats)
+    torch_zip,
+    pickle_stream,
+    zip_archive,
+    numpy_files,
+    seven_zip,
+    compressed,
+    tar,
+    safetensors,
+)
+# isort: on
 from inspector.core.formats.registry import (  # noqa: F401 (the package's interface)
     HEAD_BYTES,
     FormatSpec,
     all_specs,
+    by_kind,
     detect,
     dialog_filter,
+    holding_code,
+    loadable,
     mime_types,
     register,
     spec_of,
@@ -21,6 +36,7 @@ from inspector.core.formats.registry import (  # noqa: F401 (the package's inter
 )
 from inspector.core.formats.sniffing import (  # noqa: F401 (the package's interface)
     COMPRESSION_MAGIC,
+    NESTED_KINDS,
     NPY_MAGIC,
     OPCODE_BYTES,
     PICKLE_FIRST_BYTES,

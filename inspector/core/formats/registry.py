@@ -39,11 +39,23 @@ class FormatSpec:
     the built-in chain (`sniffing.sniff`) recognises it."""
     scan: Callable[[Any, Any], None] | None = None
     """`scan(ctx, buf)`: reads the whole file (`buf`, bytes or a read-only mapping) and reports
-    through the scan context (`ctx.result.format`, `ctx.find`, `ctx.not_fully_read`); raising
-    ends in the scan's fallback readings. None where `core.scan` still dispatches it."""
+    through the scan context (`core.scan_context.ScanContext`: `ctx.result.format`, `ctx.find`,
+    `ctx.not_fully_read`, `ctx.scan_nested`); raising ends in the scan's fallback readings.
+    None for a kind another record's scan names (`npz`, `pytorch-zip`: the zip reader)."""
     tensors: str | None = None
     """`"module:function"` the jailed worker calls as `function(path) -> {name: tensor}` to
     read its tensors for statistics and digests; None where `sandbox.load` reads it."""
+    kinds: tuple[str, ...] = ()
+    """The first guesses of the built-in chain (`sniffing.sniff`: `zip`, `compressed:gzip`,
+    `pickle?`) that this record's `scan` reads. The chain keeps its own order, since its
+    precedence decides what a polyglot is read as first; a format with a magic number of its
+    own gives `sniff` instead."""
+    mime_globs: tuple[str, ...] | None = None
+    """The suffixes the desktop integration claims for `mime`, where fewer than `suffixes`
+    (`.bin` is too common a name to claim); None: all of `suffixes`."""
+    loadable: bool = False
+    """`sandbox.load` itself loads it for inspect, convert and diff (without a `tensors`
+    reader)."""
 
 
 _SPECS: dict[Format, FormatSpec] = {}
@@ -75,14 +87,32 @@ def detect(head: bytes, size: int) -> FormatSpec | None:
     return next((s for s in _SPECS.values() if s.sniff is not None and s.sniff(head, size)), None)
 
 
-def suffixes() -> tuple[str, ...]:
-    """Every suffix a file dialog offers, each once, in registration order."""
-    return tuple(dict.fromkeys(x for s in _SPECS.values() for x in s.suffixes))
+def by_kind(kind: str) -> FormatSpec | None:
+    """The record whose `scan` reads what the built-in chain named `kind`."""
+    return next((s for s in _SPECS.values() if kind in s.kinds), None)
 
 
-def dialog_filter() -> str:
-    """The Qt file-dialog filter: the model files the app opens, then all files."""
-    return f"Model files ({' '.join('*' + x for x in suffixes())});;All files (*)"
+def loadable() -> tuple[Format, ...]:
+    """The formats the jailed worker loads: its own readers' and the modules' `tensors`."""
+    return tuple(s.format for s in _SPECS.values() if s.loadable or s.tensors is not None)
+
+
+def holding_code(holds: bool) -> tuple[Format, ...]:
+    """The formats whose loader can run code the file carries (`holds`), or cannot."""
+    return tuple(s.format for s in _SPECS.values() if s.holds_code is holds)
+
+
+def suffixes(*formats: Format) -> tuple[str, ...]:
+    """Every suffix a file dialog offers, each once, in registration order; of `formats` only,
+    in their order, where given."""
+    specs = [_SPECS[f] for f in formats if f in _SPECS] if formats else _SPECS.values()
+    return tuple(dict.fromkeys(x for s in specs for x in s.suffixes))
+
+
+def dialog_filter(*formats: Format, title: str = "Model files") -> str:
+    """The Qt file-dialog filter: the model files the app opens (of `formats` only, where
+    given), then all files."""
+    return f"{title} ({' '.join('*' + x for x in suffixes(*formats))});;All files (*)"
 
 
 def mime_types() -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -90,5 +120,6 @@ def mime_types() -> dict[str, tuple[str, tuple[str, ...]]]:
     out: dict[str, tuple[str, list[str]]] = {}
     for s in _SPECS.values():
         if s.mime:
-            out.setdefault(s.mime, (s.label, []))[1].extend(s.suffixes)
+            globs = s.suffixes if s.mime_globs is None else s.mime_globs
+            out.setdefault(s.mime, (s.label, []))[1].extend(globs)
     return {mime: (label, tuple(dict.fromkeys(globs))) for mime, (label, globs) in out.items()}

@@ -43,6 +43,10 @@ SEVEN_ZIP_MAGIC = b"7z\xbc\xaf\x27\x1c"
 OPCODE_BYTES = frozenset(op.code.encode("latin-1")[0] for op in pickletools.opcodes)
 # Opcodes a protocol 0/1 pickle (no PROTO opcode) can start with.
 PICKLE_FIRST_BYTES = frozenset(b"(.0FIJKLMNPQRSTUVXabcdegijlopqrstu}])G")
+# kinds known by a magic number or a checksum (zlib's and LZMA's two bytes are too weak a sign):
+# content of these kinds inside an archive or a stream is opened as a file of its own
+NESTED_KINDS = frozenset({"zip", "tar", "7z", "compressed:gzip", "compressed:bz2",
+                          "compressed:xz", "compressed:zstd", "compressed:lz4"})
 
 
 def sniff(head: bytes, size: int) -> str:
