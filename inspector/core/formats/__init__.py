@@ -7,7 +7,7 @@ order `registry.detect` tries their sniffs in.
 
 from __future__ import annotations
 
-from inspector.core.formats import builtin  # noqa: F401 (registers its formats)
+from inspector.core.formats import builtin, gguf, onnx  # noqa: F401 (register their formats)
 from inspector.core.formats.registry import (  # noqa: F401 (the package's interface)
     HEAD_BYTES,
     FormatSpec,
