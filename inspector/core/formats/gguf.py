@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from inspector.core.formats import chat_template, gguf_header
+from inspector.core.formats.chat_template import check as check_template
+from inspector.core.formats.gguf_header import read as read_header
+from inspector.core.formats.gguf_header import sniff as sniff_header
 from inspector.core.formats.registry import FormatSpec, register
 from inspector.core.vocabulary import Format
 
@@ -20,11 +22,11 @@ TEMPLATE_KEY = "tokenizer.chat_template"
 
 def scan(ctx: Any, buf) -> None:
     """Report the header's problems and every chat template's code."""
-    header = gguf_header.read(buf)
+    header = read_header(buf)
     for p in header.problems:
         ctx.find(p.severity, p.code, p.message)
     for key, text in templates(header.kv):
-        for issue in chat_template.check(text):
+        for issue in check_template(text):
             ctx.find(issue.severity, "gguf-chat-template",
                      f"the chat template {key!r} {issue.reason}; never render it outside a "
                      "sandboxed Jinja2 environment", member=key)
@@ -49,4 +51,4 @@ def templates(kv: dict[str, Any]) -> list[tuple[str, str]]:
 SPEC = register(FormatSpec(
     Format.GGUF, "GGUF model (llama.cpp, ggml)", (".gguf",), "application/x-gguf",
     holds_code=True, loaders=("llama.cpp (gguf_init_from_file)", "gguf.GGUFReader"),
-    sniff=gguf_header.sniff, scan=scan, tensors="inspector.sandbox.gguf_load:load_gguf"))
+    sniff=sniff_header, scan=scan, tensors="inspector.sandbox.gguf_load:load_gguf"))

@@ -168,7 +168,7 @@ def sniff(head: bytes, size: int) -> bool:
             else:
                 length, pos = varint(head, pos, len(head))
                 if pos + length > size:
-                    return False
+                    return seen > 0  # a model cut short: its scan says so
                 if kind != "bytes" and pos + length <= len(head):
                     reader.read(kind, head, pos, pos + length)
                 pos += length
