@@ -334,3 +334,22 @@ def test_folder_scan_reads_gguf_files_instead_of_skipping_them(tmp_path) -> None
     assert results["model-q4.gguf"].verdict == Verdict.SAFE
     assert results["model-q4.gguf"].format == Format.GGUF
     assert results["mmproj.gguf"].verdict == Verdict.DANGEROUS
+
+
+def test_mutated_headers_never_raise(tmp_path) -> None:
+    """2,000 seeded mutants of a real file: each reads to problems or a header, never an
+    exception (the scan would otherwise fall back to other readings and lose the findings)."""
+    import random
+
+    path = tmp_path / "model.gguf"
+    _write(path)
+    original = path.read_bytes()
+    rng = random.Random(22)
+    problems = 0
+    for _ in range(2000):
+        data = bytearray(original)
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        header = gguf_header.read(bytes(data))
+        problems += bool(header.problems)
+    assert problems > 100  # the mutants do reach the checks

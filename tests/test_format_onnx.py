@@ -69,6 +69,11 @@ def _rich_model():
     return model
 
 
+def _text(value: str | bytes) -> str:
+    """protobuf hands a proto2 string that is not UTF-8 back as bytes; ours keeps surrogates."""
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+
+
 def _reference(model) -> tuple[dict, dict, list]:
     """Opsets, ops by domain and external entries, walked through onnx's own objects."""
     ops: dict[str, set[str]] = {}
@@ -76,9 +81,11 @@ def _reference(model) -> tuple[dict, dict, list]:
 
     def tensor(t) -> None:
         if t.data_location == TensorProto.EXTERNAL:
-            entries = {e.key: e.value for e in t.external_data}
-            external.append((t.name, entries["location"], int(entries.get("offset", 0)),
-                             int(entries["length"]) if "length" in entries else None))
+            entries = {_text(e.key): _text(e.value) for e in t.external_data}
+            offset, length = entries.get("offset", "0"), entries.get("length")
+            external.append((_text(t.name), entries.get("location", ""),
+                             int(offset) if offset.isdigit() else 0,
+                             int(length) if length is not None and length.isdigit() else None))
 
     def graph(g) -> None:
         for t in g.initializer:
@@ -90,7 +97,7 @@ def _reference(model) -> tuple[dict, dict, list]:
 
     def nodes(ns) -> None:
         for n in ns:
-            ops.setdefault(n.domain, set()).add(n.op_type)
+            ops.setdefault(_text(n.domain), set()).add(_text(n.op_type))
             for a in n.attribute:
                 for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
                     graph(g)
@@ -103,7 +110,7 @@ def _reference(model) -> tuple[dict, dict, list]:
     for info in model.training_info:
         graph(info.initialization)
         graph(info.algorithm)
-    return {o.domain: o.version for o in model.opset_import}, ops, sorted(external)
+    return {_text(o.domain): o.version for o in model.opset_import}, ops, sorted(external)
 
 
 @pytest.mark.parametrize("external", [False, True])
@@ -236,3 +243,111 @@ def test_folder_scan_reads_onnx_files_instead_of_skipping_them(tmp_path) -> None
     assert results["cut.onnx"].verdict == Verdict.ERROR
     assert results["cut.onnx"].error.startswith("not a readable onnx file")
     assert os.path.getsize(tmp_path / "cut.onnx") > HEAD_BYTES
+
+
+def test_mutants_are_models_exactly_when_protobuf_reads_them_as_models() -> None:
+    """3,000 seeded mutants of a real model: ours is a model (a complete ModelProto with a
+    graph) exactly when protobuf's own parser reads one, and then names the same opsets, ops
+    and external data; no mutant raises anything else."""
+    import random
+
+    from google.protobuf.message import DecodeError
+
+    from inspector.core.formats.protowire import WireBudget, WireError
+
+    original = _rich_model().SerializeToString()
+    rng = random.Random(22)
+    disagreements, models = [], 0
+    for i in range(3000):
+        data = bytearray(original)
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        data = bytes(data)
+        onnx_format.sniff(data[:HEAD_BYTES], len(data))
+        try:
+            ours = onnx_format.read_model(data)
+        except (WireError, WireBudget):
+            ours = None
+        ref = onnx.ModelProto()
+        try:
+            ref.ParseFromString(data)
+            ref_ok = ref.HasField("graph")
+        except DecodeError:
+            ref_ok = False
+        if (ours is not None) != ref_ok:
+            disagreements.append(i)
+        elif ours is not None:
+            models += 1
+            opsets, ops, ext = _reference(ref)
+            if (ours.opsets, ours.ops) != (opsets, ops) or sorted(
+                    (e.tensor, e.location, e.offset, e.length) for e in ours.external) != ext:
+                disagreements.append(i)
+    assert disagreements == []
+    assert 100 < models < 2900  # both answers occur
+
+
+def test_schema_covers_every_field_of_the_installed_onnx_proto() -> None:
+    """Each message field of onnx.proto (as the installed onnx builds it) is read as protobuf
+    reads it: messages as messages (merged where not repeated), strings as bytes, repeated
+    numbers packed or not. A field the schema missed would be skipped here but parsed, and
+    possibly refused, by protobuf."""
+    from google.protobuf.descriptor import FieldDescriptor as F
+    from onnx import onnx_ml_pb2
+
+    todo, seen, wrong = [(onnx_ml_pb2.ModelProto.DESCRIPTOR, "Model")], set(), []
+    while todo:
+        descriptor, name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for f in descriptor.fields:
+            kind = onnx_format.SCHEMA[name].get(f.number)
+            where = f"{descriptor.name}.{f.name}"
+            if f.type == F.TYPE_MESSAGE:
+                if kind is None or kind == "bytes" or kind.startswith("packed:"):
+                    wrong.append((where, kind))
+                    continue
+                if (not f.is_repeated) != ((name, f.number) in onnx_format.SINGULAR):
+                    wrong.append((where, "singular?"))
+                todo.append((f.message_type, kind))
+            elif f.type in (F.TYPE_STRING, F.TYPE_BYTES):
+                if kind != "bytes":
+                    wrong.append((where, kind))
+            elif f.is_repeated and not (kind or "").startswith("packed:"):
+                wrong.append((where, kind))
+    assert wrong == []
+
+
+def _field(number: int, payload: bytes | int) -> bytes:
+    def varint(n: int) -> bytes:
+        out = b""
+        while True:
+            out += bytes([n & 0x7F | (0x80 if n > 0x7F else 0)])
+            n >>= 7
+            if not n:
+                return out
+    if isinstance(payload, int):
+        return varint(number << 3) + varint(payload)
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def test_a_tensor_split_over_two_occurrences_is_merged_as_protobuf_merges_it(tmp_path) -> None:
+    """The Constant's tensor written twice: its location in the first, EXTERNAL in the second.
+    protobuf merges a singular message's occurrences, so the loader sees one external tensor
+    reading from outside the folder; read occurrence by occurrence, neither is."""
+    entry = _field(1, b"location") + _field(2, b"../../secret.bin")
+    first = _field(8, b"cval") + _field(2, 1) + _field(1, 4) + _field(13, entry)
+    second = _field(14, 1)
+    attribute = _field(1, b"value") + _field(20, 4) + _field(5, first) + _field(5, second)
+    node = _field(2, b"c") + _field(4, b"Constant") + _field(5, attribute)
+    graph = _field(1, node) + _field(2, b"g")
+    data = _field(1, 9) + _field(7, graph) + _field(8, _field(1, b"") + _field(2, 17))
+    path = tmp_path / "model.onnx"
+    path.write_bytes(data)
+    ref = onnx.load(path, load_external_data=False)
+    t = ref.graph.node[0].attribute[0].t
+    assert t.data_location == TensorProto.EXTERNAL and t.external_data[0].value.startswith("..")
+    res = scan_file(path)
+    assert res.verdict == Verdict.DANGEROUS, res.to_json()
+    hit = next(f for f in res.findings if f.code == "onnx-external-outside")
+    assert "'../../secret.bin', a path with a '..' part" in hit.message and hit.member == "cval"

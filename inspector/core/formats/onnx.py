@@ -35,27 +35,51 @@ from inspector.core.vocabulary import Format, Severity
 SCHEMA: dict[str, dict[int, Any]] = {
     "Model": {1: "varint", 2: "bytes", 3: "bytes", 4: "bytes", 5: "varint", 6: "bytes",
               7: "Graph", 8: "OperatorSetId", 14: "StringString", 20: "TrainingInfo",
-              25: "Function"},
+              25: "Function", 26: "DeviceConfiguration"},
+    "DeviceConfiguration": {1: "bytes", 2: "varint", 3: "bytes"},
     "OperatorSetId": {1: "bytes", 2: "varint"},
-    "Graph": {1: "Node", 2: "bytes", 5: "Tensor", 10: "bytes", 11: "bytes", 12: "bytes",
-              13: "bytes", 14: "bytes", 15: "SparseTensor", 16: "StringString"},
+    "Graph": {1: "Node", 2: "bytes", 5: "Tensor", 10: "bytes", 11: "ValueInfo", 12: "ValueInfo",
+              13: "ValueInfo", 14: "TensorAnnotation", 15: "SparseTensor", 16: "StringString"},
+    "ValueInfo": {1: "bytes", 2: "Type", 3: "bytes", 4: "StringString"},
+    "Type": {1: "TensorType", 4: "ElemType", 5: "MapType", 6: "bytes", 7: "Opaque",
+             8: "TensorType", 9: "ElemType"},
+    "Opaque": {1: "bytes", 2: "bytes"},
+    "TensorType": {1: "varint", 2: "Shape"},
+    "ElemType": {1: "Type"},
+    "MapType": {1: "varint", 2: "Type"},
+    "Shape": {1: "Dimension"},
+    "Dimension": {1: "varint", 2: "bytes", 3: "bytes"},
+    "TensorAnnotation": {1: "bytes", 2: "StringString"},
+    "Segment": {1: "varint", 2: "varint"},
     "Node": {1: "bytes", 2: "bytes", 3: "bytes", 4: "bytes", 5: "Attribute", 6: "bytes",
-             7: "bytes", 8: "bytes", 9: "StringString"},
+             7: "bytes", 8: "bytes", 9: "StringString", 10: "NodeDeviceConfiguration"},
+    "NodeDeviceConfiguration": {1: "bytes", 2: "ShardingSpec", 3: "varint"},
+    "ShardingSpec": {1: "bytes", 2: "packed:0", 3: "IntIntList", 4: "ShardedDim"},
+    "IntIntList": {1: "varint", 2: "packed:0"},
+    "ShardedDim": {1: "varint", 2: "SimpleShardedDim"},
+    "SimpleShardedDim": {1: "varint", 2: "bytes", 3: "varint"},
     "Attribute": {1: "bytes", 2: "fixed32", 3: "varint", 4: "bytes", 5: "Tensor", 6: "Graph",
                   7: "packed:5", 8: "packed:0", 9: "bytes", 10: "Tensor", 11: "Graph",
-                  13: "bytes", 14: "bytes", 15: "bytes", 20: "varint", 21: "bytes",
+                  13: "bytes", 14: "Type", 15: "Type", 20: "varint", 21: "bytes",
                   22: "SparseTensor", 23: "SparseTensor"},
-    "Tensor": {1: "packed:0", 2: "varint", 3: "bytes", 4: "packed:5", 5: "packed:0",
+    "Tensor": {1: "packed:0", 2: "varint", 3: "Segment", 4: "packed:5", 5: "packed:0",
                6: "bytes", 7: "packed:0", 8: "bytes", 9: "bytes", 10: "packed:1",
                11: "packed:0", 12: "bytes", 13: "StringString", 14: "varint",
                16: "StringString"},
     "SparseTensor": {1: "Tensor", 2: "Tensor", 3: "packed:0"},
     "StringString": {1: "bytes", 2: "bytes"},
     "Function": {1: "bytes", 4: "bytes", 5: "bytes", 6: "bytes", 7: "Node", 8: "bytes",
-                 9: "OperatorSetId", 10: "bytes", 11: "Attribute", 12: "bytes", 13: "bytes",
+                 9: "OperatorSetId", 10: "bytes", 11: "Attribute", 12: "ValueInfo", 13: "bytes",
                  14: "StringString"},
     "TrainingInfo": {1: "Graph", 2: "Graph", 3: "StringString", 4: "StringString"},
 }
+# message fields that are not repeated: protobuf merges their occurrences
+SINGULAR = frozenset({
+    ("Model", 7), ("Attribute", 5), ("Attribute", 6), ("Attribute", 14), ("Attribute", 22),
+    ("SparseTensor", 1), ("SparseTensor", 2), ("Tensor", 3), ("TrainingInfo", 1),
+    ("TrainingInfo", 2), ("ValueInfo", 2), ("Type", 1), ("Type", 4), ("Type", 5), ("Type", 7),
+    ("Type", 8), ("Type", 9), ("TensorType", 2), ("ElemType", 1), ("MapType", 2),
+})
 EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
 
 # domains onnxruntime implements itself; any other needs a custom-op library
@@ -96,7 +120,7 @@ def read_model(buf, size: int | None = None) -> OnnxModel:
     """The model in `buf`; WireError where the bytes are not a whole ModelProto with a graph,
     WireBudget where it has more fields than are read."""
     end = len(buf) if size is None else size
-    reader = Reader(SCHEMA)
+    reader = Reader(SCHEMA, SINGULAR)
     model = reader.read("Model", buf, 0, end)
     if not model.all(7):
         raise WireError("a ModelProto without a graph")
@@ -133,7 +157,8 @@ def _nodes(buf, nodes: list[Message], out: OnnxModel, graphs: list[Message]) -> 
 
 def _tensor(buf, t: Message, out: OnnxModel) -> None:
     out.tensors += 1
-    if t.one(14, 0) != EXTERNAL:
+    # an enum is read as protobuf reads it: the varint cut to 32 bits
+    if t.one(14, 0) & 0xFFFFFFFF != EXTERNAL:
         return  # onnx and onnxruntime read external data only for EXTERNAL tensors
     entries = {Reader.text(buf, e.one(1, (0, 0))): Reader.text(buf, e.one(2, (0, 0)))
                for e in t.all(13)}
@@ -155,7 +180,7 @@ def sniff(head: bytes, size: int) -> bool:
         except (WireError, WireBudget, RecursionError):
             return False
         return True
-    reader = Reader(SCHEMA, max_fields=10_000)
+    reader = Reader(SCHEMA, SINGULAR, max_fields=10_000)
     pos, seen = 0, 0
     try:
         while pos < len(head):
