@@ -141,21 +141,40 @@ def test_inspect_shows_statistics_of_dense_tensors_and_lists_quantized_ones(
     assert report["error"] is None, report["error"]
     assert report["format"] == "gguf"
     by_key = {t["key"]: t for t in report["tensors"]}
-    assert by_key.keys() == dense.keys()
+    assert by_key.keys() == {*dense, "q8", "q4"}
     for key, t in dense.items():
         rec = by_key[key]
         assert rec["shape"] == list(t.shape) and rec["dtype"] == str(t.dtype).removeprefix("torch.")
         assert rec["min"] == pytest.approx(float(t.min())) and rec["max"] == pytest.approx(
             float(t.max()))
         assert rec["mean"] == pytest.approx(float(t.double().mean()))
+    # quantized tensors: their raw blocks, with a digest and a note instead of statistics
+    q4 = by_key["q4"]
+    assert q4["dtype"] == "bits8" and q4["shape"] == [2, 36] and q4["stats_on"] is None
+    assert q4["note"].startswith("no statistics") and len(q4["digest"]) == 64
     listed = {o["key"]: o["repr"] for o in report["objects"]}
-    assert listed.keys() == {"q8", "q4"}
-    assert listed["q4"].startswith("Q4_0 tensor, shape [2, 64], 72 bytes")
-    assert "no statistics" in listed["q4"]
+    assert listed.keys() == {"q8::ggml", "q4::ggml"}
+    assert listed["q4::ggml"].startswith("Q4_0 tensor, shape [2, 64], 72 bytes")
+    assert "no statistics" in listed["q4::ggml"]
     # the CLI's normal pipeline, as a user runs it
     assert main(["inspect", str(path), "--json"]) == 0
     cli = json.loads(capsys.readouterr().out)
-    assert {t["key"] for t in cli["tensors"]} == dense.keys()
+    assert {t["key"] for t in cli["tensors"]} == {*dense, "q8", "q4"}
+
+
+def test_diff_sees_a_flipped_bit_in_a_quantized_tensor(tmp_path) -> None:
+    from inspector.sandbox.client import diff_files
+
+    path, flipped = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    _write(path)
+    q4 = next(t for t in gguf.GGUFReader(str(path)).tensors if t.name == "q4")
+    data = bytearray(path.read_bytes())
+    data[q4.data_offset + 5] ^= 0x10
+    flipped.write_bytes(bytes(data))
+    report = diff_files(path, flipped)
+    assert report["identical"] is False
+    changed = [t["key"] for t in report["tensors"] if t["status"] != "identical"]
+    assert changed == ["q4"], report["tensors"]
 
 
 # -- chat templates that carry code ---------------------------------------------------------

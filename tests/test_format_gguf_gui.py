@@ -19,8 +19,9 @@ def test_the_tensors_pane_shows_a_gguf_files_statistics(window, qtbot, tmp_path)
     (doc,) = window.open_paths([path])
     wait_loaded(qtbot, doc)
     pane = window.tensors
-    qtbot.waitUntil(lambda: pane.model.rowCount() == len(dense), timeout=10_000)
+    qtbot.waitUntil(lambda: pane.model.rowCount() == len(dense) + 2, timeout=10_000)
     rows = {r["key"]: r for r in pane.model.visible_rows()}
-    assert rows.keys() == dense.keys()
+    assert rows.keys() == {*dense, "q8", "q4"}  # quantized: raw blocks, a digest, no statistics
+    assert rows["q4"].get("min") is None
     assert rows["i32"]["max"] == 5000 and rows["i32"]["min"] == 0
     assert rows["bf16"]["min"] == -2.0 and rows["bf16"]["max"] == 3.25

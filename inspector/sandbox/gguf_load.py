@@ -3,8 +3,9 @@
 Dense ggml types (F32, F16, BF16, F64, I8, I16, I32, I64) come back as torch tensors that view a
 private mapping of the file, as `load.load_safetensors` does, so statistics and digests read
 the bytes in place. Block-quantized types (Q4_K, IQ2_XS, ...) are not decoded: each comes back
-as a `QuantizedTensor` leaf that names its type, shape and byte range, and says why it has no
-statistics.
+as its raw blocks, a `bits8` view (rows x bytes per row) that has a digest, so `diff` and
+`verify` see a flipped bit in it, and no statistics (torch has none for bits8, and the record
+says so), beside a `KEY::ggml` leaf (`QuantizedTensor`) that names its type and logical shape.
 """
 
 from __future__ import annotations
@@ -54,7 +55,10 @@ def load_gguf(path: str) -> dict[str, torch.Tensor | QuantizedTensor]:
     for t in header.tensors:
         dtype = DTYPES.get(t.type_name)
         if dtype is None:
-            out[t.name] = QuantizedTensor(t.type_name, t.shape, t.n_bytes, t.data_offset)
+            out[t.name] = torch.empty(0, dtype=torch.bits8).set_(
+                storage, t.data_offset, [*t.shape[:-1], t.n_bytes // max(1, _rows(t))])
+            out[t.name + "::ggml"] = QuantizedTensor(t.type_name, t.shape, t.n_bytes,
+                                                     t.data_offset)
         elif t.data_offset % dtype.itemsize == 0:
             out[t.name] = torch.empty(0, dtype=dtype).set_(
                 storage, t.data_offset // dtype.itemsize, t.shape)
@@ -62,6 +66,14 @@ def load_gguf(path: str) -> dict[str, torch.Tensor | QuantizedTensor]:
             raw = torch.empty(0, dtype=torch.uint8).set_(storage, t.data_offset, [t.n_bytes])
             out[t.name] = raw.clone().view(dtype).reshape(t.shape)
     return out
+
+
+def _rows(t: gguf_header.TensorInfo) -> int:
+    """Rows of a tensor: every dimension but the fastest-moving one."""
+    n = 1
+    for d in t.shape[:-1]:
+        n *= d
+    return n
 
 
 def _refusal(header: gguf_header.GGUFFile) -> str | None:
@@ -75,4 +87,7 @@ def _refusal(header: gguf_header.GGUFFile) -> str | None:
         return worst.message
     past = next((t for t in header.tensors if t.n_bytes is not None
                  and t.data_offset + t.n_bytes > header.size), None)
-    return None if past is None else f"tensor {past.name!r} ends past the end of the file"
+    if past is not None:
+        return f"tensor {past.name!r} ends past the end of the file"
+    unknown = next((t for t in header.tensors if t.n_bytes is None), None)
+    return None if unknown is None else f"tensor {unknown.name!r} has unknown {unknown.type_name}"
