@@ -158,6 +158,23 @@ class _Cursor:
         n = self.scalar("Q", what + " length")
         return self.take(n, what).decode("utf-8", errors="replace")
 
+    def strings(self, count: int, what: str) -> list[str]:
+        """`count` strings one after the other (a vocabulary: the hot loop of a real header)."""
+        buf, pos, size = self.buf, self.pos, self.size
+        unpack = struct.Struct(self.order + "Q").unpack_from
+        out = []
+        for _ in range(count):
+            if pos + 8 > size:
+                raise _Short(what + " length", 8, crafted=False)
+            (n,) = unpack(buf, pos)
+            pos += 8
+            if n > size - pos:
+                raise _Short(what, n, crafted=n > size)
+            out.append(str(buf[pos:pos + n], "utf-8", "replace"))
+            pos += n
+        self.pos = pos
+        return out
+
     def numbers(self, fmt: str, count: int, what: str) -> array:
         width = struct.calcsize(fmt)
         self.need(count * width, what)
@@ -264,7 +281,7 @@ def _value(cur: _Cursor, vtype: int, key: str, out: GGUFFile) -> tuple[Any, tupl
         count = cur.scalar("Q", f"item count of {key!r}")
         if item == STRING:
             cur.need(count * 8, f"array {key!r}")
-            return [cur.string(f"item of {key!r}") for _ in range(count)], (ARRAY, STRING)
+            return cur.strings(count, f"item of {key!r}"), (ARRAY, STRING)
         if item == ARRAY:
             out.problem(Severity.SUSPICIOUS, "gguf-nested-array",
                         f"{key!r} is an array of arrays, which llama.cpp refuses")
