@@ -372,3 +372,43 @@ def test_mutated_headers_never_raise(tmp_path) -> None:
         header = gguf_header.read(bytes(data))
         problems += bool(header.problems)
     assert problems > 100  # the mutants do reach the checks
+
+
+def test_mutants_read_as_gguf_reader_reads_them(tmp_path) -> None:
+    """800 seeded mutants of a real file, against llama.cpp's Python reader: where both read
+    the header they agree on every pair's types, every tensor info and the alignment; where
+    the reference refuses a mutant, ours reports at least one problem. Mutants with a
+    header-bounds finding are not handed to the reference: it loops over declared counts."""
+    import random
+    import warnings
+
+    path, mutant = tmp_path / "model.gguf", tmp_path / "mutant.gguf"
+    _write(path)
+    original = path.read_bytes()
+    rng = random.Random(3)
+    disagreements, agreed = [], 0
+    for i in range(800):
+        data = bytearray(original)
+        for _ in range(rng.randint(1, 3)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        ours = gguf_header.read(bytes(data))
+        if any(p.code == "gguf-header-bounds" for p in ours.problems):
+            continue
+        mutant.write_bytes(bytes(data))
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                _, types, tensors, alignment = _reference(mutant)
+        except (ValueError, KeyError, IndexError, UnicodeDecodeError):
+            if not ours.problems:
+                disagreements.append((i, "refused by the reference, no problem here"))
+            continue
+        if not ours.complete:
+            disagreements.append((i, "read by the reference, not here"))
+            continue
+        agreed += 1
+        mine = [(t.name, t.dims, t.type_code, t.data_offset, t.n_bytes) for t in ours.tensors]
+        if (ours.kv_types, mine, ours.alignment) != (types, tensors, alignment):
+            disagreements.append((i, "different reading"))
+    assert disagreements == []
+    assert agreed > 100

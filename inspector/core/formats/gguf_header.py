@@ -136,6 +136,7 @@ class _Short(Exception):
 class _Cursor:
     def __init__(self, buf, size: int, order: str) -> None:
         self.buf, self.size, self.pos, self.order = buf, size, 0, order
+        self.not_utf8 = 0
 
     def need(self, n: int, what: str) -> None:
         if n > self.size - self.pos:
@@ -156,7 +157,14 @@ class _Cursor:
 
     def string(self, what: str) -> str:
         n = self.scalar("Q", what + " length")
-        return self.take(n, what).decode("utf-8", errors="replace")
+        return self.decode(self.take(n, what))
+
+    def decode(self, raw: bytes) -> str:
+        try:
+            return str(raw, "utf-8")
+        except UnicodeDecodeError:
+            self.not_utf8 += 1  # llama.cpp takes the bytes; gguf.GGUFReader refuses them
+            return str(raw, "utf-8", "replace")
 
     def strings(self, count: int, what: str) -> list[str]:
         """`count` strings one after the other (a vocabulary: the hot loop of a real header)."""
@@ -170,7 +178,7 @@ class _Cursor:
             pos += 8
             if n > size - pos:
                 raise _Short(what, n, crafted=n > size)
-            out.append(str(buf[pos:pos + n], "utf-8", "replace"))
+            out.append(self.decode(buf[pos:pos + n]))
             pos += n
         self.pos = pos
         return out
@@ -214,6 +222,11 @@ def read(buf, size: int | None = None) -> GGUFFile:
     except _Short as short:
         _short(out, short)
         return out
+    finally:
+        if cur.not_utf8:
+            out.problem(Severity.INFO, "gguf-not-utf8",
+                        f"{cur.not_utf8} strings of the header are not UTF-8: llama.cpp reads "
+                        "their bytes, gguf.GGUFReader refuses the file")
     if out.complete:
         _check_layout(out)
     return out
