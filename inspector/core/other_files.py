@@ -1,5 +1,6 @@
 """Files positively known to be something other than a checkpoint: text, JSON, images, media,
-protocol buffers (tokenizer models, ONNX graphs), HDF5, GGUF.
+protocol buffers (tokenizer models), HDF5. GGUF and ONNX models are model files with their own
+risks: their format modules (`core.formats.gguf`, `core.formats.onnx`) recognise and scan them.
 
 A folder scan skips a file only when it is identified here *and* no loader's reading of it
 yields a pickle or an archive; a file that is merely unreadable is an error, never skipped
@@ -19,7 +20,7 @@ _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"GIF87a", "gif image"), (b"GIF89a", "gif image"), (b"BM", "bmp image"),
     (b"II*\x00", "tiff image"), (b"MM\x00*", "tiff image"), (b"\x00\x00\x01\x00", "icon"),
     (b"%PDF-", "pdf document"), (b"fLaC", "flac audio"), (b"OggS", "ogg media"),
-    (b"ID3", "mp3 audio"), (b"\x89HDF\r\n\x1a\n", "hdf5 file"), (b"GGUF", "gguf model"),
+    (b"ID3", "mp3 audio"), (b"\x89HDF\r\n\x1a\n", "hdf5 file"),
 )
 
 

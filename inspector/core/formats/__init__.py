@@ -18,6 +18,8 @@ from inspector.core.formats import (  # noqa: F401 (each registers its formats)
     compressed,
     tar,
     safetensors,
+    gguf,
+    onnx,
 )
 # isort: on
 from inspector.core.formats.registry import (  # noqa: F401 (the package's interface)
