@@ -18,6 +18,7 @@ import pytest
 from PySide6.QtGui import QImage
 
 from inspector import __version__, resources_path
+from inspector.core import formats
 
 REPO = Path(__file__).resolve().parent.parent
 LINUX = REPO / "packaging" / "linux"
@@ -155,12 +156,13 @@ def test_desktop_integration_installs_mime_types_icons_and_entry(tmp_path):
     for pattern, mime in (("*.pt", "application/x-pytorch-checkpoint"),
                           ("*.pth", "application/x-pytorch-checkpoint"),
                           ("*.ckpt", "application/x-pytorch-checkpoint"),
-                          ("*.safetensors", "application/x-safetensors")):
+                          ("*.safetensors", "application/x-safetensors"),
+                          ("*.gguf", "application/x-gguf"), ("*.onnx", "application/x-onnx")):
         assert f":{mime}:{pattern}" in globs, pattern
+    assert ":application/x-pytorch-checkpoint:*.bin" not in globs  # too common a name to claim
     desktop = (data / "applications" / f"{APP_ID}.desktop").read_text()
     mimes = next(line for line in desktop.splitlines() if line.startswith("MimeType="))
-    assert set(mimes[9:].strip(";").split(";")) == {"application/x-pytorch-checkpoint",
-                                                   "application/x-safetensors"}
+    assert set(mimes[9:].strip(";").split(";")) == set(formats.mime_types())
 
 
 @pytest.mark.slow
