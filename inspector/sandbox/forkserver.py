@@ -44,10 +44,11 @@ def preload() -> None:
     import safetensors.torch  # noqa: F401
     import torch  # noqa: F401
 
-    from inspector.sandbox import worker
+    from inspector.sandbox import jail, worker
 
     for target in (*worker.OPS.values(), worker.SELFTEST_OP):
         importlib.import_module(target.split(":")[0])
+    jail.warm_up()
 
 
 def thread_count() -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import platform
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -81,17 +82,22 @@ def root_plan(read: Sequence[str], devices: Sequence[str],
     return mounts
 
 
-def gpu_paths(dev_names: Iterable[str], ldconfig: str) -> GpuPaths:
+LOADER_ARCH = {"x86_64": "x86-64", "aarch64": "AArch64"}
+"""How `ldconfig -p` names each machine's own libraries (32-bit ones are plain `libc6`)."""
+
+
+def gpu_paths(dev_names: Iterable[str], ldconfig: str, machine: str) -> GpuPaths:
     """The NVIDIA device nodes among `dev_names` (entries of /dev) and the driver libraries
-    `ldconfig -p` lists (its text), x86_64 ones or those with no architecture named."""
+    for `machine` that `ldconfig -p` lists (its text)."""
     devices = tuple(sorted(f"/dev/{n}" for n in dev_names if n.startswith("nvidia")))
+    tag = LOADER_ARCH.get(machine, machine)
     libraries = []
     for line in ldconfig.splitlines():
         match = re.match(r"\s*(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)", line)
         if not match:
             continue
         name, arch, path = match.groups()
-        if name.startswith(GPU_LIBRARY_PREFIXES) and ("x86-64" in arch or "," not in arch):
+        if name.startswith(GPU_LIBRARY_PREFIXES) and tag in arch.split(","):
             libraries.append(path)
     return GpuPaths(devices, tuple(sorted(set(libraries))))
 
@@ -167,7 +173,8 @@ def host_facts(read: Iterable[str], gpu: bool) -> list[Mount]:
 @functools.cache
 def host_gpu() -> GpuPaths:
     """This host's NVIDIA device nodes and driver libraries (none without a driver)."""
-    return gpu_paths(os.listdir("/dev"), _ldconfig() if os.path.exists("/dev/nvidiactl") else "")
+    listing = _ldconfig() if os.path.exists("/dev/nvidiactl") else ""
+    return gpu_paths(os.listdir("/dev"), listing, platform.machine())
 
 
 def _ldconfig() -> str:
@@ -228,6 +235,5 @@ def build_root(plan: Sequence[Mount], machine: str) -> str:
         raise OSError(err, f"detaching the host's root: {os.strerror(err)}")
     os.chdir("/")
     _read_only("/", _MS_NODEV)
-    binds = sum(m.kind == "ro" for m in plan)
     devices = sum(m.kind == "dev" for m in plan)
-    return f"tmpfs, {binds} read-only binds, {devices} devices"
+    return f"tmpfs, the inputs and the Python installation read-only, {devices} devices"

@@ -48,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import platform
 import shutil
@@ -818,9 +819,10 @@ ALLOWED: dict[str, str] = {
     "read, write, pread64, pwrite64, readv, writev, sendfile, splice, tee, copy_file_range":
     "only descriptors the worker holds: its pipes, its output, files Landlock let it open",
     "stat, lstat, fstat, newfstatat, statx, statfs, access, faccessat2": "Landlock has no "
-    "right for them: the existence, size, owner and times of a host path leak, never its "
-    "content",
-    "readlink, readlinkat": "Landlock has no right for it: a symlink's target leaks",
+    "right for them; in the fresh root they see only the installation and the inputs (without "
+    "it the existence, size, owner and times of any host path leak, never its content)",
+    "readlink, readlinkat": "Landlock has no right for it; the fresh root holds no host "
+    "symlink but those on the way to the installation (without it any target leaks)",
     "getdents64": "only directories Landlock let it open",
     "recvfrom, recvmsg, shutdown, getsockopt, setsockopt, getsockname, getpeername": "only the "
     "worker's own stream socketpairs; with sendmsg refused no descriptor can be sent to it",
@@ -903,20 +905,34 @@ def seccomp_program(machine: str, pid: int) -> list[tuple[int, int, int, int]]:
     return prog
 
 
+@functools.lru_cache(maxsize=4)
+def seccomp_filter(machine: str, pid: int) -> bytes:
+    """`seccomp_program` as the kernel takes it (8 bytes an instruction), kept: a fork server
+    builds it once for the PID 2 its forked workers have in their namespaces."""
+    return b"".join(struct.pack("=HBBI", *ins) for ins in seccomp_program(machine, pid))
+
+
+def warm_up() -> None:
+    """For the fork server: what every forked worker would otherwise compute again (the
+    interpreter's paths, which sysconfig parses once, and the seccomp filter for PID 2)."""
+    _system_read_roots()
+    if platform.machine() in _SYSCALLS:
+        seccomp_filter(platform.machine(), 2)
+
+
 def _seccomp(config: JailConfig, active: list[str]) -> str:
     machine = platform.machine()
     if machine not in _SYSCALLS:
         raise _Unsupported(f"no syscall table for {machine}")
-    prog = seccomp_program(machine, os.getpid())
-    filters = b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+    filters = seccomp_filter(machine, os.getpid())
     fbuf = ctypes.create_string_buffer(filters, len(filters))
 
     class _SockFprog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
-    fprog = _SockFprog(len(prog), ctypes.addressof(fbuf))
+    fprog = _SockFprog(len(filters) // 8, ctypes.addressof(fbuf))
     _no_new_privs()
     # TSYNC puts every existing thread under the filter too, should any exist already.
     _syscall(_SYSCALLS[machine]["seccomp"], ctypes.c_uint(_SECCOMP_SET_MODE_FILTER),
              ctypes.c_uint(_SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(fprog))
-    return f"{len(prog)} instructions"
+    return f"{len(filters) // 8} instructions"

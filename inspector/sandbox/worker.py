@@ -87,9 +87,8 @@ SELFTEST_ENV = "CKPT_INSPECTOR_SANDBOX_SELFTEST"
 prove the jail contains code that escaped weights_only. The client passes it through."""
 DISABLE_ENV = "CKPT_INSPECTOR_SANDBOX_DISABLE"
 """Comma-separated jail layers to leave off (namespaces, pidns, proc, root, rlimits, threads,
-landlock, seccomp, capabilities),
-so the test suite can check the level reported in a degraded environment. Honoured only
-together with SELFTEST_ENV."""
+landlock, seccomp, capabilities), so the test suite can check the level reported in a
+degraded environment. Honoured only together with SELFTEST_ENV."""
 SELFTEST_OP = "inspector.sandbox.selftest:run_payload"
 
 
