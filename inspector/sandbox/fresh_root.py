@@ -161,8 +161,7 @@ def host_facts(read: Iterable[str], gpu: bool) -> list[Mount]:
     and for a GPU job the NVIDIA nodes, driver libraries and what they read."""
     extra_devices: tuple[str, ...] = ()
     read = list(read)
-    if gpu:
-        found = host_gpu()
+    if gpu and (found := host_gpu()).devices:  # a GPU job on a machine with the driver
         extra_devices = found.devices
         read += [*found.libraries, *GPU_READ]
     real, links = host_links(p for p in read if os.path.exists(p))

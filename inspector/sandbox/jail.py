@@ -571,8 +571,8 @@ def _landlock(config: JailConfig, active: list[str]) -> str:
         devices = [d for d in fresh_root.BASE_DEVICES if os.path.exists(d)]
         for path in _system_read_roots() + devices + list(config.read_paths):
             _add_path_rule(ruleset, path, read_rights)
-        if config.gpu:  # the driver opens its nodes read-write and drives them by ioctl
-            found = fresh_root.host_gpu()
+        found = fresh_root.host_gpu() if config.gpu else fresh_root.GpuPaths((), ())
+        if found.devices:  # the driver opens its nodes read-write and drives them by ioctl
             node_rights = (read_rights | _FS_WRITE_FILE | _FS_IOCTL_DEV) & handled_fs
             for path in found.devices:
                 _add_path_rule(ruleset, path, node_rights)
