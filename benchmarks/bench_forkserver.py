@@ -40,8 +40,14 @@ anything. Before -> after, each against its own run's `import torch` (4.5 s / 13
 cold `report` 9.34x -> 11.69x (CPU 48.5 -> 63.4 s, one run each), warm --jobs 1 paired 1.58x
 -> 1.78x, --jobs 2 paired 2.19x -> 1.48x. (d), interleaved in one run: cold 12980 ms with the
 new guards against 13861 ms without (0.94x, noise), forked 428 against 272 ms (1.57x): a
-forked worker is now a second fork of a torch-sized process (the relay stays outside the
+forked worker was then a second fork of a torch-sized process (the relay stays outside the
 namespace), 50-100 ms of fork and exit on this loaded machine; over the 1.2x target.
+
+Issue 23 finished (the fork server makes each job's PID namespace, so a forked job is one fork
+again; the fresh root), 2026-12-01, load average 7-9, (e) against today's code without issue
+23's commits (--repeats 6): forked 302 -> 319 ms = 1.06x (60 runs each), cold 8025 -> 8497 ms
+= 1.06x (18 runs each); an earlier run (--repeats 4, before the server warmed sysconfig and
+the seccomp filter) 1.03x / 1.14x.
 """
 
 from __future__ import annotations
