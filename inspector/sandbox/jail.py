@@ -19,20 +19,20 @@ without it):
    one per job before it forks, so a forked job is one fork (`pid_namespace_for_next_child`);
 3. proc: a mount namespace of the worker's own with a fresh /proc, so /proc lists only init
    and the worker;
-   root: a fresh, nearly empty root (`fresh_root.py`): the Python installation, system
+4. root: a fresh, nearly empty root (`fresh_root.py`): the Python installation, system
    libraries and inputs bound read-only, /dev with null, zero and urandom, that /proc; the
    host's tree detached, so `stat`, `readlink` and the mount table see nothing of it;
-4. resource limits: CPU seconds, open files, address space, file size (0 unless converting),
+5. resource limits: CPU seconds, open files, address space, file size (0 unless converting),
    no core dumps, no real-time or higher priority;
-5. threads: RLIMIT_NPROC, which the kernel counts per user (per user namespace). Real root is
+6. threads: RLIMIT_NPROC, which the kernel counts per user (per user namespace). Real root is
    exempt from it, so root first takes a real uid of its own (`nproc_uid`: effective uid 0
    stays, so file access is root's) and the kernel then caps it too;
-6. Landlock: read only the inputs, the Python installation and system libraries; write nothing
+7. Landlock: read only the inputs, the Python installation and system libraries; write nothing
    except through the already-open output descriptor; no TCP bind/connect; no signals or
    abstract Unix sockets outside the sandbox (ABI 6);
-7. seccomp-BPF, by system call and by argument (`REFUSALS`, `ARGUMENT_RULES`; the calls left
+8. seccomp-BPF, by system call and by argument (`REFUSALS`, `ARGUMENT_RULES`; the calls left
    allowed that reach outside the worker, each with its reason, in `ALLOWED`);
-8. capabilities: every one dropped, last (in the relay too).
+9. capabilities: every one dropped, last (in the relay too).
 
 `stat()` and `readlink()` are not confined by Landlock, which has no right for them; only the
 fresh root keeps host paths out of their reach (without it a payload learns whether a host
