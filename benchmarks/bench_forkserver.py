@@ -13,11 +13,19 @@
 (d) the cost of the jail's PID namespace and fresh /proc (issue 23): `inspect_file` of the
     small checkpoint cold and forked, with those guards on and off (the test suite's switch
     that leaves jail guards off), interleaved so both see the same load (`--jail-only` runs
-    just this part).
+    just this part);
+(e) with `--baseline-tree DIR`: the cost of entering the jail before and after, `inspect_file`
+    of the small checkpoint cold and forked with every guard on, this checkout against the
+    `inspector/` package in DIR (bind-mounted over this checkout's in a private mount
+    namespace, so both use the same interpreter and torch; root only), in alternating rounds
+    so both see the same load. Issue 23's baseline is today's code without its commits:
+    `git archive HEAD inspector | tar -x -C DIR`, then `git show C -- inspector | git apply -R`
+    in DIR for each of its commits, newest first.
 
 Every command runs as a child process, so this process never imports torch.
 
     .venv/bin/python benchmarks/bench_forkserver.py [--files 20] [--repeats 3] [--jail-only]
+        [--baseline-tree DIR]
 
 Measured 2026-12-01 (2 cores shared with other sessions, --repeats 3), twice: load average
 1.4 -> 3.2 / 2.7 -> 2.6 during the run. `report` of 20 files: cold workers 28.1 / 24.2 s
@@ -32,8 +40,14 @@ anything. Before -> after, each against its own run's `import torch` (4.5 s / 13
 cold `report` 9.34x -> 11.69x (CPU 48.5 -> 63.4 s, one run each), warm --jobs 1 paired 1.58x
 -> 1.78x, --jobs 2 paired 2.19x -> 1.48x. (d), interleaved in one run: cold 12980 ms with the
 new guards against 13861 ms without (0.94x, noise), forked 428 against 272 ms (1.57x): a
-forked worker is now a second fork of a torch-sized process (the relay stays outside the
+forked worker was then a second fork of a torch-sized process (the relay stays outside the
 namespace), 50-100 ms of fork and exit on this loaded machine; over the 1.2x target.
+
+Issue 23 finished (the fork server makes each job's PID namespace, so a forked job is one fork
+again; the fresh root), 2026-12-01, load average 7-9, (e) against today's code without issue
+23's commits (--repeats 6): forked 302 -> 319 ms = 1.06x (60 runs each), cold 8025 -> 8497 ms
+= 1.06x (18 runs each); an earlier run (--repeats 4, before the server warmed sysconfig and
+the seccomp filter) 1.03x / 1.14x.
 """
 
 from __future__ import annotations
@@ -129,7 +143,7 @@ for worker, rounds in (("cold", max(2, repeats // 3)), ("forked", repeats)):
     with client.fork_server() if worker == "forked" else contextlib.nullcontext():
         once("")
         for _ in range(rounds):
-            for label, disable in (("on", ""), ("off", "pidns,proc")):
+            for label, disable in (("on", ""), ("off", "pidns,proc,root")):
                 out.setdefault(f"{worker} {label}", []).append(once(disable))
 print(json.dumps(out))
 """
@@ -141,8 +155,54 @@ def jail_cost(small: Path, repeats: int) -> list[str]:
     lines = []
     for worker in ("cold", "forked"):
         on, off = (statistics.median(got[f"{worker} {x}"]) * 1000 for x in ("on", "off"))
-        lines.append(f"inspect_file, {worker}, PID namespace + /proc on: {on:.0f} ms, off: "
+        lines.append(f"inspect_file, {worker}, PID namespace, /proc and root on: {on:.0f} ms, off: "
                      f"{off:.0f} ms = {on / off:.2f}x ({len(got[f'{worker} on'])} runs each)")
+    return lines
+
+
+ENTRY = r"""
+import json, sys, time
+from inspector.sandbox import client
+path, cold_runs, forked_runs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+
+def once():
+    started = time.perf_counter()
+    report = client.inspect_file(path)
+    assert report["error"] is None, report["error"]
+    return time.perf_counter() - started
+
+out = {"cold": [once() for _ in range(cold_runs)]}
+with client.fork_server():
+    once()
+    out["forked"] = [once() for _ in range(forked_runs)]
+    out["level"] = client.inspect_file(path)["sandbox"]["description"]
+print(json.dumps(out))
+"""
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def before_after(small: Path, base: Path, repeats: int) -> list[str]:
+    """(e): entering the jail with the package in `base` against this checkout's, alternating."""
+    run = [PY, "-c", ENTRY, str(small), "3", "10"]
+    swapped = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+               'mount --bind "$0" "$1" && shift && exec "$@"', str(base / "inspector"),
+               str(REPO / "inspector"), *run]
+    got: dict[str, dict[str, list[float]]] = {"before": {}, "after": {}}
+    levels = {}
+    for _ in range(max(2, repeats)):
+        for label, command in (("before", swapped), ("after", run)):
+            out = json.loads(subprocess.run(command, capture_output=True, text=True,
+                                            check=True).stdout)
+            levels[label] = out.pop("level")
+            for worker, times in out.items():
+                got[label].setdefault(worker, []).extend(times)
+    lines = [f"jail level before ({base}): {levels['before']}; after: {levels['after']}"]
+    for worker in ("cold", "forked"):
+        before, after = (statistics.median(got[x][worker]) * 1000 for x in ("before", "after"))
+        lines.append(f"inspect_file, {worker}, every guard on: before {before:.0f} ms, after "
+                     f"{after:.0f} ms = {after / before:.2f}x ({len(got['after'][worker])} "
+                     "runs each)")
     return lines
 
 
@@ -152,6 +212,8 @@ def main() -> int:
     parser.add_argument("--files", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--jail-only", action="store_true", help="only (d), the jail's cost")
+    parser.add_argument("--baseline-tree", metavar="DIR", type=Path,
+                        help="only (e): entering the jail against DIR/inspector (root only)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-forkserver-") as tmp:
         folder = Path(tmp) / "run"
@@ -159,6 +221,9 @@ def main() -> int:
         subprocess.run([PY, "-c", GENERATE, str(folder), str(args.files)], check=True)
         small = min(folder.iterdir())
         small_bytes = small.stat().st_size
+        if args.baseline_tree:
+            print("\n".join(before_after(small, args.baseline_tree.resolve(), args.repeats)))
+            return 0
         if args.jail_only:
             print("\n".join(jail_cost(small, args.repeats)))
             return 0

@@ -283,6 +283,35 @@ def test_a_worker_that_cleared_its_death_signal_dies_with_its_killed_client(tmp_
     assert not _wait_gone(tree), "a process of the job outlived its killed client"
 
 
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def test_a_forked_job_is_one_fork_of_the_server_beside_its_init(tmp_path):
+    """Root's fork server makes the job's PID namespace and init itself: no relay."""
+    if os.geteuid() != 0:
+        pytest.skip("only a server that may make PID namespaces (root) spares the relay")
+    parent, handshake = _start_client(tmp_path, forked=True)
+    try:
+        assert handshake["level"] == "full", handshake
+        (server,) = _children(parent.pid)
+        children = _children(server)
+        commands = {pid: Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                    for pid in children}
+        # setpriv execs cat; the Python stand-in keeps its command line
+        inits = [pid for pid, argv in commands.items()
+                 if argv[0] == b"/usr/bin/cat" or b"PR_SET_PDEATHSIG" in b" ".join(argv)]
+        assert len(children) == 2 and len(inits) == 1, commands
+        (worker,) = set(children) - set(inits)
+        assert _children(worker) == []  # the worker itself, not a relay
+        assert Path(f"/proc/{worker}/status").read_text().split("NSpid:")[1].split()[1] == "2"
+    finally:
+        tree = _descendants(parent.pid)
+        parent.kill()
+        parent.wait()
+        assert not _wait_gone(tree)
+
+
 def test_killing_only_the_relay_ends_the_namespace(tmp_path):
     """The init holds its death signal towards the relay: the worker cannot outlive them."""
     parent, _ = _start_client(tmp_path, forked=False)

@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 from factories import EMPTY_DICT, MARK, PROTO2, REDUCE, STOP, TUPLE, p_global, p_unicode
 
-from inspector.sandbox import client
+from inspector.sandbox import client, fresh_root, jail
 from inspector.sandbox.client import SandboxError, run_job
 
 pytest_plugins = ("forkserver_fixtures",)
@@ -48,6 +48,11 @@ EPERM, EACCES, EAFNOSUPPORT, ENOSYS = errno.EPERM, errno.EACCES, errno.EAFNOSUPP
 ENOENT, ESRCH = errno.ENOENT, errno.ESRCH
 FS = (EACCES, EPERM)
 CROSS = (*FS, errno.EXDEV)  # how Landlock may refuse a link or rename across folders
+EROFS = errno.EROFS
+# The fresh root: a host path is not there, and what is (the inputs and the folders above
+# them) is read-only.
+ROOTED = (ENOENT, EROFS)
+FILES = "landlock root"
 NET = (EAFNOSUPPORT, errno.ENETUNREACH, EACCES, EPERM, errno.ECONNREFUSED)
 OVERFLOW_UID = 65534  # what getuid() says inside a user namespace with no uid map
 
@@ -76,13 +81,34 @@ PARENT = '(os.getppid() or P["client"])'
 OTHERS_ALL = (OTHERS, OTHERS_ERRNOS)
 NS_OTHER = ("seccomp pidns", OTHERS_ERRNOS)  # refused, and naming a pid the namespace lacks
 
+BOUND = [*jail._system_read_roots(), "/proc", *fresh_root.BASE_DEVICES]
+"""What the fresh root shows of the host (besides the inputs): its read-only binds."""
+
+
+def _inside(path: str, folders: list[str]) -> bool:
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+
+
+HOST_FOLDERS = {name: path for name, path in [
+    ("root", "/"), ("home", "/home"), ("root_home", "/root"), ("work", "/work"),
+    ("etc", "/etc"), ("tmp", "/tmp"), ("var", "/var"), ("repo", str(REPO)),
+    ("client_cwd", os.getcwd()),
+] if os.path.isdir(path) and (path == "/" or not _inside(path, BOUND))}
+"""Host folders the fresh root may keep only as an empty skeleton (those above a bind)."""
+
 PROBES: list[Probe] = [
     # Reading secrets, /proc and neighbouring files.
-    *(_p(f"read_{n}", f"open({path}, 'rb').read(1)", LANDLOCK, FS) for n, path in [
+    *(_p(f"read_{n}", f"open({path}, 'rb').read(1)", FILES, (*FS, ENOENT)) for n, path in [
         ("etc_shadow", "'/etc/shadow'"), ("etc_hostname", "'/etc/hostname'"),
         ("etc_passwd", "'/etc/passwd'"), ("decoy_key", "P['decoy']"),
         ("neighbour", "P['neighbour']"), ("repo_file", "P['repo_file']"),
-        ("proc_init_environ", "'/proc/1/environ'"),
+    ]),
+    _p("read_proc_init_environ", "open('/proc/1/environ', 'rb').read(1)", LANDLOCK, FS),
+    # The namespace's init was started outside the fresh root: its root and cwd are the host's.
+    *(_p(f"proc_init_{n}", body, LANDLOCK, FS) for n, body in [
+        ("root_listing", "os.listdir('/proc/1/root')"),
+        ("root_hostname", "open('/proc/1/root/etc/hostname', 'rb').read(1)"),
+        ("cwd_listing", "os.listdir('/proc/1/cwd')"),
     ]),
     # Other processes' /proc entries: Landlock refuses them, and the fresh /proc of the PID
     # namespace has none.
@@ -94,27 +120,34 @@ PROBES: list[Probe] = [
         ("proc_client_root", "f\"/proc/{P['client']}/root/etc/hostname\""),
     ]),
     *(_p(f"list_{n}", f"os.listdir({path})", LANDLOCK, FS) for n, path in [
-        ("input_folder", "P['folder']"), ("ssh_folder", "P['ssh']"), ("root", "'/'"),
-        ("etc", "'/etc'"), ("sys_class_net", "'/sys/class/net'"),
+        ("root", "'/'"), ("etc", "'/etc'"),
+    ]),
+    *(_p(f"list_{n}", f"os.listdir({path})", FILES, (*FS, ENOENT)) for n, path in [
+        ("input_folder", "P['folder']"), ("ssh_folder", "P['ssh']"),
+        ("sys_class_net", "'/sys/class/net'"),
     ]),
     _p("list_proc_client_fd", "os.listdir(f\"/proc/{P['client']}/fd\")", "landlock proc",
        (*FS, ENOENT)),
     # Writing anywhere.
-    *(_p(f"create_{n}", f"open({path}, 'xb').close()", LANDLOCK, FS) for n, path in [
+    *(_p(f"create_{n}", f"open({path}, 'xb').close()", FILES, (*FS, *ROOTED))
+      for n, path in [
         ("in_folder", "P['folder'] + '/created'"), ("in_tmp", "P['tmp_target']"),
         ("in_dev_shm", "P['shm_target']"), ("beside_key", "P['ssh'] + '/authorized_keys'"),
         ("canary", "P['canary']"),
     ]),
-    _p("append_input", "open(P['input'], 'ab').write(b'x')", LANDLOCK, FS),
-    _p("rewrite_input", "open(P['input'], 'r+b').write(b'x')", LANDLOCK, FS),
-    _p("truncate_input", "os.truncate(P['input'], 0)", LANDLOCK, FS),
-    _p("rename_input", "os.rename(P['input'], P['folder'] + '/moved')", LANDLOCK, CROSS),
-    _p("unlink_input", "os.unlink(P['input'])", LANDLOCK, FS),
-    _p("unlink_decoy", "os.unlink(P['decoy'])", LANDLOCK, FS),
-    _p("hardlink_input", "os.link(P['input'], P['folder'] + '/linked')", LANDLOCK, CROSS),
-    _p("symlink_in_folder", "os.symlink('/etc/passwd', P['folder'] + '/sym')", LANDLOCK, FS),
-    _p("mkdir_in_folder", "os.mkdir(P['folder'] + '/newdir')", LANDLOCK, FS),
-    _p("mkfifo_in_folder", "os.mkfifo(P['folder'] + '/fifo')", LANDLOCK, FS),
+    _p("append_input", "open(P['input'], 'ab').write(b'x')", FILES, (*FS, EROFS)),
+    _p("rewrite_input", "open(P['input'], 'r+b').write(b'x')", FILES, (*FS, EROFS)),
+    _p("truncate_input", "os.truncate(P['input'], 0)", FILES, (*FS, EROFS)),
+    _p("rename_input", "os.rename(P['input'], P['folder'] + '/moved')", FILES,
+       (*CROSS, *ROOTED)),
+    _p("unlink_input", "os.unlink(P['input'])", FILES, (*FS, EROFS)),
+    _p("unlink_decoy", "os.unlink(P['decoy'])", FILES, (*FS, ENOENT)),
+    _p("hardlink_input", "os.link(P['input'], P['folder'] + '/linked')", FILES,
+       (*CROSS, *ROOTED)),
+    _p("symlink_in_folder", "os.symlink('/etc/passwd', P['folder'] + '/sym')", FILES,
+       (*FS, *ROOTED)),
+    _p("mkdir_in_folder", "os.mkdir(P['folder'] + '/newdir')", FILES, (*FS, *ROOTED)),
+    _p("mkfifo_in_folder", "os.mkfifo(P['folder'] + '/fifo')", FILES, (*FS, *ROOTED)),
     # Metadata: modes (setuid included), owners, times, extended attributes.
     _p("chmod_input", "os.chmod(P['input'], 0o666)", SECCOMP),
     _p("chmod_input_setuid", "os.chmod(P['input'], 0o4755)", SECCOMP),
@@ -342,14 +375,43 @@ PROBES: list[Probe] = [
     # The terminal: the worker has none (its own session, pipes for 0, 1 and 2).
     _p("tiocsti_stdin", "__import__('fcntl').ioctl(0, 0x5412, b'x')", "", (errno.ENOTTY,)),
     _p("tiocsti_stderr", "__import__('fcntl').ioctl(2, 0x5412, b'x')", "", (errno.ENOTTY,)),
-    _p("open_dev_tty", "open('/dev/tty', 'wb').write(b'x')", "", (errno.ENXIO, EACCES)),
+    _p("open_dev_tty", "open('/dev/tty', 'wb').write(b'x')", "", (errno.ENXIO, EACCES, *ROOTED)),
+    # --- the host's tree (issue 23): only the fresh root hides it from stat and readlink ---
+    *(_p(f"stat_{n}", f"os.stat({path})", "root", (ENOENT,)) for n, path in [
+        ("decoy_key", "P['decoy']"), ("ssh_folder", "P['ssh']"),
+        ("neighbour", "P['neighbour']"), ("repo_file", "P['repo_file']"),
+        ("listener_socket", "P['stream']"), ("etc_passwd", "'/etc/passwd'"),
+        ("dev_shm", "'/dev/shm'"), ("sys_class_net", "'/sys/class/net'"),
+        ("repo_git", "P['repo_git']"),
+    ]),
+    _p("access_decoy_key", "if not os.access(P['decoy'], os.F_OK):\n"
+       "    raise OSError(errno.ENOENT, 'not there')", "root", (ENOENT,)),
+    _p("readlink_host_symlink", "os.readlink(P['host_link'])", "root", (ENOENT,)),
+    _p("lstat_host_symlink", "os.lstat(P['host_link'])", "root", (ENOENT,)),
+    # A folder the root keeps as a skeleton (it holds the interpreter or an input) is a folder
+    # of the root's tmpfs, not the host's: another device and inode.
+    *(_p(f"stat_host_folder_{n}",
+         f"st = os.stat({path!r})\n"
+         f"if (st.st_dev, st.st_ino) != tuple(P['host_ids'][{path!r}]):\n"
+         "    raise OSError(errno.ENOENT, 'not the host folder')", "root", (ENOENT,))
+      for n, path in HOST_FOLDERS.items()),
+    _p("list_root_host_names",
+       "if not set(os.listdir('/')) & set(P['host_root_only']):\n"
+       "    raise OSError(errno.ENOENT, 'no host-only name')", FILES, (*FS, ENOENT)),
+    *(_p(f"mount_table_{n}",
+         f"points = {{line.split()[{field}] for line in open('/proc/self/{n}')}}\n"
+         "if not points & set(P['host_mounts']):\n"
+         "    raise OSError(errno.ENOENT, 'no host mount')", FILES, (*FS, ENOENT))
+      for n, field in [("mountinfo", 4), ("mounts", 1)]),
 ]
 
 # Harmless actions that only a missing layer allows: run where that layer is off, each must
 # succeed, proving the level reported is not a claim only.
 WITNESSES = {
-    "landlock": _p("witness_read_neighbour", "open(P['neighbour'], 'rb').read()", LANDLOCK, FS),
-    "seccomp": _p("witness_chmod_scratch", "os.chmod(P['scratch'], 0o640)", SECCOMP),
+    "landlock": _p("witness_list_root", "os.listdir('/')", LANDLOCK, FS),
+    "root": _p("witness_stat_neighbour", "os.stat(P['neighbour'])", "root", (ENOENT,)),
+    "seccomp": _p("witness_getxattr_input", "os.getxattr(P['input'], 'user.keep')", SECCOMP,
+                  (errno.EOPNOTSUPP,)),
     "namespaces": _p(
         "witness_real_uid",
         f"if os.getuid() == {OVERFLOW_UID}:\n"
@@ -385,6 +447,7 @@ def sc(nr, *args):
 """
 
 LEVELS = {"full": "", "no-namespaces": "namespaces", "no-pidns": "pidns", "no-proc": "proc",
+          "no-root": "root",
           "no-threads": "threads", "no-landlock": "landlock", "no-seccomp": "seccomp"}
 
 
@@ -407,9 +470,8 @@ class Scene:
         self.decoy.write_text("-----BEGIN OPENSSH PRIVATE KEY----- decoy\n")
         self.decoy.chmod(0o600)
         (self.folder / "neighbour.txt").write_text("another model's notes\n")
-        (self.folder / "scratch").write_bytes(b"")
-        (self.folder / "scratch").chmod(0o600)
         self.canary = self.folder / "CANARY_EXECUTED"
+        (self.folder / "host_link").symlink_to("/etc/passwd")
         tag = f"ckpt-probe-{os.getpid()}-{id(self)}"
         self.outside = [Path("/tmp") / tag, Path("/dev/shm") / tag]
         self.listeners = self._listen(tag)
@@ -439,7 +501,7 @@ class Scene:
         return {
             "input": str(inputs[0]), "folder": str(self.folder), "ssh": str(self.ssh),
             "decoy": str(self.decoy), "neighbour": str(self.folder / "neighbour.txt"),
-            "scratch": str(self.folder / "scratch"), "canary": str(self.canary),
+            "canary": str(self.canary),
             "repo_file": str(REPO / "pyproject.toml"), "tmp_target": str(self.outside[0]),
             "shm_target": str(self.outside[1]), "client": os.getpid(),
             "victim": self.victim.pid, "client_addr": id(self.outside),
@@ -448,7 +510,20 @@ class Scene:
             "abstract_dgram": self.listeners["abstract_dgram"].getsockname(),
             "tcp_port": self.listeners["tcp"].getsockname()[1],
             "udp_port": self.listeners["udp"].getsockname()[1],
+            "host_link": str(self.folder / "host_link"), "repo_git": str(REPO / ".git"),
+            "host_ids": {p: [os.stat(p).st_dev, os.stat(p).st_ino]
+                         for p in HOST_FOLDERS.values()},
+            "host_root_only": [n for n in os.listdir("/")
+                               if not any(b.split("/")[1] == n for b in BOUND)
+                               and n not in ("proc", "dev", "etc", "sys", "tmp")],
+            "host_mounts": self.host_mounts(),
         }
+
+    def host_mounts(self) -> list[str]:
+        """The host's mount points the fresh root would not show (not bound, not /proc)."""
+        with open("/proc/self/mountinfo") as fh:
+            points = {line.split()[4] for line in fh}
+        return sorted(p for p in points if p != "/" and not _inside(p, [*BOUND, str(self.root)]))
 
     def received(self) -> dict[str, str]:
         """Whatever reached a listener (nothing may)."""

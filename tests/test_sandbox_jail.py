@@ -43,12 +43,18 @@ def _run_payloads(folder: Path, pickles: list[bytes], **limits) -> dict:
     return run_job(request, timeout=60)
 
 
-def _require(sandbox: dict, layer: str) -> None:
+def _require(sandbox: dict, layer: str, *others: str) -> None:
+    """Skip unless `layer` (or one of `others`, any of which enforces the test) is active."""
     active = {a.split(":")[0] for a in sandbox["active"]}
-    if layer not in active:
+    if not {layer, *others} & active:
         reason = sandbox["missing"].get(layer, "not active")
         print(f"skipping: {layer} unavailable here: {reason}")
         pytest.skip(f"{layer} unavailable on this kernel: {reason}")
+
+
+# Landlock refuses with EACCES; in the fresh root a host path is not there, and what is there
+# (the inputs, the skeleton of folders above them) is read-only.
+FILE_REFUSALS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT)
 
 
 @pytest.fixture(scope="module")
@@ -101,18 +107,18 @@ def test_payload_ran_but_canary_never_appears(escape):
 @pytest.mark.parametrize("name", ["write_canary", "create_0", "create_1", "create_2", "create_3",
                                   "mkdir", "append_input"])
 def test_payload_cannot_create_or_modify_files(escape, name):
-    _require(escape["sandbox"], "landlock")
+    _require(escape["sandbox"], "landlock", "root")
     outcome = escape["outcomes"][name]
-    assert outcome["ok"] is False and outcome["error"] == "PermissionError", outcome
+    assert outcome["ok"] is False and outcome["errno"] in FILE_REFUSALS, outcome
     for target in escape["targets"]:
         assert not target.exists(), f"{target} was created"
     assert not (escape["root"] / "newdir").exists()
 
 
 def test_payload_cannot_read_outside_the_inputs(escape):
-    _require(escape["sandbox"], "landlock")
+    _require(escape["sandbox"], "landlock", "root")
     outcome = escape["outcomes"]["read_secret"]
-    assert outcome["error"] == "PermissionError", outcome
+    assert outcome["ok"] is False and outcome["errno"] in FILE_REFUSALS, outcome
 
 
 @pytest.mark.parametrize("name", ["tcp", "udp", "tcp6"])

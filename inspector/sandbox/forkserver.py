@@ -12,8 +12,12 @@ Control protocol, on the Unix SOCK_SEQPACKET socket FD (one message each way per
         (the descriptor the request names, e.g. a conversion's output, at that number);
     server -> client: {"pid": int} (or {"error": str}).
 The server writes the child's exit status (as Popen.returncode: negative for a signal) on the
-job's status pipe once it has reaped it. Its first message is {"ready": true, "pid": int} or
-{"ready": false, "error": str}. EOF on the socket (the client closed it or died) makes the
+job's status pipe once it has reaped it. Where it may (root), it forks each child into a PID
+namespace of the job's own whose init it started just before
+(`jail.pid_namespace_for_next_child`), so a job costs one fork of this torch-sized process: the
+server is the process outside that reaps the worker, and it closes the init's pipe once it
+has. Its first message is {"ready": true, "pid": int} or {"ready": false, "error": str}.
+EOF on the socket (the client closed it or died) makes the
 server kill every child's group and exit; each child also gets SIGKILL should the server die
 (PR_SET_PDEATHSIG). It exits without the interpreter's teardown, which after importing torch
 takes 0.6-0.9 s that the client spends waiting (it has no file or state to clean up).
@@ -40,10 +44,11 @@ def preload() -> None:
     import safetensors.torch  # noqa: F401
     import torch  # noqa: F401
 
-    from inspector.sandbox import worker
+    from inspector.sandbox import jail, worker
 
     for target in (*worker.OPS.values(), worker.SELFTEST_OP):
         importlib.import_module(target.split(":")[0])
+    jail.warm_up()
 
 
 def thread_count() -> int:
@@ -54,6 +59,7 @@ def thread_count() -> int:
 def main() -> int:
     """Preload, report ready, then fork a jailed worker per request until the socket closes."""
     ctl = socket.socket(fileno=int(sys.argv[1]))
+    ctl.set_inheritable(False)  # no namespace init may hold it
     try:
         preload()
     except Exception as exc:  # the client falls back to cold workers
@@ -67,8 +73,30 @@ def main() -> int:
     return _serve(ctl)
 
 
+class _Namespaces:
+    """Whether this server makes each job's PID namespace, and from where."""
+
+    def __init__(self) -> None:
+        self.own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        self.possible = True
+        self.made = False
+
+    def for_next_child(self, env: dict[str, str]) -> int | None:
+        """The new namespace's init pipe, or None (not allowed here, or the job's self-test
+        leaves the PID namespace off): the child then makes its own, or none."""
+        from inspector.sandbox import jail, worker
+
+        make = self.possible and "pidns" not in worker.disabled_layers(env)
+        if not (make or self.made):
+            return None
+        alive = jail.pid_namespace_for_next_child(self.own, make)
+        self.made = self.made or alive is not None
+        self.possible = not make or alive is not None
+        return alive
+
+
 def _serve(ctl: socket.socket) -> int:
-    children: dict[int, int] = {}  # pid -> the write end of its status pipe
+    children: dict[int, tuple[int, int | None]] = {}  # pid -> its status pipe, its init's
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
@@ -76,6 +104,7 @@ def _serve(ctl: socket.socket) -> int:
     selector = selectors.DefaultSelector()
     selector.register(ctl, selectors.EVENT_READ)
     selector.register(wake_r, selectors.EVENT_READ)
+    namespaces = _Namespaces()
     try:
         while True:
             for key, _ in selector.select():
@@ -83,7 +112,7 @@ def _serve(ctl: socket.socket) -> int:
                     message, fds, _, _ = socket.recv_fds(ctl, 1 << 16, MAX_FDS)
                     if not message:
                         return 0
-                    _fork_job(ctl, message, fds, children)
+                    _fork_job(ctl, message, fds, children, namespaces)
                 else:
                     with contextlib.suppress(BlockingIOError):
                         os.read(wake_r, 4096)
@@ -95,45 +124,55 @@ def _serve(ctl: socket.socket) -> int:
 
 
 def _fork_job(ctl: socket.socket, message: bytes, fds: list[int],
-              children: dict[int, int]) -> None:
+              children: dict[int, tuple[int, int | None]], namespaces: _Namespaces) -> None:
+    alive = None
+    for fd in fds:  # received inheritable: no init may hold a job's pipe
+        os.set_inheritable(fd, False)
     try:
         job = json.loads(message)
         targets = [int(t) for t in job.get("targets", ())]
         if len(fds) != 4 + len(targets) or any(t <= 2 for t in targets):
             raise ValueError(f"{len(fds)} descriptors for {len(targets)} targets")
+        env = dict(job.get("env") or {})
+        alive = namespaces.for_next_child(env)
         sys.stderr.flush()
         server = os.getpid()
         pid = os.fork()
     except (ValueError, OSError) as exc:
-        for fd in fds:
+        for fd in fds if alive is None else (*fds, alive):
             os.close(fd)
         ctl.send(json.dumps({"error": str(exc)}).encode())
         return
     if pid == 0:
-        _child(fds, targets, dict(job.get("env") or {}), server)
+        _child(fds, targets, env, server, alive is not None)
     for fd in fds[:3] + fds[4:]:
         os.close(fd)
-    children[pid] = fds[3]
+    children[pid] = (fds[3], alive)
     ctl.send(json.dumps({"pid": pid}).encode())
 
 
-def _reap(children: dict[int, int]) -> None:
-    while children:
+def _reap(children: dict[int, tuple[int, int | None]]) -> None:
+    """Report each finished worker's status and let its namespace's init go; reap inits."""
+    while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
-        status_fd = children.pop(pid, None)
+        status_fd, alive = children.pop(pid, (None, None))
         if status_fd is not None:
             with contextlib.suppress(OSError):
                 os.write(status_fd, f"{os.waitstatus_to_exitcode(status)}\n".encode())
             os.close(status_fd)
+        if alive is not None:
+            os.close(alive)
 
 
-def _child(fds: list[int], targets: list[int], env: dict[str, str], server: int) -> None:
-    """The forked worker: own session, the job's descriptors only, then `worker.main`."""
+def _child(fds: list[int], targets: list[int], env: dict[str, str], server: int,
+           in_namespace: bool) -> None:
+    """The forked worker: own session, the job's descriptors only, then `worker.main`.
+    `in_namespace`: PID 2 of the PID namespace the server made for it."""
     status = 70
     try:
         signal.set_wakeup_fd(-1)
@@ -143,7 +182,9 @@ def _child(fds: list[int], targets: list[int], env: dict[str, str], server: int)
         from inspector.sandbox.jail import die_with_parent
 
         die_with_parent()
-        if os.getppid() != server:  # the server died before the line above took effect
+        # The server died before the line above took effect (in a namespace of its own the
+        # parent has no pid here, and the server's death kills the namespace anyway).
+        if not in_namespace and os.getppid() != server:
             return
         wanted = [0, 1, 2, *targets]
         # Lift every received descriptor above all wanted numbers first, so no dup2 below
@@ -155,7 +196,7 @@ def _child(fds: list[int], targets: list[int], env: dict[str, str], server: int)
         _close_all_but(set(wanted))
         os.environ.clear()
         os.environ.update(env)
-        status = worker.main()
+        status = worker.main(pid_namespace_made=in_namespace)
         sys.stderr.flush()
     finally:
         os._exit(status)

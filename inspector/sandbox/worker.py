@@ -59,7 +59,7 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from inspector.core.errors import CodedError
 from inspector.core.progress import Cancelled, CancelToken
@@ -86,9 +86,9 @@ SELFTEST_ENV = "CKPT_INSPECTOR_SANDBOX_SELFTEST"
 """Set only by the test suite: registers an operation that unpickles with plain `pickle`, to
 prove the jail contains code that escaped weights_only. The client passes it through."""
 DISABLE_ENV = "CKPT_INSPECTOR_SANDBOX_DISABLE"
-"""Comma-separated jail layers to leave off (namespaces, rlimits, threads, landlock, seccomp),
-so the test suite can check the level reported in a degraded environment. Honoured only
-together with SELFTEST_ENV."""
+"""Comma-separated jail layers to leave off (namespaces, pidns, proc, root, rlimits, threads,
+landlock, seccomp, capabilities), so the test suite can check the level reported in a
+degraded environment. Honoured only together with SELFTEST_ENV."""
 SELFTEST_OP = "inspector.sandbox.selftest:run_payload"
 
 
@@ -118,14 +118,16 @@ def jail_config(request: dict) -> JailConfig:
         open_files=int(limits.get("open_files", 256)),
         nice=int(limits.get("nice", 0)),
         max_threads=int(limits.get("max_threads") or default_max_threads()),
-        disabled=_disabled_layers(),
+        disabled=disabled_layers(os.environ),
+        gpu=str(request.get("device", "cpu")) != "cpu",
     )
 
 
-def _disabled_layers() -> frozenset[str]:
-    if not _selftest():
+def disabled_layers(env: Mapping[str, str]) -> frozenset[str]:
+    """The jail layers a self-test environment leaves off (none outside the test suite)."""
+    if env.get(SELFTEST_ENV) != "1":
         return frozenset()
-    return frozenset(filter(None, os.environ.get(DISABLE_ENV, "").split(",")))
+    return frozenset(filter(None, env.get(DISABLE_ENV, "").split(",")))
 
 
 class _Emitter:
@@ -173,8 +175,11 @@ def _set_threads(request: dict) -> int:
     return torch.get_num_threads()
 
 
-def main() -> int:
-    """Read the request, jail, run the operation, report."""
+def main(pid_namespace_made: bool = False) -> int:
+    """Read the request, jail, run the operation, report.
+
+    `pid_namespace_made`: the fork server forked this worker into a PID namespace of its
+    own (`jail.pid_namespace_for_next_child`)."""
     # The client kills the worker's group when a job ends, but a client killed itself
     # (SIGKILL, or SIGTERM's default action) runs no `finally`. Set before the handshake: the
     # client sends the start line only after reading it, so a client that died first never
@@ -189,7 +194,8 @@ def main() -> int:
         if not isinstance(request, dict) or "op" not in request:
             raise _Refused("bad_request", "the request must be a JSON object with an 'op'")
         config = jail_config(request)
-        entered = enter_namespaces(config)  # the relay and init never come back from here
+        # the relay and init never come back from here
+        entered = enter_namespaces(config, pid_namespace_made)
         maps_fd = open_maps()  # the worker's own, before Landlock closes /proc
         level = apply_jail(config, entered)
         emit({"type": "jail", **level})
