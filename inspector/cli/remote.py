@@ -94,6 +94,7 @@ class Source:
     key: str
     where: Where
     scan: Callable[[], object]
+    found: object = None  # a local file's `discover.Found`: scanned in batches (`scan_batch`)
 
 
 def scan_sources(paths: list[str]) -> Iterator[Source]:
@@ -106,7 +107,7 @@ def scan_sources(paths: list[str]) -> Iterator[Source]:
         if not objstore.is_url(raw):
             for found in discover([raw]):
                 yield Source(str(found.path), found.path,
-                             lambda found=found: scan_found(found))
+                             lambda found=found: scan_found(found), found)
             continue
         try:
             objects = objstore.list_objects(raw)

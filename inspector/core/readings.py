@@ -158,26 +158,29 @@ def request(blobs: list[Blob], folder: str) -> dict:
     """The dry-run request for `blobs`: held bytes go into one file in `folder`."""
     blob_file = os.path.join(folder, "blobs")
     paths: list[str] = []
-    items = []
+    for b in blobs:
+        if b.path is not None and b.path not in paths:
+            paths.append(b.path)
     with open(blob_file, "wb") as out:
-        pos = 0
-        for b in blobs:
-            if b.path is not None:
-                if b.path not in paths:
-                    paths.append(b.path)
-                item = {"file": 1 + paths.index(b.path), "offset": 0, "length": b.size}
-            else:
-                out.write(b.data)
-                item = {"file": 0, "offset": pos, "length": len(b.data)}
-                pos += len(b.data)
-            items.append({**item, "member": b.member, "starts": sorted(b.starts),
-                          "persistent": b.persistent, "kinds": list(b.kinds)})
+        items = _items(blobs, paths, out)
     return {"op": "dry-run", "path": blob_file, "paths": paths, "readings": items}
 
 
-def pending_bytes(results: Iterable) -> int:
-    """Bytes the results' pending readings hold in memory."""
-    return sum(len(b.data) for r in results for b in r._blobs if b.data is not None)
+def _items(blobs: list[Blob], paths: list[str], out) -> list[dict]:
+    """The request's readings: a blob read in place names its file in [blob file] + `paths`,
+    held bytes are appended to `out` (the blob file)."""
+    items = []
+    pos = 0
+    for b in blobs:
+        if b.path is not None:
+            item = {"file": 1 + paths.index(b.path), "offset": 0, "length": b.size}
+        else:
+            out.write(b.data)
+            item = {"file": 0, "offset": pos, "length": len(b.data)}
+            pos += len(b.data)
+        items.append({**item, "member": b.member, "starts": sorted(b.starts),
+                      "persistent": b.persistent, "kinds": list(b.kinds)})
+    return items
 
 
 def read(results: Iterable, reader: Reader | None = None) -> None:
@@ -186,14 +189,79 @@ def read(results: Iterable, reader: Reader | None = None) -> None:
     results = [r for r in results if getattr(r, "_blobs", None)]
     if reader is None or not results:
         return
-    blobs = [b for r in results for b in r._blobs]
     with tempfile.TemporaryDirectory(prefix="ckpt-readings-") as folder:
         try:
-            answer = reader(request(blobs, folder))
+            answer = reader(request([b for r in results for b in r._blobs], folder))
         except Exception as exc:  # no reading: never safe on the walker's word alone
             for r in results:
                 _unread(r, f"{type(exc).__name__}: {exc}")
             return
+    _fold(results, answer)
+
+
+HELD_RESERVE = 256 << 20
+"""Held bytes a gated job may receive (its memory allowance is fixed before they exist)."""
+
+
+def read_while(walk: Callable[[], list], in_place: list[str],
+               reader: Reader | None = None) -> list:
+    """`walk()` (scans, their readings pending) runs while the reader's jailed worker starts,
+    and their readings then run in that one job; returns the walk's results, readings folded.
+
+    The worker jails before the walk ends, so what it may read is fixed first: `in_place`,
+    the files whose scans may ask for a reading in place (memory-mapped ones), and one blob
+    file, filled once the walk ends, for held bytes up to `HELD_RESERVE`. A result that needs
+    anything else is read by a job of its own afterwards. A reader without `gated` (any plain
+    function) reads after the walk."""
+    reader = reader or current_reader()
+    gated = getattr(reader, "gated", None)
+    if gated is None:
+        with deferred():
+            results = walk()
+        read(results, reader)
+        return results
+    results: list = []
+    inside: list = []
+    walked: list = []
+    with tempfile.TemporaryDirectory(prefix="ckpt-readings-") as folder:
+        blob_file = os.path.join(folder, "blobs")
+
+        def gate() -> dict:
+            with deferred():
+                results.extend(walk())
+            walked.append(True)
+            held = 0
+            for r in results:
+                blobs = getattr(r, "_blobs", None) or []
+                size = sum(len(b.data) for b in blobs if b.data is not None)
+                if all(b.path is None or b.path in in_place for b in blobs) and (
+                        held + size <= HELD_RESERVE):
+                    inside.append(r)
+                    held += size
+            with open(blob_file, "wb") as out:
+                return {"readings": _items([b for r in inside for b in r._blobs],
+                                           in_place, out)}
+
+        open(blob_file, "wb").close()  # the jail's read rule needs the file to exist
+        base = {"op": "dry-run", "path": blob_file, "paths": list(in_place),
+                "held_mb": HELD_RESERVE >> 20}
+        try:
+            answer = gated(base, gate)
+        except Exception as exc:  # no reading: never safe on the walker's word alone
+            if not walked:  # the walk itself failed, not the reading
+                raise
+            for r in inside:
+                _unread(r, f"{type(exc).__name__}: {exc}")
+            answer = None
+    if answer is not None:
+        _fold(inside, answer)
+    chosen = {id(r) for r in inside}
+    read([r for r in results if id(r) not in chosen], reader)
+    return results
+
+
+def _fold(results: list, answer: dict) -> None:
+    """Fold a dry-run answer into the results whose blobs made its request, in order."""
     by_blob: dict[int, list[dict]] = {}
     for record in answer.get("readings", []):
         by_blob.setdefault(int(record["index"]), []).append(record)
