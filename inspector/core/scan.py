@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from inspector.core import decompress, formats, readings, safetensors_header, zipread
+from inspector.core.code_text import looks_like_code
 from inspector.core.dcp_items import listed_archives, outside_items
 from inspector.core.discover import Found, discover
 from inspector.core.dtypes import STORAGE_CLASSES
@@ -38,7 +39,6 @@ from inspector.core.policy import (
     WeightsOnlyRules,
     call_verdict,
     classify,
-    looks_like_code,
     numpy_dtype_class,
     real_name,
     weights_only_rules,

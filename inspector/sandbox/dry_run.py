@@ -35,7 +35,7 @@ import pickle
 import re
 from collections.abc import Callable
 
-from inspector.core.policy import looks_like_code
+from inspector.core.code_text import looks_like_code
 from inspector.core.progress import CancelToken
 
 MAX_PICKLES = 10_000  # pickles one stream reading follows (a million tiny ones: the walker)
