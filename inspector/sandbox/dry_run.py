@@ -18,8 +18,9 @@ or hex, up to three stages deep (`nested`): they are read the same way, and repo
 key path that holds them. Text that reads like code is reported too (`code_values`).
 
 Request: `path` (a file of the blobs), `paths` (inputs read in place), `readings` [{file,
-offset, length, member, starts, kinds}] with `file` an index into [path] + paths. Result:
-`readings` [{index, kind, start, pickles, end, error, imports [[module, name, count]], calls
+offset, length, member, starts, kinds, py_opcodes}] with `file` an index into [path] + paths.
+Result:
+`readings` [{index, kind, start, pickles, end, error, cut, imports [[module, name, count]], calls
 [{target, op, count, texts, code}], nested [{key, encoding, imports, calls}], code_values
 [{key, text}]}].
 """
@@ -48,6 +49,9 @@ KINDS = ("c", "c-nopeek", "py")
 # torch's rebuilds: their arguments are storage ids, sizes and strides, never a user's value
 _PLAIN_TARGETS = ("torch._utils.", "persistent_load", "torch._tensor.", "collections.OrderedDict")
 MAX_COPY = 256 << 20  # blobs up to this size are read from a copy in io.BytesIO
+# opcodes one stream reading by the pure-Python unpickler runs unless the item says (the C
+# readers read on): past it the reading is `cut`, and the file is not safe (`readings-budget`)
+MAX_PY_OPCODES = 1_000_000
 
 
 class _Log:
@@ -236,6 +240,26 @@ def _reader_class(base: type, persistent: bool) -> type:
     return Recording
 
 
+class _Spent(Exception):
+    """The pure-Python reading's opcode budget is spent."""
+
+
+class _CountedDispatch(dict):
+    """pickle._Unpickler's dispatch table, counting the opcodes one reading runs: the pure-
+    Python reader takes about 1 µs an opcode, and 10 million one-byte opcodes come from a
+    400-byte bzip2 stream."""
+
+    def __init__(self, budget: int) -> None:
+        super().__init__(pickle._Unpickler.dispatch)
+        self.left = budget
+
+    def __getitem__(self, key):
+        self.left -= 1
+        if self.left < 0:
+            raise _Spent
+        return dict.__getitem__(self, key)
+
+
 _READERS = {(kind, persistent): _reader_class(
     pickle._Unpickler if kind == "py" else pickle.Unpickler, persistent)
     for kind in KINDS for persistent in (False, True)}
@@ -274,7 +298,8 @@ class _MapIO(io.RawIOBase):
         super().close()
 
 
-def read_stream(data, start: int, kind: str, persistent: bool = True) -> tuple[dict, list]:
+def read_stream(data, start: int, kind: str, persistent: bool = True,
+                py_opcodes: int = MAX_PY_OPCODES) -> tuple[dict, list]:
     """One reading of the pickles from `start` by reader `kind`; returns its record (with
     `boundaries`, where each pickle it read ended) and the values loaded."""
     log = _Log()
@@ -286,14 +311,19 @@ def read_stream(data, start: int, kind: str, persistent: bool = True) -> tuple[d
     else:
         fh = _MapIO(data, start)
     reader = _READERS[(kind, persistent)](fh, log)
+    if kind == "py":
+        reader.dispatch = _CountedDispatch(py_opcodes)
     tell = fh.tell
-    values, error, pickles, end, boundaries = [], None, 0, start, set()
+    values, error, pickles, end, boundaries, cut = [], None, 0, start, set(), False
     while pickles < MAX_PICKLES:
         try:
             values.append(reader.load())
         except EOFError as exc:
             if pickles == 0:
                 error = f"EOFError: {exc}"[:300]
+            break
+        except _Spent:
+            error, cut = f"stopped after {py_opcodes:,} opcodes", True
             break
         except (Exception, RecursionError) as exc:
             error = f"{type(exc).__name__}: {exc}"[:300]
@@ -305,7 +335,7 @@ def read_stream(data, start: int, kind: str, persistent: bool = True) -> tuple[d
             break
     fh.close()
     record = {"kind": kind, "start": start, "pickles": pickles, "end": end, "error": error,
-              **log.to_json()}
+              "cut": cut, **log.to_json()}
     return record, values, boundaries
 
 
@@ -406,8 +436,9 @@ def _readings(index: int, item: dict, data, framed: bool) -> list[dict]:
                 continue
             if start in reached.get(kind, ()):
                 continue
-            record, values, boundaries = read_stream(data, start, kind,
-                                                     bool(item.get("persistent", True)))
+            record, values, boundaries = read_stream(
+                data, start, kind, bool(item.get("persistent", True)),
+                int(item.get("py_opcodes") or MAX_PY_OPCODES))
             reached.setdefault(kind, set()).update(boundaries)
             # values are walked once per start: every reader rebuilt the same ones
             fresh = values and start not in walked
