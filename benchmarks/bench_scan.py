@@ -11,8 +11,11 @@ The tools take --passes turns so background load hits them alike; per file the l
 passes' medians is kept. Inputs: the public picklescan corpus
 (../shared/corpus/picklescan) and a benign 5,000-tensor checkpoint, saved by torch.save and as
 safetensors (5,000 header entries for `core.safetensors_header` to check). A second table
-times each tool's command line over the whole corpus folder (process start included; ours runs
-the loaders' own readings in the jail, one worker per batch of files, as `scan` does).
+times each tool's command line (process start included; ours runs the loaders' own readings in
+the jail, one worker per batch of files that starts while they are walked, as `scan` does)
+over the corpus folder, a folder of 100 mixed checkpoints (`build_folder`: torch.save zip and
+legacy, training checkpoints, safetensors, npz, TorchScript, one malicious pickle in ten),
+the 5,000-tensor `.pt` and one small file; then the issue's targets as ratios to picklescan.
 `ckpt-inspector+readings` is `scan_file` with the jailed readings, one worker per file: its
 per-file times are wall time, the single-file latency a user of `scan FILE` sees.
 Ratios are peer time / ckpt-inspector time: above 1 means ckpt-inspector is faster.
