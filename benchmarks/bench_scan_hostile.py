@@ -8,10 +8,12 @@ bzip2 record, millions of one-byte opcodes, thousands of gzip members, nested ar
 and memo floods, legacy tar storages of two element sizes), each built at `--steps` scales up
 to the issue's (`ISSUE_SCALE`), the same run. Each file is scanned by `scan_file` in a fresh
 child interpreter (no torch), which reports its time and its peak RSS; the median of
-`--repeats` runs is kept. Reported per file: size, median time, peak RSS, verdict; then the
-worst time and RSS over files of at most 1 MB against the targets, and the linear constants
-that bound them all: time <= t0 + kt x size and RSS <= r0 + kr x size, with t0 and r0 the
-worst of the files under 64 KiB.
+`--repeats` runs is kept. As `scan` runs it, the loaders' own readings run in the jailed
+worker (its start and its peak RSS count: RSS is the larger of the two processes' peaks);
+`--walker-only` times the static walk alone. Reported per file: size, median time, peak RSS,
+verdict; then the worst time and RSS over files of at most 1 MB against the targets, and the
+linear constants that bound them all: time <= t0 + kt x size and RSS <= r0 + kr x size, with
+t0 and r0 the worst of the files under 64 KiB.
 """
 
 from __future__ import annotations
@@ -30,11 +32,29 @@ SMALL = 64 << 10
 
 CHILD = r"""
 import json, resource, sys, time
+from inspector.core import readings
 from inspector.core.scan import scan_file
+peaks = [0]
+if sys.argv[2] == "readings":  # as `scan` runs: the loaders' own readings in the jail
+    from inspector.sandbox.client import dry_run_reader
+
+    class Reader:  # dry_run_reader, keeping the jailed worker's peak RSS
+        def __call__(self, request):
+            return self.kept(dry_run_reader(request))
+
+        def gated(self, request, gate):
+            return self.kept(dry_run_reader.gated(request, gate))
+
+        def kept(self, result):
+            peaks.append(result["timing"]["worker_peak_rss_kb"] or 0)
+            return result
+
+    readings.set_reader(Reader())
 t0 = time.perf_counter()
 res = scan_file(sys.argv[1])
 print(json.dumps({"s": time.perf_counter() - t0, "verdict": res.verdict,
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "worker_mb": max(peaks) / 1024,
                   "codes": sorted({f.code for f in res.findings})}))
 """
 
@@ -53,9 +73,9 @@ def _build_in_child(name: str, n: int, path: str) -> None:
     subprocess.run([PY, "-c", BUILD, str(TESTS), name, str(n), path], timeout=600, check=True)
 
 
-def _scan_in_child(path: str) -> dict:
-    out = subprocess.run([PY, "-c", CHILD, path], capture_output=True, text=True, timeout=600,
-                         cwd=REPO, check=True)
+def _scan_in_child(path: str, mode: str) -> dict:
+    out = subprocess.run([PY, "-c", CHILD, path, mode], capture_output=True, text=True,
+                         timeout=600, cwd=REPO, check=True)
     return json.loads(out.stdout)
 
 
@@ -63,7 +83,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=4, help="scales per builder, halving")
+    ap.add_argument("--walker-only", action="store_true",
+                    help="the static walk alone (`scan --walker-only`), no jailed readings")
     args = ap.parse_args()
+    mode = "walker" if args.walker_only else "readings"
     from hostile_files import HOSTILE, ISSUE_SCALE
 
     rows = []
@@ -73,13 +96,16 @@ def main() -> int:
                 n = max(1, ISSUE_SCALE[name] >> step)
                 path = folder / f"{name}-{n}.bin"
                 _build_in_child(name, n, str(path))
-                runs = [_scan_in_child(str(path)) for _ in range(args.repeats)]
+                runs = [_scan_in_child(str(path), mode) for _ in range(args.repeats)]
                 row = {"file": path.name, "bytes": path.stat().st_size,
                        "s": statistics.median(r["s"] for r in runs),
-                       "rss_mb": max(r["rss_mb"] for r in runs), "verdict": runs[0]["verdict"]}
+                       "rss_mb": max(max(r["rss_mb"], r["worker_mb"]) for r in runs),
+                       "worker_mb": max(r["worker_mb"] for r in runs),
+                       "verdict": runs[0]["verdict"]}
                 rows.append(row)
                 print(f"{row['file']:34} {row['bytes']:>9,} B {row['s']:7.3f} s "
-                      f"{row['rss_mb']:7.1f} MB  {row['verdict']}", flush=True)
+                      f"{row['rss_mb']:7.1f} MB (worker {row['worker_mb']:6.1f})  "
+                      f"{row['verdict']}", flush=True)
                 path.unlink()
     small = [r for r in rows if r["bytes"] <= 1 << 20]
     worst_s = max(r["s"] for r in small)

@@ -11,7 +11,8 @@ import pytest
 
 from inspector.core import policy
 from inspector.core.allow_presets import PRESETS
-from inspector.core.policy import classify, looks_like_code, weights_only_rules
+from inspector.core.code_text import looks_like_code
+from inspector.core.policy import classify, weights_only_rules
 
 REAL_ALLOWLIST = r"""
 import json

@@ -90,11 +90,23 @@ def command_module(name: str) -> ModuleType:
     return importlib.import_module(COMMANDS[name].module)
 
 
-def _jailed(request: dict) -> dict:
+class _Jailed:
     """`core.readings`' reader: the jailed dry run (its client imported when first needed)."""
-    from inspector.sandbox.client import dry_run_reader
 
-    return dry_run_reader(request)
+    def __call__(self, request: dict) -> dict:
+        """The dry run of a complete request."""
+        from inspector.sandbox.client import dry_run_reader
+
+        return dry_run_reader(request)
+
+    def gated(self, request: dict, gate) -> dict:
+        """The dry run started before its readings are known (`readings.read_while`)."""
+        from inspector.sandbox.client import dry_run_reader
+
+        return dry_run_reader.gated(request, gate)
+
+
+_jailed = _Jailed()
 
 
 def _jailed_readings():

@@ -23,7 +23,6 @@ from inspector.core.integrity import INTEGRITY_CODES
 from inspector.core.progress import ProgressFn
 from inspector.core.termtext import escape
 from inspector.core.torchscript_layout import CODE_ARCHIVES
-from inspector.core.verify import TensorDigestFn, VerifyResult
 from inspector.core.vocabulary import (
     DEFAULT_REQUIRED_JAIL,
     FileStatus,
@@ -32,8 +31,9 @@ from inspector.core.vocabulary import (
     TensorCheckStatus,
 )
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # types only: importing verify (manifests, shards) costs every command
     from inspector.core.sharding import ResultsLog, Shard
+    from inspector.core.verify import TensorDigestFn, VerifyResult
 
 EXIT_LOAD_FAILED = 5
 EXIT_MANIFEST = 2  # verify and watch: the manifest cannot be read

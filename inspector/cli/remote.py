@@ -124,6 +124,7 @@ class Source:
     key: str
     where: Where
     scan: Callable[[], object]
+    found: object = None  # a local file's `discover.Found`: scanned in batches (`scan_batch`)
 
 
 def scan_sources(paths: list[str]) -> Iterator[Source]:
@@ -136,7 +137,7 @@ def scan_sources(paths: list[str]) -> Iterator[Source]:
         if not objstore.is_url(raw):
             for found in discover([raw]):
                 yield Source(str(found.path), found.path,
-                             lambda found=found: scan_found(found))
+                             lambda found=found: scan_found(found), found)
             continue
         try:
             objects = objstore.list_objects(raw)

@@ -8,6 +8,7 @@ import json
 import shlex
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 from inspector.cli.common import (
@@ -17,10 +18,10 @@ from inspector.cli.common import (
     paint,
     use_colour,
 )
-from inspector.cli.remote import scan_sources
+from inspector.cli.remote import Source, scan_sources
 from inspector.core.advice import DAMAGED, display_word
 from inspector.core.atomic import OutputExistsError, write_text_atomic
-from inspector.core.scan import ScanResult
+from inspector.core.scan import ScanResult, batch_full, file_size, scan_batch
 from inspector.core.termtext import escape
 from inspector.core.verdict import ORDER, exit_code, fails, worst
 from inspector.core.vocabulary import Verdict
@@ -70,6 +71,35 @@ def _human(res: ScanResult, colour: bool = False) -> list[str]:
     return lines
 
 
+def _scanned(paths: list[str], batch) -> Iterator[tuple[Source, ScanResult, dict | None]]:
+    """(source, result, its results-file record or None) in order: local files not done yet
+    are scanned in batches, the loaders' readings of each batch in one jailed job
+    (`core.scan.scan_batch`); objects and finished files one by one."""
+    pending: list[Source] = []
+    size = 0
+
+    def flush() -> Iterator[tuple[Source, ScanResult, None]]:
+        nonlocal size
+        results = scan_batch([s.found for s in pending])
+        yield from ((s, r, None) for s, r in zip(list(pending), results, strict=True))
+        pending.clear()
+        size = 0
+
+    for source in scan_sources(paths):
+        if not batch.owns(source.key):
+            continue
+        done = batch.finished(source.key, source.where)
+        if done is None and source.found is not None:
+            pending.append(source)
+            size += file_size(source.where)
+            if batch_full(len(pending), size):
+                yield from flush()
+            continue
+        yield from flush()
+        yield source, ScanResult.from_json(dict(done)) if done is not None else source.scan(), done
+    yield from flush()
+
+
 def run(args: argparse.Namespace) -> int:
     """Scan every file; exit 0 safe, 1 suspicious, 2 dangerous, 3 error (worst file wins);
     with --fail-on, 0 unless some file is at that level or worse."""
@@ -85,14 +115,9 @@ def run(args: argparse.Namespace) -> int:
     colour = use_colour()
     batch = open_batch(args, "scan.result")
     batch.begin(shlex.join(["ckpt-inspector", "scan", *args.paths]))
-    for source in scan_sources(args.paths):
-        key = source.key
-        if not batch.owns(key):
-            continue
-        done = batch.finished(key, source.where)
-        res = ScanResult.from_json(dict(done)) if done is not None else source.scan()
+    for source, res, done in _scanned(args.paths, batch):
         if done is None:
-            batch.record(key, source.where, res.to_json())
+            batch.record(source.key, source.where, res.to_json())
         results.append(res)
         if args.json:
             print(json.dumps(res.to_json()), flush=True)

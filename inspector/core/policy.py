@@ -241,21 +241,6 @@ KNOWN_DATA = _DCP_DATA | _PATHS
 _LEAF_PREFIX_RE = re.compile(r"(?:load|exec|eval|run|spawn|popen|system|compile)(?:_|[A-Z])")
 _SAFE_DUNDERS = frozenset({"__main__", "__builtin__", "__torch__", "__new__"})
 
-_CODE_RE = re.compile(
-    r"__import__|\bimport\s+[\w.]+|\bexec\s*\(|\beval\s*\(|\bcompile\s*\(|\bos\.\w+\s*\(|"
-    r"\bsubprocess\b|\bsystem\s*\(|\bopen\s*\(|\blambda\b.*:|/bin/(?:ba|z|da)?sh\b|\bsh\s+-c\b|"
-    r"\bcurl\s|\bwget\s|\bnc\s+-|\brm\s+-rf\b|"
-    r"\bpowershell\b|\bcmd(?:\.exe)?\s+/c\b|__builtins__|__globals__|__subclasses__",
-    re.IGNORECASE,
-)
-
-
-def looks_like_code(text: str) -> bool:
-    """Whether a call argument reads like Python source or a shell command (read whole: code
-    past any window is still code)."""
-    return bool(_CODE_RE.search(text))
-
-
 @dataclass(frozen=True)
 class WeightsOnlyRules:
     """torch.load(weights_only=True) as far as a static scan can tell."""

@@ -132,8 +132,18 @@ def scan_file(path: str | os.PathLike, archives: list[tuple[int, int]] | None = 
     more than the file holds).
 
     `archives`: the (offset, length) of each item a DCP `.metadata` lists in this `.distcp`
-    file (`core.dcp_items`); checked, they spare the search of every page for archive ends."""
+    file (`core.dcp_items`); checked, they spare the search of every page for archive ends.
+
+    With a reader, its jailed worker starts while the file is walked (`readings.read_while`)."""
     p = os.fspath(path)
+    if readings.is_deferred() or readings.current_reader() is None:
+        return _scan_file(p, archives, crc_budget)
+    in_place = [p] if file_size(p) > SMALL_FILE else []
+    return readings.read_while(lambda: [_scan_file(p, archives, crc_budget)], in_place)[0]
+
+
+def _scan_file(p: str, archives: list[tuple[int, int]] | None, crc_budget: int) -> ScanResult:
+    """`scan_file` of the walk alone (readings as `_run` leaves them)."""
     try:
         # no file object: this is most of a small file's cost; O_NONBLOCK so that a named
         # pipe in a folder cannot hang the scan (it has no effect on regular files)
@@ -169,26 +179,44 @@ def scan_paths(paths: Iterable[str | os.PathLike]) -> Iterator[ScanResult]:
     """Scan files and folders (recursively, every file whatever its extension). A folder's
     file that is not a checkpoint at all (JSON, text, tokenizer files, images) is `skipped`;
     a file that cannot even be scanned is reported, never left out."""
-    batch: list[ScanResult] = []
+    batch: list[Found] = []
+    size = 0
     for found in discover(paths):
-        with readings.deferred():  # the loaders' readings of many files run in one job
-            batch.append(scan_found(found))
-        if len(batch) >= READ_BATCH_FILES or readings.pending_bytes(batch) > READ_BATCH_BYTES:
-            yield from _read_batch(batch)
-            batch = []
-    yield from _read_batch(batch)
+        batch.append(found)
+        size += file_size(found.path)
+        if batch_full(len(batch), size):
+            yield from scan_batch(batch)
+            batch, size = [], 0
+    yield from scan_batch(batch)
 
 
 READ_BATCH_FILES = 256
+READ_BATCH_BYTES = 256 << 20  # of files walked before their readings run and results come
 
 
-READ_BATCH_BYTES = 64 << 20
+def batch_full(count: int, size: int) -> bool:
+    """Whether a batch of `count` files, `size` bytes in all, is to be scanned now."""
+    return count >= READ_BATCH_FILES or size > READ_BATCH_BYTES
 
 
-def _read_batch(batch: list[ScanResult]) -> list[ScanResult]:
-    """Run the batch's pending readings (`core.readings`), one jailed job for all."""
-    readings.read(batch)
-    return batch
+def scan_batch(founds: list[Found]) -> list[ScanResult]:
+    """`scan_found` of each file, with the loaders' readings of all of them in one jailed job
+    whose worker starts while they are walked (`readings.read_while`)."""
+    if not founds:
+        return []
+    if readings.current_reader() is None:
+        return [scan_found(f) for f in founds]
+    in_place = [os.fspath(f.path) for f in founds if file_size(f.path) > SMALL_FILE]
+    return readings.read_while(lambda: [scan_found(f) for f in founds], in_place)
+
+
+def file_size(path: str | os.PathLike) -> int:
+    """A regular file's size (what `scan_file` may map and read in place), else 0."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
 def scan_found(found: Found) -> ScanResult:

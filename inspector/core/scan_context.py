@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from inspector.core import decompress, readings, zipread
+from inspector.core.code_text import looks_like_code
 from inspector.core.formats.sniffing import NESTED_KINDS, sniff
 from inspector.core.pickle_scan import Call, Limits, PickleScan, looks_like_pickle, scan_pickle
 from inspector.core.policy import (
     WeightsOnlyRules,
     call_verdict,
     classify,
-    looks_like_code,
     numpy_dtype_class,
 )
 from inspector.core.scan_budget import (

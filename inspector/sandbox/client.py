@@ -523,10 +523,25 @@ class _Watchdog:
 DRY_RUN_LIMITS = {"cpu_seconds": 120, "memory_mb": 2048}
 
 
-def dry_run_reader(request: dict) -> dict:
+class DryRunReader:
     """`core.readings`' reader: the `dry-run` op (the real unpicklers, inert) in a jailed
     worker, forked from the fork server when one runs."""
-    return run_job({**request, "limits": dict(DRY_RUN_LIMITS)}, timeout=300)
+
+    def __call__(self, request: dict) -> dict:
+        """Run the readings of a complete request."""
+        return run_job({**request, "limits": dict(DRY_RUN_LIMITS)}, timeout=300)
+
+    def gated(self, request: dict, gate: Callable[[], dict]) -> dict:
+        """Start the worker on `request` (what it may read), and run `gate` (the walk) while it
+        starts; the readings `gate` returns go in the start line. `held_mb`: the held bytes
+        the blob file may still receive, added to the memory allowance."""
+        request = dict(request)
+        memory = DRY_RUN_LIMITS["memory_mb"] + int(request.pop("held_mb", 0))
+        return run_job({**request, "limits": {**DRY_RUN_LIMITS, "memory_mb": memory}},
+                       timeout=300, gate=gate)
+
+
+dry_run_reader = DryRunReader()
 
 
 def static_scan(path: Path) -> dict:
