@@ -60,10 +60,11 @@ PY_OPCODES_BASE = 250_000
 
 
 def py_budget(size: int) -> int:
-    """Opcodes the pure-Python reading of a file's blob may run: it takes about 1 µs each
-    (the C readers about 0.05), and a 400-byte bzip2 stream decodes to 10 million; linear in
-    the file's size, so a large benign pickle is read whole."""
-    return PY_OPCODES_BASE + size // 4
+    """Opcodes the pure-Python reading of a blob of a `size`-byte file may run (about 1 µs
+    each; the C readers about 0.05). Every opcode takes at least one byte, so the file's own
+    bytes and its stored members are always read whole; only decoded content, which a few
+    bytes stretch (400 bytes of bzip2 decode to 10 million opcodes), can be cut."""
+    return PY_OPCODES_BASE + size
 
 
 Reader = Callable[[dict], dict]
