@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import gc
 import os
@@ -78,3 +79,36 @@ def _collect_garbage_on_the_main_thread():
     ui_gc = sys.modules.get("inspector.gui.ui_gc")
     if ui_gc is not None and not gc.isenabled():
         ui_gc.collect_if_due()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm_fork_server(request: pytest.FixtureRequest):
+    """In-process jobs of a test module fork from one warm server, as the app's do: a cold
+    worker costs a fresh interpreter and `import torch` (about 1 s, several at load), a fork
+    about 40 ms. A module that tests how workers start, counts sandbox processes or switches
+    jail guards off through the environment (which a server reads once) sets
+    `OWN_WORKERS = True` and gets none; a single test asks for `cold_workers`."""
+    from inspector.sandbox import client
+
+    if getattr(request.module, "OWN_WORKERS", False):
+        client.stop_fork_server()
+    elif client._fork_server is None:
+        # where it cannot start, jobs start cold workers, as everywhere without a server
+        with contextlib.suppress(client.ForkServerError):
+            client.start_fork_server(keep_warm=True)
+    yield
+
+
+@pytest.fixture
+def cold_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Within the test, jobs start cold workers (they read the environment it sets)."""
+    from inspector.sandbox import client
+
+    monkeypatch.setattr(client, "_fork_server", None)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The warm server ends with the run."""
+    client = sys.modules.get("inspector.sandbox.client")
+    if client is not None:
+        client.stop_fork_server()

@@ -15,6 +15,8 @@ from sandbox_fixtures import sandbox_processes
 
 from inspector.cli import EXIT_BROKEN_PIPE
 
+OWN_WORKERS = True  # how workers start is under test here: no session fork server
+
 PR_SET_CHILD_SUBREAPER = 36
 
 

@@ -23,6 +23,8 @@ from inspector.core.progress import Cancelled, CancelToken
 from inspector.sandbox import client, forkclient
 from inspector.sandbox.client import SandboxError, run_job
 
+OWN_WORKERS = True  # how workers start is under test here: no session fork server
+
 pytest_plugins = ("forkserver_fixtures", "sandbox_fixtures")
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),

@@ -18,6 +18,8 @@ from sandbox_fixtures import sandbox_processes
 from inspector.core.samples import write_samples
 from inspector.sandbox import client
 
+OWN_WORKERS = True  # how workers start is under test here: no session fork server
+
 pytest_plugins = ("gui_fixtures",)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),

@@ -308,7 +308,8 @@ def test_a_load_that_refuses_more_globals_asks_again_and_retries(
     assert doc.state == "loaded" and doc.tensors
 
 
-def test_tools_menu_sets_the_jail_a_load_requires(window, qtbot, small, monkeypatch):
+def test_tools_menu_sets_the_jail_a_load_requires(window, qtbot, small, monkeypatch,
+                                                   cold_workers):
     """Tools → Required sandbox is the GUI's --require-jail: Full refuses a partial jail before
     anything is loaded, Partial (the default) loads in it; the choice is remembered."""
     from inspector.gui.pipeline import required_jail_setting

@@ -36,6 +36,8 @@ from test_jail_probes import EMITTER, PRELUDE, REPO, _client_growth, exec_pickle
 from inspector.sandbox import client, jail
 from inspector.sandbox.client import run_job
 
+OWN_WORKERS = True  # how workers start is under test here: no session fork server
+
 pytest_plugins = ("forkserver_fixtures",)
 
 pytestmark = pytest.mark.skipif(

@@ -37,6 +37,8 @@ from factories import EMPTY_DICT, MARK, PROTO2, REDUCE, STOP, TUPLE, p_global, p
 from inspector.sandbox import client, fresh_root, jail
 from inspector.sandbox.client import SandboxError, run_job
 
+OWN_WORKERS = True  # how workers start is under test here: no session fork server
+
 pytest_plugins = ("forkserver_fixtures",)
 
 pytestmark = pytest.mark.skipif(

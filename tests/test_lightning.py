@@ -153,7 +153,7 @@ runpy.run_module("inspector.sandbox.worker", run_name="__main__", alter_sys=True
 
 
 def test_the_jailed_worker_loads_it_where_lightning_cannot_be_imported(tmp_path, trained,
-                                                                      monkeypatch):
+                                                                      monkeypatch, cold_workers):
     # Cold workers start as `sys.executable -I -m inspector.sandbox.worker`; this interpreter
     # installs an import hook that refuses every Lightning package first.
     python = tmp_path / "python-without-lightning"

@@ -22,6 +22,8 @@ from inspector.core import envinfo
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.sandbox.parallel import default_jobs, run_parallel
 
+OWN_WORKERS = True  # how workers start is under test here: no session fork server
+
 WAIT_S = 120.0
 """A bound on waits that only a broken runner would reach (never a timing assertion)."""
 

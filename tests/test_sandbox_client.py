@@ -19,6 +19,8 @@ from inspector.cli import main
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.sandbox.client import inspect_file
 
+OWN_WORKERS = True  # how workers start is under test here: no session fork server
+
 pytest_plugins = ("sandbox_fixtures",)  # fixture: unchanged
 
 

@@ -20,6 +20,8 @@ from inspector.sandbox import client
 from inspector.sandbox.client import SandboxError, run_job
 from inspector.sandbox.jail import seccomp_program
 
+OWN_WORKERS = True  # how workers start is under test here: no session fork server
+
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="the full jail is Linux-only")
 
