@@ -18,6 +18,7 @@ from inspector.cli import main
 from inspector.core.formats import chat_template, gguf_header, spec_of
 from inspector.core.scan import scan_bytes, scan_file, scan_paths
 from inspector.core.vocabulary import Format, Severity, Verdict
+from inspector.gui.explain import code_safety_explanation
 from inspector.sandbox.client import inspect_file
 
 pytest_plugins = ("sandbox_fixtures",)  # fixture: unchanged
@@ -160,6 +161,14 @@ def test_inspect_shows_statistics_of_dense_tensors_and_lists_quantized_ones(
     assert main(["inspect", str(path), "--json"]) == 0
     cli = json.loads(capsys.readouterr().out)
     assert {t["key"] for t in cli["tensors"]} == {*dense, "q8", "q4"}
+    # and its advice is GGUF's own, never torch.load's
+    assert main(["inspect", str(path)]) == 0
+    [advice] = [line for line in capsys.readouterr().out.splitlines()
+                if line.startswith("advice:")]
+    assert "llama.cpp" in advice and "torch.load" not in advice, advice
+    gui = code_safety_explanation(report["scan"])
+    assert gui.headline.startswith("Safe — no code found in the GGUF")
+    assert "chat template" in gui.meaning and "torch.load" not in gui.action
 
 
 def test_diff_sees_a_flipped_bit_in_a_quantized_tensor(tmp_path) -> None:

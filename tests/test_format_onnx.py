@@ -16,6 +16,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from inspector.core.advice import advise
 from inspector.core.formats import HEAD_BYTES, detect
 from inspector.core.formats import onnx as onnx_format
 from inspector.core.scan import scan_file, scan_paths
@@ -138,6 +139,9 @@ def test_scan_recognises_onnx_by_its_bytes(tmp_path) -> None:
     res = scan_file(path)
     assert res.format == Format.ONNX and res.verdict == Verdict.SAFE, res.to_json()
     assert not res.findings and res.error is None
+    advice = advise(res.to_json())
+    assert advice.case == "safe:onnx" and "onnxruntime" in advice.action
+    assert "torch.load" not in advice.action and "pickle" in advice.meaning
 
 
 def test_external_data_beside_the_model_is_info_and_loads(tmp_path) -> None:
@@ -198,6 +202,10 @@ def test_custom_op_domains_are_suspicious_and_named(tmp_path) -> None:
     assert all(f.severity == Severity.SUSPICIOUS for f in custom)
     assert "Scale" in next(f.message for f in custom if "com.example" in f.message)
     assert res.verdict == Verdict.SUSPICIOUS
+    # what to do is ONNX's own: no pickle globals to allow
+    advice = advise(res.to_json())
+    assert advice.case == "suspicious:onnx" and "custom-op libraries" in advice.action
+    assert "--allow-global" not in advice.action and "torch.load" not in advice.action
 
 
 def _sentencepiece_like() -> bytes:

@@ -33,6 +33,8 @@ class Advice:
     headline: str
     action: str
     case: str
+    meaning: str = ""
+    """What the verdict means for this format, where its module words it (GGUF, ONNX)."""
 
 
 GET_IT_AGAIN = ("Get it again from its source and compare its SHA-256 with the publisher's; "
@@ -100,6 +102,24 @@ def advise(scan: dict | None, health: str | None = None) -> Advice:
         return _UNREADABLE
     if health == HealthStatus.PROBLEM:
         return _BAD_WEIGHTS
+    own = _format_advice(fmt, verdict)
+    if own is not None:
+        return own
     if verdict == Verdict.SUSPICIOUS:
         return _CODE_ARCHIVE if fmt in CODE_ARCHIVES else _SUSPICIOUS
     return _SAFE_SAFETENSORS if fmt == SAFETENSORS else _SAFE_PICKLE
+
+
+def _format_advice(fmt: str | None, verdict: str | None) -> Advice | None:
+    """A format module's own advice for a safe or suspicious file (`FormatSpec.safe_advice`):
+    a GGUF or ONNX file holds no pickle, so the pickle advice would mislead."""
+    from inspector.core.formats import spec_of
+
+    spec = spec_of(fmt) if fmt else None
+    if spec is None or verdict not in (Verdict.SAFE, Verdict.SUSPICIOUS):
+        return None
+    own = spec.safe_advice if verdict == Verdict.SAFE else spec.suspicious_advice
+    if own is None:
+        return None
+    return Advice(Verdict(verdict), own.headline, own.action, case=f"{verdict}:{spec.format}",
+                  meaning=own.meaning)

@@ -235,13 +235,16 @@ def code_safety_explanation(scan: dict | None, health: str | None = None) -> Exp
     verdict = (scan or {}).get("verdict") if scan else None
     if verdict is None:
         return PENDING
-    case = advise(scan, health).case
+    advice = advise(scan, health)
+    case = advice.case
     if case == "bad_weights":
         if verdict == Verdict.SAFE:
             return NO_CODE_DAMAGED_WEIGHTS
         shown = VERDICT_TEXT.get(verdict, VERDICT_TEXT[Verdict.ERROR])
         return Explanation(shown.headline, shown.meaning, HEALTH_PROBLEM_ACTION)
-    return _CASE_TEXT[case]
+    if case in _CASE_TEXT:
+        return _CASE_TEXT[case]
+    return Explanation(advice.headline, advice.meaning, advice.action)  # a format's own (GGUF)
 
 
 def health_explanation(status: str | None, loaded: bool | None) -> Explanation:

@@ -24,6 +24,7 @@ from inspector.core.formats import (  # noqa: F401 (each registers its formats)
 # isort: on
 from inspector.core.formats.registry import (  # noqa: F401 (the package's interface)
     HEAD_BYTES,
+    FormatAdvice,
     FormatSpec,
     all_specs,
     by_kind,

@@ -14,7 +14,7 @@ from typing import Any
 from inspector.core.formats.chat_template import check as check_template
 from inspector.core.formats.gguf_header import read as read_header
 from inspector.core.formats.gguf_header import sniff as sniff_header
-from inspector.core.formats.registry import FormatSpec, register
+from inspector.core.formats.registry import FormatAdvice, FormatSpec, register
 from inspector.core.vocabulary import Format
 
 TEMPLATE_KEY = "tokenizer.chat_template"
@@ -48,7 +48,21 @@ def templates(kv: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+SAFE = FormatAdvice(
+    "Safe — no code found in the GGUF file",
+    "A GGUF file is a header, metadata and tensor data; its header keeps within the file and "
+    "its chat template uses nothing a template injection needs.",
+    "Load it with llama.cpp or the gguf package; record its SHA-256 in a manifest so later "
+    "copies can be checked.")
+SUSPICIOUS = FormatAdvice(
+    "Suspicious — read the findings before loading it",
+    "llama.cpp refuses parts of its header or data layout, or its chat template uses "
+    "constructs that can reach outside Jinja's sandbox.",
+    "Read the findings; render its chat template only with a sandboxed Jinja environment "
+    "(llama-cpp-python 0.2.72 or later), or get the file again from its source.")
+
 SPEC = register(FormatSpec(
     Format.GGUF, "GGUF model (llama.cpp, ggml)", (".gguf",), "application/x-gguf",
     holds_code=True, loaders=("llama.cpp (gguf_init_from_file)", "gguf.GGUFReader"),
-    sniff=sniff_header, scan=scan, tensors="inspector.sandbox.gguf_load:load_gguf"))
+    sniff=sniff_header, scan=scan, tensors="inspector.sandbox.gguf_load:load_gguf",
+    safe_advice=SAFE, suspicious_advice=SUSPICIOUS))

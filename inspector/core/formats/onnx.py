@@ -28,7 +28,7 @@ from inspector.core.formats.protowire import (
     WireError,
     varint,
 )
-from inspector.core.formats.registry import FormatSpec, register
+from inspector.core.formats.registry import FormatAdvice, FormatSpec, register
 from inspector.core.vocabulary import Format, Severity
 
 # onnx.proto's fields that lead to names, domains, graphs and tensors; the rest are skipped
@@ -272,6 +272,20 @@ def outside(location: str, folder: str | None) -> str | None:
     return None
 
 
+SAFE = FormatAdvice(
+    "Safe — an ONNX graph with nothing outside its folder",
+    "An ONNX model is a protobuf graph with no pickle; its external data stays in its folder "
+    "and it needs no custom operators.",
+    "Load it with onnx or onnxruntime; record its SHA-256 in a manifest so later copies can "
+    "be checked.")
+SUSPICIOUS = FormatAdvice(
+    "Suspicious — custom operators or external data to check",
+    "It names custom-operator domains, whose native library runs with your privileges when "
+    "the model loads, or external data that is missing or out of bounds.",
+    "Load it only with custom-op libraries you trust, and check that the external data files "
+    "beside it are the publisher's; otherwise get the model again from its source.")
+
 SPEC = register(FormatSpec(
     Format.ONNX, "ONNX model", (".onnx",), "application/x-onnx",
-    loaders=("onnx.load", "onnxruntime.InferenceSession"), sniff=sniff, scan=scan))
+    loaders=("onnx.load", "onnxruntime.InferenceSession"), sniff=sniff, scan=scan,
+    safe_advice=SAFE, suspicious_advice=SUSPICIOUS))

@@ -20,6 +20,15 @@ HEAD_BYTES = 512
 
 
 @dataclass(frozen=True)
+class FormatAdvice:
+    """What a person is told about a file of one format at one verdict (`core.advice`)."""
+
+    headline: str
+    meaning: str
+    action: str
+
+
+@dataclass(frozen=True)
 class FormatSpec:
     """What the project knows of one file format."""
 
@@ -56,6 +65,11 @@ class FormatSpec:
     loadable: bool = False
     """`sandbox.load` itself loads it for inspect, convert and diff (without a `tensors`
     reader)."""
+    safe_advice: FormatAdvice | None = None
+    """What to do with a safe file of a format that holds no pickle (else the pickle advice:
+    `torch.load(weights_only=True)`, which would be wrong for it)."""
+    suspicious_advice: FormatAdvice | None = None
+    """What to do with a suspicious one (else the pickle advice: allow named globals)."""
 
 
 _SPECS: dict[Format, FormatSpec] = {}
