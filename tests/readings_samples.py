@@ -420,17 +420,23 @@ class _Inert(metaclass=_InertMeta):
         pass
 
 
-def _stream(data: bytes, persistent: bool,
-            readers: tuple[str, ...] = ("memory",)) -> set[tuple[str, str]]:
-    """What the `readers` resolve reading back-to-back pickles of `data` from its start."""
+def _stream(data: bytes, persistent: bool, readers: tuple[str, ...] = ("memory",),
+            failed: list | None = None) -> set[tuple[str, str]]:
+    """What the `readers` resolve reading back-to-back pickles of `data` from its start;
+    `failed` gets one entry per reader that stopped on an error before the data ended."""
     seen: set[tuple[str, str]] = set()
     for kind in readers:
         record, opener = READERS[kind]
-        reader = record(opener(data), persistent)
+        fh = opener(data)
+        reader = record(fh, persistent)
         for _ in range(1000):
             try:
                 reader.load()
+            except EOFError:
+                break
             except Exception:
+                if failed is not None and fh.tell() < len(data):
+                    failed.append(kind)
                 break
         seen |= reader.seen
     return seen
@@ -603,20 +609,23 @@ def _tar_readings(data: bytes) -> set[tuple[str, str]]:
     return seen
 
 
-def real_imports(data: bytes) -> tuple[set[tuple[str, str]], bool]:
+def real_imports(data: bytes) -> tuple[set[tuple[str, str]], bool, bool]:
     """Every import CPython's unpicklers resolve in the readings real loaders make of `data`:
     back-to-back pickles from byte 0 (pickle.load, torch's legacy stream, joblib; a zip without
     persistent_load), each archive member torch or NumPy unpickles, each decoded stream
     joblib unpickles, each legacy tar member torch unpickles, an .npy's object payload; and
-    whether `data` holds zip records no zip reader opens."""
-    seen = _stream(data, data[:4] != b"PK\x03\x04", tuple(READERS))
+    whether `data` holds zip records no zip reader opens; whether the reading from byte 0
+    fails before the data ends."""
+    failed: list[str] = []
+    seen = _stream(data, data[:4] != b"PK\x03\x04", tuple(READERS), failed)
     zipped, refused = _zip_readings(data)
     seen |= zipped | _tar_readings(data)
     if data[:6] == b"\x93NUMPY":
         seen |= _npy_payload(io.BytesIO(data))
     for text in _decoded(data):
         seen |= _stream(text, persistent=True, readers=tuple(READERS))
-    return {(m, n) for m, n in seen if _NAME.fullmatch(m) and _NAME.fullmatch(n)}, refused
+    names = {(m, n) for m, n in seen if _NAME.fullmatch(m) and _NAME.fullmatch(n)}
+    return names, refused, bool(failed)
 
 
 @dataclass
@@ -625,6 +634,7 @@ class Truth:
 
     imports: set[tuple[str, str]]
     zip_refused: bool  # the bytes hold zip records that neither zipfile nor torch opens
+    failed: bool  # a reading from byte 0 stops on an error before the bytes end
 
 
 _TRUTH_CHILD = r"""
@@ -638,8 +648,8 @@ while pos < len(data):
     (n,) = struct.unpack_from("<Q", data, pos)
     blob = data[pos + 8:pos + 8 + n]
     pos += 8 + n
-    imports, refused = real_imports(blob)
-    print(json.dumps([sorted(imports), refused]), flush=True)
+    imports, refused, failed = real_imports(blob)
+    print(json.dumps([sorted(imports), refused, failed]), flush=True)
 """
 
 
@@ -654,8 +664,8 @@ def truths(mutants: list[bytes], folder: Path) -> list[Truth]:
     out = subprocess.run([sys.executable, "-c", _TRUTH_CHILD, str(Path(__file__).parent),
                           str(batch)], capture_output=True, text=True, check=True,
                          timeout=3600).stdout
-    return [Truth({tuple(x) for x in imports}, refused)
-            for imports, refused in map(json.loads, out.splitlines())]
+    return [Truth({tuple(x) for x in imports}, refused, failed)
+            for imports, refused, failed in map(json.loads, out.splitlines())]
 
 
 # Where the verdict holds an import no real loader's reading resolves, the scan read bytes a
@@ -670,8 +680,8 @@ OVER_READINGS = {
                      "opens (the scan names nothing: e.g. a zip64 locator naming many disks)"),
     "decoded-past-error": (("compressed-unreadable",), "bytes decoded past where the stdlib's "
                            "decoder stops (joblib's reading ends there)"),
-    "read-past-failure": (("malformed", "legacy-refused"), "a reading failed; the dry run "
-                          "reads on from the walker's later starts, with every reader kind"),
+    "read-past-failure": ((), "the reading from byte 0 fails before the bytes end; the dry "
+                          "run reads on from the walker's later starts, with every reader kind"),
 }
 
 
@@ -685,7 +695,10 @@ def disagreement(truth: Truth, res) -> tuple[set, set, str | None]:
     extra = used - truth.imports
     codes = {f.code for f in res.findings}
     why = next((name for name, (needs, _) in OVER_READINGS.items() if codes & set(needs)),
-               "zip-unopened" if truth.zip_refused else None) if extra else None
+               None) if extra else None
+    if extra and why is None:
+        why = ("zip-unopened" if truth.zip_refused else
+               "read-past-failure" if truth.failed else None)
     return truth.imports - used, extra, why
 
 

@@ -156,6 +156,11 @@ def test_a_pickle_in_a_value_is_a_finding_on_its_key(scanned, name):
     assert found and found[0].severity == "suspicious", res.to_json()
     assert "config.blob" in found[0].member and "never unpickle" in found[0].message
     assert res.verdict == "suspicious"  # the file itself loads: nothing in it runs
+    # the inner pickle's os.system is the finding's, not an import of the file: no loader
+    # unpickles the value on load, and the real readings resolve no import at all
+    assert not res.globals
+    (truth,) = truths([Path(res.path).read_bytes()], Path(res.path).parent)
+    assert not truth.imports
 
 
 def test_data_only_nested_plain_pickle_is_info(tmp_path, jailed_readings):
