@@ -11,8 +11,10 @@ pure-Python one (joblib), recording every import and call. `apply` then folds in
 
 - imports the real readings resolve, classified as any import (`policy.classify`);
 - `parser-differential`: the real readers resolve an import the walker did not see (dangerous:
-  a grammar difference is the mark of a crafted file), or the walker sees one no real reader
-  reaches (suspicious), or a real reader reads a pickle where the walker found none;
+  a grammar difference is the mark of a crafted file), or a real reader reads a pickle where
+  the walker found none, or the walker sees imports no real reader reaches: those leave the
+  globals (the verdict's imports are the real readers') and the finding is as severe as the
+  worst of them (`_walker_only`);
 - calls outside the call allow-list (`policy.call_verdict`), with their reconstructed call and
   code-like arguments read whole;
 - pickles held in values (raw, base64, hex, in stages), as `nested-pickle-value` on the key that
