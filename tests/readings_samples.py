@@ -454,10 +454,10 @@ def _decoded(data: bytes) -> list[bytes]:
     import zlib
 
     out = []
-    for open_ in (gzip.GzipFile, bz2.BZ2File, lzma.LZMAFile):
+    for open_ in (lambda f: gzip.GzipFile(fileobj=f), bz2.BZ2File, lzma.LZMAFile):
         chunks: list[bytes] = []
         try:
-            with open_(fileobj=io.BytesIO(data)) as fh:
+            with open_(io.BytesIO(data)) as fh:
                 while sum(map(len, chunks)) < DECODE_LIMIT and (chunk := fh.read1(1 << 16)):
                     chunks.append(chunk)
         except Exception:
