@@ -567,8 +567,9 @@ def _whole(item: bytes) -> bool:
 
 def _torch_archive(data: bytes) -> bytes:
     """The archive torch's reader (miniz) opens: it takes the last end record with its 22
-    bytes whole, where zipfile gives up on a cut last one."""
-    at = data.rfind(b"PK\x05\x06", 0, len(data) - 18)  # 22 bytes from `at` on
+    bytes whole, where zipfile gives up on a cut last one; both look in the last 64 KiB (and
+    a record's 22 bytes) only."""
+    at = data.rfind(b"PK\x05\x06", max(0, len(data) - 65_557), len(data) - 18)
     return data if at < 0 else data[:at + 22 + int.from_bytes(data[at + 20:at + 22], "little")]
 
 
