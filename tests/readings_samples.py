@@ -18,6 +18,7 @@ import struct
 import tarfile
 import zipfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from factories import (
@@ -364,25 +365,34 @@ NESTED_BUILDERS: dict[str, tuple[str, Builder]] = {
 _NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
 
-class _Record(pickle.Unpickler):
-    """The ground truth, written apart from the op: CPython's C unpickler, every import kept,
-    every callable an inert object that swallows whatever the unpickler does with it."""
+def _recording(base: type) -> type:
+    class Record(base):
+        """The ground truth, written apart from the op: a CPython unpickler (`base`), every
+        import kept, every callable an inert object that swallows whatever it is handed."""
 
-    def __init__(self, data: bytes) -> None:
-        import io
+        def __init__(self, file, persistent: bool) -> None:
+            super().__init__(file)
+            self.seen: set[tuple[str, str]] = set()
+            if persistent:  # torch's readers have one; pickle.load and NumPy's have none
+                self.persistent_load = lambda pid: _Inert()
 
-        super().__init__(io.BytesIO(data))
-        self.seen: set[tuple[str, str]] = set()
-        if data[:4] != b"PK\x03\x04":  # torch's legacy reader; pickle.load has none
-            self.persistent_load = lambda pid: _Inert()
+        def find_class(self, module, name):
+            # the names CPython's find_class resolves: Python 2 names mapped (protocols 0-2)
+            import _compat_pickle
 
-    def find_class(self, module, name):
-        # the names CPython's own find_class resolves: Python 2 names mapped (protocols 0-2)
-        import _compat_pickle
+            self.seen.add(_compat_pickle.NAME_MAPPING.get((module, name)) or (
+                _compat_pickle.IMPORT_MAPPING.get(module, module), name))
+            return _Inert
 
-        self.seen.add(_compat_pickle.NAME_MAPPING.get((module, name)) or (
-            _compat_pickle.IMPORT_MAPPING.get(module, module), name))
-        return _Inert
+    return Record
+
+
+# the C unpickler reading from memory (torch reads data.pkl so) and from a buffered file
+# (pickle.load of an open file: peek() changes how a FRAME is read), and the pure-Python one
+# (joblib reads whole files and decoded streams with it)
+_C, _PY = _recording(pickle.Unpickler), _recording(pickle._Unpickler)
+READERS = {"memory": (_C, io.BytesIO), "file": (_C, lambda d: io.BufferedReader(io.BytesIO(d))),
+           "joblib": (_PY, io.BytesIO)}
 
 
 class _InertMeta(type):
@@ -410,15 +420,222 @@ class _Inert(metaclass=_InertMeta):
         pass
 
 
-def real_imports(data: bytes) -> set[tuple[str, str]]:
-    """What the C unpickler resolves reading back-to-back pickles from the start."""
-    reader = _Record(data)
-    for _ in range(1000):
+def _stream(data: bytes, persistent: bool, readers: tuple[str, ...] = ("memory",),
+            failed: list | None = None) -> set[tuple[str, str]]:
+    """What the `readers` resolve reading back-to-back pickles of `data` from its start;
+    `failed` gets one entry per reader that stopped on an error before the data ended."""
+    seen: set[tuple[str, str]] = set()
+    for kind in readers:
+        record, opener = READERS[kind]
+        fh = opener(data)
+        reader = record(fh, persistent)
+        for _ in range(1000):
+            try:
+                reader.load()
+            except EOFError:
+                break
+            except Exception:
+                if failed is not None and fh.tell() < len(data):
+                    failed.append(kind)
+                break
+        seen |= reader.seen
+    return seen
+
+
+DECODE_LIMIT = 64 << 20  # decoded bytes kept per stream (the child runs under a 2 GB limit)
+
+
+def _decoded(data: bytes) -> list[bytes]:
+    """What each of the stdlib's decoders reads from `data` (joblib's gzip, bz2, lzma in any
+    format it accepts, zlib), up to where it fails: a truncated stream still yields its start."""
+    import bz2
+    import gzip
+    import lzma
+    import zlib
+
+    out = []
+    for open_ in (lambda f: gzip.GzipFile(fileobj=f), bz2.BZ2File, lzma.LZMAFile):
+        chunks: list[bytes] = []
         try:
-            reader.load()
+            with open_(io.BytesIO(data)) as fh:
+                while sum(map(len, chunks)) < DECODE_LIMIT and (chunk := fh.read1(1 << 16)):
+                    chunks.append(chunk)
         except Exception:
+            pass
+        if chunks:
+            out.append(b"".join(chunks))
+    stream = zlib.decompressobj()
+    try:
+        text = stream.decompress(data, DECODE_LIMIT)
+    except zlib.error:
+        text = b""
+    if text:
+        out.append(text)
+    return out
+
+
+def _npy_payload(fh) -> set[tuple[str, str]]:
+    """What numpy.load(allow_pickle=True) unpickles from an .npy: NumPy's own header reader
+    (`numpy.lib.format.read_array`) decides, and its pickle.load is the recording one."""
+    from numpy.lib import _format_impl
+
+    seen: set[tuple[str, str]] = set()
+
+    def load(fp, **_):
+        seen.update(_stream(fp.read(), persistent=False, readers=("file",)))
+
+    real, _format_impl.pickle = _format_impl.pickle, type("P", (), {"load": staticmethod(load)})
+    try:
+        _format_impl.read_array(fh, allow_pickle=True)
+    except Exception:
+        pass
+    finally:
+        _format_impl.pickle = real
+    return seen
+
+
+def _archive(data: bytes) -> zipfile.ZipFile | None:
+    """`data` as zipfile opens it, or None."""
+    try:
+        return zipfile.ZipFile(io.BytesIO(data))
+    except Exception:
+        return None
+
+
+def _unshifted(archive: zipfile.ZipFile, data: bytes) -> bool:
+    """Whether zipfile found the directory where the end record (or its zip64 record) puts
+    it: torch's reader does not shift offsets as zipfile does, so a shifted archive is numpy's
+    reading only."""
+    try:
+        end = zipfile._EndRecData(io.BytesIO(data))
+    except OSError:
+        return False
+    return end is not None and archive.start_dir == end[zipfile._ECD_OFFSET]
+
+
+def _members(archive: zipfile.ZipFile, pkl: bool, npy: bool) -> set[tuple[str, str]]:
+    """The imports of an archive's .pkl members as torch reads data.pkl (no CRC check) and
+    of its .npy members as NumPy's NpzFile reads them (told by their magic)."""
+    seen: set[tuple[str, str]] = set()
+    for info in archive.infolist()[:1000]:
+        try:
+            if hasattr(info, "CRC"):
+                del info.CRC  # torch's reader does not check it
+            if pkl and info.filename.endswith(".pkl"):
+                seen |= _stream(archive.read(info), persistent=True)
+            elif npy:
+                with archive.open(info) as fh:
+                    if fh.read(6) == b"\x93NUMPY":
+                        fh.seek(0)
+                        seen |= _npy_payload(fh)
+        except Exception:
+            continue
+    return seen
+
+
+def _items(data: bytes) -> list[bytes]:
+    """The archives of a .distcp file as DCP's writer lays them out (its .metadata lists each
+    item's offset and length; torch.load reads each): back to back from byte 0, each the
+    shortest run zipfile opens whose directory ends right at its end record."""
+    items, start = [], 0
+    while data[start:start + 4] == b"PK\x03\x04" and len(items) < 64:
+        at = data.find(b"PK\x05\x06", start)
+        while at >= 0:
+            end = at + 22 + int.from_bytes(data[at + 20:at + 22], "little")
+            if _archive(data[start:end]) is not None and _whole(data[start:end]):
+                items.append(data[start:end])
+                break
+            at = data.find(b"PK\x05\x06", at + 1)
+        if at < 0:
             break
-    return {(m, n) for m, n in reader.seen if _NAME.fullmatch(m) and _NAME.fullmatch(n)}
+        start = end
+    return items if len(items) > 1 else []
+
+
+def _whole(item: bytes) -> bool:
+    """Whether the end record of `item` puts its directory right before itself (or before
+    its zip64 records)."""
+    try:
+        end = zipfile._EndRecData(io.BytesIO(item))
+    except OSError:
+        return False
+    if end is None:
+        return False
+    after = end[zipfile._ECD_OFFSET] + end[zipfile._ECD_SIZE]
+    return after == end[zipfile._ECD_LOCATION] or item[after:after + 4] == b"PK\x06\x06"
+
+
+def _torch_archive(data: bytes) -> bytes:
+    """The archive torch's reader (miniz) opens: it takes the last end record with its 22
+    bytes whole, where zipfile gives up on a cut last one; both look in the last 64 KiB (and
+    a record's 22 bytes) only."""
+    at = data.rfind(b"PK\x05\x06", max(0, len(data) - 65_557), len(data) - 18)
+    return data if at < 0 else data[:at + 22 + int.from_bytes(data[at + 20:at + 22], "little")]
+
+
+def _zip_readings(data: bytes) -> tuple[set[tuple[str, str]], bool]:
+    """torch.load's reading of a zip (unshifted), numpy.load's (zipfile, shifted or not) and
+    DCP's of each back-to-back item; and whether the bytes hold a zip record that neither
+    zipfile nor torch's reader opens."""
+    seen: set[tuple[str, str]] = set()
+    archive, torch_view = _archive(data), _torch_archive(data)
+    torch_archive = archive if torch_view is data else _archive(torch_view)
+    if archive is not None:
+        seen |= _members(archive, pkl=False, npy=True)
+    read = torch_archive is not None and _unshifted(torch_archive, torch_view)
+    if read:
+        seen |= _members(torch_archive, pkl=True, npy=False)
+    for item in _items(data):
+        seen |= _members(_archive(item), pkl=True, npy=False)
+    zipped = b"PK\x03\x04" in data or b"PK\x05\x06" in data
+    return seen, zipped and not read and archive is None
+
+
+def _tar_readings(data: bytes) -> set[tuple[str, str]]:
+    """torch's legacy tar path: `tarfile` opens it; `storages`, `tensors` and `pickle` are
+    unpickled (their pickles back-to-back)."""
+    seen: set[tuple[str, str]] = set()
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:",
+                          format=tarfile.PAX_FORMAT) as tar:
+            for name in ("storages", "tensors", "pickle"):
+                try:
+                    fh = tar.extractfile(name)
+                except KeyError:
+                    continue
+                if fh is not None:
+                    seen |= _stream(fh.read(), persistent=True)
+    except Exception:
+        pass
+    return seen
+
+
+def real_imports(data: bytes) -> tuple[set[tuple[str, str]], bool, bool]:
+    """Every import CPython's unpicklers resolve in the readings real loaders make of `data`:
+    back-to-back pickles from byte 0 (pickle.load, torch's legacy stream, joblib; a zip without
+    persistent_load), each archive member torch or NumPy unpickles, each decoded stream
+    joblib unpickles, each legacy tar member torch unpickles, an .npy's object payload; and
+    whether `data` holds zip records no zip reader opens; whether the reading from byte 0
+    fails before the data ends."""
+    failed: list[str] = []
+    seen = _stream(data, data[:4] != b"PK\x03\x04", tuple(READERS), failed)
+    zipped, refused = _zip_readings(data)
+    seen |= zipped | _tar_readings(data)
+    if data[:6] == b"\x93NUMPY":
+        seen |= _npy_payload(io.BytesIO(data))
+    for text in _decoded(data):
+        seen |= _stream(text, persistent=True, readers=tuple(READERS))
+    names = {(m, n) for m, n in seen if _NAME.fullmatch(m) and _NAME.fullmatch(n)}
+    return names, refused, bool(failed)
+
+
+@dataclass
+class Truth:
+    """What the real loaders' readings of one file resolve."""
+
+    imports: set[tuple[str, str]]
+    zip_refused: bool  # the bytes hold zip records that neither zipfile nor torch opens
+    failed: bool  # a reading from byte 0 stops on an error before the bytes end
 
 
 _TRUTH_CHILD = r"""
@@ -432,11 +649,12 @@ while pos < len(data):
     (n,) = struct.unpack_from("<Q", data, pos)
     blob = data[pos + 8:pos + 8 + n]
     pos += 8 + n
-    print(json.dumps(sorted(real_imports(blob))), flush=True)
+    imports, refused, failed = real_imports(blob)
+    print(json.dumps([sorted(imports), refused, failed]), flush=True)
 """
 
 
-def truths(mutants: list[bytes], folder: Path) -> list[set[tuple[str, str]]]:
+def truths(mutants: list[bytes], folder: Path) -> list[Truth]:
     """`real_imports` of each mutant, in a child process under a 2 GB address-space limit."""
     import json
     import subprocess
@@ -447,4 +665,45 @@ def truths(mutants: list[bytes], folder: Path) -> list[set[tuple[str, str]]]:
     out = subprocess.run([sys.executable, "-c", _TRUTH_CHILD, str(Path(__file__).parent),
                           str(batch)], capture_output=True, text=True, check=True,
                          timeout=3600).stdout
-    return [{tuple(x) for x in json.loads(line)} for line in out.splitlines()]
+    return [Truth({tuple(x) for x in imports}, refused, failed)
+            for imports, refused, failed in map(json.loads, out.splitlines())]
+
+
+# Where the verdict holds an import no real loader's reading resolves, the scan read bytes a
+# loader refuses, on purpose (the cautious reading), and says so in a finding of its own. Each
+# class: its finding codes, and why no loader reads those bytes.
+OVER_READINGS = {
+    "zip-refused": (("zip-central-directory", "zip-offset-shift", "zip-name-mismatch",
+                     "zip-bad-offset", "zip-flag-bits"), "members read from an archive torch's "
+                    "reader refuses (its directory damaged or shifted, or flags it does not "
+                    "support; numpy reads .npy members only)"),
+    "zip-unopened": ((), "members read from zip records that neither zipfile nor torch's reader "
+                     "opens (the scan names nothing: e.g. a zip64 locator naming many disks)"),
+    "decoded-past-error": (("compressed-unreadable",), "bytes decoded past where the stdlib's "
+                           "decoder stops (joblib's reading ends there)"),
+    "read-past-failure": ((), "the reading from byte 0 fails before the bytes end; the dry "
+                          "run reads on from the walker's later starts, with every reader kind"),
+}
+
+
+def disagreement(truth: Truth, res) -> tuple[set, set, str | None]:
+    """(missed, extra, class) of one scan result against its truth: missed are real imports
+    the verdict's globals lack, extra verdict imports no real reading resolves, class the
+    OVER_READINGS entry that explains the extra ones (None: unexplained)."""
+    used = {(g.module, g.name) for g in res.globals}
+    if ("numpy", "dtype") in used:  # classes the scan lists for the numpy.dtype it builds
+        used -= {tuple(c.rsplit(".", 1)) for c in _dtype_classes()} - truth.imports
+    extra = used - truth.imports
+    codes = {f.code for f in res.findings}
+    why = next((name for name, (needs, _) in OVER_READINGS.items() if codes & set(needs)),
+               None) if extra else None
+    if extra and why is None:
+        why = ("zip-unopened" if truth.zip_refused else
+               "read-past-failure" if truth.failed else None)
+    return truth.imports - used, extra, why
+
+
+def _dtype_classes() -> list[str]:
+    from inspector.core.policy import numpy_dtype_classes
+
+    return numpy_dtype_classes()

@@ -11,8 +11,10 @@ pure-Python one (joblib), recording every import and call. `apply` then folds in
 
 - imports the real readings resolve, classified as any import (`policy.classify`);
 - `parser-differential`: the real readers resolve an import the walker did not see (dangerous:
-  a grammar difference is the mark of a crafted file), or the walker sees one no real reader
-  reaches (suspicious), or a real reader reads a pickle where the walker found none;
+  a grammar difference is the mark of a crafted file), or a real reader reads a pickle where
+  the walker found none, or the walker sees imports no real reader reaches: those leave the
+  globals (the verdict's imports are the real readers') and the finding is as severe as the
+  worst of them (`_walker_only`);
 - calls outside the call allow-list (`policy.call_verdict`), with their reconstructed call and
   code-like arguments read whole;
 - pickles held in values (raw, base64, hex, in stages), as `nested-pickle-value` on the key that
@@ -34,7 +36,12 @@ import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from inspector.core.policy import call_verdict, classify, weights_only_rules
+from inspector.core.policy import (
+    call_verdict,
+    classify,
+    numpy_dtype_classes,
+    weights_only_rules,
+)
 from inspector.core.verdict import worst
 from inspector.core.vocabulary import Severity, Verdict
 
@@ -281,9 +288,14 @@ def _fold(results: list, answer: dict) -> None:
         by_blob.setdefault(int(record["index"]), []).append(record)
     i = 0
     for r in results:
+        real: set[tuple[str, str]] = set()
+        read_blobs = []
         for b in r._blobs:
-            apply(r, b, by_blob.get(i, []))
+            real |= apply(r, b, by_blob.get(i, []))
+            if by_blob.get(i):
+                read_blobs.append(b)
             i += 1
+        _walker_only(r, read_blobs, real)
         r._blobs = []
 
 
@@ -305,8 +317,9 @@ def _recount(res) -> str:
     return Verdict.ERROR if res.error and verdict != Verdict.DANGEROUS else verdict
 
 
-def apply(res, blob: Blob, records: list[dict]) -> None:
-    """Fold one blob's real readings into `res` (a `scan.ScanResult`)."""
+def apply(res, blob: Blob, records: list[dict]) -> set[tuple[str, str]]:
+    """Fold one blob's real readings into `res` (a `scan.ScanResult`); returns the imports
+    they resolved (`_walker_only` then takes out what only the walk saw)."""
     from inspector.core.scan import Finding, GlobalUse
 
     rules = weights_only_rules()
@@ -357,17 +370,10 @@ def apply(res, blob: Blob, records: list[dict]) -> None:
             uses[(module, name)] = use
             res.weights_only_ok = res.weights_only_ok and verdict.severity == Severity.SAFE
     only_real = sorted(f"{m}.{n}" for m, n in set(real) - blob.walker)
-    # a walked "import" of words no import system resolves (Python source in a TorchScript
-    # archive read as protocol-0 text) fails in any loader before code runs: no differential
-    only_walker = sorted(f"{m}.{n}" for m, n in blob.walker - set(real) if _importable(m, n))
     if only_real:
         find(Severity.DANGEROUS, "parser-differential",
              "CPython's unpickler resolves imports the static walk did not see ("
              + ", ".join(only_real[:6]) + "): the bytes are crafted to read differently")
-    if only_walker and records:
-        find(Severity.SUSPICIOUS, "parser-differential",
-             "the static walk sees imports no real unpickler reaches ("
-             + ", ".join(only_walker[:6]) + ")")
     # imports before a failure count too, when the module exists (text opening with `c`
     # reads as a GLOBAL of words that name no module: a real load fails right there)
     read_pickle = read_pickle or any(_exists(m) for m, _ in real)
@@ -381,6 +387,35 @@ def apply(res, blob: Blob, records: list[dict]) -> None:
         if res.verdict == Verdict.SKIPPED:
             res.verdict = Verdict.SAFE
     res.globals.sort(key=lambda g: (-_RANK[g.severity], g.module, g.name))
+    res.verdict = _recount(res)
+    return set(real)
+
+
+def _walker_only(res, blobs: list[Blob], real: set[tuple[str, str]]) -> None:
+    """Imports the walk saw in blobs the real readers read, and that no real reading of the
+    file resolves, leave the verdict's globals: they are one `parser-differential` finding,
+    as severe as the worst of them (a dangerous name the walk alone sees keeps the file
+    dangerous). Names no import system resolves (Python source in a TorchScript archive read
+    as protocol-0 text) fail in any loader before code runs: no finding unless one is worse
+    than suspicious."""
+    from inspector.core.scan import Finding
+
+    walked = set().union(*(b.walker for b in blobs)) - real
+    if ("numpy", "dtype") in walked:  # the dtype classes listed for what it builds go with it
+        walked |= {tuple(c.rsplit(".", 1)) for c in numpy_dtype_classes()} - real
+    gone = [g for g in res.globals if (g.module, g.name) in walked]
+    if not gone:
+        return
+    res.globals[:] = [g for g in res.globals if (g.module, g.name) not in walked]
+    shown = [g for g in gone if _importable(g.module, g.name) or g.severity == Severity.DANGEROUS]
+    severity = Severity(worst([Severity.SUSPICIOUS] + [g.severity for g in shown]))
+    if shown and len(res.findings) < 4000:
+        members = sorted({b.member for b in blobs if b.walker & walked}, key=str)
+        names = ", ".join(sorted(g.import_name for g in shown)[:6])
+        res.findings.append(Finding(
+            severity, "parser-differential",
+            f"the static walk sees imports no real unpickler reaches ({names})",
+            members[0] if len(members) == 1 else None))
     res.verdict = _recount(res)
 
 

@@ -206,8 +206,10 @@ def _stand_in_class(log: _Log, module: str, name: str) -> type:
         return _Value(log, label, args, ".__new__(…)")
 
     meta = _PlainMeta if label.startswith(_PLAIN_TARGETS) else _Meta
-    return meta(name.rsplit(".", 1)[-1] or "_", (), {"__new__": new, "_ci_label": label,
-                                                     "_ci_log": log})
+    # a type's name cannot hold a NUL (type() raises, and the reading would stop where the
+    # real one goes on); the import is recorded as read
+    title = name.rsplit(".", 1)[-1].replace("\0", "?") or "_"
+    return meta(title, (), {"__new__": new, "_ci_label": label, "_ci_log": log})
 
 
 def _reader_class(base: type, persistent: bool) -> type:

@@ -209,7 +209,8 @@ def scan_archive(ctx: ScanContext, buf, archive: zipread.ZipArchive) -> None:
                          f"CRC-32 {actual:08x} does not match "
                          f"{m.crc:08x} in the central directory (corrupted or tampered tensor "
                          "data)", m.name)
-            first = buf[m.data_offset] if m.compressed_size else 0
+            # a record whose data lies past the end (zip-bad-offset) must not end the scan
+            first = buf[m.data_offset] if m.compressed_size and m.data_offset < len(buf) else 0
             if first not in _PICKLE_STARTS or not _record_may_be_pickle(ctx, buf, m):
                 continue  # tensor bytes: torch never unpickles a record
             data = bytes(buf[m.data_offset:m.data_offset + m.compressed_size])
