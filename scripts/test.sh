@@ -5,4 +5,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh dev
 export QT_QPA_PLATFORM=offscreen
 .venv/bin/ruff check .
-.venv/bin/python -m pytest --durations=15 "$@"
+# Two workers, a test file each at a time (its module fixtures, e.g. the warm fork server, stay
+# in one process): the suite is mostly one busy core, and CI has two. CKPT_TEST_WORKERS=0 runs
+# it in this process.
+.venv/bin/python -m pytest -n "${CKPT_TEST_WORKERS:-2}" --dist loadfile --durations=15 "$@"

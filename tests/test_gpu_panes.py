@@ -259,7 +259,7 @@ def _worker_children() -> list[int]:
     return pids
 
 
-def test_consistency_pane_cancel_kills_the_worker(qtbot, monkeypatch, checkpoint):
+def test_consistency_pane_cancel_kills_the_worker(qtbot, monkeypatch, checkpoint, cold_workers):
     _no_driver(monkeypatch)
     pane = ConsistencyPane()
     qtbot.addWidget(pane)

@@ -160,7 +160,7 @@ def big(tmp_path_factory) -> Path:
     return folder / "big.pt"
 
 
-def test_cancel_stops_the_worker(window, qtbot, big):
+def test_cancel_stops_the_worker(window, qtbot, big, cold_workers):
     (doc,) = window.open_paths([big])
     qtbot.waitUntil(lambda: doc.worker_started and bool(worker_pids()), timeout=LOAD_TIMEOUT_MS)
     assert window.cancel_button.isVisible()

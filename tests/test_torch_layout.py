@@ -208,7 +208,8 @@ def test_dtype_tables_match_torch() -> None:
         assert getattr(torch, name).itemsize == itemsize
 
 
-def test_worker_digests_a_plain_archive_without_importing_torch(tmp_path: Path) -> None:
+def test_worker_digests_a_plain_archive_without_importing_torch(tmp_path: Path,
+                                                                cold_workers) -> None:
     path = _save(tmp_path, "plain", _shapes()["transposed"])
     started = time.monotonic()
     result = run_job({"op": "digests", "path": str(path), "allow_globals": []})
