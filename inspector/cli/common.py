@@ -17,13 +17,11 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from inspector.core.advice import DAMAGED
 from inspector.core.allow_presets import PRESETS, preset_help
-from inspector.core.integrity import INTEGRITY_CODES
 from inspector.core.progress import ProgressFn
 from inspector.core.termtext import escape
-from inspector.core.torchscript_layout import CODE_ARCHIVES
 from inspector.core.vocabulary import (
+    DAMAGED,
     DEFAULT_REQUIRED_JAIL,
     FileStatus,
     JailRequirement,
@@ -136,6 +134,8 @@ def paint(text: str, word: str, colour: bool) -> str:
 def flagged_lines(scan: dict) -> list[str]:
     """A scan's flagged imports with the calls they would make, and its findings, indented;
     what comes from the file is escaped. A finding that means damaged data reads `damaged`."""
+    from inspector.core.integrity import INTEGRITY_CODES  # here: verify never needs it
+
     lines = []
     own = _own_module_classes(scan)
     if own:
@@ -164,6 +164,8 @@ def flagged_lines(scan: dict) -> list[str]:
 def _own_module_classes(scan: dict) -> list[dict]:
     """A TorchScript or torch.export archive's `__torch__.…` classes: its own code's modules,
     shown as one line (there can be one per module of the model)."""
+    from inspector.core.torchscript_layout import CODE_ARCHIVES  # the formats registry: lazily
+
     if scan.get("format") not in CODE_ARCHIVES:
         return []
     return [g for g in scan.get("globals") or ()

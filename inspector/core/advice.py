@@ -15,11 +15,7 @@ from dataclasses import dataclass
 
 from inspector.core.integrity import integrity_findings
 from inspector.core.torchscript_layout import CODE_ARCHIVES
-from inspector.core.vocabulary import HealthStatus, Verdict
-
-DAMAGED = "damaged"
-"""The word shown for a file whose data is corrupted (never the JSON `verdict`, which keeps
-its contract word; see `display_word`)."""
+from inspector.core.vocabulary import DAMAGED, HealthStatus, Verdict
 
 SAFETENSORS = "safetensors"
 

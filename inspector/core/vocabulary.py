@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+DAMAGED = "damaged"
+"""The word shown for a file whose data is corrupted (never the JSON `verdict`, which keeps
+its contract word; `core.advice.display_word`)."""
+
 
 class Verdict(StrEnum):
     """A file's scan verdict; the four ranked ones from best to worst, then `skipped`."""
