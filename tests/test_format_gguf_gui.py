@@ -11,7 +11,8 @@ pytest_plugins = ("gui_fixtures",)  # fixtures: window, gui_settings
 gguf = pytest.importorskip("gguf", reason="gguf (llama.cpp's Python package) is in the dev extra")
 
 
-def test_the_tensors_pane_shows_a_gguf_files_statistics(window, qtbot, tmp_path) -> None:
+def test_the_tensors_pane_shows_a_gguf_files_statistics(window, qtbot, tmp_path,
+                                                        artifacts) -> None:
     from test_format_gguf import _write
 
     path = tmp_path / "model.gguf"
@@ -25,3 +26,14 @@ def test_the_tensors_pane_shows_a_gguf_files_statistics(window, qtbot, tmp_path)
     assert rows["q4"].get("min") is None
     assert rows["i32"]["max"] == 5000 and rows["i32"]["min"] == 0
     assert rows["bf16"]["min"] == -2.0 and rows["bf16"]["max"] == 3.25
+    window.resize(1280, 720)
+    window.tabs.setCurrentWidget(pane)
+    window.grab().save(str(artifacts / "gui" / "gguf-tensors.png"))
+    # the overview's advice is GGUF's own, never torch.load's
+    window.tabs.setCurrentWidget(window.overview)
+    page = window.overview.findings.toPlainText()
+    assert "llama.cpp" in page and "torch.load" not in page, page
+    fields = window.overview.fields
+    assert fields["weights_only"].text().startswith("not used: read without torch.load")
+    assert "weights_only" not in fields["state"].text()
+    window.grab().save(str(artifacts / "gui" / "gguf-overview.png"))

@@ -8,6 +8,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from inspector.core.formats import read_without_pickle
 from inspector.core.health import Health
 from inspector.core.results import ConversionResult, DiffResult, InspectResult
 from inspector.core.torchscript_layout import CODE_ARCHIVES
@@ -31,6 +32,8 @@ STATE_WORDS = {
 
 CODE_ARCHIVE_LOADED = "Weights read in the sandbox from their records; none of its code ran"
 """A TorchScript or torch.export archive is never unpickled, so it is not 'loaded'."""
+PLAIN_LOADED = "Read in the sandbox (its format holds no pickle: no torch.load)"
+"""A safetensors, GGUF or ONNX file is not loaded with weights_only=True."""
 
 
 @dataclass
@@ -125,9 +128,11 @@ class FileDocument(QObject):
 
     def state_words(self) -> str:
         """The pipeline state in words."""
-        if (self.state == DocumentState.LOADED and self.scan
-                and self.scan.get("format") in CODE_ARCHIVES):
-            return CODE_ARCHIVE_LOADED
+        if self.state == DocumentState.LOADED and self.scan:
+            if self.scan.get("format") in CODE_ARCHIVES:
+                return CODE_ARCHIVE_LOADED
+            if read_without_pickle(self.scan.get("format")) is not None:
+                return PLAIN_LOADED
         return STATE_WORDS.get(self.state, self.state)
 
     def set_state(self, state: str, message: str = "") -> None:

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 
 from inspector.core.advice import DAMAGED
 from inspector.core.contents import Contents, summarize, training_summary
+from inspector.core.formats import read_without_pickle
 from inspector.core.health import Health
 from inspector.core.indicators import FLAGGED, flagged_globals, import_label, indicators_text
 from inspector.core.integrity import INTEGRITY_CODES, integrity_findings
@@ -403,8 +404,9 @@ def _sandbox_text(doc: FileDocument) -> str:
 def _weights_only_text(doc: FileDocument) -> str:
     if not doc.scan:
         return "—"
-    if doc.scan.get("format") == "safetensors":
-        return "not used: safetensors is read without torch.load or pickle"
+    plain = read_without_pickle(doc.scan.get("format"))
+    if plain is not None:
+        return f"not used: read without torch.load or pickle ({plain.label})"
     if doc.scan.get("weights_only_ok"):
         return "accepts this file"
     if doc.scan.get("format") in CODE_ARCHIVES:

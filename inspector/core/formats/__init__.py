@@ -33,6 +33,7 @@ from inspector.core.formats.registry import (  # noqa: F401 (the package's inter
     holding_code,
     loadable,
     mime_types,
+    read_without_pickle,
     register,
     spec_of,
     suffixes,

@@ -65,4 +65,4 @@ SPEC = register(FormatSpec(
     Format.GGUF, "GGUF model (llama.cpp, ggml)", (".gguf",), "application/x-gguf",
     holds_code=True, loaders=("llama.cpp (gguf_init_from_file)", "gguf.GGUFReader"),
     sniff=sniff_header, scan=scan, tensors="inspector.sandbox.gguf_load:load_gguf",
-    safe_advice=SAFE, suspicious_advice=SUSPICIOUS))
+    pickled=False, safe_advice=SAFE, suspicious_advice=SUSPICIOUS))

@@ -288,4 +288,4 @@ SUSPICIOUS = FormatAdvice(
 SPEC = register(FormatSpec(
     Format.ONNX, "ONNX model", (".onnx",), "application/x-onnx",
     loaders=("onnx.load", "onnxruntime.InferenceSession"), sniff=sniff, scan=scan,
-    safe_advice=SAFE, suspicious_advice=SUSPICIOUS))
+    pickled=False, safe_advice=SAFE, suspicious_advice=SUSPICIOUS))

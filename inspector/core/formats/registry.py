@@ -65,6 +65,8 @@ class FormatSpec:
     loadable: bool = False
     """`sandbox.load` itself loads it for inspect, convert and diff (without a `tensors`
     reader)."""
+    pickled: bool = True
+    """Its loader unpickles (weights_only matters); False for safetensors, GGUF, ONNX."""
     safe_advice: FormatAdvice | None = None
     """What to do with a safe file of a format that holds no pickle (else the pickle advice:
     `torch.load(weights_only=True)`, which would be wrong for it)."""
@@ -109,6 +111,12 @@ def by_kind(kind: str) -> FormatSpec | None:
 def loadable() -> tuple[Format, ...]:
     """The formats the jailed worker loads: its own readers' and the modules' `tensors`."""
     return tuple(s.format for s in _SPECS.values() if s.loadable or s.tensors is not None)
+
+
+def read_without_pickle(fmt: str | None) -> FormatSpec | None:
+    """The record of a format whose loader never unpickles, or None (pickled or unknown)."""
+    spec = spec_of(fmt) if fmt else None
+    return spec if spec is not None and not spec.pickled else None
 
 
 def holding_code(holds: bool) -> tuple[Format, ...]:

@@ -26,4 +26,5 @@ def scan_safetensors(ctx: ScanContext, buf) -> None:
 
 register(FormatSpec(Format.SAFETENSORS, "safetensors tensor file", (".safetensors",),
                     "application/x-safetensors", loaders=("safetensors.safe_open",),
-                    scan=scan_safetensors, kinds=("safetensors",), loadable=True))
+                    scan=scan_safetensors, kinds=("safetensors",), loadable=True,
+                    pickled=False))
