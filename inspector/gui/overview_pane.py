@@ -406,7 +406,7 @@ def _weights_only_text(doc: FileDocument) -> str:
         return "—"
     plain = read_without_pickle(doc.scan.get("format"))
     if plain is not None:
-        return f"not used: read without torch.load or pickle ({plain.label})"
+        return f"not used: {plain.format} is read without torch.load or pickle"
     if doc.scan.get("weights_only_ok"):
         return "accepts this file"
     if doc.scan.get("format") in CODE_ARCHIVES:
