@@ -271,29 +271,23 @@ def main() -> None:
         verify = verify_rounds(folder, files, args.runs)
         openssl = next(v for k, v in verify.items() if k.startswith("openssl"))
         doc["verify"] = _table(verify, size, openssl, "openssl_throughput_ratio", inverse=True)
-        show(f"verify of {size / 1e9:.2f} GB in {len(files)} shards, {CORES} cores "
-             f"(medians of {args.runs}; {_load(doc['verify'])}):")
-        for name, row in doc["verify"]["rows"].items():
-            show(f"  {name:<28} {row['seconds']:6.2f} s  {row['gb_per_s']:5.2f} GB/s  "
-                 f"{row['openssl_throughput_ratio']:4.2f}x openssl's throughput")
+        _show_table(show, f"verify of {size / 1e9:.2f} GB in {len(files)} shards, {CORES} "
+                    f"cores (medians of {args.runs}", doc["verify"],
+                    "openssl_throughput_ratio", "openssl's throughput")
         split = shard_split(files, folder)
         shards = verify_shard_rounds(folder, args.runs)
         doc["verify_shards"] = {**_table(shards, size, shards["verify, 1 process"],
                                          "time_ratio_to_one_process"), "split": split}
-        show(f"verify --shard over 2 processes (files {split[0]} + {split[1]}; medians of "
-             f"{args.runs}; {_load(doc['verify_shards'])}):")
-        for name, row in doc["verify_shards"]["rows"].items():
-            show(f"  {name:<28} {row['seconds']:6.2f} s  {row['gb_per_s']:5.2f} GB/s  "
-                 f"{row['time_ratio_to_one_process']:4.2f}x one process's time")
+        _show_table(show, f"verify --shard over 2 processes (files {split[0]} + {split[1]}; "
+                    f"medians of {args.runs}", doc["verify_shards"],
+                    "time_ratio_to_one_process", "one process's time")
         if not args.no_s3:
             remote = s3_rounds(folder, files, args.runs)
             doc["s3"] = _table(remote, size, remote["verify, local disk"],
                                "time_ratio_to_local_disk")
-            show(f"verify from object storage, one process (medians of {args.runs}; "
-                 f"{_load(doc['s3'])}):")
-            for name, row in doc["s3"]["rows"].items():
-                show(f"  {name:<32} {row['seconds']:6.2f} s  {row['gb_per_s']:5.2f} GB/s  "
-                     f"{row['time_ratio_to_local_disk']:4.2f}x local disk's time")
+            _show_table(show, f"verify from object storage, one process (medians of "
+                        f"{args.runs}", doc["s3"], "time_ratio_to_local_disk",
+                        "local disk's time", width=32)
         small = tmp / "small"
         small.mkdir()
         small_folder(small, args.files)
@@ -302,11 +296,8 @@ def main() -> None:
         scans = shard_rounds(small, work, args.runs)
         doc["scan_shards"] = _table(scans, None, scans["scan, 1 process"],
                                     "time_ratio_to_one_process")
-        show(f"scan of {args.files} checkpoints (medians of {args.runs}; "
-             f"{_load(doc['scan_shards'])}):")
-        for name, row in doc["scan_shards"]["rows"].items():
-            show(f"  {name:<28} {row['seconds']:6.2f} s  "
-                 f"{row['time_ratio_to_one_process']:4.2f}x one process")
+        _show_table(show, f"scan of {args.files} checkpoints (medians of {args.runs}",
+                    doc["scan_shards"], "time_ratio_to_one_process", "one process")
     if not args.no_exporter:
         rows = exporter_rows(args.scrapes, args.runs)
         doc["exporter"] = {"rows": rows, "load_after": os.getloadavg()[0]}
@@ -327,6 +318,15 @@ def _table(times: dict[str, float], size: int | None, base: float, ratio: str,
                    ratio: round(base / t if inverse else t / base, 3)}
             for name, t in times.items()}
     return {"rows": rows, "load_after": os.getloadavg()[0]}
+
+
+def _show_table(show, title: str, section: dict, ratio: str, words: str,
+                width: int = 28) -> None:
+    """A `_table` section: its title with the load beside it, then one line per tool."""
+    show(f"{title}; {_load(section)}):")
+    for name, row in section["rows"].items():
+        speed = f"  {row['gb_per_s']:5.2f} GB/s" if "gb_per_s" in row else ""
+        show(f"  {name:<{width}} {row['seconds']:6.2f} s{speed}  {row[ratio]:4.2f}x {words}")
 
 
 def _load(section: dict) -> str:
