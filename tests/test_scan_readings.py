@@ -345,3 +345,71 @@ def test_a_benign_walker_only_import_is_a_suspicious_finding(tmp_path, jailed_re
     assert not res.globals
     (found,) = [f for f in res.findings if f.code == "parser-differential"]
     assert found.severity == "suspicious" and "collections.OrderedDict" in found.message
+
+
+class _Recording:
+    """The jailed reader, keeping each gated job's answer."""
+
+    def __init__(self) -> None:
+        self.answers: list[dict] = []
+
+    def __call__(self, request: dict) -> dict:
+        return dry_run_reader(request)
+
+    def gated(self, request: dict, gate) -> dict:
+        answer = dry_run_reader.gated(request, gate)
+        self.answers.append(answer)
+        return answer
+
+
+def test_a_folder_streams_its_readings_part_by_part(tmp_path, monkeypatch):
+    """The worker reads the walked files part by part while the rest are walked: one job, one
+    part per PART_FILES files, and every file's readings folded in (none left unread)."""
+    from factories import mal_os_system, save_state_dict, small_state_dict
+
+    from inspector.core.discover import discover
+    from inspector.core.scan import scan_batch
+
+    monkeypatch.setattr(readings, "PART_FILES", 4)
+    for i in range(9):
+        save_state_dict(tmp_path / f"m{i}.pt", small_state_dict(i))
+    mal_os_system(tmp_path / "m9.pkl", tmp_path / "canary")
+    recording = _Recording()
+    with readings.using(recording):
+        results = scan_batch(list(discover([tmp_path])))
+    assert [a["parts"] for a in recording.answers] == [3]
+    verdicts = {Path(r.path).name: r.verdict for r in results}
+    assert verdicts == {**{f"m{i}.pt": "safe" for i in range(9)}, "m9.pkl": "dangerous"}
+    assert not any(f.code == "readings-unavailable" for r in results for f in r.findings)
+    assert not (tmp_path / "canary").exists()
+
+
+def test_a_walk_that_fails_mid_stream_raises_its_own_error(tmp_path, monkeypatch):
+    """A walk that fails after parts went to the worker raises its error, not the job's."""
+    monkeypatch.setattr(readings, "PART_FILES", 1)
+    path = tmp_path / "a.pkl"
+    path.write_bytes(pickle.dumps({"step": 1}))
+
+    def walk():
+        with readings.deferred():
+            yield scan_file(path)
+            yield scan_file(path)
+        raise RuntimeError("the walk broke")
+
+    with pytest.raises(RuntimeError, match="the walk broke"):
+        readings.read_while(walk(), [], dry_run_reader)
+
+
+def test_a_later_part_that_is_no_object_is_refused(tmp_path):
+    from inspector.sandbox.client import SandboxError, run_job
+
+    blobs = tmp_path / "blobs"
+    blobs.write_bytes(b"")
+
+    def parts():
+        yield {"readings": []}
+        yield ["not", "an", "object"]
+
+    with pytest.raises(SandboxError) as err:
+        run_job({"op": "dry-run", "path": str(blobs)}, gate=parts)
+    assert err.value.code == "bad_request"

@@ -33,7 +33,7 @@ import mmap
 import os
 import re
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from inspector.core.policy import (
@@ -190,7 +190,7 @@ def _items(blobs: list[Blob], paths: list[str], out) -> list[dict]:
     """The request's readings: a blob read in place names its file in [blob file] + `paths`,
     held bytes are appended to `out` (the blob file)."""
     items = []
-    pos = 0
+    pos = out.tell()
     for b in blobs:
         if b.path is not None:
             item = {"file": 1 + paths.index(b.path), "offset": 0, "length": b.size}
@@ -222,23 +222,25 @@ def read(results: Iterable, reader: Reader | None = None) -> None:
 
 HELD_RESERVE = 256 << 20
 """Held bytes a gated job may receive (its memory allowance is fixed before they exist)."""
+PART_FILES = 16
+"""Files walked per part of a streamed dry run: the worker reads each while the next is walked."""
 
 
-def read_while(walk: Callable[[], list], in_place: list[str],
-               reader: Reader | None = None) -> list:
-    """`walk()` (scans, their readings pending) runs while the reader's jailed worker starts,
-    and their readings then run in that one job; returns the walk's results, readings folded.
+def read_while(walk: Iterable, in_place: list[str], reader: Reader | None = None) -> list:
+    """The scans `walk` yields (their readings pending), with those readings run by one jailed
+    job that starts while the walk does and reads each part of `PART_FILES` files while the
+    next is walked; returns the walk's results, readings folded.
 
     The worker jails before the walk ends, so what it may read is fixed first: `in_place`,
     the files whose scans may ask for a reading in place (memory-mapped ones), and one blob
-    file, filled once the walk ends, for held bytes up to `HELD_RESERVE`. A result that needs
+    file, appended to part by part, for held bytes up to `HELD_RESERVE`. A result that needs
     anything else is read by a job of its own afterwards. A reader without `gated` (any plain
     function) reads after the walk."""
     reader = reader or current_reader()
     gated = getattr(reader, "gated", None)
     if gated is None:
         with deferred():
-            results = walk()
+            results = list(walk)
         read(results, reader)
         return results
     results: list = []
@@ -247,27 +249,24 @@ def read_while(walk: Callable[[], list], in_place: list[str],
     with tempfile.TemporaryDirectory(prefix="ckpt-readings-") as folder:
         blob_file = os.path.join(folder, "blobs")
 
-        def gate() -> dict:
-            with deferred():
-                results.extend(walk())
-            walked.append(True)
+        def parts() -> Iterator[dict]:
             held = 0
-            for r in results:
-                blobs = getattr(r, "_blobs", None) or []
-                size = sum(len(b.data) for b in blobs if b.data is not None)
-                if all(b.path is None or b.path in in_place for b in blobs) and (
-                        held + size <= HELD_RESERVE):
-                    inside.append(r)
-                    held += size
-            with open(blob_file, "wb") as out:
-                return {"readings": _items([b for r in inside for b in r._blobs],
-                                           in_place, out)}
+            done = 0
+            with open(blob_file, "ab") as out, deferred():
+                for res in walk:
+                    results.append(res)
+                    if len(results) - done < PART_FILES:
+                        continue
+                    held = yield from _part(results[done:], inside, held, in_place, out)
+                    done = len(results)
+                walked.append(True)
+                yield from _part(results[done:], inside, held, in_place, out)
 
         open(blob_file, "wb").close()  # the jail's read rule needs the file to exist
         base = {"op": "dry-run", "path": blob_file, "paths": list(in_place),
                 "held_mb": HELD_RESERVE >> 20}
         try:
-            answer = gated(base, gate)
+            answer = gated(base, parts)
         except Exception as exc:  # no reading: never safe on the walker's word alone
             if not walked:  # the walk itself failed, not the reading
                 raise
@@ -279,6 +278,27 @@ def read_while(walk: Callable[[], list], in_place: list[str],
     chosen = {id(r) for r in inside}
     read([r for r in results if id(r) not in chosen], reader)
     return results
+
+
+def _part(new: list, inside: list, held: int, in_place: list[str],
+          out) -> Generator[dict, None, int]:
+    """Yields the part of the streamed request for `new` results: those whose blobs the job
+    may read (in place, or held within the reserve left) join `inside`, their held bytes are
+    appended to `out`. Returns the held bytes so far."""
+    chosen = []
+    for r in new:
+        blobs = getattr(r, "_blobs", None) or []
+        size = sum(len(b.data) for b in blobs if b.data is not None)
+        if all(b.path is None or b.path in in_place for b in blobs) and (
+                held + size <= HELD_RESERVE):
+            chosen.append(r)
+            held += size
+    inside.extend(chosen)
+    items = _items([b for r in chosen for b in r._blobs], in_place, out)
+    out.flush()
+    if items:
+        yield {"readings": items}
+    return held
 
 
 def _fold(results: list, answer: dict) -> None:

@@ -139,7 +139,8 @@ def scan_file(path: str | os.PathLike, archives: list[tuple[int, int]] | None = 
     if readings.is_deferred() or readings.current_reader() is None:
         return _scan_file(p, archives, crc_budget)
     in_place = [p] if file_size(p) > SMALL_FILE else []
-    return readings.read_while(lambda: [_scan_file(p, archives, crc_budget)], in_place)[0]
+    return readings.read_while(map(lambda q: _scan_file(q, archives, crc_budget), [p]),
+                               in_place)[0]
 
 
 def _scan_file(p: str, archives: list[tuple[int, int]] | None, crc_budget: int) -> ScanResult:
@@ -207,7 +208,7 @@ def scan_batch(founds: list[Found]) -> list[ScanResult]:
     if readings.current_reader() is None:
         return [scan_found(f) for f in founds]
     in_place = [os.fspath(f.path) for f in founds if file_size(f.path) > SMALL_FILE]
-    return readings.read_while(lambda: [scan_found(f) for f in founds], in_place)
+    return readings.read_while(map(scan_found, founds), in_place)
 
 
 def file_size(path: str | os.PathLike) -> int:

@@ -21,6 +21,7 @@ while the worker loads and hashes tensors, so the two use both cores.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
 import secrets
@@ -160,16 +161,19 @@ def run_job(
     cancel: CancelToken | None = None,
     timeout: float | None = None,
     pass_fds: Iterable[int] = (),
-    gate: Callable[[], dict] | None = None,
+    gate: Callable[[], dict | Iterator[dict]] | None = None,
     require_jail: str | None = None,
 ) -> dict:
     """Run one operation in a fresh jailed worker; return its `result` plus `sandbox`, `timing`.
 
     The worker jails itself, reports its level (the handshake) and imports what the operation
     needs, then waits for a start line before it opens any input. `gate`, when given, runs
-    here meanwhile (the static scan): it returns extra request fields for the start line, or
-    raises to stop the worker unstarted. The start line is sent only when the handshake's level
-    meets `require_jail` (default: `required_jail()`).
+    meanwhile in a thread of its own, in the caller's context (the static scan): it returns
+    extra request fields for the start line, or raises to stop the worker unstarted. A gate
+    that yields parts instead streams them: the first goes in the start line, each later one
+    follows as a line of its own while the worker works on those before (the dry run reads a
+    folder's files while the rest are walked). The start line is sent only when the
+    handshake's level meets `require_jail` (default: `required_jail()`).
     """
     required = require_jail or _required_jail
     # this job's share of the cores when several run at once (sandbox.parallel)
@@ -188,12 +192,10 @@ def run_job(
     error: dict | None = None
     startup_s: float | None = None
     nonce = secrets.token_hex(16)
+    feeder = _Feeder(proc, stop, gate, {"start": True, "nonce": nonce})
     try:
         _send(proc, request)
-        # the gate (the admission scan) is not the worker's time: the timeout waits for it
-        with stop.paused():
-            extra = gate() if gate is not None else {}
-        start = {"start": True, **extra, "nonce": nonce}
+        feeder.start()
         for event in _events(proc.stdout.fileno()):
             kind = event["type"]
             if result is not None:
@@ -204,7 +206,7 @@ def run_job(
                 sandbox = {k: v for k, v in event.items() if k != "type"}
                 if not jail_accepted(str(sandbox.get("level")), required):
                     raise _refusal(sandbox, required)
-                _send(proc, start, last=True)
+                feeder.open()
             elif sandbox is None and kind != "error":
                 raise _Violation(f"a {kind!r} line before the jail handshake")
             elif kind == "progress" and startup_s is None:
@@ -226,10 +228,13 @@ def run_job(
     finally:
         stop.finish()
         _kill_group(proc)
+        feeder.join()
         drain.join(timeout=2)
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             with contextlib.suppress(OSError):
                 stream.close()
+    if feeder.error is not None:  # the gate's own failure, not the worker's
+        raise feeder.error
     tail = "\n".join(stderr_tail)
     if stop.reason == "cancel":
         raise Cancelled()
@@ -369,13 +374,81 @@ def _spawn(pass_fds: tuple[int, ...]) -> subprocess.Popen | ForkedWorker:
     )
 
 
-def _send(proc: subprocess.Popen, message: dict, last: bool = False) -> None:
-    # A worker that already died shows up as a missing result, with its exit status.
-    with contextlib.suppress(BrokenPipeError):
-        proc.stdin.write((json.dumps(message) + "\n").encode())
-        proc.stdin.flush()
-        if last:
-            proc.stdin.close()
+def _send(proc: subprocess.Popen, *messages: dict) -> bool:
+    """Write request lines; False once the worker is gone, which shows up as a missing
+    result, with its exit status."""
+    try:
+        for message in messages:
+            proc.stdin.write((json.dumps(message) + "\n").encode())
+            proc.stdin.flush()
+    except (OSError, ValueError):  # ValueError: stdin already closed by the job's end
+        return False
+    return True
+
+
+class _Feeder:
+    """Runs a job's gate in a thread of its own, in the caller's context (its readings and
+    deferral settings), and sends what it returns: the start line once the handshake is
+    accepted (`open`), then each later part the gate yields, then EOF. The gate always runs to
+    its end, even when the worker is gone (its callers keep every file's scan); the timeout
+    does not count it."""
+
+    def __init__(self, proc: subprocess.Popen, stop: _Watchdog,
+                 gate: Callable[[], dict | Iterator[dict]] | None, start: dict) -> None:
+        self.error: BaseException | None = None
+        self._proc = proc
+        self._stop = stop
+        self._gate = gate
+        self._start = start
+        self._opened = threading.Event()
+        self._ended = threading.Event()
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(target=context.run, args=(self._run,), daemon=True,
+                                        name="job-gate")
+
+    def start(self) -> None:
+        """Start the gate."""
+        self._thread.start()
+
+    def open(self) -> None:
+        """The handshake is accepted: the start line may go."""
+        self._opened.set()
+
+    def join(self) -> None:
+        """Wait for the gate's end (the job is over: nothing more is sent)."""
+        self._ended.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            self._feed()
+        except BaseException as exc:
+            self.error = exc
+            _signal_group(self._proc)  # run_job's thread reaps it
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                self._proc.stdin.close()  # EOF: no more parts
+
+    def _feed(self) -> None:
+        with self._stop.paused():
+            made = self._gate() if self._gate is not None else {}
+        parts = iter([made]) if isinstance(made, dict) else made
+        waiting = [{**(self._next(parts) or {}), **self._start}]
+        alive = True
+        while (part := self._next(parts)) is not None:
+            waiting.append(part)
+            if alive and self._opened.is_set():
+                alive = _send(self._proc, *waiting)
+                waiting = []
+        while not (self._opened.is_set() or self._ended.is_set()):
+            self._opened.wait(0.05)
+        if alive and self._opened.is_set():
+            _send(self._proc, *waiting)
+
+    def _next(self, parts: Iterator[dict]) -> dict | None:
+        """The gate's next part (its walk is not the worker's time: the timeout waits)."""
+        with self._stop.paused():
+            return next(parts, None)
 
 
 def _events(fd: int) -> Iterator[dict]:
@@ -440,10 +513,15 @@ def _drain(fd: int, tail: deque[str]) -> None:
         tail.append(partial.decode("utf-8", "replace").rstrip())
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _signal_group(proc: subprocess.Popen) -> None:
     """SIGKILL the worker's whole process group (a no-op once everything has exited)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the worker's whole process group and reap the worker."""
+    _signal_group(proc)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
 
@@ -531,10 +609,10 @@ class DryRunReader:
         """Run the readings of a complete request."""
         return run_job({**request, "limits": dict(DRY_RUN_LIMITS)}, timeout=300)
 
-    def gated(self, request: dict, gate: Callable[[], dict]) -> dict:
+    def gated(self, request: dict, gate: Callable[[], Iterator[dict]]) -> dict:
         """Start the worker on `request` (what it may read), and run `gate` (the walk) while it
-        starts; the readings `gate` returns go in the start line. `held_mb`: the held bytes
-        the blob file may still receive, added to the memory allowance."""
+        starts; the parts of readings `gate` yields stream to it (`run_job`). `held_mb`: the
+        held bytes the blob file may still receive, added to the memory allowance."""
         request = dict(request)
         memory = DRY_RUN_LIMITS["memory_mb"] + int(request.pop("held_mb", 0))
         return run_job({**request, "limits": {**DRY_RUN_LIMITS, "memory_mb": memory}},

@@ -32,6 +32,7 @@ import base64
 import binascii
 import gc
 import io
+import itertools
 import mmap
 import pickle
 import re
@@ -472,7 +473,9 @@ def may_frame(buf, start: int, end: int) -> bool:
 
 
 def dry_run(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict:
-    """Every reading of the request, by every reader kind it names."""
+    """Every reading of the request, by every reader kind it names: those of the start line,
+    then those of each later part (a streamed request: held bytes of later parts are appended
+    to the blob file, which is mapped again when a reading reaches past its map)."""
     files = [request["path"], *request.get("paths", ())]
     out = []
     maps: dict[int, object] = {}
@@ -481,27 +484,43 @@ def dry_run(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
     # Collection runs after each blob instead, over what that blob left, so garbage cycles a
     # hostile stream makes are freed blob by blob; the worker's own objects are frozen first.
     gc.freeze()
+    index = parts = 0
     try:
-        for index, item in enumerate(request["readings"]):
-            cancel.check()
-            f = int(item["file"])
-            if f not in maps:
-                with open(files[f], "rb") as fh:
-                    maps[f] = (mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-                               if fh.seek(0, 2) else b"")
-            offset, length = int(item["offset"]), int(item["length"])
-            framed = may_frame(maps[f], offset, offset + length)
-            gc.disable()
-            try:
-                with memoryview(maps[f]) as whole, whole[offset:offset + length] as data:
-                    out += _readings(index, item, data, framed)
-            finally:
-                gc.enable()
-                gc.collect(0)  # all this blob allocated is still in the youngest generation
-            emit({"type": "progress", "stage": "dry-run", "done": index + 1,
-                  "total": len(request["readings"])})
+        for part in itertools.chain([request], request.get("_parts", ())):
+            parts += 1
+            items = part.get("readings", [])
+            for item in items:
+                cancel.check()
+                offset, length = int(item["offset"]), int(item["length"])
+                buf = _mapped(maps, files, int(item["file"]), offset + length)
+                framed = may_frame(buf, offset, offset + length)
+                gc.disable()
+                try:
+                    with memoryview(buf) as whole, whole[offset:offset + length] as data:
+                        out += _readings(index, item, data, framed)
+                finally:
+                    gc.enable()
+                    gc.collect(0)  # all this blob allocated is still in the youngest generation
+                index += 1
+                emit({"type": "progress", "stage": "dry-run", "done": index, "total": index})
     finally:
         for m in maps.values():
             if isinstance(m, mmap.mmap):
                 m.close()
-    return {"readings": out}
+    return {"readings": out, "parts": parts}
+
+
+def _mapped(maps: dict[int, object], files: list[str], f: int, end: int):
+    """File `f` of the request mapped for reading, mapped again when `end` lies past its
+    map (the blob file grows while a streamed request's parts arrive)."""
+    old = maps.get(f)
+    if old is not None and len(old) >= end:
+        return old
+    with open(files[f], "rb") as fh:
+        size = fh.seek(0, 2)
+        if old is not None and len(old) >= size:
+            return old
+        if isinstance(old, mmap.mmap):
+            old.close()
+        maps[f] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    return maps[f]

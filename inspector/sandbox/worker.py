@@ -6,7 +6,11 @@ handshake `{"type": "jail", ...}`: the client takes the jail level from this lin
 refuses to go on when it is weaker than the caller requires. The worker then imports the
 operation's module and waits for a second line, `{"start": true, "nonce": str, ...more request
 fields}`, before it touches an input (so the client's static scan overlaps the worker's
-start-up and still gates the load). It writes JSON lines on stdout:
+start-up and still gates the load). A streamed request sends later parts, one JSON object a
+line, until EOF; an operation that streams reads them as `request["_parts"]` (the dry run's
+readings of files the client walks meanwhile), the others never read them.
+
+It writes JSON lines on stdout:
 
     {"type": "jail", "level": ..., "description": ..., "active": [...], "missing": {...},
      "platform": ...}                                        exactly once, first
@@ -59,7 +63,7 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from inspector.core.errors import CodedError
 from inspector.core.progress import Cancelled, CancelToken
@@ -175,6 +179,19 @@ def _set_threads(request: dict) -> int:
     return torch.get_num_threads()
 
 
+def _later_parts(stream) -> Iterator[dict]:
+    """The request's later parts, one JSON object a line until EOF: a streamed request (the
+    dry run's readings, sent while the client still walks the files) reads them as it goes."""
+    for line in stream:
+        try:
+            part = json.loads(line)
+        except ValueError:
+            part = None
+        if not isinstance(part, dict):
+            raise _Refused("bad_request", "a later part of the request is not a JSON object")
+        yield part
+
+
 def main(pid_namespace_made: bool = False) -> int:
     """Read the request, jail, run the operation, report.
 
@@ -209,6 +226,7 @@ def main(pid_namespace_made: bool = False) -> int:
             raise _Refused("not_started", "the client did not start the operation")
         nonce = start.pop("nonce", None)
         request.update(start)
+        request["_parts"] = _later_parts(sys.stdin)
         result = op(request, emit, cancel)
         emit({"type": "result", **result, "peak_rss_kb": _peak_rss_kb(),
               "compute_threads": request["_threads"], "nonce": nonce})
