@@ -4,7 +4,8 @@ The static walker (`core.pickle_scan`) is the project's own copy of a grammar; a
 lives where a copy differs from the original. Here the bytes go through CPython's own readers:
 the C unpickler (`pickle.load`, `torch.load(weights_only=False)`, `numpy.load(allow_pickle=
 True)`), through a buffered file (with peek(), as open() gives) and through io.BytesIO (no
-peek(), as torch reads `data.pkl`), and the pure-Python `pickle._Unpickler` (joblib). Their
+peek(), as torch reads `data.pkl`), and the pure-Python `pickle._Unpickler` (joblib, from a
+blob's first byte only: joblib reads a file or a decoded stream from its start). Their
 `find_class` and `persistent_load` hand back inert stand-ins and record: every import (raw
 module and name, in order), every call (REDUCE, INST/OBJ with arguments, a stand-in value
 called), every `__new__`, `__setstate__`, item or append on a stand-in, with their arguments
@@ -435,7 +436,9 @@ def _readings(index: int, item: dict, data, framed: bool) -> list[dict]:
     walked: set[int] = set()
     for start in sorted(set(item.get("starts") or [0])):
         for kind in item.get("kinds") or KINDS:
-            if kind == "c-nopeek" and not framed:
+            # joblib reads a file (or a decoded stream) from its first byte only; the C
+            # readers also start where a format puts a pickle (an .npy's object payload)
+            if (kind == "c-nopeek" and not framed) or (kind == "py" and start != 0):
                 continue
             if start in reached.get(kind, ()):
                 continue
