@@ -4,6 +4,7 @@ it too, in test_jail_probes.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -220,6 +221,31 @@ def test_the_server_and_its_children_die_with_their_parent(tmp_path):
     assert all(_gone(pid) for pid in everything), "the job outlived the server"
 
 
+def test_the_server_dies_with_its_parent_while_a_forked_child_holds_the_socket():
+    """A client that crashed after forking (a child holds its end of the socket, so no EOF
+    comes): the server sees that its parent is gone and exits."""
+    script = textwrap.dedent("""
+        import json, os, signal, sys, time
+        from inspector.sandbox import client
+        server = client.start_fork_server()
+        if os.fork() == 0:  # inherits every descriptor, the server's socket too
+            time.sleep(60)
+            os._exit(0)
+        print(json.dumps({"server": server.pid}), flush=True)
+        os.kill(os.getpid(), signal.SIGSEGV)
+        """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                              cwd=REPO, text=True, start_new_session=True)
+    try:
+        server = json.loads(parent.stdout.readline())["server"]
+        parent.wait(timeout=60)
+        assert parent.returncode == -signal.SIGSEGV
+        assert _gone(server), "the fork server outlived its parent"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(parent.pid, signal.SIGKILL)
+
+
 def test_without_a_server_the_block_uses_cold_workers(tmp_path, monkeypatch):
     monkeypatch.setattr(forkclient, "SERVER_MODULE", "inspector.sandbox.no_such_module")
     path = factories.save_state_dict(tmp_path / "m.pt")
@@ -277,8 +303,8 @@ def test_a_server_with_a_thread_pool_refuses_to_serve():
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     env = client.worker_env()
     server = subprocess.Popen([sys.executable, "-I", "-m", forkclient.SERVER_MODULE,
-                               str(theirs.fileno())], pass_fds=(theirs.fileno(),), env=env,
-                              stderr=subprocess.DEVNULL)
+                               str(theirs.fileno()), str(os.getpid())],
+                              pass_fds=(theirs.fileno(),), env=env, stderr=subprocess.DEVNULL)
     theirs.close()
     try:
         ours.settimeout(300)

@@ -75,7 +75,7 @@ class ForkServer:
         server_env = {**env, "OPENBLAS_NUM_THREADS": "1"}
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-m", SERVER_MODULE, str(theirs.fileno())],
+                [sys.executable, "-I", "-m", SERVER_MODULE, str(theirs.fileno()), str(os.getpid())],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 env=server_env, cwd="/", start_new_session=True, pass_fds=(theirs.fileno(),))
         finally:

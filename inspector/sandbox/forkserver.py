@@ -1,4 +1,5 @@
-"""The fork server: `python -I -m inspector.sandbox.forkserver FD`, a warm parent for workers.
+"""The fork server: `python -I -m inspector.sandbox.forkserver FD PID`, a warm parent for workers
+(FD its control socket, PID the client that started it).
 
 It imports torch, safetensors and every operation's module once, then forks one child per job;
 the child is the worker (`worker.main`) from its first line on: it reads the client's request,
@@ -17,10 +18,11 @@ namespace of the job's own whose init it started just before
 (`jail.pid_namespace_for_next_child`), so a job costs one fork of this torch-sized process: the
 server is the process outside that reaps the worker, and it closes the init's pipe once it
 has. Its first message is {"ready": true, "pid": int} or {"ready": false, "error": str}.
-EOF on the socket (the client closed it or died) makes the
-server kill every child's group and exit; each child also gets SIGKILL should the server die
-(PR_SET_PDEATHSIG). It exits without the interpreter's teardown, which after importing torch
-takes 0.6-0.9 s that the client spends waiting (it has no file or state to clean up).
+EOF on the socket (the client closed it or died), or the death of the process that
+started it (checked every `PARENT_CHECK_S`), makes the server kill every child's group and
+exit; each child also gets SIGKILL should the server die (PR_SET_PDEATHSIG). It exits without
+the interpreter's teardown, which after importing torch takes 0.6-0.9 s that the client spends
+waiting (it has no file or state to clean up).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def main() -> int:
     """Preload, report ready, then fork a jailed worker per request until the socket closes."""
     ctl = socket.socket(fileno=int(sys.argv[1]))
     ctl.set_inheritable(False)  # no namespace init may hold it
+    client = int(sys.argv[2])
     try:
         preload()
     except Exception as exc:  # the client falls back to cold workers
@@ -70,7 +73,7 @@ def main() -> int:
                              "error": f"{threads} threads after the imports"}).encode())
         return 1
     ctl.send(json.dumps({"ready": True, "pid": os.getpid()}).encode())
-    return _serve(ctl)
+    return _serve(ctl, client)
 
 
 class _Namespaces:
@@ -95,7 +98,15 @@ class _Namespaces:
         return alive
 
 
-def _serve(ctl: socket.socket) -> int:
+PARENT_CHECK_S = 1.0
+"""How often the server checks that the process that started it still lives."""
+
+
+def _serve(ctl: socket.socket, client: int) -> int:
+    # EOF on the socket is the client's end, unless a process the client forked still holds
+    # its end (a forked child inherits every descriptor): a client that died (a segfault) is
+    # then seen by the server's reparenting. The client's pid comes from argv, since it may
+    # die before this line runs.
     children: dict[int, tuple[int, int | None]] = {}  # pid -> its status pipe, its init's
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -106,8 +117,8 @@ def _serve(ctl: socket.socket) -> int:
     selector.register(wake_r, selectors.EVENT_READ)
     namespaces = _Namespaces()
     try:
-        while True:
-            for key, _ in selector.select():
+        while os.getppid() == client:
+            for key, _ in selector.select(PARENT_CHECK_S):
                 if key.fileobj is ctl:
                     message, fds, _, _ = socket.recv_fds(ctl, 1 << 16, MAX_FDS)
                     if not message:
@@ -117,6 +128,7 @@ def _serve(ctl: socket.socket) -> int:
                     with contextlib.suppress(BlockingIOError):
                         os.read(wake_r, 4096)
             _reap(children)
+        return 0
     finally:
         for pid in children:
             with contextlib.suppress(ProcessLookupError, PermissionError):
