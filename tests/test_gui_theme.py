@@ -3,10 +3,12 @@ in the chart and table panes (they take theirs from the palette through chart_st
 
 from __future__ import annotations
 
+import gc
 import re
 from pathlib import Path
 
 import pytest
+from PySide6.QtCore import QEvent
 from PySide6.QtWidgets import QApplication
 
 from inspector.gui import app as appmod
@@ -31,8 +33,17 @@ def theme_actions(window: MainWindow) -> dict[str, object]:
 
 @pytest.fixture
 def restore_theme():
+    # A theme change reaches every widget alive: widgets earlier tests of this process left
+    # for deferred deletion are deleted first, so the change never reaches a half-freed one.
+    _delete_deferred()
     yield
     appmod.set_theme("system")
+    _delete_deferred()
+
+
+def _delete_deferred() -> None:
+    QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    gc.collect()
 
 
 def test_view_theme_menu_switches_and_remembers(window, qtbot, restore_theme):
