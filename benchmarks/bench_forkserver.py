@@ -69,6 +69,8 @@ CLI = str(Path(PY).with_name("ckpt-inspector"))
 GENERATE = r"""
 import sys, torch
 from pathlib import Path
+
+import common  # noqa: F401  (importing it compiles the project's bytecode first)
 folder, n = Path(sys.argv[1]), int(sys.argv[2])
 for i in range(n):
     g = torch.Generator().manual_seed(i)

@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import common  # noqa: F401  (importing it compiles the project's bytecode first)
+
 PY = sys.executable
 
 GUI_CHILD = r"""

@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import common  # noqa: F401  (importing it compiles the project's bytecode first)
+
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO.parent / "shared" / "corpus" / "picklescan"
 BENCH_BIN = REPO / "benchmarks" / ".bench-venv" / "bin"
