@@ -12,6 +12,7 @@ from __future__ import annotations
 import pickle
 import random
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -413,3 +414,42 @@ def test_a_later_part_that_is_no_object_is_refused(tmp_path):
     with pytest.raises(SandboxError) as err:
         run_job({"op": "dry-run", "path": str(blobs)}, gate=parts)
     assert err.value.code == "bad_request"
+
+
+def _broken_directory(data: bytes) -> bytes:
+    """The archive with its second central-directory entry's signature spoiled: zipfile and
+    torch's reader refuse the whole archive; the first entry still names data.pkl."""
+    buf = bytearray(data)
+    first = buf.find(b"PK\x01\x02")
+    second = buf.find(b"PK\x01\x02", first + 4)
+    buf[second:second + 4] = b"PK\x01\x09"
+    return bytes(buf)
+
+
+def test_a_pickle_in_an_archive_no_reader_opens_is_apart_from_the_verdicts_imports(
+        tmp_path, jailed_readings):
+    """No loader reads the payload of an archive zipfile and torch refuse (proven: both raise,
+    no canary), so its import is not the verdict's: it is an `unreached-pickle` finding,
+    still dangerous. The same payload in a sound archive is a global."""
+    from factories import mal_zip_data_pkl
+
+    canary = tmp_path / "canary"
+    sound = mal_zip_data_pkl(tmp_path / "sound.pt", canary)
+    broken = tmp_path / "broken.pt"
+    broken.write_bytes(_broken_directory(sound.read_bytes()))
+    refusals = subprocess.run(
+        [sys.executable, "-c", "import sys, torch, zipfile\n"
+         "for load in (lambda p: torch.load(p, weights_only=False), zipfile.ZipFile):\n"
+         "    try:\n        load(sys.argv[1])\n    except Exception as e:\n"
+         "        print(type(e).__name__)\n", str(broken)],
+        capture_output=True, text=True, timeout=300, check=True).stdout.split()
+    assert len(refusals) == 2 and not canary.exists(), refusals
+
+    res = scan_file(broken)
+    assert res.verdict == "dangerous"
+    assert ("os", "system") not in {(g.module, g.name) for g in res.globals}
+    apart = [f for f in res.findings if f.code == "unreached-pickle"]
+    assert apart and apart[0].severity == "dangerous" and "os.system" in apart[0].message
+    res = scan_file(sound)
+    assert ("os", "system") in {(g.module, g.name) for g in res.globals}
+    assert not any(f.code == "unreached-pickle" for f in res.findings)

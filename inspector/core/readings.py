@@ -18,7 +18,10 @@ pure-Python one (joblib), recording every import and call. `apply` then folds in
 - calls outside the call allow-list (`policy.call_verdict`), with their reconstructed call and
   code-like arguments read whole;
 - pickles held in values (raw, base64, hex, in stages), as `nested-pickle-value` on the key that
-  holds them, and code-like text in values (`code-in-value`, info).
+  holds them, and code-like text in values (`code-in-value`, info);
+- `unreached-pickle`: imports read in bytes no loader reads as a pickle (a blob not `reached`:
+  a member of an archive no zip reader hands out so), kept apart from the globals and as
+  severe as the worst of them (`_unreached`).
 
 A file the walker called no checkpoint becomes one when a real reading reads a pickle from it.
 """
@@ -61,6 +64,9 @@ class Blob:
     # reads whole files, never archive members)
     kinds: tuple[str, ...] = ("c", "c-nopeek", "py")
     py_opcodes: int = 0  # the pure-Python reading's opcode budget (`py_budget`)
+    # whether a loader reads these bytes as pickles: False for a member the scan reads from
+    # an archive no loader opens that way (`ScanContext.unreached`), read out of caution only
+    reached: bool = True
 
 
 PY_OPCODES_BASE = 250_000
@@ -153,7 +159,7 @@ def blobs_of(walked: Iterable[Blob], whole, path: str, size: int) -> list[Blob]:
             first.walker |= blob.walker
         else:
             out.append(Blob(blob.member, blob.starts, blob.walker, data=bytes(blob.data),
-                            kinds=blob.kinds, py_opcodes=budget))
+                            kinds=blob.kinds, py_opcodes=budget, reached=blob.reached))
     return out
 
 
@@ -309,13 +315,19 @@ def _fold(results: list, answer: dict) -> None:
     i = 0
     for r in results:
         real: set[tuple[str, str]] = set()
+        over: set[tuple[str, str]] = set()
         read_blobs = []
         for b in r._blobs:
-            real |= apply(r, b, by_blob.get(i, []))
+            resolved = apply(r, b, by_blob.get(i, []))
+            if b.reached:
+                real |= resolved
+            else:
+                over |= resolved
             if by_blob.get(i):
                 read_blobs.append(b)
             i += 1
-        _walker_only(r, read_blobs, real)
+        _unreached(r, [b for b in read_blobs if not b.reached], real, over)
+        _walker_only(r, [b for b in read_blobs if b.reached], real)
         r._blobs = []
 
 
@@ -382,7 +394,7 @@ def apply(res, blob: Blob, records: list[dict]) -> set[tuple[str, str]]:
                  f"the value at {value['key'] or '<root>'} reads like code: "
                  f"{value['text'][:120]!r}", None, _key(where, value["key"]))
     for (module, name), count in real.items():
-        if (module, name) not in uses:
+        if (module, name) not in uses and blob.reached:
             verdict = classify(module, name, rules)
             use = GlobalUse(module, name, count, verdict.severity, verdict.reason,
                             [where] if where else [])
@@ -409,6 +421,33 @@ def apply(res, blob: Blob, records: list[dict]) -> set[tuple[str, str]]:
     res.globals.sort(key=lambda g: (-_RANK[g.severity], g.module, g.name))
     res.verdict = _recount(res)
     return set(real)
+
+
+def _unreached(res, blobs: list[Blob], real: set[tuple[str, str]],
+               over: set[tuple[str, str]]) -> None:
+    """Imports of pickles in bytes no loader reads as pickles (`Blob.reached` False: members
+    of an archive no loader opens that way), which no loader's reading resolves, are not the
+    verdict's globals: they are one `unreached-pickle` finding, as severe as the worst of them
+    (a crafted archive keeps its payload dangerous), naming what the scan found there."""
+    from inspector.core.scan import Finding
+
+    names = (over | set().union(*(b.walker for b in blobs))) - real
+    names = {n for n in names if _importable(*n)}
+    if not names:
+        return
+    rules = weights_only_rules()
+    judged = {n: classify(n[0], n[1], rules).severity for n in names}
+    res.globals[:] = [g for g in res.globals if (g.module, g.name) not in names]
+    severity = Severity(worst([Severity.INFO, *judged.values()]))
+    if len(res.findings) < 4000:
+        members = sorted({b.member for b in blobs if b.member}, key=str)
+        shown = ", ".join(sorted(f"{m}.{n}" for m, n in names)[:6])
+        res.findings.append(Finding(
+            severity, "unreached-pickle",
+            f"a pickle in bytes no loader reads as one (an archive no zip reader opens so) "
+            f"imports {shown}; the scan read it because a repairing reader might",
+            members[0] if len(members) == 1 else None))
+    res.verdict = _recount(res)
 
 
 def _walker_only(res, blobs: list[Blob], real: set[tuple[str, str]]) -> None:

@@ -11,7 +11,8 @@ What a format module calls: `find`, `block`, `not_fully_read`, `walk`, `probe`, 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 from inspector.core import decompress, readings, zipread
 from inspector.core.code_text import looks_like_code
@@ -64,6 +65,8 @@ class ScanContext:
         self.records: dict[tuple[int, int, int], zipread.Member] = {}  # zip records read
         self.blobs: dict[int, readings.Blob] = {}  # every buffer walked, for the real readers
         self.member_of: dict[int, str] = {}  # archive members' buffers, by id, and their names
+        # buffers no loader reads as pickles (`read_apart`)
+        self.unreached: set[int] = set()
 
     def find(self, severity: str, code: str, message: str, member: str | None = None,
              offset: int | None = None, call: str | None = None) -> None:
@@ -78,6 +81,18 @@ class ScanContext:
         blockers = self.result.weights_only_blockers
         if reason not in blockers and len(blockers) < 200:
             blockers.append(reason)
+
+    @contextlib.contextmanager
+    def read_apart(self, data: bytes, apart: bool) -> Iterator[None]:
+        """While inside, walks of `data` make a blob no loader reads as pickles when `apart`
+        (an archive member no zip reader hands a loader that way): read out of caution, its
+        imports stay apart from the verdict's (`readings._unreached`)."""
+        if apart:
+            self.unreached.add(id(data))
+        try:
+            yield
+        finally:
+            self.unreached.discard(id(data))
 
     def walk(self, data: bytes, start: int = 0, through: bool = False) -> PickleScan:
         """Walk the pickle at `start` within the file's budget (as both buffered and unbuffered
@@ -112,7 +127,7 @@ class ScanContext:
             member = self.member_of.get(id(data))
             blob = self.blobs[id(data)] = readings.Blob(
                 member, set(), data=data, kinds=("c", "c-nopeek") if member else
-                ("c", "c-nopeek", "py"))
+                ("c", "c-nopeek", "py"), reached=id(data) not in self.unreached)
         if len(blob.starts) < 4096:
             blob.starts.add(start)
         blob.walker.update((g.module, g.name) for g in scan.globals)

@@ -183,6 +183,21 @@ FINDING_TEXT: dict[str, tuple[str, str]] = {
         "The pickle stops or breaks part-way; everything before the break was still scanned.",
         "A damaged download or a deliberately corrupt tail; get the file again.",
     ),
+    "parser-differential": (
+        "Python's own unpickler and the scanner's parser read these bytes differently: the "
+        "mark of a file crafted to slip past scanners.",
+        "Treat the file as hostile; do not load it.",
+    ),
+    "unreached-pickle": (
+        "A pickle sits in bytes no loader reads as one (an archive no zip reader opens that "
+        "way); it was read anyway, since a tool that repairs the archive would run it.",
+        "Do not repair or extract the file; get it from its source again.",
+    ),
+    "zip-reader-differential": (
+        "Python's zipfile hands out other bytes for a member than the archive's own records "
+        "give: two readers see two different files. Both were scanned.",
+        "Treat the file as tampered with; get it from its source again.",
+    ),
 }
 
 CALLS_CAPTION = ("Unpickling it would call (rebuilt from the opcodes; nothing was run). "

@@ -40,6 +40,7 @@ import re
 from collections.abc import Callable
 
 from inspector.core.code_text import looks_like_code
+from inspector.core.map_io import MapIO
 from inspector.core.progress import CancelToken
 
 MAX_PICKLES = 10_000  # pickles one stream reading follows (a million tiny ones: the walker)
@@ -269,51 +270,18 @@ _READERS = {(kind, persistent): _reader_class(
     for kind in KINDS for persistent in (False, True)}
 
 
-class _MapIO(io.RawIOBase):
-    """A read-only file over a slice of bytes or a mapping, copying nothing up front."""
-
-    def __init__(self, data, start: int = 0) -> None:
-        self._view = memoryview(data)
-        self._pos = start
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        base = (0, self._pos, len(self._view))[whence]
-        self._pos = max(0, base + pos)
-        return self._pos
-
-    def readinto(self, buffer) -> int:
-        chunk = self._view[self._pos:self._pos + len(buffer)]
-        n = len(chunk)
-        buffer[:n] = chunk
-        self._pos += n
-        return n
-
-    def close(self) -> None:
-        self._view.release()
-        super().close()
-
-
 def read_stream(data, start: int, kind: str, persistent: bool = True,
                 py_opcodes: int = MAX_PY_OPCODES) -> tuple[dict, list]:
     """One reading of the pickles from `start` by reader `kind`; returns its record (with
     `boundaries`, where each pickle it read ended) and the values loaded."""
     log = _Log()
     if kind == "c":
-        fh = io.BufferedReader(_MapIO(data, start), 1 << 16)
+        fh = io.BufferedReader(MapIO(data, start), 1 << 16)
     elif len(data) <= MAX_COPY:  # io.BytesIO is C: a Python readinto per opcode is not
         fh = io.BytesIO(bytes(data))
         fh.seek(start)
     else:
-        fh = _MapIO(data, start)
+        fh = MapIO(data, start)
     reader = _READERS[(kind, persistent)](fh, log)
     if kind == "py":
         reader.dispatch = _CountedDispatch(py_opcodes)

@@ -5,8 +5,10 @@ back-to-back archives (`distcp`) through the ranges a DCP `.metadata` lists."""
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import struct
+import zipfile
 import zlib
 from typing import TYPE_CHECKING
 
@@ -16,6 +18,7 @@ from inspector.core.formats.pickle_stream import carve, fold_pickles, pickle_hea
 from inspector.core.formats.registry import FormatSpec, register
 from inspector.core.formats.sniffing import NPY_MAGIC, PICKLE_FIRST_BYTES, zip_kind
 from inspector.core.formats.torch_zip import TORCH_READS, check_records
+from inspector.core.map_io import MapIO
 from inspector.core.pickle_scan import imports, looks_like_pickle
 from inspector.core.scan_budget import MAX_MEMBER_BYTES
 from inspector.core.vocabulary import Format, Severity
@@ -32,7 +35,11 @@ def scan_zip(ctx: ScanContext, buf) -> None:
     if ctx.archives is None:
         spans = zipread.archive_spans(buf)
         if len(spans) == 1:
-            scan_archive(ctx, buf, zipread.read_zip(buf))
+            # torch reads the archive as its end record places it; numpy too unless zipfile
+            # shifts it (then numpy's is the other reading, `_scan_zipfile_view`)
+            shifted = bool(zipread.zipfile_shift(buf))
+            scan_archive(ctx, buf, zipread.read_zip(buf),
+                         TORCH_READS_IT if shifted else BOTH_READ_IT)
             _scan_zipfile_view(ctx, buf)
             return
     else:
@@ -46,7 +53,7 @@ def scan_zip(ctx: ScanContext, buf) -> None:
             return
     refuses, blockers = ctx.torch_refuses, list(ctx.result.weights_only_blockers)
     for start, end in spans:
-        scan_archive(ctx, buf, zipread.read_zip(buf, start, end))
+        scan_archive(ctx, buf, zipread.read_zip(buf, start, end), span=(start, end))
     for start, end in _uncovered(spans, len(buf)):
         spans += scan_gap(ctx, buf, start, end)
     # what torch.load itself reads is decided below, not by every archive's content
@@ -71,7 +78,7 @@ def _scan_zipfile_view(ctx: ScanContext, buf) -> None:
     refuses, blockers = ctx.torch_refuses, list(ctx.result.weights_only_blockers)
     fmt = ctx.result.format
     try:
-        scan_archive(ctx, buf, zipread.read_zip(buf, shift))
+        scan_archive(ctx, buf, zipread.read_zip(buf, shift), NUMPY_READS_IT)
     except (ValueError, struct.error) as exc:
         ctx.find(Severity.SUSPICIOUS, "zip-unreadable",
                  f"the shifted reading could not be read: {exc}")
@@ -163,8 +170,29 @@ def _record_may_be_pickle(ctx: ScanContext, buf, m: zipread.Member) -> bool:
     return imports(ctx.probe(buf, m.data_offset))
 
 
-def scan_archive(ctx: ScanContext, buf, archive: zipread.ZipArchive) -> None:
+TORCH_PICKLES = (".pkl", ".debug_pkl")  # torch.load, DCP, torch.jit.load unpickle these
+TORCH_READS_IT = frozenset({"torch"})  # its TORCH_PICKLES members
+NUMPY_READS_IT = frozenset({"numpy"})  # its .npy members: numpy.load
+BOTH_READ_IT = TORCH_READS_IT | NUMPY_READS_IT
+
+
+def scan_archive(ctx: ScanContext, buf, archive: zipread.ZipArchive,
+                 readers: frozenset[str] = BOTH_READ_IT, span: tuple[int, int] | None = None,
+                 ) -> None:
+    """Every member of one reading of an archive (the archive `buf[span]`, all of `buf` when
+    None). `readers`: the loaders that read the archive this way. A member the loaders never
+    hand out as a pickle (`_handed_out`) is still walked and read, but its imports stay apart
+    from the verdict's (`ScanContext.unreached`)."""
     members = archive.members
+    handed = _handed_out(buf, span, readers) if archive.anomalies else None
+
+    walked: dict[str, bytes] = {}
+
+    def apart(m: zipread.Member, data: bytes, loader: str):
+        walked[m.name] = data
+        unread = loader not in readers or (handed is not None and handed.get(m.name) != data)
+        return ctx.read_apart(data, unread)
+
     kind = zip_kind([m.name for m in members])
     if ctx.result.format in (Format.UNKNOWN, Format.ZIP, Format.NPZ) or kind in (
             Format.TORCHSCRIPT, Format.TORCH_EXPORT):
@@ -244,10 +272,12 @@ def scan_archive(ctx: ScanContext, buf, archive: zipread.ZipArchive) -> None:
                               and data[0] in PICKLE_FIRST_BYTES)):
             continue
         if data.startswith(NPY_MAGIC):
-            scan_member_npy(ctx, data, m.name)
+            with apart(m, data, "numpy"):
+                scan_member_npy(ctx, data, m.name)
             continue
         ctx.member_of[id(data)] = m.name
-        scan = ctx.walk(data)
+        with apart(m, data, "torch" if m.name.endswith(TORCH_PICKLES) else ""):
+            scan = ctx.walk(data)
         if not (imports(scan) if is_record else looks_like_pickle(scan)):
             if m.encrypted:
                 ctx.find(Severity.SUSPICIOUS, "zip-encrypted", "encrypted member cannot be scanned",
@@ -268,6 +298,9 @@ def scan_archive(ctx: ScanContext, buf, archive: zipread.ZipArchive) -> None:
             ctx.find(Severity.SUSPICIOUS, "zip-extra-pickle",
                      "a pickle torch.load never reads; it was "
                      "scanned because other loaders may unpickle it", m.name)
+    for name, data in (handed or {}).items():
+        if walked.get(name) != data:
+            _scan_handed_out(ctx, name, data)
     if skipped_crc:
         ctx.find(Severity.INFO, "zip-crc-skipped",
                  f"CRC-32 of {skipped_crc} large tensor records not "
@@ -278,6 +311,57 @@ def scan_archive(ctx: ScanContext, buf, archive: zipread.ZipArchive) -> None:
                                            in TORCH_READS):
                 ctx.block(f"{m.name} has encryption/patch flag bits torch cannot read")
     check_records(ctx, storages, by_name, prefix, kind)
+
+
+def _handed_out(buf, span: tuple[int, int] | None, readers: frozenset[str]) -> dict[str, bytes]:
+    """The members a loader reads from a damaged archive, as zipfile (numpy.load's reader,
+    and the stand-in for torch's miniz, which checks no CRC either) hands them out: none when
+    it refuses the archive, and for torch none when zipfile shifts the archive's offsets
+    (torch takes them as written). Only .pkl and .npy members, the pickles loaders read."""
+    start, end = span or (0, len(buf))
+    out: dict[str, bytes] = {}
+    with memoryview(buf) as whole, MapIO(whole[start:end]) as fh:
+        try:
+            archive = zipfile.ZipFile(fh)
+            # where the end record puts the directory, as zipfile itself reads it
+            shifted = archive.start_dir != zipfile._EndRecData(fh)[zipfile._ECD_OFFSET]
+        except Exception:
+            return out
+        with archive:
+            _hand_out(archive, readers, shifted, out)
+    return out
+
+
+def _hand_out(archive: zipfile.ZipFile, readers: frozenset[str], shifted: bool,
+              out: dict[str, bytes]) -> None:
+    """The pickle members of `archive` its loaders read, into `out` by name."""
+    for info in archive.infolist()[:MAX_HANDED_OUT]:
+        loader = "numpy" if info.filename.endswith(".npy") else "torch"
+        if not info.filename.endswith((*TORCH_PICKLES, ".npy")) or loader not in readers or (
+                loader == "torch" and shifted) or info.file_size > MAX_MEMBER_BYTES:
+            continue
+        info.CRC = None  # no CRC check: torch's reader makes none
+        with contextlib.suppress(Exception):
+            out[info.filename] = archive.read(info)
+
+
+def _scan_handed_out(ctx: ScanContext, name: str, data: bytes) -> None:
+    """A member zipfile hands a loader with other bytes than the scan's own reading of the
+    archive gave (or none): the loader reads these, so they are scanned too."""
+    ctx.find(Severity.SUSPICIOUS, "zip-reader-differential",
+             "Python's zipfile hands a loader other bytes for this member than the archive's "
+             "own records give; both were scanned", name)
+    if data.startswith(NPY_MAGIC):
+        scan_member_npy(ctx, data, name)
+        return
+    ctx.member_of[id(data)] = name
+    scan = ctx.walk(data)
+    if looks_like_pickle(scan):
+        fold_pickles(ctx, data, name, scan, 0)
+
+
+MAX_HANDED_OUT = 1000
+"""Directory entries of one damaged archive whose loader reading is compared."""
 
 
 def _read_before(ctx: ScanContext, m: zipread.Member) -> bool:
