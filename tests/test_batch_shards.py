@@ -165,8 +165,11 @@ def test_verify_shards_cover_the_folder_once_resume_and_merge_with_the_scan(mode
     for i in range(3):
         out = _cli("verify", "-m", manifest, models, "--json", "--shard", f"{i}/3",
                    "--results", results[i])
-        assert out.returncode in (0, 1), out.stderr
-        seen += json.loads(out.stdout)["files"]
+        # the partition follows the paths, so a shard may own none of these seven files
+        # (about one run in six): it then says nothing was checked, and fails
+        owns = any(Shard(i, 3).owns(str(p)) for p in models.iterdir())
+        assert out.returncode in ((0, 1) if owns else (3,)), out.stdout + out.stderr
+        seen += json.loads(out.stdout).get("files", [])
     assert sorted(seen, key=lambda f: f["path"]) == sorted(whole["files"],
                                                             key=lambda f: f["path"])
     kept = [r for r in results if journal.read(r).of_kind("verify.result")]
