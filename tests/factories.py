@@ -500,6 +500,17 @@ def mal_zip_data_pkl(path: Path, canary: Path) -> Path:
     return _write(path, _rewrite_zip(src, {"/data.pkl": call("os", "system", touch_cmd(canary))}))
 
 
+def mal_zip_broken_directory(path: Path, canary: Path) -> Path:
+    """`mal_zip_data_pkl` with its second central-directory entry's signature spoiled:
+    zipfile and torch's reader refuse the whole archive, and the first entry still names the
+    data.pkl payload (no loader runs it)."""
+    buf = bytearray(mal_zip_data_pkl(path, canary).read_bytes())
+    first = buf.find(b"PK\x01\x02")
+    second = buf.find(b"PK\x01\x02", first + 4)
+    buf[second:second + 4] = b"PK\x01\x09"
+    return _write(path, bytes(buf))
+
+
 def _patch_zip_flags(data: bytes, flag: int) -> bytes:
     """Set a general-purpose flag bit in every local and central header."""
     buf = bytearray(data)

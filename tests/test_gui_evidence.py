@@ -271,3 +271,27 @@ def test_screenshots_of_the_evidence_light_and_dark(window, qtbot, tmp_path, can
             window.tabs.setCurrentWidget(window.overview)
     finally:
         appmod.set_theme("system")
+
+
+def test_a_payload_no_zip_reader_hands_out_is_shown_apart_and_explained(window, qtbot, tmp_path,
+                                                                      canary, artifacts):
+    """An os.system in an archive zipfile and torch refuse, scanned with the loaders' jailed
+    readings as the app runs them (`cli.main` installs them): the file is still dangerous,
+    the import is no "offending import" of the file, and the Overview says why in words (the
+    `unreached-pickle` finding and its explanation)."""
+    from inspector.core import readings
+    from inspector.gui.explain import FINDING_TEXT
+    from inspector.sandbox.client import dry_run_reader
+
+    window.resize(1280, 720)
+    with readings.installed(dry_run_reader):
+        doc = open_blocked(window, qtbot, factories.mal_zip_broken_directory(
+            tmp_path / "broken.pt", canary))
+    assert doc.verdict == "dangerous"
+    text = " ".join(window.overview.findings.toPlainText().split())
+    meaning, action = FINDING_TEXT["unreached-pickle"]
+    assert "Offending imports" not in text
+    assert "unreached-pickle" in text and "os.system" in text
+    assert " ".join(meaning.split()) in text and action in text
+    qtbot.wait(150)
+    assert window.grab().save(str(artifacts / "gui" / "overview-unreached-1280x720.png"))

@@ -416,27 +416,16 @@ def test_a_later_part_that_is_no_object_is_refused(tmp_path):
     assert err.value.code == "bad_request"
 
 
-def _broken_directory(data: bytes) -> bytes:
-    """The archive with its second central-directory entry's signature spoiled: zipfile and
-    torch's reader refuse the whole archive; the first entry still names data.pkl."""
-    buf = bytearray(data)
-    first = buf.find(b"PK\x01\x02")
-    second = buf.find(b"PK\x01\x02", first + 4)
-    buf[second:second + 4] = b"PK\x01\x09"
-    return bytes(buf)
-
-
 def test_a_pickle_in_an_archive_no_reader_opens_is_apart_from_the_verdicts_imports(
         tmp_path, jailed_readings):
     """No loader reads the payload of an archive zipfile and torch refuse (proven: both raise,
     no canary), so its import is not the verdict's: it is an `unreached-pickle` finding,
     still dangerous. The same payload in a sound archive is a global."""
-    from factories import mal_zip_data_pkl
+    from factories import mal_zip_broken_directory, mal_zip_data_pkl
 
     canary = tmp_path / "canary"
     sound = mal_zip_data_pkl(tmp_path / "sound.pt", canary)
-    broken = tmp_path / "broken.pt"
-    broken.write_bytes(_broken_directory(sound.read_bytes()))
+    broken = mal_zip_broken_directory(tmp_path / "broken.pt", canary)
     refusals = subprocess.run(
         [sys.executable, "-c", "import sys, torch, zipfile\n"
          "for load in (lambda p: torch.load(p, weights_only=False), zipfile.ZipFile):\n"

@@ -127,6 +127,13 @@ HEALTH_NOT_LOADED = Explanation("Weights health: not judged",
                                 "The weights were not loaded, so their values were not read.", "")
 
 # Finding codes from the static scan; unknown codes fall back to the severity's advice.
+# an archive whose structure zip readers disagree on, or refuse: damaged, or made to differ
+_ZIP_STRUCTURE = (
+    "The archive's own structure is broken or inconsistent: zip readers refuse it, or each "
+    "reads a different file from it.",
+    "Do not repair or extract it; get the file from its source again.",
+)
+
 FINDING_TEXT: dict[str, tuple[str, str]] = {
     "dangerous_global": (
         "The pickle imports a function that can run code or reach the operating system.",
@@ -183,6 +190,8 @@ FINDING_TEXT: dict[str, tuple[str, str]] = {
         "The pickle stops or breaks part-way; everything before the break was still scanned.",
         "A damaged download or a deliberately corrupt tail; get the file again.",
     ),
+    **dict.fromkeys(("zip-central-directory", "zip-offset-shift", "zip-bad-offset",
+                     "zip-name-mismatch"), _ZIP_STRUCTURE),
     "parser-differential": (
         "Python's own unpickler and the scanner's parser read these bytes differently: the "
         "mark of a file crafted to slip past scanners.",
