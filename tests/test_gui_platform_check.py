@@ -143,3 +143,33 @@ def test_the_troubleshooting_page_lists_every_library_and_package():
         assert row in page, lib
     sample = re.search(r"```\n(ckpt-inspector: .*)\n```", page).group(1)
     assert sample == install_hint(["libxcb-icccm.so.4", "libxcb-keysyms.so.1"], family(DEBIAN))
+
+
+@pytest.mark.parametrize("entry", ["ckpt-inspector-gui", "ckpt-inspector"])
+def test_both_entry_points_open_the_app_with_the_loaders_jailed_readings(entry, monkeypatch):
+    """`ckpt-inspector-gui` and `ckpt-inspector` start the same app, and its scans (in any
+    thread) run the loaders' own readings in the jail, not the static walk alone."""
+    import threading
+
+    from inspector import cli
+    from inspector.cli import gui_cmd
+    from inspector.core import readings
+
+    seen = []
+
+    def app(argv):
+        worker = threading.Thread(target=lambda: seen.append(readings.current_reader()))
+        worker.start()
+        worker.join()
+        return 0
+
+    monkeypatch.setattr(gui_cmd, "run_gui", app)
+    monkeypatch.setattr(sys, "argv", ["ckpt-inspector"])
+    if entry == "ckpt-inspector-gui":
+        with pytest.raises(SystemExit) as done:
+            gui_cmd.main()
+        assert done.value.code == 0
+    else:
+        assert cli.main([]) == 0
+    assert seen == [cli._jailed]
+    assert readings.current_reader() is None  # restored once the app has quit

@@ -109,9 +109,9 @@ class _Jailed:
 _jailed = _Jailed()
 
 
-def _jailed_readings():
-    """Every scan of the command also runs the loaders' own readings in the jail
-    (`core.readings`); the user's process still never unpickles. Restored when it returns."""
+def jailed_readings():
+    """Every scan inside, in any thread (the app's too), also runs the loaders' own readings in
+    the jail (`core.readings`); the user's process still never unpickles. Restored after."""
     from inspector.core import readings
 
     return readings.installed(_jailed)
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ckpt-inspector: '{argv[0]}' is not a command or a file; {hint} "
               "(ckpt-inspector --help lists them)", file=sys.stderr)
         return EXIT_OPTION
-    with _jailed_readings():
+    with jailed_readings():
         return _main(argv, command)
 
 

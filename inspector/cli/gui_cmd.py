@@ -70,5 +70,10 @@ def _headless(args: argparse.Namespace) -> int:
 
 
 def main() -> None:
-    """Entry point of the `ckpt-inspector-gui` script."""
-    sys.exit(run_gui(sys.argv[1:]))
+    """Entry point of the `ckpt-inspector-gui` script: the app's scans run the loaders' jailed
+    readings, as under `ckpt-inspector` (`cli.main`)."""
+    from inspector.cli import jailed_readings
+
+    with jailed_readings():
+        status = run_gui(sys.argv[1:])
+    sys.exit(status)
