@@ -139,8 +139,7 @@ def scan_file(path: str | os.PathLike, archives: list[tuple[int, int]] | None = 
     if readings.is_deferred() or readings.current_reader() is None:
         return _scan_file(p, archives, crc_budget)
     in_place = [p] if file_size(p) > SMALL_FILE else []
-    return readings.read_while(map(lambda q: _scan_file(q, archives, crc_budget), [p]),
-                               in_place)[0]
+    return readings.read_while(map(_scan_file, [p], [archives], [crc_budget]), in_place)[0]
 
 
 def _scan_file(p: str, archives: list[tuple[int, int]] | None, crc_budget: int) -> ScanResult:

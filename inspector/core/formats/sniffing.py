@@ -151,7 +151,7 @@ def parse_npy_header(buf) -> tuple[NpyHeader, int]:
 # A header exactly as `numpy.save` writes one for a plain numeric array: `repr` of its sorted
 # dict, padding spaces, one newline. NumPy's literal_eval of such text has one answer, read off
 # the groups; any other header (however harmless) goes to NumPy's own reader. Importing NumPy
-# costs a folder scan about 0.2 s, most of the CLI's time over a few npz files.
+# costs a folder scan about 0.2 s, a fifth of the CLI's time over 100 mixed checkpoints.
 _DIM = rb"(?:0|[1-9][0-9]{0,17})"
 _WRITTEN_HEADER = re.compile(
     rb"\{'descr': '(?:\|[biu]1|[<>](?:[iu][248]|f[248]|c8|c16))', "

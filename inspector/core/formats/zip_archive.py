@@ -37,10 +37,10 @@ def scan_zip(ctx: ScanContext, buf) -> None:
         if len(spans) == 1:
             # torch reads the archive as its end record places it; numpy too unless zipfile
             # shifts it (then numpy's is the other reading, `_scan_zipfile_view`)
-            shifted = bool(zipread.zipfile_shift(buf))
+            shift = zipread.zipfile_shift(buf)
             scan_archive(ctx, buf, zipread.read_zip(buf),
-                         TORCH_READS_IT if shifted else BOTH_READ_IT)
-            _scan_zipfile_view(ctx, buf)
+                         TORCH_READS_IT if shift else BOTH_READ_IT)
+            _scan_zipfile_view(ctx, buf, shift)
             return
     else:
         if isinstance(buf, mmap.mmap):
@@ -64,11 +64,11 @@ def scan_zip(ctx: ScanContext, buf) -> None:
     _torch_view(ctx, buf, sorted(spans))
 
 
-def _scan_zipfile_view(ctx: ScanContext, buf) -> None:
+def _scan_zipfile_view(ctx: ScanContext, buf, shift: int) -> None:
     """An archive whose end record's directory offset is not where its directory lies: Python's
     zipfile (numpy.load) shifts every offset by the difference, torch's reader does not, so the
-    archive zipfile reads is scanned too. torch.load reads only the unshifted one."""
-    shift = zipread.zipfile_shift(buf)
+    archive zipfile reads is scanned too. torch.load reads only the unshifted one. `shift`:
+    how far zipfile moves the offsets (`zipread.zipfile_shift`, 0 for none)."""
     if not shift:
         return
     ctx.find(Severity.SUSPICIOUS, "zip-offset-shift",
