@@ -429,25 +429,16 @@ def _unreached(res, blobs: list[Blob], real: set[tuple[str, str]],
     of an archive no loader opens that way), which no loader's reading resolves, are not the
     verdict's globals: they are one `unreached-pickle` finding, as severe as the worst of them
     (a crafted archive keeps its payload dangerous), naming what the scan found there."""
-    from inspector.core.scan import Finding
-
     names = (over | set().union(*(b.walker for b in blobs))) - real
     names = {n for n in names if _importable(*n)}
     if not names:
         return
     rules = weights_only_rules()
-    judged = {n: classify(n[0], n[1], rules).severity for n in names}
-    res.globals[:] = [g for g in res.globals if (g.module, g.name) not in names]
-    severity = Severity(worst([Severity.INFO, *judged.values()]))
-    if len(res.findings) < 4000:
-        members = sorted({b.member for b in blobs if b.member}, key=str)
-        shown = ", ".join(sorted(f"{m}.{n}" for m, n in names)[:6])
-        res.findings.append(Finding(
-            severity, "unreached-pickle",
-            f"a pickle in bytes no loader reads as one (an archive no zip reader opens so) "
-            f"imports {shown}; the scan read it because a repairing reader might",
-            members[0] if len(members) == 1 else None))
-    res.verdict = _recount(res)
+    severity = worst([Severity.INFO, *(classify(m, n, rules).severity for m, n in names)])
+    shown = ", ".join(sorted(f"{m}.{n}" for m, n in names)[:6])
+    _set_apart(res, names, [b for b in blobs if b.member], severity, "unreached-pickle",
+               f"a pickle in bytes no loader reads as one (an archive no zip reader opens so) "
+               f"imports {shown}; the scan read it because a repairing reader might")
 
 
 def _walker_only(res, blobs: list[Blob], real: set[tuple[str, str]]) -> None:
@@ -457,24 +448,32 @@ def _walker_only(res, blobs: list[Blob], real: set[tuple[str, str]]) -> None:
     dangerous). Names no import system resolves (Python source in a TorchScript archive read
     as protocol-0 text) fail in any loader before code runs: no finding unless one is worse
     than suspicious."""
-    from inspector.core.scan import Finding
-
     walked = set().union(*(b.walker for b in blobs)) - real
     if ("numpy", "dtype") in walked:  # the dtype classes listed for what it builds go with it
         walked |= {tuple(c.rsplit(".", 1)) for c in numpy_dtype_classes()} - real
     gone = [g for g in res.globals if (g.module, g.name) in walked]
     if not gone:
         return
-    res.globals[:] = [g for g in res.globals if (g.module, g.name) not in walked]
     shown = [g for g in gone if _importable(g.module, g.name) or g.severity == Severity.DANGEROUS]
-    severity = Severity(worst([Severity.SUSPICIOUS] + [g.severity for g in shown]))
-    if shown and len(res.findings) < 4000:
-        members = sorted({b.member for b in blobs if b.walker & walked}, key=str)
-        names = ", ".join(sorted(g.import_name for g in shown)[:6])
-        res.findings.append(Finding(
-            severity, "parser-differential",
-            f"the static walk sees imports no real unpickler reaches ({names})",
-            members[0] if len(members) == 1 else None))
+    severity = worst([Severity.SUSPICIOUS] + [g.severity for g in shown])
+    names = ", ".join(sorted(g.import_name for g in shown)[:6])
+    _set_apart(res, walked, [b for b in blobs if b.walker & walked], severity,
+               "parser-differential",
+               f"the static walk sees imports no real unpickler reaches ({names})" if shown
+               else None)
+
+
+def _set_apart(res, names: set[tuple[str, str]], holding: list[Blob], severity: str, code: str,
+               message: str | None) -> None:
+    """Takes `names` out of the verdict's globals into one finding `code` (none when `message`
+    is None), on the member of the `holding` blobs when they are all one, and recounts."""
+    from inspector.core.scan import Finding
+
+    res.globals[:] = [g for g in res.globals if (g.module, g.name) not in names]
+    members = {b.member for b in holding}
+    if message is not None and len(res.findings) < 4000:
+        res.findings.append(Finding(Severity(severity), code, message,
+                                    next(iter(members)) if len(members) == 1 else None))
     res.verdict = _recount(res)
 
 
