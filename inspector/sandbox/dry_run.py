@@ -455,11 +455,12 @@ def dry_run(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
     # Collection runs after each blob instead, over what that blob left, so garbage cycles a
     # hostile stream makes are freed blob by blob; the worker's own objects are frozen first.
     gc.freeze()
-    index = parts = 0
+    index = parts = received = 0
     try:
         for part in itertools.chain([request], request.get("_parts", ())):
             parts += 1
             items = part.get("readings", [])
+            received += len(items)  # a streamed request's total grows part by part
             for item in items:
                 cancel.check()
                 offset, length = int(item["offset"]), int(item["length"])
@@ -473,7 +474,8 @@ def dry_run(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
                     gc.enable()
                     gc.collect(0)  # all this blob allocated is still in the youngest generation
                 index += 1
-                emit({"type": "progress", "stage": "dry-run", "done": index, "total": index})
+                emit({"type": "progress", "stage": "dry-run", "done": index,
+                      "total": received})
     finally:
         for m in maps.values():
             if isinstance(m, mmap.mmap):
