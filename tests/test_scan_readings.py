@@ -419,8 +419,9 @@ def test_a_later_part_that_is_no_object_is_refused(tmp_path):
 def test_a_pickle_in_an_archive_no_reader_opens_is_apart_from_the_verdicts_imports(
         tmp_path, jailed_readings):
     """No loader reads the payload of an archive zipfile and torch refuse (proven: both raise,
-    no canary), so its import is not the verdict's: it is an `unreached-pickle` finding,
-    still dangerous. The same payload in a sound archive is a global."""
+    no canary, while the sound archive's payload runs under torch.load), so its import is not
+    the verdict's: it is an `unreached-pickle` finding, still dangerous. The same payload in a
+    sound archive is a global."""
     from factories import mal_zip_broken_directory, mal_zip_data_pkl
 
     canary = tmp_path / "canary"
@@ -433,6 +434,12 @@ def test_a_pickle_in_an_archive_no_reader_opens_is_apart_from_the_verdicts_impor
          "        print(type(e).__name__)\n", str(broken)],
         capture_output=True, text=True, timeout=300, check=True).stdout.split()
     assert len(refusals) == 2 and not canary.exists(), refusals
+    # the same payload in the sound archive runs under torch.load (in a throwaway process)
+    subprocess.run([sys.executable, "-c", "import sys, torch\n"
+                    "torch.load(sys.argv[1], weights_only=False)", str(sound)],
+                   capture_output=True, timeout=300, check=False)
+    assert canary.exists()
+    canary.unlink()
 
     res = scan_file(broken)
     assert res.verdict == "dangerous"
@@ -442,3 +449,4 @@ def test_a_pickle_in_an_archive_no_reader_opens_is_apart_from_the_verdicts_impor
     res = scan_file(sound)
     assert ("os", "system") in {(g.module, g.name) for g in res.globals}
     assert not any(f.code == "unreached-pickle" for f in res.findings)
+    assert not canary.exists()  # nothing of ours ran either payload
