@@ -502,47 +502,52 @@ def _archive(data: bytes) -> zipfile.ZipFile | None:
         return None
 
 
-def _unshifted(archive: zipfile.ZipFile, data: bytes) -> bool:
-    """Whether zipfile found the directory where the end record (or its zip64 record) puts
-    it: torch's reader does not shift offsets as zipfile does, so a shifted archive is numpy's
-    reading only."""
-    try:
-        end = zipfile._EndRecData(io.BytesIO(data))
-    except OSError:
-        return False
-    return end is not None and archive.start_dir == end[zipfile._ECD_OFFSET]
-
-
-def _members(archive: zipfile.ZipFile, pkl: bool, npy: bool) -> set[tuple[str, str]]:
-    """The imports of an archive's .pkl members as torch reads data.pkl (no CRC check) and
-    of its .npy members as NumPy's NpzFile reads them (told by their magic)."""
+def _npy_members(archive: zipfile.ZipFile) -> set[tuple[str, str]]:
+    """The imports of an archive's .npy members as NumPy's NpzFile reads them (told by their
+    magic, through zipfile)."""
     seen: set[tuple[str, str]] = set()
     for info in archive.infolist()[:1000]:
         try:
-            if hasattr(info, "CRC"):
-                del info.CRC  # torch's reader does not check it
-            if pkl and info.filename.endswith(".pkl"):
-                seen |= _stream(archive.read(info), persistent=True)
-            elif npy:
-                with archive.open(info) as fh:
-                    if fh.read(6) == b"\x93NUMPY":
-                        fh.seek(0)
-                        seen |= _npy_payload(fh)
+            with archive.open(info) as fh:
+                if fh.read(6) == b"\x93NUMPY":
+                    fh.seek(0)
+                    seen |= _npy_payload(fh)
         except Exception:
             continue
+    return seen
+
+
+def _torch_members(data: bytes) -> set[tuple[str, str]] | None:
+    """The imports of an archive's .pkl records as torch reads them: torch's own zip reader
+    (`torch._C.PyTorchFileReader`, the miniz inside torch.load, DCP and torch.jit.load) opens
+    the bytes and hands out each record; None when it refuses the archive."""
+    import torch
+
+    try:
+        reader = torch._C.PyTorchFileReader(io.BytesIO(data))
+        names = reader.get_all_records()
+    except Exception:
+        return None
+    seen: set[tuple[str, str]] = set()
+    for name in names[:1000]:
+        if name.endswith(".pkl"):
+            try:
+                seen |= _stream(reader.get_record(name), persistent=True)
+            except Exception:
+                continue
     return seen
 
 
 def _items(data: bytes) -> list[bytes]:
     """The archives of a .distcp file as DCP's writer lays them out (its .metadata lists each
     item's offset and length; torch.load reads each): back to back from byte 0, each the
-    shortest run zipfile opens whose directory ends right at its end record."""
+    shortest run whose end record puts its directory right before itself."""
     items, start = [], 0
     while data[start:start + 4] == b"PK\x03\x04" and len(items) < 64:
         at = data.find(b"PK\x05\x06", start)
         while at >= 0:
             end = at + 22 + int.from_bytes(data[at + 20:at + 22], "little")
-            if _archive(data[start:end]) is not None and _whole(data[start:end]):
+            if at + 22 <= len(data) and _whole(data[start:end]):
                 items.append(data[start:end])
                 break
             at = data.find(b"PK\x05\x06", at + 1)
@@ -557,7 +562,7 @@ def _whole(item: bytes) -> bool:
     its zip64 records)."""
     try:
         end = zipfile._EndRecData(io.BytesIO(item))
-    except OSError:
+    except (OSError, zipfile.BadZipFile):
         return False
     if end is None:
         return False
@@ -565,30 +570,20 @@ def _whole(item: bytes) -> bool:
     return after == end[zipfile._ECD_LOCATION] or item[after:after + 4] == b"PK\x06\x06"
 
 
-def _torch_archive(data: bytes) -> bytes:
-    """The archive torch's reader (miniz) opens: it takes the last end record with its 22
-    bytes whole, where zipfile gives up on a cut last one; both look in the last 64 KiB (and
-    a record's 22 bytes) only."""
-    at = data.rfind(b"PK\x05\x06", max(0, len(data) - 65_557), len(data) - 18)
-    return data if at < 0 else data[:at + 22 + int.from_bytes(data[at + 20:at + 22], "little")]
-
-
 def _zip_readings(data: bytes) -> tuple[set[tuple[str, str]], bool]:
-    """torch.load's reading of a zip (unshifted), numpy.load's (zipfile, shifted or not) and
-    DCP's of each back-to-back item; and whether the bytes hold a zip record that neither
-    zipfile nor torch's reader opens."""
+    """torch.load's reading of a zip (torch's own reader), numpy.load's (zipfile) and DCP's of
+    each back-to-back item (torch's reader of each); and whether the bytes hold a zip record
+    that neither zipfile nor torch's reader opens."""
     seen: set[tuple[str, str]] = set()
-    archive, torch_view = _archive(data), _torch_archive(data)
-    torch_archive = archive if torch_view is data else _archive(torch_view)
+    archive = _archive(data)
     if archive is not None:
-        seen |= _members(archive, pkl=False, npy=True)
-    read = torch_archive is not None and _unshifted(torch_archive, torch_view)
-    if read:
-        seen |= _members(torch_archive, pkl=True, npy=False)
+        seen |= _npy_members(archive)
+    torch_read = _torch_members(data)
+    seen |= torch_read or set()
     for item in _items(data):
-        seen |= _members(_archive(item), pkl=True, npy=False)
+        seen |= _torch_members(item) or set()
     zipped = b"PK\x03\x04" in data or b"PK\x05\x06" in data
-    return seen, zipped and not read and archive is None
+    return seen, zipped and torch_read is None and archive is None
 
 
 def _tar_readings(data: bytes) -> set[tuple[str, str]]:
@@ -641,8 +636,11 @@ class Truth:
 _TRUTH_CHILD = r"""
 import json, resource, struct, sys
 sys.path.insert(0, sys.argv[1])
-resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # a memo index can ask for GBs
 from readings_samples import real_imports
+import torch  # its zip reader is torch.load's; its import maps more than the limit allows
+with open("/proc/self/statm") as fh:
+    mapped = int(fh.read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (mapped + (2 << 30),) * 2)  # a memo index can ask for GBs
 data = open(sys.argv[2], "rb").read()
 pos = 0
 while pos < len(data):

@@ -55,6 +55,9 @@ class Blob:
 
     member: str | None
     starts: set[int]
+    # the starts a loader begins reading at; from the others (the next of back-to-back pickles,
+    # a carved one) a loader reads only when its reading from an entry gets there
+    entries: set[int] = field(default_factory=set)
     walker: set[tuple[str, str]] = field(default_factory=set)  # imports the walk saw here
     data: bytes | None = None
     path: str | None = None
@@ -67,6 +70,19 @@ class Blob:
     # whether a loader reads these bytes as pickles: False for a member the scan reads from
     # an archive no loader opens that way (`ScanContext.unreached`), read out of caution only
     reached: bool = True
+    # an archive (from `offset` of the file at `path`, or held): the dry run reads the pickles
+    # torch's own zip reader hands out of it (`sandbox.zip_records`)
+    zip: bool = False
+    offset: int = 0
+
+
+@dataclass
+class ArchiveAsk:
+    """A damaged archive whose pickles torch's own zip reader is to hand out: its span in the
+    file (None: the whole file), and the imports the scan's own reading of them saw."""
+
+    span: tuple[int, int] | None
+    walker: set[tuple[str, str]]
 
 
 PY_OPCODES_BASE = 250_000
@@ -141,25 +157,35 @@ def is_deferred() -> bool:
     return _DEFER.get()
 
 
-def blobs_of(walked: Iterable[Blob], whole, path: str, size: int) -> list[Blob]:
+def blobs_of(walked: Iterable[Blob], whole, path: str, size: int,
+             archives: Iterable[ArchiveAsk] = ()) -> list[Blob]:
     """The blobs one scan leaves for the real readers: the file from its first byte (always,
     whatever its format: a zip is read without persistent_load, as plain pickle.load reads it),
-    then every other buffer the walk read, held as bytes."""
+    then every other buffer the walk read, held as bytes, then each damaged archive for torch's
+    own zip reader (in place when the file is mapped)."""
     if current_reader() is None and not _DEFER.get():
         return []
     mapped = isinstance(whole, mmap.mmap)
     budget = py_budget(size)
-    first = Blob(None, {0}, path=path if mapped else None, size=size,
+    first = Blob(None, {0}, {0}, path=path if mapped else None, size=size,
                  data=None if mapped else bytes(whole),
                  persistent=bytes(whole[:4]) != b"PK\x03\x04", py_opcodes=budget)
     out = [first]
     for blob in walked:
         if blob.data is whole:
             first.starts |= blob.starts
+            first.entries |= blob.entries
             first.walker |= blob.walker
         else:
-            out.append(Blob(blob.member, blob.starts, blob.walker, data=bytes(blob.data),
+            out.append(Blob(blob.member, blob.starts, blob.entries, blob.walker,
+                            data=bytes(blob.data),
                             kinds=blob.kinds, py_opcodes=budget, reached=blob.reached))
+    for ask in archives:
+        start, end = ask.span or (0, size)
+        label = f"bytes {start}-{end}" if ask.span else None
+        out.append(Blob(label, {0}, {0}, ask.walker, zip=True, offset=start, size=end - start,
+                        path=path if mapped else None,
+                        data=None if mapped else bytes(whole[start:end])))
     return out
 
 
@@ -199,12 +225,13 @@ def _items(blobs: list[Blob], paths: list[str], out) -> list[dict]:
     pos = out.tell()
     for b in blobs:
         if b.path is not None:
-            item = {"file": 1 + paths.index(b.path), "offset": 0, "length": b.size}
+            item = {"file": 1 + paths.index(b.path), "offset": b.offset, "length": b.size}
         else:
             out.write(b.data)
             item = {"file": 0, "offset": pos, "length": len(b.data)}
             pos += len(b.data)
         items.append({**item, "member": b.member, "starts": sorted(b.starts),
+                      "entries": sorted(b.entries), "zip": b.zip,
                       "persistent": b.persistent, "kinds": list(b.kinds),
                       "py_opcodes": b.py_opcodes})
     return items
@@ -316,18 +343,19 @@ def _fold(results: list, answer: dict) -> None:
     for r in results:
         real: set[tuple[str, str]] = set()
         over: set[tuple[str, str]] = set()
-        read_blobs = []
+        read_blobs, apart_blobs = [], []
         for b in r._blobs:
-            resolved = apply(r, b, by_blob.get(i, []))
+            resolved, apart = apply(r, b, by_blob.get(i, []))
             if b.reached:
                 real |= resolved
-            else:
-                over |= resolved
+            over |= apart | (set() if b.reached else resolved)
             if by_blob.get(i):
                 read_blobs.append(b)
+            if apart or not b.reached:
+                apart_blobs.append(b)
             i += 1
-        _unreached(r, [b for b in read_blobs if not b.reached], real, over)
-        _walker_only(r, [b for b in read_blobs if b.reached], real)
+        _unreached(r, [b for b in read_blobs if not b.reached], apart_blobs, real, over)
+        _walker_only(r, [b for b in read_blobs if b.reached and not b.zip], real)
         r._blobs = []
 
 
@@ -349,16 +377,20 @@ def _recount(res) -> str:
     return Verdict.ERROR if res.error and verdict != Verdict.DANGEROUS else verdict
 
 
-def apply(res, blob: Blob, records: list[dict]) -> set[tuple[str, str]]:
+def apply(res, blob: Blob, records: list[dict]) -> tuple[set[tuple[str, str]],
+                                                        set[tuple[str, str]]]:
     """Fold one blob's real readings into `res` (a `scan.ScanResult`); returns the imports
-    they resolved (`_walker_only` then takes out what only the walk saw)."""
+    they resolved (`_walker_only` then takes out what only the walk saw), and those that only
+    readings no loader makes (`apart` records) resolved."""
     from inspector.core.scan import Finding, GlobalUse
 
     rules = weights_only_rules()
     uses = {(g.module, g.name): g for g in res.globals}
     real: dict[tuple[str, str], int] = {}
+    apart: set[tuple[str, str]] = set()
     read_pickle = False
     where = blob.member
+    found_in: dict[tuple[str, str], str | None] = {}  # the record of a zip blob naming each
 
     seen = {(f.code, f.message, f.member) for f in res.findings}
     # a call the walk already reported (with its opcode's offset) is not reported again
@@ -376,15 +408,20 @@ def apply(res, blob: Blob, records: list[dict]) -> set[tuple[str, str]]:
             res.findings.append(Finding(severity, code, message, member, None, call))
 
     for rec in records:
-        read_pickle |= rec["pickles"] > 0
+        read_pickle |= rec["pickles"] > 0 and not rec.get("apart")
         if rec.get("cut"):
             res.weights_only_ok = False
             find(Severity.SUSPICIOUS, "readings-budget",
                  f"the pure-Python unpickler's reading (joblib's) {rec['error']}; what lies "
                  "past that is read by the C unpicklers only")
         for module, name, count in rec["imports"]:
-            if _importable(module, name):
+            if not _importable(module, name):
+                continue
+            if rec.get("apart"):
+                apart.add((module, name))
+            else:
                 real[(module, name)] = max(real.get((module, name), 0), count)
+                found_in.setdefault((module, name), rec.get("member") or where)
         for call in rec["calls"]:
             _judge_call(call, find, rules)
         for inner in rec.get("nested", []):
@@ -396,13 +433,19 @@ def apply(res, blob: Blob, records: list[dict]) -> set[tuple[str, str]]:
     for (module, name), count in real.items():
         if (module, name) not in uses and blob.reached:
             verdict = classify(module, name, rules)
+            member = found_in.get((module, name))
             use = GlobalUse(module, name, count, verdict.severity, verdict.reason,
-                            [where] if where else [])
+                            [member] if member else [])
             res.globals.append(use)
             uses[(module, name)] = use
             res.weights_only_ok = res.weights_only_ok and verdict.severity == Severity.SAFE
-    only_real = sorted(f"{m}.{n}" for m, n in set(real) - blob.walker)
-    if only_real:
+    only_real = sorted(f"{m}.{n}" for m, n in (set(real) | apart) - blob.walker)
+    if only_real and blob.zip:
+        find(Severity.SUSPICIOUS, "zip-reader-differential",
+             "torch's own zip reader hands torch.load pickles of this damaged archive that "
+             "the scan's reading of it did not give (" + ", ".join(only_real[:6]) + "); the "
+             "real unpicklers read them")
+    elif only_real:
         find(Severity.DANGEROUS, "parser-differential",
              "CPython's unpickler resolves imports the static walk did not see ("
              + ", ".join(only_real[:6]) + "): the bytes are crafted to read differently")
@@ -420,25 +463,31 @@ def apply(res, blob: Blob, records: list[dict]) -> set[tuple[str, str]]:
             res.verdict = Verdict.SAFE
     res.globals.sort(key=lambda g: (-_RANK[g.severity], g.module, g.name))
     res.verdict = _recount(res)
-    return set(real)
+    return set(real), apart - set(real)
 
 
-def _unreached(res, blobs: list[Blob], real: set[tuple[str, str]],
+def _unreached(res, blobs: list[Blob], holding: list[Blob], real: set[tuple[str, str]],
                over: set[tuple[str, str]]) -> None:
-    """Imports of pickles in bytes no loader reads as pickles (`Blob.reached` False: members
-    of an archive no loader opens that way), which no loader's reading resolves, are not the
-    verdict's globals: they are one `unreached-pickle` finding, as severe as the worst of them
-    (a crafted archive keeps its payload dangerous), naming what the scan found there."""
+    """Imports of pickles in bytes no loader reads as pickles, which no loader's reading
+    resolves, are not the verdict's globals: they are one `unreached-pickle` finding, as
+    severe as the worst of them (a crafted file keeps its payload dangerous), naming what the
+    scan found there. Those bytes are the `blobs` not `reached` (members of an archive no
+    loader opens that way) and the `over` readings: from starts past where every loader's
+    reading stops. `holding`: the blobs that hold them."""
     names = (over | set().union(*(b.walker for b in blobs))) - real
-    names = {n for n in names if _importable(*n)}
-    if not names:
-        return
     rules = weights_only_rules()
-    severity = worst([Severity.INFO, *(classify(m, n, rules).severity for m, n in names)])
-    shown = ", ".join(sorted(f"{m}.{n}" for m, n in names)[:6])
-    _set_apart(res, names, [b for b in blobs if b.member], severity, "unreached-pickle",
-               f"a pickle in bytes no loader reads as one (an archive no zip reader opens so) "
-               f"imports {shown}; the scan read it because a repairing reader might")
+    # names no import system resolves leave too, and are shown only when dangerous
+    judged = {n: classify(*n, rules).severity for n in names}
+    shown_names = {n for n, s in judged.items() if _importable(*n) or s == Severity.DANGEROUS}
+    if not shown_names:
+        _set_apart(res, names, [], Severity.INFO, "unreached-pickle", None)
+        return
+    severity = worst([Severity.INFO, *(judged[n] for n in shown_names)])
+    shown = ", ".join(sorted(f"{m}.{n}" for m, n in shown_names)[:6])
+    _set_apart(res, names, [b for b in holding if b.member], severity, "unreached-pickle",
+               f"a pickle in bytes no loader reads as one (past where the loaders' reading "
+               f"stops, or in an archive no zip reader opens so) imports {shown}; the scan "
+               "read it because a repairing reader might")
 
 
 def _walker_only(res, blobs: list[Blob], real: set[tuple[str, str]]) -> None:

@@ -117,7 +117,8 @@ def _run(path: str, size: int, load, archives: list[tuple[int, int]] | None = No
             gc.enable()
     ctx.finish()
     if size:
-        res._blobs = readings.blobs_of(ctx.blobs.values(), load(), path, size)
+        res._blobs = readings.blobs_of(ctx.blobs.values(), load(), path, size,
+                                       ctx.torch_archives)
         if not readings.is_deferred():
             readings.read([res])
     res.elapsed_ms = (time.perf_counter() - t0) * 1000

@@ -67,6 +67,8 @@ class ScanContext:
         self.member_of: dict[int, str] = {}  # archive members' buffers, by id, and their names
         # buffers no loader reads as pickles (`read_apart`)
         self.unreached: set[int] = set()
+        # damaged archives whose pickles torch's own zip reader hands out (`ask_torch`)
+        self.torch_archives: list[readings.ArchiveAsk] = []
 
     def find(self, severity: str, code: str, message: str, member: str | None = None,
              offset: int | None = None, call: str | None = None) -> None:
@@ -94,9 +96,23 @@ class ScanContext:
         finally:
             self.unreached.discard(id(data))
 
-    def walk(self, data: bytes, start: int = 0, through: bool = False) -> PickleScan:
+    def ask_torch(self, span: tuple[int, int] | None, walked: list[bytes]) -> None:
+        """The pickles of the archive `span` (the whole file when None) are read as torch's own
+        zip reader hands them out, in the jail (`sandbox.zip_records`); `walked`: the scan's
+        own readings of them, now read apart (their imports are the verdict's only where
+        torch's reading resolves them too)."""
+        kept = [self.blobs[id(d)] for d in walked if id(d) in self.blobs]
+        for blob in kept:
+            blob.reached = False
+        seen = set().union(*(b.walker for b in kept))
+        self.torch_archives.append(readings.ArchiveAsk(span, seen))
+
+    def walk(self, data: bytes, start: int = 0, through: bool = False,
+             entry: bool = True) -> PickleScan:
         """Walk the pickle at `start` within the file's budget (as both buffered and unbuffered
-        readers read it where a FRAME is misaligned), kept for the loaders' own readings."""
+        readers read it where a FRAME is misaligned), kept for the loaders' own readings.
+        `entry`: a loader starts reading there; else a loader gets there only by reading the
+        pickles before it (the next of back-to-back pickles) or not at all (a carved one)."""
         rules, budget = self.rules, self.budget
         budget.check()
         scan = scan_pickle(data, start, allowed=rules.allowed, wo_opcodes=rules.opcodes,
@@ -116,10 +132,10 @@ class ScanContext:
             scan.storages += other.storages
             scan.wo_blockers += [b for b in other.wo_blockers if b not in scan.wo_blockers]
             scan.next_start = other.next_start
-        self._keep(data, start, scan)
+        self._keep(data, start, scan, entry)
         return scan
 
-    def _keep(self, data, start: int, scan: PickleScan) -> None:
+    def _keep(self, data, start: int, scan: PickleScan, entry: bool) -> None:
         """Keep the walked buffer and start for the loaders' own readers (`core.readings`)."""
         blob = self.blobs.get(id(data))
         if blob is None:
@@ -130,6 +146,8 @@ class ScanContext:
                 ("c", "c-nopeek", "py"), reached=id(data) not in self.unreached)
         if len(blob.starts) < 4096:
             blob.starts.add(start)
+            if entry:
+                blob.entries.add(start)
         blob.walker.update((g.module, g.name) for g in scan.globals)
 
     def add_pickle(self, scan: PickleScan, member: str | None, torch_reads: bool,

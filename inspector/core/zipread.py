@@ -109,10 +109,11 @@ def _central_directory(buf, eocd: int, base: int = 0) -> tuple[int, int, int, in
     after = eocd - base
     loc = eocd - 20
     if loc >= base and buf[loc:loc + 4] == ZIP64_LOCATOR_SIG:
-        after = loc - 56 - base  # a zip64 end record without extensible data sits there
-        (z64,) = struct.unpack_from("<Q", buf, loc + 8)
-        if buf[base + z64:base + z64 + 4] == ZIP64_EOCD_SIG:
-            total, _, cd_size, cd_offset = struct.unpack_from("<QQQQ", buf, base + z64 + 24)
+        # a zip64 end record without extensible data sits right before its locator, where
+        # zipfile reads it (a locator pointing elsewhere is a `zip64-records` anomaly)
+        after = loc - 56 - base
+        if loc - 56 >= base and buf[loc - 56:loc - 52] == ZIP64_EOCD_SIG:
+            total, _, cd_size, cd_offset = struct.unpack_from("<QQQQ", buf, loc - 56 + 24)
     return cd_offset, total, cd_size, after
 
 
@@ -127,8 +128,7 @@ def archive_spans(buf) -> list[tuple[int, int]]:
     start, pos = 0, 0
     while (i := buf.find(EOCD_SIG, pos)) >= 0 and i + 22 <= len(buf):
         pos = i + 1
-        cd_offset, _, cd_size, after = _central_directory(buf, i, start)
-        if cd_offset + cd_size != after:
+        if not _ends_item(buf, i, start):
             continue  # the signature's bytes inside member data
         (comment,) = struct.unpack_from("<H", buf, i + 20)
         spans.append((start, i + 22 + comment))
@@ -136,6 +136,20 @@ def archive_spans(buf) -> list[tuple[int, int]]:
         if buf[start:start + 4] != LOCAL_SIG:
             break
     return spans if len(spans) > 1 else [(0, len(buf))]
+
+
+def _ends_item(buf, eocd: int, start: int) -> bool:
+    """Whether the end record at `eocd` closes an archive that began at `start`: its
+    directory ends right before it or right before a zip64 end record, and its zip64 locator,
+    if any, names one disk (as zipfile, which opens each item, requires)."""
+    cd_offset, _, cd_size, after = _central_directory(buf, eocd, start)
+    loc = eocd - 20
+    if loc >= start and buf[loc:loc + 4] == ZIP64_LOCATOR_SIG:
+        disk, _, disks = struct.unpack_from("<IQI", buf, loc + 4)
+        if disk != 0 or disks > 1:
+            return False
+    end = start + cd_offset + cd_size
+    return cd_offset + cd_size == after or buf[end:end + 4] == ZIP64_EOCD_SIG
 
 
 def is_whole_archive(buf, start: int, end: int) -> bool:
@@ -173,12 +187,62 @@ _CENTRAL = struct.Struct("<4x4xHH4xIIIHHH8xI").unpack_from
 _LOCAL = struct.Struct("<2xH18xHH").unpack_from
 
 
+def _zip64_fault(buf, eocd: int, base: int) -> str | None:
+    """What is off in the zip64 records before the end record at `eocd`, against how torch
+    writes them (one disk, a 44-byte record right before its locator, the same counts and
+    offsets as the end record where that one holds no 0xFFFF placeholder); None if nothing
+    is, or there are none. miniz and zipfile each refuse some of these their own way."""
+    loc = eocd - 20
+    if loc < base or buf[loc:loc + 4] != ZIP64_LOCATOR_SIG:
+        return None
+    disk, z64, disks = struct.unpack_from("<IQI", buf, loc + 4)
+    at = base + z64
+    if disk != 0 or disks != 1:
+        return f"its locator names disk {disk} of {disks}"
+    if at != loc - 56 or buf[at:at + 4] != ZIP64_EOCD_SIG:
+        return "its locator does not point at a zip64 end record right before it"
+    size, _, _, this_disk, cd_disk, here, total, cd_size, cd_offset = struct.unpack_from(
+        "<QHHIIQQQQ", buf, at + 4)
+    if size != 44 or this_disk or cd_disk or here != total:
+        return "its zip64 end record names other disks or counts, or extensible data"
+    short = struct.unpack_from("<HHHHII", buf, eocd + 4)
+    for value, wide in zip(short, (0, 0, here, total, cd_size, cd_offset), strict=True):
+        if value not in (wide, 0xFFFF, 0xFFFFFFFF):
+            return "its zip64 end record disagrees with the end record"
+    return None
+
+
+def _entry_fault(buf, pos: int, method: int, csize: int, usize: int,
+                 cd_end: int) -> str | None:
+    """What is off in the fields of the directory entry at `pos` that the scan's reading does
+    not otherwise use (None: nothing): a stored member whose sizes differ, data with no
+    compressed bytes, another disk, an entry running past the directory's size."""
+    disk = struct.unpack_from("<H", buf, pos + 34)[0]
+    nlen, xlen, clen = struct.unpack_from("<HHH", buf, pos + 28)
+    if 0xFFFFFFFF not in (csize, usize) and (
+            (method == STORED and csize != usize) or (usize and not csize)):
+        return f"gives {csize} stored bytes for {usize}"
+    if disk != 0:
+        return f"starts on disk {disk}"
+    if pos + 46 + nlen + xlen + clen > cd_end:
+        return "runs past the end record's directory size"
+    return None
+
+
 def read_zip(buf, base: int = 0, end: int | None = None) -> ZipArchive:
     """Parse the archive in `buf[base:end]` (bytes or mmap; offsets in the result are the
     buffer's); raises NotAZip when there is no zip at all."""
     archive = ZipArchive()
     add = archive.anomalies.append
-    cd_offset, total, cd_size, _ = _central_directory(buf, _find_eocd(buf, base, end), base)
+    eocd = _find_eocd(buf, base, end)
+    if (fault := _zip64_fault(buf, eocd, base)) is not None:
+        add(Anomaly(Severity.SUSPICIOUS, "zip64-records", f"the archive's zip64 records are "
+                    f"not as torch writes them: {fault}; zip readers disagree on such archives"))
+    cd_offset, total, cd_size, _ = _central_directory(buf, eocd, base)
+    if cd_size < 46 * total or base + cd_offset + cd_size > eocd:
+        add(Anomaly(Severity.SUSPICIOUS, "zip-directory-bounds",
+                    f"the end record's directory ({total} entries, {cd_size} bytes at offset "
+                    f"{cd_offset}) does not fit before it"))
     pos = base + cd_offset
     # Python's zipfile (numpy.load) reads entries until the directory's size is used up, not
     # the end record's count: entries past the count are members to it, so they are read too
@@ -197,6 +261,7 @@ def read_zip(buf, base: int = 0, end: int | None = None) -> ZipArchive:
                         f"the end record counts {total} entries but the central directory "
                         "holds more; Python's zipfile (numpy.load) lists them all"))
         flags, method, crc, csize, usize, nlen, xlen, clen, offset = _CENTRAL(buf, pos)
+        fault = _entry_fault(buf, pos, method, csize, usize, cd_end)
         raw_name = buf[pos + 46:pos + 46 + nlen]
         if xlen:
             extra = bytes(buf[pos + 46 + nlen:pos + 46 + nlen + xlen])
@@ -214,6 +279,9 @@ def read_zip(buf, base: int = 0, end: int | None = None) -> ZipArchive:
             data_offset = offset + 30 + lnlen + lxlen
         members.append(tuple.__new__(Member, (name, local_name, offset, data_offset, method,
                                                flags, lflags, crc, csize, usize)))
+        if fault is not None:
+            add(Anomaly(Severity.SUSPICIOUS, "zip-entry-fields", f"its directory entry {fault}, "
+                        "which torch never writes; zip readers disagree on such entries", name))
         if data_offset < 0 or data_offset + csize > n:
             add(Anomaly(Severity.SUSPICIOUS, "zip-bad-offset",
                         "member's local header or data lies outside the file", name))

@@ -19,11 +19,12 @@ or hex, up to three stages deep (`nested`): they are read the same way, and repo
 key path that holds them. Text that reads like code is reported too (`code_values`).
 
 Request: `path` (a file of the blobs), `paths` (inputs read in place), `readings` [{file,
-offset, length, member, starts, kinds, py_opcodes}] with `file` an index into [path] + paths.
-Result:
-`readings` [{index, kind, start, pickles, end, error, cut, imports [[module, name, count]], calls
-[{target, op, count, texts, code}], nested [{key, encoding, imports, calls}], code_values
-[{key, text}]}].
+offset, length, member, starts, entries, kinds, py_opcodes}] with `file` an index into [path] +
+paths; an item with `zip` true is an archive whose pickle records torch's own zip reader hands
+out (`zip_records`), each read as torch.load reads data.pkl. Result:
+`readings` [{index, kind, start, apart, member (a record of a `zip` item), pickles, end, error,
+cut, imports [[module, name, count]], calls [{target, op, count, texts, code}], nested [{key,
+encoding, imports, calls}], code_values [{key, text}]}].
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from collections.abc import Callable
 from inspector.core.code_text import looks_like_code
 from inspector.core.map_io import MapIO
 from inspector.core.progress import CancelToken
+from inspector.sandbox.zip_records import torch_pickles
 
 MAX_PICKLES = 10_000  # pickles one stream reading follows (a million tiny ones: the walker)
 MAX_TEXTS = 3  # reconstructed calls kept per target
@@ -398,11 +400,15 @@ def nested(values: list, stage: int = 1) -> tuple[list, list]:
 
 def _readings(index: int, item: dict, data, framed: bool) -> list[dict]:
     """Every reader kind from every start of one blob; a start where an earlier stream of the
-    same kind already ended a pickle is that stream's reading, not read again."""
+    same kind already ended a pickle is that stream's reading, not read again. A start that is
+    no entry (`entries`: where a loader begins) and that no stream of that kind reached is
+    read out of caution only: its record is `apart` (no loader's reading gets there)."""
     out = []
     reached: dict[str, set] = {}
     walked: set[int] = set()
-    for start in sorted(set(item.get("starts") or [0])):
+    starts = set(item.get("starts") or [0])
+    entries = set(item.get("entries", starts))
+    for start in sorted(starts):
         for kind in item.get("kinds") or KINDS:
             # joblib reads a file (or a decoded stream) from its first byte only; the C
             # readers also start where a format puts a pickle (an .npy's object payload)
@@ -418,7 +424,21 @@ def _readings(index: int, item: dict, data, framed: bool) -> list[dict]:
             fresh = values and start not in walked
             walked.add(start)
             record["nested"], record["code_values"] = nested(values) if fresh else ([], [])
+            record["apart"] = start not in entries
             out.append({"index": index, **record})
+    return out
+
+
+def _archive_readings(index: int, item: dict, data) -> list[dict]:
+    """The readings of each pickle record torch's own zip reader hands out of the archive
+    `data` (`zip_records`), as torch.load reads data.pkl: the C unpickler from a copy, with a
+    persistent_load; each record names its member."""
+    out = []
+    for name, record in torch_pickles(data):
+        part = {**item, "starts": [0], "entries": [0], "kinds": ["c", "c-nopeek"],
+                "persistent": True}
+        out += [{**r, "member": name}
+                for r in _readings(index, part, record, may_frame(record, 0, len(record)))]
     return out
 
 
@@ -465,11 +485,12 @@ def dry_run(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
                 cancel.check()
                 offset, length = int(item["offset"]), int(item["length"])
                 buf = _mapped(maps, files, int(item["file"]), offset + length)
-                framed = may_frame(buf, offset, offset + length)
                 gc.disable()
                 try:
                     with memoryview(buf) as whole, whole[offset:offset + length] as data:
-                        out += _readings(index, item, data, framed)
+                        out += (_archive_readings(index, item, data) if item.get("zip") else
+                                _readings(index, item, data, may_frame(buf, offset,
+                                                                       offset + length)))
                 finally:
                     gc.enable()
                     gc.collect(0)  # all this blob allocated is still in the youngest generation

@@ -105,14 +105,14 @@ def fold_pickles(ctx: ScanContext, buf, member: str | None, first: PickleScan,
         if (scan.stopped and scan.end != scan.next_start < len(buf) and depth < 8
                 and ctx.forks < MAX_FORKS):
             ctx.forks += 1
-            fork = ctx.walk(buf, scan.next_start)
+            fork = ctx.walk(buf, scan.next_start, entry=False)
             if count < torch_pickles or looks_like_pickle(fork):
                 fold_pickles(ctx, buf, member, fork, max(torch_pickles - count, 0), depth + 1)
         if not (scan.stopped and scan.end < len(buf)):
             break
         # past the listed ones, the rest is walked in one pass (a million tiny pickles)
         through = count >= MAX_LISTED_PICKLES
-        nxt = ctx.walk(buf, scan.end, through)
+        nxt = ctx.walk(buf, scan.end, through, entry=False)
         if not (count < torch_pickles or looks_like_pickle(nxt)):
             break
         ctx.add_pickle(nxt, member, count < torch_pickles)
@@ -138,7 +138,7 @@ def carve(ctx: ScanContext, data: bytes, member: str, covered: int) -> None:
     for start in pickle_starts(data, limit=None):
         if start < covered:
             continue
-        scan = ctx.walk(data, start)
+        scan = ctx.walk(data, start, entry=False)  # no loader starts inside raw data
         if imports_or_stops(scan) and (scan.globals or scan.calls):
             ctx.add_pickle(scan, member, False, depth=1)
             covered = scan.end

@@ -181,17 +181,28 @@ def scan_archive(ctx: ScanContext, buf, archive: zipread.ZipArchive,
                  ) -> None:
     """Every member of one reading of an archive (the archive `buf[span]`, all of `buf` when
     None). `readers`: the loaders that read the archive this way. A member the loaders never
-    hand out as a pickle (`_handed_out`) is still walked and read, but its imports stay apart
-    from the verdict's (`ScanContext.unreached`)."""
+    hand out as a pickle is still walked and read, but its imports stay apart from the
+    verdict's (`ScanContext.unreached`). Where this reading finds the archive damaged (a
+    structural anomaly, or a pickle member whose CRC or bytes are off), the loaders' own zip
+    readers decide what they hand out: zipfile for numpy's .npy members (`_handed_out`),
+    torch's own reader, in the jail, for torch's pickles (`ScanContext.ask_torch`); torch.load
+    takes the zip path only for bytes that open with a local header."""
     members = archive.members
-    handed = _handed_out(buf, span, readers) if archive.anomalies else None
+    start = span[0] if span else 0
+    torch_reads = "torch" in readers and bytes(buf[start:start + 4]) == zipread.LOCAL_SIG
+    damaged = bool(archive.anomalies)
+    handed = _handed_out(buf, span) if archive.anomalies and "numpy" in readers else None
 
     walked: dict[str, bytes] = {}
+    torch_walked: list[bytes] = []
 
     def apart(m: zipread.Member, data: bytes, loader: str):
         walked[m.name] = data
-        unread = loader not in readers or (handed is not None and handed.get(m.name) != data)
-        return ctx.read_apart(data, unread)
+        if loader == "torch":  # decided once the whole archive is read
+            torch_walked.append(data)
+            return ctx.read_apart(data, not torch_reads)
+        return ctx.read_apart(data, loader not in readers or (
+            handed is not None and handed.get(m.name) != data))
 
     kind = zip_kind([m.name for m in members])
     if ctx.result.format in (Format.UNKNOWN, Format.ZIP, Format.NPZ) or kind in (
@@ -258,12 +269,14 @@ def scan_archive(ctx: ScanContext, buf, archive: zipread.ZipArchive,
             except ValueError as exc:
                 ctx.find(Severity.SUSPICIOUS, "zip-member-unreadable", f"member not scanned: {exc}",
                          m.name)
+                damaged = True
                 if m is main:
                     ctx.block(f"{m.name} cannot be read")
                 continue
             if not stored:
                 ctx.budget.decode(len(data))
             if not zipread.crc_ok(data, m):
+                damaged = True
                 ctx.find(Severity.SUSPICIOUS, "zip-crc-mismatch",
                          f"CRC-32 {zlib.crc32(data):08x} does "
                          f"not match {m.crc:08x} in the central directory (corrupted, tampered "
@@ -301,6 +314,8 @@ def scan_archive(ctx: ScanContext, buf, archive: zipread.ZipArchive,
     for name, data in (handed or {}).items():
         if walked.get(name) != data:
             _scan_handed_out(ctx, name, data)
+    if torch_reads and damaged:
+        ctx.ask_torch(span, torch_walked)
     if skipped_crc:
         ctx.find(Severity.INFO, "zip-crc-skipped",
                  f"CRC-32 of {skipped_crc} large tensor records not "
@@ -313,51 +328,32 @@ def scan_archive(ctx: ScanContext, buf, archive: zipread.ZipArchive,
     check_records(ctx, storages, by_name, prefix, kind)
 
 
-def _handed_out(buf, span: tuple[int, int] | None, readers: frozenset[str]) -> dict[str, bytes]:
-    """The members a loader reads from a damaged archive, as zipfile (numpy.load's reader,
-    and the stand-in for torch's miniz, which checks no CRC either) hands them out: none when
-    it refuses the archive, and for torch none when zipfile shifts the archive's offsets
-    (torch takes them as written). Only .pkl and .npy members, the pickles loaders read."""
+def _handed_out(buf, span: tuple[int, int] | None) -> dict[str, bytes]:
+    """The .npy members numpy.load reads from a damaged archive, as its reader, zipfile, hands
+    them out (CRC checked): none when it refuses the archive."""
     start, end = span or (0, len(buf))
     out: dict[str, bytes] = {}
     with memoryview(buf) as whole, MapIO(whole[start:end]) as fh:
         try:
             archive = zipfile.ZipFile(fh)
-            # where the end record puts the directory, as zipfile itself reads it
-            shifted = archive.start_dir != zipfile._EndRecData(fh)[zipfile._ECD_OFFSET]
         except Exception:
             return out
         with archive:
-            _hand_out(archive, readers, shifted, out)
+            for info in archive.infolist()[:MAX_HANDED_OUT]:
+                if info.filename.endswith(".npy") and info.file_size <= MAX_MEMBER_BYTES:
+                    with contextlib.suppress(Exception):
+                        out[info.filename] = archive.read(info)
     return out
 
 
-def _hand_out(archive: zipfile.ZipFile, readers: frozenset[str], shifted: bool,
-              out: dict[str, bytes]) -> None:
-    """The pickle members of `archive` its loaders read, into `out` by name."""
-    for info in archive.infolist()[:MAX_HANDED_OUT]:
-        loader = "numpy" if info.filename.endswith(".npy") else "torch"
-        if not info.filename.endswith((*TORCH_PICKLES, ".npy")) or loader not in readers or (
-                loader == "torch" and shifted) or info.file_size > MAX_MEMBER_BYTES:
-            continue
-        info.CRC = None  # no CRC check: torch's reader makes none
-        with contextlib.suppress(Exception):
-            out[info.filename] = archive.read(info)
-
-
 def _scan_handed_out(ctx: ScanContext, name: str, data: bytes) -> None:
-    """A member zipfile hands a loader with other bytes than the scan's own reading of the
-    archive gave (or none): the loader reads these, so they are scanned too."""
+    """A member zipfile hands numpy.load with other bytes than the scan's own reading of the
+    archive gave (or none): numpy reads these, so they are scanned too."""
     ctx.find(Severity.SUSPICIOUS, "zip-reader-differential",
-             "Python's zipfile hands a loader other bytes for this member than the archive's "
-             "own records give; both were scanned", name)
+             "Python's zipfile hands numpy.load other bytes for this member than the "
+             "archive's own records give; both were scanned", name)
     if data.startswith(NPY_MAGIC):
         scan_member_npy(ctx, data, name)
-        return
-    ctx.member_of[id(data)] = name
-    scan = ctx.walk(data)
-    if looks_like_pickle(scan):
-        fold_pickles(ctx, data, name, scan, 0)
 
 
 MAX_HANDED_OUT = 1000
