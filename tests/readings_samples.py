@@ -18,7 +18,6 @@ import struct
 import tarfile
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from factories import (
@@ -420,10 +419,10 @@ class _Inert(metaclass=_InertMeta):
         pass
 
 
-def _stream(data: bytes, persistent: bool, readers: tuple[str, ...] = ("memory",),
-            failed: list | None = None) -> set[tuple[str, str]]:
-    """What the `readers` resolve reading back-to-back pickles of `data` from its start;
-    `failed` gets one entry per reader that stopped on an error before the data ended."""
+def _stream(data: bytes, persistent: bool,
+            readers: tuple[str, ...] = ("memory",)) -> set[tuple[str, str]]:
+    """What the `readers` resolve reading back-to-back pickles of `data` from its start, up to
+    the first error."""
     seen: set[tuple[str, str]] = set()
     for kind in readers:
         record, opener = READERS[kind]
@@ -432,11 +431,7 @@ def _stream(data: bytes, persistent: bool, readers: tuple[str, ...] = ("memory",
         for _ in range(1000):
             try:
                 reader.load()
-            except EOFError:
-                break
             except Exception:
-                if failed is not None and fh.tell() < len(data):
-                    failed.append(kind)
                 break
         seen |= reader.seen
     return seen
@@ -517,17 +512,20 @@ def _npy_members(archive: zipfile.ZipFile) -> set[tuple[str, str]]:
     return seen
 
 
-def _torch_members(data: bytes) -> set[tuple[str, str]] | None:
+def _torch_members(data: bytes) -> set[tuple[str, str]]:
     """The imports of an archive's .pkl records as torch reads them: torch's own zip reader
     (`torch._C.PyTorchFileReader`, the miniz inside torch.load, DCP and torch.jit.load) opens
-    the bytes and hands out each record; None when it refuses the archive."""
+    the bytes and hands out each record; none when it refuses the archive, or when torch.load
+    would not take its zip path (bytes that do not open with a local header)."""
     import torch
 
+    if data[:4] != b"PK\x03\x04":
+        return set()
     try:
         reader = torch._C.PyTorchFileReader(io.BytesIO(data))
         names = reader.get_all_records()
     except Exception:
-        return None
+        return set()
     seen: set[tuple[str, str]] = set()
     for name in names[:1000]:
         if name.endswith(".pkl"):
@@ -570,20 +568,14 @@ def _whole(item: bytes) -> bool:
     return after == end[zipfile._ECD_LOCATION] or item[after:after + 4] == b"PK\x06\x06"
 
 
-def _zip_readings(data: bytes) -> tuple[set[tuple[str, str]], bool]:
+def _zip_readings(data: bytes) -> set[tuple[str, str]]:
     """torch.load's reading of a zip (torch's own reader), numpy.load's (zipfile) and DCP's of
-    each back-to-back item (torch's reader of each); and whether the bytes hold a zip record
-    that neither zipfile nor torch's reader opens."""
-    seen: set[tuple[str, str]] = set()
+    each back-to-back item (torch's reader of each)."""
     archive = _archive(data)
-    if archive is not None:
-        seen |= _npy_members(archive)
-    torch_read = _torch_members(data)
-    seen |= torch_read or set()
-    for item in _items(data):
-        seen |= _torch_members(item) or set()
-    zipped = b"PK\x03\x04" in data or b"PK\x05\x06" in data
-    return seen, zipped and torch_read is None and archive is None
+    seen = _npy_members(archive) if archive is not None else set()
+    for item in [data, *_items(data)]:
+        seen |= _torch_members(item)
+    return seen
 
 
 def _tar_readings(data: bytes) -> set[tuple[str, str]]:
@@ -605,32 +597,19 @@ def _tar_readings(data: bytes) -> set[tuple[str, str]]:
     return seen
 
 
-def real_imports(data: bytes) -> tuple[set[tuple[str, str]], bool, bool]:
+def real_imports(data: bytes) -> set[tuple[str, str]]:
     """Every import CPython's unpicklers resolve in the readings real loaders make of `data`:
     back-to-back pickles from byte 0 (pickle.load, torch's legacy stream, joblib; a zip without
-    persistent_load), each archive member torch or NumPy unpickles, each decoded stream
-    joblib unpickles, each legacy tar member torch unpickles, an .npy's object payload; and
-    whether `data` holds zip records no zip reader opens; whether the reading from byte 0
-    fails before the data ends."""
-    failed: list[str] = []
-    seen = _stream(data, data[:4] != b"PK\x03\x04", tuple(READERS), failed)
-    zipped, refused = _zip_readings(data)
-    seen |= zipped | _tar_readings(data)
+    persistent_load), each archive record torch's own zip reader or NumPy's zipfile hands out
+    and they unpickle, each decoded stream joblib unpickles, each legacy tar member torch
+    unpickles, an .npy's object payload."""
+    seen = _stream(data, data[:4] != b"PK\x03\x04", tuple(READERS))
+    seen |= _zip_readings(data) | _tar_readings(data)
     if data[:6] == b"\x93NUMPY":
         seen |= _npy_payload(io.BytesIO(data))
     for text in _decoded(data):
         seen |= _stream(text, persistent=True, readers=tuple(READERS))
-    names = {(m, n) for m, n in seen if _NAME.fullmatch(m) and _NAME.fullmatch(n)}
-    return names, refused, bool(failed)
-
-
-@dataclass
-class Truth:
-    """What the real loaders' readings of one file resolve."""
-
-    imports: set[tuple[str, str]]
-    zip_refused: bool  # the bytes hold zip records that neither zipfile nor torch opens
-    failed: bool  # a reading from byte 0 stops on an error before the bytes end
+    return {(m, n) for m, n in seen if _NAME.fullmatch(m) and _NAME.fullmatch(n)}
 
 
 _TRUTH_CHILD = r"""
@@ -647,12 +626,11 @@ while pos < len(data):
     (n,) = struct.unpack_from("<Q", data, pos)
     blob = data[pos + 8:pos + 8 + n]
     pos += 8 + n
-    imports, refused, failed = real_imports(blob)
-    print(json.dumps([sorted(imports), refused, failed]), flush=True)
+    print(json.dumps(sorted(real_imports(blob))), flush=True)
 """
 
 
-def truths(mutants: list[bytes], folder: Path) -> list[Truth]:
+def truths(mutants: list[bytes], folder: Path) -> list[set[tuple[str, str]]]:
     """`real_imports` of each mutant, in a child process under a 2 GB address-space limit."""
     import json
     import subprocess
@@ -663,42 +641,16 @@ def truths(mutants: list[bytes], folder: Path) -> list[Truth]:
     out = subprocess.run([sys.executable, "-c", _TRUTH_CHILD, str(Path(__file__).parent),
                           str(batch)], capture_output=True, text=True, check=True,
                          timeout=3600).stdout
-    return [Truth({tuple(x) for x in imports}, refused, failed)
-            for imports, refused, failed in map(json.loads, out.splitlines())]
+    return [{tuple(x) for x in imports} for imports in map(json.loads, out.splitlines())]
 
 
-# Where the verdict holds an import no real loader's reading resolves, the scan read bytes a
-# loader refuses, on purpose (the cautious reading), and says so in a finding of its own. Each
-# class: its finding codes, and why no loader reads those bytes.
-OVER_READINGS = {
-    "zip-refused": (("zip-central-directory", "zip-offset-shift", "zip-name-mismatch",
-                     "zip-bad-offset", "zip-flag-bits"), "members read from an archive torch's "
-                    "reader refuses (its directory damaged or shifted, or flags it does not "
-                    "support; numpy reads .npy members only)"),
-    "zip-unopened": ((), "members read from zip records that neither zipfile nor torch's reader "
-                     "opens (the scan names nothing: e.g. a zip64 locator naming many disks)"),
-    "decoded-past-error": (("compressed-unreadable",), "bytes decoded past where the stdlib's "
-                           "decoder stops (joblib's reading ends there)"),
-    "read-past-failure": ((), "the reading from byte 0 fails before the bytes end; the dry "
-                          "run reads on from the walker's later starts, with every reader kind"),
-}
-
-
-def disagreement(truth: Truth, res) -> tuple[set, set, str | None]:
-    """(missed, extra, class) of one scan result against its truth: missed are real imports
-    the verdict's globals lack, extra verdict imports no real reading resolves, class the
-    OVER_READINGS entry that explains the extra ones (None: unexplained)."""
+def disagreement(truth: set[tuple[str, str]], res) -> tuple[set, set]:
+    """(missed, extra) of one scan result against its truth: missed are real imports the
+    verdict's globals lack, extra verdict imports no real reading resolves."""
     used = {(g.module, g.name) for g in res.globals}
     if ("numpy", "dtype") in used:  # classes the scan lists for the numpy.dtype it builds
-        used -= {tuple(c.rsplit(".", 1)) for c in _dtype_classes()} - truth.imports
-    extra = used - truth.imports
-    codes = {f.code for f in res.findings}
-    why = next((name for name, (needs, _) in OVER_READINGS.items() if codes & set(needs)),
-               None) if extra else None
-    if extra and why is None:
-        why = ("zip-unopened" if truth.zip_refused else
-               "read-past-failure" if truth.failed else None)
-    return truth.imports - used, extra, why
+        used -= {tuple(c.rsplit(".", 1)) for c in _dtype_classes()} - truth
+    return truth - used, used - truth
 
 
 def _dtype_classes() -> list[str]:

@@ -161,7 +161,7 @@ def test_a_pickle_in_a_value_is_a_finding_on_its_key(scanned, name):
     # unpickles the value on load, and the real readings resolve no import at all
     assert not res.globals
     (truth,) = truths([Path(res.path).read_bytes()], Path(res.path).parent)
-    assert not truth.imports
+    assert not truth
 
 
 def test_data_only_nested_plain_pickle_is_info(tmp_path, jailed_readings):
@@ -199,7 +199,7 @@ def test_without_a_reader_the_result_says_nothing_about_readings(tmp_path):
 def test_differential_fuzz_sample_agrees_with_the_real_readings(tmp_path):
     """2,000 mutants of the fuzz seeds (benchmarks/bench_readings_fuzz.py runs 100,000): every
     import a real loader's reading resolves is in the verdict's globals, and every global is
-    one, except where the scan names bytes it read although a loader refuses them."""
+    one (torch's own zip reader, numpy's zipfile and CPython's unpicklers decide the truth)."""
     rng = random.Random(22)
     seeds = [p.read_bytes() for p in fuzz_seeds(tmp_path / "seeds")
              if p.stat().st_size < 200_000]
@@ -207,17 +207,15 @@ def test_differential_fuzz_sample_agrees_with_the_real_readings(tmp_path):
     with readings.deferred():
         results = [scan_bytes(m) for m in mutants]
     readings.read(results, dry_run_reader)
-    missed, unexplained, explained = [], [], 0
+    missed, extra = [], []
     for truth, res in zip(truths(mutants, tmp_path), results, strict=True):
-        lacks, holds, why = disagreement(truth, res)
+        lacks, holds = disagreement(truth, res)
         if lacks:
             missed.append(sorted(lacks))
-        if holds and why is None:
-            unexplained.append(sorted(holds))
-        explained += bool(holds and why)
+        if holds:
+            extra.append(sorted(holds))
     assert not missed, missed[:5]
-    assert not unexplained, unexplained[:5]
-    assert explained < len(mutants) // 10  # the over-readings are the exception
+    assert not extra, extra[:5]
     assert not (tmp_path / "seeds" / "CANARY_EXECUTED").exists()
 
 

@@ -107,13 +107,13 @@ def _central_directory(buf, eocd: int, base: int = 0) -> tuple[int, int, int, in
     after the directory sit, so a well-formed archive has offset + size == end."""
     _, _, _, total, cd_size, cd_offset, _ = struct.unpack_from("<HHHHIIH", buf, eocd + 4)
     after = eocd - base
-    loc = eocd - 20
-    if loc >= base and buf[loc:loc + 4] == ZIP64_LOCATOR_SIG:
-        # a zip64 end record without extensible data sits right before its locator, where
-        # zipfile reads it (a locator pointing elsewhere is a `zip64-records` anomaly)
-        after = loc - 56 - base
-        if loc - 56 >= base and buf[loc - 56:loc - 52] == ZIP64_EOCD_SIG:
-            total, _, cd_size, cd_offset = struct.unpack_from("<QQQQ", buf, loc - 56 + 24)
+    z64 = eocd - 76
+    # a zip64 end record without extensible data sits right before its locator, where zipfile
+    # reads it (a locator pointing elsewhere is a `zip64-records` anomaly)
+    if z64 >= base and buf[z64 + 56:z64 + 60] == ZIP64_LOCATOR_SIG and (
+            buf[z64:z64 + 4] == ZIP64_EOCD_SIG):
+        after = z64 - base
+        total, _, cd_size, cd_offset = struct.unpack_from("<QQQQ", buf, z64 + 24)
     return cd_offset, total, cd_size, after
 
 
@@ -128,10 +128,13 @@ def archive_spans(buf) -> list[tuple[int, int]]:
     start, pos = 0, 0
     while (i := buf.find(EOCD_SIG, pos)) >= 0 and i + 22 <= len(buf):
         pos = i + 1
-        if not _ends_item(buf, i, start):
-            continue  # the signature's bytes inside member data
         (comment,) = struct.unpack_from("<H", buf, i + 20)
-        spans.append((start, i + 22 + comment))
+        end = min(i + 22 + comment, len(buf))
+        # the item is the bytes up to this record's comment's end, read as a zip reader reads
+        # an archive: from the last end record in it
+        if not _ends_item(buf, _find_eocd(buf, start, end), start):
+            continue  # the signature's bytes inside member data
+        spans.append((start, end))
         start = pos = i + 22 + comment
         if buf[start:start + 4] != LOCAL_SIG:
             break
