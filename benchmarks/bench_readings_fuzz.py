@@ -1,6 +1,7 @@
 """Differential fuzz of the verdict's imports against CPython's unpicklers: 100,000 mutants.
 
     .venv/bin/python benchmarks/bench_readings_fuzz.py [--files 100000] [--batch 1000] [--seed 1]
+        [--keep DIR]
 
 Seeds are the fuzz seeds of every format (`tests/factories.fuzz_seeds`, those under 200 KB);
 each mutant (`factories.mutate`) is scanned in memory (`scan_bytes`) with its readings
@@ -18,7 +19,9 @@ stdlib's decoders), each pickle read by CPython's unpicklers with inert stand-in
   whose damaged archive torch's own zip reader read in the jail (`zip-reader-differential`
   where it handed out other bytes than the scan's reading);
 - time per mutant (scan + its share of the jailed readings) and the payload canary.
-Exit 1 on any missed or extra mutant, or when the canary appears.
+Exit 1 on any missed or extra mutant, or when the canary appears. `--keep DIR` writes each
+disagreeing mutant there (`NUMBER-SEED`): the seeds are made afresh each run (torch.save writes
+a random serialization id), so a mutant's number alone does not make it again.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ def main() -> int:
     ap.add_argument("--files", type=int, default=100_000)
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--keep", type=Path, help="folder for the disagreeing mutants")
     args = ap.parse_args()
     tests_on_path()
     from factories import fuzz_seeds, mutate
@@ -81,6 +85,9 @@ def main() -> int:
                 if holds:
                     extra.append((first + i, sorted(holds)))
                     classes[("extra", seed)] += 1
+                if args.keep and (lacks or holds):
+                    args.keep.mkdir(parents=True, exist_ok=True)
+                    (args.keep / f"{first + i}-{seed}").write_bytes(mutants[i])
                 codes = {f.code for f in res.findings}
                 differential += "parser-differential" in codes
                 zip_differential += "zip-reader-differential" in codes

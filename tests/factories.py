@@ -511,6 +511,27 @@ def mal_zip_broken_directory(path: Path, canary: Path) -> Path:
     return _write(path, bytes(buf))
 
 
+def mal_zip_local_name_mismatch(path: Path, canary: Path) -> Path:
+    """`mal_zip_data_pkl` whose last member's local header names another file: the scan's
+    zip reader calls the archive damaged, and torch's reader (which trusts the central
+    directory) still hands out the data.pkl payload."""
+    buf = bytearray(mal_zip_data_pkl(path, canary).read_bytes())
+    last = buf.rfind(b"PK\x03\x04")
+    buf[last + 30] ^= 0x20  # the first letter of its name, upper case for lower
+    return _write(path, bytes(buf))
+
+
+def mal_zip_data_pkl_other_disk(path: Path, canary: Path) -> Path:
+    """`mal_zip_data_pkl` whose data.pkl directory entry starts on disk 7: torch's reader
+    refuses the archive (a multidisk archive), so torch.load runs nothing."""
+    buf = bytearray(mal_zip_data_pkl(path, canary).read_bytes())
+    entry = buf.find(b"PK\x01\x02")
+    while not bytes(buf[entry + 46:entry + 46 + 80]).split(b"PK")[0].endswith(b"data.pkl"):
+        entry = buf.find(b"PK\x01\x02", entry + 4)
+    struct.pack_into("<H", buf, entry + 34, 7)
+    return _write(path, bytes(buf))
+
+
 def _patch_zip_flags(data: bytes, flag: int) -> bytes:
     """Set a general-purpose flag bit in every local and central header."""
     buf = bytearray(data)

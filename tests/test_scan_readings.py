@@ -448,3 +448,73 @@ def test_a_pickle_in_an_archive_no_reader_opens_is_apart_from_the_verdicts_impor
     assert ("os", "system") in {(g.module, g.name) for g in res.globals}
     assert not any(f.code == "unreached-pickle" for f in res.findings)
     assert not canary.exists()  # nothing of ours ran either payload
+
+
+_TORCH_LOAD = ("import sys, torch\n"
+               "try:\n    torch.load(sys.argv[1], weights_only=False)\n"
+               "except Exception as e:\n    print(type(e).__name__)\n")
+
+
+def _torch_load(path: Path) -> str:
+    """torch.load(weights_only=False) of `path` in a throwaway process: the error it raises
+    (empty when it loads)."""
+    return subprocess.run([sys.executable, "-c", _TORCH_LOAD, str(path)], capture_output=True,
+                          text=True, timeout=300, check=True).stdout.strip()
+
+
+def test_torch_s_own_zip_reader_decides_what_a_damaged_archive_hands_torch_load(
+        tmp_path, jailed_readings):
+    """Where the scan's zip reader finds an archive damaged, torch's own reader (in the jail)
+    decides which pickles torch.load unpickles. A local header naming another file: torch
+    trusts the central directory and runs the payload (the canary appears), so os.system is
+    the verdict's global. A data.pkl entry on another disk: torch refuses the archive (it
+    raises, no canary), so os.system is only an `unreached-pickle` finding, still dangerous."""
+    from factories import mal_zip_data_pkl_other_disk, mal_zip_local_name_mismatch
+
+    canary = tmp_path / "canary"
+    read = mal_zip_local_name_mismatch(tmp_path / "read.pt", canary)
+    assert _torch_load(read) == "" and canary.exists()
+    canary.unlink()
+    refused = mal_zip_data_pkl_other_disk(tmp_path / "refused.pt", canary)
+    assert _torch_load(refused) and not canary.exists()
+
+    res = scan_file(read)
+    codes = {f.code for f in res.findings}
+    assert "zip-name-mismatch" in codes and "unreached-pickle" not in codes, codes
+    assert res.verdict == "dangerous"
+    assert ("os", "system") in {(g.module, g.name) for g in res.globals}
+    res = scan_file(refused)
+    assert "zip-entry-fields" in {f.code for f in res.findings}
+    assert res.verdict == "dangerous"
+    assert ("os", "system") not in {(g.module, g.name) for g in res.globals}
+    apart = [f for f in res.findings if f.code == "unreached-pickle"]
+    assert apart and apart[0].severity == "dangerous" and "os.system" in apart[0].message
+    assert not canary.exists()  # nothing of ours ran either payload
+
+
+def test_a_pickle_past_where_every_loader_s_reading_stops_is_apart(tmp_path, jailed_readings):
+    """Back-to-back pickles: the second pops an empty stack, which CPython's unpickler refuses
+    (a multi-pickle loop raises there: the third, an os.system call, never runs), while the
+    walk reads on. The third's import is not the verdict's: it is an `unreached-pickle`
+    finding, still dangerous. With a sound second pickle the payload runs and is a global."""
+    from factories import PROTO2, call, touch_cmd
+
+    canary = tmp_path / "canary"
+    payload = call("os", "system", touch_cmd(canary))
+    loop = ("import pickle, sys\nf = open(sys.argv[1], 'rb')\n"
+            "try:\n    while True:\n        pickle.load(f)\n"
+            "except EOFError:\n    pass\nexcept Exception as e:\n    print(type(e).__name__)\n")
+    for second, runs in ((PROTO2 + b"0N.", False), (PROTO2 + b"N.", True)):
+        path = tmp_path / f"stream-{runs}.pkl"
+        path.write_bytes(PROTO2 + b"K\x01." + second + payload)
+        out = subprocess.run([sys.executable, "-c", loop, str(path)], capture_output=True,
+                             text=True, timeout=120, check=True).stdout.strip()
+        assert canary.exists() == runs and bool(out) != runs, out
+        canary.unlink(missing_ok=True)
+        res = scan_file(path)
+        assert res.verdict == "dangerous"
+        globals_ = {(g.module, g.name) for g in res.globals}
+        assert (("os", "system") in globals_) == runs
+        assert any(f.code == "unreached-pickle" and "os.system" in f.message
+                   for f in res.findings) != runs
+    assert not canary.exists()
