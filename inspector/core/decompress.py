@@ -31,6 +31,7 @@ class Decoded:
     data: bytes
     members: int
     incomplete: str | None = None
+    failed: bool = False  # a data error cut the stream (not its end, not the bound)
 
 
 class _Header:
@@ -152,5 +153,41 @@ def decompress(buf, kind: str, limit: int) -> Decoded:
             return Decoded(bytes(out), members + 1, f"{kind} stream ends early (truncated)")
     except _errors() as exc:
         return Decoded(bytes(out), members + 1, f"{kind} data unreadable after {len(out)} "
-                                                f"bytes: {exc}")
+                                                f"bytes: {exc}", failed=True)
     return Decoded(bytes(out), members)
+
+
+HAND_OUT_PIECE = 1 << 16
+
+
+def handed_out(buf, kind: str, limit: int) -> bytes:
+    """What the stdlib's own reader of a `kind` stream hands a loader reading it from the
+    start (joblib, `pickle.load(gzip.open(...))`) before a data error stops it, at most
+    `limit` bytes: the file objects of gzip, bz2 and lzma (any format it takes) in pieces of
+    64 KiB, the piece the error falls in lost; `zlib.decompress`'s whole output or nothing.
+    Where the stdlib has no reader for `kind`, nothing."""
+    import bz2
+    import gzip
+    import io
+    import lzma
+
+    from inspector.core.map_io import MapIO
+
+    if kind == "zlib":
+        try:
+            return zlib.decompressobj().decompress(buf, limit)
+        except zlib.error:
+            return b""
+    opener = {"gzip": lambda f: gzip.GzipFile(fileobj=f), "bz2": bz2.BZ2File,
+              "xz": lzma.LZMAFile, "lzma": lzma.LZMAFile}.get(kind)
+    if opener is None:
+        return b""
+    out = io.BytesIO()
+    with MapIO(buf) as raw:
+        try:
+            with opener(raw) as fh:
+                while out.tell() < limit and (piece := fh.read1(HAND_OUT_PIECE)):
+                    out.write(piece)
+        except _errors():
+            pass
+    return out.getvalue()[:limit]

@@ -472,8 +472,9 @@ def _unreached(res, blobs: list[Blob], holding: list[Blob], real: set[tuple[str,
     resolves, are not the verdict's globals: they are one `unreached-pickle` finding, as
     severe as the worst of them (a crafted file keeps its payload dangerous), naming what the
     scan found there. Those bytes are the `blobs` not `reached` (members of an archive no
-    loader opens that way) and the `over` readings: from starts past where every loader's
-    reading stops. `holding`: the blobs that hold them."""
+    loader opens that way, a compressed stream's content past where the stdlib's decoder
+    stops) and the `over` readings: from starts past where every loader's reading stops.
+    `holding`: the blobs that hold them."""
     names = (over | set().union(*(b.walker for b in blobs))) - real
     rules = weights_only_rules()
     # names no import system resolves leave too, and are shown only when dangerous
@@ -483,11 +484,12 @@ def _unreached(res, blobs: list[Blob], holding: list[Blob], real: set[tuple[str,
         _set_apart(res, names, [], Severity.INFO, "unreached-pickle", None)
         return
     severity = worst([Severity.INFO, *(judged[n] for n in shown_names)])
+    severity = Severity.INFO if severity == Severity.SAFE else severity
     shown = ", ".join(sorted(f"{m}.{n}" for m, n in shown_names)[:6])
     _set_apart(res, names, [b for b in holding if b.member], severity, "unreached-pickle",
                f"a pickle in bytes no loader reads as one (past where the loaders' reading "
-               f"stops, or in an archive no zip reader opens so) imports {shown}; the scan "
-               "read it because a repairing reader might")
+               f"stops at an error, or in an archive their zip readers refuse) imports "
+               f"{shown}; the scan read it because a repairing reader might")
 
 
 def _walker_only(res, blobs: list[Blob], real: set[tuple[str, str]]) -> None:

@@ -107,6 +107,13 @@ class ScanContext:
         seen = set().union(*(b.walker for b in kept))
         self.torch_archives.append(readings.ArchiveAsk(span, seen))
 
+    def read_also(self, data: bytes, walked: bytes) -> None:
+        """The loaders read `data` (not walked itself: it is the start of `walked`, whose walk
+        explains it), so the real readers read it too."""
+        if data and id(walked) in self.blobs:
+            self.blobs[id(data)] = readings.Blob(None, {0}, {0},
+                                                 set(self.blobs[id(walked)].walker), data=data)
+
     def walk(self, data: bytes, start: int = 0, through: bool = False,
              entry: bool = True) -> PickleScan:
         """Walk the pickle at `start` within the file's budget (as both buffered and unbuffered

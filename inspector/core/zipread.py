@@ -25,6 +25,9 @@ ZIP64_EOCD_SIG = b"PK\x06\x06"
 FLAG_ENCRYPTED = 0x1
 FLAG_PATCHED = 0x20
 FLAG_STRONG_ENCRYPTION = 0x40
+FLAG_MASKED_DIRECTORY = 0x2000  # miniz refuses the whole archive for it
+# what zip writers set as a matter of course: deflate options, a data descriptor, UTF-8 names
+FLAGS_WRITTEN = 0x2 | 0x4 | 0x8 | 0x800
 STORED, DEFLATED, BZIP2, LZMA = 0, 8, 12, 14
 
 
@@ -238,6 +241,12 @@ def read_zip(buf, base: int = 0, end: int | None = None) -> ZipArchive:
     archive = ZipArchive()
     add = archive.anomalies.append
     eocd = _find_eocd(buf, base, end)
+    (comment,) = struct.unpack_from("<H", buf, eocd + 20)
+    if eocd + 22 + comment < (len(buf) if end is None else end):
+        add(Anomaly(Severity.SUSPICIOUS, "zip-trailing-bytes",
+                    f"{(len(buf) if end is None else end) - eocd - 22 - comment} bytes follow "
+                    "the end record; torch never writes them, and zip readers disagree on "
+                    "where such an archive starts"))
     if (fault := _zip64_fault(buf, eocd, base)) is not None:
         add(Anomaly(Severity.SUSPICIOUS, "zip64-records", f"the archive's zip64 records are "
                     f"not as torch writes them: {fault}; zip readers disagree on such archives"))
@@ -250,7 +259,7 @@ def read_zip(buf, base: int = 0, end: int | None = None) -> ZipArchive:
     # Python's zipfile (numpy.load) reads entries until the directory's size is used up, not
     # the end record's count: entries past the count are members to it, so they are read too
     cd_end = pos + cd_size
-    n = len(buf)
+    n = len(buf) if end is None else end  # a member past its archive's end lies outside it
     members = archive.members
     for i in range(10_000_000):
         if i >= total and (pos >= cd_end or buf[pos:pos + 4] != CENTRAL_SIG):
@@ -271,7 +280,13 @@ def read_zip(buf, base: int = 0, end: int | None = None) -> ZipArchive:
             usize, csize, offset = _zip64_extra(extra, usize, csize, offset)
         pos += 46 + nlen + xlen + clen
         offset += base
-        name = str(raw_name, "utf-8", "replace")
+        try:
+            name = str(raw_name, "utf-8")
+        except UnicodeDecodeError:  # torch's reader refuses to list such an archive
+            name = str(raw_name, "utf-8", "replace")
+            add(Anomaly(Severity.SUSPICIOUS, "zip-name-encoding",
+                        "member name is not UTF-8; torch.load refuses to list such an archive",
+                        name))
         local_name = None
         data_offset = -1
         lflags = 0
@@ -292,11 +307,12 @@ def read_zip(buf, base: int = 0, end: int | None = None) -> ZipArchive:
             add(Anomaly(Severity.SUSPICIOUS, "zip-name-mismatch",
                         f"local header names it {local_name!r}, central directory {name!r}",
                         name))
-        odd = (flags | lflags) & (FLAG_ENCRYPTED | FLAG_PATCHED | FLAG_STRONG_ENCRYPTION)
+        odd = (flags | lflags) & ~FLAGS_WRITTEN
         if odd:
             add(Anomaly(Severity.SUSPICIOUS, "zip-flag-bits",
-                        f"general-purpose flag bits {odd:#x} set (encryption/patch data); "
-                        "scanners that trust them skip the member", name))
+                        f"general-purpose flag bits {odd:#x} set (encryption, patch data or "
+                        "a masked directory); scanners that trust them skip the member, and "
+                        "torch's reader refuses some", name))
         if ("\\" in name or ".." in name or name[:1] == "/" or name[1:2] == ":") and (
                 unsafe_name(name)):
             add(Anomaly(Severity.SUSPICIOUS, "zip-path-traversal",

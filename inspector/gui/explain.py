@@ -191,20 +191,24 @@ FINDING_TEXT: dict[str, tuple[str, str]] = {
         "A damaged download or a deliberately corrupt tail; get the file again.",
     ),
     **dict.fromkeys(("zip-central-directory", "zip-offset-shift", "zip-bad-offset",
-                     "zip-name-mismatch"), _ZIP_STRUCTURE),
+                     "zip-name-mismatch", "zip64-records", "zip-entry-fields",
+                     "zip-directory-bounds", "zip-trailing-bytes", "zip-name-encoding"),
+                    _ZIP_STRUCTURE),
     "parser-differential": (
         "Python's own unpickler and the scanner's parser read these bytes differently: the "
         "mark of a file crafted to slip past scanners.",
         "Treat the file as hostile; do not load it.",
     ),
     "unreached-pickle": (
-        "A pickle sits in bytes no loader reads as one (an archive no zip reader opens that "
-        "way); it was read anyway, since a tool that repairs the archive would run it.",
+        "A pickle sits in bytes no loader reads as one (past where the loaders' reading of "
+        "the file stops at an error, or in an archive their zip readers refuse); it was read "
+        "anyway, since a tool that repairs the file would run it.",
         "Do not repair or extract the file; get it from its source again.",
     ),
     "zip-reader-differential": (
-        "Python's zipfile hands out other bytes for a member than the archive's own records "
-        "give: two readers see two different files. Both were scanned.",
+        "A loader's own zip reader (torch's, or Python's zipfile for numpy) hands out other "
+        "bytes for a member than the archive's own records give: two readers see two "
+        "different files. Both were scanned.",
         "Treat the file as tampered with; get it from its source again.",
     ),
 }

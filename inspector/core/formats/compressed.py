@@ -27,15 +27,22 @@ def scan_compressed(ctx: ScanContext, buf, algo: str) -> None:
         res.format = Format.COMPRESSED_PICKLE
         ctx.not_fully_read("compressed-unreadable", f"{exc}; its content was not scanned")
         return
-    scan_decoded(ctx, decoded, algo)
+    scan_decoded(ctx, buf, decoded, algo)
 
 
-def scan_decoded(ctx: ScanContext, decoded: decompress.Decoded, algo: str) -> None:
-    """The content of a compressed stream: a pickle (joblib style) or an archive."""
+def scan_decoded(ctx: ScanContext, buf, decoded: decompress.Decoded, algo: str) -> None:
+    """The content of a compressed stream (`buf`): a pickle (joblib style) or an archive. Where
+    a data error cut the stream, the scan reads all it could decode, but the loaders' reading
+    is what the stdlib's own decoder hands them before the error (`decompress.handed_out`):
+    the rest is read apart."""
     res = ctx.result
     if decoded.incomplete:
         ctx.not_fully_read("compressed-unreadable", decoded.incomplete)
-    if not scan_stream(ctx, decoded.data, None, False):
+    with ctx.read_apart(decoded.data, decoded.failed):
+        streamed = scan_stream(ctx, decoded.data, None, False)
+    if decoded.failed:
+        ctx.read_also(decompress.handed_out(buf, algo, len(decoded.data)), decoded.data)
+    if not streamed:
         if not ctx.scan_nested(decoded.data, f"<{algo} content>"):
             raise ValueError(f"{algo} content is not a pickle")
         res.format = Format.COMPRESSED_ARCHIVE
@@ -69,7 +76,7 @@ def scan_also_compressed(ctx: ScanContext, buf) -> None:
         fmt, error = res.format, res.error
         res.error = None
         try:
-            scan_decoded(ctx, decoded, algo)
+            scan_decoded(ctx, buf, decoded, algo)
         except ValueError:
             res.error = error  # its content is no pickle after all
             continue

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import mmap
+import re
 import struct
 import zipfile
 import zlib
@@ -170,6 +171,9 @@ def _record_may_be_pickle(ctx: ScanContext, buf, m: zipread.Member) -> bool:
     return imports(ctx.probe(buf, m.data_offset))
 
 
+_VERSION_RECORDS = ("/version", "/.data/version")
+_WRITTEN_VERSION = re.compile(rb"[1-9]\n?")  # the versions torch.save has written
+
 TORCH_PICKLES = (".pkl", ".debug_pkl")  # torch.load, DCP, torch.jit.load unpickle these
 TORCH_READS_IT = frozenset({"torch"})  # its TORCH_PICKLES members
 NUMPY_READS_IT = frozenset({"numpy"})  # its .npy members: numpy.load
@@ -281,6 +285,9 @@ def scan_archive(ctx: ScanContext, buf, archive: zipread.ZipArchive,
                          f"CRC-32 {zlib.crc32(data):08x} does "
                          f"not match {m.crc:08x} in the central directory (corrupted, tampered "
                          "or encrypted)", m.name)
+            # torch's reader parses the version record as it opens the archive
+            damaged = damaged or (m.name.endswith(_VERSION_RECORDS)
+                                  and not _WRITTEN_VERSION.fullmatch(data))
         if is_record and not (pickle_head(data[:2]) or (data[:1]
                               and data[0] in PICKLE_FIRST_BYTES)):
             continue
