@@ -168,7 +168,6 @@ def handed_out(buf, kind: str, limit: int) -> bytes:
     Where the stdlib has no reader for `kind`, nothing."""
     import bz2
     import gzip
-    import io
     import lzma
 
     from inspector.core.map_io import MapIO
@@ -182,12 +181,14 @@ def handed_out(buf, kind: str, limit: int) -> bytes:
               "xz": lzma.LZMAFile, "lzma": lzma.LZMAFile}.get(kind)
     if opener is None:
         return b""
-    out = io.BytesIO()
+    pieces: list[bytes] = []
+    size = 0
     with MapIO(buf) as raw:
         try:
             with opener(raw) as fh:
-                while out.tell() < limit and (piece := fh.read1(HAND_OUT_PIECE)):
-                    out.write(piece)
+                while size < limit and (piece := fh.read1(HAND_OUT_PIECE)):
+                    pieces.append(piece)
+                    size += len(piece)
         except _errors():
             pass
-    return out.getvalue()[:limit]
+    return b"".join(pieces)[:limit]

@@ -487,9 +487,8 @@ def _unreached(res, blobs: list[Blob], holding: list[Blob], real: set[tuple[str,
     severity = Severity.INFO if severity == Severity.SAFE else severity
     shown = ", ".join(sorted(f"{m}.{n}" for m, n in shown_names)[:6])
     _set_apart(res, names, [b for b in holding if b.member], severity, "unreached-pickle",
-               f"a pickle in bytes no loader reads as one (past where the loaders' reading "
-               f"stops at an error, or in an archive their zip readers refuse) imports "
-               f"{shown}; the scan read it because a repairing reader might")
+               f"{shown} imported in bytes no loader reads as a pickle; the scan read them "
+               "because a repairing reader might")
 
 
 def _walker_only(res, blobs: list[Blob], real: set[tuple[str, str]]) -> None:

@@ -222,8 +222,9 @@ def _entry_fault(buf, pos: int, method: int, csize: int, usize: int,
                  cd_end: int) -> str | None:
     """What is off in the fields of the directory entry at `pos` that the scan's reading does
     not otherwise use (None: nothing): a stored member whose sizes differ, data with no
-    compressed bytes, another disk, an entry running past the directory's size."""
-    disk = struct.unpack_from("<H", buf, pos + 34)[0]
+    compressed bytes, another disk, an entry running past the directory's size, a member with
+    bytes marked as a folder (miniz then hands out none of them)."""
+    disk, _, external = struct.unpack_from("<HHI", buf, pos + 34)
     nlen, xlen, clen = struct.unpack_from("<HHH", buf, pos + 28)
     if 0xFFFFFFFF not in (csize, usize) and (
             (method == STORED and csize != usize) or (usize and not csize)):
@@ -232,7 +233,12 @@ def _entry_fault(buf, pos: int, method: int, csize: int, usize: int,
         return f"starts on disk {disk}"
     if pos + 46 + nlen + xlen + clen > cd_end:
         return "runs past the end record's directory size"
+    if usize and (external & _DOS_FOLDER or buf[pos + 46 + nlen - 1:pos + 46 + nlen] == b"/"):
+        return "marks a member that holds bytes as a folder"
     return None
+
+
+_DOS_FOLDER = 0x10  # the directory bit of the DOS attributes, which miniz reads on any host
 
 
 def read_zip(buf, base: int = 0, end: int | None = None) -> ZipArchive:

@@ -41,7 +41,9 @@ def scan_decoded(ctx: ScanContext, buf, decoded: decompress.Decoded, algo: str) 
     with ctx.read_apart(decoded.data, decoded.failed):
         streamed = scan_stream(ctx, decoded.data, None, False)
     if decoded.failed:
-        ctx.read_also(decompress.handed_out(buf, algo, len(decoded.data)), decoded.data)
+        handed = decompress.handed_out(buf, algo, len(decoded.data))
+        ctx.budget.decode(len(handed))
+        ctx.read_also(handed, decoded.data)
     if not streamed:
         if not ctx.scan_nested(decoded.data, f"<{algo} content>"):
             raise ValueError(f"{algo} content is not a pickle")
