@@ -507,14 +507,57 @@ def test_a_pickle_past_where_every_loader_s_reading_stops_is_apart(tmp_path, jai
     for second, runs in ((PROTO2 + b"0N.", False), (PROTO2 + b"N.", True)):
         path = tmp_path / f"stream-{runs}.pkl"
         path.write_bytes(PROTO2 + b"K\x01." + second + payload)
-        out = subprocess.run([sys.executable, "-c", loop, str(path)], capture_output=True,
-                             text=True, timeout=120, check=True).stdout.strip()
-        assert canary.exists() == runs and bool(out) != runs, out
-        canary.unlink(missing_ok=True)
-        res = scan_file(path)
-        assert res.verdict == "dangerous"
-        globals_ = {(g.module, g.name) for g in res.globals}
-        assert (("os", "system") in globals_) == runs
-        assert any(f.code == "unreached-pickle" and "os.system" in f.message
-                   for f in res.findings) != runs
+        _global_only_where_it_runs(path, loop, canary, runs)
+    assert not canary.exists()
+
+
+def _global_only_where_it_runs(path: Path, load: str, canary: Path, runs: bool) -> None:
+    """`load` (a script given the path) runs the os.system payload of `path` in a throwaway
+    process exactly when `runs` (else it prints the error it raised); the scan calls the file
+    dangerous either way, with os.system a global where it runs and an `unreached-pickle`
+    finding where it does not."""
+    out = subprocess.run([sys.executable, "-c", load, str(path)], capture_output=True,
+                         text=True, timeout=120, check=True).stdout.strip()
+    assert canary.exists() == runs and bool(out) != runs, out
+    canary.unlink(missing_ok=True)
+    res = scan_file(path)
+    assert res.verdict == "dangerous"
+    assert (("os", "system") in {(g.module, g.name) for g in res.globals}) == runs
+    assert any(f.code == "unreached-pickle" and "os.system" in f.message
+               for f in res.findings) != runs
+
+
+def _gzip_cut_after(payload: bytes) -> bytes:
+    """A gzip stream of `payload` and 6,000 random bytes, then an invalid deflate block: the
+    scan's decoder salvages the first 4 KB of content (the payload), while Python's gzip reader
+    loses the whole input chunk the error falls in and hands a loader nothing."""
+    import os
+    import zlib
+
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    body = c.compress(payload) + c.flush(zlib.Z_FULL_FLUSH)
+    body += c.compress(os.urandom(6000)) + c.flush(zlib.Z_FULL_FLUSH)
+    return b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + body + b"\x07\xff\xff\xff"
+
+
+def test_compressed_content_past_where_the_stdlib_decoder_stops_is_apart(
+        tmp_path, jailed_readings):
+    """joblib and `pickle.load(gzip.open(...))` read a gzip pickle through Python's own gzip
+    reader: cut by a data error, it hands them nothing (proven: the load raises, no canary),
+    so the os.system the scan's salvaging decoder finds is an `unreached-pickle` finding,
+    still dangerous, not a global. The same payload in a sound stream runs and is a global."""
+    import gzip
+
+    from factories import call, touch_cmd
+
+    canary = tmp_path / "canary"
+    payload = call("os", "system", touch_cmd(canary))
+    load = ("import gzip, pickle, sys\n"
+            "try:\n    pickle.load(gzip.open(sys.argv[1]))\n"
+            "except Exception as e:\n    print(type(e).__name__)\n")
+    for data, runs in ((_gzip_cut_after(payload), False),
+                       (gzip.compress(payload + b"\0" * 6000), True)):
+        path = tmp_path / f"model-{runs}.pkl.gz"
+        path.write_bytes(data)
+        _global_only_where_it_runs(path, load, canary, runs)
     assert not canary.exists()
