@@ -253,6 +253,12 @@ def read_zip(buf, base: int = 0, end: int | None = None) -> ZipArchive:
                     f"{(len(buf) if end is None else end) - eocd - 22 - comment} bytes follow "
                     "the end record; torch never writes them, and zip readers disagree on "
                     "where such an archive starts"))
+    disk, cd_disk, here, listed = struct.unpack_from("<HHHH", buf, eocd + 4)
+    if disk or cd_disk or here != listed:
+        add(Anomaly(Severity.SUSPICIOUS, "zip-end-record",
+                    f"the end record names disk {disk} (directory on disk {cd_disk}) and counts "
+                    f"{here} entries here of {listed}; torch writes one disk, and its reader "
+                    "refuses others"))
     if (fault := _zip64_fault(buf, eocd, base)) is not None:
         add(Anomaly(Severity.SUSPICIOUS, "zip64-records", f"the archive's zip64 records are "
                     f"not as torch writes them: {fault}; zip readers disagree on such archives"))

@@ -192,7 +192,8 @@ FINDING_TEXT: dict[str, tuple[str, str]] = {
     ),
     **dict.fromkeys(("zip-central-directory", "zip-offset-shift", "zip-bad-offset",
                      "zip-name-mismatch", "zip64-records", "zip-entry-fields",
-                     "zip-directory-bounds", "zip-trailing-bytes", "zip-name-encoding"),
+                     "zip-directory-bounds", "zip-trailing-bytes", "zip-name-encoding",
+                     "zip-end-record"),
                     _ZIP_STRUCTURE),
     "parser-differential": (
         "Python's own unpickler and the scanner's parser read these bytes differently: the "
