@@ -78,10 +78,16 @@ class NotAZip(ValueError):
     """The bytes have no usable zip structure."""
 
 
+# miniz reads 4,096-byte chunks back from the end, each 3 bytes over the one after it, and gives
+# up after the first chunk that starts 65,557 bytes (a record and the longest comment) or more
+# from the end: it searches the last 4,096 + 16 * 4,093 bytes
+_MINIZ_EOCD_WINDOW = 4096 + 4093 * -(-(0xFFFF + 22 - 4096) // 4093)
+
+
 def _find_eocd(buf, base: int = 0, end: int | None = None) -> int:
     end = len(buf) if end is None else end
     # as miniz (torch.load) does: the last signature with a whole 22-byte record after it
-    i = buf.rfind(EOCD_SIG, max(base, end - (1 << 16) - 22), end - 18)
+    i = buf.rfind(EOCD_SIG, max(base, end - _MINIZ_EOCD_WINDOW), end - 18)
     if i < 0:
         raise NotAZip("no end-of-central-directory record")
     return i
@@ -123,10 +129,14 @@ def _central_directory(buf, eocd: int, base: int = 0) -> tuple[int, int, int, in
 def archive_spans(buf) -> list[tuple[int, int]]:
     """(start, end) of each zip archive written back to back in `buf`, as
     torch.distributed.checkpoint's `.distcp` files hold them; one span for a plain archive."""
-    eocd = _find_eocd(buf)
-    cd_offset, _, cd_size, after = _central_directory(buf, eocd)
-    if cd_offset + cd_size == after:
-        return [(0, len(buf))]
+    try:
+        eocd = _find_eocd(buf)
+    except NotAZip:  # no end record near the end: back-to-back archives may still begin it
+        eocd = None
+    if eocd is not None:
+        cd_offset, _, cd_size, after = _central_directory(buf, eocd)
+        if cd_offset + cd_size == after:
+            return [(0, len(buf))]
     spans: list[tuple[int, int]] = []
     start, pos = 0, 0
     while (i := buf.find(EOCD_SIG, pos)) >= 0 and i + 22 <= len(buf):
@@ -155,7 +165,8 @@ def _ends_item(buf, eocd: int, start: int) -> bool:
         if disk != 0 or disks > 1:
             return False
     end = start + cd_offset + cd_size
-    return cd_offset + cd_size == after or buf[end:end + 4] == ZIP64_EOCD_SIG
+    # zipfile takes a directory that ends right before the end record, or before zip64 records
+    return end - start in (after, eocd - start) or buf[end:end + 4] == ZIP64_EOCD_SIG
 
 
 def is_whole_archive(buf, start: int, end: int) -> bool:
@@ -211,6 +222,8 @@ def _zip64_fault(buf, eocd: int, base: int) -> str | None:
         "<QHHIIQQQQ", buf, at + 4)
     if size != 44 or this_disk or cd_disk or here != total:
         return "its zip64 end record names other disks or counts, or extensible data"
+    if base + cd_offset + cd_size > at:
+        return "its zip64 end record lies inside the directory"
     short = struct.unpack_from("<HHHHII", buf, eocd + 4)
     for value, wide in zip(short, (0, 0, here, total, cd_size, cd_offset), strict=True):
         if value not in (wide, 0xFFFF, 0xFFFFFFFF):
