@@ -346,9 +346,11 @@ def _fold(results: list, answer: dict) -> None:
         read_blobs, apart_blobs = [], []
         for b in r._blobs:
             resolved, apart = apply(r, b, by_blob.get(i, []))
+            over |= apart
             if b.reached:
                 real |= resolved
-            over |= apart | (set() if b.reached else resolved)
+            else:
+                over |= resolved
             if by_blob.get(i):
                 read_blobs.append(b)
             if apart or not b.reached:

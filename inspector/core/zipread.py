@@ -259,11 +259,12 @@ def read_zip(buf, base: int = 0, end: int | None = None) -> ZipArchive:
     buffer's); raises NotAZip when there is no zip at all."""
     archive = ZipArchive()
     add = archive.anomalies.append
-    eocd = _find_eocd(buf, base, end)
+    n = len(buf) if end is None else end  # a member past its archive's end lies outside it
+    eocd = _find_eocd(buf, base, n)
     (comment,) = struct.unpack_from("<H", buf, eocd + 20)
-    if eocd + 22 + comment < (len(buf) if end is None else end):
+    if eocd + 22 + comment < n:
         add(Anomaly(Severity.SUSPICIOUS, "zip-trailing-bytes",
-                    f"{(len(buf) if end is None else end) - eocd - 22 - comment} bytes follow "
+                    f"{n - eocd - 22 - comment} bytes follow "
                     "the end record; torch never writes them, and zip readers disagree on "
                     "where such an archive starts"))
     disk, cd_disk, here, listed = struct.unpack_from("<HHHH", buf, eocd + 4)
@@ -284,7 +285,6 @@ def read_zip(buf, base: int = 0, end: int | None = None) -> ZipArchive:
     # Python's zipfile (numpy.load) reads entries until the directory's size is used up, not
     # the end record's count: entries past the count are members to it, so they are read too
     cd_end = pos + cd_size
-    n = len(buf) if end is None else end  # a member past its archive's end lies outside it
     members = archive.members
     for i in range(10_000_000):
         if i >= total and (pos >= cd_end or buf[pos:pos + 4] != CENTRAL_SIG):
