@@ -3,7 +3,7 @@
 The folder is written by `dcp.save` in one process (float32 matrices of 8 MiB each, about
 --size-gb in all). Each run is a fresh process that first drops the folder's pages from the
 page cache (`posix_fadvise(DONTNEED)`, this folder's files only), then runs
-`core.dcp_folder.scan_folder` and reports from `/proc/self/io` the bytes it had read from the
+`scan.dcp_folder.scan_folder` and reports from `/proc/self/io` the bytes it had read from the
 disk (`read_bytes`, page faults of its mappings included) and through read calls (`rchar`),
 its peak RSS and the scan's wall time. With --before DIR, the same runs are made with that
 checkout of the project on PYTHONPATH (e.g. `git worktree add /tmp/wt_dcp_before <commit>`),
@@ -36,7 +36,7 @@ for name in os.listdir(folder):
     fd = os.open(os.path.join(folder, name), os.O_RDONLY)
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     os.close(fd)
-from inspector.core.dcp_folder import scan_folder
+from inspector.scan.dcp_folder import scan_folder
 
 def io():
     fields = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())

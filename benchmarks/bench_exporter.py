@@ -54,7 +54,7 @@ tests_on_path()
 
 from fleet_fixtures import write_replay  # noqa: E402
 
-from inspector.core import journal  # noqa: E402
+from inspector.run import journal  # noqa: E402
 
 ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
           "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")

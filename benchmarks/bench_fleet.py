@@ -1,7 +1,7 @@
 """Benchmark the fleet-scale paths: verify of a large sharded folder, --shard, S3, the exporter.
 
 1. `verify -m SHA256SUMS DIR` of a --size GB sharded safetensors folder (8 shards; default 4 GB,
-   what issue 27 names), which hashes a file per core at once (`core.hashing.HashAhead`),
+   what issue 27 names), which hashes a file per core at once (`integrity.hashing.HashAhead`),
    against `sha256sum -c SHA256SUMS` (one process, what a user runs) and against
    `openssl dgst -sha256` of the same files on every core at once (`xargs -P <cores>`):
    throughput ratio to openssl (target: at least 0.9x) and to sha256sum -c.
@@ -161,7 +161,7 @@ def verify_shard_rounds(folder: Path, runs: int, shards: int = 2) -> dict[str, f
 
 def shard_split(files: list[Path], folder: Path, shards: int = 2) -> list[int]:
     """How many of the files each shard owns (verify keys them by the planned path)."""
-    from inspector.core.sharding import Shard
+    from inspector.fleet.jobs import Shard
 
     keys = [os.path.join(os.path.abspath(folder), p.name) for p in files]
     return [sum(Shard(i, shards).owns(k) for k in keys) for i in range(shards)]

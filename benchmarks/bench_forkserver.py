@@ -1,7 +1,7 @@
 """Benchmark the fork server (issue 17) against cold workers, ratios measured in one run:
 
 (a) `ckpt-inspector report DIR -o OUT.json` over a folder of --files small checkpoints, cold
-    (`--cold-workers`: one `python -m inspector.sandbox.worker` per file) and warm (one fork
+    (`--cold-workers`: one `python -m inspector.sandbox.worker.main` per file) and warm (one fork
     server, a forked worker per file), warm both one file at a time (`--jobs 1`) and one
     worker per core at once (the default), each against one `python -c "import torch"`
     (issue 17's target: warm at most 3x);

@@ -1,6 +1,6 @@
 """Benchmark reading a GGUF file's header, against llama.cpp's own Python reader, in one run:
 
-(a) `core.formats.gguf_header.read` (what `scan` reads, with every bound checked);
+(a) `formats.gguf_header.read` (what `scan` reads, with every bound checked);
 (b) `scan_file` (the header, the chat template through Jinja2's parser, and the scan's other
     readings of the bytes);
 (c) `gguf.GGUFReader(path)`, what `gguf-dump` and a user's script read a GGUF file with.
@@ -62,8 +62,8 @@ def main() -> int:
     args = ap.parse_args()
     import gguf
 
-    from inspector.core.formats import gguf_header
-    from inspector.core.scan import scan_file
+    from inspector.formats import gguf_header
+    from inspector.scan.engine import scan_file
 
     with scratch("gguf") as folder:
         path = folder / "llama-shaped.gguf"

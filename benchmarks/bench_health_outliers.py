@@ -1,13 +1,13 @@
-"""False positives and detection of the weights-health outlier rule (`core.health`) on
+"""False positives and detection of the weights-health outlier rule (`checkpoint.health`) on
 real-shaped checkpoints, and what the exponent counts cost the statistics.
 
 Models are built from transformers configs with their own random initialisation (GPT-2 124M,
 BERT-base, a Llama-shaped 8-layer model, ViT-base, T5-small; no downloads) in float32,
 float16 and bfloat16, plus a small GPT-2 trained for --steps steps on a toy copy task (trained
 weights have heavier tails than any initialisation). For each: every tensor goes through
-`sandbox.stats.tensor_stats` (with the exponent pass forced on every tensor, so the rule
+`tensors.stats.tensor_stats` (with the exponent pass forced on every tensor, so the rule
 itself is measured, and again as shipped, where the histogram screen skips that pass; both
-must give the same findings) and `core.health.assess`; a false positive is any problem
+must give the same findings) and `checkpoint.health.assess`; a false positive is any problem
 finding on these clean weights. Then one random non-zero element of every judged weight gets
 its top exponent bit set and we count how many of those tensors are named. Last, what the
 exponent pass costs `describe_tensors` (statistics and digests on two threads) with and
@@ -25,9 +25,9 @@ import time
 
 import torch
 
-from inspector.core.health import PROBLEM, assess, is_state_key, outlier_gap
-from inspector.sandbox import stats
-from inspector.sandbox.stats import dtype_name, tensor_stats
+from inspector.checkpoint.health import PROBLEM, assess, is_state_key, outlier_gap
+from inspector.tensors import stats
+from inspector.tensors.stats import dtype_name, tensor_stats
 
 _MSB = {torch.float32: (torch.int32, 30), torch.float16: (torch.int16, 14),
         torch.bfloat16: (torch.int16, 14)}

@@ -18,9 +18,9 @@ import time
 import torch
 from common import best_of
 
-from inspector.core.architecture import guess_architecture
-from inspector.core.resume import model_facts
-from inspector.sandbox.stats import layout_record
+from inspector.checkpoint.architecture import guess_architecture
+from inspector.checkpoint.resume import model_facts
+from inspector.tensors.stats import layout_record
 
 
 def _configs() -> dict:

@@ -1,5 +1,5 @@
-"""What the corruption radar costs the UI thread: `core.radar.build_radar` and the view's
-colouring (`gui.radar_view.RadarModel.set_radar`) on large key lists.
+"""What the corruption radar costs the UI thread: `checkpoint.radar.build_radar` and the view's
+colouring (`gui.widgets.radar_view.RadarModel.set_radar`) on large key lists.
 
 Records are synthetic (keys, absmax, std, counts; no torch): a Llama-2-70B-shaped state dict
 (80 layers, 723 tensors), a Mixtral-shaped one (32 layers of 8 experts, 995 tensors) and a
@@ -16,7 +16,7 @@ import argparse
 
 from common import best_of
 
-from inspector.core.radar import ABSMAX, build_radar
+from inspector.checkpoint.radar import ABSMAX, build_radar
 
 LLAMA = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
          "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--tensors", type=int, default=4000)
     args = parser.parse_args()
     from inspector.gui.app import create_application
-    from inspector.gui.radar_view import RadarModel, colour_scale
+    from inspector.gui.widgets.radar_view import RadarModel, colour_scale
 
     create_application([])
     colour_scale()  # the colour map's one-off load (pyqtgraph import) is not the radar's cost

@@ -5,7 +5,7 @@
 
 Seeds are the fuzz seeds of every format (`tests/factories.fuzz_seeds`, those under 200 KB);
 each mutant (`factories.mutate`) is scanned in memory (`scan_bytes`) with its readings
-deferred, and each batch's readings run in one jailed `dry-run` job (`sandbox.client.
+deferred, and each batch's readings run in one jailed `dry-run` job (`sandbox.host.client.
 dry_run_reader`), as a folder scan runs them. The ground truth is written apart from the op and
 from the scanner (`tests/readings_samples.truths`, in a child under a 2 GB address-space
 limit): every reading a real loader makes, decided by the loaders' own readers (torch's zip
@@ -50,9 +50,9 @@ def main() -> int:
     from factories import fuzz_seeds, mutate
     from readings_samples import disagreement, truths
 
-    from inspector.core import readings
-    from inspector.core.scan import scan_bytes
-    from inspector.sandbox.client import dry_run_reader
+    from inspector.sandbox.host.client import dry_run_reader
+    from inspector.scan import readings
+    from inspector.scan.engine import scan_bytes
 
     missed: list[tuple[int, list]] = []
     extra: list[tuple[int, list]] = []

@@ -1,4 +1,4 @@
-"""What typing a result costs: `core.results.InspectResult.from_json` and `to_json` on large
+"""What typing a result costs: `checkpoint.results.InspectResult.from_json` and `to_json` on large
 inspect contracts (the desktop app types its result on the load job's thread, the report at
 its entry; neither runs on the UI thread).
 
@@ -14,7 +14,7 @@ import argparse
 
 from common import best_of, load_average
 
-from inspector.core.results import InspectResult
+from inspector.checkpoint.results import InspectResult
 
 RECORD = {"key": "", "dtype": "float32", "shape": [8, 4], "numel": 32, "nbytes": 128,
           "layout": "strided", "device": "cpu", "flags": [], "stride": [4, 1],

@@ -10,7 +10,7 @@ other jobs; the wall-clock medians are printed too).
 The tools take --passes turns so background load hits them alike; per file the lowest of the
 passes' medians is kept. Inputs: the public picklescan corpus
 (../shared/corpus/picklescan) and a benign 5,000-tensor checkpoint, saved by torch.save and as
-safetensors (5,000 header entries for `core.safetensors_header` to check). A second table
+safetensors (5,000 header entries for `formats.safetensors_header` to check). A second table
 times each tool's command line (process start included; ours runs the loaders' own readings in
 the jail, one worker per batch of files that starts while they are walked, as `scan` does)
 over the corpus folder, a folder of 100 mixed checkpoints (`build_folder`: torch.save zip and
@@ -51,13 +51,13 @@ cfg = json.load(sys.stdin)
 tool = cfg["tool"]
 if tool == "ckpt-inspector+readings":  # the jailed readings' cost is wall time, not ours
     from inspector.core import readings
-    from inspector.core.scan import scan_file as scan
-    from inspector.sandbox.client import dry_run_reader
+    from inspector.scan.engine import scan_file as scan
+    from inspector.sandbox.host.client import dry_run_reader
     readings.set_reader(dry_run_reader)
     flagged = lambda r: r.verdict == "dangerous"
     time.thread_time = time.perf_counter
 elif tool.startswith("ckpt-inspector"):
-    from inspector.core.scan import scan_file as scan
+    from inspector.scan.engine import scan_file as scan
     flagged = lambda r: r.verdict == "dangerous"
 elif tool == "picklescan":
     from picklescan.scanner import scan_file_path as scan

@@ -33,7 +33,7 @@ CHILD = r"""
 import json, random, resource, sys, time
 sys.path.insert(0, sys.argv[1])
 from factories import mutate
-from inspector.core.scan import scan_file
+from inspector.scan.engine import scan_file
 seeds = [open(p, "rb").read() for p in json.loads(sys.argv[2])]
 first, count, seed, target = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 for i in range(first, count):

@@ -33,10 +33,10 @@ SMALL = 64 << 10
 CHILD = r"""
 import json, resource, sys, time
 from inspector.core import readings
-from inspector.core.scan import scan_file
+from inspector.scan.engine import scan_file
 peaks = [0]
 if sys.argv[2] == "readings":  # as `scan` runs: the loaders' own readings in the jail
-    from inspector.sandbox.client import dry_run_reader
+    from inspector.sandbox.host.client import dry_run_reader
 
     class Reader:  # dry_run_reader, keeping the jailed worker's peak RSS
         def __call__(self, request):

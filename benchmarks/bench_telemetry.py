@@ -136,8 +136,8 @@ def probe_speed(path: Path, device_name: str, repeats: int, rounds: int) -> dict
     """The weights probe in process and through the CLI, against the plain loop."""
     import torch
 
-    from inspector.sandbox.consistency.bitcheck import choose_device
-    from inspector.sandbox.consistency.weights_probe import weights_probe
+    from inspector.sandbox.worker.consistency.bitcheck import choose_device
+    from inspector.sandbox.worker.consistency.weights_probe import weights_probe
 
     device, label = choose_device(device_name)
     state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)

@@ -95,7 +95,7 @@ def worker_startup(folder: Path, runs: int) -> float:
     """Median time from launch to the worker's first progress event on a tiny .pt."""
     import torch
 
-    from inspector.sandbox.client import tensor_digests
+    from inspector.sandbox.host.client import tensor_digests
 
     tiny = folder / "tiny.pt"
     torch.save({"w": torch.zeros(4)}, tiny)

@@ -41,10 +41,10 @@ tests_on_path()
 
 import consistency_models  # noqa: E402
 
-from inspector.core.bitflip import layout_for  # noqa: E402
-from inspector.sandbox.consistency.bitcheck import Fault, choose_device  # noqa: E402
-from inspector.sandbox.consistency.model_run import model_run  # noqa: E402
-from inspector.sandbox.consistency.weights_probe import weights_probe  # noqa: E402
+from inspector.checkpoint.bitflip import layout_for  # noqa: E402
+from inspector.sandbox.worker.consistency.bitcheck import Fault, choose_device  # noqa: E402
+from inspector.sandbox.worker.consistency.model_run import model_run  # noqa: E402
+from inspector.sandbox.worker.consistency.weights_probe import weights_probe  # noqa: E402
 
 # The stand-in NVML of a rehearsal: two GPUs, one of which cannot report fan or memory
 # temperature, so the n/a path of the field table is exercised too.

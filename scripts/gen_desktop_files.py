@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inspector.core.formats.desktop import DESKTOP_FILE, MIME_FILE, desktop_entry, mime_xml
+from inspector.formats.desktop import DESKTOP_FILE, MIME_FILE, desktop_entry, mime_xml
 
 ROOT = Path(__file__).resolve().parent.parent
 

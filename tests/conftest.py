@@ -88,7 +88,7 @@ def _warm_fork_server(request: pytest.FixtureRequest):
     about 40 ms. A module that tests how workers start, counts sandbox processes or switches
     jail guards off through the environment (which a server reads once) sets
     `OWN_WORKERS = True` and gets none; a single test asks for `cold_workers`."""
-    from inspector.sandbox import client
+    from inspector.sandbox.host import client
 
     if getattr(request.module, "OWN_WORKERS", False):
         client.stop_fork_server()
@@ -102,13 +102,13 @@ def _warm_fork_server(request: pytest.FixtureRequest):
 @pytest.fixture
 def cold_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     """Within the test, jobs start cold workers (they read the environment it sets)."""
-    from inspector.sandbox import client
+    from inspector.sandbox.host import client
 
     monkeypatch.setattr(client, "_fork_server", None)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """The warm server ends with the run."""
-    client = sys.modules.get("inspector.sandbox.client")
+    client = sys.modules.get("inspector.sandbox.host.client")
     if client is not None:
         client.stop_fork_server()

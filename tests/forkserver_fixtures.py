@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from inspector.sandbox import client
-from inspector.sandbox.forkclient import ForkServer
+from inspector.sandbox.host import client
+from inspector.sandbox.host.forkclient import ForkServer
 
 
 @pytest.fixture(scope="module")

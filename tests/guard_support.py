@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from inspector.core import journal
+from inspector.run import journal
 
 
 def tiny_model(seed: int = 0) -> nn.Module:

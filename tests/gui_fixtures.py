@@ -58,7 +58,7 @@ def worker_requests(monkeypatch) -> list[dict]:
     """Every request sent to a sandbox worker to load or read a checkpoint during the test.
     The scan's jailed dry-run readings (`op` "dry-run": the loaders' own parsers over the
     bytes, with inert stand-ins, so nothing is loaded) are left out."""
-    from inspector.sandbox import client
+    from inspector.sandbox.host import client
 
     seen: list[dict] = []
     real = client.run_job

@@ -160,7 +160,7 @@ def worker_pids() -> list[int]:
         except OSError:
             continue
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == me and b"inspector.sandbox.worker" in cmdline:
+        if ppid == me and b"inspector.sandbox.worker.main" in cmdline:
             found.append(int(entry.name))
     return found
 

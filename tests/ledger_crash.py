@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from inspector.core.run_ledger import latest_valid
 from inspector.ledger import save
+from inspector.run.checkpoints import latest_valid
 
 KEEP = 2
 

@@ -23,7 +23,7 @@ from factories import (
     unpack_nested,
 )
 
-from inspector.core.scan import scan_file, scan_paths
+from inspector.scan.engine import scan_file, scan_paths
 
 TORCH_LOAD = r"""
 import sys, torch

@@ -14,10 +14,9 @@ import pytest
 import torch
 from factories import save_training_checkpoint, small_state_dict, training_checkpoint
 
-from inspector.cli import main
-from inspector.core.architecture import UNKNOWN, Architecture, guess_architecture
-from inspector.core.contents import summarize
-from inspector.core.resume import (
+from inspector.checkpoint.architecture import UNKNOWN, Architecture, guess_architecture
+from inspector.checkpoint.contents import summarize
+from inspector.checkpoint.resume import (
     MISMATCH,
     MISSING,
     PRESENT,
@@ -25,8 +24,9 @@ from inspector.core.resume import (
     headline,
     resume_checklist,
 )
-from inspector.sandbox.load import split_leaves
-from inspector.sandbox.stats import describe_object, layout_record, storage_groups
+from inspector.cli import main
+from inspector.tensors.load import split_leaves
+from inspector.tensors.stats import describe_object, layout_record, storage_groups
 
 transformers = pytest.importorskip("transformers")
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from inspector.core import journal
-from inspector.core.sharding import Shard, parse_shard
+from inspector.fleet.jobs import Shard, parse_shard
+from inspector.run import journal
 
 CLI = [sys.executable, "-m", "inspector"]
 

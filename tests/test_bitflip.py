@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from inspector.core.bitflip import LAYOUTS, FlipTally, compare_raw, layout_for
+from inspector.checkpoint.bitflip import LAYOUTS, FlipTally, compare_raw, layout_for
 from inspector.core.dtypes import canonical_dtype
 
 FLOATS = ["float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"]

@@ -19,11 +19,11 @@ from factories import (
     small_state_dict,
 )
 
+from inspector.checkpoint.extract import extract_hint
 from inspector.cli import build_parser, main
-from inspector.core.advice import DAMAGED, advise, display_word
-from inspector.core.extract import extract_hint
-from inspector.core.manifest import dialect_for_path
-from inspector.core.scan import scan_file
+from inspector.integrity.manifest import dialect_for_path
+from inspector.scan.advice import DAMAGED, advise, display_word
+from inspector.scan.engine import scan_file
 
 
 def _nan_file(path: Path) -> Path:
@@ -320,7 +320,7 @@ def test_safetensors_tensors_are_listed_in_file_order(tmp_path, capsys):
     save_file({"a": torch.zeros(4, dtype=torch.float16), "b": torch.ones(4, dtype=torch.float64)},
               str(tmp_path / "m.safetensors"))
     with open(tmp_path / "m.safetensors", "rb") as fh:
-        from inspector.core.safetensors_header import read_header
+        from inspector.formats.safetensors_header import read_header
         spans = read_header(fh, (tmp_path / "m.safetensors").stat().st_size).spans
     file_order = [key for _b, _e, key, _d, _s in sorted(spans)]
     assert file_order == ["b", "a"]

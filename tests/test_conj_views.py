@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from inspector.cli import main
-from inspector.sandbox.client import convert_file, diff_files, inspect_file
+from inspector.sandbox.host.client import convert_file, diff_files, inspect_file
 
 pytest_plugins = ("sandbox_fixtures",)  # fixture: unchanged
 

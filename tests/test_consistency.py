@@ -10,15 +10,15 @@ import pytest
 import torch
 
 from inspector.core.progress import Cancelled, CancelToken
-from inspector.sandbox.consistency.bitcheck import (
+from inspector.sandbox.worker.consistency.bitcheck import (
     ASSERT_CLOSE_TOLERANCES,
     ConsistencyError,
     Fault,
     choose_device,
     compare,
 )
-from inspector.sandbox.consistency.model_run import model_run
-from inspector.sandbox.consistency.weights_probe import weights_probe
+from inspector.sandbox.worker.consistency.model_run import model_run
+from inspector.sandbox.worker.consistency.weights_probe import weights_probe
 
 TESTS = str(Path(__file__).parent)
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")

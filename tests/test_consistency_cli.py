@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from inspector.core.progress import Cancelled, CancelToken
-from inspector.gpu.consistency_job import ConsistencyRequest, run_consistency
+from inspector.sandbox.host.consistency_job import ConsistencyRequest, run_consistency
 
 TESTS = str(Path(__file__).parent)
 

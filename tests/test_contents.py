@@ -7,8 +7,8 @@ import json
 import torch
 from factories import save_training_checkpoint
 
+from inspector.checkpoint.contents import summarize
 from inspector.cli import main
-from inspector.core.contents import summarize
 
 
 def _t(key: str, dtype: str = "float32", numel: int = 4, size: int = 4) -> dict:

@@ -16,16 +16,16 @@ from safetensors.torch import load_file
 
 from inspector.cli import main
 from inspector.core.progress import CancelToken
-from inspector.sandbox.client import SandboxError, convert_file, sidecar_path
-from inspector.sandbox.convert import (
+from inspector.sandbox.host.client import SandboxError, convert_file, sidecar_path
+from inspector.sandbox.worker.convert import (
     Writeback,
     header_bytes,
     plan_tensors,
     verify_output,
     write_stream,
 )
-from inspector.sandbox.load import LoadError
-from inspector.sandbox.mapped import PageReleaser, open_maps
+from inspector.tensors.load import LoadError
+from inspector.tensors.mapped import PageReleaser, open_maps
 
 pytest_plugins = ("sandbox_fixtures",)  # fixture: unchanged
 
@@ -169,7 +169,7 @@ def _mapped_resident(path: Path) -> int:
 def test_verification_gives_back_the_output_pages_it_has_hashed(tmp_path, monkeypatch):
     # a 32 MiB tensor verified in 1 MiB parts: without the release every page read stays
     # resident until the window's handle closes (a 475 MiB shard held 475 MiB of it)
-    monkeypatch.setattr("inspector.sandbox.convert.CHUNK_BYTES", 1 << 20)
+    monkeypatch.setattr("inspector.sandbox.worker.convert.CHUNK_BYTES", 1 << 20)
     out, plan, digests, metadata = _plan_and_write(
         tmp_path, {"big": torch.randn(8 << 20, generator=torch.Generator().manual_seed(2))})
     path = Path(os.path.realpath(out))
@@ -294,7 +294,7 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> None:
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_quantized_and_sparse_round_trip_bit_for_bit(tmp_path, capsys, unchanged):
-    from inspector.sandbox.encoded import METADATA_KEY, decode_file
+    from inspector.tensors.encoded import METADATA_KEY, decode_file
 
     state = _quantized_and_sparse()
     source = unchanged(factories.save_state_dict(tmp_path / "qs.pt", state))

@@ -24,10 +24,10 @@ from safetensors.torch import load_file
 from torch.distributed.checkpoint.metadata import Metadata
 
 from inspector.cli import main
-from inspector.core.dcp_folder import is_dcp_folder, scan_folder
-from inspector.sandbox.client import SandboxError, convert_file, inspect_file
-from inspector.sandbox.dcp import read_metadata
-from inspector.sandbox.load import LoadError
+from inspector.sandbox.host.client import SandboxError, convert_file, inspect_file
+from inspector.scan.dcp_folder import is_dcp_folder, scan_folder
+from inspector.tensors.dcp import read_metadata
+from inspector.tensors.load import LoadError
 
 
 def _flat(state: dict, prefix: str = "") -> dict:

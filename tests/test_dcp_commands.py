@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from inspector.cli import main
-from inspector.core.torch_layout import describe_archive
+from inspector.layout.torch_save import describe_archive
 from inspector.report import FileEvidence, SessionEvidence, build_report
-from inspector.sandbox.client import static_scan
+from inspector.sandbox.host.client import static_scan
 
 CHUNKS = {"rows": [((0, 0), (4, 5)), ((4, 0), (2, 5))]}
 

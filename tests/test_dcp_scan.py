@@ -19,11 +19,11 @@ from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
 
 from inspector.cli import main
-from inspector.core import zipread
-from inspector.core.dcp_folder import scan_folder
-from inspector.core.dcp_items import NotFollowed, item_ranges
-from inspector.core.scan import scan_file, scan_paths
-from inspector.core.torch_layout import describe_archive
+from inspector.formats.archives import zipread
+from inspector.layout.dcp_items import NotFollowed, item_ranges
+from inspector.layout.torch_save import describe_archive
+from inspector.scan.dcp_folder import scan_folder
+from inspector.scan.engine import scan_file, scan_paths
 
 DATA = factories.DCP_DATA
 

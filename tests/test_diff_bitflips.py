@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-from inspector.sandbox import stats
-from inspector.sandbox.diff import CHANGED, IDENTICAL, diff_checkpoints, diff_raw
-from inspector.sandbox.sources import open_checkpoint
-from inspector.sandbox.stats import byte_chunks
+from inspector.sandbox.worker.diff import CHANGED, IDENTICAL, diff_checkpoints, diff_raw
+from inspector.tensors import stats
+from inspector.tensors.sources import open_checkpoint
+from inspector.tensors.stats import byte_chunks
 
-# (exponent bits, mantissa bits) written out independently of inspector.core.bitflip
+# (exponent bits, mantissa bits) written out independently of inspector.checkpoint.bitflip
 FLOAT_FIELDS = {
     torch.float64: (11, 52),
     torch.float32: (8, 23),

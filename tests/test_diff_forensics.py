@@ -10,9 +10,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from inspector.core.bitflip import FlipTally, compare_raw, decode_value, layout_for
-from inspector.sandbox.diff import diff_checkpoints
-from inspector.sandbox.sources import open_checkpoint
+from inspector.checkpoint.bitflip import FlipTally, compare_raw, decode_value, layout_for
+from inspector.sandbox.worker.diff import diff_checkpoints
+from inspector.tensors.sources import open_checkpoint
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64", "int8",

@@ -19,10 +19,10 @@ import pytest
 import torch
 from factories import gpt2_layouts, tiny_gpt2, tree_digests
 
+from inspector.checkpoint.tensor_pairs import Stored, pair_keys
 from inspector.cli import main
-from inspector.core.tensor_pairs import Stored, pair_keys
-from inspector.sandbox.diff import IDENTICAL, ONLY_IN_A, Side, diff_sides
-from inspector.sandbox.sources import open_checkpoint
+from inspector.sandbox.worker.diff import IDENTICAL, ONLY_IN_A, Side, diff_sides
+from inspector.tensors.sources import open_checkpoint
 
 transformers = pytest.importorskip("transformers")
 

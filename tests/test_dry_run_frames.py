@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from inspector.sandbox.dry_run import may_frame, read_stream
+from inspector.sandbox.worker.dry_run import may_frame, read_stream
 
 SEEDS = [pickle.dumps(x, protocol=p) for p in (2, 4, 5) for x in
          [{"a": [1, 2, 3], "b": "x" * 300}, list(range(50)), {"k": b"\x95" * 20},
@@ -54,7 +54,7 @@ import json, random, resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 sys.path.insert(0, sys.argv[1])
 from test_dry_run_frames import _mutant, _seen
-from inspector.sandbox.dry_run import may_frame
+from inspector.sandbox.worker.dry_run import may_frame
 rng = random.Random(22)
 compared, differing = 0, []
 for _ in range(3000):

@@ -11,9 +11,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
+from inspector.checkpoint import bitflip
 from inspector.cli import main
-from inspector.core import bitflip, dtypes, torch_layout
-from inspector.sandbox.load import SAFETENSORS_DTYPES
+from inspector.core import dtypes
+from inspector.layout import torch_save as torch_layout
+from inspector.tensors.load import SAFETENSORS_DTYPES
 
 
 def _torch_dtypes() -> list[torch.dtype]:

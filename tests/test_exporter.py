@@ -20,12 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import inspector.gpu
 from inspector.cli import main
-from inspector.core import journal
 from inspector.core.errors import CodedError
 from inspector.gpu import exporter as ex
 from inspector.gpu.dcgm_names import DCGM_NAMES, GPU_LABELS
 from inspector.gpu.nvml_source import NvmlSource
 from inspector.gpu.telemetry import FIELDS
+from inspector.run import journal
 
 NOW = 1_790_000_000.0
 

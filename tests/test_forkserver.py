@@ -21,8 +21,8 @@ import pytest
 from test_jail_probes import PRELUDE, exec_pickle
 
 from inspector.core.progress import Cancelled, CancelToken
-from inspector.sandbox import client, forkclient
-from inspector.sandbox.client import SandboxError, run_job
+from inspector.sandbox.host import client, forkclient
+from inspector.sandbox.host.client import SandboxError, run_job
 
 OWN_WORKERS = True  # how workers start is under test here: no session fork server
 
@@ -288,7 +288,7 @@ def test_report_over_a_folder_forks_a_worker_per_file(tmp_path, monkeypatch):
         assert main(["report", str(folder), "-o", str(out), *extra]) == 0
         docs[how] = json.loads(out.read_text())["files"]
     # per file one forked worker for the load and one for the scan's jailed readings
-    # (`core.readings`), and none with --cold-workers
+    # (`scan.readings`), and none with --cold-workers
     assert len(spawned) == 6
     assert client._fork_server is None  # the server is gone with the command
     assert [f["tensors"] for f in docs["warm"]] == [f["tensors"] for f in docs["cold"]]

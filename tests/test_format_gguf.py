@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from inspector.cli import main
-from inspector.core.formats import chat_template, gguf_header, spec_of
-from inspector.core.scan import scan_bytes, scan_file, scan_paths
 from inspector.core.vocabulary import Format, Severity, Verdict
+from inspector.formats import chat_template, gguf_header, spec_of
 from inspector.gui.explain import code_safety_explanation
-from inspector.sandbox.client import inspect_file
+from inspector.sandbox.host.client import inspect_file
+from inspector.scan.engine import scan_bytes, scan_file, scan_paths
 
 pytest_plugins = ("sandbox_fixtures",)  # fixture: unchanged
 
@@ -172,7 +172,7 @@ def test_inspect_shows_statistics_of_dense_tensors_and_lists_quantized_ones(
 
 
 def test_diff_sees_a_flipped_bit_in_a_quantized_tensor(tmp_path) -> None:
-    from inspector.sandbox.client import diff_files
+    from inspector.sandbox.host.client import diff_files
 
     path, flipped = tmp_path / "a.gguf", tmp_path / "b.gguf"
     _write(path)
@@ -337,8 +337,8 @@ def test_crafted_header_is_a_finding(case) -> None:
 @pytest.mark.parametrize("case", ["huge kv count", "n_dims 2**32-1", "data past the end",
                                   "overlapping tensors", "unknown tensor type"])
 def test_the_worker_refuses_or_bounds_crafted_headers(tmp_path, case) -> None:
-    from inspector.sandbox.gguf_load import load_gguf
-    from inspector.sandbox.load import LoadError
+    from inspector.tensors.gguf_load import load_gguf
+    from inspector.tensors.load import LoadError
 
     path = tmp_path / "crafted.gguf"
     path.write_bytes(CRAFTED[case][0])

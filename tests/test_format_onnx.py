@@ -16,11 +16,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from inspector.core.advice import advise
-from inspector.core.formats import HEAD_BYTES, detect
-from inspector.core.formats import onnx as onnx_format
-from inspector.core.scan import scan_file, scan_paths
 from inspector.core.vocabulary import Format, Severity, Verdict
+from inspector.formats import HEAD_BYTES, detect
+from inspector.formats import onnx as onnx_format
+from inspector.scan.advice import advise
+from inspector.scan.engine import scan_file, scan_paths
 
 onnx = pytest.importorskip("onnx", reason="onnx is in the dev extra")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -261,7 +261,7 @@ def test_mutants_are_models_exactly_when_protobuf_reads_them_as_models() -> None
 
     from google.protobuf.message import DecodeError
 
-    from inspector.core.formats.protowire import WireBudget, WireError
+    from inspector.formats.protowire import WireBudget, WireError
 
     original = _rich_model().SerializeToString()
     rng = random.Random(22)

@@ -1,4 +1,4 @@
-"""The format registry (`inspector.core.formats`): every list derives from it, the desktop files
+"""The format registry (`inspector.formats`): every list derives from it, the desktop files
 are what it renders, and DEVELOPING.md's "Add a format" recipe works end to end."""
 
 from __future__ import annotations
@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from inspector.core import decompress, formats, readings
-from inspector.core.formats import desktop, registry
-from inspector.core.formats.sniffing import COMPRESSION_MAGIC
-from inspector.core.scan import scan_file
+from inspector import formats
 from inspector.core.vocabulary import Format, Severity
+from inspector.formats import desktop, registry
+from inspector.formats.archives import decompress
+from inspector.formats.sniffing import COMPRESSION_MAGIC
+from inspector.scan import readings
+from inspector.scan.engine import scan_file
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY_MAGIC = b"TOYF\x01\x00"
@@ -35,8 +37,8 @@ def test_every_first_guess_of_the_built_in_chain_has_one_record_that_scans_it():
 
 def test_the_lists_derive_from_the_records():
     from inspector.cli.manifest_cmd import CHECKPOINT_FORMATS
-    from inspector.core.shard_set import CHECKPOINT_SUFFIXES
     from inspector.report.checklist import SAFE_FORMATS
+    from inspector.shards.shard_set import CHECKPOINT_SUFFIXES
 
     assert set(CHECKPOINT_SUFFIXES) == {".safetensors", ".pt", ".pth", ".bin", ".ckpt"}
     assert SAFE_FORMATS == (Format.SAFETENSORS,)
@@ -77,8 +79,8 @@ def toy(monkeypatch):
 
 
 def test_a_registered_format_reaches_every_list_the_scan_and_the_worker(toy, tmp_path):
-    from inspector.sandbox.client import check_loadable
-    from inspector.sandbox.load import load_request
+    from inspector.sandbox.host.client import check_loadable
+    from inspector.tensors.load import load_request
 
     assert "*.toy" in formats.dialog_filter()
     assert formats.mime_types()["application/x-toy"] == ("Toy tensor file", (".toy",))

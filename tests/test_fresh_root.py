@@ -1,4 +1,4 @@
-"""The fresh root's plan (`sandbox.fresh_root`): pure functions of what exists on the host.
+"""The fresh root's plan (`sandbox.worker.fresh_root`): pure functions of what exists on the host.
 
 The GPU part (NVIDIA device nodes, the driver's libraries from `ldconfig -p`) is planned here
 from listings as a GPU host would give them; no test machine has the driver, so these are the
@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from inspector.sandbox import jail
-from inspector.sandbox.fresh_root import (
+from inspector.sandbox.worker import jail
+from inspector.sandbox.worker.fresh_root import (
     BASE_DEVICES,
     GPU_READ,
     GpuPaths,

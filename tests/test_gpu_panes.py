@@ -20,8 +20,8 @@ from PySide6.QtCore import QElapsedTimer, QTimer
 
 from inspector.gpu.smi_csv import write_log
 from inspector.gpu.telemetry import GpuSample
-from inspector.gui.consistency_pane import ConsistencyPane
-from inspector.gui.gpu_pane import PLOTS, GpuPane
+from inspector.gui.panes.consistency_pane import ConsistencyPane
+from inspector.gui.panes.gpu_pane import PLOTS, GpuPane
 
 HOURS, GPUS = 3, 4
 START = 1_790_000_000.0
@@ -254,7 +254,7 @@ def _worker_children() -> list[int]:
                 stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if b"inspector.sandbox.worker" in cmd and int(stat[1]) == os.getpid():
+            if b"inspector.sandbox.worker.main" in cmd and int(stat[1]) == os.getpid():
                 pids.append(int(entry.name))
     return pids
 
@@ -287,6 +287,6 @@ def test_incomplete_form_says_what_is_missing(qtbot):
 
 
 def test_panes_never_import_torch(python_exe):
-    code = ("import sys, inspector.gui.gpu_pane, inspector.gui.consistency_pane; "
+    code = ("import sys, inspector.gui.panes.gpu_pane, inspector.gui.panes.consistency_pane; "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([python_exe, "-I", "-c", code], timeout=120).returncode == 0

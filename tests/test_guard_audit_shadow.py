@@ -9,11 +9,11 @@ import pytest
 import torch
 from guard_support import alarms, tiny_model
 
-from inspector.core import journal
 from inspector.core.errors import CodedError
 from inspector.guard.audit import audit, git_state
 from inspector.guard.guard import Guard, GuardConfig, GuardHalt
 from inspector.guard.shadow import Shadow, compare
+from inspector.run import journal
 
 
 def _records(run_dir, kind):

@@ -14,11 +14,11 @@ import torch
 from guard_support import alarms, batch, tiny_model
 from torch import nn
 
-from inspector.core import journal
 from inspector.core.errors import CodedError
 from inspector.guard.guard import EXIT_HALTED, Guard, GuardConfig, GuardHalt
 from inspector.guard.inject import BitFlip, flip_bit
 from inspector.guard.scene import load_scene, read_scene
+from inspector.run import journal
 
 WARMUP = 4
 
@@ -170,8 +170,8 @@ def test_halt_writes_its_scene_and_exits_with_the_documented_code(tmp_path):
     assert all(torch.equal(saved[k], v) for k, v in model.state_dict().items())
     [record] = alarms(tmp_path)
     assert record["action"] == "halt" and record["scene"] == str(halt.scene)
-    from inspector.core.blocklog import read_lines
-    from inspector.core.run_metrics import metrics_path
+    from inspector.run.blocklog import read_lines
+    from inspector.run.metrics import metrics_path
 
     lines, _ = read_lines(metrics_path(tmp_path, 0))  # flushed before the halt, not closed
     assert [r["s"] for r in lines] == list(range(7)) and lines[-1]["a"] == "loss-nonfinite"
@@ -325,8 +325,8 @@ def test_on_a_gpu_the_check_syncs_once_and_a_flipped_gradient_is_caught(tmp_path
 
 
 def test_every_step_leaves_one_metrics_line_and_the_journal_names_the_file(tmp_path):
-    from inspector.core.blocklog import read_lines
-    from inspector.core.run_metrics import metrics_path
+    from inspector.run.blocklog import read_lines
+    from inspector.run.metrics import metrics_path
 
     guard = Guard(tmp_path, GuardConfig(warmup=WARMUP))
     verdicts = train(guard, tiny_model(), range(6), data=nan_at(4))

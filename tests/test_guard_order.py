@@ -15,8 +15,8 @@ from guard_support import alarms
 from torch.utils.data import DataLoader, Dataset
 
 from inspector.cli import main
-from inspector.core.order_log import ledger_path, read_ledger
 from inspector.guard.order import OrderLedger, expected_from_ledger, track
+from inspector.run.order_log import ledger_path, read_ledger
 
 N, BS = 40, 4
 
@@ -203,7 +203,7 @@ def test_order_diff_runs_without_importing_torch():
     import subprocess
     import sys
 
-    code = ("import sys, inspector.cli.run_order_diff; "
+    code = ("import sys, inspector.cli.run.order_diff; "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
 

@@ -16,7 +16,7 @@ import pytest
 from gui_support import TESTS, each_theme, wait_loaded
 from PySide6.QtWidgets import QApplication
 
-from inspector.gui.model_summary import WEIGHTS_ONLY
+from inspector.gui.widgets.model_summary import WEIGHTS_ONLY
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window
 

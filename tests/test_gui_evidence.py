@@ -13,14 +13,14 @@ from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QTextCursor
 from PySide6.QtWidgets import QApplication, QTextBrowser
 
-from inspector.core.indicators import import_label, indicators_text
-from inspector.core.scan import scan_file
 from inspector.gui import app as appmod
 from inspector.gui import roles
 from inspector.gui.document import FileDocument
-from inspector.gui.evidence import SHOWN, opcode_href, opcode_target
 from inspector.gui.explain import MORE_NOT_SHOWN, SEVERITY_ADVICE, SUSPICIOUS_IN_DANGEROUS_ADVICE
-from inspector.gui.overview_pane import OverviewPane
+from inspector.gui.panes.overview_pane import OverviewPane
+from inspector.gui.widgets.evidence import SHOWN, opcode_href, opcode_target
+from inspector.scan.engine import scan_file
+from inspector.scan.indicators import import_label, indicators_text
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window, worker_requests
 
@@ -279,9 +279,9 @@ def test_a_payload_no_zip_reader_hands_out_is_shown_apart_and_explained(window, 
     readings as the app runs them (`cli.main` installs them): the file is still dangerous,
     the import is no "offending import" of the file, and the Overview says why in words (the
     `unreached-pickle` finding and its explanation)."""
-    from inspector.core import readings
     from inspector.gui.explain import FINDING_TEXT
-    from inspector.sandbox.client import dry_run_reader
+    from inspector.sandbox.host.client import dry_run_reader
+    from inspector.scan import readings
 
     window.resize(1280, 720)
     with readings.installed(dry_run_reader):

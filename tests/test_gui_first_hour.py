@@ -10,9 +10,9 @@ from gui_support import LOAD_TIMEOUT_MS, wait_loaded
 from PySide6.QtCore import QRect, QSize
 from PySide6.QtWidgets import QApplication
 
-from inspector.gui.consistency_pane import X_LABEL, ConsistencyPane
 from inspector.gui.explain import INDICATORS_LABEL
 from inspector.gui.main_window import DEFAULT_SIZE, WINDOW_FRAME, default_size
+from inspector.gui.panes.consistency_pane import X_LABEL, ConsistencyPane
 from inspector.gui.verdict_style import shield_icon
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window, small

@@ -16,7 +16,7 @@ from gui_support import LOAD_TIMEOUT_MS, drop_files, wait_loaded
 from sandbox_fixtures import sandbox_processes
 
 from inspector.core.samples import write_samples
-from inspector.sandbox import client
+from inspector.sandbox.host import client
 
 OWN_WORKERS = True  # how workers start is under test here: no session fork server
 
@@ -155,7 +155,7 @@ def test_a_killed_server_is_replaced_and_the_job_that_found_it_runs_cold(
 
 def test_a_server_that_cannot_start_is_reported_once_and_jobs_run_cold(
         qtbot, tmp_path, monkeypatch, make_window):
-    from inspector.sandbox import forkclient
+    from inspector.sandbox.host import forkclient
 
     monkeypatch.setattr(forkclient, "SERVER_MODULE", "inspector.sandbox.no_such_module")
     w = make_window(warm_worker=True)

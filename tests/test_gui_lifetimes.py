@@ -22,7 +22,7 @@ from gui_support import LOAD_TIMEOUT_MS, wait_loaded, worker_pids
 from PySide6.QtCore import QCoreApplication, QEventLoop
 
 from inspector.gui.app import create_application
-from inspector.gui.convert_dialog import ConvertDialog
+from inspector.gui.dialogs.convert_dialog import ConvertDialog
 from inspector.gui.jobs import JobRunner
 from inspector.gui.main_window import MainWindow
 

@@ -12,10 +12,10 @@ from PySide6.QtGui import QColor
 
 from inspector.core.vocabulary import DocumentState
 from inspector.gui import roles
-from inspector.gui.about_dialog import AboutDialog
-from inspector.gui.convert_dialog import ConvertDialog
+from inspector.gui.dialogs.about_dialog import AboutDialog
+from inspector.gui.dialogs.convert_dialog import ConvertDialog
 from inspector.gui.document import FileDocument
-from inspector.gui.integrity_pane import ManifestDropZone
+from inspector.gui.panes.integrity_pane import ManifestDropZone
 from inspector.gui.verdict_style import status_style
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window, small, worker_requests
@@ -180,7 +180,7 @@ def test_convert_never_overwrites_without_asking(window, qtbot, small, tmp_path,
 
         return QMessageBox.StandardButton.No
 
-    monkeypatch.setattr("inspector.gui.convert_dialog.QMessageBox.question", refuse)
+    monkeypatch.setattr("inspector.gui.dialogs.convert_dialog.QMessageBox.question", refuse)
     window.act_convert.trigger()
     dialog = window.findChild(ConvertDialog)
     assert asked and str(existing) in asked[0]
@@ -218,7 +218,7 @@ def test_export_report_asks_which_files_and_defaults_to_this_one(window, qtbot, 
     from PySide6.QtCore import QItemSelectionModel
     from PySide6.QtWidgets import QDialog, QFileDialog
 
-    from inspector.gui.report_export import ScopeDialog
+    from inspector.gui.dialogs.report_export import ScopeDialog
 
     docs = window.open_samples()
     for doc in docs:

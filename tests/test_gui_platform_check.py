@@ -153,7 +153,7 @@ def test_both_entry_points_open_the_app_with_the_loaders_jailed_readings(entry, 
 
     from inspector import cli
     from inspector.cli import gui_cmd
-    from inspector.core import readings
+    from inspector.scan import readings
 
     seen = []
 

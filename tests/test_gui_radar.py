@@ -13,12 +13,12 @@ from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QHelpEvent
 from PySide6.QtWidgets import QApplication, QToolTip
 
-from inspector.core.radar import ABSMAX, NONFINITE, STD
+from inspector.checkpoint.radar import ABSMAX, NONFINITE, STD
 from inspector.gui import app as appmod
 from inspector.gui import roles
 from inspector.gui.document import FileDocument
-from inspector.gui.radar_view import FLAGGED, NO_FILE, colour_at
-from inspector.gui.tensors_pane import LOG_FLOOR, TensorsPane
+from inspector.gui.panes.tensors_pane import LOG_FLOOR, TensorsPane
+from inspector.gui.widgets.radar_view import FLAGGED, NO_FILE, colour_at
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window, make_window, gui_settings
 
@@ -168,7 +168,7 @@ def test_empty_state_in_words_and_the_view_is_remembered(pane, qtbot, tmp_path):
 
 
 def test_radar_is_built_only_while_shown(pane, qtbot, tmp_path, monkeypatch):
-    from inspector.gui import tensors_pane
+    from inspector.gui.panes import tensors_pane
 
     built = []
     real = tensors_pane.build_radar

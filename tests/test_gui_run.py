@@ -6,10 +6,10 @@ from __future__ import annotations
 import torch
 from gui_support import LOAD_TIMEOUT_MS
 
-from inspector.core import journal
-from inspector.core.torch_layout import describe_archive
-from inspector.gui.run_model import CHECKING
+from inspector.gui.panes.run_model import CHECKING
+from inspector.layout.torch_save import describe_archive
 from inspector.ledger import save
+from inspector.run import journal
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window, make_window
 

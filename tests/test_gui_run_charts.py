@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QApplication
 
 from inspector.guard.inject import BitFlip
 from inspector.gui import app as appmod
-from inspector.gui import run_guard_model
+from inspector.gui.panes import run_guard_model
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window
 

@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 from inspector.core.samples import MARKER_NAME, write_samples
-from inspector.core.scan import scan_file
+from inspector.scan.engine import scan_file
 
 _LOAD_BOTH = textwrap.dedent("""
     import json, sys, torch
@@ -90,7 +90,7 @@ def test_without_a_display_a_dangerous_file_is_reported_not_loaded(
 _GUI_RUN = textwrap.dedent("""
     import json, sys
     from PySide6.QtCore import QTimer
-    from inspector.gui.about_dialog import AboutDialog
+    from inspector.gui.dialogs.about_dialog import AboutDialog
     from inspector.gui.app import create_application
     from inspector.gui.main_window import MainWindow
 

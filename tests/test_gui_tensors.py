@@ -14,8 +14,8 @@ from inspector.core.samples import write_samples
 from inspector.gui import app as appmod
 from inspector.gui import roles
 from inspector.gui.document import FileDocument
-from inspector.gui.tensor_models import COLUMNS, PRIORITY
-from inspector.gui.tensors_pane import LOG_FLOOR, TensorsPane
+from inspector.gui.panes.tensor_models import COLUMNS, PRIORITY
+from inspector.gui.panes.tensors_pane import LOG_FLOOR, TensorsPane
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window, gui_settings
 

@@ -12,8 +12,8 @@ from PySide6.QtCore import QEvent
 from PySide6.QtWidgets import QApplication
 
 from inspector.gui import app as appmod
-from inspector.gui import chart_style
 from inspector.gui.main_window import MainWindow
+from inspector.gui.widgets import chart_style
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window, gui_settings
 
@@ -23,8 +23,8 @@ HARD_CODED = re.compile(
     r"|QColor\(\"|mk(?:Pen|Brush)\(\""  # QColor("red"), mkPen("r")
     r"|(?:brush|fill|colou?r)=\(\d"  # brush=(47, 101, 202, 150)
 )
-PALETTE_PANES = ("gpu_pane.py", "consistency_pane.py", "tensors_pane.py", "tensor_models.py",
-                 "radar_view.py", "overview_pane.py")
+PALETTE_PANES = ("panes/gpu_pane.py", "panes/consistency_pane.py", "panes/tensors_pane.py",
+                 "panes/tensor_models.py", "widgets/radar_view.py", "panes/overview_pane.py")
 
 
 def theme_actions(window: MainWindow) -> dict[str, object]:

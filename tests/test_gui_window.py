@@ -16,10 +16,10 @@ import torch
 from gui_support import LOAD_TIMEOUT_MS, build, drop_files, wait_loaded, worker_pids
 from PySide6.QtCore import QElapsedTimer, QTimer
 
-from inspector.core.scan import scan_paths
 from inspector.gui import roles
 from inspector.gui.main_window import MainWindow
-from inspector.gui.tensor_models import COLUMNS
+from inspector.gui.panes.tensor_models import COLUMNS
+from inspector.scan.engine import scan_paths
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window, small, worker_requests
 
@@ -283,7 +283,7 @@ def test_a_load_that_refuses_more_globals_asks_again_and_retries(
         window, qtbot, tmp_path, monkeypatch, worker_requests):
     """The scan's list was short (here: the numpy dtype classes dropped from it): the refused
     load turns into a second question naming what it refused, and a yes loads the file."""
-    import inspector.core.scan as scan_mod
+    import inspector.scan.engine as scan_mod
 
     build(tmp_path, "numpy")
     path = tmp_path / "with_numpy.pt"
@@ -313,7 +313,7 @@ def test_tools_menu_sets_the_jail_a_load_requires(window, qtbot, small, monkeypa
     """Tools → Required sandbox is the GUI's --require-jail: Full refuses a partial jail before
     anything is loaded, Partial (the default) loads in it; the choice is remembered."""
     from inspector.gui.pipeline import required_jail_setting
-    from inspector.sandbox import client
+    from inspector.sandbox.host import client
 
     monkeypatch.setattr(client, "_required_jail", client.DEFAULT_REQUIRED_JAIL)
     monkeypatch.setenv(client.SELFTEST_ENV, "1")

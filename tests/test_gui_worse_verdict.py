@@ -18,11 +18,11 @@ from PySide6.QtGui import QColor
 from inspector.gui import roles
 from inspector.gui.action_reasons import ALREADY_SAFETENSORS
 from inspector.gui.document import FileDocument, distinct_names
-from inspector.gui.evidence import actionable_message
-from inspector.gui.integrity_pane import RESULT_COLUMNS
+from inspector.gui.panes.integrity_pane import RESULT_COLUMNS
+from inspector.gui.panes.tensors_pane import FIRST_NONFINITE, element_text
 from inspector.gui.pipeline import expand_paths, model_folders
-from inspector.gui.tensors_pane import FIRST_NONFINITE, element_text
 from inspector.gui.verdict_style import VERDICTS
+from inspector.gui.widgets.evidence import actionable_message
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window, small
 

@@ -8,10 +8,10 @@ import threading
 
 import pytest
 
-from inspector.core import hashing
 from inspector.core.atomic import OutputExistsError, atomic_write, write_bytes_atomic
-from inspector.core.hashing import ByteProgress, HashAhead, sha256_file
 from inspector.core.progress import Cancelled, CancelToken
+from inspector.integrity import hashing
+from inspector.integrity.hashing import ByteProgress, HashAhead, sha256_file
 
 
 def test_sha256_matches_hashlib_across_chunk_boundaries(tmp_path):

@@ -14,13 +14,19 @@ import numpy as np
 import pytest
 import torch
 
+from inspector.checkpoint.health import (
+    PROBLEM,
+    assess,
+    is_state_key,
+    magnitude_outliers,
+    outlier_gap,
+)
 from inspector.cli import main
-from inspector.core.health import PROBLEM, assess, is_state_key, magnitude_outliers, outlier_gap
 from inspector.report import SessionEvidence, build_report
 from inspector.report.model import FileEvidence
 from inspector.report.render_html import render_html
-from inspector.sandbox.client import inspect_file
-from inspector.sandbox.stats import describe_tensors, tensor_stats
+from inspector.sandbox.host.client import inspect_file
+from inspector.tensors.stats import describe_tensors, tensor_stats
 
 FLIPS = 1000
 _BITS_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from inspector.cli import main
-from inspector.core.hfcache import blob_algorithm, git_blob_sha1, is_cache_path, verify_cache
+from inspector.integrity.hfcache import blob_algorithm, git_blob_sha1, is_cache_path, verify_cache
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 WEIGHTS = bytes(range(256)) * 300

@@ -19,7 +19,7 @@ from factories import hf_bin_folder as _bin_folder
 from factories import tiny_gpt2, tree_digests
 
 from inspector.cli import main
-from inspector.core.tie_rule import kept_name
+from inspector.shards.tie_rule import kept_name
 
 transformers = pytest.importorskip("transformers")
 

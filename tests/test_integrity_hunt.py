@@ -7,10 +7,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from inspector.core.health import assess
-from inspector.sandbox.diff import diff_checkpoints
-from inspector.sandbox.sources import open_checkpoint
-from inspector.sandbox.stats import describe_tensors
+from inspector.checkpoint.health import assess
+from inspector.sandbox.worker.diff import diff_checkpoints
+from inspector.tensors.sources import open_checkpoint
+from inspector.tensors.stats import describe_tensors
 
 
 def _health(state: dict[str, torch.Tensor]):
@@ -129,7 +129,7 @@ def test_part_name_taken_by_a_real_key_is_a_key_collision(tmp_path, capsys) -> N
 
 def test_part_name_collision_is_refused_in_expand() -> None:
     from inspector.core.errors import CodedError
-    from inspector.sandbox.encoded import expand
+    from inspector.tensors.encoded import expand
 
     sparse = torch.eye(3).to_sparse()
     with pytest.raises(CodedError) as refused:
@@ -141,7 +141,7 @@ def test_part_name_collision_is_refused_in_expand() -> None:
 
 
 def test_decode_file_keeps_a_plain_key_under_an_encoded_prefix() -> None:
-    from inspector.sandbox.encoded import decode_file, expand, metadata_entry
+    from inspector.tensors.encoded import decode_file, expand, metadata_entry
 
     q = _quantized()
     parts, specs = expand([("q", q), ("q::extra", torch.ones(2))])
@@ -190,7 +190,7 @@ def test_quantized_weight_with_a_nonfinite_late_channel_scale_is_a_problem() -> 
 # values is never judged: health `ok`.
 
 
-@pytest.mark.xfail(strict=True, reason="sandbox/stats.py computes no statistics for sparse "
+@pytest.mark.xfail(strict=True, reason="tensors/stats.py computes no statistics for sparse "
                    "tensors (nan/inf null); the fix is there, on their values()")
 @pytest.mark.parametrize("layout", ["coo", "csr"])
 def test_sparse_weight_with_nan_is_a_problem(layout) -> None:
@@ -236,7 +236,7 @@ def test_two_flipped_exponent_bits_in_a_small_weight_are_a_problem() -> None:
 # is 'identical' to a checkpoint that also holds a separate tensor `note`.
 
 
-@pytest.mark.xfail(strict=True, reason="sandbox/sources.py _aliases takes any metadata entry "
+@pytest.mark.xfail(strict=True, reason="tensors/sources.py _aliases takes any metadata entry "
                    "whose value is a tensor name for an alias (fix there, e.g. only entries the "
                    "converter marks)")
 def test_free_text_metadata_is_not_a_tensor(tmp_path) -> None:
@@ -275,7 +275,7 @@ def test_tensor_named_metadata_is_refused_clearly(tmp_path, capsys) -> None:
 def test_flip_values_in_float64_differ_as_text(dtype) -> None:
     import numpy as np
 
-    from inspector.core.bitflip import decode_value
+    from inspector.checkpoint.bitflip import decode_value
 
     before = np.array([1.394547134567891e-235 + (0.1j if dtype == "complex128" else 0)],
                       dtype=dtype)
@@ -293,7 +293,7 @@ def test_flip_values_in_float64_differ_as_text(dtype) -> None:
 # compared, so tensors torch calls different are 'identical'.
 
 _SPEC_ONLY = pytest.mark.xfail(strict=True, reason="the rebuild spec (shape, axis, layout) is "
-                               "not among the compared parts: sandbox/sources.py drops "
+                               "not among the compared parts: tensors/sources.py drops "
                                "expand()'s specs; a fix needs sources.py (or new parts, a "
                                "convert file-format change)")
 

@@ -33,8 +33,9 @@ from pathlib import Path
 import pytest
 from test_jail_probes import EMITTER, PRELUDE, REPO, _client_growth, exec_pickle
 
-from inspector.sandbox import client, jail
-from inspector.sandbox.client import run_job
+from inspector.sandbox.host import client
+from inspector.sandbox.host.client import run_job
+from inspector.sandbox.worker import jail
 
 OWN_WORKERS = True  # how workers start is under test here: no session fork server
 

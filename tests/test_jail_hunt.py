@@ -33,8 +33,8 @@ from pathlib import Path
 import pytest
 from factories import EMPTY_DICT, MARK, PROTO2, REDUCE, STOP, TUPLE, p_global, p_unicode
 
-from inspector.sandbox import client
-from inspector.sandbox.client import run_job
+from inspector.sandbox.host import client
+from inspector.sandbox.host.client import run_job
 
 OWN_WORKERS = True  # how workers start is under test here: no session fork server
 

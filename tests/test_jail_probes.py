@@ -34,8 +34,9 @@ from pathlib import Path
 import pytest
 from factories import EMPTY_DICT, MARK, PROTO2, REDUCE, STOP, TUPLE, p_global, p_unicode
 
-from inspector.sandbox import client, fresh_root, jail
-from inspector.sandbox.client import SandboxError, run_job
+from inspector.sandbox.host import client
+from inspector.sandbox.host.client import SandboxError, run_job
+from inspector.sandbox.worker import fresh_root, jail
 
 OWN_WORKERS = True  # how workers start is under test here: no session fork server
 
@@ -596,7 +597,7 @@ def not_refused(probe: Probe, outcome: dict) -> str | None:
 
 
 WORKERS = ("cold", "forked")
-"""How a job's worker starts: `python -m inspector.sandbox.worker`, or forked by the warm
+"""How a job's worker starts: `python -m inspector.sandbox.worker.main`, or forked by the warm
 fork server (forkserver_fixtures); every probe runs against both."""
 
 
@@ -797,7 +798,7 @@ def _client_growth(tmp_path: Path, flood: str) -> dict:
     # VmHWM, not ru_maxrss: the latter keeps the forking test process's peak across exec.
     script = textwrap.dedent(f"""
         import json
-        from inspector.sandbox.client import SandboxError, run_job
+        from inspector.sandbox.host.client import SandboxError, run_job
         def peak_kb():
             status = open("/proc/self/status").read()
             return int(status.split("VmHWM:")[1].split()[0])

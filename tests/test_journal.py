@@ -1,4 +1,4 @@
-"""core.journal: a hash-chained JSON-lines run journal that names every break and loses no line."""
+"""run.journal: a hash-chained JSON-lines run journal that names every break and loses no line."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import multiprocessing
 
 import pytest
 
-from inspector.core import journal
+from inspector.run import journal
 
 
 def _write(path, n):

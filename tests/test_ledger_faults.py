@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from inspector.core import journal
-from inspector.core.run_ledger import LedgerError, check_saves, latest_valid, read_ledger
-from inspector.core.torch_layout import describe_archive
 from inspector.core.vocabulary import CheckpointState
+from inspector.layout.torch_save import describe_archive
 from inspector.ledger import save, save_folder
+from inspector.run import journal
+from inspector.run.checkpoints import LedgerError, check_saves, latest_valid, read_ledger
 
 REPO = Path(__file__).resolve().parent.parent
 

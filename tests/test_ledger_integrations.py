@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 from inspector.cli import main
-from inspector.core.run_ledger import check_saves, latest_valid, read_ledger
 from inspector.core.vocabulary import CheckpointState, SaveOutcome
 from inspector.ledger import save, save_dcp, save_pretrained
+from inspector.run.checkpoints import check_saves, latest_valid, read_ledger
 
 
 def _states(run: Path) -> list[CheckpointState]:

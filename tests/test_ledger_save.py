@@ -7,20 +7,20 @@ import json
 import pytest
 import torch
 
-from inspector.core import journal
-from inspector.core.manifest import read_manifest
-from inspector.core.run_ledger import (
+from inspector.core.vocabulary import CheckpointState, SaveOutcome
+from inspector.integrity.manifest import read_manifest
+from inspector.integrity.verify import verify
+from inspector.layout.torch_save import describe_archive
+from inspector.ledger import atomic_save, save
+from inspector.run import journal
+from inspector.run.checkpoints import (
     SAVE_KIND,
     LedgerError,
     check_saves,
     latest_valid,
     read_ledger,
 )
-from inspector.core.torch_layout import describe_archive
-from inspector.core.verify import verify
-from inspector.core.vocabulary import CheckpointState, SaveOutcome
-from inspector.ledger import atomic_save, save
-from inspector.sandbox.client import tensor_digests
+from inspector.sandbox.host.client import tensor_digests
 
 
 def _state(seed: int, n: int = 32) -> dict:
@@ -31,7 +31,7 @@ def _state(seed: int, n: int = 32) -> dict:
 
 
 def _weights(seed: int) -> dict:
-    """Tensors only, which `core.torch_layout` places in the file without loading it."""
+    """Tensors only, which `layout.torch_save` places in the file without loading it."""
     return {"model": _state(seed)["model"]}
 
 
@@ -48,7 +48,7 @@ def test_a_save_is_ledgered_with_every_field_and_verifies_unchanged(tmp_path):
         assert key in line, key
     keys = {t["key"] for t in line["files"][0]["tensors"]}
     assert keys == {"model.w", "model.b", "optimizer.state.0.exp_avg"}
-    # the record is a manifest: core.verify checks it with the jailed worker's digests, as-is
+    # the record is a manifest: integrity.verify checks it with the jailed worker's digests, as-is
     ledger = read_ledger(tmp_path)
     result = verify(ledger.saves[0].manifest(tmp_path), tensor_digests=tensor_digests)
     assert result.ok and len(result.tensors) == 3

@@ -16,10 +16,10 @@ from safetensors.torch import load_file
 from torch import nn
 
 from inspector.cli import main
-from inspector.core.allow_presets import PRESETS, allow_flags
-from inspector.core.policy import classify
-from inspector.core.scan import scan_file
-from inspector.sandbox import client
+from inspector.sandbox.host import client
+from inspector.scan.engine import scan_file
+from inspector.scan.pickles.policy import classify
+from inspector.scan.pickles.presets import PRESETS, allow_flags
 
 lightning = pytest.importorskip(
     "lightning", reason="lightning is not installed (the dev extra installs it)")
@@ -148,13 +148,13 @@ class NoLightning(importlib.abc.MetaPathFinder):
             raise ImportError("lightning is blocked in this worker: " + name)
 sys.meta_path.insert(0, NoLightning())
 sys.argv = ["worker"]
-runpy.run_module("inspector.sandbox.worker", run_name="__main__", alter_sys=True)
+runpy.run_module("inspector.sandbox.worker.main", run_name="__main__", alter_sys=True)
 """
 
 
 def test_the_jailed_worker_loads_it_where_lightning_cannot_be_imported(tmp_path, trained,
                                                                       monkeypatch, cold_workers):
-    # Cold workers start as `sys.executable -I -m inspector.sandbox.worker`; this interpreter
+    # Cold workers start as `sys.executable -I -m inspector.sandbox.worker.main`; this interpreter
     # installs an import hook that refuses every Lightning package first.
     python = tmp_path / "python-without-lightning"
     python.write_text(f"#!/bin/sh\nexec {sys.executable} -I -c '{BLOCKER}'\n")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from inspector.core.atomic import OutputExistsError
-from inspector.core.manifest import (
+from inspector.integrity.manifest import (
     FileEntry,
     ManifestError,
     TensorEntry,

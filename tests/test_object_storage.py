@@ -237,7 +237,7 @@ def test_an_s3_url_without_s3fs_names_the_extra_to_install(tmp_path):
 
 
 def test_an_object_streams_in_bounded_chunks(s3, tmp_path, monkeypatch):
-    from inspector.core import objstore
+    from inspector.fleet import objstore
 
     for name, value in s3.env.items():
         monkeypatch.setenv(name, value)
@@ -275,9 +275,9 @@ def test_verify_of_recorded_tensors_reads_them_from_a_private_copy(s3, tmp_path)
 def test_verify_against_an_index_reads_only_each_shards_header(s3, tmp_path, monkeypatch):
     import torch
 
-    from inspector.core import objstore
-    from inspector.core.manifest import read_manifest
-    from inspector.core.verify_batch import verify_objects
+    from inspector.fleet import objstore
+    from inspector.integrity.manifest import read_manifest
+    from inspector.integrity.verify_batch import verify_objects
 
     folder = tmp_path / "sharded"
     folder.mkdir()

@@ -17,8 +17,7 @@ import factories
 import pytest
 from PySide6.QtGui import QImage
 
-from inspector import __version__, resources_path
-from inspector.core import formats
+from inspector import __version__, formats, resources_path
 
 REPO = Path(__file__).resolve().parent.parent
 LINUX = REPO / "packaging" / "linux"

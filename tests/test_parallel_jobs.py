@@ -1,6 +1,6 @@
 """`--jobs N`: several jailed workers at once give what one at a time gives (report JSON,
 converted bytes, manifest), the first failure stops the rest, and no worker or fork server
-outlives its command (issue 17). The runner itself is `sandbox.parallel.run_parallel`."""
+outlives its command (issue 17). The runner itself is `sandbox.host.parallel.run_parallel`."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from sandbox_fixtures import sandbox_processes
 from inspector.cli import main
 from inspector.core import envinfo
 from inspector.core.progress import Cancelled, CancelToken
-from inspector.sandbox.parallel import default_jobs, run_parallel
+from inspector.sandbox.host.parallel import default_jobs, run_parallel
 
 OWN_WORKERS = True  # how workers start is under test here: no session fork server
 
@@ -243,7 +243,7 @@ def test_report_in_parallel_gives_the_same_report(tmp_path, capsys, monkeypatch,
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork server is Linux-only")
 def test_each_worker_runs_on_its_share_of_the_cores(tmp_path, nothing_outlives):
-    from inspector.sandbox.client import fork_server, inspect_file
+    from inspector.sandbox.host.client import fork_server, inspect_file
 
     files = _files(2, tmp_path / "run")
 

@@ -19,7 +19,7 @@ import yaml
 from fleet_fixtures import write_replay
 
 from inspector.cli import main
-from inspector.core import journal
+from inspector.run import journal
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "packaging" / "prometheus" / "ckpt-inspector-rules.yml"
@@ -224,7 +224,7 @@ def test_every_dashboard_query_runs_in_a_real_prometheus(prometheus):
 @needs_prometheus
 def test_the_gpu_pane_loads_a_node_from_prometheus(prometheus, qtbot):
     from inspector.gpu.prom_reader import make_query
-    from inspector.gui.gpu_pane import GpuPane
+    from inspector.gui.panes.gpu_pane import GpuPane
 
     url, started = prometheus
     scraped = _wait("GPU 1's ECC errors to be scraped", lambda: _query(
@@ -244,7 +244,7 @@ def test_the_gpu_pane_loads_a_node_from_prometheus(prometheus, qtbot):
 
 def test_the_gpu_pane_says_in_one_line_why_prometheus_failed(qtbot):
     from inspector.gpu.prom_reader import make_query
-    from inspector.gui.gpu_pane import GpuPane
+    from inspector.gui.panes.gpu_pane import GpuPane
 
     pane = GpuPane(autostart=False)
     qtbot.addWidget(pane)
@@ -255,7 +255,7 @@ def test_the_gpu_pane_says_in_one_line_why_prometheus_failed(qtbot):
 
 
 def test_the_prometheus_dialog_stays_open_on_a_bad_time_and_builds_the_query(qtbot):
-    from inspector.gui.prometheus_dialog import PrometheusDialog
+    from inspector.gui.dialogs.prometheus_dialog import PrometheusDialog
 
     dialog = PrometheusDialog(url="http://prom:9090/")
     qtbot.addWidget(dialog)

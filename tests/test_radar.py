@@ -1,5 +1,5 @@
-"""The corruption radar (core.radar) on records the sandbox's statistics give for real state dicts:
-a single flipped exponent bit is its row's brightest cell, NaN shows in the NaN/Inf share."""
+"""The corruption radar (checkpoint.radar) on records the sandbox's statistics give for real state
+dicts: a single flipped exponent bit is its row's brightest cell, NaN shows in the NaN/Inf share."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import factories
 import pytest
 import torch
 
-from inspector.core.health import assess
-from inspector.core.radar import ABSMAX, AFTER, BEFORE, NONFINITE, STD, build_radar, kind_of
-from inspector.sandbox.stats import describe_tensors
+from inspector.checkpoint.health import assess
+from inspector.checkpoint.radar import ABSMAX, AFTER, BEFORE, NONFINITE, STD, build_radar, kind_of
+from inspector.tensors.stats import describe_tensors
 
 
 def records(state: dict[str, torch.Tensor]) -> list[dict]:

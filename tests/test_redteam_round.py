@@ -2,7 +2,7 @@
 
 DCP's own loader (`dcp.load`) unpickles `.metadata` with plain pickle and loads each bytes
 item with `torch.load(weights_only=False)`, so a payload anywhere a `.metadata` can point runs
-there. The scan reads only the ranges its own walk of `.metadata` finds (`core.dcp_items`): a
+there. The scan reads only the ranges its own walk of `.metadata` finds (`layout.dcp_items`): a
 range that walk misses, or a file it cannot map, must not leave hidden bytes unread.
 """
 
@@ -24,9 +24,11 @@ from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
 
 from inspector.cli import main
-from inspector.core import dcp_items, safetensors_header, zipread
-from inspector.core.dcp_folder import scan_folder
-from inspector.core.scan import scan_file
+from inspector.formats import safetensors_header
+from inspector.formats.archives import zipread
+from inspector.layout import dcp_items
+from inspector.scan.dcp_folder import scan_folder
+from inspector.scan.engine import scan_file
 
 DATA = factories.DCP_DATA
 

@@ -17,8 +17,8 @@ import factories
 import pytest
 import torch
 
-from inspector.core.scan import scan_bytes, scan_file
-from inspector.sandbox import client
+from inspector.sandbox.host import client
+from inspector.scan.engine import scan_bytes, scan_file
 
 MAGIC = pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2)
 VERSION = pickle.dumps(1001, protocol=2)

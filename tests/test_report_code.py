@@ -15,7 +15,7 @@ from inspector.report import SessionEvidence, build_report
 from inspector.report.model import FileEvidence
 from inspector.report.render_html import render_html
 from inspector.report.render_json import load_schema
-from inspector.sandbox.client import inspect_file
+from inspector.sandbox.host.client import inspect_file
 
 torch = pytest.importorskip("torch")
 

@@ -14,8 +14,8 @@ from inspector.core import envinfo
 from inspector.report import export
 from inspector.report.model import FileEvidence, SessionEvidence
 from inspector.report.render_json import load_schema
-from inspector.sandbox.diff import diff_checkpoints
-from inspector.sandbox.sources import open_checkpoint
+from inspector.sandbox.worker.diff import diff_checkpoints
+from inspector.tensors.sources import open_checkpoint
 
 pytestmark = pytest.mark.usefixtures("qapp")  # HTML charts draw with Qt
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from inspector.checkpoint.results import InspectResult
 from inspector.core import envinfo
-from inspector.core.results import InspectResult
 from inspector.gpu.telemetry import GpuSample, TelemetryStore, ingest
 from inspector.report import SessionEvidence, build_report
 from inspector.report.model import FAIL, NOT_CHECKED, PASS, FileEvidence
@@ -338,7 +338,7 @@ def test_a_training_checkpoint_reports_its_model_and_whether_it_can_resume(tmp_p
     import factories
 
     from inspector.report.render_html import render_html
-    from inspector.sandbox.client import inspect_file
+    from inspector.sandbox.host.client import inspect_file
 
     path = factories.save_training_checkpoint(tmp_path / "train.pt")
     inspect = inspect_file(path)
@@ -369,7 +369,7 @@ def test_weights_with_an_epoch_are_not_a_failed_resume(tmp_path, validator):
 
     from inspector.core.samples import write_samples
     from inspector.report.render_html import render_html
-    from inspector.sandbox.client import inspect_file
+    from inspector.sandbox.host.client import inspect_file
 
     sample = write_samples(tmp_path / "samples").benign
     train = factories.save_training_checkpoint(tmp_path / "train.pt")

@@ -170,7 +170,7 @@ def test_a_folder_of_unrelated_checkpoints_keeps_one_entry_per_file(tmp_path):
 def test_unique_storage_counts_the_bytes_tensors_reach_once():
     import torch
 
-    from inspector.sandbox.stats import unique_storage
+    from inspector.tensors.stats import unique_storage
 
     # one storage with a 16-byte "header" no tensor reaches, as a safetensors mapping has
     mapping = torch.zeros(4 + 10 + 6, dtype=torch.float32)

@@ -1,6 +1,6 @@
-"""core.results: the typed results read back every real worker output unchanged.
+"""checkpoint.results: the typed results read back every real worker output unchanged.
 
-Each test runs the jailed worker through `sandbox.client` on a small checkpoint built here,
+Each test runs the jailed worker through `sandbox.host.client` on a small checkpoint built here,
 then checks `to_json(from_json(d)) == d` and the types of a few fields.
 """
 
@@ -13,12 +13,9 @@ from pathlib import Path
 import factories
 import torch
 
-from inspector.cli import main
-from inspector.cli.inspect_cmd import health_lines
-from inspector.core.health import Health, HealthFinding
-from inspector.core.manifest import FileEntry, read_manifest, write_manifest
-from inspector.core.optimizer_map import OptimizerParams
-from inspector.core.results import (
+from inspector.checkpoint.health import Health, HealthFinding
+from inspector.checkpoint.optimizer_map import OptimizerParams
+from inspector.checkpoint.results import (
     ConversionResult,
     DiffResult,
     FlipRecord,
@@ -29,8 +26,9 @@ from inspector.core.results import (
     jail_line,
     plain,
 )
-from inspector.core.resume import ResumeChecklist
-from inspector.core.verify import FileCheck, TensorCheck, VerifyResult, verify
+from inspector.checkpoint.resume import ResumeChecklist
+from inspector.cli import main
+from inspector.cli.inspect_cmd import health_lines
 from inspector.core.vocabulary import (
     HealthSeverity,
     HealthStatus,
@@ -38,9 +36,11 @@ from inspector.core.vocabulary import (
     TensorStatus,
     Verdict,
 )
+from inspector.integrity.manifest import FileEntry, read_manifest, write_manifest
+from inspector.integrity.verify import FileCheck, TensorCheck, VerifyResult, verify
 from inspector.report import FileEvidence, SessionEvidence, build_report
 from inspector.report.render_html import render_html
-from inspector.sandbox.client import convert_file, diff_files, inspect_file, tensor_digests
+from inspector.sandbox.host.client import convert_file, diff_files, inspect_file, tensor_digests
 
 
 def _round_trips(cls: type, data: dict) -> object:

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from inspector.cli import main
-from inspector.cli.run_cmd import ACTIONS
-from inspector.core import journal
-from inspector.core.torch_layout import describe_archive
+from inspector.cli.run.command import ACTIONS
+from inspector.layout.torch_save import describe_archive
 from inspector.ledger import save
 from inspector.report.render_json import load_schema
+from inspector.run import journal
 
 
 def _run(tmp_path, steps=(1, 2, 3)):

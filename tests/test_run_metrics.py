@@ -1,4 +1,4 @@
-"""`core.run_metrics` reads what the guard wrote without torch: a line cut short by a crash is
+"""`run.metrics` reads what the guard wrote without torch: a line cut short by a crash is
 a problem, never a value; a step recorded twice counts as the later one; alarms keep every
 field a reader relies on, and unknown ones count as unknown."""
 
@@ -8,8 +8,8 @@ import math
 import subprocess
 import sys
 
-from inspector.core import journal
-from inspector.core.run_metrics import METRICS_KIND, metrics_path, read_run_metrics
+from inspector.run import journal
+from inspector.run.metrics import METRICS_KIND, metrics_path, read_run_metrics
 
 
 def _write(run, lines: list[str]) -> None:
@@ -47,6 +47,6 @@ def test_an_alarm_with_missing_fields_reads_as_unknown(tmp_path):
 
 
 def test_the_reader_imports_no_torch():
-    code = ("import sys, inspector.core.run_metrics; "
+    code = ("import sys, inspector.run.metrics; "
             "sys.exit(1 if 'torch' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

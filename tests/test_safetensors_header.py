@@ -1,4 +1,4 @@
-"""One safetensors header reader (`core.safetensors_header`) for every consumer.
+"""One safetensors header reader (`formats.safetensors_header`) for every consumer.
 
 Crafted headers go through everything that reads one: the static scan, the jailed `inspect`
 load, the jailed `diff` (the digests' reader), the jailed `convert` and the shard check. A file
@@ -18,10 +18,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from inspector.core.safetensors_header import MAX_HEADER, read_buffer, read_header
-from inspector.core.scan import scan_file
-from inspector.core.shards import ShardError, safetensors_contents
-from inspector.sandbox.client import SandboxError, convert_file, diff_files, inspect_file
+from inspector.formats.safetensors_header import MAX_HEADER, read_buffer, read_header
+from inspector.sandbox.host.client import SandboxError, convert_file, diff_files, inspect_file
+from inspector.scan.engine import scan_file
+from inspector.shards.index import ShardError, safetensors_contents
 
 pytest_plugins = ("forkserver_fixtures", "sandbox_fixtures")  # forked, unchanged
 

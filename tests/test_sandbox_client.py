@@ -17,7 +17,7 @@ import torch
 
 from inspector.cli import main
 from inspector.core.progress import Cancelled, CancelToken
-from inspector.sandbox.client import inspect_file
+from inspector.sandbox.host.client import inspect_file
 
 OWN_WORKERS = True  # how workers start is under test here: no session fork server
 
@@ -177,7 +177,7 @@ def _my_workers() -> list[int]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat[1]) == os.getpid() and b"inspector.sandbox.worker" in cmd:
+        if int(stat[1]) == os.getpid() and b"inspector.sandbox.worker.main" in cmd:
             found.append(int(pid))
     return found
 
@@ -213,7 +213,7 @@ def test_an_interactive_caller_can_ask_the_worker_to_yield_the_cores(tmp_path):
 @pytest.fixture
 def degraded(monkeypatch):
     """Leave jail layers off through the self-test switch; restore the required level after."""
-    from inspector.sandbox import client
+    from inspector.sandbox.host import client
 
     monkeypatch.setattr(client, "_required_jail", client.DEFAULT_REQUIRED_JAIL)
     monkeypatch.setenv(client.SELFTEST_ENV, "1")

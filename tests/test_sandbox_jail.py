@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from factories import MARK, PROTO2, REDUCE, STOP, TUPLE, call, p_global, p_int, p_unicode
 
-from inspector.sandbox import client
-from inspector.sandbox.client import SandboxError, run_job
-from inspector.sandbox.jail import seccomp_program
+from inspector.sandbox.host import client
+from inspector.sandbox.host.client import SandboxError, run_job
+from inspector.sandbox.worker.jail import seccomp_program
 
 OWN_WORKERS = True  # how workers start is under test here: no session fork server
 
@@ -184,7 +184,7 @@ def _is_worker(pid: str) -> bool:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return b"inspector.sandbox.worker" in cmdline and _ppid(pid) == os.getpid()
+    return b"inspector.sandbox.worker.main" in cmdline and _ppid(pid) == os.getpid()
 
 
 def _ppid(pid: str) -> int:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from factories import ADVERSARIAL_BUILDERS
 
-from inspector.core.scan import scan_file
+from inspector.scan.engine import scan_file
 
 # Runs one sample under its loader; the canary is the only file its folder may gain.
 LOADER = r"""

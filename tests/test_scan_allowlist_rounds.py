@@ -18,10 +18,10 @@ import torch
 from factories import mal_os_system
 
 from inspector.cli import main
-from inspector.core.allow_presets import PRESETS, allow_flags
-from inspector.core.policy import classify, numpy_dtype_class
-from inspector.core.scan import scan_file
-from inspector.sandbox.load import allowed_global
+from inspector.scan.engine import scan_file
+from inspector.scan.pickles.policy import classify, numpy_dtype_class
+from inspector.scan.pickles.presets import PRESETS, allow_flags
+from inspector.tensors.load import allowed_global
 
 CODES = ["f2", "f4", "f8", "f16", "c8", "c16", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8",
          "b1", "O8", "V8", "U3", "S4", "M8", "m8", "<f4", ">i2", "|b1"]

@@ -8,7 +8,7 @@ import zipfile
 import pytest
 from factories import BENIGN_BUILDERS, ODD_BUILDERS, _rewrite_zip, call, corpus_fixture, touch_cmd
 
-from inspector.core.scan import scan_file
+from inspector.scan.engine import scan_file
 
 # name -> (format, verdict, weights_only_ok)
 BENIGN_EXPECTED = {
@@ -100,8 +100,8 @@ def test_protocol4_refusal_names_the_opcodes(built):
 
 
 def test_pickle_pane_rows_for_each_walked_pickle(built):
-    from inspector.core.pickle_scan import disassemble
-    from inspector.core.scan import pickle_source
+    from inspector.scan.engine import pickle_source
+    from inspector.scan.pickles.walker import disassemble
 
     path = built["benign"]["legacy"]
     res = scan_file(path)

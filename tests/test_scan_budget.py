@@ -8,9 +8,12 @@ from __future__ import annotations
 import pytest
 from hostile_files import HOSTILE
 
-from inspector.core import decompress, pickle_scan, scan, scan_context, zipread
-from inspector.core.scan import scan_bytes
-from inspector.core.scan_budget import ScanBudget
+from inspector.formats.archives import decompress, zipread
+from inspector.scan import context as scan_context
+from inspector.scan import engine as scan
+from inspector.scan.budget import ScanBudget
+from inspector.scan.engine import scan_bytes
+from inspector.scan.pickles import walker as pickle_scan
 
 # scales past the budget yet quick to build: bombs of 48 MiB, a million opcodes
 SCALE = {"bz2_opcodes": 1_000_000, "bz2_bomb": 48, "zlib_bomb": 48, "lzma_bomb": 48,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 from collections import Counter
 
-from inspector.core.scan import scan_file
+from inspector.scan.engine import scan_file
 
 
 def _labels(corpus):

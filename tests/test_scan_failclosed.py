@@ -13,11 +13,14 @@ import zlib
 import pytest
 from factories import call, p_global, p_unicode, touch_cmd
 
-from inspector.core import decompress, discover, formats, readings, scan
-from inspector.core.formats import numpy_files, pickle_stream
-from inspector.core.scan import scan_bytes, scan_file, scan_paths
+from inspector import formats
 from inspector.core.termtext import escape, html_escape
-from inspector.sandbox.client import dry_run_reader
+from inspector.formats import numpy_files, pickle_stream
+from inspector.formats.archives import decompress
+from inspector.sandbox.host.client import dry_run_reader
+from inspector.scan import discover, readings
+from inspector.scan import engine as scan
+from inspector.scan.engine import scan_bytes, scan_file, scan_paths
 
 
 def _cli(python_exe, *args):
@@ -110,7 +113,7 @@ def test_findings_name_the_real_import_and_the_call(tmp_path, python_exe, canary
     ("pathlib", "Path.write_text"),
 ])
 def test_capabilities_are_dangerous_with_their_reason(module, name):
-    from inspector.core.policy import classify
+    from inspector.scan.pickles.policy import classify
 
     verdict = classify(module, name)
     assert verdict.severity == "dangerous" and " can " in verdict.reason
@@ -211,7 +214,7 @@ def test_discover_lists_hidden_files_and_each_real_file_once(tmp_path):
 
 
 def test_every_deny_entry_is_reachable_and_has_a_reason():
-    from inspector.core import policy
+    from inspector.scan.pickles import policy
 
     for entry, reason in policy._DENY.items():
         parts = entry.split(".")

@@ -13,8 +13,8 @@ import zipfile
 import pytest
 from factories import call, save_safetensors, touch_cmd
 
-from inspector.core import zipread
-from inspector.core.scan import scan_file, scan_paths
+from inspector.formats.archives import zipread
+from inspector.scan.engine import scan_file, scan_paths
 
 
 def _safetensors(tmp_path, header: dict, data: bytes):

@@ -10,7 +10,7 @@ import random
 import pytest
 from factories import fuzz_seeds, mutate
 
-from inspector.core.scan import scan_file
+from inspector.scan.engine import scan_file
 
 MUTATIONS = 400
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from factories import MALICIOUS_BUILDERS, corpus_fixture
 
-from inspector.core.scan import scan_file
+from inspector.scan.engine import scan_file
 
 # sample -> evidence the verdict must rest on: a global the file imports, or a finding code
 EVIDENCE = {

@@ -7,14 +7,14 @@ import textwrap
 
 from factories import save_large_checkpoint
 
-from inspector.core.scan import scan_file
+from inspector.scan.engine import scan_file
 
 # Timed in a fresh interpreter, as `ckpt-inspector scan` and the GUI run it: this test process
 # holds torch and every earlier test's objects, which slow a single allocation-heavy scan by a
 # tenth through cache and allocator pressure that a real scan never sees.
 _TIMER = textwrap.dedent("""
     import sys, time
-    from inspector.core.scan import scan_file
+    from inspector.scan.engine import scan_file
     path = sys.argv[1]
     scan_file(path)
     best = float("inf")

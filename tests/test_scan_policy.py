@@ -9,10 +9,10 @@ import subprocess
 
 import pytest
 
-from inspector.core import policy
-from inspector.core.allow_presets import PRESETS
-from inspector.core.code_text import looks_like_code
-from inspector.core.policy import classify, weights_only_rules
+from inspector.scan.code_text import looks_like_code
+from inspector.scan.pickles import policy
+from inspector.scan.pickles.policy import classify, weights_only_rules
+from inspector.scan.pickles.presets import PRESETS
 
 REAL_ALLOWLIST = r"""
 import json
@@ -41,7 +41,8 @@ def test_opcode_rules_read_from_source():
 
 def test_rules_are_cached_per_torch_version(python_exe, tmp_path):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
-    code = ("import sys; from inspector.core.policy import weights_only_rules as w; r = w(); "
+    code = ("import sys; from inspector.scan.pickles.policy import weights_only_rules as w; "
+            "r = w(); "
             "print(r.source.replace(' ', '_'), 'torch.MARKER' in r.allowed, "
             "'torch' in sys.modules)")
 
@@ -132,7 +133,7 @@ def test_code_like_arguments():
 
 
 def test_core_imports_neither_torch_nor_qt(python_exe):
-    code = ("import sys, inspector.core.scan, inspector.cli.scan_cmd; "
+    code = ("import sys, inspector.scan.engine, inspector.cli.scan_cmd; "
             "print([m for m in sys.modules if m.split('.')[0] in "
             "('torch', 'PySide6', 'numpy', 'safetensors')])")
     out = subprocess.run([python_exe, "-c", code], capture_output=True, text=True, timeout=120,

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from factories import _legacy_tar, call, p_global, p_string, touch_cmd
 
-from inspector.core import formats
-from inspector.core.scan import scan_file
+from inspector import formats
+from inspector.scan.engine import scan_file
 
 LOADER = r"""
 import gzip, io, lzma, pickle, sys, zlib
@@ -249,7 +249,7 @@ def test_headers_read_without_numpy_are_read_as_numpy_reads_them():
     import numpy as np
     from numpy.lib import _format_impl
 
-    from inspector.core.formats import sniffing
+    from inspector.formats import sniffing
 
     seeds = []
     for dtype in ("b1", "i1", "u1", "<i2", ">u4", "i8", "f2", "<f4", ">f8", "c8", "c16", "O",

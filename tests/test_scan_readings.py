@@ -21,9 +21,9 @@ from factories import fuzz_seeds, mutate
 from readings_samples import NESTED_BUILDERS, READINGS_BUILDERS, disagreement, truths
 from test_scan_adversarial import LOADER
 
-from inspector.core import readings
-from inspector.core.scan import scan_bytes, scan_file, scan_paths
-from inspector.sandbox.client import dry_run_reader
+from inspector.sandbox.host.client import dry_run_reader
+from inspector.scan import readings
+from inspector.scan.engine import scan_bytes, scan_file, scan_paths
 
 # test_scan_adversarial's loader, plus the code that later unpickles one value of a file
 NESTED_LOADER = LOADER.replace('    elif kind == "dcp":', '''    elif kind.startswith("nested:"):
@@ -220,7 +220,7 @@ def test_differential_fuzz_sample_agrees_with_the_real_readings(tmp_path):
 
 
 def test_every_deny_note_belongs_to_an_entry_and_every_entry_has_a_capability():
-    from inspector.core.policy import CAPABILITIES, DENY, DENY_NOTES
+    from inspector.scan.pickles.policy import CAPABILITIES, DENY, DENY_NOTES
 
     assert set(DENY_NOTES) <= set(DENY)
     assert all(d.capability in CAPABILITIES and d.reason for d in DENY.values())
@@ -228,7 +228,7 @@ def test_every_deny_note_belongs_to_an_entry_and_every_entry_has_a_capability():
 
 
 def test_no_allowed_call_is_on_the_deny_list():
-    from inspector.core.policy import CALL_ALLOWED, classify
+    from inspector.scan.pickles.policy import CALL_ALLOWED, classify
 
     for key in CALL_ALLOWED:
         module, _, name = key.rpartition(".")
@@ -366,8 +366,8 @@ def test_a_folder_streams_its_readings_part_by_part(tmp_path, monkeypatch):
     part per PART_FILES files, and every file's readings folded in (none left unread)."""
     from factories import mal_os_system, save_state_dict, small_state_dict
 
-    from inspector.core.discover import discover
-    from inspector.core.scan import scan_batch
+    from inspector.scan.discover import discover
+    from inspector.scan.engine import scan_batch
 
     monkeypatch.setattr(readings, "PART_FILES", 4)
     for i in range(9):
@@ -400,7 +400,7 @@ def test_a_walk_that_fails_mid_stream_raises_its_own_error(tmp_path, monkeypatch
 
 
 def test_a_later_part_that_is_no_object_is_refused(tmp_path):
-    from inspector.sandbox.client import SandboxError, run_job
+    from inspector.sandbox.host.client import SandboxError, run_job
 
     blobs = tmp_path / "blobs"
     blobs.write_bytes(b"")

@@ -11,7 +11,7 @@ import warnings
 
 from factories import save_safetensors, save_state_dict, save_training_checkpoint, small_state_dict
 
-from inspector.core.scan import scan_paths
+from inspector.scan.engine import scan_paths
 
 HF_SIDE_FILES = {
     "config.json": json.dumps({"model_type": "gpt2", "n_layer": 2}),

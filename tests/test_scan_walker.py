@@ -27,8 +27,8 @@ from factories import (
     save_large_checkpoint,
 )
 
-from inspector.core.pickle_scan import Limits, disassemble, looks_like_pickle, scan_pickle
-from inspector.core.scan import scan_bytes
+from inspector.scan.engine import scan_bytes
+from inspector.scan.pickles.walker import Limits, disassemble, looks_like_pickle, scan_pickle
 
 
 def _keys(scan):
@@ -133,7 +133,7 @@ def big_pickle(tmp_path_factory):
 
 
 def test_fast_path_gives_exactly_the_generic_result(big_pickle):
-    from inspector.core.policy import weights_only_rules
+    from inspector.scan.pickles.policy import weights_only_rules
 
     rules = weights_only_rules()
     fast = scan_pickle(big_pickle, allowed=rules.allowed, wo_opcodes=rules.opcodes)
@@ -147,7 +147,7 @@ def test_fast_path_gives_exactly_the_generic_result(big_pickle):
 
 def test_fast_path_does_not_hide_a_tampered_memo(big_pickle):
     # overwrite the memoised rebuild function with os.system just before the STOP's dict
-    from inspector.core.policy import weights_only_rules
+    from inspector.scan.pickles.policy import weights_only_rules
 
     rules = weights_only_rules()
     mid = big_pickle.index(b"X\x0b\x00\x00\x00layers.9.p0")
@@ -183,7 +183,7 @@ def test_fast_path_matches_generic_walk_on_mutations(big_pickle, mode):
     # any byte at all; the fast path must still give exactly the generic walk's result.
     import random
 
-    from inspector.core.policy import weights_only_rules
+    from inspector.scan.pickles.policy import weights_only_rules
 
     rules = weights_only_rules()
     head = big_pickle[:3000]

@@ -12,7 +12,7 @@ import subprocess
 
 from factories import corpus_fixture
 
-from inspector.core.scan import scan_file
+from inspector.scan.engine import scan_file
 
 LOADER = r"""
 import json, sys, warnings

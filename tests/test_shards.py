@@ -1,4 +1,4 @@
-"""core.shards: reading, checking and writing a sharded checkpoint's index (no torch)."""
+"""shards.index: reading, checking and writing a sharded checkpoint's index (no torch)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from inspector.core.atomic import OutputExistsError
-from inspector.core.shards import (
+from inspector.shards.index import (
     ShardError,
     check_contents,
     check_files,

@@ -11,13 +11,8 @@ import pytest
 import torch
 
 from inspector.core.flatten import flatten, unique_keys
-from inspector.sandbox import stats
-from inspector.sandbox.stats import (
-    HIST_BINS,
-    describe_tensors,
-    tensor_digest,
-    tensor_stats,
-)
+from inspector.tensors import stats
+from inspector.tensors.stats import HIST_BINS, describe_tensors, tensor_digest, tensor_stats
 
 FLOATS = ["float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
           "float8_e4m3fnuz", "float8_e5m2fnuz"]

@@ -1,6 +1,6 @@
 """Torch-free tensor digests of plain torch.save archives agree with torch's, or fall back.
 
-Every answer of the static layout path (`core.torch_layout` read by `sandbox.sources`) is
+Every answer of the static layout path (`layout.torch_save` read by `tensors.sources`) is
 compared with what `torch.load(weights_only=True)` gives for the same file: same keys, dtypes,
 shapes and digests. A file it does not cover must be reported as a fallback, never answered.
 """
@@ -18,10 +18,10 @@ import factories
 import pytest
 import torch
 
-from inspector.core.torch_layout import STORAGE_DTYPES, V3_DTYPES, NotCovered, describe_archive
-from inspector.sandbox import sources, stats
-from inspector.sandbox.client import run_job
-from inspector.sandbox.load import LoadError, load_checkpoint, resolve_global, split_leaves
+from inspector.layout.torch_save import STORAGE_DTYPES, V3_DTYPES, NotCovered, describe_archive
+from inspector.sandbox.host.client import run_job
+from inspector.tensors import sources, stats
+from inspector.tensors.load import LoadError, load_checkpoint, resolve_global, split_leaves
 
 # Benign factory samples the fast path must cover (the rest hold globals or non-tensors).
 COVERED_BENIGN = {"state_dict"}

@@ -23,21 +23,21 @@ import torch
 from safetensors.torch import load_file
 
 from inspector.cli import main
-from inspector.core.scan import scan_file
-from inspector.core.torch_layout import NotCovered, describe_archive
-from inspector.core.torchscript_layout import (
+from inspector.layout.torch_save import NotCovered, describe_archive
+from inspector.layout.torchscript import (
     EXPORT_DTYPES,
     describe_export,
     describe_torchscript,
     judge_code,
 )
-from inspector.sandbox.client import (
+from inspector.sandbox.host.client import (
     SandboxError,
     convert_file,
     diff_files,
     inspect_file,
     tensor_digests,
 )
+from inspector.scan.engine import scan_file
 
 ARCHIVES = ("scripted", "traced", "exported")
 _NET_CODE = f"code/__torch__/{__name__.rpartition('.')[2]}.py"  # where _Net's code goes

@@ -14,13 +14,13 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
+from inspector.checkpoint.extract import select, strip_prefixes
+from inspector.checkpoint.hyper_params import hyper_parameters_line
+from inspector.checkpoint.optim_types import optimizer_types, scheduler_types
+from inspector.checkpoint.optimizer_map import OptimizerParams, map_optimizers
 from inspector.cli import main
 from inspector.core.errors import CodedError
-from inspector.core.extract import select, strip_prefixes
 from inspector.core.flatten import colliding_keys, flatten, unique_keys
-from inspector.core.hyper_params import hyper_parameters_line
-from inspector.core.optim_types import optimizer_types, scheduler_types
-from inspector.core.optimizer_map import OptimizerParams, map_optimizers
 
 pytest_plugins = ("sandbox_fixtures",)  # fixture: unchanged
 

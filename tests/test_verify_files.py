@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-import inspector.core.verify as verify_mod
-from inspector.core.manifest import (
+import inspector.integrity.verify as verify_mod
+from inspector.core.progress import Cancelled, CancelToken
+from inspector.integrity.manifest import (
     FileEntry,
     Manifest,
     TensorEntry,
     read_manifest,
     write_manifest,
 )
-from inspector.core.progress import Cancelled, CancelToken
-from inspector.core.verify import compare_tensors, measure_file, verify
+from inspector.integrity.verify import compare_tensors, measure_file, verify
 
 
 def _folder(root: Path) -> dict[str, bytes]:

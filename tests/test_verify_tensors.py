@@ -21,11 +21,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from inspector.checkpoint.bitflip import layout_for
 from inspector.cli import main
-from inspector.core.bitflip import layout_for
-from inspector.core.manifest import read_manifest, relative_path, write_manifest
-from inspector.core.verify import plan, tensor_targets, verify, verify_tensors_only
-from inspector.sandbox.client import convert_file, diff_files, tensor_digests
+from inspector.integrity.manifest import read_manifest, relative_path, write_manifest
+from inspector.integrity.verify import plan, tensor_targets, verify, verify_tensors_only
+from inspector.sandbox.host.client import convert_file, diff_files, tensor_digests
 
 # tied weights share one storage: a flip there changes two keys, so flips avoid them
 TIED = ("embed.weight", "lm_head.weight")

@@ -20,10 +20,7 @@ from pathlib import Path
 import pytest
 
 from inspector.core import strict_json, vocabulary
-from inspector.core.manifest import FileEntry, read_manifest, write_manifest
-from inspector.core.scan import scan_file
 from inspector.core.verdict import EXIT_CODES, ORDER, exit_code, worst
-from inspector.core.verify import verify
 from inspector.core.vocabulary import (
     CheckStatus,
     FileStatus,
@@ -40,8 +37,11 @@ from inspector.core.vocabulary import (
     TensorStatus,
     Verdict,
 )
-from inspector.sandbox.diff import diff_checkpoints
-from inspector.sandbox.sources import open_checkpoint
+from inspector.integrity.manifest import FileEntry, read_manifest, write_manifest
+from inspector.integrity.verify import verify
+from inspector.sandbox.worker.diff import diff_checkpoints
+from inspector.scan.engine import scan_file
+from inspector.tensors.sources import open_checkpoint
 from tests import factories
 
 REPO = Path(__file__).resolve().parent.parent
@@ -127,7 +127,7 @@ def test_jail_levels_are_the_ones_the_command_reference_names():
 def test_jail_requirements_are_defined_once_for_the_cli_the_client_and_the_app():
     from inspector.cli.common import add_require_jail_argument
     from inspector.gui.pipeline import JAIL_CHOICES, JAIL_MENU_TEXT
-    from inspector.sandbox import client
+    from inspector.sandbox.host import client
 
     words = [r.value for r in JailRequirement]
     parser = argparse.ArgumentParser()

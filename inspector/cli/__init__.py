@@ -39,7 +39,7 @@ COMMANDS: dict[str, Command] = {
                     "static scan for code in pickles (no code runs)", urls=True),
     "inspect": Command("inspector.cli.inspect_cmd",
                     "scan, hash and load in the jailed worker; tensor statistics", urls=True),
-    "convert": Command("inspector.cli.convert_cmd",
+    "convert": Command("inspector.cli.convert.command",
                     "convert to safetensors inside the jailed worker, verified bit for bit"),
     "manifest": Command("inspector.cli.manifest_cmd",
                     "create a manifest (sha256sum, TSV or JSON with tensor hashes)"),
@@ -49,7 +49,7 @@ COMMANDS: dict[str, Command] = {
                     "compare two checkpoints tensor by tensor, with bit-flip forensics"),
     "watch": Command("inspector.cli.watch_cmd",
                     "re-verify a checkpoint folder periodically"),
-    "telemetry": Command("inspector.cli.telemetry_cmd",
+    "telemetry": Command("inspector.cli.telemetry.command",
                     "sample NVML GPU telemetry or replay a recorded log"),
     "consistency": Command("inspector.cli.consistency_cmd",
                     "repeat-inference consistency test on GPU or CPU"),
@@ -57,7 +57,7 @@ COMMANDS: dict[str, Command] = {
                     "run the pipeline headless and write a JSON / HTML / PDF report", urls=True),
     "merge": Command("inspector.cli.merge_cmd",
                     "one report from the results files of a batch's shards"),
-    "run": Command("inspector.cli.run_cmd",
+    "run": Command("inspector.cli.run.command",
                     "a training run's ledgered checkpoints: the latest valid one, verify all"),
 }
 
@@ -91,17 +91,17 @@ def command_module(name: str) -> ModuleType:
 
 
 class _Jailed:
-    """`core.readings`' reader: the jailed dry run (its client imported when first needed)."""
+    """`scan.readings`' reader: the jailed dry run (its client imported when first needed)."""
 
     def __call__(self, request: dict) -> dict:
         """The dry run of a complete request."""
-        from inspector.sandbox.client import dry_run_reader
+        from inspector.sandbox.host.client import dry_run_reader
 
         return dry_run_reader(request)
 
     def gated(self, request: dict, gate) -> dict:
         """The dry run started before its readings are known (`readings.read_while`)."""
-        from inspector.sandbox.client import dry_run_reader
+        from inspector.sandbox.host.client import dry_run_reader
 
         return dry_run_reader.gated(request, gate)
 
@@ -111,8 +111,8 @@ _jailed = _Jailed()
 
 def jailed_readings():
     """Every scan inside, in any thread (the app's too), also runs the loaders' own readings in
-    the jail (`core.readings`); the user's process still never unpickles. Restored after."""
-    from inspector.core import readings
+    the jail (`scan.readings`); the user's process still never unpickles. Restored after."""
+    from inspector.scan import readings
 
     return readings.installed(_jailed)
 
@@ -154,7 +154,7 @@ def _sets_jail(required: str | None) -> bool:
     from inspector.core.vocabulary import DEFAULT_REQUIRED_JAIL
 
     return required is not None and (required != DEFAULT_REQUIRED_JAIL
-                                      or "inspector.sandbox.client" in sys.modules)
+                                      or "inspector.sandbox.host.client" in sys.modules)
 
 
 def _run(command: str | None, argv: list[str]) -> int:
@@ -170,7 +170,7 @@ def _run(command: str | None, argv: list[str]) -> int:
         build_parser().print_help()
         return EXIT_USAGE
     if _sets_jail(getattr(args, "require_jail", None)):
-        from inspector.sandbox.client import set_required_jail
+        from inspector.sandbox.host.client import set_required_jail
 
         set_required_jail(args.require_jail)
     try:

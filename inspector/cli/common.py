@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from inspector.core.allow_presets import PRESETS, preset_help
 from inspector.core.progress import ProgressFn
 from inspector.core.termtext import escape
 from inspector.core.vocabulary import (
@@ -28,10 +27,11 @@ from inspector.core.vocabulary import (
     Severity,
     TensorCheckStatus,
 )
+from inspector.scan.pickles.presets import PRESETS, preset_help
 
 if TYPE_CHECKING:  # types only: importing verify (manifests, shards) costs every command
-    from inspector.core.sharding import ResultsLog, Shard
-    from inspector.core.verify import TensorDigestFn, VerifyResult
+    from inspector.fleet.jobs import ResultsLog, Shard
+    from inspector.integrity.verify import TensorDigestFn, VerifyResult
 
 EXIT_LOAD_FAILED = 5
 EXIT_MANIFEST = 2  # verify and watch: the manifest cannot be read
@@ -82,7 +82,7 @@ def add_require_jail_argument(parser: argparse.ArgumentParser) -> None:
 
 def add_jobs_argument(parser: argparse.ArgumentParser) -> None:
     """`--jobs N`: how many jailed workers run at once (default: one per core)."""
-    from inspector.sandbox.parallel import default_jobs
+    from inspector.sandbox.host.parallel import default_jobs
 
     parser.add_argument("--jobs", "-j", type=_positive, default=default_jobs(), metavar="N",
                         help="jailed workers at once (default: the number of cores this "
@@ -100,9 +100,9 @@ def _positive(text: str) -> int:
 def warm_workers(jobs: int, cold: bool = False) -> contextlib.AbstractContextManager:
     """With several jailed jobs ahead, one warm fork server imports torch once and forks a
     freshly jailed worker per job instead of each job paying a cold start."""
-    if (jobs <= 1 or cold) and "inspector.sandbox.client" not in sys.modules:
+    if (jobs <= 1 or cold) and "inspector.sandbox.host.client" not in sys.modules:
         return contextlib.nullcontext()  # no server wanted, and none can run yet
-    from inspector.sandbox.client import fork_server
+    from inspector.sandbox.host.client import fork_server
 
     return fork_server(enabled=jobs > 1 and not cold)
 
@@ -134,7 +134,7 @@ def paint(text: str, word: str, colour: bool) -> str:
 def flagged_lines(scan: dict) -> list[str]:
     """A scan's flagged imports with the calls they would make, and its findings, indented;
     what comes from the file is escaped. A finding that means damaged data reads `damaged`."""
-    from inspector.core.integrity import INTEGRITY_CODES  # here: verify never needs it
+    from inspector.scan.damage import INTEGRITY_CODES
 
     lines = []
     own = _own_module_classes(scan)
@@ -164,7 +164,7 @@ def flagged_lines(scan: dict) -> list[str]:
 def _own_module_classes(scan: dict) -> list[dict]:
     """A TorchScript or torch.export archive's `__torch__.…` classes: its own code's modules,
     shown as one line (there can be one per module of the model)."""
-    from inspector.core.torchscript_layout import CODE_ARCHIVES  # the formats registry: lazily
+    from inspector.layout.torchscript import CODE_ARCHIVES
 
     if scan.get("format") not in CODE_ARCHIVES:
         return []
@@ -224,7 +224,7 @@ def worker_digests(args: argparse.Namespace | None = None) -> TensorDigestFn:
     from functools import partial
 
     # imported only when tensors are checked: the client pulls in the sandbox machinery
-    from inspector.sandbox.client import tensor_digests
+    from inspector.sandbox.host.client import tensor_digests
 
     if args is None:
         return tensor_digests
@@ -278,7 +278,7 @@ def progress_events(show: ProgressFn | None,
 
 def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     """`--shard I/N` and `--results FILE.jsonl`: one process's share of a batch, resumable."""
-    from inspector.core.sharding import parse_shard
+    from inspector.fleet.jobs import parse_shard
 
     def shard(text: str):
         try:
@@ -323,7 +323,7 @@ class Batch:
 
 def open_batch(args: argparse.Namespace, kind: str) -> Batch:
     """The batch a command's --shard and --results describe; damaged result lines are named."""
-    from inspector.core.sharding import Shard, open_results
+    from inspector.fleet.jobs import Shard, open_results
 
     shard = args.shard or Shard()
     if args.results is None:

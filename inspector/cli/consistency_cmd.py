@@ -108,7 +108,7 @@ def _fmt(value: Any) -> str:
 
 def format_result(result: dict[str, Any]) -> list[str]:
     """The human summary of a consistency result."""
-    from inspector.gpu.consistency_job import describe_element
+    from inspector.sandbox.host.consistency_job import describe_element
 
     verdict = "CONSISTENT" if result["consistent"] else "INCONSISTENT"
     bad = nonfinite_rows(result)
@@ -181,8 +181,8 @@ def _on_event(event: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the check in the jailed worker; exit 0 consistent, 1 inconsistent."""
-    from inspector.gpu.consistency_job import ConsistencyRequest, run_consistency
-    from inspector.sandbox.client import SandboxError
+    from inspector.sandbox.host.client import SandboxError
+    from inspector.sandbox.host.consistency_job import ConsistencyRequest, run_consistency
 
     if args.repeats < 2:
         _err("--repeats must be at least 2")

@@ -12,6 +12,7 @@ import json
 import sys
 from pathlib import Path
 
+from inspector.checkpoint.results import DiffResult, TensorDiffRow
 from inspector.cli.common import (
     EXIT_JAIL,
     JAIL_ERRORS,
@@ -21,7 +22,6 @@ from inspector.cli.common import (
     progress_events,
     stderr_progress,
 )
-from inspector.core.results import DiffResult, TensorDiffRow
 from inspector.core.termtext import escape
 from inspector.core.vocabulary import TensorStatus
 
@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Diff in the jailed worker and print the result."""
-    from inspector.sandbox.client import SandboxError, diff_result
+    from inspector.sandbox.host.client import SandboxError, diff_result
 
     for path in (args.a, args.b):
         if not path.exists():

@@ -5,10 +5,10 @@ content digest for every tensor. Human table by default; `--json` prints the `in
 contract (README, "JSON contracts"). A model folder or `*.index.json` is one sharded
 checkpoint: every shard scanned first, then loaded `--jobs` at a time (default: one per
 core), records merged in shard order with their `shard`, coverage against the index listed
-(`sandbox.inspect_shards`).
+(`sandbox.host.inspect_shards`).
 
 TorchScript and torch.export archives are never loaded: their weights are read from their
-records (`sandbox.torchscript`), and the code files loading them would run are listed, with
+records (`tensors.torchscript`), and the code files loading them would run are listed, with
 what in them is flagged (the scan stays suspicious).
 
 Exit codes: `inspector.cli.reference` (shown by --help and in docs/commands/).
@@ -24,6 +24,11 @@ import argparse
 import os
 import sys
 
+from inspector.checkpoint.contents import summarize, training_summary
+from inspector.checkpoint.health import Health
+from inspector.checkpoint.hyper_params import hyper_parameters_line
+from inspector.checkpoint.results import InspectResult, jail_line
+from inspector.checkpoint.resume import resume_text
 from inspector.cli.common import (
     add_jobs_argument,
     add_loader_arguments,
@@ -35,17 +40,12 @@ from inspector.cli.common import (
     use_colour,
 )
 from inspector.core import strict_json
-from inspector.core.advice import DAMAGED, advise, display_word
-from inspector.core.contents import summarize, training_summary
-from inspector.core.health import Health
-from inspector.core.hyper_params import hyper_parameters_line
 from inspector.core.json_record import records
-from inspector.core.results import InspectResult, jail_line
-from inspector.core.resume import resume_text
-from inspector.core.safetensors_header import read_header
 from inspector.core.termtext import escape
 from inspector.core.verdict import exit_code
 from inspector.core.vocabulary import HealthStatus, Verdict
+from inspector.formats.safetensors_header import read_header
+from inspector.scan.advice import DAMAGED, advise, display_word
 
 EXIT_HEALTH_PROBLEM = 7
 EXIT_COVERAGE = 8
@@ -230,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
 
 def inspect_one(args: argparse.Namespace, path: str) -> int:
     """Inspect one checkpoint and print it; its exit status."""
-    from inspector.sandbox.client import inspect_file
+    from inspector.sandbox.host.client import inspect_file
 
     try:
         with stderr_progress("inspecting", args.quiet) as show:

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from inspector import __version__
+from inspector import __version__, formats
 from inspector.cli.common import (
     add_jobs_argument,
     add_loader_arguments,
@@ -16,20 +16,19 @@ from inspector.cli.common import (
     worker_digests,
 )
 from inspector.cli.reference import epilog
-from inspector.core import formats
 from inspector.core.atomic import OutputExistsError
-from inspector.core.dcp_folder import folder_files, is_dcp_folder
-from inspector.core.manifest import (
+from inspector.core.progress import CancelToken
+from inspector.core.vocabulary import Format
+from inspector.integrity.manifest import (
     FileEntry,
     ManifestError,
     dialect_for_path,
     format_json,
     relative_path,
 )
-from inspector.core.manifest import write_manifest as write
-from inspector.core.progress import CancelToken
-from inspector.core.verify import TensorDigestFn, list_files, measure_file
-from inspector.core.vocabulary import Format
+from inspector.integrity.manifest import write_manifest as write
+from inspector.integrity.verify import TensorDigestFn, list_files, measure_file
+from inspector.scan.dcp_folder import folder_files, is_dcp_folder
 
 # TorchScript and torch.export weights are digested from their records (code never runs)
 CHECKPOINT_FORMATS = frozenset(formats.loadable()) - {Format.DCP}  # a DCP input is a folder
@@ -135,7 +134,7 @@ def _entries(
     the disk, so it stays one file at a time); the first failure stops the rest."""
     from functools import partial
 
-    from inspector.sandbox.parallel import run_parallel
+    from inspector.sandbox.host.parallel import run_parallel
 
     jobs = min(args.jobs, len(files)) if digests else 1
     one = partial(_entry, manifest_dir=base, dialect=dialect, digests=digests,
@@ -172,8 +171,8 @@ def _entry(
 def file_format(path: Path) -> str:
     """The format the static scan detects from the file's bytes (no code runs); a DCP data
     file's scan reads the archives its `.metadata` lists, not every page."""
-    from inspector.core.dcp_items import listed_archives
-    from inspector.core.scan import scan_file
+    from inspector.layout.dcp_items import listed_archives
+    from inspector.scan.engine import scan_file
 
     return scan_file(path, listed_archives(path)).format
 

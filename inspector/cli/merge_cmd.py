@@ -19,10 +19,10 @@ from typing import Any
 
 from inspector.core.atomic import OutputExistsError
 from inspector.core.envinfo import EnvInfo, GpuInfo
-from inspector.core.sharding import BatchResults, read_results
 from inspector.core.termtext import escape
 from inspector.core.verdict import exit_code
 from inspector.core.vocabulary import ReportStatus, Verdict
+from inspector.fleet.jobs import BatchResults, read_results
 from inspector.report import (
     WRITERS,
     FileEvidence,

@@ -2,7 +2,7 @@
 an `s3://…` (or other fsspec) path beside local ones.
 
 `scan` copies one object at a time into a private temp file, scans it there and names the
-URL; `verify` checks listed sizes and streams hashes (`core.verify_batch.verify_objects`);
+URL; `verify` checks listed sizes and streams hashes (`integrity.verify_batch.verify_objects`);
 `inspect` and `report` run on a private local copy of the object or prefix (a sharded model
 needs its shards side by side) and every line they print, and every path in the report,
 names the URL. The temp folder is gone when the command ends.
@@ -20,15 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from inspector.core import objstore
-from inspector.core.objstore import ObjectStoreError, Relabel, RemoteObject
-from inspector.core.sharding import Shard, Where
 from inspector.core.termtext import escape
 from inspector.core.vocabulary import Verdict
+from inspector.fleet import objstore
+from inspector.fleet.jobs import Shard, Where
+from inspector.fleet.objstore import ObjectStoreError, Relabel, RemoteObject
 
 if TYPE_CHECKING:  # verify's modules load only when a URL is verified
-    from inspector.core.manifest import Manifest
-    from inspector.core.verify import VerifyResult
+    from inspector.integrity.manifest import Manifest
+    from inspector.integrity.verify import VerifyResult
 
 
 def path_or_url(text: str) -> Path | str:
@@ -60,9 +60,9 @@ def verify_remote(args: argparse.Namespace, manifest: Manifest | None) -> Verify
     URL that cannot be listed is an error line of the result (exit 3), the others are still
     checked."""
     from inspector.cli.common import open_batch, worker_digests
-    from inspector.core.manifest import FileEntry, Manifest
-    from inspector.core.verify import VerifyResult, plan
-    from inspector.core.verify_batch import (
+    from inspector.integrity.manifest import FileEntry, Manifest
+    from inspector.integrity.verify import VerifyResult, plan
+    from inspector.integrity.verify_batch import (
         VERIFY_KIND,
         Unbatched,
         compared_nothing,
@@ -108,8 +108,8 @@ def part_checked_nothing(args: argparse.Namespace, manifest: Manifest,
                          shard: Shard | None) -> str:
     """The error of a verify (or one shard of a batch's) that compared no file with the
     manifest: the whole run's reason when it is the only shard, else the shard's."""
-    from inspector.core.verify import nothing_checked
-    from inspector.core.verify_batch import nothing_checked_part
+    from inspector.integrity.verify import nothing_checked
+    from inspector.integrity.verify_batch import nothing_checked_part
 
     if shard is None or shard.count == 1:
         return nothing_checked(manifest, args.paths)
@@ -128,10 +128,10 @@ class Source:
 
 
 def scan_sources(paths: list[str]) -> Iterator[Source]:
-    """Every file to scan under local paths (`core.discover`) and URLs (one object each);
+    """Every file to scan under local paths (`scan.discover`) and URLs (one object each);
     an object is copied only when its scan runs."""
-    from inspector.core.discover import discover
-    from inspector.core.scan import ScanResult, scan_found
+    from inspector.scan.discover import discover
+    from inspector.scan.engine import ScanResult, scan_found
 
     for raw in paths:
         if not objstore.is_url(raw):
@@ -153,8 +153,8 @@ def scan_sources(paths: list[str]) -> Iterator[Source]:
 
 
 def _scan_object(obj: RemoteObject, in_folder: bool):
-    from inspector.core.discover import Found
-    from inspector.core.scan import ScanResult, scan_found
+    from inspector.scan.discover import Found
+    from inspector.scan.engine import ScanResult, scan_found
 
     try:
         with objstore.temp_folder() as root:

@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail(problem, EXIT_NOT_WRITTEN)
     manifest = None
     if args.manifest is not None:
-        from inspector.core.manifest import ManifestError, read_manifest
+        from inspector.integrity.manifest import ManifestError, read_manifest
 
         try:
             manifest = read_manifest(args.manifest)
@@ -165,9 +165,9 @@ def _targets(paths: list[str]) -> Iterator[tuple[Path, str | None]]:
     """(file, the folder it was found in or None); in folders only checkpoints are kept. A
     sharded model folder or a torch.distributed.checkpoint folder is one target, as `inspect`
     reads it (an index already is one), and so is a DCP folder found inside a folder."""
-    from inspector.core.dcp_folder import is_dcp_folder
-    from inspector.core.scan import iter_files, scan_file
-    from inspector.core.shard_inspect import sharded_set
+    from inspector.scan.dcp_folder import is_dcp_folder
+    from inspector.scan.engine import iter_files, scan_file
+    from inspector.shards.inspect import sharded_set
 
     for raw in paths:
         root = Path(raw)
@@ -192,7 +192,7 @@ def _gather(files: list[tuple[Path, str | None]], args: argparse.Namespace,
     that did not change since) is taken from there; each new one is kept there as it ends."""
     from functools import partial
 
-    from inspector.sandbox.parallel import run_parallel
+    from inspector.sandbox.host.parallel import run_parallel
 
     kept = {t: batch.finished(_key(args, t[0]), _where(args, t[0])) for t in files}
     todo = [t for t in files if kept[t] is None]
@@ -242,8 +242,8 @@ def _evidence(target: tuple[Path, str | None], cancel, args: argparse.Namespace,
 
 def _file_evidence(target: tuple[Path, str | None], cancel, args: argparse.Namespace, manifest,
                    jobs: int) -> FileEvidence:
-    from inspector.core.run_ledger import find_record
-    from inspector.sandbox.client import inspect_file, static_scan
+    from inspector.run.checkpoints import find_record
+    from inspector.sandbox.host.client import inspect_file, static_scan
 
     path, folder = target
     if not args.quiet:
@@ -269,8 +269,8 @@ def _file_evidence(target: tuple[Path, str | None], cancel, args: argparse.Names
 def _runs(args: argparse.Namespace) -> list:
     """The ledger summary of each run folder given (one holding a journal.jsonl)."""
     from inspector.cli.common import worker_digests
-    from inspector.core.journal import journal_path
-    from inspector.core.run_ledger import check_saves, read_ledger, summarize
+    from inspector.run.checkpoints import check_saves, read_ledger, summarize
+    from inspector.run.journal import journal_path
 
     runs = []
     for raw in args.paths:
@@ -283,9 +283,9 @@ def _runs(args: argparse.Namespace) -> list:
 
 def _verify(path: Path, manifest) -> dict:
     from inspector.cli.common import worker_digests
-    from inspector.core.dcp_folder import folder_files, is_dcp_folder
-    from inspector.core.shard_inspect import sharded_set
-    from inspector.core.verify import verify
+    from inspector.integrity.verify import verify
+    from inspector.scan.dcp_folder import folder_files, is_dcp_folder
+    from inspector.shards.inspect import sharded_set
 
     print(f"report: verifying {path.name} against the manifest", file=sys.stderr, flush=True)
     # a sharded checkpoint is its shard files (present ones), not its folder's configs; a
@@ -298,8 +298,8 @@ def _verify(path: Path, manifest) -> dict:
 
 
 def _consistency(path: Path, args: argparse.Namespace) -> dict:
-    from inspector.gpu.consistency_job import ConsistencyRequest, run_consistency
-    from inspector.sandbox.client import SandboxError
+    from inspector.sandbox.host.client import SandboxError
+    from inspector.sandbox.host.consistency_job import ConsistencyRequest, run_consistency
 
     print(f"report: consistency run on {path.name} ({args.device})", file=sys.stderr, flush=True)
     iterations: list[dict] = []

@@ -6,9 +6,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from inspector import __version__
-from inspector.core.objstore import is_url
-from inspector.core.scan import ScanResult
 from inspector.core.vocabulary import Severity, Verdict
+from inspector.fleet.objstore import is_url
+from inspector.scan.engine import ScanResult
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {Severity.DANGEROUS: "error", Severity.SUSPICIOUS: "warning", Verdict.ERROR: "error",

@@ -19,12 +19,12 @@ from inspector.cli.common import (
     use_colour,
 )
 from inspector.cli.remote import Source, scan_sources
-from inspector.core.advice import DAMAGED, display_word
 from inspector.core.atomic import OutputExistsError, write_text_atomic
-from inspector.core.scan import ScanResult, batch_full, file_size, scan_batch
 from inspector.core.termtext import escape
 from inspector.core.verdict import ORDER, exit_code, fails, worst
 from inspector.core.vocabulary import Verdict
+from inspector.scan.advice import DAMAGED, display_word
+from inspector.scan.engine import ScanResult, batch_full, file_size, scan_batch
 
 EXIT_OUTPUT = 4
 
@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _word(res: ScanResult) -> str:
-    """The word a person reads for this file: `damaged` for corruption (`core.advice`)."""
+    """The word a person reads for this file: `damaged` for corruption (`scan.advice`)."""
     return display_word({"verdict": res.verdict,
                          "findings": [{"code": f.code} for f in res.findings]})
 
@@ -74,7 +74,7 @@ def _human(res: ScanResult, colour: bool = False) -> list[str]:
 def _scanned(paths: list[str], batch) -> Iterator[tuple[Source, ScanResult, dict | None]]:
     """(source, result, its results-file record or None) in order: local files not done yet
     are scanned in batches, the loaders' readings of each batch in one jailed job
-    (`core.scan.scan_batch`); objects and finished files one by one."""
+    (`scan.engine.scan_batch`); objects and finished files one by one."""
     pending: list[Source] = []
     size = 0
 
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_OUTPUT
     if args.walker_only:
-        from inspector.core import readings
+        from inspector.scan import readings
 
         readings.set_reader(None)
     results: list[ScanResult] = []

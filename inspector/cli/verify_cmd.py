@@ -28,10 +28,10 @@ from inspector.cli.remote import (
     path_or_url,
     verify_remote,
 )
-from inspector.core.hashing import is_sha256_hex
-from inspector.core.manifest import Manifest, ManifestError, TensorEntry, read_manifest
 from inspector.core.progress import CancelToken
-from inspector.core.verify import (
+from inspector.integrity.hashing import is_sha256_hex
+from inspector.integrity.manifest import Manifest, ManifestError, TensorEntry, read_manifest
+from inspector.integrity.verify import (
     TensorDigestFn,
     VerifyResult,
     plan,
@@ -40,10 +40,10 @@ from inspector.core.verify import (
     verify_sha256,
     verify_tensors_only,
 )
-from inspector.core.verify_batch import VERIFY_KIND, compared_nothing, pending, verify_each
+from inspector.integrity.verify_batch import VERIFY_KIND, compared_nothing, pending, verify_each
 
 if TYPE_CHECKING:
-    from inspector.core.run_ledger import RunLedger, SaveRecord
+    from inspector.run.checkpoints import RunLedger, SaveRecord
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -145,7 +145,7 @@ def _verify_against(args: argparse.Namespace, manifest: Manifest, paths: list[Pa
 def _digests_ahead(args: argparse.Namespace, files: list[Path]) -> Iterator[TensorDigestFn]:
     """Tensor digests of `files`, `--jobs` workers at a time, computed ahead while verify
     hashes each file in turn and asks for them in its own order (so output never changes)."""
-    from inspector.sandbox.parallel import Prefetch
+    from inspector.sandbox.host.parallel import Prefetch
 
     compute = worker_digests(args)
     with Prefetch(lambda path, cancel: compute(path, cancel=cancel), files,
@@ -167,8 +167,8 @@ def _run_without_manifest(args: argparse.Namespace) -> int:
                       else verify_sha256(args.paths[0], args.sha256, progress=progress))
         return _finish(args, result, None, "sha256")
     # imported here: a verify against a manifest (the batch case) needs neither
-    from inspector.core.hfcache import is_cache_path, verify_cache
-    from inspector.core.run_ledger import find_record
+    from inspector.integrity.hfcache import is_cache_path, verify_cache
+    from inspector.run.checkpoints import find_record
 
     not_cache = [p for p in args.paths if not is_cache_path(p)]
     if len(args.paths) == 1 and not_cache and (found := find_record(args.paths[0])):

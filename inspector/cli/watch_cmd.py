@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from inspector.cli.common import EXIT_MANIFEST, print_verify_result
-from inspector.core.manifest import ManifestError, read_manifest
-from inspector.core.verify import VerifyResult, verify
+from inspector.integrity.manifest import ManifestError, read_manifest
+from inspector.integrity.verify import VerifyResult, verify
 
 EXIT_OK = 0
 EXIT_FAILED = 1

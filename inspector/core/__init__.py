@@ -1,3 +1,4 @@
-"""Pure-Python engine: formats, pickle scan, hashing, manifests, diff, environment info.
+"""The shared vocabulary and plumbing of every layer: verdict words, errors, progress and
+cancellation, atomic writes, strict JSON, terminal text, the dtype registry, environment info.
 
-Nothing here imports Qt or torch at module import time."""
+Every process imports it, so it imports nothing else of the project and never torch or Qt."""

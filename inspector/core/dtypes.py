@@ -2,7 +2,7 @@
 
 One `DType` record per dtype (torch's spelling is the canonical name everywhere). The
 safetensors code table, the legacy storage-class table of `torch.save`, the bit layouts of
-`core.bitflip` and the NumPy view types of the diff all derive from `REGISTRY`; adding a dtype
+`checkpoint.bitflip` and the NumPy view types of the diff all derive from `REGISTRY`; adding a dtype
 is adding one record here. No numpy or torch import, so the CLI starts fast.
 """
 

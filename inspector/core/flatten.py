@@ -1,6 +1,6 @@
 """Dotted keys for the leaves of nested containers; no torch import, so core code can share it.
 
-The sandbox's torch-based loader and the torch-free tensor layout (`core.torch_layout`) must
+The sandbox's torch-based loader and the torch-free tensor layout (`layout.torch_save`) must
 name every tensor identically, so both flatten through these functions.
 """
 

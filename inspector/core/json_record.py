@@ -1,11 +1,12 @@
 """JsonRecord: a dataclass read from and written back to one JSON object without losing a key.
 
-The typed results (`core.results`), the health verdict (`core.health`) and the verify result
-(`core.verify`) are JsonRecords: `to_json(from_json(d)) == d`, a key this version does not
-know is kept in `extra` and written back, and a known key the JSON did not carry stays absent.
+The typed results (`checkpoint.results`), the health verdict (`checkpoint.health`) and the
+verify result (`integrity.verify`) are JsonRecords: `to_json(from_json(d)) == d`, a key this
+version does not know is kept in `extra` and written back, and a known key the JSON did not
+carry stays absent.
 Field metadata says how a field is read and written (`NUMBER`, `word`, `typed`, `typed_list`).
-Its own module so that `core.health` (which `core.results` imports through
-`core.architecture`) can be one. Torch-free.
+Its own module so that `checkpoint.health` (which `checkpoint.results` imports through
+`checkpoint.architecture`) can be one. Torch-free.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def _json(value: Any) -> Any:
 
 def records(items: Iterable[JsonRecord]) -> list[dict[str, Any]]:
     """The contract's records of typed items (also for the torch-free judges that read
-    records: `core.contents`, `core.health`, `core.resume`)."""
+    records: `checkpoint.contents`, `checkpoint.health`, `checkpoint.resume`)."""
     return [i.to_json() for i in items]
 
 

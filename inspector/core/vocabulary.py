@@ -11,7 +11,7 @@ from enum import StrEnum
 
 DAMAGED = "damaged"
 """The word shown for a file whose data is corrupted (never the JSON `verdict`, which keeps
-its contract word; `core.advice.display_word`)."""
+its contract word; `scan.advice.display_word`)."""
 
 
 class Verdict(StrEnum):
@@ -26,7 +26,7 @@ class Verdict(StrEnum):
 
 
 class Format(StrEnum):
-    """What a file is, as the scan contract's `format` names it (`core.formats` holds each
+    """What a file is, as the scan contract's `format` names it (`formats` holds each
     one's record: how it is recognised, read, scanned and loaded)."""
 
     PYTORCH_ZIP = "pytorch-zip"

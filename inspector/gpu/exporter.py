@@ -28,9 +28,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from inspector.core.errors import CodedError
-from inspector.core.run_status import ChangeWatch, RunStatus, SavedCheckpoint, read_run
 from inspector.gpu.dcgm_names import DCGM_NAMES, GPU_LABELS, XID_METRIC
 from inspector.gpu.telemetry import CLOCK_REASONS, FIELDS, GpuSample
+from inspector.run.status import ChangeWatch, RunStatus, SavedCheckpoint, read_run
 
 DEFAULT_HOST = "127.0.0.1"
 PREFIX = "ckpt_inspector_"

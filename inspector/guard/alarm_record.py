@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from inspector.core import journal
-from inspector.core.run_status import GUARD_ALARM as ALARM_KIND
+from inspector.run import journal
+from inspector.run.status import GUARD_ALARM as ALARM_KIND
 
 
 def append_alarm(run_dir: str | os.PathLike[str], *, step: int, rule: str, value: Any,

@@ -23,9 +23,10 @@ from pathlib import Path
 
 import torch
 
-from inspector.core import envinfo, journal
+from inspector.core import envinfo
 from inspector.core.errors import CodedError
-from inspector.core.hashing import sha256_file
+from inspector.integrity.hashing import sha256_file
+from inspector.run import journal
 
 START_KIND, END_KIND = "audit.start", "audit.end"
 

@@ -28,10 +28,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from inspector.core import journal, strict_json
-from inspector.core.blocklog import BlockWriter
+from inspector.core import strict_json
 from inspector.core.errors import CodedError
-from inspector.core.run_metrics import METRICS_KIND, metrics_path
 from inspector.guard import inject
 from inspector.guard.alarm_record import append_alarm
 from inspector.guard.devstate import XidWatch, device_state
@@ -47,6 +45,9 @@ from inspector.guard.scene import (
     rng_states,
     write_scene,
 )
+from inspector.run import journal
+from inspector.run.blocklog import BlockWriter
+from inspector.run.metrics import METRICS_KIND, metrics_path
 
 # Megatron-LM exits 17 when a validation failure ends the job; a halted guard means the same.
 EXIT_HALTED = 17

@@ -26,9 +26,10 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
-from inspector.core import journal
 from inspector.core.errors import CodedError
-from inspector.core.order_log import (
+from inspector.guard.alarm_record import append_alarm
+from inspector.run import journal
+from inspector.run.order_log import (
     GENESIS,
     LEDGER_KIND,
     LedgerWriter,
@@ -37,7 +38,6 @@ from inspector.core.order_log import (
     read_ledger,
     rolling_hash,
 )
-from inspector.guard.alarm_record import append_alarm
 
 MAIN_PROCESS = -1
 

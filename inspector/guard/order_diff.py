@@ -18,7 +18,7 @@ import bisect
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from inspector.core.order_log import StepOrder
+from inspector.run.order_log import StepOrder
 
 EXAMPLES = 5
 

@@ -34,7 +34,7 @@ from torch import nn
 from inspector.core import strict_json
 from inspector.core.atomic import fsync_path
 from inspector.core.errors import CodedError
-from inspector.core.hashing import sha256_file
+from inspector.integrity.hashing import sha256_file
 
 SCENE_FORMAT = "ckpt-inspector-guard-scene"
 SCENE_VERSION = 1

@@ -8,12 +8,12 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from inspector.core.formats import read_without_pickle
-from inspector.core.health import Health
-from inspector.core.results import ConversionResult, DiffResult, InspectResult
-from inspector.core.torchscript_layout import CODE_ARCHIVES
-from inspector.core.verify import VerifyResult
+from inspector.checkpoint.health import Health
+from inspector.checkpoint.results import ConversionResult, DiffResult, InspectResult
 from inspector.core.vocabulary import DocumentState, Severity
+from inspector.formats import read_without_pickle
+from inspector.integrity.verify import VerifyResult
+from inspector.layout.torchscript import CODE_ARCHIVES
 
 STATE_WORDS = {
     DocumentState.SCANNING: "Scanning the pickle opcodes (no code runs)…",

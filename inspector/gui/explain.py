@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inspector.core.advice import advise
-from inspector.core.integrity import INTEGRITY_CODES
-from inspector.core.torchscript_layout import CODE_ARCHIVES
 from inspector.core.vocabulary import HealthStatus, Verdict
+from inspector.layout.torchscript import CODE_ARCHIVES
+from inspector.scan.advice import advise
+from inspector.scan.damage import INTEGRITY_CODES
 
 HEALTH_PROBLEM_ACTION = (
     "Do not use these weights. Diff against an earlier good copy (Tools → Compare With…) to "
@@ -92,7 +92,7 @@ CORRUPT = Explanation(
 )
 
 
-# The app's wording of each case `core.advice.advise` decides (bad weights is worded above).
+# The app's wording of each case `scan.advice.advise` decides (bad weights is worded above).
 _CASE_TEXT: dict[str, Explanation] = {
     "damaged": CORRUPT,
     "dangerous": VERDICT_TEXT[Verdict.DANGEROUS],
@@ -259,7 +259,7 @@ def verdict_explanation(verdict: str | None) -> Explanation:
 
 def code_safety_explanation(scan: dict | None, health: str | None = None) -> Explanation:
     """Banner and advice text for the code-safety badge. Which case applies is decided once,
-    by `core.advice.advise` (damage first, then danger, then bad weights: the worse verdict
+    by `scan.advice.advise` (damage first, then danger, then bad weights: the worse verdict
     leads, as in the CLI and the report); this only words each case for the app."""
     verdict = (scan or {}).get("verdict") if scan else None
     if verdict is None:

@@ -26,12 +26,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from inspector.core import formats
-from inspector.core.shard_inspect import coverage_text
+from inspector import formats
 from inspector.gui import app as appmod
 from inspector.gui.action_reasons import compare_blocker, convert_blocker, file_blocker
 from inspector.gui.document import FileDocument, distinct_names, list_text
-from inspector.gui.empty_state import EmptyState
 from inspector.gui.jobs import Job, JobRunner
 from inspector.gui.pipeline import (
     JAIL_CHOICES,
@@ -41,6 +39,8 @@ from inspector.gui.pipeline import (
     set_required_jail_setting,
 )
 from inspector.gui.verdict_style import document_icon, document_words
+from inspector.gui.widgets.empty_state import EmptyState
+from inspector.shards.inspect import coverage_text
 
 FILE_FILTER = formats.dialog_filter()
 PROGRESS_MS = 200
@@ -95,8 +95,8 @@ def default_size(available: QSize) -> tuple[int, int]:
             min(DEFAULT_SIZE[1], available.height() - WINDOW_FRAME[1]))
 
 
-PANE_MODULES = ("inspector.gui.integrity_pane", "inspector.gui.overview_pane",
-                "inspector.gui.pickle_pane", "inspector.gui.tensors_pane")
+PANE_MODULES = ("inspector.gui.panes.integrity_pane", "inspector.gui.panes.overview_pane",
+                "inspector.gui.panes.pickle_pane", "inspector.gui.panes.tensors_pane")
 """What `build_panes` imports; `_PanePrefetch` imports them ahead of the first open."""
 
 
@@ -227,10 +227,10 @@ class MainWindow(QMainWindow):
         if self.panes_built:
             return
         self.panes_built = True
-        from inspector.gui.integrity_pane import IntegrityPane
-        from inspector.gui.overview_pane import OverviewPane
-        from inspector.gui.pickle_pane import PicklePane
-        from inspector.gui.tensors_pane import TensorsPane
+        from inspector.gui.panes.integrity_pane import IntegrityPane
+        from inspector.gui.panes.overview_pane import OverviewPane
+        from inspector.gui.panes.pickle_pane import PicklePane
+        from inspector.gui.panes.tensors_pane import TensorsPane
 
         self.overview = OverviewPane()
         self.overview.load_allowed.connect(lambda doc, names: self.pipeline.load(doc, names))
@@ -254,13 +254,13 @@ class MainWindow(QMainWindow):
         self.pickle.show_opcode(member, offset)
 
     def _make_gpu_pane(self) -> QWidget:
-        from inspector.gui.gpu_pane import GpuPane
+        from inspector.gui.panes.gpu_pane import GpuPane
 
         self.gpu = GpuPane(runner=self.runner)
         return self.gpu
 
     def _make_consistency_pane(self) -> QWidget:
-        from inspector.gui.consistency_pane import ConsistencyPane
+        from inspector.gui.panes.consistency_pane import ConsistencyPane
 
         pane = ConsistencyPane(runner=self.runner,
                                telemetry=lambda: self.gpu.store if self.gpu else None)
@@ -400,7 +400,7 @@ class MainWindow(QMainWindow):
     def open_paths(self, paths: list[str] | list[Path]) -> list[FileDocument]:
         """Open files and folders (recursively); returns the newly opened documents. A
         training run's folder (or journal) opens in the Run pane instead."""
-        from inspector.gui.run_pane import is_run_path
+        from inspector.gui.panes.run_pane import is_run_path
 
         runs = [p for p in paths if is_run_path(p)]
         if runs:
@@ -441,7 +441,7 @@ class MainWindow(QMainWindow):
         """Show a training run's ledgered checkpoints in the Run pane and check them."""
         self.build_panes()
         if self.run_pane is None:
-            from inspector.gui.run_pane import RunPane
+            from inspector.gui.panes.run_pane import RunPane
 
             self.run_pane = RunPane(self.runner)
             self.run_pane.open_requested.connect(self._open_from_run)
@@ -569,7 +569,7 @@ class MainWindow(QMainWindow):
         doc = self.current
         if doc is None:
             return
-        from inspector.gui.convert_dialog import ConvertDialog
+        from inspector.gui.dialogs.convert_dialog import ConvertDialog
 
         dialog = ConvertDialog(doc, self.pipeline, self)
         dialog.open_result.connect(lambda p: self.open_paths([p]))
@@ -593,7 +593,7 @@ class MainWindow(QMainWindow):
 
     def export_report(self) -> Job | None:
         """Ask which files and where, then write their report (format from the extension)."""
-        from inspector.gui.report_export import REPORT_FILTER, choose_scope
+        from inspector.gui.dialogs.report_export import REPORT_FILTER, choose_scope
 
         if not self.docs:
             return None
@@ -608,7 +608,7 @@ class MainWindow(QMainWindow):
 
     def write_report(self, path: Path, docs: list[FileDocument] | None = None) -> Job:
         """Write the report of `docs` (every open file by default) to `path` in a job."""
-        from inspector.gui.report_export import evidence, export_fn
+        from inspector.gui.dialogs.report_export import evidence, export_fn
 
         consistency = getattr(self.consistency, "result", None)
         source = getattr(self.consistency, "file_edit", None)
@@ -646,7 +646,7 @@ class MainWindow(QMainWindow):
 
     def show_about(self) -> None:
         """The About box with the environment a bug report needs."""
-        from inspector.gui.about_dialog import AboutDialog
+        from inspector.gui.dialogs.about_dialog import AboutDialog
 
         AboutDialog(self.runner, self).show()
 
@@ -684,7 +684,7 @@ class MainWindow(QMainWindow):
             self._progress_timer.stop()
             self.stage_label.setText("Ready")
             if any(d.tensors for d in self.docs):
-                from inspector.gui.tensors_pane import warm_up_charts
+                from inspector.gui.panes.tensors_pane import warm_up_charts
 
                 warm_up_charts()
         self._update_actions()

@@ -14,13 +14,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from inspector.core.dcp_folder import is_dcp_folder, scan_folder
-from inspector.core.discover import Found, discover
-from inspector.core.policy import classify
+from inspector.checkpoint.results import InspectResult, LoadError
 from inspector.core.progress import CancelToken
-from inspector.core.results import InspectResult, LoadError
-from inspector.core.shard_inspect import scan_set, sharded_set
-from inspector.core.shards import has_one_sha256
 from inspector.core.vocabulary import (
     DEFAULT_REQUIRED_JAIL,
     DocumentState,
@@ -30,6 +25,11 @@ from inspector.core.vocabulary import (
 )
 from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, Job, JobFn, JobRunner
+from inspector.scan.dcp_folder import is_dcp_folder, scan_folder
+from inspector.scan.discover import Found, discover
+from inspector.scan.pickles.policy import classify
+from inspector.shards.index import has_one_sha256
+from inspector.shards.inspect import scan_set, sharded_set
 
 WORKER_NICE = 10
 
@@ -57,7 +57,7 @@ def stage_text(stage: str) -> str:
 
 
 def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Found]:
-    """Files to open, as `core.discover` lists them for `scan DIR`: folders walked (hidden files
+    """Files to open, as `scan.discover` lists them for `scan DIR`: folders walked (hidden files
     included), each real file once. A folder's file that is no checkpoint at all is dropped by
     its scan (`Pipeline.skipped`), by the same rule `scan DIR` uses. A model folder of shards
     (or its `*.index.json`), or a torch.distributed.checkpoint folder, is one document, first:
@@ -134,7 +134,7 @@ class Pipeline(QObject):
         path = doc.path
 
         def run(emit: EmitFn, cancel: CancelToken) -> dict[str, Any]:
-            from inspector.core.scan import scan_file
+            from inspector.scan.engine import scan_file
 
             emit({"type": "progress", "stage": "full_check", "done": 0, "total": 0})
             return scan_file(path, crc_budget=max(1, path.stat().st_size)).to_json()
@@ -267,7 +267,7 @@ def _more_to_allow(error: LoadError | None, allowed: tuple[str, ...]) -> list[st
 
 def _scan_fn(found: Found) -> JobFn:
     def run(emit: EmitFn, cancel: CancelToken) -> dict[str, Any]:
-        from inspector.core.scan import scan_found
+        from inspector.scan.engine import scan_found
 
         emit({"type": "progress", "stage": "scan", "done": 0, "total": 0})
         if not found.in_folder and is_dcp_folder(found.path):
@@ -280,7 +280,7 @@ def _scan_fn(found: Found) -> JobFn:
 
 def _hash_fn(path: Path) -> JobFn:
     def run(emit: EmitFn, cancel: CancelToken) -> str | None:
-        from inspector.core.hashing import sha256_file
+        from inspector.integrity.hashing import sha256_file
 
         if not has_one_sha256(path):
             return None
@@ -322,7 +322,7 @@ def _inspect_fn(path: Path, allow_globals: tuple[str, ...]) -> JobFn:
     required = required_jail_setting()
 
     def run(emit: EmitFn, cancel: CancelToken) -> tuple[dict[str, Any], InspectResult]:
-        from inspector.sandbox.client import inspect_file, set_required_jail
+        from inspector.sandbox.host.client import inspect_file, set_required_jail
 
         # Process-wide, so the app's conversions and integrity checks follow it too.
         set_required_jail(required)

@@ -9,8 +9,8 @@ from typing import Any
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QIcon, QPainter, QPainterPath, QPen, QPixmap
 
-from inspector.core.integrity import integrity_findings
 from inspector.core.vocabulary import FileStatus, HealthStatus, TensorStatus, Verdict
+from inspector.scan.damage import integrity_findings
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ thread, and stopped when the window closes (the server also exits with this proc
 Until it is ready, and whenever it is gone (it could not start, or it died), every job starts
 a cold worker as before: no job ever waits for it. A server that dies (killed) is replaced
 in the background as soon as it ends (`keep_warm`), so later files fork from the new one.
-`sandbox.client.start_fork_server` and `stop_fork_server` do the work; this module only
+`sandbox.host.client.start_fork_server` and `stop_fork_server` do the work; this module only
 decides when, and tells the window once if the server could not start.
 """
 
@@ -56,7 +56,7 @@ class WarmWorker(QObject):
         """Stop the server, or kill it if it is still starting; bounded (a few seconds)."""
         self._stopped = True
         if self._job is not None:
-            from inspector.sandbox import client
+            from inspector.sandbox.host import client
 
             self._job.discard()  # a start not yet under way stops itself
             client.stop_fork_server()
@@ -70,7 +70,7 @@ class WarmWorker(QObject):
 
 def _start_server(_emit: EmitFn, cancel: CancelToken) -> str | None:
     """Start the process's fork server; None when it is ready, else why not (one line)."""
-    from inspector.sandbox import client
+    from inspector.sandbox.host import client
 
     if cancel.cancelled:
         return "stopped before it started"

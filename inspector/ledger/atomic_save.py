@@ -23,15 +23,15 @@ from typing import Any
 
 from inspector.core.atomic import current_umask, fsync_path
 from inspector.core.errors import CodedError
-from inspector.core.hashing import sha256_file
-from inspector.core.manifest import FileEntry
-from inspector.core.run_ledger import LedgerError, SaveRecord
 from inspector.core.vocabulary import SaveOutcome
+from inspector.integrity.hashing import sha256_file
+from inspector.integrity.manifest import FileEntry
 from inspector.ledger.digests import differences, disk_digests, expected_bytes, memory_digests
 from inspector.ledger.record import append_save, relative
 from inspector.ledger.rotate import rotate
 from inspector.ledger.space import check_space, disk_full
 from inspector.ledger.strays import clear_strays, temp_tag
+from inspector.run.checkpoints import LedgerError, SaveRecord
 
 
 def save(
@@ -49,7 +49,7 @@ def save(
     """Save `obj` (torch.save; safetensors for a `.safetensors` path), prove it, ledger it.
 
     The re-read loads a pickle with weights_only=True; `allow_globals` admits the classes a
-    trainer pickles beside the tensors (`core.allow_presets`, e.g. Lightning's)."""
+    trainer pickles beside the tensors (`scan.pickles.presets`, e.g. Lightning's)."""
     target = Path(path)
     run = Path(run_dir) if run_dir is not None else target.parent
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,9 @@
 """Tensor digests of a checkpoint in memory and of the file that landed on disk, alike.
 
 Both sides name and hash tensors as `manifest create` and `verify` do: the keys of
-`sandbox.load.split_leaves` (quantized and sparse tensors as the parts `sandbox.encoded`
-names), SHA-256 of each tensor's bytes, contiguous and row-major (`sandbox.stats`), and on disk
-the readers of the worker's `digests` op (`sandbox.sources`), so a ledger record is a manifest
+`tensors.load.split_leaves` (quantized and sparse tensors as the parts `tensors.encoded`
+names), SHA-256 of each tensor's bytes, contiguous and row-major (`tensors.stats`), and on disk
+the readers of the worker's `digests` op (`tensors.sources`), so a ledger record is a manifest
 that `verify` checks unchanged. Hashing streams in bounded chunks: views of the tensors in
 memory, pages of the file dropped once read; no second copy of the checkpoint is made.
 """
@@ -13,19 +13,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from inspector.core.hashing import DIGEST_ALGORITHM
-from inspector.core.manifest import TensorEntry
-from inspector.core.verify import compare_tensors
 from inspector.core.vocabulary import TensorCheckStatus
+from inspector.integrity.hashing import DIGEST_ALGORITHM
+from inspector.integrity.manifest import TensorEntry
+from inspector.integrity.verify import compare_tensors
 
 
 def memory_digests(obj: Any) -> list[TensorEntry]:
     """Every tensor leaf of `obj` (a state dict or any nesting of containers) with its digest."""
     import torch
 
-    from inspector.sandbox.encoded import expand
-    from inspector.sandbox.load import split_leaves
-    from inspector.sandbox.stats import dtype_name, tensor_digest
+    from inspector.tensors.encoded import expand
+    from inspector.tensors.load import split_leaves
+    from inspector.tensors.stats import dtype_name, tensor_digest
 
     tensors = expand(split_leaves(obj)[0])[0]
     entries = []
@@ -42,8 +42,8 @@ def memory_digests(obj: Any) -> list[TensorEntry]:
 def disk_digests(path: str | os.PathLike[str], allow_globals: tuple[str, ...] = ()
                  ) -> tuple[str, list[TensorEntry]]:
     """The format and every tensor of the checkpoint file (or DCP folder) at `path`; a pickle
-    is loaded with weights_only=True and `allow_globals` (a `core.allow_presets` preset's)."""
-    from inspector.sandbox.sources import digest, open_checkpoint
+    is loaded with weights_only=True and `allow_globals` (a `scan.pickles.presets` preset's)."""
+    from inspector.tensors.sources import digest, open_checkpoint
 
     ckpt = open_checkpoint(os.fspath(path), allow_globals)
     return ckpt.format, [
@@ -65,6 +65,6 @@ def differences(expected: list[TensorEntry], actual: list[TensorEntry], file: st
 
 def expected_bytes(obj: Any) -> int:
     """About how many bytes a checkpoint of `obj` takes: its tensors' data."""
-    from inspector.sandbox.load import split_leaves
+    from inspector.tensors.load import split_leaves
 
     return sum(t.numel() * t.element_size() for _k, t in split_leaves(obj)[0])

@@ -20,19 +20,19 @@ from pathlib import Path
 from typing import Any
 
 from inspector.core.atomic import fsync_path
-from inspector.core.dcp_folder import is_dcp_folder
 from inspector.core.errors import CodedError
-from inspector.core.formats import sniff
-from inspector.core.hashing import sha256_file
-from inspector.core.manifest import FileEntry, TensorEntry
-from inspector.core.run_ledger import LedgerError, SaveRecord
 from inspector.core.vocabulary import Format, SaveOutcome
+from inspector.formats import sniff
+from inspector.integrity.hashing import sha256_file
+from inspector.integrity.manifest import FileEntry, TensorEntry
 from inspector.ledger.digests import differences, disk_digests, expected_bytes, memory_digests
 from inspector.ledger.identity import barrier, current_rank, world_size
 from inspector.ledger.record import append_save, prior_ledger, relative
 from inspector.ledger.rotate import rotate
 from inspector.ledger.space import check_space, disk_full
 from inspector.ledger.strays import clear_strays, temp_tag
+from inspector.run.checkpoints import LedgerError, SaveRecord
+from inspector.scan.dcp_folder import is_dcp_folder
 
 TENSOR_FORMATS = frozenset({Format.SAFETENSORS, Format.ZIP, Format.PICKLE})
 """What `formats.sniff` calls the files whose tensors are read and recorded."""
@@ -110,7 +110,7 @@ def _all_plain(state_dict: Any) -> bool:
     """True when every tensor leaf is a plain tensor (no DTensor or ShardedTensor)."""
     import torch
 
-    from inspector.sandbox.load import split_leaves
+    from inspector.tensors.load import split_leaves
 
     plain = (torch.Tensor, torch.nn.Parameter)
     return all(type(t) in plain for _k, t in split_leaves(state_dict)[0])

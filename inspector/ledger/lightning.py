@@ -13,9 +13,9 @@ from typing import Any
 
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from inspector.core.allow_presets import PRESETS
 from inspector.ledger.atomic_save import save
 from inspector.ledger.rotate import remove_checkpoint
+from inspector.scan.pickles.presets import PRESETS
 
 
 class LedgerCheckpointIO(TorchCheckpointIO):

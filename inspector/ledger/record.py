@@ -6,9 +6,11 @@ import dataclasses
 import os
 from pathlib import Path
 
-from inspector.core import journal
-from inspector.core.manifest import FileEntry
-from inspector.core.run_ledger import (
+from inspector.core.vocabulary import SaveOutcome
+from inspector.integrity.manifest import FileEntry
+from inspector.ledger.identity import current_rank, host, now
+from inspector.run import journal
+from inspector.run.checkpoints import (
     SAVE_KIND,
     RunLedger,
     SaveRecord,
@@ -16,8 +18,6 @@ from inspector.core.run_ledger import (
     read_ledger,
     size_warning,
 )
-from inspector.core.vocabulary import SaveOutcome
-from inspector.ledger.identity import current_rank, host, now
 
 
 def relative(path: Path, run_dir: Path) -> str:

@@ -15,16 +15,10 @@ import shutil
 import warnings
 from pathlib import Path
 
-from inspector.core import journal
-from inspector.core.run_ledger import (
-    ROTATE_KIND,
-    RunLedger,
-    SaveRecord,
-    latest_valid,
-    read_ledger,
-)
 from inspector.core.vocabulary import SaveOutcome
 from inspector.ledger.identity import now
+from inspector.run import journal
+from inspector.run.checkpoints import ROTATE_KIND, RunLedger, SaveRecord, latest_valid, read_ledger
 
 
 def rotate(run_dir: Path, new: SaveRecord, keep: int) -> list[SaveRecord]:

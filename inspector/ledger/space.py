@@ -6,7 +6,7 @@ import errno
 import os
 from pathlib import Path
 
-from inspector.core.run_ledger import LedgerError
+from inspector.run.checkpoints import LedgerError
 
 MARGIN_FRACTION = 0.05
 """Headroom over the expected size: pickle framing, zip records, a safetensors header."""

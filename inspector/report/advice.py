@@ -1,14 +1,14 @@
 """What a report says to do, per file and on its first line: the worse of code and weights.
 
 A report whose scan is clean but whose files are damaged or hold corrupted weights leads with
-that, never with "safe" (`core.advice` words every verdict for its format).
+that, never with "safe" (`scan.advice` words every verdict for its format).
 """
 
 from __future__ import annotations
 
-from inspector.core.advice import DAMAGED, Advice, advise
 from inspector.core.vocabulary import HealthStatus, Verdict
 from inspector.report.model import FileReport, Report
+from inspector.scan.advice import DAMAGED, Advice, advise
 
 WORSE_THAN_CODE = (DAMAGED, HealthStatus.PROBLEM)
 """Words about the data that outrank a safe or suspicious scan in a report's headline."""

@@ -6,13 +6,12 @@ import datetime as dt
 from pathlib import Path
 
 from inspector import __version__
+from inspector.checkpoint.results import ConversionResult, DiffResult, InspectResult
 from inspector.core.json_record import as_result
 from inspector.core.progress import CancelToken, ProgressFn
-from inspector.core.results import ConversionResult, DiffResult, InspectResult
-from inspector.core.run_ledger import LedgerSummary
 from inspector.core.verdict import worst
-from inspector.core.verify import VerifyResult
 from inspector.core.vocabulary import LoadStatus, ReportStatus, StepStatus, Verdict
+from inspector.integrity.verify import VerifyResult
 from inspector.report.checklist import checklist, file_problems, telemetry_problems
 from inspector.report.model import (
     SCHEMA_VERSION,
@@ -39,6 +38,7 @@ from inspector.report.sections import (
     summarize_tensors,
     verification_info,
 )
+from inspector.run.checkpoints import LedgerSummary
 
 
 def build_report(

@@ -5,12 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from inspector.core import formats
-from inspector.core.dcp_folder import FORMAT as DCP
-from inspector.core.integrity import describe, integrity_findings
-from inspector.core.policy import KNOWN_DATA
-from inspector.core.results import InspectResult
-from inspector.core.shards import ShardError, read_index
+from inspector import formats
+from inspector.checkpoint.results import InspectResult
 from inspector.core.vocabulary import (
     FileStatus,
     Format,
@@ -39,6 +35,10 @@ from inspector.report.model import (
     VerificationInfo,
 )
 from inspector.report.sections import flagged_code, self_test_words
+from inspector.scan.damage import describe, integrity_findings
+from inspector.scan.dcp_folder import FORMAT as DCP
+from inspector.scan.pickles.policy import KNOWN_DATA
+from inspector.shards.index import ShardError, read_index
 
 SAFE_FORMATS = tuple(s.format for s in formats.all_specs()
                      if not s.holds_code and (s.loadable or s.tensors is not None))

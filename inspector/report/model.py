@@ -13,13 +13,13 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from inspector.core.contents import DtypeTotal
+from inspector.checkpoint.contents import DtypeTotal
+from inspector.checkpoint.results import ConversionResult, DiffResult, InspectResult
 from inspector.core.envinfo import EnvInfo
-from inspector.core.results import ConversionResult, DiffResult, InspectResult
-from inspector.core.run_ledger import LedgerSummary
 from inspector.core.strict_json import strict
-from inspector.core.verify import VerifyResult
 from inspector.core.vocabulary import CheckStatus
+from inspector.integrity.verify import VerifyResult
+from inspector.run.checkpoints import LedgerSummary
 
 if TYPE_CHECKING:
     from inspector.gpu.telemetry import TelemetryStore
@@ -154,7 +154,7 @@ class HealthInfo:
     status: str
     """ok | warning | problem"""
     findings: list[dict]
-    """`core.health` findings: code, key, severity (problem|warning|info), message, ..."""
+    """`checkpoint.health` findings: code, key, severity (problem|warning|info), message, ..."""
     weights_checked: int
     state_tensors: int
 
@@ -334,7 +334,7 @@ class Report:
     files: list[FileReport]
     telemetry: TelemetrySummary | None
     runs: list[dict] = field(default_factory=list)
-    """Each run folder's ledger summary (`core.run_ledger.LedgerSummary.to_json`)."""
+    """Each run folder's ledger summary (`run.checkpoints.LedgerSummary.to_json`)."""
 
     def to_json(self) -> dict:
         """The report as a JSON-ready dict (non-finite floats become strings)."""

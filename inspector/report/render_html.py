@@ -10,16 +10,16 @@ import base64
 import os
 from collections.abc import Callable
 
-from inspector.core.advice import DAMAGED
+from inspector.checkpoint.results import TensorDiffRow
 from inspector.core.atomic import write_text_atomic
-from inspector.core.integrity import INTEGRITY_CODES
-from inspector.core.results import TensorDiffRow
 from inspector.core.termtext import html_escape as escape  # marks control characters visibly
 from inspector.core.vocabulary import LoadStatus, ReportStatus, StepStatus, Verdict
 from inspector.report import charts
 from inspector.report.advice import bad_data, file_advice
 from inspector.report.model import FAIL, NOT_CHECKED, PASS, FileReport, Report
 from inspector.report.sections import self_test_words
+from inspector.scan.advice import DAMAGED
+from inspector.scan.damage import INTEGRITY_CODES
 
 ImageSrc = Callable[[str, bytes], str]
 """(name, png bytes) -> the value of an <img src=...> for this output."""

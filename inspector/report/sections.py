@@ -9,17 +9,16 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from inspector.core.contents import summarize, tally_dtypes, training_summary
-from inspector.core.hashing import sha256_file
-from inspector.core.health import assess
+from inspector.checkpoint.contents import summarize, tally_dtypes, training_summary
+from inspector.checkpoint.health import assess
+from inspector.checkpoint.results import ConversionResult, DiffResult, InspectResult, TensorStats
+from inspector.checkpoint.resume import headline, item_label, status_word
 from inspector.core.json_record import records
-from inspector.core.objstore import is_url
 from inspector.core.progress import CancelToken, ProgressFn
-from inspector.core.results import ConversionResult, DiffResult, InspectResult, TensorStats
-from inspector.core.resume import headline, item_label, status_word
-from inspector.core.shards import has_one_sha256
-from inspector.core.verify import VerifyResult
 from inspector.core.vocabulary import FileStatus, LoadStatus, StepStatus, TensorCheckStatus, Verdict
+from inspector.fleet.objstore import is_url
+from inspector.integrity.hashing import sha256_file
+from inspector.integrity.verify import VerifyResult
 from inspector.report.model import (
     FAIL,
     PASS,
@@ -41,6 +40,7 @@ from inspector.report.model import (
     TensorSummary,
     VerificationInfo,
 )
+from inspector.shards.index import has_one_sha256
 
 if TYPE_CHECKING:
     from inspector.gpu.telemetry import TelemetryStore

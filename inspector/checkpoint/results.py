@@ -1,0 +1,281 @@
+"""Typed results that cross the process boundary: inspect, diff, convert.
+
+The worker and `sandbox.host.client` speak JSON (the contracts in the README); everything that reads
+a result (the CLI, the report, the GUI) reads these dataclasses instead of picking the dicts
+apart again. Each is a `core.json_record.JsonRecord`: `to_json(from_json(d)) == d`, a key
+this version does not know is kept in `extra` and written back, and a known key the result
+did not carry (an older worker, or a key only some results have) stays absent, so a newer
+worker's output survives a trip through an older reader. Non-finite numbers are floats here and
+their strict strings ("nan", "inf", "-inf") in JSON. Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from inspector.checkpoint.architecture import Architecture
+from inspector.checkpoint.health import Health
+from inspector.checkpoint.optimizer_map import OptimizerParams
+from inspector.checkpoint.resume import ResumeChecklist
+from inspector.core.json_record import NUMBER, JsonRecord, typed, typed_list, word
+from inspector.core.vocabulary import JailLevel, TensorStatus, Verdict
+
+# --- inspect ---------------------------------------------------------------------------
+
+
+@dataclass
+class Jail(JsonRecord):
+    """The worker's jail handshake: the level it reached and what is active or missing."""
+
+    level: JailLevel | str | None = field(default=None, metadata=word(JailLevel))
+    description: str | None = None
+    platform: str | None = None
+    active: list[str] = field(default_factory=list)
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+def jail_line(jail: Jail | None) -> str:
+    """One line naming the jail level, what is active and what is missing (or that no worker
+    started), as the CLI prints it."""
+    if jail is None:
+        return "sandbox:  not started"
+    line = f"sandbox:  {jail.level} ({', '.join(jail.active or ()) or 'none'})"
+    if jail.missing:
+        line += "; missing: " + "; ".join(f"{k}: {v}" for k, v in jail.missing.items())
+    return line
+
+
+@dataclass
+class TensorStats(JsonRecord):
+    """One tensor record of the inspect contract: identity, layout, statistics, digest."""
+
+    key: str
+    dtype: str
+    shape: list[int]
+    numel: int = 0
+    nbytes: int = 0
+    layout: str | None = None
+    device: str | None = None
+    flags: list[str] = field(default_factory=list)
+    stride: list[int] | None = None
+    storage_offset: int | None = None
+    contiguous: bool | None = None
+    digest: str | None = None
+    stats_on: str | None = None
+    nan: int = 0
+    inf: int = 0
+    first_nonfinite: int | None = None
+    """The flat (row-major) index of the first NaN or Inf; None when there is none."""
+    zeros: int = 0
+    min: float | None = field(default=None, metadata=NUMBER)
+    max: float | None = field(default=None, metadata=NUMBER)
+    mean: float | None = field(default=None, metadata=NUMBER)
+    std: float | None = field(default=None, metadata=NUMBER)
+    std_sample: float | None = field(default=None, metadata=NUMBER)
+    absmax: float | None = field(default=None, metadata=NUMBER)
+    histogram: dict[str, Any] | None = None
+    shared_with: list[str] | None = None
+    shard: str | None = None
+    """The shard file holding it (sharded checkpoints only)."""
+
+
+@dataclass
+class ObjectLeaf(JsonRecord):
+    """A non-tensor leaf: its dotted key, Python type and bounded repr."""
+
+    key: str
+    type: str | None = None
+    repr: str | None = None
+    shard: str | None = None
+
+
+@dataclass
+class LoadError(JsonRecord):
+    """Why the worker did not load the file (`code` is stable, `message` for a person)."""
+
+    code: str
+    message: str = ""
+    globals: list[str] = field(default_factory=list)
+
+
+@dataclass
+class InspectResult(JsonRecord):
+    """The inspect contract: the scan, the jail, every tensor and object, and what they say."""
+
+    path: str
+    size: int | None = None
+    sha256: str | None = None
+    format: str | None = None
+    scan: dict[str, Any] | None = None
+    sandbox: Jail | None = field(default=None, metadata=typed(Jail))
+    digest_algorithm: str | None = None
+    tensors: list[TensorStats] = field(default_factory=list, metadata=typed_list(TensorStats))
+    objects: list[ObjectLeaf] = field(default_factory=list, metadata=typed_list(ObjectLeaf))
+    error: LoadError | None = field(default=None, metadata=typed(LoadError))
+    allowed_globals: list[str] = field(default_factory=list)
+    health: Health | None = field(default=None, metadata=typed(Health))
+    unique_storage: dict[str, int] | None = None
+    architecture: Architecture | None = field(default=None, metadata=typed(Architecture))
+    resume: ResumeChecklist | None = field(default=None, metadata=typed(ResumeChecklist))
+    optimizer_params: list[OptimizerParams] | None = field(
+        default=None, metadata=typed_list(OptimizerParams))
+    timing: dict[str, Any] | None = None
+    code: list[dict[str, Any]] | None = None
+    code_archive: dict[str, Any] | None = None
+    index: str | None = None
+    """A sharded checkpoint's index file (None for one file)."""
+    shards: list[dict[str, Any]] | None = None
+    problems: list[dict[str, Any]] | None = None
+    aliases: list[dict[str, Any]] | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """The worker loaded the file (no error)."""
+        return self.error is None
+
+
+# --- diff ------------------------------------------------------------------------------
+
+
+def plain(sentence: str) -> str:
+    """A sentence of the diff engine without its backticks around keys, for a page or a pane
+    that shows keys as plain text."""
+    return sentence.replace("`", "")
+
+
+@dataclass
+class FlipRecord(JsonRecord):
+    """One element that differs in exactly one bit, as the diff contract lists it
+    (`checkpoint.bitflip.BitFlip` is the worker's accumulator; this is what reaches a reader)."""
+
+    index: int
+    bit: int
+    kind: str
+    part: str | None = None
+    before_bits: str | None = None
+    after_bits: str | None = None
+    before_value: str | None = None
+    after_value: str | None = None
+    position: list[int] = field(default_factory=list)
+    file_offset_a: int | None = None
+    file_offset_b: int | None = None
+
+    @property
+    def label(self) -> str:
+        """Kind with its part, e.g. 'exponent' or 'imag exponent'."""
+        return f"{self.part} {self.kind}" if self.part else self.kind
+
+
+@dataclass
+class TensorDiffRow(JsonRecord):
+    """One key of a diff: its status, its numbers and its bit flips."""
+
+    key: str
+    status: TensorStatus | str = field(metadata=word(TensorStatus))
+    dtype_a: str | None = None
+    dtype_b: str | None = None
+    shape_a: list[int] | None = None
+    shape_b: list[int] | None = None
+    changed_elements: int = 0
+    max_abs_diff: float | None = field(default=None, metadata=NUMBER)
+    max_rel_diff: float | None = field(default=None, metadata=NUMBER)
+    nonfinite_changes: int = 0
+    offset_a: int | None = None
+    offset_b: int | None = None
+    single_bit_flips: int = 0
+    multi_bit_elements: int = 0
+    bitflips: list[FlipRecord] = field(default_factory=list, metadata=typed_list(FlipRecord))
+    summary: str = ""
+    """One sentence, keys in backticks (Markdown); `plain_summary` is the same without them."""
+    shard_a: str | None = None
+    stored_as_a: str | None = None
+    shard_b: str | None = None
+    stored_as_b: str | None = None
+
+    @property
+    def plain_summary(self) -> str:
+        """The summary as plain text, or the status when there is none."""
+        return plain(self.summary) if self.summary else self.status
+
+
+@dataclass
+class DiffSide(JsonRecord):
+    """One side of a diff: its path, format(s), files and index problems."""
+
+    path: str
+    format: str | None = None
+    shards: list[dict[str, Any]] = field(default_factory=list)
+    index: str | None = None
+    problems: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class DiffResult(JsonRecord):
+    """The diff contract: both sides, a row per key, aliases and changed objects."""
+
+    a: DiffSide | None = field(default=None, metadata=typed(DiffSide))
+    b: DiffSide | None = field(default=None, metadata=typed(DiffSide))
+    identical: bool = False
+    counts: dict[str, int] = field(default_factory=dict)
+    tensors: list[TensorDiffRow] = field(default_factory=list,
+                                         metadata=typed_list(TensorDiffRow))
+    aliases: list[dict[str, Any]] = field(default_factory=list)
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    summary: list[str] = field(default_factory=list)
+    sandbox: Jail | None = field(default=None, metadata=typed(Jail))
+    timing: dict[str, Any] | None = None
+
+    @property
+    def differing(self) -> list[TensorDiffRow]:
+        """The rows that are not identical, in the engine's order."""
+        return [r for r in self.tensors if r.status != TensorStatus.IDENTICAL]
+
+
+# --- convert ---------------------------------------------------------------------------
+
+
+@dataclass
+class ConversionResult(JsonRecord):
+    """The conversion report: what was written where, verified against the input."""
+
+    verified: bool = False
+    mismatches: list[str] = field(default_factory=list)
+    sha256: str | None = None
+    digest_algorithm: str | None = None
+    tensors_written: int = 0
+    bytes_written: int = 0
+    digests: dict[str, str] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)
+    cloned_views: list[str] = field(default_factory=list)
+    made_contiguous: list[str] = field(default_factory=list)
+    tensors_skipped: list[Any] = field(default_factory=list)
+    tensors_in_input: int | None = None
+    """None from a worker that did not count them."""
+    encoded: dict[str, Any] = field(default_factory=dict)
+    objects_moved: list[Any] = field(default_factory=list)
+    not_serializable: list[Any] = field(default_factory=list)
+    key: str | None = None
+    strip_prefix: list[str] = field(default_factory=list)
+    sandbox: Jail | None = field(default=None, metadata=typed(Jail))
+    timing: dict[str, Any] | None = None
+    sidecar: str | None = None
+    input: str | None = None
+    output: str | None = None
+    scan_verdict: Verdict | str | None = field(default=None, metadata=word(Verdict))
+
+
+@dataclass
+class FolderConversion(JsonRecord):
+    """A model folder or index converted shard by shard (`convert DIR`): each shard's
+    conversion, the index written beside them and what its checks found."""
+
+    input: str
+    index: str | None = None
+    output_index: str | None = None
+    outputs: list[str] = field(default_factory=list)
+    tensors_written: int = 0
+    bytes_written: int = 0
+    problems: list[dict[str, Any]] = field(default_factory=list)
+    shards: list[ConversionResult] = field(default_factory=list,
+                                           metadata=typed_list(ConversionResult))

@@ -1,0 +1,1 @@
+"""`convert`: one checkpoint (`command`) or a sharded folder (`folder`) to safetensors."""

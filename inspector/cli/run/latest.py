@@ -1,0 +1,48 @@
+"""`run latest RUN_DIR`: the checkpoint a resume should load (action of `run_cmd`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from inspector.core.termtext import escape
+from inspector.run.checkpoints import LedgerError, latest_valid, read_ledger
+
+EXIT_OK = 0
+EXIT_NONE = 1
+EXIT_LEDGER = 2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `run latest`."""
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR",
+                        help="the run folder (or its journal.jsonl)")
+    parser.add_argument("--rank", type=int, help="only checkpoints this rank saved")
+    parser.add_argument("--json", action="store_true", help="print the save record as JSON")
+    parser.epilog = ("exit status: 0 found (its path on stdout), 1 no checkpoint on record is "
+                     "still valid, 2 no readable journal")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the newest valid checkpoint's path (or record)."""
+    try:
+        ledger = read_ledger(args.run_dir)
+        record = latest_valid(args.run_dir, rank=args.rank)
+    except LedgerError as exc:
+        print(f"ckpt-inspector run latest: {exc.message}", file=sys.stderr)
+        return EXIT_LEDGER
+    if record is None:
+        print(f"ckpt-inspector run latest: none of the {len(ledger.saves)} ledgered checkpoints "
+              "is still intact; run `ckpt-inspector run verify` to see why", file=sys.stderr)
+        return EXIT_NONE
+    where = ledger.resolve(record)
+    if args.json:
+        print(json.dumps({**record.to_fields(), "line": record.line, "location": str(where)},
+                         indent=1))
+    else:
+        print(escape(str(where)))
+        print(f"{record.label}, saved {record.time} on {escape(record.host)} (rank "
+              f"{record.rank}); intact since then", file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,145 @@
+"""Batch jobs over many files: a stable share of the list per process, and results that resume.
+
+`--shard I/N` gives process I (0-based, as Kubernetes' JOB_COMPLETION_INDEX counts) of N the
+files whose path hashes to I modulo N: a partition that needs no coordination, holds when files
+are added or removed (the others keep their shard), and is the same on every machine that sees
+the same paths. `--results FILE.jsonl` is a run journal (`run.journal`): one record per file as
+it finishes, fsync'd and hash-chained, so a preempted job that runs again skips what is already
+there; a record cut short by the kill is not readable and that file is simply done again.
+`ckpt-inspector merge` reads the journals of every shard into one report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from inspector.fleet.objstore import RemoteObject
+from inspector.run import journal
+
+SESSION_KIND = "batch.session"
+Where = str | os.PathLike[str] | RemoteObject
+"""A file (or folder) on disk, or an object in a store, whose result is kept."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Process `index` of `count` (0 <= index < count)."""
+
+    index: int = 0
+    count: int = 1
+
+    def owns(self, key: str) -> bool:
+        """Whether the file named `key` (its path as the command found it) is this shard's."""
+        if self.count == 1:
+            return True
+        digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()
+        return int.from_bytes(digest[:8], "big") % self.count == self.index
+
+    @property
+    def label(self) -> str:
+        """How the shard is written on the command line."""
+        return f"{self.index}/{self.count}"
+
+
+def parse_shard(text: str) -> Shard:
+    """`I/N` with 0 <= I < N; ValueError with a one-line reason otherwise."""
+    head, sep, tail = text.partition("/")
+    try:
+        index, count = int(head), int(tail)
+    except ValueError:
+        index = count = -1
+    if not sep or count < 1 or not 0 <= index < count:
+        raise ValueError(f"--shard wants I/N with 0 <= I < N (e.g. 0/4), not {text!r}")
+    return Shard(index, count)
+
+
+def identity(path: Where) -> list[Any] | None:
+    """Size and modification time (a folder's: over every file in it, and their count; an
+    object's: its size and ETag), so a checkpoint that changed since its result was kept is
+    done again."""
+    if isinstance(path, RemoteObject):
+        return path.identity
+    try:
+        st = os.stat(path)
+        if not os.path.isdir(path):
+            return [st.st_size, st.st_mtime_ns]
+        total, newest, count = 0, st.st_mtime_ns, 0
+        for folder, _, names in os.walk(path):
+            for name in names:
+                inner = os.stat(os.path.join(folder, name))
+                total, count = total + inner.st_size, count + 1
+                newest = max(newest, inner.st_mtime_ns)
+    except OSError:
+        return None
+    return [total, newest, count]
+
+
+@dataclass
+class ResultsLog:
+    """The finished files of one kind of batch job, read from and appended to a results file."""
+
+    path: Path
+    kind: str
+    done: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    """key -> the record: its `result` and the file's `identity` when it was made."""
+    problems: tuple[journal.JournalProblem, ...] = ()
+
+    def finished(self, key: str, path: Where) -> Mapping[str, Any] | None:
+        """The kept result for `key`, unless the file at `path` changed since."""
+        record = self.done.get(key)
+        if record is None or record.get("identity") != identity(path):
+            return None
+        return record["result"]
+
+    def begin(self, session: Mapping[str, Any]) -> None:
+        """Note what this run is (command, shard, environment), so a merge can say it."""
+        journal.append(self.path, SESSION_KIND, {"for": self.kind, **session})
+
+    def record(self, key: str, path: Where, result: Mapping[str, Any]) -> None:
+        """Append one finished file's result (durable before this returns)."""
+        fields = {"key": key, "identity": identity(path), "result": result}
+        journal.append(self.path, self.kind, fields)
+        self.done[key] = fields
+
+
+def open_results(path: str | os.PathLike[str], kind: str) -> ResultsLog:
+    """The results file at `path`, with what earlier runs finished (nothing if it is new)."""
+    target = Path(path)
+    read = journal.read(target) if target.exists() else None
+    log = ResultsLog(target, kind, problems=read.problems if read else ())
+    for entry in read.entries if read else ():
+        if entry.kind == kind and "result" in entry.record:
+            log.done[str(entry.record["key"])] = entry.record
+    return log
+
+
+@dataclass(frozen=True)
+class BatchResults:
+    """Every finished file of every results file given to a merge, and what produced them."""
+
+    results: dict[str, dict[str, Mapping[str, Any]]]
+    """kind -> key -> the last readable result for that key."""
+    sessions: tuple[Mapping[str, Any], ...]
+    problems: tuple[tuple[Path, journal.JournalProblem], ...]
+
+
+def read_results(paths: list[Path]) -> BatchResults:
+    """Read results files for a merge; a damaged line is a named problem, never fatal."""
+    results: dict[str, dict[str, Mapping[str, Any]]] = {}
+    sessions: list[Mapping[str, Any]] = []
+    problems: list[tuple[Path, journal.JournalProblem]] = []
+    for path in paths:
+        read = journal.read(path)
+        problems += [(path, p) for p in read.problems]
+        for entry in read.entries:
+            if entry.kind == SESSION_KIND:
+                sessions.append(entry.record)
+            elif "key" in entry.record and "result" in entry.record:
+                results.setdefault(entry.kind, {})[str(entry.record["key"])] = (
+                    entry.record["result"])
+    return BatchResults(results, tuple(sessions), tuple(problems))

@@ -1,0 +1,118 @@
+"""Compressed streams: gzip, bz2, xz, LZMA-alone, raw zlib, lz4 and zstd (every member of a
+multi-member file), each header by its real reader's rules (`formats.archives.decompress`).
+Content that is a pickle is `compressed-pickle` (joblib style); content that is an archive (a
+`.tar.gz` of a model folder) is `compressed-archive`, scanned as that archive. A file whose
+first bytes are also a weak zlib or LZMA header is read that way too
+(`scan_also_compressed`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from inspector.core.vocabulary import Format, Severity
+from inspector.formats.archives import decompress
+from inspector.formats.pickle_stream import pickle_head, scan_stream
+from inspector.formats.registry import HEAD_BYTES, FormatSpec, register
+from inspector.formats.sniffing import COMPRESSION_MAGIC, NESTED_KINDS, sniff
+from inspector.scan.pickles.walker import imports
+
+if TYPE_CHECKING:
+    from inspector.scan.context import ScanContext
+
+
+def scan_compressed(ctx: ScanContext, buf, algo: str) -> None:
+    res = ctx.result
+    try:
+        decoded = ctx.decode(buf, algo)
+    except decompress.CodecMissing as exc:
+        res.format = Format.COMPRESSED_PICKLE
+        ctx.not_fully_read("compressed-unreadable", f"{exc}; its content was not scanned")
+        return
+    scan_decoded(ctx, buf, decoded, algo)
+
+
+def scan_decoded(ctx: ScanContext, buf, decoded: decompress.Decoded, algo: str) -> None:
+    """The content of a compressed stream (`buf`): a pickle (joblib style) or an archive. Where
+    a data error cut the stream, the scan reads all it could decode, but the loaders' reading
+    is what the stdlib's own decoder hands them before the error (`decompress.handed_out`):
+    the rest is read apart."""
+    res = ctx.result
+    if decoded.incomplete:
+        ctx.not_fully_read("compressed-unreadable", decoded.incomplete)
+    with ctx.read_apart(decoded.data, decoded.failed):
+        streamed = scan_stream(ctx, decoded.data, None, False)
+    if decoded.failed:
+        handed = decompress.handed_out(buf, algo, len(decoded.data))
+        ctx.budget.decode(len(handed))
+        ctx.read_also(handed, decoded.data)
+    if not streamed:
+        if not ctx.scan_nested(decoded.data, f"<{algo} content>"):
+            raise ValueError(f"{algo} content is not a pickle")
+        res.format = Format.COMPRESSED_ARCHIVE
+        return
+    res.format = Format.COMPRESSED_PICKLE
+    members = f" ({decoded.members} members)" if decoded.members > 1 else ""
+    ctx.find(Severity.SUSPICIOUS, "compressed-pickle",
+             f"{algo}-compressed pickle{members}: loaders such "
+             "as joblib unpickle it with no weights_only protection")
+
+
+PREFIX_BYTES = 1 << 16  # content decoded to tell a stream from bytes that merely decode
+
+
+def scan_also_compressed(ctx: ScanContext, buf) -> None:
+    """A file whose first bytes are also a zlib or LZMA-alone header that the real decoder
+    takes (weak magic numbers whose first byte is also an opcode, so `sniffing.sniff` read it as
+    a pickle or as nothing): `zlib.decompress` and `lzma` read it as a stream, so where its
+    content is a pickle or an archive that is scanned too, and the worst wins. Where the first
+    reading found nothing at all, this reading is the file's."""
+    res = ctx.result
+    head = bytes(buf[:512])
+    for algo in decompress.TRIED_KINDS:
+        if not decompress.accepts(head, algo):
+            continue
+        prefix = ctx.decode(buf, algo, PREFIX_BYTES).data
+        alone = res.error is not None and res.error.startswith("not a model file")
+        if not _content_loads(ctx, prefix, alone):
+            continue
+        decoded = ctx.decode(buf, algo)
+        fmt, error = res.format, res.error
+        res.error = None
+        try:
+            scan_decoded(ctx, buf, decoded, algo)
+        except ValueError:
+            res.error = error  # its content is no pickle after all
+            continue
+        if not alone:
+            res.format = fmt
+            ctx.find(Severity.SUSPICIOUS, "polyglot",
+                     f"the {fmt} file is also a {algo} stream whose content loads: "
+                     f"{algo} readers unpickle that, so it was scanned too")
+
+
+def _content_loads(ctx: ScanContext, prefix: bytes, alone: bool) -> bool:
+    """Whether decoded bytes open like a pickle or an archive a loader reads (not the noise a
+    decoder makes of other bytes). `alone`: no other reading of the file found anything, so a
+    pickle that walks cleanly through the prefix counts too."""
+    if not prefix:
+        return False
+    kind = sniff(prefix[:512], len(prefix))
+    if pickle_head(prefix[:2]) or kind in NESTED_KINDS:
+        return True
+    probe = ctx.probe(prefix)
+    return imports(probe) or (alone and (probe.stopped or (
+        len(prefix) == PREFIX_BYTES and (probe.error or "").startswith("truncated"))))
+
+
+def scan_compressed_file(ctx: ScanContext, buf) -> None:
+    """A whole compressed file, by the stream kind the built-in chain named."""
+    kind = sniff(bytes(buf[:HEAD_BYTES]), len(buf))
+    scan_compressed(ctx, buf, kind.split(":", 1)[1])
+
+
+PICKLE_LOADERS = ("pickle.load", "torch.load(weights_only=False)", "joblib.load")
+register(FormatSpec(Format.COMPRESSED_PICKLE, "compressed pickle (joblib)", (".joblib",),
+                    holds_code=True, loaders=PICKLE_LOADERS, scan=scan_compressed_file,
+                    kinds=tuple(f"compressed:{k}" for k in dict.fromkeys(
+                        (*COMPRESSION_MAGIC.values(), *decompress.TRIED_KINDS)))))
+register(FormatSpec(Format.COMPRESSED_ARCHIVE, "compressed archive", loaders=("tarfile",)))

@@ -1,0 +1,223 @@
+"""Convert to safetensors: one click, output beside the input, verified tensor by tensor."""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, QUrl, Signal
+from PySide6.QtGui import QDesktopServices
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
+
+from inspector.checkpoint.results import ConversionResult
+from inspector.core.progress import CancelToken
+from inspector.core.vocabulary import FileStatus
+from inspector.gui.document import FileDocument
+from inspector.gui.jobs import EmitFn, Job
+from inspector.gui.pipeline import Pipeline, stage_text
+from inspector.gui.verdict_style import status_style
+
+
+def default_output(path: Path) -> Path:
+    """`model.pt` → `model.safetensors` in the same folder."""
+    return path.with_suffix(".safetensors") if path.suffix else path.with_name(
+        path.name + ".safetensors")
+
+
+class ConvertDialog(QDialog):
+    """Runs one conversion and shows its verification; offers to open the result."""
+
+    open_result = Signal(str)
+
+    def __init__(self, doc: FileDocument, pipeline: Pipeline, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.doc = doc
+        self.pipeline = pipeline
+        self.job: Job | None = None
+        self.result: ConversionResult | None = None
+        self.setWindowTitle(f"Convert {doc.name} to safetensors")
+        self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.resize(640, 420)
+
+        self.output = QLineEdit(str(default_output(doc.path)))
+        self.output.setAccessibleName("Output file")
+        change = QPushButton("Change…")
+        change.clicked.connect(self._choose_output)
+        row = QHBoxLayout()
+        row.addWidget(self.output, 1)
+        row.addWidget(change)
+        form = QFormLayout()
+        form.addRow("Input:", QLabel(str(doc.path)))
+        form.addRow("Output:", row)
+        self.change_button = change
+
+        self.stage = QLabel("Ready")
+        self.progress = QProgressBar()
+        self.report = QTextBrowser()
+        self.report.setAccessibleName("Conversion result")
+        self.buttons = QDialogButtonBox()
+        self.convert_button = self.buttons.addButton(
+            "Convert", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.open_button = self.buttons.addButton(
+            "Open Result", QDialogButtonBox.ButtonRole.ActionRole)
+        self.folder_button = self.buttons.addButton(
+            "Show in Folder", QDialogButtonBox.ButtonRole.ActionRole)
+        self.cancel_button = self.buttons.addButton(QDialogButtonBox.StandardButton.Cancel)
+        self.convert_button.clicked.connect(self.start)
+        self.open_button.clicked.connect(self._open_result)
+        self.folder_button.clicked.connect(self._show_folder)
+        self.cancel_button.clicked.connect(self._cancel_or_close)
+        self.open_button.setEnabled(False)
+        self.folder_button.setEnabled(False)
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.stage)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.report, 1)
+        layout.addWidget(self.buttons)
+
+    def start(self) -> Job | None:
+        """Start converting to the chosen output, asking before replacing a file."""
+        out = Path(self.output.text()).expanduser()
+        if out.resolve() == self.doc.path.resolve():
+            self.report.setHtml("<p>The output cannot be the input file.</p>")
+            return None
+        overwrite = False
+        if out.exists():
+            answer = QMessageBox.question(
+                self, "Replace file?", f"{out} already exists. Replace it?",
+                QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+                QMessageBox.StandardButton.No,
+            )
+            if answer != QMessageBox.StandardButton.Yes:
+                self.report.setHtml("<p>Choose another output name, then Convert.</p>")
+                return None
+            overwrite = True
+        self.convert_button.setEnabled(False)
+        self.change_button.setEnabled(False)
+        self.output.setReadOnly(True)
+        self.progress.setRange(0, 0)
+        self.stage.setText("Waiting for the sandbox…")
+        self.report.setHtml("<p>Converting inside the jailed worker; the input is only read."
+                            "</p>")
+        job = Job(f"convert {self.doc.name}",
+                  _convert_fn(self.doc.path, out, overwrite, self.doc.allowed_globals), self,
+                  doc=self.doc)
+        job.events.connect(self._events)
+        job.finished.connect(self._finished)
+        job.failed.connect(self._failed)
+        job.cancelled.connect(lambda: self._failed("Cancelled; nothing was written."))
+        self.job = job
+        return self.pipeline.run_heavy(job)
+
+    def _events(self, events: list[dict[str, Any]]) -> None:
+        for e in events:
+            if e.get("type") == "progress":
+                self.stage.setText(stage_text(str(e.get("stage", ""))))
+                total, done = int(e.get("total") or 0), int(e.get("done") or 0)
+                if total:
+                    self.progress.setRange(0, 1000)
+                    self.progress.setValue(int(1000 * min(done, total) / total))
+
+    def _finished(self, result: ConversionResult) -> None:
+        self.result = result
+        self.doc.conversion = result
+        self.doc.changed.emit()
+        self.progress.setRange(0, 1)
+        self.progress.setValue(1)
+        self.stage.setText("Done")
+        self.report.setHtml(conversion_html(result))
+        self.open_button.setEnabled(True)
+        self.folder_button.setEnabled(True)
+        self.cancel_button.setText("Close")
+
+    def _failed(self, message: str) -> None:
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.stage.setText("Failed")
+        self.report.setHtml(f"<p><b>Conversion failed:</b> {html.escape(message)}</p>")
+        self.convert_button.setEnabled(True)
+        self.change_button.setEnabled(True)
+        self.output.setReadOnly(False)
+
+    def _choose_output(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Save safetensors as", self.output.text(), "safetensors (*.safetensors)")
+        if path:
+            self.output.setText(path)
+
+    def _output_path(self) -> str:
+        return (self.result.output if self.result is not None else None) or self.output.text()
+
+    def _open_result(self) -> None:
+        self.open_result.emit(self._output_path())
+        self.accept()
+
+    def _show_folder(self) -> None:
+        QDesktopServices.openUrl(QUrl.fromLocalFile(str(Path(self._output_path()).parent)))
+
+    def _cancel_or_close(self) -> None:
+        if self.job is not None and self.job.running:
+            self.job.cancel()
+        else:
+            self.reject()
+
+
+def conversion_html(result: ConversionResult) -> str:
+    """The conversion report in words: verification, aliases, sidecar, output hash."""
+    verified = result.verified
+    ok = status_style(FileStatus.OK if verified else FileStatus.MISMATCH)
+    parts = [
+        f"<p><b style='color:{ok.colour}'>{ok.glyph} "
+        + ("Verified: every tensor of the output equals the input, bit for bit."
+           if verified else "Not verified: the output does not match the input.")
+        + "</b></p>",
+        f"<p>Wrote <b>{html.escape(str(result.output))}</b> with "
+        f"{result.tensors_written} tensors.</p>",
+    ]
+    if result.sha256:
+        parts.append(f"<p>SHA-256 of the output: <code>{html.escape(result.sha256)}</code>"
+                     "</p>")
+    aliases = result.aliases
+    if aliases:
+        items = "".join(
+            f"<li><code>{html.escape(str(a))}</code> → <code>{html.escape(str(k))}</code></li>"
+            for a, k in list(aliases.items())[:20]
+        )
+        parts.append(f"<p>{len(aliases)} tensor(s) shared storage with another and were "
+                     f"stored once; the aliases are recorded in the file's metadata:</p>"
+                     f"<ul>{items}</ul>")
+    if result.sidecar:
+        parts.append(f"<p>{len(result.objects_moved)} non-tensor value(s) (epoch, config…) went "
+                     f"to the JSON sidecar <b>{html.escape(result.sidecar)}</b>.</p>")
+    for problem in result.not_serializable:
+        parts.append(f"<p>Not kept (JSON cannot hold it): {html.escape(str(problem))}</p>")
+    return "".join(parts)
+
+
+def _convert_fn(path: Path, out: Path, overwrite: bool, allow_globals: tuple[str, ...]):
+    def run(emit: EmitFn, cancel: CancelToken) -> ConversionResult:
+        from inspector.sandbox.host.client import convert_file
+
+        # typed here, on the job's thread, not on the UI thread
+        return ConversionResult.from_json(convert_file(
+            path, out, overwrite=overwrite, allow_globals=allow_globals, on_event=emit,
+            cancel=cancel))
+
+    return run

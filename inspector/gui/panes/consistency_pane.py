@@ -1,0 +1,561 @@
+"""The "Consistency" pane: run the repeat-inference check and watch it beside GPU telemetry.
+
+A view over inspector.sandbox.host.consistency_job (which runs the check in the jailed worker); this
+module never imports torch. Each run's max |diff| and mismatched elements are plotted as they
+arrive, on the same time axis as the GPU temperature and power, so a mismatch can be matched
+to a thermal or power event. Without GPU telemetry (a CPU machine) the GPU charts are hidden
+and a line says why; a file the static scan calls dangerous cannot be run (the button says why).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QEvent, Qt
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QFrame,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QRadioButton,
+    QScrollArea,
+    QSpinBox,
+    QSplitter,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from inspector.core.vocabulary import CheckStatus, Format, Verdict
+from inspector.formats import dialog_filter
+from inspector.gpu.telemetry import TelemetryStore
+from inspector.gui.jobs import Job, JobRunner
+from inspector.gui.panes.gpu_pane import gpu_colour, y_range
+from inspector.gui.widgets import chart_style
+from inspector.gui.widgets.toggle_button import ToggleButton
+from inspector.report.sections import self_test_words
+from inspector.sandbox.host.client import SandboxError
+from inspector.sandbox.host.consistency_job import (
+    ConsistencyRequest,
+    describe_element,
+    run_consistency,
+)
+
+RunFn = Callable[..., dict[str, Any]]
+PASS_STYLE, FAIL_STYLE, IDLE_STYLE = "good", "bad", "idle"  # verdict banner looks
+PLOT_MIN_HEIGHT = 150
+CHECKPOINT_FILTER = dialog_filter(Format.PYTORCH_ZIP, title="Checkpoints")
+X_LABEL = "seconds since the run started"
+GPU_PLOTS = {"temperature": ("temperature_gpu", "temperature"), "power": ("power_draw", "power")}
+"""GPU chart name: (telemetry field, what it shows)."""
+NO_TELEMETRY = ("GPU temperature and power charts are hidden: no GPU telemetry is being "
+                "recorded (no NVIDIA driver on this machine, or the GPU tab is not sampling).")
+DANGEROUS_TIP = ("Disabled: the static scan calls this file dangerous, so it is never loaded, "
+                 "not even for this check.")
+
+
+class ConsistencyPane(QWidget):
+    """Form, live plots and result table of one consistency run at a time."""
+
+    def __init__(
+        self,
+        parent: QWidget | None = None,
+        *,
+        runner: JobRunner | None = None,
+        telemetry: Callable[[], TelemetryStore | None] | None = None,
+        run_fn: RunFn = run_consistency,
+    ) -> None:
+        super().__init__(parent)
+        self.setObjectName("consistencyPane")
+        self._runner = runner or JobRunner(self)
+        self._telemetry = telemetry
+        self._run_fn = run_fn
+        self.job: Job | None = None
+        self.result: dict[str, Any] | None = None
+        self._started = 0.0
+        self._xs: list[float] = []
+        self._diffs: list[float] = []
+        self._counts: list[float] = []
+        self._marks: list[tuple[pg.PlotItem, pg.InfiniteLine]] = []
+        self._verdicts: dict[str, str | None] = {}
+        self._verdict_style = IDLE_STYLE
+        self._build()
+        self._set_running(False)
+
+    # ---- construction --------------------------------------------------------------------
+
+    def _build(self) -> None:
+        outer = QVBoxLayout(self)
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+
+        form_box = QWidget()
+        form_layout = QVBoxLayout(form_box)
+        form = QFormLayout()
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        self.file_edit = QLineEdit()
+        self.file_edit.setPlaceholderText("checkpoint to test")
+        self.file_edit.textChanged.connect(lambda _text: self._set_running(self.job is not None))
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._choose_file)
+        file_row = QHBoxLayout()
+        file_row.addWidget(QLabel("File"))
+        file_row.addWidget(self.file_edit, 1)
+        file_row.addWidget(browse)
+        # the path spans the whole pane, above the form and the charts: in the form's column
+        # a typical path was cut off on the left
+        outer.addLayout(file_row)
+        outer.addWidget(splitter, 1)
+        self.device = QComboBox()
+        self.device.setEditable(True)
+        self.device.addItems(["auto", "cpu"] + [f"cuda:{i}" for i in range(8)])
+        self.device.setToolTip("auto: cuda:0 when a CUDA device is present, else the CPU")
+        form.addRow("Device", self.device)
+        self.repeats = QSpinBox()
+        self.repeats.setRange(2, 1_000_000)
+        self.repeats.setValue(10)
+        form.addRow("Runs", self.repeats)
+        self.mode_probe = QRadioButton("Weights probe (any checkpoint)")
+        self.mode_model = QRadioButton("Model run (your model code)")
+        self.mode_probe.setChecked(True)
+        modes = QButtonGroup(self)
+        modes.addButton(self.mode_probe)
+        modes.addButton(self.mode_model)
+        form.addRow("Test", self.mode_probe)
+        form.addRow("", self.mode_model)
+        form_layout.addLayout(form)
+
+        self.model_box = QGroupBox("Model")
+        model_form = QFormLayout(self.model_box)
+        self.factory = QLineEdit()
+        self.factory.setPlaceholderText("package.module:callable")
+        self.kwargs = QLineEdit("{}")
+        self.model_path = QLineEdit()
+        self.model_path.setPlaceholderText("folder holding the module")
+        self.input_shape = QLineEdit("1,3,224,224")
+        self.input_dtype = QComboBox()
+        self.input_dtype.addItems(["float32", "float16", "bfloat16", "float64", "int64"])
+        self.reload = ToggleButton("Reload check", "After the runs, load the checkpoint afresh"
+                                   " and compare again", checked=True)
+        model_form.addRow("Factory", self.factory)
+        model_form.addRow("Kwargs (JSON)", self.kwargs)
+        model_form.addRow("Module folder", self.model_path)
+        model_form.addRow("Input shape", self.input_shape)
+        model_form.addRow("Input dtype", self.input_dtype)
+        model_form.addRow("", self.reload)
+        form_layout.addWidget(self.model_box)
+        self.mode_model.toggled.connect(self.model_box.setEnabled)
+        self.model_box.setEnabled(False)
+
+        self.inject_box = QGroupBox("Fault injection (prove the detector works)")
+        self.inject_box.setCheckable(True)
+        self.inject_box.setChecked(False)
+        inject_form = QFormLayout(self.inject_box)
+        self.inject_key = QLineEdit()
+        self.inject_key.setPlaceholderText("weight name, e.g. conv.weight")
+        self.inject_index = QSpinBox()
+        self.inject_index.setRange(0, 2**31 - 1)
+        self.inject_bit = QSpinBox()
+        self.inject_bit.setRange(0, 63)
+        self.inject_bit.setValue(22)
+        self.inject_run = QSpinBox()
+        self.inject_run.setRange(1, 1_000_000)
+        self.inject_run.setValue(2)
+        inject_form.addRow("Tensor", self.inject_key)
+        inject_form.addRow("Element", self.inject_index)
+        inject_form.addRow("Bit", self.inject_bit)
+        inject_form.addRow("Before run", self.inject_run)
+        form_layout.addWidget(self.inject_box)
+
+        buttons = QHBoxLayout()
+        self.run_button = QPushButton("Run")
+        self.run_button.setDefault(True)
+        self.run_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.cancel)
+        buttons.addWidget(self.run_button)
+        buttons.addWidget(self.cancel_button)
+        form_layout.addLayout(buttons)
+        self.progress = QProgressBar()
+        self.progress.setFormat("%v / %m runs")
+        form_layout.addWidget(self.progress)
+        form_layout.addStretch(1)
+        splitter.addWidget(form_box)
+
+        right = QWidget()
+        right_layout = QVBoxLayout(right)
+        self.verdict = QLabel("Choose a checkpoint and press Run.")
+        self.verdict.setObjectName("consistencyVerdict")
+        self.verdict.setWordWrap(True)
+        self.verdict.setMargin(6)
+        self.device_label = QLabel("")
+        self.gpu_note = QLabel(NO_TELEMETRY)
+        self.gpu_note.setObjectName("consistencyNoTelemetry")
+        self.gpu_note.setWordWrap(True)
+        right_layout.addWidget(self.verdict)
+        right_layout.addWidget(self.device_label)
+        right_layout.addWidget(self.gpu_note)
+        right_split = QSplitter(Qt.Orientation.Vertical)
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.plots: dict[str, pg.PlotItem] = {}
+        self._titles: dict[str, str] = {}
+        for row, (name, title, unit) in enumerate((
+            ("diff", "Max |diff| vs the first run", ""),
+            ("count", "Mismatched elements", ""),
+            ("temperature", "GPU temperature", "°C"),
+            ("power", "GPU power", "W"),
+        )):
+            plot = self.graphics.addPlot(row=row, col=0)
+            plot.setLabel("left", unit)
+            # one x unit for every chart, each axis labelled: the charts scroll, so a label
+            # under the last alone left the others' numbers to guess
+            plot.setLabel("bottom", X_LABEL)
+            plot.showGrid(x=True, y=True, alpha=0.2)
+            plot.getAxis("left").setWidth(56)
+            plot.setMinimumHeight(PLOT_MIN_HEIGHT)
+            if row:
+                plot.setXLink(self.plots["diff"])
+            self.plots[name], self._titles[name] = plot, title
+        self.diff_curve = self.plots["diff"].plot(symbol="o", symbolSize=6)
+        self.count_curve = self.plots["count"].plot(symbol="o", symbolSize=6)
+        self._show_gpu_plots(set(), any_gpu=False)
+        # The charts keep a readable height and scroll (a 720-pixel screen) rather than squash
+        # the last one out of view.
+        charts = QScrollArea()
+        charts.setWidgetResizable(True)
+        charts.setFrameShape(QFrame.Shape.NoFrame)
+        charts.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        charts.setWidget(self.graphics)
+        right_split.addWidget(charts)
+        self.table = QTreeWidget()
+        self.table.setHeaderLabels(["Tensor / output", "Result", "Detail"])
+        self.table.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.header().setStretchLastSection(True)
+        right_split.addWidget(self.table)
+        right_split.setStretchFactor(0, 1)  # a taller window grows the charts, not the table
+        right_split.setStretchFactor(1, 0)
+        right_split.setSizes([560, 140])
+        right_layout.addWidget(right_split, 1)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([340, 900])
+        self._restyle()
+
+    def _restyle(self) -> None:
+        """Give the charts, curves and verdict banner the current palette's colours."""
+        palette = self.palette()
+        text = chart_style.text_colour(palette)
+        self.graphics.setBackground(chart_style.base_colour(palette))
+        for name, plot in self.plots.items():
+            plot.setTitle(f"<b>{self._titles[name]}</b>", size="9pt", color=text.name())
+            for axis in ("left", "bottom"):
+                plot.getAxis(axis).setPen(text)
+                plot.getAxis(axis).setTextPen(text)
+        for curve, role in ((self.diff_curve, "bad"), (self.count_curve, "mark")):
+            colour = chart_style.role_colour(role, palette)
+            curve.setPen(pg.mkPen(colour, width=1.5))
+            curve.setSymbolBrush(colour)
+        for _plot, line in self._marks:
+            line.setPen(self._mark_pen())
+        self._verdict(self.verdict.text(), self._verdict_style)
+        self._draw_telemetry()
+
+    def changeEvent(self, event: QEvent) -> None:
+        """Recolour when the theme switches between light and dark."""
+        if event.type() == QEvent.Type.PaletteChange and hasattr(self, "diff_curve"):
+            self._restyle()
+        super().changeEvent(event)
+
+    def _show_gpu_plots(self, shown: set[str], any_gpu: bool) -> None:
+        """Lay out the GPU charts that have data and take the others out (a hidden item would
+        keep its space); a line says why any is missing."""
+        missing = [what for name, (_f, what) in GPU_PLOTS.items() if name not in shown]
+        self.gpu_note.setText(NO_TELEMETRY if not any_gpu else
+                              f"GPU {' and '.join(missing)} chart hidden: no GPU reports it.")
+        self.gpu_note.setVisible(bool(missing))
+        layout = self.graphics.ci
+        for row, name in enumerate(GPU_PLOTS, start=2):
+            plot, want = self.plots[name], name in shown
+            if want != (plot in layout.items):
+                if want:
+                    layout.addItem(plot, row=row, col=0)
+                else:
+                    layout.removeItem(plot)
+                plot.setVisible(want)
+        laid_out = [plot for plot in self.plots.values() if plot in layout.items]
+        self.graphics.setMinimumHeight(len(laid_out) * PLOT_MIN_HEIGHT + 40)
+
+    # ---- inputs --------------------------------------------------------------------------
+
+    def set_file(self, path: str, verdict: str | None = None) -> None:
+        """Point the pane at a checkpoint (the main window calls this on selection), with the
+        static scan's verdict when known."""
+        self._verdicts[path] = verdict
+        self.file_edit.setText(path)
+        self.file_edit.setToolTip(path)
+        self._set_running(self.job is not None)
+
+    def set_verdict(self, path: str, verdict: str | None) -> None:
+        """The static scan's verdict of `path` (it may arrive after set_file)."""
+        self._verdicts[path] = verdict
+        self._set_running(self.job is not None)
+
+    def blocked_reason(self) -> str | None:
+        """Why Run is disabled for the chosen file, or None."""
+        if self._verdicts.get(self.file_edit.text().strip()) == Verdict.DANGEROUS:
+            return DANGEROUS_TIP
+        return None
+
+    def _choose_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Checkpoint to test", "",
+                                              CHECKPOINT_FILTER)
+        if path:
+            self.set_file(path)
+
+    def request(self) -> ConsistencyRequest:
+        """The form as a request; ValueError with a one-line message when it is incomplete."""
+        path = self.file_edit.text().strip()
+        if not path:
+            raise ValueError("choose a checkpoint first")
+        spec = ConsistencyRequest(path=path, device=self.device.currentText().strip() or "auto",
+                                  repeats=self.repeats.value())
+        if self.inject_box.isChecked():
+            key = self.inject_key.text().strip()
+            if not key:
+                raise ValueError("fault injection needs a tensor name")
+            spec.inject = {"key": key, "index": self.inject_index.value(),
+                           "bit": self.inject_bit.value(), "iteration": self.inject_run.value()}
+        if self.mode_model.isChecked():
+            factory = self.factory.text().strip()
+            if ":" not in factory:
+                raise ValueError("the model factory must look like package.module:callable")
+            try:
+                kwargs = json.loads(self.kwargs.text() or "{}")
+                shape = [int(p) for p in self.input_shape.text().replace("x", ",").split(",")
+                         if p.strip()]
+            except ValueError as exc:
+                raise ValueError(f"model settings: {exc}") from None
+            if not isinstance(kwargs, dict) or not shape:
+                raise ValueError("kwargs must be a JSON object and the input shape non-empty")
+            spec.model, spec.model_kwargs, spec.input_shape = factory, kwargs, shape
+            spec.input_dtype = self.input_dtype.currentText()
+            spec.reload = self.reload.isChecked()
+            folder = self.model_path.text().strip()
+            spec.python_path = [folder] if folder else []
+        return spec
+
+    # ---- running -------------------------------------------------------------------------
+
+    def start(self) -> Job | None:
+        """Start a run in the background; None (and a message) when the form is incomplete."""
+        if self.job is not None:
+            return None
+        try:
+            spec = self.request()
+        except ValueError as exc:
+            self._verdict(str(exc), FAIL_STYLE)
+            return None
+        self._clear()
+        self.progress.setRange(0, spec.repeats)
+        self.progress.setValue(0)
+        self._started = time.time()
+        run_fn = self._run_fn
+
+        def work(emit, cancel):
+            def stamped(event: dict) -> None:
+                emit({**event, "received": time.time()})
+
+            try:
+                return run_fn(spec, on_event=stamped, cancel=cancel)
+            except SandboxError as exc:
+                if exc.code != "refused_dangerous":
+                    raise
+                # The engine's message offers the CLI's override; the app has none.
+                raise RuntimeError("not run: the static scan calls this file dangerous, and the"
+                                   " app never loads such a file") from None
+
+        job = Job("consistency", work, self)
+        job.events.connect(self._on_events)
+        job.finished.connect(self._on_finished)
+        job.failed.connect(lambda message: self._ended(message, FAIL_STYLE))
+        job.cancelled.connect(lambda: self._ended("Cancelled.", IDLE_STYLE))
+        self.job = job
+        self._set_running(True)
+        self._verdict(f"Running {spec.repeats} runs on {spec.device}…", IDLE_STYLE)
+        return self._runner.start(job)
+
+    def cancel(self) -> None:
+        """Cancel the running check; the worker process is killed."""
+        if self.job is not None:
+            self.job.cancel()
+
+    def _set_running(self, running: bool) -> None:
+        blocked = self.blocked_reason()
+        self.run_button.setEnabled(not running and blocked is None)
+        self.run_button.setToolTip(blocked or "Run the check in the jailed worker")
+        self.cancel_button.setEnabled(running)
+
+    def _clear(self) -> None:
+        self.result = None
+        self._xs, self._diffs, self._counts = [], [], []
+        self.diff_curve.setData([], [])
+        self.count_curve.setData([], [])
+        for name in ("temperature", "power"):
+            for item in list(self.plots[name].listDataItems()):
+                self.plots[name].removeItem(item)
+        for plot, line in self._marks:
+            plot.removeItem(line)
+        self._marks = []
+        self.table.clear()
+        self.device_label.setText("")
+
+    def _on_events(self, events: list[dict]) -> None:
+        for event in events:
+            kind = event.get("type")
+            if kind == "device":
+                self.device_label.setText(f"Device: {event['label']}")
+            elif kind == "iteration":
+                self._xs.append(event["received"] - self._started)
+                # non-finite numbers arrive as 'inf' / 'nan' strings (JSON has none)
+                self._diffs.append(float(event["max_abs_diff"]))
+                self._counts.append(float(event["mismatched"]))
+                if event["phase"] != "reload":
+                    self.progress.setValue(min(self.progress.maximum(), int(event["iteration"])))
+            elif kind == "injected":
+                self._mark(event["received"] - self._started,
+                           f"bit {event['bit']} flipped in {event['key']}")
+        xs = np.asarray(self._xs)
+        diffs = np.nan_to_num(np.asarray(self._diffs), posinf=np.nan)
+        counts = np.asarray(self._counts)
+        self.diff_curve.setData(xs, diffs)
+        self.count_curve.setData(xs, counts)
+        # all-zero (identical runs) stays a flat line at 0, not one centred in -0.5..0.5
+        largest = float(np.abs(diffs[np.isfinite(diffs)]).max(initial=0.0))
+        for name, values, span in (("diff", diffs, largest * 0.2 or 1.0),
+                                   ("count", counts, 4.0)):
+            found = y_range([values], span)
+            if found is not None:
+                self.plots[name].setYRange(*found, padding=0.08)
+        self._draw_telemetry()
+
+    def _mark(self, x: float, label: str) -> None:
+        for row, plot in enumerate(self.plots.values()):
+            line = pg.InfiniteLine(pos=x, angle=90, movable=False, pen=self._mark_pen(),
+                                   label=label if row == 0 else None,
+                                   labelOpts={"position": 0.8, "color": self._mark_pen().color()})
+            plot.addItem(line, ignoreBounds=True)
+            self._marks.append((plot, line))
+
+    def _mark_pen(self):
+        return pg.mkPen(chart_style.role_colour("warn", self.palette()), width=1.5,
+                        style=Qt.PenStyle.DashLine)
+
+    def _draw_telemetry(self) -> None:
+        store = self._telemetry() if self._telemetry else None
+        gpus = store.gpus() if store is not None else []
+        self._show_gpu_plots({name for name, (field, _what) in GPU_PLOTS.items()
+                              if any(np.isfinite(store.series(g, field)[1]).any() for g in gpus)},
+                             any_gpu=bool(gpus))
+        for name, (field, _what) in GPU_PLOTS.items():
+            plot = self.plots[name]
+            for item in list(plot.listDataItems()):
+                plot.removeItem(item)
+            for gpu in gpus:
+                times, values = store.series(gpu, field)
+                window = times >= self._started - 1.0
+                if window.any() and np.isfinite(values[window]).any():
+                    plot.plot(times[window] - self._started, values[window], stepMode="left",
+                              connect="finite", pen=pg.mkPen(gpu_colour(gpu, self.palette()),
+                                                             width=1.5))
+
+    def _on_finished(self, result: dict[str, Any]) -> None:
+        self.result = result
+        self._draw_telemetry()
+        fault = result.get("injected")
+        # a self-test wants the results to differ: that is the detector seeing its bit
+        passed = bool(result["consistent"]) != bool(fault)
+        if fault:
+            verdict = (f"SELF-TEST {'PASSED' if passed else 'FAILED'}: "
+                       f"{self_test_words(fault)}, {'' if passed else 'NOT '}detected")
+        else:
+            verdict = "CONSISTENT" if passed else "INCONSISTENT"
+        detail = (f"{verdict}: {result['repeats']} runs on {result['device_label']} "
+                  f"({'weights probe' if result['mode'] == 'probe' else 'model run'})")
+        if result.get("weights_gb_per_s"):
+            detail += f", {result['weights_gb_per_s']:.3g} GB/s of weights"
+        self._fill_table(result)
+        self._ended(detail, PASS_STYLE if passed else FAIL_STYLE)
+
+    def _ended(self, message: str, style: str) -> None:
+        self.job = None
+        self._set_running(False)
+        self._verdict(message, style)
+
+    def _verdict(self, text: str, style: str) -> None:
+        self.verdict.setText(text)
+        self._verdict_style = style
+        palette = self.palette()
+        css = (f"color: {chart_style.text_colour(palette).name()}; border: 1px solid "
+               f"{palette.mid().color().name()};" if style == IDLE_STYLE
+               else chart_style.banner_css(style, palette))
+        self.verdict.setStyleSheet(f"#consistencyVerdict {{ {css} }}")
+
+    def _fill_table(self, result: dict[str, Any]) -> None:
+        rows = result["tensors"] if result["mode"] == "probe" else result["outputs"]
+        resident = {r["key"]: r for r in result.get("resident_mismatches", [])}
+        rows = sorted(rows, key=lambda r: (r["status"] != CheckStatus.FAIL, r["key"]))
+        for row in rows:
+            item = QTreeWidgetItem([row["key"], row["status"].upper(), _detail(row)])
+            item.setToolTip(2, item.text(2))
+            role = {CheckStatus.FAIL: "bad", CheckStatus.PASS: "good"}.get(row["status"])
+            if role:
+                item.setForeground(1, chart_style.role_colour(role, self.palette()))
+            flips = resident.get(row["key"])
+            for element in (flips or {}).get("elements", []):
+                text = describe_element(row["key"], element) + " vs the checkpoint"
+                QTreeWidgetItem(item, ["", "device copy", text]).setToolTip(2, text)
+            self.table.addTopLevelItem(item)
+            item.setExpanded(bool(flips))
+        if result["mode"] == "model":
+            keys = (f"missing keys: {', '.join(result['missing_keys']) or 'none'}; unexpected "
+                    f"keys: {', '.join(result['unexpected_keys']) or 'none'}")
+            self.table.addTopLevelItem(QTreeWidgetItem(["load_state_dict", "", keys]))
+            if result.get("reload") is not None:
+                same = result["reload"]["consistent"]
+                self.table.addTopLevelItem(QTreeWidgetItem(
+                    ["reload check", "PASS" if same else "FAIL",
+                     "same output after a fresh load" if same else "output differs after reload"]))
+
+
+def _detail(row: dict[str, Any]) -> str:
+    parts = []
+    runs = row.get("repeat_mismatches") or row.get("runs_mismatched")
+    if runs:
+        parts.append(f"{runs} run(s) differ, max |diff| {float(row['max_abs_diff']):.4g}")
+        first = row.get("first_mismatch")
+        if first and "bits" in first:
+            parts.append(f"first in run {first['iteration']}: "
+                         + describe_element("output", first))
+    if row.get("reference_ok") is False:
+        parts.append(f"float64 reference off by {row['reference_error_ratio']:.3g}× tolerance")
+    if row.get("roundtrip_ok") is False:
+        parts.append("host→device→host copy changed the bytes")
+    if not parts and "reference_error_ratio" in row:
+        parts.append(f"bit-identical runs; reference error {row['reference_error_ratio']:.2g}×"
+                     " tolerance")
+    elif not parts and row.get("sha256"):
+        parts.append(f"round trip ok, sha256 {row['sha256'][:12]}…")
+    return "; ".join(parts)

@@ -1,0 +1,881 @@
+"""The "GPU" pane: live NVML telemetry, a replayed log or a node's history from Prometheus, as
+step plots with alerts.
+
+A view over inspector.gpu.telemetry (TelemetryStore + Sampler), inspector.gpu.smi_csv and
+inspector.gpu.prom_reader; the sampling, alert rules, log parsing and queries all live there.
+Plots redraw from the store on a timer only when it changed. Each curve is one cached step path
+(StepCurve) holding the visible window plus one window either side, peak-decimated to about a
+point per pixel (telemetry.peak_decimate): panning within that is a pure view transform, and
+the window is recomputed, a few curves per event-loop turn, at most every LOD_INTERVAL_MS while
+the view moves, so hours of data pan and zoom smoothly.
+
+On a laptop screen the plots keep MIN_PLOT_HEIGHT each and scroll. Every plot marks the
+store's alerts (ECC, XID, temperature, lost GPU) and throttle onsets as vertical lines; the
+temperature plot draws the alert threshold. A crosshair shows every GPU's value at the time
+under the cursor, and in a replay the table shows the values at that time. GPUs differ in line
+width as well as colour (the first drawn widest, beneath), so equal values never hide a GPU.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QPainterPath, QPalette, QPen
+from PySide6.QtWidgets import (
+    QApplication,
+    QFileDialog,
+    QFrame,
+    QGraphicsPathItem,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QScrollArea,
+    QSplitter,
+    QStackedWidget,
+    QTableWidget,
+    QTableWidgetItem,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from inspector.gpu.prom_reader import RangeQuery
+from inspector.gpu.telemetry import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_TEMP_THRESHOLD_C,
+    FIELDS,
+    Alert,
+    GpuSample,
+    Sampler,
+    TelemetrySource,
+    TelemetryStore,
+    decode_clock_reasons,
+    ingest,
+    peak_decimate,
+    worst_alert,
+)
+from inspector.gui.jobs import Job, JobRunner
+from inspector.gui.widgets import chart_style
+from inspector.gui.widgets.event_marks import EventMarks, Mark
+
+_STYLES = (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine)
+GPU_WIDTHS = (4.5, 2.5, 1.5, 0.8)
+"""Line width per GPU (cycled): a later GPU is drawn thinner and on top of an earlier one."""
+MIN_PLOT_HEIGHT = 170
+"""Each plot (its own time axis included) keeps at least this height; below it the charts
+scroll instead of squashing."""
+MARKER_WORDS = {"temperature": "hot", "ecc_uncorrected": "ECC", "gpu_lost": "lost",
+                "source_lost": "driver lost", "remapped_failure": "remap failed",
+                "remapped_pending": "remap", "retired_pending": "retire"}
+"""Short marker labels (the tooltip and the event log say it in full)."""
+MARKER_HOVER_PX = 5
+"""A marker's message shows as the tooltip within this many pixels of its line."""
+THROTTLE_BITS = 0x008 | 0x020 | 0x040 | 0x080
+"""Clock-event reasons that are slowdowns (hardware, thermal, power brake), not a power cap."""
+
+# (title, unit, fields): one curve per GPU per field; 2nd/3rd fields are dashed/dotted.
+# Constant references (power limit, memory total) are in the table, not drawn: every curve
+# costs on each pan step.
+PLOTS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
+    ("Temperature", "°C", (("temperature_gpu", "GPU"), ("temperature_memory", "memory"))),
+    ("Power", "W", (("power_draw", "draw"),)),
+    ("Utilisation", "%", (("utilization_gpu", "GPU"), ("utilization_memory", "memory"))),
+    ("Memory used", "MiB", (("memory_used", "used"),)),
+    ("Clocks", "MHz", (("clock_sm", "SM"), ("clock_memory", "memory"))),
+    ("ECC / PCIe", "count", (("ecc_uncorrected_volatile", "ECC uncorrected"),
+                              ("ecc_corrected_volatile", "ECC corrected"),
+                              ("pcie_replay", "PCIe replays"))),
+)
+TIME_LABEL = "time (local clock)"
+MIN_SPANS = {"°C": 10.0, "W": 20.0, "%": 10.0, "MiB": 1024.0, "MHz": 100.0, "count": 4.0}
+"""The least Y span a plot shows, by unit: a constant (or nearly constant) series stays a flat
+line in a sensible range instead of being auto-scaled into noise."""
+LIVE_WINDOW_S = 600.0
+LOD_INTERVAL_MS = 150
+LOD_BATCH = 4
+_TABLE_COLUMNS = ("GPU", "Temp", "Power", "Util", "Memory", "SM clock", "Clock events",
+                  "ECC unc.", "Retire/remap")
+
+
+CLOCK_STEPS = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200,
+               10800, 21600, 43200)
+"""Tick spacings (seconds) of a ClockAxis below a day, each a round step on a clock."""
+CLOCK_LABEL_PX = 90
+"""Room one clock label takes on the axis, its gap included."""
+
+
+class ClockAxis(pg.DateAxisItem):
+    """A time axis whose labels always read as a clock (10:02:15, or 10:02:15.5 below a
+    second): pyqtgraph's own drops the hours and minutes when zoomed in to seconds, and picks
+    its ticks for those narrower labels, so wider ones were all dropped as overlapping."""
+
+    def tickValues(self, minVal, maxVal, size):
+        """Ticks on round clock steps, as many as fit `size` pixels; days from two days up."""
+        span = maxVal - minVal
+        if span <= 0 or span >= 2 * 86400 or not np.isfinite(span):
+            return super().tickValues(minVal, maxVal, size)
+        fit = max(2.0, size / CLOCK_LABEL_PX)
+        step = next((s for s in CLOCK_STEPS if span / s <= fit), CLOCK_STEPS[-1])
+        offset = datetime.fromtimestamp(minVal).astimezone().utcoffset().total_seconds()
+        first = np.ceil((minVal + offset) / step) * step - offset  # round in local time
+        return [(step, list(np.arange(first, maxVal, step)))]
+
+    def tickStrings(self, values, scale, spacing):
+        """Clock labels for ticks `spacing` seconds apart; dates from a day apart up."""
+        if spacing >= 86400:
+            return super().tickStrings(values, scale, spacing)
+        labels = []
+        for value in values:
+            try:
+                text = datetime.fromtimestamp(value).strftime("%H:%M:%S.%f")
+            except (OverflowError, OSError, ValueError):
+                text = ""
+            labels.append(text[:-5] if spacing < 1 else text[:-7])
+        return labels
+
+
+def gpu_colour(index: int, palette: QPalette | None = None) -> QColor:
+    """The colour of one GPU in every chart, for `palette` (the application's by default)."""
+    return chart_style.series_colour(index, palette or QApplication.palette())
+
+
+def gpu_pen(gpu: int, style: int, palette: QPalette | None = None) -> QPen:
+    """The pen of one GPU's curve: its colour and width, the field's dash style."""
+    pen = pg.mkPen(gpu_colour(gpu, palette), width=GPU_WIDTHS[gpu % len(GPU_WIDTHS)],
+                   style=_STYLES[style])
+    pen.setCosmetic(True)
+    return pen
+
+
+def value_at(times: np.ndarray, values: np.ndarray, t: float) -> float | None:
+    """A step series' value at time t (the last sample at or before it); None if n/a."""
+    i = int(np.searchsorted(times, t, side="right")) - 1
+    if i < 0 or not np.isfinite(values[i]):
+        return None
+    return float(values[i])
+
+
+def throttle_onsets(times: np.ndarray, reasons: np.ndarray) -> list[tuple[float, int]]:
+    """(time, reason mask) where a slowdown reason (THROTTLE_BITS) newly appears."""
+    known = np.isfinite(reasons)
+    mask = np.where(known, reasons, 0).astype(np.int64) & THROTTLE_BITS
+    new = mask & ~np.concatenate(([0], mask[:-1]))
+    return [(float(times[i]), int(mask[i])) for i in np.flatnonzero(new)]
+
+
+class StepCurve(QGraphicsPathItem):
+    """A step plot ("left" steps: a value holds until the next sample) drawn as one path.
+
+    pyqtgraph's PlotDataItem recomputes bounds, clipping and its path in Python on every view
+    change; a plain path item is only re-transformed by Qt when the view pans.
+    """
+
+    def __init__(self, pen: QPen) -> None:
+        super().__init__()
+        pen.setCosmetic(True)
+        self.setPen(pen)
+        self.times = np.empty(0)
+        self.values = np.empty(0)
+
+    def set_series(self, times: np.ndarray, values: np.ndarray,
+                   path: QPainterPath | None = None) -> None:
+        """Draw these samples (NaN = n/a breaks the line); `path` if already built for them."""
+        self.times, self.values = times, values
+        self.setPath(step_path(times, values) if path is None else path)
+
+
+def step_path(times: np.ndarray, values: np.ndarray) -> QPainterPath:
+    """The path of a "left" step plot through these samples."""
+    if times.size == 0:
+        return QPainterPath()
+    x = np.repeat(times, 2)[1:]
+    y = np.repeat(values.astype(np.float64), 2)[:-1]
+    return pg.arrayToQPath(x, y, connect="finite")
+
+
+def y_range(values: list[np.ndarray], min_span: float) -> tuple[float, float] | None:
+    """The Y range of a plot's finite values, widened about its middle to at least `min_span`
+    (a count never below 0); None without any finite value."""
+    finite = [v[np.isfinite(v)] for v in values]
+    finite = [v for v in finite if v.size]
+    if not finite:
+        return None
+    low = min(float(v.min()) for v in finite)
+    high = max(float(v.max()) for v in finite)
+    if high - low < min_span:
+        middle = (low + high) / 2
+        low, high = middle - min_span / 2, middle + min_span / 2
+        if low < 0 <= min(float(v.min()) for v in finite):
+            low, high = 0.0, min_span
+    return low, high
+
+
+def _reading(value: float | None) -> str:
+    """A readout value: whole numbers from 1000 up (80123 MiB, not 8.012e+04), else 4 digits."""
+    if value is None:
+        return "n/a"
+    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
+def _num(value: float | None, unit: str) -> str:
+    return "n/a" if value is None else f"{value:.0f} {unit}".rstrip()
+
+
+class GpuPane(QWidget):
+    """Telemetry charts, current values, alert banner and event log for every GPU."""
+
+    alert_raised = Signal(object)  # Alert; also emitted from the sampler thread (queued)
+
+    def __init__(
+        self,
+        parent: QWidget | None = None,
+        *,
+        open_source: Callable[[], TelemetrySource] | None = None,
+        interval: float = DEFAULT_INTERVAL_S,
+        runner: JobRunner | None = None,
+        autostart: bool = True,
+        temp_threshold: float = DEFAULT_TEMP_THRESHOLD_C,
+    ) -> None:
+        super().__init__(parent)
+        self.setObjectName("gpuPane")
+        self.store = TelemetryStore()
+        self.sampler: Sampler | None = None
+        self.interval = interval
+        self.temp_threshold = temp_threshold
+        self.cursor_time: float | None = None
+        self.source_label = ""
+        self._open_source = open_source
+        self._runner = runner or JobRunner(self)
+        self._drawn_version = -1
+        self._curves: dict[tuple[int, str], StepCurve] = {}
+        self._series: dict[tuple[int, str], tuple[np.ndarray, np.ndarray]] = {}
+        self._lod_window = (0.0, 0.0, 0.0)  # (from, to, visible span) the curves now hold
+        self._lod_points = 0
+        self._lod_queue: list[tuple[int, str]] = []
+        self._lod_ready: dict[tuple[int, str], tuple[np.ndarray, np.ndarray, QPainterPath]] = {}
+        self.marked: list[Mark] = []
+        self._follow = True
+        self._banner_alerts: list[Alert] = []
+        self.banner_alert: Alert | None = None
+        self._build()
+        self.alert_raised.connect(self._show_alert)
+        self._timer = QTimer(self)
+        self._timer.setInterval(500)
+        self._timer.timeout.connect(self.refresh)
+        self._timer.start()
+        self._lod_timer = QTimer(self)
+        self._lod_timer.setSingleShot(True)
+        self._lod_timer.setInterval(LOD_INTERVAL_MS)
+        self._lod_timer.timeout.connect(self._apply_lod)
+        if autostart:
+            self.start_live()
+
+    # ---- construction --------------------------------------------------------------------
+
+    def _build(self) -> None:
+        layout = QVBoxLayout(self)
+        header = QHBoxLayout()
+        self.status = QLabel("")
+        self.status.setObjectName("gpuStatus")
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # a long replay path wraps instead of widening the window past a 1280-pixel screen
+        self.status.setWordWrap(True)
+        self.open_button = QPushButton("Open recorded log…")
+        self.open_button.setToolTip("nvidia-smi --query-gpu … --format=csv logs, or a recording"
+                                    " made with ckpt-inspector telemetry --csv")
+        self.open_button.clicked.connect(self._choose_log)
+        self.prometheus_button = QPushButton("From Prometheus…")
+        self.prometheus_button.setToolTip("A node's GPU history from a Prometheus server")
+        self.prometheus_button.clicked.connect(self._choose_prometheus)
+        self.live_button = QPushButton("Live")
+        self.live_button.setToolTip("Sample this machine's GPUs through NVML")
+        self.live_button.clicked.connect(self.start_live)
+        self.key = QLabel("")
+        self.key.setObjectName("gpuColourKey")
+        header.addWidget(self.status, 1)
+        header.addWidget(self.key)
+        header.addWidget(self.live_button)
+        header.addWidget(self.open_button)
+        header.addWidget(self.prometheus_button)
+        layout.addLayout(header)
+
+        self.banner = QFrame()
+        self.banner.setObjectName("gpuAlertBanner")
+        banner_layout = QHBoxLayout(self.banner)
+        banner_layout.setContentsMargins(8, 4, 8, 4)
+        self.banner_text = QLabel("")
+        self.banner_text.setWordWrap(True)
+        dismiss = QPushButton("Dismiss")
+        dismiss.clicked.connect(self.dismiss_banner)
+        banner_layout.addWidget(self.banner_text, 1)
+        banner_layout.addWidget(dismiss)
+        self.banner.hide()
+        layout.addWidget(self.banner)
+
+        self.placeholder = QWidget()
+        place = QVBoxLayout(self.placeholder)
+        place.addStretch(1)
+        self.placeholder_text = QLabel("")
+        self.placeholder_text.setObjectName("gpuNoDriver")
+        self.placeholder_text.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.placeholder_text.setWordWrap(True)
+        place.addWidget(self.placeholder_text)
+        open_here = QPushButton("Open a recorded log…")
+        open_here.setToolTip(self.open_button.toolTip())
+        open_here.clicked.connect(self._choose_log)
+        place.addWidget(open_here, 0, Qt.AlignmentFlag.AlignCenter)
+        place.addStretch(2)
+
+        splitter = QSplitter(Qt.Orientation.Vertical)
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.plots: dict[str, pg.PlotItem] = {}
+        self.crosshairs: dict[str, pg.InfiniteLine] = {}
+        self.marks: dict[str, EventMarks] = {}
+        self.readouts: dict[str, pg.TextItem] = {}
+        first: pg.PlotItem | None = None
+        for row, (title, unit, _fields) in enumerate(PLOTS):
+            plot = self.graphics.addPlot(row=row, col=0,
+                                         axisItems={"bottom": ClockAxis()})
+            plot.setLabel("left", unit)
+            # every plot has its own labelled time axis: the plots scroll, so one axis under
+            # the last would be out of view on a small screen
+            plot.setLabel("bottom", TIME_LABEL)
+            plot.getAxis("left").setWidth(56)
+            plot.setMinimumHeight(MIN_PLOT_HEIGHT)
+            if first is None:
+                first = plot
+            else:
+                plot.setXLink(first)
+            plot.getViewBox().sigRangeChangedManually.connect(self._stop_following)
+            plot.getViewBox().sigRangeChanged.connect(lambda *_a, t=title: self._place_readout(t))
+            marks = EventMarks(labelled=row == 0)
+            plot.addItem(marks, ignoreBounds=True)
+            cross = pg.InfiniteLine(angle=90, movable=False)
+            cross.hide()
+            plot.addItem(cross, ignoreBounds=True)
+            readout = pg.TextItem("", anchor=(0, 0))
+            readout.setZValue(1000)
+            readout.hide()
+            plot.addItem(readout, ignoreBounds=True)
+            self.crosshairs[title], self.readouts[title] = cross, readout
+            self.marks[title] = marks
+            self.plots[title] = plot
+        first.getViewBox().sigXRangeChanged.connect(self._view_moved)
+        self.threshold = pg.InfiniteLine(pos=self.temp_threshold, angle=0, movable=False,
+                                         label=f"alert above {self.temp_threshold:g} °C",
+                                         labelOpts={"position": 0.02, "anchors": [(0, 1), (0, 1)]})
+        self.threshold.setToolTip("Temperature alert threshold")
+        self.plots[PLOTS[0][0]].addItem(self.threshold, ignoreBounds=True)
+        self.graphics.scene().sigMouseMoved.connect(self._mouse_moved)
+        # Plots keep a readable height and scroll (laptop screens) rather than squash.
+        self.graphics.setMinimumHeight(len(PLOTS) * MIN_PLOT_HEIGHT + 40)
+        self.scroll = QScrollArea()
+        self.scroll.setObjectName("gpuCharts")
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
+        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.scroll.setWidget(self.graphics)
+        charts = QWidget()
+        charts_layout = QVBoxLayout(charts)
+        charts_layout.setContentsMargins(0, 0, 0, 0)
+        self.readout = QLabel("Point at a chart to read every GPU's values at that time.")
+        self.readout.setObjectName("gpuReadout")
+        self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        charts_layout.addWidget(self.readout)
+        charts_layout.addWidget(self.scroll, 1)
+        splitter.addWidget(charts)
+
+        lower = QSplitter(Qt.Orientation.Horizontal)
+        self.table = QTableWidget(0, len(_TABLE_COLUMNS))
+        self.table.setHorizontalHeaderLabels(_TABLE_COLUMNS)
+        self.table.verticalHeader().hide()
+        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.log = QTreeWidget()
+        self.log.setHeaderLabels(["Time", "GPU", "Severity", "Event"])
+        self.log.setRootIsDecorated(False)
+        self.log.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.log.header().setStretchLastSection(True)
+        lower.addWidget(self.table)
+        lower.addWidget(self.log)
+        lower.setSizes([820, 440])
+        splitter.addWidget(lower)
+        splitter.setStretchFactor(0, 1)  # a taller window grows the charts, not the table
+        splitter.setStretchFactor(1, 0)
+        splitter.setSizes([700, 200])
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.placeholder)
+        self.stack.addWidget(splitter)
+        layout.addWidget(self.stack, 1)
+        self._restyle()
+
+    def _restyle(self) -> None:
+        """Give charts, curves, markers and the banner the current palette's colours."""
+        palette = self.palette()
+        text = chart_style.text_colour(palette)
+        self.graphics.setBackground(chart_style.base_colour(palette))
+        for title, _unit, fields in PLOTS:
+            plot = self.plots[title]
+            styles = ", ".join(f"{style} {label}" for style, (_, label)
+                               in zip(("solid", "dashed", "dotted"), fields, strict=False))
+            plot.setTitle(f"<b>{title}</b>" + (f" ({styles})" if len(fields) > 1 else ""),
+                          size="9pt", color=text.name())
+            for axis in ("left", "bottom"):
+                plot.getAxis(axis).setPen(text)
+                plot.getAxis(axis).setTextPen(text)
+            self.crosshairs[title].setPen(pg.mkPen(text, width=1, style=Qt.PenStyle.DotLine))
+            self.readouts[title].setColor(text)
+            self.readouts[title].fill = pg.mkBrush(chart_style.base_colour(palette))
+            self.readouts[title].border = pg.mkPen(text)
+        warn = chart_style.role_colour("warn", palette)
+        self.threshold.setPen(pg.mkPen(warn, width=1.5, style=Qt.PenStyle.DashLine))
+        self.threshold.label.setColor(warn)
+        for (gpu, field), curve in self._curves.items():
+            curve.setPen(gpu_pen(gpu, self._field_style(field), palette))
+        roles = {role: chart_style.role_colour(role, palette) for role in ("bad", "warn", "mark")}
+        for marks in self.marks.values():
+            marks.set_colours(roles, chart_style.base_colour(palette))
+        self._update_table(self.cursor_time if self.sampler is None else None)
+        self._style_banner()
+        self._update_key()
+
+    def changeEvent(self, event: QEvent) -> None:
+        """Recolour the charts when the theme switches between light and dark."""
+        if event.type() == QEvent.Type.PaletteChange and hasattr(self, "threshold"):
+            self._restyle()
+        super().changeEvent(event)
+
+    # ---- sources -------------------------------------------------------------------------
+
+    def start_live(self) -> bool:
+        """Start sampling NVML; on a machine without a driver, say so in one line."""
+        self.stop()
+        try:
+            source = self._open()
+        except Exception as exc:  # NvmlUnavailable or a broken binding: one line for the user
+            text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            line = f"{text[:1].upper()}{text[1:]}."
+            if self.store.gpus():  # a replay is on screen: keep it, say why live failed
+                self.status.setText(line)
+            else:
+                self.status.setText("")
+                self.placeholder_text.setText(line)
+                self.stack.setCurrentWidget(self.placeholder)
+            self.live_button.setEnabled(True)
+            return False
+        self._reset(TelemetryStore())
+        self.stack.setCurrentIndex(1)
+        self.sampler = Sampler(source, self.store, self.interval,
+                               on_alert=self.alert_raised.emit)
+        self.sampler.start()
+        names = getattr(source, "names", [])
+        driver = getattr(source, "driver_version", None)
+        self.source_label = "live"
+        self.status.setText(f"Live: {len(names)} GPU(s), every {self.interval:g} s"
+                            + (f", driver {driver}" if driver else ""))
+        self.live_button.setEnabled(False)
+        return True
+
+    def _open(self) -> TelemetrySource:
+        if self._open_source is not None:
+            return self._open_source()
+        from inspector.gpu.nvml_source import NvmlSource
+
+        return NvmlSource.open()
+
+    def stop(self) -> None:
+        """Stop live sampling (the data stays on screen)."""
+        if self.sampler is not None:
+            self.sampler.stop()
+            self.sampler.source.close()
+            self.sampler = None
+        self.live_button.setEnabled(True)
+
+    def shutdown(self) -> None:
+        """Stop everything; call when the window closes."""
+        self._timer.stop()
+        self._lod_timer.stop()
+        self.stop()
+
+    def _choose_log(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open telemetry log", "",
+                                              "CSV logs (*.csv *.log *.txt);;All files (*)")
+        if path:
+            self.open_log(path)
+
+    def open_log(self, path: str) -> Job:
+        """Replay a recorded log; it is read in the background and then shown whole."""
+        def read() -> list[GpuSample]:
+            from inspector.gpu.smi_csv import read_log
+
+            return read_log(path).samples
+
+        return self._load_history(path, read, "Cannot open log")
+
+    def _choose_prometheus(self) -> None:
+        from inspector.gui.dialogs.prometheus_dialog import PrometheusDialog
+
+        dialog = PrometheusDialog(self)
+        if dialog.exec() and dialog.query:
+            self.open_prometheus(dialog.query)
+
+    def open_prometheus(self, query: RangeQuery) -> Job:
+        """Load a node's GPU history from Prometheus in the background, shown as a replay."""
+        def read() -> list[GpuSample]:
+            from inspector.gpu.prom_reader import read_range
+
+            return read_range(query)
+
+        return self._load_history(f"{query.node or 'the node'} from {query.url}", read,
+                                  "Cannot load from Prometheus")
+
+    def _load_history(self, label: str, read: Callable[[], list[GpuSample]],
+                      failure: str) -> Job:
+        """Read samples off the UI thread, run the alert rules over them, show them whole."""
+        self.status.setText(f"Reading {label}…")
+
+        def load(emit, cancel) -> tuple[TelemetryStore, list[Alert], int]:
+            samples = read()
+            per_gpu: dict[int, int] = {}
+            for s in samples:
+                per_gpu[s.index] = per_gpu.get(s.index, 0) + 1
+            store = TelemetryStore(capacity=max(per_gpu.values(), default=1))
+            return store, ingest(store, samples), len(samples)
+
+        job = Job("replay", load, self)
+        job.finished.connect(lambda payload: self._show_replay(label, *payload))
+        job.failed.connect(lambda message: self.status.setText(f"{failure}: {message}"))
+        return self._runner.start(job)
+
+    def _show_replay(self, path: str, store: TelemetryStore, alerts: list[Alert],
+                     rows: int) -> None:
+        self.stop()
+        self._reset(store)
+        self.stack.setCurrentIndex(1)
+        self.source_label = path
+        self.status.setText(f"Replay of {path}: {rows} rows, {len(store.gpus())} GPU(s)")
+        for alert in alerts:
+            self._show_alert(alert)
+        self.refresh()
+        self._fit_all()
+
+    def _reset(self, store: TelemetryStore) -> None:
+        self.store = store
+        for plot in self.plots.values():
+            plot.clear()
+        self._curves.clear()
+        self._series.clear()
+        self._lod_window, self._lod_queue, self._lod_ready = (0.0, 0.0, 0.0), [], {}
+        self.marked = []
+        for title, plot in self.plots.items():
+            self.marks[title].set_marks([])
+            plot.addItem(self.marks[title], ignoreBounds=True)
+            plot.addItem(self.crosshairs[title], ignoreBounds=True)
+            plot.addItem(self.readouts[title], ignoreBounds=True)
+            self.crosshairs[title].hide()
+            self.readouts[title].hide()
+        self.plots[PLOTS[0][0]].addItem(self.threshold, ignoreBounds=True)
+        self.cursor_time = None
+        self._drawn_version = -1
+        self._follow = True
+        self.table.setRowCount(0)
+        self.log.clear()
+        self.dismiss_banner()
+
+    # ---- drawing -------------------------------------------------------------------------
+
+    def _fit_all(self) -> None:
+        """Show the whole recording, each plot's Y range fitted to its data, then hold: a
+        replay does not change, so nothing recomputes bounds while the user pans."""
+        spans = [t for t, _ in self._series.values() if t.size]
+        if not spans:
+            return
+        self.plots[PLOTS[0][0]].setXRange(min(t[0] for t in spans), max(t[-1] for t in spans),
+                                          padding=0.01)
+        for title, _unit, _fields in PLOTS:
+            self.plots[title].disableAutoRange()
+        self._fit_y()
+
+    def _fit_y(self, since: float = -np.inf) -> None:
+        """Each plot's Y range over its samples from `since` on, never narrower than its
+        unit's MIN_SPANS (pyqtgraph's auto range would blow a constant series up into noise)."""
+        for title, unit, fields in PLOTS:
+            names = {field for field, _ in fields}
+            found = y_range([v[t >= since] for (_, f), (t, v) in self._series.items()
+                             if f in names], MIN_SPANS.get(unit, 1.0))
+            if found is not None:
+                self.plots[title].setYRange(*found, padding=0.08)
+
+    def _stop_following(self) -> None:
+        self._follow = False
+
+    @staticmethod
+    def _field_style(field: str) -> int:
+        return next(i for _t, _u, fields in PLOTS for i, (f, _) in enumerate(fields) if f == field)
+
+    def _curve(self, gpu: int, title: str, field: str, style: int, label: str) -> StepCurve:
+        key = (gpu, field)
+        curve = self._curves.get(key)
+        if curve is None:
+            curve = StepCurve(gpu_pen(gpu, style, self.palette()))
+            curve.setZValue(gpu)  # later (thinner) GPUs on top of earlier (wider) ones
+            curve.setToolTip(f"GPU{gpu} {label}")
+            self.plots[title].addItem(curve)
+            self._curves[key] = curve
+        return curve
+
+    def refresh(self) -> None:
+        """Redraw from the store if it changed since the last redraw (UI timer)."""
+        version = self.store.version
+        if version == self._drawn_version:
+            return
+        self._drawn_version = version
+        for gpu in self.store.gpus():
+            for title, _unit, fields in PLOTS:
+                for style, (field, label) in enumerate(fields):
+                    times, values = self.store.series(gpu, field)
+                    if not np.isfinite(values).any():
+                        continue  # this GPU never reported the field: no empty curve
+                    self._curve(gpu, title, field, style, label)
+                    self._series[(gpu, field)] = (times, values)
+        if self.sampler is not None and self._follow:
+            self._scroll_to_latest()
+        self._apply_lod()
+        self._draw_markers()
+        self._update_table(self.cursor_time if self.sampler is None else None)
+        self._update_key()
+
+    def _view_moved(self) -> None:
+        (left, right), _ = self.plots[PLOTS[0][0]].getViewBox().viewRange()
+        lo, hi, span = self._lod_window
+        inside = lo <= left and right <= hi
+        same_zoom = span > 0 and 0.6 < (right - left) / span < 1.6
+        if not (inside and same_zoom) and not self._lod_timer.isActive():
+            self._lod_timer.start()  # throttled: a long pan keeps updating
+
+    def _apply_lod(self) -> None:
+        """Queue every curve for its visible window (plus one either side), peak-decimated."""
+        view = self.plots[PLOTS[0][0]].getViewBox()
+        (left, right), _ = view.viewRange()
+        span = right - left
+        if self.sampler is None and not self._lod_window[2]:
+            left, right, span = -np.inf, np.inf, 0.0  # first draw of a replay: everything
+        self._lod_window = (left - span, right + span, span)
+        self._lod_points = max(200, int(view.width()))
+        self._lod_queue, self._lod_ready = list(self._series), {}
+        self._lod_step()
+
+    def _lod_step(self) -> None:
+        """Build a few curves' paths per event-loop turn, then swap them all in at once: no
+        turn does much work, and the scene repaints once per window change, not per batch."""
+        lo, hi, _ = self._lod_window
+        for key in self._lod_queue[:LOD_BATCH]:
+            times, values = peak_decimate(*self._series[key], lo, hi, self._lod_points)
+            self._lod_ready[key] = (times, values, step_path(times, values))
+        del self._lod_queue[:LOD_BATCH]
+        if self._lod_queue:
+            QTimer.singleShot(0, self, self._lod_step)
+            return
+        for key, (times, values, path) in self._lod_ready.items():
+            self._curves[key].set_series(times, values, path)
+        self._lod_ready = {}
+
+    def _scroll_to_latest(self) -> None:
+        """Live: show the last LIVE_WINDOW_S seconds, or everything while there is less."""
+        latest = max((s.timestamp for g in self.store.gpus() if (s := self.store.latest(g))),
+                     default=time.time())
+        oldest = min((t[0] for t, _ in self._series.values() if t.size), default=latest)
+        start = max(oldest, latest - LIVE_WINDOW_S)
+        first = self.plots[PLOTS[0][0]]
+        first.setXRange(start, max(latest, start + 10 * self.interval), padding=0.01)
+        self._fit_y(since=start)
+
+    def events(self) -> list[tuple[float, int | None, str, str, str]]:
+        """What the charts mark: (time, GPU, kind, severity, message) for every alert in the
+        store and every throttle onset in the samples, oldest first."""
+        found = [(a.timestamp, a.gpu, a.kind, a.severity, a.message)
+                 for a in list(self.store.alerts)]
+        for gpu in self.store.gpus():
+            times, reasons = self.store.series(gpu, "clocks_event_reasons")
+            for t, mask in throttle_onsets(times, reasons):
+                why = ", ".join(decode_clock_reasons(mask))
+                found.append((t, gpu, "throttle", "warning", f"GPU {gpu}: clocks slowed ({why})"))
+        return sorted(found, key=lambda e: e[0])
+
+    def _draw_markers(self) -> None:
+        """Mark every event on every plot (the first plot labels them)."""
+        marks = []
+        for t, gpu, kind, severity, message in self.events():
+            short = message.split(": ", 1)[-1].split(" (")[0] if kind == "xid" else (
+                MARKER_WORDS.get(kind, kind.replace("_", " ")))
+            role = "mark" if kind == "throttle" else "bad" if severity == "critical" else "warn"
+            marks.append(Mark(t, role, f"{short} GPU{gpu}" if gpu is not None else short,
+                              message))
+        if marks != self.marked:
+            self.marked = marks
+            for item in self.marks.values():
+                item.set_marks(marks)
+
+    # ---- cursor --------------------------------------------------------------------------
+
+    def _mouse_moved(self, pos: QPointF) -> None:
+        for title, plot in self.plots.items():
+            if plot.sceneBoundingRect().contains(pos):
+                view = plot.getViewBox()
+                t = view.mapSceneToView(pos).x()
+                self.hover_at(t)
+                per_px = view.viewPixelSize()[0]
+                mark = self.marks[title].near(t, MARKER_HOVER_PX * per_px)
+                self.graphics.setToolTip(mark.message if mark else "")
+                return
+
+    def hover_at(self, t: float) -> None:
+        """Crosshair at time t on every plot, each with every GPU's value there; in a replay
+        the table shows the values at t too."""
+        self.cursor_time = t
+        gpus = self.store.gpus()
+        stamp = datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+        self.readout.setText(f"At {stamp}" + (" (the table shows this time)"
+                                              if self.sampler is None else ""))
+        for title, unit, fields in PLOTS:
+            lines = []
+            for gpu in gpus:
+                values = [value_at(*self._series[(gpu, f)], t) if (gpu, f) in self._series
+                          else None for f, _ in fields]
+                if any(v is not None for v in values):
+                    shown = " / ".join(_reading(v) for v in values)
+                    lines.append(f"GPU{gpu} {shown} {unit}")
+            cross, readout = self.crosshairs[title], self.readouts[title]
+            cross.setPos(t)
+            cross.show()
+            readout.setText("\n".join(lines))
+            readout.setVisible(bool(lines))
+            self._place_readout(title)
+        if self.sampler is None:
+            self._update_table(t)
+
+    def _place_readout(self, title: str) -> None:
+        """Pin a plot's readout to the top of its view beside the crosshair (live views move)."""
+        readout = self.readouts[title]
+        if self.cursor_time is None or not readout.isVisible():
+            return
+        (left, right), (_bottom, top) = self.plots[title].getViewBox().viewRange()
+        on_right = self.cursor_time > (left + right) / 2
+        readout.setAnchor((1, 0) if on_right else (0, 0))
+        readout.setPos(self.cursor_time, top)
+        if title == PLOTS[0][0]:
+            # the threshold's label goes to the far end of its line, out of the readout's way
+            label = self.threshold.label
+            label.anchors = [(0, 1), (0, 1)] if on_right else [(1, 1), (1, 1)]
+            label.setPosition(0.02 if on_right else 0.98)
+
+    def _sample_at(self, gpu: int, t: float) -> GpuSample | None:
+        """One GPU's reading in force at time t, rebuilt from the store's series."""
+        latest = self.store.latest(gpu)
+        times, _ = self.store.series(gpu, FIELDS[0].name)
+        i = int(np.searchsorted(times, t, side="right")) - 1
+        if latest is None or i < 0:
+            return None
+        values = {}
+        for f in FIELDS:
+            v = self.store.series(gpu, f.name)[1][i]
+            if not np.isfinite(v):
+                values[f.name] = None
+            else:
+                values[f.name] = bool(v) if f.kind == "bool" else (
+                    int(v) if f.kind == "mask" else float(v))
+        return GpuSample(float(times[i]), gpu, latest.name, latest.uuid, **values)
+
+    def _update_key(self) -> None:
+        palette = self.palette()
+        entries = [f'<span style="color:{gpu_colour(g, palette).name()}">'
+                   f'{"━" if GPU_WIDTHS[g % len(GPU_WIDTHS)] >= 2 else "─"} GPU{g}</span>'
+                   for g in self.store.gpus()]
+        self.key.setText("&nbsp;&nbsp;".join(entries))
+        self.key.setToolTip("Each GPU has its own colour and line width; a later GPU is drawn"
+                            " thinner on top, so matching values never hide a GPU")
+
+    def _update_table(self, at: float | None = None) -> None:
+        """Current values: each GPU's latest sample, or (replay cursor) those in force at `at`."""
+        gpus = self.store.gpus()
+        self.table.setRowCount(len(gpus))
+        palette = self.palette()
+        for row, gpu in enumerate(gpus):
+            s = self.store.latest(gpu) if at is None else self._sample_at(gpu, at)
+            if s is None:
+                self.table.setItem(row, 0, QTableWidgetItem(f"GPU{gpu} (no sample yet)"))
+                continue
+            state = []
+            if s.retired_pending:
+                state.append("retirement pending")
+            if s.remapped_pending:
+                state.append("remap pending")
+            if s.remapped_failure:
+                state.append("REMAP FAILED")
+            reasons = decode_clock_reasons(s.clocks_event_reasons)
+            cells = (
+                f"GPU{gpu} {(s.name or '').removeprefix('NVIDIA ')}".strip()
+                + (" (LOST)" if s.lost else ""),
+                _num(s.temperature_gpu, "°C"),
+                f"{_num(s.power_draw, '')} / {_num(s.power_limit, 'W')}",
+                _num(s.utilization_gpu, "%"),
+                f"{_num(s.memory_used, '')} / {_num(s.memory_total, 'MiB')}",
+                _num(s.clock_sm, "MHz"),
+                ", ".join(reasons) or ("n/a" if s.clocks_event_reasons is None else "none"),
+                _num(s.ecc_uncorrected_volatile, ""),
+                ", ".join(state) or "ok",
+            )
+            for col, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                if col == 0:
+                    item.setForeground(gpu_colour(gpu, palette))
+                self.table.setItem(row, col, item)
+
+    # ---- alerts --------------------------------------------------------------------------
+
+    def _show_alert(self, alert: Alert) -> None:
+        when = datetime.fromtimestamp(alert.timestamp).strftime("%Y-%m-%d %H:%M:%S")
+        item = QTreeWidgetItem([when, "" if alert.gpu is None else str(alert.gpu),
+                                alert.severity, alert.message])
+        item.setToolTip(3, alert.message)
+        if alert.severity == "critical":
+            item.setForeground(2, chart_style.role_colour("bad", self.palette()))
+        self.log.insertTopLevelItem(0, item)
+        self._banner_alerts.append(alert)
+        self._show_banner()
+
+    def _show_banner(self) -> None:
+        """The worst alert since the banner was last dismissed: a critical ECC error on one GPU
+        is never hidden behind a later temperature warning on another."""
+        worst = worst_alert(self._banner_alerts)
+        if worst is None:
+            self.banner.hide()
+            return
+        count = self.log.topLevelItemCount()
+        when = datetime.fromtimestamp(worst.timestamp).strftime("%H:%M:%S")
+        self.banner_alert = worst
+        self.banner_text.setText(
+            f"⚠ {worst.severity.upper()} at {when}: {worst.message}"
+            + (f"  ({count} alerts in the event log)" if count > 1 else ""))
+        self._style_banner()
+        self.banner.show()
+
+    def _style_banner(self) -> None:
+        role = "bad" if self.banner_alert is None or self.banner_alert.severity == "critical" \
+            else "warn"
+        self.banner.setStyleSheet(
+            f"#gpuAlertBanner {{ {chart_style.banner_css(role, self.palette())} }}"
+            " QLabel { border: none; background: transparent; }")
+
+    def dismiss_banner(self) -> None:
+        """Hide the banner until the next alert (the event log keeps every one)."""
+        self._banner_alerts = []
+        self.banner.hide()

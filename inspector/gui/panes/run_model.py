@@ -1,0 +1,120 @@
+"""A training run's checkpoints as table rows: the ledger's records and their state now.
+
+`run_rows(ledger, checks)` is plain Python over `run.checkpoints` (no Qt, no torch);
+`RunTableModel` serves those rows to a view.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject
+
+from inspector.core.vocabulary import CheckpointState, SaveOutcome
+from inspector.gui import roles
+from inspector.gui.verdict_style import tint
+from inspector.run.checkpoints import CheckpointCheck, RunLedger, SaveRecord
+
+CHECKING = "checking…"
+COLUMNS = ("Step", "Epoch", "Saved (UTC)", "Size", "At save", "Now", "Rank", "Ledger line",
+           "Checkpoint", "Detail")
+NUMERIC = frozenset({0, 1, 3, 6, 7})
+STATE_COLOURS = {CheckpointState.INTACT: "#2e7d32", CheckpointState.CHANGED: "#c62828",
+                 CheckpointState.MISSING: "#c62828", CheckpointState.REMOVED: "#6e6e6e",
+                 CheckpointState.REPLACED: "#6e6e6e"}
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One ledgered checkpoint as the table shows it."""
+
+    record: SaveRecord
+    location: Path
+    state: CheckpointState | None
+    """None while the check runs."""
+    detail: str
+    chain: str
+    """'ok', or what the journal's chain says about this record's line."""
+
+    def cells(self) -> tuple[str, ...]:
+        """The row's text, column by column."""
+        r = self.record
+        epoch = "" if r.epoch is None else f"{r.epoch:g}"
+        when = r.time.replace("T", " ")[:19]
+        state = CHECKING if self.state is None else self.state.value
+        line = f"{r.line}" if self.chain == "ok" else f"{r.line} ({self.chain})"
+        notes = "; ".join(filter(None, [self.detail, *r.warnings,
+                                        r.detail if r.outcome != SaveOutcome.VERIFIED else ""]))
+        return ("" if r.step is None else f"{r.step:,}", epoch, when, _size(r.size),
+                r.outcome.value, state, str(r.rank), line, r.path, notes)
+
+
+def run_rows(ledger: RunLedger, checks: list[CheckpointCheck] | None = None) -> list[RunRow]:
+    """The table's rows, newest first; without `checks`, each state is still being checked."""
+    chain = {p.line: p.kind for p in ledger.journal.problems}
+    by_seq = {c.record.seq: c for c in checks or ()}
+    rows = []
+    for record in reversed(ledger.saves):
+        check = by_seq.get(record.seq)
+        rows.append(RunRow(record, ledger.resolve(record),
+                           check.state if check else None, check.detail if check else "",
+                           chain.get(record.line, "ok")))
+    return rows
+
+
+def chain_text(ledger: RunLedger) -> str:
+    """The journal's integrity in one line."""
+    if ledger.journal.intact:
+        return f"chain intact ({len(ledger.journal.entries)} records)"
+    named = "; ".join(f"line {p.line} {p.kind}" for p in ledger.journal.problems[:4])
+    more = len(ledger.journal.problems) - 4
+    return f"chain broken: {named}" + (f" and {more} more" if more > 0 else "")
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n} B"
+
+
+class RunTableModel(QAbstractTableModel):
+    """The run's checkpoints, one row each, newest first."""
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.rows: list[RunRow] = []
+        self._cells: list[tuple[str, ...]] = []
+        self._brushes = {state: tint(colour) for state, colour in STATE_COLOURS.items()}
+
+    def set_rows(self, rows: list[RunRow]) -> None:
+        """Show these rows."""
+        self.beginResetModel()
+        self.rows = rows
+        self._cells = [r.cells() for r in rows]
+        self.endResetModel()
+
+    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section, orientation, role=roles.DISPLAY):
+        if orientation == roles.HORIZONTAL and role == roles.DISPLAY:
+            return COLUMNS[section]
+        return None
+
+    def data(self, index: QModelIndex, role: int = roles.DISPLAY):
+        row, col = index.row(), index.column()
+        if role == roles.DISPLAY:
+            return self._cells[row][col]
+        if role == roles.ALIGNMENT and col in NUMERIC:
+            return roles.RIGHT
+        if role == roles.BACKGROUND and col == 5:
+            state = self.rows[row].state
+            return self._brushes.get(state) if state is not None else None
+        if role == roles.TOOLTIP:
+            return str(self.rows[row].location)
+        return None

@@ -1,0 +1,502 @@
+"""Verify files, and the tensors inside them, against a manifest.
+
+File level: ok / mismatch / missing / size_mismatch / extra, the size compared first so a
+truncated download is reported without hashing it. As with `sha256sum -c`, a file the manifest
+does not list is reported as extra but fails the check only when the caller asks for strict.
+Tensor level (when the manifest has tensors): ok / mismatch / missing / extra /
+dtype_or_shape_changed. Tensor digests come from a caller-supplied function (the CLI and GUI
+pass the jailed worker's), so this module never deserialises anything; it hashes the file
+while that function runs, on a second core.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from inspector.core.dtypes import canonical_dtype
+from inspector.core.json_record import JsonRecord, typed_list
+from inspector.core.progress import Cancelled, CancelToken, ProgressFn, check
+from inspector.core.vocabulary import FileStatus, TensorCheckStatus
+from inspector.formats.safetensors_header import SafetensorsHeader, read_header
+from inspector.integrity.hashing import ByteProgress, HashAhead, sha256_file
+from inspector.integrity.manifest import FileEntry, Manifest, TensorEntry
+from inspector.shards.index import (
+    ORPHAN_NOTE,
+    ShardError,
+    ShardIndex,
+    is_index,
+    orphan_shards,
+    read_index,
+)
+
+OK, MISMATCH, MISSING = FileStatus.OK, FileStatus.MISMATCH, FileStatus.MISSING
+EXTRA, SIZE_MISMATCH = FileStatus.EXTRA, FileStatus.SIZE_MISMATCH
+UNCHECKED, ORPHAN = FileStatus.UNCHECKED, FileStatus.ORPHAN
+DTYPE_OR_SHAPE_CHANGED = TensorCheckStatus.DTYPE_OR_SHAPE_CHANGED
+
+
+class TensorDigestFn(Protocol):
+    """Returns the tensors of a checkpoint with their digests; raises on a file it cannot load."""
+
+    def __call__(self, path: Path, *, cancel: CancelToken | None = None) -> list[TensorEntry]: ...
+
+
+@dataclass
+class FileCheck(JsonRecord):
+    """The verdict on one file."""
+
+    path: str
+    status: str
+    expected: str | None = None
+    actual: str | None = None
+    expected_size: int | None = None
+    actual_size: int | None = None
+    algorithm: str | None = "sha256"
+    note: str | None = None
+
+
+@dataclass
+class TensorCheck(JsonRecord):
+    """The verdict on one tensor."""
+
+    key: str
+    file: str
+    status: str
+    expected: str | None = None
+    actual: str | None = None
+    expected_dtype: str | None = None
+    actual_dtype: str | None = None
+    expected_shape: list[int] | None = None
+    actual_shape: list[int] | None = None
+
+
+@dataclass
+class VerifyResult(JsonRecord):
+    """Every file and tensor verdict, plus errors that stopped a tensor check."""
+
+    files: list[FileCheck] = field(default_factory=list, metadata=typed_list(FileCheck))
+    tensors: list[TensorCheck] = field(default_factory=list, metadata=typed_list(TensorCheck))
+    errors: list[str] = field(default_factory=list)
+    strict: bool = False
+
+    @property
+    def failed_files(self) -> list[FileCheck]:
+        """Files that fail the check: not ok, and extras only when strict."""
+        tolerated = {OK} if self.strict else {OK, EXTRA}
+        return [f for f in self.files if f.status not in tolerated]
+
+    @property
+    def differs(self) -> bool:
+        """True when a file or tensor differs from the record (not merely unchecked)."""
+        return any(f.status != UNCHECKED for f in self.failed_files) or any(
+            t.status != OK for t in self.tensors
+        )
+
+    @property
+    def ok(self) -> bool:
+        """True when no file fails, every tensor is ok and nothing failed."""
+        return (
+            not self.errors
+            and not self.failed_files
+            and all(t.status == OK for t in self.tensors)
+        )
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> VerifyResult:
+        """Back from the verify contract; `ok` is recomputed, unknown keys kept (`extra`)."""
+        return super().from_json({k: v for k, v in data.items() if k != "ok"})
+
+    def to_json(self) -> dict[str, Any]:
+        """The verify contract (README, "JSON contracts")."""
+        return {
+            "ok": self.ok,
+            "strict": self.strict,
+            "files": [f.to_json() for f in self.files],
+            "tensors": [t.to_json() for t in self.tensors],
+            "errors": self.errors,
+            **self.extra,
+        }
+
+
+@dataclass
+class Measured:
+    """What was read from one file: its hash and, when asked, its tensors."""
+
+    sha256: str | None
+    tensors: list[TensorEntry] | None = None
+    error: str | None = None
+
+
+def measure_file(
+    path: Path,
+    hash_file: bool = True,
+    tensor_digests: TensorDigestFn | None = None,
+    progress: ProgressFn | None = None,
+    cancel: CancelToken | None = None,
+    hashes: HashAhead | None = None,
+) -> Measured:
+    """Hash a file and collect its tensor digests at the same time (the worker is a 2nd core);
+    the hash comes from `hashes` when they hash it already."""
+    def file_hash(token: CancelToken | None) -> str | None:
+        if not hash_file:
+            return None
+        return hashes.get(path) if hashes is not None else sha256_file(path, progress, token)
+
+    if tensor_digests is None:
+        return Measured(sha256=file_hash(cancel))
+    # imported here: concurrent.futures pulls in logging, ~30 ms off every file-level verify
+    from concurrent.futures import ThreadPoolExecutor
+
+    # a token of our own when the caller has none, so a failed hash still stops the worker
+    token = cancel if cancel is not None else CancelToken()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tensor-digests") as pool:
+        future = pool.submit(tensor_digests, path, cancel=token)
+        try:
+            sha = file_hash(token)
+        except BaseException:
+            token.cancel()
+            raise
+        try:
+            return Measured(sha256=sha, tensors=future.result())
+        except Cancelled:
+            raise
+        except Exception as exc:  # the worker's failure is a verdict on this file, not a crash
+            return Measured(sha256=sha, error=f"{path}: tensors not checked: {exc}")
+
+
+Plan = list[tuple[FileEntry | None, Path]]
+"""Manifest entries paired with the files on disk (`plan`); None marks an extra file."""
+
+
+def plan(manifest: Manifest, paths: Iterable[Path]) -> Plan:
+    """Pair manifest entries with files on disk; an entry with None is an extra file.
+
+    No paths: the manifest's folder. A folder that holds the manifest, or lies under its folder,
+    is checked against the manifest's paths; any other folder is taken as a copy of the
+    manifest's folder (a download beside a manifest kept elsewhere). A file is matched by its
+    path, or else by its name when only one entry has that name (a Git LFS pointer).
+    """
+    roots = list(paths) or [manifest.base_dir]
+    skipped = {os.path.abspath(manifest.source)} if manifest.source is not None else set()
+    pairs: Plan = []
+    claimed: set[int] = set()
+    seen: set[str] = set()
+
+    def add(entry: FileEntry | None, location: Path) -> None:
+        key = os.path.abspath(location)
+        if key in seen or (entry is not None and id(entry) in claimed):
+            return
+        seen.add(key)
+        if entry is not None:
+            claimed.add(id(entry))
+        pairs.append((entry, location))
+
+    base = Path(os.path.abspath(manifest.base_dir))
+    for root in roots:
+        root_abs = Path(os.path.abspath(root))
+        if root_abs.is_dir():
+            inside = root_abs == base or base in root_abs.parents
+            start = base if inside else root_abs
+            for entry in manifest.files:
+                location = start / Path(*entry.path.split("/"))
+                if not inside or root_abs == location or root_abs in location.parents:
+                    add(entry, location)
+            for found in list_files(root_abs):
+                if os.path.abspath(found) not in skipped:
+                    add(None, found)
+        else:
+            add(_match_file(manifest, root_abs), root_abs)
+    return pairs
+
+
+def _match_file(manifest: Manifest, path: Path) -> FileEntry | None:
+    if manifest.dialect == "git-lfs":
+        # a pointer describes one file, usually saved under another name than the download
+        return manifest.files[0]
+    for entry in manifest.files:
+        if Path(os.path.abspath(manifest.resolve(entry))) == path:
+            return entry
+    by_name = [e for e in manifest.files if e.path.rsplit("/", 1)[-1] == path.name]
+    return by_name[0] if len(by_name) == 1 else None
+
+
+def list_files(root: Path) -> list[Path]:
+    """Every file under a folder, skipping hidden names (.git, editors' and our temp files)."""
+    found = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        found += [Path(folder, n) for n in sorted(names) if not n.startswith(".")]
+    return found
+
+
+def tensor_targets(pairs: Plan) -> list[Path]:
+    """The files whose tensor digests `verify` asks the digest function for, in its order
+    (a listing its header answers is not asked for)."""
+    return [location for entry, location in pairs
+            if _checks_tensors(entry, _size(location)) and not from_header(entry)]
+
+
+def from_header(entry: FileEntry | None) -> bool:
+    """Whether the record's tensors are checked from the file's safetensors header alone: it
+    lists keys (dtypes, shapes) and no digest, as a sharded checkpoint's index does."""
+    return (entry is not None and entry.tensors is not None
+            and entry.path.endswith(".safetensors")
+            and all(t.digest is None for t in entry.tensors))
+
+
+def header_tensors(header: SafetensorsHeader) -> list[TensorEntry]:
+    """The tensors a safetensors header lists (key, dtype, shape; no digest); ValueError with
+    the header's refusal where a loader would refuse the file."""
+    refusal = header.refusal()
+    if refusal is not None:
+        raise ValueError(refusal)
+    return [TensorEntry(e.key, e.dtype.name, tuple(e.shape)) for e in header.entries]
+
+
+def header_listing(path: Path, *, cancel: CancelToken | None = None) -> list[TensorEntry]:
+    """`header_tensors` of a local file (a `TensorDigestFn` that reads the header only)."""
+    with open(path, "rb") as fh:
+        return header_tensors(read_header(fh, os.fstat(fh.fileno()).st_size))
+
+
+def hash_targets(pairs: Plan) -> list[Path]:
+    """The files of `pairs` that `verify` hashes: listed with a SHA-256, present, of the
+    listed size (a file of another size fails without being read)."""
+    return [location for entry, location in pairs if _hashes(entry, _size(location))]
+
+
+def _hashes(entry: FileEntry | None, size: int | None) -> bool:
+    return (entry is not None and bool(entry.sha256) and size is not None
+            and (entry.size is None or entry.size == size))
+
+
+def _checks_tensors(entry: FileEntry | None, size: int | None) -> bool:
+    # listed with tensors and present: a file of another size still gets its tensor verdicts
+    return entry is not None and entry.tensors is not None and size is not None
+
+
+def verify(
+    manifest: Manifest,
+    paths: Iterable[Path] = (),
+    tensor_digests: TensorDigestFn | None = None,
+    progress: ProgressFn | None = None,
+    cancel: CancelToken | None = None,
+    strict: bool = False,
+    pairs: Plan | None = None,
+    whole: bool = True,
+    hashes: HashAhead | None = None,
+) -> VerifyResult:
+    """Verify files (and their tensors, when the manifest has them and a digest fn is given);
+    `pairs`, when the caller already planned `paths`, spares a second walk of the folders.
+    Files are hashed a core each at once (`HashAhead`; `hashes` when the caller runs them
+    across several calls), verdicts come in the plan's order. `whole` False is one part of a
+    batch: the checks over every file (extras an index picks, nothing checked at all) are left
+    to the caller."""
+    pairs = plan(manifest, paths) if pairs is None else pairs
+    sizes = [_size(loc) for _e, loc in pairs]
+    to_hash = {i for i, (entry, _loc) in enumerate(pairs) if _hashes(entry, sizes[i])}
+    if hashes is not None:
+        return _verify_pairs(manifest, pairs, sizes, to_hash, tensor_digests, cancel, strict,
+                             whole, paths, hashes)
+    track = ByteProgress(progress, sum(sizes[i] or 0 for i in to_hash))
+    with HashAhead([pairs[i][1] for i in sorted(to_hash)], track, cancel) as ahead:
+        return _verify_pairs(manifest, pairs, sizes, to_hash, tensor_digests, cancel, strict,
+                             whole, paths, ahead)
+
+
+def _verify_pairs(manifest: Manifest, pairs: Plan, sizes: list[int | None], to_hash: set[int],
+                  tensor_digests: TensorDigestFn | None, cancel: CancelToken | None,
+                  strict: bool, whole: bool, paths: Iterable[Path],
+                  hashes: HashAhead) -> VerifyResult:
+    result = VerifyResult(strict=strict)
+    for i, (entry, location) in enumerate(pairs):
+        check(cancel)
+        size = sizes[i]
+        if entry is None and size is None:
+            result.errors.append(f"{location}: no such file, and the manifest does not list it")
+            continue
+        if entry is None:
+            result.files.append(FileCheck(path=str(location), status=EXTRA, actual_size=size))
+            continue
+        record = FileCheck(
+            path=entry.path,
+            status=OK,
+            expected=entry.sha256,
+            expected_size=entry.size,
+            actual_size=size,
+        )
+        result.files.append(record)
+        if size is None:
+            record.status = MISSING
+            continue
+        want_tensors = tensor_digests is not None and _checks_tensors(entry, size)
+        digests = header_listing if from_header(entry) else tensor_digests
+        if entry.size is not None and entry.size != size:
+            record.status = SIZE_MISMATCH
+            if not want_tensors:  # a file of another size fails without being read
+                continue
+        measured = measure_file(
+            location,
+            hash_file=i in to_hash,
+            tensor_digests=digests if want_tensors else None,
+            cancel=cancel,
+            hashes=hashes,
+        )
+        record.actual = measured.sha256
+        if entry.sha256 and i in to_hash and measured.sha256 != entry.sha256:
+            record.status = MISMATCH
+        if measured.error:
+            result.errors.append(measured.error)
+        elif want_tensors:
+            result.tensors += compare_tensors(
+                entry.tensors or [], measured.tensors or [], entry.path
+            )
+    if whole:
+        mark_index_extras(result, manifest, pairs)
+        if manifest.files and all(f.status == EXTRA for f in result.files):
+            result.errors.append(nothing_checked(manifest, paths))
+    return result
+
+
+def mark_index_extras(result: VerifyResult, manifest: Manifest, pairs: Plan) -> None:
+    """Extra files that an index picks are no tolerated extras (`_mark_extras`), over every
+    pair planned (a batch verifies them one at a time, then marks once over all)."""
+    if manifest.dialect == "index" and manifest.source is not None:
+        _mark_extras(result, [manifest.source], orphan_shards, ORPHAN, ORPHAN_NOTE)
+    listed_indexes = [loc for entry, loc in pairs if entry is not None and is_index(loc)]
+    _mark_extras(result, listed_indexes, ShardIndex.shards, UNCHECKED, UNLISTED_SHARD_NOTE)
+
+
+def nothing_checked(manifest: Manifest, paths: Iterable[Path]) -> str:
+    """Why a verification that compared no file is no pass: what was expected, and where."""
+    expected = [e.path for e in manifest.files]
+    shown = ", ".join(expected[:3]) + (f" and {len(expected) - 3} more" if len(expected) > 3
+                                       else "")
+    roots = [str(p) for p in paths] or [str(manifest.base_dir)]
+    return (f"nothing was checked: none of the {len(expected)} file(s) the manifest lists "
+            f"({shown}) was found under {', '.join(roots)}; their paths are read relative to "
+            f"{os.path.abspath(manifest.base_dir)} (the manifest's folder). Name the folder "
+            "that holds them, or run verify from the manifest's folder")
+
+
+UNLISTED_SHARD_NOTE = ("a shard that an index the manifest lists names, so the model loads it, "
+                       "but the manifest does not list it: it was not verified")
+
+
+def _mark_extras(result: VerifyResult, indexes: list[Path],
+                 names: Callable[[ShardIndex], Iterable[str]], status: FileStatus,
+                 note: str) -> None:
+    """Extra files that `names` of an index picks are no tolerated extras: an orphan is a shard
+    the index lost (a fault); a shard a listed index names is loaded with it, unverified."""
+    picked = set()
+    for index_path in indexes:
+        try:
+            picked |= {os.path.abspath(index_path.parent / name)
+                       for name in names(read_index(index_path))}
+        except (ShardError, OSError):
+            continue
+    for record in result.files:
+        if record.status == EXTRA and os.path.abspath(record.path) in picked:
+            record.status, record.note = status, note
+
+
+def verify_sha256(
+    path: Path,
+    expected: str,
+    progress: ProgressFn | None = None,
+    cancel: CancelToken | None = None,
+) -> VerifyResult:
+    """Check one file against a SHA-256 given by hand (e.g. copied from the Hub's file page)."""
+    size = _size(path)
+    record = FileCheck(path=str(path), status=MISSING, expected=expected.lower(), actual_size=size)
+    if size is not None:
+        record.actual = sha256_file(path, progress, cancel)
+        record.status = OK if record.actual == record.expected else MISMATCH
+    return VerifyResult(files=[record], strict=True)
+
+
+def verify_tensors_only(
+    manifest: Manifest,
+    paths: Iterable[Path],
+    tensor_digests: TensorDigestFn,
+    cancel: CancelToken | None = None,
+) -> VerifyResult:
+    """Compare the tensors of files (e.g. a conversion) with every tensor the manifest records."""
+    result = VerifyResult()
+    paths = list(paths)
+    expected = [t for f in manifest.files for t in (f.tensors or [])]
+    if not manifest.has_tensors:
+        result.errors.append(f"the {manifest.dialect} manifest records no tensors")
+        return result
+    actual: list[TensorEntry] = []
+    for path in paths:
+        measured = measure_file(
+            Path(path), hash_file=False, tensor_digests=tensor_digests, cancel=cancel
+        )
+        if measured.error:
+            result.errors.append(measured.error)
+        actual += measured.tensors or []
+    if not result.errors:  # a file that could not be read would make every tensor "missing"
+        result.tensors = compare_tensors(expected, actual, ", ".join(str(p) for p in paths))
+    return result
+
+
+def compare_tensors(
+    expected: list[TensorEntry], actual: list[TensorEntry], file: str
+) -> list[TensorCheck]:
+    """Match tensors by key and compare dtype, shape and digest."""
+    have = {t.key: t for t in actual}
+    checks = []
+    for want in expected:
+        got = have.pop(want.key, None)
+        check_ = TensorCheck(
+            key=want.key,
+            file=file,
+            status=OK,
+            expected=want.digest,
+            expected_dtype=want.dtype,
+            expected_shape=_shape(want.shape),
+        )
+        checks.append(check_)
+        if got is None:
+            check_.status = MISSING
+            continue
+        check_.actual = got.digest
+        check_.actual_dtype = got.dtype
+        check_.actual_shape = _shape(got.shape)
+        if (
+            want.dtype is not None and canonical_dtype(want.dtype) != canonical_dtype(got.dtype)
+        ) or (want.shape is not None and tuple(want.shape) != tuple(got.shape or ())):
+            check_.status = DTYPE_OR_SHAPE_CHANGED
+        elif want.digest is not None and (
+            got.digest != want.digest
+            or (want.digest_algorithm or "sha256") != (got.digest_algorithm or "sha256")
+        ):
+            check_.status = MISMATCH
+    checks += [
+        TensorCheck(
+            key=t.key,
+            file=file,
+            status=EXTRA,
+            actual=t.digest,
+            actual_dtype=t.dtype,
+            actual_shape=_shape(t.shape),
+        )
+        for t in have.values()
+    ]
+    return checks
+
+
+def _shape(shape: Iterable[int] | None) -> list[int] | None:
+    return None if shape is None else list(shape)
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size if path.is_file() else None
+    except OSError:
+        return None

@@ -1,0 +1,412 @@
+"""A run folder's checkpoint ledger, read without torch: what was saved, and what is intact now.
+
+The training process (`inspector.ledger`) appends one `ledger.save` record to the run journal
+(`run.journal`) per checkpoint it saved and re-read, and one `ledger.rotate` record per
+checkpoint it deleted to keep N. A save record holds the step, epoch, time, host, rank, the
+checkpoint's path relative to the run folder, its size, its SHA-256 (a folder's is that of its
+sha256sum listing), the outcome of the re-read and, under `files`, the files in this project's
+JSON manifest format (`integrity.manifest.FileEntry`: path, size, sha256, format, tensors), so a
+record is a manifest that `integrity.verify` checks unchanged.
+
+`check_saves` re-checks records fast: sizes first, then file hashes on threads (hashlib
+releases the GIL); only a file whose hash changed has its tensors digested (by the injected
+`tensor_digests`, as in `integrity.verify`) to name what changed. `latest_valid` is the newest
+verified record whose bytes still match: what a resume should load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from inspector.core.errors import CodedError
+from inspector.core.progress import CancelToken, check
+from inspector.core.vocabulary import CheckpointState, SaveOutcome, TensorCheckStatus
+from inspector.integrity.hashing import sha256_file
+from inspector.integrity.manifest import FileEntry, Manifest, file_entry, format_sha256sum
+from inspector.integrity.verify import TensorDigestFn, compare_tensors
+from inspector.run import journal
+from inspector.run.metrics import Alarm, read_alarms
+
+SAVE_KIND = "ledger.save"
+ROTATE_KIND = "ledger.rotate"
+SIZE_JUMP = 1.5
+"""A checkpoint this many times larger or smaller than the median of its predecessors is a
+warning in its record (a dropped optimizer state, a model saved twice, a truncated write)."""
+SIZE_HISTORY = 5
+"""How many earlier verified saves of the same rank the size median is taken over."""
+PARENT_LEVELS = 3
+"""How far up from a checkpoint `find_record` looks for a run journal."""
+
+
+class LedgerError(CodedError):
+    """A ledger that cannot be read, or a save the ledger refused or could not prove."""
+
+
+@dataclass(frozen=True)
+class SaveRecord:
+    """One ledgered checkpoint, as its `ledger.save` record holds it."""
+
+    path: str
+    size: int
+    sha256: str | None
+    files: tuple[FileEntry, ...]
+    outcome: SaveOutcome
+    step: int | None = None
+    epoch: float | None = None
+    time: str = ""
+    host: str = ""
+    rank: int = 0
+    layout: str = "file"
+    format: str | None = None
+    writer: str = ""
+    verified: bool = False
+    warnings: tuple[str, ...] = ()
+    detail: str | None = None
+    seq: int = -1
+    line: int = field(default=0, compare=False)
+    """The 1-based journal line it was read from (0 for a record just appended)."""
+
+    def to_fields(self) -> dict[str, Any]:
+        """The record's fields as the journal stores them (without seq and line)."""
+        return {
+            "step": self.step, "epoch": self.epoch, "time": self.time, "host": self.host,
+            "rank": self.rank, "path": self.path, "layout": self.layout, "format": self.format,
+            "writer": self.writer, "size": self.size, "sha256": self.sha256,
+            "verified": self.verified, "outcome": self.outcome,
+            "warnings": list(self.warnings), "detail": self.detail,
+            "files": [f.to_json() for f in self.files],
+        }
+
+    @classmethod
+    def from_entry(cls, entry: journal.JournalEntry) -> SaveRecord:
+        """Read one `ledger.save` journal entry (a malformed one raises LedgerError)."""
+        rec = entry.record
+        try:
+            files = tuple(file_entry(f, f"line {entry.line}") for f in rec.get("files") or ())
+            return cls(
+                path=str(rec["path"]), size=int(rec["size"]), sha256=rec.get("sha256"),
+                files=files, outcome=_outcome(rec.get("outcome")), step=rec.get("step"),
+                epoch=rec.get("epoch"), time=str(rec.get("time", "")),
+                host=str(rec.get("host", "")), rank=int(rec.get("rank") or 0),
+                layout=str(rec.get("layout", "file")), format=rec.get("format"),
+                writer=str(rec.get("writer", "")), verified=bool(rec.get("verified")),
+                warnings=tuple(str(w) for w in rec.get("warnings") or ()),
+                detail=rec.get("detail"), seq=entry.seq, line=entry.line,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LedgerError("bad_record", f"line {entry.line}: not a save record: {exc}") from exc
+
+    def manifest(self, run_dir: Path, source: Path | None = None) -> Manifest:
+        """The record as a manifest that `integrity.verify.verify` checks unchanged."""
+        return Manifest(dialect="ledger", files=list(self.files), base_dir=run_dir, source=source)
+
+    @property
+    def label(self) -> str:
+        """'step 12,000' or the path when no step was given."""
+        return f"step {self.step:,}" if self.step is not None else self.path
+
+
+def _outcome(word: object) -> SaveOutcome:
+    try:
+        return SaveOutcome(str(word))
+    except ValueError:
+        return SaveOutcome.UNVERIFIED
+
+
+@dataclass(frozen=True)
+class RunLedger:
+    """A run's journal read whole: its saves, which were rotated away, and every other kind."""
+
+    run_dir: Path
+    journal: journal.Journal
+    saves: tuple[SaveRecord, ...]
+    removed: frozenset[int] = frozenset()
+    """The `seq` of each save whose checkpoint a `ledger.rotate` record deleted."""
+    replaced: Mapping[int, int] = field(default_factory=dict)
+    """seq -> the line of the later save that wrote over the same path (Lightning's
+    `last.ckpt`, a `save_pretrained` into one folder): its bytes are gone on purpose."""
+    bad_records: tuple[str, ...] = ()
+    kinds: Mapping[str, int] = field(default_factory=dict)
+    """How many records of each kind the journal holds (`guard.alarm` included)."""
+
+    @property
+    def path(self) -> Path:
+        """The journal file."""
+        return self.journal.path
+
+    def live(self) -> list[SaveRecord]:
+        """Saves neither rotated away nor written over, oldest first."""
+        return [s for s in self.saves if s.seq not in self.removed and s.seq not in self.replaced]
+
+    def resolve(self, record: SaveRecord) -> Path:
+        """Where a record's checkpoint lies."""
+        return self.run_dir / Path(*record.path.split("/"))
+
+
+def read_ledger(path: str | os.PathLike[str]) -> RunLedger:
+    """Read the ledger of a run folder, or of a journal file named directly."""
+    given = Path(path)
+    source = given if given.is_file() else journal.journal_path(given)
+    if not source.is_file():
+        raise LedgerError("no_ledger", f"{given}: no {journal.JOURNAL_NAME} here; save "
+                          "checkpoints through inspector.ledger to start one (docs/ledger.md)")
+    try:
+        read = journal.read(source)
+    except OSError as exc:
+        raise LedgerError("unreadable", f"{source}: {exc.strerror or exc}") from exc
+    saves, bad, removed = [], [], set()
+    for entry in read.entries:
+        if entry.kind == SAVE_KIND:
+            try:
+                saves.append(SaveRecord.from_entry(entry))
+            except LedgerError as exc:
+                bad.append(exc.message)
+        elif entry.kind == ROTATE_KIND and isinstance(entry.record.get("save_seq"), int):
+            removed.add(entry.record["save_seq"])
+    kinds = Counter(e.kind for e in read.entries)
+    return RunLedger(source.parent, read, tuple(saves), frozenset(removed), _replaced(saves),
+                     tuple(bad), dict(kinds))
+
+
+def _replaced(saves: list[SaveRecord]) -> dict[int, int]:
+    """Saves a later one wrote over: same path, and the later one was put in place (a
+    mismatched save never replaces its target)."""
+    newest: dict[str, SaveRecord] = {}
+    replaced = {}
+    for record in saves:
+        earlier = newest.get(record.path)
+        if record.outcome != SaveOutcome.MISMATCH:
+            if earlier is not None:
+                replaced[earlier.seq] = record.line
+            newest[record.path] = record
+    return replaced
+
+
+@dataclass(frozen=True)
+class CheckpointCheck:
+    """One record checked against the bytes on disk now."""
+
+    record: SaveRecord
+    state: CheckpointState
+    changed_files: tuple[str, ...] = ()
+    changed_tensors: tuple[str, ...] = ()
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The `run verify --json` record of one checkpoint."""
+        r = self.record
+        return {"path": r.path, "step": r.step, "epoch": r.epoch, "time": r.time,
+                "rank": r.rank, "size": r.size, "outcome": r.outcome, "state": self.state,
+                "changed_files": list(self.changed_files),
+                "changed_tensors": list(self.changed_tensors), "detail": self.detail,
+                "line": r.line}
+
+
+def check_saves(
+    ledger: RunLedger,
+    records: Iterable[SaveRecord] | None = None,
+    *,
+    jobs: int | None = None,
+    tensor_digests: TensorDigestFn | None = None,
+    cancel: CancelToken | None = None,
+) -> list[CheckpointCheck]:
+    """Check records (default: every save) against the disk: sizes, then hashes in parallel."""
+    chosen = list(ledger.saves if records is None else records)
+    results: dict[int, CheckpointCheck] = {}
+    to_hash: list[tuple[int, FileEntry, Path]] = []
+    for i, rec in enumerate(chosen):
+        if rec.seq in ledger.removed:
+            results[i] = CheckpointCheck(rec, CheckpointState.REMOVED,
+                                         detail="deleted by rotation, as recorded")
+            continue
+        if rec.seq in ledger.replaced:
+            results[i] = CheckpointCheck(rec, CheckpointState.REPLACED, detail=(
+                f"written over by the save on line {ledger.replaced[rec.seq]}"))
+            continue
+        missing, resized = [], []
+        for entry in rec.files:
+            where = ledger.run_dir / Path(*entry.path.split("/"))
+            try:
+                size = where.stat().st_size
+            except OSError:
+                missing.append(entry.path)
+                continue
+            if entry.size is not None and size != entry.size:
+                resized.append(entry.path)
+            elif entry.sha256:
+                to_hash.append((i, entry, where))
+        if missing or not rec.files:
+            results[i] = CheckpointCheck(rec, CheckpointState.MISSING, tuple(missing),
+                                         detail=_named("missing", missing))
+        elif resized:
+            results[i] = CheckpointCheck(rec, CheckpointState.CHANGED, tuple(resized),
+                                         detail=_named("size changed", resized))
+    pending = [(i, e, p) for i, e, p in to_hash if i not in results]
+    workers = max(1, min(jobs or os.cpu_count() or 1, len(pending) or 1))
+    with ThreadPoolExecutor(workers, thread_name_prefix="ledger-hash") as pool:
+        hashes = list(pool.map(lambda item: _hash(item[2], cancel), pending))
+    changed: dict[int, list[tuple[FileEntry, Path]]] = {}
+    for (i, entry, where), actual in zip(pending, hashes, strict=True):
+        if actual != entry.sha256:
+            changed.setdefault(i, []).append((entry, where))
+    for i, rec in enumerate(chosen):
+        if i in results:
+            continue
+        if i not in changed:
+            results[i] = CheckpointCheck(rec, CheckpointState.INTACT)
+            continue
+        files = [e.path for e, _ in changed[i]]
+        tensors = _changed_tensors(changed[i], tensor_digests, cancel)
+        what = _named("tensor", tensors) if tensors else _named("bytes changed", files)
+        results[i] = CheckpointCheck(rec, CheckpointState.CHANGED, tuple(files), tuple(tensors),
+                                     detail=what)
+    return [results[i] for i in range(len(chosen))]
+
+
+def _hash(path: Path, cancel: CancelToken | None) -> str | None:
+    check(cancel)
+    try:
+        return sha256_file(path, cancel=cancel)
+    except OSError:
+        return None
+
+
+def _changed_tensors(files: list[tuple[FileEntry, Path]], digests: TensorDigestFn | None,
+                     cancel: CancelToken | None) -> list[str]:
+    """The keys whose digest differs from the record, in the files whose hash changed."""
+    if digests is None:
+        return []
+    names = []
+    for entry, where in files:
+        if not entry.tensors:
+            continue
+        try:
+            actual = digests(where, cancel=cancel)
+        except (CodedError, OSError):
+            continue  # too damaged to load: the file is named instead
+        names += [t.key for t in compare_tensors(entry.tensors, actual, entry.path)
+                  if t.status != TensorCheckStatus.OK]
+    return names
+
+
+def _named(what: str, items: list[str], shown: int = 3) -> str:
+    if not items:
+        return what
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return f"{what}: {', '.join(items[:shown])}{more}"
+
+
+def latest_valid(run_dir: str | os.PathLike[str], rank: int | None = None) -> SaveRecord | None:
+    """The newest verified checkpoint (of `rank`, when given) whose bytes match its record."""
+    ledger = read_ledger(run_dir)
+    candidates = [s for s in reversed(ledger.live())
+                  if s.outcome == SaveOutcome.VERIFIED and (rank is None or s.rank == rank)]
+    for record in candidates:
+        if check_saves(ledger, [record], jobs=1)[0].state == CheckpointState.INTACT:
+            return record
+    return None
+
+
+def find_record(path: str | os.PathLike[str]) -> tuple[RunLedger, SaveRecord] | None:
+    """The newest save record of the checkpoint (or a file of the folder checkpoint) at
+    `path`, from a journal in one of the folders above it."""
+    target = Path(os.path.abspath(path))
+    for folder in list(target.parents)[:PARENT_LEVELS]:
+        if not journal.journal_path(folder).is_file():
+            continue
+        try:
+            ledger = read_ledger(folder)
+        except LedgerError:
+            continue
+        for record in reversed(ledger.saves):
+            places = [record.path, *(f.path for f in record.files)]
+            if any(Path(os.path.abspath(folder / p)) == target for p in places):
+                return ledger, record
+    return None
+
+
+def folder_digest(files: list[FileEntry]) -> str:
+    """A folder checkpoint's SHA-256: that of its files' sha256sum listing, sorted by path."""
+    listing = format_sha256sum(sorted(files, key=lambda f: f.path))
+    return hashlib.sha256(listing.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def size_warning(ledger: RunLedger | None, size: int, rank: int, writer: str) -> str | None:
+    """A warning when `size` differs sharply from the median of recent verified saves of the
+    same rank and writer."""
+    if ledger is None:
+        return None
+    earlier = [s.size for s in ledger.saves if s.rank == rank and s.writer == writer
+               and s.outcome == SaveOutcome.VERIFIED][-SIZE_HISTORY:]
+    if not earlier:
+        return None
+    median = statistics.median(earlier)
+    if median <= 0 or 1 / SIZE_JUMP <= size / median <= SIZE_JUMP:
+        return None
+    return (f"size {_mb(size)} is {size / median:.2f}x the median of the last "
+            f"{len(earlier)} checkpoint(s) ({_mb(median)})")
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.1f} MB" if n >= 1e5 else f"{n:,.0f} bytes"
+
+
+@dataclass(frozen=True)
+class LedgerSummary:
+    """A run's ledger in a few numbers, for the report and the app."""
+
+    journal: str
+    saves: int
+    verified_at_save: int
+    intact: int
+    changed: int
+    missing: int
+    removed: int
+    replaced: int
+    latest_valid: SaveRecord | None
+    chain_intact: bool
+    problems: tuple[str, ...]
+    kinds: Mapping[str, int]
+    alarms: tuple[Alarm, ...] = ()
+    """The training guard's alarms in the same journal, with their attribution."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The report's `ledger` section."""
+        latest = self.latest_valid
+        return {
+            "journal": self.journal, "saves": self.saves,
+            "verified_at_save": self.verified_at_save, "intact": self.intact,
+            "changed": self.changed, "missing": self.missing, "removed": self.removed,
+            "replaced": self.replaced,
+            "latest_valid": None if latest is None else {
+                "path": latest.path, "step": latest.step, "time": latest.time},
+            "chain_intact": self.chain_intact, "problems": list(self.problems),
+            "records": dict(self.kinds),
+            "alarms": [a.to_json() for a in self.alarms],
+        }
+
+
+def summarize(ledger: RunLedger, checks: list[CheckpointCheck]) -> LedgerSummary:
+    """Sum up a ledger and the checks of its saves (`check_saves(ledger)`)."""
+    states = Counter(c.state for c in checks)
+    valid = [c.record for c in checks if c.state == CheckpointState.INTACT
+             and c.record.outcome == SaveOutcome.VERIFIED]
+    problems = tuple(f"line {p.line}: {p.kind}: {p.detail}" for p in ledger.journal.problems)
+    return LedgerSummary(
+        journal=str(ledger.path), saves=len(ledger.saves),
+        verified_at_save=sum(s.outcome == SaveOutcome.VERIFIED for s in ledger.saves),
+        intact=states[CheckpointState.INTACT], changed=states[CheckpointState.CHANGED],
+        missing=states[CheckpointState.MISSING], removed=states[CheckpointState.REMOVED],
+        replaced=states[CheckpointState.REPLACED],
+        latest_valid=valid[-1] if valid else None, chain_intact=ledger.journal.intact,
+        problems=problems + ledger.bad_records, kinds=ledger.kinds,
+        alarms=read_alarms(ledger.journal),
+    )

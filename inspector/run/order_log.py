@@ -1,0 +1,129 @@
+"""The data-order ledger's file: one JSON line per step per rank, cheap enough for every step.
+
+`RUN_DIR/order/rank-NNNNN.jsonl`, one file per rank, appended by one process at a time, in
+blocks (`blocklog`: a crash can cost the last block, never the journal). The journal holds one
+`order.ledger` record per session naming the file. Lines:
+
+- `{"kind": "session", "session": S, "rank": R, "time": T}` opens each process's part;
+- `{"e": EPOCH, "s": STEP, "r": RANK, "w": WORKER, "ids": [...], "h": HASH, "t": S}`, one per
+  step: the batch's sample ids, the worker that loaded it (-1: the main process) and a rolling
+  BLAKE2b of every id of the session so far;
+- `{"kind": "seeds", "e": EPOCH, "w": WORKER, "seeds": {...}, "t": S}`, once per worker.
+
+A step recorded by two sessions (a run resumed from a checkpoint before its last steps) counts
+as the later session's: the model that trained on, trained on that order. No torch here: the CLI
+reads these files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from inspector.run.blocklog import BlockWriter, read_lines
+
+ORDER_DIR = "order"
+LEDGER_KIND = "order.ledger"
+GENESIS = "0" * 32
+
+
+@dataclass(frozen=True)
+class StepOrder:
+    """The samples one rank got at one step, and which worker loaded them."""
+
+    epoch: int
+    step: int
+    rank: int
+    worker: int
+    ids: tuple
+    hash: str
+    session: str
+
+
+@dataclass
+class LedgerRead:
+    """One ledger file as a run finally saw it: steps in order, seeds, unreadable lines."""
+
+    path: Path
+    steps: list[StepOrder] = field(default_factory=list)
+    seeds: list[dict] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def ledger_path(run_dir: str | os.PathLike[str], rank: int) -> Path:
+    """Where one rank's ledger lives in a run folder."""
+    return Path(run_dir) / ORDER_DIR / f"rank-{rank:05d}.jsonl"
+
+
+def rolling_hash(prev: str, ids: Sequence) -> str:
+    """The next link: BLAKE2b-128 of the previous hash and this step's ids."""
+    digest = hashlib.blake2b(prev.encode("ascii"), digest_size=16)
+    if all(type(i) is int for i in ids):
+        digest.update(array("q", ids).tobytes())
+    else:
+        digest.update(json.dumps(list(ids), default=str).encode())
+    return digest.hexdigest()
+
+
+class LedgerWriter:
+    """Appends one session's lines to one ledger file, in blocks (`blocklog`)."""
+
+    def __init__(self, path: Path, session: str, rank: int, time_s: float,
+                 flush_every: int = 64) -> None:
+        self.path = path
+        self.session = session
+        self._out = BlockWriter(path, flush_every)
+        self._out.write({"kind": "session", "session": session, "rank": rank, "time": time_s})
+
+    def step(self, record: StepOrder) -> None:
+        """Write one step's line (flushed with its block)."""
+        self._out.write({"e": record.epoch, "s": record.step, "r": record.rank,
+                         "w": record.worker, "ids": list(record.ids), "h": record.hash,
+                         "t": record.session})
+
+    def seeds(self, epoch: int, worker: int, seeds: dict) -> None:
+        """Write one worker's seeds."""
+        self._out.write({"kind": "seeds", "e": epoch, "w": worker, "seeds": seeds,
+                         "t": self.session})
+
+    def close(self) -> None:
+        """Flush, fsync and close."""
+        self._out.close()
+
+
+def read_ledger(path: str | os.PathLike[str]) -> LedgerRead:
+    """Read one ledger file; a later session's record of a step replaces an earlier one's."""
+    records, problems = read_lines(path)
+    out = LedgerRead(Path(path), problems=problems)
+    by_step: dict[tuple[int, int, int], StepOrder] = {}
+    for obj in records:
+        if obj.get("kind") == "seeds":
+            out.seeds.append(obj)
+        elif obj.get("kind") != "session":
+            try:
+                rec = StepOrder(int(obj["e"]), int(obj["s"]), int(obj["r"]), int(obj["w"]),
+                                tuple(obj["ids"]), str(obj["h"]), str(obj["t"]))
+            except (KeyError, TypeError, ValueError):
+                out.problems.append(f"{path}: a step line lacks a field: {obj!r:.80}")
+                continue
+            by_step[(rec.rank, rec.epoch, rec.step)] = rec
+    out.steps = [by_step[k] for k in sorted(by_step)]
+    return out
+
+
+def find_ledgers(path: str | os.PathLike[str]) -> list[Path]:
+    """The ledger files a path names: itself, a run folder's `order/*.jsonl`, or a folder's."""
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    for folder in (p / ORDER_DIR, p):
+        found = sorted(folder.glob("*.jsonl")) if folder.is_dir() else []
+        found = [f for f in found if f.name != "journal.jsonl"]
+        if found:
+            return found
+    return []

@@ -1,4 +1,0 @@
-"""The repeat-inference consistency check as it runs inside the jailed worker (torch here).
-
-The torch-free client side is `inspector.gpu.consistency_job`.
-"""

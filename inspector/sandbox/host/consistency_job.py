@@ -1,0 +1,105 @@
+"""Client side of the consistency check: build the worker request and run it in the jail.
+
+Plain Python without torch, shared by the CLI and the GUI's Consistency pane. The checkpoint is
+scanned first and refused exactly as `inspect` refuses it; the work itself happens in the
+worker operation `consistency` (inspector.sandbox.worker.consistency.op.consistency_op).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from inspector.core.progress import CancelToken
+from inspector.sandbox.host.client import SandboxError, check_loadable, run_job, static_scan
+
+# CUDA reserves virtual address space far beyond what it uses; an address-space limit sized
+# for CPU work would make CUDA initialisation fail, so GPU runs lift it.
+CUDA_MEMORY_MB = 1 << 30
+
+
+def _nvidia_device() -> bool:
+    """Whether an NVIDIA device node exists (Linux), without importing torch or NVML."""
+    return os.path.exists("/dev/nvidiactl")
+
+
+@dataclass
+class ConsistencyRequest:
+    """What the user asked for; `to_request` turns it into the worker's JSON request."""
+
+    path: str
+    device: str = "auto"
+    repeats: int = 10
+    seed: int = 0
+    inject: dict[str, int | str] | None = None
+    model: str | None = None
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+    input_shape: list[int] = field(default_factory=list)
+    input_dtype: str = "float32"
+    reload: bool = True
+    python_path: list[str] = field(default_factory=list)
+    allow_globals: list[str] = field(default_factory=list)
+
+    def to_request(self) -> dict[str, Any]:
+        """The worker request (op `consistency`), with jail read paths and limits."""
+        path = Path(self.path).resolve()
+        gigabytes = path.stat().st_size / 1e9
+        python_path = [str(Path(p).resolve()) for p in self.python_path]
+        limits: dict[str, int] = {"cpu_seconds": int(300 + 30 * gigabytes * self.repeats)}
+        if self.device.startswith("cuda") or (self.device == "auto" and _nvidia_device()):
+            limits["memory_mb"] = CUDA_MEMORY_MB
+        request: dict[str, Any] = {
+            "op": "consistency",
+            "path": str(path),
+            "paths": python_path,
+            "device": self.device,
+            "repeats": self.repeats,
+            "seed": self.seed,
+            "inject": self.inject,
+            "allow_globals": list(self.allow_globals),
+            "limits": limits,
+        }
+        if self.model:
+            request.update(model=self.model, model_kwargs=self.model_kwargs,
+                           input_shape=list(self.input_shape), input_dtype=self.input_dtype,
+                           reload=self.reload, python_path=python_path)
+        return request
+
+
+def describe_bits(e: dict[str, Any]) -> str:
+    """`bit 22 (mantissa)` for a few bits, else how many bits differ and of which kinds."""
+    if len(e["bits"]) <= 3:
+        return ", ".join(f"bit {b} ({k})" for b, k in zip(e["bits"], e["kinds"], strict=False))
+    return f"{len(e['bits'])} bits differ ({', '.join(sorted(set(e['kinds'])))})"
+
+
+def _number(value: Any) -> str:
+    return f"{value:.7g}" if isinstance(value, float) else str(value)
+
+
+def describe_element(name: str, e: dict[str, Any]) -> str:
+    """One line for a changed element of a consistency result: where, values, bits."""
+    where = ",".join(map(str, e["position"]))
+    return (f"{name}[{where}] (element {e['index']}): {_number(e['expected'])} -> "
+            f"{_number(e['actual'])}, {describe_bits(e)}")
+
+
+def run_consistency(
+    spec: ConsistencyRequest,
+    on_event: Callable[[dict], None] | None = None,
+    cancel: CancelToken | None = None,
+    timeout: float | None = None,
+) -> dict[str, Any]:
+    """Scan, then run the check in a jailed worker; raises SandboxError with a one-line message."""
+    target = Path(spec.path).resolve()
+    if not target.is_file():
+        raise SandboxError("not_found", f"{spec.path}: no such file")
+    scan = static_scan(target)
+    check_loadable(scan, spec.allow_globals, override_dangerous=False)
+    result = run_job(spec.to_request(), on_event=on_event, cancel=cancel, timeout=timeout)
+    result["path"] = os.fspath(target)
+    result["scan_verdict"] = scan.get("verdict")
+    return result

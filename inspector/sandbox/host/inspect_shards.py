@@ -1,0 +1,121 @@
+"""`inspect_file` of a folder or `*.index.json`: the sharded checkpoint it names, as one result.
+
+Runs in the client process (no torch). Every shard is scanned before any is loaded, so one
+dangerous shard refuses the whole checkpoint as a dangerous file would be refused, and a
+missing shard loads nothing. Then each shard goes through `inspect_file`, `jobs` at a time
+(`sandbox.host.parallel.run_parallel`), each in its own jailed worker (forked from one warm
+server), so a worker never holds more than one shard; `shards.inspect.merge` joins the
+results in shard order, whatever order they finished in. A folder with no index but one
+checkpoint file is that file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from inspector.core.progress import CancelToken
+from inspector.sandbox.host.client import (
+    EventFn,
+    SandboxError,
+    check_loadable,
+    fork_server,
+    inspect_file,
+)
+from inspector.sandbox.host.parallel import run_parallel
+from inspector.shards.index import ShardError, check_files
+from inspector.shards.inspect import ShardResult, merge, new_report, scan_set, shard_summary
+from inspector.shards.shard_set import ShardSet, resolve
+
+
+def inspect_path(
+    path: str | os.PathLike[str],
+    allow_globals: Iterable[str] = (),
+    override_dangerous: bool = False,
+    on_event: EventFn | None = None,
+    cancel: CancelToken | None = None,
+    timeout: float | None = None,
+    limits: dict | None = None,
+    jobs: int = 1,
+) -> dict:
+    """The `inspect` contract of the checkpoint a folder or index names (see the module).
+
+    With several `jobs`, the first shard that fails cancels `cancel` (as `run_parallel`
+    does), which stops the others' workers."""
+    options = {"allow_globals": list(allow_globals), "override_dangerous": override_dangerous,
+               "cancel": cancel, "timeout": timeout, "limits": limits}
+    try:
+        shards = resolve(path, strict=False)
+    except ShardError as exc:
+        report = new_report(Path(os.path.abspath(path)), None, options["allow_globals"])
+        report["error"] = {"code": "bad_shards", "message": str(exc), "globals": []}
+        return report
+    if shards.index is None:
+        return inspect_file(shards.files[0], on_event=on_event, **options)
+    return _inspect_set(shards, on_event, options, jobs)
+
+
+def _inspect_set(shards: ShardSet, on_event: EventFn | None, options: dict, jobs: int) -> dict:
+    index = shards.index
+    report = new_report(shards.path, index, options["allow_globals"])
+    present = {name: file for name, file in zip(index.shards(), shards.files, strict=True)
+               if file.is_file()}
+    scans, summed = scan_set(shards)
+    report.update(scan=summed, size=sum(s.get("size") or 0 for s in scans.values()))
+    report["format"] = report["scan"]["format"]
+    problems = check_files(index)
+    loaded: dict[int, ShardResult] = {}  # by shard number, the failed one included
+    try:
+        missing = [p.message for p in problems if p.code == "missing-shard"]
+        if missing:
+            raise SandboxError("missing_shard", "not loaded: a shard is missing: "
+                               + "; ".join(missing))
+        for name, scan in scans.items():
+            _admit(name, scan, options)
+
+        def load(shard: tuple[int, tuple[str, Path]], cancel: CancelToken) -> None:
+            number, (name, file) = shard
+            one = inspect_file(file, scan=scans[name], **{**options, "cancel": cancel},
+                               on_event=_tagged(on_event, name, number, len(present)))
+            loaded[number] = ShardResult(name, file, one)
+            if one["error"]:
+                error = one["error"]
+                raise SandboxError(error["code"], f"{name}: {error['message']}",
+                                   error.get("globals") or (), sandbox=one["sandbox"])
+
+        with fork_server(enabled=len(present) > 1):
+            run_parallel(load, enumerate(present.items()), jobs, cancel=options["cancel"])
+        problems += merge(report, _in_order(loaded), index)
+    except SandboxError as exc:
+        report.update(error=exc.to_json(), sandbox=exc.sandbox)
+    report["shards"] = shard_summary(scans, _in_order(loaded))
+    report["problems"] = [p.to_json() for p in problems]
+    return report
+
+
+def _in_order(loaded: dict[int, ShardResult]) -> list[ShardResult]:
+    return [loaded[number] for number in sorted(loaded)]
+
+
+def _admit(name: str, scan: dict, options: dict) -> None:
+    """Refuse the whole set, naming the shard, when one shard must not be loaded."""
+    try:
+        check_loadable(scan, options["allow_globals"], options["override_dangerous"])
+    except SandboxError as exc:
+        raise SandboxError(exc.code, f"{name}: {exc.message}", exc.globals) from None
+
+
+def _tagged(on_event: EventFn | None, name: str, number: int, count: int) -> EventFn | None:
+    """The shard's worker events with the shard named on each tensor and object, after a
+    `shards` progress event for the set."""
+    if on_event is None:
+        return None
+    on_event({"type": "progress", "stage": "shards", "done": number, "total": count})
+
+    def tag(event: dict) -> None:
+        on_event({**event, "shard": name} if event.get("type") in ("tensor", "object")
+                 else event)
+
+    return tag
+

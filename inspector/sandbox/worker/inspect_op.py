@@ -1,0 +1,58 @@
+"""The worker's `inspect` operation: load, then statistics and digests for every tensor.
+
+A TorchScript or torch.export archive's result also has `code` and `code_archive`
+(`tensors.torchscript.code_report`): the code torch would run on loading it, never run here.
+
+The result adds `unique_storage` (storages, and the elements and bytes the tensors reach in
+them, each byte once, so tied weights count once) and `health` (`checkpoint.health`'s verdict on
+the values).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from inspector.checkpoint.health import assess
+from inspector.core.progress import CancelToken
+from inspector.integrity.hashing import DIGEST_ALGORITHM
+from inspector.layout.torchscript import CODE_ARCHIVES
+from inspector.tensors.load import load_request, split_leaves
+from inspector.tensors.mapped import PageReleaser
+from inspector.tensors.stats import describe_object, describe_tensors, unique_storage
+from inspector.tensors.torchscript import code_report
+
+
+def inspect(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict:
+    """Load request["path"] (weights_only, or safetensors) and describe every tensor and object."""
+    path = request["path"]
+    # describe_tensors runs the job's threads itself (a tensor per core, a huge one's hashing
+    # on a thread beside it); torch's own intra-op threads would only contend with them.
+    torch.set_num_threads(1)
+    emit({"type": "progress", "stage": "load", "done": 0, "total": 1})
+    obj = load_request(request)
+    tensors, objects = split_leaves(obj)
+    objects_out = []
+    for key, value in objects:
+        rec = describe_object(key, value)
+        objects_out.append(rec)
+        emit({"type": "object", "key": key, "python_type": rec["type"], "repr": rec["repr"]})
+    release = PageReleaser(request.get("_maps_fd"), path)
+    release.refresh()
+    emit({"type": "progress", "stage": "tensors", "done": 0, "total": len(tensors)})
+    done = 0
+
+    def on_tensor(event: dict) -> None:
+        nonlocal done
+        done += 1
+        emit(event)
+        emit({"type": "progress", "stage": "tensors", "done": done, "total": len(tensors)})
+
+    records = describe_tensors(tensors, on_tensor, release=release, cancel=cancel,
+                               threads=request["_threads"])
+    result = {"digest_algorithm": DIGEST_ALGORITHM, "tensors": records, "objects": objects_out,
+              "unique_storage": unique_storage(tensors), "health": assess(records).to_json()}
+    if request.get("format") in CODE_ARCHIVES:
+        result.update(code_report(path, request["format"]))
+    return result

@@ -1,0 +1,71 @@
+"""A torch.distributed.checkpoint folder as one input: found by its `.metadata`, scanned whole.
+
+`dcp.save` writes a folder of `.metadata` (pickled with plain pickle) and `__R_N.distcp` data
+files. `scan_folder` scans every file in it statically (the `.metadata` pickle included) and
+sums them up as one `scan` record of format `dcp`: the worst verdict wins, globals and
+findings are every file's (a finding's `member` is prefixed with its file's name), and the
+per-file records are kept under `files`. A file that cannot be read fails the whole folder.
+The worker then reads the folder with `tensors.dcp`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from inspector.core.verdict import worst
+from inspector.core.vocabulary import Verdict
+from inspector.layout.dcp_items import METADATA_NAME
+from inspector.scan.discover import discover
+from inspector.scan.engine import scan_dcp_aware
+
+FORMAT = "dcp"
+
+
+def is_dcp_folder(path: str | os.PathLike[str]) -> bool:
+    """True for a folder holding a torch.distributed.checkpoint `.metadata` file."""
+    folder = Path(path)
+    return folder.is_dir() and (folder / METADATA_NAME).is_file()
+
+
+def folder_files(path: str | os.PathLike[str]) -> list[Path]:
+    """Every file of the folder, as `discover` lists them (hidden ones included)."""
+    return [found.path for found in discover([path])]
+
+
+def folder_size(path: str | os.PathLike[str]) -> int:
+    """Bytes of every file in the folder."""
+    return sum(p.stat().st_size for p in folder_files(path))
+
+
+def scan_folder(path: str | os.PathLike[str]) -> dict:
+    """The folder's `scan` record: every file scanned, summed up as one checkpoint. A data
+    file's scan reads the archives `.metadata` lists there (`layout.dcp_items`) rather than
+    searching all its pages for them; without readable hints it searches as for any file."""
+    folder = Path(path)
+    records = [scan_dcp_aware(p).to_json() for p in folder_files(folder)]
+    return sum_scans(folder, records, FORMAT)
+
+
+def sum_scans(path: Path, files: list[dict], fmt: str, weights_only_ok: bool = False) -> dict:
+    """Several files' `scan` records as one checkpoint's, of format `fmt` (`unreadable` when a
+    file could not be read); the sharded `inspect` sums its shards' scans the same way."""
+    verdicts = [f["verdict"] for f in files if f["verdict"] != Verdict.SKIPPED]
+    errors = [f"{Path(f['path']).name}: {f['error']}" for f in files
+              if f["verdict"] == Verdict.ERROR and f.get("error")]
+    findings = []
+    for record in files:
+        name = Path(record["path"]).name
+        findings += [{**f, "member": f"{name}:{f['member']}" if f.get("member") else name}
+                     for f in record.get("findings") or []]
+    return {
+        "path": str(path),
+        "format": fmt if not errors else "unreadable",
+        "verdict": worst(verdicts),
+        "weights_only_ok": weights_only_ok and not errors,
+        "globals": [g for record in files for g in record.get("globals") or []],
+        "findings": findings,
+        "error": "; ".join(errors) or None,
+        "size": sum(f.get("size") or 0 for f in files),
+        "files": files,
+    }

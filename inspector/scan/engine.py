@@ -1,0 +1,335 @@
+"""Static scan of one file or many: format, imports, findings, verdict. Nothing is executed.
+
+`scan_file(path)` reads the file (memory-mapped), detects its format from the bytes and hands
+it to that format's module (`formats`), which walks every pickle it holds through the scan
+context (`scan.context`); this module is the orchestration: the run, the budget, the
+fallback and second readings every file gets, folders and the loaders' own readings.
+"""
+
+from __future__ import annotations
+
+import gc
+import mmap
+import os
+import stat
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from inspector import formats
+from inspector.core.verdict import worst
+from inspector.core.vocabulary import Format, Severity, Verdict
+from inspector.formats.archives import decompress, zipread
+from inspector.formats.archives.compressed import scan_also_compressed
+from inspector.formats.archives.tar import scan_also_as_tar
+from inspector.formats.archives.zip_archive import scan_listed_items
+from inspector.formats.pickle_stream import scan_also_as_pickle, scan_stream
+from inspector.layout.dcp_items import listed_archives, outside_items
+from inspector.scan import readings
+from inspector.scan.budget import (  # noqa: F401 (MAX_LISTED_PICKLES: part of the interface)
+    CRC_BUDGET,
+    MAX_DECOMPRESSED,
+    MAX_LISTED_PICKLES,
+    MAX_MEMBER_BYTES,
+    BudgetSpent,
+)
+from inspector.scan.context import ScanContext, not_a_checkpoint
+from inspector.scan.discover import Found, discover
+from inspector.scan.pickles.policy import weights_only_rules
+from inspector.scan.result import Finding, GlobalUse, ScanResult  # noqa: F401 (re-exported)
+
+SMALL_FILE = 1 << 20  # read whole; larger files are memory-mapped
+
+
+def _scan_buffer(ctx: ScanContext, buf, size: int) -> None:
+    """Read `buf` as its format's module reads it (a module's own sniff first, then the built-in
+    chain, `formats.sniff`, whose first guess names the record that reads it), then the
+    readings every file gets: the raw pickle reading where that fails, and the second readings
+    of a polyglot. Nested content comes back here through `ScanContext.scan_nested`."""
+    res = ctx.result
+    head = bytes(buf[:formats.HEAD_BYTES])
+    spec = formats.detect(head, size)
+    if spec is not None:  # a module's own sniff names the format
+        kind = res.format = spec.format
+    else:
+        kind = formats.sniff(head, size)
+        spec = formats.by_kind(kind)
+    try:
+        spec.scan(ctx, buf)
+    except BudgetSpent:
+        raise
+    except Exception as exc:  # any parser failure: try the raw pickle reading
+        reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+        if scan_stream(ctx, buf, None, False):
+            res.format = Format.PICKLE
+            ctx.find(Severity.SUSPICIOUS, "format-fallback",
+                     f"{kind} parse failed ({reason}); the bytes "
+                     "were scanned as a raw pickle")
+        elif not res.findings and not ctx.uses and kind == Format.ZIP:
+            # zip magic without an end record: the tail is gone (an interrupted save, a
+            # partial download), which is damage, not an unknown format
+            res.error = f"damaged zip file: {reason}"
+            ctx.find(Severity.SUSPICIOUS, "zip-truncated",
+                     "the archive starts as a zip but has no end record: the file was cut "
+                     f"short (an interrupted save or a partial download); {reason}")
+        elif not res.findings and not ctx.uses:
+            res.error = f"not a readable {kind} file: {reason}"
+        else:
+            ctx.not_fully_read("format-unreadable", f"{kind} parse failed: {reason}")
+        return
+    # torch.load and numpy.load take a zip's own path; pickle.load stops at its first byte
+    if kind != Format.ZIP and res.format not in (Format.PICKLE, Format.PYTORCH_LEGACY,
+                                                 Format.UNKNOWN):
+        scan_also_as_pickle(ctx, buf)
+    if kind not in (Format.ZIP, Format.TAR):
+        scan_also_as_tar(ctx, buf)
+    if kind != Format.ZIP and not kind.startswith("compressed:"):
+        scan_also_compressed(ctx, buf)
+    if kind != Format.ZIP and ctx.archives is not None:
+        scan_listed_items(ctx, buf)
+
+
+def scan_bytes(data: bytes, path: str = "<bytes>") -> ScanResult:
+    """Scan in-memory file content."""
+    return _run(path, len(data), lambda: data)
+
+
+def _run(path: str, size: int, load, archives: list[tuple[int, int]] | None = None,
+         crc_budget: int = CRC_BUDGET) -> ScanResult:
+    t0 = time.perf_counter()
+    res = ScanResult(path=path, size=size)
+    ctx = ScanContext(res, weights_only_rules(), archives, dispatch=_scan_buffer)
+    ctx.crc_budget = crc_budget
+    # The walk allocates many small acyclic objects; cyclic GC passes over a host process's
+    # heap (torch, Qt) would cost more than the scan itself.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        if size == 0:
+            res.error = "empty file"
+        else:
+            _scan_buffer(ctx, load(), size)
+            ctx.budget.check()  # the last walk may have spent it
+    except BudgetSpent as exc:  # fast and bounded: what was found stays, the rest is unread
+        ctx.not_fully_read("scan-budget", f"{exc}; the scan stopped there")
+    except Exception as exc:  # a scanner bug must not hide what was found so far
+        res.error = " ".join(f"scan stopped: {type(exc).__name__}: {exc}".split())[:300]
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    ctx.finish()
+    if size:
+        res._blobs = readings.blobs_of(ctx.blobs.values(), load(), path, size,
+                                       ctx.torch_archives)
+        if not readings.is_deferred():
+            readings.read([res])
+    res.elapsed_ms = (time.perf_counter() - t0) * 1000
+    return res
+
+
+def scan_file(path: str | os.PathLike, archives: list[tuple[int, int]] | None = None,
+              crc_budget: int = CRC_BUDGET) -> ScanResult:
+    """Statically scan one file; never raises for a bad file (the result carries the error).
+
+    `crc_budget`: tensor record bytes whose CRC-32 is checked (the app's full check passes
+    more than the file holds).
+
+    `archives`: the (offset, length) of each item a DCP `.metadata` lists in this `.distcp`
+    file (`layout.dcp_items`); checked, they spare the search of every page for archive ends.
+
+    With a reader, its jailed worker starts while the file is walked (`readings.read_while`)."""
+    p = os.fspath(path)
+    if readings.is_deferred() or readings.current_reader() is None:
+        return _scan_file(p, archives, crc_budget)
+    in_place = [p] if file_size(p) > SMALL_FILE else []
+    return readings.read_while(map(_scan_file, [p], [archives], [crc_budget]), in_place)[0]
+
+
+def _scan_file(p: str, archives: list[tuple[int, int]] | None, crc_budget: int) -> ScanResult:
+    """`scan_file` of the walk alone (readings as `_run` leaves them)."""
+    try:
+        # no file object: this is most of a small file's cost; O_NONBLOCK so that a named
+        # pipe in a folder cannot hang the scan (it has no effect on regular files)
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return ScanResult(path=p, verdict=Verdict.ERROR,
+                                  error="cannot read: not a regular file")
+            size = st.st_size
+            if size <= SMALL_FILE:
+                chunks = []
+                while chunk := os.read(fd, SMALL_FILE + 1 - sum(map(len, chunks))):
+                    chunks.append(chunk)
+                data = b"".join(chunks)
+                return _run(p, len(data), lambda: data, archives, crc_budget)
+            with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mm:
+                return _run(p, size, lambda: mm, archives, crc_budget)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        return ScanResult(path=p, verdict=Verdict.ERROR,
+                          error=f"cannot read: {exc.strerror or exc}")
+
+
+def iter_files(paths: Iterable[str | os.PathLike]) -> Iterator[Path]:
+    """Every file under the given paths, as `scan.discover` lists them."""
+    for found in discover(paths):
+        yield found.path
+
+
+def scan_paths(paths: Iterable[str | os.PathLike]) -> Iterator[ScanResult]:
+    """Scan files and folders (recursively, every file whatever its extension). A folder's
+    file that is not a checkpoint at all (JSON, text, tokenizer files, images) is `skipped`;
+    a file that cannot even be scanned is reported, never left out."""
+    batch: list[Found] = []
+    size = 0
+    for found in discover(paths):
+        batch.append(found)
+        size += file_size(found.path)
+        if batch_full(len(batch), size):
+            yield from scan_batch(batch)
+            batch, size = [], 0
+    yield from scan_batch(batch)
+
+
+READ_BATCH_FILES = 256
+READ_BATCH_BYTES = 256 << 20  # of files walked before their readings run and results come
+
+
+def batch_full(count: int, size: int) -> bool:
+    """Whether a batch of `count` files, `size` bytes in all, is to be scanned now."""
+    return count >= READ_BATCH_FILES or size > READ_BATCH_BYTES
+
+
+def scan_batch(founds: list[Found]) -> list[ScanResult]:
+    """`scan_found` of each file, with the loaders' readings of all of them in one jailed job
+    whose worker starts while they are walked (`readings.read_while`)."""
+    if not founds:
+        return []
+    if readings.current_reader() is None:
+        return [scan_found(f) for f in founds]
+    in_place = [os.fspath(f.path) for f in founds if file_size(f.path) > SMALL_FILE]
+    return readings.read_while(map(scan_found, founds), in_place)
+
+
+def file_size(path: str | os.PathLike) -> int:
+    """A regular file's size (what `scan_file` may map and read in place), else 0."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+
+def scan_found(found: Found) -> ScanResult:
+    """Scan one discovered file; `skipped` when a folder's file is no checkpoint at all."""
+    try:
+        res = scan_dcp_aware(found.path)
+        _check_index(res)
+    except Exception as exc:  # scan_file never raises for a bad file; a bug must not hide
+        res = ScanResult(path=os.fspath(found.path), verdict=Verdict.ERROR,
+                         error=" ".join(f"scan failed: {type(exc).__name__}: {exc}"
+                                        .split())[:300])
+    # skipped only when positively something else (text, JSON, an image...); a reading that
+    # then yields a pickle takes that back (`readings.apply`)
+    if found.in_folder and not_a_checkpoint(res) and _other(found.path, res):
+        res.verdict = Verdict.SKIPPED
+    return res
+
+
+def _other(path, res: ScanResult) -> bool:
+    """Whether the file is positively no checkpoint (`other_files`); a file that cannot be
+    read as a regular file (a pipe, a dangling link) is none either."""
+    from inspector.scan.other_files import identify
+
+    if res.error and res.error.startswith(("cannot read: not a regular file",
+                                           "cannot read: No such file", "empty file")):
+        return True
+    what = identify(path)
+    if what is not None:
+        res.error = f"{res.error} ({what})" if res.error else what
+    return what is not None
+
+
+MAX_INDEX_BYTES = 64 << 20
+
+
+def index_outside_files(path: str | os.PathLike) -> list[str]:
+    """The shard names a `*.index.json` maps weights to that lie outside its folder (absolute,
+    with a `..` part, or behind a folder link): transformers joins the folder and the name as
+    given and loads them."""
+    import json
+
+    name = os.fspath(path)
+    if not name.endswith(".index.json"):
+        return []
+    try:
+        with open(name, "rb") as fh:
+            raw = fh.read(MAX_INDEX_BYTES + 1)
+        data = json.loads(raw) if len(raw) <= MAX_INDEX_BYTES else None
+    except (OSError, ValueError, RecursionError):
+        return []
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict):
+        return []
+    folder = os.path.dirname(name)
+    return sorted({v for v in weight_map.values() if isinstance(v, str) and _leaves(folder, v)})
+
+
+def _leaves(folder: str, name: str) -> bool:
+    """Whether `folder`/`name` lies outside `folder` or behind a folder link (which the folder
+    walk does not follow)."""
+    if zipread.unsafe_name(name):
+        return True
+    parts = name.replace("\\", "/").split("/")
+    return any(os.path.islink(os.path.join(folder, *parts[:i])) for i in range(1, len(parts)))
+
+
+def _check_index(res: ScanResult) -> None:
+    """An index that maps weights to files outside its folder is suspicious: those files are
+    loaded with the checkpoint, and a scan of the folder never reads them."""
+    outside = index_outside_files(res.path)
+    if not outside:
+        return
+    if not_a_checkpoint(res):  # the JSON itself is no pickle: its one problem is this
+        res.error, res.verdict = None, Verdict.SAFE
+    names = ", ".join(repr(n) for n in outside[:3])
+    res.findings.append(Finding(Severity.SUSPICIOUS, "index-outside-file",
+                                f"weight_map names {names}, outside its folder or behind a folder "
+                                "link: transformers "
+                                "loads them with this checkpoint, and they were not scanned"))
+    res.verdict = worst([res.verdict, Verdict.SUSPICIOUS])
+
+
+def scan_dcp_aware(path: str | os.PathLike) -> ScanResult:
+    """`scan_file` of a file that may belong to a DCP folder: a data file through the archives
+    its `.metadata` lists (checked, `layout.dcp_items`), a `.metadata` that lists items in files
+    outside its folder suspicious (DCP loads them; a scan of the folder never reads them)."""
+    res = scan_file(path, listed_archives(path))
+    outside = outside_items(path)
+    if outside:
+        names = ", ".join(repr(n) for n in outside[:3])
+        res.findings.append(Finding(Severity.SUSPICIOUS, "dcp-outside-file",
+                                    f"lists items in {names}, outside its folder: DCP loads "
+                                    "them, and they were not scanned"))
+        res.verdict = worst([res.verdict, Verdict.SUSPICIOUS])
+    return res
+
+
+def pickle_source(path: str | os.PathLike, member: str | None) -> bytes:
+    """Bytes that a `ScanResult.pickles` entry's offsets point into (for `disassemble`): the
+    zip member named `member`, the content of a compressed pickle, or the file itself."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return b""
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            if member is not None:
+                found = [m for m in zipread.read_zip(buf).members if m.name == member]
+                if not found:
+                    raise KeyError(f"{member} is not in {path}")
+                return zipread.member_bytes(buf, found[0], MAX_MEMBER_BYTES)
+            kind = formats.sniff(bytes(buf[:512]), len(buf))
+            if kind.startswith("compressed:"):
+                return decompress.decompress(buf, kind.split(":", 1)[1], MAX_DECOMPRESSED).data
+            return bytes(buf)

@@ -1,0 +1,71 @@
+"""Named sets of benign globals a user allows with one flag (`--allow numpy`).
+
+Each preset lists exactly what it admits, and none admits a global the policy calls dangerous
+(the tests classify every entry). Allowing a preset only lets `torch.load(weights_only=True)`
+rebuild these objects inside the jail; it never turns weights_only off.
+"""
+
+from __future__ import annotations
+
+from inspector.scan.pickles.policy import numpy_dtype_classes
+
+_NUMPY_CORE = [f"numpy.{core}.multiarray.{name}"
+               for core in ("core", "_core") for name in ("_reconstruct", "scalar")]
+
+# Object arrays are left out: an object dtype is rare in weights and worth a decision of its own.
+_NUMPY_DTYPES = [name for name in numpy_dtype_classes() if name != "numpy.dtypes.ObjectDType"]
+
+# Lightning's AttributeDict is a dict whose keys read as attributes; it holds hyper-parameters
+# (a config passed to save_hyperparameters, a Fabric state). One class under four import paths:
+# the unified `lightning` package, the standalone packages, and the subclass Lightning re-exports.
+_ATTRIBUTE_DICTS = ("lightning.fabric.utilities.data.AttributeDict",
+                    "lightning_fabric.utilities.data.AttributeDict",
+                    "lightning.pytorch.utilities.parsing.AttributeDict",
+                    "pytorch_lightning.utilities.parsing.AttributeDict")
+# Paths in hyper-parameters (data_dir=Path(...)) and in older ModelCheckpoint state. Python 3.13
+# pickles them from pathlib._local, and a path saved on Windows cannot be built on Linux.
+_PATHS = {f"pathlib{where}.{pure}{system}Path": f"pathlib.Pure{system}Path"
+          for where in ("", "._local") for pure in ("", "Pure") for system in ("Posix", "Windows")}
+
+STAND_INS: dict[str, str] = {**dict.fromkeys(_ATTRIBUTE_DICTS, "builtins.dict"), **_PATHS}
+"""Globals the worker rebuilds as a plain class of the standard library, registered under the
+checkpoint's name: an AttributeDict as a dict, a path as a pure path (a name that never touches
+the filesystem). The worker needs neither Lightning nor the saving system's path class."""
+
+PRESETS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "numpy": ("NumPy arrays, scalars and dtypes, as checkpoints that saved numpy values hold",
+              (*_NUMPY_CORE, "numpy.ndarray", "numpy.dtype", *_NUMPY_DTYPES)),
+    "argparse": ("argparse.Namespace, the hyper-parameters of fairseq-style checkpoints",
+                 ("argparse.Namespace",)),
+    "lightning": ("Lightning's AttributeDict (loaded as a dict), pathlib paths (loaded as pure "
+                  "paths) and argparse.Namespace (PyTorch Lightning 1.x hparams), as Lightning "
+                  "checkpoints hold them",
+                  (*_ATTRIBUTE_DICTS, *_PATHS, "argparse.Namespace")),
+}
+
+PRESET_GLOBALS = frozenset(g for _, members in PRESETS.values() for g in members)
+"""Names a preset may list that this environment's numpy lacks (they are skipped, not errors)."""
+
+
+def preset_help() -> str:
+    """One line per preset, for a command's --help."""
+    return "; ".join(f"{name}: {what}" for name, (what, _) in PRESETS.items())
+
+
+def allow_flags(needed: list[str]) -> list[str]:
+    """Command-line words that allow every name in `needed`: the preset admitting most of them
+    first (a Lightning 1.x file's Namespace and path take `--allow lightning` alone), then
+    `--allow-global` for each name no preset admits."""
+    flags: list[str] = []
+    left = list(needed)
+    while True:
+        # the preset that admits most of what is left (the first listed, on a tie)
+        covered, _, name = max((sum(g in members for g in left), -order, name)
+                               for order, (name, (_, members)) in enumerate(PRESETS.items()))
+        if not covered:
+            break
+        flags += ["--allow", name]
+        left = [g for g in left if g not in PRESETS[name][1]]
+    for g in left:
+        flags += ["--allow-global", g]
+    return flags
