@@ -14,12 +14,19 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+__all__ = ["EXIT_HALTED", "BitFlip", "Guard", "GuardConfig", "GuardHalt", "OrderLedger", "Shadow",
+           "audit", "track"]
+
 _LAZY = {
     "Guard": "inspector.guard.guard",
     "GuardConfig": "inspector.guard.guard",
     "GuardHalt": "inspector.guard.guard",
     "EXIT_HALTED": "inspector.guard.guard",
     "BitFlip": "inspector.guard.inject",
+    "OrderLedger": "inspector.guard.order",
+    "track": "inspector.guard.order",
+    "Shadow": "inspector.guard.shadow",
+    "audit": "inspector.guard.audit",
 }
 
 
@@ -28,3 +35,8 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'inspector.guard' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The public names, though none is imported yet."""
+    return sorted(__all__)

@@ -166,7 +166,7 @@ class Guard:
         inject.apply(list(self.config.faults), model, self.step_index, "grad", rerun=False)
         numbers = step_numbers(loss, model)
         values = {"loss": numbers.loss, "grad_norm": numbers.grad_norm}
-        breaches = self.rules.check(values)
+        breaches = self.rules.judge(values)
         verdict = StepVerdict(self.step_index, numbers.loss, numbers.grad_norm)
         self._record_metrics(verdict, breaches)
         if not breaches:

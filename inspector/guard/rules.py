@@ -1,16 +1,18 @@
 """The guard's alarm rules over one scalar per step: non-finite, Megatron's spike, the EMA spike.
 
-Each rule sees the step's value of one signal (`loss` or `grad_norm`) and answers the threshold
-it broke, or None. Spike rules learn during a warm-up and never alarm in it; a value that raised
-an alarm is not learned, so one spike does not lift the bar for the next. Their state is plain
-numbers (`state_dict`), so a scene carries it and a resumed run keeps its thresholds.
+Each rule is one registered class (`@register`, keyed by its kind) whose `judge` sees the step's
+value of one signal (`loss` or `grad_norm`) and answers the threshold it broke, or None; a new
+rule is one class here and one test. Spike rules learn during a warm-up and never alarm in it; a
+value that raised an alarm is not learned, so one spike does not lift the bar for the next.
+Their state is plain numbers (`state_dict`), so a scene carries it and a resumed run keeps its
+thresholds.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 Signal = Literal["loss", "grad_norm"]
 
@@ -25,18 +27,58 @@ class Breach:
     threshold: float | None
 
 
+class Rule(Protocol):
+    """What the guard asks of a rule: judge a value, learn from it, keep its state."""
+
+    signal: Signal
+    kind: str
+
+    @property
+    def name(self) -> str:
+        """The rule's stable name in journal records (`SIGNAL-KIND`)."""
+        ...
+
+    def judge(self, value: float) -> Breach | None:
+        """The breach this step's value makes, or None."""
+        ...
+
+    def learn(self, value: float) -> None:
+        """Fold a value of a step that raised no alarm into what the rule knows."""
+        ...
+
+    def state_dict(self) -> dict:
+        """What a resumed run needs to keep the same threshold."""
+        ...
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a saved state."""
+        ...
+
+
+RULES: dict[str, type] = {}
+"""Every rule class by its kind, in the order they were registered."""
+
+
+def register(cls: type) -> type:
+    """Add a rule class to `RULES` under its `kind`."""
+    RULES[cls.kind] = cls
+    return cls
+
+
+@register
 @dataclass
 class NonFinite:
     """NaN or Inf in the signal."""
 
     signal: Signal
+    kind = "nonfinite"
 
     @property
     def name(self) -> str:
         """The rule's stable name in journal records."""
-        return f"{self.signal}-nonfinite"
+        return f"{self.signal}-{self.kind}"
 
-    def check(self, value: float) -> Breach | None:
+    def judge(self, value: float) -> Breach | None:
         """A breach when the value is NaN or Inf (no threshold), else None."""
         return None if math.isfinite(value) else Breach(self.name, self.signal, value, None)
 
@@ -51,6 +93,7 @@ class NonFinite:
         """No state."""
 
 
+@register
 @dataclass
 class MaxOfFirst:
     """Megatron's rule: alarm at >= k x the largest |value| of the first `warmup` values."""
@@ -60,13 +103,14 @@ class MaxOfFirst:
     warmup: int = 100
     seen: int = 0
     largest: float = 0.0
+    kind = "spike-max"
 
     @property
     def name(self) -> str:
         """The rule's stable name in journal records."""
-        return f"{self.signal}-spike-max"
+        return f"{self.signal}-{self.kind}"
 
-    def check(self, value: float) -> Breach | None:
+    def judge(self, value: float) -> Breach | None:
         """The breach, with the threshold broken, or None."""
         if self.seen < self.warmup or not math.isfinite(value):
             return None
@@ -90,6 +134,7 @@ class MaxOfFirst:
         self.seen, self.largest = int(state["seen"]), float(state["largest"])
 
 
+@register
 @dataclass
 class EmaSpike:
     """The moving-average rule: alarm when value > k x its EMA, after `warmup` values."""
@@ -100,13 +145,14 @@ class EmaSpike:
     beta: float = 0.99
     seen: int = 0
     ema: float = 0.0
+    kind = "spike-ema"
 
     @property
     def name(self) -> str:
         """The rule's stable name in journal records."""
-        return f"{self.signal}-spike-ema"
+        return f"{self.signal}-{self.kind}"
 
-    def check(self, value: float) -> Breach | None:
+    def judge(self, value: float) -> Breach | None:
         """The breach, with the threshold broken, or None."""
         if self.seen < self.warmup or not math.isfinite(value):
             return None
@@ -132,9 +178,6 @@ class EmaSpike:
         self.seen, self.ema = int(state["seen"]), float(state["ema"])
 
 
-Rule = NonFinite | MaxOfFirst | EmaSpike
-
-
 @dataclass
 class RuleSet:
     """Every rule the guard applies, with their shared learning and state."""
@@ -144,13 +187,14 @@ class RuleSet:
     @classmethod
     def default(cls, k_max: float = 10.0, k_ema: float = 10.0, warmup: int = 100) -> RuleSet:
         """NaN/Inf on both signals, Megatron's rule on both, the EMA rule on the loss."""
-        return cls([NonFinite("loss"), NonFinite("grad_norm"),
-                    MaxOfFirst("loss", k_max, warmup), MaxOfFirst("grad_norm", k_max, warmup),
-                    EmaSpike("loss", k_ema, warmup)])
+        return cls([RULES["nonfinite"]("loss"), RULES["nonfinite"]("grad_norm"),
+                    RULES["spike-max"]("loss", k_max, warmup),
+                    RULES["spike-max"]("grad_norm", k_max, warmup),
+                    RULES["spike-ema"]("loss", k_ema, warmup)])
 
-    def check(self, values: dict[Signal, float]) -> list[Breach]:
+    def judge(self, values: dict[Signal, float]) -> list[Breach]:
         """Every rule the step's values break, in rule order."""
-        found = (rule.check(values[rule.signal]) for rule in self.rules)
+        found = (rule.judge(values[rule.signal]) for rule in self.rules)
         return [breach for breach in found if breach is not None]
 
     def learn(self, values: dict[Signal, float]) -> None:
