@@ -161,10 +161,10 @@ def verify_shard_rounds(folder: Path, runs: int, shards: int = 2) -> dict[str, f
 
 def shard_split(files: list[Path], folder: Path, shards: int = 2) -> list[int]:
     """How many of the files each shard owns (verify keys them by the planned path)."""
-    from inspector.fleet.jobs import Shard
+    from inspector.fleet.jobs import JobSlice
 
     keys = [os.path.join(os.path.abspath(folder), p.name) for p in files]
-    return [sum(Shard(i, shards).owns(k) for k in keys) for i in range(shards)]
+    return [sum(JobSlice(i, shards).owns(k) for k in keys) for i in range(shards)]
 
 
 def exporter_rows(scrapes: int, repeats: int) -> list[dict]:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from inspector.fleet.jobs import Shard, parse_shard
+from inspector.fleet.jobs import JobSlice, parse_job_slice
 from inspector.run import journal
 
 CLI = [sys.executable, "-m", "inspector"]
@@ -51,15 +51,15 @@ def _files(report: Path) -> list[dict]:
 
 
 def test_parse_shard_and_its_refusals():
-    assert parse_shard("2/4") == Shard(2, 4)
+    assert parse_job_slice("2/4") == JobSlice(2, 4)
     for bad in ("4/4", "-1/4", "1", "a/b", "0/0"):
         with pytest.raises(ValueError, match="0 <= I < N"):
-            parse_shard(bad)
+            parse_job_slice(bad)
 
 
 def test_every_file_has_exactly_one_shard_and_keeps_it_when_others_come():
     keys = [f"/data/run/checkpoint-{i}/model.safetensors" for i in range(400)]
-    shards = [Shard(i, 5) for i in range(5)]
+    shards = [JobSlice(i, 5) for i in range(5)]
     owners = [[s.index for s in shards if s.owns(k)] for k in keys]
     assert all(len(o) == 1 for o in owners)
     counts = [sum(o == [i] for o in owners) for i in range(5)]
@@ -100,7 +100,7 @@ def test_a_killed_report_shard_resumes_and_the_merge_equals_one_process(models, 
     os.kill(victim.pid, signal.SIGKILL)
     victim.wait()
     done_before = len(journal.read(results[0]).of_kind("report.file"))
-    owned = sum(Shard(0, 2).owns(str(p)) for p in models.iterdir())
+    owned = sum(JobSlice(0, 2).owns(str(p)) for p in models.iterdir())
     assert done_before >= 1
     again = _cli("report", models, "-o", tmp_path / "s0.json", "-q", "--jobs", "1",
                  "--shard", "0/2", "--results", results[0], "--force")
@@ -167,7 +167,7 @@ def test_verify_shards_cover_the_folder_once_resume_and_merge_with_the_scan(mode
                    "--results", results[i])
         # the partition follows the paths, so a shard may own none of these seven files
         # (about one run in six): it then says nothing was checked, and fails
-        owns = any(Shard(i, 3).owns(str(p)) for p in models.iterdir())
+        owns = any(JobSlice(i, 3).owns(str(p)) for p in models.iterdir())
         assert out.returncode in ((0, 1) if owns else (3,)), out.stdout + out.stderr
         seen += json.loads(out.stdout).get("files", [])
     assert sorted(seen, key=lambda f: f["path"]) == sorted(whole["files"],
@@ -178,7 +178,7 @@ def test_verify_shards_cover_the_folder_once_resume_and_merge_with_the_scan(mode
     if results[0] in kept:
         assert "result(s) kept from earlier runs" in again.stderr
     assert len(journal.read(results[0]).of_kind("verify.result")) == sum(
-        Shard(0, 3).owns(str(p)) for p in models.iterdir())  # nothing verified twice
+        JobSlice(0, 3).owns(str(p)) for p in models.iterdir())  # nothing verified twice
     _cli("scan", models, "--results", tmp_path / "scan.jsonl")
     _cli("merge", *results, tmp_path / "scan.jsonl", "-o", tmp_path / "m.json", check=1)
     files = _files(tmp_path / "m.json")
@@ -200,8 +200,8 @@ def test_a_verify_shard_that_owns_no_file_says_nothing_was_checked_and_fails(tmp
     manifest = tmp_path / "SHA256SUMS"
     _cli("manifest", "create", folder, "-o", manifest, check=0)  # dialect from the name
     keys = [str(folder / n) for n in ("a.bin", "b.bin")]
-    empty = next(i for i in range(16) if not any(Shard(i, 16).owns(k) for k in keys))
-    busy = next(i for i in range(16) if any(Shard(i, 16).owns(k) for k in keys))
+    empty = next(i for i in range(16) if not any(JobSlice(i, 16).owns(k) for k in keys))
+    busy = next(i for i in range(16) if any(JobSlice(i, 16).owns(k) for k in keys))
     out = _cli("verify", "-m", manifest, folder, "--json", "--shard", f"{empty}/16",
                "--results", tmp_path / "r.jsonl", check=3)
     (error,) = json.loads(out.stdout)["errors"]

@@ -30,7 +30,7 @@ from inspector.core.vocabulary import (
 from inspector.scan.pickles.presets import PRESETS, preset_help
 
 if TYPE_CHECKING:  # types only: importing verify (manifests, shards) costs every command
-    from inspector.fleet.jobs import ResultsLog, Shard
+    from inspector.fleet.jobs import JobSlice, ResultsLog
     from inspector.integrity.verify import TensorDigestFn, VerifyResult
 
 EXIT_LOAD_FAILED = 5
@@ -278,11 +278,11 @@ def progress_events(show: ProgressFn | None,
 
 def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     """`--shard I/N` and `--results FILE.jsonl`: one process's share of a batch, resumable."""
-    from inspector.fleet.jobs import parse_shard
+    from inspector.fleet.jobs import parse_job_slice
 
     def shard(text: str):
         try:
-            return parse_shard(text)
+            return parse_job_slice(text)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -298,7 +298,7 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
 class Batch:
     """The share of the files a command runs, and where finished ones are kept."""
 
-    shard: Shard
+    shard: JobSlice
     log: ResultsLog | None
 
     def owns(self, key: str) -> bool:
@@ -323,9 +323,9 @@ class Batch:
 
 def open_batch(args: argparse.Namespace, kind: str) -> Batch:
     """The batch a command's --shard and --results describe; damaged result lines are named."""
-    from inspector.fleet.jobs import Shard, open_results
+    from inspector.fleet.jobs import JobSlice, open_results
 
-    shard = args.shard or Shard()
+    shard = args.shard or JobSlice()
     if args.results is None:
         return Batch(shard, None)
     log = open_results(args.results, kind)

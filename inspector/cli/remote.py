@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from inspector.core.termtext import escape
 from inspector.core.vocabulary import Verdict
 from inspector.fleet import objstore
-from inspector.fleet.jobs import Shard, Where
+from inspector.fleet.jobs import JobSlice, Where
 from inspector.fleet.objstore import ObjectStoreError, Relabel, RemoteObject
 
 if TYPE_CHECKING:  # verify's modules load only when a URL is verified
@@ -105,7 +105,7 @@ def verify_remote(args: argparse.Namespace, manifest: Manifest | None) -> Verify
 
 
 def part_checked_nothing(args: argparse.Namespace, manifest: Manifest,
-                         shard: Shard | None) -> str:
+                         shard: JobSlice | None) -> str:
     """The error of a verify (or one shard of a batch's) that compared no file with the
     manifest: the whole run's reason when it is the only shard, else the shard's."""
     from inspector.integrity.verify import nothing_checked

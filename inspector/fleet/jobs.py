@@ -27,14 +27,16 @@ Where = str | os.PathLike[str] | RemoteObject
 
 
 @dataclass(frozen=True)
-class Shard:
-    """Process `index` of `count` (0 <= index < count)."""
+class JobSlice:
+    """A batch job's slice of the files: process `index` of `count` (0 <= index < count), chosen
+    with `--shard I/N` (the flag keeps the word batch engines use; "shard" in this code is one
+    file of a checkpoint saved as several)."""
 
     index: int = 0
     count: int = 1
 
     def owns(self, key: str) -> bool:
-        """Whether the file named `key` (its path as the command found it) is this shard's."""
+        """Whether the file named `key` (its path as the command found it) is this slice's."""
         if self.count == 1:
             return True
         digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()
@@ -42,11 +44,11 @@ class Shard:
 
     @property
     def label(self) -> str:
-        """How the shard is written on the command line."""
+        """How the slice is written on the command line (`--shard I/N`)."""
         return f"{self.index}/{self.count}"
 
 
-def parse_shard(text: str) -> Shard:
+def parse_job_slice(text: str) -> JobSlice:
     """`I/N` with 0 <= I < N; ValueError with a one-line reason otherwise."""
     head, sep, tail = text.partition("/")
     try:
@@ -55,7 +57,7 @@ def parse_shard(text: str) -> Shard:
         index = count = -1
     if not sep or count < 1 or not 0 <= index < count:
         raise ValueError(f"--shard wants I/N with 0 <= I < N (e.g. 0/4), not {text!r}")
-    return Shard(index, count)
+    return JobSlice(index, count)
 
 
 def identity(path: Where) -> list[Any] | None:

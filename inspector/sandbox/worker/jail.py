@@ -543,7 +543,7 @@ def _system_read_roots() -> list[str]:
     """The Python installation (stdlib, venv, this package) and the shared libraries it loads."""
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     roots.update(p for p in sysconfig.get_paths().values())
-    roots.add(str(Path(__file__).resolve().parents[1]))
+    roots.add(str(Path(__file__).resolve().parents[2]))  # the inspector package
     roots.update(["/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache"])
     # CPU-topology files torch's thread pool reads when it starts.
     roots.update(["/proc/cpuinfo", "/sys/devices/system/cpu"])
