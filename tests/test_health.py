@@ -234,3 +234,24 @@ def test_tensors_without_statistics_are_not_judged() -> None:
                         "dense": torch.randn(4, 4)})
     health = assess(records)
     assert health.weights_checked == 1 and health.status == "ok"
+
+
+def test_every_health_rule_is_registered_with_a_scope_and_each_one_fires():
+    from inspector.checkpoint.health import RULES
+    assert [type(r).__name__ for r in RULES] == ["QuantizationScale", "NonFiniteValues",
+                                                 "MagnitudeOutlier", "ConstantWeights",
+                                                 "DuplicateWeights"]
+    assert {r.scope for r in RULES} == {"quantized", "values", "weights"}
+    base = {"dtype": "float32", "shape": [4, 4], "numel": 16, "nan": 0, "inf": 0, "zeros": 0,
+            "min": -1.0, "max": 1.0, "absmax": 1.0, "digest": "d"}
+    found = {(f.key, f.code) for f in assess([
+        {**base, "key": "q", "quantization": {"scale": "nan"}},
+        {**base, "key": "n", "nan": 2, "digest": "n"},
+        {**base, "key": "o", "exponents": [[-4, 15], [60, 1]], "absmax": 2.0 ** 60,
+         "digest": "o"},
+        {**base, "key": "c", "min": 0.5, "max": 0.5, "digest": "c"},
+        {**base, "key": "a"}, {**base, "key": "b"},
+    ]).findings}
+    assert found == {("q", "nonfinite-weights"), ("n", "nonfinite-weights"),
+                     ("o", "magnitude-outlier"), ("c", "constant-weights"),
+                     ("b", "duplicate-weights")}

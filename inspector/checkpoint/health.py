@@ -34,14 +34,19 @@ Rules:
   tokens) are legitimately constant at initialisation and are not judged.
 - Duplicate: two weights of at least 16 elements with equal digest, dtype and shape that do
   not share storage (tied weights share it) are a warning; constant tensors are excluded.
+
+Each rule is one registered class (`@register`) with one `judge` method over a `TensorStats`;
+a new rule is one class here and one test.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
+from inspector.checkpoint.tensor_stats import TensorStats
 from inspector.core.dtypes import lookup
 from inspector.core.json_record import JsonRecord, typed_list, word
 from inspector.core.vocabulary import HealthSeverity, HealthStatus
@@ -109,13 +114,13 @@ _JUDGED_KINDS = ("float", "complex")
 exponent width of their real and imaginary halves."""
 
 
-def _is_judged_kind(rec: dict[str, Any]) -> bool:
-    d = lookup(rec.get("dtype"))
+def _is_judged_kind(rec: TensorStats) -> bool:
+    d = lookup(rec.dtype)
     return d is not None and d.kind in _JUDGED_KINDS
 
 
-def _is_complex(rec: dict[str, Any]) -> bool:
-    d = lookup(rec.get("dtype"))
+def _is_complex(rec: TensorStats) -> bool:
+    d = lookup(rec.dtype)
     return d is not None and d.kind == "complex"
 
 
@@ -152,76 +157,72 @@ def _count(value: Any) -> int:
     return value if isinstance(value, int) else 0
 
 
-def assess(tensors: list[dict[str, Any]]) -> Health:
+@dataclass
+class Judging:
+    """One checkpoint being judged: the verdict so far, the severity a value problem has for
+    the tensor at hand (info in training state), and the first key of each content seen."""
+
+    health: Health
+    severity: str = PROBLEM
+    seen: dict[tuple, str] = field(default_factory=dict)
+
+
+class HealthRule(Protocol):
+    """What `assess` asks of a rule."""
+
+    scope: ClassVar[str]
+    """"quantized" (quantized tensors), "values" (every judged tensor, training state as
+    info) or "weights" (model weights only)."""
+
+    def judge(self, rec: TensorStats, judging: Judging) -> None:
+        """Add this rule's findings about one tensor to `judging.health`."""
+        ...
+
+
+RULES: list[HealthRule] = []
+"""Every rule, in the order a tensor meets them (the order of its findings)."""
+
+
+def register(cls: type) -> type:
+    """Add one instance of a rule class to `RULES`."""
+    RULES.append(cls())
+    return cls
+
+
+def assess(tensors: Iterable[TensorStats | Mapping[str, Any]]) -> Health:
     """Judge every tensor record of an `inspect` result; see the module docstring."""
-    health = Health()
-    seen: dict[tuple, str] = {}
+    judging = Judging(Health())
+    health = judging.health
     judged: dict[str, tuple[str | None, bool]] = {}  # key: (digest, training state)
     for rec in tensors:
-        key = rec.get("key", "")
-        if isinstance(rec.get("quantization"), dict):
-            _quantization(health, rec, INFO if is_state_key(key) else PROBLEM)
+        if not isinstance(rec, TensorStats):
+            rec = TensorStats.from_json(dict(rec))
+        state = is_state_key(rec.key)
+        if isinstance(rec.quantization, dict):
+            judging.severity = INFO if state else PROBLEM
+            _apply(judging, rec, ("quantized",))
             continue  # its integer representation has no NaN to count
-        if not _is_judged_kind(rec) or rec.get("nan") is None:
+        if not _is_judged_kind(rec) or not rec.has_stats:
             continue  # no statistics to judge (sparse, meta, or a dtype without them)
         # A tied view of a storage already judged (same bytes) is not reported twice; a
         # weight is judged as one even when training state listed first holds its bytes.
-        state = is_state_key(key)
-        if any(judged.get(k, ("", True))[0] == rec.get("digest")
-               and (state or not judged[k][1]) for k in rec.get("shared_with") or ()):
+        if any(judged.get(k, ("", True))[0] == rec.digest
+               and (state or not judged[k][1]) for k in rec.shared_with or ()):
             continue
-        judged[key] = (rec.get("digest"), state)
+        judged[rec.key] = (rec.digest, state)
         if state:
             health.state_tensors += 1
-            _nonfinite(health, rec, INFO)
-            continue
-        health.weights_checked += 1
-        _nonfinite(health, rec, PROBLEM)
-        _outliers(health, rec)
-        if _constant(health, rec):
-            continue
-        _duplicate(health, rec, seen)
+        else:
+            health.weights_checked += 1
+        judging.severity = INFO if state else PROBLEM
+        _apply(judging, rec, ("values",) if state else ("values", "weights"))
     return health
 
 
-def _nonfinite(health: Health, rec: dict[str, Any], severity: str) -> None:
-    nan, inf = _count(rec.get("nan")), _count(rec.get("inf"))
-    if not nan and not inf:
-        return
-    what = " and ".join(p for p in (f"{nan:,} NaN" if nan else "", f"{inf:,} Inf" if inf else "")
-                        if p)
-    numel = rec.get("numel") or 0
-    if severity == INFO:
-        message = f"{what} in training state (shown, not a weights problem)"
-    else:
-        message = f"{what} of {numel:,} values: the weights are corrupt or training diverged"
-    first = rec.get("first_nonfinite")
-    if isinstance(first, int):
-        message += f" (the first at flat index {first:,})"
-    health.add(HealthFinding("nonfinite-state" if severity == INFO else "nonfinite-weights",
-                             rec["key"], severity, message,
-                             extra={"nan": nan, "inf": inf, "first_index": first}))
-
-
-def _few_values_outlier(health: Health, rec: dict[str, Any], gap: int | None) -> None:
-    """A value no weight reaches, in a tensor too sparse for the relative rule (a 1-element
-    weight, or one whose other values are zero): only a flipped exponent bit puts it there."""
-    d = lookup(rec.get("dtype"))
-    absmax = rec.get("absmax")
-    if gap != WIDE_GAP or d is None or not isinstance(absmax, (int, float)):
-        return
-    finite = (rec.get("numel") or 0) - _count(rec.get("nan")) - _count(rec.get("inf"))
-    if finite - _count(rec.get("zeros")) >= MIN_JUDGED or absmax < ABSOLUTE_LIMIT:
-        return
-    _, exp_bits, man_bits = d.fields
-    if absmax == (2 - 2.0 ** -man_bits) * 2.0 ** (2 ** (exp_bits - 1) - 1):
-        return  # the dtype's largest finite value: a deliberate sentinel (finfo.min masks)
-    health.add(HealthFinding(
-        "magnitude-outlier", rec["key"], PROBLEM,
-        f"a value of {_num(absmax)} (at least 2^{ABSOLUTE_LIMIT.bit_length() - 1}) among "
-        f"fewer than {MIN_JUDGED} non-zero values: no weight is that large; the signature of "
-        f"a flipped exponent bit",
-        extra={"outliers": 1, "absmax": absmax, "bulk_exponent": None}))
+def _apply(judging: Judging, rec: TensorStats, scopes: tuple[str, ...]) -> None:
+    for rule in RULES:
+        if rule.scope in scopes:
+            rule.judge(rec, judging)
 
 
 def _nonfinite_number(value: Any) -> bool:
@@ -231,67 +232,146 @@ def _nonfinite_number(value: Any) -> bool:
     return isinstance(value, float) and not math.isfinite(value)
 
 
-def _quantization(health: Health, rec: dict[str, Any], severity: str) -> None:
+def _finding_code(severity: str) -> str:
+    return "nonfinite-state" if severity == INFO else "nonfinite-weights"
+
+
+@register
+class QuantizationScale:
     """A quantized tensor whose scale (any channel's, per channel) is NaN or Inf dequantizes
     to NaN or Inf there."""
-    scale = rec["quantization"].get("scale")
-    scales = scale if isinstance(scale, list) else [scale]
-    # every channel's, where the record counts them; else the listed ones (an older worker's)
-    bad = rec["quantization"].get("nonfinite_scales")
-    if not isinstance(bad, int):
-        bad = sum(_nonfinite_number(v) for v in scales)
-    if not bad:
-        return
-    what = "channel scales" if isinstance(scale, list) else "scale"
-    health.add(HealthFinding(
-        "nonfinite-state" if severity == INFO else "nonfinite-weights", rec["key"], severity,
-        f"quantization {what} NaN or Inf ({bad:,}): the dequantized weights are NaN or Inf",
-        extra={"nan": 0, "inf": 0, "bad_scales": bad}))
+
+    scope = "quantized"
+
+    def judge(self, rec: TensorStats, judging: Judging) -> None:
+        """A finding when a scale is NaN or Inf."""
+        quantization = rec.quantization or {}
+        scale = quantization.get("scale")
+        scales = scale if isinstance(scale, list) else [scale]
+        # every channel's, where the record counts them; else the listed ones (an older worker's)
+        bad = quantization.get("nonfinite_scales")
+        if not isinstance(bad, int):
+            bad = sum(_nonfinite_number(v) for v in scales)
+        if not bad:
+            return
+        what = "channel scales" if isinstance(scale, list) else "scale"
+        judging.health.add(HealthFinding(
+            _finding_code(judging.severity), rec.key, judging.severity,
+            f"quantization {what} NaN or Inf ({bad:,}): the dequantized weights are NaN or Inf",
+            extra={"nan": 0, "inf": 0, "bad_scales": bad}))
 
 
-def _outliers(health: Health, rec: dict[str, Any]) -> None:
-    gap = outlier_gap(rec.get("dtype"))
-    exponents = rec.get("exponents")
-    if gap is not None and not exponents:
-        _few_values_outlier(health, rec, gap)
-    if gap is None or not exponents:
-        return
-    count, bulk = magnitude_outliers(exponents, gap)
-    if count:
-        health.add(HealthFinding(
-            "magnitude-outlier", rec["key"], PROBLEM,
-            f"{count:,} value(s) at least 2^{gap} times above the rest of the tensor "
-            f"(absmax {_num(rec.get('absmax'))}, the rest below 2^{bulk + 1}): the signature "
+@register
+class NonFiniteValues:
+    """NaN or Inf among the values: a problem in weights, shown as info in training state."""
+
+    scope = "values"
+
+    def judge(self, rec: TensorStats, judging: Judging) -> None:
+        """A finding counting the NaN and Inf."""
+        nan, inf = _count(rec.nan), _count(rec.inf)
+        if not nan and not inf:
+            return
+        what = " and ".join(p for p in (f"{nan:,} NaN" if nan else "",
+                                        f"{inf:,} Inf" if inf else "") if p)
+        numel = rec.numel or 0
+        if judging.severity == INFO:
+            message = f"{what} in training state (shown, not a weights problem)"
+        else:
+            message = f"{what} of {numel:,} values: the weights are corrupt or training diverged"
+        first = rec.first_nonfinite
+        if isinstance(first, int):
+            message += f" (the first at flat index {first:,})"
+        judging.health.add(HealthFinding(_finding_code(judging.severity), rec.key,
+                                         judging.severity, message,
+                                         extra={"nan": nan, "inf": inf, "first_index": first}))
+
+
+@register
+class MagnitudeOutlier:
+    """Values far above the rest of their tensor: the signature of a flipped exponent bit."""
+
+    scope = "weights"
+
+    def judge(self, rec: TensorStats, judging: Judging) -> None:
+        """A finding from the exponent counts, or from absmax in a tensor too sparse for them."""
+        gap = outlier_gap(rec.dtype)
+        if gap is None:
+            return
+        if not rec.exponents:
+            self._few_values(rec, gap, judging)
+            return
+        count, bulk = magnitude_outliers(rec.exponents, gap)
+        if count:
+            judging.health.add(HealthFinding(
+                "magnitude-outlier", rec.key, PROBLEM,
+                f"{count:,} value(s) at least 2^{gap} times above the rest of the tensor "
+                f"(absmax {_num(rec.absmax)}, the rest below 2^{bulk + 1}): the signature "
+                f"of a flipped exponent bit",
+                extra={"outliers": count, "absmax": rec.absmax, "bulk_exponent": bulk + 1}))
+
+    @staticmethod
+    def _few_values(rec: TensorStats, gap: int, judging: Judging) -> None:
+        """A value no weight reaches, in a tensor too sparse for the relative rule (a 1-element
+        weight, or one whose other values are zero): only a flipped exponent bit puts it there."""
+        d = lookup(rec.dtype)
+        absmax = rec.absmax
+        if gap != WIDE_GAP or d is None or not isinstance(absmax, (int, float)):
+            return
+        finite = (rec.numel or 0) - _count(rec.nan) - _count(rec.inf)
+        if finite - _count(rec.zeros) >= MIN_JUDGED or absmax < ABSOLUTE_LIMIT:
+            return
+        _, exp_bits, man_bits = d.fields
+        if absmax == (2 - 2.0 ** -man_bits) * 2.0 ** (2 ** (exp_bits - 1) - 1):
+            return  # the dtype's largest finite value: a deliberate sentinel (finfo.min masks)
+        judging.health.add(HealthFinding(
+            "magnitude-outlier", rec.key, PROBLEM,
+            f"a value of {_num(absmax)} (at least 2^{ABSOLUTE_LIMIT.bit_length() - 1}) among "
+            f"fewer than {MIN_JUDGED} non-zero values: no weight is that large; the signature "
             f"of a flipped exponent bit",
-            extra={"outliers": count, "absmax": rec.get("absmax"), "bulk_exponent": bulk + 1}))
+            extra={"outliers": 1, "absmax": absmax, "bulk_exponent": None}))
 
 
-def _constant(health: Health, rec: dict[str, Any]) -> bool:
-    """Warn about a constant weight matrix; True when the tensor is constant (judged or not)."""
-    lo, hi = rec.get("min"), rec.get("max")
-    if lo is None or lo != hi:
-        return False
-    if _is_complex(rec) and lo != 0:
-        return False  # equal magnitudes, not equal values (unit phasors)
-    shape, numel = rec.get("shape") or [], rec.get("numel") or 0
-    if len(shape) >= 2 and numel >= 2 and not _count(rec.get("nan")) + _count(rec.get("inf")):
+def is_constant(rec: TensorStats) -> bool:
+    """All values equal (for complex: all zero; equal magnitudes are unit phasors, not equal)."""
+    lo, hi = rec.min, rec.max
+    return lo is not None and lo == hi and not (_is_complex(rec) and lo != 0)
+
+
+@register
+class ConstantWeights:
+    """A weight matrix whose values are all equal (1-D tensors are legitimately constant)."""
+
+    scope = "weights"
+
+    def judge(self, rec: TensorStats, judging: Judging) -> None:
+        """A warning for a constant matrix without NaN or Inf."""
+        shape, numel, lo = rec.shape or [], rec.numel or 0, rec.min
+        if (not is_constant(rec) or len(shape) < 2 or numel < 2
+                or _count(rec.nan) + _count(rec.inf)):
+            return
         zero = lo == 0
         message = (f"all {numel:,} values are zero (expected only in freshly initialised "
                    f"LoRA-style layers)" if zero else f"all {numel:,} values equal {lo!r}")
-        health.add(HealthFinding("zero-weights" if zero else "constant-weights", rec["key"],
-                                 WARNING, message, extra={"value": lo}))
-    return True
+        judging.health.add(HealthFinding("zero-weights" if zero else "constant-weights",
+                                         rec.key, WARNING, message, extra={"value": lo}))
 
 
-def _duplicate(health: Health, rec: dict[str, Any], seen: dict[tuple, str]) -> None:
-    digest = rec.get("digest")
-    if not digest or (rec.get("numel") or 0) < MIN_JUDGED:
-        return
-    ident = (digest, rec.get("dtype"), tuple(rec.get("shape") or ()))
-    first = seen.setdefault(ident, rec["key"])
-    if first != rec["key"] and first not in (rec.get("shared_with") or ()):
-        health.add(HealthFinding(
-            "duplicate-weights", rec["key"], WARNING,
-            f"bit-for-bit identical to {first} without sharing its storage (a copy where "
-            f"distinct weights were expected, or tied weights saved twice)",
-            extra={"duplicate_of": first}))
+@register
+class DuplicateWeights:
+    """Two weights with equal bytes that do not share storage (tied weights share it)."""
+
+    scope = "weights"
+
+    def judge(self, rec: TensorStats, judging: Judging) -> None:
+        """A warning naming the first weight with the same content."""
+        if is_constant(rec) or not rec.digest or (rec.numel or 0) < MIN_JUDGED:
+            return
+        ident = (rec.digest, rec.dtype, tuple(rec.shape or ()))
+        first = judging.seen.setdefault(ident, rec.key)
+        if first != rec.key and first not in (rec.shared_with or ()):
+            judging.health.add(HealthFinding(
+                "duplicate-weights", rec.key, WARNING,
+                f"bit-for-bit identical to {first} without sharing its storage (a copy where "
+                f"distinct weights were expected, or tied weights saved twice)",
+                extra={"duplicate_of": first}))

@@ -18,6 +18,7 @@ from inspector.checkpoint.architecture import Architecture
 from inspector.checkpoint.health import Health
 from inspector.checkpoint.optimizer_map import OptimizerParams
 from inspector.checkpoint.resume import ResumeChecklist
+from inspector.checkpoint.tensor_stats import TensorStats
 from inspector.core.json_record import NUMBER, JsonRecord, typed, typed_list, word
 from inspector.core.vocabulary import JailLevel, TensorStatus, Verdict
 
@@ -44,40 +45,6 @@ def jail_line(jail: Jail | None) -> str:
     if jail.missing:
         line += "; missing: " + "; ".join(f"{k}: {v}" for k, v in jail.missing.items())
     return line
-
-
-@dataclass
-class TensorStats(JsonRecord):
-    """One tensor record of the inspect contract: identity, layout, statistics, digest."""
-
-    key: str
-    dtype: str
-    shape: list[int]
-    numel: int = 0
-    nbytes: int = 0
-    layout: str | None = None
-    device: str | None = None
-    flags: list[str] = field(default_factory=list)
-    stride: list[int] | None = None
-    storage_offset: int | None = None
-    contiguous: bool | None = None
-    digest: str | None = None
-    stats_on: str | None = None
-    nan: int = 0
-    inf: int = 0
-    first_nonfinite: int | None = None
-    """The flat (row-major) index of the first NaN or Inf; None when there is none."""
-    zeros: int = 0
-    min: float | None = field(default=None, metadata=NUMBER)
-    max: float | None = field(default=None, metadata=NUMBER)
-    mean: float | None = field(default=None, metadata=NUMBER)
-    std: float | None = field(default=None, metadata=NUMBER)
-    std_sample: float | None = field(default=None, metadata=NUMBER)
-    absmax: float | None = field(default=None, metadata=NUMBER)
-    histogram: dict[str, Any] | None = None
-    shared_with: list[str] | None = None
-    shard: str | None = None
-    """The shard file holding it (sharded checkpoints only)."""
 
 
 @dataclass
