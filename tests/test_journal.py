@@ -63,7 +63,7 @@ def test_an_edit_that_reseals_is_caught_by_the_next_line(tmp_path):
     del record["seal"]
     record["step"] = 55
     body = json.dumps(record).encode()
-    lines[1] = journal._sealed(body)
+    lines[1] = journal._sealed(body, None)
     path.write_bytes(b"\n".join(lines))
     got = journal.read(path)
     assert [(p.line, p.kind) for p in got.problems] == [(2, "edited")]
@@ -105,3 +105,51 @@ def test_ranks_appending_at_once_keep_one_chain(tmp_path):
     assert [e.seq for e in got.entries] == list(range(120))
     for r in range(3):
         assert [e.record["i"] for e in got.entries if e.record["rank"] == r] == list(range(40))
+
+
+def _forge_last(path, key, **change):
+    """Rewrite the newest line with `change`, chained and sealed as a forger can (with `key`
+    when the forger holds one, else the plain SHA-256 anyone can recompute)."""
+    lines = path.read_bytes().rstrip(b"\n").split(b"\n")
+    record = json.loads(lines[-1])
+    record.pop("seal", None)
+    record.pop("mac", None)
+    record.update(change)
+    lines[-1] = journal._sealed(json.dumps(record).encode(), key)
+    path.write_bytes(b"\n".join(lines) + b"\n")
+
+
+def test_a_keyed_journal_is_authenticated_and_refuses_lines_anyone_could_reseal(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv(journal.KEY_ENV, "the shard's secret")
+    path = tmp_path / "j.jsonl"
+    _write(path, 3)
+    got = journal.read(path)
+    assert got.intact and got.authenticated and len(got.sound) == 3
+    assert b'"mac":"' in path.read_bytes() and b'"seal":"' not in path.read_bytes()
+    _forge_last(path, None, step=999)
+    got = journal.read(path)
+    assert [(p.line, p.kind) for p in got.problems] == [(3, "unsigned")]
+    assert [e.record["step"] for e in got.sound] == [0, 1]
+    _forge_last(path, b"another key", step=999)
+    assert [(p.line, p.kind) for p in journal.read(path).problems] == [(3, "forged")]
+    assert not journal.read(path).authenticated
+
+
+def test_without_a_key_a_journal_is_unauthenticated_and_keyed_lines_are_chain_checked(
+        tmp_path, monkeypatch):
+    path = tmp_path / "j.jsonl"
+    monkeypatch.setenv(journal.KEY_ENV, "k")
+    _write(path, 2)
+    monkeypatch.delenv(journal.KEY_ENV)
+    got = journal.read(path)
+    assert got.intact and not got.authenticated and len(got.sound) == 2
+    # the same forger, without the key, is caught by nothing but the key: hence `authenticated`
+    _forge_last(path, None, step=999)
+    assert journal.read(path).intact and not journal.read(path).authenticated
+
+
+def test_a_seal_key_file_that_cannot_be_read_is_one_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv(journal.KEY_FILE_ENV, str(tmp_path / "missing.key"))
+    with pytest.raises(journal.SealKeyError, match="cannot read the seal key"):
+        journal.append(tmp_path / "j.jsonl", "save", {"step": 0})

@@ -129,7 +129,9 @@ def test_an_edited_line_is_named_and_the_rest_read(tmp_path):
     path.write_bytes(b"\n".join(lines))
     ledger = read_ledger(tmp_path)
     assert [(p.line, p.kind) for p in ledger.journal.problems] == [(2, "edited")]
-    assert [s.step for s in ledger.saves] == [0, 7, 2, 3]
+    # the edited line is named, and its claim (step 7) is not believed
+    assert [s.step for s in ledger.saves] == [0, 2, 3]
+    assert any("line 2: edited, not trusted" in b for b in ledger.bad_records)
     out = subprocess.run([sys.executable, "-m", "inspector", "run", "verify", str(tmp_path)],
                          capture_output=True, text=True, check=False)
     assert out.returncode == 1 and "ledger: line 2: edited" in out.stdout

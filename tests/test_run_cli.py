@@ -4,6 +4,8 @@ RUN_DIR` with the ledger's summary."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import jsonschema
 import pytest
@@ -104,3 +106,59 @@ def test_report_of_a_run_folder_carries_the_ledger_summary(tmp_path, capsys):
     html = tmp_path / "report.html"
     assert main(["report", str(run), "-o", str(html), "--quiet"]) == 1
     assert "Training run ledger" in html.read_text() and "guard.alarm 1" in html.read_text()
+
+
+def _run_latest(run_dir) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "inspector", "run", "latest", str(run_dir)],
+                          capture_output=True, text=True, check=False)
+
+
+def _forge_save(run_dir, **fields) -> None:
+    """Append a save record as a forger who knows the format (not a seal key) would."""
+    from inspector.run.checkpoints import SAVE_KIND
+    record = {"path": "x", "size": 1, "sha256": None, "files": [], "outcome": "verified",
+              "step": 999, "verified": True, **fields}
+    journal.append(journal.journal_path(run_dir), SAVE_KIND, record)
+
+
+@pytest.mark.parametrize("path", ["../outside.pt", "/etc/passwd", "ckpt/../../outside.pt"])
+def test_run_latest_never_names_a_file_outside_the_run_folder(tmp_path, path):
+    run_dir = tmp_path / "run"
+    save({"w": torch.ones(3)}, run_dir / "ckpt" / "step-1.pt", step=1, run_dir=run_dir)
+    outside = tmp_path / "outside.pt"
+    outside.write_bytes(b"x")
+    _forge_save(run_dir, path=path, files=[{"path": path, "size": 1, "sha256": None}])
+    out = _run_latest(run_dir)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("step-1.pt")
+    assert "run latest: ignored line 2" in out.stderr
+
+
+def test_run_latest_names_every_newer_checkpoint_it_skipped_and_why(tmp_path):
+    run_dir = tmp_path / "run"
+    for step in (1, 2, 3):
+        save({"w": torch.full((3,), float(step))}, run_dir / "ckpt" / f"step-{step}.pt",
+             step=step, run_dir=run_dir)
+    damaged = run_dir / "ckpt" / "step-3.pt"
+    data = bytearray(damaged.read_bytes())
+    data[-30] ^= 0x40
+    damaged.write_bytes(bytes(data))
+    (run_dir / "ckpt" / "step-2.pt").unlink()
+    out = _run_latest(run_dir)
+    assert out.returncode == 0 and out.stdout.strip().endswith("step-1.pt")
+    assert "skipped step 3 (ckpt/step-3.pt): changed" in out.stderr
+    assert "skipped step 2 (ckpt/step-2.pt): missing" in out.stderr
+
+
+def test_run_latest_ignores_a_record_whose_seal_is_broken(tmp_path):
+    from inspector.ledger import save
+    run_dir = tmp_path / "run"
+    save({"w": torch.ones(3)}, run_dir / "ckpt" / "step-1.pt", step=1, run_dir=run_dir)
+    save({"w": torch.ones(3)}, run_dir / "ckpt" / "step-2.pt", step=2, run_dir=run_dir)
+    path = journal.journal_path(run_dir)
+    lines = path.read_bytes().split(b"\n")
+    lines[1] = lines[1].replace(b'"step": 2', b'"step": 9')
+    path.write_bytes(b"\n".join(lines))
+    out = _run_latest(run_dir)
+    assert out.returncode == 0 and out.stdout.strip().endswith("step-1.pt")
+    assert "ignored line 2: edited, not trusted" in out.stderr

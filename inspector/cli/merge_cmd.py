@@ -1,9 +1,16 @@
 """`ckpt-inspector merge RESULTS.jsonl… -o OUT.{json,html,pdf}`: one report from a batch's shards.
 
 Each shard of a batch job (`scan`, `verify` or `report` with `--shard I/N --results FILE`)
-leaves a results file; this reads them all (a line cut short by a killed job is named and
-left out) and writes the one report a single process would have written for the same files,
-in file-path order. Nothing is scanned or loaded again: the report says what the shards saw.
+leaves a results file; this reads them all and writes the one report a single process would
+have written for the same files, in file-path order. Nothing is scanned or loaded again: the
+report says what the shards saw.
+
+Nothing a results file says is taken on trust. A last line cut short by a killed job is named
+and left out; any other damaged, edited, forged or deleted line fails the merge (exit 2, the
+file and line named, nothing written), since the line it hides may be the one that found a
+file dangerous. Where one file has several results (a shard run twice), the worst one wins,
+never the last. Without a seal key (`CKPT_INSPECTOR_SEAL_KEY_FILE`, the same for every shard)
+the inputs are unauthenticated, and the merge says so.
 
 Its exit codes are in `inspector/cli/reference.py` (`EXITS`).
 """
@@ -20,9 +27,10 @@ from typing import Any
 from inspector.core.atomic import OutputExistsError
 from inspector.core.envinfo import EnvInfo, GpuInfo
 from inspector.core.termtext import escape
-from inspector.core.verdict import exit_code
+from inspector.core.verdict import exit_code, rank
 from inspector.core.vocabulary import ReportStatus, Verdict
 from inspector.fleet.jobs import BatchResults, read_results
+from inspector.integrity.verify import VerifyResult
 from inspector.report import (
     WRITERS,
     FileEvidence,
@@ -31,8 +39,10 @@ from inspector.report import (
     output_problem,
     write_report,
 )
+from inspector.run.journal import SealKeyError
 
 EXIT_FAILED_CHECK = 1
+EXIT_BROKEN_RECORD = 2
 EXIT_NOT_WRITTEN = 4
 EXIT_RESULTS = 5
 # what each kind of results record contributes to a file's evidence
@@ -56,11 +66,21 @@ def run(args: argparse.Namespace) -> int:
         return _fail(problem, EXIT_NOT_WRITTEN)
     try:
         batch = read_results(args.results)
+    except SealKeyError as exc:
+        return _fail(str(exc), EXIT_RESULTS)
     except OSError as exc:
         return _fail(f"cannot read {exc.filename}: {exc.strerror}", EXIT_RESULTS)
     for path, problem in batch.problems:
         print(escape(f"merge: {path}: line {problem.line} {problem.kind}: {problem.detail}"),
               file=sys.stderr)
+    if broken := [(p, pr) for p, pr in batch.problems if pr.kind != "truncated"]:
+        path, problem = broken[0]
+        return _fail(escape(f"{path}: line {problem.line} is {problem.kind}: a results line "
+                            f"that fails its own check may hide a worse verdict; nothing "
+                            f"written"), EXIT_BROKEN_RECORD)
+    if not batch.authenticated:
+        print("merge: the results files are unauthenticated (no seal key: set "
+              "CKPT_INSPECTOR_SEAL_KEY_FILE for every shard and for the merge)", file=sys.stderr)
     files = evidence_of(batch)
     if not files:
         return _fail("the results files hold no finished file", exit_code(Verdict.ERROR))
@@ -86,14 +106,41 @@ def evidence_of(batch: BatchResults) -> list[FileEvidence]:
     """One FileEvidence per file, in path order: a report's whole record, or the scan and
     verification records of the same path joined."""
     merged: dict[str, FileEvidence] = {}
-    for key, record in batch.results.get("report.file", {}).items():
-        merged[key] = FileEvidence(**record)
+    for key, records in batch.results.get("report.file", {}).items():
+        merged[key] = FileEvidence(**max(records, key=_report_badness))
     for kind, part in _EVIDENCE_OF.items():
-        for key, record in batch.results.get(kind, {}).items():
+        badness = _scan_badness if part == "scan" else _verify_badness
+        for key, records in batch.results.get(kind, {}).items():
             ev = merged.setdefault(key, FileEvidence(key))
-            if getattr(ev, part) is None:
-                setattr(ev, part, dict(record))
+            worst = max(records, key=badness)
+            if getattr(ev, part) is None or badness(worst) > badness(getattr(ev, part)):
+                setattr(ev, part, dict(worst))
     return [merged[key] for key in sorted(merged)]
+
+
+def _scan_badness(scan: Mapping[str, Any] | None) -> int:
+    """How bad a scan result is (its verdict's rank; an unreadable record as an error)."""
+    if not isinstance(scan, Mapping):
+        return rank(Verdict.ERROR) if scan is not None else 0
+    return rank(str(scan.get("verdict", Verdict.ERROR)))
+
+
+def _verify_badness(verify: Mapping[str, Any] | None) -> int:
+    """0 for a verification that passed (or none), 1 for one that failed or cannot be read."""
+    if verify is None:
+        return 0
+    try:
+        return 0 if VerifyResult.from_json(dict(verify)).ok else 1
+    except (TypeError, ValueError, AttributeError):
+        return 1
+
+
+def _report_badness(record: Mapping[str, Any]) -> tuple[int, int, int]:
+    """A whole file record's badness: its scan, its verification, then a failed load."""
+    inspect = record.get("inspect")
+    scan = record.get("scan") or (inspect.get("scan") if isinstance(inspect, Mapping) else None)
+    failed_load = int(isinstance(inspect, Mapping) and inspect.get("error") is not None)
+    return _scan_badness(scan), _verify_badness(record.get("verify")), failed_load
 
 
 def _environment(batch: BatchResults) -> EnvInfo | None:

@@ -127,7 +127,8 @@ EXITS: dict[str, tuple[Exit, ...]] = {
     "merge": (
         Exit(0, "all safe and every check passed"),
         Exit(1, "suspicious or damaged, or a check failed"),
-        Exit(2, "dangerous"),
+        Exit(2, "dangerous, or a results line is edited, forged, deleted or unreadable "
+                "(nothing was written)"),
         Exit(3, "a file could not be scanned, or the results hold no finished file"),
         Exit(4, "the report was not written"),
         Exit(5, "a results file cannot be read (nothing was written)"),

@@ -114,7 +114,7 @@ def open_results(path: str | os.PathLike[str], kind: str) -> ResultsLog:
     target = Path(path)
     read = journal.read(target) if target.exists() else None
     log = ResultsLog(target, kind, problems=read.problems if read else ())
-    for entry in read.entries if read else ():
+    for entry in read.sound if read else ():
         if entry.kind == kind and "result" in entry.record:
             log.done[str(entry.record["key"])] = entry.record
     return log
@@ -124,24 +124,29 @@ def open_results(path: str | os.PathLike[str], kind: str) -> ResultsLog:
 class BatchResults:
     """Every finished file of every results file given to a merge, and what produced them."""
 
-    results: dict[str, dict[str, Mapping[str, Any]]]
-    """kind -> key -> the last readable result for that key."""
+    results: dict[str, dict[str, list[Mapping[str, Any]]]]
+    """kind -> key -> every sound result recorded for that key, in the order read."""
     sessions: tuple[Mapping[str, Any], ...]
     problems: tuple[tuple[Path, journal.JournalProblem], ...]
+    authenticated: bool = False
+    """Every results file was sealed with the seal key and read with it."""
 
 
 def read_results(paths: list[Path]) -> BatchResults:
-    """Read results files for a merge; a damaged line is a named problem, never fatal."""
-    results: dict[str, dict[str, Mapping[str, Any]]] = {}
+    """Read results files for a merge; only lines whose own seal holds are kept, and every
+    damaged line is a named problem."""
+    results: dict[str, dict[str, list[Mapping[str, Any]]]] = {}
     sessions: list[Mapping[str, Any]] = []
     problems: list[tuple[Path, journal.JournalProblem]] = []
+    authenticated = bool(paths)
     for path in paths:
         read = journal.read(path)
+        authenticated = authenticated and read.authenticated
         problems += [(path, p) for p in read.problems]
-        for entry in read.entries:
+        for entry in read.sound:
             if entry.kind == SESSION_KIND:
                 sessions.append(entry.record)
             elif "key" in entry.record and "result" in entry.record:
-                results.setdefault(entry.kind, {})[str(entry.record["key"])] = (
-                    entry.record["result"])
-    return BatchResults(results, tuple(sessions), tuple(problems))
+                results.setdefault(entry.kind, {}).setdefault(
+                    str(entry.record["key"]), []).append(entry.record["result"])
+    return BatchResults(results, tuple(sessions), tuple(problems), authenticated)

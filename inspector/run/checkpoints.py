@@ -12,6 +12,12 @@ record is a manifest that `integrity.verify` checks unchanged.
 releases the GIL); only a file whose hash changed has its tensors digested (by the injected
 `tensor_digests`, as in `integrity.verify`) to name what changed. `latest_valid` is the newest
 verified record whose bytes still match: what a resume should load.
+
+Nothing a journal line says is believed past its own checks: only lines whose own seal holds
+(`Journal.sound`) are read as saves, and a save whose path (or any of its files') is absolute,
+climbs out with `..`, or resolves outside the run folder is refused as a bad record, so no
+record can name a file elsewhere as the checkpoint to resume from. `resume_choice` says which
+newer checkpoints it passed over, and why.
 """
 
 from __future__ import annotations
@@ -163,17 +169,32 @@ def read_ledger(path: str | os.PathLike[str]) -> RunLedger:
     except OSError as exc:
         raise LedgerError("unreadable", f"{source}: {exc.strerror or exc}") from exc
     saves, bad, removed = [], [], set()
-    for entry in read.entries:
+    root = source.parent
+    for entry in read.sound:
         if entry.kind == SAVE_KIND:
             try:
-                saves.append(SaveRecord.from_entry(entry))
+                saves.append(_inside(root, SaveRecord.from_entry(entry)))
             except LedgerError as exc:
                 bad.append(exc.message)
         elif entry.kind == ROTATE_KIND and isinstance(entry.record.get("save_seq"), int):
             removed.add(entry.record["save_seq"])
+    bad += [f"line {p.line}: {p.kind}, not trusted: {p.detail}" for p in read.unsound]
     kinds = Counter(e.kind for e in read.entries)
-    return RunLedger(source.parent, read, tuple(saves), frozenset(removed), _replaced(saves),
+    return RunLedger(root, read, tuple(saves), frozenset(removed), _replaced(saves),
                      tuple(bad), dict(kinds))
+
+
+def _inside(root: Path, record: SaveRecord) -> SaveRecord:
+    """The record, when its path and every file's lie inside the run folder; else LedgerError."""
+    base = root.resolve()
+    for name in (record.path, *(f.path for f in record.files)):
+        parts = name.replace("\\", "/").split("/")
+        where = (root / Path(*parts)).resolve() if name else base
+        if (not name or name.startswith("/") or ".." in parts
+                or not where.is_relative_to(base)):
+            raise LedgerError("bad_record", f"line {record.line}: the path {name!r} leaves the "
+                              "run folder; a record may only name files inside it")
+    return record
 
 
 def _replaced(saves: list[SaveRecord]) -> dict[int, int]:
@@ -304,15 +325,37 @@ def _named(what: str, items: list[str], shown: int = 3) -> str:
     return f"{what}: {', '.join(items[:shown])}{more}"
 
 
+@dataclass(frozen=True)
+class ResumeChoice:
+    """The checkpoint a resume should load, and each newer one passed over with the reason."""
+
+    record: SaveRecord | None
+    skipped: tuple[tuple[SaveRecord, str], ...] = ()
+    untrusted: tuple[str, ...] = ()
+    """Journal lines and records that were not read as saves (broken seals, bad paths)."""
+
+
+def resume_choice(run_dir: str | os.PathLike[str], rank: int | None = None) -> ResumeChoice:
+    """The newest verified checkpoint (of `rank`, when given) whose bytes match its record,
+    with every newer one it passed over and why."""
+    ledger = read_ledger(run_dir)
+    skipped: list[tuple[SaveRecord, str]] = []
+    for record in reversed(ledger.live()):
+        if rank is not None and record.rank != rank:
+            continue
+        if record.outcome != SaveOutcome.VERIFIED:
+            skipped.append((record, f"its save was not proven ({record.outcome})"))
+            continue
+        checked = check_saves(ledger, [record], jobs=1)[0]
+        if checked.state == CheckpointState.INTACT:
+            return ResumeChoice(record, tuple(skipped), ledger.bad_records)
+        skipped.append((record, f"{checked.state}: {checked.detail}"))
+    return ResumeChoice(None, tuple(skipped), ledger.bad_records)
+
+
 def latest_valid(run_dir: str | os.PathLike[str], rank: int | None = None) -> SaveRecord | None:
     """The newest verified checkpoint (of `rank`, when given) whose bytes match its record."""
-    ledger = read_ledger(run_dir)
-    candidates = [s for s in reversed(ledger.live())
-                  if s.outcome == SaveOutcome.VERIFIED and (rank is None or s.rank == rank)]
-    for record in candidates:
-        if check_saves(ledger, [record], jobs=1)[0].state == CheckpointState.INTACT:
-            return record
-    return None
+    return resume_choice(run_dir, rank).record
 
 
 def find_record(path: str | os.PathLike[str]) -> tuple[RunLedger, SaveRecord] | None:

@@ -2,16 +2,21 @@
 
 One run folder tells the whole story of a training run in one journal: the checkpoint ledger's
 save records, the training guard's alarms, the audit record. Each line is one JSON object with
-`seq` (0, 1, 2, ...), `prev` (the SHA-256 of the previous line's bytes, without its newline;
-64 zeros for the first), `kind`, the record's own fields and, last, `seal`: the SHA-256 of the
-line's own bytes up to it, so an edit of the newest line (which no successor chains to) is
-caught too. A line is written whole with one
-`write`, fsync'd, under an exclusive `flock`, so ranks appending to one journal interleave
-whole lines and the chain stays one chain.
+`seq` (0, 1, 2, ...), `prev` (the SHA-256 of the previous line's bytes, without its newline; 64
+zeros for the first), `kind`, the record's own fields and, last, its seal over the line's own
+bytes up to it, so an edit of the newest line (which no successor chains to) is caught too. With
+a seal key (a file named by `CKPT_INSPECTOR_SEAL_KEY_FILE`, or the text of
+`CKPT_INSPECTOR_SEAL_KEY`, handed to every process that writes or reads the journal) the seal is
+`mac`, an HMAC-SHA256 only a key holder can make; without one it is `seal`, a plain SHA-256 that
+finds damage but that anyone can recompute, so such a journal is unauthenticated. A line is
+written whole with one `write`, fsync'd, under an exclusive `flock`, so ranks appending to one
+journal interleave whole lines and the chain stays one chain.
 
 Reading never stops at a bad line: a line that is not JSON (a write cut short), a line whose
 successor's `prev` does not match it (changed after it was written), a gap in `seq` (lines
-deleted) are each a named `JournalProblem`, and every readable line is still returned.
+deleted), a seal that does not hold or a line without the key's seal when a key is set are
+each a named `JournalProblem`, and every readable line is still returned; `Journal.sound`
+gives the entries a verdict may rest on (their own line intact).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import hmac
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -31,11 +37,34 @@ from inspector.core.atomic import fsync_path
 
 JOURNAL_NAME = "journal.jsonl"
 GENESIS = "0" * 64
-_RESERVED = ("seq", "prev", "kind", "seal")
+_RESERVED = ("seq", "prev", "kind", "seal", "mac")
 _SEAL_PREFIX = b',"seal":"'
-_SEAL_LEN = len(_SEAL_PREFIX) + 64 + 2
+_MAC_PREFIX = b',"mac":"'
+KEY_FILE_ENV = "CKPT_INSPECTOR_SEAL_KEY_FILE"
+KEY_ENV = "CKPT_INSPECTOR_SEAL_KEY"
 
-ProblemKind = Literal["truncated", "unreadable", "edited", "deleted"]
+ProblemKind = Literal["truncated", "unreadable", "edited", "deleted", "forged", "unsigned"]
+UNSOUND: frozenset[str] = frozenset({"unreadable", "edited", "forged", "unsigned"})
+"""Problems that make a line's own record untrustworthy (a gap before a line does not)."""
+
+
+class SealKeyError(OSError):
+    """The configured seal key cannot be read."""
+
+
+def seal_key() -> bytes | None:
+    """The journal seal key from `CKPT_INSPECTOR_SEAL_KEY_FILE` or `CKPT_INSPECTOR_SEAL_KEY`."""
+    if name := os.environ.get(KEY_FILE_ENV):
+        try:
+            key = Path(name).read_bytes().strip()
+        except OSError as exc:
+            raise SealKeyError(f"cannot read the seal key {name} ({KEY_FILE_ENV}): "
+                               f"{exc.strerror}") from None
+        if not key:
+            raise SealKeyError(f"the seal key {name} ({KEY_FILE_ENV}) is empty")
+        return key
+    text = os.environ.get(KEY_ENV, "")
+    return text.encode("utf-8") if text else None
 
 
 @dataclass(frozen=True)
@@ -64,11 +93,24 @@ class Journal:
     path: Path
     entries: tuple[JournalEntry, ...] = ()
     problems: tuple[JournalProblem, ...] = field(default_factory=tuple)
+    authenticated: bool = False
+    """Read with a key, and every line carried that key's seal."""
 
     @property
     def intact(self) -> bool:
         """True when every line is readable and chained to the one before it."""
         return not self.problems
+
+    @property
+    def sound(self) -> tuple[JournalEntry, ...]:
+        """The entries whose own line is whole and sealed: the only ones to act on."""
+        bad = {p.line for p in self.problems if p.kind in UNSOUND}
+        return tuple(e for e in self.entries if e.line not in bad)
+
+    @property
+    def unsound(self) -> tuple[JournalProblem, ...]:
+        """The problems that leave a line's own record out of `sound`."""
+        return tuple(p for p in self.problems if p.kind in UNSOUND)
 
     def of_kind(self, kind: str) -> tuple[JournalEntry, ...]:
         """The entries of one kind, in journal order."""
@@ -86,10 +128,12 @@ def line_hash(raw: bytes) -> str:
 
 
 def append(path: str | os.PathLike[str], kind: str, fields: Mapping[str, Any]) -> JournalEntry:
-    """Append one record to the journal at `path` (created with its folder), durably."""
+    """Append one record to the journal at `path` (created with its folder), durably, sealed
+    with the seal key when one is set."""
     clash = [k for k in _RESERVED if k in fields]
     if clash:
         raise ValueError(f"journal fields may not be named {', '.join(clash)}")
+    key = seal_key()
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     created = not target.exists()
@@ -99,7 +143,7 @@ def append(path: str | os.PathLike[str], kind: str, fields: Mapping[str, Any]) -
             last, seq, ends_cleanly = _tail(fd)
             record = {"seq": seq, "prev": line_hash(last) if last is not None else GENESIS,
                       "kind": kind, **fields}
-            raw = _sealed(strict_json.dumps(record, sort_keys=False).encode("utf-8"))
+            raw = _sealed(strict_json.dumps(record, sort_keys=False).encode("utf-8"), key)
             # A line cut short by a crash stays as it is (read back as 'truncated'); the new
             # record starts on a line of its own and chains to that fragment's bytes.
             os.write(fd, (b"" if ends_cleanly else b"\n") + raw + b"\n")
@@ -111,8 +155,14 @@ def append(path: str | os.PathLike[str], kind: str, fields: Mapping[str, Any]) -
     return JournalEntry(line=0, seq=seq, kind=kind, record=record)
 
 
-def read(path: str | os.PathLike[str]) -> Journal:
-    """Read every line of a journal and name each place the chain breaks."""
+_FROM_ENVIRONMENT: Any = object()
+
+
+def read(path: str | os.PathLike[str], key: bytes | None = _FROM_ENVIRONMENT) -> Journal:
+    """Read every line of a journal and name each place the chain or a seal breaks; `key`
+    (by default the environment's seal key) is what every line's seal must be made with."""
+    if key is _FROM_ENVIRONMENT:
+        key = seal_key()
     target = Path(path)
     data = target.read_bytes()
     lines = data.split(b"\n")
@@ -137,29 +187,49 @@ def read(path: str | os.PathLike[str]) -> Journal:
                 problems.append(JournalProblem(
                     number, "deleted",
                     f"{missing} line(s) (seq {expect_seq}..{seq - 1}) are missing before it"))
-            elif not _seal_holds(raw):
-                problems.append(JournalProblem(
-                    number, "edited", "changed after it was written (its seal does not match)"))
+            elif seal := _seal_problem(raw, key):
+                problems.append(JournalProblem(number, *seal))
             elif record["prev"] != want_prev:
                 problems.extend(_chain_break(problems, number))
             expect_seq = seq + 1
             entries.append(JournalEntry(number, seq, str(record["kind"]), record))
         prev_raw = raw
-    return Journal(target, tuple(entries), tuple(problems))
+    authenticated = key is not None and bool(lines) and not problems
+    return Journal(target, tuple(entries), tuple(problems), authenticated)
 
 
-def _sealed(body: bytes) -> bytes:
+def _mac(key: bytes, head: bytes) -> str:
+    return hmac.new(key, head, hashlib.sha256).hexdigest()
+
+
+def _sealed(body: bytes, key: bytes | None) -> bytes:
     if b"\n" in body or not body.endswith(b"}"):
         raise ValueError("a journal record must serialise to one JSON object on one line")
     head = body[:-1]
-    return head + _SEAL_PREFIX + line_hash(head).encode("ascii") + b'"}'
+    if key is None:
+        return head + _SEAL_PREFIX + line_hash(head).encode("ascii") + b'"}'
+    return head + _MAC_PREFIX + _mac(key, head).encode("ascii") + b'"}'
 
 
-def _seal_holds(raw: bytes) -> bool:
-    head, tail = raw[:-_SEAL_LEN], raw[-_SEAL_LEN:]
-    if not tail.startswith(_SEAL_PREFIX):
-        return False
-    return tail[len(_SEAL_PREFIX):-2].decode("ascii", "replace") == line_hash(head)
+def _seal_problem(raw: bytes, key: bytes | None) -> tuple[ProblemKind, str] | None:
+    """Why a line's seal does not hold (None when it does); with a key, only that key's seal
+    holds, since a plain SHA-256 seal can be recomputed by anyone who edits the line."""
+    for prefix, keyed in ((_MAC_PREFIX, True), (_SEAL_PREFIX, False)):
+        cut = len(raw) - len(prefix) - 64 - 2
+        if cut < 0 or raw[cut:cut + len(prefix)] != prefix or not raw.endswith(b'"}'):
+            continue
+        head, seal = raw[:cut], raw[cut + len(prefix):-2].decode("ascii", "replace")
+        if not keyed and key is not None:
+            return "unsigned", "sealed without the seal key: anyone could have written it"
+        if keyed and key is None:
+            return None  # made with a key this reader lacks: only the chain can be checked
+        want = _mac(key, head) if keyed else line_hash(head)
+        if hmac.compare_digest(seal, want):
+            return None
+        return ("forged" if keyed else "edited",
+                "its seal is not the seal key's (forged, or another key)" if keyed
+                else "changed after it was written (its seal does not match)")
+    return "edited", "changed after it was written (it carries no seal)"
 
 
 def _chain_break(problems: list[JournalProblem], number: int) -> list[JournalProblem]:

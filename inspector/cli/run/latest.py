@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from inspector.core.termtext import escape
-from inspector.run.checkpoints import LedgerError, latest_valid, read_ledger
+from inspector.run.checkpoints import LedgerError, read_ledger, resume_choice
 
 EXIT_OK = 0
 EXIT_NONE = 1
@@ -26,13 +26,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the newest valid checkpoint's path (or record)."""
+    """Print the newest valid checkpoint's path (or record); every newer one passed over, and
+    every journal line not trusted, is named on stderr."""
     try:
         ledger = read_ledger(args.run_dir)
-        record = latest_valid(args.run_dir, rank=args.rank)
+        choice = resume_choice(args.run_dir, rank=args.rank)
     except LedgerError as exc:
-        print(f"ckpt-inspector run latest: {exc.message}", file=sys.stderr)
+        print(escape(f"ckpt-inspector run latest: {exc.message}"), file=sys.stderr)
         return EXIT_LEDGER
+    for problem in choice.untrusted:
+        print(escape(f"run latest: ignored {problem}"), file=sys.stderr)
+    for skipped, why in choice.skipped:
+        print(escape(f"run latest: skipped {skipped.label} ({skipped.path}): {why}"),
+              file=sys.stderr)
+    record = choice.record
     if record is None:
         print(f"ckpt-inspector run latest: none of the {len(ledger.saves)} ledgered checkpoints "
               "is still intact; run `ckpt-inspector run verify` to see why", file=sys.stderr)

@@ -1,0 +1,93 @@
+"""`merge` believes no results line it can check: a forged or edited line fails the merge,
+the worst of several results for one file wins, and a keyed seal makes a forger's line
+(resealed with the SHA-256 anyone can compute) stand out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from inspector.cli import main
+from inspector.fleet.jobs import ResultsLog
+from inspector.run import journal
+
+
+def _scan(path: str, verdict: str) -> dict:
+    return {"path": path, "format": "pytorch-zip", "verdict": verdict, "weights_only_ok": True,
+            "globals": [], "findings": [], "error": None}
+
+
+def _results(tmp_path: Path, name: str, *records: tuple[str, str]) -> Path:
+    target = tmp_path / name
+    log = ResultsLog(target, "scan.result")
+    for path, verdict in records:
+        log.record(path, tmp_path / "absent", _scan(path, verdict))
+    return target
+
+
+def _forge(path: Path, line: int, **change) -> None:
+    """Rewrite one line as a forger who knows the format (not the key) would: new fields,
+    the chain's `prev` kept, resealed with the plain SHA-256."""
+    lines = path.read_bytes().rstrip(b"\n").split(b"\n")
+    record = json.loads(lines[line - 1])
+    record.pop("seal", None)
+    record.pop("mac", None)
+    record["result"].update(change)
+    lines[line - 1] = journal._sealed(json.dumps(record).encode(), None)
+    path.write_bytes(b"\n".join(lines) + b"\n")
+
+
+def _merge(tmp_path: Path, *results: Path, capsys) -> tuple[int, str, str]:
+    code = main(["merge", *map(str, results), "-o", str(tmp_path / "m.json")])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_the_worst_result_for_one_file_wins_not_the_last(tmp_path, capsys):
+    first = _results(tmp_path, "r0.jsonl", ("a.pt", "dangerous"), ("b.pt", "safe"))
+    again = _results(tmp_path, "r1.jsonl", ("a.pt", "safe"))
+    code, out, err = _merge(tmp_path, first, again, capsys=capsys)
+    assert code == 2 and out.startswith("DANGEROUS"), out
+    verdicts = {Path(f["file"]["path"]).name: f["verdict"]
+                for f in json.loads((tmp_path / "m.json").read_text())["files"]}
+    assert verdicts == {"a.pt": "dangerous", "b.pt": "safe"}
+    assert "unauthenticated" in err
+
+
+def test_an_edited_line_fails_the_merge_naming_file_and_line(tmp_path, capsys):
+    results = _results(tmp_path, "r0.jsonl", ("a.pt", "dangerous"), ("b.pt", "safe"))
+    lines = results.read_bytes().split(b"\n")
+    lines[0] = lines[0].replace(b'"dangerous"', b'"safe"     ')
+    results.write_bytes(b"\n".join(lines))
+    code, _out, err = _merge(tmp_path, results, capsys=capsys)
+    assert code == 2 and "r0.jsonl: line 1 is edited" in err
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_with_a_key_a_line_resealed_by_a_forger_fails_the_merge(tmp_path, capsys, monkeypatch):
+    key = tmp_path / "seal.key"
+    key.write_text("a secret every shard is handed\n")
+    monkeypatch.setenv(journal.KEY_FILE_ENV, str(key))
+    results = _results(tmp_path, "r0.jsonl", ("b.pt", "safe"), ("a.pt", "dangerous"))
+    _forge(results, 2, verdict="safe")
+    code, _out, err = _merge(tmp_path, results, capsys=capsys)
+    assert code == 2 and "line 2 is unsigned" in err
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_with_a_key_an_untouched_batch_merges_authenticated(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(journal.KEY_ENV, "a secret every shard is handed")
+    results = _results(tmp_path, "r0.jsonl", ("a.pt", "safe"))
+    code, out, err = _merge(tmp_path, results, capsys=capsys)
+    assert code == 0 and out.startswith("SAFE") and "unauthenticated" not in err
+
+
+@pytest.mark.parametrize("cut", [10, 40])
+def test_a_last_line_cut_short_is_named_and_left_out(tmp_path, capsys, cut):
+    results = _results(tmp_path, "r0.jsonl", ("a.pt", "safe"), ("b.pt", "safe"))
+    data = results.read_bytes()
+    results.write_bytes(data[:-cut])
+    code, out, err = _merge(tmp_path, results, capsys=capsys)
+    assert code == 0 and "1 file(s)" in out and "line 2 truncated" in err
