@@ -80,7 +80,7 @@ for i in range(n):
 
 LATENCY = r"""
 import json, os, sys, time
-from inspector.sandbox import client
+from inspector.sandbox.host import client
 path, repeats = sys.argv[1], int(sys.argv[2])
 
 def private_kb(pid):
@@ -129,7 +129,7 @@ print(json.dumps({
 
 JAIL_COST = r"""
 import contextlib, json, os, sys, time
-from inspector.sandbox import client
+from inspector.sandbox.host import client
 path, repeats = sys.argv[1], int(sys.argv[2])
 os.environ[client.SELFTEST_ENV] = "1"  # honours the switch below; registers a test-only op
 
@@ -164,7 +164,7 @@ def jail_cost(small: Path, repeats: int) -> list[str]:
 
 ENTRY = r"""
 import json, sys, time
-from inspector.sandbox import client
+from inspector.sandbox.host import client
 path, cold_runs, forked_runs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 
 def once():

@@ -50,7 +50,7 @@ import json, statistics, sys, time
 cfg = json.load(sys.stdin)
 tool = cfg["tool"]
 if tool == "ckpt-inspector+readings":  # the jailed readings' cost is wall time, not ours
-    from inspector.core import readings
+    from inspector.scan import readings
     from inspector.scan.engine import scan_file as scan
     from inspector.sandbox.host.client import dry_run_reader
     readings.set_reader(dry_run_reader)

@@ -32,7 +32,7 @@ SMALL = 64 << 10
 
 CHILD = r"""
 import json, resource, sys, time
-from inspector.core import readings
+from inspector.scan import readings
 from inspector.scan.engine import scan_file
 peaks = [0]
 if sys.argv[2] == "readings":  # as `scan` runs: the loaders' own readings in the jail

@@ -21,7 +21,7 @@ import pytest
 from test_jail_probes import PRELUDE, exec_pickle
 
 from inspector.core.progress import Cancelled, CancelToken
-from inspector.sandbox.host import client, forkclient
+from inspector.sandbox.host import client, forkclient, launch
 from inspector.sandbox.host.client import SandboxError, run_job
 
 OWN_WORKERS = True  # how workers start is under test here: no session fork server
@@ -96,7 +96,7 @@ def test_inspect_through_the_server_equals_the_cold_worker(tmp_path, unchanged, 
                                                             fork_server_handle):
     path = unchanged(factories.save_training_checkpoint(tmp_path / "train.pt"))
     cold = client.inspect_file(path)
-    monkeypatch.setattr(client, "_fork_server", fork_server_handle)
+    monkeypatch.setattr(launch, "_fork_server", fork_server_handle)
     warm = client.inspect_file(path)
     assert cold["timing"]["worker"] == "cold" and warm["timing"]["worker"] == "forked"
     assert cold["error"] is None and warm["error"] is None
@@ -108,7 +108,7 @@ def test_digests_and_conversion_through_the_server_equal_the_cold_worker(
     path = unchanged(factories.save_every_dtype(tmp_path / "dtypes.pt"))
     cold = client.tensor_digests(path)
     cold_out = client.convert_file(path, tmp_path / "cold.safetensors", skip_unsupported=True)
-    monkeypatch.setattr(client, "_fork_server", fork_server_handle)
+    monkeypatch.setattr(launch, "_fork_server", fork_server_handle)
     assert client.tensor_digests(path) == cold
     # The output descriptor reaches the forked child at the number the request names.
     warm_out = client.convert_file(path, tmp_path / "warm.safetensors", skip_unsupported=True)
@@ -123,7 +123,7 @@ def test_each_job_gets_its_own_child_jailed_as_a_cold_worker(tmp_path, monkeypat
     paths = [factories.save_state_dict(tmp_path / f"m{i}.pt", factories.small_state_dict(i))
              for i in range(3)]
     cold = client.inspect_file(paths[0])["sandbox"]
-    monkeypatch.setattr(client, "_fork_server", fork_server_handle)
+    monkeypatch.setattr(launch, "_fork_server", fork_server_handle)
     reports = [client.inspect_file(p) for p in paths]
     assert all(r["error"] is None and r["timing"]["worker"] == "forked" for r in reports)
     assert all(r["sandbox"] == cold for r in reports)
@@ -198,7 +198,7 @@ def test_the_server_and_its_children_die_with_their_parent(tmp_path):
     request = _payload(tmp_path, "import time\ntime.sleep(300)")
     script = textwrap.dedent(f"""
         import json, os, sys, threading
-        from inspector.sandbox import client
+        from inspector.sandbox.host import client
         with client.fork_server() as server:
             print(json.dumps({{"server": server.pid}}), flush=True)
             client.run_job({request!r}, timeout=600)
@@ -226,7 +226,7 @@ def test_the_server_dies_with_its_parent_while_a_forked_child_holds_the_socket()
     comes): the server sees that its parent is gone and exits."""
     script = textwrap.dedent("""
         import json, os, signal, sys, time
-        from inspector.sandbox import client
+        from inspector.sandbox.host import client
         server = client.start_fork_server()
         if os.fork() == 0:  # inherits every descriptor, the server's socket too
             time.sleep(60)
@@ -256,7 +256,7 @@ def test_without_a_server_the_block_uses_cold_workers(tmp_path, monkeypatch):
 
 
 def test_outside_a_block_jobs_are_cold(tmp_path):
-    assert client._fork_server is None
+    assert launch._fork_server is None
     with client.fork_server(enabled=False) as server:
         assert server is None
     path = factories.save_state_dict(tmp_path / "m.pt")
@@ -290,7 +290,7 @@ def test_report_over_a_folder_forks_a_worker_per_file(tmp_path, monkeypatch):
     # per file one forked worker for the load and one for the scan's jailed readings
     # (`scan.readings`), and none with --cold-workers
     assert len(spawned) == 6
-    assert client._fork_server is None  # the server is gone with the command
+    assert launch._fork_server is None  # the server is gone with the command
     assert [f["tensors"] for f in docs["warm"]] == [f["tensors"] for f in docs["cold"]]
     assert [f["load"]["sandbox_level"] for f in docs["warm"]] == [
         f["load"]["sandbox_level"] for f in docs["cold"]]

@@ -33,9 +33,9 @@ from pathlib import Path
 import pytest
 from test_jail_probes import EMITTER, PRELUDE, REPO, _client_growth, exec_pickle
 
-from inspector.sandbox.host import client
+from inspector.sandbox.host import client, launch
 from inspector.sandbox.host.client import run_job
-from inspector.sandbox.worker import jail
+from inspector.sandbox.worker import jail, seccomp
 
 OWN_WORKERS = True  # how workers start is under test here: no session fork server
 
@@ -47,7 +47,7 @@ pytestmark = pytest.mark.skipif(
 
 PID = 4242
 ALLOW = 0x7FFF0000
-NRS = jail._SYSCALLS["x86_64"]
+NRS = seccomp._SYSCALLS["x86_64"]
 
 
 def run_filter(prog: list[tuple[int, int, int, int]], name: str, *args: int,
@@ -86,7 +86,7 @@ def refused_with(prog, name: str, *args: int) -> int | None:
 
 @pytest.fixture(scope="module")
 def prog():
-    return jail.seccomp_program("x86_64", PID)
+    return seccomp.seccomp_program("x86_64", PID)
 
 
 SOCK_NONBLOCK, SOCK_CLOEXEC = 0o4000, 0o2000000
@@ -148,16 +148,17 @@ def test_threads_and_own_signals_still_pass(prog):
 
 
 def test_every_rule_is_data_with_its_reason_and_a_number_on_both_architectures():
-    refused = [n for r in jail.REFUSALS for n in r.names]
-    ruled = [r.name for r in jail.ARGUMENT_RULES]
+    refused = [n for r in seccomp.REFUSALS for n in r.names]
+    ruled = [r.name for r in seccomp.ARGUMENT_RULES]
     assert len(ruled) == len(set(ruled)), "a second block for one call would never run"
     assert not set(refused) & set(ruled)
-    for table in jail._SYSCALLS.values():
+    for table in seccomp._SYSCALLS.values():
         assert all(name in table for name in ruled)
-    assert all(any(n in t for t in jail._SYSCALLS.values()) for n in refused)
-    reasons = [r.why for r in (*jail.REFUSALS, *jail.ARGUMENT_RULES)] + list(jail.ALLOWED.values())
+    assert all(any(n in t for t in seccomp._SYSCALLS.values()) for n in refused)
+    reasons = [r.why for r in (*seccomp.REFUSALS, *seccomp.ARGUMENT_RULES)]
+    reasons += list(seccomp.ALLOWED.values())
     assert all(len(why) > 30 for why in reasons)
-    allowed = {n.strip() for names in jail.ALLOWED for n in names.split(",")}
+    allowed = {n.strip() for names in seccomp.ALLOWED for n in names.split(",")}
     assert not allowed & set(refused)
 
 
@@ -177,7 +178,7 @@ def jailed(request, monkeypatch):
     monkeypatch.setenv(client.SELFTEST_ENV, "1")
     monkeypatch.delenv(client.DISABLE_ENV, raising=False)
     if request.param == "forked":
-        monkeypatch.setattr(client, "_fork_server",
+        monkeypatch.setattr(launch, "_fork_server",
                             request.getfixturevalue("fork_server_handle"))
 
     def run(tmp_path: Path, body: str) -> tuple[dict, dict]:
@@ -243,7 +244,7 @@ CLEAR_DEATH_SIGNAL = EMITTER + (
 
 CLIENT = """
 import json
-from inspector.sandbox import client
+from inspector.sandbox.host import client
 with client.fork_server(enabled={forked}):
     client.run_job({{"op": "selftest-payload", "paths": [{payload!r}]}}, timeout=600,
                    on_event=lambda e: print(json.dumps(e), flush=True))
@@ -396,7 +397,7 @@ def test_the_costliest_line_the_bounds_admit_is_measured(tmp_path):
 
 INIT_HOLDER = """
 import os, sys, time
-from inspector.sandbox import jail
+from inspector.sandbox.worker import jail
 if sys.argv[1] == "python":
     jail.shutil.which = lambda *args, **kwargs: None
 command = jail.init_command()

@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 from factories import EMPTY_DICT, MARK, PROTO2, REDUCE, STOP, TUPLE, p_global, p_unicode
 
-from inspector.sandbox.host import client
+from inspector.sandbox.host import client, launch
 from inspector.sandbox.host.client import run_job
 
 OWN_WORKERS = True  # how workers start is under test here: no session fork server
@@ -72,7 +72,7 @@ def jailed(request, monkeypatch):
     monkeypatch.setenv(client.SELFTEST_ENV, "1")
     monkeypatch.delenv(client.DISABLE_ENV, raising=False)
     if request.param == "forked":
-        monkeypatch.setattr(client, "_fork_server",
+        monkeypatch.setattr(launch, "_fork_server",
                             request.getfixturevalue("fork_server_handle"))
 
     def run(tmp_path: Path, body: str, **extra) -> dict:
@@ -213,7 +213,7 @@ def test_a_cold_worker_dies_with_its_client(tmp_path):
     payload = tmp_path / "sleep.pkl"
     payload.write_bytes(exec_pickle("import time\ntime.sleep(300)\n"))
     script = textwrap.dedent(f"""
-        from inspector.sandbox import client
+        from inspector.sandbox.host import client
         client.run_job({{"op": "selftest-payload", "paths": [{str(payload)!r}]}}, timeout=600,
                        on_event=lambda e: print("started", flush=True))
         """)
@@ -252,7 +252,7 @@ def test_the_worker_holds_no_capability(tmp_path, jailed):
 
 ROOT_WITHOUT_USERNS = """
 import ctypes, errno, json
-from inspector.sandbox import jail
+from inspector.sandbox.worker import jail
 
 class Libc:
     \"\"\"libc, but the kernel refuses a user namespace (user.max_user_namespaces=0).\"\"\"
@@ -266,7 +266,7 @@ class Libc:
             return -1
         return self._real.unshare(flags)
 
-jail._libc = Libc(jail._libc)
+jail.libc = Libc(jail.libc)
 level = jail.apply_jail(jail.JailConfig(read_paths=[]))
 libc = ctypes.CDLL(None, use_errno=True)
 header = (ctypes.c_uint32 * 2)(0x20080522, 0)
@@ -298,7 +298,7 @@ def test_root_without_a_user_namespace_keeps_no_capability():
 SCHEDULING_CLIENT = """
 import json, os, resource, sys
 sys.path.insert(0, {tests!r})
-from inspector.sandbox import client
+from inspector.sandbox.host import client
 # An audio-group user (limits.conf: @audio - rtprio 95, - nice -19), as many desktops set up.
 resource.setrlimit(resource.RLIMIT_RTPRIO, (95, 95))
 resource.setrlimit(resource.RLIMIT_NICE, (40, 40))
