@@ -338,3 +338,18 @@ def test_every_step_leaves_one_metrics_line_and_the_journal_names_the_file(tmp_p
     assert lines[0]["loss"] == verdicts[0].loss and lines[4]["loss"] == "nan"
     entries = journal.read(journal.journal_path(tmp_path)).of_kind("guard.metrics")
     assert [e.record["path"] for e in entries] == ["guard/rank-00000.jsonl"]
+
+
+def test_a_journal_whose_last_line_was_cut_is_kept_and_the_guard_goes_on(tmp_path):
+    path = journal.journal_path(tmp_path)
+    journal.append(path, "ledger.save", {"step": 1})
+    journal.append(path, "ledger.save", {"step": 2})
+    cut = path.read_bytes()[:-9]  # power lost in the middle of the last append
+    path.write_bytes(cut)
+    Guard(tmp_path)  # accepted, as the ledger and `run latest` accept it
+    journal.append(path, "ledger.save", {"step": 3})
+    again = journal.read(path)
+    assert path.read_bytes().startswith(cut)
+    assert [(p.line, p.kind) for p in again.problems] == [(2, "truncated")]
+    assert [e.record["step"] for e in again.sound] == [1, 3]
+    Guard(tmp_path)  # and again at the next restart

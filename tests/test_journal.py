@@ -38,7 +38,8 @@ def test_truncated_last_line_is_named_and_appending_goes_on(tmp_path):
     assert len(got.entries) == 2
     journal.append(path, "save", {"step": 9})
     again = journal.read(path)
-    assert [(p.line, p.kind) for p in again.problems] == [(3, "unreadable")]
+    assert [(p.line, p.kind) for p in again.problems] == [(3, "truncated")]
+    assert "kept as evidence" in again.problems[0].detail and len(again.sound) == 3
     assert [e.record["step"] for e in again.entries] == [0, 1, 9]
     assert again.entries[-1].seq == 2
 

@@ -290,15 +290,17 @@ class Guard:
 
 
 def check_journal(path: Path) -> None:
-    """Refuse to append to a run journal whose chain is broken (CodedError, nothing written)."""
+    """Refuse to append to a run journal whose chain is broken (CodedError, nothing written);
+    a line cut short by a crash is kept as evidence and the chain goes on after it, as the
+    ledger and `run latest` do."""
     if not path.exists():
         return
     try:
         read = journal.read(path)
     except OSError as exc:
         raise CodedError("journal-unreadable", f"{path} cannot be read ({exc})") from None
-    if not read.intact:
-        p = read.problems[0]
+    if broken := [p for p in read.problems if p.kind != "truncated"]:
+        p = broken[0]
         raise CodedError("journal-damaged", f"{path} line {p.line} is {p.kind} ({p.detail}); "
                          "keep it as evidence and start the run in a new RUN_DIR")
 

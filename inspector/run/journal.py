@@ -191,6 +191,9 @@ def read(path: str | os.PathLike[str], key: bytes | None = _FROM_ENVIRONMENT) ->
                 problems.append(JournalProblem(number, *seal))
             elif record["prev"] != want_prev:
                 problems.extend(_chain_break(problems, number))
+            elif problems and problems[-1].line == number - 1 and problems[-1].kind == "unreadable":
+                # the writer chained on from a line a crash cut short: evidence, not an edit
+                problems[-1] = JournalProblem(number - 1, "truncated", _CUT_AND_CONTINUED)
             expect_seq = seq + 1
             entries.append(JournalEntry(number, seq, str(record["kind"]), record))
         prev_raw = raw
@@ -252,6 +255,10 @@ def _parse(raw: bytes) -> dict[str, Any] | None:
     ok = (isinstance(record.get("seq"), int) and isinstance(record.get("prev"), str)
           and isinstance(record.get("kind"), str))
     return record if ok else None
+
+
+_CUT_AND_CONTINUED = ("a write cut short (kept as evidence); the next record chains on from "
+                      "its bytes")
 
 
 def _unreadable_detail(kind: ProblemKind) -> str:
