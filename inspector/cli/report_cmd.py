@@ -283,7 +283,8 @@ def _runs(args: argparse.Namespace) -> list:
 
 def _verify(path: Path, manifest) -> dict:
     from inspector.cli.common import worker_digests
-    from inspector.integrity.verify import verify
+    from inspector.integrity.manifest import ManifestError
+    from inspector.integrity.verify import VerifyResult, verify
     from inspector.scan.dcp_folder import folder_files, is_dcp_folder
     from inspector.shards.inspect import sharded_set
 
@@ -293,8 +294,11 @@ def _verify(path: Path, manifest) -> dict:
     shards = sharded_set(path)
     files = ([f for f in shards.files if f.is_file()] if shards is not None
              else folder_files(path) if is_dcp_folder(path) else [path])
-    return {"manifest": str(manifest.source), "dialect": manifest.dialect,
-            **verify(manifest, files, tensor_digests=worker_digests()).to_json()}
+    try:
+        result = verify(manifest, files, tensor_digests=worker_digests())
+    except ManifestError as exc:
+        result = VerifyResult(errors=[str(exc)])
+    return {"manifest": str(manifest.source), "dialect": manifest.dialect, **result.to_json()}
 
 
 def _consistency(path: Path, args: argparse.Namespace) -> dict:

@@ -29,6 +29,7 @@ from inspector.cli.remote import (
     verify_remote,
 )
 from inspector.core.progress import CancelToken
+from inspector.core.termtext import escape
 from inspector.integrity.hashing import is_sha256_hex
 from inspector.integrity.manifest import Manifest, ManifestError, TensorEntry, read_manifest
 from inspector.integrity.verify import (
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         manifest = read_manifest(args.manifest)
     except ManifestError as exc:
-        return _usage(str(exc))
+        return _usage(escape(str(exc)))
     if args.sha256:
         return _usage("--sha256 checks one file without a manifest; drop --manifest")
     if manifest.dialect == "git-lfs" and not args.paths:
@@ -105,8 +106,11 @@ def run(args: argparse.Namespace) -> int:
             f"{args.manifest} is a Git LFS pointer; name the downloaded file to check against it"
         )
     if any(isinstance(p, str) for p in args.paths):  # object-store URLs
-        return _finish(args, verify_remote(args, manifest), str(args.manifest),
-                       manifest.dialect)
+        try:
+            remote = verify_remote(args, manifest)
+        except ManifestError as exc:
+            return _usage(escape(f"{args.manifest}: {exc}"))
+        return _finish(args, remote, str(args.manifest), manifest.dialect)
     if args.tensors_only:
         if not args.paths:
             return _usage("--tensors-only needs the files to check")
@@ -114,7 +118,10 @@ def run(args: argparse.Namespace) -> int:
         with warm_workers(len(files)), _digests_ahead(args, files) as digests:
             result = verify_tensors_only(manifest, args.paths, digests)
     else:
-        result = _verify_against(args, manifest, args.paths)
+        try:
+            result = _verify_against(args, manifest, args.paths)
+        except ManifestError as exc:
+            return _usage(escape(f"{args.manifest}: {exc}"))
     return _finish(args, result, str(args.manifest), manifest.dialect)
 
 

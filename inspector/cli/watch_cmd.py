@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from inspector.cli.common import EXIT_MANIFEST, print_verify_result
+from inspector.core.termtext import escape
 from inspector.integrity.manifest import ManifestError, read_manifest
 from inspector.integrity.verify import VerifyResult, verify
 
@@ -55,7 +56,11 @@ def run(args: argparse.Namespace) -> int:
         while True:
             number += 1
             started = time.monotonic()
-            result = verify(manifest, [args.folder], strict=args.strict)
+            try:
+                result = verify(manifest, [args.folder], strict=args.strict)
+            except ManifestError as exc:
+                print(escape(f"ckpt-inspector watch: {exc}"), file=sys.stderr)
+                return EXIT_MANIFEST
             current = snapshot(result)
             changes = changed_since(previous, current)
             _report(args, number, result, changes)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,17 +101,43 @@ class Manifest:
         return self.base_dir / Path(*entry.path.split("/"))
 
 
+MAX_MANIFEST_BYTES = 64 << 20
+"""A manifest larger than this is refused before it is read (a real one lists files in a few
+hundred bytes each; a link to /dev/zero would otherwise be read until memory runs out)."""
+
+
 def read_manifest(path: str | os.PathLike[str]) -> Manifest:
-    """Read a manifest file of any supported dialect."""
+    """Read a manifest file of any supported dialect (a regular file, at most
+    `MAX_MANIFEST_BYTES`: a FIFO or a device is refused, never waited on)."""
     source = Path(path)
     try:
-        data = source.read_bytes()
+        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
         raise ManifestError(f"{source}: cannot read manifest: {exc.strerror or exc}") from exc
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ManifestError(f"{source}: a manifest must be a regular file, not "
+                                f"{_kind_of(st.st_mode)}")
+        if st.st_size > MAX_MANIFEST_BYTES:
+            raise ManifestError(f"{source}: {st.st_size:,} bytes is no manifest (the limit is "
+                                f"{MAX_MANIFEST_BYTES >> 20} MiB)")
+        data = handle.read(MAX_MANIFEST_BYTES + 1)
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ManifestError(f"{source}: grew past {MAX_MANIFEST_BYTES >> 20} MiB while read")
     text = data.decode("utf-8", errors="surrogateescape")
     manifest = parse_manifest(text, name=str(source), base_dir=source.parent)
     manifest.source = source
     return manifest
+
+
+def _kind_of(mode: int) -> str:
+    for test, word in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return word
+    return "a special file"
 
 
 def parse_manifest(text: str, name: str = "<manifest>", base_dir: Path | None = None) -> Manifest:
@@ -260,6 +287,8 @@ def _parse_json(text: str, name: str) -> tuple[list[FileEntry], str]:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ManifestError(f"{name}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
+    except RecursionError:
+        raise ManifestError(f"{name}: JSON nested too deeply to be a manifest") from None
     if not isinstance(doc, dict):
         raise ManifestError(f"{name}: JSON manifest must be an object")
     if "weight_map" in doc:
@@ -302,6 +331,9 @@ def _json_file(record: Any, where: str) -> FileEntry:
         tensors = [
             _json_tensor(t, f"{where}.tensors[{j}]") for j, t in enumerate(record["tensors"])
         ]
+    if digest is None and not any(t.digest for t in tensors or ()):
+        raise ManifestError(f"{where}: {record['path']!r} has neither a sha256 nor tensor "
+                            "digests: nothing could be compared")
     return FileEntry(
         path=_clean_path(record["path"], where),
         sha256=digest.lower() if digest else None,

@@ -23,7 +23,7 @@ from inspector.core.progress import Cancelled, CancelToken, ProgressFn, check
 from inspector.core.vocabulary import FileStatus, TensorCheckStatus
 from inspector.formats.safetensors_header import SafetensorsHeader, read_header
 from inspector.integrity.hashing import ByteProgress, HashAhead, sha256_file
-from inspector.integrity.manifest import FileEntry, Manifest, TensorEntry
+from inspector.integrity.manifest import FileEntry, Manifest, ManifestError, TensorEntry
 from inspector.shards.index import (
     ORPHAN_NOTE,
     ShardError,
@@ -175,10 +175,14 @@ Plan = list[tuple[FileEntry | None, Path]]
 def plan(manifest: Manifest, paths: Iterable[Path]) -> Plan:
     """Pair manifest entries with files on disk; an entry with None is an extra file.
 
-    No paths: the manifest's folder. A folder that holds the manifest, or lies under its folder,
-    is checked against the manifest's paths; any other folder is taken as a copy of the
-    manifest's folder (a download beside a manifest kept elsewhere). A file is matched by its
-    path, or else by its name when only one entry has that name (a Git LFS pointer).
+    No paths: the manifest's folder. For a folder the user names, the manifest's names are read
+    against that folder when they are found there (as `sha256sum -c` reads them from the
+    folder it runs in), else against the manifest's folder when the named folder lies in it
+    (only the entries under the named folder are checked), else the folder is taken as a copy
+    of the manifest's folder (a download beside a manifest kept elsewhere). Every name must
+    stay inside the folder it is read against: one that leaves it (`..`, or a link pointing
+    out) is refused (ManifestError), and nothing outside is ever read. A file is matched by
+    its path, or else by its name when only one entry has that name (a Git LFS pointer).
     """
     roots = list(paths) or [manifest.base_dir]
     skipped = {os.path.abspath(manifest.source)} if manifest.source is not None else set()
@@ -199,11 +203,11 @@ def plan(manifest: Manifest, paths: Iterable[Path]) -> Plan:
     for root in roots:
         root_abs = Path(os.path.abspath(root))
         if root_abs.is_dir():
-            inside = root_abs == base or base in root_abs.parents
-            start = base if inside else root_abs
+            start, within = _read_against(manifest, root_abs, base)
             for entry in manifest.files:
-                location = start / Path(*entry.path.split("/"))
-                if not inside or root_abs == location or root_abs in location.parents:
+                location = Path(os.path.normpath(start / Path(*entry.path.split("/"))))
+                _refuse_outside(entry, location, within)
+                if within != base or root_abs == location or root_abs in location.parents:
                     add(entry, location)
             for found in list_files(root_abs):
                 if os.path.abspath(found) not in skipped:
@@ -211,6 +215,26 @@ def plan(manifest: Manifest, paths: Iterable[Path]) -> Plan:
         else:
             add(_match_file(manifest, root_abs), root_abs)
     return pairs
+
+
+def _read_against(manifest: Manifest, root: Path, base: Path) -> tuple[Path, Path]:
+    """(the folder names are read against, the folder they must stay inside) for a folder
+    the user named."""
+    if root != base and base not in root.parents:
+        return root, root  # a copy of the manifest's folder
+    here = sum(1 for e in manifest.files if (root / Path(*e.path.split("/"))).is_file())
+    there = sum(1 for e in manifest.files if (base / Path(*e.path.split("/"))).is_file())
+    return (root, root) if here > there else (base, base)
+
+
+def _refuse_outside(entry: FileEntry, location: Path, within: Path) -> None:
+    """ManifestError when a name leaves the folder it is read against, by `..` or a link."""
+    real_root = os.path.realpath(within)
+    real = os.path.realpath(location)
+    if (location != within and within not in location.parents) or (
+            os.path.commonpath([real, real_root]) != real_root):
+        raise ManifestError(f"the manifest names {entry.path!r}, which lies outside {within}; "
+                            "a manifest may only name files inside the folder it checks")
 
 
 def _match_file(manifest: Manifest, path: Path) -> FileEntry | None:

@@ -1,0 +1,98 @@
+"""`verify` reads a manifest as a claim: names resolve inside one folder and never outside it,
+an entry that compares nothing is refused, only a regular manifest file of sane size is read,
+and a manifest kept in a parent folder checks the model folder the user names."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from inspector.cli import main
+from inspector.integrity.manifest import SCHEMA
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> dict[str, Path]:
+    model = tmp_path / "hf"
+    model.mkdir()
+    for i in (1, 2):
+        (model / f"pytorch_model-0000{i}.bin").write_bytes(os.urandom(4096))
+    secret = tmp_path / "secret.key"
+    secret.write_bytes(b"not yours")
+    return {"root": tmp_path, "model": model, "secret": secret}
+
+
+DIALECTS = {
+    "sha256sum": lambda name, digest: f"{digest}  {name}\n",
+    "bsd": lambda name, digest: f"SHA256 ({name}) = {digest}\n",
+    "tsv": lambda name, digest: f"path\tsha256\n{name}\t{digest}\n",
+    "json": lambda name, digest: json.dumps({"schema": SCHEMA, "schema_version": 1, "files": [
+        {"path": name, "sha256": digest}]}),
+}
+
+
+@pytest.mark.parametrize("dialect", list(DIALECTS))
+@pytest.mark.parametrize("name", ["../secret.key", "sub/../../secret.key", "link/secret.key"])
+def test_a_name_that_leaves_the_folder_is_refused_and_never_read(layout, capsys, dialect, name):
+    model, secret = layout["model"], layout["secret"]
+    (model / "link").symlink_to(layout["root"], target_is_directory=True)
+    suffix = {"json": ".json", "tsv": ".tsv"}.get(dialect, ".sha256")
+    manifest = model / f"sums{suffix}"
+    manifest.write_text(DIALECTS[dialect](name, _sha(secret)))
+    code = main(["verify", "-m", str(manifest)])
+    err = capsys.readouterr().err
+    assert code == 2 and "outside" in err and "Traceback" not in err, err
+
+
+def test_a_json_entry_with_nothing_to_compare_is_refused(layout, capsys):
+    manifest = layout["model"] / "m.json"
+    manifest.write_text(json.dumps({"schema": SCHEMA, "schema_version": 1,
+                                    "files": [{"path": "pytorch_model-00001.bin"}]}))
+    assert main(["verify", "-m", str(manifest)]) == 2
+    assert "nothing could be compared" in capsys.readouterr().err
+
+
+def test_a_fifo_or_a_link_to_a_device_is_refused_at_once(layout, capsys):
+    fifo = layout["root"] / "sums.sha256"
+    os.mkfifo(fifo)
+    done = threading.Event()
+    result: list[int] = []
+    worker = threading.Thread(target=lambda: (result.append(main(["verify", "-m", str(fifo)])),
+                                              done.set()), daemon=True)
+    worker.start()
+    assert done.wait(20), "verify waited on a FIFO"
+    assert result == [2] and "regular file" in capsys.readouterr().err
+    zero = layout["root"] / "zero.sha256"
+    zero.symlink_to("/dev/zero")
+    assert main(["verify", "-m", str(zero)]) == 2
+    assert "not a character device" in capsys.readouterr().err
+
+
+def test_deeply_nested_json_is_one_clear_error(layout, capsys):
+    manifest = layout["model"] / "deep.json"
+    manifest.write_text('{"a": ' * 100_000 + "1" + "}" * 100_000)
+    assert main(["verify", "-m", str(manifest)]) == 2
+    err = capsys.readouterr().err
+    assert "nested too deeply" in err and "Traceback" not in err
+
+
+def test_a_manifest_in_the_parent_folder_checks_the_model_folder_named(layout, capsys,
+                                                                       monkeypatch):
+    root, model = layout["root"], layout["model"]
+    # cd hf && sha256sum pytorch_model-*.bin > ../SHA256SUMS
+    lines = [f"{_sha(p)}  {p.name}\n" for p in sorted(model.glob("*.bin"))]
+    (root / "SHA256SUMS").write_text("".join(lines))
+    monkeypatch.chdir(root)
+    assert main(["verify", "hf", "-m", "SHA256SUMS"]) == 0
+    assert "2 files: 2 ok" in capsys.readouterr().out
+    (model / "pytorch_model-00002.bin").write_bytes(b"changed")
+    assert main(["verify", "hf", "-m", "SHA256SUMS"]) == 1
