@@ -22,6 +22,7 @@ from typing import NamedTuple, TextIO
 
 from inspector import __version__
 from inspector.cli.reference import epilog
+from inspector.core.termtext import safe_output
 
 
 class Command(NamedTuple):
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ckpt-inspector: '{argv[0]}' is not a command or a file; {hint} "
               "(ckpt-inspector --help lists them)", file=sys.stderr)
         return EXIT_OPTION
-    with jailed_readings():
+    with jailed_readings(), safe_output(stdout="--json" not in argv):
         return _main(argv, command)
 
 

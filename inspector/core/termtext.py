@@ -1,8 +1,16 @@
-"""Text from a file, made safe to print: control characters and BiDi overrides are escaped."""
+"""Text from a file, made safe to print: control characters and BiDi overrides are escaped.
+
+`escape` for one string, `html_escape` for a page, and `safe_output` for the CLI's whole
+terminal output: the one sanitiser every text sink of the user's process goes through."""
 
 from __future__ import annotations
 
+import contextlib
 import html
+import io
+import sys
+from collections.abc import Iterator
+from typing import TextIO
 
 
 def _escaped(ch: str) -> str:
@@ -28,3 +36,55 @@ def html_escape(text: str, quote: bool = True) -> str:
         return html.escape(text, quote)
     return "".join(html.escape(ch, quote) if ch.isprintable() or ch in "\n\t"
                    else f'<mark class="ctl">{_escaped(ch)}</mark>' for ch in text)
+
+
+class SafeStream(io.TextIOBase):
+    """A text stream that writes through to `stream` with `escape` applied to everything but
+    line breaks and tabs, so no text a file, a log or a server supplied reaches the terminal
+    raw, whichever print forgot to escape it. A write that starts with a carriage return (a
+    progress line rewriting itself) keeps that one."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__()
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        """Write `text` with its control and format characters made visible."""
+        lead = "\r" if text.startswith("\r") else ""
+        body = text[len(lead):]
+        if not body.isprintable():
+            body = "\n".join("\t".join(escape(part) for part in line.split("\t"))
+                             for line in body.split("\n"))
+        self._stream.write(lead + body)
+        return len(text)
+
+    def flush(self) -> None:
+        """Flush the stream written to."""
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        """Whether the stream written to is a terminal."""
+        return self._stream.isatty()
+
+    def fileno(self) -> int:
+        """The descriptor of the stream written to."""
+        return self._stream.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        """The encoding of the stream written to."""
+        return getattr(self._stream, "encoding", "utf-8")
+
+
+@contextlib.contextmanager
+def safe_output(stdout: bool = True) -> Iterator[None]:
+    """Route `sys.stderr` (and `sys.stdout`, unless it carries JSON, whose encoder already
+    escapes what is not text) through `SafeStream` for the duration."""
+    saved = sys.stdout, sys.stderr
+    try:
+        sys.stderr = SafeStream(sys.stderr)
+        if stdout:
+            sys.stdout = SafeStream(sys.stdout)
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved

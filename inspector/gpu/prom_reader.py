@@ -3,11 +3,16 @@
 Reads dcgm-exporter's series (or this tool's own exporter, which publishes the same names)
 with one `query_range` over the HTTP API, standard library only, so the CLI and the app share
 it without torch or Qt. One GpuSample per GPU per evaluation step.
+
+The reply is a claim from a server: it is read within a size cap and a deadline for the whole
+reply (a server that trickles bytes is cut off), and its shape is checked before use, so a
+wrong, huge, deep or slow reply is one `CodedError` line, never a traceback or a hang.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 import urllib.error
@@ -28,6 +33,9 @@ NODE_LABEL = "Hostname"
 MAX_POINTS = 11_000
 DEFAULT_POINTS = 2_000
 TIMEOUT_S = 30.0
+"""The longest wait for a connection or for any one read, and for the whole reply."""
+MAX_REPLY_BYTES = 64 << 20
+"""The largest reply read (11,000 points of every GPU series of a node is a few MB)."""
 
 _KINDS = {f.name: f.kind for f in FIELDS}
 _SPEC_OF: dict[str, DcgmName] = {
@@ -92,31 +100,86 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _get(query: RangeQuery) -> list[dict[str, Any]]:
+def _get(query: RangeQuery) -> list[tuple[dict[str, str], list[tuple[float, float]]]]:
     params = urllib.parse.urlencode({
         "query": _selector(query.node), "start": f"{query.start:.3f}",
         "end": f"{query.end:.3f}", "step": f"{query.step:g}",
     })
     address = f"{query.url}/api/v1/query_range?{params}"
+    deadline = time.monotonic() + TIMEOUT_S
     try:
         with urllib.request.urlopen(address, timeout=TIMEOUT_S) as reply:
-            body = json.load(reply)
+            body = _decode(_read_bounded(reply, deadline, query.url), query.url)
     except urllib.error.HTTPError as exc:
-        body = _error_body(exc)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+        body = _error_body(exc, deadline, query.url)
+    except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise CodedError("prometheus-unreachable", f"cannot query {query.url}: {reason}; "
                          "check the URL and that Prometheus is running") from None
     if body.get("status") != "success":
         raise CodedError("prometheus-error", f"Prometheus refused the query: "
-                         f"{body.get('error', 'no reason given')}")
-    return body["data"]["result"]
+                         f"{str(body.get('error', 'no reason given'))[:500]}")
+    return _series(body, query.url)
 
 
-def _error_body(exc: urllib.error.HTTPError) -> dict[str, Any]:
+def _read_bounded(reply: Any, deadline: float, url: str) -> bytes:
+    """The whole reply, within `MAX_REPLY_BYTES` and the deadline (one receive at a time)."""
+    chunks, total = [], 0
+    read = getattr(reply, "read1", reply.read)
+    while chunk := read(1 << 16):
+        total += len(chunk)
+        if total > MAX_REPLY_BYTES:
+            raise CodedError("prometheus-too-large", f"{url} sent more than "
+                             f"{MAX_REPLY_BYTES >> 20} MiB; narrow --start/--end or raise --step")
+        if time.monotonic() > deadline:
+            raise CodedError("prometheus-slow", f"{url} did not finish its reply within "
+                             f"{TIMEOUT_S:g} s; check the server's load or narrow the range")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _decode(data: bytes, url: str) -> dict[str, Any]:
     try:
-        return json.load(exc)
-    except ValueError:
+        body = json.loads(data)
+    except (ValueError, RecursionError):
+        raise CodedError("prometheus-bad-reply", f"{url} did not answer with Prometheus' JSON "
+                         "(is it a Prometheus server?)") from None
+    if not isinstance(body, dict):
+        raise CodedError("prometheus-bad-reply", f"{url} answered with JSON that is not an "
+                         "object (is it a Prometheus server?)")
+    return body
+
+
+def _series(body: dict[str, Any], url: str) -> list[tuple[dict[str, str],
+                                                         list[tuple[float, float]]]]:
+    """Each series' labels and (time, value) points, checked: a reply of another shape is one
+    `prometheus-bad-reply` error."""
+    data = body.get("data")
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(result, list):
+        raise CodedError("prometheus-bad-reply", f"{url}: the reply has no data.result list")
+    out = []
+    for s in result:
+        labels = s.get("metric") if isinstance(s, dict) else None
+        values = s.get("values") if isinstance(s, dict) else None
+        if (not isinstance(labels, dict) or not isinstance(values, list)
+                or not all(isinstance(k, str) and isinstance(v, str)
+                           for k, v in labels.items())):
+            raise CodedError("prometheus-bad-reply", f"{url}: a series without string labels "
+                             "and a values list")
+        try:
+            points = [(float(t), float(v)) for t, v in values]
+        except (TypeError, ValueError):
+            raise CodedError("prometheus-bad-reply", f"{url}: a series' values are not "
+                             "[time, number] pairs") from None
+        out.append((labels, points))
+    return out
+
+
+def _error_body(exc: urllib.error.HTTPError, deadline: float, url: str) -> dict[str, Any]:
+    try:
+        return _decode(_read_bounded(exc, deadline, url), url)
+    except (CodedError, OSError):
         return {"status": "error", "error": f"HTTP {exc.code}"}
 
 
@@ -124,7 +187,7 @@ def read_range(query: RangeQuery) -> list[GpuSample]:
     """Every GPU reading of the node over the range, oldest first, XIDs on the sample they
     first appear in; raises CodedError when the server cannot answer or holds no such node."""
     series = _get(query)
-    nodes = sorted({s["metric"].get(NODE_LABEL, "") for s in series})
+    nodes = sorted({labels.get(NODE_LABEL, "") for labels, _ in series})
     if query.node is None and len(nodes) > 1:
         raise CodedError("many-nodes", f"{query.url} holds {len(nodes)} nodes "
                          f"({', '.join(nodes[:5])}{', ...' if len(nodes) > 5 else ''}); "
@@ -135,22 +198,23 @@ def read_range(query: RangeQuery) -> list[GpuSample]:
                          "range; check --node and --start/--end")
     samples: dict[tuple[int, float], GpuSample] = {}
     xid_values: dict[int, list[tuple[float, int]]] = defaultdict(list)
-    for s in series:
-        labels = s["metric"]
+    for labels, points in series:
         try:
             gpu = int(labels.get("gpu", ""))
         except ValueError:
             continue
-        name = labels["__name__"]
-        for t, raw in s["values"]:
-            value = float(raw)
+        name = labels.get("__name__", "")
+        if name not in _SPEC_OF and name not in (XID_METRIC, LOST_METRIC):
+            continue  # a series the query did not ask for
+        for t, value in points:
             if name == XID_METRIC:
-                xid_values[gpu].append((float(t), int(value)))
+                if math.isfinite(value):
+                    xid_values[gpu].append((t, int(value)))
                 continue
-            sample = samples.get((gpu, float(t)))
+            sample = samples.get((gpu, t))
             if sample is None:
-                sample = samples[(gpu, float(t))] = GpuSample(
-                    float(t), gpu, labels.get("modelName") or None, labels.get("UUID") or None)
+                sample = samples[(gpu, t)] = GpuSample(
+                    t, gpu, labels.get("modelName") or None, labels.get("UUID") or None)
             if name == LOST_METRIC:
                 sample.lost = value != 0
             else:
@@ -165,7 +229,7 @@ def _set(sample: GpuSample, name: str, value: float) -> None:
     if kind == "bool":
         setattr(sample, name, value != 0)
     elif kind == "mask":
-        setattr(sample, name, int(value))
+        setattr(sample, name, int(value) if math.isfinite(value) else None)
     else:
         setattr(sample, name, value)
 
