@@ -91,3 +91,28 @@ def test_a_last_line_cut_short_is_named_and_left_out(tmp_path, capsys, cut):
     results.write_bytes(data[:-cut])
     code, out, err = _merge(tmp_path, results, capsys=capsys)
     assert code == 0 and "1 file(s)" in out and "line 2 truncated" in err
+
+
+WRONG = {
+    "result-a-list": ("scan.result", [1, 2]),
+    "result-a-string": ("scan.result", "safe"),
+    "verdict-a-number": ("scan.result", {"path": "a.pt", "verdict": 0}),
+    "globals-not-objects": ("scan.result", {"path": "a.pt", "verdict": "safe", "globals": [1]}),
+    "findings-a-string": ("scan.result", {"path": "a.pt", "verdict": "safe", "findings": "x"}),
+    "path-a-number": ("scan.result", {"path": 5, "verdict": "safe"}),
+    "verify-files-a-dict": ("verify.result", {"files": {"a": 1}}),
+    "verify-files-not-objects": ("verify.result", {"files": [3]}),
+    "report-unknown-part": ("report.file", {"path": "a.pt", "bogus": {}}),
+    "report-part-a-number": ("report.file", {"path": "a.pt", "scan": 5}),
+    "report-bad-scan": ("report.file", {"path": "a.pt", "scan": {"verdict": ["x"]}}),
+}
+
+
+@pytest.mark.parametrize("name", list(WRONG))
+def test_a_record_of_the_wrong_shape_is_one_line_and_nothing_is_written(tmp_path, capsys, name):
+    kind, result = WRONG[name]
+    path = tmp_path / "r0.jsonl"
+    journal.append(path, kind, {"key": "a.pt", "identity": None, "result": result})
+    code, _out, err = _merge(tmp_path, path, capsys=capsys)
+    assert code == 2 and "wrong shape" in err and "Traceback" not in err, err
+    assert not (tmp_path / "m.json").exists()

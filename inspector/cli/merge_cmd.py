@@ -21,6 +21,7 @@ import argparse
 import shlex
 import sys
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from inspector.report import (
     write_report,
 )
 from inspector.run.journal import SealKeyError
+from inspector.scan.result import ScanResult
 
 EXIT_FAILED_CHECK = 1
 EXIT_BROKEN_RECORD = 2
@@ -81,7 +83,11 @@ def run(args: argparse.Namespace) -> int:
     if not batch.authenticated:
         print("merge: the results files are unauthenticated (no seal key: set "
               "CKPT_INSPECTOR_SEAL_KEY_FILE for every shard and for the merge)", file=sys.stderr)
-    files = evidence_of(batch)
+    try:
+        files = evidence_of(batch)
+    except _WrongShape as exc:
+        return _fail(escape(f"a results record of the wrong shape ({exc}); nothing written"),
+                     EXIT_BROKEN_RECORD)
     if not files:
         return _fail("the results files hold no finished file", exit_code(Verdict.ERROR))
     command = shlex.join(["ckpt-inspector", "merge", *map(str, args.results),
@@ -102,12 +108,52 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_FAILED_CHECK if code == 0 and report.status == ReportStatus.FAILED else code
 
 
+class _WrongShape(ValueError):
+    """A results record that a shard of this version cannot have written."""
+
+
+_PARTS = {f.name for f in fields(FileEvidence)} - {"path"}
+
+
+def _checked(kind: str, key: str, record: object) -> dict[str, Any]:
+    """The record, when it has the shape its kind has; else _WrongShape naming it."""
+    if not isinstance(record, Mapping):
+        raise _WrongShape(f"{kind} of {key!r} is not an object")
+    if not isinstance(record.get("path", key), str):
+        raise _WrongShape(f"{kind} of {key!r} names no path")
+    if kind == "report.file":
+        extra = set(record) - _PARTS - {"path"}
+        if extra or not all(isinstance(v, (Mapping, str, type(None))) for v in record.values()):
+            raise _WrongShape(f"report.file of {key!r} holds {sorted(extra) or 'wrong types'}")
+        for part, sub in (("scan", "scan.result"), ("verify", "verify.result")):
+            if record.get(part) is not None:
+                _checked(sub, key, record[part])
+    elif kind == "scan.result":
+        try:
+            ScanResult.from_json(dict(record))
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise _WrongShape(f"scan.result of {key!r}: {exc}") from None
+        if not isinstance(record.get("verdict"), str):
+            raise _WrongShape(f"scan.result of {key!r} has no verdict word")
+    elif kind == "verify.result":
+        try:
+            VerifyResult.from_json(dict(record))
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise _WrongShape(f"verify.result of {key!r}: {exc}") from None
+    return dict(record)
+
+
 def evidence_of(batch: BatchResults) -> list[FileEvidence]:
     """One FileEvidence per file, in path order: a report's whole record, or the scan and
-    verification records of the same path joined."""
+    verification records of the same path joined; a record of the wrong shape raises."""
+    checked = {kind: {key: [_checked(kind, key, r) for r in records]
+                      for key, records in by_key.items()}
+               for kind, by_key in batch.results.items()}
+    batch = BatchResults(checked, batch.sessions, batch.problems, batch.authenticated)
     merged: dict[str, FileEvidence] = {}
     for key, records in batch.results.get("report.file", {}).items():
-        merged[key] = FileEvidence(**max(records, key=_report_badness))
+        worst = max(records, key=_report_badness)
+        merged[key] = FileEvidence(**{"path": key, **worst})
     for kind, part in _EVIDENCE_OF.items():
         badness = _scan_badness if part == "scan" else _verify_badness
         for key, records in batch.results.get(kind, {}).items():
@@ -148,9 +194,12 @@ def _environment(batch: BatchResults) -> EnvInfo | None:
     for session in batch.sessions:
         env: Mapping[str, Any] | None = session.get("environment")
         if env:
-            fields = dict(env)
-            fields["gpus"] = [GpuInfo(**g) for g in fields.get("gpus", [])]
-            return EnvInfo(**fields)
+            try:
+                values = dict(env)
+                values["gpus"] = [GpuInfo(**g) for g in values.get("gpus", [])]
+                return EnvInfo(**values)
+            except (TypeError, ValueError):
+                continue  # a session record of another shape: no environment from it
     return None
 
 
