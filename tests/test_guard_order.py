@@ -236,3 +236,19 @@ def test_a_stateful_dataloader_resumes_into_the_uninterrupted_order(tmp_path, ca
     assert alarms(tmp_path / "b") == []
     code, out = order_diff(capsys, tmp_path / "a", tmp_path / "b")
     assert code == 0, out
+
+
+@pytest.mark.parametrize("line", [
+    '{"e": 0, "s": 0, "r": 0, "w": -1, "ids": [{"a": 1}], "h": "x", "t": "s"}',
+    '{"e": 0, "s": 0, "r": 0, "w": -1, "ids": ' + "[" * 50_000 + "]" * 50_000 + ', "h": "x"}',
+    '{"e": 0, "s": 0, "r": 0, "w": -1, "ids": [[[1]]], "h": "x", "t": "s"}',
+])
+def test_order_diff_of_hostile_lines_is_named_never_a_traceback(tmp_path, capsys, line):
+    from inspector.cli import main
+    for name in ("a", "b"):
+        folder = tmp_path / name / "order"
+        folder.mkdir(parents=True)
+        (folder / "rank-00000.jsonl").write_text(line + "\n")
+    code = main(["run", "order-diff", str(tmp_path / "a"), str(tmp_path / "b")])
+    err = capsys.readouterr().err
+    assert code in (0, 1, 2) and "Traceback" not in err

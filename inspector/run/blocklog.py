@@ -53,8 +53,8 @@ def read_lines(path: str | os.PathLike[str]) -> tuple[list[dict], list[str]]:
         for number, line in enumerate(fh, start=1):
             try:
                 obj = json.loads(line)
-            except ValueError:
-                obj = None
+            except (ValueError, RecursionError):
+                obj = None  # not JSON, or nested deeper than any record this project writes
             if isinstance(obj, dict):
                 records.append(obj)
             else:

@@ -107,13 +107,25 @@ def read_ledger(path: str | os.PathLike[str]) -> LedgerRead:
         elif obj.get("kind") != "session":
             try:
                 rec = StepOrder(int(obj["e"]), int(obj["s"]), int(obj["r"]), int(obj["w"]),
-                                tuple(obj["ids"]), str(obj["h"]), str(obj["t"]))
+                                tuple(_sample_id(i) for i in obj["ids"]), str(obj["h"]),
+                                str(obj["t"]))
             except (KeyError, TypeError, ValueError):
-                out.problems.append(f"{path}: a step line lacks a field: {obj!r:.80}")
+                out.problems.append(f"{path}: a step line lacks a field or holds an id that "
+                                    f"is no sample id: {obj!r:.80}")
                 continue
             by_step[(rec.rank, rec.epoch, rec.step)] = rec
     out.steps = [by_step[k] for k in sorted(by_step)]
     return out
+
+
+def _sample_id(value: object) -> object:
+    """A sample id as the tracked loader writes one (a number or a string, or a list of them
+    for a composite key, made a tuple so it can be counted); TypeError for anything else."""
+    if isinstance(value, (int, float, str)) or value is None:
+        return value
+    if isinstance(value, list) and all(isinstance(v, (int, float, str)) for v in value):
+        return tuple(value)
+    raise TypeError("not a sample id")
 
 
 def find_ledgers(path: str | os.PathLike[str]) -> list[Path]:
