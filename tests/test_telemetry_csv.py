@@ -160,3 +160,14 @@ def test_recording_never_overwrites_unless_asked(tmp_path):
     write_log(path, [GpuSample(0.0, 0, temperature_gpu=1)], overwrite=True)
     assert read_log(path).samples[0].temperature_gpu == 1
     assert [p.name for p in tmp_path.iterdir()] == ["rec.csv"]  # no temp file left behind
+
+
+@pytest.mark.parametrize("cell", ["x" * (200 << 10)])
+def test_a_replayed_log_with_a_cell_past_the_csv_limit_is_one_clear_error(tmp_path, capsys, cell):
+    from inspector.cli import main
+    log = tmp_path / "gpu.csv"
+    log.write_text("timestamp, index, name, temperature.gpu\n"
+                   f"2026/12/01 10:00:00.000, 0, \"{cell}\", 40\n")
+    code = main(["telemetry", "--replay", str(log)])
+    err = capsys.readouterr().err
+    assert code != 0 and "not a telemetry log" in err and "Traceback" not in err

@@ -128,6 +128,8 @@ def read_log(path: str | os.PathLike[str]) -> ReplayLog:
             return parse_lines(fh, str(path))
     except OSError as exc:
         raise LogFormatError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except csv.Error as exc:  # a cell past the csv module's field limit, or a NUL byte
+        raise LogFormatError(f"{path}: not a telemetry log ({exc})") from None
 
 
 def parse_lines(lines: Iterable[str], name: str = "log") -> ReplayLog:
