@@ -19,9 +19,6 @@ from pathlib import Path
 import factories
 import pytest
 
-moto_server = pytest.importorskip("moto.server", reason="moto[server] is in the dev extra")
-boto3 = pytest.importorskip("boto3")
-
 CLI = [sys.executable, "-m", "inspector"]
 KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1"}
@@ -30,6 +27,9 @@ KEYS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
 @pytest.fixture(scope="module")
 def endpoint() -> str:
     """A local S3 server for this module's tests."""
+    # moto and boto3 are imported by the fixtures that use them, not at module level: they
+    # added half a second to every collection, and one test here needs neither
+    moto_server = pytest.importorskip("moto.server", reason="moto[server] is in the dev extra")
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -41,6 +41,7 @@ def endpoint() -> str:
 @pytest.fixture
 def s3(endpoint, tmp_path, request):
     """A fresh bucket of this test's own, its client, and the environment a user would set."""
+    boto3 = pytest.importorskip("boto3")
     client = boto3.client("s3", endpoint_url=endpoint, **{
         "aws_access_key_id": KEYS["AWS_ACCESS_KEY_ID"],
         "aws_secret_access_key": KEYS["AWS_SECRET_ACCESS_KEY"],
@@ -309,3 +310,14 @@ def test_verify_against_an_index_reads_only_each_shards_header(s3, tmp_path, mon
                                                          "gone": "missing"}
     assert not result.errors and [f.status for f in result.files] == ["ok", "ok"]
     assert len(ranges) == 4 and max(ranges) < 1000  # two range requests a shard, headers only
+
+
+def test_a_bucket_with_odd_keys_is_scanned_whole_each_key_reported(s3, tmp_path):
+    sample = factories.save_safetensors(tmp_path / "m.safetensors")
+    for key in ("run/..", "run/.", "run/a", "run/a/b.safetensors", "run/ok.safetensors"):
+        s3.put(key, sample)
+    out = s3.cli("scan", "--json", f"s3://{s3.bucket}/run/")
+    assert "Traceback" not in out.stderr, out.stderr
+    paths = {json.loads(line)["path"] for line in out.stdout.splitlines()}
+    assert {f"s3://{s3.bucket}/run/ok.safetensors", f"s3://{s3.bucket}/run/a"} <= paths
+    assert len(paths) >= 4, out.stdout

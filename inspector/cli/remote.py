@@ -158,7 +158,7 @@ def _scan_object(obj: RemoteObject, in_folder: bool):
 
     try:
         with objstore.temp_folder() as root:
-            local = root / (obj.url.rsplit("/", 1)[-1] or "object")
+            local = objstore.place_copy(root, obj.url.rsplit("/", 1)[-1], obj.url)
             objstore.fetch(obj, local)
             res = scan_found(Found(local, in_folder))
             relabel = Relabel()
@@ -167,6 +167,9 @@ def _scan_object(obj: RemoteObject, in_folder: bool):
     except ObjectStoreError as exc:
         return ScanResult(path=obj.url, verdict=Verdict.ERROR,
                           error=exc.message.removeprefix(f"{obj.url}: "))
+    except OSError as exc:  # the local copy could not be made: this object only
+        return ScanResult(path=obj.url, verdict=Verdict.ERROR,
+                          error=f"its local copy could not be made ({exc.strerror or exc})")
 
 
 def run_localized(args: argparse.Namespace, attr: str, run: Callable[[argparse.Namespace], int],

@@ -237,6 +237,20 @@ def fetch(obj: RemoteObject, dest: Path, cancel: CancelToken | None = None) -> s
     return _copy(obj, dest, None, cancel)
 
 
+def place_copy(root: Path, rel: str, url: str) -> Path:
+    """Where an object's copy goes under `root`: its key's own path when that is a plain file
+    name free in the tree; else (a key of `..`, `.` or empty segments, or one that clashes
+    with a folder another key needs) a name of its own, so one odd key never ends a scan."""
+    parts = rel.split("/")
+    dest = root.joinpath(*parts)
+    plain = all(p not in ("", ".", "..") for p in parts)
+    if plain and not dest.exists() and not any(p.is_file() for p in dest.parents):
+        return dest
+    tag = hashlib.sha256(url.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    name = parts[-1] if parts[-1] not in ("", ".", "..") else "object"
+    return root / "~odd-keys" / tag / name
+
+
 @contextlib.contextmanager
 def local_tree(url: str, objects: list[RemoteObject] | None = None,
                cancel: CancelToken | None = None) -> Iterator[LocalTree]:
@@ -247,7 +261,7 @@ def local_tree(url: str, objects: list[RemoteObject] | None = None,
         hashes, copies = {}, {}
         for obj in objects:
             rel = relative_key(obj, url) or _name(obj.url)
-            dest = root.joinpath(*[p for p in rel.split("/") if p not in ("", ".", "..")])
+            dest = place_copy(root, rel, obj.url)
             hashes[obj.url] = fetch(obj, dest, cancel)
             copies[str(dest)] = obj
         yield LocalTree(url, root, objects, hashes, copies)
