@@ -62,6 +62,23 @@ def wheel(tmp_path_factory) -> Path:
     return found
 
 
+def test_the_wheels_metadata_says_the_license_in_spdx_and_needs_what_the_readme_runs(wheel):
+    meta = zipfile.ZipFile(wheel).read(
+        f"checkpoint_inspector-{__version__}.dist-info/METADATA").decode()
+    assert "License-Expression: Apache-2.0" in meta
+    requires = [line.split(":", 1)[1].strip() for line in meta.splitlines()
+                if line.startswith("Requires-Dist:") and "extra ==" not in line]
+    assert "prometheus-client" in requires  # `telemetry --serve`, a README line
+
+
+def test_building_the_package_prints_no_deprecation(tmp_path):
+    src = _copy_source(tmp_path / "src")
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                          "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)],
+                         capture_output=True, text=True, timeout=300, check=True)
+    assert "deprecat" not in (out.stdout + out.stderr).lower()
+
+
 def test_wheel_holds_every_module_and_data_file(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert f"checkpoint_inspector-{__version__}.dist-info/entry_points.txt" in names

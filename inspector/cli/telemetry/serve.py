@@ -14,8 +14,8 @@ from collections.abc import Callable
 from inspector.core.errors import CodedError
 from inspector.gpu.telemetry import Alert, AlertRules, Sampler, TelemetryStore
 
-INSTALL_HINT = ("--serve needs prometheus_client: pip install 'checkpoint-inspector[prometheus]'"
-                " (or pip install prometheus-client)")
+INSTALL_HINT = ("--serve needs prometheus_client, a dependency of this package: reinstall it "
+                "(scripts/setup.sh) or pip install -c constraints.txt prometheus-client")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
