@@ -27,7 +27,9 @@ import torch
 
 from inspector.checkpoint.health import PROBLEM, assess, is_state_key, outlier_gap
 from inspector.tensors import stats
-from inspector.tensors.stats import dtype_name, tensor_stats
+from inspector.tensors.describe import describe_tensors
+from inspector.tensors.records import dtype_name
+from inspector.tensors.stats import tensor_stats
 
 _MSB = {torch.float32: (torch.int32, 30), torch.float16: (torch.int16, 14),
         torch.bfloat16: (torch.int16, 14)}
@@ -154,7 +156,7 @@ def exponent_cost(repeats: int = 5) -> None:
         for mode, screen in modes.items():
             stats.outliers_ruled_out = screen
             start = time.perf_counter()
-            stats.describe_tensors(items, lambda event: None, threads=2)
+            describe_tensors(items, lambda event: None, threads=2)
             times[mode].append(time.perf_counter() - start)
     stats.outliers_ruled_out = shipped
     base = statistics.median(times["never"])

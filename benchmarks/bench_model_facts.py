@@ -20,7 +20,7 @@ from common import best_of
 
 from inspector.checkpoint.architecture import guess_architecture
 from inspector.checkpoint.resume import model_facts
-from inspector.tensors.stats import layout_record
+from inspector.tensors.records import layout_record
 
 
 def _configs() -> dict:

@@ -88,11 +88,11 @@ def _warm_fork_server(request: pytest.FixtureRequest):
     about 40 ms. A module that tests how workers start, counts sandbox processes or switches
     jail guards off through the environment (which a server reads once) sets
     `OWN_WORKERS = True` and gets none; a single test asks for `cold_workers`."""
-    from inspector.sandbox.host import client
+    from inspector.sandbox.host import client, launch
 
     if getattr(request.module, "OWN_WORKERS", False):
         client.stop_fork_server()
-    elif client._fork_server is None:
+    elif launch._fork_server is None:
         # where it cannot start, jobs start cold workers, as everywhere without a server
         with contextlib.suppress(client.ForkServerError):
             client.start_fork_server(keep_warm=True)
@@ -102,9 +102,9 @@ def _warm_fork_server(request: pytest.FixtureRequest):
 @pytest.fixture
 def cold_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     """Within the test, jobs start cold workers (they read the environment it sets)."""
-    from inspector.sandbox.host import client
+    from inspector.sandbox.host import launch
 
-    monkeypatch.setattr(client, "_fork_server", None)
+    monkeypatch.setattr(launch, "_fork_server", None)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from inspector.sandbox.host import client
+from inspector.sandbox.host import client, launch
 from inspector.sandbox.host.forkclient import ForkServer
 
 
@@ -21,5 +21,5 @@ def fork_server_handle():
 @pytest.fixture
 def forked(fork_server_handle, monkeypatch):
     """Within the test, run_job forks its workers from the warm server."""
-    monkeypatch.setattr(client, "_fork_server", fork_server_handle)
+    monkeypatch.setattr(launch, "_fork_server", fork_server_handle)
     return fork_server_handle

@@ -58,15 +58,15 @@ def worker_requests(monkeypatch) -> list[dict]:
     """Every request sent to a sandbox worker to load or read a checkpoint during the test.
     The scan's jailed dry-run readings (`op` "dry-run": the loaders' own parsers over the
     bytes, with inert stand-ins, so nothing is loaded) are left out."""
-    from inspector.sandbox.host import client
+    from inspector.sandbox.host import operations
 
     seen: list[dict] = []
-    real = client.run_job
+    real = operations.run_job
 
     def spy(request, *args, **kwargs):
         if request.get("op") != "dry-run":
             seen.append(request)
         return real(request, *args, **kwargs)
 
-    monkeypatch.setattr(client, "run_job", spy)
+    monkeypatch.setattr(operations, "run_job", spy)
     return seen

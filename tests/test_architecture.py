@@ -26,9 +26,14 @@ from inspector.checkpoint.resume import (
 )
 from inspector.cli import main
 from inspector.tensors.load import split_leaves
-from inspector.tensors.stats import describe_object, layout_record, storage_groups
+from inspector.tensors.records import describe_object, layout_record, storage_groups
 
-transformers = pytest.importorskip("transformers")
+
+@pytest.fixture(scope="module")
+def transformers():
+    """transformers, for the tests that build its models: imported when the first of them runs,
+    not at collection (a second or more of every run's collection otherwise)."""
+    return pytest.importorskip("transformers")
 
 
 @pytest.fixture(autouse=True)
@@ -54,15 +59,15 @@ def n_params(model: torch.nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())  # tied parameters once
 
 
-def llama(**kw):
+def llama(transformers, **kw):
     cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=3,
                                    num_attention_heads=8, num_key_value_heads=2, vocab_size=100,
                                    **kw)
     return cfg, transformers.LlamaForCausalLM(cfg)
 
 
-def test_llama_untied_with_grouped_query_attention():
-    cfg, model = llama(tie_word_embeddings=False)
+def test_llama_untied_with_grouped_query_attention(transformers):
+    cfg, model = llama(transformers, tie_word_embeddings=False)
     a = guess(model.state_dict())
     assert a.family.startswith("Llama")
     assert a.layers == {"decoder": cfg.num_hidden_layers}
@@ -74,8 +79,8 @@ def test_llama_untied_with_grouped_query_attention():
     assert a.parameters == n_params(model)
 
 
-def test_llama_tied_head_shares_storage_or_is_left_out():
-    _, model = llama(tie_word_embeddings=True)
+def test_llama_tied_head_shares_storage_or_is_left_out(transformers):
+    _, model = llama(transformers, tie_word_embeddings=True)
     state = model.state_dict()
     assert guess(state).tied_embeddings is True
     assert guess(state).parameters == n_params(model)
@@ -85,7 +90,7 @@ def test_llama_tied_head_shares_storage_or_is_left_out():
     assert "no output head saved: tied to the embedding, or a base model" in guess(state).notes
 
 
-def test_mistral_is_llama_style():
+def test_mistral_is_llama_style(transformers):
     cfg = transformers.MistralConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                      num_attention_heads=4, num_key_value_heads=4, vocab_size=50)
     a = guess(transformers.MistralForCausalLM(cfg).state_dict())
@@ -93,7 +98,7 @@ def test_mistral_is_llama_style():
     assert not any("grouped-query" in n for n in a.notes)  # as many k/v heads as query heads
 
 
-def test_mixtral_experts_and_their_width():
+def test_mixtral_experts_and_their_width(transformers):
     cfg = transformers.MixtralConfig(hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                                      num_attention_heads=4, num_key_value_heads=2,
                                      num_local_experts=4, vocab_size=50)
@@ -111,7 +116,7 @@ def test_mixtral_experts_and_their_width():
     assert "mixture of experts: 4 experts per layer" in b.notes and b.intermediate_size == 48
 
 
-def test_gpt2():
+def test_gpt2(transformers):
     cfg = transformers.GPT2Config(n_embd=48, n_layer=5, n_head=4, vocab_size=120, n_positions=32,
                                   bos_token_id=0, eos_token_id=0)
     model = transformers.GPT2LMHeadModel(cfg)
@@ -122,7 +127,7 @@ def test_gpt2():
     assert a.parameters == n_params(model)
 
 
-def test_bert_with_and_without_its_masked_lm_head():
+def test_bert_with_and_without_its_masked_lm_head(transformers):
     cfg = transformers.BertConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=2,
                                   intermediate_size=80, vocab_size=90)
     mlm = transformers.BertForMaskedLM(cfg)
@@ -134,7 +139,7 @@ def test_bert_with_and_without_its_masked_lm_head():
     assert base.family == a.family and base.tied_embeddings is None  # nothing to tie
 
 
-def test_vit():
+def test_vit(transformers):
     cfg = transformers.ViTConfig(hidden_size=32, num_hidden_layers=3, num_attention_heads=2,
                                  intermediate_size=64, image_size=32, patch_size=8)
     model = transformers.ViTForImageClassification(cfg)
@@ -144,7 +149,7 @@ def test_vit():
     assert "8×8 patches of 3 channels" in a.notes and a.parameters == n_params(model)
 
 
-def test_t5_counts_both_stacks_and_reads_its_heads():
+def test_t5_counts_both_stacks_and_reads_its_heads(transformers):
     cfg = transformers.T5Config(d_model=32, d_ff=72, num_layers=2, num_decoder_layers=3,
                                 num_heads=4, d_kv=8, vocab_size=110)
     model = transformers.T5ForConditionalGeneration(cfg)
@@ -167,8 +172,8 @@ def test_plain_cnn_counts_convolutions_and_leaves_out_buffers():
     assert a.parameters == n_params(model)  # running_mean/var and the counter are not
 
 
-def test_prefixes_and_training_state_change_nothing():
-    _, model = llama(tie_word_embeddings=False)
+def test_prefixes_and_training_state_change_nothing(transformers):
+    _, model = llama(transformers, tie_word_embeddings=False)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model(torch.tensor([[1, 2, 3]])).logits.sum().backward()
     opt.step()
@@ -186,7 +191,7 @@ def test_unknown_is_said_honestly():
     json.dumps(a.to_json(), allow_nan=False)
 
 
-def test_through_the_jailed_inspect(tmp_path, capsys):
+def test_through_the_jailed_inspect(tmp_path, capsys, transformers):
     cfg = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=64, n_positions=16,
                                   bos_token_id=0, eos_token_id=0)
     torch.manual_seed(20)  # one of this model's records then starts with 0x2e (a STOP byte)
@@ -226,8 +231,8 @@ def test_a_model_optimizer_and_counter_are_enough_to_resume():
     assert ResumeChecklist.from_json(c.to_json() | {"later": 1}) == c
 
 
-def test_json_round_trips_and_ignores_keys_a_later_version_adds():
-    _, model = llama(tie_word_embeddings=True)
+def test_json_round_trips_and_ignores_keys_a_later_version_adds(transformers):
+    _, model = llama(transformers, tie_word_embeddings=True)
     a = guess(model.state_dict())
     assert Architecture.from_json(a.to_json() | {"later": 1}) == a
 

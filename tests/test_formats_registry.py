@@ -80,7 +80,7 @@ def toy(monkeypatch):
 
 def test_a_registered_format_reaches_every_list_the_scan_and_the_worker(toy, tmp_path):
     from inspector.sandbox.host.client import check_loadable
-    from inspector.tensors.load import load_request
+    from inspector.tensors.by_format import load_request
 
     assert "*.toy" in formats.dialog_filter()
     assert formats.mime_types()["application/x-toy"] == ("Toy tensor file", (".toy",))

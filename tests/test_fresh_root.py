@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from inspector.sandbox.worker import jail
+from inspector.sandbox.worker import landlock
 from inspector.sandbox.worker.fresh_root import (
     BASE_DEVICES,
     GPU_READ,
@@ -122,7 +122,7 @@ def test_host_links_resolves_every_symlink_on_the_way(tmp_path):
 
 def test_the_system_paths_exist_and_none_is_below_a_symlink():
     """What the jail binds on this machine: every path exists, once resolved."""
-    roots = jail._system_read_roots()
+    roots = landlock.system_read_roots()
     paths, links = host_links(roots)
     assert all(os.path.exists(p) for p in paths)
     assert all(Path(p).resolve() == Path(p) for p in paths)

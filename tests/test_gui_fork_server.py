@@ -16,7 +16,7 @@ from gui_support import LOAD_TIMEOUT_MS, drop_files, wait_loaded
 from sandbox_fixtures import sandbox_processes
 
 from inspector.core.samples import write_samples
-from inspector.sandbox.host import client
+from inspector.sandbox.host import client, launch
 
 OWN_WORKERS = True  # how workers start is under test here: no session fork server
 
@@ -48,7 +48,7 @@ def warm_window(qtbot, make_window):
 
 
 def _ready_server():
-    server = client._fork_server
+    server = launch._fork_server
     return server if server is not None and server.pid is not None else None
 
 
@@ -90,7 +90,7 @@ def test_closing_the_window_leaves_no_server_or_worker(warm_window, qtbot, tmp_p
     wait_loaded(qtbot, doc)
     assert server.pid in sandbox_processes()
     warm_window.close()
-    assert client._fork_server is None
+    assert launch._fork_server is None
     assert _gone([server.pid]), "the fork server outlived the window"
     assert sandbox_processes() == []
 
@@ -98,19 +98,19 @@ def test_closing_the_window_leaves_no_server_or_worker(warm_window, qtbot, tmp_p
 def test_closing_the_window_while_the_server_starts_leaves_nothing(
         qtbot, make_window):
     w = make_window(warm_worker=True)
-    qtbot.waitUntil(lambda: client._fork_server is not None, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: launch._fork_server is not None, timeout=LOAD_TIMEOUT_MS)
     w.close()
-    assert client._fork_server is None
+    assert launch._fork_server is None
     # The start job (its own thread) sees the server killed and gives up.
     qtbot.waitUntil(lambda: not w.warm._runner.active(), timeout=LOAD_TIMEOUT_MS)
-    assert client._fork_server is None
+    assert launch._fork_server is None
     assert _gone(sandbox_processes()) and sandbox_processes() == []
 
 
 @pytest.fixture
 def unwatched(monkeypatch):
     """No server is watched, so the first job after a kill is the one that finds it dead."""
-    monkeypatch.setattr(client, "_watch", lambda server: None)
+    monkeypatch.setattr(launch, "_watch", lambda server: None)
 
 
 def test_a_server_killed_while_idle_is_replaced_and_the_next_file_forks_from_the_new_one(
@@ -125,7 +125,7 @@ def test_a_server_killed_while_idle_is_replaced_and_the_next_file_forks_from_the
     (doc,) = warm_window.open_paths([write_samples(tmp_path).benign])
     wait_loaded(qtbot, doc)
     assert _worker_kind(doc) == "forked" and doc.tensors
-    assert client._fork_server is replacement and replacement.pid in sandbox_processes()
+    assert launch._fork_server is replacement and replacement.pid in sandbox_processes()
     warm_window.close()
     assert _gone([replacement.pid]), "the replacement server outlived the window"
 
@@ -163,7 +163,7 @@ def test_a_server_that_cannot_start_is_reported_once_and_jobs_run_cold(
     w.statusBar().messageChanged.connect(lambda text: text and messages.append(text))
     qtbot.waitUntil(lambda: any("No warm sandbox worker" in m for m in messages),
                     timeout=LOAD_TIMEOUT_MS)
-    assert client._fork_server is None
+    assert launch._fork_server is None
     (doc,) = w.open_paths([write_samples(tmp_path).benign])
     wait_loaded(qtbot, doc)
     assert _worker_kind(doc) == "cold"

@@ -313,9 +313,9 @@ def test_tools_menu_sets_the_jail_a_load_requires(window, qtbot, small, monkeypa
     """Tools → Required sandbox is the GUI's --require-jail: Full refuses a partial jail before
     anything is loaded, Partial (the default) loads in it; the choice is remembered."""
     from inspector.gui.pipeline import required_jail_setting
-    from inspector.sandbox.host import client
+    from inspector.sandbox.host import client, jobs
 
-    monkeypatch.setattr(client, "_required_jail", client.DEFAULT_REQUIRED_JAIL)
+    monkeypatch.setattr(jobs, "_required_jail", client.DEFAULT_REQUIRED_JAIL)
     monkeypatch.setenv(client.SELFTEST_ENV, "1")
     monkeypatch.setenv(client.DISABLE_ENV, "namespaces")  # this run's jail is partial
     choices = {a.data(): a for a in window.jail_menu.actions()}

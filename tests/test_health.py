@@ -26,7 +26,8 @@ from inspector.report import SessionEvidence, build_report
 from inspector.report.model import FileEvidence
 from inspector.report.render_html import render_html
 from inspector.sandbox.host.client import inspect_file
-from inspector.tensors.stats import describe_tensors, tensor_stats
+from inspector.tensors.describe import describe_tensors
+from inspector.tensors.stats import tensor_stats
 
 FLIPS = 1000
 _BITS_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}

@@ -9,8 +9,8 @@ from safetensors.torch import save_file
 
 from inspector.checkpoint.health import assess
 from inspector.sandbox.worker.diff import diff_checkpoints
+from inspector.tensors.describe import describe_tensors
 from inspector.tensors.sources import open_checkpoint
-from inspector.tensors.stats import describe_tensors
 
 
 def _health(state: dict[str, torch.Tensor]):

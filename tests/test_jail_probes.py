@@ -34,9 +34,9 @@ from pathlib import Path
 import pytest
 from factories import EMPTY_DICT, MARK, PROTO2, REDUCE, STOP, TUPLE, p_global, p_unicode
 
-from inspector.sandbox.host import client
+from inspector.sandbox.host import client, events, launch
 from inspector.sandbox.host.client import SandboxError, run_job
-from inspector.sandbox.worker import fresh_root, jail
+from inspector.sandbox.worker import fresh_root, landlock
 
 OWN_WORKERS = True  # how workers start is under test here: no session fork server
 
@@ -84,7 +84,7 @@ PARENT = '(os.getppid() or P["client"])'
 OTHERS_ALL = (OTHERS, OTHERS_ERRNOS)
 NS_OTHER = ("seccomp pidns", OTHERS_ERRNOS)  # refused, and naming a pid the namespace lacks
 
-BOUND = [*jail._system_read_roots(), "/proc", *fresh_root.BASE_DEVICES]
+BOUND = [*landlock.system_read_roots(), "/proc", *fresh_root.BASE_DEVICES]
 """What the fresh root shows of the host (besides the inputs): its read-only binds."""
 
 
@@ -603,7 +603,7 @@ fork server (forkserver_fixtures); every probe runs against both."""
 
 def _route(mp: pytest.MonkeyPatch, request: pytest.FixtureRequest, worker: str) -> None:
     if worker == "forked":
-        mp.setattr(client, "_fork_server", request.getfixturevalue("fork_server_handle"))
+        mp.setattr(launch, "_fork_server", request.getfixturevalue("fork_server_handle"))
 
 
 @pytest.fixture(scope="module", params=[(level, worker) for worker in WORKERS
@@ -774,15 +774,15 @@ def test_a_line_nested_too_deep_for_the_json_parser_is_a_violation(tmp_path):
     path.write_bytes(line)
     fd = os.open(path, os.O_RDONLY)
     try:
-        with pytest.raises(client._Violation, match="unparsable"):
-            list(client._events(fd))
+        with pytest.raises(events.ProtocolViolation, match="unparsable"):
+            list(events.read_events(fd))
     finally:
         os.close(fd)
 
 
 def test_a_flood_of_lines_beyond_the_total_bound_is_a_violation(tmp_path, selftest,
                                                                 monkeypatch):
-    monkeypatch.setattr(client, "MAX_OUTPUT_BYTES", 4 << 20)
+    monkeypatch.setattr(events, "MAX_OUTPUT_BYTES", 4 << 20)
     flood = ("line = json.dumps({'type': 'progress', 'stage': 'x' * 900, 'done': 0, "
              "'total': 0}) + '\\n'\nfor _ in range(20000):\n    emit._stream.write(line)\n"
              "emit._stream.flush()")

@@ -11,7 +11,7 @@ import torch
 
 from inspector.checkpoint.health import assess
 from inspector.checkpoint.radar import ABSMAX, AFTER, BEFORE, NONFINITE, STD, build_radar, kind_of
-from inspector.tensors.stats import describe_tensors
+from inspector.tensors.describe import describe_tensors
 
 
 def records(state: dict[str, torch.Tensor]) -> list[dict]:

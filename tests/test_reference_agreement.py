@@ -17,7 +17,7 @@ import factories
 import pytest
 import torch
 
-from inspector.sandbox.host import client
+from inspector.sandbox.host import client, process
 from inspector.scan.engine import scan_bytes, scan_file
 
 MAGIC = pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2)
@@ -93,7 +93,7 @@ def test_a_plain_checkpoint_still_loads_through_the_mapping(tmp_path):
 def test_the_timeout_waits_while_the_admission_scan_runs():
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
                             start_new_session=True)
-    watchdog = client._Watchdog(proc, None, timeout=0.2)
+    watchdog = process.Watchdog(proc, None, timeout=0.2)
     try:
         with watchdog.paused():
             time.sleep(0.8)  # a scan four times the timeout
@@ -104,7 +104,7 @@ def test_the_timeout_waits_while_the_admission_scan_runs():
         assert watchdog.reason == "timeout"  # the worker's own time still runs out
     finally:
         watchdog.finish()
-        client._kill_group(proc)
+        process.kill_group(proc)
 
 
 def test_records_are_matched_by_name_not_by_where_torch_would_have_put_them(tmp_path):

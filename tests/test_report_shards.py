@@ -21,7 +21,6 @@ from inspector.cli import main
 from inspector.core import envinfo
 from inspector.report.render_json import load_schema
 
-transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("qapp")  # the HTML report draws its charts with Qt
 
 INDEX = "model.safetensors.index.json"
@@ -30,6 +29,9 @@ INDEX = "model.safetensors.index.json"
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """The same model as safetensors shards, `.bin` shards and one file of each."""
+    # importorskip here, not at module level: importing transformers adds a second or more to
+    # every collection, and only the tests that use this model need it
+    pytest.importorskip("transformers")
     return gpt2_layouts(tmp_path_factory.mktemp("models"), tiny_gpt2())
 
 
@@ -170,7 +172,7 @@ def test_a_folder_of_unrelated_checkpoints_keeps_one_entry_per_file(tmp_path):
 def test_unique_storage_counts_the_bytes_tensors_reach_once():
     import torch
 
-    from inspector.tensors.stats import unique_storage
+    from inspector.tensors.records import unique_storage
 
     # one storage with a 16-byte "header" no tensor reaches, as a safetensors mapping has
     mapping = torch.zeros(4 + 10 + 6, dtype=torch.float32)

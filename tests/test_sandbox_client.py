@@ -213,9 +213,9 @@ def test_an_interactive_caller_can_ask_the_worker_to_yield_the_cores(tmp_path):
 @pytest.fixture
 def degraded(monkeypatch):
     """Leave jail layers off through the self-test switch; restore the required level after."""
-    from inspector.sandbox.host import client
+    from inspector.sandbox.host import client, jobs
 
-    monkeypatch.setattr(client, "_required_jail", client.DEFAULT_REQUIRED_JAIL)
+    monkeypatch.setattr(jobs, "_required_jail", client.DEFAULT_REQUIRED_JAIL)
     monkeypatch.setenv(client.SELFTEST_ENV, "1")
 
     def leave_off(layers: str) -> None:

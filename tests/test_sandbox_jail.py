@@ -18,7 +18,7 @@ from factories import MARK, PROTO2, REDUCE, STOP, TUPLE, call, p_global, p_int, 
 
 from inspector.sandbox.host import client
 from inspector.sandbox.host.client import SandboxError, run_job
-from inspector.sandbox.worker.jail import seccomp_program
+from inspector.sandbox.worker.seccomp import seccomp_program
 
 OWN_WORKERS = True  # how workers start is under test here: no session fork server
 

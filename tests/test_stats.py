@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from inspector.core.flatten import flatten, unique_keys
-from inspector.tensors import stats
-from inspector.tensors.stats import HIST_BINS, describe_tensors, tensor_digest, tensor_stats
+from inspector.tensors import describe, stats
+from inspector.tensors.describe import describe_tensors
+from inspector.tensors.stats import HIST_BINS, tensor_digest, tensor_stats
 
 FLOATS = ["float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
           "float8_e4m3fnuz", "float8_e5m2fnuz"]
@@ -305,8 +306,8 @@ def test_describe_gives_each_tensor_its_digest_on_any_pool(threads, chunking, mo
     # more than a thread's share of the bytes: hashed on a hashing thread beside its stats
     items.insert(3, ("big", _random("float32", (400, 300)).t()))
     piped = []
-    monkeypatch.setattr(stats, "_PipedDigest",
-                        lambda pool, cls=stats._PipedDigest: piped.append(1) or cls(pool))
+    monkeypatch.setattr(describe, "_PipedDigest",
+                        lambda pool, cls=describe._PipedDigest: piped.append(1) or cls(pool))
     records = describe_tensors(items, lambda e: None, threads=threads)
     assert [r["digest"] for r in records] == [tensor_digest(t) for _, t in items]
     assert len(piped) == (threads > 1)
@@ -319,8 +320,8 @@ def test_a_tied_tensor_is_read_once_and_gets_the_same_record(threads, monkeypatc
     items = [("embed", base), ("head", base), ("slice", other_view),
              ("copy", base.clone()), ("bits", base.view(torch.int32)), ("again", base)]
     read = []
-    described = stats._stats_and_digest
-    monkeypatch.setattr(stats, "_stats_and_digest",
+    described = describe._stats_and_digest
+    monkeypatch.setattr(describe, "_stats_and_digest",
                         lambda t, *args: read.append(t) or described(t, *args))
     events = []
     records = describe_tensors(items, events.append, threads=threads)

@@ -20,7 +20,7 @@ import torch
 
 from inspector.layout.torch_save import STORAGE_DTYPES, V3_DTYPES, NotCovered, describe_archive
 from inspector.sandbox.host.client import run_job
-from inspector.tensors import sources, stats
+from inspector.tensors import records, sources, stats
 from inspector.tensors.load import LoadError, load_checkpoint, resolve_global, split_leaves
 
 # Benign factory samples the fast path must cover (the rest hold globals or non-tensors).
@@ -40,7 +40,7 @@ def _torch(path: Path) -> list[tuple]:
     """What torch loads: the same records, from weights_only tensors (no other leaves)."""
     tensors, objects = split_leaves(load_checkpoint(str(path)))
     assert objects == [], f"torch sees non-tensor leaves {objects[:3]}"
-    return [(k, stats.dtype_name(t.dtype), list(t.shape), stats.tensor_digest(t))
+    return [(k, records.dtype_name(t.dtype), list(t.shape), stats.tensor_digest(t))
             for k, t in tensors]
 
 
@@ -203,7 +203,7 @@ def test_dtype_tables_match_torch() -> None:
     for storage_type, (dtype, itemsize) in STORAGE_DTYPES.items():
         cls = resolve_global(storage_type)
         expected = torch.uint8 if cls is torch.UntypedStorage else cls.dtype
-        assert (stats.dtype_name(expected), expected.itemsize) == (dtype, itemsize)
+        assert (records.dtype_name(expected), expected.itemsize) == (dtype, itemsize)
     for name, itemsize in V3_DTYPES.items():
         assert getattr(torch, name).itemsize == itemsize
 

@@ -25,7 +25,8 @@ def memory_digests(obj: Any) -> list[TensorEntry]:
 
     from inspector.tensors.encoded import expand
     from inspector.tensors.load import split_leaves
-    from inspector.tensors.stats import dtype_name, tensor_digest
+    from inspector.tensors.records import dtype_name
+    from inspector.tensors.stats import tensor_digest
 
     tensors = expand(split_leaves(obj)[0])[0]
     entries = []

@@ -159,37 +159,6 @@ def _opened(path: str | bytes) -> str | io.BytesIO:
     return io.BytesIO(path) if isinstance(path, bytes) else path
 
 
-def load_request(request: dict) -> object:
-    """Load request["path"] by its scanned `format`: safetensors directly, a DCP folder through
-    `tensors.dcp`, TorchScript and torch.export weights through `tensors.torchscript` (their
-    code never runs), else torch.load."""
-    reader = module_reader(request.get("format") or "")
-    if reader is not None:
-        return reader(request["path"])
-    if request.get("format") == "safetensors":
-        return load_safetensors(request["path"])
-    if request.get("format") == "dcp":
-        from inspector.tensors.dcp import load_folder
-
-        return load_folder(request["path"], request.get("allow_globals", ()))
-    if request.get("format") in ("torchscript", "torch-export"):
-        from inspector.tensors.torchscript import load_weights
-
-        return load_weights(request["path"], request["format"])
-    return load_checkpoint(request["path"], request.get("allow_globals", ()))
-
-
-def module_reader(fmt: str):
-    """The tensor reader a format module of `formats` names for `fmt`, or None."""
-    from inspector.formats import spec_of
-
-    spec = spec_of(fmt)
-    if spec is None or spec.tensors is None:
-        return None
-    module, _, function = spec.tensors.partition(":")
-    return getattr(importlib.import_module(module), function)
-
-
 def load_safetensors(path: str) -> dict[str, torch.Tensor]:
     """Tensors of a safetensors file as zero-copy views of a private mapping of it."""
     with open(path, "rb") as fh:

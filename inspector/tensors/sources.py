@@ -89,7 +89,7 @@ def open_checkpoint(
         head, size = fh.read(HEAD_BYTES), os.fstat(fh.fileno()).st_size
     spec = detect(head, size)
     if spec is not None and spec.tensors is not None:
-        from inspector.tensors.load import module_reader
+        from inspector.tensors.by_format import module_reader
 
         return _open_loaded(path, spec.format, module_reader(spec.format)(path), maps_fd)
     kind = sniff(head, size)
@@ -117,7 +117,8 @@ def _open_loaded(path: str, fmt: str, loaded: Any, maps_fd: int | None,
     from inspector.tensors.encoded import expand
     from inspector.tensors.load import split_leaves
     from inspector.tensors.mapped import PageReleaser
-    from inspector.tensors.stats import byte_chunks, describe_object, dtype_name, is_dense
+    from inspector.tensors.records import describe_object, dtype_name, is_dense
+    from inspector.tensors.stats import byte_chunks
 
     # One thread here; the caller hashes the file on the other core at the same time.
     torch.set_num_threads(1)

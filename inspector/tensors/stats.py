@@ -1,11 +1,12 @@
-"""Tensor statistics and content digests, computed in bounded chunks on two threads.
+"""Tensor statistics and content digests, computed in bounded chunks.
 
-Runs only inside the sandbox worker (it imports torch). Every statistic is over the finite
-values; NaN and Inf are counted separately. Complex tensors are summarised on their magnitude,
-quantized tensors on their integer representation (scale and zero point are reported), bool
-tensors as 0/1. The digest is SHA-256 of the tensor's bytes laid out contiguously in row-major
-order, as stored (quantized: the integer representation), so it matches a safetensors file
-holding the same tensor.
+Runs where torch does: inside the sandbox worker (`describe` runs it over every tensor on a pool
+of threads), and for the ledger's digests inside the training process. Every statistic is over
+the finite values; NaN and Inf are counted separately. Complex tensors are summarised on their
+magnitude, quantized tensors on their integer representation (scale and zero point are
+reported), bool tensors as 0/1. The digest is SHA-256 of the tensor's bytes laid out
+contiguously in row-major order, as stored (quantized: the integer representation), so it
+matches a safetensors file holding the same tensor.
 
 Overflow: moments are combined in float64 (Chan's parallel combination of per-chunk mean and
 sum of squared deviations; within a chunk of up to 4 MiB, float32 pairwise sums, relative
@@ -15,29 +16,29 @@ float64) still gives finite, accurate results. min, max and absmax are the store
 exactly. `std` is the population standard deviation (ddof=0) and `std_sample` the sample
 one (ddof=1, what `torch.std()` returns).
 `exponents` counts the finite non-zero values by binary exponent, floor(log2|x|), as
-[[exponent, count], ...]; `checkpoint.health` judges magnitude outliers from it. It costs a pass, so
-it is only written when the histogram cannot rule outliers out (see `outliers_ruled_out`);
-a record without it has none. Non-finite
-numbers never appear in a record: see `core.strict_json`.
+[[exponent, count], ...]; `checkpoint.health` judges magnitude outliers from it. It costs a
+pass, so it is only written when the histogram cannot rule outliers out (see
+`outliers_ruled_out`); a record without it has none. Non-finite numbers never appear in a
+record: see `core.strict_json`.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import math
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
 
 from inspector.checkpoint.health import MIN_JUDGED, OUTLIER_TAIL, outlier_gap
 from inspector.core.progress import CancelToken, check
-from inspector.core.strict_json import strict, strict_float
+from inspector.core.strict_json import strict_float
+from inspector.tensors.records import dtype_name
 
 HIST_BINS = 64
 CHUNK_BYTES = 16 * 1024 * 1024
@@ -45,10 +46,20 @@ CHUNK_BYTES = 16 * 1024 * 1024
 STATS_CHUNK_BYTES = 4 * 1024 * 1024
 """Statistics make several passes over each chunk: chunk and scratch buffers of this size
 stay in the L3 cache beside the hashing threads (a third less CPU than 16 MiB)."""
-REPR_LIMIT = 200
 
 Release = Callable[[int, int], None]
 """release(address, nbytes): the caller is done with those bytes of a mapped checkpoint."""
+
+
+class Digest(Protocol):
+    """What a tensor's bytes are hashed into: a SHA-256, here or on a hashing thread."""
+
+    def update(self, data: memoryview, /) -> None:
+        """Hash `data` after what came before."""
+
+    def hexdigest(self) -> str:
+        """The digest of everything hashed."""
+
 
 _SMALL_EXACT = {torch.bool, torch.int8, torch.uint8, torch.int16, torch.uint16}
 _WIDE_INT = {torch.int32, torch.uint32, torch.int64}
@@ -56,120 +67,6 @@ _FLOAT_TO_F32 = {torch.float16, torch.bfloat16, torch.float32} | {
     getattr(torch, n) for n in ("float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
                                 "float8_e5m2fnuz", "float8_e8m0fnu") if hasattr(torch, n)
 }
-
-
-def describe_object(key: str, value: object) -> dict:
-    """The `object` record of a non-tensor leaf: key, Python type and a bounded repr."""
-    text = repr(value)
-    if len(text) > REPR_LIMIT:
-        text = text[: REPR_LIMIT - 3] + "..."
-    kind = type(value)
-    return {"key": key, "type": f"{kind.__module__}.{kind.__qualname__}", "repr": text}
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    """'float32' for torch.float32."""
-    return str(dtype).removeprefix("torch.")
-
-
-def is_dense(t: torch.Tensor) -> bool:
-    """True for strided tensors with data on the CPU (what statistics and digests need)."""
-    return t.layout == torch.strided and t.device.type == "cpu" and not t.is_nested
-
-
-def layout_record(key: str, t: torch.Tensor) -> dict:
-    """Structural facts about a tensor, without touching its data."""
-    if t.is_nested:
-        parts = t.unbind()
-        numel = sum(p.numel() for p in parts)
-        return {"key": key, "dtype": dtype_name(t.dtype), "shape": [], "numel": numel,
-                "nbytes": numel * t.element_size(), "layout": "nested",
-                "device": t.device.type, "flags": ["nested"],
-                "components": [list(p.shape) for p in parts[:16]]}
-    rec: dict = {
-        "key": key, "dtype": dtype_name(t.dtype), "shape": list(t.shape), "numel": t.numel(),
-        "nbytes": t.numel() * t.element_size(), "layout": str(t.layout).removeprefix("torch."),
-        "device": t.device.type, "flags": [],
-    }
-    if t.layout != torch.strided:
-        rec["flags"].append("sparse")
-        return rec
-    if t.device.type == "meta":
-        rec["flags"].append("meta")
-    rec.update(stride=list(t.stride()), storage_offset=t.storage_offset(),
-               contiguous=t.is_contiguous())
-    if t.is_quantized:
-        rec["flags"].append("quantized")
-        rec["quantization"] = strict(_quantization(t))
-    return rec
-
-
-def _quantization(t: torch.Tensor) -> dict:
-    scheme = str(t.qscheme()).removeprefix("torch.")
-    if t.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric):
-        return {"scheme": scheme, "scale": t.q_scale(), "zero_point": t.q_zero_point()}
-    scales = t.q_per_channel_scales()
-    zeros = t.q_per_channel_zero_points()
-    return {"scheme": scheme, "axis": t.q_per_channel_axis(), "channels": scales.numel(),
-            "scale": [float(s) for s in scales[:16]], "zero_point": [int(z) for z in zeros[:16]],
-            "nonfinite_scales": int((~torch.isfinite(scales)).sum())}
-
-
-def storage_groups(items: list[tuple[str, torch.Tensor]]) -> dict[str, list[str]]:
-    """For each key, the other keys whose tensors share bytes of its storage.
-
-    Bytes, not the storage: every tensor of a safetensors file (and every item of a DCP
-    folder) is a view of one mapping of its file, yet no two of them hold the same bytes.
-    """
-    shared: dict[str, list[str]] = {}
-    for spans in _byte_spans(items).values():
-        active: list[tuple[int, str]] = []  # (end, key) of the spans begun before this one
-        for start, end, key in sorted(spans):
-            active = [(e, k) for e, k in active if e > start]
-            for _, other in active:
-                shared.setdefault(key, []).append(other)
-                shared.setdefault(other, []).append(key)
-            active.append((end, key))
-    return shared
-
-
-def _byte_spans(items: list[tuple[str, torch.Tensor]]
-                ) -> dict[tuple[int, int], list[tuple[int, int, str]]]:
-    """Per storage, the (start, end, key) bytes each dense, non-empty tensor reaches in it."""
-    by_storage: dict[tuple[int, int], list[tuple[int, int, str]]] = {}
-    for key, t in items:
-        if is_dense(t) and t.untyped_storage().nbytes() > 0 and t.numel() > 0:
-            st = t.untyped_storage()
-            start = t.storage_offset() * t.element_size()
-            span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))
-            by_storage.setdefault((st.data_ptr(), st.nbytes()), []).append(
-                (start, start + span * t.element_size(), key))
-    return by_storage
-
-
-def unique_storage(items: list[tuple[str, torch.Tensor]]) -> dict:
-    """Storages, and the elements and bytes the tensors reach, each byte counted once (tied
-    weights count once).
-
-    The bytes reached, not the storage's size: a safetensors file's tensors are views of one
-    mapping of the whole file, header included, which made a one-file GPT-2 count 168,850
-    elements for 168,192 and its four shards 168,872."""
-    itemsize = {key: t.element_size() for key, t in items}
-    by_storage = _byte_spans(items)
-    numel = nbytes = 0
-    for spans in by_storage.values():
-        reached = 0  # the end of the bytes counted so far in this storage
-        for start, end, key in sorted(spans):
-            fresh = max(0, end - max(start, reached))
-            nbytes += fresh
-            numel += fresh // max(1, itemsize[key])
-            reached = max(reached, end)
-    for _, t in items:
-        if not is_dense(t):
-            size = layout_record("", t)
-            numel += size["numel"]
-            nbytes += size["nbytes"]
-    return {"storages": len(by_storage), "numel": numel, "nbytes": nbytes}
 
 
 def logical_chunks(t: torch.Tensor, max_elems: int) -> Iterator[torch.Tensor]:
@@ -291,7 +188,7 @@ def _exact_minmax(exact: torch.Tensor) -> tuple[int, int]:
 
 
 def tensor_stats(t: torch.Tensor, cancel: CancelToken | None = None,
-                 digest: hashlib._Hash | _PipedDigest | None = None) -> dict:
+                 digest: Digest | None = None) -> dict:
     """min, max, mean, std, absmax, NaN/Inf/zero counts and a 64-bin histogram of finite values.
 
     `digest` is fed the tensor's bytes as `tensor_digest` hashes them, in the same pass, while
@@ -513,128 +410,3 @@ def _histogram(finite_chunks: Iterable[torch.Tensor], lo: float, hi: float) -> d
             counts += torch.bincount(index, minlength=HIST_BINS + 1)[: HIST_BINS + 1]
     counts[HIST_BINS - 1] += counts[HIST_BINS]
     return {"bins": HIST_BINS, "lo": first, "hi": last, "counts": counts[:HIST_BINS].tolist()}
-
-
-def describe_tensors(
-    items: list[tuple[str, torch.Tensor]],
-    emit: Callable[[dict], None],
-    release: Release | None = None,
-    cancel: CancelToken | None = None,
-    threads: int = 2,
-) -> list[dict]:
-    """Full records for every tensor; each is emitted as soon as it is complete.
-
-    Each tensor's digest and statistics come from one pass over its bytes
-    (`tensor_stats(digest=)`): with one thread, both on it; with more, each thread takes a
-    tensor (largest first) and hashes it inline, except a tensor larger than a thread's share
-    of the bytes, whose chunks a hashing thread (half as many as `threads`) hashes beside it
-    while they are in the cache (`_PipedDigest`), so even a checkpoint of one huge tensor
-    keeps two cores busy. A tensor's pages are released once it is done (when a `release` is
-    given), so RSS stays bounded by the tensors in flight rather than the checkpoint. A
-    tensor that reads the same bytes the same way as an earlier one (a tied weight saved
-    under two names) gets that one's statistics and digest without reading them again
-    (`_same_view`).
-    """
-    shared = storage_groups(items)
-    records = [layout_record(k, t) for k, t in items]
-    dense = []
-    first_of: dict[tuple, int] = {}
-    twins: dict[int, list[int]] = {}  # a described tensor -> the later ones that are its view
-    for i, ((key, t), rec) in enumerate(zip(items, records, strict=True)):
-        if key in shared:
-            rec["shared_with"] = shared[key]
-        if not is_dense(t) or "meta" in rec["flags"]:
-            emit({"type": "tensor", **rec})
-            continue
-        view = _same_view(t)
-        first = i if view is None else first_of.setdefault(view, i)
-        if first == i:
-            dense.append(i)
-        else:
-            twins.setdefault(first, []).append(i)
-
-    def finish(i: int, values: dict) -> None:
-        _release_tensor(items[i][1], release)
-        for j in (i, *twins.get(i, ())):
-            records[j].update(values if j == i else copy.deepcopy(values))
-            emit({"type": "tensor", **records[j]})
-
-    if threads <= 1:
-        for i in dense:
-            finish(i, _stats_and_digest(items[i][1], cancel, hashlib.sha256()))
-        return records
-    size = {i: items[i][1].numel() * items[i][1].element_size() for i in dense}
-    total = sum(size.values())
-    with ThreadPoolExecutor(max_workers=threads // 2, thread_name_prefix="hash") as hashing, \
-            ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stats") as pool:
-        # Largest first, so the last tensor to finish is a small one.
-        jobs = {pool.submit(_stats_and_digest, items[i][1], cancel,
-                            _PipedDigest(hashing) if size[i] * threads > total
-                            else hashlib.sha256()): i
-                for i in sorted(dense, key=size.__getitem__, reverse=True)}
-        try:
-            pending = set(jobs)
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    finish(jobs[fut], fut.result())
-        except BaseException:
-            for fut in jobs:
-                fut.cancel()
-            raise
-    return records
-
-
-def _same_view(t: torch.Tensor) -> tuple | None:
-    """What decides a dense tensor's statistics and digest: its bytes (storage, offset,
-    shape, strides) and how they are read (dtype, conjugate and negative bits). None for a
-    quantized tensor, which is always described on its own."""
-    if t.is_quantized:
-        return None
-    storage = t.untyped_storage()
-    return (storage.data_ptr(), storage.nbytes(), t.storage_offset(), tuple(t.shape),
-            t.stride(), t.dtype, t.is_conj(), t.is_neg())
-
-
-class _PipedDigest:
-    """SHA-256 computed on a hashing thread: `update` hands the chunk over and returns, so the
-    chunk is hashed while the statistics read it (hashlib releases the GIL); chunks are hashed
-    in order, at most one waiting."""
-
-    def __init__(self, hashing: ThreadPoolExecutor) -> None:
-        self._sha = hashlib.sha256()
-        self._hashing = hashing
-        self._pending: Future | None = None
-
-    def update(self, data: memoryview) -> None:
-        """Hash `data` after the chunks before it."""
-        self._wait()
-        self._pending = self._hashing.submit(self._sha.update, data)
-
-    def hexdigest(self) -> str:
-        """The digest of every chunk handed over."""
-        self._wait()
-        return self._sha.hexdigest()
-
-    def _wait(self) -> None:
-        if self._pending is not None:
-            self._pending.result()
-            self._pending = None
-
-
-def _release_tensor(t: torch.Tensor, release: Release | None) -> None:
-    if release is not None:
-        storage = t.untyped_storage()
-        release(storage.data_ptr(), storage.nbytes())
-
-
-def _stats_and_digest(t: torch.Tensor, cancel: CancelToken | None,
-                      digest: hashlib._Hash | _PipedDigest) -> dict:
-    """Statistics (or a note saying why this dtype has none) and the digest, which every
-    dense tensor gets; `digest` is a fresh SHA-256."""
-    try:
-        rec = tensor_stats(t, cancel, digest)
-    except (TypeError, RuntimeError, NotImplementedError) as exc:
-        return {"stats_on": None, "note": f"no statistics: {exc}",
-                "digest": tensor_digest(t, None, cancel)}
-    return {**rec, "digest": digest.hexdigest()}

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from inspector.core.progress import CancelToken
-from inspector.sandbox.host.client import SandboxError, check_loadable, run_job, static_scan
+from inspector.sandbox.host.admission import check_loadable, static_scan
+from inspector.sandbox.host.jobs import SandboxError, run_job
+from inspector.sandbox.protocol import Limits
 
 # CUDA reserves virtual address space far beyond what it uses; an address-space limit sized
 # for CPU work would make CUDA initialisation fail, so GPU runs lift it.
@@ -48,9 +50,9 @@ class ConsistencyRequest:
         path = Path(self.path).resolve()
         gigabytes = path.stat().st_size / 1e9
         python_path = [str(Path(p).resolve()) for p in self.python_path]
-        limits: dict[str, int] = {"cpu_seconds": int(300 + 30 * gigabytes * self.repeats)}
+        limits = Limits(cpu_seconds=int(300 + 30 * gigabytes * self.repeats))
         if self.device.startswith("cuda") or (self.device == "auto" and _nvidia_device()):
-            limits["memory_mb"] = CUDA_MEMORY_MB
+            limits = replace(limits, memory_mb=CUDA_MEMORY_MB)
         request: dict[str, Any] = {
             "op": "consistency",
             "path": str(path),
@@ -60,7 +62,7 @@ class ConsistencyRequest:
             "seed": self.seed,
             "inject": self.inject,
             "allow_globals": list(self.allow_globals),
-            "limits": limits,
+            "limits": limits.to_json(),
         }
         if self.model:
             request.update(model=self.model, model_kwargs=self.model_kwargs,

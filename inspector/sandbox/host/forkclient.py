@@ -1,6 +1,6 @@
 """The client's handle on a fork server (`forkserver.py`): start it, fork workers, close it.
 
-`ForkServer.spawn` returns a `ForkedWorker`, which `client.run_job` drives exactly as it drives
+`ForkServer.spawn` returns a `ForkedWorker`, which `jobs.run_job` drives exactly as it drives
 a cold worker's `Popen`: pipes for stdin, stdout and stderr, a `pid` that is also the child's
 process group (the client kills it with killpg), and `wait(timeout)` for its exit status, which
 the server reports once it has reaped the child. This module never imports torch.

@@ -1,12 +1,12 @@
-"""`inspect_file` of a folder or `*.index.json`: the sharded checkpoint it names, as one result.
+"""A folder or `*.index.json` inspected as the sharded checkpoint it names, in one result.
 
-Runs in the client process (no torch). Every shard is scanned before any is loaded, so one
-dangerous shard refuses the whole checkpoint as a dangerous file would be refused, and a
-missing shard loads nothing. Then each shard goes through `inspect_file`, `jobs` at a time
-(`sandbox.host.parallel.run_parallel`), each in its own jailed worker (forked from one warm
-server), so a worker never holds more than one shard; `shards.inspect.merge` joins the
-results in shard order, whatever order they finished in. A folder with no index but one
-checkpoint file is that file.
+`client.inspect_file` hands such an input here. Runs in the client process (no torch). Every
+shard is scanned before any is loaded, so one dangerous shard refuses the whole checkpoint as a
+dangerous file would be refused, and a missing shard loads nothing. Then each shard goes
+through `operations.inspect_one`, `jobs` at a time (`sandbox.host.parallel.run_parallel`),
+each in its own jailed worker (forked from one warm server), so a worker never holds more than
+one shard; `shards.inspect.merge` joins the results in shard order, whatever order they
+finished in. A folder with no index but one checkpoint file is that file.
 """
 
 from __future__ import annotations
@@ -16,13 +16,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from inspector.core.progress import CancelToken
-from inspector.sandbox.host.client import (
-    EventFn,
-    SandboxError,
-    check_loadable,
-    fork_server,
-    inspect_file,
-)
+from inspector.sandbox.host.admission import check_loadable
+from inspector.sandbox.host.jobs import EventFn, SandboxError
+from inspector.sandbox.host.launch import fork_server
+from inspector.sandbox.host.operations import inspect_one
 from inspector.sandbox.host.parallel import run_parallel
 from inspector.shards.index import ShardError, check_files
 from inspector.shards.inspect import ShardResult, merge, new_report, scan_set, shard_summary
@@ -52,7 +49,7 @@ def inspect_path(
         report["error"] = {"code": "bad_shards", "message": str(exc), "globals": []}
         return report
     if shards.index is None:
-        return inspect_file(shards.files[0], on_event=on_event, **options)
+        return inspect_one(shards.files[0], on_event=on_event, **options)
     return _inspect_set(shards, on_event, options, jobs)
 
 
@@ -76,7 +73,7 @@ def _inspect_set(shards: ShardSet, on_event: EventFn | None, options: dict, jobs
 
         def load(shard: tuple[int, tuple[str, Path]], cancel: CancelToken) -> None:
             number, (name, file) = shard
-            one = inspect_file(file, scan=scans[name], **{**options, "cancel": cancel},
+            one = inspect_one(file, scan=scans[name], **{**options, "cancel": cancel},
                                on_event=_tagged(on_event, name, number, len(present)))
             loaded[number] = ShardResult(name, file, one)
             if one["error"]:

@@ -5,7 +5,7 @@ the `sandbox.host.client` functions, so each still gets its own freshly jailed w
 the warm server when one is in use: `ForkServer.spawn` takes one request at a time on its
 socket). Memory is honest arithmetic: N jobs at once hold up to N times one worker's peak.
 Cores are shared out the same way: a job thread's `job_threads()` is the cores divided by the
-jobs running at once (at least 1), and `client.run_job` asks its worker for that many compute
+jobs running at once (at least 1), and `jobs.run_job` asks its worker for that many compute
 threads, so N workers never run N times the cores' threads.
 
 The first job to fail cancels the rest through the shared `CancelToken` (each client call

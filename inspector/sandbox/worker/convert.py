@@ -47,17 +47,12 @@ from inspector.core.progress import CancelToken, check
 from inspector.core.termtext import escape
 from inspector.integrity.hashing import DIGEST_ALGORITHM
 from inspector.shards.tie_rule import kept_name
+from inspector.tensors.by_format import load_request
 from inspector.tensors.encoded import expand, metadata_entry
-from inspector.tensors.load import SAFETENSORS_DTYPES, LoadError, load_request, split_leaves
+from inspector.tensors.load import SAFETENSORS_DTYPES, LoadError, split_leaves
 from inspector.tensors.mapped import PageReleaser
-from inspector.tensors.stats import (
-    CHUNK_BYTES,
-    Release,
-    byte_chunks,
-    describe_object,
-    dtype_name,
-    is_dense,
-)
+from inspector.tensors.records import describe_object, dtype_name, is_dense
+from inspector.tensors.stats import CHUNK_BYTES, Release, byte_chunks
 
 _ITEMSIZE = {name: dtype.itemsize for dtype, name in SAFETENSORS_DTYPES.items()}
 SIDECAR_FORMAT = "ckpt-inspector-sidecar/1"

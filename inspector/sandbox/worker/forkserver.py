@@ -37,6 +37,8 @@ import signal
 import socket
 import sys
 
+from inspector.sandbox.protocol import disabled_layers
+
 MAX_FDS = 16
 """Descriptors one job may pass: the four of the child's plumbing and a few targets."""
 
@@ -89,9 +91,8 @@ class _Namespaces:
         """The new namespace's init pipe, or None (not allowed here, or the job's self-test
         leaves the PID namespace off): the child then makes its own, or none."""
         from inspector.sandbox.worker import jail
-        from inspector.sandbox.worker import main as worker
 
-        make = self.possible and "pidns" not in worker.disabled_layers(env)
+        make = self.possible and "pidns" not in disabled_layers(env)
         if not (make or self.made):
             return None
         alive = jail.pid_namespace_for_next_child(self.own, make)

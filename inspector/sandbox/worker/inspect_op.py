@@ -18,9 +18,11 @@ from inspector.checkpoint.health import assess
 from inspector.core.progress import CancelToken
 from inspector.integrity.hashing import DIGEST_ALGORITHM
 from inspector.layout.torchscript import CODE_ARCHIVES
-from inspector.tensors.load import load_request, split_leaves
+from inspector.tensors.by_format import load_request
+from inspector.tensors.describe import describe_tensors
+from inspector.tensors.load import split_leaves
 from inspector.tensors.mapped import PageReleaser
-from inspector.tensors.stats import describe_object, describe_tensors, unique_storage
+from inspector.tensors.records import describe_object, unique_storage
 from inspector.tensors.torchscript import code_report
 
 

@@ -27,8 +27,8 @@ the client kills the worker and the job fails (`protocol_violation`).
 
 Request keys read here: `op` (a name in OPS), `path` and/or `paths` (inputs the jail lets the
 worker read), `output_fd` (an inherited descriptor for the only output, conversions only),
-`output_bytes` (its size limit), `limits` ({cpu_seconds, memory_mb, open_files, nice,
-max_threads, torch_threads}). Every other key belongs to the operation.
+`output_bytes` (its size limit), `limits` (fields of `sandbox.protocol.Limits`; one left out
+takes its default). Every other key belongs to the operation.
 
 Threads. `torch_threads` is the job's share of the cores (the client sends
 `parallel.job_threads()`: all of them for one job, fewer when it runs several at once). The
@@ -36,11 +36,11 @@ worker sets torch's intra-op pool to it once the operation's module is imported,
 the operation as `request["_threads"]` (the `inspect` op's pool of statistics threads) and
 reports it as the result's `compute_threads`.
 
-Forked workers. Within `client.fork_server()`, the worker is not a fresh interpreter but a
-child the fork server (`forkserver.py`) forked for this job after importing torch and every
-op's module; the child runs this same `main` on its own pipes, so the protocol and the order
-(request, jail, handshake, start line, input) are the same; the server started no thread
-pool, so the child's torch threads are only those its `torch_threads` asks for.
+Forked workers. Within `sandbox.host.launch.fork_server()`, the worker is not a fresh
+interpreter but a child the fork server (`forkserver.py`) forked for this job after importing
+torch and every op's module; the child runs this same `main` on its own pipes, so the protocol
+and the order (request, jail, handshake, start line, input) are the same; the server started no
+thread pool, so the child's torch threads are only those its `torch_threads` asks for.
 
 Operations. OPS maps an operation name to "module:function"; each area adds its own entry
 and keeps its code in its own module. An operation is
@@ -63,18 +63,12 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 
 from inspector.core.errors import CodedError
 from inspector.core.progress import Cancelled, CancelToken
-from inspector.sandbox.worker.jail import (
-    MIB,
-    JailConfig,
-    apply_jail,
-    default_max_threads,
-    die_with_parent,
-    enter_namespaces,
-)
+from inspector.sandbox.protocol import Limits, disabled_layers, selftest
+from inspector.sandbox.worker.jail import JailConfig, apply_jail, die_with_parent, enter_namespaces
 from inspector.tensors.mapped import open_maps
 
 OPS: dict[str, str] = {
@@ -86,52 +80,25 @@ OPS: dict[str, str] = {
     "dry-run": "inspector.sandbox.worker.dry_run:dry_run",
 }
 
-SELFTEST_ENV = "CKPT_INSPECTOR_SANDBOX_SELFTEST"
-"""Set only by the test suite: registers an operation that unpickles with plain `pickle`, to
-prove the jail contains code that escaped weights_only. The client passes it through."""
-DISABLE_ENV = "CKPT_INSPECTOR_SANDBOX_DISABLE"
-"""Comma-separated jail layers to leave off (namespaces, pidns, proc, root, rlimits, threads,
-landlock, seccomp, capabilities), so the test suite can check the level reported in a
-degraded environment. Honoured only together with SELFTEST_ENV."""
 SELFTEST_OP = "inspector.sandbox.worker.selftest:run_payload"
-
-
-def _selftest() -> bool:
-    # Read per job, not at import: a forked worker gets its job's environment after the fork
-    # server imported this module.
-    return os.environ.get(SELFTEST_ENV) == "1"
-
-
-DEFAULT_MEMORY_MB = 4096
+"""The test-only operation `selftest-payload`, registered under `protocol.SELFTEST_ENV`."""
 
 
 def jail_config(request: dict) -> JailConfig:
     """The jail for a request: its inputs readable, its output descriptor writable."""
     paths = [request["path"]] if request.get("path") else []
     paths += list(request.get("paths", ()))
-    limits = request.get("limits", {})
     inputs_bytes = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
-    mapped = inputs_bytes + int(request.get("output_bytes", 0))
     return JailConfig(
         read_paths=paths,
         output_fd=request.get("output_fd"),
-        cpu_seconds=int(limits.get("cpu_seconds", 600)),
+        limits=Limits.from_json(request.get("limits", {})),
         # mmapped inputs and outputs count towards the address space, on top of the budget.
-        memory_bytes=int(limits.get("memory_mb", DEFAULT_MEMORY_MB)) * MIB + mapped,
+        mapped_bytes=inputs_bytes + int(request.get("output_bytes", 0)),
         output_bytes=int(request.get("output_bytes", 0)),
-        open_files=int(limits.get("open_files", 256)),
-        nice=int(limits.get("nice", 0)),
-        max_threads=int(limits.get("max_threads") or default_max_threads()),
         disabled=disabled_layers(os.environ),
         gpu=str(request.get("device", "cpu")) != "cpu",
     )
-
-
-def disabled_layers(env: Mapping[str, str]) -> frozenset[str]:
-    """The jail layers a self-test environment leaves off (none outside the test suite)."""
-    if env.get(SELFTEST_ENV) != "1":
-        return frozenset()
-    return frozenset(filter(None, env.get(DISABLE_ENV, "").split(",")))
 
 
 class _Emitter:
@@ -149,7 +116,9 @@ class _Emitter:
 
 
 def _resolve(op: str) -> Callable:
-    ops = {**OPS, "selftest-payload": SELFTEST_OP} if _selftest() else OPS
+    # Read per job, not at import: a forked worker gets its job's environment after the fork
+    # server imported this module.
+    ops = {**OPS, "selftest-payload": SELFTEST_OP} if selftest(os.environ) else OPS
     if op not in ops:
         raise _Refused("unknown_op", f"unknown operation {op!r}; known: {', '.join(sorted(ops))}")
     module, func = ops[op].split(":")
@@ -170,8 +139,7 @@ def _peak_rss_kb() -> int | None:
 
 def _set_threads(request: dict) -> int:
     """The job's compute threads (`torch_threads`, else every core), set as torch's pool."""
-    threads = request.get("limits", {}).get("torch_threads")
-    threads = max(1, int(threads or os.cpu_count() or 1))
+    threads = Limits.from_json(request.get("limits", {})).compute_threads()
     torch = sys.modules.get("torch")
     if torch is None:
         return threads

@@ -1,12 +1,13 @@
 """Test-only operation `selftest-payload`: unpickle with the plain `pickle` module in the jail.
 
 It exists so the test suite can prove what happens when code escapes weights_only: the worker
-registers it only when CKPT_INSPECTOR_SANDBOX_SELFTEST=1 (see worker.OPS; the client passes
-that switch on only when its own environment has it, and never sets it). Each file of
-the request's `paths` is unpickled in turn, exactly as an unsafe loader would, and what it returned
-or raised is reported, so a test can assert that creating files, opening sockets and starting
-processes all failed inside the jail. It is the documented way to probe the jail from outside
-the test suite too: tests/test_jail_probes.py shows how (one probe per file, many per worker).
+registers it only when CKPT_INSPECTOR_SANDBOX_SELFTEST=1 (`sandbox.protocol.SELFTEST_ENV`; see
+worker.OPS; the client passes that switch on only when its own environment has it, and never
+sets it). Each file of the request's `paths` is unpickled in turn, exactly as an unsafe loader
+would, and what it returned or raised is reported, so a test can assert that creating files,
+opening sockets and starting processes all failed inside the jail. It is the documented way to
+probe the jail from outside the test suite too: tests/test_jail_probes.py shows how (one probe
+per file, many per worker).
 """
 
 from __future__ import annotations

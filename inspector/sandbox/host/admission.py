@@ -1,0 +1,83 @@
+"""What a file must pass before a worker may load it: the static scan, then the refusals.
+
+The scan (`scan.engine`) runs in this process, with the loaders' own readings of the file's
+pickles done by the real unpicklers, inert, in a jailed `dry-run` worker (`dry_run_reader`):
+nothing of the file's runs here. `check_loadable` then refuses a dangerous file, a dangerous
+global the caller asked to allow, and a format the worker does not load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+from inspector.core.vocabulary import Severity, Verdict
+from inspector.formats import loadable
+from inspector.sandbox.host.jobs import SandboxError, run_job
+from inspector.sandbox.protocol import Limits
+from inspector.scan import readings
+from inspector.scan.dcp_folder import is_dcp_folder, scan_folder
+from inspector.scan.engine import scan_file
+
+DRY_RUN_LIMITS = Limits(cpu_seconds=120, memory_mb=2048)
+
+
+class DryRunReader:
+    """`scan.readings`' reader: the `dry-run` op (the real unpicklers, inert) in a jailed
+    worker, forked from the fork server when one runs."""
+
+    def __call__(self, request: dict) -> dict:
+        """Run the readings of a complete request."""
+        return run_job({**request, "limits": DRY_RUN_LIMITS.to_json()}, timeout=300)
+
+    def gated(self, request: dict, gate: Callable[[], Iterator[dict]]) -> dict:
+        """Start the worker on `request` (what it may read), and run `gate` (the walk) while it
+        starts; the parts of readings `gate` yields stream to it (`run_job`). `held_mb`: the
+        held bytes the blob file may still receive, added to the memory allowance."""
+        request = dict(request)
+        memory = DRY_RUN_LIMITS.memory_mb + int(request.pop("held_mb", 0))
+        limits = replace(DRY_RUN_LIMITS, memory_mb=memory)
+        return run_job({**request, "limits": limits.to_json()}, timeout=300, gate=gate)
+
+
+dry_run_reader = DryRunReader()
+
+
+def static_scan(path: Path) -> dict:
+    """The `scan` contract for one file, or for a DCP folder as a whole, with the loaders' own
+    readings (the installed reader, else `dry_run_reader`); nothing of the file's
+    runs in this process."""
+    with readings.using(readings.current_reader() or dry_run_reader):
+        return scan_folder(path) if is_dcp_folder(path) else scan_file(path).to_json()
+
+
+def check_loadable(scan: dict, allow_globals: Iterable[str], override_dangerous: bool) -> None:
+    """Raise SandboxError when the scan says this file must not reach torch.load."""
+    fmt = scan.get("format")
+    severity = {f"{g['module']}.{g['name']}": g["severity"] for g in scan.get("globals") or []}
+    if scan.get("verdict") == Verdict.DANGEROUS and not override_dangerous:
+        bad = [name for name, sev in severity.items() if sev == Severity.DANGEROUS]
+        name = Path(str(scan.get("path") or "the file")).name
+        calls = [c for g in scan.get("globals") or [] if g["severity"] == Severity.DANGEROUS
+                 for c in g.get("calls") or ()]
+        # no flag is named here: each front end adds the override it really has, if any
+        raise SandboxError("refused_dangerous",
+                           f"not loaded: {name} is dangerous; get it again from its source. "
+                           "The static scan found "
+                           + (f"{', '.join(bad[:8])}" if bad else "dangerous code")
+                           + (f", which would call {calls[0][:200]}" if calls else ""), bad)
+    forbidden = [g for g in allow_globals if severity.get(g) == Severity.DANGEROUS]
+    if forbidden:
+        raise SandboxError("refused_global",
+                           "refusing to allow dangerous globals: " + ", ".join(forbidden),
+                           forbidden)
+    # the registry's loadable formats (`FormatSpec.loadable`, `tensors`): TorchScript and
+    # torch.export archives are never loaded, the worker reads their weights' records
+    # statically (`tensors.torchscript`) and only shows their code
+    if fmt not in loadable():
+        what = scan.get("error") if fmt == "unknown" else None  # the reason, not "unknown"
+        detail = f": {scan['error']}" if scan.get("error") and not what else ""
+        raise SandboxError("unsupported_format",
+                           f"cannot load this file: {what}" if what
+                           else f"cannot load this file (format {fmt}){detail}")

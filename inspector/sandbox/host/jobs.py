@@ -1,0 +1,292 @@
+"""One job in a fresh jailed worker: the request, the handshake, the events and the result.
+
+`run_job` starts a worker (`launch`: cold, or forked from the warm fork server), sends the
+request, streams the worker's events to `on_event`, and kills the whole process group on
+timeout, cancel or crash, so nothing is left running. Failures raise `SandboxError` with a
+stable `code` and a one-line `message`; a cancel raises `Cancelled`. This module never imports
+torch and never unpickles.
+
+The worker is treated as hostile once it has read the input: the jail level is the one its
+handshake gave before the start line was sent (`jail_refused` when weaker than required),
+and its output is read in bounded chunks (`events`), so a worker that floods, repeats the
+handshake or adds lines after its result is killed (`protocol_violation`) without growing
+this process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import secrets
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+
+from inspector.core.errors import CodedError
+from inspector.core.progress import Cancelled, CancelToken
+from inspector.core.vocabulary import DEFAULT_REQUIRED_JAIL, JailLevel, JailRequirement
+from inspector.sandbox.host.events import ProtocolViolation, read_events
+from inspector.sandbox.host.forkclient import ForkedWorker
+from inspector.sandbox.host.launch import launch
+from inspector.sandbox.host.parallel import job_threads
+from inspector.sandbox.host.process import Watchdog, drain_stderr, kill_group, signal_group
+from inspector.sandbox.protocol import LEVELS, Limits
+
+EventFn = Callable[[dict], None]
+
+RESULT_GRACE_S = 5.0
+"""How long the worker may take to close its end after the result before it is killed."""
+
+
+class SandboxError(CodedError):
+    """The worker failed or refused; `code` is stable, `message` is one line for a person."""
+
+    def __init__(self, code: str, message: str, globals_: Iterable[str] = (),
+                 sandbox: dict | None = None, stderr: str = "") -> None:
+        super().__init__(code, message)
+        self.globals = list(globals_)
+        self.sandbox = sandbox
+        self.stderr = stderr
+
+    def to_json(self) -> dict:
+        """The `error` object of the inspect and convert contracts."""
+        return {"code": self.code, "message": self.message, "globals": self.globals}
+
+
+_required_jail = DEFAULT_REQUIRED_JAIL
+
+
+def set_required_jail(required: str) -> None:
+    """The weakest jail this process's later jobs accept: `full`, `partial` or `any`."""
+    global _required_jail
+    if required not in set(JailRequirement):
+        raise ValueError(f"required jail must be one of {', '.join(JailRequirement)}")
+    _required_jail = required
+
+
+def required_jail() -> str:
+    """The process-wide required jail level (`set_required_jail`)."""
+    return _required_jail
+
+
+def jail_accepted(level: str, required: str) -> bool:
+    """Whether a worker at `level` may load for a caller requiring `required`."""
+    if required == JailRequirement.ANY:
+        return True
+    return level in LEVELS and LEVELS.index(level) >= LEVELS.index(required)
+
+
+def _refusal(sandbox: dict, required: str) -> SandboxError:
+    level = sandbox.get("level")
+    allow = JailRequirement.PARTIAL if level == JailLevel.PARTIAL else JailRequirement.ANY
+    return SandboxError(
+        "jail_refused",
+        f"not loaded: the jail is only {sandbox.get('description') or level} and "
+        f"{required} is required; --require-jail {allow} (in the app, the setting "
+        f"sandbox/require_jail = {allow}) loads anyway", sandbox=sandbox)
+
+
+_SIGNAL_ERRORS = {
+    getattr(signal, "SIGXCPU", None): ("cpu_limit", "the worker used up its CPU-time limit"),
+    getattr(signal, "SIGXFSZ", None): ("file_size_limit",
+                                       "the worker exceeded its file-size limit"),
+    getattr(signal, "SIGSYS", None): ("seccomp_violation",
+                                      "the worker made a forbidden system call and was killed"),
+    signal.SIGSEGV: ("worker_crashed", "the worker crashed (segmentation fault)"),
+    signal.SIGABRT: ("worker_crashed", "the worker aborted"),
+    signal.SIGKILL: ("worker_killed", "the worker was killed (out of memory?)"),
+}
+
+
+def run_job(
+    request: dict,
+    on_event: EventFn | None = None,
+    cancel: CancelToken | None = None,
+    timeout: float | None = None,
+    pass_fds: Iterable[int] = (),
+    gate: Callable[[], dict | Iterator[dict]] | None = None,
+    require_jail: str | None = None,
+) -> dict:
+    """Run one operation in a fresh jailed worker; return its `result` plus `sandbox`, `timing`.
+
+    The worker jails itself, reports its level (the handshake) and imports what the operation
+    needs, then waits for a start line before it opens any input. `gate`, when given, runs
+    meanwhile in a thread of its own, in the caller's context (the static scan): it returns
+    extra request fields for the start line, or raises to stop the worker unstarted. A gate
+    that yields parts instead streams them: the first goes in the start line, each later one
+    follows as a line of its own while the worker works on those before (the dry run reads a
+    folder's files while the rest are walked). The start line is sent only when the
+    handshake's level meets `require_jail` (default: `required_jail()`).
+    """
+    required = require_jail or _required_jail
+    # this job's share of the cores when several run at once (sandbox.host.parallel)
+    request = {**request, "limits": {"torch_threads": job_threads(),
+                                     **request.get("limits", {})}}
+    max_threads = Limits.from_json(request["limits"]).thread_cap()
+    started = time.monotonic()
+    proc = launch(tuple(pass_fds))
+    stop = Watchdog(proc, cancel, timeout, max_threads)
+    stderr_tail: deque[str] = deque(maxlen=40)
+    drain = threading.Thread(target=drain_stderr, args=(proc.stderr.fileno(), stderr_tail),
+                             daemon=True)
+    drain.start()
+    sandbox: dict | None = None
+    result: dict | None = None
+    error: dict | None = None
+    startup_s: float | None = None
+    nonce = secrets.token_hex(16)
+    feeder = _Feeder(proc, stop, gate, {"start": True, "nonce": nonce})
+    try:
+        _send(proc, request)
+        feeder.start()
+        for event in read_events(proc.stdout.fileno()):
+            kind = event["type"]
+            if result is not None:
+                raise ProtocolViolation(f"a {kind!r} line after the result")
+            if kind == "jail":
+                if sandbox is not None:
+                    raise ProtocolViolation("a second jail line")
+                sandbox = {k: v for k, v in event.items() if k != "type"}
+                if not jail_accepted(str(sandbox.get("level")), required):
+                    raise _refusal(sandbox, required)
+                feeder.open()
+            elif sandbox is None and kind != "error":
+                raise ProtocolViolation(f"a {kind!r} line before the jail handshake")
+            elif kind == "progress" and startup_s is None:
+                startup_s = time.monotonic() - started
+            elif kind == "result":
+                if event.get("nonce") != nonce:
+                    raise ProtocolViolation("a result without this job's nonce")
+                result = {k: v for k, v in event.items() if k not in ("type", "nonce")}
+                stop.expire_in(RESULT_GRACE_S)  # nothing may follow; EOF is expected
+            elif kind == "error":
+                error = event
+                break
+            if on_event is not None and kind != "result":
+                on_event(event)
+    except ProtocolViolation as exc:
+        raise SandboxError("protocol_violation",
+                           f"the worker broke the protocol and was killed: {exc}",
+                           sandbox=sandbox, stderr="\n".join(stderr_tail)) from None
+    finally:
+        stop.finish()
+        kill_group(proc)
+        feeder.join()
+        drain.join(timeout=2)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            with contextlib.suppress(OSError):
+                stream.close()
+    if feeder.error is not None:  # the gate's own failure, not the worker's
+        raise feeder.error
+    tail = "\n".join(stderr_tail)
+    if stop.reason == "cancel":
+        raise Cancelled()
+    if stop.reason == "timeout":
+        raise SandboxError("timeout", f"the worker did not finish within {timeout:g} s",
+                           sandbox=sandbox, stderr=tail)
+    if stop.reason == "threads":
+        raise SandboxError("thread_limit", f"the worker started more than {max_threads} "
+                           "threads and was killed", sandbox=sandbox, stderr=tail)
+    if error is not None:
+        raise SandboxError(str(error.get("code") or "error"), str(error.get("message") or ""),
+                           error.get("globals") or (), sandbox=sandbox, stderr=tail)
+    if result is None:
+        raise _crash_error(proc.returncode, sandbox, tail)
+    result["sandbox"] = sandbox
+    result["timing"] = {"startup_s": startup_s, "total_s": time.monotonic() - started,
+                        "worker_peak_rss_kb": result.pop("peak_rss_kb", None),
+                        "compute_threads": result.pop("compute_threads", None),
+                        "worker": "forked" if isinstance(proc, ForkedWorker) else "cold"}
+    return result
+
+
+def _send(proc: subprocess.Popen, *messages: dict) -> bool:
+    """Write request lines; False once the worker is gone, which shows up as a missing
+    result, with its exit status."""
+    try:
+        for message in messages:
+            proc.stdin.write((json.dumps(message) + "\n").encode())
+            proc.stdin.flush()
+    except (OSError, ValueError):  # ValueError: stdin already closed by the job's end
+        return False
+    return True
+
+
+class _Feeder:
+    """Runs a job's gate in a thread of its own, in the caller's context (its readings and
+    deferral settings), and sends what it returns: the start line once the handshake is
+    accepted (`open`), then each later part the gate yields, then EOF. The gate always runs to
+    its end, even when the worker is gone (its callers keep every file's scan); the timeout
+    does not count it."""
+
+    def __init__(self, proc: subprocess.Popen, stop: Watchdog,
+                 gate: Callable[[], dict | Iterator[dict]] | None, start: dict) -> None:
+        self.error: BaseException | None = None
+        self._proc = proc
+        self._stop = stop
+        self._gate = gate
+        self._start = start
+        self._opened = threading.Event()
+        self._ended = threading.Event()
+        context = contextvars.copy_context()
+        self._thread = threading.Thread(target=context.run, args=(self._run,), daemon=True,
+                                        name="job-gate")
+
+    def start(self) -> None:
+        """Start the gate."""
+        self._thread.start()
+
+    def open(self) -> None:
+        """The handshake is accepted: the start line may go."""
+        self._opened.set()
+
+    def join(self) -> None:
+        """Wait for the gate's end (the job is over: nothing more is sent)."""
+        self._ended.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            self._feed()
+        except BaseException as exc:
+            self.error = exc
+            signal_group(self._proc)  # run_job's thread reaps it
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                self._proc.stdin.close()  # EOF: no more parts
+
+    def _feed(self) -> None:
+        with self._stop.paused():
+            made = self._gate() if self._gate is not None else {}
+        parts = iter([made]) if isinstance(made, dict) else made
+        waiting = [{**(self._next(parts) or {}), **self._start}]
+        alive = True
+        while (part := self._next(parts)) is not None:
+            waiting.append(part)
+            if alive and self._opened.is_set():
+                alive = _send(self._proc, *waiting)
+                waiting = []
+        while not (self._opened.is_set() or self._ended.is_set()):
+            self._opened.wait(0.05)
+        if alive and self._opened.is_set():
+            _send(self._proc, *waiting)
+
+    def _next(self, parts: Iterator[dict]) -> dict | None:
+        """The gate's next part (its walk is not the worker's time: the timeout waits)."""
+        with self._stop.paused():
+            return next(parts, None)
+
+
+def _crash_error(returncode: int | None, sandbox: dict | None, tail: str) -> SandboxError:
+    if returncode is not None and returncode < 0:
+        code, message = _SIGNAL_ERRORS.get(
+            -returncode, ("worker_crashed", f"the worker died from signal {-returncode}"))
+    else:
+        last = next((ln for ln in reversed(tail.splitlines()) if ln.strip()), "no output")
+        code = "worker_crashed"
+        message = f"the worker exited ({returncode}) without a result: {last}"
+    return SandboxError(code, message, sandbox=sandbox, stderr=tail)

@@ -1,0 +1,289 @@
+"""The operations on one checkpoint, each a job in a jailed worker: inspect, convert, digests
+and diff, with the static scan first.
+
+A file the scan calls dangerous is not handed to the worker unless the caller overrides, and
+even then it is only loaded with weights_only=True inside the jail (`admission`). For
+`inspect_one` the file's SHA-256 is computed in a thread of this process while the worker loads
+and hashes tensors, so the two use both cores. A job's limits are `protocol.Limits` scaled to
+its input's size, then the caller's own (`limits`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from inspector.checkpoint.results import DiffResult
+from inspector.checkpoint.resume import model_facts
+from inspector.core.atomic import OutputExistsError, atomic_write, write_text_atomic
+from inspector.core.progress import Cancelled, CancelToken
+from inspector.integrity.hashing import DIGEST_ALGORITHM, sha256_file
+from inspector.sandbox.host.admission import check_loadable, static_scan
+from inspector.sandbox.host.jobs import EventFn, SandboxError, run_job
+from inspector.sandbox.protocol import Limits
+from inspector.scan.dcp_folder import folder_files, is_dcp_folder
+from inspector.shards.index import ShardError, ShardIndex, check_contents
+from inspector.shards.shard_set import resolve as resolve_shards
+
+
+def _input(path: Path) -> tuple[int, list[str]]:
+    """The input's size, and a DCP folder's files (empty for a file): the jail lets the worker
+    read them and counts them in its memory allowance, as it counts one mapped file."""
+    if is_dcp_folder(path):
+        files = folder_files(path)
+        return sum(p.stat().st_size for p in files), [str(p) for p in files]
+    return path.stat().st_size, []
+
+
+def _limits(size: int, limits: dict | None) -> dict:
+    """A request's limits for an input of `size` bytes (`Limits.for_input`), then the caller's."""
+    return {**Limits.for_input(size).to_json(), **(limits or {})}
+
+
+class _FileHash:
+    """The file's SHA-256, computed on a second core while the worker runs."""
+
+    def __init__(self, path: Path, cancel: CancelToken | None) -> None:
+        self.digest: str | None = None
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._run, args=(path, cancel), daemon=True)
+        self._thread.start()
+
+    def _run(self, path: Path, cancel: CancelToken | None) -> None:
+        try:
+            self.digest = sha256_file(path, cancel=cancel)
+        except (OSError, Cancelled) as exc:
+            self.error = str(exc) or type(exc).__name__
+
+    def result(self) -> str | None:
+        self._thread.join()
+        return self.digest
+
+
+def inspect_one(
+    path: str | os.PathLike[str],
+    allow_globals: Iterable[str] = (),
+    override_dangerous: bool = False,
+    on_event: EventFn | None = None,
+    cancel: CancelToken | None = None,
+    timeout: float | None = None,
+    limits: dict | None = None,
+    scan: dict | None = None,
+) -> dict:
+    """Scan, hash and load one file (or a DCP folder) in the jail; the `inspect` contract
+    (error set instead of raising). `scan`: the file's scan, made before (its shard's)."""
+    target = Path(path).resolve()
+    allow = list(allow_globals)
+    size, files = _input(target)
+    report: dict = {"path": str(target), "size": size, "sha256": None, "format": None,
+                    "scan": None, "sandbox": None, "digest_algorithm": DIGEST_ALGORITHM,
+                    "tensors": [], "objects": [], "error": None, "allowed_globals": allow,
+                    "health": None, "unique_storage": None, "architecture": None,
+                    "resume": None}
+    hasher = None if files else _FileHash(target, cancel)  # a folder has no one SHA-256
+
+    def admit() -> dict:
+        scanned = scan or static_scan(target)
+        report.update(scan=scanned, format=scanned.get("format"))
+        check_loadable(scanned, allow, override_dangerous)
+        return {"format": scanned.get("format")}
+
+    try:
+        request = {"op": "inspect", "path": str(target), "paths": files, "allow_globals": allow,
+                   "limits": _limits(size, limits)}
+        # The scan runs while the worker starts; the worker opens nothing until it passes.
+        result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout, gate=admit)
+        report.update(sandbox=result["sandbox"], tensors=result["tensors"],
+                      objects=result["objects"], timing=result["timing"],
+                      digest_algorithm=result.get("digest_algorithm", DIGEST_ALGORITHM),
+                      health=result.get("health"), unique_storage=result.get("unique_storage"))
+        report.update({k: result[k] for k in ("code", "code_archive") if k in result})
+        report.update(model_facts(report["tensors"], report["objects"]))
+    except SandboxError as exc:
+        report["error"] = exc.to_json()
+        report["sandbox"] = exc.sandbox
+    report["sha256"] = hasher.result() if hasher is not None else None
+    if cancel is not None:
+        cancel.check()
+    return report
+
+
+def sidecar_path(output: Path) -> Path:
+    """Where the non-tensor data of a conversion goes: `<output stem>.sidecar.json`."""
+    return output.with_name(output.stem + ".sidecar.json")
+
+
+def convert_file(
+    path: str | os.PathLike[str],
+    output: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    allow_globals: Iterable[str] = (),
+    override_dangerous: bool = False,
+    on_event: EventFn | None = None,
+    cancel: CancelToken | None = None,
+    timeout: float | None = None,
+    limits: dict | None = None,
+    skip_unsupported: bool = False,
+    key: str | None = None,
+    strip_prefix: Iterable[str] = (),
+) -> dict:
+    """Convert to safetensors inside the jail, verified bit for bit; the conversion report.
+
+    `key` converts only what lies under that dotted path of the loaded object, and
+    `strip_prefix` removes those prefixes from the names (`sandbox.worker.convert.select_leaves`).
+
+    Raises SandboxError (and leaves nothing behind) when the conversion cannot be done, or
+    (code `unsupported_tensors`) would leave tensors out and skip_unsupported is not set.
+    """
+    source = Path(path).resolve()
+    out = Path(output).resolve() if output else source.with_suffix(".safetensors")
+    sidecar = sidecar_path(out)
+    for target in (out, sidecar):
+        if target.exists() and os.path.samefile(target, source):
+            raise SandboxError("output_is_input", f"refusing to overwrite the input {source}")
+        if target.exists() and not overwrite:
+            raise SandboxError("output_exists",
+                               f"{target} exists; refusing to overwrite it (--force replaces it)")
+    allow = list(allow_globals)
+    size, files = _input(source)
+    scanned: dict = {}
+
+    def admit() -> dict:
+        scanned.update(static_scan(source))
+        check_loadable(scanned, allow, override_dangerous)
+        return {"format": scanned.get("format")}
+
+    request = {"op": "convert", "path": str(source), "paths": files, "allow_globals": allow,
+               "limits": _limits(size, limits), "skip_unsupported": skip_unsupported,
+               "key": key, "strip_prefix": list(strip_prefix),
+               # Views are cloned, so the output may exceed the input; this bounds it.
+               "output_bytes": 4 * size + (64 << 20)}
+    try:
+        with atomic_write(out, overwrite=overwrite) as fh:
+            request["output_fd"] = fh.fileno()
+            result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout,
+                             pass_fds=(fh.fileno(),), gate=admit)
+            if not result.get("verified"):
+                raise SandboxError("verify_failed", "the output does not match the input: "
+                                   + ", ".join(result.get("mismatches", [])[:8]),
+                                   sandbox=result.get("sandbox"))
+        sidecar_doc = result.pop("sidecar_document", None)
+        result["sidecar"] = None
+        if sidecar_doc is not None:
+            write_text_atomic(sidecar, json.dumps(sidecar_doc, indent=1, allow_nan=False) + "\n",
+                              overwrite=overwrite)
+            result["sidecar"] = str(sidecar)
+    except OutputExistsError as exc:
+        raise SandboxError("output_exists", str(exc)) from None
+    except OSError as exc:
+        raise SandboxError("output_unwritable",
+                           f"cannot write {out.parent}: {exc.strerror or exc}") from None
+    result.update(input=str(source), output=str(out), scan_verdict=scanned.get("verdict"))
+    return result
+
+
+def _admit_for_integrity(path: Path, allow: list[str], override_dangerous: bool) -> str:
+    """Scan one input and refuse a dangerous pickle as `inspect` would (safetensors has none)."""
+    scan = static_scan(path)
+    if scan.get("format") != "safetensors":
+        check_loadable(scan, allow, override_dangerous)
+    return str(scan.get("format"))
+
+
+def tensor_digests(
+    path: str | os.PathLike[str],
+    *,
+    cancel: CancelToken | None = None,
+    allow_globals: Iterable[str] = (),
+    override_dangerous: bool = False,
+    on_event: EventFn | None = None,
+    timeout: float | None = None,
+) -> list:
+    """Every tensor of a checkpoint with its content digest (`TensorEntry`s), from the jail."""
+    from inspector.integrity.manifest import TensorEntry
+
+    target = Path(path).resolve()
+    allow = list(allow_globals)
+    _admit_for_integrity(target, allow, override_dangerous)
+    request = {
+        "op": "digests",
+        "path": str(target),
+        "allow_globals": allow,
+        "limits": _limits(target.stat().st_size, None),
+    }
+    result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout)
+    return [
+        TensorEntry(
+            key=r["key"],
+            dtype=r["dtype"],
+            shape=tuple(r["shape"]),
+            digest=r["digest"],
+            digest_algorithm=r["digest_algorithm"],
+        )
+        for r in result["tensors"]
+    ]
+
+
+def diff_files(
+    a: str | os.PathLike[str],
+    b: str | os.PathLike[str],
+    *,
+    cancel: CancelToken | None = None,
+    allow_globals: Iterable[str] = (),
+    override_dangerous: bool = False,
+    on_event: EventFn | None = None,
+    timeout: float | None = None,
+) -> dict:
+    """Compare two checkpoints of any formats tensor by tensor; the `diff` contract. Either may
+    be a folder or a `*.index.json`: its shards are compared key by key in the same worker."""
+    try:
+        sets = [resolve_shards(a), resolve_shards(b)]
+    except ShardError as exc:
+        raise SandboxError("bad_shards", str(exc)) from None
+    except OSError as exc:
+        raise SandboxError("unreadable", f"{exc.filename}: {exc.strerror or exc}") from None
+    allow = list(allow_globals)
+    files = [[p.resolve() for p in s.files] for s in sets]
+    every = list(dict.fromkeys(p for side in files for p in side))
+    for path in every:
+        _admit_for_integrity(path, allow, override_dangerous)
+    # the worker opens the links' targets; output names the files as the user reaches them
+    sides = [{"path": str(s.path if s.index is not None else side[0]),
+              "files": [str(p) for p in side], "names": [p.name for p in s.files]}
+             for s, side in zip(sets, files, strict=True)]
+    inputs = [_input(p) for p in every]  # a DCP folder's files are read too
+    request = {
+        "op": "diff",
+        "paths": [str(p) for p in every] + [f for _size, fs in inputs for f in fs],
+        "sides": sides,
+        "allow_globals": allow,
+        "limits": _limits(sum(size for size, _fs in inputs), None),
+    }
+    result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout)
+    for letter, shard_set in zip("ab", sets, strict=True):
+        index = shard_set.index
+        result[letter]["index"] = str(index.path) if index is not None else None
+        result[letter]["problems"] = _index_problems(index, result["tensors"], letter)
+    return result
+
+
+def _index_problems(index: ShardIndex | None, records: list[dict], letter: str) -> list[dict]:
+    """How the keys a diff found in each shard of one side disagree with that side's index."""
+    if index is None:
+        return []
+    found: dict[str, list[str]] = {shard: [] for shard in index.shards()}
+    for record in records:
+        shard = record.get(f"shard_{letter}")
+        if shard is not None and record.get(f"stored_as_{letter}") is None:
+            found.setdefault(shard, []).append(record["key"])
+    return [p.to_json() for p in check_contents(index, found)]
+
+
+def diff_result(a: str | os.PathLike[str], b: str | os.PathLike[str],
+                **options: Any) -> DiffResult:
+    """`diff_files` (same options), its diff contract typed."""
+    return DiffResult.from_json(diff_files(a, b, **options))

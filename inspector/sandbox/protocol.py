@@ -1,0 +1,98 @@
+"""All the host and the worker share: jail levels, a job's limits and the test suite's switches.
+
+The host (`sandbox.host`, in the user's process) and the worker (`sandbox.worker`, jailed) never
+import each other; what both must agree on lives here, and nothing here imports torch or any
+other module of the sandbox.
+
+- `LEVELS`: the jail levels a handshake may report, weakest first; the host compares the
+  worker's with the level the caller requires.
+- `Limits`: what one job's worker may use, with the one set of defaults. A request's `limits`
+  carries fields of the record (`Limits.to_json` writes those that differ from the defaults);
+  the worker reads the record back (`Limits.from_json`), so a field the request leaves out
+  takes the same default on both sides.
+- `SELFTEST_ENV` and `DISABLE_ENV`: switches only the test suite sets. The host passes them
+  into the worker's otherwise scrubbed environment; the worker reads them per job.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from inspector.core.vocabulary import JailLevel
+
+LEVELS = tuple(JailLevel)
+"""Jail levels from weakest to strongest."""
+
+SELFTEST_ENV = "CKPT_INSPECTOR_SANDBOX_SELFTEST"
+"""Set only by the test suite: the worker registers an operation that unpickles with plain
+`pickle`, to prove the jail contains code that escaped weights_only. The host passes it
+through, and never sets it."""
+DISABLE_ENV = "CKPT_INSPECTOR_SANDBOX_DISABLE"
+"""Comma-separated jail layers to leave off (namespaces, pidns, proc, root, rlimits, threads,
+landlock, seccomp, capabilities), so the test suite can check the level reported in a
+degraded environment. Honoured only together with SELFTEST_ENV."""
+
+
+def selftest(env: Mapping[str, str]) -> bool:
+    """Whether `env` has the test suite's self-test switch on."""
+    return env.get(SELFTEST_ENV) == "1"
+
+
+def disabled_layers(env: Mapping[str, str]) -> frozenset[str]:
+    """The jail layers a self-test environment leaves off (none outside the test suite)."""
+    if not selftest(env):
+        return frozenset()
+    return frozenset(filter(None, env.get(DISABLE_ENV, "").split(",")))
+
+
+def default_max_threads() -> int:
+    """Threads a worker may have: torch's intra-op, inter-op and OpenMP pools (one thread per
+    core each) plus the operation's own, with room to spare."""
+    return 64 + 3 * (os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one job's worker may use; the jail enforces each (`sandbox.worker.jail`)."""
+
+    cpu_seconds: int = 600
+    """RLIMIT_CPU; operations on a checkpoint scale it to its size (`for_input`)."""
+    memory_mb: int = 4096
+    """The address-space allowance; the worker adds the bytes of the files it maps."""
+    open_files: int = 256
+    nice: int = 0
+    """How much lower than its caller the job is scheduled; an interactive caller (the GUI)
+    asks for this so its UI thread wins the cores while the job computes."""
+    max_threads: int | None = None
+    """Threads the worker's processes may have together; None: `default_max_threads()`."""
+    torch_threads: int | None = None
+    """The job's compute threads; None: every core. The host sends the job's share of the
+    cores (`sandbox.host.parallel.job_threads`)."""
+
+    @classmethod
+    def for_input(cls, size: int) -> Limits:
+        """The defaults scaled to a checkpoint of `size` bytes: two CPU minutes plus one per GiB."""
+        return cls(cpu_seconds=120 + 60 * (size >> 30))
+
+    @classmethod
+    def from_json(cls, limits: Mapping[str, Any]) -> Limits:
+        """The record a request's `limits` stand for: each field it gives, else the default."""
+        return cls(**{f.name: int(limits[f.name]) for f in fields(cls)
+                      if limits.get(f.name) is not None})
+
+    def to_json(self) -> dict[str, int]:
+        """The fields that differ from the defaults: what a request's `limits` carries."""
+        default = Limits()
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) != getattr(default, f.name)}
+
+    def thread_cap(self) -> int:
+        """The most threads the worker's processes may have together."""
+        return self.max_threads or default_max_threads()
+
+    def compute_threads(self) -> int:
+        """torch's compute threads for the job (at least one)."""
+        return max(1, self.torch_threads or os.cpu_count() or 1)

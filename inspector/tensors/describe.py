@@ -1,0 +1,142 @@
+"""Every tensor of a checkpoint described (layout, statistics, digest) on a pool of threads.
+
+The `inspect` operation's records: `records` for what each tensor is, `stats` for one pass over
+its bytes. Runs only inside the sandbox worker (it imports torch).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+import torch
+
+from inspector.core.progress import CancelToken
+from inspector.tensors.records import is_dense, layout_record, storage_groups
+from inspector.tensors.stats import Digest, Release, tensor_digest, tensor_stats
+
+
+def describe_tensors(
+    items: list[tuple[str, torch.Tensor]],
+    emit: Callable[[dict], None],
+    release: Release | None = None,
+    cancel: CancelToken | None = None,
+    threads: int = 2,
+) -> list[dict]:
+    """Full records for every tensor; each is emitted as soon as it is complete.
+
+    Each tensor's digest and statistics come from one pass over its bytes
+    (`tensor_stats(digest=)`): with one thread, both on it; with more, each thread takes a
+    tensor (largest first) and hashes it inline, except a tensor larger than a thread's share
+    of the bytes, whose chunks a hashing thread (half as many as `threads`) hashes beside it
+    while they are in the cache (`_PipedDigest`), so even a checkpoint of one huge tensor
+    keeps two cores busy. A tensor's pages are released once it is done (when a `release` is
+    given), so RSS stays bounded by the tensors in flight rather than the checkpoint. A
+    tensor that reads the same bytes the same way as an earlier one (a tied weight saved
+    under two names) gets that one's statistics and digest without reading them again
+    (`_same_view`).
+    """
+    shared = storage_groups(items)
+    records = [layout_record(k, t) for k, t in items]
+    dense = []
+    first_of: dict[tuple, int] = {}
+    twins: dict[int, list[int]] = {}  # a described tensor -> the later ones that are its view
+    for i, ((key, t), rec) in enumerate(zip(items, records, strict=True)):
+        if key in shared:
+            rec["shared_with"] = shared[key]
+        if not is_dense(t) or "meta" in rec["flags"]:
+            emit({"type": "tensor", **rec})
+            continue
+        view = _same_view(t)
+        first = i if view is None else first_of.setdefault(view, i)
+        if first == i:
+            dense.append(i)
+        else:
+            twins.setdefault(first, []).append(i)
+
+    def finish(i: int, values: dict) -> None:
+        _release_tensor(items[i][1], release)
+        for j in (i, *twins.get(i, ())):
+            records[j].update(values if j == i else copy.deepcopy(values))
+            emit({"type": "tensor", **records[j]})
+
+    if threads <= 1:
+        for i in dense:
+            finish(i, _stats_and_digest(items[i][1], cancel, hashlib.sha256()))
+        return records
+    size = {i: items[i][1].numel() * items[i][1].element_size() for i in dense}
+    total = sum(size.values())
+    with ThreadPoolExecutor(max_workers=threads // 2, thread_name_prefix="hash") as hashing, \
+            ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stats") as pool:
+        # Largest first, so the last tensor to finish is a small one.
+        jobs = {pool.submit(_stats_and_digest, items[i][1], cancel,
+                            _PipedDigest(hashing) if size[i] * threads > total
+                            else hashlib.sha256()): i
+                for i in sorted(dense, key=size.__getitem__, reverse=True)}
+        try:
+            pending = set(jobs)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    finish(jobs[fut], fut.result())
+        except BaseException:
+            for fut in jobs:
+                fut.cancel()
+            raise
+    return records
+
+
+def _same_view(t: torch.Tensor) -> tuple | None:
+    """What decides a dense tensor's statistics and digest: its bytes (storage, offset,
+    shape, strides) and how they are read (dtype, conjugate and negative bits). None for a
+    quantized tensor, which is always described on its own."""
+    if t.is_quantized:
+        return None
+    storage = t.untyped_storage()
+    return (storage.data_ptr(), storage.nbytes(), t.storage_offset(), tuple(t.shape),
+            t.stride(), t.dtype, t.is_conj(), t.is_neg())
+
+
+class _PipedDigest:
+    """SHA-256 computed on a hashing thread: `update` hands the chunk over and returns, so the
+    chunk is hashed while the statistics read it (hashlib releases the GIL); chunks are hashed
+    in order, at most one waiting."""
+
+    def __init__(self, hashing: ThreadPoolExecutor) -> None:
+        self._sha = hashlib.sha256()
+        self._hashing = hashing
+        self._pending: Future | None = None
+
+    def update(self, data: memoryview) -> None:
+        """Hash `data` after the chunks before it."""
+        self._wait()
+        self._pending = self._hashing.submit(self._sha.update, data)
+
+    def hexdigest(self) -> str:
+        """The digest of every chunk handed over."""
+        self._wait()
+        return self._sha.hexdigest()
+
+    def _wait(self) -> None:
+        if self._pending is not None:
+            self._pending.result()
+            self._pending = None
+
+
+def _release_tensor(t: torch.Tensor, release: Release | None) -> None:
+    if release is not None:
+        storage = t.untyped_storage()
+        release(storage.data_ptr(), storage.nbytes())
+
+
+def _stats_and_digest(t: torch.Tensor, cancel: CancelToken | None, digest: Digest) -> dict:
+    """Statistics (or a note saying why this dtype has none) and the digest, which every
+    dense tensor gets; `digest` is a fresh SHA-256."""
+    try:
+        rec = tensor_stats(t, cancel, digest)
+    except (TypeError, RuntimeError, NotImplementedError) as exc:
+        return {"stats_on": None, "note": f"no statistics: {exc}",
+                "digest": tensor_digest(t, None, cancel)}
+    return {**rec, "digest": digest.hexdigest()}
