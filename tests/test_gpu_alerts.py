@@ -111,7 +111,7 @@ def test_banner_shows_the_critical_ecc_alert_behind_a_later_warning(qtbot, tmp_p
 
 
 def test_every_chart_has_a_labelled_time_axis(qtbot, tmp_path, gpu_pane):
-    from inspector.gui.panes.gpu_pane import TIME_LABEL
+    from inspector.gui.panes.gpu_layout import TIME_LABEL
 
     log = tmp_path / "smi.csv"
     log.write_text(ecc_then_hot_log())
@@ -128,7 +128,8 @@ def test_every_chart_has_a_labelled_time_axis(qtbot, tmp_path, gpu_pane):
 
 
 def test_a_constant_series_is_not_scaled_into_noise(qtbot, tmp_path, gpu_pane):
-    from inspector.gui.panes.gpu_pane import MIN_SPANS, y_range
+    from inspector.gui.panes.gpu_pane import MIN_SPANS
+    from inspector.gui.widgets.step_curve import y_range
 
     log = tmp_path / "smi.csv"
     log.write_text(ecc_then_hot_log())
@@ -148,7 +149,7 @@ def test_a_constant_series_is_not_scaled_into_noise(qtbot, tmp_path, gpu_pane):
 def test_zoomed_in_to_seconds_the_axis_still_reads_as_a_clock(qtbot):
     from datetime import datetime
 
-    from inspector.gui.panes.gpu_pane import ClockAxis
+    from inspector.gui.widgets.clock_axis import ClockAxis
 
     t = datetime(2026, 11, 20, 10, 2, 15, 500_000).timestamp()
     axis = ClockAxis()
@@ -160,7 +161,7 @@ def test_zoomed_in_to_seconds_the_axis_still_reads_as_a_clock(qtbot):
 def test_a_few_seconds_of_live_samples_get_clock_ticks_that_fit(qtbot):
     from datetime import datetime
 
-    from inspector.gui.panes.gpu_pane import CLOCK_LABEL_PX, ClockAxis
+    from inspector.gui.widgets.clock_axis import CLOCK_LABEL_PX, ClockAxis
 
     start = datetime(2026, 11, 20, 10, 2, 15, 300_000).timestamp()
     axis = ClockAxis()

@@ -21,7 +21,8 @@ from PySide6.QtCore import QElapsedTimer, QTimer
 from inspector.gpu.smi_csv import write_log
 from inspector.gpu.telemetry import GpuSample
 from inspector.gui.panes.consistency_pane import ConsistencyPane
-from inspector.gui.panes.gpu_pane import PLOTS, GpuPane
+from inspector.gui.panes.gpu_layout import PLOTS
+from inspector.gui.panes.gpu_pane import GpuPane
 
 HOURS, GPUS = 3, 4
 START = 1_790_000_000.0

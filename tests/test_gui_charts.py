@@ -18,7 +18,9 @@ from inspector.gpu.smi_csv import write_log
 from inspector.gpu.telemetry import GpuSample, TelemetryStore
 from inspector.gui import app as appmod
 from inspector.gui.panes.consistency_pane import DANGEROUS_TIP, ConsistencyPane
-from inspector.gui.panes.gpu_pane import MIN_PLOT_HEIGHT, PLOTS, GpuPane, throttle_onsets, value_at
+from inspector.gui.panes.gpu_layout import MIN_PLOT_HEIGHT, PLOTS
+from inspector.gui.panes.gpu_pane import GpuPane, throttle_onsets
+from inspector.gui.widgets.step_curve import value_at
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: gui_settings
 

@@ -12,7 +12,8 @@ from PySide6.QtWidgets import QApplication
 
 from inspector.gui.explain import INDICATORS_LABEL
 from inspector.gui.main_window import DEFAULT_SIZE, WINDOW_FRAME, default_size
-from inspector.gui.panes.consistency_pane import X_LABEL, ConsistencyPane
+from inspector.gui.panes.consistency_layout import X_LABEL
+from inspector.gui.panes.consistency_pane import ConsistencyPane
 from inspector.gui.verdict_style import shield_icon
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window, small

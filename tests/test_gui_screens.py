@@ -25,7 +25,7 @@ from test_gpu_alerts import ecc_then_hot_log
 from inspector.gui import app as appmod
 from inspector.gui.dialogs.convert_dialog import ConvertDialog
 from inspector.gui.dialogs.report_export import ScopeDialog
-from inspector.gui.panes.consistency_pane import PLOT_MIN_HEIGHT
+from inspector.gui.panes.consistency_layout import PLOT_MIN_HEIGHT
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window, small
 

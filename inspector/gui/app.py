@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import cache
 
 from PySide6.QtCore import QCoreApplication, QSettings, Qt
-from PySide6.QtGui import QAction, QActionGroup, QColor, QGuiApplication, QIcon, QPalette
-from PySide6.QtWidgets import QApplication, QMenu, QMenuBar
+from PySide6.QtGui import QColor, QGuiApplication, QIcon, QPalette
+from PySide6.QtWidgets import QApplication
 
 from inspector import __version__
 from inspector.gui import ui_gc
@@ -87,29 +86,6 @@ def apply_palette(app: QApplication) -> None:
         app.setPalette(dark_palette())
     else:
         app.setPalette(app.style().standardPalette())
-
-
-def add_theme_menu(menu_bar: QMenuBar) -> QMenu:
-    """Add View → Theme (System, Light, Dark) to a window's menu bar, checked as remembered."""
-    view = next((a.menu() for a in menu_bar.actions()
-                 if a.menu() is not None and a.text().replace("&", "") == "View"), None)
-    if view is None:
-        view = menu_bar.addMenu("&View")
-    return add_choice_menu(view, "&Theme", THEMES, theme(), set_theme)
-
-
-def add_choice_menu(parent: QMenu, title: str, choices: tuple[tuple[str, str], ...],
-                    current: str, choose: Callable[[str], None]) -> QMenu:
-    """A submenu of exclusive checkable (value, text) choices; `choose(value)` on a pick."""
-    menu = parent.addMenu(title)
-    group = QActionGroup(menu)
-    for value, text in choices:
-        action = QAction(text, menu, checkable=True, checked=value == current)
-        action.setData(value)
-        action.triggered.connect(lambda _checked=False, v=value: choose(v))
-        group.addAction(action)
-        menu.addAction(action)
-    return menu
 
 
 def dark_palette() -> QPalette:

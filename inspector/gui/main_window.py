@@ -1,4 +1,5 @@
-"""The main window: file list, panes, menus, toolbar, drag and drop, progress and cancel."""
+"""The main window: file list, panes, progress and cancel; its menus are `gui.menus`, its file
+drops `gui.drops`."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import importlib
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QItemSelectionModel, QObject, QSize, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtCore import QEvent, QItemSelectionModel, QObject, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
@@ -20,7 +21,6 @@ from PySide6.QtWidgets import (
     QPushButton,
     QSplitter,
     QStackedWidget,
-    QStyle,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -28,60 +28,17 @@ from PySide6.QtWidgets import (
 
 from inspector import formats
 from inspector.gui import app as appmod
-from inspector.gui.action_reasons import compare_blocker, convert_blocker, file_blocker
 from inspector.gui.document import FileDocument, distinct_names, list_text
+from inspector.gui.drops import FileDrops
 from inspector.gui.jobs import Job, JobRunner
-from inspector.gui.pipeline import (
-    JAIL_CHOICES,
-    Pipeline,
-    expand_paths,
-    required_jail_setting,
-    set_required_jail_setting,
-)
+from inspector.gui.menus import build_menus, update_actions
+from inspector.gui.pipeline import Pipeline, expand_paths
 from inspector.gui.verdict_style import document_icon, document_words
 from inspector.gui.widgets.empty_state import EmptyState
 from inspector.shards.inspect import coverage_text
 
 FILE_FILTER = formats.dialog_filter()
 PROGRESS_MS = 200
-DROP_OWNER = "ownsFileDrops"
-"""Widgets with this property set handle their own file drops (e.g. the manifest zone)."""
-DRAG_EVENTS = (QEvent.Type.DragEnter, QEvent.Type.DragMove, QEvent.Type.Drop)
-
-
-def local_paths(mime) -> list[str]:
-    """Local file paths carried by a drag's mime data."""
-    if mime is None or not mime.hasUrls():
-        return []
-    return [u.toLocalFile() for u in mime.urls() if u.isLocalFile()]
-
-
-class _DropFilter(QObject):
-    """Lets a file dropped on a widget that takes drops itself (a text box) open it instead."""
-
-    def __init__(self, window: MainWindow) -> None:
-        super().__init__(window)
-        self.window = window
-
-    def eventFilter(self, obj: QObject, event: QEvent) -> bool:
-        kind = event.type()
-        if kind not in DRAG_EVENTS or not local_paths(event.mimeData()):
-            return False
-        event.setDropAction(Qt.DropAction.CopyAction)
-        event.accept()
-        if kind == QEvent.Type.Drop:
-            self.window.open_paths(local_paths(event.mimeData()))
-        return True
-
-
-def _owned_by_drop_zone(widget: QWidget | None) -> bool:
-    while widget is not None:
-        if widget.property(DROP_OWNER):
-            return True
-        widget = widget.parentWidget()
-    return False
-
-
 DEFAULT_SIZE = (1200, 780)
 """The first window's size where the screen has room; a smaller screen gets what it has."""
 WINDOW_FRAME = (16, 48)
@@ -133,6 +90,8 @@ class _PanePrefetch(QObject):
 class LazyPane(QWidget):
     """A tab whose real pane (and its imports) is created the first time it is shown."""
 
+    built = Signal()  # the pane was created and added
+
     def __init__(self, factory: Callable[[], QWidget]) -> None:
         super().__init__()
         self._factory: Callable[[], QWidget] | None = factory
@@ -144,7 +103,7 @@ class LazyPane(QWidget):
         if self._factory is not None:
             factory, self._factory = self._factory, None
             self.layout().addWidget(factory())
-            self.window().route_drops()
+            self.built.emit()
         super().showEvent(event)
 
 
@@ -155,7 +114,6 @@ class MainWindow(QMainWindow):
         """`warm_worker`: keep a fork server ready from the first paint (the app sets it)."""
         super().__init__()
         self.setWindowTitle(appmod.APPLICATION)
-        self.setAcceptDrops(True)
         self.docs: list[FileDocument] = []
         self.runner = JobRunner(self)
         self.pipeline = Pipeline(self.runner, self)
@@ -192,14 +150,14 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(self.stack)
 
         self._build_status_bar()
-        self._build_actions()
+        build_menus(self)
         self.pipeline.progress.connect(self._show_progress)
         self.pipeline.job_started.connect(self._job_started)
         self.runner.busy_changed.connect(self._set_busy)
-        self._drop_filter = _DropFilter(self)
-        self.route_drops()
+        self.drops = FileDrops(self, self.open_paths)
+        self.drops.route()
         self._restore_settings()
-        self._update_actions()
+        update_actions(self)
         _PanePrefetch(self)
         self.warm = None
         if warm_worker:
@@ -209,16 +167,6 @@ class MainWindow(QMainWindow):
             self.warm.unavailable.connect(lambda why: self.statusBar().showMessage(
                 f"No warm sandbox worker ({why}): each file starts its own", 15000))
             self.warm.start_after_paint()
-
-    def route_drops(self) -> None:
-        """Make file drops open files wherever they land, even on widgets that take drops.
-
-        Widgets that do not take drops pass them up to the window by themselves; only the
-        ones that do (text boxes, text views) get a filter. Call again after adding panes.
-        """
-        for widget in self.findChildren(QWidget):
-            if widget.acceptDrops() and not _owned_by_drop_zone(widget):
-                widget.installEventFilter(self._drop_filter)
 
     # --- building ----------------------------------------------------------------------
 
@@ -244,9 +192,12 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.pickle, "Pickle")
         self.tabs.addTab(self.tensors, "Tensors")
         self.tabs.addTab(self.integrity, "Integrity")
-        self.tabs.addTab(LazyPane(self._make_gpu_pane), "GPU")
-        self.tabs.addTab(LazyPane(self._make_consistency_pane), "Consistency")
-        self.route_drops()
+        for factory, title in ((self._make_gpu_pane, "GPU"),
+                               (self._make_consistency_pane, "Consistency")):
+            lazy = LazyPane(factory)
+            lazy.built.connect(self.drops.route)
+            self.tabs.addTab(lazy, title)
+        self.drops.route()
 
     def show_opcode(self, member: str | None, offset: int) -> None:
         """Switch to the Pickle pane at the opcode the scan found at `offset` in `member`."""
@@ -295,100 +246,6 @@ class MainWindow(QMainWindow):
         self.cancel_button.hide()
         self.report_button.hide()
 
-    def _action(self, text: str, slot, shortcut=None, tip: str = "", icon=None) -> QAction:
-        action = QAction(text, self)
-        if shortcut is not None:
-            action.setShortcut(QKeySequence(shortcut))
-        if tip:
-            action.setStatusTip(tip)
-            action.setToolTip(tip)
-        if icon is not None:
-            action.setIcon(self.style().standardIcon(icon))
-        action.triggered.connect(slot)
-        return action
-
-    def _build_actions(self) -> None:
-        sp = QStyle.StandardPixmap
-        self.act_open = self._action("&Open…", self.open_dialog, QKeySequence.StandardKey.Open,
-                                     "Open checkpoint files", sp.SP_DialogOpenButton)
-        self.act_open_folder = self._action("Open &Folder…", self.open_folder_dialog,
-                                            "Ctrl+Shift+O", "Open a folder of shards",
-                                            sp.SP_DirOpenIcon)
-        self.act_sample = self._action("Open &Sample", self.open_samples, None,
-                                       "Write and open the built-in samples")
-        self.act_close = self._action("&Close", self.close_current, QKeySequence.StandardKey.Close,
-                                      "Close the selected file")
-        self.act_report = self._action("&Export Report…", self.export_report, "Ctrl+E",
-                                       "Write a JSON, HTML or PDF verification report")
-        self.act_quit = self._action("&Quit", self.close, QKeySequence.StandardKey.Quit)
-        self.act_convert = self._action("Convert to &safetensors…", self.convert_current,
-                                        "Ctrl+Shift+S", "Convert the selected file to "
-                                        "safetensors, verified tensor by tensor",
-                                        sp.SP_DialogSaveButton)
-        self.act_manifest = self._action("Create &Manifest…", self.create_manifest,
-                                         "Ctrl+M", "Write a manifest of the selected files")
-        self.act_verify = self._action("&Verify Against Manifest…",
-                                       self.verify_against_manifest, "Ctrl+Shift+V",
-                                       "Check files and tensors against a manifest",
-                                       sp.SP_DialogApplyButton)
-        self.act_compare = self._action("Compare &With…", self.compare_with,
-                                        "Ctrl+D", "Diff against another checkpoint, "
-                                        "with bit-flip forensics", sp.SP_FileDialogContentsView)
-        self.act_cancel = self._action("Cancel", self.cancel_jobs, Qt.Key.Key_Escape,
-                                       "Stop the running job", sp.SP_BrowserStop)
-        self.act_cancel.setEnabled(False)  # until a job runs (`_set_busy`)
-        self.act_about = self._action("&About Checkpoint Inspector", self.show_about)
-
-        menu = self.menuBar().addMenu("&File")
-        menu.addAction(self.act_open)
-        menu.addAction(self.act_open_folder)
-        self.recent_menu = menu.addMenu("Open &Recent")
-        self.recent_menu.aboutToShow.connect(self._fill_recent_menu)
-        menu.addAction(self.act_sample)
-        menu.addSeparator()
-        menu.addAction(self.act_report)
-        menu.addAction(self.act_close)
-        menu.addSeparator()
-        menu.addAction(self.act_quit)
-        self.file_menu = menu
-        self.theme_menu = appmod.add_theme_menu(self.menuBar())
-
-        tools = self.menuBar().addMenu("&Tools")
-        tools.setToolTipsVisible(True)  # a disabled tool's tooltip says why
-        for a in (self.act_convert, self.act_manifest, self.act_verify, self.act_compare):
-            tools.addAction(a)
-        tools.addSeparator()
-        self.jail_menu = appmod.add_choice_menu(tools, "Required &sandbox", JAIL_CHOICES,
-                                                required_jail_setting(),
-                                                set_required_jail_setting)
-        tools.addSeparator()
-        tools.addAction(self.act_cancel)
-        self.tools_menu = tools
-
-        help_menu = self.menuBar().addMenu("&Help")
-        help_menu.addAction(self.act_about)
-
-        toolbar = self.addToolBar("Main")
-        toolbar.setObjectName("mainToolbar")
-        toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
-        toolbar.addAction(self.act_open)
-        toolbar.addSeparator()
-        toolbar.addAction(self.act_convert)
-        toolbar.addAction(self.act_verify)
-        toolbar.addAction(self.act_compare)
-
-    def _fill_recent_menu(self) -> None:
-        self.recent_menu.clear()
-        paths = appmod.recent_files()
-        for path in paths:
-            action = self.recent_menu.addAction(path)
-            action.triggered.connect(lambda _=False, p=path: self.open_paths([p]))
-        if not paths:
-            self.recent_menu.addAction("No recent files").setEnabled(False)
-        else:
-            self.recent_menu.addSeparator()
-            self.recent_menu.addAction("Clear List", appmod.clear_recent_files)
-
     # --- documents ---------------------------------------------------------------------
 
     @property
@@ -434,7 +291,7 @@ class MainWindow(QMainWindow):
         if opened:
             self.stack.setCurrentWidget(self.splitter)
             self._select_only(self.docs.index(opened[0]))
-        self._update_actions()
+        update_actions(self)
         return opened
 
     def open_run(self, path: str | Path) -> QWidget:
@@ -481,7 +338,7 @@ class MainWindow(QMainWindow):
         if not self.docs:
             self._show_document(None)
             self.stack.setCurrentWidget(self.empty)
-        self._update_actions()
+        update_actions(self)
 
     def _relabel(self) -> None:
         """Give documents with the same file name (two models' `gpt2` folders) the folders
@@ -507,7 +364,7 @@ class MainWindow(QMainWindow):
         if self.consistency is not None:
             self.consistency.set_verdict(str(doc.path), doc.verdict)
         if doc is self.current:
-            self._update_actions()
+            update_actions(self)
 
     def _select_row(self, row: int) -> None:
         self._show_document(self.docs[row] if 0 <= row < len(self.docs) else None)
@@ -522,19 +379,7 @@ class MainWindow(QMainWindow):
                 self.consistency.set_file(str(doc.path), doc.verdict)
         title = appmod.APPLICATION + (f" — {doc.name}" if doc else "")
         self.setWindowTitle(title)
-        self._update_actions()
-
-    def _update_actions(self) -> None:
-        doc = self.current
-        for action, blocked in ((self.act_close, file_blocker(doc)),
-                                (self.act_report, file_blocker(doc)),
-                                (self.act_convert, convert_blocker(doc)),
-                                (self.act_manifest, file_blocker(doc)),
-                                (self.act_verify, file_blocker(doc)),
-                                (self.act_compare, compare_blocker(doc))):
-            # a disabled action's tooltip says why it cannot run on this file
-            action.setEnabled(blocked is None)
-            action.setToolTip(blocked or action.statusTip() or action.text())
+        update_actions(self)
 
     # --- commands ----------------------------------------------------------------------
 
@@ -575,21 +420,6 @@ class MainWindow(QMainWindow):
         dialog.open_result.connect(lambda p: self.open_paths([p]))
         dialog.show()
         dialog.start()
-
-    def create_manifest(self) -> None:
-        """Write a manifest of the selected file."""
-        self.tabs.setCurrentWidget(self.integrity)
-        self.integrity.create_manifest()
-
-    def verify_against_manifest(self) -> None:
-        """Check the selected file and its tensors against a manifest."""
-        self.tabs.setCurrentWidget(self.integrity)
-        self.integrity.choose_manifest()
-
-    def compare_with(self) -> None:
-        """Diff the selected file against another checkpoint."""
-        self.tabs.setCurrentWidget(self.integrity)
-        self.integrity.choose_compare()
 
     def export_report(self) -> Job | None:
         """Ask which files and where, then write their report (format from the extension)."""
@@ -644,12 +474,6 @@ class MainWindow(QMainWindow):
         self.pipeline.cancel_all()
         self.stage_label.setText("Cancelling…")
 
-    def show_about(self) -> None:
-        """The About box with the environment a bug report needs."""
-        from inspector.gui.dialogs.about_dialog import AboutDialog
-
-        AboutDialog(self.runner, self).show()
-
     # --- progress ----------------------------------------------------------------------
 
     def _job_started(self, job: Job) -> None:
@@ -687,21 +511,7 @@ class MainWindow(QMainWindow):
                 from inspector.gui.panes.tensors_pane import warm_up_charts
 
                 warm_up_charts()
-        self._update_actions()
-
-    # --- drag and drop -----------------------------------------------------------------
-
-    def dragEnterEvent(self, event) -> None:
-        """Accept drags carrying local files."""
-        if local_paths(event.mimeData()):
-            event.acceptProposedAction()
-
-    def dropEvent(self, event) -> None:
-        """Open the dropped files and folders."""
-        paths = local_paths(event.mimeData())
-        if paths:
-            event.acceptProposedAction()
-            self.open_paths(paths)
+        update_actions(self)
 
     # --- settings ----------------------------------------------------------------------
 

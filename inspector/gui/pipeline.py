@@ -117,11 +117,13 @@ class Pipeline(QObject):
         self._start(job)
 
     def load(self, doc: FileDocument, allow_globals: tuple[str, ...] = ()) -> None:
-        """Queue the jailed load of `doc`, allowing exactly `allow_globals`."""
+        """Queue the jailed load of `doc`, allowing exactly `allow_globals`. The inspection
+        admits a file on the scan `doc` already has rather than a second one (a sharded set's
+        shards are scanned again: `inspect_file` takes no scan for them)."""
         doc.allowed_globals = tuple(allow_globals)
         doc.set_state(DocumentState.QUEUED)
-        job = Job(f"inspect {doc.name}", _inspect_fn(doc.path, doc.allowed_globals), self,
-                  doc=doc)
+        job = Job(f"inspect {doc.name}", _inspect_fn(doc.path, doc.allowed_globals, doc.scan),
+                  self, doc=doc)
         job.events.connect(doc.apply_events)
         job.finished.connect(lambda result: self._inspected(doc, result))
         job.failed.connect(lambda msg: doc.set_state(DocumentState.LOAD_FAILED, msg))
@@ -318,7 +320,8 @@ def set_required_jail_setting(level: str) -> None:
     settings().setValue(REQUIRED_JAIL_KEY, level)
 
 
-def _inspect_fn(path: Path, allow_globals: tuple[str, ...]) -> JobFn:
+def _inspect_fn(path: Path, allow_globals: tuple[str, ...], scan: dict[str, Any] | None
+                ) -> JobFn:
     required = required_jail_setting()
 
     def run(emit: EmitFn, cancel: CancelToken) -> tuple[dict[str, Any], InspectResult]:
@@ -329,7 +332,7 @@ def _inspect_fn(path: Path, allow_globals: tuple[str, ...]) -> JobFn:
 
         # The jailed worker yields the cores to this process, so the UI stays responsive.
         raw = inspect_file(path, allow_globals=allow_globals, on_event=emit, cancel=cancel,
-                           limits={"nice": WORKER_NICE})
+                           limits={"nice": WORKER_NICE}, scan=scan)
         # typed here, off the UI thread (a 16,000-tensor result takes a tenth of a second);
         # the contract's dict stays beside it for the panes that read records
         return raw, InspectResult.from_json(raw)

@@ -5,6 +5,7 @@ module never imports torch. Each run's max |diff| and mismatched elements are pl
 arrive, on the same time axis as the GPU temperature and power, so a mismatch can be matched
 to a thermal or power event. Without GPU telemetry (a CPU machine) the GPU charts are hidden
 and a line says why; a file the static scan calls dangerous cannot be run (the button says why).
+The widgets are laid out by `consistency_layout`.
 """
 
 from __future__ import annotations
@@ -17,36 +18,20 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt
-from PySide6.QtWidgets import (
-    QButtonGroup,
-    QComboBox,
-    QFileDialog,
-    QFormLayout,
-    QFrame,
-    QGroupBox,
-    QHBoxLayout,
-    QHeaderView,
-    QLabel,
-    QLineEdit,
-    QProgressBar,
-    QPushButton,
-    QRadioButton,
-    QScrollArea,
-    QSpinBox,
-    QSplitter,
-    QTreeWidget,
-    QTreeWidgetItem,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QFileDialog, QTreeWidgetItem, QWidget
 
 from inspector.core.vocabulary import CheckStatus, Format, Verdict
 from inspector.formats import dialog_filter
 from inspector.gpu.telemetry import TelemetryStore
 from inspector.gui.jobs import Job, JobRunner
-from inspector.gui.panes.gpu_pane import gpu_colour, y_range
+from inspector.gui.panes.consistency_layout import (
+    NO_TELEMETRY,
+    PLOT_MIN_HEIGHT,
+    ConsistencyPaneLayout,
+)
 from inspector.gui.widgets import chart_style
-from inspector.gui.widgets.toggle_button import ToggleButton
+from inspector.gui.widgets.gpu_pens import gpu_colour
+from inspector.gui.widgets.step_curve import y_range
 from inspector.report.sections import self_test_words
 from inspector.sandbox.host.client import SandboxError
 from inspector.sandbox.host.consistency_job import (
@@ -57,19 +42,17 @@ from inspector.sandbox.host.consistency_job import (
 
 RunFn = Callable[..., dict[str, Any]]
 PASS_STYLE, FAIL_STYLE, IDLE_STYLE = "good", "bad", "idle"  # verdict banner looks
-PLOT_MIN_HEIGHT = 150
 CHECKPOINT_FILTER = dialog_filter(Format.PYTORCH_ZIP, title="Checkpoints")
-X_LABEL = "seconds since the run started"
 GPU_PLOTS = {"temperature": ("temperature_gpu", "temperature"), "power": ("power_draw", "power")}
 """GPU chart name: (telemetry field, what it shows)."""
-NO_TELEMETRY = ("GPU temperature and power charts are hidden: no GPU telemetry is being "
-                "recorded (no NVIDIA driver on this machine, or the GPU tab is not sampling).")
 DANGEROUS_TIP = ("Disabled: the static scan calls this file dangerous, so it is never loaded, "
                  "not even for this check.")
 
 
-class ConsistencyPane(QWidget):
+class ConsistencyPane(ConsistencyPaneLayout):
     """Form, live plots and result table of one consistency run at a time."""
+
+    _built = False  # restyled on a theme switch only once its state exists
 
     def __init__(
         self,
@@ -80,7 +63,6 @@ class ConsistencyPane(QWidget):
         run_fn: RunFn = run_consistency,
     ) -> None:
         super().__init__(parent)
-        self.setObjectName("consistencyPane")
         self._runner = runner or JobRunner(self)
         self._telemetry = telemetry
         self._run_fn = run_fn
@@ -93,166 +75,21 @@ class ConsistencyPane(QWidget):
         self._marks: list[tuple[pg.PlotItem, pg.InfiniteLine]] = []
         self._verdicts: dict[str, str | None] = {}
         self._verdict_style = IDLE_STYLE
-        self._build()
+        self._connect()
+        self._show_gpu_plots(set(), any_gpu=False)
+        self._built = True
+        self._restyle()
         self._set_running(False)
 
     # ---- construction --------------------------------------------------------------------
 
-    def _build(self) -> None:
-        outer = QVBoxLayout(self)
-        splitter = QSplitter(Qt.Orientation.Horizontal)
-
-        form_box = QWidget()
-        form_layout = QVBoxLayout(form_box)
-        form = QFormLayout()
-        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
-        self.file_edit = QLineEdit()
-        self.file_edit.setPlaceholderText("checkpoint to test")
+    def _connect(self) -> None:
+        """The laid-out widgets' signals to what the pane does with them."""
         self.file_edit.textChanged.connect(lambda _text: self._set_running(self.job is not None))
-        browse = QPushButton("Browse…")
-        browse.clicked.connect(self._choose_file)
-        file_row = QHBoxLayout()
-        file_row.addWidget(QLabel("File"))
-        file_row.addWidget(self.file_edit, 1)
-        file_row.addWidget(browse)
-        # the path spans the whole pane, above the form and the charts: in the form's column
-        # a typical path was cut off on the left
-        outer.addLayout(file_row)
-        outer.addWidget(splitter, 1)
-        self.device = QComboBox()
-        self.device.setEditable(True)
-        self.device.addItems(["auto", "cpu"] + [f"cuda:{i}" for i in range(8)])
-        self.device.setToolTip("auto: cuda:0 when a CUDA device is present, else the CPU")
-        form.addRow("Device", self.device)
-        self.repeats = QSpinBox()
-        self.repeats.setRange(2, 1_000_000)
-        self.repeats.setValue(10)
-        form.addRow("Runs", self.repeats)
-        self.mode_probe = QRadioButton("Weights probe (any checkpoint)")
-        self.mode_model = QRadioButton("Model run (your model code)")
-        self.mode_probe.setChecked(True)
-        modes = QButtonGroup(self)
-        modes.addButton(self.mode_probe)
-        modes.addButton(self.mode_model)
-        form.addRow("Test", self.mode_probe)
-        form.addRow("", self.mode_model)
-        form_layout.addLayout(form)
-
-        self.model_box = QGroupBox("Model")
-        model_form = QFormLayout(self.model_box)
-        self.factory = QLineEdit()
-        self.factory.setPlaceholderText("package.module:callable")
-        self.kwargs = QLineEdit("{}")
-        self.model_path = QLineEdit()
-        self.model_path.setPlaceholderText("folder holding the module")
-        self.input_shape = QLineEdit("1,3,224,224")
-        self.input_dtype = QComboBox()
-        self.input_dtype.addItems(["float32", "float16", "bfloat16", "float64", "int64"])
-        self.reload = ToggleButton("Reload check", "After the runs, load the checkpoint afresh"
-                                   " and compare again", checked=True)
-        model_form.addRow("Factory", self.factory)
-        model_form.addRow("Kwargs (JSON)", self.kwargs)
-        model_form.addRow("Module folder", self.model_path)
-        model_form.addRow("Input shape", self.input_shape)
-        model_form.addRow("Input dtype", self.input_dtype)
-        model_form.addRow("", self.reload)
-        form_layout.addWidget(self.model_box)
+        self.browse_button.clicked.connect(self._choose_file)
         self.mode_model.toggled.connect(self.model_box.setEnabled)
-        self.model_box.setEnabled(False)
-
-        self.inject_box = QGroupBox("Fault injection (prove the detector works)")
-        self.inject_box.setCheckable(True)
-        self.inject_box.setChecked(False)
-        inject_form = QFormLayout(self.inject_box)
-        self.inject_key = QLineEdit()
-        self.inject_key.setPlaceholderText("weight name, e.g. conv.weight")
-        self.inject_index = QSpinBox()
-        self.inject_index.setRange(0, 2**31 - 1)
-        self.inject_bit = QSpinBox()
-        self.inject_bit.setRange(0, 63)
-        self.inject_bit.setValue(22)
-        self.inject_run = QSpinBox()
-        self.inject_run.setRange(1, 1_000_000)
-        self.inject_run.setValue(2)
-        inject_form.addRow("Tensor", self.inject_key)
-        inject_form.addRow("Element", self.inject_index)
-        inject_form.addRow("Bit", self.inject_bit)
-        inject_form.addRow("Before run", self.inject_run)
-        form_layout.addWidget(self.inject_box)
-
-        buttons = QHBoxLayout()
-        self.run_button = QPushButton("Run")
-        self.run_button.setDefault(True)
         self.run_button.clicked.connect(self.start)
-        self.cancel_button = QPushButton("Cancel")
         self.cancel_button.clicked.connect(self.cancel)
-        buttons.addWidget(self.run_button)
-        buttons.addWidget(self.cancel_button)
-        form_layout.addLayout(buttons)
-        self.progress = QProgressBar()
-        self.progress.setFormat("%v / %m runs")
-        form_layout.addWidget(self.progress)
-        form_layout.addStretch(1)
-        splitter.addWidget(form_box)
-
-        right = QWidget()
-        right_layout = QVBoxLayout(right)
-        self.verdict = QLabel("Choose a checkpoint and press Run.")
-        self.verdict.setObjectName("consistencyVerdict")
-        self.verdict.setWordWrap(True)
-        self.verdict.setMargin(6)
-        self.device_label = QLabel("")
-        self.gpu_note = QLabel(NO_TELEMETRY)
-        self.gpu_note.setObjectName("consistencyNoTelemetry")
-        self.gpu_note.setWordWrap(True)
-        right_layout.addWidget(self.verdict)
-        right_layout.addWidget(self.device_label)
-        right_layout.addWidget(self.gpu_note)
-        right_split = QSplitter(Qt.Orientation.Vertical)
-        self.graphics = pg.GraphicsLayoutWidget()
-        self.plots: dict[str, pg.PlotItem] = {}
-        self._titles: dict[str, str] = {}
-        for row, (name, title, unit) in enumerate((
-            ("diff", "Max |diff| vs the first run", ""),
-            ("count", "Mismatched elements", ""),
-            ("temperature", "GPU temperature", "°C"),
-            ("power", "GPU power", "W"),
-        )):
-            plot = self.graphics.addPlot(row=row, col=0)
-            plot.setLabel("left", unit)
-            # one x unit for every chart, each axis labelled: the charts scroll, so a label
-            # under the last alone left the others' numbers to guess
-            plot.setLabel("bottom", X_LABEL)
-            plot.showGrid(x=True, y=True, alpha=0.2)
-            plot.getAxis("left").setWidth(56)
-            plot.setMinimumHeight(PLOT_MIN_HEIGHT)
-            if row:
-                plot.setXLink(self.plots["diff"])
-            self.plots[name], self._titles[name] = plot, title
-        self.diff_curve = self.plots["diff"].plot(symbol="o", symbolSize=6)
-        self.count_curve = self.plots["count"].plot(symbol="o", symbolSize=6)
-        self._show_gpu_plots(set(), any_gpu=False)
-        # The charts keep a readable height and scroll (a 720-pixel screen) rather than squash
-        # the last one out of view.
-        charts = QScrollArea()
-        charts.setWidgetResizable(True)
-        charts.setFrameShape(QFrame.Shape.NoFrame)
-        charts.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        charts.setWidget(self.graphics)
-        right_split.addWidget(charts)
-        self.table = QTreeWidget()
-        self.table.setHeaderLabels(["Tensor / output", "Result", "Detail"])
-        self.table.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.table.header().setStretchLastSection(True)
-        right_split.addWidget(self.table)
-        right_split.setStretchFactor(0, 1)  # a taller window grows the charts, not the table
-        right_split.setStretchFactor(1, 0)
-        right_split.setSizes([560, 140])
-        right_layout.addWidget(right_split, 1)
-        splitter.addWidget(right)
-        splitter.setStretchFactor(1, 1)
-        splitter.setSizes([340, 900])
-        self._restyle()
 
     def _restyle(self) -> None:
         """Give the charts, curves and verdict banner the current palette's colours."""
@@ -260,7 +97,7 @@ class ConsistencyPane(QWidget):
         text = chart_style.text_colour(palette)
         self.graphics.setBackground(chart_style.base_colour(palette))
         for name, plot in self.plots.items():
-            plot.setTitle(f"<b>{self._titles[name]}</b>", size="9pt", color=text.name())
+            plot.setTitle(f"<b>{self.plot_titles[name]}</b>", size="9pt", color=text.name())
             for axis in ("left", "bottom"):
                 plot.getAxis(axis).setPen(text)
                 plot.getAxis(axis).setTextPen(text)
@@ -275,7 +112,7 @@ class ConsistencyPane(QWidget):
 
     def changeEvent(self, event: QEvent) -> None:
         """Recolour when the theme switches between light and dark."""
-        if event.type() == QEvent.Type.PaletteChange and hasattr(self, "diff_curve"):
+        if event.type() == QEvent.Type.PaletteChange and self._built:
             self._restyle()
         super().changeEvent(event)
 

@@ -9,11 +9,12 @@ point per pixel (telemetry.peak_decimate): panning within that is a pure view tr
 the window is recomputed, a few curves per event-loop turn, at most every LOD_INTERVAL_MS while
 the view moves, so hours of data pan and zoom smoothly.
 
-On a laptop screen the plots keep MIN_PLOT_HEIGHT each and scroll. Every plot marks the
-store's alerts (ECC, XID, temperature, lost GPU) and throttle onsets as vertical lines; the
-temperature plot draws the alert threshold. A crosshair shows every GPU's value at the time
-under the cursor, and in a replay the table shows the values at that time. GPUs differ in line
-width as well as colour (the first drawn widest, beneath), so equal values never hide a GPU.
+The widgets are laid out by `gpu_layout` (on a laptop screen the plots keep MIN_PLOT_HEIGHT
+each and scroll). Every plot marks the store's alerts (ECC, XID, temperature, lost GPU) and
+throttle onsets as vertical lines; the temperature plot draws the alert threshold. A crosshair
+shows every GPU's value at the time under the cursor, and in a replay the table shows the
+values at that time. GPUs differ in line width as well as colour (`widgets.gpu_pens`), so
+equal values never hide a GPU.
 """
 
 from __future__ import annotations
@@ -25,26 +26,8 @@ from datetime import datetime
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QPainterPath, QPalette, QPen
-from PySide6.QtWidgets import (
-    QApplication,
-    QFileDialog,
-    QFrame,
-    QGraphicsPathItem,
-    QHBoxLayout,
-    QHeaderView,
-    QLabel,
-    QPushButton,
-    QScrollArea,
-    QSplitter,
-    QStackedWidget,
-    QTableWidget,
-    QTableWidgetItem,
-    QTreeWidget,
-    QTreeWidgetItem,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtGui import QPainterPath
+from PySide6.QtWidgets import QFileDialog, QTreeWidgetItem, QWidget
 
 from inspector.gpu.prom_reader import RangeQuery
 from inspector.gpu.telemetry import (
@@ -62,15 +45,12 @@ from inspector.gpu.telemetry import (
     worst_alert,
 )
 from inspector.gui.jobs import Job, JobRunner
+from inspector.gui.panes.gpu_layout import PLOTS, GpuPaneLayout
 from inspector.gui.widgets import chart_style
-from inspector.gui.widgets.event_marks import EventMarks, Mark
+from inspector.gui.widgets.event_marks import Mark
+from inspector.gui.widgets.gpu_pens import GPU_WIDTHS, gpu_colour, gpu_pen
+from inspector.gui.widgets.step_curve import StepCurve, step_path, value_at, y_range
 
-_STYLES = (Qt.PenStyle.SolidLine, Qt.PenStyle.DashLine, Qt.PenStyle.DotLine)
-GPU_WIDTHS = (4.5, 2.5, 1.5, 0.8)
-"""Line width per GPU (cycled): a later GPU is drawn thinner and on top of an earlier one."""
-MIN_PLOT_HEIGHT = 170
-"""Each plot (its own time axis included) keeps at least this height; below it the charts
-scroll instead of squashing."""
 MARKER_WORDS = {"temperature": "hot", "ecc_uncorrected": "ECC", "gpu_lost": "lost",
                 "source_lost": "driver lost", "remapped_failure": "remap failed",
                 "remapped_pending": "remap", "retired_pending": "retire"}
@@ -80,86 +60,12 @@ MARKER_HOVER_PX = 5
 THROTTLE_BITS = 0x008 | 0x020 | 0x040 | 0x080
 """Clock-event reasons that are slowdowns (hardware, thermal, power brake), not a power cap."""
 
-# (title, unit, fields): one curve per GPU per field; 2nd/3rd fields are dashed/dotted.
-# Constant references (power limit, memory total) are in the table, not drawn: every curve
-# costs on each pan step.
-PLOTS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
-    ("Temperature", "°C", (("temperature_gpu", "GPU"), ("temperature_memory", "memory"))),
-    ("Power", "W", (("power_draw", "draw"),)),
-    ("Utilisation", "%", (("utilization_gpu", "GPU"), ("utilization_memory", "memory"))),
-    ("Memory used", "MiB", (("memory_used", "used"),)),
-    ("Clocks", "MHz", (("clock_sm", "SM"), ("clock_memory", "memory"))),
-    ("ECC / PCIe", "count", (("ecc_uncorrected_volatile", "ECC uncorrected"),
-                              ("ecc_corrected_volatile", "ECC corrected"),
-                              ("pcie_replay", "PCIe replays"))),
-)
-TIME_LABEL = "time (local clock)"
 MIN_SPANS = {"°C": 10.0, "W": 20.0, "%": 10.0, "MiB": 1024.0, "MHz": 100.0, "count": 4.0}
 """The least Y span a plot shows, by unit: a constant (or nearly constant) series stays a flat
 line in a sensible range instead of being auto-scaled into noise."""
 LIVE_WINDOW_S = 600.0
 LOD_INTERVAL_MS = 150
 LOD_BATCH = 4
-_TABLE_COLUMNS = ("GPU", "Temp", "Power", "Util", "Memory", "SM clock", "Clock events",
-                  "ECC unc.", "Retire/remap")
-
-
-CLOCK_STEPS = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200,
-               10800, 21600, 43200)
-"""Tick spacings (seconds) of a ClockAxis below a day, each a round step on a clock."""
-CLOCK_LABEL_PX = 90
-"""Room one clock label takes on the axis, its gap included."""
-
-
-class ClockAxis(pg.DateAxisItem):
-    """A time axis whose labels always read as a clock (10:02:15, or 10:02:15.5 below a
-    second): pyqtgraph's own drops the hours and minutes when zoomed in to seconds, and picks
-    its ticks for those narrower labels, so wider ones were all dropped as overlapping."""
-
-    def tickValues(self, minVal, maxVal, size):
-        """Ticks on round clock steps, as many as fit `size` pixels; days from two days up."""
-        span = maxVal - minVal
-        if span <= 0 or span >= 2 * 86400 or not np.isfinite(span):
-            return super().tickValues(minVal, maxVal, size)
-        fit = max(2.0, size / CLOCK_LABEL_PX)
-        step = next((s for s in CLOCK_STEPS if span / s <= fit), CLOCK_STEPS[-1])
-        offset = datetime.fromtimestamp(minVal).astimezone().utcoffset().total_seconds()
-        first = np.ceil((minVal + offset) / step) * step - offset  # round in local time
-        return [(step, list(np.arange(first, maxVal, step)))]
-
-    def tickStrings(self, values, scale, spacing):
-        """Clock labels for ticks `spacing` seconds apart; dates from a day apart up."""
-        if spacing >= 86400:
-            return super().tickStrings(values, scale, spacing)
-        labels = []
-        for value in values:
-            try:
-                text = datetime.fromtimestamp(value).strftime("%H:%M:%S.%f")
-            except (OverflowError, OSError, ValueError):
-                text = ""
-            labels.append(text[:-5] if spacing < 1 else text[:-7])
-        return labels
-
-
-def gpu_colour(index: int, palette: QPalette | None = None) -> QColor:
-    """The colour of one GPU in every chart, for `palette` (the application's by default)."""
-    return chart_style.series_colour(index, palette or QApplication.palette())
-
-
-def gpu_pen(gpu: int, style: int, palette: QPalette | None = None) -> QPen:
-    """The pen of one GPU's curve: its colour and width, the field's dash style."""
-    pen = pg.mkPen(gpu_colour(gpu, palette), width=GPU_WIDTHS[gpu % len(GPU_WIDTHS)],
-                   style=_STYLES[style])
-    pen.setCosmetic(True)
-    return pen
-
-
-def value_at(times: np.ndarray, values: np.ndarray, t: float) -> float | None:
-    """A step series' value at time t (the last sample at or before it); None if n/a."""
-    i = int(np.searchsorted(times, t, side="right")) - 1
-    if i < 0 or not np.isfinite(values[i]):
-        return None
-    return float(values[i])
 
 
 def throttle_onsets(times: np.ndarray, reasons: np.ndarray) -> list[tuple[float, int]]:
@@ -170,53 +76,6 @@ def throttle_onsets(times: np.ndarray, reasons: np.ndarray) -> list[tuple[float,
     return [(float(times[i]), int(mask[i])) for i in np.flatnonzero(new)]
 
 
-class StepCurve(QGraphicsPathItem):
-    """A step plot ("left" steps: a value holds until the next sample) drawn as one path.
-
-    pyqtgraph's PlotDataItem recomputes bounds, clipping and its path in Python on every view
-    change; a plain path item is only re-transformed by Qt when the view pans.
-    """
-
-    def __init__(self, pen: QPen) -> None:
-        super().__init__()
-        pen.setCosmetic(True)
-        self.setPen(pen)
-        self.times = np.empty(0)
-        self.values = np.empty(0)
-
-    def set_series(self, times: np.ndarray, values: np.ndarray,
-                   path: QPainterPath | None = None) -> None:
-        """Draw these samples (NaN = n/a breaks the line); `path` if already built for them."""
-        self.times, self.values = times, values
-        self.setPath(step_path(times, values) if path is None else path)
-
-
-def step_path(times: np.ndarray, values: np.ndarray) -> QPainterPath:
-    """The path of a "left" step plot through these samples."""
-    if times.size == 0:
-        return QPainterPath()
-    x = np.repeat(times, 2)[1:]
-    y = np.repeat(values.astype(np.float64), 2)[:-1]
-    return pg.arrayToQPath(x, y, connect="finite")
-
-
-def y_range(values: list[np.ndarray], min_span: float) -> tuple[float, float] | None:
-    """The Y range of a plot's finite values, widened about its middle to at least `min_span`
-    (a count never below 0); None without any finite value."""
-    finite = [v[np.isfinite(v)] for v in values]
-    finite = [v for v in finite if v.size]
-    if not finite:
-        return None
-    low = min(float(v.min()) for v in finite)
-    high = max(float(v.max()) for v in finite)
-    if high - low < min_span:
-        middle = (low + high) / 2
-        low, high = middle - min_span / 2, middle + min_span / 2
-        if low < 0 <= min(float(v.min()) for v in finite):
-            low, high = 0.0, min_span
-    return low, high
-
-
 def _reading(value: float | None) -> str:
     """A readout value: whole numbers from 1000 up (80123 MiB, not 8.012e+04), else 4 digits."""
     if value is None:
@@ -224,14 +83,11 @@ def _reading(value: float | None) -> str:
     return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
-def _num(value: float | None, unit: str) -> str:
-    return "n/a" if value is None else f"{value:.0f} {unit}".rstrip()
-
-
-class GpuPane(QWidget):
+class GpuPane(GpuPaneLayout):
     """Telemetry charts, current values, alert banner and event log for every GPU."""
 
     alert_raised = Signal(object)  # Alert; also emitted from the sampler thread (queued)
+    _built = False  # restyled on a theme switch only once its state exists
 
     def __init__(
         self,
@@ -243,8 +99,7 @@ class GpuPane(QWidget):
         autostart: bool = True,
         temp_threshold: float = DEFAULT_TEMP_THRESHOLD_C,
     ) -> None:
-        super().__init__(parent)
-        self.setObjectName("gpuPane")
+        super().__init__(parent, temp_threshold)
         self.store = TelemetryStore()
         self.sampler: Sampler | None = None
         self.interval = interval
@@ -264,7 +119,9 @@ class GpuPane(QWidget):
         self._follow = True
         self._banner_alerts: list[Alert] = []
         self.banner_alert: Alert | None = None
-        self._build()
+        self._connect()
+        self._built = True
+        self._restyle()
         self.alert_raised.connect(self._show_alert)
         self._timer = QTimer(self)
         self._timer.setInterval(500)
@@ -279,143 +136,18 @@ class GpuPane(QWidget):
 
     # ---- construction --------------------------------------------------------------------
 
-    def _build(self) -> None:
-        layout = QVBoxLayout(self)
-        header = QHBoxLayout()
-        self.status = QLabel("")
-        self.status.setObjectName("gpuStatus")
-        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        # a long replay path wraps instead of widening the window past a 1280-pixel screen
-        self.status.setWordWrap(True)
-        self.open_button = QPushButton("Open recorded log…")
-        self.open_button.setToolTip("nvidia-smi --query-gpu … --format=csv logs, or a recording"
-                                    " made with ckpt-inspector telemetry --csv")
+    def _connect(self) -> None:
+        """The laid-out widgets' signals to what the pane does with them."""
         self.open_button.clicked.connect(self._choose_log)
-        self.prometheus_button = QPushButton("From Prometheus…")
-        self.prometheus_button.setToolTip("A node's GPU history from a Prometheus server")
+        self.open_here_button.clicked.connect(self._choose_log)
         self.prometheus_button.clicked.connect(self._choose_prometheus)
-        self.live_button = QPushButton("Live")
-        self.live_button.setToolTip("Sample this machine's GPUs through NVML")
         self.live_button.clicked.connect(self.start_live)
-        self.key = QLabel("")
-        self.key.setObjectName("gpuColourKey")
-        header.addWidget(self.status, 1)
-        header.addWidget(self.key)
-        header.addWidget(self.live_button)
-        header.addWidget(self.open_button)
-        header.addWidget(self.prometheus_button)
-        layout.addLayout(header)
-
-        self.banner = QFrame()
-        self.banner.setObjectName("gpuAlertBanner")
-        banner_layout = QHBoxLayout(self.banner)
-        banner_layout.setContentsMargins(8, 4, 8, 4)
-        self.banner_text = QLabel("")
-        self.banner_text.setWordWrap(True)
-        dismiss = QPushButton("Dismiss")
-        dismiss.clicked.connect(self.dismiss_banner)
-        banner_layout.addWidget(self.banner_text, 1)
-        banner_layout.addWidget(dismiss)
-        self.banner.hide()
-        layout.addWidget(self.banner)
-
-        self.placeholder = QWidget()
-        place = QVBoxLayout(self.placeholder)
-        place.addStretch(1)
-        self.placeholder_text = QLabel("")
-        self.placeholder_text.setObjectName("gpuNoDriver")
-        self.placeholder_text.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.placeholder_text.setWordWrap(True)
-        place.addWidget(self.placeholder_text)
-        open_here = QPushButton("Open a recorded log…")
-        open_here.setToolTip(self.open_button.toolTip())
-        open_here.clicked.connect(self._choose_log)
-        place.addWidget(open_here, 0, Qt.AlignmentFlag.AlignCenter)
-        place.addStretch(2)
-
-        splitter = QSplitter(Qt.Orientation.Vertical)
-        self.graphics = pg.GraphicsLayoutWidget()
-        self.plots: dict[str, pg.PlotItem] = {}
-        self.crosshairs: dict[str, pg.InfiniteLine] = {}
-        self.marks: dict[str, EventMarks] = {}
-        self.readouts: dict[str, pg.TextItem] = {}
-        first: pg.PlotItem | None = None
-        for row, (title, unit, _fields) in enumerate(PLOTS):
-            plot = self.graphics.addPlot(row=row, col=0,
-                                         axisItems={"bottom": ClockAxis()})
-            plot.setLabel("left", unit)
-            # every plot has its own labelled time axis: the plots scroll, so one axis under
-            # the last would be out of view on a small screen
-            plot.setLabel("bottom", TIME_LABEL)
-            plot.getAxis("left").setWidth(56)
-            plot.setMinimumHeight(MIN_PLOT_HEIGHT)
-            if first is None:
-                first = plot
-            else:
-                plot.setXLink(first)
+        self.dismiss_button.clicked.connect(self.dismiss_banner)
+        for title, plot in self.plots.items():
             plot.getViewBox().sigRangeChangedManually.connect(self._stop_following)
             plot.getViewBox().sigRangeChanged.connect(lambda *_a, t=title: self._place_readout(t))
-            marks = EventMarks(labelled=row == 0)
-            plot.addItem(marks, ignoreBounds=True)
-            cross = pg.InfiniteLine(angle=90, movable=False)
-            cross.hide()
-            plot.addItem(cross, ignoreBounds=True)
-            readout = pg.TextItem("", anchor=(0, 0))
-            readout.setZValue(1000)
-            readout.hide()
-            plot.addItem(readout, ignoreBounds=True)
-            self.crosshairs[title], self.readouts[title] = cross, readout
-            self.marks[title] = marks
-            self.plots[title] = plot
-        first.getViewBox().sigXRangeChanged.connect(self._view_moved)
-        self.threshold = pg.InfiniteLine(pos=self.temp_threshold, angle=0, movable=False,
-                                         label=f"alert above {self.temp_threshold:g} °C",
-                                         labelOpts={"position": 0.02, "anchors": [(0, 1), (0, 1)]})
-        self.threshold.setToolTip("Temperature alert threshold")
-        self.plots[PLOTS[0][0]].addItem(self.threshold, ignoreBounds=True)
+        self.plots[PLOTS[0][0]].getViewBox().sigXRangeChanged.connect(self._view_moved)
         self.graphics.scene().sigMouseMoved.connect(self._mouse_moved)
-        # Plots keep a readable height and scroll (laptop screens) rather than squash.
-        self.graphics.setMinimumHeight(len(PLOTS) * MIN_PLOT_HEIGHT + 40)
-        self.scroll = QScrollArea()
-        self.scroll.setObjectName("gpuCharts")
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setFrameShape(QFrame.Shape.NoFrame)
-        self.scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.scroll.setWidget(self.graphics)
-        charts = QWidget()
-        charts_layout = QVBoxLayout(charts)
-        charts_layout.setContentsMargins(0, 0, 0, 0)
-        self.readout = QLabel("Point at a chart to read every GPU's values at that time.")
-        self.readout.setObjectName("gpuReadout")
-        self.readout.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        charts_layout.addWidget(self.readout)
-        charts_layout.addWidget(self.scroll, 1)
-        splitter.addWidget(charts)
-
-        lower = QSplitter(Qt.Orientation.Horizontal)
-        self.table = QTableWidget(0, len(_TABLE_COLUMNS))
-        self.table.setHorizontalHeaderLabels(_TABLE_COLUMNS)
-        self.table.verticalHeader().hide()
-        self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.table.horizontalHeader().setStretchLastSection(True)
-        self.log = QTreeWidget()
-        self.log.setHeaderLabels(["Time", "GPU", "Severity", "Event"])
-        self.log.setRootIsDecorated(False)
-        self.log.header().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        self.log.header().setStretchLastSection(True)
-        lower.addWidget(self.table)
-        lower.addWidget(self.log)
-        lower.setSizes([820, 440])
-        splitter.addWidget(lower)
-        splitter.setStretchFactor(0, 1)  # a taller window grows the charts, not the table
-        splitter.setStretchFactor(1, 0)
-        splitter.setSizes([700, 200])
-        self.stack = QStackedWidget()
-        self.stack.addWidget(self.placeholder)
-        self.stack.addWidget(splitter)
-        layout.addWidget(self.stack, 1)
-        self._restyle()
 
     def _restyle(self) -> None:
         """Give charts, curves, markers and the banner the current palette's colours."""
@@ -449,7 +181,7 @@ class GpuPane(QWidget):
 
     def changeEvent(self, event: QEvent) -> None:
         """Recolour the charts when the theme switches between light and dark."""
-        if event.type() == QEvent.Type.PaletteChange and hasattr(self, "threshold"):
+        if event.type() == QEvent.Type.PaletteChange and self._built:
             self._restyle()
         super().changeEvent(event)
 
@@ -805,39 +537,9 @@ class GpuPane(QWidget):
 
     def _update_table(self, at: float | None = None) -> None:
         """Current values: each GPU's latest sample, or (replay cursor) those in force at `at`."""
-        gpus = self.store.gpus()
-        self.table.setRowCount(len(gpus))
-        palette = self.palette()
-        for row, gpu in enumerate(gpus):
-            s = self.store.latest(gpu) if at is None else self._sample_at(gpu, at)
-            if s is None:
-                self.table.setItem(row, 0, QTableWidgetItem(f"GPU{gpu} (no sample yet)"))
-                continue
-            state = []
-            if s.retired_pending:
-                state.append("retirement pending")
-            if s.remapped_pending:
-                state.append("remap pending")
-            if s.remapped_failure:
-                state.append("REMAP FAILED")
-            reasons = decode_clock_reasons(s.clocks_event_reasons)
-            cells = (
-                f"GPU{gpu} {(s.name or '').removeprefix('NVIDIA ')}".strip()
-                + (" (LOST)" if s.lost else ""),
-                _num(s.temperature_gpu, "°C"),
-                f"{_num(s.power_draw, '')} / {_num(s.power_limit, 'W')}",
-                _num(s.utilization_gpu, "%"),
-                f"{_num(s.memory_used, '')} / {_num(s.memory_total, 'MiB')}",
-                _num(s.clock_sm, "MHz"),
-                ", ".join(reasons) or ("n/a" if s.clocks_event_reasons is None else "none"),
-                _num(s.ecc_uncorrected_volatile, ""),
-                ", ".join(state) or "ok",
-            )
-            for col, text in enumerate(cells):
-                item = QTableWidgetItem(text)
-                if col == 0:
-                    item.setForeground(gpu_colour(gpu, palette))
-                self.table.setItem(row, col, item)
+        self.table.show_samples(
+            [(gpu, self.store.latest(gpu) if at is None else self._sample_at(gpu, at))
+             for gpu in self.store.gpus()], self.palette())
 
     # ---- alerts --------------------------------------------------------------------------
 

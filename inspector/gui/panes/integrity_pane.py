@@ -33,6 +33,7 @@ from inspector.gui import app as appmod
 from inspector.gui import roles
 from inspector.gui.action_reasons import DANGEROUS_COMPARE, compare_blocker, file_blocker
 from inspector.gui.document import FileDocument, Verification
+from inspector.gui.drops import DROP_OWNER
 from inspector.gui.jobs import EmitFn, Job, JobRunner
 from inspector.gui.pipeline import Pipeline
 from inspector.gui.verdict_style import status_style, tint
@@ -103,8 +104,6 @@ class ManifestDropZone(QFrame):
 
     def __init__(self, on_drop, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        from inspector.gui.main_window import DROP_OWNER
-
         self.setProperty(DROP_OWNER, True)
         self.setAcceptDrops(True)
         self.setFrameShape(QFrame.Shape.StyledPanel)

@@ -5,7 +5,7 @@ others can be hidden from the header's context menu or the Columns button (remem
 histogram panel collapses. The histogram follows the selection: when the filter hides the
 selected tensor it says so instead of showing a stale chart. The Radar view
 (`gui.widgets.radar_view` over `checkpoint.radar`) lays the weights along the model's depth; a
-cell selects its tensor here.
+cell selects its tensor here. The widgets are laid out by `tensors_layout`.
 """
 
 from __future__ import annotations
@@ -19,27 +19,7 @@ from typing import Any
 
 from PySide6.QtCore import QEvent, QItemSelectionModel, QModelIndex, QPoint, Qt, QTimer
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import (
-    QAbstractItemView,
-    QBoxLayout,
-    QButtonGroup,
-    QCheckBox,
-    QHBoxLayout,
-    QHeaderView,
-    QLabel,
-    QLineEdit,
-    QMenu,
-    QPushButton,
-    QSplitter,
-    QStackedWidget,
-    QTableView,
-    QTableWidget,
-    QTableWidgetItem,
-    QToolButton,
-    QTreeView,
-    QVBoxLayout,
-    QWidget,
-)
+from PySide6.QtWidgets import QBoxLayout, QTableWidgetItem, QWidget
 
 from inspector.checkpoint.radar import build_radar
 from inspector.core.vocabulary import DocumentState
@@ -50,17 +30,13 @@ from inspector.gui.panes.tensor_models import (
     COLUMNS,
     Row,
     Summary,
-    TensorTableModel,
-    TensorTreeModel,
     bad_brush,
     bytes_text,
-    display_order,
     number_text,
     shape_text,
 )
+from inspector.gui.panes.tensors_layout import NO_SELECTION, TensorsPaneLayout
 from inspector.gui.widgets import chart_style
-from inspector.gui.widgets.radar_view import RadarView
-from inspector.gui.widgets.toggle_button import ToggleButton
 
 FILTER_MS = 200
 """The filter applies once typing pauses, not on every keystroke."""
@@ -80,7 +56,6 @@ STAT_LABELS = (
     ("shared_with", "Shares storage with"), ("flags", "Flags"), ("digest", "SHA-256"),
 )
 HIDDEN_STATS = {"histogram", "type", "exponents"}
-NO_SELECTION = "Select a tensor to see its histogram and statistics."
 KEY_WIDTH_MAX = 280
 """The key column's widest automatic size: long keys elide, the priority columns stay in view."""
 SIDE_PANEL_MIN_WIDTH = 1200
@@ -94,8 +69,10 @@ VIEWS = ("table", "tree", "radar")
 """The views' names (QSettings `tensors/view`), in the order of their buttons."""
 
 
-class TensorsPane(QWidget):
+class TensorsPane(TensorsPaneLayout):
     """View over a document's tensor rows."""
+
+    _built = False  # restyled on a theme switch only once its state exists
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -106,155 +83,51 @@ class TensorsPane(QWidget):
         self._flush_timer.setSingleShot(True)
         self._flush_timer.setInterval(FLUSH_MS)
         self._flush_timer.timeout.connect(self._flush)
-        self._tree_stale = True
-        self._plot = None
-        self.selected: Row | None = None
-
-        self.filter = QLineEdit()
-        self.filter.setPlaceholderText("Filter keys (text, or a glob such as *.bias)")
-        self.filter.setClearButtonEnabled(True)
         self._filter_timer = QTimer(self)
         self._filter_timer.setSingleShot(True)
         self._filter_timer.setInterval(FILTER_MS)
         self._filter_timer.timeout.connect(self._filter_changed)
-        self.filter.textChanged.connect(self._filter_timer.start)
-        self.table_button = ToggleButton("Table", "One row per tensor", checked=True)
-        self.tree_button = ToggleButton("Tree", "Tensors grouped by dotted prefix")
-        self.radar_button = ToggleButton("Radar", "Corruption radar: absmax, std and NaN/Inf"
-                                         " share of every weight along the model's depth (a"
-                                         " flipped exponent bit lights up)")
-        group = QButtonGroup(self)
-        group.addButton(self.table_button, 0)
-        group.addButton(self.tree_button, 1)
-        group.addButton(self.radar_button, 2)
-        group.idClicked.connect(self._set_mode)
-        self.copy_button = QPushButton("Copy as CSV")
-        self.copy_button.setToolTip("Copy the selected rows (or all shown rows) as CSV")
-        self.copy_button.clicked.connect(self.copy_csv)
-        self.columns_button = QToolButton(text="Columns")
-        self.columns_button.setToolTip("Choose the table's columns (also on the header's"
-                                       " right-click menu)")
-        self.columns_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
-        self.details_button = ToggleButton("Histogram",
-                                           "Show or hide the histogram and statistics panel")
-        top = QHBoxLayout()
-        top.addWidget(self.filter, 1)
-        top.addWidget(self.table_button)
-        top.addWidget(self.tree_button)
-        top.addWidget(self.radar_button)
-        top.addWidget(self.columns_button)
-        top.addWidget(self.details_button)
-        top.addWidget(self.copy_button)
-
-        self.model = TensorTableModel(self)
-        self.table = QTableView()
-        self.table.setModel(self.model)
-        self.table.setSortingEnabled(True)
-        self.table.sortByColumn(-1, Qt.SortOrder.AscendingOrder)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setAlternatingRowColors(True)
-        self.table.setWordWrap(False)
-        self.table.setAccessibleName("Tensors")
-        vh = self.table.verticalHeader()
-        vh.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
-        vh.setDefaultSectionSize(self.fontMetrics().height() + 8)
-        vh.hide()
-        hh = self.table.horizontalHeader()
-        hh.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
-        hh.setStretchLastSection(True)
-        hh.setResizeContentsPrecision(200)
-        hh.setSectionsMovable(True)
-        for visual, logical in enumerate(display_order()):
-            hh.moveSection(hh.visualIndex(logical), visual)
-        self.column_menu = QMenu("Columns", self)
-        for column in COLUMNS:
-            action = self.column_menu.addAction(column.title)
-            action.setCheckable(True)
-            action.setData(column.field)
-            action.setEnabled(column.field != "key")  # a row needs its name
-            action.toggled.connect(lambda on, f=column.field: self.set_column_visible(f, on))
-        self.columns_button.setMenu(self.column_menu)
-        hh.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
-        hh.customContextMenuRequested.connect(self._header_menu)
-        hidden = appmod.settings().value("tensors/hidden_columns", [])
-        self._apply_hidden([hidden] if isinstance(hidden, str) else list(hidden or []))
+        self._tree_stale = True
+        self._plot = None
+        self.selected: Row | None = None
         self._sized = False
+        self._radar_source: tuple | None = None
+        self.side_panel = True  # the histogram panel beside the views, not under them
+        self._restore_choices()
+        self._connect()
+        view = appmod.settings().value("tensors/view", "table")
+        if view in VIEWS[1:]:
+            self.view_buttons.button(VIEWS.index(view)).setChecked(True)
+            self._set_mode(VIEWS.index(view))
+        self._built = True
+        self.set_document(None)
+
+    def _connect(self) -> None:
+        """The laid-out widgets' signals to what the pane does with them."""
+        self.filter.textChanged.connect(self._filter_timer.start)
+        self.view_buttons.idClicked.connect(self._set_mode)
+        self.copy_button.clicked.connect(self.copy_csv)
+        for action, column in zip(self.column_menu.actions(), COLUMNS, strict=True):
+            action.toggled.connect(lambda on, f=column.field: self.set_column_visible(f, on))
+        self.table.horizontalHeader().customContextMenuRequested.connect(self._header_menu)
         self.table.selectionModel().currentRowChanged.connect(self._table_current)
         self.model.modelReset.connect(self._follow_selection)
-
-        self.tree_model = TensorTreeModel(self)
-        self.tree = QTreeView()
-        self.tree.setModel(self.tree_model)
-        self.tree.setUniformRowHeights(True)
-        self.tree.setAlternatingRowColors(True)
-        self.tree.setAccessibleName("Tensors by prefix")
-        self.tree.header().resizeSection(0, 280)
         self.tree.selectionModel().currentChanged.connect(self._tree_current)
-
-        self.radar = RadarView()
         self.radar.key_selected.connect(self._radar_selected)
         self.radar.key_opened.connect(self._radar_opened)
-        self._radar_source: tuple | None = None
+        self.log_scale.toggled.connect(self._log_scale_changed)
+        self.details_button.toggled.connect(self._toggle_details)
 
-        self.views = QStackedWidget()
-        self.views.addWidget(self.table)
-        self.views.addWidget(self.tree)
-        self.views.addWidget(self.radar)
-
-        self.detail_title = QLabel(NO_SELECTION)
-        self.detail_title.setWordWrap(True)
-        self.log_scale = QCheckBox("Log scale")
-        self.log_scale.setToolTip("Counts on a log axis: a few outliers (one flipped exponent)"
-                                  " stay visible beside millions of ordinary values")
+    def _restore_choices(self) -> None:
+        """The hidden columns, log scale and histogram panel the user last chose; before the
+        signals are connected, as restoring them is no change to remember or redraw."""
+        hidden = appmod.settings().value("tensors/hidden_columns", [])
+        self._apply_hidden([hidden] if isinstance(hidden, str) else list(hidden or []))
         self.log_scale.setChecked(appmod.settings().value("tensors/histogram_log", False,
                                                           type=bool))
-        self.log_scale.toggled.connect(self._log_scale_changed)
-        self.plot_holder = QVBoxLayout()
-        self.stats = QTableWidget(0, 2)
-        self.stats.setHorizontalHeaderLabels(["Statistic", "Value"])
-        self.stats.verticalHeader().hide()
-        self.stats.horizontalHeader().setStretchLastSection(True)
-        self.stats.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.stats.setAccessibleName("Statistics of the selected tensor")
-        self.detail = QWidget()
-        self.detail.setMinimumWidth(240)
-        dl = QVBoxLayout(self.detail)
-        dl.setContentsMargins(0, 0, 0, 0)
-        title_row = QHBoxLayout()
-        title_row.addWidget(self.detail_title, 1)
-        title_row.addWidget(self.log_scale, 0, Qt.AlignmentFlag.AlignTop)
-        dl.addLayout(title_row)
-        self.detail_body = QBoxLayout(QBoxLayout.Direction.TopToBottom)
-        self.detail_body.addLayout(self.plot_holder, 1)
-        self.detail_body.addWidget(self.stats, 1)
-        dl.addLayout(self.detail_body, 1)
-
-        self.splitter = QSplitter(Qt.Orientation.Horizontal)
-        self.splitter.addWidget(self.views)
-        self.splitter.addWidget(self.detail)
-        self.splitter.setCollapsible(0, False)
-        self.splitter.setStretchFactor(0, 3)
-        self.splitter.setStretchFactor(1, 1)
-        self.splitter.setSizes([860, 320])
-        self.side_panel = True
         shown = appmod.settings().value("tensors/details", True, type=bool)
         self.details_button.setChecked(shown)
         self.detail.setVisible(shown)
-        self.details_button.toggled.connect(self._toggle_details)
-
-        self.summary_label = QLabel()
-        self.summary_label.setWordWrap(True)
-        self.summary_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-
-        layout = QVBoxLayout(self)
-        layout.addLayout(top)
-        layout.addWidget(self.splitter, 1)
-        layout.addWidget(self.summary_label)
-        view = appmod.settings().value("tensors/view", "table")
-        if view in VIEWS[1:]:
-            group.button(VIEWS.index(view)).setChecked(True)
-            self._set_mode(VIEWS.index(view))
-        self.set_document(None)
 
     # --- document ----------------------------------------------------------------------
 
@@ -594,7 +467,7 @@ class TensorsPane(QWidget):
 
     def changeEvent(self, event: QEvent) -> None:
         """Restyle the chart and row marks when the theme switches between light and dark."""
-        if event.type() == QEvent.Type.PaletteChange and hasattr(self, "tree_model"):
+        if event.type() == QEvent.Type.PaletteChange and self._built:
             self.model.bad_brush = self.tree_model.bad_brush = bad_brush(self.palette())
             if self._plot is not None:
                 self._style_plot()
