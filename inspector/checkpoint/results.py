@@ -67,6 +67,17 @@ class LoadError(JsonRecord):
 
 
 @dataclass
+class ShardFile(JsonRecord):
+    """One file of a sharded checkpoint's inspection: its format, tensors, size and hash."""
+
+    file: str
+    format: str | None = None
+    tensors: int | None = None
+    bytes: int | None = None
+    sha256: str | None = None
+
+
+@dataclass
 class InspectResult(JsonRecord):
     """The inspect contract: the scan, the jail, every tensor and object, and what they say."""
 
@@ -92,7 +103,7 @@ class InspectResult(JsonRecord):
     code_archive: dict[str, Any] | None = None
     index: str | None = None
     """A sharded checkpoint's index file (None for one file)."""
-    shards: list[dict[str, Any]] | None = None
+    shards: list[ShardFile] | None = field(default=None, metadata=typed_list(ShardFile))
     problems: list[dict[str, Any]] | None = None
     aliases: list[dict[str, Any]] | None = None
 

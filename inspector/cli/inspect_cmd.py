@@ -154,8 +154,8 @@ def shard_lines(report: InspectResult) -> list[str]:
     """A sharded checkpoint: its index, each shard, tied keys and the coverage problems."""
     shards = report.shards or []
     lines = [f"shards:   {len(shards)} in {report.index}"]
-    lines.extend(f"  {s['file']}  {s['format']}  {_num(s['tensors'])} tensors  "
-                 f"{s['bytes'] or 0:,} bytes  sha256 {s['sha256'] or '-'}" for s in shards)
+    lines.extend(f"  {s.file}  {s.format}  {_num(s.tensors)} tensors  "
+                 f"{s.bytes or 0:,} bytes  sha256 {s.sha256 or '-'}" for s in shards)
     lines.extend(f"  alias {a['key']} -> {a['stored_as']} (shared storage in {a['shard']})"
                  for a in report.aliases or ())
     problems = report.problems or []

@@ -244,7 +244,8 @@ def _parse_tsv(lines: list[str], name: str) -> list[FileEntry]:
         size = None
         if "size" in col and cells[col["size"]].strip():
             size = _parse_size(cells[col["size"]].strip(), where)
-        fmt = (cells[col["format"]].strip() or None) if "format" in col else None
+        at = col.get("format")
+        fmt = (cells[at].strip() or None) if at is not None else None
         entry = FileEntry(
             path=_clean_path(cells[col["path"]], where),
             sha256=digest.lower(),

@@ -95,7 +95,7 @@ def shards_info(inspect: InspectResult | None) -> ShardsInfo | None:
     """The shards of a sharded checkpoint's inspect result; None for anything else."""
     if inspect is None or not inspect.index:
         return None
-    return ShardsInfo(index=inspect.index, files=list(inspect.shards or []),
+    return ShardsInfo(index=inspect.index, files=[s.to_json() for s in inspect.shards or []],
                       problems=list(inspect.problems or []))
 
 

@@ -5,6 +5,7 @@ file imports globals to allow."""
 from __future__ import annotations
 
 import html
+from enum import StrEnum
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QFont, QGuiApplication
@@ -119,6 +120,31 @@ class VerdictBanner(QFrame):
         self.setAccessibleName(f"{self.caption}: {style.word}")
 
 
+class Row(StrEnum):
+    """A row of the Overview's form (its key in `OverviewPane.fields`)."""
+
+    PATH = "path"
+    FORMAT = "format"
+    SIZE = "size"
+    SHARDS = "shards"
+    SHA256 = "sha256"
+    SANDBOX = "sandbox"
+    WEIGHTS_ONLY = "weights_only"
+    STATE = "state"
+    CONTENTS = "contents"
+    ARCHITECTURE = "architecture"
+    TRAINING = "training"
+    CODE = "code"
+
+
+ROWS = ((Row.PATH, "File"), (Row.FORMAT, "Format"), (Row.SIZE, "Size"), (Row.SHARDS, "Shards"),
+        (Row.SHA256, "SHA-256"), (Row.SANDBOX, "Sandbox"),
+        (Row.WEIGHTS_ONLY, "weights_only=True"), (Row.STATE, "Status"),
+        (Row.CONTENTS, "Contents"), (Row.ARCHITECTURE, "Architecture"),
+        (Row.TRAINING, "Training state"), (Row.CODE, "Code"))
+"""The form's rows, in order, with their labels."""
+
+
 class OverviewPane(QWidget):
     """Summary of one document; asks before loading a suspicious file."""
 
@@ -156,25 +182,12 @@ class OverviewPane(QWidget):
         form = QFormLayout()
         form.setLabelAlignment(Qt.AlignmentFlag.AlignRight)
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
-        for key, label in (
-            ("path", "File"),
-            ("format", "Format"),
-            ("size", "Size"),
-            ("shards", "Shards"),
-            ("sha256", "SHA-256"),
-            ("sandbox", "Sandbox"),
-            ("weights_only", "weights_only=True"),
-            ("state", "Status"),
-            ("contents", "Contents"),
-            ("architecture", "Architecture"),
-            ("training", "Training state"),
-            ("code", "Code"),
-        ):
+        for key, label in ROWS:
             value = QLabel("—")
             value.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
             value.setWordWrap(True)
             self.fields[key] = value
-            if key == "sha256":
+            if key == Row.SHA256:
                 mono = QFont("monospace")
                 mono.setStyleHint(QFont.StyleHint.Monospace)
                 value.setFont(mono)
@@ -203,7 +216,7 @@ class OverviewPane(QWidget):
                 form.addRow(label + ":", row)
             else:
                 form.addRow(label + ":", value)
-        self.model_summary = ModelSummary(form, self.fields["architecture"])
+        self.model_summary = ModelSummary(form, self.fields[Row.ARCHITECTURE])
         self.form = form
 
         self.findings = EvidenceBrowser()
@@ -253,24 +266,24 @@ class OverviewPane(QWidget):
         health_text = health_explanation(status, _loaded(doc))
         self.health_banner.show_style(health_style(status), health_text,
                                       _health_detail(doc.health) or health_text.meaning)
-        self.fields["path"].setText(str(doc.path))
-        self.fields["format"].setText(str(scan.get("format") or "—"))
-        self.fields["size"].setText(human_size(doc.size))
+        self.fields[Row.PATH].setText(str(doc.path))
+        self.fields[Row.FORMAT].setText(str(scan.get("format") or "—"))
+        self.fields[Row.SIZE].setText(human_size(doc.size))
         shards = coverage_text(doc.inspect or {})
-        self.fields["shards"].setText(shards or "—")
-        self.form.setRowVisible(self.fields["shards"], shards is not None)
+        self.fields[Row.SHARDS].setText(shards or "—")
+        self.form.setRowVisible(self.fields[Row.SHARDS], shards is not None)
         hashing = (doc.state in (DocumentState.QUEUED, DocumentState.LOADING,
                                  DocumentState.BLOCKED, DocumentState.DECLINED,
                                  DocumentState.ERROR)
                    and has_one_sha256(doc.path))
-        self.fields["sha256"].setText(doc.sha256 or ("computing…" if hashing else "—"))
+        self.fields[Row.SHA256].setText(doc.sha256 or ("computing…" if hashing else "—"))
         self.copy_button.setEnabled(bool(doc.sha256))
         flagged = doc.verdict in FLAGGED
         self.indicators_button.setEnabled(flagged)
         self.indicators_button.setToolTip(INDICATORS_TIP if flagged else INDICATORS_DISABLED_TIP)
-        self.fields["sandbox"].setText(_sandbox_text(doc))
-        self.fields["weights_only"].setText(_weights_only_text(doc))
-        self.fields["state"].setText(
+        self.fields[Row.SANDBOX].setText(_sandbox_text(doc))
+        self.fields[Row.WEIGHTS_ONLY].setText(_weights_only_text(doc))
+        self.fields[Row.STATE].setText(
             doc.state_words() + (f": {doc.message}" if doc.message else "")
         )
         names = doc.globals_to_allow()
@@ -288,11 +301,11 @@ class OverviewPane(QWidget):
             )
         contents = summarize(doc.tensors, doc.objects,
                              doc.result.unique_storage if doc.result is not None else None)
-        self.fields["contents"].setText(contents_text(contents) if doc.tensors else "—")
-        self.fields["training"].setText(training_summary(contents) or "—")
+        self.fields[Row.CONTENTS].setText(contents_text(contents) if doc.tensors else "—")
+        self.fields[Row.TRAINING].setText(training_summary(contents) or "—")
         self.model_summary.show(doc.result)
         code = code_summary(doc.inspect)
-        self.fields["code"].setText(code or "—")
+        self.fields[Row.CODE].setText(code or "—")
         self.form.setRowVisible(self.code_row, code is not None)
         self.findings.setHtml(_findings_html(doc))
 

@@ -59,8 +59,8 @@ def _inspect_set(shards: ShardSet, on_event: EventFn | None, options: dict, jobs
     present = {name: file for name, file in zip(index.shards(), shards.files, strict=True)
                if file.is_file()}
     scans, summed = scan_set(shards)
-    report.update(scan=summed, size=sum(s.get("size") or 0 for s in scans.values()))
-    report["format"] = report["scan"]["format"]
+    report.update(scan=summed, format=summed.get("format"),
+                  size=sum(s.get("size") or 0 for s in scans.values()))
     problems = check_files(index)
     loaded: dict[int, ShardResult] = {}  # by shard number, the failed one included
     try:

@@ -18,7 +18,7 @@ from inspector.checkpoint.health import assess
 from inspector.core.progress import CancelToken
 from inspector.integrity.hashing import DIGEST_ALGORITHM
 from inspector.layout.torchscript import CODE_ARCHIVES
-from inspector.tensors.by_format import load_request
+from inspector.tensors.by_format import LoadSpec, load_request
 from inspector.tensors.describe import describe_tensors
 from inspector.tensors.load import split_leaves
 from inspector.tensors.mapped import PageReleaser
@@ -55,6 +55,7 @@ def inspect(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
                                threads=request["_threads"])
     result = {"digest_algorithm": DIGEST_ALGORITHM, "tensors": records, "objects": objects_out,
               "unique_storage": unique_storage(tensors), "health": assess(records).to_json()}
-    if request.get("format") in CODE_ARCHIVES:
-        result.update(code_report(path, request["format"]))
+    fmt = LoadSpec.of(request).format
+    if fmt in CODE_ARCHIVES:
+        result.update(code_report(path, fmt))
     return result
