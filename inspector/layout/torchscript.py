@@ -25,6 +25,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from inspector.core.dtypes import EXPORT_CODES
 from inspector.core.flatten import flatten, unique_keys
 from inspector.core.termtext import escape
 from inspector.formats import zip_kind
@@ -48,11 +49,7 @@ MAX_CONFIG_BYTES = 64 << 20
 MAX_CODE_BYTES = 16 << 20
 """A code file judged whole; a larger one is refused (NotCovered)."""
 # torch._export.serde.schema.ScalarType (tests check it against the installed torch).
-EXPORT_DTYPES = {1: "uint8", 2: "int8", 3: "int16", 4: "int32", 5: "int64", 6: "float16",
-                 7: "float32", 8: "float64", 9: "complex32", 10: "complex64",
-                 11: "complex128", 12: "bool", 13: "bfloat16", 28: "uint16",
-                 29: "float8_e4m3fn", 30: "float8_e5m2", 31: "float8_e4m3fnuz",
-                 32: "float8_e5m2fnuz", 33: "float8_e8m0fnu", 34: "uint32", 35: "uint64"}
+EXPORT_DTYPES = EXPORT_CODES
 _STRIDED = 7  # torch._export.serde.schema.Layout.Strided
 _SCRIPT_BOOKKEEPING = ("version", ".data/version", "byteorder", ".data/serialization_id",
                        ".format_version", ".storage_alignment")

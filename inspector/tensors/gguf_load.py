@@ -16,13 +16,12 @@ from dataclasses import dataclass
 
 import torch
 
+from inspector.core.dtypes import GGUF_DENSE
 from inspector.core.vocabulary import Severity
 from inspector.formats import gguf_header
 from inspector.tensors.load import LoadError
 
-DTYPES = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-          "F64": torch.float64, "I8": torch.int8, "I16": torch.int16, "I32": torch.int32,
-          "I64": torch.int64}
+DTYPES = {code: getattr(torch, name) for code, name in GGUF_DENSE.items()}
 
 
 @dataclass(frozen=True)

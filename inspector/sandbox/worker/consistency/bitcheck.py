@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from inspector.checkpoint.bitflip import layout_for
+from inspector.core.dtypes import REGISTRY
 from inspector.core.errors import CodedError
 from inspector.core.flatten import flatten, unique_keys
 
@@ -26,15 +27,7 @@ _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 # torch.testing.assert_close's documented default (rtol, atol) per dtype (exact otherwise),
 # applied with torch.isclose as assert_close does: its failure path builds a message that
 # imports hundreds of modules, seconds in the middle of a timed run.
-ASSERT_CLOSE_TOLERANCES = {
-    torch.float16: (1e-3, 1e-5),
-    torch.bfloat16: (1.6e-2, 1e-5),
-    torch.float32: (1.3e-6, 1e-5),
-    torch.float64: (1e-7, 1e-7),
-    torch.complex32: (1e-3, 1e-5),
-    torch.complex64: (1.3e-6, 1e-5),
-    torch.complex128: (1e-7, 1e-7),
-}
+ASSERT_CLOSE_TOLERANCES = {getattr(torch, d.name): d.close for d in REGISTRY if d.close}
 
 
 class ConsistencyError(CodedError):
