@@ -113,6 +113,48 @@ class InspectResult(JsonRecord):
         return self.error is None
 
 
+# --- consistency -----------------------------------------------------------------------
+
+
+@dataclass
+class ConsistencyResult(JsonRecord):
+    """The consistency contract: whether repeated runs on a device agreed, per weight matrix
+    (`probe`) or per model output (`model`), with the fault injected on purpose, if any."""
+
+    mode: str = "probe"
+    consistent: bool = False
+    device: str | None = None
+    device_label: str | None = None
+    repeats: int | None = None
+    tensors: list[dict[str, Any]] = field(default_factory=list)
+    """`probe`: each weight matrix's checks (status, mismatches, reference, round trip)."""
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    """`model`: each output's checks."""
+    iterations: list[dict[str, Any]] = field(default_factory=list)
+    resident_mismatches: list[dict[str, Any]] = field(default_factory=list)
+    nonfinite_weights: list[str] = field(default_factory=list)
+    injected: dict[str, Any] | None = None
+    error: str | None = None
+    scan_verdict: Verdict | str | None = field(default=None, metadata=word(Verdict))
+    probed_tensors: int | None = None
+    probed_bytes: int | None = None
+    weights_gb_per_s: float | None = field(default=None, metadata=NUMBER)
+    factory: str | None = None
+    missing_keys: list[str] = field(default_factory=list)
+    unexpected_keys: list[str] = field(default_factory=list)
+    reload: dict[str, Any] | None = None
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The checked rows of its mode: weight matrices, or model outputs."""
+        return self.tensors if self.mode == "probe" else self.outputs
+
+    @property
+    def nonfinite_rows(self) -> list[dict[str, Any]]:
+        """Weight matrices holding NaN/Inf, on which no device can be judged."""
+        return [row for row in self.tensors if row.get("nonfinite")]
+
+
 # --- diff ------------------------------------------------------------------------------
 
 

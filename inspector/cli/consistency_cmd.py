@@ -11,6 +11,7 @@ import re
 import sys
 from typing import Any
 
+from inspector.checkpoint.results import ConsistencyResult
 from inspector.cli.common import (
     EXIT_JAIL,
     JAIL_ERRORS,
@@ -106,37 +107,35 @@ def _fmt(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
-def format_result(result: dict[str, Any]) -> list[str]:
+def format_result(result: ConsistencyResult) -> list[str]:
     """The human summary of a consistency result."""
     from inspector.sandbox.host.consistency_job import describe_element
 
-    verdict = "CONSISTENT" if result["consistent"] else "INCONSISTENT"
-    bad = nonfinite_rows(result)
-    if bad and result["consistent"]:
+    verdict = "CONSISTENT" if result.consistent else "INCONSISTENT"
+    bad = result.nonfinite_rows
+    if bad and result.consistent:
         verdict = "NOT JUDGED"
-    lines = [f"{verdict} on {result['device_label']} ({result['repeats']} runs, "
-             f"{result['mode']})"]
+    lines = [f"{verdict} on {result.device_label} ({result.repeats} runs, {result.mode})"]
     for row in bad:
         lines.append(f"  the weights hold NaN/Inf in {row['key']} ({row['nonfinite']} value(s), "
                      f"first at element {row['first_nonfinite']}): the device cannot be judged "
                      "on them; inspect the file, then diff it against a good copy")
-    if result.get("injected"):
-        f = result["injected"]
+    if result.injected:
+        f = result.injected
         lines.append(f"  injected: bit {f['bit']} of {f['key']} element {f['index']} "
                      f"before run {f['iteration']}")
-    if result["mode"] == "probe":
-        rate = result.get("weights_gb_per_s")
-        lines.append(f"  probed {result['probed_tensors']} weight matrices "
-                     f"({result['probed_bytes'] / 1e6:.1f} MB)"
+    if result.mode == "probe":
+        rate = result.weights_gb_per_s
+        lines.append(f"  probed {result.probed_tensors} weight matrices "
+                     f"({(result.probed_bytes or 0) / 1e6:.1f} MB)"
                      + (f", {rate:.2f} GB/s of weights" if isinstance(rate, float) else ""))
-        rows = result["tensors"]
     else:
-        lines.append(f"  model {result['factory']}: missing keys {result['missing_keys'] or 'none'}"
-                     f", unexpected keys {result['unexpected_keys'] or 'none'}")
-        rows = result["outputs"]
-        if result.get("reload") is not None:
-            lines.append("  reload check: " + ("same output" if result["reload"]["consistent"]
+        lines.append(f"  model {result.factory}: missing keys {result.missing_keys or 'none'}"
+                     f", unexpected keys {result.unexpected_keys or 'none'}")
+        if result.reload is not None:
+            lines.append("  reload check: " + ("same output" if result.reload["consistent"]
                                                else "OUTPUT DIFFERS after a fresh load"))
+    rows = result.rows
     for row in rows:
         if row["status"] != CheckStatus.FAIL:
             continue
@@ -152,19 +151,14 @@ def format_result(result: dict[str, Any]) -> list[str]:
         lines.append(f"  FAIL {row['key']}: " + ("; ".join(why) or "see resident check"))
         first = row.get("first_mismatch")
         if first and "bits" in first:
-            name = "output" if result["mode"] == "model" else f"{row['key']} @ x"
+            name = "output" if result.mode == "model" else f"{row['key']} @ x"
             lines.append(f"    first mismatch in run {first['iteration']}: "
                          + describe_element(name, first))
-    for resident in result.get("resident_mismatches", []):
+    for resident in result.resident_mismatches:
         lines.append(f"  device copy of {resident['key']} differs from the checkpoint in "
                      f"{resident['changed_elements']} element(s):")
         lines += [f"    {describe_element(resident['key'], e)}" for e in resident["elements"]]
     return lines
-
-
-def nonfinite_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """The probed weights that hold NaN or Inf (no reference can judge a device on them)."""
-    return [row for row in result.get("tensors") or () if row.get("nonfinite")]
 
 
 def _on_event(event: dict[str, Any]) -> None:
@@ -203,10 +197,11 @@ def run(args: argparse.Namespace) -> int:
     except SandboxError as exc:
         _err(f"{args.file}: {exc.message}")
         return _CODE_EXITS.get(exc.code, EXIT_NOT_LOADED)
+    typed = ConsistencyResult.from_json(result)
     if args.json:
         print(json.dumps(result, allow_nan=False))
     else:
-        print("\n".join(format_result(result)))
-    if not result["consistent"]:
+        print("\n".join(format_result(typed)))
+    if not typed.consistent:
         return EXIT_INCONSISTENT
-    return EXIT_BAD_WEIGHTS if nonfinite_rows(result) else EXIT_CONSISTENT
+    return EXIT_BAD_WEIGHTS if typed.nonfinite_rows else EXIT_CONSISTENT

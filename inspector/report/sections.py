@@ -11,9 +11,15 @@ from typing import TYPE_CHECKING
 
 from inspector.checkpoint.contents import summarize, tally_dtypes, training_summary
 from inspector.checkpoint.health import assess
-from inspector.checkpoint.results import ConversionResult, DiffResult, InspectResult, TensorStats
+from inspector.checkpoint.results import (
+    ConsistencyResult,
+    ConversionResult,
+    DiffResult,
+    InspectResult,
+    TensorStats,
+)
 from inspector.checkpoint.resume import headline, item_label, status_word
-from inspector.core.json_record import records
+from inspector.core.json_record import as_result, records
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.core.vocabulary import FileStatus, LoadStatus, StepStatus, TensorCheckStatus, Verdict
 from inspector.fleet.objstore import is_url
@@ -275,34 +281,34 @@ def conversion_info(conversion: ConversionResult | None) -> ConversionInfo | Non
     )
 
 
-def consistency_info(result: dict | None) -> ConsistencyInfo | None:
+def consistency_info(result: dict | ConsistencyResult | None) -> ConsistencyInfo | None:
     """A consistency result as a section: status, failures and the per-run series."""
+    result = as_result(ConsistencyResult, result)
     if result is None:
         return None
-    rows = (result.get("tensors") or []) + (result.get("outputs") or [])
     failures = [{k: row[k] for k in FAILURE_KEYS if k in row}
-                for row in rows if row.get("status") == FAIL]
+                for row in result.tensors + result.outputs if row.get("status") == FAIL]
     failures += [{"key": r.get("key"), "status": "device copy differs",
                   "changed_elements": r.get("changed_elements")}
-                 for r in result.get("resident_mismatches") or []]
-    series = [v for v in (_number(i.get("max_abs_diff")) for i in result.get("iterations") or [])
+                 for r in result.resident_mismatches]
+    series = [v for v in (_number(i.get("max_abs_diff")) for i in result.iterations)
               if v is not None]
-    self_test = result.get("injected")
-    error = result.get("error")
-    bad = result.get("nonfinite_weights") or []
+    self_test = result.injected
+    error = result.error
+    bad = result.nonfinite_weights
     if bad and not error and not self_test:  # no reference can judge a device on NaN weights
         error = (f"not judged: the weights hold NaN/Inf in {', '.join(bad[:5])}, so the device "
                  "cannot be judged on them")
     finished = not error
     # a self-test passes when the detector saw the bit it was given
-    passed = finished and bool(result.get("consistent")) != bool(self_test)
+    passed = finished and bool(result.consistent) != bool(self_test)
     return ConsistencyInfo(
         status=PASS if passed else FAIL,
-        device=result.get("device_label") or result.get("device"),
-        repeats=result.get("repeats"),
+        device=result.device_label or result.device,
+        repeats=result.repeats,
         failures=failures,
         series=_thin(series),
-        details={k: v for k, v in result.items() if k not in CONSISTENCY_BULK},
+        details={k: v for k, v in result.to_json().items() if k not in CONSISTENCY_BULK},
         error=error,
         self_test=self_test,
     )
