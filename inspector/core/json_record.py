@@ -43,6 +43,8 @@ def records(items: Iterable[JsonRecord]) -> list[dict[str, Any]]:
 
 NUMBER = {"load": _number, "dump": strict_float}
 """Field metadata of a number that may be non-finite."""
+TRANSIENT = {"transient": True}
+"""Field metadata of what a record holds in memory and never writes (nor reads)."""
 
 
 def word(vocabulary: type[StrEnum]) -> dict[str, Callable]:
@@ -105,7 +107,8 @@ class JsonRecord:
 def _spec(cls: type) -> tuple[tuple[str, Callable | None, Callable | None], ...]:
     """(name, load, dump) of each JSON field of a record class, in declaration order."""
     return tuple((f.name, f.metadata.get("load"), f.metadata.get("dump"))
-                 for f in fields(cls) if f.name not in JsonRecord._OWN)
+                 for f in fields(cls)
+                 if f.name not in JsonRecord._OWN and not f.metadata.get("transient"))
 
 
 def as_result(cls: type[R], value: R | dict[str, Any] | None) -> R | None:

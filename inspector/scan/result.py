@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Any
 
+from inspector.core.json_record import TRANSIENT, JsonRecord, typed_list
 from inspector.core.vocabulary import Verdict
 from inspector.scan.pickles.policy import real_name
 
@@ -28,6 +30,11 @@ class GlobalUse:
         """The import as a user writes it (`os.system` for a pickle's `posix.system`)."""
         return real_name(self.module, self.name)
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> GlobalUse:
+        """The import back from its contract form (`import` is derived, not stored)."""
+        return _from_fields(cls, data)
+
     def to_json(self) -> dict:
         """Contract form: module, name, count, severity (+ reason, members, import, calls,
         call_sites)."""
@@ -47,55 +54,40 @@ class Finding:
     offset: int | None = None
     call: str | None = None  # the call it concerns, as pseudo-Python
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Finding:
+        """The finding back from its contract form."""
+        return _from_fields(cls, data)
+
     def to_json(self) -> dict:
         """Contract form (+ call)."""
         return {"severity": self.severity, "code": self.code, "message": self.message,
                 "member": self.member, "offset": self.offset, "call": self.call}
 
 
+def _milliseconds(value: float) -> float:
+    return round(value, 3)
+
+
 @dataclass
-class ScanResult:
-    """Everything the static scan learned about one file."""
+class ScanResult(JsonRecord):
+    """Everything the static scan learned about one file: the `scan` contract (README), plus
+    blockers, pickles walked, size and timing; typed wherever it crosses a layer."""
 
     path: str
     format: str = "unknown"
     verdict: str = Verdict.SAFE
     weights_only_ok: bool = False
-    globals: list[GlobalUse] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
+    globals: list[GlobalUse] = field(default_factory=list, metadata=typed_list(GlobalUse))
+    findings: list[Finding] = field(default_factory=list, metadata=typed_list(Finding))
     error: str | None = None
     weights_only_blockers: list[str] = field(default_factory=list)
     weights_only_source: str = ""
     pickles: list[dict] = field(default_factory=list)
     size: int = 0
-    elapsed_ms: float = 0.0
+    elapsed_ms: float = field(default=0.0, metadata={"dump": _milliseconds})
     # what the loaders' own readers still have to read (`scan.readings`); never serialised
-    _blobs: list = field(default_factory=list, repr=False, compare=False)
-
-    def to_json(self) -> dict:
-        """The `scan` contract (README), plus blockers, pickles walked, size and timing."""
-        return {
-            "path": self.path,
-            "format": self.format,
-            "verdict": self.verdict,
-            "weights_only_ok": self.weights_only_ok,
-            "globals": [g.to_json() for g in self.globals],
-            "findings": [f.to_json() for f in self.findings],
-            "error": self.error,
-            "weights_only_blockers": self.weights_only_blockers,
-            "weights_only_source": self.weights_only_source,
-            "pickles": self.pickles,
-            "size": self.size,
-            "elapsed_ms": round(self.elapsed_ms, 3),
-        }
-
-    @classmethod
-    def from_json(cls, data: dict) -> ScanResult:
-        """The result back from its contract form (a batch's results file)."""
-        known = {f.name for f in fields(cls)} - {"globals", "findings"}
-        return cls(**{k: v for k, v in data.items() if k in known},
-                   globals=[_from_fields(GlobalUse, g) for g in data.get("globals", ())],
-                   findings=[_from_fields(Finding, f) for f in data.get("findings", ())])
+    _blobs: list = field(default_factory=list, repr=False, compare=False, metadata=TRANSIENT)
 
 
 def _from_fields(cls: type, data: dict):
