@@ -39,6 +39,7 @@ from inspector.sandbox.host.launch import (
     worker_env,
 )
 from inspector.sandbox.host.operations import (
+    InspectOptions,
     convert_file,
     diff_files,
     diff_result,
@@ -94,8 +95,8 @@ def inspect_file(
     (`inspect_shards`, which passes each shard's `scan`, made before any load), its shards
     loaded `jobs` at a time; anything else is one file (`operations.inspect_one`).
     """
+    options = InspectOptions(tuple(allow_globals), override_dangerous, on_event, cancel,
+                             timeout, limits)
     if is_sharded_input(Path(path)):
-        return inspect_path(path, allow_globals, override_dangerous, on_event, cancel, timeout,
-                            limits, jobs)
-    return inspect_one(path, allow_globals, override_dangerous, on_event, cancel, timeout,
-                       limits, scan)
+        return inspect_path(path, options, jobs)
+    return inspect_one(path, options, scan)

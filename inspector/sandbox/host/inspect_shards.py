@@ -12,50 +12,40 @@ finished in. A folder with no index but one checkpoint file is that file.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from inspector.core.progress import CancelToken
 from inspector.sandbox.host.admission import check_loadable
 from inspector.sandbox.host.jobs import EventFn, SandboxError
 from inspector.sandbox.host.launch import fork_server
-from inspector.sandbox.host.operations import inspect_one
+from inspector.sandbox.host.operations import InspectOptions, inspect_one
 from inspector.sandbox.host.parallel import run_parallel
 from inspector.shards.index import ShardError, check_files
 from inspector.shards.inspect import ShardResult, merge, new_report, scan_set, shard_summary
 from inspector.shards.shard_set import ShardSet, resolve
 
 
-def inspect_path(
-    path: str | os.PathLike[str],
-    allow_globals: Iterable[str] = (),
-    override_dangerous: bool = False,
-    on_event: EventFn | None = None,
-    cancel: CancelToken | None = None,
-    timeout: float | None = None,
-    limits: dict | None = None,
-    jobs: int = 1,
-) -> dict:
+def inspect_path(path: str | os.PathLike[str], options: InspectOptions,
+                 jobs: int = 1) -> dict:
     """The `inspect` contract of the checkpoint a folder or index names (see the module).
 
     With several `jobs`, the first shard that fails cancels `cancel` (as `run_parallel`
     does), which stops the others' workers."""
-    options = {"allow_globals": list(allow_globals), "override_dangerous": override_dangerous,
-               "cancel": cancel, "timeout": timeout, "limits": limits}
     try:
         shards = resolve(path, strict=False)
     except ShardError as exc:
-        report = new_report(Path(os.path.abspath(path)), None, options["allow_globals"])
+        report = new_report(Path(os.path.abspath(path)), None, list(options.allow_globals))
         report["error"] = {"code": "bad_shards", "message": str(exc), "globals": []}
         return report
     if shards.index is None:
-        return inspect_one(shards.files[0], on_event=on_event, **options)
-    return _inspect_set(shards, on_event, options, jobs)
+        return inspect_one(shards.files[0], options)
+    return _inspect_set(shards, options, jobs)
 
 
-def _inspect_set(shards: ShardSet, on_event: EventFn | None, options: dict, jobs: int) -> dict:
+def _inspect_set(shards: ShardSet, options: InspectOptions, jobs: int) -> dict:
     index = shards.index
-    report = new_report(shards.path, index, options["allow_globals"])
+    report = new_report(shards.path, index, list(options.allow_globals))
     present = {name: file for name, file in zip(index.shards(), shards.files, strict=True)
                if file.is_file()}
     scans, summed = scan_set(shards)
@@ -73,8 +63,9 @@ def _inspect_set(shards: ShardSet, on_event: EventFn | None, options: dict, jobs
 
         def load(shard: tuple[int, tuple[str, Path]], cancel: CancelToken) -> None:
             number, (name, file) = shard
-            one = inspect_one(file, scan=scans[name], **{**options, "cancel": cancel},
-                               on_event=_tagged(on_event, name, number, len(present)))
+            tagged = _tagged(options.on_event, name, number, len(present))
+            one = inspect_one(file, replace(options, cancel=cancel, on_event=tagged),
+                              scan=scans[name])
             loaded[number] = ShardResult(name, file, one)
             if one["error"]:
                 error = one["error"]
@@ -82,7 +73,7 @@ def _inspect_set(shards: ShardSet, on_event: EventFn | None, options: dict, jobs
                                    error.get("globals") or (), sandbox=one["sandbox"])
 
         with fork_server(enabled=len(present) > 1):
-            run_parallel(load, enumerate(present.items()), jobs, cancel=options["cancel"])
+            run_parallel(load, enumerate(present.items()), jobs, cancel=options.cancel)
         problems += merge(report, _in_order(loaded), index)
     except SandboxError as exc:
         report.update(error=exc.to_json(), sandbox=exc.sandbox)
@@ -95,10 +86,10 @@ def _in_order(loaded: dict[int, ShardResult]) -> list[ShardResult]:
     return [loaded[number] for number in sorted(loaded)]
 
 
-def _admit(name: str, scan: dict, options: dict) -> None:
+def _admit(name: str, scan: dict, options: InspectOptions) -> None:
     """Refuse the whole set, naming the shard, when one shard must not be loaded."""
     try:
-        check_loadable(scan, options["allow_globals"], options["override_dangerous"])
+        check_loadable(scan, list(options.allow_globals), options.override_dangerous)
     except SandboxError as exc:
         raise SandboxError(exc.code, f"{name}: {exc.message}", exc.globals) from None
 

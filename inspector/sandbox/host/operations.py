@@ -14,6 +14,7 @@ import json
 import os
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,20 +65,26 @@ class _FileHash:
         return self.digest
 
 
-def inspect_one(
-    path: str | os.PathLike[str],
-    allow_globals: Iterable[str] = (),
-    override_dangerous: bool = False,
-    on_event: EventFn | None = None,
-    cancel: CancelToken | None = None,
-    timeout: float | None = None,
-    limits: dict | None = None,
-    scan: dict | None = None,
-) -> dict:
+@dataclass(frozen=True)
+class InspectOptions:
+    """How an inspection runs: the globals the user allowed, whether a dangerous file may load
+    anyway, where its events go, its cancellation, its time limit and the worker's limits."""
+
+    allow_globals: tuple[str, ...] = ()
+    override_dangerous: bool = False
+    on_event: EventFn | None = None
+    cancel: CancelToken | None = None
+    timeout: float | None = None
+    limits: dict | None = None
+
+
+def inspect_one(path: str | os.PathLike[str], options: InspectOptions = InspectOptions(),
+                scan: dict | None = None) -> dict:
     """Scan, hash and load one file (or a DCP folder) in the jail; the `inspect` contract
     (error set instead of raising). `scan`: the file's scan, made before (its shard's)."""
     target = Path(path).resolve()
-    allow = list(allow_globals)
+    allow = list(options.allow_globals)
+    cancel = options.cancel
     size, files = _input(target)
     report: dict = {"path": str(target), "size": size, "sha256": None, "format": None,
                     "scan": None, "sandbox": None, "digest_algorithm": DIGEST_ALGORITHM,
@@ -89,14 +96,15 @@ def inspect_one(
     def admit() -> dict:
         scanned = scan or static_scan(target)
         report.update(scan=scanned, format=scanned.get("format"))
-        check_loadable(scanned, allow, override_dangerous)
+        check_loadable(scanned, allow, options.override_dangerous)
         return {"format": scanned.get("format")}
 
     try:
         request = {"op": "inspect", "path": str(target), "paths": files, "allow_globals": allow,
-                   "limits": _limits(size, limits)}
+                   "limits": _limits(size, options.limits)}
         # The scan runs while the worker starts; the worker opens nothing until it passes.
-        result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout, gate=admit)
+        result = run_job(request, on_event=options.on_event, cancel=cancel,
+                         timeout=options.timeout, gate=admit)
         report.update(sandbox=result["sandbox"], tensors=result["tensors"],
                       objects=result["objects"], timing=result["timing"],
                       digest_algorithm=result.get("digest_algorithm", DIGEST_ALGORITHM),
