@@ -2,7 +2,10 @@
 format (`registry.FormatSpec`) that every format list, filter and dispatch derives from.
 
 Importing the package registers every format module below; the registration order is the
-order `registry.detect` tries their sniffs in.
+order `registry.detect` tries their sniffs in. A format's `scan(ctx, buf)` reports through
+`context.FormatContext`, the interface the scan implements: format modules may import `core`
+and the scan's lower modules (`scan.result`, `scan.budget`, `scan.pickles.walker`), never its
+engine or context.
 """
 
 from __future__ import annotations

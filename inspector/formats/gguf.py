@@ -9,7 +9,7 @@ crafted counts and lengths. So `holds_code`: its template engine may run what th
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inspector.core.vocabulary import Format
 from inspector.formats.chat_template import check as check_template
@@ -17,10 +17,13 @@ from inspector.formats.gguf_header import read as read_header
 from inspector.formats.gguf_header import sniff as sniff_header
 from inspector.formats.registry import FormatAdvice, FormatSpec, register
 
+if TYPE_CHECKING:
+    from inspector.formats.context import FormatContext
+
 TEMPLATE_KEY = "tokenizer.chat_template"
 
 
-def scan(ctx: Any, buf) -> None:
+def scan(ctx: FormatContext, buf) -> None:
     """Report the header's problems and every chat template's code."""
     header = read_header(buf)
     for p in header.problems:

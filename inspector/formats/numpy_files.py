@@ -12,10 +12,10 @@ from inspector.formats.registry import FormatSpec, register
 from inspector.formats.sniffing import parse_npy_header
 
 if TYPE_CHECKING:
-    from inspector.scan.context import ScanContext
+    from inspector.formats.context import FormatContext
 
 
-def scan_npy(ctx: ScanContext, buf, member: str | None) -> None:
+def scan_npy(ctx: FormatContext, buf, member: str | None) -> None:
     header, data_start = parse_npy_header(buf)
     if header.objects:
         ctx.find(Severity.SUSPICIOUS, "npy-object-array",
@@ -27,14 +27,14 @@ def scan_npy(ctx: ScanContext, buf, member: str | None) -> None:
                      member)
 
 
-def scan_member_npy(ctx: ScanContext, data: bytes, name: str) -> None:
+def scan_member_npy(ctx: FormatContext, data: bytes, name: str) -> None:
     try:
         scan_npy(ctx, data, name)
     except (ValueError, SyntaxError, MemoryError, RecursionError) as exc:
         ctx.find(Severity.SUSPICIOUS, "npy-header", f"unreadable .npy header: {exc}", name)
 
 
-def scan_npy_file(ctx: ScanContext, buf) -> None:
+def scan_npy_file(ctx: FormatContext, buf) -> None:
     """A whole `.npy` file."""
     ctx.result.format = Format.NPY
     scan_npy(ctx, buf, None)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inspector.core.vocabulary import Format, Severity
 from inspector.formats.protowire import (
@@ -30,6 +30,9 @@ from inspector.formats.protowire import (
     varint,
 )
 from inspector.formats.registry import FormatAdvice, FormatSpec, register
+
+if TYPE_CHECKING:
+    from inspector.formats.context import FormatContext
 
 # onnx.proto's fields that lead to names, domains, graphs and tensors; the rest are skipped
 SCHEMA: dict[str, dict[int, Any]] = {
@@ -205,7 +208,7 @@ def sniff(head: bytes, size: int) -> bool:
     return seen > 0
 
 
-def scan(ctx: Any, buf) -> None:
+def scan(ctx: FormatContext, buf) -> None:
     """Report external data that leaves the model's folder and custom-op domains."""
     try:
         model = read_model(buf)
@@ -227,7 +230,7 @@ def scan(ctx: Any, buf) -> None:
                  "in the serving process; load the model only with a library you trust")
 
 
-def _external(ctx: Any, model: OnnxModel, folder: str | None) -> None:
+def _external(ctx: FormatContext, model: OnnxModel, folder: str | None) -> None:
     inside: dict[str, int] = {}
     for ref in model.external:
         why = outside(ref.location, folder)

@@ -3,8 +3,8 @@ legacy stream (before 1.6: five pickles opened by its magic number, which `torch
 
 The built-in chain names them `pytorch-legacy` (torch's magic number first), `pickle` (a PROTO
 opcode), `pickle?` (a protocol 0/1 opening) or `unknown`: every one of them is read as a stream,
-since the C unpickler takes any opcode first. `fold_pickles`, `carve` and `scan_stream` are the
-pickle reading the other format modules call for their members.
+since the C unpickler takes any opcode first. `fold_pickles`, `carve`, `pickle_starts` and
+`scan_stream` are the pickle reading the other format modules call for their members.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from inspector.scan.budget import MAX_FORKS, MAX_LISTED_PICKLES
 from inspector.scan.pickles.walker import PickleScan, imports_or_stops, looks_like_pickle
 
 if TYPE_CHECKING:
-    from inspector.scan.context import ScanContext
+    from inspector.formats.context import FormatContext
 
 _WALKED_ONLY = 1 << 20  # a legacy data pickle larger than this is judged by the walk alone
 
@@ -25,7 +25,7 @@ _WALKED_ONLY = 1 << 20  # a legacy data pickle larger than this is judged by the
 LEGACY_MAGIC_LONG = b"\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
 
 
-def scan_stream(ctx: ScanContext, buf, member: str | None, torch_format: bool,
+def scan_stream(ctx: FormatContext, buf, member: str | None, torch_format: bool,
                 start: int = 0) -> bool:
     """Walk back-to-back pickles from `start`; False if the first is not a pickle.
 
@@ -93,7 +93,7 @@ def legacy_refusal(buf, pickles: list[dict]) -> str | None:
     return None
 
 
-def fold_pickles(ctx: ScanContext, buf, member: str | None, first: PickleScan,
+def fold_pickles(ctx: FormatContext, buf, member: str | None, first: PickleScan,
                   torch_pickles: int, depth: int = 0) -> int:
     """Fold `first` and every pickle appended after it; torch unpickles the first
     `torch_pickles` of them. Returns how many pickles there were. A pickle whose FRAME runs
@@ -131,10 +131,20 @@ def pickle_head(head: bytes) -> bool:
     return len(head) == 2 and head[0] == 0x80 and head[1] <= 5
 
 
-def carve(ctx: ScanContext, data: bytes, member: str, covered: int) -> None:
-    """Scan every protocol 2+ pickle that starts after `covered` (pickles between raw data)."""
-    from inspector.formats.archives.sevenzip import pickle_starts
+def pickle_starts(data: bytes, limit: int | None = 64) -> list[int]:
+    """Offsets where a protocol 2-5 pickle could begin (a PROTO opcode of a known version): the
+    first `limit` of them, all when None."""
+    starts = []
+    i = data.find(b"\x80")
+    while i >= 0 and (limit is None or len(starts) < limit):
+        if i + 1 < len(data) and 2 <= data[i + 1] <= 5:
+            starts.append(i)
+        i = data.find(b"\x80", i + 1)
+    return starts
 
+
+def carve(ctx: FormatContext, data: bytes, member: str, covered: int) -> None:
+    """Scan every protocol 2+ pickle that starts after `covered` (pickles between raw data)."""
     for start in pickle_starts(data, limit=None):
         if start < covered:
             continue
@@ -144,7 +154,7 @@ def carve(ctx: ScanContext, data: bytes, member: str, covered: int) -> None:
             covered = scan.end
 
 
-def scan_also_as_pickle(ctx: ScanContext, buf) -> None:
+def scan_also_as_pickle(ctx: FormatContext, buf) -> None:
     """Files that are two formats at once: pickle.load (and torch.load's legacy path) unpickle
     the first bytes of anything that is not a zip, so a safetensors or tar file whose bytes
     also parse as a pickle (from any first opcode) that imports something is scanned that way
@@ -158,7 +168,7 @@ def scan_also_as_pickle(ctx: ScanContext, buf) -> None:
     fold_pickles(ctx, buf, None, first, 0)
 
 
-def scan_raw(ctx: ScanContext, buf) -> None:
+def scan_raw(ctx: FormatContext, buf) -> None:
     """A file no other reader claims: a pickle stream (torch's legacy one included), or no
     model file at all."""
     if not scan_stream(ctx, buf, None, True):

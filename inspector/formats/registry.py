@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inspector.core.vocabulary import Format
+
+if TYPE_CHECKING:
+    from inspector.formats.context import FormatContext
 
 HEAD_BYTES = 512
 """How many leading bytes `FormatSpec.sniff` is given."""
@@ -46,11 +49,12 @@ class FormatSpec:
     sniff: Callable[[bytes, int], bool] | None = None
     """Positive recognition from the first `HEAD_BYTES` bytes and the file size; None where
     the built-in chain (`sniffing.sniff`) recognises it."""
-    scan: Callable[[Any, Any], None] | None = None
+    scan: Callable[[FormatContext, Any], None] | None = None
     """`scan(ctx, buf)`: reads the whole file (`buf`, bytes or a read-only mapping) and reports
-    through the scan context (`scan.context.ScanContext`: `ctx.result.format`, `ctx.find`,
-    `ctx.not_fully_read`, `ctx.scan_nested`); raising ends in the scan's fallback readings.
-    None for a kind another record's scan names (`npz`, `pytorch-zip`: the zip reader)."""
+    through the context the scan hands it (`formats.context.FormatContext`: `ctx.result.format`,
+    `ctx.find`, `ctx.not_fully_read`, `ctx.scan_nested`); raising ends in the scan's fallback
+    readings. None for a kind another record's scan names (`npz`, `pytorch-zip`: the zip
+    reader)."""
     tensors: str | None = None
     """`"module:function"` the jailed worker calls as `function(path) -> {name: tensor}` to
     read its tensors for statistics and digests; None where `tensors.load` reads it."""

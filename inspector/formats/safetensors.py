@@ -11,10 +11,10 @@ from inspector.formats import safetensors_header
 from inspector.formats.registry import FormatSpec, register
 
 if TYPE_CHECKING:
-    from inspector.scan.context import ScanContext
+    from inspector.formats.context import FormatContext
 
 
-def scan_safetensors(ctx: ScanContext, buf) -> None:
+def scan_safetensors(ctx: FormatContext, buf) -> None:
     """Check a safetensors header; one it cannot read raises (the scan's fallback readings)."""
     ctx.result.format = Format.SAFETENSORS
     header = safetensors_header.read_buffer(buf, len(buf))

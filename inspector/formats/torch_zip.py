@@ -15,7 +15,7 @@ from inspector.core.vocabulary import Format, Severity
 from inspector.formats.registry import FormatSpec, register
 
 if TYPE_CHECKING:
-    from inspector.scan.context import ScanContext
+    from inspector.formats.context import FormatContext
 
 TORCH_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
 TORCH_MIME = "application/x-pytorch-checkpoint"
@@ -37,7 +37,8 @@ def storage_itemsize(storage_type: str) -> int | None:
     return STORAGE_ITEMSIZE.get(leaf[: -len("Storage")]) if leaf.endswith("Storage") else None
 
 
-def check_records(ctx: ScanContext, storages: list, by_name: dict, prefix: str, kind: str) -> None:
+def check_records(ctx: FormatContext, storages: list, by_name: dict, prefix: str,
+                  kind: str) -> None:
     """Storage references against the archive's records: absent, unreferenced, too small."""
     seen: set[str] = set()
     data_prefix = f"{prefix}/data/"

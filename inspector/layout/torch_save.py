@@ -209,71 +209,35 @@ def walk_pickle(data: bytes, script: bool = False) -> tuple[object, dict[str, _S
             elif name == "EMPTY_LIST":
                 stack.append([])
             elif name == "GLOBAL":
-                key = arg.replace(" ", ".", 1)
-                if key not in _GLOBALS and not (script and (
-                        key.startswith("__torch__.") or key in _SCRIPT_LISTS
-                        or key == _TYPE_TAG)):
-                    raise NotCovered(f"global {key}")
-                stack.append(_Global(key))
+                stack.append(_global(arg, script))
             elif name == "BINPERSID":
                 stack.append(_persistent(stack.pop(), storages))
             elif name == "NEWOBJ" and script:
                 args = stack.pop()
-                cls = stack.pop()
-                if type(cls) is not _Global or not cls.key.startswith("__torch__.") or args != ():
-                    raise NotCovered("NEWOBJ of something that is not a TorchScript class")
-                value = ScriptModule(cls.key)
+                value = _script_module(stack.pop(), args)
                 keep.append(value)
                 stack.append(value)
             elif name == "REDUCE":
                 args = stack.pop()
-                func = stack.pop()
-                if script and type(func) is _Global and (
-                        func.key in _SCRIPT_LISTS or func.key == _TYPE_TAG):
-                    stack.append(_script_value(func.key, args))
-                    continue
-                if type(func) is not _Global or func.key not in (_REBUILD_V2, _REBUILD_V3,
-                                                                 _ORDERED_DICT):
-                    raise NotCovered("call of something that is not a rebuild function")
-                if func.key == _ORDERED_DICT:
-                    if args != ():
-                        raise NotCovered("OrderedDict built from arguments")
-                    value = OrderedDict()
-                    ordered.add(id(value))
-                else:
-                    value = _rebuild(func.key, args, script)
+                value = _reduce(stack.pop(), args, script, ordered)
                 keep.append(value)
                 stack.append(value)
-            elif name in ("SETITEM", "SETITEMS"):
-                if name == "SETITEM":
-                    items = stack[-2:]
-                    del stack[-2:]
-                else:
-                    items, stack = stack, marks.pop()
-                target = stack[-1]
-                if not isinstance(target, dict) or len(items) % 2:
-                    raise NotCovered("SETITEM(S) on something that is not a dict")
-                for i in range(0, len(items), 2):
-                    if type(items[i]) is not str:
-                        raise NotCovered("dict key that is not a str")
-                    target[items[i]] = items[i + 1]
-            elif name in ("APPEND", "APPENDS"):
-                if name == "APPEND":
-                    items = [stack.pop()]
-                else:
-                    items, stack = stack, marks.pop()
-                if type(stack[-1]) is not list:
-                    raise NotCovered("APPEND(S) on something that is not a list")
-                stack[-1].extend(items)
+            elif name == "SETITEM":
+                items = stack[-2:]
+                del stack[-2:]
+                _set_items(stack[-1], items)
+            elif name == "SETITEMS":
+                items, stack = stack, marks.pop()
+                _set_items(stack[-1], items)
+            elif name == "APPEND":
+                item = stack.pop()
+                _append(stack[-1], [item])
+            elif name == "APPENDS":
+                items, stack = stack, marks.pop()
+                _append(stack[-1], items)
             elif name == "BUILD":
                 state = stack.pop()
-                if type(stack[-1]) is ScriptModule and not stack[-1] and type(state) is dict:
-                    stack[-1].update(state)  # a module's attributes, each walked above
-                    continue
-                # OrderedDict state (a state_dict's `_metadata`) becomes attributes, not items
-                if id(stack[-1]) not in ordered or type(state) is not dict:
-                    raise NotCovered("BUILD of something other than an OrderedDict's attributes")
-                _check_plain(state, 0)
+                _build(stack[-1], state, ordered)
             elif name == "PROTO":
                 if arg != 2:
                     raise NotCovered(f"pickle protocol {arg}")
@@ -286,6 +250,67 @@ def walk_pickle(data: bytes, script: bool = False) -> tuple[object, dict[str, _S
     except (ValueError, IndexError, KeyError, TypeError) as exc:
         raise NotCovered(f"pickle not understood: {exc}") from None
     raise NotCovered("pickle ends without STOP")
+
+
+def _global(arg: str, script: bool) -> _Global:
+    """The global a GLOBAL opcode names (`module name`), if torch's weights-only loader allows
+    it (in a TorchScript data.pkl also `__torch__` classes, typed lists and type tags)."""
+    key = arg.replace(" ", ".", 1)
+    if key not in _GLOBALS and not (script and (
+            key.startswith("__torch__.") or key in _SCRIPT_LISTS or key == _TYPE_TAG)):
+        raise NotCovered(f"global {key}")
+    return _Global(key)
+
+
+def _script_module(cls: object, args: object) -> ScriptModule:
+    """The object NEWOBJ makes of a TorchScript class: empty until BUILD gives its attributes."""
+    if type(cls) is not _Global or not cls.key.startswith("__torch__.") or args != ():
+        raise NotCovered("NEWOBJ of something that is not a TorchScript class")
+    return ScriptModule(cls.key)
+
+
+def _reduce(func: object, args: object, script: bool, ordered: set[int]) -> object:
+    """What REDUCE makes of `func(*args)`: a typed list's or type tag's plain value (`script`),
+    an empty OrderedDict (its id joins `ordered`) or a rebuilt tensor."""
+    if script and type(func) is _Global and (func.key in _SCRIPT_LISTS or func.key == _TYPE_TAG):
+        return _script_value(func.key, args)
+    if type(func) is not _Global or func.key not in (_REBUILD_V2, _REBUILD_V3, _ORDERED_DICT):
+        raise NotCovered("call of something that is not a rebuild function")
+    if func.key != _ORDERED_DICT:
+        return _rebuild(func.key, args, script)
+    if args != ():
+        raise NotCovered("OrderedDict built from arguments")
+    value = OrderedDict()
+    ordered.add(id(value))
+    return value
+
+
+def _set_items(target: object, items: list) -> None:
+    """SETITEM(S): str-keyed pairs into a dict."""
+    if not isinstance(target, dict) or len(items) % 2:
+        raise NotCovered("SETITEM(S) on something that is not a dict")
+    for i in range(0, len(items), 2):
+        if type(items[i]) is not str:
+            raise NotCovered("dict key that is not a str")
+        target[items[i]] = items[i + 1]
+
+
+def _append(target: object, items: list) -> None:
+    """APPEND(S): items onto a list."""
+    if type(target) is not list:
+        raise NotCovered("APPEND(S) on something that is not a list")
+    target.extend(items)
+
+
+def _build(target: object, state: object, ordered: set[int]) -> None:
+    """BUILD: a TorchScript module's attributes, or an OrderedDict's plain attribute state (a
+    state_dict's `_metadata`, which becomes attributes, not items)."""
+    if type(target) is ScriptModule and not target and type(state) is dict:
+        target.update(state)  # a module's attributes, each walked above
+        return
+    if id(target) not in ordered or type(state) is not dict:
+        raise NotCovered("BUILD of something other than an OrderedDict's attributes")
+    _check_plain(state, 0)
 
 
 def _script_value(func: str, args: object) -> object:

@@ -1,12 +1,12 @@
 """The context one file's scan hands to every format module (`formats`).
 
-`ScanContext` gathers the file's globals, findings and weights_only blockers, walks pickles
-within the file's one budget (`scan.budget`), keeps what it walked for the loaders' own
-readings (`scan.readings`), and opens nested content (a zip member that is a tarball holding a
-pickle) through the dispatch `scan.engine` gives it, so no format module imports `scan.engine`.
-What a format module calls: `find`, `block`, `not_fully_read`, `walk`, `probe`, `add_pickle`,
-`decode`, `decoded_limit`, `scan_nested`, `sibling`; and it reads `result`, `rules`, `budget`,
-`archives` (a DCP data file's listed items), `crc_budget`, `forks`, `records`, `member_of`.
+`ScanContext` implements the interface the format modules own (`formats.context.FormatContext`,
+which lists what they call and read): it gathers the file's globals, findings and weights_only
+blockers, walks pickles within the file's one budget (`scan.budget`), keeps what it walked for
+the loaders' own readings (`scan.readings`), and opens nested content (a zip member that is a
+tarball holding a pickle) through the dispatch `scan.engine` gives it, so no format module
+imports `scan.engine` or this module. Beyond that interface, the engine reads back `blobs` and
+`torch_archives` and calls `finish`.
 """
 
 from __future__ import annotations

@@ -47,6 +47,7 @@ from inspector.scan.pickles.policy import (
     numpy_dtype_classes,
     weights_only_rules,
 )
+from inspector.scan.result import Finding, GlobalUse
 
 
 @dataclass
@@ -362,8 +363,6 @@ def _fold(results: list, answer: dict) -> None:
 
 
 def _unread(res, why: str) -> None:
-    from inspector.scan.engine import Finding
-
     res.findings.append(Finding(Severity.SUSPICIOUS, "readings-unavailable",
                                 f"the loaders' own readings could not run ({why[:200]}); the "
                                 "verdict rests on the static walk alone"))
@@ -384,8 +383,6 @@ def apply(res, blob: Blob, records: list[dict]) -> tuple[set[tuple[str, str]],
     """Fold one blob's real readings into `res` (a `scan.ScanResult`); returns the imports
     they resolved (`_walker_only` then takes out what only the walk saw), and those that only
     readings no loader makes (`apart` records) resolved."""
-    from inspector.scan.engine import Finding, GlobalUse
-
     rules = weights_only_rules()
     uses = {(g.module, g.name): g for g in res.globals}
     real: dict[tuple[str, str], int] = {}
@@ -519,8 +516,6 @@ def _set_apart(res, names: set[tuple[str, str]], holding: list[Blob], severity: 
                message: str | None) -> None:
     """Takes `names` out of the verdict's globals into one finding `code` (none when `message`
     is None), on the member of the `holding` blobs when they are all one, and recounts."""
-    from inspector.scan.engine import Finding
-
     res.globals[:] = [g for g in res.globals if (g.module, g.name) not in names]
     members = {b.member for b in holding}
     if message is not None and len(res.findings) < 4000:

@@ -17,10 +17,10 @@ from inspector.formats.sniffing import COMPRESSION_MAGIC, NESTED_KINDS, sniff
 from inspector.scan.pickles.walker import imports
 
 if TYPE_CHECKING:
-    from inspector.scan.context import ScanContext
+    from inspector.formats.context import FormatContext
 
 
-def scan_compressed(ctx: ScanContext, buf, algo: str) -> None:
+def scan_compressed(ctx: FormatContext, buf, algo: str) -> None:
     res = ctx.result
     try:
         decoded = ctx.decode(buf, algo)
@@ -31,7 +31,7 @@ def scan_compressed(ctx: ScanContext, buf, algo: str) -> None:
     scan_decoded(ctx, buf, decoded, algo)
 
 
-def scan_decoded(ctx: ScanContext, buf, decoded: decompress.Decoded, algo: str) -> None:
+def scan_decoded(ctx: FormatContext, buf, decoded: decompress.Decoded, algo: str) -> None:
     """The content of a compressed stream (`buf`): a pickle (joblib style) or an archive. Where
     a data error cut the stream, the scan reads all it could decode, but the loaders' reading
     is what the stdlib's own decoder hands them before the error (`decompress.handed_out`):
@@ -60,7 +60,7 @@ def scan_decoded(ctx: ScanContext, buf, decoded: decompress.Decoded, algo: str) 
 PREFIX_BYTES = 1 << 16  # content decoded to tell a stream from bytes that merely decode
 
 
-def scan_also_compressed(ctx: ScanContext, buf) -> None:
+def scan_also_compressed(ctx: FormatContext, buf) -> None:
     """A file whose first bytes are also a zlib or LZMA-alone header that the real decoder
     takes (weak magic numbers whose first byte is also an opcode, so `sniffing.sniff` read it as
     a pickle or as nothing): `zlib.decompress` and `lzma` read it as a stream, so where its
@@ -90,7 +90,7 @@ def scan_also_compressed(ctx: ScanContext, buf) -> None:
                      f"{algo} readers unpickle that, so it was scanned too")
 
 
-def _content_loads(ctx: ScanContext, prefix: bytes, alone: bool) -> bool:
+def _content_loads(ctx: FormatContext, prefix: bytes, alone: bool) -> bool:
     """Whether decoded bytes open like a pickle or an archive a loader reads (not the noise a
     decoder makes of other bytes). `alone`: no other reading of the file found anything, so a
     pickle that walks cleanly through the prefix counts too."""
@@ -104,7 +104,7 @@ def _content_loads(ctx: ScanContext, prefix: bytes, alone: bool) -> bool:
         len(prefix) == PREFIX_BYTES and (probe.error or "").startswith("truncated"))))
 
 
-def scan_compressed_file(ctx: ScanContext, buf) -> None:
+def scan_compressed_file(ctx: FormatContext, buf) -> None:
     """A whole compressed file, by the stream kind the built-in chain named."""
     kind = sniff(bytes(buf[:HEAD_BYTES]), len(buf))
     scan_compressed(ctx, buf, kind.split(":", 1)[1])

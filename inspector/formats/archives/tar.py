@@ -17,13 +17,13 @@ from inspector.scan.budget import MAX_FORKS, MAX_MEMBER_BYTES
 from inspector.scan.pickles.walker import PickleScan, looks_like_pickle
 
 if TYPE_CHECKING:
-    from inspector.scan.context import ScanContext
+    from inspector.formats.context import FormatContext
 
 
 _TORCH_TAR = frozenset({"storages", "tensors", "pickle"})
 
 
-def scan_tar(ctx: ScanContext, buf) -> None:
+def scan_tar(ctx: FormatContext, buf) -> None:
     """A tar archive; torch's legacy tar format (`storages`, `tensors`, `pickle` members) is
     read by torch.load with weights_only=False: every member's pickles are scanned."""
     import io
@@ -93,7 +93,7 @@ def _tar_extract(fileobj, member) -> bytes:
         return handle.read() if handle is not None else b""
 
 
-def _tar_member_pickles(ctx: ScanContext, data: bytes, member: str, pos: int = 0,
+def _tar_member_pickles(ctx: FormatContext, data: bytes, member: str, pos: int = 0,
                         count: int = 0) -> tuple[int, int]:
     """Walk a tar member's pickles as torch's legacy_load reads them: back to back, and in
     `storages` / `tensors` past the raw record after each storage's or tensor's pickle.
@@ -140,7 +140,7 @@ def _after_record(data: bytes, member: str, scan: PickleScan, count: int) -> lis
     return []
 
 
-def scan_also_as_tar(ctx: ScanContext, buf) -> None:
+def scan_also_as_tar(ctx: FormatContext, buf) -> None:
     """torch.load's legacy path opens anything Python's tarfile accepts as its tar format, and
     tarfile takes headers `sniffing.is_tar` does not (a checksum written '0_123456' or after a
     tab): such a file is scanned as a tar too, its own format kept; the worst wins."""

@@ -11,6 +11,7 @@ import re
 import struct
 import zipfile
 import zlib
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from inspector.core.vocabulary import Format, Severity
@@ -25,13 +26,13 @@ from inspector.scan.budget import MAX_MEMBER_BYTES
 from inspector.scan.pickles.walker import imports, looks_like_pickle
 
 if TYPE_CHECKING:
-    from inspector.scan.context import ScanContext
+    from inspector.formats.context import FormatContext
 
 
 _PICKLE_STARTS = PICKLE_FIRST_BYTES | {0x80}
 
 
-def scan_zip(ctx: ScanContext, buf) -> None:
+def scan_zip(ctx: FormatContext, buf) -> None:
     """Every archive in the file: one, or the back-to-back archives of a `.distcp` file."""
     if ctx.archives is None:
         spans = zipread.archive_spans(buf)
@@ -65,7 +66,7 @@ def scan_zip(ctx: ScanContext, buf) -> None:
     _torch_view(ctx, buf, sorted(spans))
 
 
-def _scan_zipfile_view(ctx: ScanContext, buf, shift: int) -> None:
+def _scan_zipfile_view(ctx: FormatContext, buf, shift: int) -> None:
     """An archive whose end record's directory offset is not where its directory lies: Python's
     zipfile (numpy.load) shifts every offset by the difference, torch's reader does not, so the
     archive zipfile reads is scanned too. torch.load reads only the unshifted one. `shift`:
@@ -87,7 +88,8 @@ def _scan_zipfile_view(ctx: ScanContext, buf, shift: int) -> None:
     ctx.result.format = fmt
 
 
-def _listed_archives(ctx: ScanContext, buf, listed: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def _listed_archives(ctx: FormatContext, buf,
+                     listed: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """The archives `.metadata` lists (offset, length) that are each one whole archive: their
     directories are read, not every page of the file. A listed range that is not one is
     scanned in full, as DCP would load whatever it holds (`_uncovered` then finds any bytes
@@ -113,7 +115,7 @@ def _uncovered(spans: list[tuple[int, int]], size: int) -> list[tuple[int, int]]
     return gaps + ([(pos, size)] if pos < size else [])
 
 
-def scan_gap(ctx: ScanContext, buf, start: int, end: int,
+def scan_gap(ctx: FormatContext, buf, start: int, end: int,
               why: str = "no archive covers them") -> list[tuple[int, int]]:
     """Bytes of a `.distcp` file outside its archives, read in full: DCP loads the bytes at
     any offset its `.metadata` gives, so a pickle or an archive there is scanned as such.
@@ -140,7 +142,7 @@ def scan_gap(ctx: ScanContext, buf, start: int, end: int,
     return found
 
 
-def _torch_view(ctx: ScanContext, buf, spans: list[tuple[int, int]]) -> None:
+def _torch_view(ctx: FormatContext, buf, spans: list[tuple[int, int]]) -> None:
     """torch.load of back-to-back archives: its reader takes the last end record's offsets as
     if that archive began the file, which lands on another archive's directory or on garbage."""
     try:
@@ -161,7 +163,7 @@ def _torch_view(ctx: ScanContext, buf, spans: list[tuple[int, int]]) -> None:
         ctx.block(reason)
 
 
-def _record_may_be_pickle(ctx: ScanContext, buf, m: zipread.Member) -> bool:
+def _record_may_be_pickle(ctx: FormatContext, buf, m: zipread.Member) -> bool:
     """Whether a tensor record's bytes parse as a pickle (a cheap walk in place, no copy)."""
     head = bytes(buf[m.data_offset:m.data_offset + 2])
     if pickle_head(head):
@@ -180,35 +182,78 @@ NUMPY_READS_IT = frozenset({"numpy"})  # its .npy members: numpy.load
 BOTH_READ_IT = TORCH_READS_IT | NUMPY_READS_IT
 
 
-def scan_archive(ctx: ScanContext, buf, archive: zipread.ZipArchive,
+def scan_archive(ctx: FormatContext, buf, archive: zipread.ZipArchive,
                  readers: frozenset[str] = BOTH_READ_IT, span: tuple[int, int] | None = None,
                  ) -> None:
     """Every member of one reading of an archive (the archive `buf[span]`, all of `buf` when
     None). `readers`: the loaders that read the archive this way. A member the loaders never
     hand out as a pickle is still walked and read, but its imports stay apart from the
-    verdict's (`ScanContext.unreached`). Where this reading finds the archive damaged (a
+    verdict's (`FormatContext.read_apart`). Where this reading finds the archive damaged (a
     structural anomaly, or a pickle member whose CRC or bytes are off), the loaders' own zip
     readers decide what they hand out: zipfile for numpy's .npy members (`_handed_out`),
-    torch's own reader, in the jail, for torch's pickles (`ScanContext.ask_torch`); torch.load
+    torch's own reader, in the jail, for torch's pickles (`FormatContext.ask_torch`); torch.load
     takes the zip path only for bytes that open with a local header."""
     members = archive.members
     start = span[0] if span else 0
-    torch_reads = "torch" in readers and bytes(buf[start:start + 4]) == zipread.LOCAL_SIG
-    damaged = bool(archive.anomalies)
-    handed = _handed_out(buf, span) if archive.anomalies and "numpy" in readers else None
+    # torch reads the folder of the first member and refuses members outside it.
+    prefix = members[0].name.split("/", 1)[0] if members else ""
+    reading = _Reading(
+        readers=readers,
+        torch_reads="torch" in readers and bytes(buf[start:start + 4]) == zipread.LOCAL_SIG,
+        handed=_handed_out(buf, span) if archive.anomalies and "numpy" in readers else None,
+        kind=_name_archive(ctx, archive), prefix=prefix,
+        main=zipread.torch_member(members, f"{prefix}/data.pkl"),
+        damaged=bool(archive.anomalies))
+    if reading.torch_zip:
+        outside = next((m.name for m in members if not m.name.startswith(prefix + "/")), None)
+        if outside is not None:
+            ctx.block(f"member {outside!r} lies outside the {prefix}/ folder")
+    main = reading.main
+    # The main pickle first: its storage references tell which members are tensor records.
+    for m in ([main] if main else []) + [m for m in members if m is not main]:
+        if not _read_before(ctx, m):
+            _scan_member(ctx, buf, reading, m)
+    _finish_reading(ctx, reading, members, span)
 
-    walked: dict[str, bytes] = {}
-    torch_walked: list[bytes] = []
 
-    def apart(m: zipread.Member, data: bytes, loader: str):
-        walked[m.name] = data
+@dataclass
+class _Reading:
+    """One reading of one archive (`scan_archive`): who reads it, and what its members gave."""
+
+    readers: frozenset[str]
+    torch_reads: bool  # torch.load takes the zip path: the bytes open with a local header
+    handed: dict[str, bytes] | None  # the .npy members zipfile hands numpy.load (`_handed_out`)
+    kind: str  # `sniffing.zip_kind`
+    prefix: str  # the folder torch reads: the first member's
+    main: zipread.Member | None  # `<prefix>/data.pkl`, read first
+    damaged: bool  # a structural anomaly, or a pickle member whose CRC or bytes are off
+    walked: dict[str, bytes] = field(default_factory=dict)  # member bytes walked, by name
+    torch_walked: list[bytes] = field(default_factory=list)  # torch's pickles among them
+    storages: list = field(default_factory=list)  # the storages the pickles reference
+    records: set[str] = field(default_factory=set)  # the tensor records they name
+    skipped_crc: int = 0  # tensor records whose CRC-32 the budget left unchecked
+
+    @property
+    def torch_zip(self) -> bool:
+        """Whether the archive is a `torch.save` zip."""
+        return self.kind == Format.PYTORCH_ZIP
+
+    def apart(self, ctx: FormatContext, m: zipread.Member, data: bytes,
+              loader: str) -> contextlib.AbstractContextManager[None]:
+        """`ctx.read_apart` for member bytes that `loader` ("torch", "numpy", "" for none)
+        would read: apart where this reading is not how that loader gets them."""
+        self.walked[m.name] = data
         if loader == "torch":  # decided once the whole archive is read
-            torch_walked.append(data)
-            return ctx.read_apart(data, not torch_reads)
-        return ctx.read_apart(data, loader not in readers or (
-            handed is not None and handed.get(m.name) != data))
+            self.torch_walked.append(data)
+            return ctx.read_apart(data, not self.torch_reads)
+        return ctx.read_apart(data, loader not in self.readers or (
+            self.handed is not None and self.handed.get(m.name) != data))
 
-    kind = zip_kind([m.name for m in members])
+
+def _name_archive(ctx: FormatContext, archive: zipread.ZipArchive) -> str:
+    """The archive's kind, named by its members (`sniffing.zip_kind`), which becomes the file's
+    format where it says more; its anomalies and what a code archive means are reported."""
+    kind = zip_kind([m.name for m in archive.members])
     if ctx.result.format in (Format.UNKNOWN, Format.ZIP, Format.NPZ) or kind in (
             Format.TORCHSCRIPT, Format.TORCH_EXPORT):
         ctx.result.format = kind
@@ -223,116 +268,130 @@ def scan_archive(ctx: ScanContext, buf, archive: zipread.ZipArchive,
                  "torch.export archive: torch.export.load rebuilds "
                  "and runs the graph in models/ (custom operators run native code), and "
                  "torch.load refuses it")
-    # torch reads the folder of the first member and refuses members outside it.
-    prefix = members[0].name.split("/", 1)[0] if members else ""
-    by_name = {m.name: m for m in members}
-    main = zipread.torch_member(members, f"{prefix}/data.pkl")
-    torch_zip = kind == Format.PYTORCH_ZIP
-    if torch_zip:
-        outside = next((m.name for m in members if not m.name.startswith(prefix + "/")), None)
-        if outside is not None:
-            ctx.block(f"member {outside!r} lies outside the {prefix}/ folder")
-    storages: list = []
-    records: set[str] = set()
-    skipped_crc = 0
-    # The main pickle first: its storage references tell which members are tensor records.
-    for m in ([main] if main else []) + [m for m in members if m is not main]:
-        if _read_before(ctx, m):
-            continue
-        is_record = m.name in records
-        if is_record and m.method == zipread.STORED and m.data_offset >= 0:
-            # tensor bytes: torch never unpickles a record; check its CRC within the budget
-            if m.compressed_size > ctx.crc_budget:
-                skipped_crc += 1
-                continue
-            ctx.crc_budget -= m.compressed_size
-            actual = _crc32(buf, m.data_offset, m.compressed_size)
-            if actual != m.crc:
-                ctx.find(Severity.SUSPICIOUS, "zip-crc-mismatch",
-                         f"CRC-32 {actual:08x} does not match "
-                         f"{m.crc:08x} in the central directory (corrupted or tampered tensor "
-                         "data)", m.name)
-            # a record whose data lies past the end (zip-bad-offset) must not end the scan
-            first = buf[m.data_offset] if m.compressed_size and m.data_offset < len(buf) else 0
-            if first not in _PICKLE_STARTS or not _record_may_be_pickle(ctx, buf, m):
-                continue  # tensor bytes: torch never unpickles a record
-            data = bytes(buf[m.data_offset:m.data_offset + m.compressed_size])
+    return kind
+
+
+def _scan_member(ctx: FormatContext, buf, reading: _Reading, m: zipread.Member) -> None:
+    """One member by its content: a `.npy`, a pickle, or an archive inside; a tensor record
+    only where its bytes may be a pickle."""
+    is_record = m.name in reading.records
+    if is_record and m.method == zipread.STORED and m.data_offset >= 0:
+        data = _stored_record(ctx, buf, reading, m)
+    else:
+        data = _member_bytes(ctx, buf, reading, m)
+    if data is None or (is_record and not (pickle_head(data[:2]) or (
+            data[:1] and data[0] in PICKLE_FIRST_BYTES))):
+        return
+    if data.startswith(NPY_MAGIC):
+        with reading.apart(ctx, m, data, "numpy"):
+            scan_member_npy(ctx, data, m.name)
+        return
+    main = reading.main
+    ctx.member_of[id(data)] = m.name
+    with reading.apart(ctx, m, data, "torch" if m.name.endswith(TORCH_PICKLES) else ""):
+        scan = ctx.walk(data)
+    if not (imports(scan) if is_record else looks_like_pickle(scan)):
+        if m.encrypted:
+            ctx.find(Severity.SUSPICIOUS, "zip-encrypted", "encrypted member cannot be scanned",
+                     m.name)
+        if m is main:
+            ctx.block(f"{m.name} is not a pickle")
+        if not is_record:
+            ctx.scan_nested(data, m.name)
+        return
+    fold_pickles(ctx, data, m.name, scan, 1 if reading.torch_zip and m is main else 0)
+    reading.storages.extend(scan.storages)
+    if m is main or m.name.endswith(".pkl"):
+        reading.records |= {f"{reading.prefix}/data/{s.key}" for s in scan.storages}
+    if m.method != zipread.STORED and not m.name.endswith(".debug_pkl"):
+        ctx.find(Severity.SUSPICIOUS, "zip-compressed-pickle", "pickle member is compressed; "
+                 "torch.save always stores pickles uncompressed", m.name)
+    if m is not main and reading.torch_zip:
+        ctx.find(Severity.SUSPICIOUS, "zip-extra-pickle",
+                 "a pickle torch.load never reads; it was "
+                 "scanned because other loaders may unpickle it", m.name)
+
+
+def _stored_record(ctx: FormatContext, buf, reading: _Reading,
+                   m: zipread.Member) -> bytes | None:
+    """A tensor record stored in place: its CRC-32 checked within the file's budget, its bytes
+    returned only where they may be a pickle (torch never unpickles a record)."""
+    if m.compressed_size > ctx.crc_budget:
+        reading.skipped_crc += 1
+        return None
+    ctx.crc_budget -= m.compressed_size
+    actual = _crc32(buf, m.data_offset, m.compressed_size)
+    if actual != m.crc:
+        ctx.find(Severity.SUSPICIOUS, "zip-crc-mismatch",
+                 f"CRC-32 {actual:08x} does not match "
+                 f"{m.crc:08x} in the central directory (corrupted or tampered tensor "
+                 "data)", m.name)
+    # a record whose data lies past the end (zip-bad-offset) must not end the scan
+    first = buf[m.data_offset] if m.compressed_size and m.data_offset < len(buf) else 0
+    if first not in _PICKLE_STARTS or not _record_may_be_pickle(ctx, buf, m):
+        return None
+    return bytes(buf[m.data_offset:m.data_offset + m.compressed_size])
+
+
+def _member_bytes(ctx: FormatContext, buf, reading: _Reading,
+                  m: zipread.Member) -> bytes | None:
+    """A member's bytes, inflated within the file's decode budget; None where they cannot be
+    read. A member that cannot be read, fails its CRC-32 or holds a version torch.save never
+    wrote makes the archive damaged."""
+    stored = m.method == zipread.STORED
+    limit = MAX_MEMBER_BYTES if stored else ctx.decoded_limit(MAX_MEMBER_BYTES)
+    try:
+        data = zipread.member_bytes(buf, m, limit)
+    except zipread.MemberTooLarge as exc:
+        if limit < MAX_MEMBER_BYTES:
+            ctx.not_fully_read("scan-budget", f"member inflates past the file's decode "
+                               f"budget ({exc})", m.name)
         else:
-            stored = m.method == zipread.STORED
-            limit = MAX_MEMBER_BYTES if stored else ctx.decoded_limit(MAX_MEMBER_BYTES)
-            try:
-                data = zipread.member_bytes(buf, m, limit)
-            except zipread.MemberTooLarge as exc:
-                if limit < MAX_MEMBER_BYTES:
-                    ctx.not_fully_read("scan-budget", f"member inflates past the file's decode "
-                                       f"budget ({exc})", m.name)
-                else:
-                    ctx.find(Severity.SUSPICIOUS, "zip-member-too-large",
-                             f"member not scanned: {exc}", m.name)
-                continue
-            except ValueError as exc:
-                ctx.find(Severity.SUSPICIOUS, "zip-member-unreadable", f"member not scanned: {exc}",
-                         m.name)
-                damaged = True
-                if m is main:
-                    ctx.block(f"{m.name} cannot be read")
-                continue
-            if not stored:
-                ctx.budget.decode(len(data))
-            if not zipread.crc_ok(data, m):
-                damaged = True
-                ctx.find(Severity.SUSPICIOUS, "zip-crc-mismatch",
-                         f"CRC-32 {zlib.crc32(data):08x} does "
-                         f"not match {m.crc:08x} in the central directory (corrupted, tampered "
-                         "or encrypted)", m.name)
-            # torch's reader parses the version record as it opens the archive
-            damaged = damaged or (m.name.endswith(_VERSION_RECORDS)
-                                  and not _WRITTEN_VERSION.fullmatch(data))
-        if is_record and not (pickle_head(data[:2]) or (data[:1]
-                              and data[0] in PICKLE_FIRST_BYTES)):
-            continue
-        if data.startswith(NPY_MAGIC):
-            with apart(m, data, "numpy"):
-                scan_member_npy(ctx, data, m.name)
-            continue
-        ctx.member_of[id(data)] = m.name
-        with apart(m, data, "torch" if m.name.endswith(TORCH_PICKLES) else ""):
-            scan = ctx.walk(data)
-        if not (imports(scan) if is_record else looks_like_pickle(scan)):
-            if m.encrypted:
-                ctx.find(Severity.SUSPICIOUS, "zip-encrypted", "encrypted member cannot be scanned",
-                         m.name)
-            if m is main:
-                ctx.block(f"{m.name} is not a pickle")
-            if not is_record:
-                ctx.scan_nested(data, m.name)
-            continue
-        fold_pickles(ctx, data, m.name, scan, 1 if torch_zip and m is main else 0)
-        storages.extend(scan.storages)
-        if m is main or m.name.endswith(".pkl"):
-            records |= {f"{prefix}/data/{s.key}" for s in scan.storages}
-        if m.method != zipread.STORED and not m.name.endswith(".debug_pkl"):
-            ctx.find(Severity.SUSPICIOUS, "zip-compressed-pickle", "pickle member is compressed; "
-                     "torch.save always stores pickles uncompressed", m.name)
-        if m is not main and torch_zip:
-            ctx.find(Severity.SUSPICIOUS, "zip-extra-pickle",
-                     "a pickle torch.load never reads; it was "
-                     "scanned because other loaders may unpickle it", m.name)
-    for name, data in (handed or {}).items():
-        if walked.get(name) != data:
+            ctx.find(Severity.SUSPICIOUS, "zip-member-too-large",
+                     f"member not scanned: {exc}", m.name)
+        return None
+    except ValueError as exc:
+        ctx.find(Severity.SUSPICIOUS, "zip-member-unreadable", f"member not scanned: {exc}",
+                 m.name)
+        reading.damaged = True
+        if m is reading.main:
+            ctx.block(f"{m.name} cannot be read")
+        return None
+    if not stored:
+        ctx.budget.decode(len(data))
+    if not zipread.crc_ok(data, m):
+        reading.damaged = True
+        ctx.find(Severity.SUSPICIOUS, "zip-crc-mismatch",
+                 f"CRC-32 {zlib.crc32(data):08x} does "
+                 f"not match {m.crc:08x} in the central directory (corrupted, tampered "
+                 "or encrypted)", m.name)
+    # torch's reader parses the version record as it opens the archive
+    if m.name.endswith(_VERSION_RECORDS) and not _WRITTEN_VERSION.fullmatch(data):
+        reading.damaged = True
+    return data
+
+
+def _finish_reading(ctx: FormatContext, reading: _Reading, members: list[zipread.Member],
+                    span: tuple[int, int] | None) -> None:
+    """What the whole reading decides: the members zipfile hands numpy.load otherwise, torch's
+    own reading of a damaged archive, the CRC checks left out, the flags torch cannot read,
+    and the storage references against the records."""
+    for name, data in (reading.handed or {}).items():
+        if reading.walked.get(name) != data:
             _scan_handed_out(ctx, name, data)
-    if torch_reads and damaged:
-        ctx.ask_torch(span, torch_walked)
-    if skipped_crc:
+    if reading.torch_reads and reading.damaged:
+        ctx.ask_torch(span, reading.torch_walked)
+    if reading.skipped_crc:
         ctx.find(Severity.INFO, "zip-crc-skipped",
-                 f"CRC-32 of {skipped_crc} large tensor records not "
+                 f"CRC-32 of {reading.skipped_crc} large tensor records not "
                  "checked (scan budget); run `ckpt-inspector inspect` for a full check")
-    if torch_zip:
+    prefix = reading.prefix
+    if reading.torch_zip:
         for m in members:
-            if m.unsupported_by_miniz and (m.name in records or m.name[len(prefix) + 1:]
+            if m.unsupported_by_miniz and (m.name in reading.records or m.name[len(prefix) + 1:]
                                            in TORCH_READS):
                 ctx.block(f"{m.name} has encryption/patch flag bits torch cannot read")
-    check_records(ctx, storages, by_name, prefix, kind)
+    check_records(ctx, reading.storages, {m.name: m for m in members}, prefix, reading.kind)
 
 
 def _handed_out(buf, span: tuple[int, int] | None) -> dict[str, bytes]:
@@ -353,7 +412,7 @@ def _handed_out(buf, span: tuple[int, int] | None) -> dict[str, bytes]:
     return out
 
 
-def _scan_handed_out(ctx: ScanContext, name: str, data: bytes) -> None:
+def _scan_handed_out(ctx: FormatContext, name: str, data: bytes) -> None:
     """A member zipfile hands numpy.load with other bytes than the scan's own reading of the
     archive gave (or none): numpy reads these, so they are scanned too."""
     ctx.find(Severity.SUSPICIOUS, "zip-reader-differential",
@@ -367,7 +426,7 @@ MAX_HANDED_OUT = 1000
 """Directory entries of one damaged archive whose loader reading is compared."""
 
 
-def _read_before(ctx: ScanContext, m: zipread.Member) -> bool:
+def _read_before(ctx: FormatContext, m: zipread.Member) -> bool:
     """Whether another directory entry of this file already pointed at `m`'s bytes: each
     distinct record is read (and decoded) once, however many entries name it."""
     if m.data_offset < 0:
@@ -391,7 +450,7 @@ def _crc32(buf, start: int, length: int) -> int:
         return zlib.crc32(part)
 
 
-def scan_listed_items(ctx: ScanContext, buf) -> None:
+def scan_listed_items(ctx: FormatContext, buf) -> None:
     """A DCP data file that is not back-to-back archives: DCP still loads whatever lies at each
     range its `.metadata` lists, so each is read in full (the whole file when none is known)."""
     why = "a data file that is not back-to-back archives (DCP loads any range .metadata lists)"
