@@ -18,6 +18,7 @@ from inspector.core.vocabulary import Verdict
 from inspector.layout.dcp_items import METADATA_NAME
 from inspector.scan.discover import discover
 from inspector.scan.engine import scan_dcp_aware
+from inspector.scan.result import ScanResult
 
 FORMAT = "dcp"
 
@@ -50,22 +51,22 @@ def scan_folder(path: str | os.PathLike[str]) -> dict:
 def sum_scans(path: Path, files: list[dict], fmt: str, weights_only_ok: bool = False) -> dict:
     """Several files' `scan` records as one checkpoint's, of format `fmt` (`unreadable` when a
     file could not be read); the sharded `inspect` sums its shards' scans the same way."""
-    verdicts = [f["verdict"] for f in files if f["verdict"] != Verdict.SKIPPED]
-    errors = [f"{Path(f['path']).name}: {f['error']}" for f in files
-              if f["verdict"] == Verdict.ERROR and f.get("error")]
+    scans = [ScanResult.from_json(f) for f in files]
+    errors = [f"{Path(s.path).name}: {s.error}" for s in scans
+              if s.verdict == Verdict.ERROR and s.error]
     findings = []
-    for record in files:
-        name = Path(record["path"]).name
-        findings += [{**f, "member": f"{name}:{f['member']}" if f.get("member") else name}
-                     for f in record.get("findings") or []]
+    for scan in scans:
+        name = Path(scan.path).name
+        findings += [{**f.to_json(), "member": f"{name}:{f.member}" if f.member else name}
+                     for f in scan.findings]
     return {
         "path": str(path),
         "format": fmt if not errors else "unreadable",
-        "verdict": worst(verdicts),
+        "verdict": worst(s.verdict for s in scans if s.verdict != Verdict.SKIPPED),
         "weights_only_ok": weights_only_ok and not errors,
-        "globals": [g for record in files for g in record.get("globals") or []],
+        "globals": [g.to_json() for s in scans for g in s.globals],
         "findings": findings,
         "error": "; ".join(errors) or None,
-        "size": sum(f.get("size") or 0 for f in files),
+        "size": sum(s.size or 0 for s in scans),
         "files": files,
     }

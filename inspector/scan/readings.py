@@ -47,6 +47,7 @@ from inspector.scan.pickles.policy import (
     numpy_dtype_classes,
     weights_only_rules,
 )
+from inspector.scan.reading_record import NestedPickle, StreamReading
 from inspector.scan.result import Finding, GlobalUse
 
 
@@ -337,9 +338,10 @@ def _part(new: list, inside: list, held: int, in_place: list[str],
 
 def _fold(results: list, answer: dict) -> None:
     """Fold a dry-run answer into the results whose blobs made its request, in order."""
-    by_blob: dict[int, list[dict]] = {}
-    for record in answer.get("readings", []):
-        by_blob.setdefault(int(record["index"]), []).append(record)
+    by_blob: dict[int, list[StreamReading]] = {}
+    for raw in answer.get("readings", []):
+        record = StreamReading.from_json(raw)
+        by_blob.setdefault(int(record.index), []).append(record)
     i = 0
     for r in results:
         real: set[tuple[str, str]] = set()
@@ -378,7 +380,7 @@ def _recount(res) -> str:
     return Verdict.ERROR if res.error and verdict != Verdict.DANGEROUS else verdict
 
 
-def apply(res, blob: Blob, records: list[dict]) -> tuple[set[tuple[str, str]],
+def apply(res, blob: Blob, records: list[StreamReading]) -> tuple[set[tuple[str, str]],
                                                         set[tuple[str, str]]]:
     """Fold one blob's real readings into `res` (a `scan.ScanResult`); returns the imports
     they resolved (`_walker_only` then takes out what only the walk saw), and those that only
@@ -407,25 +409,25 @@ def apply(res, blob: Blob, records: list[dict]) -> tuple[set[tuple[str, str]],
             res.findings.append(Finding(severity, code, message, member, None, call))
 
     for rec in records:
-        read_pickle |= rec["pickles"] > 0 and not rec.get("apart")
-        if rec.get("cut"):
+        read_pickle |= rec.pickles > 0 and not rec.apart
+        if rec.cut:
             res.weights_only_ok = False
             find(Severity.SUSPICIOUS, "readings-budget",
-                 f"the pure-Python unpickler's reading (joblib's) {rec['error']}; what lies "
+                 f"the pure-Python unpickler's reading (joblib's) {rec.error}; what lies "
                  "past that is read by the C unpicklers only")
-        for module, name, count in rec["imports"]:
+        for module, name, count in rec.imports:
             if not _importable(module, name):
                 continue
-            if rec.get("apart"):
+            if rec.apart:
                 apart.add((module, name))
             else:
                 real[(module, name)] = max(real.get((module, name), 0), count)
-                found_in.setdefault((module, name), rec.get("member") or where)
-        for call in rec["calls"]:
+                found_in.setdefault((module, name), rec.member or where)
+        for call in rec.calls:
             _judge_call(call, find, rules)
-        for inner in rec.get("nested", []):
+        for inner in rec.nested:
             _nested(inner, find, rules, where)
-        for value in rec.get("code_values", [])[:5]:
+        for value in rec.code_values[:5]:
             find(Severity.INFO, "code-in-value",
                  f"the value at {value['key'] or '<root>'} reads like code: "
                  f"{value['text'][:120]!r}", None, _key(where, value["key"]))
@@ -546,20 +548,20 @@ def _judge_call(call: dict, find, rules) -> None:
              f"{call['code'][:120]!r}", text)
 
 
-def _nested(inner: dict, find, rules, member: str | None) -> None:
+def _nested(inner: NestedPickle, find, rules, member: str | None) -> None:
     """A pickle held in a value: its dangerous imports and calls are a finding on its key."""
-    bad = [f"{m}.{n}" for m, n, _ in inner["imports"]
+    bad = [f"{m}.{n}" for m, n, _ in inner.imports
            if classify(m, n, rules).severity == Severity.DANGEROUS]
-    bad += [c["target"] for c in inner["calls"] if c["op"] == "call" and call_verdict(
+    bad += [c["target"] for c in inner.calls if c["op"] == "call" and call_verdict(
         c["target"], c["computed"], c["texts"], rules) is not None]
-    key = _key(member, inner["key"])
-    shown = next((c["texts"][0] for c in inner["calls"] if c["texts"]), None)
+    key = _key(member, inner.key)
+    shown = next((c["texts"][0] for c in inner.calls if c["texts"]), None)
     if bad:
         find(Severity.SUSPICIOUS, "nested-pickle-value",
-             f"the value at {inner['key'] or '<root>'} is a pickle ({inner['encoding']}) that "
+             f"the value at {inner.key or '<root>'} is a pickle ({inner.encoding}) that "
              f"calls {', '.join(sorted(set(bad))[:4])}: loading this file runs nothing, but "
              "never unpickle that value", shown, key)
     else:
         find(Severity.INFO, "nested-pickle-value",
-             f"the value at {inner['key'] or '<root>'} is a pickle ({inner['encoding']}) of "
+             f"the value at {inner.key or '<root>'} is a pickle ({inner.encoding}) of "
              "plain data", shown, key)
