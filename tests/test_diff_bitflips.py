@@ -165,3 +165,18 @@ def test_dtypes_without_a_bit_layout_compare_by_bytes(tmp_path: Path) -> None:
     ]
     same = diff_checkpoints(open_checkpoint(str(a)), open_checkpoint(str(a)))
     assert same["identical"] is True
+
+
+def test_a_copy_damaged_to_nan_leads_with_nan_not_drift() -> None:
+    a = torch.linspace(-1, 1, 64).reshape(8, 8)
+    b = a.clone()
+    b[1, 2] = float("nan")
+    b[3, 4] = float("nan")
+    diff = diff_raw("w", a.dtype, a.shape, byte_chunks(a), byte_chunks(b)).to_json()
+    assert diff["nonfinite_changes"] == 2
+    assert diff["summary"].startswith("2 changed elements are NaN or Inf on one side in `w`")
+    assert "drift" not in diff["summary"]
+    b[5, 5] = 7.25  # a finite change in several bits stays drift, after the NaN
+    diff = diff_raw("w", a.dtype, a.shape, byte_chunks(a), byte_chunks(b)).to_json()
+    lead, rest = diff["summary"].split("; ", 1)
+    assert "NaN" in lead and rest == "1 finite element differs in several bits (drift, not a flip)"

@@ -206,11 +206,19 @@ class FlipTally:
                     flip.dtype = self.layout.dtype
                 self.flips.append(flip)
 
-    def summary(self, key: str) -> str:
-        """One sentence a person reads, e.g. '3 single-bit flips in `w`, all in exponent bits'."""
+    def summary(self, key: str, nonfinite: int = 0) -> str:
+        """One sentence a person reads, the worst change first: values that are or became NaN
+        or Inf (`nonfinite` of the changed elements), then single-bit flips, then drift, e.g.
+        '3 single-bit flips in `w`, all in exponent bits'."""
         if not self.changed:
             return f"`{key}` is bit-identical"
         parts = []
+        # where every change is a single-bit flip, the flips are the news and NaN their effect
+        flips_only = not self.multi_bit
+        if nonfinite and not flips_only:
+            noun = "element is" if nonfinite == 1 else "elements are"
+            parts.append(f"{nonfinite} changed {noun} NaN or Inf on one side in `{key}` (damaged "
+                         "data or diverged training)")
         if self.single_bit:
             noun = "flip" if self.single_bit == 1 else "flips"
             head = f"{self.single_bit} single-bit {noun} in `{key}`"
@@ -225,10 +233,14 @@ class FlipTally:
                     f"{n} in {_bits(label, n)}" for label, n in self.by_kind.most_common()
                 )
                 parts.append(f"{head}: {detail}")
-        if self.multi_bit:
-            noun = "element differs" if self.multi_bit == 1 else "elements differ"
-            where = "" if self.single_bit else f" in `{key}`"
-            parts.append(f"{self.multi_bit} {noun} in several bits{where} (drift, not a flip)")
+        if nonfinite and flips_only:
+            parts[-1] += f" ({nonfinite} of them NaN or Inf on one side)"
+        drift = self.multi_bit - min(nonfinite, self.multi_bit)
+        if drift:
+            noun = "element differs" if drift == 1 else "elements differ"
+            where = "" if self.single_bit or nonfinite else f" in `{key}`"
+            finite = " finite" if nonfinite else ""
+            parts.append(f"{drift}{finite} {noun} in several bits{where} (drift, not a flip)")
         return "; ".join(parts)
 
 

@@ -76,7 +76,7 @@ class TensorDiff:
         """One sentence for a key that is not identical; empty when it is."""
         if self.status == CHANGED:
             return (
-                self.tally.summary(self.key)
+                self.tally.summary(self.key, self.nonfinite_changes)
                 if self.tally
                 else f"`{self.key}` differs ({self.note})"
             )
