@@ -27,7 +27,7 @@ METRICS_KIND = "guard.metrics"
 METRICS_DIR = "guard"
 ORDER_RULES = frozenset({"sample-duplicated", "resume-order", "worker-seed-shared"})
 """The alarms the data-order ledger raises (the rest are the numerics guard's)."""
-JOURNAL_FIELDS = frozenset({"kind", "seq", "prev", "seal"})
+JOURNAL_FIELDS = frozenset({"kind", "seq", "prev", "seal", "mac"})
 """Fields the journal adds to every record (its chain), not the alarm's own."""
 NO_DEVICE_STATE = "no GPU health recorded (the guard attaches NVML state to transient alarms)"
 

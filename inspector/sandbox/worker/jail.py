@@ -6,7 +6,7 @@ callers, the PID namespace forks, and Landlock only binds the calling thread and
 creates afterwards. Each layer is applied independently so that a kernel lacking one feature
 still gets the others; the returned level names what is active and what is missing, and why.
 
-Guards, in order (`FULL_GUARDS`; DEVELOPING.md 2.2 says what each stops and what is left
+Guards, in order (`FULL_GUARDS`; DEVELOPING.md 2.11 says what each stops and what is left
 without it):
 1. namespaces: a new user + network + IPC namespace: no network interface but loopback, no
    System V IPC object or POSIX message queue of the user's in reach or outliving the worker;
