@@ -19,7 +19,8 @@ from factories import mal_os_system
 
 from inspector.cli import main
 from inspector.scan.engine import scan_file
-from inspector.scan.pickles.policy import classify, numpy_dtype_class
+from inspector.scan.pickles.numpy_dtypes import numpy_dtype_class
+from inspector.scan.pickles.policy import classify
 from inspector.scan.pickles.presets import PRESETS, allow_flags
 from inspector.tensors.load import allowed_global
 

@@ -19,7 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.core.vocabulary import Severity
-from inspector.scan.pickles.walker import OPCODE_BYTES, WEIGHTS_ONLY_OPCODES_DEFAULT
+from inspector.scan.pickles.numpy_dtypes import numpy_dtype_class as numpy_dtype_class
+from inspector.scan.pickles.numpy_dtypes import numpy_dtype_classes as numpy_dtype_classes
+from inspector.scan.pickles.opcodes import OPCODE_BYTES, WEIGHTS_ONLY_OPCODES_DEFAULT
+from inspector.scan.pickles.presets import PRESET_GLOBALS, PRESETS
 
 
 def _words(text: str) -> list[str]:
@@ -468,8 +471,6 @@ def call_allowed(target: str, rules: WeightsOnlyRules | None = None) -> bool:
     rules = rules or weights_only_rules()
     head, _, rest = target.partition(".")
     real = f"{REAL_MODULES.get(head, head)}.{rest}"
-    from inspector.scan.pickles.presets import PRESET_GLOBALS
-
     return any(t in CALL_ALLOWED or t in rules.allowed or t in PRESET_GLOBALS or t in KNOWN_DATA
                or t.startswith("torch._utils._rebuild_") for t in (target, real))
 
@@ -499,46 +500,8 @@ def call_verdict(target: str | None, computed: bool, texts: list[str],
 @functools.cache
 def preset_flags() -> dict[str, str]:
     """The `--allow PRESET` words that admit each global a preset lists (`allow_presets`)."""
-    from inspector.scan.pickles.presets import PRESETS
-
     flags: dict[str, list[str]] = {}
     for preset, (_, members) in PRESETS.items():
         for name in members:
             flags.setdefault(name, []).append(f"--allow {preset}")
     return {name: " or ".join(words) for name, words in flags.items()}
-
-
-# NumPy 2 gives every dtype object a class of its own in numpy.dtypes; torch.load(weights_only=
-# True) checks the class of every object a BUILD sets state on, so a pickled numpy.dtype('f4')
-# also needs numpy.dtypes.Float32DType allowed. Keyed by the kind letter and the item size that
-# numpy.dtype.__reduce__ writes ('f4', 'i8', 'U3': size in characters, ignored).
-_NUMPY_DTYPE_CLASSES = {
-    "f": {2: "Float16DType", 4: "Float32DType", 8: "Float64DType", 16: "LongDoubleDType"},
-    "c": {8: "Complex64DType", 16: "Complex128DType", 32: "CLongDoubleDType"},
-    "i": {1: "Int8DType", 2: "Int16DType", 4: "Int32DType", 8: "Int64DType"},
-    "u": {1: "UInt8DType", 2: "UInt16DType", 4: "UInt32DType", 8: "UInt64DType"},
-    "b": {1: "BoolDType"},
-    "O": {None: "ObjectDType"},
-    "V": {None: "VoidDType"},
-    "U": {None: "StrDType"},
-    "S": {None: "BytesDType"},
-    "M": {None: "DateTime64DType"},
-    "m": {None: "TimeDelta64DType"},
-}
-
-
-def numpy_dtype_classes() -> list[str]:
-    """Every `numpy.dtypes.X` class name that numpy_dtype_class can give."""
-    return [f"numpy.dtypes.{name}" for sizes in _NUMPY_DTYPE_CLASSES.values()
-            for name in sizes.values()]
-
-
-def numpy_dtype_class(code: str) -> str | None:
-    """`numpy.dtypes.X` that numpy.dtype(code) objects are instances of, or None if unknown."""
-    match = re.fullmatch(r"[<>|=]?([a-zA-Z])(\d*)", code)
-    if match is None:
-        return None
-    sizes = _NUMPY_DTYPE_CLASSES.get(match.group(1), {})
-    name = sizes.get(int(match.group(2))) if match.group(2) else None
-    name = name or sizes.get(None)
-    return f"numpy.dtypes.{name}" if name else None

@@ -7,7 +7,7 @@ rebuild these objects inside the jail; it never turns weights_only off.
 
 from __future__ import annotations
 
-from inspector.scan.pickles.policy import numpy_dtype_classes
+from inspector.scan.pickles.numpy_dtypes import numpy_dtype_classes
 
 _NUMPY_CORE = [f"numpy.{core}.multiarray.{name}"
                for core in ("core", "_core") for name in ("_reconstruct", "scalar")]

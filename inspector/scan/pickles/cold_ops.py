@@ -1,0 +1,366 @@
+"""The opcodes torch's tensor pickles rarely or never use, one small function each.
+
+The walker's loop handles the hot opcodes inline and looks every other one up in `COLD_OPS`:
+`handler(state, op, at)` with `at` the opcode's offset and `state.pos` just past the opcode
+byte. A handler returns True to end the walk.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Callable
+from struct import unpack_from
+
+from inspector.scan.pickles.opcodes import OPCODE_BYTES
+from inspector.scan.pickles.records import Call, GlobalRef
+from inspector.scan.pickles.state import Truncated, WalkState
+from inspector.scan.pickles.values import (
+    MISSING,
+    UNKNOWN,
+    _Obj,
+    _Seq,
+    decode_text,
+    kind_of,
+    strings_of,
+)
+
+Handler = Callable[[WalkState, int, int], bool | None]
+COLD_OPS: dict[int, Handler] = {}
+
+
+def _handles(*names: str) -> Callable[[Handler], Handler]:
+    """Register the decorated function for the named opcodes."""
+    def register(handler: Handler) -> Handler:
+        for name in names:
+            COLD_OPS[OPCODE_BYTES[name]] = handler
+        return handler
+    return register
+
+
+def unknown_opcode(st: WalkState, op: int, at: int) -> bool:
+    """A byte that is no opcode ends the walk."""
+    st.note("malformed", f"unknown opcode byte {op:#04x}", at)
+    st.res.error = f"unknown opcode {op:#04x} at offset {at}"
+    return True
+
+
+@_handles("PROTO")
+def _proto(st: WalkState, op: int, at: int) -> None:
+    st.proto = st.res.protocol = st.data[st.take(1)]
+    if st.proto > 5:
+        st.note("bad-protocol", f"unsupported pickle protocol {st.proto}", at)
+
+
+@_handles("STOP")
+def _stop(st: WalkState, op: int, at: int) -> bool | None:
+    st.pop(at)
+    res = st.res
+    res.stopped = True
+    if st.frame_end > st.pos:
+        if not st.unbuffered:
+            st.misaligned("its FRAME runs past STOP", at)
+        res.next_start = st.frame_end + st.removed
+    if not st.through or st.pos >= st.n:
+        return True
+    # `through`: the next pickle, as a fresh `pickle.load` reads it (the loop holds the same
+    # memo and metastack, so they are emptied rather than replaced)
+    res.count += 1
+    res.stopped = False
+    st.stack = []
+    st.metastack.clear()
+    st.memo.clear()
+    st.proto = 0
+    return None
+
+
+@_handles("FRAME")
+def _frame(st: WalkState, op: int, at: int) -> None:
+    # the C unpickler only checks that the frame's bytes exist, then reads opcodes on
+    (k,) = unpack_from("<Q", st.data, st.take(8))
+    if st.pos + k > st.n:
+        raise Truncated
+    if st.frame_end and st.pos + k > st.frame_end and not st.unbuffered:
+        st.misaligned("a FRAME runs past the end of the FRAME it lies in", at)
+    st.frame_end = max(st.frame_end, st.pos + k)
+
+
+def _import_lines(st: WalkState) -> tuple[str, str]:
+    """The module and name lines of GLOBAL and INST."""
+    module = str(st.line(), "utf-8")
+    return module, str(st.line(), "utf-8")
+
+
+@_handles("GLOBAL")
+def _global(st: WalkState, op: int, at: int) -> None:
+    module, name = _import_lines(st)
+    st.stack.append(st.add_global(module, name, "GLOBAL", at))
+
+
+@_handles("INST")
+def _inst(st: WalkState, op: int, at: int) -> None:
+    module, name = _import_lines(st)
+    ref = st.add_global(module, name, "INST", at)
+    args = tuple(st.pop_mark(at))
+    st.block(f"INST of {module}.{name}")
+    st.stack.append(st.add_call(ref, args, "INST", at))
+
+
+@_handles("STACK_GLOBAL")
+def _stack_global(st: WalkState, op: int, at: int) -> None:
+    name = st.pop(at)
+    module = st.pop(at)
+    st.stack.append(st.add_global(module, name, "STACK_GLOBAL", at))
+
+
+@_handles("BUILD")
+def _build(st: WalkState, op: int, at: int) -> None:
+    state = st.pop(at)
+    inst = st.stack[-1] if st.stack else UNKNOWN
+    if isinstance(inst, _Obj) and inst.func is not None:
+        if inst.func.key not in st.allowed:
+            st.block(f"BUILD of {inst.func.key}")
+        strings: list[str] = []
+        strings_of(state, strings)
+        if strings:
+            st.res.calls.append(Call(inst.func, "BUILD", at, strings))
+    elif not isinstance(inst, _Obj):
+        st.block(f"BUILD on a {kind_of(inst)}")
+
+
+@_handles("SETITEM", "SETITEMS")
+def _setitems(st: WalkState, op: int, at: int) -> None:
+    items = st.pop_mark(at) if op == 0x75 else [st.pop(at), st.pop(at)][::-1]
+    target = st.stack[-1] if st.stack else UNKNOWN
+    kind = kind_of(target)
+    if kind not in ("dict", "unknown"):
+        name = "SETITEMS" if op == 0x75 else "SETITEM"
+        if kind == "object":
+            st.block(f"{name} on an object that is not a dict")
+        else:
+            st.note("container-type-confusion", f"{name} on a {kind}, not a dict", at, True)
+            st.block(f"{name} on a {kind}")
+    if isinstance(target, _Seq) and len(target.strings) < 16:
+        strings_of(tuple(items), target.strings)
+
+
+@_handles("APPEND", "APPENDS")
+def _appends(st: WalkState, op: int, at: int) -> None:
+    items = [st.pop(at)] if op == 0x61 else st.pop_mark(at)
+    target = st.stack[-1] if st.stack else UNKNOWN
+    kind = kind_of(target)
+    if kind != "list":
+        name = "APPEND" if op == 0x61 else "APPENDS"
+        st.block(f"{name} on a {kind}")
+        if kind not in ("object", "unknown"):
+            st.note("container-type-confusion", f"{name} on a {kind}, not a list", at, True)
+    if isinstance(target, _Seq) and len(target.strings) < 16:
+        strings_of(tuple(items), target.strings)
+
+
+@_handles("ADDITEMS")
+def _additems(st: WalkState, op: int, at: int) -> None:
+    st.pop_mark(at)
+    if kind_of(st.stack[-1] if st.stack else UNKNOWN) not in ("set", "unknown"):
+        st.note("container-type-confusion", "ADDITEMS on something not a set", at, True)
+
+
+@_handles("DICT", "LIST")
+def _dict_or_list(st: WalkState, op: int, at: int) -> None:
+    items = st.pop_mark(at)
+    seq = _Seq("dict" if op == 0x64 else "list")
+    strings_of(tuple(items), seq.strings)
+    st.stack.append(seq)
+
+
+@_handles("EMPTY_DICT")
+def _empty_dict(st: WalkState, op: int, at: int) -> None:
+    st.stack.append(_Seq("dict"))
+
+
+@_handles("SHORT_BINUNICODE")
+def _short_binunicode(st: WalkState, op: int, at: int) -> None:
+    st.stack.append(st.text(st.data[st.take(1)]))
+
+
+@_handles("NONE")
+def _none(st: WalkState, op: int, at: int) -> None:
+    st.stack.append(None)
+
+
+@_handles("EMPTY_LIST")
+def _empty_list(st: WalkState, op: int, at: int) -> None:
+    st.stack.append(_Seq("list"))
+
+
+@_handles("EMPTY_SET")
+def _empty_set(st: WalkState, op: int, at: int) -> None:
+    st.stack.append(_Seq("set"))
+
+
+@_handles("FROZENSET")
+def _frozenset(st: WalkState, op: int, at: int) -> None:
+    st.pop_mark(at)
+    st.stack.append(_Seq("frozenset"))
+
+
+@_handles("PERSID")
+def _persid(st: WalkState, op: int, at: int) -> None:
+    pid = decode_text(st.line())
+    st.block("PERSID is not supported")
+    st.persistent_id(pid, at)
+
+
+@_handles("NEWOBJ")
+def _newobj(st: WalkState, op: int, at: int) -> None:
+    args = st.pop(at)
+    cls = st.pop(at)
+    if isinstance(cls, GlobalRef) and cls.key not in st.allowed:
+        st.block(f"NEWOBJ of {cls.key}")
+    st.stack.append(st.add_call(cls, args, "NEWOBJ", at))
+
+
+@_handles("NEWOBJ_EX")
+def _newobj_ex(st: WalkState, op: int, at: int) -> None:
+    kwargs = st.pop(at)
+    args = st.pop(at)
+    cls = st.pop(at)
+    st.stack.append(st.add_call(cls, (args, kwargs), "NEWOBJ_EX", at))
+
+
+@_handles("OBJ")
+def _obj(st: WalkState, op: int, at: int) -> None:
+    items = st.pop_mark(at)
+    cls = items[0] if items else UNKNOWN
+    st.stack.append(st.add_call(cls, tuple(items[1:]), "OBJ", at))
+
+
+@_handles("EXT1", "EXT2", "EXT4")
+def _ext(st: WalkState, op: int, at: int) -> None:
+    width = {0x82: 1, 0x83: 2, 0x84: 4}[op]
+    code = int.from_bytes(st.data[st.take(width) : st.pos], "little")
+    st.note("unresolved-import", f"EXT code {code} imports whatever the copyreg extension "
+            "registry maps it to, which cannot be known statically", at, True)
+    st.stack.append(UNKNOWN)
+
+
+@_handles("POP")
+def _pop(st: WalkState, op: int, at: int) -> None:
+    if st.stack:
+        st.stack.pop()
+    else:
+        st.pop_mark(at)
+
+
+@_handles("POP_MARK")
+def _pop_mark(st: WalkState, op: int, at: int) -> None:
+    st.pop_mark(at)
+
+
+@_handles("DUP")
+def _dup(st: WalkState, op: int, at: int) -> None:
+    st.stack.append(st.stack[-1] if st.stack else UNKNOWN)
+
+
+@_handles("BINFLOAT")
+def _binfloat(st: WalkState, op: int, at: int) -> None:
+    st.stack.append(unpack_from(">d", st.data, st.take(8))[0])
+
+
+@_handles("LONG1")
+def _long1(st: WalkState, op: int, at: int) -> None:
+    k = st.data[st.take(1)]
+    st.stack.append(int.from_bytes(st.data[st.take(k) : st.pos], "little", signed=True))
+
+
+@_handles("LONG4")
+def _long4(st: WalkState, op: int, at: int) -> None:
+    (k,) = unpack_from("<i", st.data, st.take(4))
+    if k < 0:
+        raise Truncated
+    st.take(k)
+    st.stack.append(0)
+
+
+@_handles("SHORT_BINSTRING")
+def _short_binstring(st: WalkState, op: int, at: int) -> None:
+    k = st.data[st.take(1)]
+    p = st.take(k)
+    st.stack.append(decode_text(st.data[p:p + k]))
+
+
+@_handles("BINSTRING")
+def _binstring(st: WalkState, op: int, at: int) -> None:
+    (k,) = unpack_from("<i", st.data, st.take(4))
+    if k < 0:
+        raise Truncated
+    value = st.binary(k)
+    st.stack.append(decode_text(value) if isinstance(value, bytes) else value)
+
+
+@_handles("STRING")
+def _string(st: WalkState, op: int, at: int) -> None:
+    raw = st.line().rstrip(b"\r")
+    if len(raw) < 2 or raw[0] != raw[-1] or raw[:1] not in (b"'", b'"'):
+        st.note("malformed", "STRING argument is not quoted", at)
+        st.stack.append(UNKNOWN)
+    else:
+        st.stack.append(decode_text(codecs.escape_decode(raw[1:-1])[0]))
+
+
+@_handles("UNICODE")
+def _unicode(st: WalkState, op: int, at: int) -> None:
+    st.stack.append(str(st.line(), "raw-unicode-escape"))
+
+
+@_handles("BINUNICODE8")
+def _binunicode8(st: WalkState, op: int, at: int) -> None:
+    (k,) = unpack_from("<Q", st.data, st.take(8))
+    st.stack.append(st.text(k))
+
+
+@_handles("BINBYTES")
+def _binbytes(st: WalkState, op: int, at: int) -> None:
+    (k,) = unpack_from("<I", st.data, st.take(4))
+    st.stack.append(st.binary(k))
+
+
+@_handles("SHORT_BINBYTES")
+def _short_binbytes(st: WalkState, op: int, at: int) -> None:
+    st.stack.append(st.binary(st.data[st.take(1)]))
+
+
+@_handles("BINBYTES8", "BYTEARRAY8")
+def _binbytes8(st: WalkState, op: int, at: int) -> None:
+    (k,) = unpack_from("<Q", st.data, st.take(8))
+    st.stack.append(st.binary(k))
+
+
+@_handles("INT", "LONG", "FLOAT")
+def _number_line(st: WalkState, op: int, at: int) -> None:
+    st.stack.append(st.line())
+
+
+@_handles("GET")
+def _get(st: WalkState, op: int, at: int) -> None:
+    key = int(st.line())
+    value = st.memo.get(key, MISSING)
+    if value is MISSING:
+        st.note("bad-memo-key", f"GET of memo key {key} that was never stored", at)
+        value = UNKNOWN
+    st.stack.append(value)
+
+
+@_handles("PUT")
+def _put(st: WalkState, op: int, at: int) -> None:
+    key = int(st.line())
+    if key < 0:
+        st.note("bad-memo-key", "PUT with a negative memo key", at)
+    else:
+        st.memo[key] = st.stack[-1] if st.stack else UNKNOWN
+
+
+@_handles("NEXT_BUFFER", "READONLY_BUFFER")
+def _buffer(st: WalkState, op: int, at: int) -> None:
+    # out-of-band buffers: the next one is pushed, READONLY_BUFFER only marks the top
+    if op == 0x97:
+        st.stack.append(UNKNOWN)

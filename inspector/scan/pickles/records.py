@@ -1,0 +1,84 @@
+"""What a walk records: the imports, calls, storage references and problems of one pickle
+stream (`PickleScan`), and the bounds that keep a walk finite (`Limits`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds that keep a hostile stream from hanging or exhausting the scanner."""
+
+    max_opcodes: int = 50_000_000
+    max_memo: int = 10_000_000
+    max_depth: int = 100_000
+    max_stack: int = 10_000_000
+
+
+@dataclass(slots=True)
+class GlobalRef:
+    """One import: `module.name` as the unpickler would resolve it (treat as read-only)."""
+
+    module: str
+    name: str
+    opcode: str
+    offset: int
+    key: str = field(default="", compare=False)  # dotted `module.name`, as torch's list spells it
+
+    def __post_init__(self) -> None:
+        self.key = f"{self.module}.{self.name}"
+
+
+@dataclass(slots=True)
+class Call:
+    """A call the unpickler would make: callable (None when not a plain import) and its text."""
+
+    func: GlobalRef | None
+    opcode: str
+    offset: int
+    strings: list[str]
+    args: str = ""  # the arguments as pseudo-Python, e.g. `"curl x | sh", 1`
+
+
+class StorageRef(NamedTuple):
+    """A persistent id `('storage', storage_type, key, location, numel)`."""
+
+    storage_type: str
+    key: str
+    location: str
+    numel: int
+    offset: int
+
+
+@dataclass(slots=True)
+class Issue:
+    """A structural problem: `code` names it, `blocks_weights_only` if torch would refuse."""
+
+    code: str
+    message: str
+    offset: int
+    dangerous: bool = False
+
+
+@dataclass
+class PickleScan:
+    """Everything one pickle stream imports, calls and references."""
+
+    start: int
+    end: int = 0
+    protocol: int = 0
+    stopped: bool = False
+    globals: list[GlobalRef] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    storages: list[StorageRef] = field(default_factory=list)
+    issues: list[Issue] = field(default_factory=list)
+    wo_blockers: list[str] = field(default_factory=list)
+    error: str | None = None
+    opcodes: int = 0
+    count: int = 1  # pickles walked: more than one only with `through`
+    # a FRAME ended inside an opcode or past STOP: a reader without peek() reads otherwise
+    frame_misaligned: bool = False
+    # with `unbuffered`: where such a reader's next pickle starts (the end of what it read)
+    next_start: int = 0

@@ -1,0 +1,214 @@
+"""The state of one walk: the bytes and position, the unpickler's stack, metastack and memo, and
+what has been recorded so far; with the small steps every opcode shares (pop a value, read an
+argument, record an import or a call). The walker's loop keeps the hottest of these in locals
+and hands them back here before an opcode that lives in `cold_ops` runs.
+"""
+
+from __future__ import annotations
+
+from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
+from dataclasses import dataclass, field
+
+from inspector.scan.pickles.opcodes import OPCODE_NAMES
+from inspector.scan.pickles.records import Call, GlobalRef, Issue, Limits, PickleScan
+from inspector.scan.pickles.unbuffered import unbuffered_splice
+from inspector.scan.pickles.values import (
+    BIG,
+    UNKNOWN,
+    _Big,
+    _Obj,
+    describe,
+    render,
+    strings_of,
+)
+
+
+class Truncated(Exception):
+    """An opcode's argument runs past the end of the data."""
+
+
+def _fix_import(module: str, name: str, proto: int) -> tuple[str, str]:
+    """Apply Python 2 name mapping the way pickle does for protocol < 3."""
+    if proto < 3:
+        if (module, name) in NAME_MAPPING:
+            return NAME_MAPPING[(module, name)]
+        if module in IMPORT_MAPPING:
+            return IMPORT_MAPPING[module], name
+    return module, name
+
+
+@dataclass(slots=True, eq=False)
+class WalkState:
+    """One walk's state. `at` arguments are the offset of the opcode being walked."""
+
+    data: bytes
+    pos: int
+    res: PickleScan
+    allowed: frozenset[str]
+    through: bool
+    unbuffered: bool
+    n: int = field(init=False)
+    stack: list = field(default_factory=list)  # the current MARK's: a MARK starts a new one
+    metastack: list[list] = field(default_factory=list)
+    memo: dict[int, object] = field(default_factory=dict)
+    storages: list[tuple] = field(default_factory=list)  # plain tuples; StorageRefs at the end
+    shared_objs: dict = field(default_factory=dict)  # the fast path's call results, by callable
+    proto: int = 0
+    frame_end: int = 0  # end of the last FRAME's bytes while opcodes are read from inside it
+    removed: int = 0  # `unbuffered`: bytes dropped so far (positions after a drop shift by this)
+    op_at: int = 0  # where the walk stopped: the last opcode it began
+    reported_ops: set[int] = field(default_factory=set)  # outside weights_only's, each noted once
+
+    def __post_init__(self) -> None:
+        self.n = len(self.data)
+
+    def note(self, code: str, message: str, offset: int, dangerous: bool = False) -> None:
+        """Record a structural problem (the first thousand)."""
+        issues = self.res.issues
+        if len(issues) < 1000:
+            issues.append(Issue(code, message, offset, dangerous))
+
+    def block(self, reason: str) -> None:
+        """Record a reason torch.load(weights_only=True) would refuse the stream, once."""
+        blockers = self.res.wo_blockers
+        if len(blockers) < 100 and reason not in blockers:
+            blockers.append(reason)
+
+    def misaligned(self, why: str, at: int) -> None:
+        """Record, once, that a FRAME's end disagrees with the opcodes inside it."""
+        if not self.res.frame_misaligned:
+            self.res.frame_misaligned = True
+            self.note("frame-misaligned", f"{why}: a reader without peek() (io.BytesIO, which "
+                      "torch.load uses for data.pkl) drops or skips bytes there and reads "
+                      "another pickle; that reading was scanned too", at)
+
+    def pop(self, at: int) -> object:
+        """Pop the top of the stack; an empty stack is a problem, not an error."""
+        if self.stack:
+            return self.stack.pop()
+        self.note("stack-underflow", "opcode pops from an empty stack", at)
+        return UNKNOWN
+
+    def pop_mark(self, at: int) -> list:
+        """Everything pushed since the last MARK; `stack` is then the MARK's outer stack."""
+        items = self.stack
+        if not self.metastack:
+            self.note("missing-mark", "opcode needs a MARK that was never pushed", at)
+            self.stack = []
+            return items
+        self.stack = self.metastack.pop()
+        return items
+
+    def take(self, k: int) -> int:
+        """Step over `k` argument bytes; returns where they start."""
+        p = self.pos
+        if p + k > self.n:
+            raise Truncated
+        self.pos = p + k
+        return p
+
+    def line(self) -> bytes:
+        """A newline-terminated argument, without its newline."""
+        j = self.data.find(b"\n", self.pos)
+        if j < 0:
+            raise Truncated
+        raw = self.data[self.pos:j]
+        self.pos = j + 1
+        return raw
+
+    def text(self, k: int) -> object:
+        """A UTF-8 argument of `k` bytes (its length only, when long)."""
+        p = self.take(k)
+        if k > BIG:
+            return _Big(k)
+        return str(self.data[p:p + k], "utf-8", "surrogatepass")
+
+    def binary(self, k: int) -> object:
+        """A bytes argument of `k` bytes (its length only, when long)."""
+        p = self.take(k)
+        return _Big(k) if k > BIG else self.data[p:p + k]
+
+    def frame_step(self, pos: int, frame_end: int, last_at: int) -> int:
+        """Before the opcode at `pos`, inside a FRAME ending at `frame_end`: leave the FRAME at
+        its end (an opcode before it, at `last_at`, that ran past it is noted), or with
+        `unbuffered` drop the bytes a reader without peek() drops to read the opcode's
+        argument. Returns the FRAME's end, 0 once it is left or its rest dropped."""
+        if pos >= frame_end:
+            if pos > frame_end and not self.unbuffered:
+                self.misaligned("an opcode's argument runs past the end of its FRAME", last_at)
+            return 0
+        if not self.unbuffered:
+            return frame_end
+        spliced, cut = unbuffered_splice(self.data, pos + 1, self.data[pos], frame_end)
+        if not cut:
+            return frame_end
+        self.data, self.n = spliced, len(spliced)
+        self.removed += cut
+        return 0
+
+    def unstored(self, op: int, key: int, at: int) -> object:
+        """What BINGET (0x68) or LONG_BINGET of a memo key never stored pushes."""
+        self.note("bad-memo-key", f"BINGET of memo key {key} that was never stored" if op == 0x68
+                  else f"LONG_BINGET of memo key {key} never stored", at)
+        self.block("memo key never stored")
+        return UNKNOWN
+
+    def unsupported(self, op: int) -> None:
+        """Record, once, that torch.load(weights_only=True) does not implement opcode `op`."""
+        self.reported_ops.add(op)
+        self.block(f"opcode {OPCODE_NAMES.get(op, hex(op))} is not supported")
+
+    def outgrown(self, limits: Limits, at: int) -> bool:
+        """Whether the memo or the stack has outgrown `limits` (noted when it has)."""
+        if len(self.memo) > limits.max_memo or len(self.stack) > limits.max_stack:
+            self.note("limit", "memo or stack larger than the scan bound", at)
+            return True
+        return False
+
+    def add_global(self, module: object, name: object, opname: str,
+                   at: int) -> GlobalRef | None:
+        """Record an import; None when its operands are not text."""
+        if not isinstance(module, str) or not isinstance(name, str):
+            self.note("unresolved-import", f"{opname} with operands that are not plain text "
+                      f"({type(module).__name__}, {type(name).__name__})", at, True)
+            return None
+        module, name = _fix_import(module, name, self.proto)
+        ref = GlobalRef(module, name, opname, at)
+        if len(self.res.globals) < 100_000:
+            self.res.globals.append(ref)
+        return ref
+
+    def add_call(self, func: object, args: object, opname: str, at: int) -> _Obj:
+        """Record a call of `func` with `args`; returns the value it pushes."""
+        fref = func if isinstance(func, GlobalRef) else None
+        if fref is not None and fref.key in self.allowed:
+            return _Obj(fref)  # torch's own rebuild functions: nothing more to learn
+        if fref is None:
+            self.note("indirect-call", f"{opname} calls a value computed while loading "
+                      "(not a plain import), which cannot be checked statically", at, True)
+            self.block(f"{opname} on a value that is not an allowed global")
+        strings: list[str] = []
+        strings_of(args, strings)
+        calls = self.res.calls
+        if len(calls) < 200_000:
+            shown = render(args)
+            if isinstance(args, tuple):
+                shown = shown[1:-1].removesuffix(",")
+            calls.append(Call(fref, opname, at, strings, shown[:400]))
+        return _Obj(fref)
+
+    def reduce(self, func: object, args: object, at: int) -> _Obj:
+        """REDUCE: record the call of `func` with `args`; returns the value it pushes."""
+        if isinstance(func, GlobalRef) and func.key not in self.allowed:
+            self.block(f"REDUCE of {func.key}")
+        return self.add_call(func, args, "REDUCE", at)
+
+    def persistent_id(self, pid: object, at: int) -> None:
+        """Record a persistent id's storage reference and push what loading it gives."""
+        if isinstance(pid, tuple) and len(pid) >= 5 and pid[0] in ("storage", b"storage"):
+            numel = pid[4] if type(pid[4]) is int else -1
+            self.storages.append((describe(pid[1]), describe(pid[2]), describe(pid[3]), numel,
+                                  at))
+        elif isinstance(pid, tuple) and pid and pid[0] not in ("storage", b"storage"):
+            self.block("persistent id that is not a storage")
+        self.stack.append(_Obj(None))

@@ -1,0 +1,123 @@
+"""The values a walk pushes in place of real objects, and how they read: as text for the
+code-text check (`strings_of`), as short pseudo-Python (`render`), as the kind a container
+opcode meets (`kind_of`)."""
+
+from __future__ import annotations
+
+from inspector.scan.pickles.records import GlobalRef
+
+# The classes' names show in findings (an import whose operand is a call's result names its
+# type), so they keep the names they have always had.
+
+
+class _Obj:
+    """Result of a call; `func` is the import that produced it (None when unknown)."""
+
+    __slots__ = ("func",)
+
+    def __init__(self, func: GlobalRef | None) -> None:
+        self.func = func
+
+
+class _Seq:
+    """A list, dict or set under construction; keeps a few strings for the code-text check."""
+
+    __slots__ = ("kind", "strings")
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.strings: list[str] = []
+
+
+class _Big:
+    """A string or bytes value too long to keep."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+class _Unknown:
+    __slots__ = ()
+
+
+UNKNOWN = _Unknown()
+MISSING = object()
+BIG = 1 << 16  # strings and bytes longer than this are kept as a length only
+
+
+def strings_of(value: object, out: list[str], budget: int = 16, depth: int = 0) -> None:
+    """Collect the text inside a call's arguments (tuples, lists) for the code-text check."""
+    if len(out) >= budget:
+        return
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, tuple):
+        if depth < 8:  # hostile files nest tuples thousands deep
+            for v in value:
+                strings_of(v, out, budget, depth + 1)
+    elif isinstance(value, _Seq):
+        out.extend(value.strings[: budget - len(out)])
+    elif isinstance(value, bytes):
+        out.append(value.decode("latin-1"))
+
+
+def render(value: object, depth: int = 0) -> str:
+    """A walked value as short pseudo-Python: literals as repr, a call's result as `f(…)`."""
+    if isinstance(value, str | bytes):
+        text = repr(value)
+        return text if len(text) <= 200 else text[:190] + "…" + text[-1]
+    if value is None or isinstance(value, bool | int | float):
+        return repr(value)
+    if isinstance(value, GlobalRef):
+        return value.key
+    if isinstance(value, _Obj):
+        return f"{value.func.key}(…)" if value.func else "<computed object>"
+    if isinstance(value, _Big):
+        return f"<{value.size} bytes>"
+    if isinstance(value, _Seq):
+        inner = ", ".join(render(s, depth + 1) for s in value.strings[:3])
+        return {"list": f"[{inner}…]", "dict": f"{{{inner}…}}"}.get(value.kind,
+                                                                      f"{value.kind}({inner}…)")
+    if isinstance(value, tuple):
+        if depth > 3:
+            return "(…)"
+        inner = ", ".join(render(v, depth + 1) for v in value[:6])
+        return f"({inner}{', …' if len(value) > 6 else ',' if len(value) == 1 else ''})"
+    return "…"
+
+
+def decode_text(raw: bytes) -> object:
+    """Text of STRING/BINSTRING/SHORT_BINSTRING as Python 3's default ASCII decoding sees it."""
+    try:
+        return raw.decode("ascii")
+    except UnicodeDecodeError:
+        return raw
+
+
+def kind_of(value: object) -> str:
+    """What a container opcode is applied to: dict, list, set, object, unknown or a type name."""
+    if isinstance(value, _Seq):
+        return value.kind
+    if isinstance(value, _Obj):
+        if value.func is None:
+            return "object"
+        return {"collections.OrderedDict": "dict", "collections.Counter": "dict"}.get(
+            value.func.key, "object")
+    if value is UNKNOWN:
+        return "unknown"
+    return type(value).__name__
+
+
+def describe(value: object) -> str:
+    """Stable text for a persistent-id field (no object addresses)."""
+    if isinstance(value, GlobalRef):
+        return value.key
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("latin-1")
+    if type(value) is int:
+        return str(value)
+    return f"<{kind_of(value)}>"
