@@ -21,7 +21,6 @@ import factories
 import pytest
 import torch
 from safetensors.torch import load_file
-from torch.distributed.checkpoint.metadata import Metadata
 
 from inspector.cli import main
 from inspector.sandbox.host.client import SandboxError, convert_file, inspect_file
@@ -66,6 +65,9 @@ def test_folder_is_recognised_and_scanned_as_one_safe_checkpoint(saved):
 
 
 def test_metadata_is_read_by_the_weights_only_unpickler_as_plain_pickle_reads_it(saved):
+    # imported here: torch.distributed.checkpoint adds over a second to every collection
+    from torch.distributed.checkpoint.metadata import Metadata
+
     folder, _ = saved
     data = (folder / ".metadata").read_bytes()
     assert data[:2] == b"\x80\x04"  # protocol 4: STACK_GLOBAL, MEMOIZE, FRAME
@@ -93,6 +95,8 @@ def _renamed_path_module(data: bytes, module: bytes) -> bytes:
 def test_a_path_pickled_by_python_3_13_loads(saved, capsys):
     """Python 3.13 pickles a path as `pathlib._local.PosixPath`, a name 3.11 lacks: the
     metadata reader rebuilds it as the same stand-in `--allow lightning` uses."""
+    from torch.distributed.checkpoint.metadata import Metadata
+
     folder, state = saved
     metadata = folder / ".metadata"
     metadata.write_bytes(_renamed_path_module(metadata.read_bytes(), b"pathlib._local"))

@@ -15,8 +15,6 @@ from pathlib import Path
 import factories
 import pytest
 import torch
-from torch.distributed.checkpoint.filesystem import _StorageInfo
-from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
 
 from inspector.cli import main
 from inspector.formats.archives import zipread
@@ -38,6 +36,10 @@ def folder(tmp_path: Path) -> Path:
 def _list_item(folder: Path, fqn: str, offset: int, length: int) -> None:
     """Make `.metadata` list a bytes item at [offset, offset + length) of the data file, as an
     attacker would to have DCP load what lies there."""
+    # imported here: torch.distributed.checkpoint adds over a second to every collection
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
+
     metadata = factories.dcp_metadata(folder)
     metadata.state_dict_metadata[fqn] = BytesStorageMetadata()
     metadata.storage_data[MetadataIndex(fqn)] = _StorageInfo(DATA, offset, length)

@@ -24,8 +24,6 @@ from inspector.cli import main
 from inspector.sandbox.worker.diff import IDENTICAL, ONLY_IN_A, Side, diff_sides
 from inspector.tensors.sources import open_checkpoint
 
-transformers = pytest.importorskip("transformers")
-
 FLIP_KEY = "transformer.h.1.mlp.c_fc.weight"
 FLIP_ELEMENT, FLIP_BIT = 777, 30  # a float32 exponent bit
 
@@ -33,6 +31,9 @@ FLIP_ELEMENT, FLIP_BIT = 777, 30  # a float32 exponent bit
 @pytest.fixture(scope="module")
 def model():
     """A 2-layer GPT-2 with hidden size 64, random weights, tied input and output embeddings."""
+    # importorskip here, not at module level: importing transformers adds a second or more to
+    # every collection, and only the tests that use this model need it
+    pytest.importorskip("transformers")
     return tiny_gpt2()
 
 

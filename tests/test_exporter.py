@@ -370,7 +370,8 @@ def test_prometheus_reader_takes_dcgm_units_and_dcgm4_names_back(monkeypatch):
               for name, value in [("DCGM_FI_DEV_THERMAL_VIOLATION", "2500000"),
                                   ("DCGM_FI_DEV_GPU_TEMP_CELSIUS", "41"),
                                   ("DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION", "1")]]
-    monkeypatch.setattr(prom_reader, "_get", lambda query: series)
+    monkeypatch.setattr(prom_reader, "_get",
+                        lambda query: prom_reader._series({"data": {"result": series}}, query.url))
     query = prom_reader.RangeQuery("http://p", "n", 0.0, 200.0, 1.0)
     (sample,) = prom_reader.read_range(query)
     assert (sample.thermal_violation, sample.temperature_gpu, sample.recovery_action) == (

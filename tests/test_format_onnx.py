@@ -22,17 +22,26 @@ from inspector.formats import onnx as onnx_format
 from inspector.scan.advice import advise
 from inspector.scan.engine import scan_file, scan_paths
 
-onnx = pytest.importorskip("onnx", reason="onnx is in the dev extra")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+@pytest.fixture(scope="module")
+def onnx():
+    """The onnx package, for the tests that build or load models with it: imported when the
+    first of them runs, not at collection (about a second of every collection otherwise).
+    The helpers below import from it where they use it."""
+    return pytest.importorskip("onnx", reason="onnx is in the dev extra")
 
 
 def _value(name: str, shape: list[int]):
+    from onnx import TensorProto, helper
+
     return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
 
 
 def _rich_model():
     """Every place a node or tensor can hide: subgraphs of an If, a local function, a
     Constant's tensor attribute, a sparse initializer, training info."""
+    from onnx import TensorProto, helper, numpy_helper
+
     then_g = helper.make_graph([helper.make_node("Scale", ["x"], ["t"], domain="com.example")],
                                "then", [], [_value("t", [4])])
     else_g = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [],
@@ -77,6 +86,8 @@ def _text(value: str | bytes) -> str:
 
 def _reference(model) -> tuple[dict, dict, list]:
     """Opsets, ops by domain and external entries, walked through onnx's own objects."""
+    from onnx import TensorProto
+
     ops: dict[str, set[str]] = {}
     external = []
 
@@ -115,7 +126,7 @@ def _reference(model) -> tuple[dict, dict, list]:
 
 
 @pytest.mark.parametrize("external", [False, True])
-def test_reader_agrees_with_onnx(tmp_path, external) -> None:
+def test_reader_agrees_with_onnx(tmp_path, external, onnx) -> None:
     path = tmp_path / "model.onnx"
     onnx.save(_rich_model(), path, save_as_external_data=external,
               all_tensors_to_one_file=True, location="model.data", size_threshold=0)
@@ -130,7 +141,9 @@ def test_reader_agrees_with_onnx(tmp_path, external) -> None:
     assert bool(ext) is external
 
 
-def test_scan_recognises_onnx_by_its_bytes(tmp_path) -> None:
+def test_scan_recognises_onnx_by_its_bytes(tmp_path, onnx) -> None:
+    from onnx import helper, numpy_helper
+
     model = helper.make_model(helper.make_graph(
         [helper.make_node("Relu", ["x"], ["y"])], "g", [_value("x", [2])], [_value("y", [2])],
         [numpy_helper.from_array(np.ones(300, np.float32), "w")]))
@@ -144,7 +157,9 @@ def test_scan_recognises_onnx_by_its_bytes(tmp_path) -> None:
     assert "torch.load" not in advice.action and "pickle" in advice.meaning
 
 
-def test_external_data_beside_the_model_is_info_and_loads(tmp_path) -> None:
+def test_external_data_beside_the_model_is_info_and_loads(tmp_path, onnx) -> None:
+    from onnx import numpy_helper
+
     path = tmp_path / "model.onnx"
     onnx.save(_rich_model(), path, save_as_external_data=True, location="model.data",
               size_threshold=0)
@@ -157,6 +172,8 @@ def test_external_data_beside_the_model_is_info_and_loads(tmp_path) -> None:
 
 
 def _external_model(location: str):
+    from onnx import TensorProto, helper
+
     t = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[4],
                     data_location=TensorProto.EXTERNAL)
     for key, value in (("location", location), ("offset", "0"), ("length", "16")):
@@ -167,7 +184,7 @@ def _external_model(location: str):
 
 
 @pytest.mark.parametrize("where", ["dotdot", "absolute", "link"])
-def test_external_data_outside_the_folder_is_dangerous(tmp_path, where) -> None:
+def test_external_data_outside_the_folder_is_dangerous(tmp_path, where, onnx) -> None:
     secret = tmp_path / "outside" / "secret.bin"
     secret.parent.mkdir()
     secret.write_bytes(b"PRIVATE KEY 1234")
@@ -191,7 +208,7 @@ def test_external_data_outside_the_folder_is_dangerous(tmp_path, where) -> None:
         onnx.load(path)
 
 
-def test_custom_op_domains_are_suspicious_and_named(tmp_path) -> None:
+def test_custom_op_domains_are_suspicious_and_named(tmp_path, onnx) -> None:
     path = tmp_path / "model.onnx"
     onnx.save(_rich_model(), path)
     res = scan_file(path)
@@ -236,7 +253,7 @@ def test_sniff_claims_no_other_format(tmp_path) -> None:
         assert spec is None or spec.format != Format.ONNX, name
 
 
-def test_folder_scan_reads_onnx_files_instead_of_skipping_them(tmp_path) -> None:
+def test_folder_scan_reads_onnx_files_instead_of_skipping_them(tmp_path, onnx) -> None:
     onnx.save(_rich_model(), tmp_path / "decoder.onnx")
     onnx.save(_external_model("../../etc/passwd"), tmp_path / "encoder.onnx")
     (tmp_path / "tokenizer.model").write_bytes(_sentencepiece_like())
@@ -253,7 +270,7 @@ def test_folder_scan_reads_onnx_files_instead_of_skipping_them(tmp_path) -> None
     assert os.path.getsize(tmp_path / "cut.onnx") > HEAD_BYTES
 
 
-def test_mutants_are_models_exactly_when_protobuf_reads_them_as_models() -> None:
+def test_mutants_are_models_exactly_when_protobuf_reads_them_as_models(onnx) -> None:
     """3,000 seeded mutants of a real model: ours is a model (a complete ModelProto with a
     graph) exactly when protobuf's own parser reads one, and then names the same opsets, ops
     and external data; no mutant raises anything else."""
@@ -294,7 +311,7 @@ def test_mutants_are_models_exactly_when_protobuf_reads_them_as_models() -> None
     assert 100 < models < 2900  # both answers occur
 
 
-def test_schema_covers_every_field_of_the_installed_onnx_proto() -> None:
+def test_schema_covers_every_field_of_the_installed_onnx_proto(onnx) -> None:
     """Each message field of onnx.proto (as the installed onnx builds it) is read as protobuf
     reads it: messages as messages (merged where not repeated), strings as bytes, repeated
     numbers packed or not. A field the schema missed would be skipped here but parsed, and
@@ -339,10 +356,13 @@ def _field(number: int, payload: bytes | int) -> bytes:
     return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
-def test_a_tensor_split_over_two_occurrences_is_merged_as_protobuf_merges_it(tmp_path) -> None:
+def test_a_tensor_split_over_two_occurrences_is_merged_as_protobuf_merges_it(tmp_path,
+                                                                             onnx) -> None:
     """The Constant's tensor written twice: its location in the first, EXTERNAL in the second.
     protobuf merges a singular message's occurrences, so the loader sees one external tensor
     reading from outside the folder; read occurrence by occurrence, neither is."""
+    from onnx import TensorProto
+
     entry = _field(1, b"location") + _field(2, b"../../secret.bin")
     first = _field(8, b"cval") + _field(2, 1) + _field(1, 4) + _field(13, entry)
     second = _field(14, 1)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import warnings
 
-import lightning.pytorch as pl
 import pytest
 import torch
 from guard_support import alarms
@@ -13,10 +12,11 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from inspector.guard.guard import GuardConfig, GuardHalt
-from inspector.guard.hf_callback import GuardTrainerCallback
 from inspector.guard.inject import BitFlip
-from inspector.guard.lightning_callback import GuardCallback
 from inspector.guard.scene import read_scene
+
+# Lightning, transformers and the guard's callbacks for them (which import them) are imported
+# in the functions that use them: at module level they added seconds to every collection.
 
 BAD = 5  # the batch (and step) that goes wrong
 
@@ -37,22 +37,31 @@ class Pairs(Dataset):
         return self.x[i], self.x[i].sum(dim=1, keepdim=True)
 
 
-class Tiny(pl.LightningModule):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+def _tiny_class(pl):
+    """The LightningModule the guard watches, defined once Lightning is imported."""
 
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        return nn.functional.mse_loss(self.net(x), y)
+    class Tiny(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
 
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.01)
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return nn.functional.mse_loss(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    return Tiny
 
 
 def fit(tmp_path, config, data):
-    model = Tiny()
+    import lightning.pytorch as pl
+
+    from inspector.guard.lightning_callback import GuardCallback
+
+    model = _tiny_class(pl)()
     callback = GuardCallback(tmp_path, config)
     trainer = pl.Trainer(max_steps=8, accelerator="cpu", logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
@@ -113,6 +122,8 @@ class HfRows(Dataset):
 @pytest.mark.parametrize("action", ["warn", "skip"])
 def test_transformers_trainer_catches_a_flipped_gradient_at_its_step(tmp_path, action):
     from transformers import Trainer, TrainingArguments
+
+    from inspector.guard.hf_callback import GuardTrainerCallback
 
     flip = BitFlip(step=BAD, param="net.0.weight", index=2, bit=30)
     callback = GuardTrainerCallback(tmp_path / "run", GuardConfig(warmup=3, action=action,

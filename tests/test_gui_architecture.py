@@ -20,8 +20,6 @@ from inspector.gui.widgets.model_summary import WEIGHTS_ONLY
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window
 
-pytest.importorskip("transformers")
-
 _BUILD = r"""
 import json, sys
 from pathlib import Path
@@ -53,6 +51,9 @@ json.dump({"layers": cfg.num_hidden_layers, "hidden": cfg.hidden_size,
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory) -> tuple[Path, dict]:
+    # importorskip here, not at module level: importing transformers adds a second or more to
+    # every collection, and only the tests that open these checkpoints need it
+    pytest.importorskip("transformers")
     folder = tmp_path_factory.mktemp("gui-arch")
     subprocess.run([sys.executable, "-c", _BUILD, str(TESTS), str(folder)], check=True,
                    timeout=600)

@@ -21,9 +21,15 @@ from factories import tiny_gpt2, tree_digests
 from inspector.cli import main
 from inspector.shards.tie_rule import kept_name
 
-transformers = pytest.importorskip("transformers")
-
 TOKENS = torch.tensor([[5, 17, 300, 2, 999, 41, 7, 7, 64, 0]])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _needs_transformers():
+    """Every test here needs transformers: skipped where it is absent, and imported when the
+    first test runs, not at collection (a second or more of every collection otherwise); the
+    helpers below import it where they use it."""
+    pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +39,8 @@ def model():
 
 
 def _loads_strictly_and_identically(folder: Path, model) -> None:
+    import transformers
+
     loaded, info = transformers.GPT2LMHeadModel.from_pretrained(
         folder, use_safetensors=True, output_loading_info=True
     )
@@ -192,6 +200,8 @@ def test_one_file_through_a_snapshot_link_lands_beside_the_link(tmp_path, model,
 
 def _tiny_llama():
     """A 2-layer Llama with tied input and output embeddings."""
+    import transformers
+
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         num_hidden_layers=2, hidden_size=32, intermediate_size=64, num_attention_heads=4,
@@ -203,6 +213,8 @@ def _tiny_llama():
 
 def _tiny_t5():
     """A 1+1-layer T5 whose `shared` embedding is tied to both embed_tokens and lm_head."""
+    import transformers
+
     torch.manual_seed(0)
     config = transformers.T5Config(
         num_layers=1, num_decoder_layers=1, d_model=32, d_kv=8, d_ff=64, num_heads=4,
@@ -226,6 +238,8 @@ def _stored_keys(folder: Path) -> list[str]:
 
 def _tiny_bart():
     """A 1+1-layer BART: `model.shared` tied to both embed_tokens and lm_head."""
+    import transformers
+
     torch.manual_seed(0)
     config = transformers.BartConfig(
         encoder_layers=1, decoder_layers=1, d_model=16, encoder_attention_heads=2,
@@ -238,6 +252,8 @@ def _tiny_bart():
 def _tiny_bert():
     """A 1-layer masked-LM BERT: the decoder weight tied to the word embeddings, and its bias
     to the prediction head's."""
+    import transformers
+
     torch.manual_seed(0)
     config = transformers.BertConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2,
                                      intermediate_size=32, vocab_size=100,

@@ -26,7 +26,6 @@ from gui_support import LOAD_TIMEOUT_MS
 
 from inspector.cli import main
 
-transformers = pytest.importorskip("transformers")
 pytest_plugins = ("gui_fixtures",)  # fixtures: window
 
 VALUES = ("dtype", "shape", "numel", "nbytes", "digest", "min", "max", "mean", "std",
@@ -41,6 +40,9 @@ SINGLES = {"st": "st-single/model.safetensors", "bin": "bin-single/pytorch_model
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """The same model as safetensors shards, `.bin` shards, one safetensors and one `.bin` file."""
+    # importorskip here, not at module level: importing transformers adds a second or more to
+    # every collection, and only the tests that use this model need it
+    pytest.importorskip("transformers")
     return gpt2_layouts(tmp_path_factory.mktemp("models"), tiny_gpt2())
 
 

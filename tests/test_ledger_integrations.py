@@ -39,24 +39,37 @@ def test_a_plain_training_loop_saves_through_one_call(tmp_path):
     assert _states(tmp_path) == [CheckpointState.REMOVED] + [CheckpointState.INTACT] * 2
 
 
-lightning = pytest.importorskip("lightning", reason="lightning is not installed (dev extra)")
+# Lightning and transformers are imported by fixtures, for the tests that use them: at module
+# level they added seconds to every collection of the suite, and skipped every test here where
+# either was absent.
 
 
-class Tiny(lightning.LightningModule):
-    def __init__(self, lr: float = 0.05) -> None:
-        super().__init__()
-        self.save_hyperparameters()
-        self.net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
-
-    def training_step(self, batch, _index):
-        x, y = batch
-        return nn.functional.mse_loss(self.net(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+@pytest.fixture(scope="module")
+def lightning():
+    return pytest.importorskip("lightning", reason="lightning is not installed (dev extra)")
 
 
-def test_lightning_saves_every_checkpoint_through_the_plugin(tmp_path):
+@pytest.fixture(scope="module")
+def tiny_class(lightning):
+    """The LightningModule class the trainers fit, defined once Lightning is imported."""
+
+    class Tiny(lightning.LightningModule):
+        def __init__(self, lr: float = 0.05) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+
+        def training_step(self, batch, _index):
+            x, y = batch
+            return nn.functional.mse_loss(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+
+    return Tiny
+
+
+def test_lightning_saves_every_checkpoint_through_the_plugin(tmp_path, lightning, tiny_class):
     from lightning.pytorch.callbacks import ModelCheckpoint
 
     from inspector.ledger.lightning import LedgerCheckpointIO
@@ -70,7 +83,7 @@ def test_lightning_saves_every_checkpoint_through_the_plugin(tmp_path):
         callbacks=[ModelCheckpoint(dirpath=ckpt, save_top_k=1, every_n_epochs=1)],
         plugins=[LedgerCheckpointIO(run_dir=tmp_path)],
     )
-    trainer.fit(Tiny(), torch.utils.data.DataLoader(data, batch_size=8))
+    trainer.fit(tiny_class(), torch.utils.data.DataLoader(data, batch_size=8))
     ledger = read_ledger(tmp_path)
     assert [s.step for s in ledger.saves] == [2, 4, 6]
     assert all(s.outcome == SaveOutcome.VERIFIED and s.writer == "lightning"
@@ -82,25 +95,27 @@ def test_lightning_saves_every_checkpoint_through_the_plugin(tmp_path):
     resumed = lightning.Trainer(max_epochs=4, accelerator="cpu", logger=False,
                                 enable_progress_bar=False, enable_model_summary=False,
                                 default_root_dir=tmp_path, enable_checkpointing=False)
-    resumed.fit(Tiny(), torch.utils.data.DataLoader(data, batch_size=8),
+    resumed.fit(tiny_class(), torch.utils.data.DataLoader(data, batch_size=8),
                 ckpt_path=tmp_path / latest.path)
     assert resumed.global_step == 8
 
 
-transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+@pytest.fixture(scope="module")
+def transformers():
+    return pytest.importorskip("transformers", reason="transformers is not installed")
 
 
-def _tiny_gpt2():
+def _tiny_gpt2(transformers):
     config = transformers.GPT2Config(vocab_size=32, n_positions=16, n_embd=16, n_layer=1,
                                      n_head=2)
     torch.manual_seed(0)
     return transformers.GPT2LMHeadModel(config)
 
 
-def test_transformers_trainer_checkpoints_are_ledgered_by_the_callback(tmp_path):
+def test_transformers_trainer_checkpoints_are_ledgered_by_the_callback(tmp_path, transformers):
     from inspector.ledger.hf import LedgerCallback
 
-    model = _tiny_gpt2()
+    model = _tiny_gpt2(transformers)
     ids = torch.randint(0, 32, (8, 8))
     data = [{"input_ids": row, "labels": row} for row in ids]
     args = transformers.TrainingArguments(
@@ -123,8 +138,9 @@ def test_transformers_trainer_checkpoints_are_ledgered_by_the_callback(tmp_path)
     assert main(["verify", str(tmp_path / "checkpoint-6")]) == 0
 
 
-def test_save_pretrained_through_the_ledger_is_one_folder_record(tmp_path, capsys):
-    model = _tiny_gpt2()
+def test_save_pretrained_through_the_ledger_is_one_folder_record(tmp_path, capsys,
+                                                                 transformers):
+    model = _tiny_gpt2(transformers)
     record = save_pretrained(model, tmp_path / "final", step=10)
     assert record.outcome == SaveOutcome.VERIFIED and record.layout == "folder"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

@@ -21,10 +21,6 @@ from inspector.scan.engine import scan_file
 from inspector.scan.pickles.policy import classify
 from inspector.scan.pickles.presets import PRESETS, allow_flags
 
-lightning = pytest.importorskip(
-    "lightning", reason="lightning is not installed (the dev extra installs it)")
-from lightning.pytorch.utilities.parsing import AttributeDict  # noqa: E402
-
 pytest_plugins = ("sandbox_fixtures",)  # fixture: unchanged
 
 OUTSIDE_TORCH = {"lightning.pytorch.utilities.parsing.AttributeDict", "pathlib.PosixPath"}
@@ -39,26 +35,40 @@ class Net(nn.Module):
         return self.fc2(torch.relu(self.fc1(x)))
 
 
-class Regressor(lightning.LightningModule):
-    def __init__(self, lr: float, data_dir: Path, schedule: AttributeDict) -> None:
-        super().__init__()
-        self.save_hyperparameters()
-        self.model = Net()
+def _regressor_class(lightning):
+    """The LightningModule under test, defined once Lightning is imported."""
+    from lightning.pytorch.utilities.parsing import AttributeDict
 
-    def training_step(self, batch, _index):
-        x, y = batch
-        return nn.functional.mse_loss(self.model(x), y)
+    class Regressor(lightning.LightningModule):
+        def __init__(self, lr: float, data_dir: Path, schedule: AttributeDict) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.model = Net()
 
-    def configure_optimizers(self):
-        optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=0.05)
-        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, **self.hparams.schedule)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler,
-                                                         "interval": "step"}}
+        def training_step(self, batch, _index):
+            x, y = batch
+            return nn.functional.mse_loss(self.model(x), y)
+
+        def configure_optimizers(self):
+            optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr,
+                                          weight_decay=0.05)
+            scheduler = torch.optim.lr_scheduler.StepLR(optimizer, **self.hparams.schedule)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler,
+                                                             "interval": "step"}}
+
+    return Regressor
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """(checkpoint path, the fitted module, its trainer)."""
+    # Lightning is imported here, not at module level: it adds seconds to every collection of
+    # the suite, and only the tests that use this checkpoint need it
+    lightning = pytest.importorskip(
+        "lightning", reason="lightning is not installed (the dev extra installs it)")
+    from lightning.pytorch.utilities.parsing import AttributeDict
+
+    Regressor = _regressor_class(lightning)
     root = tmp_path_factory.mktemp("lightning")
     torch.manual_seed(0)
     data = torch.utils.data.TensorDataset(torch.randn(8, 4), torch.randn(8, 2))

@@ -16,12 +16,11 @@ import struct
 import tarfile
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 from unittest import mock
 
 import factories
 import pytest
-from torch.distributed.checkpoint.filesystem import _StorageInfo
-from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
 
 from inspector.cli import main
 from inspector.formats import safetensors_header
@@ -29,6 +28,11 @@ from inspector.formats.archives import zipread
 from inspector.layout import dcp_items
 from inspector.scan.dcp_folder import scan_folder
 from inspector.scan.engine import scan_file
+
+# DCP's classes are imported in the functions that use them: torch.distributed.checkpoint adds
+# over a second to every collection of the suite
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
 
 DATA = factories.DCP_DATA
 
@@ -67,6 +71,8 @@ def _hide_payload(folder: Path, canary: Path) -> tuple[int, int]:
 
 
 def _add_item(metadata, fqn: str, info: _StorageInfo) -> None:
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
+
     metadata.state_dict_metadata[fqn] = BytesStorageMetadata()
     metadata.storage_data[MetadataIndex(fqn)] = info
 
@@ -84,6 +90,9 @@ def _not_safe(folder: Path, canary: Path) -> None:
 def test_a_storage_info_named_by_a_dotted_qualname_is_listed(folder, canary):
     """pickle and torch's weights_only unpickler both resolve ('torch.distributed.checkpoint',
     'filesystem._StorageInfo') to _StorageInfo; a walk comparing the pair missed the item."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+
     offset, length = _hide_payload(folder, canary)
     metadata = factories.dcp_metadata(folder)
     _add_item(metadata, "evil", _StorageInfo(DATA, offset, length))
@@ -104,6 +113,7 @@ def test_a_storage_info_named_by_a_dotted_qualname_is_listed(folder, canary):
 def _marked(metadata, info: _StorageInfo) -> bytes:
     """`metadata` pickled (protocol 2, no frames) with `info`'s state and its version (pickled
     after storage_data) left as marker strings, for a test to replace with opcodes of its own."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
 
     class Marking(pickle.Pickler):
         def reducer_override(self, obj):
@@ -130,6 +140,9 @@ def _long(value: int) -> bytes:
 def test_a_storage_info_state_changed_after_build_is_read_as_build_saw_it(folder, canary):
     """BUILD copies its state dict into the object; the walk kept a reference to the dict, so
     SETITEMs on it later (through the memo) moved the item the walk reported elsewhere."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+
     offset, length = _hide_payload(folder, canary)
     metadata = factories.dcp_metadata(folder)
     whole = next(iter(metadata.storage_data.values()))
@@ -150,6 +163,8 @@ def test_a_storage_info_state_changed_after_build_is_read_as_build_saw_it(folder
 def test_a_metadata_the_walk_does_not_follow_leaves_the_data_file_unsafe(folder, canary):
     """A set (EMPTY_SET, ADDITEMS) anywhere in `.metadata` stops the walk: no ranges, so the
     data file's hidden item is a range nobody listed to the scan."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+
     offset, length = _hide_payload(folder, canary)
     metadata = factories.dcp_metadata(folder)
     _add_item(metadata, "evil", _StorageInfo(DATA, offset, length))
@@ -163,6 +178,8 @@ def test_a_metadata_the_walk_does_not_follow_leaves_the_data_file_unsafe(folder,
 
 def test_a_data_file_named_another_way_in_metadata_is_still_mapped(folder, canary):
     """DCP opens folder / relative_path: './__0_0.distcp' is the same file under another name."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+
     offset, length = _hide_payload(folder, canary)
     metadata = factories.dcp_metadata(folder)
     _add_item(metadata, "evil", _StorageInfo(f"./{DATA}", offset, length))
@@ -173,6 +190,8 @@ def test_a_data_file_named_another_way_in_metadata_is_still_mapped(folder, canar
 def test_a_listed_item_inside_a_data_file_that_is_a_pickle_is_read(folder, canary):
     """A data file that is one benign pickle whose bytes value holds the payload: the scan
     read it as a pickle and never looked at the range the `.metadata` lists inside it."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+
     payload = factories.call("os", "system", factories.touch_cmd(canary))
     blob = pickle.dumps(b"\0" * 8 + payload, protocol=2)
     offset = blob.index(payload)
@@ -191,6 +210,8 @@ def test_a_listed_item_inside_a_data_file_that_is_a_pickle_is_read(folder, canar
 def test_an_item_in_a_file_outside_the_folder_is_reported(folder, canary, absolute):
     """DCP opens folder / relative_path, so '../evil.distcp' or an absolute path reads a file
     the folder's scan never sees: the `.metadata` that lists it is not safe."""
+    from torch.distributed.checkpoint.filesystem import _StorageInfo
+
     payload = factories.call("os", "system", factories.touch_cmd(canary))
     evil = folder.parent / "evil.distcp"
     evil.write_bytes(payload)
