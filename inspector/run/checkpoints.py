@@ -142,6 +142,9 @@ class RunLedger:
     bad_records: tuple[str, ...] = ()
     kinds: Mapping[str, int] = field(default_factory=dict)
     """How many records of each kind the journal holds (`guard.alarm` included)."""
+    untrusted: tuple[SaveRecord, ...] = ()
+    """Save records on lines whose seal failed, their paths inside the run folder: shown to
+    the user, marked, and never chosen to resume from."""
 
     @property
     def path(self) -> Path:
@@ -168,20 +171,25 @@ def read_ledger(path: str | os.PathLike[str]) -> RunLedger:
         read = journal.read(source)
     except OSError as exc:
         raise LedgerError("unreadable", f"{source}: {exc.strerror or exc}") from exc
-    saves, bad, removed = [], [], set()
+    saves, untrusted, bad, removed = [], [], [], set()
     root = source.parent
-    for entry in read.sound:
+    sound = {e.line for e in read.sound}
+    for entry in read.entries:
         if entry.kind == SAVE_KIND:
             try:
-                saves.append(_inside(root, SaveRecord.from_entry(entry)))
+                record = _inside(root, SaveRecord.from_entry(entry))
             except LedgerError as exc:
-                bad.append(exc.message)
-        elif entry.kind == ROTATE_KIND and isinstance(entry.record.get("save_seq"), int):
+                if entry.line in sound:
+                    bad.append(exc.message)
+                continue
+            (saves if entry.line in sound else untrusted).append(record)
+        elif (entry.line in sound and entry.kind == ROTATE_KIND
+              and isinstance(entry.record.get("save_seq"), int)):
             removed.add(entry.record["save_seq"])
     bad += [f"line {p.line}: {p.kind}, not trusted: {p.detail}" for p in read.unsound]
     kinds = Counter(e.kind for e in read.entries)
     return RunLedger(root, read, tuple(saves), frozenset(removed), _replaced(saves),
-                     tuple(bad), dict(kinds))
+                     tuple(bad), dict(kinds), tuple(untrusted))
 
 
 def _inside(root: Path, record: SaveRecord) -> SaveRecord:

@@ -51,12 +51,13 @@ class RunRow:
 
 
 def run_rows(ledger: RunLedger, checks: list[CheckpointCheck] | None = None) -> list[RunRow]:
-    """The table's rows, newest first; without `checks`, each state is still being checked."""
+    """The table's rows, newest first, the records whose line failed its seal among them and
+    marked; without `checks`, each state is still being checked."""
     chain = {p.line: p.kind for p in ledger.journal.problems}
-    by_seq = {c.record.seq: c for c in checks or ()}
+    by_line = {c.record.line: c for c in checks or ()}
     rows = []
-    for record in reversed(ledger.saves):
-        check = by_seq.get(record.seq)
+    for record in sorted((*ledger.saves, *ledger.untrusted), key=lambda r: -r.line):
+        check = by_line.get(record.line)
         rows.append(RunRow(record, ledger.resolve(record),
                            check.state if check else None, check.detail if check else "",
                            chain.get(record.line, "ok")))

@@ -132,7 +132,8 @@ class RunPane(QWidget):
             ledger = read_ledger(path)
             emit({"type": "ledger", "ledger": ledger,
                   "metrics": read_run_metrics(ledger.journal, ledger.run_dir)})
-            return ledger, check_saves(ledger, tensor_digests=tensor_digests, cancel=cancel)
+            return ledger, check_saves(ledger, (*ledger.saves, *ledger.untrusted),
+                                       tensor_digests=tensor_digests, cancel=cancel)
 
         job = Job("check run", work, parent=self)
         job.events.connect(self._on_events)
