@@ -255,7 +255,7 @@ class WeightsOnlyRules:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Classification:
     """How one import is classified, and why."""
 
     severity: str
@@ -403,45 +403,46 @@ def real_name(module: str, name: str) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> Verdict:
+def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> Classification:
     """Classify `module.name`: safe (weights_only allows it), dangerous, or suspicious."""
     rules = rules or weights_only_rules()
     key = f"{module}.{name}"
+    safe, dangerous, suspicious = Severity.SAFE, Severity.DANGEROUS, Severity.SUSPICIOUS
     if module not in rules.blocked_modules and key in rules.allowed:
-        return Verdict(Severity.SAFE, "allowed by torch.load(weights_only=True)")
+        return Classification(safe, "allowed by torch.load(weights_only=True)")
     if key in _DCP_DATA:
-        return Verdict(Severity.SAFE, "plain data class of torch.distributed.checkpoint "
-                                      "metadata; torch.load(weights_only=True) does not allow it")
+        return Classification(safe, "plain data class of torch.distributed.checkpoint metadata; "
+                                    "torch.load(weights_only=True) does not allow it")
     if key in _PATHS:
-        return Verdict(Severity.SAFE, "a filesystem path (plain data), as torch.distributed."
-                                      "checkpoint metadata and Lightning checkpoints hold; "
-                                      "torch.load(weights_only=True) does not allow it, "
-                                      f"{preset_flags().get(key, '--allow-global ' + key)} "
-                                      "loads it")
+        return Classification(safe, "a filesystem path (plain data), as torch.distributed."
+                                    "checkpoint metadata and Lightning checkpoints hold; "
+                                    "torch.load(weights_only=True) does not allow it, "
+                                    f"{preset_flags().get(key, '--allow-global ' + key)} "
+                                    "loads it")
     parts = module.split(".") + name.split(".")
     if any(p.startswith("__") and p.endswith("__") and p not in _SAFE_DUNDERS for p in parts):
-        return Verdict(Severity.DANGEROUS,
-                       "reaches interpreter internals through a dunder attribute")
+        return Classification(dangerous,
+                              "reaches interpreter internals through a dunder attribute")
     for path in _candidates(module, name):
         reason = _deny_reason(path)
         if reason:
             if path is not parts and len(path) < len(parts):
                 reason += f" (reached by attribute walk: {key})"
-            return Verdict(Severity.DANGEROUS, reason)
+            return Classification(dangerous, reason)
     if parts[-1] in DENY_LEAF_NAMES or _LEAF_PREFIX_RE.match(parts[-1]):
-        return Verdict(Severity.DANGEROUS, f"'{parts[-1]}' names a callable that runs code, "
-                                           "loads data or opens, writes or deletes files")
+        return Classification(dangerous, f"'{parts[-1]}' names a callable that runs code, "
+                                         "loads data or opens, writes or deletes files")
     if module in rules.blocked_modules:
-        return Verdict(Severity.DANGEROUS, f"module {module} is blocked by torch")
+        return Classification(dangerous, f"module {module} is blocked by torch")
     if key in preset_flags():
-        return Verdict(Severity.SUSPICIOUS, "not allowed by torch.load(weights_only=True); "
-                                            f"{preset_flags().get(key, '--allow-global ' + key)}"
-                                        " loads it")
+        return Classification(suspicious, "not allowed by torch.load(weights_only=True); "
+                                          f"{preset_flags().get(key, '--allow-global ' + key)}"
+                                          " loads it")
     if "." in name:
-        return Verdict(Severity.SUSPICIOUS, "dotted name resolved by attribute walk; not allowed "
-                                            "by torch.load(weights_only=True)")
-    return Verdict(Severity.SUSPICIOUS, "not allowed by torch.load(weights_only=True); the file "
-                                        "only loads with weights_only=False")
+        return Classification(suspicious, "dotted name resolved by attribute walk; not allowed "
+                                          "by torch.load(weights_only=True)")
+    return Classification(suspicious, "not allowed by torch.load(weights_only=True); the file "
+                                      "only loads with weights_only=False")
 
 
 # Callables benign saves call (REDUCE): torch's and NumPy's rebuild functions and the plain
@@ -476,25 +477,25 @@ def call_allowed(target: str, rules: WeightsOnlyRules | None = None) -> bool:
 
 
 def call_verdict(target: str | None, computed: bool, texts: list[str],
-                 rules: WeightsOnlyRules | None = None) -> Verdict | None:
+                 rules: WeightsOnlyRules | None = None) -> Classification | None:
     """Why a pickle's call of `target` is not what benign saves do (None when it is)."""
     if computed or not target:
-        return Verdict(Severity.DANGEROUS, "calls a computed callable (the result of another "
-                                           "call or attribute walk), which no benign save does")
+        return Classification(Severity.DANGEROUS, "calls a computed callable (the result of "
+                              "another call or attribute walk), which no benign save does")
     if call_allowed(target, rules):
         return None
     leaf = target.rsplit(".", 1)[-1]
     module, _, name = target.rpartition(".")
     denied = classify(module, name, rules) if module else None
     if denied is not None and denied.severity == Severity.DANGEROUS:
-        return Verdict(Severity.DANGEROUS, f"calls {target}: {denied.reason}")
+        return Classification(Severity.DANGEROUS, f"calls {target}: {denied.reason}")
     if leaf[:1].isupper() and texts and all(
             _ENUM_CALL_RE.fullmatch(t[len(target):]) for t in texts if t.startswith(target)):
-        return Verdict(Severity.SUSPICIOUS, f"rebuilds {target} from one plain value (an enum "
-                                            "member's pattern): the class is called")
-    return Verdict(Severity.DANGEROUS, f"calls {target}, which no benign save calls (outside "
-                                       "torch's and NumPy's rebuilds, the weights_only "
-                                       "allowlist and the --allow presets)")
+        return Classification(Severity.SUSPICIOUS, f"rebuilds {target} from one plain value "
+                              "(an enum member's pattern): the class is called")
+    return Classification(Severity.DANGEROUS, f"calls {target}, which no benign save calls "
+                          "(outside torch's and NumPy's rebuilds, the weights_only allowlist "
+                          "and the --allow presets)")
 
 
 @functools.cache
