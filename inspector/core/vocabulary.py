@@ -202,3 +202,21 @@ class CheckpointState(StrEnum):
     MISSING = "missing"
     REMOVED = "removed"
     REPLACED = "replaced"
+
+
+class SignatureState(StrEnum):
+    """A folder against its OpenSSF Model Signing signature (`signing.check`)."""
+
+    INTACT = "intact"
+    CHANGED = "changed"
+    INVALID = "invalid"
+    UNVERIFIED = "unverified"
+    UNSIGNED = "unsigned"
+
+
+class SignerKind(StrEnum):
+    """How an OpenSSF Model Signing signature was made: a key, a certificate, Sigstore keyless."""
+
+    KEY = "key"
+    CERTIFICATE = "certificate"
+    SIGSTORE = "sigstore"
