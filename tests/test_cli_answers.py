@@ -24,6 +24,7 @@ from inspector.cli import build_parser, main
 from inspector.integrity.manifest import dialect_for_path
 from inspector.scan.advice import DAMAGED, advise, display_word
 from inspector.scan.engine import scan_file
+from inspector.scan.result import ScanResult
 
 
 def _nan_file(path: Path) -> Path:
@@ -48,7 +49,7 @@ def _cli(capsys, *argv: str) -> tuple[int, str, str]:
 # --- the advice -----------------------------------------------------------------------------
 
 def test_bad_weights_outrank_a_safe_scan_in_the_advice():
-    safe = {"verdict": "safe", "format": "pytorch-zip", "findings": []}
+    safe = ScanResult("m.pt", format="pytorch-zip", verdict="safe")
     assert "torch.load" in advise(safe, "ok").action
     bad = advise(safe, "problem")
     assert bad.action.startswith("Do not use these weights")
@@ -56,25 +57,25 @@ def test_bad_weights_outrank_a_safe_scan_in_the_advice():
 
 
 def test_safetensors_gets_no_pickle_advice():
-    advice = advise({"verdict": "safe", "format": "safetensors", "findings": []}, "ok")
+    advice = advise(ScanResult("m.safetensors", format="safetensors", verdict="safe"), "ok")
     assert "pickle" not in advice.headline.lower() and "safetensors" in advice.headline
     assert "weights_only" not in advice.action and "safetensors.torch.load_file" in advice.action
     assert "convert" not in advice.action.lower()
 
 
 def test_a_crc_damaged_file_is_damaged_not_suspicious(tmp_path):
-    scan = scan_file(crc_damaged(tmp_path / "crc.pt")).to_json()
-    assert scan["verdict"] == "suspicious"  # the JSON contract keeps its word
+    scan = scan_file(crc_damaged(tmp_path / "crc.pt"))
+    assert scan.to_json()["verdict"] == "suspicious"  # the JSON contract keeps its word
     assert display_word(scan) == DAMAGED
     assert advise(scan, "ok").word == DAMAGED
     assert "Get it again from its source" in advise(scan, "ok").action
 
 
 def test_a_truncated_zip_is_damage_with_a_finding(tmp_path):
-    scan = scan_file(_truncated(tmp_path / "cut.pt")).to_json()
-    assert scan["verdict"] == "error"
-    assert [f["code"] for f in scan["findings"]] == ["zip-truncated"]
-    assert "cut short" in scan["findings"][0]["message"]
+    scan = scan_file(_truncated(tmp_path / "cut.pt"))
+    assert scan.verdict == "error"
+    assert [f.code for f in scan.findings] == ["zip-truncated"]
+    assert "cut short" in scan.findings[0].message
     assert display_word(scan) == DAMAGED
 
 

@@ -58,7 +58,7 @@ def saved(tmp_path: Path) -> tuple[Path, dict]:
 def test_folder_is_recognised_and_scanned_as_one_safe_checkpoint(saved):
     folder, _ = saved
     assert is_dcp_folder(folder) and not is_dcp_folder(folder / ".metadata")
-    scan = scan_folder(folder)
+    scan = scan_folder(folder).to_json()
     assert scan["format"] == "dcp" and scan["verdict"] == "safe", scan
     assert sorted(Path(f["path"]).name for f in scan["files"]) == [".metadata", "__0_0.distcp"]
     json.dumps(scan, allow_nan=False)
@@ -285,7 +285,7 @@ def test_metadata_payload_is_refused_before_and_inside_the_worker(tmp_path, cana
     folder = factories.adv_dcp_metadata_payload(tmp_path / "evil.bin", canary).parent
     assert is_dcp_folder(folder)
     before = _folder_digest(folder)
-    assert scan_folder(folder)["verdict"] == "dangerous"
+    assert scan_folder(folder).verdict == "dangerous"
     assert main(["inspect", str(folder)]) == 2
     with pytest.raises(SandboxError) as refused:
         convert_file(folder, tmp_path / "out.safetensors")
@@ -350,7 +350,7 @@ def test_a_payload_in_a_stored_item_is_refused_before_and_inside_the_worker(tmp_
     (info,) = metadata.storage_data.values()
     info.length = len(bad)
     (folder / ".metadata").write_bytes(pickle.dumps(metadata))
-    assert scan_folder(folder)["verdict"] == "dangerous"
+    assert scan_folder(folder).verdict == "dangerous"
     assert main(["inspect", str(folder)]) == 2
     report = inspect_file(folder, override_dangerous=True)
     assert report["error"]["code"] == "weights_only_refused", report["error"]

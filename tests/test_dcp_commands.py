@@ -156,7 +156,7 @@ def _weights_only_row(folder: Path, inspect: dict | None, scan: dict) -> dict:
 
 
 def test_report_row_of_a_dcp_folder_the_worker_did_not_load(folder):
-    scan = static_scan(folder)
+    scan = static_scan(folder).to_json()
     failed = {"path": str(folder), "format": "dcp", "scan": scan, "tensors": [],
               "objects": [], "error": {"code": "load_failed", "message": "chunks overlap"}}
     row = _weights_only_row(folder, failed, scan)
@@ -164,7 +164,8 @@ def test_report_row_of_a_dcp_folder_the_worker_did_not_load(folder):
     row = _weights_only_row(folder, None, scan)
     assert row["status"] == "not_checked" and "it was not loaded" in row["detail"]
     hostile = {**scan, "verdict": "dangerous", "globals": [
-        *scan["globals"], {"module": "os", "name": "system", "severity": "dangerous"}]}
+        *scan["globals"], {"module": "os", "name": "system", "count": 1, "severity": "dangerous",
+                           "reason": "runs programs"}]}
     row = _weights_only_row(folder, None, hostile)
     assert (row["status"], row["detail"]) == (
         "fail", "the DCP allow-list refuses its .metadata: os.system")

@@ -47,7 +47,7 @@ def _list_item(folder: Path, fqn: str, offset: int, length: int) -> None:
 
 
 def _refused(folder: Path, canary: Path) -> None:
-    scan = scan_folder(folder)
+    scan = scan_folder(folder).to_json()
     assert scan["verdict"] == "dangerous", scan["findings"]
     assert any(g["module"] in ("os", "posix") for g in scan["globals"])
     assert main(["inspect", str(folder)]) == 2
@@ -71,7 +71,7 @@ def test_a_real_folder_scans_safe_without_searching_its_data_files(folder, monke
         raise AssertionError("the data file was searched for archive ends")
 
     monkeypatch.setattr(zipread, "archive_spans", no_search)
-    scan = scan_folder(folder)
+    scan = scan_folder(folder).to_json()
     (data,) = [f for f in scan["files"] if f["path"].endswith(DATA)]
     assert (data["format"], data["verdict"]) == ("distcp", "safe"), data["findings"]
     assert {f["code"] for f in data["findings"]} == {f.code for f in plain.findings}
@@ -97,12 +97,12 @@ def test_a_data_file_over_a_mebibyte_is_read_through_its_mapping_too(tmp_path, m
     folder = factories.dcp_save(state, tmp_path / "big")
     assert (folder / DATA).stat().st_size > 5 << 20
     monkeypatch.setattr(zipread, "archive_spans", lambda buf: [])  # no search: hints only
-    (data,) = [f for f in scan_folder(folder)["files"] if f["path"].endswith(DATA)]
+    (data,) = [f for f in scan_folder(folder).to_json()["files"] if f["path"].endswith(DATA)]
     assert (data["format"], data["verdict"]) == ("distcp", "safe"), data["findings"]
     payload = factories.call("os", "system", factories.touch_cmd(canary))
     with open(folder / DATA, "ab") as fh:
         fh.write(payload)
-    assert scan_folder(folder)["verdict"] == "dangerous"
+    assert scan_folder(folder).verdict == "dangerous"
 
 
 def test_a_pickle_appended_after_the_last_archive_is_found(folder, canary):
@@ -149,7 +149,7 @@ def test_an_item_listed_inside_another_items_tensor_data_is_read(folder, canary)
 def test_a_listed_range_past_the_file_or_metadata_not_followed_falls_back(folder, canary):
     size = (folder / DATA).stat().st_size
     _list_item(folder, "past", size - 10, 100)
-    scan = scan_folder(folder)
+    scan = scan_folder(folder).to_json()
     assert scan["verdict"] == "suspicious"
     assert "distcp-unlisted-bytes" in {f["code"] for f in scan["findings"]}
     with pytest.raises(NotFollowed):  # a set: an opcode the walk does not follow

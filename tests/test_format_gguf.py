@@ -20,6 +20,7 @@ from inspector.formats import chat_template, gguf_header, spec_of
 from inspector.gui.explain import code_safety_explanation
 from inspector.sandbox.host.client import inspect_file
 from inspector.scan.engine import scan_bytes, scan_file, scan_paths
+from inspector.scan.result import ScanResult
 
 pytest_plugins = ("sandbox_fixtures",)  # fixture: unchanged
 
@@ -166,7 +167,7 @@ def test_inspect_shows_statistics_of_dense_tensors_and_lists_quantized_ones(
     [advice] = [line for line in capsys.readouterr().out.splitlines()
                 if line.startswith("advice:")]
     assert "llama.cpp" in advice and "torch.load" not in advice, advice
-    gui = code_safety_explanation(report["scan"])
+    gui = code_safety_explanation(ScanResult.from_json(report["scan"]))
     assert gui.headline.startswith("Safe — no code found in the GGUF")
     assert "chat template" in gui.meaning and "torch.load" not in gui.action
 

@@ -152,7 +152,7 @@ def test_scan_recognises_onnx_by_its_bytes(tmp_path, onnx) -> None:
     res = scan_file(path)
     assert res.format == Format.ONNX and res.verdict == Verdict.SAFE, res.to_json()
     assert not res.findings and res.error is None
-    advice = advise(res.to_json())
+    advice = advise(res)
     assert advice.case == "safe:onnx" and "onnxruntime" in advice.action
     assert "torch.load" not in advice.action and "pickle" in advice.meaning
 
@@ -220,7 +220,7 @@ def test_custom_op_domains_are_suspicious_and_named(tmp_path, onnx) -> None:
     assert "Scale" in next(f.message for f in custom if "com.example" in f.message)
     assert res.verdict == Verdict.SUSPICIOUS
     # what to do is ONNX's own: no pickle globals to allow
-    advice = advise(res.to_json())
+    advice = advise(res)
     assert advice.case == "suspicious:onnx" and "custom-op libraries" in advice.action
     assert "--allow-global" not in advice.action and "torch.load" not in advice.action
 

@@ -93,7 +93,7 @@ def test_a_registered_format_reaches_every_list_the_scan_and_the_worker(toy, tmp
         res = scan_file(path)
     assert res.format == Format.GGUF and res.error is None
     assert [f.code for f in res.findings] == ["toy-count"] and res.verdict == "suspicious"
-    check_loadable(res.to_json(), [], False)  # a suspicious file of a loadable format
+    check_loadable(res, [], False)  # a suspicious file of a loadable format
     loaded = load_request({"path": str(path), "format": res.format})
     assert loaded["payload"].tolist() == list(range(16))
 

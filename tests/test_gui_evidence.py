@@ -21,6 +21,7 @@ from inspector.gui.panes.overview_pane import OverviewPane
 from inspector.gui.widgets.evidence import SHOWN, opcode_href, opcode_target
 from inspector.scan.engine import scan_file
 from inspector.scan.indicators import import_label, indicators_text
+from inspector.scan.result import Finding, ScanResult
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window, worker_requests
 
@@ -77,8 +78,8 @@ def test_overview_shows_each_call_with_its_argument_under_the_real_name(
         window, qtbot, tmp_path, canary, worker_requests):
     path = factories.mal_posix_system(tmp_path / "model.bin", canary)
     doc = open_blocked(window, qtbot, path)
-    (g,) = [g for g in doc.scan["globals"] if g["severity"] == "dangerous"]
-    assert (g["module"], g["name"]) == ("posix", "system")
+    (g,) = [g for g in doc.scan.globals if g.severity == "dangerous"]
+    assert (g.module, g.name) == ("posix", "system")
     page = window.overview.findings.toPlainText()
     assert "os.system (posix.system)" in page
     assert f"os.system(\"touch '{canary}'\")" in page  # the command it would run
@@ -93,9 +94,9 @@ def test_a_call_link_opens_the_pickle_pane_at_its_opcode(window, qtbot, tmp_path
     # the payload is the third of five pickles of a legacy stream: the pane must pick that one
     path = factories.mal_legacy_late_payload(tmp_path / "late.pt", canary)
     doc = open_blocked(window, qtbot, path)
-    (g,) = [g for g in doc.scan["globals"] if g["severity"] == "dangerous"]
-    (site,) = g["call_sites"]
-    links = [a for a in anchors(window.overview.findings) if a[1] == g["calls"][0]]
+    (g,) = [g for g in doc.scan.globals if g.severity == "dangerous"]
+    (site,) = g.call_sites
+    links = [a for a in anchors(window.overview.findings) if a[1] == g.calls[0]]
     assert links, anchors(window.overview.findings)
     assert opcode_target(QUrl(links[0][0])) == (None, site["offset"])
     # asked while the pane disassembles (its job ends on this thread, so it is still running)
@@ -136,26 +137,26 @@ def test_a_finding_link_in_a_zip_member_selects_its_opcode(window, qtbot, tmp_pa
     zipped = factories.mal_zip_data_pkl(tmp_path / "zipped.pt", canary)
     code = code_in_arguments(tmp_path / "hooks.pkl", canary)
     doc = open_blocked(window, qtbot, code)
-    (finding,) = [f for f in doc.scan["findings"] if f["code"] == "code-in-arguments"]
-    assert "open(" in finding["call"] and finding["offset"] is not None
+    (finding,) = [f for f in doc.scan.findings if f.code == "code-in-arguments"]
+    assert "open(" in finding.call and finding.offset is not None
     page = window.overview.findings.toPlainText()
-    assert finding["call"] in page
+    assert finding.call in page
     assert SUSPICIOUS_IN_DANGEROUS_ADVICE in page  # never "allow it" in a dangerous file
     assert SEVERITY_ADVICE["suspicious"] not in page
     # the finding's location and its call both link to the opcode
     targets = [opcode_target(QUrl(href)) for href, _, _ in anchors(window.overview.findings)]
-    assert targets.count((None, finding["offset"])) >= 2
+    assert targets.count((None, finding.offset)) >= 2
     position = next(p for href, _, p in anchors(window.overview.findings)
-                    if href == opcode_href(None, finding["offset"]))
+                    if href == opcode_href(None, finding.offset))
     click_link(qtbot, window.overview.findings, position)
     qtbot.waitUntil(lambda: window.pickle.op_view.currentIndex().isValid(), timeout=30_000)
-    assert selected_offset(window) == finding["offset"]
+    assert selected_offset(window) == finding.offset
 
     zdoc = open_blocked(window, qtbot, zipped)
-    (g,) = [g for g in zdoc.scan["globals"] if g["severity"] == "dangerous"]
-    (site,) = g["call_sites"]
+    (g,) = [g for g in zdoc.scan.globals if g.severity == "dangerous"]
+    (site,) = g.call_sites
     assert site["member"].endswith("data.pkl")
-    (link,) = [a for a in anchors(window.overview.findings) if a[1] == g["calls"][0]]
+    (link,) = [a for a in anchors(window.overview.findings) if a[1] == g.calls[0]]
     click_link(qtbot, window.overview.findings, link[2])
     qtbot.waitUntil(lambda: window.pickle.op_view.currentIndex().isValid()
                     and window.pickle.doc is zdoc, timeout=30_000)
@@ -177,7 +178,7 @@ def test_copy_indicators_puts_the_ticket_on_the_clipboard(window, qtbot, tmp_pat
     assert "File: model.bin" in text and f"Size: {path.stat().st_size:,} bytes" in text
     assert "Verdict: dangerous" in text
     assert "dangerous: os.system (posix.system), imported 1x" in text
-    (site,) = doc.scan["globals"][0]["call_sites"]
+    (site,) = doc.scan.globals[0].call_sites
     assert f"os.system(\"touch '{canary}'\")    [offset {site['offset']}]" in text
 
     benign, _ = window.open_samples()
@@ -186,11 +187,13 @@ def test_copy_indicators_puts_the_ticket_on_the_clipboard(window, qtbot, tmp_pat
 
 
 def test_indicators_text_escapes_file_text_and_reads_older_scans():
-    scan = {"format": "pickle", "verdict": "dangerous",
-            "globals": [{"module": "nt", "name": "system", "count": 2, "severity": "dangerous",
-                         "reason": "runs programs", "calls": ["os.system('a\x1b[2Jb')"]},
-                        {"module": "torch", "name": "Size", "count": 1, "severity": "safe"}],
-            "findings": [{"severity": "warning", "code": "zip-crc", "message": "x"}]}
+    scan = ScanResult.from_json({
+        "path": "evil.pt", "format": "pickle", "verdict": "dangerous",
+        "globals": [{"module": "nt", "name": "system", "count": 2, "severity": "dangerous",
+                     "reason": "runs programs", "calls": ["os.system('a\x1b[2Jb')"]},
+                    {"module": "torch", "name": "Size", "count": 1, "severity": "safe",
+                     "reason": ""}],
+        "findings": [{"severity": "warning", "code": "zip-crc", "message": "x"}]})
     text = indicators_text(scan, name="evil\u202egnp.pt", size=None, sha256=None)
     assert "File: evil\\u202egnp.pt" in text  # a BiDi override shown, not obeyed
     assert "os.system('a\\x1b[2Jb')\n" in text  # no offset known: no location
@@ -198,19 +201,18 @@ def test_indicators_text_escapes_file_text_and_reads_older_scans():
     assert "torch.Size" not in text and "zip-crc" not in text  # only what is flagged
     assert "SHA-256: not computed yet" in text and "Size: unknown" in text
     assert "Findings (0):\n  none" in text
-    assert import_label({"module": "os", "name": "system", "import": "os.system"}) == "os.system"
+    assert import_label("os", "system") == "os.system"
 
 
 def test_a_hostile_file_with_hundreds_of_findings_shows_the_worst_first(qtbot, tmp_path, canary):
     path = factories.mal_posix_system(tmp_path / "model.bin", canary)
-    scan = scan_file(str(path)).to_json()
+    scan = scan_file(str(path))
     # messages no temporary path can hold (pytest-xdist's folders are named popen-gw0, ...)
-    warnings = [{"severity": "warning", "code": "zip-unreferenced-record",
-                 "message": f"record {i} of many",
-                 "member": f"data/{i}", "offset": None, "call": None} for i in range(SHOWN + 40)]
-    worst = {"severity": "dangerous", "code": "code-in-arguments", "message": "the late one",
-             "member": None, "offset": 54, "call": "os.system('last')"}
-    scan["findings"] = [*warnings, worst]
+    warnings = [Finding("warning", "zip-unreferenced-record", f"record {i} of many",
+                        member=f"data/{i}") for i in range(SHOWN + 40)]
+    worst = Finding("dangerous", "code-in-arguments", "the late one", offset=54,
+                    call="os.system('last')")
+    scan.findings = [*warnings, worst]
     doc = FileDocument(path)
     doc.scan = scan
     pane = OverviewPane()
@@ -262,7 +264,7 @@ def test_screenshots_of_the_evidence_light_and_dark(window, qtbot, tmp_path, can
                 assert link_colours(window.overview.findings) == {link}
                 name = f"overview-evidence-{doc.path.stem}-{theme}-1280x720.png"
                 assert window.grab().save(str(shots / name))
-            (site,) = doc.scan["globals"][0]["call_sites"]  # the call of the file shown last
+            (site,) = doc.scan.globals[0].call_sites  # the call of the file shown last
             window.show_opcode(site["member"], site["offset"])
             qtbot.waitUntil(lambda: window.pickle.op_view.currentIndex().isValid(),
                             timeout=30_000)

@@ -42,9 +42,9 @@ def test_pickle_pane_marks_and_jumps_to_the_offending_global(window, qtbot, tmp_
     assert flagged, "the offending opcode is not marked"
     assert pane.op_model.index(pane.op_model.rows.index(flagged[0]), 0).data(
         roles.BACKGROUND) is not None
-    dangerous = next(g for g in doc.scan["globals"] if g["severity"] == "dangerous")
-    dotted = f"{dangerous['module']}.{dangerous['name']}"
-    pane.global_filter.setText(dangerous["name"])
+    dangerous = next(g for g in doc.scan.globals if g.severity == "dangerous")
+    dotted = f"{dangerous.module}.{dangerous.name}"
+    pane.global_filter.setText(dangerous.name)
     assert pane.proxy.rowCount() >= 1
     pane.globals_view.selectRow(0)
     current = pane.op_view.currentIndex()
@@ -159,7 +159,7 @@ def test_convert_writes_a_verified_safetensors_and_offers_to_open_it(
     qtbot.waitUntil(lambda: any(d.path == out for d in window.docs), timeout=10_000)
     opened = next(d for d in window.docs if d.path == out)
     wait_loaded(qtbot, opened)
-    assert opened.verdict == "safe" and opened.scan["format"] == "safetensors"
+    assert opened.verdict == "safe" and opened.scan.format == "safetensors"
     converted = {t["key"]: t["digest"] for t in opened.tensors}
     original = {t["key"]: t["digest"] for t in doc.tensors}
     assert converted and all(original[k] == v for k, v in converted.items())

@@ -135,7 +135,7 @@ def test_screenshots_of_every_pane_and_dialog(window, qtbot, small, tmp_path, ar
         """The payload's call as the evidence link opens it, then the row after it selected:
         the GLOBAL and the REDUCE that calls it both tinted."""
         show(malicious, window.pickle)
-        (site,) = next(g for g in malicious.scan["globals"] if g["call_sites"])["call_sites"]
+        (site,) = next(g for g in malicious.scan.globals if g.call_sites).call_sites
         qtbot.waitUntil(lambda: window.pickle.show_opcode(site["member"], site["offset"]) >= 0,
                         timeout=30_000)
         model = window.pickle.op_model

@@ -84,8 +84,7 @@ def test_drop_malicious_is_dangerous_and_never_reaches_a_worker(
         assert not doc.worker_started and doc.sandbox is None
         assert doc.state == "blocked"
         assert doc.sha256 == hashlib.sha256(doc.path.read_bytes()).hexdigest()
-    assert "os.system" in window.docs[-1].scan["globals"][0]["module"] + "." + \
-        window.docs[-1].scan["globals"][0]["name"] or docs
+    assert "os.system" in window.docs[-1].scan.globals[0].import_name or docs
     # Only the benign sample ever reached a worker; the demo's marker was never written.
     assert [r["path"] for r in worker_requests] == [str(sample[0].path)]
     assert not (sample[0].path.parent / "MALICIOUS_DEMO_PAYLOAD_RAN").exists()

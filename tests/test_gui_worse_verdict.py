@@ -9,6 +9,7 @@ scanned and loaded by the real pipeline and sandbox worker."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 
 import pytest
 from gui_support import LOAD_TIMEOUT_MS, build, flip_exponent_bit, wait_loaded
@@ -23,6 +24,7 @@ from inspector.gui.panes.tensors_pane import FIRST_NONFINITE, element_text
 from inspector.gui.pipeline import expand_paths, model_folders
 from inspector.gui.verdict_style import VERDICTS
 from inspector.gui.widgets.evidence import actionable_message
+from inspector.scan.result import Finding
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window, small
 
@@ -83,7 +85,7 @@ def test_damaged_weights_never_show_a_green_check(window, qtbot, damage, name):
 
 def test_a_crc_damaged_file_reads_damaged(window, qtbot, damage):
     doc = open_one(window, qtbot, damage / "crc.pt")
-    assert [f["code"] for f in doc.scan["findings"]] == ["zip-crc-mismatch"]
+    assert [f.code for f in doc.scan.findings] == ["zip-crc-mismatch"]
     assert window.file_list.item(0).toolTip().splitlines()[1].startswith("Damaged")
     assert green_share(window.file_list.item(0).icon()) < 0.02
     assert window.overview.banner.accessibleName() == "Code safety: Damaged"
@@ -180,16 +182,14 @@ def test_cli_advice_in_a_finding_becomes_an_action(window, qtbot, small, monkeyp
     assert actionable_message("run `ckpt-inspector frobnicate` now") == ""
     folder, _ = small
     doc = open_one(window, qtbot, folder / "benign.pt")
-    doc.set_scan({**doc.scan, "findings": [{"severity": "info", "code": "zip-crc-skipped",
-                                            "message": message, "member": None,
-                                            "offset": None}]})
+    doc.set_scan(replace(doc.scan, findings=[Finding("info", "zip-crc-skipped", message)]))
     page = window.overview.findings.toHtml()
     assert "action:inspect" in page and "ckpt-inspector inspect" not in page
     before = doc.scan
     window.overview.findings.anchorClicked.emit(QUrl("action:inspect"))
     # the full check scans again with every record's CRC-32: the real scan replaces the edit
     qtbot.waitUntil(lambda: doc.scan is not before, timeout=LOAD_TIMEOUT_MS)
-    assert doc.scan["verdict"] == "safe" and doc.scan["findings"] == []
+    assert doc.scan.verdict == "safe" and doc.scan.findings == []
 
 
 def test_the_first_nan_position_is_shown_where_the_record_has_it(window, qtbot, small):

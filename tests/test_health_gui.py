@@ -49,7 +49,7 @@ def test_crc_damaged_file_is_named_damaged_not_asked_about(window, qtbot, tmp_pa
     (doc,) = window.open_paths([path])
     wait_loaded(qtbot, doc)
     overview = window.overview
-    assert doc.scan["verdict"] == "suspicious"
+    assert doc.scan.verdict == "suspicious"
     assert not overview.decision.isVisible()
     assert overview.banner.title.text().startswith("Damaged")
     assert overview.banner.accessibleName() == "Code safety: Damaged"

@@ -241,7 +241,7 @@ def test_the_app_opens_a_model_folder_as_one_document(window, qtbot, saved):
     assert doc.state == "loaded", doc.message
     weight_map = _weight_map(saved / "st" / INDEXES["st"])
     assert {t["key"]: t["shard"] for t in doc.tensors} == weight_map
-    assert doc.scan["verdict"] == "safe" and len(doc.scan["files"]) == len(set(weight_map.values()))
+    assert doc.scan.verdict == "safe" and len(doc.scan.files) == len(set(weight_map.values()))
     window.tabs.setCurrentWidget(window.overview)
     shards = window.overview.fields["shards"]
     count = len(set(weight_map.values()))
@@ -264,7 +264,7 @@ def test_the_app_blocks_a_model_folder_with_a_malicious_shard(window, qtbot, sav
     (doc,) = window.open_paths([copy])
     qtbot.waitUntil(lambda: doc.state in SETTLED, timeout=LOAD_TIMEOUT_MS)
     assert doc.state == "blocked", doc.message
-    assert doc.scan["verdict"] == "dangerous" and doc.inspect is None and not doc.tensors
+    assert doc.scan.verdict == "dangerous" and doc.inspect is None and not doc.tensors
     window.tabs.setCurrentWidget(window.overview)
     qtbot.waitUntil(lambda: not window.runner.active(), timeout=LOAD_TIMEOUT_MS)
     assert window.overview.fields["sha256"].text() == "—"  # not hashing a folder forever

@@ -79,7 +79,7 @@ def _add_item(metadata, fqn: str, info: _StorageInfo) -> None:
 
 def _not_safe(folder: Path, canary: Path) -> None:
     """The folder's scan is not safe, and inspect neither succeeds nor runs the payload."""
-    scan = scan_folder(folder)
+    scan = scan_folder(folder).to_json()
     assert scan["verdict"] not in ("safe", "skipped"), scan["findings"]
     assert main(["scan", str(folder)]) != 0
     assert main(["scan", str(folder / DATA)]) != 0
@@ -199,7 +199,7 @@ def test_a_listed_item_inside_a_data_file_that_is_a_pickle_is_read(folder, canar
     _add_item(metadata, "evil", _StorageInfo("__1_0.distcp", offset, len(payload)))
     (folder / ".metadata").write_bytes(pickle.dumps(metadata, protocol=4))
     (folder / "__1_0.distcp").write_bytes(blob)
-    scan = scan_folder(folder)
+    scan = scan_folder(folder).to_json()
     assert scan["verdict"] not in ("safe", "skipped"), scan["findings"]
     assert main(["scan", str(folder / "__1_0.distcp")]) != 0
     assert main(["inspect", str(folder)]) != 0
@@ -219,7 +219,7 @@ def test_an_item_in_a_file_outside_the_folder_is_reported(folder, canary, absolu
     name = str(evil) if absolute else "../evil.distcp"
     _add_item(metadata, "evil", _StorageInfo(name, 0, len(payload)))
     (folder / ".metadata").write_bytes(pickle.dumps(metadata, protocol=4))
-    scan = scan_folder(folder)
+    scan = scan_folder(folder).to_json()
     assert scan["verdict"] not in ("safe", "skipped"), scan["findings"]
     assert "dcp-outside-file" in {f["code"] for f in scan["findings"]}
     assert main(["scan", str(folder)]) != 0

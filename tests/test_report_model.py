@@ -60,7 +60,8 @@ def test_dangerous_file_headlines_the_report_and_fails_its_checklist(tmp_path, v
     evil = tmp_path / "evil.pt"
     evil.write_bytes(b"\x80\x02cos\nsystem\nq\x00.")
     scan = scan_contract(evil, "dangerous",
-                         [{"module": "os", "name": "system", "count": 1, "severity": "dangerous"}],
+                         [{"module": "os", "name": "system", "count": 1, "severity": "dangerous",
+                          "reason": "runs programs"}],
                          fmt="pickle")
     report = build_report(SessionEvidence([FileEvidence(str(evil), scan=scan)]))
     doc = report.to_json()

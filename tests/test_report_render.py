@@ -35,7 +35,8 @@ def session(tmp_path: Path) -> SessionEvidence:
     good.write_bytes(b"benign bytes")
     evil_scan = {
         "path": str(evil), "format": "pickle", "verdict": "dangerous", "weights_only_ok": False,
-        "globals": [{"module": "os", "name": "system", "count": 1, "severity": "dangerous"}],
+        "globals": [{"module": "os", "name": "system", "count": 1, "severity": "dangerous",
+                     "reason": "runs programs"}],
         "findings": [{"severity": "dangerous", "code": "dangerous-global",
                       "message": f"os.system runs a shell command {HOSTILE}",
                       "member": None, "offset": 2}],

@@ -48,7 +48,7 @@ def test_an_odd_storage_info_state_is_not_followed_and_nothing_crashes(tmp_path,
     _odd_metadata(folder, ODD_STATES[state])
     with pytest.raises(NotFollowed):
         item_ranges((folder / ".metadata").read_bytes())
-    scan = scan_folder(folder)
+    scan = scan_folder(folder).to_json()
     assert scan["verdict"] != "error" and all(f["error"] is None for f in scan["files"]), scan
     # not followed: the data file's bytes are all read in full, so it cannot be safe
     assert scan_file(folder / factories.DCP_DATA, []).verdict != "safe"
@@ -75,7 +75,7 @@ def test_a_payload_beside_an_odd_metadata_is_dangerous_not_an_error(tmp_path, ca
     assert canary.exists(), "the payload did not run under torch.load"
     canary.unlink()
     assert scan_file(data).verdict == "dangerous"
-    scan = scan_folder(folder)
+    scan = scan_folder(folder).to_json()
     assert scan["verdict"] == "dangerous", scan
     assert any(g["import"] == "os.system" for g in scan["globals"])
     assert main(["inspect", str(folder)]) == 2

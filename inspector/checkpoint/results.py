@@ -21,6 +21,7 @@ from inspector.checkpoint.resume import ResumeChecklist
 from inspector.checkpoint.tensor_stats import TensorStats
 from inspector.core.json_record import NUMBER, JsonRecord, typed, typed_list, word
 from inspector.core.vocabulary import JailLevel, TensorStatus, Verdict
+from inspector.scan.result import ScanResult
 
 # --- inspect ---------------------------------------------------------------------------
 
@@ -67,6 +68,17 @@ class LoadError(JsonRecord):
 
 
 @dataclass
+class ClaimCheck(JsonRecord):
+    """What the user's process checked of the jailed worker's answer from the file's own bytes
+    (`sandbox.host.claims`): `checked` with the number of tensors whose digests (and NaN / Inf
+    counts) it recomputed, or why it could not (then the answer is the jailed loader's)."""
+
+    checked: bool = False
+    tensors: int = 0
+    reason: str | None = None
+
+
+@dataclass
 class ShardFile(JsonRecord):
     """One file of a sharded checkpoint's inspection: its format, tensors, size and hash."""
 
@@ -85,7 +97,7 @@ class InspectResult(JsonRecord):
     size: int | None = None
     sha256: str | None = None
     format: str | None = None
-    scan: dict[str, Any] | None = None
+    scan: ScanResult | None = field(default=None, metadata=typed(ScanResult))
     sandbox: Jail | None = field(default=None, metadata=typed(Jail))
     digest_algorithm: str | None = None
     tensors: list[TensorStats] = field(default_factory=list, metadata=typed_list(TensorStats))
@@ -106,6 +118,8 @@ class InspectResult(JsonRecord):
     shards: list[ShardFile] | None = field(default=None, metadata=typed_list(ShardFile))
     problems: list[dict[str, Any]] | None = None
     aliases: list[dict[str, Any]] | None = None
+    claims: ClaimCheck | None = field(default=None, metadata=typed(ClaimCheck))
+    """What the user's process checked of the worker's answer (None: nothing loaded)."""
 
     @property
     def loaded(self) -> bool:
@@ -283,6 +297,8 @@ class ConversionResult(JsonRecord):
     input: str | None = None
     output: str | None = None
     scan_verdict: Verdict | str | None = field(default=None, metadata=word(Verdict))
+    claims: ClaimCheck | None = field(default=None, metadata=typed(ClaimCheck))
+    """What the user's process checked of the output against the input's own bytes."""
 
 
 @dataclass

@@ -32,6 +32,7 @@ from inspector.scan.pickles.presets import PRESETS, preset_help
 if TYPE_CHECKING:  # types only: importing verify (manifests, shards) costs every command
     from inspector.fleet.jobs import JobSlice, ResultsLog
     from inspector.integrity.verify import TensorDigestFn, VerifyResult
+    from inspector.scan.result import GlobalUse, ScanResult
 
 EXIT_LOAD_FAILED = 5
 EXIT_MANIFEST = 2  # verify and watch: the manifest cannot be read
@@ -131,45 +132,46 @@ def paint(text: str, word: str, colour: bool) -> str:
     return f"\x1b[{code}m{text}\x1b[0m" if colour and code else text
 
 
-def flagged_lines(scan: dict) -> list[str]:
+def flagged_lines(scan: ScanResult | None) -> list[str]:
     """A scan's flagged imports with the calls they would make, and its findings, indented;
     what comes from the file is escaped. A finding that means damaged data reads `damaged`."""
     from inspector.scan.damage import INTEGRITY_CODES
 
+    if scan is None:
+        return []
     lines = []
     own = _own_module_classes(scan)
     if own:
-        names = ", ".join(g["name"] for g in own[:3]) + (", …" if len(own) > 3 else "")
+        names = ", ".join(g.name for g in own[:3]) + (", …" if len(own) > 3 else "")
         lines.append(f"    {Severity.SUSPICIOUS:<10} {len(own)} module class(es) of the "
                      f"archive's own code ({escape(names)}): torch.jit.load builds them by "
                      "running that code; each is listed with --json")
-    for g in scan.get("globals") or ():
-        if g["severity"] != Severity.SAFE and g not in own:
-            key = f"{g['module']}.{g['name']}"
-            imported = g.get("import") or key
+    for g in scan.globals:
+        if g.severity != Severity.SAFE and g not in own:
+            key = f"{g.module}.{g.name}"
+            imported = g.import_name
             name = imported if imported == key else f"{imported} (as {key})"
-            lines.append(f"    {g['severity']:<10} {escape(name)} x{g['count']}: "
-                         f"{escape(g['reason'])}")
-            lines.extend(f"{'':<15}{escape(c)}" for c in g.get("calls") or ())
-    for f in scan.get("findings") or ():
-        if f["severity"] != Severity.INFO:
-            where = f" [{escape(f['member'])}]" if f.get("member") else ""
-            severity = DAMAGED if f["code"] in INTEGRITY_CODES else f["severity"]
-            lines.append(f"    {severity:<10} {f['code']}: {escape(f['message'])}{where}")
-            if f.get("call"):
-                lines.append(f"{'':<15}{escape(f['call'])}")
+            lines.append(f"    {g.severity:<10} {escape(name)} x{g.count}: {escape(g.reason)}")
+            lines.extend(f"{'':<15}{escape(c)}" for c in g.calls)
+    for f in scan.findings:
+        if f.severity != Severity.INFO:
+            where = f" [{escape(f.member)}]" if f.member else ""
+            severity = DAMAGED if f.code in INTEGRITY_CODES else f.severity
+            lines.append(f"    {severity:<10} {f.code}: {escape(f.message)}{where}")
+            if f.call:
+                lines.append(f"{'':<15}{escape(f.call)}")
     return lines
 
 
-def _own_module_classes(scan: dict) -> list[dict]:
+def _own_module_classes(scan: ScanResult) -> list[GlobalUse]:
     """A TorchScript or torch.export archive's `__torch__.…` classes: its own code's modules,
     shown as one line (there can be one per module of the model)."""
     from inspector.layout.torchscript import CODE_ARCHIVES
 
-    if scan.get("format") not in CODE_ARCHIVES:
+    if scan.format not in CODE_ARCHIVES:
         return []
-    return [g for g in scan.get("globals") or ()
-            if g["severity"] != Severity.SAFE and g["module"].startswith("__torch__")]
+    return [g for g in scan.globals
+            if g.severity != Severity.SAFE and g.module.startswith("__torch__")]
 
 
 def print_verify_result(result: VerifyResult) -> None:

@@ -83,7 +83,7 @@ def health_lines(health: Health | None) -> list[str]:
 
 
 def _human(report: InspectResult) -> list[str]:
-    scan = report.scan or {}
+    scan = report.scan
     word = display_word(scan) if scan else "not run"
     health = report.health.status if report.health is not None else None
     fmt = report.format if report.format not in (None, "unknown") else None
@@ -92,7 +92,7 @@ def _human(report: InspectResult) -> list[str]:
         f"{fmt or ('unreadable' if word == DAMAGED else 'format unknown')})",
         f"sha256:   {report.sha256 or '-'}",
         f"scan:     {word}"
-        + ("; weights_only loads it" if scan.get("weights_only_ok") else "")
+        + ("; weights_only loads it" if scan and scan.weights_only_ok else "")
         + ("; the file's data is corrupted (not a question of code)" if word == DAMAGED
            else ""),
         *flagged_lines(scan),
@@ -252,7 +252,7 @@ def inspect_one(args: argparse.Namespace, path: str) -> int:
         return _SHARD_EXITS.get(report.error.code) or error_exit(report.error.to_json())
     if any(p["fatal"] for p in report.problems or ()):
         return EXIT_COVERAGE
-    code = exit_code((report.scan or {}).get("verdict", Verdict.SAFE))
+    code = exit_code(report.scan.verdict if report.scan else Verdict.SAFE)
     if code == 0 and report.health is not None and report.health.status == HealthStatus.PROBLEM:
         return EXIT_HEALTH_PROBLEM
     return code

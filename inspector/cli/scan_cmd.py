@@ -49,12 +49,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_batch_arguments(parser)
 
 
-def _word(res: ScanResult) -> str:
-    """The word a person reads for this file: `damaged` for corruption (`scan.advice`)."""
-    return display_word({"verdict": res.verdict,
-                         "findings": [{"code": f.code} for f in res.findings]})
-
-
 def _human(res: ScanResult, colour: bool = False) -> list[str]:
     """Text lines for one file; everything that comes from the file is escaped (`termtext`), so
     a name holding terminal escapes cannot repaint the verdict."""
@@ -62,12 +56,12 @@ def _human(res: ScanResult, colour: bool = False) -> list[str]:
     path = escape(res.path)
     if res.verdict == Verdict.SKIPPED:
         return [f"{'SKIPPED':<10} {path}: not a checkpoint ({escape(res.error or '')})"]
-    word = _word(res)
+    word = display_word(res)
     shown = paint(f"{word.upper():<10}", word, colour)
     lines = [f"{shown} {path}  ({res.format}; {wo})"]
     if res.error:
         lines = [f"{shown} {path}: {escape(res.error)}"]
-    lines.extend(flagged_lines(res.to_json()))
+    lines.extend(flagged_lines(res))
     return lines
 
 
@@ -141,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_OUTPUT
     verdict = worst(r.verdict for r in results)
     if not args.json and len(results) > 1:
-        words = Counter(_word(r) for r in results)
+        words = Counter(display_word(r) for r in results)
         order = [Verdict.SAFE, Verdict.SUSPICIOUS, DAMAGED, *ORDER[2:], Verdict.SKIPPED]
         summary = ", ".join(f"{words[w]} {w}" for w in order if words[w])
         print(f"{len(results)} files: {summary}", file=sys.stderr)

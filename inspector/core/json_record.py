@@ -45,6 +45,8 @@ NUMBER = {"load": _number, "dump": strict_float}
 """Field metadata of a number that may be non-finite."""
 TRANSIENT = {"transient": True}
 """Field metadata of what a record holds in memory and never writes (nor reads)."""
+OMIT_NONE = {"omit_none": True}
+"""Field metadata of an optional part the JSON leaves out while it is None."""
 
 
 def word(vocabulary: type[StrEnum]) -> dict[str, Callable]:
@@ -94,10 +96,13 @@ class JsonRecord:
         """The JSON object this record was read from (strict: no NaN tokens)."""
         out: dict[str, Any] = {}
         absent = self.absent
+        omit = _omit_none(type(self))
         for name, _load, dump in _spec(type(self)):
             if name in absent:
                 continue
             value = getattr(self, name)
+            if value is None and name in omit:
+                continue
             out[name] = dump(value) if dump is not None and value is not None else value
         out.update(self.extra)
         return out
@@ -109,6 +114,11 @@ def _spec(cls: type) -> tuple[tuple[str, Callable | None, Callable | None], ...]
     return tuple((f.name, f.metadata.get("load"), f.metadata.get("dump"))
                  for f in fields(cls)
                  if f.name not in JsonRecord._OWN and not f.metadata.get("transient"))
+
+
+@cache
+def _omit_none(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls) if f.metadata.get("omit_none"))
 
 
 def as_result(cls: type[R], value: R | dict[str, Any] | None) -> R | None:

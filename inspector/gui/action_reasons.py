@@ -18,7 +18,7 @@ def convert_blocker(doc: FileDocument | None) -> str | None:
     safetensors already); None if it can."""
     if doc is None:
         return NO_FILE
-    if (doc.scan or {}).get("format") == "safetensors":
+    if doc.scan is not None and doc.scan.format == "safetensors":
         return ALREADY_SAFETENSORS
     if doc.state == DocumentState.LOADED:
         return None

@@ -14,6 +14,7 @@ from inspector.core.vocabulary import DocumentState, Severity
 from inspector.formats import read_without_pickle
 from inspector.integrity.verify import VerifyResult
 from inspector.layout.torchscript import CODE_ARCHIVES
+from inspector.scan.result import ScanResult
 
 STATE_WORDS = {
     DocumentState.SCANNING: "Scanning the pickle opcodes (no code runs)…",
@@ -72,7 +73,7 @@ class FileDocument(QObject):
         self.in_folder = in_folder  # found by walking a dropped folder, not named directly
         self.state = DocumentState.SCANNING
         self.message = ""
-        self.scan: dict[str, Any] | None = None
+        self.scan: ScanResult | None = None
         self.inspect: dict[str, Any] | None = None
         self.result: InspectResult | None = None
         """The final inspection, typed; `inspect` is the same as the contract's dict."""
@@ -97,7 +98,7 @@ class FileDocument(QObject):
     @property
     def verdict(self) -> str | None:
         """The static scan's verdict, or None while scanning."""
-        return self.scan.get("verdict") if self.scan else None
+        return self.scan.verdict if self.scan else None
 
     @property
     def health(self) -> Health | None:
@@ -117,21 +118,18 @@ class FileDocument(QObject):
     def globals_to_allow(self) -> list[str]:
         """Dotted names of the globals weights_only=True refuses (for the user to allow): the
         scan's, then any a load refused that the scan did not list."""
-        if not self.scan or self.scan.get("format") in CODE_ARCHIVES:
+        if not self.scan or self.scan.format in CODE_ARCHIVES:
             return []  # never unpickled: its weights are read from their records, not loaded
-        names = [
-            f"{g['module']}.{g['name']}"
-            for g in self.scan.get("globals", [])
-            if g.get("severity") not in (Severity.SAFE, "allowed", None)
-        ]
+        names = [f"{g.module}.{g.name}" for g in self.scan.globals
+                 if g.severity not in (Severity.SAFE, "allowed", None)]
         return names + [n for n in self.refused_globals if n not in names]
 
     def state_words(self) -> str:
         """The pipeline state in words."""
         if self.state == DocumentState.LOADED and self.scan:
-            if self.scan.get("format") in CODE_ARCHIVES:
+            if self.scan.format in CODE_ARCHIVES:
                 return CODE_ARCHIVE_LOADED
-            if read_without_pickle(self.scan.get("format")) is not None:
+            if read_without_pickle(self.scan.format) is not None:
                 return PLAIN_LOADED
         return STATE_WORDS.get(self.state, self.state)
 
@@ -140,7 +138,7 @@ class FileDocument(QObject):
         self.state, self.message = state, message
         self.changed.emit()
 
-    def set_scan(self, scan: dict[str, Any]) -> None:
+    def set_scan(self, scan: ScanResult) -> None:
         """Record the static scan result."""
         self.scan = scan
         self.changed.emit()

@@ -8,6 +8,7 @@ from inspector.core.vocabulary import HealthStatus, Verdict
 from inspector.layout.torchscript import CODE_ARCHIVES
 from inspector.scan.advice import advise
 from inspector.scan.damage import INTEGRITY_CODES
+from inspector.scan.result import ScanResult
 
 HEALTH_PROBLEM_ACTION = (
     "Do not use these weights. Diff against an earlier good copy (Tools → Compare With…) to "
@@ -257,13 +258,13 @@ def verdict_explanation(verdict: str | None) -> Explanation:
     return VERDICT_TEXT.get(verdict, VERDICT_TEXT[Verdict.ERROR])
 
 
-def code_safety_explanation(scan: dict | None, health: str | None = None) -> Explanation:
+def code_safety_explanation(scan: ScanResult | None, health: str | None = None) -> Explanation:
     """Banner and advice text for the code-safety badge. Which case applies is decided once,
     by `scan.advice.advise` (damage first, then danger, then bad weights: the worse verdict
     leads, as in the CLI and the report); this only words each case for the app."""
-    verdict = (scan or {}).get("verdict") if scan else None
-    if verdict is None:
+    if scan is None:
         return PENDING
+    verdict = scan.verdict
     advice = advise(scan, health)
     case = advice.case
     if case == "bad_weights":

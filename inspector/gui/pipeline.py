@@ -28,6 +28,7 @@ from inspector.gui.jobs import EmitFn, Job, JobFn, JobRunner
 from inspector.scan.dcp_folder import is_dcp_folder, scan_folder
 from inspector.scan.discover import Found, discover
 from inspector.scan.pickles.policy import classify
+from inspector.scan.result import ScanResult
 from inspector.shards.index import has_one_sha256
 from inspector.shards.inspect import scan_set, sharded_set
 
@@ -118,8 +119,8 @@ class Pipeline(QObject):
 
     def load(self, doc: FileDocument, allow_globals: tuple[str, ...] = ()) -> None:
         """Queue the jailed load of `doc`, allowing exactly `allow_globals`. The inspection
-        admits a file on the scan `doc` already has rather than a second one (a sharded set's
-        shards are scanned again: `inspect_file` takes no scan for them)."""
+        admits a file (or a sharded set's every shard) on the scan `doc` already has rather
+        than a second one."""
         doc.allowed_globals = tuple(allow_globals)
         doc.set_state(DocumentState.QUEUED)
         job = Job(f"inspect {doc.name}", _inspect_fn(doc.path, doc.allowed_globals, doc.scan),
@@ -135,11 +136,11 @@ class Pipeline(QObject):
         first scan checks a budget of them); the new scan replaces the old one."""
         path = doc.path
 
-        def run(emit: EmitFn, cancel: CancelToken) -> dict[str, Any]:
+        def run(emit: EmitFn, cancel: CancelToken) -> ScanResult:
             from inspector.scan.engine import scan_file
 
             emit({"type": "progress", "stage": "full_check", "done": 0, "total": 0})
-            return scan_file(path, crc_budget=max(1, path.stat().st_size)).to_json()
+            return scan_file(path, crc_budget=max(1, path.stat().st_size))
 
         job = Job(f"full check {doc.name}", run, self, doc=doc)
         job.finished.connect(doc.set_scan)
@@ -205,9 +206,9 @@ class Pipeline(QObject):
                 )
                 return
 
-    def _scanned(self, doc: FileDocument, scan: dict[str, Any]) -> None:
+    def _scanned(self, doc: FileDocument, scan: ScanResult) -> None:
         doc.set_scan(scan)
-        verdict = scan.get("verdict")
+        verdict = scan.verdict
         if verdict == Verdict.SKIPPED:
             doc.set_state(DocumentState.SKIPPED)
             self.skipped.emit(doc)
@@ -221,11 +222,10 @@ class Pipeline(QObject):
         elif verdict == Verdict.DANGEROUS:
             self._hash(doc, DocumentState.BLOCKED)
         else:
-            self._hash(doc, DocumentState.ERROR, scan.get("error") or "")
+            self._hash(doc, DocumentState.ERROR, scan.error or "")
 
     def _scan_failed(self, doc: FileDocument, message: str) -> None:
-        doc.set_scan({"path": str(doc.path), "verdict": Verdict.ERROR, "error": message,
-                      "globals": [], "findings": []})
+        doc.set_scan(ScanResult(str(doc.path), verdict=Verdict.ERROR, error=message))
         doc.set_state(DocumentState.ERROR, message)
 
     def _hash(self, doc: FileDocument, final_state: str, message: str = "") -> None:
@@ -268,14 +268,14 @@ def _more_to_allow(error: LoadError | None, allowed: tuple[str, ...]) -> list[st
 
 
 def _scan_fn(found: Found) -> JobFn:
-    def run(emit: EmitFn, cancel: CancelToken) -> dict[str, Any]:
+    def run(emit: EmitFn, cancel: CancelToken) -> ScanResult:
         from inspector.scan.engine import scan_found
 
         emit({"type": "progress", "stage": "scan", "done": 0, "total": 0})
         if not found.in_folder and is_dcp_folder(found.path):
             return scan_folder(found.path)
         shards = None if found.in_folder else sharded_set(found.path)
-        return scan_set(shards)[1] if shards is not None else scan_found(found).to_json()
+        return scan_set(shards)[1] if shards is not None else scan_found(found)
 
     return run
 
@@ -320,7 +320,7 @@ def set_required_jail_setting(level: str) -> None:
     settings().setValue(REQUIRED_JAIL_KEY, level)
 
 
-def _inspect_fn(path: Path, allow_globals: tuple[str, ...], scan: dict[str, Any] | None
+def _inspect_fn(path: Path, allow_globals: tuple[str, ...], scan: ScanResult | None
                 ) -> JobFn:
     required = required_jail_setting()
 

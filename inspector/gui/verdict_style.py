@@ -11,6 +11,7 @@ from PySide6.QtGui import QBrush, QColor, QFont, QIcon, QPainter, QPainterPath, 
 
 from inspector.core.vocabulary import FileStatus, HealthStatus, TensorStatus, Verdict
 from inspector.scan.damage import integrity_findings
+from inspector.scan.result import ScanResult
 
 
 @dataclass(frozen=True)
@@ -63,10 +64,10 @@ def verdict_style(verdict: str | None) -> Style:
     return VERDICTS.get(verdict or "pending", VERDICTS[Verdict.ERROR])
 
 
-def code_safety_style(scan: dict | None, health: str | None = None) -> Style:
+def code_safety_style(scan: ScanResult | None, health: str | None = None) -> Style:
     """Style of the code-safety badge: the verdict, Damaged for integrity findings, and no
     green check when the weights' `health` status is a problem."""
-    verdict = (scan or {}).get("verdict") if scan else None
+    verdict = scan.verdict if scan else None
     if verdict in (Verdict.SUSPICIOUS, Verdict.ERROR) and integrity_findings(scan):
         return CORRUPT
     if verdict == Verdict.SAFE and health == HealthStatus.PROBLEM:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from inspector.core.vocabulary import HealthStatus, Verdict
 from inspector.report.model import FileReport, Report
 from inspector.scan.advice import DAMAGED, Advice, advise
+from inspector.scan.result import Finding, ScanResult
 
 WORSE_THAN_CODE = (DAMAGED, HealthStatus.PROBLEM)
 """Words about the data that outrank a safe or suspicious scan in a report's headline."""
@@ -16,7 +17,8 @@ WORSE_THAN_CODE = (DAMAGED, HealthStatus.PROBLEM)
 
 def file_advice(f: FileReport) -> Advice:
     """What to do about one file, following the worse of its code and weights verdicts."""
-    scan = {"verdict": f.verdict, "format": f.file.format, "findings": f.scan.findings}
+    scan = ScanResult(f.file.path, format=f.file.format or "unknown", verdict=f.verdict,
+                      findings=[Finding.from_json(x) for x in f.scan.findings])
     return advise(scan, f.health.status if f.health else None)
 
 

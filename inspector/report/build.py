@@ -39,6 +39,7 @@ from inspector.report.sections import (
     verification_info,
 )
 from inspector.run.checkpoints import LedgerSummary
+from inspector.scan.result import ScanResult
 
 
 def build_report(
@@ -98,8 +99,8 @@ def _file_report(
     progress: ProgressFn | None,
     cancel: CancelToken | None,
 ) -> FileReport:
-    scan_dict = ev.scan or (inspect.scan if inspect is not None else None)
-    scan = scan_info(scan_dict)
+    scanned = as_result(ScanResult, ev.scan) or (inspect.scan if inspect is not None else None)
+    scan = scan_info(scanned)
     load = load_info(inspect)
     loaded = inspect if load.status == LoadStatus.LOADED else None
     tensors = summarize_tensors(loaded) if loaded is not None else None
@@ -110,7 +111,7 @@ def _file_report(
     comparison = comparison_info(as_result(DiffResult, ev.diff))
     model = model_info(loaded) if loaded is not None else None
     code = code_info(inspect)
-    info = file_info(ev, inspect, scan_dict, progress, cancel)
+    info = file_info(ev, inspect, scanned, progress, cancel)
     shards = shards_info(inspect)
     verdict = scan.verdict or (Verdict.ERROR if scan.status == StepStatus.FAILED else Verdict.SAFE)
     return FileReport(

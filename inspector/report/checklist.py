@@ -7,6 +7,7 @@ from pathlib import Path
 
 from inspector import formats
 from inspector.checkpoint.results import InspectResult
+from inspector.core.json_record import as_result
 from inspector.core.vocabulary import (
     FileStatus,
     Format,
@@ -35,9 +36,10 @@ from inspector.report.model import (
     VerificationInfo,
 )
 from inspector.report.sections import flagged_code, self_test_words
-from inspector.scan.damage import describe, integrity_findings
+from inspector.scan.damage import INTEGRITY_CODES, describe
 from inspector.scan.dcp_folder import FORMAT as DCP
 from inspector.scan.pickles.policy import KNOWN_DATA
+from inspector.scan.result import Finding, ScanResult
 from inspector.shards.index import ShardError, read_index
 
 SAFE_FORMATS = tuple(s.format for s in formats.all_specs()
@@ -259,8 +261,8 @@ def _shard_set(path: Path) -> set[Path]:
 
 
 def _is_checkpoint(ev: FileEvidence, inspect: InspectResult | None) -> bool:
-    scan = ev.scan or (inspect.scan if inspect is not None else None) or {}
-    return scan.get("format") not in (None, "unknown") and scan.get("verdict") != Verdict.ERROR
+    scan = as_result(ScanResult, ev.scan) or (inspect.scan if inspect is not None else None)
+    return scan is not None and scan.format != "unknown" and scan.verdict != Verdict.ERROR
 
 
 def _check_deterministic(consistency: ConsistencyInfo | None) -> CheckItem:
@@ -296,7 +298,7 @@ def file_problems(
 ) -> list[str]:
     """One line per problem found in one file's sections."""
     problems = []
-    damage = integrity_findings({"findings": scan.findings})
+    damage = [f for f in map(Finding.from_json, scan.findings) if f.code in INTEGRITY_CODES]
     problems.extend(f"damaged: {describe(f)}" for f in damage)
     if verdict in (Verdict.SUSPICIOUS, Verdict.DANGEROUS):
         names = [f"{g.get('module')}.{g.get('name')}" for g in scan.globals

@@ -20,6 +20,7 @@ from inspector.core.strict_json import strict
 from inspector.core.vocabulary import CheckStatus
 from inspector.integrity.verify import VerifyResult
 from inspector.run.checkpoints import LedgerSummary
+from inspector.scan.result import ScanResult
 
 if TYPE_CHECKING:
     from inspector.gpu.telemetry import TelemetryStore
@@ -33,7 +34,8 @@ class FileEvidence:
     """What the session learned about one checkpoint; every part but the path is optional."""
 
     path: str
-    scan: dict | None = None
+    scan: dict | ScanResult | None = None
+    """The scan contract, or it typed."""
     inspect: dict | InspectResult | None = None
     """The inspect contract, or it typed (the app passes the result it typed on the load's
     thread, so the report does not read it again)."""

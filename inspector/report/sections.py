@@ -46,6 +46,7 @@ from inspector.report.model import (
     TensorSummary,
     VerificationInfo,
 )
+from inspector.scan.result import ScanResult
 from inspector.shards.index import has_one_sha256
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ CONSISTENCY_BULK = ("tensors", "outputs", "resident_mismatches", "iterations", "
 
 
 def file_info(
-    ev: FileEvidence, inspect: InspectResult | None, scan: dict | None,
+    ev: FileEvidence, inspect: InspectResult | None, scan: ScanResult | None,
     progress: ProgressFn | None, cancel: CancelToken | None
 ) -> FileInfo:
     """The file's identity; hashes it when the session has no SHA-256 for it."""
@@ -92,7 +93,7 @@ def file_info(
         name=path.name,
         size=size,
         mtime=mtime,
-        format=(inspect.format if inspect is not None else None) or (scan or {}).get("format"),
+        format=(inspect.format if inspect is not None else None) or (scan.format if scan else None),
         sha256=sha,
     )
 
@@ -114,18 +115,18 @@ def shard_problems(shards: ShardsInfo | None) -> list[str]:
             if p.get("fatal", True)]
 
 
-def scan_info(scan: dict | None) -> ScanInfo:
-    """The scan contract as a section ("not_run" without one)."""
+def scan_info(scan: ScanResult | None) -> ScanInfo:
+    """The scan as a section ("not_run" without one)."""
     if scan is None:
         return ScanInfo(status=StepStatus.NOT_RUN)
     return ScanInfo(
-        status=StepStatus.FAILED if scan.get("verdict") == Verdict.ERROR else StepStatus.DONE,
-        verdict=scan.get("verdict"),
-        weights_only_ok=scan.get("weights_only_ok"),
-        globals=list(scan.get("globals") or []),
-        findings=list(scan.get("findings") or []),
-        error=scan.get("error"),
-        weights_only_blockers=[str(b) for b in scan.get("weights_only_blockers") or []],
+        status=StepStatus.FAILED if scan.verdict == Verdict.ERROR else StepStatus.DONE,
+        verdict=scan.verdict,
+        weights_only_ok=scan.weights_only_ok,
+        globals=records(scan.globals),
+        findings=records(scan.findings),
+        error=scan.error,
+        weights_only_blockers=[str(b) for b in scan.weights_only_blockers],
     )
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from inspector.core.vocabulary import DAMAGED, HealthStatus, Verdict
 from inspector.layout.torchscript import CODE_ARCHIVES
 from inspector.scan.damage import integrity_findings
+from inspector.scan.result import ScanResult
 
 SAFETENSORS = "safetensors"
 
@@ -71,24 +72,23 @@ _BAD_WEIGHTS = Advice(HealthStatus.PROBLEM, "Weights are corrupted or diverged",
                       case="bad_weights")
 
 
-def is_damaged(scan: dict | None) -> bool:
+def is_damaged(scan: ScanResult | None) -> bool:
     """Whether the scan says the file's own checksums, sizes or structure do not hold."""
     return bool(integrity_findings(scan))
 
 
-def display_word(scan: dict | None) -> str:
+def display_word(scan: ScanResult | None) -> str:
     """The code-safety word a person reads: `damaged` for corruption, else the verdict."""
-    verdict = (scan or {}).get("verdict") or Verdict.ERROR
+    verdict = scan.verdict if scan else Verdict.ERROR
     if verdict in (Verdict.SUSPICIOUS, Verdict.ERROR) and is_damaged(scan):
         return DAMAGED
     return str(verdict)
 
 
-def advise(scan: dict | None, health: str | None = None) -> Advice:
+def advise(scan: ScanResult | None, health: str | None = None) -> Advice:
     """The advice for a file: damage and danger first, then bad weights, then the scan."""
-    scan = scan or {}
-    verdict = scan.get("verdict")
-    fmt = scan.get("format")
+    verdict = scan.verdict if scan else None
+    fmt = scan.format if scan else None
     word = display_word(scan)
     if word == DAMAGED:
         return _DAMAGED

@@ -9,18 +9,20 @@ turns it into a question about which globals to allow.
 
 from __future__ import annotations
 
+from inspector.scan.result import Finding, ScanResult
+
 INTEGRITY_CODES = frozenset({
     "zip-crc-mismatch", "zip-missing-record", "zip-member-unreadable", "storage-size-mismatch",
     "storage-record-larger", "safetensors-bounds", "zip-truncated",
 })
 
 
-def integrity_findings(scan: dict | None) -> list[dict]:
+def integrity_findings(scan: ScanResult | None) -> list[Finding]:
     """The scan's findings that mean damaged data, in the scan's order."""
-    return [f for f in (scan or {}).get("findings") or [] if f.get("code") in INTEGRITY_CODES]
+    return [f for f in (scan.findings if scan else ()) if f.code in INTEGRITY_CODES]
 
 
-def describe(finding: dict) -> str:
+def describe(finding: Finding) -> str:
     """One line: the finding's message and the member it concerns."""
-    where = f" [{finding['member']}]" if finding.get("member") else ""
-    return f"{finding.get('code')}: {finding.get('message')}{where}"
+    where = f" [{finding.member}]" if finding.member else ""
+    return f"{finding.code}: {finding.message}{where}"

@@ -39,19 +39,19 @@ def folder_size(path: str | os.PathLike[str]) -> int:
     return sum(p.stat().st_size for p in folder_files(path))
 
 
-def scan_folder(path: str | os.PathLike[str]) -> dict:
+def scan_folder(path: str | os.PathLike[str]) -> ScanResult:
     """The folder's `scan` record: every file scanned, summed up as one checkpoint. A data
     file's scan reads the archives `.metadata` lists there (`layout.dcp_items`) rather than
     searching all its pages for them; without readable hints it searches as for any file."""
     folder = Path(path)
-    records = [scan_dcp_aware(p).to_json() for p in folder_files(folder)]
-    return sum_scans(folder, records, FORMAT)
+    return sum_scans(folder, [scan_dcp_aware(p) for p in folder_files(folder)], FORMAT)
 
 
-def sum_scans(path: Path, files: list[dict], fmt: str, weights_only_ok: bool = False) -> dict:
-    """Several files' `scan` records as one checkpoint's, of format `fmt` (`unreadable` when a
-    file could not be read); the sharded `inspect` sums its shards' scans the same way."""
-    scans = [ScanResult.from_json(f) for f in files]
+def sum_scans(path: Path, scans: list[ScanResult], fmt: str,
+              weights_only_ok: bool = False) -> ScanResult:
+    """Several files' scans as one checkpoint's, of format `fmt` (`unreadable` when a file
+    could not be read; each file's own scan kept under `files`); the sharded `inspect` sums
+    its shards' scans the same way."""
     errors = [f"{Path(s.path).name}: {s.error}" for s in scans
               if s.verdict == Verdict.ERROR and s.error]
     findings = []
@@ -59,7 +59,7 @@ def sum_scans(path: Path, files: list[dict], fmt: str, weights_only_ok: bool = F
         name = Path(scan.path).name
         findings += [{**f.to_json(), "member": f"{name}:{f.member}" if f.member else name}
                      for f in scan.findings]
-    return {
+    return ScanResult.from_json({
         "path": str(path),
         "format": fmt if not errors else "unreadable",
         "verdict": worst(s.verdict for s in scans if s.verdict != Verdict.SKIPPED),
@@ -68,5 +68,5 @@ def sum_scans(path: Path, files: list[dict], fmt: str, weights_only_ok: bool = F
         "findings": findings,
         "error": "; ".join(errors) or None,
         "size": sum(s.size or 0 for s in scans),
-        "files": files,
-    }
+        "files": [s.to_json() for s in scans],
+    })

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from inspector.core.json_record import TRANSIENT, JsonRecord, typed_list
+from inspector.core.json_record import OMIT_NONE, TRANSIENT, JsonRecord, records, typed_list
 from inspector.core.vocabulary import Verdict
 from inspector.scan.pickles.policy import real_name
 
@@ -69,6 +69,10 @@ def _milliseconds(value: float) -> float:
     return round(value, 3)
 
 
+def _scans(items: list[dict[str, Any]]) -> list[ScanResult]:
+    return [ScanResult.from_json(i) for i in items]
+
+
 @dataclass
 class ScanResult(JsonRecord):
     """Everything the static scan learned about one file: the `scan` contract (README), plus
@@ -86,6 +90,9 @@ class ScanResult(JsonRecord):
     pickles: list[dict] = field(default_factory=list)
     size: int = 0
     elapsed_ms: float = field(default=0.0, metadata={"dump": _milliseconds})
+    files: list[ScanResult] | None = field(
+        default=None, metadata={**OMIT_NONE, "load": _scans, "dump": records})
+    """A folder's or a sharded set's scan: each file's own (`scan.dcp_folder.sum_scans`)."""
     # what the loaders' own readers still have to read (`scan.readings`); never serialised
     _blobs: list = field(default_factory=list, repr=False, compare=False, metadata=TRANSIENT)
 

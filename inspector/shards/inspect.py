@@ -19,6 +19,7 @@ from inspector.checkpoint.resume import model_facts
 from inspector.integrity.hashing import DIGEST_ALGORITHM
 from inspector.scan.dcp_folder import is_dcp_folder, sum_scans
 from inspector.scan.engine import scan_file
+from inspector.scan.result import ScanResult
 from inspector.shards.index import Problem, ShardError, ShardIndex, check_contents, is_index
 from inspector.shards.shard_set import ShardSet, resolve
 from inspector.shards.tie_rule import kept_name
@@ -54,11 +55,17 @@ def sharded_set(path: Path) -> ShardSet | None:
     return shards if shards.index is not None else None
 
 
-def scan_set(shards: ShardSet) -> tuple[dict[str, dict], dict]:
-    """Every shard present scanned (nothing executed): each `scan` by shard name, and their
-    sum as the checkpoint's one `scan` record."""
+def scan_set(shards: ShardSet, made: ScanResult | None = None
+             ) -> tuple[dict[str, ScanResult], ScanResult]:
+    """Every shard present scanned (nothing executed): each scan by shard name, and their sum
+    as the checkpoint's one scan. `made`: the set's scan made before (this function's second
+    value), whose shard scans are taken instead of a second scan when it holds them all."""
     files = zip(shards.index.shards(), shards.files, strict=True) if shards.index else ()
-    scans = {name: scan_file(file).to_json() for name, file in files if file.is_file()}
+    present = {name: file for name, file in files if file.is_file()}
+    earlier = {Path(s.path): s for s in ((made.files or []) if made is not None else [])}
+    if made is not None and all(file in earlier for file in present.values()):
+        return {name: earlier[file] for name, file in present.items()}, made
+    scans = {name: scan_file(file) for name, file in present.items()}
     return scans, scan_shards(shards.path, list(scans.values()))
 
 
@@ -85,19 +92,19 @@ def new_report(path: Path, index: ShardIndex | None, allow_globals: list[str]) -
             "problems": [], "aliases": []}
 
 
-def scan_shards(path: Path, scans: list[dict]) -> dict:
-    """Every shard's `scan` summed as one (worst verdict, every global and finding)."""
-    formats = sorted({s.get("format") for s in scans})
+def scan_shards(path: Path, scans: list[ScanResult]) -> ScanResult:
+    """Every shard's scan summed as one (worst verdict, every global and finding)."""
+    formats = sorted({s.format for s in scans})
     fmt = formats[0] if len(formats) == 1 else "mixed"
-    return sum_scans(path, scans, fmt, all(s.get("weights_only_ok") for s in scans))
+    return sum_scans(path, scans, fmt, all(s.weights_only_ok for s in scans))
 
 
-def shard_summary(scans: dict[str, dict], results: list[ShardResult]) -> list[dict]:
+def shard_summary(scans: dict[str, ScanResult], results: list[ShardResult]) -> list[dict]:
     """The `shards` records: file, format, tensors, bytes (of the file) and sha256 of each."""
     loaded = {r.name: r.report for r in results}
-    return [{"file": name, "format": scan.get("format"),
+    return [{"file": name, "format": scan.format,
              "tensors": len(loaded[name]["tensors"]) if name in loaded else None,
-             "bytes": scan.get("size"),
+             "bytes": scan.size,
              "sha256": loaded[name]["sha256"] if name in loaded else None}
             for name, scan in scans.items()]
 

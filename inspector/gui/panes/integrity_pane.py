@@ -255,8 +255,8 @@ class IntegrityPane(QWidget):
         if doc is None:
             return None
         tensors = _tensor_entries(doc) if doc.state == DocumentState.LOADED else None
-        fn = _manifest_fn(path, doc.path, doc.sha256, (doc.scan or {}).get("format"), tensors,
-                          overwrite)
+        fmt = doc.scan.format if doc.scan else None
+        fn = _manifest_fn(path, doc.path, doc.sha256, fmt, tensors, overwrite)
         job = Job(f"manifest {doc.name}", fn, self, doc=doc)
         job.finished.connect(lambda dialect: self._wrote_manifest(path, dialect, tensors))
         job.failed.connect(lambda msg: self._show(

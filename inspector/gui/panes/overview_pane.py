@@ -258,7 +258,6 @@ class OverviewPane(QWidget):
             self.form.setRowVisible(self.code_row, False)
             self.findings.clear()
             return
-        scan = doc.scan or {}
         status = doc.health.status if doc.health is not None else None
         self.banner.show_style(code_safety_style(doc.scan, status),
                                code_safety_explanation(doc.scan, status),
@@ -267,7 +266,7 @@ class OverviewPane(QWidget):
         self.health_banner.show_style(health_style(status), health_text,
                                       _health_detail(doc.health) or health_text.meaning)
         self.fields[Row.PATH].setText(str(doc.path))
-        self.fields[Row.FORMAT].setText(str(scan.get("format") or "—"))
+        self.fields[Row.FORMAT].setText(doc.scan.format if doc.scan else "—")
         self.fields[Row.SIZE].setText(human_size(doc.size))
         shards = coverage_text(doc.inspect or {})
         self.fields[Row.SHARDS].setText(shards or "—")
@@ -314,22 +313,19 @@ class OverviewPane(QWidget):
         if verdict is None:
             return verdict_explanation(None).meaning
         if verdict == Verdict.DANGEROUS:
-            names = [
-                import_label(g)
-                for g in (doc.scan or {}).get("globals", [])
-                if g.get("severity") == Severity.DANGEROUS
-            ]
+            names = [import_label(g.module, g.name) for g in (doc.scan.globals if doc.scan else ())
+                     if g.severity == Severity.DANGEROUS]
             if names:
                 shown = ", ".join(names[:4]) + (" …" if len(names) > 4 else "")
                 return f"Unpickling it would call {shown}. It was not loaded."
         damage = integrity_findings(doc.scan)
         if damage and verdict in (Verdict.SUSPICIOUS, Verdict.ERROR):
             first = damage[0]
-            where = f" in {first['member']}" if first.get("member") else ""
+            where = f" in {first.member}" if first.member else ""
             more = f" (and {len(damage) - 1} more)" if len(damage) > 1 else ""
-            return f"{first.get('message')}{where}{more}."
+            return f"{first.message}{where}{more}."
         if verdict == Verdict.ERROR:
-            return (doc.scan or {}).get("error") or verdict_explanation(verdict).meaning
+            return (doc.scan.error if doc.scan else None) or verdict_explanation(verdict).meaning
         status = doc.health.status if doc.health is not None else None
         return code_safety_explanation(doc.scan, status).meaning
 
@@ -417,24 +413,24 @@ def _sandbox_text(doc: FileDocument) -> str:
 def _weights_only_text(doc: FileDocument) -> str:
     if not doc.scan:
         return "—"
-    plain = read_without_pickle(doc.scan.get("format"))
+    plain = read_without_pickle(doc.scan.format)
     if plain is not None:
         return f"not used: {plain.format} is read without torch.load or pickle"
-    if doc.scan.get("weights_only_ok"):
+    if doc.scan.weights_only_ok:
         return "accepts this file"
-    if doc.scan.get("format") in CODE_ARCHIVES:
+    if doc.scan.format in CODE_ARCHIVES:
         return "not used: the archive is never unpickled; its weights are read as records"
     names = doc.globals_to_allow()
     if names:
         # as a person writes the import (os.system), with the pickle's alias (posix.system)
-        shown = [import_label({"module": module, "name": name})
+        shown = [import_label(module, name)
                  for module, _, name in (n.rpartition(".") for n in names[:5])]
         return f"refuses it: needs {', '.join(shown)}{' …' if len(names) > 5 else ''}"
     return "refuses it"
 
 
 def _findings_html(doc: FileDocument) -> str:
-    scan = doc.scan or {}
+    scan = doc.scan
     verdict = doc.verdict
     # the worse verdict leads: damaged weights' advice, never "load it" above "do not use"
     expl = code_safety_explanation(doc.scan, doc.health.status if doc.health else None)
@@ -445,22 +441,23 @@ def _findings_html(doc: FileDocument) -> str:
     flagged = flagged_globals(scan)
     if flagged:
         parts.append(f"<h3>Offending imports ({len(flagged)})</h3>")
-    parts.extend(import_html(g, verdict, scan.get("format")) for g in worst_first(flagged))
+    fmt = scan.format if scan else None
+    parts.extend(import_html(g, verdict, fmt) for g in worst_first(flagged))
     parts.append(more_html(flagged))
-    findings = scan.get("findings") or []
+    findings = scan.findings if scan else []
     if findings:
         parts.append(f"<h3>Findings ({len(findings)})</h3>")
     for f in worst_first(findings):
-        severity = str(f.get("severity", "warning"))
+        severity = f.severity
         colour = verdict_style(severity).colour if severity in FLAGGED else None
-        if f.get("code") in INTEGRITY_CODES:  # corruption has its own word, not a code risk
+        if f.code in INTEGRITY_CODES:  # corruption has its own word, not a code risk
             severity, colour = DAMAGED, CORRUPT.colour
-        meaning, action = finding_explanation(str(f.get("code", "")), severity)
-        where = linked_location(f.get("member"), f.get("offset"))
+        meaning, action = finding_explanation(f.code, severity)
+        where = linked_location(f.member, f.offset)
         parts.append(
             f"<p>{_severity_label(severity, colour)} "
-            f"<code>{html.escape(str(f.get('code', '')))}</code> — "
-            f"{actionable_message(str(f.get('message', '')))}"
+            f"<code>{html.escape(f.code)}</code> — "
+            f"{actionable_message(f.message)}"
             + (f" <i>({where})</i>" if where else "")
             + (f"<br>{html.escape(meaning)}" if meaning else "")
             + (f"<br><b>What to do:</b> {html.escape(action)}" if action else "")
@@ -468,11 +465,11 @@ def _findings_html(doc: FileDocument) -> str:
         )
     parts.append(more_html(findings))
     if verdict == Verdict.ERROR and not findings:
-        reason = scan.get("error") or expl.meaning
+        reason = (scan.error if scan else None) or expl.meaning
         parts.append(f"<h3>Findings</h3><p>Not scanned: {html.escape(str(reason))}</p>")
     elif verdict and not findings and not flagged:
         what = ("no structural problem in the header or the tensor offsets"
-                if scan.get("format") == "safetensors"
+                if fmt == "safetensors"
                 else "no risky import and no structural problem")
         parts.append(f"<h3>Findings</h3><p>None: {what}.</p>")
     return "".join(parts)

@@ -38,6 +38,7 @@ from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, Job, JobRunner
 from inspector.gui.verdict_style import tint, verdict_style
 from inspector.scan.indicators import FLAGGED, location
+from inspector.scan.result import GlobalUse, ScanResult
 
 OPCODE_LIMIT = 200_000
 """Opcodes shown per pickle: plenty for 20,000-tensor checkpoints, bounded for hostile ones."""
@@ -259,12 +260,12 @@ class PicklePane(QWidget):
         if scan is self._scan_shown:
             return
         self._scan_shown = scan
-        self._fill_globals(scan.get("globals", []) if scan else [])
+        self._fill_globals(scan.globals if scan else [])
         if scan is None:
             self.op_status.setText("Scanning…" if doc else "No file open.")
             return
-        if not scan.get("pickles"):
-            self.op_status.setText(f"No pickle in this file (format {scan.get('format')}).")
+        if not scan.pickles:
+            self.op_status.setText(f"No pickle in this file (format {scan.format}).")
             return
         self.op_status.setText("Disassembling…")
         if self._job is not None:
@@ -275,23 +276,23 @@ class PicklePane(QWidget):
         self._job.failed.connect(lambda msg: self.op_status.setText(f"Disassembly failed: {msg}"))
         self.runner.start(self._job)
 
-    def _fill_globals(self, globals_: list[dict[str, Any]]) -> None:
+    def _fill_globals(self, globals_: list[GlobalUse]) -> None:
         self.globals_model.setRowCount(0)
         rank = {"dangerous": 3, "suspicious": 2, "safe": 1}
         for g in globals_:
-            severity = str(g.get("severity", ""))
+            severity = g.severity
             items = [
-                _item(g.get("module", ""), str(g.get("module", ""))),
-                _item(g.get("name", ""), str(g.get("name", ""))),
-                _item(str(g.get("count", 0)), int(g.get("count", 0))),
+                _item(g.module, g.module),
+                _item(g.name, g.name),
+                _item(str(g.count), g.count),
                 _item(verdict_style(severity).word if severity in rank else severity,
                       rank.get(severity, 0)),
-                _item(str(g.get("reason", "")), str(g.get("reason", ""))),
+                _item(g.reason, g.reason),
             ]
             if severity in FLAGGED:
                 for it in items:
                     it.setBackground(tint(verdict_style(severity).colour, 90))
-            items[0].setData(f"{g.get('module')}.{g.get('name')}", Qt.ItemDataRole.UserRole + 1)
+            items[0].setData(f"{g.module}.{g.name}", Qt.ItemDataRole.UserRole + 1)
             self.globals_model.appendRow(items)
         self.proxy.sort(self.proxy.sortColumn(), self.proxy.sortOrder())
         for column in range(len(GLOBAL_COLUMNS) - 1):
@@ -433,17 +434,17 @@ def _stream_bytes(path: Path, info: dict[str, Any]) -> tuple[bytes, int]:
         return zipread.member_bytes(buf, found, MAX_PICKLE_BYTES)[start:end], start
 
 
-def _disassemble_fn(path: Path, scan: dict[str, Any]):
+def _disassemble_fn(path: Path, scan: ScanResult):
     def run(emit: EmitFn, cancel: CancelToken) -> list[Stream]:
         from inspector.scan.pickles.walker import disassemble
 
         streams = []
-        for info in scan.get("pickles", []):
+        for info in scan.pickles:
             cancel.check()
             where = info.get("member") or f"pickle at byte {info.get('offset', 0)}"
             place = {"member": info.get("member"), "start": int(info.get("offset") or 0),
                      "end": info.get("end")}
-            if scan.get("format") == "compressed-pickle":
+            if scan.format == "compressed-pickle":
                 streams.append(Stream(f"{where} (compressed; not disassembled)", [], False,
                                       **place))
                 continue

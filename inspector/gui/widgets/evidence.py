@@ -8,6 +8,8 @@ opcode's offset, so the page needs no state to resolve a click.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import TypeVar
 from urllib.parse import quote, unquote
 
 from PySide6.QtCore import QEvent, QUrl, Signal
@@ -23,6 +25,9 @@ from inspector.gui.explain import (
 )
 from inspector.gui.verdict_style import verdict_style
 from inspector.scan.indicators import call_sites, import_label, location
+from inspector.scan.result import Finding, GlobalUse
+
+T = TypeVar("T", GlobalUse, Finding)
 
 SCHEME = "opcode"
 SHOWN = 200
@@ -86,40 +91,40 @@ def call_html(text: str, member: str | None, offset: int | None) -> str:
     return f"<pre style='white-space:pre-wrap; margin:2px 0 6px 16px'>{code}{where}</pre>"
 
 
-def import_html(g: dict, verdict: str | None = None, fmt: str | None = None) -> str:
+def import_html(g: GlobalUse, verdict: str | None = None, fmt: str | None = None) -> str:
     """A flagged global: severity, real name, why, the calls it would make, what to do
     (`import_advice`: in a dangerous file or a code archive, never to allow it)."""
-    severity = str(g["severity"])
+    severity = g.severity
     advice = import_advice(severity, verdict, fmt)
     sites = call_sites(g)
     calls = "".join(call_html(text, site.get("member"), site.get("offset"))
                     for text, site in sites)
     return (
         f"<p><b style='color:{verdict_style(severity).colour}'>{severity.upper()}</b> "
-        f"<code>{html_escape(import_label(g))}</code> — imported {g.get('count', 1)}×"
-        + (f"<br>{html_escape(str(g['reason']))}" if g.get("reason") else "")
+        f"<code>{html_escape(import_label(g.module, g.name))}</code> — imported {g.count}×"
+        + (f"<br>{html_escape(g.reason)}" if g.reason else "")
         + (f"<br><i>{html_escape(CALLS_CAPTION)}</i>" if sites else "") + "</p>"
         + calls
         + f"<p><b>What to do:</b> {html_escape(advice)}</p>"
     )
 
 
-def worst_first(items: list[dict]) -> list[dict]:
+def worst_first(items: Sequence[T]) -> list[T]:
     """At most SHOWN of `items` (globals or findings), the most severe first, for the page."""
-    return sorted(items, key=lambda x: -rank(str(x.get("severity"))))[:SHOWN]
+    return sorted(items, key=lambda x: -rank(x.severity))[:SHOWN]
 
 
-def more_html(items: list[dict]) -> str:
+def more_html(items: Sequence[GlobalUse | Finding]) -> str:
     """The line saying how many of `items` the page leaves out; '' when none."""
     hidden = len(items) - SHOWN
     return f"<p><i>{html_escape(MORE_NOT_SHOWN.format(n=hidden))}</i></p>" if hidden > 0 else ""
 
 
-def finding_call_html(f: dict) -> str:
+def finding_call_html(f: Finding) -> str:
     """The call a finding concerns, linked to its opcode; '' when it names none."""
-    if not f.get("call"):
+    if not f.call:
         return ""
-    return call_html(str(f["call"]), f.get("member"), f.get("offset"))
+    return call_html(f.call, f.member, f.offset)
 
 
 class EvidenceBrowser(QTextBrowser):

@@ -19,6 +19,7 @@ from inspector.sandbox.protocol import Limits
 from inspector.scan import readings
 from inspector.scan.dcp_folder import is_dcp_folder, scan_folder
 from inspector.scan.engine import scan_file
+from inspector.scan.result import ScanResult
 
 DRY_RUN_LIMITS = Limits(cpu_seconds=120, memory_mb=2048)
 
@@ -44,23 +45,23 @@ class DryRunReader:
 dry_run_reader = DryRunReader()
 
 
-def static_scan(path: Path) -> dict:
+def static_scan(path: Path) -> ScanResult:
     """The `scan` contract for one file, or for a DCP folder as a whole, with the loaders' own
     readings (the installed reader, else `dry_run_reader`); nothing of the file's
     runs in this process."""
     with readings.using(readings.current_reader() or dry_run_reader):
-        return scan_folder(path) if is_dcp_folder(path) else scan_file(path).to_json()
+        return scan_folder(path) if is_dcp_folder(path) else scan_file(path)
 
 
-def check_loadable(scan: dict, allow_globals: Iterable[str], override_dangerous: bool) -> None:
+def check_loadable(scan: ScanResult, allow_globals: Iterable[str],
+                   override_dangerous: bool) -> None:
     """Raise SandboxError when the scan says this file must not reach torch.load."""
-    fmt = scan.get("format")
-    severity = {f"{g['module']}.{g['name']}": g["severity"] for g in scan.get("globals") or []}
-    if scan.get("verdict") == Verdict.DANGEROUS and not override_dangerous:
+    fmt = scan.format
+    severity = {f"{g.module}.{g.name}": g.severity for g in scan.globals}
+    if scan.verdict == Verdict.DANGEROUS and not override_dangerous:
         bad = [name for name, sev in severity.items() if sev == Severity.DANGEROUS]
-        name = Path(str(scan.get("path") or "the file")).name
-        calls = [c for g in scan.get("globals") or [] if g["severity"] == Severity.DANGEROUS
-                 for c in g.get("calls") or ()]
+        name = Path(scan.path or "the file").name
+        calls = [c for g in scan.globals if g.severity == Severity.DANGEROUS for c in g.calls]
         # no flag is named here: each front end adds the override it really has, if any
         raise SandboxError("refused_dangerous",
                            f"not loaded: {name} is dangerous; get it again from its source. "
@@ -76,8 +77,8 @@ def check_loadable(scan: dict, allow_globals: Iterable[str], override_dangerous:
     # torch.export archives are never loaded, the worker reads their weights' records
     # statically (`tensors.torchscript`) and only shows their code
     if fmt not in loadable():
-        what = scan.get("error") if fmt == "unknown" else None  # the reason, not "unknown"
-        detail = f": {scan['error']}" if scan.get("error") and not what else ""
+        what = scan.error if fmt == "unknown" else None  # the reason, not "unknown"
+        detail = f": {scan.error}" if scan.error and not what else ""
         raise SandboxError("unsupported_format",
                            f"cannot load this file: {what}" if what
                            else f"cannot load this file (format {fmt}){detail}")

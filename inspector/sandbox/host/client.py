@@ -48,6 +48,7 @@ from inspector.sandbox.host.operations import (
     tensor_digests,
 )
 from inspector.sandbox.protocol import DISABLE_ENV, SELFTEST_ENV
+from inspector.scan.result import ScanResult
 from inspector.shards.inspect import is_sharded_input
 
 __all__ = [
@@ -86,17 +87,18 @@ def inspect_file(
     cancel: CancelToken | None = None,
     timeout: float | None = None,
     limits: dict | None = None,
-    scan: dict | None = None,
+    scan: ScanResult | None = None,
     jobs: int = 1,
 ) -> dict:
     """Scan, hash and load in the jail; the `inspect` contract (error set instead of raising).
 
     A folder (other than a DCP one) or a `*.index.json` is the sharded checkpoint it names
-    (`inspect_shards`, which passes each shard's `scan`, made before any load), its shards
-    loaded `jobs` at a time; anything else is one file (`operations.inspect_one`).
+    (`inspect_shards`, which passes each shard's scan, made before any load), its shards
+    loaded `jobs` at a time; anything else is one file (`operations.inspect_one`). `scan`:
+    the input's scan made before (the app's), so it is not scanned a second time.
     """
     options = InspectOptions(tuple(allow_globals), override_dangerous, on_event, cancel,
                              timeout, limits)
     if is_sharded_input(Path(path)):
-        return inspect_path(path, options, jobs)
+        return inspect_path(path, options, jobs, scan)
     return inspect_one(path, options, scan)

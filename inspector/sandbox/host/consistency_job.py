@@ -103,5 +103,5 @@ def run_consistency(
     check_loadable(scan, spec.allow_globals, override_dangerous=False)
     result = run_job(spec.to_request(), on_event=on_event, cancel=cancel, timeout=timeout)
     result["path"] = os.fspath(target)
-    result["scan_verdict"] = scan.get("verdict")
+    result["scan_verdict"] = scan.verdict
     return result

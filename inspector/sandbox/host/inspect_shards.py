@@ -21,17 +21,19 @@ from inspector.sandbox.host.jobs import EventFn, SandboxError
 from inspector.sandbox.host.launch import fork_server
 from inspector.sandbox.host.operations import InspectOptions, inspect_one
 from inspector.sandbox.host.parallel import run_parallel
+from inspector.scan.result import ScanResult
 from inspector.shards.index import ShardError, check_files
 from inspector.shards.inspect import ShardResult, merge, new_report, scan_set, shard_summary
 from inspector.shards.shard_set import ShardSet, resolve
 
 
 def inspect_path(path: str | os.PathLike[str], options: InspectOptions,
-                 jobs: int = 1) -> dict:
+                 jobs: int = 1, scan: ScanResult | None = None) -> dict:
     """The `inspect` contract of the checkpoint a folder or index names (see the module).
 
     With several `jobs`, the first shard that fails cancels `cancel` (as `run_parallel`
-    does), which stops the others' workers."""
+    does), which stops the others' workers. `scan`: the set's scan made before
+    (`shards.inspect.scan_set`), so its shards are not scanned again."""
     try:
         shards = resolve(path, strict=False)
     except ShardError as exc:
@@ -40,17 +42,18 @@ def inspect_path(path: str | os.PathLike[str], options: InspectOptions,
         return report
     if shards.index is None:
         return inspect_one(shards.files[0], options)
-    return _inspect_set(shards, options, jobs)
+    return _inspect_set(shards, options, jobs, scan)
 
 
-def _inspect_set(shards: ShardSet, options: InspectOptions, jobs: int) -> dict:
+def _inspect_set(shards: ShardSet, options: InspectOptions, jobs: int,
+                 scan: ScanResult | None) -> dict:
     index = shards.index
     report = new_report(shards.path, index, list(options.allow_globals))
     present = {name: file for name, file in zip(index.shards(), shards.files, strict=True)
                if file.is_file()}
-    scans, summed = scan_set(shards)
-    report.update(scan=summed, format=summed.get("format"),
-                  size=sum(s.get("size") or 0 for s in scans.values()))
+    scans, summed = scan_set(shards, scan)
+    report.update(scan=summed.to_json(), format=summed.format,
+                  size=sum(s.size or 0 for s in scans.values()))
     problems = check_files(index)
     loaded: dict[int, ShardResult] = {}  # by shard number, the failed one included
     try:
@@ -86,7 +89,7 @@ def _in_order(loaded: dict[int, ShardResult]) -> list[ShardResult]:
     return [loaded[number] for number in sorted(loaded)]
 
 
-def _admit(name: str, scan: dict, options: InspectOptions) -> None:
+def _admit(name: str, scan: ScanResult, options: InspectOptions) -> None:
     """Refuse the whole set, naming the shard, when one shard must not be loaded."""
     try:
         check_loadable(scan, list(options.allow_globals), options.override_dangerous)

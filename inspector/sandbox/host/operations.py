@@ -27,6 +27,7 @@ from inspector.sandbox.host.admission import check_loadable, static_scan
 from inspector.sandbox.host.jobs import EventFn, SandboxError, run_job
 from inspector.sandbox.protocol import Limits
 from inspector.scan.dcp_folder import folder_files, is_dcp_folder
+from inspector.scan.result import ScanResult
 from inspector.shards.index import ShardError, ShardIndex, check_contents
 from inspector.shards.shard_set import resolve as resolve_shards
 
@@ -79,7 +80,7 @@ class InspectOptions:
 
 
 def inspect_one(path: str | os.PathLike[str], options: InspectOptions = InspectOptions(),
-                scan: dict | None = None) -> dict:
+                scan: ScanResult | None = None) -> dict:
     """Scan, hash and load one file (or a DCP folder) in the jail; the `inspect` contract
     (error set instead of raising). `scan`: the file's scan, made before (its shard's)."""
     target = Path(path).resolve()
@@ -95,9 +96,9 @@ def inspect_one(path: str | os.PathLike[str], options: InspectOptions = InspectO
 
     def admit() -> dict:
         scanned = scan or static_scan(target)
-        report.update(scan=scanned, format=scanned.get("format"))
+        report.update(scan=scanned.to_json(), format=scanned.format)
         check_loadable(scanned, allow, options.override_dangerous)
-        return {"format": scanned.get("format")}
+        return {"format": scanned.format}
 
     try:
         request = {"op": "inspect", "path": str(target), "paths": files, "allow_globals": allow,
@@ -158,12 +159,12 @@ def convert_file(
                                f"{target} exists; refusing to overwrite it (--force replaces it)")
     allow = list(allow_globals)
     size, files = _input(source)
-    scanned: dict = {}
+    scanned: list[ScanResult] = []
 
     def admit() -> dict:
-        scanned.update(static_scan(source))
-        check_loadable(scanned, allow, override_dangerous)
-        return {"format": scanned.get("format")}
+        scanned.append(static_scan(source))
+        check_loadable(scanned[0], allow, override_dangerous)
+        return {"format": scanned[0].format}
 
     request = {"op": "convert", "path": str(source), "paths": files, "allow_globals": allow,
                "limits": _limits(size, limits), "skip_unsupported": skip_unsupported,
@@ -190,16 +191,17 @@ def convert_file(
     except OSError as exc:
         raise SandboxError("output_unwritable",
                            f"cannot write {out.parent}: {exc.strerror or exc}") from None
-    result.update(input=str(source), output=str(out), scan_verdict=scanned.get("verdict"))
+    result.update(input=str(source), output=str(out),
+                  scan_verdict=scanned[0].verdict if scanned else None)
     return result
 
 
 def _admit_for_integrity(path: Path, allow: list[str], override_dangerous: bool) -> str:
     """Scan one input and refuse a dangerous pickle as `inspect` would (safetensors has none)."""
     scan = static_scan(path)
-    if scan.get("format") != "safetensors":
+    if scan.format != "safetensors":
         check_loadable(scan, allow, override_dangerous)
-    return str(scan.get("format"))
+    return scan.format
 
 
 def tensor_digests(
