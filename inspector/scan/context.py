@@ -194,7 +194,15 @@ class ScanContext:
                           f"{call.opcode} of {target} with an argument that reads like code: "
                           f"{code[:120]!r}", member, call.offset, text)
             judged = known and known.severity == Severity.DANGEROUS  # its call is shown there
-            if call.func is not None and not allowed and not judged and (
+            if call.via and call.func is not None and not judged:
+                # an allowed callable calls this argument: judged as a REDUCE of it would be,
+                # without the enum pattern (its arguments are not the ones shown)
+                verdict = call_verdict(call.func.key, False, [], self.rules)
+                if verdict is not None:
+                    self.find(verdict.severity, "call-outside-allowlist",
+                              f"{call.via}: {verdict.reason}", member,
+                              call.offset if depth == 0 else None, text)
+            elif call.func is not None and not allowed and not judged and (
                     call.opcode == "REDUCE" or (call.opcode in ("INST", "OBJ") and call.args)):
                 verdict = call_verdict(call.func.key, False, [f"{call.func.key}({call.args})"],
                                        self.rules)
@@ -361,6 +369,8 @@ def _call_text(call: Call, use: GlobalUse | None) -> str:
     name = use.import_name if use else (call.func.key if call.func else "<computed>")
     if call.opcode == "BUILD":
         return f"{name}(…).__setstate__({call.args})"
+    if call.via:
+        return f"{call.via.split(' ', 1)[0]}({call.args}) calls {name}"
     return f"{name}({call.args})"
 
 

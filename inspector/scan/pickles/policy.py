@@ -463,6 +463,43 @@ torch.jit._pickle.build_intlist torch.jit._pickle.build_doublelist
 torch.jit._pickle.build_boollist torch.jit._pickle.build_tensorlist
 torch.jit._pickle.build_complexlist torch.jit._pickle.restore_type_tag
 """))
+
+
+@dataclass(frozen=True)
+class CalledArgument:
+    """One argument an allowed callable calls while loading, by position and parameter name.
+
+    `method` names what is called on the argument (`data.to(...)`); empty when the argument
+    itself is called or constructed. Whatever arrives there is judged as a REDUCE target is."""
+
+    position: int
+    name: str
+    how: str
+    method: str = ""
+
+
+# What each allowed callable does with its arguments, beside the allow-list entries above: the
+# argument positions it calls, constructs or calls a method of. A callable that arrives there is
+# judged under the same call allow-list as a REDUCE target (`call_allowed`), so an allowed name
+# cannot lend its trust to what it is handed. `tests/test_scan_called_arguments.py` reads each
+# allowed callable's source and fails on a call of a parameter not declared here. Dunder
+# protocols a builtin runs on an instance it is handed (`int(x)` calls `x.__int__`) are not
+# declared: the instance's class is judged where it was built (its import, NEWOBJ, BUILD).
+CALLS_ARGUMENTS: dict[str, tuple[CalledArgument, ...]] = {
+    "torch._tensor._rebuild_from_type_v2": (CalledArgument(0, "func", "calls"),),
+    "copyreg._reconstructor": (
+        CalledArgument(1, "base", "constructs and initialises (base.__new__, base.__init__)"),),
+    "collections.defaultdict": (
+        CalledArgument(0, "default_factory", "calls on every missing key after the load"),),
+    "torch._utils._rebuild_device_tensor_from_cpu_tensor": (
+        CalledArgument(0, "data", "calls a method of", "to"),),
+    "torch.nn.parameter.Parameter": (CalledArgument(0, "data", "calls a method of", "detach"),),
+    "fractions.Fraction": (
+        CalledArgument(0, "numerator", "calls a method of", "as_integer_ratio"),),
+    **{f"numpy.{core}.multiarray._reconstruct": (
+        CalledArgument(0, "subtype", "makes an instance of and runs a method of",
+                       "__array_finalize__"),) for core in ("core", "_core")},
+}
 # An enum member or a small value class rebuilt by value: Class('steps'), Class(2)
 _ENUM_CALL_RE = re.compile(r"\((?:'[\w.-]{0,64}'|\"[\w.-]{0,64}\"|-?\d{1,20})\)")
 

@@ -10,6 +10,7 @@ from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
 from dataclasses import dataclass, field
 
 from inspector.scan.pickles.opcodes import OPCODE_NAMES
+from inspector.scan.pickles.policy import CALLS_ARGUMENTS, CalledArgument
 from inspector.scan.pickles.records import Call, GlobalRef, Issue, Limits, PickleScan
 from inspector.scan.pickles.unbuffered import unbuffered_splice
 from inspector.scan.pickles.values import (
@@ -35,6 +36,14 @@ def _fix_import(module: str, name: str, proto: int) -> tuple[str, str]:
         if module in IMPORT_MAPPING:
             return IMPORT_MAPPING[module], name
     return module, name
+
+
+def _shown(args: object) -> str:
+    """A call's arguments as pseudo-Python, without the tuple's parentheses."""
+    shown = render(args)
+    if isinstance(args, tuple):
+        shown = shown[1:-1].removesuffix(",")
+    return shown[:400]
 
 
 @dataclass(slots=True, eq=False)
@@ -181,8 +190,12 @@ class WalkState:
     def add_call(self, func: object, args: object, opname: str, at: int) -> _Obj:
         """Record a call of `func` with `args`; returns the value it pushes."""
         fref = func if isinstance(func, GlobalRef) else None
-        if fref is not None and fref.key in self.allowed:
-            return _Obj(fref)  # torch's own rebuild functions: nothing more to learn
+        if fref is not None:
+            called = CALLS_ARGUMENTS.get(fref.key)
+            if called is not None:
+                self.called_arguments(fref, called, args, opname, at)
+            if fref.key in self.allowed:
+                return _Obj(fref)  # torch's own rebuild functions: nothing more to learn
         if fref is None:
             self.note("indirect-call", f"{opname} calls a value computed while loading "
                       "(not a plain import), which cannot be checked statically", at, True)
@@ -191,11 +204,30 @@ class WalkState:
         strings_of(args, strings)
         calls = self.res.calls
         if len(calls) < 200_000:
-            shown = render(args)
-            if isinstance(args, tuple):
-                shown = shown[1:-1].removesuffix(",")
-            calls.append(Call(fref, opname, at, strings, shown[:400]))
+            calls.append(Call(fref, opname, at, strings, _shown(args)))
         return _Obj(fref)
+
+    def called_arguments(self, via: GlobalRef, called: tuple[CalledArgument, ...],
+                         args: object, opname: str, at: int) -> None:
+        """Record what allowed `via` calls among its arguments as calls of their own: an import
+        there is a call target, anything computed there cannot be checked (dangerous)."""
+        positional = args if isinstance(args, tuple) and opname != "NEWOBJ_EX" else None
+        for arg in called:
+            if positional is None:
+                value: object = UNKNOWN  # arguments built while loading: none can be seen
+            elif arg.position < len(positional):
+                value = positional[arg.position]
+            else:
+                continue  # left at its default, which calls nothing of the pickle's
+            role = f"{via.key} {arg.how} its argument {arg.name}"
+            if isinstance(value, _Obj) and value.func is not None and arg.method:
+                value = value.func  # an instance: its maker's code runs (`data.to` of a tensor)
+            if isinstance(value, GlobalRef):
+                if len(self.res.calls) < 200_000:
+                    self.res.calls.append(Call(value, opname, at, [], _shown(args), role))
+            elif isinstance(value, _Obj) or value is UNKNOWN:
+                self.note("indirect-call", f"{role}, a value computed while loading (not a "
+                          "plain import), which cannot be checked statically", at, True)
 
     def reduce(self, func: object, args: object, at: int) -> _Obj:
         """REDUCE: record the call of `func` with `args`; returns the value it pushes."""

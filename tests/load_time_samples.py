@@ -1,0 +1,197 @@
+"""Samples of what a load does beyond the names a pickle imports (issue 34).
+
+Hostile builders, `builder(path, canary) -> path`, each with the loader that runs its payload
+(`HOSTILE`): callables that an allowed function calls (its argument positions in
+`policy.CALLS_ARGUMENTS`), and torch.package archives whose pickle names a module the package
+interns. Benign builders, `builder(path) -> path` (`BENIGN`): a scikit-learn pipeline and NumPy
+arrays saved with joblib.dump, Lightning-style checkpoints whose hyper-parameters are an
+argparse Namespace or omegaconf containers. Heavy imports stay inside the builders.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+from factories import (
+    EMPTY_DICT,
+    MARK,
+    OBJ,
+    PROTO2,
+    PROTO4,
+    REDUCE,
+    STACK_GLOBAL,
+    STOP,
+    TUPLE,
+    _rewrite_zip,
+    _torch_zip_bytes,
+    _write,
+    p_binget,
+    p_binput,
+    p_global,
+    p_inst,
+    p_short_unicode,
+    p_string,
+    p_unicode,
+    small_state_dict,
+)
+
+NONE = b"N"
+FROM_TYPE = ("torch._tensor", "_rebuild_from_type_v2")
+
+
+def _from_type(func: bytes, *args: bytes) -> bytes:
+    """`_rebuild_from_type_v2(func, torch.Tensor, (args...), {})`: it calls func(*args)."""
+    return (p_global(*FROM_TYPE) + MARK + func + p_global("torch", "Tensor")
+            + MARK + b"".join(args) + TUPLE + EMPTY_DICT + TUPLE + REDUCE)
+
+
+# ---------------------------------------------------------------------------------------------
+# Calls an allowed function makes with what it is handed
+# ---------------------------------------------------------------------------------------------
+
+
+def from_type_gzip_in_torch_zip(path: Path, canary: Path) -> Path:
+    """A torch zip whose data.pkl hands gzip.GzipFile(canary, 'wb') to _rebuild_from_type_v2."""
+    payload = PROTO2 + _from_type(p_global("gzip", "GzipFile"), p_unicode(str(canary)),
+                                  p_unicode("wb")) + STOP
+    src = _torch_zip_bytes(Path(path).parent)
+    return _write(path, _rewrite_zip(src, {"/data.pkl": payload}))
+
+
+def from_type_subprocess_handler(path: Path, canary: Path) -> Path:
+    """torch's own elastic SubprocessHandler, run through _rebuild_from_type_v2: `touch CANARY`."""
+    handler = p_global("torch.distributed.elastic.multiprocessing.subprocess_handler."
+                       "subprocess_handler", "SubprocessHandler")
+    args = (p_unicode("touch"), MARK + p_unicode(str(canary)) + TUPLE, EMPTY_DICT, NONE, NONE,
+            b"K\x00", NONE)
+    return _write(path, PROTO2 + _from_type(handler, *args) + STOP)
+
+
+def from_type_memoised_stack_global(path: Path, canary: Path) -> Path:
+    """Protocol 4: lzma.LZMAFile built by STACK_GLOBAL, stored in the memo and fetched back
+    (BINGET) as the callable _rebuild_from_type_v2 is handed."""
+    lzma_file = p_short_unicode("lzma") + p_short_unicode("LZMAFile") + STACK_GLOBAL
+    data = (PROTO4 + lzma_file + p_binput(7) + b"0"  # stored, popped: only the memo holds it
+            + p_short_unicode(FROM_TYPE[0]) + p_short_unicode(FROM_TYPE[1]) + STACK_GLOBAL
+            + MARK + p_binget(7) + p_short_unicode("torch") + p_short_unicode("Tensor")
+            + STACK_GLOBAL + MARK + p_unicode(str(canary)) + p_unicode("w") + TUPLE
+            + EMPTY_DICT + TUPLE + REDUCE + STOP)
+    return _write(path, data)
+
+
+def from_type_obj_bz2(path: Path, canary: Path) -> Path:
+    """OBJ (not REDUCE) calls _rebuild_from_type_v2, which calls bz2.BZ2File(canary, 'w')."""
+    data = (PROTO2 + MARK + p_global(*FROM_TYPE) + p_global("bz2", "BZ2File")
+            + p_global("torch", "Tensor") + MARK + p_unicode(str(canary)) + p_unicode("w")
+            + TUPLE + EMPTY_DICT + OBJ + STOP)
+    return _write(path, data)
+
+
+def reconstructor_mbox(path: Path, canary: Path) -> Path:
+    """copyreg._reconstructor(mailbox.mbox, mailbox.mbox, CANARY) runs mbox.__init__, which
+    creates the mailbox file."""
+    data = (PROTO2 + p_global("copyreg", "_reconstructor") + MARK + p_global("mailbox", "mbox")
+            + p_global("mailbox", "mbox") + p_unicode(str(canary)) + TUPLE + REDUCE + STOP)
+    return _write(path, data)
+
+
+def reconstructor_maildir_inst(path: Path, canary: Path) -> Path:
+    """Protocol 0 INST of copyreg._reconstructor with mailbox.Maildir as its base: the
+    Maildir folder is created."""
+    data = (MARK + p_global("mailbox", "Maildir") + p_global("mailbox", "Maildir")
+            + p_string(str(canary)) + p_inst("copyreg", "_reconstructor") + STOP)
+    return _write(path, data)
+
+
+HOSTILE: dict[str, tuple[str, Callable[[Path, Path], Path]]] = {
+    "from_type_gzip_in_torch_zip": ("torch", from_type_gzip_in_torch_zip),
+    "from_type_subprocess_handler": ("pickle", from_type_subprocess_handler),
+    "from_type_memoised_stack_global": ("torch", from_type_memoised_stack_global),
+    "from_type_obj_bz2": ("pickle", from_type_obj_bz2),
+    "reconstructor_mbox": ("pickle", reconstructor_mbox),
+    "reconstructor_maildir_inst": ("pickle", reconstructor_maildir_inst),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Benign files of real tools
+# ---------------------------------------------------------------------------------------------
+
+
+def sklearn_pipeline_joblib(path: Path) -> Path:
+    """A fitted scikit-learn pipeline (scaler + logistic regression) saved with joblib.dump."""
+    import joblib
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    x = np.random.RandomState(0).randn(64, 5)
+    pipe = Pipeline([("scale", StandardScaler()), ("clf", LogisticRegression())])
+    joblib.dump(pipe.fit(x, (x[:, 0] > 0).astype(int)), path)
+    return Path(path)
+
+
+def numpy_arrays_joblib(path: Path) -> Path:
+    """NumPy arrays of several dtypes, orders and shapes (a 0-d one too) saved with joblib."""
+    import joblib
+    import numpy as np
+
+    arrays = {"f8": np.arange(12.0).reshape(3, 4), "i2": np.arange(7, dtype=np.int16),
+              "fortran": np.asfortranarray(np.ones((2, 3), dtype=np.float32)),
+              "text": np.array(["ab", "cde"]), "scalar": np.array(3.5), "empty": np.zeros(0),
+              "big_endian": np.arange(5, dtype=">i4"), "bools": np.array([True, False])}
+    joblib.dump(arrays, path)
+    return Path(path)
+
+
+def numpy_arrays_joblib_compressed(path: Path) -> Path:
+    """The same arrays as `numpy_arrays_joblib`, zlib-compressed by joblib.dump."""
+    import joblib
+    import numpy as np
+
+    joblib.dump({"w": np.linspace(0, 1, 1000), "b": np.arange(10)}, path, compress=3)
+    return Path(path)
+
+
+def _lightning_style(path: Path, hyper_parameters: object) -> Path:
+    import torch
+
+    torch.save({"epoch": 3, "global_step": 120, "pytorch-lightning_version": "2.6.6",
+                "state_dict": small_state_dict(), "hparams_name": "kwargs",
+                "hyper_parameters": hyper_parameters}, path)
+    return Path(path)
+
+
+def lightning_namespace_hparams(path: Path) -> Path:
+    """A Lightning-style checkpoint whose hyper-parameters are an argparse.Namespace."""
+    import argparse
+
+    return _lightning_style(path, argparse.Namespace(lr=0.01, layers=[4, 4], name="mlp"))
+
+
+def lightning_omegaconf_hparams(path: Path) -> Path:
+    """A Lightning-style checkpoint whose hyper-parameters are omegaconf DictConfig and
+    ListConfig values (as Hydra-configured runs save them)."""
+    from omegaconf import OmegaConf
+
+    config = OmegaConf.create({"lr": 0.01, "layers": [4, 4], "optimizer": {"name": "adam",
+                               "betas": [0.9, 0.999]}, "flag": True, "path": None})
+    return _lightning_style(path, {"cfg": config, "extra": OmegaConf.create(["a", 1])})
+
+
+BENIGN: dict[str, Callable[[Path], Path]] = {
+    "sklearn_pipeline_joblib": sklearn_pipeline_joblib,
+    "numpy_arrays_joblib": numpy_arrays_joblib,
+    "numpy_arrays_joblib_compressed": numpy_arrays_joblib_compressed,
+    "lightning_namespace_hparams": lightning_namespace_hparams,
+    "lightning_omegaconf_hparams": lightning_omegaconf_hparams,
+}
+
+
+def zip_names(path: Path) -> list[str]:
+    """The member names of a zip archive."""
+    with zipfile.ZipFile(path) as archive:
+        return archive.namelist()
