@@ -27,7 +27,7 @@ import sys
 from inspector.checkpoint.contents import summarize, training_summary
 from inspector.checkpoint.health import Health
 from inspector.checkpoint.hyper_params import hyper_parameters_line
-from inspector.checkpoint.results import InspectResult, jail_line
+from inspector.checkpoint.results import ClaimCheck, InspectResult, jail_line
 from inspector.checkpoint.resume import resume_text
 from inspector.cli.common import (
     add_jobs_argument,
@@ -82,6 +82,17 @@ def health_lines(health: Health | None) -> list[str]:
     return lines
 
 
+def claims_line(claims: ClaimCheck | None) -> str:
+    """What of the jailed loader's answer was checked here from the file's own bytes."""
+    if claims is not None and claims.checked:
+        return (f"checked:  {claims.tensors} tensors' digests and NaN/Inf counts recomputed "
+                "here from the file's bytes, health judged from them; other statistics as "
+                "reported by the jailed loader")
+    why = claims.reason if claims is not None and claims.reason else "no check was made"
+    return (f"checked:  nothing here ({escape(why)}): statistics, digests and health as "
+            "reported by the jailed loader")
+
+
 def _human(report: InspectResult) -> list[str]:
     scan = report.scan
     word = display_word(scan) if scan else "not run"
@@ -103,6 +114,7 @@ def _human(report: InspectResult) -> list[str]:
         lines.extend(shard_lines(report))
     if report.loaded:
         lines.extend(health_lines(report.health))
+        lines.append(claims_line(report.claims))
     lines.extend(code_lines(report))
     tensors = report.tensors
     if tensors:

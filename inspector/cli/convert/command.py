@@ -32,6 +32,7 @@ from inspector.cli.common import (
     progress_events,
     stderr_progress,
 )
+from inspector.core.termtext import escape
 from inspector.formats import sniff
 
 EXIT_NOT_TORCH = 3
@@ -42,6 +43,7 @@ EXIT_UNSUPPORTED = 8
 EXIT_SELECTION = 10
 _EXITS = {"output_exists": EXIT_OUTPUT, "output_is_input": EXIT_OUTPUT,
           "output_unwritable": EXIT_OUTPUT, "verify_failed": EXIT_VERIFY,
+          "claim_refuted": EXIT_VERIFY,
           "unsupported_tensors": EXIT_UNSUPPORTED, "key_not_found": EXIT_SELECTION,
           "not_tensor_mapping": EXIT_SELECTION, "key_collision": EXIT_SELECTION}
 
@@ -81,8 +83,13 @@ def _verified_line(report: ConversionResult) -> str:
         scope = f"all {total} tensors under {report.key}"
     else:
         scope = f"all {total} tensors of the input"
-    return (f"verified  {scope}: reopened with safetensors, each matches its source bit for "
-            f"bit ({report.digest_algorithm})")
+    claims = report.claims
+    if claims is not None and claims.checked:
+        return (f"verified  {scope}: the output read back here, each matches its source's "
+                f"stored bytes bit for bit ({report.digest_algorithm})")
+    why = claims.reason if claims is not None and claims.reason else "no check was made"
+    return (f"matches   {scope}, as reported by the jailed loader; not checked here: "
+            f"{escape(why)}")
 
 
 def _human(report: ConversionResult) -> list[str]:

@@ -24,6 +24,7 @@ from inspector.core.atomic import OutputExistsError, atomic_write, write_text_at
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.integrity.hashing import DIGEST_ALGORITHM, sha256_file
 from inspector.sandbox.host.admission import check_loadable, static_scan
+from inspector.sandbox.host.claims import check_conversion, check_inspection
 from inspector.sandbox.host.jobs import EventFn, SandboxError, run_job
 from inspector.sandbox.protocol import Limits
 from inspector.scan.dcp_folder import folder_files, is_dcp_folder
@@ -111,6 +112,7 @@ def inspect_one(path: str | os.PathLike[str], options: InspectOptions = InspectO
                       digest_algorithm=result.get("digest_algorithm", DIGEST_ALGORITHM),
                       health=result.get("health"), unique_storage=result.get("unique_storage"))
         report.update({k: result[k] for k in ("code", "code_archive") if k in result})
+        check_inspection(target, report)  # the reply is a claim until it passes
         report.update(model_facts(report["tensors"], report["objects"]))
     except SandboxError as exc:
         report["error"] = exc.to_json()
@@ -180,6 +182,8 @@ def convert_file(
                 raise SandboxError("verify_failed", "the output does not match the input: "
                                    + ", ".join(result.get("mismatches", [])[:8]),
                                    sandbox=result.get("sandbox"))
+            # "verified" is the worker's word; the output is kept only once it is checked here
+            check_conversion(source, fh.fileno(), result)
         sidecar_doc = result.pop("sidecar_document", None)
         result["sidecar"] = None
         if sidecar_doc is not None:

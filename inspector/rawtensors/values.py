@@ -1,0 +1,113 @@
+"""What the trusted side computes from a tensor's raw bytes: its digest and NaN / Inf counts.
+
+The digest is the one the worker reports (SHA-256 of the bytes, contiguous and row-major, as
+`tensors.stats` defines it). NaN and Inf are counted from the bit patterns of each float
+format, as the worker's statistics count them: a complex value is counted on its magnitude
+(Inf when either half is infinite, else NaN when either half is NaN); integers and bool hold
+none. A dtype whose values are not decoded here (`bits8` blocks, packed floats) has counts of
+None. Hashing runs on a second thread beside the counting (hashlib and NumPy release the GIL).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from inspector.core.dtypes import BY_NAME
+from inspector.rawtensors.readers import RawTensor
+
+Counter = Callable[[memoryview], tuple[int, int]]
+"""(NaN, Inf) among a chunk's whole elements."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A tensor's digest and, where its dtype is decoded here, its NaN and Inf counts."""
+
+    digest: str
+    nan: int | None
+    inf: int | None
+
+
+def _ieee(numpy_type: str) -> Counter:
+    def count(chunk: memoryview) -> tuple[int, int]:
+        values = np.frombuffer(chunk, dtype=numpy_type)
+        if np.isfinite(values).all():  # the usual case: one pass
+            return 0, 0
+        return int(np.isnan(values).sum()), int(np.isinf(values).sum())
+
+    return count
+
+
+def _complex(half: str) -> Counter:
+    def count(chunk: memoryview) -> tuple[int, int]:
+        parts = np.frombuffer(chunk, dtype=half).reshape(-1, 2)
+        if np.isfinite(parts).all():
+            return 0, 0
+        inf = np.isinf(parts).any(axis=1)
+        nan = np.isnan(parts).any(axis=1) & ~inf
+        return int(nan.sum()), int(inf.sum())
+
+    return count
+
+
+def _bits(word: str, exponent: int, mantissa: int) -> Counter:
+    """IEEE-style formats NumPy has no type for (bfloat16, float8_e5m2): an all-ones exponent
+    is Inf with a zero mantissa, NaN otherwise."""
+    exp_mask, man_mask = ((1 << exponent) - 1) << mantissa, (1 << mantissa) - 1
+
+    def count(chunk: memoryview) -> tuple[int, int]:
+        words = np.frombuffer(chunk, dtype=word)
+        special = (words & exp_mask) == exp_mask
+        if not special.any():
+            return 0, 0
+        inf = int((special & ((words & man_mask) == 0)).sum())
+        return int(special.sum()) - inf, inf
+
+    return count
+
+
+def _nan_pattern(pattern: int, mask: int) -> Counter:
+    """8-bit floats without Inf whose NaN is one pattern under `mask` (e4m3fn: S.1111.111;
+    the fnuz formats: 0x80 only; e8m0: 0xFF)."""
+    def count(chunk: memoryview) -> tuple[int, int]:
+        return int(((np.frombuffer(chunk, dtype=np.uint8) & mask) == pattern).sum()), 0
+
+    return count
+
+
+def _none(chunk: memoryview) -> tuple[int, int]:
+    return 0, 0
+
+
+COUNTERS: dict[str, Counter] = {
+    "float16": _ieee("<f2"), "float32": _ieee("<f4"), "float64": _ieee("<f8"),
+    "complex64": _complex("<f4"), "complex128": _complex("<f8"),
+    "bfloat16": _bits("<u2", 8, 7), "float8_e5m2": _bits("|u1", 5, 2),
+    "float8_e4m3fn": _nan_pattern(0x7F, 0x7F), "float8_e4m3fnuz": _nan_pattern(0x80, 0xFF),
+    "float8_e5m2fnuz": _nan_pattern(0x80, 0xFF), "float8_e8m0fnu": _nan_pattern(0xFF, 0xFF),
+    **{d.name: _none for d in BY_NAME.values() if d.kind in ("int", "uint", "bool")},
+}
+"""dtype name -> its NaN / Inf counter; a dtype not listed is not decoded here."""
+
+
+def measure(tensor: RawTensor) -> Measured:
+    """The tensor's digest and NaN / Inf counts, from one read of its bytes (the readers'
+    chunks hold whole elements)."""
+    digest = hashlib.sha256()
+    counter = COUNTERS.get(tensor.dtype)
+    nan = inf = 0
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="raw-digest") as pool:
+        for chunk in tensor.read():
+            hashed = pool.submit(digest.update, chunk)
+            if counter is not None:
+                n, i = counter(chunk)
+                nan, inf = nan + n, inf + i
+            hashed.result()  # before the reader gives the chunk's pages back
+    if counter is None:
+        return Measured(digest.hexdigest(), None, None)
+    return Measured(digest.hexdigest(), nan, inf)

@@ -1,0 +1,207 @@
+"""A worker's reply is a claim until it passes these checks, made here from the files' bytes.
+
+The worker runs whatever code the input smuggles past the loader, so what it says about the
+input (each tensor's digest, NaN / Inf counts, the health judged from them) and about the
+output it wrote (`verified`) may be a lie. This module is the one place the user's process
+tests those claims, with readers that run nothing of the input (`rawtensors`):
+
+- `check_inspection`: every tensor the file holds is located here; the worker must report each
+  one once, with the same dtype, shape and digest; the NaN and Inf counts are recomputed here
+  and replace the worker's, and health is judged again from the checked records. Other
+  statistics (mean, std, histogram, exponents) are taken from the worker and the record says so.
+- `check_conversion`: the output safetensors file is read here and each tensor's bytes compared
+  with the input's own storage bytes; every input tensor must be written, or be an alias of a
+  written one with the same bytes, or be skipped for a dtype safetensors cannot hold, and
+  nothing else may be written. The digests reported are the ones computed here.
+
+A file these readers cannot locate every tensor of (a pickle holding more than tensors, a
+legacy file, a DCP folder) is not checked: the record says why, and output says the answer is
+the jailed loader's. A claim that fails is `claim_refuted`: the whole reply is then untrusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inspector.checkpoint.health import assess
+from inspector.checkpoint.results import ClaimCheck
+from inspector.core.dtypes import BY_NAME
+from inspector.core.termtext import escape
+from inspector.formats.safetensors_header import read_buffer
+from inspector.rawtensors.readers import NotReadable, RawFile, RawTensor, open_raw
+from inspector.rawtensors.values import measure
+from inspector.sandbox.host.jobs import SandboxError
+
+REFUTED = "claim_refuted"
+OWN_METADATA = frozenset({"format", "ckpt-inspector.encoded"})
+"""`__metadata__` entries a conversion writes that are not aliases."""
+_LISTED = 3
+
+
+def _refuted(what: str, problems: list[str], sandbox: dict | None) -> SandboxError:
+    listed = "; ".join(problems[:_LISTED]) + (
+        f" (and {len(problems) - _LISTED} more)" if len(problems) > _LISTED else "")
+    return SandboxError(REFUTED, f"the jailed loader's {what} does not match the file's own "
+                        f"bytes, so none of its answer is trusted: {listed}", sandbox=sandbox)
+
+
+def _open(path: Path) -> RawFile | str:
+    """The file's tensors located here, or why they cannot be."""
+    try:
+        return open_raw(path)
+    except NotReadable as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+
+
+def check_inspection(path: Path, report: dict[str, Any]) -> None:
+    """Check an inspect reply (`report`, the inspect contract) against the file's bytes: set
+    its `claims`, its checked NaN / Inf counts and health; `error` when a claim fails."""
+    raw = _open(path)
+    if isinstance(raw, str):
+        report["claims"] = ClaimCheck(reason=raw).to_json()
+        return
+    problems = []
+    records: dict[str, list[dict]] = {}
+    for rec in report["tensors"]:
+        records.setdefault(str(rec.get("key")), []).append(rec)
+    for t in raw.tensors:
+        found = records.pop(t.key, [])
+        if len(found) != 1:
+            problems.append(f"{escape(t.key)} reported {len(found)} times")
+            continue
+        problems += _tensor_problems(t, found[0])
+    problems += [f"{escape(k)} is no tensor of the file" for k in records]
+    if problems:
+        report["error"] = _refuted("inspection", problems, report.get("sandbox")).to_json()
+        report["health"] = None
+        return
+    report["health"] = assess(report["tensors"]).to_json()
+    report["claims"] = ClaimCheck(checked=True, tensors=len(raw.tensors)).to_json()
+
+
+def _tensor_problems(t: RawTensor, rec: dict) -> list[str]:
+    """How one worker record disagrees with the tensor read here; sets its checked counts."""
+    key = escape(t.key)
+    if rec.get("dtype") != t.dtype or list(rec.get("shape") or ()) != list(t.shape):
+        return [f"{key} is {t.dtype} {list(t.shape)}, reported as "
+                f"{escape(str(rec.get('dtype')))} {escape(str(rec.get('shape')))}"]
+    measured = measure(t)
+    if rec.get("digest") != measured.digest:
+        return [f"{key}'s digest differs"]
+    if measured.nan is None:
+        return []
+    claimed = (rec.get("nan", 0), rec.get("inf", 0))
+    rec.update(nan=measured.nan, inf=measured.inf)
+    if claimed != (measured.nan, measured.inf):
+        return [f"{key} holds {measured.nan} NaN and {measured.inf} Inf, reported as "
+                f"{escape(str(claimed[0]))} and {escape(str(claimed[1]))}"]
+    return []
+
+
+def check_conversion(source: Path, output_fd: int, result: dict[str, Any]) -> None:
+    """Check a convert reply against the input's and the output's bytes before the output is
+    kept: set `claims` and the digests computed here; SandboxError when a claim fails."""
+    raw = _open(source)
+    if isinstance(raw, str):
+        result["claims"] = ClaimCheck(reason=raw).to_json()
+        return
+    if os.fstat(output_fd).st_size == 0:
+        raise _refuted("conversion", ["the output is empty"], result.get("sandbox"))
+    with mmap.mmap(output_fd, 0, access=mmap.ACCESS_READ) as out:
+        problems, digests = _conversion_problems(raw, out, result)
+    if problems:
+        raise _refuted("conversion", problems, result.get("sandbox"))
+    result["digests"] = digests
+    result["claims"] = ClaimCheck(checked=True, tensors=len(digests)).to_json()
+
+
+def _selected(raw: RawFile, result: dict[str, Any]) -> dict[str, RawTensor]:
+    """The input's tensors under the names a conversion with the reply's `key` and
+    `strip_prefix` writes them as."""
+    from inspector.checkpoint.extract import strip_prefixes
+
+    key = result.get("key")
+    lead = f"{key}." if key else ""
+    chosen = {t.key[len(lead):]: t for t in raw.tensors if t.key.startswith(lead)}
+    names = strip_prefixes(chosen, list(result.get("strip_prefix") or ()))
+    return {names[k]: t for k, t in chosen.items()}
+
+
+def _conversion_problems(raw: RawFile, out: mmap.mmap, result: dict[str, Any]
+                         ) -> tuple[list[str], dict[str, str]]:
+    header = read_buffer(out, len(out))
+    if header.refusal() is not None:
+        return [f"the output's header: {header.refusal()}"], {}
+    written = {e.key: e for e in header.entries}
+    inputs = _selected(raw, result)
+    skipped = {str(s.get("key")) for s in result.get("tensors_skipped") or ()}
+    problems = [f"{escape(k)} was written but is no tensor of the input"
+                for k in written if k not in inputs]
+    digests: dict[str, str] = {}
+    for name, t in inputs.items():
+        entry = written.get(name)
+        if entry is not None:
+            if BY_NAME[t.dtype].safetensors != entry.dtype.safetensors or (
+                    list(entry.shape) != list(t.shape)):
+                problems.append(f"{escape(name)} was written as {entry.dtype.name} "
+                                f"{entry.shape}, the input holds {t.dtype} {list(t.shape)}")
+                continue
+            digest = _same_bytes(t, out, entry.begin, entry.end)
+            if digest is None:
+                problems.append(f"{escape(name)}'s bytes differ from the input's")
+            else:
+                digests[name] = digest
+        elif name in skipped and BY_NAME[t.dtype].safetensors is None:
+            continue
+        elif not _is_alias(name, t, inputs, header.metadata, written):
+            problems.append(f"{escape(name)} of the input is missing from the output")
+    problems += [f"the output's metadata names {escape(k)} an alias of {escape(v)}"
+                 for k, v in header.metadata.items()
+                 if k not in OWN_METADATA and (k in written or k not in inputs)]
+    return problems, digests
+
+
+def _is_alias(name: str, t: RawTensor, inputs: dict[str, RawTensor],
+              metadata: dict[str, str], written: dict) -> bool:
+    """Whether the output names `name` an alias of a written tensor that is the same view of
+    the same bytes in the input."""
+    kept = metadata.get(name)
+    other = inputs.get(kept) if kept in written else None
+    return other is not None and (other.dtype, other.shape, other.view) == (
+        t.dtype, t.shape, t.view)
+
+
+def _same_bytes(t: RawTensor, out: mmap.mmap, begin: int, end: int) -> str | None:
+    """The input tensor's digest when the output's bytes [begin, end) are exactly its bytes,
+    else None. The digest runs on a second thread beside the comparison; the output's pages
+    are given back once compared."""
+    digest = hashlib.sha256()
+    position = begin
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="claim-digest") as pool:
+        for chunk in t.read():
+            hashed = pool.submit(digest.update, chunk)
+            stop = position + len(chunk)
+            same = stop <= end and np.array_equal(np.frombuffer(chunk, dtype=np.uint8),
+                                                  np.frombuffer(out, np.uint8, len(chunk),
+                                                                position))
+            hashed.result()
+            _drop(out, position, stop)
+            if not same:
+                return None
+            position = stop
+    return digest.hexdigest() if position == end else None
+
+
+def _drop(out: mmap.mmap, start: int, stop: int) -> None:
+    first = start // mmap.PAGESIZE * mmap.PAGESIZE
+    if hasattr(mmap, "MADV_DONTNEED") and stop > first:
+        out.madvise(mmap.MADV_DONTNEED, first, min(stop, len(out)) - first)
