@@ -10,8 +10,8 @@ other module of the sandbox.
   carries fields of the record (`Limits.to_json` writes those that differ from the defaults);
   the worker reads the record back (`Limits.from_json`), so a field the request leaves out
   takes the same default on both sides.
-- `SELFTEST_ENV` and `DISABLE_ENV`: switches only the test suite sets. The host passes them
-  into the worker's otherwise scrubbed environment; the worker reads them per job.
+- `SELFTEST_ENV`, `DISABLE_ENV` and `PAYLOAD_ENV`: switches only the test suite sets. The host
+  passes them into the worker's otherwise scrubbed environment; the worker reads them per job.
 """
 
 from __future__ import annotations
@@ -34,11 +34,20 @@ DISABLE_ENV = "CKPT_INSPECTOR_SANDBOX_DISABLE"
 """Comma-separated jail layers to leave off (namespaces, pidns, proc, root, rlimits, threads,
 landlock, seccomp, capabilities), so the test suite can check the level reported in a
 degraded environment. Honoured only together with SELFTEST_ENV."""
+PAYLOAD_ENV = "CKPT_INSPECTOR_SANDBOX_SELFTEST_PAYLOAD"
+"""A pickle file the worker unpickles with plain `pickle` once jailed, before it runs its
+operation, so the test suite can run hostile code inside a real job (a worker that lies about
+the input or the output). Honoured only together with SELFTEST_ENV."""
 
 
 def selftest(env: Mapping[str, str]) -> bool:
     """Whether `env` has the test suite's self-test switch on."""
     return env.get(SELFTEST_ENV) == "1"
+
+
+def selftest_payload(env: Mapping[str, str]) -> str | None:
+    """The self-test payload a worker runs before its operation (None outside the test suite)."""
+    return env.get(PAYLOAD_ENV) or None if selftest(env) else None
 
 
 def disabled_layers(env: Mapping[str, str]) -> frozenset[str]:

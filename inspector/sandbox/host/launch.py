@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator
 
 from inspector.sandbox.host.forkclient import ForkedWorker, ForkServer, ForkServerError
-from inspector.sandbox.protocol import DISABLE_ENV, SELFTEST_ENV, selftest
+from inspector.sandbox.protocol import DISABLE_ENV, PAYLOAD_ENV, SELFTEST_ENV, selftest
 
 WORKER_MODULE = "inspector.sandbox.worker.main"
 
@@ -28,8 +28,9 @@ def worker_env() -> dict[str, str]:
            "HOME": "/nonexistent", "PYTHONDONTWRITEBYTECODE": "1"}
     if selftest(os.environ):
         env[SELFTEST_ENV] = "1"
-        if os.environ.get(DISABLE_ENV):
-            env[DISABLE_ENV] = os.environ[DISABLE_ENV]
+        for name in (DISABLE_ENV, PAYLOAD_ENV):
+            if os.environ.get(name):
+                env[name] = os.environ[name]
     return env
 
 

@@ -8,14 +8,21 @@ would, and what it returned or raised is reported, so a test can assert that cre
 opening sockets and starting processes all failed inside the jail. It is the documented way to
 probe the jail from outside the test suite too: tests/test_jail_probes.py shows how (one probe
 per file, many per worker).
+
+`run_prelude` is the same hook for the other operations: the pickle named by
+`protocol.PAYLOAD_ENV` is unpickled once the worker is jailed and its operation imported, so its
+code can change what a real `inspect` or `convert` reports (tests/test_worker_lies.py: the
+client must catch every such lie).
 """
 
 from __future__ import annotations
 
+import os
 import pickle
 from collections.abc import Callable
 
 from inspector.core.progress import CancelToken
+from inspector.sandbox.protocol import selftest_payload
 
 REPR_LIMIT = 300
 
@@ -35,3 +42,11 @@ def run_payload(request: dict, emit: Callable[[dict], None], cancel: CancelToken
                              "message": str(exc)[:REPR_LIMIT]})
         emit({"type": "progress", "stage": "payload", "done": n, "total": len(request["paths"])})
     return {"outcomes": outcomes}
+
+
+def run_prelude() -> None:
+    """Unpickle the self-test payload (`protocol.PAYLOAD_ENV`), if any, inside the jail."""
+    path = selftest_payload(os.environ)
+    if path:
+        with open(path, "rb") as fh:
+            pickle.load(fh)  # unsafe on purpose: hostile code inside a real job

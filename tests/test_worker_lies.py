@@ -1,0 +1,210 @@
+"""A jailed worker that lies is caught by the user's process (`sandbox.host.claims`).
+
+Each payload is hostile code that runs inside a real `convert` or `inspect` job, through the
+jail's self-test hook (`protocol.PAYLOAD_ENV`, unpickled by `selftest.run_prelude` once the
+worker is jailed): it changes what the worker writes or reports. Each test first shows the lie
+under the real worker (the job's own reply, without the client's checks, says `verified` or
+health `ok` while the bytes say otherwise), then that the CLI refuses it and says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import textwrap
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from inspector.cli import main
+from inspector.sandbox.host.jobs import run_job
+from inspector.sandbox.protocol import PAYLOAD_ENV, SELFTEST_ENV, Limits
+
+
+class _Exec:
+    """Unpickles as `exec(source)`: the hostile code a payload carries."""
+
+    def __init__(self, source: str) -> None:
+        self.source = textwrap.dedent(source)
+
+    def __reduce__(self):
+        return exec, (self.source, {})  # one namespace: its functions see its names
+
+
+@pytest.fixture
+def hostile(tmp_path, monkeypatch):
+    """Every worker started from here on first runs `source` inside its jail."""
+    def arm(source: str) -> None:
+        payload = tmp_path / "payload.pkl"
+        payload.write_bytes(pickle.dumps(_Exec(source)))
+        monkeypatch.setenv(SELFTEST_ENV, "1")
+        monkeypatch.setenv(PAYLOAD_ENV, str(payload))
+
+    return arm
+
+
+ALTER_OUTPUT = """
+    import inspector.sandbox.worker.convert as convert
+    real = convert.byte_chunks
+    def altered(t, release=None):
+        for n, piece in enumerate(real(t, release)):
+            if n == 0:
+                changed = bytearray(piece)
+                changed[0] ^= 0x40
+                piece = memoryview(bytes(changed))
+            yield piece
+    convert.byte_chunks = altered
+"""
+
+FAKE_ALIAS = """
+    import inspector.sandbox.worker.convert as convert
+    real = convert.plan_tensors
+    def lying(tensors):
+        plan = real(tensors)
+        plan.entries = [(k, t) for k, t in plan.entries if k != "b"]
+        plan.aliases["b"] = "a"
+        return plan
+    convert.plan_tensors = lying
+"""
+
+
+def _state() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return {"a": torch.randn(16, 16, generator=g), "b": torch.randn(16, 16, generator=g)}
+
+
+def _worker_convert(source, out) -> dict:
+    """The convert job alone, as the client starts it, without the client's checks."""
+    with open(out, "wb") as fh:
+        size = os.path.getsize(source)
+        return run_job({"op": "convert", "path": str(source), "paths": [], "allow_globals": [],
+                        "limits": Limits.for_input(size).to_json(), "skip_unsupported": False,
+                        "key": None, "strip_prefix": [], "output_bytes": 4 * size + (1 << 20),
+                        "output_fd": fh.fileno()}, pass_fds=(fh.fileno(),), timeout=300)
+
+
+@pytest.mark.parametrize("lie", [ALTER_OUTPUT, FAKE_ALIAS], ids=["altered-bytes", "fake-alias"])
+def test_a_worker_that_alters_the_conversion_is_caught(tmp_path, hostile, capsys, lie) -> None:
+    source = tmp_path / "m.pt"
+    state = _state()
+    torch.save(state, source)
+    hostile(lie)
+    # the lie under the real worker: it says verified, the bytes it wrote say otherwise
+    raw = tmp_path / "worker.safetensors"
+    reply = _worker_convert(source, raw)
+    assert reply["verified"] and not reply["mismatches"]
+    written = load_file(raw)
+    assert any(k not in written or not torch.equal(written[k], v) for k, v in state.items())
+    out = tmp_path / "m.safetensors"
+    assert main(["convert", str(source), "-o", str(out)]) == 6
+    err = capsys.readouterr().err
+    assert "does not match the file's own bytes" in err and "bit for bit" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not out.exists() and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_conversion_that_cannot_be_checked_here_says_whose_word_it_is(tmp_path, hostile,
+                                                                        capsys) -> None:
+    source = tmp_path / "train.pt"
+    torch.save({**_state(), "epoch": 3}, source)  # a non-tensor leaf: not located statically
+    hostile(ALTER_OUTPUT)
+    out = tmp_path / "train.safetensors"
+    assert main(["convert", str(source), "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "as reported by the jailed loader" in text and "bit for bit" not in text
+    assert main(["convert", str(source), "-o", str(out), "--force", "--json"]) == 0
+    claims = json.loads(capsys.readouterr().out)["claims"]
+    assert claims["checked"] is False and "epoch" in claims["reason"]
+
+
+def test_an_honest_conversion_is_verified_here(tmp_path, capsys) -> None:
+    source = tmp_path / "m.pt"
+    state = _state()
+    torch.save({**state, "tied": state["a"]}, source)
+    out = tmp_path / "m.safetensors"
+    assert main(["convert", str(source), "-o", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["claims"] == {"checked": True, "tensors": 2, "reason": None}
+    assert report["aliases"] == {"tied": "a"}
+    assert main(["convert", str(source), "-o", str(out), "--force"]) == 0
+    assert "read back here, each matches its source's stored bytes bit for bit" in (
+        capsys.readouterr().out)
+
+
+CLEAN_STATS = """
+    import inspector.sandbox.worker.inspect_op as op
+    from inspector.checkpoint.health import assess
+    real = op.describe_tensors
+    def clean(tensors, on_tensor, **options):
+        records = real(tensors, lambda event: None, **options)
+        for rec in records:
+            rec.update(nan=0, inf=0, first_nonfinite=None)
+            on_tensor({"type": "tensor", **rec})
+        return records
+    op.describe_tensors = clean
+"""
+
+FORGED_DIGEST = """
+    import inspector.sandbox.worker.inspect_op as op
+    real = op.describe_tensors
+    def forged(tensors, on_tensor, **options):
+        records = real(tensors, on_tensor, **options)
+        records[-1]["digest"] = "0" * 64
+        return records
+    op.describe_tensors = forged
+"""
+
+HIDDEN_TENSOR = """
+    import inspector.sandbox.worker.inspect_op as op
+    real = op.describe_tensors
+    def hiding(tensors, on_tensor, **options):
+        return [r for r in real(tensors, on_tensor, **options) if r["key"] != "b"]
+    op.describe_tensors = hiding
+"""
+
+
+def _worker_inspect(path) -> dict:
+    return run_job({"op": "inspect", "path": str(path), "paths": [], "allow_globals": [],
+                    "limits": Limits.for_input(os.path.getsize(path)).to_json()}, timeout=300)
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
+@pytest.mark.parametrize("lie", [CLEAN_STATS, FORGED_DIGEST, HIDDEN_TENSOR],
+                         ids=["clean-stats", "forged-digest", "hidden-tensor"])
+def test_a_worker_that_lies_about_the_tensors_is_caught(tmp_path, hostile, capsys, lie,
+                                                         suffix) -> None:
+    from safetensors.torch import save_file
+
+    state = _state()
+    state["b"][3, 4] = float("nan")
+    state["b"][5, 6] = float("inf")
+    path = tmp_path / f"m{suffix}"
+    torch.save(state, path) if suffix == ".pt" else save_file(state, path)
+    hostile(lie)
+    reply = _worker_inspect(path)
+    told = {r["key"]: r for r in reply["tensors"]}
+    if lie is CLEAN_STATS:  # the lie under the real worker: NaN in the file, health ok
+        assert torch.isnan(state["b"]).sum() == 1
+        assert told["b"]["nan"] == 0 and reply["health"]["status"] == "ok"
+    assert main(["inspect", str(path), "--json"]) != 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["error"]["code"] == "claim_refuted"
+    assert report["health"] is None
+    assert main(["inspect", str(path)]) != 0
+    captured = capsys.readouterr()
+    assert "does not match the file's own bytes" in captured.out + captured.err
+    assert "health:   ok" not in captured.out
+
+
+def test_an_honest_inspection_counts_nan_here(tmp_path, capsys) -> None:
+    state = _state()
+    state["b"][0, 0] = float("nan")
+    path = tmp_path / "m.pt"
+    torch.save(state, path)
+    assert main(["inspect", str(path), "--json"]) == 7  # health: problem
+    report = json.loads(capsys.readouterr().out)
+    assert report["claims"] == {"checked": True, "tensors": 2, "reason": None}
+    assert {t["key"]: t["nan"] for t in report["tensors"]} == {"a": 0, "b": 1}
+    assert report["health"]["status"] == "problem"
