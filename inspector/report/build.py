@@ -114,14 +114,11 @@ def _file_report(
     info = file_info(ev, inspect, scanned, progress, cancel)
     shards = shards_info(inspect)
     verdict = scan.verdict or (Verdict.ERROR if scan.status == StepStatus.FAILED else Verdict.SAFE)
-    return FileReport(
+    report = FileReport(
         file=info,
         verdict=verdict,
-        problems=file_problems(verdict, scan, load, health, verification, conversion,
-                               consistency, comparison) + shard_problems(shards)
-        + code_problems(code),
-        checklist=checklist(ev, inspect, session_files, info, scan, load, health,
-                            verification, conversion, consistency, code),
+        problems=[],
+        checklist=[],
         scan=scan,
         load=load,
         tensors=tensors,
@@ -134,3 +131,6 @@ def _file_report(
         code=code,
         shards=shards,
     )
+    report.problems = file_problems(report) + shard_problems(shards) + code_problems(code)
+    report.checklist = checklist(ev, inspect, session_files, report)
+    return report

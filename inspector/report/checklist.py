@@ -24,11 +24,11 @@ from inspector.report.model import (
     PASS,
     CheckItem,
     CodeInfo,
-    ComparisonInfo,
     ConsistencyInfo,
     ConversionInfo,
     FileEvidence,
     FileInfo,
+    FileReport,
     HealthInfo,
     LoadInfo,
     ScanInfo,
@@ -53,24 +53,18 @@ def checklist(
     ev: FileEvidence,
     inspect: InspectResult | None,
     session_files: list[tuple[FileEvidence, InspectResult | None]],
-    info: FileInfo,
-    scan: ScanInfo,
-    load: LoadInfo,
-    health: HealthInfo | None,
-    verification: VerificationInfo | None,
-    conversion: ConversionInfo | None,
-    consistency: ConsistencyInfo | None,
-    code: CodeInfo | None = None,
+    f: FileReport,
 ) -> list[CheckItem]:
-    """The five prevention practices and the weights' health, each pass / fail / not checked
-    (`session_files`: every file's evidence with its typed inspect result)."""
+    """The five prevention practices and the weights' health, each pass / fail / not checked,
+    from the file's sections (`session_files`: every file's evidence with its typed inspect
+    result)."""
     return [
-        _check_safe_format(info, scan, conversion, code),
-        _check_hash_on_record(ev.path, verification, _several_files(inspect)),
-        _check_weights_only(info, scan, load),
+        _check_safe_format(f.file, f.scan, f.conversion, f.code),
+        _check_hash_on_record(ev.path, f.verification, _several_files(inspect)),
+        _check_weights_only(f.file, f.scan, f.load),
         _check_backup(ev, session_files),
-        _check_deterministic(consistency),
-        _check_weights_health(health),
+        _check_deterministic(f.consistency),
+        _check_weights_health(f.health),
     ]
 
 
@@ -286,17 +280,11 @@ def _check_deterministic(consistency: ConsistencyInfo | None) -> CheckItem:
                      f"{len(consistency.failures) or 'some'} results differed{where}")
 
 
-def file_problems(
-    verdict: str,
-    scan: ScanInfo,
-    load: LoadInfo,
-    health: HealthInfo | None,
-    verification: VerificationInfo | None,
-    conversion: ConversionInfo | None,
-    consistency: ConsistencyInfo | None,
-    comparison: ComparisonInfo | None = None,
-) -> list[str]:
+def file_problems(f: FileReport) -> list[str]:
     """One line per problem found in one file's sections."""
+    verdict, scan, load, health = f.verdict, f.scan, f.load, f.health
+    verification, conversion = f.verification, f.conversion
+    consistency, comparison = f.consistency, f.comparison
     problems = []
     damage = [f for f in map(Finding.from_json, scan.findings) if f.code in INTEGRITY_CODES]
     problems.extend(f"damaged: {describe(f)}" for f in damage)
