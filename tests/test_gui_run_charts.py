@@ -5,11 +5,14 @@ per rank; on a run folder written here by the real guard and ledger on a tiny CP
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import pytest
 from fake_pynvml import FakeGpu, FakeNvml, install
 from guard_support import guarded_run
 from gui_support import LOAD_TIMEOUT_MS
+from PySide6.QtCore import QUrl
 from PySide6.QtWidgets import QApplication
 
 from inspector.guard.inject import BitFlip
@@ -81,6 +84,27 @@ def test_a_run_without_the_guard_says_so(window, qtbot, tmp_path):
     assert "the guard's metrics file is missing" in pane.guard_line.text()
     assert pane.charts.curves["loss"] == [] and pane.order.rowCount() == 0
     assert pane.alarms.rowCount() == 2
+    # no curve: no empty 0-1 axes in their place
+    assert pane.charts.shown() == [] and not pane.charts.isVisible()
+
+
+def test_a_run_the_guard_never_saw_hides_its_charts_and_links_the_guide(window, qtbot,
+                                                                        tmp_path):
+    import torch
+
+    from inspector.ledger import save
+
+    for step in (1, 2):  # a run with checkpoint saves only: the guard was never on
+        save({"w": torch.ones(4) * step}, tmp_path / f"step-{step}.pt", step=step,
+             run_dir=tmp_path)
+    pane = _open(window, qtbot, tmp_path)
+    assert not pane.metrics.recorded
+    assert pane.charts.shown() == [] and not pane.charts.isVisible()
+    assert not pane.alarms.isVisible() and not pane.order.isVisible()
+    link = QUrl(re.search(r'href="([^"]+)"', pane.guard_line.text()).group(1))
+    assert pane.guard_line.openExternalLinks()
+    assert link.isLocalFile() and Path(link.toLocalFile()).read_text().startswith(
+        "# Training guard")
 
 
 @pytest.mark.timeout(300)

@@ -302,10 +302,12 @@ class MainWindow(QMainWindow):
 
             self.run_pane = RunPane(self.runner)
             self.run_pane.open_requested.connect(self._open_from_run)
+            self.run_pane.checked.connect(lambda: update_actions(self))
             self.tabs.addTab(self.run_pane, "Run")
         self.stack.setCurrentWidget(self.splitter)
         self.tabs.setCurrentWidget(self.run_pane)
         self.run_pane.open_run(path)
+        appmod.add_recent_file(str(Path(path).resolve()))
         return self.run_pane
 
     def _open_from_run(self, path: str) -> None:
@@ -425,20 +427,25 @@ class MainWindow(QMainWindow):
         """Ask which files and where, then write their report (format from the extension)."""
         from inspector.gui.dialogs.report_export import REPORT_FILTER, choose_scope
 
-        if not self.docs:
+        run = self.run_pane.summary() if self.run_pane is not None else None
+        if not self.docs and run is None:
             return None
         selected = [self.docs[i.row()] for i in self.file_list.selectedIndexes()
                     if 0 <= i.row() < len(self.docs)]
         docs = choose_scope(self, self.current, selected, self.docs)
-        if not docs:
+        if docs is None or (not docs and run is None):
             return None
-        default = str(docs[0].path.with_name(docs[0].path.stem + "-report.html"))
+        first = docs[0].path if docs else Path(run.journal).parent / "run"
+        default = str(first.with_name(first.stem + "-report.html"))
         path, _ = QFileDialog.getSaveFileName(self, "Export report", default, REPORT_FILTER)
         return self.write_report(Path(path), docs) if path else None
 
     def write_report(self, path: Path, docs: list[FileDocument] | None = None) -> Job:
-        """Write the report of `docs` (every open file by default) to `path` in a job."""
+        """Write the report of `docs` (every open file by default) and of the checked run in
+        the Run pane, if any, to `path` in a job."""
         from inspector.gui.dialogs.report_export import evidence, export_fn
+
+        run = self.run_pane.summary() if self.run_pane is not None else None
 
         consistency = getattr(self.consistency, "result", None)
         source = getattr(self.consistency, "file_edit", None)
@@ -448,7 +455,8 @@ class MainWindow(QMainWindow):
             self.docs if docs is None else docs, consistency,
             source.text() if source is not None else None,
             telemetry=store if store is not None and store.gpus() else None,
-            telemetry_source="nvml" if label in ("", "live") else label)
+            telemetry_source="nvml" if label in ("", "live") else label,
+            runs=[run] if run is not None else [])
         job = Job("report", export_fn(session, path), self)
         job.finished.connect(self._report_written)
         return self.pipeline.run_heavy(job)

@@ -77,13 +77,19 @@ def update_actions(window: QMainWindow) -> None:
     why it cannot run on that file."""
     doc = window.current
     for action, blocked in ((window.act_close, file_blocker(doc)),
-                            (window.act_report, file_blocker(doc)),
+                            (window.act_report, report_blocker(window)),
                             (window.act_convert, convert_blocker(doc)),
                             (window.act_manifest, file_blocker(doc)),
                             (window.act_verify, file_blocker(doc)),
                             (window.act_compare, compare_blocker(doc))):
         action.setEnabled(blocked is None)
         action.setToolTip(blocked or action.statusTip() or action.text())
+
+
+def report_blocker(window: QMainWindow) -> str | None:
+    """Why Export Report cannot run: no file open and no checked training run."""
+    run = getattr(window, "run_pane", None)
+    return None if run is not None and run.summary() is not None else file_blocker(window.current)
 
 
 def _action(window: QMainWindow, text: str, slot: Callable[[], object], shortcut=None,

@@ -26,7 +26,7 @@ import hashlib
 import os
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -343,10 +343,13 @@ class ResumeChoice:
     """Journal lines and records that were not read as saves (broken seals, bad paths)."""
 
 
-def resume_choice(run_dir: str | os.PathLike[str], rank: int | None = None) -> ResumeChoice:
+def resume_choice(run_dir: str | os.PathLike[str], rank: int | None = None,
+                  checks: Sequence[CheckpointCheck] = ()) -> ResumeChoice:
     """The newest verified checkpoint (of `rank`, when given) whose bytes match its record,
-    with every newer one it passed over and why."""
+    with every newer one it passed over and why. `checks` already made of the ledger's saves
+    (the Run pane hashes them all) are used instead of hashing those files again."""
     ledger = read_ledger(run_dir)
+    known = {c.record.line: c for c in checks}
     skipped: list[tuple[SaveRecord, str]] = []
     for record in reversed(ledger.live()):
         if rank is not None and record.rank != rank:
@@ -354,10 +357,12 @@ def resume_choice(run_dir: str | os.PathLike[str], rank: int | None = None) -> R
         if record.outcome != SaveOutcome.VERIFIED:
             skipped.append((record, f"its save was not proven ({record.outcome})"))
             continue
-        checked = check_saves(ledger, [record], jobs=1)[0]
+        checked = known.get(record.line) or check_saves(ledger, [record], jobs=1)[0]
         if checked.state == CheckpointState.INTACT:
             return ResumeChoice(record, tuple(skipped), ledger.bad_records)
-        skipped.append((record, f"{checked.state}: {checked.detail}"))
+        # a missing file's detail already leads with the word ("missing: a.pt")
+        said = checked.detail.startswith(str(checked.state))
+        skipped.append((record, checked.detail if said else f"{checked.state}: {checked.detail}"))
     return ResumeChoice(None, tuple(skipped), ledger.bad_records)
 
 

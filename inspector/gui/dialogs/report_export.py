@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QRadioButton, Q
 from inspector.core.progress import CancelToken
 from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, JobFn
+from inspector.run.checkpoints import LedgerSummary
 
 REPORT_FILTER = "HTML report (*.html);;PDF report (*.pdf);;JSON report (*.json)"
 
@@ -56,8 +57,10 @@ def choose_scope(parent: QWidget, current: FileDocument | None, selected: list[F
 
 
 def evidence(docs: list[FileDocument], consistency: dict[str, Any] | None = None,
-             consistency_file: str | None = None, telemetry=None, telemetry_source: str = "nvml"):
-    """A report.SessionEvidence of what the window learned about each open file."""
+             consistency_file: str | None = None, telemetry=None, telemetry_source: str = "nvml",
+             runs: list[LedgerSummary] | None = None):
+    """A report.SessionEvidence of what the window learned about each open file and about
+    the training runs it checked (`runs`)."""
     from inspector.report import FileEvidence, SessionEvidence
 
     files = [
@@ -70,7 +73,7 @@ def evidence(docs: list[FileDocument], consistency: dict[str, Any] | None = None
         for d in docs
     ]
     return SessionEvidence(files=files, telemetry=telemetry, telemetry_source=telemetry_source,
-                           command="ckpt-inspector (desktop app)")
+                           command="ckpt-inspector (desktop app)", runs=list(runs or []))
 
 
 def export_fn(session, path: Path) -> JobFn:

@@ -7,7 +7,9 @@ only draws what these return.
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -21,6 +23,8 @@ ALARM_COLUMNS = ("Step", "Rank", "Rule", "Value", "Threshold", "Action", "Attrib
                  "First non-finite parameters", "Scene", "GPU state")
 ORDER_COLUMNS = ("Rank", "Steps recorded", "Steps", "Sessions", "Worker seeds (torch)",
                  "Duplicated", "Wrong after resume", "Shared seeds", "Ledger")
+GUARD_DOC = Path(__file__).resolve().parents[3] / "docs" / "guard.md"
+"""The guard's guide in a source checkout (an installed package has no docs/ folder)."""
 NO_TELEMETRY = ("GPU telemetry: none recorded; the guard attaches NVML state to transient "
                 "alarms only, when a GPU is there.")
 
@@ -94,15 +98,18 @@ def telemetry_text(metrics: RunMetrics) -> str:
         f"step {a.step}: {a.device_text()}" for a in recorded)
 
 
-def guard_text(metrics: RunMetrics) -> str:
-    """What the guard recorded, in one line."""
+def guard_text(metrics: RunMetrics, guide: Path = GUARD_DOC) -> str:
+    """What the guard recorded, in one line of rich text; when it recorded nothing, a link to
+    the guide that turns it on (`guide`, where that file is there)."""
     if not metrics.recorded:
-        return "The training guard recorded nothing in this run (see docs/guard.md)."
+        where = (f"<a href=\"{guide.as_uri()}\">how to turn it on</a>" if guide.is_file()
+                 else "how to turn it on: docs/guard.md in the project's source")
+        return f"The training guard recorded nothing in this run ({where})."
     steps = sum(len(s.steps) for s in metrics.series)
     order = sum(a.is_order for a in metrics.alarms)
     text = (f"Guard: {steps:,} step(s) on {len(metrics.series)} rank(s); "
             f"{len(metrics.alarms)} alarm(s), {order} of them on the data order")
     if metrics.problems:
         text += f"; {len(metrics.problems)} problem(s): {metrics.problems[0]}"
-    return text
+    return html.escape(text, quote=False)
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject
 from inspector.core.vocabulary import CheckpointState, SaveOutcome
 from inspector.gui import roles
 from inspector.gui.verdict_style import tint
-from inspector.run.checkpoints import CheckpointCheck, RunLedger, SaveRecord
+from inspector.run.checkpoints import CheckpointCheck, ResumeChoice, RunLedger, SaveRecord
 
 CHECKING = "checking…"
 COLUMNS = ("Step", "Epoch", "Saved (UTC)", "Size", "At save", "Now", "Rank", "Ledger line",
@@ -62,6 +63,24 @@ def run_rows(ledger: RunLedger, checks: list[CheckpointCheck] | None = None) -> 
                            check.state if check else None, check.detail if check else "",
                            chain.get(record.line, "ok")))
     return rows
+
+
+def resume_html(choice: ResumeChoice, ledger: RunLedger) -> str:
+    """The run's verdict as rich text: the checkpoint to resume from (or that there is none),
+    then every newer checkpoint passed over with the reason, as `run latest` says them."""
+    record = choice.record
+    if record is None:
+        lead = (f"<b>No checkpoint to resume from</b>: none of the {len(ledger.saves)} "
+                "ledgered checkpoints is still intact.")
+    else:
+        lead = (f"<b>Resume from {html.escape(record.label)}</b>: "
+                f"{html.escape(str(ledger.resolve(record)))}, saved "
+                f"{html.escape(record.time.replace('T', ' ')[:19])} (rank {record.rank}), "
+                "intact since then.")
+    skipped = "".join(f"<li>Skipped {html.escape(r.label)} ({html.escape(r.path)}): "
+                      f"{html.escape(why)}</li>" for r, why in choice.skipped)
+    ignored = "".join(f"<li>Ignored {html.escape(problem)}</li>" for problem in choice.untrusted)
+    return lead + (f"<ul>{skipped}{ignored}</ul>" if skipped or ignored else "")
 
 
 def chain_text(ledger: RunLedger) -> str:

@@ -1,5 +1,7 @@
 """The Run pane: a training run's ledgered checkpoints, checked against the disk.
 
+The pane leads with the run's verdict: the checkpoint a resume should load, and every newer one
+passed over with the reason (`run.checkpoints.resume_choice`, as `run latest` says it).
 Opening a run folder (or its `journal.jsonl`) shows every checkpoint the ledger recorded:
 step, time, size, the outcome when it was saved, whether its bytes still match now (intact,
 changed with the tensor named, missing, removed by rotation) and the journal's chain. Reading
@@ -18,7 +20,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
@@ -37,8 +39,18 @@ from inspector.core.progress import CancelToken
 from inspector.gui.jobs import EmitFn, Job, JobRunner
 from inspector.gui.panes import run_guard_model as guard_model
 from inspector.gui.panes.run_charts import RunCharts
-from inspector.gui.panes.run_model import RunTableModel, chain_text, run_rows
-from inspector.run.checkpoints import RunLedger, check_saves, read_ledger
+from inspector.gui.panes.run_model import RunTableModel, chain_text, resume_html, run_rows
+from inspector.gui.widgets import chart_style
+from inspector.run.checkpoints import (
+    CheckpointCheck,
+    LedgerSummary,
+    ResumeChoice,
+    RunLedger,
+    check_saves,
+    read_ledger,
+    resume_choice,
+    summarize,
+)
 from inspector.run.metrics import RunMetrics, read_run_metrics
 
 
@@ -54,16 +66,27 @@ class RunPane(QWidget):
     """The checkpoints of one training run."""
 
     open_requested = Signal(str)
+    checked = Signal()  # the run's checkpoints were checked: summary() has its numbers
 
     def __init__(self, runner: JobRunner, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.runner = runner
         self.run_path: Path | None = None
         self.ledger: RunLedger | None = None
+        self.checks: list[CheckpointCheck] | None = None
+        self.choice: ResumeChoice | None = None
+        self.verdict_role: str | None = None
+        """The verdict banner's chart_style role: good, bad, or None while checking."""
         self.job: Job | None = None
         self.title = QLabel("No training run open. Open a run folder (one with a journal.jsonl).")
         self.title.setTextFormat(Qt.TextFormat.RichText)
         self.title.setWordWrap(True)
+        self.verdict = QLabel("")
+        self.verdict.setObjectName("resumeVerdict")
+        self.verdict.setTextFormat(Qt.TextFormat.RichText)
+        self.verdict.setWordWrap(True)
+        self.verdict.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.verdict.setAccessibleName("Resume verdict")
         self.chain = QLabel("")
         self.verify_button = QPushButton("Check again")
         self.verify_button.clicked.connect(self.refresh)
@@ -82,6 +105,8 @@ class RunPane(QWidget):
         self.table.doubleClicked.connect(self._activated)
         self.metrics: RunMetrics | None = None
         self.guard_line = QLabel("")
+        self.guard_line.setTextFormat(Qt.TextFormat.RichText)
+        self.guard_line.setOpenExternalLinks(True)
         self.guard_line.setWordWrap(True)
         self.charts = RunCharts()
         self.telemetry = QLabel("")
@@ -109,6 +134,7 @@ class RunPane(QWidget):
         self.splitter.setSizes([110, 280, 210])  # a run has few checkpoints, more alarms
         layout = QVBoxLayout(self)
         layout.addWidget(self.title)
+        layout.addWidget(self.verdict)
         layout.addLayout(top)
         layout.addWidget(self.splitter, 1)
 
@@ -124,6 +150,9 @@ class RunPane(QWidget):
         self.verify_button.setEnabled(False)
         self.title.setText(f"<b>Training run</b> {html.escape(str(self.run_path))}")
         self.chain.setText("reading the ledger…")
+        self.checks = self.choice = self.verdict_role = None
+        self.verdict.setText("Finding the checkpoint to resume from…")
+        self._style_verdict()
         path = self.run_path
 
         def work(emit: EmitFn, cancel: CancelToken):
@@ -132,8 +161,9 @@ class RunPane(QWidget):
             ledger = read_ledger(path)
             emit({"type": "ledger", "ledger": ledger,
                   "metrics": read_run_metrics(ledger.journal, ledger.run_dir)})
-            return ledger, check_saves(ledger, (*ledger.saves, *ledger.untrusted),
-                                       tensor_digests=tensor_digests, cancel=cancel)
+            checks = check_saves(ledger, (*ledger.saves, *ledger.untrusted),
+                                 tensor_digests=tensor_digests, cancel=cancel)
+            return ledger, checks, resume_choice(path, checks=checks)
 
         job = Job("check run", work, parent=self)
         job.events.connect(self._on_events)
@@ -153,8 +183,12 @@ class RunPane(QWidget):
                                    f"{chain_text(self.ledger)} · checking the bytes…")
 
     def _on_checked(self, result) -> None:
-        ledger, checks = result
-        self.ledger = ledger
+        ledger, checks, choice = result
+        self.ledger, self.checks, self.choice = ledger, checks, choice
+        self.verdict.setText(resume_html(choice, ledger))
+        self.verdict_role = "good" if choice.record is not None else "bad"
+        self._style_verdict()
+        self.checked.emit()
         self.model.set_rows(run_rows(ledger, checks))
         states: dict[str, int] = {}
         for c in checks:
@@ -165,6 +199,30 @@ class RunPane(QWidget):
     def _on_failed(self, message: str) -> None:
         self.model.set_rows([])
         self.chain.setText(message)
+        self.verdict.setText(f"<b>No verdict</b>: {html.escape(message)}")
+        self.verdict_role = "bad"
+        self._style_verdict()
+
+    def _style_verdict(self) -> None:
+        """The verdict as a banner: good with a checkpoint to resume from, bad without one."""
+        role = self.verdict_role
+        if role is None:
+            self.verdict.setStyleSheet("")
+            return
+        self.verdict.setStyleSheet(
+            f"#resumeVerdict {{ {chart_style.banner_css(role, self.palette())} padding: 6px; }}")
+
+    def changeEvent(self, event: QEvent) -> None:
+        """Recolour the verdict banner when the theme switches."""
+        if event.type() == QEvent.Type.PaletteChange and hasattr(self, "verdict"):
+            self._style_verdict()
+        super().changeEvent(event)
+
+    def summary(self) -> LedgerSummary | None:
+        """The checked run in a few numbers, for a report; None until the check is done."""
+        if self.ledger is None or self.checks is None:
+            return None
+        return summarize(self.ledger, self.checks)
 
     def _show_guard(self, metrics: RunMetrics) -> None:
         """Draw what the guard recorded: charts, alarms, GPU telemetry, data order."""
@@ -176,6 +234,8 @@ class RunPane(QWidget):
                              guard_model.chart_marks(self.ledger, metrics))
         _fill(self.alarms, [guard_model.alarm_cells(a) for a in metrics.alarms])
         _fill(self.order, guard_model.order_rows(metrics))
+        for table in (self.alarms, self.order):  # an empty table's header reads as data too
+            table.setVisible(table.rowCount() > 0)
 
     def _activated(self, index) -> None:
         if 0 <= index.row() < len(self.model.rows):
