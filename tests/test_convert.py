@@ -69,7 +69,8 @@ def test_state_dict_round_trip_with_tied_weights_views_and_bfloat16(tmp_path, ca
         assert tensor.dtype == state[key].dtype and tensor.shape == state[key].shape, key
         assert _bits(tensor) == _bits(state[key]), key
     with safe_open(out, framework="pt") as handle:
-        assert handle.metadata() == {"format": "pt", "lm_head.weight": "embed.weight"}
+        assert handle.metadata() == {"format": "pt", "lm_head.weight": "embed.weight",
+                                     "ckpt-inspector.aliases": '{"lm_head.weight": "embed.weight"}'}
     assert report["tensors_written"] == len(loaded)
     assert not list(tmp_path.glob(".*.tmp")), "temp file left behind"
 

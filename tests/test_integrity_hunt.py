@@ -186,12 +186,10 @@ def test_quantized_weight_with_a_nonfinite_late_channel_scale_is_a_problem() -> 
     assert _health({"layer.weight": q}).status == "problem"
 
 
-# --- sparse weights get no statistics (`nan` null), so NaN or a flipped exponent bit in their
-# values is never judged: health `ok`.
+# --- sparse weights got no statistics (`nan` null), so NaN or a flipped exponent bit in their
+# values was never judged: health `ok`. They are judged on their stored values now.
 
 
-@pytest.mark.xfail(strict=True, reason="tensors/stats.py computes no statistics for sparse "
-                   "tensors (nan/inf null); the fix is there, on their values()")
 @pytest.mark.parametrize("layout", ["coo", "csr"])
 def test_sparse_weight_with_nan_is_a_problem(layout) -> None:
     w = torch.eye(8)
@@ -216,13 +214,11 @@ def test_nan_weight_tied_to_earlier_training_state_is_a_problem() -> None:
     assert _health({"model.layer.weight": w, "optimizer.snapshot": w}).status == "problem"
 
 
-# --- more flipped values than the rule's tail (one in 1,000) move the "bulk" up to them:
-# two flipped top exponent bits in a 32x32 float32 weight (0.02 -> ~7e36) are `ok`.
+# --- more flipped values than the rule's tail (one in 1,000) moved the "bulk" up to them:
+# two flipped top exponent bits in a 32x32 float32 weight (0.02 -> ~7e36) were `ok`. A few
+# (`health.outlier_tail`) always count as outliers now.
 
 
-@pytest.mark.xfail(strict=True, reason="stats.outliers_ruled_out skips the exponent pass when "
-                   "more than n//1000 values sit near absmax, and tests/test_stats.py and "
-                   "test_health.py pin that rule; a fix spans stats.py and those tests")
 def test_two_flipped_exponent_bits_in_a_small_weight_are_a_problem() -> None:
     g = torch.Generator().manual_seed(0)
     w = torch.randn(32, 32, generator=g) * 0.02
@@ -231,14 +227,12 @@ def test_two_flipped_exponent_bits_in_a_small_weight_are_a_problem() -> None:
     assert _health({"layer.weight": w}).status == "problem"
 
 
-# --- safetensors `__metadata__` is free text, yet every entry whose value names a tensor is
+# --- safetensors `__metadata__` is free text, yet every entry whose value named a tensor was
 # read as a converter's alias: a file holding only `weight`, with metadata note="weight",
-# is 'identical' to a checkpoint that also holds a separate tensor `note`.
+# was 'identical' to a checkpoint that also holds a separate tensor `note`. Only the aliases
+# a converter lists under `ckpt-inspector.aliases` are read now.
 
 
-@pytest.mark.xfail(strict=True, reason="tensors/sources.py _aliases takes any metadata entry "
-                   "whose value is a tensor name for an alias (fix there, e.g. only entries the "
-                   "converter marks)")
 def test_free_text_metadata_is_not_a_tensor(tmp_path) -> None:
     x = torch.arange(4.0)
     save_file({"weight": x}, tmp_path / "b.safetensors", metadata={"note": "weight"})
@@ -288,14 +282,10 @@ def test_flip_values_in_float64_differ_as_text(dtype) -> None:
     assert parse(text_b.strip("()")) == before[0] and parse(text_a.strip("()")) == after[0]
 
 
-# --- diff compares an encoded (sparse or quantized) tensor by its parts alone; what only the
-# rebuild spec holds (a sparse tensor's dense shape, a per-channel axis, CSR vs CSC) is never
-# compared, so tensors torch calls different are 'identical'.
-
-_SPEC_ONLY = pytest.mark.xfail(strict=True, reason="the rebuild spec (shape, axis, layout) is "
-                               "not among the compared parts: tensors/sources.py drops "
-                               "expand()'s specs; a fix needs sources.py (or new parts, a "
-                               "convert file-format change)")
+# --- diff compared an encoded (sparse or quantized) tensor by its parts alone; what only the
+# rebuild spec holds (a sparse tensor's dense shape, a per-channel axis, CSR vs CSC) was never
+# compared, so tensors torch calls different were 'identical'. The spec is a part now
+# (`KEY::spec`), read from a converted file's metadata too.
 
 
 def _diff_pt(tmp_path, a: dict, b: dict) -> dict:
@@ -305,7 +295,6 @@ def _diff_pt(tmp_path, a: dict, b: dict) -> dict:
                             open_checkpoint(str(tmp_path / "b.pt")))
 
 
-@_SPEC_ONLY
 def test_sparse_tensors_of_different_shape_differ(tmp_path) -> None:
     i, v = torch.tensor([[0, 1], [1, 2]]), torch.tensor([1.0, 2.0])
     a = torch.sparse_coo_tensor(i, v, (4, 4)).coalesce()
@@ -314,7 +303,6 @@ def test_sparse_tensors_of_different_shape_differ(tmp_path) -> None:
     assert not _diff_pt(tmp_path, {"s": a}, {"s": b})["identical"]
 
 
-@_SPEC_ONLY
 def test_per_channel_quantized_tensors_on_different_axes_differ(tmp_path) -> None:
     r = torch.arange(16, dtype=torch.uint8).reshape(4, 4)
     scales = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
@@ -325,7 +313,6 @@ def test_per_channel_quantized_tensors_on_different_axes_differ(tmp_path) -> Non
     assert not _diff_pt(tmp_path, {"q": a}, {"q": b})["identical"]
 
 
-@_SPEC_ONLY
 def test_csr_and_csc_with_the_same_parts_differ(tmp_path) -> None:
     m = torch.tensor([[1.0, 2.0], [0.0, 3.0]])
     a = m.to_sparse_csr()

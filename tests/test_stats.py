@@ -293,7 +293,7 @@ def test_exponent_pass_is_skipped_only_when_the_histogram_rules_outliers_out(chu
         flipped[7, 7] = scale
         assert "exponents" in tensor_stats(flipped)
     many = clean.clone()
-    many.view(-1)[:10] = 1e30  # ten values are more than the rule's tail of four
+    many.view(-1)[:10] = 1e30  # ten values are more than the rule's tail of eight
     assert "exponents" not in tensor_stats(many)
 
 

@@ -57,6 +57,9 @@ _RANK = {OK: 0, INFO: 0, WARNING: 1, PROBLEM: 2}
 
 OUTLIER_TAIL = 1000
 """One value in this many may sit above the bulk before it stops being an outlier."""
+OUTLIER_FEW = 8
+"""However small the tensor, this many values (at most one in 64) may sit above the bulk and
+still be outliers: two flipped bits in a 32x32 weight are not its bulk."""
 MIN_JUDGED = 16
 WIDE_GAP, NARROW_GAP = 20, 8
 ABSOLUTE_LIMIT = 2 ** 64
@@ -132,12 +135,17 @@ def outlier_gap(dtype: Any) -> int | None:
     return WIDE_GAP if d.fields[1] >= 8 else NARROW_GAP
 
 
+def outlier_tail(nonzero: int) -> int:
+    """How many of `nonzero` values may sit above the bulk and still count as outliers."""
+    return max(1, nonzero // OUTLIER_TAIL, min(OUTLIER_FEW, nonzero // 64))
+
+
 def magnitude_outliers(exponents: list[list[int]], gap: int) -> tuple[int, int | None]:
     """(number of outliers, bulk top exponent) from [[exponent, count], ...] pairs."""
     total = sum(c for _, c in exponents)
     if total < MIN_JUDGED:
         return 0, None
-    tail = max(1, total // OUTLIER_TAIL)
+    tail = outlier_tail(total)
     above = 0
     bulk = exponents[0][0]
     for e, c in sorted(exponents, reverse=True):

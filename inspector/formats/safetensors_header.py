@@ -7,6 +7,11 @@ the data buffer), then the data buffer. Two readers that disagree about a crafte
 an attacker's tool (one checks a tensor, the other loads a different one), so the checks live
 here once: `error` when the header cannot be read at all, `problems` (severity, code, message)
 for what it holds. A consumer that loads tensors refuses every problem but `info`.
+
+`__metadata__` is free text. A converter that stores tied weights once also names each dropped
+key there (`{removed: kept}`, safetensors' own convention); only the names listed under
+`ALIASES_KEY`, which this project's `convert` writes, are read as aliases (`recorded_aliases`),
+so a note whose value happens to name a tensor is never taken for one.
 """
 
 from __future__ import annotations
@@ -22,6 +27,11 @@ from typing import BinaryIO
 from inspector.core.dtypes import BY_SAFETENSORS, DType
 from inspector.core.vocabulary import Severity
 
+ENCODED_KEY = "ckpt-inspector.encoded"
+"""`__metadata__` entry: JSON {key: rebuild spec} of the quantized and sparse tensors a
+conversion wrote as parts (`tensors.encoded`)."""
+ALIASES_KEY = "ckpt-inspector.aliases"
+"""`__metadata__` entry: JSON {removed: kept} of the aliases a conversion recorded."""
 MAX_HEADER = 100_000_000
 """Header bytes read at most (what the safetensors library accepts)."""
 _MAX_DIM = (1 << 63) - 1  # torch's sizes are int64; a larger dimension is no tensor
@@ -224,3 +234,22 @@ def _is_shape(shape: list) -> bool:
         if type(d) is not int or not 0 <= d <= _MAX_DIM:
             return False
     return True
+
+
+def recorded_aliases(metadata: dict[str, str]) -> dict[str, str]:
+    """The aliases a converter recorded under `ALIASES_KEY` ({removed: kept}); {} for none or
+    for an entry that is not a JSON object of names."""
+    try:
+        aliases = json.loads(metadata.get(ALIASES_KEY, "{}"))
+    except ValueError:
+        return {}
+    if not isinstance(aliases, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in aliases.items()):
+        return {}
+    return aliases
+
+
+def aliases_entry(aliases: dict[str, str]) -> dict[str, str]:
+    """The `__metadata__` entries that record aliases: safetensors' own `{removed: kept}` and
+    `ALIASES_KEY` (empty when there are none)."""
+    return {**aliases, ALIASES_KEY: json.dumps(aliases, sort_keys=True)} if aliases else {}

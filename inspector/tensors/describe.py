@@ -47,6 +47,7 @@ def describe_tensors(
         if key in shared:
             rec["shared_with"] = shared[key]
         if not is_dense(t) or "meta" in rec["flags"]:
+            rec.update(_stored_values_stats(t, cancel))
             emit({"type": "tensor", **rec})
             continue
         view = _same_view(t)
@@ -129,6 +130,27 @@ def _release_tensor(t: torch.Tensor, release: Release | None) -> None:
     if release is not None:
         storage = t.untyped_storage()
         release(storage.data_ptr(), storage.nbytes())
+
+
+_SPARSE = {torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr,
+           torch.sparse_bsc}
+
+
+def _stored_values_stats(t: torch.Tensor, cancel: CancelToken | None) -> dict:
+    """A CPU sparse tensor judged on the values it stores (`stats_on` "stored values"): NaN,
+    Inf, absmax and exponent counts, what health needs to see corruption; zeros count the
+    implicit ones too. min, max, mean, std and the histogram stay unset: over the stored
+    values alone they would describe another tensor (an identity matrix would look constant).
+    {} for anything else without dense data (meta, nested, on a device)."""
+    if t.layout not in _SPARSE or t.device.type != "cpu" or not (
+            t.dtype.is_floating_point or t.dtype.is_complex):
+        return {}
+    values = (t._values() if t.layout == torch.sparse_coo else t.values()).reshape(-1)
+    rec = tensor_stats(values, cancel)
+    implicit = t.numel() - values.numel()
+    return {"stats_on": "stored values", "nan": rec["nan"], "inf": rec["inf"],
+            "zeros": rec["zeros"] + implicit, "absmax": rec["absmax"],
+            **({"exponents": rec["exponents"]} if "exponents" in rec else {})}
 
 
 def _stats_and_digest(t: torch.Tensor, cancel: CancelToken | None, digest: Digest) -> dict:

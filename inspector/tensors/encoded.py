@@ -24,9 +24,9 @@ import json
 import torch
 
 from inspector.core.errors import CodedError
+from inspector.formats.safetensors_header import ENCODED_KEY as METADATA_KEY
 
 SEPARATOR = "::"
-METADATA_KEY = "ckpt-inspector.encoded"
 _QUANTIZED = {torch.qint8, torch.quint8, torch.qint32}
 _PER_TENSOR = {torch.per_tensor_affine, torch.per_tensor_symmetric}
 _PER_CHANNEL = {torch.per_channel_affine, torch.per_channel_symmetric,

@@ -7,14 +7,18 @@ contiguous, row-major and little-endian, so those ranges are read straight from 
 mapping and digests of safetensors files never import torch (seconds saved per verify). A
 plain `torch.save` zip archive that `layout.torch_save` describes completely, and the weights
 of a TorchScript or torch.export archive (`layout.torchscript`), are read the same way,
-from their stored records; views that are not one row-major run are gathered with numpy
-strides. Anything that layout does not cover is loaded with torch; its quantized and sparse
-tensors are read as the parts `tensors.encoded` names (`KEY::int_repr`, `KEY::indices`, ...).
+from their stored records (`rawtensors.readers`, which the user's process uses to check the
+worker); views that are not one row-major run are gathered with numpy strides. Anything that
+layout does not cover is loaded with torch; its quantized and sparse tensors are read as the
+parts `tensors.encoded` names (`KEY::int_repr`, `KEY::indices`, ...) plus `KEY::spec`, the
+rebuild spec as bytes, which a converted file's `__metadata__` gives too. Aliases are read
+only where a converter listed them (`safetensors_header.recorded_aliases`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import mmap
 import os
 import sys
@@ -26,13 +30,11 @@ from inspector.core.dtypes import canonical_dtype
 from inspector.core.errors import CodedError
 from inspector.core.progress import CancelToken, check
 from inspector.formats import HEAD_BYTES, detect, sniff
-from inspector.formats.safetensors_header import read_header
+from inspector.formats.safetensors_header import ENCODED_KEY, read_header, recorded_aliases
 from inspector.integrity.hashing import DIGEST_ALGORITHM
-from inspector.layout.torch_save import NotCovered, TensorLayout, describe_archive
+from inspector.layout.torch_save import NotCovered, describe_archive
 from inspector.layout.torchscript import code_archive_kind, describe_code_archive
-
-CHUNK_BYTES = 16 * 1024 * 1024
-"""Bytes read, compared or hashed at a time; bounds memory whatever the tensor size."""
+from inspector.rawtensors.readers import range_reader, strided_reader
 
 
 class SourceError(CodedError):
@@ -124,7 +126,7 @@ def _open_loaded(path: str, fmt: str, loaded: Any, maps_fd: int | None,
     torch.set_num_threads(1)
     tensors, objects = split_leaves(loaded)
     # Quantized and sparse tensors as the parts `convert` writes, so they compare one for one.
-    tensors = expand(tensors)[0]
+    tensors, specs = expand(tensors)
     release = PageReleaser(maps_fd, path)
     release.refresh()
     sources = []
@@ -143,6 +145,7 @@ def _open_loaded(path: str, fmt: str, loaded: Any, maps_fd: int | None,
                 file=where[0] if where else None,
             )
         )
+    sources += _spec_sources(specs, {s.key for s in sources})
     return Checkpoint(fmt, sources, [describe_object(k, v) for k, v in objects])
 
 
@@ -166,49 +169,15 @@ def _open_layout(path: str) -> Checkpoint | None:
             key=t.key,
             dtype=t.dtype,
             shape=list(t.shape),
-            read=_range_reader(view, t.data_offset, t.data_offset + t.numel * t.itemsize)
+            read=range_reader(view, t.data_offset, t.data_offset + t.numel * t.itemsize)
             if t.contiguous
-            else _strided_reader(view, t),
+            else strided_reader(view, t),
             offset=t.data_offset if t.contiguous else None,
             storage=(t.data_offset, t.stride),
         )
         for t in layouts
     ]
     return Checkpoint(fmt or "pytorch-zip", sources)
-
-
-def _strided_reader(view: memoryview, t: TensorLayout) -> Callable[[], Iterator[memoryview]]:
-    def read() -> Iterator[memoryview]:
-        import numpy as np
-
-        # bounds were checked by describe_archive: the view lies inside its stored record
-        first = np.frombuffer(view, dtype=np.uint8)[t.data_offset :]
-        elements = np.lib.stride_tricks.as_strided(
-            first,
-            shape=(*t.shape, t.itemsize),
-            strides=(*(s * t.itemsize for s in t.stride), 1),
-            writeable=False,
-        )
-        yield from _row_major(elements)
-
-    return read
-
-
-def _row_major(arr: Any) -> Iterator[memoryview]:
-    """Contiguous copies of a strided numpy array, in row-major order, each about CHUNK_BYTES."""
-    import numpy as np
-
-    if arr.nbytes <= CHUNK_BYTES or arr.ndim == 1:
-        yield memoryview(np.ascontiguousarray(arr).reshape(-1))
-        return
-    row = arr[0].nbytes
-    if row > CHUNK_BYTES:
-        for sub in arr:
-            yield from _row_major(sub)
-        return
-    step = CHUNK_BYTES // row
-    for start in range(0, len(arr), step):
-        yield memoryview(np.ascontiguousarray(arr[start : start + step]).reshape(-1))
 
 
 def _open_safetensors(path: str) -> Checkpoint:
@@ -224,13 +193,14 @@ def _open_safetensors(path: str) -> Checkpoint:
             key=e.key,
             dtype=canonical_dtype(e.dtype.safetensors),
             shape=e.shape,
-            read=_range_reader(view, e.begin, e.end),
+            read=range_reader(view, e.begin, e.end),
             offset=e.begin,
             storage=(e.begin, e.end),
         )
         for e in header.entries
     ]
     sources += _aliases(sources, header.metadata)
+    sources += _spec_sources(_recorded_specs(header.metadata), {s.key for s in sources})
     objects = [
         {"key": f"__metadata__.{k}", "type": "builtins.str", "repr": repr(v)[:200]}
         for k, v in header.metadata.items()
@@ -238,34 +208,50 @@ def _open_safetensors(path: str) -> Checkpoint:
     return Checkpoint("safetensors", sources, objects)
 
 
+SPEC_PART = "::spec"
+"""The part that holds an encoded tensor's rebuild spec (`KEY::spec`)."""
+
+
+def _spec_sources(specs: dict[str, dict], taken: set[str]) -> list[TensorSource]:
+    """Each encoded tensor's rebuild spec (dense shape, quantization axis, sparse layout) as one
+    more part, `KEY::spec`, its canonical JSON as bytes: tensors whose parts are equal but
+    rebuild differently (CSR and CSC, another axis or shape) then differ part for part."""
+    out = []
+    for key, spec in specs.items():
+        name = key + SPEC_PART
+        if name in taken:
+            raise SourceError("key_collision", f"{name!r} names both a tensor and the rebuild "
+                              "spec of an encoded (quantized or sparse) tensor")
+        data = json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()
+        out.append(TensorSource(key=name, dtype="uint8", shape=[len(data)],
+                                read=lambda data=data: iter([memoryview(data)]),
+                                storage=(SPEC_PART, key)))
+    return out
+
+
+def _recorded_specs(metadata: dict[str, str]) -> dict[str, dict]:
+    """The rebuild specs a converted file records (`ENCODED_KEY`); {} when there are none or
+    the entry is not a JSON object of objects (free text, which then matches no original)."""
+    try:
+        specs = json.loads(metadata.get(ENCODED_KEY, "{}"))
+    except ValueError:
+        return {}
+    ok = isinstance(specs, dict) and all(isinstance(v, dict) for v in specs.values())
+    return specs if ok else {}
+
+
 def _aliases(sources: list[TensorSource], metadata: dict[str, str]) -> list[TensorSource]:
-    """Names a converter dropped for shared storage, recorded in metadata as removed -> kept."""
+    """Names a converter dropped for shared storage and recorded as aliases (only those it
+    lists under `ALIASES_KEY`: the rest of the metadata is free text)."""
     by_key = {s.key: s for s in sources}
     return [
         TensorSource(
             key=removed, dtype=kept.dtype, shape=kept.shape, read=kept.read, alias_of=kept.key,
             storage=kept.storage,
         )
-        for removed, name in metadata.items()
+        for removed, name in recorded_aliases(metadata).items()
         if removed not in by_key and (kept := by_key.get(name)) is not None
     ]
-
-
-def _range_reader(view: memoryview, begin: int, end: int) -> Callable[[], Iterator[memoryview]]:
-    def read() -> Iterator[memoryview]:
-        for start in range(begin, end, CHUNK_BYTES):
-            stop = min(end, start + CHUNK_BYTES)
-            yield view[start:stop]
-            # pages of a read-only file mapping are dropped losslessly once read
-            _drop(view.obj, start, stop)
-
-    return read
-
-
-def _drop(mm: mmap.mmap, start: int, stop: int) -> None:
-    first = start // mmap.PAGESIZE * mmap.PAGESIZE
-    if hasattr(mmap, "MADV_DONTNEED"):
-        mm.madvise(mmap.MADV_DONTNEED, first, stop - first)
 
 
 def digest(source: TensorSource, cancel: CancelToken | None = None) -> str | None:

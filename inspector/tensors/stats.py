@@ -35,7 +35,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from inspector.checkpoint.health import MIN_JUDGED, OUTLIER_TAIL, outlier_gap
+from inspector.checkpoint.health import MIN_JUDGED, outlier_gap, outlier_tail
 from inspector.core.progress import CancelToken, check
 from inspector.core.strict_json import strict_float
 from inspector.tensors.records import dtype_name
@@ -248,14 +248,15 @@ def tensor_stats(t: torch.Tensor, cancel: CancelToken | None = None,
 
 
 def outliers_ruled_out(histogram: dict, absmax: float, nonzero: int, gap: int) -> bool:
-    """True when more than the outlier rule's tail of values lie within 2**(gap-1) of absmax.
+    """True when more than the outlier rule's tail of values (`health.outlier_tail`) lie within
+    2**(gap-1) of absmax.
 
     Then the bulk top of `checkpoint.health.magnitude_outliers` is at least absmax / 2**(gap - 1),
     so no value can be 2**gap above it and the exponent pass is skipped. A bin counts only if
     its edge nearest zero is at least twice that bound (a margin for values rounded into a
     neighbouring bin).
     """
-    tail = max(1, nonzero // OUTLIER_TAIL)
+    tail = outlier_tail(nonzero)
     first, width = histogram["lo"], (histogram["hi"] - histogram["lo"]) / histogram["bins"]
     floor = 2 * absmax / 2.0 ** (gap - 1)
     above = 0

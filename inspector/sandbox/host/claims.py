@@ -34,13 +34,18 @@ from inspector.checkpoint.health import assess
 from inspector.checkpoint.results import ClaimCheck
 from inspector.core.dtypes import BY_NAME
 from inspector.core.termtext import escape
-from inspector.formats.safetensors_header import read_buffer
+from inspector.formats.safetensors_header import (
+    ALIASES_KEY,
+    ENCODED_KEY,
+    read_buffer,
+    recorded_aliases,
+)
 from inspector.rawtensors.readers import NotReadable, RawFile, RawTensor, open_raw
 from inspector.rawtensors.values import measure
 from inspector.sandbox.host.jobs import SandboxError
 
 REFUTED = "claim_refuted"
-OWN_METADATA = frozenset({"format", "ckpt-inspector.encoded"})
+OWN_METADATA = frozenset({"format", ENCODED_KEY, ALIASES_KEY})
 """`__metadata__` entries a conversion writes that are not aliases."""
 _LISTED = 3
 
@@ -142,6 +147,7 @@ def _conversion_problems(raw: RawFile, out: mmap.mmap, result: dict[str, Any]
     if header.refusal() is not None:
         return [f"the output's header: {header.refusal()}"], {}
     written = {e.key: e for e in header.entries}
+    aliases = recorded_aliases(header.metadata)
     inputs = _selected(raw, result)
     skipped = {str(s.get("key")) for s in result.get("tensors_skipped") or ()}
     problems = [f"{escape(k)} was written but is no tensor of the input"
@@ -162,19 +168,20 @@ def _conversion_problems(raw: RawFile, out: mmap.mmap, result: dict[str, Any]
                 digests[name] = digest
         elif name in skipped and BY_NAME[t.dtype].safetensors is None:
             continue
-        elif not _is_alias(name, t, inputs, header.metadata, written):
+        elif not _is_alias(name, t, inputs, aliases, written):
             problems.append(f"{escape(name)} of the input is missing from the output")
-    problems += [f"the output's metadata names {escape(k)} an alias of {escape(v)}"
-                 for k, v in header.metadata.items()
-                 if k not in OWN_METADATA and (k in written or k not in inputs)]
+    problems += [f"the output names {escape(k)} an alias, which is no dropped input tensor"
+                 for k in aliases if k in written or k not in inputs]
+    if {k: v for k, v in header.metadata.items() if k not in OWN_METADATA} != aliases:
+        problems.append("the output's metadata holds entries that are not its recorded aliases")
     return problems, digests
 
 
 def _is_alias(name: str, t: RawTensor, inputs: dict[str, RawTensor],
-              metadata: dict[str, str], written: dict) -> bool:
-    """Whether the output names `name` an alias of a written tensor that is the same view of
-    the same bytes in the input."""
-    kept = metadata.get(name)
+              aliases: dict[str, str], written: dict) -> bool:
+    """Whether the output records `name` as an alias of a written tensor that is the same view
+    of the same bytes in the input."""
+    kept = aliases.get(name)
     other = inputs.get(kept) if kept in written else None
     return other is not None and (other.dtype, other.shape, other.view) == (
         t.dtype, t.shape, t.view)

@@ -3,8 +3,9 @@
 Keys are flattened as in `core.flatten`. Tensors that share a storage keep one name (of those
 that cover the whole storage, the one `shards.tie_rule.kept_name` picks: the name transformers'
 `save_pretrained` keeps); identical views become aliases recorded in `__metadata__` as
-`{removed: kept}`; partial views are written as their own (cloned) tensors; everything is
-written contiguous, row-major. Quantized and sparse tensors are written as their parts
+`{removed: kept}` and under `ckpt-inspector.aliases` (`safetensors_header.aliases_entry`);
+partial views are written as their own (cloned) tensors; everything is written contiguous,
+row-major. Quantized and sparse tensors are written as their parts
 (`tensors.encoded`: integer representation, scale, zero point, axis; indices, values, shape),
 so nothing is lost. What is still unconvertible (meta and nested tensors, dtypes safetensors
 has no code for) fails the conversion with the keys listed (`unsupported_tensors`), unless
@@ -45,6 +46,7 @@ from inspector.core.errors import CodedError
 from inspector.core.flatten import colliding_keys
 from inspector.core.progress import CancelToken, check
 from inspector.core.termtext import escape
+from inspector.formats.safetensors_header import aliases_entry
 from inspector.integrity.hashing import DIGEST_ALGORITHM
 from inspector.shards.tie_rule import kept_name
 from inspector.tensors.by_format import load_request
@@ -360,7 +362,7 @@ def convert(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
         raise LoadError("unsupported_tensors",
                         f"cannot convert without losing tensors: {listed}{more} "
                         f"(--skip-unsupported converts the rest and lists these)")
-    metadata = {"format": "pt", **plan.aliases, **metadata_entry(encoded)}
+    metadata = {"format": "pt", **aliases_entry(plan.aliases), **metadata_entry(encoded)}
     release = PageReleaser(request.get("_maps_fd"), path)
     release.refresh()
     with Writeback(fd) as writeback:
