@@ -105,14 +105,108 @@ def reconstructor_maildir_inst(path: Path, canary: Path) -> Path:
     return _write(path, data)
 
 
-HOSTILE: dict[str, tuple[str, Callable[[Path, Path], Path]]] = {
-    "from_type_gzip_in_torch_zip": ("torch", from_type_gzip_in_torch_zip),
-    "from_type_subprocess_handler": ("pickle", from_type_subprocess_handler),
-    "from_type_memoised_stack_global": ("torch", from_type_memoised_stack_global),
-    "from_type_obj_bz2": ("pickle", from_type_obj_bz2),
-    "reconstructor_mbox": ("pickle", reconstructor_mbox),
-    "reconstructor_maildir_inst": ("pickle", reconstructor_maildir_inst),
+# ---------------------------------------------------------------------------------------------
+# joblib: what its unpickler reads after a NumpyArrayWrapper
+# ---------------------------------------------------------------------------------------------
+
+
+class _Runs:
+    """Pickles as a call of `func(*args)` (a payload: `__reduce__`), wherever it is stored."""
+
+    def __init__(self, func: Callable, *args: object) -> None:
+        self.func, self.args = func, args
+
+    def __reduce__(self) -> tuple:
+        return self.func, self.args
+
+
+def joblib_payload_after_array(path: Path, canary: Path) -> Path:
+    """joblib.dump of a float array followed by a value whose pickle calls mailbox.mbox(CANARY):
+    the call lies after the array's raw bytes, which joblib steps over."""
+    import mailbox
+
+    import joblib
+    import numpy as np
+
+    joblib.dump({"w": np.arange(64.0), "meta": _Runs(mailbox.mbox, str(canary))}, path)
+    return Path(path)
+
+
+def joblib_object_array_payload(path: Path, canary: Path) -> Path:
+    """joblib.dump of an object array holding a value whose pickle calls os.system: joblib
+    writes the object array as a nested pickle and reads it with a fresh unpickler."""
+    import os
+
+    import joblib
+    import numpy as np
+
+    values = np.empty(2, dtype=object)
+    values[0], values[1] = "plain", _Runs(os.system, f"touch '{canary}'")
+    joblib.dump({"values": values}, path)
+    return Path(path)
+
+
+def joblib_array_bytes_are_opcodes(path: Path, canary: Path) -> Path:
+    """A wrapper without alignment padding (the joblib < 1.2 layout joblib still reads) whose
+    array bytes are an os.system payload: joblib reads them as uint8 data, pickle.load as
+    opcodes."""
+    payload = p_global("os", "system") + MARK + p_unicode(f"touch '{canary}'") + TUPLE + REDUCE
+    dtype = (p_global("numpy", "dtype") + MARK + p_unicode("u1") + b"\x89\x88" + TUPLE
+             + REDUCE)
+    state = (EMPTY_DICT + MARK + p_unicode("subclass") + p_global("numpy", "ndarray")
+             + p_unicode("shape") + b"J" + len(payload).to_bytes(4, "little") + b"\x85"
+             + p_unicode("order") + p_unicode("C") + p_unicode("dtype") + dtype
+             + p_unicode("allow_mmap") + b"\x89" + b"u")
+    data = (PROTO2 + p_global("joblib.numpy_pickle", "NumpyArrayWrapper") + b")\x81" + state
+            + b"b" + payload + STOP)
+    return _write(path, data)
+
+
+HOSTILE: dict[str, tuple[str, Callable[[Path, Path], Path], str]] = {
+    # name: (the loader that runs it, builder, evidence a dangerous finding or import names)
+    "from_type_gzip_in_torch_zip": ("torch", from_type_gzip_in_torch_zip,
+                                    "_rebuild_from_type_v2 calls its argument func"),
+    "from_type_subprocess_handler": ("pickle", from_type_subprocess_handler,
+                                     "_rebuild_from_type_v2 calls its argument func"),
+    "from_type_memoised_stack_global": ("torch", from_type_memoised_stack_global,
+                                        "_rebuild_from_type_v2 calls its argument func"),
+    "from_type_obj_bz2": ("pickle", from_type_obj_bz2,
+                          "_rebuild_from_type_v2 calls its argument func"),
+    "reconstructor_mbox": ("pickle", reconstructor_mbox, "constructs and initialises"),
+    "reconstructor_maildir_inst": ("pickle", reconstructor_maildir_inst,
+                                   "constructs and initialises"),
+    "joblib_payload_after_array": ("joblib", joblib_payload_after_array, "calls mailbox.mbox"),
+    "joblib_object_array_payload": ("joblib", joblib_object_array_payload, "os.system"),
+    "joblib_array_bytes_are_opcodes": ("pickle", joblib_array_bytes_are_opcodes, "os.system"),
 }
+"""Every hostile sample: name -> (loader, builder, evidence)."""
+
+# The loader each sample targets, in a throwaway process; children it starts are waited for,
+# so a payload that runs a program has finished when the process ends.
+LOADER = r"""
+import os, pickle, sys
+kind, path = sys.argv[1], sys.argv[2]
+try:
+    if kind == "pickle":
+        with open(path, "rb") as f:
+            pickle.load(f)
+    elif kind == "torch":
+        import torch
+        torch.load(path, weights_only=False)
+    elif kind == "joblib":
+        import joblib
+        joblib.load(path)
+    elif kind == "package":
+        from torch.package import PackageImporter
+        PackageImporter(path).load_pickle("model", "model.pkl")
+except Exception as exc:
+    print("loader raised", type(exc).__name__, str(exc)[:200])
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        break
+"""
 
 
 # ---------------------------------------------------------------------------------------------

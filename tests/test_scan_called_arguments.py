@@ -2,21 +2,18 @@
 (`policy.CALLS_ARGUMENTS`) is judged as a REDUCE target is.
 
 The declarations are held to the allowed callables' own source (read here with `inspect`, never
-by the scanner); each hostile sample is first proven to run its payload under its real loader
-in a throwaway process (its canary appears), then scanned: dangerous, with nothing run."""
+by the scanner). The hostile samples that abuse them are proven and scanned in
+`test_scan_load_time.py`."""
 
 from __future__ import annotations
 
 import ast
 import importlib
 import inspect
-import subprocess
 import textwrap
-from pathlib import Path
 
 import pytest
 from factories import MARK, PROTO2, REDUCE, STOP, TUPLE, p_global, p_unicode
-from load_time_samples import HOSTILE
 
 from inspector.scan.engine import scan_bytes, scan_file
 from inspector.scan.pickles.policy import (
@@ -28,26 +25,6 @@ from inspector.scan.pickles.policy import (
 )
 from inspector.scan.pickles.presets import PRESET_GLOBALS
 
-# The loader each sample targets; children it starts are waited for, so a payload that runs a
-# program has finished when the process ends.
-LOADER = r"""
-import os, pickle, sys
-kind, path = sys.argv[1], sys.argv[2]
-try:
-    if kind == "pickle":
-        with open(path, "rb") as f:
-            pickle.load(f)
-    elif kind == "torch":
-        import torch
-        torch.load(path, weights_only=False)
-except Exception as exc:
-    print("loader raised", type(exc).__name__, str(exc)[:200])
-while True:
-    try:
-        os.wait()
-    except ChildProcessError:
-        break
-"""
 # Methods a class's construction runs with the arguments of the call that builds it.
 _CONSTRUCTION = ("__new__", "__init__")
 
@@ -217,40 +194,3 @@ def test_a_benign_defaultdict_keeps_its_plain_factory(tmp_path):
     res = scan_file(path)
     assert res.verdict != "dangerous", res.to_json()
     assert not [f for f in res.findings if f.code == "call-outside-allowlist"]
-
-
-@pytest.fixture(scope="module")
-def proven(tmp_path_factory, python_exe):
-    """Every hostile sample, built and proven to run its payload under its loader."""
-    work = tmp_path_factory.mktemp("called-args")
-    samples = {}
-    for name, (loader, build) in HOSTILE.items():
-        canary = work / f"{name}.canary"
-        path = build(work / f"{name}.bin", canary)
-        assert not canary.exists()
-        subprocess.run([python_exe, "-I", "-c", LOADER, loader, str(path)], cwd=work,
-                       capture_output=True, text=True, timeout=300, check=True)
-        assert canary.exists(), f"{name}: the payload did not run under {loader}"
-        _remove(canary)
-        samples[name] = (path, canary)
-    return samples
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir():
-        for child in sorted(path.rglob("*"), reverse=True):
-            child.rmdir() if child.is_dir() else child.unlink()
-        path.rmdir()
-    else:
-        path.unlink()
-
-
-@pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_hostile_sample_is_dangerous_and_never_run(proven, name):
-    path, canary = proven[name]
-    res = scan_file(path)
-    assert res.verdict == "dangerous", res.to_json()
-    reasons = [f.message for f in res.findings if f.severity == "dangerous"]
-    assert any("calls its argument" in r or "constructs and initialises" in r
-               for r in reasons), reasons
-    assert not canary.exists()

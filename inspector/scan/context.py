@@ -11,6 +11,7 @@ imports `scan.engine` or this module. Beyond that interface, the engine reads ba
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 from collections.abc import Callable, Iterator
 
@@ -35,7 +36,14 @@ from inspector.scan.pickles.policy import (
     classify,
     numpy_dtype_class,
 )
-from inspector.scan.pickles.walker import Call, Limits, PickleScan, looks_like_pickle, scan_pickle
+from inspector.scan.pickles.walker import (
+    Call,
+    Issue,
+    Limits,
+    PickleScan,
+    looks_like_pickle,
+    scan_pickle,
+)
 from inspector.scan.result import Finding, GlobalUse, ScanResult
 
 _PROBE = Limits(max_opcodes=100_000)  # a quick look at bytes that are rarely a pickle
@@ -140,8 +148,37 @@ class ScanContext:
             scan.storages += other.storages
             scan.wo_blockers += [b for b in other.wo_blockers if b not in scan.wo_blockers]
             scan.next_start = other.next_start
+        if scan.raw_spans:
+            self._read_as_opcodes(data, start, through, scan)
         self._keep(data, start, scan, entry)
         return scan
+
+    def _read_as_opcodes(self, data, start: int, through: bool, scan: PickleScan) -> None:
+        """joblib reads `scan.raw_spans` as NumPy array data; pickle.load and torch.load read
+        the same bytes as opcodes. Walk that reading too: an import it finds inside a span is
+        one joblib never sees, hidden in array data (dangerous, and judged as any import)."""
+        rules, budget = self.rules, self.budget
+        budget.check()
+        other = scan_pickle(data, start, allowed=rules.allowed, wo_opcodes=rules.opcodes,
+                            through=through, joblib=False,
+                            limits=Limits(max_opcodes=budget.opcodes))
+        budget.walked(other.opcodes)
+        spans = sorted(scan.raw_spans)
+        firsts = [a for a, _ in spans]
+
+        def hidden(offset: int) -> bool:
+            i = bisect.bisect_right(firsts, offset) - 1
+            return i >= 0 and offset < spans[i][1]
+
+        inside = [g for g in other.globals if hidden(g.offset)]
+        if not inside:
+            return
+        scan.globals += inside
+        scan.calls += [c for c in other.calls if hidden(c.offset)]
+        names = ", ".join(sorted({g.key for g in inside})[:5])
+        scan.issues.append(Issue("array-data-imports", "bytes joblib reads as NumPy array "
+                                 f"data import {names} when pickle.load or torch.load reads "
+                                 "them as opcodes", inside[0].offset, True))
 
     def _keep(self, data, start: int, scan: PickleScan, entry: bool) -> None:
         """Keep the walked buffer and start for the loaders' own readers (`scan.readings`)."""

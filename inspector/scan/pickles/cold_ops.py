@@ -11,6 +11,7 @@ import codecs
 from collections.abc import Callable
 from struct import unpack_from
 
+from inspector.scan.pickles.joblib_arrays import NUMPY_DTYPE, WRAPPER
 from inspector.scan.pickles.opcodes import OPCODE_BYTES
 from inspector.scan.pickles.records import Call, GlobalRef
 from inspector.scan.pickles.state import Truncated, WalkState
@@ -123,6 +124,10 @@ def _build(st: WalkState, op: int, at: int) -> None:
         strings_of(state, strings)
         if strings:
             st.res.calls.append(Call(inst.func, "BUILD", at, strings))
+        if inst.func.key == NUMPY_DTYPE:
+            inst.detail = (inst.detail, state)  # (its arguments, its state): a joblib array's size
+        elif inst.func.key == WRAPPER:
+            st.joblib_array(state, at)
     elif not isinstance(inst, _Obj):
         st.block(f"BUILD on a {kind_of(inst)}")
 
@@ -139,8 +144,10 @@ def _setitems(st: WalkState, op: int, at: int) -> None:
         else:
             st.note("container-type-confusion", f"{name} on a {kind}, not a dict", at, True)
             st.block(f"{name} on a {kind}")
-    if isinstance(target, _Seq) and len(target.strings) < 16:
-        strings_of(tuple(items), target.strings)
+    if isinstance(target, _Seq):
+        if len(target.strings) < 16:
+            strings_of(tuple(items), target.strings)
+        target.set_items(items)
 
 
 @_handles("APPEND", "APPENDS")
@@ -169,6 +176,8 @@ def _dict_or_list(st: WalkState, op: int, at: int) -> None:
     items = st.pop_mark(at)
     seq = _Seq("dict" if op == 0x64 else "list")
     strings_of(tuple(items), seq.strings)
+    if op == 0x64:
+        seq.set_items(items)
     st.stack.append(seq)
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.core.vocabulary import Severity
+from inspector.scan.pickles.joblib_arrays import WRAPPER as JOBLIB_WRAPPER
 from inspector.scan.pickles.numpy_dtypes import numpy_dtype_class as numpy_dtype_class
 from inspector.scan.pickles.numpy_dtypes import numpy_dtype_classes as numpy_dtype_classes
 from inspector.scan.pickles.opcodes import OPCODE_BYTES, WEIGHTS_ONLY_OPCODES_DEFAULT
@@ -419,6 +420,12 @@ def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> C
                                     "torch.load(weights_only=True) does not allow it, "
                                     f"{preset_flags().get(key, '--allow-global ' + key)} "
                                     "loads it")
+    if key == JOBLIB_WRAPPER:
+        return Classification(suspicious, "joblib's stand-in for a NumPy array, judged as one: "
+                                          "joblib.load reads the array's bytes after it, and so "
+                                          "does this scan (an object array's own pickle is "
+                                          "scanned); torch.load(weights_only=True) does not "
+                                          "allow it")
     parts = module.split(".") + name.split(".")
     if any(p.startswith("__") and p.endswith("__") and p not in _SAFE_DUNDERS for p in parts):
         return Classification(dangerous,

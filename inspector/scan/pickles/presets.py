@@ -27,6 +27,18 @@ _ATTRIBUTE_DICTS = ("lightning.fabric.utilities.data.AttributeDict",
 _PATHS = {f"pathlib{where}.{pure}{system}Path": f"pathlib.Pure{system}Path"
           for where in ("", "._local") for pure in ("", "Pure") for system in ("Posix", "Windows")}
 
+# omegaconf's containers, as Hydra-configured runs save their config among a checkpoint's
+# hyper-parameters: the containers, their metadata, the value nodes, and the plain types and
+# containers their metadata and content dicts are pickled with.
+_OMEGACONF = (
+    "omegaconf.dictconfig.DictConfig", "omegaconf.listconfig.ListConfig",
+    "omegaconf.base.ContainerMetadata", "omegaconf.base.Metadata",
+    *(f"omegaconf.nodes.{node}Node" for node in (
+        "Any", "String", "Integer", "Float", "Boolean", "Bytes", "Path", "Enum", "Literal")),
+    "typing.Any", "collections.defaultdict",
+    *(f"builtins.{plain}" for plain in ("dict", "list", "int", "float", "str", "bool", "bytes")),
+)
+
 STAND_INS: dict[str, str] = {**dict.fromkeys(_ATTRIBUTE_DICTS, "builtins.dict"), **_PATHS}
 """Globals the worker rebuilds as a plain class of the standard library, registered under the
 checkpoint's name: an AttributeDict as a dict, a path as a pure path (a name that never touches
@@ -41,6 +53,9 @@ PRESETS: dict[str, tuple[str, tuple[str, ...]]] = {
                   "paths) and argparse.Namespace (PyTorch Lightning 1.x hparams), as Lightning "
                   "checkpoints hold them",
                   (*_ATTRIBUTE_DICTS, *_PATHS, "argparse.Namespace")),
+    "omegaconf": ("omegaconf's DictConfig and ListConfig with their nodes and metadata, the "
+                  "hyper-parameters of Hydra-configured Lightning checkpoints",
+                  _OMEGACONF),
 }
 
 PRESET_GLOBALS = frozenset(g for _, members in PRESETS.values() for g in members)

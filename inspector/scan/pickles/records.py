@@ -85,3 +85,5 @@ class PickleScan:
     frame_misaligned: bool = False
     # with `unbuffered`: where such a reader's next pickle starts (the end of what it read)
     next_start: int = 0
+    # (start, end) of bytes joblib reads as a NumPy array's data (`joblib_arrays`), stepped over
+    raw_spans: list[tuple[int, int]] = field(default_factory=list)

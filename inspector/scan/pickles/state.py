@@ -7,8 +7,10 @@ and hands them back here before an opcode that lives in `cold_ops` runs.
 from __future__ import annotations
 
 from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from inspector.scan.pickles.joblib_arrays import NUMPY_DTYPE, PLAIN_SUBCLASSES, WRAPPER, layout
 from inspector.scan.pickles.opcodes import OPCODE_NAMES
 from inspector.scan.pickles.policy import CALLS_ARGUMENTS, CalledArgument
 from inspector.scan.pickles.records import Call, GlobalRef, Issue, Limits, PickleScan
@@ -56,6 +58,10 @@ class WalkState:
     allowed: frozenset[str]
     through: bool
     unbuffered: bool
+    # joblib's reading: the bytes after a NumpyArrayWrapper's BUILD are array data. `nested`
+    # walks the pickle an object array is written as (None past the nesting bound).
+    joblib: bool = False
+    nested: Callable[[int], PickleScan] | None = None
     n: int = field(init=False)
     stack: list = field(default_factory=list)  # the current MARK's: a MARK starts a new one
     metastack: list[list] = field(default_factory=list)
@@ -205,7 +211,7 @@ class WalkState:
         calls = self.res.calls
         if len(calls) < 200_000:
             calls.append(Call(fref, opname, at, strings, _shown(args)))
-        return _Obj(fref)
+        return _Obj(fref, args if fref is not None and fref.key == NUMPY_DTYPE else None)
 
     def called_arguments(self, via: GlobalRef, called: tuple[CalledArgument, ...],
                          args: object, opname: str, at: int) -> None:
@@ -228,6 +234,48 @@ class WalkState:
             elif isinstance(value, _Obj) or value is UNKNOWN:
                 self.note("indirect-call", f"{role}, a value computed while loading (not a "
                           "plain import), which cannot be checked statically", at, True)
+
+    def joblib_array(self, state: object, at: int) -> None:
+        """After a joblib NumpyArrayWrapper's BUILD (state `state`), read on as joblib does:
+        step over the array's raw bytes, or walk the pickle an object array is written as."""
+        items = getattr(state, "items", None)
+        subclass = items.get("subclass") if isinstance(items, dict) else None
+        if isinstance(subclass, GlobalRef) and subclass.key not in PLAIN_SUBCLASSES:
+            self.res.calls.append(Call(subclass, "REDUCE", at, [], "",
+                                       f"{WRAPPER} rebuilds its array as its subclass"))
+        if not self.joblib:
+            return
+        found = layout(state)
+        if isinstance(found, str) or (self.frame_end and self.pos < self.frame_end):
+            why = found if isinstance(found, str) else "a FRAME goes on after it"
+            self.note("joblib-array-unread", "joblib reads a NumPy array's bytes after this "
+                      f"NumpyArrayWrapper, but {why}: the bytes after it were read as opcodes", at)
+            return
+        self.frame_end = 0  # joblib ends the FRAME before an array (commit_frame)
+        start = self.pos
+        if found.nbytes is None:
+            if self.nested is None:
+                self.note("limit", "joblib object arrays nested deeper than the scan bound", at)
+                return
+            inner = self.nested(start)
+            res = self.res
+            res.globals += inner.globals
+            res.calls += inner.calls
+            res.issues += inner.issues
+            res.raw_spans += inner.raw_spans
+            self.storages += [tuple(s) for s in inner.storages]
+            for reason in inner.wo_blockers:
+                self.block(reason)
+            self.pos = inner.end
+            return
+        end = start + found.nbytes
+        if found.aligned:
+            end += 1 + self.data[self.take(1)]
+        if end > self.n:
+            raise Truncated
+        self.pos = end
+        if len(self.res.raw_spans) < 100_000:
+            self.res.raw_spans.append((start, end))
 
     def reduce(self, func: object, args: object, at: int) -> _Obj:
         """REDUCE: record the call of `func` with `args`; returns the value it pushes."""

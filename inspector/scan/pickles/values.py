@@ -11,22 +11,36 @@ from inspector.scan.pickles.records import GlobalRef
 
 
 class _Obj:
-    """Result of a call; `func` is the import that produced it (None when unknown)."""
+    """Result of a call; `func` is the import that produced it (None when unknown). `detail`:
+    what a later opcode needs to know of it, kept for a few callables only (a numpy.dtype's
+    arguments and BUILD state, which size a joblib array: `joblib_arrays`)."""
 
-    __slots__ = ("func",)
+    __slots__ = ("detail", "func")
 
-    def __init__(self, func: GlobalRef | None) -> None:
+    def __init__(self, func: GlobalRef | None, detail: object = None) -> None:
         self.func = func
+        self.detail = detail
 
 
 class _Seq:
-    """A list, dict or set under construction; keeps a few strings for the code-text check."""
+    """A list, dict or set under construction; keeps a few strings for the code-text check and,
+    for a dict, its first text-keyed items (a joblib array's wrapper state is one)."""
 
-    __slots__ = ("kind", "strings")
+    __slots__ = ("items", "kind", "strings")
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.strings: list[str] = []
+        self.items: dict[str, object] = {}
+
+    def set_items(self, flat: list) -> None:
+        """Keep the text-keyed items of `flat` (key, value, key, value ...), the first 16."""
+        items = self.items
+        for i in range(0, len(flat) - 1, 2):
+            if len(items) >= 16:
+                break
+            if isinstance(flat[i], str):
+                items[flat[i]] = flat[i + 1]
 
 
 class _Big:

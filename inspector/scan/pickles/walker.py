@@ -39,6 +39,7 @@ __all__ = ["Call", "DisasmRow", "GlobalRef", "Issue", "Limits", "PickleScan", "S
            "disassemble", "imports", "imports_or_stops", "looks_like_pickle", "scan_pickle"]
 
 _DEFAULT_LIMITS = Limits()
+_MAX_JOBLIB_NESTING = 8  # object arrays inside object arrays' pickles
 
 
 def scan_pickle(
@@ -51,6 +52,8 @@ def scan_pickle(
     fast: bool = True,
     through: bool = False,
     unbuffered: bool = False,
+    joblib: bool = True,
+    depth: int = 0,
 ) -> PickleScan:
     """Walk one pickle stream from `start` to its STOP (or the first undecodable byte).
 
@@ -62,9 +65,16 @@ def scan_pickle(
     argument runs past the frame's end drops the frame's remaining bytes and reads afresh after
     it (`unbuffered_splice`). A walk that finds a frame ending inside an opcode or past STOP
     sets `frame_misaligned` (and an issue), and the caller walks the stream that way too.
+    `joblib` reads as joblib's unpickler does (not with `unbuffered`): the bytes after a
+    NumpyArrayWrapper's BUILD are array data (`raw_spans`), or an object array's own pickle,
+    walked `depth` + 1 deep; other loaders read them as opcodes, and the caller walks that
+    reading too.
     """
     res = PickleScan(start=start)
-    st = WalkState(data, start, res, allowed, through, unbuffered)
+    st = WalkState(data, start, res, allowed, through, unbuffered, joblib and not unbuffered)
+    if depth < _MAX_JOBLIB_NESTING:
+        st.nested = lambda at: scan_pickle(data, at, allowed=allowed, wo_opcodes=wo_opcodes,
+                                           limits=limits, fast=fast, depth=depth + 1)
     try:
         _walk(st, fast and not unbuffered and wo_opcodes >= UNIT_OPCODES, wo_opcodes, limits)
     except (Truncated, IndexError):

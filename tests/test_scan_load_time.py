@@ -1,0 +1,122 @@
+"""What a load would do, judged (issue 34): each hostile sample is first proven to run its
+payload under its real loader in a throwaway process (its canary appears), then scanned through
+the scan engine and the `ckpt-inspector scan` command: dangerous, and the canary never appears.
+The benign files of real tools are never dangerous, each with the verdict its rule gives."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from load_time_samples import BENIGN, HOSTILE, LOADER
+
+from inspector.scan.engine import scan_file
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        for child in sorted(path.rglob("*"), reverse=True):
+            child.rmdir() if child.is_dir() else child.unlink()
+        path.rmdir()
+    else:
+        path.unlink()
+
+
+@pytest.fixture(scope="module")
+def proven(tmp_path_factory, python_exe):
+    """Every hostile sample, built and proven to run its payload under its loader."""
+    work = tmp_path_factory.mktemp("load-time")
+    samples = {}
+    for name, (loader, build, _) in HOSTILE.items():
+        canary = work / f"{name}.canary"
+        path = build(work / f"{name}.bin", canary)
+        assert not canary.exists()
+        subprocess.run([python_exe, "-I", "-c", LOADER, loader, str(path)], cwd=work,
+                       capture_output=True, text=True, timeout=300, check=True)
+        assert canary.exists(), f"{name}: the payload did not run under {loader}"
+        _remove(canary)
+        samples[name] = (path, canary)
+    return samples
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_sample_is_dangerous_and_never_run(proven, name):
+    path, canary = proven[name]
+    res = scan_file(path)
+    assert res.verdict == "dangerous", res.to_json()
+    evidence = [f.message for f in res.findings if f.severity == "dangerous"]
+    evidence += [f"{g.import_name}: {g.reason}" for g in res.globals if g.severity == "dangerous"]
+    assert any(HOSTILE[name][2] in e for e in evidence), evidence
+    assert not canary.exists()
+
+
+def test_the_scan_command_calls_every_hostile_sample_dangerous(proven, python_exe):
+    """`ckpt-inspector scan` on the whole folder: one dangerous line per sample, exit 2."""
+    paths = [str(path) for path, _ in proven.values()]
+    proc = subprocess.run([python_exe, "-m", "inspector", "scan", "--json", *paths],
+                          capture_output=True, text=True, timeout=600)
+    results = {Path(r["path"]).name: r["verdict"] for r in map(json.loads,
+                                                              proc.stdout.splitlines())}
+    assert results == {Path(p).name: "dangerous" for p in paths}, proc.stderr[-2000:]
+    assert proc.returncode == 2
+    assert not [c for _, c in proven.values() if c.exists()]
+
+
+# The verdict each benign file's rule gives: scikit-learn's classes and NumPy arrays need
+# weights_only=False (suspicious, never dangerous); hyper-parameter containers are
+# suspicious with the preset that admits them named.
+BENIGN_VERDICTS = {
+    "sklearn_pipeline_joblib": "suspicious",
+    "numpy_arrays_joblib": "suspicious",
+    "numpy_arrays_joblib_compressed": "suspicious",
+    "lightning_namespace_hparams": "suspicious",
+    "lightning_omegaconf_hparams": "suspicious",
+}
+
+
+@pytest.fixture(scope="module")
+def benign(tmp_path_factory):
+    work = tmp_path_factory.mktemp("load-time-benign")
+    return {name: build(work / f"{name}.bin") for name, build in BENIGN.items()}
+
+
+def test_every_benign_builder_has_a_verdict():
+    assert set(BENIGN_VERDICTS) == set(BENIGN)
+
+
+@pytest.mark.parametrize("name", sorted(BENIGN))
+def test_benign_file_of_a_real_tool_is_never_dangerous(benign, name):
+    res = scan_file(benign[name])
+    assert res.verdict == BENIGN_VERDICTS[name], res.to_json()
+    assert not [f for f in res.findings if f.severity == "dangerous"]
+    assert not [g for g in res.globals if g.severity == "dangerous"]
+    assert not [f for f in res.findings if f.code in ("malformed", "joblib-array-unread")]
+
+
+@pytest.mark.parametrize("name", ["lightning_namespace_hparams", "lightning_omegaconf_hparams"])
+def test_hyper_parameters_name_the_preset_that_loads_them(benign, name):
+    """Every global that is not safe names the --allow preset that admits it."""
+    res = scan_file(benign[name])
+    flagged = [g for g in res.globals if g.severity != "safe"]
+    assert flagged
+    assert all("--allow " in g.reason for g in flagged), [(g.import_name, g.reason)
+                                                          for g in flagged]
+
+
+@pytest.mark.parametrize(("name", "preset"), [("lightning_namespace_hparams", "argparse"),
+                                              ("lightning_omegaconf_hparams", "omegaconf")])
+def test_the_named_preset_loads_the_hyper_parameters_with_weights_only(benign, name, preset):
+    """The jailed worker (torch.load(weights_only=True)) refuses the file without the preset
+    and loads it, hyper-parameters included, with exactly the preset's globals allowed."""
+    from inspector.sandbox.host import client
+    from inspector.scan.pickles.presets import PRESETS
+
+    refused = client.inspect_file(benign[name])
+    assert refused["error"] is not None
+    assert f"--allow {preset}" in refused["error"]["message"], refused["error"]
+    report = client.inspect_file(benign[name], allow_globals=list(PRESETS[preset][1]))
+    assert report["error"] is None, report["error"]
+    keys = {o["key"] for o in report["objects"]}
+    assert any(k.startswith("hyper_parameters.") for k in keys), sorted(keys)[:20]
