@@ -818,7 +818,7 @@ ODD_BUILDERS: dict[str, tuple[Callable[[Path], Path], str | None]] = {
     "zip_name_mismatch": (odd_zip_name_mismatch, "zip-name-mismatch"),
     "zip_unreferenced_record": (odd_zip_unreferenced_record, "zip-unreferenced-record"),
     "zip_duplicate_name": (odd_zip_duplicate_name, "zip-duplicate-name"),
-    "zip_traversal_name": (odd_zip_traversal_name, "zip-path-traversal"),
+    "zip_traversal_name": (odd_zip_traversal_name, "writes-outside"),
     "zip_missing_record": (odd_zip_missing_record, "zip-missing-record"),
     "zip_short_record": (odd_zip_short_record, "storage-size-mismatch"),
     "setitem_on_list": (odd_setitem_on_list, "container-type-confusion"),

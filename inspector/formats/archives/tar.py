@@ -10,6 +10,7 @@ import mmap
 from typing import TYPE_CHECKING
 
 from inspector.core.vocabulary import Format, Severity
+from inspector.formats.archives import unpack
 from inspector.formats.pickle_stream import carve
 from inspector.formats.registry import FormatSpec, register
 from inspector.formats.torch_zip import storage_itemsize
@@ -53,6 +54,7 @@ def scan_tar(ctx: FormatContext, buf) -> None:
                  f"member is a link to {m.linkname!r}: extracting it reads that file, which lies "
                  "outside the archive and was not scanned", m.name)
         ctx.block(f"tar member {m.name} is a link")
+    escaped = unpack.report(ctx, [_entry(m) for m in every])
     found = 0
     for m in members:
         if m.size > MAX_MEMBER_BYTES:
@@ -76,8 +78,17 @@ def scan_tar(ctx: FormatContext, buf) -> None:
             found += 1
             continue  # its pickles were found inside it
         carve(ctx, data, m.name, covered)
-    if not found and not ctx.uses and not links:
+    if not found and not ctx.uses and not links and not escaped:
         raise ValueError("tar archive without pickles")
+
+
+def _entry(m) -> unpack.Entry:
+    """A tar member as `tarfile.extractall` places it."""
+    if m.issym():
+        return unpack.Entry(m.name, unpack.Kind.SYMLINK, m.linkname)
+    if m.islnk():
+        return unpack.Entry(m.name, unpack.Kind.HARDLINK, m.linkname)
+    return unpack.Entry(m.name, unpack.Kind.FOLDER if m.isdir() else unpack.Kind.FILE)
 
 
 MAX_SPARSE_BYTES = 64 << 20  # a sparse member expands from a few stored bytes: kept small

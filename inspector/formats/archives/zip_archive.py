@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from inspector.core.vocabulary import Format, Severity
-from inspector.formats.archives import zipread
+from inspector.formats.archives import torch_package, unpack, zipread
 from inspector.formats.archives.map_io import MapIO
 from inspector.formats.numpy_files import scan_member_npy
 from inspector.formats.pickle_stream import carve, fold_pickles, pickle_head, scan_stream
@@ -195,6 +195,8 @@ def scan_archive(ctx: FormatContext, buf, archive: zipread.ZipArchive,
     takes the zip path only for bytes that open with a local header."""
     members = archive.members
     start = span[0] if span else 0
+    if any(_may_escape(m) for m in members):
+        unpack.report(ctx, [_unpack_entry(buf, m) for m in members])
     # torch reads the folder of the first member and refuses members outside it.
     prefix = members[0].name.split("/", 1)[0] if members else ""
     reading = _Reading(
@@ -203,7 +205,10 @@ def scan_archive(ctx: FormatContext, buf, archive: zipread.ZipArchive,
         handed=_handed_out(buf, span) if archive.anomalies and "numpy" in readers else None,
         kind=_name_archive(ctx, archive), prefix=prefix,
         main=zipread.torch_member(members, f"{prefix}/data.pkl"),
-        damaged=bool(archive.anomalies))
+        damaged=bool(archive.anomalies), package=torch_package.layout_of(buf, members))
+    # a torch.package's sources are Python that PackageImporter runs, never a pickle
+    sources = torch_package.not_pickles(buf, reading.package, {
+        m.name: m for m in members}) if reading.package else set()
     if reading.torch_zip:
         outside = next((m.name for m in members if not m.name.startswith(prefix + "/")), None)
         if outside is not None:
@@ -211,9 +216,38 @@ def scan_archive(ctx: FormatContext, buf, archive: zipread.ZipArchive,
     main = reading.main
     # The main pickle first: its storage references tell which members are tensor records.
     for m in ([main] if main else []) + [m for m in members if m is not main]:
-        if not _read_before(ctx, m):
+        if m.name not in sources and not _read_before(ctx, m):
             _scan_member(ctx, buf, reading, m)
     _finish_reading(ctx, reading, members, span)
+    if reading.package:
+        torch_package.report(ctx, buf, reading.package, members)
+
+
+_S_IFMT, _S_IFLNK, _S_IFDIR = 0o170000, 0o120000, 0o040000
+
+
+def _may_escape(m: zipread.Member) -> bool:
+    """Whether unpacking the member may reach outside its folder (a cheap test of every member,
+    so that a torch zip of thousands of records pays almost nothing)."""
+    return m.mode & _S_IFMT == _S_IFLNK or ".." in m.name or m.name.startswith(("/", "\\"))
+
+
+def _unpack_entry(buf, m: zipread.Member) -> unpack.Entry:
+    """A zip member as an extractor places it: its name cut at the first NUL (as zipfile cuts
+    it), a backslash a separator (as Windows extractors read it), a Unix symlink entry's data
+    its target (as unzip and libarchive make it)."""
+    name = m.name.split("\x00", 1)[0].replace("\\", "/")
+    if m.mode & _S_IFMT == _S_IFLNK:
+        try:
+            target = zipread.member_bytes(buf, m, MAX_LINK_BYTES)
+        except ValueError:
+            target = b""
+        return unpack.Entry(name, unpack.Kind.SYMLINK, str(target, "utf-8", "replace"))
+    folder = m.mode & _S_IFMT == _S_IFDIR or name.endswith("/")
+    return unpack.Entry(name, unpack.Kind.FOLDER if folder else unpack.Kind.FILE)
+
+
+MAX_LINK_BYTES = 4096  # PATH_MAX: a longer symlink target is refused by the kernel
 
 
 @dataclass
@@ -232,6 +266,7 @@ class _Reading:
     storages: list = field(default_factory=list)  # the storages the pickles reference
     records: set[str] = field(default_factory=set)  # the tensor records they name
     skipped_crc: int = 0  # tensor records whose CRC-32 the budget left unchecked
+    package: torch_package.PackageLayout | None = None  # the archive read as a torch.package
 
     @property
     def torch_zip(self) -> bool:
@@ -391,7 +426,10 @@ def _finish_reading(ctx: FormatContext, reading: _Reading, members: list[zipread
             if m.unsupported_by_miniz and (m.name in reading.records or m.name[len(prefix) + 1:]
                                            in TORCH_READS):
                 ctx.block(f"{m.name} has encryption/patch flag bits torch cannot read")
-    check_records(ctx, reading.storages, {m.name: m for m in members}, prefix, reading.kind)
+    by_name = {m.name: m for m in members}
+    if reading.package:  # PackageImporter reads storage KEY from .data/KEY.storage
+        by_name |= torch_package.records(reading.package, by_name)
+    check_records(ctx, reading.storages, by_name, prefix, reading.kind)
 
 
 def _handed_out(buf, span: tuple[int, int] | None) -> dict[str, bytes]:

@@ -54,6 +54,7 @@ class Member(NamedTuple):
     crc: int
     compressed_size: int
     size: int
+    mode: int  # the Unix file mode, where a Unix host made the entry (a symlink's S_IFLNK), else 0
 
     @property
     def encrypted(self) -> bool:
@@ -200,7 +201,8 @@ def unsafe_name(name: str) -> bool:
     return name.startswith(("/", "\\")) or ".." in parts or name[1:2] == ":"
 
 
-_CENTRAL = struct.Struct("<4x4xHH4xIIIHHH8xI").unpack_from
+_CENTRAL = struct.Struct("<4xH2xHH4xIIIHHH4xII").unpack_from
+_UNIX_HOST = 3  # "version made by" high byte: the external attributes' high half is st_mode
 _LOCAL = struct.Struct("<2xH18xHH").unpack_from
 
 
@@ -297,7 +299,9 @@ def read_zip(buf, base: int = 0, end: int | None = None) -> ZipArchive:
             add(Anomaly(Severity.SUSPICIOUS, "zip-entry-count",
                         f"the end record counts {total} entries but the central directory "
                         "holds more; Python's zipfile (numpy.load) lists them all"))
-        flags, method, crc, csize, usize, nlen, xlen, clen, offset = _CENTRAL(buf, pos)
+        made_by, flags, method, crc, csize, usize, nlen, xlen, clen, attrs, offset = _CENTRAL(
+            buf, pos)
+        mode = attrs >> 16 if made_by >> 8 == _UNIX_HOST else 0
         fault = _entry_fault(buf, pos, method, csize, usize, cd_end)
         raw_name = buf[pos + 46:pos + 46 + nlen]
         if xlen:
@@ -321,7 +325,7 @@ def read_zip(buf, base: int = 0, end: int | None = None) -> ZipArchive:
             local_name = name if local_raw == raw_name else str(local_raw, "utf-8", "replace")
             data_offset = offset + 30 + lnlen + lxlen
         members.append(tuple.__new__(Member, (name, local_name, offset, data_offset, method,
-                                               flags, lflags, crc, csize, usize)))
+                                               flags, lflags, crc, csize, usize, mode)))
         if fault is not None:
             add(Anomaly(Severity.SUSPICIOUS, "zip-entry-fields", f"its directory entry {fault}, "
                         "which torch never writes; zip readers disagree on such entries", name))
@@ -338,10 +342,6 @@ def read_zip(buf, base: int = 0, end: int | None = None) -> ZipArchive:
                         f"general-purpose flag bits {odd:#x} set (encryption, patch data or "
                         "a masked directory); scanners that trust them skip the member, and "
                         "torch's reader refuses some", name))
-        if ("\\" in name or ".." in name or name[:1] == "/" or name[1:2] == ":") and (
-                unsafe_name(name)):
-            add(Anomaly(Severity.SUSPICIOUS, "zip-path-traversal",
-                        f"member name {name!r} escapes the archive folder", name))
     for name, count in Counter(m.name for m in archive.members).items():
         if count > 1:
             add(Anomaly(Severity.SUSPICIOUS, "zip-duplicate-name",

@@ -1,0 +1,139 @@
+"""Archives judged for what unpacking them does (issue 34): each hostile tar writes its canary
+outside the target folder under Python 3.11's real unpackers (`tarfile.extractall`,
+`shutil.unpack_archive`, no filter), and the scan calls it dangerous with a finding naming
+the member. Nothing of ours unpacks anything: the scan reads names and links only."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+import zipfile
+
+import pytest
+from hostile_unpack import (
+    TAR_BUILDERS,
+    WRITTEN,
+    ZIP_BUILDERS,
+    unpack_folder,
+    zip_nul_torch_zip,
+)
+
+from inspector.scan.engine import scan_file
+
+
+def _tarfile_extractall(archive, folder):
+    with tarfile.open(archive) as tar:
+        tar.extractall(folder)
+
+
+UNPACKERS = {
+    "tarfile.extractall": _tarfile_extractall,
+    "shutil.unpack_archive": lambda archive, folder: shutil.unpack_archive(archive, folder,
+                                                                           "tar"),
+}
+
+
+def _prepare(tmp_path, name, builder):
+    canary = tmp_path / f"canary-{name}"
+    if name == "tar_hardlink":
+        canary.write_bytes(b"")  # a hard link needs its target: an existing file outside
+    archive = builder(tmp_path / f"{name}.archive", canary)
+    return archive, canary
+
+
+@pytest.mark.parametrize("unpacker", sorted(UNPACKERS))
+@pytest.mark.parametrize("name", sorted(TAR_BUILDERS))
+def test_hostile_tar_writes_outside_under_the_real_unpacker(tmp_path, name, unpacker):
+    archive, canary = _prepare(tmp_path, name, TAR_BUILDERS[name])
+    res = scan_file(archive)  # before the unpack: the scan reads, never writes
+    assert canary.read_bytes() == b"" if canary.exists() else True
+    unpack_folder(canary).mkdir()
+    UNPACKERS[unpacker](archive, unpack_folder(canary))
+    assert canary.read_bytes() == WRITTEN
+    assert res.verdict == "dangerous"
+    escaped = [f for f in res.findings if f.code == "writes-outside"]
+    assert escaped and all(f.member for f in escaped)
+    assert "writes outside its folder when unpacked" in escaped[0].message
+
+
+@pytest.mark.parametrize("name", sorted(ZIP_BUILDERS))
+def test_hostile_zip_names_are_dangerous(tmp_path, name):
+    archive, canary = _prepare(tmp_path, name, ZIP_BUILDERS[name])
+    res = scan_file(archive)
+    assert res.verdict == "dangerous"
+    assert any(f.code == "writes-outside" and f.member for f in res.findings)
+    assert not canary.exists()
+
+
+@pytest.mark.parametrize("name", ["zip_dotdot", "zip_absolute"])
+def test_zip_slip_writes_outside_under_a_joining_extractor(tmp_path, name):
+    """Python's zipfile and unzip strip these names; an extractor that joins a member's name to
+    its folder (the zip-slip pattern of hand-written model unpackers) writes the canary."""
+    archive, canary = _prepare(tmp_path, name, ZIP_BUILDERS[name])
+    folder = unpack_folder(canary)
+    with zipfile.ZipFile(archive) as z:
+        z.extractall(folder)
+    assert not canary.exists()
+    with zipfile.ZipFile(archive) as z:
+        for info in z.infolist():
+            target = os.path.join(folder, info.filename)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "wb") as fh:
+                fh.write(z.read(info))
+    assert canary.read_bytes() == WRITTEN
+
+
+@pytest.mark.skipif(shutil.which("unzip") is None, reason="unzip is not installed")
+def test_unzip_makes_the_link_that_points_outside(tmp_path):
+    name = "zip_symlink_through"
+    archive, canary = _prepare(tmp_path, name, ZIP_BUILDERS[name])
+    folder = unpack_folder(canary)
+    folder.mkdir()
+    subprocess.run(["unzip", "-o", "-q", str(archive), "-d", str(folder)], check=False,
+                   capture_output=True, timeout=60)
+    assert os.readlink(folder / "cache") == str(canary.parent)
+    res = scan_file(archive)
+    codes = {(f.code, f.member) for f in res.findings}
+    assert ("link-outside", "cache") in codes
+    assert ("writes-outside", "cache/" + canary.name) in codes
+
+
+def _benign_tar(tmp_path):
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, kind, link in (("model", tarfile.DIRTYPE, ""),
+                                 ("model/a.txt", tarfile.REGTYPE, ""),
+                                 ("model/latest", tarfile.SYMTYPE, "a.txt"),
+                                 ("model/copy", tarfile.LNKTYPE, "model/a.txt"),
+                                 ("model/sub/../b.txt", tarfile.REGTYPE, "")):
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = kind, link
+            tar.addfile(info, io.BytesIO(b"") if kind == tarfile.REGTYPE else None)
+    path = tmp_path / "benign.tar"
+    path.write_bytes(out.getvalue())
+    return path
+
+
+def test_links_and_dotdot_that_stay_inside_are_not_escapes(tmp_path):
+    res = scan_file(_benign_tar(tmp_path))
+    assert not any(f.code in ("writes-outside", "link-outside") for f in res.findings)
+    assert res.verdict != "dangerous"
+
+
+def test_torch_zip_inside_a_zip_under_a_nul_name(tmp_path):
+    canary = tmp_path / "canary-nul"
+    archive = zip_nul_torch_zip(tmp_path / "outer.zip", canary)
+    res = scan_file(archive)
+    assert res.verdict == "dangerous"
+    folder = unpack_folder(canary)
+    with zipfile.ZipFile(archive) as z:
+        z.extractall(folder)
+    assert (folder / "model.pt").exists()  # zipfile cut the name at the NUL
+    import torch
+
+    assert not canary.exists()
+    torch.load(folder / "model.pt", weights_only=False)
+    assert canary.exists()
