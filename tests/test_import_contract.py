@@ -19,6 +19,10 @@
   types: they reach nested content through the context handed to them.
 - Imports between the project's modules form no cycle, imports inside functions included.
 - Every package says in its docstring what it owns, and no folder holds more than 15 modules.
+- `signing/` imports of the project only `core`, `integrity` and itself (never torch, Qt, the
+  GUI, the CLI or the sandbox: tensor digests are injected), and it alone imports the OpenSSF
+  Model Signing reference library and its stack (`model_signing`, `OpenSSL`, `sigstore`,
+  `in_toto_attestation`).
 """
 
 from __future__ import annotations
@@ -209,3 +213,20 @@ def test_every_package_says_what_it_owns_and_no_folder_holds_more_than_15_module
             assert doc and len(doc.split()) >= 8, f"{mod} has no docstring saying what it owns"
     crowded = {str(p.relative_to(PACKAGE)): n for p, n in per_folder.items() if n > 15}
     assert not crowded
+
+
+SIGNING_MAY_IMPORT = ("inspector.core", "inspector.integrity", "inspector.signing")
+OMS_STACK = ("model_signing", "OpenSSL", "sigstore", "sigstore_models", "in_toto_attestation")
+
+
+def test_signing_imports_only_core_integrity_and_the_reference_library():
+    assert not _violations(lambda mod, name: mod.startswith("inspector.signing")
+                           and ((name.startswith("inspector.")
+                                 and not name.startswith(SIGNING_MAY_IMPORT))
+                                or name.split(".")[0] in HEAVY + QT))
+    assert any(mod.startswith("inspector.signing.") for mod in MODULES)
+
+
+def test_only_signing_imports_the_oms_reference_library():
+    assert not _violations(lambda mod, name: not mod.startswith("inspector.signing")
+                           and name.split(".")[0] in OMS_STACK)

@@ -48,6 +48,8 @@ COMMANDS: dict[str, Command] = {
                     "verify files and tensors against a manifest", urls=True),
     "diff": Command("inspector.cli.diff_cmd",
                     "compare two checkpoints tensor by tensor, with bit-flip forensics"),
+    "sign": Command("inspector.cli.sign.command",
+                    "sign a model folder (OpenSSF Model Signing) with a private key"),
     "watch": Command("inspector.cli.watch_cmd",
                     "re-verify a checkpoint folder periodically"),
     "telemetry": Command("inspector.cli.telemetry.command",

@@ -79,11 +79,20 @@ EXITS: dict[str, tuple[Exit, ...]] = {
     ),
     "verify": (
         Exit(0, "every file (and tensor) checked is ok"),
-        Exit(1, "something differs"),
-        Exit(2, "the manifest is unreadable, or none was given where one is needed"),
+        Exit(1, "something differs, or a signature is invalid (wrong key, changed after "
+                "signing, untrusted certificate)"),
+        Exit(2, "the manifest, signature or key is unreadable or unsupported, or none was "
+                "given where one is needed"),
         Exit(3, "nothing differs but something could not be checked, including nothing "
                 "checked at all (the manifest's files were not found where they were looked "
-                "for)"),
+                "for) and a Sigstore keyless signature, which needs a trust root offline "
+                "checks do not have"),
+    ),
+    "sign": (
+        Exit(0, "the signature was written"),
+        Exit(2, "the folder or key cannot be used (nothing written)"),
+        Exit(4, "the signature exists (pass --force to replace it)"),
+        Exit(5, "with --tensors: a checkpoint's tensors could not be read (nothing written)"),
     ),
     "diff": (
         Exit(0, "identical"),
@@ -176,6 +185,11 @@ EXAMPLES: dict[str, tuple[Example, ...]] = {
         Example("ckpt-inspector verify -m SHA256SUMS", "the files the manifest lists"),
         Example("ckpt-inspector verify --tensors-only -m model.manifest.json "
                 "model.safetensors", "a conversion against the original's tensors"),
+    ),
+    "sign": (
+        Example("ckpt-inspector sign model/ --private-key key.pem", "writes model/model.sig"),
+        Example("ckpt-inspector sign model/ --private-key key.pem --tensors --signature "
+                "model.sig", "with per-tensor digests, beside the folder"),
     ),
     "diff": (
         Example("ckpt-inspector diff good.pt suspect.pt", "which tensors and bits changed"),

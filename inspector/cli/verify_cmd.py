@@ -30,6 +30,7 @@ from inspector.cli.remote import (
 )
 from inspector.core.progress import CancelToken
 from inspector.core.termtext import escape
+from inspector.core.vocabulary import TensorCheckStatus
 from inspector.integrity.hashing import is_sha256_hex
 from inspector.integrity.manifest import Manifest, ManifestError, TensorEntry, read_manifest
 from inspector.integrity.verify import (
@@ -86,6 +87,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="compare the tensors of PATH (e.g. a safetensors conversion) with every tensor "
         "the manifest records, ignoring file names and hashes",
     )
+    parser.add_argument(
+        "--signature",
+        type=Path,
+        metavar="SIG",
+        help="check the folder PATH against this OpenSSF Model Signing signature (default: "
+        "the folder's model.sig when --public-key or --certificate is given)",
+    )
+    parser.add_argument(
+        "--public-key", type=Path, metavar="KEY.pub",
+        help="the signer's public key (PEM, ECDSA P-256/384/521), for a key signature",
+    )
+    parser.add_argument(
+        "--certificate", type=Path, action="append", metavar="CHAIN.pem",
+        help="certificates to trust (PEM; repeatable), for a certificate signature",
+    )
     add_loader_arguments(parser)
     add_jobs_argument(parser)
     add_batch_arguments(parser)
@@ -93,6 +109,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Verify and print the result; the exit status says whether everything is ok."""
+    if args.signature or args.public_key or args.certificate or _signed_folder(args):
+        return _run_signed(args)
     if args.manifest is None:
         return _run_without_manifest(args)
     try:
@@ -162,6 +180,71 @@ def _digests_ahead(args: argparse.Namespace, files: list[Path]) -> Iterator[Tens
             return ahead.get(path, cancel) if path in ahead else compute(path, cancel=cancel)
 
         yield digests
+
+
+def _signed_folder(args: argparse.Namespace) -> bool:
+    """One folder, no manifest, holding the signature the reference tool writes."""
+    from inspector.signing.bundle import DEFAULT_NAME
+
+    return (args.manifest is None and not args.sha256 and len(args.paths) == 1
+            and isinstance(args.paths[0], Path) and (args.paths[0] / DEFAULT_NAME).is_file())
+
+
+def _run_signed(args: argparse.Namespace) -> int:
+    """A folder against its OpenSSF Model Signing signature: the signature first (exit 1 when
+    it does not hold, 3 when it cannot be checked here), then every file."""
+    from inspector.core.vocabulary import SignatureState
+    from inspector.integrity.verify import VerifyResult
+    from inspector.signing.bundle import DEFAULT_NAME, read_bundle
+    from inspector.signing.check import check_signature, verdict_for
+    from inspector.signing.errors import SignatureError
+    from inspector.signing.folder import verify_folder
+    from inspector.signing.statement import DIALECT
+
+    if args.manifest or args.sha256 or args.tensors_only or args.shard or args.results:
+        return _usage("a signature is checked alone: drop --manifest, --sha256, "
+                      "--tensors-only, --shard and --results")
+    if len(args.paths) != 1 or not isinstance(args.paths[0], Path) or \
+            not args.paths[0].is_dir():
+        return _usage("a signature covers one folder: name it (verify DIR --signature "
+                      "model.sig --public-key key.pub)")
+    folder = args.paths[0]
+    signature = args.signature or folder / DEFAULT_NAME
+    if not args.signature and not signature.is_file():
+        return _usage(f"{folder} holds no {DEFAULT_NAME}; pass --signature SIG")
+    try:
+        bundle = read_bundle(signature)
+        checked = check_signature(bundle, args.public_key, args.certificate or ())
+    except SignatureError as exc:
+        if not exc.invalid and exc.code != "keyless-offline":
+            return _usage(escape(exc.message))
+        kind = bundle.kind if exc.code != "unreadable" else None
+        verdict = verdict_for(signature, error=exc, kind=kind)
+        result = VerifyResult(errors=[exc.message], extra={"signature": verdict.to_json()})
+        if args.json:
+            _finish(args, result, str(signature), DIALECT)
+        else:
+            print(escape(f"{verdict.state.upper():<14} {exc.message}"))
+        return EXIT_FAILED if verdict.state == SignatureState.INVALID else EXIT_UNCHECKED
+    digests = None if args.no_tensors or not checked.statement.tensors else \
+        worker_digests(args)
+    try:
+        with stderr_progress("verifying", args.quiet) as progress:
+            result = verify_folder(folder, checked.statement, signature, digests,
+                                   strict=args.strict, progress=progress)
+    except ManifestError as exc:
+        return _usage(escape(f"{signature}: {exc}"))
+    verdict = verdict_for(signature, checked=checked, kind=bundle.kind, changed=result.differs)
+    result.extra["signature"] = verdict.to_json()
+    if args.json:
+        return _finish(args, result, str(signature), DIALECT)
+    print(escape(f"{'SIGNED':<14} by {verdict.signer} ({signature}, "
+                 f"{verdict.files_signed} files signed): {verdict.state}"))
+    print_verify_result(result)
+    if any(t.status != TensorCheckStatus.OK for t in result.tensors):
+        print("which bits of a changed tensor flipped: `ckpt-inspector diff` the file against "
+              "a copy you trust")
+    return exit_status(result)
 
 
 def _run_without_manifest(args: argparse.Namespace) -> int:

@@ -1,0 +1,90 @@
+"""`ckpt-inspector sign DIR --private-key KEY.pem [--signature SIG] [--tensors] [--force]`: an
+OpenSSF Model Signing signature over every file of a folder, which the reference tool's
+`model_signing verify key` accepts; with --tensors the statement also carries each checkpoint's
+per-tensor digests (read in the jailed worker), so a later `verify` names the tensor that
+changed."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from inspector.cli.common import add_loader_arguments, warm_workers, worker_digests
+from inspector.core.atomic import OutputExistsError
+from inspector.core.termtext import escape
+from inspector.integrity.manifest import TensorEntry
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_EXISTS = 4
+EXIT_TENSORS = 5
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Arguments of `sign`."""
+    parser.add_argument("folder", type=Path, metavar="DIR", help="the model folder to sign")
+    parser.add_argument("--private-key", type=Path, required=True, metavar="KEY.pem",
+                        help="the signing key (PEM, unencrypted, ECDSA P-256/384/521)")
+    parser.add_argument("--signature", type=Path, metavar="SIG",
+                        help="where to write the signature (default: DIR/model.sig)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing signature")
+    parser.add_argument("--tensors", action="store_true",
+                        help="also sign each checkpoint's per-tensor digests (read in the "
+                        "jailed worker)")
+    add_loader_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Sign the folder; nothing is written on any failure."""
+    from inspector.signing.errors import SignatureError
+    from inspector.signing.make import check_inputs, sign_folder, signature_path
+
+    folder = args.folder
+    try:
+        check_inputs(folder, args.private_key, signature_path(folder, args.signature),
+                     args.force)
+        tensors = _tensors(args) if args.tensors else None
+        signed = sign_folder(folder, args.private_key, args.signature, overwrite=args.force,
+                             tensors=tensors)
+    except SignatureError as exc:
+        return _fail(exc.message, EXIT_EXISTS if exc.code == "exists" else EXIT_USAGE)
+    except OutputExistsError as exc:
+        return _fail(f"{exc}; pass --force to replace it", EXIT_EXISTS)
+    except _TensorsFailed as exc:
+        return _fail(f"{exc}; sign without --tensors to sign the files alone", EXIT_TENSORS)
+    detail = f" and {signed.tensors} tensors" if args.tensors else ""
+    print(escape(f"signed {signed.files} files{detail} of {folder} with {signed.signer}: "
+                 f"{signed.signature}"))
+    return EXIT_OK
+
+
+class _TensorsFailed(Exception):
+    """A checkpoint whose tensors the worker could not read."""
+
+
+def _tensors(args: argparse.Namespace) -> dict[str, list[TensorEntry]]:
+    """Per-tensor digests of the folder's checkpoints, keyed by their names in the statement
+    (files of other formats carry none); formats come from the static scan, no code runs."""
+    from inspector import formats
+    from inspector.core.vocabulary import Format
+    from inspector.integrity.verify import list_files
+    from inspector.scan.engine import scan_file
+
+    loadable = set(formats.loadable()) - {Format.DCP}  # a DCP data file is part of a folder
+    files = [p for p in list_files(args.folder) if scan_file(p).format in loadable]
+    digests = worker_digests(args)
+    out: dict[str, list[TensorEntry]] = {}
+    with warm_workers(len(files)):
+        for path in files:
+            try:
+                out[path.relative_to(args.folder).as_posix()] = digests(path)
+            except Exception as exc:  # the worker's refusal names the file, no traceback
+                raise _TensorsFailed(f"{path}: tensors not read: {exc}") from exc
+    return out
+
+
+def _fail(message: str, code: int) -> int:
+    print(escape(f"ckpt-inspector sign: {message}"), file=sys.stderr)
+    return code

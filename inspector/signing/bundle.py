@@ -1,0 +1,140 @@
+"""A signature file read and sorted before any key touches it: a regular file of bounded size,
+one JSON object without repeated keys, shaped as a Sigstore bundle around a DSSE envelope, and
+how it was signed (a key, a certificate chain, or Sigstore's keyless flow), read from its
+verification material."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from inspector.core.vocabulary import SignerKind
+from inspector.signing.errors import SignatureError
+
+DEFAULT_NAME = "model.sig"
+"""The name the reference tool gives a folder's signature, and the one `verify` looks for."""
+
+MAX_SIGNATURE_BYTES = 64 << 20
+"""A signature larger than this is refused before it is read (one resource costs about 150
+bytes: 64 MiB is some 400,000 files)."""
+
+BUNDLE_MEDIA_PREFIX = "application/vnd.dev.sigstore.bundle"
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A signature file as read: its bytes, its parsed JSON and how it was signed."""
+
+    path: Path
+    data: bytes
+    document: dict[str, Any]
+    kind: SignerKind
+
+
+def read_bundle(path: str | os.PathLike[str]) -> Bundle:
+    """Read and sort a signature file; SignatureError (one line naming the file) otherwise."""
+    source = Path(path)
+    data = _read_bounded(source)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SignatureError("not-a-bundle", f"{source}: not a signature (byte {exc.start} is "
+                             "not UTF-8; a Sigstore bundle is JSON text)") from exc
+    document = _parse_json(source, text)
+    return Bundle(path=source, data=data, document=document, kind=_kind(source, document))
+
+
+def _read_bounded(source: Path) -> bytes:
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise SignatureError("unreadable", f"{source}: cannot read the signature: "
+                             f"{exc.strerror or exc}") from exc
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise SignatureError("unreadable", f"{source}: a signature must be a regular file")
+        data = handle.read(MAX_SIGNATURE_BYTES + 1)
+    if len(data) > MAX_SIGNATURE_BYTES:
+        raise SignatureError("unreadable", f"{source}: more than {MAX_SIGNATURE_BYTES >> 20} "
+                             "MiB is no signature")
+    return data
+
+
+def no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object hook that refuses a key given twice (two readers could take either)."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"the key {key!r} is given twice")
+        seen[key] = value
+    return seen
+
+
+def _parse_json(source: Path, text: str) -> dict[str, Any]:
+    if not text.strip():
+        raise SignatureError("truncated", f"{source}: the signature is empty")
+    try:
+        document = json.loads(text, object_pairs_hook=no_repeats)
+    except json.JSONDecodeError as exc:
+        cut = exc.pos >= len(text.rstrip())
+        what = "cut short (truncated)" if cut else f"not JSON at line {exc.lineno} column " \
+            f"{exc.colno} ({exc.msg})"
+        raise SignatureError("truncated" if cut else "not-a-bundle",
+                             f"{source}: the signature is {what}; sign the folder again or "
+                             "fetch the signature whole") from exc
+    except (ValueError, RecursionError) as exc:
+        raise SignatureError("not-a-bundle", f"{source}: not a signature: {exc}") from exc
+    if not isinstance(document, dict):
+        raise SignatureError("not-a-bundle", f"{source}: not a signature (a Sigstore bundle is "
+                             "one JSON object)")
+    return document
+
+
+def _kind(source: Path, document: dict[str, Any]) -> SignerKind:
+    media = document.get("mediaType")
+    if not isinstance(media, str) or not media.startswith(BUNDLE_MEDIA_PREFIX):
+        raise SignatureError("not-a-bundle", f"{source}: not a Sigstore bundle (its mediaType "
+                             f"is {media!r})")
+    envelope = document.get("dsseEnvelope")
+    if not isinstance(envelope, dict):
+        found = "a signature over one blob" if "messageSignature" in document else "no envelope"
+        raise SignatureError("not-a-bundle", f"{source}: holds {found}, not a signed model "
+                             "statement (a DSSE envelope)")
+    if not isinstance(envelope.get("payload"), str) or not envelope.get("signatures"):
+        raise SignatureError("not-a-bundle", f"{source}: its envelope has no payload or no "
+                             "signature")
+    material = document.get("verificationMaterial")
+    if not isinstance(material, dict):
+        raise SignatureError("not-a-bundle", f"{source}: has no verification material")
+    if "publicKey" in material:
+        return SignerKind.KEY
+    if material.get("tlogEntries") or "certificate" in material:
+        return SignerKind.SIGSTORE
+    if "x509CertificateChain" in material:
+        return SignerKind.CERTIFICATE
+    raise SignatureError("not-a-bundle", f"{source}: its verification material names no key, "
+                         "certificate or transparency log entry")
+
+
+def library_signature(bundle: Bundle) -> Any:
+    """The reference library's signature object, read from exactly the bytes checked here (a
+    private copy, so a file changed since is not what the library reads)."""
+    from model_signing._signing import sign_sigstore, sign_sigstore_pb
+
+    reader = sign_sigstore.Signature if bundle.kind is SignerKind.SIGSTORE else \
+        sign_sigstore_pb.Signature
+    with tempfile.TemporaryDirectory(prefix="ckpt-inspector-sig-") as tmp:
+        copy = Path(tmp, DEFAULT_NAME)
+        copy.write_bytes(bundle.data)
+        try:
+            return reader.read(copy)
+        except Exception as exc:  # pydantic, KeyError, TypeError: any shape the library refuses
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SignatureError("not-a-bundle", f"{bundle.path}: the reference library cannot "
+                                 f"read this bundle: {first}") from exc

@@ -1,0 +1,180 @@
+"""A signature checked with the key or certificate chain the user trusts, by the reference
+library: the signed statement when it holds, else a SignatureError saying which of wrong key,
+changed signature or untrusted certificate it is. Keyless Sigstore bundles need Sigstore's trust
+root and transparency log, which are not reachable offline: they are named, never passed."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography import exceptions, x509
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from inspector.core.json_record import JsonRecord
+from inspector.core.vocabulary import SignatureState, SignerKind
+from inspector.signing.bundle import Bundle, library_signature
+from inspector.signing.errors import SignatureError
+from inspector.signing.keys import (
+    CURVES,
+    certificate_identity,
+    describe_key,
+    fingerprint,
+    read_public_key,
+)
+from inspector.signing.statement import SignedStatement, from_library
+
+
+@dataclass
+class SignatureVerdict(JsonRecord):
+    """The `signature` record of the verify contract: the state, who signed, how, and why."""
+
+    state: str
+    signature: str
+    kind: str | None = None
+    signer: str | None = None
+    files_signed: int | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A signature that holds: who signed it and what it says."""
+
+    signer: str
+    statement: SignedStatement
+
+
+def check_signature(bundle: Bundle, public_key: Path | None = None,
+                    certificate_chain: Sequence[Path] = ()) -> Checked:
+    """Verify the bundle with the key or chain given; SignatureError otherwise (`.invalid` when
+    the signature was checked and does not hold)."""
+    if bundle.kind is SignerKind.SIGSTORE:
+        raise SignatureError("keyless-offline", keyless_message(bundle))
+    if bundle.kind is SignerKind.KEY and public_key is None:
+        hint = _hint(bundle)
+        raise SignatureError("no-key", f"{bundle.path}: signed with a key"
+                             f"{f' (sha256:{hint})' if hint else ''}; pass --public-key KEY.pub")
+    if bundle.kind is SignerKind.CERTIFICATE and not certificate_chain:
+        raise SignatureError("no-key", f"{bundle.path}: signed with a certificate "
+                             f"({_bundle_identity(bundle)}); pass --certificate CHAIN.pem")
+    signature = library_signature(bundle)
+    if bundle.kind is SignerKind.KEY:
+        assert public_key is not None
+        verifier, signer = _key_verifier(bundle, public_key)
+    else:
+        verifier, signer = _certificate_verifier(bundle, certificate_chain)
+    manifest = _verify(bundle, verifier, signer, signature)
+    payload = signature.bundle.dsse_envelope.payload
+    return Checked(signer=signer, statement=from_library(manifest, payload, bundle.path))
+
+
+def _hint(bundle: Bundle) -> str | None:
+    key = bundle.document["verificationMaterial"].get("publicKey")
+    hint = key.get("hint") if isinstance(key, dict) else None
+    return hint if isinstance(hint, str) else None
+
+
+def _key_verifier(bundle: Bundle, public_key: Path) -> tuple[Any, str]:
+    from model_signing._signing import sign_ec_key
+
+    key = read_public_key(public_key)
+    hint = _hint(bundle)
+    if hint and hint != fingerprint(key):
+        raise SignatureError("wrong-key", f"{bundle.path}: wrong key: signed by the key "
+                             f"sha256:{hint}, not {public_key} (sha256:{fingerprint(key)})")
+    return sign_ec_key.Verifier(public_key), describe_key(key)
+
+
+def _certificates(bundle: Bundle) -> list[x509.Certificate]:
+    import base64
+
+    chain = bundle.document["verificationMaterial"].get("x509CertificateChain")
+    try:
+        return [x509.load_der_x509_certificate(base64.b64decode(c["rawBytes"]))
+                for c in chain["certificates"]]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise SignatureError("not-a-bundle", f"{bundle.path}: its certificate chain cannot be "
+                             f"read: {exc}") from exc
+
+
+def _bundle_identity(bundle: Bundle) -> str:
+    certificates = _certificates(bundle)
+    return certificate_identity(certificates[0]) if certificates else "no certificate"
+
+
+def _certificate_verifier(bundle: Bundle, chain: Sequence[Path]) -> tuple[Any, str]:
+    from model_signing._signing import sign_certificate
+
+    certificates = _certificates(bundle)
+    if not certificates:
+        raise SignatureError("not-a-bundle", f"{bundle.path}: its certificate chain is empty")
+    key = certificates[0].public_key()
+    if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name not in CURVES:
+        raise SignatureError("unsupported-key", f"{bundle.path}: the signing certificate holds "
+                             "a key OpenSSF Model Signing does not sign with (ECDSA P-256, "
+                             "P-384 or P-521 only)")
+    for path in chain:
+        try:
+            if not x509.load_pem_x509_certificates(Path(path).read_bytes()):
+                raise ValueError("no certificate")
+        except OSError as exc:
+            raise SignatureError("unreadable", f"{path}: cannot read the certificate chain: "
+                                 f"{exc.strerror or exc}") from exc
+        except ValueError as exc:
+            raise SignatureError("unsupported-key", f"{path}: not PEM certificates") from exc
+    identity = certificate_identity(certificates[0])
+    return sign_certificate.Verifier([Path(p) for p in chain]), f"certificate {identity}"
+
+
+def _verify(bundle: Bundle, verifier: Any, signer: str, signature: Any) -> Any:
+    from OpenSSL import crypto
+
+    quiet = io.StringIO()  # the library prints a warning for old bundles on stdout
+    try:
+        with contextlib.redirect_stdout(quiet):
+            return verifier.verify(signature)
+    except exceptions.InvalidSignature as exc:
+        other = "" if _hint(bundle) or bundle.kind is SignerKind.CERTIFICATE else \
+            " (or it was signed by another key: this bundle names none)"
+        raise SignatureError("invalid-signature", f"{bundle.path}: invalid signature: it does "
+                             f"not verify with {signer}; the signed statement or the signature "
+                             f"was changed after signing{other}") from exc
+    except crypto.X509StoreContextError as exc:
+        raise SignatureError("untrusted-certificate", f"{bundle.path}: untrusted certificate: "
+                             f"{signer} does not chain to the certificates given ({exc})"
+                             ) from exc
+    except ValueError as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else "refused"
+        code = "untrusted-certificate" if "certificate" in text.lower() else "invalid-signature"
+        raise SignatureError(code, f"{bundle.path}: invalid signature: {text}") from exc
+    except Exception as exc:  # a bundle of the right shape with contents the library trips on
+        raise SignatureError("not-a-bundle", f"{bundle.path}: the reference library cannot "
+                             f"check this bundle: {type(exc).__name__}: {exc}") from exc
+
+
+def keyless_message(bundle: Bundle) -> str:
+    """Why a keyless bundle is not verified here, and where it can be."""
+    return (f"{bundle.path}: a Sigstore keyless signature; checking it needs Sigstore's trust "
+            "root and transparency log, and no trust root is available offline: verify it "
+            "where Sigstore is reachable (`model_signing verify sigstore DIR --signature SIG "
+            "--identity ID --identity_provider URL`)")
+
+
+def verdict_for(bundle_path: Path, error: SignatureError | None = None,
+                checked: Checked | None = None, kind: SignerKind | None = None,
+                changed: bool = False) -> SignatureVerdict:
+    """The contract record for a signature that failed (`error`) or held (`checked`)."""
+    if checked is not None:
+        state = SignatureState.CHANGED if changed else SignatureState.INTACT
+        return SignatureVerdict(state=state, signature=str(bundle_path), kind=kind,
+                                signer=checked.signer,
+                                files_signed=len(checked.statement.resources))
+    assert error is not None
+    state = SignatureState.INVALID if error.invalid else SignatureState.UNVERIFIED
+    return SignatureVerdict(state=state, signature=str(bundle_path), kind=kind,
+                            reason=error.message)

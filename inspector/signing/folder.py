@@ -1,0 +1,148 @@
+"""A folder checked against a verified statement: every signed file hashed (the project's own
+verify, a core each), every file the statement does not cover reported (hidden ones too: the
+reference tool signs them), links where the signer allowed none marked, and for a changed file
+whose tensors the statement records, the tensors that changed named."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from inspector.core.progress import CancelToken, ProgressFn
+from inspector.core.vocabulary import FileStatus
+from inspector.integrity.verify import (
+    FileCheck,
+    Plan,
+    TensorDigestFn,
+    VerifyResult,
+    compare_tensors,
+    plan,
+    verify,
+)
+from inspector.signing.statement import GIT_PATHS, SignedStatement, to_manifest
+
+IGNORED_NOTE = "the signature's ignore list leaves it out: not signed"
+LINK_NOTE = "a symbolic link, and the signature was made over a folder without links"
+CHANGED = {FileStatus.MISMATCH, FileStatus.SIZE_MISMATCH}
+
+
+def verify_folder(folder: Path, statement: SignedStatement, signature: Path | None,
+                  tensor_digests: TensorDigestFn | None = None, strict: bool = False,
+                  progress: ProgressFn | None = None,
+                  cancel: CancelToken | None = None) -> VerifyResult:
+    """Every file of `folder` against the statement (ManifestError for a signed name that leaves
+    the folder); `strict`: files the signature does not cover fail."""
+    if not statement.plain_sha256:
+        return _verify_by_library(folder, statement, signature, strict)
+    manifest = to_manifest(statement, folder, signature)
+    pairs = plan(manifest, [folder])
+    pairs += _unlisted(folder, pairs, signature)
+    result = verify(manifest, [folder], strict=strict, pairs=pairs, progress=progress,
+                    cancel=cancel)
+    _mark(result, folder, statement)
+    if tensor_digests is not None:
+        _tensor_forensics(result, folder, statement, tensor_digests, cancel)
+    listed = [f for f in result.files if f.status != FileStatus.EXTRA]
+    if listed and all(f.status == FileStatus.MISSING for f in listed):
+        result.errors.append(another_folder(folder, statement))
+    return result
+
+
+def another_folder(folder: Path, statement: SignedStatement) -> str:
+    """Why a signature none of whose files is present is likely another folder's."""
+    names = ", ".join(r.name for r in statement.resources[:3])
+    more = f" and {len(statement.resources) - 3} more" if len(statement.resources) > 3 else ""
+    return (f"none of the {len(statement.resources)} file(s) the signature covers ({names}"
+            f"{more}) is in {folder}: it is the signature of another folder (signed as "
+            f"{statement.model_name!r}), or of this one before its files were moved")
+
+
+def covered(name: str) -> bool:
+    """False for what the reference library never signs by default (Git's own files)."""
+    return name.split("/", 1)[0] not in GIT_PATHS
+
+
+def _unlisted(folder: Path, pairs: Plan, signature: Path | None) -> Plan:
+    """Files `plan` leaves out (hidden names) that the signature would have covered."""
+    seen = {os.path.abspath(location) for _entry, location in pairs}
+    if signature is not None:
+        seen.add(os.path.abspath(signature))
+    extra: Plan = []
+    for current, dirs, names in os.walk(folder):
+        dirs.sort()
+        for name in sorted(names):
+            path = Path(current, name)
+            rel = path.relative_to(folder).as_posix()
+            if os.path.abspath(path) not in seen and covered(rel):
+                extra.append((None, path))
+    return extra
+
+
+def _under(rel: str, ignored: list[str]) -> bool:
+    return any(rel == p or rel.startswith(p.rstrip("/") + "/") for p in ignored)
+
+
+def _mark(result: VerifyResult, folder: Path, statement: SignedStatement) -> None:
+    """Notes on extras the signer chose to leave out, and links where none were signed."""
+    for record in result.files:
+        location = Path(record.path) if record.status == FileStatus.EXTRA else \
+            folder / record.path
+        rel = os.path.relpath(location, folder).replace(os.sep, "/")
+        if record.status == FileStatus.EXTRA and _under(rel, statement.ignore_paths):
+            record.note = IGNORED_NOTE
+        elif (not statement.allow_symlinks and record.status == FileStatus.OK
+              and location.is_symlink()):
+            record.status, record.note = FileStatus.MISMATCH, LINK_NOTE
+
+
+def _tensor_forensics(result: VerifyResult, folder: Path, statement: SignedStatement,
+                      tensor_digests: TensorDigestFn, cancel: CancelToken | None) -> None:
+    """For each changed file whose tensors are signed: which tensors changed."""
+    for record in result.files:
+        expected = statement.tensors.get(record.path)
+        if record.status not in CHANGED or not expected:
+            continue
+        try:
+            actual = tensor_digests(folder / record.path, cancel=cancel)
+        except Exception as exc:  # the worker's refusal is a line of the verdict, not a crash
+            result.errors.append(f"{record.path}: tensors not checked: {exc}")
+            continue
+        result.tensors += compare_tensors(expected, actual, record.path)
+
+
+def _verify_by_library(folder: Path, statement: SignedStatement, signature: Path | None,
+                       strict: bool) -> VerifyResult:
+    """Statements hashed otherwise (BLAKE2, BLAKE3, file shards): the reference library hashes
+    the folder as the signer did, and each item is compared here."""
+    from model_signing import hashing
+
+    ignored = list(statement.ignore_paths)
+    if signature is not None and Path(os.path.abspath(signature)).is_relative_to(
+            os.path.abspath(folder)):
+        ignored.append(os.path.relpath(signature, folder))
+    config = hashing.Config().set_ignored_paths(paths=ignored, ignore_git_paths=True)
+    if statement.method == "shards":
+        config.use_shard_serialization(hashing_algorithm=statement.hash_type,
+                                       shard_size=statement.shard_size or 0,
+                                       allow_symlinks=statement.allow_symlinks)
+    else:
+        config.use_file_serialization(hashing_algorithm=statement.hash_type,
+                                      allow_symlinks=statement.allow_symlinks)
+    result = VerifyResult(strict=strict)
+    try:
+        actual = {rd.identifier: rd.digest.digest_hex
+                  for rd in config.hash(folder).resource_descriptors()}
+    except ValueError as exc:
+        result.errors.append(f"{folder}: cannot be hashed as it was signed: {exc}")
+        return result
+    for resource in statement.resources:
+        got = actual.pop(resource.name, None)
+        status = FileStatus.MISSING if got is None else \
+            FileStatus.OK if got == resource.digest else FileStatus.MISMATCH
+        result.files.append(FileCheck(path=resource.name, status=status,
+                                      expected=resource.digest, actual=got,
+                                      algorithm=statement.hash_type))
+    result.files += [FileCheck(path=name, status=FileStatus.EXTRA, actual=digest,
+                               algorithm=statement.hash_type)
+                     for name, digest in sorted(actual.items())]
+    return result

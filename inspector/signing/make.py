@@ -1,0 +1,80 @@
+"""A folder signed with a private key: the reference library hashes the folder (as its own
+`model_signing sign key` does, so the reference verifier accepts the result), this project may
+add its per-tensor digests to the statement, the library signs, and the bundle is written
+atomically. Every input is checked before anything is written; an existing signature is
+replaced only when asked."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from inspector.core.atomic import write_bytes_atomic
+from inspector.integrity.manifest import TensorEntry
+from inspector.signing.bundle import DEFAULT_NAME
+from inspector.signing.errors import SignatureError
+from inspector.signing.keys import describe_key, read_private_key
+from inspector.signing.statement import TENSORS_FIELD, tensor_predicate
+
+
+@dataclass(frozen=True)
+class Signed:
+    """What `sign_folder` wrote."""
+
+    signature: Path
+    files: int
+    tensors: int
+    signer: str
+
+
+def signature_path(folder: Path, signature: Path | None) -> Path:
+    """Where the signature goes: the path given, else `model.sig` inside the folder."""
+    return signature if signature is not None else folder / DEFAULT_NAME
+
+
+def check_inputs(folder: Path, private_key: Path, signature: Path, overwrite: bool) -> str:
+    """SignatureError for a folder, key or destination that cannot be used; the signer's
+    description otherwise. Nothing is written."""
+    if not folder.is_dir():
+        raise SignatureError("not-a-folder", f"{folder}: not a folder; sign the folder that "
+                             "holds the model's files")
+    signer = describe_key(read_private_key(private_key).public_key())
+    if signature.exists() and not overwrite:
+        raise SignatureError("exists", f"{signature} exists; pass --force to replace it")
+    if not signature.parent.is_dir():
+        raise SignatureError("unreadable", f"{signature.parent}: no such folder for the "
+                             "signature")
+    return signer
+
+
+def sign_folder(folder: Path, private_key: Path, signature: Path | None = None,
+                overwrite: bool = False,
+                tensors: dict[str, list[TensorEntry]] | None = None) -> Signed:
+    """Sign every file of `folder` (Git's files and the signature itself left out, as the
+    reference tool does); `tensors` (`{file: [tensor records]}`) are signed with them."""
+    from model_signing import hashing
+    from model_signing._signing import sign_ec_key, signing
+
+    destination = signature_path(folder, signature)
+    signer = check_inputs(folder, private_key, destination, overwrite)
+    ignored = []
+    if Path(os.path.abspath(destination)).is_relative_to(os.path.abspath(folder)):
+        ignored.append(os.path.relpath(destination, folder))
+    config = hashing.Config().set_ignored_paths(paths=ignored, ignore_git_paths=True)
+    try:
+        manifest = config.hash(folder)
+    except ValueError as exc:  # a link, a socket, a file that vanished
+        raise SignatureError("bad-folder", f"{folder}: cannot be signed: {exc}") from exc
+    names = {rd.identifier for rd in manifest.resource_descriptors()}
+    unknown = sorted(set(tensors or {}) - names)
+    if unknown:
+        raise SignatureError("bad-folder", f"tensors given for {unknown[0]!r}, which is not a "
+                             "file the signature covers")
+    payload = signing.Payload(manifest)
+    if tensors:
+        payload.statement.pb.predicate.update({TENSORS_FIELD: tensor_predicate(tensors)})
+    bundle = sign_ec_key.Signer(private_key).sign(payload).bundle
+    write_bytes_atomic(destination, bundle.to_json().encode("utf-8"), overwrite=overwrite)
+    return Signed(signature=destination, files=len(names),
+                  tensors=sum(len(t) for t in (tensors or {}).values()), signer=signer)

@@ -1,0 +1,112 @@
+"""The signed statement of a verified signature, as this project reads it: the files and digests
+the reference library expanded from it, how they were hashed, and the per-tensor digests this
+project adds as an extra predicate field (v1.0 verifiers ignore fields they do not know). Also
+the statement as a manifest: for `verify`, and as sha256sum lines."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from inspector.integrity.manifest import FileEntry, Manifest, TensorEntry
+from inspector.signing.bundle import no_repeats
+from inspector.signing.errors import SignatureError
+
+TENSORS_FIELD = "ckpt_inspector_tensors"
+"""The predicate field holding `{file: [tensor records]}` (this project's JSON manifest's
+per-tensor records): signed with the rest, read only by this project."""
+
+GIT_PATHS = (".git", ".github", ".gitattributes", ".gitignore")
+"""What the reference library leaves out of every signature unless told otherwise."""
+
+DIALECT = "oms"
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One signed item: a file (or a shard `name:start:end`), its algorithm and digest."""
+
+    name: str
+    algorithm: str
+    digest: str
+
+
+@dataclass
+class SignedStatement:
+    """What a verified signature says about a folder."""
+
+    model_name: str
+    method: str
+    hash_type: str
+    allow_symlinks: bool
+    ignore_paths: list[str]
+    resources: list[Resource]
+    tensors: dict[str, list[TensorEntry]] = field(default_factory=dict)
+    shard_size: int | None = None
+
+    @property
+    def plain_sha256(self) -> bool:
+        """True when each item is a whole file's SHA-256 (what `integrity.verify` checks)."""
+        return self.method == "files" and self.hash_type == "sha256"
+
+
+def from_library(manifest: Any, payload: bytes, source: Path) -> SignedStatement:
+    """The statement from the library's verified manifest and the envelope's verified payload."""
+    args = manifest.serialization_type
+    tensors = _tensors(payload, source)
+    return SignedStatement(
+        model_name=manifest.model_name,
+        method=str(args.get("method")),
+        hash_type=str(args.get("hash_type")),
+        allow_symlinks=bool(args.get("allow_symlinks")),
+        ignore_paths=sorted(str(p) for p in args.get("ignore_paths", ())),
+        resources=[Resource(rd.identifier, rd.digest.algorithm, rd.digest.digest_hex)
+                   for rd in manifest.resource_descriptors()],
+        tensors=tensors,
+        shard_size=args.get("shard_size"),
+    )
+
+
+def _tensors(payload: bytes, source: Path) -> dict[str, list[TensorEntry]]:
+    try:
+        statement = json.loads(payload, object_pairs_hook=no_repeats)
+        records = statement.get("predicate", {}).get(TENSORS_FIELD) or {}
+        return {name: [TensorEntry(key=t["key"], dtype=t.get("dtype"),
+                                   shape=_shape(t.get("shape")),
+                                   digest=t.get("digest"),
+                                   digest_algorithm=t.get("digest_algorithm"))
+                       for t in items]
+                for name, items in records.items()}
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise SignatureError("not-a-bundle", f"{source}: the signed {TENSORS_FIELD} field is "
+                             f"malformed: {exc}") from exc
+
+
+def _shape(shape: Any) -> tuple[int, ...] | None:
+    """A signed shape back as ints (a protobuf Struct keeps every number as a double)."""
+    if shape is None:
+        return None
+    if not all(isinstance(n, int | float) and float(n).is_integer() and n >= 0 for n in shape):
+        raise ValueError(f"a shape of non-negative integers, not {shape!r}")
+    return tuple(int(n) for n in shape)
+
+
+def tensor_predicate(tensors: dict[str, list[TensorEntry]]) -> dict[str, Any]:
+    """The predicate field written for `tensors` (`{file: [tensor records]}`)."""
+    return {name: [t.to_json() for t in items] for name, items in sorted(tensors.items())}
+
+
+def to_manifest(statement: SignedStatement, folder: Path, source: Path | None) -> Manifest:
+    """The statement as a manifest read against `folder` (plain SHA-256 file statements)."""
+    files = [FileEntry(path=r.name, sha256=r.digest) for r in statement.resources]
+    return Manifest(dialect=DIALECT, files=files, base_dir=folder, source=source)
+
+
+def to_sha256sum(statement: SignedStatement) -> str:
+    """The statement as `sha256sum` lines (what `sha256sum -c` checks in the folder)."""
+    if not statement.plain_sha256:
+        raise SignatureError("unsupported-statement", f"a {statement.method} statement hashed "
+                             f"with {statement.hash_type} has no sha256sum form")
+    return "".join(f"{r.digest}  {r.name}\n" for r in statement.resources)

@@ -1,0 +1,327 @@
+"""OpenSSF Model Signing through the real CLI, both ways with the reference tool (`model_signing`
+run in a subprocess): a folder it signs verifies with ours, one we sign verifies with its
+`verify key`; then one flipped byte, a swapped key, an unsigned file, certificate mode with a
+chain the test makes, and bad input (each one line, nothing written). Keys are made here."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.x509.oid import NameOID
+
+from inspector.cli import main
+
+REFERENCE = [sys.executable, "-m", "model_signing"]
+
+
+def _write_key(private, folder: Path, name: str) -> tuple[Path, Path]:
+    pem = folder / f"{name}.pem"
+    pub = folder / f"{name}.pub"
+    pem.write_bytes(private.private_bytes(serialization.Encoding.PEM,
+                                          serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    pub.write_bytes(private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return pem, pub
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> dict[str, tuple[Path, Path]]:
+    folder = tmp_path / "keys"
+    folder.mkdir()
+    return {"alice": _write_key(ec.generate_private_key(ec.SECP256R1()), folder, "alice"),
+            "bob": _write_key(ec.generate_private_key(ec.SECP384R1()), folder, "bob")}
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    folder = tmp_path / "model"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "weights.bin").write_bytes(bytes(range(256)) * 512)
+    (folder / "config.json").write_text('{"hidden": 8}')
+    (folder / "sub" / "tokenizer.txt").write_text("a b c")
+    (folder / ".hidden-notes").write_text("signed too")
+    return folder
+
+
+def _reference(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*REFERENCE, *map(str, args)], capture_output=True, text=True,
+                          timeout=120)
+
+
+def _flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_a_folder_the_reference_signs_verifies_with_ours(model, keys, capsys) -> None:
+    pem, pub = keys["alice"]
+    done = _reference("sign", "key", model, "--private_key", pem, "--signature",
+                      model / "model.sig")
+    assert done.returncode == 0, done.stderr
+    # the model.sig inside the folder is found without --signature
+    assert main(["verify", str(model), "--public-key", str(pub)]) == 0
+    out = capsys.readouterr().out
+    assert "intact" in out and "4 files signed" in out and "4 files: 4 ok" in out
+
+    _flip(model / "weights.bin", 70_000)
+    assert main(["verify", str(model), "--public-key", str(pub)]) == 1
+    out = capsys.readouterr().out
+    assert "changed" in out
+    assert any(line.startswith("MISMATCH") and "weights.bin" in line
+               for line in out.splitlines())
+
+
+def test_a_folder_we_sign_verifies_with_the_reference(model, keys, capsys) -> None:
+    pem, pub = keys["alice"]
+    assert main(["sign", str(model), "--private-key", str(pem)]) == 0
+    assert "signed 4 files" in capsys.readouterr().out
+    done = _reference("verify", "key", model, "--signature", model / "model.sig",
+                      "--public_key", pub)
+    assert done.returncode == 0, done.stderr
+    assert main(["verify", str(model), "--public-key", str(pub), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["signature"]["state"] == "intact" and doc["signature"]["kind"] == "key"
+    assert doc["dialect"] == "oms" and doc["ok"] is True
+
+    (model / "config.json").write_text('{"hidden": 9}')
+    assert _reference("verify", "key", model, "--signature", model / "model.sig",
+                      "--public_key", pub).returncode != 0
+    assert main(["verify", str(model), "--public-key", str(pub), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert {f["path"]: f["status"] for f in doc["files"]}["config.json"] == "mismatch"
+    assert doc["signature"]["state"] == "changed"
+
+
+def test_the_wrong_key_is_named(model, keys, capsys) -> None:
+    pem, _pub = keys["alice"]
+    assert main(["sign", str(model), "--private-key", str(pem)]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(model), "--public-key", str(keys["bob"][1])]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("INVALID") and "wrong key" in out
+    assert _reference("verify", "key", model, "--signature", model / "model.sig",
+                      "--public_key", keys["bob"][1]).returncode != 0
+
+
+def test_a_signature_changed_after_signing_is_invalid(model, keys, capsys) -> None:
+    pem, pub = keys["alice"]
+    assert main(["sign", str(model), "--private-key", str(pem)]) == 0
+    sig = model / "model.sig"
+    bundle = json.loads(sig.read_text())
+    statement = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))
+    # the attacker swaps a file's digest (root digest recomputed is not enough without the key)
+    statement["predicate"]["resources"][0]["digest"] = "0" * 64
+    bundle["dsseEnvelope"]["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
+    sig.write_text(json.dumps(bundle))
+    capsys.readouterr()
+    assert main(["verify", str(model), "--public-key", str(pub), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["signature"]["state"] == "invalid"
+    assert "invalid signature" in doc["signature"]["reason"]
+
+
+def test_an_unsigned_file_is_reported_and_fails_under_strict(model, keys, capsys) -> None:
+    pem, pub = keys["alice"]
+    assert main(["sign", str(model), "--private-key", str(pem)]) == 0
+    (model / ".sneaky.py").write_text("import os")  # hidden: the reference signs those too
+    (model / "extra.bin").write_bytes(b"x")
+    capsys.readouterr()
+    assert main(["verify", str(model), "--public-key", str(pub), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    extras = sorted(Path(f["path"]).name for f in doc["files"] if f["status"] == "extra")
+    assert extras == [".sneaky.py", "extra.bin"]
+    assert main(["verify", str(model), "--public-key", str(pub), "--strict"]) == 1
+    assert "EXTRA" in capsys.readouterr().out
+
+
+def _name(text: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
+
+
+def _chain(folder: Path) -> tuple[Path, Path, Path, Path]:
+    """A CA and a leaf for code signing it issued: (leaf key, leaf cert, CA cert, other CA)."""
+    now = datetime.datetime.now(datetime.UTC)
+    later = now + datetime.timedelta(days=2)
+    earlier = now - datetime.timedelta(days=1)
+
+    def ca(label: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (x509.CertificateBuilder().subject_name(_name(label)).issuer_name(_name(label))
+                .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(earlier).not_valid_after(later)
+                .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                .add_extension(x509.KeyUsage(False, False, False, False, False, True, True,
+                                             False, False), critical=True)
+                .sign(key, hashes.SHA256()))
+        return key, cert
+
+    ca_key, ca_cert = ca("Test Root")
+    _other_key, other_cert = ca("Other Root")
+    leaf_key = ec.generate_private_key(ec.SECP256R1())
+    leaf = (x509.CertificateBuilder().subject_name(_name("release-bot"))
+            .issuer_name(ca_cert.subject).public_key(leaf_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(earlier).not_valid_after(later)
+            .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False,
+                                         False), critical=True)
+            .add_extension(x509.SubjectAlternativeName([x509.RFC822Name("bot@example.org")]),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    paths = []
+    for name, cert in (("leaf.crt", leaf), ("ca.crt", ca_cert), ("other.crt", other_cert)):
+        (folder / name).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        paths.append(folder / name)
+    leaf_pem, _ = _write_key(leaf_key, folder, "leaf")
+    return leaf_pem, paths[0], paths[1], paths[2]
+
+
+def test_certificate_mode_with_a_chain_the_test_makes(model, tmp_path, capsys) -> None:
+    leaf_key, leaf_cert, ca_cert, other_ca = _chain(tmp_path)
+    sig = tmp_path / "cert.sig"
+    done = _reference("sign", "certificate", model, "--private_key", leaf_key,
+                      "--signing_certificate", leaf_cert, "--certificate_chain", ca_cert,
+                      "--signature", sig)
+    assert done.returncode == 0, done.stderr
+    assert main(["verify", str(model), "--signature", str(sig), "--certificate",
+                 str(ca_cert)]) == 0
+    out = capsys.readouterr().out
+    assert "certificate CN=release-bot, bot@example.org" in out and "intact" in out
+    assert main(["verify", str(model), "--signature", str(sig), "--certificate",
+                 str(other_ca)]) == 1
+    assert "untrusted certificate" in capsys.readouterr().out
+    assert main(["verify", str(model), "--signature", str(sig)]) == 2
+    assert "pass --certificate" in capsys.readouterr().err
+
+
+def test_signed_tensor_digests_name_the_tensor_that_changed(tmp_path, keys, capsys) -> None:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder = tmp_path / "st"
+    folder.mkdir()
+    tensors = {"a": np.arange(64, dtype=np.float32), "b": np.ones((4, 4), dtype=np.float32)}
+    save_file(tensors, str(folder / "model.safetensors"))
+    pem, pub = keys["alice"]
+    assert main(["sign", str(folder), "--private-key", str(pem), "--tensors"]) == 0
+    assert "and 2 tensors" in capsys.readouterr().out
+    assert _reference("verify", "key", folder, "--signature", folder / "model.sig",
+                      "--public_key", pub).returncode == 0  # the extra field is ignored there
+    data = bytearray((folder / "model.safetensors").read_bytes())
+    data[-1] ^= 0x80  # the sign bit of b's last element
+    (folder / "model.safetensors").write_bytes(bytes(data))
+    assert main(["verify", str(folder), "--public-key", str(pub), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    changed = {t["key"]: t["status"] for t in doc["tensors"]}
+    assert changed == {"a": "ok", "b": "mismatch"}
+
+
+# --- bad input: one line, exit 2, nothing written --------------------------------------------
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_truncated_or_foreign_signature_is_one_line(model, keys, tmp_path, capsys) -> None:
+    pem, pub = keys["alice"]
+    assert main(["sign", str(model), "--private-key", str(pem)]) == 0
+    capsys.readouterr()
+    full = (model / "model.sig").read_bytes()
+    cut = tmp_path / "cut.sig"
+    cut.write_bytes(full[: len(full) // 2])
+    before = _snapshot(model)
+    assert main(["verify", str(model), "--signature", str(cut), "--public-key", str(pub)]) == 2
+    err = capsys.readouterr().err
+    assert "truncated" in err and len(err.strip().splitlines()) == 1
+    blob = tmp_path / "blob.sig"
+    blob.write_text(json.dumps({"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+                                "verificationMaterial": {"publicKey": {"hint": "x"}},
+                                "messageSignature": {}}))
+    assert main(["verify", str(model), "--signature", str(blob), "--public-key", str(pub)]) == 2
+    assert "one blob" in capsys.readouterr().err
+    assert _snapshot(model) == before
+
+
+def test_a_signature_of_another_folder_says_so(model, keys, tmp_path, capsys) -> None:
+    pem, pub = keys["alice"]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "unrelated.bin").write_bytes(b"other model")
+    assert main(["sign", str(other), "--private-key", str(pem)]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(model), "--signature", str(other / "model.sig"),
+                 "--public-key", str(pub)]) == 1
+    assert "signature of another folder" in capsys.readouterr().out
+
+
+def test_files_the_signature_covers_that_are_missing_fail(model, keys, capsys) -> None:
+    pem, pub = keys["alice"]
+    assert main(["sign", str(model), "--private-key", str(pem)]) == 0
+    (model / "sub" / "tokenizer.txt").unlink()
+    capsys.readouterr()
+    assert main(["verify", str(model), "--public-key", str(pub)]) == 1
+    assert "MISSING        sub/tokenizer.txt" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind", ["rsa", "ed25519", "p224"])
+def test_unsupported_key_types_are_refused_and_nothing_written(model, tmp_path, kind,
+                                                               capsys) -> None:
+    private = {"rsa": lambda: rsa.generate_private_key(public_exponent=65537, key_size=2048),
+               "ed25519": ed25519.Ed25519PrivateKey.generate,
+               "p224": lambda: ec.generate_private_key(ec.SECP224R1())}[kind]()
+    pem, _pub = _write_key(private, tmp_path, kind)
+    before = _snapshot(model)
+    assert main(["sign", str(model), "--private-key", str(pem)]) == 2
+    err = capsys.readouterr().err
+    assert "OpenSSF Model Signing signs with ECDSA keys" in err
+    assert len(err.strip().splitlines()) == 1
+    assert _snapshot(model) == before
+
+
+def test_sign_never_overwrites_unless_asked(model, keys, capsys) -> None:
+    pem, _pub = keys["alice"]
+    (model / "model.sig").write_text("someone else's signature")
+    assert main(["sign", str(model), "--private-key", str(pem)]) == 4
+    assert "--force" in capsys.readouterr().err
+    assert (model / "model.sig").read_text() == "someone else's signature"
+    assert main(["sign", str(model), "--private-key", str(pem), "--force"]) == 0
+    assert json.loads((model / "model.sig").read_text())["dsseEnvelope"]
+
+
+def test_a_public_key_given_to_sign_and_a_private_one_to_verify(model, keys, capsys) -> None:
+    pem, pub = keys["alice"]
+    assert main(["sign", str(model), "--private-key", str(pub)]) == 2
+    assert "signing needs the private key" in capsys.readouterr().err
+    assert not (model / "model.sig").exists()
+    assert main(["sign", str(model), "--private-key", str(pem)]) == 0
+    assert main(["verify", str(model), "--public-key", str(pem)]) == 2
+    assert "its public half" in capsys.readouterr().err
+
+
+def test_a_keyless_bundle_says_no_trust_root_is_available_offline(model, keys, tmp_path,
+                                                                  capsys) -> None:
+    pem, _pub = keys["alice"]
+    _leaf_key, leaf_cert, _ca, _other = _chain(tmp_path)
+    assert main(["sign", str(model), "--private-key", str(pem)]) == 0
+    bundle = json.loads((model / "model.sig").read_text())
+    der = x509.load_pem_x509_certificate(leaf_cert.read_bytes()).public_bytes(
+        serialization.Encoding.DER)
+    # the shape Sigstore's keyless flow writes: a short-lived certificate and a log entry
+    bundle["verificationMaterial"] = {"certificate": {"rawBytes": base64.b64encode(der).decode()},
+                                      "tlogEntries": [{"logIndex": "1"}]}
+    (model / "model.sig").write_text(json.dumps(bundle))
+    capsys.readouterr()
+    assert main(["verify", str(model)]) == 3
+    out = capsys.readouterr().out
+    assert out.startswith("UNVERIFIED") and "no trust root is available offline" in out
