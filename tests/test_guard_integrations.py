@@ -119,15 +119,17 @@ class HfRows(Dataset):
         return {"x": self.x[i], "labels": self.x[i].sum(dim=0, keepdim=True)}
 
 
-@pytest.mark.parametrize("action", ["warn", "skip"])
-def test_transformers_trainer_catches_a_flipped_gradient_at_its_step(tmp_path, action):
+@pytest.mark.parametrize(("action", "skip_nonfinite", "taken"),
+                         [("warn", False, "warn"), ("warn", True, "skip"), ("skip", True, "skip")])
+def test_transformers_trainer_catches_a_flipped_gradient_at_its_step(tmp_path, action,
+                                                                    skip_nonfinite, taken):
     from transformers import Trainer, TrainingArguments
 
     from inspector.guard.hf_callback import GuardTrainerCallback
 
     flip = BitFlip(step=BAD, param="net.0.weight", index=2, bit=30)
-    callback = GuardTrainerCallback(tmp_path / "run", GuardConfig(warmup=3, action=action,
-                                                                  faults=[flip]))
+    callback = GuardTrainerCallback(tmp_path / "run", GuardConfig(
+        warmup=3, action=action, faults=[flip], skip_nonfinite=skip_nonfinite))
     args = TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=8,
                              per_device_train_batch_size=4, report_to=[], use_cpu=True,
                              save_strategy="no", logging_strategy="no", disable_tqdm=True,
@@ -136,8 +138,10 @@ def test_transformers_trainer_catches_a_flipped_gradient_at_its_step(tmp_path, a
     trainer = Trainer(model=model, args=args, train_dataset=HfRows(), callbacks=[callback])
     trainer.train()
     first = alarms(tmp_path / "run")[0]
-    assert first["step"] == BAD and first["action"] == action
+    # the flipped element squares past float32, so the norm is Inf: by default even warn skips
+    assert first["rule"] == "grad_norm-nonfinite"
+    assert first["step"] == BAD and first["action"] == taken
     assert first["params"] == ["net.0.weight"] or first["worst"][0][0] == "net.0.weight"
     # AdamW's second moment remembers the flipped gradient only if that step was taken
     second_moment = trainer.optimizer.state[model.net[0].weight]["exp_avg_sq"]
-    assert (second_moment.max() > 1e30) == (action == "warn")
+    assert (second_moment.max() > 1e30) == (taken == "warn")

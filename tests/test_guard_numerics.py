@@ -48,15 +48,19 @@ def nan_at(k):
     return data
 
 
-def test_nan_loss_is_caught_at_its_step_and_warn_goes_on(tmp_path):
+def test_nan_loss_is_caught_at_its_step_and_warn_skips_that_step_and_goes_on(tmp_path, capfd):
     guard = Guard(tmp_path, GuardConfig(warmup=WARMUP))
-    verdicts = train(guard, tiny_model(), range(8), data=nan_at(6))
-    # warn lets the NaN gradients into the weights, so every later step alarms too
-    assert [v.step for v in verdicts if v.alarm] == [6, 7]
-    assert all(v.take_step for v in verdicts)
-    record, _ = alarms(tmp_path)
+    model = tiny_model()
+    verdicts = train(guard, model, range(8), data=nan_at(6))
+    # under warn a non-finite step is still skipped, so NaN never reaches the weights
+    assert [v.step for v in verdicts if v.alarm] == [6]
+    assert [v.step for v in verdicts if not v.take_step] == [6]
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    [record] = alarms(tmp_path)
     assert record["rule"] == "loss-nonfinite" and record["value"] == "nan"
-    assert record["action"] == "warn" and record["step"] == 6 and record["rank"] == 0
+    assert record["action"] == "skip" and record["step"] == 6 and record["rank"] == 0
+    err = capfd.readouterr().err
+    assert "step 6: loss-nonfinite" in err and "optimizer step was skipped" in err
     assert record["params"] == ["0.weight", "0.bias", "2.weight", "2.bias"]
     assert record["attribution"] is None  # no closure: nothing to re-run
     json.dumps(record, allow_nan=False)
@@ -83,8 +87,8 @@ def test_loss_spike_fires_both_spike_rules_after_the_warm_up(tmp_path):
 
     verdicts = train(guard, tiny_model(), range(11), data=data)
     alarmed = {v.step: [b.rule for b in v.alarm.breaches] for v in verdicts if v.alarm}
-    assert set(alarmed) == {9}, "a spike during the warm-up raises nothing"
-    assert {"loss-spike-max", "loss-spike-ema"} <= set(alarmed[9])
+    assert min(alarmed) == 9, "a x3 step in the warm-up raises nothing"
+    assert {"loss-spike-max", "loss-spike-ema", "loss-spike-median"} <= set(alarmed[9])
 
 
 def test_grad_norm_spike_fires_without_a_loss_spike(tmp_path):
@@ -101,7 +105,7 @@ def test_grad_norm_spike_fires_without_a_loss_spike(tmp_path):
         rules.append([b.rule for b in v.alarm.breaches] if v.alarm else [])
         opt.step()
     assert rules[:7] == [[]] * 7
-    assert rules[7] == ["grad_norm-spike-max"]
+    assert rules[7] == ["grad_norm-spike-max", "grad_norm-spike-median"]
 
 
 def test_a_bit_flipped_in_a_gradient_at_step_k_is_caught_at_step_k(tmp_path):
@@ -204,7 +208,8 @@ def test_a_halted_run_resumes_from_its_scene(tmp_path):
     scene = guard.resume(halt.scene, model, opt)
     assert scene.step == 6 and guard.step_index == 6
     assert all(torch.equal(halted_model.state_dict()[k], v) for k, v in model.state_dict().items())
-    assert guard.rules.state_dict() == scene.rules_state
+    assert guard.rules.state_dict() == {k: v for k, v in scene.rules_state.items()
+                                        if k != "weights"}
     verdicts = train(guard, model, range(6, 10))  # the bad batch left out: runs on cleanly
     assert not any(v.alarm for v in verdicts)
     assert len(alarms(tmp_path)) == 1
@@ -334,7 +339,7 @@ def test_every_step_leaves_one_metrics_line_and_the_journal_names_the_file(tmp_p
     lines, problems = read_lines(metrics_path(tmp_path, 0))
     assert not problems
     assert [(r["s"], r["a"]) for r in lines] == [(0, None), (1, None), (2, None), (3, None),
-                                                 (4, "loss-nonfinite"), (5, "loss-nonfinite")]
+                                                 (4, "loss-nonfinite"), (5, None)]
     assert lines[0]["loss"] == verdicts[0].loss and lines[4]["loss"] == "nan"
     entries = journal.read(journal.journal_path(tmp_path)).of_kind("guard.metrics")
     assert [e.record["path"] for e in entries] == ["guard/rank-00000.jsonl"]

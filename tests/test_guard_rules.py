@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from inspector.guard.rules import RULES, EmaSpike, MaxOfFirst, NonFinite, RuleSet
+from inspector.guard.rules import RULES, EmaSpike, MaxOfFirst, MedianSpike, NonFinite, RuleSet
 
 
 def test_non_finite_fires_on_nan_and_inf_only():
@@ -47,8 +47,20 @@ def test_rule_state_round_trips():
                                                                           "loss-spike-ema"]
 
 
+def test_the_median_rule_judges_from_its_fifth_value_and_follows_a_falling_loss():
+    rule = MedianSpike("loss", k=30, early=5, window=5)
+    for v in (5.0, 3.0, 1.0, 0.5):
+        assert rule.judge(1e6) is None  # fewer than `early` values
+        rule.learn(v)
+    for _ in range(5):
+        rule.learn(0.05)  # the window now holds the recent, low losses only
+    assert rule.judge(1.4) is None
+    breach = rule.judge(0.05 * 300)
+    assert breach is not None and math.isclose(breach.threshold, 1.5)
+
+
 def test_every_registered_rule_is_named_by_its_kind_and_judges_through_the_rule_set():
-    assert set(RULES) == {"nonfinite", "spike-max", "spike-ema"}
+    assert set(RULES) == {"nonfinite", "spike-max", "spike-ema", "spike-median"}
     for kind, cls in RULES.items():
         rule = cls("loss")
         assert rule.name == f"loss-{kind}" and rule.judge(1.0) is None

@@ -9,10 +9,19 @@ or, with the step as a closure (which makes re-run attribution possible):
 
     guard.run_step(closure, model, optimizer)   # closure: zero_grad, forward, backward, loss
 
-Cost when nothing fires: one fused norm over the gradients and one device sync (`numerics`).
-An alarm writes one `guard.alarm` record to the run journal and then takes the action:
-`warn` goes on, `skip` drops the step's gradients (so `optimizer.step()` changes nothing),
-`halt` writes a scene (`scene`) and raises `GuardHalt`, a `SystemExit` with `EXIT_HALTED`.
+Cost when nothing fires: one fused norm over the gradients, the weights' reading (`weights`:
+an exact fingerprint after each optimizer step and before the next check, a fused norm, the
+largest |w|) and one device sync for all of it (`numerics`). Any optimizer step in the process
+retakes the fingerprint (a global `torch.optim` post-hook), so weights that change between two
+steps are named with their tensor; code that edits weights on purpose calls `accept_weights`.
+
+An alarm writes one `guard.alarm` record to the run journal, prints one rate-limited line on
+stderr (`console`), and then takes the action: `warn` goes on, `skip` drops the step's
+gradients (so `optimizer.step()` changes nothing), `halt` writes a scene (`scene`) and raises
+`GuardHalt`, a `SystemExit` with `EXIT_HALTED`. A non-finite loss or gradient is skipped even
+under `warn` (`skip_nonfinite`, as GradScaler does), so NaN never reaches the weights unsaid.
+The guard registers its health check with `run.health_gate`, so the ledger asks it before
+sealing a checkpoint of the same run folder.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,11 +37,12 @@ from typing import Any, Literal
 
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from inspector.core import strict_json
 from inspector.core.errors import CodedError
 from inspector.guard import inject
-from inspector.guard.alarm_record import append_alarm
+from inspector.guard.alarm_record import AlarmConsole, append_alarm
 from inspector.guard.devstate import XidWatch, device_state
 from inspector.guard.inject import BitFlip
 from inspector.guard.numerics import StepNumbers, step_numbers
@@ -41,11 +52,14 @@ from inspector.guard.scene import (
     batch_hash,
     load_scene,
     model_fingerprint,
+    read_scene,
     restore_rng,
     rng_states,
     write_scene,
 )
-from inspector.run import journal
+from inspector.guard.weights.fingerprint import WeightWatch
+from inspector.guard.weights.rules import CORRUPTION_RULES, WeightRuleSet
+from inspector.run import health_gate, journal
 from inspector.run.blocklog import BlockWriter
 from inspector.run.metrics import METRICS_KIND, metrics_path
 
@@ -80,6 +94,17 @@ class GuardConfig:
     rerun_rtol: float = 0.0
     report_params: int = 8
     faults: Sequence[BitFlip] = ()
+    k_median: float = 30.0
+    fingerprint_every: int = 1
+    """Take the weights' fingerprint after every N-th optimizer step (0: never)."""
+    largest_every: int = 1
+    """Read each tensor's largest |w| at every N-th check (always before a ledger save)."""
+    k_largest: float = 8.0
+    k_update: float = 50.0
+    skip_nonfinite: bool = True
+    """Skip the optimizer step on a non-finite loss or gradient even when `action` is warn."""
+    console: bool = True
+    """Print one rate-limited line per alarm kind on stderr."""
 
 
 @dataclass
@@ -134,7 +159,15 @@ class Guard:
         self.run_dir = Path(self.run_dir)
         self.journal = journal.journal_path(self.run_dir)
         check_journal(self.journal)
-        self.rules = RuleSet.default(self.config.k_max, self.config.k_ema, self.config.warmup)
+        self.rules = RuleSet.default(self.config.k_max, self.config.k_ema, self.config.warmup,
+                                     self.config.k_median)
+        self.weight_rules = WeightRuleSet.default(self.config.k_largest, self.config.k_update)
+        self.watch: WeightWatch | None = None
+        self._watched: Any = None
+        self.console = AlarmConsole(self.rank) if self.config.console else None
+        self._post_hook = register_optimizer_step_post_hook(
+            _weak_after_step(self))
+        health_gate.register(self.run_dir, self.health)
         self.alarms: list[Alarm] = []
         self._pending: _Pending | None = None
         self._xids: XidWatch | None = XidWatch() if torch.cuda.is_available() else None
@@ -164,16 +197,23 @@ class Guard:
                 sample_ids = self.ledger.last.ids
             data_state = self.ledger.state_dict if data_state is None else data_state
         inject.apply(list(self.config.faults), model, self.step_index, "grad", rerun=False)
-        numbers = step_numbers(loss, model)
+        watch = self._watch(model)
+        reading = watch.reading()
+        numbers = step_numbers(loss, model, reading.vector())
+        weights = watch.values(reading, numbers.extra)
         values = {"loss": numbers.loss, "grad_norm": numbers.grad_norm}
-        breaches = self.rules.judge(values)
+        breaches = self.weight_rules.judge(watch.names, weights) + self.rules.judge(values)
         verdict = StepVerdict(self.step_index, numbers.loss, numbers.grad_norm)
         self._record_metrics(verdict, breaches)
         if not breaches:
             self.rules.learn(values)
+            self.weight_rules.learn(watch.names, weights)
         else:
-            alarm = Alarm(self.step_index, breaches, self.config.action,
-                          numbers.nonfinite_params(self.config.report_params),
+            self.weight_rules.rebase(watch.names, weights)
+            blamed = [b.param for b in breaches if b.param is not None]
+            params = list(dict.fromkeys(blamed + numbers.nonfinite_params(
+                self.config.report_params)))[:self.config.report_params]
+            alarm = Alarm(self.step_index, breaches, self._action(breaches), params,
                           numbers.worst_params(self.config.report_params))
             if closure is not None and pending is not None and self.config.rerun:
                 self._attribute(alarm, numbers, closure, model, pending)
@@ -197,28 +237,93 @@ class Guard:
 
     def resume(self, scene_dir: str | os.PathLike[str], model: nn.Module,
                optimizer: torch.optim.Optimizer | None = None) -> Scene:
-        """Load a halted step's scene into model and optimizer and continue at that step."""
+        """Load a halted step's scene into model and optimizer and continue at that step; a
+        scene whose weights were the fault (a weight rule fired) is refused, naming the tensor:
+        resume from the newest healthy checkpoint (`ckpt-inspector run latest`) instead."""
+        corrupt = [a for a in read_scene(scene_dir).alarms if a.get("rule") in CORRUPTION_RULES]
+        if corrupt:
+            first = corrupt[0]
+            raise CodedError("scene-weights-corrupt", f"{scene_dir} holds the weights the guard "
+                             f"alarmed on ({first['rule']} on {first.get('param')}); resume "
+                             f"from the checkpoint `ckpt-inspector run latest {self.run_dir}` "
+                             "names instead")
         scene = load_scene(scene_dir, model, optimizer)
-        self.rules.load_state_dict(scene.rules_state)
+        self._load_rules(scene.rules_state)
         self.step_index = scene.step
+        self.accept_weights(model)
         return scene
+
+    def accept_weights(self, model: nn.Module | None = None) -> None:
+        """The weights now are intended (a load, a deliberate edit): retake the fingerprint."""
+        if model is not None and self._watched is not model:
+            self._watch(model)
+        if self.watch is not None:
+            self.watch.accept()
+            reading = self.watch.reading(largest=False)
+            self.weight_rules.rebase(self.watch.names, self.watch.values(
+                reading, reading.vector().tolist()))
+
+    def health(self) -> list[str]:
+        """The weights' health now, one line per problem: non-finite, past their learned
+        largest |w|, or changed since the last optimizer step (what the ledger asks)."""
+        if self.watch is None:
+            return []
+        watch = self.watch
+        reading = watch.reading(largest=True)
+        values = watch.values(reading, reading.vector().tolist())
+        found = [b for b in self.weight_rules.judge(watch.names, values)
+                 if b.rule != "update-size"]
+        return [f"{b.rule} on {b.param} (value {b.value:.4g}"
+                + (f", bound {b.threshold:.4g})" if b.threshold is not None else ")")
+                for b in found]
 
     def state_dict(self) -> dict:
         """The guard's own state, to save in a checkpoint beside the model's."""
-        return {"step": self.step_index, "rules": self.rules.state_dict()}
+        return {"step": self.step_index, "rules": self._rules_state()}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from a checkpoint's guard state."""
         self.step_index = int(state["step"])
-        self.rules.load_state_dict(state["rules"])
+        self._load_rules(state["rules"])
 
     def close(self) -> None:
-        """Flush the per-step metrics file and stop the XID listener (if a GPU was there)."""
+        """Flush the per-step metrics file, print the alarm counts, unhook from the optimizers
+        and the ledger, and stop the XID listener (if a GPU was there)."""
+        self._post_hook.remove()
+        health_gate.unregister(self.run_dir, self.health)
+        if self.console is not None:
+            self.console.close()
         if self._metrics is not None:
             self._metrics.close()
         if self._xids is not None:
             self._xids.close()
             self._xids = None
+
+    def _watch(self, model: nn.Module) -> WeightWatch:
+        """The watch over this model's weights (a new one for a model not seen before)."""
+        if self.watch is None or self._watched is not model:
+            self.watch = WeightWatch(model, self.config.fingerprint_every,
+                                     self.config.largest_every)
+            self._watched = model
+        return self.watch
+
+    def _after_optimizer_step(self) -> None:
+        if self.watch is not None:
+            self.watch.after_step()
+
+    def _action(self, breaches: list[Breach]) -> Action:
+        """The configured action; `skip` for a non-finite loss or gradient under `warn`."""
+        nonfinite = any(b.rule in ("loss-nonfinite", "grad_norm-nonfinite") for b in breaches)
+        if self.config.action == "warn" and nonfinite and self.config.skip_nonfinite:
+            return "skip"
+        return self.config.action
+
+    def _rules_state(self) -> dict:
+        return {**self.rules.state_dict(), "weights": self.weight_rules.state_dict()}
+
+    def _load_rules(self, state: dict) -> None:
+        self.rules.load_state_dict(state)
+        self.weight_rules.load_state_dict(state.get("weights", {}))
 
     def _record_metrics(self, verdict: StepVerdict, breaches: list[Breach]) -> None:
         """One line per step (loss, grad norm, the first rule broken) in the rank's metrics file,
@@ -265,7 +370,7 @@ class Guard:
                           sample_ids=list(sample_ids) if sample_ids is not None else None,
                           input_hash=batch_hash(batch), worst_grads=alarm.worst,
                           nonfinite_params=alarm.params, data_state=state,
-                          rules_state=self.rules.state_dict())
+                          rules_state=self._rules_state())
             alarm.scene = write_scene(self.run_dir, scene, model, optimizer, rng_states())
         self._journal(alarm)
         if alarm.action == "halt":
@@ -277,12 +382,21 @@ class Guard:
 
     def _journal(self, alarm: Alarm) -> None:
         first = alarm.breaches[0]
+        if self.console is not None:
+            for rule in dict.fromkeys(b.rule for b in alarm.breaches):
+                b = next(x for x in alarm.breaches if x.rule == rule)
+                where = f" on {b.param}" if b.param else ""
+                bar = f" (bound {b.threshold:.4g})" if isinstance(b.threshold, float) else ""
+                self.console.alarm(rule, alarm.step, alarm.action,
+                                   f"{b.signal}{where} is {b.value:.4g}{bar}")
         extra: dict[str, Any] = {"also": [_breach_json(b) for b in alarm.breaches[1:]],
                                  "worst": [[n, v] for n, v in alarm.worst]}
         if alarm.rerun is not None:
             extra["rerun"] = alarm.rerun
         if alarm.device is not None:
             extra["device"] = alarm.device
+        if first.param is not None:
+            extra["param"] = first.param
         append_alarm(self.run_dir, step=alarm.step, rule=first.rule, value=first.value,
                      threshold=first.threshold, action=alarm.action, rank=self.rank,
                      params=alarm.params, attribution=alarm.attribution, scene=alarm.scene,
@@ -314,4 +428,19 @@ def _same(a: float, b: float, rtol: float) -> bool:
 
 
 def _breach_json(b: Breach) -> dict:
-    return {"rule": b.rule, "signal": b.signal, "value": b.value, "threshold": b.threshold}
+    out = {"rule": b.rule, "signal": b.signal, "value": b.value, "threshold": b.threshold}
+    if b.param is not None:
+        out["param"] = b.param
+    return out
+
+
+def _weak_after_step(guard: Guard) -> Callable[..., None]:
+    """The global optimizer post-hook for one guard, holding it weakly (a guard that is gone
+    costs nothing and is not kept alive by the hook)."""
+    ref = weakref.ref(guard)
+
+    def hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+        alive = ref()
+        if alive is not None:
+            alive._after_optimizer_step()
+    return hook

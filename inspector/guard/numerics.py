@@ -10,7 +10,7 @@ The per-parameter norms are kept (on the device) for the alarm path only.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -24,6 +24,8 @@ class StepNumbers:
     grad_norm: float
     names: list[str]
     norms: list[torch.Tensor]
+    extra: list[float] = field(default_factory=list)
+    """The values of the `extra` device vector, read back in the same sync."""
 
     def nonfinite_params(self, limit: int = 8) -> list[str]:
         """The first parameters (in the model's order) whose gradient holds NaN or Inf."""
@@ -52,8 +54,10 @@ def named_grads(model: nn.Module) -> tuple[list[str], list[torch.Tensor]]:
     return names, grads
 
 
-def step_numbers(loss: torch.Tensor | float, model: nn.Module) -> StepNumbers:
-    """Loss and global L2 grad norm, computed on the device and read back with one sync."""
+def step_numbers(loss: torch.Tensor | float, model: nn.Module,
+                 extra: torch.Tensor | None = None) -> StepNumbers:
+    """Loss and global L2 grad norm, computed on the device and read back with one sync,
+    together with the `extra` vector (the weights' reading) when one is given."""
     names, grads = named_grads(model)
     loss_t = loss.detach().reshape(()).float() if isinstance(loss, torch.Tensor) else None
     device = loss_t.device if loss_t is not None else (grads[0].device if grads else None)
@@ -65,8 +69,11 @@ def step_numbers(loss: torch.Tensor | float, model: nn.Module) -> StepNumbers:
         total = torch.zeros((), device=device)
     if loss_t is None:
         loss_t = torch.tensor(float(loss), device=total.device)
-    loss_v, norm_v = torch.stack([loss_t, total]).tolist()
-    return StepNumbers(loss_v, norm_v, names, norms)
+    head = torch.stack([loss_t.double(), total.double()])
+    if extra is not None and extra.numel():
+        head = torch.cat([head, extra.to(head.device, torch.float64)])
+    loss_v, norm_v, *rest = head.tolist()
+    return StepNumbers(loss_v, norm_v, names, norms, rest)
 
 
 def _norms(grads: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -1,9 +1,13 @@
-"""The guard's alarm rules over one scalar per step: non-finite, Megatron's spike, the EMA spike.
+"""The guard's alarm rules over one scalar per step: non-finite, Megatron's spike, the EMA spike,
+the running-median spike (the one that needs no long warm-up).
 
 Each rule is one registered class (`@register`, keyed by its kind) whose `judge` sees the step's
 value of one signal (`loss` or `grad_norm`) and answers the threshold it broke, or None; a new
-rule is one class here and one test. Spike rules learn during a warm-up and never alarm in it; a
-value that raised an alarm is not learned, so one spike does not lift the bar for the next.
+rule is one class here and one test. Megatron's and the EMA rule learn during a warm-up and never
+alarm in it; the median rule judges from its `early`-th value on, against the median of a short
+window, so a spike at step 40 is not waited out. A value that raised an alarm is not learned, so
+one spike does not lift the bar for the next. The rules over the weights themselves (per tensor)
+are in `rules_weights`.
 Their state is plain numbers (`state_dict`), so a scene carries it and a resumed run keeps its
 thresholds.
 """
@@ -11,10 +15,12 @@ thresholds.
 from __future__ import annotations
 
 import math
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-Signal = Literal["loss", "grad_norm"]
+Signal = Literal["loss", "grad_norm", "weights"]
 
 
 @dataclass(frozen=True)
@@ -25,6 +31,8 @@ class Breach:
     signal: Signal
     value: float
     threshold: float | None
+    param: str | None = None
+    """The tensor it blames, for a rule over the weights."""
 
 
 class Rule(Protocol):
@@ -178,6 +186,49 @@ class EmaSpike:
         self.seen, self.ema = int(state["seen"]), float(state["ema"])
 
 
+@register
+@dataclass
+class MedianSpike:
+    """Alarm at >= k x the median of the last `window` values, from the `early`-th value on:
+    robust to one odd step, and it follows a loss that falls, so no long warm-up is needed."""
+
+    signal: Signal
+    k: float = 30.0
+    early: int = 5
+    window: int = 16
+    recent: deque = field(default_factory=deque)
+    kind = "spike-median"
+
+    @property
+    def name(self) -> str:
+        """The rule's stable name in journal records."""
+        return f"{self.signal}-{self.kind}"
+
+    def judge(self, value: float) -> Breach | None:
+        """The breach, with the threshold broken, or None."""
+        if len(self.recent) < self.early or not math.isfinite(value):
+            return None
+        threshold = self.k * statistics.median(self.recent)
+        if abs(value) >= threshold > 0:
+            return Breach(self.name, self.signal, value, threshold)
+        return None
+
+    def learn(self, value: float) -> None:
+        """Fold the value into the window."""
+        if math.isfinite(value):
+            self.recent.append(abs(value))
+            while len(self.recent) > self.window:
+                self.recent.popleft()
+
+    def state_dict(self) -> dict:
+        """What a resumed run needs to keep the same threshold."""
+        return {"recent": list(self.recent)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a saved state."""
+        self.recent = deque(float(v) for v in state["recent"])
+
+
 @dataclass
 class RuleSet:
     """Every rule the guard applies, with their shared learning and state."""
@@ -185,12 +236,16 @@ class RuleSet:
     rules: list[Rule] = field(default_factory=list)
 
     @classmethod
-    def default(cls, k_max: float = 10.0, k_ema: float = 10.0, warmup: int = 100) -> RuleSet:
-        """NaN/Inf on both signals, Megatron's rule on both, the EMA rule on the loss."""
+    def default(cls, k_max: float = 10.0, k_ema: float = 10.0, warmup: int = 100,
+                k_median: float = 30.0) -> RuleSet:
+        """NaN/Inf on both signals, Megatron's rule on both, the EMA rule on the loss, the
+        median rule on both."""
         return cls([RULES["nonfinite"]("loss"), RULES["nonfinite"]("grad_norm"),
                     RULES["spike-max"]("loss", k_max, warmup),
                     RULES["spike-max"]("grad_norm", k_max, warmup),
-                    RULES["spike-ema"]("loss", k_ema, warmup)])
+                    RULES["spike-ema"]("loss", k_ema, warmup),
+                    RULES["spike-median"]("loss", k_median),
+                    RULES["spike-median"]("grad_norm", k_median)])
 
     def judge(self, values: dict[Signal, float]) -> list[Breach]:
         """Every rule the step's values break, in rule order."""

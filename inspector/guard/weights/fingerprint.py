@@ -1,0 +1,129 @@
+"""What the weights look like between optimizer steps: an exact fingerprint per tensor, its norm
+and its largest |value|, computed on the tensor's own device with no sync.
+
+The fingerprint of a tensor is the wrap-around int64 sum of its raw bytes read as 64-bit words
+(32-bit words, summed into int64, when the tensor cannot be viewed as 64-bit words). Integer
+addition is exact and order-free, so the same bytes give the same sum on any device, kernel or
+rank, and one flipped bit (any of them) moves it by ±2^k, never by 0. On a CPU it costs about
+one `sum` over the weights (a float64 sum of squares, which needs a float64 copy, costs ~70x
+more there).
+
+`WeightWatch.after_step` takes the fingerprint right after an optimizer step (a global
+`torch.optim` post-hook calls it); `reading()` takes the next one, the per-tensor L2 norms
+(`_foreach_norm`, one fused pass) and, every `largest_every` readings, the largest |w|, all as
+one device vector the guard reads back in its step's one sync.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+def fingerprint(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Each tensor's exact fingerprint (int64, on the first tensor's device)."""
+    if not tensors:
+        return torch.zeros(0, dtype=torch.int64)
+    device = tensors[0].device
+    return torch.stack([_word_sum(t).to(device) for t in tensors])
+
+
+def _word_sum(t: torch.Tensor) -> torch.Tensor:
+    flat = t.detach().reshape(-1)
+    if flat.numel() == 0:
+        return torch.zeros((), dtype=torch.int64, device=t.device)
+    raw = flat.view(torch.uint8) if flat.element_size() != 1 else flat
+    if raw.numel() % 8 == 0 and raw.storage_offset() % 8 == 0:
+        return raw.view(torch.int64).sum()
+    if raw.numel() % 4 == 0 and raw.storage_offset() % 4 == 0:
+        return raw.view(torch.int32).sum(dtype=torch.int64)
+    return raw.sum(dtype=torch.int64)
+
+
+@dataclass
+class WeightReading:
+    """One reading of every watched tensor, on the device: which changed since the fingerprint
+    taken after the last optimizer step (None when none was taken), the norms, the largest
+    |w| (None when not due)."""
+
+    changed: torch.Tensor | None
+    norms: torch.Tensor
+    largest: torch.Tensor | None
+
+    def vector(self) -> torch.Tensor:
+        """Everything as one float64 vector, to read back with the step's other numbers."""
+        parts = [self.norms.double()]
+        if self.changed is not None:
+            parts.insert(0, self.changed.double())
+        if self.largest is not None:
+            parts.append(self.largest.double())
+        return torch.cat(parts)
+
+
+@dataclass
+class WeightValues:
+    """A reading read back to the host: per tensor, in the watch's order."""
+
+    changed: list[bool] | None
+    norms: list[float]
+    largest: list[float] | None
+
+
+class WeightWatch:
+    """Fingerprints, norms and largest |w| of one model's floating-point parameters."""
+
+    def __init__(self, model: nn.Module, every: int = 1, largest_every: int = 1) -> None:
+        named = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
+        self.names = [n for n, _ in named]
+        self.params = [p for _, p in named]
+        self.every = every
+        self.largest_every = max(1, largest_every)
+        self.expected: torch.Tensor | None = None
+        self.steps = 0
+        self.readings = 0
+
+    def after_step(self) -> None:
+        """The weights the optimizer just wrote are the ones to expect (every `every` steps)."""
+        self.steps += 1
+        due = self.every > 0 and self.steps % self.every == 0
+        self.expected = fingerprint(self.params) if due else None
+
+    def accept(self) -> None:
+        """The weights now are the ones to expect (after a deliberate edit or a load)."""
+        self.expected = fingerprint(self.params) if self.every > 0 else None
+
+    def changed_now(self) -> torch.Tensor | None:
+        """Per tensor, whether it differs from the expected fingerprint (device bool)."""
+        if self.expected is None:
+            return None
+        return fingerprint(self.params) != self.expected
+
+    def reading(self, largest: bool | None = None) -> WeightReading:
+        """Read every tensor now (no sync); `largest` forces or drops the |w| pass."""
+        with torch.no_grad():
+            due = self.readings % self.largest_every == 0 if largest is None else largest
+            self.readings += 1
+            norms = _stack(torch._foreach_norm([p.detach() for p in self.params], 2.0))
+            top = _stack([p.detach().abs().amax() if p.numel() else p.new_zeros(())
+                          for p in self.params]) if due else None
+            return WeightReading(self.changed_now(), norms, top)
+
+    def values(self, reading: WeightReading, flat: list[float]) -> WeightValues:
+        """Split a read-back `reading.vector()` into its parts."""
+        n = len(self.names)
+        at = 0
+        changed = None
+        if reading.changed is not None:
+            changed, at = [v != 0 for v in flat[:n]], n
+        norms = flat[at:at + n]
+        largest = flat[at + n:at + 2 * n] if reading.largest is not None else None
+        return WeightValues(changed, norms, largest)
+
+
+def _stack(values: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> torch.Tensor:
+    if not values:
+        return torch.zeros(0)
+    device = values[0].device
+    return torch.stack([v.to(device=device, dtype=torch.float32) for v in values])

@@ -1,0 +1,243 @@
+"""The guard's rules over the weights themselves, per tensor: corruption that stays finite.
+
+Each rule is a registered class (`WEIGHT_RULES`, `@register`) whose `judge` sees one reading of
+every watched tensor (`fingerprint.WeightValues`) and answers a `Breach` per tensor it blames, named
+with that tensor. They judge from the first reading on, without a warm-up:
+
+- `weights-changed`: a tensor's exact fingerprint differs from the one taken right after the
+  last optimizer step: its bytes changed outside the step (a device or memory fault, or code that
+  edits weights without telling the guard: `Guard.accept_weights`).
+- `weight-nonfinite`: a tensor holds NaN or Inf.
+- `weight-largest`: a tensor's largest |w| is above `k` x the largest it has had at a reading
+  that raised no alarm (floored at `floor`, so a tensor that starts at zero may grow). An
+  exponent-bit flip multiplies one value by 2^8 or more, far above any optimizer step's growth.
+- `update-size`: the change of a tensor's norm between two readings, |n1 - n0| / n0, a lower
+  bound of ||dw|| / ||w|| that needs no copy of the weights, above `k` x its running median over
+  the last `window` steps (robust to one odd step), and above `absolute` (a norm that halves or
+  doubles) before `early` values are known.
+
+A tensor's learned numbers are plain floats (`state_dict`), so scenes and checkpoints keep them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+from inspector.guard.rules import Breach
+from inspector.guard.weights.fingerprint import WeightValues
+
+WEIGHT_RULES: dict[str, type] = {}
+"""Every weight rule class by its name, in the order they were registered."""
+
+CORRUPTION_RULES = frozenset({"weights-changed", "weight-nonfinite", "weight-largest",
+                              "update-size"})
+"""Rules whose alarm means the weights themselves are not to be trusted (or resumed from)."""
+
+
+def register(cls: type) -> type:
+    """Add a weight rule class to `WEIGHT_RULES` under its `name`."""
+    WEIGHT_RULES[cls.name] = cls
+    return cls
+
+
+@register
+@dataclass
+class WeightsChanged:
+    """Bytes that changed outside the optimizer step."""
+
+    name = "weights-changed"
+
+    def judge(self, names: list[str], v: WeightValues) -> list[Breach]:
+        """One breach per tensor whose fingerprint moved."""
+        if v.changed is None:
+            return []
+        return [Breach(self.name, "weights", v.norms[i], None, names[i])
+                for i, moved in enumerate(v.changed) if moved]
+
+    def learn(self, names: list[str], v: WeightValues) -> None:
+        """Nothing to learn."""
+
+    def state_dict(self) -> dict:
+        """No state."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """No state."""
+
+
+@register
+@dataclass
+class WeightNonFinite:
+    """NaN or Inf in a weight (its norm is then not finite)."""
+
+    name = "weight-nonfinite"
+
+    def judge(self, names: list[str], v: WeightValues) -> list[Breach]:
+        """One breach per tensor whose norm is NaN or Inf."""
+        return [Breach(self.name, "weights", n, None, names[i])
+                for i, n in enumerate(v.norms) if not math.isfinite(n)]
+
+    def learn(self, names: list[str], v: WeightValues) -> None:
+        """Nothing to learn."""
+
+    def state_dict(self) -> dict:
+        """No state."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """No state."""
+
+
+@register
+@dataclass
+class WeightLargest:
+    """A largest |w| far above any the tensor had before."""
+
+    k: float = 8.0
+    floor: float = 0.01
+    top: dict[str, float] = field(default_factory=dict)
+    name = "weight-largest"
+
+    def bound(self, tensor: str) -> float | None:
+        """The largest |w| the tensor may reach, or None before its first reading."""
+        seen = self.top.get(tensor)
+        return None if seen is None else self.k * max(seen, self.floor)
+
+    def judge(self, names: list[str], v: WeightValues) -> list[Breach]:
+        """One breach per tensor whose largest |w| is above its bound."""
+        if v.largest is None:
+            return []
+        out = []
+        for name, value in zip(names, v.largest, strict=True):
+            bound = self.bound(name)
+            if bound is not None and math.isfinite(value) and value > bound:
+                out.append(Breach(self.name, "weights", value, bound, name))
+        return out
+
+    def learn(self, names: list[str], v: WeightValues) -> None:
+        """Keep each tensor's largest |w| so far."""
+        if v.largest is None:
+            return
+        for name, value in zip(names, v.largest, strict=True):
+            if math.isfinite(value):
+                self.top[name] = max(self.top.get(name, 0.0), value)
+
+    def state_dict(self) -> dict:
+        """Each tensor's largest |w|."""
+        return {"top": dict(self.top)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a saved state."""
+        self.top = {str(k): float(v) for k, v in state.get("top", {}).items()}
+
+
+@register
+@dataclass
+class UpdateSize:
+    """A tensor's norm moving far more in one step than it has been moving."""
+
+    k: float = 50.0
+    absolute: float = 1.0
+    early: int = 3
+    window: int = 32
+    floor: float = 1e-8
+    last: dict[str, float] = field(default_factory=dict)
+    recent: dict[str, deque] = field(default_factory=dict)
+    name = "update-size"
+
+    def sizes(self, names: list[str], v: WeightValues) -> list[tuple[str, float]]:
+        """(tensor, |n1 - n0| / n0) for each tensor with an earlier finite, non-zero norm."""
+        out = []
+        for name, norm in zip(names, v.norms, strict=True):
+            before = self.last.get(name)
+            if before is not None and before > 0 and math.isfinite(norm):
+                out.append((name, abs(norm - before) / before))
+        return out
+
+    def threshold(self, tensor: str) -> float:
+        """The bar for this tensor now: absolute while young, then k x its running median."""
+        seen = self.recent.get(tensor)
+        if seen is None or len(seen) < self.early:
+            return self.absolute
+        return max(self.k * statistics.median(seen), self.floor)
+
+    def judge(self, names: list[str], v: WeightValues) -> list[Breach]:
+        """One breach per tensor whose norm moved past its threshold."""
+        out = []
+        for name, size in self.sizes(names, v):
+            bar = self.threshold(name)
+            if size > bar:
+                out.append(Breach(self.name, "weights", size, bar, name))
+        return out
+
+    def learn(self, names: list[str], v: WeightValues) -> None:
+        """Fold each tensor's change into its window and keep its norm."""
+        for name, size in self.sizes(names, v):
+            self.recent.setdefault(name, deque(maxlen=self.window)).append(size)
+        for name, norm in zip(names, v.norms, strict=True):
+            if math.isfinite(norm):
+                self.last[name] = norm
+
+    def rebase(self, names: list[str], v: WeightValues) -> None:
+        """Take these norms as the base without judging or learning a change (after a load)."""
+        for name, norm in zip(names, v.norms, strict=True):
+            if math.isfinite(norm):
+                self.last[name] = norm
+
+    def state_dict(self) -> dict:
+        """Each tensor's last norm and recent changes."""
+        return {"last": dict(self.last), "recent": {k: list(d) for k, d in self.recent.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a saved state."""
+        self.last = {str(k): float(v) for k, v in state.get("last", {}).items()}
+        self.recent = {str(k): deque((float(x) for x in v), maxlen=self.window)
+                       for k, v in state.get("recent", {}).items()}
+
+
+@dataclass
+class WeightRuleSet:
+    """Every weight rule the guard applies."""
+
+    rules: list = field(default_factory=list)
+
+    @classmethod
+    def default(cls, k_largest: float = 8.0, k_update: float = 50.0) -> WeightRuleSet:
+        """The four rules, with the guard's configured factors."""
+        return cls([WeightsChanged(), WeightNonFinite(), WeightLargest(k=k_largest),
+                    UpdateSize(k=k_update)])
+
+    def judge(self, names: list[str], v: WeightValues) -> list[Breach]:
+        """Every breach of every rule, in rule order."""
+        return [b for rule in self.rules for b in rule.judge(names, v)]
+
+    def learn(self, names: list[str], v: WeightValues) -> None:
+        """Learn from a reading that raised no alarm."""
+        for rule in self.rules:
+            rule.learn(names, v)
+
+    def rebase(self, names: list[str], v: WeightValues) -> None:
+        """After an alarm: the norms now are the base for the next change."""
+        for rule in self.rules:
+            if isinstance(rule, UpdateSize):
+                rule.rebase(names, v)
+
+    def largest_bound(self, tensor: str) -> float | None:
+        """The learned bound of a tensor's largest |w| (None before it is known)."""
+        for rule in self.rules:
+            if isinstance(rule, WeightLargest):
+                return rule.bound(tensor)
+        return None
+
+    def state_dict(self) -> dict:
+        """Each rule's state under its name."""
+        return {rule.name: rule.state_dict() for rule in self.rules}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore the rules a saved state names."""
+        for rule in self.rules:
+            if rule.name in state:
+                rule.load_state_dict(state[rule.name])

@@ -1,0 +1,184 @@
+"""A fault-injection campaign against the guard on a real (tiny) CPU training loop. Every fault
+is injected by the test itself, through its own integer view of the tensor's bytes (never the
+guard's `BitFlip`), and must be caught at the step it can first be seen, named with the tensor."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from guard_support import alarms, batch, tiny_model
+from torch import nn
+
+from inspector.guard.guard import Guard, GuardConfig
+
+
+def flip(tensor: torch.Tensor, index: int, bit: int) -> float:
+    """Flip one bit of one float32 element in place; the element's new value."""
+    with torch.no_grad():
+        words = tensor.detach().view(-1).view(torch.int32)
+        mask = (1 << bit) - (1 << 32 if bit == 31 else 0)
+        words[index] ^= mask
+    return float(tensor.detach().view(-1)[index])
+
+
+def index_with_bit(tensor: torch.Tensor, bit: int, state: int) -> int:
+    """The first element whose `bit` is `state` (0 or 1)."""
+    words = tensor.detach().view(-1).view(torch.int32)
+    hits = (((words >> bit) & 1) == state).nonzero().flatten()
+    return int(hits[0])
+
+
+def run(guard: Guard, model: nn.Module, steps, opt=None, before_step=None, data=batch):
+    """The documented plain loop; `before_step(step)` runs between optimizer steps (where a
+    memory fault lands). The verdicts."""
+    opt = opt or torch.optim.SGD(model.parameters(), lr=0.01)
+    out = []
+    for step in steps:
+        if before_step is not None:
+            before_step(step)
+        opt.zero_grad(set_to_none=True)
+        x, y = data(step)
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        verdict = guard.step(loss, model, opt, step=step)
+        if verdict.take_step:
+            opt.step()
+        out.append(verdict)
+    return out
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_a_clean_run_of_200_steps_raises_nothing(tmp_path, optimizer, capfd):
+    model = tiny_model()
+    opt = (torch.optim.SGD(model.parameters(), lr=0.01) if optimizer == "sgd"
+           else torch.optim.Adam(model.parameters(), lr=1e-3))
+    guard = Guard(tmp_path, GuardConfig())
+    verdicts = run(guard, model, range(200), opt=opt)
+    assert not [v for v in verdicts if v.alarm]
+    assert guard.health() == []
+    assert "ckpt-inspector guard" not in capfd.readouterr().err
+
+
+def test_an_exponent_flip_between_steps_is_named_at_the_next_step_though_tanh_hides_it(
+        tmp_path):
+    model = tiny_model()
+    weight = model[0].weight
+    index = int(weight.detach().abs().view(-1).argmin())
+    seen = {}
+
+    def fault(step):
+        if step == 30:
+            seen["before"] = float(weight.detach().view(-1)[index])
+            seen["after"] = flip(weight, index, 30)  # the top exponent bit: x 2^128
+
+    guard = Guard(tmp_path, GuardConfig())
+    verdicts = run(guard, model, range(33), before_step=fault)
+    assert abs(seen["after"]) > 1e30 and abs(seen["before"]) < 1
+    hit = next(v for v in verdicts if v.alarm)
+    assert hit.step == 30
+    rules = {(b.rule, b.param) for b in hit.alarm.breaches}
+    assert ("weights-changed", "0.weight") in rules and ("weight-largest", "0.weight") in rules
+    assert math.isfinite(hit.loss)  # the tanh saturates: the loss alone would not say it
+    record = alarms(tmp_path)[0]
+    assert record["rule"] == "weights-changed" and record["param"] == "0.weight"
+    assert "0.weight" in record["params"]
+
+
+def test_a_times_256_flip_between_steps_is_named_though_no_bound_is_passed(tmp_path):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 256), nn.Tanh(), nn.Linear(256, 1))
+    weight = model[0].weight
+    guard = Guard(tmp_path, GuardConfig())
+    seen = {}
+
+    def fault(step):
+        if step == 12:
+            index = index_with_bit(weight, 26, 0)  # exponent + 8
+            before = float(weight.detach().view(-1)[index])
+            seen["ratio"] = flip(weight, index, 26) / before
+
+    verdicts = run(guard, model, range(14), before_step=fault)
+    assert seen["ratio"] == 256.0
+    hit = next(v for v in verdicts if v.alarm)
+    assert hit.step == 12
+    # the flipped value is still below the tensor's largest |w|: no bound is passed, but the
+    # fingerprint (and here the norm's jump) name the tensor
+    found = {(b.rule, b.param) for b in hit.alarm.breaches}
+    assert ("weights-changed", "0.weight") in found
+    assert not any(rule == "weight-largest" for rule, _ in found)
+    assert {param for _, param in found} == {"0.weight"}
+
+
+@pytest.mark.parametrize("param", ["0.weight", "0.bias", "2.weight", "2.bias"])
+def test_an_exponent_flip_inside_the_optimizer_step_is_caught_within_one_step(tmp_path, param):
+    """A fault in the optimizer's own arithmetic lands before the fingerprint is taken, so only
+    the finite-corruption rules can see it: the largest |w| of the tensor jumps."""
+    model = tiny_model()
+    weight = dict(model.named_parameters())[param]
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    guard = Guard(tmp_path, GuardConfig())
+    state = {"step": 0}
+
+    def in_the_step(optimizer, args, kwargs):  # runs before the guard's global post-hook
+        if state["step"] == 20:
+            flip(weight, int(weight.detach().abs().view(-1).argmin()), 30)
+        state["step"] += 1
+
+    opt.register_step_post_hook(in_the_step)
+    verdicts = run(guard, model, range(23), opt=opt)
+    hit = next(v for v in verdicts if v.alarm)
+    assert hit.step == 21  # the first check after the faulty step 20
+    assert ("weight-largest", param) in {(b.rule, b.param) for b in hit.alarm.breaches}
+    assert not any(b.rule == "weights-changed" for b in hit.alarm.breaches)
+
+
+def test_a_x300_loss_spike_at_step_40_is_caught_in_the_warm_up(tmp_path):
+    def data(step):
+        x, y = batch(step)
+        return x, y * (math.sqrt(300.0) * 3 if step == 40 else 1.0)
+
+    model = tiny_model()
+    guard = Guard(tmp_path, GuardConfig())  # warm-up 100, the default
+    verdicts = run(guard, model, range(42), data=data)
+    baseline = verdicts[39].loss
+    hit = [v for v in verdicts if v.alarm]
+    assert hit and hit[0].step == 40 and hit[0].loss > 300 * baseline
+    assert "loss-spike-median" in {b.rule for b in hit[0].alarm.breaches}
+
+
+def test_a_nan_sample_under_default_warn_never_reaches_the_weights_and_says_so(tmp_path, capfd):
+    def data(step):
+        x, y = batch(step)
+        if step >= 50:
+            x[5, 2] = math.nan  # a bad sample that keeps coming
+        return x, y
+
+    model = tiny_model()
+    guard = Guard(tmp_path, GuardConfig())
+    verdicts = run(guard, model, range(200), data=data)
+    guard.close()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert sum(not v.take_step for v in verdicts) == 150
+    err = capfd.readouterr().err.splitlines()
+    ours = [line for line in err if line.startswith("ckpt-inspector guard")]
+    assert any("step 50: loss-nonfinite" in line for line in ours)
+    assert any("has fired 100 times" in line for line in ours)
+    assert any("fired 150 times in all" in line for line in ours)
+    assert len(ours) <= 10  # rate-limited: not one line per alarm
+    assert len(alarms(tmp_path)) >= 150  # the journal still holds each one
+
+
+def test_a_deliberate_edit_is_accepted_without_an_alarm(tmp_path):
+    model = tiny_model()
+    guard = Guard(tmp_path, GuardConfig())
+
+    def edit(step):
+        if step == 5:
+            with torch.no_grad():
+                model[0].weight.clamp_(-0.2, 0.2)  # weight clipping, on purpose
+            guard.accept_weights(model)
+
+    verdicts = run(guard, model, range(8), before_step=edit)
+    assert not [v for v in verdicts if v.alarm]
