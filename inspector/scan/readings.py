@@ -167,6 +167,8 @@ def blobs_of(walked: Iterable[Blob], whole, path: str, size: int,
     own zip reader (in place when the file is mapped)."""
     if current_reader() is None and not _DEFER.get():
         return []
+    # the jailed reader runs in another folder: a relative name would name another file there
+    path = os.path.abspath(path)
     mapped = isinstance(whole, mmap.mmap)
     budget = py_budget(size)
     first = Blob(None, {0}, {0}, path=path if mapped else None, size=size,
@@ -272,6 +274,7 @@ def read_while(walk: Iterable, in_place: list[str], reader: Reader | None = None
     anything else is read by a job of its own afterwards. A reader without `gated` (any plain
     function) reads after the walk."""
     reader = reader or current_reader()
+    in_place = [os.path.abspath(p) for p in in_place]  # as `blobs_of` names them
     gated = getattr(reader, "gated", None)
     if gated is None:
         with deferred():
