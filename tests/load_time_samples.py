@@ -10,7 +10,6 @@ argparse Namespace or omegaconf containers. Heavy imports stay inside the builde
 
 from __future__ import annotations
 
-import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -162,6 +161,62 @@ def joblib_array_bytes_are_opcodes(path: Path, canary: Path) -> Path:
     return _write(path, data)
 
 
+# ---------------------------------------------------------------------------------------------
+# torch.package: a pickle global that resolves to a module the package interns
+# ---------------------------------------------------------------------------------------------
+
+
+def _package(path: Path, module: str, source: str, pickle_bytes: bytes) -> Path:
+    """A torch.package archive interning `module` (its `source`) with `pickle_bytes` as its
+    `model/model.pkl` resource, written by torch's own PackageExporter."""
+    from torch.package import PackageExporter
+
+    with PackageExporter(str(path)) as exporter:
+        exporter.save_source_string(module, source)
+        exporter.save_binary("model", "model.pkl", pickle_bytes)
+    return Path(path)
+
+
+def _new(module: str, name: str, state: bytes = b"") -> bytes:
+    """A pickle of `module.name` rebuilt as pickle rebuilds a class (NEWOBJ, BUILD)."""
+    return PROTO2 + p_global(module, name) + b")\x81" + (state + b"b" if state else b"") + STOP
+
+
+def package_shadows_collections(path: Path, canary: Path) -> Path:
+    """The archive interns a module named `collections`, and its pickle names
+    collections.OrderedDict: PackageImporter runs the archive's `collections` source."""
+    source = f"open({str(canary)!r}, 'w').close()\n\n\nclass OrderedDict(dict):\n    pass\n"
+    return _package(path, "collections", source, _new("collections", "OrderedDict"))
+
+
+def package_shadows_copyreg(path: Path, canary: Path) -> Path:
+    """The archive interns `copyreg`, and its pickle calls copyreg._reconstructor (allowed
+    by name): the archive's copyreg, whose import runs a program, is what runs."""
+    source = ("import subprocess\n"
+              f"subprocess.run(['touch', {str(canary)!r}])\n\n\n"
+              "def _reconstructor(cls, base, state):\n    return object.__new__(cls)\n")
+    data = (PROTO2 + p_global("copyreg", "_reconstructor") + MARK + p_global("builtins", "object")
+            + p_global("builtins", "object") + NONE + TUPLE + REDUCE + STOP)
+    return _package(path, "copyreg", source, data)
+
+
+def package_module_writes_at_import(path: Path, canary: Path) -> Path:
+    """The package's own module (`mymodels`, no standard name) opens a file as it is imported."""
+    source = (f"_LOG = open({str(canary)!r}, 'w')\n\n\n"
+              "class Box(dict):\n    pass\n")
+    return _package(path, "mymodels", source, _new("mymodels", "Box"))
+
+
+def package_setstate_runs_program(path: Path, canary: Path) -> Path:
+    """The package's own class runs a program from its __setstate__, which unpickling calls;
+    the program is reached through an import alias."""
+    source = ("import subprocess as sp\n\n\n"
+              "class Box:\n"
+              "    def __setstate__(self, state):\n"
+              f"        sp.run(['touch', {str(canary)!r}])\n")
+    return _package(path, "mymodels", source, _new("mymodels", "Box", EMPTY_DICT))
+
+
 HOSTILE: dict[str, tuple[str, Callable[[Path, Path], Path], str]] = {
     # name: (the loader that runs it, builder, evidence a dangerous finding or import names)
     "from_type_gzip_in_torch_zip": ("torch", from_type_gzip_in_torch_zip,
@@ -178,6 +233,14 @@ HOSTILE: dict[str, tuple[str, Callable[[Path, Path], Path], str]] = {
     "joblib_payload_after_array": ("joblib", joblib_payload_after_array, "calls mailbox.mbox"),
     "joblib_object_array_payload": ("joblib", joblib_object_array_payload, "os.system"),
     "joblib_array_bytes_are_opcodes": ("pickle", joblib_array_bytes_are_opcodes, "os.system"),
+    "package_shadows_collections": ("package", package_shadows_collections,
+                                    "shadows the standard-library module collections"),
+    "package_shadows_copyreg": ("package", package_shadows_copyreg,
+                                "shadows the standard-library module copyreg"),
+    "package_module_writes_at_import": ("package", package_module_writes_at_import,
+                                        "builtins.open: can write files"),
+    "package_setstate_runs_program": ("package", package_setstate_runs_program,
+                                      "subprocess.run: can run code"),
 }
 """Every hostile sample: name -> (loader, builder, evidence)."""
 
@@ -276,16 +339,43 @@ def lightning_omegaconf_hparams(path: Path) -> Path:
     return _lightning_style(path, {"cfg": config, "extra": OmegaConf.create(["a", 1])})
 
 
+def package_of_a_model(path: Path) -> Path:
+    """A torch.package of a small model whose class the package interns (`tinynet`), the way
+    PackageExporter saves one: source, pickle and tensor storages."""
+    import importlib
+    import sys
+    import tempfile
+
+    import torch
+    from torch.package import PackageExporter
+
+    source = ("import torch\n\n\nclass TinyNet(torch.nn.Module):\n"
+              "    def __init__(self):\n        super().__init__()\n"
+              "        self.lin = torch.nn.Linear(4, 2)\n\n"
+              "    def forward(self, x):\n        return torch.relu(self.lin(x))\n")
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "tinynet.py").write_text(source)
+        sys.path.insert(0, folder)
+        try:
+            model = importlib.import_module("tinynet").TinyNet()
+            with PackageExporter(str(path)) as exporter:
+                exporter.intern("tinynet")
+                exporter.extern("torch.**")
+                exporter.save_pickle("model", "model.pkl", model)
+        finally:
+            sys.path.remove(folder)
+            sys.modules.pop("tinynet", None)
+    del torch
+    return Path(path)
+
+
 BENIGN: dict[str, Callable[[Path], Path]] = {
     "sklearn_pipeline_joblib": sklearn_pipeline_joblib,
     "numpy_arrays_joblib": numpy_arrays_joblib,
     "numpy_arrays_joblib_compressed": numpy_arrays_joblib_compressed,
     "lightning_namespace_hparams": lightning_namespace_hparams,
     "lightning_omegaconf_hparams": lightning_omegaconf_hparams,
+    "package_of_a_model": package_of_a_model,
 }
 
 
-def zip_names(path: Path) -> list[str]:
-    """The member names of a zip archive."""
-    with zipfile.ZipFile(path) as archive:
-        return archive.namelist()

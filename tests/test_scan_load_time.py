@@ -73,6 +73,7 @@ BENIGN_VERDICTS = {
     "numpy_arrays_joblib_compressed": "suspicious",
     "lightning_namespace_hparams": "suspicious",
     "lightning_omegaconf_hparams": "suspicious",
+    "package_of_a_model": "suspicious",  # its own model code runs at load: package-code
 }
 
 

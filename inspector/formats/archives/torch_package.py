@@ -1,0 +1,258 @@
+"""torch.package archives: the Python source an archive ships, which its loader runs.
+
+A torch.package archive (`torch.package.PackageExporter`) is a zip whose one folder holds
+`.data/version`, `.data/extern_modules` (the modules left to the loading interpreter), pickles
+(`*.pkl`) and the source of every module it interns (`a/b.py`, `a/__init__.py`).
+`torch.package.PackageImporter` resolves each module a pickle names, and each import the
+package's own code makes, against that tree first: an interned module's source runs at load, in
+place of any module of the same name. So the sources are read as code here (parsed with `ast`,
+never run): each is reported with the loader that runs it, and is dangerous where it shadows a
+standard or allowed module, or where what runs at import or unpickling reaches a capability on
+the deny list. A pickle global that resolves to an interned module is judged as that code.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from inspector.core.vocabulary import Severity
+from inspector.formats.archives import zipread
+from inspector.scan.pickles.policy import CALL_ALLOWED, DENY, KNOWN_DATA, weights_only_rules
+from inspector.scan.pickles.presets import PRESET_GLOBALS
+
+if TYPE_CHECKING:
+    from inspector.formats.context import FormatContext
+
+LOADER = "torch.package.PackageImporter"
+MAX_SOURCE_BYTES = 4 << 20  # a larger source is reported unread
+# Capabilities whose use in code that runs at load no benign package source makes; "reach the
+# interpreter" (getattr, type, super) is everyday Python in source, unlike in a pickle.
+_LOAD_TIME_CAPABILITIES = frozenset(c for c in {d.capability for d in DENY.values()}
+                                    if c != "reach the interpreter")
+# Methods the unpickler or the import machinery runs without the pickle calling them by name.
+_RUN_AT_LOAD = frozenset({"__setstate__", "__new__", "__init__", "__getattr__",
+                          "__getattribute__", "__set_name__", "__init_subclass__",
+                          "__class_getitem__", "__reduce__", "__reduce_ex__"})
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+@dataclass(frozen=True)
+class PackageLayout:
+    """What a torch.package archive holds: its folder and its interned modules' sources."""
+
+    root: str
+    modules: dict[str, str]  # interned module -> its source member
+    extern: frozenset[str]  # modules the archive leaves to the loading interpreter
+
+    def resolve(self, module: str) -> str | None:
+        """The interned module that `module` (a pickle global's) resolves to, or None: the
+        module itself or the package it lies in, as PackageImporter walks its tree."""
+        parts = module.split(".")
+        for i in range(len(parts), 0, -1):
+            name = ".".join(parts[:i])
+            if name in self.modules:
+                return name
+        return None
+
+
+def layout_of(buf, members: list[zipread.Member]) -> PackageLayout | None:
+    """The archive read as a torch.package, or None where it is not one."""
+    names = {m.name: m for m in members}
+    root = members[0].name.split("/", 1)[0] if members else ""
+    listed = names.get(f"{root}/.data/extern_modules")
+    if listed is None or f"{root}/.data/version" not in names:
+        return None
+    try:
+        text = zipread.member_bytes(buf, listed, 1 << 20).decode("utf-8", "replace")
+    except ValueError:
+        text = ""
+    modules: dict[str, str] = {}
+    for name in names:
+        inner = name[len(root) + 1:] if name.startswith(root + "/") else ""
+        if not inner.endswith(".py") or inner.startswith(".data/"):
+            continue
+        dotted = inner[:-3].replace("/", ".").removesuffix(".__init__")
+        if dotted and all(p.isidentifier() for p in dotted.split(".")):
+            modules[dotted] = name
+    return PackageLayout(root, modules, frozenset(text.split()))
+
+
+# PackageImporter's own text records, as it reads them; one that reads otherwise is walked as
+# any other member (no loader unpickles them, and none can call anything when they read so)
+_TEXT_RECORDS = {".data/extern_modules": re.compile(rb"(?:[A-Za-z_][\w.]*\n)*"),
+                 ".data/version": re.compile(rb"\d{1,9}\n?"),
+                 ".data/python_version": re.compile(rb"[\w.+]{0,40}\n?"),
+                 ".data/serialization_id": re.compile(rb"\d{0,40}\n?")}
+
+
+def not_pickles(buf, layout: PackageLayout, by_name: dict[str, zipread.Member]) -> set[str]:
+    """The members PackageImporter reads as something other than a pickle: the interned
+    sources (Python), and its text records where they read as it writes them."""
+    found = set(layout.modules.values())
+    for inner, pattern in _TEXT_RECORDS.items():
+        m = by_name.get(f"{layout.root}/{inner}")
+        try:
+            if m is not None and pattern.fullmatch(zipread.member_bytes(buf, m, 1 << 20)):
+                found.add(m.name)
+        except ValueError:
+            continue
+    return found
+
+
+def records(layout: PackageLayout, by_name: dict[str, zipread.Member]
+            ) -> dict[str, zipread.Member]:
+    """The storage records under the names a torch zip gives them (`ROOT/data/KEY`):
+    PackageImporter reads storage KEY from `ROOT/.data/KEY.storage`."""
+    head, tail = f"{layout.root}/.data/", ".storage"
+    return {f"{layout.root}/data/{name[len(head):-len(tail)]}": m for name, m in by_name.items()
+            if name.startswith(head) and name.endswith(tail)}
+
+
+def _allowed_heads() -> frozenset[str]:
+    """The top-level modules of every name the allow-lists admit."""
+    names = set(weights_only_rules().allowed) | CALL_ALLOWED | PRESET_GLOBALS | KNOWN_DATA
+    return frozenset(n.split(".", 1)[0] for n in names)
+
+
+def shadowed(module: str) -> str | None:
+    """Why an interned `module` shadows a module the loading interpreter would otherwise use:
+    a standard-library module, or one the allow-lists admit names from; None when it does not."""
+    head = module.split(".", 1)[0]
+    if head in sys.stdlib_module_names or head == "builtins":
+        return f"it shadows the standard-library module {head}"
+    if head in _allowed_heads():
+        return f"it shadows {head}, whose names the allow-lists admit"
+    return None
+
+
+def _aliases(tree: ast.Module) -> dict[str, str]:
+    """Local name -> dotted name, from every import in the source."""
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                names[a.asname or a.name.split(".", 1)[0]] = a.name if a.asname else \
+                    a.name.split(".", 1)[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                names[a.asname or a.name] = f"{node.module}.{a.name}"
+    return names
+
+
+def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    """The dotted name a call's target spells (`os.system`, `open` as `builtins.open`)."""
+    chain: list[str] = []
+    while isinstance(node, ast.Attribute):
+        chain.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Call):  # __import__('os').system(...)
+        inner = _dotted(node.func, aliases)
+        return ".".join([inner, *reversed(chain)]) if inner else None
+    if not isinstance(node, ast.Name):
+        return None
+    head = aliases.get(node.id, f"builtins.{node.id}")
+    return ".".join([head, *reversed(chain)])
+
+
+def _load_time_nodes(tree: ast.Module) -> list[ast.AST]:
+    """The statements that run when the module is imported or its objects unpickled: the
+    module's and its classes' bodies, the methods the unpickler runs, and the module's own
+    functions those call (followed by name)."""
+    functions = {n.name: n for n in tree.body if isinstance(n, _FUNCTIONS)}
+    todo: list[ast.AST] = []
+    for node in tree.body:
+        if isinstance(node, _FUNCTIONS):
+            todo += node.decorator_list + node.args.defaults
+            if node.name in _RUN_AT_LOAD:
+                todo.append(node)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, _FUNCTIONS):
+                    todo += item.decorator_list + item.args.defaults
+                    if item.name in _RUN_AT_LOAD:
+                        todo.append(item)
+                else:
+                    todo.append(item)
+            todo += node.decorator_list + node.bases + node.keywords
+        else:
+            todo.append(node)
+    seen: set[str] = set()
+    out: list[ast.AST] = []
+    while todo:
+        node = todo.pop()
+        out.append(node)
+        for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
+            if isinstance(call.func, ast.Name) and call.func.id in functions and (
+                    call.func.id not in seen):
+                seen.add(call.func.id)
+                todo.append(functions[call.func.id])
+    return out
+
+
+def judge_source(text: str) -> tuple[list[str], list[str]]:
+    """(the imports of a module's source, the calls it makes at load that reach a capability on
+    the deny list, each with its reason), read with `ast`; ValueError if it does not parse."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError) as exc:
+        raise ValueError(f"does not parse as Python: {exc}") from None
+    aliases = _aliases(tree)
+    imports = sorted(set(aliases.values()))
+    bad: list[str] = []
+    for node in _load_time_nodes(tree):
+        for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
+            target = _dotted(call.func, aliases)
+            reason = _denied(target) if target else None
+            if reason and reason not in bad:
+                bad.append(reason)
+    return imports, bad
+
+
+def _denied(target: str) -> str | None:
+    parts = target.split(".")
+    if parts[0] == "builtins" and len(parts) > 2:
+        parts = parts[1:]  # a local name's attribute: `x.system` is no builtin
+    for i in range(len(parts), 0, -1):
+        entry = DENY.get(".".join(parts[:i]))
+        if entry is not None and entry.capability in _LOAD_TIME_CAPABILITIES:
+            return f"{target}: {entry.text}"
+    return None
+
+
+def report(ctx: FormatContext, buf, layout: PackageLayout, members: list[zipread.Member]) -> None:
+    """Report each interned source as code its loader runs, and judge the pickle globals that
+    resolve to one (`ctx.uses`, after every member was read)."""
+    by_name = {m.name: m for m in members}
+    judged: dict[str, tuple[str, str]] = {}
+    for module, member in sorted(layout.modules.items()):
+        severity, why = Severity.SUSPICIOUS, []
+        if reason := shadowed(module):
+            severity, why = Severity.DANGEROUS, [reason]
+        try:
+            text = zipread.member_bytes(buf, by_name[member], MAX_SOURCE_BYTES).decode("utf-8")
+            imports, bad = judge_source(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            imports, bad = [], []
+            why.append(f"its source could not be read ({str(exc)[:100]})")
+        if bad:
+            severity = Severity.DANGEROUS
+            why.append("at import or unpickling it calls " + "; ".join(bad[:3]))
+        listed = f"; it imports {', '.join(imports[:8])}" if imports else ""
+        message = (f"{LOADER} runs this source as module {module} wherever a pickle or the "
+                   f"package's code imports it{listed}")
+        ctx.find(severity, "package-code", message + ("; " + "; ".join(why) if why else ""),
+                 member)
+        judged[module] = (severity, "; ".join(why))
+    for use in ctx.uses.values():
+        module = layout.resolve(use.module)
+        if module is None:
+            continue
+        severity, why = judged[module]
+        use.reason = (f"resolves to {module}, which the archive interns: {LOADER} runs its "
+                      f"source at load" + (f" ({why})" if why else ""))
+        if severity == Severity.DANGEROUS or use.severity == Severity.SAFE:
+            use.severity = severity
