@@ -15,6 +15,7 @@ from typing import Any
 
 from inspector.core.vocabulary import SignerKind
 from inspector.signing.errors import SignatureError
+from inspector.signing.library import reference
 
 DEFAULT_NAME = "model.sig"
 """The name the reference tool gives a folder's signature, and the one `verify` looks for."""
@@ -123,12 +124,10 @@ def _kind(source: Path, document: dict[str, Any]) -> SignerKind:
 
 
 def library_signature(bundle: Bundle) -> Any:
-    """The reference library's signature object, read from exactly the bytes checked here (a
-    private copy, so a file changed since is not what the library reads)."""
-    from model_signing._signing import sign_sigstore, sign_sigstore_pb
-
-    reader = sign_sigstore.Signature if bundle.kind is SignerKind.SIGSTORE else \
-        sign_sigstore_pb.Signature
+    """The reference library's signature object (of a key or certificate bundle), read from
+    exactly the bytes checked here (a private copy, so a file changed since is not what the
+    library reads)."""
+    reader = reference("_signing.sign_sigstore_pb").Signature
     with tempfile.TemporaryDirectory(prefix="ckpt-inspector-sig-") as tmp:
         copy = Path(tmp, DEFAULT_NAME)
         copy.write_bytes(bundle.data)

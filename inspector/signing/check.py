@@ -26,6 +26,7 @@ from inspector.signing.keys import (
     fingerprint,
     read_public_key,
 )
+from inspector.signing.library import reference
 from inspector.signing.statement import SignedStatement, from_library
 
 
@@ -80,8 +81,7 @@ def _hint(bundle: Bundle) -> str | None:
 
 
 def _key_verifier(bundle: Bundle, public_key: Path) -> tuple[Any, str]:
-    from model_signing._signing import sign_ec_key
-
+    sign_ec_key = reference("_signing.sign_ec_key")
     key = read_public_key(public_key)
     hint = _hint(bundle)
     if hint and hint != fingerprint(key):
@@ -108,8 +108,7 @@ def _bundle_identity(bundle: Bundle) -> str:
 
 
 def _certificate_verifier(bundle: Bundle, chain: Sequence[Path]) -> tuple[Any, str]:
-    from model_signing._signing import sign_certificate
-
+    sign_certificate = reference("_signing.sign_certificate")
     certificates = _certificates(bundle)
     if not certificates:
         raise SignatureError("not-a-bundle", f"{bundle.path}: its certificate chain is empty")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.core.vocabulary import FileStatus
+from inspector.integrity.hashing import ByteProgress, HashAhead
 from inspector.integrity.verify import (
     FileCheck,
     Plan,
@@ -19,6 +20,7 @@ from inspector.integrity.verify import (
     plan,
     verify,
 )
+from inspector.signing.library import reference
 from inspector.signing.statement import GIT_PATHS, SignedStatement, to_manifest
 
 IGNORED_NOTE = "the signature's ignore list leaves it out: not signed"
@@ -26,19 +28,49 @@ LINK_NOTE = "a symbolic link, and the signature was made over a folder without l
 CHANGED = {FileStatus.MISMATCH, FileStatus.SIZE_MISMATCH}
 
 
+def hash_ahead(folder: Path, signature: Path | None, progress: ProgressFn | None = None,
+               cancel: CancelToken | None = None) -> HashAhead:
+    """Hash every file a signature over `folder` may cover, a core each, beginning now: while
+    the signature is checked (reading bytes runs nothing of them); `verify_folder` takes the
+    hashes it needs and closing the HashAhead stops the rest."""
+    paths = [p for p in candidates(folder) if signature is None
+             or os.path.abspath(p) != os.path.abspath(signature)]
+    sizes = []
+    for path in paths:
+        try:
+            sizes.append(path.stat().st_size)
+        except OSError:
+            sizes.append(0)
+    return HashAhead(paths, ByteProgress(progress, sum(sizes)), cancel)
+
+
+def candidates(folder: Path) -> list[Path]:
+    """Every file under `folder` as `verify`'s plan names it (absolute, normalised), Git's
+    own files left out as the reference library leaves them out."""
+    root = os.path.abspath(folder)
+    found = []
+    for current, dirs, names in os.walk(root):
+        dirs.sort()
+        found += [Path(current, name) for name in sorted(names)
+                  if covered(os.path.relpath(os.path.join(current, name), root)
+                             .replace(os.sep, "/"))]
+    return found
+
+
 def verify_folder(folder: Path, statement: SignedStatement, signature: Path | None,
                   tensor_digests: TensorDigestFn | None = None, strict: bool = False,
-                  progress: ProgressFn | None = None,
-                  cancel: CancelToken | None = None) -> VerifyResult:
+                  progress: ProgressFn | None = None, cancel: CancelToken | None = None,
+                  hashes: HashAhead | None = None) -> VerifyResult:
     """Every file of `folder` against the statement (ManifestError for a signed name that leaves
-    the folder); `strict`: files the signature does not cover fail."""
+    the folder); `strict`: files the signature does not cover fail; `hashes` from
+    `hash_ahead`, begun before the signature was checked."""
     if not statement.plain_sha256:
         return _verify_by_library(folder, statement, signature, strict)
     manifest = to_manifest(statement, folder, signature)
     pairs = plan(manifest, [folder])
-    pairs += _unlisted(folder, pairs, signature)
+    pairs += _unlisted(pairs, candidates(folder), signature)
     result = verify(manifest, [folder], strict=strict, pairs=pairs, progress=progress,
-                    cancel=cancel)
+                    cancel=cancel, hashes=hashes)
     _mark(result, folder, statement)
     if tensor_digests is not None:
         _tensor_forensics(result, folder, statement, tensor_digests, cancel)
@@ -62,20 +94,12 @@ def covered(name: str) -> bool:
     return name.split("/", 1)[0] not in GIT_PATHS
 
 
-def _unlisted(folder: Path, pairs: Plan, signature: Path | None) -> Plan:
+def _unlisted(pairs: Plan, found: list[Path], signature: Path | None) -> Plan:
     """Files `plan` leaves out (hidden names) that the signature would have covered."""
     seen = {os.path.abspath(location) for _entry, location in pairs}
     if signature is not None:
         seen.add(os.path.abspath(signature))
-    extra: Plan = []
-    for current, dirs, names in os.walk(folder):
-        dirs.sort()
-        for name in sorted(names):
-            path = Path(current, name)
-            rel = path.relative_to(folder).as_posix()
-            if os.path.abspath(path) not in seen and covered(rel):
-                extra.append((None, path))
-    return extra
+    return [(None, path) for path in found if os.path.abspath(path) not in seen]
 
 
 def _under(rel: str, ignored: list[str]) -> bool:
@@ -114,8 +138,7 @@ def _verify_by_library(folder: Path, statement: SignedStatement, signature: Path
                        strict: bool) -> VerifyResult:
     """Statements hashed otherwise (BLAKE2, BLAKE3, file shards): the reference library hashes
     the folder as the signer did, and each item is compared here."""
-    from model_signing import hashing
-
+    hashing = reference("hashing")
     ignored = list(statement.ignore_paths)
     if signature is not None and Path(os.path.abspath(signature)).is_relative_to(
             os.path.abspath(folder)):

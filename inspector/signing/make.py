@@ -15,6 +15,7 @@ from inspector.integrity.manifest import TensorEntry
 from inspector.signing.bundle import DEFAULT_NAME
 from inspector.signing.errors import SignatureError
 from inspector.signing.keys import describe_key, read_private_key
+from inspector.signing.library import reference
 from inspector.signing.statement import TENSORS_FIELD, tensor_predicate
 
 
@@ -53,9 +54,8 @@ def sign_folder(folder: Path, private_key: Path, signature: Path | None = None,
                 tensors: dict[str, list[TensorEntry]] | None = None) -> Signed:
     """Sign every file of `folder` (Git's files and the signature itself left out, as the
     reference tool does); `tensors` (`{file: [tensor records]}`) are signed with them."""
-    from model_signing import hashing
-    from model_signing._signing import sign_ec_key, signing
-
+    hashing, signing = reference("hashing"), reference("_signing.signing")
+    sign_ec_key = reference("_signing.sign_ec_key")
     destination = signature_path(folder, signature)
     signer = check_inputs(folder, private_key, destination, overwrite)
     ignored = []
