@@ -325,3 +325,59 @@ def test_a_keyless_bundle_says_no_trust_root_is_available_offline(model, keys, t
     assert main(["verify", str(model)]) == 3
     out = capsys.readouterr().out
     assert out.startswith("UNVERIFIED") and "no trust root is available offline" in out
+
+
+def test_a_folder_with_a_link_is_not_signed(model, keys, tmp_path, capsys) -> None:
+    pem, _pub = keys["alice"]
+    (tmp_path / "outside.txt").write_text("not part of the model")
+    (model / "link.txt").symlink_to(tmp_path / "outside.txt")
+    before = _snapshot(model)
+    assert main(["sign", str(model), "--private-key", str(pem)]) == 2
+    err = capsys.readouterr().err
+    assert "symlink" in err and len(err.strip().splitlines()) == 1
+    assert _snapshot(model) == before and not (model / "model.sig").exists()
+    assert main(["sign", str(tmp_path / "outside.txt"), "--private-key", str(pem)]) == 2
+    assert "not a folder" in capsys.readouterr().err
+
+
+def test_a_signed_name_that_leaves_the_folder_is_refused(model, keys, tmp_path,
+                                                         capsys) -> None:
+    import hashlib
+    from pathlib import PurePosixPath
+
+    from model_signing import manifest
+    from model_signing._hashing import hashing
+    from model_signing._signing import sign_ec_key, signing
+
+    pem, pub = keys["alice"]
+    secret = tmp_path / "secret.txt"
+    secret.write_text("outside the model")
+    digest = hashing.Digest("sha256", hashlib.sha256(secret.read_bytes()).digest())
+    serialization_ = manifest.SerializationType.from_args(
+        {"method": "files", "hash_type": "sha256", "allow_symlinks": False})
+    crafted = manifest.Manifest("model", [manifest.FileManifestItem(
+        path=PurePosixPath("../secret.txt"), digest=digest)], serialization_)
+    bundle = sign_ec_key.Signer(pem).sign(signing.Payload(crafted)).bundle
+    sig = tmp_path / "crafted.sig"
+    sig.write_text(bundle.to_json())
+    assert main(["verify", str(model), "--signature", str(sig), "--public-key", str(pub)]) == 2
+    err = capsys.readouterr().err
+    assert "lies outside" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_bundle_with_a_repeated_key_or_of_no_regular_file_is_refused(model, keys, tmp_path,
+                                                                       capsys) -> None:
+    import os
+
+    pem, pub = keys["alice"]
+    assert main(["sign", str(model), "--private-key", str(pem)]) == 0
+    text = (model / "model.sig").read_text()
+    twice = tmp_path / "twice.sig"
+    twice.write_text(text[:-1] + ', "mediaType": "x"}')
+    capsys.readouterr()
+    assert main(["verify", str(model), "--signature", str(twice), "--public-key", str(pub)]) == 2
+    assert "given twice" in capsys.readouterr().err
+    fifo = tmp_path / "fifo.sig"
+    os.mkfifo(fifo)  # never waited on
+    assert main(["verify", str(model), "--signature", str(fifo), "--public-key", str(pub)]) == 2
+    assert "regular file" in capsys.readouterr().err
