@@ -10,9 +10,16 @@ would otherwise run, all in one run:
 
 Each command runs as a child process; wall time and the peak RSS (from wait4: the largest
 single process in the child's tree) are measured, plus the worker's own start-up time and
-peak RSS as it reports them. The page cache is warmed first so every tool reads from memory.
+peak RSS as it reports them, and the seconds the user's process spent checking the worker's
+reply against the files' bytes (`timing.claims_s`, `sandbox.host.claims`). The page cache is
+warmed first so every tool reads from memory.
+
+`--before PYTHON` also runs `inspect` and `convert` with another checkout's interpreter (e.g.
+a `git worktree` of an older commit with its own venv) in the same run, and prints the
+after / before ratios.
 
     .venv/bin/python benchmarks/bench_inspect_convert.py [--size-gb 1.1] [--repeats 3]
+        [--before /tmp/old/.venv/bin/python]
 """
 
 from __future__ import annotations
@@ -103,15 +110,16 @@ def make_checkpoint(path: Path, size_gb: float) -> int:
     return int(done.stdout.strip())
 
 
-def timed(cmd: list[str]) -> dict:
-    """Wall and CPU seconds, peak RSS (MiB, largest process of the tree) and stdout of cmd.
+def timed(cmd: list[str], cwd: Path) -> dict:
+    """Wall and CPU seconds, peak RSS (MiB, largest process of the tree) and stdout of cmd,
+    run in `cwd` (outside any checkout, so `-m inspector` is the interpreter's own install).
 
     The benchmark process stays small (it never imports torch), because a child's maximum
     RSS starts from its parent's RSS at fork time.
     """
     with tempfile.TemporaryFile() as out:
         started = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL, cwd=cwd)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - started
         out.seek(0)
@@ -134,6 +142,8 @@ def main() -> int:
     ap.add_argument("--size-gb", type=float, default=1.1)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dir", type=Path, default=None, help="where to generate (default: temp)")
+    ap.add_argument("--before", metavar="PYTHON", default=None,
+                    help="also run inspect and convert with this interpreter's install")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-inspect-", dir=args.dir))
     try:
@@ -157,17 +167,24 @@ def main() -> int:
             "ckpt-inspector convert": [PY, "-m", "inspector", "convert", str(ckpt), "-o",
                                        str(work / "ours.safetensors"), "--force", "--json"],
         }
+        if args.before:
+            commands["inspect (before)"] = [args.before, "-m", "inspector", "inspect",
+                                            str(ckpt), "--json"]
+            commands["convert (before)"] = [args.before, "-m", "inspector", "convert",
+                                            str(ckpt), "-o", str(work / "before.safetensors"),
+                                            "--force", "--json"]
         rows: dict[str, list[dict]] = {name: [] for name in commands}
         for _ in range(args.repeats):
             for name, cmd in commands.items():
-                row = timed(cmd)
-                if name.startswith("ckpt-inspector"):
+                row = timed(cmd, work)
+                if cmd[1:3] == ["-m", "inspector"]:
                     report = json.loads(row.pop("out"))
                     if report.get("error"):
                         raise SystemExit(f"{name}: {report['error']}")
                     timing = report["timing"]
                     row["startup"] = timing["startup_s"]
                     row["worker_rss"] = (timing["worker_peak_rss_kb"] or 0) // 1024
+                    row["claims"] = timing.get("claims_s")
                 rows[name].append(row)
         print(f"\n{'command':<28} {'wall s':>8} {'CPU s':>7} {'peak RSS MiB':>13}  notes")
         for name, measured in rows.items():
@@ -175,6 +192,8 @@ def main() -> int:
             if "startup" in measured[0]:
                 note = (f"worker start-up {median(measured, 'startup'):.2f} s, "
                         f"worker peak RSS {median(measured, 'worker_rss'):.0f} MiB")
+                if measured[0]["claims"] is not None:
+                    note += f", claims checked in {median(measured, 'claims'):.2f} s"
             print(f"{name:<28} {median(measured, 'wall'):>8.2f} {median(measured, 'cpu'):>7.2f}"
                   f" {median(measured, 'rss'):>13.0f}  {note}")
         ours = median(rows["ckpt-inspector inspect"], "wall")
@@ -197,6 +216,19 @@ def main() -> int:
             ("convert / torch.load + save_file (peak RSS)", conv_rss / base_rss, "<= 0.5",
              conv_rss <= 0.5 * base_rss),
         ]
+        if args.before:
+            conv_before = median(rows["convert (before)"], "wall")
+            claims = median(rows["ckpt-inspector convert"], "claims")
+            checks += [
+                ("convert after / before (wall)", conv / conv_before, "<= 1.1",
+                 conv <= 1.1 * conv_before),
+                ("convert's claims check / convert (wall)", claims / conv, "<= 0.1",
+                 claims <= 0.1 * conv),
+                ("inspect after / before (wall)",
+                 ours / median(rows["inspect (before)"], "wall"), "", True),
+                ("convert after / before (peak RSS)",
+                 conv_rss / median(rows["convert (before)"], "rss"), "", True),
+            ]
         for label, ratio, target, met in checks:
             verdict = "" if not target else ("target met" if met else "TARGET MISSED")
             print(f"  {label:<44} {ratio:6.2f}  {target:>5}  {verdict}")

@@ -5,7 +5,8 @@ The digest is the one the worker reports (SHA-256 of the bytes, contiguous and r
 format, as the worker's statistics count them: a complex value is counted on its magnitude
 (Inf when either half is infinite, else NaN when either half is NaN); integers and bool hold
 none. A dtype whose values are not decoded here (`bits8` blocks, packed floats) has counts of
-None. Hashing runs on a second thread beside the counting (hashlib and NumPy release the GIL).
+None. Hashing may run on a second thread beside the counting (hashlib and NumPy release the
+GIL).
 """
 
 from __future__ import annotations
@@ -95,18 +96,22 @@ COUNTERS: dict[str, Counter] = {
 """dtype name -> its NaN / Inf counter; a dtype not listed is not decoded here."""
 
 
-def measure(tensor: RawTensor) -> Measured:
-    """The tensor's digest and NaN / Inf counts, from one read of its bytes (the readers'
-    chunks hold whole elements)."""
+def measure(tensor: RawTensor, counts: bool = True,
+            hashing: ThreadPoolExecutor | None = None) -> Measured:
+    """The tensor's digest and (with `counts`, where its dtype is decoded here) NaN / Inf
+    counts, from one read of its bytes (the readers' chunks hold whole elements). With
+    `hashing`, a chunk is hashed on that pool while it is counted."""
     digest = hashlib.sha256()
-    counter = COUNTERS.get(tensor.dtype)
+    counter = COUNTERS.get(tensor.dtype) if counts else None
     nan = inf = 0
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="raw-digest") as pool:
-        for chunk in tensor.read():
-            hashed = pool.submit(digest.update, chunk)
-            if counter is not None:
-                n, i = counter(chunk)
-                nan, inf = nan + n, inf + i
+    for chunk in tensor.read():
+        hashed = hashing.submit(digest.update, chunk) if hashing is not None else None
+        if hashed is None:
+            digest.update(chunk)
+        if counter is not None:
+            n, i = counter(chunk)
+            nan, inf = nan + n, inf + i
+        if hashed is not None:
             hashed.result()  # before the reader gives the chunk's pages back
     if counter is None:
         return Measured(digest.hexdigest(), None, None)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.checkpoint.health import assess
+from inspector.checkpoint.results import ClaimCheck
 from inspector.checkpoint.resume import model_facts
 from inspector.integrity.hashing import DIGEST_ALGORITHM
 from inspector.scan.dcp_folder import is_dcp_folder, sum_scans
@@ -128,6 +129,18 @@ def _same_view(a: dict, b: dict) -> bool:
     return all(a.get(f) is not None and a.get(f) == b.get(f) for f in _VIEW)
 
 
+def _claims(results: list[ShardResult]) -> dict:
+    """The shards' checks of the worker's answers as one: checked only when every shard's was
+    (`sandbox.host.claims`), else the first unchecked shard and why."""
+    checks = [ClaimCheck.from_json(r.report["claims"]) if r.report.get("claims")
+              else ClaimCheck(reason="no check was made") for r in results]
+    unchecked = next(((r.name, c.reason) for r, c in zip(results, checks, strict=True)
+                      if not c.checked), None)
+    return ClaimCheck(checked=unchecked is None, tensors=sum(c.tensors for c in checks),
+                      reason=None if unchecked is None else
+                      f"{unchecked[0]}: {unchecked[1]}").to_json()
+
+
 def merge(report: dict, results: list[ShardResult], index: ShardIndex) -> list[Problem]:
     """Fill `report` from every shard's result; the coverage problems their keys show."""
     tensors = [{**t, "shard": r.name} for r in results for t in r.report["tensors"]]
@@ -147,6 +160,7 @@ def merge(report: dict, results: list[ShardResult], index: ShardIndex) -> list[P
         unique_storage={k: sum(s.get(k, 0) for s in storage)
                         for k in ("storages", "numel", "nbytes")},
         timing=_timing([r.report.get("timing") or {} for r in results]),
+        claims=_claims(results),
     )
     report.update(model_facts(tensors, objects))
     return check_contents(index, found, data_bytes)

@@ -3,7 +3,9 @@
 The worker runs whatever code the input smuggles past the loader, so what it says about the
 input (each tensor's digest, NaN / Inf counts, the health judged from them) and about the
 output it wrote (`verified`) may be a lie. This module is the one place the user's process
-tests those claims, with readers that run nothing of the input (`rawtensors`):
+tests those claims, with readers that run nothing of the input (`rawtensors`). What the
+input's bytes say (`Expected`) is measured on a thread of its own while the worker starts and
+runs, so the check adds little wall time:
 
 - `check_inspection`: every tensor the file holds is located here; the worker must report each
   one once, with the same dtype, shape and digest; the NaN and Inf counts are recomputed here
@@ -21,9 +23,10 @@ the jailed loader's. A claim that fails is `claim_refuted`: the whole reply is t
 
 from __future__ import annotations
 
-import hashlib
 import mmap
 import os
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -41,7 +44,7 @@ from inspector.formats.safetensors_header import (
     recorded_aliases,
 )
 from inspector.rawtensors.readers import NotReadable, RawFile, RawTensor, open_raw
-from inspector.rawtensors.values import measure
+from inspector.rawtensors.values import Measured, measure
 from inspector.sandbox.host.jobs import SandboxError
 
 REFUTED = "claim_refuted"
@@ -57,49 +60,81 @@ def _refuted(what: str, problems: list[str], sandbox: dict | None) -> SandboxErr
                         f"bytes, so none of its answer is trusted: {listed}", sandbox=sandbox)
 
 
-def _open(path: Path) -> RawFile | str:
-    """The file's tensors located here, or why they cannot be."""
-    try:
-        return open_raw(path)
-    except NotReadable as exc:
-        return str(exc)
-    except OSError as exc:
-        return f"cannot read {path}: {exc.strerror or exc}"
+class Expected:
+    """What the input's own bytes say, measured here on a thread of its own while the worker
+    starts and runs (its start-up leaves a core free): each tensor's digest and, for `inspect`
+    (`counts`), its NaN / Inf; or why the file's tensors cannot all be located here."""
+
+    def __init__(self, path: Path, counts: bool) -> None:
+        self._path, self._counts = path, counts
+        self._stop = threading.Event()
+        self.file: RawFile | None = None
+        self.reason: str | None = None
+        self.measured: list[Measured] = []
+        self._thread = threading.Thread(target=self._run, name="claims-expected", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.file = open_raw(self._path)
+            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="claims-hash") as pool:
+                for t in self.file.tensors:
+                    if self._stop.is_set():
+                        return
+                    self.measured.append(measure(t, self._counts, pool))
+        except NotReadable as exc:
+            self.reason = str(exc)
+        except Exception as exc:  # a crafted file our reader fails on: then nothing is checked
+            self.reason = f"the file could not be read here ({type(exc).__name__}: {exc})"
+        if self.reason is not None:
+            self.file = None
+
+    def wait(self) -> list[tuple[RawTensor, Measured]] | str:
+        """Each tensor with what it measured, or why the file could not be measured."""
+        self._thread.join()
+        if self.file is None:
+            return self.reason or "the file was not read"
+        return list(zip(self.file.tensors, self.measured, strict=True))
+
+    def stop(self) -> None:
+        """The job ended without a reply to check: stop measuring."""
+        self._stop.set()
 
 
-def check_inspection(path: Path, report: dict[str, Any]) -> None:
+def check_inspection(expected: Expected, report: dict[str, Any]) -> None:
     """Check an inspect reply (`report`, the inspect contract) against the file's bytes: set
     its `claims`, its checked NaN / Inf counts and health; `error` when a claim fails."""
-    raw = _open(path)
-    if isinstance(raw, str):
-        report["claims"] = ClaimCheck(reason=raw).to_json()
+    started = time.perf_counter()
+    measured = expected.wait()
+    if isinstance(measured, str):
+        report["claims"] = ClaimCheck(reason=measured).to_json()
         return
     problems = []
     records: dict[str, list[dict]] = {}
     for rec in report["tensors"]:
         records.setdefault(str(rec.get("key")), []).append(rec)
-    for t in raw.tensors:
+    for t, m in measured:
         found = records.pop(t.key, [])
         if len(found) != 1:
             problems.append(f"{escape(t.key)} reported {len(found)} times")
             continue
-        problems += _tensor_problems(t, found[0])
+        problems += _tensor_problems(t, m, found[0])
     problems += [f"{escape(k)} is no tensor of the file" for k in records]
     if problems:
         report["error"] = _refuted("inspection", problems, report.get("sandbox")).to_json()
         report["health"] = None
         return
     report["health"] = assess(report["tensors"]).to_json()
-    report["claims"] = ClaimCheck(checked=True, tensors=len(raw.tensors)).to_json()
+    report["claims"] = ClaimCheck(checked=True, tensors=len(measured)).to_json()
+    _timed(report, started)
 
 
-def _tensor_problems(t: RawTensor, rec: dict) -> list[str]:
+def _tensor_problems(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
     """How one worker record disagrees with the tensor read here; sets its checked counts."""
     key = escape(t.key)
     if rec.get("dtype") != t.dtype or list(rec.get("shape") or ()) != list(t.shape):
         return [f"{key} is {t.dtype} {list(t.shape)}, reported as "
                 f"{escape(str(rec.get('dtype')))} {escape(str(rec.get('shape')))}"]
-    measured = measure(t)
     if rec.get("digest") != measured.digest:
         return [f"{key}'s digest differs"]
     if measured.nan is None:
@@ -112,43 +147,53 @@ def _tensor_problems(t: RawTensor, rec: dict) -> list[str]:
     return []
 
 
-def check_conversion(source: Path, output_fd: int, result: dict[str, Any]) -> None:
+def check_conversion(expected: Expected, output_fd: int, result: dict[str, Any]) -> None:
     """Check a convert reply against the input's and the output's bytes before the output is
     kept: set `claims` and the digests computed here; SandboxError when a claim fails."""
-    raw = _open(source)
-    if isinstance(raw, str):
-        result["claims"] = ClaimCheck(reason=raw).to_json()
+    started = time.perf_counter()
+    measured = expected.wait()
+    if isinstance(measured, str):
+        result["claims"] = ClaimCheck(reason=measured).to_json()
         return
     if os.fstat(output_fd).st_size == 0:
         raise _refuted("conversion", ["the output is empty"], result.get("sandbox"))
     with mmap.mmap(output_fd, 0, access=mmap.ACCESS_READ) as out:
-        problems, digests = _conversion_problems(raw, out, result)
+        problems, digests = _conversion_problems(measured, out, result)
     if problems:
         raise _refuted("conversion", problems, result.get("sandbox"))
     result["digests"] = digests
     result["claims"] = ClaimCheck(checked=True, tensors=len(digests)).to_json()
+    _timed(result, started)
 
 
-def _selected(raw: RawFile, result: dict[str, Any]) -> dict[str, RawTensor]:
+def _timed(result: dict[str, Any], started: float) -> None:
+    """The check's own seconds, beside the job's (`timing.claims_s`)."""
+    if isinstance(result.get("timing"), dict):
+        result["timing"]["claims_s"] = round(time.perf_counter() - started, 3)
+
+
+def _selected(measured: list[tuple[RawTensor, Measured]], result: dict[str, Any]
+              ) -> dict[str, tuple[RawTensor, Measured]]:
     """The input's tensors under the names a conversion with the reply's `key` and
     `strip_prefix` writes them as."""
     from inspector.checkpoint.extract import strip_prefixes
 
     key = result.get("key")
     lead = f"{key}." if key else ""
-    chosen = {t.key[len(lead):]: t for t in raw.tensors if t.key.startswith(lead)}
+    chosen = {t.key[len(lead):]: (t, m) for t, m in measured if t.key.startswith(lead)}
     names = strip_prefixes(chosen, list(result.get("strip_prefix") or ()))
     return {names[k]: t for k, t in chosen.items()}
 
 
-def _conversion_problems(raw: RawFile, out: mmap.mmap, result: dict[str, Any]
-                         ) -> tuple[list[str], dict[str, str]]:
+def _conversion_problems(measured: list[tuple[RawTensor, Measured]], out: mmap.mmap,
+                         result: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
     header = read_buffer(out, len(out))
     if header.refusal() is not None:
         return [f"the output's header: {header.refusal()}"], {}
     written = {e.key: e for e in header.entries}
     aliases = recorded_aliases(header.metadata)
-    inputs = _selected(raw, result)
+    selected = _selected(measured, result)
+    inputs = {name: t for name, (t, _m) in selected.items()}
     skipped = {str(s.get("key")) for s in result.get("tensors_skipped") or ()}
     problems = [f"{escape(k)} was written but is no tensor of the input"
                 for k in written if k not in inputs]
@@ -161,11 +206,10 @@ def _conversion_problems(raw: RawFile, out: mmap.mmap, result: dict[str, Any]
                 problems.append(f"{escape(name)} was written as {entry.dtype.name} "
                                 f"{entry.shape}, the input holds {t.dtype} {list(t.shape)}")
                 continue
-            digest = _same_bytes(t, out, entry.begin, entry.end)
-            if digest is None:
-                problems.append(f"{escape(name)}'s bytes differ from the input's")
+            if _same_bytes(t, out, entry.begin, entry.end):
+                digests[name] = selected[name][1].digest
             else:
-                digests[name] = digest
+                problems.append(f"{escape(name)}'s bytes differ from the input's")
         elif name in skipped and BY_NAME[t.dtype].safetensors is None:
             continue
         elif not _is_alias(name, t, inputs, aliases, written):
@@ -187,25 +231,19 @@ def _is_alias(name: str, t: RawTensor, inputs: dict[str, RawTensor],
         t.dtype, t.shape, t.view)
 
 
-def _same_bytes(t: RawTensor, out: mmap.mmap, begin: int, end: int) -> str | None:
-    """The input tensor's digest when the output's bytes [begin, end) are exactly its bytes,
-    else None. The digest runs on a second thread beside the comparison; the output's pages
-    are given back once compared."""
-    digest = hashlib.sha256()
+def _same_bytes(t: RawTensor, out: mmap.mmap, begin: int, end: int) -> bool:
+    """Whether the output's bytes [begin, end) are exactly the input tensor's bytes (read
+    again from the page cache); the output's pages are given back once compared."""
     position = begin
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="claim-digest") as pool:
-        for chunk in t.read():
-            hashed = pool.submit(digest.update, chunk)
-            stop = position + len(chunk)
-            same = stop <= end and np.array_equal(np.frombuffer(chunk, dtype=np.uint8),
-                                                  np.frombuffer(out, np.uint8, len(chunk),
-                                                                position))
-            hashed.result()
-            _drop(out, position, stop)
-            if not same:
-                return None
-            position = stop
-    return digest.hexdigest() if position == end else None
+    for chunk in t.read():
+        stop = position + len(chunk)
+        same = stop <= end and np.array_equal(np.frombuffer(chunk, dtype=np.uint8),
+                                              np.frombuffer(out, np.uint8, len(chunk), position))
+        _drop(out, position, stop)
+        if not same:
+            return False
+        position = stop
+    return position == end
 
 
 def _drop(out: mmap.mmap, start: int, stop: int) -> None:

@@ -24,7 +24,7 @@ from inspector.core.atomic import OutputExistsError, atomic_write, write_text_at
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.integrity.hashing import DIGEST_ALGORITHM, sha256_file
 from inspector.sandbox.host.admission import check_loadable, static_scan
-from inspector.sandbox.host.claims import check_conversion, check_inspection
+from inspector.sandbox.host.claims import Expected, check_conversion, check_inspection
 from inspector.sandbox.host.jobs import EventFn, SandboxError, run_job
 from inspector.sandbox.protocol import Limits
 from inspector.scan.dcp_folder import folder_files, is_dcp_folder
@@ -94,6 +94,7 @@ def inspect_one(path: str | os.PathLike[str], options: InspectOptions = InspectO
                     "health": None, "unique_storage": None, "architecture": None,
                     "resume": None}
     hasher = None if files else _FileHash(target, cancel)  # a folder has no one SHA-256
+    expected = Expected(target, counts=True)  # what the bytes say, while the worker runs
 
     def admit() -> dict:
         scanned = scan or static_scan(target)
@@ -112,9 +113,10 @@ def inspect_one(path: str | os.PathLike[str], options: InspectOptions = InspectO
                       digest_algorithm=result.get("digest_algorithm", DIGEST_ALGORITHM),
                       health=result.get("health"), unique_storage=result.get("unique_storage"))
         report.update({k: result[k] for k in ("code", "code_archive") if k in result})
-        check_inspection(target, report)  # the reply is a claim until it passes
+        check_inspection(expected, report)  # the reply is a claim until it passes
         report.update(model_facts(report["tensors"], report["objects"]))
     except SandboxError as exc:
+        expected.stop()
         report["error"] = exc.to_json()
         report["sandbox"] = exc.sandbox
     report["sha256"] = hasher.result() if hasher is not None else None
@@ -173,6 +175,7 @@ def convert_file(
                "key": key, "strip_prefix": list(strip_prefix),
                # Views are cloned, so the output may exceed the input; this bounds it.
                "output_bytes": 4 * size + (64 << 20)}
+    expected = Expected(source, counts=False)  # the input's bytes, while the worker runs
     try:
         with atomic_write(out, overwrite=overwrite) as fh:
             request["output_fd"] = fh.fileno()
@@ -183,7 +186,7 @@ def convert_file(
                                    + ", ".join(result.get("mismatches", [])[:8]),
                                    sandbox=result.get("sandbox"))
             # "verified" is the worker's word; the output is kept only once it is checked here
-            check_conversion(source, fh.fileno(), result)
+            check_conversion(expected, fh.fileno(), result)
         sidecar_doc = result.pop("sidecar_document", None)
         result["sidecar"] = None
         if sidecar_doc is not None:
@@ -195,6 +198,8 @@ def convert_file(
     except OSError as exc:
         raise SandboxError("output_unwritable",
                            f"cannot write {out.parent}: {exc.strerror or exc}") from None
+    finally:
+        expected.stop()  # a job that failed leaves nothing to check
     result.update(input=str(source), output=str(out),
                   scan_verdict=scanned[0].verdict if scanned else None)
     return result
