@@ -381,3 +381,50 @@ def test_a_bundle_with_a_repeated_key_or_of_no_regular_file_is_refused(model, ke
     os.mkfifo(fifo)  # never waited on
     assert main(["verify", str(model), "--signature", str(fifo), "--public-key", str(pub)]) == 2
     assert "regular file" in capsys.readouterr().err
+
+
+# --- the statement as a manifest, and a manifest as what may be signed -----------------------
+
+def test_a_verified_statement_exports_as_a_manifest_that_verify_and_sha256sum_accept(
+        model, keys, tmp_path, capsys) -> None:
+    pem, pub = keys["alice"]
+    assert main(["sign", str(model), "--private-key", str(pem)]) == 0
+    out = tmp_path / "meta" / "SHA256SUMS"
+    out.parent.mkdir()
+    capsys.readouterr()
+    assert main(["manifest", "create", str(model), "-o", str(out), "--signature",
+                 str(model / "model.sig"), "--public-key", str(pub)]) == 0
+    assert "4 files signed by ECDSA P-256" in capsys.readouterr().out
+    names = sorted(line.split("  ", 1)[1] for line in out.read_text().splitlines())
+    assert names == ["../model/.hidden-notes", "../model/config.json",
+                     "../model/sub/tokenizer.txt", "../model/weights.bin"]
+    done = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=out.parent,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    _flip(model / "weights.bin", 3)
+    assert main(["verify", "-m", str(out), str(model), "--no-tensors"]) == 1
+    # a signature that does not verify exports nothing
+    other = tmp_path / "other.sha256"
+    assert main(["manifest", "create", str(model), "-o", str(other), "--signature",
+                 str(model / "model.sig"), "--public-key", str(keys["bob"][1])]) == 2
+    assert "wrong key" in capsys.readouterr().err and not other.exists()
+
+
+def test_sign_with_a_manifest_signs_only_what_it_records(model, keys, tmp_path,
+                                                         capsys) -> None:
+    pem, pub = keys["alice"]
+    sums = tmp_path / "SHA256SUMS"
+    assert main(["manifest", "create", str(model), "-o", str(sums)]) == 0
+    capsys.readouterr()
+    # the manifest skips the hidden file the signature would cover: refused, nothing written
+    assert main(["sign", str(model), "--private-key", str(pem), "--manifest", str(sums)]) == 2
+    assert ".hidden-notes is in" in capsys.readouterr().err
+    (model / ".hidden-notes").unlink()
+    _flip(model / "weights.bin", 9)
+    assert main(["sign", str(model), "--private-key", str(pem), "--manifest", str(sums)]) == 2
+    assert "weights.bin: its SHA-256 is not the one" in capsys.readouterr().err
+    assert not (model / "model.sig").exists()
+    _flip(model / "weights.bin", 9)
+    assert main(["sign", str(model), "--private-key", str(pem), "--manifest", str(sums)]) == 0
+    assert _reference("verify", "key", model, "--signature", model / "model.sig",
+                      "--public_key", pub).returncode == 0

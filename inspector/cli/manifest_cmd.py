@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from inspector.cli.common import (
 from inspector.cli.reference import epilog
 from inspector.core.atomic import OutputExistsError
 from inspector.core.progress import CancelToken
+from inspector.core.termtext import escape
 from inspector.core.vocabulary import Format
 from inspector.integrity.manifest import (
     FileEntry,
@@ -62,6 +64,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     create.add_argument(
         "--no-tensors", action="store_true", help="JSON manifest without per-tensor digests"
     )
+    create.add_argument(
+        "--signature", type=Path, metavar="SIG",
+        help="write the files (and signed tensors) an OpenSSF Model Signing signature over the "
+        "one folder PATH records, once it verifies with --public-key or --certificate; "
+        "nothing is hashed",
+    )
+    create.add_argument("--public-key", type=Path, metavar="KEY.pub",
+                        help="with --signature: the signer's public key")
+    create.add_argument("--certificate", type=Path, action="append", metavar="CHAIN.pem",
+                        help="with --signature: certificates to trust (repeatable)")
     add_loader_arguments(create)
     add_jobs_argument(create)
 
@@ -79,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
     absent = [p for p in args.paths if not p.exists()]
     if absent:
         return _fail(f"{absent[0]}: no such file or folder", EXIT_USAGE)
+    if args.signature:
+        return _from_signature(args, out, dialect, to_stdout)
     files = collect_files(args.paths, skip=out)
     if not files:
         return _fail("no files to put in the manifest", EXIT_USAGE)
@@ -175,6 +189,37 @@ def file_format(path: Path) -> str:
     from inspector.scan.engine import scan_file
 
     return scan_file(path, listed_archives(path)).format
+
+
+def _from_signature(args: argparse.Namespace, out: Path, dialect: str, to_stdout: bool) -> int:
+    """The signed statement as a manifest (after the signature verifies): what `verify -m`
+    and `sha256sum -c` then check."""
+    from inspector.signing.bundle import read_bundle
+    from inspector.signing.check import check_signature
+    from inspector.signing.errors import SignatureError
+    from inspector.signing.statement import to_entries
+
+    if len(args.paths) != 1 or not args.paths[0].is_dir():
+        return _fail("--signature records one folder: name it", EXIT_USAGE)
+    base = Path.cwd() if to_stdout else out.parent
+    try:
+        checked = check_signature(read_bundle(args.signature), args.public_key,
+                                  args.certificate or ())
+        entries = to_entries(checked.statement, args.paths[0], base)
+    except SignatureError as exc:
+        return _fail(escape(exc.message), EXIT_USAGE)
+    if dialect != "json" or args.no_tensors:
+        entries = [dataclasses.replace(e, tensors=None) for e in entries]
+    created_by = f"ckpt-inspector {__version__} from {args.signature} ({checked.signer})"
+    if to_stdout:
+        sys.stdout.write(format_json(entries, created_by=created_by))
+        return EXIT_OK
+    try:
+        write(out, entries, dialect, overwrite=args.force, created_by=created_by)
+    except (OutputExistsError, ManifestError) as exc:
+        return _fail(str(exc), EXIT_OUTPUT)
+    print(escape(f"wrote {out} ({dialect}): {len(entries)} files signed by {checked.signer}"))
+    return EXIT_OK
 
 
 def _fail(message: str, code: int) -> int:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.core.atomic import write_bytes_atomic
-from inspector.integrity.manifest import TensorEntry
+from inspector.integrity.manifest import Manifest, TensorEntry
 from inspector.signing.bundle import DEFAULT_NAME
 from inspector.signing.errors import SignatureError
 from inspector.signing.keys import describe_key, read_private_key
@@ -51,9 +51,11 @@ def check_inputs(folder: Path, private_key: Path, signature: Path, overwrite: bo
 
 def sign_folder(folder: Path, private_key: Path, signature: Path | None = None,
                 overwrite: bool = False,
-                tensors: dict[str, list[TensorEntry]] | None = None) -> Signed:
+                tensors: dict[str, list[TensorEntry]] | None = None,
+                expected: Manifest | None = None) -> Signed:
     """Sign every file of `folder` (Git's files and the signature itself left out, as the
-    reference tool does); `tensors` (`{file: [tensor records]}`) are signed with them."""
+    reference tool does); `tensors` (`{file: [tensor records]}`) are signed with them; with
+    `expected`, only when every file signed is the one that manifest records."""
     hashing, signing = reference("hashing"), reference("_signing.signing")
     sign_ec_key = reference("_signing.sign_ec_key")
     destination = signature_path(folder, signature)
@@ -67,6 +69,8 @@ def sign_folder(folder: Path, private_key: Path, signature: Path | None = None,
     except ValueError as exc:  # a link, a socket, a file that vanished
         raise SignatureError("bad-folder", f"{folder}: cannot be signed: {exc}") from exc
     names = {rd.identifier for rd in manifest.resource_descriptors()}
+    if expected is not None:
+        _as_recorded(folder, manifest, expected)
     unknown = sorted(set(tensors or {}) - names)
     if unknown:
         raise SignatureError("bad-folder", f"tensors given for {unknown[0]!r}, which is not a "
@@ -78,3 +82,26 @@ def sign_folder(folder: Path, private_key: Path, signature: Path | None = None,
     write_bytes_atomic(destination, bundle.to_json().encode("utf-8"), overwrite=overwrite)
     return Signed(signature=destination, files=len(names),
                   tensors=sum(len(t) for t in (tensors or {}).values()), signer=signer)
+
+
+def _as_recorded(folder: Path, hashed: object, expected: Manifest) -> None:
+    """SignatureError unless the files the library hashed are exactly those `expected` lists,
+    with its SHA-256s (the manifest itself, when it lies in the folder, is signed unlisted)."""
+    want = {os.path.abspath(expected.resolve(e)): e for e in expected.files}
+    own = os.path.abspath(expected.source) if expected.source is not None else None
+    for rd in hashed.resource_descriptors():  # type: ignore[attr-defined]
+        path = os.path.abspath(folder / rd.identifier)
+        if path == own:
+            continue
+        entry = want.pop(path, None)
+        if entry is None:
+            raise SignatureError("manifest-mismatch", f"{rd.identifier} is in {folder} but not "
+                                 f"in {expected.source}; nothing signed")
+        if entry.sha256 != rd.digest.digest_hex:
+            raise SignatureError("manifest-mismatch", f"{rd.identifier}: its SHA-256 is not "
+                                 f"the one {expected.source} records; nothing signed")
+    if want:
+        missing = next(iter(want.values())).path
+        raise SignatureError("manifest-mismatch", f"{expected.source} lists {missing}, which "
+                             f"{folder} does not hold (or the signature leaves out); nothing "
+                             "signed")

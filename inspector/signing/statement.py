@@ -1,7 +1,7 @@
 """The signed statement of a verified signature, as this project reads it: the files and digests
 the reference library expanded from it, how they were hashed, and the per-tensor digests this
 project adds as an extra predicate field (v1.0 verifiers ignore fields they do not know). Also
-the statement as a manifest: for `verify`, and as sha256sum lines."""
+the statement as a manifest: for `verify`, and as the entries `manifest create` writes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inspector.integrity.manifest import FileEntry, Manifest, TensorEntry
+from inspector.integrity.manifest import FileEntry, Manifest, TensorEntry, relative_path
 from inspector.signing.bundle import no_repeats
 from inspector.signing.errors import SignatureError
 
@@ -104,9 +104,13 @@ def to_manifest(statement: SignedStatement, folder: Path, source: Path | None) -
     return Manifest(dialect=DIALECT, files=files, base_dir=folder, source=source)
 
 
-def to_sha256sum(statement: SignedStatement) -> str:
-    """The statement as `sha256sum` lines (what `sha256sum -c` checks in the folder)."""
+def to_entries(statement: SignedStatement, folder: Path, manifest_dir: Path) -> list[FileEntry]:
+    """The signed files as a manifest's entries, named from `manifest_dir` (the signed tensors
+    with them), for `manifest create --signature`."""
     if not statement.plain_sha256:
-        raise SignatureError("unsupported-statement", f"a {statement.method} statement hashed "
-                             f"with {statement.hash_type} has no sha256sum form")
-    return "".join(f"{r.digest}  {r.name}\n" for r in statement.resources)
+        raise SignatureError("unsupported-statement", f"the statement lists {statement.method} "
+                             f"hashed with {statement.hash_type}; a manifest holds whole files' "
+                             "SHA-256")
+    return [FileEntry(path=relative_path(folder / r.name, manifest_dir), sha256=r.digest,
+                      tensors=statement.tensors.get(r.name))
+            for r in statement.resources]

@@ -7,13 +7,14 @@ changed."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from inspector.cli.common import add_loader_arguments, warm_workers, worker_digests
 from inspector.core.atomic import OutputExistsError
 from inspector.core.termtext import escape
-from inspector.integrity.manifest import TensorEntry
+from inspector.integrity.manifest import Manifest, ManifestError, TensorEntry, read_manifest
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -30,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where to write the signature (default: DIR/model.sig)")
     parser.add_argument("--force", action="store_true",
                         help="replace an existing signature")
+    parser.add_argument("--manifest", "-m", type=Path, metavar="MANIFEST",
+                        help="sign only if every file is the one this manifest records "
+                        "(sha256sum, TSV or JSON; a JSON manifest's tensors are signed too)")
     parser.add_argument("--tensors", action="store_true",
                         help="also sign each checkpoint's per-tensor digests (read in the "
                         "jailed worker)")
@@ -45,16 +49,19 @@ def run(args: argparse.Namespace) -> int:
     try:
         check_inputs(folder, args.private_key, signature_path(folder, args.signature),
                      args.force)
-        tensors = _tensors(args) if args.tensors else None
+        expected = read_manifest(args.manifest) if args.manifest else None
+        tensors = _tensors(args) if args.tensors else recorded_tensors(expected, folder)
         signed = sign_folder(folder, args.private_key, args.signature, overwrite=args.force,
-                             tensors=tensors)
+                             tensors=tensors, expected=expected)
+    except ManifestError as exc:
+        return _fail(str(exc), EXIT_USAGE)
     except SignatureError as exc:
         return _fail(exc.message, EXIT_EXISTS if exc.code == "exists" else EXIT_USAGE)
     except OutputExistsError as exc:
         return _fail(f"{exc}; pass --force to replace it", EXIT_EXISTS)
     except _TensorsFailed as exc:
         return _fail(f"{exc}; sign without --tensors to sign the files alone", EXIT_TENSORS)
-    detail = f" and {signed.tensors} tensors" if args.tensors else ""
+    detail = f" and {signed.tensors} tensors" if signed.tensors else ""
     print(escape(f"signed {signed.files} files{detail} of {folder} with {signed.signer}: "
                  f"{signed.signature}"))
     return EXIT_OK
@@ -83,6 +90,16 @@ def _tensors(args: argparse.Namespace) -> dict[str, list[TensorEntry]]:
             except Exception as exc:  # the worker's refusal names the file, no traceback
                 raise _TensorsFailed(f"{path}: tensors not read: {exc}") from exc
     return out
+
+
+def recorded_tensors(expected: Manifest | None, folder: Path
+                     ) -> dict[str, list[TensorEntry]] | None:
+    """The tensors a JSON manifest records, keyed by their names in the statement (checked
+    against the files only as far as the file hashes are: `sign_folder` compares those)."""
+    if expected is None or not expected.has_tensors:
+        return None
+    return {Path(os.path.relpath(expected.resolve(e), folder)).as_posix(): e.tensors
+            for e in expected.files if e.tensors is not None}
 
 
 def _fail(message: str, code: int) -> int:
