@@ -192,6 +192,9 @@ class SaveOutcome(StrEnum):
     VERIFIED = "verified"
     MISMATCH = "mismatch"
     UNVERIFIED = "unverified"
+    UNHEALTHY = "unhealthy"
+    """Written and re-read whole, but the weights failed the health check before sealing
+    (non-finite, past the guard's learned bounds, or changed since the last optimizer step)."""
 
 
 class CheckpointState(StrEnum):

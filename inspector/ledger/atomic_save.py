@@ -8,6 +8,9 @@ The order is what makes a crash at any moment harmless:
    file's SHA-256 is computed on a second thread;
 4. rename it over the target and fsync the folder; only now can a reader see it;
 5. append the `ledger.save` record (fsync'd), then rotate older ones (`keep`).
+Before 1, the health check (`ledger.health`) runs on the state in memory: a state that fails
+it is still written and proven, but renamed to `NAME.unhealthy.SUFFIX` and recorded `unhealthy`
+(the previous checkpoint at the target stays), so no resume lands on it.
 A kill before 4 leaves the previous checkpoint untouched beside a stray temp file; a kill
 between 4 and 5 leaves a checkpoint without a record, which `latest_valid` never returns.
 """
@@ -27,6 +30,7 @@ from inspector.core.vocabulary import SaveOutcome
 from inspector.integrity.hashing import sha256_file
 from inspector.integrity.manifest import FileEntry
 from inspector.ledger.digests import differences, disk_digests, expected_bytes, memory_digests
+from inspector.ledger.health import evidence_path, health_problems, say_unhealthy, unhealthy_detail
 from inspector.ledger.record import append_save, relative
 from inspector.ledger.rotate import rotate
 from inspector.ledger.space import check_space, disk_full
@@ -50,8 +54,10 @@ def save(
 
     The re-read loads a pickle with weights_only=True; `allow_globals` admits the classes a
     trainer pickles beside the tensors (`scan.pickles.presets`, e.g. Lightning's)."""
-    target = Path(path)
-    run = Path(run_dir) if run_dir is not None else target.parent
+    asked = Path(path)
+    run = Path(run_dir) if run_dir is not None else asked.parent
+    problems = health_problems(obj, run)
+    target = evidence_path(asked) if problems else asked
     target.parent.mkdir(parents=True, exist_ok=True)
     as_safetensors = target.suffix == ".safetensors"
     expected = memory_digests(obj)
@@ -84,10 +90,13 @@ def save(
             tmp.unlink()
         raise
     fsync_path(target.parent)
+    if problems and outcome == SaveOutcome.VERIFIED:
+        outcome, detail = SaveOutcome.UNHEALTHY, unhealthy_detail(problems)
+        say_unhealthy(asked, target, detail)
     record = append_save(run, target, layout="file", fmt=entry.format,
                          writer=_writer(writer, as_safetensors), files=[entry],
                          outcome=outcome, detail=detail, step=step, epoch=epoch)
-    if keep is not None:
+    if keep is not None and not problems:
         rotate(run, record, keep)
     return record
 

@@ -8,11 +8,14 @@ format, and the tensors of every checkpoint file); the tensors found are compare
 in-memory state dict when one is given (a writer may drop tied names or add files of its own,
 so only tensors present on both sides must agree). A DCP folder is read whole, as `verify`
 reads it. `save_dcp` follows DCP's rank-0 rule: every rank writes its part, rank 0 alone
-renames, proves and ledgers, and the ranks meet at a barrier before and after.
+renames, proves and ledgers, and the ranks meet at a barrier before and after. A folder whose
+state fails the health check (`ledger.health`) is placed as `NAME.unhealthy` and recorded
+`unhealthy`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Callable
@@ -26,6 +29,7 @@ from inspector.formats import sniff
 from inspector.integrity.hashing import sha256_file
 from inspector.integrity.manifest import FileEntry, TensorEntry
 from inspector.ledger.digests import differences, disk_digests, expected_bytes, memory_digests
+from inspector.ledger.health import evidence_path, health_problems, say_unhealthy, unhealthy_detail
 from inspector.ledger.identity import barrier, current_rank, world_size
 from inspector.ledger.record import append_save, prior_ledger, relative
 from inspector.ledger.rotate import rotate
@@ -59,7 +63,7 @@ def save_folder(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if keep is not None:
+    if keep is not None and record.outcome != SaveOutcome.UNHEALTHY:
         rotate(run, record, keep)
     return record
 
@@ -100,7 +104,8 @@ def save_dcp(state_dict: Any, folder: str | os.PathLike[str], **options: Any) ->
         if current_rank() == 0:
             shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if record is not None and options.get("keep") is not None:
+    if (record is not None and options.get("keep") is not None
+            and record.outcome != SaveOutcome.UNHEALTHY):
         rotate(run, record, options["keep"])
     barrier()
     return record
@@ -130,6 +135,11 @@ def record_folder(
     run = Path(run_dir) if run_dir is not None else target.parent
     _fsync_tree(target)
     files, fmt, outcome, detail = measure_folder(target, relative(target, run), expected)
+    problems = health_problems(expected if expected is not None else {}, run)
+    if problems and outcome == SaveOutcome.VERIFIED:
+        # the trainer placed it and owns its name: recorded unhealthy, so no resume picks it
+        outcome, detail = SaveOutcome.UNHEALTHY, unhealthy_detail(problems)
+        say_unhealthy(target, target, detail)
     return append_save(run, target, layout="folder", fmt=fmt, writer=writer, files=files,
                        outcome=outcome, detail=detail, step=step, epoch=epoch)
 
@@ -178,6 +188,13 @@ def _commit(tmp: Path, target: Path, run: Path, expected: Any, step: int | None,
         raise LedgerError("save_mismatch", f"{target}: {detail}; the folder was not put in "
                           "place and the previous checkpoint is kept: check the machine's "
                           "memory and disk (`ckpt-inspector report`)")
+    problems = health_problems(expected if expected is not None else {}, run)
+    if problems and outcome == SaveOutcome.VERIFIED:
+        outcome, detail = SaveOutcome.UNHEALTHY, unhealthy_detail(problems)
+        asked, target = target, evidence_path(target)
+        new_rel = relative(target, run)
+        files = [dataclasses.replace(f, path=new_rel + f.path[len(rel):]) for f in files]
+        say_unhealthy(asked, target, detail)
     _place(tmp, target)
     return append_save(run, target, layout="folder", fmt=fmt, writer=writer, files=files,
                        outcome=outcome, detail=detail, step=step, epoch=epoch)

@@ -354,6 +354,9 @@ def resume_choice(run_dir: str | os.PathLike[str], rank: int | None = None,
     for record in reversed(ledger.live()):
         if rank is not None and record.rank != rank:
             continue
+        if record.outcome == SaveOutcome.UNHEALTHY:
+            skipped.append((record, f"recorded unhealthy: {record.detail}"))
+            continue
         if record.outcome != SaveOutcome.VERIFIED:
             skipped.append((record, f"its save was not proven ({record.outcome})"))
             continue

@@ -1,0 +1,56 @@
+"""The health check a checkpoint must pass before the ledger seals it as verified.
+
+Two sources: the state itself (a NaN in any floating-point tensor: no weight, moment or buffer
+is ever legitimately NaN, while -Inf masks are, so Inf is left to the guard, which knows which
+tensors are parameters), and every check a training guard in this process registered for the
+run folder (`run.health_gate`: the weights finite, within their learned largest |w|, and their
+fingerprint the one the last optimizer step left). A checkpoint that fails is written beside its
+target under an `.unhealthy` name, as evidence, and recorded with outcome `unhealthy`; the
+previous checkpoint at the target stays, and no resume chooses the unhealthy one (a folder a
+trainer already placed, `record_folder`, keeps its name and is recorded unhealthy).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from inspector.run import health_gate
+
+SHOWN = 3
+
+
+def health_problems(obj: Any, run_dir: Path) -> list[str]:
+    """Every reason the state `obj` should not be sealed (empty when it is healthy)."""
+    import torch
+
+    from inspector.tensors.load import split_leaves
+
+    nan = [key for key, t in split_leaves(obj)[0]
+           if t.is_floating_point() and t.layout == torch.strided and t.device.type != "meta"
+           and bool(torch.isnan(t.detach()).any())]
+    found = [f"NaN in {key}" for key in nan[:SHOWN]]
+    if len(nan) > SHOWN:
+        found.append(f"NaN in {len(nan) - SHOWN} more tensors")
+    return found + health_gate.problems(run_dir)
+
+
+def evidence_path(target: Path) -> Path:
+    """Where an unhealthy checkpoint is kept: `NAME.unhealthy.SUFFIX` beside its target."""
+    return target.with_name(f"{target.stem}.unhealthy{target.suffix}")
+
+
+def unhealthy_detail(problems: list[str]) -> str:
+    """The record's detail for an unhealthy save."""
+    shown = "; ".join(problems[:SHOWN])
+    more = f" and {len(problems) - SHOWN} more" if len(problems) > SHOWN else ""
+    return f"unhealthy at save: {shown}{more}"
+
+
+def say_unhealthy(target: Path, kept: Path, detail: str) -> None:
+    """One line on stderr: the save was not sealed as verified, and where it went."""
+    where = (f"kept as evidence at {kept}, the previous checkpoint stays" if kept != target
+             else "recorded unhealthy, so no resume chooses it")
+    print(f"ckpt-inspector ledger: {target} not sealed: {detail}; {where}", file=sys.stderr,
+          flush=True)

@@ -1,0 +1,114 @@
+"""The ledger never seals bad weights: with the guard and the ledger used as the docs say, a
+weight the test corrupts between steps (its own bit flip) makes the next save unhealthy, kept
+as evidence beside its target; `run latest` and `Guard.resume` land on good weights and say
+what they passed over."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from guard_support import batch, tiny_model
+from torch import nn
+
+from inspector.cli import main
+from inspector.core.errors import CodedError
+from inspector.core.vocabulary import SaveOutcome
+from inspector.guard.guard import Guard, GuardConfig, GuardHalt
+from inspector.ledger import save, save_folder
+from inspector.run.checkpoints import read_ledger, resume_choice
+
+
+def flip(tensor: torch.Tensor, index: int, bit: int) -> float:
+    """Flip one bit of one float32 element in place (the test's own fault); the new value."""
+    with torch.no_grad():
+        tensor.detach().view(-1).view(torch.int32)[index] ^= 1 << bit
+    return float(tensor.detach().view(-1)[index])
+
+
+def train_and_save(run, steps, fault_at=None, saves=(), action="warn"):
+    """The documented loop with a ledger save after chosen steps; the fault lands between the
+    optimizer step of `fault_at - 1` and the save that follows it."""
+    model = tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    guard = Guard(run, GuardConfig(action=action))
+    records = []
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        x, y = batch(step)
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        if guard.step(loss, model, opt, step=step).take_step:
+            opt.step()
+        if step == fault_at:
+            flip(model[0].weight, 3, 30)  # exponent bit: about x 2^128
+        if step in saves:
+            records.append(save(model.state_dict(), run / f"step-{step}.pt", step=step))
+    return guard, model, records
+
+
+def test_a_weight_corrupted_before_a_save_is_recorded_unhealthy_and_never_resumed(tmp_path,
+                                                                                 capsys):
+    guard, _, (good, bad) = train_and_save(tmp_path, 12, fault_at=9, saves=(5, 9))
+    assert good.outcome == SaveOutcome.VERIFIED
+    assert bad.outcome == SaveOutcome.UNHEALTHY and not bad.verified
+    assert "weights-changed on 0.weight" in bad.detail
+    assert bad.path == "step-9.unhealthy.pt" and (tmp_path / bad.path).is_file()
+    assert not (tmp_path / "step-9.pt").exists()
+    assert "not sealed" in capsys.readouterr().err
+    choice = resume_choice(tmp_path)
+    assert choice.record.path == "step-5.pt"
+    assert [(r.path, why.split(":")[0]) for r, why in choice.skipped] == [
+        ("step-9.unhealthy.pt", "recorded unhealthy")]
+    assert main(["run", "latest", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip().endswith("step-5.pt")
+    assert "skipped step 9 (step-9.unhealthy.pt): recorded unhealthy" in err
+    assert "weights-changed on 0.weight" in err
+    guard.close()
+
+
+def test_the_guard_alarms_on_the_same_fault_at_the_next_step(tmp_path):
+    guard, _, _ = train_and_save(tmp_path, 11, fault_at=9, saves=())
+    assert [(a.step, a.breaches[0].rule, a.breaches[0].param) for a in guard.alarms] == [
+        (10, "weights-changed", "0.weight")]
+    guard.close()
+
+
+def test_nan_in_a_state_is_unhealthy_without_a_guard(tmp_path):
+    state = {"w": torch.ones(4), "mask": torch.tensor([0.0, -math.inf])}
+    assert save(state, tmp_path / "ok.pt").outcome == SaveOutcome.VERIFIED  # -inf masks are fine
+    state["w"][2] = math.nan
+    record = save(state, tmp_path / "ok.pt")
+    assert record.outcome == SaveOutcome.UNHEALTHY and record.detail.endswith("NaN in w")
+    assert resume_choice(tmp_path).record.path == "ok.pt"
+    assert torch.load(tmp_path / "ok.pt", weights_only=True)["w"].isfinite().all()
+
+
+def test_a_folder_save_of_bad_weights_is_kept_as_evidence(tmp_path):
+    model = tiny_model()
+    with torch.no_grad():
+        model[2].bias[0] = math.nan
+    record = save_folder(lambda d: torch.save(model.state_dict(), d / "model.pt"),
+                         tmp_path / "checkpoint-3", expected=model.state_dict(), step=3)
+    assert record.outcome == SaveOutcome.UNHEALTHY
+    assert record.path == "checkpoint-3.unhealthy"
+    assert [f.path for f in record.files] == ["checkpoint-3.unhealthy/model.pt"]
+    assert (tmp_path / "checkpoint-3.unhealthy" / "model.pt").is_file()
+    assert read_ledger(tmp_path).saves[-1].outcome == SaveOutcome.UNHEALTHY
+    assert resume_choice(tmp_path).record is None
+
+
+def test_guard_resume_refuses_a_scene_whose_weights_were_the_fault(tmp_path):
+    with pytest.raises(GuardHalt) as halted:
+        train_and_save(tmp_path, 12, fault_at=6, action="halt")
+    model = tiny_model(seed=5)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    guard = Guard(tmp_path, GuardConfig())
+    with pytest.raises(CodedError) as refused:
+        guard.resume(halted.value.scene, model)
+    assert refused.value.code == "scene-weights-corrupt"
+    assert "0.weight" in refused.value.message and "run latest" in refused.value.message
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    guard.close()
