@@ -71,12 +71,12 @@ def test_damaged_weights_never_show_a_green_check(window, qtbot, damage, name):
     qtbot.waitUntil(lambda: doc.health is not None, timeout=LOAD_TIMEOUT_MS)
     assert doc.health.status == "problem" and doc.verdict == "safe"
     item = window.file_list.item(0)
-    assert green_share(item.icon()) < 0.02  # the list: the Damaged badge, no green at all
-    assert item.toolTip().splitlines()[1].startswith("Damaged")
+    assert green_share(item.icon()) < 0.02  # the list: corrupted weights, no green at all
+    assert item.toolTip().splitlines()[1].startswith("Weights corrupted")
     overview = window.overview
     assert overview.banner.accessibleName() == "Code safety: No code found"
     assert "✓" not in overview.banner.title.text() and "Safe" not in overview.banner.title.text()
-    assert overview.health_banner.accessibleName() == "Weights health: Weights: problem"
+    assert overview.health_banner.accessibleName() == "Weights health: Weights corrupted"
     words = advice(window)
     assert words.startswith("Do not use these weights")
     assert overview.findings.toPlainText().count("Do not use these weights") == 1  # said once

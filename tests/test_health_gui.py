@@ -29,7 +29,7 @@ def test_nan_checkpoint_is_safe_code_and_a_weights_problem(window, qtbot, tmp_pa
     # no code, but no green check beside damaged weights: the worse verdict leads
     assert overview.banner.title.text() == "No code found — but the weights are damaged"
     assert overview.banner.accessibleName() == "Code safety: No code found"
-    assert overview.health_banner.accessibleName() == "Weights health: Weights: problem"
+    assert overview.health_banner.accessibleName() == "Weights health: Weights corrupted"
     assert overview.health_banner.title.text() == "Weights are corrupted or diverged"
     assert "fc.weight" in overview.health_banner.subtitle.text()
     findings = overview.findings.toPlainText()
@@ -38,7 +38,7 @@ def test_nan_checkpoint_is_safe_code_and_a_weights_problem(window, qtbot, tmp_pa
     assert advice.startswith("Do not use these weights") and "weights_only=True" not in advice
     assert "unique storage 272 elements, 1,088 bytes" in window.tensors.summary_label.text()
     item = window.file_list.item(0)
-    assert "Damaged; No code found; Weights: problem" in item.toolTip()
+    assert "Weights corrupted; No code found" in item.toolTip()
     window.resize(1100, 700)
     assert window.grab().save(str(artifacts / "gui" / "health-nan-window.png"))
 

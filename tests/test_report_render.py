@@ -18,7 +18,10 @@ from inspector.core.atomic import OutputExistsError
 from inspector.gpu.telemetry import GpuSample, TelemetryStore, ingest
 from inspector.report import UnknownReportFormat, build_report, export, write_report
 from inspector.report.model import FileEvidence, SessionEvidence
-from inspector.report.render_html import render_html
+from inspector.report.render_html import VERDICT_COLORS, render_html
+
+DANGER_RGB = tuple(int(VERDICT_COLORS["dangerous"][i:i + 2], 16) for i in (1, 3, 5))
+"""The dangerous headline's colour: the app's dangerous badge (`core.badges`)."""
 
 pytestmark = pytest.mark.usefixtures("qapp")  # charts and PDFs draw with Qt
 
@@ -157,7 +160,7 @@ def test_pdf_pages_render_and_the_first_shows_the_dangerous_verdict(session, tmp
     assert len(pages) >= 3
     page1 = QImage(str(pages[0]))
     red = sum(1 for y in range(0, page1.height(), 2) for x in range(0, page1.width(), 2)
-              if _near(page1.pixelColor(x, y), (0xB0, 0x00, 0x20)))
+              if _near(page1.pixelColor(x, y), DANGER_RGB))
     # the banner is a solid block of the dangerous colour across the page width
     assert red > page1.width() * page1.height() / 4 * 0.03
     text = unicodedata.normalize("NFKC", subprocess.run(  # NFKC undoes the "fi" ligature
@@ -189,7 +192,7 @@ def test_html_opens_in_headless_chromium_with_the_verdict_on_top(session, tmp_pa
     assert not image.isNull(), "chromium wrote no screenshot"
     # the first screenful carries the dangerous banner, as a solid block of its colour
     red = sum(1 for y in range(0, 300, 2) for x in range(0, image.width(), 2)
-              if _near(image.pixelColor(x, y), (0xB0, 0x00, 0x20)))
+              if _near(image.pixelColor(x, y), DANGER_RGB))
     assert red > 2000
     dom = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
                           page.as_uri()], capture_output=True, text=True, timeout=120,

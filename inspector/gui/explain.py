@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inspector.core.vocabulary import HealthStatus, Verdict
+from inspector.core.vocabulary import DocumentState, HealthStatus, Verdict
 from inspector.layout.torchscript import CODE_ARCHIVES
 from inspector.scan.advice import advise
 from inspector.scan.damage import INTEGRITY_CODES
@@ -126,6 +126,17 @@ HEALTH_PENDING = Explanation("Weights health: not judged yet",
                              "The weights are judged once the sandbox has read them.", "")
 HEALTH_NOT_LOADED = Explanation("Weights health: not judged",
                                 "The weights were not loaded, so their values were not read.", "")
+
+NOT_JUDGED_WHY: dict[str, str] = {
+    DocumentState.BLOCKED: "the scan called it dangerous, so it was never loaded",
+    DocumentState.DECLINED: "you chose not to load it",
+    DocumentState.ERROR: "the scan could not read it, so it was not loaded",
+    DocumentState.LOAD_FAILED: "the sandbox could not load it",
+    DocumentState.CANCELLED: "the load was cancelled",
+    DocumentState.SKIPPED: "it is not a checkpoint",
+    DocumentState.LOADED: "it holds no weights to judge",
+}
+"""Why the weights were not judged, by where the pipeline stopped."""
 
 # Finding codes from the static scan; unknown codes fall back to the severity's advice.
 # an archive whose structure zip readers disagree on, or refuse: damaged, or made to differ
@@ -283,6 +294,12 @@ def health_explanation(status: str | None, loaded: bool | None) -> Explanation:
     if status:
         return HEALTH_TEXT.get(status, HEALTH_TEXT[HealthStatus.PROBLEM])
     return HEALTH_PENDING if loaded is None else HEALTH_NOT_LOADED
+
+
+def not_judged_text(state: str, message: str = "") -> str:
+    """'Not judged: the sandbox could not load it: <its message>', for the weights badge."""
+    why = NOT_JUDGED_WHY.get(state, "the weights were not read")
+    return f"Not judged: {why}" + (f": {message}" if message else "") + "."
 
 
 def finding_explanation(code: str, severity: str) -> tuple[str, str]:

@@ -10,10 +10,8 @@ from pathlib import Path
 from PySide6.QtCore import QEvent, QItemSelectionModel, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QFileDialog,
     QLabel,
-    QListWidget,
     QListWidgetItem,
     QMainWindow,
     QMessageBox,
@@ -33,8 +31,9 @@ from inspector.gui.drops import FileDrops
 from inspector.gui.jobs import Job, JobRunner
 from inspector.gui.menus import build_menus, update_actions
 from inspector.gui.pipeline import Pipeline, expand_paths
-from inspector.gui.verdict_style import document_icon, document_words
+from inspector.gui.verdict_style import document_icon, document_words, state_tooltip
 from inspector.gui.widgets.empty_state import EmptyState
+from inspector.gui.widgets.file_list import FileListPanel
 from inspector.shards.inspect import coverage_text
 
 FILE_FILTER = formats.dialog_filter()
@@ -123,12 +122,8 @@ class MainWindow(QMainWindow):
         self.empty.open_requested.connect(self.open_dialog)
         self.empty.sample_requested.connect(self.open_samples)
 
-        self.file_list = QListWidget()
-        self.file_list.setAccessibleName("Open files")
-        self.file_list.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
-        self.file_list.setMinimumWidth(160)
-        self.file_list.setTextElideMode(Qt.TextElideMode.ElideMiddle)
-        self.file_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.files = FileListPanel()
+        self.file_list = self.files.list
         self.file_list.currentRowChanged.connect(self._select_row)
 
         self.tabs = QTabWidget()
@@ -139,7 +134,7 @@ class MainWindow(QMainWindow):
         self.run_pane: QWidget | None = None
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
-        self.splitter.addWidget(self.file_list)
+        self.splitter.addWidget(self.files)
         self.splitter.addWidget(self.tabs)
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setSizes([230, 970])
@@ -360,7 +355,7 @@ class MainWindow(QMainWindow):
         coverage = coverage_text(doc.inspect or {})
         item.setText(list_text(doc))
         words = document_words(doc)
-        item.setToolTip(f"{doc.path}\n{words} — {doc.state_words()}"
+        item.setToolTip(f"{doc.path}\n{state_tooltip(doc)}\n{words} — {doc.state_words()}"
                         + (f"\n{coverage}" if coverage else ""))
         item.setData(Qt.ItemDataRole.AccessibleTextRole, f"{doc.name}, {words}")
         if self.consistency is not None:

@@ -2,104 +2,70 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QIcon, QPainter, QPainterPath, QPen, QPixmap
 
-from inspector.core.vocabulary import FileStatus, HealthStatus, TensorStatus, Verdict
-from inspector.scan.damage import integrity_findings
+from inspector.core.badges import GREY, LOOKS, Badge, Look, weights_badge
+from inspector.core.vocabulary import FileStatus, TensorStatus, Verdict
+from inspector.scan.advice import code_safety_badge, file_badge
 from inspector.scan.result import ScanResult
 
-
-@dataclass(frozen=True)
-class Style:
-    """How one verdict or status looks: strong colour, glyph and a short word."""
-
-    colour: str
-    glyph: str
-    word: str
-
+Style = Look
+"""How one verdict or status looks; the badges' looks are `core.badges.LOOKS`."""
 
 VERDICTS: dict[str, Style] = {
-    Verdict.SAFE: Style("#1e8e3e", "✓", "Safe"),
-    Verdict.SUSPICIOUS: Style("#b86e00", "!", "Suspicious"),
-    Verdict.DANGEROUS: Style("#c5221f", "✕", "Dangerous"),
-    Verdict.ERROR: Style("#6e6e6e", "?", "Error"),
-    "pending": Style("#5f6fa0", "…", "Scanning"),
+    Verdict.SAFE: LOOKS[Badge.SAFE],
+    Verdict.SUSPICIOUS: LOOKS[Badge.SUSPICIOUS],
+    Verdict.DANGEROUS: LOOKS[Badge.DANGEROUS],
+    Verdict.ERROR: LOOKS[Badge.UNREADABLE],
+    "pending": LOOKS[Badge.SCANNING],
 }
+"""A scan verdict's or a finding severity's look (the pickle pane's imports, the findings)."""
 
-CORRUPT = Style("#7b1fa2", "≠", "Damaged")
-"""Code safety of a file whose data fails its own checksums or sizes; in the file list, any
-damaged file (bad checksums or weights that hold NaN, Inf or flipped-bit outliers)."""
-
-NO_CODE_BUT_DAMAGED = Style("#6e6e6e", "–", "No code found")
-"""Code safety of a file with no code but damaged weights: no green check beside the damage."""
-
-HEALTH: dict[str, Style] = {
-    HealthStatus.OK: Style("#1e8e3e", "✓", "Weights OK"),
-    HealthStatus.WARNING: Style("#b86e00", "!", "Weights: check"),
-    HealthStatus.PROBLEM: Style("#c5221f", "✕", "Weights: problem"),
-}
-HEALTH_UNKNOWN = Style("#6e6e6e", "–", "Weights not judged")
+CORRUPT = LOOKS[Badge.DAMAGED]
+"""A finding that says the file's own checksums or sizes do not hold."""
 
 STATUSES: dict[str, Style] = {
-    FileStatus.OK: Style("#1e8e3e", "✓", "OK"),
-    TensorStatus.IDENTICAL: Style("#1e8e3e", "✓", "Identical"),
-    FileStatus.MISMATCH: Style("#c5221f", "✕", "Mismatch"),
-    TensorStatus.CHANGED: Style("#c5221f", "✕", "Changed"),
-    FileStatus.SIZE_MISMATCH: Style("#c5221f", "✕", "Size differs"),
-    TensorStatus.DTYPE_OR_SHAPE_CHANGED: Style("#c5221f", "✕", "Dtype or shape changed"),
-    FileStatus.MISSING: Style("#b86e00", "!", "Missing"),
-    TensorStatus.ONLY_IN_A: Style("#b86e00", "!", "Only in this file"),
-    TensorStatus.ONLY_IN_B: Style("#b86e00", "!", "Only in the other file"),
-    FileStatus.EXTRA: Style("#5f6fa0", "+", "Not in manifest"),
+    FileStatus.OK: Style("OK", "#1e8e3e", "✓", ""),
+    TensorStatus.IDENTICAL: Style("Identical", "#1e8e3e", "✓", ""),
+    FileStatus.MISMATCH: Style("Mismatch", "#c5221f", "✕", ""),
+    TensorStatus.CHANGED: Style("Changed", "#c5221f", "✕", ""),
+    FileStatus.SIZE_MISMATCH: Style("Size differs", "#c5221f", "✕", ""),
+    TensorStatus.DTYPE_OR_SHAPE_CHANGED: Style("Dtype or shape changed", "#c5221f", "✕", ""),
+    FileStatus.MISSING: Style("Missing", "#b86e00", "!", ""),
+    TensorStatus.ONLY_IN_A: Style("Only in this file", "#b86e00", "!", ""),
+    TensorStatus.ONLY_IN_B: Style("Only in the other file", "#b86e00", "!", ""),
+    FileStatus.EXTRA: Style("Not in manifest", "#5f6fa0", "+", ""),
 }
 
 
 def verdict_style(verdict: str | None) -> Style:
-    """Style of a scan verdict; unknown or absent verdicts show as pending."""
+    """Style of a scan verdict or a finding's severity; absent verdicts show as pending."""
     return VERDICTS.get(verdict or "pending", VERDICTS[Verdict.ERROR])
 
 
 def code_safety_style(scan: ScanResult | None, health: str | None = None) -> Style:
-    """Style of the code-safety badge: the verdict, Damaged for integrity findings, and no
-    green check when the weights' `health` status is a problem."""
-    verdict = scan.verdict if scan else None
-    if verdict in (Verdict.SUSPICIOUS, Verdict.ERROR) and integrity_findings(scan):
-        return CORRUPT
-    if verdict == Verdict.SAFE and health == HealthStatus.PROBLEM:
-        return NO_CODE_BUT_DAMAGED
-    return verdict_style(verdict)
+    """The code-safety badge (`scan.advice.code_safety_badge`): Damaged for integrity
+    findings, "No code found" beside weights whose `health` status is a problem."""
+    return LOOKS[code_safety_badge(scan, health)]
 
 
-def is_damaged(doc: Any) -> bool:
-    """True when the file's bytes fail their own checks or its weights are corrupted."""
-    return (code_safety_style(doc.scan) is CORRUPT
-            or _health_status(doc) == HealthStatus.PROBLEM)
-
-
-def worse_style(doc: Any) -> Style:
-    """The file's worse verdict, code safety or weights health, as the list shows it: a
-    dangerous file stays dangerous, any damage reads Damaged, then a suspicious file, then
-    weights worth a look; only a safe file with healthy (or unjudged) weights gets a check."""
-    safety = code_safety_style(doc.scan)
-    if safety.word == VERDICTS[Verdict.DANGEROUS].word:
-        return safety
-    if is_damaged(doc):
-        return CORRUPT
-    if safety is not VERDICTS[Verdict.SAFE]:
-        return safety
-    status = _health_status(doc)
-    return HEALTH[status] if status == HealthStatus.WARNING else safety
+def weights_style(health: str | None, loaded: bool | None) -> Style:
+    """The weights-health badge: judged, not judged yet, or not judged (`loaded` False)."""
+    return LOOKS[weights_badge(health, loaded)]
 
 
 def health_style(status: str | None) -> Style:
-    """Style of the weights-health badge of a `Health.status` or a finding's severity (grey
-    until the weights were judged)."""
-    return HEALTH.get(status, HEALTH_UNKNOWN)
+    """Style of a weights-health status or a health finding's severity."""
+    return weights_style(status, False)
+
+
+def file_state(doc: Any) -> Badge:
+    """The file's state in the list: the worse of its two badges (`scan.advice.file_badge`)."""
+    return file_badge(doc.scan, _health_status(doc))
 
 
 def _health_status(doc: Any) -> str | None:
@@ -108,23 +74,34 @@ def _health_status(doc: Any) -> str | None:
 
 
 def document_icon(doc: Any) -> QIcon:
-    """A file's list icon: the badge of its worse verdict (`worse_style`)."""
-    style = worse_style(doc)
-    return badge_icon(style.colour, style.glyph)
+    """A file's list icon: the icon of its state (`file_state`), one per state."""
+    return state_icon(file_state(doc))
+
+
+def state_icon(state: Badge) -> QIcon:
+    """The list icon of one state: its colour and glyph."""
+    look = LOOKS[state]
+    return badge_icon(look.colour, look.glyph)
 
 
 def document_words(doc: Any) -> str:
-    """The worse verdict first, then code safety and, once judged, weights health."""
+    """The file's state first, then code safety and, once judged, weights health."""
     status = _health_status(doc)
-    parts = [worse_style(doc).word, code_safety_style(doc.scan, status).word]
+    parts = [LOOKS[file_state(doc)].word, code_safety_style(doc.scan, status).word]
     if status:
         parts.append(health_style(status).word)
     return "; ".join(dict.fromkeys(parts))
 
 
+def state_tooltip(doc: Any) -> str:
+    """What the list row's icon means, in one line: its word and its meaning."""
+    look = LOOKS[file_state(doc)]
+    return f"{look.word}: {look.meaning}"
+
+
 def status_style(status: str) -> Style:
     """Style of a verify/diff status."""
-    return STATUSES.get(status, Style("#6e6e6e", "?", status.replace("_", " ").capitalize()))
+    return STATUSES.get(status, Style(status.replace("_", " ").capitalize(), GREY, "?", ""))
 
 
 def tint(colour: str, alpha: int = 60) -> QBrush:

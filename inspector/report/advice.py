@@ -6,20 +6,36 @@ that, never with "safe" (`scan.advice` words every verdict for its format).
 
 from __future__ import annotations
 
+from inspector.core.badges import Badge, weights_badge
 from inspector.core.vocabulary import HealthStatus, Verdict
 from inspector.report.model import FileReport, Report
-from inspector.scan.advice import DAMAGED, Advice, advise
+from inspector.scan.advice import DAMAGED, Advice, advise, code_safety_badge
 from inspector.scan.result import Finding, ScanResult
 
 WORSE_THAN_CODE = (DAMAGED, HealthStatus.PROBLEM)
 """Words about the data that outrank a safe or suspicious scan in a report's headline."""
 
 
+def _scan_of(f: FileReport) -> ScanResult:
+    """The parts of a file's scan the advice reads, from its report."""
+    return ScanResult(f.file.path, format=f.file.format or "unknown", verdict=f.verdict,
+                      findings=[Finding.from_json(x) for x in f.scan.findings])
+
+
 def file_advice(f: FileReport) -> Advice:
     """What to do about one file, following the worse of its code and weights verdicts."""
-    scan = ScanResult(f.file.path, format=f.file.format or "unknown", verdict=f.verdict,
-                      findings=[Finding.from_json(x) for x in f.scan.findings])
-    return advise(scan, f.health.status if f.health else None)
+    return advise(_scan_of(f), f.health.status if f.health else None)
+
+
+def code_safety(f: FileReport) -> Badge:
+    """A file's code-safety badge, the one the app shows (`scan.advice.code_safety_badge`)."""
+    return code_safety_badge(_scan_of(f), f.health.status if f.health else None)
+
+
+def weights_health(f: FileReport) -> Badge:
+    """A file's weights-health badge, the one the app shows; a report is written after every
+    load ended, so an unjudged file reads "not judged", never "not judged yet"."""
+    return weights_badge(f.health.status if f.health else None, False)
 
 
 CHECKS_FAILED = Advice(

@@ -12,10 +12,11 @@ from collections.abc import Callable
 
 from inspector.checkpoint.results import TensorDiffRow
 from inspector.core.atomic import write_text_atomic
+from inspector.core.badges import LOOKS, Badge
 from inspector.core.termtext import html_escape as escape  # marks control characters visibly
 from inspector.core.vocabulary import LoadStatus, ReportStatus, StepStatus, Verdict
 from inspector.report import charts
-from inspector.report.advice import bad_data, file_advice
+from inspector.report.advice import bad_data, code_safety, file_advice, weights_health
 from inspector.report.model import FAIL, NOT_CHECKED, PASS, FileReport, Report
 from inspector.report.sections import self_test_words
 from inspector.scan.advice import DAMAGED
@@ -36,8 +37,11 @@ HEADLINES = {
                         "touch the system when it is unpickled. It was not loaded."),
     Verdict.ERROR: ("COULD NOT BE CHECKED", "At least one file could not be scanned; see below."),
 }
-VERDICT_COLORS = {Verdict.SAFE: "#1b7f3b", Verdict.SUSPICIOUS: "#b35c00",
-                  Verdict.DANGEROUS: "#b00020", Verdict.ERROR: "#5f5f5f"}
+VERDICT_COLORS = {Verdict.SAFE: LOOKS[Badge.SAFE].colour,
+                  Verdict.SUSPICIOUS: LOOKS[Badge.SUSPICIOUS].colour,
+                  Verdict.DANGEROUS: LOOKS[Badge.DANGEROUS].colour,
+                  Verdict.ERROR: LOOKS[Badge.UNREADABLE].colour}
+"""The headline's colour per verdict: the app's badge colours."""
 BAD_DATA_COLOR = "#b00020"
 PAGE_BREAK = " style=\"page-break-before: always\""
 APPENDIX_TITLE = "Appendix: each file in detail, GPU telemetry and environment"
@@ -298,8 +302,11 @@ def _tensors(f: FileReport, anchor: str, image_src: ImageSrc) -> str:
 
 
 def _health_cell(f: FileReport) -> str:
-    status = f.health.status if f.health is not None else "not assessed"
-    return f"<span class=\"sev-{escape(status)}\">{escape(status.upper())}</span>"
+    """A file's weights-health badge in the app's word and colour, with why it was not judged."""
+    badge = weights_health(f)
+    why = ((f.load.error or str(f.load.status).replace("_", " "))
+           if badge == Badge.WEIGHTS_NOT_JUDGED else "")
+    return _badge_cell(badge, why)
 
 
 def _health(f: FileReport) -> str:
@@ -516,15 +523,14 @@ def _img(image_src: ImageSrc, name: str, png: bytes, alt: str) -> str:
 
 
 def _word_cell(f: FileReport) -> str:
-    """A file's code-safety word: `damaged` for corrupted data, else its verdict."""
-    word = file_advice(f).word
-    return (f"<b style=\"color: {BAD_DATA_COLOR}\">{escape(DAMAGED.upper())}</b>"
-            if word == DAMAGED else _verdict_cell(f.verdict))
+    """A file's code-safety badge in the app's word and colour (`core.badges.LOOKS`)."""
+    return _badge_cell(code_safety(f))
 
 
-def _verdict_cell(verdict: str) -> str:
-    color = VERDICT_COLORS.get(verdict, "#000")
-    return f"<b style=\"color: {color}\">{escape(verdict.upper())}</b>"
+def _badge_cell(badge: Badge, why: str = "") -> str:
+    look = LOOKS[badge]
+    return (f"<b style=\"color: {look.colour}\">{escape(look.word)}</b>"
+            + (f" <span class=\"muted\">({escape(why)})</span>" if why else ""))
 
 
 def _severity(severity) -> str:

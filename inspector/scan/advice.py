@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from inspector.core.badges import Badge
 from inspector.core.vocabulary import DAMAGED, HealthStatus, Verdict
 from inspector.layout.torchscript import CODE_ARCHIVES
 from inspector.scan.damage import integrity_findings
@@ -83,6 +84,36 @@ def display_word(scan: ScanResult | None) -> str:
     if verdict in (Verdict.SUSPICIOUS, Verdict.ERROR) and is_damaged(scan):
         return DAMAGED
     return str(verdict)
+
+
+def code_safety_badge(scan: ScanResult | None, health: str | None = None) -> Badge:
+    """The code-safety badge every view shows (`core.badges.LOOKS`): damage before danger as
+    in `advise`, and `no_code`, not `safe`, beside corrupted weights (`health` a problem)."""
+    if scan is None:
+        return Badge.SCANNING
+    verdict = scan.verdict
+    if display_word(scan) == DAMAGED:
+        return Badge.DAMAGED
+    if verdict == Verdict.DANGEROUS:
+        return Badge.DANGEROUS
+    if verdict == Verdict.ERROR:
+        return Badge.UNREADABLE
+    if verdict == Verdict.SUSPICIOUS:
+        return Badge.SUSPICIOUS
+    return Badge.NO_CODE if health == HealthStatus.PROBLEM else Badge.SAFE
+
+
+def file_badge(scan: ScanResult | None, health: str | None = None) -> Badge:
+    """A file's one state in a list of files, the worse of its two badges: dangerous, damaged
+    bytes, corrupted weights, suspicious, unreadable, weights worth a look, then safe."""
+    code = code_safety_badge(scan, health)
+    if code in (Badge.DANGEROUS, Badge.DAMAGED, Badge.SCANNING):
+        return code
+    if health == HealthStatus.PROBLEM:
+        return Badge.WEIGHTS_CORRUPTED
+    if code != Badge.SAFE:
+        return code
+    return Badge.WEIGHTS_CHECK if health == HealthStatus.WARNING else Badge.SAFE
 
 
 def advise(scan: ScanResult | None, health: str | None = None) -> Advice:

@@ -33,6 +33,7 @@ from inspector.gui.explain import (
     code_safety_explanation,
     finding_explanation,
     health_explanation,
+    not_judged_text,
     verdict_explanation,
 )
 from inspector.gui.verdict_style import (
@@ -42,6 +43,7 @@ from inspector.gui.verdict_style import (
     code_safety_style,
     health_style,
     verdict_style,
+    weights_style,
 )
 from inspector.gui.widgets.code_view import CodeDialog, code_summary
 from inspector.gui.widgets.evidence import (
@@ -262,9 +264,12 @@ class OverviewPane(QWidget):
         self.banner.show_style(code_safety_style(doc.scan, status),
                                code_safety_explanation(doc.scan, status),
                                self._banner_detail(doc))
-        health_text = health_explanation(status, _loaded(doc))
-        self.health_banner.show_style(health_style(status), health_text,
-                                      _health_detail(doc.health) or health_text.meaning)
+        loaded = _loaded(doc)
+        health_text = health_explanation(status, loaded)
+        detail = _health_detail(doc.health) or (
+            not_judged_text(doc.state, doc.message) if status is None and loaded is not None
+            else health_text.meaning)
+        self.health_banner.show_style(weights_style(status, loaded), health_text, detail)
         self.fields[Row.PATH].setText(str(doc.path))
         self.fields[Row.FORMAT].setText(doc.scan.format if doc.scan else "—")
         self.fields[Row.SIZE].setText(human_size(doc.size))
@@ -373,12 +378,14 @@ def contents_text(c: Contents) -> str:
 
 
 def _loaded(doc: FileDocument) -> bool | None:
-    """True once loaded, False when it will not be (refused, declined, failed), else None."""
+    """True once loaded, False when it will not be (refused, declined, failed, cancelled,
+    skipped), None while a load may still come (scanning, queued, loading, a question open)."""
     if doc.state == DocumentState.LOADED:
         return True
-    if doc.state in (DocumentState.BLOCKED, DocumentState.DECLINED, DocumentState.ERROR):
-        return False
-    return None
+    if doc.state in (DocumentState.SCANNING, DocumentState.QUEUED, DocumentState.LOADING,
+                     DocumentState.NEEDS_DECISION):
+        return None
+    return False
 
 
 def _health_detail(health: Health | None) -> str:

@@ -1,0 +1,96 @@
+"""What every view shows for a file: each badge state's word, colour, glyph and meaning.
+
+A file gets two badges, code safety (the static scan) and weights health (the jailed load),
+and one state in a list of files, the worse of the two. The app's badges and list icons, the
+report's cells and headline colours and the legend all read `LOOKS`, so one state is one word
+and one colour everywhere. Which state applies is decided by `scan.advice` (code safety, the
+file) and `weights_badge` (weights health); every badge ends in a state that says something,
+"not judged" with its reason included, never a pending state left behind by a failed step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from inspector.core.vocabulary import HealthStatus
+
+
+class Badge(StrEnum):
+    """A state a badge or a list row can be in."""
+
+    SCANNING = "scanning"
+    SAFE = "safe"
+    SUSPICIOUS = "suspicious"
+    DANGEROUS = "dangerous"
+    UNREADABLE = "unreadable"
+    """The scan could not read the file: code safety could not be judged."""
+    DAMAGED = "damaged"
+    """The file's bytes fail its own checksums or sizes (a CRC, a truncated record)."""
+    NO_CODE = "no_code"
+    """Code safety of a file that runs no code but whose weights are corrupted."""
+    WEIGHTS_OK = "weights_ok"
+    WEIGHTS_CHECK = "weights_check"
+    WEIGHTS_CORRUPTED = "weights_corrupted"
+    """Weights hold NaN or Inf or flipped-exponent outliers: the bytes are whole, the values
+    are not."""
+    WEIGHTS_PENDING = "weights_pending"
+    WEIGHTS_NOT_JUDGED = "weights_not_judged"
+
+
+@dataclass(frozen=True)
+class Look:
+    """How one state reads: its word, its colour, a glyph for its icon and one line saying
+    what it means (tooltips and the legend)."""
+
+    word: str
+    colour: str
+    glyph: str
+    meaning: str
+
+
+GREY = "#6e6e6e"
+"""Not judged (with its reason) and only that: no judged state is grey."""
+
+LOOKS: dict[Badge, Look] = {
+    Badge.SCANNING: Look("Scanning", "#5f6fa0", "…", "Being scanned; nothing from it runs."),
+    Badge.SAFE: Look("Safe", "#1e8e3e", "✓", "No code runs when it is loaded."),
+    Badge.SUSPICIOUS: Look("Suspicious", "#b86e00", "!",
+                           "Imports outside weights_only's allowlist: your decision is needed."),
+    Badge.DANGEROUS: Look("Dangerous", "#c5221f", "✕",
+                          "Loading it would run code or touch the system. Do not load it."),
+    Badge.UNREADABLE: Look("Could not be read", GREY, "?",
+                           "Not judged: the scan could not read it as a checkpoint."),
+    Badge.DAMAGED: Look("Damaged", "#7b1fa2", "≠",
+                        "Its bytes fail the checksums or sizes the file itself records."),
+    Badge.NO_CODE: Look("No code found", "#1e8e3e", "–",
+                        "No code runs when it is loaded, but its weights are corrupted."),
+    Badge.WEIGHTS_OK: Look("Weights OK", "#1e8e3e", "✓",
+                           "No NaN or Inf, no outlier, no constant or duplicated matrix."),
+    Badge.WEIGHTS_CHECK: Look("Weights: check", "#b86e00", "≈",
+                              "A constant or all-zero matrix, or duplicated weights."),
+    Badge.WEIGHTS_CORRUPTED: Look("Weights corrupted", "#c2185b", "∿",
+                                  "Weights hold NaN or Inf, or values far beyond the rest of "
+                                  "their tensor (a flipped exponent bit)."),
+    Badge.WEIGHTS_PENDING: Look("Weights not judged yet", "#5f6fa0", "…",
+                                "The weights are judged once the sandbox has read them."),
+    Badge.WEIGHTS_NOT_JUDGED: Look("Weights not judged", GREY, "–",
+                                   "The weights were not read, so their values were not "
+                                   "judged."),
+}
+
+LIST_STATES = (Badge.DANGEROUS, Badge.DAMAGED, Badge.WEIGHTS_CORRUPTED, Badge.SUSPICIOUS,
+               Badge.UNREADABLE, Badge.WEIGHTS_CHECK, Badge.SAFE, Badge.SCANNING)
+"""The states a row of the file list can show, worst first: the legend's order."""
+
+_WEIGHTS = {HealthStatus.OK: Badge.WEIGHTS_OK, HealthStatus.WARNING: Badge.WEIGHTS_CHECK,
+            HealthStatus.PROBLEM: Badge.WEIGHTS_CORRUPTED}
+
+
+def weights_badge(status: str | None, loaded: bool | None) -> Badge:
+    """The weights-health badge of a `Health.status` (None until judged); `loaded` is False
+    once the file will not be loaded (refused, declined, failed, cancelled), None while it
+    may still be."""
+    if status:
+        return _WEIGHTS.get(status, Badge.WEIGHTS_CORRUPTED)
+    return Badge.WEIGHTS_PENDING if loaded is None else Badge.WEIGHTS_NOT_JUDGED
