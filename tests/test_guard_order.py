@@ -252,3 +252,54 @@ def test_order_diff_of_hostile_lines_is_named_never_a_traceback(tmp_path, capsys
     code = main(["run", "order-diff", str(tmp_path / "a"), str(tmp_path / "b")])
     err = capsys.readouterr().err
     assert code in (0, 1, 2) and "Traceback" not in err
+
+
+def resumed_with_the_skip_idiom(run_dir, skip, crash_after=5):
+    """Train `crash_after` steps with a linked guard, crash, resume at step `crash_after` by
+    restarting the epoch and skipping the first `skip` batches (the usual idiom)."""
+    from torch import nn
+
+    from inspector.guard.guard import Guard, GuardConfig
+
+    torch.manual_seed(0)
+    model = nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def session(ledger, skip_first):
+        guard = Guard(run_dir, GuardConfig(console=False), ledger=ledger)
+        ld = track(loader(ResumableBatchSampler(), workers=0), ledger=ledger)
+        for i, b in enumerate(ld):
+            if i < skip_first:
+                continue
+            if ledger.step > N // BS or (skip_first == 0 and i == crash_after):
+                break
+            opt.zero_grad()
+            loss = model(b / N ** 2).pow(2).mean()
+            loss.backward()
+            if guard.step(loss, model, opt).take_step:
+                opt.step()
+        guard.close()
+        ledger.close()
+
+    session(OrderLedger(run_dir), 0)  # steps 0..4, then the process dies
+    session(OrderLedger(run_dir, start_step=crash_after), skip)
+
+
+def test_the_skip_the_first_s_batches_idiom_is_a_fast_forward_not_a_repeat(tmp_path, capsys):
+    full_run(tmp_path / "a")
+    resumed_with_the_skip_idiom(tmp_path / "b", skip=5)
+    assert alarms(tmp_path / "b") == []
+    code, out = order_diff(capsys, tmp_path / "a", tmp_path / "b")
+    assert code == 0 and out.startswith("same order: 10 steps compared")
+
+
+def test_skipping_too_few_after_a_resume_is_a_repeat(tmp_path):
+    resumed_with_the_skip_idiom(tmp_path, skip=3)
+    rules = [(a["rule"], a.get("replays_step")) for a in alarms(tmp_path)]
+    assert rules[0] == ("sample-duplicated", 3)
+
+
+def test_skipping_too_many_after_a_resume_is_a_skip(tmp_path):
+    resumed_with_the_skip_idiom(tmp_path, skip=7)
+    [record] = [a for a in alarms(tmp_path) if a["rule"] == "sample-skipped"]
+    assert record["steps"] == [5, 6] and record["value"] == 2 * BS

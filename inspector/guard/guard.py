@@ -193,6 +193,7 @@ class Guard:
             batch = pending.batch if batch is None else batch
             sample_ids = pending.sample_ids if sample_ids is None else sample_ids
         if self.ledger is not None:
+            self.ledger.trained()
             if sample_ids is None and self.ledger.last is not None:
                 sample_ids = self.ledger.last.ids
             data_state = self.ledger.state_dict if data_state is None else data_state

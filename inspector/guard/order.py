@@ -10,6 +10,15 @@ exactly the batches it saw before. Per step the ledger writes one line (`order_l
 a sample seen twice in the epoch, and, after a resume, checks the next K steps against the
 order the uninterrupted run had (`expect`). Workers whose torch, Python or NumPy seeds coincide
 are named. Each finding is a `guard.alarm` record with action `warn`.
+
+Resuming at step S (`OrderLedger(run, start_step=S)`, `resume_at`, or a tracked loader's
+`load_state_dict`) works either way. A sampler resumed at S (sliced, or a stateful loader)
+gives step S's batch first. The usual idiom instead restarts the epoch and skips
+(`for i, b in enumerate(loader): if i < S: continue`): batches drawn first in the session that
+replay this epoch's recorded steps exactly, in order, are a fast-forward, neither recorded nor
+counted as duplicates. When a guard is linked (`Guard(..., ledger=)`, whose `step` calls
+`trained()`), a replayed batch that is trained is a repeat (`sample-duplicated`), and a recorded
+step that was never trained before the next is a skip (`sample-skipped`).
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import os
 import random
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -40,6 +50,9 @@ from inspector.run.order_log import (
 )
 
 MAIN_PROCESS = -1
+UNTRAINED_KEPT = 64
+"""How many recorded steps drawn since the last trained one are kept (a run with no linked guard
+never calls `trained`, so the record must stay bounded)."""
 
 # Filled in each worker by `_SeedInit`, sent with that worker's first batch only.
 _worker_seeds: dict | None = None
@@ -61,6 +74,10 @@ class OrderLedger:
         self._seen: set = set()
         self._expected: dict[int, tuple] = {}
         self.resume_mismatch: int | None = None
+        self._replay: list[StepOrder] = []
+        self._replayed = 0
+        self._last_replayed: StepOrder | None = None
+        self._untrained: deque[StepOrder] = deque(maxlen=UNTRAINED_KEPT)
         path = ledger_path(self.run_dir, self.rank)
         self.path = path
         if start_step:
@@ -76,14 +93,18 @@ class OrderLedger:
         took (in this rank's ledger) count against duplicates."""
         self.epoch, self.step = epoch, step
         self._seen = set()
+        self._replay, self._replayed = [], 0
         if self.path.exists():
-            self._seen.update(i for s in read_ledger(self.path).steps
-                              if s.epoch == epoch and s.step < step for i in s.ids)
+            earlier = [s for s in read_ledger(self.path).steps
+                       if s.epoch == epoch and s.step < step]
+            self._seen.update(i for s in earlier for i in s.ids)
+            self._replay = earlier
 
     def set_epoch(self, epoch: int) -> None:
         """Start an epoch: duplicates are counted within one."""
         self.epoch = epoch
         self._seen = set()
+        self._replay, self._replayed = [], 0
 
     def expect(self, batches: Sequence[Sequence], start_step: int | None = None) -> None:
         """After a resume: the ids the uninterrupted run got at the next len(batches) steps."""
@@ -91,8 +112,12 @@ class OrderLedger:
         self._expected = {first + i: tuple(ids) for i, ids in enumerate(batches)}
 
     def record(self, ids: Sequence, worker: int = MAIN_PROCESS) -> StepOrder:
-        """Record the step's sample ids, check them, and advance the step."""
+        """Record the step's sample ids, check them, and advance the step; a batch that
+        replays the resumed epoch's recorded steps in order is a fast-forward (module doc)."""
         ids = tuple(ids.tolist() if isinstance(ids, torch.Tensor) else ids)
+        replayed = self._fast_forward(ids)
+        if replayed is not None:
+            return replayed
         self._hash = rolling_hash(self._hash, ids)
         rec = StepOrder(self.epoch, self.step, self.rank, worker, ids, self._hash, self.session)
         self._writer.step(rec)
@@ -103,8 +128,37 @@ class OrderLedger:
                         worker=worker, epoch=self.epoch)
         self._check_resume(rec)
         self.last = rec
+        self._untrained.append(rec)
         self.step += 1
         return rec
+
+    def trained(self) -> None:
+        """The last batch drawn was trained on (a linked guard calls this at each step): a
+        replayed one is a repeat; recorded steps drawn before it and never trained were
+        skipped."""
+        if self._last_replayed is not None:
+            rec, self._last_replayed = self._last_replayed, None
+            self._replay = []
+            self._alarm("sample-duplicated", len(rec.ids), None, samples=list(rec.ids[:8]),
+                        epoch=rec.epoch, replays_step=rec.step)
+            return
+        skipped = list(self._untrained)[:-1]
+        self._untrained.clear()
+        if skipped:
+            ids = [i for s in skipped for i in s.ids]
+            self._alarm("sample-skipped", len(ids), None, samples=ids[:8], epoch=self.epoch,
+                        steps=[s.step for s in skipped])
+
+    def _fast_forward(self, ids: tuple) -> StepOrder | None:
+        """The recorded step this batch replays, while the session's first batches replay the
+        epoch's recorded steps in order; None (and no more fast-forward) otherwise."""
+        if self._replayed < len(self._replay) and self._replay[self._replayed].ids == ids:
+            rec = self._replay[self._replayed]
+            self._replayed += 1
+            self._last_replayed = rec
+            return rec
+        self._replay, self._last_replayed = [], None
+        return None
 
     def record_seeds(self, worker: int, seeds: dict) -> None:
         """Record one worker's seeds; name the workers of this epoch that share one."""
