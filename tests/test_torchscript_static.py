@@ -292,12 +292,16 @@ class _DictTrap(torch.nn.Module):
 def test_code_that_runs_on_jit_load_is_refused_statically(tmp_path, canary, python_exe, trap):
     path = tmp_path / "trap.pt"
     torch.jit.save(torch.jit.script(trap(str(canary))), str(path))
+    # the scan reads its code: torch.from_file in __setstate__ is dangerous before any load
     report = inspect_file(path)
-    assert report["error"]["code"] == "not_covered", report["error"]
-    assert "__setstate__" in report["error"]["message"] and report["tensors"] == []
-    assert main(["convert", str(path), "-o", str(tmp_path / "trap.safetensors")]) == 5
-    with pytest.raises(SandboxError, match="__setstate__"):
+    assert report["error"]["code"] == "refused_dangerous", report["error"]
+    assert report["tensors"] == []
+    assert main(["convert", str(path), "-o", str(tmp_path / "trap.safetensors")]) == 2
+    with pytest.raises(SandboxError, match="dangerous"):
         tensor_digests(path)
+    # and the static reader refuses a class that restores itself with its own code
+    with pytest.raises(NotCovered, match="__setstate__"):
+        describe_torchscript(path.read_bytes())
     assert not canary.exists()
     # the same archive, loaded as torch.jit.load loads it, runs its code
     assert _jit_load(python_exe, path).returncode == 0
@@ -310,4 +314,6 @@ def test_judge_code_flags_escape_hatches_only() -> None:
                       "builtins.ValueError')\n_0 = getattr(self, \"0\")") == []
     assert judge_code("subprocess.run(['x'])\neval('1')\nops.evil_lib.go(x)") == [
         "names the Python module subprocess", "calls eval()",
-        "calls the non-torch operator namespace evil_lib"]
+        "calls evil_lib::go, an operator outside torch's own"]
+    assert judge_code("t = torch.from_file(p, True, 16)") == [
+        "calls aten::from_file, which reaches files (line 1)"]

@@ -30,6 +30,7 @@ from inspector.core.flatten import flatten, unique_keys
 from inspector.core.termtext import escape
 from inspector.formats import zip_kind
 from inspector.formats.archives import zipread
+from inspector.formats.archives.script_code import op_uses
 from inspector.layout.torch_save import (
     V3_DTYPES,
     NotCovered,
@@ -55,16 +56,15 @@ _SCRIPT_BOOKKEEPING = ("version", ".data/version", "byteorder", ".data/serializa
                        ".format_version", ".storage_alignment")
 _EXPORT_BOOKKEEPING = ("archive_format", "archive_version", "version", ".data/version",
                        "byteorder", ".data/serialization_id")
-# What code that torch runs on load should never need: Python's escape hatches, and operators
-# outside torch's own namespaces (a custom op runs whatever native library registered it).
+# What code that torch runs on load should never need: Python's escape hatches; the operators
+# that reach files or the network, and those outside torch's own namespaces (a custom op runs
+# whatever native library registered it), are `script_code.op_uses`'.
 _FLAGS = (
     (re.compile(r"\b(os|sys|subprocess|importlib|socket|shutil|ctypes|pickle)\s*\."),
      "names the Python module {0}"),
     # not getattr: TorchScript reaches numbered submodules with getattr(self, "0")
     (re.compile(r"\b(eval|exec|compile|open|__import__)\s*\("),
      "calls {0}()"),
-    (re.compile(r"\bops\.(?!aten\b|prim\b|prims\b|quantized\b|_quantized\b|higher_order\b)"
-                r"(\w+)\."), "calls the non-torch operator namespace {0}"),
 )
 
 
@@ -105,6 +105,9 @@ def judge_code(text: str) -> list[str]:
     for pattern, message in _FLAGS:
         for name in sorted({m.group(1) for m in pattern.finditer(text)}):
             found.append(message.format(name))
+    for use in op_uses(text):
+        found.append(f"calls {use.op}, which reaches {use.reaches} (line {use.line})"
+                     if use.reaches else f"calls {use.op}, an operator outside torch's own")
     return found
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from inspector.core.vocabulary import Format, Severity
-from inspector.formats.archives import torch_package, unpack, zipread
+from inspector.formats.archives import script_code, torch_package, unpack, zipread
 from inspector.formats.archives.map_io import MapIO
 from inspector.formats.numpy_files import scan_member_npy
 from inspector.formats.pickle_stream import carve, fold_pickles, pickle_head, scan_stream
@@ -221,6 +221,8 @@ def scan_archive(ctx: FormatContext, buf, archive: zipread.ZipArchive,
     _finish_reading(ctx, reading, members, span)
     if reading.package:
         torch_package.report(ctx, buf, reading.package, members)
+    if reading.kind == Format.TORCHSCRIPT:  # its code, judged once every pickle is read
+        script_code.report(ctx, buf, members)
 
 
 _S_IFMT, _S_IFLNK, _S_IFDIR = 0o170000, 0o120000, 0o040000
@@ -294,10 +296,6 @@ def _name_archive(ctx: FormatContext, archive: zipread.ZipArchive) -> str:
         ctx.result.format = kind
     for a in archive.anomalies:
         ctx.find(a.severity, a.code, a.message, a.member)
-    if kind == Format.TORCHSCRIPT:
-        ctx.find(Severity.SUSPICIOUS, "torchscript",
-                 "TorchScript archive: torch.jit.load runs the code "
-                 "inside it, and torch.load(weights_only=True) refuses it")
     if kind == Format.TORCH_EXPORT:
         ctx.find(Severity.SUSPICIOUS, "torch-export",
                  "torch.export archive: torch.export.load rebuilds "

@@ -1,0 +1,183 @@
+"""TorchScript code read as code: the operators in an archive's `code/` that reach files or the
+network, found in the text (nothing is compiled or run).
+
+`torch.jit.load` compiles every `code/**.py` of a TorchScript archive and runs a class's
+scripted `__setstate__` while it loads; the rest runs when the model is called. Tensor maths
+stays in memory, but a few of torch's operators reach outside the process: `REACHING_OPS` and
+`REACHING_NAMESPACES` name them, and `tests/test_scan_script_code.py` derives the same set from
+torch's own operator registry (an argument that names a file, a process group or an RPC), so a
+torch that adds one fails the test. An archive whose code calls one is dangerous, naming the
+operator and where; one without is suspicious with one plain line, and the classes its
+`data.pkl` names (`__torch__.…`, which torch resolves against that code, never by import)
+are judged as that code, not listed as imports.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from inspector.core.vocabulary import Severity
+from inspector.formats.archives import zipread
+
+if TYPE_CHECKING:
+    from inspector.formats.context import FormatContext
+
+LOADER = "torch.jit.load"
+MAX_CODE_BYTES = 16 << 20  # a larger code file is reported unread
+FILES, NETWORK = "files", "the network"
+REACHING_OPS: dict[str, str] = {
+    "aten::from_file": FILES,  # maps a file; shared=True creates it
+    "aten::save": FILES,
+    "debugprims::load_tensor": FILES,
+    "prim::rpc_async": NETWORK, "prim::rpc_sync": NETWORK, "prim::rpc_remote": NETWORK,
+    "_dtensor::shard_dim_alltoall": NETWORK,
+}
+"""Single operators that reach outside the process (their schema's qualified name)."""
+REACHING_NAMESPACES: dict[str, str] = {
+    "c10d": NETWORK, "_c10d_functional": NETWORK, "_c10d_functional_autograd": NETWORK,
+    "symm_mem": NETWORK,
+}
+"""Operator namespaces (and `torch.classes` namespaces) whose every member reaches a process
+group: collectives, point-to-point sends, rendezvous."""
+REACHING_CLASS_NAMESPACES: dict[str, str] = {"c10d": NETWORK, "dist_rpc": NETWORK}
+"""`torch.classes` namespaces of custom classes that hold a process group or an RPC agent."""
+TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "quantized", "_quantized",
+                              "higher_order"})
+"""Operator namespaces of torch itself; any other one runs the native library that
+registered it."""
+_SEP = r"[\s\\]*\.[\s\\]*"  # TorchScript's lexer, like Python's, allows space around a dot
+
+
+def _op_pattern(qualified: str) -> str:
+    namespace, name = qualified.split("::")
+    spelled = [rf"ops{_SEP}{namespace}"] + (["torch"] if namespace == "aten" else [])
+    bare = [rf"(?<![\w.]){name}(?=[\s\\]*\()"] if namespace == "prim" else []
+    return "|".join([rf"\b(?:{'|'.join(spelled)}){_SEP}{name}\b", *bare])
+
+
+_REACHING = [(re.compile(_op_pattern(op)), op, what) for op, what in REACHING_OPS.items()]
+_NAMESPACE = re.compile(rf"\bops{_SEP}(\w+){_SEP}(\w+)")
+_CLASS = re.compile(rf"\bclasses{_SEP}(\w+){_SEP}(\w+)")
+
+
+@dataclass(frozen=True)
+class OpUse:
+    """One operator reference in a code file: the operator, what it reaches, its line."""
+
+    op: str
+    reaches: str | None  # None: an operator outside torch's namespaces that reaches nothing known
+    line: int
+
+
+def _line(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def op_uses(text: str) -> list[OpUse]:
+    """The operators a code file's text refers to that reach files or the network, and those
+    outside torch's own namespaces, in text order."""
+    found = [OpUse(op, what, _line(text, m.start()))
+             for pattern, op, what in _REACHING for m in pattern.finditer(text)]
+    for m in _NAMESPACE.finditer(text):
+        namespace = m.group(1)
+        if namespace in REACHING_NAMESPACES:
+            found.append(OpUse(f"{namespace}::{m.group(2)}", REACHING_NAMESPACES[namespace],
+                               _line(text, m.start())))
+        elif namespace not in TORCH_NAMESPACES:
+            found.append(OpUse(f"{namespace}::{m.group(2)}", None, _line(text, m.start())))
+    for m in _CLASS.finditer(text):
+        if m.group(1) in REACHING_CLASS_NAMESPACES:
+            found.append(OpUse(f"torch.classes.{m.group(1)}.{m.group(2)}",
+                               REACHING_CLASS_NAMESPACES[m.group(1)], _line(text, m.start())))
+    return sorted(set(found), key=lambda u: (u.line, u.op))
+
+
+def _functions(text: str) -> list[tuple[int, int, str]]:
+    """(first line, last line, Class.method) of each function, where the text parses as
+    Python (TorchScript's serialized code does); empty where it does not."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return []
+    out = []
+    for node in tree.body:
+        inner = node.body if isinstance(node, ast.ClassDef) else [node]
+        prefix = f"{node.name}." if isinstance(node, ast.ClassDef) else ""
+        out += [(f.lineno, f.end_lineno or f.lineno, prefix + f.name) for f in inner
+                if isinstance(f, ast.FunctionDef)]
+    return out
+
+
+def _where(functions: list[tuple[int, int, str]], line: int) -> str:
+    inside = [name for first, last, name in functions if first <= line <= last]
+    return f"{inside[-1]}, line {line}" if inside else f"line {line}"
+
+
+def classes_defined(text: str) -> set[str]:
+    """The class names a code file defines (at its top level)."""
+    return set(re.findall(r"^class\s+(\w+)", text, re.MULTILINE))
+
+
+def code_members(members: list[zipread.Member]) -> list[zipread.Member]:
+    """The code files `torch.jit.load` compiles: `<folder>/code/**.py`."""
+    return [m for m in members if "/code/" in m.name and m.name.endswith(".py")]
+
+
+def report(ctx: FormatContext, buf, members: list[zipread.Member]) -> None:
+    """Judge a TorchScript archive's code: a finding per operator that reaches files or the
+    network (dangerous), else one plain suspicious line; its own classes leave the imports."""
+    dangerous: list[tuple[OpUse, str, str]] = []
+    foreign: set[str] = set()
+    unread: list[str] = []
+    own: set[str] = set()
+    for m in code_members(members):
+        try:
+            text = zipread.member_bytes(buf, m, MAX_CODE_BYTES).decode("utf-8", "replace")
+        except ValueError as exc:
+            unread.append(f"{m.name} ({str(exc)[:80]})")
+            continue
+        module = m.name.split("/code/", 1)[1][:-3].replace("/", ".")
+        own |= {f"{module}.{name}" for name in classes_defined(text)}
+        functions = _functions(text)
+        for use in op_uses(text):
+            if use.reaches is None:
+                foreign.add(use.op)
+            else:
+                dangerous.append((use, m.name, _where(functions, use.line)))
+    for use, member, where in dangerous[:8]:
+        at_load = "__setstate__" in where
+        when = (f"{LOADER} runs it while loading (a class's __setstate__)" if at_load
+                else "it runs when the model or that method is called")
+        ctx.find(Severity.DANGEROUS, "torchscript-reaches",
+                 f"TorchScript code calls {use.op}, which reaches {use.reaches}, in {where}: "
+                 f"{when}", member)
+    for name in unread:
+        ctx.not_fully_read("torchscript-code-unread", f"code file {name} was not read")
+    if not dangerous:
+        extra = (f"; it calls operators outside torch ({', '.join(sorted(foreign)[:4])}), "
+                 "which run whatever native library registered them") if foreign else ""
+        ctx.find(Severity.SUSPICIOUS, "torchscript",
+                 "TorchScript runs its own code on load; no file, process or network "
+                 f"operation found{extra}")
+    _judge_own_classes(ctx, own)
+
+
+_SCRIPT_PICKLE_HELPERS = "torch.jit._pickle"  # build_intlist...: TorchScript's unpickler, in C++
+
+
+def _judge_own_classes(ctx: FormatContext, own: set[str]) -> None:
+    """The archive's own classes and TorchScript's list builders are what torch.jit.save
+    writes into data.pkl; torch resolves them against the code above, never by import."""
+    for use in ctx.uses.values():
+        name = f"{use.module}.{use.name}"
+        if use.module == _SCRIPT_PICKLE_HELPERS:
+            use.severity = Severity.SAFE
+            use.reason = ("TorchScript's own unpickler builds this list in C++ (the archive "
+                          "is judged by its code: finding torchscript)")
+        elif name in own:
+            use.severity = Severity.SAFE
+            use.reason = (f"a class of this archive's own TorchScript code: {LOADER} compiles "
+                          "it from code/ (judged there)")
