@@ -9,6 +9,7 @@ from pathlib import Path
 from inspector.core.vocabulary import SaveOutcome
 from inspector.integrity.manifest import FileEntry
 from inspector.ledger.identity import current_rank, host, now
+from inspector.ledger.signing import sign_save
 from inspector.run import journal
 from inspector.run.checkpoints import (
     SAVE_KIND,
@@ -35,7 +36,8 @@ def append_save(
     files: list[FileEntry], outcome: SaveOutcome, detail: str | None,
     step: int | None, epoch: float | None, rank: int | None = None,
 ) -> SaveRecord:
-    """Append the `ledger.save` record of the checkpoint now at `target`; return it."""
+    """Append the `ledger.save` record of the checkpoint now at `target` (and sign it when a
+    signing key is configured, `ledger.signing`); return it."""
     rank = current_rank() if rank is None else rank
     size = sum(f.size or 0 for f in files)
     warning = size_warning(prior_ledger(run_dir), size, rank, writer)
@@ -48,4 +50,5 @@ def append_save(
         warnings=(warning,) if warning else (), detail=detail,
     )
     entry = journal.append(journal.journal_path(run_dir), SAVE_KIND, record.to_fields())
+    sign_save(run_dir, target, record)
     return dataclasses.replace(record, seq=entry.seq)

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from inspector.core.json_record import JsonRecord
 from inspector.core.vocabulary import SignatureState, SignerKind
-from inspector.signing.bundle import Bundle, library_signature
+from inspector.signing.bundle import Bundle, library_signature, read_bundle
 from inspector.signing.errors import SignatureError
 from inspector.signing.keys import (
     CURVES,
@@ -177,3 +177,32 @@ def verdict_for(bundle_path: Path, error: SignatureError | None = None,
     state = SignatureState.INVALID if error.invalid else SignatureState.UNVERIFIED
     return SignatureVerdict(state=state, signature=str(bundle_path), kind=kind,
                             reason=error.message)
+
+
+def check_against(signature: Path, expected: dict[str, str], public_key: Path | None = None,
+                  certificate_chain: Sequence[Path] = ()) -> SignatureVerdict:
+    """A checkpoint's signature against the digests its record holds (`signed_name`): intact
+    when it verifies and signs exactly those, else why not (never raises for bad input: a
+    damaged signature is a verdict here)."""
+    if not signature.exists():
+        return SignatureVerdict(state=SignatureState.UNSIGNED, signature=str(signature),
+                                reason=f"no signature at {signature}")
+    kind = None
+    try:
+        bundle = read_bundle(signature)
+        kind = bundle.kind
+        checked = check_signature(bundle, public_key, certificate_chain)
+    except SignatureError as exc:
+        state = SignatureState.UNVERIFIED if exc.code in ("keyless-offline", "no-key") else \
+            SignatureState.INVALID
+        return SignatureVerdict(state=state, signature=str(signature), kind=kind,
+                                reason=exc.message)
+    verdict = verdict_for(signature, checked=checked, kind=kind)
+    signed = {r.name: r.digest for r in checked.statement.resources}
+    differ = sorted(set(signed) ^ set(expected) | {n for n in signed
+                                                   if n in expected and signed[n] != expected[n]})
+    if differ:
+        verdict.state = SignatureState.CHANGED
+        verdict.reason = (f"the signed statement and the record disagree on {differ[0]!r}"
+                          + (f" and {len(differ) - 1} more" if len(differ) > 1 else ""))
+    return verdict

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from inspector.core.atomic import write_bytes_atomic
 from inspector.integrity.manifest import Manifest, TensorEntry
@@ -16,7 +17,7 @@ from inspector.signing.bundle import DEFAULT_NAME
 from inspector.signing.errors import SignatureError
 from inspector.signing.keys import describe_key, read_private_key
 from inspector.signing.library import reference
-from inspector.signing.statement import TENSORS_FIELD, tensor_predicate
+from inspector.signing.statement import GIT_PATHS, TENSORS_FIELD, tensor_predicate
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,7 @@ def sign_folder(folder: Path, private_key: Path, signature: Path | None = None,
     """Sign every file of `folder` (Git's files and the signature itself left out, as the
     reference tool does); `tensors` (`{file: [tensor records]}`) are signed with them; with
     `expected`, only when every file signed is the one that manifest records."""
-    hashing, signing = reference("hashing"), reference("_signing.signing")
-    sign_ec_key = reference("_signing.sign_ec_key")
+    hashing = reference("hashing")
     destination = signature_path(folder, signature)
     signer = check_inputs(folder, private_key, destination, overwrite)
     ignored = []
@@ -68,9 +68,35 @@ def sign_folder(folder: Path, private_key: Path, signature: Path | None = None,
         manifest = config.hash(folder)
     except ValueError as exc:  # a link, a socket, a file that vanished
         raise SignatureError("bad-folder", f"{folder}: cannot be signed: {exc}") from exc
-    names = {rd.identifier for rd in manifest.resource_descriptors()}
     if expected is not None:
         _as_recorded(folder, manifest, expected)
+    return _write_signed(manifest, tensors, private_key, destination, overwrite, signer)
+
+
+def sign_digests(target: Path, digests: dict[str, str], private_key: Path, signature: Path,
+                 tensors: dict[str, list[TensorEntry]] | None = None,
+                 overwrite: bool = False) -> Signed:
+    """Sign SHA-256s the caller has just proven (the ledger, after re-reading a save), named as
+    the reference library names them for `target` (a file is `.`, a folder's files relative to
+    it), so `model_signing verify key TARGET --signature SIG` accepts the result."""
+    manifest_module, hashing = reference("manifest"), reference("_hashing.hashing")
+    signer = describe_key(read_private_key(private_key).public_key())
+    if signature.exists() and not overwrite:
+        raise SignatureError("exists", f"{signature} exists; pass --force to replace it")
+    serialization = manifest_module.SerializationType.from_args(
+        {"method": "files", "hash_type": "sha256", "allow_symlinks": False,
+         "ignore_paths": list(GIT_PATHS)})
+    items = [serialization.new_item(name, hashing.Digest("sha256", bytes.fromhex(digest)))
+             for name, digest in sorted(digests.items())]
+    manifest = manifest_module.Manifest(target.name, items, serialization)
+    return _write_signed(manifest, tensors, private_key, signature, overwrite, signer)
+
+
+def _write_signed(manifest: Any, tensors: dict[str, list[TensorEntry]] | None,
+                  private_key: Path, destination: Path, overwrite: bool, signer: str) -> Signed:
+    """The library's statement of `manifest` (with the tensors field), signed and written."""
+    signing, sign_ec_key = reference("_signing.signing"), reference("_signing.sign_ec_key")
+    names = {rd.identifier for rd in manifest.resource_descriptors()}
     unknown = sorted(set(tensors or {}) - names)
     if unknown:
         raise SignatureError("bad-folder", f"tensors given for {unknown[0]!r}, which is not a "

@@ -6,6 +6,7 @@ the statement as a manifest: for `verify`, and as the entries `manifest create` 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,3 +115,15 @@ def to_entries(statement: SignedStatement, folder: Path, manifest_dir: Path) -> 
     return [FileEntry(path=relative_path(folder / r.name, manifest_dir), sha256=r.digest,
                       tensors=statement.tensors.get(r.name))
             for r in statement.resources]
+
+
+def beside(target: Path) -> Path:
+    """Where a checkpoint's own signature lies: `NAME.sig` next to the file or folder (outside a
+    folder, so the folder's files are exactly those signed)."""
+    return target.with_name(target.name + ".sig")
+
+
+def signed_name(target: Path, path: Path) -> str:
+    """A file's name in a statement over `target`, as the reference library names it: a
+    single-file target is `.`, a folder's files are relative to it with `/`."""
+    return Path(os.path.relpath(path, target)).as_posix() if target.is_dir() else "."

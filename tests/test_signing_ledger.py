@@ -1,0 +1,130 @@
+"""The ledger signs each proven save when CKPT_INSPECTOR_SIGNING_KEY names a key, and `run
+verify --public-key` checks those signatures beside the hashes: the reference tool accepts them
+(a file and a folder), a swapped signature or an unsigned save fails, a changed checkpoint is
+named by the hashes while its signature still matches the record."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from inspector.cli import main
+
+REFERENCE = [sys.executable, "-m", "model_signing"]
+
+
+def _key(folder: Path, name: str) -> tuple[Path, Path]:
+    private = ec.generate_private_key(ec.SECP256R1())
+    pem, pub = folder / f"{name}.pem", folder / f"{name}.pub"
+    pem.write_bytes(private.private_bytes(serialization.Encoding.PEM,
+                                          serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    pub.write_bytes(private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return pem, pub
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> dict[str, tuple[Path, Path]]:
+    folder = tmp_path / "keys"
+    folder.mkdir()
+    return {"alice": _key(folder, "alice"), "bob": _key(folder, "bob")}
+
+
+def _state(seed: int):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return {"model": {"w": torch.randn(16, 16, generator=g), "b": torch.zeros(16)}}
+
+
+def _reference_accepts(target: Path, pub: Path) -> bool:
+    done = subprocess.run([*REFERENCE, "verify", "key", str(target), "--signature",
+                           f"{target}.sig", "--public_key", str(pub)],
+                          capture_output=True, text=True, timeout=120)
+    return done.returncode == 0
+
+
+def test_a_ledgered_save_is_signed_and_run_verify_checks_it(tmp_path, keys, monkeypatch,
+                                                            capsys) -> None:
+    from inspector.ledger import save
+
+    pem, pub = keys["alice"]
+    run = tmp_path / "run"
+    monkeypatch.setenv("CKPT_INSPECTOR_SIGNING_KEY", str(pem))
+    target = run / "ckpt" / "step-1.pt"
+    save(_state(1), target, step=1, run_dir=run)
+    assert Path(f"{target}.sig").is_file()
+    assert _reference_accepts(target, pub)
+    assert main(["run", "verify", str(run), "--public-key", str(pub), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    [checkpoint] = doc["checkpoints"]
+    assert checkpoint["signature"]["state"] == "intact"
+    assert checkpoint["signature"]["signer"].startswith("ECDSA P-256 key sha256:")
+
+    assert main(["run", "verify", str(run), "--public-key", str(keys["bob"][1])]) == 1
+    assert "wrong key" in capsys.readouterr().out
+
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    target.write_bytes(bytes(data))
+    assert main(["run", "verify", str(run), "--public-key", str(pub), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    [checkpoint] = doc["checkpoints"]
+    assert checkpoint["state"] == "changed"
+    assert checkpoint["signature"]["state"] == "intact"  # the record is what was signed
+    assert not _reference_accepts(target, pub)
+
+
+def test_a_folder_save_is_signed_beside_the_folder(tmp_path, keys, monkeypatch) -> None:
+    from safetensors.torch import save_file
+
+    from inspector.ledger import save_folder
+
+    pem, pub = keys["alice"]
+    monkeypatch.setenv("CKPT_INSPECTOR_SIGNING_KEY", str(pem))
+    target = tmp_path / "checkpoint-5"
+
+    def write(folder: Path) -> None:
+        save_file(_state(5)["model"], str(folder / "model.safetensors"))
+        (folder / "config.json").write_text('{"step": 5}')
+
+    save_folder(write, target, step=5, run_dir=tmp_path)
+    assert sorted(p.name for p in target.iterdir()) == ["config.json", "model.safetensors"]
+    assert _reference_accepts(target, pub)
+    assert main(["run", "verify", str(tmp_path), "--public-key", str(pub)]) == 0
+
+
+def test_without_a_key_nothing_is_signed_and_a_keyed_check_fails(tmp_path, keys, monkeypatch,
+                                                                 capsys) -> None:
+    from inspector.ledger import save
+
+    monkeypatch.delenv("CKPT_INSPECTOR_SIGNING_KEY", raising=False)
+    target = tmp_path / "step-2.pt"
+    save(_state(2), target, step=2, run_dir=tmp_path)
+    assert not Path(f"{target}.sig").exists()
+    assert main(["run", "verify", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert main(["run", "verify", str(tmp_path), "--public-key", str(keys["alice"][1])]) == 1
+    assert "unsigned: no signature at" in capsys.readouterr().out
+
+
+def test_a_key_that_cannot_sign_is_one_clear_error_after_the_save(tmp_path, monkeypatch):
+    from inspector.ledger import LedgerError, save
+    from inspector.run.checkpoints import read_ledger
+
+    bad = tmp_path / "rsa.pem"
+    bad.write_text("-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n")
+    monkeypatch.setenv("CKPT_INSPECTOR_SIGNING_KEY", str(bad))
+    target = tmp_path / "step-3.pt"
+    with pytest.raises(LedgerError) as caught:
+        save(_state(3), target, step=3, run_dir=tmp_path)
+    assert "saved and ledgered but not signed" in caught.value.message
+    assert target.is_file() and len(read_ledger(tmp_path).saves) == 1
+    assert not Path(f"{target}.sig").exists()
