@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import random
 
 import numpy as np
@@ -303,3 +304,59 @@ def test_skipping_too_many_after_a_resume_is_a_skip(tmp_path):
     resumed_with_the_skip_idiom(tmp_path, skip=7)
     [record] = [a for a in alarms(tmp_path) if a["rule"] == "sample-skipped"]
     assert record["steps"] == [5, 6] and record["value"] == 2 * BS
+
+
+class OneBadSample(Squares):
+    """Sample 13's input is NaN: the bad sample a halt must name."""
+
+    def __getitem__(self, i):
+        row = super().__getitem__(i)
+        return row * math.nan if i == 13 else row / N ** 2
+
+
+def test_a_halt_names_the_bad_sample_and_a_resume_skips_exactly_it(tmp_path):
+    from torch import nn
+
+    from inspector.guard.guard import Guard, GuardConfig, GuardHalt
+    from inspector.guard.scene import read_scene
+
+    def session(ledger, skip_first, scene=None):
+        torch.manual_seed(0)
+        model = nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        guard = Guard(tmp_path, GuardConfig(action="halt", console=False), ledger=ledger)
+        if scene is not None:
+            guard.resume(scene, model, opt)
+        ld = track(DataLoader(OneBadSample(), batch_sampler=ResumableBatchSampler()),
+                   ledger=ledger)
+        trained = []
+        for i, b in enumerate(ld):
+            if i < skip_first:
+                continue
+            opt.zero_grad()
+            model(b).pow(2).mean().backward()
+            guard.step(model(b).pow(2).mean(), model, opt)  # the documented line: no batch
+            opt.step()
+            trained.append(ledger.last.ids)
+        return trained
+
+    with pytest.raises(GuardHalt) as halted:
+        session(OrderLedger(tmp_path), 0)
+    scene = read_scene(halted.value.scene)
+    assert scene.bad_samples == [13] and 13 in scene.sample_ids
+    assert alarms(tmp_path)[0]["bad_samples"] == [13]
+    ledger = OrderLedger(tmp_path, start_step=scene.step)
+    trained = session(ledger, scene.step, scene=halted.value.scene)  # no second halt
+    ids = [i for step in trained for i in step]
+    assert 13 not in ids and set(scene.sample_ids) - {13} <= set(ids)
+
+
+def test_bad_samples_reads_input_rows_and_per_sample_losses():
+    from inspector.guard.numerics import bad_samples
+
+    x = torch.ones(4, 3)
+    x[2, 1] = math.inf
+    assert bad_samples((x, torch.zeros(4)), ["a", "b", "c", "d"]) == ["c"]
+    losses = torch.tensor([0.1, math.nan, 0.2, 0.3])
+    assert bad_samples({"x": torch.ones(4, 3)}, [7, 8, 9, 10], lambda: losses) == [8]
+    assert bad_samples(x, None) == [2]

@@ -45,7 +45,7 @@ from inspector.guard import inject
 from inspector.guard.alarm_record import AlarmConsole, append_alarm
 from inspector.guard.devstate import XidWatch, device_state
 from inspector.guard.inject import BitFlip
-from inspector.guard.numerics import StepNumbers, step_numbers
+from inspector.guard.numerics import StepNumbers, bad_samples, step_numbers
 from inspector.guard.rules import Breach, RuleSet
 from inspector.guard.scene import (
     Scene,
@@ -67,6 +67,7 @@ from inspector.run.metrics import METRICS_KIND, metrics_path
 EXIT_HALTED = 17
 
 Action = Literal["warn", "skip", "halt"]
+NONFINITE_RULES = frozenset({"loss-nonfinite", "grad_norm-nonfinite"})
 Attribution = Literal["reproducible", "transient"]
 
 
@@ -117,6 +118,8 @@ class Alarm:
     params: list[str]
     worst: list[tuple[str, float]]
     attribution: Attribution | None = None
+    samples: list = field(default_factory=list)
+    """On a non-finite loss or gradient: the batch's samples to blame (`numerics.bad_samples`)."""
     rerun: dict | None = None
     device: dict | None = None
     scene: Path | None = None
@@ -184,8 +187,11 @@ class Guard:
              optimizer: torch.optim.Optimizer | None = None, *,
              closure: Callable[[], torch.Tensor] | None = None, batch: Any = None,
              sample_ids: Sequence | None = None, data_state: Any = None,
-             step: int | None = None) -> StepVerdict:
-        """Check this step (after backward, before optimizer.step) and act on an alarm."""
+             step: int | None = None,
+             sample_losses: Callable[[], torch.Tensor] | None = None) -> StepVerdict:
+        """Check this step (after backward, before optimizer.step) and act on an alarm;
+        `sample_losses()` (one loss per sample of the batch) helps name a bad sample whose
+        inputs are finite."""
         if step is not None:
             self.step_index = step
         pending, self._pending = self._pending, None
@@ -196,6 +202,7 @@ class Guard:
             self.ledger.trained()
             if sample_ids is None and self.ledger.last is not None:
                 sample_ids = self.ledger.last.ids
+            batch = self.ledger.last_batch if batch is None else batch
             data_state = self.ledger.state_dict if data_state is None else data_state
         inject.apply(list(self.config.faults), model, self.step_index, "grad", rerun=False)
         watch = self._watch(model)
@@ -216,6 +223,8 @@ class Guard:
                 self.config.report_params)))[:self.config.report_params]
             alarm = Alarm(self.step_index, breaches, self._action(breaches), params,
                           numbers.worst_params(self.config.report_params))
+            if any(b.rule in NONFINITE_RULES for b in breaches):
+                alarm.samples = bad_samples(batch, sample_ids, sample_losses)
             if closure is not None and pending is not None and self.config.rerun:
                 self._attribute(alarm, numbers, closure, model, pending)
             verdict.alarm = alarm
@@ -237,10 +246,12 @@ class Guard:
         return verdict
 
     def resume(self, scene_dir: str | os.PathLike[str], model: nn.Module,
-               optimizer: torch.optim.Optimizer | None = None) -> Scene:
+               optimizer: torch.optim.Optimizer | None = None, *,
+               skip_bad_samples: bool = True) -> Scene:
         """Load a halted step's scene into model and optimizer and continue at that step; a
         scene whose weights were the fault (a weight rule fired) is refused, naming the tensor:
-        resume from the newest healthy checkpoint (`ckpt-inspector run latest`) instead."""
+        resume from the newest healthy checkpoint (`ckpt-inspector run latest`) instead. With
+        a linked order ledger, the samples the scene blames are left out of later batches."""
         corrupt = [a for a in read_scene(scene_dir).alarms if a.get("rule") in CORRUPTION_RULES]
         if corrupt:
             first = corrupt[0]
@@ -249,6 +260,8 @@ class Guard:
                              f"from the checkpoint `ckpt-inspector run latest {self.run_dir}` "
                              "names instead")
         scene = load_scene(scene_dir, model, optimizer)
+        if skip_bad_samples and scene.bad_samples and self.ledger is not None:
+            self.ledger.skip_samples(scene.bad_samples)
         self._load_rules(scene.rules_state)
         self.step_index = scene.step
         self.accept_weights(model)
@@ -314,7 +327,7 @@ class Guard:
 
     def _action(self, breaches: list[Breach]) -> Action:
         """The configured action; `skip` for a non-finite loss or gradient under `warn`."""
-        nonfinite = any(b.rule in ("loss-nonfinite", "grad_norm-nonfinite") for b in breaches)
+        nonfinite = any(b.rule in NONFINITE_RULES for b in breaches)
         if self.config.action == "warn" and nonfinite and self.config.skip_nonfinite:
             return "skip"
         return self.config.action
@@ -369,6 +382,7 @@ class Guard:
             scene = Scene(step=alarm.step, alarms=[_breach_json(b) for b in alarm.breaches],
                           model_fingerprint=model_fingerprint(model),
                           sample_ids=list(sample_ids) if sample_ids is not None else None,
+                          bad_samples=alarm.samples,
                           input_hash=batch_hash(batch), worst_grads=alarm.worst,
                           nonfinite_params=alarm.params, data_state=state,
                           rules_state=self._rules_state())
@@ -392,6 +406,8 @@ class Guard:
                                    f"{b.signal}{where} is {b.value:.4g}{bar}")
         extra: dict[str, Any] = {"also": [_breach_json(b) for b in alarm.breaches[1:]],
                                  "worst": [[n, v] for n, v in alarm.worst]}
+        if alarm.samples:
+            extra["bad_samples"] = alarm.samples
         if alarm.rerun is not None:
             extra["rerun"] = alarm.rerun
         if alarm.device is not None:

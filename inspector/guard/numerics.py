@@ -1,19 +1,25 @@
 """The step's numbers: loss and global gradient norm with one device sync, and on an alarm the
-parameters to blame.
+parameters and the samples to blame.
 
 Per-parameter norms come from the fused multi-tensor kernel (`torch._foreach_norm`, what
 `torch.nn.utils.get_total_norm` uses), stay on the device, and are reduced there to the global
 norm; the loss and the norm are stacked and read back with one `.tolist()`, the step's one sync.
-The per-parameter norms are kept (on the device) for the alarm path only.
+The per-parameter norms are kept (on the device) for the alarm path only. On a non-finite alarm,
+`bad_samples` checks the halted batch sample by sample: each input row, and each sample's own
+loss when the caller can give one.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
+
+from inspector.guard.scene import iter_tensors
 
 
 @dataclass
@@ -91,3 +97,24 @@ def _norms(grads: list[torch.Tensor]) -> list[torch.Tensor]:
                            strict=True):
             out[i] = norm
     return [n for n in out if n is not None]
+
+
+def bad_samples(batch: Any, ids: Sequence | None,
+                sample_losses: Callable[[], torch.Tensor] | None = None) -> list:
+    """The ids (positions when none are known) of the batch's samples whose input rows hold
+    NaN or Inf, or whose own loss (`sample_losses()`: one value per sample) is not finite."""
+    n = len(ids) if ids is not None else None
+    rows: set[int] = set()
+    for t in iter_tensors(batch):
+        if t.dim() == 0 or not t.is_floating_point() or (n is not None and t.shape[0] != n):
+            continue
+        n = t.shape[0]
+        finite = torch.isfinite(t.detach().reshape(n, -1)).all(dim=1)
+        rows.update((~finite).nonzero().flatten().tolist())
+    if sample_losses is not None:
+        with torch.no_grad():
+            losses = sample_losses().detach().reshape(-1)
+        if n is None or losses.numel() == n:
+            rows.update((~torch.isfinite(losses)).nonzero().flatten().tolist())
+    names = list(ids) if ids is not None else list(range(max(rows, default=-1) + 1))
+    return [names[i] for i in sorted(rows)]

@@ -69,6 +69,9 @@ class OrderLedger:
         self.step = start_step
         self.epoch = epoch
         self.last: StepOrder | None = None
+        self.last_batch: Any = None
+        """The batch the tracked loader yielded last (a reference): what a linked guard checks
+        sample by sample on a non-finite alarm."""
         self.seeds: dict[tuple[int, int], dict] = {}
         self._hash = GENESIS
         self._seen: set = set()
@@ -78,6 +81,8 @@ class OrderLedger:
         self._replayed = 0
         self._last_replayed: StepOrder | None = None
         self._untrained: deque[StepOrder] = deque(maxlen=UNTRAINED_KEPT)
+        self.skip: set = set()
+        """Sample ids the tracked loader leaves out of every batch (a scene's bad samples)."""
         path = ledger_path(self.run_dir, self.rank)
         self.path = path
         if start_step:
@@ -99,6 +104,11 @@ class OrderLedger:
                        if s.epoch == epoch and s.step < step]
             self._seen.update(i for s in earlier for i in s.ids)
             self._replay = earlier
+
+    def skip_samples(self, ids: Sequence) -> None:
+        """Leave these samples out of every later batch of the tracked loader (workers started
+        after this call see it)."""
+        self.skip.update(_hashable(i) for i in ids)
 
     def set_epoch(self, epoch: int) -> None:
         """Start an epoch: duplicates are counted within one."""
@@ -247,6 +257,7 @@ class TrackedLoader:
             if seeds is not None:
                 self.ledger.record_seeds(worker, seeds)
             self.ledger.record(ids, worker)
+            self.ledger.last_batch = batch
             yield batch
 
 
@@ -268,7 +279,7 @@ def track(loader: DataLoader, run_dir: str | os.PathLike[str] | None = None, *,
              if hasattr(loader, "snapshot_every_n_steps") else {})
     rebuilt = type(loader)(
         _IdDataset(loader.dataset, id_fn), batch_sampler=loader.batch_sampler,
-        num_workers=workers, collate_fn=_IdCollate(loader.collate_fn),
+        num_workers=workers, collate_fn=_IdCollate(loader.collate_fn, ledger.skip),
         pin_memory=loader.pin_memory, timeout=loader.timeout,
         worker_init_fn=_SeedInit(loader.worker_init_fn),
         multiprocessing_context=loader.multiprocessing_context, generator=loader.generator,
@@ -295,11 +306,14 @@ class _IdDataset(Dataset):
 class _IdCollate:
     """Runs in the worker: the user's collate on the items, with ids, worker id and seeds."""
 
-    def __init__(self, collate: Callable[[list], Any]) -> None:
+    def __init__(self, collate: Callable[[list], Any], skip: set) -> None:
         self.collate = collate
+        self.skip = skip
 
     def __call__(self, pairs: list[tuple[Any, Any]]) -> tuple:
         global _worker_seeds
+        if self.skip:
+            pairs = [p for p in pairs if _hashable(p[0]) not in self.skip]
         info = get_worker_info()
         worker = MAIN_PROCESS if info is None else info.id
         seeds, _worker_seeds = _worker_seeds, None
@@ -329,6 +343,11 @@ def worker_seeds() -> dict[str, Any]:
         return out
     out["numpy"] = _fingerprint(np.random.get_state()[1].tobytes())
     return out
+
+
+def _hashable(sample_id: Any) -> Any:
+    """A sample id as a set member (a composite id read back from JSON is a list)."""
+    return tuple(sample_id) if isinstance(sample_id, list) else sample_id
 
 
 def _fingerprint(data: str | bytes) -> str:

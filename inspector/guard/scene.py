@@ -7,7 +7,8 @@ hidden temp folder beside it, every file fsync'd, then renamed):
   optimizer step, so the model is the one that took the step);
 - `rng.pt` (torch's CPU and CUDA generator states) and the Python and NumPy states in
   `scene.json`;
-- `scene.json`: the step, the alarm, the sample ids and input hash of the batch, the worst
+- `scene.json`: the step, the alarm, the sample ids and input hash of the batch, the ids of
+  the samples to blame on a non-finite alarm (`bad_samples`), the worst
   parameters' gradient norms, the data-loader state, the guard's rule state, the model's
   fingerprint (names, shapes, dtypes), and the SHA-256 of every other file.
 
@@ -49,6 +50,8 @@ class Scene:
     alarms: list[dict]
     model_fingerprint: str
     sample_ids: list | None = None
+    bad_samples: list = field(default_factory=list)
+    """The ids of the batch's samples found non-finite (their inputs, or their own loss)."""
     input_hash: str | None = None
     worst_grads: list[tuple[str, float]] = field(default_factory=list)
     nonfinite_params: list[str] = field(default_factory=list)
