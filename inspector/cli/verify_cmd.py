@@ -45,9 +45,7 @@ from inspector.integrity.verify import (
 from inspector.integrity.verify_batch import VERIFY_KIND, compared_nothing, pending, verify_each
 
 if TYPE_CHECKING:
-    from inspector.integrity.hashing import HashAhead
     from inspector.run.checkpoints import RunLedger, SaveRecord
-    from inspector.signing.check import SignatureVerdict
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -194,9 +192,10 @@ def _signed_folder(args: argparse.Namespace) -> bool:
 
 def _run_signed(args: argparse.Namespace) -> int:
     """A folder against its OpenSSF Model Signing signature: the signature first (exit 1 when
-    it does not hold, 3 when it cannot be checked here), then every file."""
+    it does not hold, 3 when it cannot be checked here, 2 for bad input), then every file."""
+    from inspector.core.vocabulary import SignatureState
     from inspector.signing.bundle import DEFAULT_NAME
-    from inspector.signing.folder import hash_ahead
+    from inspector.signing.folder import check_folder
     from inspector.signing.statement import DIALECT
 
     if args.manifest or args.sha256 or args.tensors_only or args.shard or args.results:
@@ -210,12 +209,25 @@ def _run_signed(args: argparse.Namespace) -> int:
     signature = args.signature or folder / DEFAULT_NAME
     if not args.signature and not signature.is_file():
         return _usage(f"{folder} holds no {DEFAULT_NAME}; pass --signature SIG")
-    with stderr_progress("verifying", args.quiet) as progress, \
-            hash_ahead(folder, signature, progress) as hashes:
-        checked = _check_signed(args, folder, signature, hashes)
-    if isinstance(checked, int):
-        return checked
-    result, verdict = checked
+    def digests(path: Path, *, cancel: CancelToken | None = None) -> list[TensorEntry]:
+        # the worker's client is imported only for a changed file whose tensors are signed
+        return worker_digests(args)(path, cancel=cancel)
+
+    with stderr_progress("verifying", args.quiet) as progress:
+        checked = check_folder(folder, signature, args.public_key, args.certificate or (),
+                               tensor_digests=None if args.no_tensors else digests,
+                               strict=args.strict, progress=progress)
+    verdict, result, error = checked.verdict, checked.result, checked.error
+    if error is not None and not error.invalid and error.code != "keyless-offline":
+        return _usage(escape(error.message))
+    if result is None:
+        result = VerifyResult(errors=[verdict.reason or ""],
+                              extra={"signature": verdict.to_json()})
+        if args.json:
+            _finish(args, result, str(signature), DIALECT)
+        else:
+            print(escape(f"{verdict.state.upper():<14} {verdict.reason}"))
+        return EXIT_FAILED if verdict.state == SignatureState.INVALID else EXIT_UNCHECKED
     if args.json:
         return _finish(args, result, str(signature), DIALECT)
     print(escape(f"{'SIGNED':<14} by {verdict.signer} ({signature}, "
@@ -225,42 +237,6 @@ def _run_signed(args: argparse.Namespace) -> int:
         print("which bits of a changed tensor flipped: `ckpt-inspector diff` the file against "
               "a copy you trust")
     return exit_status(result)
-
-
-def _check_signed(args: argparse.Namespace, folder: Path, signature: Path, hashes: HashAhead
-                  ) -> int | tuple[VerifyResult, SignatureVerdict]:
-    """The signature, then the folder with the hashes begun before it was checked: the
-    result and the signature's verdict, or the exit status of a signature that failed."""
-    from inspector.core.vocabulary import SignatureState
-    from inspector.signing.bundle import read_bundle
-    from inspector.signing.check import check_signature, verdict_for
-    from inspector.signing.errors import SignatureError
-    from inspector.signing.folder import verify_folder
-    from inspector.signing.statement import DIALECT
-
-    try:
-        bundle = read_bundle(signature)
-        checked = check_signature(bundle, args.public_key, args.certificate or ())
-    except SignatureError as exc:
-        if not exc.invalid and exc.code != "keyless-offline":
-            return _usage(escape(exc.message))
-        verdict = verdict_for(signature, error=exc, kind=bundle.kind)
-        result = VerifyResult(errors=[exc.message], extra={"signature": verdict.to_json()})
-        if args.json:
-            _finish(args, result, str(signature), DIALECT)
-        else:
-            print(escape(f"{verdict.state.upper():<14} {exc.message}"))
-        return EXIT_FAILED if verdict.state == SignatureState.INVALID else EXIT_UNCHECKED
-    digests = None if args.no_tensors or not checked.statement.tensors else \
-        worker_digests(args)
-    try:
-        result = verify_folder(folder, checked.statement, signature, digests,
-                               strict=args.strict, hashes=hashes)
-    except ManifestError as exc:
-        return _usage(escape(f"{signature}: {exc}"))
-    verdict = verdict_for(signature, checked=checked, kind=bundle.kind, changed=result.differs)
-    result.extra["signature"] = verdict.to_json()
-    return result, verdict
 
 
 def _run_without_manifest(args: argparse.Namespace) -> int:

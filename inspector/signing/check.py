@@ -29,6 +29,10 @@ from inspector.signing.keys import (
 from inspector.signing.library import reference
 from inspector.signing.statement import SignedStatement, from_library
 
+UNCHECKED_CODES = frozenset({"keyless-offline", "no-key"})
+"""Failures that leave a signature unverified here (no trust root offline, no key given); any
+other failure is a signature that does not hold or cannot be read: invalid."""
+
 
 @dataclass
 class SignatureVerdict(JsonRecord):
@@ -174,7 +178,8 @@ def verdict_for(bundle_path: Path, error: SignatureError | None = None,
                                 signer=checked.signer,
                                 files_signed=len(checked.statement.resources))
     assert error is not None
-    state = SignatureState.INVALID if error.invalid else SignatureState.UNVERIFIED
+    state = SignatureState.UNVERIFIED if error.code in UNCHECKED_CODES else \
+        SignatureState.INVALID
     return SignatureVerdict(state=state, signature=str(bundle_path), kind=kind,
                             reason=error.message)
 
@@ -193,10 +198,7 @@ def check_against(signature: Path, expected: dict[str, str], public_key: Path | 
         kind = bundle.kind
         checked = check_signature(bundle, public_key, certificate_chain)
     except SignatureError as exc:
-        state = SignatureState.UNVERIFIED if exc.code in ("keyless-offline", "no-key") else \
-            SignatureState.INVALID
-        return SignatureVerdict(state=state, signature=str(signature), kind=kind,
-                                reason=exc.message)
+        return verdict_for(signature, error=exc, kind=kind)
     verdict = verdict_for(signature, checked=checked, kind=kind)
     signed = {r.name: r.digest for r in checked.statement.resources}
     differ = sorted(set(signed) ^ set(expected) | {n for n in signed

@@ -6,11 +6,14 @@ whose tensors the statement records, the tensors that changed named."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.core.vocabulary import FileStatus
 from inspector.integrity.hashing import ByteProgress, HashAhead
+from inspector.integrity.manifest import ManifestError
 from inspector.integrity.verify import (
     FileCheck,
     Plan,
@@ -20,6 +23,9 @@ from inspector.integrity.verify import (
     plan,
     verify,
 )
+from inspector.signing.bundle import read_bundle
+from inspector.signing.check import SignatureVerdict, check_signature, verdict_for
+from inspector.signing.errors import SignatureError
 from inspector.signing.library import reference
 from inspector.signing.statement import GIT_PATHS, SignedStatement, to_manifest
 
@@ -169,3 +175,39 @@ def _verify_by_library(folder: Path, statement: SignedStatement, signature: Path
                                algorithm=statement.hash_type)
                      for name, digest in sorted(actual.items())]
     return result
+
+
+@dataclass(frozen=True)
+class SignedCheck:
+    """A folder against its signature: the verdict, the files' result when the signature held,
+    and the error when it did not (its code tells bad input from an invalid signature)."""
+
+    verdict: SignatureVerdict
+    result: VerifyResult | None = None
+    error: SignatureError | None = None
+
+
+def check_folder(folder: Path, signature: Path, public_key: Path | None = None,
+                 certificate_chain: Sequence[Path] = (), *,
+                 tensor_digests: TensorDigestFn | None = None, strict: bool = False,
+                 progress: ProgressFn | None = None,
+                 cancel: CancelToken | None = None) -> SignedCheck:
+    """The signature, then every file (hashed from the start, while the signature is checked):
+    what `verify --signature`, the report and the app show."""
+    with hash_ahead(folder, signature, progress, cancel) as hashes:
+        kind = None
+        try:
+            bundle = read_bundle(signature)
+            kind = bundle.kind
+            checked = check_signature(bundle, public_key, certificate_chain)
+            digests = tensor_digests if checked.statement.tensors else None
+            result = verify_folder(folder, checked.statement, signature, digests,
+                                   strict=strict, hashes=hashes, cancel=cancel)
+        except SignatureError as exc:
+            return SignedCheck(verdict_for(signature, error=exc, kind=kind), error=exc)
+        except ManifestError as exc:  # a signed name that leaves the folder
+            error = SignatureError("outside-folder", f"{signature}: {exc}")
+            return SignedCheck(verdict_for(signature, error=error, kind=kind), error=error)
+    verdict = verdict_for(signature, checked=checked, kind=kind, changed=result.differs)
+    result.extra["signature"] = verdict.to_json()
+    return SignedCheck(verdict, result)
