@@ -182,3 +182,30 @@ def test_a_deliberate_edit_is_accepted_without_an_alarm(tmp_path):
 
     verdicts = run(guard, model, range(8), before_step=edit)
     assert not [v for v in verdicts if v.alarm]
+
+
+def test_a_journal_line_cut_by_power_loss_is_accepted_by_guard_ledger_and_run_latest(tmp_path,
+                                                                                    capsys):
+    from inspector.cli import main
+    from inspector.ledger import save
+    from inspector.run import journal
+
+    model = tiny_model()
+    guard = Guard(tmp_path, GuardConfig())
+    run(guard, model, range(3))
+    save(model.state_dict(), tmp_path / "step-2.pt", step=2)
+    guard.close()
+    path = journal.journal_path(tmp_path)
+    whole = path.read_bytes()
+    path.write_bytes(whole + whole.splitlines(keepends=True)[-1][:40])  # an append cut short
+    assert [p.kind for p in journal.read(path).problems] == ["truncated"]
+
+    guard = Guard(tmp_path, GuardConfig())  # the restarted job starts
+    run(guard, model, range(3, 6))
+    record = save(model.state_dict(), tmp_path / "step-5.pt", step=5)
+    guard.close()
+    assert record.verified
+    assert main(["run", "latest", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip().endswith("step-5.pt")
+    read = journal.read(path)
+    assert [p.kind for p in read.problems] == ["truncated"]  # kept as evidence, chain goes on
