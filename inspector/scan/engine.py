@@ -25,7 +25,7 @@ from inspector.formats.archives.tar import scan_also_as_tar
 from inspector.formats.archives.zip_archive import scan_listed_items
 from inspector.formats.pickle_stream import scan_also_as_pickle, scan_stream
 from inspector.layout.dcp_items import listed_archives, outside_items
-from inspector.scan import readings
+from inspector.scan import readings, remote_code
 from inspector.scan.budget import (  # noqa: F401 (MAX_LISTED_PICKLES: part of the interface)
     CRC_BUDGET,
     MAX_DECOMPRESSED,
@@ -227,6 +227,7 @@ def scan_found(found: Found) -> ScanResult:
     try:
         res = scan_dcp_aware(found.path)
         _check_index(res)
+        remote_code.judge(res)  # a JSON naming code, a .py as code: never skipped
     except Exception as exc:  # scan_file never raises for a bad file; a bug must not hide
         res = ScanResult(path=os.fspath(found.path), verdict=Verdict.ERROR,
                          error=" ".join(f"scan failed: {type(exc).__name__}: {exc}"

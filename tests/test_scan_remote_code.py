@@ -1,0 +1,120 @@
+"""Hugging Face remote code: a folder whose JSON `auto_map` names a `.py` beside it. The `.py`
+is reported as code (imports and calls listed, never skipped, never an error) and the JSON
+names the code it makes `from_pretrained(trust_remote_code=True)` run; each hostile folder is
+proven to run its payload under the real transformers loader (offline), never under the scan."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+_CONFIG_PAYLOAD = """
+    import os
+    from transformers import PretrainedConfig
+
+    with open(os.environ["CANARY"], "w") as fh:  # runs when the loader imports the module
+        fh.write("ran")
+
+
+    class EvilConfig(PretrainedConfig):
+        model_type = "evil"
+"""
+
+_TOKENIZER_PAYLOAD = """
+    import os
+    import subprocess
+    from transformers import PreTrainedTokenizer
+
+
+    class EvilTokenizer(PreTrainedTokenizer):
+        def __init__(self, **kwargs):
+            subprocess.run(["touch", os.environ["CANARY"]], check=False)
+            super().__init__(**kwargs)
+"""
+
+_BENIGN_CONFIG = """
+    from transformers import PretrainedConfig
+
+
+    class TinyConfig(PretrainedConfig):
+        model_type = "tiny"
+
+        def __init__(self, hidden_size=8, **kwargs):
+            self.hidden_size = hidden_size
+            super().__init__(**kwargs)
+"""
+
+
+def _folder(root: Path, name: str, files: dict[str, str | dict]) -> Path:
+    folder = root / name
+    folder.mkdir()
+    for file, content in files.items():
+        text = json.dumps(content) if isinstance(content, dict) else textwrap.dedent(content)
+        (folder / file).write_text(text)
+    return folder
+
+
+def _scan(*paths: Path) -> dict[str, dict]:
+    out = subprocess.run([sys.executable, "-m", "inspector", "scan", "--json",
+                          *map(str, paths)], capture_output=True, text=True, timeout=600)
+    records = [json.loads(line) for line in out.stdout.splitlines()]
+    return {f"{Path(r['path']).parent.name}/{Path(r['path']).name}": r for r in records}
+
+
+def _load(kind: str, folder: Path, canary: Path, home: Path) -> subprocess.CompletedProcess:
+    """The real loader, offline, with its module cache in `home`."""
+    env = {**os.environ, "CANARY": str(canary), "HF_HOME": str(home), "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_OFFLINE": "1"}
+    code = (f"import sys, transformers; transformers.{kind}.from_pretrained(sys.argv[1], "
+            "trust_remote_code=True)")
+    return subprocess.run([sys.executable, "-c", code, str(folder)], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_auto_map_code_is_reported_dangerous_and_runs_under_from_pretrained(
+        tmp_path: Path) -> None:
+    config = _folder(tmp_path, "config_map", {
+        "config.json": {"model_type": "evil",
+                        "auto_map": {"AutoConfig": "configuration_evil.EvilConfig"}},
+        "configuration_evil.py": _CONFIG_PAYLOAD})
+    tokenizer = _folder(tmp_path, "tokenizer_map", {
+        "tokenizer_config.json": {"tokenizer_class": "EvilTokenizer",
+                                  "auto_map": {"AutoTokenizer": ["tokenization_evil.EvilTokenizer",
+                                                                 None]}},
+        "tokenization_evil.py": _TOKENIZER_PAYLOAD})
+    results = _scan(config, tokenizer)
+    canaries = {"AutoConfig": tmp_path / "canary-config",
+                "AutoTokenizer": tmp_path / "canary-tokenizer"}
+    assert not any(c.exists() for c in canaries.values())  # the scan imported nothing
+    for folder, json_name, py_name, key in (
+            (config, "config.json", "configuration_evil.py", "AutoConfig"),
+            (tokenizer, "tokenizer_config.json", "tokenization_evil.py", "AutoTokenizer")):
+        source = results[f"{folder.name}/{py_name}"]
+        named = results[f"{folder.name}/{json_name}"]
+        assert (source["verdict"], source["error"]) == ("dangerous", None), source
+        finding = next(f for f in source["findings"] if f["code"] == "python-code")
+        assert f"auto_map.{key}" in finding["message"] and "imports os" in finding["message"]
+        assert named["verdict"] == "dangerous", named
+        remote = next(f for f in named["findings"] if f["code"] == "remote-code")
+        assert py_name in remote["message"] and "trust_remote_code" in remote["message"]
+        _load(key, folder, canaries[key], tmp_path / "hf-home")
+        assert canaries[key].exists(), key  # the real loader ran the payload
+
+
+def test_benign_remote_code_is_listed_suspicious_and_loads(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, "tiny", {
+        "config.json": {"model_type": "tiny", "hidden_size": 8,
+                        "auto_map": {"AutoConfig": "configuration_tiny.TinyConfig"}},
+        "configuration_tiny.py": _BENIGN_CONFIG})
+    results = _scan(folder)
+    assert {k: r["verdict"] for k, r in results.items()} == {
+        "tiny/config.json": "suspicious", "tiny/configuration_tiny.py": "suspicious"}
+    source = next(f["message"] for f in results["tiny/configuration_tiny.py"]["findings"]
+                  if f["code"] == "python-code")
+    assert "imports transformers.PretrainedConfig" in source and "super().__init__" in source
+    loaded = _load("AutoConfig", folder, tmp_path / "unused", tmp_path / "hf-home")
+    assert loaded.returncode == 0, loaded.stderr[-500:]
