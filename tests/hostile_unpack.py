@@ -171,7 +171,8 @@ def open_compressed(kind: str, path: Path):
     if kind == "zstd":
         import zstandard
 
-        return zstandard.open(path, "rb")
+        # pickle.load reads lines too: zstandard's reader gives them through a buffer
+        return io.BufferedReader(zstandard.open(path, "rb"))
     if kind == "lz4":
         import lz4.frame
 

@@ -52,11 +52,26 @@ def counted(monkeypatch):
     return spent
 
 
+# padding streamed to its end and passed over (issue 34): the loader decodes it too, and what
+# is left is a benign value, so these are read whole, within the held budget
+READ_THROUGH = frozenset({"bz2_bomb", "zlib_bomb", "lzma_bomb", "gzip_members", "nested_bomb"})
+
+
+@pytest.fixture
+def small_stream_limit(monkeypatch):
+    """A stream limit of 40 MiB per file, so that 48 MiB bombs are past it."""
+    real = ScanBudget.for_size.__func__
+    monkeypatch.setattr(ScanBudget, "for_size", classmethod(
+        lambda cls, size: ScanBudget(real(cls, size).decoded, real(cls, size).opcodes,
+                                     40 << 20)))
+
+
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_a_hostile_file_stays_within_its_budget_and_is_not_safe(name, counted):
     data = HOSTILE[name](SCALE[name])
     res = scan_bytes(data)
-    assert res.verdict == "suspicious" and res.error is None, res.to_json()
+    expected = "safe" if name in READ_THROUGH else "suspicious"
+    assert res.verdict == expected and res.error is None, res.to_json()
     assert not res.weights_only_ok
     budget = ScanBudget.for_size(len(data))
     assert counted["decoded"] <= budget.decoded, counted
@@ -66,7 +81,7 @@ def test_a_hostile_file_stays_within_its_budget_and_is_not_safe(name, counted):
 
 @pytest.mark.parametrize("name", ["bz2_opcodes", "bz2_bomb", "zip_shared_bzip2",
                                   "zip_deflate_opcodes", "nested_bomb", "memo_puts"])
-def test_past_the_budget_the_scan_says_so(name):
+def test_past_the_budget_the_scan_says_so(name, small_stream_limit):
     res = scan_bytes(HOSTILE[name](SCALE[name]))
     assert "scan-budget" in {f.code for f in res.findings}, res.to_json()
     assert any("not fully scanned" in b for b in res.weights_only_blockers)

@@ -174,9 +174,12 @@ def test_missing_codec_and_oversized_content_are_not_safe(monkeypatch):
     res = scan_bytes(b"\x04\x22\x4d\x18" + bytes(16))
     assert res.verdict == "suspicious" and "compressed-unreadable" in {f.code for f in
                                                                        res.findings}
-    monkeypatch.setattr(scan, "MAX_DECOMPRESSED", 1000)
+    from inspector.scan.budget import ScanBudget
+
+    monkeypatch.setattr(ScanBudget, "for_size", classmethod(lambda cls, size: cls(1000, 10**6)))
     res = scan_bytes(gzip.compress(b"\x80\x02]" + b"N" * 5000 + b"."))
     assert res.verdict == "suspicious" and not res.weights_only_ok
+    assert "scan-budget" in {f.code for f in res.findings}
 
 
 def test_tensor_record_holding_a_protocol_0_pickle_is_scanned(tmp_path, canary):

@@ -21,6 +21,9 @@ OPCODES_PER_BYTE = 1  # and one more per byte of the file
 # Bounds on single parts, shared by `scan.context` and the format modules
 MAX_MEMBER_BYTES = 1 << 30  # a pickle member larger than this is reported, not read
 MAX_DECOMPRESSED = 1 << 30
+# decoded bytes one file's streams may pass through (read to the end, not held): a loader pays
+# the same to decode them, and past this the file says so (`scan-budget`, naming this limit)
+MAX_STREAMED = 1 << 30
 CRC_BUDGET = 64 << 20  # tensor record bytes CRC-checked per file; pickles are always checked
 MAX_LISTED_PICKLES = 1000  # `pickles` entries kept for the GUI; every pickle is scanned
 MAX_NESTING = 3  # pickles inside call arguments inside pickles
@@ -39,6 +42,7 @@ class ScanBudget:
 
     decoded: int
     opcodes: int
+    streamed: int = MAX_STREAMED  # decoded bytes streams may still pass through, not held
 
     @classmethod
     def for_size(cls, size: int) -> ScanBudget:

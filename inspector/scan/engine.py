@@ -19,7 +19,7 @@ from pathlib import Path
 from inspector import formats
 from inspector.core.verdict import worst
 from inspector.core.vocabulary import Format, Severity, Verdict
-from inspector.formats.archives import decompress, zipread
+from inspector.formats.archives import squeeze, zipread
 from inspector.formats.archives.compressed import scan_also_compressed
 from inspector.formats.archives.tar import scan_also_as_tar
 from inspector.formats.archives.zip_archive import scan_listed_items
@@ -31,7 +31,9 @@ from inspector.scan.budget import (  # noqa: F401 (MAX_LISTED_PICKLES: part of t
     MAX_DECOMPRESSED,
     MAX_LISTED_PICKLES,
     MAX_MEMBER_BYTES,
+    MAX_STREAMED,
     BudgetSpent,
+    ScanBudget,
 )
 from inspector.scan.context import ScanContext, not_a_checkpoint
 from inspector.scan.discover import Found, discover
@@ -332,5 +334,7 @@ def pickle_source(path: str | os.PathLike, member: str | None) -> bytes:
                 return zipread.member_bytes(buf, found[0], MAX_MEMBER_BYTES)
             kind = formats.sniff(bytes(buf[:512]), len(buf))
             if kind.startswith("compressed:"):
-                return decompress.decompress(buf, kind.split(":", 1)[1], MAX_DECOMPRESSED).data
+                # as the scan read it (`squeeze.content`), so the walk's offsets point into it
+                hold = min(MAX_DECOMPRESSED, ScanBudget.for_size(len(buf)).decoded)
+                return squeeze.content(buf, kind.split(":", 1)[1], hold, MAX_STREAMED).data
             return bytes(buf)

@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from inspector.core.vocabulary import Format, Severity
-from inspector.formats.archives import decompress
+from inspector.formats.archives import decompress, squeeze
 from inspector.formats.pickle_stream import pickle_head, scan_stream
 from inspector.formats.registry import HEAD_BYTES, FormatSpec, register
 from inspector.formats.sniffing import COMPRESSION_MAGIC, NESTED_KINDS, sniff
+from inspector.scan.budget import DECODED_BASE, DECODED_PER_BYTE, MAX_STREAMED, BudgetSpent
 from inspector.scan.pickles.walker import imports
 
 if TYPE_CHECKING:
@@ -23,12 +24,26 @@ if TYPE_CHECKING:
 def scan_compressed(ctx: FormatContext, buf, algo: str) -> None:
     res = ctx.result
     try:
-        decoded = ctx.decode(buf, algo)
+        decoded = read_content(ctx, buf, algo)
     except decompress.CodecMissing as exc:
         res.format = Format.COMPRESSED_PICKLE
         ctx.not_fully_read("compressed-unreadable", f"{exc}; its content was not scanned")
         return
     scan_decoded(ctx, buf, decoded, algo)
+
+
+def read_content(ctx: FormatContext, buf, algo: str) -> decompress.Decoded:
+    """A compressed stream's content within the file's budget (`squeeze.content`): held whole
+    where it fits the decode budget, a pickle past it read to its end as a stream."""
+    budget = ctx.budget
+    decoded = squeeze.content(buf, algo, ctx.decoded_limit(), budget.streamed)
+    budget.decode(len(decoded.data))
+    budget.streamed = max(budget.streamed - len(decoded.data) - decoded.passed_over, 0)
+    return decoded
+
+
+LIMITS = (f"the scan holds {DECODED_BASE >> 20} MiB + {DECODED_PER_BYTE} bytes per byte of "
+          f"the file and streams {MAX_STREAMED >> 20} MiB per file")
 
 
 def scan_decoded(ctx: FormatContext, buf, decoded: decompress.Decoded, algo: str) -> None:
@@ -37,8 +52,15 @@ def scan_decoded(ctx: FormatContext, buf, decoded: decompress.Decoded, algo: str
     is what the stdlib's own decoder hands them before the error (`decompress.handed_out`):
     the rest is read apart."""
     res = ctx.result
-    if decoded.incomplete:
+    if decoded.over_limit and not decoded.cap_reached:
+        ctx.not_fully_read("scan-budget", f"{algo} {decoded.incomplete} ({LIMITS}); the rest "
+                           "was not read")
+    elif decoded.incomplete and not decoded.cap_reached:
         ctx.not_fully_read("compressed-unreadable", decoded.incomplete)
+    if decoded.passed_over:
+        ctx.find(Severity.INFO, "stream-passed-over",
+                 f"{decoded.passed_over} bytes of long string or bytes values in the {algo} "
+                 "content were decoded and passed over (the scan keeps only their lengths)")
     with ctx.read_apart(decoded.data, decoded.failed):
         streamed = scan_stream(ctx, decoded.data, None, False)
     if decoded.failed:
@@ -49,12 +71,15 @@ def scan_decoded(ctx: FormatContext, buf, decoded: decompress.Decoded, algo: str
         if not ctx.scan_nested(decoded.data, f"<{algo} content>"):
             raise ValueError(f"{algo} content is not a pickle")
         res.format = Format.COMPRESSED_ARCHIVE
-        return
-    res.format = Format.COMPRESSED_PICKLE
-    members = f" ({decoded.members} members)" if decoded.members > 1 else ""
-    ctx.find(Severity.SUSPICIOUS, "compressed-pickle",
-             f"{algo}-compressed pickle{members}: loaders such "
-             "as joblib unpickle it with no weights_only protection")
+    else:
+        res.format = Format.COMPRESSED_PICKLE
+        members = f" ({decoded.members} members)" if decoded.members > 1 else ""
+        # its imports decide as a plain pickle's do; a part left unread was reported above
+        ctx.find(Severity.INFO, "compressed-pickle",
+                 f"{algo}-compressed pickle{members}: loaders such "
+                 "as joblib unpickle it with no weights_only protection")
+    if decoded.cap_reached:  # the file's streams are spent: what was read is kept, then stop
+        raise BudgetSpent(f"{algo} {decoded.incomplete} ({LIMITS})")
 
 
 PREFIX_BYTES = 1 << 16  # content decoded to tell a stream from bytes that merely decode
@@ -75,7 +100,7 @@ def scan_also_compressed(ctx: FormatContext, buf) -> None:
         alone = res.error is not None and res.error.startswith("not a model file")
         if not _content_loads(ctx, prefix, alone):
             continue
-        decoded = ctx.decode(buf, algo)
+        decoded = read_content(ctx, buf, algo)
         fmt, error = res.format, res.error
         res.error = None
         try:

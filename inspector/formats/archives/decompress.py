@@ -16,6 +16,7 @@ _CHUNK = 1 << 20
 # a member ends, so a file of many tiny members must not hand each one a whole _CHUNK
 _FIRST_CHUNK = 4096
 _TRAILER = {"gzip": 8}  # CRC-32 and size after each gzip member's deflate data
+_ONE_MEMBER = frozenset({"deflate"})  # a zip member: readers stop at its stream's end
 # kinds whose magic is weak (two bytes or a checksum): the decoder itself says if it reads them
 TRIED_KINDS = ("zlib", "lzma")
 
@@ -32,6 +33,10 @@ class Decoded:
     members: int
     incomplete: str | None = None
     failed: bool = False  # a data error cut the stream (not its end, not the bound)
+    over_limit: bool = False  # `incomplete` because a bound stopped it, not the data
+    cap_reached: bool = False  # the bound was the file's stream limit (`budget.MAX_STREAMED`)
+    passed_over: int = 0  # decoded bytes read through but not held (`squeeze`)
+    crc: int | None = None  # CRC-32 of every decoded byte, where some were passed over
 
 
 class _Header:
@@ -63,6 +68,8 @@ def _decoder(kind: str, view: memoryview):
         return zlib.decompressobj(-zlib.MAX_WBITS), header.pos
     if kind == "zlib":
         return zlib.decompressobj(zlib.MAX_WBITS), 0  # every window size up to 32 KiB
+    if kind == "deflate":  # a zip member's raw deflate data
+        return zlib.decompressobj(-zlib.MAX_WBITS), 0
     if kind == "bz2":
         return bz2.BZ2Decompressor(), 0
     if kind in ("xz", "lzma"):
@@ -75,6 +82,7 @@ def _decoder(kind: str, view: memoryview):
             return lz4.frame.LZ4FrameDecompressor(), 0
         import zstandard  # type: ignore[import-not-found]
 
+        # one frame per decoder, as every other kind's member: the next starts after it
         return zstandard.ZstdDecompressor().decompressobj(), 0
     except ImportError as exc:
         raise CodecMissing(f"{kind}: the {exc.name} package is not installed") from None
@@ -90,8 +98,14 @@ def _errors() -> tuple[type[BaseException], ...]:
     import gzip
     import lzma
 
-    return (zlib.error, lzma.LZMAError, gzip.BadGzipFile, OSError, EOFError, ValueError,
-            RuntimeError)
+    errors: tuple[type[BaseException], ...] = (
+        zlib.error, lzma.LZMAError, gzip.BadGzipFile, OSError, EOFError, ValueError,
+        RuntimeError)  # lz4's decoder raises RuntimeError
+    try:
+        import zstandard  # type: ignore[import-not-found]
+    except ImportError:
+        return errors
+    return (*errors, zstandard.ZstdError)
 
 
 def accepts(head: bytes, kind: str) -> bool:
@@ -115,46 +129,132 @@ def _skip_zeros(view: memoryview, pos: int) -> int:
     return pos
 
 
-def decompress(buf, kind: str, limit: int) -> Decoded:
-    """Every member of a `kind` stream in `buf`, at most `limit` bytes of output."""
-    out = bytearray()
-    members = 0
-    view = memoryview(buf)
-    n = len(view)
-    step = _FIRST_CHUNK
-    try:
+PIECE = 1 << 20  # decoded bytes one decoder call may produce
+# zstd's decoder takes no output bound: its input is fed in pieces small enough that even
+# its densest blocks (128 KiB from a few bytes) stay near PIECE per call
+_ZSTD_STEP = 2048
+
+
+def _more_output(d) -> bool:
+    """Whether the decoder holds input it has not turned into output yet (the output bound
+    stopped it): zlib keeps it as `unconsumed_tail`, bz2, lzma and lz4 say `needs_input`."""
+    return bool(_pending(d)) or (not getattr(d, "needs_input", True) and not d.eof)
+
+
+class Stream:
+    """Every member of a `kind` stream in `buf`, decoded piece by piece: `read(n)` hands out
+    the next bytes and `skip(n)` passes over them, so a reader of the whole content holds only
+    what it keeps. `produced` counts decoded bytes; `members`, `incomplete` and `failed` say
+    how the stream ended (once `read` or `skip` found its end). Past `cap` decoded bytes it
+    ends, `over_cap` set."""
+
+    def __init__(self, buf, kind: str, cap: int = 1 << 62) -> None:
+        self.kind, self.produced, self.members, self.cap, self.crc = kind, 0, 0, cap, 0
+        self.incomplete: str | None = None
+        self.failed = self.over_cap = False
+        self._pieces = self._decode(memoryview(buf))
+        self._left = memoryview(b"")
+        self.ended = False
+
+    def _decode(self, view: memoryview):
+        kind, n = self.kind, len(view)
         d, pos = _decoder(kind, view)
+        step = _ZSTD_STEP if kind == "zstd" else _FIRST_CHUNK
         while True:
-            if pos >= n and not _pending(d):
-                break
-            chunk = _pending(d) or view[pos:pos + step]
-            if not _pending(d):
+            if _more_output(d):
+                chunk = _pending(d) or b""
+            elif pos < n:
+                chunk = view[pos:pos + step]
                 pos += len(chunk)
-                step = min(step * 2, _CHUNK)
-            out += d.decompress(chunk, limit + 1 - len(out))
-            if len(out) > limit:
-                del out[limit:]
-                return Decoded(bytes(out), members + 1, f"content larger than {limit} bytes")
-            if getattr(d, "eof", False):
-                members += 1
+                step = step if kind == "zstd" else min(step * 2, _CHUNK)
+            else:
+                break
+            out = d.decompress(chunk) if kind == "zstd" else d.decompress(chunk, PIECE)
+            if out:
+                yield out
+            if d.eof:
+                self.members += 1
+                if kind in _ONE_MEMBER:
+                    return
                 # the next member starts after this one's trailer; gzip readers skip zero
                 # padding between members and read on after it (offsets, never a copy: a
                 # file of a million tiny members must not copy its rest a million times)
-                pos = pos - len(d.unused_data) + _TRAILER.get(kind, 0)
+                pos = pos - len(d.unused_data or b"") + _TRAILER.get(kind, 0)
                 if pos > n:
-                    return Decoded(bytes(out), members, f"{kind} trailer cut short (truncated)")
+                    self.incomplete = f"{kind} trailer cut short (truncated)"
+                    return
                 pos = _skip_zeros(view, pos)
                 if pos >= n:
-                    return Decoded(bytes(out), members)
+                    return
                 d, skip = _decoder(kind, view[pos:])
                 pos += skip
-                step = _FIRST_CHUNK
-        if not d.eof:
-            return Decoded(bytes(out), members + 1, f"{kind} stream ends early (truncated)")
-    except _errors() as exc:
-        return Decoded(bytes(out), members + 1, f"{kind} data unreadable after {len(out)} "
-                                                f"bytes: {exc}", failed=True)
-    return Decoded(bytes(out), members)
+                step = _ZSTD_STEP if kind == "zstd" else _FIRST_CHUNK
+        self.members += 1
+        self.incomplete = f"{kind} stream ends early (truncated)"
+
+    def _next(self) -> memoryview:
+        """The next decoded piece (empty at the end); a data error ends the stream."""
+        if self.ended:
+            return memoryview(b"")
+        try:
+            piece = next(self._pieces, None)
+        except _errors() as exc:
+            self.members += 1
+            self.failed = True
+            self.incomplete = f"{self.kind} data unreadable after {self.produced} bytes: {exc}"
+            piece = None
+        if piece is not None and self.produced >= self.cap:
+            self.over_cap = True
+            self.incomplete = f"content decodes past {self.cap} bytes"
+            piece = None
+        if piece is None:
+            self.ended = True
+            return memoryview(b"")
+        self.produced += len(piece)
+        self.crc = zlib.crc32(piece, self.crc)
+        return memoryview(piece)
+
+    def read(self, n: int) -> bytes:
+        """The next `n` decoded bytes (fewer only at the stream's end)."""
+        out = bytearray(self._left[:n])
+        self._left = self._left[n:]
+        while len(out) < n:
+            piece = self._next()
+            if not piece:
+                break
+            want = n - len(out)
+            out += piece[:want]
+            self._left = piece[want:]
+        return bytes(out)
+
+    def skip(self, n: int) -> int:
+        """Pass over the next `n` decoded bytes without keeping them; how many there were."""
+        done = min(n, len(self._left))
+        self._left = self._left[done:]
+        while done < n:
+            piece = self._next()
+            if not piece:
+                break
+            take = min(n - done, len(piece))
+            done += take
+            self._left = piece[take:]
+        return done
+
+    def at_end(self) -> bool:
+        """Whether every decoded byte has been handed out."""
+        if not self._left:
+            self._left = self._next()
+        return not self._left
+
+
+def decompress(buf, kind: str, limit: int) -> Decoded:
+    """Every member of a `kind` stream in `buf`, at most `limit` bytes of output."""
+    stream = Stream(buf, kind)
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        return Decoded(data[:limit], stream.members + 1, f"content larger than {limit} bytes",
+                       over_limit=True)
+    return Decoded(data, stream.members, stream.incomplete, stream.failed)
 
 
 HAND_OUT_PIECE = 1 << 16

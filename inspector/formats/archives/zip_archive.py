@@ -15,7 +15,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from inspector.core.vocabulary import Format, Severity
-from inspector.formats.archives import script_code, torch_package, unpack, zipread
+from inspector.formats.archives import (
+    decompress,
+    script_code,
+    squeeze,
+    torch_package,
+    unpack,
+    zipread,
+)
 from inspector.formats.archives.map_io import MapIO
 from inspector.formats.numpy_files import scan_member_npy
 from inspector.formats.pickle_stream import carve, fold_pickles, pickle_head, scan_stream
@@ -373,16 +380,20 @@ def _member_bytes(ctx: FormatContext, buf, reading: _Reading,
     wrote makes the archive damaged."""
     stored = m.method == zipread.STORED
     limit = MAX_MEMBER_BYTES if stored else ctx.decoded_limit(MAX_MEMBER_BYTES)
+    crc = None
     try:
         data = zipread.member_bytes(buf, m, limit)
     except zipread.MemberTooLarge as exc:
-        if limit < MAX_MEMBER_BYTES:
-            ctx.not_fully_read("scan-budget", f"member inflates past the file's decode "
-                               f"budget ({exc})", m.name)
-        else:
-            ctx.find(Severity.SUSPICIOUS, "zip-member-too-large",
-                     f"member not scanned: {exc}", m.name)
-        return None
+        streamed = _streamed_member(ctx, buf, m, limit) if limit < MAX_MEMBER_BYTES else None
+        if streamed is None:
+            if limit < MAX_MEMBER_BYTES:
+                ctx.not_fully_read("scan-budget", f"member inflates past the file's decode "
+                                   f"budget ({exc})", m.name)
+            else:
+                ctx.find(Severity.SUSPICIOUS, "zip-member-too-large",
+                         f"member not scanned: {exc}", m.name)
+            return None
+        data, crc = streamed.data, streamed.crc
     except ValueError as exc:
         ctx.find(Severity.SUSPICIOUS, "zip-member-unreadable", f"member not scanned: {exc}",
                  m.name)
@@ -390,9 +401,9 @@ def _member_bytes(ctx: FormatContext, buf, reading: _Reading,
         if m is reading.main:
             ctx.block(f"{m.name} cannot be read")
         return None
-    if not stored:
+    if not stored and crc is None:
         ctx.budget.decode(len(data))
-    if not zipread.crc_ok(data, m):
+    if not (zipread.crc_ok(data, m) if crc is None else crc == m.crc):
         reading.damaged = True
         ctx.find(Severity.SUSPICIOUS, "zip-crc-mismatch",
                  f"CRC-32 {zlib.crc32(data):08x} does "
@@ -402,6 +413,29 @@ def _member_bytes(ctx: FormatContext, buf, reading: _Reading,
     if m.name.endswith(_VERSION_RECORDS) and not _WRITTEN_VERSION.fullmatch(data):
         reading.damaged = True
     return data
+
+
+_STREAMED_METHODS = {zipread.DEFLATED: "deflate", zipread.BZIP2: "bz2"}
+
+
+def _streamed_member(ctx: FormatContext, buf, m: zipread.Member,
+                     limit: int) -> decompress.Decoded | None:
+    """A compressed pickle member past the decode budget, read to its end as a stream
+    (`squeeze.content`: long values passed over, never held); None where it is no pickle,
+    cannot be squeezed or decodes past the scan's stream limit."""
+    kind = _STREAMED_METHODS.get(m.method)
+    if kind is None or m.data_offset < 0:
+        return None
+    with memoryview(buf) as whole, whole[m.data_offset:m.data_offset + m.compressed_size] as raw:
+        decoded = squeeze.content(raw, kind, limit, ctx.budget.streamed)
+    ctx.budget.decode(len(decoded.data))
+    ctx.budget.streamed = max(ctx.budget.streamed - len(decoded.data) - decoded.passed_over, 0)
+    if decoded.over_limit or decoded.failed or decoded.crc is None:
+        return None
+    ctx.find(Severity.INFO, "stream-passed-over",
+             f"{decoded.passed_over} bytes of long string or bytes values in the member were "
+             "inflated and passed over (the scan keeps only their lengths)", m.name)
+    return decoded
 
 
 def _finish_reading(ctx: FormatContext, reading: _Reading, members: list[zipread.Member],

@@ -1,0 +1,172 @@
+"""A decoded pickle stream read to its end, opcode by opcode, holding only what the walker
+uses: each string or bytes argument longer than the walker keeps (`values.BIG`, past which it
+keeps a length only) is cut to `KEEP` bytes, its length field rewritten, and the rest is
+passed over in the stream, never held. The walker then reads the same opcodes, stack and
+memo as the loader does, at the cost of decoding the stream once, as the loader does.
+
+A FRAME that held cut bytes gets its length shortened by as many, so framing reads as before.
+Bytes after the pickles that are no opcode (raw array data after a joblib wrapper, a legacy
+tensor record) are kept as they are, within the held bound. A protocol 0 line longer than
+`KEEP` (a quoted string, a huge decimal) cannot be cut without changing its parse: the squeeze
+then gives up and the caller reads the stream as it would without it.
+"""
+
+from __future__ import annotations
+
+import pickletools
+import struct
+from dataclasses import dataclass
+
+from inspector.formats.archives.decompress import Decoded, Stream
+from inspector.formats.sniffing import PICKLE_FIRST_BYTES
+from inspector.scan.pickles.values import BIG
+
+KEEP = BIG + 1  # still past BIG: the walker keeps it as a length, as it would the whole
+_FRAME = 0x95
+_STOP = 0x2E
+_READ = 1 << 20
+
+# opcode -> (fixed argument bytes, or the size of a length prefix as a negative struct code)
+_FIXED: dict[int, int] = {}
+_PREFIX: dict[int, tuple[int, str]] = {}  # opcode -> (prefix bytes, struct format)
+_LINES: dict[int, int] = {}  # opcode -> newline-ended lines of argument
+for _op in pickletools.opcodes:
+    _code = ord(_op.code.encode("latin-1"))
+    _arg = _op.arg
+    if _arg is None:
+        _FIXED[_code] = 0
+    elif _arg.n >= 0:
+        _FIXED[_code] = _arg.n
+    elif _arg.n == pickletools.UP_TO_NEWLINE:
+        _LINES[_code] = 2 if _arg.name == "stringnl_noescape_pair" else 1
+    else:
+        _PREFIX[_code] = {pickletools.TAKEN_FROM_ARGUMENT1: (1, "<B"),
+                          pickletools.TAKEN_FROM_ARGUMENT4: (4, "<i"),
+                          pickletools.TAKEN_FROM_ARGUMENT4U: (4, "<I"),
+                          pickletools.TAKEN_FROM_ARGUMENT8U: (8, "<Q")}[_arg.n]
+
+
+class CannotSqueeze(ValueError):
+    """The stream holds an argument that cannot be cut without changing its parse."""
+
+
+class HeldTooMuch(ValueError):
+    """What the walker needs of the stream is more than the held bound."""
+
+
+@dataclass
+class Squeezed:
+    """The pickle stream as the walker reads it, and how many bytes were passed over."""
+
+    data: bytes
+    passed_over: int
+
+
+class _Reader:
+    """Buffered reads over a `decompress.Stream`, with the input offset they reached."""
+
+    def __init__(self, stream, head: bytes) -> None:
+        self.stream, self.buf, self.pos, self.offset = stream, head, 0, 0
+
+    def take(self, n: int) -> bytes:
+        """The next `n` bytes (fewer only at the end)."""
+        if self.pos + n > len(self.buf):
+            self.buf = self.buf[self.pos:] + self.stream.read(max(n, _READ))
+            self.pos = 0
+        out = self.buf[self.pos:self.pos + n]
+        self.pos += len(out)
+        self.offset += len(out)
+        return out
+
+    def line(self, limit: int) -> bytes:
+        """Bytes up to and including the next newline, at most `limit` of them."""
+        while True:
+            end = self.buf.find(b"\n", self.pos)
+            if end >= 0 or len(self.buf) - self.pos > limit:
+                break
+            more = self.stream.read(_READ)
+            if not more:
+                break
+            self.buf = self.buf[self.pos:] + more
+            self.pos = 0
+        stop = end + 1 if end >= 0 else len(self.buf)
+        if stop - self.pos > limit:
+            raise CannotSqueeze(f"a protocol 0 line of more than {limit} bytes")
+        return self.take(stop - self.pos)
+
+    def skip(self, n: int) -> int:
+        """Pass over the next `n` bytes without holding them."""
+        here = min(n, len(self.buf) - self.pos)
+        self.pos += here
+        done = here + (self.stream.skip(n - here) if n > here else 0)
+        self.offset += done
+        return done
+
+
+def squeeze(stream, head: bytes, hold: int) -> Squeezed:
+    """The pickle stream `head` + the rest of `stream` as the walker reads it, at most `hold`
+    bytes held (`HeldTooMuch` past it; `CannotSqueeze` where a line cannot be cut)."""
+    r = _Reader(stream, head)
+    out = bytearray()
+    frame_at, frame_end = -1, 0  # where the open FRAME's length lies in `out`, its input end
+    passed = 0
+    while len(out) <= hold:
+        first = r.take(1)
+        if not first:
+            return Squeezed(bytes(out), passed)
+        op = first[0]
+        if op in _FIXED:
+            arg = r.take(_FIXED[op])
+            out += first + arg
+            if op == _FRAME and len(arg) == 8:
+                frame_at, frame_end = len(out) - 8, r.offset + struct.unpack("<Q", arg)[0]
+        elif op in _LINES:
+            out += first
+            for _ in range(_LINES[op]):
+                out += r.line(KEEP)
+        elif op in _PREFIX:
+            size, fmt = _PREFIX[op]
+            raw = r.take(size)
+            out += first
+            if len(raw) < size:
+                out += raw
+                continue
+            (length,) = struct.unpack(fmt, raw)
+            if length <= KEEP:
+                out += raw + r.take(max(length, 0))
+                continue
+            out += struct.pack(fmt, KEEP) + r.take(KEEP)
+            cut_from = r.offset
+            skipped = r.skip(length - KEEP)
+            passed += skipped
+            if frame_at >= 0 and cut_from < frame_end:
+                inside = min(cut_from + skipped, frame_end) - cut_from
+                (framed,) = struct.unpack_from("<Q", out, frame_at)
+                struct.pack_into("<Q", out, frame_at, max(framed - inside, 0))
+        else:  # no opcode: raw bytes the loader reads as data; kept as they are
+            out += first + r.take(hold + 1 - len(out) - 1)
+    raise HeldTooMuch(f"more than {hold} bytes of pickle opcodes and kept arguments")
+
+
+def content(buf, kind: str, hold: int, cap: int) -> Decoded:
+    """A compressed stream's content as the scan reads it: whole where it is at most `hold`
+    bytes; past that, a pickle read to its end through `squeeze` (at most `cap` bytes decoded
+    in all); anything else cut at `hold`. `Decoded.over_limit` says a bound, not the data, left
+    part unread (and `incomplete` names the bound)."""
+    stream = Stream(buf, kind, cap)
+    head = stream.read(hold + 1)
+    if len(head) <= hold:
+        return Decoded(head, stream.members, stream.incomplete, stream.failed,
+                       stream.over_cap, cap_reached=stream.over_cap)
+    why = f"content larger than the {hold} bytes the scan holds of it"
+    if head[0] == 0x80 or head[0] in PICKLE_FIRST_BYTES:
+        try:
+            squeezed = squeeze(stream, head, hold)
+        except (CannotSqueeze, HeldTooMuch) as exc:
+            why = f"{why} ({exc})"
+        else:
+            incomplete = (f"content decodes past the scan's stream limit of {cap} bytes"
+                          if stream.over_cap else stream.incomplete)
+            return Decoded(squeezed.data, stream.members, incomplete, stream.failed,
+                           stream.over_cap, stream.over_cap, squeezed.passed_over, stream.crc)
+    return Decoded(head[:hold], stream.members + 1, why, over_limit=True)

@@ -1,0 +1,168 @@
+"""Every compression read to its end (issue 34): zstd and lz4 frames are decoded like gzip, bz2
+and xz, and a payload behind 48 MiB of padding (a compressed pickle, a deflated torch zip
+`data.pkl`) is found by reading the stream once, padding passed over, never held. Each hostile
+sample runs its payload under its real loader (the canary appears) and `ckpt-inspector scan`
+calls it dangerous; a benign compressed pickle is not worded as an unreadable one."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pickle
+import subprocess
+
+import pytest
+from hostile_unpack import (
+    COMPRESSORS,
+    benign_compressed,
+    compressed_padded,
+    lz4_pickle,
+    open_compressed,
+    padded_pickle,
+    tar_zst,
+    zip_deflated_padded,
+    zstd_torch_zip,
+)
+
+from inspector.formats.archives import decompress, squeeze
+from inspector.scan import budget
+from inspector.scan.engine import pickle_source, scan_bytes, scan_file
+from inspector.scan.pickles.walker import scan_pickle
+
+
+def _load_compressed(kind, path):
+    if kind in ("gzip", "bz2", "xz", "lz4"):
+        import joblib
+
+        return joblib.load(path)  # joblib's own readers, chosen by the file's magic
+    with open_compressed(kind, path) as fh:
+        return pickle.load(fh)
+
+
+def _load_torch(path):
+    import torch
+
+    return torch.load(path, weights_only=False)
+
+
+def _load_tar_zst(path):
+    import io
+    import tarfile
+
+    import zstandard
+
+    with tarfile.open(fileobj=io.BytesIO(zstandard.decompress(path.read_bytes(),
+                                                              max_output_size=1 << 26))) as tar:
+        return pickle.load(tar.extractfile("model/model.pkl"))
+
+
+def _load_zstd_torch(path):
+    import io
+
+    import torch
+    import zstandard
+
+    inner = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(path.read_bytes())).read()
+    return torch.load(io.BytesIO(inner), weights_only=False)
+
+
+SAMPLES = {f"padded_{kind}": (compressed_padded(kind), lambda p, k=kind: _load_compressed(k, p))
+           for kind in COMPRESSORS}
+SAMPLES.update({
+    "zip_deflated_padded": (zip_deflated_padded, _load_torch),
+    "tar_zst": (tar_zst, _load_tar_zst),
+    "zstd_torch_zip": (zstd_torch_zip, _load_zstd_torch),
+    "lz4_pickle": (lz4_pickle, lambda p: _load_compressed("lz4", p)),
+})
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_hostile_compressed_sample_runs_under_its_loader_and_is_dangerous(tmp_path, name):
+    build, load = SAMPLES[name]
+    canary = tmp_path / "canary"
+    path = build(tmp_path / name, canary)
+    res = scan_file(path)
+    assert not canary.exists()  # the scan ran nothing
+    assert res.verdict == "dangerous", res.to_json()
+    assert not {"scan-budget", "compressed-unreadable"} & {f.code for f in res.findings}
+    assert any(g.module in ("os", "posix") and g.name == "system" for g in res.globals)
+    load(path)
+    assert canary.exists()
+
+
+def test_padding_is_passed_over_not_held(tmp_path):
+    data = gzip.compress(padded_pickle(tmp_path / "canary"))
+    hold = 1 << 20
+    decoded = squeeze.content(data, "gzip", hold, budget.MAX_STREAMED)
+    assert len(decoded.data) < hold and decoded.passed_over == budget.MAX_STREAMED // 1024 * 48 - (
+        squeeze.KEEP)
+    assert decoded.incomplete is None and not decoded.over_limit
+    walked = scan_pickle(decoded.data)
+    assert walked.stopped and any(g.name == "system" for g in walked.globals)
+
+
+def test_a_frame_around_a_cut_value_keeps_its_framing():
+    big = b"\x8e" + (1_000_000).to_bytes(8, "little") + bytes(1_000_000)
+    body = b"\x80\x04" + b"\x95" + (len(big) + 2).to_bytes(8, "little") + big + b"0N."
+    decoded = squeeze.content(gzip.compress(body), "gzip", 200_000, budget.MAX_STREAMED)
+    assert decoded.passed_over == 1_000_000 - squeeze.KEEP
+    walked = scan_pickle(decoded.data)
+    assert walked.stopped and walked.error is None and not walked.issues, walked
+
+
+def test_past_the_stream_limit_the_scan_names_the_limit(tmp_path, monkeypatch):
+    real = budget.ScanBudget.for_size.__func__
+    monkeypatch.setattr(budget.ScanBudget, "for_size", classmethod(
+        lambda cls, size: budget.ScanBudget(real(cls, size).decoded, real(cls, size).opcodes,
+                                            40 << 20)))
+    data = gzip.compress(padded_pickle(tmp_path / "canary"))
+    res = scan_bytes(data)
+    found = {f.code: f.message for f in res.findings}
+    assert res.verdict == "suspicious" and "scan-budget" in found
+    assert "stream limit" in found["scan-budget"] and "1024 MiB per file" in found["scan-budget"]
+
+
+def test_benign_compressed_pickles_are_not_worded_as_unreadable(tmp_path):
+    for kind in COMPRESSORS:
+        res = scan_file(benign_compressed(kind, tmp_path / f"benign.{kind}"))
+        codes = {f.code for f in res.findings}
+        assert res.format == "compressed-pickle" and "compressed-pickle" in codes
+        assert res.verdict == "safe" and not {"compressed-unreadable", "scan-budget"} & codes
+    cut = gzip.compress(pickle.dumps(list(range(1000))))[:-30]
+    res = scan_bytes(cut)
+    assert res.verdict == "suspicious"
+    assert "compressed-unreadable" in {f.code for f in res.findings}
+
+
+def test_pickle_source_offsets_point_into_the_squeezed_stream(tmp_path):
+    path = compressed_padded("zstd")(tmp_path / "p.zst", tmp_path / "canary")
+    res = scan_file(path)
+    source = pickle_source(path, None)
+    entry = res.pickles[0]
+    assert scan_pickle(source, entry.offset if hasattr(entry, "offset") else entry["offset"]
+                       ).stopped
+
+
+def test_stream_reads_across_members_and_reports_truncation():
+    for kind, compress in COMPRESSORS.items():
+        data = compress(b"a" * 300_000) + compress(b"tail")
+        stream = decompress.Stream(data, kind)
+        assert stream.skip(299_990) == 299_990 and stream.read(100) == b"a" * 10 + b"tail"
+        assert stream.incomplete is None and stream.members == 2
+        cut = decompress.decompress(data[:-3], kind, 1 << 30)
+        assert cut.incomplete and not cut.over_limit
+
+
+def test_cli_calls_every_hostile_sample_dangerous(python_exe, tmp_path):
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    canary = tmp_path / "canary"
+    for name, (build, _load) in SAMPLES.items():
+        build(folder / name, canary)
+    proc = subprocess.run([python_exe, "-m", "inspector", "scan", "--json", str(folder)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    rows = {json.loads(line)["path"]: json.loads(line) for line in proc.stdout.splitlines()}
+    assert proc.returncode == 2, proc.stderr
+    verdicts = {name: rows[str(folder / name)]["verdict"] for name in SAMPLES}
+    assert set(verdicts.values()) == {"dangerous"}, verdicts
+    assert not canary.exists()
