@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from inspector.layout.torch_save import STORAGE_DTYPES, V3_DTYPES, NotCovered, describe_archive
+from inspector.rawtensors import readers
 from inspector.sandbox.host.client import run_job
 from inspector.tensors import records, sources, stats
 from inspector.tensors.load import LoadError, load_checkpoint, resolve_global, split_leaves
@@ -117,7 +118,7 @@ def test_plain_archives_take_the_fast_path_and_equal_torch(name: str, tmp_path: 
     path = _save(tmp_path, name, _shapes()[name])
     assert _agrees_or_falls_back(path)
     # tiny chunks exercise the chunked range and strided readers on every tensor
-    monkeypatch.setattr(sources, "CHUNK_BYTES", 8)
+    monkeypatch.setattr(readers, "CHUNK_BYTES", 8)
     assert _agrees_or_falls_back(path)
 
 
@@ -125,7 +126,7 @@ def test_large_non_contiguous_view_is_gathered_in_bounded_chunks(tmp_path: Path,
                                                                   monkeypatch) -> None:
     big = torch.randn(300, 200, generator=torch.Generator().manual_seed(1))
     path = _save(tmp_path, "big", {"t": big.t(), "cols": big[:, 50:150]})
-    monkeypatch.setattr(sources, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(readers, "CHUNK_BYTES", 4096)
     ckpt = sources._open_layout(str(path))
     pieces = [len(c) for s in ckpt.tensors for c in s.read()]
     assert max(pieces) <= 4096 and sum(pieces) == 200 * 300 * 4 + 300 * 100 * 4

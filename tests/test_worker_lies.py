@@ -108,7 +108,8 @@ def test_a_worker_that_alters_the_conversion_is_caught(tmp_path, hostile, capsys
 def test_a_conversion_that_cannot_be_checked_here_says_whose_word_it_is(tmp_path, hostile,
                                                                         capsys) -> None:
     source = tmp_path / "train.pt"
-    torch.save({**_state(), "epoch": 3}, source)  # a non-tensor leaf: not located statically
+    quantized = torch.quantize_per_tensor(torch.linspace(-1, 1, 16), 0.1, 3, torch.qint8)
+    torch.save({**_state(), "q": quantized}, source)  # a quantized storage: loaded only
     hostile(ALTER_OUTPUT)
     out = tmp_path / "train.safetensors"
     assert main(["convert", str(source), "-o", str(out)]) == 0
@@ -116,13 +117,13 @@ def test_a_conversion_that_cannot_be_checked_here_says_whose_word_it_is(tmp_path
     assert "as reported by the jailed loader" in text and "bit for bit" not in text
     assert main(["convert", str(source), "-o", str(out), "--force", "--json"]) == 0
     claims = json.loads(capsys.readouterr().out)["claims"]
-    assert claims["checked"] is False and "epoch" in claims["reason"]
+    assert claims["checked"] is False and "_rebuild_qtensor" in claims["reason"]
 
 
 def test_an_honest_conversion_is_verified_here(tmp_path, capsys) -> None:
     source = tmp_path / "m.pt"
     state = _state()
-    torch.save({**state, "tied": state["a"]}, source)
+    torch.save({**state, "tied": state["a"], "epoch": 3}, source)  # plain leaves are read too
     out = tmp_path / "m.safetensors"
     assert main(["convert", str(source), "-o", str(out), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -170,7 +171,7 @@ def _worker_inspect(path) -> dict:
                     "limits": Limits.for_input(os.path.getsize(path)).to_json()}, timeout=300)
 
 
-@pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
+@pytest.mark.parametrize("suffix", [".pt", ".legacy.pt", ".safetensors"])
 @pytest.mark.parametrize("lie", [CLEAN_STATS, FORGED_DIGEST, HIDDEN_TENSOR],
                          ids=["clean-stats", "forged-digest", "hidden-tensor"])
 def test_a_worker_that_lies_about_the_tensors_is_caught(tmp_path, hostile, capsys, lie,
@@ -181,7 +182,11 @@ def test_a_worker_that_lies_about_the_tensors_is_caught(tmp_path, hostile, capsy
     state["b"][3, 4] = float("nan")
     state["b"][5, 6] = float("inf")
     path = tmp_path / f"m{suffix}"
-    torch.save(state, path) if suffix == ".pt" else save_file(state, path)
+    if suffix == ".safetensors":
+        save_file(state, path)
+    else:
+        torch.save({**state, "epoch": 3}, path,
+                   _use_new_zipfile_serialization=suffix == ".pt")
     hostile(lie)
     reply = _worker_inspect(path)
     told = {r["key"]: r for r in reply["tensors"]}

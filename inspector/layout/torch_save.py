@@ -48,6 +48,7 @@ _SCRIPT_LISTS = frozenset(f"torch.jit._pickle.build_{kind}list"
 _TYPE_TAG = "torch.jit._pickle.restore_type_tag"
 _BOOKKEEPING = frozenset({"version", ".data/version", "byteorder", ".data/serialization_id",
                           ".format_version", ".storage_alignment"})
+_PLAIN = (int, float, str, bool)
 MAX_PICKLE_BYTES = 256 << 20
 
 
@@ -153,10 +154,13 @@ def _rebuild(func: str, args: object, script: bool = False) -> _Tensor:
     return _Tensor(dtype, itemsize, storage, offset, shape, stride)
 
 
-def _persistent(pid: object, storages: dict[str, _Storage]) -> _Storage:
-    if type(pid) is not tuple or len(pid) != 5 or pid[0] != "storage":
+def _persistent(pid: object, storages: dict[str, _Storage], legacy: bool = False) -> _Storage:
+    # a legacy stream's ids have a sixth field, a view into another storage (None for none)
+    size = 6 if legacy else 5
+    if type(pid) is not tuple or len(pid) != size or pid[0] != "storage" or (
+            legacy and pid[5] is not None):
         raise NotCovered("persistent id that is not a storage")
-    _, stype, key, location, numel = pid
+    _, stype, key, location, numel = pid[:5]
     if type(stype) is not _Global or type(key) is not str or type(location) is not str:
         raise NotCovered("storage id fields of an unexpected kind")
     if type(numel) is not int or numel < 0 or stype.key not in STORAGE_DTYPES:
@@ -168,11 +172,13 @@ def _persistent(pid: object, storages: dict[str, _Storage]) -> _Storage:
     return storage
 
 
-def walk_pickle(data: bytes, script: bool = False) -> tuple[object, dict[str, _Storage]]:
+def walk_pickle(data: bytes, script: bool = False, floats: bool = False, legacy: bool = False
+                ) -> tuple[object, dict[str, _Storage]]:
     """The object a weights-only load of `data` builds (tensors as layouts) and its storages.
 
     `script` also reads a TorchScript data.pkl: `__torch__` objects become `ScriptModule`s,
-    typed lists and type tags their plain values, floats are admitted."""
+    typed lists and type tags their plain values, floats are admitted (as with `floats`).
+    `legacy`: storage ids as a legacy stream writes them (`layout.torch_legacy`)."""
     stack: list = []
     marks: list[list] = []
     memo: dict[int, object] = {}
@@ -190,7 +196,7 @@ def walk_pickle(data: bytes, script: bool = False) -> tuple[object, dict[str, _S
                 marks.append(stack)
                 stack = []
             elif name in ("BININT", "BININT1", "BININT2", "LONG1", "BINUNICODE") or (
-                    script and name == "BINFLOAT"):
+                    (script or floats) and name == "BINFLOAT"):
                 stack.append(arg)
             elif name in ("NEWTRUE", "NEWFALSE", "NONE", "EMPTY_TUPLE"):
                 stack.append({"NEWTRUE": True, "NEWFALSE": False, "NONE": None}.get(name, ()))
@@ -211,7 +217,7 @@ def walk_pickle(data: bytes, script: bool = False) -> tuple[object, dict[str, _S
             elif name == "GLOBAL":
                 stack.append(_global(arg, script))
             elif name == "BINPERSID":
-                stack.append(_persistent(stack.pop(), storages))
+                stack.append(_persistent(stack.pop(), storages, legacy))
             elif name == "NEWOBJ" and script:
                 args = stack.pop()
                 value = _script_module(stack.pop(), args)
@@ -339,19 +345,22 @@ def _check_plain(value: object, depth: int) -> None:
         raise NotCovered("attribute state holding something other than plain values")
 
 
-def describe_archive(buf, base: int = 0, end: int | None = None) -> list[TensorLayout]:
+def describe_archive(buf, base: int = 0, end: int | None = None,
+                     plain_leaves: bool = False) -> list[TensorLayout]:
     """Every tensor of the torch zip archive in `buf[base:end]` (bytes or mmap; offsets are the
     buffer's, as `zipread.read_zip` gives them), keyed as torch flattens it.
 
     Raises NotCovered when anything in the archive is outside the subset described above.
+    `plain_leaves` admits leaves that are plain values (int, float, str, bool, None: a training
+    checkpoint's `epoch`), left out of the list; a caller that must list them loads the file.
     """
     by_name = archive_members(buf, base, end)
-    root, storages = walk_pickle(main_pickle(buf, by_name, "data.pkl"))
+    root, storages = walk_pickle(main_pickle(buf, by_name, "data.pkl"), floats=plain_leaves)
     records = {f"data/{key}" for key in storages}
     extra = [n for n in by_name if n not in records and n not in _BOOKKEEPING and n != "data.pkl"]
     if extra:
         raise NotCovered(f"archive member {extra[0]!r} is not a plain checkpoint's")
-    return tensor_layouts(unique_keys(flatten(root)), storages, by_name, "data/")
+    return tensor_layouts(unique_keys(flatten(root)), storages, by_name, "data/", plain_leaves)
 
 
 def archive_members(buf, base: int = 0, end: int | None = None,
@@ -401,9 +410,11 @@ def main_pickle(buf, by_name: dict[str, zipread.Member], name: str) -> bytes:
 
 
 def tensor_layouts(leaves: list[tuple[str, object]], storages: dict[str, _Storage],
-                   by_name: dict[str, zipread.Member], folder: str) -> list[TensorLayout]:
+                   by_name: dict[str, zipread.Member], folder: str,
+                   plain_leaves: bool = False) -> list[TensorLayout]:
     """The layouts of keyed tensor leaves over records `folder + storage key`, each checked to
-    hold exactly its declared bytes; NotCovered at a leaf that is not a tensor."""
+    hold exactly its declared bytes; NotCovered at a leaf that is not a tensor (or, with
+    `plain_leaves`, a plain value, which is skipped)."""
     for key, storage in storages.items():
         record = by_name.get(f"{folder}{key}")
         if record is None or record.size != storage.nbytes:
@@ -411,6 +422,8 @@ def tensor_layouts(leaves: list[tuple[str, object]], storages: dict[str, _Storag
     out = []
     for key, leaf in leaves:
         if type(leaf) is not _Tensor:
+            if plain_leaves and (leaf is None or type(leaf) in _PLAIN):
+                continue
             raise NotCovered(f"{key} is not a tensor")
         start = by_name[f"{folder}{leaf.storage.key}"].data_offset + leaf.offset * leaf.itemsize
         out.append(TensorLayout(key, leaf.dtype, leaf.itemsize, leaf.shape, leaf.stride, start))

@@ -1,7 +1,8 @@
 """Each tensor of a file as raw row-major bytes, located by reading headers and layouts only.
 
 Safetensors (`formats.safetensors_header`), a plain torch zip archive (`layout.torch_save`, a
-static walk of data.pkl that builds values itself and imports nothing) and GGUF
+static walk of data.pkl that builds values itself and imports nothing), a legacy torch stream
+(`layout.torch_legacy`, the same walk) and GGUF
 (`formats.gguf_header`; a block-quantized tensor is its raw blocks, dtype `bits8`, as the
 worker lists it). Anything else, or anything these readers do not fully
 cover, is `NotReadable` with the reason: the caller then knows its claim about that file can
@@ -20,6 +21,7 @@ from typing import Any
 from inspector.core.dtypes import GGUF_DENSE, canonical_dtype
 from inspector.formats import HEAD_BYTES, gguf_header, sniff
 from inspector.formats.safetensors_header import read_header
+from inspector.layout.torch_legacy import describe_legacy
 from inspector.layout.torch_save import NotCovered, TensorLayout, describe_archive
 from inspector.layout.torchscript import code_archive_kind
 
@@ -73,6 +75,13 @@ def open_raw(path: str | os.PathLike[str]) -> RawFile:
         return _safetensors(path, view, size)
     if kind == "zip":
         return _torch_zip(mm, view)
+    if kind == "pytorch-legacy":
+        try:
+            layouts = describe_legacy(mm, plain_leaves=True)
+        except NotCovered as exc:
+            raise NotReadable(f"the legacy stream holds more than tensors and plain values "
+                              f"({exc})") from None
+        return RawFile("pytorch-legacy", [_layout_tensor(view, t) for t in layouts], {})
     raise NotReadable(f"a {kind} file's tensors are located only by loading it")
 
 
@@ -92,9 +101,10 @@ def _torch_zip(mm: mmap.mmap, view: memoryview) -> RawFile:
     if code_archive_kind(mm) is not None:
         raise NotReadable("a TorchScript or torch.export archive")
     try:
-        layouts = describe_archive(mm)
+        layouts = describe_archive(mm, plain_leaves=True)
     except NotCovered as exc:
-        raise NotReadable(f"the archive's pickle holds more than tensors ({exc})") from None
+        raise NotReadable(f"the archive holds more than tensors and plain values ({exc})"
+                          ) from None
     return RawFile("pytorch-zip", [_layout_tensor(view, t) for t in layouts], {})
 
 
