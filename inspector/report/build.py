@@ -4,13 +4,20 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from inspector import __version__
 from inspector.checkpoint.results import ConversionResult, DiffResult, InspectResult
 from inspector.core.json_record import as_result
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.core.verdict import worst
-from inspector.core.vocabulary import LoadStatus, ReportStatus, StepStatus, Verdict
+from inspector.core.vocabulary import (
+    LoadStatus,
+    ReportStatus,
+    SignatureState,
+    StepStatus,
+    Verdict,
+)
 from inspector.integrity.verify import VerifyResult
 from inspector.report.checklist import checklist, file_problems, telemetry_problems
 from inspector.report.model import (
@@ -41,6 +48,9 @@ from inspector.report.sections import (
 from inspector.run.checkpoints import LedgerSummary
 from inspector.scan.result import ScanResult
 
+if TYPE_CHECKING:
+    from inspector.signing.check import SignatureVerdict
+
 
 def build_report(
     session: SessionEvidence,
@@ -56,7 +66,10 @@ def build_report(
     files = [_file_report(ev, inspect, evidence, progress, cancel) for ev, inspect in evidence]
     telemetry = (summarize_telemetry(session.telemetry, session.telemetry_source)
                  if session.telemetry is not None else None)
-    problems = [f"{f.file.name}: {p}" for f in files for p in f.problems]
+    # the signature leads: a folder whose signature does not hold is told before any file
+    problems = [signature_problem(v) for v in session.signatures
+                if v.state != SignatureState.INTACT]
+    problems += [f"{f.file.name}: {p}" for f in files for p in f.problems]
     if telemetry is not None:
         problems += telemetry_problems(telemetry)
     for run in session.runs:
@@ -77,7 +90,14 @@ def build_report(
         files=files,
         telemetry=telemetry,
         runs=[run.to_json() for run in session.runs],
+        signatures=[v.to_json() for v in session.signatures],
     )
+
+
+def signature_problem(verdict: SignatureVerdict) -> str:
+    """A signature that is not intact, in one line: which state, and why."""
+    why = verdict.reason or f"signed by {verdict.signer}, but a signed file changed"
+    return f"signature {verdict.signature}: {verdict.state}: {why}"
 
 
 def run_problems(run: LedgerSummary) -> list[str]:

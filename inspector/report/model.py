@@ -24,6 +24,7 @@ from inspector.scan.result import ScanResult
 
 if TYPE_CHECKING:
     from inspector.gpu.telemetry import TelemetryStore
+    from inspector.signing.check import SignatureVerdict
 
 SCHEMA_VERSION = 1
 PASS, FAIL, NOT_CHECKED = CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.NOT_CHECKED
@@ -63,6 +64,8 @@ class SessionEvidence:
     command: str | None = None
     runs: list[LedgerSummary] = field(default_factory=list)
     """The checkpoint ledgers of training-run folders given to the report."""
+    signatures: list[SignatureVerdict] = field(default_factory=list)
+    """Model folders checked against their OpenSSF Model Signing signatures."""
 
 
 @dataclass
@@ -337,6 +340,9 @@ class Report:
     telemetry: TelemetrySummary | None
     runs: list[dict] = field(default_factory=list)
     """Each run folder's ledger summary (`run.checkpoints.LedgerSummary.to_json`)."""
+    signatures: list[dict] = field(default_factory=list)
+    """Each signed folder's verdict (`signing.check.SignatureVerdict.to_json`), first in the
+    summary."""
 
     def to_json(self) -> dict:
         """The report as a JSON-ready dict (non-finite floats become strings)."""

@@ -138,6 +138,7 @@ def _summary(report: Report) -> str:
         f"<td bgcolor=\"{color}\" style=\"background-color: {color}; color: #ffffff;\">"
         f"<span class=\"headline\" data-verdict=\"{report.verdict}\">{escape(headline)}</span><br>"
         f"{escape(explanation)}<br><b>{escape(status)}</b></td></tr></table>"
+        + _signatures(report)
         + (f"<ul>{problems}</ul>" if problems else "")
         + _table(["File", "Code safety", "Weights health", "Problems", "Detail"], [
             [escape(f.file.name), _word_cell(f), _health_cell(f),
@@ -145,6 +146,15 @@ def _summary(report: Report) -> str:
             for n, f in enumerate(report.files, 1)])
         + "</section>"
     )
+
+
+def _signatures(report: Report) -> str:
+    """Each signed folder's state and signer, before anything else of the summary."""
+    if not report.signatures:
+        return ""
+    return _table(["Signature", "State", "Signed by", "Why"], [
+        [_mono(v["signature"]), f"<b>{escape(v['state'])}</b>", escape(v.get("signer") or "—"),
+         escape(v.get("reason") or "")] for v in report.signatures])
 
 
 def _file_sections(f: FileReport, n: int, image_src: ImageSrc) -> str:
