@@ -375,6 +375,28 @@ def member_bytes(buf, member: Member, max_size: int) -> bytes:
     return out
 
 
+_HEAD_INPUT = 1 << 16  # compressed bytes read for a member's first few bytes
+
+
+def member_head(buf, member: Member, size: int) -> bytes:
+    """The member's first `size` uncompressed bytes (fewer where it is shorter or cannot be
+    decoded): enough to tell what it is without inflating all of it."""
+    if member.data_offset < 0:
+        return b""
+    # a bounded slice: a stored tensor record may be gigabytes, and slicing a map copies
+    start = member.data_offset
+    if member.method == STORED:
+        return bytes(buf[start:start + min(size, member.compressed_size)])
+    raw = buf[start:start + min(member.compressed_size, _HEAD_INPUT)]
+    import lzma
+
+    try:
+        return _decoder(member.method, raw).decompress(raw[_skip(member.method, raw):], size)
+    except (zlib.error, lzma.LZMAError, OSError, EOFError, struct.error, LookupError,
+            ValueError):
+        return b""
+
+
 def _skip(method: int, raw) -> int:
     """Bytes before the compressed stream: zip's LZMA header (version, properties)."""
     return 4 + struct.unpack_from("<H", raw, 2)[0] if method == LZMA else 0

@@ -1,0 +1,62 @@
+"""Native libraries inside a zip: machine code, which an AOTInductor `.pt2` package's loader runs.
+
+`torch._inductor.aoti_load_package` unpacks a `.pt2` package and loads the compiled model
+library it carries (`<name>/data/aotinductor/<model>/*.so`) with `dlopen`, which runs the
+library's constructors before torch looks at anything in it: native code by design. So a
+native library (known by its magic, ELF or Mach-O, or by its name) in a package of that
+shape is dangerous (`native-code`); one in any other zip is suspicious (`native-library`):
+nothing in that archive's loaders runs it, but it is code, not data.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from inspector.core.vocabulary import Severity
+from inspector.formats.archives import zipread
+
+if TYPE_CHECKING:
+    from inspector.formats.context import FormatContext
+
+LOADER = "torch._inductor.aoti_load_package"
+# ELF, Mach-O (both byte orders, 32 and 64 bits) and universal binaries; a PE's two-byte `MZ`
+# is too short to tell from tensor bytes, so a Windows library is known by its name
+_MAGIC = (b"\x7fELF", b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf", b"\xce\xfa\xed\xfe",
+          b"\xcf\xfa\xed\xfe", b"\xca\xfe\xba\xbe")
+_NAMED = re.compile(r"\.(?:so(?:\.\d+)*|dylib|dll|pyd)$", re.IGNORECASE)
+
+
+def is_native(buf, member: zipread.Member) -> bool:
+    """Whether the member is a native library, by its name or its first bytes."""
+    return bool(_NAMED.search(member.name)) or zipread.member_head(buf, member, 4).startswith(
+        _MAGIC)
+
+
+def is_aoti_package(buf, members: list[zipread.Member]) -> bool:
+    """Whether the zip has a `.pt2` package's shape: an `archive_format` reading `pt2`, or
+    AOTInductor's `data/aotinductor/` folder."""
+    for m in members:
+        if "/data/aotinductor/" in m.name or m.name.startswith("data/aotinductor/"):
+            return True
+        if m.name.rsplit("/", 1)[-1] == "archive_format" and zipread.member_head(
+                buf, m, 8).strip() == b"pt2":
+            return True
+    return False
+
+
+def report(ctx: FormatContext, buf, members: list[zipread.Member]) -> None:
+    """A finding for each native library in the archive (at most 8 named)."""
+    native = [m for m in members if m.size and not m.name.endswith("/") and is_native(buf, m)]
+    if not native:
+        return
+    package = is_aoti_package(buf, members)
+    for m in native[:8]:
+        if package:
+            ctx.find(Severity.DANGEROUS, "native-code",
+                     f"a native library in a .pt2 package: {LOADER} loads it with dlopen, "
+                     "which runs its code before torch checks anything", m.name)
+        else:
+            ctx.find(Severity.SUSPICIOUS, "native-library",
+                     "a native library (machine code, not data): it runs wherever something "
+                     "loads it", m.name)

@@ -1,0 +1,86 @@
+""".pt2 / AOTInductor packages carrying native libraries are native code that runs at load: the
+scan calls them dangerous without loading them, and the real loader
+(`torch._inductor.aoti_load_package`) runs the library's constructor (a canary appears)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+_CONSTRUCTOR = r"""
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void run_at_load(void) {
+    FILE *f = fopen(getenv("CANARY"), "w");
+    if (f) { fputs("ran", f); fclose(f); }
+}
+"""
+
+
+def _library(tmp_path: Path) -> Path:
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the sample library")
+    source = tmp_path / "payload.c"
+    source.write_text(_CONSTRUCTOR)
+    out = tmp_path / "payload.so"
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(out), str(source)], check=True)
+    return out
+
+
+def _package(path: Path, library: Path, method: int) -> Path:
+    """A .pt2 package as aoti_compile_and_package lays it out, its model library `library`."""
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("m/archive_format", "pt2")
+        z.writestr("m/archive_version", "0")
+        z.writestr("m/.data/version", "1\n")
+        z.writestr("m/byteorder", "little")
+        z.writestr("m/data/aotinductor/model/model.wrapper_metadata.json",
+                   json.dumps({"AOTI_DEVICE_KEY": "cpu"}))
+        z.write(library, "m/data/aotinductor/model/model.wrapper.so", compress_type=method)
+    return path
+
+
+def test_a_pt2_package_with_a_native_library_is_dangerous_and_runs_at_load(
+        tmp_path: Path) -> None:
+    library = _library(tmp_path)
+    packages = {"stored": _package(tmp_path / "stored.pt2", library, zipfile.ZIP_STORED),
+                "deflated": _package(tmp_path / "deflated.pt2", library, zipfile.ZIP_DEFLATED)}
+    out = subprocess.run([sys.executable, "-m", "inspector", "scan", "--json",
+                          *map(str, packages.values())], capture_output=True, text=True,
+                         timeout=600)
+    records = {Path(r["path"]).stem: r for r in map(json.loads, out.stdout.splitlines())}
+    canaries = {name: tmp_path / f"canary-{name}" for name in packages}
+    assert not any(c.exists() for c in canaries.values())  # the scan loaded nothing
+    for name, path in packages.items():
+        record = records[name]
+        native = [f for f in record["findings"] if f["code"] == "native-code"]
+        assert record["verdict"] == "dangerous", record["findings"]
+        assert [f["member"] for f in native] == ["m/data/aotinductor/model/model.wrapper.so"]
+        subprocess.run([sys.executable, "-c", "import sys, torch._inductor as i\ntry:\n"
+                        "    i.aoti_load_package(sys.argv[1])\nexcept RuntimeError:\n"
+                        "    pass  # no model inside: the library already ran", str(path)],
+                       env={**os.environ, "CANARY": str(canaries[name])}, check=True,
+                       capture_output=True, timeout=300, cwd=tmp_path)
+        assert canaries[name].exists(), name  # dlopen ran the library's constructor
+
+
+def test_a_native_library_in_another_zip_is_suspicious(tmp_path: Path) -> None:
+    library = _library(tmp_path)
+    path = tmp_path / "tools.zip"
+    with zipfile.ZipFile(path, "w") as z:
+        z.write(library, "bin/helper")  # known by its ELF magic, not its name
+        z.writestr("README", "tools")
+    out = subprocess.run([sys.executable, "-m", "inspector", "scan", "--json", str(path)],
+                         capture_output=True, text=True, timeout=600)
+    record = json.loads(out.stdout.splitlines()[0])
+    assert record["verdict"] == "suspicious"
+    assert [(f["code"], f["member"]) for f in record["findings"]
+            if f["severity"] != "info"] == [("native-library", "bin/helper")]
