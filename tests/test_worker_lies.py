@@ -213,3 +213,33 @@ def test_an_honest_inspection_counts_nan_here(tmp_path, capsys) -> None:
     assert report["claims"] == {"checked": True, "tensors": 2, "reason": None}
     assert {t["key"]: t["nan"] for t in report["tensors"]} == {"a": 0, "b": 1}
     assert report["health"]["status"] == "problem"
+
+
+def test_a_worker_that_forges_digests_for_verify_is_caught(tmp_path, hostile, capsys) -> None:
+    from inspector.rawtensors.readers import open_raw
+    from inspector.rawtensors.values import measure
+
+    source = tmp_path / "m.pt"
+    torch.save(_state(), source)
+    manifest = tmp_path / "m.json"
+    assert main(["manifest", "create", str(source), "-o", str(manifest)]) == 0
+    honest = {t.key: measure(t).digest for t in open_raw(source).tensors}
+    data = bytearray(source.read_bytes())  # a flipped bit in a's storage, found by offset
+    first = next(t for t in open_raw(source).tensors if t.key == "a")
+    data[first.view[0] + 5] ^= 0x10
+    source.write_bytes(bytes(data))
+    hostile(f"""
+        import inspector.tensors.sources as sources
+        honest = {honest!r}
+        sources.digest = lambda source, cancel=None: honest[source.key]
+    """)
+    # the lie under the real worker: the flipped file's digests are the manifest's
+    reply = run_job({"op": "digests", "path": str(source), "allow_globals": [],
+                     "limits": Limits.for_input(os.path.getsize(source)).to_json()},
+                    timeout=300)
+    assert {r["key"]: r["digest"] for r in reply["tensors"]} == honest
+    capsys.readouterr()
+    code = main(["verify", str(source), "--manifest", str(manifest), "--tensors-only"])
+    captured = capsys.readouterr()
+    assert code != 0
+    assert "does not match the file's own bytes" in captured.out + captured.err

@@ -253,3 +253,20 @@ def aliases_entry(aliases: dict[str, str]) -> dict[str, str]:
     """The `__metadata__` entries that record aliases: safetensors' own `{removed: kept}` and
     `ALIASES_KEY` (empty when there are none)."""
     return {**aliases, ALIASES_KEY: json.dumps(aliases, sort_keys=True)} if aliases else {}
+
+
+def recorded_specs(metadata: dict[str, str]) -> dict[str, dict]:
+    """The rebuild specs a converted file records (`ENCODED_KEY`); {} when there are none or
+    the entry is not a JSON object of objects (free text, which then matches no original)."""
+    try:
+        specs = json.loads(metadata.get(ENCODED_KEY, "{}"))
+    except ValueError:
+        return {}
+    ok = isinstance(specs, dict) and all(isinstance(v, dict) for v in specs.values())
+    return specs if ok else {}
+
+
+def spec_bytes(spec: dict) -> bytes:
+    """An encoded tensor's rebuild spec as the bytes its `KEY::spec` part holds: canonical
+    JSON, so the original and a converted file give the same digest."""
+    return json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()

@@ -18,7 +18,6 @@ only where a converter listed them (`safetensors_header.recorded_aliases`).
 from __future__ import annotations
 
 import hashlib
-import json
 import mmap
 import os
 import sys
@@ -30,7 +29,12 @@ from inspector.core.dtypes import canonical_dtype
 from inspector.core.errors import CodedError
 from inspector.core.progress import CancelToken, check
 from inspector.formats import HEAD_BYTES, detect, sniff
-from inspector.formats.safetensors_header import ENCODED_KEY, read_header, recorded_aliases
+from inspector.formats.safetensors_header import (
+    read_header,
+    recorded_aliases,
+    recorded_specs,
+    spec_bytes,
+)
 from inspector.integrity.hashing import DIGEST_ALGORITHM
 from inspector.layout.torch_save import NotCovered, describe_archive
 from inspector.layout.torchscript import code_archive_kind, describe_code_archive
@@ -200,7 +204,7 @@ def _open_safetensors(path: str) -> Checkpoint:
         for e in header.entries
     ]
     sources += _aliases(sources, header.metadata)
-    sources += _spec_sources(_recorded_specs(header.metadata), {s.key for s in sources})
+    sources += _spec_sources(recorded_specs(header.metadata), {s.key for s in sources})
     objects = [
         {"key": f"__metadata__.{k}", "type": "builtins.str", "repr": repr(v)[:200]}
         for k, v in header.metadata.items()
@@ -222,22 +226,11 @@ def _spec_sources(specs: dict[str, dict], taken: set[str]) -> list[TensorSource]
         if name in taken:
             raise SourceError("key_collision", f"{name!r} names both a tensor and the rebuild "
                               "spec of an encoded (quantized or sparse) tensor")
-        data = json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()
+        data = spec_bytes(spec)
         out.append(TensorSource(key=name, dtype="uint8", shape=[len(data)],
                                 read=lambda data=data: iter([memoryview(data)]),
                                 storage=(SPEC_PART, key)))
     return out
-
-
-def _recorded_specs(metadata: dict[str, str]) -> dict[str, dict]:
-    """The rebuild specs a converted file records (`ENCODED_KEY`); {} when there are none or
-    the entry is not a JSON object of objects (free text, which then matches no original)."""
-    try:
-        specs = json.loads(metadata.get(ENCODED_KEY, "{}"))
-    except ValueError:
-        return {}
-    ok = isinstance(specs, dict) and all(isinstance(v, dict) for v in specs.values())
-    return specs if ok else {}
 
 
 def _aliases(sources: list[TensorSource], metadata: dict[str, str]) -> list[TensorSource]:

@@ -11,6 +11,7 @@ runs, so the check adds little wall time:
   one once, with the same dtype, shape and digest; the NaN and Inf counts are recomputed here
   and replace the worker's, and health is judged again from the checked records. Other
   statistics (mean, std, histogram, exponents) are taken from the worker and the record says so.
+- `check_digests`: the tensor digests `verify` compares with a manifest, checked the same way.
 - `check_conversion`: the output safetensors file is read here and each tensor's bytes compared
   with the input's own storage bytes; every input tensor must be written, or be an alias of a
   written one with the same bytes, or be skipped for a dtype safetensors cannot hold, and
@@ -23,6 +24,7 @@ the jailed loader's. A claim that fails is `claim_refuted`: the whole reply is t
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import threading
@@ -42,6 +44,8 @@ from inspector.formats.safetensors_header import (
     ENCODED_KEY,
     read_buffer,
     recorded_aliases,
+    recorded_specs,
+    spec_bytes,
 )
 from inspector.rawtensors.readers import NotReadable, RawFile, RawTensor, open_raw
 from inspector.rawtensors.values import Measured, measure
@@ -89,6 +93,11 @@ class Expected:
         if self.reason is not None:
             self.file = None
 
+    @property
+    def metadata(self) -> dict[str, str]:
+        """The file's safetensors `__metadata__` (empty for other formats)."""
+        return self.file.metadata if self.file is not None else {}
+
     def wait(self) -> list[tuple[RawTensor, Measured]] | str:
         """Each tensor with what it measured, or why the file could not be measured."""
         self._thread.join()
@@ -109,17 +118,7 @@ def check_inspection(expected: Expected, report: dict[str, Any]) -> None:
     if isinstance(measured, str):
         report["claims"] = ClaimCheck(reason=measured).to_json()
         return
-    problems = []
-    records: dict[str, list[dict]] = {}
-    for rec in report["tensors"]:
-        records.setdefault(str(rec.get("key")), []).append(rec)
-    for t, m in measured:
-        found = records.pop(t.key, [])
-        if len(found) != 1:
-            problems.append(f"{escape(t.key)} reported {len(found)} times")
-            continue
-        problems += _tensor_problems(t, m, found[0])
-    problems += [f"{escape(k)} is no tensor of the file" for k in records]
+    problems = _record_problems(measured, report["tensors"], {})
     if problems:
         report["error"] = _refuted("inspection", problems, report.get("sandbox")).to_json()
         report["health"] = None
@@ -127,6 +126,49 @@ def check_inspection(expected: Expected, report: dict[str, Any]) -> None:
     report["health"] = assess(report["tensors"]).to_json()
     report["claims"] = ClaimCheck(checked=True, tensors=len(measured)).to_json()
     _timed(report, started)
+
+
+def check_digests(expected: Expected, result: dict[str, Any]) -> None:
+    """Check a `digests` reply (what `verify` compares with a manifest) against the file's
+    bytes: each tensor once with its digest, and a converted file's recorded aliases and
+    rebuild specs (`KEY::spec`) with theirs; SandboxError when a claim fails."""
+    measured = expected.wait()
+    if isinstance(measured, str):
+        result["claims"] = ClaimCheck(reason=measured).to_json()
+        return
+    metadata = expected.metadata
+    by_key = {t.key: m.digest for t, m in measured}
+    derived = {removed: by_key[kept] for removed, kept in recorded_aliases(metadata).items()
+               if kept in by_key and removed not in by_key}
+    derived |= {f"{key}::spec": hashlib.sha256(spec_bytes(spec)).hexdigest()
+                for key, spec in recorded_specs(metadata).items()}
+    problems = _record_problems(measured, result["tensors"], derived)
+    if problems:
+        raise _refuted("tensor digests", problems, result.get("sandbox"))
+    result["claims"] = ClaimCheck(checked=True, tensors=len(measured)).to_json()
+
+
+def _record_problems(measured: list[tuple[RawTensor, Measured]], records: list[dict],
+                     derived: dict[str, str]) -> list[str]:
+    """How the worker's tensor records disagree with the file's tensors measured here: each
+    once, with its dtype, shape and digest (its NaN / Inf counts replaced by the ones measured
+    here); `derived`: keys the file names without storing them, with their digests."""
+    by_key: dict[str, list[dict]] = {}
+    for rec in records:
+        by_key.setdefault(str(rec.get("key")), []).append(rec)
+    problems = []
+    for t, m in measured:
+        found = by_key.pop(t.key, [])
+        if len(found) != 1:
+            problems.append(f"{escape(t.key)} reported {len(found)} times")
+            continue
+        problems += _tensor_problems(t, m, found[0])
+    for key, found in by_key.items():
+        if key not in derived:
+            problems.append(f"{escape(key)} is no tensor of the file")
+        elif [r.get("digest") for r in found] != [derived[key]]:
+            problems.append(f"{escape(key)}'s digest differs")
+    return problems
 
 
 def _tensor_problems(t: RawTensor, measured: Measured, rec: dict) -> list[str]:

@@ -24,7 +24,12 @@ from inspector.core.atomic import OutputExistsError, atomic_write, write_text_at
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.integrity.hashing import DIGEST_ALGORITHM, sha256_file
 from inspector.sandbox.host.admission import check_loadable, static_scan
-from inspector.sandbox.host.claims import Expected, check_conversion, check_inspection
+from inspector.sandbox.host.claims import (
+    Expected,
+    check_conversion,
+    check_digests,
+    check_inspection,
+)
 from inspector.sandbox.host.jobs import EventFn, SandboxError, run_job
 from inspector.sandbox.protocol import Limits
 from inspector.scan.dcp_folder import folder_files, is_dcp_folder
@@ -234,7 +239,12 @@ def tensor_digests(
         "allow_globals": allow,
         "limits": _limits(target.stat().st_size, None),
     }
-    result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout)
+    expected = Expected(target, counts=False)  # the file's own digests, while the worker runs
+    try:
+        result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout)
+        check_digests(expected, result)  # a worker's digests are claims until they pass
+    finally:
+        expected.stop()
     return [
         TensorEntry(
             key=r["key"],
