@@ -51,12 +51,13 @@ def _functions(obj: object) -> list[tuple[object, int]]:
     parameters are not the call's arguments (`self`/`cls` of a class's methods)."""
     if not inspect.isclass(obj):
         return [(obj, 0)]
+    # the __new__ and __init__ a call of the class runs: the first in its MRO (a base's, reached
+    # through super() with its own parameters, is that base's entry where it is allowed itself)
     found = []
-    for klass in obj.__mro__[:-1]:  # object's own methods call nothing of the pickle's
-        for name in _CONSTRUCTION:
-            method = klass.__dict__.get(name)
-            if method is not None:
-                found.append((getattr(method, "__func__", method), 1))
+    for name in _CONSTRUCTION:
+        method = next((k.__dict__[name] for k in obj.__mro__[:-1] if name in k.__dict__), None)
+        if method is not None:
+            found.append((getattr(method, "__func__", method), 1))
     return found
 
 

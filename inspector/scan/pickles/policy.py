@@ -503,6 +503,8 @@ CALLS_ARGUMENTS: dict[str, tuple[CalledArgument, ...]] = {
     "torch.nn.parameter.Parameter": (CalledArgument(0, "data", "calls a method of", "detach"),),
     "fractions.Fraction": (
         CalledArgument(0, "numerator", "calls a method of", "as_integer_ratio"),),
+    "omegaconf.nodes.EnumNode": (
+        CalledArgument(0, "enum_type", "calls a method of", "__members__"),),
     **{f"numpy.{core}.multiarray._reconstruct": (
         CalledArgument(0, "subtype", "makes an instance of and runs a method of",
                        "__array_finalize__"),) for core in ("core", "_core")},

@@ -31,10 +31,14 @@ class _Seq:
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.strings: list[str] = []
-        self.items: dict[str, object] = {}
+        self.items: dict[str, object] | None = None  # made on a dict's first items
 
     def set_items(self, flat: list) -> None:
         """Keep the text-keyed items of `flat` (key, value, key, value ...), the first 16."""
+        if self.kind != "dict":
+            return
+        if self.items is None:
+            self.items = {}
         items = self.items
         for i in range(0, len(flat) - 1, 2):
             if len(items) >= 16:
