@@ -176,6 +176,10 @@ def _run(command: str | None, argv: list[str]) -> int:
         from inspector.sandbox.host.client import set_required_jail
 
         set_required_jail(args.require_jail)
+    if hasattr(args, "idle_timeout"):  # also None: a later command in this process
+        from inspector.sandbox.host.deadlines import set_idle_timeout
+
+        set_idle_timeout(args.idle_timeout)
     try:
         code = int(command_module(args.command).run(args))
         sys.stdout.flush()  # output that fit in the buffer meets a closed pipe only here

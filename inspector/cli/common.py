@@ -66,9 +66,18 @@ def add_loader_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--override-dangerous", action="store_true",
                         help="load even when the static scan says dangerous (still "
                              "weights_only=True, inside the jail)")
-    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                        help="kill the worker after this long")
+    add_timeout_arguments(parser)
     add_require_jail_argument(parser)
+
+
+def add_timeout_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--timeout` and `--idle-timeout`: every jailed job ends (`sandbox.host.deadlines`)."""
+    parser.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+                        help="kill a worker job after this long (default: 300 s plus 120 s "
+                             "per GiB of its input, or CKPT_INSPECTOR_TIMEOUT; 0: no limit)")
+    parser.add_argument("--idle-timeout", type=_seconds, default=None, metavar="SECONDS",
+                        help="kill a worker job that reports nothing for this long (default "
+                             "300, or CKPT_INSPECTOR_IDLE_TIMEOUT; 0: no limit)")
 
 
 def add_require_jail_argument(parser: argparse.ArgumentParser) -> None:
@@ -89,6 +98,13 @@ def add_jobs_argument(parser: argparse.ArgumentParser) -> None:
                         help="jailed workers at once (default: the number of cores this "
                              "process may use); N workers hold up to N times one worker's "
                              "memory, so --jobs 1 runs one file at a time")
+
+
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # also NaN
+        raise argparse.ArgumentTypeError("must be a number of seconds, 0 or more")
+    return value
 
 
 def _positive(text: str) -> int:

@@ -17,6 +17,7 @@ from inspector.cli.common import (
     JAIL_ERRORS,
     add_allow_arguments,
     add_require_jail_argument,
+    add_timeout_arguments,
 )
 from inspector.core.vocabulary import CheckStatus
 
@@ -33,6 +34,7 @@ _CODE_EXITS = {
     "bad_request": EXIT_BAD_REQUEST,
     "bad_factory": EXIT_BAD_REQUEST,
     "timeout": EXIT_WORKER,
+    "idle_timeout": EXIT_WORKER,
     "worker_crashed": EXIT_WORKER,
     "worker_killed": EXIT_WORKER,
     "cpu_limit": EXIT_WORKER,
@@ -94,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="flip one bit of one weight on the device before iteration ITER "
                              "(default 2) to prove the detector works")
     add_allow_arguments(parser)
-    parser.add_argument("--timeout", type=float, metavar="S", help="give up after S seconds")
+    add_timeout_arguments(parser)
     add_require_jail_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 

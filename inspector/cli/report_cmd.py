@@ -36,6 +36,7 @@ from inspector.cli.common import (
     add_jobs_argument,
     add_quiet_argument,
     add_require_jail_argument,
+    add_timeout_arguments,
     progress_events,
     stderr_progress,
     warm_workers,
@@ -88,8 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="consistency runs compared with the first (default 10)")
     add_allow_arguments(parser)
     add_quiet_argument(parser)
-    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
-                        help="kill any one worker job after this long")
+    add_timeout_arguments(parser)
     parser.add_argument("--force", action="store_true", help="overwrite an existing report")
     parser.add_argument("--cold-workers", action="store_true",
                         help="start a fresh worker process per file instead of forking each "

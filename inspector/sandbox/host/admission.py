@@ -30,7 +30,7 @@ class DryRunReader:
 
     def __call__(self, request: dict) -> dict:
         """Run the readings of a complete request."""
-        return run_job({**request, "limits": DRY_RUN_LIMITS.to_json()}, timeout=300)
+        return run_job({**request, "limits": DRY_RUN_LIMITS.to_json()})
 
     def gated(self, request: dict, gate: Callable[[], Iterator[dict]]) -> dict:
         """Start the worker on `request` (what it may read), and run `gate` (the walk) while it
@@ -39,7 +39,7 @@ class DryRunReader:
         request = dict(request)
         memory = DRY_RUN_LIMITS.memory_mb + int(request.pop("held_mb", 0))
         limits = replace(DRY_RUN_LIMITS, memory_mb=memory)
-        return run_job({**request, "limits": limits.to_json()}, timeout=300, gate=gate)
+        return run_job({**request, "limits": limits.to_json()}, gate=gate)
 
 
 dry_run_reader = DryRunReader()

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from inspector.core.errors import CodedError
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.core.vocabulary import DEFAULT_REQUIRED_JAIL, JailLevel, JailRequirement
+from inspector.sandbox.host import deadlines
 from inspector.sandbox.host.events import ProtocolViolation, read_events
 from inspector.sandbox.host.forkclient import ForkedWorker
 from inspector.sandbox.host.launch import launch
@@ -121,15 +122,19 @@ def run_job(
     follows as a line of its own while the worker works on those before (the dry run reads a
     folder's files while the rest are walked). The start line is sent only when the
     handshake's level meets `require_jail` (default: `required_jail()`).
+
+    Every job ends: `timeout` (None: the default, scaled to the inputs) bounds its wall-clock
+    time and the idle limit its quiet stretches (`deadlines`).
     """
     required = require_jail or _required_jail
     # this job's share of the cores when several run at once (sandbox.host.parallel)
     request = {**request, "limits": {"torch_threads": job_threads(),
                                      **request.get("limits", {})}}
     max_threads = Limits.from_json(request["limits"]).thread_cap()
+    limits = deadlines.for_job(request, timeout)
     started = time.monotonic()
     proc = launch(tuple(pass_fds))
-    stop = Watchdog(proc, cancel, timeout, max_threads)
+    stop = Watchdog(proc, cancel, limits.wall, max_threads, limits.idle)
     stderr_tail: deque[str] = deque(maxlen=40)
     drain = threading.Thread(target=drain_stderr, args=(proc.stderr.fileno(), stderr_tail),
                              daemon=True)
@@ -144,6 +149,7 @@ def run_job(
         _send(proc, request)
         feeder.start()
         for event in read_events(proc.stdout.fileno()):
+            stop.touch()
             kind = event["type"]
             if result is not None:
                 raise ProtocolViolation(f"a {kind!r} line after the result")
@@ -186,8 +192,9 @@ def run_job(
     if stop.reason == "cancel":
         raise Cancelled()
     if stop.reason == "timeout":
-        raise SandboxError("timeout", f"the worker did not finish within {timeout:g} s",
-                           sandbox=sandbox, stderr=tail)
+        raise SandboxError("timeout", limits.timeout_message(), sandbox=sandbox, stderr=tail)
+    if stop.reason == "idle":
+        raise SandboxError("idle_timeout", limits.idle_message(), sandbox=sandbox, stderr=tail)
     if stop.reason == "threads":
         raise SandboxError("thread_limit", f"the worker started more than {max_threads} "
                            "threads and was killed", sandbox=sandbox, stderr=tail)

@@ -63,14 +63,18 @@ def thread_count(pid: int) -> int:
 
 
 class Watchdog:
-    """Kills the worker's group on timeout, cancel, or more than `max_threads` threads."""
+    """Kills the worker's group on timeout, cancel, more than `max_threads` threads, or no
+    sign of life (`touch`) for `idle` seconds."""
 
     def __init__(self, proc: subprocess.Popen, cancel: CancelToken | None,
-                 timeout: float | None, max_threads: int | None = None) -> None:
+                 timeout: float | None, max_threads: int | None = None,
+                 idle: float | None = None) -> None:
         self.reason: str | None = None
         self._proc = proc
         self._cancel = cancel
         self._deadline = None if timeout is None else time.monotonic() + timeout
+        self._idle = idle
+        self._last = time.monotonic()
         self._paused_at: float | None = None
         self._grace: float | None = None
         self._max_threads = max_threads
@@ -80,14 +84,21 @@ class Watchdog:
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
-        """The timeout does not run meanwhile (cancel and the thread limit still do)."""
+        """The timeout and the idle limit do not run meanwhile (cancel and the thread limit
+        still do)."""
         self._paused_at = time.monotonic()
         try:
             yield
         finally:
+            paused_for = time.monotonic() - self._paused_at
             if self._deadline is not None:
-                self._deadline += time.monotonic() - self._paused_at
+                self._deadline += paused_for
+            self._last += paused_for
             self._paused_at = None
+
+    def touch(self) -> None:
+        """The worker reported something: the idle limit starts again."""
+        self._last = time.monotonic()
 
     def _watch(self) -> None:
         while not self._done.wait(0.05):
@@ -96,6 +107,9 @@ class Watchdog:
             elif (self._deadline is not None and self._paused_at is None
                   and time.monotonic() > self._deadline):
                 self.reason = "timeout"
+            elif (self._idle is not None and self._paused_at is None
+                  and time.monotonic() - self._last > self._idle):
+                self.reason = "idle"
             elif self._grace is not None and time.monotonic() > self._grace:
                 self.reason = "grace"
             elif self._max_threads and thread_count(self._proc.pid) > self._max_threads:
