@@ -195,20 +195,20 @@ def _run_signed(args: argparse.Namespace) -> int:
     it does not hold, 3 when it cannot be checked here, 2 for bad input), then every file."""
     from inspector.core.vocabulary import SignatureState
     from inspector.signing.bundle import DEFAULT_NAME
-    from inspector.signing.folder import check_folder
-    from inspector.signing.statement import DIALECT
+    from inspector.signing.folder import check_folder, check_signed_file
+    from inspector.signing.statement import DIALECT, beside
 
     if args.manifest or args.sha256 or args.tensors_only or args.shard or args.results:
         return _usage("a signature is checked alone: drop --manifest, --sha256, "
                       "--tensors-only, --shard and --results")
     if len(args.paths) != 1 or not isinstance(args.paths[0], Path) or \
-            not args.paths[0].is_dir():
-        return _usage("a signature covers one folder: name it (verify DIR --signature "
+            not args.paths[0].exists():
+        return _usage("a signature covers one folder or file: name it (verify DIR --signature "
                       "model.sig --public-key key.pub)")
     folder = args.paths[0]
-    signature = args.signature or folder / DEFAULT_NAME
+    signature = args.signature or (folder / DEFAULT_NAME if folder.is_dir() else beside(folder))
     if not args.signature and not signature.is_file():
-        return _usage(f"{folder} holds no {DEFAULT_NAME}; pass --signature SIG")
+        return _usage(f"{folder}: no {signature.name} found; pass --signature SIG")
     def digests(path: Path, *, cancel: CancelToken | None = None) -> list[TensorEntry]:
         # the worker's client is imported only for a changed file whose tensors are signed
         return worker_digests(args)(path, cancel=cancel)
@@ -216,7 +216,9 @@ def _run_signed(args: argparse.Namespace) -> int:
     with stderr_progress("verifying", args.quiet) as progress:
         checked = check_folder(folder, signature, args.public_key, args.certificate or (),
                                tensor_digests=None if args.no_tensors else digests,
-                               strict=args.strict, progress=progress)
+                               strict=args.strict, progress=progress) if folder.is_dir() \
+            else check_signed_file(folder, signature, args.public_key, args.certificate or (),
+                                   strict=args.strict)
     verdict, result, error = checked.verdict, checked.result, checked.error
     if error is not None and not error.invalid and error.code != "keyless-offline":
         return _usage(escape(error.message))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.core.vocabulary import FileStatus
-from inspector.integrity.hashing import ByteProgress, HashAhead
+from inspector.integrity.hashing import ByteProgress, HashAhead, sha256_file
 from inspector.integrity.manifest import ManifestError
 from inspector.integrity.verify import (
     FileCheck,
@@ -208,6 +208,33 @@ def check_folder(folder: Path, signature: Path, public_key: Path | None = None,
         except ManifestError as exc:  # a signed name that leaves the folder
             error = SignatureError("outside-folder", f"{signature}: {exc}")
             return SignedCheck(verdict_for(signature, error=error, kind=kind), error=error)
+    verdict = verdict_for(signature, checked=checked, kind=kind, changed=result.differs)
+    result.extra["signature"] = verdict.to_json()
+    return SignedCheck(verdict, result)
+
+
+def check_signed_file(path: Path, signature: Path, public_key: Path | None = None,
+                      certificate_chain: Sequence[Path] = (), *, strict: bool = False,
+                      cancel: CancelToken | None = None) -> SignedCheck:
+    """One file against a signature over it alone: its statement's one item is `.`, as the
+    ledger and `model_signing sign key FILE` write it."""
+    kind = None
+    try:
+        bundle = read_bundle(signature)
+        kind = bundle.kind
+        checked = check_signature(bundle, public_key, certificate_chain)
+        names = [r.name for r in checked.statement.resources]
+        if not checked.statement.plain_sha256 or names != ["."]:
+            raise SignatureError("not-this-file", f"{signature}: signs a folder ({len(names)} "
+                                 "items), not one file: name the folder it signs")
+    except SignatureError as exc:
+        return SignedCheck(verdict_for(signature, error=exc, kind=kind), error=exc)
+    expected = checked.statement.resources[0].digest
+    record = FileCheck(path=str(path), status=FileStatus.MISSING, expected=expected)
+    if path.is_file():
+        record.actual = sha256_file(path, cancel=cancel)
+        record.status = FileStatus.OK if record.actual == expected else FileStatus.MISMATCH
+    result = VerifyResult(files=[record], strict=strict)
     verdict = verdict_for(signature, checked=checked, kind=kind, changed=result.differs)
     result.extra["signature"] = verdict.to_json()
     return SignedCheck(verdict, result)

@@ -36,6 +36,7 @@ from inspector.gui.document import FileDocument, Verification
 from inspector.gui.drops import DROP_OWNER
 from inspector.gui.jobs import EmitFn, Job, JobRunner
 from inspector.gui.pipeline import Pipeline
+from inspector.gui.signing.badge import SignatureBadge
 from inspector.gui.verdict_style import status_style, tint
 from inspector.integrity.verify import FileCheck, TensorCheck
 
@@ -170,7 +171,9 @@ class IntegrityPane(QWidget):
         for i, width in enumerate((220, 130, 100, 180, 180)):
             self.table.setColumnWidth(i, width)
 
+        self.badge = SignatureBadge(runner)
         layout = QVBoxLayout(self)
+        layout.addWidget(self.badge)
         layout.addWidget(zone)
         layout.addWidget(self.summary)
         layout.addWidget(self.table, 1)
@@ -184,6 +187,7 @@ class IntegrityPane(QWidget):
                                      (self.compare_button, compare_blocker(doc), COMPARE_TIP)):
             button.setEnabled(blocked is None)
             button.setToolTip(blocked or tip)
+        self.badge.show_path(doc.path if doc is not None else None)
         if doc is None:
             self._show("<p>No file open.</p>", [])
             return

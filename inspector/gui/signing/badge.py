@@ -1,0 +1,159 @@
+"""`SignatureBadge`: which signature covers an open checkpoint (its folder's `model.sig`, or
+the ledger's `NAME.sig` beside it), checked in a background job with the trusted public keys
+(`CKPT_INSPECTOR_TRUSTED_KEYS`), shown as one of: signed and intact, signed but changed (which
+file), not signed, signature invalid, not verified (with why). A click opens the statement."""
+
+from __future__ import annotations
+
+import html
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtWidgets import QMessageBox, QPushButton, QWidget
+
+from inspector.core.badges import GREY
+from inspector.core.progress import CancelToken
+from inspector.core.vocabulary import FileStatus, SignatureState
+from inspector.gui.jobs import EmitFn, Job, JobRunner
+
+TRUSTED_KEYS_ENV = "CKPT_INSPECTOR_TRUSTED_KEYS"
+"""Public keys (PEM files, separated as PATH is) whose signatures the app verifies."""
+
+LOOKS = {
+    SignatureState.INTACT: ("Signed · intact", "#1e8e3e"),
+    SignatureState.CHANGED: ("Signed · changed", "#c5221f"),
+    SignatureState.INVALID: ("Signature invalid", "#c5221f"),
+    SignatureState.UNVERIFIED: ("Signed · not verified", GREY),
+    SignatureState.UNSIGNED: ("Not signed", GREY),
+}
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What the badge shows: the folder, its signature and the check's outcome."""
+
+    folder: Path
+    signature: Path | None
+    check: object | None  # a signing.folder.SignedCheck; None: not signed
+
+
+def covering_signature(path: Path) -> tuple[Path, Path] | None:
+    """(what is signed, its signature) for a checkpoint: the folder's `model.sig`, the
+    ledger's `NAME.sig` beside a file or folder; None when nothing signs it."""
+    from inspector.signing.bundle import DEFAULT_NAME
+    from inspector.signing.statement import beside
+
+    folder = path if path.is_dir() else path.parent
+    for target, signature in ((folder, folder / DEFAULT_NAME), (path, beside(path))):
+        if signature.is_file():
+            return target, signature
+    return None
+
+
+def trusted_keys() -> list[Path]:
+    """The public keys named by `CKPT_INSPECTOR_TRUSTED_KEYS`."""
+    return [Path(p) for p in os.environ.get(TRUSTED_KEYS_ENV, "").split(os.pathsep) if p]
+
+
+def check_path(path: Path, keys: list[Path], cancel: CancelToken | None = None) -> Shown:
+    """The signature covering `path`, checked with the trusted key it names (its fingerprint)
+    or unverified when none is trusted; every signed file is hashed (a background job)."""
+    from inspector.signing.bundle import read_bundle
+    from inspector.signing.errors import SignatureError
+    from inspector.signing.folder import check_folder, check_signed_file
+    from inspector.signing.keys import fingerprint, read_public_key
+
+    found = covering_signature(path)
+    if found is None:
+        return Shown(path if path.is_dir() else path.parent, None, None)
+    target, signature = found
+    key = None
+    try:
+        hint = read_bundle(signature).document["verificationMaterial"].get("publicKey", {})
+        wanted = hint.get("hint") if isinstance(hint, dict) else None
+        key = next((k for k in keys if fingerprint(read_public_key(k)) == wanted), None)
+    except SignatureError:
+        pass  # check_folder says what is wrong with the signature
+    check = check_folder if target.is_dir() else check_signed_file
+    return Shown(target, signature, check(target, signature, key, cancel=cancel))
+
+
+class SignatureBadge(QPushButton):
+    """The badge; `show_path(path)` checks in the background, a click shows the statement."""
+
+    def __init__(self, runner: JobRunner, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.runner = runner
+        self.shown: Shown | None = None
+        self.state: SignatureState | None = None
+        self.path: Path | None = None
+        self._job: Job | None = None
+        self.setFlat(True)
+        self.setAccessibleName("Signature")
+        self.clicked.connect(self.show_statement)
+        self.hide()
+
+    def show_path(self, path: Path | None) -> Job | None:
+        """Check the signature covering `path` (None: hide the badge); the same path again
+        keeps the check made (hashing a folder is not repeated on every refresh)."""
+        if path == self.path and path is not None:
+            return self._job
+        self.path = path
+        if self._job is not None:
+            self._job.cancel()
+            self._job = None
+        if path is None:
+            self.hide()
+            return None
+        keys = trusted_keys()
+
+        def run(_emit: EmitFn, cancel: CancelToken) -> Shown:
+            return check_path(path, keys, cancel)
+
+        job = Job(f"signature of {path.name}", run, self)
+        job.finished.connect(self._show)
+        job.failed.connect(lambda message: self._paint(SignatureState.UNVERIFIED, message))
+        self._job = job
+        self._paint(None, "Checking the signature…")
+        return self.runner.start(job)
+
+    def _show(self, shown: Shown) -> None:
+        self._job = None
+        self.shown = shown
+        if shown.check is None:
+            self._paint(SignatureState.UNSIGNED, "No model.sig covers this checkpoint")
+            return
+        verdict = shown.check.verdict
+        detail = verdict.signer or verdict.reason or ""
+        if verdict.state == SignatureState.CHANGED:
+            changed = [f.path for f in shown.check.result.files
+                       if f.status not in (FileStatus.OK, FileStatus.EXTRA)]
+            detail = f"{', '.join(changed[:3])} — signed by {verdict.signer}"
+        self._paint(SignatureState(verdict.state), detail)
+
+    def _paint(self, state: SignatureState | None, detail: str) -> None:
+        self.state = state
+        word, colour = LOOKS.get(state, ("Signature…", GREY)) if state else ("Signature…", GREY)
+        self.setText(f"{word}: {detail}" if detail and state else word)
+        self.setToolTip(detail)
+        self.setStyleSheet(f"color: {colour}; font-weight: bold; text-align: left;")
+        self.show()
+
+    def show_statement(self) -> None:
+        """The signed statement: who signed, the signature, and each signed file's state."""
+        if self.shown is None or self.shown.check is None:
+            return
+        QMessageBox.information(self, "Signature", statement_html(self.shown))
+
+
+def statement_html(shown: Shown) -> str:
+    """The detail view's text."""
+    verdict = shown.check.verdict  # type: ignore[union-attr]
+    rows = "".join(f"<tr><td>{html.escape(f.path)}</td><td>{html.escape(str(f.status))}</td>"
+                   "</tr>" for f in (shown.check.result.files  # type: ignore[union-attr]
+                                      if shown.check.result else []))  # type: ignore[union-attr]
+    return (f"<p><b>{html.escape(str(verdict.state))}</b> — {html.escape(str(shown.signature))}"
+            f"</p><p>Signed by: {html.escape(verdict.signer or 'not verified')}</p>"
+            + (f"<p>{html.escape(verdict.reason)}</p>" if verdict.reason else "")
+            + (f"<table>{rows}</table>" if rows else ""))

@@ -1,0 +1,111 @@
+"""The app's "Signed" badge: checked in a background job with the trusted keys, in each state
+(intact, changed naming the file, not verified, not signed, invalid), for a folder's model.sig
+and for a file the reference tool signed alone; opening a signed checkpoint shows it in the
+Integrity pane."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from gui_support import wait_loaded
+
+from inspector.cli import main
+from inspector.core.vocabulary import SignatureState
+from inspector.gui.jobs import JobRunner
+from inspector.gui.signing.badge import TRUSTED_KEYS_ENV, SignatureBadge, statement_html
+
+pytest_plugins = ("gui_fixtures",)  # fixtures: window, small, worker_requests
+
+
+def _key(folder: Path) -> tuple[Path, Path]:
+    private = ec.generate_private_key(ec.SECP256R1())
+    pem, pub = folder / "key.pem", folder / "key.pub"
+    pem.write_bytes(private.private_bytes(serialization.Encoding.PEM,
+                                          serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    pub.write_bytes(private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return pem, pub
+
+
+@pytest.fixture
+def signed(tmp_path: Path) -> tuple[Path, Path]:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "weights.bin").write_bytes(bytes(range(256)) * 64)
+    (folder / "config.json").write_text("{}")
+    pem, pub = _key(tmp_path)
+    assert main(["sign", str(folder), "--private-key", str(pem)]) == 0
+    return folder, pub
+
+
+def _badge_state(qtbot, path: Path) -> SignatureBadge:
+    runner = JobRunner()
+    badge = SignatureBadge(runner)
+    qtbot.addWidget(badge)
+    badge.show_path(path)
+    qtbot.waitUntil(lambda: badge.state is not None, timeout=30_000)
+    runner.shutdown()
+    return badge
+
+
+def test_each_state_of_the_badge(qtbot, signed, monkeypatch, tmp_path) -> None:
+    folder, pub = signed
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, str(pub))
+    badge = _badge_state(qtbot, folder / "weights.bin")
+    assert badge.state == SignatureState.INTACT
+    assert badge.text().startswith("Signed · intact: ECDSA P-256 key sha256:")
+    assert "weights.bin" in statement_html(badge.shown)
+
+    data = bytearray((folder / "weights.bin").read_bytes())
+    data[100] ^= 0x01
+    (folder / "weights.bin").write_bytes(bytes(data))
+    badge = _badge_state(qtbot, folder / "weights.bin")
+    assert badge.state == SignatureState.CHANGED and "weights.bin" in badge.text()
+
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, "")
+    assert _badge_state(qtbot, folder / "config.json").state == SignatureState.UNVERIFIED
+
+    (folder / "model.sig").write_text('{"mediaType": "application/vnd.dev.sigstore.bundle')
+    assert _badge_state(qtbot, folder / "config.json").state == SignatureState.INVALID
+
+    (folder / "model.sig").unlink()
+    badge = _badge_state(qtbot, folder / "config.json")
+    assert badge.state == SignatureState.UNSIGNED and badge.text().startswith("Not signed")
+
+
+def test_a_file_the_reference_signed_alone(qtbot, tmp_path, monkeypatch) -> None:
+    pem, pub = _key(tmp_path)
+    target = tmp_path / "step-1.bin"
+    target.write_bytes(b"weights" * 100)
+    done = subprocess.run([sys.executable, "-m", "model_signing", "sign", "key", str(target),
+                           "--private_key", str(pem), "--signature", f"{target}.sig"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, str(pub))
+    assert _badge_state(qtbot, target).state == SignatureState.INTACT
+    assert main(["verify", str(target), "--public-key", str(pub)]) == 0
+    target.write_bytes(b"weights" * 99)
+    assert _badge_state(qtbot, target).state == SignatureState.CHANGED
+    assert main(["verify", str(target), "--public-key", str(pub)]) == 1
+
+
+def test_opening_a_signed_checkpoint_shows_the_badge(window, qtbot, small, tmp_path,
+                                                     monkeypatch) -> None:
+    folder = tmp_path / "signed"
+    folder.mkdir()
+    checkpoint = folder / "benign.pt"
+    checkpoint.write_bytes((small[0] / "benign.pt").read_bytes())
+    pem, pub = _key(tmp_path)
+    assert main(["sign", str(folder), "--private-key", str(pem)]) == 0
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, str(pub))
+    (doc,) = window.open_paths([checkpoint])
+    wait_loaded(qtbot, doc)
+    badge = window.integrity.badge
+    qtbot.waitUntil(lambda: badge.state == SignatureState.INTACT, timeout=30_000)
+    assert badge.isVisibleTo(window.integrity)
