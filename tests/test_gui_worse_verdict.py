@@ -163,8 +163,8 @@ def test_a_parent_folder_of_two_models_is_one_entry_per_model(window, qtbot, dam
     assert rows == ["alpha/tiny-gpt (2 shards)", "beta/tiny-gpt (2 shards)"]
     assert "every key in exactly one shard" in window.file_list.item(0).toolTip()
     assert all(len(d.tensors) == 4 for d in docs)
-    # elided in the middle, so the distinguishing folder and the name both stay in view
-    assert window.file_list.textElideMode().name == "ElideMiddle"
+    # never elided: a long name wraps at its separators, so folder and name both stay in view
+    assert window.file_list.textElideMode().name == "ElideNone" and window.file_list.wordWrap()
 
 
 def test_distinct_names_keep_alike_file_names_apart(tmp_path):

@@ -33,13 +33,14 @@ from inspector.gui.menus import build_menus, update_actions
 from inspector.gui.pipeline import Pipeline, expand_paths
 from inspector.gui.verdict_style import document_icon, document_words, state_tooltip
 from inspector.gui.widgets.empty_state import EmptyState
-from inspector.gui.widgets.file_list import FileListPanel
+from inspector.gui.widgets.file_list import SIDE_WIDTH, FileListPanel
 from inspector.shards.inspect import coverage_text
 
 FILE_FILTER = formats.dialog_filter()
 PROGRESS_MS = 200
 DEFAULT_SIZE = (1200, 780)
 """The first window's size where the screen has room; a smaller screen gets what it has."""
+TABS_MIN_WIDTH = 480
 WINDOW_FRAME = (16, 48)
 """Room left for the window manager's frame and title bar (width, height)."""
 
@@ -133,11 +134,18 @@ class MainWindow(QMainWindow):
         self.consistency: QWidget | None = None
         self.run_pane: QWidget | None = None
 
+        # The panes' own minimum sizes must not squeeze the list (it jumped from 230 px to
+        # 130 px as the selection changed): the tabs get an explicit minimum, which overrides
+        # the hint their contents give, and the list no stretch, so it keeps its width.
+        self.tabs.setMinimumWidth(TABS_MIN_WIDTH)
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.addWidget(self.files)
         self.splitter.addWidget(self.tabs)
+        self.splitter.setStretchFactor(0, 0)
         self.splitter.setStretchFactor(1, 1)
-        self.splitter.setSizes([230, 970])
+        self.splitter.setCollapsible(0, False)
+        self.splitter.setCollapsible(1, False)
+        self.splitter.setSizes([SIDE_WIDTH, DEFAULT_SIZE[0] - SIDE_WIDTH])
 
         self.stack = QStackedWidget()
         self.stack.addWidget(self.empty)

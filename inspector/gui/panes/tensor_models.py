@@ -124,6 +124,17 @@ def has_bad_values(row: Row) -> bool:
     return bool(row.get("nan")) or bool(row.get("inf"))
 
 
+def problems_first(rows: list[Row], view: list[int], flagged: dict[str, int]) -> list[int]:
+    """`view` with problem rows on top, the table's default order: NaN or Inf or a health
+    problem first, then health warnings (`flagged`: key -> 0 problem, 1 warning), then the
+    rest, each group in file order (a stable sort)."""
+    def rank(i: int) -> int:
+        row = rows[i]
+        return 0 if has_bad_values(row) else flagged.get(str(row.get("key")), 2)
+
+    return sorted(view, key=rank)
+
+
 def sort_order(rows: list[Row], view: list[int], column: Column, descending: bool) -> list[int]:
     """`view` sorted by one column; rows without a value last, NaN above every number."""
     field = column.field
@@ -212,6 +223,8 @@ class TensorTableModel(QAbstractTableModel):
         self._keys: list[str] = []
         self._match = None
         self._sort: tuple[int, Qt.SortOrder] | None = None
+        """A header's sort; None is the default, problems first (`problems_first`)."""
+        self.flagged: dict[str, int] = {}
         self.mono = QFont("monospace")
         self.mono.setStyleHint(QFont.StyleHint.Monospace)
         self.bad_brush = bad_brush()
@@ -256,10 +269,17 @@ class TensorTableModel(QAbstractTableModel):
         return None
 
     def sort(self, column: int, order: Qt.SortOrder = Qt.SortOrder.AscendingOrder) -> None:
-        if self._sort == (column, order):  # the header asks again after sortByColumn
+        wanted = (column, order) if column >= 0 else None  # -1: the default order
+        if self._sort == wanted:  # the header asks again after sortByColumn
             return
-        self._sort = (column, order)
+        self._sort = wanted
         self._rebuild()
+
+    def set_flagged(self, flagged: dict[str, int]) -> None:
+        """Keys the weights-health check flagged (0 problem, 1 warning), ranked first."""
+        if flagged != self.flagged:
+            self.flagged = flagged
+            self._rebuild()
 
     # our API
     def set_rows(self, rows: list[Row]) -> None:
@@ -271,8 +291,9 @@ class TensorTableModel(QAbstractTableModel):
     def rows_appended(self, first: int, count: int) -> None:
         """Rows [first, first+count) were appended to the shared list."""
         self._keys.extend(str(r.get("key", "")).lower() for r in self.rows[first:first + count])
-        if self._sort is not None:
-            self._rebuild()
+        added = self.rows[first:first + count]
+        if self._sort is not None or any(has_bad_values(r) for r in added):
+            self._rebuild()  # a problem row goes on top, not at the end
             return
         new = [i for i in range(first, first + count) if self._accepts(i)]
         if new:
@@ -308,13 +329,17 @@ class TensorTableModel(QAbstractTableModel):
         self.beginResetModel()
         match = self._match
         if match is None:
-            view = list(range(len(self.rows)))
+            # the rows the model was told of: the shared list may already hold rows whose
+            # rows_appended is still to come (a health result can rebuild before it)
+            view = list(range(len(self._keys)))
         else:
             view = [i for i, key in enumerate(self._keys) if match(key)]
         if self._sort is not None:
             column, order = self._sort
             view = sort_order(self.rows, view, COLUMNS[column],
                               order == Qt.SortOrder.DescendingOrder)
+        else:
+            view = problems_first(self.rows, view, self.flagged)
         self.view = view
         self.endResetModel()
 

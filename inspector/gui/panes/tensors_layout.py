@@ -90,6 +90,10 @@ class TensorsPaneLayout(QWidget):
         self.view_buttons.addButton(self.table_button, 0)
         self.view_buttons.addButton(self.tree_button, 1)
         self.view_buttons.addButton(self.radar_button, 2)
+        self.problems_button = QPushButton("Problems first")
+        self.problems_button.setToolTip("The default order: tensors holding NaN or Inf or "
+                                        "flagged by the weights-health check on top, the rest "
+                                        "in file order (a header click sorts by its column)")
         self.copy_button = QPushButton("Copy as CSV")
         self.copy_button.setToolTip("Copy the selected rows (or all shown rows) as CSV")
         self.columns_button = QToolButton(text="Columns")
@@ -103,6 +107,7 @@ class TensorsPaneLayout(QWidget):
         top.addWidget(self.table_button)
         top.addWidget(self.tree_button)
         top.addWidget(self.radar_button)
+        top.addWidget(self.problems_button)
         top.addWidget(self.columns_button)
         top.addWidget(self.details_button)
         top.addWidget(self.copy_button)
@@ -118,6 +123,8 @@ class TensorsPaneLayout(QWidget):
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setAlternatingRowColors(True)
         self.table.setWordWrap(False)
+        # a dotted key's end tells it apart (`…layers.07.self_attn.q_proj.weight`)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideLeft)
         self.table.setAccessibleName("Tensors")
         vh = self.table.verticalHeader()
         vh.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)

@@ -22,7 +22,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QBoxLayout, QTableWidgetItem, QWidget
 
 from inspector.checkpoint.radar import build_radar
-from inspector.core.vocabulary import DocumentState
+from inspector.core.vocabulary import DocumentState, HealthSeverity
 from inspector.gui import app as appmod
 from inspector.gui import roles
 from inspector.gui.document import FileDocument
@@ -56,6 +56,12 @@ STAT_LABELS = (
     ("shared_with", "Shares storage with"), ("flags", "Flags"), ("digest", "SHA-256"),
 )
 HIDDEN_STATS = {"histogram", "type", "exponents"}
+KEY_WIDTH_MIN = 170
+"""The key column's narrowest automatic size, when the table is short of room."""
+CELL_SLACK = 4
+"""Pixels added to a measured column: the first rows size it, a later value may be longer."""
+LAST_COLUMN_MIN = 60
+"""What the last (stretched) column keeps when the key column is fitted: a digest's start."""
 KEY_WIDTH_MAX = 280
 """The key column's widest automatic size: long keys elide, the priority columns stay in view."""
 SIDE_PANEL_MIN_WIDTH = 1200
@@ -91,6 +97,7 @@ class TensorsPane(TensorsPaneLayout):
         self._plot = None
         self.selected: Row | None = None
         self._sized = False
+        self._key_wanted = KEY_WIDTH_MAX
         self._radar_source: tuple | None = None
         self.side_panel = True  # the histogram panel beside the views, not under them
         self._restore_choices()
@@ -107,6 +114,7 @@ class TensorsPane(TensorsPaneLayout):
         self.filter.textChanged.connect(self._filter_timer.start)
         self.view_buttons.idClicked.connect(self._set_mode)
         self.copy_button.clicked.connect(self.copy_csv)
+        self.problems_button.clicked.connect(self.problems_first)
         for action, column in zip(self.column_menu.actions(), COLUMNS, strict=True):
             action.toggled.connect(lambda on, f=column.field: self.set_column_visible(f, on))
         self.table.horizontalHeader().customContextMenuRequested.connect(self._header_menu)
@@ -138,6 +146,7 @@ class TensorsPane(TensorsPaneLayout):
             self.doc.tensors_reset.disconnect(self._reset)
             self.doc.changed.disconnect(self._update_summary)
             self.doc.changed.disconnect(self._refresh_radar)
+            self.doc.changed.disconnect(self._update_flagged)
         self.doc = doc
         self._pending.clear()
         if doc is not None:
@@ -145,6 +154,7 @@ class TensorsPane(TensorsPaneLayout):
             doc.tensors_reset.connect(self._reset)
             doc.changed.connect(self._update_summary)
             doc.changed.connect(self._refresh_radar)
+            doc.changed.connect(self._update_flagged)
         self._sized = False
         self._reset()
 
@@ -153,6 +163,7 @@ class TensorsPane(TensorsPaneLayout):
         self._pending.clear()
         self.summary = Summary()
         self.summary.add(rows)
+        self._update_flagged()
         self.model.set_rows(rows)
         # A reset of the same document (the final, authoritative list) keeps its column widths:
         # measuring every cell again stalls the UI thread just as the load completes.
@@ -188,7 +199,25 @@ class TensorsPane(TensorsPaneLayout):
             return
         self._sized = True
         self.table.resizeColumnsToContents()
-        self.table.setColumnWidth(0, min(self.table.columnWidth(0) + 12, KEY_WIDTH_MAX))
+        for logical in range(1, self.model.columnCount()):  # room for a longer later value
+            self.table.setColumnWidth(logical, self.table.columnWidth(logical) + CELL_SLACK)
+        self._key_wanted = min(self.table.columnWidth(0) + 12, KEY_WIDTH_MAX)
+        self._fit_key()
+
+    def _fit_key(self) -> None:
+        """Give the key column what the other columns leave of the table's width (between
+        KEY_WIDTH_MIN and what its keys want), so every column fits a 1280 px window; a key
+        too long for it is elided at its start, keeping its distinctive end."""
+        if not self._sized:
+            return
+        header = self.table.horizontalHeader()
+        shown = [i for i in range(1, self.model.columnCount()) if not self.table.isColumnHidden(i)]
+        last = max(shown, key=header.visualIndex, default=None)
+        others = sum(header.sectionSize(i) for i in shown if i != last) + LAST_COLUMN_MIN
+        room = self.table.viewport().width() - others
+        self.table.setColumnWidth(0, max(KEY_WIDTH_MIN, min(self._key_wanted, room)))
+        if last is not None:  # the stretched last column fills what is left, no more
+            header.resizeSection(last, LAST_COLUMN_MIN)
 
     # --- layout ------------------------------------------------------------------------
 
@@ -207,9 +236,24 @@ class TensorsPane(TensorsPaneLayout):
             action.blockSignals(True)
             action.setChecked(not off)
             action.blockSignals(False)
+        self._fit_key()
 
     def _header_menu(self, pos: QPoint) -> None:
         self.column_menu.popup(self.table.horizontalHeader().mapToGlobal(pos))
+
+    def problems_first(self) -> None:
+        """The default order: NaN / Inf and flagged tensors on top, the rest in file order."""
+        self.table.sortByColumn(-1, Qt.SortOrder.AscendingOrder)
+
+    def _update_flagged(self) -> None:
+        """Rank the tensors the weights-health check flagged first (0 problem, 1 warning)."""
+        flagged: dict[str, int] = {}
+        health = self.doc.health if self.doc is not None else None
+        for f in health.findings if health is not None else ():
+            if f.severity in (HealthSeverity.PROBLEM, HealthSeverity.WARNING):
+                rank = 0 if f.severity == HealthSeverity.PROBLEM else 1
+                flagged[f.key] = min(rank, flagged.get(f.key, rank))
+        self.model.set_flagged(flagged)
 
     def _toggle_details(self, shown: bool) -> None:
         self.detail.setVisible(shown)
@@ -450,8 +494,10 @@ class TensorsPane(TensorsPaneLayout):
         item.titleLabel.setText(item.titleLabel.text)
 
     def resizeEvent(self, event) -> None:
-        """Put the histogram panel beside the table on a wide pane, under it on a narrow one."""
+        """Put the histogram panel beside the table on a wide pane, under it on a narrow one;
+        refit the key column to the width left."""
         super().resizeEvent(event)
+        QTimer.singleShot(0, self._fit_key)  # once the splitter has laid the table out
         side = self.width() >= SIDE_PANEL_MIN_WIDTH
         if side == self.side_panel:
             return
