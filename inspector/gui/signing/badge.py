@@ -9,6 +9,7 @@ import html
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QMessageBox, QPushButton, QWidget
 
@@ -16,6 +17,9 @@ from inspector.core.badges import GREY
 from inspector.core.progress import CancelToken
 from inspector.core.vocabulary import FileStatus, SignatureState
 from inspector.gui.jobs import EmitFn, Job, JobRunner
+
+if TYPE_CHECKING:  # the signing stack is imported by the job, off the UI thread
+    from inspector.signing.folder import SignedCheck
 
 TRUSTED_KEYS_ENV = "CKPT_INSPECTOR_TRUSTED_KEYS"
 """Public keys (PEM files, separated as PATH is) whose signatures the app verifies."""
@@ -35,7 +39,7 @@ class Shown:
 
     folder: Path
     signature: Path | None
-    check: object | None  # a signing.folder.SignedCheck; None: not signed
+    check: SignedCheck | None  # None: no signature covers it
 
 
 def covering_signature(path: Path) -> tuple[Path, Path] | None:
@@ -115,7 +119,7 @@ class SignatureBadge(QPushButton):
         job.finished.connect(self._show)
         job.failed.connect(lambda message: self._paint(SignatureState.UNVERIFIED, message))
         self._job = job
-        self._paint(None, "Checking the signature…")
+        self._paint(None, "")
         return self.runner.start(job)
 
     def _show(self, shown: Shown) -> None:
@@ -126,7 +130,7 @@ class SignatureBadge(QPushButton):
             return
         verdict = shown.check.verdict
         detail = verdict.signer or verdict.reason or ""
-        if verdict.state == SignatureState.CHANGED:
+        if verdict.state == SignatureState.CHANGED and shown.check.result is not None:
             changed = [f.path for f in shown.check.result.files
                        if f.status not in (FileStatus.OK, FileStatus.EXTRA)]
             detail = f"{', '.join(changed[:3])} — signed by {verdict.signer}"
@@ -134,8 +138,8 @@ class SignatureBadge(QPushButton):
 
     def _paint(self, state: SignatureState | None, detail: str) -> None:
         self.state = state
-        word, colour = LOOKS.get(state, ("Signature…", GREY)) if state else ("Signature…", GREY)
-        self.setText(f"{word}: {detail}" if detail and state else word)
+        word, colour = LOOKS[state] if state is not None else ("Checking the signature…", GREY)
+        self.setText(f"{word}: {detail}" if detail and state is not None else word)
         self.setToolTip(detail)
         self.setStyleSheet(f"color: {colour}; font-weight: bold; text-align: left;")
         self.show()
@@ -148,11 +152,11 @@ class SignatureBadge(QPushButton):
 
 
 def statement_html(shown: Shown) -> str:
-    """The detail view's text."""
-    verdict = shown.check.verdict  # type: ignore[union-attr]
+    """The detail view's text: the state, the signature, who signed, each signed file."""
+    assert shown.check is not None
+    verdict, result = shown.check.verdict, shown.check.result
     rows = "".join(f"<tr><td>{html.escape(f.path)}</td><td>{html.escape(str(f.status))}</td>"
-                   "</tr>" for f in (shown.check.result.files  # type: ignore[union-attr]
-                                      if shown.check.result else []))  # type: ignore[union-attr]
+                   "</tr>" for f in (result.files if result is not None else []))
     return (f"<p><b>{html.escape(str(verdict.state))}</b> — {html.escape(str(shown.signature))}"
             f"</p><p>Signed by: {html.escape(verdict.signer or 'not verified')}</p>"
             + (f"<p>{html.escape(verdict.reason)}</p>" if verdict.reason else "")
