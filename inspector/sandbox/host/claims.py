@@ -24,6 +24,7 @@ the jailed loader's. A claim that fails is `claim_refuted`: the whole reply is t
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import mmap
 import os
@@ -279,13 +280,26 @@ def _same_bytes(t: RawTensor, out: mmap.mmap, begin: int, end: int) -> bool:
     position = begin
     for chunk in t.read():
         stop = position + len(chunk)
-        same = stop <= end and np.array_equal(np.frombuffer(chunk, dtype=np.uint8),
-                                              np.frombuffer(out, np.uint8, len(chunk), position))
+        same = stop <= end and _equal(np.frombuffer(chunk, dtype=np.uint8),
+                                      np.frombuffer(out, np.uint8, len(chunk), position))
         _drop(out, position, stop)
         if not same:
             return False
         position = stop
     return position == end
+
+
+_LIBC = ctypes.CDLL(None)
+_LIBC.memcmp.restype = ctypes.c_int
+_LIBC.memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+
+
+def _equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two byte arrays of one length are equal: libc's memcmp, about twice
+    `np.array_equal`'s speed (no temporary array), which keeps the check of a 1 GB
+    conversion's output well inside a tenth of its time."""
+    return len(a) == len(b) and (
+        len(a) == 0 or _LIBC.memcmp(a.ctypes.data, b.ctypes.data, len(a)) == 0)
 
 
 def _drop(out: mmap.mmap, start: int, stop: int) -> None:
