@@ -5,11 +5,20 @@ guess."""
 from __future__ import annotations
 
 import json
+import pickle
 import subprocess
 import sys
 from pathlib import Path
 
-from inspector.scan.engine import SMALL_FILE
+import pytest
+
+from inspector.sandbox.host import admission, launch
+from inspector.sandbox.host.admission import dry_run_reader
+from inspector.sandbox.host.jobs import SandboxError
+from inspector.sandbox.protocol import PAYLOAD_ENV, SELFTEST_ENV
+from inspector.scan import readings
+from inspector.scan.engine import SMALL_FILE, scan_file
+from inspector.scan.result import ScanResult
 
 
 def test_scan_with_a_relative_path_from_the_files_folder(tmp_path: Path) -> None:
@@ -26,3 +35,78 @@ def test_scan_with_a_relative_path_from_the_files_folder(tmp_path: Path) -> None
     codes = [f["code"] for f in record["findings"]]
     assert "readings-unavailable" not in codes, record["findings"]
     assert (record["verdict"], out.returncode) == ("safe", 0)
+
+
+class _Exec:
+    """Unpickles as `exec(source)`: code the self-test hook runs inside each jailed worker."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def __reduce__(self):
+        return exec, (self.source, {})
+
+
+_KILL_SELF = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"
+
+
+def _arm(tmp_path: Path, monkeypatch) -> None:
+    """Every reading worker started from here on kills itself with SIGKILL once jailed."""
+    payload = tmp_path / "payload.pkl"
+    payload.write_bytes(pickle.dumps(_Exec(_KILL_SELF)))
+    monkeypatch.setenv(SELFTEST_ENV, "1")
+    monkeypatch.setenv(PAYLOAD_ENV, str(payload))
+
+
+def _scan_small(tmp_path: Path) -> ScanResult:
+    path = tmp_path / "small.pkl"
+    path.write_bytes(pickle.dumps({"w": [1.0, 2.0]}))
+    with readings.using(dry_run_reader):
+        return scan_file(path)
+
+
+@pytest.mark.parametrize("forked", [False, True], ids=["cold", "forked"])
+def test_a_killed_reading_worker_is_retried_once_and_named_by_its_signal(
+        tmp_path: Path, monkeypatch, request, forked: bool) -> None:
+    """Cold, the client reaps the worker's relay (`process.reap`); forked, the module's warm
+    fork server reaps the worker and reports its status and CPU time."""
+    if not forked:
+        request.getfixturevalue("cold_workers")
+    elif launch._fork_server is None:
+        pytest.skip("no fork server can start here")
+    starts: list[int] = []
+    real = admission.run_job
+
+    def counted(*args, **kwargs):
+        starts.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(admission, "run_job", counted)
+    _arm(tmp_path, monkeypatch)
+    res = _scan_small(tmp_path)
+    unread = [f.message for f in res.findings if f.code == "readings-unavailable"]
+    assert len(starts) == 2  # retried once, no more
+    assert len(unread) == 1 and "SIGKILL (signal 9)" in unread[0], unread
+    assert "s of CPU time" in unread[0] and "retried once" in unread[0]
+    assert "?" not in unread[0]  # a fact from the exit status, not a guess
+
+
+def test_a_reading_worker_killed_once_is_replaced_and_the_file_read(
+        tmp_path: Path, monkeypatch) -> None:
+    real = admission.run_job
+    ends: list[str] = []
+
+    def first_dies(*args, **kwargs):
+        try:
+            return real(*args, **kwargs)
+        except SandboxError as exc:
+            ends.append(exc.message)
+            raise
+        finally:
+            monkeypatch.delenv(PAYLOAD_ENV, raising=False)  # the next worker starts clean
+
+    monkeypatch.setattr(admission, "run_job", first_dies)
+    _arm(tmp_path, monkeypatch)
+    res = _scan_small(tmp_path)
+    assert len(ends) == 1 and "SIGKILL (signal 9)" in ends[0]
+    assert [f.message for f in res.findings] == [] and res.verdict == "safe"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from inspector.core.vocabulary import Severity, Verdict
 from inspector.formats import loadable
+from inspector.sandbox.host.exits import KILLED_CODES
 from inspector.sandbox.host.jobs import SandboxError, run_job
 from inspector.sandbox.protocol import Limits
 from inspector.scan import readings
@@ -26,11 +27,19 @@ DRY_RUN_LIMITS = Limits(cpu_seconds=120, memory_mb=2048)
 
 class DryRunReader:
     """`scan.readings`' reader: the `dry-run` op (the real unpicklers, inert) in a jailed
-    worker, forked from the fork server when one runs."""
+    worker, forked from the fork server when one runs. A worker killed by a limit or a signal
+    (`exits.KILLED_CODES`) is replaced once, on the same readings: a busy machine's one lost
+    worker is not a file's suspicion; a second death is reported with what ended both."""
 
     def __call__(self, request: dict) -> dict:
         """Run the readings of a complete request."""
-        return run_job({**request, "limits": DRY_RUN_LIMITS.to_json()})
+        job = {**request, "limits": DRY_RUN_LIMITS.to_json()}
+        try:
+            return run_job(job, timeout=300)
+        except SandboxError as exc:
+            if exc.code not in KILLED_CODES:
+                raise
+            return _again(job, exc)
 
     def gated(self, request: dict, gate: Callable[[], Iterator[dict]]) -> dict:
         """Start the worker on `request` (what it may read), and run `gate` (the walk) while it
@@ -39,7 +48,33 @@ class DryRunReader:
         request = dict(request)
         memory = DRY_RUN_LIMITS.memory_mb + int(request.pop("held_mb", 0))
         limits = replace(DRY_RUN_LIMITS, memory_mb=memory)
-        return run_job({**request, "limits": limits.to_json()}, gate=gate)
+        sent: list[dict] = []
+
+        def recorded() -> Iterator[dict]:
+            made = gate()
+            for part in [made] if isinstance(made, dict) else made:
+                sent.append(part)
+                yield part
+
+        job = {**request, "limits": limits.to_json()}
+        try:
+            return run_job(job, timeout=300, gate=recorded)
+        except SandboxError as exc:
+            if exc.code not in KILLED_CODES:
+                raise
+            # every part went (the gate runs to its end): the same readings, as one request
+            items = [item for part in sent for item in part.get("readings", [])]
+            return _again({**job, "readings": items}, exc)
+
+
+def _again(job: dict, first: SandboxError) -> dict:
+    """The job once more, after its worker was killed (`first`)."""
+    try:
+        return run_job(job, timeout=300)
+    except SandboxError as exc:
+        raise SandboxError(exc.code, f"{exc.message}; retried once, the first worker too "
+                           f"ended so ({first.code})", exc.globals, exc.sandbox,
+                           exc.stderr) from None
 
 
 dry_run_reader = DryRunReader()

@@ -33,6 +33,8 @@ class ForkedWorker:
     def __init__(self, pid: int, stdin: int, stdout: int, stderr: int, status: int) -> None:
         self.pid = pid
         self.returncode: int | None = None
+        self.cpu_s: float | None = None  # its CPU time, from the rusage the server reaped
+        self.lost = False  # the server ended before reporting the child's status
         self.stdin = os.fdopen(stdin, "wb")
         self.stdout = os.fdopen(stdout, "rb")
         self.stderr = os.fdopen(stderr, "rb")
@@ -48,8 +50,11 @@ class ForkedWorker:
         line = os.read(self._status, 64)
         os.close(self._status)
         self._status = -1
+        fields = line.split()
         # EOF without a status: the server died, and the kernel killed the child with it.
-        self.returncode = int(line) if line.strip() else -signal.SIGKILL
+        self.lost = not fields
+        self.returncode = int(fields[0]) if fields else -signal.SIGKILL
+        self.cpu_s = float(fields[1]) if len(fields) > 1 else None
         return self.returncode
 
     def __del__(self) -> None:

@@ -19,7 +19,6 @@ import contextlib
 import contextvars
 import json
 import secrets
-import signal
 import subprocess
 import threading
 import time
@@ -31,6 +30,7 @@ from inspector.core.progress import Cancelled, CancelToken
 from inspector.core.vocabulary import DEFAULT_REQUIRED_JAIL, JailLevel, JailRequirement
 from inspector.sandbox.host import deadlines
 from inspector.sandbox.host.events import ProtocolViolation, read_events
+from inspector.sandbox.host.exits import WorkerExit, describe
 from inspector.sandbox.host.forkclient import ForkedWorker
 from inspector.sandbox.host.launch import launch
 from inspector.sandbox.host.parallel import job_threads
@@ -89,18 +89,6 @@ def _refusal(sandbox: dict, required: str) -> SandboxError:
         f"not loaded: the jail is only {sandbox.get('description') or level} and "
         f"{required} is required; --require-jail {allow} (in the app, the setting "
         f"sandbox/require_jail = {allow}) loads anyway", sandbox=sandbox)
-
-
-_SIGNAL_ERRORS = {
-    getattr(signal, "SIGXCPU", None): ("cpu_limit", "the worker used up its CPU-time limit"),
-    getattr(signal, "SIGXFSZ", None): ("file_size_limit",
-                                       "the worker exceeded its file-size limit"),
-    getattr(signal, "SIGSYS", None): ("seccomp_violation",
-                                      "the worker made a forbidden system call and was killed"),
-    signal.SIGSEGV: ("worker_crashed", "the worker crashed (segmentation fault)"),
-    signal.SIGABRT: ("worker_crashed", "the worker aborted"),
-    signal.SIGKILL: ("worker_killed", "the worker was killed (out of memory?)"),
-}
 
 
 def run_job(
@@ -202,7 +190,12 @@ def run_job(
         raise SandboxError(str(error.get("code") or "error"), str(error.get("message") or ""),
                            error.get("globals") or (), sandbox=sandbox, stderr=tail)
     if result is None:
-        raise _crash_error(proc.returncode, sandbox, tail)
+        end = WorkerExit(proc.returncode, getattr(proc, "cpu_s", None),
+                         getattr(proc, "lost", False))
+        code, message = describe(end, Limits.from_json(request["limits"]).cpu_seconds,
+                                 next((ln for ln in reversed(tail.splitlines()) if ln.strip()),
+                                      "no output"))
+        raise SandboxError(code, message, sandbox=sandbox, stderr=tail)
     result["sandbox"] = sandbox
     result["timing"] = {"startup_s": startup_s, "total_s": time.monotonic() - started,
                         "worker_peak_rss_kb": result.pop("peak_rss_kb", None),
@@ -286,14 +279,3 @@ class _Feeder:
         """The gate's next part (its walk is not the worker's time: the timeout waits)."""
         with self._stop.paused():
             return next(parts, None)
-
-
-def _crash_error(returncode: int | None, sandbox: dict | None, tail: str) -> SandboxError:
-    if returncode is not None and returncode < 0:
-        code, message = _SIGNAL_ERRORS.get(
-            -returncode, ("worker_crashed", f"the worker died from signal {-returncode}"))
-    else:
-        last = next((ln for ln in reversed(tail.splitlines()) if ln.strip()), "no output")
-        code = "worker_crashed"
-        message = f"the worker exited ({returncode}) without a result: {last}"
-    return SandboxError(code, message, sandbox=sandbox, stderr=tail)

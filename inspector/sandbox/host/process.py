@@ -39,10 +39,33 @@ def signal_group(proc: subprocess.Popen) -> None:
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the worker's whole process group and reap the worker."""
+    """SIGKILL the worker's whole process group and reap the worker (`reap`)."""
     signal_group(proc)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=5)
+    reap(proc, timeout=5)
+
+
+def reap(proc: subprocess.Popen, timeout: float) -> None:
+    """Collect the worker's exit status, and for a cold worker the CPU time its rusage counts
+    (`proc.cpu_s`: user and system seconds, the children it waited for included), so that a
+    death is explained from numbers (`exits`); a forked worker's come from its server."""
+    if not isinstance(proc, subprocess.Popen):
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=timeout)
+        return
+    deadline = time.monotonic() + timeout
+    while proc.returncode is None:
+        try:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        except ChildProcessError:  # reaped elsewhere: Popen knows its status
+            proc.poll()
+            return
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            proc.cpu_s = usage.ru_utime + usage.ru_stime
+            return
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.01)
 
 
 def thread_count(pid: int) -> int:

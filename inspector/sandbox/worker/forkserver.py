@@ -12,9 +12,10 @@ Control protocol, on the Unix SOCK_SEQPACKET socket FD (one message each way per
         SCM_RIGHTS: the child's stdin, stdout, stderr, a status pipe, then one per target
         (the descriptor the request names, e.g. a conversion's output, at that number);
     server -> client: {"pid": int} (or {"error": str}).
-The server writes the child's exit status (as Popen.returncode: negative for a signal) on the
-job's status pipe once it has reaped it. Where it may (root), it forks each child into a PID
-namespace of the job's own whose init it started just before
+The server writes the child's exit status (as Popen.returncode: negative for a signal) and its
+CPU seconds (its rusage's user and system time) on the job's status pipe once it has reaped
+it. Where it may (root), it forks each child into a PID namespace of the job's own whose init
+it started just before
 (`jail.pid_namespace_for_next_child`), so a job costs one fork of this torch-sized process: the
 server is the process outside that reaps the worker, and it closes the init's pipe once it
 has. Its first message is {"ready": true, "pid": int} or {"ready": false, "error": str}.
@@ -170,7 +171,7 @@ def _reap(children: dict[int, tuple[int, int | None]]) -> None:
     """Report each finished worker's status and let its namespace's init go; reap inits."""
     while True:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
@@ -178,7 +179,9 @@ def _reap(children: dict[int, tuple[int, int | None]]) -> None:
         status_fd, alive = children.pop(pid, (None, None))
         if status_fd is not None:
             with contextlib.suppress(OSError):
-                os.write(status_fd, f"{os.waitstatus_to_exitcode(status)}\n".encode())
+                cpu = usage.ru_utime + usage.ru_stime  # the client explains a death by it
+                os.write(status_fd,
+                         f"{os.waitstatus_to_exitcode(status)} {cpu:.3f}\n".encode())
             os.close(status_fd)
         if alive is not None:
             os.close(alive)
