@@ -86,8 +86,10 @@ def add_require_jail_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--require-jail", choices=[r.value for r in JailRequirement],
                         default=DEFAULT_REQUIRED_JAIL.value,
                         help="refuse to load unless the jail reaches this level (default "
-                             "partial: namespaces, Landlock or seccomp active; any also "
-                             "accepts process-only, a worker with resource limits alone)")
+                             "partial: namespaces, Landlock or seccomp active, and Landlock or "
+                             "a fresh root with its own /proc keeping your files and this "
+                             "process's environment out of reach; any also accepts the rest, "
+                             "down to process-only, a worker with resource limits alone)")
 
 
 def add_jobs_argument(parser: argparse.ArgumentParser) -> None:

@@ -134,7 +134,8 @@ class JailRequirement(StrEnum):
 
 
 DEFAULT_REQUIRED_JAIL = JailRequirement.PARTIAL
-"""What a load requires unless told otherwise: at least one isolation layer."""
+"""What a load requires unless told otherwise: at least one isolation layer, and one that keeps
+the user's files and the client's environment out of reach (`sandbox.protocol.SECRET_GUARDS`)."""
 
 
 class DocumentState(StrEnum):

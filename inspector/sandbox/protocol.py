@@ -5,7 +5,8 @@ import each other; what both must agree on lives here, and nothing here imports 
 other module of the sandbox.
 
 - `LEVELS`: the jail levels a handshake may report, weakest first; the host compares the
-  worker's with the level the caller requires.
+  worker's with the level the caller requires, and `hides_secrets` its guards with
+  `SECRET_GUARDS` (a `partial` jail that leaves the user's files readable is refused).
 - `Limits`: what one job's worker may use, with the one set of defaults. A request's `limits`
   carries fields of the record (`Limits.to_json` writes those that differ from the defaults);
   the worker reads the record back (`Limits.from_json`), so a field the request leaves out
@@ -17,7 +18,7 @@ other module of the sandbox.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -38,6 +39,20 @@ PAYLOAD_ENV = "CKPT_INSPECTOR_SANDBOX_SELFTEST_PAYLOAD"
 """A pickle file the worker unpickles with plain `pickle` once jailed, before it runs its
 operation, so the test suite can run hostile code inside a real job (a worker that lies about
 the input or the output). Honoured only together with SELFTEST_ENV."""
+
+
+SECRET_GUARDS = (frozenset({"landlock"}), frozenset({"root", "proc"}))
+"""Guard sets each of which keeps the user's files and the client's `/proc/PID/environ` out of
+the worker's reach: Landlock (it reads only its inputs and the Python installation), or the
+fresh root together with the worker's own /proc (the home folder and the client's process are
+not there). Seccomp and the namespaces alone leave both readable by the same user."""
+
+
+def hides_secrets(active: Iterable[str]) -> bool:
+    """Whether a handshake's `active` guards (`name:detail` strings) include a whole set of
+    `SECRET_GUARDS`."""
+    names = {str(a).split(":")[0] for a in active}
+    return any(guards <= names for guards in SECRET_GUARDS)
 
 
 def selftest(env: Mapping[str, str]) -> bool:

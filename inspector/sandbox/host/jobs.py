@@ -35,7 +35,7 @@ from inspector.sandbox.host.forkclient import ForkedWorker
 from inspector.sandbox.host.launch import launch
 from inspector.sandbox.host.parallel import job_threads
 from inspector.sandbox.host.process import Watchdog, drain_stderr, kill_group, signal_group
-from inspector.sandbox.protocol import LEVELS, Limits
+from inspector.sandbox.protocol import LEVELS, Limits, hides_secrets
 
 EventFn = Callable[[dict], None]
 
@@ -74,15 +74,29 @@ def required_jail() -> str:
     return _required_jail
 
 
-def jail_accepted(level: str, required: str) -> bool:
-    """Whether a worker at `level` may load for a caller requiring `required`."""
+def jail_accepted(level: str, required: str, active: Iterable[str] | None = None) -> bool:
+    """Whether a worker at `level` with the `active` guards of its handshake may load for a
+    caller requiring `required`: unless `any` is required, its guards must also keep the
+    user's files and the client's environment out of its reach (`protocol.hides_secrets`)."""
     if required == JailRequirement.ANY:
         return True
-    return level in LEVELS and LEVELS.index(level) >= LEVELS.index(required)
+    if level not in LEVELS or LEVELS.index(level) < LEVELS.index(required):
+        return False
+    return active is None or hides_secrets(active)
 
 
 def _refusal(sandbox: dict, required: str) -> SandboxError:
     level = sandbox.get("level")
+    if level in LEVELS and LEVELS.index(level) >= LEVELS.index(required):
+        missing = sandbox.get("missing") or {}
+        why = "; ".join(f"{name}: {missing[name]}" for name in ("landlock", "root", "proc")
+                        if isinstance(missing, dict) and name in missing)
+        return SandboxError(
+            "jail_refused",
+            f"not loaded: the jail is {level} without Landlock or a mount namespace of its own "
+            f"({why or 'not reported'}), so the worker could read your home folder and this "
+            "process's environment; --require-jail any (in the app, the setting "
+            "sandbox/require_jail = any) loads anyway", sandbox=sandbox)
     allow = JailRequirement.PARTIAL if level == JailLevel.PARTIAL else JailRequirement.ANY
     return SandboxError(
         "jail_refused",
@@ -145,7 +159,8 @@ def run_job(
                 if sandbox is not None:
                     raise ProtocolViolation("a second jail line")
                 sandbox = {k: v for k, v in event.items() if k != "type"}
-                if not jail_accepted(str(sandbox.get("level")), required):
+                if not jail_accepted(str(sandbox.get("level")), required,
+                                     _names(sandbox.get("active"))):
                     raise _refusal(sandbox, required)
                 feeder.open()
             elif sandbox is None and kind != "error":
@@ -202,6 +217,11 @@ def run_job(
                         "compute_threads": result.pop("compute_threads", None),
                         "worker": "forked" if isinstance(proc, ForkedWorker) else "cold"}
     return result
+
+
+def _names(active: object) -> list[str]:
+    """The handshake's `active` guards as text (a list of anything else names none)."""
+    return [str(a) for a in active] if isinstance(active, list) else []
 
 
 def _send(proc: subprocess.Popen, *messages: dict) -> bool:
