@@ -77,8 +77,9 @@ def test_index_that_maps_weights_outside_its_folder_is_not_safe(tmp_path):
 
 
 def test_index_that_maps_weights_behind_a_folder_link_is_not_safe(tmp_path):
-    """`sub/` is a link to a folder outside: the folder scan does not follow folder links, so
-    `sub/pytorch_model-00002-of-00002.bin` is never scanned, and transformers loads it."""
+    """`sub/` is a link to a folder outside, and transformers loads
+    `sub/pytorch_model-00002-of-00002.bin` through it: the index says so, and the folder scan
+    follows the link and reports the shard, saying where it really lies."""
     import json
 
     canary = tmp_path / "canary"
@@ -89,7 +90,9 @@ def test_index_that_maps_weights_behind_a_folder_link_is_not_safe(tmp_path):
     data["weight_map"]["b"] = "sub/pytorch_model-00002-of-00002.bin"
     index.write_text(json.dumps(data))
     results = {Path(r.path).name: r for r in scan_paths([folder])}
-    assert "pytorch_model-00002-of-00002.bin" not in results  # the link is not followed
+    shard = results["pytorch_model-00002-of-00002.bin"]  # the link is followed
+    assert shard.verdict == "dangerous" and any(f.code == "outside-folder"
+                                                for f in shard.findings)
     res = results["model.safetensors.index.json"]
     assert res.verdict == "suspicious", res.to_json()
     assert any(f.code == "index-outside-file" and "sub/" in f.message for f in res.findings)

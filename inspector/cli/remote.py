@@ -128,14 +128,15 @@ class Source:
 
 
 def scan_sources(paths: list[str]) -> Iterator[Source]:
-    """Every file to scan under local paths (`scan.discover`) and URLs (one object each);
-    an object is copied only when its scan runs."""
-    from inspector.scan.discover import discover
+    """Every file to scan under local paths (`scan.discover`; a folder entry the walk did not
+    enter is a line too) and URLs (one object each); an object is copied only when its scan
+    runs."""
+    from inspector.scan.discover import discover_entries
     from inspector.scan.engine import ScanResult, scan_found
 
     for raw in paths:
         if not objstore.is_url(raw):
-            for found in discover([raw]):
+            for found in discover_entries([raw]):
                 yield Source(str(found.path), found.path,
                              lambda found=found: scan_found(found), found)
             continue

@@ -36,7 +36,7 @@ from inspector.scan.budget import (  # noqa: F401 (MAX_LISTED_PICKLES: part of t
     ScanBudget,
 )
 from inspector.scan.context import ScanContext, not_a_checkpoint
-from inspector.scan.discover import Found, discover
+from inspector.scan.discover import Found, discover, discover_entries
 from inspector.scan.pickles.policy import weights_only_rules
 from inspector.scan.result import Finding, GlobalUse, ScanResult  # noqa: F401 (re-exported)
 
@@ -186,7 +186,7 @@ def scan_paths(paths: Iterable[str | os.PathLike]) -> Iterator[ScanResult]:
     a file that cannot even be scanned is reported, never left out."""
     batch: list[Found] = []
     size = 0
-    for found in discover(paths):
+    for found in discover_entries(paths):
         batch.append(found)
         size += file_size(found.path)
         if batch_full(len(batch), size):
@@ -225,7 +225,10 @@ def file_size(path: str | os.PathLike) -> int:
 
 
 def scan_found(found: Found) -> ScanResult:
-    """Scan one discovered file; `skipped` when a folder's file is no checkpoint at all."""
+    """Scan one discovered file; `skipped` when a folder's file is no checkpoint at all. A
+    folder entry the walk did not enter gets its line with the walk's reason."""
+    if found.unwalked is not None:
+        return _unwalked(found)
     try:
         res = scan_dcp_aware(found.path)
         _check_index(res)
@@ -238,6 +241,24 @@ def scan_found(found: Found) -> ScanResult:
     # then yields a pickle takes that back (`readings.apply`)
     if found.in_folder and not_a_checkpoint(res) and _other(found.path, res):
         res.verdict = Verdict.SKIPPED
+    if found.outside is not None:
+        res.findings.append(Finding(Severity.INFO, "outside-folder",
+                                    f"reached through a link, it lies at {found.outside}, "
+                                    "outside the scanned folder: a loader given the folder "
+                                    "reads it, so it was scanned"))
+    return res
+
+
+def _unwalked(found: Found) -> ScanResult:
+    """The line of a folder entry the walk did not enter (a loop, a link too far out, a folder
+    it could not read): its reason, and the verdict the walk gave it."""
+    why, verdict = found.unwalked.why, found.unwalked.verdict
+    res = ScanResult(path=os.fspath(found.path), format=Format.UNKNOWN, verdict=verdict)
+    if verdict == Verdict.SUSPICIOUS:
+        res.findings.append(Finding(Severity.SUSPICIOUS, "folder-not-walked", why))
+        res.weights_only_blockers.append(f"folder not scanned: {why}")
+    else:
+        res.error = why
     return res
 
 
@@ -282,7 +303,7 @@ def index_outside_files(path: str | os.PathLike) -> list[str]:
 
 def _leaves(folder: str, name: str) -> bool:
     """Whether `folder`/`name` lies outside `folder` or behind a folder link (which the folder
-    walk does not follow)."""
+    walk follows only within its bounds, `scan.discover`)."""
     if zipread.unsafe_name(name):
         return True
     parts = name.replace("\\", "/").split("/")
@@ -300,8 +321,8 @@ def _check_index(res: ScanResult) -> None:
     names = ", ".join(repr(n) for n in outside[:3])
     res.findings.append(Finding(Severity.SUSPICIOUS, "index-outside-file",
                                 f"weight_map names {names}, outside its folder or behind a folder "
-                                "link: transformers "
-                                "loads them with this checkpoint, and they were not scanned"))
+                                "link: transformers loads them with this checkpoint, and a scan "
+                                "of this file alone never reads them"))
     res.verdict = worst([res.verdict, Verdict.SUSPICIOUS])
 
 
