@@ -82,7 +82,7 @@ def _decoder(kind: str, view: memoryview):
             return lz4.frame.LZ4FrameDecompressor(), 0
         import zstandard  # type: ignore[import-not-found]
 
-        # one frame per decoder, as every other kind's member: the next starts after it
+        # its first frame's decoder (`accepts`); a whole stream is read by `_zstd_pieces`
         return zstandard.ZstdDecompressor().decompressobj(), 0
     except ImportError as exc:
         raise CodecMissing(f"{kind}: the {exc.name} package is not installed") from None
@@ -130,9 +130,61 @@ def _skip_zeros(view: memoryview, pos: int) -> int:
 
 
 PIECE = 1 << 20  # decoded bytes one decoder call may produce
-# zstd's decoder takes no output bound: its input is fed in pieces small enough that even
-# its densest blocks (128 KiB from a few bytes) stay near PIECE per call
-_ZSTD_STEP = 2048
+_ZSTD_MAGIC = 0xFD2FB528
+_ZSTD_SKIPPABLE = 0x184D2A50  # ... 0x184D2A5F: a frame of data the decoder passes over
+
+
+def _zstd_frame_end(view: memoryview, pos: int) -> tuple[int, bool]:
+    """Where the zstd frame at `pos` ends and whether it holds content (not a skippable
+    frame), read from its header and block headers (RFC 8878), nothing decoded; the end lies
+    past the buffer where the frame is cut short. ValueError where no frame starts there."""
+    n = len(view)
+    if pos + 4 > n:
+        raise ValueError("zstd frame header cut short")
+    magic = int.from_bytes(view[pos:pos + 4], "little")
+    if magic & 0xFFFFFFF0 == _ZSTD_SKIPPABLE:
+        if pos + 8 > n:
+            return n + 1, False
+        return pos + 8 + int.from_bytes(view[pos + 4:pos + 8], "little"), False
+    if magic != _ZSTD_MAGIC:
+        raise ValueError(f"no zstd frame at offset {pos}")
+    if pos + 5 > n:
+        return n + 1, True
+    fhd = view[pos + 4]
+    single = fhd >> 5 & 1
+    fcs = (1 if single else 0, 2, 4, 8)[fhd >> 6]
+    at = pos + 5 + (0 if single else 1) + (0, 1, 2, 4)[fhd & 3] + fcs
+    while True:
+        if at + 3 > n:
+            return n + 1, True
+        block = int.from_bytes(view[at:at + 3], "little")
+        kind, size = block >> 1 & 3, block >> 3
+        at += 3 + (1 if kind == 1 else size)
+        if block & 1:
+            return at + (4 if fhd >> 2 & 1 else 0), True
+
+
+def _zstd_pieces(stream: Stream, view: memoryview):
+    """Every zstd frame's content, frame by frame (its end read from its block headers, so a
+    cut frame is known as cut: zstandard's readers end it silently), in pieces of at most
+    PIECE bytes (`read_to_iter` bounds its output; its decompressobj would hand a bomb's whole
+    content back from one call)."""
+    import zstandard  # type: ignore[import-not-found]
+
+    from inspector.formats.archives.map_io import MapIO
+
+    pos, n = 0, len(view)
+    while pos < n:
+        end, content = _zstd_frame_end(view, pos)
+        if content:
+            with MapIO(view[pos:min(end, n)]) as raw:
+                yield from zstandard.ZstdDecompressor().read_to_iter(
+                    raw, read_size=_CHUNK, write_size=PIECE)
+        stream.members += content
+        if end > n:
+            stream.incomplete = "zstd stream ends early (truncated)"
+            return
+        pos = end
 
 
 def _more_output(d) -> bool:
@@ -146,10 +198,11 @@ class Stream:
     the next bytes and `skip(n)` passes over them, so a reader of the whole content holds only
     what it keeps. `produced` counts decoded bytes; `members`, `incomplete` and `failed` say
     how the stream ended (once `read` or `skip` found its end). Past `cap` decoded bytes it
-    ends, `over_cap` set."""
+    ends, `over_cap` set. With `crc`, `crc` is the CRC-32 of every byte decoded."""
 
-    def __init__(self, buf, kind: str, cap: int = 1 << 62) -> None:
-        self.kind, self.produced, self.members, self.cap, self.crc = kind, 0, 0, cap, 0
+    def __init__(self, buf, kind: str, cap: int = 1 << 62, crc: bool = False) -> None:
+        self.kind, self.produced, self.members, self.cap = kind, 0, 0, cap
+        self.crc: int | None = 0 if crc else None  # CRC-32 of every decoded byte, if asked
         self.incomplete: str | None = None
         self.failed = self.over_cap = False
         self._pieces = self._decode(memoryview(buf))
@@ -158,18 +211,22 @@ class Stream:
 
     def _decode(self, view: memoryview):
         kind, n = self.kind, len(view)
+        if kind == "zstd":
+            _decoder(kind, view)  # CodecMissing without the library
+            yield from _zstd_pieces(self, view)
+            return
         d, pos = _decoder(kind, view)
-        step = _ZSTD_STEP if kind == "zstd" else _FIRST_CHUNK
+        step = _FIRST_CHUNK
         while True:
             if _more_output(d):
                 chunk = _pending(d) or b""
             elif pos < n:
                 chunk = view[pos:pos + step]
                 pos += len(chunk)
-                step = step if kind == "zstd" else min(step * 2, _CHUNK)
+                step = min(step * 2, _CHUNK)
             else:
                 break
-            out = d.decompress(chunk) if kind == "zstd" else d.decompress(chunk, PIECE)
+            out = d.decompress(chunk, PIECE)
             if out:
                 yield out
             if d.eof:
@@ -188,7 +245,7 @@ class Stream:
                     return
                 d, skip = _decoder(kind, view[pos:])
                 pos += skip
-                step = _ZSTD_STEP if kind == "zstd" else _FIRST_CHUNK
+                step = _FIRST_CHUNK
         self.members += 1
         self.incomplete = f"{kind} stream ends early (truncated)"
 
@@ -211,21 +268,24 @@ class Stream:
             self.ended = True
             return memoryview(b"")
         self.produced += len(piece)
-        self.crc = zlib.crc32(piece, self.crc)
+        if self.crc is not None:
+            self.crc = zlib.crc32(piece, self.crc)
         return memoryview(piece)
 
     def read(self, n: int) -> bytes:
         """The next `n` decoded bytes (fewer only at the stream's end)."""
-        out = bytearray(self._left[:n])
-        self._left = self._left[n:]
-        while len(out) < n:
+        parts = [self._left[:n]]
+        got = len(parts[0])
+        self._left = self._left[got:]
+        while got < n:
             piece = self._next()
             if not piece:
                 break
-            want = n - len(out)
-            out += piece[:want]
+            want = n - got
+            parts.append(piece[:want])
+            got += len(parts[-1])
             self._left = piece[want:]
-        return bytes(out)
+        return b"".join(parts)
 
     def skip(self, n: int) -> int:
         """Pass over the next `n` decoded bytes without keeping them; how many there were."""

@@ -148,25 +148,71 @@ def squeeze(stream, head: bytes, hold: int) -> Squeezed:
     raise HeldTooMuch(f"more than {hold} bytes of pickle opcodes and kept arguments")
 
 
-def content(buf, kind: str, hold: int, cap: int) -> Decoded:
+def content(buf, kind: str, hold: int, cap: int, crc: bool = False) -> Decoded:
     """A compressed stream's content as the scan reads it: whole where it is at most `hold`
     bytes; past that, a pickle read to its end through `squeeze` (at most `cap` bytes decoded
     in all); anything else cut at `hold`. `Decoded.over_limit` says a bound, not the data, left
-    part unread (and `incomplete` names the bound)."""
-    stream = Stream(buf, kind, cap)
-    head = stream.read(hold + 1)
+    part unread (and `incomplete` names the bound). With `crc`, a squeezed `Decoded` carries the
+    CRC-32 of every decoded byte."""
+    stream = Stream(buf, kind, cap, crc)
+    head = stream.read(min(PROBE, hold + 1))
+    if len(head) == PROBE and _padded_early(head):
+        try:
+            return _squeezed(stream, head, hold, cap)
+        except (CannotSqueeze, HeldTooMuch):
+            stream, head = Stream(buf, kind, cap, crc), b""  # read again, held
+    head += stream.read(hold + 1 - len(head))
     if len(head) <= hold:
         return Decoded(head, stream.members, stream.incomplete, stream.failed,
                        stream.over_cap, cap_reached=stream.over_cap)
     why = f"content larger than the {hold} bytes the scan holds of it"
     if head[0] == 0x80 or head[0] in PICKLE_FIRST_BYTES:
         try:
-            squeezed = squeeze(stream, head, hold)
+            return _squeezed(stream, head, hold, cap)
         except (CannotSqueeze, HeldTooMuch) as exc:
             why = f"{why} ({exc})"
-        else:
-            incomplete = (f"content decodes past the scan's stream limit of {cap} bytes"
-                          if stream.over_cap else stream.incomplete)
-            return Decoded(squeezed.data, stream.members, incomplete, stream.failed,
-                           stream.over_cap, stream.over_cap, squeezed.passed_over, stream.crc)
     return Decoded(head[:hold], stream.members + 1, why, over_limit=True)
+
+
+def _squeezed(stream: Stream, head: bytes, hold: int, cap: int) -> Decoded:
+    """`squeeze` of the stream, as a `Decoded`."""
+    squeezed = squeeze(stream, head, hold)
+    incomplete = (f"content decodes past the scan's stream limit of {cap} bytes"
+                  if stream.over_cap else stream.incomplete)
+    return Decoded(squeezed.data, stream.members, incomplete, stream.failed, stream.over_cap,
+                   stream.over_cap, squeezed.passed_over, stream.crc)
+
+
+PROBE = 1 << 20  # decoded bytes read before deciding how to read the rest
+_PROBE_OPS = 64
+
+
+def _padded_early(probe: bytes) -> bool:
+    """Whether one of the first opcodes of `probe` is an argument longer than `KEEP` (padding
+    up front): then the stream is squeezed from here, not first held up to the decode budget.
+    Only the cost depends on this guess, never what is read."""
+    pos = 0
+    for _ in range(_PROBE_OPS):
+        if pos >= len(probe):
+            return False
+        op = probe[pos]
+        pos += 1
+        if op in _FIXED:
+            pos += _FIXED[op]
+        elif op in _PREFIX:
+            size, fmt = _PREFIX[op]
+            if pos + size > len(probe):
+                return False
+            (length,) = struct.unpack_from(fmt, probe, pos)
+            if length > KEEP:
+                return True
+            pos += size + max(length, 0)
+        elif op in _LINES:
+            for _ in range(_LINES[op]):
+                end = probe.find(b"\n", pos)
+                if end < 0:
+                    return False
+                pos = end + 1
+        else:
+            return False
+    return False

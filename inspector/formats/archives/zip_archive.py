@@ -429,7 +429,7 @@ def _streamed_member(ctx: FormatContext, buf, m: zipread.Member,
     if kind is None or m.data_offset < 0:
         return None
     with memoryview(buf) as whole, whole[m.data_offset:m.data_offset + m.compressed_size] as raw:
-        decoded = squeeze.content(raw, kind, limit, ctx.budget.streamed)
+        decoded = squeeze.content(raw, kind, limit, ctx.budget.streamed, crc=True)
     ctx.budget.decode(len(decoded.data))
     ctx.budget.streamed = max(ctx.budget.streamed - len(decoded.data) - decoded.passed_over, 0)
     if decoded.over_limit or decoded.failed or decoded.crc is None:
