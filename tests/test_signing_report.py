@@ -69,3 +69,27 @@ def test_an_unsigned_folder_fails_when_a_key_is_given(signed, tmp_path, capsys) 
     doc = json.loads(out.read_text())
     assert doc["signatures"][0]["state"] == "unsigned"
     assert "no signature at" in doc["problems"][0]
+
+
+def test_the_sarif_log_carries_the_signature_verdict(signed, tmp_path) -> None:
+    folder, pub = signed
+    sarif = tmp_path / "scan.sarif"
+    assert main(["scan", str(folder), "--sarif", str(sarif), "--public-key", str(pub)]) == 0
+    [run] = json.loads(sarif.read_text())["runs"]
+    assert [v["state"] for v in run["properties"]["signatures"]] == ["intact"]
+    assert not [r for r in run["results"] if r["ruleId"].startswith("signature/")]
+
+    (folder / "extra.txt").write_text("unsigned, but not a change")
+    (folder / "model.safetensors").write_bytes(b"\0" + (folder / "model.safetensors")
+                                               .read_bytes()[1:])
+    main(["scan", str(folder), "--sarif", str(sarif), "--force", "--public-key", str(pub)])
+    [run] = json.loads(sarif.read_text())["runs"]
+    [result] = [r for r in run["results"] if r["ruleId"].startswith("signature/")]
+    assert result["ruleId"] == "signature/changed" and result["level"] == "error"
+    assert result["properties"]["signer"].startswith("ECDSA P-256 key")
+
+    main(["scan", str(folder), "--sarif", str(sarif), "--force"])  # no key: named, a note
+    [run] = json.loads(sarif.read_text())["runs"]
+    [result] = [r for r in run["results"] if r["ruleId"].startswith("signature/")]
+    assert result["ruleId"] == "signature/unverified" and result["level"] == "note"
+    assert "pass --public-key" in result["message"]["text"]

@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # types only: importing verify (manifests, shards) costs ever
     from inspector.fleet.jobs import JobSlice, ResultsLog
     from inspector.integrity.verify import TensorDigestFn, VerifyResult
     from inspector.scan.result import GlobalUse, ScanResult
+    from inspector.signing.check import SignatureVerdict
 
 EXIT_LOAD_FAILED = 5
 EXIT_MANIFEST = 2  # verify and watch: the manifest cannot be read
@@ -356,3 +357,40 @@ def open_batch(args: argparse.Namespace, kind: str) -> Batch:
         print(escape(f"{args.results}: {len(log.done)} result(s) kept from earlier runs; "
                      "files that changed since are done again"), file=sys.stderr)
     return Batch(shard, log)
+
+
+def add_signature_arguments(parser: argparse.ArgumentParser, effect: str) -> None:
+    """`--public-key`, `--certificate`, `--signature`: each folder given is checked against its
+    OpenSSF Model Signing signature (`report`, `scan --sarif`); `effect` says where it shows."""
+    parser.add_argument("--public-key", type=Path, metavar="KEY.pub",
+                        help="check each folder given against its OpenSSF Model Signing "
+                        f"signature (DIR/model.sig, or --signature) with this key; {effect}")
+    parser.add_argument("--certificate", type=Path, action="append", metavar="CHAIN.pem",
+                        help="as --public-key, for certificate signatures (repeatable)")
+    parser.add_argument("--signature", type=Path, metavar="SIG",
+                        help="the signature of the one folder given (default: DIR/model.sig)")
+
+
+def signature_verdicts(args: argparse.Namespace) -> list[SignatureVerdict]:
+    """Each local folder given that holds a signature (or any, with a key or chain given: then
+    an unsigned one is named), checked against it file by file."""
+    from inspector.core.vocabulary import SignatureState
+    from inspector.signing.bundle import DEFAULT_NAME
+    from inspector.signing.check import SignatureVerdict
+    from inspector.signing.folder import check_folder
+
+    keyed = bool(args.public_key or args.certificate)
+    verdicts = []
+    for raw in args.paths:
+        folder = Path(raw)
+        signature = args.signature or folder / DEFAULT_NAME
+        if not folder.is_dir() or not (signature.exists() or keyed or args.signature):
+            continue
+        if not signature.exists():
+            verdicts.append(SignatureVerdict(state=SignatureState.UNSIGNED,
+                                             signature=str(signature),
+                                             reason=f"no signature at {signature}"))
+            continue
+        verdicts.append(check_folder(folder, signature, args.public_key,
+                                     args.certificate or ()).verdict)
+    return verdicts

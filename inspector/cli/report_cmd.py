@@ -36,8 +36,10 @@ from inspector.cli.common import (
     add_jobs_argument,
     add_quiet_argument,
     add_require_jail_argument,
+    add_signature_arguments,
     add_timeout_arguments,
     progress_events,
+    signature_verdicts,
     stderr_progress,
     warm_workers,
 )
@@ -73,14 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "to stdout")
     parser.add_argument("--manifest", type=Path, metavar="M",
                         help="verify every file (and its tensors, when recorded) against M")
-    parser.add_argument("--public-key", type=Path, metavar="KEY.pub",
-                        help="check each folder given against its OpenSSF Model Signing "
-                        "signature (DIR/model.sig, or --signature) with this key; the summary "
-                        "leads with the signature's state")
-    parser.add_argument("--certificate", type=Path, action="append", metavar="CHAIN.pem",
-                        help="as --public-key, for certificate signatures (repeatable)")
-    parser.add_argument("--signature", type=Path, metavar="SIG",
-                        help="the signature of the one folder given (default: DIR/model.sig)")
+    add_signature_arguments(parser, "the summary leads with the signature's state")
     parser.add_argument("--consistency", action="store_true",
                         help="run the repeat-inference weights probe on each loadable file")
     parser.add_argument("--device", default="auto",
@@ -140,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
     session = SessionEvidence(evidence, telemetry=store, telemetry_source=source,
                               environment=environment,
                               command=_command_line(args), runs=_runs(args),
-                              signatures=_signatures(args))
+                              signatures=signature_verdicts(args))
     report = build_report(session)
     if to_stdout:
         print(report.dumps())
@@ -281,31 +276,6 @@ def _file_evidence(target: tuple[Path, str | None], cancel, args: argparse.Names
         ev.verify = _verify(path, record.manifest(ledger.run_dir, source=ledger.path))
         ev.manifest = f"{ledger.path}:{record.line} ({record.label}, saved {record.time})"
     return ev
-
-
-def _signatures(args: argparse.Namespace) -> list:
-    """Each folder given that holds a signature (or any folder, with a key or chain given: then
-    an unsigned one is named), checked against it file by file."""
-    from inspector.core.vocabulary import SignatureState
-    from inspector.signing.bundle import DEFAULT_NAME
-    from inspector.signing.check import SignatureVerdict
-    from inspector.signing.folder import check_folder
-
-    keyed = bool(args.public_key or args.certificate)
-    verdicts = []
-    for raw in args.paths:
-        folder = Path(raw)
-        signature = args.signature or folder / DEFAULT_NAME
-        if not folder.is_dir() or not (signature.exists() or keyed or args.signature):
-            continue
-        if not signature.exists():
-            verdicts.append(SignatureVerdict(state=SignatureState.UNSIGNED,
-                                             signature=str(signature),
-                                             reason=f"no signature at {signature}"))
-            continue
-        verdicts.append(check_folder(folder, signature, args.public_key,
-                                     args.certificate or ()).verdict)
-    return verdicts
 
 
 def _runs(args: argparse.Namespace) -> list:

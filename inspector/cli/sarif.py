@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from inspector import __version__
-from inspector.core.vocabulary import Severity, Verdict
+from inspector.core.vocabulary import Severity, SignatureState, Verdict
 from inspector.fleet.objstore import is_url
 from inspector.scan.engine import ScanResult
+
+if TYPE_CHECKING:
+    from inspector.signing.check import SignatureVerdict
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {Severity.DANGEROUS: "error", Severity.SUSPICIOUS: "warning", Verdict.ERROR: "error",
@@ -32,8 +36,10 @@ def _result(rule_id: str, level: str, text: str, path: str, props: dict) -> dict
     }
 
 
-def sarif_log(results: Iterable[ScanResult]) -> dict:
-    """One SARIF run: a result per non-safe import, finding and scan error."""
+def sarif_log(results: Iterable[ScanResult],
+              signatures: Iterable[SignatureVerdict] = ()) -> dict:
+    """One SARIF run: a result per non-safe import, finding and scan error, and per signature
+    that is not intact; every signature's verdict in the run's properties."""
     rules: dict[str, dict] = {}
     out = []
 
@@ -64,6 +70,15 @@ def sarif_log(results: Iterable[ScanResult]) -> dict:
         if res.error and res.verdict != Verdict.SKIPPED:  # skipped: not a checkpoint, no finding
             rule("scan-error", "file could not be scanned")
             out.append(_result("scan-error", "error", res.error, res.path, common))
+    signatures = list(signatures)
+    for verdict in signatures:
+        if verdict.state == SignatureState.INTACT:
+            continue
+        rule_id = f"signature/{verdict.state}"
+        rule(rule_id, f"OpenSSF Model Signing signature {verdict.state}")
+        level = "note" if verdict.state == SignatureState.UNVERIFIED else "error"
+        out.append(_result(rule_id, level, verdict.reason or f"signed by {verdict.signer}, "
+                           "but a signed file changed", verdict.signature, verdict.to_json()))
     return {
         "$schema": SCHEMA,
         "version": "2.1.0",
@@ -71,5 +86,6 @@ def sarif_log(results: Iterable[ScanResult]) -> dict:
             "tool": {"driver": {"name": "ckpt-inspector", "version": __version__,
                                 "rules": sorted(rules.values(), key=lambda r: r["id"])}},
             "results": out,
+            "properties": {"signatures": [v.to_json() for v in signatures]},
         }],
     }

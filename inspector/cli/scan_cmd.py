@@ -13,9 +13,11 @@ from pathlib import Path
 
 from inspector.cli.common import (
     add_batch_arguments,
+    add_signature_arguments,
     flagged_lines,
     open_batch,
     paint,
+    signature_verdicts,
     use_colour,
 )
 from inspector.cli.remote import Source, scan_sources
@@ -38,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="one JSON object per file (JSON Lines) instead of text")
     parser.add_argument("--sarif", type=Path, metavar="FILE", help="also write SARIF 2.1.0")
     parser.add_argument("--force", action="store_true", help="overwrite an existing SARIF file")
+    add_signature_arguments(parser, "the SARIF log carries its verdict")
     parser.add_argument("--walker-only", action="store_true",
                         help="verdict from the static walk alone: skip the loaders' own "
                              "readings in the jailed worker (faster, and blind to parser "
@@ -128,8 +131,8 @@ def run(args: argparse.Namespace) -> int:
         from inspector.cli.sarif import sarif_log
 
         try:
-            write_text_atomic(args.sarif, json.dumps(sarif_log(results), indent=2),
-                              overwrite=args.force)
+            log = sarif_log(results, signature_verdicts(args))
+            write_text_atomic(args.sarif, json.dumps(log, indent=2), overwrite=args.force)
         except (OutputExistsError, OSError) as exc:
             print(f"ckpt-inspector scan: cannot write {args.sarif}: {exc}", file=sys.stderr)
             return EXIT_OUTPUT
