@@ -7,7 +7,8 @@
   training process) import torch or safetensors.
 - The process boundary is the package boundary: nothing under `sandbox/host/` imports a worker
   module or `tensors/`; what the two sides share is `sandbox.protocol`. The ledger imports no
-  module of the sandbox.
+  module of the sandbox. The readers the host checks the worker's answers with (`rawtensors/`)
+  import only `core`, `formats` and `layout`, so no reader of the input runs its code.
 - `guard/` never imports Qt, the GUI, the CLI or the sandbox; the GUI and the report never
   import `guard/`; the CLI imports only guard's torch-free modules (`GUARD_TORCH_FREE`), which
   import no torch themselves, nor any other guard module.
@@ -97,6 +98,13 @@ def test_the_host_side_never_imports_the_worker_side():
     worker_side = ("inspector.sandbox.worker", "inspector.tensors")
     assert not _violations(lambda mod, name: mod.startswith("inspector.sandbox.host")
                            and name.startswith(worker_side))
+
+
+def test_the_raw_readers_import_only_core_formats_and_layout():
+    allowed = ("inspector.core", "inspector.formats", "inspector.layout", "inspector.rawtensors")
+    assert not _violations(lambda mod, name: mod.startswith("inspector.rawtensors")
+                           and name.startswith("inspector") and not name.startswith(allowed))
+    assert "inspector.rawtensors.readers" in _imports(MODULES["inspector.sandbox.host.claims"])
 
 
 def test_the_ledger_imports_no_module_of_the_sandbox():
