@@ -118,3 +118,12 @@ def test_a_crafted_length_in_a_legacy_pickle_is_refused_before_anything_is_copie
     path.write_bytes(magic + huge)
     with pytest.raises(NotReadable, match="past the end"):
         open_raw(path)
+
+
+def test_only_a_regular_file_is_opened(tmp_path) -> None:
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # opening it would wait for a writer forever
+    with pytest.raises(NotReadable, match="regular file"):
+        open_raw(fifo)

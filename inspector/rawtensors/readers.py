@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +62,8 @@ def open_raw(path: str | os.PathLike[str]) -> RawFile:
     """Every tensor of the file at `path`, located without torch; NotReadable otherwise."""
     if os.path.isdir(path):
         raise NotReadable("a folder's tensors are read by the jailed loader")
+    if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block the open
+        raise NotReadable("not a regular file")
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         head = fh.read(HEAD_BYTES)
