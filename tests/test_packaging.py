@@ -69,6 +69,9 @@ def test_the_wheels_metadata_says_the_license_in_spdx_and_needs_what_the_readme_
     requires = [line.split(":", 1)[1].strip() for line in meta.splitlines()
                 if line.startswith("Requires-Dist:") and "extra ==" not in line]
     assert "prometheus-client" in requires  # `telemetry --serve`, a README line
+    # `sign` and `verify --public-key`, README lines: the reference library and the pyOpenSSL
+    # its wheel imports without declaring
+    assert {"model-signing", "pyOpenSSL"} <= set(requires)
 
 
 def test_building_the_package_prints_no_deprecation(tmp_path):
