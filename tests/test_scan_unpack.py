@@ -6,6 +6,7 @@ the member. Nothing of ours unpacks anything: the scan reads names and links onl
 from __future__ import annotations
 
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -137,3 +138,18 @@ def test_torch_zip_inside_a_zip_under_a_nul_name(tmp_path):
     assert not canary.exists()
     torch.load(folder / "model.pt", weights_only=False)
     assert canary.exists()
+
+
+def test_cli_calls_every_hostile_archive_dangerous(python_exe, tmp_path):
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    builders = {**TAR_BUILDERS, **ZIP_BUILDERS, "zip_nul_torch_zip": zip_nul_torch_zip}
+    for name, build in builders.items():
+        build(folder / name, tmp_path / f"canary-{name}")
+    proc = subprocess.run([python_exe, "-m", "inspector", "scan", "--json", str(folder)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    rows = {json.loads(line)["path"]: json.loads(line) for line in proc.stdout.splitlines()}
+    assert proc.returncode == 2, proc.stderr
+    verdicts = {name: rows[str(folder / name)]["verdict"] for name in builders}
+    assert set(verdicts.values()) == {"dangerous"}, verdicts
+    assert not any(tmp_path.glob("canary-*"))
