@@ -121,3 +121,54 @@ def test_the_named_preset_loads_the_hyper_parameters_with_weights_only(benign, n
     assert report["error"] is None, report["error"]
     keys = {o["key"] for o in report["objects"]}
     assert any(k.startswith("hyper_parameters.") for k in keys), sorted(keys)[:20]
+
+
+BENIGN_SOURCE = '''
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger(__name__)
+ROOT = os.path.join(os.path.dirname(__file__), "assets")
+HERE = Path(__file__).parent
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pretrained = torch.load(os.path.join(ROOT, "w.pt"))  # runs when called, not loaded
+
+    def forward(self, x):
+        return getattr(self, "pretrained") * x
+'''
+HOSTILE_SOURCE = '''
+import os as o
+from pathlib import Path
+
+
+def _setup():
+    return __import__("subprocess").Popen(["id"])
+
+
+class Box:
+    handle = _setup()
+
+    def __setstate__(self, state):
+        o.system("id")
+        Path("/tmp/x").write_text("y")
+'''
+
+
+def test_package_sources_are_judged_by_what_runs_at_load():
+    """Everyday module code (os.path, logging, super, getattr, a torch.load inside a method
+    nobody calls while loading) is no finding; what the class body and __setstate__ reach is,
+    through aliases, attribute chains and the module's own functions."""
+    from inspector.formats.archives.torch_package import judge_source
+
+    imports, bad = judge_source(BENIGN_SOURCE)
+    assert imports == ["logging", "os", "pathlib.Path", "torch"] and bad == []
+    _, bad = judge_source(HOSTILE_SOURCE)
+    assert sorted(b.split(":", 1)[0] for b in bad) == [
+        "builtins.__import__", "os.system", "pathlib.Path.write_text"], bad

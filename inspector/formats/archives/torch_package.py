@@ -14,6 +14,7 @@ the deny list. A pickle global that resolves to an interned module is judged as 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from dataclasses import dataclass
@@ -21,7 +22,13 @@ from typing import TYPE_CHECKING
 
 from inspector.core.vocabulary import Severity
 from inspector.formats.archives import zipread
-from inspector.scan.pickles.policy import CALL_ALLOWED, DENY, KNOWN_DATA, weights_only_rules
+from inspector.scan.pickles.policy import (
+    CALL_ALLOWED,
+    DENY,
+    DENY_LEAF_NAMES,
+    KNOWN_DATA,
+    weights_only_rules,
+)
 from inspector.scan.pickles.presets import PRESET_GLOBALS
 
 if TYPE_CHECKING:
@@ -33,10 +40,16 @@ MAX_SOURCE_BYTES = 4 << 20  # a larger source is reported unread
 # interpreter" (getattr, type, super) is everyday Python in source, unlike in a pickle.
 _LOAD_TIME_CAPABILITIES = frozenset(c for c in {d.capability for d in DENY.values()}
                                     if c != "reach the interpreter")
-# Methods the unpickler or the import machinery runs without the pickle calling them by name.
-_RUN_AT_LOAD = frozenset({"__setstate__", "__new__", "__init__", "__getattr__",
-                          "__getattribute__", "__set_name__", "__init_subclass__",
-                          "__class_getitem__", "__reduce__", "__reduce_ex__"})
+# Methods the unpickler or the import machinery runs without the pickle calling them by name
+# (a pickle that calls a class runs its __init__, but such a call is judged in the pickle).
+_RUN_AT_LOAD = frozenset({"__setstate__", "__new__", "__getattr__", "__getattribute__",
+                          "__set_name__", "__init_subclass__", "__class_getitem__"})
+# Final names of calls that run, load, open, write or delete, beside the policy's own
+_SOURCE_LEAVES = DENY_LEAF_NAMES | frozenset((
+    "Popen", "FileHandler", "FileIO", "remove", "rmdir", "rename", "replace", "mkdir", "makedirs",
+    "chmod", "chown", "kill", "fork", "forkpty", "connect", "create_connection", "socket",
+    "touch", "write", "mkstemp", "mkdtemp", "NamedTemporaryFile", "TemporaryFile", "copy",
+    "copyfile", "copytree", "move", "symlink", "link", "truncate", "putenv"))
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
@@ -112,6 +125,7 @@ def records(layout: PackageLayout, by_name: dict[str, zipread.Member]
             if name.startswith(head) and name.endswith(tail)}
 
 
+@functools.cache
 def _allowed_heads() -> frozenset[str]:
     """The top-level modules of every name the allow-lists admit."""
     names = set(weights_only_rules().allowed) | CALL_ALLOWED | PRESET_GLOBALS | KNOWN_DATA
@@ -213,13 +227,20 @@ def judge_source(text: str) -> tuple[list[str], list[str]]:
 
 
 def _denied(target: str) -> str | None:
+    """Why a call of `target` in code that runs at load reaches a deny-list capability: the
+    target is a single callable the deny list names, or under a module it names whole its final
+    name runs, loads, opens, writes or deletes (a pickle's every use of such a module is denied,
+    but source code calls os.path.join or logging.getLogger every day)."""
     parts = target.split(".")
     if parts[0] == "builtins" and len(parts) > 2:
         parts = parts[1:]  # a local name's attribute: `x.system` is no builtin
     for i in range(len(parts), 0, -1):
         entry = DENY.get(".".join(parts[:i]))
-        if entry is not None and entry.capability in _LOAD_TIME_CAPABILITIES:
+        if entry is None or entry.capability not in _LOAD_TIME_CAPABILITIES:
+            continue
+        if i == len(parts) or parts[-1] in _SOURCE_LEAVES:
             return f"{target}: {entry.text}"
+        return None
     return None
 
 
