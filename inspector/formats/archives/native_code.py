@@ -27,10 +27,11 @@ _MAGIC = (b"\x7fELF", b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf", b"\xce\xfa\xed\x
 _NAMED = re.compile(r"\.(?:so(?:\.\d+)*|dylib|dll|pyd)$", re.IGNORECASE)
 
 
-def is_native(buf, member: zipread.Member) -> bool:
-    """Whether the member is a native library, by its name or its first bytes."""
-    return bool(_NAMED.search(member.name)) or zipread.member_head(buf, member, 4).startswith(
-        _MAGIC)
+def is_native(buf, member: zipread.Member, by_name_only: bool = False) -> bool:
+    """Whether the member is a native library, by its name or (unless `by_name_only`) its
+    first bytes."""
+    return bool(_NAMED.search(member.name)) or (not by_name_only and zipread.member_head(
+        buf, member, 4).startswith(_MAGIC))
 
 
 def is_aoti_package(buf, members: list[zipread.Member]) -> bool:
@@ -45,9 +46,13 @@ def is_aoti_package(buf, members: list[zipread.Member]) -> bool:
     return False
 
 
-def report(ctx: FormatContext, buf, members: list[zipread.Member]) -> None:
-    """A finding for each native library in the archive (at most 8 named)."""
-    native = [m for m in members if m.size and not m.name.endswith("/") and is_native(buf, m)]
+def report(ctx: FormatContext, buf, members: list[zipread.Member],
+           records: set[str] = frozenset()) -> None:
+    """A finding for each native library in the archive (at most 8 named). `records`: the
+    tensor records its pickles name, data to every loader, known by name only (a .pt2's
+    loader finds its library by name; reading thousands of records' first bytes costs)."""
+    native = [m for m in members if m.size and not m.name.endswith("/")
+              and is_native(buf, m, m.name in records)]
     if not native:
         return
     package = is_aoti_package(buf, members)

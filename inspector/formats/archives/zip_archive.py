@@ -231,7 +231,7 @@ def scan_archive(ctx: FormatContext, buf, archive: zipread.ZipArchive,
         torch_package.report(ctx, buf, reading.package, members)
     if reading.kind == Format.TORCHSCRIPT:  # its code, judged once every pickle is read
         script_code.report(ctx, buf, members)
-    native_code.report(ctx, buf, members)
+    native_code.report(ctx, buf, members, reading.records)
 
 
 _S_IFMT, _S_IFLNK, _S_IFDIR = 0o170000, 0o120000, 0o040000
