@@ -96,16 +96,22 @@ COUNTERS: dict[str, Counter] = {
 """dtype name -> its NaN / Inf counter; a dtype not listed is not decoded here."""
 
 
+PIPED_BYTES = 1 << 20
+"""A chunk this large is hashed on the pool; a smaller one inline (a hand-over costs more than
+hashing a small tensor, and a file may hold 12,000 of them)."""
+
+
 def measure(tensor: RawTensor, counts: bool = True,
             hashing: ThreadPoolExecutor | None = None) -> Measured:
     """The tensor's digest and (with `counts`, where its dtype is decoded here) NaN / Inf
     counts, from one read of its bytes (the readers' chunks hold whole elements). With
-    `hashing`, a chunk is hashed on that pool while it is counted."""
+    `hashing`, a large chunk is hashed on that pool while it is counted."""
     digest = hashlib.sha256()
     counter = COUNTERS.get(tensor.dtype) if counts else None
     nan = inf = 0
     for chunk in tensor.read():
-        hashed = hashing.submit(digest.update, chunk) if hashing is not None else None
+        piped = hashing is not None and len(chunk) >= PIPED_BYTES
+        hashed = hashing.submit(digest.update, chunk) if piped else None
         if hashed is None:
             digest.update(chunk)
         if counter is not None:
