@@ -22,8 +22,9 @@ OPCODES_PER_BYTE = 1  # and one more per byte of the file
 MAX_MEMBER_BYTES = 1 << 30  # a pickle member larger than this is reported, not read
 MAX_DECOMPRESSED = 1 << 30
 # decoded bytes one file's streams may pass through (read to the end, not held): a loader pays
-# the same to decode them, and past this the file says so (`scan-budget`, naming this limit)
-MAX_STREAMED = 1 << 30
+# the same to decode them, and past this the file says so (`scan-budget`, naming this limit).
+# A bzip2 bomb decodes at a few hundred MB/s: this keeps a small file's scan within seconds
+MAX_STREAMED = 512 << 20
 CRC_BUDGET = 64 << 20  # tensor record bytes CRC-checked per file; pickles are always checked
 MAX_LISTED_PICKLES = 1000  # `pickles` entries kept for the GUI; every pickle is scanned
 MAX_NESTING = 3  # pickles inside call arguments inside pickles
