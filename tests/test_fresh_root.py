@@ -18,6 +18,7 @@ from inspector.sandbox.worker.fresh_root import (
     GPU_READ,
     GpuPaths,
     Mount,
+    gpu_minor,
     gpu_paths,
     host_links,
     root_plan,
@@ -44,11 +45,25 @@ DEV = ["null", "zero", "urandom", "tty", "nvidia0", "nvidia1", "nvidiactl", "nvi
        "nvidia-uvm-tools", "nvidia-modeset", "nvidia-caps", "shm", "kvm"]
 
 
+INFO = """Model: \t\t NVIDIA H100 80GB HBM3
+IRQ:   \t\t 0
+GPU UUID: \t GPU-{uuid}
+Video BIOS: \t 96.00.99.00.01
+Bus Type: \t PCIe
+Bus Location: \t {address}
+Device Minor: \t {minor}
+GPU Excluded:\t No
+"""
+GPUS = {address: INFO.format(uuid=uuid, address=address, minor=minor)
+        for address, uuid, minor in [("0000:18:00.0", "5a1b0c2d-0000-1111-2222-333344445555", 0),
+                                     ("0000:2a:00.0", "77aa88bb-0000-1111-2222-333344445555", 1)]}
+
+
 def test_gpu_paths_picks_the_nvidia_nodes_and_the_driver_libraries_of_this_machine():
     found = gpu_paths(DEV, LDCONFIG, "x86_64")
-    assert found.devices == ("/dev/nvidia-caps", "/dev/nvidia-modeset", "/dev/nvidia-uvm",
-                             "/dev/nvidia-uvm-tools", "/dev/nvidia0", "/dev/nvidia1",
-                             "/dev/nvidiactl")
+    # the control and unified-memory nodes and GPU 0's own: no other GPU, no MIG capability
+    # nodes, no nvidia-uvm-tools (profiling) or nvidia-modeset (display)
+    assert found.devices == ("/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl")
     # 64-bit driver libraries only: no 32-bit copy, no EGL/Wayland, no CUDA runtime (torch
     # ships its own) and nothing unrelated
     assert found.libraries == (
@@ -61,6 +76,27 @@ def test_gpu_paths_picks_the_nvidia_nodes_and_the_driver_libraries_of_this_machi
     )
 
 
+def test_the_chosen_gpu_alone_gets_its_node_its_sysfs_folder_and_its_uuid():
+    second = gpu_paths(DEV, LDCONFIG, "x86_64", minor=1, gpus=GPUS)
+    assert second.devices == ("/dev/nvidia-uvm", "/dev/nvidia1", "/dev/nvidiactl")
+    assert second.sysfs == ("/sys/bus/pci/devices/0000:2a:00.0",)
+    assert second.uuid == "GPU-77aa88bb-0000-1111-2222-333344445555"
+    first = gpu_paths(DEV, LDCONFIG, "x86_64", minor=0, gpus=GPUS)
+    assert first.sysfs == ("/sys/bus/pci/devices/0000:18:00.0",) and first.uuid.startswith(
+        "GPU-5a1b")
+    absent = gpu_paths(DEV, LDCONFIG, "x86_64", minor=2, gpus=GPUS)
+    assert absent.devices == ("/dev/nvidia-uvm", "/dev/nvidiactl")  # no node of its own
+    assert absent.sysfs == () and absent.uuid is None
+    # an address that is no PCI address names no folder
+    odd = {"../../etc": INFO.format(uuid="x", address="../../etc", minor=0)}
+    assert gpu_paths(DEV, LDCONFIG, "x86_64", gpus=odd).sysfs == ()
+
+
+def test_the_device_a_request_names_chooses_the_gpu():
+    assert [gpu_minor(d) for d in ("cpu", "auto", "cuda", "CUDA:3", "cuda:x", "mps")] == [
+        None, 0, 0, 3, None, None]
+
+
 def test_gpu_paths_on_another_machine_and_without_a_driver():
     arm = LDCONFIG.replace("x86-64", "AArch64")
     assert gpu_paths(DEV, arm, "aarch64").libraries == gpu_paths(DEV, LDCONFIG,
@@ -70,23 +106,30 @@ def test_gpu_paths_on_another_machine_and_without_a_driver():
 
 
 def test_the_gpu_plan_binds_nodes_writable_and_libraries_outside_system_folders():
-    found = gpu_paths(DEV, LDCONFIG, "x86_64")
+    found = gpu_paths(DEV, LDCONFIG, "x86_64", gpus=GPUS)
     system = ["/usr/lib", "/usr/lib64", "/opt/python", "/etc/ld.so.cache"]
-    plan = root_plan([*system, *found.libraries, *GPU_READ],
-                     [*BASE_DEVICES, *found.devices], {"/lib": "usr/lib"})
+    # the sysfs folder as host_links resolves it: its real path, the PCI symlink recreated
+    device = "/sys/devices/pci0000:17/0000:17:00.0/0000:18:00.0"
+    links = {"/lib": "usr/lib", found.sysfs[0]: "../../../devices/pci0000:17/0000:17:00.0/"
+             "0000:18:00.0"}
+    plan = root_plan([*system, *found.libraries, device, *GPU_READ],
+                     [*BASE_DEVICES, *found.devices], links)
     by_kind: dict[str, list[str]] = {}
     for mount in plan:
         by_kind.setdefault(mount.kind, []).append(mount.path)
     # /usr/lib and /usr/lib64 already hold the system copies; the toolkit's folder is bound
     # file by file
-    assert by_kind["ro"] == ["/etc/ld.so.cache", "/opt/python", "/sys/bus/pci/devices",
-                             "/sys/devices", "/usr/lib", "/usr/lib64",
+    # that one device's sysfs folder, not /sys/devices or every PCI function
+    assert by_kind["ro"] == ["/etc/ld.so.cache", "/opt/python", device, "/usr/lib", "/usr/lib64",
                              "/usr/local/nvidia/lib64/libcuda.so",
                              "/usr/local/nvidia/lib64/libcuda.so.1",
                              "/usr/local/nvidia/lib64/libcudadebugger.so.1"]
     assert by_kind["dev"] == sorted([*BASE_DEVICES, *found.devices])
     assert by_kind["proc"] == ["/proc"]  # /proc/driver/nvidia comes with the worker's /proc
     assert Mount("/lib", "link", "usr/lib") in plan
+    assert Mount(found.sysfs[0], "link", links[found.sysfs[0]]) in plan
+    assert by_kind["dev"] == ["/dev/null", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidiactl",
+                              "/dev/urandom", "/dev/zero"]
 
 
 def test_a_cpu_job_gets_no_nvidia_node_and_no_driver_library():

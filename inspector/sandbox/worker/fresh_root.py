@@ -10,6 +10,12 @@ home, /etc, other worktrees and the client's folder are simply not there.
 `root_plan` and `gpu_paths` are pure functions of what exists on the host (tested without a
 GPU); `host_facts` reads those facts and `build_root` carries a plan out. Nothing here imports
 torch.
+
+A GPU job gets one GPU: the driver's shared nodes (`GPU_NODES`), the chosen GPU's own node
+`/dev/nvidiaN` (N its device minor, `gpu_minor`), and that device's sysfs folder, never the
+other GPUs' nodes, the MIG capability nodes, `nvidia-uvm-tools` or `nvidia-modeset`, nor the
+rest of /sys/devices. CUDA is pointed at the same GPU by its UUID (`GpuPaths.uuid`, set as
+`CUDA_VISIBLE_DEVICES`), so it is `cuda:0` inside whatever guards the jail has.
 """
 
 from __future__ import annotations
@@ -30,9 +36,16 @@ GPU_LIBRARY_PREFIXES = ("libcuda.so", "libcudadebugger.so", "libnvidia-ml.so",
                         "libnvidia-gpucomp.so", "libnvidia-fatbinaryloader.so")
 """The driver's user-space libraries CUDA and NVML dlopen (torch ships the rest itself)."""
 
-GPU_READ = ("/proc/driver/nvidia", "/sys/bus/pci/devices", "/sys/devices")
-"""What the driver's libraries read about the device besides its nodes (/proc comes with the
-worker's own /proc; the two /sys trees name PCI functions and their NUMA nodes)."""
+GPU_NODES = ("nvidiactl", "nvidia-uvm")
+"""The driver's nodes every CUDA process opens besides its GPU's own `nvidiaN`: the control
+node and unified memory. Not `nvidia-uvm-tools` (profiling), `nvidia-modeset` (display) or
+`nvidia-caps/` (MIG capabilities)."""
+GPU_READ = ("/proc/driver/nvidia",)
+"""What the driver's libraries read besides the nodes and the device's sysfs folder (the fresh
+root has it with the worker's own /proc; Landlock needs it named)."""
+PCI_DEVICES = "/sys/bus/pci/devices"
+"""Where the chosen GPU's sysfs folder is named by its PCI address (a symlink into
+/sys/devices, recreated in the fresh root)."""
 
 
 @dataclass(frozen=True)
@@ -48,10 +61,13 @@ class Mount:
 
 @dataclass(frozen=True)
 class GpuPaths:
-    """What a GPU job needs besides the CPU jail: device nodes and driver libraries."""
+    """What a GPU job needs besides the CPU jail: device nodes, driver libraries, the device's
+    sysfs folder, and the UUID CUDA knows it by."""
 
     devices: tuple[str, ...]
     libraries: tuple[str, ...]
+    sysfs: tuple[str, ...] = ()
+    uuid: str | None = None
 
 
 def _covered(path: str, folders: Iterable[str]) -> bool:
@@ -86,10 +102,24 @@ LOADER_ARCH = {"x86_64": "x86-64", "aarch64": "AArch64"}
 """How `ldconfig -p` names each machine's own libraries (32-bit ones are plain `libc6`)."""
 
 
-def gpu_paths(dev_names: Iterable[str], ldconfig: str, machine: str) -> GpuPaths:
-    """The NVIDIA device nodes among `dev_names` (entries of /dev) and the driver libraries
-    for `machine` that `ldconfig -p` lists (its text)."""
-    devices = tuple(sorted(f"/dev/{n}" for n in dev_names if n.startswith("nvidia")))
+def gpu_minor(device: str) -> int | None:
+    """The device minor of the GPU a request's `device` names: None for `cpu`, 0 for `cuda`
+    and `auto`, N for `cuda:N` (None for anything else: no GPU is let in)."""
+    device = device.strip().lower()
+    if device in ("cuda", "auto"):
+        return 0
+    match = re.fullmatch(r"cuda:(\d{1,4})", device)
+    return int(match.group(1)) if match else None
+
+
+def gpu_paths(dev_names: Iterable[str], ldconfig: str, machine: str, minor: int = 0,
+              gpus: Mapping[str, str] | None = None) -> GpuPaths:
+    """The nodes among `dev_names` (entries of /dev) the GPU of device minor `minor` needs, the
+    driver libraries for `machine` that `ldconfig -p` lists (its text), and, from `gpus` (PCI
+    address -> the text of /proc/driver/nvidia/gpus/ADDRESS/information), that GPU's sysfs
+    folder and UUID."""
+    present = set(dev_names)
+    devices = tuple(sorted(f"/dev/{n}" for n in (*GPU_NODES, f"nvidia{minor}") if n in present))
     tag = LOADER_ARCH.get(machine, machine)
     libraries = []
     for line in ldconfig.splitlines():
@@ -99,7 +129,19 @@ def gpu_paths(dev_names: Iterable[str], ldconfig: str, machine: str) -> GpuPaths
         name, arch, path = match.groups()
         if name.startswith(GPU_LIBRARY_PREFIXES) and tag in arch.split(","):
             libraries.append(path)
-    return GpuPaths(devices, tuple(sorted(set(libraries))))
+    chosen = [(address, info) for address, info in sorted((gpus or {}).items())
+              if _field(info, "Device Minor") == str(minor)]
+    sysfs = tuple(f"{PCI_DEVICES}/{address}" for address, _ in chosen
+                  if re.fullmatch(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]",
+                                  address))
+    uuid = _field(chosen[0][1], "GPU UUID") if len(chosen) == 1 else None
+    return GpuPaths(devices, tuple(sorted(set(libraries))), sysfs, uuid)
+
+
+def _field(information: str, name: str) -> str | None:
+    """One `Name: value` line of the driver's per-GPU information file."""
+    match = re.search(rf"^{re.escape(name)}:[ \t]*(\S+)", information, re.MULTILINE)
+    return match.group(1) if match else None
 
 
 def host_links(paths: Iterable[str]) -> tuple[list[str], dict[str, str]]:
@@ -156,24 +198,40 @@ def _read_only(target: str, extra: int = 0) -> None:
     _mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | kept | extra)
 
 
-def host_facts(read: Iterable[str], gpu: bool) -> list[Mount]:
+def host_facts(read: Iterable[str], gpu: int | None) -> list[Mount]:
     """The plan for this host: `read` (files and folders the worker reads), the base devices,
-    and for a GPU job the NVIDIA nodes, driver libraries and what they read."""
+    and for a GPU job (`gpu`: its device minor) that GPU's nodes, the driver libraries and the
+    device's sysfs folder."""
     extra_devices: tuple[str, ...] = ()
     read = list(read)
-    if gpu and (found := host_gpu()).devices:  # a GPU job on a machine with the driver
+    if gpu is not None and (found := host_gpu(gpu)).devices:  # a machine with the driver
         extra_devices = found.devices
-        read += [*found.libraries, *GPU_READ]
+        read += [*found.libraries, *found.sysfs]
     real, links = host_links(p for p in read if os.path.exists(p))
     devices = [d for d in (*BASE_DEVICES, *extra_devices) if os.path.exists(d)]
     return root_plan(real, devices, links)
 
 
 @functools.cache
-def host_gpu() -> GpuPaths:
-    """This host's NVIDIA device nodes and driver libraries (none without a driver)."""
-    listing = _ldconfig() if os.path.exists("/dev/nvidiactl") else ""
-    return gpu_paths(os.listdir("/dev"), listing, platform.machine())
+def host_gpu(minor: int) -> GpuPaths:
+    """What the GPU of device minor `minor` needs on this host (nothing without a driver)."""
+    if not os.path.exists("/dev/nvidiactl"):
+        return GpuPaths((), ())
+    return gpu_paths(os.listdir("/dev"), _ldconfig(), platform.machine(), minor, _gpu_facts())
+
+
+def _gpu_facts() -> dict[str, str]:
+    """PCI address -> the driver's information text, for each GPU it drives."""
+    base = "/proc/driver/nvidia/gpus"
+    facts = {}
+    for address in os.listdir(base) if os.path.isdir(base) else ():
+        try:
+            with open(f"{base}/{address}/information", encoding="utf-8",
+                      errors="replace") as fh:
+                facts[address] = fh.read(1 << 16)
+        except OSError:
+            continue
+    return facts
 
 
 def _ldconfig() -> str:

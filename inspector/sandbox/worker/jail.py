@@ -86,8 +86,9 @@ class JailConfig:
     """The uid before the user namespace hides it (RLIMIT_NPROC does not bind root)."""
     disabled: frozenset[str] = frozenset()
     """Layers to leave off: only the test suite's degraded-environment runs set this."""
-    gpu: bool = False
-    """The job may use an NVIDIA GPU: its device nodes and driver libraries are let in."""
+    gpu: int | None = None
+    """The device minor of the one NVIDIA GPU the job may use (`fresh_root.gpu_minor`): its
+    nodes, the driver's libraries and its sysfs folder are let in; None: no GPU."""
 
     @property
     def memory_bytes(self) -> int:

@@ -1,10 +1,11 @@
 """Landlock, the jail's seventh guard: what the worker may open, bind, connect to and signal.
 
 Read only: the inputs, the Python installation and the system libraries it loads
-(`system_read_roots`), the base devices, and for a GPU job the NVIDIA nodes (read-write, driven
-by ioctl) and the driver's libraries. Write nothing, except through the already-open output
-descriptor of a conversion. From ABI 4, no TCP bind or connect; from ABI 6, no signals to and
-no abstract Unix sockets of processes outside the sandbox. Landlock has no right for `stat` or
+(`system_read_roots`), the base devices, and for a GPU job the chosen GPU's nodes (read-write,
+driven by ioctl; `fresh_root.gpu_paths`), the driver's libraries and the device's sysfs
+folder. Write nothing, except through the already-open output descriptor of a conversion.
+From ABI 4, no TCP bind or connect; from ABI 6, no signals to and no abstract Unix sockets of
+processes outside the sandbox. Landlock has no right for `stat` or
 `readlink`: the fresh root keeps host paths out of their reach (`fresh_root`).
 """
 
@@ -63,7 +64,7 @@ def system_read_roots() -> list[str]:
     return sorted(r for r in roots if r and os.path.exists(r))
 
 
-def restrict(read_paths: Sequence[str], output_fd: int | None, gpu: bool) -> str:
+def restrict(read_paths: Sequence[str], output_fd: int | None, gpu: int | None) -> str:
     """Restrict this process (and the threads it starts) to reading `read_paths` and the
     system's read roots, and writing only through `output_fd`; a summary of what is handled."""
     abi = landlock_abi()
@@ -86,12 +87,12 @@ def restrict(read_paths: Sequence[str], output_fd: int | None, gpu: bool) -> str
         devices = [d for d in fresh_root.BASE_DEVICES if os.path.exists(d)]
         for path in system_read_roots() + devices + list(read_paths):
             _add_path_rule(ruleset, path, read_rights)
-        found = fresh_root.host_gpu() if gpu else fresh_root.GpuPaths((), ())
+        found = fresh_root.host_gpu(gpu) if gpu is not None else fresh_root.GpuPaths((), ())
         if found.devices:  # the driver opens its nodes read-write and drives them by ioctl
             node_rights = (read_rights | _FS_WRITE_FILE | _FS_IOCTL_DEV) & handled_fs
             for path in found.devices:
                 _add_path_rule(ruleset, path, node_rights)
-            for path in (*found.libraries, *fresh_root.GPU_READ):
+            for path in (*found.libraries, *found.sysfs, *fresh_root.GPU_READ):
                 if os.path.exists(path):
                     _add_path_rule(ruleset, path, read_rights)
         if output_fd is not None:

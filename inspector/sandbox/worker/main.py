@@ -68,6 +68,7 @@ from collections.abc import Callable, Iterator
 from inspector.core.errors import CodedError
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.sandbox.protocol import Limits, disabled_layers, selftest, selftest_payload
+from inspector.sandbox.worker import fresh_root
 from inspector.sandbox.worker.jail import JailConfig, apply_jail, die_with_parent, enter_namespaces
 from inspector.tensors.mapped import open_maps
 
@@ -99,8 +100,19 @@ def jail_config(request: dict) -> JailConfig:
         mapped_bytes=inputs_bytes + int(request.get("output_bytes", 0)),
         output_bytes=int(request.get("output_bytes", 0)),
         disabled=disabled_layers(os.environ),
-        gpu=str(request.get("device", "cpu")) != "cpu",
+        gpu=fresh_root.gpu_minor(str(request.get("device", "cpu"))),
     )
+
+
+def one_gpu(request: dict, gpu: fresh_root.GpuPaths) -> None:
+    """Point CUDA at the one GPU the jail lets in, by its UUID, so it is `cuda:0` whatever
+    guards are active; a request for `cuda:N` then runs on `cuda:0` (the same GPU)."""
+    uuid = gpu.uuid
+    if uuid is None:  # no driver information: CUDA numbers what it can open
+        return
+    os.environ["CUDA_VISIBLE_DEVICES"] = uuid  # read when CUDA starts, after this
+    if str(request.get("device", "")).startswith("cuda"):
+        request["device"] = "cuda:0"
 
 
 class _Emitter:
@@ -181,10 +193,14 @@ def main(pid_namespace_made: bool = False) -> int:
         if not isinstance(request, dict) or "op" not in request:
             raise _Refused("bad_request", "the request must be a JSON object with an 'op'")
         config = jail_config(request)
+        # read before the jail: it lists /dev and runs ldconfig, which seccomp would kill
+        gpu = fresh_root.host_gpu(config.gpu) if config.gpu is not None else None
         # the relay and init never come back from here
         entered = enter_namespaces(config, pid_namespace_made)
         maps_fd = open_maps()  # the worker's own, before Landlock closes /proc
         level = apply_jail(config, entered)
+        if gpu is not None:
+            one_gpu(request, gpu)
         emit({"type": "jail", **level})
         request["_maps_fd"] = maps_fd
         cancel = CancelToken()
