@@ -79,7 +79,7 @@ def test_an_exponent_flip_between_steps_is_named_at_the_next_step_though_tanh_hi
     hit = next(v for v in verdicts if v.alarm)
     assert hit.step == 30
     rules = {(b.rule, b.param) for b in hit.alarm.breaches}
-    assert ("weights-changed", "0.weight") in rules and ("weight-largest", "0.weight") in rules
+    assert ("weights-changed", "0.weight") in rules and ("update-size", "0.weight") in rules
     assert math.isfinite(hit.loss)  # the tanh saturates: the loss alone would not say it
     record = alarms(tmp_path)[0]
     assert record["rule"] == "weights-changed" and record["param"] == "0.weight"
@@ -130,8 +130,26 @@ def test_an_exponent_flip_inside_the_optimizer_step_is_caught_within_one_step(tm
     verdicts = run(guard, model, range(23), opt=opt)
     hit = next(v for v in verdicts if v.alarm)
     assert hit.step == 21  # the first check after the faulty step 20
-    assert ("weight-largest", param) in {(b.rule, b.param) for b in hit.alarm.breaches}
+    found = {(b.rule, b.param) for b in hit.alarm.breaches}
+    assert ("update-size", param) in found  # the norm, read every step
     assert not any(b.rule == "weights-changed" for b in hit.alarm.breaches)
+
+
+def test_with_the_largest_read_every_step_an_in_step_flip_passes_its_bound(tmp_path):
+    model = tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    guard = Guard(tmp_path, GuardConfig(largest_every=1))
+    state = {"step": 0}
+
+    def in_the_step(optimizer, args, kwargs):
+        if state["step"] == 20:
+            flip(model[0].weight, 0, 30)
+        state["step"] += 1
+
+    opt.register_step_post_hook(in_the_step)
+    hit = next(v for v in run(guard, model, range(23), opt=opt) if v.alarm)
+    assert hit.step == 21
+    assert ("weight-largest", "0.weight") in {(b.rule, b.param) for b in hit.alarm.breaches}
 
 
 def test_a_x300_loss_spike_at_step_40_is_caught_in_the_warm_up(tmp_path):

@@ -98,7 +98,7 @@ class GuardConfig:
     k_median: float = 30.0
     fingerprint_every: int = 1
     """Take the weights' fingerprint after every N-th optimizer step (0: never)."""
-    largest_every: int = 1
+    largest_every: int = 8
     """Read each tensor's largest |w| at every N-th check (always before a ledger save)."""
     k_largest: float = 8.0
     k_update: float = 50.0

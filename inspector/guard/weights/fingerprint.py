@@ -10,12 +10,15 @@ more there).
 
 `WeightWatch.after_step` takes the fingerprint right after an optimizer step (a global
 `torch.optim` post-hook calls it); `reading()` takes the next one, the per-tensor L2 norms
-(`_foreach_norm`, one fused pass) and, every `largest_every` readings, the largest |w|, all as
-one device vector the guard reads back in its step's one sync.
+(`_foreach_norm`, one fused pass) and, every `largest_every` readings, the largest |w| (one
+`aminmax` pass), all as one device vector the guard reads back in its step's one sync. Each is
+one pass over the weights; on a step that is itself a few passes (a small batch on a CPU) they
+are what the guard costs, so the largest |w| runs every 8th check by default.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -69,6 +72,8 @@ class WeightValues:
     changed: list[bool] | None
     norms: list[float]
     largest: list[float] | None
+    nonfinite: list[bool]
+    """Whether the tensor holds NaN or Inf (a norm can overflow on finite values: checked)."""
 
 
 class WeightWatch:
@@ -106,8 +111,7 @@ class WeightWatch:
             due = self.readings % self.largest_every == 0 if largest is None else largest
             self.readings += 1
             norms = _stack(torch._foreach_norm([p.detach() for p in self.params], 2.0))
-            top = _stack([p.detach().abs().amax() if p.numel() else p.new_zeros(())
-                          for p in self.params]) if due else None
+            top = _stack([_largest(p.detach()) for p in self.params]) if due else None
             return WeightReading(self.changed_now(), norms, top)
 
     def values(self, reading: WeightReading, flat: list[float]) -> WeightValues:
@@ -119,7 +123,18 @@ class WeightWatch:
             changed, at = [v != 0 for v in flat[:n]], n
         norms = flat[at:at + n]
         largest = flat[at + n:at + 2 * n] if reading.largest is not None else None
-        return WeightValues(changed, norms, largest)
+        # only on the rare non-finite norm: an extra pass and sync tell Inf from overflow
+        nonfinite = [not math.isfinite(v) and not bool(torch.isfinite(p.detach()).all())
+                     for v, p in zip(norms, self.params, strict=True)]
+        return WeightValues(changed, norms, largest, nonfinite)
+
+
+def _largest(t: torch.Tensor) -> torch.Tensor:
+    """max |t| in one pass with no copy (`aminmax`; `abs().amax()` would copy the tensor)."""
+    if not t.numel():
+        return t.new_zeros(())
+    low, high = torch.aminmax(t)
+    return torch.maximum(high, -low)
 
 
 def _stack(values: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> torch.Tensor:

@@ -7,14 +7,16 @@ with that tensor. They judge from the first reading on, without a warm-up:
 - `weights-changed`: a tensor's exact fingerprint differs from the one taken right after the
   last optimizer step: its bytes changed outside the step (a device or memory fault, or code that
   edits weights without telling the guard: `Guard.accept_weights`).
-- `weight-nonfinite`: a tensor holds NaN or Inf.
+- `weight-nonfinite`: a tensor holds NaN or Inf (a norm that overflows on finite values is
+  told apart, and is an infinite `update-size`).
 - `weight-largest`: a tensor's largest |w| is above `k` x the largest it has had at a reading
   that raised no alarm (floored at `floor`, so a tensor that starts at zero may grow). An
   exponent-bit flip multiplies one value by 2^8 or more, far above any optimizer step's growth.
 - `update-size`: the change of a tensor's norm between two readings, |n1 - n0| / n0, a lower
   bound of ||dw|| / ||w|| that needs no copy of the weights, above `k` x its running median over
-  the last `window` steps (robust to one odd step), and above `absolute` (a norm that halves or
-  doubles) before `early` values are known.
+  the last `window` steps (robust to one odd step) and above `floor` (a float32 norm moves by
+  about 1e-7 from rounding alone, so a tiny learning rate's steps are not judged on noise), and
+  above `absolute` (a norm that halves or doubles) before `early` values are known.
 
 A tensor's learned numbers are plain floats (`state_dict`), so scenes and checkpoints keep them.
 """
@@ -71,14 +73,14 @@ class WeightsChanged:
 @register
 @dataclass
 class WeightNonFinite:
-    """NaN or Inf in a weight (its norm is then not finite)."""
+    """NaN or Inf in a weight."""
 
     name = "weight-nonfinite"
 
     def judge(self, names: list[str], v: WeightValues) -> list[Breach]:
         """One breach per tensor whose norm is NaN or Inf."""
-        return [Breach(self.name, "weights", n, None, names[i])
-                for i, n in enumerate(v.norms) if not math.isfinite(n)]
+        return [Breach(self.name, "weights", v.norms[i], None, names[i])
+                for i, bad in enumerate(v.nonfinite) if bad]
 
     def learn(self, names: list[str], v: WeightValues) -> None:
         """Nothing to learn."""
@@ -143,17 +145,18 @@ class UpdateSize:
     absolute: float = 1.0
     early: int = 3
     window: int = 32
-    floor: float = 1e-8
+    floor: float = 1e-4
     last: dict[str, float] = field(default_factory=dict)
     recent: dict[str, deque] = field(default_factory=dict)
     name = "update-size"
 
     def sizes(self, names: list[str], v: WeightValues) -> list[tuple[str, float]]:
-        """(tensor, |n1 - n0| / n0) for each tensor with an earlier finite, non-zero norm."""
+        """(tensor, |n1 - n0| / n0) for each tensor with an earlier finite, non-zero norm and
+        finite values now (a norm that overflowed on finite values is an infinite change)."""
         out = []
-        for name, norm in zip(names, v.norms, strict=True):
+        for name, norm, bad in zip(names, v.norms, v.nonfinite, strict=True):
             before = self.last.get(name)
-            if before is not None and before > 0 and math.isfinite(norm):
+            if before is not None and before > 0 and not bad and not math.isnan(norm):
                 out.append((name, abs(norm - before) / before))
         return out
 
@@ -176,7 +179,8 @@ class UpdateSize:
     def learn(self, names: list[str], v: WeightValues) -> None:
         """Fold each tensor's change into its window and keep its norm."""
         for name, size in self.sizes(names, v):
-            self.recent.setdefault(name, deque(maxlen=self.window)).append(size)
+            if math.isfinite(size):
+                self.recent.setdefault(name, deque(maxlen=self.window)).append(size)
         for name, norm in zip(names, v.norms, strict=True):
             if math.isfinite(norm):
                 self.last[name] = norm
