@@ -100,6 +100,25 @@ class Saves(torch.nn.Module):
         self.training = state[2]
         torch.ops.aten.save(self.w, self.p)
 
+class Indirect(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(2))
+        self.p = canary
+    def forward(self, x):
+        return x + self.w
+    def _restore(self, path: str):
+        torch.ops.aten.save(self.w, path)
+    @torch.jit.export
+    def __getstate__(self):
+        return (self.w, self.p, self.training)
+    @torch.jit.export
+    def __setstate__(self, state: tuple[torch.Tensor, str, bool]):
+        self.w = state[0]
+        self.p = state[1]
+        self.training = state[2]
+        self._restore(self.p)
+
 class Benign(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -110,7 +129,7 @@ class Benign(torch.nn.Module):
         return self.norm(self.body(x)).softmax(-1)
 
 kind = sys.argv[1]
-model = {"from_file": FromFile, "save": Saves, "benign": Benign}[kind]()
+model = {"from_file": FromFile, "save": Saves, "indirect": Indirect, "benign": Benign}[kind]()
 torch.jit.save(torch.jit.script(model), sys.argv[3])
 """
 
@@ -150,8 +169,9 @@ def _jit_load(path: Path) -> None:
 
 def test_code_that_reaches_files_is_dangerous_and_runs_under_torch_jit_load(
         tmp_path: Path) -> None:
-    canaries = {k: tmp_path / f"canary-{k}" for k in ("from_file", "save", "respaced")}
-    files = {k: _make(tmp_path, k, canaries[k]) for k in ("from_file", "save")}
+    kinds = ("from_file", "save", "indirect")
+    canaries = {k: tmp_path / f"canary-{k}" for k in (*kinds, "respaced")}
+    files = {k: _make(tmp_path, k, canaries[k]) for k in kinds}
     files["respaced"] = _respaced(_make(tmp_path, "from_file", canaries["respaced"], "plain"),
                                   tmp_path / "respaced.pt")
     results = _scan(*files.values())
@@ -160,9 +180,11 @@ def test_code_that_reaches_files_is_dangerous_and_runs_under_torch_jit_load(
         record = results[path.name]
         reach = [f for f in record["findings"] if f["code"] == "torchscript-reaches"]
         assert record["verdict"] == "dangerous", (kind, record["findings"])
-        op = "aten::save" if kind == "save" else "aten::from_file"
-        assert any(op in f["message"] and "__setstate__" in f["message"]
-                   and f["severity"] == "dangerous" for f in reach), reach
+        op = "aten::from_file" if kind in ("from_file", "respaced") else "aten::save"
+        method = "_restore" if kind == "indirect" else "__setstate__"
+        assert any(op in f["message"] and f".{method}, line" in f["message"]
+                   and "while loading" in f["message"] and f["severity"] == "dangerous"
+                   for f in reach), reach
         _jit_load(path)
         assert canaries[kind].exists(), kind  # the real loader does the harm
 

@@ -95,9 +95,20 @@ def op_uses(text: str) -> list[OpUse]:
     return sorted(set(found), key=lambda u: (u.line, u.op))
 
 
-def _functions(text: str) -> list[tuple[int, int, str]]:
-    """(first line, last line, Class.method) of each function, where the text parses as
-    Python (TorchScript's serialized code does); empty where it does not."""
+@dataclass(frozen=True)
+class _Function:
+    """Where a function's text lies, its name, and whether `torch.jit.load` runs it (a class's
+    `__setstate__`, or a method of the class that one calls, through `self.method(...)`)."""
+
+    first: int
+    last: int
+    name: str
+    at_load: bool
+
+
+def _functions(text: str) -> list[_Function]:
+    """The functions of a code file, where its text parses as Python (TorchScript's serialized
+    code does); empty where it does not."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
@@ -106,14 +117,35 @@ def _functions(text: str) -> list[tuple[int, int, str]]:
     for node in tree.body:
         inner = node.body if isinstance(node, ast.ClassDef) else [node]
         prefix = f"{node.name}." if isinstance(node, ast.ClassDef) else ""
-        out += [(f.lineno, f.end_lineno or f.lineno, prefix + f.name) for f in inner
-                if isinstance(f, ast.FunctionDef)]
+        methods = {f.name: f for f in inner if isinstance(f, ast.FunctionDef)}
+        loading = _called_from(methods, "__setstate__")
+        out += [_Function(f.lineno, f.end_lineno or f.lineno, prefix + name, name in loading)
+                for name, f in methods.items()]
     return out
 
 
-def _where(functions: list[tuple[int, int, str]], line: int) -> str:
-    inside = [name for first, last, name in functions if first <= line <= last]
-    return f"{inside[-1]}, line {line}" if inside else f"line {line}"
+def _called_from(methods: dict[str, ast.FunctionDef], start: str) -> set[str]:
+    """`start` and every method it reaches through `self.method(...)` calls."""
+    seen: set[str] = set()
+    todo = [start] if start in methods else []
+    while todo:
+        name = todo.pop()
+        seen.add(name)
+        for call in (n for n in ast.walk(methods[name]) if isinstance(n, ast.Call)):
+            func = call.func
+            if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                    and func.value.id == "self" and func.attr in methods
+                    and func.attr not in seen):
+                todo.append(func.attr)
+    return seen
+
+
+def _where(functions: list[_Function], line: int) -> tuple[str, bool]:
+    """Where a line lies (`Class.method, line N`) and whether it runs while loading."""
+    inside = [f for f in functions if f.first <= line <= f.last]
+    if not inside:
+        return f"line {line}", False
+    return f"{inside[-1].name}, line {line}", inside[-1].at_load
 
 
 def classes_defined(text: str) -> set[str]:
@@ -129,7 +161,7 @@ def code_members(members: list[zipread.Member]) -> list[zipread.Member]:
 def report(ctx: FormatContext, buf, members: list[zipread.Member]) -> None:
     """Judge a TorchScript archive's code: a finding per operator that reaches files or the
     network (dangerous), else one plain suspicious line; its own classes leave the imports."""
-    dangerous: list[tuple[OpUse, str, str]] = []
+    dangerous: list[tuple[OpUse, str, tuple[str, bool]]] = []
     foreign: set[str] = set()
     unread: list[str] = []
     own: set[str] = set()
@@ -147,9 +179,8 @@ def report(ctx: FormatContext, buf, members: list[zipread.Member]) -> None:
                 foreign.add(use.op)
             else:
                 dangerous.append((use, m.name, _where(functions, use.line)))
-    for use, member, where in dangerous[:8]:
-        at_load = "__setstate__" in where
-        when = (f"{LOADER} runs it while loading (a class's __setstate__)" if at_load
+    for use, member, (where, at_load) in dangerous[:8]:
+        when = (f"{LOADER} runs it while loading (from a class's __setstate__)" if at_load
                 else "it runs when the model or that method is called")
         ctx.find(Severity.DANGEROUS, "torchscript-reaches",
                  f"TorchScript code calls {use.op}, which reaches {use.reaches}, in {where}: "
