@@ -91,7 +91,7 @@ class SignatureBadge(QPushButton):
         self.runner = runner
         self.shown: Shown | None = None
         self.state: SignatureState | None = None
-        self.path: Path | None = None
+        self.covering: tuple[Path, Path] | None = None
         self._job: Job | None = None
         self.setFlat(True)
         self.setAccessibleName("Signature")
@@ -99,11 +99,12 @@ class SignatureBadge(QPushButton):
         self.hide()
 
     def show_path(self, path: Path | None) -> Job | None:
-        """Check the signature covering `path` (None: hide the badge); the same path again
-        keeps the check made (hashing a folder is not repeated on every refresh)."""
-        if path == self.path and path is not None:
+        """Check the signature covering `path` (None: hide the badge); another file under the
+        same signature keeps the check made (a folder is not hashed again on every switch)."""
+        covering = covering_signature(path) if path is not None else None
+        if covering is not None and covering == self.covering:
             return self._job
-        self.path = path
+        self.covering = covering
         if self._job is not None:
             self._job.cancel()
             self._job = None
