@@ -70,3 +70,46 @@ def guarded_run(run_dir, steps: int = 12, nan_step: int = 6, dup_step: int = 8,
     guard.close()
     order.close()
     return run_dir
+
+
+def ddp_rank(rank: int, world: int, store: str, run_dir: str, bad_rank: int, bad_step: int,
+             every: int, out: str) -> None:
+    """One rank of a DDP run over gloo on the CPU with the guard; on `bad_rank` the top
+    exponent bit of one weight flips inside optimizer step `bad_step` (the test's own fault,
+    before the guard's post-step fingerprint); the alarms it saw go to `out`.RANK.json."""
+    import json
+
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from inspector.guard.guard import Guard, GuardConfig
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    model = DistributedDataParallel(tiny_model())
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    weight = model.module[2].weight
+    state = {"step": 0}
+
+    def in_the_step(optimizer, args, kwargs):
+        if rank == bad_rank and state["step"] == bad_step:
+            with torch.no_grad():
+                weight.view(-1).view(torch.int32)[1] ^= 1 << 22  # a mantissa bit: x ~1.5
+        state["step"] += 1
+
+    opt.register_step_post_hook(in_the_step)
+    guard = Guard(run_dir, GuardConfig(replica_every=every, console=False), rank=rank)
+    seen = []
+    for step in range(3 * every):
+        opt.zero_grad()
+        x, y = batch(step + 100 * rank)
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        verdict = guard.step(loss, model, opt, step=step)
+        if verdict.alarm:
+            seen += [[step, b.rule, b.param, b.value] for b in verdict.alarm.breaches]
+        opt.step()
+    guard.close()
+    dist.destroy_process_group()
+    with open(f"{out}.{rank}.json", "w") as fh:
+        json.dump(seen, fh)

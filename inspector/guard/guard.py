@@ -58,6 +58,8 @@ from inspector.guard.scene import (
     write_scene,
 )
 from inspector.guard.weights.fingerprint import WeightWatch
+from inspector.guard.weights.replicas import RULE as REPLICA_RULE
+from inspector.guard.weights.replicas import ReplicaCheck
 from inspector.guard.weights.rules import CORRUPTION_RULES, WeightRuleSet
 from inspector.run import health_gate, journal
 from inspector.run.blocklog import BlockWriter
@@ -100,6 +102,9 @@ class GuardConfig:
     """Take the weights' fingerprint after every N-th optimizer step (0: never)."""
     largest_every: int = 8
     """Read each tensor's largest |w| at every N-th check (always before a ledger save)."""
+    replica_every: int = 100
+    """Under data parallelism (a process group of 2+ ranks), compare every tensor's
+    fingerprint across the ranks every N steps (0: never)."""
     k_largest: float = 8.0
     k_update: float = 50.0
     skip_nonfinite: bool = True
@@ -166,6 +171,7 @@ class Guard:
                                      self.config.k_median)
         self.weight_rules = WeightRuleSet.default(self.config.k_largest, self.config.k_update)
         self.watch: WeightWatch | None = None
+        self.replicas = ReplicaCheck()
         self._watched: Any = None
         self.console = AlarmConsole(self.rank) if self.config.console else None
         self._post_hook = register_optimizer_step_post_hook(
@@ -211,6 +217,9 @@ class Guard:
         weights = watch.values(reading, numbers.extra)
         values = {"loss": numbers.loss, "grad_norm": numbers.grad_norm}
         breaches = self.weight_rules.judge(watch.names, weights) + self.rules.judge(values)
+        every = self.config.replica_every
+        if every and self.step_index % every == 0:
+            breaches = self.replicas.compare(watch) + breaches
         verdict = StepVerdict(self.step_index, numbers.loss, numbers.grad_norm)
         self._record_metrics(verdict, breaches)
         if not breaches:
@@ -400,10 +409,7 @@ class Guard:
         if self.console is not None:
             for rule in dict.fromkeys(b.rule for b in alarm.breaches):
                 b = next(x for x in alarm.breaches if x.rule == rule)
-                where = f" on {b.param}" if b.param else ""
-                bar = f" (bound {b.threshold:.4g})" if isinstance(b.threshold, float) else ""
-                self.console.alarm(rule, alarm.step, alarm.action,
-                                   f"{b.signal}{where} is {b.value:.4g}{bar}")
+                self.console.alarm(rule, alarm.step, alarm.action, _said(b))
         extra: dict[str, Any] = {"also": [_breach_json(b) for b in alarm.breaches[1:]],
                                  "worst": [[n, v] for n, v in alarm.worst]}
         if alarm.samples:
@@ -442,6 +448,15 @@ def _same(a: float, b: float, rtol: float) -> bool:
     if math.isinf(a) or math.isinf(b):
         return a == b
     return abs(a - b) <= rtol * max(abs(a), abs(b))
+
+
+def _said(b: Breach) -> str:
+    """A breach in words, for the console line."""
+    if b.rule == REPLICA_RULE:
+        return f"rank {int(b.value)}'s {b.param} differs from the other replicas"
+    where = f" on {b.param}" if b.param else ""
+    bar = f" (bound {b.threshold:.4g})" if isinstance(b.threshold, float) else ""
+    return f"{b.signal}{where} is {b.value:.4g}{bar}"
 
 
 def _breach_json(b: Breach) -> dict:

@@ -35,7 +35,7 @@ WEIGHT_RULES: dict[str, type] = {}
 """Every weight rule class by its name, in the order they were registered."""
 
 CORRUPTION_RULES = frozenset({"weights-changed", "weight-nonfinite", "weight-largest",
-                              "update-size"})
+                              "update-size", "replica-differs"})
 """Rules whose alarm means the weights themselves are not to be trusted (or resumed from)."""
 
 
