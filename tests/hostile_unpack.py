@@ -229,3 +229,24 @@ def benign_compressed(kind: str, path: Path) -> Path:
     path.write_bytes(COMPRESSORS[kind](pickle.dumps({"step": 3, "lr": [0.1, 0.01]},
                                                     protocol=4)))
     return path
+
+
+def gzip_torch_zip_padded(path: Path, canary: Path) -> Path:
+    """A gzip'd torch zip whose stored data.pkl runs os.system after 48 MiB of padding."""
+    inner = _rewrite_zip(_torch_zip_bytes(path.parent), {"/data.pkl": padded_pickle(canary)})
+    path.write_bytes(gzip.compress(inner))
+    return path
+
+
+def tar_gz_padded(path: Path, canary: Path) -> Path:
+    """A `.tar.gz` of a model folder: 48 MiB of padding in one member, then `model.pkl`, which
+    runs os.system when unpickled."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, data in (("model/padding.bin", bytes(PADDING)),
+                           ("model/model.pkl", call("os", "system", touch_cmd(canary)))):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    path.write_bytes(gzip.compress(out.getvalue()))
+    return path

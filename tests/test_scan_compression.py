@@ -14,11 +14,14 @@ import subprocess
 import pytest
 from hostile_unpack import (
     COMPRESSORS,
+    PADDING,
     benign_compressed,
     compressed_padded,
+    gzip_torch_zip_padded,
     lz4_pickle,
     open_compressed,
     padded_pickle,
+    tar_gz_padded,
     tar_zst,
     zip_deflated_padded,
     zstd_torch_zip,
@@ -56,6 +59,22 @@ def _load_tar_zst(path):
         return pickle.load(tar.extractfile("model/model.pkl"))
 
 
+def _load_tar_gz(path):
+    import tarfile
+
+    with tarfile.open(path, "r:gz") as tar:
+        return pickle.load(tar.extractfile("model/model.pkl"))
+
+
+def _load_gzip_torch(path):
+    import io
+
+    import torch
+
+    with gzip.open(path) as fh:
+        return torch.load(io.BytesIO(fh.read()), weights_only=False)
+
+
 def _load_zstd_torch(path):
     import io
 
@@ -73,6 +92,8 @@ SAMPLES.update({
     "tar_zst": (tar_zst, _load_tar_zst),
     "zstd_torch_zip": (zstd_torch_zip, _load_zstd_torch),
     "lz4_pickle": (lz4_pickle, lambda p: _load_compressed("lz4", p)),
+    "tar_gz_padded": (tar_gz_padded, _load_tar_gz),
+    "gzip_torch_zip_padded": (gzip_torch_zip_padded, _load_gzip_torch),
 })
 
 
@@ -94,8 +115,7 @@ def test_padding_is_passed_over_not_held(tmp_path):
     data = gzip.compress(padded_pickle(tmp_path / "canary"))
     hold = 1 << 20
     decoded = squeeze.content(data, "gzip", hold, budget.MAX_STREAMED)
-    assert len(decoded.data) < hold and decoded.passed_over == budget.MAX_STREAMED // 1024 * 48 - (
-        squeeze.KEEP)
+    assert len(decoded.data) < hold and decoded.passed_over == PADDING - squeeze.KEEP
     assert decoded.incomplete is None and not decoded.over_limit
     walked = scan_pickle(decoded.data)
     assert walked.stopped and any(g.name == "system" for g in walked.globals)

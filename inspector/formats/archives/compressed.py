@@ -34,10 +34,12 @@ def scan_compressed(ctx: FormatContext, buf, algo: str) -> None:
 
 def read_content(ctx: FormatContext, buf, algo: str) -> decompress.Decoded:
     """A compressed stream's content within the file's budget (`squeeze.content`): held whole
-    where it fits the decode budget, a pickle past it read to its end as a stream."""
+    where it fits the decode budget, a pickle past it read to its end as a stream, an archive
+    past it spilled to a temporary file (counted as streamed, not held)."""
     budget = ctx.budget
     decoded = squeeze.content(buf, algo, ctx.decoded_limit(), budget.streamed)
-    budget.decode(len(decoded.data))
+    held = 0 if decoded.spilled else len(decoded.data)
+    budget.decode(held)
     budget.streamed = max(budget.streamed - len(decoded.data) - decoded.passed_over, 0)
     return decoded
 

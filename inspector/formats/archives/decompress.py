@@ -37,6 +37,7 @@ class Decoded:
     cap_reached: bool = False  # the bound was the file's stream limit (`budget.MAX_STREAMED`)
     passed_over: int = 0  # decoded bytes read through but not held (`squeeze`)
     crc: int | None = None  # CRC-32 of every decoded byte, where some were passed over
+    spilled: bool = False  # `data` is a memory map of a temporary file, not held in memory
 
 
 class _Header:

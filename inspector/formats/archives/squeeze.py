@@ -18,7 +18,7 @@ import struct
 from dataclasses import dataclass
 
 from inspector.formats.archives.decompress import Decoded, Stream
-from inspector.formats.sniffing import PICKLE_FIRST_BYTES
+from inspector.formats.sniffing import NESTED_KINDS, PICKLE_FIRST_BYTES, sniff
 from inspector.scan.pickles.values import BIG
 
 KEEP = BIG + 1  # still past BIG: the walker keeps it as a length, as it would the whole
@@ -152,7 +152,8 @@ def content(buf, kind: str, hold: int, cap: int, crc: bool = False) -> Decoded:
     """A compressed stream's content as the scan reads it: whole where it is at most `hold`
     bytes; past that, a pickle read to its end through `squeeze` (at most `cap` bytes decoded
     in all); anything else cut at `hold`. `Decoded.over_limit` says a bound, not the data, left
-    part unread (and `incomplete` names the bound). With `crc`, a squeezed `Decoded` carries the
+    part unread (and `incomplete` names the bound). An archive past `hold` is spilled to a
+    temporary file (`Decoded.spilled`: `data` maps it). With `crc`, a squeezed `Decoded` carries the
     CRC-32 of every decoded byte."""
     stream = Stream(buf, kind, cap, crc)
     head = stream.read(min(PROBE, hold + 1))
@@ -166,12 +167,33 @@ def content(buf, kind: str, hold: int, cap: int, crc: bool = False) -> Decoded:
         return Decoded(head, stream.members, stream.incomplete, stream.failed,
                        stream.over_cap, cap_reached=stream.over_cap)
     why = f"content larger than the {hold} bytes the scan holds of it"
+    if sniff(head[:512], len(head)) in NESTED_KINDS:  # a zip's "PK" also opens a pickle
+        return _spilled(stream, head)
     if head[0] == 0x80 or head[0] in PICKLE_FIRST_BYTES:
         try:
             return _squeezed(stream, head, hold, cap)
         except (CannotSqueeze, HeldTooMuch) as exc:
             why = f"{why} ({exc})"
     return Decoded(head[:hold], stream.members + 1, why, over_limit=True)
+
+
+def _spilled(stream: Stream, head: bytes) -> Decoded:
+    """An archive inside the stream (a `.tar.gz`, a compressed torch zip), too large to hold:
+    its readers want the whole of it (a zip's directory is at its end), so the rest of the
+    stream is written to an unlinked temporary file and handed out as a memory map of it."""
+    import mmap
+    import tempfile
+
+    with tempfile.TemporaryFile(prefix="ckpt-inspector-") as fh:
+        fh.write(head)
+        while piece := stream.read(_READ):
+            fh.write(piece)
+        fh.flush()
+        data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    incomplete = (f"content decodes past the scan's stream limit of {stream.cap} bytes"
+                  if stream.over_cap else stream.incomplete)
+    return Decoded(data, stream.members, incomplete, stream.failed, stream.over_cap,
+                   stream.over_cap, spilled=True)
 
 
 def _squeezed(stream: Stream, head: bytes, hold: int, cap: int) -> Decoded:
