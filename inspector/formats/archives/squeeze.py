@@ -23,11 +23,10 @@ from inspector.scan.pickles.values import BIG
 
 KEEP = BIG + 1  # still past BIG: the walker keeps it as a length, as it would the whole
 _FRAME = 0x95
-_STOP = 0x2E
 _READ = 1 << 20
 
-# opcode -> (fixed argument bytes, or the size of a length prefix as a negative struct code)
-_FIXED: dict[int, int] = {}
+# each opcode's argument, from the standard library's own table (`pickletools.opcodes`)
+_FIXED: dict[int, int] = {}  # opcode -> its argument's fixed size
 _PREFIX: dict[int, tuple[int, str]] = {}  # opcode -> (prefix bytes, struct format)
 _LINES: dict[int, int] = {}  # opcode -> newline-ended lines of argument
 for _op in pickletools.opcodes:
