@@ -36,6 +36,24 @@ _TOKENIZER_PAYLOAD = """
             super().__init__(**kwargs)
 """
 
+_RELAY_CONFIG = """
+    from transformers import PretrainedConfig
+
+    from .helpers import hidden_size
+
+
+    class RelayConfig(PretrainedConfig):
+        model_type = "relay"
+"""
+
+_RELAY_HELPERS = """
+    import os
+    import pathlib
+
+    pathlib.Path(os.environ["CANARY"]).write_text("ran")  # runs when the config imports it
+    hidden_size = 8
+"""
+
 _BENIGN_CONFIG = """
     from transformers import PretrainedConfig
 
@@ -103,6 +121,25 @@ def test_auto_map_code_is_reported_dangerous_and_runs_under_from_pretrained(
         assert py_name in remote["message"] and "trust_remote_code" in remote["message"]
         _load(key, folder, canaries[key], tmp_path / "hf-home")
         assert canaries[key].exists(), key  # the real loader ran the payload
+
+
+def test_code_the_named_module_imports_relatively_is_judged_with_it(tmp_path: Path) -> None:
+    """The payload sits in a helper the named module imports from its own folder: the loader
+    copies and imports that too."""
+    folder = _folder(tmp_path, "relay", {
+        "config.json": {"model_type": "relay",
+                        "auto_map": {"AutoConfig": "configuration_relay.RelayConfig"}},
+        "configuration_relay.py": _RELAY_CONFIG, "helpers.py": _RELAY_HELPERS})
+    results = _scan(folder)
+    canary = tmp_path / "canary-relay"
+    assert not canary.exists()
+    named = results["relay/config.json"]
+    remote = next(f["message"] for f in named["findings"] if f["code"] == "remote-code")
+    assert named["verdict"] == "dangerous" and "helpers.py" in remote, remote
+    assert results["relay/helpers.py"]["verdict"] == "dangerous"
+    assert results["relay/configuration_relay.py"]["verdict"] == "suspicious"
+    _load("AutoConfig", folder, canary, tmp_path / "hf-home")
+    assert canary.exists()  # the real loader imported the helper
 
 
 def test_benign_remote_code_is_listed_suspicious_and_loads(tmp_path: Path) -> None:

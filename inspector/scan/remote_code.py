@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from inspector.core.verdict import worst
 from inspector.core.vocabulary import Severity, Verdict
-from inspector.formats.archives.torch_package import judge_source
+from inspector.formats.archives.torch_package import RUN_AT_LOAD, judge_source
 from inspector.scan.context import not_a_checkpoint
 from inspector.scan.result import Finding, ScanResult
 
@@ -31,6 +31,12 @@ MAX_SOURCE_BYTES = 4 << 20  # a larger source is reported unread
 MAX_JSON_BYTES = 16 << 20
 MAX_SIBLINGS = 256  # JSON files of one folder read for the auto_map naming a .py
 _SHOWN = 12  # imports or calls named in one finding
+# The methods transformers runs on the class it builds, beside what any import and unpickling
+# runs: its constructor, the loading classmethods a class may override, weight set-up.
+TRANSFORMERS_RUNS = RUN_AT_LOAD | frozenset({
+    "__init__", "__post_init__", "from_pretrained", "_from_pretrained", "from_dict",
+    "from_config", "_from_config", "post_init", "init_weights", "_init_weights", "tie_weights",
+    "register_for_auto_class"})
 
 
 @dataclass(frozen=True)
@@ -118,7 +124,7 @@ def read_python(path: str, mtime_ns: int = 0) -> PythonCode:
         if len(raw) > MAX_SOURCE_BYTES:
             return PythonCode([], [], [], [], f"larger than {MAX_SOURCE_BYTES >> 20} MiB")
         text = raw.decode("utf-8")
-        imports, at_load = judge_source(text)
+        imports, at_load = judge_source(text, TRANSFORMERS_RUNS)
         tree = ast.parse(text)
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         return PythonCode([], [], [], [], str(exc)[:120])

@@ -42,7 +42,7 @@ _LOAD_TIME_CAPABILITIES = frozenset(c for c in {d.capability for d in DENY.value
                                     if c != "reach the interpreter")
 # Methods the unpickler or the import machinery runs without the pickle calling them by name
 # (a pickle that calls a class runs its __init__, but such a call is judged in the pickle).
-_RUN_AT_LOAD = frozenset({"__setstate__", "__new__", "__getattr__", "__getattribute__",
+RUN_AT_LOAD = frozenset({"__setstate__", "__new__", "__getattr__", "__getattribute__",
                           "__set_name__", "__init_subclass__", "__class_getitem__"})
 # Final names of calls that run, load, open, write or delete, beside the policy's own
 _SOURCE_LEAVES = DENY_LEAF_NAMES | frozenset((
@@ -172,7 +172,7 @@ def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
     return ".".join([head, *reversed(chain)])
 
 
-def _load_time_nodes(tree: ast.Module) -> list[ast.AST]:
+def _load_time_nodes(tree: ast.Module, run_at_load: frozenset[str]) -> list[ast.AST]:
     """The statements that run when the module is imported or its objects unpickled: the
     module's and its classes' bodies, the methods the unpickler runs, and the module's own
     functions those call (followed by name)."""
@@ -181,13 +181,13 @@ def _load_time_nodes(tree: ast.Module) -> list[ast.AST]:
     for node in tree.body:
         if isinstance(node, _FUNCTIONS):
             todo += node.decorator_list + node.args.defaults
-            if node.name in _RUN_AT_LOAD:
+            if node.name in run_at_load:
                 todo.append(node)
         elif isinstance(node, ast.ClassDef):
             for item in node.body:
                 if isinstance(item, _FUNCTIONS):
                     todo += item.decorator_list + item.args.defaults
-                    if item.name in _RUN_AT_LOAD:
+                    if item.name in run_at_load:
                         todo.append(item)
                 else:
                     todo.append(item)
@@ -207,9 +207,12 @@ def _load_time_nodes(tree: ast.Module) -> list[ast.AST]:
     return out
 
 
-def judge_source(text: str) -> tuple[list[str], list[str]]:
+def judge_source(text: str, run_at_load: frozenset[str] = RUN_AT_LOAD
+                 ) -> tuple[list[str], list[str]]:
     """(the imports of a module's source, the calls it makes at load that reach a capability on
-    the deny list, each with its reason), read with `ast`; ValueError if it does not parse."""
+    the deny list, each with its reason), read with `ast`; ValueError if it does not parse.
+    `run_at_load`: the methods its loader runs unasked (another loader's, such as
+    transformers', which builds the class it names, add `__init__`)."""
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError) as exc:
@@ -217,7 +220,7 @@ def judge_source(text: str) -> tuple[list[str], list[str]]:
     aliases = _aliases(tree)
     imports = sorted(set(aliases.values()))
     bad: list[str] = []
-    for node in _load_time_nodes(tree):
+    for node in _load_time_nodes(tree, run_at_load):
         for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
             target = _dotted(call.func, aliases)
             reason = _denied(target) if target else None
