@@ -10,9 +10,9 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from cryptography import exceptions, x509
+from cryptography import exceptions
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from inspector.core.json_record import JsonRecord
@@ -28,6 +28,9 @@ from inspector.signing.keys import (
 )
 from inspector.signing.library import reference
 from inspector.signing.statement import SignedStatement, from_library
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 UNCHECKED_CODES = frozenset({"keyless-offline", "no-key"})
 """Failures that leave a signature unverified here (no trust root offline, no key given); any
@@ -97,6 +100,8 @@ def _key_verifier(bundle: Bundle, public_key: Path) -> tuple[Any, str]:
 def _certificates(bundle: Bundle) -> list[x509.Certificate]:
     import base64
 
+    from cryptography import x509  # certificates only: a key check never loads X.509
+
     chain = bundle.document["verificationMaterial"].get("x509CertificateChain")
     try:
         return [x509.load_der_x509_certificate(base64.b64decode(c["rawBytes"]))
@@ -112,6 +117,8 @@ def _bundle_identity(bundle: Bundle) -> str:
 
 
 def _certificate_verifier(bundle: Bundle, chain: Sequence[Path]) -> tuple[Any, str]:
+    from cryptography import x509
+
     sign_certificate = reference("_signing.sign_certificate")
     certificates = _certificates(bundle)
     if not certificates:
@@ -135,8 +142,12 @@ def _certificate_verifier(bundle: Bundle, chain: Sequence[Path]) -> tuple[Any, s
 
 
 def _verify(bundle: Bundle, verifier: Any, signer: str, signature: Any) -> Any:
-    from OpenSSL import crypto
+    # pyOpenSSL (the certificate verifier's chain check) only where a chain is checked
+    untrusted: tuple[type[Exception], ...] = ()
+    if bundle.kind is SignerKind.CERTIFICATE:
+        from OpenSSL import crypto
 
+        untrusted = (crypto.X509StoreContextError,)
     quiet = io.StringIO()  # the library prints a warning for old bundles on stdout
     try:
         with contextlib.redirect_stdout(quiet):
@@ -147,7 +158,7 @@ def _verify(bundle: Bundle, verifier: Any, signer: str, signature: Any) -> Any:
         raise SignatureError("invalid-signature", f"{bundle.path}: invalid signature: it does "
                              f"not verify with {signer}; the signed statement or the signature "
                              f"was changed after signing{other}") from exc
-    except crypto.X509StoreContextError as exc:
+    except untrusted as exc:
         raise SignatureError("untrusted-certificate", f"{bundle.path}: untrusted certificate: "
                              f"{signer} does not chain to the certificates given ({exc})"
                              ) from exc

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
 
 from inspector.signing.errors import SignatureError
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 CURVES = {"secp256r1": "P-256", "secp384r1": "P-384", "secp521r1": "P-521"}
 """The curves the reference library signs with, and their common names."""
@@ -104,6 +107,8 @@ def describe_key(key: ec.EllipticCurvePublicKey) -> str:
 
 def certificate_identity(certificate: x509.Certificate) -> str:
     """Who a certificate names: its subject and any e-mail or URI alternative names."""
+    from cryptography import x509  # certificates only: a key check never loads X.509
+
     names = [certificate.subject.rfc4514_string() or "(no subject)"]
     try:
         alt = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
