@@ -1,5 +1,6 @@
-"""What proving a checkpoint costs: `inspector.ledger.save` against a plain `torch.save`, and
-`inspector.ledger.save_pretrained` against `model.save_pretrained`, in the same run.
+"""What proving a checkpoint costs: `inspector.ledger.save` against a plain `torch.save` and
+against the floor of any proof (torch.save, fsync, one full re-read and one SHA-256 of the
+file), and `inspector.ledger.save_pretrained` against `model.save_pretrained`, in the same run.
 
 Method: each measurement is a fresh interpreter that builds the state in memory (float32
 2048x2048 matrices for torch.save; a GPT-2 built from a config, no download, for
@@ -52,6 +53,16 @@ before = status("VmRSS")
 start = time.perf_counter()
 if kind == "torch.save":
     torch.save(state, out / "plain.pt")
+elif kind == "floor":
+    import hashlib, os
+    with open(out / "floor.pt", "wb") as fh:
+        torch.save(state, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    digest = hashlib.sha256()
+    with open(out / "floor.pt", "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
 elif kind == "ledger.save":
     save(state, out / "ledger.pt", step=1)
 elif kind == "save_pretrained":
@@ -64,7 +75,8 @@ print(json.dumps({"seconds": seconds, "rss_added_mib": (after - before) / 1024,
                   "state_mb": size / 1e6}))
 """
 
-PAIRS = (("torch.save", "ledger.save"), ("save_pretrained", "ledger.save_pretrained"))
+PAIRS = (("torch.save", "ledger.save"), ("floor", "ledger.save"),
+         ("save_pretrained", "ledger.save_pretrained"))
 
 
 def main() -> None:
@@ -73,16 +85,21 @@ def main() -> None:
     ap.add_argument("--sizes-mb", type=float, nargs="+", default=[200, 1000])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dir", type=Path, default=None, help="scratch parent (default: temp)")
+    ap.add_argument("--no-pretrained", dest="pretrained", action="store_false",
+                    help="skip the save_pretrained pair")
     args = ap.parse_args()
     print(load_average())
     for mb in args.sizes_mb:
-        runs: dict[str, list[dict]] = {k: [] for pair in PAIRS for k in pair}
+        runs: dict[str, list[dict]] = {k: [] for pair in PAIRS for k in pair
+                                       if args.pretrained or "pretrained" not in k}
         for _ in range(args.repeats):
             for kind in runs:
                 with scratch("bench-ledger-", args.dir) as out:
                     runs[kind].append(json.loads(run_script(CHILD, kind, mb, out)))
         med = {k: {f: statistics.median(r[f] for r in v) for f in v[0]} for k, v in runs.items()}
         for plain, ledger in PAIRS:
+            if plain not in med:
+                continue
             p, g = med[plain], med[ledger]
             print(f"{p['state_mb']:7.0f} MB  {plain:16} {p['seconds']:6.2f} s "
                   f"{p['rss_added_mib']:7.1f} MiB added | {ledger:23} {g['seconds']:6.2f} s "
