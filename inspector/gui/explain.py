@@ -171,6 +171,31 @@ FINDING_TEXT: dict[str, tuple[str, str]] = {
         "Its weights are read here without loading it (convert them to safetensors); open it "
         "with torch.export.load only if you trust the source.",
     ),
+    "torchscript-reaches": (
+        "The archive's TorchScript code calls an operator that reaches files or the network; "
+        "code run from a __setstate__ does so while torch.jit.load loads it.",
+        "Do not load it; get the file from its source again.",
+    ),
+    "native-code": (
+        "A .pt2 package carries a native library: its loader opens it with dlopen, which runs "
+        "the library's code before torch checks anything.",
+        "Load it only if you trust its source as you would a program you run.",
+    ),
+    "native-library": (
+        "The archive holds a native library (machine code, not data).",
+        "Do not load or run anything from it unless you trust its source.",
+    ),
+    "remote-code": (
+        "This JSON names Python classes that from_pretrained(trust_remote_code=True) imports "
+        "from the folder and runs.",
+        "Read the named .py files (their findings list what they import and call); load "
+        "without trust_remote_code unless you trust the source.",
+    ),
+    "python-code": (
+        "Python source: it runs whenever a loader imports it (trust_remote_code, "
+        "torch.package).",
+        "Read it before any loader may import it; its imports and calls are listed here.",
+    ),
     "zip-crc-mismatch": (
         "A zip member's checksum does not match its bytes: the file is damaged (or was "
         "edited). This is corruption, not a question of trust in code.",
