@@ -12,6 +12,7 @@ from guard_support import alarms, tiny_model
 from inspector.core.errors import CodedError
 from inspector.guard.audit import audit, git_state
 from inspector.guard.guard import Guard, GuardConfig, GuardHalt
+from inspector.guard.scene import batch_hash
 from inspector.guard.shadow import Shadow, compare
 from inspector.run import journal
 
@@ -93,6 +94,7 @@ def test_shadow_reruns_a_fraction_and_alarms_on_a_mismatch(tmp_path):
     assert m.batch == 4 and "element 2" in m.detail
     [record] = alarms(tmp_path)
     assert record["rule"] == "shadow-mismatch" and record["step"] == 4
+    assert record["batch_hash"] == batch_hash(xs[4])
     assert torch.equal(outs[0], model(xs[0]).detach())
 
 
@@ -104,3 +106,33 @@ def test_compare_bit_for_bit_and_within_tolerance():
     assert compare(a, b, atol=1e-6) is None
     assert compare(a, torch.tensor([1.0, 0.0]), atol=1.0)[0] == float("inf")
     assert compare([a], [a, a])[1] == "1 output tensors, then 2"
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_shadow_compares_the_weights_with_the_ledger_record_at_start_and_end(tmp_path, wrapped):
+    from inspector.ledger import save
+
+    model = tiny_model()
+    state = {"model": model.state_dict()} if wrapped else model.state_dict()
+    save(state, tmp_path / "ckpt.pt", step=3)
+    shadow = Shadow(model, tmp_path, fraction=0.5, model=model, checkpoint=tmp_path / "ckpt.pt")
+    assert shadow.weights_differ == []  # loaded as saved: nothing at the start
+    for i in range(4):
+        shadow(torch.full((2, 4), float(i)))
+    with torch.no_grad():
+        model[0].weight.view(-1).view(torch.int32)[5] ^= 1 << 3  # a low mantissa bit, in memory
+    shadow(torch.ones(2, 4))
+    shadow.close()
+    assert shadow.mismatches == []  # a re-run on the same weights agrees with itself
+    assert shadow.weights_differ == ["0.weight"]
+    [record] = [a for a in alarms(tmp_path) if a["rule"] == "shadow-weights-differ"]
+    assert record["params"] == ["0.weight"] and record["when"] == "end"
+    assert record["batch_hash"] == batch_hash(torch.ones(2, 4))
+
+
+def test_shadow_refuses_a_checkpoint_without_a_ledger_record(tmp_path):
+    model = tiny_model()
+    torch.save(model.state_dict(), tmp_path / "plain.pt")
+    with pytest.raises(CodedError) as refused:
+        Shadow(model, tmp_path, model=model, checkpoint=tmp_path / "plain.pt")
+    assert refused.value.code == "no-record"
