@@ -1,0 +1,110 @@
+"""Parity: the faults of the plain-loop campaign (`test_guard_faults.py`) through real
+Lightning and transformers Trainers on the CPU, each injected by the test's own callback (never
+the guard's BitFlip): an exponent-bit flip in a weight between steps is named at the next
+check, a NaN sample under the default warn never reaches the weights, and a checkpoint the
+Trainer saves just after the flip is recorded unhealthy and never resumed."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from guard_support import alarms
+from test_guard_integrations import BAD, HfRows, HfTiny, Pairs, _tiny_class
+from torch.utils.data import DataLoader
+
+from inspector.core.vocabulary import SaveOutcome
+from inspector.guard.guard import GuardConfig
+from inspector.run.checkpoints import read_ledger, resume_choice
+
+
+def flip_top_exponent(param: torch.Tensor, index: int = 1) -> None:
+    """The test's own fault: the top exponent bit of one float32 element (about x 2^128)."""
+    with torch.no_grad():
+        param.detach().view(-1).view(torch.int32)[index] ^= 1 << 30
+
+
+def lightning_fit(tmp_path, data, fault=None):
+    import lightning.pytorch as pl
+
+    from inspector.guard.lightning_callback import GuardCallback
+
+    class Fault(pl.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if fault is not None and batch_idx == BAD:
+                fault(pl_module)
+
+    model = _tiny_class(pl)()
+    guard = GuardCallback(tmp_path, GuardConfig(console=False))
+    trainer = pl.Trainer(max_steps=8, accelerator="cpu", logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=tmp_path, callbacks=[Fault(), guard])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(model, DataLoader(data, batch_size=None, shuffle=False))
+    return model, guard
+
+
+def test_lightning_names_a_weight_flipped_between_steps(tmp_path):
+    _, callback = lightning_fit(tmp_path, Pairs(),
+                                fault=lambda m: flip_top_exponent(m.net[0].weight))
+    first = callback.guard.alarms[0]
+    assert first.step == BAD
+    assert ("weights-changed", "net.0.weight") in {(b.rule, b.param) for b in first.breaches}
+    assert alarms(tmp_path)[0]["param"] == "net.0.weight"
+
+
+def test_lightning_default_warn_keeps_a_nan_sample_out_of_the_weights(tmp_path):
+    model, callback = lightning_fit(tmp_path, Pairs(nan_row=BAD))
+    assert [(a.step, a.action) for a in callback.guard.alarms] == [(BAD, "skip")]
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def hf_train(tmp_path, flip_at=None, when="begin", save_steps=None):
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    from inspector.guard.hf_callback import GuardTrainerCallback
+    from inspector.ledger.hf import LedgerCallback
+
+    out = tmp_path / "out"
+
+    class Fault(TrainerCallback):
+        def on_step_begin(self, args, state, control, model=None, **kwargs):
+            if when == "begin" and state.global_step == flip_at:
+                flip_top_exponent(model.net[0].weight)
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if when == "end" and state.global_step == flip_at:  # after the optimizer step
+                flip_top_exponent(model.net[0].weight)
+
+    guard = GuardTrainerCallback(out, GuardConfig(console=False))
+    saving = ({"save_strategy": "steps", "save_steps": save_steps} if save_steps
+              else {"save_strategy": "no"})
+    args = TrainingArguments(output_dir=str(out), max_steps=8, per_device_train_batch_size=4,
+                             report_to=[], use_cpu=True, logging_strategy="no",
+                             disable_tqdm=True, remove_unused_columns=False,
+                             learning_rate=1e-2, **saving)
+    callbacks = [Fault(), guard] + ([LedgerCallback()] if save_steps else [])
+    Trainer(model=HfTiny(), args=args, train_dataset=HfRows(), callbacks=callbacks).train()
+    return out, guard
+
+
+def test_transformers_names_a_weight_flipped_between_steps(tmp_path):
+    out, callback = hf_train(tmp_path, flip_at=BAD)
+    first = callback.guard.alarms[0]
+    assert first.step == BAD
+    assert ("weights-changed", "net.0.weight") in {(b.rule, b.param) for b in first.breaches}
+    assert alarms(out)[0]["rule"] == "weights-changed"
+
+
+def test_transformers_checkpoint_saved_after_a_flip_is_unhealthy_and_never_resumed(tmp_path):
+    out, _ = hf_train(tmp_path, flip_at=4, when="end", save_steps=2)
+    saves = {s.step: s for s in read_ledger(out).saves}
+    assert saves[2].outcome == SaveOutcome.VERIFIED
+    assert saves[4].outcome == SaveOutcome.UNHEALTHY
+    assert "weights-changed on net.0.weight" in saves[4].detail
+    choice = resume_choice(out)
+    assert choice.record.step == 2
+    # the flipped weight stays past its learned bound, so the later saves are unhealthy too
+    assert [r.step for r, _ in choice.skipped] == [8, 6, 4]
+    assert all(why.startswith("recorded unhealthy") for _, why in choice.skipped)
