@@ -4,11 +4,12 @@ against the loader's own decompress and load, the same run (issue 34).
     .venv/bin/python benchmarks/bench_scan_padded.py [--repeats 5] [--padding-mib 48]
 
 For gzip and zstd, the file is one pickle: a BINBYTES8 of `--padding-mib` MiB of zeros, popped,
-then a small dict (benign, so the loader can run it here). Timed in this process, alternately,
-median of `--repeats`: `scan_file` with the walk alone (`readings.set_reader(None)`: the
-static reading that finds a payload), against the loader a user would run: `joblib.load` for
-gzip and `pickle.load` over zstandard's reader for zstd. Reported: both medians, the ratio
-scan / loader, the verdict, and how many bytes the scan passed over.
+then a small dict (benign, so the loader can run it here); for `zip-deflate`, a torch zip whose
+deflated `data.pkl` is that pickle. Timed in this process, alternately, median of `--repeats`:
+`scan_file` with the walk alone (`readings.set_reader(None)`: the static reading that finds a
+payload), against the loader a user would run: `joblib.load` for gzip, `pickle.load` over
+zstandard's reader for zstd, `torch.load(weights_only=False)` for the zip. Reported: both
+medians, the ratio scan / loader, the verdict, and how many bytes the scan passed over.
 """
 
 from __future__ import annotations
@@ -49,7 +50,31 @@ def _load_zstd(path):
         return pickle.load(fh)
 
 
-KINDS = {"gzip": (gzip.compress, _load_gzip), "zstd": (_zstd, _load_zstd)}
+def _torch_zip(data: bytes) -> bytes:
+    """A torch.save zip of {} whose data.pkl is `data`, deflated."""
+    import zipfile
+
+    import torch
+
+    src = io.BytesIO()
+    torch.save({}, src)
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(src.getvalue())) as zin, zipfile.ZipFile(out, "w") as zout:
+        for info in zin.infolist():
+            pkl = info.filename.endswith("/data.pkl")
+            zout.writestr(zipfile.ZipInfo(info.filename), data if pkl else zin.read(info),
+                          compress_type=zipfile.ZIP_DEFLATED if pkl else zipfile.ZIP_STORED)
+    return out.getvalue()
+
+
+def _load_torch(path):
+    import torch
+
+    return torch.load(path, weights_only=False)
+
+
+KINDS = {"gzip": (gzip.compress, _load_gzip), "zstd": (_zstd, _load_zstd),
+         "zip-deflate": (_torch_zip, _load_torch)}
 
 
 def _timed(fn, *args):
@@ -84,7 +109,7 @@ def main() -> None:
             passed = next((f.message.split(" ", 1)[0] for f in res.findings
                            if f.code == "stream-passed-over"), "0")
             scan_s, load_s = statistics.median(scans), statistics.median(loads)
-            print(f"{kind:5} {path.stat().st_size:>9} bytes: scan {scan_s * 1000:7.1f} ms, "
+            print(f"{kind:11} {path.stat().st_size:>9} bytes: scan {scan_s * 1000:7.1f} ms, "
                   f"loader {load_s * 1000:7.1f} ms, ratio {scan_s / load_s:.2f}x; verdict "
                   f"{res.verdict}, passed over {passed} bytes, codes "
                   f"{sorted({f.code for f in res.findings})}")
