@@ -147,6 +147,14 @@ def padded_pickle(canary: Path, padding: int = PADDING) -> bytes:
             + call("os", "system", touch_cmd(canary))[2:])
 
 
+def padded_protocol0(canary: Path, quoted: bool, padding: int = PADDING) -> bytes:
+    """A protocol 0 pickle: one line of `padding` characters (a quoted STRING, or a UNICODE
+    line), popped, then os.system, in protocol 0 opcodes only."""
+    pad = b"S'" + b"A" * padding + b"'\n" if quoted else b"V" + b"A" * padding + b"\n"
+    cmd = touch_cmd(canary).replace("'", "\\'")
+    return pad + b"0cos\nsystem\n(S'" + cmd.encode() + b"'\ntR."
+
+
 def _zstd(data: bytes) -> bytes:
     import zstandard
 

@@ -21,6 +21,7 @@ from hostile_unpack import (
     lz4_pickle,
     open_compressed,
     padded_pickle,
+    padded_protocol0,
     tar_gz_padded,
     tar_zst,
     zip_deflated_padded,
@@ -119,6 +120,30 @@ def test_padding_is_passed_over_not_held(tmp_path):
     assert decoded.incomplete is None and not decoded.over_limit
     walked = scan_pickle(decoded.data)
     assert walked.stopped and any(g.name == "system" for g in walked.globals)
+
+
+@pytest.mark.parametrize("quoted", [False, True])
+def test_a_protocol_0_line_of_padding_is_cut_and_the_payload_found(tmp_path, quoted):
+    canary = tmp_path / "canary"
+    path = tmp_path / "p0.gz"
+    path.write_bytes(gzip.compress(padded_protocol0(canary, quoted)))
+    res = scan_file(path)
+    assert not canary.exists()
+    assert res.verdict == "dangerous" and "stream-passed-over" in {f.code for f in res.findings}
+    with gzip.open(path) as fh:
+        pickle.load(fh)
+    assert canary.exists()
+
+
+def test_a_cut_through_an_escape_still_parses():
+    """Wherever the cut falls in a run of escapes, the cut line parses as the loader's would."""
+    for shift in range(10):
+        for line in (b"V" + b"x" * shift + b"\\u00e9\\\\" * 30_000 + b"\n",
+                     b"S'" + b"x" * shift + b"\\x41\\\\\\'" * 30_000 + b"'\n"):
+            body = line + b"0N."
+            decoded = squeeze.content(gzip.compress(body), "gzip", 1 << 17, 1 << 30)
+            walked = scan_pickle(decoded.data)
+            assert decoded.passed_over and walked.stopped and walked.error is None, shift
 
 
 def test_a_frame_around_a_cut_value_keeps_its_framing():

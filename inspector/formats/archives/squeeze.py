@@ -4,11 +4,12 @@ keeps a length only) is cut to `KEEP` bytes, its length field rewritten, and the
 passed over in the stream, never held. The walker then reads the same opcodes, stack and
 memo as the loader does, at the cost of decoding the stream once, as the loader does.
 
-A FRAME that held cut bytes gets its length shortened by as many, so framing reads as before.
-Bytes after the pickles that are no opcode (raw array data after a joblib wrapper, a legacy
-tensor record) are kept as they are, within the held bound. A protocol 0 line longer than
-`KEEP` (a quoted string, a huge decimal) cannot be cut without changing its parse: the squeeze
-then gives up and the caller reads the stream as it would without it.
+A protocol 0 string line (UNICODE, STRING) is cut the same way, an escape cut in two dropped
+and a STRING's quote closed again. A FRAME that held cut bytes gets its length shortened by as
+many, so framing reads as before. Bytes after the pickles that are no opcode (raw array data
+after a joblib wrapper, a legacy tensor record) are kept as they are, within the held bound.
+Any other line longer than `KEEP` (a decimal of a million digits) cannot be cut without
+changing its parse: the squeeze then gives up and the caller reads the stream held.
 """
 
 from __future__ import annotations
@@ -93,6 +94,29 @@ class _Reader:
             raise CannotSqueeze(f"a protocol 0 line of more than {limit} bytes")
         return self.take(stop - self.pos)
 
+    def long_line(self, keep: int) -> tuple[bytes, bool, int, int]:
+        """The next line's first `keep` bytes (its newline not among them), whether it has a
+        newline, how many bytes after them were passed over, and the offset they start at."""
+        kept, skipped, cut_from = b"", 0, -1
+        while True:
+            end = self.buf.find(b"\n", self.pos)
+            stop = end if end >= 0 else len(self.buf)
+            chunk = self.buf[self.pos:stop]
+            room = keep - len(kept)
+            if cut_from < 0 and len(chunk) > room:
+                cut_from = self.offset + room
+            kept += chunk[:room]
+            skipped += max(len(chunk) - room, 0)
+            self.offset += len(chunk)
+            self.pos = stop
+            if end >= 0:
+                self.take(1)
+                return kept, True, skipped, cut_from
+            more = self.stream.read(_READ)
+            if not more:
+                return kept, False, skipped, cut_from
+            self.buf, self.pos = more, 0
+
     def skip(self, n: int) -> int:
         """Pass over the next `n` bytes without holding them."""
         here = min(n, len(self.buf) - self.pos)
@@ -119,6 +143,13 @@ def squeeze(stream, head: bytes, hold: int) -> Squeezed:
             out += first + arg
             if op == _FRAME and len(arg) == 8:
                 frame_at, frame_end = len(out) - 8, r.offset + struct.unpack("<Q", arg)[0]
+        elif op in _CUT_LINES:
+            line, ended, skipped, cut_from = r.long_line(KEEP)
+            if skipped:
+                line = _CUT_LINES[op](line)
+                passed += skipped
+                _shorten_frame(out, frame_at, frame_end, cut_from, skipped)
+            out += first + line + (b"\n" if ended else b"")
         elif op in _LINES:
             out += first
             for _ in range(_LINES[op]):
@@ -138,13 +169,42 @@ def squeeze(stream, head: bytes, hold: int) -> Squeezed:
             cut_from = r.offset
             skipped = r.skip(length - KEEP)
             passed += skipped
-            if frame_at >= 0 and cut_from < frame_end:
-                inside = min(cut_from + skipped, frame_end) - cut_from
-                (framed,) = struct.unpack_from("<Q", out, frame_at)
-                struct.pack_into("<Q", out, frame_at, max(framed - inside, 0))
+            _shorten_frame(out, frame_at, frame_end, cut_from, skipped)
         else:  # no opcode: raw bytes the loader reads as data; kept as they are
             out += first + r.take(hold + 1 - len(out) - 1)
     raise HeldTooMuch(f"more than {hold} bytes of pickle opcodes and kept arguments")
+
+
+def _shorten_frame(out: bytearray, frame_at: int, frame_end: int, cut_from: int,
+                   skipped: int) -> None:
+    """Shorten the open FRAME (its length at `out[frame_at:]`, ending at input offset
+    `frame_end`) by the bytes of [cut_from, cut_from + skipped) it held."""
+    if frame_at >= 0 and cut_from < frame_end:
+        inside = min(cut_from + skipped, frame_end) - cut_from
+        (framed,) = struct.unpack_from("<Q", out, frame_at)
+        struct.pack_into("<Q", out, frame_at, max(framed - inside, 0))
+
+
+def _cut_unicode(head: bytes) -> bytes:
+    """A raw-unicode-escape line (UNICODE) cut to `head`: an escape cut in two (`\\uXXXX`,
+    `\\UXXXXXXXX`) is dropped, so the rest still decodes."""
+    at = head.rfind(b"\\", max(len(head) - 10, 0))
+    return head[:at] if at >= 0 else head
+
+
+def _cut_string(head: bytes) -> bytes:
+    """A quoted STRING line cut to `head`: an escape cut in two is dropped and the opening
+    quote closes it again, so the rest still parses as the same kind of literal."""
+    quote, body = head[:1], head[1:]
+    at = body.rfind(b"\\", max(len(body) - 4, 0))
+    if at >= 0:
+        body = body[:at]
+    if (len(body) - len(body.rstrip(b"\\"))) % 2:
+        body = body[:-1]  # an odd run of backslashes would escape the closing quote
+    return quote + body + quote
+
+
+_CUT_LINES = {ord("V"): _cut_unicode, ord("S"): _cut_string}
 
 
 def content(buf, kind: str, hold: int, cap: int, crc: bool = False) -> Decoded:
