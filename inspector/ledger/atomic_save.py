@@ -4,8 +4,9 @@ The order is what makes a crash at any moment harmless:
 1. digest the tensors in memory and check the disk has room (nothing written yet);
 2. write a temp file in the target's folder (`.NAME.HOST-PID.XXXX.tmp`, never ledgered; one a
    dead process of this host left is cleared first, `ledger.strays`), fsync it;
-3. re-read the temp file as `verify` would and compare every tensor with memory, while the
-   file's SHA-256 is computed on a second thread;
+3. re-read the temp file as `verify` would and compare every tensor with memory; the file's
+   SHA-256 was taken while torch.save wrote it (a safetensors file is hashed on a second thread
+   during the re-read);
 4. rename it over the target and fsync the folder; only now can a reader see it;
 5. append the `ledger.save` record (fsync'd), then rotate older ones (`keep`).
 Before 1, the health check (`ledger.health`) runs on the state in memory: a state that fails
@@ -18,9 +19,10 @@ between 4 and 5 leaves a checkpoint without a record, which `latest_valid` never
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -70,13 +72,13 @@ def save(
     try:
         os.fchmod(fd, 0o666 & ~current_umask())
         try:
-            _write(obj, fd, tmp, as_safetensors, metadata)
+            written_sha = _write(obj, fd, tmp, as_safetensors, metadata)
         except Exception as exc:
             full = disk_full(exc, target.parent)
             if full is not None:
                 raise full from exc
             raise
-        entry, outcome, detail = _prove(tmp, rel, expected, allow_globals)
+        entry, outcome, detail = _prove(tmp, rel, expected, allow_globals, written_sha)
         if outcome == SaveOutcome.MISMATCH:
             append_save(run, target, layout="file", fmt=entry.format, writer=_writer(writer,
                         as_safetensors), files=[entry], outcome=outcome, detail=detail,
@@ -101,32 +103,64 @@ def save(
     return record
 
 
+def _done(value: str) -> Future:
+    """A future that already holds `value`."""
+    future: Future = Future()
+    future.set_result(value)
+    return future
+
+
 def _writer(name: str | None, as_safetensors: bool) -> str:
     return name or ("safetensors" if as_safetensors else "torch.save")
 
 
 def _write(obj: Any, fd: int, tmp: Path, as_safetensors: bool,
-           metadata: dict[str, str] | None) -> None:
-    """Write the checkpoint into the open temp file and make its bytes durable."""
+           metadata: dict[str, str] | None) -> str | None:
+    """Write the checkpoint into the open temp file and make its bytes durable; the SHA-256
+    of the bytes written when they passed through us (torch.save), else None."""
     with os.fdopen(fd, "wb") as fh:
         if as_safetensors:
             from safetensors.torch import save_file
 
             save_file(obj, str(tmp), metadata=metadata)
+            sha = None
         else:
             import torch
 
-            torch.save(obj, fh)
+            writer = _HashingWriter(fh)
+            torch.save(obj, writer)
             fh.flush()
+            sha = writer.digest.hexdigest()
         os.fsync(fh.fileno())
+    return sha
 
 
-def _prove(tmp: Path, rel: str, expected: list, allow_globals: tuple[str, ...]
-           ) -> tuple[FileEntry, SaveOutcome, str | None]:
-    """Re-read the written file: its manifest entry, and whether every tensor matched memory."""
+class _HashingWriter:
+    """A write-only file that hashes what passes through it on the way to the real one, so the
+    file's SHA-256 costs no second read (torch.save writes its archive front to back)."""
+
+    def __init__(self, fh: Any) -> None:
+        self.fh = fh
+        self.digest = hashlib.sha256()
+
+    def write(self, data: Any) -> int:
+        """Hash, then write."""
+        self.digest.update(data)
+        return self.fh.write(data)
+
+    def flush(self) -> None:
+        """Flush the real file."""
+        self.fh.flush()
+
+
+def _prove(tmp: Path, rel: str, expected: list, allow_globals: tuple[str, ...],
+           written_sha: str | None = None) -> tuple[FileEntry, SaveOutcome, str | None]:
+    """Re-read the written file: its manifest entry, and whether every tensor matched memory;
+    the file's SHA-256 is the one taken while writing, or read on a second thread."""
     size = tmp.stat().st_size
     with ThreadPoolExecutor(1, thread_name_prefix="ledger-sha256") as pool:
-        file_hash = pool.submit(sha256_file, tmp)
+        file_hash = (_done(written_sha) if written_sha is not None
+                     else pool.submit(sha256_file, tmp))
         try:
             fmt, on_disk = disk_digests(tmp, allow_globals)
         except CodedError as exc:

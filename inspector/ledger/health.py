@@ -27,9 +27,13 @@ def health_problems(obj: Any, run_dir: Path) -> list[str]:
 
     from inspector.tensors.load import split_leaves
 
-    nan = [key for key, t in split_leaves(obj)[0]
-           if t.is_floating_point() and t.layout == torch.strided and t.device.type != "meta"
-           and bool(torch.isnan(t.detach()).any())]
+    kinds = {torch.float16, torch.bfloat16, torch.float32, torch.float64}  # _foreach_norm's
+    dense = [(key, t.detach()) for key, t in split_leaves(obj)[0]
+             if t.dtype in kinds and t.layout == torch.strided
+             and t.device.type != "meta" and t.numel()]
+    # one fused pass, no mask allocated: an L1 norm is NaN exactly when a value is NaN
+    norms = torch._foreach_norm([t for _, t in dense], 1.0) if dense else []
+    nan = [key for (key, _), n in zip(dense, norms, strict=True) if bool(torch.isnan(n))]
     found = [f"NaN in {key}" for key in nan[:SHOWN]]
     if len(nan) > SHOWN:
         found.append(f"NaN in {len(nan) - SHOWN} more tensors")
