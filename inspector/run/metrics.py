@@ -25,7 +25,8 @@ from inspector.run.status import GUARD_ALARM
 
 METRICS_KIND = "guard.metrics"
 METRICS_DIR = "guard"
-ORDER_RULES = frozenset({"sample-duplicated", "resume-order", "worker-seed-shared"})
+ORDER_RULES = frozenset({"sample-duplicated", "sample-skipped", "resume-order",
+                         "worker-seed-shared"})
 """The alarms the data-order ledger raises (the rest are the numerics guard's)."""
 JOURNAL_FIELDS = frozenset({"kind", "seq", "prev", "seal", "mac"})
 """Fields the journal adds to every record (its chain), not the alarm's own."""
