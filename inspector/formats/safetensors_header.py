@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import mmap
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,10 @@ ALIASES_KEY = "ckpt-inspector.aliases"
 """`__metadata__` entry: JSON {removed: kept} of the aliases a conversion recorded."""
 MAX_HEADER = 100_000_000
 """Header bytes read at most (what the safetensors library accepts)."""
+MAX_DEPTH = 64
+"""Containers nested deeper than this are refused before the JSON is parsed (a header needs
+3: the object, an entry, its shape; Python's parser recurses once per level and the library's
+stops at 128)."""
 _MAX_DIM = (1 << 63) - 1  # torch's sizes are int64; a larger dimension is no tensor
 INFO, SUSPICIOUS = Severity.INFO, Severity.SUSPICIOUS
 
@@ -148,6 +153,10 @@ def _parse(out: SafetensorsHeader, raw: bytes) -> None:
     except UnicodeDecodeError as exc:
         out.error = f"safetensors header is not valid UTF-8: {exc}"
         return
+    if _nests_deeper(raw, MAX_DEPTH):
+        out.error = (f"safetensors header nests deeper than {MAX_DEPTH} levels (a header needs "
+                     "3): not read")
+        return
     repeated: list[str] = []
     try:
         header = json.loads(text, object_pairs_hook=_keep_repeats(repeated),
@@ -166,6 +175,24 @@ def _parse(out: SafetensorsHeader, raw: bytes) -> None:
         else:
             out.add(SUSPICIOUS, "safetensors-metadata", "__metadata__ must map text to text")
     _check_entries(out, header)
+
+
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKETS = bytes.maketrans(b"[{]}", b"(())")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def _nests_deeper(raw: bytes, limit: int) -> bool:
+    """Whether the JSON text `raw` nests containers more than `limit` deep, counted without
+    parsing or recursing: strings are dropped, brackets kept, and each round removes the
+    innermost empty pairs; pairs left after `limit` rounds, or more than `limit` unclosed
+    openings, are too deep."""
+    skeleton = _JSON_STRING.sub(b"", raw).translate(_BRACKETS, _NOT_BRACKETS)
+    for _ in range(limit):
+        if b"()" not in skeleton:
+            break
+        skeleton = skeleton.replace(b"()", b"")
+    return b"()" in skeleton or skeleton.count(b"(") > limit
 
 
 def _keep_repeats(repeated: list[str]) -> Callable[[list[tuple[str, object]]], dict]:
