@@ -58,7 +58,7 @@ def test_a_clean_run_of_200_steps_raises_nothing(tmp_path, optimizer, capfd):
     verdicts = run(guard, model, range(200), opt=opt)
     assert not [v for v in verdicts if v.alarm]
     assert guard.health() == []
-    assert "ckpt-inspector guard" not in capfd.readouterr().err
+    assert "inspector.guard" not in capfd.readouterr().err
 
 
 def test_an_exponent_flip_between_steps_is_named_at_the_next_step_though_tanh_hides_it(
@@ -180,7 +180,7 @@ def test_a_nan_sample_under_default_warn_never_reaches_the_weights_and_says_so(t
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert sum(not v.take_step for v in verdicts) == 150
     err = capfd.readouterr().err.splitlines()
-    ours = [line for line in err if line.startswith("ckpt-inspector guard")]
+    ours = [line for line in err if line.startswith("inspector.guard")]
     assert any("step 50: loss-nonfinite" in line for line in ours)
     assert any("has fired 100 times" in line for line in ours)
     assert any("fired 150 times in all" in line for line in ours)

@@ -30,7 +30,7 @@ def append_alarm(run_dir: str | os.PathLike[str], *, step: int, rule: str, value
     journal.append(journal.journal_path(run_dir), ALARM_KIND, fields)
 
 
-PREFIX = "ckpt-inspector guard"
+PREFIX = "inspector.guard"
 
 DOING = {"warn": "training goes on", "skip": "the optimizer step was skipped",
          "halt": "the run halts"}

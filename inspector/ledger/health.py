@@ -56,5 +56,5 @@ def say_unhealthy(target: Path, kept: Path, detail: str) -> None:
     """One line on stderr: the save was not sealed as verified, and where it went."""
     where = (f"kept as evidence at {kept}, the previous checkpoint stays" if kept != target
              else "recorded unhealthy, so no resume chooses it")
-    print(f"ckpt-inspector ledger: {target} not sealed: {detail}; {where}", file=sys.stderr,
+    print(f"inspector.ledger: {target} not sealed: {detail}; {where}", file=sys.stderr,
           flush=True)
