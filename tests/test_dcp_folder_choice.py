@@ -1,7 +1,7 @@
 """One choice of what a folder's checkpoint is, for `inspect`/`diff`/`report` and `convert`.
 
 `shards.shard_set.folder_checkpoint` decides; `shard_set.resolve` (inspect, diff, report) and
-`cli.convert.folder.plan_folder` (convert) both go through it, so they never disagree: a
+`shards.convert.plan_folder` (convert) both go through it, so they never disagree: a
 torch.distributed.checkpoint folder is itself, safetensors come before torch pickles and an
 index before a single file, and `convert` refuses a folder whose checkpoint is safetensors.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 import factories
 import pytest
 
-from inspector.cli.convert.folder import FolderError, plan_folder
+from inspector.shards.convert import FolderError, plan_folder
 from inspector.shards.shard_set import FolderChoiceError, folder_checkpoint, resolve
 
 

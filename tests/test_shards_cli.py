@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from inspector.cli import main
-from inspector.cli.convert.folder import FolderError, plan_folder
+from inspector.shards.convert import FolderError, plan_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 

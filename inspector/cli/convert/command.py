@@ -142,8 +142,9 @@ def exit_for(exc: Exception) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Convert one checkpoint; see the module docstring for exit codes."""
-    from inspector.cli.convert.folder import default_output, is_folder_input, run_folder
+    from inspector.cli.convert.folder import run_folder
     from inspector.sandbox.host.client import SandboxError, convert_file
+    from inspector.shards.convert import default_output, is_folder_input
 
     def convert_one(source: str | Path, output: Path, overwrite: bool, on_event=None,
                     cancel=None) -> ConversionResult:

@@ -1,4 +1,9 @@
-"""Convert to safetensors: one click, output beside the input, verified tensor by tensor."""
+"""Convert to safetensors: one click, output beside the input, verified tensor by tensor.
+
+A sharded checkpoint (a model folder or its `*.index.json`) converts as the CLI's `convert DIR`
+does (`shards.convert`): every shard through the jailed worker's verified conversion, one after
+another, then a `model.safetensors.index.json` checked against the written shards; progress
+counts shards, and Cancel stops the worker and removes every file the run wrote."""
 
 from __future__ import annotations
 
@@ -24,17 +29,21 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from inspector.checkpoint.results import ConversionResult
+from inspector.checkpoint.results import ConversionResult, FolderConversion
 from inspector.core.progress import CancelToken
 from inspector.core.vocabulary import FileStatus
 from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, Job
 from inspector.gui.pipeline import Pipeline, stage_text
 from inspector.gui.verdict_style import status_style
+from inspector.shards.convert import FolderError, FolderJob, is_folder_input, plan_folder
 
 
 def default_output(path: Path) -> Path:
-    """`model.pt` → `model.safetensors` in the same folder."""
+    """`model.pt` → `model.safetensors` in the same folder; a sharded checkpoint's shards go
+    into its own folder (the index's folder)."""
+    if is_folder_input(path):
+        return path if path.is_dir() else path.parent
     return path.with_suffix(".safetensors") if path.suffix else path.with_name(
         path.name + ".safetensors")
 
@@ -49,13 +58,17 @@ class ConvertDialog(QDialog):
         self.doc = doc
         self.pipeline = pipeline
         self.job: Job | None = None
-        self.result: ConversionResult | None = None
+        self.result: ConversionResult | FolderConversion | None = None
+        self.sharded = is_folder_input(doc.path)
+        """A folder of shards or an index: the output is a folder of shards and an index."""
+        self.shard: tuple[int, int] = (0, 0)
+        """The shard being converted and how many there are (0, 0 for one file)."""
         self.setWindowTitle(f"Convert {doc.name} to safetensors")
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.resize(640, 420)
 
         self.output = QLineEdit(str(default_output(doc.path)))
-        self.output.setAccessibleName("Output file")
+        self.output.setAccessibleName("Output folder" if self.sharded else "Output file")
         change = QPushButton("Change…")
         change.clicked.connect(self._choose_output)
         row = QHBoxLayout()
@@ -95,18 +108,31 @@ class ConvertDialog(QDialog):
     def start(self) -> Job | None:
         """Start converting to the chosen output, asking before replacing a file."""
         out = Path(self.output.text()).expanduser()
-        if out.resolve() == self.doc.path.resolve():
+        plan = None
+        if self.sharded:
+            try:  # reads the index only: what each shard becomes
+                plan = plan_folder(self.doc.path, out)
+            except FolderError as exc:
+                self.report.setHtml(f"<p><b>Cannot convert:</b> {html.escape(exc.message)}</p>")
+                return None
+            targets = [o for _s, o in plan.pairs] + [plan.output_index] * bool(plan.output_index)
+        elif out.resolve() == self.doc.path.resolve():
             self.report.setHtml("<p>The output cannot be the input file.</p>")
             return None
+        else:
+            targets = [out]
+        existing = [t for t in targets if t.exists()]
         overwrite = False
-        if out.exists():
+        if existing:
+            names = "\n".join(str(t) for t in existing[:6]) + ("\n…" if len(existing) > 6 else "")
             answer = QMessageBox.question(
-                self, "Replace file?", f"{out} already exists. Replace it?",
+                self, "Replace files?" if len(existing) > 1 else "Replace file?",
+                f"{names}\nalready exist{'s' if len(existing) == 1 else ''}. Replace?",
                 QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
                 QMessageBox.StandardButton.No,
             )
             if answer != QMessageBox.StandardButton.Yes:
-                self.report.setHtml("<p>Choose another output name, then Convert.</p>")
+                self.report.setHtml("<p>Choose another output, then Convert.</p>")
                 return None
             overwrite = True
         self.convert_button.setEnabled(False)
@@ -116,9 +142,9 @@ class ConvertDialog(QDialog):
         self.stage.setText("Waiting for the sandbox…")
         self.report.setHtml("<p>Converting inside the jailed worker; the input is only read."
                             "</p>")
-        job = Job(f"convert {self.doc.name}",
-                  _convert_fn(self.doc.path, out, overwrite, self.doc.allowed_globals), self,
-                  doc=self.doc)
+        fn = (_convert_folder_fn(plan, overwrite, self.doc.allowed_globals) if plan is not None
+              else _convert_fn(self.doc.path, out, overwrite, self.doc.allowed_globals))
+        job = Job(f"convert {self.doc.name}", fn, self, doc=self.doc)
         job.events.connect(self._events)
         job.finished.connect(self._finished)
         job.failed.connect(self._failed)
@@ -128,21 +154,31 @@ class ConvertDialog(QDialog):
 
     def _events(self, events: list[dict[str, Any]]) -> None:
         for e in events:
+            if e.get("type") == "shard":
+                self.shard = (int(e["number"]), int(e["count"]))
+                self.progress.setRange(0, 1000)
+                self.progress.setValue(int(1000 * (self.shard[0] - 1) / self.shard[1]))
             if e.get("type") == "progress":
-                self.stage.setText(stage_text(str(e.get("stage", ""))))
+                number, count = self.shard
+                stage = stage_text(str(e.get("stage", "")))
+                self.stage.setText(f"Shard {number} of {count}: {stage}" if count else stage)
                 total, done = int(e.get("total") or 0), int(e.get("done") or 0)
                 if total:
+                    share = min(done, total) / total
+                    whole = (number - 1 + share) / count if count else share
                     self.progress.setRange(0, 1000)
-                    self.progress.setValue(int(1000 * min(done, total) / total))
+                    self.progress.setValue(int(1000 * whole))
 
-    def _finished(self, result: ConversionResult) -> None:
+    def _finished(self, result: ConversionResult | FolderConversion) -> None:
         self.result = result
-        self.doc.conversion = result
-        self.doc.changed.emit()
+        if isinstance(result, ConversionResult):  # the report's conversion section: one file
+            self.doc.conversion = result
+            self.doc.changed.emit()
         self.progress.setRange(0, 1)
         self.progress.setValue(1)
         self.stage.setText("Done")
-        self.report.setHtml(conversion_html(result))
+        self.report.setHtml(conversion_html(result) if isinstance(result, ConversionResult)
+                            else folder_conversion_html(result))
         self.open_button.setEnabled(True)
         self.folder_button.setEnabled(True)
         self.cancel_button.setText("Close")
@@ -157,13 +193,22 @@ class ConvertDialog(QDialog):
         self.output.setReadOnly(False)
 
     def _choose_output(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(
-            self, "Save safetensors as", self.output.text(), "safetensors (*.safetensors)")
+        if self.sharded:
+            path = QFileDialog.getExistingDirectory(self, "Write the shards into",
+                                                    self.output.text())
+        else:
+            path, _ = QFileDialog.getSaveFileName(
+                self, "Save safetensors as", self.output.text(), "safetensors (*.safetensors)")
         if path:
             self.output.setText(path)
 
     def _output_path(self) -> str:
-        return (self.result.output if self.result is not None else None) or self.output.text()
+        """What Open Result opens: the converted file, or the new index of a folder's shards
+        (the app opens an index as the sharded checkpoint it names)."""
+        result = self.result
+        if isinstance(result, FolderConversion):
+            return result.output_index or result.outputs[0]
+        return (result.output if result is not None else None) or self.output.text()
 
     def _open_result(self) -> None:
         self.open_result.emit(self._output_path())
@@ -209,6 +254,48 @@ def conversion_html(result: ConversionResult) -> str:
     for problem in result.not_serializable:
         parts.append(f"<p>Not kept (JSON cannot hold it): {html.escape(str(problem))}</p>")
     return "".join(parts)
+
+
+def folder_conversion_html(result: FolderConversion) -> str:
+    """A sharded conversion in words: verification, each shard written, the index."""
+    ok = status_style(FileStatus.OK)
+    parts = [f"<p><b style='color:{ok.colour}'>{ok.glyph} Verified: every tensor of every "
+             "shard equals the input, bit for bit"
+             + (", and the index matches the shards written" if result.output_index else "")
+             + ".</b></p>",
+             f"<p>Wrote {len(result.shards)} shard(s), {result.tensors_written} tensors, "
+             f"{result.bytes_written:,} bytes of tensor data:</p><ul>"]
+    parts += [f"<li><b>{html.escape(Path(str(shard.output)).name)}</b> "
+              f"({shard.tensors_written} tensors) from {html.escape(Path(shard.input).name)}</li>"
+              for shard in result.shards]
+    parts.append("</ul>")
+    if result.output_index:
+        parts.append(f"<p>Index: <b>{html.escape(result.output_index)}</b></p>")
+    aliases = sum(len(shard.aliases) for shard in result.shards)
+    if aliases:
+        parts.append(f"<p>{aliases} tensor(s) shared storage with another and were stored "
+                     "once; the aliases are recorded in each shard's metadata.</p>")
+    parts += [f"<p>Note: {html.escape(str(p.get('message')))}</p>" for p in result.problems]
+    return "".join(parts)
+
+
+def _convert_folder_fn(plan: FolderJob, overwrite: bool, allow_globals: tuple[str, ...]):
+    def run(emit: EmitFn, cancel: CancelToken) -> FolderConversion:
+        from inspector.sandbox.host.client import convert_file
+        from inspector.shards.convert import convert_folder
+
+        def convert_one(src: Path, out: Path, force: bool, cancel=None) -> ConversionResult:
+            return ConversionResult.from_json(convert_file(
+                src, out, overwrite=force, allow_globals=allow_globals, on_event=emit,
+                cancel=cancel))
+
+        def on_shard(number: int, count: int, src: Path) -> None:
+            emit({"type": "shard", "number": number, "count": count, "source": str(src)})
+
+        # one shard after another: the app runs one heavy job at a time
+        return convert_folder(plan, convert_one, overwrite, on_shard, cancel=cancel)
+
+    return run
 
 
 def _convert_fn(path: Path, out: Path, overwrite: bool, allow_globals: tuple[str, ...]):
