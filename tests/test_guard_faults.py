@@ -188,14 +188,15 @@ def test_a_nan_sample_under_default_warn_never_reaches_the_weights_and_says_so(t
     assert len(alarms(tmp_path)) >= 150  # the journal still holds each one
 
 
-def test_a_deliberate_edit_is_accepted_without_an_alarm(tmp_path):
+@pytest.mark.parametrize("scale", [0.2, 20.0])
+def test_a_deliberate_edit_is_accepted_without_an_alarm(tmp_path, scale):
     model = tiny_model()
-    guard = Guard(tmp_path, GuardConfig())
+    guard = Guard(tmp_path, GuardConfig(largest_every=1))
 
     def edit(step):
         if step == 5:
             with torch.no_grad():
-                model[0].weight.clamp_(-0.2, 0.2)  # weight clipping, on purpose
+                model[0].weight.mul_(scale)  # shrink (as clipping does) or grow, on purpose
             guard.accept_weights(model)
 
     verdicts = run(guard, model, range(8), before_step=edit)

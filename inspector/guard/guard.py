@@ -282,8 +282,8 @@ class Guard:
             self._watch(model)
         if self.watch is not None:
             self.watch.accept()
-            reading = self.watch.reading(largest=False)
-            self.weight_rules.rebase(self.watch.names, self.watch.values(
+            reading = self.watch.reading(largest=True)
+            self.weight_rules.accept(self.watch.names, self.watch.values(
                 reading, reading.vector().tolist()))
 
     def health(self) -> list[str]:

@@ -229,6 +229,17 @@ class WeightRuleSet:
             if isinstance(rule, UpdateSize):
                 rule.rebase(names, v)
 
+    def accept(self, names: list[str], v: WeightValues) -> None:
+        """The weights now are intended (a load, a deliberate edit): they are the new base of
+        every learned number, their largest |w| included."""
+        self.rebase(names, v)
+        for rule in self.rules:
+            if isinstance(rule, UpdateSize):
+                rule.recent.clear()  # steps on new weights have a scale of their own
+            if isinstance(rule, WeightLargest) and v.largest is not None:
+                rule.top.update({n: x for n, x in zip(names, v.largest, strict=True)
+                                 if math.isfinite(x)})
+
     def largest_bound(self, tensor: str) -> float | None:
         """The learned bound of a tensor's largest |w| (None before it is known)."""
         for rule in self.rules:
