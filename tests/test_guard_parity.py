@@ -107,4 +107,4 @@ def test_transformers_checkpoint_saved_after_a_flip_is_unhealthy_and_never_resum
     assert choice.record.step == 2
     # the flipped weight stays past its learned bound, so the later saves are unhealthy too
     assert [r.step for r, _ in choice.skipped] == [8, 6, 4]
-    assert all(why.startswith("recorded unhealthy") for _, why in choice.skipped)
+    assert all(why.startswith("unhealthy at save: ") for _, why in choice.skipped)

@@ -60,11 +60,11 @@ def test_a_weight_corrupted_before_a_save_is_recorded_unhealthy_and_never_resume
     choice = resume_choice(tmp_path)
     assert choice.record.path == "step-5.pt"
     assert [(r.path, why.split(":")[0]) for r, why in choice.skipped] == [
-        ("step-9.unhealthy.pt", "recorded unhealthy")]
+        ("step-9.unhealthy.pt", "unhealthy at save")]
     assert main(["run", "latest", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
     assert out.strip().endswith("step-5.pt")
-    assert "skipped step 9 (step-9.unhealthy.pt): recorded unhealthy" in err
+    assert "skipped step 9 (step-9.unhealthy.pt): unhealthy at save: " in err
     assert "weights-changed on 0.weight" in err
     guard.close()
 

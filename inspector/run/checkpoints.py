@@ -355,7 +355,7 @@ def resume_choice(run_dir: str | os.PathLike[str], rank: int | None = None,
         if rank is not None and record.rank != rank:
             continue
         if record.outcome == SaveOutcome.UNHEALTHY:
-            skipped.append((record, f"recorded unhealthy: {record.detail}"))
+            skipped.append((record, record.detail or "unhealthy at save"))
             continue
         if record.outcome != SaveOutcome.VERIFIED:
             skipped.append((record, f"its save was not proven ({record.outcome})"))
