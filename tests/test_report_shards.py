@@ -94,7 +94,7 @@ def test_a_sharded_folder_is_one_entry_with_its_shards(saved, tmp_path, named):
 def test_the_html_report_lists_the_shards(saved, tmp_path):
     code, out = _report(tmp_path, str(saved / "st"), name="report.html")
     assert code == 0
-    html = out.read_text()
+    html = out.read_text().replace("<wbr>", "")  # a name wraps at its separators
     assert "Shards</h3>" in html and "one per shard (see Shards)" in html
     for shard in (saved / "st").glob("model-*.safetensors"):
         assert shard.name in html and hashlib.sha256(shard.read_bytes()).hexdigest() in html

@@ -15,7 +15,7 @@ from inspector.core.atomic import write_text_atomic
 from inspector.core.badges import LOOKS, Badge
 from inspector.core.termtext import html_escape as escape  # marks control characters visibly
 from inspector.core.vocabulary import LoadStatus, ReportStatus, StepStatus, Verdict
-from inspector.report import charts
+from inspector.report import charts, labels
 from inspector.report.advice import bad_data, code_safety, file_advice, weights_health
 from inspector.report.model import FAIL, NOT_CHECKED, PASS, FileReport, Report
 from inspector.report.sections import self_test_words
@@ -57,7 +57,8 @@ h3 { font-size: 11.5pt; margin-top: 1.2em; margin-bottom: 0.3em; }
 table { border-collapse: collapse; margin: 0.3em 0; }
 th, td { border: 1px solid #bbb; padding: 3px 6px; text-align: left; vertical-align: top; }
 th { background-color: #eee; }
-.mono { font-family: 'DejaVu Sans Mono', monospace; font-size: 9pt; word-break: break-all; }
+.mono { font-family: 'DejaVu Sans Mono', monospace; font-size: 9pt; }
+.hash { font-family: 'DejaVu Sans Mono', monospace; font-size: 9pt; word-break: break-all; }
 .muted { color: #666; }
 .banner { width: 100%; border: none; margin: 0.8em 0; }
 .banner td { border: none; color: #fff; padding: 10px 14px; }
@@ -122,13 +123,34 @@ def report_body(report: Report, image_src: ImageSrc) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _summary(report: Report) -> str:
+def headline(report: Report) -> tuple[str, str]:
+    """The banner's headline and explanation for the report's verdict, worded for one file or
+    counting the files it is true of ("2 of 12 files import …")."""
     headline, explanation = HEADLINES[report.verdict]
+    total = len(report.files)
+    if total <= 1:
+        return headline, explanation
+    hit = sum(f.verdict == report.verdict for f in report.files)
+    plural = {
+        Verdict.SAFE: f"No code-running imports were found in any of the {total} files by the "
+                      "static scan.",
+        Verdict.SUSPICIOUS: f"{hit} of {total} files import outside torch's weights_only "
+                            "allowlist; they will not load with weights_only=True unless "
+                            "exactly those globals are allowed.",
+        Verdict.DANGEROUS: f"{hit} of {total} files import functions that run code or touch "
+                           "the system when unpickled. They were not loaded.",
+        Verdict.ERROR: f"{hit} of {total} files could not be scanned; see below.",
+    }
+    return headline, plural.get(report.verdict, explanation)
+
+
+def _summary(report: Report) -> str:
+    headline_text, explanation = headline(report)
     color = VERDICT_COLORS[report.verdict]
     # bad data outranks a clean scan: a damaged file or corrupted weights never read as fine
     worse = bad_data(report)
     if worse:
-        headline, explanation, color = worse.headline.upper(), worse.action, BAD_DATA_COLOR
+        headline_text, explanation, color = worse.headline.upper(), worse.action, BAD_DATA_COLOR
     status = ("All checks that ran passed." if report.status == ReportStatus.PASSED
               else f"{len(report.problems)} problem(s) found.")
     problems = "".join(f"<li>{escape(p)}</li>" for p in report.problems)
@@ -136,12 +158,13 @@ def _summary(report: Report) -> str:
         "<section id=\"summary\" data-section=\"summary\">"
         f"<table class=\"banner\" width=\"100%\" cellpadding=\"10\"><tr>"
         f"<td bgcolor=\"{color}\" style=\"background-color: {color}; color: #ffffff;\">"
-        f"<span class=\"headline\" data-verdict=\"{report.verdict}\">{escape(headline)}</span><br>"
+        f"<span class=\"headline\" data-verdict=\"{report.verdict}\">{escape(headline_text)}"
+        "</span><br>"
         f"{escape(explanation)}<br><b>{escape(status)}</b></td></tr></table>"
         + _signatures(report)
         + (f"<ul>{problems}</ul>" if problems else "")
         + _table(["File", "Code safety", "Weights health", "Problems", "Detail"], [
-            [escape(f.file.name), _word_cell(f), _health_cell(f),
+            [_breakable(f.file.name), _word_cell(f), _health_cell(f),
              escape(str(len(f.problems))), f"<a href=\"#file-{n}\">appendix {n}</a>"]
             for n, f in enumerate(report.files, 1)])
         + "</section>"
@@ -160,13 +183,13 @@ def _signatures(report: Report) -> str:
 def _file_sections(f: FileReport, n: int, image_src: ImageSrc) -> str:
     anchor = f"file-{n}"
     return "\n".join([
-        f"<h2 id=\"{anchor}\">{n}. {escape(f.file.name)}</h2>",
+        f"<h2 id=\"{anchor}\">{n}. {_breakable(f.file.name)}</h2>",
         _section("file", anchor, "File", _kv([
-            ("Path", _mono(f.file.path)),
+            ("Path", _path(f.file.path)),
             ("Size", escape(_size(f.file.size))),
             ("Modified", escape(f.file.mtime or "unknown")),
             ("Format", escape(f.file.format or "unknown")),
-            ("SHA-256", _mono(f.file.sha256 or ("one per shard (see Shards)" if f.shards
+            ("SHA-256", _hash(f.file.sha256 or ("one per shard (see Shards)" if f.shards
                                                else "not computed"))),
             ("Code safety", _word_cell(f)),
             ("Weights health", _health_cell(f)),
@@ -196,9 +219,9 @@ def _shards(f: FileReport) -> str:
     """Each shard with its own SHA-256 (the checkpoint has none), then coverage problems."""
     s = f.shards
     table = _table(["Shard", "Format", "Tensors", "Size", "SHA-256"], [
-        [_mono(r.get("file")), escape(r.get("format") or "unknown"),
+        [_path(r.get("file")), escape(r.get("format") or "unknown"),
          escape(_na(r.get("tensors"))), escape(_size(r.get("bytes"))),
-         _mono(r.get("sha256") or "not loaded")] for r in s.files])
+         _hash(r.get("sha256") or "not loaded")] for r in s.files])
     problems = _table(["Coverage problem", "Message"], [
         [_mono(p.get("code")), escape(str(p.get("message")))] for p in s.problems]
     ) if s.problems else ("<p>Every key is in exactly one shard, as the index says.</p>"
@@ -392,9 +415,9 @@ def _conversion(f: FileReport) -> str:
     c = f.conversion
     if c is None:
         return _not_run("No conversion was run in this session.")
-    rows = [("Result", _status(c.status)), ("Output", _mono(c.output or "none")),
-            ("Output SHA-256", _mono(c.sha256 or "n/a"))]
-    rows += [(escape(k), escape(_short(v))) for k, v in c.details.items()]
+    rows = [("Result", _status(c.status)), ("Output", _path(c.output or "none")),
+            ("Output SHA-256", _hash(c.sha256 or "n/a"))]
+    rows += [(escape(name), escape(text)) for name, text in labels.rows(c.details)]
     return _kv(rows)
 
 
@@ -557,6 +580,28 @@ def _not_run(text: str) -> str:
 
 def _mono(value) -> str:
     return f"<span class=\"mono\">{escape(str(value))}</span>"
+
+
+def _path(value) -> str:
+    """A file name or path in monospace, wrapping at its separators."""
+    return f"<span class=\"mono\">{_breakable(value)}</span>"
+
+
+def _hash(value) -> str:
+    """A digest: one unbroken word, so it may wrap anywhere."""
+    return f"<span class=\"hash\">{escape(str(value))}</span>"
+
+
+WBR = "<wbr>"
+SEPARATORS = "/\\_-.:"
+"""A long name or path may wrap after these (a zero-width space), never inside a word."""
+
+
+def _breakable(value) -> str:
+    """`value` escaped, with a line-break opportunity (`<wbr>`, which copies as nothing) after
+    each separator, so a long file name or path wraps at `model-00001-of-00010` /
+    `.safetensors` boundaries; the PDF writer reads it as a zero-width space (`render_pdf`)."""
+    return "".join(c + WBR if c in SEPARATORS else c for c in escape(str(value)))
 
 
 def _where(finding: dict) -> str:

@@ -1,18 +1,68 @@
-"""The report as PDF through Qt's own PDF writer (QTextDocument + QPdfWriter; works offscreen)."""
+"""The report as PDF through Qt's own PDF writer (QTextDocument + QPdfWriter; works offscreen).
+
+Qt's HTML reader knows no `page-break-after: avoid`, so a heading can end a page with its text
+on the next; `keep_headings_with_text` lays the document out on the PDF's pages and moves every
+such heading to the top of the next page."""
 
 from __future__ import annotations
 
 import os
 
-from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMarginsF, QUrl
-from PySide6.QtGui import QImage, QPageLayout, QPageSize, QPdfWriter, QTextDocument
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMarginsF, QSizeF, QUrl
+from PySide6.QtGui import (
+    QImage,
+    QPageLayout,
+    QPageSize,
+    QPdfWriter,
+    QTextBlock,
+    QTextCursor,
+    QTextDocument,
+    QTextFormat,
+)
 
 from inspector.core.atomic import write_bytes_atomic
 from inspector.report import charts
 from inspector.report.model import Report
-from inspector.report.render_html import STYLE, report_body
+from inspector.report.render_html import STYLE, WBR, report_body
 
 RESOLUTION_DPI = 300
+LAYOUT_DPI = 96
+"""The resolution QTextDocument lays pages out at; printing scales to the writer's."""
+PAGE = QPageLayout(QPageSize(QPageSize.PageSizeId.A4), QPageLayout.Orientation.Portrait,
+                   QMarginsF(15, 15, 15, 15), QPageLayout.Unit.Millimeter)
+MAX_MOVES = 500
+
+
+def page_size() -> QSizeF:
+    """The printable part of an A4 page, in the document's layout pixels."""
+    rect = PAGE.paintRect(QPageLayout.Unit.Inch)
+    return QSizeF(rect.width() * LAYOUT_DPI, rect.height() * LAYOUT_DPI)
+
+
+def orphan_headings(doc: QTextDocument) -> list[QTextBlock]:
+    """Headings that are the last thing on their page: the next block starts a later one."""
+    layout, height = doc.documentLayout(), doc.pageSize().height()
+    found = []
+    block = doc.begin()
+    while block.isValid():
+        after = block.next()
+        if block.blockFormat().headingLevel() and after.isValid():
+            page = int(layout.blockBoundingRect(block).top() // height)
+            if int(layout.blockBoundingRect(after).top() // height) > page:
+                found.append(block)
+        block = after
+    return found
+
+
+def keep_headings_with_text(doc: QTextDocument) -> int:
+    """Start each heading that would end a page on the next one; how many were moved."""
+    moved = 0
+    while moved < MAX_MOVES and (orphans := orphan_headings(doc)):
+        fmt = orphans[0].blockFormat()
+        fmt.setPageBreakPolicy(QTextFormat.PageBreakFlag.PageBreak_AlwaysBefore)
+        QTextCursor(orphans[0]).setBlockFormat(fmt)  # the pages after it are laid out again
+        moved += 1
+    return moved
 
 
 def render_pdf(report: Report) -> bytes:
@@ -25,16 +75,17 @@ def render_pdf(report: Report) -> bytes:
         doc.addResource(QTextDocument.ResourceType.ImageResource, QUrl(url), QImage.fromData(png))
         return url
 
-    body = report_body(report, register)
+    # Qt's HTML reader drops <wbr>; a zero-width space is the same break opportunity there
+    body = report_body(report, register).replace(WBR, "\u200b")
     doc.setHtml(f"<html><head><style>{STYLE}</style></head><body>{body}</body></html>")
+    doc.setPageSize(page_size())
+    keep_headings_with_text(doc)
     data = QByteArray()
     buffer = QBuffer(data)
     buffer.open(QIODevice.OpenModeFlag.WriteOnly)
     writer = QPdfWriter(buffer)
     writer.setResolution(RESOLUTION_DPI)
-    writer.setPageLayout(QPageLayout(QPageSize(QPageSize.PageSizeId.A4),
-                                     QPageLayout.Orientation.Portrait,
-                                     QMarginsF(15, 15, 15, 15), QPageLayout.Unit.Millimeter))
+    writer.setPageLayout(PAGE)
     writer.setTitle(f"Checkpoint verification report: {report.verdict}")
     writer.setCreator(f"{report.tool.name} {report.tool.version}")
     doc.print_(writer)

@@ -1,0 +1,96 @@
+"""Reports a person would send (issue 37): human labels and words in the conversion table (no
+`digest_algorithm`, no `verified: True`), a headline that counts the files of a multi-file
+report, file names that wrap at their separators, and no heading left alone at the foot of a
+PDF page.
+
+The conversion is real (`sandbox.host.client.convert_file` on a torch.save file); the samples
+are the built-in ones (`core.samples`); the orphan-heading case is found by laying a document
+out on the PDF's own pages, not assumed."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from PySide6.QtGui import QTextDocument
+
+from inspector.core.samples import write_samples
+from inspector.report import build_report
+from inspector.report.labels import LABELS, plain
+from inspector.report.model import FileEvidence, SessionEvidence
+from inspector.report.render_html import render_html
+from inspector.report.render_pdf import keep_headings_with_text, orphan_headings, page_size
+from inspector.scan.engine import scan_file
+from tests import factories
+
+pytestmark = pytest.mark.usefixtures("qapp")
+
+
+def _section(page: str, name: str) -> str:
+    return page.split(f'data-section="{name}"', 1)[1].split("</section>", 1)[0]
+
+
+def test_the_conversion_table_speaks_words_not_keys(tmp_path: Path):
+    from inspector.sandbox.host.client import convert_file
+
+    src = factories.save_state_dict(tmp_path / "m.pt")
+    conversion = convert_file(src, tmp_path / "m.safetensors")
+    report = build_report(SessionEvidence([FileEvidence(str(src), scan=scan_file(src),
+                                                        conversion=conversion)]))
+    table = _section(render_html(report), "conversion")
+    text = re.sub(r"<[^>]+>", " ", table)
+    names = re.findall(r"<th>(.*?)</th>", table)
+    assert not set(names) & set(conversion), names  # no raw key of the result is a label
+    assert all("_" not in name for name in names), names
+    assert {LABELS["verified"], LABELS["digest_algorithm"], LABELS["made_contiguous"]} <= set(
+        names)
+    assert "digest_algorithm" not in text and "made_contiguous" not in text
+    assert not re.search(r"\b(True|False|None)\b", text), text
+    assert "Verified bit for bit" in text and "SHA-256 of each tensor" in text
+    assert plain(True) == "yes" and plain([]) == "none"
+
+
+def test_a_multi_file_headline_counts_its_files(tmp_path: Path):
+    samples = write_samples(tmp_path)
+    files = [samples.benign, samples.malicious]
+    for n in range(3):
+        files.append(factories.save_state_dict(tmp_path / f"extra-{n}.pt"))
+    report = build_report(SessionEvidence([FileEvidence(str(p), scan=scan_file(p))
+                                           for p in files]))
+    banner = _section(render_html(report), "summary").split("</table>", 1)[0]
+    assert "DANGEROUS" in banner and "1 of 5 files import functions" in banner
+    assert "The file imports" not in banner
+    one = build_report(SessionEvidence([FileEvidence(str(samples.malicious),
+                                                     scan=scan_file(samples.malicious))]))
+    assert "The file imports functions" in _section(render_html(one), "summary")
+
+
+def test_file_names_wrap_at_their_separators(tmp_path: Path):
+    path = factories.save_state_dict(tmp_path / "model-00001-of-00010_final.checkpoint.pt")
+    page = render_html(build_report(SessionEvidence([FileEvidence(str(path),
+                                                                  scan=scan_file(path))])))
+    heading = re.search(r"<h2 id=\"file-1\">(.*?)</h2>", page).group(1)
+    assert heading == "1. model-<wbr>00001-<wbr>of-<wbr>00010_<wbr>final.<wbr>checkpoint." \
+                      "<wbr>pt"
+    assert "word-break: break-all" not in page.split(".hash", 1)[0]  # only digests break anywhere
+
+
+def test_no_heading_ends_a_pdf_page():
+    doc = QTextDocument()
+    doc.setPageSize(page_size())
+    # find a filler length that leaves the heading alone at the foot of page 1
+    for lines in range(20, 200):
+        body = "".join(f"<p>line {i}</p>" for i in range(lines))
+        doc.setHtml(f"<html><body>{body}<h2>Weights health</h2><p>its text</p></body></html>")
+        if orphan_headings(doc):
+            break
+    else:
+        pytest.fail("no filler length left the heading alone at a page's foot")
+    [heading] = orphan_headings(doc)
+    assert heading.text() == "Weights health"
+    assert keep_headings_with_text(doc) == 1
+    assert orphan_headings(doc) == []
+    layout, height = doc.documentLayout(), doc.pageSize().height()
+    top = layout.blockBoundingRect(doc.findBlockByNumber(heading.blockNumber())).top()
+    assert top % height < 40  # it now starts the next page, with its text below it
