@@ -255,7 +255,7 @@ def test_order_diff_of_hostile_lines_is_named_never_a_traceback(tmp_path, capsys
     assert code in (0, 1, 2) and "Traceback" not in err
 
 
-def resumed_with_the_skip_idiom(run_dir, skip, crash_after=5):
+def resumed_with_the_skip_idiom(run_dir, skip, crash_after=5, per_step=1):
     """Train `crash_after` steps with a linked guard, crash, resume at step `crash_after` by
     restarting the epoch and skipping the first `skip` batches (the usual idiom)."""
     from torch import nn
@@ -282,8 +282,8 @@ def resumed_with_the_skip_idiom(run_dir, skip, crash_after=5):
         guard.close()
         ledger.close()
 
-    session(OrderLedger(run_dir), 0)  # steps 0..4, then the process dies
-    session(OrderLedger(run_dir, start_step=crash_after), skip)
+    session(OrderLedger(run_dir, batches_per_step=per_step), 0)  # steps 0..4, then it dies
+    session(OrderLedger(run_dir, start_step=crash_after, batches_per_step=per_step), skip)
 
 
 def test_the_skip_the_first_s_batches_idiom_is_a_fast_forward_not_a_repeat(tmp_path, capsys):
@@ -304,6 +304,11 @@ def test_skipping_too_many_after_a_resume_is_a_skip(tmp_path):
     resumed_with_the_skip_idiom(tmp_path, skip=7)
     [record] = [a for a in alarms(tmp_path) if a["rule"] == "sample-skipped"]
     assert record["steps"] == [5, 6] and record["value"] == 2 * BS
+
+
+def test_without_batches_per_step_nothing_is_called_a_skip(tmp_path):
+    resumed_with_the_skip_idiom(tmp_path, skip=7, per_step=None)
+    assert not [a for a in alarms(tmp_path) if a["rule"] == "sample-skipped"]
 
 
 class OneBadSample(Squares):

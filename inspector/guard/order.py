@@ -17,8 +17,10 @@ gives step S's batch first. The usual idiom instead restarts the epoch and skips
 (`for i, b in enumerate(loader): if i < S: continue`): batches drawn first in the session that
 replay this epoch's recorded steps exactly, in order, are a fast-forward, neither recorded nor
 counted as duplicates. When a guard is linked (`Guard(..., ledger=)`, whose `step` calls
-`trained()`), a replayed batch that is trained is a repeat (`sample-duplicated`), and a recorded
-step that was never trained before the next is a skip (`sample-skipped`).
+`trained()`), a replayed batch that is trained is a repeat (`sample-duplicated`); with
+`batches_per_step` given (1 without gradient accumulation), batches drawn beyond a step's own
+and never trained are a skip (`sample-skipped`). Without it nothing is called a skip, since
+an accumulating loop draws several batches per step.
 """
 
 from __future__ import annotations
@@ -62,8 +64,12 @@ class OrderLedger:
     """One rank's data-order ledger for one process (a session)."""
 
     def __init__(self, run_dir: str | os.PathLike[str], rank: int | None = None,
-                 start_step: int = 0, epoch: int = 0, flush_every: int = 64) -> None:
+                 start_step: int = 0, epoch: int = 0, flush_every: int = 64,
+                 batches_per_step: int | None = None) -> None:
         self.run_dir = Path(run_dir)
+        self.batches_per_step = batches_per_step
+        """Batches drawn per optimizer step (gradient accumulation), when the caller knows it:
+        then more drawn between two trained steps are a skip. None: no skip check."""
         self.rank = int(os.environ.get("RANK", "0")) if rank is None else rank
         self.session = uuid.uuid4().hex[:12]
         self.step = start_step
@@ -144,16 +150,18 @@ class OrderLedger:
 
     def trained(self) -> None:
         """The last batch drawn was trained on (a linked guard calls this at each step): a
-        replayed one is a repeat; recorded steps drawn before it and never trained were
-        skipped."""
+        replayed one is a repeat; with `batches_per_step` known, recorded steps drawn before
+        the step's own batches and never trained were skipped."""
         if self._last_replayed is not None:
             rec, self._last_replayed = self._last_replayed, None
             self._replay = []
             self._alarm("sample-duplicated", len(rec.ids), None, samples=list(rec.ids[:8]),
                         epoch=rec.epoch, replays_step=rec.step)
             return
-        skipped = list(self._untrained)[:-1]
+        drawn = list(self._untrained)
         self._untrained.clear()
+        per = self.batches_per_step
+        skipped = drawn[:len(drawn) - per] if per else []
         if skipped:
             ids = [i for s in skipped for i in s.ids]
             self._alarm("sample-skipped", len(ids), None, samples=ids[:8], epoch=self.epoch,
