@@ -70,6 +70,22 @@ FAKE_ALIAS = """
 """
 
 
+SKIPPED_AS_UNSUPPORTED = """
+    import inspector.sandbox.worker.convert as convert
+    real_plan, real_load = convert.plan_tensors, convert.load_request
+    def lying(tensors):
+        plan = real_plan(tensors)
+        plan.entries = [(k, t) for k, t in plan.entries if k != "b"]
+        plan.skipped.append({"key": "b", "dtype": "float32", "reason": "no safetensors form"})
+        return plan
+    def loading(request):
+        request["skip_unsupported"] = True  # what the client asked is not the worker's to say
+        return real_load(request)
+    convert.plan_tensors = lying
+    convert.load_request = loading
+"""
+
+
 def _state() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(1)
     return {"a": torch.randn(16, 16, generator=g), "b": torch.randn(16, 16, generator=g)}
@@ -85,7 +101,8 @@ def _worker_convert(source, out) -> dict:
                         "output_fd": fh.fileno()}, pass_fds=(fh.fileno(),), timeout=300)
 
 
-@pytest.mark.parametrize("lie", [ALTER_OUTPUT, FAKE_ALIAS], ids=["altered-bytes", "fake-alias"])
+@pytest.mark.parametrize("lie", [ALTER_OUTPUT, FAKE_ALIAS, SKIPPED_AS_UNSUPPORTED],
+                         ids=["altered-bytes", "fake-alias", "skipped-as-unsupported"])
 def test_a_worker_that_alters_the_conversion_is_caught(tmp_path, hostile, capsys, lie) -> None:
     source = tmp_path / "m.pt"
     state = _state()
@@ -127,7 +144,7 @@ def test_an_honest_conversion_is_verified_here(tmp_path, capsys) -> None:
     out = tmp_path / "m.safetensors"
     assert main(["convert", str(source), "-o", str(out), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["claims"] == {"checked": True, "tensors": 2, "reason": None}
+    assert report["claims"] == {"checked": True, "tensors": 3, "reason": None}  # tied too
     assert report["aliases"] == {"tied": "a"}
     assert main(["convert", str(source), "-o", str(out), "--force"]) == 0
     assert "read back here, each matches its source's stored bytes bit for bit" in (

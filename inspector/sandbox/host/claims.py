@@ -31,14 +31,17 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from inspector.checkpoint.extract import strip_prefixes
 from inspector.checkpoint.health import assess
 from inspector.checkpoint.results import ClaimCheck
 from inspector.core.dtypes import BY_NAME
+from inspector.core.errors import CodedError
 from inspector.core.termtext import escape
 from inspector.formats.safetensors_header import (
     ALIASES_KEY,
@@ -190,22 +193,43 @@ def _tensor_problems(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
     return []
 
 
-def check_conversion(expected: Expected, output_fd: int, result: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class Asked:
+    """What the client asked the conversion for (never the reply's echo of it): the `key`
+    and `strip_prefix` selection, and whether tensors may be skipped. A `key` selection is
+    not checked here (`check_conversion`)."""
+
+    key: str | None
+    strip_prefix: tuple[str, ...]
+    skip_unsupported: bool
+
+
+def check_conversion(expected: Expected, output_fd: int, result: dict[str, Any],
+                     asked: Asked) -> None:
     """Check a convert reply against the input's and the output's bytes before the output is
-    kept: set `claims` and the digests computed here; SandboxError when a claim fails."""
+    kept: set `claims`, the digests and the input's tensor count computed here; SandboxError
+    when a claim fails."""
     started = time.perf_counter()
     measured = expected.wait()
+    if asked.key:
+        # `--key` walks the loaded object (a dotted key may be one name or a path); the flat
+        # names located here cannot say which tensors it selects
+        measured = "a --key selection is made only by the jailed loader"
     if isinstance(measured, str):
         result["claims"] = ClaimCheck(reason=measured).to_json()
         return
     if os.fstat(output_fd).st_size == 0:
         raise _refuted("conversion", ["the output is empty"], result.get("sandbox"))
+    try:
+        inputs = _selected(measured, asked)
+    except CodedError as exc:  # two names after --strip-prefix: no output could hold both
+        raise _refuted("conversion", [exc.message], result.get("sandbox")) from None
     with mmap.mmap(output_fd, 0, access=mmap.ACCESS_READ) as out:
-        problems, digests = _conversion_problems(measured, out, result)
+        problems, digests = _conversion_problems(inputs, out, result, asked)
     if problems:
         raise _refuted("conversion", problems, result.get("sandbox"))
-    result["digests"] = digests
-    result["claims"] = ClaimCheck(checked=True, tensors=len(digests)).to_json()
+    result.update(digests=digests, tensors_in_input=len(inputs))
+    result["claims"] = ClaimCheck(checked=True, tensors=len(inputs)).to_json()
     _timed(result, started)
 
 
@@ -215,36 +239,32 @@ def _timed(result: dict[str, Any], started: float) -> None:
         result["timing"]["claims_s"] = round(time.perf_counter() - started, 3)
 
 
-def _selected(measured: list[tuple[RawTensor, Measured]], result: dict[str, Any]
+def _selected(measured: list[tuple[RawTensor, Measured]], asked: Asked
               ) -> dict[str, tuple[RawTensor, Measured]]:
-    """The input's tensors under the names a conversion with the reply's `key` and
-    `strip_prefix` writes them as."""
-    from inspector.checkpoint.extract import strip_prefixes
-
-    key = result.get("key")
-    lead = f"{key}." if key else ""
-    chosen = {t.key[len(lead):]: (t, m) for t, m in measured if t.key.startswith(lead)}
-    names = strip_prefixes(chosen, list(result.get("strip_prefix") or ()))
+    """The input's tensors under the names the conversion asked for writes them as."""
+    chosen = {t.key: (t, m) for t, m in measured}
+    names = strip_prefixes(chosen, list(asked.strip_prefix))
     return {names[k]: t for k, t in chosen.items()}
 
 
-def _conversion_problems(measured: list[tuple[RawTensor, Measured]], out: mmap.mmap,
-                         result: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+def _conversion_problems(selected: dict[str, tuple[RawTensor, Measured]], out: mmap.mmap,
+                         result: dict[str, Any], asked: Asked
+                         ) -> tuple[list[str], dict[str, str]]:
     header = read_buffer(out, len(out))
     if header.refusal() is not None:
         return [f"the output's header: {header.refusal()}"], {}
     written = {e.key: e for e in header.entries}
     aliases = recorded_aliases(header.metadata)
-    selected = _selected(measured, result)
     inputs = {name: t for name, (t, _m) in selected.items()}
-    skipped = {str(s.get("key")) for s in result.get("tensors_skipped") or ()}
+    skipped = {str(s.get("key")) for s in result.get("tensors_skipped") or ()
+               if isinstance(s, dict)} if asked.skip_unsupported else set()
     problems = [f"{escape(k)} was written but is no tensor of the input"
                 for k in written if k not in inputs]
     digests: dict[str, str] = {}
     for name, t in inputs.items():
         entry = written.get(name)
         if entry is not None:
-            if BY_NAME[t.dtype].safetensors != entry.dtype.safetensors or (
+            if _safetensors_code(t.dtype) != entry.dtype.safetensors or (
                     list(entry.shape) != list(t.shape)):
                 problems.append(f"{escape(name)} was written as {entry.dtype.name} "
                                 f"{entry.shape}, the input holds {t.dtype} {list(t.shape)}")
@@ -253,7 +273,7 @@ def _conversion_problems(measured: list[tuple[RawTensor, Measured]], out: mmap.m
                 digests[name] = selected[name][1].digest
             else:
                 problems.append(f"{escape(name)}'s bytes differ from the input's")
-        elif name in skipped and BY_NAME[t.dtype].safetensors is None:
+        elif name in skipped and _safetensors_code(t.dtype) is None:
             continue
         elif not _is_alias(name, t, inputs, aliases, written):
             problems.append(f"{escape(name)} of the input is missing from the output")
@@ -262,6 +282,12 @@ def _conversion_problems(measured: list[tuple[RawTensor, Measured]], out: mmap.m
     if {k: v for k, v in header.metadata.items() if k not in OWN_METADATA} != aliases:
         problems.append("the output's metadata holds entries that are not its recorded aliases")
     return problems, digests
+
+
+def _safetensors_code(dtype: str) -> str | None:
+    """The safetensors code of a dtype; None where a safetensors file cannot hold it."""
+    known = BY_NAME.get(dtype)
+    return known.safetensors if known is not None else None
 
 
 def _is_alias(name: str, t: RawTensor, inputs: dict[str, RawTensor],

@@ -25,6 +25,7 @@ from inspector.core.progress import Cancelled, CancelToken
 from inspector.integrity.hashing import DIGEST_ALGORITHM, sha256_file
 from inspector.sandbox.host.admission import check_loadable, static_scan
 from inspector.sandbox.host.claims import (
+    Asked,
     Expected,
     check_conversion,
     check_digests,
@@ -191,7 +192,8 @@ def convert_file(
                                    + ", ".join(result.get("mismatches", [])[:8]),
                                    sandbox=result.get("sandbox"))
             # "verified" is the worker's word; the output is kept only once it is checked here
-            check_conversion(expected, fh.fileno(), result)
+            check_conversion(expected, fh.fileno(), result,
+                             Asked(key, tuple(request["strip_prefix"]), skip_unsupported))
         sidecar_doc = result.pop("sidecar_document", None)
         result["sidecar"] = None
         if sidecar_doc is not None:
