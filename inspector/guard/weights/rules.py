@@ -10,13 +10,15 @@ with that tensor. They judge from the first reading on, without a warm-up:
 - `weight-nonfinite`: a tensor holds NaN or Inf (a norm that overflows on finite values is
   told apart, and is an infinite `update-size`).
 - `weight-largest`: a tensor's largest |w| is above `k` x the largest it has had at a reading
-  that raised no alarm (floored at `floor`, so a tensor that starts at zero may grow). An
+  that raised no alarm (floored at `floor`, 0.1, so a tensor that starts at zero may grow
+  between two readings `largest_every` steps apart). An
   exponent-bit flip multiplies one value by 2^8 or more, far above any optimizer step's growth.
 - `update-size`: the change of a tensor's norm between two readings, |n1 - n0| / n0, a lower
   bound of ||dw|| / ||w|| that needs no copy of the weights, above `k` x its running median over
   the last `window` steps (robust to one odd step) and above `floor` (a float32 norm moves by
   about 1e-7 from rounding alone, so a tiny learning rate's steps are not judged on noise), and
-  above `absolute` (a norm that halves or doubles) before `early` values are known.
+  above `absolute` (a norm that quadruples: a zero-initialised tensor's norm doubles in its
+  second Adam step) before `early` values are known.
 
 A tensor's learned numbers are plain floats (`state_dict`), so scenes and checkpoints keep them.
 """
@@ -99,7 +101,7 @@ class WeightLargest:
     """A largest |w| far above any the tensor had before."""
 
     k: float = 8.0
-    floor: float = 0.01
+    floor: float = 0.1
     top: dict[str, float] = field(default_factory=dict)
     name = "weight-largest"
 
@@ -142,7 +144,7 @@ class UpdateSize:
     """A tensor's norm moving far more in one step than it has been moving."""
 
     k: float = 50.0
-    absolute: float = 1.0
+    absolute: float = 3.0
     early: int = 3
     window: int = 32
     floor: float = 1e-4
