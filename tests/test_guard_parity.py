@@ -105,6 +105,11 @@ def test_transformers_checkpoint_saved_after_a_flip_is_unhealthy_and_never_resum
     assert "weights-changed on net.0.weight" in saves[4].detail
     choice = resume_choice(out)
     assert choice.record.step == 2
+    # renamed out of the Trainer's checkpoint-N pattern: its own resume skips it too
+    from transformers.trainer_utils import get_last_checkpoint
+
+    assert saves[4].path == "checkpoint-4.unhealthy" and not (out / "checkpoint-4").exists()
+    assert get_last_checkpoint(str(out)) == str(out / "checkpoint-2")
     # the flipped weight stays past its learned bound, so the later saves are unhealthy too
     assert [r.step for r, _ in choice.skipped] == [8, 6, 4]
     assert all(why.startswith("unhealthy at save: ") for _, why in choice.skipped)

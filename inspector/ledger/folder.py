@@ -10,7 +10,7 @@ so only tensors present on both sides must agree). A DCP folder is read whole, a
 reads it. `save_dcp` follows DCP's rank-0 rule: every rank writes its part, rank 0 alone
 renames, proves and ledgers, and the ranks meet at a barrier before and after. A folder whose
 state fails the health check (`ledger.health`) is placed as `NAME.unhealthy` and recorded
-`unhealthy`.
+`unhealthy` (a folder a trainer wrote is renamed so, out of its own `checkpoint-N` pattern).
 """
 
 from __future__ import annotations
@@ -134,12 +134,17 @@ def record_folder(
     target = Path(folder)
     run = Path(run_dir) if run_dir is not None else target.parent
     _fsync_tree(target)
-    files, fmt, outcome, detail = measure_folder(target, relative(target, run), expected)
+    rel = relative(target, run)
+    files, fmt, outcome, detail = measure_folder(target, rel, expected)
     problems = health_problems(expected if expected is not None else {}, run)
     if problems and outcome == SaveOutcome.VERIFIED:
-        # the trainer placed it and owns its name: recorded unhealthy, so no resume picks it
+        # renamed out of the trainer's own pattern (checkpoint-N), so its resume skips it too
         outcome, detail = SaveOutcome.UNHEALTHY, unhealthy_detail(problems)
-        say_unhealthy(target, target, detail)
+        asked, target = target, evidence_path(target)
+        _place(asked, target)
+        new_rel = relative(target, run)
+        files = [dataclasses.replace(f, path=new_rel + f.path[len(rel):]) for f in files]
+        say_unhealthy(asked, target, detail)
     return append_save(run, target, layout="folder", fmt=fmt, writer=writer, files=files,
                        outcome=outcome, detail=detail, step=step, epoch=epoch)
 

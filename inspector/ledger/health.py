@@ -7,7 +7,8 @@ run folder (`run.health_gate`: the weights finite, within their learned largest 
 fingerprint the one the last optimizer step left). A checkpoint that fails is written beside its
 target under an `.unhealthy` name, as evidence, and recorded with outcome `unhealthy`; the
 previous checkpoint at the target stays, and no resume chooses the unhealthy one (a folder a
-trainer already placed, `record_folder`, keeps its name and is recorded unhealthy).
+trainer already placed, `record_folder`, is renamed so, out of the trainer's own pattern, so
+the trainer's resume skips it too).
 """
 
 from __future__ import annotations
@@ -54,7 +55,5 @@ def unhealthy_detail(problems: list[str]) -> str:
 
 def say_unhealthy(target: Path, kept: Path, detail: str) -> None:
     """One line on stderr: the save was not sealed as verified, and where it went."""
-    where = (f"kept as evidence at {kept}, the previous checkpoint stays" if kept != target
-             else "recorded unhealthy, so no resume chooses it")
-    print(f"inspector.ledger: {target} not sealed: {detail}; {where}", file=sys.stderr,
-          flush=True)
+    print(f"inspector.ledger: {target} not sealed: {detail}; kept as evidence at {kept}, "
+          "never resumed from", file=sys.stderr, flush=True)
