@@ -427,32 +427,41 @@ class MainWindow(QMainWindow):
         dialog.start()
 
     def export_report(self) -> Job | None:
-        """Ask which files and where, then write their report (format from the extension)."""
-        from inspector.gui.dialogs.report_export import REPORT_FILTER, choose_scope
+        """Ask what goes in and where, then write the report (format from the extension)."""
+        from inspector.gui.dialogs.report_export import LIVE, REPORT_FILTER, choose_scope
 
         run = self.run_pane.summary() if self.run_pane is not None else None
         if not self.docs and run is None:
             return None
         selected = [self.docs[i.row()] for i in self.file_list.selectedIndexes()
                     if 0 <= i.row() < len(self.docs)]
-        docs = choose_scope(self, self.current, selected, self.docs)
-        if docs is None or (not docs and run is None):
+        store = getattr(self.gpu, "store", None)
+        label = getattr(self.gpu, "source_label", "")
+        recorded = ((LIVE if label in ("", "live") else label)
+                    if store is not None and store.gpus() else None)
+        scope = choose_scope(self, self.current, selected, self.docs, recorded,
+                             run.journal if run is not None else None)
+        if scope is None or not (scope.docs or scope.run):
             return None
-        first = docs[0].path if docs else Path(run.journal).parent / "run"
+        first = scope.docs[0].path if scope.docs else Path(run.journal).parent / "run"
         default = str(first.with_name(first.stem + "-report.html"))
         path, _ = QFileDialog.getSaveFileName(self, "Export report", default, REPORT_FILTER)
-        return self.write_report(Path(path), docs) if path else None
+        if not path:
+            return None
+        return self.write_report(Path(path), scope.docs, telemetry=scope.telemetry,
+                                 runs=scope.run)
 
-    def write_report(self, path: Path, docs: list[FileDocument] | None = None) -> Job:
-        """Write the report of `docs` (every open file by default) and of the checked run in
-        the Run pane, if any, to `path` in a job."""
+    def write_report(self, path: Path, docs: list[FileDocument] | None = None,
+                     telemetry: bool = True, runs: bool = True) -> Job:
+        """Write the report of `docs` (every open file by default), with the GPU telemetry and
+        the checked run in the Run pane when there are any and they are wanted, to `path` in
+        a job."""
         from inspector.gui.dialogs.report_export import evidence, export_fn
 
-        run = self.run_pane.summary() if self.run_pane is not None else None
-
+        run = self.run_pane.summary() if self.run_pane is not None and runs else None
         consistency = getattr(self.consistency, "result", None)
         source = getattr(self.consistency, "file_edit", None)
-        store = getattr(self.gpu, "store", None)
+        store = getattr(self.gpu, "store", None) if telemetry else None
         label = getattr(self.gpu, "source_label", "")
         session = evidence(
             self.docs if docs is None else docs, consistency,
