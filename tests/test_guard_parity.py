@@ -113,3 +113,33 @@ def test_transformers_checkpoint_saved_after_a_flip_is_unhealthy_and_never_resum
     # the flipped weight stays past its learned bound, so the later saves are unhealthy too
     assert [r.step for r, _ in choice.skipped] == [8, 6, 4]
     assert all(why.startswith("unhealthy at save: ") for _, why in choice.skipped)
+
+
+def test_lightning_checkpoint_saved_after_a_flip_is_unhealthy_and_never_resumed(tmp_path):
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from inspector.guard.lightning_callback import GuardCallback
+    from inspector.ledger.lightning import LedgerCheckpointIO
+
+    class Fault(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.global_step == 4:  # after optimizer step 4, before its checkpoint
+                flip_top_exponent(pl_module.net[0].weight)
+
+    run = tmp_path / "ckpt"
+    model = _tiny_class(pl)()
+    trainer = pl.Trainer(max_steps=6, accelerator="cpu", logger=False,
+                         enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=tmp_path, plugins=[LedgerCheckpointIO(run_dir=run)],
+                         callbacks=[Fault(), GuardCallback(run, GuardConfig(console=False)),
+                                    ModelCheckpoint(dirpath=run, every_n_train_steps=2,
+                                                    save_top_k=-1)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(model, DataLoader(Pairs(), batch_size=None, shuffle=False))
+    saves = {s.step: s for s in read_ledger(run).saves}
+    assert saves[2].outcome == SaveOutcome.VERIFIED
+    assert saves[4].outcome == SaveOutcome.UNHEALTHY and ".unhealthy." in saves[4].path
+    assert "weights-changed on net.0.weight" in saves[4].detail
+    assert resume_choice(run).record.step == 2
