@@ -270,9 +270,16 @@ def outliers_ruled_out(histogram: dict, absmax: float, nonzero: int, gap: int) -
 _scratch_local = threading.local()
 
 
+_FRESH_ELEMENTS = 4096
+"""Up to this many elements a chunk is worked on in fresh arrays: the per-thread buffers'
+bookkeeping then costs more than allocating (a checkpoint of 12,000 tiny tensors)."""
+
+
 def _scratch(like: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """A per-thread buffer shaped like `like`; fresh multi-MB allocations cost page faults."""
     dtype = dtype or like.dtype
+    if like.numel() <= _FRESH_ELEMENTS:
+        return torch.empty(like.shape, dtype=dtype)
     pool = _scratch_local.__dict__.setdefault("buffers", {})
     buf = pool.get(dtype)
     if buf is None or buf.numel() < like.numel():
@@ -393,7 +400,7 @@ def _histogram(finite_chunks: Iterable[torch.Tensor], lo: float, hi: float) -> d
     base = first / 2 if halve else first
     width = ((last / 2 - first / 2) if halve else (last - first)) / HIST_BINS
     wide = halve or last - first > float(torch.finfo(torch.float32).max)
-    counts = torch.zeros(HIST_BINS + 1, dtype=torch.int64)
+    counts = np.zeros(HIST_BINS + 1, dtype=np.int64)
     for finite in finite_chunks:
         if wide and finite.numel():
             finite = finite.to(torch.float64) * (0.5 if halve else 1.0)
@@ -404,10 +411,16 @@ def _histogram(finite_chunks: Iterable[torch.Tensor], lo: float, hi: float) -> d
             # NumPy does the same IEEE operations as torch here, in about half the time.
             values = finite.resolve_neg().numpy()
             scalar = values.dtype.type
-            scaled = np.subtract(values, scalar(base), out=_scratch(finite).numpy())
-            np.divide(scaled, scalar(width), out=scaled)
-            index = _scratch(finite, torch.uint8)
-            np.copyto(index.numpy(), scaled, casting="unsafe")
-            counts += torch.bincount(index, minlength=HIST_BINS + 1)[: HIST_BINS + 1]
+            if values.size <= _FRESH_ELEMENTS:  # the same operations on fresh NumPy arrays
+                scaled = np.subtract(values.reshape(-1), scalar(base))
+                np.divide(scaled, scalar(width), out=scaled)
+                found = np.bincount(scaled.astype(np.uint8), minlength=HIST_BINS + 1)
+            else:
+                scaled = np.subtract(values, scalar(base), out=_scratch(finite).numpy())
+                np.divide(scaled, scalar(width), out=scaled)
+                index = _scratch(finite, torch.uint8)
+                np.copyto(index.numpy(), scaled, casting="unsafe")
+                found = torch.bincount(index, minlength=HIST_BINS + 1).numpy()
+            counts += found[: HIST_BINS + 1]
     counts[HIST_BINS - 1] += counts[HIST_BINS]
     return {"bins": HIST_BINS, "lo": first, "hi": last, "counts": counts[:HIST_BINS].tolist()}
