@@ -1,9 +1,10 @@
 """`save(obj, path)`: a checkpoint file written atomically, proven on disk, then ledgered.
 
 The order is what makes a crash at any moment harmless:
-1. digest the tensors in memory and check the disk has room (nothing written yet);
+1. check the disk has room (nothing written yet);
 2. write a temp file in the target's folder (`.NAME.HOST-PID.XXXX.tmp`, never ledgered; one a
-   dead process of this host left is cleared first, `ledger.strays`), fsync it;
+   dead process of this host left is cleared first, `ledger.strays`), fsync it, while the
+   tensors in memory are digested on a second thread;
 3. re-read the temp file as `verify` would and compare every tensor with memory; the file's
    SHA-256 was taken while torch.save wrote it (a safetensors file is hashed on a second thread
    during the re-read);
@@ -62,8 +63,10 @@ def save(
     target = evidence_path(asked) if problems else asked
     target.parent.mkdir(parents=True, exist_ok=True)
     as_safetensors = target.suffix == ".safetensors"
-    expected = memory_digests(obj)
     check_space(target.parent, expected_bytes(obj))
+    # hashlib lets go of the GIL: memory is digested on a thread while the file is written
+    memory = ThreadPoolExecutor(1, thread_name_prefix="ledger-memory-sha256")
+    expected = memory.submit(memory_digests, obj)
     rel = relative(target, run)
     clear_strays(target.parent)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.{temp_tag()}.", suffix=".tmp",
@@ -78,7 +81,8 @@ def save(
             if full is not None:
                 raise full from exc
             raise
-        entry, outcome, detail = _prove(tmp, rel, expected, allow_globals, written_sha)
+        entry, outcome, detail = _prove(tmp, rel, expected.result(), allow_globals,
+                                        written_sha)
         if outcome == SaveOutcome.MISMATCH:
             append_save(run, target, layout="file", fmt=entry.format, writer=_writer(writer,
                         as_safetensors), files=[entry], outcome=outcome, detail=detail,
@@ -91,6 +95,8 @@ def save(
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
+    finally:
+        memory.shutdown(cancel_futures=True)
     fsync_path(target.parent)
     if problems and outcome == SaveOutcome.VERIFIED:
         outcome, detail = SaveOutcome.UNHEALTHY, unhealthy_detail(problems)
