@@ -28,7 +28,8 @@ def describe_tensors(
     """Full records for every tensor; each is emitted as soon as it is complete.
 
     Each tensor's digest and statistics come from one pass over its bytes
-    (`tensor_stats(digest=)`): with one thread, both on it; with more, each thread takes a
+    (`tensor_stats(digest=)`): with one thread, both on it; with more, tensors under
+    `INLINE_BYTES` are described on the calling thread while each pool thread takes a larger
     tensor (largest first) and hashes it inline, except a tensor larger than a thread's share
     of the bytes, whose chunks a hashing thread (half as many as `threads`) hashes beside it
     while they are in the cache (`_PipedDigest`), so even a checkpoint of one huge tensor
@@ -63,20 +64,26 @@ def describe_tensors(
             records[j].update(values if j == i else copy.deepcopy(values))
             emit({"type": "tensor", **records[j]})
 
-    if threads <= 1:
-        for i in dense:
+    size = {i: items[i][1].numel() * items[i][1].element_size() for i in dense}
+    pooled = [i for i in dense if threads > 1 and size[i] >= INLINE_BYTES]
+    inline = [i for i in dense if threads <= 1 or size[i] < INLINE_BYTES]
+    if not pooled:
+        for i in inline:
             finish(i, _stats_and_digest(items[i][1], cancel, hashlib.sha256()))
         return records
-    size = {i: items[i][1].numel() * items[i][1].element_size() for i in dense}
-    total = sum(size.values())
+    total = sum(size[i] for i in pooled)
     with ThreadPoolExecutor(max_workers=threads // 2, thread_name_prefix="hash") as hashing, \
             ThreadPoolExecutor(max_workers=threads, thread_name_prefix="stats") as pool:
         # Largest first, so the last tensor to finish is a small one.
         jobs = {pool.submit(_stats_and_digest, items[i][1], cancel,
                             _PipedDigest(hashing) if size[i] * threads > total
                             else hashlib.sha256()): i
-                for i in sorted(dense, key=size.__getitem__, reverse=True)}
+                for i in sorted(pooled, key=size.__getitem__, reverse=True)}
         try:
+            # the small ones on this thread meanwhile (the pool's threads release the GIL in
+            # torch's loops over the big ones)
+            for i in inline:
+                finish(i, _stats_and_digest(items[i][1], cancel, hashlib.sha256()))
             pending = set(jobs)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -87,6 +94,12 @@ def describe_tensors(
                 fut.cancel()
             raise
     return records
+
+
+INLINE_BYTES = 256 * 1024
+"""Tensors smaller than this are described on the calling thread: handing one to the pool
+costs more than describing it, and two threads on tiny tensors contend for the GIL (12,000
+4-element tensors took twice as long on two threads as on one)."""
 
 
 def _same_view(t: torch.Tensor) -> tuple | None:
