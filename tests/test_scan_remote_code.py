@@ -155,3 +155,18 @@ def test_benign_remote_code_is_listed_suspicious_and_loads(tmp_path: Path) -> No
     assert "imports transformers.PretrainedConfig" in source and "super().__init__" in source
     loaded = _load("AutoConfig", folder, tmp_path / "unused", tmp_path / "hf-home")
     assert loaded.returncode == 0, loaded.stderr[-500:]
+
+
+def test_an_auto_map_key_written_with_escapes_is_read_as_the_loader_reads_it(
+        tmp_path: Path) -> None:
+    """`\\u0061uto_map` is `auto_map` to json.loads: the scan parses, never greps, the key."""
+    folder = _folder(tmp_path, "escaped", {"configuration_evil.py": _CONFIG_PAYLOAD})
+    (folder / "config.json").write_text(
+        '{"model_type": "evil", "\\u0061uto_map": {"AutoConfig": '
+        '"configuration_evil.EvilConfig"}}')
+    named = _scan(folder)["escaped/config.json"]
+    assert named["verdict"] == "dangerous", named
+    canary = tmp_path / "canary-escaped"
+    assert not canary.exists()
+    _load("AutoConfig", folder, canary, tmp_path / "hf-home")
+    assert canary.exists()

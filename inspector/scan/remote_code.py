@@ -28,7 +28,7 @@ from inspector.scan.result import Finding, ScanResult
 
 LOADER = "from_pretrained(trust_remote_code=True)"
 MAX_SOURCE_BYTES = 4 << 20  # a larger source is reported unread
-MAX_JSON_BYTES = 16 << 20
+MAX_JSON_BYTES = 64 << 20  # as `other_files` reads text
 MAX_SIBLINGS = 256  # JSON files of one folder read for the auto_map naming a .py
 _SHOWN = 12  # imports or calls named in one finding
 # The methods transformers runs on the class it builds, beside what any import and unpickling
@@ -106,11 +106,21 @@ def _references(data: object) -> list[Reference]:
     return out
 
 
+_TOO_LARGE = object()
+# keys a loader reads code names from; an escaped key (`\u0061uto_map`) reads the same to it
+_MARKERS = (b"auto_map", b"custom_pipelines", b"\\u")
+
+
 def _read_json(path: str) -> object:
+    """The parsed JSON (None where it is none), `_TOO_LARGE` past MAX_JSON_BYTES; one that
+    cannot name code (no marker in its bytes) is not parsed: a tokenizer.json runs to tens of
+    megabytes."""
     try:
         with open(path, "rb") as fh:
             raw = fh.read(MAX_JSON_BYTES + 1)
-        return json.loads(raw) if len(raw) <= MAX_JSON_BYTES else None
+        if len(raw) > MAX_JSON_BYTES:
+            return _TOO_LARGE
+        return json.loads(raw) if any(m in raw for m in _MARKERS) else None
     except (OSError, ValueError, RecursionError):
         return None
 
@@ -186,6 +196,10 @@ def judge(res: ScanResult) -> None:
     if path.endswith(".json"):
         data = _read_json(path)
         findings = [_json_finding(os.path.dirname(path), ref) for ref in _references(data)]
+        if data is _TOO_LARGE:
+            findings.append(Finding(Severity.SUSPICIOUS, "remote-code",
+                                    f"larger than {MAX_JSON_BYTES >> 20} MiB, so not read for "
+                                    f"an auto_map: {LOADER} would read every byte of it"))
     elif path.endswith(".py"):
         findings = [_python_finding(path)]
     else:
