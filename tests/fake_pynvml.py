@@ -42,6 +42,9 @@ class FakeGpu:
     retired_pending: int = 0
     remapped: tuple[int, int, int, int] = (0, 0, 0, 0)
     recovery_action: int = real.NVML_GPU_RECOVERY_ACTION_NONE
+    sram_uncorrected: dict[str, int] = field(default_factory=dict)  # unit (L2, Sm...) -> count
+    sram_threshold_exceeded: bool = False
+    remap_banks: tuple[int, int, int, int, int] = (16, 0, 0, 0, 0)  # max, high, partial, low, none
     violation_ns: dict[int, int] = field(default_factory=dict)  # perf policy -> ns
     unsupported: set[str] = field(default_factory=set)
     lost: bool = False
@@ -60,6 +63,9 @@ class FakeNvml(types.ModuleType):
         for name in dir(real):
             if name.startswith(("NVML_", "NVMLError", "nvmlEventType", "nvmlClocks")):
                 setattr(self, name, getattr(real, name))
+        # the SRAM status call fills the real ctypes struct the caller passes by reference
+        self.c_nvmlEccSramErrorStatus_v1_t = real.c_nvmlEccSramErrorStatus_v1_t
+        self.nvmlEccSramErrorStatus_v1 = real.nvmlEccSramErrorStatus_v1
         self.gpus = gpus if gpus is not None else [FakeGpu(0)]
         self.init_error = init_error
         self.driver_gone = False
@@ -179,6 +185,21 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetRemappedRows(self, h: _Handle) -> tuple[int, int, int, int]:
         return self._gpu(h, "remapped").remapped
+
+    def nvmlDeviceGetSramEccErrorStatus(self, h: _Handle, status_ref: Any) -> int:
+        gpu = self._gpu(h, "sram")
+        status = status_ref._obj  # ctypes.byref(struct), as the real binding passes it on
+        assert status.version == real.nvmlEccSramErrorStatus_v1
+        for unit, count in gpu.sram_uncorrected.items():
+            setattr(status, f"aggregateUncBucket{unit}", count)
+        status.bThresholdExceeded = int(gpu.sram_threshold_exceeded)
+        return real.NVML_SUCCESS
+
+    def nvmlDeviceGetRowRemapperHistogram(self, h: _Handle) -> Any:
+        banks = self._gpu(h, "histogram").remap_banks
+        values = real.c_nvmlRowRemapperHistogramValues()
+        values.max, values.high, values.partial, values.low, values.none = banks
+        return values
 
     def nvmlEventSetCreate(self) -> object:
         if self.driver_gone:

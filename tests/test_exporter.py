@@ -51,7 +51,8 @@ def test_every_field_has_one_dcgm_name():
     assert [n.field for n in DCGM_NAMES] == [f.name for f in FIELDS]
     metrics = [n.metric for n in DCGM_NAMES]
     assert len(set(metrics)) == len(metrics)
-    assert all(re.fullmatch(r"DCGM_FI_DEV_[A-Z_]+|ckpt_inspector_gpu_[a-z_]+", m) for m in metrics)
+    pattern = r"DCGM_FI_DEV_[A-Z_]+|ckpt_inspector_gpu_[a-z0-9_]+"
+    assert all(re.fullmatch(pattern, m) for m in metrics)
 
 
 def test_gpu_series_carry_dcgm_names_labels_and_units():

@@ -67,6 +67,12 @@ DCGM_NAMES: tuple[DcgmName, ...] = (
     DcgmName("thermal_violation", "DCGM_FI_DEV_THERMAL_VIOLATION", scale=1000.0),
     DcgmName("recovery_action", "DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION",
              ("DCGM_FI_DEV_GPU_RECOVERY_ACTION", "ckpt_inspector_gpu_recovery_action")),
+    # NVML readings this tool publishes under its own names (no DCGM name is claimed for them)
+    *(DcgmName(name, f"ckpt_inspector_gpu_{name}") for name in (
+        "sram_uncorrected_l2", "sram_uncorrected_sm", "sram_uncorrected_pcie",
+        "sram_uncorrected_mcu", "sram_uncorrected_other", "sram_threshold_exceeded",
+        "remap_banks_max", "remap_banks_high", "remap_banks_partial", "remap_banks_low",
+        "remap_banks_none")),
 )
 
 # Not a field: the number of the last XID the driver reported (0 = none), as dcgm-exporter has it.

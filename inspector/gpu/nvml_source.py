@@ -8,13 +8,14 @@ that falls off the bus is reported as lost while the other GPUs keep being sampl
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import threading
 import time
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from inspector.gpu.telemetry import GpuSample, SourceLost, XidEvent
+from inspector.gpu.telemetry import SRAM_UNITS, GpuSample, SourceLost, XidEvent
 
 MIB = 1024 * 1024
 XID_WAIT_MS = 500
@@ -164,7 +165,31 @@ class NvmlSource:
         recovery = getattr(nv, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)
         if recovery is not None:
             s.recovery_action = self._field_value(handle, recovery)
+        self._read_sram(handle, s)
+        banks = read(getattr(nv, "nvmlDeviceGetRowRemapperHistogram", None), handle)
+        if banks is not None:
+            s.remap_banks_max, s.remap_banks_high = banks.max, banks.high
+            s.remap_banks_partial, s.remap_banks_low = banks.partial, banks.low
+            s.remap_banks_none = banks.none
         return s
+
+    def _read_sram(self, handle: Any, s: GpuSample) -> None:
+        """Uncorrected SRAM ECC errors by unit and the threshold flag; n/a (with NVML's reason
+        in `unavailable`) on a GPU or driver without the call."""
+        nv = self._nv
+        fn = getattr(nv, "nvmlDeviceGetSramEccErrorStatus", None)
+        struct = getattr(nv, "c_nvmlEccSramErrorStatus_v1_t", None)
+        if fn is None or struct is None:
+            self.unavailable["nvmlDeviceGetSramEccErrorStatus"] = "not in this nvidia-ml-py"
+            return
+        status = struct()
+        status.version = nv.nvmlEccSramErrorStatus_v1
+        if self._read(fn, handle, ctypes.byref(status)) is None:
+            return
+        for unit in SRAM_UNITS:
+            setattr(s, f"sram_uncorrected_{unit}",
+                    float(getattr(status, f"aggregateUncBucket{unit.capitalize()}")))
+        s.sram_threshold_exceeded = bool(status.bThresholdExceeded)
 
     def _field_value(self, handle: Any, field_id: int) -> float | None:
         """A reading NVML exposes only as a field value (HBM/GDDR temperature, the recovery

@@ -25,9 +25,13 @@ DEFAULT_TEMP_THRESHOLD_C = 85.0
 TEMP_HYSTERESIS_C = 5.0
 
 
-def _f(smi: str, unit: str, label: str, kind: str = "number", aliases: tuple[str, ...] = ()):
-    """A GpuSample field whose metadata names its nvidia-smi column, unit and chart label."""
-    meta = {"smi": smi, "unit": unit, "label": label, "kind": kind, "aliases": aliases}
+def _f(smi: str, unit: str, label: str, kind: str = "number", aliases: tuple[str, ...] = (),
+       ring: bool = True):
+    """A GpuSample field whose metadata names its nvidia-smi column, unit and chart label;
+    `ring` False keeps a rarely changing health counter out of the per-sample ring (its
+    changes are kept instead, see `GpuRing`)."""
+    meta = {"smi": smi, "unit": unit, "label": label, "kind": kind, "aliases": aliases,
+            "ring": ring}
     return field(default=None, metadata=meta)
 
 
@@ -104,10 +108,55 @@ class GpuSample:
     # reboot, 3 drain P2P, 4 drain and reset. nvidia-smi has no CSV column for it; the name is
     # this tool's own recordings' column.
     recovery_action: float | None = _f("recovery_action", "", "Recovery action")
+    # NVML's nvmlDeviceGetSramEccErrorStatus (Hopper and later): uncorrected SRAM ECC errors
+    # since the driver was installed, by the unit they hit, and whether their count passed the
+    # threshold at which the GPU should be taken out of service. Not nvidia-smi columns.
+    sram_uncorrected_l2: float | None = _f(
+        "sram_ecc.uncorrected.l2", "", "SRAM ECC uncorrected (L2)", ring=False)
+    sram_uncorrected_sm: float | None = _f(
+        "sram_ecc.uncorrected.sm", "", "SRAM ECC uncorrected (SM)", ring=False)
+    sram_uncorrected_pcie: float | None = _f(
+        "sram_ecc.uncorrected.pcie", "", "SRAM ECC uncorrected (PCIe)", ring=False)
+    sram_uncorrected_mcu: float | None = _f(
+        "sram_ecc.uncorrected.mcu", "", "SRAM ECC uncorrected (MCU)", ring=False)
+    sram_uncorrected_other: float | None = _f(
+        "sram_ecc.uncorrected.other", "", "SRAM ECC uncorrected (other)", ring=False)
+    sram_threshold_exceeded: bool | None = _f(
+        "sram_ecc.threshold_exceeded", "", "SRAM ECC threshold exceeded", "bool", ring=False)
+    # NVML's nvmlDeviceGetRowRemapperHistogram: how many memory banks have all, most, some,
+    # few or none of their spare rows left; a bank with none left cannot remap another row.
+    remap_banks_max: float | None = _f(
+        "remapped_rows.banks.max", "", "Banks: all spare rows left", ring=False)
+    remap_banks_high: float | None = _f(
+        "remapped_rows.banks.high", "", "Banks: most spare rows left", ring=False)
+    remap_banks_partial: float | None = _f(
+        "remapped_rows.banks.partial", "", "Banks: some spare rows left", ring=False)
+    remap_banks_low: float | None = _f(
+        "remapped_rows.banks.low", "", "Banks: few spare rows left", ring=False)
+    remap_banks_none: float | None = _f(
+        "remapped_rows.banks.none", "", "Banks: no spare row left", ring=False)
 
     def reasons(self) -> list[str]:
         """The clock-event (throttle) reasons in words; empty when none or n/a."""
         return decode_clock_reasons(self.clocks_event_reasons)
+
+
+RECOVERY_ACTIONS: dict[int, str] = {
+    0: "none", 1: "reset the GPU", 2: "reboot the node", 3: "drain peer-to-peer traffic",
+    4: "drain the GPU and reset it", 5: "recover the IMEX domain", 6: "reset the PCIe bus",
+    7: "reboot the system",
+}
+"""NVML's nvmlGpuRecoveryAction_t values (NVML_GPU_RECOVERY_ACTION_*) in words."""
+
+SRAM_UNITS = ("l2", "sm", "pcie", "mcu", "other")
+"""The units NVML splits uncorrected SRAM ECC errors into (`sram_uncorrected_<unit>`)."""
+
+
+def recovery_words(action: float | None) -> str | None:
+    """What the driver's recovery action asks for, in words; None when n/a or none."""
+    if action is None or int(action) == 0:
+        return None
+    return RECOVERY_ACTIONS.get(int(action), f"recovery action {int(action)}")
 
 
 @dataclass(frozen=True)
@@ -120,12 +169,21 @@ class Field:
     label: str
     kind: str
     aliases: tuple[str, ...]
+    ring: bool = True
 
 
 FIELDS: tuple[Field, ...] = tuple(
     Field(f.name, **f.metadata) for f in dataclasses.fields(GpuSample) if f.metadata
 )
-FIELD_INDEX: dict[str, int] = {f.name: i for i, f in enumerate(FIELDS)}
+RING_FIELDS = tuple(f for f in FIELDS if f.ring)
+"""Stored every sample: 24 h of 8 GPUs at 1 Hz stays under 80 MiB."""
+SPARSE_FIELDS = tuple(f for f in FIELDS if not f.ring)
+"""Health counters that change a few times a year: stored when they change."""
+FIELD_INDEX: dict[str, tuple[bool, int]] = {
+    **{f.name: (True, i) for i, f in enumerate(RING_FIELDS)},
+    **{f.name: (False, i) for i, f in enumerate(SPARSE_FIELDS)},
+}
+"""Where a field is kept: (in the ring, its column there or in the change rows)."""
 
 # Bit values are NVML's nvmlClocksEventReason* constants (checked against pynvml in the tests).
 CLOCK_REASONS: tuple[tuple[int, str], ...] = (
@@ -200,40 +258,58 @@ class Alert:
 
 
 class GpuRing:
-    """Fixed-size ring of (time, field values) for one GPU; float32 values, NaN = n/a."""
+    """Fixed-size ring of (time, field values) for one GPU; float32 values, NaN = n/a. The
+    sparse fields' rows are kept only when they change (`changes`), and read back as the row
+    in force at each sample's time."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.times = np.empty(capacity, dtype=np.float64)
-        self.values = np.empty((capacity, len(FIELDS)), dtype=np.float32)
+        self.values = np.empty((capacity, len(RING_FIELDS)), dtype=np.float32)
+        self.changes: deque[tuple[float, np.ndarray]] = deque(maxlen=capacity)
         self._next = 0
         self.count = 0
 
-    def append(self, timestamp: float, row: np.ndarray) -> None:
-        """Store one row, overwriting the oldest once full."""
+    def append(self, timestamp: float, row: np.ndarray, sparse: np.ndarray) -> None:
+        """Store one row, overwriting the oldest once full; the sparse row when it changed."""
         self.times[self._next] = timestamp
         self.values[self._next] = row
         self._next = (self._next + 1) % self.capacity
         self.count = min(self.count + 1, self.capacity)
+        if not self.changes or not np.array_equal(self.changes[-1][1], sparse, equal_nan=True):
+            self.changes.append((timestamp, sparse))
 
     def _order(self) -> np.ndarray | slice:
         if self.count < self.capacity:
             return slice(0, self.count)
         return np.r_[self._next : self.capacity, 0 : self._next]
 
-    def series(self, column: int) -> tuple[np.ndarray, np.ndarray]:
+    def series(self, column: int, in_ring: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Chronological copies of the times and one field's values."""
         order = self._order()
-        return self.times[order].copy(), self.values[order, column].copy()
+        times = self.times[order].copy()
+        if in_ring:
+            return times, self.values[order, column].copy()
+        at = np.array([t for t, _row in self.changes])
+        column_values = np.array([row[column] for _t, row in self.changes], dtype=np.float32)
+        which = np.searchsorted(at, times, side="right") - 1
+        values = np.where(which >= 0, column_values[np.maximum(which, 0)], np.nan)
+        return times, values.astype(np.float32)
 
 
-_MEASUREMENTS = operator.attrgetter(*(f.name for f in FIELDS))
+def _row(fields: tuple[Field, ...]) -> Callable[[GpuSample], np.ndarray]:
+    getter = operator.attrgetter(*(f.name for f in fields))
+
+    def row(sample: GpuSample) -> np.ndarray:
+        return np.array([np.nan if v is None else v for v in getter(sample)], dtype=np.float32)
+
+    return row
 
 
-def sample_row(sample: GpuSample) -> np.ndarray:
-    """A sample's measurements as one float32 row, NaN where n/a."""
-    return np.array([np.nan if v is None else v for v in _MEASUREMENTS(sample)],
-                    dtype=np.float32)
+sample_row = _row(RING_FIELDS)
+"""A sample's ring measurements as one float32 row, NaN where n/a."""
+sparse_row = _row(SPARSE_FIELDS)
+"""A sample's health counters as one float32 row, NaN where n/a."""
 
 
 class TelemetryStore:
@@ -250,12 +326,12 @@ class TelemetryStore:
 
     def add(self, sample: GpuSample) -> GpuSample | None:
         """Store a sample; returns the previous sample of that GPU (for alert rules)."""
-        row = sample_row(sample)
+        row, sparse = sample_row(sample), sparse_row(sample)
         with self._lock:
             ring = self._rings.get(sample.index)
             if ring is None:
                 ring = self._rings[sample.index] = GpuRing(self.capacity)
-            ring.append(sample.timestamp, row)
+            ring.append(sample.timestamp, row, sparse)
             previous = self._latest.get(sample.index)
             self._latest[sample.index] = sample
             self.version += 1
@@ -295,12 +371,15 @@ class TelemetryStore:
             ring = self._rings.get(gpu)
             if ring is None:
                 return np.empty(0), np.empty(0, dtype=np.float32)
-            return ring.series(FIELD_INDEX[name])
+            in_ring, column = FIELD_INDEX[name]
+            return ring.series(column, in_ring)
 
     def nbytes(self) -> int:
         """Memory held by the sample rings."""
         with self._lock:
-            return sum(r.times.nbytes + r.values.nbytes for r in self._rings.values())
+            return sum(r.times.nbytes + r.values.nbytes
+                       + sum(row.nbytes + 8 for _t, row in r.changes)
+                       for r in self._rings.values())
 
 
 class AlertRules:
@@ -349,6 +428,28 @@ class AlertRules:
         ):
             if getattr(current, name) and not getattr(previous, name, None):
                 add(name, "critical" if name == "remapped_failure" else "warning", what)
+        # the driver's own verdict: acted on whatever the other fields (or a health summary
+        # that reads "Healthy") say
+        wanted = recovery_words(current.recovery_action)
+        if wanted and current.recovery_action != getattr(previous, "recovery_action", None):
+            add("recovery_action", "critical", f"the driver asks to {wanted} (NVML recovery "
+                f"action {int(current.recovery_action)})")
+        if current.sram_threshold_exceeded and not getattr(previous, "sram_threshold_exceeded",
+                                                           None):
+            add("sram_threshold", "critical", "uncorrected SRAM ECC errors passed the "
+                "threshold: take the GPU out of service")
+        for unit in SRAM_UNITS:
+            name = f"sram_uncorrected_{unit}"
+            now, known = getattr(current, name), self._ecc_known.get((gpu, name))
+            if now is not None and now > (known or 0):
+                add("sram_uncorrected", "critical",
+                    f"{now:g} uncorrected SRAM ECC error{'' if now == 1 else 's'} in {unit.upper()}"
+                    + (f" (was {known:g})" if known is not None else ""))
+            if now is not None:
+                self._ecc_known[(gpu, name)] = max(now, known or 0)
+        if current.remap_banks_none and not getattr(previous, "remap_banks_none", None):
+            add("remap_banks_none", "warning", f"{current.remap_banks_none:g} memory bank(s) "
+                "have no spare row left to remap")
         temp, limit = current.temperature_gpu, self.temp_threshold
         if temp is not None:
             if gpu not in self._hot and temp > limit:
