@@ -110,7 +110,8 @@ class WeightWatch:
         with torch.no_grad():
             due = self.readings % self.largest_every == 0 if largest is None else largest
             self.readings += 1
-            norms = _stack(torch._foreach_norm([p.detach() for p in self.params], 2.0))
+            norms = _stack(torch._foreach_norm([p.detach() for p in self.params], 2.0)
+                           if self.params else [])
             top = _stack([_largest(p.detach()) for p in self.params]) if due else None
             return WeightReading(self.changed_now(), norms, top)
 
