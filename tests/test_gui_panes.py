@@ -150,7 +150,9 @@ def test_convert_writes_a_verified_safetensors_and_offers_to_open_it(
     out = tmp_path / "training.safetensors"
     assert out.exists() and Path(result.sidecar).exists()
     report = dialog.report.toPlainText()
-    assert "Verified: every tensor of the output equals the input" in report
+    # "bit for bit" only when the app read the output back itself (`sandbox.host.claims`)
+    assert ("Verified: every tensor of the output, read back here, equals the input"
+            if result.claims.checked else "as reported by the jailed loader") in report
     assert "sidecar" in report
     assert source.read_bytes() == before, "the input was modified"
     assert doc.conversion is result

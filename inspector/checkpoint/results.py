@@ -12,6 +12,7 @@ their strict strings ("nan", "inf", "-inf") in JSON. Torch-free.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from inspector.checkpoint.architecture import Architecture
@@ -300,6 +301,14 @@ class ConversionResult(JsonRecord):
     claims: ClaimCheck | None = field(default=None, metadata=typed(ClaimCheck))
     """What the user's process checked of the output against the input's own bytes."""
 
+    @property
+    def unchecked_reason(self) -> str | None:
+        """Why the output was not checked against the input here (None: it was), so that
+        "bit for bit" is only ever said of a check the worker could not forge."""
+        if self.claims is not None and self.claims.checked:
+            return None
+        return (self.claims.reason if self.claims is not None else None) or "no check was made"
+
 
 @dataclass
 class FolderConversion(JsonRecord):
@@ -315,3 +324,9 @@ class FolderConversion(JsonRecord):
     problems: list[dict[str, Any]] = field(default_factory=list)
     shards: list[ConversionResult] = field(default_factory=list,
                                            metadata=typed_list(ConversionResult))
+
+    @property
+    def unchecked_reason(self) -> str | None:
+        """The first shard not checked here against its input, and why (None: all were)."""
+        return next((f"{Path(str(s.input)).name}: {s.unchecked_reason}" for s in self.shards
+                     if s.unchecked_reason is not None), None)

@@ -83,11 +83,10 @@ def _verified_line(report: ConversionResult) -> str:
         scope = f"all {total} tensors under {report.key}"
     else:
         scope = f"all {total} tensors of the input"
-    claims = report.claims
-    if claims is not None and claims.checked:
+    why = report.unchecked_reason
+    if why is None:
         return (f"verified  {scope}: the output read back here, each matches its source's "
                 f"stored bytes bit for bit ({report.digest_algorithm})")
-    why = claims.reason if claims is not None and claims.reason else "no check was made"
     return (f"matches   {scope}, as reported by the jailed loader; not checked here: "
             f"{escape(why)}")
 

@@ -228,10 +228,14 @@ def conversion_html(result: ConversionResult) -> str:
     """The conversion report in words: verification, aliases, sidecar, output hash."""
     verified = result.verified
     ok = status_style(FileStatus.OK if verified else FileStatus.MISMATCH)
+    why = result.unchecked_reason
+    said = ("Verified: every tensor of the output, read back here, equals the input's stored "
+            "bytes, bit for bit." if why is None else
+            "The output matches the input as reported by the jailed loader; not checked here: "
+            + html.escape(why) + ".")
     parts = [
         f"<p><b style='color:{ok.colour}'>{ok.glyph} "
-        + ("Verified: every tensor of the output equals the input, bit for bit."
-           if verified else "Not verified: the output does not match the input.")
+        + (said if verified else "Not verified: the output does not match the input.")
         + "</b></p>",
         f"<p>Wrote <b>{html.escape(str(result.output))}</b> with "
         f"{result.tensors_written} tensors.</p>",
@@ -259,10 +263,13 @@ def conversion_html(result: ConversionResult) -> str:
 def folder_conversion_html(result: FolderConversion) -> str:
     """A sharded conversion in words: verification, each shard written, the index."""
     ok = status_style(FileStatus.OK)
-    parts = [f"<p><b style='color:{ok.colour}'>{ok.glyph} Verified: every tensor of every "
-             "shard equals the input, bit for bit"
-             + (", and the index matches the shards written" if result.output_index else "")
-             + ".</b></p>",
+    index = ", and the index matches the shards written" if result.output_index else ""
+    why = result.unchecked_reason
+    said = (f"Verified: every tensor of every shard, read back here, equals the input's "
+            f"stored bytes, bit for bit{index}." if why is None else
+            f"Every shard matches as reported by the jailed loader{index}; not checked here: "
+            f"{html.escape(why)}.")
+    parts = [f"<p><b style='color:{ok.colour}'>{ok.glyph} {said}</b></p>",
              f"<p>Wrote {len(result.shards)} shard(s), {result.tensors_written} tensors, "
              f"{result.bytes_written:,} bytes of tensor data:</p><ul>"]
     parts += [f"<li><b>{html.escape(Path(str(shard.output)).name)}</b> "
