@@ -1,9 +1,9 @@
 """What a person reads in a report's tables: each result field's label and its value in words.
 
 The JSON report keeps the engine's keys and values (`verified: true`); the HTML and PDF show
-`LABELS[key]` and `words(value)` instead (`Verified bit for bit: yes`), so no raw key, Python
-value or repr reaches a page. A key with no label is shown as words made from the key, never
-left out. Fields a person would not read (every tensor's digest, timings) are counted or
+`LABELS[key]` and `words(value)` instead (`Verified by the jailed loader: yes`), so no raw
+key, Python value or repr reaches a page. A key with no label is shown as words made from the
+key, never left out. Fields a person would not read (every tensor's digest, timings) are counted or
 skipped (`HIDDEN`).
 """
 
@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 LABELS: dict[str, str] = {
-    "verified": "Verified bit for bit",
+    # the worker's own word; "bit for bit" is only said of the check made here (`claims`)
+    "verified": "Verified by the jailed loader",
     "mismatches": "Tensors that differ",
     "digest_algorithm": "Tensor digests",
     "tensors_written": "Tensors written",
