@@ -9,6 +9,7 @@ from fake_pynvml import FakeGpu, FakeNvml, install
 from test_telemetry_csv import WITH_UNITS
 
 from inspector.cli import main
+from inspector.gpu import sample_log
 from inspector.gpu.smi_csv import read_log
 
 
@@ -59,7 +60,8 @@ def test_no_driver_is_one_line_exit_3(monkeypatch, capsys):
     assert main(["telemetry", "--duration", "1"]) == 3
     err = capsys.readouterr().err
     assert err == ("ckpt-inspector telemetry: no NVIDIA driver found (NVML: NVML Shared Library "
-                   "Not Found); open a recorded log with --replay LOG\n")
+                   "Not Found); open a recorded log with --replay LOG (to see one, replay the "
+                   f"shipped sample: --replay {sample_log.path()})\n")
 
 
 def test_replay_summary_alerts_and_conversion(tmp_path, capsys):

@@ -173,7 +173,10 @@ def _live(args: argparse.Namespace) -> int:
     try:
         source = NvmlSource.open()
     except NvmlUnavailable as exc:
-        _err(f"{exc}; open a recorded log with --replay LOG")
+        from inspector.gpu import sample_log
+
+        _err(f"{exc}; open a recorded log with --replay LOG (to see one, replay the shipped "
+             f"sample: --replay {sample_log.path()})")
         return EXIT_NO_GPU
     try:
         return _sample(args, source)

@@ -112,7 +112,16 @@ class GpuPaneLayout(QWidget):
         place.addWidget(self.placeholder_text)
         self.open_here_button = QPushButton("Open a recorded log…")
         self.open_here_button.setToolTip(self.open_button.toolTip())
-        place.addWidget(self.open_here_button, 0, Qt.AlignmentFlag.AlignCenter)
+        self.sample_button = QPushButton("Open the sample log")
+        self.sample_button.setToolTip("Two GPUs for two minutes, shipped with the app: one "
+                                      "throttles as it runs hot, the other takes an "
+                                      "uncorrected ECC error")
+        buttons = QHBoxLayout()
+        buttons.addStretch(1)
+        buttons.addWidget(self.open_here_button)
+        buttons.addWidget(self.sample_button)
+        buttons.addStretch(1)
+        place.addLayout(buttons)
         place.addStretch(2)
         return self.placeholder
 

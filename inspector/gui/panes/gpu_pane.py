@@ -140,6 +140,7 @@ class GpuPane(GpuPaneLayout):
         """The laid-out widgets' signals to what the pane does with them."""
         self.open_button.clicked.connect(self._choose_log)
         self.open_here_button.clicked.connect(self._choose_log)
+        self.sample_button.clicked.connect(self.open_sample)
         self.prometheus_button.clicked.connect(self._choose_prometheus)
         self.live_button.clicked.connect(self.start_live)
         self.dismiss_button.clicked.connect(self.dismiss_banner)
@@ -242,6 +243,13 @@ class GpuPane(GpuPaneLayout):
                                               "CSV logs (*.csv *.log *.txt);;All files (*)")
         if path:
             self.open_log(path)
+
+    def open_sample(self) -> Job:
+        """Replay the shipped sample log (`gpu.sample_log`): something to look at without a
+        GPU."""
+        from inspector.gpu import sample_log
+
+        return self.open_log(str(sample_log.path()))
 
     def open_log(self, path: str) -> Job:
         """Replay a recorded log; it is read in the background and then shown whole."""
