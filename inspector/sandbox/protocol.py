@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from inspector.core.vocabulary import JailLevel
@@ -72,6 +72,12 @@ def disabled_layers(env: Mapping[str, str]) -> frozenset[str]:
     return frozenset(filter(None, env.get(DISABLE_ENV, "").split(",")))
 
 
+GPU_MEMORY_MB = 1 << 30
+"""The memory allowance of a job on a CUDA device (`Limits.on_gpu`): CUDA reserves virtual
+address space far beyond what it uses, so an address-space limit sized for CPU work makes its
+initialisation fail."""
+
+
 def default_max_threads() -> int:
     """Threads a worker may have: torch's intra-op, inter-op and OpenMP pools (one thread per
     core each) plus the operation's own, with room to spare."""
@@ -112,6 +118,15 @@ class Limits:
         default = Limits()
         return {f.name: getattr(self, f.name) for f in fields(self)
                 if getattr(self, f.name) != getattr(default, f.name)}
+
+    def on_gpu(self) -> Limits:
+        """These limits for a job on a CUDA device: the memory allowance `GPU_MEMORY_MB`."""
+        return replace(self, memory_mb=GPU_MEMORY_MB)
+
+    def allowance(self, mapped_bytes: int) -> str:
+        """The memory allowance in words, as the jail applies it (`memory_mb` plus the bytes
+        of the files the job maps): what a job that ran out of memory is told."""
+        return f"{self.memory_mb} MB plus {mapped_bytes >> 20} MB of mapped files"
 
     def thread_cap(self) -> int:
         """The most threads the worker's processes may have together."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +17,6 @@ from inspector.core.progress import CancelToken
 from inspector.sandbox.host.admission import check_loadable, static_scan
 from inspector.sandbox.host.jobs import SandboxError, run_job
 from inspector.sandbox.protocol import Limits
-
-# CUDA reserves virtual address space far beyond what it uses; an address-space limit sized
-# for CPU work would make CUDA initialisation fail, so GPU runs lift it.
-CUDA_MEMORY_MB = 1 << 30
 
 
 def _nvidia_device() -> bool:
@@ -52,7 +48,7 @@ class ConsistencyRequest:
         python_path = [str(Path(p).resolve()) for p in self.python_path]
         limits = Limits(cpu_seconds=int(300 + 30 * gigabytes * self.repeats))
         if self.device.startswith("cuda") or (self.device == "auto" and _nvidia_device()):
-            limits = replace(limits, memory_mb=CUDA_MEMORY_MB)
+            limits = limits.on_gpu()
         request: dict[str, Any] = {
             "op": "consistency",
             "path": str(path),

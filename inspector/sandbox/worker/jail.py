@@ -92,7 +92,8 @@ class JailConfig:
 
     @property
     def memory_bytes(self) -> int:
-        """The address-space limit: the memory allowance plus the mapped files."""
+        """The address-space limit: the memory allowance plus the mapped files (what
+        `Limits.allowance` says in words)."""
         return self.limits.memory_mb * MIB + self.mapped_bytes
 
 

@@ -188,6 +188,7 @@ def main(pid_namespace_made: bool = False) -> int:
     protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     emit = _Emitter(protocol)
+    config: JailConfig | None = None
     try:
         request = json.loads(sys.stdin.readline() or "{}")
         if not isinstance(request, dict) or "op" not in request:
@@ -226,8 +227,10 @@ def main(pid_namespace_made: bool = False) -> int:
     except Cancelled:
         emit({"type": "error", "code": "cancelled", "message": "cancelled"})
     except MemoryError:
+        allowance = "" if config is None else (
+            f" ({config.limits.allowance(config.mapped_bytes)})")
         emit({"type": "error", "code": "memory_limit",
-              "message": "the worker ran out of its memory allowance"})
+              "message": f"the worker ran out of its memory allowance{allowance}"})
     except Exception as exc:  # every failure must reach the client as an event
         code = getattr(exc, "code", None)
         if isinstance(code, str):
