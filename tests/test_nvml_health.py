@@ -95,3 +95,39 @@ def test_health_counters_are_kept_by_change_and_read_back_at_every_sample():
     assert list(times) == [float(t) for t in range(3, 11)]
     assert [None if np.isnan(v) else v for v in values] == counts[3:]
     assert store.nbytes() < 8 * (len(RING_FIELDS) * 4 + 8) + 8 * 4 * (len(FIELDS) + 2)
+
+
+def test_the_gpu_pane_shows_every_health_reading_or_why_it_is_na(qtbot, monkeypatch, artifacts):
+    from inspector.gui.panes.gpu_pane import GpuPane
+    from inspector.gui.widgets.gpu_table import COLUMNS
+
+    healthy = FakeGpu(0, unsupported={"sram"})
+    asking = FakeGpu(1, recovery_action=pynvml.NVML_GPU_RECOVERY_ACTION_GPU_RESET,
+                     remap_banks=(10, 3, 2, 1, 2), sram_uncorrected={"Mcu": 4})
+    install(monkeypatch, FakeNvml([healthy, asking]))
+    pane = GpuPane(interval=0.1)
+    qtbot.addWidget(pane)
+    pane.resize(1280, 680)
+    pane.show()
+    try:
+        qtbot.waitUntil(lambda: pane.table.rowCount() == 2
+                        and pane.table.item(1, len(COLUMNS) - 1) is not None, timeout=10_000)
+        health = [pane.table.item(r, len(COLUMNS) - 1) for r in range(2)]
+        assert health[0].text() == "ok"
+        assert "n/a (" in health[0].toolTip() and "Not Supported" in health[0].toolTip()
+        assert health[1].text() == ("driver asks: reset the GPU, 4 SRAM unc., "
+                                    "2 bank(s) without spare rows")
+        tip = health[1].toolTip()
+        assert "Uncorrected SRAM ECC: L2 0, SM 0, PCIE 0, MCU 4, OTHER 0" in tip
+        assert "Banks by spare rows left: all 10, most 3, some 2, few 1, none 2" in tip
+        assert "Recovery action: reset the GPU" in tip
+        assert "recovery_action" in {a.kind for a in pane.store.alerts}
+        assert "the driver asks to reset the GPU" in pane.banner_text.text()  # it leads
+        shots = artifacts / "screens"
+        shots.mkdir(parents=True, exist_ok=True)
+        for width, height in ((1280, 720), (1920, 1080)):
+            pane.resize(width, height - 40)
+            qtbot.wait(150)
+            assert pane.grab().save(str(shots / f"gpu-health-{width}x{height}-light.png"))
+    finally:
+        pane.shutdown()

@@ -428,12 +428,6 @@ class AlertRules:
         ):
             if getattr(current, name) and not getattr(previous, name, None):
                 add(name, "critical" if name == "remapped_failure" else "warning", what)
-        # the driver's own verdict: acted on whatever the other fields (or a health summary
-        # that reads "Healthy") say
-        wanted = recovery_words(current.recovery_action)
-        if wanted and current.recovery_action != getattr(previous, "recovery_action", None):
-            add("recovery_action", "critical", f"the driver asks to {wanted} (NVML recovery "
-                f"action {int(current.recovery_action)})")
         if current.sram_threshold_exceeded and not getattr(previous, "sram_threshold_exceeded",
                                                            None):
             add("sram_threshold", "critical", "uncorrected SRAM ECC errors passed the "
@@ -457,6 +451,12 @@ class AlertRules:
                 add("temperature", "warning", f"temperature {temp:g} °C above {limit:g} °C")
             elif gpu in self._hot and temp <= limit - self.hysteresis:
                 self._hot.discard(gpu)
+        # the driver's own verdict, whatever the other fields (or a health summary that reads
+        # "Healthy") say; raised last, so among a tick's critical alerts the banner leads with it
+        wanted = recovery_words(current.recovery_action)
+        if wanted and current.recovery_action != getattr(previous, "recovery_action", None):
+            add("recovery_action", "critical", f"the driver asks to {wanted} (NVML recovery "
+                f"action {int(current.recovery_action)})")
         return alerts
 
 

@@ -545,9 +545,11 @@ class GpuPane(GpuPaneLayout):
 
     def _update_table(self, at: float | None = None) -> None:
         """Current values: each GPU's latest sample, or (replay cursor) those in force at `at`."""
+        source = self.sampler.source if self.sampler is not None else None
         self.table.show_samples(
             [(gpu, self.store.latest(gpu) if at is None else self._sample_at(gpu, at))
-             for gpu in self.store.gpus()], self.palette())
+             for gpu in self.store.gpus()], self.palette(),
+            getattr(source, "unavailable", None))
 
     # ---- alerts --------------------------------------------------------------------------
 
