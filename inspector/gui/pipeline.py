@@ -297,7 +297,7 @@ def _hash_fn(path: Path) -> JobFn:
 REQUIRED_JAIL_KEY = "sandbox/require_jail"
 JAIL_MENU_TEXT = {
     JailRequirement.FULL: "&Full: namespaces, Landlock and seccomp all active",
-    JailRequirement.PARTIAL: "&Partial: at least one isolation layer (default)",
+    JailRequirement.PARTIAL: "&Partial: isolation that keeps your files out of reach (default)",
     JailRequirement.ANY: "&Any: resource limits alone are enough",
 }
 """Tools → Required sandbox: each requirement `--require-jail` takes, and its menu text."""
