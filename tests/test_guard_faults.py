@@ -90,6 +90,7 @@ def test_an_exponent_flip_between_steps_is_named_at_the_next_step_though_tanh_hi
     assert math.isfinite(hit.loss)  # the tanh saturates: the loss alone would not say it
     record = alarms(tmp_path)[0]
     assert record["rule"] == "weights-changed" and record["param"] == "0.weight"
+    assert record["attribution"] == "device" and "note" in record["device"]  # no GPU here
     assert "0.weight" in record["params"]
 
 

@@ -70,7 +70,9 @@ EXIT_HALTED = 17
 
 Action = Literal["warn", "skip", "halt"]
 NONFINITE_RULES = frozenset({"loss-nonfinite", "grad_norm-nonfinite"})
-Attribution = Literal["reproducible", "transient"]
+Attribution = Literal["reproducible", "transient", "device"]
+DEVICE_RULES = frozenset({"weights-changed", "replica-differs"})
+"""Rules that fire only when bytes changed where no computation of the step wrote them."""
 
 
 class GuardHalt(SystemExit):
@@ -234,7 +236,10 @@ class Guard:
                           numbers.worst_params(self.config.report_params))
             if any(b.rule in NONFINITE_RULES for b in breaches):
                 alarm.samples = bad_samples(batch, sample_ids, sample_losses)
-            if closure is not None and pending is not None and self.config.rerun:
+            if any(b.rule in DEVICE_RULES for b in breaches):
+                alarm.attribution, alarm.device = "device", device_state(self._xids)
+            if (closure is not None and pending is not None and self.config.rerun
+                    and alarm.attribution is None):
                 self._attribute(alarm, numbers, closure, model, pending)
             verdict.alarm = alarm
             self.alarms.append(alarm)
