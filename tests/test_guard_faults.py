@@ -236,3 +236,49 @@ def test_a_journal_line_cut_by_power_loss_is_accepted_by_guard_ledger_and_run_la
     assert capsys.readouterr().out.strip().endswith("step-5.pt")
     read = journal.read(path)
     assert [p.kind for p in read.problems] == ["truncated"]  # kept as evidence, chain goes on
+
+
+def test_a_flip_in_a_gradient_is_named_at_its_step(tmp_path):
+    model = tiny_model()
+    state = {"step": 0}
+
+    def flip_grad(grad):  # the test's own fault in the backward pass, at step 30 only
+        if state["step"] == 30:
+            grad = grad.clone()
+            flip(grad, 2, 30)
+        return grad
+
+    model[2].weight.register_hook(flip_grad)
+    guard = Guard(tmp_path, GuardConfig())
+
+    def count(step):
+        state["step"] = step
+
+    verdicts = run(guard, model, range(33), before_step=count)
+    hit = next(v for v in verdicts if v.alarm)
+    assert hit.step == 30 and hit.alarm.worst[0][0] == "2.weight"
+    assert not hit.take_step  # its norm overflowed: skipped, so the weights never saw it
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_a_flip_in_an_activation_is_caught_at_its_step(tmp_path):
+    model = tiny_model()
+    state = {"step": 0}
+
+    def flip_activation(module, inputs, output):  # the test's own fault in the forward pass
+        if state["step"] == 30:
+            output = output.clone()
+            flip(output, 5, 30)  # the top exponent bit of one hidden unit's output: x 2^128
+            return output
+        return None
+
+    model[1].register_forward_hook(flip_activation)  # after the tanh, so nothing saturates it
+    guard = Guard(tmp_path, GuardConfig())
+
+    def count(step):
+        state["step"] = step
+
+    verdicts = run(guard, model, range(33), before_step=count)
+    hit = [v for v in verdicts if v.alarm]
+    assert hit and hit[0].step == 30
+    assert not hit[0].take_step and all(torch.isfinite(p).all() for p in model.parameters())
