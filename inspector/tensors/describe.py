@@ -33,8 +33,9 @@ def describe_tensors(
     tensor (largest first) and hashes it inline, except a tensor larger than a thread's share
     of the bytes, whose chunks a hashing thread (half as many as `threads`) hashes beside it
     while they are in the cache (`_PipedDigest`), so even a checkpoint of one huge tensor
-    keeps two cores busy. A tensor's pages are released once it is done (when a `release` is
-    given), so RSS stays bounded by the tensors in flight rather than the checkpoint. A
+    keeps two cores busy. A tensor's pages (those of its own bytes) are released once it is
+    done (when a `release` is given), so RSS stays bounded by the tensors in flight rather
+    than the checkpoint. A
     tensor that reads the same bytes the same way as an earlier one (a tied weight saved
     under two names) gets that one's statistics and digest without reading them again
     (`_same_view`).
@@ -140,9 +141,15 @@ class _PipedDigest:
 
 
 def _release_tensor(t: torch.Tensor, release: Release | None) -> None:
-    if release is not None:
-        storage = t.untyped_storage()
-        release(storage.data_ptr(), storage.nbytes())
+    """Release the bytes this tensor reads, not its whole storage: every tensor of a
+    safetensors file shares one storage, the whole mapping, so releasing that after each
+    tensor dropped the pages of the tensors still to come (12,000 tensors: 36,000 madvise
+    calls over the whole file)."""
+    if release is None or t.numel() == 0:
+        return
+    extent = 1 + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(),
+                                                                   strict=True))
+    release(t.data_ptr(), extent * t.element_size())
 
 
 _SPARSE = {torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr,
