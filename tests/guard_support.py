@@ -113,3 +113,37 @@ def ddp_rank(rank: int, world: int, store: str, run_dir: str, bad_rank: int, bad
     dist.destroy_process_group()
     with open(f"{out}.{rank}.json", "w") as fh:
         json.dump(seen, fh)
+
+
+def fsdp_rank(rank: int, world: int, store: str, run_dir: str, out: str) -> None:
+    """An FSDP2 (`fully_shard`, DTensor parameters) run over gloo with the guard and a replica
+    check every 2 steps; the test's own flip lands in rank 0's local shard after step 3."""
+    import json
+
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+
+    from inspector.guard.guard import Guard, GuardConfig
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    model = tiny_model()
+    fully_shard(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    guard = Guard(run_dir, GuardConfig(replica_every=2, console=False), rank=rank)
+    seen = []
+    for step in range(6):
+        opt.zero_grad()
+        x, y = batch(step + 100 * rank)
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        verdict = guard.step(loss, model, opt, step=step)
+        seen += [[step, b.rule, b.param] for b in verdict.alarm.breaches] if verdict.alarm else []
+        opt.step()
+        if step == 3 and rank == 0:
+            with torch.no_grad():
+                model[0].weight.to_local().view(-1).view(torch.int32)[1] ^= 1 << 30
+    guard.close()
+    dist.destroy_process_group()
+    with open(f"{out}.{rank}.json", "w") as fh:
+        json.dump(seen, fh)

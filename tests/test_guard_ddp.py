@@ -24,3 +24,17 @@ def test_a_weight_flipped_on_one_rank_is_named_with_its_rank_within_n_steps(tmp_
         assert replica[0][3] == 1.0
     # the fault was too small for rank 1's own rules: only the vote across ranks saw it
     assert not [s for s in seen[1] if s[0] <= 10 and s[1] != "replica-differs"]
+
+
+def test_fsdp_shards_are_watched_locally_and_never_compared_across_ranks(tmp_path):
+    from guard_support import fsdp_rank
+
+    mp.start_processes(fsdp_rank, args=(2, str(tmp_path / "store"), str(tmp_path / "run"),
+                                        str(tmp_path / "seen")),
+                       nprocs=2, join=True, start_method="spawn")
+    seen = {r: json.loads((tmp_path / f"seen.{r}.json").read_text()) for r in (0, 1)}
+    # each rank holds a different shard by design: no replica check, no false alarm
+    assert seen[1] == []
+    # rank 0's own shard, flipped by the test, is named there
+    assert seen[0][0] == [4, "weights-changed", "0.weight"]
+    assert not [s for s in seen[0] if s[1] == "replica-differs"]

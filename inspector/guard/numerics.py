@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from inspector.guard.scene import iter_tensors
+from inspector.guard.weights.fingerprint import local
 
 
 @dataclass
@@ -51,12 +52,13 @@ class StepNumbers:
 
 
 def named_grads(model: nn.Module) -> tuple[list[str], list[torch.Tensor]]:
-    """The parameters that hold a gradient, named as `named_parameters` names them."""
+    """The parameters that hold a gradient, named as `named_parameters` names them (a sharded
+    one's local shard: under FSDP each rank judges the gradient it holds)."""
     names, grads = [], []
     for name, param in model.named_parameters():
         if param.grad is not None:
             names.append(name)
-            grads.append(param.grad)
+            grads.append(local(param.grad))
     return names, grads
 
 

@@ -25,6 +25,12 @@ import torch
 from torch import nn
 
 
+def local(t: torch.Tensor) -> torch.Tensor:
+    """The bytes this rank holds: a DTensor's local shard (a view of its storage), else `t`."""
+    to_local = getattr(t, "to_local", None)
+    return to_local() if callable(to_local) else t
+
+
 def fingerprint(tensors: list[torch.Tensor]) -> torch.Tensor:
     """Each tensor's exact fingerprint (int64, on the first tensor's device)."""
     if not tensors:
@@ -81,8 +87,12 @@ class WeightWatch:
 
     def __init__(self, model: nn.Module, every: int = 1, largest_every: int = 1) -> None:
         named = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
+        # FSDP wraps modules and shards parameters (DTensors): its ranks hold different bytes
+        self.sharded = (any(hasattr(p, "to_local") for _, p in named)
+                        or any("FullyShardedDataParallel" in type(m).__name__
+                               or type(m).__name__.startswith("FSDP") for m in model.modules()))
         self.names = [n for n, _ in named]
-        self.params = [p for _, p in named]
+        self.params = [local(p) for _, p in named]
         self.every = every
         self.largest_every = max(1, largest_every)
         self.expected: torch.Tensor | None = None

@@ -5,6 +5,11 @@ NCCL on GPUs), and a tensor whose fingerprints differ names the rank that disagr
 out when three or more vote; with two, the one whose norm moved further from the last check
 where they agreed (a guess the record says is one). This is how a fault that no single process
 can see (a flip in one rank's optimizer arithmetic, a bad all-reduce) is caught.
+
+Only replicated weights are compared: a model with a sharded parameter (FSDP's flat parameters,
+a DTensor) or an FSDP module is skipped, since its ranks hold different bytes by design. The
+comparison runs over the default process group, so under tensor or pipeline parallelism (plain
+tensors that differ by rank) turn it off (`GuardConfig(replica_every=0)`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,11 @@ def world() -> tuple[int, int] | None:
     return dist.get_rank(), dist.get_world_size()
 
 
+def replicated(watch: WeightWatch) -> bool:
+    """Whether every watched parameter is whole on each rank (as DDP keeps them)."""
+    return not watch.sharded
+
+
 @dataclass
 class ReplicaCheck:
     """The cross-rank comparison, with the norms of the last check where all ranks agreed."""
@@ -40,7 +50,7 @@ class ReplicaCheck:
         import torch.distributed as dist
 
         place = world()
-        if place is None or not watch.params:
+        if place is None or not watch.params or not replicated(watch):
             return []
         size = place[1]
         device = watch.params[0].device
