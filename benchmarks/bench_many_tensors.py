@@ -13,13 +13,17 @@ The files: N float32 tensors of 4 elements (`layer.I.weight`, about 1.1 MB) and 
 tensors of one block (`blk.I.attn_q.weight`, about 1.1 MB). Medians of --repeats after one
 warm-up each; the load average is printed (the machine may be shared).
 
-Measured 2026-12-05, 2 CPUs shared with other sessions (load 1.5-2.6), 12,000 tensors, medians
-of 2-3. Before (per-tensor progress lines, the histogram's scratch buffers and torch.bincount
-on every chunk): safetensors inspect 10.9 s (worker job 9.8 s, its operation alone 2.0 s),
-GGUF 6.6 s (5.8 s, 1.2 s). After: safetensors 4.9 s (worker job 3.8 s, start-up 1.35 s,
-operation alone 1.41 s; the user's load_file and stats 1.75 s: 2.8x), GGUF 3.9 s (3.0 s,
-0.80 s; GGUFReader 0.79 s: 4.9x). `tensor_stats` of a 4-element tensor, both versions in one
-process: 62 -> 36 us. Not yet the issue's 2 s: a cold worker's start-up alone is 1.35 s here.
+Measured 2026-12-05, 2 CPUs shared with other sessions (load 1.5-2.9), 12,000 tensors, medians
+of 2-3 per run. Before (a progress line per tensor, the histogram's scratch buffers and
+torch.bincount on every chunk, tiny tensors on the thread pool, each tensor releasing the whole
+mapping): safetensors inspect 10.9 s (worker job 9.8 s, its operation alone 2.0 s), GGUF 6.6 s
+(5.8 s, 1.2 s). After: safetensors 4.3 s (worker job 3.3 s, start-up 1.29 s, operation alone
+1.30 s; the user's load_file and four stats per tensor 1.43 s: 3.0x), GGUF 3.3 s (2.6 s,
+start-up 1.22 s, 0.80 s; GGUFReader 0.79 s: 4.2x). In one process, both versions:
+`tensor_stats` of a 4-element tensor 62 -> 36 us; `describe_tensors` of the 12,000 on two
+threads 1.88 -> 0.91 s; its page release 0.32 -> 0.05 s. Not yet the issue's 2 s: a cold
+worker's start-up (importing torch) is 1.2-1.3 s of it here, and the client parses each
+tensor's record twice (its event and the result).
 
     .venv/bin/python benchmarks/bench_many_tensors.py [--tensors 12000] [--repeats 3]
 """
