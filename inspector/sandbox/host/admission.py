@@ -35,7 +35,7 @@ class DryRunReader:
         """Run the readings of a complete request."""
         job = {**request, "limits": DRY_RUN_LIMITS.to_json()}
         try:
-            return run_job(job, timeout=300)
+            return run_job(job)
         except SandboxError as exc:
             if exc.code not in KILLED_CODES:
                 raise
@@ -58,7 +58,7 @@ class DryRunReader:
 
         job = {**request, "limits": limits.to_json()}
         try:
-            return run_job(job, timeout=300, gate=recorded)
+            return run_job(job, gate=recorded)
         except SandboxError as exc:
             if exc.code not in KILLED_CODES:
                 raise
@@ -70,7 +70,7 @@ class DryRunReader:
 def _again(job: dict, first: SandboxError) -> dict:
     """The job once more, after its worker was killed (`first`)."""
     try:
-        return run_job(job, timeout=300)
+        return run_job(job)
     except SandboxError as exc:
         raise SandboxError(exc.code, f"{exc.message}; retried once, the first worker too "
                            f"ended so ({first.code})", exc.globals, exc.sandbox,
