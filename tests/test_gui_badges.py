@@ -108,7 +108,8 @@ def _banner(banner) -> tuple[str, str]:
     return colour, banner.accessibleName().split(": ", 1)[1]
 
 
-def test_the_app_and_the_exported_report_agree_on_a_nan_file(window, qtbot, damage, tmp_path):
+def test_the_app_and_the_exported_report_agree_on_a_nan_file(window, qtbot, damage, tmp_path,
+                                                              artifacts):
     (doc,) = window.open_paths([damage / "nan.pt"])
     wait_loaded(qtbot, doc)
     qtbot.waitUntil(lambda: doc.health is not None, timeout=LOAD_TIMEOUT_MS)
@@ -120,6 +121,8 @@ def test_the_app_and_the_exported_report_agree_on_a_nan_file(window, qtbot, dama
     assert weights == _banner(window.overview.health_banner)
     assert code[1] == "No code found" and weights[1] == "Weights corrupted"
     assert code[0] != LOOKS[Badge.WEIGHTS_NOT_JUDGED].colour  # judged: not the grey
+    window.tabs.setCurrentWidget(window.overview)
+    shoot(window, qtbot, artifacts, "badge-nan-file")
 
 
 def test_crc_damage_and_nan_weights_get_distinct_icons_tooltips_and_a_legend(
