@@ -110,3 +110,19 @@ def test_a_reading_worker_killed_once_is_replaced_and_the_file_read(
     res = _scan_small(tmp_path)
     assert len(ends) == 1 and "SIGKILL (signal 9)" in ends[0]
     assert [f.message for f in res.findings] == [] and res.verdict == "safe"
+
+
+@pytest.mark.parametrize("code", ["timeout", "idle_timeout"])
+def test_a_reading_ended_by_a_wall_clock_limit_is_not_waited_for_twice(monkeypatch, code):
+    """A payload that sleeps runs into the wall-clock or idle limit: the job is not started
+    again, so the user waits once, and the limit is what they are told."""
+    calls = []
+
+    def ended(job, **kwargs):
+        calls.append(job)
+        raise SandboxError(code, f"the reading ran past its {code} limit")
+
+    monkeypatch.setattr(admission, "run_job", ended)
+    with pytest.raises(SandboxError) as raised:
+        dry_run_reader({"op": "dry-run", "readings": []})
+    assert raised.value.code == code and len(calls) == 1
