@@ -63,6 +63,32 @@ class Rule(Protocol):
         ...
 
 
+class OnSignal:
+    """A rule over one signal: its journal name is `SIGNAL-KIND`."""
+
+    signal: Signal
+    kind: str
+
+    @property
+    def name(self) -> str:
+        """The rule's stable name in journal records."""
+        return f"{self.signal}-{self.kind}"
+
+
+class Stateless:
+    """A rule that keeps nothing between steps (also the weight rules that learn nothing)."""
+
+    def learn(self, *values: object) -> None:
+        """Nothing to learn."""
+
+    def state_dict(self) -> dict:
+        """No state."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """No state."""
+
+
 RULES: dict[str, type] = {}
 """Every rule class by its kind, in the order they were registered."""
 
@@ -75,35 +101,20 @@ def register(cls: type) -> type:
 
 @register
 @dataclass
-class NonFinite:
+class NonFinite(OnSignal, Stateless):
     """NaN or Inf in the signal."""
 
     signal: Signal
     kind = "nonfinite"
 
-    @property
-    def name(self) -> str:
-        """The rule's stable name in journal records."""
-        return f"{self.signal}-{self.kind}"
-
     def judge(self, value: float) -> Breach | None:
         """A breach when the value is NaN or Inf (no threshold), else None."""
         return None if math.isfinite(value) else Breach(self.name, self.signal, value, None)
 
-    def learn(self, value: float) -> None:
-        """Nothing to learn."""
-
-    def state_dict(self) -> dict:
-        """No state."""
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        """No state."""
-
 
 @register
 @dataclass
-class MaxOfFirst:
+class MaxOfFirst(OnSignal):
     """Megatron's rule: alarm at >= k x the largest |value| of the first `warmup` values."""
 
     signal: Signal
@@ -112,11 +123,6 @@ class MaxOfFirst:
     seen: int = 0
     largest: float = 0.0
     kind = "spike-max"
-
-    @property
-    def name(self) -> str:
-        """The rule's stable name in journal records."""
-        return f"{self.signal}-{self.kind}"
 
     def judge(self, value: float) -> Breach | None:
         """The breach, with the threshold broken, or None."""
@@ -144,7 +150,7 @@ class MaxOfFirst:
 
 @register
 @dataclass
-class EmaSpike:
+class EmaSpike(OnSignal):
     """The moving-average rule: alarm when value > k x its EMA, after `warmup` values."""
 
     signal: Signal
@@ -154,11 +160,6 @@ class EmaSpike:
     seen: int = 0
     ema: float = 0.0
     kind = "spike-ema"
-
-    @property
-    def name(self) -> str:
-        """The rule's stable name in journal records."""
-        return f"{self.signal}-{self.kind}"
 
     def judge(self, value: float) -> Breach | None:
         """The breach, with the threshold broken, or None."""
@@ -188,7 +189,7 @@ class EmaSpike:
 
 @register
 @dataclass
-class MedianSpike:
+class MedianSpike(OnSignal):
     """Alarm at >= k x the median of the last `window` values, from the `early`-th value on:
     robust to one odd step, and it follows a loss that falls, so no long warm-up is needed."""
 
@@ -198,11 +199,6 @@ class MedianSpike:
     window: int = 16
     recent: deque = field(default_factory=deque)
     kind = "spike-median"
-
-    @property
-    def name(self) -> str:
-        """The rule's stable name in journal records."""
-        return f"{self.signal}-{self.kind}"
 
     def judge(self, value: float) -> Breach | None:
         """The breach, with the threshold broken, or None."""

@@ -30,7 +30,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-from inspector.guard.rules import Breach
+from inspector.guard.rules import Breach, Stateless
 from inspector.guard.weights.fingerprint import WeightValues
 
 WEIGHT_RULES: dict[str, type] = {}
@@ -49,7 +49,7 @@ def register(cls: type) -> type:
 
 @register
 @dataclass
-class WeightsChanged:
+class WeightsChanged(Stateless):
     """Bytes that changed outside the optimizer step."""
 
     name = "weights-changed"
@@ -61,20 +61,10 @@ class WeightsChanged:
         return [Breach(self.name, "weights", v.norms[i], None, names[i])
                 for i, moved in enumerate(v.changed) if moved]
 
-    def learn(self, names: list[str], v: WeightValues) -> None:
-        """Nothing to learn."""
-
-    def state_dict(self) -> dict:
-        """No state."""
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        """No state."""
-
 
 @register
 @dataclass
-class WeightNonFinite:
+class WeightNonFinite(Stateless):
     """NaN or Inf in a weight."""
 
     name = "weight-nonfinite"
@@ -83,16 +73,6 @@ class WeightNonFinite:
         """One breach per tensor whose norm is NaN or Inf."""
         return [Breach(self.name, "weights", v.norms[i], None, names[i])
                 for i, bad in enumerate(v.nonfinite) if bad]
-
-    def learn(self, names: list[str], v: WeightValues) -> None:
-        """Nothing to learn."""
-
-    def state_dict(self) -> dict:
-        """No state."""
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        """No state."""
 
 
 @register
