@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from gui_support import wait_loaded
+from signing_keys import write_key
 
 from inspector.cli import main
 from inspector.core.vocabulary import SignatureState
@@ -22,24 +21,13 @@ from inspector.gui.signing.badge import TRUSTED_KEYS_ENV, SignatureBadge, statem
 pytest_plugins = ("gui_fixtures",)  # fixtures: window, small, worker_requests
 
 
-def _key(folder: Path) -> tuple[Path, Path]:
-    private = ec.generate_private_key(ec.SECP256R1())
-    pem, pub = folder / "key.pem", folder / "key.pub"
-    pem.write_bytes(private.private_bytes(serialization.Encoding.PEM,
-                                          serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
-    pub.write_bytes(private.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-    return pem, pub
-
-
 @pytest.fixture
 def signed(tmp_path: Path) -> tuple[Path, Path]:
     folder = tmp_path / "model"
     folder.mkdir()
     (folder / "weights.bin").write_bytes(bytes(range(256)) * 64)
     (folder / "config.json").write_text("{}")
-    pem, pub = _key(tmp_path)
+    pem, pub = write_key(tmp_path, "key")
     assert main(["sign", str(folder), "--private-key", str(pem)]) == 0
     return folder, pub
 
@@ -80,7 +68,7 @@ def test_each_state_of_the_badge(qtbot, signed, monkeypatch, tmp_path) -> None:
 
 
 def test_a_file_the_reference_signed_alone(qtbot, tmp_path, monkeypatch) -> None:
-    pem, pub = _key(tmp_path)
+    pem, pub = write_key(tmp_path, "key")
     target = tmp_path / "step-1.bin"
     target.write_bytes(b"weights" * 100)
     done = subprocess.run([sys.executable, "-m", "model_signing", "sign", "key", str(target),
@@ -101,7 +89,7 @@ def test_opening_a_signed_checkpoint_shows_the_badge(window, qtbot, small, tmp_p
     folder.mkdir()
     checkpoint = folder / "benign.pt"
     checkpoint.write_bytes((small[0] / "benign.pt").read_bytes())
-    pem, pub = _key(tmp_path)
+    pem, pub = write_key(tmp_path, "key")
     assert main(["sign", str(folder), "--private-key", str(pem)]) == 0
     monkeypatch.setenv(TRUSTED_KEYS_ENV, str(pub))
     (doc,) = window.open_paths([checkpoint])

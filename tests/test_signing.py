@@ -17,29 +17,19 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import NameOID
+from signing_keys import write_key
 
 from inspector.cli import main
 
 REFERENCE = [sys.executable, "-m", "model_signing"]
 
 
-def _write_key(private, folder: Path, name: str) -> tuple[Path, Path]:
-    pem = folder / f"{name}.pem"
-    pub = folder / f"{name}.pub"
-    pem.write_bytes(private.private_bytes(serialization.Encoding.PEM,
-                                          serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
-    pub.write_bytes(private.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-    return pem, pub
-
-
 @pytest.fixture
 def keys(tmp_path: Path) -> dict[str, tuple[Path, Path]]:
     folder = tmp_path / "keys"
     folder.mkdir()
-    return {"alice": _write_key(ec.generate_private_key(ec.SECP256R1()), folder, "alice"),
-            "bob": _write_key(ec.generate_private_key(ec.SECP384R1()), folder, "bob")}
+    return {"alice": write_key(folder, "alice"),
+            "bob": write_key(folder, "bob", ec.generate_private_key(ec.SECP384R1()))}
 
 
 @pytest.fixture
@@ -182,7 +172,7 @@ def _chain(folder: Path) -> tuple[Path, Path, Path, Path]:
     for name, cert in (("leaf.crt", leaf), ("ca.crt", ca_cert), ("other.crt", other_cert)):
         (folder / name).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         paths.append(folder / name)
-    leaf_pem, _ = _write_key(leaf_key, folder, "leaf")
+    leaf_pem, _ = write_key(folder, "leaf", leaf_key)
     return leaf_pem, paths[0], paths[1], paths[2]
 
 
@@ -280,7 +270,7 @@ def test_unsupported_key_types_are_refused_and_nothing_written(model, tmp_path, 
     private = {"rsa": lambda: rsa.generate_private_key(public_exponent=65537, key_size=2048),
                "ed25519": ed25519.Ed25519PrivateKey.generate,
                "p224": lambda: ec.generate_private_key(ec.SECP224R1())}[kind]()
-    pem, _pub = _write_key(private, tmp_path, kind)
+    pem, _pub = write_key(tmp_path, kind, private)
     before = _snapshot(model)
     assert main(["sign", str(model), "--private-key", str(pem)]) == 2
     err = capsys.readouterr().err

@@ -11,30 +11,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from signing_keys import write_key
 
 from inspector.cli import main
 
 REFERENCE = [sys.executable, "-m", "model_signing"]
 
 
-def _key(folder: Path, name: str) -> tuple[Path, Path]:
-    private = ec.generate_private_key(ec.SECP256R1())
-    pem, pub = folder / f"{name}.pem", folder / f"{name}.pub"
-    pem.write_bytes(private.private_bytes(serialization.Encoding.PEM,
-                                          serialization.PrivateFormat.PKCS8,
-                                          serialization.NoEncryption()))
-    pub.write_bytes(private.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
-    return pem, pub
-
-
 @pytest.fixture
 def keys(tmp_path: Path) -> dict[str, tuple[Path, Path]]:
     folder = tmp_path / "keys"
     folder.mkdir()
-    return {"alice": _key(folder, "alice"), "bob": _key(folder, "bob")}
+    return {"alice": write_key(folder, "alice"), "bob": write_key(folder, "bob")}
 
 
 def _state(seed: int):

@@ -9,9 +9,8 @@ from pathlib import Path
 import jsonschema
 import numpy as np
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from safetensors.numpy import save_file
+from signing_keys import write_key
 
 from inspector.cli import main
 from inspector.report.render_json import load_schema
@@ -22,13 +21,7 @@ def signed(tmp_path: Path) -> tuple[Path, Path]:
     folder = tmp_path / "model"
     folder.mkdir()
     save_file({"w": np.arange(32, dtype=np.float32)}, str(folder / "model.safetensors"))
-    key = ec.generate_private_key(ec.SECP256R1())
-    pem, pub = tmp_path / "key.pem", tmp_path / "key.pub"
-    pem.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                      serialization.PrivateFormat.PKCS8,
-                                      serialization.NoEncryption()))
-    pub.write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    pem, pub = write_key(tmp_path, "key")
     assert main(["sign", str(folder), "--private-key", str(pem)]) == 0
     return folder, pub
 
