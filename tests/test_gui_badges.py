@@ -143,11 +143,5 @@ def test_crc_damage_and_nan_weights_get_distinct_icons_tooltips_and_a_legend(
     qtbot.waitUntil(legend.isVisible)
     words = [word.text() for _icon, word, _meaning in legend.rows]
     assert words == [f"<b>{LOOKS[s].word}</b>" for s in LIST_STATES]
-    shots = artifacts / "screens"
-    shots.mkdir(parents=True, exist_ok=True)
-    for width, height in SIZES:
-        window.resize(width, height)
-        QApplication.processEvents()
-        qtbot.wait(80)
-        assert window.grab().save(str(shots / f"list-icons-{width}x{height}-light.png"))
-    assert legend.grab().save(str(shots / "list-legend-light.png"))
+    shoot(window, qtbot, artifacts, "list-icons")
+    assert legend.grab().save(str(artifacts / "screens" / "list-legend-light.png"))
