@@ -52,7 +52,8 @@ def _cpu_percent(run_for: float, start=None, stop=None) -> float:
 def sampler_overhead(seconds: float, gpus: int, real: bool) -> dict:
     """CPU % of one core for sampling `gpus` GPUs at 10 Hz, idle baseline subtracted."""
     from inspector.gpu.nvml_source import NvmlSource
-    from inspector.gpu.telemetry import Sampler, TelemetryStore
+    from inspector.gpu.sampler import Sampler
+    from inspector.gpu.telemetry import TelemetryStore
 
     if not real:
         from fake_pynvml import FakeGpu, FakeNvml
@@ -91,8 +92,9 @@ def replay_speed(folder: Path) -> dict:
     """Rows per second parsing a 1 h x 8 GPU log written in nvidia-smi's columns."""
     import numpy as np
 
+    from inspector.gpu.alerts import ingest
     from inspector.gpu.smi_csv import read_log, write_log
-    from inspector.gpu.telemetry import GpuSample, TelemetryStore, ingest
+    from inspector.gpu.telemetry import GpuSample, TelemetryStore
 
     rng = np.random.default_rng(0)
     samples = [GpuSample(1.79e9 + t, g, "NVIDIA H100 80GB HBM3",

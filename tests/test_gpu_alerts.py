@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from inspector.cli import main
-from inspector.gpu.telemetry import Alert, AlertRules, GpuSample, worst_alert
+from inspector.gpu.alerts import AlertRules, worst_alert
+from inspector.gpu.telemetry import Alert, GpuSample
 
 pytest_plugins = ("gui_fixtures",)
 

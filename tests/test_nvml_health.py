@@ -10,13 +10,13 @@ import numpy as np
 import pynvml
 from fake_pynvml import FakeGpu, FakeNvml, install
 
+from inspector.gpu.alerts import AlertRules
 from inspector.gpu.nvml_source import NvmlSource
 from inspector.gpu.telemetry import (
     FIELDS,
     RECOVERY_ACTIONS,
     RING_FIELDS,
     SRAM_UNITS,
-    AlertRules,
     GpuSample,
     TelemetryStore,
 )

@@ -14,7 +14,8 @@ import pytest
 
 from inspector.checkpoint.results import InspectResult
 from inspector.core import envinfo
-from inspector.gpu.telemetry import GpuSample, TelemetryStore, ingest
+from inspector.gpu.alerts import ingest
+from inspector.gpu.telemetry import GpuSample, TelemetryStore
 from inspector.report import SessionEvidence, build_report
 from inspector.report.model import FAIL, NOT_CHECKED, PASS, FileEvidence
 from inspector.report.render_json import load_schema

@@ -15,7 +15,8 @@ from PySide6.QtGui import QImage
 
 from inspector.core import envinfo
 from inspector.core.atomic import OutputExistsError
-from inspector.gpu.telemetry import GpuSample, TelemetryStore, ingest
+from inspector.gpu.alerts import ingest
+from inspector.gpu.telemetry import GpuSample, TelemetryStore
 from inspector.report import UnknownReportFormat, build_report, export, write_report
 from inspector.report.model import FileEvidence, SessionEvidence
 from inspector.report.render_html import VERDICT_COLORS, render_html

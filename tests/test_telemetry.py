@@ -10,17 +10,16 @@ import pynvml
 import pytest
 from fake_pynvml import FakeGpu, FakeNvml, install
 
+from inspector.gpu.alerts import AlertRules, ingest
 from inspector.gpu.nvml_source import NvmlSource, NvmlUnavailable
+from inspector.gpu.sampler import Sampler
 from inspector.gpu.telemetry import (
     CLOCK_REASONS,
     DEFAULT_CAPACITY,
     FIELDS,
-    AlertRules,
     GpuSample,
-    Sampler,
     TelemetryStore,
     decode_clock_reasons,
-    ingest,
 )
 
 CORR, UNC = pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED

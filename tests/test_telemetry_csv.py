@@ -10,9 +10,10 @@ import pytest
 from fake_pynvml import FakeGpu, FakeNvml, install
 
 from inspector.core.atomic import OutputExistsError
+from inspector.gpu.alerts import AlertRules, ingest
 from inspector.gpu.nvml_source import NvmlSource
 from inspector.gpu.smi_csv import LogFormatError, parse_lines, read_log, write_log
-from inspector.gpu.telemetry import FIELDS, AlertRules, GpuSample, TelemetryStore, ingest
+from inspector.gpu.telemetry import FIELDS, GpuSample, TelemetryStore
 
 # `nvidia-smi --query-gpu=... --format=csv -l 5` on a two-GPU server: units in header and
 # cells, one row per GPU per interval, unsupported fields as [N/A] / [Not Supported].

@@ -344,7 +344,8 @@ def _telemetry() -> Iterator[tuple[object | None, str]]:
     except NvmlUnavailable as exc:
         yield None, str(exc)
         return
-    from inspector.gpu.telemetry import Sampler, TelemetryStore
+    from inspector.gpu.sampler import Sampler
+    from inspector.gpu.telemetry import TelemetryStore
 
     store = TelemetryStore(capacity=24 * 3600)
     sampler = Sampler(source, store, interval=1.0)

@@ -13,16 +13,15 @@ import numpy as np
 from inspector.cli.telemetry import serve as telemetry_serve
 from inspector.core.atomic import OutputExistsError
 from inspector.core.errors import CodedError
+from inspector.gpu.alerts import AlertRules, ingest
+from inspector.gpu.sampler import Sampler
 from inspector.gpu.telemetry import (
     DEFAULT_INTERVAL_S,
     DEFAULT_TEMP_THRESHOLD_C,
     MIN_INTERVAL_S,
     Alert,
-    AlertRules,
     GpuSample,
-    Sampler,
     TelemetryStore,
-    ingest,
 )
 
 EXIT_OK = 0

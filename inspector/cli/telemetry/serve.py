@@ -12,7 +12,9 @@ import threading
 from collections.abc import Callable
 
 from inspector.core.errors import CodedError
-from inspector.gpu.telemetry import Alert, AlertRules, Sampler, TelemetryStore
+from inspector.gpu.alerts import AlertRules
+from inspector.gpu.sampler import Sampler
+from inspector.gpu.telemetry import Alert, TelemetryStore
 
 INSTALL_HINT = ("--serve needs prometheus_client, a dependency of this package: reinstall it "
                 "(scripts/setup.sh) or pip install -c constraints.txt prometheus-client")

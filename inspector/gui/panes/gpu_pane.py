@@ -29,20 +29,19 @@ from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import QPainterPath
 from PySide6.QtWidgets import QFileDialog, QTreeWidgetItem, QWidget
 
+from inspector.gpu.alerts import ingest, worst_alert
 from inspector.gpu.prom_reader import RangeQuery
+from inspector.gpu.sampler import Sampler
 from inspector.gpu.telemetry import (
     DEFAULT_INTERVAL_S,
     DEFAULT_TEMP_THRESHOLD_C,
     FIELDS,
     Alert,
     GpuSample,
-    Sampler,
     TelemetrySource,
     TelemetryStore,
     decode_clock_reasons,
-    ingest,
     peak_decimate,
-    worst_alert,
 )
 from inspector.gui.jobs import Job, JobRunner
 from inspector.gui.panes.gpu_layout import PLOTS, GpuPaneLayout
