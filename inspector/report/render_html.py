@@ -16,8 +16,9 @@ from inspector.core.badges import LOOKS, Badge
 from inspector.core.termtext import html_escape as escape  # marks control characters visibly
 from inspector.core.vocabulary import LoadStatus, ReportStatus, StepStatus, Verdict
 from inspector.report import charts, labels
+from inspector.report import html_cells as cells
 from inspector.report.advice import bad_data, code_safety, file_advice, weights_health
-from inspector.report.model import FAIL, NOT_CHECKED, PASS, FileReport, Report
+from inspector.report.model import FileReport, Report
 from inspector.report.sections import self_test_words
 from inspector.scan.advice import DAMAGED
 from inspector.scan.damage import INTEGRITY_CODES
@@ -25,7 +26,6 @@ from inspector.scan.damage import INTEGRITY_CODES
 ImageSrc = Callable[[str, bytes], str]
 """(name, png bytes) -> the value of an <img src=...> for this output."""
 
-MAX_ROWS = 200
 """Longer tables are cut here in HTML/PDF; the JSON report always has every row."""
 
 HEADLINES = {
@@ -46,7 +46,6 @@ BAD_DATA_COLOR = "#b00020"
 PAGE_BREAK = " style=\"page-break-before: always\""
 APPENDIX_TITLE = "Appendix: each file in detail, GPU telemetry and environment"
 """Each file after the first starts a printed page, so its table never straddles two files."""
-CHECK_LABELS = {PASS: "✔ pass", FAIL: "✘ fail", NOT_CHECKED: "– not checked"}
 
 STYLE = """
 body { font-family: 'DejaVu Sans', Arial, sans-serif; font-size: 10pt; color: #111;
@@ -163,8 +162,8 @@ def _summary(report: Report) -> str:
         f"{escape(explanation)}<br><b>{escape(status)}</b></td></tr></table>"
         + _signatures(report)
         + (f"<ul>{problems}</ul>" if problems else "")
-        + _table(["File", "Code safety", "Weights health", "Problems", "Detail"], [
-            [_breakable(f.file.name), _word_cell(f), _health_cell(f),
+        + cells.table(["File", "Code safety", "Weights health", "Problems", "Detail"], [
+            [cells.breakable(f.file.name), _word_cell(f), _health_cell(f),
              escape(str(len(f.problems))), f"<a href=\"#file-{n}\">appendix {n}</a>"]
             for n, f in enumerate(report.files, 1)])
         + "</section>"
@@ -175,42 +174,42 @@ def _signatures(report: Report) -> str:
     """Each signed folder's state and signer, before anything else of the summary."""
     if not report.signatures:
         return ""
-    return _table(["Signature", "State", "Signed by", "Why"], [
-        [_mono(v["signature"]), f"<b>{escape(v['state'])}</b>", escape(v.get("signer") or "—"),
+    return cells.table(["Signature", "State", "Signed by", "Why"], [
+        [cells.mono(v["signature"]), f"<b>{escape(v['state'])}</b>", escape(v.get("signer") or "—"),
          escape(v.get("reason") or "")] for v in report.signatures])
 
 
 def _file_sections(f: FileReport, n: int, image_src: ImageSrc) -> str:
     anchor = f"file-{n}"
     return "\n".join([
-        f"<h2 id=\"{anchor}\">{n}. {_breakable(f.file.name)}</h2>",
-        _section("file", anchor, "File", _kv([
-            ("Path", _path(f.file.path)),
-            ("Size", escape(_size(f.file.size))),
+        f"<h2 id=\"{anchor}\">{n}. {cells.breakable(f.file.name)}</h2>",
+        cells.section("file", anchor, "File", cells.kv([
+            ("Path", cells.path(f.file.path)),
+            ("Size", escape(cells.size(f.file.size))),
             ("Modified", escape(f.file.mtime or "unknown")),
             ("Format", escape(f.file.format or "unknown")),
-            ("SHA-256", _hash(f.file.sha256 or ("one per shard (see Shards)" if f.shards
+            ("SHA-256", cells.digest(f.file.sha256 or ("one per shard (see Shards)" if f.shards
                                                else "not computed"))),
             ("Code safety", _word_cell(f)),
             ("Weights health", _health_cell(f)),
             ("What to do", escape(file_advice(f).action)),
         ])),
-        *([_section("shards", anchor, "Shards", _shards(f))] if f.shards else []),
-        _section("checklist", anchor, "Prevention checklist", _table(
+        *([cells.section("shards", anchor, "Shards", _shards(f))] if f.shards else []),
+        cells.section("checklist", anchor, "Prevention checklist", cells.table(
             ["Practice", "Result", "Detail"],
-            [[escape(c.title), f"<span class=\"{c.status}\">{CHECK_LABELS[c.status]}</span>",
+            [[escape(c.title), f"<span class=\"{c.status}\">{cells.CHECK_LABELS[c.status]}</span>",
               escape(c.detail)] for c in f.checklist])),
-        _section("scan", anchor, "Static scan (no code ran)", _scan(f)),
-        _section("load", anchor, "Jailed weights_only load", _load(f)),
-        _section("health", anchor, "Weights health", _health(f)),
-        _section("model", anchor, "Model and training state", _model(f)),
-        *([_section("code", anchor, "Code carried by the archive", _code(f))] if f.code
+        cells.section("scan", anchor, "Static scan (no code ran)", _scan(f)),
+        cells.section("load", anchor, "Jailed weights_only load", _load(f)),
+        cells.section("health", anchor, "Weights health", _health(f)),
+        cells.section("model", anchor, "Model and training state", _model(f)),
+        *([cells.section("code", anchor, "Code carried by the archive", _code(f))] if f.code
           else []),
-        _section("tensors", anchor, "Tensors", _tensors(f, anchor, image_src)),
-        _section("verification", anchor, "Manifest verification", _verification(f)),
-        _section("comparison", anchor, "Comparison with another copy", _comparison(f)),
-        _section("conversion", anchor, "Conversion to safetensors", _conversion(f)),
-        _section("consistency", anchor, "Repeat-inference consistency",
+        cells.section("tensors", anchor, "Tensors", _tensors(f, anchor, image_src)),
+        cells.section("verification", anchor, "Manifest verification", _verification(f)),
+        cells.section("comparison", anchor, "Comparison with another copy", _comparison(f)),
+        cells.section("conversion", anchor, "Conversion to safetensors", _conversion(f)),
+        cells.section("consistency", anchor, "Repeat-inference consistency",
                  _consistency(f, anchor, image_src)),
     ])
 
@@ -218,31 +217,31 @@ def _file_sections(f: FileReport, n: int, image_src: ImageSrc) -> str:
 def _shards(f: FileReport) -> str:
     """Each shard with its own SHA-256 (the checkpoint has none), then coverage problems."""
     s = f.shards
-    table = _table(["Shard", "Format", "Tensors", "Size", "SHA-256"], [
-        [_path(r.get("file")), escape(r.get("format") or "unknown"),
-         escape(_na(r.get("tensors"))), escape(_size(r.get("bytes"))),
-         _hash(r.get("sha256") or "not loaded")] for r in s.files])
-    problems = _table(["Coverage problem", "Message"], [
-        [_mono(p.get("code")), escape(str(p.get("message")))] for p in s.problems]
+    table = cells.table(["Shard", "Format", "Tensors", "Size", "SHA-256"], [
+        [cells.path(r.get("file")), escape(r.get("format") or "unknown"),
+         escape(cells.na(r.get("tensors"))), escape(cells.size(r.get("bytes"))),
+         cells.digest(r.get("sha256") or "not loaded")] for r in s.files])
+    problems = cells.table(["Coverage problem", "Message"], [
+        [cells.mono(p.get("code")), escape(str(p.get("message")))] for p in s.problems]
     ) if s.problems else ("<p>Every key is in exactly one shard, as the index says.</p>"
                           if f.load.status == LoadStatus.LOADED
-                          else _not_run("The shards were not loaded, so their keys were not "
+                          else cells.not_run("The shards were not loaded, so their keys were not "
                                         "checked against the index."))
-    return _kv([("Index", _mono(s.index))]) + table + problems
+    return cells.kv([("Index", cells.mono(s.index))]) + table + problems
 
 
 def _model(f: FileReport) -> str:
     m = f.model
     if m is None:
-        return _not_run("Nothing was loaded, so the model was not read.")
+        return cells.not_run("Nothing was loaded, so the model was not read.")
     rows = [("Architecture", escape(m.architecture or "not recognised")),
             ("Training state", escape(m.training or "weights only (no training state)"))]
     if m.resume:
         rows.append(("Resume", escape(m.resume)))
-    table = _table(["Needed to resume", "Status", "Detail"],
+    table = cells.table(["Needed to resume", "Status", "Detail"],
                    [[escape(r["item"]), escape(r["status"]), escape(r["detail"])]
                     for r in m.resume_items]) if m.resume_items else ""
-    return _kv(rows) + table
+    return cells.kv(rows) + table
 
 
 def _code(f: FileReport) -> str:
@@ -253,35 +252,36 @@ def _code(f: FileReport) -> str:
                else "no flags: nothing beyond tensor maths was found")
     intro = ("<p>torch.jit.load (or torch.export.load) would compile and run this code; "
              "here it was only read. The weights were read from their records.</p>")
-    rows = [[_mono(r.get("name")), escape(_size(r.get("size"))),
+    rows = [[cells.mono(r.get("name")), escape(cells.size(r.get("size"))),
              escape("; ".join(r.get("flags") or []) or "none")
              + (" (text truncated)" if r.get("truncated") else "")] for r in c.files]
-    return (intro + _kv([("Kind", escape(c.kind)), ("Constants", escape(f"{c.constants:,}")),
+    return (intro + cells.kv([("Kind", escape(c.kind)), ("Constants", escape(f"{c.constants:,}")),
                          ("Flags", escape(verdict))])
-            + _table(["Code file", "Size", "Flags"], rows))
+            + cells.table(["Code file", "Size", "Flags"], rows))
 
 
 def _scan(f: FileReport) -> str:
     s = f.scan
     if s.status == StepStatus.NOT_RUN:
-        return _not_run("The static scan did not run.")
+        return cells.not_run("The static scan did not run.")
     ok = {True: "yes", False: "no", None: "undecided"}[s.weights_only_ok]
-    parts = [_kv([
+    parts = [cells.kv([
         ("Verdict", _word_cell(f)),
         ("weights_only=True accepts it", escape(ok)),
         ("Globals imported", escape(str(len(s.globals)))),
         ("Findings", escape(str(len(s.findings)))),
     ] + ([("Error", escape(s.error))] if s.error else []))]
     if s.globals:
-        parts.append("<h3>Globals</h3>" + _table(
+        parts.append("<h3>Globals</h3>" + cells.table(
             ["Module", "Name", "Count", "Severity"],
-            [[_mono(g.get("module")), _mono(g.get("name")), escape(str(g.get("count", ""))),
-              _severity(g.get("severity"))] for g in s.globals]))
+            [[cells.mono(g.get("module")), cells.mono(g.get("name")),
+              escape(str(g.get("count", ""))), cells.severity(g.get("severity"))]
+             for g in s.globals]))
     if s.findings:
-        parts.append("<h3>Findings</h3>" + _table(
+        parts.append("<h3>Findings</h3>" + cells.table(
             ["Severity", "Code", "Message", "Where"],
-            [[_severity(DAMAGED if x.get("code") in INTEGRITY_CODES else x.get("severity")),
-              _mono(x.get("code")), escape(str(x.get("message"))), _mono(_where(x))]
+            [[cells.severity(DAMAGED if x.get("code") in INTEGRITY_CODES else x.get("severity")),
+              cells.mono(x.get("code")), escape(str(x.get("message"))), cells.mono(cells.where(x))]
              for x in s.findings]))
     return "".join(parts)
 
@@ -291,29 +291,29 @@ def _load(f: FileReport) -> str:
     if load.status == LoadStatus.NOT_RUN:
         reason = ("It was not loaded because the static scan called it dangerous."
                   if f.verdict == Verdict.DANGEROUS else "No load was run in this session.")
-        return _not_run(reason)
+        return cells.not_run(reason)
     if load.status == LoadStatus.REFUSED:
         reason = load.error or ""
-        return _not_run(reason[:1].upper() + reason[1:] if reason.startswith("not loaded")
+        return cells.not_run(reason[:1].upper() + reason[1:] if reason.startswith("not loaded")
                         else f"Not loaded: {reason}")
     rows = [("Result", escape(load.status)),
             ("Sandbox level", escape(load.sandbox_level or "unknown"))]
-    rows += [(escape(k), escape(_short(v))) for k, v in load.sandbox.items() if k != "level"]
+    rows += [(escape(k), escape(cells.short(v))) for k, v in load.sandbox.items() if k != "level"]
     if load.error:
         rows.append(("Error", escape(load.error)))
-    return _kv(rows)
+    return cells.kv(rows)
 
 
 def _tensors(f: FileReport, anchor: str, image_src: ImageSrc) -> str:
     t = f.tensors
     if t is None:
-        return _not_run("No tensors were read (the file was not loaded).")
-    parts = [_kv([
+        return cells.not_run("No tensors were read (the file was not loaded).")
+    parts = [cells.kv([
         ("Tensors", escape(f"{t.count:,}")),
         ("Parameters (all elements)", escape(f"{t.parameters:,}")),
-        ("Tensor bytes", escape(_size(t.bytes))),
+        ("Tensor bytes", escape(cells.size(t.bytes))),
     ] + ([("Unique storage (tied weights once)",
-           escape(f"{t.unique_parameters:,} elements, {_size(t.unique_bytes)}"))]
+           escape(f"{t.unique_parameters:,} elements, {cells.size(t.unique_bytes)}"))]
          if t.unique_parameters is not None else []) + [
         ("Other objects", escape(f"{t.objects:,}")),
         ("Content digest", escape(t.digest_algorithm or "n/a")),
@@ -321,16 +321,17 @@ def _tensors(f: FileReport, anchor: str, image_src: ImageSrc) -> str:
     if t.dtypes:
         png = charts.bar_chart("Bytes by dtype", [(d.dtype, d.bytes) for d in t.dtypes], "B")
         parts.append(_img(image_src, f"{anchor}-dtypes", png, "Bytes by dtype"))
-        parts.append(_table(["dtype", "Tensors", "Elements", "Bytes"], [
-            [_mono(d.dtype), escape(f"{d.tensors:,}"), escape(f"{d.elements:,}"),
-             escape(_size(d.bytes))] for d in t.dtypes]))
+        parts.append(cells.table(["dtype", "Tensors", "Elements", "Bytes"], [
+            [cells.mono(d.dtype), escape(f"{d.tensors:,}"), escape(f"{d.elements:,}"),
+             escape(cells.size(d.bytes))] for d in t.dtypes]))
     parts.append("<h3>Tensors with NaN or Inf</h3>")
-    parts.append(_table(["Key", "NaN", "Inf"], [
-        [_mono(r.key), escape(f"{r.nan:,}"), escape(f"{r.inf:,}")] for r in t.nonfinite])
+    parts.append(cells.table(["Key", "NaN", "Inf"], [
+        [cells.mono(r.key), escape(f"{r.nan:,}"), escape(f"{r.inf:,}")] for r in t.nonfinite])
         if t.nonfinite else "<p class=\"pass\">None: every value is finite.</p>")
     if t.largest_abs:
-        parts.append("<h3>Largest magnitudes</h3>" + _table(["Key", "dtype", "max |x|"], [
-            [_mono(r.key), _mono(r.dtype), escape(f"{r.abs_max:.6g}")] for r in t.largest_abs]))
+        parts.append("<h3>Largest magnitudes</h3>" + cells.table(["Key", "dtype", "max |x|"], [
+            [cells.mono(r.key), cells.mono(r.dtype), escape(f"{r.abs_max:.6g}")]
+            for r in t.largest_abs]))
     return "".join(parts)
 
 
@@ -339,21 +340,21 @@ def _health_cell(f: FileReport) -> str:
     badge = weights_health(f)
     why = ((f.load.error or str(f.load.status).replace("_", " "))
            if badge == Badge.WEIGHTS_NOT_JUDGED else "")
-    return _badge_cell(badge, why)
+    return cells.badge_cell(badge, why)
 
 
 def _health(f: FileReport) -> str:
     h = f.health
     if h is None:
-        return _not_run("The weights were not loaded, so their values were not judged.")
-    parts = [_kv([
+        return cells.not_run("The weights were not loaded, so their values were not judged.")
+    parts = [cells.kv([
         ("Status", _health_cell(f)),
         ("Weight tensors judged", escape(f"{h.weights_checked:,}")),
         ("Training-state tensors (shown, not judged)", escape(f"{h.state_tensors:,}")),
     ])]
     if h.findings:
-        parts.append(_table(["Severity", "Code", "Key", "Finding"], [
-            [_severity(x.get("severity")), _mono(x.get("code")), _mono(x.get("key")),
+        parts.append(cells.table(["Severity", "Code", "Key", "Finding"], [
+            [cells.severity(x.get("severity")), cells.mono(x.get("code")), cells.mono(x.get("key")),
              escape(str(x.get("message")))] for x in h.findings]))
     else:
         parts.append("<p class=\"pass\">No NaN or Inf, no outliers, no constant or duplicate "
@@ -364,21 +365,22 @@ def _health(f: FileReport) -> str:
 def _verification(f: FileReport) -> str:
     v = f.verification
     if v is None:
-        return _not_run("No manifest was given.")
-    parts = [_kv([
-        ("Result", _status(v.status)),
-        ("Manifest", _mono(v.manifest or "unknown")),
+        return cells.not_run("No manifest was given.")
+    parts = [cells.kv([
+        ("Result", cells.status(v.status)),
+        ("Manifest", cells.mono(v.manifest or "unknown")),
         ("Counts", escape(", ".join(f"{n} {k}" for k, n in sorted(v.counts.items())))),
     ])]
     if v.files:
-        parts.append("<h3>Files</h3>" + _table(["Path", "Status", "Expected", "Actual"], [
-            [_mono(r.get("path")), escape(str(r.get("status"))), _mono(_short(r.get("expected"))),
-             _mono(_short(r.get("actual")))] for r in v.files]))
+        parts.append("<h3>Files</h3>" + cells.table(["Path", "Status", "Expected", "Actual"], [
+            [cells.mono(r.get("path")), escape(str(r.get("status"))),
+             cells.mono(cells.short(r.get("expected"))), cells.mono(cells.short(r.get("actual")))]
+            for r in v.files]))
     if v.tensors:
-        parts.append("<h3>Tensors that are not ok</h3>" + _table(
+        parts.append("<h3>Tensors that are not ok</h3>" + cells.table(
             ["Key", "Status", "Expected", "Actual"],
-            [[_mono(r.get("key")), escape(str(r.get("status"))),
-              _mono(_short(r.get("expected"))), _mono(_short(r.get("actual")))]
+            [[cells.mono(r.get("key")), escape(str(r.get("status"))),
+              cells.mono(cells.short(r.get("expected"))), cells.mono(cells.short(r.get("actual")))]
              for r in v.tensors]))
     if v.errors:
         parts.append("<h3>Not checked</h3><ul>"
@@ -389,24 +391,24 @@ def _verification(f: FileReport) -> str:
 def _comparison(f: FileReport) -> str:
     c = f.comparison
     if c is None:
-        return _not_run("Not compared with another copy in this session.")
-    parts = [_kv([
-        ("Result", _status(c.status)),
-        ("Other copy", _mono(c.other or "unknown")),
+        return cells.not_run("Not compared with another copy in this session.")
+    parts = [cells.kv([
+        ("Result", cells.status(c.status)),
+        ("Other copy", cells.mono(c.other or "unknown")),
         ("Counts", escape(", ".join(f"{n} {k}" for k, n in sorted(c.counts.items())))),
         ("Single-bit flips", escape(str(c.single_bit_flips))),
     ])]
     for t in map(TensorDiffRow.from_json, c.tensors):
-        parts.append(f"<h3>{_mono(t.key)}</h3><p>{escape(t.plain_summary)}</p>")
+        parts.append(f"<h3>{cells.mono(t.key)}</h3><p>{escape(t.plain_summary)}</p>")
         if t.bitflips:
-            parts.append(_table(
+            parts.append(cells.table(
                 ["Element", "Bit", "Before", "After", "Byte in A", "Byte in B"],
-                [[_mono(str(fl.position or fl.index)),
+                [[cells.mono(str(fl.position or fl.index)),
                   escape(f"{fl.bit} ({fl.kind})"),
-                  _mono(f"{fl.before_value} 0x{fl.before_bits}" if fl.before_bits else ""),
-                  _mono(f"{fl.after_value} 0x{fl.after_bits}" if fl.after_bits else ""),
-                  _mono("" if fl.file_offset_a is None else fl.file_offset_a),
-                  _mono("" if fl.file_offset_b is None else fl.file_offset_b)]
+                  cells.mono(f"{fl.before_value} 0x{fl.before_bits}" if fl.before_bits else ""),
+                  cells.mono(f"{fl.after_value} 0x{fl.after_bits}" if fl.after_bits else ""),
+                  cells.mono("" if fl.file_offset_a is None else fl.file_offset_a),
+                  cells.mono("" if fl.file_offset_b is None else fl.file_offset_b)]
                  for fl in t.bitflips]))
     return "".join(parts)
 
@@ -414,23 +416,25 @@ def _comparison(f: FileReport) -> str:
 def _conversion(f: FileReport) -> str:
     c = f.conversion
     if c is None:
-        return _not_run("No conversion was run in this session.")
-    rows = [("Result", _status(c.status)), ("Output", _path(c.output or "none")),
-            ("Output SHA-256", _hash(c.sha256 or "n/a"))]
+        return cells.not_run("No conversion was run in this session.")
+    rows = [("Result", cells.status(c.status)), ("Output", cells.path(c.output or "none")),
+            ("Output SHA-256", cells.digest(c.sha256 or "n/a"))]
     rows += [(escape(name), escape(text)) for name, text in labels.rows(c.details)]
-    return _kv(rows)
+    return cells.kv(rows)
 
 
 def _consistency(f: FileReport, anchor: str, image_src: ImageSrc) -> str:
     c = f.consistency
     if c is None:
-        return _not_run("No consistency run in this session.")
+        return cells.not_run("No consistency run in this session.")
     test = ([("Self-test", escape(f"{self_test_words(c.self_test)}; the run passes when the "
                                   "results differ"))] if c.self_test else [])
-    parts = [_kv(test + [("Result", _status(c.status)), ("Device", escape(c.device or "unknown")),
-                  ("Repeats", escape(str(c.repeats) if c.repeats is not None else "unknown"))]
+    parts = [cells.kv(test + [("Result", cells.status(c.status)),
+                              ("Device", escape(c.device or "unknown")),
+                              ("Repeats", escape("unknown" if c.repeats is None
+                                                 else str(c.repeats)))]
                  + ([("Error", escape(c.error))] if c.error else [])
-                 + [(escape(k), escape(_short(v))) for k, v in c.details.items()])]
+                 + [(escape(k), escape(cells.short(v))) for k, v in c.details.items()])]
     if c.series:
         png = charts.line_chart("Max abs difference per iteration",
                                 [("max |Δ|", list(enumerate(c.series, 1)))],
@@ -438,9 +442,9 @@ def _consistency(f: FileReport, anchor: str, image_src: ImageSrc) -> str:
         parts.append(_img(image_src, f"{anchor}-consistency", png, "Consistency per iteration"))
     if c.failures:
         keys = sorted({k for r in c.failures for k in r})
-        parts.append("<h3>Differing results</h3>" + _table(
+        parts.append("<h3>Differing results</h3>" + cells.table(
             [escape(k) for k in keys],
-            [[escape(_short(r.get(k))) for k in keys] for r in c.failures]))
+            [[escape(cells.short(r.get(k))) for k in keys] for r in c.failures]))
     return "".join(parts)
 
 
@@ -449,19 +453,19 @@ def _run(run: dict, n: int) -> str:
     latest = run["latest_valid"]
     step = f" (step {latest['step']:,})" if latest and latest["step"] is not None else ""
     rows = [
-        ("Ledger", _mono(run["journal"])),
+        ("Ledger", cells.mono(run["journal"])),
         ("Checkpoints saved", escape(f"{run['saves']} ({run['verified_at_save']} verified "
                                      "against memory when saved)")),
         ("Now", escape(f"{run['intact']} intact, {run['changed']} changed, "
                        f"{run['missing']} missing, {run['removed']} removed by rotation, "
                        f"{run['replaced']} written over by a later save")),
-        ("Latest valid", _mono(latest["path"]) + escape(step) if latest else "none"),
+        ("Latest valid", cells.mono(latest["path"]) + escape(step) if latest else "none"),
         ("Chain", escape("intact" if run["chain_intact"] else "broken: "
                          + "; ".join(run["problems"]))),
         ("Records", escape(", ".join(f"{k} {n}" for k, n in sorted(run["records"].items())))),
     ]
-    return "<h2>Training run ledger</h2>" + _section_tag("run", f"run-{n}",
-                                                         _kv(rows) + _alarms(run))
+    return "<h2>Training run ledger</h2>" + cells.section_tag("run", f"run-{n}",
+                                                         cells.kv(rows) + _alarms(run))
 
 
 def _alarms(run: dict) -> str:
@@ -472,17 +476,17 @@ def _alarms(run: dict) -> str:
     rows = []
     for a in alarms:
         rank = f" (rank {a['rank']})" if a["rank"] not in (None, 0) else ""
-        details = [("first non-finite", _short(a["params"])) if a["params"] else None,
+        details = [("first non-finite", cells.short(a["params"])) if a["params"] else None,
                    ("scene", a["scene"]) if a["scene"] else None,
                    ("GPU", a["device_text"]) if a["device"] is not None else None]
-        rows.append([escape(f"{_short(a['step'])}{rank}"), escape(a["rule"]),
-                     escape(f"{_short(a['value'])} / {_short(a['threshold'])}"),
-                     escape(f"{a['action']}, {_short(a['attribution'])}"),
+        rows.append([escape(f"{cells.short(a['step'])}{rank}"), escape(a["rule"]),
+                     escape(f"{cells.short(a['value'])} / {cells.short(a['threshold'])}"),
+                     escape(f"{a['action']}, {cells.short(a['attribution'])}"),
                      "; ".join(f"{k}: {escape(str(v))}" for k, v in filter(None, details))
                      or "—"])
     gpu = ("" if any(a["device"] is not None for a in alarms)
            else f"<p class=\"muted\">{escape(alarms[0]['device_text'])}.</p>")
-    return "<h3>Guard alarms</h3>" + _table(
+    return "<h3>Guard alarms</h3>" + cells.table(
         ["Step", "Rule", "Value / threshold", "Action, attribution",
          "First non-finite parameters, scene, GPU state"], rows) + gpu
 
@@ -490,31 +494,31 @@ def _alarms(run: dict) -> str:
 def _telemetry(report: Report, image_src: ImageSrc) -> str:
     t = report.telemetry
     if t is None:
-        body = _not_run("No GPU telemetry was recorded in this session.")
+        body = cells.not_run("No GPU telemetry was recorded in this session.")
     else:
         duration = f"{t.duration_s:.0f} s" if t.duration_s is not None else "unknown"
-        body = _kv([("Source", escape(t.source)), ("Samples", escape(f"{t.samples:,}")),
+        body = cells.kv([("Source", escape(t.source)), ("Samples", escape(f"{t.samples:,}")),
                     ("Duration", escape(duration))])
-        body += _table(
+        body += cells.table(
             ["GPU", "Temp min–max °C", "ECC corrected Δ", "ECC uncorrected Δ",
              "Retired pages Δ", "Remapped rows Δ", "XIDs"],
-            [[escape(f"{g.index}: {g.name}"), escape(f"{_na(g.temperature_min, '.1f')}–"
-                                                     f"{_na(g.temperature_max, '.1f')}"),
-              escape(_na(g.ecc_corrected_delta)), escape(_na(g.ecc_uncorrected_delta)),
-              escape(_na(g.retired_pages_delta)), escape(_na(g.remapped_rows_delta)),
+            [[escape(f"{g.index}: {g.name}"), escape(f"{cells.na(g.temperature_min, '.1f')}–"
+                                                     f"{cells.na(g.temperature_max, '.1f')}"),
+              escape(cells.na(g.ecc_corrected_delta)), escape(cells.na(g.ecc_uncorrected_delta)),
+              escape(cells.na(g.retired_pages_delta)), escape(cells.na(g.remapped_rows_delta)),
               escape(", ".join(map(str, g.xids)) or "none")] for g in t.gpus])
         series = [(f"GPU {g.index}", [(x, y) for x, y in g.temperature_series])
                   for g in t.gpus if g.temperature_series]
         if series:
             png = charts.line_chart("GPU temperature", series, "seconds", "°C")
             body += _img(image_src, "telemetry", png, "GPU temperature")
-    return "<h2>GPU telemetry</h2>" + _section_tag("telemetry", "telemetry", body)
+    return "<h2>GPU telemetry</h2>" + cells.section_tag("telemetry", "telemetry", body)
 
 
 def _environment(report: Report) -> str:
     env = report.environment
     if not env:
-        body = _not_run("The environment was not collected.")
+        body = cells.not_run("The environment was not collected.")
     else:
         rows = [("OS", env.get("os")), ("Python", env.get("python"))]
         rows += list((env.get("packages") or {}).items())
@@ -523,31 +527,8 @@ def _environment(report: Report) -> str:
                  ("CUDA driver API", env.get("cuda_driver")), ("NVML", env.get("nvml"))]
         rows += [(f"GPU {g['index']}", f"{g['name']}, ECC {g['ecc_mode']}")
                  for g in env.get("gpus") or []] or [("GPUs", "none found")]
-        body = _kv([(escape(str(k)), escape(str(v))) for k, v in rows])
-    return "<h2>Environment</h2>" + _section_tag("environment", "environment", body)
-
-
-def _section(kind: str, anchor: str, title: str, body: str) -> str:
-    return _section_tag(kind, f"{anchor}-{kind}", f"<h3>{escape(title)}</h3>{body}")
-
-
-def _section_tag(kind: str, anchor: str, body: str) -> str:
-    return f"<section id=\"{anchor}\" data-section=\"{kind}\">{body}</section>"
-
-
-def _table(headers: list[str], rows: list[list[str]]) -> str:
-    """Cells are already-escaped markup; rows past MAX_ROWS are summarised."""
-    head = "".join(f"<th>{h}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>"
-                   for row in rows[:MAX_ROWS])
-    more = (f"<p class=\"muted\">… and {len(rows) - MAX_ROWS:,} more rows in the JSON report.</p>"
-            if len(rows) > MAX_ROWS else "")
-    return f"<table cellspacing=\"0\" cellpadding=\"3\"><tr>{head}</tr>{body}</table>{more}"
-
-
-def _kv(rows: list[tuple[str, str]]) -> str:
-    body = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
-    return f"<table cellspacing=\"0\" cellpadding=\"3\">{body}</table>"
+        body = cells.kv([(escape(str(k)), escape(str(v))) for k, v in rows])
+    return "<h2>Environment</h2>" + cells.section_tag("environment", "environment", body)
 
 
 def _img(image_src: ImageSrc, name: str, png: bytes, alt: str) -> str:
@@ -557,76 +538,4 @@ def _img(image_src: ImageSrc, name: str, png: bytes, alt: str) -> str:
 
 def _word_cell(f: FileReport) -> str:
     """A file's code-safety badge in the app's word and colour (`core.badges.LOOKS`)."""
-    return _badge_cell(code_safety(f))
-
-
-def _badge_cell(badge: Badge, why: str = "") -> str:
-    look = LOOKS[badge]
-    return (f"<b style=\"color: {look.colour}\">{escape(look.word)}</b>"
-            + (f" <span class=\"muted\">({escape(why)})</span>" if why else ""))
-
-
-def _severity(severity) -> str:
-    return f"<span class=\"sev-{escape(str(severity))}\">{escape(str(severity))}</span>"
-
-
-def _status(status: str) -> str:
-    return f"<span class=\"{status}\">{CHECK_LABELS[status]}</span>"
-
-
-def _not_run(text: str) -> str:
-    return f"<p class=\"not_checked\">{escape(text)}</p>"
-
-
-def _mono(value) -> str:
-    return f"<span class=\"mono\">{escape(str(value))}</span>"
-
-
-def _path(value) -> str:
-    """A file name or path in monospace, wrapping at its separators."""
-    return f"<span class=\"mono\">{_breakable(value)}</span>"
-
-
-def _hash(value) -> str:
-    """A digest: one unbroken word, so it may wrap anywhere."""
-    return f"<span class=\"hash\">{escape(str(value))}</span>"
-
-
-WBR = "<wbr>"
-SEPARATORS = "/\\_-.:"
-"""A long name or path may wrap after these (a zero-width space), never inside a word."""
-
-
-def _breakable(value) -> str:
-    """`value` escaped, with a line-break opportunity (`<wbr>`, which copies as nothing) after
-    each separator, so a long file name or path wraps at `model-00001-of-00010` /
-    `.safetensors` boundaries; the PDF writer reads it as a zero-width space (`render_pdf`)."""
-    return "".join(c + WBR if c in SEPARATORS else c for c in escape(str(value)))
-
-
-def _where(finding: dict) -> str:
-    parts = [str(finding[k]) for k in ("member", "offset") if finding.get(k) not in (None, "")]
-    return " @ ".join(parts)
-
-
-def _short(value, limit: int = 160) -> str:
-    """A value as a person reads it: lists joined, mappings as `key: value`, cut at `limit`."""
-    if value is None:
-        text = "—"
-    elif isinstance(value, float):
-        text = f"{value:.6g}"
-    elif isinstance(value, list | tuple):
-        text = ", ".join(_short(v, limit) for v in value) or "none"
-    elif isinstance(value, dict):
-        text = "; ".join(f"{k}: {_short(v, limit)}" for k, v in value.items()) or "none"
-    else:
-        text = str(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _na(value, spec: str = "") -> str:
-    return "n/a" if value is None else format(value, spec)
-
-
-def _size(n: int | None) -> str:
-    return "unknown" if n is None else f"{charts.human_bytes(n)} ({n:,} bytes)"
+    return cells.badge_cell(code_safety(f))

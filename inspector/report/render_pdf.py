@@ -22,8 +22,9 @@ from PySide6.QtGui import (
 
 from inspector.core.atomic import write_bytes_atomic
 from inspector.report import charts
+from inspector.report.html_cells import WBR
 from inspector.report.model import Report
-from inspector.report.render_html import STYLE, WBR, report_body
+from inspector.report.render_html import STYLE, report_body
 
 RESOLUTION_DPI = 300
 LAYOUT_DPI = 96
