@@ -192,31 +192,45 @@ def run_job(
     if feeder.error is not None:  # the gate's own failure, not the worker's
         raise feeder.error
     tail = "\n".join(stderr_tail)
-    if stop.reason == "cancel":
-        raise Cancelled()
-    if stop.reason == "timeout":
-        raise SandboxError("timeout", limits.timeout_message(), sandbox=sandbox, stderr=tail)
-    if stop.reason == "idle":
-        raise SandboxError("idle_timeout", limits.idle_message(), sandbox=sandbox, stderr=tail)
-    if stop.reason == "threads":
-        raise SandboxError("thread_limit", f"the worker started more than {max_threads} "
-                           "threads and was killed", sandbox=sandbox, stderr=tail)
+    if stop.reason in STOPPED:
+        raise _stopped(stop.reason, limits, max_threads, sandbox, tail)
     if error is not None:
         raise SandboxError(str(error.get("code") or "error"), str(error.get("message") or ""),
                            error.get("globals") or (), sandbox=sandbox, stderr=tail)
     if result is None:
-        end = WorkerExit(proc.returncode, getattr(proc, "cpu_s", None),
-                         getattr(proc, "lost", False))
-        code, message = describe(end, Limits.from_json(request["limits"]).cpu_seconds,
-                                 next((ln for ln in reversed(tail.splitlines()) if ln.strip()),
-                                      "no output"))
-        raise SandboxError(code, message, sandbox=sandbox, stderr=tail)
+        raise _died(proc, request, sandbox, tail)
     result["sandbox"] = sandbox
     result["timing"] = {"startup_s": startup_s, "total_s": time.monotonic() - started,
                         "worker_peak_rss_kb": result.pop("peak_rss_kb", None),
                         "compute_threads": result.pop("compute_threads", None),
                         "worker": "forked" if isinstance(proc, ForkedWorker) else "cold"}
     return result
+
+
+STOPPED = ("cancel", "timeout", "idle", "threads")
+"""The watchdog's reasons that end a job whatever it sent (after a result, "grace" does not)."""
+
+
+def _stopped(reason: str, limits: deadlines.Deadlines, max_threads: int, sandbox: dict | None,
+             tail: str) -> BaseException:
+    """The error of a job its watchdog stopped: cancelled, or which limit ended it."""
+    if reason == "cancel":
+        return Cancelled()
+    if reason == "timeout":
+        return SandboxError("timeout", limits.timeout_message(), sandbox=sandbox, stderr=tail)
+    if reason == "idle":
+        return SandboxError("idle_timeout", limits.idle_message(), sandbox=sandbox, stderr=tail)
+    return SandboxError("thread_limit", f"the worker started more than {max_threads} threads "
+                        "and was killed", sandbox=sandbox, stderr=tail)
+
+
+def _died(proc, request: dict, sandbox: dict | None, tail: str) -> SandboxError:
+    """The error of a worker that ended without a result, said from its exit (`exits`)."""
+    end = WorkerExit(proc.returncode, getattr(proc, "cpu_s", None), getattr(proc, "lost", False))
+    code, message = describe(end, Limits.from_json(request["limits"]).cpu_seconds,
+                             next((ln for ln in reversed(tail.splitlines()) if ln.strip()),
+                                  "no output"))
+    return SandboxError(code, message, sandbox=sandbox, stderr=tail)
 
 
 def _names(active: object) -> list[str]:
