@@ -38,7 +38,7 @@ REACHING_OPS: dict[str, str] = {
 """Single operators that reach outside the process (their schema's qualified name)."""
 REACHING_NAMESPACES: dict[str, str] = {
     "c10d": NETWORK, "_c10d_functional": NETWORK, "_c10d_functional_autograd": NETWORK,
-    "symm_mem": NETWORK,
+    "c10d_functional": NETWORK, "symm_mem": NETWORK,
 }
 """Operator namespaces (and `torch.classes` namespaces) whose every member reaches a process
 group: collectives, point-to-point sends, rendezvous."""
