@@ -136,7 +136,10 @@ def test_convert_writes_the_tensors_bit_for_bit_and_never_overwrites(saved, tmp_
     before = _folder_digest(folder)
     out = tmp_path / "model.safetensors"
     assert main(["convert", str(folder), "-o", str(out)]) == 0
-    assert "verified" in capsys.readouterr().out
+    # a folder's tensors are read only by the jailed loader, so the CLI does not claim to have
+    # checked them; this test checks the bits itself
+    said = capsys.readouterr().out
+    assert "as reported by the jailed loader" in said and "bit for bit" not in said
     written = load_file(out)
     tensors = {k: v for k, v in _flat(state).items() if isinstance(v, torch.Tensor)}
     assert set(written) == set(tensors)
