@@ -39,7 +39,7 @@ def _copy_source(dest: Path) -> Path:
 
 
 def _source_packages() -> set[str]:
-    found = {"inspector.resources", "inspector.resources.icons"}
+    found = {"inspector.resources", "inspector.resources.icons", "inspector.resources.telemetry"}
     for init in (REPO / "inspector").rglob("__init__.py"):
         found.add(".".join(init.parent.relative_to(REPO).parts))
     return found
@@ -79,18 +79,23 @@ def test_building_the_package_prints_no_deprecation(tmp_path):
     out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
                           "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)],
                          capture_output=True, text=True, timeout=300, check=True)
-    assert "deprecat" not in (out.stdout + out.stderr).lower()
+    said = (out.stdout + out.stderr).lower()
+    assert "deprecat" not in said
+    assert "absent from the `packages` configuration" not in said  # a data folder unlisted
 
 
 def test_wheel_holds_every_module_and_data_file(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert f"checkpoint_inspector-{__version__}.dist-info/entry_points.txt" in names
-    for package in _source_packages() - {"inspector.resources.icons"}:
+    for package in _source_packages() - {"inspector.resources.icons",
+                                         "inspector.resources.telemetry"}:
         assert package.replace(".", "/") + "/__init__.py" in names, package
     for py in (REPO / "inspector").rglob("*.py"):
         assert py.relative_to(REPO).as_posix() in names, py
     assert "inspector/report/schema.json" in names
     assert "inspector/resources/checkpoint-inspector.svg" in names
+    shipped = {p.name for p in (REPO / "resources" / "telemetry").glob("*.csv")}
+    assert shipped and all(f"inspector/resources/telemetry/{n}" in names for n in shipped)
     for size in (16, 24, 32, 48, 64, 128, 256, 512):
         assert f"inspector/resources/icons/checkpoint-inspector-{size}.png" in names
 
