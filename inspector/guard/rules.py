@@ -89,6 +89,22 @@ class Stateless:
         """No state."""
 
 
+class StateByName:
+    """A rule set's state: each rule's own under its name, so a scene or checkpoint keeps it."""
+
+    rules: list
+
+    def state_dict(self) -> dict:
+        """Each rule's state under its name."""
+        return {rule.name: rule.state_dict() for rule in self.rules}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore the rules a saved state names."""
+        for rule in self.rules:
+            if rule.name in state:
+                rule.load_state_dict(state[rule.name])
+
+
 RULES: dict[str, type] = {}
 """Every rule class by its kind, in the order they were registered."""
 
@@ -226,7 +242,7 @@ class MedianSpike(OnSignal):
 
 
 @dataclass
-class RuleSet:
+class RuleSet(StateByName):
     """Every rule the guard applies, with their shared learning and state."""
 
     rules: list[Rule] = field(default_factory=list)
@@ -252,13 +268,3 @@ class RuleSet:
         """Learn from a step that raised no alarm."""
         for rule in self.rules:
             rule.learn(values[rule.signal])
-
-    def state_dict(self) -> dict:
-        """Each rule's state under its name."""
-        return {rule.name: rule.state_dict() for rule in self.rules}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Restore the rules a saved state names."""
-        for rule in self.rules:
-            if rule.name in state:
-                rule.load_state_dict(state[rule.name])

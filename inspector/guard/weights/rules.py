@@ -30,7 +30,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-from inspector.guard.rules import Breach, Stateless
+from inspector.guard.rules import Breach, StateByName, Stateless
 from inspector.guard.weights.fingerprint import WeightValues
 
 WEIGHT_RULES: dict[str, type] = {}
@@ -185,7 +185,7 @@ class UpdateSize:
 
 
 @dataclass
-class WeightRuleSet:
+class WeightRuleSet(StateByName):
     """Every weight rule the guard applies."""
 
     rules: list = field(default_factory=list)
@@ -228,13 +228,3 @@ class WeightRuleSet:
             if isinstance(rule, WeightLargest):
                 return rule.bound(tensor)
         return None
-
-    def state_dict(self) -> dict:
-        """Each rule's state under its name."""
-        return {rule.name: rule.state_dict() for rule in self.rules}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Restore the rules a saved state names."""
-        for rule in self.rules:
-            if rule.name in state:
-                rule.load_state_dict(state[rule.name])
