@@ -5,6 +5,7 @@ readers alike, with the same imports and calls before it."""
 from __future__ import annotations
 
 import json
+import mmap
 import pickle
 import random
 import struct
@@ -12,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from inspector.sandbox.worker.dry_run import may_frame, read_stream
+from inspector.sandbox.worker.dry_run import FRAME_WINDOW, may_frame, read_stream
 
 SEEDS = [pickle.dumps(x, protocol=p) for p in (2, 4, 5) for x in
          [{"a": [1, 2, 3], "b": "x" * 300}, list(range(50)), {"k": b"\x95" * 20},
@@ -86,3 +87,28 @@ def test_a_frame_that_fits_is_found():
     # a 0x95 byte that is an argument (BINPUT 149) with a length no file holds is not one
     plain = pickle.dumps([[i] for i in range(300)], protocol=2)
     assert b"\x95" in plain and not may_frame(plain, 0, len(plain))
+
+
+def _resident_file_kb() -> int:
+    status = Path("/proc/self/status").read_text()
+    return int(status.split("RssFile:")[1].split()[0])
+
+
+def test_a_mapped_search_finds_a_frame_across_windows_and_gives_its_pages_back(tmp_path):
+    size = 8 * FRAME_WINDOW
+    plain, framed = tmp_path / "plain", tmp_path / "framed"
+    for path in (plain, framed):
+        with open(path, "wb") as fh:
+            fh.truncate(size)  # zeros: no 0x95 byte anywhere
+    with open(framed, "r+b") as fh:
+        fh.seek(3 * FRAME_WINDOW - 4)  # the head's length bytes run into the next window
+        fh.write(b"\x95" + (16).to_bytes(8, "little"))
+    with open(plain, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        before = _resident_file_kb()
+        assert not may_frame(mm, 0, size)
+        grown_mb = (_resident_file_kb() - before) / 1024
+    # one window's pages at most stay mapped; without giving them back every page did
+    assert grown_mb < 2 * FRAME_WINDOW / 2**20, grown_mb
+    with open(framed, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        assert may_frame(mm, 0, size)
+        assert not may_frame(mm, 0, 3 * FRAME_WINDOW + 4)  # its 16 bytes run past that end

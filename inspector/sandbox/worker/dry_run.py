@@ -454,13 +454,40 @@ def may_frame(buf, start: int, end: int) -> bool:
     peek() reads what the buffered one reads. A FRAME whose length runs past the end fails
     both alike (truncated), right there, with the same imports and calls seen before it
     (checked over 35,000 mutated pickles with such frames: no difference), so only a 0x95
-    byte followed by a length that fits counts; past MAX_FRAME_CANDIDATES it is assumed."""
-    for n, match in enumerate(_FRAME_HEAD.finditer(buf, start, end)):
-        head = match.start()
-        if n >= MAX_FRAME_CANDIDATES or int.from_bytes(
-                buf[head + 1:head + 9], "little") <= end - head - 9:
-            return True
+    byte followed by a length that fits counts; past MAX_FRAME_CANDIDATES it is assumed.
+
+    The search goes FRAME_WINDOW bytes at a time and gives a mapped file's pages back behind
+    it: a reading of a whole 1.1 GB archive otherwise kept every page resident (the
+    `convert` job's largest process, 1,088 MiB)."""
+    found, low = 0, start
+    while low < end:
+        high = min(end, low + FRAME_WINDOW)
+        resume = high
+        # a head in [low, high) with its 8 length bytes, which may lie in the next window
+        for match in _FRAME_HEAD.finditer(buf, low, min(end, high + 8)):
+            head = match.start()
+            if head >= high:
+                break
+            if found >= MAX_FRAME_CANDIDATES or int.from_bytes(
+                    buf[head + 1:head + 9], "little") <= end - head - 9:
+                return True
+            found += 1
+            resume = max(high, match.end())  # matches do not overlap, as in one search
+        _give_back(buf, low, resume)
+        low = resume
     return False
+
+
+FRAME_WINDOW = 16 << 20
+"""Bytes `may_frame` searches at a time."""
+
+
+def _give_back(buf, start: int, stop: int) -> None:
+    """Drop the pages of `buf[start:stop]` when it is a read-only file mapping (lossless: a
+    later read maps them again from the page cache)."""
+    if isinstance(buf, mmap.mmap) and hasattr(mmap, "MADV_DONTNEED") and stop > start:
+        first = start // mmap.PAGESIZE * mmap.PAGESIZE
+        buf.madvise(mmap.MADV_DONTNEED, first, min(stop, len(buf)) - first)
 
 
 def dry_run(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict:
