@@ -150,7 +150,7 @@ def test_nan_checkpoint_is_safe_code_with_a_weights_problem(tmp_path: Path, caps
     torch.save({"fc.weight": weight, "fc.bias": torch.zeros(16)}, path)
     assert main(["inspect", str(path)]) == 7
     text = capsys.readouterr().out
-    assert "scan:     safe" in text and "health:   problem" in text
+    assert "scan:     No code found" in text and "health:   Weights corrupted" in text
     assert "fc.weight: 1 NaN and 1 Inf" in text
     assert main(["inspect", str(path), "--json"]) == 7
     report = json.loads(capsys.readouterr().out,
@@ -164,7 +164,7 @@ def test_crc_damaged_file_is_named_damaged_with_both_checksums(tmp_path: Path, c
     path = factories.crc_damaged(tmp_path / "damaged.pt")
     assert main(["inspect", str(path)]) == 1  # the scan still says suspicious
     text = capsys.readouterr().out
-    assert "scan:     damaged" in text and "(not a question of code)" in text
+    assert "scan:     Damaged" in text and "(not a question of code)" in text
     damaged = [line for line in text.splitlines() if line.lstrip().startswith("damaged ")]
     assert len(damaged) == 1 and "[damaged/data/0]" in damaged[0]
     assert "suspicious" not in text.lower()  # one word for damage (issue 24)

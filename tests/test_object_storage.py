@@ -136,7 +136,7 @@ def test_verify_a_prefix_ok_then_a_flipped_byte_and_a_truncation_caught(s3, tmp_
     lines = bad.stdout.splitlines()
     assert any(line.startswith("MISMATCH") and f"{url}model.safetensors" in line
                and hashlib.sha256(bytes(data)).hexdigest() in line for line in lines), lines
-    assert any(line.startswith("SIZE_MISMATCH") and f"{url}sub/optim.pt  size 5" in line
+    assert any(line.startswith("SIZE DIFFERS") and f"{url}sub/optim.pt  size 5" in line
                for line in lines), lines
 
 
@@ -221,7 +221,7 @@ def test_a_missing_object_or_bucket_is_one_clear_line(s3):
             "(and AWS_ENDPOINT_URL for a private server)"]
         scan = s3.cli("scan", url)
         assert scan.returncode == 3
-        assert scan.stdout.startswith(f"ERROR      {url}: no such bucket, object or prefix")
+        assert scan.stdout.startswith(f"COULD NOT BE READ {url}: no such bucket, object or prefix")
 
 
 def test_an_s3_url_without_s3fs_names_the_extra_to_install(tmp_path):

@@ -106,8 +106,9 @@ def test_health_with_findings_round_trips(tmp_path: Path) -> None:
     duplicate = by_code["duplicate-weights"]  # the later key names the first in file order
     assert {duplicate.key, *duplicate.extra.values()} == {copied, "copy.weight"}
     assert list(duplicate.extra) == ["duplicate_of"]
-    assert health_lines(health)[0] == (f"health:   problem ({health.weights_checked} weight "
-                                       f"tensors judged, {len(health.findings)} finding(s))")
+    assert health_lines(health)[0] == (f"health:   Weights corrupted ({health.weights_checked} "
+                                       f"weight tensors judged, {len(health.findings)} "
+                                       "finding(s))")
 
 
 def test_diff_with_one_flipped_bit_round_trips(tmp_path: Path) -> None:

@@ -79,7 +79,7 @@ def test_verify_without_a_manifest_finds_the_ledger_record(tmp_path, capsys):
     out = capsys.readouterr()
     assert "no manifest given; using the ledger record at" in out.err
     assert f"{journal.journal_path(run)}:2 (step 2" in out.err
-    assert "EXTRA" not in out.out  # only the checkpoint asked for is checked
+    assert "NOT IN MANIFEST" not in out.out  # only the checkpoint asked for is checked
     _flip(target, "head.bias")
     assert main(["verify", str(target), "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)

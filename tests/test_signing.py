@@ -10,6 +10,7 @@ import datetime
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -132,66 +133,142 @@ def test_an_unsigned_file_is_reported_and_fails_under_strict(model, keys, capsys
     extras = sorted(Path(f["path"]).name for f in doc["files"] if f["status"] == "extra")
     assert extras == [".sneaky.py", "extra.bin"]
     assert main(["verify", str(model), "--public-key", str(pub), "--strict"]) == 1
-    assert "EXTRA" in capsys.readouterr().out
+    assert "NOT IN MANIFEST" in capsys.readouterr().out
 
 
 def _name(text: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])
 
 
-def _chain(folder: Path) -> tuple[Path, Path, Path, Path]:
-    """A CA and a leaf for code signing it issued: (leaf key, leaf cert, CA cert, other CA)."""
+@dataclass(frozen=True)
+class Chain:
+    """PEM files of a chain the test makes: root -> intermediate -> code-signing leaf, the
+    leaf's key, and a root that issued none of them."""
+
+    leaf_key: Path
+    leaf: Path
+    intermediate: Path
+    root: Path
+    other_root: Path
+
+
+def _certificate(subject: str, key, issuer: x509.Certificate | None, issuer_key, *, ca: bool,
+                 usage: str = "sign") -> x509.Certificate:
     now = datetime.datetime.now(datetime.UTC)
-    later = now + datetime.timedelta(days=2)
-    earlier = now - datetime.timedelta(days=1)
+    usages = {"sign": (True, False, False, False, False, False, False, False, False),
+              "ca": (False, False, False, False, False, True, True, False, False),
+              "encrypt": (False, False, True, False, False, False, False, False, False)}
+    builder = (x509.CertificateBuilder().subject_name(_name(subject))
+               .issuer_name(issuer.subject if issuer else _name(subject))
+               .public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(now - datetime.timedelta(days=1))
+               .not_valid_after(now + datetime.timedelta(days=2))
+               .add_extension(x509.KeyUsage(*usages["ca" if ca else usage]), critical=True))
+    if ca:
+        builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=None),
+                                        critical=True)
+    else:
+        builder = builder.add_extension(x509.SubjectAlternativeName(
+            [x509.RFC822Name("bot@example.org")]), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
 
-    def ca(label: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-        key = ec.generate_private_key(ec.SECP256R1())
-        cert = (x509.CertificateBuilder().subject_name(_name(label)).issuer_name(_name(label))
-                .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                .not_valid_before(earlier).not_valid_after(later)
-                .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-                .add_extension(x509.KeyUsage(False, False, False, False, False, True, True,
-                                             False, False), critical=True)
-                .sign(key, hashes.SHA256()))
-        return key, cert
 
-    ca_key, ca_cert = ca("Test Root")
-    _other_key, other_cert = ca("Other Root")
-    leaf_key = ec.generate_private_key(ec.SECP256R1())
-    leaf = (x509.CertificateBuilder().subject_name(_name("release-bot"))
-            .issuer_name(ca_cert.subject).public_key(leaf_key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(earlier).not_valid_after(later)
-            .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False,
-                                         False), critical=True)
-            .add_extension(x509.SubjectAlternativeName([x509.RFC822Name("bot@example.org")]),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    paths = []
-    for name, cert in (("leaf.crt", leaf), ("ca.crt", ca_cert), ("other.crt", other_cert)):
-        (folder / name).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        paths.append(folder / name)
-    leaf_pem, _ = write_key(folder, "leaf", leaf_key)
-    return leaf_pem, paths[0], paths[1], paths[2]
+def _chain(folder: Path, usage: str = "sign") -> Chain:
+    """A root, an intermediate it issued and a leaf for `usage` the intermediate issued."""
+    keys = {name: ec.generate_private_key(ec.SECP256R1())
+            for name in ("root", "intermediate", "leaf", "other")}
+    root = _certificate("Test Root", keys["root"], None, keys["root"], ca=True)
+    other = _certificate("Other Root", keys["other"], None, keys["other"], ca=True)
+    middle = _certificate("Test Intermediate", keys["intermediate"], root, keys["root"], ca=True)
+    leaf = _certificate("release-bot", keys["leaf"], middle, keys["intermediate"], ca=False,
+                        usage=usage)
+    paths = {}
+    for name, cert in (("leaf", leaf), ("intermediate", middle), ("root", root),
+                       ("other", other)):
+        paths[name] = folder / f"{name}-{usage}.crt"
+        paths[name].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    leaf_pem, _ = write_key(folder, f"leaf-{usage}", keys["leaf"])
+    return Chain(leaf_pem, paths["leaf"], paths["intermediate"], paths["root"], paths["other"])
 
 
 def test_certificate_mode_with_a_chain_the_test_makes(model, tmp_path, capsys) -> None:
-    leaf_key, leaf_cert, ca_cert, other_ca = _chain(tmp_path)
+    chain = _chain(tmp_path)
     sig = tmp_path / "cert.sig"
-    done = _reference("sign", "certificate", model, "--private_key", leaf_key,
-                      "--signing_certificate", leaf_cert, "--certificate_chain", ca_cert,
-                      "--signature", sig)
+    done = _reference("sign", "certificate", model, "--private_key", chain.leaf_key,
+                      "--signing_certificate", chain.leaf, "--certificate_chain",
+                      chain.intermediate, "--signature", sig)
     assert done.returncode == 0, done.stderr
     assert main(["verify", str(model), "--signature", str(sig), "--certificate",
-                 str(ca_cert)]) == 0
+                 str(chain.root)]) == 0
     out = capsys.readouterr().out
     assert "certificate CN=release-bot, bot@example.org" in out and "intact" in out
     assert main(["verify", str(model), "--signature", str(sig), "--certificate",
-                 str(other_ca)]) == 1
+                 str(chain.other_root)]) == 1
     assert "untrusted certificate" in capsys.readouterr().out
     assert main(["verify", str(model), "--signature", str(sig)]) == 2
     assert "pass --certificate" in capsys.readouterr().err
+
+
+def _reference_verifies_certificate(model: Path, root: Path) -> bool:
+    done = _reference("verify", "certificate", model, "--signature", model / "model.sig",
+                      "--certificate_chain", root)
+    return done.returncode == 0
+
+
+def test_we_sign_in_certificate_mode_and_the_reference_verifies(model, tmp_path,
+                                                                capsys) -> None:
+    chain = _chain(tmp_path)
+    assert main(["sign", str(model), "--private-key", str(chain.leaf_key), "--certificate",
+                 str(chain.leaf), "--certificate-chain", str(chain.intermediate)]) == 0
+    assert "with certificate CN=release-bot, bot@example.org" in capsys.readouterr().out
+    bundle = json.loads((model / "model.sig").read_text())
+    assert len(bundle["verificationMaterial"]["x509CertificateChain"]["certificates"]) == 2
+    assert _reference_verifies_certificate(model, chain.root)
+    assert main(["verify", str(model), "--certificate", str(chain.root), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["signature"]["state"] == "intact" and doc["signature"]["kind"] == "certificate"
+
+    # a chain the signer's root is not in: both refuse the signature
+    assert not _reference_verifies_certificate(model, chain.other_root)
+    assert main(["verify", str(model), "--certificate", str(chain.other_root)]) == 1
+    assert "untrusted certificate" in capsys.readouterr().out
+
+    # an unsigned file: reported, and it fails under --strict
+    (model / "extra.bin").write_bytes(b"x")
+    assert main(["verify", str(model), "--certificate", str(chain.root)]) == 0
+    assert "NOT IN MANIFEST" in capsys.readouterr().out
+    assert main(["verify", str(model), "--certificate", str(chain.root), "--strict"]) == 1
+    (model / "extra.bin").unlink()
+    capsys.readouterr()
+
+    # one flipped byte: both say the folder changed, ours names the file
+    _flip(model / "weights.bin", 1234)
+    assert not _reference_verifies_certificate(model, chain.root)
+    assert main(["verify", str(model), "--certificate", str(chain.root)]) == 1
+    out = capsys.readouterr().out
+    assert any(line.startswith("MISMATCH") and "weights.bin" in line
+               for line in out.splitlines())
+
+
+def test_a_certificate_that_cannot_sign_is_refused_and_nothing_written(model, tmp_path,
+                                                                       capsys) -> None:
+    chain, other = _chain(tmp_path), _chain(tmp_path, usage="encrypt")
+    before = _snapshot(model)
+    cases = [
+        (["--private-key", str(chain.leaf_key), "--certificate", str(other.leaf)],
+         "names another key"),
+        (["--private-key", str(other.leaf_key), "--certificate", str(other.leaf)],
+         "may not sign"),
+        (["--private-key", str(chain.leaf_key), "--certificate", str(chain.leaf),
+          "--certificate-chain", str(chain.leaf_key)], "not PEM certificates"),
+        (["--private-key", str(chain.leaf_key), "--certificate-chain", str(chain.root)],
+         "goes with the signing --certificate"),
+    ]
+    for extra, message in cases:
+        assert main(["sign", str(model), *extra]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
+    assert _snapshot(model) == before
 
 
 def test_signed_tensor_digests_name_the_tensor_that_changed(tmp_path, keys, capsys) -> None:
@@ -302,7 +379,7 @@ def test_a_public_key_given_to_sign_and_a_private_one_to_verify(model, keys, cap
 def test_a_keyless_bundle_says_no_trust_root_is_available_offline(model, keys, tmp_path,
                                                                   capsys) -> None:
     pem, _pub = keys["alice"]
-    _leaf_key, leaf_cert, _ca, _other = _chain(tmp_path)
+    leaf_cert = _chain(tmp_path).leaf
     assert main(["sign", str(model), "--private-key", str(pem)]) == 0
     bundle = json.loads((model / "model.sig").read_text())
     der = x509.load_pem_x509_certificate(leaf_cert.read_bytes()).public_bytes(

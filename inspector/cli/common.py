@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from inspector.core.badges import GREY, LOOKS, STATUS_LOOKS, shout, status_look
 from inspector.core.progress import ProgressFn
 from inspector.core.termtext import escape
 from inspector.core.vocabulary import (
@@ -132,9 +133,13 @@ def error_exit(error: dict) -> int:
     return _REFUSAL_EXITS.get(error.get("code", ""), EXIT_LOAD_FAILED)
 
 
-_COLOURS = {"safe": "32", "ok": "32", "suspicious": "33", "warning": "33", "dangerous": "31",
-            DAMAGED: "31", "error": "31", "problem": "31", "not judged": "33"}
-"""ANSI colour of each verdict word (green, yellow, red)."""
+_ANSI = {"#1e8e3e": "32", "#b86e00": "33", "#c5221f": "31", "#c2185b": "31", "#7b1fa2": "35",
+         GREY: "90"}
+"""The terminal's colour nearest each state's own (`core.badges`): green, amber, red, purple
+(damaged bytes), grey (not judged)."""
+_COLOURS = {look.word.lower(): _ANSI[look.colour]
+            for look in (*LOOKS.values(), *STATUS_LOOKS.values()) if look.colour in _ANSI}
+"""ANSI colour of each state's word, as the app colours it."""
 
 
 def use_colour(stream=None) -> bool:
@@ -208,7 +213,7 @@ def print_verify_result(result: VerifyResult) -> None:
             detail = ""
         if f.note:
             detail += f"  ({f.note})"
-        print(escape(f"{f.status.upper():<14} {f.path}{detail}"))
+        print(escape(f"{shout(status_look(f.status).word):<14} {f.path}{detail}"))
     for t in result.tensors:
         if t.status == TensorCheckStatus.OK:
             continue
@@ -217,11 +222,12 @@ def print_verify_result(result: VerifyResult) -> None:
             detail = f"  {got[0]}{got[1]}, expected {want[0]}{want[1]}"
         else:
             detail = ""
-        print(escape(f"  tensor {t.status.upper():<22} {t.key} ({t.file}){detail}"))
+        print(escape(f"  tensor {shout(status_look(t.status).word):<22} {t.key} ({t.file})"
+                     f"{detail}"))
     if extras:
         names = ", ".join(Path(f.path).name for f in extras[:3])
         more = f" and {len(extras) - 3} more" if len(extras) > 3 else ""
-        print(escape(f"{'EXTRA':<14} {len(extras)} file(s) the manifest does not list "
+        print(escape(f"{shout(status_look(FileStatus.EXTRA).word):<14} {len(extras)} file(s) "
                      f"({names}{more}; " + ("they fail with --strict)" if not result.strict
                                            else "--strict: they fail)")))
     for error in result.errors:
@@ -234,7 +240,8 @@ def print_verify_result(result: VerifyResult) -> None:
 
 def _totals(noun: str, records: list) -> str:
     counts = Counter(r.status for r in records)
-    parts = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    parts = ", ".join(f"{n} {status_look(status).word.lower()}"
+                      for status, n in sorted(counts.items()))
     return f"{len(records)} {noun}{'' if len(records) == 1 else 's'}" + (
         f": {parts}" if parts else ""
     )

@@ -40,12 +40,13 @@ from inspector.cli.common import (
     use_colour,
 )
 from inspector.core import strict_json
+from inspector.core.badges import LOOKS, Badge, weights_badge
 from inspector.core.json_record import records
 from inspector.core.termtext import escape
 from inspector.core.verdict import exit_code
 from inspector.core.vocabulary import HealthStatus, Verdict
 from inspector.formats.safetensors_header import read_header
-from inspector.scan.advice import DAMAGED, advise, display_word
+from inspector.scan.advice import DAMAGED, advise, code_safety_badge, display_word
 
 EXIT_HEALTH_PROBLEM = 7
 EXIT_COVERAGE = 8
@@ -73,11 +74,13 @@ def _num(value: object) -> str:
 
 
 def health_lines(health: Health | None) -> list[str]:
-    """The weights-health verdict and its findings, one line each."""
+    """The weights-health badge (the app's word, `core.badges`) and its findings, one line
+    each."""
     if health is None:
-        return ["health:   not assessed (nothing was loaded)"]
-    lines = [f"health:   {health.status} ({health.weights_checked} weight tensors "
-             f"judged, {len(health.findings)} finding(s))"]
+        return [f"health:   {LOOKS[Badge.WEIGHTS_NOT_JUDGED].word} (nothing was loaded)"]
+    lines = [f"health:   {LOOKS[weights_badge(health.status, False)].word} "
+             f"({health.weights_checked} weight tensors judged, {len(health.findings)} "
+             "finding(s))"]
     lines.extend(f"  {f.severity:<8} {f.key}: {f.message}" for f in health.findings[:50])
     return lines
 
@@ -95,14 +98,15 @@ def claims_line(claims: ClaimCheck | None) -> str:
 
 def _human(report: InspectResult) -> list[str]:
     scan = report.scan
-    word = display_word(scan) if scan else "not run"
     health = report.health.status if report.health is not None else None
+    word = display_word(scan) if scan else "not run"
+    badge = LOOKS[code_safety_badge(scan, health)].word if scan else word
     fmt = report.format if report.format not in (None, "unknown") else None
     lines = [
         f"file:     {report.path} ({report.size or 0:,} bytes, "
         f"{fmt or ('unreadable' if word == DAMAGED else 'format unknown')})",
         f"sha256:   {report.sha256 or '-'}",
-        f"scan:     {word}"
+        f"scan:     {badge}"
         + ("; weights_only loads it" if scan and scan.weights_only_ok else "")
         + ("; the file's data is corrupted (not a question of code)" if word == DAMAGED
            else ""),

@@ -22,10 +22,11 @@ from inspector.cli.common import (
 )
 from inspector.cli.remote import Source, scan_sources
 from inspector.core.atomic import OutputExistsError, write_text_atomic
+from inspector.core.badges import LOOKS, Badge, shout
 from inspector.core.termtext import escape
 from inspector.core.verdict import ORDER, exit_code, fails, worst
 from inspector.core.vocabulary import Verdict
-from inspector.scan.advice import DAMAGED, display_word
+from inspector.scan.advice import code_safety_badge
 from inspector.scan.engine import ScanResult, batch_full, file_size, scan_batch
 
 EXIT_OUTPUT = 4
@@ -52,6 +53,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_batch_arguments(parser)
 
 
+_SUMMARY = (Badge.SAFE, Badge.SUSPICIOUS, Badge.DAMAGED, Badge.DANGEROUS, Badge.UNREADABLE,
+            Verdict.SKIPPED)
+"""A folder's totals, best first; skipped files (not checkpoints) last."""
+
+
+def _word(state: str) -> str:
+    """A state's word in a sentence: the app's badge word (`core.badges`), or `skipped`."""
+    return LOOKS[state].word.lower() if state in LOOKS else str(state)
+
+
 def _human(res: ScanResult, colour: bool = False) -> list[str]:
     """Text lines for one file; everything that comes from the file is escaped (`termtext`), so
     a name holding terminal escapes cannot repaint the verdict."""
@@ -59,8 +70,8 @@ def _human(res: ScanResult, colour: bool = False) -> list[str]:
     path = escape(res.path)
     if res.verdict == Verdict.SKIPPED:
         return [f"{'SKIPPED':<10} {path}: not a checkpoint ({escape(res.error or '')})"]
-    word = display_word(res)
-    shown = paint(f"{word.upper():<10}", word, colour)
+    word = LOOKS[code_safety_badge(res)].word
+    shown = paint(f"{shout(word):<10}", word, colour)
     lines = [f"{shown} {path}  ({res.format}; {wo})"]
     if res.error:
         lines = [f"{shown} {path}: {escape(res.error)}"]
@@ -138,9 +149,9 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_OUTPUT
     verdict = worst(r.verdict for r in results)
     if not args.json and len(results) > 1:
-        words = Counter(display_word(r) for r in results)
-        order = [Verdict.SAFE, Verdict.SUSPICIOUS, DAMAGED, *ORDER[2:], Verdict.SKIPPED]
-        summary = ", ".join(f"{words[w]} {w}" for w in order if words[w])
+        words = Counter(Verdict.SKIPPED if r.verdict == Verdict.SKIPPED else code_safety_badge(r)
+                        for r in results)
+        summary = ", ".join(f"{words[w]} {_word(w)}" for w in _SUMMARY if words[w])
         print(f"{len(results)} files: {summary}", file=sys.stderr)
     if args.fail_on and not any(fails(r.verdict, args.fail_on) for r in results):
         return 0

@@ -2,10 +2,12 @@
 
 A file gets two badges, code safety (the static scan) and weights health (the jailed load),
 and one state in a list of files, the worse of the two. The app's badges and list icons, the
-report's cells and headline colours and the legend all read `LOOKS`, so one state is one word
-and one colour everywhere. Which state applies is decided by `scan.advice` (code safety, the
-file) and `weights_badge` (weights health); every badge ends in a state that says something,
-"not judged" with its reason included, never a pending state left behind by a failed step.
+report's cells and headline colours, the legend and the CLI's verdict lines (in capitals,
+`shout`) all read `LOOKS`, so one state is one word and one colour everywhere; a file or
+tensor checked against a manifest or another copy reads `STATUS_LOOKS` the same way. Which
+state applies is decided by `scan.advice` (code safety, the file) and `weights_badge`
+(weights health); every badge ends in a state that says something, "not judged" with its
+reason included, never a pending state left behind by a failed step.
 """
 
 from __future__ import annotations
@@ -13,7 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from inspector.core.vocabulary import HealthStatus
+from inspector.core.vocabulary import (
+    FileStatus,
+    HealthStatus,
+    TensorStatus,
+    Verdict,
+)
 
 
 class Badge(StrEnum):
@@ -82,6 +89,44 @@ LOOKS: dict[Badge, Look] = {
 LIST_STATES = (Badge.DANGEROUS, Badge.DAMAGED, Badge.WEIGHTS_CORRUPTED, Badge.SUSPICIOUS,
                Badge.UNREADABLE, Badge.WEIGHTS_CHECK, Badge.SAFE, Badge.SCANNING)
 """The states a row of the file list can show, worst first: the legend's order."""
+
+VERDICT_BADGES: dict[str, Badge] = {Verdict.SAFE: Badge.SAFE, Verdict.SUSPICIOUS: Badge.SUSPICIOUS,
+                                    Verdict.DANGEROUS: Badge.DANGEROUS,
+                                    Verdict.ERROR: Badge.UNREADABLE}
+"""The badge of a bare verdict or severity, where nothing else about the file is known."""
+
+_GREEN, _RED, _AMBER, _BLUE = "#1e8e3e", "#c5221f", "#b86e00", "#5f6fa0"
+
+STATUS_LOOKS: dict[str, Look] = {
+    FileStatus.OK: Look("OK", _GREEN, "✓", "The bytes match what the manifest records."),
+    TensorStatus.IDENTICAL: Look("Identical", _GREEN, "✓", "Bit for bit the same."),
+    FileStatus.MISMATCH: Look("Mismatch", _RED, "✕", "The bytes differ from the record."),
+    TensorStatus.CHANGED: Look("Changed", _RED, "✕", "Some elements differ."),
+    FileStatus.SIZE_MISMATCH: Look("Size differs", _RED, "✕",
+                                   "The size differs from the record."),
+    TensorStatus.DTYPE_OR_SHAPE_CHANGED: Look("Dtype or shape changed", _RED, "✕",
+                                              "Its type or shape differs."),
+    FileStatus.MISSING: Look("Missing", _AMBER, "!", "Recorded but not found."),
+    TensorStatus.ONLY_IN_A: Look("Only in this file", _AMBER, "!",
+                                 "The other copy does not hold it."),
+    TensorStatus.ONLY_IN_B: Look("Only in the other file", _AMBER, "!",
+                                 "This copy does not hold it."),
+    FileStatus.EXTRA: Look("Not in manifest", _BLUE, "+", "Found but not recorded."),
+}
+"""A verify or diff status (`FileStatus`, `TensorCheckStatus` and `TensorStatus` share their
+words): the app's rows, the CLI's lines and totals."""
+
+
+def status_look(status: str) -> Look:
+    """A verify or diff status's look; one without its own reads as its words, in grey."""
+    return STATUS_LOOKS.get(status, Look(status.replace("_", " ").capitalize(), GREY, "?", ""))
+
+
+def shout(word: str) -> str:
+    """A state's word as a CLI verdict line leads with it: in capitals, so it stands out in a
+    log and a grep for it finds the same word the app shows."""
+    return word.upper()
+
 
 _WEIGHTS = {HealthStatus.OK: Badge.WEIGHTS_OK, HealthStatus.WARNING: Badge.WEIGHTS_CHECK,
             HealthStatus.PROBLEM: Badge.WEIGHTS_CORRUPTED}

@@ -8,38 +8,21 @@ from typing import Any
 from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QBrush, QColor, QFont, QIcon, QPainter, QPainterPath, QPen, QPixmap
 
-from inspector.core.badges import GREY, LOOKS, Badge, Look, weights_badge
-from inspector.core.vocabulary import FileStatus, TensorStatus, Verdict
+from inspector.core.badges import LOOKS, VERDICT_BADGES, Badge, Look, status_look, weights_badge
+from inspector.core.vocabulary import Verdict
 from inspector.scan.advice import code_safety_badge, file_badge
 from inspector.scan.result import ScanResult
 
 Style = Look
 """How one verdict or status looks; the badges' looks are `core.badges.LOOKS`."""
 
-VERDICTS: dict[str, Style] = {
-    Verdict.SAFE: LOOKS[Badge.SAFE],
-    Verdict.SUSPICIOUS: LOOKS[Badge.SUSPICIOUS],
-    Verdict.DANGEROUS: LOOKS[Badge.DANGEROUS],
-    Verdict.ERROR: LOOKS[Badge.UNREADABLE],
-    "pending": LOOKS[Badge.SCANNING],
-}
+VERDICTS: dict[str, Style] = {**{v: LOOKS[b] for v, b in VERDICT_BADGES.items()},
+                               "pending": LOOKS[Badge.SCANNING]}
 """A scan verdict's or a finding severity's look (the pickle pane's imports, the findings)."""
 
 CORRUPT = LOOKS[Badge.DAMAGED]
 """A finding that says the file's own checksums or sizes do not hold."""
 
-STATUSES: dict[str, Style] = {
-    FileStatus.OK: Style("OK", "#1e8e3e", "✓", ""),
-    TensorStatus.IDENTICAL: Style("Identical", "#1e8e3e", "✓", ""),
-    FileStatus.MISMATCH: Style("Mismatch", "#c5221f", "✕", ""),
-    TensorStatus.CHANGED: Style("Changed", "#c5221f", "✕", ""),
-    FileStatus.SIZE_MISMATCH: Style("Size differs", "#c5221f", "✕", ""),
-    TensorStatus.DTYPE_OR_SHAPE_CHANGED: Style("Dtype or shape changed", "#c5221f", "✕", ""),
-    FileStatus.MISSING: Style("Missing", "#b86e00", "!", ""),
-    TensorStatus.ONLY_IN_A: Style("Only in this file", "#b86e00", "!", ""),
-    TensorStatus.ONLY_IN_B: Style("Only in the other file", "#b86e00", "!", ""),
-    FileStatus.EXTRA: Style("Not in manifest", "#5f6fa0", "+", ""),
-}
 
 
 def verdict_style(verdict: str | None) -> Style:
@@ -100,8 +83,8 @@ def state_tooltip(doc: Any) -> str:
 
 
 def status_style(status: str) -> Style:
-    """Style of a verify/diff status."""
-    return STATUSES.get(status, Style(status.replace("_", " ").capitalize(), GREY, "?", ""))
+    """Style of a verify/diff status (`core.badges.STATUS_LOOKS`)."""
+    return status_look(status)
 
 
 def tint(colour: str, alpha: int = 60) -> QBrush:
