@@ -207,7 +207,7 @@ def test_safetensors_conversion_verifies_tensor_for_tensor_against_pt_manifest(
 def test_diff_cli_human_output_and_exit_codes(recorded: dict, tmp_path: Path, capsys) -> None:
     pt, st = recorded["folder"] / "model.pt", recorded["folder"] / "model.safetensors"
     assert main(["diff", str(pt), str(st)]) == 0
-    assert "identical tensors: 7 tensors (7 identical)" in capsys.readouterr().out
+    assert "IDENTICAL: 7 tensors (7 identical)" in capsys.readouterr().out
     broken = tmp_path / "broken.safetensors"
     broken.write_bytes(st.read_bytes()[:200])
     assert main(["diff", str(pt), str(broken)]) == 2

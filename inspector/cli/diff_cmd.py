@@ -22,6 +22,7 @@ from inspector.cli.common import (
     progress_events,
     stderr_progress,
 )
+from inspector.core.badges import shout, status_look
 from inspector.core.termtext import escape
 from inspector.core.vocabulary import TensorStatus
 
@@ -88,7 +89,8 @@ def print_diff(result: DiffResult) -> None:
         for problem in side.problems:
             print(escape(f"  warning: {problem['message']}"))
     counts = ", ".join(f"{n} {status}" for status, n in sorted(result.counts.items()))
-    verdict = "identical tensors" if result.identical else "DIFFERENT"
+    verdict = shout(status_look(TensorStatus.IDENTICAL if result.identical
+                                else TensorStatus.CHANGED).word)  # the Compare pane's words
     print(f"{verdict}: {len(result.tensors)} tensors ({counts})")
     for row in result.differing:
         print(escape(f"  {row.summary}{_shards(row) if sharded else ''}"))
