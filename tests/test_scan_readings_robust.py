@@ -1,6 +1,7 @@
 """The loaders' readings run whatever folder the user's command runs from, and a reading
 worker that dies says what killed it (from its exit status), is retried once, and is never a
-guess."""
+guess; in a batch, the file that killed it is retried on its own and the other files keep
+their readings."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from inspector.sandbox.host.admission import dry_run_reader
 from inspector.sandbox.host.jobs import SandboxError
 from inspector.sandbox.protocol import PAYLOAD_ENV, SELFTEST_ENV
 from inspector.scan import readings
-from inspector.scan.engine import SMALL_FILE, scan_file
+from inspector.scan.discover import Found
+from inspector.scan.engine import SMALL_FILE, scan_batch, scan_file
 from inspector.scan.result import ScanResult
 
 
@@ -126,3 +128,54 @@ def test_a_reading_ended_by_a_wall_clock_limit_is_not_waited_for_twice(monkeypat
     with pytest.raises(SandboxError) as raised:
         dry_run_reader({"op": "dry-run", "readings": []})
     assert raised.value.code == code and len(calls) == 1
+
+
+# Hostile code inside each reading worker (the self-test prelude): the worker kills itself
+# with SIGKILL when it reaches the bytes of one file, whichever worker reads them.
+_KILL_ON_MARK = """
+import os, signal, sys
+module = sys.modules["inspector.sandbox.worker.dry_run"]
+real = module._readings
+def readings(index, item, data, framed):
+    if b"KILL-THE-READER" in bytes(data):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(index, item, data, framed)
+module._readings = readings
+"""
+
+
+@pytest.mark.parametrize("killer", [0, 2, 4])
+def test_a_file_that_kills_the_batch_reader_loses_no_other_files_readings(
+        tmp_path: Path, monkeypatch, killer: int) -> None:
+    """Five files read by one worker; the one at `killer` kills every worker that reads it.
+    It is retried once on its own and says what killed it; one new worker reads the four
+    others, whose verdicts stand on their readings."""
+    files = []
+    for n in range(5):
+        path = tmp_path / f"file{n}.pkl"
+        note = "KILL-THE-READER" if n == killer else f"plain {n}"
+        path.write_bytes(pickle.dumps({"note": note, "w": [1.0, float(n)]}))
+        files.append(path)
+    payload = tmp_path / "payload.pkl"
+    payload.write_bytes(pickle.dumps(_Exec(_KILL_ON_MARK)))
+    monkeypatch.setenv(SELFTEST_ENV, "1")
+    monkeypatch.setenv(PAYLOAD_ENV, str(payload))
+    jobs: list[int] = []
+    real = admission.run_job
+
+    def counted(job, **kwargs):
+        jobs.append(len(job.get("readings", [])))
+        return real(job, **kwargs)
+
+    monkeypatch.setattr(admission, "run_job", counted)
+    with readings.using(dry_run_reader):
+        results = scan_batch([Found(p, True) for p in files])
+    for n, res in enumerate(results):
+        unread = [f.message for f in res.findings if f.code == "readings-unavailable"]
+        if n == killer:
+            assert len(unread) == 1 and "SIGKILL (signal 9)" in unread[0], unread
+            assert "retried once" in unread[0] and res.verdict == "suspicious"
+        else:
+            assert unread == [] and res.verdict == "safe", (n, res.findings)
+    # the batch, the killer alone, the four others: three workers, never one per file
+    assert len(jobs) == 3 and jobs[1] == 1 and jobs[2] == 4, jobs

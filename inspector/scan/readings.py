@@ -99,7 +99,8 @@ def py_budget(size: int) -> int:
 
 
 Reader = Callable[[dict], dict]
-"""Runs the `dry-run` op on a request ({path, paths, readings}) and returns its result."""
+"""Runs the `dry-run` op on a request ({path, paths, readings}) and returns its result; a
+file (a readings `group`) it could not read is in the result's `unread` {group: why}."""
 
 _reader: Reader | None = None
 # `using` overrides the process's reader in one thread only: parallel jobs each swap in their
@@ -210,35 +211,43 @@ def _exists(module: str) -> bool:
         return False
 
 
-def request(blobs: list[Blob], folder: str) -> dict:
-    """The dry-run request for `blobs`: held bytes go into one file in `folder`."""
+def request(groups: list[list[Blob]], folder: str) -> dict:
+    """The dry-run request for the blobs of each scanned file (`groups`, one list a file):
+    held bytes go into one file in `folder`."""
     blob_file = os.path.join(folder, "blobs")
     paths: list[str] = []
-    for b in blobs:
+    for b in (b for group in groups for b in group):
         if b.path is not None and b.path not in paths:
             paths.append(b.path)
     with open(blob_file, "wb") as out:
-        items = _items(blobs, paths, out)
+        items = _items(groups, paths, out)
     return {"op": "dry-run", "path": blob_file, "paths": paths, "readings": items}
 
 
-def _items(blobs: list[Blob], paths: list[str], out) -> list[dict]:
+def _items(groups: list[list[Blob]], paths: list[str], out, first: int = 0) -> list[dict]:
     """The request's readings: a blob read in place names its file in [blob file] + `paths`,
-    held bytes are appended to `out` (the blob file)."""
+    held bytes are appended to `out` (the blob file). Each item names its `group`, the
+    scanned file it is of (numbered from `first`): a reader whose worker one file kills
+    retries that file alone and reads the others on (`Reader`, the answer's `unread`)."""
     items = []
     pos = out.tell()
-    for b in blobs:
-        if b.path is not None:
-            item = {"file": 1 + paths.index(b.path), "offset": b.offset, "length": b.size}
-        else:
-            out.write(b.data)
-            item = {"file": 0, "offset": pos, "length": len(b.data)}
-            pos += len(b.data)
-        items.append({**item, "member": b.member, "starts": sorted(b.starts),
-                      "entries": sorted(b.entries), "zip": b.zip,
-                      "persistent": b.persistent, "kinds": list(b.kinds),
-                      "py_opcodes": b.py_opcodes})
+    for number, group in enumerate(groups, first):
+        for b in group:
+            items.append(_item(b, paths, out, pos, number))
+            pos = out.tell()
     return items
+
+
+def _item(b: Blob, paths: list[str], out, pos: int, group: int) -> dict:
+    """One reading of the request (held bytes appended to `out` at `pos`)."""
+    if b.path is not None:
+        item = {"file": 1 + paths.index(b.path), "offset": b.offset, "length": b.size}
+    else:
+        out.write(b.data)
+        item = {"file": 0, "offset": pos, "length": len(b.data)}
+    return {**item, "member": b.member, "starts": sorted(b.starts),
+            "entries": sorted(b.entries), "zip": b.zip, "persistent": b.persistent,
+            "kinds": list(b.kinds), "py_opcodes": b.py_opcodes, "group": group}
 
 
 def read(results: Iterable, reader: Reader | None = None) -> None:
@@ -249,7 +258,7 @@ def read(results: Iterable, reader: Reader | None = None) -> None:
         return
     with tempfile.TemporaryDirectory(prefix="ckpt-readings-") as folder:
         try:
-            answer = reader(request([b for r in results for b in r._blobs], folder))
+            answer = reader(request([r._blobs for r in results], folder))
         except Exception as exc:  # no reading: never safe on the walker's word alone
             for r in results:
                 _unread(r, f"{type(exc).__name__}: {exc}")
@@ -331,8 +340,8 @@ def _part(new: list, inside: list, held: int, in_place: list[str],
                 held + size <= HELD_RESERVE):
             chosen.append(r)
             held += size
+    items = _items([r._blobs for r in chosen], in_place, out, len(inside))
     inside.extend(chosen)
-    items = _items([b for r in chosen for b in r._blobs], in_place, out)
     out.flush()
     if items:
         yield {"readings": items}
@@ -340,13 +349,19 @@ def _part(new: list, inside: list, held: int, in_place: list[str],
 
 
 def _fold(results: list, answer: dict) -> None:
-    """Fold a dry-run answer into the results whose blobs made its request, in order."""
+    """Fold a dry-run answer into the results whose blobs made its request, in order; a
+    result whose file the reader could not read (`unread`: its group, and why) says so."""
     by_blob: dict[int, list[StreamReading]] = {}
     for raw in answer.get("readings", []):
         record = StreamReading.from_json(raw)
         by_blob.setdefault(int(record.index), []).append(record)
+    unread = {int(group): str(why) for group, why in answer.get("unread", {}).items()}
     i = 0
-    for r in results:
+    for group, r in enumerate(results):
+        if group in unread:
+            i += len(r._blobs)
+            _unread(r, unread[group])
+            continue
         real: set[tuple[str, str]] = set()
         over: set[tuple[str, str]] = set()
         read_blobs, apart_blobs = [], []

@@ -26,20 +26,23 @@ DRY_RUN_LIMITS = Limits(cpu_seconds=120, memory_mb=2048)
 
 
 class DryRunReader:
-    """`scan.readings`' reader: the `dry-run` op (the real unpicklers, inert) in a jailed
-    worker, forked from the fork server when one runs. A worker killed by a limit or a signal
-    (`exits.KILLED_CODES`) is replaced once, on the same readings: a busy machine's one lost
-    worker is not a file's suspicion; a second death is reported with what ended both."""
+    """`scan.readings`' reader: the `dry-run` op (the real unpicklers, inert) in one jailed
+    worker for all the files of a request, forked from the fork server when one runs. A
+    worker killed by a limit or a signal (`exits.KILLED_CODES`) loses no other file's
+    readings: the file it was reading (the item its progress stopped at, and that item's
+    `group`) is read once more on its own, and a new worker reads the rest (`_read_on`); a
+    second death of that file is its `unread` reason, saying what ended both workers."""
 
     def __call__(self, request: dict) -> dict:
         """Run the readings of a complete request."""
         job = {**request, "limits": DRY_RUN_LIMITS.to_json()}
+        progress = _Progress()
         try:
-            return run_job(job)
+            return run_job(job, on_event=progress)
         except SandboxError as exc:
             if exc.code not in KILLED_CODES:
                 raise
-            return _again(job, exc)
+            return _read_on(job, exc, progress.done)
 
     def gated(self, request: dict, gate: Callable[[], Iterator[dict]]) -> dict:
         """Start the worker on `request` (what it may read), and run `gate` (the walk) while it
@@ -57,24 +60,73 @@ class DryRunReader:
                 yield part
 
         job = {**request, "limits": limits.to_json()}
+        progress = _Progress()
         try:
-            return run_job(job, gate=recorded)
+            return run_job(job, gate=recorded, on_event=progress)
         except SandboxError as exc:
             if exc.code not in KILLED_CODES:
                 raise
-            # every part went (the gate runs to its end): the same readings, as one request
+            # every part went (the gate runs to its end): the rest read as one request
             items = [item for part in sent for item in part.get("readings", [])]
-            return _again({**job, "readings": items}, exc)
+            return _read_on({**job, "readings": items}, exc, progress.done)
 
 
-def _again(job: dict, first: SandboxError) -> dict:
-    """The job once more, after its worker was killed (`first`)."""
+class _Progress:
+    """The readings a job's worker finished (its last `dry-run` progress event)."""
+
+    def __init__(self) -> None:
+        self.done = 0
+
+    def __call__(self, event: dict) -> None:
+        if event.get("type") == "progress" and isinstance(event.get("done"), int):
+            self.done = event["done"]
+
+
+def _read_on(job: dict, killed: SandboxError, done: int) -> dict:
+    """The answer of a job whose worker was `killed` after `done` readings: the file it was
+    reading once more on its own (a second death is that file's `unread` reason), then the
+    other files' readings in a new worker, each later death handled the same way. A worker
+    that died after its last reading has its whole job run once more."""
+    items = job["readings"]
+    pending = list(range(len(items)))
+    readings: list[dict] = []
+    unread: dict[int, str] = {}
+    while pending:
+        if done >= len(pending):  # no reading was under way: nothing to tell a file by
+            readings += _subset(job, pending, _Progress(), killed)
+            break
+        group = items[pending[done]].get("group")
+        alone = [n for n in pending if items[n].get("group") == group]
+        try:
+            readings += _subset(job, alone, _Progress(), killed)
+        except SandboxError as exc:
+            unread[group] = exc.message
+        pending = [n for n in pending if n not in alone]
+        progress = _Progress()
+        try:
+            readings += _subset(job, pending, progress) if pending else []
+            break
+        except SandboxError as exc:
+            if exc.code not in KILLED_CODES:
+                raise
+            killed, done = exc, progress.done
+    return {"readings": readings, "unread": unread}
+
+
+def _subset(job: dict, chosen: list[int], progress: _Progress,
+            first: SandboxError | None = None) -> list[dict]:
+    """The readings of the job's items `chosen`, by a new worker, numbered as in the job.
+    `first`: the death this run repeats, named in its own death's message."""
     try:
-        return run_job(job)
+        answer = run_job({**job, "readings": [job["readings"][n] for n in chosen]},
+                         on_event=progress)
     except SandboxError as exc:
+        if first is None:
+            raise
         raise SandboxError(exc.code, f"{exc.message}; retried once, the first worker too "
                            f"ended so ({first.code})", exc.globals, exc.sandbox,
                            exc.stderr) from None
+    return [{**r, "index": chosen[int(r["index"])]} for r in answer.get("readings", [])]
 
 
 dry_run_reader = DryRunReader()
