@@ -90,7 +90,7 @@ EXITS: dict[str, tuple[Exit, ...]] = {
     ),
     "sign": (
         Exit(0, "the signature was written"),
-        Exit(2, "the folder or key cannot be used (nothing written)"),
+        Exit(2, "the folder, key or certificate cannot be used (nothing written)"),
         Exit(4, "the signature exists (pass --force to replace it)"),
         Exit(5, "with --tensors: a checkpoint's tensors could not be read (nothing written)"),
     ),
@@ -188,8 +188,9 @@ EXAMPLES: dict[str, tuple[Example, ...]] = {
     ),
     "sign": (
         Example("ckpt-inspector sign model/ --private-key key.pem", "writes model/model.sig"),
-        Example("ckpt-inspector sign model/ --private-key key.pem --tensors --signature "
-                "model.sig", "with per-tensor digests, beside the folder"),
+        Example("ckpt-inspector sign model/ --private-key key.pem --certificate cert.pem "
+                "--certificate-chain ca.pem --tensors", "certificate mode, with per-tensor "
+                "digests"),
     ),
     "diff": (
         Example("ckpt-inspector diff good.pt suspect.pt", "which tensors and bits changed"),

@@ -24,6 +24,7 @@ from inspector.signing.keys import (
     certificate_identity,
     describe_key,
     fingerprint,
+    read_certificates,
     read_public_key,
 )
 from inspector.signing.library import reference
@@ -117,8 +118,6 @@ def _bundle_identity(bundle: Bundle) -> str:
 
 
 def _certificate_verifier(bundle: Bundle, chain: Sequence[Path]) -> tuple[Any, str]:
-    from cryptography import x509
-
     sign_certificate = reference("_signing.sign_certificate")
     certificates = _certificates(bundle)
     if not certificates:
@@ -129,14 +128,7 @@ def _certificate_verifier(bundle: Bundle, chain: Sequence[Path]) -> tuple[Any, s
                              "a key OpenSSF Model Signing does not sign with (ECDSA P-256, "
                              "P-384 or P-521 only)")
     for path in chain:
-        try:
-            if not x509.load_pem_x509_certificates(Path(path).read_bytes()):
-                raise ValueError("no certificate")
-        except OSError as exc:
-            raise SignatureError("unreadable", f"{path}: cannot read the certificate chain: "
-                                 f"{exc.strerror or exc}") from exc
-        except ValueError as exc:
-            raise SignatureError("unsupported-key", f"{path}: not PEM certificates") from exc
+        read_certificates(path)
     identity = certificate_identity(certificates[0])
     return sign_certificate.Verifier([Path(p) for p in chain]), f"certificate {identity}"
 

@@ -1,10 +1,14 @@
 """Keys and certificates read and checked before the reference library gets them: a PEM file of
 bounded size holding the kind of key OpenSSF Model Signing signs with (ECDSA on P-256, P-384 or
-P-521), the fingerprint the bundle records for it, and a certificate's identity."""
+P-521), the fingerprint the bundle records for it, a certificate's identity, and a signing
+certificate that names the signing key and may sign."""
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -117,3 +121,57 @@ def certificate_identity(certificate: x509.Certificate) -> str:
     except x509.ExtensionNotFound:
         pass
     return ", ".join(names)
+
+
+def read_certificates(path: Path) -> list[x509.Certificate]:
+    """The PEM certificates of one file (a chain, or one certificate); SignatureError otherwise."""
+    from cryptography import x509
+
+    data = _read(path, "certificate")
+    try:
+        found = x509.load_pem_x509_certificates(data)
+    except ValueError as exc:
+        raise SignatureError("unsupported-key", f"{path}: not PEM certificates") from exc
+    if not found:
+        raise SignatureError("unsupported-key", f"{path}: not PEM certificates")
+    return found
+
+
+def read_signing_certificate(path: Path, private_key: Path, chain: Sequence[Path] = ()
+                             ) -> x509.Certificate:
+    """The certificate that names `private_key`'s public half, valid now and allowed to sign
+    (key usage digitalSignature or extended key usage codeSigning, the reference verifier's
+    rule), its chain files readable; SignatureError (one line) otherwise."""
+    from cryptography import x509
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    key = read_private_key(private_key)
+    certificates = read_certificates(path)
+    if len(certificates) != 1:
+        raise SignatureError("unsupported-key", f"{path}: {len(certificates)} certificates; "
+                             "--certificate is the signing certificate alone, the ones above it "
+                             "go in --certificate-chain")
+    certificate = certificates[0]
+    if certificate.public_key() != key.public_key():
+        raise SignatureError("unsupported-key", f"{path}: the certificate names another key "
+                             f"than {private_key} ({certificate_identity(certificate)})")
+    now = datetime.datetime.now(datetime.UTC)
+    if not certificate.not_valid_before_utc <= now <= certificate.not_valid_after_utc:
+        raise SignatureError("unsupported-key", f"{path}: the certificate is valid from "
+                             f"{certificate.not_valid_before_utc:%Y-%m-%d %H:%M} to "
+                             f"{certificate.not_valid_after_utc:%Y-%m-%d %H:%M} UTC, not now")
+    try:
+        may_sign = certificate.extensions.get_extension_for_class(
+            x509.KeyUsage).value.digital_signature
+    except x509.ExtensionNotFound:
+        may_sign = False
+    with contextlib.suppress(x509.ExtensionNotFound):
+        may_sign = may_sign or ExtendedKeyUsageOID.CODE_SIGNING in \
+            certificate.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    if not may_sign:
+        raise SignatureError("unsupported-key", f"{path}: the certificate may not sign (no "
+                             "digitalSignature key usage, no codeSigning extended key usage); "
+                             "the reference verifier would refuse the signature")
+    for link in chain:
+        read_certificates(link)
+    return certificate

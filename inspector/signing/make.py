@@ -1,12 +1,14 @@
-"""A folder signed with a private key: the reference library hashes the folder (as its own
-`model_signing sign key` does, so the reference verifier accepts the result), this project may
-add its per-tensor digests to the statement, the library signs, and the bundle is written
+"""A folder signed with a private key, alone or with the certificate that names it (and the
+chain above that): the reference library hashes the folder (as its own `model_signing sign key`
+and `sign certificate` do, so the reference verifier accepts the result), this project may add
+its per-tensor digests to the statement, the library signs, and the bundle is written
 atomically. Every input is checked before anything is written; an existing signature is
 replaced only when asked."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,9 +17,41 @@ from inspector.core.atomic import write_bytes_atomic
 from inspector.integrity.manifest import Manifest, TensorEntry
 from inspector.signing.bundle import DEFAULT_NAME
 from inspector.signing.errors import SignatureError
-from inspector.signing.keys import describe_key, read_private_key
+from inspector.signing.keys import (
+    certificate_identity,
+    describe_key,
+    read_private_key,
+    read_signing_certificate,
+)
 from inspector.signing.library import reference
 from inspector.signing.statement import GIT_PATHS, TENSORS_FIELD, tensor_predicate
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """What signs: a private key, and in certificate mode the certificate naming its public
+    half and the certificates above that (which the bundle carries for the verifier)."""
+
+    private_key: Path
+    certificate: Path | None = None
+    chain: Sequence[Path] = ()
+
+    def describe(self) -> str:
+        """Who signs, checked (SignatureError for a key or certificate that cannot sign)."""
+        if self.certificate is None:
+            if self.chain:
+                raise SignatureError("unsupported-key", "--certificate-chain goes with the "
+                                     "signing --certificate it completes")
+            return describe_key(read_private_key(self.private_key).public_key())
+        leaf = read_signing_certificate(self.certificate, self.private_key, self.chain)
+        return f"certificate {certificate_identity(leaf)}"
+
+    def library_signer(self) -> object:
+        """The reference library's signer for this key (and certificate)."""
+        if self.certificate is None:
+            return reference("_signing.sign_ec_key").Signer(self.private_key)
+        return reference("_signing.sign_certificate").Signer(
+            self.private_key, self.certificate, list(self.chain))
 
 
 @dataclass(frozen=True)
@@ -35,13 +69,13 @@ def signature_path(folder: Path, signature: Path | None) -> Path:
     return signature if signature is not None else folder / DEFAULT_NAME
 
 
-def check_inputs(folder: Path, private_key: Path, signature: Path, overwrite: bool) -> str:
-    """SignatureError for a folder, key or destination that cannot be used; the signer's
-    description otherwise. Nothing is written."""
+def check_inputs(folder: Path, key: SigningKey, signature: Path, overwrite: bool) -> str:
+    """SignatureError for a folder, key, certificate or destination that cannot be used; the
+    signer's description otherwise. Nothing is written."""
     if not folder.is_dir():
         raise SignatureError("not-a-folder", f"{folder}: not a folder; sign the folder that "
                              "holds the model's files")
-    signer = describe_key(read_private_key(private_key).public_key())
+    signer = key.describe()
     if signature.exists() and not overwrite:
         raise SignatureError("exists", f"{signature} exists; pass --force to replace it")
     if not signature.parent.is_dir():
@@ -50,7 +84,7 @@ def check_inputs(folder: Path, private_key: Path, signature: Path, overwrite: bo
     return signer
 
 
-def sign_folder(folder: Path, private_key: Path, signature: Path | None = None,
+def sign_folder(folder: Path, key: SigningKey, signature: Path | None = None,
                 overwrite: bool = False,
                 tensors: dict[str, list[TensorEntry]] | None = None,
                 expected: Manifest | None = None) -> Signed:
@@ -59,7 +93,7 @@ def sign_folder(folder: Path, private_key: Path, signature: Path | None = None,
     `expected`, only when every file signed is the one that manifest records."""
     hashing = reference("hashing")
     destination = signature_path(folder, signature)
-    signer = check_inputs(folder, private_key, destination, overwrite)
+    signer = check_inputs(folder, key, destination, overwrite)
     ignored = []
     if Path(os.path.abspath(destination)).is_relative_to(os.path.abspath(folder)):
         ignored.append(os.path.relpath(destination, folder))
@@ -70,7 +104,7 @@ def sign_folder(folder: Path, private_key: Path, signature: Path | None = None,
         raise SignatureError("bad-folder", f"{folder}: cannot be signed: {exc}") from exc
     if expected is not None:
         _as_recorded(folder, manifest, expected)
-    return _write_signed(manifest, tensors, private_key, destination, overwrite, signer)
+    return _write_signed(manifest, tensors, key, destination, overwrite, signer)
 
 
 def sign_digests(target: Path, digests: dict[str, str], private_key: Path, signature: Path,
@@ -80,7 +114,8 @@ def sign_digests(target: Path, digests: dict[str, str], private_key: Path, signa
     the reference library names them for `target` (a file is `.`, a folder's files relative to
     it), so `model_signing verify key TARGET --signature SIG` accepts the result."""
     manifest_module, hashing = reference("manifest"), reference("_hashing.hashing")
-    signer = describe_key(read_private_key(private_key).public_key())
+    key = SigningKey(private_key)
+    signer = key.describe()
     if signature.exists() and not overwrite:
         raise SignatureError("exists", f"{signature} exists; pass --force to replace it")
     serialization = manifest_module.SerializationType.from_args(
@@ -89,13 +124,13 @@ def sign_digests(target: Path, digests: dict[str, str], private_key: Path, signa
     items = [serialization.new_item(name, hashing.Digest("sha256", bytes.fromhex(digest)))
              for name, digest in sorted(digests.items())]
     manifest = manifest_module.Manifest(target.name, items, serialization)
-    return _write_signed(manifest, tensors, private_key, signature, overwrite, signer)
+    return _write_signed(manifest, tensors, key, signature, overwrite, signer)
 
 
 def _write_signed(manifest: Any, tensors: dict[str, list[TensorEntry]] | None,
-                  private_key: Path, destination: Path, overwrite: bool, signer: str) -> Signed:
+                  key: SigningKey, destination: Path, overwrite: bool, signer: str) -> Signed:
     """The library's statement of `manifest` (with the tensors field), signed and written."""
-    signing, sign_ec_key = reference("_signing.signing"), reference("_signing.sign_ec_key")
+    signing = reference("_signing.signing")
     names = {rd.identifier for rd in manifest.resource_descriptors()}
     unknown = sorted(set(tensors or {}) - names)
     if unknown:
@@ -104,7 +139,7 @@ def _write_signed(manifest: Any, tensors: dict[str, list[TensorEntry]] | None,
     payload = signing.Payload(manifest)
     if tensors:
         payload.statement.pb.predicate.update({TENSORS_FIELD: tensor_predicate(tensors)})
-    bundle = sign_ec_key.Signer(private_key).sign(payload).bundle
+    bundle = key.library_signer().sign(payload).bundle  # type: ignore[attr-defined]
     write_bytes_atomic(destination, bundle.to_json().encode("utf-8"), overwrite=overwrite)
     return Signed(signature=destination, files=len(names),
                   tensors=sum(len(t) for t in (tensors or {}).values()), signer=signer)

@@ -1,8 +1,9 @@
-"""`ckpt-inspector sign DIR --private-key KEY.pem [--signature SIG] [--tensors] [--force]`: an
-OpenSSF Model Signing signature over every file of a folder, which the reference tool's
-`model_signing verify key` accepts; with --tensors the statement also carries each checkpoint's
-per-tensor digests (read in the jailed worker), so a later `verify` names the tensor that
-changed."""
+"""`ckpt-inspector sign DIR --private-key KEY.pem [--certificate CERT.pem [--certificate-chain
+CHAIN.pem]] [--signature SIG] [--tensors] [--force]`: an OpenSSF Model Signing signature over
+every file of a folder, which the reference tool's `model_signing verify key` (or, with a
+certificate, `verify certificate`) accepts; with --tensors the statement also carries each
+checkpoint's per-tensor digests (read in the jailed worker), so a later `verify` names the
+tensor that changed."""
 
 from __future__ import annotations
 
@@ -27,6 +28,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("folder", type=Path, metavar="DIR", help="the model folder to sign")
     parser.add_argument("--private-key", type=Path, required=True, metavar="KEY.pem",
                         help="the signing key (PEM, unencrypted, ECDSA P-256/384/521)")
+    parser.add_argument("--certificate", type=Path, metavar="CERT.pem",
+                        help="sign in certificate mode: the certificate naming the key's public "
+                        "half (PEM); verifiers trust it through its chain")
+    parser.add_argument("--certificate-chain", type=Path, action="append", default=[],
+                        metavar="CHAIN.pem",
+                        help="certificates above --certificate, carried in the signature "
+                        "(PEM; repeatable)")
     parser.add_argument("--signature", type=Path, metavar="SIG",
                         help="where to write the signature (default: DIR/model.sig)")
     parser.add_argument("--force", action="store_true",
@@ -43,15 +51,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Sign the folder; nothing is written on any failure."""
     from inspector.signing.errors import SignatureError
-    from inspector.signing.make import check_inputs, sign_folder, signature_path
+    from inspector.signing.make import SigningKey, check_inputs, sign_folder, signature_path
 
     folder = args.folder
+    key = SigningKey(args.private_key, args.certificate, tuple(args.certificate_chain))
     try:
-        check_inputs(folder, args.private_key, signature_path(folder, args.signature),
-                     args.force)
+        check_inputs(folder, key, signature_path(folder, args.signature), args.force)
         expected = read_manifest(args.manifest) if args.manifest else None
         tensors = _tensors(args) if args.tensors else recorded_tensors(expected, folder)
-        signed = sign_folder(folder, args.private_key, args.signature, overwrite=args.force,
+        signed = sign_folder(folder, key, args.signature, overwrite=args.force,
                              tensors=tensors, expected=expected)
     except ManifestError as exc:
         return _fail(str(exc), EXIT_USAGE)
