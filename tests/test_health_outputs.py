@@ -22,6 +22,13 @@ def test_non_finite_numbers_have_a_string_form() -> None:
     assert {strict_json.NON_FINITE[k] for k in ("inf", "-inf")} == {math.inf, -math.inf}
 
 
+def test_a_finite_document_is_written_as_the_strict_copy_would_be() -> None:
+    doc = {"a": 1.5, "b": [(2, None), {"c": "nan", "d": True}], "e": -0.0}
+    assert strict_json.dumps(doc, indent=1) == json.dumps(strict_json.strict(doc), indent=1)
+    assert strict_json.dumps({**doc, "f": [math.nan]}) == json.dumps(
+        strict_json.strict({**doc, "f": ["nan"]}))
+
+
 @pytest.fixture
 def umask():
     def set_mask(mask: int) -> None:
