@@ -199,6 +199,22 @@ def test_stream_reads_across_members_and_reports_truncation():
         assert cut.incomplete and not cut.over_limit
 
 
+def test_the_zlib_header_check_refuses_only_what_zlib_refuses():
+    """`accepts` answers most files from the two header bytes alone: every one of the 65,536
+    two-byte headers that zlib's own decoder reads on into data must pass that check."""
+    import zlib
+
+    body = zlib.compress(b"a pickle, perhaps" * 4)[2:]
+    for cmf in range(256):
+        for flg in range(256):
+            stream = bytes((cmf, flg)) + body
+            try:
+                zlib_reads = bool(zlib.decompressobj(zlib.MAX_WBITS).decompress(stream, 64))
+            except zlib.error:
+                zlib_reads = False
+            assert decompress.accepts(stream, "zlib") == zlib_reads, (cmf, flg)
+
+
 def test_cli_calls_every_hostile_sample_dangerous(python_exe, tmp_path):
     folder = tmp_path / "samples"
     folder.mkdir()

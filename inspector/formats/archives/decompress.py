@@ -8,6 +8,7 @@ be read is said, never dropped silently."""
 
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass
 
@@ -95,6 +96,7 @@ def _pending(d) -> bytes | None:
     return tail if tail else None
 
 
+@functools.cache  # the installed codecs do not change while the process runs
 def _errors() -> tuple[type[BaseException], ...]:
     import gzip
     import lzma
@@ -112,11 +114,21 @@ def _errors() -> tuple[type[BaseException], ...]:
 def accepts(head: bytes, kind: str) -> bool:
     """Whether `kind`'s real decoder reads `head` as the start of a stream: it gives output
     and raises nothing (for the kinds of `TRIED_KINDS`, whose magic numbers are weak)."""
+    if kind == "zlib" and not _zlib_header(head):
+        return False  # what zlib's own header check refuses, without building a decoder
     try:
         d, skip = _decoder(kind, memoryview(head))
         return bool(d.decompress(head[skip:], 64))
     except _errors():
         return False
+
+
+def _zlib_header(head: bytes) -> bool:
+    """Whether `head` opens with a header zlib's inflate takes at any window size (RFC 1950:
+    method 8, a window of at most 32 KiB, the two bytes a multiple of 31), as it checks them
+    before it reads any data; every file is asked, and most fail here."""
+    return (len(head) >= 2 and head[0] & 0x0F == 8 and head[0] >> 4 <= 7
+            and not (head[0] << 8 | head[1]) % 31)
 
 
 def _skip_zeros(view: memoryview, pos: int) -> int:
