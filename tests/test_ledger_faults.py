@@ -99,8 +99,8 @@ def test_run_verify_names_the_tensor_whose_bit_flipped(tmp_path):
                          check=False)
     assert out.returncode == 1, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0].startswith("intact") and "step-1.pt" in lines[0]
-    assert lines[1].startswith("changed") and "tensor: head.weight" in lines[1]
+    assert lines[0].startswith("INTACT") and "step-1.pt" in lines[0]
+    assert lines[1].startswith("CHANGED") and "tensor: head.weight" in lines[1]
     assert "encoder.weight" not in lines[1]
     latest = subprocess.run([*cli, "latest", str(tmp_path)], capture_output=True, text=True,
                             check=False)

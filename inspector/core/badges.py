@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from inspector.core.vocabulary import (
+    CheckpointState,
     FileStatus,
     HealthStatus,
     TensorStatus,
@@ -112,9 +113,14 @@ STATUS_LOOKS: dict[str, Look] = {
     TensorStatus.ONLY_IN_B: Look("Only in the other file", _AMBER, "!",
                                  "This copy does not hold it."),
     FileStatus.EXTRA: Look("Not in manifest", _BLUE, "+", "Found but not recorded."),
+    CheckpointState.INTACT: Look("Intact", _GREEN, "✓", "The same bytes as when it was saved."),
+    CheckpointState.REMOVED: Look("Removed", GREY, "–",
+                                  "Rotated away as the ledger records: not checked."),
+    CheckpointState.REPLACED: Look("Replaced", GREY, "–",
+                                   "A later save took its place: not checked."),
 }
-"""A verify or diff status (`FileStatus`, `TensorCheckStatus` and `TensorStatus` share their
-words): the app's rows, the CLI's lines and totals."""
+"""A verify, diff or run status (`FileStatus`, `TensorCheckStatus`, `TensorStatus` and
+`CheckpointState` share their words): the app's rows, the CLI's lines and totals."""
 
 
 def status_look(status: str) -> Look:

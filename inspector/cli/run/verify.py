@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inspector.cli.common import add_jobs_argument, add_loader_arguments, worker_digests
+from inspector.core.badges import shout, status_look
 from inspector.core.termtext import escape
 from inspector.core.vocabulary import CheckpointState, SignatureState
 from inspector.run.checkpoints import (
@@ -70,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
         r = c.record
         note = f"  ({escape(c.detail)})" if c.detail else ""
         saved = "" if r.verified else f"  [at save: {r.outcome}]"
-        print(f"{c.state.value:8} {r.label:>14}  {escape(r.path)}{note}{saved}")
+        print(f"{shout(status_look(c.state).word):8} {r.label:>14}  {escape(r.path)}{note}"
+              f"{saved}")
         if v is not None:
             who = f" by {v.signer}" if v.signer else ""
             why = f": {v.reason}" if v.reason else ""
@@ -78,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     for problem in summary.problems:
         print(f"ledger: {escape(problem)}")
     latest = summary.latest_valid
-    counts = ", ".join(f"{n} {s.value}" for s, n in (
+    counts = ", ".join(f"{n} {status_look(s).word.lower()}" for s, n in (
         (CheckpointState.INTACT, summary.intact), (CheckpointState.CHANGED, summary.changed),
         (CheckpointState.MISSING, summary.missing), (CheckpointState.REMOVED, summary.removed),
         (CheckpointState.REPLACED, summary.replaced),

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject
 
+from inspector.core.badges import status_look
 from inspector.core.vocabulary import CheckpointState, SaveOutcome
 from inspector.gui import roles
 from inspector.gui.verdict_style import tint
@@ -21,9 +22,6 @@ CHECKING = "checking…"
 COLUMNS = ("Step", "Epoch", "Saved (UTC)", "Size", "At save", "Now", "Rank", "Ledger line",
            "Checkpoint", "Detail")
 NUMERIC = frozenset({0, 1, 3, 6, 7})
-STATE_COLOURS = {CheckpointState.INTACT: "#2e7d32", CheckpointState.CHANGED: "#c62828",
-                 CheckpointState.MISSING: "#c62828", CheckpointState.REMOVED: "#6e6e6e",
-                 CheckpointState.REPLACED: "#6e6e6e"}
 
 
 @dataclass(frozen=True)
@@ -43,7 +41,7 @@ class RunRow:
         r = self.record
         epoch = "" if r.epoch is None else f"{r.epoch:g}"
         when = r.time.replace("T", " ")[:19]
-        state = CHECKING if self.state is None else self.state.value
+        state = CHECKING if self.state is None else status_look(self.state).word
         line = f"{r.line}" if self.chain == "ok" else f"{r.line} ({self.chain})"
         notes = "; ".join(filter(None, [self.detail, *r.warnings,
                                         r.detail if r.outcome != SaveOutcome.VERIFIED else ""]))
@@ -106,7 +104,7 @@ class RunTableModel(QAbstractTableModel):
         super().__init__(parent)
         self.rows: list[RunRow] = []
         self._cells: list[tuple[str, ...]] = []
-        self._brushes = {state: tint(colour) for state, colour in STATE_COLOURS.items()}
+        self._brushes = {state: tint(status_look(state).colour) for state in CheckpointState}
 
     def set_rows(self, rows: list[RunRow]) -> None:
         """Show these rows."""
