@@ -18,8 +18,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from inspector.checkpoint.health import assess
 from inspector.cli import main
 from inspector.sandbox.host.jobs import run_job
+from inspector.sandbox.host.operations import inspect_reply
 from inspector.sandbox.protocol import PAYLOAD_ENV, SELFTEST_ENV, Limits
 
 
@@ -168,9 +170,9 @@ FORGED_DIGEST = """
     import inspector.sandbox.worker.inspect_op as op
     real = op.describe_tensors
     def forged(tensors, on_tensor, **options):
-        records = real(tensors, on_tensor, **options)
-        records[-1]["digest"] = "0" * 64
-        return records
+        last = tensors[-1][0]
+        return real(tensors, lambda event: on_tensor(
+            {**event, "digest": "0" * 64} if event["key"] == last else event), **options)
     op.describe_tensors = forged
 """
 
@@ -178,14 +180,15 @@ HIDDEN_TENSOR = """
     import inspector.sandbox.worker.inspect_op as op
     real = op.describe_tensors
     def hiding(tensors, on_tensor, **options):
-        return [r for r in real(tensors, on_tensor, **options) if r["key"] != "b"]
+        return real(tensors, lambda event: event["key"] == "b" or on_tensor(event), **options)
     op.describe_tensors = hiding
 """
 
 
 def _worker_inspect(path) -> dict:
-    return run_job({"op": "inspect", "path": str(path), "paths": [], "allow_globals": [],
-                    "limits": Limits.for_input(os.path.getsize(path)).to_json()}, timeout=300)
+    return inspect_reply({"op": "inspect", "path": str(path), "paths": [], "allow_globals": [],
+                          "limits": Limits.for_input(os.path.getsize(path)).to_json()},
+                         timeout=300)
 
 
 @pytest.mark.parametrize("suffix", [".pt", ".legacy.pt", ".safetensors"])
@@ -209,7 +212,11 @@ def test_a_worker_that_lies_about_the_tensors_is_caught(tmp_path, hostile, capsy
     told = {r["key"]: r for r in reply["tensors"]}
     if lie is CLEAN_STATS:  # the lie under the real worker: NaN in the file, health ok
         assert torch.isnan(state["b"]).sum() == 1
-        assert told["b"]["nan"] == 0 and reply["health"]["status"] == "ok"
+        assert told["b"]["nan"] == 0 and assess(reply["tensors"]).status == "ok"
+    elif lie is FORGED_DIGEST:
+        assert told[list(state)[-1]]["digest"] == "0" * 64
+    else:
+        assert "b" not in told
     assert main(["inspect", str(path), "--json"]) != 0
     report = json.loads(capsys.readouterr().out)
     assert report["error"]["code"] == "claim_refuted"
@@ -217,7 +224,7 @@ def test_a_worker_that_lies_about_the_tensors_is_caught(tmp_path, hostile, capsy
     assert main(["inspect", str(path)]) != 0
     captured = capsys.readouterr()
     assert "does not match the file's own bytes" in captured.out + captured.err
-    assert "health:   Weights" not in captured.out
+    assert "health:   Weights not judged" in captured.out
 
 
 def test_an_honest_inspection_counts_nan_here(tmp_path, capsys) -> None:

@@ -77,7 +77,8 @@ def health_lines(health: Health | None) -> list[str]:
     """The weights-health badge (the app's word, `core.badges`) and its findings, one line
     each."""
     if health is None:
-        return [f"health:   {LOOKS[Badge.WEIGHTS_NOT_JUDGED].word} (nothing was loaded)"]
+        return [f"health:   {LOOKS[Badge.WEIGHTS_NOT_JUDGED].word} (the weights were not "
+                "read)"]
     lines = [f"health:   {LOOKS[weights_badge(health.status, False)].word} "
              f"({health.weights_checked} weight tensors judged, {len(health.findings)} "
              "finding(s))"]
@@ -116,8 +117,8 @@ def _human(report: InspectResult) -> list[str]:
     ]
     if report.index:
         lines.extend(shard_lines(report))
+    lines.extend(health_lines(report.health))  # a badge that ends, as the app's does
     if report.loaded:
-        lines.extend(health_lines(report.health))
         lines.append(claims_line(report.claims))
     lines.extend(code_lines(report))
     tensors = report.tensors
