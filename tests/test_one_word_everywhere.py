@@ -61,6 +61,14 @@ def cli_words(path: Path, capsys) -> tuple[str, str]:
     return code, weights
 
 
+def scan_words(paths: list[Path], capsys) -> dict[str, str]:
+    """`scan`'s word of each file (its lines lead with the word in capitals)."""
+    main(["scan", *map(str, paths)])
+    lines = capsys.readouterr().out.splitlines()
+    return {p.name: next(line for line in lines if str(p) in line).split(f" {p}")[0].strip()
+            for p in paths}
+
+
 def report_words(path: Path) -> dict[str, tuple[str, str]]:
     """Each file's two badge words in a report's summary table, by file name."""
     html = path.read_text()
@@ -96,11 +104,15 @@ def test_the_cli_the_app_and_the_report_say_the_same_word_for_each_file(
     expected = {p.name: (LOOKS[EXPECTED[p.name][0]].word, LOOKS[EXPECTED[p.name][1]].word)
                 for p in files}
     cli = {p.name: cli_words(p, capsys) for p in files}
+    scan = scan_words(files, capsys)
     out = tmp_path / "report.html"
     main(["report", *map(str, files), "-o", str(out), "-q"])
     capsys.readouterr()
     report = report_words(out)
     app = app_words(window, qtbot, files)
     assert cli == expected
+    # the scan alone cannot see the weights: the NaN file's code is as safe as its bytes say
+    assert scan == {name: code.upper() for name, (code, _) in expected.items()} | {
+        "nan.pt": LOOKS[Badge.SAFE].word.upper()}
     assert report == expected
     assert app == expected
