@@ -26,7 +26,7 @@ from inspector.core.badges import LOOKS, Badge, shout
 from inspector.core.termtext import escape
 from inspector.core.verdict import ORDER, exit_code, fails, worst
 from inspector.core.vocabulary import Verdict
-from inspector.scan.advice import code_safety_badge
+from inspector.scan.advice import code_safety_badge, entry_line
 from inspector.scan.engine import ScanResult, batch_full, file_size, scan_batch
 
 EXIT_OUTPUT = 4
@@ -66,15 +66,12 @@ def _word(state: str) -> str:
 def _human(res: ScanResult, colour: bool = False) -> list[str]:
     """Text lines for one file; everything that comes from the file is escaped (`termtext`), so
     a name holding terminal escapes cannot repaint the verdict."""
-    wo = "weights_only: loads" if res.weights_only_ok else "weights_only: refused"
-    path = escape(res.path)
+    line = entry_line(res)
+    path, detail = escape(line.path), escape(line.detail)
     if res.verdict == Verdict.SKIPPED:
-        return [f"{'SKIPPED':<10} {path}: not a checkpoint ({escape(res.error or '')})"]
-    word = LOOKS[code_safety_badge(res)].word
-    shown = paint(f"{shout(word):<10}", word, colour)
-    lines = [f"{shown} {path}  ({res.format}; {wo})"]
-    if res.error:
-        lines = [f"{shown} {path}: {escape(res.error)}"]
+        return [f"{'SKIPPED':<10} {path}: {detail}"]
+    shown = paint(f"{shout(line.word):<10}", line.word, colour)
+    lines = [f"{shown} {path}: {detail}" if res.error else f"{shown} {path}  ({detail})"]
     lines.extend(flagged_lines(res))
     return lines
 

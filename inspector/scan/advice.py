@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from inspector.core.badges import Badge
-from inspector.core.vocabulary import DAMAGED, HealthStatus, Verdict
+from inspector.core.badges import LOOKS, Badge
+from inspector.core.vocabulary import DAMAGED, HealthStatus, Severity, Verdict
 from inspector.layout.torchscript import CODE_ARCHIVES
 from inspector.scan.damage import integrity_findings
 from inspector.scan.result import ScanResult
@@ -84,6 +84,37 @@ def display_word(scan: ScanResult | None) -> str:
     if verdict in (Verdict.SUSPICIOUS, Verdict.ERROR) and is_damaged(scan):
         return DAMAGED
     return str(verdict)
+
+
+@dataclass(frozen=True)
+class EntryLine:
+    """One folder entry's line, as `scan DIR` prints it and the app's Folder pane shows it:
+    its state (a code-safety `Badge`, or `skipped`) and that state's word, its path, what it
+    is (`detail`: a skipped entry's reason, an error, or its format and whether weights_only
+    loads it) and the first reason it is flagged (`why`, empty for none)."""
+
+    state: str
+    word: str
+    path: str
+    detail: str
+    why: str
+
+
+def entry_line(scan: ScanResult) -> EntryLine:
+    """The line of one scanned entry (every entry of a folder gets one, skipped ones too)."""
+    if scan.verdict == Verdict.SKIPPED:
+        state, word = Verdict.SKIPPED.value, "Skipped"
+        detail = f"not a checkpoint ({scan.error or ''})"
+    else:
+        state = code_safety_badge(scan)
+        word = LOOKS[state].word
+        loads = "loads" if scan.weights_only_ok else "refused"
+        detail = scan.error or f"{scan.format}; weights_only: {loads}"
+    flags = [f"{g.import_name}: {g.reason}" for g in scan.globals
+             if g.severity != Severity.SAFE]
+    flags += [f"{f.code}: {f.message}" for f in scan.findings
+              if f.severity != Severity.INFO]
+    return EntryLine(str(state), word, scan.path, detail, flags[0] if flags else "")
 
 
 def code_safety_badge(scan: ScanResult | None, health: str | None = None) -> Badge:
