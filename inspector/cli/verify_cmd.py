@@ -102,6 +102,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--certificate", type=Path, action="append", metavar="CHAIN.pem",
         help="certificates to trust (PEM; repeatable), for a certificate signature",
     )
+    parser.add_argument(
+        "--trust-root", type=Path, metavar="TRUSTED_ROOT.json",
+        help="a Sigstore trusted root (or client trust config) to check a keyless signature "
+        "against, offline; with --identity and --identity-provider",
+    )
+    parser.add_argument(
+        "--identity", metavar="ID",
+        help="the keyless signer trusted: the e-mail or URI its certificate names",
+    )
+    parser.add_argument(
+        "--identity-provider", metavar="URL",
+        help="the OIDC issuer that vouched for --identity",
+    )
     add_loader_arguments(parser)
     add_jobs_argument(parser)
     add_batch_arguments(parser)
@@ -109,7 +122,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Verify and print the result; the exit status says whether everything is ok."""
-    if args.signature or args.public_key or args.certificate or _signed_folder(args):
+    if args.signature or args.public_key or args.certificate or args.trust_root or \
+            _signed_folder(args):
         return _run_signed(args)
     if args.manifest is None:
         return _run_without_manifest(args)
@@ -196,6 +210,7 @@ def _run_signed(args: argparse.Namespace) -> int:
     from inspector.core.vocabulary import SignatureState
     from inspector.signing.bundle import DEFAULT_NAME
     from inspector.signing.folder import check_folder, check_signed_file
+    from inspector.signing.keyless import KeylessTrust
     from inspector.signing.statement import DIALECT, beside
 
     if args.manifest or args.sha256 or args.tensors_only or args.shard or args.results:
@@ -213,12 +228,15 @@ def _run_signed(args: argparse.Namespace) -> int:
         # the worker's client is imported only for a changed file whose tensors are signed
         return worker_digests(args)(path, cancel=cancel)
 
+    keyless = KeylessTrust(args.trust_root, args.identity, args.identity_provider) \
+        if args.trust_root else None
     with stderr_progress("verifying", args.quiet) as progress:
         checked = check_folder(folder, signature, args.public_key, args.certificate or (),
+                               keyless=keyless,
                                tensor_digests=None if args.no_tensors else digests,
                                strict=args.strict, progress=progress) if folder.is_dir() \
             else check_signed_file(folder, signature, args.public_key, args.certificate or (),
-                                   strict=args.strict)
+                                   keyless=keyless, strict=args.strict)
     verdict, result, error = checked.verdict, checked.result, checked.error
     if error is not None and not error.invalid and error.code != "keyless-offline":
         return _usage(escape(error.message))

@@ -1,5 +1,6 @@
-"""OpenSSF Model Signing (OMS) signatures: reading a `model.sig` bundle, checking it with a key
-or a certificate chain, checking a folder against the statement it signs, and signing a folder.
+"""OpenSSF Model Signing (OMS) signatures: reading a `model.sig` bundle, checking it with a key,
+a certificate chain or (keyless) a Sigstore trust root given offline, checking a folder against
+the statement it signs, and signing a folder with a key or a certificate.
 
 The cryptography and the bundle format are the reference library's (`model_signing`, pinned):
 this package checks what it is handed before the library sees it (a bounded regular file, one

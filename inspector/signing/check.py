@@ -1,7 +1,7 @@
 """A signature checked with the key or certificate chain the user trusts, by the reference
 library: the signed statement when it holds, else a SignatureError saying which of wrong key,
 changed signature or untrusted certificate it is. Keyless Sigstore bundles need Sigstore's trust
-root and transparency log, which are not reachable offline: they are named, never passed."""
+root: checked against the one given (`signing.keyless`), else named, never passed."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from inspector.core.json_record import JsonRecord
 from inspector.core.vocabulary import SignatureState, SignerKind
 from inspector.signing.bundle import Bundle, library_signature, read_bundle
 from inspector.signing.errors import SignatureError
+from inspector.signing.keyless import KeylessTrust, no_trust_root, verify_keyless
 from inspector.signing.keys import (
     CURVES,
     certificate_identity,
@@ -59,11 +60,15 @@ class Checked:
 
 
 def check_signature(bundle: Bundle, public_key: Path | None = None,
-                    certificate_chain: Sequence[Path] = ()) -> Checked:
-    """Verify the bundle with the key or chain given; SignatureError otherwise (`.invalid` when
-    the signature was checked and does not hold)."""
+                    certificate_chain: Sequence[Path] = (),
+                    keyless: KeylessTrust | None = None) -> Checked:
+    """Verify the bundle with the key, chain or keyless trust root given; SignatureError
+    otherwise (`.invalid` when the signature was checked and does not hold)."""
     if bundle.kind is SignerKind.SIGSTORE:
-        raise SignatureError("keyless-offline", keyless_message(bundle))
+        if keyless is None:
+            raise SignatureError("keyless-offline", no_trust_root(bundle))
+        manifest, payload, signer = verify_keyless(bundle, keyless)
+        return Checked(signer=signer, statement=from_library(manifest, payload, bundle.path))
     if bundle.kind is SignerKind.KEY and public_key is None:
         hint = _hint(bundle)
         raise SignatureError("no-key", f"{bundle.path}: signed with a key"
@@ -161,14 +166,6 @@ def _verify(bundle: Bundle, verifier: Any, signer: str, signature: Any) -> Any:
     except Exception as exc:  # a bundle of the right shape with contents the library trips on
         raise SignatureError("not-a-bundle", f"{bundle.path}: the reference library cannot "
                              f"check this bundle: {type(exc).__name__}: {exc}") from exc
-
-
-def keyless_message(bundle: Bundle) -> str:
-    """Why a keyless bundle is not verified here, and where it can be."""
-    return (f"{bundle.path}: a Sigstore keyless signature; checking it needs Sigstore's trust "
-            "root and transparency log, and no trust root is available offline: verify it "
-            "where Sigstore is reachable (`model_signing verify sigstore DIR --signature SIG "
-            "--identity ID --identity_provider URL`)")
 
 
 def verdict_for(bundle_path: Path, error: SignatureError | None = None,

@@ -26,6 +26,7 @@ from inspector.integrity.verify import (
 from inspector.signing.bundle import read_bundle
 from inspector.signing.check import SignatureVerdict, check_signature, verdict_for
 from inspector.signing.errors import SignatureError
+from inspector.signing.keyless import KeylessTrust
 from inspector.signing.library import reference
 from inspector.signing.statement import GIT_PATHS, SignedStatement, to_manifest
 
@@ -189,6 +190,7 @@ class SignedCheck:
 
 def check_folder(folder: Path, signature: Path, public_key: Path | None = None,
                  certificate_chain: Sequence[Path] = (), *,
+                 keyless: KeylessTrust | None = None,
                  tensor_digests: TensorDigestFn | None = None, strict: bool = False,
                  progress: ProgressFn | None = None,
                  cancel: CancelToken | None = None) -> SignedCheck:
@@ -199,7 +201,7 @@ def check_folder(folder: Path, signature: Path, public_key: Path | None = None,
         try:
             bundle = read_bundle(signature)
             kind = bundle.kind
-            checked = check_signature(bundle, public_key, certificate_chain)
+            checked = check_signature(bundle, public_key, certificate_chain, keyless)
             digests = tensor_digests if checked.statement.tensors else None
             result = verify_folder(folder, checked.statement, signature, digests,
                                    strict=strict, hashes=hashes, cancel=cancel)
@@ -214,7 +216,8 @@ def check_folder(folder: Path, signature: Path, public_key: Path | None = None,
 
 
 def check_signed_file(path: Path, signature: Path, public_key: Path | None = None,
-                      certificate_chain: Sequence[Path] = (), *, strict: bool = False,
+                      certificate_chain: Sequence[Path] = (), *,
+                      keyless: KeylessTrust | None = None, strict: bool = False,
                       cancel: CancelToken | None = None) -> SignedCheck:
     """One file against a signature over it alone: its statement's one item is `.`, as the
     ledger and `model_signing sign key FILE` write it."""
@@ -222,7 +225,7 @@ def check_signed_file(path: Path, signature: Path, public_key: Path | None = Non
     try:
         bundle = read_bundle(signature)
         kind = bundle.kind
-        checked = check_signature(bundle, public_key, certificate_chain)
+        checked = check_signature(bundle, public_key, certificate_chain, keyless)
         names = [r.name for r in checked.statement.resources]
         if not checked.statement.plain_sha256 or names != ["."]:
             raise SignatureError("not-this-file", f"{signature}: signs a folder ({len(names)} "
