@@ -9,6 +9,7 @@ converted by the real jailed worker."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -71,6 +72,16 @@ def test_a_sharded_folder_converts_to_verified_shards_and_an_index(window, qtbot
     assert run.returncode == 0, run.stderr
     for name in (*SHARDS, INDEX):
         assert (cli_out / name).read_bytes() == (model / name).read_bytes(), name
+    # the folder's report carries the conversion, in words
+    report = tmp_path / "report.html"
+    window.write_report(report, [doc])
+    qtbot.waitUntil(report.exists, timeout=LOAD_TIMEOUT_MS)
+    section = report.read_text().split('data-section="conversion"', 1)[1].split("</section>")[0]
+    text = re.sub(r"<[^>]+>", " ", section.replace("<wbr>", ""))
+    assert "Index written" in text and str(model / INDEX) in text
+    assert all(name in text for name in SHARDS) and text.count("yes, checked here") == 2
+    assert "No conversion was run" not in text
+    assert not re.search(r"\b(True|False|None|output_index|tensors_written)\b", text), text
     window.resize(1280, 720)
     for width, height in ((1280, 720), (1920, 1080)):
         window.resize(width, height)

@@ -94,3 +94,46 @@ def test_no_heading_ends_a_pdf_page():
     layout, height = doc.documentLayout(), doc.pageSize().height()
     top = layout.blockBoundingRect(doc.findBlockByNumber(heading.blockNumber())).top()
     assert top % height < 40  # it now starts the next page, with its text below it
+
+
+def _sharded_folder(folder: Path) -> Path:
+    """Two torch.save shards and the transformers index that names them."""
+    import json
+
+    import torch
+
+    folder.mkdir()
+    shards = {"pytorch_model-00001-of-00002.bin": {"a.weight": torch.ones(3, 2)},
+              "pytorch_model-00002-of-00002.bin": {"b.weight": torch.zeros(4)}}
+    for name, state in shards.items():
+        torch.save(state, folder / name)
+    weight_map = {key: name for name, state in shards.items() for key in state}
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": 40}, "weight_map": weight_map}))
+    return folder
+
+
+def test_a_folder_conversion_is_in_the_report_in_words(tmp_path: Path, capsys):
+    import json
+
+    from inspector.cli import main
+
+    folder = _sharded_folder(tmp_path / "tiny")
+    assert main(["convert", str(folder), "--json"]) == 0
+    conversion = json.loads(capsys.readouterr().out)  # the contract a pipeline keeps
+    assert len(conversion["shards"]) == 2
+    report = build_report(SessionEvidence([FileEvidence(str(folder), conversion=conversion)]))
+    (conv,) = [f.conversion for f in report.files]
+    assert conv.status == "pass" and conv.output == str(folder / "model.safetensors.index.json")
+    table = _section(render_html(report), "conversion")
+    text = re.sub(r"<[^>]+>", "", table.replace("<wbr>", ""))
+    names = re.findall(r"<th>(.*?)</th>", table)
+    assert not {n for n in names if "_" in n or n in conversion}, names
+    assert "Index written" in names and "Shard written" in names
+    for n in (1, 2):
+        assert f"model-0000{n}-of-00002.safetensors" in text
+        assert f"pytorch_model-0000{n}-of-00002.bin" in text
+    assert text.count("yes, checked here") == 2
+    assert not re.search(r"\b(True|False|None)\b", text), text
+    assert not re.search(r"[a-z]+_[a-z]+", text.replace(str(tmp_path), "")
+                         .replace("pytorch_model", "")), text  # no raw key reaches the page

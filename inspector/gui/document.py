@@ -9,7 +9,12 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from inspector.checkpoint.health import Health
-from inspector.checkpoint.results import ConversionResult, DiffResult, InspectResult
+from inspector.checkpoint.results import (
+    ConversionResult,
+    DiffResult,
+    FolderConversion,
+    InspectResult,
+)
 from inspector.core.vocabulary import DocumentState, Severity
 from inspector.formats import read_without_pickle
 from inspector.integrity.verify import VerifyResult
@@ -85,7 +90,7 @@ class FileDocument(QObject):
         self.objects: list[dict[str, Any]] = []
         self.verify: Verification | None = None
         self.diff: DiffResult | None = None
-        self.conversion: ConversionResult | None = None
+        self.conversion: ConversionResult | FolderConversion | None = None
         self.worker_started = False
         self.label: str | None = None
         """A longer name, set while another open document has the same file name."""

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inspector import __version__
-from inspector.checkpoint.results import ConversionResult, DiffResult, InspectResult
+from inspector.checkpoint.results import DiffResult, InspectResult
 from inspector.core.json_record import as_result
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.core.verdict import worst
@@ -34,6 +34,7 @@ from inspector.report.sections import (
     comparison_info,
     consistency_info,
     conversion_info,
+    conversion_record,
     file_info,
     health_info,
     load_info,
@@ -126,7 +127,7 @@ def _file_report(
     tensors = summarize_tensors(loaded) if loaded is not None else None
     health = health_info(loaded) if loaded is not None else None
     verification = verification_info(as_result(VerifyResult, ev.verify), ev.manifest)
-    conversion = conversion_info(as_result(ConversionResult, ev.conversion))
+    conversion = conversion_info(conversion_record(ev.conversion))
     consistency = consistency_info(ev.consistency)
     comparison = comparison_info(as_result(DiffResult, ev.diff))
     model = model_info(loaded) if loaded is not None else None

@@ -35,7 +35,12 @@ LABELS: dict[str, str] = {
     "input": "Input",
     "scan_verdict": "Input's code safety (static scan)",
     "claims": "Checked in this process against the input's bytes",
+    "index": "Input's index",
+    "notes": "Notes from the index checks",
 }
+
+PATHS = frozenset({LABELS["input"], LABELS["index"], LABELS["sidecar"]})
+"""Labels whose values are paths: they wrap at separators, never mid-word."""
 
 HIDDEN = frozenset({"timing"})
 """Fields a report table leaves out: how long it took is no fact about the file."""
@@ -67,6 +72,14 @@ def words(key: str, value: Any) -> str:
         pairs = [f"{a} → {k}" for a, k in value.items()]
         return _counted(pairs)
     return plain(value)
+
+
+def shard_verified(shard: Mapping[str, Any]) -> str:
+    """One converted shard's verification in words: checked here against its input's own
+    bytes, or only as the jailed loader reported, or not verified."""
+    if not shard.get("verified"):
+        return "no: the output does not match the input"
+    return "yes, checked here" if shard.get("checked_here") else "as the jailed loader reported"
 
 
 def plain(value: Any) -> str:

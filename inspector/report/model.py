@@ -14,7 +14,12 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from inspector.checkpoint.contents import DtypeTotal
-from inspector.checkpoint.results import ConversionResult, DiffResult, InspectResult
+from inspector.checkpoint.results import (
+    ConversionResult,
+    DiffResult,
+    FolderConversion,
+    InspectResult,
+)
 from inspector.core.envinfo import EnvInfo
 from inspector.core.strict_json import strict
 from inspector.core.vocabulary import CheckStatus
@@ -42,8 +47,9 @@ class FileEvidence:
     thread, so the report does not read it again)."""
     verify: dict | VerifyResult | None = None
     manifest: str | None = None
-    conversion: dict | ConversionResult | None = None
-    """A safetensors conversion made in this session (the contract's report, or it typed)."""
+    conversion: dict | ConversionResult | FolderConversion | None = None
+    """A safetensors conversion made in this session (the contract's report, or it typed): one
+    file's, or a sharded folder's (`FolderConversion`)."""
     consistency: dict | None = None
     folder: str | None = None
     """The folder the user gave, when this file was found in one (for the backup check)."""

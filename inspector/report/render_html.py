@@ -417,10 +417,23 @@ def _conversion(f: FileReport) -> str:
     c = f.conversion
     if c is None:
         return cells.not_run("No conversion was run in this session.")
-    rows = [("Result", cells.status(c.status)), ("Output", cells.path(c.output or "none")),
-            ("Output SHA-256", cells.digest(c.sha256 or "n/a"))]
-    rows += [(escape(name), escape(text)) for name, text in labels.rows(c.details)]
-    return cells.kv(rows)
+    shards = c.details.get("shards")
+    if shards is None:
+        rows = [("Result", cells.status(c.status)), ("Output", cells.path(c.output or "none")),
+                ("Output SHA-256", cells.digest(c.sha256 or "n/a"))]
+    else:  # a sharded folder: the index written, then each shard's own line
+        rows = [("Result", cells.status(c.status)), ("Index written", cells.path(c.output or
+                                                                                 "none"))]
+    details = {k: v for k, v in c.details.items() if k != "shards"}
+    rows += [(escape(name), cells.breakable(text) if name in labels.PATHS else escape(text))
+             for name, text in labels.rows(details)]
+    if not shards:
+        return cells.kv(rows)
+    return cells.kv(rows) + cells.table(
+        ["Shard written", "From", "Tensors", "Verified", "SHA-256"],
+        [[cells.path(s["output"] or "none"), cells.path(s["input"] or "none"),
+          escape(f"{s['tensors_written']:,}"), escape(labels.shard_verified(s)),
+          cells.digest(s["sha256"] or "n/a")] for s in shards])
 
 
 def _consistency(f: FileReport, anchor: str, image_src: ImageSrc) -> str:

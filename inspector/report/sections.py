@@ -15,6 +15,7 @@ from inspector.checkpoint.results import (
     ConsistencyResult,
     ConversionResult,
     DiffResult,
+    FolderConversion,
     InspectResult,
     TensorStats,
 )
@@ -267,10 +268,21 @@ def comparison_info(diff: DiffResult | None) -> ComparisonInfo | None:
     )
 
 
-def conversion_info(conversion: ConversionResult | None) -> ConversionInfo | None:
+def conversion_record(value: dict | ConversionResult | FolderConversion | None
+                      ) -> ConversionResult | FolderConversion | None:
+    """A conversion's evidence typed: a `convert --json` contract with `shards` is a folder's."""
+    if isinstance(value, dict):
+        return (FolderConversion if "shards" in value else ConversionResult).from_json(value)
+    return value
+
+
+def conversion_info(conversion: ConversionResult | FolderConversion | None
+                    ) -> ConversionInfo | None:
     """The conversion report as a section."""
     if conversion is None:
         return None
+    if isinstance(conversion, FolderConversion):
+        return _folder_conversion_info(conversion)
     # a report that carries an error (as `convert --json` prints a failure) did not convert
     failed = conversion.extra.get("error") or not conversion.verified
     details = conversion.to_json()
@@ -279,6 +291,32 @@ def conversion_info(conversion: ConversionResult | None) -> ConversionInfo | Non
         output=details.pop("output", None),
         sha256=details.pop("sha256", None),
         details=details,
+    )
+
+
+def _folder_conversion_info(conversion: FolderConversion) -> ConversionInfo:
+    """A sharded folder converted shard by shard: passes when every shard was written and
+    verified; the details name the index written and each shard, with its own verification."""
+    shards = conversion.shards
+    failed = not shards or any(s.extra.get("error") or not s.verified for s in shards)
+    outputs = conversion.outputs
+    index = conversion.index if conversion.index != conversion.input else None
+    return ConversionInfo(
+        status=FAIL if failed else PASS,
+        output=conversion.output_index or (str(Path(outputs[0]).parent) if outputs else None),
+        sha256=None,
+        details={
+            "input": conversion.input,
+            **({"index": index} if index else {}),
+            "tensors_written": conversion.tensors_written,
+            "bytes_written": conversion.bytes_written,
+            "notes": [str(p.get("message", "")) for p in conversion.problems],
+            "shards": [{"output": Path(str(s.output)).name if s.output else None,
+                        "input": Path(str(s.input)).name if s.input else None,
+                        "tensors_written": s.tensors_written, "sha256": s.sha256,
+                        "verified": s.verified,
+                        "checked_here": s.unchecked_reason is None} for s in shards],
+        },
     )
 
 

@@ -171,9 +171,8 @@ class ConvertDialog(QDialog):
 
     def _finished(self, result: ConversionResult | FolderConversion) -> None:
         self.result = result
-        if isinstance(result, ConversionResult):  # the report's conversion section: one file
-            self.doc.conversion = result
-            self.doc.changed.emit()
+        self.doc.conversion = result  # the report's conversion section: a file's or a folder's
+        self.doc.changed.emit()
         self.progress.setRange(0, 1)
         self.progress.setValue(1)
         self.stage.setText("Done")
