@@ -9,7 +9,8 @@ runs, so the check adds little wall time:
 
 - `check_inspection`: every tensor the file holds is located here; the worker must report each
   one once, with the same dtype, shape and digest; the NaN and Inf counts are recomputed here
-  and replace the worker's, and health is judged again from the checked records. Other
+  and replace the worker's, and health is judged here from the checked records (from the
+  loader's own where the file cannot be read here; the worker judges none). Other
   statistics (mean, std, histogram, exponents) are taken from the worker and the record says so.
 - `check_digests`: the tensor digests `verify` compares with a manifest, checked the same way.
 - `check_conversion`: the output safetensors file is read here and each tensor's bytes compared
@@ -120,6 +121,8 @@ def check_inspection(expected: Expected, report: dict[str, Any]) -> None:
     started = time.perf_counter()
     measured = expected.wait()
     if isinstance(measured, str):
+        # judged here from the loader's records, which nothing here could check
+        report["health"] = assess(report["tensors"]).to_json()
         report["claims"] = ClaimCheck(reason=measured).to_json()
         return
     problems = _record_problems(measured, report["tensors"], {})

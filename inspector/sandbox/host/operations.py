@@ -112,12 +112,12 @@ def inspect_one(path: str | os.PathLike[str], options: InspectOptions = InspectO
         request = {"op": "inspect", "path": str(target), "paths": files, "allow_globals": allow,
                    "limits": _limits(size, options.limits)}
         # The scan runs while the worker starts; the worker opens nothing until it passes.
-        result = run_job(request, on_event=options.on_event, cancel=cancel,
-                         timeout=options.timeout, gate=admit)
+        result = inspect_reply(request, on_event=options.on_event, cancel=cancel,
+                               timeout=options.timeout, gate=admit)
         report.update(sandbox=result["sandbox"], tensors=result["tensors"],
                       objects=result["objects"], timing=result["timing"],
                       digest_algorithm=result.get("digest_algorithm", DIGEST_ALGORITHM),
-                      health=result.get("health"), unique_storage=result.get("unique_storage"))
+                      unique_storage=result.get("unique_storage"))
         report.update({k: result[k] for k in ("code", "code_archive") if k in result})
         check_inspection(expected, report)  # the reply is a claim until it passes
         report.update(model_facts(report["tensors"], report["objects"]))
@@ -129,6 +129,40 @@ def inspect_one(path: str | os.PathLike[str], options: InspectOptions = InspectO
     if cancel is not None:
         cancel.check()
     return report
+
+
+def inspect_reply(request: dict, on_event: EventFn | None = None, **job: Any) -> dict:
+    """An `inspect` job's reply (`run_job`'s keyword arguments), unchecked: the worker sends
+    each tensor's record once, as a `tensor` event, and its result names their order
+    (`tensor_keys`); the records are gathered here into the result's `tensors`."""
+    gathered: list[dict] = []
+
+    def gather(event: dict) -> None:
+        if event.get("type") == "tensor":
+            record = dict(event)  # `on_event` may keep the event itself (the app's rows)
+            del record["type"]
+            gathered.append(record)
+        if on_event is not None:
+            on_event(event)
+
+    result = run_job(request, on_event=gather, **job)
+    result["tensors"] = _in_order(gathered, result.pop("tensor_keys", None))
+    return result
+
+
+def _in_order(records: list[dict], keys: object) -> list[dict]:
+    """`records` in the order of `keys` (the worker's pool finishes large tensors first); a
+    record with a key not listed keeps its place after those listed (the claims check says
+    what is wrong with it)."""
+    if not isinstance(keys, list):
+        return records
+    place = {key: n for n, key in enumerate(keys) if isinstance(key, str)}
+
+    def position(record: dict) -> int:
+        key = record.get("key")
+        return place.get(key, len(place)) if isinstance(key, str) else len(place)
+
+    return sorted(records, key=position)
 
 
 def sidecar_path(output: Path) -> Path:

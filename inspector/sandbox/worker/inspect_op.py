@@ -3,9 +3,12 @@
 A TorchScript or torch.export archive's result also has `code` and `code_archive`
 (`tensors.torchscript.code_report`): the code torch would run on loading it, never run here.
 
-The result adds `unique_storage` (storages, and the elements and bytes the tensors reach in
-them, each byte once, so tied weights count once) and `health` (`checkpoint.health`'s verdict on
-the values).
+Each tensor's record is sent once, as its own `tensor` event when it is complete; the result
+names their order (`tensor_keys`, the file's) instead of repeating them, so neither side
+encodes or parses a record twice (12,000 tiny tensors: about 0.4 s of the job). The client
+gathers them (`sandbox.host.operations.inspect_reply`) and judges health itself from the
+records it has checked. The result adds `unique_storage` (storages, and the elements and bytes
+the tensors reach in them, each byte once, so tied weights count once).
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from collections.abc import Callable
 
 import torch
 
-from inspector.checkpoint.health import assess
 from inspector.core.progress import CancelToken
 from inspector.integrity.hashing import DIGEST_ALGORITHM
 from inspector.layout.torchscript import CODE_ARCHIVES
@@ -60,8 +62,8 @@ def inspect(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
 
     records = describe_tensors(tensors, on_tensor, release=release, cancel=cancel,
                                threads=request["_threads"])
-    result = {"digest_algorithm": DIGEST_ALGORITHM, "tensors": records, "objects": objects_out,
-              "unique_storage": unique_storage(tensors), "health": assess(records).to_json()}
+    result = {"digest_algorithm": DIGEST_ALGORITHM, "tensor_keys": [r["key"] for r in records],
+              "objects": objects_out, "unique_storage": unique_storage(tensors)}
     fmt = LoadSpec.of(request).format
     if fmt in CODE_ARCHIVES:
         result.update(code_report(path, fmt))
