@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QItemSelectionModel, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QCloseEvent
@@ -30,11 +31,15 @@ from inspector.gui.document import FileDocument, distinct_names, list_text
 from inspector.gui.drops import FileDrops
 from inspector.gui.jobs import Job, JobRunner
 from inspector.gui.menus import build_menus, update_actions
-from inspector.gui.pipeline import Pipeline, expand_paths
+from inspector.gui.pipeline import Pipeline, open_list
 from inspector.gui.verdict_style import document_icon, document_words, state_tooltip
 from inspector.gui.widgets.empty_state import EmptyState
 from inspector.gui.widgets.file_list import SIDE_WIDTH, FileListPanel
 from inspector.shards.inspect import coverage_text
+
+if TYPE_CHECKING:
+    from inspector.gui.folders.entries_pane import FolderPane
+    from inspector.scan.discover import Found
 
 FILE_FILTER = formats.dialog_filter()
 PROGRESS_MS = 200
@@ -133,6 +138,7 @@ class MainWindow(QMainWindow):
         self.gpu: QWidget | None = None
         self.consistency: QWidget | None = None
         self.run_pane: QWidget | None = None
+        self.folder_pane: FolderPane | None = None
 
         # The panes' own minimum sizes must not squeeze the list (it jumped from 230 px to
         # 130 px as the selection changed): the tabs get an explicit minimum, which overrides
@@ -266,9 +272,12 @@ class MainWindow(QMainWindow):
         if runs:
             self.open_run(runs[-1])
             paths = [p for p in paths if p not in runs]
-        files = expand_paths(paths)
-        if files:
+        listing = open_list(paths)
+        files = listing.files
+        if files or listing.folders:
             self.build_panes()
+        for root, entries in listing.folders:
+            self._list_folder(root, entries)
         missing = [str(p) for p in paths if not Path(p).exists()]
         if missing:
             self.statusBar().showMessage(f"Not found: {', '.join(missing)}", 8000)
@@ -296,6 +305,21 @@ class MainWindow(QMainWindow):
             self._select_only(self.docs.index(opened[0]))
         update_actions(self)
         return opened
+
+    def _list_folder(self, root: Path, entries: list[Found]) -> None:
+        """Give every entry of the opened folder `root` its line in the Folder pane: a
+        document's once scanned (`_refresh_item`), a folder the walk did not enter at once."""
+        from inspector.scan.engine import scan_found
+
+        if self.folder_pane is None:
+            from inspector.gui.folders.entries_pane import FolderPane
+
+            self.folder_pane = FolderPane()
+            self.tabs.addTab(self.folder_pane, "Folder")
+        self.folder_pane.show_folder(root, [found.path.absolute() for found in entries])
+        for found in entries:
+            if found.unwalked is not None:  # its line is the walk's reason: nothing to read
+                self.folder_pane.set_result(found.path.absolute(), scan_found(found))
 
     def open_run(self, path: str | Path) -> QWidget:
         """Show a training run's ledgered checkpoints in the Run pane and check them."""
@@ -368,6 +392,8 @@ class MainWindow(QMainWindow):
         item.setData(Qt.ItemDataRole.AccessibleTextRole, f"{doc.name}, {words}")
         if self.consistency is not None:
             self.consistency.set_verdict(str(doc.path), doc.verdict)
+        if self.folder_pane is not None and doc.scan is not None:
+            self.folder_pane.set_result(doc.path, doc.scan)
         if doc is self.current:
             update_actions(self)
 

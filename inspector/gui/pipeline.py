@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from inspector.core.vocabulary import (
 from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, Job, JobFn, JobRunner
 from inspector.scan.dcp_folder import is_dcp_folder, scan_folder
-from inspector.scan.discover import Found, discover
+from inspector.scan.discover import Found, discover_entries
 from inspector.scan.pickles.policy import classify
 from inspector.scan.result import ScanResult
 from inspector.shards.index import has_one_sha256
@@ -57,20 +58,44 @@ def stage_text(stage: str) -> str:
     return STAGE_WORDS.get(stage, stage.replace("_", " ").capitalize())
 
 
-def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Found]:
+@dataclass(frozen=True)
+class Opened:
+    """What opening `paths` opens: `files`, one document each, and each plain folder among
+    them with every entry the Folder pane lists for it (`folders`: its documents and each
+    folder entry the walk did not enter, whose line says why)."""
+
+    files: list[Found]
+    folders: list[tuple[Path, list[Found]]]
+
+
+def open_list(paths: Iterable[str | os.PathLike[str]]) -> Opened:
     """Files to open, as `scan.discover` lists them for `scan DIR`: folders walked (hidden files
     included), each real file once. A folder's file that is no checkpoint at all is dropped by
     its scan (`Pipeline.skipped`), by the same rule `scan DIR` uses. A model folder of shards
     (or its `*.index.json`), or a torch.distributed.checkpoint folder, is one document, first:
-    `inspect` reads it as one checkpoint."""
+    `inspect` reads it as one checkpoint. Each folder is walked once."""
     paths = list(paths)
     whole = [Path(os.path.abspath(p)) for p in paths if _is_model_folder(Path(p))]
     rest = [p for p in paths if Path(os.path.abspath(p)) not in whole]
     # a parent folder of models: one document per model folder under it, not its shards
     inner = [m for p in rest if Path(p).is_dir() for m in model_folders(Path(p))]
-    return [Found(p, False) for p in [*whole, *inner]] + [
-        f for f in discover(rest) if (f.in_folder or f.path.exists())
-        and not any(f.path.is_relative_to(m) for m in inner)]
+    entries = [f for f in discover_entries(rest) if (f.in_folder or f.path.exists())
+               and not any(f.path.is_relative_to(m) for m in inner)]
+    files = [Found(p, False) for p in [*whole, *inner]] + [
+        f for f in entries if f.unwalked is None]
+    folders = []
+    for p in rest:
+        root = Path(os.path.abspath(p))
+        if root.is_dir():
+            under = [f for f in [*(Found(m, False) for m in inner), *entries]
+                     if Path(os.path.abspath(f.path)).is_relative_to(root)]
+            folders.append((root, under))
+    return Opened(files, folders)
+
+
+def expand_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Found]:
+    """The documents opening `paths` opens (`open_list`)."""
+    return open_list(paths).files
 
 
 def _is_model_folder(path: Path) -> bool:
