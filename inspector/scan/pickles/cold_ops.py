@@ -1,4 +1,5 @@
-"""The opcodes torch's tensor pickles rarely or never use, one small function each.
+"""The opcodes torch's tensor pickles rarely or never use: one small function each, and one
+table (`_PUSHES`) for those whose whole effect is to push a value.
 
 The walker's loop handles the hot opcodes inline and looks every other one up in `COLD_OPS`:
 `handler(state, op, at)` with `at` the opcode's offset and `state.pos` just past the opcode
@@ -43,6 +44,35 @@ def unknown_opcode(st: WalkState, op: int, at: int) -> bool:
     st.note("malformed", f"unknown opcode byte {op:#04x}", at)
     st.res.error = f"unknown opcode {op:#04x} at offset {at}"
     return True
+
+
+# The opcodes whose whole effect is to push one value: what each pushes, read from the state.
+# Text and bytes arguments are kept by `state.text` / `state.binary` (their length alone when
+# long); INT, LONG and FLOAT push their argument line as raw bytes.
+_PUSHES: dict[str, Callable[[WalkState], object]] = {
+    "NONE": lambda st: None,
+    "EMPTY_DICT": lambda st: _Seq("dict"),
+    "EMPTY_LIST": lambda st: _Seq("list"),
+    "EMPTY_SET": lambda st: _Seq("set"),
+    "DUP": lambda st: st.stack[-1] if st.stack else UNKNOWN,
+    "BINFLOAT": lambda st: unpack_from(">d", st.data, st.take(8))[0],
+    "INT": WalkState.line,
+    "LONG": WalkState.line,
+    "FLOAT": WalkState.line,
+    "UNICODE": lambda st: str(st.line(), "raw-unicode-escape"),
+    "SHORT_BINUNICODE": lambda st: st.text(st.data[st.take(1)]),
+    "BINUNICODE8": lambda st: st.text(unpack_from("<Q", st.data, st.take(8))[0]),
+    "SHORT_BINBYTES": lambda st: st.binary(st.data[st.take(1)]),
+    "BINBYTES": lambda st: st.binary(unpack_from("<I", st.data, st.take(4))[0]),
+    "BINBYTES8": lambda st: st.binary(unpack_from("<Q", st.data, st.take(8))[0]),
+    "BYTEARRAY8": lambda st: st.binary(unpack_from("<Q", st.data, st.take(8))[0]),
+}
+_PUSH_BY_BYTE = {OPCODE_BYTES[name]: value for name, value in _PUSHES.items()}
+
+
+@_handles(*_PUSHES)
+def _push(st: WalkState, op: int, at: int) -> None:
+    st.stack.append(_PUSH_BY_BYTE[op](st))
 
 
 @_handles("PROTO")
@@ -181,31 +211,6 @@ def _dict_or_list(st: WalkState, op: int, at: int) -> None:
     st.stack.append(seq)
 
 
-@_handles("EMPTY_DICT")
-def _empty_dict(st: WalkState, op: int, at: int) -> None:
-    st.stack.append(_Seq("dict"))
-
-
-@_handles("SHORT_BINUNICODE")
-def _short_binunicode(st: WalkState, op: int, at: int) -> None:
-    st.stack.append(st.text(st.data[st.take(1)]))
-
-
-@_handles("NONE")
-def _none(st: WalkState, op: int, at: int) -> None:
-    st.stack.append(None)
-
-
-@_handles("EMPTY_LIST")
-def _empty_list(st: WalkState, op: int, at: int) -> None:
-    st.stack.append(_Seq("list"))
-
-
-@_handles("EMPTY_SET")
-def _empty_set(st: WalkState, op: int, at: int) -> None:
-    st.stack.append(_Seq("set"))
-
-
 @_handles("FROZENSET")
 def _frozenset(st: WalkState, op: int, at: int) -> None:
     st.pop_mark(at)
@@ -265,16 +270,6 @@ def _pop_mark(st: WalkState, op: int, at: int) -> None:
     st.pop_mark(at)
 
 
-@_handles("DUP")
-def _dup(st: WalkState, op: int, at: int) -> None:
-    st.stack.append(st.stack[-1] if st.stack else UNKNOWN)
-
-
-@_handles("BINFLOAT")
-def _binfloat(st: WalkState, op: int, at: int) -> None:
-    st.stack.append(unpack_from(">d", st.data, st.take(8))[0])
-
-
 @_handles("LONG1")
 def _long1(st: WalkState, op: int, at: int) -> None:
     k = st.data[st.take(1)]
@@ -314,39 +309,6 @@ def _string(st: WalkState, op: int, at: int) -> None:
         st.stack.append(UNKNOWN)
     else:
         st.stack.append(decode_text(codecs.escape_decode(raw[1:-1])[0]))
-
-
-@_handles("UNICODE")
-def _unicode(st: WalkState, op: int, at: int) -> None:
-    st.stack.append(str(st.line(), "raw-unicode-escape"))
-
-
-@_handles("BINUNICODE8")
-def _binunicode8(st: WalkState, op: int, at: int) -> None:
-    (k,) = unpack_from("<Q", st.data, st.take(8))
-    st.stack.append(st.text(k))
-
-
-@_handles("BINBYTES")
-def _binbytes(st: WalkState, op: int, at: int) -> None:
-    (k,) = unpack_from("<I", st.data, st.take(4))
-    st.stack.append(st.binary(k))
-
-
-@_handles("SHORT_BINBYTES")
-def _short_binbytes(st: WalkState, op: int, at: int) -> None:
-    st.stack.append(st.binary(st.data[st.take(1)]))
-
-
-@_handles("BINBYTES8", "BYTEARRAY8")
-def _binbytes8(st: WalkState, op: int, at: int) -> None:
-    (k,) = unpack_from("<Q", st.data, st.take(8))
-    st.stack.append(st.binary(k))
-
-
-@_handles("INT", "LONG", "FLOAT")
-def _number_line(st: WalkState, op: int, at: int) -> None:
-    st.stack.append(st.line())
 
 
 @_handles("GET")
