@@ -140,7 +140,8 @@ def pdf_screens(pdf: QPdfDocument, shots: Path) -> list[Path]:
                 page = pdf.render(n, QSize(page_w, height))
                 assert _ink(page), n
                 x = width // 2 - page_w - 4 if n == first else width // 2 + 4
-                painter.drawImage(QPoint(x, 0), page)
+                painter.fillRect(x, 0, page_w, height, QColor("white"))  # pages are drawn
+                painter.drawImage(QPoint(x, 0), page)  # on a transparent background
             painter.end()
             path = shots / f"report-pdf-pages-{first + 1}-{width}x{height}.png"
             _save(image, path)

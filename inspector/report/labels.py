@@ -36,6 +36,10 @@ LABELS: dict[str, str] = {
     "scan_verdict": "Input's code safety (static scan)",
     "claims": "Checked in this process against the input's bytes",
     "index": "Input's index",
+    "description": "Jail",
+    "platform": "Platform",
+    "active": "Isolation layers in force",
+    "missing": "Isolation layers missing",
     "notes": "Notes from the index checks",
 }
 
@@ -66,6 +70,10 @@ def words(key: str, value: Any) -> str:
         checked = "yes" if value.get("checked") else "no"
         reason = value.get("reason")
         return checked + (f" ({reason})" if reason else "")
+    if key == "active" and isinstance(value, list | tuple):  # a jail's layers, every one
+        return "; ".join(map(str, value)) or "none"
+    if key == "missing" and isinstance(value, Mapping):
+        return "; ".join(f"{layer}: {why}" for layer, why in value.items()) or "none"
     if key == "digests" and isinstance(value, Mapping):
         return f"{len(value):,}"
     if key == "aliases" and isinstance(value, Mapping):

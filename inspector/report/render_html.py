@@ -298,7 +298,9 @@ def _load(f: FileReport) -> str:
                         else f"Not loaded: {reason}")
     rows = [("Result", escape(load.status)),
             ("Sandbox level", escape(load.sandbox_level or "unknown"))]
-    rows += [(escape(k), escape(cells.short(v))) for k, v in load.sandbox.items() if k != "level"]
+    jail = {k: v for k, v in load.sandbox.items()
+            if k != "level" and not (k == "description" and v == load.sandbox_level)}
+    rows += [(escape(name), escape(text)) for name, text in labels.rows(jail)]
     if load.error:
         rows.append(("Error", escape(load.error)))
     return cells.kv(rows)
@@ -336,11 +338,12 @@ def _tensors(f: FileReport, anchor: str, image_src: ImageSrc) -> str:
 
 
 def _health_cell(f: FileReport) -> str:
-    """A file's weights-health badge in the app's word and colour, with why it was not judged."""
+    """A file's weights-health badge in the app's word and colour, with why it was not judged
+    in its first clause (the load's section gives the whole of it)."""
     badge = weights_health(f)
     why = ((f.load.error or str(f.load.status).replace("_", " "))
            if badge == Badge.WEIGHTS_NOT_JUDGED else "")
-    return cells.badge_cell(badge, why)
+    return cells.badge_cell(badge, why.split("; ", 1)[0].split(". ", 1)[0])
 
 
 def _health(f: FileReport) -> str:

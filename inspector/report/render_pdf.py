@@ -41,7 +41,9 @@ def page_size() -> QSizeF:
 
 
 def orphan_headings(doc: QTextDocument) -> list[QTextBlock]:
-    """Headings that are the last thing on their page: the next block starts a later one."""
+    """Headings that are the last thing on their page: the text after them starts a later one
+    (a table's text is its first row under the header row, so a heading with only a table's
+    column names under it is left alone too)."""
     layout, height = doc.documentLayout(), doc.pageSize().height()
     found = []
     block = doc.begin()
@@ -49,10 +51,18 @@ def orphan_headings(doc: QTextDocument) -> list[QTextBlock]:
         after = block.next()
         if block.blockFormat().headingLevel() and after.isValid():
             page = int(layout.blockBoundingRect(block).top() // height)
-            if int(layout.blockBoundingRect(after).top() // height) > page:
+            if int(layout.blockBoundingRect(_text_after(after)).top() // height) > page:
                 found.append(block)
         block = after
     return found
+
+
+def _text_after(block: QTextBlock) -> QTextBlock:
+    """The first block of what follows a heading: a table's first row below its header."""
+    table = QTextCursor(block).currentTable()
+    if table is None or table.rows() < 2:
+        return block
+    return table.cellAt(1, 0).firstCursorPosition().block()
 
 
 def keep_headings_with_text(doc: QTextDocument) -> int:
