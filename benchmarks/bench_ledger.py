@@ -7,13 +7,17 @@ Method: each measurement is a fresh interpreter that builds the state in memory 
 save_pretrained), records its peak RSS, then saves once into a scratch folder on the same
 disk; the time is the save call alone, the RSS added is the peak during the save (VmHWM, reset
 through /proc/self/clear_refs once the state is built) minus the RSS before it.
-The ledger's time includes its in-memory digests, the fsyncs, the re-read from disk with every
-tensor's digest and the file's SHA-256, and the journal append; the plain writers neither
-fsync nor read back. Runs alternate writer by writer; medians of --repeats.
+Before the clock, the torch.save, floor and ledger.save children save a 4-element state once
+with the same writer (a training process saves many times; the first call's lazy imports are
+not a save's cost).
+The ledger's time includes its health check, the fsyncs, the one re-read from disk (every
+tensor's digest, compared with memory in the same pass; the file's SHA-256 on a second
+thread), and the journal append; the plain writers neither fsync nor read back. Runs
+alternate writer by writer; medians of --repeats.
 
-Targets: the RSS added by the ledger stays small against the state (hashing streams views of
-the tensors and pages of the file, dropped once read: no second copy); the time added is
-about two passes over the bytes (memory and disk) plus the fsync.
+Targets: `ledger.save` at most 1.2x the floor; the RSS added by the ledger stays small against
+the state (the re-read streams pages of the file, dropped once read, against views of the
+tensors: no second copy).
 """
 
 from __future__ import annotations
@@ -43,6 +47,15 @@ else:
     state = {f"layers.{i}.weight": torch.randn(2048, 2048) for i in range(n)}
     size = n * 2048 * 2048 * 4
 from inspector.ledger import save, save_pretrained  # imported before the clock starts
+# a training process saves many times: one small save by the same writer first, so what is
+# timed is a save, not the first call's lazy imports (~70 ms for the ledger's re-reader)
+warm = out / "warm"
+warm.mkdir()
+small = {"w": torch.ones(4)}
+if kind == "ledger.save":
+    save(small, warm / "w.pt")
+elif kind in ("torch.save", "floor"):
+    torch.save(small, warm / "w.pt")
 def status(field):
     line = next(l for l in open("/proc/self/status") if l.startswith(field + ":"))
     return int(line.split()[1])

@@ -162,3 +162,59 @@ def test_a_save_over_the_same_path_replaces_the_older_record_not_changes_it(tmp_
     assert [c.state for c in check_saves(ledger)] == [CheckpointState.REPLACED,
                                                       CheckpointState.INTACT]
     assert latest_valid(tmp_path).step == 2
+
+
+@pytest.fixture
+def odd_chunks(monkeypatch):
+    """The file read back and memory cut into pieces of different, unaligned sizes, so the
+    byte-by-byte comparison must line up pieces that do not start together."""
+    monkeypatch.setattr("inspector.rawtensors.readers.CHUNK_BYTES", 1000)
+    monkeypatch.setattr("inspector.tensors.stats.CHUNK_BYTES", 1532)
+
+
+def test_the_read_back_digests_the_disk_and_matches_memory_piece_by_piece(tmp_path, odd_chunks):
+    import hashlib
+
+    from inspector.ledger.digests import proven_digests
+
+    state = {"w": torch.randn(70, 73), "t": torch.randn(64, 30).t(), "i": torch.arange(999)}
+    torch.save(state, tmp_path / "f.pt")
+    fmt, entries, bad = proven_digests(tmp_path / "f.pt", state)
+    assert fmt == "pytorch-zip" and bad == []
+    for e in entries:  # the record's digests are the bytes' own, row-major as verify reads them
+        row_major = state[e.key].contiguous().numpy().tobytes()
+        assert e.digest == hashlib.sha256(row_major).hexdigest()
+
+
+@pytest.mark.parametrize("byte", [0, 4999, 20439])
+def test_one_bit_that_differs_anywhere_between_disk_and_memory_is_named(tmp_path, odd_chunks,
+                                                                        byte):
+    from inspector.ledger.digests import proven_digests
+
+    state = {"w": torch.randn(70, 73), "b": torch.randn(5)}
+    torch.save(state, tmp_path / "f.pt")
+    state["w"].view(-1).view(torch.uint8)[byte] ^= 0x01  # memory moved after the write
+    assert proven_digests(tmp_path / "f.pt", state)[2] == ["w"]
+
+
+def test_a_key_dtype_or_shape_that_differs_from_memory_is_named(tmp_path):
+    from inspector.ledger.digests import proven_digests
+
+    state = {"a": torch.ones(4), "b": torch.ones(2, 3), "c": torch.ones(3)}
+    torch.save(state, tmp_path / "f.pt")
+    memory = {"a": torch.ones(4).view(torch.int32), "b": torch.ones(3, 2), "d": torch.ones(3)}
+    assert sorted(proven_digests(tmp_path / "f.pt", memory)[2]) == ["a", "b", "c", "d"]
+
+
+def test_memory_that_changed_while_the_file_was_written_is_a_mismatch(tmp_path, monkeypatch):
+    real_write = atomic_save._write
+    state = _weights(1)
+
+    def write_then_touch(obj, fd, tmp, as_safetensors, metadata):
+        real_write(obj, fd, tmp, as_safetensors, metadata)
+        state["model"]["w"][-1, -1] += 1.0
+
+    monkeypatch.setattr(atomic_save, "_write", write_then_touch)
+    with pytest.raises(LedgerError, match=r"model\.w differs from memory"):
+        save(state, tmp_path / "a.pt", step=1)
+    assert not (tmp_path / "a.pt").exists()

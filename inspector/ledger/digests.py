@@ -6,12 +6,19 @@ names), SHA-256 of each tensor's bytes, contiguous and row-major (`tensors.stats
 the readers of the worker's `digests` op (`tensors.sources`), so a ledger record is a manifest
 that `verify` checks unchanged. Hashing streams in bounded chunks: views of the tensors in
 memory, pages of the file dropped once read; no second copy of the checkpoint is made.
+
+`proven_digests` is the one read-back `ledger.save` makes: each tensor's bytes on disk are
+hashed for the record and compared with the same tensor's bytes in memory, word by word, in
+the same pass (a compare costs a fraction of a SHA-256, so memory is never hashed).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from typing import Any
+
+import numpy as np
 
 from inspector.core.vocabulary import TensorCheckStatus
 from inspector.integrity.hashing import DIGEST_ALGORITHM
@@ -52,6 +59,90 @@ def disk_digests(path: str | os.PathLike[str], allow_globals: tuple[str, ...] = 
                     digest_algorithm=DIGEST_ALGORITHM)
         for s in ckpt.tensors
     ]
+
+
+def proven_digests(path: str | os.PathLike[str], obj: Any, allow_globals: tuple[str, ...] = ()
+                   ) -> tuple[str, list[TensorEntry], list[str]]:
+    """The format and every tensor of the file at `path` with its digest, and the keys whose
+    dtype, shape or bytes differ from `obj`'s tensors in memory, or that only one side has."""
+    import hashlib
+
+    import torch
+
+    from inspector.core.dtypes import canonical_dtype
+    from inspector.tensors.encoded import expand
+    from inspector.tensors.load import split_leaves
+    from inspector.tensors.records import dtype_name
+    from inspector.tensors.sources import open_checkpoint
+    from inspector.tensors.stats import byte_chunks
+
+    memory = dict(expand(split_leaves(obj)[0])[0])
+    ckpt = open_checkpoint(os.fspath(path), allow_globals)
+    entries, bad = [], []
+    for s in ckpt.tensors:
+        t = memory.pop(s.key, None)
+        same = (t is not None and canonical_dtype(dtype_name(t.dtype)) == canonical_dtype(s.dtype)
+                and tuple(t.shape) == tuple(s.shape))
+        dense = same and t.layout == torch.strided and t.device.type != "meta"
+        digest = None
+        if s.read is not None:
+            h = hashlib.sha256()
+            chunks = _hashed(s.read(), h)
+            if dense:
+                same = _same_bytes(chunks, byte_chunks(t.detach()))
+            else:
+                for _ in chunks:  # hashed all the same: the record holds what is on disk
+                    pass
+            digest = h.hexdigest()
+        elif dense:
+            same = False  # memory has bytes the file does not
+        if not same:
+            bad.append(s.key)
+        entries.append(TensorEntry(key=s.key, dtype=s.dtype, shape=tuple(s.shape), digest=digest,
+                                   digest_algorithm=DIGEST_ALGORITHM))
+    return ckpt.format, entries, bad + list(memory)
+
+
+def _hashed(chunks: Iterable[Any], h: Any) -> Iterator[np.ndarray]:
+    """Each chunk as bytes (numpy, no copy), fed to `h` on the way."""
+    for chunk in chunks:
+        h.update(chunk)
+        yield np.frombuffer(chunk, np.uint8)
+
+
+_BLOCK = 1 << 20
+"""Bytes compared at a time: the temporary mask stays in cache."""
+
+
+def _same_bytes(disk: Iterator[np.ndarray], memory: Iterable[Any]) -> bool:
+    """Whether two byte streams, cut into chunks at different places, are equal; `disk` is
+    consumed to its end either way (its chunks are being hashed)."""
+    held = iter(memory)
+    mine = np.empty(0, np.uint8)
+    same = True
+    for got in disk:
+        while same and got.size:
+            if not mine.size:
+                nxt = next(held, None)
+                if nxt is None:
+                    same = False
+                    break
+                mine = np.frombuffer(nxt, np.uint8)
+            n = min(got.size, mine.size)
+            same = _equal(got[:n], mine[:n])
+            got, mine = got[n:], mine[n:]
+    return same and not mine.size and not any(len(c) for c in held)
+
+
+def _equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal bytes, compared as 64-bit words a block at a time."""
+    for at in range(0, a.size, _BLOCK):
+        x, y = a[at:at + _BLOCK], b[at:at + _BLOCK]
+        whole = x.size // 8 * 8
+        if not (np.array_equal(x[:whole].view(np.uint64), y[:whole].view(np.uint64))
+                and np.array_equal(x[whole:], y[whole:])):
+            return False
+    return True
 
 
 def differences(expected: list[TensorEntry], actual: list[TensorEntry], file: str,
