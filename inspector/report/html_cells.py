@@ -28,7 +28,10 @@ def table(headers: list[str], rows: list[list[str]]) -> str:
                    for row in rows[:MAX_ROWS])
     more = (f"<p class=\"muted\">… and {len(rows) - MAX_ROWS:,} more rows in the JSON report.</p>"
             if len(rows) > MAX_ROWS else "")
-    return f"<table cellspacing=\"0\" cellpadding=\"3\"><tr>{head}</tr>{body}</table>{more}"
+    # <thead>: Qt keeps the column names with the first row under them (never alone at a
+    # page's foot) and repeats them on each page the table runs onto
+    return (f"<table cellspacing=\"0\" cellpadding=\"3\"><thead><tr>{head}</tr></thead>{body}"
+            f"</table>{more}")
 
 
 def kv(rows: list[tuple[str, str]]) -> str:

@@ -41,9 +41,8 @@ def page_size() -> QSizeF:
 
 
 def orphan_headings(doc: QTextDocument) -> list[QTextBlock]:
-    """Headings that are the last thing on their page: the text after them starts a later one
-    (a table's text is its first row under the header row, so a heading with only a table's
-    column names under it is left alone too)."""
+    """Headings that are the last thing on their page: the text after them (`_text_after`)
+    starts a later one."""
     layout, height = doc.documentLayout(), doc.pageSize().height()
     found = []
     block = doc.begin()
@@ -58,11 +57,12 @@ def orphan_headings(doc: QTextDocument) -> list[QTextBlock]:
 
 
 def _text_after(block: QTextBlock) -> QTextBlock:
-    """The first block of what follows a heading: a table's first row below its header."""
-    table = QTextCursor(block).currentTable()
-    if table is None or table.rows() < 2:
-        return block
-    return table.cellAt(1, 0).firstCursorPosition().block()
+    """The first block of text after a heading: past any heading that follows at once, so a
+    file's heading and its first section's heading go to the next page together. (A table's
+    column names are a `<thead>`, which Qt keeps with the first row under them.)"""
+    while block.blockFormat().headingLevel() and block.next().isValid():
+        block = block.next()
+    return block
 
 
 def keep_headings_with_text(doc: QTextDocument) -> int:
