@@ -96,6 +96,8 @@ def app_words(window, qtbot, paths: list[Path]) -> dict[str, tuple[str, str]]:
 
         qtbot.waitUntil(final, timeout=LOAD_TIMEOUT_MS)
         shown[doc.name] = tuple(b.accessibleName().split(": ", 1)[1] for b in banners)
+        if doc.health is not None:  # the findings' heading says the weights badge's word
+            assert shown[doc.name][1] in window.overview.findings.toPlainText().splitlines()
     return shown
 
 

@@ -499,7 +499,7 @@ def _health_html(health: Health | None, said: str = "") -> str:
         expl = Explanation(expl.headline, expl.meaning, "")
     findings = sorted(health.findings,
                       key=lambda f: ("problem", "warning", "info").index(f.severity or "info"))
-    parts = [f"<h3>Weights health: {html.escape(str(health.status).upper())}</h3>"
+    parts = [f"<h3>{html.escape(health_style(health.status).word)}</h3>"  # the badge's word
              f"<p>{html.escape(expl.meaning)}"
              + (f"<br><b>What to do:</b> {html.escape(expl.action)}" if expl.action else "")
              + "</p>"]
