@@ -82,6 +82,18 @@ def words(key: str, value: Any) -> str:
     return plain(value)
 
 
+RECORD_KINDS = {"ledger.save": "checkpoint saves", "ledger.rotate": "rotations",
+                "guard.alarm": "guard alarms", "guard.metrics": "guard metrics files",
+                "order.ledger": "data-order logs", "audit.start": "audit starts",
+                "audit.end": "audit ends"}
+"""A run journal's record kinds in words (`run.checkpoints.SAVE_KIND` and the others)."""
+
+
+def record_kind(kind: str) -> str:
+    """A journal record's kind as a person reads it; an unknown one as its words."""
+    return RECORD_KINDS.get(kind) or kind.replace(".", " ").replace("_", " ")
+
+
 def shard_verified(shard: Mapping[str, Any]) -> str:
     """One converted shard's verification in words: checked here against its input's own
     bytes, or only as the jailed loader reported, or not verified."""
