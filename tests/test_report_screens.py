@@ -3,7 +3,8 @@ file, a dangerous pickle, a sharded folder converted to safetensors, the shipped
 is rendered as the app and `report` write it, and its pages are saved as pictures at 1280x720
 and 1920x1080 under tests/artifacts/screens (report-html-*, report-pdf-*) for a person to look
 at. What a picture can hide is checked in the PDF's own text: the conversion, the files and
-the GPUs are there, in words (no raw key, no Python value), and no heading ends a page.
+the GPUs are there, in words (no raw key, no Python value), every page is numbered, the
+summary still links to each file's appendix, and no heading ends a page.
 
 The HTML is drawn by Qt's rich-text engine from the report's own body (the PDF's path;
 there is no browser engine here); the PDF is the real `render_pdf` output, read back and drawn
@@ -67,6 +68,11 @@ def report(tmp_path: Path, canary: Path, capsys):
     ingest(store, read_log(sample_log.path()).samples)
     return build_report(SessionEvidence(evidence, telemetry=store,
                                         telemetry_source=sample_log.path().name))
+
+
+def data_links(pdf: Path) -> int:
+    """How many link annotations the PDF holds."""
+    return pdf.read_bytes().count(b"/Link")
 
 
 def _save(image: QImage, path: Path) -> None:
@@ -166,6 +172,9 @@ def test_the_four_part_report_renders_in_words_on_pages_a_person_can_read(report
                   "model-00001-of-00002.safetensors", "1 of 3 files",
                   "Weights corrupted", "Dangerous", "yes, checked here"):
         assert words in unwrapped, words
+    pages = pdf.pageCount()
+    assert all(f"{n} / {pages}" in text for n in range(1, pages + 1))  # every page numbered
+    assert data_links(written) >= len(report.files)  # the summary's links to each appendix
     conversion = flat.rsplit("Conversion to safetensors", 1)[1].split("Repeat-inference")[0]
     assert "Index written" in conversion
     shown = re.sub(r"\S*(pytorch_model|/tmp|test_the)\S*", "", conversion)

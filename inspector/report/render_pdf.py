@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 
-from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMarginsF, QSizeF, QUrl
+from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QMarginsF, QRectF, QSizeF, Qt, QUrl
 from PySide6.QtGui import (
+    QAbstractTextDocumentLayout,
+    QFont,
     QImage,
     QPageLayout,
     QPageSize,
+    QPainter,
     QPdfWriter,
     QTextBlock,
     QTextCursor,
@@ -34,10 +37,15 @@ PAGE = QPageLayout(QPageSize(QPageSize.PageSizeId.A4), QPageLayout.Orientation.P
 MAX_MOVES = 500
 
 
+FOOTER = 24
+"""Layout pixels at the foot of each page kept for its number."""
+
+
 def page_size() -> QSizeF:
-    """The printable part of an A4 page, in the document's layout pixels."""
+    """The part of an A4 page the text is laid out on, in the document's layout pixels: the
+    printable part less the footer that holds the page number."""
     rect = PAGE.paintRect(QPageLayout.Unit.Inch)
-    return QSizeF(rect.width() * LAYOUT_DPI, rect.height() * LAYOUT_DPI)
+    return QSizeF(rect.width() * LAYOUT_DPI, rect.height() * LAYOUT_DPI - FOOTER)
 
 
 def orphan_headings(doc: QTextDocument) -> list[QTextBlock]:
@@ -99,10 +107,37 @@ def render_pdf(report: Report) -> bytes:
     writer.setPageLayout(PAGE)
     writer.setTitle(f"Checkpoint verification report: {report.verdict}")
     writer.setCreator(f"{report.tool.name} {report.tool.version}")
-    doc.print_(writer)
+    print_pages(doc, writer)
     del writer  # the PDF trailer is written when the writer goes away
     buffer.close()
     return bytes(data.data())
+
+
+def print_pages(doc: QTextDocument, writer: QPdfWriter) -> None:
+    """Each page of the laid-out document, then its number at its foot. (`QTextDocument.print_`
+    numbers pages only when it lays the document out again itself, which would undo
+    `keep_headings_with_text`.)"""
+    size, pages = doc.pageSize(), doc.pageCount()
+    painter = QPainter(writer)
+    painter.scale(writer.resolution() / LAYOUT_DPI, writer.resolution() / LAYOUT_DPI)
+    context = QAbstractTextDocumentLayout.PaintContext()
+    footer_font = QFont(doc.defaultFont())
+    footer_font.setPixelSize(11)  # layout pixels, as the painter is scaled to them
+    for n in range(pages):
+        if n:
+            writer.newPage()
+        top = n * size.height()
+        painter.save()
+        painter.translate(0, -top)
+        context.clip = QRectF(0, top, size.width(), size.height())
+        painter.setClipRect(context.clip)
+        doc.documentLayout().draw(painter, context)
+        painter.restore()
+        painter.setFont(footer_font)
+        painter.drawText(QRectF(0, size.height(), size.width(), FOOTER),
+                         Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignBottom,
+                         f"{n + 1} / {pages}")
+    painter.end()
 
 
 def write_pdf(report: Report, path: str | os.PathLike[str], overwrite: bool = False) -> None:
