@@ -282,3 +282,46 @@ def test_a_flip_in_an_activation_is_caught_at_its_step(tmp_path):
     hit = [v for v in verdicts if v.alarm]
     assert hit and hit[0].step == 30
     assert not hit[0].take_step and all(torch.isfinite(p).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_the_fingerprint_moves_for_any_one_bit_flipped_anywhere_in_a_tensor_read_in_pieces(
+        dtype):
+    """Every bit of the elements at a tensor's ends and at the seams between the pieces a
+    reading cuts it into (an odd-sized tail read as narrower words), flipped one at a time."""
+    from inspector.guard.weights.fingerprint import PIECE_BYTES, fingerprint
+
+    size = torch.empty((), dtype=dtype).element_size()
+    per_piece = PIECE_BYTES // size
+    t = torch.randn(2 * per_piece + 3, generator=torch.Generator().manual_seed(1)).to(dtype)
+    words = t.view(torch.uint8)
+    before = int(fingerprint([t])[0])
+    for index in (0, per_piece - 1, per_piece, 2 * per_piece, t.numel() - 1):
+        for bit in range(8 * size):
+            at = index * size + bit // 8
+            words[at] ^= 1 << (bit % 8)
+            assert int(fingerprint([t])[0]) != before, (index, bit)
+            words[at] ^= 1 << (bit % 8)
+    assert int(fingerprint([t])[0]) == before
+
+
+def test_a_reading_in_pieces_gives_the_whole_tensors_norm_largest_and_fingerprint(tmp_path):
+    from inspector.guard.weights.fingerprint import PIECE_BYTES, WeightWatch, fingerprint
+
+    model = nn.Linear(PIECE_BYTES // 4 // 7 + 1, 7)  # 7 rows: pieces cut across rows
+    with torch.no_grad():
+        model.weight.view(-1)[-1] = -40.0  # the largest |w|, in the last piece, negative
+    watch = WeightWatch(model)
+    watch.accept()
+    reading = watch.reading(largest=True)
+    values = watch.values(reading, reading.vector().tolist())
+    assert values.changed == [False, False]
+    for i, p in enumerate(watch.params):
+        whole = p.detach()
+        assert values.norms[i] == pytest.approx(float(torch.linalg.vector_norm(whole)), rel=1e-5)
+        assert values.largest[i] == float(whole.abs().max())
+    assert values.largest[0] == 40.0
+    flip(model.weight, model.weight.numel() - 1, 0)  # the lowest mantissa bit, last element
+    again = watch.reading()
+    assert watch.values(again, again.vector().tolist()).changed == [True, False]
+    assert not torch.equal(fingerprint(watch.params), watch.expected)

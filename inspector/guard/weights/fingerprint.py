@@ -2,18 +2,21 @@
 and its largest |value|, computed on the tensor's own device with no sync.
 
 The fingerprint of a tensor is the wrap-around int64 sum of its raw bytes read as 64-bit words
-(32-bit words, summed into int64, when the tensor cannot be viewed as 64-bit words). Integer
-addition is exact and order-free, so the same bytes give the same sum on any device, kernel or
-rank, and one flipped bit (any of them) moves it by ±2^k, never by 0. On a CPU it costs about
-one `sum` over the weights (a float64 sum of squares, which needs a float64 copy, costs ~70x
-more there).
+(32-bit words, or bytes, summed into int64 where a piece of the tensor cannot be viewed as
+64-bit words). Integer addition is exact and order-free, so the same bytes give the same sum on
+any device, kernel or rank, and one flipped bit (any of them) moves it by ±2^k, never by 0. On
+a CPU it costs about one `sum` over the weights (a float64 sum of squares, which needs a
+float64 copy, costs ~70x more there).
 
 `WeightWatch.after_step` takes the fingerprint right after an optimizer step (a global
-`torch.optim` post-hook calls it); `reading()` takes the next one, the per-tensor L2 norms
-(`_foreach_norm`, one fused pass) and, every `largest_every` readings, the largest |w| (one
-`aminmax` pass), all as one device vector the guard reads back in its step's one sync. Each is
-one pass over the weights; on a step that is itself a few passes (a small batch on a CPU) they
-are what the guard costs, so the largest |w| runs every 8th check by default.
+`torch.optim` post-hook calls it); `reading()` takes the next one together with the per-tensor
+L2 norms and, every `largest_every` readings, the largest |w|, as one device vector the guard
+reads back in its step's one sync. Each reduction is one pass over the weights and a pass is
+what the guard costs (a pass over a 41 MB model is ~2.5 % of a small CPU step), so the reading
+walks each tensor once in pieces of `PIECE_BYTES` and runs its reductions on a piece while it
+is still in the core's cache (`_read`): the norm and the largest |w| then cost a fraction of a
+pass. Two passes stay: the fingerprint after the step and the one that checks it, since the
+optimizer rewrites every weight in between.
 """
 
 from __future__ import annotations
@@ -31,24 +34,80 @@ def local(t: torch.Tensor) -> torch.Tensor:
     return to_local() if callable(to_local) else t
 
 
+PIECE_BYTES = 1 << 20
+"""The piece of a tensor a reading reduces at a time: small enough to stay in a core's L2
+cache between its reductions, large enough that dispatching them costs little (a multiple of
+8, so every piece but a tensor's last is read as 64-bit words)."""
+
+
 def fingerprint(tensors: list[torch.Tensor]) -> torch.Tensor:
     """Each tensor's exact fingerprint (int64, on the first tensor's device)."""
     if not tensors:
         return torch.zeros(0, dtype=torch.int64)
     device = tensors[0].device
-    return torch.stack([_word_sum(t).to(device) for t in tensors])
+    return torch.stack([_fingerprint(t).to(device) for t in tensors])
 
 
-def _word_sum(t: torch.Tensor) -> torch.Tensor:
+def _fingerprint(t: torch.Tensor) -> torch.Tensor:
+    """One tensor's fingerprint: the sum of its pieces' word sums (as `_read` takes it), in
+    one pass when the whole tensor reads as 64-bit words (the same sum, cut nowhere)."""
+    raw = _raw(t)
+    if raw.numel() % 8 == 0 and raw.storage_offset() % 8 == 0:
+        return _word_sum(raw)
+    return torch.stack([_word_sum(piece) for piece in _pieces(raw)]).sum()
+
+
+def _raw(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes, flat (a view when it is contiguous)."""
     flat = t.detach().reshape(-1)
-    if flat.numel() == 0:
-        return torch.zeros((), dtype=torch.int64, device=t.device)
-    raw = flat.view(torch.uint8) if flat.element_size() != 1 else flat
+    return flat.view(torch.uint8) if flat.element_size() != 1 else flat
+
+
+def _pieces(raw: torch.Tensor) -> list[torch.Tensor]:
+    """`raw` cut into views of at most PIECE_BYTES bytes."""
+    return [raw[at:at + PIECE_BYTES] for at in range(0, raw.numel(), PIECE_BYTES)]
+
+
+def _word_sum(raw: torch.Tensor) -> torch.Tensor:
+    """The wrap-around int64 sum of a piece of raw bytes, read as the widest words it allows."""
+    if raw.numel() == 0:
+        return torch.zeros((), dtype=torch.int64, device=raw.device)
     if raw.numel() % 8 == 0 and raw.storage_offset() % 8 == 0:
         return raw.view(torch.int64).sum()
     if raw.numel() % 4 == 0 and raw.storage_offset() % 4 == 0:
         return raw.view(torch.int32).sum(dtype=torch.int64)
     return raw.sum(dtype=torch.int64)
+
+
+def _read(t: torch.Tensor, prints: bool, largest: bool
+          ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
+    """One tensor's fingerprint and largest |w| (each when asked) and its L2 norm (float32),
+    its bytes brought from memory once: every reduction runs on a piece while it is in
+    cache."""
+    raw = _raw(t)
+    sums, norms, highs, lows = [], [], [], []
+    for piece in _pieces(raw):
+        values = piece.view(t.dtype)
+        if prints:
+            sums.append(_word_sum(piece))
+        norms.append(torch.linalg.vector_norm(values, dtype=_norm_dtype(t)))
+        if largest:
+            low, high = torch.aminmax(values)
+            highs.append(high)
+            lows.append(low)
+    if not norms:
+        zero = torch.zeros((), device=t.device)
+        return _word_sum(raw) if prints else None, zero, zero if largest else None
+    top = None
+    if largest:
+        top = torch.maximum(torch.stack(highs).max(), -torch.stack(lows).min()).float()
+    total = torch.stack(sums).sum() if prints else None
+    return total, torch.linalg.vector_norm(torch.stack(norms)), top
+
+
+def _norm_dtype(t: torch.Tensor) -> torch.dtype:
+    """float32 accumulation for narrower floats (a half norm overflows at 65504)."""
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
 @dataclass
@@ -109,21 +168,21 @@ class WeightWatch:
         """The weights now are the ones to expect (after a deliberate edit or a load)."""
         self.expected = fingerprint(self.params) if self.every > 0 else None
 
-    def changed_now(self) -> torch.Tensor | None:
-        """Per tensor, whether it differs from the expected fingerprint (device bool)."""
-        if self.expected is None:
-            return None
-        return fingerprint(self.params) != self.expected
-
     def reading(self, largest: bool | None = None) -> WeightReading:
         """Read every tensor now (no sync); `largest` forces or drops the |w| pass."""
         with torch.no_grad():
             due = self.readings % self.largest_every == 0 if largest is None else largest
             self.readings += 1
-            norms = _stack(torch._foreach_norm([p.detach() for p in self.params], 2.0)
-                           if self.params else [])
-            top = _stack([_largest(p.detach()) for p in self.params]) if due else None
-            return WeightReading(self.changed_now(), norms, top)
+            if not self.params:
+                return WeightReading(None, torch.zeros(0), torch.zeros(0) if due else None)
+            device = self.params[0].device
+            check = self.expected is not None
+            read = [_read(p, check, due) for p in self.params]
+            changed = None
+            if check:
+                changed = torch.stack([r[0].to(device) for r in read]) != self.expected
+            top = _stack([r[2] for r in read]) if due else None
+            return WeightReading(changed, _stack([r[1] for r in read]), top)
 
     def values(self, reading: WeightReading, flat: list[float]) -> WeightValues:
         """Split a read-back `reading.vector()` into its parts."""
@@ -138,14 +197,6 @@ class WeightWatch:
         nonfinite = [not math.isfinite(v) and not bool(torch.isfinite(p.detach()).all())
                      for v, p in zip(norms, self.params, strict=True)]
         return WeightValues(changed, norms, largest, nonfinite)
-
-
-def _largest(t: torch.Tensor) -> torch.Tensor:
-    """max |t| in one pass with no copy (`aminmax`; `abs().amax()` would copy the tensor)."""
-    if not t.numel():
-        return t.new_zeros(())
-    low, high = torch.aminmax(t)
-    return torch.maximum(high, -low)
 
 
 def _stack(values: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> torch.Tensor:
