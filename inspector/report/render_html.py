@@ -337,12 +337,23 @@ def _tensors(f: FileReport, anchor: str, image_src: ImageSrc) -> str:
     return "".join(parts)
 
 
+_NOT_LOADED = {LoadStatus.NOT_RUN: "not loaded in this session",
+               LoadStatus.FAILED: "the load failed", LoadStatus.REFUSED: "not loaded"}
+"""Why weights were not judged, where the load left no message of its own."""
+
+
 def _health_cell(f: FileReport) -> str:
     """A file's weights-health badge in the app's word and colour, with why it was not judged
     in its first clause (the load's section gives the whole of it)."""
-    badge = weights_health(f)
-    why = ((f.load.error or str(f.load.status).replace("_", " "))
-           if badge == Badge.WEIGHTS_NOT_JUDGED else "")
+    badge, load = weights_health(f), f.load
+    if badge != Badge.WEIGHTS_NOT_JUDGED:
+        why = ""
+    elif load.error:
+        why = load.error
+    elif load.status == LoadStatus.NOT_RUN and f.verdict == Verdict.DANGEROUS:
+        why = "not loaded: the static scan called it dangerous"
+    else:
+        why = _NOT_LOADED.get(load.status) or str(load.status).replace("_", " ")
     return cells.badge_cell(badge, why.split("; ", 1)[0].split(". ", 1)[0])
 
 
