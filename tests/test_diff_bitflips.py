@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -180,3 +181,24 @@ def test_a_copy_damaged_to_nan_leads_with_nan_not_drift() -> None:
     diff = diff_raw("w", a.dtype, a.shape, byte_chunks(a), byte_chunks(b)).to_json()
     lead, rest = diff["summary"].split("; ", 1)
     assert "NaN" in lead and rest == "1 finite element differs in several bits (drift, not a flip)"
+
+
+def test_diff_leads_with_nan_then_flips_then_drift_across_tensors(tmp_path: Path, capsys) -> None:
+    from inspector.cli import main
+
+    good = {name: torch.linspace(-1, 1, 64).reshape(8, 8) for name in ("a", "b", "c", "d")}
+    bad = {name: t.clone() for name, t in good.items()}
+    bad["a"][0, 0] = 0.123  # drift: several bits of one element
+    flipped = bad["b"].view(torch.int32)
+    flipped[1, 1] ^= 1 << 30  # one exponent bit
+    bad["c"][2, 2] = float("nan")
+    torch.save(good, tmp_path / "good.pt")
+    torch.save(bad, tmp_path / "suspect.pt")
+    assert main(["diff", str(tmp_path / "good.pt"), str(tmp_path / "suspect.pt")]) == 1
+    out = capsys.readouterr().out.splitlines()
+    head = next(n for n, line in enumerate(out) if line.startswith("CHANGED: "))
+    sentences = [line.strip() for line in out[head + 1:]  # one per tensor, its details under it
+                 if line.startswith("  ") and not line.startswith("    ")]
+    keys = [re.search(r"`(\w)`", s).group(1) for s in sentences]
+    assert keys == ["c", "b", "a"], out  # file order is a, b, c
+    assert "NaN" in sentences[0] and "single-bit" in sentences[1] and "drift" in sentences[2]

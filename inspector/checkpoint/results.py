@@ -263,8 +263,12 @@ class DiffResult(JsonRecord):
 
     @property
     def differing(self) -> list[TensorDiffRow]:
-        """The rows that are not identical, in the engine's order."""
-        return [r for r in self.tensors if r.status != TensorStatus.IDENTICAL]
+        """The rows that are not identical, worst first, as every view leads with them: NaN or
+        Inf, then single-bit flips, then drift, then the rest (a key on one side only, a dtype
+        or shape changed), each kind in the engine's order."""
+        rows = [r for r in self.tensors if r.status != TensorStatus.IDENTICAL]
+        return sorted(rows, key=lambda r: (not r.nonfinite_changes, not r.single_bit_flips,
+                                           not r.multi_bit_elements))
 
 
 # --- convert ---------------------------------------------------------------------------
