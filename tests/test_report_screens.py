@@ -4,7 +4,8 @@ is rendered as the app and `report` write it, and its pages are saved as picture
 and 1920x1080 under tests/artifacts/screens (report-html-*, report-pdf-*) for a person to look
 at. What a picture can hide is checked in the PDF's own text: the conversion, the files and
 the GPUs are there, in words (no raw key, no Python value), every page is numbered, the
-summary still links to each file's appendix, and no heading ends a page.
+summary still links to each file's appendix, no heading ends a page and no table row runs
+from one page onto the next.
 
 The HTML is drawn by Qt's rich-text engine from the report's own body (the PDF's path;
 there is no browser engine here); the PDF is the real `render_pdf` output, read back and drawn
@@ -37,7 +38,13 @@ from inspector.report import build_report
 from inspector.report.html_cells import WBR
 from inspector.report.model import FileEvidence, SessionEvidence
 from inspector.report.render_html import STYLE, report_body
-from inspector.report.render_pdf import orphan_headings, page_size, render_pdf
+from inspector.report.render_pdf import (
+    keep_together,
+    orphan_headings,
+    page_size,
+    render_pdf,
+    split_rows,
+)
 
 pytestmark = pytest.mark.usefixtures("qapp")
 
@@ -184,9 +191,7 @@ def test_the_four_part_report_renders_in_words_on_pages_a_person_can_read(report
     doc.setHtml(f"<html><head><style>{STYLE}</style></head><body>"
                 f"{report_body(report, lambda name, png: '')}</body></html>")
     doc.setPageSize(page_size())
-    from inspector.report.render_pdf import keep_headings_with_text
-
-    keep_headings_with_text(doc)
-    assert orphan_headings(doc) == []
+    keep_together(doc)
+    assert orphan_headings(doc) == [] and split_rows(doc) == []
     saved = html_screens(report, shots) + pdf_screens(pdf, shots)
     assert len(saved) >= 2 * 3 + 2

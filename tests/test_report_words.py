@@ -20,7 +20,13 @@ from inspector.report import build_report
 from inspector.report.labels import LABELS, plain
 from inspector.report.model import FileEvidence, SessionEvidence
 from inspector.report.render_html import render_html
-from inspector.report.render_pdf import keep_headings_with_text, orphan_headings, page_size
+from inspector.report.render_pdf import (
+    keep_headings_with_text,
+    keep_together,
+    orphan_headings,
+    page_size,
+    split_rows,
+)
 from inspector.scan.engine import scan_file
 from tests import factories
 
@@ -121,6 +127,23 @@ def test_a_tables_column_names_and_a_run_of_headings_keep_with_their_text():
     assert orphan_headings(doc) == []
     assert page("3. tiny-gpt") == page("Largest magnitudes") == page("w0")
     assert page("line 0") < page("3. tiny-gpt")  # not a page holding a heading alone
+
+
+def test_no_table_row_runs_from_one_page_onto_the_next():
+    doc = QTextDocument()
+    doc.setPageSize(page_size())
+    layout, height = doc.documentLayout(), doc.pageSize().height()
+    rows = "".join(f"<tr><td>row {i}<br>its second line<br>its third</td><td>{i}</td></tr>"
+                   for i in range(60))
+    doc.setHtml(f"<html><body><p>intro</p><table>{rows}</table></body></html>")
+    split = split_rows(doc)
+    assert split, "no row straddled a page: the case is not made"
+    name = split[0][0].text()
+    assert keep_together(doc) >= 1 and split_rows(doc) == []
+    first = doc.find(name).block()
+    last = doc.find("its third", doc.find(name)).block()
+    assert (int(layout.blockBoundingRect(first).top() // height)
+            == int(layout.blockBoundingRect(last).bottom() // height))
 
 
 def _sharded_folder(folder: Path) -> Path:

@@ -1,8 +1,9 @@
 """The report as PDF through Qt's own PDF writer (QTextDocument + QPdfWriter; works offscreen).
 
-Qt's HTML reader knows no `page-break-after: avoid`, so a heading can end a page with its text
-on the next; `keep_headings_with_text` lays the document out on the PDF's pages and moves every
-such heading to the top of the next page."""
+Qt's HTML reader knows no `page-break-after: avoid` nor `break-inside: avoid`, so a heading can
+end a page with its text on the next and a table row can start on one page and end on the next;
+`keep_together` lays the document out on the PDF's pages and moves every such heading
+(`keep_headings_with_text`) and row (`keep_rows_whole`) to the top of the next page."""
 
 from __future__ import annotations
 
@@ -84,6 +85,51 @@ def keep_headings_with_text(doc: QTextDocument) -> int:
     return moved
 
 
+def split_rows(doc: QTextDocument) -> list[list[QTextBlock]]:
+    """Table rows that start on one page and end on the next though they would fit on one:
+    each as the first block of each of its cells."""
+    layout, height = doc.documentLayout(), doc.pageSize().height()
+    found, seen = [], set()
+    block = doc.begin()
+    while block.isValid():
+        table = QTextCursor(block).currentTable()
+        block = block.next()
+        if table is None or table.firstPosition() in seen:
+            continue
+        seen.add(table.firstPosition())
+        for row in range(table.rows()):
+            cells = {table.cellAt(row, c).firstPosition(): table.cellAt(row, c)
+                     for c in range(table.columns())}.values()
+            firsts = [c.firstCursorPosition().block() for c in cells]
+            top = min(layout.blockBoundingRect(b).top() for b in firsts)
+            bottom = max(layout.blockBoundingRect(c.lastCursorPosition().block()).bottom()
+                         for c in cells)
+            if bottom - top < height and int(top // height) != int((bottom - 1) // height):
+                found.append(firsts)
+    return found
+
+
+def keep_rows_whole(doc: QTextDocument) -> int:
+    """Start each table row that would straddle two pages on the next one; how many moved."""
+    moved = 0
+    while moved < MAX_MOVES and (rows := split_rows(doc)):
+        for block in rows[0]:
+            fmt = block.blockFormat()
+            fmt.setPageBreakPolicy(QTextFormat.PageBreakFlag.PageBreak_AlwaysBefore)
+            QTextCursor(block).setBlockFormat(fmt)
+        moved += 1
+    return moved
+
+
+def keep_together(doc: QTextDocument) -> int:
+    """Headings with their text and table rows whole, until neither moves (a moved row can
+    leave a heading alone, and a moved heading can split a row); how many moves."""
+    moved = 0
+    while moved < MAX_MOVES and (step := keep_headings_with_text(doc) + keep_rows_whole(doc)):
+        moved += step
+    return moved
+
+
 def render_pdf(report: Report) -> bytes:
     """Lay the report out on A4 pages and return the PDF bytes."""
     charts.ensure_gui()
@@ -98,7 +144,7 @@ def render_pdf(report: Report) -> bytes:
     body = report_body(report, register).replace(WBR, "\u200b")
     doc.setHtml(f"<html><head><style>{STYLE}</style></head><body>{body}</body></html>")
     doc.setPageSize(page_size())
-    keep_headings_with_text(doc)
+    keep_together(doc)
     data = QByteArray()
     buffer = QBuffer(data)
     buffer.open(QIODevice.OpenModeFlag.WriteOnly)
