@@ -15,6 +15,7 @@ import torch
 
 from inspector.core.progress import CancelToken
 from inspector.tensors.records import is_dense, layout_record, storage_groups
+from inspector.tensors.small_stats import batchable, describe_small
 from inspector.tensors.stats import Digest, Release, tensor_digest, tensor_stats
 
 
@@ -68,9 +69,17 @@ def describe_tensors(
     size = {i: items[i][1].numel() * items[i][1].element_size() for i in dense}
     pooled = [i for i in dense if threads > 1 and size[i] >= INLINE_BYTES]
     inline = [i for i in dense if threads <= 1 or size[i] < INLINE_BYTES]
-    if not pooled:
+    small = [i for i in inline if batchable(items[i][1])]
+    together = dict(zip(small, describe_small([items[i][1] for i in small]), strict=True))
+
+    def describe_inline() -> None:
         for i in inline:
-            finish(i, _stats_and_digest(items[i][1], cancel, hashlib.sha256()))
+            found = together.get(i)
+            finish(i, found if found is not None else
+                   _stats_and_digest(items[i][1], cancel, hashlib.sha256()))
+
+    if not pooled:
+        describe_inline()
         return records
     total = sum(size[i] for i in pooled)
     with ThreadPoolExecutor(max_workers=threads // 2, thread_name_prefix="hash") as hashing, \
@@ -83,8 +92,7 @@ def describe_tensors(
         try:
             # the small ones on this thread meanwhile (the pool's threads release the GIL in
             # torch's loops over the big ones)
-            for i in inline:
-                finish(i, _stats_and_digest(items[i][1], cancel, hashlib.sha256()))
+            describe_inline()
             pending = set(jobs)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
