@@ -4,8 +4,8 @@ is rendered as the app and `report` write it, and its pages are saved as picture
 and 1920x1080 under tests/artifacts/screens (report-html-*, report-pdf-*) for a person to look
 at. What a picture can hide is checked in the PDF's own text: the conversion, the files and
 the GPUs are there, in words (no raw key, no Python value), every page is numbered, the
-summary still links to each file's appendix, no heading ends a page and no table row runs
-from one page onto the next.
+summary still links to each file's appendix, no heading ends a page and no table shorter than
+a page has a row running from one page onto the next.
 
 The HTML is drawn by Qt's rich-text engine from the report's own body (the PDF's path;
 there is no browser engine here); the PDF is the real `render_pdf` output, read back and drawn
@@ -24,7 +24,7 @@ from pathlib import Path
 import factories
 import pytest
 import torch
-from PySide6.QtCore import QPoint, QRectF, QSize, QUrl
+from PySide6.QtCore import QPoint, QRectF, QSize, Qt, QUrl
 from PySide6.QtGui import QColor, QImage, QPainter, QTextDocument
 from PySide6.QtPdf import QPdfDocument
 from test_report_words import _sharded_folder
@@ -43,7 +43,7 @@ from inspector.report.render_pdf import (
     orphan_headings,
     page_size,
     render_pdf,
-    split_rows,
+    split_tables,
 )
 
 pytestmark = pytest.mark.usefixtures("qapp")
@@ -88,7 +88,8 @@ def _save(image: QImage, path: Path) -> None:
 
 def _ink(image: QImage) -> bool:
     """Whether anything but the background was drawn."""
-    small = image.scaled(64, 36)
+    small = image.scaled(64, 36, Qt.AspectRatioMode.IgnoreAspectRatio,
+                         Qt.TransformationMode.SmoothTransformation)  # thin text averaged in
     first = small.pixelColor(0, 0)
     return any(small.pixelColor(x, y) != first for x in range(64) for y in range(36))
 
@@ -142,6 +143,8 @@ def pdf_screens(pdf: QPdfDocument, shots: Path) -> list[Path]:
     """Two pages side by side per screen, each page as tall as the screen."""
     saved = []
     pages = pdf.pageCount()
+    for old in shots.glob("report-pdf-pages-*.png"):  # an earlier, longer report's pages
+        old.unlink()
     for width, height in SIZES:
         point = pdf.pagePointSize(0)
         page_w = int(height * point.width() / point.height())
@@ -192,6 +195,6 @@ def test_the_four_part_report_renders_in_words_on_pages_a_person_can_read(report
                 f"{report_body(report, lambda name, png: '')}</body></html>")
     doc.setPageSize(page_size())
     keep_together(doc)
-    assert orphan_headings(doc) == [] and split_rows(doc) == []
+    assert orphan_headings(doc) == [] and split_tables(doc) == []
     saved = html_screens(report, shots) + pdf_screens(pdf, shots)
     assert len(saved) >= 2 * 3 + 2

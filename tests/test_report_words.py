@@ -25,7 +25,7 @@ from inspector.report.render_pdf import (
     keep_together,
     orphan_headings,
     page_size,
-    split_rows,
+    split_tables,
 )
 from inspector.scan.engine import scan_file
 from tests import factories
@@ -129,21 +129,29 @@ def test_a_tables_column_names_and_a_run_of_headings_keep_with_their_text():
     assert page("line 0") < page("3. tiny-gpt")  # not a page holding a heading alone
 
 
-def test_no_table_row_runs_from_one_page_onto_the_next():
+def test_a_short_table_whose_row_would_straddle_a_page_moves_whole_with_its_heading():
     doc = QTextDocument()
     doc.setPageSize(page_size())
     layout, height = doc.documentLayout(), doc.pageSize().height()
     rows = "".join(f"<tr><td>row {i}<br>its second line<br>its third</td><td>{i}</td></tr>"
-                   for i in range(60))
-    doc.setHtml(f"<html><body><p>intro</p><table>{rows}</table></body></html>")
-    split = split_rows(doc)
-    assert split, "no row straddled a page: the case is not made"
-    name = split[0][0].text()
-    assert keep_together(doc) >= 1 and split_rows(doc) == []
-    first = doc.find(name).block()
-    last = doc.find("its third", doc.find(name)).block()
-    assert (int(layout.blockBoundingRect(first).top() // height)
-            == int(layout.blockBoundingRect(last).bottom() // height))
+                   for i in range(6))
+    for lines in range(20, 200):  # a filler length that splits a row between two pages
+        body = "".join(f"<p>line {i}</p>" for i in range(lines))
+        doc.setHtml(f"<html><body>{body}<h3>Prevention checklist</h3><table>{rows}</table>"
+                    "<p>after</p></body></html>")
+        if split_tables(doc) and not orphan_headings(doc):
+            break
+    else:
+        pytest.fail("no filler length split a row of the table")
+
+    def page(words: str) -> int:
+        return int(layout.blockBoundingRect(doc.find(words).block()).top() // height)
+
+    assert keep_together(doc) >= 1
+    assert split_tables(doc) == [] and orphan_headings(doc) == []
+    pages = {page("Prevention checklist"), *(page(f"row {i}") for i in range(6)),
+             page("its third")}
+    assert pages == {page(f"line {lines - 1}") + 1}  # heading and table on the next page
 
 
 def _sharded_folder(folder: Path) -> Path:

@@ -3,7 +3,8 @@
 Qt's HTML reader knows no `page-break-after: avoid` nor `break-inside: avoid`, so a heading can
 end a page with its text on the next and a table row can start on one page and end on the next;
 `keep_together` lays the document out on the PDF's pages and moves every such heading
-(`keep_headings_with_text`) and row (`keep_rows_whole`) to the top of the next page."""
+and every table shorter than a page that such a row belongs to (`split_tables`) to the top of
+the next page, the first in the document first."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from PySide6.QtGui import (
     QTextCursor,
     QTextDocument,
     QTextFormat,
+    QTextTable,
 )
 
 from inspector.core.atomic import write_bytes_atomic
@@ -78,16 +80,14 @@ def keep_headings_with_text(doc: QTextDocument) -> int:
     """Start each heading that would end a page on the next one; how many were moved."""
     moved = 0
     while moved < MAX_MOVES and (orphans := orphan_headings(doc)):
-        fmt = orphans[0].blockFormat()
-        fmt.setPageBreakPolicy(QTextFormat.PageBreakFlag.PageBreak_AlwaysBefore)
-        QTextCursor(orphans[0]).setBlockFormat(fmt)  # the pages after it are laid out again
+        _break_before(orphans[0])  # the pages after it are laid out again
         moved += 1
     return moved
 
 
-def split_rows(doc: QTextDocument) -> list[list[QTextBlock]]:
-    """Table rows that start on one page and end on the next though they would fit on one:
-    each as the first block of each of its cells."""
+def split_tables(doc: QTextDocument) -> list[QTextTable]:
+    """Tables shorter than a page with a row that starts on one page and ends on the next
+    (Qt splits a row between pages line by line)."""
     layout, height = doc.documentLayout(), doc.pageSize().height()
     found, seen = [], set()
     block = doc.begin()
@@ -97,36 +97,58 @@ def split_rows(doc: QTextDocument) -> list[list[QTextBlock]]:
         if table is None or table.firstPosition() in seen:
             continue
         seen.add(table.firstPosition())
-        for row in range(table.rows()):
-            cells = {table.cellAt(row, c).firstPosition(): table.cellAt(row, c)
-                     for c in range(table.columns())}.values()
-            firsts = [c.firstCursorPosition().block() for c in cells]
-            top = min(layout.blockBoundingRect(b).top() for b in firsts)
-            bottom = max(layout.blockBoundingRect(c.lastCursorPosition().block()).bottom()
-                         for c in cells)
-            if bottom - top < height and int(top // height) != int((bottom - 1) // height):
-                found.append(firsts)
+        box = layout.frameBoundingRect(table)
+        if box.height() < height and any(_row_split(layout, height, table, row)
+                                          for row in range(table.rows())):
+            found.append(table)
     return found
 
 
-def keep_rows_whole(doc: QTextDocument) -> int:
-    """Start each table row that would straddle two pages on the next one; how many moved."""
-    moved = 0
-    while moved < MAX_MOVES and (rows := split_rows(doc)):
-        for block in rows[0]:
-            fmt = block.blockFormat()
-            fmt.setPageBreakPolicy(QTextFormat.PageBreakFlag.PageBreak_AlwaysBefore)
-            QTextCursor(block).setBlockFormat(fmt)
-        moved += 1
-    return moved
+def _row_split(layout: QAbstractTextDocumentLayout, height: float, table: QTextTable,
+               row: int) -> bool:
+    """Whether a table row's text starts on one page and ends on another."""
+    cells = [table.cellAt(row, column) for column in range(table.columns())]
+    top = min(layout.blockBoundingRect(c.firstCursorPosition().block()).top() for c in cells)
+    bottom = max(layout.blockBoundingRect(c.lastCursorPosition().block()).bottom() for c in cells)
+    return int(top // height) != int((bottom - 1) // height)
+
+
+def _break_before(block: QTextBlock) -> None:
+    """Start `block` on a new page."""
+    fmt = block.blockFormat()
+    fmt.setPageBreakPolicy(QTextFormat.PageBreakFlag.PageBreak_AlwaysBefore)
+    QTextCursor(block).setBlockFormat(fmt)
+
+
+def _move_table(doc: QTextDocument, table: QTextTable) -> None:
+    """Start a table on a new page, with the headings right above it (a break set on both
+    would leave the headings alone; a break on a row's own cells makes Qt skip a page)."""
+    before, heading = doc.findBlock(table.firstPosition() - 1), None
+    while before.isValid() and before.blockFormat().headingLevel():
+        heading, before = before, before.previous()
+    if heading is not None:
+        _break_before(heading)
+        return
+    fmt = table.format()
+    fmt.setPageBreakPolicy(QTextFormat.PageBreakFlag.PageBreak_AlwaysBefore)
+    table.setFormat(fmt)
 
 
 def keep_together(doc: QTextDocument) -> int:
-    """Headings with their text and table rows whole, until neither moves (a moved row can
-    leave a heading alone, and a moved heading can split a row); how many moves."""
+    """Headings with their text and short tables whole: the first problem in the document is
+    moved first, so no later move is made on a layout an earlier one then changes (that left
+    near-empty pages); how many moves."""
     moved = 0
-    while moved < MAX_MOVES and (step := keep_headings_with_text(doc) + keep_rows_whole(doc)):
-        moved += step
+    while moved < MAX_MOVES:
+        heading = next(iter(orphan_headings(doc)), None)
+        table = next(iter(split_tables(doc)), None)
+        if heading is None and table is None:
+            break
+        if table is None or (heading is not None and heading.position() < table.firstPosition()):
+            _break_before(heading)
+        else:
+            _move_table(doc, table)
+        moved += 1
     return moved
 
 
