@@ -227,6 +227,28 @@ def test_a_worker_that_lies_about_the_tensors_is_caught(tmp_path, hostile, capsy
     assert "health:   Weights not judged" in captured.out
 
 
+MALFORMED_RECORDS = """
+    import inspector.sandbox.worker.inspect_op as op
+    def malformed(tensors, on_tensor, **options):
+        emit = next(c.cell_contents for c in on_tensor.__closure__
+                    if type(c.cell_contents).__name__ == "_Emitter")
+        emit({"type": "tensors", "records": [1, "a"]})
+        return []
+    op.describe_tensors = malformed
+"""
+
+
+def test_a_worker_that_sends_records_that_are_not_objects_is_stopped(tmp_path, hostile,
+                                                                       capsys) -> None:
+    path = tmp_path / "m.pt"
+    torch.save(_state(), path)
+    hostile(MALFORMED_RECORDS)
+    assert main(["inspect", str(path), "--json"]) != 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["error"]["code"] == "protocol_violation"
+    assert "records are not JSON objects" in report["error"]["message"]
+
+
 def test_an_honest_inspection_counts_nan_here(tmp_path, capsys) -> None:
     state = _state()
     state["b"][0, 0] = float("nan")

@@ -31,6 +31,7 @@ from inspector.sandbox.host.claims import (
     check_digests,
     check_inspection,
 )
+from inspector.sandbox.host.events import ProtocolViolation
 from inspector.sandbox.host.jobs import EventFn, SandboxError, run_job
 from inspector.sandbox.protocol import Limits
 from inspector.scan.dcp_folder import folder_files, is_dcp_folder
@@ -133,17 +134,23 @@ def inspect_one(path: str | os.PathLike[str], options: InspectOptions = InspectO
 
 def inspect_reply(request: dict, on_event: EventFn | None = None, **job: Any) -> dict:
     """An `inspect` job's reply (`run_job`'s keyword arguments), unchecked: the worker sends
-    each tensor's record once, as a `tensor` event, and its result names their order
-    (`tensor_keys`); the records are gathered here into the result's `tensors`."""
+    each tensor's record once, in a `tensors` event of several (`records`), and its result
+    names their order (`tensor_keys`); the records are gathered here into the result's
+    `tensors`, and `on_event` gets each as a `tensor` event of its own."""
     gathered: list[dict] = []
 
     def gather(event: dict) -> None:
-        if event.get("type") == "tensor":
-            record = dict(event)  # `on_event` may keep the event itself (the app's rows)
-            del record["type"]
-            gathered.append(record)
+        if event.get("type") != "tensors":
+            if on_event is not None:
+                on_event(event)
+            return
+        records = event.get("records")
+        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+            raise ProtocolViolation("a tensors line whose records are not JSON objects")
+        gathered.extend(records)
         if on_event is not None:
-            on_event(event)
+            for record in records:
+                on_event({"type": "tensor", **record})  # the app keeps the event as its row
 
     result = run_job(request, on_event=gather, **job)
     result["tensors"] = _in_order(gathered, result.pop("tensor_keys", None))

@@ -16,6 +16,7 @@ It writes JSON lines on stdout:
      "platform": ...}                                        exactly once, first
     {"type": "progress", "stage": str, "done": int, "total": int}
     {"type": "tensor", "key": ..., "dtype": ..., ...}       one per tensor, as soon as ready
+    {"type": "tensors", "records": [...]}   `inspect`: several tensors' records at once
     {"type": "object", "key": ..., "python_type": ..., "repr": ...}   one per non-tensor leaf
     {"type": "result", ..., "peak_rss_kb": int, "nonce": str}  the return value (last line)
     {"type": "error", "code": str, "message": str, "globals": [...]}   instead of a result
