@@ -21,7 +21,6 @@ the table shows the sample one.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from inspector.checkpoint.contents import summarize, training_summary
@@ -45,7 +44,6 @@ from inspector.core.json_record import records
 from inspector.core.termtext import escape
 from inspector.core.verdict import exit_code
 from inspector.core.vocabulary import HealthStatus, Verdict
-from inspector.formats.safetensors_header import read_header
 from inspector.scan.advice import DAMAGED, advise, code_safety_badge, display_word
 
 EXIT_HEALTH_PROBLEM = 7
@@ -218,19 +216,6 @@ def _painted(line: str, colour: bool) -> str:
     return line.replace(word, paint(word, word, colour), 1)
 
 
-def in_file_order(contract: dict) -> None:
-    """Put a safetensors file's tensor records in the order their bytes lie in the file
-    (safetensors loads them sorted by name); other formats already come in file order."""
-    path = contract.get("path")
-    if contract.get("format") != "safetensors" or not path or not os.path.isfile(path):
-        return
-    with open(path, "rb") as fh:
-        header = read_header(fh, os.fstat(fh.fileno()).st_size)
-    where = {key: begin for begin, _end, key, _dtype, _shape in header.spans}
-    contract["tensors"] = sorted(contract.get("tensors") or [],
-                                 key=lambda t: where.get(t.get("key"), len(where) << 40))
-
-
 def run(args: argparse.Namespace) -> int:
     """Inspect each checkpoint in turn; the highest exit status of them (see the registry)."""
     from inspector.cli.remote import has_url, run_localized
@@ -258,7 +243,6 @@ def inspect_one(args: argparse.Namespace, path: str) -> int:
     except OSError as exc:
         print(f"ckpt-inspector inspect: {exc.strerror or exc}: {path}", file=sys.stderr)
         return exit_code("error")
-    in_file_order(contract)
     report = InspectResult.from_json(contract)
     if args.json:
         print(strict_json.dumps(contract))  # the worker's record as it came: nothing to rebuild

@@ -160,7 +160,9 @@ def _opened(path: str | bytes) -> str | io.BytesIO:
 
 
 def load_safetensors(path: str) -> dict[str, torch.Tensor]:
-    """Tensors of a safetensors file as zero-copy views of a private mapping of it."""
+    """Tensors of a safetensors file as zero-copy views of a private mapping of it, in the
+    order their bytes lie in the file (the header lists them by name), which every report
+    shows."""
     with open(path, "rb") as fh:
         header = read_header(fh, os.fstat(fh.fileno()).st_size)
     refusal = header.refusal()
@@ -170,7 +172,8 @@ def load_safetensors(path: str) -> dict[str, torch.Tensor]:
         storage = torch.UntypedStorage.from_file(path, shared=False, nbytes=header.size)
     except RuntimeError as exc:
         raise LoadError("load_failed", f"bad safetensors file: {_first_line(str(exc))}") from None
-    return {e.key: _safetensors_view(storage, e) for e in header.entries}
+    return {e.key: _safetensors_view(storage, e)
+            for e in sorted(header.entries, key=lambda e: e.begin)}
 
 
 def _safetensors_view(storage: torch.UntypedStorage, entry: Entry) -> torch.Tensor:
