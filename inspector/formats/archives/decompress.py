@@ -184,7 +184,7 @@ def _zstd_pieces(stream: Stream, view: memoryview):
     content back from one call)."""
     import zstandard  # type: ignore[import-not-found]
 
-    from inspector.formats.archives.map_io import MapIO
+    from inspector.core.map_io import MapIO
 
     pos, n = 0, len(view)
     while pos < n:
@@ -343,7 +343,7 @@ def handed_out(buf, kind: str, limit: int) -> bytes:
     import gzip
     import lzma
 
-    from inspector.formats.archives.map_io import MapIO
+    from inspector.core.map_io import MapIO
 
     if kind == "zlib":
         try:

@@ -14,6 +14,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from inspector.core.map_io import MapIO
 from inspector.core.vocabulary import Format, Severity
 from inspector.formats.archives import (
     decompress,
@@ -24,7 +25,6 @@ from inspector.formats.archives import (
     unpack,
     zipread,
 )
-from inspector.formats.archives.map_io import MapIO
 from inspector.formats.numpy_files import scan_member_npy
 from inspector.formats.pickle_stream import carve, fold_pickles, pickle_head, scan_stream
 from inspector.formats.registry import FormatSpec, register

@@ -40,8 +40,8 @@ import pickle
 import re
 from collections.abc import Callable
 
+from inspector.core.map_io import MapIO
 from inspector.core.progress import CancelToken
-from inspector.formats.archives.map_io import MapIO
 from inspector.sandbox.worker.zip_records import torch_pickles
 from inspector.scan.code_text import looks_like_code
 

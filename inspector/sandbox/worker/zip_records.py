@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from inspector.formats.archives.map_io import MapIO
+from inspector.core.map_io import MapIO
 
 MAX_RECORDS = 1000  # records of one archive listed (a crafted directory names millions)
 MAX_RECORD_BYTES = 256 << 20  # a .pkl record larger than this is left to the static walk
