@@ -93,12 +93,12 @@ def _read_on(job: dict, killed: SandboxError, done: int) -> dict:
     unread: dict[int, str] = {}
     while pending:
         if done >= len(pending):  # no reading was under way: nothing to tell a file by
-            readings += _subset(job, pending, _Progress(), killed)
+            readings += _subset(job, pending, first=killed)
             break
         group = items[pending[done]].get("group")
         alone = [n for n in pending if items[n].get("group") == group]
         try:
-            readings += _subset(job, alone, _Progress(), killed)
+            readings += _subset(job, alone, first=killed)
         except SandboxError as exc:
             unread[group] = exc.message
         pending = [n for n in pending if n not in alone]
@@ -113,10 +113,11 @@ def _read_on(job: dict, killed: SandboxError, done: int) -> dict:
     return {"readings": readings, "unread": unread}
 
 
-def _subset(job: dict, chosen: list[int], progress: _Progress,
+def _subset(job: dict, chosen: list[int], progress: _Progress | None = None,
             first: SandboxError | None = None) -> list[dict]:
-    """The readings of the job's items `chosen`, by a new worker, numbered as in the job.
-    `first`: the death this run repeats, named in its own death's message."""
+    """The readings of the job's items `chosen`, by a new worker, numbered as in the job;
+    `progress` follows it. `first`: the death this run repeats, named in its own death's
+    message."""
     try:
         answer = run_job({**job, "readings": [job["readings"][n] for n in chosen]},
                          on_event=progress)

@@ -344,15 +344,25 @@ def _leaves(value, key: str, out: list, seen: set, depth: int = 0) -> None:
         seen.add(id(value))
     if isinstance(value, dict):
         for k, v in list(value.items())[:MAX_VALUES]:
-            _leaves(v, f"{key}.{k}" if key else str(k), out, seen, depth + 1)
+            if _holds_leaves(v):
+                _leaves(v, f"{key}.{k}" if key else str(k), out, seen, depth + 1)
     elif isinstance(value, (list, tuple, set, frozenset)):
         for i, v in enumerate(list(value)[:MAX_VALUES]):
-            _leaves(v, f"{key}[{i}]", out, seen, depth + 1)
+            if _holds_leaves(v):
+                _leaves(v, f"{key}[{i}]", out, seen, depth + 1)
     elif isinstance(value, _Value) and not value._ci_target.startswith(_PLAIN_TARGETS):
         for i, v in enumerate(value._ci_args):
             _leaves(v, f"{key}<arg{i}>", out, seen, depth + 1)
         for v in value._ci_state:
             _leaves(v, key, out, seen, depth + 1)
+
+
+def _holds_leaves(value) -> bool:
+    """Whether `_leaves` can find anything in `value`: a number or one of torch's rebuilds (a
+    checkpoint's every tensor) holds no text, so its key path is never built."""
+    if type(value) in _SCALARS:
+        return False
+    return not (isinstance(value, _Value) and value._ci_target.startswith(_PLAIN_TARGETS))
 
 
 def _looks_pickled(raw: bytes) -> bool:
