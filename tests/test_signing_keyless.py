@@ -137,3 +137,36 @@ def test_a_trust_root_that_is_none_is_refused_in_one_line(signed, tmp_path, caps
         assert main(_verify(model, wrong)) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_packaged_public_good_root_is_used_and_refuses_a_local_ca(signed, capsys) -> None:
+    model, _instance, _root = signed
+    capsys.readouterr()
+    assert main(_verify(model, Path("sigstore"), "--json")) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["signature"]["state"] == "invalid"
+    assert "untrusted certificate" in doc["signature"]["reason"]
+    assert "checked against sigstore" in doc["signature"]["reason"]
+
+
+def test_the_report_and_sarif_carry_the_keyless_verdict(signed, tmp_path, capsys) -> None:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    model, _instance, root = signed
+    # a checkpoint for the report to read, added after signing: an unsigned extra
+    save_file({"w": np.arange(8, dtype=np.float32)}, str(model / "extra.safetensors"))
+    out, sarif = tmp_path / "report.json", tmp_path / "scan.sarif"
+    trust = ["--trust-root", str(root), "--identity", IDENTITY, "--identity-provider", ISSUER]
+    assert main(["report", str(model), "-o", str(out), *trust]) == 0
+    [verdict] = json.loads(out.read_text())["signatures"]
+    assert verdict["state"] == "intact" and verdict["kind"] == "sigstore"
+    assert verdict["signer"] == f"sigstore {IDENTITY} (issuer {ISSUER})"
+    assert main(["report", str(model), "-o", str(out), "--force"]) == 1  # not intact: fails
+    [verdict] = json.loads(out.read_text())["signatures"]
+    assert verdict["state"] == "unverified" and "no trust root was given" in verdict["reason"]
+    main(["scan", str(model), "--sarif", str(sarif), *trust[:2], "--identity",
+          "mallory@example.org", "--identity-provider", ISSUER])
+    run = json.loads(sarif.read_text())["runs"][0]
+    assert run["properties"]["signatures"][0]["state"] == "invalid"
+    assert any(r["ruleId"] == "signature/invalid" for r in run["results"])

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # types only: importing verify (manifests, shards) costs ever
     from inspector.integrity.verify import TensorDigestFn, VerifyResult
     from inspector.scan.result import GlobalUse, ScanResult
     from inspector.signing.check import SignatureVerdict
+    from inspector.signing.keyless import KeylessTrust
 
 EXIT_LOAD_FAILED = 5
 EXIT_MANIFEST = 2  # verify and watch: the manifest cannot be read
@@ -376,6 +377,30 @@ def add_signature_arguments(parser: argparse.ArgumentParser, effect: str) -> Non
                         help="as --public-key, for certificate signatures (repeatable)")
     parser.add_argument("--signature", type=Path, metavar="SIG",
                         help="the signature of the one folder given (default: DIR/model.sig)")
+    add_keyless_arguments(parser)
+
+
+def add_keyless_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--trust-root`, `--identity`, `--identity-provider`: a Sigstore keyless signature checked
+    offline (`verify`, `report`, `scan --sarif`)."""
+    parser.add_argument("--trust-root", type=Path, metavar="TRUSTED_ROOT.json",
+                        help="a Sigstore trusted root (or client trust config) to check a "
+                        "keyless signature against, offline; `sigstore`: the public-good "
+                        "instance's, as the installed sigstore package ships it")
+    parser.add_argument("--identity", metavar="ID",
+                        help="the keyless signer trusted: the e-mail or URI its certificate "
+                        "names")
+    parser.add_argument("--identity-provider", metavar="URL",
+                        help="the OIDC issuer that vouched for --identity")
+
+
+def keyless_trust(args: argparse.Namespace) -> KeylessTrust | None:
+    """The keyless trust `add_keyless_arguments` gave, if a trust root was named."""
+    from inspector.signing.keyless import KeylessTrust
+
+    if args.trust_root is None:
+        return None
+    return KeylessTrust(args.trust_root, args.identity, args.identity_provider)
 
 
 def signature_verdicts(args: argparse.Namespace) -> list[SignatureVerdict]:
@@ -386,7 +411,7 @@ def signature_verdicts(args: argparse.Namespace) -> list[SignatureVerdict]:
     from inspector.signing.check import SignatureVerdict
     from inspector.signing.folder import check_folder
 
-    keyed = bool(args.public_key or args.certificate)
+    keyed = bool(args.public_key or args.certificate or args.trust_root)
     verdicts = []
     for raw in args.paths:
         folder = Path(raw)
@@ -399,5 +424,6 @@ def signature_verdicts(args: argparse.Namespace) -> list[SignatureVerdict]:
                                              reason=f"no signature at {signature}"))
             continue
         verdicts.append(check_folder(folder, signature, args.public_key,
-                                     args.certificate or ()).verdict)
+                                     args.certificate or (), keyless=keyless_trust(args)
+                                     ).verdict)
     return verdicts

@@ -15,7 +15,9 @@ from inspector.cli.common import (
     EXIT_MANIFEST,
     add_batch_arguments,
     add_jobs_argument,
+    add_keyless_arguments,
     add_loader_arguments,
+    keyless_trust,
     open_batch,
     print_verify_result,
     stderr_progress,
@@ -102,19 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--certificate", type=Path, action="append", metavar="CHAIN.pem",
         help="certificates to trust (PEM; repeatable), for a certificate signature",
     )
-    parser.add_argument(
-        "--trust-root", type=Path, metavar="TRUSTED_ROOT.json",
-        help="a Sigstore trusted root (or client trust config) to check a keyless signature "
-        "against, offline; with --identity and --identity-provider",
-    )
-    parser.add_argument(
-        "--identity", metavar="ID",
-        help="the keyless signer trusted: the e-mail or URI its certificate names",
-    )
-    parser.add_argument(
-        "--identity-provider", metavar="URL",
-        help="the OIDC issuer that vouched for --identity",
-    )
+    add_keyless_arguments(parser)
     add_loader_arguments(parser)
     add_jobs_argument(parser)
     add_batch_arguments(parser)
@@ -210,7 +200,6 @@ def _run_signed(args: argparse.Namespace) -> int:
     from inspector.core.vocabulary import SignatureState
     from inspector.signing.bundle import DEFAULT_NAME
     from inspector.signing.folder import check_folder, check_signed_file
-    from inspector.signing.keyless import KeylessTrust
     from inspector.signing.statement import DIALECT, beside
 
     if args.manifest or args.sha256 or args.tensors_only or args.shard or args.results:
@@ -228,8 +217,7 @@ def _run_signed(args: argparse.Namespace) -> int:
         # the worker's client is imported only for a changed file whose tensors are signed
         return worker_digests(args)(path, cancel=cancel)
 
-    keyless = KeylessTrust(args.trust_root, args.identity, args.identity_provider) \
-        if args.trust_root else None
+    keyless = keyless_trust(args)
     with stderr_progress("verifying", args.quiet) as progress:
         checked = check_folder(folder, signature, args.public_key, args.certificate or (),
                                keyless=keyless,

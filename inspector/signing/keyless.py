@@ -3,7 +3,8 @@
 certificate transparency logs and transparency logs to trust. The reference library's Sigstore
 verifier does every check (the certificate's chain and SCT, the log entry's inclusion proof,
 checkpoint and promise, the envelope's signature, the identity and its OIDC issuer); nothing is
-fetched. Without a trust root the bundle is named, never passed."""
+fetched. `sigstore` names the public-good instance's trusted root shipped with the pinned
+sigstore package. Without a trust root the bundle is named, never passed."""
 
 from __future__ import annotations
 
@@ -28,6 +29,12 @@ TRUSTED_ROOT_TYPE = "application/vnd.dev.sigstore.trustedroot+json;version=0.1"
 CLIENT_CONFIG_TYPE = "application/vnd.dev.sigstore.clienttrustconfig.v0.1+json"
 SIGNING_CONFIG_TYPE = "application/vnd.dev.sigstore.signingconfig.v0.2+json"
 MAX_TRUST_ROOT_BYTES = 16 << 20
+PUBLIC_GOOD = "sigstore"
+"""`--trust-root sigstore`: the public-good Sigstore instance's trusted root as the installed
+(pinned) `sigstore` package ships it, read from disk: current as of that release, so a key the
+instance rotated in later is not in it (then pass a newer trusted_root.json)."""
+PUBLIC_GOOD_FILE = ("sigstore._store", "https%3A%2F%2Ftuf-repo-cdn.sigstore.dev",
+                    "trusted_root.json")
 OIDC_ISSUER_OIDS = ("1.3.6.1.4.1.57264.1.8", "1.3.6.1.4.1.57264.1.1")
 """Fulcio's OIDC issuer extensions: v2 (a DER UTF8String) first, then v1 (raw bytes)."""
 
@@ -157,7 +164,7 @@ def _read(bundle: Bundle, reader: Any) -> Any:
 def _client_config(path: Path) -> Iterator[Path]:
     """A client trust config file for the library: the one given, or a trusted root wrapped in
     one (the library reads only its trusted root; the signing part is left empty)."""
-    document = _read_json(path)
+    document = _read_json(resolve_trust_root(path))
     media = document.get("mediaType")
     if media == CLIENT_CONFIG_TYPE:
         config = document
@@ -171,6 +178,21 @@ def _client_config(path: Path) -> Iterator[Path]:
         copy = Path(tmp, "trust_config.json")
         copy.write_text(json.dumps(config), encoding="utf-8")
         yield copy
+
+
+def resolve_trust_root(path: Path) -> Path:
+    """The trust root file: the one given, or for `sigstore` the public-good instance's trusted
+    root shipped with the installed sigstore package."""
+    if str(path) != PUBLIC_GOOD or path.exists():
+        return path
+    import importlib.resources
+
+    package, *parts = PUBLIC_GOOD_FILE
+    try:
+        return Path(str(importlib.resources.files(package).joinpath(*parts)))
+    except ModuleNotFoundError as exc:
+        raise SignatureError("bad-trust-root", "the sigstore package is not installed; "
+                             "reinstall checkpoint-inspector with its dependencies") from exc
 
 
 def _read_json(path: Path) -> dict[str, Any]:
