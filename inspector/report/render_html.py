@@ -489,7 +489,7 @@ def _run(run: dict, n: int) -> str:
         ("Latest valid", cells.mono(latest["path"]) + escape(step) if latest else "none"),
         ("Chain", escape("intact" if run["chain_intact"] else "broken: "
                          + "; ".join(run["problems"]))),
-        ("Journal records", escape(", ".join(f"{n} {labels.record_kind(k)}"
+        ("Journal records", escape(", ".join(f"{labels.record_kind(k)}: {n}"
                                              for k, n in sorted(run["records"].items())))),
     ]
     return "<h2>Training run ledger</h2>" + cells.section_tag("run", f"run-{n}",
