@@ -7,9 +7,7 @@ calls it dangerous; a benign compressed pickle is not worded as an unreadable on
 from __future__ import annotations
 
 import gzip
-import json
 import pickle
-import subprocess
 
 import pytest
 from hostile_unpack import (
@@ -27,6 +25,7 @@ from hostile_unpack import (
     zip_deflated_padded,
     zstd_torch_zip,
 )
+from proofs import cli_calls_all_dangerous
 
 from inspector.formats.archives import decompress, squeeze
 from inspector.scan import budget
@@ -221,10 +220,5 @@ def test_cli_calls_every_hostile_sample_dangerous(python_exe, tmp_path):
     canary = tmp_path / "canary"
     for name, (build, _load) in SAMPLES.items():
         build(folder / name, canary)
-    proc = subprocess.run([python_exe, "-m", "inspector", "scan", "--json", str(folder)],
-                          capture_output=True, text=True, timeout=300, check=False)
-    rows = {json.loads(line)["path"]: json.loads(line) for line in proc.stdout.splitlines()}
-    assert proc.returncode == 2, proc.stderr
-    verdicts = {name: rows[str(folder / name)]["verdict"] for name in SAMPLES}
-    assert set(verdicts.values()) == {"dangerous"}, verdicts
+    cli_calls_all_dangerous(python_exe, folder, SAMPLES)
     assert not canary.exists()

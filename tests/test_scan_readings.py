@@ -13,11 +13,11 @@ import pickle
 import random
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 from factories import fuzz_seeds, mutate
+from proofs import canary_folders, payload_runs_test, proof
 from readings_samples import NESTED_BUILDERS, READINGS_BUILDERS, disagreement, truths
 from test_scan_adversarial import LOADER
 
@@ -74,25 +74,14 @@ def proven(tmp_path_factory, python_exe):
     import json
 
     work = tmp_path_factory.mktemp("readings")
-    short = Path(tempfile.mkdtemp(prefix="rd", dir="/tmp"))  # tar names hold 100 bytes
-    built = {}
-    for name, (loader, build) in sorted(ALL.items()):
-        canary_dir = short / f"{len(built)}"
-        canary_dir.mkdir()
-        built[name] = (loader, build(work / f"{name}.bin", canary_dir / "c"), canary_dir)
-    jobs = [(loader, str(path), str(path.parent)) for loader, path, _ in built.values()]
-    proc = subprocess.run([python_exe, "-c", PROVER, NESTED_LOADER, json.dumps(jobs)],
-                          capture_output=True, text=True, timeout=1200, cwd=short)
-    samples = {}
-    for name, (_, path, canary_dir) in built.items():
-        ran = [p.name for p in canary_dir.iterdir()]
-        samples[name] = (path, canary_dir, ran, proc.stdout[-2000:] + proc.stderr[-2000:])
-        for p in sorted(canary_dir.rglob("*"), reverse=True):
-            p.rmdir() if p.is_dir() else p.unlink()
-    yield samples
-    for _, canary_dir, _, _ in samples.values():
-        canary_dir.rmdir()
-    short.rmdir()
+    with canary_folders("rd", sorted(ALL)) as (short, canaries):
+        built = {name: (ALL[name][0], ALL[name][1](work / f"{name}.bin", canary_dir / "c"))
+                 for name, canary_dir in canaries.items()}
+        jobs = [(loader, str(path), str(path.parent)) for loader, path in built.values()]
+        proc = subprocess.run([python_exe, "-c", PROVER, NESTED_LOADER, json.dumps(jobs)],
+                              capture_output=True, text=True, timeout=1200, cwd=short)
+        output = proc.stdout[-2000:] + proc.stderr[-2000:]
+        yield {name: proof(path, canaries[name], output) for name, (_, path) in built.items()}
 
 
 def test_enough_samples_across_the_classes():
@@ -101,11 +90,8 @@ def test_enough_samples_across_the_classes():
         "pickle", "torch", "numpy", "joblib", "dcp"}
 
 
-@pytest.mark.timeout(1500)  # the first test builds and proves every sample
-@pytest.mark.parametrize("name", sorted(ALL))
-def test_payload_runs_under_its_loader(proven, name):
-    _, _, ran, output = proven[name]
-    assert ran, f"{name}: the payload did not run under its loader: {output}"
+# the first test builds and proves every sample
+test_payload_runs_under_its_loader = pytest.mark.timeout(1500)(payload_runs_test(ALL))
 
 
 @pytest.fixture(scope="module")

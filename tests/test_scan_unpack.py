@@ -6,7 +6,6 @@ the member. Nothing of ours unpacks anything: the scan reads names and links onl
 from __future__ import annotations
 
 import io
-import json
 import os
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ from hostile_unpack import (
     unpack_folder,
     zip_nul_torch_zip,
 )
+from proofs import cli_calls_all_dangerous
 
 from inspector.scan.engine import scan_file
 
@@ -183,10 +183,5 @@ def test_cli_calls_every_hostile_archive_dangerous(python_exe, tmp_path):
     builders = {**TAR_BUILDERS, **ZIP_BUILDERS, "zip_nul_torch_zip": zip_nul_torch_zip}
     for name, build in builders.items():
         build(folder / name, tmp_path / f"canary-{name}")
-    proc = subprocess.run([python_exe, "-m", "inspector", "scan", "--json", str(folder)],
-                          capture_output=True, text=True, timeout=300, check=False)
-    rows = {json.loads(line)["path"]: json.loads(line) for line in proc.stdout.splitlines()}
-    assert proc.returncode == 2, proc.stderr
-    verdicts = {name: rows[str(folder / name)]["verdict"] for name in builders}
-    assert set(verdicts.values()) == {"dangerous"}, verdicts
+    cli_calls_all_dangerous(python_exe, folder, builders)
     assert not any(tmp_path.glob("canary-*"))

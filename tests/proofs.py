@@ -1,0 +1,81 @@
+"""Hostile samples proven under their real loader, and scanned without running them.
+
+A proof runs each sample in a throwaway process with a canary path beside it: the payload, if
+the loader runs it, writes there. `canary_folders` gives each sample its own folder under one
+short /tmp folder (tar member names hold 100 bytes, so the canary paths stay short); `proof`
+records what a run created and empties the folder again, so that a later scan is judged by
+what *it* leaves there (`scan_runs_nothing`, `cli_calls_all_dangerous`).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from inspector.scan.engine import scan_file
+from inspector.scan.result import ScanResult
+
+Proof = tuple[Path, Path, list[str], str]
+"""A proven sample: its file, its canary folder, what its loader's run created there, and that
+run's output."""
+
+
+@contextmanager
+def canary_folders(prefix: str, names: Iterable[str]) -> Iterator[tuple[Path, dict[str, Path]]]:
+    """A short /tmp folder and an empty canary folder in it per name; all removed at the end."""
+    short = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    folders = {name: short / str(i) for i, name in enumerate(names)}
+    for folder in folders.values():
+        folder.mkdir()
+    try:
+        yield short, folders
+    finally:
+        for folder in folders.values():
+            folder.rmdir()
+        short.rmdir()
+
+
+def proof(path: Path, canary_dir: Path, output: str) -> Proof:
+    """What the loader's run of `path` created in `canary_dir` (then removed again)."""
+    ran = [p.name for p in canary_dir.iterdir()]
+    for p in sorted(canary_dir.rglob("*"), reverse=True):
+        p.rmdir() if p.is_dir() else p.unlink()
+    return path, canary_dir, ran, output
+
+
+def payload_runs_test(names: Iterable[str]) -> Callable[..., None]:
+    """The test, one case per sample name, that each sample's payload ran under its loader (its
+    run created a file in its canary folder); it reads the module's `proven` fixture."""
+
+    @pytest.mark.parametrize("name", sorted(names))
+    def test(proven: dict[str, Proof], name: str) -> None:
+        _, _, ran, output = proven[name]
+        assert ran, f"{name}: the payload did not run under its loader: {output}"
+
+    return test
+
+
+def scan_runs_nothing(path: Path, canary_dir: Path) -> ScanResult:
+    """The static scan of a proven sample, checked to have run none of it and changed no byte."""
+    before = path.read_bytes()
+    res = scan_file(path)
+    assert not any(canary_dir.iterdir()), "the scan executed the payload"
+    assert path.read_bytes() == before
+    return res
+
+
+def cli_calls_all_dangerous(python_exe: str, folder: Path, names: Iterable[str]) -> None:
+    """`ckpt-inspector scan --json FOLDER`, in a process of its own, exits 2 and calls every
+    named file of the folder dangerous."""
+    proc = subprocess.run([python_exe, "-m", "inspector", "scan", "--json", str(folder)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    rows = {json.loads(line)["path"]: json.loads(line) for line in proc.stdout.splitlines()}
+    assert proc.returncode == 2, proc.stderr
+    verdicts = {name: rows[str(folder / name)]["verdict"] for name in names}
+    assert set(verdicts.values()) == {"dangerous"}, verdicts
