@@ -21,29 +21,25 @@ from __future__ import annotations
 import errno
 import json
 import os
-import platform
 import signal
 import struct
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from test_jail_probes import EMITTER, PRELUDE, REPO, _client_growth, exec_pickle
+from jail_payloads import X86_64_LINUX, alive, exec_pickle
+from test_jail_probes import EMITTER, REPO, _client_growth
 
-from inspector.sandbox.host import client, launch
-from inspector.sandbox.host.client import run_job
+from inspector.sandbox.host import client
 from inspector.sandbox.worker import jail, seccomp
 
 OWN_WORKERS = True  # how workers start is under test here: no session fork server
 
-pytest_plugins = ("forkserver_fixtures",)
+pytest_plugins = ("forkserver_fixtures", "jail_payloads")
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux") or platform.machine() != "x86_64",
-    reason="the payloads use x86_64 Linux system call numbers")
+pytestmark = X86_64_LINUX
 
 PID = 4242
 ALLOW = 0x7FFF0000
@@ -172,27 +168,8 @@ def test_full_needs_every_guard(guard):
 # --- in the real jail -------------------------------------------------------------------
 
 
-@pytest.fixture(params=("cold", "forked"))
-def jailed(request, monkeypatch):
-    """Run one payload in a jailed worker, cold or forked; its outcome and handshake."""
-    monkeypatch.setenv(client.SELFTEST_ENV, "1")
-    monkeypatch.delenv(client.DISABLE_ENV, raising=False)
-    if request.param == "forked":
-        monkeypatch.setattr(launch, "_fork_server",
-                            request.getfixturevalue("fork_server_handle"))
-
-    def run(tmp_path: Path, body: str) -> tuple[dict, dict]:
-        path = tmp_path / "payload.pkl"
-        path.write_bytes(exec_pickle(PRELUDE + textwrap.dedent(body)))
-        result = run_job({"op": "selftest-payload", "paths": [str(path)]}, timeout=120)
-        assert result["timing"]["worker"] == request.param
-        return result["outcomes"][0], result["sandbox"]
-
-    return run
-
-
 def test_what_the_worker_needs_still_works(tmp_path, jailed):
-    outcome, sandbox = jailed(tmp_path, """
+    outcome = jailed(tmp_path, """
         import fcntl
         a, b = socket.socketpair()
         a.send(b'ping')
@@ -205,12 +182,11 @@ def test_what_the_worker_needs_still_works(tmp_path, jailed):
         r, w = os.pipe()
         fcntl.fcntl(r, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
         """)
-    assert sandbox["level"] == "full", sandbox
     assert outcome["ok"], outcome
 
 
 def test_the_worker_sees_only_its_own_pid_namespace(tmp_path, jailed):
-    outcome, _ = jailed(tmp_path, """
+    outcome = jailed(tmp_path, """
         seen = [n for n in (1, 2, P_CLIENT) if os.path.exists(f'/proc/{n}')]
         raise LookupError(f'{os.getpid()} {os.getppid()} {seen}')
         """.replace("P_CLIENT", str(os.getpid())))
@@ -226,14 +202,6 @@ def _descendants(pid: int) -> list[int]:
     except OSError:
         return []
     return [c for child in map(int, children) for c in (child, *_descendants(child))]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 CLEAR_DEATH_SIGNAL = EMITTER + (
@@ -268,9 +236,9 @@ def _start_client(tmp_path: Path, forked: bool, disable: str = "") -> tuple[subp
 
 def _wait_gone(pids: list[int]) -> list[int]:
     deadline = time.monotonic() + 60
-    while any(map(_alive, pids)) and time.monotonic() < deadline:
+    while any(map(alive, pids)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    left = [pid for pid in pids if _alive(pid)]
+    left = [pid for pid in pids if alive(pid)]
     for pid in left:  # started by this test: never left running
         os.kill(pid, signal.SIGKILL)
     return left
@@ -339,7 +307,7 @@ def test_without_the_pid_namespace_the_level_says_so_and_the_worker_survives(tmp
     parent.kill()
     parent.wait()
     time.sleep(1)
-    survived = _alive(tree[0])
+    survived = alive(tree[0])
     if survived:  # started by this test: not left running
         os.kill(tree[0], signal.SIGKILL)
     assert survived, "expected the worker to outlive its client without the init"

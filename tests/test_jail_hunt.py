@@ -22,7 +22,6 @@ import ctypes
 import errno
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -31,60 +30,18 @@ import time
 from pathlib import Path
 
 import pytest
-from factories import EMPTY_DICT, MARK, PROTO2, REDUCE, STOP, TUPLE, p_global, p_unicode
+from jail_payloads import PRELUDE, X86_64_LINUX, alive, exec_pickle
 
-from inspector.sandbox.host import client, launch
-from inspector.sandbox.host.client import run_job
+from inspector.sandbox.host import client
 
 OWN_WORKERS = True  # how workers start is under test here: no session fork server
 
-pytest_plugins = ("forkserver_fixtures",)
+pytest_plugins = ("forkserver_fixtures", "jail_payloads")
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux") or platform.machine() != "x86_64",
-    reason="the payloads use x86_64 Linux system call numbers")
+pytestmark = X86_64_LINUX
 
 REPO = Path(__file__).resolve().parent.parent
 IPC_CREAT, IPC_RMID, SHM_RDONLY, IPC_PRIVATE = 0o1000, 0, 0o10000, 0
-
-PRELUDE = """
-import ctypes, errno, os
-libc = ctypes.CDLL(None, use_errno=True)
-def sc(nr, *args):
-    args = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
-    result = libc.syscall(ctypes.c_long(nr), *args)
-    if result == -1:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e))
-    return result
-"""
-
-
-def exec_pickle(source: str) -> bytes:
-    """A pickle that runs `source` with `exec` in a fresh namespace."""
-    return (PROTO2 + p_global("builtins", "exec") + MARK + p_unicode(source) + EMPTY_DICT
-            + TUPLE + REDUCE + STOP)
-
-
-@pytest.fixture(params=("cold", "forked"))
-def jailed(request, monkeypatch):
-    """Run one payload in a fully jailed worker, cold or forked by the warm server."""
-    monkeypatch.setenv(client.SELFTEST_ENV, "1")
-    monkeypatch.delenv(client.DISABLE_ENV, raising=False)
-    if request.param == "forked":
-        monkeypatch.setattr(launch, "_fork_server",
-                            request.getfixturevalue("fork_server_handle"))
-
-    def run(tmp_path: Path, body: str, **extra) -> dict:
-        path = tmp_path / "payload.pkl"
-        path.write_bytes(exec_pickle(PRELUDE + textwrap.dedent(body)))
-        result = run_job({"op": "selftest-payload", "paths": [str(path)], **extra},
-                         timeout=120)
-        assert result["timing"]["worker"] == request.param
-        assert result["sandbox"]["level"] == "full", result["sandbox"]
-        return result["outcomes"][0]
-
-    return run
 
 
 def _libc():
@@ -200,14 +157,6 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def test_a_cold_worker_dies_with_its_client(tmp_path):
     """The client killed mid-job (no finally runs): its sleeping worker must not live on."""
     payload = tmp_path / "sleep.pkl"
@@ -230,9 +179,9 @@ def test_a_cold_worker_dies_with_its_client(tmp_path):
         parent.kill()
         parent.wait()
     deadline = time.monotonic() + 60
-    while any(map(_alive, workers)) and time.monotonic() < deadline:
+    while any(map(alive, workers)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    left = [pid for pid in workers if _alive(pid)]
+    left = [pid for pid in workers if alive(pid)]
     for pid in left:  # ours: the worker this test started; do not leave it running
         os.kill(pid, signal.SIGKILL)
     assert not left, "the worker outlived its killed client"

@@ -21,7 +21,6 @@ import errno
 import hashlib
 import json
 import os
-import platform
 import resource
 import socket
 import stat
@@ -32,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from factories import EMPTY_DICT, MARK, PROTO2, REDUCE, STOP, TUPLE, p_global, p_unicode
+from jail_payloads import PRELUDE, X86_64_LINUX, exec_pickle
 
 from inspector.sandbox.host import client, events, launch
 from inspector.sandbox.host.client import SandboxError, run_job
@@ -42,9 +41,7 @@ OWN_WORKERS = True  # how workers start is under test here: no session fork serv
 
 pytest_plugins = ("forkserver_fixtures",)
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux") or platform.machine() != "x86_64",
-    reason="the probes use x86_64 Linux system call numbers")
+pytestmark = X86_64_LINUX
 
 REPO = Path(__file__).resolve().parent.parent
 EPERM, EACCES, EAFNOSUPPORT, ENOSYS = errno.EPERM, errno.EACCES, errno.EAFNOSUPPORT, errno.ENOSYS
@@ -439,25 +436,9 @@ THREAD_BOMB = _p("thread_bomb", """
     hold.set()
     """, "threads", (errno.EAGAIN,))  # RLIMIT_NPROC answers EAGAIN
 
-PRELUDE = """
-import ctypes, errno, os, signal, socket
-libc = ctypes.CDLL(None, use_errno=True)
-def sc(nr, *args):
-    args = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
-    if libc.syscall(ctypes.c_long(nr), *args) == -1:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e))
-"""
-
 LEVELS = {"full": "", "no-namespaces": "namespaces", "no-pidns": "pidns", "no-proc": "proc",
           "no-root": "root",
           "no-threads": "threads", "no-landlock": "landlock", "no-seccomp": "seccomp"}
-
-
-def exec_pickle(source: str) -> bytes:
-    """A pickle that runs `source` with `exec` in a fresh namespace."""
-    return (PROTO2 + p_global("builtins", "exec") + MARK + p_unicode(source) + EMPTY_DICT
-            + TUPLE + REDUCE + STOP)
 
 
 class Scene:
