@@ -184,3 +184,23 @@ class LocalSigstore:
                 "verificationMaterial": {"certificate": {"rawBytes": _b64(der)},
                                          "tlogEntries": [entry]},
                 "dsseEnvelope": envelope}
+
+
+def sign_keylessly(folder: Path, scratch: Path, identity: str, issuer: str
+                   ) -> tuple[LocalSigstore, Path]:
+    """`folder` signed keylessly as `identity` from `issuer` through a new local instance
+    (`folder/model.sig`; the ephemeral key and its key bundle in `scratch`), and the instance's
+    trusted root written to `scratch/trusted_root.json`."""
+    from signing_keys import write_key
+
+    from inspector.cli import main
+
+    instance = LocalSigstore()
+    key = ec.generate_private_key(ec.SECP256R1())
+    pem, _pub = write_key(scratch, "ephemeral", key)
+    assert main(["sign", str(folder), "--private-key", str(pem), "--signature",
+                 str(scratch / "key.sig")]) == 0
+    bundle = instance.keyless(json.loads((scratch / "key.sig").read_text()),
+                              instance.issue(key, identity, issuer))
+    (folder / "model.sig").write_text(json.dumps(bundle))
+    return instance, instance.write_trusted_root(scratch / "trusted_root.json")

@@ -1,5 +1,6 @@
 """The app's "Signed" badge: checked in a background job with the trusted keys, in each state
 (intact, changed naming the file, not verified, not signed, invalid), for a folder's model.sig
+(a key's, and a Sigstore keyless one checked against a trust root the test makes)
 and for a file the reference tool signed alone; opening a signed checkpoint shows it in the
 Integrity pane."""
 
@@ -12,11 +13,18 @@ from pathlib import Path
 import pytest
 from gui_support import wait_loaded
 from signing_keys import write_key
+from sigstore_local import LocalSigstore, sign_keylessly
 
 from inspector.cli import main
 from inspector.core.vocabulary import SignatureState
 from inspector.gui.jobs import JobRunner
-from inspector.gui.signing.badge import TRUSTED_KEYS_ENV, SignatureBadge, statement_html
+from inspector.gui.signing.badge import (
+    TRUST_ROOT_ENV,
+    TRUSTED_KEYS_ENV,
+    TRUSTED_SIGNERS_ENV,
+    SignatureBadge,
+    statement_html,
+)
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window, small, worker_requests
 
@@ -97,3 +105,27 @@ def test_opening_a_signed_checkpoint_shows_the_badge(window, qtbot, small, tmp_p
     badge = window.integrity.badge
     qtbot.waitUntil(lambda: badge.state == SignatureState.INTACT, timeout=30_000)
     assert badge.isVisibleTo(window.integrity)
+
+
+def test_a_keyless_signature_in_the_badge(qtbot, tmp_path, monkeypatch) -> None:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "weights.bin").write_bytes(bytes(range(256)) * 64)
+    _instance, root = sign_keylessly(folder, tmp_path, "bot@example.org",
+                                     "https://issuer.example")
+    monkeypatch.delenv(TRUST_ROOT_ENV, raising=False)
+    badge = _badge_state(qtbot, folder / "weights.bin")
+    assert badge.state == SignatureState.UNVERIFIED  # no trust root: never passed
+
+    monkeypatch.setenv(TRUST_ROOT_ENV, str(root))
+    monkeypatch.setenv(TRUSTED_SIGNERS_ENV, "bot@example.org=https://issuer.example")
+    badge = _badge_state(qtbot, folder / "weights.bin")
+    assert badge.state == SignatureState.INTACT and "sigstore bot@example.org" in badge.text()
+
+    monkeypatch.setenv(TRUSTED_SIGNERS_ENV, "someone@example.org=https://issuer.example")
+    assert _badge_state(qtbot, folder / "weights.bin").state == SignatureState.UNVERIFIED
+
+    other = LocalSigstore().write_trusted_root(tmp_path / "other_root.json")
+    monkeypatch.setenv(TRUST_ROOT_ENV, str(other))
+    monkeypatch.setenv(TRUSTED_SIGNERS_ENV, "bot@example.org=https://issuer.example")
+    assert _badge_state(qtbot, folder / "weights.bin").state == SignatureState.INVALID

@@ -13,9 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec
-from signing_keys import write_key
-from sigstore_local import LocalSigstore
+from sigstore_local import LocalSigstore, sign_keylessly
 
 from inspector.cli import main
 
@@ -29,15 +27,8 @@ def signed(tmp_path: Path) -> tuple[Path, LocalSigstore, Path]:
     (model / "sub").mkdir(parents=True)
     (model / "weights.bin").write_bytes(bytes(range(256)) * 512)
     (model / "sub" / "config.json").write_text('{"hidden": 8}')
-    instance = LocalSigstore()
-    key = ec.generate_private_key(ec.SECP256R1())
-    pem, _pub = write_key(tmp_path, "ephemeral", key)
-    assert main(["sign", str(model), "--private-key", str(pem), "--signature",
-                 str(tmp_path / "key.sig")]) == 0
-    bundle = instance.keyless(json.loads((tmp_path / "key.sig").read_text()),
-                              instance.issue(key, IDENTITY, ISSUER))
-    (model / "model.sig").write_text(json.dumps(bundle))
-    return model, instance, instance.write_trusted_root(tmp_path / "trusted_root.json")
+    instance, root = sign_keylessly(model, tmp_path, IDENTITY, ISSUER)
+    return model, instance, root
 
 
 def _verify(model: Path, root: Path | None, *extra: str,

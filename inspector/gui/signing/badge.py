@@ -1,6 +1,8 @@
 """`SignatureBadge`: which signature covers an open checkpoint (its folder's `model.sig`, or
 the ledger's `NAME.sig` beside it), checked in a background job with the trusted public keys
-(`CKPT_INSPECTOR_TRUSTED_KEYS`), shown as one of: signed and intact, signed but changed (which
+(`CKPT_INSPECTOR_TRUSTED_KEYS`) or, for a Sigstore keyless signature, the trust root and
+signers `CKPT_INSPECTOR_SIGSTORE_TRUST_ROOT` and `CKPT_INSPECTOR_SIGSTORE_SIGNERS` name, shown
+as one of: signed and intact, signed but changed (which
 file), not signed, signature invalid, not verified (with why). A click opens the statement."""
 
 from __future__ import annotations
@@ -19,10 +21,19 @@ from inspector.core.vocabulary import FileStatus, SignatureState
 from inspector.gui.jobs import EmitFn, Job, JobRunner
 
 if TYPE_CHECKING:  # the signing stack is imported by the job, off the UI thread
+    from inspector.signing.bundle import Bundle
     from inspector.signing.folder import SignedCheck
+    from inspector.signing.keyless import KeylessTrust
 
 TRUSTED_KEYS_ENV = "CKPT_INSPECTOR_TRUSTED_KEYS"
 """Public keys (PEM files, separated as PATH is) whose signatures the app verifies."""
+
+TRUST_ROOT_ENV = "CKPT_INSPECTOR_SIGSTORE_TRUST_ROOT"
+"""A Sigstore trusted root keyless signatures are checked against, offline (`sigstore`: the
+public-good instance's, as the installed sigstore package ships it); unset: not verified."""
+
+TRUSTED_SIGNERS_ENV = "CKPT_INSPECTOR_SIGSTORE_SIGNERS"
+"""Keyless signers trusted, `IDENTITY=ISSUER` each, separated by spaces."""
 
 LOOKS = {
     SignatureState.INTACT: ("Signed · intact", "#1e8e3e"),
@@ -60,9 +71,28 @@ def trusted_keys() -> list[Path]:
     return [Path(p) for p in os.environ.get(TRUSTED_KEYS_ENV, "").split(os.pathsep) if p]
 
 
+def keyless_trust(bundle: Bundle) -> KeylessTrust | None:
+    """The trust root and the trusted signer (`IDENTITY=ISSUER`) the certificate of a keyless
+    bundle names, from the environment; None without a trust root (then not verified)."""
+    from inspector.signing.keyless import KeylessTrust, identity_of, signing_certificate
+
+    root = os.environ.get(TRUST_ROOT_ENV, "")
+    if not root:
+        return None
+    names, issuer = identity_of(signing_certificate(bundle))
+    signers = [entry.partition("=") for entry in os.environ.get(TRUSTED_SIGNERS_ENV,
+                                                                "").split()]
+    for identity, _eq, trusted_issuer in signers:
+        if identity in names and trusted_issuer == issuer:
+            return KeylessTrust(Path(root), identity, trusted_issuer)
+    return KeylessTrust(Path(root))  # no trusted signer: the check says whom it names
+
+
 def check_path(path: Path, keys: list[Path], cancel: CancelToken | None = None) -> Shown:
-    """The signature covering `path`, checked with the trusted key it names (its fingerprint)
-    or unverified when none is trusted; every signed file is hashed (a background job)."""
+    """The signature covering `path`, checked with the trusted key it names (its fingerprint),
+    or the trust root and signer trusted for a keyless one, else unverified; every signed file
+    is hashed (a background job)."""
+    from inspector.core.vocabulary import SignerKind
     from inspector.signing.bundle import read_bundle
     from inspector.signing.errors import SignatureError
     from inspector.signing.folder import check_folder, check_signed_file
@@ -72,15 +102,18 @@ def check_path(path: Path, keys: list[Path], cancel: CancelToken | None = None) 
     if found is None:
         return Shown(path if path.is_dir() else path.parent, None, None)
     target, signature = found
-    key = None
+    key, keyless = None, None
     try:
-        hint = read_bundle(signature).document["verificationMaterial"].get("publicKey", {})
+        bundle = read_bundle(signature)
+        hint = bundle.document["verificationMaterial"].get("publicKey", {})
         wanted = hint.get("hint") if isinstance(hint, dict) else None
         key = next((k for k in keys if fingerprint(read_public_key(k)) == wanted), None)
+        keyless = keyless_trust(bundle) if bundle.kind is SignerKind.SIGSTORE else None
     except SignatureError:
         pass  # check_folder says what is wrong with the signature
     check = check_folder if target.is_dir() else check_signed_file
-    return Shown(target, signature, check(target, signature, key, cancel=cancel))
+    return Shown(target, signature, check(target, signature, key, keyless=keyless,
+                                          cancel=cancel))
 
 
 class SignatureBadge(QPushButton):
