@@ -3,13 +3,14 @@
 The order is what makes a crash at any moment harmless:
 1. check the disk has room (nothing written yet);
 2. write a temp file in the target's folder (`.NAME.HOST-PID.XXXX.tmp`, never ledgered; one a
-   dead process of this host left is cleared first, `ledger.strays`) and fsync it;
+   dead process of this host left is cleared first, `ledger.strays`) and fsync it, on a
+   thread, while 3 runs (both end before 4);
 3. re-read the temp file once, as `verify` would: every tensor's bytes are hashed for the
    record and compared with the same tensor in memory in the same pass
-   (`digests.proven_digests`), while a second thread takes the file's SHA-256 from the same
+   (`digests.proven_digests`), while another thread takes the file's SHA-256 from the same
    pages. Reading back is what catches bytes that landed wrong, so it is kept; memory is
    compared, never hashed, and the write hashes nothing, so the proof costs one SHA-256 of the
-   bytes more than the floor (write, fsync, re-read, SHA-256), on the second thread;
+   bytes more than the floor (write, fsync, re-read, SHA-256), on another thread;
 4. rename it over the target and fsync the folder; only now can a reader see it;
 5. append the `ledger.save` record (fsync'd), then rotate older ones (`keep`).
 Before 1, the health check (`ledger.health`) runs on the state in memory: a state that fails
@@ -74,12 +75,17 @@ def save(
         os.fchmod(fd, 0o666 & ~current_umask())
         try:
             _write(obj, fd, tmp, as_safetensors, metadata)
+            # the disk takes the bytes while they are read back from the page cache (what the
+            # re-read reads before or after an fsync alike); nothing is renamed until both end
+            with ThreadPoolExecutor(2, thread_name_prefix="ledger") as pool:
+                durable = pool.submit(os.fsync, fd)
+                entry, outcome, detail = _prove(tmp, rel, obj, allow_globals, pool)
+                durable.result()
         except Exception as exc:
             full = disk_full(exc, target.parent)
             if full is not None:
                 raise full from exc
             raise
-        entry, outcome, detail = _prove(tmp, rel, obj, allow_globals)
         if outcome == SaveOutcome.MISMATCH:
             append_save(run, target, layout="file", fmt=entry.format, writer=_writer(writer,
                         as_safetensors), files=[entry], outcome=outcome, detail=detail,
@@ -92,6 +98,8 @@ def save(
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
+    finally:
+        os.close(fd)
     fsync_path(target.parent)
     if problems and outcome == SaveOutcome.VERIFIED:
         outcome, detail = SaveOutcome.UNHEALTHY, unhealthy_detail(problems)
@@ -110,34 +118,32 @@ def _writer(name: str | None, as_safetensors: bool) -> str:
 
 def _write(obj: Any, fd: int, tmp: Path, as_safetensors: bool,
            metadata: dict[str, str] | None) -> None:
-    """Write the checkpoint into the open temp file and make its bytes durable."""
-    with os.fdopen(fd, "wb") as fh:
-        if as_safetensors:
-            from safetensors.torch import save_file
+    """Write the checkpoint into the temp file; `fd` stays open, to fsync (it was opened
+    before any byte was written, so its fsync reports every write-back error since)."""
+    if as_safetensors:
+        from safetensors.torch import save_file
 
-            save_file(obj, str(tmp), metadata=metadata)
-        else:
-            import torch
+        save_file(obj, str(tmp), metadata=metadata)
+        return
+    import torch
 
-            torch.save(obj, fh)
-            fh.flush()
-        os.fsync(fh.fileno())
+    with os.fdopen(fd, "wb", closefd=False) as fh:
+        torch.save(obj, fh)
 
 
-def _prove(tmp: Path, rel: str, obj: Any, allow_globals: tuple[str, ...]
-           ) -> tuple[FileEntry, SaveOutcome, str | None]:
+def _prove(tmp: Path, rel: str, obj: Any, allow_globals: tuple[str, ...],
+           pool: ThreadPoolExecutor) -> tuple[FileEntry, SaveOutcome, str | None]:
     """Re-read the written file once: its manifest entry, and whether every tensor matched
-    memory; the file's SHA-256 is taken from the same pages on a second thread (hashlib lets
-    go of the GIL)."""
+    memory; the file's SHA-256 is taken from the same pages on a thread of `pool` (hashlib
+    lets go of the GIL)."""
     size = tmp.stat().st_size
-    with ThreadPoolExecutor(1, thread_name_prefix="ledger-sha256") as pool:
-        file_hash = pool.submit(sha256_file, tmp)
-        try:
-            fmt, on_disk, bad = proven_digests(tmp, obj, allow_globals)
-        except CodedError as exc:
-            return (FileEntry(rel, file_hash.result(), size, None, None), SaveOutcome.UNVERIFIED,
-                    f"re-read failed: {exc.message}")
-        sha = file_hash.result()
+    file_hash = pool.submit(sha256_file, tmp)
+    try:
+        fmt, on_disk, bad = proven_digests(tmp, obj, allow_globals)
+    except CodedError as exc:
+        return (FileEntry(rel, file_hash.result(), size, None, None), SaveOutcome.UNVERIFIED,
+                f"re-read failed: {exc.message}")
+    sha = file_hash.result()
     entry = FileEntry(rel, sha, size, fmt, on_disk)
     if bad:
         shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
