@@ -555,18 +555,23 @@ def mal_zip_flag(flag: int) -> Callable[[Path, Path], Path]:
     return build
 
 
-def mal_zip_bad_crc(path: Path, canary: Path) -> Path:
-    """Malicious torch zip with a deliberately wrong CRC on data.pkl (strict readers give up)."""
-    mal_zip_data_pkl(path, canary)
-    buf = bytearray(Path(path).read_bytes())
-    name = _data_pkl_name(bytes(buf)).encode()
+def _with_data_pkl_crc(zip_bytes: bytes, crc: int) -> bytes:
+    """The torch zip with its data.pkl's CRC-32 set to `crc` in both its headers."""
+    buf = bytearray(zip_bytes)
+    name = _data_pkl_name(zip_bytes).encode()
     for sig, crc_off, name_off in ((b"PK\x03\x04", 14, 30), (b"PK\x01\x02", 16, 46)):
         start = 0
         while (i := buf.find(sig, start)) >= 0:
             if buf[i + name_off:i + name_off + len(name)] == name:
-                struct.pack_into("<I", buf, i + crc_off, 0xDEADBEEF)
+                struct.pack_into("<I", buf, i + crc_off, crc)
             start = i + 4
-    return _write(path, bytes(buf))
+    return bytes(buf)
+
+
+def mal_zip_bad_crc(path: Path, canary: Path) -> Path:
+    """Malicious torch zip with a deliberately wrong CRC on data.pkl (strict readers give up)."""
+    mal_zip_data_pkl(path, canary)
+    return _write(path, _with_data_pkl_crc(Path(path).read_bytes(), 0xDEADBEEF))
 
 
 def mal_zip_name_mismatch(path: Path, canary: Path) -> Path:
@@ -713,15 +718,7 @@ def _benign_zip(path: Path) -> bytes:
 
 def odd_zip_bad_crc(path: Path) -> Path:
     """Benign torch zip whose data.pkl CRC-32 is wrong in both headers."""
-    buf = bytearray(_benign_zip(path))
-    name = _data_pkl_name(bytes(buf)).encode()
-    for sig, crc_off, name_off in ((b"PK\x03\x04", 14, 30), (b"PK\x01\x02", 16, 46)):
-        start = 0
-        while (i := buf.find(sig, start)) >= 0:
-            if buf[i + name_off:i + name_off + len(name)] == name:
-                struct.pack_into("<I", buf, i + crc_off, 0x12345678)
-            start = i + 4
-    return _write(path, bytes(buf))
+    return _write(path, _with_data_pkl_crc(_benign_zip(path), 0x12345678))
 
 
 def odd_zip_flag(flag: int) -> Callable[[Path], Path]:
@@ -924,11 +921,13 @@ def adv_payload_after_3000_pickles(path: Path, canary: Path) -> Path:
     return _write(path, b"\x80\x02K\x01." * 3000 + call("os", "system", touch_cmd(canary)))
 
 
-def _tar(members: dict[str, bytes]) -> bytes:
+def _tar(members: dict[str, bytes], tar_format: str = "pax") -> bytes:
+    """A tar archive of these members, in tarfile's PAX (or `tar_format` "gnu") format."""
     import tarfile
 
     out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+    fmt = tarfile.GNU_FORMAT if tar_format == "gnu" else tarfile.PAX_FORMAT
+    with tarfile.open(fileobj=out, mode="w", format=fmt) as tar:
         for name, data in members.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import bz2
 import gzip
-import io
 import lzma
 import struct
-import tarfile
 import zlib
 from collections.abc import Callable
+
+from factories import _tar
 
 PROTO2 = b"\x80\x02"
 PROTO4 = b"\x80\x04"
@@ -86,21 +86,11 @@ def zip_deflate_opcodes(n: int) -> bytes:
     return _zip_entries(PROTO2 + b"N0" * n + b"N.", 8, ["archive/data.pkl"])
 
 
-def _tar(files: dict[str, bytes]) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
-
-
 def nested_bomb(n: int) -> bytes:
     """gzip of a tar holding a zip whose member is bzip2 of an n-megabyte pickle: three
     nesting levels, each decoded."""
     inner = _zip_entries(bz2.compress(_big_bytes(n << 20), 9), 8, ["model/weights.bz2"])
-    return gzip.compress(_tar({"model.zip": inner}), mtime=0)
+    return gzip.compress(_tar({"model.zip": inner}, "gnu"), mtime=0)
 
 
 def marks(n: int) -> bytes:
@@ -121,7 +111,8 @@ def legacy_tar_storages(n: int) -> bytes:
             + b"ctorch\nDoubleStorage\n" + b"\x87.")  # ('0', 'cpu', DoubleStorage)
     record = args + struct.pack("<q", 1) + bytes(8)
     storages = PROTO2 + b"J" + struct.pack("<i", n) + b"." + record * n + b"\x80\x02]."
-    return _tar({"storages": storages, "tensors": b"\x80\x02K\x00.", "pickle": b"\x80\x02}."})
+    return _tar({"storages": storages, "tensors": b"\x80\x02K\x00.", "pickle": b"\x80\x02}."},
+                "gnu")
 
 
 HOSTILE: dict[str, Callable[[int], bytes]] = {
