@@ -85,6 +85,17 @@ def _wait(what: str, check, timeout: float = WAIT_S):
         time.sleep(0.5)
 
 
+def _wait_firing(url: str, alertname: str) -> list[dict]:
+    """The Prometheus's alerts of this name once one fires."""
+
+    def firing() -> list[dict]:
+        alerts = _get_json(f"{url}/api/v1/alerts")["data"]["alerts"]
+        return [a for a in alerts
+                if a["labels"]["alertname"] == alertname and a["state"] == "firing"]
+
+    return _wait(f"{alertname} to fire", firing)
+
+
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory, python_exe):
     """A real Prometheus on 127.0.0.1 (1 s scrapes and rule evaluation, the shipped rules)
@@ -147,12 +158,7 @@ def _query(url: str, promql: str) -> list:
 def test_the_double_bit_ecc_alert_fires_in_a_real_prometheus(prometheus):
     url, _ = prometheus
 
-    def firing():
-        alerts = _get_json(f"{url}/api/v1/alerts")["data"]["alerts"]
-        return [a for a in alerts
-                if a["labels"]["alertname"] == "GpuDoubleBitEccError" and a["state"] == "firing"]
-
-    alerts = _wait("GpuDoubleBitEccError to fire", firing)
+    alerts = _wait_firing(url, "GpuDoubleBitEccError")
     assert [(a["labels"]["gpu"], a["labels"]["Hostname"]) for a in alerts] == [("1", NODE)]
     assert float(alerts[0]["value"]) == 2.0
     assert alerts[0]["annotations"]["summary"].startswith(f"GPU 1 on {NODE}: 2 uncorrected")
@@ -275,12 +281,7 @@ def test_the_prometheus_dialog_stays_open_on_a_bad_time_and_builds_the_query(qtb
 def test_a_run_journals_guard_alarm_reaches_prometheus_and_alerts(prometheus):
     url, _ = prometheus
 
-    def firing():
-        alerts = _get_json(f"{url}/api/v1/alerts")["data"]["alerts"]
-        return [a for a in alerts
-                if a["labels"]["alertname"] == "TrainingGuardAlarm" and a["state"] == "firing"]
-
-    (alert,) = _wait("TrainingGuardAlarm to fire", firing)
+    (alert,) = _wait_firing(url, "TrainingGuardAlarm")
     assert (alert["labels"]["run"], alert["labels"]["Hostname"]) == ("run-e2e", NODE)
     (count,) = _query(url, 'ckpt_inspector_guard_alarms_total{rule="nan_loss"}')
     assert count["metric"]["action"] == "snapshot" and float(count["value"][1]) == 1.0

@@ -40,6 +40,16 @@ def _serve(body: bytes | None, status: int = 200, trickle: float = 0.0):
     return server
 
 
+def _telemetry_from(server: ThreadingHTTPServer, *extra: str) -> int:
+    """`telemetry --from-prometheus` over the last hour from this server, which is then shut
+    down; its exit status."""
+    try:
+        return main(["telemetry", "--from-prometheus", f"http://127.0.0.1:{server.server_port}",
+                     *extra, "--start", "1h", "--end", "now"])
+    finally:
+        server.shutdown()
+
+
 def _series(metric: dict, values: object) -> bytes:
     return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [
         {"metric": metric, "values": values}]}}).encode()
@@ -62,11 +72,7 @@ REPLIES = {
 @pytest.mark.parametrize("kind", list(REPLIES))
 def test_a_reply_of_the_wrong_shape_is_one_line(kind, capsys):
     server = _serve(REPLIES[kind])
-    try:
-        code = main(["telemetry", "--from-prometheus", f"http://127.0.0.1:{server.server_port}",
-                     "--node", "n1", "--start", "1h", "--end", "now"])
-    finally:
-        server.shutdown()
+    code = _telemetry_from(server, "--node", "n1")
     err = capsys.readouterr().err
     assert code != 0 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
 
@@ -74,11 +80,7 @@ def test_a_reply_of_the_wrong_shape_is_one_line(kind, capsys):
 def test_a_reply_past_the_cap_is_refused_without_reading_it_all(monkeypatch, capsys):
     monkeypatch.setattr(prom_reader, "MAX_REPLY_BYTES", 1 << 20)
     server = _serve(b" " * (8 << 20))
-    try:
-        code = main(["telemetry", "--from-prometheus", f"http://127.0.0.1:{server.server_port}",
-                     "--start", "1h", "--end", "now"])
-    finally:
-        server.shutdown()
+    code = _telemetry_from(server)
     err = capsys.readouterr().err
     assert code != 0 and "more than 1 MiB" in err
 
@@ -87,11 +89,7 @@ def test_a_server_that_trickles_is_cut_off_at_the_deadline(monkeypatch, capsys):
     monkeypatch.setattr(prom_reader, "TIMEOUT_S", 1.0)
     server = _serve(None, trickle=0.05)
     started = time.monotonic()
-    try:
-        code = main(["telemetry", "--from-prometheus", f"http://127.0.0.1:{server.server_port}",
-                     "--start", "1h", "--end", "now"])
-    finally:
-        server.shutdown()
+    code = _telemetry_from(server)
     assert code != 0 and "did not finish its reply" in capsys.readouterr().err
     assert time.monotonic() - started < 15  # cut off, not waited out (400 x 0.05 s = 20 s)
 
@@ -99,10 +97,6 @@ def test_a_server_that_trickles_is_cut_off_at_the_deadline(monkeypatch, capsys):
 def test_the_servers_error_text_reaches_the_terminal_escaped(capsys):
     body = json.dumps({"status": "error", "error": "bad\x1b]0;owned\x07 query"}).encode()
     server = _serve(body, status=400)
-    try:
-        code = main(["telemetry", "--from-prometheus", f"http://127.0.0.1:{server.server_port}",
-                     "--start", "1h", "--end", "now"])
-    finally:
-        server.shutdown()
+    code = _telemetry_from(server)
     err = capsys.readouterr().err
     assert code != 0 and "\x1b" not in err and "\x07" not in err and "\\x1b]0;owned" in err
