@@ -85,6 +85,14 @@ def _wait(what: str, check, timeout: float = WAIT_S):
         time.sleep(0.5)
 
 
+def _ecc_scraped(url: str) -> float:
+    """Waits until GPU 1's two ECC errors are scraped; a range end just past that scrape, so a
+    range query's last step sees it whenever the query runs."""
+    scraped = _wait("GPU 1's ECC errors to be scraped", lambda: _query(
+        url, 'timestamp(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="1"} == 2)'))
+    return float(scraped[0]["value"][1]) + 2
+
+
 def _wait_firing(url: str, alertname: str) -> list[dict]:
     """The Prometheus's alerts of this name once one fires."""
 
@@ -167,10 +175,7 @@ def test_the_double_bit_ecc_alert_fires_in_a_real_prometheus(prometheus):
 @needs_prometheus
 def test_from_prometheus_reads_the_node_back_into_the_same_alerts(prometheus, capsys):
     url, started = prometheus
-    scraped = _wait("GPU 1's ECC errors to be scraped", lambda: _query(
-        url, 'timestamp(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="1"} == 2)'))
-    # The range ends past that scrape, so its last step sees it whenever the query runs.
-    end = float(scraped[0]["value"][1]) + 2
+    end = _ecc_scraped(url)
     code = main(["telemetry", "--from-prometheus", url, "--node", NODE,
                  "--start", f"{started - 5:.0f}", "--end", f"{end:.3f}", "--step", "1"])
     out = capsys.readouterr().out
@@ -214,8 +219,7 @@ def test_the_dashboard_charts_every_metric_an_alert_uses():
 @needs_prometheus
 def test_every_dashboard_query_runs_in_a_real_prometheus(prometheus):
     url, _ = prometheus
-    _wait("GPU 1's ECC errors to be scraped",
-          lambda: _query(url, 'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="1"} == 2'))
+    _ecc_scraped(url)
     results = {}
     for title, expr in _panel_queries().items():
         promql = expr.replace("$Hostname", ".*").replace("$gpu", ".*")
@@ -233,9 +237,7 @@ def test_the_gpu_pane_loads_a_node_from_prometheus(prometheus, qtbot):
     from inspector.gui.panes.gpu_pane import GpuPane
 
     url, started = prometheus
-    scraped = _wait("GPU 1's ECC errors to be scraped", lambda: _query(
-        url, 'timestamp(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="1"} == 2)'))
-    end = float(scraped[0]["value"][1]) + 2
+    end = _ecc_scraped(url)
     pane = GpuPane(autostart=False)
     qtbot.addWidget(pane)
     pane.open_prometheus(make_query(url, NODE, f"{started - 5:.0f}", f"{end:.3f}", 1))
