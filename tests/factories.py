@@ -1195,6 +1195,14 @@ def fuzz_seeds(folder: Path) -> list[Path]:
     return seeds
 
 
+def overwrite_bytes(data: bytes, rng, most: int) -> bytes:
+    """`data` with one to `most` of its bytes set to random values (`rng` a random.Random)."""
+    out = bytearray(data)
+    for _ in range(rng.randint(1, most)):
+        out[rng.randrange(len(out))] = rng.randrange(256)
+    return bytes(out)
+
+
 def mutate(data: bytes, rng) -> bytes:
     """One to four random edits of `data`: bit flips, random or boundary bytes, inserted,
     deleted, repeated or truncated spans (`rng` is a random.Random, so runs repeat)."""

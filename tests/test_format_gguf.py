@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from factories import overwrite_bytes
 
 from inspector.cli import main
 from inspector.core.vocabulary import Format, Severity, Verdict
@@ -398,13 +399,11 @@ def test_mutants_read_as_gguf_reader_reads_them(tmp_path) -> None:
     rng = random.Random(3)
     disagreements, agreed = [], 0
     for i in range(800):
-        data = bytearray(original)
-        for _ in range(rng.randint(1, 3)):
-            data[rng.randrange(len(data))] = rng.randrange(256)
-        ours = gguf_header.read(bytes(data))
+        data = overwrite_bytes(original, rng, 3)
+        ours = gguf_header.read(data)
         if any(p.code == "gguf-header-bounds" for p in ours.problems):
             continue
-        mutant.write_bytes(bytes(data))
+        mutant.write_bytes(data)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

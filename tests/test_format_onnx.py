@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from factories import overwrite_bytes
 from safetensors.torch import save_file
 
 from inspector.core.vocabulary import Format, Severity, Verdict
@@ -284,10 +285,7 @@ def test_mutants_are_models_exactly_when_protobuf_reads_them_as_models(onnx) -> 
     rng = random.Random(22)
     disagreements, models = [], 0
     for i in range(3000):
-        data = bytearray(original)
-        for _ in range(rng.randint(1, 4)):
-            data[rng.randrange(len(data))] = rng.randrange(256)
-        data = bytes(data)
+        data = overwrite_bytes(original, rng, 4)
         onnx_format.sniff(data[:HEAD_BYTES], len(data))
         try:
             ours = onnx_format.read_model(data)
