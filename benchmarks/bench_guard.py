@@ -27,7 +27,8 @@ difference per sample.
 
 Targets: guard overhead at most 3 % of step time (the issue's bar with the fingerprint every
 step).
-Run: `python benchmarks/bench_guard.py [--device cuda] [--rounds 30] [--steps 1] [--threads 1]`.
+Run: `python benchmarks/bench_guard.py [--device cuda] [--rounds 30] [--steps 1] [--threads 1]
+[--batch 64]`.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from pathlib import Path
 from common import load_average
 
 
-def build(device: str):
+def build(device: str, batch: int = 64):
     """The model, its optimizer and a fixed batch."""
     import torch
     from torch import nn
@@ -55,8 +56,8 @@ def build(device: str):
         layers += [nn.Linear(width, width), nn.GELU()]
     model = nn.Sequential(*layers, nn.Linear(width, 1)).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4)
-    x = torch.randn(64, width, device=device)
-    y = torch.randn(64, 1, device=device)
+    x = torch.randn(batch, width, device=device)
+    y = torch.randn(batch, 1, device=device)
     return model, opt, x, y
 
 
@@ -115,7 +116,7 @@ def bench_steps(args: argparse.Namespace, run_dir: Path) -> tuple[dict[str, floa
     from inspector.guard.guard import Guard, GuardConfig
     from inspector.guard.weights.fingerprint import fingerprint
 
-    model, opt, x, y = build(args.device)
+    model, opt, x, y = build(args.device, args.batch)
     guard = Guard(run_dir, GuardConfig(warmup=10, fingerprint_every=1))
     modes = ["off", "guard", "isfinite", "floor", "anomaly"]
     wall: dict[str, list[float]] = {m: [] for m in modes}
@@ -135,7 +136,8 @@ def bench_steps(args: argparse.Namespace, run_dir: Path) -> tuple[dict[str, floa
     guard.close()
     assert not guard.alarms, guard.alarms
     n = sum(p.numel() for p in model.parameters())
-    print(f"model: {n / 1e6:.2f}M parameters on {args.device}; {args.rounds} rounds x "
+    print(f"model: {n / 1e6:.2f}M parameters on {args.device}, batch {args.batch}; "
+          f"{args.rounds} rounds x "
           f"{args.steps} steps; load {load_average()}")
     return ({m: statistics.median(v) for m, v in wall.items()},
             {m: statistics.median(v) for m, v in cpu.items()})
@@ -215,6 +217,9 @@ def main() -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--steps", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=64,
+                    help="rows per step (the guard's passes over the weights do not grow with "
+                         "it; the step does)")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch CPU threads (0: torch's default); on a shared machine 1 keeps "
                          "OpenMP reductions from stalling on busy cores")
