@@ -8,6 +8,7 @@ refuse (or that overflowed its parser's older releases) becomes a `Problem`, nev
 
 from __future__ import annotations
 
+import math
 import struct
 from array import array
 from dataclasses import dataclass, field
@@ -87,10 +88,7 @@ class TensorInfo:
     @property
     def n_elements(self) -> int:
         """Number of elements."""
-        n = 1
-        for d in self.dims:
-            n *= d
-        return n
+        return math.prod(self.dims)
 
     @property
     def n_bytes(self) -> int | None:

@@ -17,6 +17,7 @@ built, and its hot loop is tuned for scanning; this path must build values exact
 
 from __future__ import annotations
 
+import math
 import pickletools
 import sys
 import zlib
@@ -71,10 +72,7 @@ class TensorLayout:
     @property
     def numel(self) -> int:
         """Number of elements."""
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def contiguous(self) -> bool:
