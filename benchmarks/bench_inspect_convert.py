@@ -213,8 +213,8 @@ def main() -> int:
              ours - startup <= 2 * ssl),
             ("inspect / torch.load + stats", ours / plain, "", True),
             ("convert / torch.load + save_file (wall)", conv / base, "<= 1", conv <= base),
-            ("convert / torch.load + save_file (peak RSS)", conv_rss / base_rss, "<= 0.5",
-             conv_rss <= 0.5 * base_rss),
+            ("convert / torch.load + save_file (peak RSS)", conv_rss / base_rss, "<= 0.3",
+             conv_rss <= 0.3 * base_rss),
         ]
         if args.before:
             conv_before = median(rows["convert (before)"], "wall")
