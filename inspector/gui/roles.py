@@ -1,10 +1,11 @@
-"""Item-data roles and alignments as plain ints.
+"""Item-data roles and alignments as plain ints, and `RowsModel`, what every flat table model
+answers alike.
 
 Item models answer data() thousands of times per paint; comparing PySide's enum objects costs
 twenty times an int comparison, and OR-ing alignment flags builds a new enum each time.
 """
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, Qt
 
 DISPLAY = Qt.ItemDataRole.DisplayRole.value
 TOOLTIP = Qt.ItemDataRole.ToolTipRole.value
@@ -17,3 +18,31 @@ ROW = USER + 1
 
 RIGHT = (Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter).value
 HORIZONTAL = Qt.Orientation.Horizontal
+
+
+class RowsModel(QAbstractTableModel):
+    """A flat table: one row per item of `rows`, one column per name in `HEADERS`; a subclass
+    names its columns and answers `data`."""
+
+    HEADERS: tuple[str, ...] = ()
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.rows: list = []
+
+    def set_rows(self, rows: list) -> None:
+        """Show these rows."""
+        self.beginResetModel()
+        self.rows = rows
+        self.endResetModel()
+
+    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.rows)
+
+    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
+        return 0 if parent.isValid() else len(self.HEADERS)
+
+    def headerData(self, section, orientation, role=DISPLAY):
+        if orientation == HORIZONTAL and role == DISPLAY:
+            return self.HEADERS[section]
+        return None

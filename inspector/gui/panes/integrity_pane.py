@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject
+from PySide6.QtCore import QModelIndex
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFileDialog,
@@ -58,29 +59,15 @@ GOOD = {FileStatus.OK, TensorStatus.IDENTICAL}
 Row = tuple[str, str, str, str, str, str]
 
 
-class ResultsModel(QAbstractTableModel):
+class ResultsModel(roles.RowsModel):
     """File and tensor results, problems first, each row coloured by its status."""
 
-    def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self.rows: list[Row] = []
+    HEADERS = RESULT_COLUMNS
+    rows: list[Row]
 
     def set_rows(self, rows: list[Row]) -> None:
         """Replace the rows; problems sort before ok rows, order otherwise kept."""
-        self.beginResetModel()
-        self.rows = sorted(rows, key=lambda r: r[2] in GOOD)
-        self.endResetModel()
-
-    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.rows)
-
-    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(RESULT_COLUMNS)
-
-    def headerData(self, section, orientation, role=roles.DISPLAY):
-        if orientation == roles.HORIZONTAL and role == roles.DISPLAY:
-            return RESULT_COLUMNS[section]
-        return None
+        super().set_rows(sorted(rows, key=lambda r: r[2] in GOOD))
 
     def data(self, index: QModelIndex, role: int = roles.DISPLAY):
         row = self.rows[index.row()]
@@ -224,17 +211,12 @@ class IntegrityPane(QWidget):
         tensors = _tensor_entries(doc) if doc.state == DocumentState.LOADED else None
         job = Job(f"verify {doc.name}", _verify_fn(Path(manifest_path), doc.path, tensors), self,
                   doc=doc)
-        job.finished.connect(lambda result: self._verified(doc, result))
-        job.failed.connect(lambda msg: self._show(
-            f"<p><b>Could not verify:</b> {html.escape(msg)}</p>", []))
-        self._show(f"<p>Verifying against {html.escape(str(manifest_path))}…</p>", [])
-        return self.pipeline.run_heavy(job)
+        return self._run(job, lambda result: self._verified(doc, result), "Could not verify",
+                         f"Verifying against {html.escape(str(manifest_path))}")
 
     def _verified(self, doc: FileDocument, result: Verification) -> None:
         doc.verify = result
-        doc.changed.emit()
-        if doc is self.doc:
-            self.set_document(doc)
+        self._changed(doc)
 
     # --- create ------------------------------------------------------------------------
 
@@ -262,10 +244,8 @@ class IntegrityPane(QWidget):
         fmt = doc.scan.format if doc.scan else None
         fn = _manifest_fn(path, doc.path, doc.sha256, fmt, tensors, overwrite)
         job = Job(f"manifest {doc.name}", fn, self, doc=doc)
-        job.finished.connect(lambda dialect: self._wrote_manifest(path, dialect, tensors))
-        job.failed.connect(lambda msg: self._show(
-            f"<p><b>Could not write the manifest:</b> {html.escape(msg)}</p>", []))
-        return self.pipeline.run_heavy(job)
+        return self._run(job, lambda dialect: self._wrote_manifest(path, dialect, tensors),
+                         "Could not write the manifest")
 
     def _wrote_manifest(self, path: Path, dialect: str, tensors: list | None) -> None:
         with_tensors = ""
@@ -295,14 +275,26 @@ class IntegrityPane(QWidget):
             return None
         job = Job(f"diff {doc.name}", _diff_fn(doc.path, Path(other), doc.allowed_globals), self,
                   doc=doc)
-        job.finished.connect(lambda result: self._diffed(doc, result))
-        job.failed.connect(lambda msg: self._show(
-            f"<p><b>Could not compare:</b> {html.escape(msg)}</p>", []))
-        self._show(f"<p>Comparing with {html.escape(str(other))}…</p>", [])
-        return self.pipeline.run_heavy(job)
+        return self._run(job, lambda result: self._diffed(doc, result), "Could not compare",
+                         f"Comparing with {html.escape(str(other))}")
 
     def _diffed(self, doc: FileDocument, result: DiffResult) -> None:
         doc.diff = result
+        self._changed(doc)
+
+    def _run(self, job: Job, done: Callable[[object], None], failed: str,
+             waiting: str | None = None) -> Job | None:
+        """Run `job` on the heavy pool: `done` takes its result, a failure shows as `failed`
+        and the message, and `waiting` (HTML) shows until then."""
+        job.finished.connect(done)
+        job.failed.connect(lambda msg: self._show(
+            f"<p><b>{failed}:</b> {html.escape(msg)}</p>", []))
+        if waiting is not None:
+            self._show(f"<p>{waiting}…</p>", [])
+        return self.pipeline.run_heavy(job)
+
+    def _changed(self, doc: FileDocument) -> None:
+        """A document's result changed: say so, and show it if it is the current one."""
         doc.changed.emit()
         if doc is self.doc:
             self.set_document(doc)

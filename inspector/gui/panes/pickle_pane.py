@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import (
-    QAbstractTableModel,
     QItemSelectionModel,
     QModelIndex,
     QObject,
@@ -77,34 +76,17 @@ class Stream:
             self.end is None or offset < self.end)
 
 
-class OpcodeModel(QAbstractTableModel):
+class OpcodeModel(roles.RowsModel):
     """Offset, opcode and argument of each opcode; flagged imports and the opcodes that call
     them tinted by severity."""
 
     HEADERS = ("Offset", "Opcode", "Argument")
+    rows: list[OpRow]
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.rows: list[OpRow] = []
         self.mono = QFont("monospace")
         self.mono.setStyleHint(QFont.StyleHint.Monospace)
-
-    def set_rows(self, rows: list[OpRow]) -> None:
-        """Show another pickle's opcodes."""
-        self.beginResetModel()
-        self.rows = rows
-        self.endResetModel()
-
-    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.rows)
-
-    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else 3
-
-    def headerData(self, section, orientation, role=roles.DISPLAY):
-        if orientation == roles.HORIZONTAL and role == roles.DISPLAY:
-            return self.HEADERS[section]
-        return None
 
     def data(self, index: QModelIndex, role: int = roles.DISPLAY):
         row = self.rows[index.row()]

@@ -10,7 +10,7 @@ import html
 from dataclasses import dataclass
 from pathlib import Path
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject
+from PySide6.QtCore import QModelIndex, QObject
 
 from inspector.core.badges import status_look
 from inspector.core.vocabulary import CheckpointState, SaveOutcome
@@ -97,32 +97,21 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-class RunTableModel(QAbstractTableModel):
+class RunTableModel(roles.RowsModel):
     """The run's checkpoints, one row each, newest first."""
+
+    HEADERS = COLUMNS
+    rows: list[RunRow]
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.rows: list[RunRow] = []
         self._cells: list[tuple[str, ...]] = []
         self._brushes = {state: tint(status_look(state).colour) for state in CheckpointState}
 
     def set_rows(self, rows: list[RunRow]) -> None:
         """Show these rows."""
-        self.beginResetModel()
-        self.rows = rows
         self._cells = [r.cells() for r in rows]
-        self.endResetModel()
-
-    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self.rows)
-
-    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(self, section, orientation, role=roles.DISPLAY):
-        if orientation == roles.HORIZONTAL and role == roles.DISPLAY:
-            return COLUMNS[section]
-        return None
+        super().set_rows(rows)
 
     def data(self, index: QModelIndex, role: int = roles.DISPLAY):
         row, col = index.row(), index.column()
