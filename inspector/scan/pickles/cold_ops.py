@@ -224,21 +224,18 @@ def _persid(st: WalkState, op: int, at: int) -> None:
     st.persistent_id(pid, at)
 
 
-@_handles("NEWOBJ")
+@_handles("NEWOBJ", "NEWOBJ_EX")
 def _newobj(st: WalkState, op: int, at: int) -> None:
+    # NEWOBJ_EX is NEWOBJ with keyword arguments on top; weights_only refuses the opcode
+    # itself, so only NEWOBJ's class is held to the allowed set here
+    ex = op == 0x92
+    kwargs = st.pop(at) if ex else None
     args = st.pop(at)
     cls = st.pop(at)
-    if isinstance(cls, GlobalRef) and cls.key not in st.allowed:
+    if not ex and isinstance(cls, GlobalRef) and cls.key not in st.allowed:
         st.block(f"NEWOBJ of {cls.key}")
-    st.stack.append(st.add_call(cls, args, "NEWOBJ", at))
-
-
-@_handles("NEWOBJ_EX")
-def _newobj_ex(st: WalkState, op: int, at: int) -> None:
-    kwargs = st.pop(at)
-    args = st.pop(at)
-    cls = st.pop(at)
-    st.stack.append(st.add_call(cls, (args, kwargs), "NEWOBJ_EX", at))
+    st.stack.append(st.add_call(cls, (args, kwargs) if ex else args,
+                                "NEWOBJ_EX" if ex else "NEWOBJ", at))
 
 
 @_handles("OBJ")
