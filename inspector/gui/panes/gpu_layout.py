@@ -81,10 +81,8 @@ class GpuPaneLayout(QWidget):
         self.key = QLabel("")
         self.key.setObjectName("gpuColourKey")
         header.addWidget(self.status, 1)
-        header.addWidget(self.key)
-        header.addWidget(self.live_button)
-        header.addWidget(self.open_button)
-        header.addWidget(self.prometheus_button)
+        for widget in (self.key, self.live_button, self.open_button, self.prometheus_button):
+            header.addWidget(widget)
         return header
 
     def _banner(self) -> QFrame:

@@ -196,12 +196,7 @@ class IntegrityPane(QWidget):
 
     def choose_manifest(self) -> None:
         """Ask for a manifest and verify the current document against it."""
-        if self.doc is None:
-            return
-        path, _ = QFileDialog.getOpenFileName(
-            self, "Verify against manifest", str(self.doc.path.parent), MANIFEST_FILTER)
-        if path:
-            self.verify_with(path)
+        self._ask_file("Verify against manifest", MANIFEST_FILTER, self.verify_with)
 
     def verify_with(self, manifest_path: str | Path) -> Job | None:
         """Verify the current document's file (and tensors, when it was loaded)."""
@@ -258,12 +253,7 @@ class IntegrityPane(QWidget):
 
     def choose_compare(self) -> None:
         """Ask for another checkpoint and diff the current document against it."""
-        if self.doc is None:
-            return
-        path, _ = QFileDialog.getOpenFileName(
-            self, "Compare with", str(self.doc.path.parent), "All files (*)")
-        if path:
-            self.compare_with(path)
+        self._ask_file("Compare with", "All files (*)", self.compare_with)
 
     def compare_with(self, other: str | Path) -> Job | None:
         """Diff the current document against `other` in the sandbox, with bit-flip forensics."""
@@ -281,6 +271,15 @@ class IntegrityPane(QWidget):
     def _diffed(self, doc: FileDocument, result: DiffResult) -> None:
         doc.diff = result
         self._changed(doc)
+
+    def _ask_file(self, title: str, name_filter: str, then: Callable[[str], object]) -> None:
+        """Ask for a file, starting beside the current document's; `then` takes the chosen
+        path (nothing happens without a document or a choice)."""
+        if self.doc is None:
+            return
+        path, _ = QFileDialog.getOpenFileName(self, title, str(self.doc.path.parent), name_filter)
+        if path:
+            then(path)
 
     def _run(self, job: Job, done: Callable[[object], None], failed: str,
              waiting: str | None = None) -> Job | None:

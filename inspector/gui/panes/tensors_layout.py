@@ -104,13 +104,10 @@ class TensorsPaneLayout(QWidget):
                                            "Show or hide the histogram and statistics panel")
         top = QHBoxLayout()
         top.addWidget(self.filter, 1)
-        top.addWidget(self.table_button)
-        top.addWidget(self.tree_button)
-        top.addWidget(self.radar_button)
-        top.addWidget(self.problems_button)
-        top.addWidget(self.columns_button)
-        top.addWidget(self.details_button)
-        top.addWidget(self.copy_button)
+        for button in (self.table_button, self.tree_button, self.radar_button,
+                       self.problems_button, self.columns_button, self.details_button,
+                       self.copy_button):
+            top.addWidget(button)
         return top
 
     def _table(self) -> None:
