@@ -103,15 +103,19 @@ def proven_digests(path: str | os.PathLike[str], obj: Any, allow_globals: tuple[
     return ckpt.format, entries, bad + list(memory)
 
 
-def _hashed(chunks: Iterable[Any], h: Any) -> Iterator[np.ndarray]:
-    """Each chunk as bytes (numpy, no copy), fed to `h` on the way."""
-    for chunk in chunks:
-        h.update(chunk)
-        yield np.frombuffer(chunk, np.uint8)
-
-
 _BLOCK = 1 << 20
-"""Bytes compared at a time: the temporary mask stays in cache."""
+"""Bytes hashed then compared at a time: the compare finds them still in the core's cache."""
+
+
+def _hashed(chunks: Iterable[Any], h: Any) -> Iterator[np.ndarray]:
+    """The chunks' bytes in blocks of at most _BLOCK (numpy views, no copy), each fed to `h`
+    just before it is handed on."""
+    for chunk in chunks:
+        data = np.frombuffer(chunk, np.uint8)
+        for at in range(0, data.size, _BLOCK):
+            block = data[at:at + _BLOCK]
+            h.update(block)
+            yield block
 
 
 def _same_bytes(disk: Iterator[np.ndarray], memory: Iterable[Any]) -> bool:
