@@ -13,17 +13,18 @@ The files: N float32 tensors of 4 elements (`layer.I.weight`, about 1.1 MB) and 
 tensors of one block (`blk.I.attn_q.weight`, about 1.1 MB). Medians of --repeats after one
 warm-up each; the load average is printed (the machine may be shared).
 
-Measured 2026-12-05, 2 CPUs shared with other sessions (load 1.5-2.9), 12,000 tensors, medians
-of 2-3 per run. Before (a progress line per tensor, the histogram's scratch buffers and
-torch.bincount on every chunk, tiny tensors on the thread pool, each tensor releasing the whole
-mapping): safetensors inspect 10.9 s (worker job 9.8 s, its operation alone 2.0 s), GGUF 6.6 s
-(5.8 s, 1.2 s). After: safetensors 4.3 s (worker job 3.3 s, start-up 1.29 s, operation alone
-1.30 s; the user's load_file and four stats per tensor 1.43 s: 3.0x), GGUF 3.3 s (2.6 s,
-start-up 1.22 s, 0.80 s; GGUFReader 0.79 s: 4.2x). In one process, both versions:
-`tensor_stats` of a 4-element tensor 62 -> 36 us; `describe_tensors` of the 12,000 on two
-threads 1.88 -> 0.91 s; its page release 0.32 -> 0.05 s. Not yet the issue's 2 s: a cold
-worker's start-up (importing torch) is 1.2-1.3 s of it here, and the client parses each
-tensor's record twice (its event and the result).
+Measured 2026-12-05, 2 CPUs shared with other sessions, 12,000 tensors. Before (the previous
+session's medians at load 1.5-2.9): safetensors inspect 4.3 s (3.0x the user's load_file and
+four stats per tensor), GGUF 3.3 s (4.2x GGUFReader). After (17:00, load 1.6-1.9, medians of
+3): safetensors 2.47 s (worker job 1.77 s, its start-up 1.14 s, the operation alone 0.65 s;
+1.66x the user's reader), GGUF 2.59 s (1.95 s, 1.13 s, 0.73 s; 3.49x). At load 3-4 (17:14,
+medians of 5) every time doubles and the ratios hold: 4.44 s (1.64x) and 5.24 s (3.25x). What
+changed: each record crosses the process boundary once, in lines of several (the result names
+their order); small tensors are described together (`tensors.small_stats`: the 12,000 in
+0.3 s, 1.1 s one by one); health is judged once, in the client; `--json` is encoded without
+the strict copy; the CLI no longer reads a safetensors header again to reorder the records.
+Not yet the issue's 2 s: a cold worker's start-up (importing torch) is 1.1-1.3 s of it, and the
+client's checks and model facts after the reply about 0.3 s.
 
     .venv/bin/python benchmarks/bench_many_tensors.py [--tensors 12000] [--repeats 3]
 """
