@@ -206,6 +206,16 @@ def test_unsupported_dtype_gets_a_digest_and_a_note():
     assert "no statistics" in rec["note"]
 
 
+def test_a_dtype_known_to_have_no_statistics_is_read_once_with_tensor_stats_words(monkeypatch):
+    blocks = torch.arange(36, dtype=torch.uint8).view(torch.bits8).reshape(2, 18)
+    with pytest.raises(TypeError) as refused:
+        tensor_stats(blocks)
+    monkeypatch.setattr(describe, "tensor_stats", lambda *a: pytest.fail("read for stats"))
+    (rec,) = describe_tensors([("q4", blocks)], lambda e: None)
+    assert rec["note"] == f"no statistics: {refused.value}"
+    assert rec["digest"] == hashlib.sha256(bytes(range(36))).hexdigest()
+
+
 def test_flatten_gives_dotted_keys_for_nested_containers():
     import argparse
     from collections import OrderedDict

@@ -16,7 +16,13 @@ import torch
 from inspector.core.progress import CancelToken
 from inspector.tensors.records import is_dense, layout_record, storage_groups
 from inspector.tensors.small_stats import batchable, describe_small
-from inspector.tensors.stats import Digest, Release, tensor_digest, tensor_stats
+from inspector.tensors.stats import (
+    Digest,
+    Release,
+    statistics_refused,
+    tensor_digest,
+    tensor_stats,
+)
 
 
 def describe_tensors(
@@ -184,9 +190,17 @@ def _stored_values_stats(t: torch.Tensor, cancel: CancelToken | None) -> dict:
 def _stats_and_digest(t: torch.Tensor, cancel: CancelToken | None, digest: Digest) -> dict:
     """Statistics (or a note saying why this dtype has none) and the digest, which every
     dense tensor gets; `digest` is a fresh SHA-256."""
+    # known before reading (a GGUF file's bits8 blocks): the bytes are read once, for the digest
+    refused = None if t.is_quantized else statistics_refused(t.dtype)
+    if refused is not None:
+        return _digest_only(t, cancel, refused)
     try:
         rec = tensor_stats(t, cancel, digest)
     except (TypeError, RuntimeError, NotImplementedError) as exc:
-        return {"stats_on": None, "note": f"no statistics: {exc}",
-                "digest": tensor_digest(t, None, cancel)}
+        return _digest_only(t, cancel, str(exc))
     return {**rec, "digest": digest.hexdigest()}
+
+
+def _digest_only(t: torch.Tensor, cancel: CancelToken | None, why: str) -> dict:
+    return {"stats_on": None, "note": f"no statistics: {why}",
+            "digest": tensor_digest(t, None, cancel)}

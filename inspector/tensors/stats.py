@@ -176,7 +176,15 @@ def _value_domain(chunk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | Non
     if dt.is_complex:
         wide = torch.complex128 if dt == torch.complex128 else torch.complex64
         return chunk.to(wide).abs(), None, "magnitude"
-    raise TypeError(f"no statistics for dtype {dtype_name(dt)}")
+    raise TypeError(statistics_refused(dt))
+
+
+def statistics_refused(dtype: torch.dtype) -> str | None:
+    """Why values of this (unquantized) dtype get no statistics; None when they do."""
+    if (dtype in _SMALL_EXACT or dtype in _WIDE_INT or dtype in _FLOAT_TO_F32
+            or dtype in (torch.uint64, torch.float64) or dtype.is_complex):
+        return None
+    return f"no statistics for dtype {dtype_name(dtype)}"
 
 
 def _exact_minmax(exact: torch.Tensor) -> tuple[int, int]:
