@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from inspector.core.vocabulary import Format, Severity
 from inspector.formats.registry import FormatSpec, register
 from inspector.scan.budget import MAX_FORKS, MAX_LISTED_PICKLES
+from inspector.scan.pickles.stack_check import check_stack
 from inspector.scan.pickles.walker import PickleScan, imports_or_stops, looks_like_pickle
 
 if TYPE_CHECKING:
@@ -64,8 +65,8 @@ def legacy_refusal(buf, pickles: list[dict]) -> str | None:
     """Why torch's legacy loader refuses a stream the walk reads without fault: its first two
     pickles are not exactly the magic number and protocol version torch compares them with, or
     one of the five it unpickles cannot finish (a stray STOP on an empty stack, a missing memo
-    key: `pickletools.dis` follows the stack without running anything). None if it loads."""
-    import io
+    key: `check_stack` follows the stack without running anything, as `pickletools.dis` does).
+    None if it loads."""
     import pickletools
 
     chain, pos = [], 0
@@ -78,7 +79,7 @@ def legacy_refusal(buf, pickles: list[dict]) -> str | None:
             continue  # the data pickle itself: the walk read it
         data = bytes(buf[p["offset"]:p["end"]])
         try:
-            pickletools.dis(data, out=io.StringIO())
+            check_stack(data)
         except ValueError as exc:
             if "stack not empty after STOP" not in str(exc):  # unpicklers ignore what is left
                 return f"pickle {i + 1} cannot be unpickled ({exc})"
