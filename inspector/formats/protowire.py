@@ -60,14 +60,19 @@ def varint(buf, pos: int, end: int) -> tuple[int, int]:
         shift += 7
 
 
+def _key(buf, pos: int, end: int) -> tuple[int, int, int]:
+    """The field number and wire type of the key at `pos`, and the position after it."""
+    key, pos = varint(buf, pos, end)
+    if key >> 3 == 0:
+        raise WireError("field number 0")
+    return key >> 3, key & 7, pos
+
+
 def fields(buf, pos: int, end: int) -> Iterator[tuple[int, int, int, int]]:
     """(number, wire type, value or begin, end) of each field between `pos` and `end`; the
     value of a varint or fixed field is its integer (end: the position after it)."""
     while pos < end:
-        key, pos = varint(buf, pos, end)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise WireError("field number 0")
+        number, wire, pos = _key(buf, pos, end)
         if wire == VARINT:
             value, pos = varint(buf, pos, end)
             yield number, wire, value, pos
@@ -94,10 +99,7 @@ def _skip_group(buf, pos: int, end: int, number: int, depth: int) -> int:
     if depth > MAX_DEPTH:
         raise WireError("groups nested deeper than protobuf reads")
     while pos < end:
-        key, pos = varint(buf, pos, end)
-        inner, wire = key >> 3, key & 7
-        if inner == 0:
-            raise WireError("field number 0")
+        inner, wire, pos = _key(buf, pos, end)
         if wire == END_GROUP:
             if inner != number:
                 raise WireError("a group closed by another field number")
