@@ -13,7 +13,10 @@ not a save's cost).
 The ledger's time includes its health check, the fsyncs, the one re-read from disk (every
 tensor's digest, compared with memory in the same pass; the file's SHA-256 on a second
 thread), and the journal append; the plain writers neither fsync nor read back. Runs
-alternate writer by writer; medians of --repeats.
+alternate writer by writer, in an order that rotates each repeat, each after an `os.sync()`
+(plain torch.save leaves its pages unflushed, and the writer after it met a disk still
+writing them: at 252 MB that alone made the ledger, always second, look 1.6x the floor);
+medians of --repeats.
 
 Targets: `ledger.save` at most 1.2x the floor; the RSS added by the ledger stays small against
 the state (the re-read streams pages of the file, dropped once read, against views of the
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 from pathlib import Path
 
@@ -105,8 +109,10 @@ def main() -> None:
     for mb in args.sizes_mb:
         runs: dict[str, list[dict]] = {k: [] for pair in PAIRS for k in pair
                                        if args.pretrained or "pretrained" not in k}
-        for _ in range(args.repeats):
-            for kind in runs:
+        kinds = list(runs)
+        for r in range(args.repeats):
+            for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
+                os.sync()  # no writer meets the disk still flushing what the last one left
                 with scratch("bench-ledger-", args.dir) as out:
                     runs[kind].append(json.loads(run_script(CHILD, kind, mb, out)))
         med = {k: {f: statistics.median(r[f] for r in v) for f in v[0]} for k, v in runs.items()}
