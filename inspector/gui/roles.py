@@ -1,11 +1,12 @@
-"""Item-data roles and alignments as plain ints, and `RowsModel`, what every flat table model
-answers alike.
+"""Item-data roles and alignments as plain ints, and the flat tables built on them: `RowsModel`,
+what every flat table model answers alike, and `rows_view`, the view that shows one.
 
 Item models answer data() thousands of times per paint; comparing PySide's enum objects costs
 twenty times an int comparison, and OR-ing alignment flags builds a new enum each time.
 """
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, Qt
+from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableView
 
 DISPLAY = Qt.ItemDataRole.DisplayRole.value
 TOOLTIP = Qt.ItemDataRole.ToolTipRole.value
@@ -46,3 +47,18 @@ class RowsModel(QAbstractTableModel):
         if orientation == HORIZONTAL and role == DISPLAY:
             return self.HEADERS[section]
         return None
+
+
+def rows_view(model: RowsModel, name: str, row_height: int) -> QTableView:
+    """A view of the model's rows: whole rows selected, no row numbers, rows `row_height`
+    pixels high, the last column stretched; `name` is what a screen reader says."""
+    view = QTableView()
+    view.setModel(model)
+    view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    rows = view.verticalHeader()
+    rows.hide()
+    rows.setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
+    rows.setDefaultSectionSize(row_height)
+    view.horizontalHeader().setStretchLastSection(True)
+    view.setAccessibleName(name)
+    return view

@@ -8,14 +8,11 @@ from pathlib import Path
 
 from PySide6.QtCore import QModelIndex
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QFileDialog,
     QFrame,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QPushButton,
-    QTableView,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
@@ -145,15 +142,9 @@ class IntegrityPane(QWidget):
         self.summary.setMaximumHeight(150)
         self.summary.setAccessibleName("Integrity summary")
         self.model = ResultsModel(self)
-        self.table = QTableView()
-        self.table.setModel(self.model)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.verticalHeader().hide()
-        self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
-        self.table.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 8)
-        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table = roles.rows_view(self.model, "Integrity results",
+                                     self.fontMetrics().height() + 8)
         self.table.setWordWrap(False)
-        self.table.setAccessibleName("Integrity results")
         # Sized so Details (a flip's byte offsets) keeps about 200 px in a 1280-pixel window.
         for i, width in enumerate((220, 130, 100, 180, 180)):
             self.table.setColumnWidth(i, width)

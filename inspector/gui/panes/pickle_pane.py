@@ -182,16 +182,10 @@ class PicklePane(QWidget):
         find.clicked.connect(self.find_next)
         self.op_status = QLabel()
         self.op_model = OpcodeModel(self)
-        self.op_view = QTableView()
-        self.op_view.setModel(self.op_model)
-        self.op_view.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.op_view.verticalHeader().hide()
-        self.op_view.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.Fixed)
-        self.op_view.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 6)
-        self.op_view.horizontalHeader().setStretchLastSection(True)
+        self.op_view = roles.rows_view(self.op_model, "Opcode disassembly",
+                                       self.fontMetrics().height() + 6)
         self.op_view.setColumnWidth(0, 90)
         self.op_view.setColumnWidth(1, 150)
-        self.op_view.setAccessibleName("Opcode disassembly")
         self.op_view.selectionModel().currentChanged.connect(self._op_current)
 
         top = QWidget()
