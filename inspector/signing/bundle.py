@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any
 from inspector.core.vocabulary import SignerKind
 from inspector.signing.errors import SignatureError
 from inspector.signing.library import reference
+from inspector.signing.small_file import read_small
 
 DEFAULT_NAME = "model.sig"
 """The name the reference tool gives a folder's signature, and the one `verify` looks for."""
@@ -40,7 +40,7 @@ class Bundle:
 def read_bundle(path: str | os.PathLike[str]) -> Bundle:
     """Read and sort a signature file; SignatureError (one line naming the file) otherwise."""
     source = Path(path)
-    data = _read_bounded(source)
+    data = read_small(source, "signature", MAX_SIGNATURE_BYTES)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -48,23 +48,6 @@ def read_bundle(path: str | os.PathLike[str]) -> Bundle:
                              "not UTF-8; a Sigstore bundle is JSON text)") from exc
     document = _parse_json(source, text)
     return Bundle(path=source, data=data, document=document, kind=_kind(source, document))
-
-
-def _read_bounded(source: Path) -> bytes:
-    try:
-        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise SignatureError("unreadable", f"{source}: cannot read the signature: "
-                             f"{exc.strerror or exc}") from exc
-    with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise SignatureError("unreadable", f"{source}: a signature must be a regular file")
-        data = handle.read(MAX_SIGNATURE_BYTES + 1)
-    if len(data) > MAX_SIGNATURE_BYTES:
-        raise SignatureError("unreadable", f"{source}: more than {MAX_SIGNATURE_BYTES >> 20} "
-                             "MiB is no signature")
-    return data
 
 
 def no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

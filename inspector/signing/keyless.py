@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from inspector.signing.bundle import DEFAULT_NAME, Bundle, no_repeats
 from inspector.signing.errors import SignatureError
 from inspector.signing.library import reference
+from inspector.signing.small_file import read_small
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -196,14 +197,8 @@ def resolve_trust_root(path: Path) -> Path:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_TRUST_ROOT_BYTES + 1)
-    except OSError as exc:
-        raise SignatureError("bad-trust-root", f"{path}: cannot read the trust root: "
-                             f"{exc.strerror or exc}") from exc
-    if len(data) > MAX_TRUST_ROOT_BYTES:
-        raise SignatureError("bad-trust-root", f"{path}: more than 16 MiB is no trust root")
+    data = read_small(path, "trust root", MAX_TRUST_ROOT_BYTES, unreadable="bad-trust-root",
+                      too_big="bad-trust-root")
     try:
         document = json.loads(data, object_pairs_hook=no_repeats)
     except (ValueError, RecursionError) as exc:

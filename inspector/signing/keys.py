@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, rsa
 
 from inspector.signing.errors import SignatureError
+from inspector.signing.small_file import read_small
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -27,18 +28,6 @@ MAX_KEY_BYTES = 1 << 20
 
 MAKE_KEY = ("make one with `openssl ecparam -genkey -name prime256v1 -noout -out key.pem` and "
             "its public half with `openssl ec -in key.pem -pubout -out key.pub`")
-
-
-def _read(path: Path, what: str) -> bytes:
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_KEY_BYTES + 1)
-    except OSError as exc:
-        raise SignatureError("unreadable", f"{path}: cannot read the {what}: "
-                             f"{exc.strerror or exc}") from exc
-    if len(data) > MAX_KEY_BYTES:
-        raise SignatureError("unsupported-key", f"{path}: more than 1 MiB is no {what}")
-    return data
 
 
 def _kind_of(key: object) -> str:
@@ -65,7 +54,7 @@ def _supported(path: Path, key: object) -> None:
 
 def read_public_key(path: Path) -> ec.EllipticCurvePublicKey:
     """A PEM public key of a supported kind; SignatureError naming the file otherwise."""
-    data = _read(path, "public key")
+    data = read_small(path, "public key", MAX_KEY_BYTES, too_big="unsupported-key")
     if b"PRIVATE KEY" in data:
         raise SignatureError("unsupported-key", f"{path}: a private key; verify with its "
                              "public half (`openssl ec -in KEY.pem -pubout -out key.pub`)")
@@ -80,7 +69,7 @@ def read_public_key(path: Path) -> ec.EllipticCurvePublicKey:
 
 def read_private_key(path: Path) -> ec.EllipticCurvePrivateKey:
     """A PEM private key, unencrypted, of a supported kind; SignatureError otherwise."""
-    data = _read(path, "private key")
+    data = read_small(path, "private key", MAX_KEY_BYTES, too_big="unsupported-key")
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except TypeError as exc:  # encrypted, and no password given
@@ -127,7 +116,7 @@ def read_certificates(path: Path) -> list[x509.Certificate]:
     """The PEM certificates of one file (a chain, or one certificate); SignatureError otherwise."""
     from cryptography import x509
 
-    data = _read(path, "certificate")
+    data = read_small(path, "certificate", MAX_KEY_BYTES, too_big="unsupported-key")
     try:
         found = x509.load_pem_x509_certificates(data)
     except ValueError as exc:
