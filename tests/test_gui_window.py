@@ -206,7 +206,9 @@ def test_ui_thread_keeps_ticking_while_a_big_file_loads(window, qtbot, big):
     finally:
         gc.unfreeze()
     assert len(doc.tensors) == 64 and doc.sha256
-    assert len(gaps) > 50, "the timer barely ran"
+    # The measure needs the load to span many ticks; 256 MiB took 490-1,900 ms (49-190
+    # ticks) on 2 busy cores, so the floor leaves room for a quicker load.
+    assert len(gaps) >= MIN_TICKS, f"the load ended after {len(gaps)} ticks: too short to measure"
     worst_wall = max(w for w, _ in gaps)
     worst_cpu = max(c for _, c in gaps)
     print(f"\n{len(gaps)} ticks; worst wait {worst_wall * 1000:.0f} ms, worst UI-thread work "
@@ -216,6 +218,7 @@ def test_ui_thread_keeps_ticking_while_a_big_file_loads(window, qtbot, big):
 
 
 TICK_MS = 10
+MIN_TICKS = 20
 CPU_BOUND_S = 0.5  # a regression bound: measured 37-68 ms; the target is 100 ms of waiting
 
 
