@@ -266,7 +266,8 @@ class MainWindow(QMainWindow):
     def open_paths(self, paths: list[str] | list[Path]) -> list[FileDocument]:
         """Open files and folders (recursively); returns the newly opened documents. A
         training run's folder (or journal) opens in the Run pane instead."""
-        from inspector.gui.panes.run_pane import is_run_path
+        # The run pane's module brings pyqtgraph (0.2 s): only a run's path needs it.
+        from inspector.run.journal import is_run_path
 
         runs = [p for p in paths if is_run_path(p)]
         if runs:

@@ -122,6 +122,12 @@ def journal_path(run_dir: str | os.PathLike[str]) -> Path:
     return Path(run_dir) / JOURNAL_NAME
 
 
+def is_run_path(path: str | os.PathLike[str]) -> bool:
+    """A run folder (one holding a journal) or a journal file."""
+    p = Path(path)
+    return (p.is_dir() and journal_path(p).is_file()) or (p.is_file() and p.name == JOURNAL_NAME)
+
+
 def line_hash(raw: bytes) -> str:
     """The SHA-256 that the next line's `prev` must carry."""
     return hashlib.sha256(raw).hexdigest()

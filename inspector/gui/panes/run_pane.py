@@ -54,14 +54,6 @@ from inspector.run.checkpoints import (
 from inspector.run.metrics import RunMetrics, read_run_metrics
 
 
-def is_run_path(path: str | Path) -> bool:
-    """A run folder (one holding a journal) or a journal file."""
-    from inspector.run.journal import JOURNAL_NAME, journal_path
-
-    p = Path(path)
-    return (p.is_dir() and journal_path(p).is_file()) or (p.is_file() and p.name == JOURNAL_NAME)
-
-
 class RunPane(QWidget):
     """The checkpoints of one training run."""
 
