@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,17 @@ def test_shards_give_the_tensors_of_the_same_model_in_one_file(saved, capsys, ki
     assert report["problems"] == []
     assert report["sha256"] is None and report["size"] == sum(s["bytes"] for s in report["shards"])
     assert report["scan"]["verdict"] == "safe" and len(report["scan"]["files"]) == len(shards)
+    # each import once, as for the one file, counted over every shard and naming them
+    counts: Counter[str] = Counter()
+    for own in report["scan"]["files"]:
+        counts.update({f"{g['module']}.{g['name']}": g["count"] for g in own["globals"]})
+    merged = {f"{g['module']}.{g['name']}": g for g in report["scan"]["globals"]}
+    assert len(merged) == len(report["scan"]["globals"])
+    assert {k: g["count"] for k, g in merged.items()} == counts
+    assert merged.keys() == {f"{g['module']}.{g['name']}" for g in single["scan"]["globals"]}
+    if kind == "bin":
+        rebuild = merged["torch._utils._rebuild_tensor_v2"]
+        assert {m.split(":")[0] for m in rebuild["members"]} == set(shards)
     assert report["timing"]["workers"] == len(shards)  # one worker, one shard at a time
     # judged over every shard at once, as over the one file
     assert report["health"] == single["health"]

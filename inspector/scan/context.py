@@ -44,7 +44,7 @@ from inspector.scan.pickles.walker import (
     looks_like_pickle,
     scan_pickle,
 )
-from inspector.scan.result import Finding, GlobalUse, ScanResult
+from inspector.scan.result import KEPT_CALLS, KEPT_MEMBERS, Finding, GlobalUse, ScanResult
 
 _PROBE = Limits(max_opcodes=100_000)  # a quick look at bytes that are rarely a pickle
 TORCH_WEIGHTS_FORMATS = (Format.PYTORCH_ZIP, Format.PYTORCH_LEGACY, Format.DISTCP)
@@ -216,7 +216,7 @@ class ScanContext:
             known = call.func and self.uses.get((call.func.module, call.func.name))
             text = _call_text(call, known)
             if known and known.severity != Severity.SAFE and call.opcode != "BUILD" and (
-                    len(known.calls) < 4 and text not in known.calls):
+                    len(known.calls) < KEPT_CALLS and text not in known.calls):
                 known.calls.append(text)
                 known.call_sites.append({"member": member,
                                          "offset": call.offset if depth == 0 else None})
@@ -281,7 +281,7 @@ class ScanContext:
             use = GlobalUse(module, name, 0, verdict.severity, reason)
             self.uses[(module, name)] = use
         use.count += 1
-        if member is not None and member not in use.members and len(use.members) < 8:
+        if member is not None and member not in use.members and len(use.members) < KEPT_MEMBERS:
             use.members.append(member)
 
     def _nested(self, call: Call, member: str | None, depth: int) -> None:
@@ -386,7 +386,7 @@ class ScanContext:
             mine = self.uses[(use.module, use.name)]
             mine.count += use.count - max(len(use.members), 1)
             for text, site in zip(use.calls, use.call_sites, strict=False):
-                if len(mine.calls) < 4 and text not in mine.calls:
+                if len(mine.calls) < KEPT_CALLS and text not in mine.calls:
                     mine.calls.append(text)
                     mine.call_sites.append({"member": f"{member}!{site['member']}"
                                             if site["member"] else member, "offset": None})

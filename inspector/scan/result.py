@@ -10,6 +10,9 @@ from inspector.core.json_record import OMIT_NONE, TRANSIENT, JsonRecord, records
 from inspector.core.vocabulary import Verdict
 from inspector.scan.pickles.policy import real_name
 
+KEPT_MEMBERS = 8  # a global's `members`: where to look first, not every place
+KEPT_CALLS = 4  # and its `calls`
+
 
 @dataclass
 class GlobalUse:
