@@ -35,12 +35,12 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from inspector.checkpoint.health import MIN_JUDGED, outlier_gap, outlier_tail
+from inspector.checkpoint.health import MIN_JUDGED, outlier_gap
 from inspector.core.progress import CancelToken, check
 from inspector.core.strict_json import strict_float
 from inspector.tensors.records import dtype_name
+from inspector.tensors.segments import HIST_BINS, outliers_ruled_out, refused_dtype
 
-HIST_BINS = 64
 CHUNK_BYTES = 16 * 1024 * 1024
 """Bound on the bytes one thread touches at a time; also the granularity of page release."""
 STATS_CHUNK_BYTES = 4 * 1024 * 1024
@@ -184,7 +184,7 @@ def statistics_refused(dtype: torch.dtype) -> str | None:
     if (dtype in _SMALL_EXACT or dtype in _WIDE_INT or dtype in _FLOAT_TO_F32
             or dtype in (torch.uint64, torch.float64) or dtype.is_complex):
         return None
-    return f"no statistics for dtype {dtype_name(dtype)}"
+    return refused_dtype(dtype_name(dtype))
 
 
 def _exact_minmax(exact: torch.Tensor) -> tuple[int, int]:
@@ -253,26 +253,6 @@ def tensor_stats(t: torch.Tensor, cancel: CancelToken | None = None,
             counts.add(finite)
         rec["exponents"] = counts.pairs()
     return rec
-
-
-def outliers_ruled_out(histogram: dict, absmax: float, nonzero: int, gap: int) -> bool:
-    """True when more than the outlier rule's tail of values (`health.outlier_tail`) lie within
-    2**(gap-1) of absmax.
-
-    Then the bulk top of `checkpoint.health.magnitude_outliers` is at least absmax / 2**(gap - 1),
-    so no value can be 2**gap above it and the exponent pass is skipped. A bin counts only if
-    its edge nearest zero is at least twice that bound (a margin for values rounded into a
-    neighbouring bin).
-    """
-    tail = outlier_tail(nonzero)
-    first, width = histogram["lo"], (histogram["hi"] - histogram["lo"]) / histogram["bins"]
-    floor = 2 * absmax / 2.0 ** (gap - 1)
-    above = 0
-    for k, count in enumerate(histogram["counts"]):
-        a, b = first + k * width, first + (k + 1) * width
-        if (a >= floor) or (b <= -floor):
-            above += count
-    return above > tail
 
 
 _scratch_local = threading.local()
