@@ -63,8 +63,8 @@ def test_replay_exits_1_when_uncorrected_ecc_goes_from_na_to_1(tmp_path, capsys)
     log.write_text(ecc_then_hot_log())
     assert main(["telemetry", "--replay", str(log)]) == 1
     out = capsys.readouterr().out
-    assert "ALERT [critical] GPU 1: 1 uncorrected ECC error (volatile)" in out
-    assert "ALERT [warning] GPU 0: temperature 86 °C above 85 °C" in out
+    assert "ALERT [CRITICAL] GPU 1: 1 uncorrected ECC error (volatile)" in out
+    assert "ALERT [WARNING] GPU 0: temperature 86 °C above 85 °C" in out
 
 
 def test_replay_without_alerts_exits_0(tmp_path, capsys):

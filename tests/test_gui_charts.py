@@ -14,12 +14,13 @@ from fake_pynvml import FakeGpu, FakeNvml, install
 from PySide6.QtCore import QPoint, QPointF
 
 from inspector.core.samples import write_samples
+from inspector.gpu.events import throttle_onsets
 from inspector.gpu.smi_csv import write_log
 from inspector.gpu.telemetry import GpuSample, TelemetryStore
 from inspector.gui import app as appmod
 from inspector.gui.panes.consistency_pane import DANGEROUS_TIP, ConsistencyPane
 from inspector.gui.panes.gpu_layout import MIN_PLOT_HEIGHT, PLOTS
-from inspector.gui.panes.gpu_pane import GpuPane, throttle_onsets
+from inspector.gui.panes.gpu_pane import GpuPane
 from inspector.gui.widgets.step_curve import value_at
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: gui_settings
@@ -101,12 +102,12 @@ def test_threshold_and_every_event_are_marked_on_every_chart(replay, qtbot):
     temperature = replay.plots["Temperature"]
     assert replay.threshold in temperature.items and replay.threshold.value() == 85.0
     events = replay.events()
-    kinds = {kind for _t, _gpu, kind, _sev, _msg in events}
+    kinds = {e.kind for e in events}
     assert {"temperature", "throttle", "ecc_uncorrected", "xid"} <= kinds
-    assert (START + 300, 1, "throttle") in {(t, g, k) for t, g, k, _s, _m in events}
+    assert (START + 300, 1, "throttle") in {(e.timestamp, e.gpu, e.kind) for e in events}
     for title, plot in replay.plots.items():
         marks = replay.marks[title]
-        assert marks in plot.items and list(marks.times) == [t for t, *_ in events]
+        assert marks in plot.items and list(marks.times) == [e.timestamp for e in events]
         assert marks.labelled == (title == PLOTS[0][0])  # labels once, on the top chart
     messages = {m.message: m for m in replay.marked}
     xid = messages["GPU 1: XID 79 (GPU has fallen off the bus)"]

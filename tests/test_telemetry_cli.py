@@ -35,7 +35,7 @@ def test_live_alerts_set_exit_1(monkeypatch, capsys):
     install(monkeypatch, FakeNvml([FakeGpu(0, temperature=92)]))
     assert main(["telemetry", "--interval", "0.1", "--duration", "0.3",
                  "--temp-threshold", "90"]) == 1
-    assert "ALERT [warning] GPU 0: temperature 92 °C above 90 °C" in capsys.readouterr().out
+    assert "ALERT [WARNING] GPU 0: temperature 92 °C above 90 °C" in capsys.readouterr().out
 
 
 def test_driver_lost_mid_run_exit_6(monkeypatch, capsys):

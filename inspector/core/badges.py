@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from inspector.core.vocabulary import (
+    AlertSeverity,
     CheckpointState,
     FileStatus,
     HealthStatus,
@@ -121,6 +122,23 @@ STATUS_LOOKS: dict[str, Look] = {
 }
 """A verify, diff or run status (`FileStatus`, `TensorCheckStatus`, `TensorStatus` and
 `CheckpointState` share their words): the app's rows, the CLI's lines and totals."""
+
+
+ALERT_LOOKS: dict[AlertSeverity, Look] = {
+    AlertSeverity.CRITICAL: Look("Critical", _RED, "✕",
+                                 "The GPU's memory or the GPU itself failed, or the driver asks "
+                                 "for a reset: act before trusting its results."),
+    AlertSeverity.WARNING: Look("Warning", _AMBER, "!",
+                                "The GPU ran hot, slowed its clocks or has a repair pending."),
+    AlertSeverity.INFO: Look("Info", _BLUE, "i", "Worth knowing; nothing to do."),
+}
+"""A GPU telemetry alert's or event's severity (`gpu.alerts`): the CLI's alert lines (in
+capitals, `shout`), the GPU pane's banner and event log, and the report's telemetry events."""
+
+
+def alert_look(severity: str) -> Look:
+    """An alert severity's look; an unknown one reads as a warning, never as nothing."""
+    return ALERT_LOOKS.get(severity, ALERT_LOOKS[AlertSeverity.WARNING])
 
 
 def status_look(status: str) -> Look:

@@ -109,6 +109,14 @@ class HealthSeverity(StrEnum):
     PROBLEM = "problem"
 
 
+class AlertSeverity(StrEnum):
+    """A GPU telemetry alert's or event's severity (`gpu.alerts`), from mildest to worst."""
+
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+
 class ResumeStatus(StrEnum):
     """One item a training resume needs (`inspect`'s `resume.items[].status`)."""
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from inspector.core.vocabulary import AlertSeverity
 from inspector.gpu.telemetry import (
     DEFAULT_TEMP_THRESHOLD_C,
     SRAM_UNITS,
@@ -18,6 +19,9 @@ from inspector.gpu.telemetry import (
     XidEvent,
     recovery_words,
 )
+
+CRITICAL, WARNING = AlertSeverity.CRITICAL, AlertSeverity.WARNING
+"""The severities the rules raise (`core.badges.ALERT_LOOKS` says each in words)."""
 
 
 class AlertRules:
@@ -43,17 +47,17 @@ class AlertRules:
         alerts: list[Alert] = []
         t, gpu = current.timestamp, current.index
 
-        def add(kind: str, severity: str, message: str) -> None:
+        def add(kind: str, severity: AlertSeverity, message: str) -> None:
             alerts.append(Alert(t, gpu, kind, severity, f"GPU {gpu}: {message}"))
 
         if current.lost and not (previous and previous.lost):
-            add("gpu_lost", "critical", "the GPU is lost (fell off the bus or needs a reset)")
+            add("gpu_lost", CRITICAL, "the GPU is lost (fell off the bus or needs a reset)")
         for name in ("ecc_uncorrected_volatile", "ecc_uncorrected_aggregate"):
             now = getattr(current, name)
             known = self._ecc_known.get((gpu, name))
             if now is not None and now > (known or 0):
                 scope = name.rsplit("_", 1)[1]
-                add("ecc_uncorrected", "critical",
+                add("ecc_uncorrected", CRITICAL,
                     f"uncorrected ECC errors ({scope}) rose from {known:g} to {now:g}"
                     if known is not None else
                     f"{now:g} uncorrected ECC error{'' if now == 1 else 's'} ({scope})")
@@ -65,40 +69,40 @@ class AlertRules:
             ("remapped_failure", "row remapping failed: the GPU has no spare rows left"),
         ):
             if getattr(current, name) and not getattr(previous, name, None):
-                add(name, "critical" if name == "remapped_failure" else "warning", what)
+                add(name, CRITICAL if name == "remapped_failure" else WARNING, what)
         if current.sram_threshold_exceeded and not getattr(previous, "sram_threshold_exceeded",
                                                            None):
-            add("sram_threshold", "critical", "uncorrected SRAM ECC errors passed the "
+            add("sram_threshold", CRITICAL, "uncorrected SRAM ECC errors passed the "
                 "threshold: take the GPU out of service")
         for unit in SRAM_UNITS:
             name = f"sram_uncorrected_{unit}"
             now, known = getattr(current, name), self._ecc_known.get((gpu, name))
             if now is not None and now > (known or 0):
-                add("sram_uncorrected", "critical",
+                add("sram_uncorrected", CRITICAL,
                     f"{now:g} uncorrected SRAM ECC error{'' if now == 1 else 's'} in {unit.upper()}"
                     + (f" (was {known:g})" if known is not None else ""))
             if now is not None:
                 self._ecc_known[(gpu, name)] = max(now, known or 0)
         if current.remap_banks_none and not getattr(previous, "remap_banks_none", None):
-            add("remap_banks_none", "warning", f"{current.remap_banks_none:g} memory bank(s) "
+            add("remap_banks_none", WARNING, f"{current.remap_banks_none:g} memory bank(s) "
                 "have no spare row left to remap")
         temp, limit = current.temperature_gpu, self.temp_threshold
         if temp is not None:
             if gpu not in self._hot and temp > limit:
                 self._hot.add(gpu)
-                add("temperature", "warning", f"temperature {temp:g} °C above {limit:g} °C")
+                add("temperature", WARNING, f"temperature {temp:g} °C above {limit:g} °C")
             elif gpu in self._hot and temp <= limit - self.hysteresis:
                 self._hot.discard(gpu)
         # the driver's own verdict, whatever the other fields (or a health summary that reads
         # "Healthy") say; raised last, so among a tick's critical alerts the banner leads with it
         wanted = recovery_words(current.recovery_action)
         if wanted and current.recovery_action != getattr(previous, "recovery_action", None):
-            add("recovery_action", "critical", f"the driver asks to {wanted} (NVML recovery "
+            add("recovery_action", CRITICAL, f"the driver asks to {wanted} (NVML recovery "
                 f"action {int(current.recovery_action)})")
         return alerts
 
 
-SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
+SEVERITY_RANK = {severity: rank for rank, severity in enumerate(AlertSeverity)}
 """Alert severities from least to most urgent."""
 
 
@@ -114,7 +118,7 @@ def worst_alert(alerts: Iterable[Alert]) -> Alert | None:
 
 def xid_alert(event: XidEvent) -> Alert:
     """The alert for a new XID event."""
-    return Alert(event.timestamp, event.gpu, "xid", "critical",
+    return Alert(event.timestamp, event.gpu, "xid", CRITICAL,
                  f"GPU {event.gpu}: {event.describe()}")
 
 

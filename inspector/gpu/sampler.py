@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from inspector.core.vocabulary import AlertSeverity
 from inspector.gpu.alerts import AlertRules, xid_alert
 from inspector.gpu.telemetry import (
     DEFAULT_INTERVAL_S,
@@ -94,7 +95,8 @@ class Sampler:
                 samples = self.source.sample()
             except SourceLost as exc:
                 self.error = str(exc)
-                self._emit(Alert(time.time(), None, "source_lost", "critical", str(exc)))
+                self._emit(Alert(time.time(), None, "source_lost", AlertSeverity.CRITICAL,
+                                 str(exc)))
                 self._stop.set()
                 break
             with self._xid_lock:

@@ -253,6 +253,7 @@ class Alert:
     gpu: int | None
     kind: str
     severity: str
+    """An `AlertSeverity`; its word and colour are `core.badges.alert_look`'s."""
     message: str
 
 

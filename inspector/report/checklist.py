@@ -337,4 +337,6 @@ def telemetry_problems(telemetry: TelemetrySummary) -> list[str]:
             problems.append(f"{label}: {gpu.remapped_rows_delta} rows remapped (uncorrectable)")
         if gpu.xids:
             problems.append(f"{label}: XID events {sorted(set(gpu.xids))}")
+        if gpu.recovery_action not in (None, "none"):
+            problems.append(f"{label}: the driver asks to {gpu.recovery_action}")
     return problems

@@ -3,7 +3,7 @@ the text forms of names, digests, sizes and values. Everything from a file is es
 
 from __future__ import annotations
 
-from inspector.core.badges import LOOKS, Badge
+from inspector.core.badges import LOOKS, Badge, Look
 from inspector.core.termtext import html_escape as escape  # marks control characters visibly
 from inspector.report import charts
 from inspector.report.model import FAIL, NOT_CHECKED, PASS
@@ -40,7 +40,11 @@ def kv(rows: list[tuple[str, str]]) -> str:
 
 
 def badge_cell(badge: Badge, why: str = "") -> str:
-    look = LOOKS[badge]
+    return look_cell(LOOKS[badge], why)
+
+
+def look_cell(look: Look, why: str = "") -> str:
+    """A state's word in its colour (`core.badges`), with its reason after it."""
     return (f"<b style=\"color: {look.colour}\">{escape(look.word)}</b>"
             + (f" <span class=\"muted\">({escape(why)})</span>" if why else ""))
 

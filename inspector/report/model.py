@@ -319,6 +319,22 @@ class GpuTelemetry:
     xids: list[int]
     temperature_series: list[list[float]]
     """[seconds since the first sample, °C] pairs, thinned for the chart."""
+    recovery_action: str | None = None
+    """What the driver last asked for in words (`gpu.telemetry.recovery_words`), kept once
+    asked for; "none" when it never asked, None when the device does not report it."""
+
+
+@dataclass
+class TelemetryEvent:
+    """An alert or a throttle onset (`gpu.events.timeline`), as the GPU pane marks it."""
+
+    at_s: float
+    """Seconds since the first sample."""
+    gpu: int | None
+    kind: str
+    severity: str
+    """An `AlertSeverity`; its word is `core.badges.alert_look`'s."""
+    message: str
 
 
 @dataclass
@@ -329,6 +345,8 @@ class TelemetrySummary:
     samples: int
     duration_s: float | None
     gpus: list[GpuTelemetry]
+    events: list[TelemetryEvent] = field(default_factory=list)
+    """Every alert and throttle onset, oldest first."""
 
 
 @dataclass

@@ -9,16 +9,23 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Callable
+from dataclasses import replace
 
 from inspector.checkpoint.results import TensorDiffRow
 from inspector.core.atomic import write_text_atomic
-from inspector.core.badges import LOOKS, Badge
+from inspector.core.badges import LOOKS, Badge, alert_look
 from inspector.core.termtext import html_escape as escape  # marks control characters visibly
-from inspector.core.vocabulary import LoadStatus, ReportStatus, StepStatus, Verdict
+from inspector.core.vocabulary import (
+    AlertSeverity,
+    LoadStatus,
+    ReportStatus,
+    StepStatus,
+    Verdict,
+)
 from inspector.report import charts, labels
 from inspector.report import html_cells as cells
 from inspector.report.advice import bad_data, code_safety, file_advice, weights_health
-from inspector.report.model import FileReport, Report
+from inspector.report.model import FileReport, Report, TelemetrySummary
 from inspector.report.sections import self_test_words
 from inspector.scan.advice import DAMAGED
 from inspector.scan.damage import INTEGRITY_CODES
@@ -528,19 +535,43 @@ def _telemetry(report: Report, image_src: ImageSrc) -> str:
         body = cells.kv([("Source", escape(t.source)), ("Samples", escape(f"{t.samples:,}")),
                     ("Duration", escape(duration))])
         body += cells.table(
-            ["GPU", "Temp min–max °C", "ECC corrected Δ", "ECC uncorrected Δ",
-             "Retired pages Δ", "Remapped rows Δ", "XIDs"],
-            [[escape(f"{g.index}: {g.name}"), escape(f"{cells.na(g.temperature_min, '.1f')}–"
-                                                     f"{cells.na(g.temperature_max, '.1f')}"),
-              escape(cells.na(g.ecc_corrected_delta)), escape(cells.na(g.ecc_uncorrected_delta)),
+            # headers break between words and the ECC counts share a column: on a printed
+            # page eight columns of long words broke mid-word
+            ["GPU", "Temp °C<br>min–max", "ECC errors Δ", "Retired<br>pages Δ",
+             "Remapped<br>rows Δ", "XIDs", "Driver asks"],
+            [[escape(f"{g.index}: {g.name.removeprefix('NVIDIA ')}"),
+              escape(f"{cells.na(g.temperature_min, '.1f')}–"
+                     f"{cells.na(g.temperature_max, '.1f')}"),
+              escape(f"{cells.na(g.ecc_corrected_delta)} corrected, "
+                     f"{cells.na(g.ecc_uncorrected_delta)} uncorrected"),
               escape(cells.na(g.retired_pages_delta)), escape(cells.na(g.remapped_rows_delta)),
-              escape(", ".join(map(str, g.xids)) or "none")] for g in t.gpus])
+              escape(", ".join(map(str, g.xids)) or "none"), _recovery_cell(g.recovery_action)]
+             for g in t.gpus])
+        body += _telemetry_events(t)
         series = [(f"GPU {g.index}", [(x, y) for x, y in g.temperature_series])
                   for g in t.gpus if g.temperature_series]
         if series:
             png = charts.line_chart("GPU temperature", series, "seconds", "°C")
             body += _img(image_src, "telemetry", png, "GPU temperature")
     return "<h2>GPU telemetry</h2>" + cells.section_tag("telemetry", "telemetry", body)
+
+
+def _recovery_cell(wanted: str | None) -> str:
+    """The driver's recovery action: its words in the critical alert's colour when it asks for
+    one (the alert the CLI and the GPU pane raise for it is critical)."""
+    if wanted is None or wanted == "none":
+        return escape(wanted or "n/a")
+    return cells.look_cell(replace(alert_look(AlertSeverity.CRITICAL), word=wanted))
+
+
+def _telemetry_events(t: TelemetrySummary) -> str:
+    """Every alert and throttle onset, oldest first, each severity in the registry's word."""
+    if not t.events:
+        return "<h3>Events</h3>" + cells.not_run("No alert and no throttling in these samples.")
+    return "<h3>Events</h3>" + cells.table(
+        ["At", "GPU", "Severity", "What happened"],
+        [[escape(f"{e.at_s:.0f} s"), escape("" if e.gpu is None else str(e.gpu)),
+          cells.look_cell(alert_look(e.severity)), escape(e.message)] for e in t.events])
 
 
 def _environment(report: Report) -> str:

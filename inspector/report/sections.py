@@ -24,6 +24,8 @@ from inspector.core.json_record import as_result, records
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.core.vocabulary import FileStatus, LoadStatus, StepStatus, TensorCheckStatus, Verdict
 from inspector.fleet.objstore import is_url
+from inspector.gpu.events import timeline
+from inspector.gpu.telemetry import recovery_words
 from inspector.integrity.hashing import sha256_file
 from inspector.integrity.verify import VerifyResult
 from inspector.report.model import (
@@ -43,6 +45,7 @@ from inspector.report.model import (
     NonFiniteRow,
     ScanInfo,
     ShardsInfo,
+    TelemetryEvent,
     TelemetrySummary,
     TensorSummary,
     VerificationInfo,
@@ -389,13 +392,26 @@ def summarize_telemetry(store: TelemetryStore, source: str) -> TelemetrySummary:
             xids=xids.get(index, []),
             temperature_series=[[round(t - min(starts), 3), v]
                                 for t, v in _thin(temp_points)],
+            recovery_action=_recovery(store, index),
         ))
+    first = min(starts, default=0.0)
     return TelemetrySummary(
         source=source,
         samples=sum(g.samples for g in gpus),
-        duration_s=round(max(ends) - min(starts), 3) if starts else None,
+        duration_s=round(max(ends) - first, 3) if starts else None,
         gpus=gpus,
+        events=[TelemetryEvent(round(e.timestamp - first, 3), e.gpu, e.kind, e.severity,
+                               e.message) for e in timeline(store)],
     )
+
+
+def _recovery(store: TelemetryStore, index: int) -> str | None:
+    """The last recovery action the driver asked for, in words: a request the session saw
+    stays in the report after the driver stops asking (a reset was done or the log ends)."""
+    _, values = store.series(index, "recovery_action")
+    known = [float(v) for v in values if math.isfinite(v)]
+    asked = [words for v in known if (words := recovery_words(v))]
+    return asked[-1] if asked else ("none" if known else None)
 
 
 def _delta(store: TelemetryStore, index: int, name: str) -> int | None:

@@ -12,6 +12,7 @@ import numpy as np
 
 from inspector.cli.telemetry import serve as telemetry_serve
 from inspector.core.atomic import OutputExistsError
+from inspector.core.badges import alert_look, shout
 from inspector.core.errors import CodedError
 from inspector.gpu.alerts import AlertRules, ingest
 from inspector.gpu.sampler import Sampler
@@ -72,9 +73,9 @@ def format_sample(s: GpuSample) -> str:
 
 
 def format_alert(alert: Alert) -> str:
-    """One line for an alert."""
+    """One line for an alert: its severity's word in capitals, as the GPU pane's banner says it."""
     clock = datetime.fromtimestamp(alert.timestamp).strftime("%H:%M:%S")
-    return f"{clock} ALERT [{alert.severity}] {alert.message}"
+    return f"{clock} ALERT [{shout(alert_look(alert.severity).word)}] {alert.message}"
 
 
 def _err(message: str) -> None:

@@ -29,7 +29,10 @@ from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import QPainterPath
 from PySide6.QtWidgets import QFileDialog, QTreeWidgetItem, QWidget
 
+from inspector.core.badges import alert_look, shout
+from inspector.core.vocabulary import AlertSeverity
 from inspector.gpu.alerts import ingest, worst_alert
+from inspector.gpu.events import THROTTLE, timeline
 from inspector.gpu.prom_reader import RangeQuery
 from inspector.gpu.sampler import Sampler
 from inspector.gpu.telemetry import (
@@ -40,7 +43,6 @@ from inspector.gpu.telemetry import (
     GpuSample,
     TelemetrySource,
     TelemetryStore,
-    decode_clock_reasons,
     peak_decimate,
 )
 from inspector.gui.jobs import Job, JobRunner
@@ -54,10 +56,11 @@ MARKER_WORDS = {"temperature": "hot", "ecc_uncorrected": "ECC", "gpu_lost": "los
                 "source_lost": "driver lost", "remapped_failure": "remap failed",
                 "remapped_pending": "remap", "retired_pending": "retire"}
 """Short marker labels (the tooltip and the event log say it in full)."""
+SEVERITY_ROLES = {AlertSeverity.CRITICAL: "bad", AlertSeverity.WARNING: "warn",
+                  AlertSeverity.INFO: "mark"}
+"""The theme's colour role of each alert severity (`ALERT_LOOKS` gives the word)."""
 MARKER_HOVER_PX = 5
 """A marker's message shows as the tooltip within this many pixels of its line."""
-THROTTLE_BITS = 0x008 | 0x020 | 0x040 | 0x080
-"""Clock-event reasons that are slowdowns (hardware, thermal, power brake), not a power cap."""
 
 MIN_SPANS = {"°C": 10.0, "W": 20.0, "%": 10.0, "MiB": 1024.0, "MHz": 100.0, "count": 4.0}
 """The least Y span a plot shows, by unit: a constant (or nearly constant) series stays a flat
@@ -65,14 +68,6 @@ line in a sensible range instead of being auto-scaled into noise."""
 LIVE_WINDOW_S = 600.0
 LOD_INTERVAL_MS = 150
 LOD_BATCH = 4
-
-
-def throttle_onsets(times: np.ndarray, reasons: np.ndarray) -> list[tuple[float, int]]:
-    """(time, reason mask) where a slowdown reason (THROTTLE_BITS) newly appears."""
-    known = np.isfinite(reasons)
-    mask = np.where(known, reasons, 0).astype(np.int64) & THROTTLE_BITS
-    new = mask & ~np.concatenate(([0], mask[:-1]))
-    return [(float(times[i]), int(mask[i])) for i in np.flatnonzero(new)]
 
 
 def _reading(value: float | None) -> str:
@@ -437,27 +432,21 @@ class GpuPane(GpuPaneLayout):
         first.setXRange(start, max(latest, start + 10 * self.interval), padding=0.01)
         self._fit_y(since=start)
 
-    def events(self) -> list[tuple[float, int | None, str, str, str]]:
-        """What the charts mark: (time, GPU, kind, severity, message) for every alert in the
-        store and every throttle onset in the samples, oldest first."""
-        found = [(a.timestamp, a.gpu, a.kind, a.severity, a.message)
-                 for a in list(self.store.alerts)]
-        for gpu in self.store.gpus():
-            times, reasons = self.store.series(gpu, "clocks_event_reasons")
-            for t, mask in throttle_onsets(times, reasons):
-                why = ", ".join(decode_clock_reasons(mask))
-                found.append((t, gpu, "throttle", "warning", f"GPU {gpu}: clocks slowed ({why})"))
-        return sorted(found, key=lambda e: e[0])
+    def events(self) -> list[Alert]:
+        """What the charts mark: every alert in the store and every throttle onset in the
+        samples, oldest first (`gpu.events.timeline`, which the report lists too)."""
+        return timeline(self.store)
 
     def _draw_markers(self) -> None:
         """Mark every event on every plot (the first plot labels them)."""
         marks = []
-        for t, gpu, kind, severity, message in self.events():
-            short = message.split(": ", 1)[-1].split(" (")[0] if kind == "xid" else (
+        for event in self.events():
+            kind, gpu = event.kind, event.gpu
+            short = event.message.split(": ", 1)[-1].split(" (")[0] if kind == "xid" else (
                 MARKER_WORDS.get(kind, kind.replace("_", " ")))
-            role = "mark" if kind == "throttle" else "bad" if severity == "critical" else "warn"
-            marks.append(Mark(t, role, f"{short} GPU{gpu}" if gpu is not None else short,
-                              message))
+            role = "mark" if kind == THROTTLE else SEVERITY_ROLES.get(event.severity, "warn")
+            marks.append(Mark(event.timestamp, role,
+                              f"{short} GPU{gpu}" if gpu is not None else short, event.message))
         if marks != self.marked:
             self.marked = marks
             for item in self.marks.values():
@@ -554,11 +543,12 @@ class GpuPane(GpuPaneLayout):
 
     def _show_alert(self, alert: Alert) -> None:
         when = datetime.fromtimestamp(alert.timestamp).strftime("%Y-%m-%d %H:%M:%S")
+        look = alert_look(alert.severity)
         item = QTreeWidgetItem([when, "" if alert.gpu is None else str(alert.gpu),
-                                alert.severity, alert.message])
+                                look.word, alert.message])
+        item.setToolTip(2, look.meaning)
         item.setToolTip(3, alert.message)
-        if alert.severity == "critical":
-            item.setForeground(2, chart_style.role_colour("bad", self.palette()))
+        item.setForeground(2, chart_style.role_colour(self._role(alert), self.palette()))
         self.log.insertTopLevelItem(0, item)
         self._banner_alerts.append(alert)
         self._show_banner()
@@ -574,17 +564,21 @@ class GpuPane(GpuPaneLayout):
         when = datetime.fromtimestamp(worst.timestamp).strftime("%H:%M:%S")
         self.banner_alert = worst
         self.banner_text.setText(
-            f"⚠ {worst.severity.upper()} at {when}: {worst.message}"
+            f"⚠ {shout(alert_look(worst.severity).word)} at {when}: {worst.message}"
             + (f"  ({count} alerts in the event log)" if count > 1 else ""))
         self._style_banner()
         self.banner.show()
 
     def _style_banner(self) -> None:
-        role = "bad" if self.banner_alert is None or self.banner_alert.severity == "critical" \
-            else "warn"
+        role = "bad" if self.banner_alert is None else self._role(self.banner_alert)
         self.banner.setStyleSheet(
             f"#gpuAlertBanner {{ {chart_style.banner_css(role, self.palette())} }}"
             " QLabel { border: none; background: transparent; }")
+
+    @staticmethod
+    def _role(alert: Alert) -> str:
+        """The chart style's role (a colour in both themes) of an alert's severity."""
+        return SEVERITY_ROLES.get(alert.severity, "warn")
 
     def dismiss_banner(self) -> None:
         """Hide the banner until the next alert (the event log keeps every one)."""
