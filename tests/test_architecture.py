@@ -25,8 +25,9 @@ from inspector.checkpoint.resume import (
     resume_checklist,
 )
 from inspector.cli import main
+from inspector.tensors.leaves import describe_object
 from inspector.tensors.load import split_leaves
-from inspector.tensors.records import describe_object, layout_record, storage_groups
+from inspector.tensors.records import layout_record, storage_groups
 
 
 @pytest.fixture(scope="module")

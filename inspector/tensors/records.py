@@ -1,5 +1,5 @@
-"""What a loaded tensor is, without reading its values: its layout record, the storage its
-bytes share with other tensors, and the records of non-tensor leaves.
+"""What a loaded tensor is, without reading its values: its layout record and the storage its
+bytes share with other tensors (a non-tensor leaf's record is `leaves.describe_object`).
 
 Runs where torch does (the sandbox worker, and the ledger in the training process). Nothing
 here touches a tensor's data: statistics and digests are `stats`'.
@@ -10,17 +10,7 @@ from __future__ import annotations
 import torch
 
 from inspector.core.strict_json import strict
-
-REPR_LIMIT = 200
-
-
-def describe_object(key: str, value: object) -> dict:
-    """The `object` record of a non-tensor leaf: key, Python type and a bounded repr."""
-    text = repr(value)
-    if len(text) > REPR_LIMIT:
-        text = text[: REPR_LIMIT - 3] + "..."
-    kind = type(value)
-    return {"key": key, "type": f"{kind.__module__}.{kind.__qualname__}", "repr": text}
+from inspector.tensors.spans import Spans, overlapping, reached
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -77,20 +67,10 @@ def storage_groups(items: list[tuple[str, torch.Tensor]]) -> dict[str, list[str]
     Bytes, not the storage: every tensor of a safetensors file (and every item of a DCP
     folder) is a view of one mapping of its file, yet no two of them hold the same bytes.
     """
-    shared: dict[str, list[str]] = {}
-    for spans in _byte_spans(items).values():
-        active: list[tuple[int, str]] = []  # (end, key) of the spans begun before this one
-        for start, end, key in sorted(spans):
-            active = [(e, k) for e, k in active if e > start]
-            for _, other in active:
-                shared.setdefault(key, []).append(other)
-                shared.setdefault(other, []).append(key)
-            active.append((end, key))
-    return shared
+    return overlapping(_byte_spans(items))
 
 
-def _byte_spans(items: list[tuple[str, torch.Tensor]]
-                ) -> dict[tuple[int, int], list[tuple[int, int, str]]]:
+def _byte_spans(items: list[tuple[str, torch.Tensor]]) -> Spans:
     """Per storage, the (start, end, key) bytes each dense, non-empty tensor reaches in it."""
     by_storage: dict[tuple[int, int], list[tuple[int, int, str]]] = {}
     for key, t in items:
@@ -112,14 +92,7 @@ def unique_storage(items: list[tuple[str, torch.Tensor]]) -> dict:
     elements for 168,192 and its four shards 168,872."""
     itemsize = {key: t.element_size() for key, t in items}
     by_storage = _byte_spans(items)
-    numel = nbytes = 0
-    for spans in by_storage.values():
-        reached = 0  # the end of the bytes counted so far in this storage
-        for start, end, key in sorted(spans):
-            fresh = max(0, end - max(start, reached))
-            nbytes += fresh
-            numel += fresh // max(1, itemsize[key])
-            reached = max(reached, end)
+    numel, nbytes = reached(by_storage, itemsize)
     for _, t in items:
         if not is_dense(t):
             size = layout_record("", t)

@@ -121,9 +121,10 @@ def _open_loaded(path: str, fmt: str, loaded: Any, maps_fd: int | None,
     import torch
 
     from inspector.tensors.encoded import expand
+    from inspector.tensors.leaves import describe_object
     from inspector.tensors.load import split_leaves
     from inspector.tensors.mapped import PageReleaser
-    from inspector.tensors.records import describe_object, dtype_name, is_dense
+    from inspector.tensors.records import dtype_name, is_dense
     from inspector.tensors.stats import byte_chunks
 
     # One thread here; the caller hashes the file on the other core at the same time.

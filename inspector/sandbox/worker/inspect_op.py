@@ -23,9 +23,10 @@ from inspector.integrity.hashing import DIGEST_ALGORITHM
 from inspector.layout.torchscript import CODE_ARCHIVES
 from inspector.tensors.by_format import LoadSpec, load_request
 from inspector.tensors.describe import describe_tensors
+from inspector.tensors.leaves import describe_object
 from inspector.tensors.load import split_leaves
 from inspector.tensors.mapped import PageReleaser
-from inspector.tensors.records import describe_object, unique_storage
+from inspector.tensors.records import unique_storage
 from inspector.tensors.torchscript import code_report
 
 PROGRESS_STEPS = 200
