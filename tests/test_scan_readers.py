@@ -227,8 +227,9 @@ def _numpy_reads(buf: bytes):
 
 def test_headers_read_without_numpy_are_read_as_numpy_reads_them():
     """The npy headers `parse_npy_header` reads without importing NumPy (those `numpy.save`
-    writes for numeric arrays) give NumPy's own answer, on headers NumPy wrote for every kind
-    of dtype, shape, order and version and on 30,000 mutants of them; the rest go to NumPy."""
+    writes for numeric and object arrays) give NumPy's own answer, on headers NumPy wrote for
+    every kind of dtype, shape, order and version and on 30,000 mutants of them; the rest go
+    to NumPy."""
     import io
     import random
 
@@ -269,6 +270,7 @@ def test_headers_read_without_numpy_are_read_as_numpy_reads_them():
         if got is not None:
             fast.append(i)
             assert got == _numpy_reads(bytes(buf)), bytes(buf[:120])
-    # every numeric header NumPy wrote took the path, and mutants that kept its form did too
-    assert sum(i < len(seeds) for i in fast) == 11 * 6 * 2 * 3
+    # every numeric and object header NumPy wrote took the path, and mutants that kept its
+    # form did too
+    assert sum(i < len(seeds) for i in fast) == 12 * 6 * 2 * 3
     assert sum(i >= len(seeds) for i in fast) > 50
