@@ -147,8 +147,10 @@ def test_run_latest_names_every_newer_checkpoint_it_skipped_and_why(tmp_path):
     (run_dir / "ckpt" / "step-2.pt").unlink()
     out = _run_latest(run_dir)
     assert out.returncode == 0 and out.stdout.strip().endswith("step-1.pt")
-    assert "skipped step 3 (ckpt/step-3.pt): changed" in out.stderr
+    assert "skipped step 3 (ckpt/step-3.pt): changed: bytes differ: ckpt/step-3.pt" in out.stderr
     assert "skipped step 2 (ckpt/step-2.pt): missing" in out.stderr
+    for line in out.stderr.splitlines():  # each reason says its state's word once
+        assert line.count("changed") <= 1 and line.count("missing") <= 1, line
 
 
 def test_run_latest_ignores_a_record_whose_seal_is_broken(tmp_path):

@@ -277,7 +277,7 @@ def check_saves(
                                          detail=_named("missing", missing))
         elif resized:
             results[i] = CheckpointCheck(rec, CheckpointState.CHANGED, tuple(resized),
-                                         detail=_named("size changed", resized))
+                                         detail=_named("size differs", resized))
     pending = [(i, e, p) for i, e, p in to_hash if i not in results]
     workers = max(1, min(jobs or os.cpu_count() or 1, len(pending) or 1))
     with ThreadPoolExecutor(workers, thread_name_prefix="ledger-hash") as pool:
@@ -294,7 +294,7 @@ def check_saves(
             continue
         files = [e.path for e, _ in changed[i]]
         tensors = _changed_tensors(changed[i], tensor_digests, cancel)
-        what = _named("tensor", tensors) if tensors else _named("bytes changed", files)
+        what = _named("tensor", tensors) if tensors else _named("bytes differ", files)
         results[i] = CheckpointCheck(rec, CheckpointState.CHANGED, tuple(files), tuple(tensors),
                                      detail=what)
     return [results[i] for i in range(len(chosen))]
