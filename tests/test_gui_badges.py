@@ -68,7 +68,7 @@ def test_every_badge_state_has_its_own_look_and_every_list_state_its_own_icon(qa
     assert all(a != b for i, a in enumerate(images) for b in images[i + 1:])
     # grey is "not judged" and only that: no judged state borrows it
     grey = {s for s in Badge if LOOKS[s].colour == LOOKS[Badge.WEIGHTS_NOT_JUDGED].colour}
-    assert grey == {Badge.UNREADABLE, Badge.WEIGHTS_NOT_JUDGED}
+    assert grey == {Badge.UNREADABLE, Badge.WEIGHTS_NOT_JUDGED, Badge.SKIPPED}
 
 
 def test_a_load_the_jail_refuses_ends_the_weights_badge_in_not_judged_with_why(

@@ -15,7 +15,8 @@ from pathlib import Path
 from gui_support import LOAD_TIMEOUT_MS
 from PySide6.QtWidgets import QApplication
 
-from inspector.core.badges import shout
+from inspector.core.badges import LOOKS, Badge, shout
+from inspector.gui.verdict_style import state_icon
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window, small
 
@@ -57,6 +58,15 @@ def test_every_entry_of_an_opened_folder_has_the_line_scan_prints(
     assert rows["again"][0] == "Skipped" and "loop" in rows["again"][2]
     assert rows["benign.pt"][0] == "Safe"
     assert rows["suspicious.pt"][3]  # its first flag, as the CLI's indented lines begin
+    # the headline counts what was scanned and what was skipped; every row has its state's icon
+    assert pane.summary.text().startswith(
+        "6 entries in 1 folder(s): 3 scanned, 3 skipped (not checkpoints). "), pane.summary.text()
+    top = pane.tree.topLevelItem(0)
+    for i in range(top.childCount()):
+        row = top.child(i)
+        state = next(b for b in Badge if LOOKS[b].word == row.text(0))
+        assert row.icon(0).pixmap(16, 16).toImage() == state_icon(state).pixmap(
+            16, 16).toImage(), row.text(1)
     # skipped entries left the file list, as before; the pane keeps their lines
     assert sorted(d.name for d in window.docs) == ["benign.pt", "suspicious.pt",
                                                    "with_nan.pt"]

@@ -45,6 +45,9 @@ class Badge(StrEnum):
     are not."""
     WEIGHTS_PENDING = "weights_pending"
     WEIGHTS_NOT_JUDGED = "weights_not_judged"
+    SKIPPED = "skipped"
+    """A folder's entry that is not a checkpoint (`Verdict.SKIPPED`): listed with its reason,
+    not judged."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,9 @@ LOOKS: dict[Badge, Look] = {
     Badge.WEIGHTS_NOT_JUDGED: Look("Weights not judged", GREY, "–",
                                    "The weights were not read, so their values were not "
                                    "judged."),
+    Badge.SKIPPED: Look("Skipped", GREY, "○",
+                        "Not judged: not a checkpoint, so it was not scanned (the reason is "
+                        "beside it)."),
 }
 
 LIST_STATES = (Badge.DANGEROUS, Badge.DAMAGED, Badge.WEIGHTS_CORRUPTED, Badge.SUSPICIOUS,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from inspector.core.badges import LOOKS, Badge
@@ -42,6 +41,8 @@ class FolderPane(QWidget):
         layout.addWidget(self.tree)
         self._rows: dict[str, QTreeWidgetItem] = {}
         self._roots: dict[str, QTreeWidgetItem] = {}
+        self._states: dict[str, str] = {}
+        """Each finished entry's state (`EntryLine.state`), by path."""
 
     def show_folder(self, root: Path, entries: list[Path]) -> None:
         """List `entries` of the folder `root`, each scanning until `set_result` fills it."""
@@ -70,8 +71,9 @@ class FolderPane(QWidget):
         row.setText(3, line.why)
         row.setToolTip(2, line.detail)
         row.setToolTip(3, line.why)
-        look = LOOKS.get(line.state)
-        row.setIcon(0, state_icon(Badge(line.state)) if look is not None else QIcon())
+        row.setIcon(0, state_icon(Badge(line.state)))
+        row.setToolTip(0, LOOKS[Badge(line.state)].meaning)
+        self._states[os.fspath(path)] = line.state
         self._count()
 
     def rows(self) -> list[tuple[str, str, str, str]]:
@@ -80,10 +82,14 @@ class FolderPane(QWidget):
                 for top in self._roots.values() for i in range(top.childCount())]
 
     def _count(self) -> None:
-        done = sum(1 for r in self._rows.values() if r.text(0) != SCANNING.word)
-        self.summary.setText(f"{len(self._rows)} entries in {len(self._roots)} folder(s), "
-                             f"{done} scanned: every entry has a line, skipped ones with "
-                             "their reason, as `ckpt-inspector scan FOLDER` prints them.")
+        skipped = sum(1 for state in self._states.values() if state == Badge.SKIPPED)
+        scanning = len(self._rows) - len(self._states)
+        self.summary.setText(
+            f"{len(self._rows)} entries in {len(self._roots)} folder(s): "
+            f"{len(self._states) - skipped} scanned, {skipped} skipped (not checkpoints)"
+            + (f", {scanning} scanning" if scanning else "")
+            + ". Every entry has a line, skipped ones with their reason, as "
+            "`ckpt-inspector scan FOLDER` prints them.")
 
 
 def _relative(path: Path, root: Path) -> str:
