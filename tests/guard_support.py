@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
+from inspector.guard.weights import fingerprint
 from inspector.run import journal
+
+
+@pytest.fixture(params=["inline", "background"])
+def weights_reader(request, monkeypatch) -> str:
+    """A test twice: the weights read on the training thread, and (as on a machine with a
+    spare core) the norms and the check's fingerprint read by the guard's background thread."""
+    monkeypatch.setattr(fingerprint, "spare_core", lambda params: request.param == "background")
+    return request.param
 
 
 def tiny_model(seed: int = 0) -> nn.Module:

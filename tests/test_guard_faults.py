@@ -8,10 +8,12 @@ import math
 
 import pytest
 import torch
-from guard_support import alarms, batch, tiny_model
+from guard_support import alarms, batch, tiny_model, weights_reader  # noqa: F401
 from torch import nn
 
 from inspector.guard.guard import Guard, GuardConfig
+
+pytestmark = pytest.mark.usefixtures("weights_reader")  # every fault inline and in the background
 
 
 def flip(tensor: torch.Tensor, index: int, bit: int) -> float:
@@ -117,6 +119,26 @@ def test_a_times_256_flip_between_steps_is_named_though_no_bound_is_passed(tmp_p
     assert ("weights-changed", "0.weight") in found
     assert not any(rule == "weight-largest" for rule, _ in found)
     assert {param for _, param in found} == {"0.weight"}
+
+
+def test_a_flip_between_steps_is_named_though_another_models_optimizer_steps_first(tmp_path):
+    """A second model's optimizer (a GAN's other half, an EMA copy) writes none of the watched
+    weights: its step must not take the flipped bytes as the expected ones."""
+    model, other = tiny_model(), tiny_model(1)
+    other_opt = torch.optim.SGD(other.parameters(), lr=0.01)
+    weight = model[2].weight
+
+    def fault(step):
+        if step == 15:
+            flip(weight, 0, 30)
+        other_opt.zero_grad(set_to_none=True)
+        other(batch(step)[0]).sum().backward()
+        other_opt.step()
+
+    guard = Guard(tmp_path, GuardConfig())
+    hit = next(v for v in run(guard, model, range(17), before_step=fault) if v.alarm)
+    assert hit.step == 15
+    assert ("weights-changed", "2.weight") in {(b.rule, b.param) for b in hit.alarm.breaches}
 
 
 @pytest.mark.parametrize("param", ["0.weight", "0.bias", "2.weight", "2.bias"])

@@ -9,7 +9,7 @@ import math
 
 import pytest
 import torch
-from guard_support import batch, tiny_model
+from guard_support import batch, tiny_model, weights_reader  # noqa: F401
 from torch import nn
 
 from inspector.cli import main
@@ -48,6 +48,7 @@ def train_and_save(run, steps, fault_at=None, saves=(), action="warn"):
     return guard, model, records
 
 
+@pytest.mark.usefixtures("weights_reader")
 def test_a_weight_corrupted_before_a_save_is_recorded_unhealthy_and_never_resumed(tmp_path,
                                                                                  capsys):
     guard, _, (good, bad) = train_and_save(tmp_path, 12, fault_at=9, saves=(5, 9))
@@ -69,6 +70,7 @@ def test_a_weight_corrupted_before_a_save_is_recorded_unhealthy_and_never_resume
     guard.close()
 
 
+@pytest.mark.usefixtures("weights_reader")
 def test_the_guard_alarms_on_the_same_fault_at_the_next_step(tmp_path):
     guard, _, _ = train_and_save(tmp_path, 11, fault_at=9, saves=())
     assert [(a.step, a.breaches[0].rule, a.breaches[0].param) for a in guard.alarms] == [

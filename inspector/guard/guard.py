@@ -37,7 +37,10 @@ from typing import Any, Literal
 
 import torch
 from torch import nn
-from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
 
 from inspector.core import strict_json
 from inspector.core.errors import CodedError
@@ -113,6 +116,9 @@ class GuardConfig:
     """Skip the optimizer step on a non-finite loss or gradient even when `action` is warn."""
     console: bool = True
     """Print one rate-limited line per alarm kind on stderr."""
+    overlap: bool | None = None
+    """Read the weights' norms and the check's fingerprint on a background thread (None: when
+    the weights are on the CPU and a core is spare; see `weights.fingerprint`)."""
 
 
 @dataclass
@@ -177,7 +183,9 @@ class Guard:
         self._watched: Any = None
         self.console = AlarmConsole(self.rank) if self.config.console else None
         self._post_hook = register_optimizer_step_post_hook(
-            _weak_after_step(self))
+            _weak_hook(self, "_after_optimizer_step"))
+        self._pre_hook = register_optimizer_step_pre_hook(
+            _weak_hook(self, "_before_optimizer_step"))
         health_gate.register(self.run_dir, self.health)
         self.alarms: list[Alarm] = []
         self._pending: _Pending | None = None
@@ -215,7 +223,7 @@ class Guard:
         inject.apply(list(self.config.faults), model, self.step_index, "grad", rerun=False)
         watch = self._watch(model)
         reading = watch.reading()
-        numbers = step_numbers(loss, model, reading.vector())
+        numbers = step_numbers(loss, model, reading.vector)
         weights = watch.values(reading, numbers.extra)
         values = {"loss": numbers.loss, "grad_norm": numbers.grad_norm}
         breaches = self.weight_rules.judge(watch.names, weights) + self.rules.judge(values)
@@ -318,6 +326,9 @@ class Guard:
         """Flush the per-step metrics file, print the alarm counts, unhook from the optimizers
         and the ledger, and stop the XID listener (if a GPU was there)."""
         self._post_hook.remove()
+        self._pre_hook.remove()
+        if self.watch is not None:
+            self.watch.close()
         health_gate.unregister(self.run_dir, self.health)
         if self.console is not None:
             self.console.close()
@@ -330,13 +341,19 @@ class Guard:
     def _watch(self, model: nn.Module) -> WeightWatch:
         """The watch over this model's weights (a new one for a model not seen before)."""
         if self.watch is None or self._watched is not model:
+            if self.watch is not None:
+                self.watch.close()
             self.watch = WeightWatch(model, self.config.fingerprint_every,
-                                     self.config.largest_every)
+                                     self.config.largest_every, self.config.overlap)
             self._watched = model
         return self.watch
 
-    def _after_optimizer_step(self) -> None:
+    def _before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         if self.watch is not None:
+            self.watch.settle()
+
+    def _after_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.watch is not None and self.watch.owns(optimizer):
             self.watch.after_step()
 
     def _action(self, breaches: list[Breach]) -> Action:
@@ -471,13 +488,13 @@ def _breach_json(b: Breach) -> dict:
     return out
 
 
-def _weak_after_step(guard: Guard) -> Callable[..., None]:
-    """The global optimizer post-hook for one guard, holding it weakly (a guard that is gone
-    costs nothing and is not kept alive by the hook)."""
+def _weak_hook(guard: Guard, method: str) -> Callable[..., None]:
+    """A global optimizer hook calling one guard's `method(optimizer)`, holding the guard
+    weakly (a guard that is gone costs nothing and is not kept alive by the hook)."""
     ref = weakref.ref(guard)
 
     def hook(optimizer: Any, args: Any, kwargs: Any) -> None:
         alive = ref()
         if alive is not None:
-            alive._after_optimizer_step()
+            getattr(alive, method)(optimizer)
     return hook

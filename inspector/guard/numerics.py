@@ -63,9 +63,10 @@ def named_grads(model: nn.Module) -> tuple[list[str], list[torch.Tensor]]:
 
 
 def step_numbers(loss: torch.Tensor | float, model: nn.Module,
-                 extra: torch.Tensor | None = None) -> StepNumbers:
+                 extra: Callable[[], torch.Tensor] | None = None) -> StepNumbers:
     """Loss and global L2 grad norm, computed on the device and read back with one sync,
-    together with the `extra` vector (the weights' reading) when one is given."""
+    together with the vector `extra()` returns (the weights' reading) when one is given; it is
+    called once the gradients are reduced, so a reading in the background overlaps that."""
     names, grads = named_grads(model)
     loss_t = loss.detach().reshape(()).float() if isinstance(loss, torch.Tensor) else None
     device = loss_t.device if loss_t is not None else (grads[0].device if grads else None)
@@ -78,8 +79,9 @@ def step_numbers(loss: torch.Tensor | float, model: nn.Module,
     if loss_t is None:
         loss_t = torch.tensor(float(loss), device=total.device)
     head = torch.stack([loss_t.double(), total.double()])
-    if extra is not None and extra.numel():
-        head = torch.cat([head, extra.to(head.device, torch.float64)])
+    more = extra() if extra is not None else None
+    if more is not None and more.numel():
+        head = torch.cat([head, more.to(head.device, torch.float64)])
     loss_v, norm_v, *rest = head.tolist()
     return StepNumbers(loss_v, norm_v, names, norms, rest)
 

@@ -24,6 +24,8 @@ optimizer rewrites every weight in between.
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -116,18 +118,32 @@ def _norm_dtype(t: torch.Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
+def _values(params: list[torch.Tensor], largest: bool
+            ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The tensors' norms and (when asked) largest |w|, without their fingerprints."""
+    with torch.no_grad():
+        read = [_read(p, False, largest) for p in params]
+    return _stack([r[1] for r in read]), _stack([r[2] for r in read]) if largest else None
+
+
 @dataclass
 class WeightReading:
     """One reading of every watched tensor, on the device: which changed since the fingerprint
     taken after the last optimizer step (None when none was taken), the norms, the largest
-    |w| (None when not due)."""
+    |w| (None when not due). Parts a background thread still computes are futures, joined by
+    `vector()`; `settled` says whether the norms were read before the check (after the step)."""
 
-    changed: torch.Tensor | None
-    norms: torch.Tensor
+    changed: torch.Tensor | Future | None
+    norms: torch.Tensor | Future
     largest: torch.Tensor | None
+    settled: bool = False
 
     def vector(self) -> torch.Tensor:
         """Everything as one float64 vector, to read back with the step's other numbers."""
+        if isinstance(self.norms, Future):
+            self.norms, self.largest = self.norms.result()
+        if isinstance(self.changed, Future):
+            self.changed = self.changed.result()
         parts = [self.norms.double()]
         if self.changed is not None:
             parts.insert(0, self.changed.double())
@@ -147,10 +163,19 @@ class WeightValues:
     """Whether the tensor holds NaN or Inf (a norm can overflow on finite values: checked)."""
 
 
-class WeightWatch:
-    """Fingerprints, norms and largest |w| of one model's floating-point parameters."""
+def spare_core(params: list[torch.Tensor]) -> bool:
+    """Whether a background reader would run on a core of its own: CPU weights, and more cores
+    allowed to this process than torch's threads use (a GPU reads its weights itself)."""
+    return (bool(params) and params[0].device.type == "cpu"
+            and len(os.sched_getaffinity(0)) > torch.get_num_threads())
 
-    def __init__(self, model: nn.Module, every: int = 1, largest_every: int = 1) -> None:
+
+class WeightWatch:
+    """Fingerprints, norms and largest |w| of one model's floating-point parameters; `overlap`
+    reads what it can on a background thread (None: when `spare_core` says so)."""
+
+    def __init__(self, model: nn.Module, every: int = 1, largest_every: int = 1,
+                 overlap: bool | None = None) -> None:
         named = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
         # FSDP wraps modules and shards parameters (DTensors): its ranks hold different bytes
         self.sharded = (any(hasattr(p, "to_local") for _, p in named)
@@ -160,27 +185,57 @@ class WeightWatch:
         self.params = [local(p) for _, p in named]
         self.every = every
         self.largest_every = max(1, largest_every)
+        self.ids = {id(p) for _, p in named}
         self.expected: torch.Tensor | None = None
         self.steps = 0
         self.readings = 0
+        on = spare_core(self.params) if overlap is None else overlap and bool(self.params)
+        self.worker = (ThreadPoolExecutor(1, thread_name_prefix="guard-weights") if on
+                       else None)
+        self.after: Future | None = None
+        """The norms (and largest |w| when due) of the weights the last step wrote, read in the
+        background: what the next check reports when its fingerprints agree."""
+
+    def owns(self, optimizer: torch.optim.Optimizer) -> bool:
+        """Whether `optimizer` steps any watched tensor (another model's step changes none)."""
+        return any(id(p) in self.ids for g in optimizer.param_groups for p in g["params"])
 
     def after_step(self) -> None:
         """The weights the optimizer just wrote are the ones to expect (every `every` steps)."""
         self.steps += 1
         due = self.every > 0 and self.steps % self.every == 0
         self.expected = fingerprint(self.params) if due else None
+        if self.worker is not None:
+            largest = self.readings % self.largest_every == 0
+            self.after = self.worker.submit(_values, self.params, largest)
+
+    def settle(self) -> None:
+        """Wait for the background reads (before anything writes the weights)."""
+        if self.after is not None:
+            self.after.result()
 
     def accept(self) -> None:
         """The weights now are the ones to expect (after a deliberate edit or a load)."""
+        self.settle()
+        self.after = None
         self.expected = fingerprint(self.params) if self.every > 0 else None
 
     def reading(self, largest: bool | None = None) -> WeightReading:
-        """Read every tensor now (no sync); `largest` forces or drops the |w| pass."""
+        """Read every tensor now (no sync); `largest` forces or drops the |w| pass. In the
+        background when the post-step reads are there and nothing is forced."""
         with torch.no_grad():
             due = self.readings % self.largest_every == 0 if largest is None else largest
             self.readings += 1
             if not self.params:
                 return WeightReading(None, torch.zeros(0), torch.zeros(0) if due else None)
+            after, self.after = self.after, None
+            if self.worker is not None and after is not None and largest is None:
+                expected = self.expected
+                changed = (None if expected is None else self.worker.submit(
+                    lambda: fingerprint(self.params) != expected))
+                return WeightReading(changed, after, None, settled=True)
+            if after is not None:
+                after.result()
             device = self.params[0].device
             check = self.expected is not None
             read = [_read(p, check, due) for p in self.params]
@@ -189,6 +244,11 @@ class WeightWatch:
                 changed = torch.stack([r[0].to(device) for r in read]) != self.expected
             top = _stack([r[2] for r in read]) if due else None
             return WeightReading(changed, _stack([r[1] for r in read]), top)
+
+    def close(self) -> None:
+        """Stop the background reader (its pending reads finish first)."""
+        if self.worker is not None:
+            self.worker.shutdown(wait=True)
 
     def values(self, reading: WeightReading, flat: list[float]) -> WeightValues:
         """Split a read-back `reading.vector()` into its parts."""
@@ -199,10 +259,24 @@ class WeightWatch:
             changed, at = [v != 0 for v in flat[:n]], n
         norms = flat[at:at + n]
         largest = flat[at + n:at + 2 * n] if reading.largest is not None else None
+        if reading.settled and changed is not None and any(changed):
+            self._reread(changed, norms, largest)
         # only on the rare non-finite norm: an extra pass and sync tell Inf from overflow
         nonfinite = [not math.isfinite(v) and not bool(torch.isfinite(p.detach()).all())
                      for v, p in zip(norms, self.params, strict=True)]
         return WeightValues(changed, norms, largest, nonfinite)
+
+
+    def _reread(self, changed: list[bool], norms: list[float], largest: list[float] | None
+                ) -> None:
+        """Replace the post-step norms and largest |w| of the changed tensors by their bytes
+        now (the alarm path: the rules judge what is there, as an inline reading does)."""
+        with torch.no_grad():
+            for i in (i for i, c in enumerate(changed) if c):
+                _, norm, top = _read(self.params[i], False, largest is not None)
+                norms[i] = float(norm)
+                if largest is not None and top is not None:
+                    largest[i] = float(top)
 
 
 def _stack(values: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> torch.Tensor:
