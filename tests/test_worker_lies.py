@@ -154,7 +154,7 @@ def test_an_honest_conversion_is_verified_here(tmp_path, capsys) -> None:
 
 
 CLEAN_STATS = """
-    import inspector.sandbox.worker.inspect_op as op
+    import inspector.tensors.describe as op
     from inspector.checkpoint.health import assess
     real = op.describe_tensors
     def clean(tensors, on_tensor, **options):
@@ -167,7 +167,7 @@ CLEAN_STATS = """
 """
 
 FORGED_DIGEST = """
-    import inspector.sandbox.worker.inspect_op as op
+    import inspector.tensors.describe as op
     real = op.describe_tensors
     def forged(tensors, on_tensor, **options):
         last = tensors[-1][0]
@@ -177,7 +177,7 @@ FORGED_DIGEST = """
 """
 
 HIDDEN_TENSOR = """
-    import inspector.sandbox.worker.inspect_op as op
+    import inspector.tensors.describe as op
     real = op.describe_tensors
     def hiding(tensors, on_tensor, **options):
         return real(tensors, lambda event: event["key"] == "b" or on_tensor(event), **options)
@@ -185,10 +185,37 @@ HIDDEN_TENSOR = """
 """
 
 
-def _worker_inspect(path) -> dict:
+FORGED_WITHOUT_TORCH = """
+    import inspector.sandbox.worker.inspect_op as op
+    real = op.describe_file
+    def forged(path, fmt):
+        found = real(path, fmt)
+        assert found is not None, "the torch-free reader left this file to torch"
+        found.records[-1]["digest"] = "0" * 64
+        return found
+    op.describe_file = forged
+"""
+
+
+def test_a_worker_that_lies_without_torch_is_caught(tmp_path, hostile, capsys) -> None:
+    from safetensors.torch import save_file
+
+    state = _state()
+    path = tmp_path / "m.safetensors"
+    save_file(state, path)  # small tensors, all finite: read without torch
+    hostile(FORGED_WITHOUT_TORCH)
+    reply = _worker_inspect(path, "safetensors")
+    assert reply["tensors"][-1]["digest"] == "0" * 64
+    assert main(["inspect", str(path), "--json"]) != 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["error"]["code"] == "claim_refuted" and report["health"] is None
+
+
+def _worker_inspect(path, fmt: str = "") -> dict:
+    """The inspect job alone, without the client's checks (`fmt`: what the scan would send)."""
     return inspect_reply({"op": "inspect", "path": str(path), "paths": [], "allow_globals": [],
-                          "limits": Limits.for_input(os.path.getsize(path)).to_json()},
-                         timeout=300)
+                          "limits": Limits.for_input(os.path.getsize(path)).to_json(),
+                          "format": fmt}, timeout=300)
 
 
 @pytest.mark.parametrize("suffix", [".pt", ".legacy.pt", ".safetensors"])
@@ -228,11 +255,9 @@ def test_a_worker_that_lies_about_the_tensors_is_caught(tmp_path, hostile, capsy
 
 
 MALFORMED_RECORDS = """
-    import inspector.sandbox.worker.inspect_op as op
+    import inspector.tensors.describe as op
     def malformed(tensors, on_tensor, **options):
-        emit = next(c.cell_contents for c in on_tensor.__closure__
-                    if type(c.cell_contents).__name__ == "_Emitter")
-        emit({"type": "tensors", "records": [1, "a"]})
+        on_tensor._emit({"type": "tensors", "records": [1, "a"]})
         return []
     op.describe_tensors = malformed
 """

@@ -6,6 +6,9 @@ the bytes in place. Block-quantized types (Q4_K, IQ2_XS, ...) are not decoded: e
 as its raw blocks, a `bits8` view (rows x bytes per row) that has a digest, so `diff` and
 `verify` see a flipped bit in it, and no statistics (torch has none for bits8, and the record
 says so), beside a `KEY::ggml` leaf (`QuantizedTensor`) that names its type and logical shape.
+
+Importing this module costs no torch (`load_gguf` imports it): the worker's torch-free reader
+(`tensors.plain`) makes the same leaves and refuses the same headers.
 """
 
 from __future__ import annotations
@@ -13,15 +16,14 @@ from __future__ import annotations
 import mmap
 import os
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from inspector.core.dtypes import GGUF_DENSE
 from inspector.core.vocabulary import Severity
 from inspector.formats import gguf_header
-from inspector.tensors.load import LoadError
 
-DTYPES = {code: getattr(torch, name) for code, name in GGUF_DENSE.items()}
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -40,22 +42,33 @@ class QuantizedTensor:
                 "type whose values are not decoded here")
 
 
-def load_gguf(path: str) -> dict[str, torch.Tensor | QuantizedTensor]:
-    """Every tensor of a GGUF file by name: dense ones as views, quantized ones listed."""
+def read_header(path: str) -> gguf_header.GGUFFile:
+    """The GGUF file's header, read through a mapping of the file."""
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            header = gguf_header.read(mm, size)
-    refusal = _refusal(header)
-    if refusal is not None:
-        raise LoadError("load_failed", f"bad GGUF file: {refusal}")
+            return gguf_header.read(mm, size)
+
+
+def load_gguf(path: str) -> dict[str, torch.Tensor | QuantizedTensor]:
+    """Every tensor of a GGUF file by name: dense ones as views, quantized ones listed."""
+    import torch
+
+    from inspector.tensors.load import LoadError
+
+    header = read_header(path)
+    size = header.size
+    why = refusal(header)
+    if why is not None:
+        raise LoadError("load_failed", f"bad GGUF file: {why}")
     storage = torch.UntypedStorage.from_file(path, shared=False, nbytes=size)
     out: dict[str, torch.Tensor | QuantizedTensor] = {}
     for t in header.tensors:
-        dtype = DTYPES.get(t.type_name)
+        name = GGUF_DENSE.get(t.type_name)
+        dtype = None if name is None else getattr(torch, name)
         if dtype is None:
             out[t.name] = torch.empty(0, dtype=torch.bits8).set_(
-                storage, t.data_offset, [*t.shape[:-1], t.n_bytes // max(1, _rows(t))])
+                storage, t.data_offset, [*t.shape[:-1], t.n_bytes // max(1, rows(t))])
             out[t.name + "::ggml"] = QuantizedTensor(t.type_name, t.shape, t.n_bytes,
                                                      t.data_offset)
         elif t.data_offset % dtype.itemsize == 0:
@@ -67,7 +80,7 @@ def load_gguf(path: str) -> dict[str, torch.Tensor | QuantizedTensor]:
     return out
 
 
-def _rows(t: gguf_header.TensorInfo) -> int:
+def rows(t: gguf_header.TensorInfo) -> int:
     """Rows of a tensor: every dimension but the fastest-moving one."""
     n = 1
     for d in t.shape[:-1]:
@@ -75,7 +88,7 @@ def _rows(t: gguf_header.TensorInfo) -> int:
     return n
 
 
-def _refusal(header: gguf_header.GGUFFile) -> str | None:
+def refusal(header: gguf_header.GGUFFile) -> str | None:
     """Why the tensors cannot be read safely, or None."""
     if not header.complete:
         return header.problems[0].message if header.problems else "incomplete header"

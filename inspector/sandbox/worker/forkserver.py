@@ -49,6 +49,7 @@ def preload() -> None:
     import safetensors.torch  # noqa: F401
     import torch  # noqa: F401
 
+    import inspector.tensors.describe  # noqa: F401  # the inspect op imports it when it needs torch
     from inspector.sandbox.worker import jail
     from inspector.sandbox.worker import main as worker
 

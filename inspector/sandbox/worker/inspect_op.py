@@ -1,5 +1,9 @@
 """The worker's `inspect` operation: load, then statistics and digests for every tensor.
 
+A safetensors or GGUF file of small tensors is read without torch (`tensors.plain`: the same
+records, and torch is never imported, which was most of a cold worker's start); any other
+input, or one that reader leaves to torch, is loaded with torch (`_with_torch`).
+
 A TorchScript or torch.export archive's result also has `code` and `code_archive`
 (`tensors.torchscript.code_report`): the code torch would run on loading it, never run here.
 
@@ -16,18 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
-
 from inspector.core.progress import CancelToken
 from inspector.integrity.hashing import DIGEST_ALGORITHM
-from inspector.layout.torchscript import CODE_ARCHIVES
-from inspector.tensors.by_format import LoadSpec, load_request
-from inspector.tensors.describe import describe_tensors
-from inspector.tensors.leaves import describe_object
-from inspector.tensors.load import split_leaves
-from inspector.tensors.mapped import PageReleaser
-from inspector.tensors.records import unique_storage
-from inspector.tensors.torchscript import code_report
+from inspector.tensors.plain import FORMATS, describe_file
 
 PROGRESS_STEPS = 200
 """Progress lines a job's tensors are reported in at most."""
@@ -35,11 +30,66 @@ PROGRESS_STEPS = 200
 
 def inspect(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict:
     """Load request["path"] (weights_only, or safetensors) and describe every tensor and object."""
+    emit({"type": "progress", "stage": "load", "done": 0, "total": 1})
+    fmt = str(request.get("format") or "")
+    # a file of small tensors is described from its header and bytes, without importing torch
+    plain = describe_file(request["path"], fmt) if fmt in FORMATS else None
+    if plain is None:
+        return _with_torch(request, emit, cancel)
+    for rec in plain.objects:
+        emit({"type": "object", "key": rec["key"], "python_type": rec["type"],
+              "repr": rec["repr"]})
+    on_tensor = _Sender(emit, len(plain.records))
+    for rec in plain.records:
+        cancel.check()
+        on_tensor(rec)
+    return {"digest_algorithm": DIGEST_ALGORITHM,
+            "tensor_keys": [r["key"] for r in plain.records], "objects": plain.objects,
+            "unique_storage": plain.unique_storage}
+
+
+class _Sender:
+    """Sends the tensors' records in `tensors` lines, each followed by a progress line: a line
+    per half percent at most (with 12,000 tiny tensors a line per record cost both sides more
+    than the records' own text)."""
+
+    def __init__(self, emit: Callable[[dict], None], total: int) -> None:
+        self._emit = emit
+        self._total = total
+        self._step = max(1, total // PROGRESS_STEPS)
+        self._done = 0
+        self._ready: list[dict] = []
+        emit({"type": "progress", "stage": "tensors", "done": 0, "total": total})
+
+    def __call__(self, event: dict) -> None:
+        self._done += 1
+        self._ready.append({k: v for k, v in event.items() if k != "type"})
+        if self._done % self._step == 0 or self._done == self._total:
+            self._emit({"type": "tensors", "records": self._ready[:]})
+            self._ready.clear()
+            self._emit({"type": "progress", "stage": "tensors", "done": self._done,
+                        "total": self._total})
+
+
+def _with_torch(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict:
+    """The file loaded with torch (`tensors.by_format.load_request`) and every tensor described
+    (`tensors.describe.describe_tensors`)."""
+    # imported here: a file `describe_file` reads never pays for importing torch (1.1-1.3 s)
+    import torch
+
+    from inspector.layout.torchscript import CODE_ARCHIVES
+    from inspector.tensors.by_format import LoadSpec, load_request
+    from inspector.tensors.describe import describe_tensors
+    from inspector.tensors.leaves import describe_object
+    from inspector.tensors.load import split_leaves
+    from inspector.tensors.mapped import PageReleaser
+    from inspector.tensors.records import unique_storage
+    from inspector.tensors.torchscript import code_report
+
     path = request["path"]
     # describe_tensors runs the job's threads itself (a tensor per core, a huge one's hashing
     # on a thread beside it); torch's own intra-op threads would only contend with them.
     torch.set_num_threads(1)
-    emit({"type": "progress", "stage": "load", "done": 0, "total": 1})
     obj = load_request(request)
     tensors, objects = split_leaves(obj)
     objects_out = []
@@ -49,24 +99,8 @@ def inspect(request: dict, emit: Callable[[dict], None], cancel: CancelToken) ->
         emit({"type": "object", "key": key, "python_type": rec["type"], "repr": rec["repr"]})
     release = PageReleaser(request.get("_maps_fd"), path)
     release.refresh()
-    emit({"type": "progress", "stage": "tensors", "done": 0, "total": len(tensors)})
-    done = 0
-    # a line of records and a progress line per half percent at most: with 12,000 tiny
-    # tensors a line per record cost both sides more than the records' own text
-    step = max(1, len(tensors) // PROGRESS_STEPS)
-    ready: list[dict] = []
-
-    def on_tensor(event: dict) -> None:
-        nonlocal done
-        done += 1
-        ready.append({k: v for k, v in event.items() if k != "type"})
-        if done % step == 0 or done == len(tensors):
-            emit({"type": "tensors", "records": ready[:]})
-            ready.clear()
-            emit({"type": "progress", "stage": "tensors", "done": done, "total": len(tensors)})
-
-    records = describe_tensors(tensors, on_tensor, release=release, cancel=cancel,
-                               threads=request["_threads"])
+    records = describe_tensors(tensors, _Sender(emit, len(tensors)), release=release,
+                               cancel=cancel, threads=request["_threads"])
     result = {"digest_algorithm": DIGEST_ALGORITHM, "tensor_keys": [r["key"] for r in records],
               "objects": objects_out, "unique_storage": unique_storage(tensors)}
     fmt = LoadSpec.of(request).format
