@@ -132,13 +132,13 @@ def scan_sources(paths: list[str]) -> Iterator[Source]:
     enter is a line too) and URLs (one object each); an object is copied only when its scan
     runs."""
     from inspector.scan.discover import discover_entries
-    from inspector.scan.engine import ScanResult, scan_found
+    from inspector.scan.result import ScanResult
 
     for raw in paths:
         if not objstore.is_url(raw):
             for found in discover_entries([raw]):
                 yield Source(str(found.path), found.path,
-                             lambda found=found: scan_found(found), found)
+                             lambda found=found: scan_local(found), found)
             continue
         try:
             objects = objstore.list_objects(raw)
@@ -151,6 +151,15 @@ def scan_sources(paths: list[str]) -> Iterator[Source]:
         for obj in objects:
             yield Source(obj.url, obj,
                          lambda obj=obj, inner=in_folder: _scan_object(obj, inner))
+
+
+def scan_local(found) -> object:
+    """`scan.engine.scan_found` of a discovered file, the scan's modules (the formats: most of
+    `scan`'s start-up) imported at the first file; a batch imports them in its walk's thread,
+    while its jailed reader starts (`scan.readings.read_batch`)."""
+    from inspector.scan.engine import scan_found
+
+    return scan_found(found)
 
 
 def _scan_object(obj: RemoteObject, in_folder: bool):

@@ -20,14 +20,14 @@ from inspector.cli.common import (
     signature_verdicts,
     use_colour,
 )
-from inspector.cli.remote import Source, scan_sources
+from inspector.cli.remote import Source, scan_local, scan_sources
 from inspector.core.atomic import OutputExistsError, write_text_atomic
 from inspector.core.badges import LOOKS, Badge, shout
 from inspector.core.termtext import escape
 from inspector.core.verdict import ORDER, exit_code, fails, worst
 from inspector.core.vocabulary import Verdict
-from inspector.scan.advice import code_safety_badge, entry_line
-from inspector.scan.engine import ScanResult, batch_full, file_size, scan_batch
+from inspector.scan.readings import batch_full, file_size, read_batch
+from inspector.scan.result import ScanResult
 
 EXIT_OUTPUT = 4
 
@@ -66,6 +66,8 @@ def _word(state: str) -> str:
 def _human(res: ScanResult, colour: bool = False) -> list[str]:
     """Text lines for one file; everything that comes from the file is escaped (`termtext`), so
     a name holding terminal escapes cannot repaint the verdict."""
+    from inspector.scan.advice import entry_line
+
     line = entry_line(res)
     path, detail = escape(line.path), escape(line.detail)
     if res.verdict == Verdict.SKIPPED:
@@ -79,13 +81,13 @@ def _human(res: ScanResult, colour: bool = False) -> list[str]:
 def _scanned(paths: list[str], batch) -> Iterator[tuple[Source, ScanResult, dict | None]]:
     """(source, result, its results-file record or None) in order: local files not done yet
     are scanned in batches, the loaders' readings of each batch in one jailed job
-    (`scan.engine.scan_batch`); objects and finished files one by one."""
+    (`scan.readings.read_batch`); objects and finished files one by one."""
     pending: list[Source] = []
     size = 0
 
     def flush() -> Iterator[tuple[Source, ScanResult, None]]:
         nonlocal size
-        results = scan_batch([s.found for s in pending])
+        results = read_batch([s.found for s in pending], scan_local)
         yield from ((s, r, None) for s, r in zip(list(pending), results, strict=True))
         pending.clear()
         size = 0
@@ -146,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_OUTPUT
     verdict = worst(r.verdict for r in results)
     if not args.json and len(results) > 1:
+        from inspector.scan.advice import code_safety_badge
+
         words = Counter(Verdict.SKIPPED if r.verdict == Verdict.SKIPPED else code_safety_badge(r)
                         for r in results)
         summary = ", ".join(f"{words[w]} {_word(w)}" for w in _SUMMARY if words[w])

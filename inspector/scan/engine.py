@@ -38,9 +38,8 @@ from inspector.scan.budget import (  # noqa: F401 (MAX_LISTED_PICKLES: part of t
 from inspector.scan.context import ScanContext, not_a_checkpoint
 from inspector.scan.discover import Found, discover, discover_entries
 from inspector.scan.pickles.policy import weights_only_rules
+from inspector.scan.readings import SMALL_FILE, batch_full, file_size
 from inspector.scan.result import Finding, GlobalUse, ScanResult  # noqa: F401 (re-exported)
-
-SMALL_FILE = 1 << 20  # read whole; larger files are memory-mapped
 
 
 def _scan_buffer(ctx: ScanContext, buf, size: int) -> None:
@@ -195,33 +194,10 @@ def scan_paths(paths: Iterable[str | os.PathLike]) -> Iterator[ScanResult]:
     yield from scan_batch(batch)
 
 
-READ_BATCH_FILES = 256
-READ_BATCH_BYTES = 256 << 20  # of files walked before their readings run and results come
-
-
-def batch_full(count: int, size: int) -> bool:
-    """Whether a batch of `count` files, `size` bytes in all, is to be scanned now."""
-    return count >= READ_BATCH_FILES or size > READ_BATCH_BYTES
-
-
 def scan_batch(founds: list[Found]) -> list[ScanResult]:
     """`scan_found` of each file, with the loaders' readings of all of them in one jailed job
-    whose worker starts while they are walked (`readings.read_while`)."""
-    if not founds:
-        return []
-    if readings.current_reader() is None:
-        return [scan_found(f) for f in founds]
-    in_place = [os.fspath(f.path) for f in founds if file_size(f.path) > SMALL_FILE]
-    return readings.read_while(map(scan_found, founds), in_place)
-
-
-def file_size(path: str | os.PathLike) -> int:
-    """A regular file's size (what `scan_file` may map and read in place), else 0."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return 0
-    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+    whose worker starts while they are walked (`readings.read_batch`)."""
+    return readings.read_batch(founds, scan_found)
 
 
 def scan_found(found: Found) -> ScanResult:

@@ -35,6 +35,7 @@ import importlib.util
 import mmap
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -270,6 +271,40 @@ HELD_RESERVE = 256 << 20
 """Held bytes a gated job may receive (its memory allowance is fixed before they exist)."""
 PART_FILES = 16
 """Files walked per part of a streamed dry run: the worker reads each while the next is walked."""
+
+
+SMALL_FILE = 1 << 20
+"""Files up to this size are read whole by the scan; larger ones are memory-mapped, and the
+jailed reader reads their blobs in place."""
+READ_BATCH_FILES = 256
+READ_BATCH_BYTES = 256 << 20  # of files walked before their readings run and results come
+
+
+def batch_full(count: int, size: int) -> bool:
+    """Whether a batch of `count` files, `size` bytes in all, is to be scanned now."""
+    return count >= READ_BATCH_FILES or size > READ_BATCH_BYTES
+
+
+def file_size(path: str | os.PathLike) -> int:
+    """A regular file's size (what `scan_file` may map and read in place), else 0."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+
+def read_batch(founds: list, scan: Callable) -> list:
+    """`scan` of each found file (`discover.Found`), with the loaders' readings of all of them
+    in one jailed job whose worker starts before the first file is walked (`read_while`): a
+    caller that imports the scan's modules inside `scan` (the CLI) has them imported while the
+    worker starts."""
+    if not founds:
+        return []
+    if current_reader() is None:
+        return [scan(f) for f in founds]
+    in_place = [os.fspath(f.path) for f in founds if file_size(f.path) > SMALL_FILE]
+    return read_while(map(scan, founds), in_place)
 
 
 def read_while(walk: Iterable, in_place: list[str], reader: Reader | None = None) -> list:

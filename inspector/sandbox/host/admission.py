@@ -13,13 +13,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from inspector.core.vocabulary import Severity, Verdict
-from inspector.formats import loadable
 from inspector.sandbox.host.exits import KILLED_CODES
 from inspector.sandbox.host.jobs import SandboxError, run_job
 from inspector.sandbox.protocol import Limits
 from inspector.scan import readings
-from inspector.scan.dcp_folder import is_dcp_folder, scan_folder
-from inspector.scan.engine import scan_file
 from inspector.scan.result import ScanResult
 
 DRY_RUN_LIMITS = Limits(cpu_seconds=120, memory_mb=2048)
@@ -137,6 +134,9 @@ def static_scan(path: Path) -> ScanResult:
     """The `scan` contract for one file, or for a DCP folder as a whole, with the loaders' own
     readings (the installed reader, else `dry_run_reader`); nothing of the file's
     runs in this process."""
+    from inspector.scan.dcp_folder import is_dcp_folder, scan_folder
+    from inspector.scan.engine import scan_file
+
     with readings.using(readings.current_reader() or dry_run_reader):
         return scan_folder(path) if is_dcp_folder(path) else scan_file(path)
 
@@ -164,6 +164,8 @@ def check_loadable(scan: ScanResult, allow_globals: Iterable[str],
     # the registry's loadable formats (`FormatSpec.loadable`, `tensors`): TorchScript and
     # torch.export archives are never loaded, the worker reads their weights' records
     # statically (`tensors.torchscript`) and only shows their code
+    from inspector.formats import loadable
+
     if fmt not in loadable():
         what = scan.error if fmt == "unknown" else None  # the reason, not "unknown"
         detail = f": {scan.error}" if scan.error and not what else ""
