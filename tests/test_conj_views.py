@@ -39,11 +39,11 @@ def test_inspect_describes_the_values_the_views_stand_for(views, unchanged) -> N
     path, meant = views
     with unchanged(path):
         result = inspect_file(path)
-    assert result.get("error") is None, result.get("error")
-    by_key = {t["key"]: t for t in result["tensors"]}
-    assert {k: by_key[k]["digest"] for k in meant} == {k: _digest(v) for k, v in meant.items()}
-    assert by_key["neg"]["mean"] == pytest.approx(float(meant["neg"].double().mean()))
-    assert by_key["conj"]["digest"] != by_key["base"]["digest"]
+    assert result.error is None, result.error
+    by_key = {t.key: t for t in result.tensors}
+    assert {k: by_key[k].digest for k in meant} == {k: _digest(v) for k, v in meant.items()}
+    assert by_key["neg"].mean == pytest.approx(float(meant["neg"].double().mean()))
+    assert by_key["conj"].digest != by_key["base"].digest
 
 
 def test_convert_writes_the_conjugated_values_and_diff_finds_them_identical(

@@ -115,16 +115,17 @@ def test_inspect_gives_the_statistics_of_a_torch_save_of_the_same_state(saved, t
     single = tmp_path / "single.pt"
     torch.save(state, single)
     ours, ref = inspect_file(folder), inspect_file(single)
-    assert ours["error"] is None and ref["error"] is None, (ours["error"], ref["error"])
-    assert ours["format"] == "dcp" and ours["scan"]["verdict"] == "safe"
-    assert ours["sandbox"]["level"] in ("full", "partial")
+    assert ours.error is None and ref.error is None, (ours.error, ref.error)
+    assert ours.format == "dcp" and ours.scan.verdict == "safe"
+    assert ours.sandbox.level in ("full", "partial")
     layout = {"stride", "storage_offset", "contiguous", "shared_with"}
-    mine = {t["key"]: {k: v for k, v in t.items() if k not in layout} for t in ours["tensors"]}
-    theirs = {t["key"]: {k: v for k, v in t.items() if k not in layout} for t in ref["tensors"]}
+    mine = {t.key: {k: v for k, v in t.to_json().items() if k not in layout} for t in ours.tensors}
+    theirs = {t.key: {k: v for k, v in t.to_json().items() if k not in layout}
+              for t in ref.tensors}
     assert set(mine) == set(_flat(state)) - {"step", "name", "lr"}
     assert mine == theirs
-    assert sorted(ours["objects"], key=str) == sorted(ref["objects"], key=str)
-    assert ours["health"] == ref["health"]
+    assert sorted(ours.objects, key=str) == sorted(ref.objects, key=str)
+    assert ours.health == ref.health
     assert main(["inspect", str(folder), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert {t["key"] for t in report["tensors"]} == set(mine)
@@ -193,8 +194,8 @@ def test_chunks_of_every_rank_are_reassembled_into_full_tensors(tmp_path):
     factories.dcp_write_chunks(folder, full, _SHARDED)
     before = _folder_digest(folder)
     report = inspect_file(folder)
-    assert report["error"] is None, report["error"]
-    digests = {t["key"]: t["digest"] for t in report["tensors"]}
+    assert report.error is None, report.error
+    digests = {t.key: t.digest for t in report.tensors}
     assert digests == {k: hashlib.sha256(_bits(t)).hexdigest() for k, t in full.items()}
     out = tmp_path / "model.safetensors"
     result = convert_file(folder, out)
@@ -245,10 +246,10 @@ def test_a_real_two_rank_save_is_reassembled(tmp_path, python_exe):
                                                         "__1_0.distcp"]
     before = _folder_digest(folder)
     report = inspect_file(folder)
-    assert report["error"] is None, report["error"]
-    assert {t["key"]: t["digest"] for t in report["tensors"]} == {
+    assert report.error is None, report.error
+    assert {t.key: t.digest for t in report.tensors} == {
         f"model.{k}": hashlib.sha256(_bits(t)).hexdigest() for k, t in full.items()}
-    assert report["objects"][0]["key"] == "step" and report["objects"][0]["repr"] == "3"
+    assert report.objects[0].key == "step" and report.objects[0].repr == "3"
     out = tmp_path / "model.safetensors"
     assert main(["convert", str(folder), "--key", "model", "-o", str(out)]) == 0
     written = load_file(out)
@@ -267,8 +268,8 @@ def test_a_chunk_layout_that_does_not_cover_the_tensor_is_refused(tmp_path, chun
     folder = tmp_path / "bad"
     factories.dcp_write_chunks(folder, full, chunks)
     report = inspect_file(folder)
-    assert report["error"]["code"] == "load_failed" and why in report["error"]["message"]
-    assert report["tensors"] == []
+    assert report.error.code == "load_failed" and why in report.error.message
+    assert report.tensors == []
 
 
 def test_a_data_file_outside_the_folder_is_refused(tmp_path):
@@ -280,8 +281,8 @@ def test_a_data_file_outside_the_folder_is_refused(tmp_path):
     info.relative_path = "../escape/__0_0.distcp"
     (folder / ".metadata").write_bytes(pickle.dumps(metadata))
     report = inspect_file(folder)
-    assert report["error"]["code"] == "load_failed"
-    assert "not in the folder" in report["error"]["message"]
+    assert report.error.code == "load_failed"
+    assert "not in the folder" in report.error.message
 
 
 def test_metadata_payload_is_refused_before_and_inside_the_worker(tmp_path, canary, capsys):
@@ -295,7 +296,7 @@ def test_metadata_payload_is_refused_before_and_inside_the_worker(tmp_path, cana
     assert refused.value.code == "refused_dangerous"
     # forced past the scan, the worker's weights_only unpickler still refuses os.system
     report = inspect_file(folder, override_dangerous=True)
-    assert report["error"]["code"] == "weights_only_refused", report["error"]
+    assert report.error.code == "weights_only_refused", report.error
     assert not (tmp_path / "out.safetensors").exists()
     assert _folder_digest(folder) == before
 
@@ -330,8 +331,8 @@ def test_protocol_4_payload_in_a_folder_is_refused_in_the_jail(tmp_path, canary)
     folder.mkdir()
     (folder / ".metadata").write_bytes(_protocol4("os", "system", factories.touch_cmd(canary)))
     report = inspect_file(folder, override_dangerous=True)
-    assert report["scan"]["verdict"] == "dangerous"
-    assert report["error"]["code"] == "weights_only_refused", report["error"]
+    assert report.scan.verdict == "dangerous"
+    assert report.error.code == "weights_only_refused", report.error
 
 
 def test_a_framed_protocol_4_payload_is_refused(tmp_path, canary):
@@ -356,5 +357,5 @@ def test_a_payload_in_a_stored_item_is_refused_before_and_inside_the_worker(tmp_
     assert scan_folder(folder).verdict == "dangerous"
     assert main(["inspect", str(folder)]) == 2
     report = inspect_file(folder, override_dangerous=True)
-    assert report["error"]["code"] == "weights_only_refused", report["error"]
-    assert "rows" in report["error"]["message"]
+    assert report.error.code == "weights_only_refused", report.error
+    assert "rows" in report.error.message

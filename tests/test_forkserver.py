@@ -20,6 +20,7 @@ import factories
 import pytest
 from test_jail_probes import PRELUDE, exec_pickle
 
+from inspector.checkpoint.results import InspectResult
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.sandbox.host import client, forkclient, launch
 from inspector.sandbox.host.client import SandboxError, run_job
@@ -87,9 +88,10 @@ def _gone(pid: int, within: float = 60.0) -> bool:
     return False
 
 
-def _without_timing(report: dict) -> dict:
-    scan = {k: v for k, v in report["scan"].items() if k != "elapsed_ms"}
-    return {**{k: v for k, v in report.items() if k != "timing"}, "scan": scan}
+def _without_timing(report: InspectResult) -> dict:
+    contract = report.contract
+    scan = {k: v for k, v in contract["scan"].items() if k != "elapsed_ms"}
+    return {**{k: v for k, v in contract.items() if k != "timing"}, "scan": scan}
 
 
 def test_inspect_through_the_server_equals_the_cold_worker(tmp_path, unchanged, monkeypatch,
@@ -98,9 +100,9 @@ def test_inspect_through_the_server_equals_the_cold_worker(tmp_path, unchanged, 
     cold = client.inspect_file(path)
     monkeypatch.setattr(launch, "_fork_server", fork_server_handle)
     warm = client.inspect_file(path)
-    assert cold["timing"]["worker"] == "cold" and warm["timing"]["worker"] == "forked"
-    assert cold["error"] is None and warm["error"] is None
-    assert warm["tensors"] and _without_timing(warm) == _without_timing(cold)
+    assert cold.timing["worker"] == "cold" and warm.timing["worker"] == "forked"
+    assert cold.error is None and warm.error is None
+    assert warm.tensors and _without_timing(warm) == _without_timing(cold)
 
 
 def test_digests_and_conversion_through_the_server_equal_the_cold_worker(
@@ -122,11 +124,11 @@ def test_each_job_gets_its_own_child_jailed_as_a_cold_worker(tmp_path, monkeypat
                                                              fork_server_handle):
     paths = [factories.save_state_dict(tmp_path / f"m{i}.pt", factories.small_state_dict(i))
              for i in range(3)]
-    cold = client.inspect_file(paths[0])["sandbox"]
+    cold = client.inspect_file(paths[0]).sandbox
     monkeypatch.setattr(launch, "_fork_server", fork_server_handle)
     reports = [client.inspect_file(p) for p in paths]
-    assert all(r["error"] is None and r["timing"]["worker"] == "forked" for r in reports)
-    assert all(r["sandbox"] == cold for r in reports)
+    assert all(r.error is None and r.timing["worker"] == "forked" for r in reports)
+    assert all(r.sandbox == cold for r in reports)
     assert _gone_all(fork_server_handle.pid)  # every child reaped
     # Still one thread: no pool a fork would copy half-alive into the next child.
     assert len(os.listdir(f"/proc/{fork_server_handle.pid}/task")) == 1
@@ -252,7 +254,7 @@ def test_without_a_server_the_block_uses_cold_workers(tmp_path, monkeypatch):
     with client.fork_server() as server:
         assert server is None
         report = client.inspect_file(path)
-    assert report["error"] is None and report["timing"]["worker"] == "cold"
+    assert report.error is None and report.timing["worker"] == "cold"
 
 
 def test_outside_a_block_jobs_are_cold(tmp_path):
@@ -260,7 +262,7 @@ def test_outside_a_block_jobs_are_cold(tmp_path):
     with client.fork_server(enabled=False) as server:
         assert server is None
     path = factories.save_state_dict(tmp_path / "m.pt")
-    assert client.inspect_file(path)["timing"]["worker"] == "cold"
+    assert client.inspect_file(path).timing["worker"] == "cold"
 
 
 def test_report_over_a_folder_forks_a_worker_per_file(tmp_path, monkeypatch):

@@ -21,7 +21,6 @@ from inspector.formats import chat_template, gguf_header, spec_of
 from inspector.gui.explain import code_safety_explanation
 from inspector.sandbox.host.client import inspect_file
 from inspector.scan.engine import scan_bytes, scan_file, scan_paths
-from inspector.scan.result import ScanResult
 
 pytest_plugins = ("sandbox_fixtures",)  # fixture: unchanged
 
@@ -141,21 +140,21 @@ def test_inspect_shows_statistics_of_dense_tensors_and_lists_quantized_ones(
     dense = _write(path)
     unchanged(path)
     report = inspect_file(path)
-    assert report["error"] is None, report["error"]
-    assert report["format"] == "gguf"
-    by_key = {t["key"]: t for t in report["tensors"]}
+    assert report.error is None, report.error
+    assert report.format == "gguf"
+    by_key = {t.key: t for t in report.tensors}
     assert by_key.keys() == {*dense, "q8", "q4"}
     for key, t in dense.items():
         rec = by_key[key]
-        assert rec["shape"] == list(t.shape) and rec["dtype"] == str(t.dtype).removeprefix("torch.")
-        assert rec["min"] == pytest.approx(float(t.min())) and rec["max"] == pytest.approx(
+        assert rec.shape == list(t.shape) and rec.dtype == str(t.dtype).removeprefix("torch.")
+        assert rec.min == pytest.approx(float(t.min())) and rec.max == pytest.approx(
             float(t.max()))
-        assert rec["mean"] == pytest.approx(float(t.double().mean()))
+        assert rec.mean == pytest.approx(float(t.double().mean()))
     # quantized tensors: their raw blocks, with a digest and a note instead of statistics
     q4 = by_key["q4"]
-    assert q4["dtype"] == "bits8" and q4["shape"] == [2, 36] and q4["stats_on"] is None
-    assert q4["note"].startswith("no statistics") and len(q4["digest"]) == 64
-    listed = {o["key"]: o["repr"] for o in report["objects"]}
+    assert q4.dtype == "bits8" and q4.shape == [2, 36] and q4.stats_on is None
+    assert q4.extra["note"].startswith("no statistics") and len(q4.digest) == 64
+    listed = {o.key: o.repr for o in report.objects}
     assert listed.keys() == {"q8::ggml", "q4::ggml"}
     assert listed["q4::ggml"].startswith("Q4_0 tensor, shape [2, 64], 72 bytes")
     assert "no statistics" in listed["q4::ggml"]
@@ -168,7 +167,7 @@ def test_inspect_shows_statistics_of_dense_tensors_and_lists_quantized_ones(
     [advice] = [line for line in capsys.readouterr().out.splitlines()
                 if line.startswith("advice:")]
     assert "llama.cpp" in advice and "torch.load" not in advice, advice
-    gui = code_safety_explanation(ScanResult.from_json(report["scan"]))
+    gui = code_safety_explanation(report.scan)
     assert gui.headline.startswith("Safe — no code found in the GGUF")
     assert "chat template" in gui.meaning and "torch.load" not in gui.action
 

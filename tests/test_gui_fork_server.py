@@ -15,6 +15,7 @@ import pytest
 from gui_support import LOAD_TIMEOUT_MS, drop_files, wait_loaded
 from sandbox_fixtures import sandbox_processes
 
+from inspector.checkpoint.results import InspectResult
 from inspector.core.samples import write_samples
 from inspector.sandbox.host import client, launch
 
@@ -175,7 +176,7 @@ def test_concurrent_jobs_each_get_their_own_forked_worker(small):
     """Pool threads fork at once: each job's request and reply stay its own."""
     folder, expected = small
     names = ["benign.pt", "with_nan.pt", "wide.pt", "benign.pt", "with_nan.pt", "wide.pt"]
-    results: dict[int, dict] = {}
+    results: dict[int, InspectResult] = {}
     client.start_fork_server()
     try:
         barrier = threading.Barrier(len(names))
@@ -194,7 +195,7 @@ def test_concurrent_jobs_each_get_their_own_forked_worker(small):
     assert sorted(results) == list(range(len(names)))
     for i, name in enumerate(names):
         report = results[i]
-        assert report["error"] is None, report["error"]
-        assert report["timing"]["worker"] == "forked"
-        assert {t["key"] for t in report["tensors"]} == set(expected[name])
+        assert report.error is None, report.error
+        assert report.timing["worker"] == "forked"
+        assert {t.key for t in report.tensors} == set(expected[name])
     assert _gone(sandbox_processes())

@@ -133,8 +133,8 @@ def test_flipped_checkpoint_end_to_end_through_the_jailed_inspect(tmp_path: Path
     path = tmp_path / "flipped.pt"
     torch.save(state, path)
     report = inspect_file(path)
-    assert report["error"] is None and report["scan"]["verdict"] == "safe"
-    named = {f["key"] for f in report["health"]["findings"] if f["severity"] == "problem"}
+    assert report.error is None and report.scan.verdict == "safe"
+    named = {f.key for f in report.health.findings if f.severity == "problem"}
     assert named == set(flips)
     assert "block3.float32.weight" not in named
     assert main(["inspect", str(path), "--json"]) == 7

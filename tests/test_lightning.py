@@ -173,14 +173,14 @@ def test_the_jailed_worker_loads_it_where_lightning_cannot_be_imported(tmp_path,
     preset = list(PRESETS["lightning"][1])
 
     report = client.inspect_file(trained[0], allow_globals=preset)
-    assert report["error"] is None and report["timing"]["worker"] == "cold"
-    keys = {o["key"] for o in report["objects"]}
+    assert report.error is None and report.timing["worker"] == "cold"
+    keys = {o.key for o in report.objects}
     assert {"hyper_parameters.schedule.gamma", "hyper_parameters.data_dir"} <= keys
 
     # the same worker, asked to import a Lightning class itself, cannot
     refused = client.inspect_file(trained[0], allow_globals=[*preset, "lightning.LightningModule"])
-    assert refused["error"]["code"] == "bad_allowed_global"
-    assert "lightning.LightningModule" in refused["error"]["message"]
+    assert refused.error.code == "bad_allowed_global"
+    assert "lightning.LightningModule" in refused.error.message
 
 
 def test_one_preset_admits_what_a_lightning_1_checkpoint_needs():

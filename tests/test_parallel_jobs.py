@@ -249,8 +249,8 @@ def test_each_worker_runs_on_its_share_of_the_cores(tmp_path, nothing_outlives):
 
     def threads(path: Path, cancel: CancelToken) -> int:
         report = inspect_file(path, cancel=cancel)
-        assert report["error"] is None
-        return report["timing"]["compute_threads"]
+        assert report.error is None
+        return report.timing["compute_threads"]
 
     cores = default_jobs()
     alone = threads(files[0], CancelToken())  # a cold worker, the only job

@@ -79,15 +79,15 @@ def test_a_record_longer_than_its_storage_is_refused_as_torch_refuses_it(tmp_pat
     torch.load(path, weights_only=True, mmap=True)  # what the worker used to do: it loads
     assert scan_file(path).verdict == "suspicious"
     report = client.inspect_file(path)
-    assert report["error"]["code"] == "load_failed", report["error"]
-    assert "record size" in report["error"]["message"]
-    assert report["tensors"] == []
+    assert report.error.code == "load_failed", report.error
+    assert "record size" in report.error.message
+    assert report.tensors == []
 
 
 def test_a_plain_checkpoint_still_loads_through_the_mapping(tmp_path):
     path = factories.save_state_dict(tmp_path / "ok.pt")
     report = client.inspect_file(path)
-    assert report["error"] is None and len(report["tensors"]) == len(factories.small_state_dict())
+    assert report.error is None and len(report.tensors) == len(factories.small_state_dict())
 
 
 def test_the_timeout_waits_while_the_admission_scan_runs():
@@ -116,4 +116,4 @@ def test_records_are_matched_by_name_not_by_where_torch_would_have_put_them(tmp_
     path = tmp_path / BENIGN_NAME
     torch.load(path, weights_only=True)  # the reference loads it
     report = client.inspect_file(path)
-    assert report["error"] is None and report["tensors"]
+    assert report.error is None and report.tensors

@@ -55,7 +55,7 @@ def test_report_lists_the_code_files_and_flags_and_validates(archives):
     doc = json.loads(report.dumps())
     jsonschema.Draft202012Validator(load_schema()).validate(doc)
     clean, evil, plain = doc["files"]
-    names = [c["name"] for c in files[0].inspect["code"]]
+    names = [c["name"] for c in files[0].inspect.code]
     assert [f["name"] for f in clean["code"]["files"]] == names
     assert clean["code"]["kind"] == "torchscript" and clean["code"]["flags"] == 0
     assert all(f["flags"] == [] and f["size"] > 0 for f in clean["code"]["files"])

@@ -344,7 +344,7 @@ def test_a_training_checkpoint_reports_its_model_and_whether_it_can_resume(tmp_p
 
     path = factories.save_training_checkpoint(tmp_path / "train.pt")
     inspect = inspect_file(path)
-    assert inspect["error"] is None and inspect["resume"] is not None
+    assert inspect.error is None and inspect.resume is not None
     report = build_report(SessionEvidence([FileEvidence(str(path), inspect=inspect)]))
     m = report.files[0].model
     assert m.training and "epoch" in m.training
@@ -376,7 +376,7 @@ def test_weights_with_an_epoch_are_not_a_failed_resume(tmp_path, validator):
     sample = write_samples(tmp_path / "samples").benign
     train = factories.save_training_checkpoint(tmp_path / "train.pt")
     inspected = [inspect_file(sample), inspect_file(train)]
-    assert inspected[0]["resume"] is None and inspected[1]["resume"] is not None
+    assert inspected[0].resume is None and inspected[1].resume is not None
     report = build_report(SessionEvidence([FileEvidence(str(p), inspect=i)
                                            for p, i in zip((sample, train), inspected,
                                                            strict=True)]))

@@ -60,7 +60,7 @@ def _flipped(src: dict[str, torch.Tensor], key: str, bit: int) -> dict[str, torc
 
 def test_inspect_of_a_training_checkpoint_round_trips(tmp_path: Path) -> None:
     path = factories.save_training_checkpoint(tmp_path / "train.pt")
-    data = inspect_file(path)
+    data = inspect_file(path).contract
     assert data["error"] is None
     result = _round_trips(InspectResult, data)
     assert isinstance(result.sandbox, Jail)
@@ -80,7 +80,7 @@ def test_inspect_of_safetensors_with_a_nan_round_trips(tmp_path: Path) -> None:
     state = factories.small_state_dict()
     key = next(k for k, v in state.items() if v.dtype == torch.float32)
     state[key].view(-1)[0] = float("nan")
-    data = inspect_file(factories.save_safetensors(tmp_path / "m.safetensors", state))
+    data = inspect_file(factories.save_safetensors(tmp_path / "m.safetensors", state)).contract
     result = _round_trips(InspectResult, data)
     row = next(t for t in result.tensors if t.key == key)
     assert row.nan == 1
@@ -94,7 +94,7 @@ def test_health_with_findings_round_trips(tmp_path: Path) -> None:
                        and v.numel() >= 16][:2]
     state[nan_key].view(-1)[0] = float("nan")
     state["copy.weight"] = state[copied].clone()  # a duplicate that shares no storage
-    data = inspect_file(factories.save_safetensors(tmp_path / "m.safetensors", state))
+    data = inspect_file(factories.save_safetensors(tmp_path / "m.safetensors", state)).contract
     health = _round_trips(Health, data["health"])
     assert _round_trips(InspectResult, data).health == health
     assert health.status is HealthStatus.PROBLEM and health.weights_checked == len(state)

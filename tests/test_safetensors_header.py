@@ -78,7 +78,7 @@ def _outcomes(path: Path, tmp_path: Path) -> dict[str, str]:
     with path.open("rb") as fh:
         out["reader"] = "read" if read_header(fh, path.stat().st_size).refusal() is None \
             else "refused"
-    out["inspect"] = "read" if inspect_file(path)["error"] is None else "refused"
+    out["inspect"] = "read" if inspect_file(path).error is None else "refused"
     for name, use in (("diff", lambda: diff_files(path, path)),
                       ("convert", lambda: convert_file(path, tmp_path / "out.safetensors")),
                       ("shards", lambda: safetensors_contents(path))):

@@ -15,6 +15,7 @@ import factories
 import pytest
 import torch
 
+from inspector.checkpoint.results import LoadError
 from inspector.cli import main
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.sandbox.host.client import inspect_file
@@ -59,29 +60,29 @@ def test_inspect_training_checkpoint_every_dtype_and_nested_containers(tmp_path,
     path = unchanged(factories.save_state_dict(tmp_path / "all.pt", state))
     events = []
     report = inspect_file(path, on_event=events.append)
-    assert report["error"] is None, report["error"]
+    assert report.error is None, report.error
     kinds = [e["type"] for e in events]
-    assert kinds[0] == "jail" and kinds.count("tensor") == len(report["tensors"])
-    assert kinds.count("object") == len(report["objects"])
-    by_key = {t["key"]: t for t in report["tensors"]}
+    assert kinds[0] == "jail" and kinds.count("tensor") == len(report.tensors)
+    assert kinds.count("object") == len(report.objects)
+    by_key = {t.key: t for t in report.tensors}
     assert "train.optimizer.state.0.exp_avg" in by_key
     for name, t in state["dtypes"].items():
         rec = by_key[f"dtypes.{name}"]
-        assert rec["digest"] == _digest(t), name
-    assert "quantized" in by_key["dtypes.qint8"]["flags"]
-    assert by_key["dtypes.bfloat16"]["max"] == 5.0
-    assert sorted(by_key["nested.shared.0"]["shared_with"]) == ["nested.shared.1"]
-    objects = {o["key"]: o for o in report["objects"]}
-    assert objects["train.epoch"]["repr"] == "3"
-    assert objects["train.optimizer.param_groups.0.lr"]["type"] == "builtins.float"
-    assert objects["nested.big_int"]["repr"] == str(2**70)
+        assert rec.digest == _digest(t), name
+    assert "quantized" in by_key["dtypes.qint8"].flags
+    assert by_key["dtypes.bfloat16"].max == 5.0
+    assert sorted(by_key["nested.shared.0"].shared_with) == ["nested.shared.1"]
+    objects = {o.key: o for o in report.objects}
+    assert objects["train.epoch"].repr == "3"
+    assert objects["train.optimizer.param_groups.0.lr"].type == "builtins.float"
+    assert objects["nested.big_int"].repr == str(2**70)
 
 
 def test_legacy_format_loads_without_mmap(tmp_path, unchanged):
     path = unchanged(factories.save_legacy(tmp_path / "legacy.pt"))
     report = inspect_file(path)
-    assert report["error"] is None and report["format"] == "pytorch-legacy"
-    assert len(report["tensors"]) == 4
+    assert report.error is None and report.format == "pytorch-legacy"
+    assert len(report.tensors) == 4
 
 
 def test_weights_only_refusal_names_globals_and_allowing_exactly_them_loads(
@@ -105,31 +106,31 @@ def test_dangerous_file_is_refused_and_an_override_still_needs_weights_only(
     assert main(["inspect", str(path)]) == 2
     assert "dangerous" in capsys.readouterr().out
     report = inspect_file(path)
-    assert report["scan"]["verdict"] == "dangerous"
-    assert report["error"]["code"] == "refused_dangerous"
-    assert report["sandbox"] is None  # no worker was started
+    assert report.scan.verdict == "dangerous"
+    assert report.error.code == "refused_dangerous"
+    assert report.sandbox is None  # no worker was started
     # Overridden, the file reaches the worker, where weights_only itself refuses it.
     report = inspect_file(path, override_dangerous=True)
-    assert report["error"]["code"] == "weights_only_refused"
-    assert report["sandbox"]["level"]
-    assert any(g.endswith("system") for g in report["error"]["globals"])
-    allowed = inspect_file(path, allow_globals=report["error"]["globals"],
+    assert report.error.code == "weights_only_refused"
+    assert report.sandbox.level
+    assert any(g.endswith("system") for g in report.error.globals)
+    allowed = inspect_file(path, allow_globals=report.error.globals,
                            override_dangerous=True)
-    assert allowed["error"]["code"] == "refused_global"
+    assert allowed.error.code == "refused_global"
 
 
 def test_torchscript_is_never_loaded(tmp_path, unchanged):
     # its weights are read from their records (tests/test_torchscript_static.py), its code shown
     path = unchanged(factories.save_torchscript(tmp_path / "script.pt"))
     report = inspect_file(path, override_dangerous=True)
-    assert report["error"] is None and report["format"] == "torchscript"
-    assert {t["key"] for t in report["tensors"]} == {"weight", "bias"}
-    assert report["code"] and report["scan"]["verdict"] == "suspicious"
+    assert report.error is None and report.format == "torchscript"
+    assert {t.key for t in report.tensors} == {"weight", "bias"}
+    assert report.code and report.scan.verdict == "suspicious"
 
 
-def _clear(error: dict) -> None:
-    assert error["message"] and "\n" not in error["message"]
-    assert "Traceback" not in error["message"]
+def _clear(error: LoadError) -> None:
+    assert error.message and "\n" not in error.message
+    assert "Traceback" not in error.message
 
 
 def test_truncated_archive_gives_a_clear_error(tmp_path, unchanged):
@@ -138,8 +139,8 @@ def test_truncated_archive_gives_a_clear_error(tmp_path, unchanged):
     path.write_bytes(data[: len(data) * 2 // 3])
     unchanged(path)
     report = inspect_file(path)
-    assert report["error"]["code"] in ("load_failed", "unsupported_format"), report["error"]
-    _clear(report["error"])
+    assert report.error.code in ("load_failed", "unsupported_format"), report.error
+    _clear(report.error)
 
 
 def test_bit_damaged_pickle_gives_a_clear_error(tmp_path, unchanged):
@@ -152,10 +153,10 @@ def test_bit_damaged_pickle_gives_a_clear_error(tmp_path, unchanged):
     path.write_bytes(bytes(data))
     unchanged(path)
     report = inspect_file(path, override_dangerous=True)
-    assert report["error"] is not None
-    assert report["error"]["code"] in ("load_failed", "weights_only_refused",
-                                       "unsupported_format"), report["error"]
-    _clear(report["error"])
+    assert report.error is not None
+    assert report.error.code in ("load_failed", "weights_only_refused",
+                                 "unsupported_format"), report.error
+    _clear(report.error)
 
 
 def test_cancel_stops_the_worker_and_raises(tmp_path):
@@ -194,20 +195,20 @@ def test_safetensors_file_is_inspected_without_torch_load(tmp_path, unchanged):
              "h": torch.randn(6).bfloat16(), "s": torch.tensor(1.5)}
     path = unchanged(factories.save_safetensors(tmp_path / "m.safetensors", state))
     report = inspect_file(path)
-    assert report["error"] is None and report["format"] == "safetensors"
-    by_key = {t["key"]: t for t in report["tensors"]}
-    assert {k: by_key[k]["digest"] for k in state} == {k: _digest(t) for k, t in state.items()}
-    assert by_key["b"]["max"] == 3 and by_key["s"]["mean"] == 1.5
+    assert report.error is None and report.format == "safetensors"
+    by_key = {t.key: t for t in report.tensors}
+    assert {k: by_key[k].digest for k in state} == {k: _digest(t) for k, t in state.items()}
+    assert by_key["b"].max == 3 and by_key["s"].mean == 1.5
 
 
 def test_an_interactive_caller_can_ask_the_worker_to_yield_the_cores(tmp_path):
     path = tmp_path / "sd.pt"
     torch.save({"w": torch.ones(4)}, path)
     report = inspect_file(path, limits={"nice": 10})
-    assert report["error"] is None and len(report["tensors"]) == 1
+    assert report.error is None and len(report.tensors) == 1
     assert any(layer.startswith("rlimits") and "nice+10" in layer
-               for layer in report["sandbox"]["active"])
-    assert not any("nice" in layer for layer in inspect_file(path)["sandbox"]["active"])
+               for layer in report.sandbox.active)
+    assert not any("nice" in layer for layer in inspect_file(path).sandbox.active)
 
 
 @pytest.fixture

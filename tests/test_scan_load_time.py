@@ -115,11 +115,11 @@ def test_the_named_preset_loads_the_hyper_parameters_with_weights_only(benign, n
     from inspector.scan.pickles.presets import PRESETS
 
     refused = client.inspect_file(benign[name])
-    assert refused["error"] is not None
-    assert f"--allow {preset}" in refused["error"]["message"], refused["error"]
+    assert refused.error is not None
+    assert f"--allow {preset}" in refused.error.message, refused.error
     report = client.inspect_file(benign[name], allow_globals=list(PRESETS[preset][1]))
-    assert report["error"] is None, report["error"]
-    keys = {o["key"] for o in report["objects"]}
+    assert report.error is None, report.error
+    keys = {o.key for o in report.objects}
     assert any(k.startswith("hyper_parameters.") for k in keys), sorted(keys)[:20]
 
 

@@ -22,6 +22,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from inspector.checkpoint.results import InspectResult
 from inspector.cli import main
 from inspector.layout.torch_save import NotCovered, describe_archive
 from inspector.layout.torchscript import (
@@ -82,10 +83,10 @@ def saved(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def reference(saved) -> dict:
+def reference(saved) -> InspectResult:
     """`inspect` of the state dict saved with torch.save: what every static read must give."""
     report = inspect_file(saved["state_dict"])
-    assert report["error"] is None, report["error"]
+    assert report.error is None, report.error
     return report
 
 
@@ -93,9 +94,9 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _records(report: dict) -> dict[str, dict]:
-    return {t["key"]: {k: v for k, v in t.items() if k not in _LAYOUT_FIELDS}
-            for t in report["tensors"]}
+def _records(report: InspectResult) -> dict[str, dict]:
+    return {t.key: {k: v for k, v in t.to_json().items() if k not in _LAYOUT_FIELDS}
+            for t in report.tensors}
 
 
 def test_export_dtype_numbers_are_torchs_schema() -> None:
@@ -151,18 +152,18 @@ def test_inspect_gives_the_state_dicts_statistics_and_shows_the_code(saved, refe
     path = saved[name]
     before = _sha(path)
     report = inspect_file(path)
-    assert report["error"] is None, report["error"]
+    assert report.error is None, report.error
     kind = "torch-export" if name == "exported" else "torchscript"
-    assert report["format"] == kind and report["scan"]["verdict"] == "suspicious"
-    assert kind in {f["code"] for f in report["scan"]["findings"]}
+    assert report.format == kind and report.scan.verdict == "suspicious"
+    assert kind in {f.code for f in report.scan.findings}
     assert _records(report) == _records(reference)
-    assert report["health"] == reference["health"]
-    assert report["code_archive"] == {"kind": kind, "constants": 0, "flags": 0}
-    names = [c["name"] for c in report["code"]]
+    assert report.health == reference.health
+    assert report.code_archive == {"kind": kind, "constants": 0, "flags": 0}
+    names = [c["name"] for c in report.code]
     assert names == ["models/model.json"] if name == "exported" else all(
         n.startswith("code/__torch__") and n.endswith(".py") for n in names)
-    assert all(c["flags"] == [] and not c["truncated"] for c in report["code"])
-    json.dumps(report, allow_nan=False)
+    assert all(c["flags"] == [] and not c["truncated"] for c in report.code)
+    json.dumps(report.contract, allow_nan=False)
     assert _sha(path) == before
 
 
@@ -227,12 +228,12 @@ def test_os_system_in_code_is_shown_and_flagged_and_never_runs(saved, tmp_path, 
     assert len(edited) == 1 and call in edited[0]
     assert scan_file(path).verdict == "suspicious"
     report = inspect_file(path)
-    assert report["error"] is None, report["error"]
-    assert {t["key"] for t in report["tensors"]} == set(_net().state_dict())
-    main_code = next(c for c in report["code"] if c["name"].endswith(_NET_CODE))
+    assert report.error is None, report.error
+    assert {t.key for t in report.tensors} == set(_net().state_dict())
+    main_code = next(c for c in report.code if c["name"].endswith(_NET_CODE))
     assert main_code["flags"] == ["names the Python module os"]
     assert call in main_code["text"]
-    assert report["code_archive"]["flags"] == 1
+    assert report.code_archive["flags"] == 1
     assert main(["inspect", str(path)]) == 1
     out = capsys.readouterr().out
     assert "FLAG: names the Python module os" in out and "1 flagged" in out
@@ -294,8 +295,8 @@ def test_code_that_runs_on_jit_load_is_refused_statically(tmp_path, canary, pyth
     torch.jit.save(torch.jit.script(trap(str(canary))), str(path))
     # the scan reads its code: torch.from_file in __setstate__ is dangerous before any load
     report = inspect_file(path)
-    assert report["error"]["code"] == "refused_dangerous", report["error"]
-    assert report["tensors"] == []
+    assert report.error.code == "refused_dangerous", report.error
+    assert report.tensors == []
     assert main(["convert", str(path), "-o", str(tmp_path / "trap.safetensors")]) == 2
     with pytest.raises(SandboxError, match="dangerous"):
         tensor_digests(path)

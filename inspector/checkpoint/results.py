@@ -20,7 +20,7 @@ from inspector.checkpoint.health import Health
 from inspector.checkpoint.optimizer_map import OptimizerParams
 from inspector.checkpoint.resume import ResumeChecklist
 from inspector.checkpoint.tensor_stats import TensorStats
-from inspector.core.json_record import NUMBER, JsonRecord, typed, typed_list, word
+from inspector.core.json_record import NUMBER, TRANSIENT, JsonRecord, typed, typed_list, word
 from inspector.core.vocabulary import JailLevel, TensorStatus, Verdict
 from inspector.scan.result import ScanResult
 
@@ -121,6 +121,17 @@ class InspectResult(JsonRecord):
     aliases: list[dict[str, Any]] | None = None
     claims: ClaimCheck | None = field(default=None, metadata=typed(ClaimCheck))
     """What the user's process checked of the worker's answer (None: nothing loaded)."""
+    contract: dict[str, Any] | None = field(default=None, repr=False, compare=False,
+                                            metadata=TRANSIENT)
+    """The contract this result was read from, as it came (`of_contract`): what `--json`
+    prints, its keys in the order the worker and the host wrote them."""
+
+    @classmethod
+    def of_contract(cls, contract: dict[str, Any]) -> InspectResult:
+        """The result of an inspect contract, which it keeps as `contract`."""
+        result = cls.from_json(contract)
+        result.contract = contract
+        return result
 
     @property
     def loaded(self) -> bool:

@@ -236,16 +236,15 @@ def inspect_one(args: argparse.Namespace, path: str) -> int:
 
     try:
         with stderr_progress("inspecting", args.quiet) as show:
-            contract = inspect_file(path, allow_globals=args.allow_global,
-                                    override_dangerous=args.override_dangerous,
-                                    timeout=args.timeout, on_event=progress_events(show),
-                                    jobs=args.jobs)
+            report = inspect_file(path, allow_globals=args.allow_global,
+                                  override_dangerous=args.override_dangerous,
+                                  timeout=args.timeout, on_event=progress_events(show),
+                                  jobs=args.jobs)
     except OSError as exc:
         print(f"ckpt-inspector inspect: {exc.strerror or exc}: {path}", file=sys.stderr)
         return exit_code("error")
-    report = InspectResult.from_json(contract)
     if args.json:
-        print(strict_json.dumps(contract))  # the worker's record as it came: nothing to rebuild
+        print(strict_json.dumps(report.contract))  # the record as it came: nothing to rebuild
     else:
         colour = use_colour()
         print("\n".join(_painted(escape(line), colour) for line in _human(report)))

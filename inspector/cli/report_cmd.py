@@ -263,8 +263,9 @@ def _file_evidence(target: tuple[Path, str | None], cancel, args: argparse.Names
     try:
         # one file's percentage only when files run one at a time: the line is shared
         with stderr_progress(f"inspecting {path.name}", args.quiet or jobs > 1) as show:
+            # its contract: the evidence is kept as JSON in the batch's results file
             inspect = inspect_file(path, allow_globals=args.allow_global, timeout=args.timeout,
-                                   on_event=progress_events(show), cancel=cancel)
+                                   on_event=progress_events(show), cancel=cancel).contract
     except OSError:  # unreadable or vanished: the scan result carries the reason
         return FileEvidence(str(path), scan=static_scan(path), folder=folder)
     ev = FileEvidence(str(path), inspect=inspect, folder=folder)

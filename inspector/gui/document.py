@@ -81,7 +81,7 @@ class FileDocument(QObject):
         self.scan: ScanResult | None = None
         self.inspect: dict[str, Any] | None = None
         self.result: InspectResult | None = None
-        """The final inspection, typed; `inspect` is the same as the contract's dict."""
+        """The final inspection, typed; `inspect` is its `contract`."""
         self.sha256: str | None = None
         self.sandbox: dict[str, Any] | None = None
         self.allowed_globals: tuple[str, ...] = ()
@@ -165,9 +165,10 @@ class FileDocument(QObject):
             self.tensors.extend(new_tensors)  # the event itself is the row: no copy per tensor
             self.tensors_appended.emit(first, len(new_tensors))
 
-    def set_inspect(self, result: dict[str, Any], typed: InspectResult) -> None:
-        """Record the final inspection, as the contract's dict and typed (made off the UI
-        thread); its tensor list is authoritative."""
+    def set_inspect(self, typed: InspectResult) -> None:
+        """Record the final inspection, typed off the UI thread, and its contract (`inspect`,
+        the rows the panes read); its tensor list is authoritative."""
+        result = typed.contract or {}
         self.inspect, self.result = result, typed
         self.sha256 = typed.sha256 or self.sha256
         self.sandbox = result.get("sandbox") or self.sandbox

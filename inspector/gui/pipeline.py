@@ -266,10 +266,8 @@ class Pipeline(QObject):
         job.failed.connect(lambda msg: doc.set_state(DocumentState.ERROR, msg))
         self.run_heavy(job)
 
-    def _inspected(self, doc: FileDocument, result: tuple[dict[str, Any], InspectResult]
-                   ) -> None:
-        raw, typed = result
-        doc.set_inspect(raw, typed)
+    def _inspected(self, doc: FileDocument, typed: InspectResult) -> None:
+        doc.set_inspect(typed)
         more = _more_to_allow(typed.error, doc.allowed_globals)
         if more:
             # The load needs globals the user was not asked about: ask, and retry on yes.
@@ -349,17 +347,16 @@ def _inspect_fn(path: Path, allow_globals: tuple[str, ...], scan: ScanResult | N
                 ) -> JobFn:
     required = required_jail_setting()
 
-    def run(emit: EmitFn, cancel: CancelToken) -> tuple[dict[str, Any], InspectResult]:
+    def run(emit: EmitFn, cancel: CancelToken) -> InspectResult:
         from inspector.sandbox.host.client import inspect_file, set_required_jail
 
         # Process-wide, so the app's conversions and integrity checks follow it too.
         set_required_jail(required)
 
         # The jailed worker yields the cores to this process, so the UI stays responsive.
-        raw = inspect_file(path, allow_globals=allow_globals, on_event=emit, cancel=cancel,
-                           limits={"nice": WORKER_NICE}, scan=scan)
-        # typed here, off the UI thread (a 16,000-tensor result takes a tenth of a second);
-        # the contract's dict stays beside it for the panes that read records
-        return raw, InspectResult.from_json(raw)
+        # typed on this job's thread, off the UI thread (a 16,000-tensor result takes a tenth
+        # of a second); its contract stays beside it for the panes that read records
+        return inspect_file(path, allow_globals=allow_globals, on_event=emit, cancel=cancel,
+                            limits={"nice": WORKER_NICE}, scan=scan)
 
     return run

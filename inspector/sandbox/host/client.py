@@ -8,7 +8,7 @@ host modules and gathered here (`__all__`):
 - the static scan and the refusals that gate every load (`admission`);
 - the operations on a checkpoint: inspect, convert, tensor digests, diff (`operations`), and
   `inspect_file`, which reads a folder or `*.index.json` as the sharded checkpoint it names
-  (`inspect_shards`);
+  (`inspect_shards`) and returns the typed `InspectResult`;
 - the test suite's switches (`sandbox.protocol`).
 """
 
@@ -18,6 +18,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from inspector.checkpoint.results import InspectResult
 from inspector.core.progress import CancelToken
 from inspector.core.vocabulary import DEFAULT_REQUIRED_JAIL
 from inspector.sandbox.host.admission import check_loadable, dry_run_reader, static_scan
@@ -89,8 +90,9 @@ def inspect_file(
     limits: dict | None = None,
     scan: ScanResult | None = None,
     jobs: int = 1,
-) -> dict:
-    """Scan, hash and load in the jail; the `inspect` contract (error set instead of raising).
+) -> InspectResult:
+    """Scan, hash and load in the jail; the `inspect` contract typed, which it keeps as
+    `contract` (error set instead of raising).
 
     A folder (other than a DCP one) or a `*.index.json` is the sharded checkpoint it names
     (`inspect_shards`, which passes each shard's scan, made before any load), its shards
@@ -100,5 +102,5 @@ def inspect_file(
     options = InspectOptions(tuple(allow_globals), override_dangerous, on_event, cancel,
                              timeout, limits)
     if is_sharded_input(Path(path)):
-        return inspect_path(path, options, jobs, scan)
-    return inspect_one(path, options, scan)
+        return InspectResult.of_contract(inspect_path(path, options, jobs, scan))
+    return InspectResult.of_contract(inspect_one(path, options, scan))
