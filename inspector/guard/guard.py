@@ -11,9 +11,11 @@ or, with the step as a closure (which makes re-run attribution possible):
 
 Cost when nothing fires: one fused norm over the gradients, the weights' reading (`weights`:
 an exact fingerprint after each optimizer step and before the next check, a fused norm, the
-largest |w|) and one device sync for all of it (`numerics`). Any optimizer step in the process
-retakes the fingerprint (a global `torch.optim` post-hook), so weights that change between two
-steps are named with their tensor; code that edits weights on purpose calls `accept_weights`.
+largest |w|) and one device sync for all of it (`numerics`); with a spare CPU core most of the
+weights' reading runs on a background thread (`weights.fingerprint`). Any optimizer step over
+the watched weights retakes the fingerprint (a global `torch.optim` post-hook; a global pre-hook
+waits for the background reads first), so weights that change between two steps are named with
+their tensor; code that edits weights on purpose calls `accept_weights`.
 
 An alarm writes one `guard.alarm` record to the run journal, prints one rate-limited line on
 stderr (`console`), and then takes the action: `warn` goes on, `skip` drops the step's
