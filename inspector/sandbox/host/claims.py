@@ -76,13 +76,18 @@ class Expected:
     starts and runs (its start-up leaves a core free): each tensor's digest and, for `inspect`
     (`counts`), its NaN / Inf; or why the file's tensors cannot all be located here."""
 
-    def __init__(self, path: Path, counts: bool) -> None:
+    def __init__(self, path: Path, counts: bool, start: bool = True) -> None:
         self._path, self._counts = path, counts
         self._stop = threading.Event()
         self.file: RawFile | None = None
         self.reason: str | None = None
         self.measured: list[Measured] = []
         self._thread = threading.Thread(target=self._run, name="claims-expected", daemon=True)
+        if start:
+            self._thread.start()
+
+    def start(self) -> None:
+        """Begin measuring (for one made with `start=False`)."""
         self._thread.start()
 
     def _run(self) -> None:

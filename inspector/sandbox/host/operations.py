@@ -101,12 +101,15 @@ def inspect_one(path: str | os.PathLike[str], options: InspectOptions = InspectO
                     "health": None, "unique_storage": None, "architecture": None,
                     "resume": None}
     hasher = None if files else _FileHash(target, cancel)  # a folder has no one SHA-256
-    expected = Expected(target, counts=True)  # what the bytes say, while the worker runs
+    # what the bytes say, measured while the worker runs: once the scan has admitted the file,
+    # since the worker waits for the scan and a worker that skips torch is ready before it
+    expected = Expected(target, counts=True, start=False)
 
     def admit() -> dict:
         scanned = scan or static_scan(target)
         report.update(scan=scanned.to_json(), format=scanned.format)
         check_loadable(scanned, allow, options.override_dangerous)
+        expected.start()
         return {"format": scanned.format}
 
     try:
@@ -136,25 +139,32 @@ def inspect_reply(request: dict, on_event: EventFn | None = None, **job: Any) ->
     """An `inspect` job's reply (`run_job`'s keyword arguments), unchecked: the worker sends
     each tensor's record once, in a `tensors` event of several (`records`), and its result
     names their order (`tensor_keys`); the records are gathered here into the result's
-    `tensors`, and `on_event` gets each as a `tensor` event of its own."""
+    `tensors`, and `on_event` gets each as a `tensor` event of its own (and each record of an
+    `objects` event as an `object` event: the result lists them as `objects`)."""
     gathered: list[dict] = []
 
     def gather(event: dict) -> None:
-        if event.get("type") != "tensors":
+        kind = event.get("type")
+        if kind not in _SEVERAL:
             if on_event is not None:
                 on_event(event)
             return
         records = event.get("records")
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-            raise ProtocolViolation("a tensors line whose records are not JSON objects")
-        gathered.extend(records)
+            raise ProtocolViolation(f"a {kind} line whose records are not JSON objects")
+        if kind == "tensors":
+            gathered.extend(records)
         if on_event is not None:
             for record in records:
-                on_event({"type": "tensor", **record})  # the app keeps the event as its row
+                on_event({"type": _SEVERAL[kind], **record})  # the app keeps it as its row
 
     result = run_job(request, on_event=gather, **job)
     result["tensors"] = _in_order(gathered, result.pop("tensor_keys", None))
     return result
+
+
+_SEVERAL = {"tensors": "tensor", "objects": "object"}
+"""An `inspect` worker's lines of several records -> the event each record is handed on as."""
 
 
 def _in_order(records: list[dict], keys: object) -> list[dict]:
