@@ -515,8 +515,10 @@ def _read_before(ctx: FormatContext, m: zipread.Member) -> bool:
 def _crc32(buf, start: int, length: int) -> int:
     """CRC-32 of a slice without copying it: slicing an mmap copies under the GIL, while
     zlib.crc32 over a view releases the GIL, so a GUI thread keeps running meanwhile."""
-    if isinstance(buf, mmap.mmap) and length:
-        floor = start - start % mmap.PAGESIZE  # read ahead even where the file is MADV_RANDOM
+    # read ahead even where the file is MADV_RANDOM; a record within a page or two gains
+    # nothing from it (a 5,000-tensor file made 5,000 system calls)
+    if isinstance(buf, mmap.mmap) and length > 2 * mmap.PAGESIZE:
+        floor = start - start % mmap.PAGESIZE
         buf.madvise(mmap.MADV_WILLNEED, floor, start + length - floor)
     with memoryview(buf) as whole, whole[start:start + length] as part:
         return zlib.crc32(part)
