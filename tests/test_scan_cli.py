@@ -95,3 +95,19 @@ def test_not_a_model_gets_a_clear_message(python_exe, tmp_path):
 def test_empty_folder(python_exe, tmp_path):
     proc = scan(python_exe, tmp_path)
     assert proc.returncode == 3 and "no files found" in proc.stderr
+
+
+def test_the_reader_is_launched_before_the_formats_are_imported(python_exe, tmp_path):
+    """The jailed reader's start-up overlaps the import of the scan's modules: the worker is
+    launched while `inspector.formats` is not imported yet, and the scan still reads."""
+    save_state_dict(tmp_path / "good.pt")
+    code = ("import sys, json; from inspector.sandbox.host import jobs; seen = [];"
+            "real = jobs.launch;"
+            "jobs.launch = lambda *a: (seen.append('inspector.formats' in sys.modules),"
+            " real(*a))[1];"
+            "from inspector.cli import main; code = main(['scan', '--json', sys.argv[1]]);"
+            "print(json.dumps([seen, code]))")
+    out = subprocess.run([python_exe, "-c", code, str(tmp_path / "good.pt")],
+                         capture_output=True, text=True, timeout=120, check=True)
+    seen, code = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen == [False] and code == 0

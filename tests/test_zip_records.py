@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import struct
+import subprocess
 import zipfile
 from pathlib import Path
 
@@ -132,3 +133,12 @@ def test_the_corpus_damaged_archives_are_certain():
         data = path.read_bytes()
         assert torch_refuses(data), path.name
         assert list(torch_reading(data)) == [], path.name
+
+
+def test_a_certain_refusal_imports_no_torch(python_exe):
+    data = _zip(["data.pkl", "archive/version"])  # the first name lies in no folder
+    code = ("import sys; from inspector.sandbox.worker.zip_records import torch_pickles;"
+            f"assert list(torch_pickles({data!r})) == []; print('torch' in sys.modules)")
+    out = subprocess.run([python_exe, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip() == "False"
