@@ -12,6 +12,7 @@ import math
 import struct
 from array import array
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from inspector.core.vocabulary import Severity
@@ -74,13 +75,13 @@ class TensorInfo:
     data_offset: int
     """Absolute, in the file."""
 
-    @property
+    @cached_property
     def type_name(self) -> str:
         """The ggml type's name ("Q4_K"), or "type N" for a code this table does not know."""
         known = GGML_TYPES.get(self.type_code)
         return known[0] if known else f"type {self.type_code}"
 
-    @property
+    @cached_property
     def shape(self) -> tuple[int, ...]:
         """Row-major, as torch and NumPy spell it (the stored dims reversed)."""
         return tuple(reversed(self.dims))
@@ -90,7 +91,7 @@ class TensorInfo:
         """Number of elements."""
         return math.prod(self.dims)
 
-    @property
+    @cached_property
     def n_bytes(self) -> int | None:
         """Bytes of its data, or None for an unknown type."""
         known = GGML_TYPES.get(self.type_code)
@@ -261,25 +262,51 @@ def _read_header(cur: _Cursor, out: GGUFFile) -> bool:
         out.kv_types[key] = types
     _alignment(out)
     names: set[str] = set()
-    for _ in range(out.tensor_count):
-        name = cur.string("tensor name")
-        n_dims = cur.scalar("I", f"dimension count of {name!r}")
-        if n_dims > MAX_DIMS:
-            # checked before reading: an n_dims of 2**32-1 must not cost a loop
-            cur.need(n_dims * 8, f"dimensions of {name!r}")
-            out.problem(Severity.DANGEROUS, "gguf-header-bounds",
-                        f"tensor {name!r} has {n_dims} dimensions, more than ggml's "
-                        f"{MAX_DIMS}: a crafted header; {ADVISORIES}")
-        dims = tuple(cur.numbers("Q", n_dims, f"dimensions of {name!r}"))
-        type_code = cur.scalar("I", f"type of {name!r}")
-        offset = cur.scalar("Q", f"offset of {name!r}")
-        _check_info(out, name, dims, type_code, names)
-        out.tensors.append(TensorInfo(name, dims, type_code, offset, 0))
+    infos = []
+    # the record after the name (n_dims, dims, type, offset) in one unpack where it fits
+    whole = [struct.Struct(f"{cur.order}I{n}QIQ") for n in range(MAX_DIMS + 1)]
+    count, length = struct.Struct(cur.order + "I"), struct.Struct(cur.order + "Q")
+    try:
+        for _ in range(out.tensor_count):
+            n = length.unpack_from(cur.buf, cur.pos)[0] if cur.size - cur.pos >= 8 else None
+            if n is not None and n <= cur.size - cur.pos - 8:
+                name = cur.decode(bytes(cur.buf[cur.pos + 8:cur.pos + 8 + n]))
+                cur.pos += 8 + n
+            else:
+                name = cur.string("tensor name")
+            n_dims = count.unpack_from(cur.buf, cur.pos)[0] if cur.size - cur.pos >= 4 else None
+            if (n_dims is not None and n_dims <= MAX_DIMS
+                    and whole[n_dims].size <= cur.size - cur.pos):
+                *dims, type_code, offset = whole[n_dims].unpack_from(cur.buf, cur.pos)[1:]
+                cur.pos += whole[n_dims].size
+                dims = tuple(dims)
+            else:  # short, or too many dimensions: read field by field, naming what is missing
+                dims, type_code, offset = _tensor_fields(cur, out, name)
+            _check_info(out, name, dims, type_code, names)
+            infos.append((name, dims, type_code, offset))
+    except _Short:  # the infos read before the header ends, where their data lies unknown
+        out.tensors = [TensorInfo(*info, 0) for info in infos]
+        raise
     pad = -cur.pos % out.alignment
     out.data_start = cur.pos + pad
-    out.tensors = [TensorInfo(t.name, t.dims, t.type_code, t.offset, out.data_start + t.offset)
-                   for t in out.tensors]
+    out.tensors = [TensorInfo(name, dims, type_code, offset, out.data_start + offset)
+                   for name, dims, type_code, offset in infos]
     return True
+
+
+def _tensor_fields(cur: _Cursor, out: GGUFFile, name: str) -> tuple[tuple[int, ...], int, int]:
+    """A tensor info's dimensions, type and offset, each read on its own."""
+    n_dims = cur.scalar("I", f"dimension count of {name!r}")
+    if n_dims > MAX_DIMS:
+        # checked before reading: an n_dims of 2**32-1 must not cost a loop
+        cur.need(n_dims * 8, f"dimensions of {name!r}")
+        out.problem(Severity.DANGEROUS, "gguf-header-bounds",
+                    f"tensor {name!r} has {n_dims} dimensions, more than ggml's "
+                    f"{MAX_DIMS}: a crafted header; {ADVISORIES}")
+    dims = tuple(cur.numbers("Q", n_dims, f"dimensions of {name!r}"))
+    type_code = cur.scalar("I", f"type of {name!r}")
+    offset = cur.scalar("Q", f"offset of {name!r}")
+    return dims, type_code, offset
 
 
 def _value(cur: _Cursor, vtype: int, key: str, out: GGUFFile) -> tuple[Any, tuple | None]:
@@ -340,10 +367,7 @@ def _check_info(out: GGUFFile, name: str, dims: tuple[int, ...], type_code: int,
         out.problem(Severity.SUSPICIOUS, "gguf-name-length",
                     f"tensor name {name[:80]!r} is longer than ggml's {MAX_NAME} bytes: "
                     "llama.cpp refuses the file")
-    n = 1
-    for d in dims:
-        n *= d
-    if any(d >= 1 << 63 for d in dims) or n >= 1 << 63:
+    if math.prod(dims) >= 1 << 63 or max(dims, default=0) >= 1 << 63:
         out.problem(Severity.DANGEROUS, "gguf-header-bounds",
                     f"tensor {name!r} has dimensions {list(dims)}, whose element count "
                     f"overflows a signed 64-bit integer: a crafted header; {ADVISORIES}")

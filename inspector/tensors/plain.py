@@ -22,6 +22,7 @@ import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -52,19 +53,19 @@ VALUES: dict[str, tuple[str, bool]] = {
 read here as `small_stats` reads them (bool is left to torch, which reads any non-zero byte)."""
 
 
-@dataclass(frozen=True)
-class PlainTensor:
-    """A tensor as its header places it in the file."""
+class PlainTensor(NamedTuple):
+    """A tensor as its header places it in the file (a tuple: a file may list 12,000)."""
 
     dtype: str
     shape: tuple[int, ...]
     begin: int
     itemsize: int
+    numel: int
 
-    @property
-    def numel(self) -> int:
-        """Its elements."""
-        return math.prod(self.shape)
+    @classmethod
+    def at(cls, dtype: str, shape: tuple[int, ...], begin: int, itemsize: int) -> PlainTensor:
+        """The tensor of `dtype` and `shape` whose bytes begin at `begin`."""
+        return cls(dtype, shape, begin, itemsize, math.prod(shape))
 
     @property
     def end(self) -> int:
@@ -120,7 +121,7 @@ def _safetensors(path: str) -> dict[str, object] | None:
         header = read_header(fh, os.fstat(fh.fileno()).st_size)
     if header.refusal() is not None or any(e.dtype.name not in VALUES for e in header.entries):
         return None
-    return {e.key: PlainTensor(e.dtype.name, tuple(e.shape), e.begin, e.dtype.bits // 8)
+    return {e.key: PlainTensor.at(e.dtype.name, tuple(e.shape), e.begin, e.dtype.bits // 8)
             for e in sorted(header.entries, key=lambda e: e.begin)}
 
 
@@ -135,12 +136,12 @@ def _gguf(path: str) -> dict[str, object] | None:
         name = GGUF_DENSE.get(t.type_name)
         if name is None:
             per_row = t.n_bytes // max(1, rows(t))
-            out[t.name] = PlainTensor(RAW, (*t.shape[:-1], per_row), t.data_offset, 1)
+            out[t.name] = PlainTensor.at(RAW, (*t.shape[:-1], per_row), t.data_offset, 1)
             out[t.name + "::ggml"] = QuantizedTensor(t.type_name, t.shape, t.n_bytes,
                                                      t.data_offset)
         elif name in VALUES:
-            out[t.name] = PlainTensor(name, tuple(t.shape), t.data_offset,
-                                      np.dtype(VALUES[name][0]).itemsize)
+            out[t.name] = PlainTensor.at(name, tuple(t.shape), t.data_offset,
+                                         np.dtype(VALUES[name][0]).itemsize)
         else:
             return None
     return out

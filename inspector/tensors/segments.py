@@ -39,18 +39,16 @@ def describe_joined(raw: np.ndarray, values: np.ndarray, counts: Sequence[int], 
     with np.errstate(invalid="ignore", over="ignore"):  # segments left out may hold NaN
         seg = _Segments.of(values, sizes, starts)
     gap = outlier_gap(dtype)
-    out: list[dict | None] = [None] * len(sizes)
-    for j in range(len(sizes)):
-        if not seg.ok[j]:
+    out = seg.records(integral)
+    for j, (rec, n, start) in enumerate(zip(out, sizes.tolist(), starts.tolist(), strict=True)):
+        if rec is None:
             continue
-        rec = seg.record(j, integral)
-        nonzero = int(sizes[j]) - rec["zeros"]
+        nonzero = n - rec["zeros"]
         if gap is not None and nonzero >= MIN_JUDGED and not outliers_ruled_out(
                 rec["histogram"], rec["absmax"], nonzero, gap):
-            continue  # the exponent counts are `tensor_stats`' to make
-        begin = int(starts[j]) * item
-        rec["digest"] = hashlib.sha256(raw[begin:begin + int(sizes[j]) * item]).hexdigest()
-        out[j] = rec
+            out[j] = None  # the exponent counts are `tensor_stats`' to make
+            continue
+        rec["digest"] = hashlib.sha256(raw[start * item:(start + n) * item]).hexdigest()
     return out
 
 
@@ -106,20 +104,28 @@ class _Segments:
                    mean, np.add.reduceat(deviation * deviation, starts), first, last,
                    _histograms(values, segment, ok, first, last))
 
-    def record(self, j: int, integral: bool) -> dict:
-        """Segment j's record, as `stats.tensor_stats` words it."""
-        n, low, high, m2 = int(self.counts[j]), float(self.lo[j]), float(self.hi[j]), float(
-            max(self.m2[j], 0.0))
-        return {"stats_on": "values", "nan": 0, "inf": 0, "first_nonfinite": None,
-                "zeros": int(self.zeros[j]),
+    def records(self, integral: bool) -> list[dict | None]:
+        """Each segment's record, as `stats.tensor_stats` words it; None where not `ok`
+        (the columns are made Python numbers once, not per segment)."""
+        out: list[dict | None] = []
+        for ok, n, low, high, zeros, mean, m2, first, last, counts in zip(
+                self.ok.tolist(), self.counts.tolist(), self.lo.tolist(), self.hi.tolist(),
+                self.zeros.tolist(), self.mean.tolist(), self.m2.tolist(),
+                self.first.tolist(), self.last.tolist(),
+                self.histograms[:, :HIST_BINS].tolist(), strict=True):
+            if not ok:
+                out.append(None)
+                continue
+            m2 = max(m2, 0.0)
+            out.append({
+                "stats_on": "values", "nan": 0, "inf": 0, "first_nonfinite": None,
+                "zeros": zeros,
                 "min": int(low) if integral else low, "max": int(high) if integral else high,
-                "mean": strict_float(float(self.mean[j])),
-                "std": strict_float(math.sqrt(m2 / n)),
+                "mean": strict_float(mean), "std": strict_float(math.sqrt(m2 / n)),
                 "std_sample": strict_float(math.sqrt(m2 / (n - 1))) if n > 1 else None,
                 "absmax": max(abs(low), abs(high)),
-                "histogram": {"bins": HIST_BINS, "lo": float(self.first[j]),
-                              "hi": float(self.last[j]),
-                              "counts": self.histograms[j, :HIST_BINS].tolist()}}
+                "histogram": {"bins": HIST_BINS, "lo": first, "hi": last, "counts": counts}})
+        return out
 
 
 def _histograms(values: np.ndarray, segment: np.ndarray, ok: np.ndarray, first: np.ndarray,

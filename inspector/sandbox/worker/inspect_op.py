@@ -72,7 +72,8 @@ class _Sender:
 
     def __call__(self, event: dict) -> None:
         self._done += 1
-        self._ready.append({k: v for k, v in event.items() if k != "type"})
+        event.pop("type", None)  # each event is a fresh dict: the record without its type
+        self._ready.append(event)
         if self._done % self._step == 0 or self._done == self._total:
             self._emit({"type": "tensors", "records": self._ready[:]})
             self._ready.clear()
