@@ -218,3 +218,41 @@ def test_memory_that_changed_while_the_file_was_written_is_a_mismatch(tmp_path, 
     with pytest.raises(LedgerError, match=r"model\.w differs from memory"):
         save(state, tmp_path / "a.pt", step=1)
     assert not (tmp_path / "a.pt").exists()
+
+
+def test_a_folder_is_proven_file_by_file_tied_names_and_extra_files_allowed(tmp_path):
+    """A writer that shards the state, drops a tied name and adds a file of its own verifies;
+    one bit that differs in either shard is named; a folder holding none of the state's
+    tensors is unverified, not verified."""
+    import hashlib
+
+    from safetensors.torch import save_file
+
+    from inspector.ledger import save_folder
+    from inspector.run.checkpoints import LedgerError
+
+    embed = torch.randn(50, 8)
+    state = {"embed": embed, "head": embed, "w1": torch.randn(40, 9), "w2": torch.randn(7)}
+
+    def write(folder, flip=None):
+        shards = {"a.safetensors": {"embed": state["embed"].clone(), "w1": state["w1"].clone()},
+                  "b.safetensors": {"w2": state["w2"].clone(), "extra": torch.ones(2)}}
+        if flip is not None:
+            name, key = flip
+            shards[name][key].view(-1).view(torch.uint8)[3] ^= 0x10
+        for name, tensors in shards.items():
+            save_file(tensors, folder / name)
+        (folder / "config.json").write_text("{}")
+
+    good = save_folder(write, tmp_path / "good", expected=state, step=1)
+    assert good.outcome == SaveOutcome.VERIFIED
+    names = {f.path: f for f in good.files}
+    assert names["good/config.json"].sha256 == hashlib.sha256(b"{}").hexdigest()
+    assert {t.key for t in names["good/b.safetensors"].tensors} == {"w2", "extra"}
+    for name, key in (("a.safetensors", "w1"), ("b.safetensors", "w2")):
+        with pytest.raises(LedgerError, match=f"on disk, tensor {key} differs from memory"):
+            save_folder(lambda d, f=(name, key): write(d, f), tmp_path / f"bad-{key}",
+                        expected=state, step=2)
+        assert not (tmp_path / f"bad-{key}").exists()
+    other = save_folder(write, tmp_path / "other", expected={"z": torch.ones(3)}, step=3)
+    assert other.outcome == SaveOutcome.UNVERIFIED

@@ -9,7 +9,8 @@ memory, pages of the file dropped once read; no second copy of the checkpoint is
 
 `proven_digests` is the one read-back `ledger.save` makes: each tensor's bytes on disk are
 hashed for the record and compared with the same tensor's bytes in memory, word by word, in
-the same pass (a compare costs a fraction of a SHA-256, so memory is never hashed).
+the same pass (a compare costs a fraction of a SHA-256, so memory is never hashed);
+`proven_file` is that pass over one file of a folder, against the folder's tensors in memory.
 """
 
 from __future__ import annotations
@@ -61,26 +62,44 @@ def disk_digests(path: str | os.PathLike[str], allow_globals: tuple[str, ...] = 
     ]
 
 
+def memory_tensors(obj: Any) -> dict[str, Any]:
+    """Every tensor leaf of `obj` by the key a file names it with (views, no copy)."""
+    from inspector.tensors.encoded import expand
+    from inspector.tensors.load import split_leaves
+
+    return dict(expand(split_leaves(obj)[0])[0])
+
+
 def proven_digests(path: str | os.PathLike[str], obj: Any, allow_globals: tuple[str, ...] = ()
                    ) -> tuple[str, list[TensorEntry], list[str]]:
     """The format and every tensor of the file at `path` with its digest, and the keys whose
     dtype, shape or bytes differ from `obj`'s tensors in memory, or that only one side has."""
+    memory = memory_tensors(obj)
+    fmt, entries, bad, _ = proven_file(path, memory, allow_globals)
+    return fmt, entries, bad + list(memory)
+
+
+def proven_file(path: str | os.PathLike[str], memory: dict[str, Any],
+                allow_globals: tuple[str, ...] = ()
+                ) -> tuple[str, list[TensorEntry], list[str], set[str]]:
+    """The format and every tensor of the file at `path` with its digest, each compared with
+    the tensor of the same key in `memory` (popped from it) in the same pass; the keys that
+    differ (in the file's order), and among them those `memory` did not hold."""
     import hashlib
 
     import torch
 
     from inspector.core.dtypes import canonical_dtype
-    from inspector.tensors.encoded import expand
-    from inspector.tensors.load import split_leaves
     from inspector.tensors.records import dtype_name
     from inspector.tensors.sources import open_checkpoint
     from inspector.tensors.stats import byte_chunks
 
-    memory = dict(expand(split_leaves(obj)[0])[0])
     ckpt = open_checkpoint(os.fspath(path), allow_globals)
-    entries, bad = [], []
+    entries, bad, only_on_disk = [], [], set()
     for s in ckpt.tensors:
         t = memory.pop(s.key, None)
+        if t is None:
+            only_on_disk.add(s.key)
         same = (t is not None and canonical_dtype(dtype_name(t.dtype)) == canonical_dtype(s.dtype)
                 and tuple(t.shape) == tuple(s.shape))
         dense = same and t.layout == torch.strided and t.device.type != "meta"
@@ -100,7 +119,7 @@ def proven_digests(path: str | os.PathLike[str], obj: Any, allow_globals: tuple[
             bad.append(s.key)
         entries.append(TensorEntry(key=s.key, dtype=s.dtype, shape=tuple(s.shape), digest=digest,
                                    digest_algorithm=DIGEST_ALGORITHM))
-    return ckpt.format, entries, bad + list(memory)
+    return ckpt.format, entries, bad, only_on_disk
 
 
 _BLOCK = 1 << 20

@@ -19,6 +19,7 @@ import dataclasses
 import os
 import shutil
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,14 @@ from inspector.core.vocabulary import Format, SaveOutcome
 from inspector.formats import sniff
 from inspector.integrity.hashing import sha256_file
 from inspector.integrity.manifest import FileEntry, TensorEntry
-from inspector.ledger.digests import differences, disk_digests, expected_bytes, memory_digests
+from inspector.ledger.digests import (
+    differences,
+    disk_digests,
+    expected_bytes,
+    memory_digests,
+    memory_tensors,
+    proven_file,
+)
 from inspector.ledger.health import evidence_path, health_problems, say_unhealthy, unhealthy_detail
 from inspector.ledger.identity import barrier, current_rank, world_size
 from inspector.ledger.record import append_save, prior_ledger, relative
@@ -224,45 +232,77 @@ def folder_files(folder: Path) -> list[Path]:
 
 def measure_folder(folder: Path, rel: str, expected: Any
                    ) -> tuple[list[FileEntry], str | None, SaveOutcome, str | None]:
-    """Each file's manifest entry, the folder's format, and the comparison with memory."""
-    dcp = is_dcp_folder(folder)
-    files: list[FileEntry] = []
-    found: list[TensorEntry] = []
-    unread: list[str] = []
-    for path in folder_files(folder):
-        name = f"{rel}/{path.relative_to(folder).as_posix()}"
-        entry = FileEntry(name, sha256_file(path), path.stat().st_size)
-        if not dcp and _kind(path) in TENSOR_FORMATS:
-            try:
-                entry.format, entry.tensors = disk_digests(path)
-                found += entry.tensors
-            except CodedError as exc:
-                unread.append(f"{path.name} ({exc.message})")
-        files.append(entry)
-    fmt = "dcp" if dcp else None
-    if dcp:
+    """Each file's manifest entry, the folder's format, and the comparison with memory: a
+    DCP folder read whole and judged by digests; any other folder file by file, each tensor
+    hashed and compared with memory in one pass (`proven_file`) while a thread takes the
+    file's SHA-256."""
+    if is_dcp_folder(folder):
+        files = [FileEntry(_name(path, rel, folder), sha256_file(path), path.stat().st_size)
+                 for path in folder_files(folder)]
         try:
-            found = disk_digests(folder)[1]
+            found, unread = disk_digests(folder)[1], []
         except CodedError as exc:
-            unread.append(f"the folder ({exc.message})")
-    outcome, detail = _judge(expected, found, rel, dcp)
-    if unread and outcome != SaveOutcome.MISMATCH:
-        detail = "; ".join(filter(None, [detail, "not read: " + ", ".join(unread)]))
-    return files, fmt, outcome, detail
-
-
-def _judge(expected: Any, found: list[TensorEntry], rel: str, whole: bool
-           ) -> tuple[SaveOutcome, str | None]:
+            found, unread = [], [f"the folder ({exc.message})"]
+        outcome, detail = _judge_whole(expected, found, rel)
+        return files, "dcp", outcome, _with_unread(outcome, detail, unread)
+    memory = memory_tensors(expected) if expected is not None else {}
+    held = len(memory)
+    files, differ, unread = [], [], []
+    with ThreadPoolExecutor(1, thread_name_prefix="ledger-folder") as pool:
+        for path in folder_files(folder):
+            file_hash = pool.submit(sha256_file, path)
+            entry = FileEntry(_name(path, rel, folder), None, path.stat().st_size)
+            if _kind(path) in TENSOR_FORMATS:
+                try:
+                    entry.format, entry.tensors, bad, extra = proven_file(path, memory)
+                    differ += [k for k in bad if k not in extra]
+                except CodedError as exc:
+                    unread.append(f"{path.name} ({exc.message})")
+            entry.sha256 = file_hash.result()
+            files.append(entry)
     if expected is None:
-        return SaveOutcome.UNVERIFIED, "hashes recorded; no state in memory to compare with"
+        outcome, detail = SaveOutcome.UNVERIFIED, NO_MEMORY
+    elif differ:
+        outcome, detail = SaveOutcome.MISMATCH, _differs(differ)
+    elif len(memory) == held:
+        outcome, detail = SaveOutcome.UNVERIFIED, NOT_FOUND
+    else:
+        outcome, detail = SaveOutcome.VERIFIED, None
+    return files, None, outcome, _with_unread(outcome, detail, unread)
+
+
+NO_MEMORY = "hashes recorded; no state in memory to compare with"
+NOT_FOUND = "no tensor of the state in memory was found on disk"
+
+
+def _name(path: Path, rel: str, folder: Path) -> str:
+    """A folder file's name in the record: the folder's, then its path inside."""
+    return f"{rel}/{path.relative_to(folder).as_posix()}"
+
+
+def _with_unread(outcome: SaveOutcome, detail: str | None, unread: list[str]) -> str | None:
+    if unread and outcome != SaveOutcome.MISMATCH:
+        return "; ".join(filter(None, [detail, "not read: " + ", ".join(unread)]))
+    return detail
+
+
+def _differs(keys: list[str]) -> str:
+    shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+    return f"on disk, tensor {shown} differs from memory"
+
+
+def _judge_whole(expected: Any, found: list[TensorEntry], rel: str
+                 ) -> tuple[SaveOutcome, str | None]:
+    """A DCP folder, read whole, against memory by digests (every tensor on both sides)."""
+    if expected is None:
+        return SaveOutcome.UNVERIFIED, NO_MEMORY
     want = memory_digests(expected)
-    bad = differences(want, found, rel, partial=not whole)
+    bad = differences(want, found, rel)
     if bad:
-        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
-        return SaveOutcome.MISMATCH, f"on disk, tensor {shown} differs from memory"
+        return SaveOutcome.MISMATCH, _differs(bad)
     on_disk = {t.key for t in found}
     if not any(t.key in on_disk for t in want):
-        return SaveOutcome.UNVERIFIED, "no tensor of the state in memory was found on disk"
+        return SaveOutcome.UNVERIFIED, NOT_FOUND
     return SaveOutcome.VERIFIED, None
 
 
