@@ -9,6 +9,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.core.vocabulary import FileStatus
@@ -24,11 +25,13 @@ from inspector.integrity.verify import (
     verify,
 )
 from inspector.signing.bundle import read_bundle
-from inspector.signing.check import SignatureVerdict, check_signature, verdict_for
 from inspector.signing.errors import SignatureError
 from inspector.signing.keyless import KeylessTrust
 from inspector.signing.library import reference
 from inspector.signing.statement import GIT_PATHS, SignedStatement, to_manifest
+
+if TYPE_CHECKING:
+    from inspector.signing.check import SignatureVerdict
 
 IGNORED_NOTE = "the signature's ignore list leaves it out: not signed"
 LINK_NOTE = "a symbolic link, and the signature was made over a folder without links"
@@ -197,6 +200,10 @@ def check_folder(folder: Path, signature: Path, public_key: Path | None = None,
     """The signature, then every file (hashed from the start, while the signature is checked):
     what `verify --signature`, the report and the app show."""
     with hash_ahead(folder, signature, progress, cancel) as hashes:
+        # imported once the hashing threads run: cryptography and the key readers are
+        # start-up the hashing hides on a free core, not time spent before it begins
+        from inspector.signing.check import check_signature, verdict_for
+
         kind = None
         try:
             bundle = read_bundle(signature)
@@ -221,6 +228,8 @@ def check_signed_file(path: Path, signature: Path, public_key: Path | None = Non
                       cancel: CancelToken | None = None) -> SignedCheck:
     """One file against a signature over it alone: its statement's one item is `.`, as the
     ledger and `model_signing sign key FILE` write it."""
+    from inspector.signing.check import check_signature, verdict_for
+
     kind = None
     try:
         bundle = read_bundle(signature)
