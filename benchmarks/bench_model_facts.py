@@ -20,6 +20,7 @@ from common import best_of
 
 from inspector.checkpoint.architecture import guess_architecture
 from inspector.checkpoint.resume import model_facts
+from inspector.checkpoint.tensor_stats import ObjectLeaf, TensorStats
 from inspector.tensors.records import layout_record
 
 
@@ -38,7 +39,7 @@ def _configs() -> dict:
     }
 
 
-def _records(model: torch.nn.Module) -> list[dict]:
+def _records(model: torch.nn.Module) -> list[TensorStats]:
     """Layout records with `shared_with` by parameter identity (meta tensors have no storage
     whose address would tell, and `state_dict(keep_vars=True)` keeps tied parameters one)."""
     items = model.state_dict(keep_vars=True).items()
@@ -50,7 +51,7 @@ def _records(model: torch.nn.Module) -> list[dict]:
         rec = layout_record(key, t)
         if len(by_id[id(t)]) > 1:
             rec["shared_with"] = [k for k in by_id[id(t)] if k != key]
-        records.append(rec)
+        records.append(TensorStats.from_json(rec))
     return records
 
 
@@ -80,10 +81,11 @@ def cost(n: int) -> None:
                "numel": 1} for i in range(n)]
     objects = [{"key": f"optimizer.param_groups.0.params.{i}", "repr": str(i)}
                for i in range(n)] + [{"key": "epoch", "repr": "1"}]
-    tensors = params + state
-    best, facts = best_of(lambda: model_facts(tensors, objects))
-    print(f"model_facts on {len(tensors)} tensors and {len(objects)} objects: best "
-          f"{best * 1e3:.0f} ms of 5 (ready: {facts['resume']['ready']})")
+    tensors = [TensorStats.from_json(t) for t in params + state]
+    leaves = [ObjectLeaf.from_json(o) for o in objects]
+    best, facts = best_of(lambda: model_facts(tensors, leaves))
+    print(f"model_facts on {len(tensors)} tensors and {len(leaves)} objects: best "
+          f"{best * 1e3:.0f} ms of 5 (ready: {facts.resume.ready})")
 
 
 def main() -> None:

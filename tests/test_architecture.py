@@ -16,6 +16,7 @@ from factories import save_training_checkpoint, small_state_dict, training_check
 
 from inspector.checkpoint.architecture import UNKNOWN, Architecture, guess_architecture
 from inspector.checkpoint.contents import summarize
+from inspector.checkpoint.results import InspectResult
 from inspector.checkpoint.resume import (
     MISMATCH,
     MISSING,
@@ -24,6 +25,7 @@ from inspector.checkpoint.resume import (
     headline,
     resume_checklist,
 )
+from inspector.checkpoint.tensor_stats import ObjectLeaf, TensorStats
 from inspector.cli import main
 from inspector.tensors.leaves import describe_object
 from inspector.tensors.load import split_leaves
@@ -43,13 +45,14 @@ def _seeded():
     torch.manual_seed(0)
 
 
-def records(obj) -> tuple[list[dict], list[dict]]:
-    """Tensor records and object leaves of a checkpoint, as the worker builds them."""
+def records(obj) -> tuple[list[TensorStats], list[ObjectLeaf]]:
+    """Tensor records and object leaves of a checkpoint, as the worker builds them, typed."""
     tensors, objects = split_leaves(obj)
     shared = storage_groups(tensors)
     recs = [{**layout_record(k, t), **({"shared_with": shared[k]} if k in shared else {})}
             for k, t in tensors]
-    return recs, [describe_object(k, v) for k, v in objects]
+    return ([TensorStats.from_json(r) for r in recs],
+            [ObjectLeaf.from_json(describe_object(k, v)) for k, v in objects])
 
 
 def guess(obj):
@@ -202,7 +205,7 @@ def test_through_the_jailed_inspect(tmp_path, capsys, transformers):
     assert main(["inspect", str(path), "--json"]) == 0  # loaded, safe code, healthy weights
     result = json.loads(capsys.readouterr().out)
     assert result["error"] is None
-    a = guess_architecture(result["tensors"])
+    a = guess_architecture(InspectResult.from_json(result).tensors)
     assert a.layers == {"decoder": 2} and a.hidden_size == 32 and a.tied_embeddings is True
     assert a.parameters == n_params(model) == result["unique_storage"]["numel"]
     assert result["architecture"] == a.to_json() and result["resume"] is None
@@ -295,7 +298,8 @@ def test_checklist_from_the_jailed_inspect(tmp_path, capsys):
     path = save_training_checkpoint(tmp_path / "train.pt")
     assert main(["inspect", str(path), "--json"]) in (0, 7)
     r = json.loads(capsys.readouterr().out)
-    c = resume_checklist(summarize(r["tensors"], r["objects"]), r["tensors"], r["objects"])
+    typed = InspectResult.from_json(r)
+    c = resume_checklist(summarize(typed.tensors, typed.objects), typed.tensors, typed.objects)
     assert c.ready and statuses(c)["progress"] == PRESENT
     assert r["resume"] == c.to_json()
     main(["inspect", str(path)])

@@ -8,11 +8,13 @@ import torch
 from factories import save_training_checkpoint
 
 from inspector.checkpoint.contents import summarize
+from inspector.checkpoint.results import InspectResult
+from inspector.checkpoint.tensor_stats import ObjectLeaf, TensorStats
 from inspector.cli import main
 
 
-def _t(key: str, dtype: str = "float32", numel: int = 4, size: int = 4) -> dict:
-    return {"key": key, "dtype": dtype, "numel": numel, "nbytes": numel * size}
+def _t(key: str, dtype: str = "float32", numel: int = 4, size: int = 4) -> TensorStats:
+    return TensorStats(key, dtype, [numel], numel=numel, nbytes=numel * size)
 
 
 def test_weights_alone_are_not_a_training_checkpoint():
@@ -27,11 +29,12 @@ def test_weights_alone_are_not_a_training_checkpoint():
 def test_lightning_layout_is_read():
     tensors = [_t("state_dict.layer.weight"), _t("optimizer_states.0.state.0.exp_avg"),
                _t("optimizer_states.0.state.0.exp_avg_sq")]
-    objects = [{"key": "epoch", "repr": "4"}, {"key": "global_step", "repr": "812"},
-               {"key": "loops.fit_loop.epoch_progress.current.step", "repr": "9"},
-               {"key": "optimizer_states.0.param_groups.0.lr", "repr": "0.0003"},
-               {"key": "optimizer_states.0.param_groups.1.lr", "repr": "3e-05"},
-               {"key": "lr_schedulers.0.last_epoch", "repr": "812"}]
+    objects = [ObjectLeaf(key, repr=text) for key, text in (
+        ("epoch", "4"), ("global_step", "812"),
+        ("loops.fit_loop.epoch_progress.current.step", "9"),
+        ("optimizer_states.0.param_groups.0.lr", "0.0003"),
+        ("optimizer_states.0.param_groups.1.lr", "3e-05"),
+        ("lr_schedulers.0.last_epoch", "812"))]
     c = summarize(tensors, objects)
     assert c.is_training_checkpoint and c.optimizer_state_tensors == 2
     # a loop's own counter deep inside callback state is not the run's progress
@@ -42,15 +45,15 @@ def test_lightning_layout_is_read():
 def test_a_real_training_checkpoint_through_the_jailed_inspect(tmp_path, capsys):
     path = save_training_checkpoint(tmp_path / "train.pt")
     assert main(["inspect", str(path), "--json"]) in (0, 7)
-    result = json.loads(capsys.readouterr().out)
-    c = summarize(result["tensors"], result["objects"], result["unique_storage"])
+    result = InspectResult.from_json(json.loads(capsys.readouterr().out))
+    c = summarize(result.tensors, result.objects, result.unique_storage)
     raw = torch.load(path, weights_only=True)
     assert c.progress == {"epoch": str(raw["epoch"]), "step": str(raw["step"])}
     assert c.learning_rates == [repr(g["lr"]) for g in raw["optimizer"]["param_groups"]]
     assert c.optimizer_state_tensors == sum(
         len(s) for s in raw["optimizer"]["state"].values())
-    assert c.tensors == len(result["tensors"]) and c.parameters == sum(
-        t["numel"] for t in result["tensors"])
+    assert c.tensors == len(result.tensors) and c.parameters == sum(
+        t.numel for t in result.tensors)
 
 
 def test_inspect_prints_the_training_state(tmp_path, capsys):

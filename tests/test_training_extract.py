@@ -18,6 +18,7 @@ from inspector.checkpoint.extract import select, strip_prefixes
 from inspector.checkpoint.hyper_params import hyper_parameters_line
 from inspector.checkpoint.optim_types import optimizer_types, scheduler_types
 from inspector.checkpoint.optimizer_map import OptimizerParams, map_optimizers
+from inspector.checkpoint.tensor_stats import ObjectLeaf, TensorStats
 from inspector.cli import main
 from inspector.core.errors import CodedError
 from inspector.core.flatten import colliding_keys, flatten, unique_keys
@@ -225,15 +226,15 @@ def _inspect_json(path: Path, capsys) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def _records(checkpoint: dict) -> tuple[list[dict], list[dict]]:
+def _records(checkpoint: dict) -> tuple[list[TensorStats], list[ObjectLeaf]]:
     """The inspect contract's records of an in-memory checkpoint (key, dtype, shape; repr)."""
     tensors, objects = [], []
     for key, leaf in flatten(checkpoint):
         if isinstance(leaf, torch.Tensor):
-            tensors.append({"key": key, "dtype": str(leaf.dtype).removeprefix("torch."),
-                            "shape": list(leaf.shape), "numel": leaf.numel()})
+            tensors.append(TensorStats(key, str(leaf.dtype).removeprefix("torch."),
+                                       list(leaf.shape), numel=leaf.numel()))
         else:
-            objects.append({"key": key, "repr": repr(leaf)})
+            objects.append(ObjectLeaf(key, repr=repr(leaf)))
     return tensors, objects
 
 
@@ -375,7 +376,7 @@ def test_every_torch_optimizer_is_named_from_what_it_saved(name):
 def test_adam_and_adamw_without_decoupled_weight_decay_are_not_told_apart():
     tensors, objects = _records({"opt": torch.optim.AdamW([nn.Parameter(torch.ones(2))])
                                  .state_dict()})
-    objects = [o for o in objects if not o["key"].endswith("decoupled_weight_decay")]
+    objects = [o for o in objects if not o.key.endswith("decoupled_weight_decay")]
     assert optimizer_types(tensors, objects) == {"opt.": "Adam or AdamW"}
 
 

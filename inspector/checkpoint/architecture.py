@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from inspector.checkpoint.health import is_state_key
+from inspector.checkpoint.tensor_stats import TensorStats
 
 UNKNOWN = "unknown"
 # Normalisation running statistics are buffers, not parameters; int64 and bool tensors are
@@ -77,56 +78,60 @@ class Architecture:
         return " · ".join(parts + self.notes)
 
 
-def model_weights(tensors: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The records that are model weights: not training state, buffers, indices or masks."""
-    return [t for t in tensors if not is_state_key(str(t.get("key") or ""))
-            and str(t.get("key") or "").rpartition(".")[2] not in _BUFFER_LEAVES
-            and str(t.get("dtype")) not in _NOT_WEIGHT_DTYPES]
+def is_model_weight(key: str, dtype: object) -> bool:
+    """A tensor of this key and dtype is a model weight: not training state, a buffer, indices
+    or a mask."""
+    return (not is_state_key(key) and key.rpartition(".")[2] not in _BUFFER_LEAVES
+            and str(dtype) not in _NOT_WEIGHT_DTYPES)
 
 
-def unique_weights(weights: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def model_weights(tensors: Iterable[TensorStats]) -> list[TensorStats]:
+    """The records that are model weights (`is_model_weight`)."""
+    return [t for t in tensors if is_model_weight(t.key, t.dtype)]
+
+
+def unique_weights(weights: list[TensorStats]) -> list[TensorStats]:
     """`weights` less each one that shares an earlier one's storage and shape (tied weights)."""
-    shapes = {str(t.get("key")): t.get("shape") for t in weights}
+    shapes = {t.key: t.shape for t in weights}
     seen: set[str] = set()
     out = []
     for t in weights:
-        if not any(k in seen and shapes.get(k) == t.get("shape")
-                   for k in t.get("shared_with") or ()):
+        if not any(k in seen and shapes.get(k) == t.shape for k in t.shared_with or ()):
             out.append(t)
-        seen.add(str(t.get("key")))
+        seen.add(t.key)
     return out
 
 
-def _find(pattern: str | None, by_key: dict[str, dict]) -> dict | None:
+def _find(pattern: str | None, by_key: dict[str, TensorStats]) -> TensorStats | None:
     if pattern is None:
         return None
     regex = re.compile(pattern)
     return next((t for k, t in by_key.items() if regex.search(k)), None)
 
 
-def _shape(rec: dict | None) -> list[int]:
-    return [int(n) for n in (rec or {}).get("shape") or ()]
+def _shape(rec: TensorStats | None) -> list[int]:
+    return [int(n) for n in (rec.shape if rec is not None else None) or ()]
 
 
-def _dim(pattern: str, by_key: dict[str, dict], axis: int = 0) -> int | None:
+def _dim(pattern: str, by_key: dict[str, TensorStats], axis: int = 0) -> int | None:
     """Size along `axis` of the first 2-D weight matching `pattern`."""
     shape = _shape(_find(pattern, by_key))
     return shape[axis] if len(shape) == 2 else None
 
 
-def _numbers(pattern: str, by_key: dict[str, dict]) -> set[int]:
+def _numbers(pattern: str, by_key: dict[str, TensorStats]) -> set[int]:
     regex = re.compile(pattern)
     return {int(m.group(1)) for m in map(regex.search, by_key) if m}
 
 
-def _read_t5(out: Architecture, by_key: dict[str, dict]) -> None:
+def _read_t5(out: Architecture, by_key: dict[str, TensorStats]) -> None:
     out.attention_heads = _dim(r"(?:^|\.)block\.0\.layer\.0\.SelfAttention"
                                r"\.relative_attention_bias\.weight$", by_key, axis=1)
     out.intermediate_size = _dim(r"\.block\.0\.layer\.1\.DenseReluDense\.wi(?:_0)?\.weight$",
                                  by_key)
 
 
-def _read_vit(out: Architecture, by_key: dict[str, dict]) -> None:
+def _read_vit(out: Architecture, by_key: dict[str, TensorStats]) -> None:
     shape = _shape(_find(_VIT_PATCHES, by_key))
     if len(shape) == 4:
         out.hidden_size = shape[0]
@@ -135,7 +140,7 @@ def _read_vit(out: Architecture, by_key: dict[str, dict]) -> None:
                                  r"\.dense)\.weight$", by_key)
 
 
-def _read_llama(out: Architecture, by_key: dict[str, dict]) -> None:
+def _read_llama(out: Architecture, by_key: dict[str, TensorStats]) -> None:
     out.intermediate_size = _dim(_LLAMA_LAYER + r"mlp\.gate_proj\.weight$", by_key)
     q = _dim(_LLAMA_LAYER + r"self_attn\.q_proj\.weight$", by_key)
     kv = _dim(_LLAMA_LAYER + r"self_attn\.k_proj\.weight$", by_key)
@@ -153,7 +158,7 @@ def _read_llama(out: Architecture, by_key: dict[str, dict]) -> None:
                                  or (fused[2] if len(fused) == 3 else None))
 
 
-def _read_gpt2(out: Architecture, by_key: dict[str, dict]) -> None:
+def _read_gpt2(out: Architecture, by_key: dict[str, TensorStats]) -> None:
     # GPT-2's Conv1D stores [in, out], the transpose of nn.Linear.
     out.intermediate_size = _dim(r"(?:^|\.)h\.0\.mlp\.c_fc\.weight$", by_key, axis=1)
     positions = _dim(r"(?:^|\.)wpe\.weight$", by_key)
@@ -161,7 +166,7 @@ def _read_gpt2(out: Architecture, by_key: dict[str, dict]) -> None:
         out.notes.append(f"{positions:,} positions")
 
 
-def _read_bert(out: Architecture, by_key: dict[str, dict]) -> None:
+def _read_bert(out: Architecture, by_key: dict[str, TensorStats]) -> None:
     out.intermediate_size = _dim(r"(?:^|\.)layer\.0\.intermediate\.dense\.weight$", by_key)
 
 
@@ -172,7 +177,7 @@ class _Family:
     """A key only this family has."""
     layers: dict[str, str]
     """Layer kind -> regex whose first group is the layer number."""
-    read: Callable[[Architecture, dict[str, dict]], None]
+    read: Callable[[Architecture, dict[str, TensorStats]], None]
     """Reads what else its shapes tell (heads, MLP width, ...)."""
     embedding: str | None = None
     """The token embedding, [vocabulary, hidden]."""
@@ -206,11 +211,11 @@ _FAMILIES = (
 )
 
 
-def guess_architecture(tensors: Iterable[dict[str, Any]]) -> Architecture:
+def guess_architecture(tensors: Iterable[TensorStats]) -> Architecture:
     """Guess the architecture from the inspect contract's tensor records."""
     weights = model_weights(tensors)
-    by_key = {str(t.get("key")): t for t in weights}
-    out = Architecture(parameters=sum(int(t.get("numel") or 0) for t in unique_weights(weights)))
+    by_key = {t.key: t for t in weights}
+    out = Architecture(parameters=sum(int(t.numel or 0) for t in unique_weights(weights)))
     for family in _FAMILIES:
         marker = re.compile(family.marker)
         evidence = next((k for k in by_key if marker.search(k)), None)
@@ -222,7 +227,7 @@ def guess_architecture(tensors: Iterable[dict[str, Any]]) -> Architecture:
     return out
 
 
-def _read_family(out: Architecture, family: _Family, by_key: dict[str, dict]) -> None:
+def _read_family(out: Architecture, family: _Family, by_key: dict[str, TensorStats]) -> None:
     for kind, pattern in family.layers.items():
         numbers = _numbers(pattern, by_key)
         if numbers:
@@ -240,7 +245,7 @@ def _read_family(out: Architecture, family: _Family, by_key: dict[str, dict]) ->
     family.read(out, by_key)
 
 
-def _read_cnn(out: Architecture, by_key: dict[str, dict]) -> None:
+def _read_cnn(out: Architecture, by_key: dict[str, TensorStats]) -> None:
     convs = [k for k, t in by_key.items() if k.endswith("weight") and len(_shape(t)) in (4, 5)]
     if not convs:
         return
@@ -250,9 +255,9 @@ def _read_cnn(out: Architecture, by_key: dict[str, dict]) -> None:
     out.layers["convolution"] = len(convs)
 
 
-def _same_tensor(embedding: dict, head: dict) -> bool:
+def _same_tensor(embedding: TensorStats, head: TensorStats) -> bool:
     """The head shares the embedding's storage, or was saved as an identical copy."""
-    return (str(embedding.get("key")) in (head.get("shared_with") or ())
-            or (head.get("digest") is not None and head.get("digest") == embedding.get("digest")
-                and head.get("shape") == embedding.get("shape")))
+    return (embedding.key in (head.shared_with or ())
+            or (head.digest is not None and head.digest == embedding.digest
+                and head.shape == embedding.shape))
 

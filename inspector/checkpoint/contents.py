@@ -1,8 +1,9 @@
 """What a loaded checkpoint holds, in a few numbers: tensors, parameters, bytes, dtype mix, and
 for a training checkpoint where it stands (epoch, step, optimizer groups and learning rates).
 
-Works on the inspect contract's tensor records and object leaves (dotted keys), so the GUI,
-the CLI and the report can all say it the same way; no torch.
+Works on the inspect contract's tensor records and object leaves, typed (`TensorStats`,
+`ObjectLeaf`; dotted keys), so the GUI, the CLI and the report can all say it the same way; no
+torch.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from inspector.checkpoint.tensor_stats import ObjectLeaf, TensorStats
 
 _PROGRESS_KEYS = ("epoch", "global_step", "step", "iteration")
 _LR = re.compile(r"(?:^|\.)param_groups\.(\d+)\.lr$")
@@ -72,12 +75,12 @@ class Contents:
                     or self.has_scheduler)
 
 
-def summarize(tensors: Iterable[dict[str, Any]], objects: Iterable[dict[str, Any]] = (),
+def summarize(tensors: Iterable[TensorStats], objects: Iterable[ObjectLeaf] = (),
               unique: dict[str, Any] | None = None) -> Contents:
     """Contents of a checkpoint from its tensor records, object leaves and unique storage."""
     tensors = list(tensors)
-    by_dtype = tally_dtypes((str(t.get("dtype") or "?"), int(t.get("numel") or 0),
-                             int(t.get("nbytes") or 0)) for t in tensors)
+    by_dtype = tally_dtypes((str(t.dtype or "?"), int(t.numel or 0), int(t.nbytes or 0))
+                            for t in tensors)
     out = Contents(
         tensors=len(tensors),
         parameters=sum(d.elements for d in by_dtype),
@@ -85,22 +88,21 @@ def summarize(tensors: Iterable[dict[str, Any]], objects: Iterable[dict[str, Any
         unique_parameters=(unique or {}).get("numel"),
         unique_bytes=(unique or {}).get("nbytes"),
         by_dtype=by_dtype,
-        optimizer_state_tensors=sum(bool(_OPTIMIZER_STATE.search(str(t.get("key") or "")))
-                                    for t in tensors),
+        optimizer_state_tensors=sum(bool(_OPTIMIZER_STATE.search(t.key)) for t in tensors),
     )
-    keys = [str(t.get("key") or "") for t in tensors]
+    keys = [t.key for t in tensors]
     lrs: dict[int, str] = {}
     depth: dict[str, int] = {}
     for o in objects:
-        key = str(o.get("key") or "")
+        key = o.key
         keys.append(key)
         leaf = key.rpartition(".")[2]
         if leaf in _PROGRESS_KEYS and key.count(".") < depth.get(leaf, 3):
-            out.progress[leaf] = str(o.get("repr"))
+            out.progress[leaf] = str(o.repr)
             depth[leaf] = key.count(".")
         match = _LR.search(key)
         if match:
-            lrs.setdefault(int(match.group(1)), str(o.get("repr")))
+            lrs.setdefault(int(match.group(1)), str(o.repr))
     out.learning_rates = [lrs[i] for i in sorted(lrs)]
     out.has_scheduler = any(_SCHEDULER.search(k) for k in keys)
     out.has_scaler = any(_SCALER.search(k) for k in keys)

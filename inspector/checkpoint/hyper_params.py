@@ -3,30 +3,31 @@
 Lightning keeps the module's under `hyper_parameters` and the data module's under
 `datamodule_hyper_parameters`; older checkpoints use `hparams`. A Lightning file's loop
 counters come first among its values, so a listing of the first values never reaches them.
-Read from the inspect contract's object records; no torch.
+Read from the inspect contract's object leaves (`ObjectLeaf`); no torch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+
+from inspector.checkpoint.tensor_stats import ObjectLeaf
 
 ROOTS = ("hyper_parameters", "datamodule_hyper_parameters", "hparams")
 SHOWN = 8
 
 
-def hyper_parameters(objects: Iterable[dict[str, Any]]) -> list[tuple[str, str]]:
+def hyper_parameters(objects: Iterable[ObjectLeaf]) -> list[tuple[str, str]]:
     """(name below its root, repr) of every saved hyper-parameter, in the file's order."""
     found = []
     for o in objects:
-        root, dot, name = str(o.get("key") or "").partition(".")
+        root, dot, name = o.key.partition(".")
         if dot and root in ROOTS:
             found.append((name if root != "datamodule_hyper_parameters" else f"datamodule.{name}",
-                          str(o.get("repr"))))
+                          str(o.repr)))
     return found
 
 
-def hyper_parameters_line(objects: Iterable[dict[str, Any]]) -> str:
+def hyper_parameters_line(objects: Iterable[ObjectLeaf]) -> str:
     """'lr 0.01 · hidden 8 · …' (the first SHOWN and how many more); '' when none are saved."""
     found = hyper_parameters(objects)
     shown = " · ".join(f"{name} {value}" for name, value in found[:SHOWN])

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+
+from inspector.checkpoint.tensor_stats import ObjectLeaf, TensorStats
 
 _OPTIMIZERS = (("Adafactor", "beta2_decay"), ("Muon", "ns_steps"), ("LBFGS", "history_size"),
                ("ASGD", "t0"), ("Rprop", "etas"), ("Adagrad", "lr_decay"), ("Adadelta", "rho"),
@@ -51,17 +52,17 @@ def scheduler_type(names: Iterable[str]) -> str:
     return next((cls for cls, name in _SCHEDULERS if name in names), "")
 
 
-def optimizer_types(tensors: Iterable[dict[str, Any]], objects: Iterable[dict[str, Any]]
+def optimizer_types(tensors: Iterable[TensorStats], objects: Iterable[ObjectLeaf]
                     ) -> dict[str, str]:
     """{dotted key of each optimizer state dict ('optimizer_states.0.'): its class or ''}."""
     settings: dict[str, dict[str, str]] = {}
     for o in objects:
-        match = _GROUP_SETTING.match(str(o.get("key") or ""))
+        match = _GROUP_SETTING.match(o.key)
         if match:
-            settings.setdefault(match.group(1), {}).setdefault(match.group(2), str(o.get("repr")))
+            settings.setdefault(match.group(1), {}).setdefault(match.group(2), str(o.repr))
     state: dict[str, set[str]] = {}
     for t in tensors:
-        key = str(t.get("key") or "")
+        key = t.key
         # A substring test first: a regex match costs microseconds a key, on 16,000 keys.
         match = _STATE_NAME.match(key) if "state." in key else None
         if match and match.group(1) in settings:
@@ -70,10 +71,10 @@ def optimizer_types(tensors: Iterable[dict[str, Any]], objects: Iterable[dict[st
             for prefix, found in settings.items()}
 
 
-def scheduler_types(tensors: Iterable[dict[str, Any]], objects: Iterable[dict[str, Any]]
+def scheduler_types(tensors: Iterable[TensorStats], objects: Iterable[ObjectLeaf]
                     ) -> dict[str, str]:
     """{dotted key of each LR scheduler state dict ('lr_schedulers.0.'): its class or ''}."""
-    keys = [str(r.get("key") or "") for r in [*tensors, *objects]]
+    keys = [r.key for r in [*tensors, *objects]]
     epochs = (_SCHEDULER_EPOCH.match(k) for k in keys if k.endswith("last_epoch"))
     found = [m.group(1) for m in epochs if m]
     # SequentialLR keeps its schedulers' state dicts inside its own: only the outer one counts

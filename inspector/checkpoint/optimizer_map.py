@@ -33,6 +33,7 @@ from typing import Any
 
 from inspector.checkpoint.architecture import model_weights, unique_weights
 from inspector.checkpoint.optim_types import optimizer_types
+from inspector.checkpoint.tensor_stats import ObjectLeaf, TensorStats
 
 _PARAM_ID = re.compile(r"^(.*?)param_groups\.(\d+)\.params\.(\d+)$")
 _PARAM_NAME = re.compile(r"^(.*?)param_groups\.(\d+)\.param_names\.(\d+)$")
@@ -101,14 +102,14 @@ class OptimizerParams:
                 + (", …" if len(self.ids) > _SHOWN else "") + ")")
 
 
-def map_optimizers(tensors: Iterable[dict[str, Any]], objects: Iterable[dict[str, Any]]
+def map_optimizers(tensors: Iterable[TensorStats], objects: Iterable[ObjectLeaf]
                    ) -> list[OptimizerParams]:
     """Every optimizer state dict in the records, its ids mapped to names where that is sure."""
     tensors, objects = list(tensors), list(objects)
     found: dict[str, list[tuple[int, int, int]]] = {}
     saved: dict[tuple[str, int, int], str] = {}
     for o in objects:
-        key, text = str(o.get("key") or ""), str(o.get("repr"))
+        key, text = o.key, str(o.repr)
         match = _PARAM_ID.match(key)
         if match and text.isdigit():
             found.setdefault(match.group(1), []).append(
@@ -155,26 +156,26 @@ def _named(result: OptimizerParams, names: list[str],
     result.model = holders[0] if len(holders) == 1 else None
 
 
-def _state_dicts(weights: list[dict[str, Any]]) -> dict[str, list[tuple[str, list[int]]]]:
+def _state_dicts(weights: list[TensorStats]) -> dict[str, list[tuple[str, list[int]]]]:
     """Model weights grouped by top-level key, in order: (name below that key, shape)."""
     groups: dict[str, list[tuple[str, list[int]]]] = {}
     for t in weights:
-        top, dot, rest = str(t.get("key") or "").partition(".")
+        top, dot, rest = t.key.partition(".")
         if dot:
-            groups.setdefault(top, []).append((rest, [int(n) for n in t.get("shape") or ()]))
+            groups.setdefault(top, []).append((rest, [int(n) for n in t.shape or ()]))
     return groups
 
 
-def _state_shapes(tensors: list[dict[str, Any]], prefix: str
+def _state_shapes(tensors: list[TensorStats], prefix: str
                   ) -> tuple[dict[int, list[int]], int | None]:
     """{id: shape of its state tensors}, and an id whose state tensors disagree (or None)."""
     shapes: dict[int, list[int]] = {}
     for t in tensors:
-        key = str(t.get("key") or "")
+        key = t.key
         match = _STATE.match(key[len(prefix):]) if key.startswith(prefix) else None
         if not match or match.group(2) == _STEP:
             continue
-        ident, shape = int(match.group(1)), [int(n) for n in t.get("shape") or ()]
+        ident, shape = int(match.group(1)), [int(n) for n in t.shape or ()]
         if shapes.setdefault(ident, shape) != shape:
             return shapes, ident
     return shapes, None

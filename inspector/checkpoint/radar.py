@@ -1,13 +1,14 @@
 """The corruption radar: absmax, std and NaN/Inf share of every weight along the model's depth.
 
 A matrix with a row per weight kind and a column per layer index, built from the inspect
-contract's tensor records (no torch, no Qt). The layer index is a key's first all-digit
+contract's tensor records as dicts: the app rebuilds it from the rows streaming in, which are
+typed only once the load ends (no torch, no Qt). The layer index is a key's first all-digit
 segment (`model.layers.7.mlp.up_proj.weight` is layer 7 of the kind `mlp.up_proj.weight`), so
 any stack (`layers.N`, `h.N`, `block.N`, `encoder.layer.N`, `features.N`) lines up without a
 table of families; a key's later numbers (experts, sub-layers) stay in its kind. Weights
 outside the layers (embeddings, final norm, output head) sit in a column before or after them,
 as the state dict orders them. Training state, buffers and index tensors are left out
-(`checkpoint.architecture.model_weights`).
+(`checkpoint.architecture.is_model_weight`).
 
 Cells carry each metric's value: absmax and std on a log10 scale, where a flipped exponent
 bit (x 2**128 for float32) stands tens of orders above its neighbours, and the NaN/Inf share
@@ -22,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from inspector.checkpoint.architecture import model_weights
+from inspector.checkpoint.architecture import is_model_weight
 from inspector.core.vocabulary import HealthSeverity
 
 ABSMAX, STD, NONFINITE = "absmax", "std", "nonfinite"
@@ -185,7 +186,7 @@ def kind_of(label: str) -> str:
 def build_radar(tensors: Iterable[dict[str, Any]],
                 findings: Iterable[dict[str, Any]] = ()) -> Radar:
     """The radar of the inspect contract's tensor records and its health `findings`."""
-    weights = model_weights(tensors)
+    weights = [t for t in tensors if is_model_weight(str(t.get("key") or ""), t.get("dtype"))]
     flagged: dict[str, list[str]] = {}
     for f in findings:
         if f.get("severity") != HealthSeverity.INFO:

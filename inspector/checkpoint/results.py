@@ -18,8 +18,8 @@ from typing import Any
 from inspector.checkpoint.architecture import Architecture
 from inspector.checkpoint.health import Health
 from inspector.checkpoint.optimizer_map import OptimizerParams
-from inspector.checkpoint.resume import ResumeChecklist
-from inspector.checkpoint.tensor_stats import TensorStats
+from inspector.checkpoint.resume import ResumeChecklist, model_facts
+from inspector.checkpoint.tensor_stats import ObjectLeaf, TensorStats
 from inspector.core.json_record import NUMBER, TRANSIENT, JsonRecord, typed, typed_list, word
 from inspector.core.vocabulary import JailLevel, TensorStatus, Verdict
 from inspector.scan.result import ScanResult
@@ -47,16 +47,6 @@ def jail_line(jail: Jail | None) -> str:
     if jail.missing:
         line += "; missing: " + "; ".join(f"{k}: {v}" for k, v in jail.missing.items())
     return line
-
-
-@dataclass
-class ObjectLeaf(JsonRecord):
-    """A non-tensor leaf: its dotted key, Python type and bounded repr."""
-
-    key: str
-    type: str | None = None
-    repr: str | None = None
-    shard: str | None = None
 
 
 @dataclass
@@ -137,6 +127,20 @@ class InspectResult(JsonRecord):
     def loaded(self) -> bool:
         """The worker loaded the file (no error)."""
         return self.error is None
+
+
+def add_model_facts(result: InspectResult) -> None:
+    """Judge a load that passed its checks from its typed records (`resume.model_facts`), and
+    add what that says to the result and to its contract (where `optimizer_params` is the
+    last key)."""
+    if not result.loaded:
+        return
+    facts = model_facts(result.tensors, result.objects)
+    result.architecture, result.resume = facts.architecture, facts.resume
+    result.optimizer_params = facts.optimizer_params
+    result.absent -= {"architecture", "resume", "optimizer_params"}
+    if result.contract is not None:
+        result.contract.update(facts.to_json())
 
 
 # --- consistency -----------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Can training resume from this checkpoint? What a resume needs, and whether each is saved.
 
-Read from the inspect contract's records and `checkpoint.contents`' training summary, no torch.
+Read from the inspect contract's records (`TensorStats`, `ObjectLeaf`) and
+`checkpoint.contents`' training summary, no torch.
 Required: model weights, optimizer state (whose parameters must match the model's) and the
 epoch/step counter; a run that used them also needs its LR scheduler and AMP grad scaler, and
 an exactly reproducible resume needs the RNG state, so those are listed but never required.
@@ -13,10 +14,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from inspector.checkpoint.architecture import guess_architecture, model_weights, unique_weights
+from inspector.checkpoint.architecture import (
+    Architecture,
+    guess_architecture,
+    model_weights,
+    unique_weights,
+)
 from inspector.checkpoint.contents import Contents, summarize
 from inspector.checkpoint.optim_types import scheduler_types
-from inspector.checkpoint.optimizer_map import map_optimizers
+from inspector.checkpoint.optimizer_map import OptimizerParams, map_optimizers
+from inspector.checkpoint.tensor_stats import ObjectLeaf, TensorStats
 from inspector.core.vocabulary import ResumeStatus
 
 PRESENT, MISSING, MISMATCH = ResumeStatus.PRESENT, ResumeStatus.MISSING, ResumeStatus.MISMATCH
@@ -67,13 +74,13 @@ class ResumeChecklist:
         return {"ready": self.ready, "items": [i.to_json() for i in self.items]}
 
 
-def resume_checklist(contents: Contents, tensors: Iterable[dict[str, Any]],
-                     objects: Iterable[dict[str, Any]]) -> ResumeChecklist:
+def resume_checklist(contents: Contents, tensors: Iterable[TensorStats],
+                     objects: Iterable[ObjectLeaf]) -> ResumeChecklist:
     """What a resume from this checkpoint needs and whether the file holds it."""
     tensors, objects = list(tensors), list(objects)
     params = unique_weights(model_weights(tensors))
-    numel = sum(int(t.get("numel") or 0) for t in params)
-    keys = [str(r.get("key") or "") for r in tensors + objects]
+    numel = sum(int(t.numel or 0) for t in params)
+    keys = [r.key for r in [*tensors, *objects]]
     progress = " · ".join(f"{k} {v}" for k, v in contents.progress.items())
     # A substring test first: a regex search costs several microseconds a key.
     rng = [k for k in keys if "rng" in k.lower() or ("_state" in k and _RANDOM_STATE.search(k))]
@@ -103,38 +110,38 @@ def _optional(code: str, label: str, present: bool, found: str, absent: str) -> 
                       (found or "saved") if present else absent)
 
 
-def _value(objects: list[dict], pattern: re.Pattern[str], name: str) -> str:
+def _value(objects: list[ObjectLeaf], pattern: re.Pattern[str], name: str) -> str:
     """'name VALUE' from the first object whose key matches, '' if none does."""
-    found = next((o for o in objects if pattern.search(str(o.get("key") or ""))), None)
-    return f"{name} {found.get('repr')}" if found else ""
+    found = next((o for o in objects if pattern.search(o.key)), None)
+    return f"{name} {found.repr}" if found else ""
 
 
-def _optimizer_item(contents: Contents, tensors: list[dict], objects: list[dict],
-                    params: list[dict]) -> ResumeItem:
+def _optimizer_item(contents: Contents, tensors: list[TensorStats], objects: list[ObjectLeaf],
+                    params: list[TensorStats]) -> ResumeItem:
     """Optimizer state, and whether it tracks as many parameters as the model has."""
     if not (contents.optimizer_state_tensors or contents.learning_rates):
         return ResumeItem("optimizer_state", "Optimizer state", MISSING, True,
                           "a resume would restart the optimizer's moments from zero")
     listed: dict[str, int] = {}
     for o in objects:
-        match = _PARAM_ID.match(str(o.get("key") or ""))
+        match = _PARAM_ID.match(o.key)
         if match:
             listed[match.group(1)] = listed.get(match.group(1), 0) + 1
     # Per parameter, the largest state tensor (Adam's exp_avg, SGD's momentum) has its shape.
     largest: dict[tuple[str, int], int] = {}
     for t in tensors:
-        key = str(t.get("key") or "")
+        key = t.key
         for prefix in listed:
             match = _STATE_INDEX.match(key[len(prefix):]) if key.startswith(prefix) else None
             if match:
                 slot = (prefix, int(match.group(1)))
-                largest[slot] = max(largest.get(slot, 0), int(t.get("numel") or 0))
+                largest[slot] = max(largest.get(slot, 0), int(t.numel or 0))
     groups = len(contents.learning_rates)
     detail = f"{groups} parameter group{'s' if groups != 1 else ''}"
     if not listed:
         return ResumeItem("optimizer_state", "Optimizer state", PRESENT, True,
                           detail + "; which parameters it tracks is not saved")
-    count, numel = sum(listed.values()), sum(int(t.get("numel") or 0) for t in params)
+    count, numel = sum(listed.values()), sum(int(t.numel or 0) for t in params)
     elements = sum(largest.values())
     matches = count == len(params) and (len(largest) != count or elements == numel)
     if not matches:
@@ -196,13 +203,31 @@ def holds_training_state(contents: Contents) -> bool:
                 or contents.has_scheduler or contents.has_scaler)
 
 
-def model_facts(tensors: list[dict[str, Any]], objects: list[dict[str, Any]]) -> dict[str, Any]:
-    """The inspect contract's `architecture`, `resume` and `optimizer_params` (null for
-    weights alone)."""
+@dataclass
+class ModelFacts:
+    """The inspect contract's `architecture`, `resume` and `optimizer_params`."""
+
+    architecture: Architecture | None
+    """None without tensors."""
+    resume: ResumeChecklist | None
+    """None for weights alone, as are `optimizer_params`."""
+    optimizer_params: list[OptimizerParams] | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The three keys of the contract."""
+        return {"architecture": _json(self.architecture), "resume": _json(self.resume),
+                "optimizer_params": None if self.optimizer_params is None
+                else [o.to_json() for o in self.optimizer_params]}
+
+
+def _json(part: Architecture | ResumeChecklist | None) -> dict[str, Any] | None:
+    return part.to_json() if part is not None else None
+
+
+def model_facts(tensors: list[TensorStats], objects: list[ObjectLeaf]) -> ModelFacts:
+    """What the tensor records and object leaves say of the model and its training."""
     contents = summarize(tensors, objects)
     training = bool(tensors) and holds_training_state(contents)
-    return {"architecture": guess_architecture(tensors).to_json() if tensors else None,
-            "resume": resume_checklist(contents, tensors, objects).to_json()
-            if training else None,
-            "optimizer_params": [o.to_json() for o in map_optimizers(tensors, objects)]
-            if training else None}
+    return ModelFacts(guess_architecture(tensors) if tensors else None,
+                      resume_checklist(contents, tensors, objects) if training else None,
+                      map_optimizers(tensors, objects) if training else None)

@@ -1,5 +1,6 @@
-"""`TensorStats`: one tensor record of the inspect contract, the typed form every judge of a
-tensor's values reads (health, contents, resume, the report). Torch-free."""
+"""The inspect contract's records, typed: `TensorStats`, one tensor record, which every judge
+of a checkpoint reads (health, contents, architecture, resume, the report), and `ObjectLeaf`,
+one non-tensor leaf. Torch-free."""
 
 from __future__ import annotations
 
@@ -50,3 +51,13 @@ class TensorStats(JsonRecord):
     def has_stats(self) -> bool:
         """The worker summarised its values (not sparse, meta, or a dtype without statistics)."""
         return "nan" not in self.absent and self.nan is not None
+
+
+@dataclass
+class ObjectLeaf(JsonRecord):
+    """A non-tensor leaf: its dotted key, Python type and bounded repr."""
+
+    key: str
+    type: str | None = None
+    repr: str | None = None
+    shard: str | None = None

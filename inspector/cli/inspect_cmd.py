@@ -40,7 +40,6 @@ from inspector.cli.common import (
 )
 from inspector.core import strict_json
 from inspector.core.badges import LOOKS, Badge, weights_badge
-from inspector.core.json_record import records
 from inspector.core.termtext import escape
 from inspector.core.verdict import exit_code
 from inspector.core.vocabulary import HealthStatus, Verdict
@@ -146,8 +145,7 @@ def _human(report: InspectResult) -> list[str]:
                          "--override-dangerous")
         return lines
     unique = report.unique_storage
-    object_records = records(objects)
-    contents = summarize(records(tensors), object_records, unique)
+    contents = summarize(tensors, objects, unique)
     lines.append("")
     lines.append(f"{contents.tensors} tensors, {contents.parameters:,} elements, "
                  f"{contents.bytes:,} bytes of tensor data")
@@ -157,7 +155,7 @@ def _human(report: InspectResult) -> list[str]:
     training = training_summary(contents)
     if training:
         lines.append(f"training state: {training}")
-    hyper = hyper_parameters_line(object_records)
+    hyper = hyper_parameters_line(objects)
     if hyper:
         lines.append(f"hyper-parameters: {hyper}")
     lines.extend(f"optimizer ids: {escape(o.summary())}" for o in report.optimizer_params or ())

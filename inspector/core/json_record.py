@@ -36,8 +36,7 @@ def _json(value: Any) -> Any:
 
 
 def records(items: Iterable[JsonRecord]) -> list[dict[str, Any]]:
-    """The contract's records of typed items (also for the torch-free judges that read
-    records: `checkpoint.contents`, `checkpoint.health`, `checkpoint.resume`)."""
+    """The contract's records of typed items."""
     return [i.to_json() for i in items]
 
 

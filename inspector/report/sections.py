@@ -171,7 +171,7 @@ def summarize_tensors(inspect: InspectResult) -> TensorSummary:
 
 def health_info(inspect: InspectResult) -> HealthInfo:
     """Weights health as the engine judged it (judged here for results saved before it did)."""
-    health = inspect.health or assess(records(inspect.tensors))
+    health = inspect.health or assess(inspect.tensors)
     return HealthInfo(status=health.status, findings=records(health.findings),
                       weights_checked=health.weights_checked, state_tensors=health.state_tensors)
 
@@ -220,7 +220,7 @@ MAX_FLIPS_SHOWN = 20
 
 def model_info(inspect: InspectResult) -> ModelInfo:
     """The inspect result's architecture guess and training state, in the Overview's words."""
-    training = training_summary(summarize(records(inspect.tensors), records(inspect.objects)))
+    training = training_summary(summarize(inspect.tensors, inspect.objects))
     checklist = inspect.resume
     return ModelInfo(
         architecture=inspect.architecture.summary() if inspect.architecture else None,

@@ -2,11 +2,11 @@
 
 Each shard is inspected on its own (one jailed worker per shard, so a worker holds one shard);
 this module joins their `inspect` results without torch: records in the index's shard order,
-each naming its `shard`; health and the model facts judged over all of them (a duplicate
-across shards is found too); unique storage summed (a storage never spans files); coverage
-checked against the index with `shards.index` (a missing shard stops the load, other problems
-are listed); and a key kept as another key's view of the same bytes (a tied weight, which
-`convert` stores once) listed in `aliases`.
+each naming its `shard`; health judged over all of them (a duplicate across shards is found
+too; the model facts are the client's, `checkpoint.results.add_model_facts`); unique storage
+summed (a storage never spans files); coverage checked against the index with `shards.index` (a
+missing shard stops the load, other problems are listed); and a key kept as another key's view
+of the same bytes (a tied weight, which `convert` stores once) listed in `aliases`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pathlib import Path
 
 from inspector.checkpoint.health import assess
 from inspector.checkpoint.results import ClaimCheck
-from inspector.checkpoint.resume import model_facts
 from inspector.integrity.hashing import DIGEST_ALGORITHM
 from inspector.scan.dcp_folder import is_dcp_folder, sum_scans
 from inspector.scan.engine import scan_file
@@ -162,7 +161,6 @@ def merge(report: dict, results: list[ShardResult], index: ShardIndex) -> list[P
         timing=_timing([r.report.get("timing") or {} for r in results]),
         claims=_claims(results),
     )
-    report.update(model_facts(tensors, objects))
     return check_contents(index, found, data_bytes)
 
 

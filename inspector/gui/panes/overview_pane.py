@@ -303,10 +303,12 @@ class OverviewPane(QWidget):
                 + "</ul>Only these will be allowed, for this one load, inside the sandbox. "
                 "Allow them only if you trust where the file came from."
             )
-        contents = summarize(doc.tensors, doc.objects,
-                             doc.result.unique_storage if doc.result is not None else None)
-        self.fields[Row.CONTENTS].setText(contents_text(contents) if doc.tensors else "—")
-        self.fields[Row.TRAINING].setText(training_summary(contents) or "—")
+        result = doc.result  # the final, typed records: the rows streaming in are not yet
+        contents = (summarize(result.tensors, result.objects, result.unique_storage)
+                    if result is not None else None)
+        self.fields[Row.CONTENTS].setText(contents_text(contents) if contents is not None
+                                          and contents.tensors else "—")
+        self.fields[Row.TRAINING].setText((contents and training_summary(contents)) or "—")
         self.model_summary.show(doc.result)
         code = code_summary(doc.inspect)
         self.fields[Row.CODE].setText(code or "—")

@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from inspector.checkpoint.results import InspectResult
+from inspector.checkpoint.results import InspectResult, add_model_facts
 from inspector.core.progress import CancelToken
 from inspector.core.vocabulary import DEFAULT_REQUIRED_JAIL
 from inspector.sandbox.host.admission import check_loadable, dry_run_reader, static_scan
@@ -96,11 +96,14 @@ def inspect_file(
 
     A folder (other than a DCP one) or a `*.index.json` is the sharded checkpoint it names
     (`inspect_shards`, which passes each shard's scan, made before any load), its shards
-    loaded `jobs` at a time; anything else is one file (`operations.inspect_one`). `scan`:
-    the input's scan made before (the app's), so it is not scanned a second time.
+    loaded `jobs` at a time; anything else is one file (`operations.inspect_one`). A load
+    that passed its checks gets the model's facts (`add_model_facts`). `scan`: the input's
+    scan made before (the app's), so it is not scanned a second time.
     """
     options = InspectOptions(tuple(allow_globals), override_dangerous, on_event, cancel,
                              timeout, limits)
-    if is_sharded_input(Path(path)):
-        return InspectResult.of_contract(inspect_path(path, options, jobs, scan))
-    return InspectResult.of_contract(inspect_one(path, options, scan))
+    sharded = is_sharded_input(Path(path))
+    result = InspectResult.of_contract(inspect_path(path, options, jobs, scan) if sharded
+                                       else inspect_one(path, options, scan))
+    add_model_facts(result)  # typed once, here, on the caller's thread
+    return result

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from inspector.checkpoint.results import DiffResult
-from inspector.checkpoint.resume import model_facts
 from inspector.core.atomic import OutputExistsError, atomic_write, write_text_atomic
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.integrity.hashing import DIGEST_ALGORITHM, sha256_file
@@ -124,7 +123,6 @@ def inspect_one(path: str | os.PathLike[str], options: InspectOptions = InspectO
                       unique_storage=result.get("unique_storage"))
         report.update({k: result[k] for k in ("code", "code_archive") if k in result})
         check_inspection(expected, report)  # the reply is a claim until it passes
-        report.update(model_facts(report["tensors"], report["objects"]))
     except SandboxError as exc:
         expected.stop()
         report["error"] = exc.to_json()
