@@ -37,11 +37,12 @@ from inspector.gpu.telemetry import TelemetryStore
 from inspector.report import build_report
 from inspector.report.html_cells import WBR
 from inspector.report.model import FileEvidence, SessionEvidence
-from inspector.report.render_html import STYLE, report_body
+from inspector.report.render_html import report_body
 from inspector.report.render_pdf import (
     keep_together,
     orphan_headings,
     page_size,
+    qt_html,
     render_pdf,
     split_tables,
 )
@@ -108,7 +109,7 @@ def html_screens(report, shots: Path) -> list[Path]:
             return url
 
         body = report_body(report, register).replace(WBR, "\u200b")
-        doc.setHtml(f"<html><head><style>{STYLE}</style></head><body>{body}</body></html>")
+        doc.setHtml(qt_html(body))
         doc.setTextWidth(width - 48)
         tops = {"top": 0.0}
         for name, words in (("conversion", "Conversion to safetensors"),
@@ -191,10 +192,16 @@ def test_the_four_part_report_renders_in_words_on_pages_a_person_can_read(report
     assert not RAW.findall(shown), sorted(set(RAW.findall(shown)))
     # the PDF's own layout keeps every heading with its text
     doc = QTextDocument()
-    doc.setHtml(f"<html><head><style>{STYLE}</style></head><body>"
-                f"{report_body(report, lambda name, png: '')}</body></html>")
+    doc.setHtml(qt_html(report_body(report, lambda name, png: "")))
     doc.setPageSize(page_size())
     keep_together(doc)
     assert orphan_headings(doc) == [] and split_tables(doc) == []
+    # headings start where the tables under them start (Qt indented them by the body's margin)
+    block, indented = doc.begin(), []
+    while block.isValid():
+        if block.blockFormat().headingLevel() and block.blockFormat().leftMargin():
+            indented.append(block.text())
+        block = block.next()
+    assert indented == []
     saved = html_screens(report, shots) + pdf_screens(pdf, shots)
     assert len(saved) >= 2 * 3 + 2
