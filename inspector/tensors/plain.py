@@ -171,7 +171,10 @@ def _values(path: str, tensors: list[tuple[str, PlainTensor]]) -> list[dict] | N
     with open(path, "rb") as fh:
         fd = fh.fileno()
         for dtype, batch in _batches(tensors):
-            raw = [os.pread(fd, t.numel * t.itemsize, t.begin) for _, t in batch]
+            sizes = [t.numel * t.itemsize for _, t in batch]
+            raw = [os.pread(fd, n, t.begin) for n, (_, t) in zip(sizes, batch, strict=True)]
+            if [len(blob) for blob in raw] != sizes:
+                return None  # the file shrank since its header was read: torch's to report
             if dtype == RAW:
                 found = [_blocks(blob) for blob in raw]
             else:
