@@ -36,6 +36,10 @@ def test_replaying_it_shows_the_throttle_and_the_ecc_error():
     assert "GPU 1: uncorrected ECC errors (volatile) rose from 0 to 1" in run.stdout
     assert "GPU 1: the driver asks to reset the GPU" in run.stdout
     assert "GPU 0: temperature" in run.stdout
+    # the throttle is listed as the GPU pane marks it, and is not an alert
+    assert "THROTTLE [WARNING] GPU 0: clocks slowed (software thermal slowdown, hardware " \
+        "thermal slowdown)" in run.stdout
+    assert "ALERT [WARNING] GPU 0: clocks slowed" not in run.stdout
     hot = [s for s in read_log(sample_log.path()).samples if s.index == 0
            and "hardware thermal slowdown" in decode_clock_reasons(s.clocks_event_reasons)]
     assert len(hot) == sample_log.COOL_FROM - sample_log.THROTTLE_FROM

@@ -7,6 +7,8 @@ samples say so in `clocks_event_reasons`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from inspector.core.vocabulary import AlertSeverity
@@ -26,9 +28,10 @@ def throttle_onsets(times: np.ndarray, reasons: np.ndarray) -> list[tuple[float,
     return [(float(times[i]), int(mask[i])) for i in np.flatnonzero(new)]
 
 
-def timeline(store: TelemetryStore) -> list[Alert]:
-    """Every alert in the store and every throttle onset in its samples, oldest first."""
-    found = list(store.alerts)
+def timeline(store: TelemetryStore, alerts: Iterable[Alert] | None = None) -> list[Alert]:
+    """Every alert in the store (or `alerts`, all those raised where the caller kept more than
+    the store's last `max_events`) and every throttle onset in its samples, oldest first."""
+    found = list(store.alerts if alerts is None else alerts)
     for gpu in store.gpus():
         times, reasons = store.series(gpu, "clocks_event_reasons")
         for t, mask in throttle_onsets(times, reasons):

@@ -15,6 +15,7 @@ from inspector.core.atomic import OutputExistsError
 from inspector.core.badges import alert_look, shout
 from inspector.core.errors import CodedError
 from inspector.gpu.alerts import AlertRules, ingest
+from inspector.gpu.events import THROTTLE, timeline
 from inspector.gpu.sampler import Sampler
 from inspector.gpu.telemetry import (
     DEFAULT_INTERVAL_S,
@@ -73,9 +74,11 @@ def format_sample(s: GpuSample) -> str:
 
 
 def format_alert(alert: Alert) -> str:
-    """One line for an alert: its severity's word in capitals, as the GPU pane's banner says it."""
+    """One line for an alert, or a throttle onset (`THROTTLE`, not an alert: it does not set
+    the exit status): its severity's word in capitals, as the GPU pane's banner says it."""
     clock = datetime.fromtimestamp(alert.timestamp).strftime("%H:%M:%S")
-    return f"{clock} ALERT [{shout(alert_look(alert.severity).word)}] {alert.message}"
+    what = "THROTTLE" if alert.kind == THROTTLE else "ALERT"
+    return f"{clock} {what} [{shout(alert_look(alert.severity).word)}] {alert.message}"
 
 
 def _err(message: str) -> None:
@@ -114,8 +117,8 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"  {log.bad_cells} unreadable cells skipped")
     for note in log.notes:
         print(f"  note: {note}")
-    for alert in alerts:
-        print(format_alert(alert))
+    for event in timeline(store, alerts):  # the alerts and throttle onsets the GPU pane marks
+        print(format_alert(event))
     if args.csv:
         try:
             rows = write_log(args.csv, log.samples, overwrite=args.overwrite)
@@ -138,8 +141,8 @@ def _from_prometheus(args: argparse.Namespace) -> int:
     store = TelemetryStore(capacity=max(1, len(samples)))
     alerts = ingest(store, samples, AlertRules(args.temp_threshold))
     print(_summary(args.from_prometheus, store, len(samples)))
-    for alert in alerts:
-        print(format_alert(alert))
+    for event in timeline(store, alerts):
+        print(format_alert(event))
     return EXIT_ALERTS if alerts else EXIT_OK
 
 
