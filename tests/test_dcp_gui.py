@@ -40,7 +40,7 @@ def test_the_app_blocks_a_dcp_folder_whose_metadata_is_a_payload(window, qtbot, 
     (doc,) = window.open_paths([folder])
     qtbot.waitUntil(lambda: doc.state in SETTLED, timeout=LOAD_TIMEOUT_MS)
     assert doc.state == "blocked", doc.message
-    assert doc.scan.verdict == "dangerous" and doc.inspect is None and not doc.tensors
+    assert doc.scan.verdict == "dangerous" and doc.result is None and not doc.tensors
     qtbot.waitUntil(lambda: not window.runner.active(), timeout=LOAD_TIMEOUT_MS)
     window.overview.set_document(doc)
     assert window.overview.fields["sha256"].text() == "—"  # not "computing…" forever

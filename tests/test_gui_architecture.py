@@ -82,7 +82,7 @@ def test_the_built_in_sample_is_weights_with_an_epoch_not_a_failed_resume(window
     wait_loaded(qtbot, benign)
     window.file_list.setCurrentRow(window.docs.index(benign))
     qtbot.waitUntil(lambda: window.overview.doc is benign)
-    assert benign.inspect["resume"] is None
+    assert benign.result.resume is None
     resume = window.overview.model_summary.resume
     assert resume.isVisible() and resume.accessibleDescription() == WEIGHTS_ONLY
     assert window.overview.fields["training"].text() == "epoch 12"

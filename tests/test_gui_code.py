@@ -35,7 +35,7 @@ def _open(window, qtbot, path: Path):
 
 def test_a_scripted_module_lists_its_code_files_without_flags(window, qtbot, archives):
     doc = _open(window, qtbot, archives / "scripted.pt")
-    names = [c["name"] for c in doc.inspect["code"]]
+    names = [c["name"] for c in doc.result.code]
     assert names and all(n.startswith("code/") for n in names)
     overview = window.overview
     assert overview.fields["code"].isVisible()
@@ -60,7 +60,7 @@ def test_a_scripted_module_lists_its_code_files_without_flags(window, qtbot, arc
 def test_os_system_in_code_is_flagged_at_a_glance_and_marked(window, qtbot, archives,
                                                             artifacts):
     doc = _open(window, qtbot, archives / "os_system.pt")
-    flagged = next(c for c in doc.inspect["code"] if c["flags"])
+    flagged = next(c for c in doc.result.code if c["flags"])
     overview = window.overview
     assert overview.fields["code"].text().endswith(
         f"1 flag: {flagged['name']} names the Python module os")
@@ -102,7 +102,7 @@ def test_markup_and_bidi_in_code_are_shown_as_escaped_text(window, qtbot, archiv
     overview = window.overview
     overview.code_button.click()
     dialog = overview.code_dialog
-    row = next(i for i, c in enumerate(doc.inspect["code"]) if "<b>bold</b>" in c["text"])
+    row = next(i for i, c in enumerate(doc.result.code) if "<b>bold</b>" in c["text"])
     dialog.list.setCurrentRow(row)
     shown = dialog.text.toPlainText()
     # the markup is literal text (a plain-text view), the override a visible escape

@@ -43,7 +43,8 @@ def model(tmp_path_factory, tmp_path):
 def open_folder(window, qtbot, folder):
     (doc,) = window.open_paths([folder])
     # a sharded model has no one SHA-256 (each shard's is in its result): wait for the load
-    qtbot.waitUntil(lambda: doc.state == "loaded" and bool(doc.inspect), timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: doc.state == "loaded" and doc.result is not None,
+                    timeout=LOAD_TIMEOUT_MS)
     assert window.act_convert.isEnabled()
     return doc
 

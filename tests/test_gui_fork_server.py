@@ -54,7 +54,7 @@ def _ready_server():
 
 
 def _worker_kind(doc) -> str:
-    return doc.inspect["timing"]["worker"]
+    return doc.result.timing["worker"]
 
 
 def test_a_small_checkpoint_loads_through_a_forked_worker(warm_window, qtbot, tmp_path):

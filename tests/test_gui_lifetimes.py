@@ -41,7 +41,7 @@ def _spin(ms: int) -> None:
 
 
 def _snapshot(doc) -> tuple:
-    return (doc.state, doc.message, doc.scan is None, doc.inspect is None, doc.sha256,
+    return (doc.state, doc.message, doc.scan is None, doc.result is None, doc.sha256,
             len(doc.tensors), doc.verify is None, doc.diff is None, doc.conversion is None)
 
 

@@ -13,7 +13,10 @@ from PySide6.QtCore import QEvent, Qt
 from PySide6.QtGui import QHelpEvent
 from PySide6.QtWidgets import QApplication, QToolTip
 
+from inspector.checkpoint.health import Health, HealthFinding
 from inspector.checkpoint.radar import ABSMAX, NONFINITE, STD
+from inspector.checkpoint.results import InspectResult
+from inspector.core.vocabulary import HealthSeverity, HealthStatus
 from inspector.gui import app as appmod
 from inspector.gui import roles
 from inspector.gui.document import FileDocument
@@ -42,7 +45,7 @@ def test_flipped_exponent_lights_up_its_cell_and_a_click_selects_it(window, qtbo
                                                                     artifacts):
     (doc,) = window.open_paths([flipped])
     wait_loaded(qtbot, doc)
-    qtbot.waitUntil(lambda: (doc.inspect or {}).get("health") is not None)
+    qtbot.waitUntil(lambda: doc.health is not None)
     window.tabs.setCurrentWidget(window.tensors)
     pane = window.tensors
     pane.radar_button.click()
@@ -121,6 +124,12 @@ def fake(key: str, absmax: float = 0.5) -> dict:
             "nbytes": 16, "absmax": absmax, "std": 0.1, "nan": 0, "inf": 0}
 
 
+def _health_problem(doc: FileDocument, code: str, key: str) -> InspectResult:
+    """A finished inspection whose weights health names one problem."""
+    return InspectResult(str(doc.path), health=Health(HealthStatus.PROBLEM, [
+        HealthFinding(code, key, HealthSeverity.PROBLEM, "")]))
+
+
 @pytest.fixture
 def pane(qtbot, tmp_path, gui_settings) -> TensorsPane:
     appmod.settings().clear()
@@ -182,8 +191,7 @@ def test_radar_is_built_only_while_shown(pane, qtbot, tmp_path, monkeypatch):
     assert built == [1]
     doc.changed.emit()  # nothing new: not rebuilt
     assert built == [1]
-    doc.inspect = {"health": {"status": "problem", "findings": [
-        {"code": "nonfinite-weights", "key": "layers.1.w", "severity": "problem"}]}}
+    doc.result = _health_problem(doc, "nonfinite-weights", "layers.1.w")
     doc.changed.emit()
     assert built == [1, 1]
     index = pane.radar.index_of("layers.1.w")
@@ -229,7 +237,7 @@ def test_every_row_fits_a_1280x720_window_and_a_finding_is_in_view(window, qtbot
     show at a readable height (the radar takes the height it needs, the panel keeps its least)."""
     (doc,) = window.open_paths([flipped])
     wait_loaded(qtbot, doc)
-    qtbot.waitUntil(lambda: (doc.inspect or {}).get("health") is not None)
+    qtbot.waitUntil(lambda: doc.health is not None)
     window.resize(1280, 720)
     window.tabs.setCurrentWidget(window.tensors)
     pane, view = window.tensors, window.tensors.radar
@@ -259,8 +267,7 @@ def test_rows_that_cannot_fit_scroll_with_the_finding_in_view(pane, qtbot, tmp_p
     flagged = "layers.2.block37.weight"
     doc.apply_events([fake(f"layers.{i}.{kind}") for i in range(4) for kind in kinds])
     qtbot.waitUntil(lambda: pane.model.rowCount() == 160)
-    doc.inspect = {"health": {"status": "problem", "findings": [
-        {"code": "magnitude-outlier", "key": flagged, "severity": "problem"}]}}
+    doc.result = _health_problem(doc, "magnitude-outlier", flagged)
     pane.radar_button.click()
     view = pane.radar
     qtbot.waitUntil(lambda: view.pages.currentIndex() == 1)

@@ -100,10 +100,10 @@ def test_screenshots_of_every_pane_and_dialog(window, qtbot, small, tmp_path, ar
     wait_loaded(qtbot, truncated, ("error",))
     for doc in (benign, model, layered, nan, crc, safetensors):
         wait_loaded(qtbot, doc)
-    qtbot.waitUntil(lambda: all(d.state == "loaded" and d.inspect for d in (alpha, beta)),
-                    timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: all(d.state == "loaded" and d.result is not None
+                                for d in (alpha, beta)), timeout=LOAD_TIMEOUT_MS)
     for doc in (layered, nan):
-        qtbot.waitUntil(lambda d=doc: (d.inspect or {}).get("health") is not None)
+        qtbot.waitUntil(lambda d=doc: d.health is not None)
     docs = window.docs
 
     def show(doc, pane: QWidget) -> None:

@@ -157,7 +157,7 @@ def test_a_parent_folder_of_two_models_is_one_entry_per_model(window, qtbot, dam
     docs = window.open_paths([parent])
     assert [d.name for d in docs] == ["alpha/tiny-gpt", "beta/tiny-gpt"]
     # a sharded model has no one SHA-256 (each shard's is in its result): wait for the load
-    qtbot.waitUntil(lambda: all(d.state == "loaded" and d.inspect for d in docs),
+    qtbot.waitUntil(lambda: all(d.state == "loaded" and d.result is not None for d in docs),
                     timeout=LOAD_TIMEOUT_MS)
     rows = [window.file_list.item(i).text() for i in range(window.file_list.count())]
     assert rows == ["alpha/tiny-gpt (2 shards)", "beta/tiny-gpt (2 shards)"]

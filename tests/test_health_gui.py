@@ -24,7 +24,7 @@ def _nan_checkpoint(path: Path) -> Path:
 def test_nan_checkpoint_is_safe_code_and_a_weights_problem(window, qtbot, tmp_path, artifacts):
     (doc,) = window.open_paths([_nan_checkpoint(tmp_path / "nan.pt")])
     wait_loaded(qtbot, doc)
-    qtbot.waitUntil(lambda: (doc.inspect or {}).get("health") is not None, timeout=5000)
+    qtbot.waitUntil(lambda: doc.health is not None, timeout=5000)
     overview = window.overview
     # no code, but no green check beside damaged weights: the worse verdict leads
     assert overview.banner.title.text() == "No code found — but the weights are damaged"

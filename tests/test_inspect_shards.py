@@ -276,7 +276,7 @@ def test_the_app_blocks_a_model_folder_with_a_malicious_shard(window, qtbot, sav
     (doc,) = window.open_paths([copy])
     qtbot.waitUntil(lambda: doc.state in SETTLED, timeout=LOAD_TIMEOUT_MS)
     assert doc.state == "blocked", doc.message
-    assert doc.scan.verdict == "dangerous" and doc.inspect is None and not doc.tensors
+    assert doc.scan.verdict == "dangerous" and doc.result is None and not doc.tensors
     window.tabs.setCurrentWidget(window.overview)
     qtbot.waitUntil(lambda: not window.runner.active(), timeout=LOAD_TIMEOUT_MS)
     assert window.overview.fields["sha256"].text() == "—"  # not hashing a folder forever

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inspector.checkpoint.architecture import is_model_weight
+from inspector.checkpoint.health import HealthFinding
 from inspector.core.vocabulary import HealthSeverity
 
 ABSMAX, STD, NONFINITE = "absmax", "std", "nonfinite"
@@ -184,13 +185,13 @@ def kind_of(label: str) -> str:
 
 
 def build_radar(tensors: Iterable[dict[str, Any]],
-                findings: Iterable[dict[str, Any]] = ()) -> Radar:
+                findings: Iterable[HealthFinding] = ()) -> Radar:
     """The radar of the inspect contract's tensor records and its health `findings`."""
     weights = [t for t in tensors if is_model_weight(str(t.get("key") or ""), t.get("dtype"))]
     flagged: dict[str, list[str]] = {}
     for f in findings:
-        if f.get("severity") != HealthSeverity.INFO:
-            flagged.setdefault(str(f.get("key")), []).append(str(f.get("code")))
+        if f.severity != HealthSeverity.INFO:
+            flagged.setdefault(f.key, []).append(str(f.code))
     placed: list[tuple[str, str | None, dict[str, Any]]] = []
     layers: set[int] = set()
     for rec in weights:

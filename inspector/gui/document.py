@@ -79,9 +79,8 @@ class FileDocument(QObject):
         self.state = DocumentState.SCANNING
         self.message = ""
         self.scan: ScanResult | None = None
-        self.inspect: dict[str, Any] | None = None
         self.result: InspectResult | None = None
-        """The final inspection, typed; `inspect` is its `contract`."""
+        """The final inspection, typed."""
         self.sha256: str | None = None
         self.sandbox: dict[str, Any] | None = None
         self.allowed_globals: tuple[str, ...] = ()
@@ -166,10 +165,10 @@ class FileDocument(QObject):
             self.tensors_appended.emit(first, len(new_tensors))
 
     def set_inspect(self, typed: InspectResult) -> None:
-        """Record the final inspection, typed off the UI thread, and its contract (`inspect`,
-        the rows the panes read); its tensor list is authoritative."""
+        """Record the final inspection, typed off the UI thread; its tensor list is
+        authoritative (the panes' rows: its contract's records)."""
         result = typed.contract or {}
-        self.inspect, self.result = result, typed
+        self.result = typed
         self.sha256 = typed.sha256 or self.sha256
         self.sandbox = result.get("sandbox") or self.sandbox
         if typed.scan:
@@ -186,9 +185,10 @@ def list_text(doc: FileDocument) -> str:
     """A document's row in the file list: its name and, for a sharded model, its coverage
     in a few words, short enough to stay unelided: 'gpt2 (2 shards)', or '(2 shards,
     incomplete)' when the shards do not cover their index (the tooltip has `coverage_text`)."""
-    shards = (doc.inspect or {}).get("shards")
-    if not (doc.inspect or {}).get("index") or shards is None:
+    result = doc.result
+    if result is None or not result.index or result.shards is None:
         return doc.name
-    fatal = [p for p in (doc.inspect or {}).get("problems") or [] if p.get("fatal")]
+    shards = result.shards
+    fatal = [p for p in result.problems or [] if p.get("fatal")]
     count = f"{len(shards)} shard{'s' if len(shards) != 1 else ''}"
     return f"{doc.name} ({count}{', incomplete' if fatal else ''})"

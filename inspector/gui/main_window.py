@@ -385,7 +385,7 @@ class MainWindow(QMainWindow):
             return
         item = self.file_list.item(self.docs.index(doc))
         item.setIcon(document_icon(doc))
-        coverage = coverage_text(doc.inspect or {})
+        coverage = coverage_text(doc.result)
         item.setText(list_text(doc))
         words = document_words(doc)
         item.setToolTip(f"{doc.path}\n{state_tooltip(doc)}\n{words} — {doc.state_words()}"

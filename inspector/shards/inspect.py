@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.checkpoint.health import assess
-from inspector.checkpoint.results import ClaimCheck
+from inspector.checkpoint.results import ClaimCheck, InspectResult
 from inspector.integrity.hashing import DIGEST_ALGORITHM
 from inspector.scan.dcp_folder import is_dcp_folder, sum_scans
 from inspector.scan.engine import scan_file
@@ -69,13 +69,13 @@ def scan_set(shards: ShardSet, made: ScanResult | None = None
     return scans, scan_shards(shards.path, list(scans.values()))
 
 
-def coverage_text(report: dict) -> str | None:
+def coverage_text(result: InspectResult | None) -> str | None:
     """One line for a person: how many shards, and whether they cover their index."""
-    if not report.get("index"):
+    if result is None or not result.index:
         return None
-    problems = report.get("problems") or []
-    count = len(report.get("shards") or [])
-    text = f"{count} shard{'s' if count != 1 else ''} ({Path(report['index']).name}): "
+    problems = result.problems or []
+    count = len(result.shards or [])
+    text = f"{count} shard{'s' if count != 1 else ''} ({Path(result.index).name}): "
     if not problems:
         return text + "every key in exactly one shard, as the index says"
     return text + "; ".join(f"{p['code']}: {p['message']}" for p in problems[:5]) + (

@@ -408,7 +408,7 @@ def _tensor_entries(doc: FileDocument) -> list:
     """The document's measured tensors as manifest entries (already hashed in the sandbox)."""
     from inspector.integrity.manifest import TensorEntry
 
-    algorithm = (doc.inspect or {}).get("digest_algorithm", "sha256")
+    algorithm = (doc.result.digest_algorithm if doc.result else None) or "sha256"
     return [
         TensorEntry(key=t["key"], dtype=t.get("dtype"), shape=tuple(t.get("shape") or ()),
                     digest=t.get("digest"), digest_algorithm=algorithm)

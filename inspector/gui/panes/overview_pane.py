@@ -273,7 +273,7 @@ class OverviewPane(QWidget):
         self.fields[Row.PATH].setText(str(doc.path))
         self.fields[Row.FORMAT].setText(doc.scan.format if doc.scan else "—")
         self.fields[Row.SIZE].setText(human_size(doc.size))
-        shards = coverage_text(doc.inspect or {})
+        shards = coverage_text(doc.result)
         self.fields[Row.SHARDS].setText(shards or "—")
         self.form.setRowVisible(self.fields[Row.SHARDS], shards is not None)
         hashing = (doc.state in (DocumentState.QUEUED, DocumentState.LOADING,
@@ -310,7 +310,7 @@ class OverviewPane(QWidget):
                                           and contents.tensors else "—")
         self.fields[Row.TRAINING].setText((contents and training_summary(contents)) or "—")
         self.model_summary.show(doc.result)
-        code = code_summary(doc.inspect)
+        code = code_summary(doc.result)
         self.fields[Row.CODE].setText(code or "—")
         self.form.setRowVisible(self.code_row, code is not None)
         self.findings.setHtml(_findings_html(doc))
@@ -352,8 +352,9 @@ class OverviewPane(QWidget):
 
     def _show_code(self) -> None:
         if self.doc is not None:
-            self.code_dialog = CodeDialog(self.doc.name, (self.doc.inspect or {}).get("code")
-                                          or [], self)
+            result = self.doc.result
+            self.code_dialog = CodeDialog(self.doc.name, (result.code if result else None) or [],
+                                          self)
             self.code_dialog.show()
 
     def _allow(self) -> None:

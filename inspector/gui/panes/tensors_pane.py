@@ -290,7 +290,7 @@ class TensorsPane(TensorsPaneLayout):
             }.get(doc.state, text)
         elif doc.state in (DocumentState.LOADING, DocumentState.QUEUED):
             text += "  (still loading…)"
-        unique = (doc.inspect or {}).get("unique_storage") if doc else None
+        unique = doc.result.unique_storage if doc and doc.result else None
         if unique:
             text += (f"  — unique storage {unique['numel']:,} elements, "
                      f"{unique['nbytes']:,} bytes (tied weights once)")
@@ -319,12 +319,12 @@ class TensorsPane(TensorsPaneLayout):
         if self.views.currentIndex() != 2:
             return
         doc = self.doc
-        health = (doc.inspect or {}).get("health") if doc else None
+        health = doc.health if doc else None
         source = (id(doc), len(doc.tensors), health) if doc else None
         if source == self._radar_source:
             return
         self._radar_source = source
-        self.radar.set_radar(build_radar(doc.tensors, (health or {}).get("findings") or ())
+        self.radar.set_radar(build_radar(doc.tensors, health.findings if health else ())
                              if doc else None)
         self._fit_radar()
         if self.selected is not None:

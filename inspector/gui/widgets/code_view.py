@@ -22,12 +22,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from inspector.checkpoint.results import InspectResult
 from inspector.layout.torchscript import judge_code
 
 
-def code_summary(inspect: dict | None) -> str | None:
+def code_summary(result: InspectResult | None) -> str | None:
     """'3 files · 1 flag: code/__torch__/x.py names the Python module os'; None without code."""
-    files = (inspect or {}).get("code")
+    files = result.code if result is not None else None
     if files is None:
         return None
     text = f"{len(files)} file{'s' if len(files) != 1 else ''}"
