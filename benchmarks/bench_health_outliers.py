@@ -25,7 +25,8 @@ import time
 
 import torch
 
-from inspector.checkpoint.health import PROBLEM, assess, is_state_key, outlier_gap
+from inspector.checkpoint.health import PROBLEM, Health, assess, is_state_key, outlier_gap
+from inspector.checkpoint.tensor_stats import TensorStats
 from inspector.tensors import stats
 from inspector.tensors.describe import describe_tensors
 from inspector.tensors.records import dtype_name
@@ -33,6 +34,11 @@ from inspector.tensors.stats import tensor_stats
 
 _MSB = {torch.float32: (torch.int32, 30), torch.float16: (torch.int16, 14),
         torch.bfloat16: (torch.int16, 14)}
+
+
+def _assess(rows) -> Health:
+    """The health of the contract's tensor records (dicts, as the worker writes them)."""
+    return assess(map(TensorStats.from_json, rows))
 
 
 def _models(names: list[str]) -> dict[str, torch.nn.Module]:
@@ -107,8 +113,8 @@ def run(name: str, model: torch.nn.Module, dtype: torch.dtype, rng: random.Rando
     start = time.perf_counter()
     records = _records(state)
     elapsed = time.perf_counter() - start
-    health = assess(records)
-    assert assess(_records(state, force=False)).to_json() == health.to_json()
+    health = _assess(records)
+    assert _assess(_records(state, force=False)).to_json() == health.to_json()
     fps = [f for f in health.findings if f.severity == PROBLEM]
     warnings = [f for f in health.findings if f.severity == "warning"]
     judged = [k for k, v in state.items() if v.is_floating_point() and not is_state_key(k)
@@ -119,7 +125,7 @@ def run(name: str, model: torch.nn.Module, dtype: torch.dtype, rng: random.Rando
         if flipped is None:
             continue  # all zero (a fresh bias): flipping 0 gives 2.0, nothing to see
         flipped_count += 1
-        findings = assess(_records({key: flipped})).findings
+        findings = _assess(_records({key: flipped})).findings
         named += any(f.key == key and f.severity == PROBLEM for f in findings)
     params = sum(v.numel() for v in state.values())
     print(f"{name:>14} {dtype_name(dtype):>9}: {len(records):4d} tensors, {params / 1e6:7.1f} M "
@@ -139,7 +145,7 @@ def heavy_tails(tensors: int = 20) -> None:
         dist = torch.distributions.StudentT(df)
         for dtype in (torch.float32, torch.float16, torch.bfloat16):
             flagged = sum(
-                assess(_records({"w": (dist.sample((1024, 1024)) * 0.02).to(dtype)})).status
+                _assess(_records({"w": (dist.sample((1024, 1024)) * 0.02).to(dtype)})).status
                 == PROBLEM for _ in range(tensors))
             print(f"  Student-t df={df:g} {dtype_name(dtype):>9}: {flagged}/{tensors} flagged")
 

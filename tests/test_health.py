@@ -16,11 +16,13 @@ import torch
 
 from inspector.checkpoint.health import (
     PROBLEM,
+    Health,
     assess,
     is_state_key,
     magnitude_outliers,
     outlier_gap,
 )
+from inspector.checkpoint.tensor_stats import TensorStats
 from inspector.cli import main
 from inspector.report import SessionEvidence, build_report
 from inspector.report.model import FileEvidence
@@ -32,6 +34,11 @@ from inspector.tensors.stats import tensor_stats
 FLIPS = 1000
 _BITS_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
 _EXPONENT_MSB = {torch.float32: 30, torch.float16: 14, torch.bfloat16: 14}
+
+
+def _assess(rows) -> Health:
+    """The health of the contract's tensor records (dicts, as the worker writes them)."""
+    return assess(map(TensorStats.from_json, rows))
 
 
 def _records(state: dict[str, torch.Tensor]) -> list[dict]:
@@ -60,7 +67,7 @@ def test_random_single_bit_flips_are_named_when_they_hit_the_exponent_top(dtype)
     g = torch.Generator().manual_seed(7)
     clean = (torch.randn(48, 64, generator=g) * 0.02).to(dtype)
     base = tensor_stats(clean)
-    assert assess([{"key": "w", "dtype": str(dtype).removeprefix("torch."), "shape": [48, 64],
+    assert _assess([{"key": "w", "dtype": str(dtype).removeprefix("torch."), "shape": [48, 64],
                     "numel": clean.numel(), "digest": "a", **base}]).status == "ok"
     bits = clean.element_size() * 8
     msb = _EXPONENT_MSB[dtype]
@@ -70,7 +77,7 @@ def test_random_single_bit_flips_are_named_when_they_hit_the_exponent_top(dtype)
         flipped = _flip(clean, index, bit)
         rec = {"key": "layer.weight", "dtype": str(dtype).removeprefix("torch."),
                "shape": [48, 64], "numel": clean.numel(), "digest": "x", **tensor_stats(flipped)}
-        health = assess([rec])
+        health = _assess([rec])
         _strict(rec)
         _strict(health.to_json())
         hit = {f.key for f in health.findings if f.severity == PROBLEM}
@@ -113,7 +120,7 @@ def test_flipped_tensors_make_strict_reports(dtype, tmp_path: Path) -> None:
                             "weights_only_ok": True, "globals": [], "findings": []},
                    "sandbox": {"level": "full"}, "digest_algorithm": "sha256",
                    "tensors": [row], "objects": [], "error": None,
-                   "health": assess([row]).to_json()}
+                   "health": _assess([row]).to_json()}
         report = build_report(SessionEvidence([FileEvidence(str(path), inspect=inspect)]))
         json.loads(report.dumps(), parse_constant=lambda t: pytest.fail(f"token {t}"))
         assert "<html" in render_html(report)
@@ -184,7 +191,7 @@ def test_lightning_state_is_shown_but_not_a_problem() -> None:
         "optimizer_states.0.state.0.exp_avg": torch.full((8, 8), math.nan),
         "optimizer_states.0.state.0.step": torch.tensor(100.0),
     })
-    health = assess(records)
+    health = _assess(records)
     assert health.status == "ok"
     assert {f.code for f in health.findings} == {"nonfinite-state"}
     assert health.weights_checked == 3 and health.state_tensors == 4
@@ -203,7 +210,7 @@ def test_constant_zero_and_duplicate_weights_are_warnings() -> None:
         "c.weight": shared.clone(),
         "tied.weight": shared,
     })
-    health = assess(records)
+    health = _assess(records)
     assert health.status == "warning"
     found = {(f.code, f.key) for f in health.findings}
     assert found == {("zero-weights", "lora_B.weight"), ("constant-weights", "proj.weight"),
@@ -235,7 +242,7 @@ def test_tensors_without_statistics_are_not_judged() -> None:
     records = _records({"sparse": torch.eye(4).to_sparse(), "meta": torch.empty(3, 3,
                                                                                  device="meta"),
                         "dense": torch.randn(4, 4)})
-    health = assess(records)
+    health = _assess(records)
     # the sparse weight is judged on its stored values (an identity is not "constant")
     assert health.weights_checked == 2 and health.status == "ok"
 
@@ -248,7 +255,7 @@ def test_every_health_rule_is_registered_with_a_scope_and_each_one_fires():
     assert {r.scope for r in RULES} == {"quantized", "values", "weights"}
     base = {"dtype": "float32", "shape": [4, 4], "numel": 16, "nan": 0, "inf": 0, "zeros": 0,
             "min": -1.0, "max": 1.0, "absmax": 1.0, "digest": "d"}
-    found = {(f.key, f.code) for f in assess([
+    found = {(f.key, f.code) for f in _assess([
         {**base, "key": "q", "quantization": {"scale": "nan"}},
         {**base, "key": "n", "nan": 2, "digest": "n"},
         {**base, "key": "o", "exponents": [[-4, 15], [60, 1]], "absmax": 2.0 ** 60,

@@ -7,14 +7,20 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from inspector.checkpoint.health import assess
+from inspector.checkpoint.health import Health, assess
+from inspector.checkpoint.tensor_stats import TensorStats
 from inspector.sandbox.worker.diff import diff_checkpoints
 from inspector.tensors.describe import describe_tensors
 from inspector.tensors.sources import open_checkpoint
 
 
+def _assess(rows) -> Health:
+    """The health of the contract's tensor records (dicts, as the worker writes them)."""
+    return assess(map(TensorStats.from_json, rows))
+
+
 def _health(state: dict[str, torch.Tensor]):
-    return assess(describe_tensors(list(state.items()), lambda event: None, threads=1))
+    return _assess(describe_tensors(list(state.items()), lambda event: None, threads=1))
 
 
 def _flip_top_exponent_bit(t: torch.Tensor, index: int) -> torch.Tensor:

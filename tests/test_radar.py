@@ -9,9 +9,15 @@ import factories
 import pytest
 import torch
 
-from inspector.checkpoint.health import assess
+from inspector.checkpoint.health import Health, assess
 from inspector.checkpoint.radar import ABSMAX, AFTER, BEFORE, NONFINITE, STD, build_radar, kind_of
+from inspector.checkpoint.tensor_stats import TensorStats
 from inspector.tensors.describe import describe_tensors
+
+
+def _assess(rows) -> Health:
+    """The health of the contract's tensor records (dicts, as the worker writes them)."""
+    return assess(map(TensorStats.from_json, rows))
 
 
 def records(state: dict[str, torch.Tensor]) -> list[dict]:
@@ -45,7 +51,7 @@ def test_layers_along_the_depth_and_a_row_per_weight_kind() -> None:
 
 def test_one_flipped_exponent_bit_is_the_brightest_cell_of_its_row(flipped) -> None:
     key, _, _ = factories.RADAR_FLIP
-    health = assess(flipped)
+    health = _assess(flipped)
     radar = build_radar(flipped, health.findings)
     row, column = radar.locate(key)
     assert radar.columns[column] == "3" and radar.rows[row].label == "self_attn.k_proj.weight"
@@ -78,7 +84,7 @@ def test_nan_and_inf_share_lights_its_cell_and_health_marks_it() -> None:
     bad.view(-1)[:8] = float("nan")
     bad.view(-1)[8:16] = float("inf")
     recs = records(state)
-    radar = build_radar(recs, assess(recs).findings)
+    radar = build_radar(recs, _assess(recs).findings)
     row, column = radar.locate("model.layers.2.mlp.down_proj.weight")
     cell = radar.cells[(row, column)]
     assert cell.nan == 8 and cell.inf == 8 and cell.nonfinite == pytest.approx(16 / 512)

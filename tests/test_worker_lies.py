@@ -18,7 +18,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from inspector.checkpoint.health import assess
+from inspector.checkpoint.health import Health, assess
+from inspector.checkpoint.tensor_stats import TensorStats
 from inspector.cli import main
 from inspector.sandbox.host.jobs import run_job
 from inspector.sandbox.host.operations import inspect_reply
@@ -33,6 +34,11 @@ class _Exec:
 
     def __reduce__(self):
         return exec, (self.source, {})  # one namespace: its functions see its names
+
+
+def _assess(rows) -> Health:
+    """The health of the contract's tensor records (dicts, as the worker writes them)."""
+    return assess(map(TensorStats.from_json, rows))
 
 
 @pytest.fixture
@@ -239,7 +245,7 @@ def test_a_worker_that_lies_about_the_tensors_is_caught(tmp_path, hostile, capsy
     told = {r["key"]: r for r in reply["tensors"]}
     if lie is CLEAN_STATS:  # the lie under the real worker: NaN in the file, health ok
         assert torch.isnan(state["b"]).sum() == 1
-        assert told["b"]["nan"] == 0 and assess(reply["tensors"]).status == "ok"
+        assert told["b"]["nan"] == 0 and _assess(reply["tensors"]).status == "ok"
     elif lie is FORGED_DIGEST:
         assert told[list(state)[-1]]["digest"] == "0" * 64
     else:

@@ -42,7 +42,7 @@ a new rule is one class here and one test.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -197,14 +197,12 @@ def register(cls: type) -> type:
     return cls
 
 
-def assess(tensors: Iterable[TensorStats | Mapping[str, Any]]) -> Health:
+def assess(tensors: Iterable[TensorStats]) -> Health:
     """Judge every tensor record of an `inspect` result; see the module docstring."""
     judging = Judging(Health())
     health = judging.health
     judged: dict[str, tuple[str | None, bool]] = {}  # key: (digest, training state)
     for rec in tensors:
-        if not isinstance(rec, TensorStats):
-            rec = TensorStats.from_json(dict(rec))
         state = is_state_key(rec.key)
         if isinstance(rec.quantization, dict):
             judging.severity = INFO if state else PROBLEM

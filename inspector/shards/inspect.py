@@ -16,6 +16,7 @@ from pathlib import Path
 
 from inspector.checkpoint.health import assess
 from inspector.checkpoint.results import ClaimCheck, InspectResult
+from inspector.checkpoint.tensor_stats import TensorStats
 from inspector.integrity.hashing import DIGEST_ALGORITHM
 from inspector.scan.dcp_folder import is_dcp_folder, sum_scans
 from inspector.scan.engine import scan_file
@@ -155,7 +156,7 @@ def merge(report: dict, results: list[ShardResult], index: ShardIndex) -> list[P
     report.update(
         tensors=tensors, objects=objects, aliases=tied,
         sandbox=results[-1].report["sandbox"],
-        health=assess(tensors).to_json(),
+        health=assess(map(TensorStats.from_json, tensors)).to_json(),
         unique_storage={k: sum(s.get(k, 0) for s in storage)
                         for k in ("storages", "numel", "nbytes")},
         timing=_timing([r.report.get("timing") or {} for r in results]),

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from inspector.checkpoint.extract import strip_prefixes
 from inspector.checkpoint.health import assess
 from inspector.checkpoint.results import ClaimCheck
+from inspector.checkpoint.tensor_stats import TensorStats
 from inspector.core.dtypes import BY_NAME
 from inspector.core.errors import CodedError
 from inspector.core.termtext import escape
@@ -132,7 +133,7 @@ def check_inspection(expected: Expected, report: dict[str, Any]) -> None:
     measured = expected.wait()
     if isinstance(measured, str):
         # judged here from the loader's records, which nothing here could check
-        report["health"] = assess(report["tensors"]).to_json()
+        report["health"] = assess(map(TensorStats.from_json, report["tensors"])).to_json()
         report["claims"] = ClaimCheck(reason=measured).to_json()
         return
     problems = _record_problems(measured, report["tensors"], {})
@@ -140,7 +141,7 @@ def check_inspection(expected: Expected, report: dict[str, Any]) -> None:
         report["error"] = _refuted("inspection", problems, report.get("sandbox")).to_json()
         report["health"] = None
         return
-    report["health"] = assess(report["tensors"]).to_json()
+    report["health"] = assess(map(TensorStats.from_json, report["tensors"])).to_json()
     report["claims"] = ClaimCheck(checked=True, tensors=len(measured)).to_json()
     _timed(report, started)
 
