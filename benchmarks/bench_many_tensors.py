@@ -26,8 +26,20 @@ their order); small tensors are described together (`tensors.small_stats`: the 1
 0.3 s, 1.1 s one by one; a GGUF file's bits8 blocks hashed once, 0.43 -> 0.20 s); health
 is judged once, in the client; `--json` is encoded without
 the strict copy; the CLI no longer reads a safetensors header again to reorder the records.
-Not yet the issue's 2 s: a cold worker's start-up (importing torch) is 1.1-1.3 s of it, and the
-client's checks and model facts after the reply about 0.3 s.
+Then a cold worker's start-up (importing torch) was 1.1-1.3 s of it. Since 2026-12-06 the
+worker reads such files without torch (`tensors.plain`: the same records; worker peak RSS
+298 -> 74 MB), sends the GGUF file's 12,000 `KEY::ggml` leaves in `objects` lines of several,
+parses a GGUF header in 0.135 s instead of 0.22 s (three readers parse it) and the client
+measures the file's bytes once the scan has passed it. 02:28-02:30, load 7.2-7.4 from other
+sessions, medians of 5: safetensors 3.77 s (worker job 1.98 s, start-up 0.56 s; **0.86x**
+the user's reader, which took 4.37 s), GGUF 3.56 s (1.87 s, 0.70 s; **1.65x**); 02:43-02:45,
+load 3.4-5.2: 4.50 s (0.76x) and 3.83 s (1.53x). The same CLI with the worker forced onto
+the torch path (a self-test payload), alternating, 5 rounds, load 5-8: safetensors 8.73 ->
+4.76 s wall, 5.10 -> 2.80 s CPU; GGUF 10.96 -> 4.30 s, 5.35 -> 2.49 s CPU. At the ratios
+above the 2 s would be met at the earlier load of 1.6-1.9 (the user's readers then took 1.49
+and 0.74 s: about 1.2-1.3 s), not measured there: this machine stayed at load 3-9. What the
+client does after the reply (health, the typed result, model facts, the JSON) is now the
+largest part.
 
     .venv/bin/python benchmarks/bench_many_tensors.py [--tensors 12000] [--repeats 3]
 """
