@@ -7,10 +7,12 @@ Method: a ~10M-parameter MLP (4 x Linear(1600, 1600) with GELU, batch 64, SGD) t
 chosen device. The six modes run interleaved, round by round, in an order that rotates each
 round (off, guard, guard-inline, isfinite, floor, anomaly; guard, guard-inline, ..., off; ...),
 so a change in the machine's load and the cache left by the previous step hit each alike. Each
-guard mode trains its own copy of the model with its own optimizer: the guard's global
-optimizer hooks act only on the optimizer of the model it watches, so the other modes pay
-nothing for a guard they do not use (before 2026-12-06 every mode paid the post-step
-fingerprint, which understated the guard's overhead by ~2.6 points); each round
+mode trains its own copy of the model (the same weights) with its own optimizer: the guard's
+global optimizer hooks act only on the optimizer of the model it watches, so the other modes
+pay nothing for a guard they do not use (before 2026-12-06 every mode paid the post-step
+fingerprint, which understated the guard's overhead by ~2.6 points), and every mode finds its
+model as cold in the cache as the others do (one copy shared by four modes ran warmer than the
+guards' own); each round
 times `--steps` steps of each mode after a warm-up, by the wall clock and by the process's CPU
 time (steadier on a shared machine: time the scheduler gave to other processes is not
 counted); the medians of the per-round mean step times are quoted, with ratios to off.
@@ -126,16 +128,15 @@ def bench_steps(args: argparse.Namespace, run_dir: Path) -> tuple[dict[str, floa
     from inspector.guard.guard import Guard, GuardConfig
     from inspector.guard.weights.fingerprint import fingerprint
 
-    model, opt, x, y = build(args.device, args.batch)
+    modes = ["off", "guard", "guard-inline", "isfinite", "floor", "anomaly"]
     guards = {m: Guard(run_dir / m, GuardConfig(warmup=10, fingerprint_every=1,
                                                 overlap=None if m == "guard" else False))
               for m in ("guard", "guard-inline")}
-    trained = {m: build(args.device, args.batch)[:2] if m in guards else (model, opt)
-               for m in ["off", "guard", "guard-inline", "isfinite", "floor", "anomaly"]}
-    modes = list(trained)
+    trained = {m: build(args.device, args.batch)[:2] for m in modes}
+    x, y = build(args.device, args.batch)[2:]
     wall: dict[str, list[float]] = {m: [] for m in modes}
     cpu: dict[str, list[float]] = {m: [] for m in modes}
-    prints = [fingerprint(list(model.parameters()))]
+    prints = [fingerprint(list(trained["floor"][0].parameters()))]
 
     def timed(m: str, steps: int) -> tuple[float, float]:
         return time_steps(m, *trained[m], x, y, guards.get(m), steps, args.device, prints)
@@ -157,7 +158,7 @@ def bench_steps(args: argparse.Namespace, run_dir: Path) -> tuple[dict[str, floa
         assert not g.alarms, g.alarms
     print(f"background reader: {'on' if guards['guard'].watch.worker else 'off'} "
           f"(torch threads {torch.get_num_threads()})")
-    n = sum(p.numel() for p in model.parameters())
+    n = sum(p.numel() for p in trained["off"][0].parameters())
     print(f"model: {n / 1e6:.2f}M parameters on {args.device}, batch {args.batch}; "
           f"{args.rounds} rounds x "
           f"{args.steps} steps; load {load_average()}")
