@@ -12,6 +12,7 @@ later temperature warning."""
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable
 
 import pytest
@@ -61,10 +62,11 @@ def test_screenshots_of_every_pane_and_dialog(window, qtbot, small, tmp_path, ar
     build(damage, "damage")
     replay_log = tmp_path / "ecc-then-hot.csv"
     replay_log.write_text(ecc_then_hot_log())
+    # Other tests save their pictures in the same folder, at the same time under xdist: this
+    # test checks that it wrote each of its own, and leaves the others' alone.
     shots = artifacts / "screens"
     shots.mkdir(exist_ok=True)
-    for old in shots.glob("*.png"):
-        old.unlink()
+    started = time.time() - 1  # mtimes may be coarser than time.time()
 
     def shoot(scenes: dict[str, Callable[[], QWidget | None]]) -> None:
         """Save every scene at every size in every theme; a scene may return a dialog."""
@@ -201,7 +203,7 @@ def test_screenshots_of_every_pane_and_dialog(window, qtbot, small, tmp_path, ar
         shoot(scenes)
     finally:
         window.gpu.shutdown()
-    assert sorted(p.name for p in shots.glob("*.png")) == sorted(
-        f"{name}-{w}x{h}-{theme}.png" for name in ["empty", *scenes] for w, h in SIZES
-        for theme in THEMES)
+    written = {p.name for p in shots.glob("*.png") if p.stat().st_mtime >= started}
+    assert {f"{name}-{w}x{h}-{theme}.png" for name in ["empty", *scenes] for w, h in SIZES
+            for theme in THEMES} <= written
     assert "Differs from" in window.integrity.summary.toPlainText()
