@@ -27,8 +27,8 @@ from inspector.checkpoint.resume import (
 )
 from inspector.checkpoint.tensor_stats import ObjectLeaf, TensorStats
 from inspector.cli import main
-from inspector.tensors.leaves import describe_object
 from inspector.tensors.load import split_leaves
+from inspector.tensors.plain.leaves import describe_object
 from inspector.tensors.records import layout_record, storage_groups
 
 

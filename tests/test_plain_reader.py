@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 
 from inspector.core.progress import CancelToken
 from inspector.sandbox.worker.inspect_op import _with_torch
-from inspector.tensors.plain import describe_file
+from inspector.tensors.plain.reader import describe_file
 
 
 def _torch_path(path, fmt: str) -> dict:

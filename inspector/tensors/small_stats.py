@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import torch
 
+from inspector.tensors.plain.segments import describe_joined
 from inspector.tensors.records import dtype_name
-from inspector.tensors.segments import describe_joined
 
 SMALL_ELEMENTS = 4096
 """Tensors up to this many elements are described together."""

@@ -121,9 +121,9 @@ def _open_loaded(path: str, fmt: str, loaded: Any, maps_fd: int | None,
     import torch
 
     from inspector.tensors.encoded import expand
-    from inspector.tensors.leaves import describe_object
     from inspector.tensors.load import split_leaves
     from inspector.tensors.mapped import PageReleaser
+    from inspector.tensors.plain.leaves import describe_object
     from inspector.tensors.records import dtype_name, is_dense
     from inspector.tensors.stats import byte_chunks
 

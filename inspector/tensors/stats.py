@@ -38,8 +38,8 @@ import torch
 from inspector.checkpoint.health import MIN_JUDGED, outlier_gap
 from inspector.core.progress import CancelToken, check
 from inspector.core.strict_json import strict_float
+from inspector.tensors.plain.segments import HIST_BINS, outliers_ruled_out, refused_dtype
 from inspector.tensors.records import dtype_name
-from inspector.tensors.segments import HIST_BINS, outliers_ruled_out, refused_dtype
 
 CHUNK_BYTES = 16 * 1024 * 1024
 """Bound on the bytes one thread touches at a time; also the granularity of page release."""

@@ -51,9 +51,9 @@ from inspector.integrity.hashing import DIGEST_ALGORITHM
 from inspector.shards.tie_rule import kept_name
 from inspector.tensors.by_format import load_request
 from inspector.tensors.encoded import expand, metadata_entry
-from inspector.tensors.leaves import describe_object
 from inspector.tensors.load import SAFETENSORS_DTYPES, LoadError, split_leaves
 from inspector.tensors.mapped import PageReleaser
+from inspector.tensors.plain.leaves import describe_object
 from inspector.tensors.records import dtype_name, is_dense
 from inspector.tensors.stats import CHUNK_BYTES, Release, byte_chunks
 

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from inspector.core.progress import CancelToken
 from inspector.integrity.hashing import DIGEST_ALGORITHM
-from inspector.tensors.plain import FORMATS, describe_file
+from inspector.tensors.plain.reader import FORMATS, describe_file
 
 PROGRESS_STEPS = 200
 """Progress lines a job's tensors are reported in at most."""
@@ -90,9 +90,9 @@ def _with_torch(request: dict, emit: Callable[[dict], None], cancel: CancelToken
     from inspector.layout.torchscript import CODE_ARCHIVES
     from inspector.tensors.by_format import LoadSpec, load_request
     from inspector.tensors.describe import describe_tensors
-    from inspector.tensors.leaves import describe_object
     from inspector.tensors.load import split_leaves
     from inspector.tensors.mapped import PageReleaser
+    from inspector.tensors.plain.leaves import describe_object
     from inspector.tensors.records import unique_storage
     from inspector.tensors.torchscript import code_report
 

@@ -3,16 +3,17 @@
 
 Importing torch is most of a cold worker's start (1.1-1.3 s of a 12,000-tensor `inspect`).
 Where the header lists only tensors the torch path would describe on its calling thread
-(`describe.INLINE_BYTES` bytes at most each) and this module reads exactly, they are described
-here from the header and the file's bytes, with the records `describe.describe_tensors` gives:
-the same layout fields (every tensor a view of one mapping of the whole file, its
-`storage_offset` counted in elements from the file's start), statistics and digests from
-`segments.describe_joined`, a GGUF file's block-quantized tensors as their raw `bits8` blocks
-(a digest, no statistics) beside the `KEY::ggml` leaf `gguf_load` makes, and the same
-`unique_storage`. `describe_file` answers None, before anything is sent, wherever the torch
-path is needed: a header the torch readers refuse (theirs is the error reported), a dtype
-outside `VALUES`, a tensor over the bound, empty, unaligned or overlapping another, and a
-tensor `describe_joined` leaves to `stats.tensor_stats` (NaN, Inf, outliers to count).
+(`tensors.describe.INLINE_BYTES` bytes at most each) and this module reads exactly, they are
+described here from the header and the file's bytes, with the records
+`describe.describe_tensors` gives: the same layout fields (every tensor a view of one mapping
+of the whole file, its `storage_offset` counted in elements from the file's start),
+statistics and digests from `segments.describe_joined`, a GGUF file's block-quantized tensors
+as their raw `bits8` blocks (a digest, no statistics) beside the `KEY::ggml` leaf `gguf_load`
+makes, and the same `unique_storage`. `describe_file` answers None, before anything is sent,
+wherever the torch path is needed: a header the torch readers refuse (theirs is the error
+reported), a dtype outside `VALUES`, a tensor over the bound, empty, unaligned or overlapping
+another, and a tensor `describe_joined` leaves to `stats.tensor_stats` (NaN, Inf, outliers to
+count).
 """
 
 from __future__ import annotations
@@ -31,14 +32,14 @@ from inspector.core.flatten import flatten, unique_keys
 from inspector.formats.safetensors_header import read_header
 from inspector.tensors.gguf_load import QuantizedTensor, refusal, rows
 from inspector.tensors.gguf_load import read_header as read_gguf_header
-from inspector.tensors.leaves import describe_object
-from inspector.tensors.segments import describe_joined, refused_dtype
-from inspector.tensors.spans import overlapping, reached
+from inspector.tensors.plain.leaves import describe_object
+from inspector.tensors.plain.segments import describe_joined, refused_dtype
+from inspector.tensors.plain.spans import overlapping, reached
 
 FORMATS = ("safetensors", "gguf")
 MAX_BYTES = 256 * 1024
-"""A tensor's bytes at most (`describe.INLINE_BYTES`: larger ones go to the torch path's pool
-of threads)."""
+"""A tensor's bytes at most (`tensors.describe.INLINE_BYTES`: larger ones go to the torch
+path's pool of threads)."""
 BATCH_BYTES = 4 << 20
 """Bytes of one dtype read and described together at most."""
 RAW = "bits8"
