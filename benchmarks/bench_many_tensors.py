@@ -33,11 +33,14 @@ parses a GGUF header in 0.135 s instead of 0.22 s (three readers parse it) and t
 measures the file's bytes once the scan has passed it. 02:28-02:30, load 7.2-7.4 from other
 sessions, medians of 5: safetensors 3.77 s (worker job 1.98 s, start-up 0.56 s; **0.86x**
 the user's reader, which took 4.37 s), GGUF 3.56 s (1.87 s, 0.70 s; **1.65x**); 02:43-02:45,
-load 3.4-5.2: 4.50 s (0.76x) and 3.83 s (1.53x). The same CLI with the worker forced onto
+load 3.4-5.2: 4.50 s (0.76x) and 3.83 s (1.53x); 02:55-02:58, load 2.65-4.4, two runs:
+safetensors 2.28 and 2.50 s (0.68x, 0.82x; worker job 1.11-1.47 s, start-up 0.36-0.51 s),
+GGUF 2.21 and 2.28 s (1.51x, 1.65x), while the user's readers took 3.05-3.37 s and
+1.38-1.46 s (twice their 17:00 times). The same CLI with the worker forced onto
 the torch path (a self-test payload), alternating, 5 rounds, load 5-8: safetensors 8.73 ->
 4.76 s wall, 5.10 -> 2.80 s CPU; GGUF 10.96 -> 4.30 s, 5.35 -> 2.49 s CPU. At the ratios
 above the 2 s would be met at the earlier load of 1.6-1.9 (the user's readers then took 1.49
-and 0.74 s: about 1.2-1.3 s), not measured there: this machine stayed at load 3-9. What the
+and 0.74 s: about 1.0-1.3 s), not measured there: this machine stayed at load 2.6-9. What the
 client does after the reply (health, the typed result, model facts, the JSON) is now the
 largest part.
 
