@@ -160,7 +160,7 @@ def paint(text: str, word: str, colour: bool) -> str:
 def flagged_lines(scan: ScanResult | None) -> list[str]:
     """A scan's flagged imports with the calls they would make, and its findings, indented;
     what comes from the file is escaped. A finding that means damaged data reads `damaged`."""
-    from inspector.scan.damage import INTEGRITY_CODES
+    from inspector.scan.advice import INTEGRITY_CODES
 
     if scan is None:
         return []

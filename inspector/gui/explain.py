@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 from inspector.core.vocabulary import DocumentState, HealthStatus, Verdict
 from inspector.layout.torchscript import CODE_ARCHIVES
-from inspector.scan.advice import advise
-from inspector.scan.damage import INTEGRITY_CODES
+from inspector.scan.advice import INTEGRITY_CODES, advise
 from inspector.scan.result import ScanResult
 
 HEALTH_PROBLEM_ACTION = (

@@ -36,7 +36,7 @@ from inspector.report.model import (
     VerificationInfo,
 )
 from inspector.report.sections import flagged_code, self_test_words
-from inspector.scan.damage import INTEGRITY_CODES, describe
+from inspector.scan.advice import INTEGRITY_CODES, describe
 from inspector.scan.dcp_folder import FORMAT as DCP
 from inspector.scan.pickles.policy import KNOWN_DATA
 from inspector.scan.result import Finding, ScanResult

@@ -27,8 +27,7 @@ from inspector.report import html_cells as cells
 from inspector.report.advice import bad_data, code_safety, file_advice, weights_health
 from inspector.report.model import FileReport, Report, TelemetrySummary
 from inspector.report.sections import self_test_words
-from inspector.scan.advice import DAMAGED
-from inspector.scan.damage import INTEGRITY_CODES
+from inspector.scan.advice import DAMAGED, INTEGRITY_CODES
 
 ImageSrc = Callable[[str, bytes], str]
 """(name, png bytes) -> the value of an <img src=...> for this output."""

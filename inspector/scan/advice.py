@@ -7,6 +7,12 @@ checksums or sizes do not hold is `damaged` (corruption), never the code-risk wo
 `suspicious`. The wording names the file's format: a safetensors file holds no pickle at all,
 so it gets no pickle or `torch.load` advice. The CLI, the report and the GUI read this module,
 so every view says the same thing.
+
+Which findings mean damaged data (`INTEGRITY_CODES`): a CRC mismatch, a record the pickle
+needs but the archive lacks, a record shorter than its storage, tensor data beyond the end of
+a safetensors file, or a zip cut short before its end record is corruption: every output names
+it as such (with the member and, for a CRC, both checksums in the message) and never turns it
+into a question about which globals to allow.
 """
 
 from __future__ import annotations
@@ -16,10 +22,25 @@ from dataclasses import dataclass
 from inspector.core.badges import LOOKS, Badge
 from inspector.core.vocabulary import DAMAGED, HealthStatus, Severity, Verdict
 from inspector.layout.torchscript import CODE_ARCHIVES
-from inspector.scan.damage import integrity_findings
-from inspector.scan.result import ScanResult
+from inspector.scan.result import Finding, ScanResult
 
 SAFETENSORS = "safetensors"
+
+INTEGRITY_CODES = frozenset({
+    "zip-crc-mismatch", "zip-missing-record", "zip-member-unreadable", "storage-size-mismatch",
+    "storage-record-larger", "safetensors-bounds", "zip-truncated",
+})
+
+
+def integrity_findings(scan: ScanResult | None) -> list[Finding]:
+    """The scan's findings that mean damaged data, in the scan's order."""
+    return [f for f in (scan.findings if scan else ()) if f.code in INTEGRITY_CODES]
+
+
+def describe(finding: Finding) -> str:
+    """One line: the finding's message and the member it concerns."""
+    where = f" [{finding.member}]" if finding.member else ""
+    return f"{finding.code}: {finding.message}{where}"
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ from inspector.core.verdict import rank, worst
 from inspector.core.vocabulary import Format, Severity, Verdict
 from inspector.formats.archives import decompress, zipread
 from inspector.formats.sniffing import NESTED_KINDS, sniff
-from inspector.scan import readings
 from inspector.scan.budget import (
     CRC_BUDGET,
     MAX_DECOMPRESSED,
@@ -44,6 +43,7 @@ from inspector.scan.pickles.walker import (
     looks_like_pickle,
     scan_pickle,
 )
+from inspector.scan.reading_record import ArchiveAsk, Blob
 from inspector.scan.result import KEPT_CALLS, KEPT_MEMBERS, Finding, GlobalUse, ScanResult
 
 _PROBE = Limits(max_opcodes=100_000)  # a quick look at bytes that are rarely a pickle
@@ -72,12 +72,12 @@ class ScanContext:
         # shared with every nested scan: one budget per file (`scan.budget`)
         self.budget = ScanBudget.for_size(result.size)
         self.records: dict[tuple[int, int, int], zipread.Member] = {}  # zip records read
-        self.blobs: dict[int, readings.Blob] = {}  # every buffer walked, for the real readers
+        self.blobs: dict[int, Blob] = {}  # every buffer walked, for the real readers
         self.member_of: dict[int, str] = {}  # archive members' buffers, by id, and their names
         # buffers no loader reads as pickles (`read_apart`)
         self.unreached: set[int] = set()
         # damaged archives whose pickles torch's own zip reader hands out (`ask_torch`)
-        self.torch_archives: list[readings.ArchiveAsk] = []
+        self.torch_archives: list[ArchiveAsk] = []
 
     def find(self, severity: str, code: str, message: str, member: str | None = None,
              offset: int | None = None, call: str | None = None) -> None:
@@ -97,7 +97,7 @@ class ScanContext:
     def read_apart(self, data: bytes, apart: bool) -> Iterator[None]:
         """While inside, walks of `data` make a blob no loader reads as pickles when `apart`
         (an archive member no zip reader hands a loader that way): read out of caution, its
-        imports stay apart from the verdict's (`readings._unreached`)."""
+        imports stay apart from the verdict's (`reading_apply.unreached`)."""
         if apart:
             self.unreached.add(id(data))
         try:
@@ -114,13 +114,13 @@ class ScanContext:
         for blob in kept:
             blob.reached = False
         seen = set().union(*(b.walker for b in kept))
-        self.torch_archives.append(readings.ArchiveAsk(span, seen))
+        self.torch_archives.append(ArchiveAsk(span, seen))
 
     def read_also(self, data: bytes, walked: bytes) -> None:
         """The loaders read `data` (not walked itself: it is the start of `walked`, whose walk
         explains it), so the real readers read it too."""
         if data and id(walked) in self.blobs:
-            self.blobs[id(data)] = readings.Blob(None, {0}, {0},
+            self.blobs[id(data)] = Blob(None, {0}, {0},
                                                  set(self.blobs[id(walked)].walker), data=data)
 
     def walk(self, data: bytes, start: int = 0, through: bool = False,
@@ -186,7 +186,7 @@ class ScanContext:
         if blob is None:
             # holding the buffer keeps its id this buffer's while the scan runs
             member = self.member_of.get(id(data))
-            blob = self.blobs[id(data)] = readings.Blob(
+            blob = self.blobs[id(data)] = Blob(
                 member, set(), data=data, kinds=("c", "c-nopeek") if member else
                 ("c", "c-nopeek", "py"), reached=id(data) not in self.unreached)
         if len(blob.starts) < 4096:

@@ -214,7 +214,7 @@ def scan_found(found: Found) -> ScanResult:
                          error=" ".join(f"scan failed: {type(exc).__name__}: {exc}"
                                         .split())[:300])
     # skipped only when positively something else (text, JSON, an image...); a reading that
-    # then yields a pickle takes that back (`readings.apply`)
+    # then yields a pickle takes that back (`reading_apply.apply`)
     if found.in_folder and not_a_checkpoint(res) and _other(found.path, res):
         res.verdict = Verdict.SKIPPED
     if found.outside is not None:

@@ -57,8 +57,7 @@ from inspector.gui.widgets.evidence import (
 )
 from inspector.gui.widgets.model_summary import ModelSummary
 from inspector.layout.torchscript import CODE_ARCHIVES
-from inspector.scan.advice import DAMAGED
-from inspector.scan.damage import INTEGRITY_CODES, integrity_findings
+from inspector.scan.advice import DAMAGED, INTEGRITY_CODES, integrity_findings
 from inspector.scan.indicators import FLAGGED, flagged_globals, import_label, indicators_text
 from inspector.shards.index import has_one_sha256
 from inspector.shards.inspect import coverage_text
