@@ -42,7 +42,7 @@ the torch path (a self-test payload), alternating, 5 rounds, load 5-8: safetenso
 above the 2 s would be met at the earlier load of 1.6-1.9 (the user's readers then took 1.49
 and 0.74 s: about 1.0-1.3 s), not measured there: this machine stayed at load 2.6-9. Plain
 `inspect --json` runs at 03:00, load 2.25-2.45, three each: safetensors 1.97-2.33 s (middle
-2.05 s), GGUF 1.87-2.02 s (1.88 s); the worker job 1.47 s of it, its start-up (Python, the
+2.05 s), GGUF 1.87-2.02 s (1.88 s); the worker job 1.05-1.47 s of it, its start-up (Python, the
 jail, NumPy and the formats package) 0.50 s. What the
 client does after the reply (health, the typed result, model facts, the JSON) is now the
 largest part.
