@@ -107,6 +107,19 @@ def cold_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(launch, "_fork_server", None)
 
 
+LONG_FIRST = frozenset({
+    "test_readme_commands.py", "test_gui_lifetimes.py", "test_gui_screens.py",
+    "test_gpu_check_script.py", "test_scan_adversarial.py", "test_ledger_faults.py",
+})
+"""The files whose tests took longest on CI (its --durations list), started first."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the longest files first, the rest in their order: with --dist loadfile a long
+    file handed out last kept one worker busy for two minutes while the other sat idle."""
+    items.sort(key=lambda item: item.path.name not in LONG_FIRST)
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """The warm server ends with the run."""
     client = sys.modules.get("inspector.sandbox.host.client")
