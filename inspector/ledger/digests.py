@@ -168,14 +168,10 @@ def _equal(a: np.ndarray, b: np.ndarray) -> bool:
     return True
 
 
-def differences(expected: list[TensorEntry], actual: list[TensorEntry], file: str,
-                partial: bool = False) -> list[str]:
-    """Keys whose bytes on disk differ from memory, or that only one side has; with `partial`
-    (a folder whose writer drops tied names and adds files of its own) only differing bytes."""
-    tolerated = {TensorCheckStatus.OK}
-    if partial:
-        tolerated |= {TensorCheckStatus.MISSING, TensorCheckStatus.EXTRA}
-    return [c.key for c in compare_tensors(expected, actual, file) if c.status not in tolerated]
+def differences(expected: list[TensorEntry], actual: list[TensorEntry], file: str) -> list[str]:
+    """Keys whose bytes on disk differ from memory, or that only one side has."""
+    return [c.key for c in compare_tensors(expected, actual, file)
+            if c.status != TensorCheckStatus.OK]
 
 
 def expected_bytes(obj: Any) -> int:
