@@ -8,23 +8,17 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import sys
 import types
 from typing import Any
 
 PACKAGE = "model_signing"
-PLUGINS_SWITCH = "PYDANTIC_DISABLE_PLUGINS"
-"""pydantic's documented switch: with it, building the library's bundle models does not scan
-every installed distribution's entry points for pydantic plugins (10-12 ms of CPU that a
-check pays while the files are being hashed); set unless the user set it."""
 
 
 def reference(module: str) -> Any:
     """`model_signing.<module>`, imported as itself (the package's own names left unloaded
     unless something else imported the package whole)."""
     if PACKAGE not in sys.modules:
-        os.environ.setdefault(PLUGINS_SWITCH, "__all__")
         spec = importlib.util.find_spec(PACKAGE)
         if spec is None or spec.submodule_search_locations is None:
             raise ImportError("the model-signing package is not installed; reinstall "
