@@ -131,3 +131,17 @@ def test_the_gpu_pane_shows_every_health_reading_or_why_it_is_na(qtbot, monkeypa
             assert pane.grab().save(str(shots / f"gpu-health-{width}x{height}-light.png"))
     finally:
         pane.shutdown()
+
+
+def test_uncorrected_ecc_errors_are_never_called_ok():
+    """NVML's retirement and remap summaries can read clean while the volatile counter holds
+    uncorrected ECC errors: the Health cell goes by the counter."""
+    from inspector.gui.widgets.gpu_table import COLUMNS, sample_cells
+
+    health = COLUMNS.index("Health")
+    clean = GpuSample(timestamp=0.0, index=0, ecc_uncorrected_volatile=0, retired_pending=False,
+                      remapped_pending=False, remapped_failure=False)
+    assert sample_cells(0, clean)[health] == "ok"
+    errors = GpuSample(timestamp=0.0, index=0, ecc_uncorrected_volatile=3, retired_pending=False,
+                       remapped_pending=False, remapped_failure=False)
+    assert sample_cells(0, errors)[health] == "3 ECC unc."

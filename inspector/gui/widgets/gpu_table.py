@@ -23,6 +23,10 @@ def _num(value: float | None, unit: str) -> str:
 def sample_cells(gpu: int, s: GpuSample) -> tuple[str, ...]:
     """One GPU's reading as the table's cells, in COLUMNS order."""
     state = []
+    # NVML's own summaries (retirement, remap) can read clean while the ECC counter holds
+    # uncorrected errors since the last reset: the counter is the check, so it rules here too
+    if s.ecc_uncorrected_volatile:
+        state.append(f"{s.ecc_uncorrected_volatile:.0f} ECC unc.")
     if s.retired_pending:
         state.append("retirement pending")
     if s.remapped_pending:
