@@ -26,18 +26,21 @@ from inspector.core.termtext import safe_output
 
 
 class Command(NamedTuple):
-    """A subcommand: the module that implements it, its one-line help, and whether it reads
-    object-store URLs (`s3://…`) beside local paths (`cli.remote`)."""
+    """A subcommand: the module that implements it, its one-line help, whether it reads
+    object-store URLs (`s3://…`) beside local paths (`cli.remote`), and whether its first job
+    takes a worker started before its arguments are read (`launch.spare_worker`)."""
 
     module: str
     help: str
     urls: bool = False
+    early_worker: bool = False
 
 
 # Names map to modules explicitly, so a command's name need not be a Python identifier.
 COMMANDS: dict[str, Command] = {
     "scan": Command("inspector.cli.scan_cmd",
-                    "static scan for code in pickles (no code runs)", urls=True),
+                    "static scan for code in pickles (no code runs)", urls=True,
+                    early_worker=True),
     "inspect": Command("inspector.cli.inspect_cmd",
                     "scan, hash and load in the jailed worker; tensor statistics", urls=True),
     "convert": Command("inspector.cli.convert.command",
@@ -131,8 +134,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ckpt-inspector: '{argv[0]}' is not a command or a file; {hint} "
               "(ckpt-inspector --help lists them)", file=sys.stderr)
         return EXIT_OPTION
-    with jailed_readings(), safe_output(stdout="--json" not in argv):
+    with _early_worker(command, argv), jailed_readings(), safe_output(
+            stdout="--json" not in argv):
         return _main(argv, command)
+
+
+def _early_worker(command: str | None, argv: list[str]) -> contextlib.AbstractContextManager:
+    """The worker of a command's first job, started before anything else is imported (its
+    interpreter starts meanwhile); none for `--walker-only`, which runs no job. One nobody
+    takes is killed at the end."""
+    if command is None or not COMMANDS[command].early_worker or "--walker-only" in argv:
+        return contextlib.nullcontext()
+    from inspector.sandbox.host.launch import spare_worker
+
+    return spare_worker()
 
 
 def _main(argv: list[str], command: str | None) -> int:

@@ -1,10 +1,12 @@
 """Starting a worker: cold, as a fresh interpreter, or forked from this process's warm server.
 
 A cold worker is `python -I -m inspector.sandbox.worker.main`, started in a session of its own
-with a scrubbed environment (`worker_env`). Within `fork_server()` (or after
-`start_fork_server`), jobs fork their workers from one warm fork server instead
-(`forkclient.ForkServer`), which has imported torch and every operation's module already; a
-server that cannot start, or dies, leaves jobs to cold workers.
+with a scrubbed environment (`worker_env`). Within `spare_worker()` one cold worker is started
+at once, before its request is known, and the next cold job without descriptors takes it: its
+interpreter starts and imports while the caller still starts up (the `scan` command).
+Within `fork_server()` (or after `start_fork_server`), jobs fork their workers from one warm
+fork server instead (`forkclient.ForkServer`), which has imported torch and every operation's
+module already; a server that cannot start, or dies, leaves jobs to cold workers.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import threading
 from collections.abc import Iterator
 
 from inspector.sandbox.host.forkclient import ForkedWorker, ForkServer, ForkServerError
+from inspector.sandbox.host.process import kill_group
 from inspector.sandbox.protocol import DISABLE_ENV, PAYLOAD_ENV, SELFTEST_ENV, selftest
 
 WORKER_MODULE = "inspector.sandbox.worker.main"
@@ -136,7 +139,8 @@ def fork_server(enabled: bool = True) -> Iterator[ForkServer | None]:
 
 
 def launch(pass_fds: tuple[int, ...]) -> subprocess.Popen | ForkedWorker:
-    """A fresh worker: forked from the warm server when one is in use, else a cold start."""
+    """A fresh worker: forked from the warm server when one is in use, else the spare
+    (`spare_worker`) when the job passes no descriptors, else a cold start."""
     server = _fork_server
     if server is not None:
         try:
@@ -144,8 +148,59 @@ def launch(pass_fds: tuple[int, ...]) -> subprocess.Popen | ForkedWorker:
         except ForkServerError:
             if server.dead():
                 _replace_lost(server)
+    if not pass_fds and (spare := _take_spare()) is not None:
+        return spare
+    return _cold(pass_fds)
+
+
+def _cold(pass_fds: tuple[int, ...]) -> subprocess.Popen:
+    """A fresh interpreter running the worker, waiting for its request on stdin."""
     return subprocess.Popen(
         [sys.executable, "-I", "-m", WORKER_MODULE],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env=worker_env(), cwd="/", start_new_session=True, pass_fds=pass_fds,
     )
+
+
+_spare: subprocess.Popen | None = None
+_spare_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def spare_worker(enabled: bool = True) -> Iterator[None]:
+    """Within the block, one cold worker started now waits for the first job that would start
+    one (`launch`); a worker nobody took is killed when the block ends. It is the same
+    process a job starts (same command, environment and folder): it reads nothing before its
+    request, and jails itself after it as every worker does."""
+    global _spare
+    with _spare_lock:
+        mine = None
+        if enabled and _fork_server is None and _spare is None:
+            mine = _spare = _cold(())
+    try:
+        yield
+    finally:
+        with _spare_lock:
+            left = mine is not None and _spare is mine
+            if left:
+                _spare = None
+        if left:
+            kill_group(mine)
+            _close_pipes(mine)
+
+
+def _take_spare() -> subprocess.Popen | None:
+    """The spare worker, once, if it is still alive (else it is reaped and None)."""
+    global _spare
+    with _spare_lock:
+        spare, _spare = _spare, None
+    if spare is None or spare.poll() is None:
+        return spare
+    _close_pipes(spare)
+    return None
+
+
+def _close_pipes(proc: subprocess.Popen) -> None:
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        with contextlib.suppress(OSError):
+            stream.close()

@@ -53,6 +53,9 @@ def reap(proc: subprocess.Popen, timeout: float) -> None:
             proc.wait(timeout=timeout)
         return
     deadline = time.monotonic() + timeout
+    # a killed worker is gone within a millisecond or two: a fixed 10 ms poll made every job
+    # (and every scan command) wait most of one after its answer was in
+    pause = 0.0005
     while proc.returncode is None:
         try:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -65,7 +68,8 @@ def reap(proc: subprocess.Popen, timeout: float) -> None:
             return
         if time.monotonic() > deadline:
             return
-        time.sleep(0.01)
+        time.sleep(pause)
+        pause = min(pause * 2, 0.01)
 
 
 def thread_count(pid: int) -> int:

@@ -1,0 +1,82 @@
+"""The worker a `scan` command starts before it reads its arguments (`launch.spare_worker`):
+its one jailed job runs on it, and one nobody takes is killed."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import factories
+
+from inspector.cli import main
+from inspector.sandbox.host import launch
+from inspector.sandbox.host.jobs import run_job
+
+OWN_WORKERS = True  # no warm fork server: these tests count cold starts
+
+
+def _counted(monkeypatch) -> list:
+    started: list = []
+    real = launch._cold
+
+    def cold(pass_fds):
+        proc = real(pass_fds)
+        started.append(proc)
+        return proc
+
+    monkeypatch.setattr(launch, "_cold", cold)
+    return started
+
+
+def test_a_folder_scan_reads_every_file_on_the_worker_it_started_first(tmp_path, monkeypatch,
+                                                                       capsys):
+    started = _counted(monkeypatch)
+    factories.save_state_dict(tmp_path / "a.pt")
+    factories.mal_os_system(tmp_path / "b.pkl", tmp_path / "canary")
+    assert main(["scan", "--json", str(tmp_path)]) == 2
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {r["path"].rsplit("/", 1)[1]: r["verdict"] for r in rows} == {
+        "a.pt": "safe", "b.pkl": "dangerous"}
+    # the readings ran: no file rests on the walker alone
+    assert not [f for r in rows for f in r["findings"] if f["code"] == "readings-unavailable"]
+    assert len(started) == 1  # the spare, and no other worker
+    assert started[0].returncode is not None
+    assert launch._spare is None
+    assert not (tmp_path / "canary").exists()
+
+
+def test_walker_only_starts_no_worker(tmp_path, monkeypatch, capsys):
+    started = _counted(monkeypatch)
+    factories.save_state_dict(tmp_path / "a.pt")
+    assert main(["scan", "--walker-only", str(tmp_path / "a.pt")]) == 0
+    capsys.readouterr()
+    assert started == []
+
+
+def test_a_spare_nobody_takes_is_killed(tmp_path):
+    with launch.spare_worker():
+        spare = launch._spare
+        assert spare is not None and spare.poll() is None
+    assert launch._spare is None
+    assert spare.returncode is not None
+
+
+def test_a_job_that_passes_descriptors_starts_its_own_worker(tmp_path):
+    path = factories.save_state_dict(tmp_path / "a.pt")
+    read, write = os.pipe()
+    try:
+        with launch.spare_worker():
+            spare = launch._spare
+            own = launch.launch((write,))
+            assert own is not spare and launch._spare is spare
+            own.kill()
+            own.wait()
+            for stream in (own.stdin, own.stdout, own.stderr):
+                stream.close()
+            # the next job without descriptors takes the spare, and it answers as any worker
+            answer = run_job({"op": "dry-run", "path": str(path), "paths": [], "readings": []})
+            assert launch._spare is None and spare.returncode is not None
+        assert answer["readings"] == [] and answer["sandbox"]["level"]
+    finally:
+        os.close(read)
+        os.close(write)
