@@ -21,6 +21,8 @@ from cryptography.x509.oid import NameOID
 from signing_keys import write_key
 
 from inspector.cli import main
+from inspector.integrity import hashing
+from inspector.signing.folder import check_folder
 
 REFERENCE = [sys.executable, "-m", "model_signing"]
 
@@ -135,6 +137,27 @@ def test_an_unsigned_file_is_reported_and_fails_under_strict(model, keys, capsys
     assert main(["verify", str(model), "--public-key", str(pub), "--strict"]) == 1
     assert "NOT IN MANIFEST" in capsys.readouterr().out
 
+
+
+def test_only_the_files_a_signature_that_holds_covers_are_read(model, keys,
+                                                                monkeypatch) -> None:
+    pem, pub = keys["alice"]
+    assert main(["sign", str(model), "--private-key", str(pem)]) == 0
+    (model / "extra.bin").write_bytes(b"x" * 4096)
+    read: list[str] = []
+    whole_file = hashing.sha256_file
+
+    def recorded(path, *args, **kwargs):
+        read.append(Path(path).name)
+        return whole_file(path, *args, **kwargs)
+
+    monkeypatch.setattr(hashing, "sha256_file", recorded)
+    wrong = check_folder(model, model / "model.sig", keys["bob"][1])
+    assert wrong.error is not None and wrong.error.code == "wrong-key" and read == []
+
+    held = check_folder(model, model / "model.sig", pub)
+    assert held.verdict.state == "intact" and held.result is not None
+    assert sorted(read) == [".hidden-notes", "config.json", "tokenizer.txt", "weights.bin"]
 
 def _name(text: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, text)])

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.core.vocabulary import FileStatus
-from inspector.integrity.hashing import ByteProgress, HashAhead, sha256_file
+from inspector.integrity.hashing import sha256_file
 from inspector.integrity.manifest import ManifestError
 from inspector.integrity.verify import (
     FileCheck,
@@ -38,22 +38,6 @@ LINK_NOTE = "a symbolic link, and the signature was made over a folder without l
 CHANGED = {FileStatus.MISMATCH, FileStatus.SIZE_MISMATCH}
 
 
-def hash_ahead(folder: Path, signature: Path | None, progress: ProgressFn | None = None,
-               cancel: CancelToken | None = None) -> HashAhead:
-    """Hash every file a signature over `folder` may cover, a core each, beginning now: while
-    the signature is checked (reading bytes runs nothing of them); `verify_folder` takes the
-    hashes it needs and closing the HashAhead stops the rest."""
-    paths = [p for p in candidates(folder) if signature is None
-             or os.path.abspath(p) != os.path.abspath(signature)]
-    sizes = []
-    for path in paths:
-        try:
-            sizes.append(path.stat().st_size)
-        except OSError:
-            sizes.append(0)
-    return HashAhead(paths, ByteProgress(progress, sum(sizes)), cancel)
-
-
 def candidates(folder: Path) -> list[Path]:
     """Every file under `folder` as `verify`'s plan names it (absolute, normalised), Git's
     own files left out as the reference library leaves them out."""
@@ -69,18 +53,17 @@ def candidates(folder: Path) -> list[Path]:
 
 def verify_folder(folder: Path, statement: SignedStatement, signature: Path | None,
                   tensor_digests: TensorDigestFn | None = None, strict: bool = False,
-                  progress: ProgressFn | None = None, cancel: CancelToken | None = None,
-                  hashes: HashAhead | None = None) -> VerifyResult:
+                  progress: ProgressFn | None = None,
+                  cancel: CancelToken | None = None) -> VerifyResult:
     """Every file of `folder` against the statement (ManifestError for a signed name that leaves
-    the folder); `strict`: files the signature does not cover fail; `hashes` from
-    `hash_ahead`, begun before the signature was checked."""
+    the folder); `strict`: files the signature does not cover fail."""
     if not statement.plain_sha256:
         return _verify_by_library(folder, statement, signature, strict)
     manifest = to_manifest(statement, folder, signature)
     pairs = plan(manifest, [folder])
     pairs += _unlisted(pairs, candidates(folder), signature)
     result = verify(manifest, [folder], strict=strict, pairs=pairs, progress=progress,
-                    cancel=cancel, hashes=hashes)
+                    cancel=cancel)
     _mark(result, folder, statement)
     if tensor_digests is not None:
         _tensor_forensics(result, folder, statement, tensor_digests, cancel)
@@ -197,26 +180,26 @@ def check_folder(folder: Path, signature: Path, public_key: Path | None = None,
                  tensor_digests: TensorDigestFn | None = None, strict: bool = False,
                  progress: ProgressFn | None = None,
                  cancel: CancelToken | None = None) -> SignedCheck:
-    """The signature, then every file (hashed from the start, while the signature is checked):
-    what `verify --signature`, the report and the app show."""
-    with hash_ahead(folder, signature, progress, cancel) as hashes:
-        # imported once the hashing threads run: cryptography and the key readers are
-        # start-up the hashing hides on a free core, not time spent before it begins
-        from inspector.signing.check import check_signature, verdict_for
+    """The signature, then every file: what `verify --signature`, the report and the app
+    show."""
+    # Not hashed while the signature is checked: the reference library's import (pydantic
+    # models) holds the GIL, which the hashing threads take back after every 64 KiB read, and
+    # overlapping the two cost more CPU and wall time at 1 GB than one after the other.
+    from inspector.signing.check import check_signature, verdict_for
 
-        kind = None
-        try:
-            bundle = read_bundle(signature)
-            kind = bundle.kind
-            checked = check_signature(bundle, public_key, certificate_chain, keyless)
-            digests = tensor_digests if checked.statement.tensors else None
-            result = verify_folder(folder, checked.statement, signature, digests,
-                                   strict=strict, hashes=hashes, cancel=cancel)
-        except SignatureError as exc:
-            return SignedCheck(verdict_for(signature, error=exc, kind=kind), error=exc)
-        except ManifestError as exc:  # a signed name that leaves the folder
-            error = SignatureError("outside-folder", f"{signature}: {exc}")
-            return SignedCheck(verdict_for(signature, error=error, kind=kind), error=error)
+    kind = None
+    try:
+        bundle = read_bundle(signature)
+        kind = bundle.kind
+        checked = check_signature(bundle, public_key, certificate_chain, keyless)
+        digests = tensor_digests if checked.statement.tensors else None
+        result = verify_folder(folder, checked.statement, signature, digests, strict=strict,
+                               progress=progress, cancel=cancel)
+    except SignatureError as exc:
+        return SignedCheck(verdict_for(signature, error=exc, kind=kind), error=exc)
+    except ManifestError as exc:  # a signed name that leaves the folder
+        error = SignatureError("outside-folder", f"{signature}: {exc}")
+        return SignedCheck(verdict_for(signature, error=error, kind=kind), error=error)
     verdict = verdict_for(signature, checked=checked, kind=kind, changed=result.differs)
     result.extra["signature"] = verdict.to_json()
     return SignedCheck(verdict, result)
