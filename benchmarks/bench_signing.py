@@ -114,10 +114,10 @@ def main() -> None:
             "ours verify -m (no signature)": [OURS, "verify", str(folder), "-m", str(sums),
                                               "--no-tensors"],
         }
-        # each signature is checked by the other tool: ours sign, then the reference's verify
-        # of it; the reference's sign, then our verify of it
         commands["start-up"] = [sys.executable, "-c", START]
         commands["start-up + the check's imports"] = [sys.executable, "-c", CHECK_IMPORTS]
+        # each signature is checked by the other tool: ours sign, then the reference's verify
+        # of it; the reference's sign, then our verify of it
         order = ["ours sign", "reference verify key", "reference sign",
                  "ours verify --public-key", "ours verify -m (no signature)", "start-up",
                  "start-up + the check's imports"]
