@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
-import secrets
+import os
 import subprocess
 import threading
 import time
@@ -31,7 +31,6 @@ from inspector.core.vocabulary import DEFAULT_REQUIRED_JAIL, JailLevel, JailRequ
 from inspector.sandbox.host import deadlines
 from inspector.sandbox.host.events import ProtocolViolation, read_events
 from inspector.sandbox.host.exits import WorkerExit, describe
-from inspector.sandbox.host.forkclient import ForkedWorker
 from inspector.sandbox.host.launch import launch
 from inspector.sandbox.host.parallel import job_threads
 from inspector.sandbox.host.process import Watchdog, drain_stderr, kill_group, signal_group
@@ -145,7 +144,7 @@ def run_job(
     result: dict | None = None
     error: dict | None = None
     startup_s: float | None = None
-    nonce = secrets.token_hex(16)
+    nonce = os.urandom(16).hex()  # secrets.token_hex's bytes, without its imports
     feeder = _Feeder(proc, stop, gate, {"start": True, "nonce": nonce})
     try:
         _send(proc, request)
@@ -203,7 +202,7 @@ def run_job(
     result["timing"] = {"startup_s": startup_s, "total_s": time.monotonic() - started,
                         "worker_peak_rss_kb": result.pop("peak_rss_kb", None),
                         "compute_threads": result.pop("compute_threads", None),
-                        "worker": "forked" if isinstance(proc, ForkedWorker) else "cold"}
+                        "worker": "cold" if isinstance(proc, subprocess.Popen) else "forked"}
     return result
 
 

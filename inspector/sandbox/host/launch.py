@@ -17,10 +17,13 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from inspector.sandbox.host.forkclient import ForkedWorker, ForkServer, ForkServerError
 from inspector.sandbox.host.process import kill_group
 from inspector.sandbox.protocol import DISABLE_ENV, PAYLOAD_ENV, SELFTEST_ENV, selftest
+
+if TYPE_CHECKING:  # the fork server's client (and `socket`) load only where one starts
+    from inspector.sandbox.host.forkclient import ForkedWorker, ForkServer
 
 WORKER_MODULE = "inspector.sandbox.worker.main"
 
@@ -55,6 +58,8 @@ def start_fork_server(keep_warm: bool = False) -> ForkServer:
 
 
 def _start_server(keep_warm: bool, replacing: bool) -> ForkServer:
+    from inspector.sandbox.host.forkclient import ForkServer, ForkServerError
+
     global _fork_server, _keep_warm
     server = ForkServer()
     with _fork_server_lock:
@@ -115,6 +120,8 @@ def _watch(server: ForkServer) -> None:
 
 def _replace() -> None:
     # Jobs meanwhile start cold workers; a stop before or during this start prevents or kills it.
+    from inspector.sandbox.host.forkclient import ForkServerError
+
     with contextlib.suppress(ForkServerError):
         _start_server(keep_warm=True, replacing=True)
 
@@ -126,6 +133,8 @@ def fork_server(enabled: bool = True) -> Iterator[ForkServer | None]:
     if not enabled or _fork_server is not None:
         yield _fork_server
         return
+    from inspector.sandbox.host.forkclient import ForkServerError
+
     try:
         server = start_fork_server()
     except ForkServerError as exc:
@@ -143,6 +152,8 @@ def launch(pass_fds: tuple[int, ...]) -> subprocess.Popen | ForkedWorker:
     (`spare_worker`) when the job passes no descriptors, else a cold start."""
     server = _fork_server
     if server is not None:
+        from inspector.sandbox.host.forkclient import ForkServerError
+
         try:
             return server.spawn(worker_env(), pass_fds)
         except ForkServerError:

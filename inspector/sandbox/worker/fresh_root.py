@@ -23,7 +23,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import platform
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -217,7 +216,7 @@ def host_gpu(minor: int) -> GpuPaths:
     """What the GPU of device minor `minor` needs on this host (nothing without a driver)."""
     if not os.path.exists("/dev/nvidiactl"):
         return GpuPaths((), ())
-    return gpu_paths(os.listdir("/dev"), _ldconfig(), platform.machine(), minor, _gpu_facts())
+    return gpu_paths(os.listdir("/dev"), _ldconfig(), os.uname().machine, minor, _gpu_facts())
 
 
 def _gpu_facts() -> dict[str, str]:

@@ -48,8 +48,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import platform
-import shutil
 import signal
 import sys
 from collections.abc import Callable
@@ -193,7 +191,7 @@ def apply_jail(config: JailConfig, entered: Entered | None = None) -> dict:
     return {
         "level": level,
         "description": description,
-        "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
+        "platform": f"{os.uname().sysname} {os.uname().release} {os.uname().machine}",
         "active": state.active,
         "missing": missing,
     }
@@ -286,13 +284,23 @@ def init_command() -> list[str]:
     its parent-death signal: when PID 1 dies, the kernel kills the whole namespace. It is
     exec'd (posix_spawn), never forked: no copy of a process that imported torch. util-linux's
     `setpriv ... cat` costs a tenth of the CPU of Python, which stands in where it is absent."""
-    setpriv, cat = shutil.which("setpriv", path=_BIN), shutil.which("cat", path=_BIN)
+    setpriv, cat = _which("setpriv"), _which("cat")
     if setpriv and cat:
         return [setpriv, "--pdeathsig", "KILL", cat]
     return [sys.executable, "-I", "-S", "-c", _INIT_PY]
 
 
 _BIN = "/usr/bin:/bin"
+
+
+def _which(name: str) -> str | None:
+    """`name`'s executable in `_BIN` (shutil.which's answer there, without importing shutil and
+    the compressors it loads into every worker)."""
+    for folder in _BIN.split(":"):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
 
 
 def spawn_namespace_init(close: tuple[int, ...] = ()) -> int:
@@ -385,7 +393,7 @@ def _mount_proc(config: JailConfig, active: list[str], state: Entered) -> str:
 
 
 def _fresh_root(config: JailConfig, state: Entered) -> str:
-    machine = platform.machine()
+    machine = os.uname().machine
     if machine not in fresh_root.PIVOT_ROOT:
         raise Unsupported(f"no pivot_root number for {machine}")
     _own_mounts(state)

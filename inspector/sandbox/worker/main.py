@@ -63,7 +63,6 @@ import os
 import signal
 import sys
 import threading
-import traceback
 from collections.abc import Callable, Iterator
 
 from inspector.core.errors import CodedError
@@ -238,6 +237,8 @@ def main(pid_namespace_made: bool = False) -> int:
             emit({"type": "error", "code": code, "message": getattr(exc, "message", str(exc)),
                   "globals": list(getattr(exc, "globals", []))})
         else:
+            import traceback  # only here: its imports are a few ms of every worker's start
+
             traceback.print_exc()
             emit({"type": "error", "code": "internal",
                   "message": f"{type(exc).__name__}: {exc}".splitlines()[0][:300]})

@@ -14,7 +14,6 @@ import ctypes
 import errno
 import functools
 import os
-import platform
 import struct
 from dataclasses import dataclass
 
@@ -321,13 +320,13 @@ def seccomp_filter(machine: str, pid: int) -> bytes:
 
 def warm_up(pid: int) -> None:
     """Build this machine's filter for `pid` ahead (`seccomp_filter` keeps it)."""
-    if platform.machine() in _SYSCALLS:
-        seccomp_filter(platform.machine(), pid)
+    if os.uname().machine in _SYSCALLS:
+        seccomp_filter(os.uname().machine, pid)
 
 
 def install() -> str:
     """Put this process and its threads under the filter; a summary of its size."""
-    machine = platform.machine()
+    machine = os.uname().machine
     if machine not in _SYSCALLS:
         raise Unsupported(f"no syscall table for {machine}")
     filters = seccomp_filter(machine, os.getpid())
