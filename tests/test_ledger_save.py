@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -71,12 +72,13 @@ def _decaying_disk(monkeypatch):
     """The real writer, then one bit of the written tensor data flipped, as a bad disk would."""
     real_write = atomic_save._write
 
-    def write_then_decay(obj, fd, tmp, as_safetensors, metadata):
-        real_write(obj, fd, tmp, as_safetensors, metadata)
+    def write_then_decay(obj, fd, tmp, as_safetensors, metadata, hashing):
+        known = real_write(obj, fd, tmp, as_safetensors, metadata, hashing)
         data = bytearray(tmp.read_bytes())
         where = {t.key: t for t in describe_archive(bytes(data))}["model.w"].data_offset
         data[where + 5] ^= 0x04
         tmp.write_bytes(bytes(data))
+        return known
 
     monkeypatch.setattr(atomic_save, "_write", write_then_decay)
 
@@ -93,7 +95,15 @@ def test_bytes_that_land_wrong_are_a_mismatch_and_never_replace_the_old_file(tmp
     assert latest_valid(tmp_path) == good
     assert torch.equal(torch.load(target, weights_only=True)["model"]["w"],
                        _weights(1)["model"]["w"])
-    assert read_ledger(tmp_path).saves[-1].outcome == SaveOutcome.MISMATCH
+    bad = read_ledger(tmp_path).saves[-1]
+    assert bad.outcome == SaveOutcome.MISMATCH
+    # the record holds the flipped bytes' digest, as on disk, not memory's taken during the write
+    flipped = bytearray(_weights(2)["model"]["w"].numpy().tobytes())
+    flipped[5] ^= 0x04
+    digests = {t.key: t.digest for t in bad.files[0].tensors}
+    assert digests["model.w"] == hashlib.sha256(flipped).hexdigest()
+    assert digests["model.b"] == hashlib.sha256(_weights(2)["model"]["b"].numpy().tobytes()
+                                                ).hexdigest()
 
 
 def test_keep_rotates_only_after_the_new_one_verified(tmp_path, monkeypatch):
@@ -173,8 +183,6 @@ def odd_chunks(monkeypatch):
 
 
 def test_the_read_back_digests_the_disk_and_matches_memory_piece_by_piece(tmp_path, odd_chunks):
-    import hashlib
-
     from inspector.ledger.digests import proven_digests
 
     state = {"w": torch.randn(70, 73), "t": torch.randn(64, 30).t(), "i": torch.arange(999)}
@@ -184,6 +192,31 @@ def test_the_read_back_digests_the_disk_and_matches_memory_piece_by_piece(tmp_pa
     for e in entries:  # the record's digests are the bytes' own, row-major as verify reads them
         row_major = state[e.key].contiguous().numpy().tobytes()
         assert e.digest == hashlib.sha256(row_major).hexdigest()
+
+
+def test_digests_taken_as_torch_save_writes_are_the_disks_and_only_of_what_it_wrote(tmp_path,
+                                                                                 odd_chunks):
+    """The tee hashes the storages torch.save hands over from memory (a view into one, tied
+    names, a transposed view); an empty tensor, which torch writes no bytes of, is hashed from
+    disk."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from inspector.ledger.digests import disk_digests, memory_tensors, proven_digests
+    from inspector.ledger.tee import DigestingWriter
+
+    base = torch.randn(40, 50)
+    state = {"w": base, "tail": base[7:], "tied": base, "t": torch.randn(64, 30).t(),
+             "i": torch.arange(999), "empty": torch.empty(0)}
+    with ThreadPoolExecutor(1) as pool:
+        with open(tmp_path / "f.pt", "wb") as fh:
+            tee = DigestingWriter(fh, memory_tensors(state), pool)
+            torch.save(state, tee)
+        _, entries, bad = proven_digests(tmp_path / "f.pt", state, known=tee.digests)
+    assert set(tee.digests) == {"w", "tail", "tied", "t", "i"} and bad == []
+    for key in tee.digests:
+        row_major = state[key].contiguous().numpy().tobytes()
+        assert tee.digests[key].result() == hashlib.sha256(row_major).hexdigest()
+    assert entries == disk_digests(tmp_path / "f.pt")[1]
 
 
 @pytest.mark.parametrize("byte", [0, 4999, 20439])
@@ -210,9 +243,10 @@ def test_memory_that_changed_while_the_file_was_written_is_a_mismatch(tmp_path, 
     real_write = atomic_save._write
     state = _weights(1)
 
-    def write_then_touch(obj, fd, tmp, as_safetensors, metadata):
-        real_write(obj, fd, tmp, as_safetensors, metadata)
+    def write_then_touch(obj, fd, tmp, as_safetensors, metadata, hashing):
+        known = real_write(obj, fd, tmp, as_safetensors, metadata, hashing)
         state["model"]["w"][-1, -1] += 1.0
+        return known
 
     monkeypatch.setattr(atomic_save, "_write", write_then_touch)
     with pytest.raises(LedgerError, match=r"model\.w differs from memory"):

@@ -5,12 +5,15 @@ The order is what makes a crash at any moment harmless:
 2. write a temp file in the target's folder (`.NAME.HOST-PID.XXXX.tmp`, never ledgered; one a
    dead process of this host left is cleared first, `ledger.strays`) and fsync it, on a
    thread, while 3 runs (both end before 4);
-3. re-read the temp file once, as `verify` would: every tensor's bytes are hashed for the
-   record and compared with the same tensor in memory in the same pass
-   (`digests.proven_digests`), while another thread takes the file's SHA-256 from the same
-   pages. Reading back is what catches bytes that landed wrong, so it is kept; memory is
-   compared, never hashed, and the write hashes nothing, so the proof costs one SHA-256 of the
-   bytes more than the floor (write, fsync, re-read, SHA-256), on another thread;
+3. re-read the temp file once, as `verify` would: every tensor's bytes are compared with the
+   same tensor in memory (`digests.proven_digests`), while another thread takes the file's
+   SHA-256 from the same pages. Reading back is what catches bytes that landed wrong, so it is
+   kept. Each tensor's SHA-256 for the record was taken during 2, in memory, on a third thread,
+   right after torch.save wrote its storage (`tee`; the compare is what proves it is the
+   disk's); a tensor torch did not write straight from memory (on a GPU, quantized parts, a
+   safetensors file) is hashed from disk in the re-read's pass. So the proof costs one SHA-256
+   of the bytes and a compare more than the floor (write, fsync, re-read, SHA-256), spread
+   over the write and the re-read on other threads;
 4. rename it over the target and fsync the folder; only now can a reader see it;
 5. append the `ledger.save` record (fsync'd), then rotate older ones (`keep`).
 Before 1, the health check (`ledger.health`) runs on the state in memory: a state that fails
@@ -25,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +37,13 @@ from inspector.core.errors import CodedError
 from inspector.core.vocabulary import SaveOutcome
 from inspector.integrity.hashing import sha256_file
 from inspector.integrity.manifest import FileEntry
-from inspector.ledger.digests import expected_bytes, proven_digests
+from inspector.ledger.digests import expected_bytes, memory_tensors, proven_digests
 from inspector.ledger.health import evidence_path, health_problems, say_unhealthy, unhealthy_detail
 from inspector.ledger.record import append_save, relative
 from inspector.ledger.rotate import rotate
 from inspector.ledger.space import check_space, disk_full
 from inspector.ledger.strays import clear_strays, temp_tag
+from inspector.ledger.tee import DigestingWriter
 from inspector.run.checkpoints import LedgerError, SaveRecord
 
 
@@ -74,12 +78,14 @@ def save(
     try:
         os.fchmod(fd, 0o666 & ~current_umask())
         try:
-            _write(obj, fd, tmp, as_safetensors, metadata)
-            # the disk takes the bytes while they are read back from the page cache (what the
-            # re-read reads before or after an fsync alike); nothing is renamed until both end
-            with ThreadPoolExecutor(2, thread_name_prefix="ledger") as pool:
+            # the tensors are hashed on one thread while torch.save writes the next ones; the
+            # disk takes the bytes while they are read back from the page cache (what the
+            # re-read reads before or after an fsync alike); nothing is renamed until all end
+            with ThreadPoolExecutor(1, thread_name_prefix="ledger-digest") as hashing, \
+                    ThreadPoolExecutor(2, thread_name_prefix="ledger") as pool:
+                known = _write(obj, fd, tmp, as_safetensors, metadata, hashing)
                 durable = pool.submit(os.fsync, fd)
-                entry, outcome, detail = _prove(tmp, rel, obj, allow_globals, pool)
+                entry, outcome, detail = _prove(tmp, rel, obj, allow_globals, pool, known)
                 durable.result()
         except Exception as exc:
             full = disk_full(exc, target.parent)
@@ -117,29 +123,32 @@ def _writer(name: str | None, as_safetensors: bool) -> str:
 
 
 def _write(obj: Any, fd: int, tmp: Path, as_safetensors: bool,
-           metadata: dict[str, str] | None) -> None:
+           metadata: dict[str, str] | None, hashing: Executor) -> dict[str, Future[str]]:
     """Write the checkpoint into the temp file; `fd` stays open, to fsync (it was opened
-    before any byte was written, so its fsync reports every write-back error since)."""
+    before any byte was written, so its fsync reports every write-back error since). Return
+    the digests of the tensors hashed on `hashing` as torch.save wrote them (`tee`)."""
     if as_safetensors:
         from safetensors.torch import save_file
 
         save_file(obj, str(tmp), metadata=metadata)
-        return
+        return {}
     import torch
 
     with os.fdopen(fd, "wb", closefd=False) as fh:
-        torch.save(obj, fh)
+        tee = DigestingWriter(fh, memory_tensors(obj), hashing)
+        torch.save(obj, tee)
+    return tee.digests
 
 
-def _prove(tmp: Path, rel: str, obj: Any, allow_globals: tuple[str, ...],
-           pool: ThreadPoolExecutor) -> tuple[FileEntry, SaveOutcome, str | None]:
+def _prove(tmp: Path, rel: str, obj: Any, allow_globals: tuple[str, ...], pool: Executor,
+           known: dict[str, Future[str]]) -> tuple[FileEntry, SaveOutcome, str | None]:
     """Re-read the written file once: its manifest entry, and whether every tensor matched
-    memory; the file's SHA-256 is taken from the same pages on a thread of `pool` (hashlib
-    lets go of the GIL)."""
+    memory (those in `known` are compared, not hashed again); the file's SHA-256 is taken
+    from the same pages on a thread of `pool` (hashlib lets go of the GIL)."""
     size = tmp.stat().st_size
     file_hash = pool.submit(sha256_file, tmp)
     try:
-        fmt, on_disk, bad = proven_digests(tmp, obj, allow_globals)
+        fmt, on_disk, bad = proven_digests(tmp, obj, allow_globals, known)
     except CodedError as exc:
         return (FileEntry(rel, file_hash.result(), size, None, None), SaveOutcome.UNVERIFIED,
                 f"re-read failed: {exc.message}")

@@ -8,15 +8,19 @@ that `verify` checks unchanged. Hashing streams in bounded chunks: views of the 
 memory, pages of the file dropped once read; no second copy of the checkpoint is made.
 
 `proven_digests` is the one read-back `ledger.save` makes: each tensor's bytes on disk are
-hashed for the record and compared with the same tensor's bytes in memory, word by word, in
-the same pass (a compare costs a fraction of a SHA-256, so memory is never hashed);
+compared with the same tensor's bytes in memory, word by word, and hashed for the record in the
+same pass, unless its digest was already taken in memory right after torch.save wrote it
+(`tee`, on a thread during the write; the compare is what makes that digest the disk's);
 `proven_file` is that pass over one file of a folder, against the folder's tensors in memory.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections import deque
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -70,23 +74,25 @@ def memory_tensors(obj: Any) -> dict[str, Any]:
     return dict(expand(split_leaves(obj)[0])[0])
 
 
-def proven_digests(path: str | os.PathLike[str], obj: Any, allow_globals: tuple[str, ...] = ()
+def proven_digests(path: str | os.PathLike[str], obj: Any, allow_globals: tuple[str, ...] = (),
+                   known: dict[str, Future[str]] | None = None
                    ) -> tuple[str, list[TensorEntry], list[str]]:
     """The format and every tensor of the file at `path` with its digest, and the keys whose
-    dtype, shape or bytes differ from `obj`'s tensors in memory, or that only one side has."""
+    dtype, shape or bytes differ from `obj`'s tensors in memory, or that only one side has;
+    `known`: digests taken as the file was written (`tee`), not taken again."""
     memory = memory_tensors(obj)
-    fmt, entries, bad, _ = proven_file(path, memory, allow_globals)
+    fmt, entries, bad, _ = proven_file(path, memory, allow_globals, known)
     return fmt, entries, bad + list(memory)
 
 
 def proven_file(path: str | os.PathLike[str], memory: dict[str, Any],
-                allow_globals: tuple[str, ...] = ()
+                allow_globals: tuple[str, ...] = (),
+                known: dict[str, Future[str]] | None = None
                 ) -> tuple[str, list[TensorEntry], list[str], set[str]]:
     """The format and every tensor of the file at `path` with its digest, each compared with
     the tensor of the same key in `memory` (popped from it) in the same pass; the keys that
-    differ (in the file's order), and among them those `memory` did not hold."""
-    import hashlib
-
+    differ (in the file's order), and among them those `memory` did not hold. A tensor in
+    `known` is compared only: its digest was taken in memory after its bytes were written."""
     import torch
 
     from inspector.core.dtypes import canonical_dtype
@@ -104,17 +110,20 @@ def proven_file(path: str | os.PathLike[str], memory: dict[str, Any],
                 and tuple(t.shape) == tuple(s.shape))
         dense = same and t.layout == torch.strided and t.device.type != "meta"
         digest = None
-        if s.read is not None:
-            h = hashlib.sha256()
-            chunks = _hashed(s.read(), h)
+        taken = known.get(s.key) if dense and known else None
+        if s.read is None:
             if dense:
-                same = _same_bytes(chunks, byte_chunks(t.detach()))
-            else:
-                for _ in chunks:  # hashed all the same: the record holds what is on disk
-                    pass
-            digest = h.hexdigest()
+                same = False  # memory has bytes the file does not
+        elif taken is not None:  # hashed in memory after its write (`tee`): compared only
+            same = _same_bytes(_blocks(s.read()), byte_chunks(t.detach()))
+            # bytes that differ are recorded as the disk holds them, as below
+            digest = taken.result() if same else _disk_digest(s.read())
         elif dense:
-            same = False  # memory has bytes the file does not
+            h = hashlib.sha256()
+            same = _same_bytes(_blocks(s.read(), h), byte_chunks(t.detach()))
+            digest = h.hexdigest()
+        else:
+            digest = _disk_digest(s.read())  # the record holds what is on disk
         if not same:
             bad.append(s.key)
         entries.append(TensorEntry(key=s.key, dtype=s.dtype, shape=tuple(s.shape), digest=digest,
@@ -126,15 +135,23 @@ _BLOCK = 1 << 20
 """Bytes hashed then compared at a time: the compare finds them still in the core's cache."""
 
 
-def _hashed(chunks: Iterable[Any], h: Any) -> Iterator[np.ndarray]:
+def _blocks(chunks: Iterable[Any], h: Any = None) -> Iterator[np.ndarray]:
     """The chunks' bytes in blocks of at most _BLOCK (numpy views, no copy), each fed to `h`
-    just before it is handed on."""
+    (when given) just before it is handed on."""
     for chunk in chunks:
         data = np.frombuffer(chunk, np.uint8)
         for at in range(0, data.size, _BLOCK):
             block = data[at:at + _BLOCK]
-            h.update(block)
+            if h is not None:
+                h.update(block)
             yield block
+
+
+def _disk_digest(chunks: Iterable[Any]) -> str:
+    """SHA-256 of the chunks' bytes."""
+    h = hashlib.sha256()
+    deque(_blocks(chunks, h), maxlen=0)
+    return h.hexdigest()
 
 
 def _same_bytes(disk: Iterator[np.ndarray], memory: Iterable[Any]) -> bool:
