@@ -4,7 +4,10 @@ A proof runs each sample in a throwaway process with a canary path beside it: th
 the loader runs it, writes there. `canary_folders` gives each sample its own folder under one
 short /tmp folder (tar member names hold 100 bytes, so the canary paths stay short); `proof`
 records what a run created and empties the folder again, so that a later scan is judged by
-what *it* leaves there (`scan_runs_nothing`, `cli_calls_all_dangerous`).
+what *it* leaves there (`scan_runs_nothing`, `cli_calls_all_dangerous`). `run_each_forked`
+runs a loader over many samples, each in a process of its own forked from one interpreter that
+has imported the loaders' libraries once (a fresh interpreter per sample cost about 1 s each
+where it imported torch).
 """
 
 from __future__ import annotations
@@ -47,6 +50,69 @@ def proof(path: Path, canary_dir: Path, output: str) -> Proof:
     for p in sorted(canary_dir.rglob("*"), reverse=True):
         p.rmdir() if p.is_dir() else p.unlink()
     return path, canary_dir, ran, output
+
+
+# Runs in a fresh interpreter: imports the loaders' libraries, then forks one child per run,
+# which executes the loader as `python -c LOADER ARGS...` would and exits. The parent never
+# loads a sample, so no payload can change what the next run sees. As with subprocess.run, a
+# run's output is read until every process holding its pipe has closed it (a payload's
+# program started without a wait has finished too); the parent prints each run's exit code
+# and output as one JSON list.
+_FORKING_DRIVER = r"""
+import json, os, select, sys, time, traceback
+job = json.load(sys.stdin)
+for name in job["preload"]:
+    __import__(name)
+outputs = []
+for args in job["runs"]:
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        os.dup2(write_end, 1)
+        os.dup2(write_end, 2)
+        os.close(write_end)
+        sys.argv = ["-c", *args]
+        code = 0
+        try:
+            exec(compile(job["code"], "<string>", "exec"), {"__name__": "__main__"})
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(write_end)
+    chunks, deadline = [], time.monotonic() + job["timeout"]
+    while True:
+        if not select.select([read_end], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            os.kill(pid, 9)
+            chunks.append(b"\nkilled: the run outlived its timeout")
+            break
+        chunk = os.read(read_end, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read_end)
+    status = os.waitpid(pid, 0)[1]
+    outputs.append((os.waitstatus_to_exitcode(status), b"".join(chunks).decode(errors="replace")))
+print(json.dumps(outputs))
+"""
+
+
+def run_each_forked(python_exe: str, code: str, runs: list[list[str]], cwd: Path,
+                    preload: Iterable[str], isolated: bool = False) -> list[tuple[int, str]]:
+    """The exit code and output of `python [-I] -c code *args` for each args of `runs`, in
+    `cwd`: each run in a child forked from one interpreter that imported `preload` first."""
+    job = {"code": code, "runs": runs, "preload": list(preload), "timeout": 300}
+    proc = subprocess.run([python_exe, *(["-I"] if isolated else []), "-c", _FORKING_DRIVER],
+                          input=json.dumps(job), capture_output=True, text=True, cwd=cwd,
+                          timeout=300 + 60 * len(runs), check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [(code, output) for code, output in json.loads(proc.stdout.splitlines()[-1])]
 
 
 def payload_runs_test(names: Iterable[str]) -> Callable[..., None]:

@@ -4,12 +4,11 @@ and (at least 90 % of them, all today) dangerous, with nothing executed by the s
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 from factories import ADVERSARIAL_BUILDERS
-from proofs import canary_folders, payload_runs_test, proof, scan_runs_nothing
+from proofs import canary_folders, payload_runs_test, proof, run_each_forked, scan_runs_nothing
 
 from inspector.scan.engine import scan_file
 
@@ -66,6 +65,10 @@ except Exception as exc:
 """
 
 
+PRELOAD = ("numpy", "torch", "torch.distributed.checkpoint")
+"""What LOADER imports, imported once before the runs fork."""
+
+
 def _loader_arg(name: str, path: Path, work: Path) -> str:
     if name == "distcp_second_archive":
         return str(len((work / "_base_ckpt.pt").read_bytes()))
@@ -77,15 +80,13 @@ def proven(tmp_path_factory, python_exe):
     """Every sample, built and proven malicious; the proof's canary removed afterwards."""
     work = tmp_path_factory.mktemp("adversarial")
     with canary_folders("adv", sorted(ADVERSARIAL_BUILDERS)) as (short, canaries):
-        samples = {}
-        for name, canary_dir in canaries.items():
-            loader, build = ADVERSARIAL_BUILDERS[name]
-            path = build(work / f"{name}.bin", canary_dir / "c")
-            proc = subprocess.run([python_exe, "-c", LOADER, loader, str(path),
-                                   _loader_arg(name, path, work)],
-                                  capture_output=True, text=True, timeout=300, cwd=short)
-            samples[name] = proof(path, canary_dir, proc.stdout + proc.stderr)
-        yield samples
+        paths = {name: ADVERSARIAL_BUILDERS[name][1](work / f"{name}.bin", canary_dir / "c")
+                 for name, canary_dir in canaries.items()}
+        runs = [[ADVERSARIAL_BUILDERS[name][0], str(path), _loader_arg(name, path, work)]
+                for name, path in paths.items()]
+        outputs = run_each_forked(python_exe, LOADER, runs, short, PRELOAD)
+        yield {name: proof(path, canaries[name], output)
+               for (name, path), (_, output) in zip(paths.items(), outputs, strict=True)}
 
 
 def test_enough_samples_across_the_classes():

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from load_time_samples import BENIGN, HOSTILE, LOADER
+from proofs import run_each_forked
 
 from inspector.scan.engine import scan_file
 
@@ -29,15 +30,17 @@ def proven(tmp_path_factory, python_exe):
     """Every hostile sample, built and proven to run its payload under its loader."""
     work = tmp_path_factory.mktemp("load-time")
     samples = {}
-    for name, (loader, build, _) in HOSTILE.items():
+    for name, (_, build, _) in HOSTILE.items():
         canary = work / f"{name}.canary"
-        path = build(work / f"{name}.bin", canary)
+        samples[name] = (build(work / f"{name}.bin", canary), canary)
         assert not canary.exists()
-        subprocess.run([python_exe, "-I", "-c", LOADER, loader, str(path)], cwd=work,
-                       capture_output=True, text=True, timeout=300, check=True)
-        assert canary.exists(), f"{name}: the payload did not run under {loader}"
+    runs = [[HOSTILE[name][0], str(path)] for name, (path, _) in samples.items()]
+    outputs = run_each_forked(python_exe, LOADER, runs, work, ("joblib", "torch", "torch.package"),
+                              isolated=True)
+    for (name, (_, canary)), (code, output) in zip(samples.items(), outputs, strict=True):
+        assert code == 0, output
+        assert canary.exists(), f"{name}: the payload did not run under {HOSTILE[name][0]}"
         _remove(canary)
-        samples[name] = (path, canary)
     return samples
 
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 import gzip
 import lzma
 import struct
-import subprocess
 import zlib
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from factories import _legacy_tar, call, p_global, p_string, touch_cmd
-from proofs import canary_folders, payload_runs_test, proof, scan_runs_nothing
+from proofs import canary_folders, payload_runs_test, proof, run_each_forked, scan_runs_nothing
 
 from inspector import formats
 from inspector.scan.engine import scan_file
@@ -146,15 +145,13 @@ def proven(tmp_path_factory, python_exe):
     canary folder, files the run created, its output)}; the canaries are removed after."""
     work = tmp_path_factory.mktemp("readers")
     with canary_folders("rdr", sorted(SAMPLES)) as (short, canaries):
-        out = {}
-        for name, canary_dir in canaries.items():
-            loader, build = SAMPLES[name]
-            path = work / f"{name}.bin"
-            path.write_bytes(build(canary_dir / "c"))
-            proc = subprocess.run([python_exe, "-c", LOADER, loader, str(path)],
-                                  capture_output=True, text=True, timeout=300, cwd=short)
-            out[name] = proof(path, canary_dir, proc.stdout + proc.stderr)
-        yield out
+        paths = {name: work / f"{name}.bin" for name in canaries}
+        for name, path in paths.items():
+            path.write_bytes(SAMPLES[name][1](canaries[name] / "c"))
+        runs = [[SAMPLES[name][0], str(path)] for name, path in paths.items()]
+        outputs = run_each_forked(python_exe, LOADER, runs, short, ("numpy", "torch"))
+        yield {name: proof(path, canaries[name], output)
+               for (name, path), (_, output) in zip(paths.items(), outputs, strict=True)}
 
 
 test_the_payload_runs_under_its_reader = payload_runs_test(SAMPLES)
