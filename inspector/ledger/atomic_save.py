@@ -16,9 +16,11 @@ The order is what makes a crash at any moment harmless:
    over the write and the re-read on other threads;
 4. rename it over the target and fsync the folder; only now can a reader see it;
 5. append the `ledger.save` record (fsync'd), then rotate older ones (`keep`).
-Before 1, the health check (`ledger.health`) runs on the state in memory: a state that fails
-it is still written and proven, but renamed to `NAME.unhealthy.SUFFIX` and recorded `unhealthy`
-(the previous checkpoint at the target stays), so no resume lands on it.
+Before 1, the guard's checks for the run (`run.health_gate`) are asked; the NaN scan of the
+state in memory (`ledger.health`) runs on the digests' thread during 2, before the re-read
+needs the verdict. A state that fails either is still written and proven, but renamed to
+`NAME.unhealthy.SUFFIX` and recorded `unhealthy` (the previous checkpoint at the target
+stays), so no resume lands on it.
 A kill before 4 leaves the previous checkpoint untouched beside a stray temp file; a kill
 between 4 and 5 leaves a checkpoint without a record, which `latest_valid` never returns.
 """
@@ -38,12 +40,13 @@ from inspector.core.vocabulary import SaveOutcome
 from inspector.integrity.hashing import sha256_file
 from inspector.integrity.manifest import FileEntry
 from inspector.ledger.digests import expected_bytes, memory_tensors, proven_digests
-from inspector.ledger.health import evidence_path, health_problems, say_unhealthy, unhealthy_detail
+from inspector.ledger.health import evidence_path, nan_problems, say_unhealthy, unhealthy_detail
 from inspector.ledger.record import append_save, relative
 from inspector.ledger.rotate import rotate
 from inspector.ledger.space import check_space, disk_full
 from inspector.ledger.strays import clear_strays, temp_tag
 from inspector.ledger.tee import DigestingWriter
+from inspector.run import health_gate
 from inspector.run.checkpoints import LedgerError, SaveRecord
 
 
@@ -65,30 +68,34 @@ def save(
     trainer pickles beside the tensors (`scan.pickles.presets`, e.g. Lightning's)."""
     asked = Path(path)
     run = Path(run_dir) if run_dir is not None else asked.parent
-    problems = health_problems(obj, run)
-    target = evidence_path(asked) if problems else asked
-    target.parent.mkdir(parents=True, exist_ok=True)
-    as_safetensors = target.suffix == ".safetensors"
-    check_space(target.parent, expected_bytes(obj))
-    rel = relative(target, run)
-    clear_strays(target.parent)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.{temp_tag()}.", suffix=".tmp",
-                                    dir=target.parent)
+    gate = health_gate.problems(run)
+    folder = asked.parent  # the evidence name's too
+    folder.mkdir(parents=True, exist_ok=True)
+    as_safetensors = asked.suffix == ".safetensors"
+    check_space(folder, expected_bytes(obj))
+    clear_strays(folder)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{asked.name}.{temp_tag()}.", suffix=".tmp",
+                                    dir=folder)
     tmp = Path(tmp_name)
     try:
         os.fchmod(fd, 0o666 & ~current_umask())
         try:
-            # the tensors are hashed on one thread while torch.save writes the next ones; the
-            # disk takes the bytes while they are read back from the page cache (what the
-            # re-read reads before or after an fsync alike); nothing is renamed until all end
+            # the NaN scan, then the tensors' digests, run on one thread while torch.save
+            # writes; the disk takes the bytes while they are read back from the page cache
+            # (what the re-read reads before or after an fsync alike); nothing is renamed
+            # until all end
             with ThreadPoolExecutor(1, thread_name_prefix="ledger-digest") as hashing, \
                     ThreadPoolExecutor(2, thread_name_prefix="ledger") as pool:
+                nan = hashing.submit(nan_problems, obj)
                 known = _write(obj, fd, tmp, as_safetensors, metadata, hashing)
+                problems = nan.result() + gate
+                target = evidence_path(asked) if problems else asked
+                rel = relative(target, run)
                 durable = pool.submit(os.fsync, fd)
                 entry, outcome, detail = _prove(tmp, rel, obj, allow_globals, pool, known)
                 durable.result()
         except Exception as exc:
-            full = disk_full(exc, target.parent)
+            full = disk_full(exc, folder)
             if full is not None:
                 raise full from exc
             raise
@@ -106,7 +113,7 @@ def save(
         raise
     finally:
         os.close(fd)
-    fsync_path(target.parent)
+    fsync_path(folder)
     if problems and outcome == SaveOutcome.VERIFIED:
         outcome, detail = SaveOutcome.UNHEALTHY, unhealthy_detail(problems)
         say_unhealthy(asked, target, detail)

@@ -24,6 +24,11 @@ SHOWN = 3
 
 def health_problems(obj: Any, run_dir: Path) -> list[str]:
     """Every reason the state `obj` should not be sealed (empty when it is healthy)."""
+    return nan_problems(obj) + health_gate.problems(run_dir)
+
+
+def nan_problems(obj: Any) -> list[str]:
+    """The tensors of `obj` that hold a NaN, as problems (at most SHOWN named)."""
     import torch
 
     from inspector.tensors.load import split_leaves
@@ -40,7 +45,7 @@ def health_problems(obj: Any, run_dir: Path) -> list[str]:
     found = [f"NaN in {key}" for key in nan[:SHOWN]]
     if len(nan) > SHOWN:
         found.append(f"NaN in {len(nan) - SHOWN} more tensors")
-    return found + health_gate.problems(run_dir)
+    return found
 
 
 def evidence_path(target: Path) -> Path:
