@@ -1,8 +1,10 @@
 """The SIGKILL loop of tests/test_ledger_faults.py, run in a fresh interpreter.
 
-One process imports torch once, then forks a child per save and kills it with SIGKILL at a
-random moment within a save's duration; after each kill it asks `latest_valid` and loads what
-it names. Prints one JSON line: kills that landed mid-save, saves that finished, strays left.
+One process imports torch once (and, through saves of its own outside the run, every module a
+save imports on first use), then forks a child per save and kills it with SIGKILL at a random
+moment within a save's duration (the median of three timed saves); after each kill it asks
+`latest_valid` and loads what it names. Prints one JSON line: kills that landed mid-save, saves
+that finished, strays left.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import json
 import os
 import random
 import signal
+import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,13 +46,29 @@ def save_in_child(run: Path, step: int) -> int:
     return pid
 
 
+def warm_up() -> float:
+    """Save once in this process, in a scratch run folder, then time three forked saves there:
+    their median is the span a kill's moment is drawn from. Without the first, each forked
+    child would import the modules a first save loads (about 0.15 s, most of a child's save)
+    and the kills would land in those imports instead of the save's writes; one timed save
+    alone let a slow moment of the machine stretch every sleep of the run."""
+    with tempfile.TemporaryDirectory() as scratch:
+        save(state(0), Path(scratch) / "ckpt" / "step-0.pt", step=0, run_dir=scratch, keep=KEEP)
+        spans = []
+        for step in range(1, 4):
+            start = time.perf_counter()
+            _, status = os.waitpid(save_in_child(Path(scratch), step), 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+            spans.append(time.perf_counter() - start)
+    return statistics.median(spans)
+
+
 def main(run: Path, kills: int, seed: int) -> None:
     torch.set_num_threads(1)
+    duration = warm_up()
     rng = random.Random(seed)
-    start = time.perf_counter()
     _, status = os.waitpid(save_in_child(run, 0), 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    duration = time.perf_counter() - start
     floor, killed, finished, step = 0, 0, 0, 1
     while killed < kills and step < 6 * kills:
         pid = save_in_child(run, step)
