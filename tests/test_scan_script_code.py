@@ -12,6 +12,8 @@ import textwrap
 import zipfile
 from pathlib import Path
 
+from proofs import run_each_forked
+
 from inspector.formats.archives.script_code import (
     REACHING_CLASS_NAMESPACES,
     REACHING_NAMESPACES,
@@ -67,7 +69,7 @@ def test_reaching_operators_are_torchs_own_registry() -> None:
 _HOSTILE = """
 import sys, torch
 
-canary = sys.argv[2]
+canary = ""  # each model reads it when built, below
 
 class FromFile(torch.nn.Module):
     def __init__(self):
@@ -131,19 +133,22 @@ class Benign(torch.nn.Module):
     def forward(self, x):
         return self.norm(self.body(x)).softmax(-1)
 
-kind = sys.argv[1]
-model = {"from_file": FromFile, "save": Saves, "indirect": Indirect, "benign": Benign}[kind]()
-torch.jit.save(torch.jit.script(model), sys.argv[3])
+for kind, canary, out in zip(*[iter(sys.argv[1:])] * 3, strict=True):
+    model = {"from_file": FromFile, "save": Saves, "indirect": Indirect, "benign": Benign}[kind]()
+    torch.jit.save(torch.jit.script(model), out)
 """
 
 
-def _make(tmp_path: Path, kind: str, canary: Path, name: str = "") -> Path:
+def _make(tmp_path: Path, samples: dict[str, tuple[str, Path]]) -> dict[str, Path]:
+    """name -> (kind, canary): each model scripted and saved, all in one process of their own
+    (torch.jit.script reads the classes' source, so the script is a file)."""
     script = tmp_path / "make_script.py"
     script.write_text(textwrap.dedent(_HOSTILE))
-    out = tmp_path / f"{name or kind}.pt"
-    subprocess.run([sys.executable, str(script), kind, str(canary), str(out)], check=True,
-                   capture_output=True, timeout=300)
-    return out
+    outs = {name: tmp_path / f"{name}.pt" for name in samples}
+    args = [str(a) for name, (kind, canary) in samples.items() for a in (kind, canary, outs[name])]
+    subprocess.run([sys.executable, str(script), *args], check=True, capture_output=True,
+                   timeout=300)
+    return outs
 
 
 def _respaced(src: Path, dst: Path) -> Path:
@@ -165,18 +170,20 @@ def _scan(*paths: Path) -> dict[str, dict]:
     return {Path(r["path"]).name: r for r in map(json.loads, out.stdout.splitlines())}
 
 
-def _jit_load(path: Path) -> None:
-    subprocess.run([sys.executable, "-c", "import sys, torch; torch.jit.load(sys.argv[1])",
-                    str(path)], check=True, capture_output=True, timeout=300)
+def _jit_load(*paths: Path) -> None:
+    """torch.jit.load of each path, each in a process of its own; every one must succeed."""
+    runs = run_each_forked(sys.executable, "import sys, torch; torch.jit.load(sys.argv[1])",
+                           [[str(p)] for p in paths], paths[0].parent, ("torch",))
+    assert [code for code, _ in runs] == [0] * len(paths), runs
 
 
 def test_code_that_reaches_files_is_dangerous_and_runs_under_torch_jit_load(
         tmp_path: Path) -> None:
     kinds = ("from_file", "save", "indirect")
     canaries = {k: tmp_path / f"canary-{k}" for k in (*kinds, "respaced")}
-    files = {k: _make(tmp_path, k, canaries[k]) for k in kinds}
-    files["respaced"] = _respaced(_make(tmp_path, "from_file", canaries["respaced"], "plain"),
-                                  tmp_path / "respaced.pt")
+    files = _make(tmp_path, {**{k: (k, canaries[k]) for k in kinds},
+                             "plain": ("from_file", canaries["respaced"])})
+    files["respaced"] = _respaced(files.pop("plain"), tmp_path / "respaced.pt")
     results = _scan(*files.values())
     assert not any(c.exists() for c in canaries.values())  # the scan ran none of them
     for kind, path in files.items():
@@ -188,12 +195,13 @@ def test_code_that_reaches_files_is_dangerous_and_runs_under_torch_jit_load(
         assert any(op in f["message"] and f".{method}, line" in f["message"]
                    and "while loading" in f["message"] and f["severity"] == "dangerous"
                    for f in reach), reach
-        _jit_load(path)
+    _jit_load(*files.values())
+    for kind in files:
         assert canaries[kind].exists(), kind  # the real loader does the harm
 
 
 def test_a_scripted_torch_nn_model_is_suspicious_with_one_plain_line(tmp_path: Path) -> None:
-    path = _make(tmp_path, "benign", tmp_path / "unused")
+    path = _make(tmp_path, {"benign": ("benign", tmp_path / "unused")})["benign"]
     record = _scan(path)[path.name]
     shown = [f for f in record["findings"] if f["severity"] != "info"]
     assert record["verdict"] == "suspicious"
