@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 from factories import fuzz_seeds, mutate
-from proofs import canary_folders, payload_runs_test, proof
+from proofs import canary_folders, payload_runs_test, proof, run_each_forked
 from readings_samples import NESTED_BUILDERS, READINGS_BUILDERS, disagreement, truths
-from test_scan_adversarial import LOADER
+from test_scan_adversarial import LOADER, PRELOAD
 
 from inspector.sandbox.host.client import dry_run_reader
 from inspector.scan import readings
@@ -48,40 +48,17 @@ def jailed_readings():
 
 # Proves every sample in one interpreter that imports the loaders once, then forks a
 # throwaway child per sample (its own process: what a payload does there stays there).
-PROVER = r"""
-import json, os, sys, time
-import numpy, torch, torch.distributed.checkpoint  # imported once, before the forks
-loader_code = sys.argv[1]
-for kind, path, arg in json.loads(sys.argv[2]):
-    pid = os.fork()
-    if pid == 0:
-        sys.argv = ["loader", kind, path, arg]
-        try:
-            exec(compile(loader_code, "loader", "exec"), {"__name__": "__main__"})
-        finally:
-            sys.stdout.flush()
-            os._exit(0)
-    deadline = time.monotonic() + 120
-    while os.waitpid(pid, os.WNOHANG) == (0, 0) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    print(json.dumps({"path": path}), flush=True)
-"""
-
-
 @pytest.fixture(scope="module")
 def proven(tmp_path_factory, python_exe):
     """Every sample, built and proven malicious; the proof's canary removed afterwards."""
-    import json
-
     work = tmp_path_factory.mktemp("readings")
     with canary_folders("rd", sorted(ALL)) as (short, canaries):
         built = {name: (ALL[name][0], ALL[name][1](work / f"{name}.bin", canary_dir / "c"))
                  for name, canary_dir in canaries.items()}
-        jobs = [(loader, str(path), str(path.parent)) for loader, path in built.values()]
-        proc = subprocess.run([python_exe, "-c", PROVER, NESTED_LOADER, json.dumps(jobs)],
-                              capture_output=True, text=True, timeout=1200, cwd=short)
-        output = proc.stdout[-2000:] + proc.stderr[-2000:]
-        yield {name: proof(path, canaries[name], output) for name, (_, path) in built.items()}
+        runs = [[loader, str(path), str(path.parent)] for loader, path in built.values()]
+        outputs = run_each_forked(python_exe, NESTED_LOADER, runs, short, PRELOAD)
+        yield {name: proof(path, canaries[name], output)
+               for (name, (_, path)), (_, output) in zip(built.items(), outputs, strict=True)}
 
 
 def test_enough_samples_across_the_classes():
