@@ -80,3 +80,24 @@ def test_a_job_that_passes_descriptors_starts_its_own_worker(tmp_path):
     finally:
         os.close(read)
         os.close(write)
+
+
+
+def test_a_spare_that_cannot_start_leaves_the_job_to_start_its_own(tmp_path, monkeypatch,
+                                                                 capsys):
+    real = launch._cold
+    calls: list = []
+
+    def first_fails(pass_fds):
+        calls.append(pass_fds)
+        if len(calls) == 1:
+            raise OSError(24, "Too many open files")
+        return real(pass_fds)
+
+    monkeypatch.setattr(launch, "_cold", first_fails)
+    path = factories.mal_os_system(tmp_path / "b.pkl", tmp_path / "canary")
+    assert main(["scan", "--json", str(path)]) == 2
+    row = json.loads(capsys.readouterr().out)
+    assert row["verdict"] == "dangerous"
+    assert "readings-unavailable" not in [f["code"] for f in row["findings"]]
+    assert len(calls) == 2  # the spare's start failed; the job started its own
