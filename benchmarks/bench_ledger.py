@@ -10,8 +10,9 @@ through /proc/self/clear_refs once the state is built) minus the RSS before it.
 Before the clock, the torch.save, floor and ledger.save children save a 4-element state once
 with the same writer (a training process saves many times; the first call's lazy imports are
 not a save's cost).
-The ledger's time includes its health check, the fsyncs, the one re-read from disk (every
-tensor's digest, compared with memory in the same pass; the file's SHA-256 on a second
+The ledger's time includes its health check (the NaN scan, on a thread during the write),
+every tensor's digest (hashed in memory on that thread as torch.save writes it), the fsyncs,
+the one re-read from disk (every tensor compared with memory; the file's SHA-256 on a second
 thread), and the journal append; the plain writers neither fsync nor read back. Runs
 alternate writer by writer, in an order that rotates each repeat, each after an `os.sync()`
 (plain torch.save leaves its pages unflushed, and the writer after it met a disk still
