@@ -9,7 +9,6 @@ scanned by tests/test_scan_adversarial.py.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,31 +21,72 @@ from factories import (
     hunt_split_frame_zip,
     unpack_nested,
 )
+from proofs import run_each_forked
 
 from inspector.scan.engine import scan_file, scan_paths
 
-TORCH_LOAD = r"""
-import sys, torch
+BYTESIO_LOAD = r"""
+import io, pickle, sys
+kind, path = sys.argv[1], sys.argv[2]
+data = open(path, "rb").read()
 try:
-    torch.load(sys.argv[1], weights_only=False)
+    if kind == "pickle":
+        print(repr(pickle.loads(data))[:40], "from bytes")  # reads linearly: no payload
+        print(repr(pickle.load(io.BytesIO(data)))[:40])
+    elif kind == "torch-bytesio":
+        import torch
+        torch.load(io.BytesIO(data), weights_only=False)
+    else:
+        import torch
+        torch.load(path, weights_only=False)
 except Exception as exc:
     print("loader raised", type(exc).__name__, exc)
 """
 
+FRAME_SAMPLES = {"split_frame_pickle": ("pickle", hunt_split_frame_pickle),
+                 "split_frame_zip": ("torch", hunt_split_frame_zip),
+                 "frame_past_stop_legacy": ("torch-bytesio", hunt_frame_past_stop_legacy)}
 
-def test_legacy_tar_of_links_to_a_pickle_outside_is_never_safe_or_skipped(tmp_path, python_exe):
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    proof = tmp_path / "proof"
-    proof.mkdir()
-    sample = hunt_legacy_tar_links(proof / "model.pt", outside / "proof-canary")
-    proc = subprocess.run([python_exe, "-c", TORCH_LOAD, str(sample)], capture_output=True,
-                          text=True, timeout=300, cwd=proof)
-    assert (outside / "proof-canary").exists(), f"torch.load ran nothing: {proc.stdout}"
+
+NESTED = ("zip-deflated", "zip-stored", "tar.gz", "zip-in-zip")
+
+
+@pytest.fixture(scope="module")
+def proven(tmp_path_factory, python_exe) -> dict[str, tuple[Path, str]]:
+    """Every hunt sample built with a canary and loaded by its loader in a proof folder of its
+    own, each in a process forked from one interpreter with torch imported: name -> (canary,
+    the loader's output)."""
+    work = tmp_path_factory.mktemp("hunt-proofs")
+    folders = {name: work / name for name in ("legacy_tar_links", *NESTED, *FRAME_SAMPLES)}
+    for folder in folders.values():
+        folder.mkdir()
+    canaries = {name: folder / "canary" for name, folder in folders.items()}
+    # the tar's links reach a pickle outside the folder the loader runs in
+    (work / "outside").mkdir()
+    canaries["legacy_tar_links"] = work / "outside" / "proof-canary"
+    loads = {"legacy_tar_links": ("torch", hunt_legacy_tar_links(
+        folders["legacy_tar_links"] / "model.pt", canaries["legacy_tar_links"]))}
+    for kind in NESTED:
+        suffix = ".tar.gz" if kind == "tar.gz" else ".zip"
+        sample = hunt_nested_archive(kind)(work / f"{kind}{suffix}", canaries[kind])
+        loads[kind] = ("torch", unpack_nested(sample, work / f"{kind}-unpacked"))
+    for name, (loader, build) in FRAME_SAMPLES.items():
+        loads[name] = (loader, build(work / f"{name}.bin", canaries[name]))
+    outputs = run_each_forked(python_exe, BYTESIO_LOAD,
+                              [[loader, str(path)] for loader, path in loads.values()],
+                              [folders[name] for name in loads], ("torch",))
+    return {name: (canaries[name], output) for name, (_, output) in zip(loads, outputs,
+                                                                        strict=True)}
+
+
+def test_legacy_tar_of_links_to_a_pickle_outside_is_never_safe_or_skipped(tmp_path, proven):
+    ran, output = proven["legacy_tar_links"]
+    assert ran.exists(), f"torch.load ran nothing: {output}"
 
     folder = tmp_path / "model"
     folder.mkdir()
-    canary = outside / "canary"
+    (tmp_path / "outside").mkdir()
+    canary = tmp_path / "outside" / "canary"
     path = hunt_legacy_tar_links(folder / "model.pt", canary)
     res = scan_file(path)
     assert res.verdict == "suspicious" and res.error is None, res.to_json()
@@ -99,19 +139,11 @@ def test_index_that_maps_weights_behind_a_folder_link_is_not_safe(tmp_path):
     assert not canary.exists()
 
 
-NESTED = ("zip-deflated", "zip-stored", "tar.gz", "zip-in-zip")
-
-
 @pytest.mark.parametrize("kind", NESTED)
-def test_a_checkpoint_inside_an_archive_is_scanned(tmp_path, python_exe, kind):
+def test_a_checkpoint_inside_an_archive_is_scanned(tmp_path, proven, kind):
     suffix = ".tar.gz" if kind == "tar.gz" else ".zip"
-    proof = tmp_path / "proof"
-    proof.mkdir()
-    sample = hunt_nested_archive(kind)(tmp_path / f"proof{suffix}", proof / "canary")
-    inner = unpack_nested(sample, tmp_path / "unpacked")
-    proc = subprocess.run([python_exe, "-c", TORCH_LOAD, str(inner)], capture_output=True,
-                          text=True, timeout=300, cwd=proof)
-    assert (proof / "canary").exists(), f"torch.load did not run the payload: {proc.stdout}"
+    ran, output = proven[kind]
+    assert ran.exists(), f"torch.load did not run the payload: {output}"
 
     canary = tmp_path / "canary"
     path = hunt_nested_archive(kind)(tmp_path / f"model{suffix}", canary)
@@ -122,42 +154,14 @@ def test_a_checkpoint_inside_an_archive_is_scanned(tmp_path, python_exe, kind):
     assert not canary.exists()
 
 
-BYTESIO_LOAD = r"""
-import io, pickle, sys
-kind, path = sys.argv[1], sys.argv[2]
-data = open(path, "rb").read()
-try:
-    if kind == "pickle":
-        print(repr(pickle.loads(data))[:40], "from bytes")  # reads linearly: no payload
-        print(repr(pickle.load(io.BytesIO(data)))[:40])
-    elif kind == "torch-bytesio":
-        import torch
-        torch.load(io.BytesIO(data), weights_only=False)
-    else:
-        import torch
-        torch.load(path, weights_only=False)
-except Exception as exc:
-    print("loader raised", type(exc).__name__, exc)
-"""
-
-FRAME_SAMPLES = {"split_frame_pickle": ("pickle", hunt_split_frame_pickle),
-                 "split_frame_zip": ("torch", hunt_split_frame_zip),
-                 "frame_past_stop_legacy": ("torch-bytesio", hunt_frame_past_stop_legacy)}
-
-
 @pytest.mark.parametrize("name", sorted(FRAME_SAMPLES))
-def test_a_frame_read_the_way_a_reader_without_peek_reads_it_is_dangerous(tmp_path, python_exe,
+def test_a_frame_read_the_way_a_reader_without_peek_reads_it_is_dangerous(tmp_path, proven,
                                                                          name):
-    loader, build = FRAME_SAMPLES[name]
-    proof = tmp_path / "proof"
-    proof.mkdir()
-    sample = build(tmp_path / "proof.bin", proof / "canary")
-    proc = subprocess.run([python_exe, "-c", BYTESIO_LOAD, loader, str(sample)],
-                          capture_output=True, text=True, timeout=300, cwd=proof)
-    assert (proof / "canary").exists(), f"the payload did not run: {proc.stdout}"
+    ran, output = proven[name]
+    assert ran.exists(), f"the payload did not run: {output}"
 
     canary = tmp_path / "canary"
-    path = build(tmp_path / f"{name}.bin", canary)
+    path = FRAME_SAMPLES[name][1](tmp_path / f"{name}.bin", canary)
     res = scan_file(path)
     assert res.verdict == "dangerous", res.to_json()
     assert any(g.import_name == "os.system" for g in res.globals), res.to_json()
