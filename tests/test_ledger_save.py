@@ -72,13 +72,14 @@ def _decaying_disk(monkeypatch):
     """The real writer, then one bit of the written tensor data flipped, as a bad disk would."""
     real_write = atomic_save._write
 
-    def write_then_decay(obj, fd, tmp, as_safetensors, metadata, hashing):
-        known = real_write(obj, fd, tmp, as_safetensors, metadata, hashing)
-        data = bytearray(tmp.read_bytes())
-        where = {t.key: t for t in describe_archive(bytes(data))}["model.w"].data_offset
-        data[where + 5] ^= 0x04
-        tmp.write_bytes(bytes(data))
-        return known
+    def write_then_decay(obj, fd, tmp, as_safetensors, metadata, hashing, pool):
+        written = real_write(obj, fd, tmp, as_safetensors, metadata, hashing, pool)
+        data = tmp.read_bytes()
+        where = {t.key: t for t in describe_archive(data)}["model.w"].data_offset + 5
+        with open(tmp, "r+b") as fh:  # in place, as a disk would: the file is being read back
+            fh.seek(where)
+            fh.write(bytes([data[where] ^ 0x04]))
+        return written
 
     monkeypatch.setattr(atomic_save, "_write", write_then_decay)
 
@@ -198,25 +199,30 @@ def test_digests_taken_as_torch_save_writes_are_the_disks_and_only_of_what_it_wr
                                                                                  odd_chunks):
     """The tee hashes the storages torch.save hands over from memory (a view into one, tied
     names, a transposed view); an empty tensor, which torch writes no bytes of, is hashed from
-    disk."""
+    disk. The file's SHA-256, read back as it is written, is the whole file's."""
     from concurrent.futures import ThreadPoolExecutor
 
     from inspector.ledger.digests import disk_digests, memory_tensors, proven_digests
-    from inspector.ledger.tee import DigestingWriter
+    from inspector.ledger.tee import DigestingWriter, FileFollower
 
     base = torch.randn(40, 50)
     state = {"w": base, "tail": base[7:], "tied": base, "t": torch.randn(64, 30).t(),
              "i": torch.arange(999), "empty": torch.empty(0)}
-    with ThreadPoolExecutor(1) as pool:
-        with open(tmp_path / "f.pt", "wb") as fh:
-            tee = DigestingWriter(fh, memory_tensors(state), pool)
+    path = tmp_path / "f.pt"
+    with ThreadPoolExecutor(1) as pool, ThreadPoolExecutor(1) as reader:
+        with open(path, "wb") as fh:
+            follower = FileFollower(path)
+            file_hash = reader.submit(follower.run)
+            tee = DigestingWriter(fh, memory_tensors(state), pool, follower.reached)
             torch.save(state, tee)
-        _, entries, bad = proven_digests(tmp_path / "f.pt", state, known=tee.digests)
+        follower.finish(path.stat().st_size)
+        _, entries, bad = proven_digests(path, state, known=tee.digests)
+    assert file_hash.result() == hashlib.sha256(path.read_bytes()).hexdigest()
     assert set(tee.digests) == {"w", "tail", "tied", "t", "i"} and bad == []
     for key in tee.digests:
         row_major = state[key].contiguous().numpy().tobytes()
         assert tee.digests[key].result() == hashlib.sha256(row_major).hexdigest()
-    assert entries == disk_digests(tmp_path / "f.pt")[1]
+    assert entries == disk_digests(path)[1]
 
 
 @pytest.mark.parametrize("byte", [0, 4999, 20439])
@@ -243,10 +249,10 @@ def test_memory_that_changed_while_the_file_was_written_is_a_mismatch(tmp_path, 
     real_write = atomic_save._write
     state = _weights(1)
 
-    def write_then_touch(obj, fd, tmp, as_safetensors, metadata, hashing):
-        known = real_write(obj, fd, tmp, as_safetensors, metadata, hashing)
+    def write_then_touch(obj, fd, tmp, as_safetensors, metadata, hashing, pool):
+        written = real_write(obj, fd, tmp, as_safetensors, metadata, hashing, pool)
         state["model"]["w"][-1, -1] += 1.0
-        return known
+        return written
 
     monkeypatch.setattr(atomic_save, "_write", write_then_touch)
     with pytest.raises(LedgerError, match=r"model\.w differs from memory"):

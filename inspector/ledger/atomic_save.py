@@ -6,14 +6,15 @@ The order is what makes a crash at any moment harmless:
    dead process of this host left is cleared first, `ledger.strays`) and fsync it, on a
    thread, while 3 runs (both end before 4);
 3. re-read the temp file once, as `verify` would: every tensor's bytes are compared with the
-   same tensor in memory (`digests.proven_digests`), while another thread takes the file's
-   SHA-256 from the same pages. Reading back is what catches bytes that landed wrong, so it is
-   kept. Each tensor's SHA-256 for the record was taken during 2, in memory, on a third thread,
-   right after torch.save wrote its storage (`tee`; the compare is what proves it is the
-   disk's); a tensor torch did not write straight from memory (on a GPU, quantized parts, a
-   safetensors file) is hashed from disk in the re-read's pass. So the proof costs one SHA-256
-   of the bytes and a compare more than the floor (write, fsync, re-read, SHA-256), spread
-   over the write and the re-read on other threads;
+   same tensor in memory (`digests.proven_digests`). The file's SHA-256 is read back on
+   another thread from the pages torch.save has written so far, during 2 (`tee.FileFollower`;
+   a safetensors file: after it). Reading back is what catches bytes that landed wrong, so it
+   is kept. Each tensor's SHA-256 for the record was taken during 2, in memory, on a third
+   thread, right after torch.save wrote its storage (`tee`; the compare is what proves it is
+   the disk's); a tensor torch did not write straight from memory (on a GPU, quantized parts,
+   a safetensors file) is hashed from disk in the re-read's pass. So the proof costs one
+   SHA-256 of the bytes and a compare more than the floor (write, fsync, re-read, SHA-256),
+   both SHA-256s beside the write on other threads;
 4. rename it over the target and fsync the folder; only now can a reader see it;
 5. append the `ledger.save` record (fsync'd), then rotate older ones (`keep`).
 Before 1, the guard's checks for the run (`run.health_gate`) are asked; the NaN scan of the
@@ -45,7 +46,7 @@ from inspector.ledger.record import append_save, relative
 from inspector.ledger.rotate import rotate
 from inspector.ledger.space import check_space, disk_full
 from inspector.ledger.strays import clear_strays, temp_tag
-from inspector.ledger.tee import DigestingWriter
+from inspector.ledger.tee import DigestingWriter, FileFollower
 from inspector.run import health_gate
 from inspector.run.checkpoints import LedgerError, SaveRecord
 
@@ -87,12 +88,12 @@ def save(
             with ThreadPoolExecutor(1, thread_name_prefix="ledger-digest") as hashing, \
                     ThreadPoolExecutor(2, thread_name_prefix="ledger") as pool:
                 nan = hashing.submit(nan_problems, obj)
-                known = _write(obj, fd, tmp, as_safetensors, metadata, hashing)
+                known, file_hash = _write(obj, fd, tmp, as_safetensors, metadata, hashing, pool)
                 problems = nan.result() + gate
                 target = evidence_path(asked) if problems else asked
                 rel = relative(target, run)
                 durable = pool.submit(os.fsync, fd)
-                entry, outcome, detail = _prove(tmp, rel, obj, allow_globals, pool, known)
+                entry, outcome, detail = _prove(tmp, rel, obj, allow_globals, file_hash, known)
                 durable.result()
         except Exception as exc:
             full = disk_full(exc, folder)
@@ -129,31 +130,37 @@ def _writer(name: str | None, as_safetensors: bool) -> str:
     return name or ("safetensors" if as_safetensors else "torch.save")
 
 
-def _write(obj: Any, fd: int, tmp: Path, as_safetensors: bool,
-           metadata: dict[str, str] | None, hashing: Executor) -> dict[str, Future[str]]:
+def _write(obj: Any, fd: int, tmp: Path, as_safetensors: bool, metadata: dict[str, str] | None,
+           hashing: Executor, pool: Executor) -> tuple[dict[str, Future[str]], Future[str]]:
     """Write the checkpoint into the temp file; `fd` stays open, to fsync (it was opened
     before any byte was written, so its fsync reports every write-back error since). Return
-    the digests of the tensors hashed on `hashing` as torch.save wrote them (`tee`)."""
+    the digests of the tensors hashed on `hashing` as torch.save wrote them, and the file's
+    SHA-256, read back on `pool` as it was written (`tee`)."""
     if as_safetensors:
         from safetensors.torch import save_file
 
         save_file(obj, str(tmp), metadata=metadata)
-        return {}
+        return {}, pool.submit(sha256_file, tmp)
     import torch
 
-    with os.fdopen(fd, "wb", closefd=False) as fh:
-        tee = DigestingWriter(fh, memory_tensors(obj), hashing)
-        torch.save(obj, tee)
-    return tee.digests
+    follower = FileFollower(tmp)
+    file_hash = pool.submit(follower.run)
+    try:
+        with os.fdopen(fd, "wb", closefd=False) as fh:
+            tee = DigestingWriter(fh, memory_tensors(obj), hashing, follower.reached)
+            torch.save(obj, tee)
+    finally:
+        follower.finish(os.fstat(fd).st_size)
+    return tee.digests, file_hash
 
 
-def _prove(tmp: Path, rel: str, obj: Any, allow_globals: tuple[str, ...], pool: Executor,
-           known: dict[str, Future[str]]) -> tuple[FileEntry, SaveOutcome, str | None]:
+def _prove(tmp: Path, rel: str, obj: Any, allow_globals: tuple[str, ...],
+           file_hash: Future[str], known: dict[str, Future[str]]
+           ) -> tuple[FileEntry, SaveOutcome, str | None]:
     """Re-read the written file once: its manifest entry, and whether every tensor matched
-    memory (those in `known` are compared, not hashed again); the file's SHA-256 is taken
-    from the same pages on a thread of `pool` (hashlib lets go of the GIL)."""
+    memory (those in `known` are compared, not hashed again); `file_hash` is the file's
+    SHA-256, read back on a thread (hashlib lets go of the GIL)."""
     size = tmp.stat().st_size
-    file_hash = pool.submit(sha256_file, tmp)
     try:
         fmt, on_disk, bad = proven_digests(tmp, obj, allow_globals, known)
     except CodedError as exc:
