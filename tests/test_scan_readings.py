@@ -362,6 +362,34 @@ def test_a_walk_that_fails_mid_stream_raises_its_own_error(tmp_path, monkeypatch
         readings.read_while(walk(), [], dry_run_reader)
 
 
+def test_a_reader_whose_worker_never_starts_leaves_every_file_unread_not_a_crash(tmp_path):
+    """A job that fails before it asks for the first part (no interpreter, no descriptors):
+    the walk still runs to its end and every file says its readings are unavailable."""
+    paths = []
+    for i in range(3):
+        paths.append(tmp_path / f"{i}.pkl")
+        paths[-1].write_bytes(pickle.dumps({"step": i}))
+
+    class NoWorker:
+        def __call__(self, request):
+            raise OSError("no interpreter")
+
+        def gated(self, base, parts):
+            raise OSError("no interpreter")
+
+    def walk():
+        with readings.deferred():
+            for path in paths:
+                yield scan_file(path)
+
+    results = readings.read_while(walk(), [], NoWorker())
+    assert [Path(r.path).name for r in results] == ["0.pkl", "1.pkl", "2.pkl"]
+    for r in results:
+        assert r.verdict != "safe"
+        assert any(f.code == "readings-unavailable" and "no interpreter" in f.message
+                   for f in r.findings)
+
+
 def test_a_later_part_that_is_no_object_is_refused(tmp_path):
     from inspector.sandbox.host.client import SandboxError, run_job
 

@@ -249,6 +249,8 @@ def read_while(walk: Iterable, in_place: list[str], reader: Reader | None = None
     results: list = []
     inside: list = []
     walked: list = []
+    walk = iter(walk)
+    broke: list[BaseException] = []
     with tempfile.TemporaryDirectory(prefix="ckpt-readings-") as folder:
         blob_file = os.path.join(folder, "blobs")
 
@@ -256,7 +258,14 @@ def read_while(walk: Iterable, in_place: list[str], reader: Reader | None = None
             held = 0
             done = 0
             with open(blob_file, "ab") as out, deferred():
-                for res in walk:
+                while True:
+                    try:
+                        res = next(walk)
+                    except StopIteration:
+                        break
+                    except BaseException as exc:
+                        broke.append(exc)
+                        raise
                     results.append(res)
                     if len(results) - done < PART_FILES:
                         continue
@@ -271,8 +280,11 @@ def read_while(walk: Iterable, in_place: list[str], reader: Reader | None = None
         try:
             answer = gated(base, parts)
         except Exception as exc:  # no reading: never safe on the walker's word alone
-            if not walked:  # the walk itself failed, not the reading
+            if broke:  # the walk itself failed, not the reading
                 raise
+            if not walked:  # the job failed before the walk ended (its worker never started)
+                with deferred():
+                    results.extend(walk)
             for r in inside:
                 _unread(r, f"{type(exc).__name__}: {exc}")
             answer = None
