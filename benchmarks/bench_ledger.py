@@ -12,12 +12,12 @@ with the same writer (a training process saves many times; the first call's lazy
 not a save's cost).
 The ledger's time includes its health check (the NaN scan, on a thread during the write),
 every tensor's digest (hashed in memory on that thread as torch.save writes it), the fsyncs,
-the one re-read from disk (every tensor compared with memory; the file's SHA-256 on a second
-thread), and the journal append; the plain writers neither fsync nor read back. Runs
-alternate writer by writer, in an order that rotates each repeat, each after an `os.sync()`
-(plain torch.save leaves its pages unflushed, and the writer after it met a disk still
-writing them: at 252 MB that alone made the ledger, always second, look 1.6x the floor);
-medians of --repeats.
+the file's SHA-256 (read back on a second thread as the file is written), the one re-read
+(every tensor compared with memory), and the journal append; the plain writers neither fsync
+nor read back. Runs alternate writer by writer, in an order that rotates each repeat, each
+after an `os.sync()` (plain torch.save leaves its pages unflushed, and the writer after it met
+a disk still writing them: at 252 MB that alone made the ledger, always second, look 1.6x the
+floor); medians of --repeats.
 
 Targets: `ledger.save` at most 1.2x the floor; the RSS added by the ledger stays small against
 the state (the re-read streams pages of the file, dropped once read, against views of the
