@@ -296,3 +296,26 @@ def test_a_folder_is_proven_file_by_file_tied_names_and_extra_files_allowed(tmp_
         assert not (tmp_path / f"bad-{key}").exists()
     other = save_folder(write, tmp_path / "other", expected={"z": torch.ones(3)}, step=3)
     assert other.outcome == SaveOutcome.UNVERIFIED
+
+
+@pytest.mark.filterwarnings("ignore:.*quantize.*:UserWarning")
+def test_quantized_and_sparse_tensors_save_verified_and_verify_unchanged(tmp_path):
+    """Encoded tensors are read back as their parts plus a `KEY::spec` part (their rebuild
+    spec): memory lists the same parts, so a clean save is verified, not a mismatch."""
+    dense = torch.randn(4, 6)
+    state = {
+        "per_tensor": torch.quantize_per_tensor(dense, 0.1, 0, torch.qint8),
+        "per_channel": torch.quantize_per_channel(dense, torch.rand(4) + 0.1,
+                                                  torch.zeros(4, dtype=torch.long), 0,
+                                                  torch.qint8),
+        "coo": dense.relu().to_sparse(),
+        "csr": dense.relu().to_sparse_csr(),
+        "plain": dense,
+    }
+    record = save(state, tmp_path / "ckpt" / "step-1.pt", step=1, run_dir=tmp_path)
+    assert record.outcome == SaveOutcome.VERIFIED and record.verified
+    keys = {t.key for t in read_ledger(tmp_path).saves[0].files[0].tensors}
+    assert {"per_tensor::spec", "per_channel::spec", "coo::spec", "csr::spec", "plain"} <= keys
+    result = verify(read_ledger(tmp_path).saves[0].manifest(tmp_path),
+                    tensor_digests=tensor_digests)
+    assert result.ok

@@ -35,12 +35,10 @@ def memory_digests(obj: Any) -> list[TensorEntry]:
     """Every tensor leaf of `obj` (a state dict or any nesting of containers) with its digest."""
     import torch
 
-    from inspector.tensors.encoded import expand
-    from inspector.tensors.load import split_leaves
     from inspector.tensors.records import dtype_name
     from inspector.tensors.stats import tensor_digest
 
-    tensors = expand(split_leaves(obj)[0])[0]
+    tensors = list(memory_tensors(obj).items())
     entries = []
     for key, t in tensors:
         dense = t.layout == torch.strided and t.device.type != "meta"
@@ -67,11 +65,21 @@ def disk_digests(path: str | os.PathLike[str], allow_globals: tuple[str, ...] = 
 
 
 def memory_tensors(obj: Any) -> dict[str, Any]:
-    """Every tensor leaf of `obj` by the key a file names it with (views, no copy)."""
+    """Every tensor leaf of `obj` by the key a file names it with (views, no copy), with each
+    encoded (quantized or sparse) tensor's rebuild spec as the `KEY::spec` part a file's
+    reading lists beside its parts."""
+    import torch
+
+    from inspector.formats.safetensors_header import spec_bytes
     from inspector.tensors.encoded import expand
     from inspector.tensors.load import split_leaves
+    from inspector.tensors.sources import SPEC_PART
 
-    return dict(expand(split_leaves(obj)[0])[0])
+    parts, specs = expand(split_leaves(obj)[0])
+    tensors = dict(parts)
+    for key, spec in specs.items():
+        tensors[key + SPEC_PART] = torch.frombuffer(bytearray(spec_bytes(spec)), dtype=torch.uint8)
+    return tensors
 
 
 def proven_digests(path: str | os.PathLike[str], obj: Any, allow_globals: tuple[str, ...] = (),
