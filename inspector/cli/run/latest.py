@@ -5,20 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
+from inspector.cli.run.run_dir import add_run_dir, unreadable
 from inspector.core.termtext import escape
 from inspector.run.checkpoints import LedgerError, read_ledger, resume_choice
 
 EXIT_OK = 0
 EXIT_NONE = 1
-EXIT_LEDGER = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `run latest`."""
-    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR",
-                        help="the run folder (or its journal.jsonl)")
+    add_run_dir(parser)
     parser.add_argument("--rank", type=int, help="only checkpoints this rank saved")
     parser.add_argument("--json", action="store_true", help="print the save record as JSON")
     parser.epilog = ("exit status: 0 found (its path on stdout), 1 no checkpoint on record is "
@@ -32,8 +30,7 @@ def run(args: argparse.Namespace) -> int:
         ledger = read_ledger(args.run_dir)
         choice = resume_choice(args.run_dir, rank=args.rank)
     except LedgerError as exc:
-        print(escape(f"ckpt-inspector run latest: {exc.message}"), file=sys.stderr)
-        return EXIT_LEDGER
+        return unreadable("latest", exc)
     for problem in choice.untrusted:
         print(escape(f"run latest: ignored {problem}"), file=sys.stderr)
     for skipped, why in choice.skipped:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inspector.cli.common import add_jobs_argument, add_loader_arguments, worker_digests
+from inspector.cli.run.run_dir import add_run_dir, unreadable
 from inspector.core.badges import shout, status_look
 from inspector.core.termtext import escape
 from inspector.core.vocabulary import CheckpointState, SignatureState
@@ -26,13 +26,11 @@ if TYPE_CHECKING:
 
 EXIT_OK = 0
 EXIT_FAILED = 1
-EXIT_LEDGER = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Arguments of `run verify`."""
-    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR",
-                        help="the run folder (or its journal.jsonl)")
+    add_run_dir(parser)
     parser.add_argument("--json", action="store_true", help="one JSON document")
     parser.add_argument("--public-key", type=Path, metavar="KEY.pub",
                         help="check each checkpoint's NAME.sig (written when the run set "
@@ -52,8 +50,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         ledger = read_ledger(args.run_dir)
     except LedgerError as exc:
-        print(f"ckpt-inspector run verify: {exc.message}", file=sys.stderr)
-        return EXIT_LEDGER
+        return unreadable("verify", exc)
     checks = check_saves(ledger, jobs=args.jobs, tensor_digests=worker_digests(args))
     summary = summarize(ledger, checks)
     signatures = [_signature(args, ledger, c) for c in checks]
