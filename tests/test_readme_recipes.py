@@ -105,15 +105,25 @@ def test_the_fleet_lines_run_verbatim(tmp_path: Path):
     boto3 = pytest.importorskip("boto3")
     serve, scan, merge = readme_lines("At fleet scale")
 
-    # telemetry --serve: the Prometheus endpoint answers, then Ctrl-C ends it cleanly
-    server = subprocess.Popen(["bash", "-c", f"exec {serve}"], cwd=tmp_path, text=True,
+    # telemetry --serve: the Prometheus endpoint answers, then Ctrl-C ends it cleanly. It
+    # starts with Ctrl-C at its default, as from a terminal: a process that inherits SIGINT
+    # ignored keeps ignoring it (Python installs no KeyboardInterrupt handler then), and a
+    # test worker can hand it down ignored (once seen on CI: SIGINT and SIGQUIT both ignored).
+    terminal = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                "os.execvp('bash', ['bash', '-c', 'exec ' + sys.argv[1]])")
+    server = subprocess.Popen([sys.executable, "-c", terminal, serve], cwd=tmp_path, text=True,
                               env={**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         page = _scrape("http://127.0.0.1:9400/metrics", time.monotonic() + 120)
     finally:
         server.send_signal(signal.SIGINT)
-        out, err = server.communicate(timeout=60)
+        try:
+            out, err = server.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()  # never left holding the port for the tests after
+            server.communicate()
+            raise
     assert page is not None, out + err
     assert "# TYPE" in page and "serving http://127.0.0.1:9400/metrics" in out, out + err
     assert server.returncode == 0, err
