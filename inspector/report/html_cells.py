@@ -113,3 +113,24 @@ def na(value, spec: str = "") -> str:
 
 def size(n: int | None) -> str:
     return "unknown" if n is None else f"{charts.human_bytes(n)} ({n:,} bytes)"
+
+
+def outcome(result: str, against: tuple[str, str | None], counts: dict[str, int],
+            *more: tuple[str, str]) -> str:
+    """The head of a check's section: its result, what it was checked against, its counts."""
+    label, other = against
+    return kv([
+        ("Result", status(result)),
+        (label, mono(other or "unknown")),
+        ("Counts", escape(", ".join(f"{n} {k}" for k, n in sorted(counts.items())))),
+        *more,
+    ])
+
+
+def digest_table(title: str, name: str, records: list[dict]) -> str:
+    """Expected against actual digest, one row per file or tensor record (named by `name`)."""
+    return f"<h3>{title}</h3>" + table(
+        [name.capitalize(), "Status", "Expected", "Actual"],
+        [[mono(r.get(name)), escape(str(r.get("status"))),
+          mono(short(r.get("expected"))), mono(short(r.get("actual")))]
+         for r in records])

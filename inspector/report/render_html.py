@@ -382,36 +382,15 @@ def _health(f: FileReport) -> str:
     return "".join(parts)
 
 
-def _outcome(status: str, against: tuple[str, str | None], counts: dict[str, int],
-             *more: tuple[str, str]) -> str:
-    """The head of a check's section: its result, what it was checked against, its counts."""
-    label, other = against
-    return cells.kv([
-        ("Result", cells.status(status)),
-        (label, cells.mono(other or "unknown")),
-        ("Counts", escape(", ".join(f"{n} {k}" for k, n in sorted(counts.items())))),
-        *more,
-    ])
-
-
-def _digest_table(title: str, name: str, records: list[dict]) -> str:
-    """Expected against actual digest, one row per file or tensor record (named by `name`)."""
-    return f"<h3>{title}</h3>" + cells.table(
-        [name.capitalize(), "Status", "Expected", "Actual"],
-        [[cells.mono(r.get(name)), escape(str(r.get("status"))),
-          cells.mono(cells.short(r.get("expected"))), cells.mono(cells.short(r.get("actual")))]
-         for r in records])
-
-
 def _verification(f: FileReport) -> str:
     v = f.verification
     if v is None:
         return cells.not_run("No manifest was given.")
-    parts = [_outcome(v.status, ("Manifest", v.manifest), v.counts)]
+    parts = [cells.outcome(v.status, ("Manifest", v.manifest), v.counts)]
     if v.files:
-        parts.append(_digest_table("Files", "path", v.files))
+        parts.append(cells.digest_table("Files", "path", v.files))
     if v.tensors:
-        parts.append(_digest_table("Tensors that are not ok", "key", v.tensors))
+        parts.append(cells.digest_table("Tensors that are not ok", "key", v.tensors))
     if v.errors:
         parts.append("<h3>Not checked</h3><ul>"
                      + "".join(f"<li>{escape(e)}</li>" for e in v.errors) + "</ul>")
@@ -422,7 +401,7 @@ def _comparison(f: FileReport) -> str:
     c = f.comparison
     if c is None:
         return cells.not_run("Not compared with another copy in this session.")
-    parts = [_outcome(c.status, ("Other copy", c.other), c.counts,
+    parts = [cells.outcome(c.status, ("Other copy", c.other), c.counts,
                       ("Single-bit flips", escape(str(c.single_bit_flips))))]
     for t in map(TensorDiffRow.from_json, c.tensors):
         parts.append(f"<h3>{cells.mono(t.key)}</h3><p>{escape(t.plain_summary)}</p>")
