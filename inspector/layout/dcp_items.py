@@ -11,7 +11,8 @@ class). The ranges are hints the scan checks, never trusted: a `.metadata` this 
 follow lists nothing, so every byte of its data files counts as unlisted (read in full and
 suspicious), and a file's ranges are those of every name that opens it (`./x`, a link). A
 name that opens a file outside the folder (`/abs/x`, `../x`) is one DCP reads and a scan of
-the folder does not: `outside_items` names them for the scan to report.
+the folder does not: `listed_files` gives each listed name with the file it opens, for the scan
+to name those its walk of the folder does not reach (`scan.discover.outside_items`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
-
-from inspector.scan.discover import discover
 
 STORAGE_INFO = "torch.distributed.checkpoint.filesystem._StorageInfo"
 MAX_METADATA = 256 << 20
@@ -177,10 +176,11 @@ def listed_archives(path: str | os.PathLike[str]) -> list[tuple[int, int]] | Non
     return [] if listing is None else listing.by_file.get((own.st_dev, own.st_ino), [])
 
 
-def outside_items(path: str | os.PathLike[str]) -> list[str]:
-    """The data file names a `.metadata` lists that open no file of its folder: DCP loads
-    items from them, a scan of the folder never reads them ([] for any other file)."""
-    path = Path(path)
+def listed_files(metadata: str | os.PathLike[str]) -> list[tuple[str, tuple[int, int]]]:
+    """Each data file name a `.metadata` lists, with the (st_dev, st_ino) of the file it opens
+    (names that open nothing left out: DCP cannot open them either); [] for any other file
+    and for a `.metadata` this walk does not follow."""
+    path = Path(metadata)
     if path.name != METADATA_NAME:
         return []
     try:
@@ -188,14 +188,14 @@ def outside_items(path: str | os.PathLike[str]) -> list[str]:
     except OSError:
         return []
     listing = _folder_ranges(str(path), st.st_mtime_ns, st.st_size)
-    return [] if listing is None else listing.outside
+    return [] if listing is None else listing.opened
 
 
 class _Listing(NamedTuple):
     by_file: dict[tuple[int, int], list[tuple[int, int]]]
     """Ranges by the (st_dev, st_ino) of the file a listed name opens."""
-    outside: list[str]
-    """Listed names that open a file the folder's scan does not reach."""
+    opened: list[tuple[str, tuple[int, int]]]
+    """Each listed name and the file it opens, in the order `.metadata` lists them."""
 
 
 @functools.lru_cache(maxsize=8)
@@ -208,7 +208,6 @@ def _folder_ranges(metadata: str, _mtime_ns: int, _size: int) -> _Listing | None
     except (OSError, NotFollowed):
         return None
     folder = os.path.dirname(metadata)
-    inside = {_identity(found.path) for found in discover([folder])}
     listing = _Listing(defaultdict(list), [])
     for name, ranges in by_name.items():
         try:
@@ -216,8 +215,7 @@ def _folder_ranges(metadata: str, _mtime_ns: int, _size: int) -> _Listing | None
         except (OSError, ValueError):
             continue  # no file there (or a NUL in the name): DCP cannot open it either
         listing.by_file[key] += ranges
-        if key not in inside:
-            listing.outside.append(name)
+        listing.opened.append((name, key))
     return listing
 
 

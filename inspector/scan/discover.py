@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.core.vocabulary import Verdict
+from inspector.layout.dcp_items import listed_files
 
 
 @dataclass(frozen=True)
@@ -152,3 +153,13 @@ def discover_entries(paths: Iterable[str | os.PathLike]) -> Iterator[Found]:
 def discover(paths: Iterable[str | os.PathLike]) -> Iterator[Found]:
     """Files under `paths` (folders recursed, sorted), each real file once."""
     return (f for f in discover_entries(paths) if f.unwalked is None)
+
+
+def outside_items(path: str | os.PathLike[str]) -> list[str]:
+    """The data file names a DCP `.metadata` lists that open no file its folder's walk reaches:
+    DCP loads items from them, a scan of the folder never reads them ([] for any other file)."""
+    opened = listed_files(path)
+    if not opened:
+        return []
+    inside = {_identity(found.path) for found in discover([os.path.dirname(path)])}
+    return [name for name, key in opened if key not in inside]

@@ -24,7 +24,7 @@ from inspector.formats.archives.compressed import scan_also_compressed
 from inspector.formats.archives.tar import scan_also_as_tar
 from inspector.formats.archives.zip_archive import scan_listed_items
 from inspector.formats.pickle_stream import scan_also_as_pickle, scan_stream
-from inspector.layout.dcp_items import listed_archives, outside_items
+from inspector.layout.dcp_items import listed_archives
 from inspector.scan import readings, remote_code
 from inspector.scan.budget import (  # noqa: F401 (MAX_LISTED_PICKLES: part of the interface)
     CRC_BUDGET,
@@ -36,7 +36,7 @@ from inspector.scan.budget import (  # noqa: F401 (MAX_LISTED_PICKLES: part of t
     ScanBudget,
 )
 from inspector.scan.context import ScanContext, not_a_checkpoint
-from inspector.scan.discover import Found, discover, discover_entries
+from inspector.scan.discover import Found, discover, discover_entries, outside_items
 from inspector.scan.pickles.policy import weights_only_rules
 from inspector.scan.readings import SMALL_FILE, batch_full, file_size
 from inspector.scan.result import Finding, GlobalUse, ScanResult  # noqa: F401 (re-exported)
