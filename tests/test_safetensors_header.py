@@ -19,9 +19,9 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from inspector.formats.safetensors_header import MAX_HEADER, read_buffer, read_header
+from inspector.integrity.shard_index import ShardError, safetensors_contents
 from inspector.sandbox.host.client import SandboxError, convert_file, diff_files, inspect_file
 from inspector.scan.engine import scan_file
-from inspector.shards.index import ShardError, safetensors_contents
 
 pytest_plugins = ("forkserver_fixtures", "sandbox_fixtures")  # forked, unchanged
 

@@ -1,4 +1,4 @@
-"""shards.index: reading, checking and writing a sharded checkpoint's index (no torch)."""
+"""integrity.shard_index: reading, checking and writing a sharded checkpoint's index (no torch)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from inspector.core.atomic import OutputExistsError
-from inspector.shards.index import (
+from inspector.integrity.shard_index import (
     ShardError,
     check_contents,
     check_files,

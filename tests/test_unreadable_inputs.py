@@ -17,10 +17,10 @@ import pytest
 from safetensors.torch import save_file
 
 from inspector.cli import main
+from inspector.integrity.shard_index import check_files, read_index
 from inspector.layout.dcp_items import NotFollowed, item_ranges
 from inspector.scan.dcp_folder import scan_folder
 from inspector.scan.engine import scan_file
-from inspector.shards.index import check_files, read_index
 
 # states a `_StorageInfo`'s BUILD may carry that are no dict of (name, value) pairs
 ODD_STATES = {"list": [1, 2, 3], "triples": [("relative_path", "x", "y")],

@@ -26,11 +26,11 @@ from inspector.core.vocabulary import (
 )
 from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, Job, JobFn, JobRunner
+from inspector.integrity.shard_index import has_one_sha256
 from inspector.scan.dcp_folder import is_dcp_folder, scan_folder
 from inspector.scan.discover import Found, discover_entries
 from inspector.scan.pickles.policy import classify
 from inspector.scan.result import ScanResult
-from inspector.shards.index import has_one_sha256
 from inspector.shards.inspect import scan_set, sharded_set
 
 WORKER_NICE = 10

@@ -24,7 +24,7 @@ from inspector.core.vocabulary import FileStatus, TensorCheckStatus
 from inspector.formats.safetensors_header import SafetensorsHeader, read_header
 from inspector.integrity.hashing import ByteProgress, HashAhead, sha256_file
 from inspector.integrity.manifest import FileEntry, Manifest, ManifestError, TensorEntry
-from inspector.shards.index import (
+from inspector.integrity.shard_index import (
     ORPHAN_NOTE,
     ShardError,
     ShardIndex,

@@ -18,6 +18,7 @@ from inspector.core.vocabulary import (
     StepStatus,
     Verdict,
 )
+from inspector.integrity.shard_index import ShardError, read_index
 from inspector.report.model import (
     FAIL,
     NOT_CHECKED,
@@ -40,7 +41,6 @@ from inspector.scan.advice import INTEGRITY_CODES, describe
 from inspector.scan.dcp_folder import FORMAT as DCP
 from inspector.scan.pickles.policy import KNOWN_DATA
 from inspector.scan.result import Finding, ScanResult
-from inspector.shards.index import ShardError, read_index
 
 SAFE_FORMATS = tuple(s.format for s in formats.all_specs()
                      if not s.holds_code and (s.loadable or s.tensors is not None))

@@ -27,6 +27,7 @@ from inspector.fleet.objstore import is_url
 from inspector.gpu.events import timeline
 from inspector.gpu.telemetry import recovery_words
 from inspector.integrity.hashing import sha256_file
+from inspector.integrity.shard_index import has_one_sha256
 from inspector.integrity.verify import VerifyResult
 from inspector.report.model import (
     FAIL,
@@ -51,7 +52,6 @@ from inspector.report.model import (
     VerificationInfo,
 )
 from inspector.scan.result import ScanResult
-from inspector.shards.index import has_one_sha256
 
 if TYPE_CHECKING:
     from inspector.gpu.telemetry import TelemetryStore

@@ -28,8 +28,7 @@ from inspector.checkpoint.results import ConversionResult, FolderConversion
 from inspector.core.errors import CodedError
 from inspector.core.progress import CancelToken, check
 from inspector.integrity.hfcache import repo_folder
-from inspector.scan.dcp_folder import is_dcp_folder
-from inspector.shards.index import (
+from inspector.integrity.shard_index import (
     INDEX_SUFFIX,
     Problem,
     ShardError,
@@ -42,6 +41,7 @@ from inspector.shards.index import (
     shard_name,
     write_index,
 )
+from inspector.scan.dcp_folder import is_dcp_folder
 from inspector.shards.shard_set import (
     SAFETENSORS_INDEX,
     FolderChoiceError,

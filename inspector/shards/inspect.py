@@ -4,9 +4,10 @@ Each shard is inspected on its own (one jailed worker per shard, so a worker hol
 this module joins their `inspect` results without torch: records in the index's shard order,
 each naming its `shard`; health judged over all of them (a duplicate across shards is found
 too; the model facts are the client's, `checkpoint.results.add_model_facts`); unique storage
-summed (a storage never spans files); coverage checked against the index with `shards.index` (a
-missing shard stops the load, other problems are listed); and a key kept as another key's view
-of the same bytes (a tied weight, which `convert` stores once) listed in `aliases`.
+summed (a storage never spans files); coverage checked against the index with
+`integrity.shard_index` (a missing shard stops the load, other problems are listed); and a key
+kept as another key's view of the same bytes (a tied weight, which `convert` stores once)
+listed in `aliases`.
 """
 
 from __future__ import annotations
@@ -18,10 +19,16 @@ from inspector.checkpoint.health import assess
 from inspector.checkpoint.results import ClaimCheck, InspectResult
 from inspector.checkpoint.tensor_stats import TensorStats
 from inspector.integrity.hashing import DIGEST_ALGORITHM
+from inspector.integrity.shard_index import (
+    Problem,
+    ShardError,
+    ShardIndex,
+    check_contents,
+    is_index,
+)
 from inspector.scan.dcp_folder import is_dcp_folder, sum_scans
 from inspector.scan.engine import scan_file
 from inspector.scan.result import ScanResult
-from inspector.shards.index import Problem, ShardError, ShardIndex, check_contents, is_index
 from inspector.shards.shard_set import ShardSet, resolve
 from inspector.shards.tie_rule import kept_name
 

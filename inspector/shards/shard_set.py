@@ -15,8 +15,7 @@ from pathlib import Path
 
 from inspector import formats
 from inspector.core.vocabulary import Format
-from inspector.scan.dcp_folder import is_dcp_folder
-from inspector.shards.index import (
+from inspector.integrity.shard_index import (
     INDEX_SUFFIX,
     ShardError,
     ShardIndex,
@@ -24,6 +23,7 @@ from inspector.shards.index import (
     is_index,
     read_index,
 )
+from inspector.scan.dcp_folder import is_dcp_folder
 
 CHECKPOINT_SUFFIXES = formats.suffixes(Format.SAFETENSORS, Format.PYTORCH_ZIP)
 SAFETENSORS_INDEX = ".safetensors" + INDEX_SUFFIX

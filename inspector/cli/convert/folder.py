@@ -16,9 +16,9 @@ from pathlib import Path
 from inspector.checkpoint.results import FolderConversion, jail_line
 from inspector.cli.common import progress_events, stderr_progress, warm_workers
 from inspector.core.termtext import escape
+from inspector.integrity.shard_index import Problem
 from inspector.sandbox.host.parallel import run_parallel
 from inspector.shards.convert import FolderError, convert_folder, plan_folder
-from inspector.shards.index import Problem
 
 EXIT_COVERAGE = 7
 

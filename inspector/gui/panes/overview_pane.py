@@ -56,10 +56,10 @@ from inspector.gui.widgets.evidence import (
     worst_first,
 )
 from inspector.gui.widgets.model_summary import ModelSummary
+from inspector.integrity.shard_index import has_one_sha256
 from inspector.layout.torchscript import CODE_ARCHIVES
 from inspector.scan.advice import DAMAGED, INTEGRITY_CODES, integrity_findings
 from inspector.scan.indicators import FLAGGED, flagged_globals, import_label, indicators_text
-from inspector.shards.index import has_one_sha256
 from inspector.shards.inspect import coverage_text
 
 

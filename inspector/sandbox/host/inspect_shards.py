@@ -16,13 +16,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from inspector.core.progress import CancelToken
+from inspector.integrity.shard_index import ShardError, check_files
 from inspector.sandbox.host.admission import check_loadable
 from inspector.sandbox.host.jobs import EventFn, SandboxError
 from inspector.sandbox.host.launch import fork_server
 from inspector.sandbox.host.operations import InspectOptions, inspect_one
 from inspector.sandbox.host.parallel import run_parallel
 from inspector.scan.result import ScanResult
-from inspector.shards.index import ShardError, check_files
 from inspector.shards.inspect import ShardResult, merge, new_report, scan_set, shard_summary
 from inspector.shards.shard_set import ShardSet, resolve
 

@@ -22,6 +22,7 @@ from inspector.checkpoint.results import DiffResult
 from inspector.core.atomic import OutputExistsError, atomic_write, write_text_atomic
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.integrity.hashing import DIGEST_ALGORITHM, sha256_file
+from inspector.integrity.shard_index import ShardError, ShardIndex, check_contents
 from inspector.sandbox.host.admission import check_loadable, static_scan
 from inspector.sandbox.host.claims import (
     Asked,
@@ -35,7 +36,6 @@ from inspector.sandbox.host.jobs import EventFn, SandboxError, run_job
 from inspector.sandbox.protocol import Limits
 from inspector.scan.dcp_folder import folder_files, is_dcp_folder
 from inspector.scan.result import ScanResult
-from inspector.shards.index import ShardError, ShardIndex, check_contents
 from inspector.shards.shard_set import resolve as resolve_shards
 
 
