@@ -19,6 +19,9 @@
 - Format modules (`formats/`) never import the scan's engine or its context, not even for
   types: they reach nested content through the context handed to them.
 - Imports between the project's modules form no cycle, imports inside functions included.
+- `layout` never imports `scan`, and `integrity` never imports `shards`: between each pair
+  imports go one way (the scan uses where a save's tensors lie; the shards use the index
+  reader and the hashes).
 - Every package says in its docstring what it owns, and no folder holds more than 15 modules.
 - `signing/` imports of the project only `core`, `integrity` and itself (never torch, Qt, the
   GUI, the CLI or the sandbox: tensor digests are injected), and it alone imports the OpenSSF
@@ -105,6 +108,17 @@ def test_the_raw_readers_import_only_core_formats_and_layout():
     assert not _violations(lambda mod, name: mod.startswith("inspector.rawtensors")
                            and name.startswith("inspector") and not name.startswith(allowed))
     assert "inspector.rawtensors.readers" in _imports(MODULES["inspector.sandbox.host.claims"])
+
+
+ONE_WAY = {"inspector.layout": "inspector.scan", "inspector.integrity": "inspector.shards"}
+
+
+def test_layout_and_integrity_never_import_the_packages_above_them():
+    assert not _violations(lambda mod, name: any(
+        mod.startswith(low) and name.startswith(high) for low, high in ONE_WAY.items()))
+    assert "inspector.layout.dcp_items.listed_files" in _imports(
+        MODULES["inspector.scan.discover"])
+    assert "inspector.integrity.shard_index" in _imports(MODULES["inspector.shards.shard_set"])
 
 
 def test_the_ledger_imports_no_module_of_the_sandbox():
