@@ -115,10 +115,10 @@ def size(n: int | None) -> str:
     return "unknown" if n is None else f"{charts.human_bytes(n)} ({n:,} bytes)"
 
 
-def outcome(result: str, against: tuple[str, str | None], counts: dict[str, int],
+def outcome(result: str, label: str, other: str | None, counts: dict[str, int],
             *more: tuple[str, str]) -> str:
-    """The head of a check's section: its result, what it was checked against, its counts."""
-    label, other = against
+    """The head of a check's section: its result, what it was checked against (`label`:
+    `other`), its counts."""
     return kv([
         ("Result", status(result)),
         (label, mono(other or "unknown")),

@@ -386,7 +386,7 @@ def _verification(f: FileReport) -> str:
     v = f.verification
     if v is None:
         return cells.not_run("No manifest was given.")
-    parts = [cells.outcome(v.status, ("Manifest", v.manifest), v.counts)]
+    parts = [cells.outcome(v.status, "Manifest", v.manifest, v.counts)]
     if v.files:
         parts.append(cells.digest_table("Files", "path", v.files))
     if v.tensors:
@@ -401,8 +401,8 @@ def _comparison(f: FileReport) -> str:
     c = f.comparison
     if c is None:
         return cells.not_run("Not compared with another copy in this session.")
-    parts = [cells.outcome(c.status, ("Other copy", c.other), c.counts,
-                      ("Single-bit flips", escape(str(c.single_bit_flips))))]
+    parts = [cells.outcome(c.status, "Other copy", c.other, c.counts,
+                           ("Single-bit flips", escape(str(c.single_bit_flips))))]
     for t in map(TensorDiffRow.from_json, c.tensors):
         parts.append(f"<h3>{cells.mono(t.key)}</h3><p>{escape(t.plain_summary)}</p>")
         if t.bitflips:
