@@ -235,3 +235,27 @@ def test_the_pdf_first_page_is_the_summary_alone(session, tmp_path, artifacts):
     size = doc.pagePointSize(0).toSize()
     assert doc.render(0, QSize(size.width(), size.height())).save(
         str(artifacts / "report-pdf-summary-page.png"))
+
+
+def test_the_verification_section_shows_its_head_and_each_file_against_its_digest(session):
+    html = render_html(build_report(session))
+    start = html.index('id="file-2-verification"')  # good.pt's, the file given a manifest
+    section = html[start:html.index("</section>", start)]
+    doc = _Collector()
+    doc.feed(section)
+    words = [w.strip() for w in doc.text if w.strip()]
+    assert words[words.index("Result"):words.index("Counts") + 2] == [
+        "Result", "✔ pass", "Manifest", str(Path(session.files[1].manifest)), "Counts", "1 ok"]
+    assert words[words.index("Files"):] == [
+        "Files", "Path", "Status", "Expected", "Actual", "good.pt", "ok", "ef" * 32, "ef" * 32]
+
+
+def test_a_check_head_takes_extra_rows_after_its_counts():
+    from inspector.report import html_cells
+
+    doc = _Collector()
+    doc.feed(html_cells.outcome("fail", "Other copy", None, {"changed": 2, "ok": 5},
+                                ("Single-bit flips", "3")))
+    assert [w for w in doc.text if w.strip()] == [
+        "Result", "✘ fail", "Other copy", "unknown", "Counts", "2 changed, 5 ok",
+        "Single-bit flips", "3"]
