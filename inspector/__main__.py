@@ -1,7 +1,5 @@
 """`python -m inspector` runs the same entry point as `ckpt-inspector`."""
 
-import sys
+from inspector.cli import entry
 
-from inspector.cli import main
-
-sys.exit(main())
+entry()

@@ -8,6 +8,7 @@ Each subcommand lives in its own module under `inspector.cli` exposing
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import difflib
 import importlib
@@ -17,8 +18,9 @@ import os
 import re
 import select
 import sys
+import threading
 from types import ModuleType
-from typing import NamedTuple, TextIO
+from typing import NamedTuple, NoReturn, TextIO
 
 from inspector import __version__
 from inspector.cli.reference import epilog
@@ -137,6 +139,27 @@ def main(argv: list[str] | None = None) -> int:
     with _early_worker(command, argv), jailed_readings(), safe_output(
             stdout="--json" not in argv):
         return _main(argv, command)
+
+
+def entry() -> NoReturn:
+    """Console entry (`ckpt-inspector`, `python -m inspector`): `main`, then the exit. A
+    subcommand's process ends without the interpreter's teardown, once its threads, atexit
+    handlers and output are done: freeing a thousand modules' objects costs about 17 ms, a
+    tenth of a folder scan. The app keeps the full exit (Qt writes its settings then)."""
+    argv = sys.argv[1:]
+    code = main(argv)
+    if not (argv and argv[0] in COMMANDS):
+        sys.exit(code)
+    for thread in threading.enumerate():  # as the interpreter would: wait for them
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()  # no public name; the interpreter's own exit calls the same
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        code = code or 120  # what the interpreter's exit gives when its last flush fails
+    os._exit(code)
 
 
 def _early_worker(command: str | None, argv: list[str]) -> contextlib.AbstractContextManager:
