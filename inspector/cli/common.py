@@ -307,9 +307,10 @@ def progress_events(show: ProgressFn | None,
 
 def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     """`--shard I/N` and `--results FILE.jsonl`: one process's share of a batch, resumable."""
-    from inspector.fleet.jobs import parse_job_slice
 
     def shard(text: str):
+        from inspector.fleet.jobs import parse_job_slice  # only when the flag is given
+
         try:
             return parse_job_slice(text)
         except ValueError as exc:
@@ -327,12 +328,12 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
 class Batch:
     """The share of the files a command runs, and where finished ones are kept."""
 
-    shard: JobSlice
+    shard: JobSlice | None  # None: every file (no --shard, no --results)
     log: ResultsLog | None
 
     def owns(self, key: str) -> bool:
         """Whether this process runs the file named `key`."""
-        return self.shard.owns(key)
+        return self.shard is None or self.shard.owns(key)
 
     def begin(self, command: str, environment: Mapping[str, Any] | None = None) -> None:
         """Note this run in the results file (nothing without --results)."""
@@ -352,11 +353,11 @@ class Batch:
 
 def open_batch(args: argparse.Namespace, kind: str) -> Batch:
     """The batch a command's --shard and --results describe; damaged result lines are named."""
+    if args.results is None:  # the batch modules load only for a batch
+        return Batch(args.shard, None)
     from inspector.fleet.jobs import JobSlice, open_results
 
     shard = args.shard or JobSlice()
-    if args.results is None:
-        return Batch(shard, None)
     log = open_results(args.results, kind)
     for problem in log.problems:
         print(escape(f"{args.results}: line {problem.line} {problem.kind}: {problem.detail}; "

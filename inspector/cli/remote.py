@@ -22,24 +22,24 @@ from typing import TYPE_CHECKING
 
 from inspector.core.termtext import escape
 from inspector.core.vocabulary import Verdict
-from inspector.fleet import objstore
-from inspector.fleet.jobs import JobSlice, Where
-from inspector.fleet.objstore import ObjectStoreError, Relabel, RemoteObject
+from inspector.fleet.urls import is_url
 
-if TYPE_CHECKING:  # verify's modules load only when a URL is verified
+if TYPE_CHECKING:  # the store's and verify's modules load only when a URL is given
+    from inspector.fleet.jobs import JobSlice, Where
+    from inspector.fleet.objstore import RemoteObject
     from inspector.integrity.manifest import Manifest
     from inspector.integrity.verify import VerifyResult
 
 
 def path_or_url(text: str) -> Path | str:
     """argparse type: a URL stays a string (Path would fold its `//`), anything else a Path."""
-    return text if objstore.is_url(text) else Path(text)
+    return text if is_url(text) else Path(text)
 
 
 def url_refusal(command: str, argv: list[str], readers: list[str]) -> str | None:
     """The one line that refuses an object-store URL given to a command that reads local
     files only (an http(s) URL is left to the command: `telemetry --from-prometheus`)."""
-    url = next((a for a in argv if objstore.is_url(a) and not a.startswith(("http://",
+    url = next((a for a in argv if is_url(a) and not a.startswith(("http://",
                                                                             "https://"))), None)
     if url is None:
         return None
@@ -60,6 +60,7 @@ def verify_remote(args: argparse.Namespace, manifest: Manifest | None) -> Verify
     URL that cannot be listed is an error line of the result (exit 3), the others are still
     checked."""
     from inspector.cli.common import open_batch, worker_digests
+    from inspector.fleet.objstore import ObjectStoreError
     from inspector.integrity.manifest import FileEntry, Manifest
     from inspector.integrity.verify import VerifyResult, plan
     from inspector.integrity.verify_batch import (
@@ -135,14 +136,16 @@ def scan_sources(paths: list[str]) -> Iterator[Source]:
     from inspector.scan.result import ScanResult
 
     for raw in paths:
-        if not objstore.is_url(raw):
+        if not is_url(raw):
             for found in discover_entries([raw]):
                 yield Source(str(found.path), found.path,
                              lambda found=found: scan_local(found), found)
             continue
+        from inspector.fleet import objstore
+
         try:
             objects = objstore.list_objects(raw)
-        except ObjectStoreError as exc:
+        except objstore.ObjectStoreError as exc:
             why = exc.message.removeprefix(f"{raw}: ")  # the scan's line names the URL
             yield Source(raw, raw, lambda why=why, raw=raw: ScanResult(
                 path=raw, verdict=Verdict.ERROR, error=why))
@@ -163,6 +166,7 @@ def scan_local(found) -> object:
 
 
 def _scan_object(obj: RemoteObject, in_folder: bool):
+    from inspector.fleet import objstore
     from inspector.scan.discover import Found
     from inspector.scan.engine import ScanResult, scan_found
 
@@ -171,10 +175,10 @@ def _scan_object(obj: RemoteObject, in_folder: bool):
             local = objstore.place_copy(root, obj.url.rsplit("/", 1)[-1], obj.url)
             objstore.fetch(obj, local)
             res = scan_found(Found(local, in_folder))
-            relabel = Relabel()
+            relabel = objstore.Relabel()
             relabel.add(local, obj.url)
             return ScanResult.from_json(relabel.json(res.to_json()))
-    except ObjectStoreError as exc:
+    except objstore.ObjectStoreError as exc:
         return ScanResult(path=obj.url, verdict=Verdict.ERROR,
                           error=exc.message.removeprefix(f"{obj.url}: "))
     except OSError as exc:  # the local copy could not be made: this object only
@@ -187,18 +191,20 @@ def run_localized(args: argparse.Namespace, attr: str, run: Callable[[argparse.N
     """Run `run` with the URLs in `args.<attr>` (one path or a list) replaced by private local
     copies, and everything it prints naming the URLs again; args.relabel says how,
     args.copies which object each local file holds."""
+    from inspector.fleet import objstore
+
     value = getattr(args, attr)
     paths = value if isinstance(value, list) else [value]
-    relabel, copies = Relabel(), {}
+    relabel, copies = objstore.Relabel(), {}
     with contextlib.ExitStack() as stack:
         local = []
         for raw in paths:
-            if not objstore.is_url(str(raw)):
+            if not is_url(str(raw)):
                 local.append(raw)
                 continue
             try:
                 tree = stack.enter_context(objstore.local_tree(str(raw)))
-            except ObjectStoreError as exc:
+            except objstore.ObjectStoreError as exc:
                 print(f"ckpt-inspector {command}: {escape(exc.message)}", file=sys.stderr)
                 return 3
             relabel.add(tree.path, str(raw))
@@ -219,4 +225,4 @@ def run_localized(args: argparse.Namespace, attr: str, run: Callable[[argparse.N
 
 def has_url(value: object) -> bool:
     """Whether a command's path argument (one or a list) names an object store."""
-    return any(objstore.is_url(str(v)) for v in (value if isinstance(value, list) else [value]))
+    return any(is_url(str(v)) for v in (value if isinstance(value, list) else [value]))

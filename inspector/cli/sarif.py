@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from inspector import __version__
 from inspector.core.vocabulary import Severity, SignatureState, Verdict
-from inspector.fleet.objstore import is_url
+from inspector.fleet.urls import is_url
 from inspector.scan.engine import ScanResult
 
 if TYPE_CHECKING:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -28,7 +27,6 @@ from inspector.core.progress import CancelToken, ProgressFn, check
 CHUNK = 8 << 20
 """Bytes read from the network at a time: memory stays bounded whatever the object's size."""
 TEMP_PREFIX = "ckpt-inspector-obj-"
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _EXTRAS = {"s3": "s3", "s3a": "s3"}
 
 
@@ -49,11 +47,6 @@ class RemoteObject:
         """What says the object changed since a result was kept (as a local file's size and
         modification time do)."""
         return [self.size, self.etag]
-
-
-def is_url(text: object) -> bool:
-    """Whether a command-line path names an object store (`scheme://…`, not file://)."""
-    return isinstance(text, str) and bool(_URL.match(text)) and not text.startswith("file://")
 
 
 def _filesystem(url: str):

@@ -23,7 +23,7 @@ from inspector.checkpoint.resume import headline, item_label, status_word
 from inspector.core.json_record import as_result, records
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.core.vocabulary import FileStatus, LoadStatus, StepStatus, TensorCheckStatus, Verdict
-from inspector.fleet.objstore import is_url
+from inspector.fleet.urls import is_url
 from inspector.gpu.events import timeline
 from inspector.gpu.telemetry import recovery_words
 from inspector.integrity.hashing import sha256_file
