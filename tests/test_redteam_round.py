@@ -2,8 +2,10 @@
 
 DCP's own loader (`dcp.load`) unpickles `.metadata` with plain pickle and loads each bytes
 item with `torch.load(weights_only=False)`, so a payload anywhere a `.metadata` can point runs
-there. The scan reads only the ranges its own walk of `.metadata` finds (`layout.dcp_items`): a
-range that walk misses, or a file it cannot map, must not leave hidden bytes unread.
+there: each sample is first proven under it (`_runs_under_dcp`, a canary appears), then
+scanned. The scan reads only the ranges its own walk of `.metadata` finds
+(`layout.dcp_items`): a range that walk misses, or a file it cannot map, must not leave hidden
+bytes unread.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import io
 import json
 import pickle
 import struct
+import subprocess
+import sys
 import tarfile
 import zlib
 from pathlib import Path
@@ -77,8 +81,26 @@ def _add_item(metadata, fqn: str, info: _StorageInfo) -> None:
     metadata.storage_data[MetadataIndex(fqn)] = info
 
 
+# What a user converting the folder runs: every item, bytes items through torch.load.
+DCP_LOAD = ("import sys; from torch.distributed.checkpoint.format_utils import dcp_to_torch_save; "
+            "dcp_to_torch_save(sys.argv[1], sys.argv[2])")
+
+
+def _runs_under_dcp(folder: Path, canary: Path) -> None:
+    """DCP's own loader, in a throwaway process, runs the folder's payload (the canary
+    appears); the canary is removed again, so what the scan leaves is judged alone."""
+    out = folder.parent / "converted.pt"
+    run = subprocess.run([sys.executable, "-c", DCP_LOAD, str(folder), str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert canary.exists(), f"DCP's loader did not run the payload: {run.stderr[-800:]}"
+    canary.unlink()
+    out.unlink(missing_ok=True)
+
+
 def _not_safe(folder: Path, canary: Path) -> None:
-    """The folder's scan is not safe, and inspect neither succeeds nor runs the payload."""
+    """DCP's loader runs the payload; the folder's scan is not safe, and inspect neither
+    succeeds nor runs it."""
+    _runs_under_dcp(folder, canary)
     scan = scan_folder(folder).to_json()
     assert scan["verdict"] not in ("safe", "skipped"), scan["findings"]
     assert main(["scan", str(folder)]) != 0
@@ -199,6 +221,7 @@ def test_a_listed_item_inside_a_data_file_that_is_a_pickle_is_read(folder, canar
     _add_item(metadata, "evil", _StorageInfo("__1_0.distcp", offset, len(payload)))
     (folder / ".metadata").write_bytes(pickle.dumps(metadata, protocol=4))
     (folder / "__1_0.distcp").write_bytes(blob)
+    _runs_under_dcp(folder, canary)
     scan = scan_folder(folder).to_json()
     assert scan["verdict"] not in ("safe", "skipped"), scan["findings"]
     assert main(["scan", str(folder / "__1_0.distcp")]) != 0
@@ -219,6 +242,7 @@ def test_an_item_in_a_file_outside_the_folder_is_reported(folder, canary, absolu
     name = str(evil) if absolute else "../evil.distcp"
     _add_item(metadata, "evil", _StorageInfo(name, 0, len(payload)))
     (folder / ".metadata").write_bytes(pickle.dumps(metadata, protocol=4))
+    _runs_under_dcp(folder, canary)
     scan = scan_folder(folder).to_json()
     assert scan["verdict"] not in ("safe", "skipped"), scan["findings"]
     assert "dcp-outside-file" in {f["code"] for f in scan["findings"]}
