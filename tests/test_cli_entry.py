@@ -13,10 +13,15 @@ from pathlib import Path
 from factories import save_state_dict, small_state_dict
 
 # A handler, and a thread still busy when the command returns: the quick exit must not cut
-# either short.
+# either short. A global whose finalizer only the interpreter's teardown runs tells the two
+# exits apart.
 PRELUDE = """
 import atexit, sys, threading, time
 import inspector.cli as cli
+class Teardown:
+    def __del__(self):
+        print("teardown ran", file=sys.stderr, flush=True)
+marker = Teardown()
 atexit.register(lambda: print("atexit handler ran", file=sys.stderr, flush=True))
 returned = threading.Event()
 command = cli.main
@@ -49,11 +54,13 @@ def test_a_command_exits_with_its_status_after_its_output_handlers_and_threads(
     assert proc.returncode == 2  # dangerous, as `scan` says it
     assert "thread finished" in proc.stderr
     assert proc.stderr.index("thread finished") < proc.stderr.index("atexit handler ran")
+    assert "teardown ran" not in proc.stderr  # the quick exit
 
 
-def test_the_app_and_a_bad_command_keep_the_ordinary_exit(tmp_path: Path) -> None:
+def test_a_mistyped_command_keeps_the_ordinary_exit(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", PRELUDE, "scna", str(tmp_path)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2
     assert "did you mean 'scan'?" in proc.stderr
     assert "atexit handler ran" in proc.stderr
+    assert "teardown ran" in proc.stderr  # the interpreter's own exit, teardown and all
