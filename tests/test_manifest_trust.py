@@ -96,3 +96,48 @@ def test_a_manifest_in_the_parent_folder_checks_the_model_folder_named(layout, c
     assert "2 files: 2 ok" in capsys.readouterr().out
     (model / "pytorch_model-00002.bin").write_bytes(b"changed")
     assert main(["verify", "hf", "-m", "SHA256SUMS"]) == 1
+
+
+def test_a_linked_folder_or_file_is_reported_never_read_through(layout, capsys):
+    """A folder link in the model folder is neither followed nor silently dropped: verify
+    names it beside every linked file the manifest does not list, and --strict fails on it."""
+    root, model = layout["root"], layout["model"]
+    outside = root / "elsewhere"
+    outside.mkdir()
+    (outside / "evil.pkl").write_bytes(b"\x80\x02N.")
+    lines = [f"{_sha(p)}  {p.name}\n" for p in sorted(model.glob("*.bin"))]
+    (model / "SHA256SUMS").write_text("".join(lines))
+    (model / "extra").symlink_to(outside, target_is_directory=True)
+    (model / "key.bin").symlink_to(layout["secret"])
+    assert main(["verify", str(model), "-m", str(model / "SHA256SUMS")]) == 0
+    out = capsys.readouterr().out
+    assert f"extra  (a link to a folder ({outside}): not followed" in out, out
+    assert f"key.bin  (a link to {layout['secret']})" in out, out
+    assert "evil.pkl" not in out
+    assert main(["verify", str(model), "-m", str(model / "SHA256SUMS"), "--strict"]) == 1
+
+
+@pytest.mark.parametrize("link", ["folder", "file"])
+def test_manifest_create_refuses_a_link_verify_could_not_check(layout, capsys, link):
+    root, model = layout["root"], layout["model"]
+    elsewhere = root.parent / f"{root.name}-elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "w.bin").write_bytes(b"weights kept elsewhere")
+    if link == "folder":
+        (model / "sub").symlink_to(elsewhere, target_is_directory=True)
+    else:
+        (model / "w.bin").symlink_to(elsewhere / "w.bin")
+    out = model / "SHA256SUMS"
+    assert main(["manifest", "create", str(model), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "remove the link" in err, err
+    assert not out.exists()
+
+
+def test_manifest_create_records_a_link_inside_the_folder(layout, capsys):
+    model = layout["model"]
+    (model / "alias.bin").symlink_to("pytorch_model-00001.bin")
+    out = model / "SHA256SUMS"
+    assert main(["manifest", "create", str(model), "-o", str(out)]) == 0
+    assert "alias.bin" in out.read_text()
+    assert main(["verify", "-m", str(out), "--strict"]) == 0, capsys.readouterr()

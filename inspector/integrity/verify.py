@@ -209,7 +209,8 @@ def plan(manifest: Manifest, paths: Iterable[Path]) -> Plan:
                 _refuse_outside(entry, location, within)
                 if within != base or root_abs == location or root_abs in location.parents:
                     add(entry, location)
-            for found in list_files(root_abs):
+            walk = walk_folder(root_abs)
+            for found in walk.files + walk.folder_links:
                 if os.path.abspath(found) not in skipped:
                     add(None, found)
         else:
@@ -248,13 +249,41 @@ def _match_file(manifest: Manifest, path: Path) -> FileEntry | None:
     return by_name[0] if len(by_name) == 1 else None
 
 
-def list_files(root: Path) -> list[Path]:
-    """Every file under a folder, skipping hidden names (.git, editors' and our temp files)."""
-    found = []
+@dataclass(frozen=True)
+class FolderWalk:
+    """What a folder holds: its files, and the links to folders in it, which are never
+    followed (a manifest's names are read inside one folder) but each reported."""
+
+    files: list[Path]
+    folder_links: list[Path]
+
+
+def walk_folder(root: Path) -> FolderWalk:
+    """Every file under a folder and every link to a folder in it, skipping hidden names
+    (.git, editors' and our temp files)."""
+    files: list[Path] = []
+    links: list[Path] = []
     for folder, dirs, names in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found += [Path(folder, n) for n in sorted(names) if not n.startswith(".")]
-    return found
+        links += [Path(folder, d) for d in dirs if os.path.islink(os.path.join(folder, d))]
+        files += [Path(folder, n) for n in sorted(names) if not n.startswith(".")]
+    return FolderWalk(files, links)
+
+
+def list_files(root: Path) -> list[Path]:
+    """Every file under a folder, skipping hidden names (.git, editors' and our temp files)."""
+    return walk_folder(root).files
+
+
+def link_note(path: Path) -> str | None:
+    """What an unlisted link is, said beside it (never read through: a linked folder is not
+    followed, a linked file's bytes are not the folder's), or None for a plain file."""
+    if not path.is_symlink():
+        return None
+    target = os.readlink(path)
+    if path.is_dir():
+        return f"a link to a folder ({target}): not followed, nothing in it was checked"
+    return f"a link to {target}" + ("" if path.exists() else ", which does not exist")
 
 
 def tensor_targets(pairs: Plan) -> list[Path]:
@@ -340,11 +369,14 @@ def _verify_pairs(manifest: Manifest, pairs: Plan, sizes: list[int | None], to_h
     for i, (entry, location) in enumerate(pairs):
         check(cancel)
         size = sizes[i]
-        if entry is None and size is None:
-            result.errors.append(f"{location}: no such file, and the manifest does not list it")
-            continue
         if entry is None:
-            result.files.append(FileCheck(path=str(location), status=EXTRA, actual_size=size))
+            note = link_note(location)
+            if size is None and note is None:
+                result.errors.append(f"{location}: no such file, and the manifest does not "
+                                     "list it")
+            else:
+                result.files.append(FileCheck(path=str(location), status=EXTRA,
+                                              actual_size=size, note=note))
             continue
         record = FileCheck(
             path=entry.path,
