@@ -137,6 +137,19 @@ def _values(params: list[torch.Tensor], largest: bool
     return _stack([r[1] for r in read]), _stack([r[2] for r in read]) if largest else None
 
 
+def _buffer_values(buffers: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The buffers' norms and largest |value|, two fused calls over them all (a CNN has a
+    few hundred small ones: one reduction each costs ~7x more, per step)."""
+    with torch.no_grad():
+        views = [b.detach() for b in buffers]
+        norms = torch._foreach_norm(views, 2.0)
+        top = torch._foreach_norm(views, math.inf)
+        device = views[0].device
+        # float64: a float64 buffer's value past float32's range stays a finite number
+        return (torch.stack([n.to(device, torch.float64) for n in norms]),
+                torch.stack([t.to(device, torch.float64) for t in top]))
+
+
 @dataclass
 class WeightReading:
     """One reading of every watched tensor, on the device: which changed since the fingerprint
@@ -148,6 +161,8 @@ class WeightReading:
     norms: torch.Tensor | Future
     largest: torch.Tensor | None
     settled: bool = False
+    buffers: tuple[torch.Tensor, torch.Tensor | None] | None = None
+    """The buffers' norms and largest |value|, which follow the parameters' in the vector."""
 
     def vector(self) -> torch.Tensor:
         """Everything as one float64 vector, to read back with the step's other numbers."""
@@ -155,6 +170,17 @@ class WeightReading:
             self.norms, self.largest = self.norms.result()
         if isinstance(self.changed, Future):
             self.changed = self.changed.result()
+        if self.buffers is not None:
+            norms, top = self.buffers
+            self.buffers = None
+            device = self.norms.device
+            # no fingerprint covers a buffer, so its largest |value| is read at every step;
+            # the parameters' not due this step are NaN, which the rules pass over
+            params = (self.largest if self.largest is not None else
+                      torch.full((self.norms.numel(),), math.nan, device=device))
+            self.norms = torch.cat([self.norms, norms.to(device)])
+            if top is not None:
+                self.largest = torch.cat([params.to(device), top.to(device)])
         parts = [self.norms.double()]
         if self.changed is not None:
             parts.insert(0, self.changed.double())
@@ -172,6 +198,9 @@ class WeightValues:
     largest: list[float] | None
     nonfinite: list[bool]
     """Whether the tensor holds NaN or Inf (a norm can overflow on finite values: checked)."""
+    stepped: int | None = None
+    """How many leading tensors an optimizer steps (the parameters; the buffers after them
+    move by what each forward computes); None: all of them."""
 
 
 def spare_core(params: list[torch.Tensor]) -> bool:
@@ -192,8 +221,14 @@ class WeightWatch:
         self.sharded = (any(hasattr(p, "to_local") for _, p in named)
                         or any("FullyShardedDataParallel" in type(m).__name__
                                or type(m).__name__.startswith("FSDP") for m in model.modules()))
-        self.names = [n for n, _ in named]
+        buffers = [(n, b) for n, b in model.named_buffers() if b.is_floating_point()]
+        self.names = [n for n, _ in named] + [n for n, _ in buffers]
+        """The parameters' names, then the floating-point buffers' (BatchNorm's running
+        statistics): every tensor the checkpoint holds and the model computes with."""
         self.params = [local(p) for _, p in named]
+        self.buffers = [local(b) for _, b in buffers]
+        """Read for their norms and largest |value| only: each forward writes them, so no
+        fingerprint taken after the optimizer step can say they should not have changed."""
         self.every = every
         self.largest_every = max(1, largest_every)
         self.ids = {id(p) for _, p in named}
@@ -252,14 +287,17 @@ class WeightWatch:
         with torch.no_grad():
             due = self.readings % self.largest_every == 0 if largest is None else largest
             self.readings += 1
+            # the buffers as they are now, after this step's forward wrote them
+            buffers = _buffer_values(self.buffers) if self.buffers else None
             if not self.params:
-                return WeightReading(None, torch.zeros(0), torch.zeros(0) if due else None)
+                return WeightReading(None, torch.zeros(0), torch.zeros(0) if due else None,
+                                     buffers=buffers)
             after, self.after = self.after, None
             if self.worker is not None and after is not None and largest is None:
                 expected = self.expected
                 changed = (None if expected is None else self.worker.submit(
                     lambda: fingerprint(self.params) != expected))
-                return WeightReading(changed, after, None, settled=True)
+                return WeightReading(changed, after, None, settled=True, buffers=buffers)
             if after is not None:
                 after.result()
             device = self.params[0].device
@@ -269,7 +307,7 @@ class WeightWatch:
             if check:
                 changed = torch.stack([r[0].to(device) for r in read]) != self.expected
             top = _stack([r[2] for r in read]) if due else None
-            return WeightReading(changed, _stack([r[1] for r in read]), top)
+            return WeightReading(changed, _stack([r[1] for r in read]), top, buffers=buffers)
 
     def close(self) -> None:
         """Stop the background reader (its pending reads finish first)."""
@@ -278,19 +316,19 @@ class WeightWatch:
 
     def values(self, reading: WeightReading, flat: list[float]) -> WeightValues:
         """Split a read-back `reading.vector()` into its parts."""
-        n = len(self.names)
+        n, printed = len(self.names), len(self.params)
         at = 0
         changed = None
         if reading.changed is not None:
-            changed, at = [v != 0 for v in flat[:n]], n
+            changed, at = [v != 0 for v in flat[:printed]], printed
         norms = flat[at:at + n]
         largest = flat[at + n:at + 2 * n] if reading.largest is not None else None
         if reading.settled and changed is not None and any(changed):
             self._reread(changed, norms, largest)
         # only on the rare non-finite norm: an extra pass and sync tell Inf from overflow
         nonfinite = [not math.isfinite(v) and not bool(torch.isfinite(p.detach()).all())
-                     for v, p in zip(norms, self.params, strict=True)]
-        return WeightValues(changed, norms, largest, nonfinite)
+                     for v, p in zip(norms, self.params + self.buffers, strict=True)]
+        return WeightValues(changed, norms, largest, nonfinite, printed)
 
 
     def _reread(self, changed: list[bool], norms: list[float], largest: list[float] | None

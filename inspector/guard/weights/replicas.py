@@ -65,7 +65,7 @@ class ReplicaCheck:
         by_rank = [t.tolist() for t in all_prints]
         norm_by_rank = [t.tolist() for t in all_norms]
         out = []
-        for i, name in enumerate(watch.names):
+        for i, name in enumerate(watch.names[:len(watch.params)]):
             values = [by_rank[r][i] for r in range(size)]
             if len(set(values)) == 1:
                 self.agreed[name] = norm_by_rank[0][i]

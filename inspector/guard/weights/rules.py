@@ -2,7 +2,10 @@
 
 Each rule is a registered class (`WEIGHT_RULES`, `@register`) whose `judge` sees one reading of
 every watched tensor (`fingerprint.WeightValues`) and answers a `Breach` per tensor it blames, named
-with that tensor. They judge from the first reading on, without a warm-up:
+with that tensor. The watched tensors are the floating-point parameters, then the floating-point
+buffers (BatchNorm's running statistics), which only `weight-nonfinite` and `weight-largest`
+judge: no fingerprint can cover what each forward writes, nor an update size what the data
+sets. They judge from the first reading on, without a warm-up:
 
 - `weights-changed`: a tensor's exact fingerprint differs from the one taken right after the
   last optimizer step: its bytes changed outside the step (a device or memory fault, or code that
@@ -133,10 +136,12 @@ class UpdateSize:
     name = "update-size"
 
     def sizes(self, names: list[str], v: WeightValues) -> list[tuple[str, float]]:
-        """(tensor, |n1 - n0| / n0) for each tensor with an earlier finite, non-zero norm and
-        finite values now (a norm that overflowed on finite values is an infinite change)."""
+        """(tensor, |n1 - n0| / n0) for each tensor an optimizer steps with an earlier finite,
+        non-zero norm and finite values now (a norm that overflowed on finite values is an
+        infinite change)."""
         out = []
-        for name, norm, bad in zip(names, v.norms, v.nonfinite, strict=True):
+        stepped = list(zip(names, v.norms, v.nonfinite, strict=True))[:v.stepped]
+        for name, norm, bad in stepped:
             before = self.last.get(name)
             if before is not None and before > 0 and not bad and not math.isnan(norm):
                 out.append((name, abs(norm - before) / before))

@@ -1,0 +1,131 @@
+"""Buffers are weights too: BatchNorm's running statistics are saved in every checkpoint and
+used by every evaluation, but no optimizer steps them and training-mode forwards never read
+them, so a flip there moves neither the loss nor the gradients. The guard reads each
+floating-point buffer's largest |value| and norm at every step, and the ledger's health check
+asks the same; each fault is injected by the test through its own integer view of the bytes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from guard_support import batch, weights_reader  # noqa: F401
+from torch import nn
+
+from inspector.core.vocabulary import SaveOutcome
+from inspector.guard.guard import Guard, GuardConfig
+from inspector.ledger import save
+from inspector.run.checkpoints import resume_choice
+
+pytestmark = pytest.mark.usefixtures("weights_reader")  # inline and in the background
+
+
+def bn_model(seed: int = 0) -> nn.Module:
+    """Linear, BatchNorm1d, Tanh, Linear: running_mean and running_var are buffers."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Tanh(), nn.Linear(8, 1))
+
+
+def flip(tensor: torch.Tensor, index: int, bit: int) -> float:
+    """Flip one bit of one float32 element in place (the test's own fault); the new value."""
+    with torch.no_grad():
+        tensor.view(-1).view(torch.int32)[index] ^= 1 << bit
+    return float(tensor.view(-1)[index])
+
+
+def train(run, steps, fault=None, saves=(), scale=1.0):
+    """The documented plain loop with ledger saves after chosen steps; `fault(model, step)`
+    runs between the optimizer step and the save."""
+    model = bn_model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    guard = Guard(run, GuardConfig())
+    verdicts, records = [], []
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        x, y = batch(step, scale)
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        verdict = guard.step(loss, model, opt, step=step)
+        if verdict.take_step:
+            opt.step()
+        verdicts.append(verdict)
+        if fault is not None:
+            fault(model, step)
+        if step in saves:
+            records.append(save(model.state_dict(), run / f"step-{step}.pt", step=step))
+    return guard, model, verdicts, records
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0])
+def test_batchnorm_running_statistics_raise_nothing_in_a_clean_run(tmp_path, scale, capfd):
+    # inputs x30: the running variance climbs from 1 to ~900 over the first steps
+    guard, _, verdicts, _ = train(tmp_path, 150, scale=scale)
+    assert not [v for v in verdicts if v.alarm]
+    assert guard.health() == []
+    assert "inspector.guard" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("buffer", ["running_var", "running_mean"])
+def test_an_exponent_flip_in_a_running_statistic_is_named_at_the_next_step(tmp_path, buffer):
+    seen = {}
+
+    def fault(model, step):
+        if step == 20:
+            stat = getattr(model[1], buffer)
+            seen["before"] = float(stat[2])
+            seen["after"] = flip(stat, 2, 30)
+
+    _, _, verdicts, _ = train(tmp_path, 23, fault)
+    assert abs(seen["after"] / seen["before"]) > 2.0 ** 64  # an exponent bit, still finite
+    assert all(v.loss < 1e6 for v in verdicts[21:])  # training-mode forwards never read it
+    hit = next(v for v in verdicts if v.alarm)
+    assert hit.step == 21
+    assert ("weight-largest", f"1.{buffer}") in {(b.rule, b.param) for b in hit.alarm.breaches}
+
+
+def test_a_checkpoint_saved_after_a_running_var_flip_is_unhealthy_and_never_resumed(tmp_path,
+                                                                                   capsys):
+    def fault(model, step):
+        if step == 9:
+            flip(model[1].running_var, 0, 30)
+
+    _, _, _, (good, bad) = train(tmp_path, 10, fault, saves=(5, 9))
+    assert good.outcome == SaveOutcome.VERIFIED
+    assert bad.outcome == SaveOutcome.UNHEALTHY and "weight-largest on 1.running_var" in \
+        bad.detail, bad.detail
+    choice = resume_choice(tmp_path)
+    assert choice.record is not None and choice.record.step == 5
+    assert "not sealed" in capsys.readouterr().err
+
+
+class Scaled(nn.Module):
+    """A float64 buffer the forward reads and never writes (a fixed input scale)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+        self.register_buffer("scale", torch.full((4,), 0.5, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.tanh(x * self.scale).float())
+
+
+def test_a_float64_buffer_flipped_past_float32s_range_is_named(tmp_path):
+    model = Scaled()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    guard = Guard(tmp_path, GuardConfig())
+    hits = []
+    for step in range(8):
+        if step == 5:
+            with torch.no_grad():
+                model.scale.view(torch.int64)[1] ^= 1 << 62  # 0.5 -> ~9e307
+            assert 1e300 < float(model.scale[1]) < float("inf")
+        opt.zero_grad(set_to_none=True)
+        x, y = batch(step)
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        verdict = guard.step(loss, model, opt, step=step)
+        if verdict.take_step:
+            opt.step()
+        hits += [(step, b.rule, b.param) for b in (verdict.alarm.breaches if verdict.alarm else [])]
+    assert (5, "weight-largest", "scale") in hits, hits
