@@ -129,3 +129,50 @@ def test_a_float64_buffer_flipped_past_float32s_range_is_named(tmp_path):
             opt.step()
         hits += [(step, b.rule, b.param) for b in (verdict.alarm.breaches if verdict.alarm else [])]
     assert (5, "weight-largest", "scale") in hits, hits
+
+
+class Masked(nn.Module):
+    """A float buffer that holds -inf by design (a causal mask added to scores)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.proj = nn.Linear(4, 4)
+        self.out = nn.Linear(4, 1)
+        self.register_buffer("mask", torch.full((4, 4), float("-inf")).triu(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores = self.proj(x).unsqueeze(1) * x.unsqueeze(2) + self.mask
+        return self.out(scores.softmax(-1).sum(1))
+
+
+def test_a_buffer_that_holds_minus_inf_by_design_raises_nothing(tmp_path, capfd):
+    model = Masked()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    guard = Guard(tmp_path, GuardConfig())
+    for step in range(40):
+        opt.zero_grad(set_to_none=True)
+        x, y = batch(step)
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        verdict = guard.step(loss, model, opt, step=step)
+        assert verdict.alarm is None, verdict.alarm
+        opt.step()
+    assert guard.health() == []
+    assert "inspector.guard" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("fault", ["+inf", "nan"])
+def test_a_running_var_turned_non_finite_is_named(tmp_path, fault):
+    word = {"+inf": 0x7F800000, "nan": 0x7FC00000}[fault]
+
+    def corrupt(model, step):
+        if step == 12:
+            with torch.no_grad():
+                model[1].running_var.view(torch.int32)[3] = word
+
+    _, _, verdicts, _ = train(tmp_path, 14, corrupt)
+    hit = next(v for v in verdicts if v.alarm)
+    rule = "weight-largest" if fault == "+inf" else "weight-nonfinite"
+    assert hit.step == 13
+    assert (rule, "1.running_var") in {(b.rule, b.param) for b in hit.alarm.breaches}

@@ -325,9 +325,13 @@ class WeightWatch:
         largest = flat[at + n:at + 2 * n] if reading.largest is not None else None
         if reading.settled and changed is not None and any(changed):
             self._reread(changed, norms, largest)
-        # only on the rare non-finite norm: an extra pass and sync tell Inf from overflow
-        nonfinite = [not math.isfinite(v) and not bool(torch.isfinite(p.detach()).all())
-                     for v, p in zip(norms, self.params + self.buffers, strict=True)]
+        # only on the rare non-finite norm: an extra pass and sync tell Inf from overflow; in a
+        # buffer only NaN counts, since an Inf there may be meant (a -inf attention mask), and
+        # an Inf where a buffer held none is `weight-largest`'s
+        tensors = self.params + self.buffers
+        nonfinite = [not math.isfinite(v) and (bool(torch.isnan(t.detach()).any()) if i >= printed
+                                               else not bool(torch.isfinite(t.detach()).all()))
+                     for i, (v, t) in enumerate(zip(norms, tensors, strict=True))]
         return WeightValues(changed, norms, largest, nonfinite, printed)
 
 

@@ -98,9 +98,12 @@ class WeightLargest:
         if v.largest is None:
             return []
         out = []
-        for name, value in zip(names, v.largest, strict=True):
+        for i, (name, value) in enumerate(zip(names, v.largest, strict=True)):
             bound = self.bound(name)
-            if bound is not None and math.isfinite(value) and value > bound:
+            # a parameter's Inf is weight-nonfinite's; a buffer's is this rule's once the
+            # buffer has held only finite values (a -inf mask never gets a bound)
+            buffer = v.stepped is not None and i >= v.stepped
+            if bound is not None and (math.isfinite(value) or buffer) and value > bound:
                 out.append(Breach(self.name, "weights", value, bound, name))
         return out
 
