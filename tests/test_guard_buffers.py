@@ -176,3 +176,41 @@ def test_a_running_var_turned_non_finite_is_named(tmp_path, fault):
     rule = "weight-largest" if fault == "+inf" else "weight-nonfinite"
     assert hit.step == 13
     assert (rule, "1.running_var") in {(b.rule, b.param) for b in hit.alarm.breaches}
+
+
+class Counting(nn.Module):
+    """Float buffers a forward accumulates into from zero once `collecting`: a sample count
+    and a sum of squares (a running normaliser's state), which grow without bound by design."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+        self.register_buffer("count", torch.zeros(()))
+        self.register_buffer("sumsq", torch.zeros(4))
+        self.collecting = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and self.collecting:
+            with torch.no_grad():
+                self.count += x.shape[0]
+                self.sumsq += (x * x).sum(0)
+        scale = (self.sumsq / self.count).sqrt() if self.count > 0 else torch.ones(4)
+        return self.net(x / scale)
+
+
+def test_buffers_that_accumulate_from_zero_raise_nothing(tmp_path, capfd):
+    model = Counting()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    guard = Guard(tmp_path, GuardConfig())
+    for step in range(60):
+        model.collecting = step >= 5  # zero for five steps, then 16 samples a step
+        opt.zero_grad(set_to_none=True)
+        x, y = batch(step, scale=1.0 + step)  # the inputs' scale grows too
+        loss = nn.functional.mse_loss(model(x), y / (1.0 + step))
+        loss.backward()
+        verdict = guard.step(loss, model, opt, step=step)
+        assert verdict.alarm is None, verdict.alarm
+        opt.step()
+    assert float(model.count) == 55 * 16 and guard.health() == []
+    assert "inspector.guard" not in capfd.readouterr().err

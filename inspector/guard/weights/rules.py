@@ -16,6 +16,7 @@ sets. They judge from the first reading on, without a warm-up:
   that raised no alarm (floored at `floor`, 0.1, so a tensor that starts at zero may grow
   between two readings `largest_every` steps apart). An
   exponent-bit flip multiplies one value by 2^8 or more, far above any optimizer step's growth.
+  A buffer's factor is `k_buffer` (2^16): a forward's accumulation may grow fast.
 - `update-size`: the change of a tensor's norm between two readings, |n1 - n0| / n0, a lower
   bound of ||dw|| / ||w|| that needs no copy of the weights, above `k` x its running median over
   the last `window` steps (robust to one odd step) and above `floor` (a float32 norm moves by
@@ -84,14 +85,18 @@ class WeightLargest:
     """A largest |w| far above any the tensor had before."""
 
     k: float = 8.0
+    k_buffer: float = 65536.0
+    """A buffer's factor: 2^16, past any growth of what a forward accumulates there (a count
+    or a sum that starts near zero), still below a flip of the top four exponent bits."""
     floor: float = 0.1
     top: dict[str, float] = field(default_factory=dict)
     name = "weight-largest"
 
-    def bound(self, tensor: str) -> float | None:
+    def bound(self, tensor: str, buffer: bool = False) -> float | None:
         """The largest |w| the tensor may reach, or None before its first reading."""
         seen = self.top.get(tensor)
-        return None if seen is None else self.k * max(seen, self.floor)
+        return None if seen is None else (self.k_buffer if buffer else self.k) * max(
+            seen, self.floor)
 
     def judge(self, names: list[str], v: WeightValues) -> list[Breach]:
         """One breach per tensor whose largest |w| is above its bound."""
@@ -99,10 +104,10 @@ class WeightLargest:
             return []
         out = []
         for i, (name, value) in enumerate(zip(names, v.largest, strict=True)):
-            bound = self.bound(name)
             # a parameter's Inf is weight-nonfinite's; a buffer's is this rule's once the
             # buffer has held only finite values (a -inf mask never gets a bound)
             buffer = v.stepped is not None and i >= v.stepped
+            bound = self.bound(name, buffer)
             if bound is not None and (math.isfinite(value) or buffer) and value > bound:
                 out.append(Breach(self.name, "weights", value, bound, name))
         return out
@@ -229,10 +234,3 @@ class WeightRuleSet(StateByName):
             if isinstance(rule, WeightLargest) and v.largest is not None:
                 rule.top.update({n: x for n, x in zip(names, v.largest, strict=True)
                                  if math.isfinite(x)})
-
-    def largest_bound(self, tensor: str) -> float | None:
-        """The learned bound of a tensor's largest |w| (None before it is known)."""
-        for rule in self.rules:
-            if isinstance(rule, WeightLargest):
-                return rule.bound(tensor)
-        return None
