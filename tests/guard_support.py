@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from inspector.guard.guard import Guard
 from inspector.guard.weights import fingerprint
 from inspector.run import journal
 
@@ -40,6 +41,25 @@ def closure_for(model: nn.Module, optimizer: torch.optim.Optimizer, data):
         loss.backward()
         return loss
     return closure
+
+
+def run(guard: Guard, model: nn.Module, steps, opt=None, before_step=None, data=batch):
+    """The documented plain loop; `before_step(step)` runs between optimizer steps (where a
+    memory fault lands). The verdicts."""
+    opt = opt or torch.optim.SGD(model.parameters(), lr=0.01)
+    out = []
+    for step in steps:
+        if before_step is not None:
+            before_step(step)
+        opt.zero_grad(set_to_none=True)
+        x, y = data(step)
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        verdict = guard.step(loss, model, opt, step=step)
+        if verdict.take_step:
+            opt.step()
+        out.append(verdict)
+    return out
 
 
 def alarms(run_dir) -> list[dict]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from guard_support import batch, weights_reader  # noqa: F401
+from guard_support import batch, run, weights_reader  # noqa: F401
 from torch import nn
 
 from inspector.core.vocabulary import SaveOutcome
@@ -32,26 +32,24 @@ def flip(tensor: torch.Tensor, index: int, bit: int) -> float:
     return float(tensor.view(-1)[index])
 
 
-def train(run, steps, fault=None, saves=(), scale=1.0):
-    """The documented plain loop with ledger saves after chosen steps; `fault(model, step)`
-    runs between the optimizer step and the save."""
+def train(run_dir, steps, fault=None, saves=(), scale=1.0):
+    """The documented plain loop over `bn_model` with Adam, with ledger saves after chosen
+    steps; `fault(model, step)` runs after step `step`'s optimizer step, before its save."""
     model = bn_model()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    guard = Guard(run, GuardConfig())
-    verdicts, records = [], []
-    for step in range(steps):
-        opt.zero_grad(set_to_none=True)
-        x, y = batch(step, scale)
-        loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        verdict = guard.step(loss, model, opt, step=step)
-        if verdict.take_step:
-            opt.step()
-        verdicts.append(verdict)
+    guard = Guard(run_dir, GuardConfig())
+    records = []
+
+    def between(step):
+        if step == 0:
+            return
         if fault is not None:
-            fault(model, step)
-        if step in saves:
-            records.append(save(model.state_dict(), run / f"step-{step}.pt", step=step))
+            fault(model, step - 1)
+        if step - 1 in saves:
+            records.append(save(model.state_dict(), run_dir / f"step-{step - 1}.pt",
+                                step=step - 1))
+
+    verdicts = run(guard, model, range(steps + 1), torch.optim.Adam(model.parameters(), lr=1e-2),
+                   between, lambda step: batch(step, scale))[:steps]
     return guard, model, verdicts, records
 
 
@@ -112,22 +110,15 @@ class Scaled(nn.Module):
 
 def test_a_float64_buffer_flipped_past_float32s_range_is_named(tmp_path):
     model = Scaled()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    guard = Guard(tmp_path, GuardConfig())
-    hits = []
-    for step in range(8):
+
+    def fault(step):
         if step == 5:
             with torch.no_grad():
                 model.scale.view(torch.int64)[1] ^= 1 << 62  # 0.5 -> ~9e307
             assert 1e300 < float(model.scale[1]) < float("inf")
-        opt.zero_grad(set_to_none=True)
-        x, y = batch(step)
-        loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        verdict = guard.step(loss, model, opt, step=step)
-        if verdict.take_step:
-            opt.step()
-        hits += [(step, b.rule, b.param) for b in (verdict.alarm.breaches if verdict.alarm else [])]
+
+    verdicts = run(Guard(tmp_path, GuardConfig()), model, range(8), before_step=fault)
+    hits = [(v.step, b.rule, b.param) for v in verdicts if v.alarm for b in v.alarm.breaches]
     assert (5, "weight-largest", "scale") in hits, hits
 
 
@@ -147,17 +138,8 @@ class Masked(nn.Module):
 
 
 def test_a_buffer_that_holds_minus_inf_by_design_raises_nothing(tmp_path, capfd):
-    model = Masked()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
     guard = Guard(tmp_path, GuardConfig())
-    for step in range(40):
-        opt.zero_grad(set_to_none=True)
-        x, y = batch(step)
-        loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        verdict = guard.step(loss, model, opt, step=step)
-        assert verdict.alarm is None, verdict.alarm
-        opt.step()
+    assert not [v for v in run(guard, Masked(), range(40)) if v.alarm]
     assert guard.health() == []
     assert "inspector.guard" not in capfd.readouterr().err
 
@@ -201,16 +183,16 @@ class Counting(nn.Module):
 
 def test_buffers_that_accumulate_from_zero_raise_nothing(tmp_path, capfd):
     model = Counting()
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    guard = Guard(tmp_path, GuardConfig())
-    for step in range(60):
+
+    def collect(step):
         model.collecting = step >= 5  # zero for five steps, then 16 samples a step
-        opt.zero_grad(set_to_none=True)
+
+    def data(step):
         x, y = batch(step, scale=1.0 + step)  # the inputs' scale grows too
-        loss = nn.functional.mse_loss(model(x), y / (1.0 + step))
-        loss.backward()
-        verdict = guard.step(loss, model, opt, step=step)
-        assert verdict.alarm is None, verdict.alarm
-        opt.step()
+        return x, y / (1.0 + step)
+
+    guard = Guard(tmp_path, GuardConfig())
+    assert not [v for v in run(guard, model, range(60), before_step=collect, data=data)
+                if v.alarm]
     assert float(model.count) == 55 * 16 and guard.health() == []
     assert "inspector.guard" not in capfd.readouterr().err

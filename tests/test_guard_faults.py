@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from guard_support import alarms, batch, tiny_model, weights_reader  # noqa: F401
+from guard_support import alarms, batch, run, tiny_model, weights_reader  # noqa: F401
 from torch import nn
 
 from inspector.guard.guard import Guard, GuardConfig
@@ -30,25 +30,6 @@ def index_with_bit(tensor: torch.Tensor, bit: int, state: int) -> int:
     words = tensor.detach().view(-1).view(torch.int32)
     hits = (((words >> bit) & 1) == state).nonzero().flatten()
     return int(hits[0])
-
-
-def run(guard: Guard, model: nn.Module, steps, opt=None, before_step=None, data=batch):
-    """The documented plain loop; `before_step(step)` runs between optimizer steps (where a
-    memory fault lands). The verdicts."""
-    opt = opt or torch.optim.SGD(model.parameters(), lr=0.01)
-    out = []
-    for step in steps:
-        if before_step is not None:
-            before_step(step)
-        opt.zero_grad(set_to_none=True)
-        x, y = data(step)
-        loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        verdict = guard.step(loss, model, opt, step=step)
-        if verdict.take_step:
-            opt.step()
-        out.append(verdict)
-    return out
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam", "adam, zero biases, lr 1e-2"])
