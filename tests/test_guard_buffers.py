@@ -196,3 +196,31 @@ def test_buffers_that_accumulate_from_zero_raise_nothing(tmp_path, capfd):
                 if v.alarm]
     assert float(model.count) == 55 * 16 and guard.health() == []
     assert "inspector.guard" not in capfd.readouterr().err
+
+
+class Graph(nn.Module):
+    """A sparse float buffer (a graph's adjacency) beside a dense one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(4, 1)
+        self.register_buffer("adjacency", (torch.eye(16) + torch.eye(16).roll(1, 0)).to_sparse())
+        self.register_buffer("degree", torch.full((16, 1), 2.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sparse.mm(self.adjacency, self.lin(x)) / self.degree
+
+
+def test_a_sparse_buffer_is_left_alone_and_a_dense_one_beside_it_watched(tmp_path):
+    model = Graph()
+
+    def fault(step):
+        if step == 6:
+            with torch.no_grad():
+                model.degree.view(torch.int32)[0] ^= 1 << 29  # 2.0 -> 2^65
+
+    verdicts = run(Guard(tmp_path, GuardConfig()), model, range(8), before_step=fault)
+    hits = [(v.step, b.rule, b.param) for v in verdicts if v.alarm for b in v.alarm.breaches]
+    assert hits and all(param == "degree" for _, _, param in hits), hits
+    assert (6, "weight-largest", "degree") in hits

@@ -221,7 +221,9 @@ class WeightWatch:
         self.sharded = (any(hasattr(p, "to_local") for _, p in named)
                         or any("FullyShardedDataParallel" in type(m).__name__
                                or type(m).__name__.startswith("FSDP") for m in model.modules()))
-        buffers = [(n, b) for n, b in model.named_buffers() if b.is_floating_point()]
+        # dense ones: a sparse buffer (a graph's adjacency) has no reductions of this kind
+        buffers = [(n, b) for n, b in model.named_buffers()
+                   if b.is_floating_point() and b.layout == torch.strided]
         self.names = [n for n, _ in named] + [n for n, _ in buffers]
         """The parameters' names, then the floating-point buffers' (BatchNorm's running
         statistics): every tensor the checkpoint holds and the model computes with."""
