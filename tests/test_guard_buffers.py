@@ -199,7 +199,7 @@ def test_buffers_that_accumulate_from_zero_raise_nothing(tmp_path, capfd):
 
 
 class Graph(nn.Module):
-    """A sparse float buffer (a graph's adjacency) beside a dense one."""
+    """A sparse float buffer (a graph's adjacency) and an empty one beside a dense one."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -207,12 +207,13 @@ class Graph(nn.Module):
         self.lin = nn.Linear(4, 1)
         self.register_buffer("adjacency", (torch.eye(16) + torch.eye(16).roll(1, 0)).to_sparse())
         self.register_buffer("degree", torch.full((16, 1), 2.0))
+        self.register_buffer("placeholder", torch.empty(0))  # an empty one, as caches start
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.sparse.mm(self.adjacency, self.lin(x)) / self.degree
 
 
-def test_a_sparse_buffer_is_left_alone_and_a_dense_one_beside_it_watched(tmp_path):
+def test_sparse_and_empty_buffers_are_left_alone_and_a_dense_one_watched(tmp_path):
     model = Graph()
 
     def fault(step):
