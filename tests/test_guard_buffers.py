@@ -199,7 +199,8 @@ def test_buffers_that_accumulate_from_zero_raise_nothing(tmp_path, capfd):
 
 
 class Graph(nn.Module):
-    """A sparse float buffer (a graph's adjacency) and an empty one beside a dense one."""
+    """A sparse float buffer (a graph's adjacency), an empty one and a float8 one beside a
+    dense one."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -208,6 +209,7 @@ class Graph(nn.Module):
         self.register_buffer("adjacency", (torch.eye(16) + torch.eye(16).roll(1, 0)).to_sparse())
         self.register_buffer("degree", torch.full((16, 1), 2.0))
         self.register_buffer("placeholder", torch.empty(0))  # an empty one, as caches start
+        self.register_buffer("scale8", torch.ones(4).to(torch.float8_e4m3fn))  # no norm kernel
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.sparse.mm(self.adjacency, self.lin(x)) / self.degree

@@ -141,8 +141,10 @@ def _buffer_values(buffers: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Ten
     """The buffers' norms and largest |value|, two fused calls over them all (a CNN has a
     few hundred small ones: one reduction each costs ~7x more, per step)."""
     with torch.no_grad():
-        # an empty one (a placeholder) reads as a zero: the infinity norm has no identity
-        views = [b.detach() if b.numel() else b.new_zeros(()) for b in buffers]
+        # an empty one (a placeholder) reads as a zero: the infinity norm has no identity;
+        # a float8 one is read as float32 (no norm kernel takes it)
+        views = [(b.detach() if b.element_size() > 1 else b.detach().float())
+                 if b.numel() else b.new_zeros((), dtype=torch.float32) for b in buffers]
         norms = torch._foreach_norm(views, 2.0)
         top = torch._foreach_norm(views, math.inf)
         device = views[0].device
