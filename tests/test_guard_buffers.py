@@ -198,9 +198,19 @@ def test_buffers_that_accumulate_from_zero_raise_nothing(tmp_path, capfd):
     assert "inspector.guard" not in capfd.readouterr().err
 
 
+class Opaque(torch.Tensor):
+    """A tensor subclass with no norm (as a library's own tensor type may lack one)."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if "norm" in getattr(func, "__name__", ""):
+            raise NotImplementedError("no norm for Opaque")
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
 class Graph(nn.Module):
-    """A sparse float buffer (a graph's adjacency), an empty one and a float8 one beside a
-    dense one."""
+    """A sparse float buffer (a graph's adjacency), an empty one, a float8 one and one without
+    a norm, beside a dense one."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -210,12 +220,14 @@ class Graph(nn.Module):
         self.register_buffer("degree", torch.full((16, 1), 2.0))
         self.register_buffer("placeholder", torch.empty(0))  # an empty one, as caches start
         self.register_buffer("scale8", torch.ones(4).to(torch.float8_e4m3fn))  # no norm kernel
+        self.register_buffer("opaque", torch.ones(3).as_subclass(Opaque))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.sparse.mm(self.adjacency, self.lin(x)) / self.degree
 
 
-def test_sparse_and_empty_buffers_are_left_alone_and_a_dense_one_watched(tmp_path):
+def test_buffers_it_cannot_reduce_never_stop_training_and_a_dense_one_is_watched(tmp_path,
+                                                                                 capfd):
     model = Graph()
 
     def fault(step):
@@ -227,3 +239,6 @@ def test_sparse_and_empty_buffers_are_left_alone_and_a_dense_one_watched(tmp_pat
     hits = [(v.step, b.rule, b.param) for v in verdicts if v.alarm for b in v.alarm.breaches]
     assert hits and all(param == "degree" for _, _, param in hits), hits
     assert (6, "weight-largest", "degree") in hits
+    err = capfd.readouterr().err
+    assert "buffers not watched, their values cannot be reduced: opaque (NotImplementedError)" \
+        in err, err

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -137,6 +138,25 @@ def _values(params: list[torch.Tensor], largest: bool
     return _stack([r[1] for r in read]), _stack([r[2] for r in read]) if largest else None
 
 
+def readable(buffers: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
+    """The named buffers whose values the readings can reduce and read back, tried once each;
+    the others (a tensor subclass without the kernels) are named in one line on stderr, since
+    a guard that stopped the training it watches would cost more than it saves."""
+    kept, left = [], []
+    for name, b in buffers:
+        try:
+            _buffer_values([b])[1].tolist()
+        except Exception as exc:  # whatever the subclass raises: not watched, and said so
+            left.append(f"{name} ({type(exc).__name__})")
+            continue
+        kept.append((name, b))
+    if left:
+        print(f"inspector.guard: buffers not watched, their values cannot be reduced: "
+              f"{', '.join(left[:5])}{f' and {len(left) - 5} more' if len(left) > 5 else ''}",
+              file=sys.stderr)
+    return kept
+
+
 def _buffer_values(buffers: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """The buffers' norms and largest |value|, two fused calls over them all (a CNN has a
     few hundred small ones: one reduction each costs ~7x more, per step)."""
@@ -225,13 +245,13 @@ class WeightWatch:
                         or any("FullyShardedDataParallel" in type(m).__name__
                                or type(m).__name__.startswith("FSDP") for m in model.modules()))
         # dense ones: a sparse buffer (a graph's adjacency) has no reductions of this kind
-        buffers = [(n, b) for n, b in model.named_buffers()
-                   if b.is_floating_point() and b.layout == torch.strided]
+        buffers = readable([(n, local(b)) for n, b in model.named_buffers()
+                            if b.is_floating_point() and b.layout == torch.strided])
         self.names = [n for n, _ in named] + [n for n, _ in buffers]
         """The parameters' names, then the floating-point buffers' (BatchNorm's running
         statistics): every tensor the checkpoint holds and the model computes with."""
         self.params = [local(p) for _, p in named]
-        self.buffers = [local(b) for _, b in buffers]
+        self.buffers = [b for _, b in buffers]
         """Read for their norms and largest |value| only: each forward writes them, so no
         fingerprint taken after the optimizer step can say they should not have changed."""
         self.every = every
