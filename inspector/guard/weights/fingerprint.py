@@ -168,9 +168,11 @@ def _buffer_values(buffers: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Ten
         norms = torch._foreach_norm(views, 2.0)
         top = torch._foreach_norm(views, math.inf)
         device = views[0].device
-        # float64: a float64 buffer's value past float32's range stays a finite number
-        return (torch.stack([n.to(device, torch.float64) for n in norms]),
-                torch.stack([t.to(device, torch.float64) for t in top]))
+        if any(v.device != device for v in views):
+            norms, top = [n.to(device) for n in norms], [t.to(device) for t in top]
+        # float64 (stack promotes, then one cast): a float64 buffer's value past float32's
+        # range stays a finite number
+        return torch.stack(norms).double(), torch.stack(top).double()
 
 
 @dataclass
