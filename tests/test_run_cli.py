@@ -135,6 +135,24 @@ def test_run_latest_never_names_a_file_outside_the_run_folder(tmp_path, path):
     assert "run latest: ignored line 2" in out.stderr
 
 
+@pytest.mark.parametrize("target", ["/dev/zero", "outside.pt"])
+def test_a_checkpoint_replaced_by_a_link_out_of_the_run_folder_is_named_and_never_read(
+        tmp_path, target):
+    run_dir = tmp_path / "run"
+    for step in (1, 2):
+        save({"w": torch.full((3,), float(step))}, run_dir / f"step-{step}.pt", step=step,
+             run_dir=run_dir)
+    outside = tmp_path / "outside.pt"
+    (run_dir / "step-2.pt").replace(outside)  # the same bytes, now outside
+    (run_dir / "step-2.pt").symlink_to(outside if target == "outside.pt" else target)
+    out = _run_latest(run_dir)
+    assert out.returncode == 0 and out.stdout.strip().endswith("step-1.pt"), out.stderr
+    assert "step-2.pt is now a link to" in out.stderr and "outside the run folder" in out.stderr
+    verified = subprocess.run([sys.executable, "-m", "inspector", "run", "verify", str(run_dir)],
+                              capture_output=True, text=True, check=False)
+    assert verified.returncode == 1 and "step-2.pt is now a link to" in verified.stdout
+
+
 def test_run_latest_names_every_newer_checkpoint_it_skipped_and_why(tmp_path):
     run_dir = tmp_path / "run"
     for step in (1, 2, 3):

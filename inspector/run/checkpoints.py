@@ -198,10 +198,12 @@ def _inside(root: Path, record: SaveRecord) -> SaveRecord:
     for name in (record.path, *(f.path for f in record.files)):
         parts = name.replace("\\", "/").split("/")
         where = (root / Path(*parts)).resolve() if name else base
-        if (not name or name.startswith("/") or ".." in parts
-                or not where.is_relative_to(base)):
+        if not name or name.startswith("/") or ".." in parts:
             raise LedgerError("bad_record", f"line {record.line}: the path {name!r} leaves the "
                               "run folder; a record may only name files inside it")
+        if not where.is_relative_to(base):  # the record is sound; what lies there now is not
+            raise LedgerError("bad_record", f"line {record.line}: {name} is now a link to "
+                              f"{where}, outside the run folder; it is not read")
     return record
 
 
