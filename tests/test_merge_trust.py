@@ -116,3 +116,58 @@ def test_a_record_of_the_wrong_shape_is_one_line_and_nothing_is_written(tmp_path
     code, _out, err = _merge(tmp_path, path, capsys=capsys)
     assert code == 2 and "wrong shape" in err and "Traceback" not in err, err
     assert not (tmp_path / "m.json").exists()
+
+
+def _within(seconds: float, call) -> list:
+    """`call()`'s value, run on a thread that must end within `seconds` (a read that waits on
+    a FIFO, or reads /dev/zero, never does)."""
+    import threading
+
+    out: list = []
+    worker = threading.Thread(target=lambda: out.append(call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert out, f"still running after {seconds} s"
+    return out
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero"])
+def test_a_results_file_that_is_no_regular_file_is_refused_at_once(tmp_path, capsys, kind):
+    import os
+
+    named = tmp_path / "shard.jsonl"
+    if kind == "fifo":
+        os.mkfifo(named)
+    else:
+        named.symlink_to(kind)
+    out = tmp_path / "merged.json"
+    assert _within(20, lambda: main(["merge", str(named), "-o", str(out)])) == [5]
+    err = capsys.readouterr().err
+    assert "must be a regular file, not a" in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+    # and a shard's own --results: a usage error before any file is scanned
+
+    def shard() -> int | str | None:
+        try:
+            return main(["scan", "--shard", "0/1", "--results", str(named), str(tmp_path)])
+        except SystemExit as exc:  # argparse's exit for a bad argument
+            return exc.code
+
+    assert _within(20, shard) == [2]
+    assert "argument --results: " in capsys.readouterr().err
+
+
+def test_a_journal_that_is_a_fifo_is_refused_by_the_guard_at_once(tmp_path):
+    import os
+
+    from inspector.core.errors import CodedError
+    from inspector.guard.guard import Guard, GuardConfig
+
+    os.mkfifo(tmp_path / journal.JOURNAL_NAME)
+
+    def start():
+        with pytest.raises(CodedError, match="must be a regular file, not a FIFO"):
+            Guard(tmp_path, GuardConfig())
+        return True
+
+    assert _within(20, start) == [True]

@@ -319,7 +319,21 @@ def add_batch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard", type=shard, default=None, metavar="I/N",
                         help="only this process's share of the files: those whose path "
                              "hashes to I of N (0-based; e.g. $JOB_COMPLETION_INDEX/4)")
-    parser.add_argument("--results", type=Path, default=None, metavar="FILE.jsonl",
+    def results(text: str) -> Path:
+        import stat
+
+        from inspector.integrity.regular_file import kind_of
+
+        try:
+            mode = os.stat(text).st_mode
+        except OSError:
+            return Path(text)  # created by the run; one that cannot be is said then
+        if not stat.S_ISREG(mode):
+            raise argparse.ArgumentTypeError(f"{text} must be a regular file (it is created "
+                                             f"when missing), not {kind_of(mode)}")
+        return Path(text)
+
+    parser.add_argument("--results", type=results, default=None, metavar="FILE.jsonl",
                         help="append each file's result as it finishes and skip files already "
                              "there, so a preempted job resumes; `merge` joins shards' files")
 

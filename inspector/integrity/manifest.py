@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from inspector.core.atomic import write_bytes_atomic
+from inspector.integrity.regular_file import UnfitFile, read_regular
 
 SCHEMA = "ckpt-inspector-manifest"
 SCHEMA_VERSION = 1
@@ -111,33 +111,15 @@ def read_manifest(path: str | os.PathLike[str]) -> Manifest:
     `MAX_MANIFEST_BYTES`: a FIFO or a device is refused, never waited on)."""
     source = Path(path)
     try:
-        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK)
+        data = read_regular(source, "manifest", MAX_MANIFEST_BYTES)
+    except UnfitFile as exc:
+        raise ManifestError(f"{source}: {exc.strerror}") from exc
     except OSError as exc:
         raise ManifestError(f"{source}: cannot read manifest: {exc.strerror or exc}") from exc
-    with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ManifestError(f"{source}: a manifest must be a regular file, not "
-                                f"{_kind_of(st.st_mode)}")
-        if st.st_size > MAX_MANIFEST_BYTES:
-            raise ManifestError(f"{source}: {st.st_size:,} bytes is no manifest (the limit is "
-                                f"{MAX_MANIFEST_BYTES >> 20} MiB)")
-        data = handle.read(MAX_MANIFEST_BYTES + 1)
-    if len(data) > MAX_MANIFEST_BYTES:
-        raise ManifestError(f"{source}: grew past {MAX_MANIFEST_BYTES >> 20} MiB while read")
     text = data.decode("utf-8", errors="surrogateescape")
     manifest = parse_manifest(text, name=str(source), base_dir=source.parent)
     manifest.source = source
     return manifest
-
-
-def _kind_of(mode: int) -> str:
-    for test, word in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISDIR, "a folder")):
-        if test(mode):
-            return word
-    return "a special file"
 
 
 def parse_manifest(text: str, name: str = "<manifest>", base_dir: Path | None = None) -> Manifest:

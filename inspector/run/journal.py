@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from inspector.core import strict_json
 from inspector.core.atomic import fsync_path
+from inspector.integrity.regular_file import read_regular
 
 JOURNAL_NAME = "journal.jsonl"
 GENESIS = "0" * 64
@@ -170,7 +171,7 @@ def read(path: str | os.PathLike[str], key: bytes | None = _FROM_ENVIRONMENT) ->
     if key is _FROM_ENVIRONMENT:
         key = seal_key()
     target = Path(path)
-    data = target.read_bytes()
+    data = read_regular(target, "journal")  # a FIFO or /dev/zero in its place: refused
     lines = data.split(b"\n")
     cut_short = bool(lines) and lines[-1] != b""
     if not cut_short:

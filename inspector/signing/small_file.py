@@ -3,10 +3,10 @@ roots): regular files only, never more than a stated size, one-line errors."""
 
 from __future__ import annotations
 
-import os
-import stat
+import errno
 from pathlib import Path
 
+from inspector.integrity.regular_file import UnfitFile, read_regular
 from inspector.signing.errors import SignatureError
 
 
@@ -14,15 +14,10 @@ def read_small(source: Path, what: str, limit: int, *, unreadable: str = "unread
                too_big: str = "unreadable") -> bytes:
     """The bytes of `source` when it is a regular file of at most `limit` bytes."""
     try:
-        # O_NONBLOCK: opening a FIFO named as a key or a signature must not wait for a writer
-        fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK)
+        return read_regular(source, what, limit)
+    except UnfitFile as exc:
+        raise SignatureError(too_big if exc.errno == errno.EFBIG else unreadable,
+                             f"{source}: {exc.strerror}") from exc
     except OSError as exc:
         raise SignatureError(unreadable, f"{source}: cannot read the {what}: "
                              f"{exc.strerror or exc}") from exc
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise SignatureError(unreadable, f"{source}: a {what} must be a regular file")
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise SignatureError(too_big, f"{source}: more than {limit >> 20} MiB is no {what}")
-    return data
