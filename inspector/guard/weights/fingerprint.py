@@ -159,7 +159,7 @@ def readable(buffers: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.T
 
 def _buffer_values(buffers: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """The buffers' norms and largest |value|, two fused calls over them all (a CNN has a
-    few hundred small ones: one reduction each costs ~7x more, per step)."""
+    hundred or more small ones: one reduction each costs ~5x more, per step)."""
     with torch.no_grad():
         # an empty one (a placeholder) reads as a zero: the infinity norm has no identity;
         # a float8 one is read as float32 (no norm kernel takes it)
