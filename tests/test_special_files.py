@@ -82,3 +82,20 @@ def test_no_file_hash_waits_on_it_or_reads_it_without_end(special):
         return True
 
     assert _within(20, hashed) == [True]
+
+
+def test_verify_names_a_fifo_in_a_files_place_and_beside_them(tmp_path, capsys):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "a.bin").write_bytes(b"a")
+    (model / "b.bin").write_bytes(b"b")
+    sums = tmp_path / "SHA256SUMS"
+    assert main(["manifest", "create", str(model), "-o", str(sums)]) == 0
+    (model / "b.bin").unlink()
+    os.mkfifo(model / "b.bin")
+    os.mkfifo(model / "extra.pipe")
+    capsys.readouterr()
+    assert _within(20, lambda: main(["verify", str(model), "-m", str(sums)])) == [1]
+    out = capsys.readouterr().out
+    assert "b.bin  (a FIFO, not a regular file: not read)" in out, out
+    assert "extra.pipe  (a FIFO, not a regular file: not read)" in out, out

@@ -12,6 +12,7 @@ while that function runs, on a second core.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from inspector.core.vocabulary import FileStatus, TensorCheckStatus
 from inspector.formats.safetensors_header import SafetensorsHeader, read_header
 from inspector.integrity.hashing import ByteProgress, HashAhead, sha256_file
 from inspector.integrity.manifest import FileEntry, Manifest, ManifestError, TensorEntry
+from inspector.integrity.regular_file import kind_of
 from inspector.integrity.shard_index import (
     ORPHAN_NOTE,
     ShardError,
@@ -275,15 +277,20 @@ def list_files(root: Path) -> list[Path]:
     return walk_folder(root).files
 
 
-def link_note(path: Path) -> str | None:
-    """What an unlisted link is, said beside it (never read through: a linked folder is not
-    followed, a linked file's bytes are not the folder's), or None for a plain file."""
-    if not path.is_symlink():
+def unread_note(path: Path) -> str | None:
+    """What a path that is no plain file is, said beside it: a link (never read through: a
+    linked folder is not followed, a linked file's bytes are not the folder's), or a FIFO or
+    a device (never read); None for a plain file or nothing at all."""
+    if path.is_symlink():
+        target = os.readlink(path)
+        if path.is_dir():
+            return f"a link to a folder ({target}): not followed, nothing in it was checked"
+        return f"a link to {target}" + ("" if path.exists() else ", which does not exist")
+    try:
+        mode = path.stat().st_mode
+    except OSError:
         return None
-    target = os.readlink(path)
-    if path.is_dir():
-        return f"a link to a folder ({target}): not followed, nothing in it was checked"
-    return f"a link to {target}" + ("" if path.exists() else ", which does not exist")
+    return None if stat.S_ISREG(mode) else f"{kind_of(mode)}, not a regular file: not read"
 
 
 def tensor_targets(pairs: Plan) -> list[Path]:
@@ -370,7 +377,7 @@ def _verify_pairs(manifest: Manifest, pairs: Plan, sizes: list[int | None], to_h
         check(cancel)
         size = sizes[i]
         if entry is None:
-            note = link_note(location)
+            note = unread_note(location)
             if size is None and note is None:
                 result.errors.append(f"{location}: no such file, and the manifest does not "
                                      "list it")
@@ -387,7 +394,7 @@ def _verify_pairs(manifest: Manifest, pairs: Plan, sizes: list[int | None], to_h
         )
         result.files.append(record)
         if size is None:
-            record.status = MISSING
+            record.status, record.note = MISSING, unread_note(location)
             continue
         want_tensors = tensor_digests is not None and _checks_tensors(entry, size)
         digests = header_listing if from_header(entry) else tensor_digests
