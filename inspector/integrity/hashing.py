@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import os
-import stat
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 from inspector.core.progress import CancelToken, ProgressFn, check
-from inspector.integrity.regular_file import UnfitFile, kind_of
+from inspector.integrity.regular_file import open_regular
 
 DIGEST_ALGORITHM = "sha256"
 """The hash of every tensor content digest, named in each output's `digest_algorithm`."""
@@ -34,14 +32,9 @@ def sha256_file(
 ) -> str:
     """Return the hex SHA-256 of a file, reading it once in large chunks."""
     digest = hashlib.sha256()
-    # O_NONBLOCK: a FIFO in a file's place must not block the open (a regular file's reads
-    # are unaffected); only a regular file is hashed, never a device read without end
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with open(fd, "rb", buffering=0) as fh:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise UnfitFile(errno.EINVAL, "only a regular file is hashed, not "
-                            f"{kind_of(st.st_mode)}", os.fspath(path))
+    # never a FIFO (its open would wait for a writer) or a device read without end
+    fh, st = open_regular(path, "only a regular file is hashed", buffering=0)
+    with fh:
         total = st.st_size
         buf = bytearray(chunk_bytes)
         view = memoryview(buf)
