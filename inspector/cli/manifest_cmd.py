@@ -29,7 +29,7 @@ from inspector.integrity.manifest import (
     relative_path,
 )
 from inspector.integrity.manifest import write_manifest as write
-from inspector.integrity.verify import TensorDigestFn, list_files, measure_file, walk_folder
+from inspector.integrity.verify import FolderWalk, TensorDigestFn, measure_file, walk_folder
 from inspector.scan.dcp_folder import folder_files, is_dcp_folder
 
 # TorchScript and torch.export weights are digested from their records (code never runs)
@@ -93,14 +93,14 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"{absent[0]}: no such file or folder", EXIT_USAGE)
     if args.signature:
         return _from_signature(args, out, dialect, to_stdout)
-    files = collect_files(args.paths, skip=out)
-    if not files:
-        return _fail("no files to put in the manifest", EXIT_USAGE)
     # on stdout, paths are relative to where the command runs, as sha256sum's are
     base = Path.cwd() if to_stdout else out.parent
-    refused = unrecordable_link(args.paths, base)
-    if refused:
-        return _fail(refused, EXIT_USAGE)
+    try:
+        files = collect_files(args.paths, skip=out, base=base)
+    except ManifestError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    if not files:
+        return _fail("no files to put in the manifest", EXIT_USAGE)
     want_tensors = dialect == "json" and not args.no_tensors
     try:
         digests = worker_digests(args) if want_tensors else None
@@ -129,38 +129,42 @@ class _TensorsFailed(Exception):
     """A checkpoint whose tensors the worker could not read."""
 
 
-def collect_files(paths: list[Path], skip: Path) -> list[Path]:
+def collect_files(paths: list[Path], skip: Path, base: Path) -> list[Path]:
     """Files named directly, and every non-hidden file under folders, without the output; a
-    torch.distributed.checkpoint folder's hidden `.metadata` too (it is part of the checkpoint)."""
+    torch.distributed.checkpoint folder's hidden `.metadata` too (it is part of the checkpoint).
+    ManifestError for a folder holding a link that no manifest in `base` can record."""
     skipped = os.path.abspath(skip)
     found: list[Path] = []
     for path in paths:
-        items = folder_files(path) if is_dcp_folder(path) else (
-            list_files(path) if path.is_dir() else [path])
+        if is_dcp_folder(path):
+            items = folder_files(path)
+        elif path.is_dir():
+            walk = walk_folder(path)
+            if refused := unrecordable_link(path, walk, base):
+                raise ManifestError(refused)
+            items = walk.files
+        else:
+            items = [path]
         for item in items:
             if os.path.abspath(item) != skipped and item not in found:
                 found.append(item)
     return found
 
 
-def unrecordable_link(paths: list[Path], base: Path) -> str | None:
-    """Why a folder given holds a link no manifest of it can record, or None: a link to a
-    folder (never followed, so its files would go unrecorded), or a linked file that lies
-    outside both that folder and the manifest's (`verify` refuses to read it)."""
-    real_base = os.path.realpath(base)
-    for path in (p for p in paths if p.is_dir() and not is_dcp_folder(p)):
-        walk = walk_folder(path)
-        if walk.folder_links:
-            link = walk.folder_links[0]
-            return (f"{link}: a link to a folder ({os.readlink(link)}), which a manifest does "
-                    "not follow; name the folder it points to instead, or remove the link")
-        real_root = os.path.realpath(path)
-        for item in walk.files:
-            real = os.path.realpath(item)
-            if all(os.path.commonpath([real, r]) != r for r in (real_root, real_base)):
-                return (f"{item}: a link to {real}, outside {path}; `verify` reads only files "
-                        "inside the folder a manifest checks: copy the file in, or remove the "
-                        "link")
+def unrecordable_link(folder: Path, walk: FolderWalk, base: Path) -> str | None:
+    """Why `folder` (as `walk` found it) holds a link no manifest of it can record, or None: a
+    link to a folder (never followed, so its files would go unrecorded), or a linked file that
+    lies outside both that folder and the manifest's, `base` (`verify` refuses to read it)."""
+    if walk.folder_links:
+        link = walk.folder_links[0]
+        return (f"{link}: a link to a folder ({os.readlink(link)}), which a manifest does not "
+                "follow; name the folder it points to instead, or remove the link")
+    real_roots = (os.path.realpath(folder), os.path.realpath(base))
+    for item in walk.files:
+        real = os.path.realpath(item)
+        if all(os.path.commonpath([real, r]) != r for r in real_roots):
+            return (f"{item}: a link to {real}, outside {folder}; `verify` reads only files "
+                    "inside the folder a manifest checks: copy the file in, or remove the link")
     return None
 
 
