@@ -99,3 +99,31 @@ def test_verify_names_a_fifo_in_a_files_place_and_beside_them(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "b.bin  (a FIFO, not a regular file: not read)" in out, out
     assert "extra.pipe  (a FIFO, not a regular file: not read)" in out, out
+
+
+def test_a_seal_key_file_that_is_no_regular_file_is_refused_at_once(special, monkeypatch):
+    monkeypatch.setenv(journal.KEY_FILE_ENV, str(special))
+
+    def read_key():
+        with pytest.raises(journal.SealKeyError, match=r"cannot read the seal key .* must be "
+                                                       r"a regular file, not a"):
+            journal.seal_key()
+        return True
+
+    assert _within(20, read_key) == [True]
+
+
+def test_a_scene_record_that_is_no_regular_file_is_refused_at_once(tmp_path, special):
+    from inspector.core.errors import CodedError
+    from inspector.guard.scene import SCENE_JSON, read_scene
+
+    scene = tmp_path / "step-00000040"
+    scene.mkdir()
+    (scene / SCENE_JSON).symlink_to(special)
+
+    def read():
+        with pytest.raises(CodedError, match="must be a regular file, not a"):
+            read_scene(scene)
+        return True
+
+    assert _within(20, read) == [True]

@@ -36,10 +36,14 @@ from inspector.core import strict_json
 from inspector.core.atomic import fsync_path
 from inspector.core.errors import CodedError
 from inspector.integrity.hashing import sha256_file
+from inspector.integrity.regular_file import read_regular
 
 SCENE_FORMAT = "ckpt-inspector-guard-scene"
 SCENE_VERSION = 1
 SCENE_JSON = "scene.json"
+SCENE_JSON_BYTES = 64 << 20
+"""The most a scene record may hold (a batch's ids and states; /dev/zero in its place is read
+no further)."""
 
 
 @dataclass
@@ -58,6 +62,10 @@ class Scene:
     data_state: Any = None
     rules_state: dict = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
+    python_rng: Any = None
+    numpy_rng: Any = None
+    """The RNG states the sealed record holds (`load_scene` restores them; `write_scene`
+    takes them from the caller's `rng`)."""
     folder: Path | None = None
 
 
@@ -141,7 +149,7 @@ def read_scene(folder: str | os.PathLike[str]) -> Scene:
     """Read and check a scene folder (format, every file's hash); CodedError if it does not hold."""
     folder = Path(folder)
     try:
-        body = json.loads((folder / SCENE_JSON).read_text())
+        body = json.loads(read_regular(folder / SCENE_JSON, "scene record", SCENE_JSON_BYTES))
     except FileNotFoundError:
         raise CodedError("scene-missing", f"{folder} holds no {SCENE_JSON}: not a guard scene; "
                          "pass the step-NNNNNNNN folder under RUN_DIR/scenes") from None
@@ -187,14 +195,13 @@ def load_scene(folder: str | os.PathLike[str], model: nn.Module,
         opt_state = torch.load(scene.folder / "optimizer.pt", weights_only=True,
                                map_location="cpu")
     tensors = torch.load(scene.folder / "rng.pt", weights_only=True)
-    body = json.loads((scene.folder / SCENE_JSON).read_text())
     model.load_state_dict(state)
     if optimizer is not None:
         optimizer.load_state_dict(opt_state)
-    if restore_rngs:
-        rng = {**tensors, "python": body["python_rng"]}
-        if body.get("numpy_rng") is not None:
-            rng["numpy"] = body["numpy_rng"]
+    if restore_rngs:  # the states of the record read_scene checked, not a second reading
+        rng = {**tensors, "python": scene.python_rng}
+        if scene.numpy_rng is not None:
+            rng["numpy"] = scene.numpy_rng
         restore_rng(rng)
     return scene
 

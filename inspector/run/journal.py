@@ -49,6 +49,10 @@ UNSOUND: frozenset[str] = frozenset({"unreadable", "edited", "forged", "unsigned
 """Problems that make a line's own record untrustworthy (a gap before a line does not)."""
 
 
+SEAL_KEY_BYTES = 1 << 20
+"""The most a seal key file may hold (a FIFO or /dev/zero named there is refused at once)."""
+
+
 class SealKeyError(OSError):
     """The configured seal key cannot be read."""
 
@@ -57,7 +61,7 @@ def seal_key() -> bytes | None:
     """The journal seal key from `CKPT_INSPECTOR_SEAL_KEY_FILE` or `CKPT_INSPECTOR_SEAL_KEY`."""
     if name := os.environ.get(KEY_FILE_ENV):
         try:
-            key = Path(name).read_bytes().strip()
+            key = read_regular(name, "seal key", SEAL_KEY_BYTES).strip()
         except OSError as exc:
             raise SealKeyError(f"cannot read the seal key {name} ({KEY_FILE_ENV}): "
                                f"{exc.strerror}") from None
