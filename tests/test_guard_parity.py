@@ -2,7 +2,8 @@
 Lightning and transformers Trainers on the CPU, each injected by the test's own callback (never
 the guard's BitFlip): an exponent-bit flip in a weight between steps is named at the next
 check, a NaN sample under the default warn never reaches the weights, and a checkpoint the
-Trainer saves just after the flip is recorded unhealthy and never resumed."""
+Trainer saves just after the flip is recorded unhealthy and never resumed; the same for a
+flipped float buffer (`weight-largest`), which no optimizer step touches."""
 
 from __future__ import annotations
 
@@ -24,7 +25,14 @@ def flip_top_exponent(param: torch.Tensor, index: int = 1) -> None:
         param.detach().view(-1).view(torch.int32)[index] ^= 1 << 30
 
 
-def lightning_fit(tmp_path, data, fault=None):
+def with_buffer(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` with a float buffer beside its weights (a fixed scale no forward reads), in its
+    state dict as BatchNorm's running statistics are."""
+    model.register_buffer("scale", torch.full((4,), 0.5))
+    return model
+
+
+def lightning_fit(tmp_path, data, fault=None, prepare=lambda m: m):
     import lightning.pytorch as pl
 
     from inspector.guard.lightning_callback import GuardCallback
@@ -34,7 +42,7 @@ def lightning_fit(tmp_path, data, fault=None):
             if fault is not None and batch_idx == BAD:
                 fault(pl_module)
 
-    model = _tiny_class(pl)()
+    model = prepare(_tiny_class(pl)())
     guard = GuardCallback(tmp_path, GuardConfig(console=False))
     trainer = pl.Trainer(max_steps=8, accelerator="cpu", logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False,
@@ -54,13 +62,22 @@ def test_lightning_names_a_weight_flipped_between_steps(tmp_path):
     assert alarms(tmp_path)[0]["param"] == "net.0.weight"
 
 
+def test_lightning_names_a_buffer_flipped_between_steps(tmp_path):
+    _, callback = lightning_fit(tmp_path, Pairs(), fault=lambda m: flip_top_exponent(m.scale),
+                                prepare=with_buffer)
+    first = callback.guard.alarms[0]
+    assert first.step == BAD
+    assert ("weight-largest", "scale") in {(b.rule, b.param) for b in first.breaches}
+
+
 def test_lightning_default_warn_keeps_a_nan_sample_out_of_the_weights(tmp_path):
     model, callback = lightning_fit(tmp_path, Pairs(nan_row=BAD))
     assert [(a.step, a.action) for a in callback.guard.alarms] == [(BAD, "skip")]
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
-def hf_train(tmp_path, flip_at=None, when="begin", save_steps=None):
+def hf_train(tmp_path, flip_at=None, when="begin", save_steps=None,
+             target=lambda m: m.net[0].weight, prepare=lambda m: m):
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
     from inspector.guard.hf_callback import GuardTrainerCallback
@@ -71,11 +88,11 @@ def hf_train(tmp_path, flip_at=None, when="begin", save_steps=None):
     class Fault(TrainerCallback):
         def on_step_begin(self, args, state, control, model=None, **kwargs):
             if when == "begin" and state.global_step == flip_at:
-                flip_top_exponent(model.net[0].weight)
+                flip_top_exponent(target(model))
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
             if when == "end" and state.global_step == flip_at:  # after the optimizer step
-                flip_top_exponent(model.net[0].weight)
+                flip_top_exponent(target(model))
 
     guard = GuardTrainerCallback(out, GuardConfig(console=False))
     saving = ({"save_strategy": "steps", "save_steps": save_steps} if save_steps
@@ -85,7 +102,8 @@ def hf_train(tmp_path, flip_at=None, when="begin", save_steps=None):
                              disable_tqdm=True, remove_unused_columns=False,
                              learning_rate=1e-2, **saving)
     callbacks = [Fault(), guard] + ([LedgerCallback()] if save_steps else [])
-    Trainer(model=HfTiny(), args=args, train_dataset=HfRows(), callbacks=callbacks).train()
+    Trainer(model=prepare(HfTiny()), args=args, train_dataset=HfRows(),
+            callbacks=callbacks).train()
     return out, guard
 
 
@@ -95,6 +113,19 @@ def test_transformers_names_a_weight_flipped_between_steps(tmp_path):
     assert first.step == BAD
     assert ("weights-changed", "net.0.weight") in {(b.rule, b.param) for b in first.breaches}
     assert alarms(out)[0]["rule"] == "weights-changed"
+
+
+def test_transformers_checkpoint_saved_after_a_buffer_flip_is_unhealthy_and_never_resumed(
+        tmp_path):
+    out, callback = hf_train(tmp_path, flip_at=4, when="end", save_steps=2,
+                             target=lambda m: m.scale, prepare=with_buffer)
+    assert ("weight-largest", "scale") in {(b.rule, b.param)
+                                           for b in callback.guard.alarms[0].breaches}
+    saves = {s.step: s for s in read_ledger(out).saves}
+    assert saves[2].outcome == SaveOutcome.VERIFIED
+    assert saves[4].outcome == SaveOutcome.UNHEALTHY
+    assert "weight-largest on scale" in saves[4].detail
+    assert resume_choice(out).record.step == 2
 
 
 def test_transformers_checkpoint_saved_after_a_flip_is_unhealthy_and_never_resumed(tmp_path):
