@@ -10,7 +10,8 @@ through /proc/self/clear_refs once the state is built) minus the RSS before it.
 Before the clock, the torch.save, floor and ledger.save children save a 4-element state once
 with the same writer (a training process saves many times; the first call's lazy imports are
 not a save's cost).
-The ledger's time includes its health check (the NaN scan, on a thread during the write),
+The ledger's time includes its health check (the NaN scan and, with `--state adam`, the check of
+Adam's moments, on a thread during the write),
 every tensor's digest (hashed in memory on that thread as torch.save writes it), the fsyncs,
 the file's SHA-256 (read back on a second thread as the file is written), the one re-read
 (every tensor compared with memory), and the journal append; the plain writers neither fsync
@@ -38,9 +39,20 @@ CHILD = r"""
 import json, sys, time
 from pathlib import Path
 import torch
-kind, mb, out = sys.argv[1], float(sys.argv[2]), Path(sys.argv[3])
+kind, mb, out, shape = sys.argv[1], float(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
 torch.manual_seed(0)
-if kind.endswith("save_pretrained"):
+if shape == "adam":  # a training state: weights plus the moments of two real Adam steps
+    n = max(1, round(mb * 1e6 / (3 * 2048 * 2048 * 4)))
+    params = [torch.nn.Parameter(torch.randn(2048, 2048)) for _ in range(n)]
+    opt = torch.optim.Adam(params)
+    for _ in range(2):
+        for p in params:
+            p.grad = torch.randn_like(p)
+        opt.step()
+    state = {"model": {f"layers.{i}.weight": p.detach() for i, p in enumerate(params)},
+             "optimizer": opt.state_dict()}
+    size = 3 * n * 2048 * 2048 * 4
+elif kind.endswith("save_pretrained"):
     import transformers
     layers = max(1, round((mb * 1e6 - 8192 * 1024 * 4) / (12.6e6 * 4)))
     cfg = transformers.GPT2Config(vocab_size=8192, n_positions=256, n_embd=1024,
@@ -103,6 +115,9 @@ def main() -> None:
     ap.add_argument("--sizes-mb", type=float, nargs="+", default=[200, 1000])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--dir", type=Path, default=None, help="scratch parent (default: temp)")
+    ap.add_argument("--state", choices=("weights", "adam"), default="weights",
+                    help="adam: weights plus their Adam moments (a third each), as a training "
+                         "checkpoint holds, for the moments' check (`ledger.moments`)")
     ap.add_argument("--no-pretrained", dest="pretrained", action="store_false",
                     help="skip the save_pretrained pair")
     args = ap.parse_args()
@@ -115,7 +130,8 @@ def main() -> None:
             for kind in kinds[r % len(kinds):] + kinds[:r % len(kinds)]:
                 os.sync()  # no writer meets the disk still flushing what the last one left
                 with scratch("bench-ledger-", args.dir) as out:
-                    runs[kind].append(json.loads(run_script(CHILD, kind, mb, out)))
+                    runs[kind].append(json.loads(run_script(CHILD, kind, mb, out,
+                                                            args.state)))
         med = {k: {f: statistics.median(r[f] for r in v) for f in v[0]} for k, v in runs.items()}
         for plain, ledger in PAIRS:
             if plain not in med:

@@ -6,9 +6,11 @@ import pytest
 import torch
 from torch import nn
 
+from inspector.core.vocabulary import SaveOutcome
 from inspector.guard.guard import Guard
 from inspector.guard.weights import fingerprint
 from inspector.run import journal
+from inspector.run.checkpoints import read_ledger, resume_choice
 
 
 @pytest.fixture(params=["inline", "background"])
@@ -67,6 +69,17 @@ def alarms(run_dir) -> list[dict]:
     read = journal.read(journal.journal_path(run_dir))
     assert read.intact, read.problems
     return [dict(e.record) for e in read.of_kind("guard.alarm")]
+
+
+def unhealthy_at_step_4(run_dir, said: str) -> dict:
+    """The saves of a run that saved every 2 steps with a fault after step 4: step 2 verified,
+    step 4 unhealthy for `said`, and resumes land on step 2. The saves by step."""
+    saves = {s.step: s for s in read_ledger(run_dir).saves}
+    assert saves[2].outcome == SaveOutcome.VERIFIED
+    assert saves[4].outcome == SaveOutcome.UNHEALTHY
+    assert said in saves[4].detail
+    assert resume_choice(run_dir).record.step == 2
+    return saves
 
 
 def guarded_run(run_dir, steps: int = 12, nan_step: int = 6, dup_step: int = 8,

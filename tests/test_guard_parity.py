@@ -10,13 +10,12 @@ from __future__ import annotations
 import warnings
 
 import torch
-from guard_support import alarms
+from guard_support import alarms, unhealthy_at_step_4
 from test_guard_integrations import BAD, HfRows, HfTiny, Pairs, _tiny_class
 from torch.utils.data import DataLoader
 
-from inspector.core.vocabulary import SaveOutcome
 from inspector.guard.guard import GuardConfig
-from inspector.run.checkpoints import read_ledger, resume_choice
+from inspector.run.checkpoints import resume_choice
 
 
 def flip_top_exponent(param: torch.Tensor, index: int = 1) -> None:
@@ -121,21 +120,13 @@ def test_transformers_checkpoint_saved_after_a_buffer_flip_is_unhealthy_and_neve
                              target=lambda m: m.scale, prepare=with_buffer)
     assert ("weight-largest", "scale") in {(b.rule, b.param)
                                            for b in callback.guard.alarms[0].breaches}
-    saves = {s.step: s for s in read_ledger(out).saves}
-    assert saves[2].outcome == SaveOutcome.VERIFIED
-    assert saves[4].outcome == SaveOutcome.UNHEALTHY
-    assert "weight-largest on scale" in saves[4].detail
-    assert resume_choice(out).record.step == 2
+    unhealthy_at_step_4(out, "weight-largest on scale")
 
 
 def test_transformers_checkpoint_saved_after_a_flip_is_unhealthy_and_never_resumed(tmp_path):
     out, _ = hf_train(tmp_path, flip_at=4, when="end", save_steps=2)
-    saves = {s.step: s for s in read_ledger(out).saves}
-    assert saves[2].outcome == SaveOutcome.VERIFIED
-    assert saves[4].outcome == SaveOutcome.UNHEALTHY
-    assert "weights-changed on net.0.weight" in saves[4].detail
+    saves = unhealthy_at_step_4(out, "weights-changed on net.0.weight")
     choice = resume_choice(out)
-    assert choice.record.step == 2
     # renamed out of the Trainer's checkpoint-N pattern: its own resume skips it too
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -169,8 +160,5 @@ def test_lightning_checkpoint_saved_after_a_flip_is_unhealthy_and_never_resumed(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.fit(model, DataLoader(Pairs(), batch_size=None, shuffle=False))
-    saves = {s.step: s for s in read_ledger(run).saves}
-    assert saves[2].outcome == SaveOutcome.VERIFIED
-    assert saves[4].outcome == SaveOutcome.UNHEALTHY and ".unhealthy." in saves[4].path
-    assert "weights-changed on net.0.weight" in saves[4].detail
-    assert resume_choice(run).record.step == 2
+    saves = unhealthy_at_step_4(run, "weights-changed on net.0.weight")
+    assert ".unhealthy." in saves[4].path

@@ -17,11 +17,11 @@ The order is what makes a crash at any moment harmless:
    both SHA-256s beside the write on other threads;
 4. rename it over the target and fsync the folder; only now can a reader see it;
 5. append the `ledger.save` record (fsync'd), then rotate older ones (`keep`).
-Before 1, the guard's checks for the run (`run.health_gate`) are asked; the NaN scan of the
-state in memory (`ledger.health`) runs on the digests' thread during 2, before the re-read
-needs the verdict. A state that fails either is still written and proven, but renamed to
-`NAME.unhealthy.SUFFIX` and recorded `unhealthy` (the previous checkpoint at the target
-stays), so no resume lands on it.
+Before 1, the guard's checks for the run (`run.health_gate`) are asked; the state's own
+checks in memory (`ledger.health`: NaN, Adam's moments) run on the digests' thread during 2,
+before the re-read needs the verdict. A state that fails either is still written and proven,
+but renamed to `NAME.unhealthy.SUFFIX` and recorded `unhealthy` (the previous checkpoint at the
+target stays), so no resume lands on it.
 A kill before 4 leaves the previous checkpoint untouched beside a stray temp file; a kill
 between 4 and 5 leaves a checkpoint without a record, which `latest_valid` never returns.
 """
@@ -41,7 +41,7 @@ from inspector.core.vocabulary import SaveOutcome
 from inspector.integrity.hashing import sha256_file
 from inspector.integrity.manifest import FileEntry
 from inspector.ledger.digests import expected_bytes, memory_tensors, proven_digests
-from inspector.ledger.health import evidence_path, nan_problems, say_unhealthy, unhealthy_detail
+from inspector.ledger.health import evidence_path, say_unhealthy, state_problems, unhealthy_detail
 from inspector.ledger.record import append_save, relative
 from inspector.ledger.rotate import rotate
 from inspector.ledger.space import check_space, disk_full
@@ -81,15 +81,15 @@ def save(
     try:
         os.fchmod(fd, 0o666 & ~current_umask())
         try:
-            # the NaN scan, then the tensors' digests, run on one thread while torch.save
+            # the state's checks, then the tensors' digests, run on one thread while torch.save
             # writes; the disk takes the bytes while they are read back from the page cache
             # (what the re-read reads before or after an fsync alike); nothing is renamed
             # until all end
             with ThreadPoolExecutor(1, thread_name_prefix="ledger-digest") as hashing, \
                     ThreadPoolExecutor(2, thread_name_prefix="ledger") as pool:
-                nan = hashing.submit(nan_problems, obj)
+                own = hashing.submit(state_problems, obj)
                 known, file_hash = _write(obj, fd, tmp, as_safetensors, metadata, hashing, pool)
-                problems = nan.result() + gate
+                problems = own.result() + gate
                 target = evidence_path(asked) if problems else asked
                 rel = relative(target, run)
                 durable = pool.submit(os.fsync, fd)

@@ -37,7 +37,13 @@ from inspector.ledger.digests import (
     memory_tensors,
     proven_file,
 )
-from inspector.ledger.health import evidence_path, health_problems, say_unhealthy, unhealthy_detail
+from inspector.ledger.health import (
+    evidence_path,
+    health_problems,
+    optimizer_problems,
+    say_unhealthy,
+    unhealthy_detail,
+)
 from inspector.ledger.identity import barrier, current_rank, world_size
 from inspector.ledger.record import append_save, prior_ledger, relative
 from inspector.ledger.rotate import rotate
@@ -137,14 +143,17 @@ def record_folder(
     epoch: float | None = None,
     run_dir: str | os.PathLike[str] | None = None,
     writer: str = "folder",
+    optimizer: Any = None,
 ) -> SaveRecord:
-    """Ledger a checkpoint folder another writer already put in place (fsync'd first)."""
+    """Ledger a checkpoint folder another writer already put in place (fsync'd first);
+    `optimizer`, whose state the writer saved beside the model, is checked along."""
     target = Path(folder)
     run = Path(run_dir) if run_dir is not None else target.parent
     _fsync_tree(target)
     rel = relative(target, run)
     files, fmt, outcome, detail = measure_folder(target, rel, expected)
-    problems = health_problems(expected if expected is not None else {}, run)
+    problems = (health_problems(expected if expected is not None else {}, run)
+                + optimizer_problems(optimizer))
     if problems and outcome == SaveOutcome.VERIFIED:
         # renamed out of the trainer's own pattern (checkpoint-N), so its resume skips it too
         outcome, detail = SaveOutcome.UNHEALTHY, unhealthy_detail(problems)

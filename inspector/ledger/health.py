@@ -2,7 +2,8 @@
 
 Two sources: the state itself (a NaN in any floating-point tensor: no weight, moment or buffer
 is ever legitimately NaN, while -Inf masks are, so Inf is left to the guard, which knows which
-tensors are parameters), and every check a training guard in this process registered for the
+tensors are parameters; and Adam's moments outside what its update can write, `moments`), and
+every check a training guard in this process registered for the
 run folder (`run.health_gate`: the weights finite, within their learned largest |w|, and their
 fingerprint the one the last optimizer step left). A checkpoint that fails is written beside its
 target under an `.unhealthy` name, as evidence, and recorded with outcome `unhealthy`; the
@@ -24,7 +25,22 @@ SHOWN = 3
 
 def health_problems(obj: Any, run_dir: Path) -> list[str]:
     """Every reason the state `obj` should not be sealed (empty when it is healthy)."""
-    return nan_problems(obj) + health_gate.problems(run_dir)
+    return state_problems(obj) + health_gate.problems(run_dir)
+
+
+def state_problems(obj: Any) -> list[str]:
+    """What the state `obj` itself shows: NaN anywhere, Adam's moments out of their bound."""
+    from inspector.ledger.moments import adam_problems
+
+    return nan_problems(obj) + adam_problems(obj)
+
+
+def optimizer_problems(optimizer: Any) -> list[str]:
+    """What an optimizer's own state shows (`state_problems`); none for None or a non-torch one."""
+    from inspector.ledger.moments import local_state
+
+    state = local_state(optimizer) if optimizer is not None else None
+    return state_problems({"optimizer": state}) if state is not None else []
 
 
 def nan_problems(obj: Any) -> list[str]:

@@ -1,0 +1,298 @@
+"""The ledger checks the Adam moments it seals against what Adam's update can write.
+
+Every gradient history passes, including the one that reaches the bound, for each of torch's
+Adam-family optimizers and state dtypes. A flip that the guard would see only at the next step
+(through the weight it moves) makes the save unhealthy at once, with or without a guard, in the
+plain loop and through real Lightning and transformers Trainers. Each fault is shown to do its
+harm under torch's own optimizer step; SGD's momentum and optimizers with other keys are not
+judged by Adam's rule."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+from guard_support import batch, tiny_model, unhealthy_at_step_4
+from torch import nn
+from torch.utils.data import DataLoader
+
+from inspector.cli import main
+from inspector.core.vocabulary import SaveOutcome
+from inspector.ledger import save
+from inspector.ledger.moments import MARGIN, adam_problems, local_state
+from inspector.run.checkpoints import resume_choice
+
+OPTIMIZERS = {
+    "adam": lambda ps: torch.optim.Adam(ps, lr=1e-3),
+    "adamw-amsgrad": lambda ps: torch.optim.AdamW(ps, lr=1e-3, amsgrad=True),
+    "nadam": lambda ps: torch.optim.NAdam(ps, lr=1e-3),
+    "radam": lambda ps: torch.optim.RAdam(ps, lr=1e-3),
+    "adam-betas-0.95": lambda ps: torch.optim.Adam(ps, lr=1e-3, betas=(0.9, 0.95)),
+    "adam-for-loop": lambda ps: torch.optim.Adam(ps, lr=1e-3, foreach=False),
+}
+_INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def flip(tensor: torch.Tensor, index: int, bit: int) -> None:
+    """The test's own fault: one bit of one element, in place."""
+    with torch.no_grad():
+        tensor.view(-1).view(_INT[tensor.element_size()])[index] ^= 1 << bit
+
+
+def first_element(moment: torch.Tensor, bit: int, is_set: bool) -> int:
+    """The first element whose `bit` is set (or clear): where flipping it shrinks (or enlarges)
+    the value."""
+    bits = (moment.view(_INT[moment.element_size()]).long() >> bit) & 1
+    return int(torch.nonzero(bits == int(is_set))[0])
+
+
+def bound(optimizer: torch.optim.Optimizer) -> float:
+    """C: the largest |m| / sqrt(v) Adam's update can write for the group's betas."""
+    b1, b2 = optimizer.param_groups[0]["betas"]
+    return (1 - b1) / math.sqrt((1 - b2) * (1 - b1 * b1 / b2))
+
+
+def largest_ratio(optimizer: torch.optim.Optimizer) -> float:
+    state = next(iter(optimizer.state.values()))
+    m, v = state["exp_avg"].double(), state["exp_avg_sq"].double()
+    seen = v > 0
+    return float((m[seen].abs() / v[seen].sqrt()).max()) if bool(seen.any()) else 0.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_every_gradient_history_passes_including_the_one_that_reaches_the_bound(name, dtype):
+    weight = nn.Parameter(torch.zeros(4096, dtype=dtype))
+    optimizer = OPTIMIZERS[name]([weight])
+    b1, b2 = optimizer.param_groups[0]["betas"]
+    gen = torch.Generator().manual_seed(0)
+    tiny = 1e-30 if dtype == torch.float32 else 1e-7
+    worst = 0.0
+    for t in range(240):
+        scale = 1e-3 * (b2 / b1) ** (t % 80)  # growing by b2/b1 a step: the bound's history
+        g = torch.randn(4096, generator=gen) * scale
+        g[:512] = scale
+        g[512:1024] = tiny  # v underflows before m does
+        g[1024:1536] *= 1e3 if t == 100 else 1.0
+        g[1536:2048] *= t % 2  # rows that get a gradient every other step
+        weight.grad = g.to(dtype)
+        optimizer.step()
+        worst = max(worst, largest_ratio(optimizer))
+        if t % 10 == 9:
+            assert adam_problems(optimizer.state_dict()) == [], t
+    # the history came within 5% of C, so a margin below 1 would have failed here
+    assert 0.95 * bound(optimizer) < worst < MARGIN * bound(optimizer)
+
+
+def trained(name: str = "adam", steps: int = 6, dtype=torch.float32):
+    """A tiny model trained a few steps by `name`; its optimizer and the step's batch."""
+    model = tiny_model().to(dtype)
+    optimizer = OPTIMIZERS[name](model.parameters())
+    for step in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        x, y = batch(step)
+        nn.functional.mse_loss(model(x.to(dtype)), y.to(dtype)).backward()
+        optimizer.step()
+    return model, optimizer
+
+
+def one_more_step(model, optimizer) -> torch.Tensor:
+    """How the first weight moves in one more step of torch's own optimizer."""
+    before = model[0].weight.detach().clone()
+    optimizer.zero_grad(set_to_none=True)
+    x, y = batch(99)
+    nn.functional.mse_loss(model(x.to(before.dtype)), y.to(before.dtype)).backward()
+    optimizer.step()
+    return (model[0].weight.detach() - before).double().view(-1)
+
+
+FAULTS = {
+    # optimizer, state key, dtype, bit, the factor the flip multiplies by, what the check says,
+    # and how much more than the clean step the next step moves the element (0: NaN)
+    "exp_avg x2^128": ("adam", "exp_avg", torch.float32, 30, 2.0**128, "|exp_avg| above", 1e3),
+    "exp_avg x256": ("adam", "exp_avg", torch.float32, 26, 2.0**8, "|exp_avg| above", 1e2),
+    "exp_avg_sq x2^-64": ("adam", "exp_avg_sq", torch.float32, 29, 2.0**-64,
+                          "|exp_avg| above", 3),
+    "exp_avg_sq negated": ("adam", "exp_avg_sq", torch.float32, 31, -1.0,
+                           "exp_avg_sq negative", 0),
+    "bfloat16 exp_avg x2^128": ("adam", "exp_avg", torch.bfloat16, 14, 2.0**128,
+                                "|exp_avg| above", 1e3),
+}
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_flipped_moment_is_named_and_does_its_harm_at_the_next_step(fault):
+    name, key, dtype, bit, factor, said, harm = FAULTS[fault]
+    clean_model, clean = trained(name, dtype=dtype)
+    model, optimizer = trained(name, dtype=dtype)
+    assert adam_problems(optimizer.state_dict()) == []
+    moment = optimizer.state[model[0].weight][key].view(-1)
+    index = first_element(moment, bit, is_set=abs(factor) < 1)
+    before = float(moment[index])
+    flip(moment, index, bit)
+    assert float(moment[index]) == before * factor  # the fault is the one named
+    problems = adam_problems(optimizer.state_dict())
+    assert len(problems) == 1 and problems[0].startswith("Adam state of parameter 0 (8x4)")
+    assert said in problems[0] and "in 1 value" in problems[0]
+    # the harm, under torch's own step: the clean state moves the element by about lr
+    moved, clean_moved = one_more_step(model, optimizer), one_more_step(clean_model, clean)
+    assert 0 < abs(float(clean_moved[index])) < 2e-3
+    if harm == 0:
+        assert not bool(torch.isfinite(moved[index]))
+    else:
+        assert abs(float(moved[index])) > harm * abs(float(clean_moved[index]))
+
+
+def test_an_amsgrad_maximum_below_exp_avg_sq_is_named_and_enlarges_the_step():
+    """AMSGrad divides by its maximum of v; one flipped below v falls back to v, which has
+    decayed since a gradient spike, so the step grows."""
+    steps = []
+    for fault in (False, True):
+        weight = nn.Parameter(torch.zeros(8))
+        optimizer = torch.optim.Adam([weight], lr=1e-3, amsgrad=True, betas=(0.5, 0.9))
+        for t in range(40):
+            weight.grad = torch.full((8,), 1.0 if t == 0 else 1e-3)
+            optimizer.step()
+        if fault:
+            flip(optimizer.state[weight]["max_exp_avg_sq"], 3, 29)
+            problems = adam_problems(optimizer.state_dict())
+            assert problems and "max_exp_avg_sq below exp_avg_sq in 1 value" in problems[0]
+        else:
+            assert adam_problems(optimizer.state_dict()) == []
+        before = weight.detach().clone()
+        weight.grad = torch.full((8,), 1e-3)
+        optimizer.step()
+        steps.append(float((weight.detach() - before)[3]))
+    clean, faulty = steps
+    assert abs(faulty) > 3 * abs(clean) > 0
+
+
+def test_an_infinite_exp_avg_sq_is_named_and_freezes_its_element():
+    clean_model, clean = trained()
+    model, optimizer = trained()
+    optimizer.state[model[0].weight]["exp_avg_sq"].view(-1)[3] = math.inf
+    problems = adam_problems(optimizer.state_dict())
+    assert problems and "exp_avg_sq infinite in 1 value" in problems[0]
+    moved, clean_moved = one_more_step(model, optimizer), one_more_step(clean_model, clean)
+    assert float(moved[3]) == 0.0 and float(clean_moved[3]) != 0.0
+
+
+def test_sgd_momentum_and_optimizers_with_other_keys_are_not_judged_by_adams_rule():
+    model = tiny_model()
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for step in range(3):
+        sgd.zero_grad()
+        x, y = batch(step)
+        nn.functional.mse_loss(model(x), y).backward()
+        sgd.step()
+    flip(sgd.state[model[0].weight]["momentum_buffer"], 3, 30)
+    assert adam_problems(sgd.state_dict()) == []
+    _, adam = trained()
+    state = adam.state_dict()
+    flip(state["state"][0]["exp_avg"], 3, 30)
+    assert adam_problems(state)  # the control: Adam's own keys are judged
+    state["state"][0]["exp_avg_diff"] = torch.zeros(8, 4)  # an Adan-like state: its rule differs
+    assert adam_problems(state) == []
+    del state["state"][0]["exp_avg_diff"]
+    state["param_groups"][0]["betas"] = (0.9, 0.92, 0.99)
+    assert adam_problems(state) == []
+
+
+def test_local_state_reads_a_wrapped_optimizer_without_its_state_dict():
+    _, optimizer = trained()
+
+    class Wrapper:  # as accelerate's AcceleratedOptimizer holds the torch one
+        def __init__(self, inner):
+            self.optimizer = inner
+
+        def state_dict(self):
+            raise AssertionError("a collective call on a sharded optimizer")
+
+    state = local_state(Wrapper(optimizer))
+    expected = optimizer.state_dict()
+    assert state["param_groups"][0]["params"] == expected["param_groups"][0]["params"]
+    assert all(torch.equal(state["state"][i]["exp_avg"], expected["state"][i]["exp_avg"])
+               for i in expected["state"])
+    assert local_state(object()) is None
+
+
+def test_a_plain_ledger_save_after_a_flipped_moment_is_unhealthy_and_never_resumed(tmp_path,
+                                                                                   capsys):
+    model = tiny_model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    records = {}
+    for step in range(10):  # no guard: the ledger's own check
+        optimizer.zero_grad(set_to_none=True)
+        x, y = batch(step)
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        if step == 9:
+            flip(optimizer.state[model[0].weight]["exp_avg"], 3, 30)
+        if step in (5, 9):
+            records[step] = save({"model": model.state_dict(),
+                                  "optimizer": optimizer.state_dict()},
+                                 tmp_path / f"step-{step}.pt", step=step)
+    assert records[5].outcome == SaveOutcome.VERIFIED
+    assert records[9].outcome == SaveOutcome.UNHEALTHY
+    assert "Adam state of optimizer.parameter 0 (8x4)" in records[9].detail
+    assert records[9].path == "step-9.unhealthy.pt"
+    assert resume_choice(tmp_path).record.step == 5
+    capsys.readouterr()
+    assert main(["run", "latest", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip().endswith("step-5.pt") and "Adam state of optimizer.parameter 0" in err
+
+
+def test_lightning_checkpoint_after_a_flipped_moment_is_unhealthy(tmp_path):
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from test_guard_integrations import Pairs, _tiny_class
+
+    from inspector.ledger.lightning import LedgerCheckpointIO
+
+    class AdamTiny(_tiny_class(pl)):
+        def configure_optimizers(self):
+            return torch.optim.Adam(self.parameters(), lr=1e-3)
+
+    class Fault(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.global_step == 4:  # after optimizer step 4, before its checkpoint
+                optimizer = trainer.optimizers[0]
+                flip(optimizer.state[pl_module.net[0].weight]["exp_avg"], 3, 30)
+
+    run = tmp_path / "ckpt"
+    trainer = pl.Trainer(max_steps=6, accelerator="cpu", logger=False,
+                         enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=tmp_path, plugins=[LedgerCheckpointIO(run_dir=run)],
+                         callbacks=[Fault(), ModelCheckpoint(dirpath=run, every_n_train_steps=2,
+                                                             save_top_k=-1)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(AdamTiny(), DataLoader(Pairs(), batch_size=None, shuffle=False))
+    unhealthy_at_step_4(run, "Adam state of optimizer_states.0.parameter 0")
+
+
+def test_transformers_checkpoint_after_a_flipped_moment_is_unhealthy(tmp_path):
+    from test_guard_integrations import HfRows, HfTiny
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from inspector.ledger.hf import LedgerCallback
+
+    class Fault(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
+            if state.global_step == 4:  # after the optimizer step, before the save
+                inner = optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer
+                flip(inner.state[model.net[0].weight]["exp_avg"], 3, 30)
+
+    out = tmp_path / "out"
+    args = TrainingArguments(output_dir=str(out), max_steps=4, per_device_train_batch_size=4,
+                             report_to=[], use_cpu=True, logging_strategy="no",
+                             disable_tqdm=True, remove_unused_columns=False,
+                             learning_rate=1e-3, save_strategy="steps", save_steps=2)
+    Trainer(model=HfTiny(), args=args, train_dataset=HfRows(),
+            callbacks=[Fault(), LedgerCallback()]).train()
+    unhealthy_at_step_4(out, "Adam state of optimizer.parameter 0")
+    assert get_last_checkpoint(str(out)) == str(out / "checkpoint-2")
