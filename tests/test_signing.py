@@ -518,3 +518,12 @@ def test_sign_with_a_manifest_signs_only_what_it_records(model, keys, tmp_path,
     assert main(["sign", str(model), "--private-key", str(pem), "--manifest", str(sums)]) == 0
     assert _reference("verify", "key", model, "--signature", model / "model.sig",
                       "--public_key", pub).returncode == 0
+
+
+def test_signing_one_file_says_one_file(tmp_path, keys, capsys) -> None:
+    pem, _ = keys["alice"]
+    folder = tmp_path / "one"
+    folder.mkdir()
+    (folder / "weights.bin").write_bytes(b"\0" * 64)
+    assert main(["sign", str(folder), "--private-key", str(pem)]) == 0
+    assert "signed 1 file of " in capsys.readouterr().out

@@ -1,7 +1,8 @@
 """Text from a file, made safe to print: control characters and BiDi overrides are escaped.
 
 `escape` for one string, `html_escape` for a page, and `safe_output` for the CLI's whole
-terminal output: the one sanitiser every text sink of the user's process goes through."""
+terminal output: the one sanitiser every text sink of the user's process goes through; and
+`counted`, the one way a count is worded."""
 
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ import io
 import sys
 from collections.abc import Iterator
 from typing import TextIO
+
+
+def counted(n: int, noun: str) -> str:
+    """`n noun`, the noun plural unless n is 1: '1 file', '1,024 files'."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def _escaped(ch: str) -> str:

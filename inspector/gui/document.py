@@ -15,6 +15,7 @@ from inspector.checkpoint.results import (
     FolderConversion,
     InspectResult,
 )
+from inspector.core.termtext import counted
 from inspector.core.vocabulary import DocumentState, Severity
 from inspector.formats import read_without_pickle
 from inspector.integrity.verify import VerifyResult
@@ -190,5 +191,4 @@ def list_text(doc: FileDocument) -> str:
         return doc.name
     shards = result.shards
     fatal = [p for p in result.problems or [] if p.get("fatal")]
-    count = f"{len(shards)} shard{'s' if len(shards) != 1 else ''}"
-    return f"{doc.name} ({count}{', incomplete' if fatal else ''})"
+    return f"{doc.name} ({counted(len(shards), 'shard')}{', incomplete' if fatal else ''})"

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from inspector.core.termtext import counted
+
 ADAM_KEYS = frozenset({"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "mu_product"})
 MARGIN = 2.0
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -127,7 +129,7 @@ def _param_problems(name: str, k: float, moments: dict) -> list[str]:
     if not _suspect(m, v, top, k, tiny):
         return []
     counts = _count(m, v, top, k, tiny)
-    said = [f"{what} in {n} value{'s' if n != 1 else ''}" for what, n in counts if n]
+    said = [f"{what} in {counted(n, 'value')}" for what, n in counts if n]
     if not said:
         return []
     return [f"Adam state of {name} ({_shape(moments['exp_avg'])}) not written by its update: "

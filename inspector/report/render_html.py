@@ -14,6 +14,7 @@ from dataclasses import replace
 from inspector.checkpoint.results import TensorDiffRow
 from inspector.core.atomic import write_text_atomic
 from inspector.core.badges import LOOKS, Badge, alert_look
+from inspector.core.termtext import counted
 from inspector.core.termtext import html_escape as escape  # marks control characters visibly
 from inspector.core.vocabulary import (
     AlertSeverity,
@@ -253,7 +254,7 @@ def _model(f: FileReport) -> str:
 def _code(f: FileReport) -> str:
     """What loading the archive with torch would run: each code file and its flags."""
     c = f.code
-    verdict = (f"{c.flags} flag{'s' if c.flags != 1 else ''}: read the flagged files before "
+    verdict = (f"{counted(c.flags, 'flag')}: read the flagged files before "
                "anyone loads this archive with torch" if c.flags
                else "no flags: nothing beyond tensor maths was found")
     intro = ("<p>torch.jit.load (or torch.export.load) would compile and run this code; "

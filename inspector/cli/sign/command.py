@@ -14,7 +14,7 @@ from pathlib import Path
 
 from inspector.cli.common import add_loader_arguments, warm_workers, worker_digests
 from inspector.core.atomic import OutputExistsError
-from inspector.core.termtext import escape
+from inspector.core.termtext import counted, escape
 from inspector.integrity.manifest import Manifest, ManifestError, TensorEntry, read_manifest
 
 EXIT_OK = 0
@@ -69,9 +69,9 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"{exc}; pass --force to replace it", EXIT_EXISTS)
     except _TensorsFailed as exc:
         return _fail(f"{exc}; sign without --tensors to sign the files alone", EXIT_TENSORS)
-    detail = f" and {signed.tensors} tensors" if signed.tensors else ""
-    print(escape(f"signed {signed.files} files{detail} of {folder} with {signed.signer}: "
-                 f"{signed.signature}"))
+    detail = f" and {counted(signed.tensors, 'tensor')}" if signed.tensors else ""
+    print(escape(f"signed {counted(signed.files, 'file')}{detail} of {folder} with "
+                 f"{signed.signer}: {signed.signature}"))
     return EXIT_OK
 
 

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 
 from inspector.checkpoint.contents import Contents, summarize, training_summary
 from inspector.checkpoint.health import Health
+from inspector.core.termtext import counted
 from inspector.core.vocabulary import DocumentState, HealthSeverity, Severity, Verdict
 from inspector.formats import read_without_pickle
 from inspector.gui.document import FileDocument
@@ -296,7 +297,7 @@ class OverviewPane(QWidget):
         if needs:
             self.decision_text.setText(
                 "<b>Load this file?</b> torch.load(weights_only=True) refuses it because it "
-                f"imports {len(names)} global{'s' if len(names) != 1 else ''} outside its "
+                f"imports {counted(len(names), 'global')} outside its "
                 "allowlist:<ul>"
                 + "".join(f"<li><code>{html.escape(n)}</code></li>" for n in names)
                 + "</ul>Only these will be allowed, for this one load, inside the sandbox. "
@@ -370,8 +371,7 @@ def contents_text(c: Contents) -> str:
 
     Elements, not parameters: the count takes in buffers, integer tensors and optimizer state,
     and the Architecture line beside it counts the model's parameters."""
-    parts = [f"{c.tensors:,} tensor{'s' if c.tensors != 1 else ''}",
-             f"{c.parameters:,} element{'s' if c.parameters != 1 else ''}"]
+    parts = [counted(c.tensors, "tensor"), counted(c.parameters, "element")]
     if c.unique_parameters is not None and c.unique_parameters != c.parameters:
         parts[-1] += f" ({c.unique_parameters:,} unique: tied or shared storage counted once)"
     parts.append(human_size(c.bytes))

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.checkpoint.results import InspectResult
+from inspector.core.termtext import counted
 from inspector.layout.torchscript import judge_code
 
 
@@ -31,12 +32,12 @@ def code_summary(result: InspectResult | None) -> str | None:
     files = result.code if result is not None else None
     if files is None:
         return None
-    text = f"{len(files)} file{'s' if len(files) != 1 else ''}"
+    text = counted(len(files), "file")
     flagged = [(f, flag) for f in files for flag in f.get("flags") or []]
     if not flagged:
         return text + " · no flags (nothing beyond tensor maths found)"
     first, flag = flagged[0]
-    return (f"{text} · {len(flagged)} flag{'s' if len(flagged) != 1 else ''}: "
+    return (f"{text} · {counted(len(flagged), 'flag')}: "
             f"{first.get('name')} {flag}")
 
 
@@ -48,7 +49,7 @@ def flagged_lines(text: str) -> list[int]:
 def _item_text(entry: dict) -> str:
     """Its flag count and path; the size goes in the tooltip, leaving the path the room."""
     flags = entry.get("flags") or []
-    mark = f"⚠ {len(flags)} flag{'s' if len(flags) != 1 else ''} · " if flags else ""
+    mark = f"⚠ {counted(len(flags), 'flag')} · " if flags else ""
     return f"{mark}{entry.get('name')}"
 
 
