@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,7 @@ from guard_support import alarms, batch, tiny_model
 from torch import nn
 
 from inspector.core.errors import CodedError
+from inspector.guard import scene as scene_module
 from inspector.guard.guard import EXIT_HALTED, Guard, GuardConfig, GuardHalt
 from inspector.guard.inject import BitFlip, flip_bit
 from inspector.guard.scene import load_scene, read_scene
@@ -234,6 +236,41 @@ def test_a_damaged_scene_is_refused_and_the_model_is_left_alone(tmp_path):
         load_scene(halt.scene, model)
     assert caught.value.code == "scene-damaged" and "model.pt" in caught.value.message
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_scene_file_replaced_after_its_check_is_never_the_one_loaded(tmp_path, monkeypatch):
+    """The file is swapped between the SHA-256 check and torch.load (as another process
+    could): the weights loaded are the checked ones."""
+    halted_model, halt = _halt_run(tmp_path)
+    other = tmp_path / "other.pt"
+    torch.save(tiny_model(seed=7).state_dict(), other)
+    real_load = torch.load
+
+    def swap_then_load(source, *args, **kwargs):
+        if not (tmp_path / "swapped").exists():
+            os.replace(other, halt.scene / "model.pt")
+            (tmp_path / "swapped").touch()
+        return real_load(source, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", swap_then_load)
+    model = tiny_model(seed=5)
+    load_scene(halt.scene, model, restore_rngs=False)
+    assert (tmp_path / "swapped").exists()
+    assert all(torch.equal(halted_model.state_dict()[k], v)
+               for k, v in model.state_dict().items())
+
+
+def test_a_scene_whose_record_leaves_out_a_file_it_loads_is_refused(tmp_path):
+    _, halt = _halt_run(tmp_path)
+    body = json.loads((halt.scene / "scene.json").read_text())
+    del body["files"]["model.pt"]
+    body.pop("seal")
+    body["seal"] = scene_module._seal(body)
+    (halt.scene / "scene.json").write_text(json.dumps(body))
+    model = tiny_model(seed=5)
+    with pytest.raises(CodedError) as caught:
+        load_scene(halt.scene, model)
+    assert caught.value.code == "scene-damaged" and "model.pt" in caught.value.message
 
 
 def test_an_edited_scene_record_is_refused(tmp_path):

@@ -36,7 +36,7 @@ from inspector.core import strict_json
 from inspector.core.atomic import fsync_path
 from inspector.core.errors import CodedError
 from inspector.integrity.hashing import sha256_file
-from inspector.integrity.regular_file import read_regular
+from inspector.integrity.regular_file import open_regular, read_regular
 
 SCENE_FORMAT = "ckpt-inspector-guard-scene"
 SCENE_VERSION = 1
@@ -145,8 +145,10 @@ def write_scene(run_dir: Path, scene: Scene, model: nn.Module,
     return target
 
 
-def read_scene(folder: str | os.PathLike[str]) -> Scene:
-    """Read and check a scene folder (format, every file's hash); CodedError if it does not hold."""
+def read_scene(folder: str | os.PathLike[str], hashed_later: frozenset[str] = frozenset()
+               ) -> Scene:
+    """Read and check a scene folder (format, every file's hash but those named in
+    `hashed_later`, which their reader hashes as it loads them); CodedError if it does not hold."""
     folder = Path(folder)
     try:
         body = json.loads(read_regular(folder / SCENE_JSON, "scene record", SCENE_JSON_BYTES))
@@ -167,9 +169,8 @@ def read_scene(folder: str | os.PathLike[str]) -> Scene:
     files = body.get("files") or {}
     for name, digest in files.items():
         path = folder / name
-        if not path.is_file() or sha256_file(path) != digest:
-            raise CodedError("scene-damaged", f"{path} is missing or changed since the scene "
-                             "was written (SHA-256 differs); resume from a checkpoint instead")
+        if name not in hashed_later and (not path.is_file() or sha256_file(path) != digest):
+            raise _changed(path)
     try:
         scene = Scene(**{k: body[k] for k in Scene.__dataclass_fields__ if k in body})
     except TypeError as exc:
@@ -178,23 +179,22 @@ def read_scene(folder: str | os.PathLike[str]) -> Scene:
     return scene
 
 
+_LOADED = frozenset({"model.pt", "optimizer.pt", "rng.pt"})
+
+
 def load_scene(folder: str | os.PathLike[str], model: nn.Module,
                optimizer: torch.optim.Optimizer | None = None, restore_rngs: bool = True) -> Scene:
     """Check a scene, then load its model (and optimizer, RNG states) into the caller's objects."""
-    scene = read_scene(folder)
+    scene = read_scene(folder, hashed_later=_LOADED)
     if scene.model_fingerprint != model_fingerprint(model):
         raise CodedError("scene-other-model", f"{scene.folder} was written for another model "
                          "(names, shapes or dtypes differ); build the model the run trained")
-    assert scene.folder is not None
-    state = torch.load(scene.folder / "model.pt", weights_only=True, map_location="cpu")
-    opt_state = None
-    if optimizer is not None:
-        if "optimizer.pt" not in scene.files:
-            raise CodedError("scene-no-optimizer", f"{scene.folder} holds no optimizer state; "
-                             "load it without an optimizer")
-        opt_state = torch.load(scene.folder / "optimizer.pt", weights_only=True,
-                               map_location="cpu")
-    tensors = torch.load(scene.folder / "rng.pt", weights_only=True)
+    if optimizer is not None and "optimizer.pt" not in scene.files:
+        raise CodedError("scene-no-optimizer", f"{scene.folder} holds no optimizer state; "
+                         "load it without an optimizer")
+    state = _load_checked(scene, "model.pt")
+    opt_state = _load_checked(scene, "optimizer.pt") if optimizer is not None else None
+    tensors = _load_checked(scene, "rng.pt")
     model.load_state_dict(state)
     if optimizer is not None:
         optimizer.load_state_dict(opt_state)
@@ -204,6 +204,28 @@ def load_scene(folder: str | os.PathLike[str], model: nn.Module,
             rng["numpy"] = scene.numpy_rng
         restore_rng(rng)
     return scene
+
+
+def _load_checked(scene: Scene, name: str) -> Any:
+    """`torch.load` (weights_only) of the bytes whose SHA-256 the record names, hashed and
+    loaded from one open file: a file replaced after the check is never the one loaded."""
+    assert scene.folder is not None
+    path = scene.folder / name
+    try:
+        handle, _ = open_regular(path, "a scene's file must be a regular file")
+    except OSError:
+        raise _changed(path) from None
+    with handle:
+        if name not in scene.files or hashlib.file_digest(handle, "sha256").hexdigest() != \
+                scene.files[name]:
+            raise _changed(path)
+        handle.seek(0)
+        return torch.load(handle, weights_only=True, map_location="cpu")
+
+
+def _changed(path: Path) -> CodedError:
+    return CodedError("scene-damaged", f"{path} is missing or changed since the scene was "
+                      "written (SHA-256 differs); resume from a checkpoint instead")
 
 
 def _seal(body: dict) -> str:
