@@ -25,7 +25,7 @@ def test_allow_global_lets_manifest_create_record_tensors(tmp_path: Path, capsys
     allow = ["--allow-global", "argparse.Namespace"]
     preset = ["--allow", "argparse"]
     assert main(["manifest", "create", str(path), "-o", str(manifest), *preset]) == 0
-    assert "1 file, 1 tensors" in capsys.readouterr().out
+    assert "1 file, 1 tensor" in capsys.readouterr().out
     record = json.loads(manifest.read_text())["files"][0]
     assert [(t["key"], t["shape"]) for t in record["tensors"]] == [("w", [6])]
     assert main(["verify", "-m", str(manifest), *allow]) == 0

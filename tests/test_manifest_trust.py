@@ -117,7 +117,7 @@ def test_a_linked_folder_or_file_is_reported_never_read_through(layout, capsys):
     assert main(["verify", str(model), "-m", str(model / "SHA256SUMS"), "--strict"]) == 1
 
 
-@pytest.mark.parametrize("link", ["folder", "file"])
+@pytest.mark.parametrize("link", ["folder", "file", "dangling", "dangling named"])
 def test_manifest_create_refuses_a_link_verify_could_not_check(layout, capsys, link):
     root, model = layout["root"], layout["model"]
     elsewhere = root.parent / f"{root.name}-elsewhere"
@@ -125,12 +125,17 @@ def test_manifest_create_refuses_a_link_verify_could_not_check(layout, capsys, l
     (elsewhere / "w.bin").write_bytes(b"weights kept elsewhere")
     if link == "folder":
         (model / "sub").symlink_to(elsewhere, target_is_directory=True)
-    else:
+    elif link == "file":
         (model / "w.bin").symlink_to(elsewhere / "w.bin")
+    else:
+        (model / "w.bin").symlink_to(model / "gone.bin")
     out = model / "SHA256SUMS"
-    assert main(["manifest", "create", str(model), "-o", str(out)]) == 2
+    named = [str(model / "w.bin")] if link == "dangling named" else [str(model)]
+    assert main(["manifest", "create", *named, "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "remove the link" in err, err
+    if link.startswith("dangling"):
+        assert f"a link to {model / 'gone.bin'}, which does not exist" in err
     assert not out.exists()
 
 

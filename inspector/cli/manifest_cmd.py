@@ -19,7 +19,7 @@ from inspector.cli.common import (
 from inspector.cli.reference import epilog
 from inspector.core.atomic import OutputExistsError
 from inspector.core.progress import CancelToken
-from inspector.core.termtext import escape
+from inspector.core.termtext import counted, escape
 from inspector.core.vocabulary import Format
 from inspector.integrity.manifest import (
     FileEntry,
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         return _fail(f"{out} exists; pass --force to overwrite it", EXIT_OUTPUT)
     absent = [p for p in args.paths if not p.exists()]
     if absent:
-        return _fail(f"{absent[0]}: no such file or folder", EXIT_USAGE)
+        return _fail(_absent(absent[0]), EXIT_USAGE)
     if args.signature:
         return _from_signature(args, out, dialect, to_stdout)
     # on stdout, paths are relative to where the command runs, as sha256sum's are
@@ -119,9 +119,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _fail(f"{exc.filename or out}: {exc.strerror or exc}", EXIT_OUTPUT)
     tensors = sum(len(e.tensors or []) for e in entries)
-    detail = f", {tensors} tensors" if want_tensors else ""
-    files_text = "1 file" if len(entries) == 1 else f"{len(entries)} files"
-    print(f"wrote {out} ({dialect}): {files_text}{detail}")
+    detail = f", {counted(tensors, 'tensor')}" if want_tensors else ""
+    print(f"wrote {out} ({dialect}): {counted(len(entries), 'file')}{detail}")
     return EXIT_OK
 
 
@@ -161,11 +160,21 @@ def unrecordable_link(folder: Path, walk: FolderWalk, base: Path) -> str | None:
                 "follow; name the folder it points to instead, or remove the link")
     real_roots = (os.path.realpath(folder), os.path.realpath(base))
     for item in walk.files:
+        if not item.exists():
+            return _absent(item)
         real = os.path.realpath(item)
         if all(os.path.commonpath([real, r]) != r for r in real_roots):
             return (f"{item}: a link to {real}, outside {folder}; `verify` reads only files "
                     "inside the folder a manifest checks: copy the file in, or remove the link")
     return None
+
+
+def _absent(path: Path) -> str:
+    """Why `path` cannot be hashed: nothing there, or a link whose target is gone."""
+    if path.is_symlink():
+        return (f"{path}: a link to {os.readlink(path)}, which does not exist; restore its "
+                "target or remove the link")
+    return f"{path}: no such file or folder"
 
 
 def _entries(
