@@ -53,6 +53,27 @@ def test_a_name_that_leaves_the_folder_is_refused_and_never_read(layout, capsys,
     assert code == 2 and "outside" in err and "Traceback" not in err, err
 
 
+@pytest.mark.parametrize("dialect", ["sha256sum", "bsd", "tsv"])
+@pytest.mark.parametrize("spelling", ["sub/../{}", "./././{}", ".//{}", "{}/", "{}/."])
+def test_a_file_listed_again_under_another_spelling_is_never_dropped(layout, capsys, dialect,
+                                                                    spelling):
+    """A second entry for a file, with a wrong digest, under a spelling the system reads as the
+    same file: a folder's files are matched to one entry each, so it went unchecked (exit 0)."""
+    model = layout["model"]
+    name = "pytorch_model-00001.bin"
+    good, wrong = DIALECTS[dialect](name, _sha(model / name)), DIALECTS[dialect](
+        spelling.format(name), "0" * 64)
+    if dialect == "tsv":
+        wrong = wrong.split("\n", 1)[1]
+    suffix = {"tsv": ".tsv"}.get(dialect, ".sha256")
+    manifest = model / f"sums{suffix}"
+    manifest.write_text(good + wrong)
+    code = main(["verify", str(model), "-m", str(manifest), "--strict"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "listed twice" in err or "names a folder" in err, err
+
+
 def test_a_json_entry_with_nothing_to_compare_is_refused(layout, capsys):
     manifest = layout["model"] / "m.json"
     manifest.write_text(json.dumps({"schema": SCHEMA, "schema_version": 1,

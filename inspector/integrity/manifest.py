@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,9 +151,14 @@ def _split_lines(text: str) -> list[str]:
 
 
 def _check_unique(files: list[FileEntry], entry: FileEntry, where: str) -> None:
+    """ManifestError when `entry` names a file listed before, however spelled (`sub/../a`):
+    a folder's files are matched to one entry each, so a second would go unchecked."""
+    name = posixpath.normpath(entry.path)
     for seen in files:
-        if seen.path == entry.path:
-            raise ManifestError(f"{where}: {entry.path!r} is listed twice")
+        if posixpath.normpath(seen.path) == name:
+            raise ManifestError(f"{where}: {entry.path!r} is listed twice"
+                                + (f" (as {seen.path!r} before)" if seen.path != entry.path
+                                   else ""))
 
 
 def _parse_checksum_lines(lines: list[str], name: str) -> tuple[list[FileEntry], str]:
@@ -364,10 +370,15 @@ def _parse_index(doc: dict[str, Any], name: str) -> list[FileEntry]:
 
 
 def _clean_path(path: str, where: str) -> str:
-    """Normalise a stored path to `/` separators; refuse empty and absolute paths."""
+    """Normalise a stored path to `/` separators without `.` or empty segments (as the system
+    reads it); refuse empty and absolute paths, and a name ending in `/` (a folder's)."""
     cleaned = path.replace("\\", "/") if os.sep == "\\" else path
-    cleaned = cleaned.removeprefix("./")
-    if not cleaned or cleaned.startswith("/") or re.match(r"^[A-Za-z]:[/\\]", cleaned):
+    if cleaned.startswith("/") or re.match(r"^[A-Za-z]:[/\\]", cleaned):
+        raise ManifestError(f"{where}: path {path!r} must be relative to the manifest")
+    if cleaned.endswith("/"):
+        raise ManifestError(f"{where}: path {path!r} names a folder; a manifest lists files")
+    cleaned = "/".join(part for part in cleaned.split("/") if part not in ("", "."))
+    if not cleaned:
         raise ManifestError(f"{where}: path {path!r} must be relative to the manifest")
     return cleaned
 
