@@ -527,3 +527,17 @@ def test_signing_one_file_says_one_file(tmp_path, keys, capsys) -> None:
     (folder / "weights.bin").write_bytes(b"\0" * 64)
     assert main(["sign", str(folder), "--private-key", str(pem)]) == 0
     assert "signed 1 file of " in capsys.readouterr().out
+
+
+def test_a_signed_statement_naming_a_file_twice_is_refused(model, keys, capsys) -> None:
+    """A statement signed over 'weights.bin' and again as 'sub/../weights.bin' with another
+    digest: each file is matched to one name, so the second went unchecked ('intact')."""
+    from inspector.signing.make import sign_digests
+
+    pem, pub = keys["alice"]
+    good = hashing.sha256_file(model / "weights.bin")
+    sig = model.parent / "twice.sig"
+    sign_digests(model, {"weights.bin": good, "sub/../weights.bin": "0" * 64}, pem, sig)
+    assert main(["verify", str(model), "--signature", str(sig), "--public-key", str(pub)]) == 2
+    err = capsys.readouterr().err
+    assert "the signed statement: 'weights.bin' is listed twice (as 'sub/../weights.bin'" in err

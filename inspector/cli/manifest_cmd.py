@@ -255,7 +255,8 @@ def _from_signature(args: argparse.Namespace, out: Path, dialect: str, to_stdout
         write(out, entries, dialect, overwrite=args.force, created_by=created_by)
     except (OutputExistsError, ManifestError) as exc:
         return _fail(str(exc), EXIT_OUTPUT)
-    print(escape(f"wrote {out} ({dialect}): {len(entries)} files signed by {checked.signer}"))
+    print(escape(f"wrote {out} ({dialect}): {counted(len(entries), 'file')} signed by "
+                 f"{checked.signer}"))
     return EXIT_OK
 
 

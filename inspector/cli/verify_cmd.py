@@ -31,7 +31,7 @@ from inspector.cli.remote import (
     verify_remote,
 )
 from inspector.core.progress import CancelToken
-from inspector.core.termtext import escape
+from inspector.core.termtext import counted, escape
 from inspector.core.vocabulary import TensorCheckStatus
 from inspector.integrity.hashing import is_sha256_hex
 from inspector.integrity.manifest import Manifest, ManifestError, TensorEntry, read_manifest
@@ -239,7 +239,7 @@ def _run_signed(args: argparse.Namespace) -> int:
     if args.json:
         return _finish(args, result, str(signature), DIALECT)
     print(escape(f"{'SIGNED':<14} by {verdict.signer} ({signature}, "
-                 f"{verdict.files_signed} files signed): {verdict.state}"))
+                 f"{counted(verdict.files_signed, 'file')} signed): {verdict.state}"))
     print_verify_result(result)
     if any(t.status != TensorCheckStatus.OK for t in result.tensors):
         print("which bits of a changed tensor flipped: `ckpt-inspector diff` the file against "

@@ -13,7 +13,7 @@ import json
 import os
 import posixpath
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +148,17 @@ def _split_lines(text: str) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()
     return [line.removesuffix("\r") for line in lines]
+
+
+def named_once(files: list[FileEntry], where: str) -> list[FileEntry]:
+    """`files` with each name as a manifest reads it (`_clean_path`); ManifestError for a file
+    listed twice however spelled, or a name no manifest may hold (absolute, a folder's)."""
+    out: list[FileEntry] = []
+    for entry in files:
+        entry = replace(entry, path=_clean_path(entry.path, where))
+        _check_unique(out, entry, where)
+        out.append(entry)
+    return out
 
 
 def _check_unique(files: list[FileEntry], entry: FileEntry, where: str) -> None:

@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from inspector.integrity.manifest import FileEntry, Manifest, TensorEntry, relative_path
+from inspector.integrity.manifest import (
+    FileEntry,
+    Manifest,
+    ManifestError,
+    TensorEntry,
+    named_once,
+    relative_path,
+)
 from inspector.signing.bundle import no_repeats
 from inspector.signing.errors import SignatureError
 
@@ -100,8 +107,13 @@ def tensor_predicate(tensors: dict[str, list[TensorEntry]]) -> dict[str, Any]:
 
 
 def to_manifest(statement: SignedStatement, folder: Path, source: Path | None) -> Manifest:
-    """The statement as a manifest read against `folder` (plain SHA-256 file statements)."""
-    files = [FileEntry(path=r.name, sha256=r.digest) for r in statement.resources]
+    """The statement as a manifest read against `folder` (plain SHA-256 file statements); a
+    SignatureError when it names one file twice, however spelled, which would go unchecked."""
+    try:
+        files = named_once([FileEntry(path=r.name, sha256=r.digest)
+                            for r in statement.resources], f"{source}: the signed statement")
+    except ManifestError as exc:
+        raise SignatureError("bad-statement", str(exc)) from None
     return Manifest(dialect=DIALECT, files=files, base_dir=folder, source=source)
 
 
