@@ -74,6 +74,18 @@ def test_a_file_listed_again_under_another_spelling_is_never_dropped(layout, cap
     assert "listed twice" in err or "names a folder" in err, err
 
 
+def test_a_json_tensor_listed_twice_is_refused(layout, capsys):
+    model = layout["model"]
+    name = "pytorch_model-00001.bin"
+    tensor = {"key": "w", "digest": "1" * 64, "digest_algorithm": "sha256"}
+    manifest = model / "sums.json"
+    manifest.write_text(json.dumps({"schema": SCHEMA, "schema_version": 1, "files": [
+        {"path": name, "sha256": _sha(model / name),
+         "tensors": [tensor, {**tensor, "digest": "0" * 64}]}]}))
+    assert main(["verify", str(model), "-m", str(manifest)]) == 2
+    assert "files[0]: tensor 'w' is listed twice" in capsys.readouterr().err
+
+
 def test_a_json_entry_with_nothing_to_compare_is_refused(layout, capsys):
     manifest = layout["model"] / "m.json"
     manifest.write_text(json.dumps({"schema": SCHEMA, "schema_version": 1,

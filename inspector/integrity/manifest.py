@@ -331,6 +331,11 @@ def _json_file(record: Any, where: str) -> FileEntry:
         tensors = [
             _json_tensor(t, f"{where}.tensors[{j}]") for j, t in enumerate(record["tensors"])
         ]
+        seen: set[str] = set()
+        for tensor in tensors:
+            if tensor.key in seen:
+                raise ManifestError(f"{where}: tensor {tensor.key!r} is listed twice")
+            seen.add(tensor.key)
     if digest is None and not any(t.digest for t in tensors or ()):
         raise ManifestError(f"{where}: {record['path']!r} has neither a sha256 nor tensor "
                             "digests: nothing could be compared")
