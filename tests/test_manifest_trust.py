@@ -86,6 +86,17 @@ def test_a_json_tensor_listed_twice_is_refused(layout, capsys):
     assert "files[0]: tensor 'w' is listed twice" in capsys.readouterr().err
 
 
+def test_a_json_key_given_twice_is_refused(layout, capsys):
+    """Python keeps the last of two values, another reader the first: neither is believed."""
+    model = layout["model"]
+    name = "pytorch_model-00001.bin"
+    manifest = model / "sums.json"
+    manifest.write_text(f'{{"schema": "{SCHEMA}", "schema_version": 1, "files": [{{"path": '
+                        f'"{name}", "sha256": "{"0" * 64}", "sha256": "{_sha(model / name)}"}}]}}')
+    assert main(["verify", str(model), "-m", str(manifest)]) == 2
+    assert "the key 'sha256' is given twice" in capsys.readouterr().err
+
+
 def test_a_json_entry_with_nothing_to_compare_is_refused(layout, capsys):
     manifest = layout["model"] / "m.json"
     manifest.write_text(json.dumps({"schema": SCHEMA, "schema_version": 1,

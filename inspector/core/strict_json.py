@@ -1,6 +1,8 @@
 """Strict JSON for every output: non-finite numbers are written as the strings "nan", "inf"
 and "-inf" (a strict parser accepts them; `json.loads` of Python's default `NaN` token is a
-common pipeline failure). Applies to `--json` output, worker events and JSON reports.
+common pipeline failure). Applies to `--json` output, worker events and JSON reports. And for
+JSON read as a record (manifests, signatures): an object that gives a key twice is refused
+(`no_repeats`), since two readers could take either value.
 """
 
 from __future__ import annotations
@@ -11,6 +13,16 @@ from typing import Any
 
 NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 """The documented string form of each non-finite number, and the float it stands for."""
+
+
+def no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A `json.loads` object hook that refuses a key given twice (ValueError)."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"the key {key!r} is given twice")
+        seen[key] = value
+    return seen
 
 
 def strict_float(value: float | None) -> float | str | None:

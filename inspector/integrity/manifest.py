@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from inspector.core.atomic import write_bytes_atomic
+from inspector.core.strict_json import no_repeats
 from inspector.integrity.regular_file import UnfitFile, read_regular
 
 SCHEMA = "ckpt-inspector-manifest"
@@ -284,9 +285,11 @@ def _parse_lfs(lines: list[str], name: str) -> FileEntry:
 
 def _parse_json(text: str, name: str) -> tuple[list[FileEntry], str]:
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, object_pairs_hook=no_repeats)
     except json.JSONDecodeError as exc:
         raise ManifestError(f"{name}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
+    except ValueError as exc:  # a key given twice: another reader could take the other value
+        raise ManifestError(f"{name}: {exc}") from None
     except RecursionError:
         raise ManifestError(f"{name}: JSON nested too deeply to be a manifest") from None
     if not isinstance(doc, dict):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from inspector.core.strict_json import no_repeats
 from inspector.core.vocabulary import SignerKind
 from inspector.signing.errors import SignatureError
 from inspector.signing.library import reference
@@ -48,16 +49,6 @@ def read_bundle(path: str | os.PathLike[str]) -> Bundle:
                              "not UTF-8; a Sigstore bundle is JSON text)") from exc
     document = _parse_json(source, text)
     return Bundle(path=source, data=data, document=document, kind=_kind(source, document))
-
-
-def no_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object hook that refuses a key given twice (two readers could take either)."""
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise ValueError(f"the key {key!r} is given twice")
-        seen[key] = value
-    return seen
 
 
 def _parse_json(source: Path, text: str) -> dict[str, Any]:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from inspector.signing.bundle import DEFAULT_NAME, Bundle, no_repeats
+from inspector.core.strict_json import no_repeats
+from inspector.signing.bundle import DEFAULT_NAME, Bundle
 from inspector.signing.errors import SignatureError
 from inspector.signing.library import reference
 from inspector.signing.small_file import read_small

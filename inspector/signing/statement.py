@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from inspector.core.strict_json import no_repeats
 from inspector.integrity.manifest import (
     FileEntry,
     Manifest,
@@ -19,7 +20,6 @@ from inspector.integrity.manifest import (
     named_once,
     relative_path,
 )
-from inspector.signing.bundle import no_repeats
 from inspector.signing.errors import SignatureError
 
 TENSORS_FIELD = "ckpt_inspector_tensors"
