@@ -129,6 +129,35 @@ def test_what_cannot_be_checked_offline_is_said(tmp_path: Path, capsys) -> None:
     assert notes["model.safetensors"] == ("ok", None)
 
 
+@pytest.mark.parametrize("level", ["repo", "snapshot"])
+def test_links_out_of_the_repositorys_blobs_are_named_never_read(tmp_path: Path, capsys,
+                                                                 level) -> None:
+    """A snapshot file linked to a blob that matches its own name but lies outside the
+    repository's blobs (another folder, another repository), or a linked folder, was 'ok' or
+    passed over in silence; transformers would have loaded it."""
+    hub = _cache(tmp_path)
+    snapshot = _snapshot(hub)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    evil = b"weights nobody downloaded"
+    (elsewhere / hashlib.sha256(evil).hexdigest()).write_bytes(evil)
+    (snapshot / "model.safetensors").unlink()
+    os.symlink(elsewhere / hashlib.sha256(evil).hexdigest(), snapshot / "model.safetensors")
+    other = hub / "models--org--other" / "blobs"
+    other.mkdir(parents=True)
+    (other / hashlib.sha256(evil).hexdigest()).write_bytes(evil)
+    os.symlink(other / hashlib.sha256(evil).hexdigest(), snapshot / "other.safetensors")
+    os.symlink(elsewhere, snapshot / "extra")
+    path = hub / "models--org--tiny" if level == "repo" else snapshot
+    assert main(["verify", str(path), "--json"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    notes = {Path(f["path"]).name: (f["status"], f["note"]) for f in doc["files"]}
+    for name in ("model.safetensors", "other.safetensors"):
+        assert notes[name][0] == "unchecked" and "outside" in notes[name][1], notes[name]
+    assert notes["extra"][0] == "unchecked" and "a link to a folder" in notes["extra"][1]
+    assert notes["config.json"] == ("ok", None)
+
+
 def test_dangling_links_unlinked_blobs_and_unfinished_downloads(tmp_path: Path) -> None:
     hub = _cache(tmp_path)
     snapshot = _snapshot(hub)

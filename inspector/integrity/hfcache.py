@@ -44,6 +44,9 @@ class CacheScope:
     blobs: dict[str, BlobUse] = field(default_factory=dict)
     dangling: list[Path] = field(default_factory=list)
     copies: list[Path] = field(default_factory=list)
+    unread: list[tuple[Path, str]] = field(default_factory=list)
+    """Links not read through, each with why: to a folder, or to a file outside the
+    repository's own blobs (a blob that matches its own name anywhere proves nothing here)."""
 
 
 def blob_algorithm(name: str) -> str | None:
@@ -128,6 +131,7 @@ def _add_links(out: CacheScope, repo: Path, shown: Path) -> None:
     """Snapshot files under `shown` (a folder or one file), by the path the user gave; blobs
     named directly are checked as themselves."""
     blobs = repo / "blobs"
+    real_blobs = os.path.realpath(blobs)
     for link in _walk(shown):
         if not link.is_symlink() and Path(os.path.abspath(link)).parent == blobs:
             out.blobs.setdefault(os.path.realpath(link), BlobUse(blob=link)).links.append(link)
@@ -136,21 +140,27 @@ def _add_links(out: CacheScope, repo: Path, shown: Path) -> None:
             out.copies.append(link)
             continue
         target = Path(os.path.realpath(link))
-        if not target.is_file():
+        if target.is_dir():
+            out.unread.append((link, f"a link to a folder ({target}): not followed, nothing "
+                                     "in it was checked"))
+        elif not target.is_file():
             out.dangling.append(link)
-            continue
-        use = out.blobs.setdefault(str(target), BlobUse(blob=target))
-        use.links.append(link)
+        elif str(target.parent) != real_blobs:
+            out.unread.append((link, f"a link to {target}, outside {blobs}: not read"))
+        else:
+            out.blobs.setdefault(str(target), BlobUse(blob=target)).links.append(link)
 
 
 def _walk(root: Path) -> list[Path]:
-    """Files and file links under root (snapshot folders are real folders), or root itself."""
+    """Files and links under root (snapshot folders are real folders; a link to a folder is
+    listed, never followed), or root itself."""
     if not root.is_dir() or root.is_symlink():
         return [root]
     found = []
     for folder, dirs, names in os.walk(root):
         dirs.sort()
         found += [Path(folder, n) for n in sorted(names)]
+        found += [Path(folder, d) for d in dirs if os.path.islink(os.path.join(folder, d))]
     return found
 
 
@@ -189,6 +199,8 @@ def verify_cache(
         result.files.append(
             FileCheck(path=str(link), status=MISSING, note="the link's blob is not in the cache")
         )
+    for link, why in covered.unread:
+        result.files.append(FileCheck(path=str(link), status=UNCHECKED, note=why))
     for copy in covered.copies:
         note = "a copy, not a link to a blob, so its hash is not known offline"
         result.files.append(
