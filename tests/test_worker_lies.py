@@ -320,3 +320,45 @@ def test_a_worker_that_forges_digests_for_verify_is_caught(tmp_path, hostile, ca
     captured = capsys.readouterr()
     assert code != 0
     assert "does not match the file's own bytes" in captured.out + captured.err
+
+
+CALL_IT_IDENTICAL = """
+    import inspector.sandbox.worker.diff as diff
+    real = diff.diff_sides
+    def lying(a, b, emit=None, cancel=None):
+        result = real(a, b, None, cancel)
+        for record in result["tensors"]:
+            record["status"], record["summary"] = "identical", ""
+        result.update(identical=True, counts={"identical": len(result["tensors"])}, summary=[])
+        return result
+    diff.diff_sides = lying
+"""
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
+def test_a_worker_that_calls_changed_files_identical_is_caught(tmp_path, hostile, capsys,
+                                                              suffix) -> None:
+    from safetensors.torch import save_file
+
+    a, b = tmp_path / f"a{suffix}", tmp_path / f"b{suffix}"
+    state = _state()
+    changed = {**state, "a": state["a"].clone()}
+    changed["a"].view(-1).view(torch.int32)[5] ^= 1 << 4  # one bit of one element
+    for path, tensors in ((a, state), (b, changed)):
+        if suffix == ".pt":
+            torch.save(tensors, path)
+        else:
+            save_file(tensors, path)
+    assert main(["diff", str(a), str(b)]) == 1  # the honest worker: they differ
+    assert "checked:  each of the 2 keys' status recomputed here" in capsys.readouterr().out
+    hostile(CALL_IT_IDENTICAL)
+    # the lie under the real worker: the job's own reply calls the files identical
+    reply = run_job({"op": "diff", "paths": [str(a), str(b)], "allow_globals": [],
+                     "limits": Limits.for_input(os.path.getsize(a) * 2).to_json()},
+                    timeout=300)
+    assert reply["identical"] and {r["status"] for r in reply["tensors"]} == {"identical"}
+    code = main(["diff", str(a), str(b)])
+    captured = capsys.readouterr()
+    assert code not in (0, 1)
+    assert "comparison does not match the file's own bytes" in captured.err
+    assert "a is changed, reported as identical" in captured.err

@@ -275,6 +275,8 @@ class DiffResult(JsonRecord):
     summary: list[str] = field(default_factory=list)
     sandbox: Jail | None = field(default=None, metadata=typed(Jail))
     timing: dict[str, Any] | None = None
+    claims: ClaimCheck | None = field(default=None, metadata=typed(ClaimCheck))
+    """What the user's process checked of the rows' statuses against both files' bytes."""
 
     @property
     def differing(self) -> list[TensorDiffRow]:

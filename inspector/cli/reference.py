@@ -97,8 +97,9 @@ EXITS: dict[str, tuple[Exit, ...]] = {
     "diff": (
         Exit(0, "identical"),
         Exit(1, "different"),
-        Exit(2, "a file could not be read or was refused (dangerous), or a shard is missing, "
-                "orphaned or listed twice in its index"),
+        Exit(2, "a file could not be read or was refused (dangerous), a shard is missing, "
+                "orphaned or listed twice in its index, or the jailed loader's comparison "
+                "does not match the files' own bytes"),
         _JAIL,
     ),
     "watch": (

@@ -13,6 +13,9 @@ runs, so the check adds little wall time:
   loader's own where the file cannot be read here; the worker judges none). Other
   statistics (mean, std, histogram, exponents) are taken from the worker and the record says so.
 - `check_digests`: the tensor digests `verify` compares with a manifest, checked the same way.
+- `check_diff`: each row's status (identical, changed, dtype or shape changed, on one side
+  only) and the overall `identical`, from both files' digests; the rows' counts and bit flips
+  are the worker's.
 - `check_conversion`: the output safetensors file is read here and each tensor's bytes compared
   with the input's own storage bytes; every input tensor must be written, or be an alias of a
   written one with the same bytes, or be skipped for a dtype safetensors cannot hold, and
@@ -43,6 +46,7 @@ from inspector.checkpoint.tensor_stats import TensorStats
 from inspector.core.dtypes import BY_NAME
 from inspector.core.errors import CodedError
 from inspector.core.termtext import escape
+from inspector.core.vocabulary import TensorStatus
 from inspector.formats.safetensors_header import (
     ALIASES_KEY,
     ENCODED_KEY,
@@ -164,6 +168,58 @@ def check_digests(expected: Expected, result: dict[str, Any]) -> None:
     if problems:
         raise _refuted("tensor digests", problems, result.get("sandbox"))
     result["claims"] = ClaimCheck(checked=True, tensors=len(measured)).to_json()
+
+
+def check_diff(sides: list[Expected | str], result: dict[str, Any]) -> None:
+    """Check a diff reply against both files' bytes: every tensor of each side reported once,
+    each row's status the one its dtype, shape and bytes give (`not_compared` may stand for
+    any: it claims less), and `identical` only when every row is; set `claims`, or
+    SandboxError when a claim fails. A side given as a reason (a sharded one) leaves the
+    reply the jailed loader's. The rows' element counts and bit flips are not checked."""
+    measured = [side if isinstance(side, str) else side.wait() for side in sides]
+    if reason := next((m for m in measured if isinstance(m, str)), None):
+        result["claims"] = ClaimCheck(reason=reason).to_json()
+        return
+    a, b = (_by_key(m, side.metadata) for m, side in zip(measured, sides, strict=True))
+    truths = {key: _diff_status(a.get(key), b.get(key)) for key in sorted(a.keys() | b.keys())}
+    problems = []
+    rows: dict[str, str] = {}
+    for rec in result["tensors"]:
+        key = str(rec.get("key"))
+        if key in rows:
+            problems.append(f"{escape(key)} reported twice")
+        rows[key] = str(rec.get("status"))
+    for key, truth in truths.items():
+        said = rows.pop(key, None)
+        if said is None:
+            problems.append(f"{escape(key)} is not reported")
+        elif said != truth and not (said == TensorStatus.NOT_COMPARED
+                                    and truth != TensorStatus.IDENTICAL):
+            problems.append(f"{escape(key)} is {truth}, reported as {escape(said)}")
+    problems += [f"{escape(key)} is no tensor of either file" for key in rows]
+    if result.get("identical") and any(t != TensorStatus.IDENTICAL for t in truths.values()):
+        problems.append("the files were reported identical")
+    if problems:
+        raise _refuted("comparison", problems, result.get("sandbox"))
+    result["claims"] = ClaimCheck(checked=True, tensors=len(truths)).to_json()
+
+
+def _by_key(measured: list[tuple[RawTensor, Measured]], metadata: dict[str, str]
+            ) -> dict[str, tuple[str, tuple[int, ...], str]]:
+    """Each tensor's dtype, shape and digest by key, a converted file's recorded aliases too."""
+    out = {t.key: (t.dtype, tuple(t.shape), m.digest) for t, m in measured}
+    out |= {removed: out[kept] for removed, kept in recorded_aliases(metadata).items()
+            if kept in out and removed not in out}
+    return out
+
+
+def _diff_status(a: tuple | None, b: tuple | None) -> str:
+    """The status a diff row must have for a key read here on each side (None: absent)."""
+    if a is None or b is None:
+        return TensorStatus.ONLY_IN_A if b is None else TensorStatus.ONLY_IN_B
+    if a[:2] != b[:2]:
+        return TensorStatus.DTYPE_OR_SHAPE_CHANGED
+    return TensorStatus.IDENTICAL if a[2] == b[2] else TensorStatus.CHANGED
 
 
 def _record_problems(measured: list[tuple[RawTensor, Measured]], records: list[dict],
