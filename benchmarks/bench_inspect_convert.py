@@ -110,16 +110,18 @@ def make_checkpoint(path: Path, size_gb: float) -> int:
     return int(done.stdout.strip())
 
 
-def timed(cmd: list[str], cwd: Path) -> dict:
+def timed(cmd: list[str], cwd: Path | None = None) -> dict:
     """Wall and CPU seconds, peak RSS (MiB, largest process of the tree) and stdout of cmd,
-    run in `cwd` (outside any checkout, so `-m inspector` is the interpreter's own install).
+    run in `cwd` (default the temp folder: outside any checkout, so `-m inspector` is the
+    interpreter's own install).
 
     The benchmark process stays small (it never imports torch), because a child's maximum
     RSS starts from its parent's RSS at fork time.
     """
     with tempfile.TemporaryFile() as out:
         started = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL, cwd=cwd)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL,
+                                cwd=cwd or tempfile.gettempdir())
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - started
         out.seek(0)

@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 from inspector.checkpoint.health import Health, assess
 from inspector.checkpoint.tensor_stats import TensorStats
 from inspector.cli import main
+from inspector.sandbox.host import operations
 from inspector.sandbox.host.jobs import run_job
 from inspector.sandbox.host.operations import inspect_reply
 from inspector.sandbox.protocol import PAYLOAD_ENV, SELFTEST_ENV, Limits
@@ -335,27 +336,41 @@ CALL_IT_IDENTICAL = """
 """
 
 
-@pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
-def test_a_worker_that_calls_changed_files_identical_is_caught(tmp_path, hostile, capsys,
-                                                              suffix) -> None:
+def _write(path, tensors: dict[str, torch.Tensor], kind: str) -> None:
+    """One checkpoint: a .pt, a .safetensors, or a folder of two safetensors shards with its
+    index."""
     from safetensors.torch import save_file
 
-    a, b = tmp_path / f"a{suffix}", tmp_path / f"b{suffix}"
+    if kind == ".pt":
+        torch.save(tensors, path)
+    elif kind == ".safetensors":
+        save_file(tensors, path)
+    else:
+        path.mkdir()
+        names = {key: f"model-0000{i}-of-00002.safetensors" for i, key in enumerate(tensors, 1)}
+        for key, name in names.items():
+            save_file({key: tensors[key]}, path / name)
+        (path / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {}, "weight_map": names}))
+
+
+@pytest.mark.parametrize("kind", [".pt", ".safetensors", "-shards"])
+def test_a_worker_that_calls_changed_files_identical_is_caught(tmp_path, hostile, capsys,
+                                                              monkeypatch, kind) -> None:
+    a, b = tmp_path / f"a{kind}", tmp_path / f"b{kind}"
     state = _state()
     changed = {**state, "a": state["a"].clone()}
     changed["a"].view(-1).view(torch.int32)[5] ^= 1 << 4  # one bit of one element
-    for path, tensors in ((a, state), (b, changed)):
-        if suffix == ".pt":
-            torch.save(tensors, path)
-        else:
-            save_file(tensors, path)
+    _write(a, state, kind)
+    _write(b, changed, kind)
     assert main(["diff", str(a), str(b)]) == 1  # the honest worker: they differ
     assert "checked:  each of the 2 keys' status recomputed here" in capsys.readouterr().out
     hostile(CALL_IT_IDENTICAL)
     # the lie under the real worker: the job's own reply calls the files identical
-    reply = run_job({"op": "diff", "paths": [str(a), str(b)], "allow_globals": [],
-                     "limits": Limits.for_input(os.path.getsize(a) * 2).to_json()},
-                    timeout=300)
+    # the lie under the real worker: the client's own job, its check left out, says identical
+    with monkeypatch.context() as patch:
+        patch.setattr(operations, "check_diff", lambda sides, result: None)
+        reply = operations.diff_files(a, b)
     assert reply["identical"] and {r["status"] for r in reply["tensors"]} == {"identical"}
     code = main(["diff", str(a), str(b)])
     captured = capsys.readouterr()

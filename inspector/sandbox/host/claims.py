@@ -14,8 +14,8 @@ runs, so the check adds little wall time:
   statistics (mean, std, histogram, exponents) are taken from the worker and the record says so.
 - `check_digests`: the tensor digests `verify` compares with a manifest, checked the same way.
 - `check_diff`: each row's status (identical, changed, dtype or shape changed, on one side
-  only) and the overall `identical`, from both files' digests; the rows' counts and bit flips
-  are the worker's.
+  only) and the overall `identical`, from both sides' bytes compared here (`SideBySide`); the
+  rows' counts and bit flips are the worker's.
 - `check_conversion`: the output safetensors file is read here and each tensor's bytes compared
   with the input's own storage bytes; every input tensor must be written, or be an alias of a
   written one with the same bytes, or be skipped for a dtype safetensors cannot hold, and
@@ -170,56 +170,123 @@ def check_digests(expected: Expected, result: dict[str, Any]) -> None:
     result["claims"] = ClaimCheck(checked=True, tensors=len(measured)).to_json()
 
 
-def check_diff(sides: list[Expected | str], result: dict[str, Any]) -> None:
-    """Check a diff reply against both files' bytes: every tensor of each side reported once,
+class SideBySide:
+    """Both sides of a diff located here (each side its files: one, or a shard set's) and the
+    tensors they share compared byte for byte, on a thread of its own while the worker runs;
+    or why a side's tensors cannot all be located here."""
+
+    def __init__(self, sides: list[list[Path]]) -> None:
+        self._stop, self._done = threading.Event(), threading.Event()
+        self.reason: str | None = None
+        self.sides: list[dict[str, RawTensor]] = [{}, {}]
+        self.same: dict[str, bool] = {}
+        threading.Thread(target=self._run, args=(sides,), name="claims-diff",
+                         daemon=True).start()
+
+    def _run(self, sides: list[list[Path]]) -> None:
+        try:
+            self.sides = [_located(files) for files in sides]
+            a, b = self.sides
+            for key in sorted(a.keys() & b.keys()):
+                if self._stop.is_set():
+                    return
+                self.same[key] = same_bytes(a[key], b[key])
+        except NotReadable as exc:
+            self.reason = str(exc)
+        except Exception as exc:  # a crafted file our reader fails on: then nothing is checked
+            self.reason = f"a file could not be read here ({type(exc).__name__}: {exc})"
+        finally:
+            self._done.set()
+
+    def wait(self) -> None:
+        """Until both sides are located and their shared tensors compared."""
+        self._done.wait()
+
+    def stop(self) -> None:
+        """The job ended without a reply to check: stop comparing."""
+        self._stop.set()
+
+    def status(self, key: str, tied: dict[int, str]) -> str:
+        """The status a diff row must have for `key`; `tied`: the side (0, 1) on which the
+        loader says the key, not stored there, is the stored tensor named."""
+        a, b = (side.get(key) or side.get(tied.get(n, "")) for n, side in enumerate(self.sides))
+        if a is None or b is None:
+            return TensorStatus.ONLY_IN_A if b is None else TensorStatus.ONLY_IN_B
+        if (a.dtype, a.shape) != (b.dtype, b.shape):
+            return TensorStatus.DTYPE_OR_SHAPE_CHANGED
+        same = self.same.get(key) if not tied else None
+        if same is None:
+            same = same_bytes(a, b)
+        return TensorStatus.IDENTICAL if same else TensorStatus.CHANGED
+
+
+def _located(files: list[Path]) -> dict[str, RawTensor]:
+    """Every tensor of one side's files by key, a converted file's recorded aliases too."""
+    out: dict[str, RawTensor] = {}
+    for path in files:
+        raw = open_raw(path)
+        mine = {t.key: t for t in raw.tensors}
+        mine |= {removed: mine[kept] for removed, kept in recorded_aliases(raw.metadata).items()
+                 if kept in mine and removed not in mine}
+        out |= mine
+    return out
+
+
+def same_bytes(a: RawTensor, b: RawTensor) -> bool:
+    """Whether two tensors hold the same bytes, in element order, read in step (memcmp)."""
+    import numpy as np
+
+    left, rest = memoryview(b""), b.read()
+    for chunk in a.read():
+        view = memoryview(chunk).cast("B")
+        while len(view):
+            if not len(left):
+                left = memoryview(next(rest, b"")).cast("B")
+                if not len(left):
+                    return False
+            n = min(len(view), len(left))
+            if not _equal(np.frombuffer(view[:n], np.uint8), np.frombuffer(left[:n], np.uint8)):
+                return False
+            view, left = view[n:], left[n:]
+    return not len(left) and not any(len(memoryview(c).cast("B")) for c in rest)
+
+
+def check_diff(compared: SideBySide, result: dict[str, Any]) -> None:
+    """Check a diff reply against both sides' bytes: every tensor of each side reported once,
     each row's status the one its dtype, shape and bytes give (`not_compared` may stand for
-    any: it claims less), and `identical` only when every row is; set `claims`, or
-    SandboxError when a claim fails. A side given as a reason (a sharded one) leaves the
-    reply the jailed loader's. The rows' element counts and bit flips are not checked."""
-    measured = [side if isinstance(side, str) else side.wait() for side in sides]
-    if reason := next((m for m in measured if isinstance(m, str)), None):
-        result["claims"] = ClaimCheck(reason=reason).to_json()
+    any but identical: it claims less), and `identical` only when every row is; set `claims`,
+    or SandboxError when a claim fails. A key a side does not store, which the loader says it
+    ties to one it does (`stored_as_*`), is judged by that tensor's bytes: the tie itself is
+    the loader's word, as are the rows' element counts and bit flips."""
+    compared.wait()
+    if compared.reason is not None:
+        result["claims"] = ClaimCheck(reason=compared.reason).to_json()
         return
-    a, b = (_by_key(m, side.metadata) for m, side in zip(measured, sides, strict=True))
-    truths = {key: _diff_status(a.get(key), b.get(key)) for key in sorted(a.keys() | b.keys())}
-    problems = []
-    rows: dict[str, str] = {}
+    problems: list[str] = []
+    rows: dict[str, tuple[str, dict[int, str]]] = {}
     for rec in result["tensors"]:
         key = str(rec.get("key"))
         if key in rows:
             problems.append(f"{escape(key)} reported twice")
-        rows[key] = str(rec.get("status"))
+        tied = {n: str(rec.get(f"stored_as_{letter}")) for n, letter in enumerate("ab")
+                if key not in compared.sides[n] and rec.get(f"stored_as_{letter}") is not None}
+        rows[key] = (str(rec.get("status")), tied)
+    keys = set().union(*(side.keys() for side in compared.sides)) | {
+        k for k, (_s, tied) in rows.items() if tied}
+    truths = {key: compared.status(key, rows.get(key, ("", {}))[1]) for key in sorted(keys)}
     for key, truth in truths.items():
-        said = rows.pop(key, None)
+        said = rows.pop(key, (None, {}))[0]
         if said is None:
             problems.append(f"{escape(key)} is not reported")
         elif said != truth and not (said == TensorStatus.NOT_COMPARED
                                     and truth != TensorStatus.IDENTICAL):
             problems.append(f"{escape(key)} is {truth}, reported as {escape(said)}")
-    problems += [f"{escape(key)} is no tensor of either file" for key in rows]
+    problems += [f"{escape(key)} is no tensor of either side" for key in rows]
     if result.get("identical") and any(t != TensorStatus.IDENTICAL for t in truths.values()):
-        problems.append("the files were reported identical")
+        problems.append("the checkpoints were reported identical")
     if problems:
         raise _refuted("comparison", problems, result.get("sandbox"))
     result["claims"] = ClaimCheck(checked=True, tensors=len(truths)).to_json()
-
-
-def _by_key(measured: list[tuple[RawTensor, Measured]], metadata: dict[str, str]
-            ) -> dict[str, tuple[str, tuple[int, ...], str]]:
-    """Each tensor's dtype, shape and digest by key, a converted file's recorded aliases too."""
-    out = {t.key: (t.dtype, tuple(t.shape), m.digest) for t, m in measured}
-    out |= {removed: out[kept] for removed, kept in recorded_aliases(metadata).items()
-            if kept in out and removed not in out}
-    return out
-
-
-def _diff_status(a: tuple | None, b: tuple | None) -> str:
-    """The status a diff row must have for a key read here on each side (None: absent)."""
-    if a is None or b is None:
-        return TensorStatus.ONLY_IN_A if b is None else TensorStatus.ONLY_IN_B
-    if a[:2] != b[:2]:
-        return TensorStatus.DTYPE_OR_SHAPE_CHANGED
-    return TensorStatus.IDENTICAL if a[2] == b[2] else TensorStatus.CHANGED
 
 
 def _record_problems(measured: list[tuple[RawTensor, Measured]], records: list[dict],

@@ -27,6 +27,7 @@ from inspector.sandbox.host.admission import check_loadable, static_scan
 from inspector.sandbox.host.claims import (
     Asked,
     Expected,
+    SideBySide,
     check_conversion,
     check_diff,
     check_digests,
@@ -344,17 +345,12 @@ def diff_files(
         "allow_globals": allow,
         "limits": _limits(sum(size for size, _fs in inputs), None),
     }
-    # each side's own digests, while the worker runs; a sharded side is the loader's alone
-    expected = [Expected(side[0], counts=False) if s.index is None and len(side) == 1
-                else "a sharded side is compared only by the jailed loader"
-                for s, side in zip(sets, files, strict=True)]
+    compared = SideBySide(files)  # both sides' bytes, compared here while the worker runs
     try:
         result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout)
-        check_diff(expected, result)  # the rows' statuses are claims until they pass
+        check_diff(compared, result)  # the rows' statuses are claims until they pass
     finally:
-        for side in expected:
-            if isinstance(side, Expected):
-                side.stop()
+        compared.stop()
     for letter, shard_set in zip("ab", sets, strict=True):
         index = shard_set.index
         result[letter]["index"] = str(index.path) if index is not None else None
