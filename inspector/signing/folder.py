@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inspector.core.progress import CancelToken, ProgressFn
+from inspector.core.termtext import counted
 from inspector.core.vocabulary import FileStatus
 from inspector.integrity.hashing import sha256_file
 from inspector.integrity.manifest import ManifestError
@@ -220,8 +221,9 @@ def check_signed_file(path: Path, signature: Path, public_key: Path | None = Non
         checked = check_signature(bundle, public_key, certificate_chain, keyless)
         names = [r.name for r in checked.statement.resources]
         if not checked.statement.plain_sha256 or names != ["."]:
-            raise SignatureError("not-this-file", f"{signature}: signs a folder ({len(names)} "
-                                 "items), not one file: name the folder it signs")
+            raise SignatureError("not-this-file", f"{signature}: signs a folder "
+                                 f"({counted(len(names), 'item')}), not one file: name the "
+                                 "folder it signs")
     except SignatureError as exc:
         return SignedCheck(verdict_for(signature, error=exc, kind=kind), error=exc)
     expected = checked.statement.resources[0].digest
