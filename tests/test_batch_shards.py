@@ -7,6 +7,7 @@ the shards as tasks, as the documented example does.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -130,6 +131,33 @@ def test_a_result_cut_short_or_a_changed_file_is_done_again(models, tmp_path):
     assert "6 result(s) kept from earlier runs" in again.stderr
     scanned = journal.read(results).of_kind("scan.result")
     assert len(scanned) == 7 + 1  # 6 readable + the redone cut one + m0.pt
+
+
+def test_a_file_rewritten_in_place_with_its_old_mtime_is_done_again(tmp_path):
+    """Size and modification time alone kept an 'ok' for a file rewritten in place with its
+    mtime put back; its change time and inode cannot be put back."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "a.bin").write_bytes(os.urandom(4096))
+    (folder / "b.bin").write_bytes(os.urandom(4096))
+    sums = tmp_path / "sums.sha256"
+    sums.write_text("".join(f"{hashlib.sha256((folder / n).read_bytes()).hexdigest()}  m/{n}\n"
+                            for n in ("a.bin", "b.bin")))
+    results = tmp_path / "r.jsonl"
+    _cli("verify", folder, "-m", sums, "--results", results)
+    st = os.stat(folder / "a.bin")
+    with open(folder / "a.bin", "r+b") as fh:  # one bit, in place
+        fh.seek(100)
+        byte = fh.read(1)[0]
+        fh.seek(100)
+        fh.write(bytes([byte ^ 1]))
+    os.utime(folder / "a.bin", ns=(st.st_atime_ns, st.st_mtime_ns))
+    again = _cli("verify", folder, "-m", sums, "--results", results, check=1)
+    assert "2 result(s) kept from earlier runs" in again.stderr
+    lines = again.stdout.splitlines()
+    assert any(line.startswith("MISMATCH") and "m/a.bin" in line for line in lines), lines
+    assert any(line.startswith("OK") and "m/b.bin" in line for line in lines), lines
+    assert len(journal.read(results).of_kind("verify.result")) == 3  # only a.bin done again
 
 
 def test_a_dask_cluster_runs_the_shards_as_tasks(models, tmp_path):

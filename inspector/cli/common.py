@@ -378,7 +378,9 @@ def open_batch(args: argparse.Namespace, kind: str) -> Batch:
                      "its file is done again"), file=sys.stderr)
     if log.done:
         print(escape(f"{args.results}: {len(log.done)} result(s) kept from earlier runs; "
-                     "files that changed since are done again"), file=sys.stderr)
+                     "files written since are done again (corruption below the file system "
+                     "is not: use a new results file to check everything again)"),
+              file=sys.stderr)
     return Batch(shard, log)
 
 

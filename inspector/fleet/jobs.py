@@ -61,24 +61,27 @@ def parse_job_slice(text: str) -> JobSlice:
 
 
 def identity(path: Where) -> list[Any] | None:
-    """Size and modification time (a folder's: over every file in it, and their count; an
-    object's: its size and ETag), so a checkpoint that changed since its result was kept is
-    done again."""
+    """Size, inode and the modification and change times (a folder's: over every file in
+    it, and their count; an object's: its size and ETag), so a checkpoint written since its
+    result was kept is done again, even with its modification time put back (the change time
+    cannot be). Corruption below the file system changes none of them: a new results file
+    re-checks everything."""
     if isinstance(path, RemoteObject):
         return path.identity
     try:
         st = os.stat(path)
         if not os.path.isdir(path):
-            return [st.st_size, st.st_mtime_ns]
-        total, newest, count = 0, st.st_mtime_ns, 0
+            return [st.st_size, st.st_ino, st.st_mtime_ns, st.st_ctime_ns]
+        total, newest, count, inodes = 0, max(st.st_mtime_ns, st.st_ctime_ns), 0, 0
         for folder, _, names in os.walk(path):
             for name in names:
                 inner = os.stat(os.path.join(folder, name))
                 total, count = total + inner.st_size, count + 1
-                newest = max(newest, inner.st_mtime_ns)
+                newest = max(newest, inner.st_mtime_ns, inner.st_ctime_ns)
+                inodes += inner.st_ino  # a file replaced by another is another inode
     except OSError:
         return None
-    return [total, newest, count]
+    return [total, newest, count, inodes]
 
 
 @dataclass
