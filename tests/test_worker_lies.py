@@ -377,3 +377,28 @@ def test_a_worker_that_calls_changed_files_identical_is_caught(tmp_path, hostile
     assert code not in (0, 1)
     assert "comparison does not match the file's own bytes" in captured.err
     assert "a is changed, reported as identical" in captured.err
+
+
+class _Chunks:
+    """A tensor whose reader yields the given chunks (the readers of two formats cut one
+    tensor's bytes at different places, and may yield empty pieces)."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self.chunks = chunks
+
+    def read(self):
+        return iter(self.chunks)
+
+
+@pytest.mark.parametrize(("a", "b", "same"), [
+    ((b"abcd", b"", b"efgh"), (b"ab", b"", b"cdef", b"", b"gh", b""), True),
+    ((b"abc",), (b"abcd",), False),
+    ((b"abcd",), (b"abc",), False),
+    ((b"",), (), True),
+    ((b"abcd" * 1000,), (b"abcd" * 999 + b"abce",), False),
+])
+def test_bytes_are_compared_in_step_whatever_the_chunks(a, b, same) -> None:
+    from inspector.sandbox.host.claims import same_bytes
+
+    assert same_bytes(_Chunks(*a), _Chunks(*b)) is same
+    assert same_bytes(_Chunks(*b), _Chunks(*a)) is same

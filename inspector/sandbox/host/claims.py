@@ -240,10 +240,11 @@ def same_bytes(a: RawTensor, b: RawTensor) -> bool:
     for chunk in a.read():
         view = memoryview(chunk).cast("B")
         while len(view):
-            if not len(left):
-                left = memoryview(next(rest, b"")).cast("B")
-                if not len(left):
+            while not len(left):
+                following = next(rest, None)
+                if following is None:
                     return False
+                left = memoryview(following).cast("B")
             n = min(len(view), len(left))
             if not _equal(np.frombuffer(view[:n], np.uint8), np.frombuffer(left[:n], np.uint8)):
                 return False
@@ -273,7 +274,12 @@ def check_diff(compared: SideBySide, result: dict[str, Any]) -> None:
         rows[key] = (str(rec.get("status")), tied)
     keys = set().union(*(side.keys() for side in compared.sides)) | {
         k for k, (_s, tied) in rows.items() if tied}
-    truths = {key: compared.status(key, rows.get(key, ("", {}))[1]) for key in sorted(keys)}
+    try:
+        truths = {key: compared.status(key, rows.get(key, ("", {}))[1]) for key in sorted(keys)}
+    except Exception as exc:  # a tied tensor our reader cannot compare: nothing is checked
+        result["claims"] = ClaimCheck(reason=f"a tensor could not be compared here "
+                                             f"({type(exc).__name__}: {exc})").to_json()
+        return
     for key, truth in truths.items():
         said = rows.pop(key, (None, {}))[0]
         if said is None:
