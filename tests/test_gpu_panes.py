@@ -97,7 +97,7 @@ def test_hours_of_replay_render_and_pan_without_stalling_the_ui(qtbot, tmp_path,
     pane.open_log(str(log))
     qtbot.waitUntil(lambda: pane.status.text().startswith("Replay of"), timeout=120_000)
     qtbot.waitUntil(lambda: not pane._lod_queue)
-    assert pane.status.text().endswith(f"{HOURS * 3600 * GPUS} rows, {GPUS} GPU(s)")
+    assert pane.status.text().endswith(f"{HOURS * 3600 * GPUS:,} rows, {GPUS} GPUs")
     assert pane.stack.currentIndex() == 1
     _, temps = pane.store.series(3, "temperature_gpu")
     assert temps.size == HOURS * 3600
@@ -185,7 +185,7 @@ def test_live_fake_nvml_shows_xids_and_a_vanishing_driver(qtbot, monkeypatch):
     qtbot.addWidget(pane)
     pane.show()
     qtbot.waitUntil(lambda: pane.store.count(1) >= 3, timeout=10_000)
-    assert pane.status.text() == "Live: 2 GPU(s), every 0.1 s, driver 580.95.05"
+    assert pane.status.text() == "Live: 2 GPUs, every 0.1 s, driver 580.95.05"
     qtbot.waitUntil(lambda: pane.table.rowCount() == 2 and pane.table.item(1, 1) is not None)
     assert pane.table.item(1, 1).text() == "61 °C"
     assert pane.table.item(0, 6).text() == "software power cap"

@@ -60,7 +60,7 @@ def test_every_entry_of_an_opened_folder_has_the_line_scan_prints(
     assert rows["suspicious.pt"][3]  # its first flag, as the CLI's indented lines begin
     # the headline counts what was scanned and what was skipped; every row has its state's icon
     assert pane.summary.text().startswith(
-        "6 entries in 1 folder(s): 3 scanned, 3 skipped (not checkpoints). "), pane.summary.text()
+        "6 entries in 1 folder: 3 scanned, 3 skipped (not checkpoints). "), pane.summary.text()
     top = pane.tree.topLevelItem(0)
     for i in range(top.childCount()):
         row = top.child(i)

@@ -35,7 +35,7 @@ def _cells(table):
 
 
 def test_charts_show_loss_and_grad_norm_with_alarm_and_checkpoint_marks(window, qtbot,
-                                                                        tmp_path):
+                                                                        tmp_path, artifacts):
     pane = _open(window, qtbot, guarded_run(tmp_path / "run"))
     for signal in ("loss", "grad_norm"):
         [(rank, item)] = pane.charts.curves[signal]
@@ -59,8 +59,9 @@ def test_charts_show_loss_and_grad_norm_with_alarm_and_checkpoint_marks(window, 
     assert row["Steps recorded"] == "12" and row["Steps"] == "0–11"
     assert row["Worker seeds (torch)"] == "w0: 1234, w1: 1235"
     assert row["Duplicated"] == "1" and row["Wrong after resume"] == "0"
-    assert "12 step(s) on 1 rank(s); 2 alarm(s), 1 of them on the data order" in \
+    assert "12 steps on 1 rank; 2 alarms, 1 of them on the data order" in \
         pane.guard_line.text()
+    window.grab().save(str(artifacts / "gui" / "run-guard.png"))
 
 
 def test_a_transient_alarm_shows_the_gpu_state_the_guard_recorded(window, qtbot, tmp_path,

@@ -116,7 +116,7 @@ def test_the_gpu_pane_shows_every_health_reading_or_why_it_is_na(qtbot, monkeypa
         assert health[0].text() == "ok"
         assert "n/a (" in health[0].toolTip() and "Not Supported" in health[0].toolTip()
         assert health[1].text() == ("driver asks: reset the GPU, 4 SRAM unc., "
-                                    "2 bank(s) without spare rows")
+                                    "2 banks without spare rows")
         tip = health[1].toolTip()
         assert "Uncorrected SRAM ECC: L2 0, SM 0, PCIE 0, MCU 4, OTHER 0" in tip
         assert "Banks by spare rows left: all 10, most 3, some 2, few 1, none 2" in tip

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 
 from inspector.checkpoint.results import ConversionResult, FolderConversion
 from inspector.core.progress import CancelToken
+from inspector.core.termtext import counted
 from inspector.core.vocabulary import FileStatus
 from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, Job
@@ -252,8 +253,9 @@ def conversion_html(result: ConversionResult) -> str:
                      f"stored once; the aliases are recorded in the file's metadata:</p>"
                      f"<ul>{items}</ul>")
     if result.sidecar:
-        parts.append(f"<p>{len(result.objects_moved)} non-tensor value(s) (epoch, config…) went "
-                     f"to the JSON sidecar <b>{html.escape(result.sidecar)}</b>.</p>")
+        moved = counted(len(result.objects_moved), "non-tensor value")
+        parts.append(f"<p>{moved} (epoch, config…) went to the JSON sidecar "
+                     f"<b>{html.escape(result.sidecar)}</b>.</p>")
     for problem in result.not_serializable:
         parts.append(f"<p>Not kept (JSON cannot hold it): {html.escape(str(problem))}</p>")
     return "".join(parts)
@@ -269,7 +271,8 @@ def folder_conversion_html(result: FolderConversion) -> str:
             f"Every shard matches as reported by the jailed loader{index}; not checked here: "
             f"{html.escape(why)}.")
     parts = [f"<p><b style='color:{ok.colour}'>{ok.glyph} {said}</b></p>",
-             f"<p>Wrote {len(result.shards)} shard(s), {result.tensors_written} tensors, "
+             f"<p>Wrote {counted(len(result.shards), 'shard')}, "
+             f"{counted(result.tensors_written, 'tensor')}, "
              f"{result.bytes_written:,} bytes of tensor data:</p><ul>"]
     parts += [f"<li><b>{html.escape(Path(str(shard.output)).name)}</b> "
               f"({shard.tensors_written} tensors) from {html.escape(Path(shard.input).name)}</li>"

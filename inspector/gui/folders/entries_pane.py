@@ -13,6 +13,7 @@ from pathlib import Path
 from PySide6.QtWidgets import QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from inspector.core.badges import LOOKS, Badge
+from inspector.core.termtext import counted
 from inspector.gui.verdict_style import state_icon
 from inspector.scan.advice import entry_line
 from inspector.scan.result import ScanResult
@@ -85,7 +86,7 @@ class FolderPane(QWidget):
         skipped = sum(1 for state in self._states.values() if state == Badge.SKIPPED)
         scanning = len(self._rows) - len(self._states)
         self.summary.setText(
-            f"{len(self._rows)} entries in {len(self._roots)} folder(s): "
+            f"{len(self._rows)} entries in {counted(len(self._roots), 'folder')}: "
             f"{len(self._states) - skipped} scanned, {skipped} skipped (not checkpoints)"
             + (f", {scanning} scanning" if scanning else "")
             + ". Every entry has a line, skipped ones with their reason, as "

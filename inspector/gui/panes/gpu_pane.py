@@ -30,6 +30,7 @@ from PySide6.QtGui import QPainterPath
 from PySide6.QtWidgets import QFileDialog, QTreeWidgetItem, QWidget
 
 from inspector.core.badges import alert_look, shout
+from inspector.core.termtext import counted
 from inspector.core.vocabulary import AlertSeverity
 from inspector.gpu.alerts import ingest, worst_alert
 from inspector.gpu.events import THROTTLE, timeline
@@ -206,7 +207,7 @@ class GpuPane(GpuPaneLayout):
         names = getattr(source, "names", [])
         driver = getattr(source, "driver_version", None)
         self.source_label = "live"
-        self.status.setText(f"Live: {len(names)} GPU(s), every {self.interval:g} s"
+        self.status.setText(f"Live: {counted(len(names), 'GPU')}, every {self.interval:g} s"
                             + (f", driver {driver}" if driver else ""))
         self.live_button.setEnabled(False)
         return True
@@ -295,7 +296,8 @@ class GpuPane(GpuPaneLayout):
         self._reset(store)
         self.stack.setCurrentIndex(1)
         self.source_label = path
-        self.status.setText(f"Replay of {path}: {rows} rows, {len(store.gpus())} GPU(s)")
+        self.status.setText(f"Replay of {path}: {counted(rows, 'row')}, "
+                            f"{counted(len(store.gpus()), 'GPU')}")
         for alert in alerts:
             self._show_alert(alert)
         self.refresh()

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from inspector.checkpoint.results import DiffResult, FlipRecord, TensorDiffRow
 from inspector.core.progress import CancelToken
+from inspector.core.termtext import counted
 from inspector.core.vocabulary import (
     DocumentState,
     FileStatus,
@@ -310,11 +311,12 @@ def verify_view(verification: Verification) -> tuple[str, list[Row]]:
     name = html.escape(verification.manifest)
     if bad_files or bad_tensors or result.errors:
         head = (f"<p><b style='color:{status_style('mismatch').colour}'>✕ Does not match "
-                f"{name}</b>: {bad_files} of {len(files)} file(s) and {bad_tensors} of "
-                f"{len(tensors)} tensor(s) differ.</p>")
+                f"{name}</b>: {bad_files} of {counted(len(files), 'file')} and {bad_tensors} of "
+                f"{counted(len(tensors), 'tensor')} differ.</p>")
     else:
         head = (f"<p><b style='color:{status_style('ok').colour}'>✓ Matches {name}</b>: "
-                f"{len(files)} file(s) and {len(tensors)} tensor(s) verified.</p>")
+                f"{counted(len(files), 'file')} and {counted(len(tensors), 'tensor')} "
+                "verified.</p>")
     notes = "".join(f"<p>{html.escape(e)}</p>" for e in result.errors)
     if verification.note:
         notes += f"<p>{html.escape(verification.note)}</p>"

@@ -14,6 +14,7 @@ from typing import Literal
 
 import numpy as np
 
+from inspector.core.termtext import counted
 from inspector.gui.widgets.event_marks import Mark
 from inspector.run.checkpoints import RunLedger
 from inspector.run.metrics import Alarm, RunMetrics
@@ -107,9 +108,9 @@ def guard_text(metrics: RunMetrics, guide: Path = GUARD_DOC) -> str:
         return f"The training guard recorded nothing in this run ({where})."
     steps = sum(len(s.steps) for s in metrics.series)
     order = sum(a.is_order for a in metrics.alarms)
-    text = (f"Guard: {steps:,} step(s) on {len(metrics.series)} rank(s); "
-            f"{len(metrics.alarms)} alarm(s), {order} of them on the data order")
+    text = (f"Guard: {counted(steps, 'step')} on {counted(len(metrics.series), 'rank')}; "
+            f"{counted(len(metrics.alarms), 'alarm')}, {order} of them on the data order")
     if metrics.problems:
-        text += f"; {len(metrics.problems)} problem(s): {metrics.problems[0]}"
+        text += f"; {counted(len(metrics.problems), 'problem')}: {metrics.problems[0]}"
     return html.escape(text, quote=False)
 

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from inspector.core.progress import CancelToken
+from inspector.core.termtext import counted
 from inspector.gui.jobs import EmitFn, Job, JobRunner
 from inspector.gui.panes import run_guard_model as guard_model
 from inspector.gui.panes.run_charts import RunCharts
@@ -171,7 +172,7 @@ class RunPane(QWidget):
                 self.ledger = event["ledger"]
                 self.model.set_rows(run_rows(self.ledger))
                 self._show_guard(event["metrics"])
-                self.chain.setText(f"{len(self.ledger.saves)} checkpoint(s) · "
+                self.chain.setText(f"{counted(len(self.ledger.saves), 'checkpoint')} · "
                                    f"{chain_text(self.ledger)} · checking the bytes…")
 
     def _on_checked(self, result) -> None:

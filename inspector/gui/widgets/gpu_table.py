@@ -5,6 +5,7 @@ from __future__ import annotations
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QHeaderView, QTableWidget, QTableWidgetItem
 
+from inspector.core.termtext import counted
 from inspector.gpu.telemetry import SRAM_UNITS, GpuSample, decode_clock_reasons, recovery_words
 from inspector.gui.widgets.gpu_pens import gpu_colour
 
@@ -41,7 +42,7 @@ def sample_cells(gpu: int, s: GpuSample) -> tuple[str, ...]:
     if sram:
         state.append(f"{sram:.0f} SRAM unc.")
     if s.remap_banks_none:
-        state.append(f"{s.remap_banks_none:.0f} bank(s) without spare rows")
+        state.append(f"{counted(round(s.remap_banks_none), 'bank')} without spare rows")
     reasons = decode_clock_reasons(s.clocks_event_reasons)
     return (
         f"GPU{gpu} {(s.name or '').removeprefix('NVIDIA ')}".strip()
