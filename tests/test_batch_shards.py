@@ -80,7 +80,7 @@ def test_scan_shards_cover_the_folder_once_and_merge(models, tmp_path):
     assert sorted(seen) == sorted(single)
     merged = _cli("merge", *(tmp_path / f"r{i}.jsonl" for i in range(3)), "-o",
                   tmp_path / "m.json", check=0)
-    assert "7 file(s) from 3 results file(s)" in merged.stdout
+    assert "7 files from 3 results files" in merged.stdout
     assert {f["file"]["path"] for f in _files(tmp_path / "m.json")} == single
 
 

@@ -159,7 +159,7 @@ def test_verify_of_a_folder_it_never_checked_fails(tmp_path, capsys, monkeypatch
     assert code == 3
     assert "nothing was checked" in out and "a/m.pt" in out and str(tmp_path) in out
     # unrelated extras fold into one line
-    assert out.count("NOT IN MANIFEST") == 1 and "NOT IN MANIFEST 4 file(s) (" in out
+    assert out.count("NOT IN MANIFEST") == 1 and "NOT IN MANIFEST 4 files (" in out
     code, out, _ = _cli(capsys, "verify", "-m", "M.sha256", b, "--json")
     doc = json.loads(out)
     assert doc["ok"] is False and "nothing was checked" in doc["errors"][0]

@@ -173,7 +173,7 @@ def test_a_missing_shard_loads_nothing_and_is_a_coverage_problem(saved, tmp_path
     code = main(["inspect", str(copy)])
     out, _ = capsys.readouterr()
     assert code == 8
-    assert "coverage: 1 problem(s)" in out and f"missing-shard: {message}" in out
+    assert "coverage: 1 problem" in out and f"missing-shard: {message}" in out
     assert tree_digests(copy) == before
 
 

@@ -167,7 +167,7 @@ def test_verify_one_object_shards_and_merge(s3, tmp_path):
     assert "result(s) kept from earlier runs" in again.stderr
     merged = s3.cli("merge", tmp_path / "v0.jsonl", tmp_path / "v1.jsonl", "-o",
                     tmp_path / "fleet.json")
-    assert "3 file(s) from 2 results file(s)" in merged.stdout, merged.stdout + merged.stderr
+    assert "3 files from 2 results files" in merged.stdout, merged.stdout + merged.stderr
     report = json.loads((tmp_path / "fleet.json").read_text())
     assert sorted(f["file"]["path"] for f in report["files"]) == sorted(seen)
 
@@ -183,7 +183,7 @@ def test_verify_of_objects_that_match_no_listed_file_checks_nothing_and_fails(s3
     assert out.returncode == 3, out.stdout + out.stderr
     doc = json.loads(out.stdout)
     assert [f["status"] for f in doc["files"]] == ["extra"] and not doc["ok"]
-    assert doc["errors"][0].startswith("nothing was checked: none of the 3 file(s)")
+    assert doc["errors"][0].startswith("nothing was checked: none of the 3 files")
 
 
 def test_inspect_and_report_of_an_object_name_its_url(s3, tmp_path):

@@ -51,7 +51,7 @@ def test_pdf_report_of_a_malicious_and_a_benign_file(tmp_path, canary, python_ex
     done = subprocess.run([python_exe, "-m", "inspector", "report", evil, good, "-o", out],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
-    assert f"DANGEROUS: 2 file(s), 1 problem(s); report written to {out}" in done.stdout
+    assert f"DANGEROUS: 2 files, 1 problem; report written to {out}" in done.stdout
     first = subprocess.run(["pdftotext", "-f", "1", "-l", "1", out, "-"], capture_output=True,
                            text=True, check=True).stdout
     assert "DANGEROUS — DO NOT LOAD" in first and "evil.pt: dangerous: imports" in first
@@ -165,7 +165,7 @@ def test_dash_prints_the_json_report_and_quiet_keeps_stderr_clean(tmp_path, fast
     doc = json.loads(out)
     jsonschema.Draft202012Validator(load_schema()).validate(doc)
     assert doc["verdict"] == "safe" and doc["files"][0]["file"]["name"] == good.name
-    assert err.startswith("SAFE: 1 file(s)") and "inspecting" not in err
+    assert err.startswith("SAFE: 1 file,") and "inspecting" not in err
     assert not (tmp_path / "-").exists()
 
 

@@ -48,7 +48,7 @@ def test_report_carries_the_comparison_and_names_it_a_problem(tmp_path):
     (flip,) = tensor["bitflips"]
     assert (tensor["key"], flip["index"], flip["bit"], flip["kind"]) == ("w", 7, 30, "exponent")
     assert flip["file_offset_a"] == byte and flip["before_value"] == "1"
-    assert any(p.startswith(f"differs from {bad} in 1 tensor(s), 1 single-bit flip")
+    assert any(p.startswith(f"differs from {bad} in 1 tensor, 1 single-bit flip")
                for p in f["problems"])
     page = (tmp_path / "r.html").read_text()
     assert "Comparison with another copy" in page and "0x3f800000" in page and str(byte) in page

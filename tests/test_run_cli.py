@@ -100,7 +100,7 @@ def test_report_of_a_run_folder_carries_the_ledger_summary(tmp_path, capsys):
     assert (ledger["saves"], ledger["intact"], ledger["changed"]) == (2, 1, 1)
     assert ledger["records"] == {"ledger.save": 2, "guard.alarm": 1}
     assert ledger["latest_valid"]["step"] == 1
-    assert any("1 ledgered checkpoint(s) changed since saved" in p for p in doc["problems"])
+    assert any("1 ledgered checkpoint changed since saved" in p for p in doc["problems"])
     by_name = {f["file"]["name"]: f for f in doc["files"]}
     assert "(step 1, saved" in by_name["step-1.pt"]["verification"]["manifest"]
     html = tmp_path / "report.html"

@@ -97,7 +97,7 @@ def test_weights_only_refusal_names_globals_and_allowing_exactly_them_loads(
     assert main(["inspect", str(path), "--allow-global", "argparse.Namespace"]) == 1
     out = capsys.readouterr().out
     assert "hparams.lr: builtins.float = 0.5" in out and "hparams.layers" in out
-    assert "2 non-tensor value(s)" in out
+    assert "2 non-tensor values" in out
 
 
 def test_dangerous_file_is_refused_and_an_override_still_needs_weights_only(

@@ -71,7 +71,7 @@ def test_replay_summary_alerts_and_conversion(tmp_path, capsys):
     code = main(["telemetry", "--replay", str(log), "--csv", str(out)])
     text = capsys.readouterr().out
     assert code == 1  # an uncorrected ECC increase and a temperature above 85 °C
-    assert f"{log}: 4 rows, 2 GPU(s), 00:00:05 span, 0 XID event(s)" in text
+    assert f"{log}: 4 rows, 2 GPUs, 00:00:05 span, 0 XID events" in text
     assert "GPU1 NVIDIA H100 80GB HBM3: 2 samples, temp 47–88 °C, power 598–602 W" in text
     assert "GPU 0: uncorrected ECC errors (volatile) rose from 0 to 1" in text
     assert [s.power_draw for s in read_log(out).samples] == [612.33, 598.1, 640.02, 601.55]

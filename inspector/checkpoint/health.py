@@ -49,6 +49,7 @@ from typing import Any, ClassVar, Protocol
 from inspector.checkpoint.tensor_stats import TensorStats
 from inspector.core.dtypes import lookup
 from inspector.core.json_record import JsonRecord, typed_list, word
+from inspector.core.termtext import counted
 from inspector.core.vocabulary import HealthSeverity, HealthStatus
 
 OK, WARNING, PROBLEM = HealthStatus.OK, HealthStatus.WARNING, HealthStatus.PROBLEM
@@ -311,7 +312,7 @@ class MagnitudeOutlier:
         if count:
             judging.health.add(HealthFinding(
                 "magnitude-outlier", rec.key, PROBLEM,
-                f"{count:,} value(s) at least 2^{gap} times above the rest of the tensor "
+                f"{counted(count, 'value')} at least 2^{gap} times above the rest of the tensor "
                 f"(absmax {_num(rec.absmax)}, the rest below 2^{bulk + 1}): the signature "
                 f"of a flipped exponent bit",
                 extra={"outliers": count, "absmax": rec.absmax, "bulk_exponent": bulk + 1}))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from inspector.core.badges import GREY, LOOKS, STATUS_LOOKS, shout, status_look
 from inspector.core.progress import ProgressFn
-from inspector.core.termtext import escape
+from inspector.core.termtext import counted, escape
 from inspector.core.vocabulary import (
     DAMAGED,
     DEFAULT_REQUIRED_JAIL,
@@ -228,9 +228,9 @@ def print_verify_result(result: VerifyResult) -> None:
     if extras:
         names = ", ".join(Path(f.path).name for f in extras[:3])
         more = f" and {len(extras) - 3} more" if len(extras) > 3 else ""
-        print(escape(f"{shout(status_look(FileStatus.EXTRA).word):<14} {len(extras)} file(s) "
-                     f"({names}{more}; " + ("they fail with --strict)" if not result.strict
-                                           else "--strict: they fail)")))
+        extra = shout(status_look(FileStatus.EXTRA).word)
+        fails = "they fail with --strict)" if not result.strict else "--strict: they fail)"
+        print(escape(f"{extra:<14} {counted(len(extras), 'file')} ({names}{more}; {fails}"))
     for error in result.errors:
         print(escape(f"ERROR          {error}"))
     totals = [_totals("file", result.files)]

@@ -19,6 +19,7 @@ from inspector.cli.common import (
     add_require_jail_argument,
     add_timeout_arguments,
 )
+from inspector.core.termtext import counted
 from inspector.core.vocabulary import CheckStatus
 
 EXIT_CONSISTENT = 0
@@ -119,7 +120,8 @@ def format_result(result: ConsistencyResult) -> list[str]:
         verdict = "NOT JUDGED"
     lines = [f"{verdict} on {result.device_label} ({result.repeats} runs, {result.mode})"]
     for row in bad:
-        lines.append(f"  the weights hold NaN/Inf in {row['key']} ({row['nonfinite']} value(s), "
+        values = counted(row["nonfinite"], "value")
+        lines.append(f"  the weights hold NaN/Inf in {row['key']} ({values}, "
                      f"first at element {row['first_nonfinite']}): the device cannot be judged "
                      "on them; inspect the file, then diff it against a good copy")
     if result.injected:
@@ -158,7 +160,7 @@ def format_result(result: ConsistencyResult) -> list[str]:
                          + describe_element(name, first))
     for resident in result.resident_mismatches:
         lines.append(f"  device copy of {resident['key']} differs from the checkpoint in "
-                     f"{resident['changed_elements']} element(s):")
+                     f"{counted(resident['changed_elements'], 'element')}:")
         lines += [f"    {describe_element(resident['key'], e)}" for e in resident["elements"]]
     return lines
 

@@ -40,7 +40,7 @@ from inspector.cli.common import (
 )
 from inspector.core import strict_json
 from inspector.core.badges import LOOKS, Badge, weights_badge
-from inspector.core.termtext import escape
+from inspector.core.termtext import counted, escape
 from inspector.core.verdict import exit_code
 from inspector.core.vocabulary import HealthStatus, Verdict
 from inspector.scan.advice import DAMAGED, advise, code_safety_badge, display_word
@@ -135,7 +135,7 @@ def _human(report: InspectResult) -> list[str]:
     objects = report.objects
     if objects:
         lines.append("")
-        lines.append(f"{len(objects)} non-tensor value(s):")
+        lines.append(f"{counted(len(objects), 'non-tensor value')}:")
         lines.extend(f"  {o.key}: {o.type} = {o.repr}" for o in objects[:50])
     if report.error is not None:
         lines.append("")
@@ -172,7 +172,7 @@ def shard_lines(report: InspectResult) -> list[str]:
     lines.extend(f"  alias {a['key']} -> {a['stored_as']} (shared storage in {a['shard']})"
                  for a in report.aliases or ())
     problems = report.problems or []
-    lines.append("coverage: " + (f"{len(problems)} problem(s)" if problems else
+    lines.append("coverage: " + (counted(len(problems), "problem") if problems else
                                  "every key in exactly one shard, as the index says"))
     lines.extend(f"  {p['code']}: {p['message']}" for p in problems)
     return lines
@@ -184,8 +184,9 @@ def code_lines(report: InspectResult) -> list[str]:
     if not code:
         return []
     flagged = sum(bool(c["flags"]) for c in code)
-    lines = [f"code:     {len(code)} file(s) that loading the archive would run (never run "
-             f"here; weights read from their records; texts in --json); {flagged} flagged"]
+    lines = [f"code:     {counted(len(code), 'file')} that loading the archive would run "
+             "(never run here; weights read from their records; texts in --json); "
+             f"{flagged} flagged"]
     for c in code:
         lines.append(f"  {c['name']}  {c['size']:,} bytes")
         lines.extend(f"    FLAG: {flag}" for flag in c["flags"])

@@ -27,7 +27,7 @@ from typing import Any
 
 from inspector.core.atomic import OutputExistsError
 from inspector.core.envinfo import EnvInfo, GpuInfo
-from inspector.core.termtext import escape
+from inspector.core.termtext import counted, escape
 from inspector.core.verdict import exit_code, rank
 from inspector.core.vocabulary import ReportStatus, Verdict
 from inspector.fleet.jobs import BatchResults, read_results
@@ -99,8 +99,9 @@ def run(args: argparse.Namespace) -> int:
         write_report(report, args.output, overwrite=args.force)
     except (OutputExistsError, OSError) as exc:
         return _fail(f"report not written: {exc}", EXIT_NOT_WRITTEN)
-    print(f"{report.verdict.upper()}: {len(report.files)} file(s) from {len(args.results)} "
-          f"results file(s), {len(report.problems)} problem(s); report written to "
+    print(f"{report.verdict.upper()}: {counted(len(report.files), 'file')} from "
+          f"{counted(len(args.results), 'results file')}, "
+          f"{counted(len(report.problems), 'problem')}; report written to "
           f"{args.output}")
     for problem in report.problems:
         print(f"  {escape(problem)}")

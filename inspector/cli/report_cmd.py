@@ -44,6 +44,7 @@ from inspector.cli.common import (
     warm_workers,
 )
 from inspector.core.atomic import OutputExistsError
+from inspector.core.termtext import counted
 from inspector.core.verdict import exit_code
 from inspector.core.vocabulary import ReportStatus, Verdict
 from inspector.report import (
@@ -359,8 +360,8 @@ def _telemetry() -> Iterator[tuple[object | None, str]]:
 
 
 def _print_summary(report: Report, output: Path | str, stream: TextIO) -> None:
-    print(f"{headline_word(report).upper()}: {len(report.files)} file(s), "
-          f"{len(report.problems)} problem(s); report written to {output}", file=stream)
+    print(f"{headline_word(report).upper()}: {counted(len(report.files), 'file')}, "
+          f"{counted(len(report.problems), 'problem')}; report written to {output}", file=stream)
     for problem in report.problems:
         print(f"  {problem}", file=stream)
 

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from inspector.core.dtypes import canonical_dtype
 from inspector.core.json_record import JsonRecord, typed_list
 from inspector.core.progress import Cancelled, CancelToken, ProgressFn, check
+from inspector.core.termtext import counted
 from inspector.core.vocabulary import FileStatus, TensorCheckStatus
 from inspector.formats.safetensors_header import SafetensorsHeader, read_header
 from inspector.integrity.hashing import ByteProgress, HashAhead, sha256_file
@@ -440,7 +441,8 @@ def nothing_checked(manifest: Manifest, paths: Iterable[Path]) -> str:
     shown = ", ".join(expected[:3]) + (f" and {len(expected) - 3} more" if len(expected) > 3
                                        else "")
     roots = [str(p) for p in paths] or [str(manifest.base_dir)]
-    return (f"nothing was checked: none of the {len(expected)} file(s) the manifest lists "
+    return (f"nothing was checked: none of the {counted(len(expected), 'file')} the manifest "
+            "lists "
             f"({shown}) was found under {', '.join(roots)}; their paths are read relative to "
             f"{os.path.abspath(manifest.base_dir)} (the manifest's folder). Name the folder "
             "that holds them, or run verify from the manifest's folder")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from inspector.core.progress import CancelToken, ProgressFn, check
+from inspector.core.termtext import counted
 from inspector.fleet import objstore
 from inspector.fleet.jobs import Where
 from inspector.fleet.objstore import RemoteObject
@@ -114,7 +115,7 @@ def compared_nothing(result: VerifyResult) -> bool:
 def nothing_checked_part(manifest: Manifest, shard: str, where: str) -> str:
     """Why one shard of a batch that compared nothing is no pass either."""
     return (f"nothing was checked by shard {shard}: it owns none of the "
-            f"{len(manifest.files)} file(s) the manifest lists found under {where} (the "
+            f"{counted(len(manifest.files), 'file')} the manifest lists found under {where} (the "
             "other shards may own them all; a shard that checks nothing fails so that no "
             "gate passes on it): run no more shards than there are files, and give every "
             "shard the same paths")

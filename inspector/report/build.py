@@ -10,6 +10,7 @@ from inspector import __version__
 from inspector.checkpoint.results import DiffResult, InspectResult
 from inspector.core.json_record import as_result
 from inspector.core.progress import CancelToken, ProgressFn
+from inspector.core.termtext import counted
 from inspector.core.verdict import worst
 from inspector.core.vocabulary import (
     LoadStatus,
@@ -104,7 +105,7 @@ def signature_problem(verdict: SignatureVerdict) -> str:
 def run_problems(run: LedgerSummary) -> list[str]:
     """A run folder's problems: checkpoints changed or missing, a broken chain, guard alarms."""
     where = Path(run.journal).parent.name or run.journal
-    out = [f"run {where}: {n} ledgered checkpoint(s) {what}"
+    out = [f"run {where}: {counted(n, 'ledgered checkpoint')} {what}"
            for n, what in ((run.changed, "changed since saved"), (run.missing, "missing")) if n]
     out += [f"run {where}: ledger {p}" for p in run.problems]
     if run.saves and run.latest_valid is None:

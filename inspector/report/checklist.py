@@ -8,6 +8,7 @@ from pathlib import Path
 from inspector import formats
 from inspector.checkpoint.results import InspectResult
 from inspector.core.json_record import as_result
+from inspector.core.termtext import counted
 from inspector.core.vocabulary import (
     FileStatus,
     Format,
@@ -130,7 +131,7 @@ def _check_hash_on_record(path: str, verification: VerificationInfo | None,
             return CheckItem("hash_on_record", title, PASS,
                              f"every shard matches {verification.manifest}")
         return CheckItem("hash_on_record", title, FAIL,
-                         f"{len(bad)} of {len(verification.files)} shard file(s) not ok "
+                         f"{len(bad)} of {counted(len(verification.files), 'shard file')} not ok "
                          f"against {verification.manifest}")
     row = _manifest_row(path, verification)
     if row is None or row.get("status") == FileStatus.EXTRA:
@@ -313,8 +314,9 @@ def file_problems(f: FileReport) -> list[str]:
     if comparison is not None and comparison.status == FAIL:
         flips = comparison.single_bit_flips
         problems.append(
-            f"differs from {comparison.other or 'the other copy'} in {len(comparison.tensors)} "
-            f"tensor(s)" + (f", {flips} single-bit flip(s)" if flips else ""))
+            f"differs from {comparison.other or 'the other copy'} in "
+            f"{counted(len(comparison.tensors), 'tensor')}"
+            + (f", {counted(flips, 'single-bit flip')}" if flips else ""))
     if consistency is not None and consistency.error:
         problems.append(f"consistency run failed: {consistency.error}")
     elif consistency is not None and consistency.status == FAIL and consistency.self_test:

@@ -158,7 +158,7 @@ def _summary(report: Report) -> str:
     if worse:
         headline_text, explanation, color = worse.headline.upper(), worse.action, BAD_DATA_COLOR
     status = ("All checks that ran passed." if report.status == ReportStatus.PASSED
-              else f"{len(report.problems)} problem(s) found.")
+              else f"{counted(len(report.problems), 'problem')} found.")
     problems = "".join(f"<li>{escape(p)}</li>" for p in report.problems)
     return (
         "<section id=\"summary\" data-section=\"summary\">"

@@ -34,6 +34,7 @@ from typing import Any
 
 from inspector.core.errors import CodedError
 from inspector.core.progress import CancelToken, check
+from inspector.core.termtext import counted
 from inspector.core.vocabulary import CheckpointState, SaveOutcome, TensorCheckStatus
 from inspector.integrity.hashing import sha256_file
 from inspector.integrity.manifest import FileEntry, Manifest, file_entry, format_sha256sum
@@ -413,7 +414,7 @@ def size_warning(ledger: RunLedger | None, size: int, rank: int, writer: str) ->
     if median <= 0 or 1 / SIZE_JUMP <= size / median <= SIZE_JUMP:
         return None
     return (f"size {_mb(size)} is {size / median:.2f}x the median of the last "
-            f"{len(earlier)} checkpoint(s) ({_mb(median)})")
+            f"{counted(len(earlier), 'checkpoint')} ({_mb(median)})")
 
 
 def _mb(n: float) -> str:

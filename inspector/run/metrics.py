@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from inspector.core.strict_json import NON_FINITE, strict
+from inspector.core.termtext import counted
 from inspector.run import journal
 from inspector.run.blocklog import read_lines
 from inspector.run.order_log import LEDGER_KIND, read_ledger
@@ -101,7 +102,7 @@ class Alarm:
                          f"{gpu.get('retired_pending', 'n/a')}, remap failure "
                          f"{gpu.get('remapped_failure', 'n/a')}")
         xids = self.device.get("xids", [])
-        parts.append(f"{len(xids)} XID(s)" + (": " + ", ".join(str(x.get("xid")) for x in xids)
+        parts.append(counted(len(xids), "XID") + (": " + ", ".join(str(x.get("xid")) for x in xids)
                                               if xids else ""))
         return "; ".join(parts)
 

@@ -78,7 +78,7 @@ def another_folder(folder: Path, statement: SignedStatement) -> str:
     """Why a signature none of whose files is present is likely another folder's."""
     names = ", ".join(r.name for r in statement.resources[:3])
     more = f" and {len(statement.resources) - 3} more" if len(statement.resources) > 3 else ""
-    return (f"none of the {len(statement.resources)} file(s) the signature covers ({names}"
+    return (f"none of the {counted(len(statement.resources), 'file')} the signature covers ({names}"
             f"{more}) is in {folder}: it is the signature of another folder (signed as "
             f"{statement.model_name!r}), or of this one before its files were moved")
 

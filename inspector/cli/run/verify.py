@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from inspector.cli.common import add_jobs_argument, add_loader_arguments, worker_digests
 from inspector.cli.run.run_dir import add_run_dir, unreadable
 from inspector.core.badges import shout, status_look
-from inspector.core.termtext import escape
+from inspector.core.termtext import counted, escape
 from inspector.core.vocabulary import CheckpointState, SignatureState
 from inspector.run.checkpoints import (
     CheckpointCheck,
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         (CheckpointState.REPLACED, summary.replaced),
     ) if n)
     chain = "chain intact" if summary.chain_intact else f"chain broken ({len(summary.problems)})"
-    print(f"{summary.saves} checkpoint(s): {counts or 'none'}; {chain}; latest valid: "
+    print(f"{counted(summary.saves, 'checkpoint')}: {counts or 'none'}; {chain}; latest valid: "
           f"{escape(latest.path) + ' (' + latest.label + ')' if latest else 'none'}")
     return EXIT_FAILED if failed else EXIT_OK
 

@@ -14,6 +14,7 @@ from inspector.cli.telemetry import serve as telemetry_serve
 from inspector.core.atomic import OutputExistsError
 from inspector.core.badges import alert_look, shout
 from inspector.core.errors import CodedError
+from inspector.core.termtext import counted
 from inspector.gpu.alerts import AlertRules, ingest
 from inspector.gpu.events import THROTTLE, timeline
 from inspector.gpu.sampler import Sampler
@@ -165,8 +166,9 @@ def _summary(source: str, store: TelemetryStore, rows: int) -> str:
             )
         lines.append(", ".join(parts))
     span = (max(spans) - min(spans)) if spans else 0.0
-    head = (f"{source}: {rows} rows, {len(gpus)} GPU(s), "
-            f"{time.strftime('%H:%M:%S', time.gmtime(span))} span, {len(store.xids)} XID event(s)")
+    head = (f"{source}: {counted(rows, 'row')}, {counted(len(gpus), 'GPU')}, "
+            f"{time.strftime('%H:%M:%S', time.gmtime(span))} span, "
+            f"{counted(len(store.xids), 'XID event')}")
     return "\n".join([head, *lines])
 
 

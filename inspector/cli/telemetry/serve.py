@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 
 from inspector.core.errors import CodedError
+from inspector.core.termtext import counted
 from inspector.gpu.alerts import AlertRules
 from inspector.gpu.sampler import Sampler
 from inspector.gpu.telemetry import Alert, TelemetryStore
@@ -72,7 +73,7 @@ def serve(args: argparse.Namespace, report_alert: Callable[[Alert], None]) -> tu
 
         try:
             source = NvmlSource.open()
-            what = f"{len(source.names)} GPU(s) live"
+            what = f"{counted(len(source.names), 'GPU')} live"
         except NvmlUnavailable as exc:
             if not args.run:
                 return 3, f"{exc}; serve a recorded log with --replay LOG, or runs with --run DIR"
@@ -83,7 +84,7 @@ def serve(args: argparse.Namespace, report_alert: Callable[[Alert], None]) -> tu
         if source:
             source.close()
         return 2, exc.message
-    runs = f", {len(args.run)} run(s)" if args.run else ""
+    runs = f", {counted(len(args.run), 'run')}" if args.run else ""
     print(f"serving {endpoint.address.url()}: {what}{runs}; Ctrl-C to stop", flush=True)
     sampler = None
     if source:

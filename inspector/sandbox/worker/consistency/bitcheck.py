@@ -20,6 +20,7 @@ from inspector.checkpoint.bitflip import layout_for
 from inspector.core.dtypes import REGISTRY
 from inspector.core.errors import CodedError
 from inspector.core.flatten import flatten, unique_keys
+from inspector.core.termtext import counted
 
 Emit = Callable[[dict[str, Any]], None]
 MAX_LISTED = 20
@@ -72,7 +73,8 @@ def choose_device(spec: str | None) -> tuple[torch.device, str]:
         device = torch.device(spec if ":" in spec else "cuda:0")
         if device.index >= torch.cuda.device_count():
             raise ConsistencyError(
-                "no_cuda", f"{spec} requested but only {torch.cuda.device_count()} CUDA device(s)"
+                "no_cuda", f"{spec} requested but only "
+                f"{counted(torch.cuda.device_count(), 'CUDA device')}"
             )
         return device, f"{device} ({torch.cuda.get_device_name(device)})"
     raise ConsistencyError("bad_request", f"unknown device {spec!r} (use cpu, cuda or cuda:N)")
