@@ -244,7 +244,7 @@ def test_live_nvml_served_and_stops_after_duration(monkeypatch, capsys):
                  "--hostname", "h"])
     out = capsys.readouterr().out
     assert code == 0
-    assert re.match(r"serving http://127\.0\.0\.1:\d+/metrics: 2 GPU\(s\) live", out)
+    assert re.match(r"serving http://127\.0\.0\.1:\d+/metrics: 2 GPUs live", out)
     assert _pick(scraped, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", gpu="1", Hostname="h") == [3.0]
     assert _pick(scraped, "DCGM_FI_DEV_GPU_TEMP", gpu="0") == [45.0]
 

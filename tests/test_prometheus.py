@@ -180,7 +180,7 @@ def test_from_prometheus_reads_the_node_back_into_the_same_alerts(prometheus, ca
                  "--start", f"{started - 5:.0f}", "--end", f"{end:.3f}", "--step", "1"])
     out = capsys.readouterr().out
     assert code == 1, out
-    assert re.search(rf"^{re.escape(url)}: \d+ rows, 2 GPU\(s\)", out, re.M), out
+    assert re.search(rf"^{re.escape(url)}: \d+ rows, 2 GPUs", out, re.M), out
     assert "GPU 1: uncorrected ECC errors (volatile) rose from 0 to 2" in out
     assert "GPU 0: uncorrected" not in out
 
