@@ -155,26 +155,29 @@ def named_once(files: list[FileEntry], where: str) -> list[FileEntry]:
     """`files` with each name as a manifest reads it (`_clean_path`); ManifestError for a file
     listed twice however spelled, or a name no manifest may hold (absolute, a folder's)."""
     out: list[FileEntry] = []
+    seen: dict[str, str] = {}
     for entry in files:
-        entry = replace(entry, path=_clean_path(entry.path, where))
-        _check_unique(out, entry, where)
-        out.append(entry)
+        _add_once(out, seen, replace(entry, path=_clean_path(entry.path, where)), where)
     return out
 
 
-def _check_unique(files: list[FileEntry], entry: FileEntry, where: str) -> None:
-    """ManifestError when `entry` names a file listed before, however spelled (`sub/../a`):
-    a folder's files are matched to one entry each, so a second would go unchecked."""
+def _add_once(files: list[FileEntry], seen: dict[str, str], entry: FileEntry,
+              where: str) -> None:
+    """Append `entry`; ManifestError when it names a file listed before, however spelled
+    (`sub/../a`): a folder's files are matched to one entry each, so a second would go
+    unchecked. `seen`: each listed name, normalised, with its first spelling."""
     name = posixpath.normpath(entry.path)
-    for seen in files:
-        if posixpath.normpath(seen.path) == name:
-            raise ManifestError(f"{where}: {entry.path!r} is listed twice"
-                                + (f" (as {seen.path!r} before)" if seen.path != entry.path
-                                   else ""))
+    if name in seen:
+        before = seen[name]
+        raise ManifestError(f"{where}: {entry.path!r} is listed twice"
+                            + (f" (as {before!r} before)" if before != entry.path else ""))
+    seen[name] = entry.path
+    files.append(entry)
 
 
 def _parse_checksum_lines(lines: list[str], name: str) -> tuple[list[FileEntry], str]:
     files: list[FileEntry] = []
+    seen: dict[str, str] = {}
     dialect = ""
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
@@ -195,8 +198,7 @@ def _parse_checksum_lines(lines: list[str], name: str) -> tuple[list[FileEntry],
             )
         path = _unescape(raw_name, where) if escaped else raw_name
         entry = FileEntry(path=_clean_path(path, where), sha256=digest.lower())
-        _check_unique(files, entry, where)
-        files.append(entry)
+        _add_once(files, seen, entry, where)
     return files, dialect
 
 
@@ -229,6 +231,7 @@ def _parse_tsv(lines: list[str], name: str) -> list[FileEntry]:
         raise ManifestError(f"{name}:{header_index + 1}: TSV header has no 'path' column")
     col = {c: columns.index(c) for c in ("path", "sha256", "size", "format") if c in columns}
     files: list[FileEntry] = []
+    seen: dict[str, str] = {}
     for lineno, line in enumerate(lines[header_index + 1 :], header_index + 2):
         if not line.strip():
             continue
@@ -252,8 +255,7 @@ def _parse_tsv(lines: list[str], name: str) -> list[FileEntry]:
             size=size,
             format=fmt,
         )
-        _check_unique(files, entry, where)
-        files.append(entry)
+        _add_once(files, seen, entry, where)
     return files
 
 
@@ -310,11 +312,11 @@ def _parse_json(text: str, name: str) -> tuple[list[FileEntry], str]:
     if not isinstance(records, list):
         raise ManifestError(f"{name}: JSON manifest has no 'files' list")
     files: list[FileEntry] = []
+    seen: dict[str, str] = {}
     for i, record in enumerate(records):
         where = f"{name}: files[{i}]"
         entry = _json_file(record, where)
-        _check_unique(files, entry, where)
-        files.append(entry)
+        _add_once(files, seen, entry, where)
     return files, "json"
 
 
