@@ -29,7 +29,13 @@ from inspector.integrity.manifest import (
     relative_path,
 )
 from inspector.integrity.manifest import write_manifest as write
-from inspector.integrity.verify import FolderWalk, TensorDigestFn, measure_file, walk_folder
+from inspector.integrity.verify import (
+    FolderWalk,
+    TensorDigestFn,
+    measure_file,
+    unread_note,
+    walk_folder,
+)
 from inspector.scan.dcp_folder import folder_files, is_dcp_folder
 
 # TorchScript and torch.export weights are digested from their records (code never runs)
@@ -172,8 +178,7 @@ def unrecordable_link(folder: Path, walk: FolderWalk, base: Path) -> str | None:
 def _absent(path: Path) -> str:
     """Why `path` cannot be hashed: nothing there, or a link whose target is gone."""
     if path.is_symlink():
-        return (f"{path}: a link to {os.readlink(path)}, which does not exist; restore its "
-                "target or remove the link")
+        return f"{path}: {unread_note(path)}; restore its target or remove the link"
     return f"{path}: no such file or folder"
 
 

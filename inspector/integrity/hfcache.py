@@ -22,7 +22,15 @@ from pathlib import Path
 
 from inspector.core.progress import CancelToken, ProgressFn, check
 from inspector.integrity.hashing import CHUNK_BYTES, ByteProgress, sha256_file
-from inspector.integrity.verify import MISMATCH, MISSING, OK, UNCHECKED, FileCheck, VerifyResult
+from inspector.integrity.verify import (
+    MISMATCH,
+    MISSING,
+    OK,
+    UNCHECKED,
+    FileCheck,
+    VerifyResult,
+    unread_note,
+)
 
 REPO_PREFIXES = ("models--", "datasets--", "spaces--")
 SHA256 = "sha256"
@@ -141,8 +149,7 @@ def _add_links(out: CacheScope, repo: Path, shown: Path) -> None:
             continue
         target = Path(os.path.realpath(link))
         if target.is_dir():
-            out.unread.append((link, f"a link to a folder ({target}): not followed, nothing "
-                                     "in it was checked"))
+            out.unread.append((link, unread_note(link) or ""))
         elif not target.is_file():
             out.dangling.append(link)
         elif str(target.parent) != real_blobs:
