@@ -47,11 +47,11 @@ def nan_problems(obj: Any) -> list[str]:
     """The tensors of `obj` that hold a NaN, as problems (at most SHOWN named)."""
     import torch
 
+    from inspector.ledger.moments import FLOATS
     from inspector.tensors.load import split_leaves
 
-    kinds = {torch.float16, torch.bfloat16, torch.float32, torch.float64}  # _foreach_norm's
     dense = [(key, t.detach()) for key, t in split_leaves(obj)[0]
-             if t.dtype in kinds and t.layout == torch.strided
+             if t.dtype in FLOATS and t.layout == torch.strided
              and t.device.type != "meta" and t.numel()]
     # one fused pass, no mask allocated: an L2 norm is NaN exactly when a value is NaN (Inf
     # and overflow give Inf: x*x never makes a NaN), and torch's CPU kernel for it is ~3x

@@ -30,7 +30,8 @@ from inspector.core.termtext import counted
 
 ADAM_KEYS = frozenset({"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "mu_product"})
 MARGIN = 2.0
-_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+"""The floating-point dtypes the state's checks reduce (`_foreach_norm`'s, and torch.finfo's)."""
 _CHUNK = 1 << 22  # elements per pass: bounds the temporaries of a large tensor
 _DEPTH = 4
 
@@ -110,7 +111,7 @@ def _same_kind(moments: dict) -> bool:
     """Whether the moments are plain dense floating-point tensors of one shape and device."""
     tensors = [moments[k] for k in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq") if k in moments]
     first = tensors[0]
-    return all(type(t) in (torch.Tensor, torch.nn.Parameter) and t.dtype in _FLOATS
+    return all(type(t) in (torch.Tensor, torch.nn.Parameter) and t.dtype in FLOATS
                and t.layout == torch.strided and t.device.type != "meta"
                and t.shape == first.shape and t.device == first.device for t in tensors)
 
