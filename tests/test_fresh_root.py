@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from inspector.sandbox.worker import landlock
 from inspector.sandbox.worker.fresh_root import (
     BASE_DEVICES,
@@ -22,6 +24,7 @@ from inspector.sandbox.worker.fresh_root import (
     gpu_paths,
     host_links,
     root_plan,
+    staging_folder,
 )
 
 # `ldconfig -p` on an x86_64 host with the NVIDIA driver 550 (64- and 32-bit libraries), a
@@ -149,6 +152,16 @@ def test_root_plan_binds_each_folder_once_parents_first():
         Mount("/venv", "ro"),
         Mount("/dev/null", "dev"),
     ]  # inside /venv: its site-packages, its own symlink and node need no mount of their own
+
+
+def test_the_root_is_built_in_a_folder_no_bound_path_is_or_holds():
+    # a bound folder that holds the staging folder would carry its tmpfs into the new root
+    assert staging_folder(root_plan(["/data/model.pt"], ["/dev/null"], {})) == "/tmp"
+    for bound in (["/tmp"], ["/tmp/model.pt", "/tmp"]):
+        assert staging_folder(root_plan(bound, [], {})) != "/tmp"
+    assert staging_folder(root_plan(["/tmp/model.pt"], [], {})) == "/tmp"
+    with pytest.raises(OSError, match="no folder to build the root in"):
+        staging_folder(root_plan(["/tmp", "/mnt", "/var"], [], {}))
 
 
 def test_host_links_resolves_every_symlink_on_the_way(tmp_path):

@@ -262,10 +262,21 @@ def _place(where: str, m: Mount, fd: int | None) -> None:
         _read_only(where, _MS_NODEV)
 
 
+def staging_folder(plan: Sequence[Mount]) -> str:
+    """The folder the new root is built in: one no bound path is or holds, since a recursive
+    bind of such a path would carry the staging tmpfs along and show it instead of the host's
+    folder (`cd /tmp` with the current folder bound hid every input under /tmp)."""
+    bound = [m.path for m in plan if m.kind in ("ro", "dev")]
+    for folder in _STAGING:
+        if os.path.isdir(folder) and not _covered(folder, bound):
+            return folder
+    raise OSError(f"no folder to build the root in: each of {', '.join(_STAGING)} is bound")
+
+
 def build_root(plan: Sequence[Mount], machine: str) -> str:
     """Make `plan` the root of this mount namespace (which must be this process's own, its
     mounts private); the host's tree is detached afterwards. Returns a one-line summary."""
-    staging = next(s for s in _STAGING if os.path.isdir(s))
+    staging = staging_folder(plan)
     # Every source is opened before the tmpfs covers the staging folder (an input may be
     # under it); a bind from /proc/self/fd/N binds what the descriptor names.
     sources = {m.path: os.open(m.path, os.O_PATH | os.O_CLOEXEC) for m in plan
