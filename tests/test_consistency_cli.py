@@ -110,11 +110,12 @@ def test_cancel_kills_the_worker(checkpoint):
 
 
 def test_request_lets_the_jail_read_the_model_code_and_lifts_memory_only_for_cuda(checkpoint):
-    spec = ConsistencyRequest(str(checkpoint), device="cpu", repeats=4,
+    spec = ConsistencyRequest(str(checkpoint), device="cpu", repeats=4, python_path=[TESTS],
                               inject={"key": "conv.weight", "index": 1, "bit": 2, "iteration": 3})
     request = spec.to_request()
     assert request["op"] == "consistency" and request["path"] == str(checkpoint.resolve())
     assert "memory_mb" not in request["limits"] and "model" not in request
+    assert request["paths"] == []  # the probe runs no code of the user's: it reads the file alone
     assert request["inject"]["bit"] == 2
     spec.device, spec.model, spec.python_path = "cuda:1", "pkg.mod:build", [TESTS]
     spec.input_shape = [2, 16]
@@ -123,3 +124,16 @@ def test_request_lets_the_jail_read_the_model_code_and_lifts_memory_only_for_cud
     assert request["paths"] == [TESTS] and request["python_path"] == [TESTS]
     assert (request["model"], request["input_shape"], request["reload"]) == ("pkg.mod:build",
                                                                             [2, 16], True)
+
+
+def test_a_code_folder_that_holds_the_jails_building_folder_hides_no_input(tmp_path):
+    # `cd /tmp && ckpt-inspector consistency m.pt --model ...` binds /tmp itself, where the
+    # jail built its root: the worker then saw its own empty tmpfs there, not the checkpoint
+    if not str(tmp_path).startswith("/tmp/"):
+        pytest.skip("the test's folder is not under /tmp")
+    path = tmp_path / "m.pt"
+    torch.save(consistency_models.tiny_mlp().state_dict(), path)
+    spec = ConsistencyRequest(str(path), device="cpu", repeats=2, python_path=[TESTS, "/tmp"],
+                              model="consistency_models:tiny_mlp", input_shape=[2, 16])
+    result = run_consistency(spec, timeout=240)
+    assert result["mode"] == "model" and result["consistent"] and not result["missing_keys"]

@@ -379,6 +379,90 @@ def test_a_worker_that_calls_changed_files_identical_is_caught(tmp_path, hostile
     assert "a is changed, reported as identical" in captured.err
 
 
+HIDE_NAN = """
+    import inspector.sandbox.worker.consistency.op as op
+    real = op.weights_probe
+    def lying(*args, **kwargs):
+        result = real(*args, **kwargs)
+        for row in result["tensors"]:
+            row.pop("nonfinite", None)
+            row.pop("first_nonfinite", None)
+        result["nonfinite_weights"] = []
+        return result
+    op.weights_probe = lying
+"""
+
+OTHER_WEIGHTS = """
+    import inspector.tensors.load as load
+    real = load.load_checkpoint
+    def swapped(*args, **kwargs):
+        loaded = real(*args, **kwargs)
+        loaded["b"].zero_()
+        return loaded
+    load.load_checkpoint = swapped
+"""
+
+NOTHING_PROBED = """
+    import inspector.sandbox.worker.consistency.weights_probe as probe
+    probe._probeable = lambda t: False
+"""
+
+CONSISTENT_ANYWAY = """
+    import inspector.sandbox.worker.consistency.op as op
+    real = op.weights_probe
+    def lying(*args, **kwargs):
+        return {**real(*args, **kwargs), "consistent": True}
+    op.weights_probe = lying
+"""
+
+
+@pytest.mark.parametrize(("lie", "refuted"), [
+    (HIDE_NAN, "b holds 1 NaN/Inf, reported as 0"),
+    (OTHER_WEIGHTS, "b's digest differs"),
+    (NOTHING_PROBED, "a was not probed"),
+    (CONSISTENT_ANYWAY, "consistent is True with 1 failed rows"),
+], ids=["hidden-nan", "other-weights", "nothing-probed", "consistent-anyway"])
+def test_a_worker_that_lies_about_the_consistency_probe_is_caught(tmp_path, hostile, capsys,
+                                                                  lie, refuted) -> None:
+    from inspector.sandbox.host.consistency_job import ConsistencyRequest
+
+    state = _state()
+    inject = lie is CONSISTENT_ANYWAY  # a flip the detector sees: the rows fail
+    if not inject:
+        state["b"][3, 4] = float("nan")
+    path = tmp_path / "m.pt"
+    torch.save(state, path)
+    args = ["--inject", "a:5:30@2"] if inject else []
+    hostile(lie)
+    spec = ConsistencyRequest(str(path), device="cpu", repeats=2,
+                              inject={"key": "a", "index": 5, "bit": 30, "iteration": 2}
+                              if inject else None)
+    # the lie under the real worker: a device judged consistent on weights it says are clean
+    reply = run_job(spec.to_request(), timeout=300)
+    assert reply["consistent"] and not reply["nonfinite_weights"]
+    assert main(["consistency", str(path), "--device", "cpu", "--repeats", "2", *args]) == 6
+    captured = capsys.readouterr()
+    assert "does not match the file's own bytes" in captured.err and refuted in captured.err
+    assert "CONSISTENT" not in captured.out
+
+
+def test_an_honest_probe_is_checked_here_and_nan_leaves_the_device_unjudged(tmp_path,
+                                                                            capsys) -> None:
+    state = _state()
+    state["b"][3, 4] = float("nan")
+    path = tmp_path / "m.pt"
+    torch.save(state, path)
+    assert main(["consistency", str(path), "--device", "cpu", "--repeats", "2", "--json"]) == 7
+    result = json.loads(capsys.readouterr().out)
+    assert result["claims"] == {"checked": True, "tensors": 2, "reason": None}
+    assert result["nonfinite_weights"] == ["b"]
+    assert {t["key"]: t.get("nonfinite") for t in result["tensors"]} == {"a": None, "b": 1}
+    assert main(["consistency", str(path), "--device", "cpu", "--repeats", "2"]) == 7
+    out = capsys.readouterr().out
+    assert "\nNOT JUDGED on CPU (2 runs, probe)\n" in out
+    assert "checked: the 2 tensors the device was given are the file's bytes" in out
+
+
 class _Chunks:
     """A tensor whose reader yields the given chunks (the readers of two formats cut one
     tensor's bytes at different places, and may yield empty pieces)."""

@@ -173,6 +173,25 @@ class ConsistencyResult(JsonRecord):
     missing_keys: list[str] = field(default_factory=list)
     unexpected_keys: list[str] = field(default_factory=list)
     reload: dict[str, Any] | None = None
+    claims: ClaimCheck | None = field(default=None, metadata=typed(ClaimCheck))
+    """What the user's process checked of the probe against the file's own bytes."""
+
+    @property
+    def checked_words(self) -> str:
+        """What of the worker's answer was checked here, in one sentence for every view."""
+        if self.claims is not None and self.claims.checked:
+            return (f"the {self.claims.tensors} tensors the device was given are the file's "
+                    "bytes (SHA-256 recomputed here), NaN/Inf recounted here; the runs' "
+                    "outputs as reported by the jailed worker")
+        why = (self.claims.reason if self.claims is not None else None) or "no check was made"
+        return f"nothing here ({why}): the whole answer as reported by the jailed worker"
+
+    @property
+    def word(self) -> str:
+        """The outcome in one word for every view: NaN/Inf weights leave the device unjudged."""
+        if self.consistent:
+            return "NOT JUDGED" if self.nonfinite_rows else "CONSISTENT"
+        return "INCONSISTENT"
 
     @property
     def rows(self) -> list[dict[str, Any]]:

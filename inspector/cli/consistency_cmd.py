@@ -19,7 +19,7 @@ from inspector.cli.common import (
     add_require_jail_argument,
     add_timeout_arguments,
 )
-from inspector.core.termtext import counted
+from inspector.core.termtext import counted, escape
 from inspector.core.vocabulary import CheckStatus
 
 EXIT_CONSISTENT = 0
@@ -43,6 +43,7 @@ _CODE_EXITS = {
     "seccomp_violation": EXIT_WORKER,
     "internal": EXIT_WORKER,
     "thread_limit": EXIT_WORKER,
+    "claim_refuted": EXIT_WORKER,
     **dict.fromkeys(JAIL_ERRORS, EXIT_JAIL),
 }
 
@@ -114,11 +115,9 @@ def format_result(result: ConsistencyResult) -> list[str]:
     """The human summary of a consistency result."""
     from inspector.sandbox.host.consistency_job import describe_element
 
-    verdict = "CONSISTENT" if result.consistent else "INCONSISTENT"
     bad = result.nonfinite_rows
-    if bad and result.consistent:
-        verdict = "NOT JUDGED"
-    lines = [f"{verdict} on {result.device_label} ({result.repeats} runs, {result.mode})"]
+    lines = [f"{result.word} on {result.device_label} ({result.repeats} runs, {result.mode})",
+             f"  checked: {escape(result.checked_words)}"]
     for row in bad:
         values = counted(row["nonfinite"], "value")
         lines.append(f"  the weights hold NaN/Inf in {row['key']} ({values}, "

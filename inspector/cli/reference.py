@@ -121,7 +121,7 @@ EXITS: dict[str, tuple[Exit, ...]] = {
         Exit(3, "the checkpoint was not loaded"),
         Exit(4, "the device is unavailable"),
         Exit(5, "bad model or request"),
-        Exit(6, "the worker failed"),
+        Exit(6, "the worker failed, or its answer does not match the file's own bytes"),
         Exit(7, "not judged: the weights hold NaN/Inf (named), so the device cannot be "
                 "judged on them"),
         _JAIL,

@@ -16,6 +16,11 @@ runs, so the check adds little wall time:
 - `check_diff`: each row's status (identical, changed, dtype or shape changed, on one side
   only) and the overall `identical`, from both sides' bytes compared here (`SideBySide`); the
   rows' counts and bit flips are the worker's.
+- `check_consistency`: the weights probe's rows (`consistency`): every tensor the file holds
+  reported once, with the same dtype, shape and SHA-256 (so the device was given the file's
+  weights); every floating tensor of 2+ dims probed; the NaN / Inf counts that keep a device
+  from being judged recomputed here; `consistent` only when no row failed. The repeats' outputs
+  themselves exist only in the worker, and the record says so.
 - `check_conversion`: the output safetensors file is read here and each tensor's bytes compared
   with the input's own storage bytes; every input tensor must be written, or be an alias of a
   written one with the same bytes, or be skipped for a dtype safetensors cannot hold, and
@@ -34,6 +39,7 @@ import mmap
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +52,7 @@ from inspector.checkpoint.tensor_stats import TensorStats
 from inspector.core.dtypes import BY_NAME
 from inspector.core.errors import CodedError
 from inspector.core.termtext import escape
-from inspector.core.vocabulary import TensorStatus
+from inspector.core.vocabulary import CheckStatus, TensorStatus
 from inspector.formats.safetensors_header import (
     ALIASES_KEY,
     ENCODED_KEY,
@@ -140,7 +146,7 @@ def check_inspection(expected: Expected, report: dict[str, Any]) -> None:
         report["health"] = assess(map(TensorStats.from_json, report["tensors"])).to_json()
         report["claims"] = ClaimCheck(reason=measured).to_json()
         return
-    problems = _record_problems(measured, report["tensors"], {})
+    problems = _record_problems(measured, report["tensors"], {}, INSPECTED)
     if problems:
         report["error"] = _refuted("inspection", problems, report.get("sandbox")).to_json()
         report["health"] = None
@@ -164,7 +170,7 @@ def check_digests(expected: Expected, result: dict[str, Any]) -> None:
                if kept in by_key and removed not in by_key}
     derived |= {f"{key}::spec": hashlib.sha256(spec_bytes(spec)).hexdigest()
                 for key, spec in recorded_specs(metadata).items()}
-    problems = _record_problems(measured, result["tensors"], derived)
+    problems = _record_problems(measured, result["tensors"], derived, INSPECTED)
     if problems:
         raise _refuted("tensor digests", problems, result.get("sandbox"))
     result["claims"] = ClaimCheck(checked=True, tensors=len(measured)).to_json()
@@ -296,10 +302,10 @@ def check_diff(compared: SideBySide, result: dict[str, Any]) -> None:
 
 
 def _record_problems(measured: list[tuple[RawTensor, Measured]], records: list[dict],
-                     derived: dict[str, str]) -> list[str]:
+                     derived: dict[str, str], shape: RecordShape) -> list[str]:
     """How the worker's tensor records disagree with the file's tensors measured here: each
-    once, with its dtype, shape and digest (its NaN / Inf counts replaced by the ones measured
-    here); `derived`: keys the file names without storing them, with their digests."""
+    once, with its dtype, shape and digest (its counts replaced by the ones measured here);
+    `derived`: keys the file names without storing them, with their digests."""
     by_key: dict[str, list[dict]] = {}
     for rec in records:
         by_key.setdefault(str(rec.get("key")), []).append(rec)
@@ -309,31 +315,102 @@ def _record_problems(measured: list[tuple[RawTensor, Measured]], records: list[d
         if len(found) != 1:
             problems.append(f"{escape(t.key)} reported {len(found)} times")
             continue
-        problems += _tensor_problems(t, m, found[0])
+        problems += _tensor_problems(t, m, found[0], shape)
     for key, found in by_key.items():
         if key not in derived:
             problems.append(f"{escape(key)} is no tensor of the file")
-        elif [r.get("digest") for r in found] != [derived[key]]:
+        elif [r.get(shape.digest) for r in found] != [derived[key]]:
             problems.append(f"{escape(key)}'s digest differs")
     return problems
 
 
-def _tensor_problems(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
+def _tensor_problems(t: RawTensor, measured: Measured, rec: dict,
+                     shape: RecordShape) -> list[str]:
     """How one worker record disagrees with the tensor read here; sets its checked counts."""
     key = escape(t.key)
     if rec.get("dtype") != t.dtype or list(rec.get("shape") or ()) != list(t.shape):
         return [f"{key} is {t.dtype} {list(t.shape)}, reported as "
                 f"{escape(str(rec.get('dtype')))} {escape(str(rec.get('shape')))}"]
-    if rec.get("digest") != measured.digest:
+    if rec.get(shape.digest) != measured.digest:
         return [f"{key}'s digest differs"]
+    return shape.counts(t, measured, rec)
+
+
+def _nan_inf(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
+    """An inspect record's NaN and Inf counts, replaced by the ones counted here."""
     if measured.nan is None:
         return []
     claimed = (rec.get("nan", 0), rec.get("inf", 0))
     rec.update(nan=measured.nan, inf=measured.inf)
     if claimed != (measured.nan, measured.inf):
-        return [f"{key} holds {measured.nan} NaN and {measured.inf} Inf, reported as "
+        return [f"{escape(t.key)} holds {measured.nan} NaN and {measured.inf} Inf, reported as "
                 f"{escape(str(claimed[0]))} and {escape(str(claimed[1]))}"]
     return []
+
+
+def _probed(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
+    """A weights-probe row: probed when the worker must probe it (a floating tensor of 2+
+    dims), and its non-finite count, which keeps the device from being judged on it,
+    replaced by the one counted here."""
+    dtype = BY_NAME.get(t.dtype)
+    must = dtype is not None and dtype.kind == "float" and len(t.shape) >= 2 and all(t.shape)
+    if must and "repeats" not in rec:
+        return [f"{escape(t.key)} was not probed"]
+    if "repeats" not in rec or measured.nan is None:
+        return []
+    claimed, counted = rec.get("nonfinite", 0), measured.nan + measured.inf
+    if counted:
+        rec["nonfinite"] = counted
+    else:
+        rec.pop("nonfinite", None)
+        rec.pop("first_nonfinite", None)
+    if claimed != counted:
+        return [f"{escape(t.key)} holds {counted} NaN/Inf, reported as {escape(str(claimed))}"]
+    return []
+
+
+@dataclass(frozen=True)
+class RecordShape:
+    """Where a kind of worker record keeps a tensor's digest, and how its counts are checked."""
+
+    digest: str
+    counts: Callable[[RawTensor, Measured, dict], list[str]]
+
+
+INSPECTED = RecordShape("digest", _nan_inf)
+PROBED = RecordShape("sha256", _probed)
+
+
+def check_consistency(expected: Expected, result: dict[str, Any], probe: bool) -> None:
+    """Check a weights-probe reply (`probe`: what the client asked for, never the reply's
+    word) against the file's bytes: the rows' tensors, their NaN / Inf counts, and
+    `consistent` against the rows; set `claims`, or SandboxError when a claim fails. A model
+    run's outputs are only the worker's: its record says so."""
+    if not probe:
+        result["claims"] = ClaimCheck(reason="a model run's outputs exist only in the jailed "
+                                      "worker").to_json()
+        return
+    if result.get("mode") != "probe":
+        expected.stop()
+        raise _refuted("weights probe", [f"the reply is a {escape(str(result.get('mode')))} "
+                                         "run"], result.get("sandbox"))
+    measured = expected.wait()
+    if isinstance(measured, str):
+        result["claims"] = ClaimCheck(reason=measured).to_json()
+        return
+    rows = result.get("tensors") or []
+    problems = _record_problems(measured, rows, {}, PROBED)
+    failed = {str(r.get("key")) for r in rows if r.get("status") == CheckStatus.FAIL}
+    if result.get("consistent") is not (not failed):
+        problems.append(f"consistent is {escape(str(result.get('consistent')))} with "
+                        f"{len(failed)} failed rows")
+    problems += [f"{escape(str(r.get('key')))}'s device copy differs, yet its row passed"
+                 for r in result.get("resident_mismatches") or ()
+                 if str(r.get("key")) not in failed]
+    if problems:
+        raise _refuted("weights probe", problems, result.get("sandbox"))
+    result["nonfinite_weights"] = [r["key"] for r in rows if r.get("nonfinite")]
+    result["claims"] = ClaimCheck(checked=True, tensors=len(measured)).to_json()
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any
 
 from inspector.core.progress import CancelToken
 from inspector.sandbox.host.admission import check_loadable, static_scan
+from inspector.sandbox.host.claims import Expected, check_consistency
 from inspector.sandbox.host.jobs import SandboxError, run_job
 from inspector.sandbox.protocol import Limits
 
@@ -52,7 +53,8 @@ class ConsistencyRequest:
         request: dict[str, Any] = {
             "op": "consistency",
             "path": str(path),
-            "paths": python_path,
+            # the user's code folders only for the user's model: a probe reads the file alone
+            "paths": python_path if self.model else [],
             "device": self.device,
             "repeats": self.repeats,
             "seed": self.seed,
@@ -91,13 +93,22 @@ def run_consistency(
     cancel: CancelToken | None = None,
     timeout: float | None = None,
 ) -> dict[str, Any]:
-    """Scan, then run the check in a jailed worker; raises SandboxError with a one-line message."""
+    """Scan, then run the check in a jailed worker and check its reply against the file's
+    bytes (`claims.check_consistency`); raises SandboxError with a one-line message."""
     target = Path(spec.path).resolve()
     if not target.is_file():
         raise SandboxError("not_found", f"{spec.path}: no such file")
     scan = static_scan(target)
     check_loadable(scan, spec.allow_globals, override_dangerous=False)
-    result = run_job(spec.to_request(), on_event=on_event, cancel=cancel, timeout=timeout)
+    # what the file's bytes say, measured while the worker loads and repeats
+    probe = not spec.model
+    expected = Expected(target, counts=True, start=probe)
+    try:
+        result = run_job(spec.to_request(), on_event=on_event, cancel=cancel, timeout=timeout)
+    except BaseException:
+        expected.stop()
+        raise
+    check_consistency(expected, result, probe)  # the reply is a claim until it passes
     result["path"] = os.fspath(target)
     result["scan_verdict"] = scan.verdict
     return result
