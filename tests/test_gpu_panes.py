@@ -16,7 +16,7 @@ import pynvml
 import pytest
 import torch
 from fake_pynvml import FakeGpu, FakeNvml, install
-from PySide6.QtCore import QElapsedTimer, QTimer
+from PySide6.QtCore import QElapsedTimer, Qt, QTimer
 
 from inspector.gpu.smi_csv import write_log
 from inspector.gpu.telemetry import GpuSample
@@ -231,6 +231,8 @@ def test_consistency_pane_runs_in_the_worker_and_localises_a_flip(qtbot, monkeyp
     assert pane.verdict.text().startswith(
         "SELF-TEST PASSED: bit 22 of conv.weight[100] flipped on purpose before iteration 4, "
         "detected: 6 runs on CPU")
+    assert ("\nChecked here: the 9 tensors the device was given are the file's bytes "
+            "(SHA-256 recomputed here)") in pane.verdict.text()
     top = pane.table.topLevelItem(0)
     assert (top.text(0), top.text(1)) == ("conv.weight", "FAIL")
     assert "3 run(s) differ" in top.text(2)
@@ -242,8 +244,38 @@ def test_consistency_pane_runs_in_the_worker_and_localises_a_flip(qtbot, monkeyp
     assert len(xs) == 6 and list(counts[:3]) == [0, 0, 0] and all(counts[3:] > 0)
     assert pane.plots["temperature"].listDataItems(), "no telemetry beside the diff plot"
     assert len(pane._marks) == len(pane.plots)  # the injection is marked on every plot
+    _laid_out(qtbot, pane.verdict)
     pane.grab().save(str(artifacts / "consistency_pane.png"))
     gpu.shutdown()
+
+
+def test_consistency_pane_leaves_the_device_unjudged_on_nan_weights(qtbot, tmp_path, artifacts):
+    state = consistency_models.tiny_mlp().state_dict()
+    state["2.weight"][1, 2] = float("nan")
+    path = tmp_path / "nan.pt"
+    torch.save(state, path)
+    pane = ConsistencyPane()
+    qtbot.addWidget(pane)
+    pane.resize(1280, 860)
+    pane.show()
+    pane.set_file(str(path))
+    pane.device.setCurrentText("cpu")
+    pane.repeats.setValue(2)
+    assert pane.start() is not None
+    qtbot.waitUntil(lambda: pane.job is None, timeout=240_000)
+    text = pane.verdict.text()
+    assert text.startswith("NOT JUDGED: 2 runs on CPU (weights probe)"), text
+    assert pane._verdict_style == "warn"
+    row = pane.table.findItems("2.weight", Qt.MatchFlag.MatchExactly)[0]
+    assert row.text(1) == "NOT JUDGED"
+    assert row.text(2).startswith("holds 1 NaN/Inf value (first at element 34)")
+    _laid_out(qtbot, pane.verdict)
+    pane.grab().save(str(artifacts / "consistency_pane_nan.png"))
+
+
+def _laid_out(qtbot, label) -> None:
+    """Until the layout has given a word-wrapped label the height its new text needs."""
+    qtbot.waitUntil(lambda: label.height() >= label.heightForWidth(label.width()))
 
 
 def _worker_children() -> list[int]:

@@ -20,6 +20,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt
 from PySide6.QtWidgets import QFileDialog, QTreeWidgetItem, QWidget
 
+from inspector.checkpoint.results import ConsistencyResult
+from inspector.core.termtext import counted
 from inspector.core.vocabulary import CheckStatus, Format, Verdict
 from inspector.formats import dialog_filter
 from inspector.gpu.telemetry import TelemetryStore
@@ -41,7 +43,7 @@ from inspector.sandbox.host.consistency_job import (
 )
 
 RunFn = Callable[..., dict[str, Any]]
-PASS_STYLE, FAIL_STYLE, IDLE_STYLE = "good", "bad", "idle"  # verdict banner looks
+PASS_STYLE, FAIL_STYLE, WARN_STYLE, IDLE_STYLE = "good", "bad", "warn", "idle"  # banner looks
 CHECKPOINT_FILTER = dialog_filter(Format.PYTORCH_ZIP, title="Checkpoints")
 GPU_PLOTS = {"temperature": ("temperature_gpu", "temperature"), "power": ("power_draw", "power")}
 """GPU chart name: (telemetry field, what it shows)."""
@@ -321,20 +323,23 @@ class ConsistencyPane(ConsistencyPaneLayout):
     def _on_finished(self, result: dict[str, Any]) -> None:
         self.result = result
         self._draw_telemetry()
-        fault = result.get("injected")
+        typed = ConsistencyResult.from_json(result)
+        fault = typed.injected
         # a self-test wants the results to differ: that is the detector seeing its bit
-        passed = bool(result["consistent"]) != bool(fault)
+        passed = bool(typed.consistent) != bool(fault)
+        style = PASS_STYLE if passed else FAIL_STYLE
         if fault:
             verdict = (f"SELF-TEST {'PASSED' if passed else 'FAILED'}: "
                        f"{self_test_words(fault)}, {'' if passed else 'NOT '}detected")
         else:
-            verdict = "CONSISTENT" if passed else "INCONSISTENT"
-        detail = (f"{verdict}: {result['repeats']} runs on {result['device_label']} "
-                  f"({'weights probe' if result['mode'] == 'probe' else 'model run'})")
-        if result.get("weights_gb_per_s"):
-            detail += f", {result['weights_gb_per_s']:.3g} GB/s of weights"
+            verdict = typed.word
+            style = WARN_STYLE if typed.nonfinite_rows and passed else style
+        detail = (f"{verdict}: {typed.repeats} runs on {typed.device_label} "
+                  f"({'weights probe' if typed.mode == 'probe' else 'model run'})")
+        if typed.weights_gb_per_s:
+            detail += f", {typed.weights_gb_per_s:.3g} GB/s of weights"
         self._fill_table(result)
-        self._ended(detail, PASS_STYLE if passed else FAIL_STYLE)
+        self._ended(f"{detail}\nChecked here: {typed.checked_words}", style)
 
     def _ended(self, message: str, style: str) -> None:
         self.job = None
@@ -353,11 +358,15 @@ class ConsistencyPane(ConsistencyPaneLayout):
     def _fill_table(self, result: dict[str, Any]) -> None:
         rows = result["tensors"] if result["mode"] == "probe" else result["outputs"]
         resident = {r["key"]: r for r in result.get("resident_mismatches", [])}
-        rows = sorted(rows, key=lambda r: (r["status"] != CheckStatus.FAIL, r["key"]))
+        rows = sorted(rows, key=lambda r: (r["status"] != CheckStatus.FAIL,
+                                           not r.get("nonfinite"), r["key"]))
         for row in rows:
-            item = QTreeWidgetItem([row["key"], row["status"].upper(), _detail(row)])
+            unjudged = bool(row.get("nonfinite")) and row["status"] != CheckStatus.FAIL
+            word = "NOT JUDGED" if unjudged else row["status"].upper()
+            item = QTreeWidgetItem([row["key"], word, _detail(row)])
             item.setToolTip(2, item.text(2))
-            role = {CheckStatus.FAIL: "bad", CheckStatus.PASS: "good"}.get(row["status"])
+            role = "warn" if unjudged else {CheckStatus.FAIL: "bad",
+                                             CheckStatus.PASS: "good"}.get(row["status"])
             if role:
                 item.setForeground(1, chart_style.role_colour(role, self.palette()))
             flips = resident.get(row["key"])
@@ -379,6 +388,9 @@ class ConsistencyPane(ConsistencyPaneLayout):
 
 def _detail(row: dict[str, Any]) -> str:
     parts = []
+    if row.get("nonfinite"):
+        parts.append(f"holds {counted(row['nonfinite'], 'NaN/Inf value')} (first at element "
+                     f"{row.get('first_nonfinite')}): the device cannot be judged on it")
     runs = row.get("repeat_mismatches") or row.get("runs_mismatched")
     if runs:
         parts.append(f"{runs} run(s) differ, max |diff| {float(row['max_abs_diff']):.4g}")
