@@ -1,11 +1,11 @@
-"""The ledger checks the Adam moments it seals against what Adam's update can write.
+"""The ledger checks the optimizer moments it seals against what their update can write.
 
-Every gradient history passes, including the one that reaches the bound, for each of torch's
-Adam-family optimizers and state dtypes. A flip that the guard would see only at the next step
-(through the weight it moves) makes the save unhealthy at once, with or without a guard, in the
-plain loop and through real Lightning and transformers Trainers. Each fault is shown to do its
-harm under torch's own optimizer step; SGD's momentum and optimizers with other keys are not
-judged by Adam's rule."""
+Every gradient history passes, including the ones that reach each bound, for each of torch's
+Adam-family optimizers, Adamax, RMSprop, Adadelta and Adagrad, in each state dtype. A flip that
+the guard would see only at the next step (through the weight it moves) makes the save
+unhealthy at once, with or without a guard, in the plain loop and through real Lightning and
+transformers Trainers. Each fault is shown to do its harm under torch's own optimizer step;
+SGD's momentum and optimizers with other keys or hyper-parameters are not judged."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 from inspector.cli import main
 from inspector.core.vocabulary import SaveOutcome
 from inspector.ledger import save
-from inspector.ledger.moments import MARGIN, adam_problems, local_state
+from inspector.ledger.moments import MARGIN, local_state, moment_problems
 from inspector.run.checkpoints import resume_choice
 
 OPTIMIZERS = {
@@ -81,7 +81,7 @@ def test_every_gradient_history_passes_including_the_one_that_reaches_the_bound(
         optimizer.step()
         worst = max(worst, largest_ratio(optimizer))
         if t % 10 == 9:
-            assert adam_problems(optimizer.state_dict()) == [], t
+            assert moment_problems(optimizer.state_dict()) == [], t
     # the history came within 5% of C, so a margin below 1 would have failed here
     assert 0.95 * bound(optimizer) < worst < MARGIN * bound(optimizer)
 
@@ -127,13 +127,13 @@ def test_a_flipped_moment_is_named_and_does_its_harm_at_the_next_step(fault):
     name, key, dtype, bit, factor, said, harm = FAULTS[fault]
     clean_model, clean = trained(name, dtype=dtype)
     model, optimizer = trained(name, dtype=dtype)
-    assert adam_problems(optimizer.state_dict()) == []
+    assert moment_problems(optimizer.state_dict()) == []
     moment = optimizer.state[model[0].weight][key].view(-1)
     index = first_element(moment, bit, is_set=abs(factor) < 1)
     before = float(moment[index])
     flip(moment, index, bit)
     assert float(moment[index]) == before * factor  # the fault is the one named
-    problems = adam_problems(optimizer.state_dict())
+    problems = moment_problems(optimizer.state_dict())
     assert len(problems) == 1 and problems[0].startswith("Adam state of parameter 0 (8x4)")
     assert said in problems[0] and "in 1 value" in problems[0]
     # the harm, under torch's own step: the clean state moves the element by about lr
@@ -157,10 +157,10 @@ def test_an_amsgrad_maximum_below_exp_avg_sq_is_named_and_enlarges_the_step():
             optimizer.step()
         if fault:
             flip(optimizer.state[weight]["max_exp_avg_sq"], 3, 29)
-            problems = adam_problems(optimizer.state_dict())
+            problems = moment_problems(optimizer.state_dict())
             assert problems and "max_exp_avg_sq below exp_avg_sq in 1 value" in problems[0]
         else:
-            assert adam_problems(optimizer.state_dict()) == []
+            assert moment_problems(optimizer.state_dict()) == []
         before = weight.detach().clone()
         weight.grad = torch.full((8,), 1e-3)
         optimizer.step()
@@ -173,7 +173,7 @@ def test_an_infinite_exp_avg_sq_is_named_and_freezes_its_element():
     clean_model, clean = trained()
     model, optimizer = trained()
     optimizer.state[model[0].weight]["exp_avg_sq"].view(-1)[3] = math.inf
-    problems = adam_problems(optimizer.state_dict())
+    problems = moment_problems(optimizer.state_dict())
     assert problems and "exp_avg_sq infinite in 1 value" in problems[0]
     moved, clean_moved = one_more_step(model, optimizer), one_more_step(clean_model, clean)
     assert float(moved[3]) == 0.0 and float(clean_moved[3]) != 0.0
@@ -188,16 +188,122 @@ def test_sgd_momentum_and_optimizers_with_other_keys_are_not_judged_by_adams_rul
         nn.functional.mse_loss(model(x), y).backward()
         sgd.step()
     flip(sgd.state[model[0].weight]["momentum_buffer"], 3, 30)
-    assert adam_problems(sgd.state_dict()) == []
+    assert moment_problems(sgd.state_dict()) == []
     _, adam = trained()
     state = adam.state_dict()
     flip(state["state"][0]["exp_avg"], 3, 30)
-    assert adam_problems(state)  # the control: Adam's own keys are judged
+    assert moment_problems(state)  # the control: Adam's own keys are judged
     state["state"][0]["exp_avg_diff"] = torch.zeros(8, 4)  # an Adan-like state: its rule differs
-    assert adam_problems(state) == []
+    assert moment_problems(state) == []
     del state["state"][0]["exp_avg_diff"]
     state["param_groups"][0]["betas"] = (0.9, 0.92, 0.99)
-    assert adam_problems(state) == []
+    assert moment_problems(state) == []
+
+
+OTHER_FAMILIES = {
+    "adamax": lambda ps: torch.optim.Adamax(ps, lr=1e-3),
+    "rmsprop": lambda ps: torch.optim.RMSprop(ps, lr=1e-3),
+    "rmsprop-centered-momentum": lambda ps: torch.optim.RMSprop(ps, lr=1e-3, centered=True,
+                                                                momentum=0.9),
+    "adadelta": lambda ps: torch.optim.Adadelta(ps),
+    "adagrad-initial-0.1": lambda ps: torch.optim.Adagrad(ps, lr=1e-2,
+                                                          initial_accumulator_value=0.1),
+}
+CLOSEST = {"adamax": ("exp_avg", "exp_inf", 1.0),
+           "rmsprop-centered-momentum": ("grad_avg", "square_avg", 0.5)}
+"""The moment, its scale, and the power of the scale: each family's bounded ratio."""
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", OTHER_FAMILIES)
+def test_other_families_pass_every_gradient_history(name, dtype):
+    weight = nn.Parameter(torch.zeros(4096, dtype=dtype))
+    optimizer = OTHER_FAMILIES[name]([weight])
+    gen = torch.Generator().manual_seed(0)
+    tiny = 1e-30 if dtype == torch.float32 else 1e-7
+    worst = 0.0
+    for t in range(240):
+        g = torch.randn(4096, generator=gen) * 1e-3
+        g[:512] = 1e-3 * 0.999 ** (t % 80)  # decaying by Adamax's b2: its bound's history
+        g[512:1024] = 0.1  # constant: a centred RMSprop's grad_avg^2 tends to square_avg
+        g[1024:1536] = tiny
+        g[1536:2048] *= 1e3 if t == 100 else 1.0
+        g[2048:2560] *= t % 2
+        weight.grad = g.to(dtype)
+        optimizer.step()
+        if name in CLOSEST:
+            moment, scale, power = CLOSEST[name]
+            state = optimizer.state[weight]
+            m, v = state[moment].double(), state[scale].double()
+            seen = v > 0
+            worst = max(worst, float((m[seen].abs() / v[seen] ** power).max()))
+        if t % 10 == 9:
+            assert moment_problems(optimizer.state_dict()) == [], t
+    if name == "adamax":  # (1 - b1) / (1 - b1 / b2) = 1.0091 for the defaults
+        assert 0.95 * 1.0091 < worst < MARGIN * 1.0091
+    elif name in CLOSEST:  # grad_avg^2 <= square_avg
+        assert 0.9 < worst < MARGIN
+
+
+FAMILY_FAULTS = {
+    # optimizer, state key, bit, the factor the flip multiplies by, what the check says
+    "rmsprop square_avg negated": ("rmsprop", "square_avg", 31, -1.0,
+                                   "RMSprop", "square_avg negative"),
+    "centred rmsprop grad_avg x2^128": ("rmsprop-centered-momentum", "grad_avg", 30, 2.0**128,
+                                        "RMSprop", "|grad_avg| above 2 x sqrt(square_avg)"),
+    "adamax exp_avg x2^128": ("adamax", "exp_avg", 30, 2.0**128,
+                              "Adamax", "|exp_avg| above 2.02 x exp_inf"),
+    "adadelta square_avg negated": ("adadelta", "square_avg", 31, -1.0,
+                                    "Adadelta", "square_avg negative"),
+    "adagrad sum negated": ("adagrad-initial-0.1", "sum", 31, -1.0,
+                            "Adagrad", "sum below its start 0.1"),
+}
+
+
+@pytest.mark.parametrize("fault", FAMILY_FAULTS)
+def test_a_flip_in_another_family_is_named_and_does_its_harm_at_the_next_step(fault):
+    name, key, bit, factor, family, said = FAMILY_FAULTS[fault]
+    made = {**OPTIMIZERS, name: OTHER_FAMILIES[name]}
+    models = []
+    for _ in range(2):
+        model = tiny_model()
+        optimizer = made[name](model.parameters())
+        for step in range(6):
+            optimizer.zero_grad(set_to_none=True)
+            x, y = batch(step)
+            nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        models.append((model, optimizer))
+    (clean_model, clean), (model, optimizer) = models
+    assert moment_problems(optimizer.state_dict()) == []
+    moment = optimizer.state[model[0].weight][key].view(-1)
+    index = first_element(moment, bit, is_set=abs(factor) < 1)
+    before = float(moment[index])
+    flip(moment, index, bit)
+    assert float(moment[index]) == before * factor
+    problems = moment_problems(optimizer.state_dict())
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"{family} state of parameter 0 (8x4) not written by its update")
+    assert f"{said} in 1 value" in problems[0]
+    moved, clean_moved = one_more_step(model, optimizer), one_more_step(clean_model, clean)
+    assert bool(torch.isfinite(clean_moved[index])) and float(clean_moved[index]) != 0
+    bad = moved[index]
+    assert not bool(torch.isfinite(bad)) or abs(float(bad)) > 1e3 * abs(float(clean_moved[index]))
+
+
+def test_a_family_is_known_by_its_keys_and_its_groups_hyper_parameters():
+    weight = nn.Parameter(torch.zeros(8))
+    optimizer = torch.optim.RMSprop([weight], lr=1e-3)
+    weight.grad = torch.ones(8)
+    optimizer.step()
+    state = optimizer.state_dict()
+    state["state"][0]["square_avg"][3] = -1.0
+    assert moment_problems(state)  # the control: RMSprop's own keys and group are judged
+    state["state"][0]["hessian"] = torch.zeros(8)  # another optimizer's state: its rule differs
+    assert moment_problems(state) == []
+    del state["state"][0]["hessian"]
+    del state["param_groups"][0]["alpha"]  # not RMSprop's hyper-parameters
+    assert moment_problems(state) == []
 
 
 def test_local_state_reads_a_wrapped_optimizer_without_its_state_dict():
@@ -243,6 +349,22 @@ def test_a_plain_ledger_save_after_a_flipped_moment_is_unhealthy_and_never_resum
     assert main(["run", "latest", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
     assert out.strip().endswith("step-5.pt") and "Adam state of optimizer.parameter 0" in err
+
+
+def test_a_ledger_save_after_a_flipped_rmsprop_square_avg_is_unhealthy(tmp_path):
+    model = tiny_model()
+    optimizer = torch.optim.RMSprop(model.parameters(), lr=1e-3)
+    for step in range(5):
+        optimizer.zero_grad(set_to_none=True)
+        x, y = batch(step)
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    flip(optimizer.state[model[0].weight]["square_avg"], 3, 31)
+    record = save({"model": model.state_dict(), "optimizer": optimizer.state_dict()},
+                  tmp_path / "step-4.pt", step=4)
+    assert record.outcome == SaveOutcome.UNHEALTHY
+    assert ("RMSprop state of optimizer.parameter 0 (8x4) not written by its update: "
+            "square_avg negative in 1 value") in record.detail
 
 
 def test_lightning_checkpoint_after_a_flipped_moment_is_unhealthy(tmp_path):

@@ -18,7 +18,7 @@ The order is what makes a crash at any moment harmless:
 4. rename it over the target and fsync the folder; only now can a reader see it;
 5. append the `ledger.save` record (fsync'd), then rotate older ones (`keep`).
 Before 1, the guard's checks for the run (`run.health_gate`) are asked; the state's own
-checks in memory (`ledger.health`: NaN, Adam's moments) run on the digests' thread during 2,
+checks in memory (`ledger.health`: NaN, optimizer moments) run on the digests' thread during 2,
 before the re-read needs the verdict. A state that fails either is still written and proven,
 but renamed to `NAME.unhealthy.SUFFIX` and recorded `unhealthy` (the previous checkpoint at the
 target stays), so no resume lands on it.

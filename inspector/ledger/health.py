@@ -2,8 +2,8 @@
 
 Two sources: the state itself (a NaN in any floating-point tensor: no weight, moment or buffer
 is ever legitimately NaN, while -Inf masks are, so Inf is left to the guard, which knows which
-tensors are parameters; and Adam's moments outside what its update can write, `moments`), and
-every check a training guard in this process registered for the
+tensors are parameters; and optimizer moments outside what their update can write,
+`moments`), and every check a training guard in this process registered for the
 run folder (`run.health_gate`: the weights finite, within their learned largest |w|, and their
 fingerprint the one the last optimizer step left). A checkpoint that fails is written beside its
 target under an `.unhealthy` name, as evidence, and recorded with outcome `unhealthy`; the
@@ -29,10 +29,10 @@ def health_problems(obj: Any, run_dir: Path) -> list[str]:
 
 
 def state_problems(obj: Any) -> list[str]:
-    """What the state `obj` itself shows: NaN anywhere, Adam's moments out of their bound."""
-    from inspector.ledger.moments import adam_problems
+    """What the state `obj` itself shows: NaN anywhere, optimizer moments out of their bounds."""
+    from inspector.ledger.moments import moment_problems
 
-    return nan_problems(obj) + adam_problems(obj)
+    return nan_problems(obj) + moment_problems(obj)
 
 
 def optimizer_problems(optimizer: Any) -> list[str]:
