@@ -207,18 +207,24 @@ def checkpoint(tmp_path) -> Path:
     return path
 
 
+def _cpu_pane(qtbot, path: Path, repeats: int, **options) -> ConsistencyPane:
+    """A Consistency pane shown at 1280x860, set to run `repeats` runs of `path` on the CPU."""
+    pane = ConsistencyPane(**options)
+    qtbot.addWidget(pane)
+    pane.resize(1280, 860)
+    pane.show()
+    pane.set_file(str(path))
+    pane.device.setCurrentText("cpu")
+    pane.repeats.setValue(repeats)
+    return pane
+
+
 def test_consistency_pane_runs_in_the_worker_and_localises_a_flip(qtbot, monkeypatch,
                                                                   checkpoint, artifacts):
     install(monkeypatch, FakeNvml([FakeGpu(0), FakeGpu(1, temperature=58, power_mw=250_000)]))
     gpu = GpuPane(interval=0.2)
     qtbot.addWidget(gpu)
-    pane = ConsistencyPane(telemetry=lambda: gpu.store)
-    qtbot.addWidget(pane)
-    pane.resize(1280, 860)
-    pane.show()
-    pane.set_file(str(checkpoint))
-    pane.device.setCurrentText("cpu")
-    pane.repeats.setValue(6)
+    pane = _cpu_pane(qtbot, checkpoint, 6, telemetry=lambda: gpu.store)
     pane.inject_box.setChecked(True)
     pane.inject_key.setText("conv.weight")
     pane.inject_index.setValue(100)
@@ -254,13 +260,7 @@ def test_consistency_pane_leaves_the_device_unjudged_on_nan_weights(qtbot, tmp_p
     state["2.weight"][1, 2] = float("nan")
     path = tmp_path / "nan.pt"
     torch.save(state, path)
-    pane = ConsistencyPane()
-    qtbot.addWidget(pane)
-    pane.resize(1280, 860)
-    pane.show()
-    pane.set_file(str(path))
-    pane.device.setCurrentText("cpu")
-    pane.repeats.setValue(2)
+    pane = _cpu_pane(qtbot, path, 2)
     assert pane.start() is not None
     qtbot.waitUntil(lambda: pane.job is None, timeout=240_000)
     text = pane.verdict.text()
