@@ -19,9 +19,13 @@ def _scan(path: str, verdict: str) -> dict:
             "globals": [], "findings": [], "error": None}
 
 
-def _results(tmp_path: Path, name: str, *records: tuple[str, str]) -> Path:
+def _results(tmp_path: Path, name: str, *records: tuple[str, str], job: str = "0/1",
+             command: str = "ckpt-inspector scan models") -> Path:
+    """A results file as `scan --shard JOB --results NAME` writes it: its session line, then
+    one line per file."""
     target = tmp_path / name
     log = ResultsLog(target, "scan.result")
+    log.begin({"command": command, "shard": job, "environment": None})
     for path, verdict in records:
         log.record(path, tmp_path / "absent", _scan(path, verdict))
     return target
@@ -39,8 +43,9 @@ def _forge(path: Path, line: int, **change) -> None:
     path.write_bytes(b"\n".join(lines) + b"\n")
 
 
-def _merge(tmp_path: Path, *results: Path, capsys) -> tuple[int, str, str]:
-    code = main(["merge", *map(str, results), "-o", str(tmp_path / "m.json")])
+def _merge(tmp_path: Path, *results: Path, capsys, force: bool = False) -> tuple[int, str, str]:
+    code = main(["merge", *map(str, results), "-o", str(tmp_path / "m.json"),
+                 *(["--force"] if force else [])])
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -59,10 +64,10 @@ def test_the_worst_result_for_one_file_wins_not_the_last(tmp_path, capsys):
 def test_an_edited_line_fails_the_merge_naming_file_and_line(tmp_path, capsys):
     results = _results(tmp_path, "r0.jsonl", ("a.pt", "dangerous"), ("b.pt", "safe"))
     lines = results.read_bytes().split(b"\n")
-    lines[0] = lines[0].replace(b'"dangerous"', b'"safe"     ')
+    lines[1] = lines[1].replace(b'"dangerous"', b'"safe"     ')
     results.write_bytes(b"\n".join(lines))
     code, _out, err = _merge(tmp_path, results, capsys=capsys)
-    assert code == 2 and "r0.jsonl: line 1 is edited" in err
+    assert code == 2 and "r0.jsonl: line 2 is edited" in err
     assert not (tmp_path / "m.json").exists()
 
 
@@ -71,9 +76,9 @@ def test_with_a_key_a_line_resealed_by_a_forger_fails_the_merge(tmp_path, capsys
     key.write_text("a secret every shard is handed\n")
     monkeypatch.setenv(journal.KEY_FILE_ENV, str(key))
     results = _results(tmp_path, "r0.jsonl", ("b.pt", "safe"), ("a.pt", "dangerous"))
-    _forge(results, 2, verdict="safe")
+    _forge(results, 3, verdict="safe")
     code, _out, err = _merge(tmp_path, results, capsys=capsys)
-    assert code == 2 and "line 2 is unsigned" in err
+    assert code == 2 and "line 3 is unsigned" in err
     assert not (tmp_path / "m.json").exists()
 
 
@@ -90,7 +95,7 @@ def test_a_last_line_cut_short_is_named_and_left_out(tmp_path, capsys, cut):
     data = results.read_bytes()
     results.write_bytes(data[:-cut])
     code, out, err = _merge(tmp_path, results, capsys=capsys)
-    assert code == 0 and "1 file" in out and "line 2 truncated" in err
+    assert code == 0 and "1 file" in out and "line 3 truncated" in err
 
 
 WRONG = {
@@ -117,3 +122,36 @@ def test_a_record_of_the_wrong_shape_is_one_line_and_nothing_is_written(tmp_path
     assert code == 2 and "wrong shape" in err and "Traceback" not in err, err
     assert not (tmp_path / "m.json").exists()
 
+
+
+def test_a_slice_no_results_file_holds_fails_the_merge_and_is_named(tmp_path, capsys):
+    # two of three slices: every file they hold is safe, and a third of the job never ran
+    parts = [_results(tmp_path, f"r{i}.jsonl", (f"m{i}.pt", "safe"), job=f"{i}/3")
+             for i in (0, 2)]
+    code, out, _err = _merge(tmp_path, *parts, capsys=capsys)
+    assert code == 1 and "2 files from 2 results files, 1 problem" in out
+    said = "scan --shard 1/3: no results file holds it, so its files were never checked"
+    assert said in out
+    report = json.loads((tmp_path / "m.json").read_text())
+    assert report["status"] == "failed" and report["problems"][0].startswith(said)
+    parts.append(_results(tmp_path, "r1.jsonl", ("m1.pt", "safe"), job="1/3"))
+    code, out, _err = _merge(tmp_path, *parts, capsys=capsys, force=True)
+    assert code == 0 and "0 problems" in out
+
+
+def test_every_split_of_each_kind_must_be_whole(tmp_path, capsys):
+    halves = [_results(tmp_path, f"h{i}.jsonl", ("a.pt", "safe"), job=f"{i}/2") for i in (0, 1)]
+    whole = _results(tmp_path, "w.jsonl", ("b.pt", "safe"), command="ckpt-inspector scan more")
+    code, out, _err = _merge(tmp_path, *halves, whole, capsys=capsys)
+    assert code == 0 and "0 problems" in out
+    quarter = _results(tmp_path, "q.jsonl", ("a.pt", "safe"), job="3/4")
+    code, out, _err = _merge(tmp_path, *halves, whole, quarter, capsys=capsys, force=True)
+    assert code == 1 and "3 problems" in out
+    assert all(f"scan --shard {i}/4: no results file holds it" in out for i in range(3))
+
+
+def test_results_that_name_no_job_fail_the_merge(tmp_path, capsys):
+    target = tmp_path / "bare.jsonl"
+    ResultsLog(target, "scan.result").record("a.pt", tmp_path / "absent", _scan("a.pt", "safe"))
+    code, out, _err = _merge(tmp_path, target, capsys=capsys)
+    assert code == 1 and "results but no session line" in out

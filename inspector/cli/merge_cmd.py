@@ -9,8 +9,10 @@ Nothing a results file says is taken on trust. A last line cut short by a killed
 and left out; any other damaged, edited, forged or deleted line fails the merge (exit 2, the
 file and line named, nothing written), since the line it hides may be the one that found a
 file dangerous. Where one file has several results (a shard run twice), the worst one wins,
-never the last. Without a seal key (`CKPT_INSPECTOR_SEAL_KEY_FILE`, the same for every shard)
-the inputs are unauthenticated, and the merge says so.
+never the last. Every slice of every job must be there: a slice no results file holds (or a
+results file that names no job) is a problem of the report, which then fails (exit 1), since
+its files were never checked. Without a seal key (`CKPT_INSPECTOR_SEAL_KEY_FILE`, the same for
+every shard) the inputs are unauthenticated, and the merge says so.
 
 Its exit codes are in `inspector/cli/reference.py` (`EXITS`).
 """
@@ -30,7 +32,7 @@ from inspector.core.envinfo import EnvInfo, GpuInfo
 from inspector.core.termtext import counted, escape
 from inspector.core.verdict import exit_code, rank
 from inspector.core.vocabulary import ReportStatus, Verdict
-from inspector.fleet.jobs import BatchResults, read_results
+from inspector.fleet.jobs import BatchResults, coverage_problems, read_results
 from inspector.integrity.verify import VerifyResult
 from inspector.report import (
     WRITERS,
@@ -93,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
     command = shlex.join(["ckpt-inspector", "merge", *map(str, args.results),
                           "-o", str(args.output)])
     session = SessionEvidence(files, environment=_environment(batch), command=command,
-                              telemetry_source="not sampled (merged from a batch's shards)")
+                              telemetry_source="not sampled (merged from a batch's shards)",
+                              problems=coverage_problems(batch))
     report = build_report(session)
     try:
         write_report(report, args.output, overwrite=args.force)

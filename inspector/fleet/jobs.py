@@ -133,6 +133,9 @@ class BatchResults:
     problems: tuple[tuple[Path, journal.JournalProblem], ...]
     authenticated: bool = False
     """Every results file was sealed with the seal key and read with it."""
+    unannounced: tuple[Path, ...] = ()
+    """Results files holding results and no session line (every batch command that finishes
+    writes one): what job and slice they are cannot be said."""
 
 
 def read_results(paths: list[Path]) -> BatchResults:
@@ -141,15 +144,47 @@ def read_results(paths: list[Path]) -> BatchResults:
     results: dict[str, dict[str, list[Mapping[str, Any]]]] = {}
     sessions: list[Mapping[str, Any]] = []
     problems: list[tuple[Path, journal.JournalProblem]] = []
+    unannounced: list[Path] = []
     authenticated = bool(paths)
     for path in paths:
         read = journal.read(path)
         authenticated = authenticated and read.authenticated
         problems += [(path, p) for p in read.problems]
+        held = len(sessions)
+        holds_results = False
         for entry in read.sound:
             if entry.kind == SESSION_KIND:
                 sessions.append(entry.record)
             elif "key" in entry.record and "result" in entry.record:
                 results.setdefault(entry.kind, {}).setdefault(
                     str(entry.record["key"]), []).append(entry.record["result"])
-    return BatchResults(results, tuple(sessions), tuple(problems), authenticated)
+                holds_results = True
+        if holds_results and len(sessions) == held:
+            unannounced.append(path)
+    return BatchResults(results, tuple(sessions), tuple(problems), authenticated,
+                        tuple(unannounced))
+
+
+def coverage_problems(batch: BatchResults) -> list[str]:
+    """What a batch's results files leave unchecked, each in one line: a file that names no
+    job, and for each kind of result (scan, verify, report), every slice `I/N` that no results
+    file holds for an N its session lines name (a shard's own command line differs from the
+    others' in its output names, so slices are matched by kind, not command)."""
+    problems = [f"{path}: results but no session line, so no job or slice is named (a job "
+                "killed before its end writes none: run it again with the same results file)"
+                for path in batch.unannounced]
+    held: dict[str, set[JobSlice]] = {}
+    for session in batch.sessions:
+        try:
+            part = parse_job_slice(str(session.get("shard")))
+        except ValueError:
+            problems.append(f"a session line names the slice {str(session.get('shard'))!r}, "
+                            "not I/N")
+            continue
+        held.setdefault(str(session.get("for")).partition(".")[0], set()).add(part)
+    for kind, parts in sorted(held.items()):
+        for n in sorted({p.count for p in parts}):
+            problems += [f"{kind} --shard {i}/{n}: no results file holds it, so its files were "
+                         "never checked; merge every shard's results file"
+                         for i in range(n) if JobSlice(i, n) not in parts]
+    return problems

@@ -71,6 +71,7 @@ def build_report(
     # the signature leads: a folder whose signature does not hold is told before any file
     problems = [signature_problem(v) for v in session.signatures
                 if v.state != SignatureState.INTACT]
+    problems += session.problems
     problems += [f"{f.file.name}: {p}" for f in files for p in f.problems]
     if telemetry is not None:
         problems += telemetry_problems(telemetry)

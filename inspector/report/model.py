@@ -72,6 +72,8 @@ class SessionEvidence:
     """The checkpoint ledgers of training-run folders given to the report."""
     signatures: list[SignatureVerdict] = field(default_factory=list)
     """Model folders checked against their OpenSSF Model Signing signatures."""
+    problems: list[str] = field(default_factory=list)
+    """What the evidence as a whole leaves out (a batch's slices no results file holds)."""
 
 
 @dataclass
