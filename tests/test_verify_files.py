@@ -188,6 +188,8 @@ def test_manifest_without_hashes_checks_presence(tmp_path: Path, exists: bool) -
         (tmp_path / "model-00001-of-00001.safetensors").write_bytes(b"x")
     result = verify(read_manifest(tmp_path / "model.safetensors.index.json"))
     assert [f.status for f in result.files] == ["ok" if exists else "missing"]
+    if exists:  # an ok that compared no byte says so
+        assert result.files[0].note == "no SHA-256 recorded: found, its bytes not compared"
 
 
 def test_a_failed_hash_stops_the_tensor_job(tmp_path: Path) -> None:

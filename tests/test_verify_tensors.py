@@ -236,6 +236,24 @@ def test_diff_cli_human_output_and_exit_codes(recorded: dict, tmp_path: Path, ca
     assert "[2, 5] (element 37): bit 30, exponent" in out
 
 
+def test_an_entry_without_a_file_hash_says_what_its_ok_compared(recorded: dict, tmp_path: Path,
+                                                                 capsys) -> None:
+    folder = tmp_path / "other"
+    folder.mkdir()
+    # the same tensors in another file: a pickle that holds more than the recorded one did
+    torch.save({**recorded["state"], "note": "not in the recorded file"}, folder / "model.pt")
+    doc = json.loads(recorded["pt_manifest"].read_text())
+    for entry in doc["files"]:
+        entry.pop("sha256"), entry.pop("size")
+        entry["path"] = "model.pt"
+    manifest = folder / "tensors-only.json"
+    manifest.write_text(json.dumps(doc))
+    assert main(["verify", "-m", str(manifest), "--json"]) == 0
+    (file,) = json.loads(capsys.readouterr().out)["files"]
+    assert file["status"] == "ok"
+    assert file["note"] == "no SHA-256 recorded: only its tensors compared, not its other bytes"
+
+
 def test_a_malicious_replacement_is_never_loaded(
     recorded: dict, tmp_path: Path, canary: Path, capsys
 ) -> None:

@@ -413,6 +413,8 @@ def _verify_pairs(manifest: Manifest, pairs: Plan, sizes: list[int | None], to_h
         record.actual = measured.sha256
         if entry.sha256 and i in to_hash and measured.sha256 != entry.sha256:
             record.status = MISMATCH
+        if not entry.sha256 and record.status == OK:
+            record.note = unhashed_note(entry, want_tensors)
         if measured.error:
             result.errors.append(measured.error)
         elif want_tensors:
@@ -424,6 +426,15 @@ def _verify_pairs(manifest: Manifest, pairs: Plan, sizes: list[int | None], to_h
         if manifest.files and all(f.status == EXTRA for f in result.files):
             result.errors.append(nothing_checked(manifest, paths))
     return result
+
+
+def unhashed_note(entry: FileEntry, tensors: bool) -> str:
+    """What an `ok` meant for a file the manifest records no SHA-256 of: its bytes beyond
+    what was compared (a pickle's code among them) are unchecked."""
+    compared = (["size"] if entry.size is not None else []) + (["tensors"] if tensors else [])
+    if not compared:
+        return "no SHA-256 recorded: found, its bytes not compared"
+    return f"no SHA-256 recorded: only its {' and '.join(compared)} compared, not its other bytes"
 
 
 def mark_index_extras(result: VerifyResult, manifest: Manifest, pairs: Plan) -> None:
