@@ -236,6 +236,25 @@ def test_diff_cli_human_output_and_exit_codes(recorded: dict, tmp_path: Path, ca
     assert "[2, 5] (element 37): bit 30, exponent" in out
 
 
+def test_the_cli_checks_every_key_of_an_index_in_its_shard(tmp_path: Path, capsys) -> None:
+    # the shards' headers list their keys here: no worker, and once it compared nothing
+    for name, key in (("model-00001-of-00002.safetensors", "a"),
+                      ("model-00002-of-00002.safetensors", "b")):
+        save_file({key: torch.ones(2)}, tmp_path / name)
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors",
+                                                "b": "model-00002-of-00002.safetensors"}}))
+    assert main(["verify", "-m", str(index)]) == 0
+    out = capsys.readouterr().out
+    assert "only its tensor names compared, not its other bytes" in out and "2 tensors: 2 ok" in out
+    save_file({"c": torch.ones(2)}, tmp_path / "model-00002-of-00002.safetensors")
+    assert main(["verify", "-m", str(index)]) == 1
+    out = capsys.readouterr().out
+    assert "tensor MISSING                b (model-00002-of-00002.safetensors)" in out
+    assert main(["verify", "-m", str(index), "--no-tensors"]) == 0
+    assert "found, its bytes not compared" in capsys.readouterr().out
+
+
 def test_an_entry_without_a_file_hash_says_what_its_ok_compared(recorded: dict, tmp_path: Path,
                                                                  capsys) -> None:
     folder = tmp_path / "other"

@@ -38,6 +38,7 @@ from inspector.integrity.manifest import Manifest, ManifestError, TensorEntry, r
 from inspector.integrity.verify import (
     TensorDigestFn,
     VerifyResult,
+    header_listing,
     plan,
     tensor_targets,
     verify,
@@ -155,8 +156,10 @@ def _verify_against(args: argparse.Namespace, manifest: Manifest, paths: list[Pa
     batch = open_batch(args, VERIFY_KIND) if args.shard or args.results else None
     todo = pending(pairs, batch) if batch else pairs
     files = [] if args.no_tensors else tensor_targets(todo)
-    # no file to take tensors of (a SHA256SUMS): no worker, nor its client's import
-    ahead = contextlib.nullcontext() if not files else _digests_ahead(args, files)
+    # no file for the worker (a SHA256SUMS, or an index, whose shards' headers list their
+    # keys here): no worker, nor its client's import
+    listing = None if args.no_tensors else header_listing
+    ahead = contextlib.nullcontext(listing) if not files else _digests_ahead(args, files)
     with stderr_progress("verifying", args.quiet) as progress, \
             warm_workers(len(files)), ahead as digests:
         if batch:

@@ -431,7 +431,9 @@ def _verify_pairs(manifest: Manifest, pairs: Plan, sizes: list[int | None], to_h
 def unhashed_note(entry: FileEntry, tensors: bool) -> str:
     """What an `ok` meant for a file the manifest records no SHA-256 of: its bytes beyond
     what was compared (a pickle's code among them) are unchecked."""
-    compared = (["size"] if entry.size is not None else []) + (["tensors"] if tensors else [])
+    named = tensors and not any(t.digest for t in entry.tensors or ())
+    compared = (["size"] if entry.size is not None else []) + (
+        ["tensor names"] if named else ["tensors"] if tensors else [])
     if not compared:
         return "no SHA-256 recorded: found, its bytes not compared"
     return f"no SHA-256 recorded: only its {' and '.join(compared)} compared, not its other bytes"
