@@ -20,6 +20,7 @@ from inspector.run.checkpoints import (
     check_saves,
     latest_valid,
     read_ledger,
+    resume_choice,
 )
 from inspector.sandbox.host.client import tensor_digests
 
@@ -296,6 +297,30 @@ def test_a_folder_is_proven_file_by_file_tied_names_and_extra_files_allowed(tmp_
         assert not (tmp_path / f"bad-{key}").exists()
     other = save_folder(write, tmp_path / "other", expected={"z": torch.ones(3)}, step=3)
     assert other.outcome == SaveOutcome.UNVERIFIED
+
+
+def test_a_file_put_into_a_saved_folder_since_is_a_change_and_never_resumed(tmp_path, capsys):
+    """A resume loads what the folder holds (a trainer's optional rng_state.pth): a file the
+    save never wrote makes the folder changed, even with every recorded file intact."""
+    from safetensors.torch import save_file
+
+    from inspector.cli import main
+    from inspector.ledger import save_folder
+
+    state = {"w": torch.ones(4)}
+    for step in (1, 2):
+        save_folder(lambda d: save_file(state, d / "model.safetensors"),
+                    tmp_path / f"checkpoint-{step}", expected=state, step=step)
+    (tmp_path / "checkpoint-2" / "rng_state.pth").write_bytes(b"not the save's")
+    checks = {c.record.step: c for c in check_saves(read_ledger(tmp_path))}
+    assert checks[1].state == CheckpointState.INTACT
+    assert checks[2].state == CheckpointState.CHANGED
+    assert checks[2].changed_files == ("checkpoint-2/rng_state.pth",)
+    assert resume_choice(tmp_path).record.step == 1
+    assert main(["run", "latest", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert out.strip().endswith("checkpoint-1")
+    assert "skipped step 2 (checkpoint-2): changed: added since the save: " in err
 
 
 @pytest.mark.filterwarnings("ignore:.*quantize.*:UserWarning")

@@ -275,12 +275,18 @@ def check_saves(
                 resized.append(entry.path)
             elif entry.sha256:
                 to_hash.append((i, entry, where))
+        added = _unwritten(ledger.resolve(rec), rec) if rec.layout == "folder" else []
         if missing or not rec.files:
             results[i] = CheckpointCheck(rec, CheckpointState.MISSING, tuple(missing),
                                          detail=_named("missing", missing))
         elif resized:
             results[i] = CheckpointCheck(rec, CheckpointState.CHANGED, tuple(resized),
                                          detail=_named("size differs", resized))
+        elif added:
+            # a resume loads what the folder holds (a trainer's optional rng_state.pth,
+            # scheduler.pt): a file put there since is not the checkpoint that was proven
+            results[i] = CheckpointCheck(rec, CheckpointState.CHANGED, tuple(added),
+                                         detail=_named("added since the save", added))
     pending = [(i, e, p) for i, e, p in to_hash if i not in results]
     workers = max(1, min(jobs or os.cpu_count() or 1, len(pending) or 1))
     with ThreadPoolExecutor(workers, thread_name_prefix="ledger-hash") as pool:
@@ -301,6 +307,19 @@ def check_saves(
         results[i] = CheckpointCheck(rec, CheckpointState.CHANGED, tuple(files), tuple(tensors),
                                      detail=what)
     return [results[i] for i in range(len(chosen))]
+
+
+def _unwritten(folder: Path, rec: SaveRecord) -> list[str]:
+    """The files in a checkpoint folder that its save record does not name, as the record
+    names files (relative to the run folder)."""
+    named = {f.path for f in rec.files}
+    base = rec.path.rstrip("/")
+    try:
+        found = [p for p in folder.rglob("*") if p.is_file() or p.is_symlink()]
+    except OSError:
+        return []
+    return sorted(name for name in (f"{base}/{p.relative_to(folder).as_posix()}" for p in found)
+                  if name not in named)
 
 
 def _hash(path: Path, cancel: CancelToken | None) -> str | None:
