@@ -291,6 +291,28 @@ def test_a_flip_in_another_family_is_named_and_does_its_harm_at_the_next_step(fa
     assert not bool(torch.isfinite(bad)) or abs(float(bad)) > 1e3 * abs(float(clean_moved[index]))
 
 
+@pytest.mark.parametrize(("bit", "said"), [(31, "step -6, not a count"),
+                                           (0, "step 6, not a count")])
+def test_a_step_count_its_update_cannot_write_is_named(bit, said):
+    """A negated step makes Adam's second bias correction negative: torch's next step fails
+    on its square root (or, computed elementwise, writes NaN)."""
+    clean_model, clean = trained()
+    model, optimizer = trained()
+    step = optimizer.state[model[0].weight]["step"]
+    flip(step.view(1), 0, bit)
+    problems = moment_problems(optimizer.state_dict())
+    assert len(problems) == 1 and said in problems[0], problems
+    assert problems[0].startswith("Adam state of parameter 0 (8x4) not written by its update")
+    assert bool(torch.isfinite(one_more_step(clean_model, clean)).all())
+    if bit == 31:
+        try:
+            moved = one_more_step(model, optimizer)
+        except RuntimeError as exc:
+            assert "Complex" in str(exc)
+        else:
+            assert not bool(torch.isfinite(moved).all())
+
+
 def test_a_family_is_known_by_its_keys_and_its_groups_hyper_parameters():
     weight = nn.Parameter(torch.zeros(8))
     optimizer = torch.optim.RMSprop([weight], lr=1e-3)

@@ -20,11 +20,13 @@ was sealed.
   `initial_accumulator_value`, to which only squares are added): never negative, never below
   their start.
 
-Every moment of these is finite. The bound checked is 2C against sqrt(v + the dtype's smallest
-normal): rounding takes bfloat16 states to 1.004 C and float16 subnormals to 1.7 C. Not caught:
-a flip that enlarges a second moment (it freezes its element) or shrinks a first one, SGD's
-momentum (no such bound) and RMSprop's; a state holding keys beyond its family's, or a group
-without its family's hyper-parameters, is left alone, its rule unknown.
+Every moment of these is finite, and a `step` count is a whole number from zero (a flipped sign
+or mantissa makes the bias corrections negative or odd). The bound checked is 2C against
+sqrt(v + the dtype's smallest normal): rounding takes bfloat16 states to 1.004 C and float16
+subnormals to 1.7 C. Not caught: a flip that enlarges a second moment (it freezes its element)
+or shrinks a first one, or that enlarges a step count by a power of two, SGD's momentum (no
+such bound) and RMSprop's; a state holding keys beyond its family's, or a group without its
+family's hyper-parameters, is left alone, its rule unknown.
 """
 
 from __future__ import annotations
@@ -204,15 +206,27 @@ def _param_problems(name: str, family: Family, k: float, floor: float,
         flat.pop(family.moment, None)
     # a start the state was filled with in its own dtype (float16 holds 0.1 as 0.09998)
     floor = float(torch.tensor(floor, dtype=flat[family.scales[0]].dtype))
-    if not _suspect(family, flat, k, floor):
-        return []
-    said = [f"{what} in {counted(n, 'value')}" for what, n in _count(family, flat, k, floor)
-            if n]
+    said = _bad_step(moments.get("step"))
+    if _suspect(family, flat, k, floor):
+        said += [f"{what} in {counted(n, 'value')}"
+                 for what, n in _count(family, flat, k, floor) if n]
     if not said:
         return []
     first = moments[family.scales[0]]
     return [f"{family.name} state of {name} ({_shape(first)}) not written by its update: "
             + ", ".join(said)]
+
+
+def _bad_step(step: Any) -> list[str]:
+    """The state's step count, when `step += 1` from zero cannot have written it: negative,
+    fractional or not finite (a flipped sign or mantissa; the bias corrections divide by it)."""
+    one = isinstance(step, torch.Tensor) and step.numel() == 1
+    if not (one or (isinstance(step, (int, float)) and not isinstance(step, bool))):
+        return []
+    value = float(step)
+    if math.isfinite(value) and value >= 0 and value == math.floor(value):
+        return []
+    return [f"step {value:g}, not a count"]
 
 
 def _room(family: Family, m: torch.Tensor, v: torch.Tensor, k: float,
