@@ -114,3 +114,26 @@ def test_guard_resume_refuses_a_scene_whose_weights_were_the_fault(tmp_path):
     assert "0.weight" in refused.value.message and "run latest" in refused.value.message
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     guard.close()
+
+
+def test_a_negated_running_variance_is_unhealthy_and_is_nan_in_eval(tmp_path):
+    """A batch norm's running variance is a mean of variances: a flipped sign passes the guard
+    (it reads buffers for size) and training (which normalises by the batch's own), and makes
+    every eval output of that feature NaN."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        optimizer.zero_grad()
+        model(batch(step)[0]).pow(2).mean().backward()
+        optimizer.step()
+    assert save(model.state_dict(), tmp_path / "good.pt", step=3).outcome == SaveOutcome.VERIFIED
+    with torch.no_grad():
+        model[1].running_var[1] *= -1
+    model.eval()
+    out = model(batch(9)[0])
+    assert bool(torch.isnan(out[:, 1]).all()) and bool(torch.isfinite(out[:, [0, 2]]).all())
+    record = save(model.state_dict(), tmp_path / "bad.pt", step=4)
+    assert record.outcome == SaveOutcome.UNHEALTHY
+    assert "1.running_var negative in 1 value (a running variance never is)" in record.detail
+    assert resume_choice(tmp_path).record.step == 3

@@ -2,8 +2,8 @@
 
 Two sources: the state itself (a NaN in any floating-point tensor: no weight, moment or buffer
 is ever legitimately NaN, while -Inf masks are, so Inf is left to the guard, which knows which
-tensors are parameters; and optimizer moments outside what their update can write,
-`moments`), and every check a training guard in this process registered for the
+tensors are parameters; a negative running variance; and optimizer moments outside what their
+update can write, `moments`), and every check a training guard in this process registered for the
 run folder (`run.health_gate`: the weights finite, within their learned largest |w|, and their
 fingerprint the one the last optimizer step left). A checkpoint that fails is written beside its
 target under an `.unhealthy` name, as evidence, and recorded with outcome `unhealthy`; the
@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from inspector.core.termtext import counted
 from inspector.run import health_gate
 
 SHOWN = 3
@@ -29,10 +30,11 @@ def health_problems(obj: Any, run_dir: Path) -> list[str]:
 
 
 def state_problems(obj: Any) -> list[str]:
-    """What the state `obj` itself shows: NaN anywhere, optimizer moments out of their bounds."""
+    """What the state `obj` itself shows: NaN anywhere, a negative running variance, optimizer
+    moments out of their bounds."""
     from inspector.ledger.moments import moment_problems
 
-    return nan_problems(obj) + moment_problems(obj)
+    return nan_problems(obj) + variance_problems(obj) + moment_problems(obj)
 
 
 def optimizer_problems(optimizer: Any) -> list[str]:
@@ -62,6 +64,27 @@ def nan_problems(obj: Any) -> list[str]:
     if len(nan) > SHOWN:
         found.append(f"NaN in {len(nan) - SHOWN} more tensors")
     return found
+
+
+def variance_problems(obj: Any) -> list[str]:
+    """Normalisation layers' running variances (`*.running_var`) holding a negative value, as
+    problems: a running mean of variances never is, and in eval mode the layer divides by its
+    square root (NaN). The guard reads buffers for size only, so a flipped sign passes it."""
+    import torch
+
+    from inspector.ledger.moments import FLOATS
+    from inspector.tensors.load import split_leaves
+
+    found = []
+    for key, t in split_leaves(obj)[0]:
+        if (key.rsplit(".", 1)[-1] == "running_var" and t.dtype in FLOATS
+                and t.layout == torch.strided and t.device.type != "meta"):
+            negative = int((t.detach() < 0).sum())
+            if negative:
+                found.append(f"{key} negative in {counted(negative, 'value')} (a running "
+                             "variance never is)")
+    return found[:SHOWN] + ([f"negative running variances in {len(found) - SHOWN} more "
+                             "tensors"] if len(found) > SHOWN else [])
 
 
 def evidence_path(target: Path) -> Path:
