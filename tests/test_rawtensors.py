@@ -127,3 +127,53 @@ def test_only_a_regular_file_is_opened(tmp_path) -> None:
     os.mkfifo(fifo)  # opening it would wait for a writer forever
     with pytest.raises(NotReadable, match="regular file"):
         open_raw(fifo)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64,
+                                   torch.float8_e5m2])
+def test_binary_orders_counted_here_equal_the_workers_to_the_value(dtype) -> None:
+    """Health judges a flipped exponent bit from these counts: the user's process counts them
+    from the bytes exactly as the worker does, over every range and edge (zeros, NaN, Inf,
+    subnormals, float32's last binade, values beyond float32 and below it)."""
+    from inspector.rawtensors.orders import VALUES, Orders, order_of
+    from inspector.tensors.stats import _ExponentCounts
+
+    edges = torch.tensor([0.0, -0.0, float("nan"), float("inf"), -float("inf"), 5e-324, 1e-320,
+                          1e-45, 1.17e-38, 1e-39, 3.4028235e38, 3.40282356e38, 3.4028236e38,
+                          2.0**128, -1e300], dtype=torch.float64)
+    gen = torch.Generator().manual_seed(1)
+    limit = torch.finfo(dtype).max
+    for scale in (1e-40, 1e-8, 1.0, 1e4, 1e30):
+        values = torch.cat([torch.randn(4000, generator=gen, dtype=torch.float64) * scale, edges])
+        t = values.clamp(-limit, limit).to(dtype) if dtype != torch.float64 else values
+        finite = t[torch.isfinite(t)]
+        worker = _ExponentCounts()
+        worker.add(finite if dtype == torch.float64 else finite.to(torch.float32))
+        here = Orders()
+        here.add(VALUES[str(dtype).removeprefix("torch.")](
+            memoryview(t.view(-1).view(torch.uint8).numpy().tobytes())))
+        assert here.pairs() == worker.pairs(), (dtype, scale)
+        nonzero = finite[finite != 0]
+        if nonzero.numel() and dtype == torch.float32:
+            assert order_of(float(nonzero.abs().max())) == here.pairs()[-1][0]
+
+
+def test_the_top_orders_clear_a_clean_tensor_and_never_one_with_an_outlier() -> None:
+    """One pass of two reductions a chunk proves a tensor free of outliers; a flipped exponent
+    bit, in any chunk, leaves it to the exact count (a lower bound never clears it)."""
+    from inspector.checkpoint.health import magnitude_outliers, outlier_tail
+    from inspector.rawtensors.orders import Orders, Tops
+
+    gen = torch.Generator().manual_seed(2)
+    for flipped in (None, 0, 3):
+        chunks = [torch.randn(50_000, generator=gen) * 0.02 for _ in range(4)]
+        if flipped is not None:
+            chunks[flipped][17] *= 2.0**64  # a set exponent bit
+        tops, exact = Tops(20), Orders()
+        for c in chunks:
+            tops.add(c.numpy())
+            exact.add(c.numpy())
+        outliers = magnitude_outliers(exact.pairs(), 20)[0]
+        assert outliers == (0 if flipped is None else 1)
+        assert (tops.near > outlier_tail(tops.values)) == (flipped is None)
+        assert tops.top == exact.pairs()[-1][0]

@@ -261,6 +261,45 @@ def test_a_worker_that_lies_about_the_tensors_is_caught(tmp_path, hostile, capsy
     assert "health:   Weights not judged" in captured.out
 
 
+NO_OUTLIER = """
+    import inspector.tensors.describe as op
+    real = op.describe_tensors
+    def hiding(tensors, on_tensor, **options):
+        def told(event):
+            event.pop("exponents", None)  # what health judges a flipped exponent bit from
+            if SMALLER:
+                event.update(absmax=1.0, max=1.0)
+            on_tensor(event)
+        return real(tensors, told, **options)
+    op.describe_tensors = hiding
+"""
+
+
+@pytest.mark.parametrize("smaller", [False, True], ids=["orders-dropped", "absmax-too"])
+def test_a_worker_that_hides_a_flipped_exponent_is_caught(tmp_path, hostile, capsys,
+                                                          smaller) -> None:
+    state = _state()
+    state["b"][5, 6] = 3.0e37  # one exponent bit away from a weight's order
+    path = tmp_path / "m.pt"
+    torch.save(state, path)
+    assert main(["inspect", str(path), "--json"]) == 7  # the honest worker: a problem
+    health = json.loads(capsys.readouterr().out)["health"]
+    assert [f["code"] for f in health["findings"]] == ["magnitude-outlier"]
+    hostile(f"SMALLER = {smaller}\n" + textwrap.dedent(NO_OUTLIER))
+    # the lie under the real worker: no orders to judge, health ok
+    reply = _worker_inspect(path)
+    assert all("exponents" not in r for r in reply["tensors"])
+    assert _assess(reply["tensors"]).status == "ok"
+    code = main(["inspect", str(path), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    if smaller:  # a largest value the bytes do not hold: none of the answer is trusted
+        assert report["error"]["code"] == "claim_refuted" and report["health"] is None
+        assert "b's largest value is of order 2^124, reported as 1.0" in report["error"]["message"]
+    else:  # the orders counted here judge it
+        assert code == 7 and report["health"]["status"] == "problem"
+        assert [f["code"] for f in report["health"]["findings"]] == ["magnitude-outlier"]
+
+
 MALFORMED_RECORDS = """
     import inspector.tensors.describe as op
     def malformed(tensors, on_tensor, **options):

@@ -86,9 +86,9 @@ def health_lines(health: Health | None) -> list[str]:
 def claims_line(claims: ClaimCheck | None) -> str:
     """What of the jailed loader's answer was checked here from the file's own bytes."""
     if claims is not None and claims.checked:
-        return (f"checked:  {claims.tensors} tensors' digests and NaN/Inf counts recomputed "
-                "here from the file's bytes, health judged from them; other statistics as "
-                "reported by the jailed loader")
+        return (f"checked:  {claims.tensors} tensors' digests, NaN/Inf counts and binary "
+                "orders recomputed here from the file's bytes, health judged from them; other "
+                "statistics as reported by the jailed loader")
     why = claims.reason if claims is not None and claims.reason else "no check was made"
     return (f"checked:  nothing here ({escape(why)}): statistics, digests and health as "
             "reported by the jailed loader")

@@ -5,8 +5,9 @@ The digest is the one the worker reports (SHA-256 of the bytes, contiguous and r
 format, as the worker's statistics count them: a complex value is counted on its magnitude
 (Inf when either half is infinite, else NaN when either half is NaN); integers and bool hold
 none. A dtype whose values are not decoded here (`bits8` blocks, packed floats) has counts of
-None. Hashing may run on a second thread beside the counting (hashlib and NumPy release the
-GIL).
+None. With the counts come the values' binary orders (`orders`), from which health judges a
+flipped exponent bit. Hashing may run on a second thread beside the counting (hashlib and
+NumPy release the GIL).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from inspector.core.dtypes import BY_NAME
+from inspector.rawtensors.orders import VALUES, Orders, Tops
 from inspector.rawtensors.readers import RawTensor
 
 Counter = Callable[[memoryview], tuple[int, int]]
@@ -32,6 +34,9 @@ class Measured:
     digest: str
     nan: int | None
     inf: int | None
+    tops: Tops | None = None
+    """Its values' top binary order and how many lie near it (`orders.Tops`), where its
+    dtype is read here and a gap was asked for."""
 
 
 def _ieee(numpy_type: str) -> Counter:
@@ -102,12 +107,15 @@ hashing a small tensor, and a file may hold 12,000 of them)."""
 
 
 def measure(tensor: RawTensor, counts: bool = True,
-            hashing: ThreadPoolExecutor | None = None) -> Measured:
+            hashing: ThreadPoolExecutor | None = None, gap: int | None = None) -> Measured:
     """The tensor's digest and (with `counts`, where its dtype is decoded here) NaN / Inf
-    counts, from one read of its bytes (the readers' chunks hold whole elements). With
-    `hashing`, a large chunk is hashed on that pool while it is counted."""
+    counts, and (with a `gap`) its values' top orders, from one read of its bytes (the readers'
+    chunks hold whole elements). With `hashing`, a large chunk is hashed on that pool while
+    it is counted."""
     digest = hashlib.sha256()
     counter = COUNTERS.get(tensor.dtype) if counts else None
+    values = VALUES.get(tensor.dtype) if counts and gap is not None else None
+    tops = Tops(gap) if values is not None and gap is not None else None
     nan = inf = 0
     for chunk in tensor.read():
         piped = hashing is not None and len(chunk) >= PIPED_BYTES
@@ -117,8 +125,22 @@ def measure(tensor: RawTensor, counts: bool = True,
         if counter is not None:
             n, i = counter(chunk)
             nan, inf = nan + n, inf + i
+        if tops is not None and values is not None:
+            tops.add(values(chunk))
         if hashed is not None:
             hashed.result()  # before the reader gives the chunk's pages back
     if counter is None:
         return Measured(digest.hexdigest(), None, None)
-    return Measured(digest.hexdigest(), nan, inf)
+    return Measured(digest.hexdigest(), nan, inf, tops)
+
+
+def exact_orders(tensor: RawTensor) -> list[list[int]] | None:
+    """The tensor's values counted by binary order, as the worker's `exponents` (a second
+    read of its bytes); None where its dtype is not read here."""
+    values = VALUES.get(tensor.dtype)
+    if values is None:
+        return None
+    orders = Orders()
+    for chunk in tensor.read():
+        orders.add(values(chunk))
+    return orders.pairs()

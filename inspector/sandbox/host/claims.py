@@ -9,9 +9,12 @@ runs, so the check adds little wall time:
 
 - `check_inspection`: every tensor the file holds is located here; the worker must report each
   one once, with the same dtype, shape and digest; the NaN and Inf counts are recomputed here
-  and replace the worker's, and health is judged here from the checked records (from the
-  loader's own where the file cannot be read here; the worker judges none). Other
-  statistics (mean, std, histogram, exponents) are taken from the worker and the record says so.
+  and replace the worker's, its largest magnitude must be of the file's top order, the values'
+  binary orders (`exponents`, what a flipped exponent bit shows in) are counted here wherever
+  the file may hold an outlier and replace the worker's, and health is judged here from the
+  checked records (from the loader's own where the file cannot be read here;
+  the worker judges none). Other statistics (mean, std, histogram) are taken from the worker
+  and the record says so.
 - `check_digests`: the tensor digests `verify` compares with a manifest, checked the same way.
 - `check_diff`: each row's status (identical, changed, dtype or shape changed, on one side
   only) and the overall `identical`, from both sides' bytes compared here (`SideBySide`); the
@@ -46,7 +49,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inspector.checkpoint.extract import strip_prefixes
-from inspector.checkpoint.health import assess
+from inspector.checkpoint.health import (
+    MIN_JUDGED,
+    assess,
+    magnitude_outliers,
+    outlier_gap,
+    outlier_tail,
+)
 from inspector.checkpoint.results import ClaimCheck
 from inspector.checkpoint.tensor_stats import TensorStats
 from inspector.core.dtypes import BY_NAME
@@ -67,6 +76,7 @@ from inspector.sandbox.host.jobs import SandboxError
 if TYPE_CHECKING:
     import numpy as np
 
+    from inspector.rawtensors.orders import Tops
     from inspector.rawtensors.values import Measured
 
 REFUTED = "claim_refuted"
@@ -111,7 +121,8 @@ class Expected:
                 for t in self.file.tensors:
                     if self._stop.is_set():
                         return
-                    self.measured.append(measure(t, self._counts, pool))
+                    gap = outlier_gap(t.dtype) if self._counts else None
+                    self.measured.append(measure(t, self._counts, pool, gap))
         except NotReadable as exc:
             self.reason = str(exc)
         except Exception as exc:  # a crafted file our reader fails on: then nothing is checked
@@ -336,8 +347,10 @@ def _tensor_problems(t: RawTensor, measured: Measured, rec: dict,
     return shape.counts(t, measured, rec)
 
 
-def _nan_inf(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
-    """An inspect record's NaN and Inf counts, replaced by the ones counted here."""
+def _inspected(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
+    """An inspect record's NaN and Inf counts, replaced by the ones counted here, and its
+    values' binary orders (what health judges a flipped exponent bit from) held against the
+    file's."""
     if measured.nan is None:
         return []
     claimed = (rec.get("nan", 0), rec.get("inf", 0))
@@ -345,6 +358,30 @@ def _nan_inf(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
     if claimed != (measured.nan, measured.inf):
         return [f"{escape(t.key)} holds {measured.nan} NaN and {measured.inf} Inf, reported as "
                 f"{escape(str(claimed[0]))} and {escape(str(claimed[1]))}"]
+    return _order_problems(t, measured.tops, rec) if measured.tops is not None else []
+
+
+def _order_problems(t: RawTensor, tops: Tops, rec: dict) -> list[str]:
+    """The record's largest magnitude must be of the file's top order; where the file's values
+    may hold an outlier (fewer than the tail lie near the top), its orders are counted here and
+    replace the worker's `exponents`; elsewhere the worker's, if any, must show none."""
+    # NumPy comes with these, imported beside the worker's start (`Expected`)
+    from inspector.rawtensors.orders import order_of
+    from inspector.rawtensors.values import exact_orders
+
+    key, top, absmax = escape(t.key), tops.top, rec.get("absmax")
+    if top is not None and not (isinstance(absmax, (int, float)) and absmax
+                                and order_of(absmax) == top):
+        return [f"{key}'s largest value is of order 2^{top}, reported as "
+                f"{escape(str(absmax))}"]
+    if tops.exact_only or tops.near <= outlier_tail(tops.values):
+        orders = exact_orders(t) or []
+        # the worker's form: counts only where enough values are non-zero to judge them
+        rec["exponents"] = orders if sum(c for _, c in orders) >= MIN_JUDGED else None
+        return []
+    told = rec.get("exponents")
+    if told and magnitude_outliers(told, tops.gap)[0]:
+        return [f"{key} reported with outliers its bytes do not hold"]
     return []
 
 
@@ -377,7 +414,7 @@ class RecordShape:
     counts: Callable[[RawTensor, Measured, dict], list[str]]
 
 
-INSPECTED = RecordShape("digest", _nan_inf)
+INSPECTED = RecordShape("digest", _inspected)
 PROBED = RecordShape("sha256", _probed)
 
 
