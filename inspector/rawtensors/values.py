@@ -37,6 +37,8 @@ class Measured:
     tops: Tops | None = None
     """Its values' top binary order and how many lie near it (`orders.Tops`), where its
     dtype is read here and a gap was asked for."""
+    orders: list[list[int]] | None = None
+    """Its values counted by binary order (`exact_orders`), where the caller asked for them."""
 
 
 def _ieee(numpy_type: str) -> Counter:

@@ -44,7 +44,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -114,7 +114,7 @@ class Expected:
     def _run(self) -> None:
         try:
             # NumPy (0.09 s) is imported here, beside the worker's start, not before it
-            from inspector.rawtensors.values import measure
+            from inspector.rawtensors.values import exact_orders, measure
 
             self.file = open_raw(self._path)
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="claims-hash") as pool:
@@ -122,7 +122,11 @@ class Expected:
                     if self._stop.is_set():
                         return
                     gap = outlier_gap(t.dtype) if self._counts else None
-                    self.measured.append(measure(t, self._counts, pool, gap))
+                    measured = measure(t, self._counts, pool, gap)
+                    if measured.tops is not None and not _clear(measured.tops):
+                        # counted while the worker still runs, not after its reply
+                        measured = replace(measured, orders=exact_orders(t))
+                    self.measured.append(measured)
         except NotReadable as exc:
             self.reason = str(exc)
         except Exception as exc:  # a crafted file our reader fails on: then nothing is checked
@@ -358,24 +362,30 @@ def _inspected(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
     if claimed != (measured.nan, measured.inf):
         return [f"{escape(t.key)} holds {measured.nan} NaN and {measured.inf} Inf, reported as "
                 f"{escape(str(claimed[0]))} and {escape(str(claimed[1]))}"]
-    return _order_problems(t, measured.tops, rec) if measured.tops is not None else []
+    return _order_problems(t, measured, rec)
 
 
-def _order_problems(t: RawTensor, tops: Tops, rec: dict) -> list[str]:
+def _clear(tops: Tops) -> bool:
+    """Whether a tensor's top orders prove it free of outliers: more than the tail of its
+    values lie within the gap of its top (a lower bound, so never a tensor that holds one)."""
+    return not tops.exact_only and tops.near > outlier_tail(tops.values)
+
+
+def _order_problems(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
     """The record's largest magnitude must be of the file's top order; where the file's values
-    may hold an outlier (fewer than the tail lie near the top), its orders are counted here and
-    replace the worker's `exponents`; elsewhere the worker's, if any, must show none."""
-    # NumPy comes with these, imported beside the worker's start (`Expected`)
-    from inspector.rawtensors.orders import order_of
-    from inspector.rawtensors.values import exact_orders
+    may hold an outlier, its orders were counted here and replace the worker's `exponents`;
+    elsewhere the worker's, if any, must show none."""
+    from inspector.rawtensors.orders import order_of  # NumPy's import, beside the worker's start
 
-    key, top, absmax = escape(t.key), tops.top, rec.get("absmax")
-    if top is not None and not (isinstance(absmax, (int, float)) and absmax
-                                and order_of(absmax) == top):
-        return [f"{key}'s largest value is of order 2^{top}, reported as "
+    tops, key, absmax = measured.tops, escape(t.key), rec.get("absmax")
+    if tops is None:
+        return []
+    if tops.top is not None and not (isinstance(absmax, (int, float)) and absmax
+                                     and order_of(absmax) == tops.top):
+        return [f"{key}'s largest value is of order 2^{tops.top}, reported as "
                 f"{escape(str(absmax))}"]
-    if tops.exact_only or tops.near <= outlier_tail(tops.values):
-        orders = exact_orders(t) or []
+    if measured.orders is not None:
+        orders = measured.orders
         # the worker's form: counts only where enough values are non-zero to judge them
         rec["exponents"] = orders if sum(c for _, c in orders) >= MIN_JUDGED else None
         return []
