@@ -42,7 +42,11 @@ def _save(kind: str, path, state: dict) -> None:
     else:
         if kind == "legacy":  # torch's legacy stream cannot load float8 back itself
             state = {k: v for k, v in state.items() if "float8" not in str(v.dtype)}
-        plain = {"epoch": 3, "lr": 0.5, "name": "run", "none": None, "nested": [1.5, "x"]}
+        plain = {"epoch": 3, "lr": 0.5, "name": "run", "none": None, "nested": [1.5, "x"],
+                 # an optimizer's state is keyed by parameter index
+                 "optimizer": {"state": {0: {"step": torch.tensor(4.0),
+                                             "exp_avg": torch.full((3,), 0.5)}},
+                               "param_groups": [{"params": [0], "lr": 0.1}]}}
         torch.save({**state, **plain}, path, _use_new_zipfile_serialization=kind == "zip")
 
 

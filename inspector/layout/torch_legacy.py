@@ -49,7 +49,8 @@ def describe_legacy(buf, plain_leaves: bool = False) -> list[TensorLayout]:
         raise NotCovered("not a legacy torch stream (magic number or protocol version)")
     if type(info) is not dict or info.get("little_endian") is not True:
         raise NotCovered("a legacy stream that is not little-endian")
-    root, storages = walk_pickle(pickles[3], floats=plain_leaves, legacy=True)
+    root, storages = walk_pickle(pickles[3], floats=plain_leaves, legacy=True,
+                                 int_keys=plain_leaves)
     keys = walk_pickle(pickles[4])[0]
     if type(keys) is not list or sorted(keys) != sorted(storages) or len(set(keys)) != len(keys):
         raise NotCovered("the storage key list does not name each storage once")

@@ -170,13 +170,15 @@ def _persistent(pid: object, storages: dict[str, _Storage], legacy: bool = False
     return storage
 
 
-def walk_pickle(data: bytes, script: bool = False, floats: bool = False, legacy: bool = False
-                ) -> tuple[object, dict[str, _Storage]]:
+def walk_pickle(data: bytes, script: bool = False, floats: bool = False, legacy: bool = False,
+                int_keys: bool = False) -> tuple[object, dict[str, _Storage]]:
     """The object a weights-only load of `data` builds (tensors as layouts) and its storages.
 
     `script` also reads a TorchScript data.pkl: `__torch__` objects become `ScriptModule`s,
     typed lists and type tags their plain values, floats are admitted (as with `floats`).
-    `legacy`: storage ids as a legacy stream writes them (`layout.torch_legacy`)."""
+    `legacy`: storage ids as a legacy stream writes them (`layout.torch_legacy`). `int_keys`
+    admits int dict keys (an optimizer's state, keyed by parameter index; `core.flatten`
+    names them as the loaded object's)."""
     stack: list = []
     marks: list[list] = []
     memo: dict[int, object] = {}
@@ -229,10 +231,10 @@ def walk_pickle(data: bytes, script: bool = False, floats: bool = False, legacy:
             elif name == "SETITEM":
                 items = stack[-2:]
                 del stack[-2:]
-                _set_items(stack[-1], items)
+                _set_items(stack[-1], items, int_keys)
             elif name == "SETITEMS":
                 items, stack = stack, marks.pop()
-                _set_items(stack[-1], items)
+                _set_items(stack[-1], items, int_keys)
             elif name == "APPEND":
                 item = stack.pop()
                 _append(stack[-1], [item])
@@ -289,12 +291,12 @@ def _reduce(func: object, args: object, script: bool, ordered: set[int]) -> obje
     return value
 
 
-def _set_items(target: object, items: list) -> None:
-    """SETITEM(S): str-keyed pairs into a dict."""
+def _set_items(target: object, items: list, int_keys: bool) -> None:
+    """SETITEM(S): str-keyed pairs into a dict (also int-keyed ones with `int_keys`)."""
     if not isinstance(target, dict) or len(items) % 2:
         raise NotCovered("SETITEM(S) on something that is not a dict")
     for i in range(0, len(items), 2):
-        if type(items[i]) is not str:
+        if not (type(items[i]) is str or (int_keys and type(items[i]) is int)):
             raise NotCovered("dict key that is not a str")
         target[items[i]] = items[i + 1]
 
@@ -350,10 +352,12 @@ def describe_archive(buf, base: int = 0, end: int | None = None,
 
     Raises NotCovered when anything in the archive is outside the subset described above.
     `plain_leaves` admits leaves that are plain values (int, float, str, bool, None: a training
-    checkpoint's `epoch`), left out of the list; a caller that must list them loads the file.
+    checkpoint's `epoch`), left out of the list, and int dict keys (an optimizer's state); a
+    caller that must list them loads the file.
     """
     by_name = archive_members(buf, base, end)
-    root, storages = walk_pickle(main_pickle(buf, by_name, "data.pkl"), floats=plain_leaves)
+    root, storages = walk_pickle(main_pickle(buf, by_name, "data.pkl"), floats=plain_leaves,
+                                 int_keys=plain_leaves)
     records = {f"data/{key}" for key in storages}
     extra = [n for n in by_name if n not in records and n not in _BOOKKEEPING and n != "data.pkl"]
     if extra:
