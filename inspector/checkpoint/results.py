@@ -113,6 +113,19 @@ class InspectResult(JsonRecord):
     """What the user's process checked of the worker's answer (None: nothing loaded)."""
     contract: dict[str, Any] | None = field(default=None, repr=False, compare=False,
                                             metadata=TRANSIENT)
+
+    @property
+    def checked_words(self) -> str:
+        """What of the jailed loader's answer was checked here, in one sentence for every
+        view."""
+        claims = self.claims
+        if claims is not None and claims.checked:
+            return (f"{claims.tensors} tensors' digests, NaN/Inf counts and binary orders "
+                    "recomputed here from the file's bytes, health judged from them; other "
+                    "statistics as reported by the jailed loader")
+        why = claims.reason if claims is not None and claims.reason else "no check was made"
+        return (f"nothing here ({why}): statistics, digests and health as reported by the "
+                "jailed loader")
     """The contract this result was read from, as it came (`of_contract`): what `--json`
     prints, its keys in the order the worker and the host wrote them."""
 

@@ -26,7 +26,7 @@ import sys
 from inspector.checkpoint.contents import summarize, training_summary
 from inspector.checkpoint.health import Health
 from inspector.checkpoint.hyper_params import hyper_parameters_line
-from inspector.checkpoint.results import ClaimCheck, InspectResult, jail_line
+from inspector.checkpoint.results import InspectResult, jail_line
 from inspector.checkpoint.resume import resume_text
 from inspector.cli.common import (
     add_jobs_argument,
@@ -83,17 +83,6 @@ def health_lines(health: Health | None) -> list[str]:
     return lines
 
 
-def claims_line(claims: ClaimCheck | None) -> str:
-    """What of the jailed loader's answer was checked here from the file's own bytes."""
-    if claims is not None and claims.checked:
-        return (f"checked:  {claims.tensors} tensors' digests, NaN/Inf counts and binary "
-                "orders recomputed here from the file's bytes, health judged from them; other "
-                "statistics as reported by the jailed loader")
-    why = claims.reason if claims is not None and claims.reason else "no check was made"
-    return (f"checked:  nothing here ({escape(why)}): statistics, digests and health as "
-            "reported by the jailed loader")
-
-
 def _human(report: InspectResult) -> list[str]:
     scan = report.scan
     health = report.health.status if report.health is not None else None
@@ -116,7 +105,7 @@ def _human(report: InspectResult) -> list[str]:
         lines.extend(shard_lines(report))
     lines.extend(health_lines(report.health))  # a badge that ends, as the app's does
     if report.loaded:
-        lines.append(claims_line(report.claims))
+        lines.append(f"checked:  {escape(report.checked_words)}")
     lines.extend(code_lines(report))
     tensors = report.tensors
     if tensors:

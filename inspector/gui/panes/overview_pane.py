@@ -133,6 +133,7 @@ class Row(StrEnum):
     SANDBOX = "sandbox"
     WEIGHTS_ONLY = "weights_only"
     STATE = "state"
+    CHECKED = "checked"
     CONTENTS = "contents"
     ARCHITECTURE = "architecture"
     TRAINING = "training"
@@ -142,8 +143,8 @@ class Row(StrEnum):
 ROWS = ((Row.PATH, "File"), (Row.FORMAT, "Format"), (Row.SIZE, "Size"), (Row.SHARDS, "Shards"),
         (Row.SHA256, "SHA-256"), (Row.SANDBOX, "Sandbox"),
         (Row.WEIGHTS_ONLY, "weights_only=True"), (Row.STATE, "Status"),
-        (Row.CONTENTS, "Contents"), (Row.ARCHITECTURE, "Architecture"),
-        (Row.TRAINING, "Training state"), (Row.CODE, "Code"))
+        (Row.CHECKED, "Checked here"), (Row.CONTENTS, "Contents"),
+        (Row.ARCHITECTURE, "Architecture"), (Row.TRAINING, "Training state"), (Row.CODE, "Code"))
 """The form's rows, in order, with their labels."""
 
 
@@ -304,6 +305,9 @@ class OverviewPane(QWidget):
                 "Allow them only if you trust where the file came from."
             )
         result = doc.result  # the final, typed records: the rows streaming in are not yet
+        # the loaded file's answer: what of it was checked here, and whose word the rest is
+        checked = result.checked_words if result is not None and result.sandbox else "—"
+        self.fields[Row.CHECKED].setText(checked[:1].upper() + checked[1:])
         contents = (summarize(result.tensors, result.objects, result.unique_storage)
                     if result is not None else None)
         self.fields[Row.CONTENTS].setText(contents_text(contents) if contents is not None
