@@ -385,9 +385,11 @@ def _order_problems(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
         return [f"{key}'s largest value is of order 2^{tops.top}, reported as "
                 f"{escape(str(absmax))}"]
     if measured.orders is not None:
-        orders = measured.orders
         # the worker's form: counts only where enough values are non-zero to judge them
-        rec["exponents"] = orders if sum(c for _, c in orders) >= MIN_JUDGED else None
+        if sum(c for _, c in measured.orders) >= MIN_JUDGED:
+            rec["exponents"] = measured.orders
+        else:
+            rec.pop("exponents", None)
         return []
     told = rec.get("exponents")
     if told and magnitude_outliers(told, tops.gap)[0]:
