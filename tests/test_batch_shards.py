@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from inspector.core.termtext import counted
 from inspector.fleet.jobs import JobSlice, parse_job_slice
 from inspector.run import journal
 
@@ -106,7 +107,7 @@ def test_a_killed_report_shard_resumes_and_the_merge_equals_one_process(models, 
                  "--shard", "0/2", "--results", results[0], "--force")
     assert again.returncode in (0, 1), again.stderr
     if killed_early and done_before < owned:
-        assert f"{done_before} result(s) kept from earlier runs" in again.stderr
+        assert f"{counted(done_before, 'result')} kept from earlier runs" in again.stderr
     _cli("report", models, "-o", tmp_path / "s1.json", "-q", "--shard", "1/2", "--results",
          results[1])
     _cli("merge", *results, "-o", tmp_path / "merged.json", check=1)
@@ -128,7 +129,7 @@ def test_a_result_cut_short_or_a_changed_file_is_done_again(models, tmp_path):
     os.utime(models / "m0.pt", ns=(1, 1))
     again = _cli("scan", models, "--results", results)
     assert "line 8 truncated" in again.stderr or "line 8 unreadable" in again.stderr
-    assert "6 result(s) kept from earlier runs" in again.stderr
+    assert "6 results kept from earlier runs" in again.stderr
     scanned = journal.read(results).of_kind("scan.result")
     assert len(scanned) == 7 + 1  # 6 readable + the redone cut one + m0.pt
 
@@ -153,7 +154,7 @@ def test_a_file_rewritten_in_place_with_its_old_mtime_is_done_again(tmp_path):
         fh.write(bytes([byte ^ 1]))
     os.utime(folder / "a.bin", ns=(st.st_atime_ns, st.st_mtime_ns))
     again = _cli("verify", folder, "-m", sums, "--results", results, check=1)
-    assert "2 result(s) kept from earlier runs" in again.stderr
+    assert "2 results kept from earlier runs" in again.stderr
     lines = again.stdout.splitlines()
     assert any(line.startswith("MISMATCH") and "m/a.bin" in line for line in lines), lines
     assert any(line.startswith("OK") and "m/b.bin" in line for line in lines), lines
@@ -203,7 +204,7 @@ def test_verify_shards_cover_the_folder_once_resume_and_merge_with_the_scan(mode
     again = _cli("verify", "-m", manifest, models, "--json", "--shard", "0/3", "--results",
                  results[0])
     if results[0] in kept:
-        assert "result(s) kept from earlier runs" in again.stderr
+        assert " kept from earlier runs" in again.stderr
     assert len(journal.read(results[0]).of_kind("verify.result")) == sum(
         JobSlice(0, 3).owns(str(p)) for p in models.iterdir())  # nothing verified twice
     _cli("scan", models, "--results", tmp_path / "scan.jsonl")

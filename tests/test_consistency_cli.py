@@ -56,7 +56,7 @@ def test_injected_flip_is_reported_with_tensor_element_and_bit(checkpoint, pytho
     assert "  probe run 2: 0 mismatched" in out and "  probe run 3: 0 mismatched" not in out
     assert "device copy of conv.weight differs from the checkpoint in 1 element:" in out
     assert "conv.weight[3,2,0,1] (element 100): " in out and "bit 22 (mantissa)" in out
-    assert "FAIL conv.weight: 2 run(s) differ" in out
+    assert "FAIL conv.weight: 2 runs differ" in out
 
 
 def test_model_run_reports_keys_and_reload(checkpoint, python_exe, tmp_path):

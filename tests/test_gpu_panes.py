@@ -241,7 +241,7 @@ def test_consistency_pane_runs_in_the_worker_and_localises_a_flip(qtbot, monkeyp
             "(SHA-256 recomputed here)") in pane.verdict.text()
     top = pane.table.topLevelItem(0)
     assert (top.text(0), top.text(1)) == ("conv.weight", "FAIL")
-    assert "3 run(s) differ" in top.text(2)
+    assert "3 runs differ" in top.text(2)
     child = top.child(0).text(2)
     assert child.startswith("conv.weight[3,2,0,1] (element 100): ")
     assert "bit 22 (mantissa)" in child

@@ -108,7 +108,7 @@ def test_health_with_findings_round_trips(tmp_path: Path) -> None:
     assert list(duplicate.extra) == ["duplicate_of"]
     assert health_lines(health)[0] == (f"health:   Weights corrupted ({health.weights_checked} "
                                        f"weight tensors judged, {len(health.findings)} "
-                                       "finding(s))")
+                                       "findings)")
 
 
 def test_diff_with_one_flipped_bit_round_trips(tmp_path: Path) -> None:

@@ -377,7 +377,7 @@ def open_batch(args: argparse.Namespace, kind: str) -> Batch:
         print(escape(f"{args.results}: line {problem.line} {problem.kind}: {problem.detail}; "
                      "its file is done again"), file=sys.stderr)
     if log.done:
-        print(escape(f"{args.results}: {len(log.done)} result(s) kept from earlier runs; "
+        print(escape(f"{args.results}: {counted(len(log.done), 'result')} kept from earlier runs; "
                      "files written since are done again (corruption below the file system "
                      "is not: use a new results file to check everything again)"),
               file=sys.stderr)

@@ -19,7 +19,7 @@ from inspector.cli.common import (
     add_require_jail_argument,
     add_timeout_arguments,
 )
-from inspector.core.termtext import counted, escape
+from inspector.core.termtext import agree, counted, escape
 from inspector.core.vocabulary import CheckStatus
 
 EXIT_CONSISTENT = 0
@@ -145,7 +145,8 @@ def format_result(result: ConsistencyResult) -> list[str]:
         why = []
         if row.get("repeat_mismatches") or row.get("runs_mismatched"):
             n = row.get("repeat_mismatches") or row.get("runs_mismatched")
-            why.append(f"{n} run(s) differ, max |diff| {_fmt(row['max_abs_diff'])}")
+            why.append(f"{counted(n, 'run')} {agree(n, 'differs', 'differ')}, max |diff| "
+                       f"{_fmt(row['max_abs_diff'])}")
         if row.get("reference_ok") is False:
             why.append(f"float64 reference off by {_fmt(row['reference_error_ratio'])}x "
                        "the tolerance")

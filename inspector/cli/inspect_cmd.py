@@ -77,8 +77,8 @@ def health_lines(health: Health | None) -> list[str]:
         return [f"health:   {LOOKS[Badge.WEIGHTS_NOT_JUDGED].word} (the weights were not "
                 "read)"]
     lines = [f"health:   {LOOKS[weights_badge(health.status, False)].word} "
-             f"({health.weights_checked} weight tensors judged, {len(health.findings)} "
-             "finding(s))"]
+             f"({health.weights_checked} weight tensors judged, "
+             f"{counted(len(health.findings), 'finding')})"]
     lines.extend(f"  {f.severity:<8} {f.key}: {f.message}" for f in health.findings[:50])
     return lines
 

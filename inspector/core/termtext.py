@@ -19,6 +19,11 @@ def counted(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
+def agree(n: int, one: str, many: str) -> str:
+    """The word that agrees with a count of `n`: `one` for 1, else `many` ('differs')."""
+    return one if n == 1 else many
+
+
 def _escaped(ch: str) -> str:
     code = ord(ch)
     if code < 0x100:

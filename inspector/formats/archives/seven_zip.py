@@ -14,6 +14,7 @@ import lzma
 import struct
 from typing import TYPE_CHECKING
 
+from inspector.core.termtext import agree, counted
 from inspector.core.vocabulary import Format, Severity
 from inspector.formats.pickle_stream import pickle_starts
 from inspector.formats.registry import FormatSpec, register
@@ -47,8 +48,8 @@ def scan_7z(ctx: FormatContext, buf) -> None:
                 end = scan.end
     ctx.find(Severity.SUSPICIOUS, "archive-partially-scanned",
              "7-Zip archive: members cannot be listed "
-             f"without a 7-Zip library; {found} pickle(s) found in its decoded streams were "
-             "scanned; extract it and scan the files to be sure")
+             f"without a 7-Zip library; {counted(found, 'pickle')} found in its decoded streams "
+             f"{agree(found, 'was', 'were')} scanned; extract it and scan the files to be sure")
 
 
 def decoded_streams(buf, max_bytes: int) -> list[bytes]:

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 
 from inspector.checkpoint.results import ConversionResult, FolderConversion
 from inspector.core.progress import CancelToken
-from inspector.core.termtext import counted
+from inspector.core.termtext import agree, counted
 from inspector.core.vocabulary import FileStatus
 from inspector.gui.document import FileDocument
 from inspector.gui.jobs import EmitFn, Job
@@ -249,8 +249,7 @@ def conversion_html(result: ConversionResult) -> str:
             f"<li><code>{html.escape(str(a))}</code> → <code>{html.escape(str(k))}</code></li>"
             for a, k in list(aliases.items())[:20]
         )
-        parts.append(f"<p>{len(aliases)} tensor(s) shared storage with another and were "
-                     f"stored once; the aliases are recorded in the file's metadata:</p>"
+        parts.append(f"<p>{_stored_once(len(aliases))} the file's metadata:</p>"
                      f"<ul>{items}</ul>")
     if result.sidecar:
         moved = counted(len(result.objects_moved), "non-tensor value")
@@ -282,8 +281,7 @@ def folder_conversion_html(result: FolderConversion) -> str:
         parts.append(f"<p>Index: <b>{html.escape(result.output_index)}</b></p>")
     aliases = sum(len(shard.aliases) for shard in result.shards)
     if aliases:
-        parts.append(f"<p>{aliases} tensor(s) shared storage with another and were stored "
-                     "once; the aliases are recorded in each shard's metadata.</p>")
+        parts.append(f"<p>{_stored_once(aliases)} each shard's metadata.</p>")
     parts += [f"<p>Note: {html.escape(str(p.get('message')))}</p>" for p in result.problems]
     return "".join(parts)
 
@@ -317,3 +315,9 @@ def _convert_fn(path: Path, out: Path, overwrite: bool, allow_globals: tuple[str
             cancel=cancel))
 
     return run
+
+
+def _stored_once(n: int) -> str:
+    """The sentence for tensors a conversion stored once, up to where their aliases are."""
+    return (f"{counted(n, 'tensor')} shared storage with another and {agree(n, 'was', 'were')} "
+            "stored once; the aliases are recorded in")

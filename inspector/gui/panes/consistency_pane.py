@@ -21,7 +21,7 @@ from PySide6.QtCore import QEvent, Qt
 from PySide6.QtWidgets import QFileDialog, QTreeWidgetItem, QWidget
 
 from inspector.checkpoint.results import ConsistencyResult
-from inspector.core.termtext import counted
+from inspector.core.termtext import agree, counted
 from inspector.core.vocabulary import CheckStatus, Format, Verdict
 from inspector.formats import dialog_filter
 from inspector.gpu.telemetry import TelemetryStore
@@ -393,7 +393,8 @@ def _detail(row: dict[str, Any]) -> str:
                      f"{row.get('first_nonfinite')}): the device cannot be judged on it")
     runs = row.get("repeat_mismatches") or row.get("runs_mismatched")
     if runs:
-        parts.append(f"{runs} run(s) differ, max |diff| {float(row['max_abs_diff']):.4g}")
+        parts.append(f"{counted(runs, 'run')} {agree(runs, 'differs', 'differ')}, max |diff| "
+                     f"{float(row['max_abs_diff']):.4g}")
         first = row.get("first_mismatch")
         if first and "bits" in first:
             parts.append(f"first in run {first['iteration']}: "
