@@ -292,3 +292,16 @@ def test_every_state_reads_as_words(tmp_path):
         doc.set_state(state)
         words = doc.state_words()
         assert "`" not in words and words != state.value, state
+
+
+def test_a_file_rows_detail_says_what_its_check_could_not_cover():
+    """The Integrity table shows a file check's note beside its size, as the CLI prints it."""
+    from inspector.gui.document import Verification
+    from inspector.gui.panes.integrity_pane import verify_view
+    from inspector.integrity.verify import FileCheck, VerifyResult
+
+    note = "no SHA-256 recorded: only its tensors compared, not its other bytes"
+    result = VerifyResult(files=[FileCheck(path="model.pt", status="ok", actual_size=2048,
+                                           note=note)])
+    _summary, rows = verify_view(Verification(result, "tensors-only.json"))
+    assert rows[0][5] == f"2,048 bytes; {note}"

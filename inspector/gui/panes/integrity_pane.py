@@ -300,7 +300,7 @@ def verify_view(verification: Verification) -> tuple[str, list[Row]]:
     result = verification.result
     files, tensors = result.files, result.tensors
     rows = [
-        (f.path, "file", f.status, f.actual or "", f.expected or "", _size_detail(f))
+        (f.path, "file", f.status, f.actual or "", f.expected or "", _file_detail(f))
         for f in files
     ] + [
         (t.key, "tensor", t.status, t.actual or "", t.expected or "", _tensor_detail(t))
@@ -403,11 +403,15 @@ def forensic_verdict(changed: list[TensorDiffRow]) -> str:
             "before using either file.")
 
 
-def _size_detail(f: FileCheck) -> str:
+def _file_detail(f: FileCheck) -> str:
+    """A file row's detail: its size, and what its check could not cover (`note`: a link
+    never followed, an `ok` that compared no file hash), as the CLI prints it."""
     exp, act = f.expected_size, f.actual_size
     if f.status == FileStatus.SIZE_MISMATCH:
-        return f"size {act:,} bytes, manifest says {exp:,}" if exp and act else "size differs"
-    return f"{act:,} bytes" if isinstance(act, int) else ""
+        size = f"size {act:,} bytes, manifest says {exp:,}" if exp and act else "size differs"
+    else:
+        size = f"{act:,} bytes" if isinstance(act, int) else ""
+    return "; ".join(part for part in (size, f.note) if part)
 
 
 def _tensor_detail(t: TensorCheck) -> str:
