@@ -294,6 +294,29 @@ def test_every_state_reads_as_words(tmp_path):
         assert "`" not in words and words != state.value, state
 
 
+def test_an_ok_without_a_file_hash_says_so_in_its_row(window, qtbot, small, tmp_path,
+                                                      artifacts):
+    folder, _ = small
+    path = tmp_path / "model.pt"
+    shutil.copy(folder / "benign.pt", path)
+    doc = open_loaded(window, qtbot, path)
+    window.tabs.setCurrentWidget(window.integrity)
+    manifest = tmp_path / "model.manifest.json"
+    job = window.integrity.write_manifest(manifest)
+    qtbot.waitUntil(lambda: manifest.exists() and not job.running, timeout=30_000)
+    record = json.loads(manifest.read_text())
+    del record["files"][0]["sha256"]  # a manifest of tensor digests only
+    manifest.write_text(json.dumps(record))
+    assert drop_files(window.integrity.findChild(ManifestDropZone), [manifest])
+    qtbot.waitUntil(lambda: doc.verify is not None, timeout=LOAD_TIMEOUT_MS)
+    (row,) = [r for r in window.integrity.model.rows if r[1] == "file"]
+    assert row[2] == "ok"
+    said = "no SHA-256 recorded: only its size and tensors compared, not its other bytes"
+    assert row[5].endswith(f"; {said}")
+    assert f"model.pt: {said}" in window.integrity.summary.toPlainText()
+    window.grab().save(str(artifacts / "gui" / "integrity-unhashed.png"))
+
+
 def test_a_file_rows_detail_says_what_its_check_could_not_cover():
     """The Integrity table shows a file check's note beside its size, as the CLI prints it."""
     from inspector.gui.document import Verification

@@ -318,6 +318,9 @@ def verify_view(verification: Verification) -> tuple[str, list[Row]]:
                 f"{counted(len(files), 'file')} and {counted(len(tensors), 'tensor')} "
                 "verified.</p>")
     notes = "".join(f"<p>{html.escape(e)}</p>" for e in result.errors)
+    # what a file's check could not cover reads in full here; its row's cell elides it
+    notes += "".join(f"<p>{html.escape(f.path)}: {html.escape(f.note)}</p>"
+                     for f in files if f.note)
     if verification.note:
         notes += f"<p>{html.escape(verification.note)}</p>"
     return head + notes, rows
