@@ -80,9 +80,10 @@ def test_sram_errors_and_threshold_and_exhausted_banks_alert():
     assert rules.evaluate(None, calm) == []
     hit = GpuSample(2.0, 0, sram_uncorrected_l2=1, sram_threshold_exceeded=True,
                     remap_banks_none=2)
-    kinds = {a.kind: a.severity for a in rules.evaluate(calm, hit)}
-    assert kinds == {"sram_uncorrected": "critical", "sram_threshold": "critical",
-                     "remap_banks_none": "warning"}
+    alerts = {a.kind: a for a in rules.evaluate(calm, hit)}
+    assert {kind: a.severity for kind, a in alerts.items()} == {
+        "sram_uncorrected": "critical", "sram_threshold": "critical", "remap_banks_none": "warning"}
+    assert "2 memory banks have no spare row left to remap" in alerts["remap_banks_none"].message
     assert rules.evaluate(hit, hit) == []
 
 

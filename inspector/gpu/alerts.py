@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from inspector.core.termtext import agree, counted
 from inspector.core.vocabulary import AlertSeverity
 from inspector.gpu.telemetry import (
     DEFAULT_TEMP_THRESHOLD_C,
@@ -84,8 +85,9 @@ class AlertRules:
             if now is not None:
                 self._ecc_known[(gpu, name)] = max(now, known or 0)
         if current.remap_banks_none and not getattr(previous, "remap_banks_none", None):
-            add("remap_banks_none", WARNING, f"{current.remap_banks_none:g} memory bank(s) "
-                "have no spare row left to remap")
+            banks = int(current.remap_banks_none)
+            add("remap_banks_none", WARNING, f"{counted(banks, 'memory bank')} "
+                f"{agree(banks, 'has', 'have')} no spare row left to remap")
         temp, limit = current.temperature_gpu, self.temp_threshold
         if temp is not None:
             if gpu not in self._hot and temp > limit:
