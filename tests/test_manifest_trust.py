@@ -53,6 +53,18 @@ def test_a_name_that_leaves_the_folder_is_refused_and_never_read(layout, capsys,
     assert code == 2 and "outside" in err and "Traceback" not in err, err
 
 
+@pytest.mark.parametrize("dialect", list(DIALECTS))
+def test_a_name_holding_a_nul_byte_is_one_clear_error(layout, capsys, dialect):
+    model = layout["model"]
+    suffix = {"json": ".json", "tsv": ".tsv"}.get(dialect, ".sha256")
+    manifest = model / f"sums{suffix}"
+    manifest.write_text(DIALECTS[dialect]("pytorch_model-\0.bin", "0" * 64))
+    code = main(["verify", "-m", str(manifest)])
+    err = capsys.readouterr().err
+    assert code == 2 and "holds a NUL byte, which no file name can" in err, err
+    assert "Traceback" not in err
+
+
 @pytest.mark.parametrize("dialect", ["sha256sum", "bsd", "tsv"])
 @pytest.mark.parametrize("spelling", ["sub/../{}", "./././{}", ".//{}", "{}/", "{}/."])
 def test_a_file_listed_again_under_another_spelling_is_never_dropped(layout, capsys, dialect,

@@ -183,3 +183,15 @@ def test_run_latest_ignores_a_record_whose_seal_is_broken(tmp_path):
     out = _run_latest(run_dir)
     assert out.returncode == 0 and out.stdout.strip().endswith("step-1.pt")
     assert "ignored line 2: edited, not trusted" in out.stderr
+
+
+def test_a_record_naming_a_path_with_a_nul_byte_is_a_bad_record_not_a_traceback(tmp_path,
+                                                                              capsys):
+    journal.append(tmp_path / "journal.jsonl", "ledger.save", {
+        "path": "a\0b.pt", "size": 3, "sha256": "0" * 64, "layout": "file", "step": 1,
+        "outcome": "verified", "files": [{"path": "a\0b.pt", "size": 3, "sha256": "0" * 64}]})
+    for command in ("verify", "latest"):
+        assert main(["run", command, str(tmp_path)]) == 1
+        captured = capsys.readouterr()
+        assert "holds a NUL byte, which no file name can" in captured.out + captured.err
+        assert "Traceback" not in captured.err

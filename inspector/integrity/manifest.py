@@ -394,6 +394,8 @@ def _clean_path(path: str, where: str) -> str:
     """Normalise a stored path to `/` separators without `.` or empty segments (as the system
     reads it); refuse empty and absolute paths, and a name ending in `/` (a folder's)."""
     cleaned = path.replace("\\", "/") if os.sep == "\\" else path
+    if "\0" in cleaned:  # no file name holds one, and the system calls refuse it
+        raise ManifestError(f"{where}: path {path!r} holds a NUL byte, which no file name can")
     if cleaned.startswith("/") or re.match(r"^[A-Za-z]:[/\\]", cleaned):
         raise ManifestError(f"{where}: path {path!r} must be relative to the manifest")
     if cleaned.endswith("/"):
