@@ -105,6 +105,7 @@ WRONG = {
     "globals-not-objects": ("scan.result", {"path": "a.pt", "verdict": "safe", "globals": [1]}),
     "findings-a-string": ("scan.result", {"path": "a.pt", "verdict": "safe", "findings": "x"}),
     "path-a-number": ("scan.result", {"path": 5, "verdict": "safe"}),
+    "path-holds-nul": ("scan.result", {"path": "a\0b.pt", "verdict": "safe"}),
     "verify-files-a-dict": ("verify.result", {"files": {"a": 1}}),
     "verify-files-not-objects": ("verify.result", {"files": [3]}),
     "report-unknown-part": ("report.file", {"path": "a.pt", "bogus": {}}),

@@ -123,8 +123,11 @@ def _checked(kind: str, key: str, record: object) -> dict[str, Any]:
     """The record, when it has the shape its kind has; else _WrongShape naming it."""
     if not isinstance(record, Mapping):
         raise _WrongShape(f"{kind} of {key!r} is not an object")
-    if not isinstance(record.get("path", key), str):
+    path = record.get("path", key)
+    if not isinstance(path, str):
         raise _WrongShape(f"{kind} of {key!r} names no path")
+    if "\0" in path or "\0" in key:  # no file name holds one: no command wrote it
+        raise _WrongShape(f"{kind} of {key!r} names a path holding a NUL byte")
     if kind == "report.file":
         extra = set(record) - _PARTS - {"path"}
         if extra or not all(isinstance(v, (Mapping, str, type(None))) for v in record.values()):
