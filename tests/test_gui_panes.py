@@ -57,7 +57,9 @@ def test_pickle_pane_marks_and_jumps_to_the_offending_global(window, qtbot, tmp_
     assert hit >= 0 and pane.op_model.rows[hit].opcode == "STOP"
 
 
-def test_manifest_with_one_bad_hash_marks_that_row(window, qtbot, small, tmp_path):
+def _manifest_written(window, qtbot, small, tmp_path) -> tuple:
+    """A copy of the benign checkpoint open on the Integrity pane, its JSON manifest written
+    there: the document, the manifest's path and its record."""
     folder, _ = small
     path = tmp_path / "model.pt"
     shutil.copy(folder / "benign.pt", path)
@@ -66,7 +68,11 @@ def test_manifest_with_one_bad_hash_marks_that_row(window, qtbot, small, tmp_pat
     manifest = tmp_path / "model.manifest.json"
     job = window.integrity.write_manifest(manifest)
     qtbot.waitUntil(lambda: manifest.exists() and not job.running, timeout=30_000)
-    record = json.loads(manifest.read_text())
+    return doc, manifest, json.loads(manifest.read_text())
+
+
+def test_manifest_with_one_bad_hash_marks_that_row(window, qtbot, small, tmp_path):
+    doc, manifest, record = _manifest_written(window, qtbot, small, tmp_path)
     tensors = record["files"][0]["tensors"]
     assert {t["key"] for t in tensors} == {t["key"] for t in doc.tensors}
     victim = tensors[1]["key"]
@@ -296,15 +302,7 @@ def test_every_state_reads_as_words(tmp_path):
 
 def test_an_ok_without_a_file_hash_says_so_in_its_row(window, qtbot, small, tmp_path,
                                                       artifacts):
-    folder, _ = small
-    path = tmp_path / "model.pt"
-    shutil.copy(folder / "benign.pt", path)
-    doc = open_loaded(window, qtbot, path)
-    window.tabs.setCurrentWidget(window.integrity)
-    manifest = tmp_path / "model.manifest.json"
-    job = window.integrity.write_manifest(manifest)
-    qtbot.waitUntil(lambda: manifest.exists() and not job.running, timeout=30_000)
-    record = json.loads(manifest.read_text())
+    doc, manifest, record = _manifest_written(window, qtbot, small, tmp_path)
     del record["files"][0]["sha256"]  # a manifest of tensor digests only
     manifest.write_text(json.dumps(record))
     assert drop_files(window.integrity.findChild(ManifestDropZone), [manifest])

@@ -4,34 +4,26 @@ The worker runs whatever code the input smuggles past the loader, so what it say
 input (each tensor's digest, NaN / Inf counts, the health judged from them) and about the
 output it wrote (`verified`) may be a lie. This module is the one place the user's process
 tests those claims, with readers that run nothing of the input (`rawtensors`). What the
-input's bytes say (`Expected`) is measured on a thread of its own while the worker starts and
-runs, so the check adds little wall time:
+input's bytes say (`Expected`) is measured on a thread of its own while the worker runs:
 
-- `check_inspection`: every tensor the file holds is located here; the worker must report each
-  one once, with the same dtype, shape and digest; the NaN and Inf counts are recomputed here
-  and replace the worker's, its largest magnitude must be of the file's top order, the values'
-  binary orders (`exponents`, what a flipped exponent bit shows in) are counted here wherever
-  the file may hold an outlier and replace the worker's, and health is judged here from the
-  checked records (from the loader's own where the file cannot be read here;
-  the worker judges none). Other statistics (mean, std, histogram) are taken from the worker
-  and the record says so.
+- `check_inspection`: every tensor the file holds reported once, with its dtype, shape and
+  digest; NaN / Inf recounted here; the largest magnitude of the file's top binary order, and
+  the orders (`exponents`, where a flipped exponent bit shows) counted here wherever an outlier
+  may be; health judged here. Mean, std and the histogram stay the worker's, as it says.
 - `check_digests`: the tensor digests `verify` compares with a manifest, checked the same way.
-- `check_diff`: each row's status (identical, changed, dtype or shape changed, on one side
-  only) and the overall `identical`, from both sides' bytes compared here (`SideBySide`); the
-  rows' counts and bit flips are the worker's.
-- `check_consistency`: the weights probe's rows (`consistency`): every tensor the file holds
-  reported once, with the same dtype, shape and SHA-256 (so the device was given the file's
-  weights); every floating tensor of 2+ dims probed; the NaN / Inf counts that keep a device
-  from being judged recomputed here; `consistent` only when no row failed. The repeats' outputs
-  themselves exist only in the worker, and the record says so.
-- `check_conversion`: the output safetensors file is read here and each tensor's bytes compared
-  with the input's own storage bytes; every input tensor must be written, or be an alias of a
-  written one with the same bytes, or be skipped for a dtype safetensors cannot hold, and
-  nothing else may be written. The digests reported are the ones computed here.
+- `check_diff`: each row's status and the overall `identical`, from both sides' bytes
+  compared here (`SideBySide`); the rows' counts and bit flips are the worker's.
+- `check_consistency`: the probe's rows, each tensor once with its SHA-256 (the device got the
+  file's weights), every 2-D+ float one probed, NaN / Inf recounted, `consistent` only when no
+  row failed; the repeats' outputs exist only in the worker.
+- `check_conversion`: each tensor of the output safetensors file compared with the input's
+  own storage bytes; every input tensor written, an alias of a written one with the same
+  bytes, or skipped for a dtype safetensors cannot hold, and nothing else written. The
+  digests reported are the ones computed here.
 
-A file these readers cannot locate every tensor of (a pickle holding more than tensors, a
-legacy file, a DCP folder) is not checked: the record says why, and output says the answer is
-the jailed loader's. A claim that fails is `claim_refuted`: the whole reply is then untrusted.
+A file these readers cannot locate every tensor of (a pickle holding more than tensors, a DCP
+folder) is not checked: the record says why, and output says the answer is the jailed loader's.
+A claim that fails is `claim_refuted`: the whole reply is then untrusted.
 """
 
 from __future__ import annotations
