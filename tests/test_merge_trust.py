@@ -125,9 +125,16 @@ def test_a_record_of_the_wrong_shape_is_one_line_and_nothing_is_written(tmp_path
 
 
 
+def _owned(index: int, count: int) -> str:
+    """A file name shard `index` of `count` owns (a shard records only its own files)."""
+    from inspector.fleet.jobs import JobSlice
+
+    return next(f"m{i}.pt" for i in range(999) if JobSlice(index, count).owns(f"m{i}.pt"))
+
+
 def test_a_slice_no_results_file_holds_fails_the_merge_and_is_named(tmp_path, capsys):
     # two of three slices: every file they hold is safe, and a third of the job never ran
-    parts = [_results(tmp_path, f"r{i}.jsonl", (f"m{i}.pt", "safe"), job=f"{i}/3")
+    parts = [_results(tmp_path, f"r{i}.jsonl", (_owned(i, 3), "safe"), job=f"{i}/3")
              for i in (0, 2)]
     code, out, _err = _merge(tmp_path, *parts, capsys=capsys)
     assert code == 1 and "2 files from 2 results files, 1 problem" in out
@@ -135,17 +142,18 @@ def test_a_slice_no_results_file_holds_fails_the_merge_and_is_named(tmp_path, ca
     assert said in out
     report = json.loads((tmp_path / "m.json").read_text())
     assert report["status"] == "failed" and report["problems"][0].startswith(said)
-    parts.append(_results(tmp_path, "r1.jsonl", ("m1.pt", "safe"), job="1/3"))
+    parts.append(_results(tmp_path, "r1.jsonl", (_owned(1, 3), "safe"), job="1/3"))
     code, out, _err = _merge(tmp_path, *parts, capsys=capsys, force=True)
     assert code == 0 and "0 problems" in out
 
 
 def test_every_split_of_each_kind_must_be_whole(tmp_path, capsys):
-    halves = [_results(tmp_path, f"h{i}.jsonl", ("a.pt", "safe"), job=f"{i}/2") for i in (0, 1)]
+    halves = [_results(tmp_path, f"h{i}.jsonl", (_owned(i, 2), "safe"), job=f"{i}/2")
+              for i in (0, 1)]
     whole = _results(tmp_path, "w.jsonl", ("b.pt", "safe"), command="ckpt-inspector scan more")
     code, out, _err = _merge(tmp_path, *halves, whole, capsys=capsys)
     assert code == 0 and "0 problems" in out
-    quarter = _results(tmp_path, "q.jsonl", ("a.pt", "safe"), job="3/4")
+    quarter = _results(tmp_path, "q.jsonl", (_owned(3, 4), "safe"), job="3/4")
     code, out, _err = _merge(tmp_path, *halves, whole, quarter, capsys=capsys, force=True)
     assert code == 1 and "3 problems" in out
     assert all(f"scan --shard {i}/4: no results file holds it" in out for i in range(3))
@@ -156,3 +164,16 @@ def test_results_that_name_no_job_fail_the_merge(tmp_path, capsys):
     ResultsLog(target, "scan.result").record("a.pt", tmp_path / "absent", _scan("a.pt", "safe"))
     code, out, _err = _merge(tmp_path, target, capsys=capsys)
     assert code == 1 and "results but no session line" in out
+
+
+def test_a_result_outside_its_files_shard_fails_the_merge(tmp_path, capsys):
+    mine, theirs = _owned(0, 2), _owned(1, 2)
+    parts = [_results(tmp_path, "r0.jsonl", (mine, "safe"), job="0/2"),
+             _results(tmp_path, "r1.jsonl", (theirs, "safe"), job="1/2")]
+    code, out, _err = _merge(tmp_path, *parts, capsys=capsys)
+    assert code == 0 and "0 problems" in out
+    # shard 0's file holds a record of a file shard 0 never runs: not a record it made
+    planted = _results(tmp_path, "r0b.jsonl", (mine, "safe"), (theirs, "safe"), job="0/2")
+    code, out, _err = _merge(tmp_path, planted, parts[1], capsys=capsys, force=True)
+    assert code == 1 and "1 problem" in out
+    assert f"r0b.jsonl: a result for {theirs}, which none of that file's shards owns" in out

@@ -22,6 +22,8 @@ from inspector.fleet.objstore import RemoteObject
 from inspector.run import journal
 
 SESSION_KIND = "batch.session"
+_NAMED = 3
+"""Results outside their shard named one by one; the rest are counted."""
 Where = str | os.PathLike[str] | RemoteObject
 """A file (or folder) on disk, or an object in a store, whose result is kept."""
 
@@ -136,6 +138,8 @@ class BatchResults:
     unannounced: tuple[Path, ...] = ()
     """Results files holding results and no session line (every batch command that finishes
     writes one): what job and slice they are cannot be said."""
+    strays: tuple[tuple[Path, str], ...] = ()
+    """(results file, key) of each result for a file none of that file's shards owns."""
 
 
 def read_results(paths: list[Path]) -> BatchResults:
@@ -145,24 +149,37 @@ def read_results(paths: list[Path]) -> BatchResults:
     sessions: list[Mapping[str, Any]] = []
     problems: list[tuple[Path, journal.JournalProblem]] = []
     unannounced: list[Path] = []
+    strays: list[tuple[Path, str]] = []
     authenticated = bool(paths)
     for path in paths:
         read = journal.read(path)
         authenticated = authenticated and read.authenticated
         problems += [(path, p) for p in read.problems]
         held = len(sessions)
-        holds_results = False
+        keys: list[str] = []
         for entry in read.sound:
             if entry.kind == SESSION_KIND:
                 sessions.append(entry.record)
             elif "key" in entry.record and "result" in entry.record:
                 results.setdefault(entry.kind, {}).setdefault(
                     str(entry.record["key"]), []).append(entry.record["result"])
-                holds_results = True
-        if holds_results and len(sessions) == held:
+                keys.append(str(entry.record["key"]))
+        if keys and len(sessions) == held:
             unannounced.append(path)
+        strays += [(path, key) for key in _unowned(keys, sessions[held:])]
     return BatchResults(results, tuple(sessions), tuple(problems), authenticated,
-                        tuple(unannounced))
+                        tuple(unannounced), tuple(strays))
+
+
+def _unowned(keys: list[str], sessions: list[Mapping[str, Any]]) -> list[str]:
+    """The keys none of a results file's own shards owns (a shard only records its own)."""
+    shards = []
+    for session in sessions:
+        try:
+            shards.append(parse_job_slice(str(session.get("shard"))))
+        except ValueError:
+            return []  # named by coverage_problems
+    return [key for key in dict.fromkeys(keys) if shards and not any(s.owns(key) for s in shards)]
 
 
 def coverage_problems(batch: BatchResults) -> list[str]:
@@ -173,6 +190,10 @@ def coverage_problems(batch: BatchResults) -> list[str]:
     problems = [f"{path}: results but no session line, so no job or slice is named (a job "
                 "killed before its end writes none: run it again with the same results file)"
                 for path in batch.unannounced]
+    problems += [f"{path}: a result for {key}, which none of that file's shards owns, so "
+                 "it is not that shard's record" for path, key in batch.strays[:_NAMED]]
+    if len(batch.strays) > _NAMED:
+        problems.append(f"and {len(batch.strays) - _NAMED} more results outside their shards")
     held: dict[str, set[JobSlice]] = {}
     for session in batch.sessions:
         try:
