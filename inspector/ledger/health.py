@@ -34,7 +34,8 @@ def state_problems(obj: Any) -> list[str]:
     moments out of their bounds."""
     from inspector.ledger.moments import moment_problems
 
-    return nan_problems(obj) + variance_problems(obj) + moment_problems(obj)
+    dense = _dense_floats(obj)  # one flatten of the state serves both checks of its tensors
+    return nan_problems(dense) + variance_problems(dense) + moment_problems(obj)
 
 
 def optimizer_problems(optimizer: Any) -> list[str]:
@@ -45,46 +46,46 @@ def optimizer_problems(optimizer: Any) -> list[str]:
     return state_problems({"optimizer": state}) if state is not None else []
 
 
-def nan_problems(obj: Any) -> list[str]:
-    """The tensors of `obj` that hold a NaN, as problems (at most SHOWN named)."""
+def _dense_floats(obj: Any) -> list[tuple[str, Any]]:
+    """The state's dense, non-empty floating-point tensors by key, detached."""
     import torch
 
     from inspector.ledger.moments import FLOATS
     from inspector.tensors.load import split_leaves
 
-    dense = [(key, t.detach()) for key, t in split_leaves(obj)[0]
-             if t.dtype in FLOATS and t.layout == torch.strided
-             and t.device.type != "meta" and t.numel()]
+    return [(key, t.detach()) for key, t in split_leaves(obj)[0]
+            if t.dtype in FLOATS and t.layout == torch.strided
+            and t.device.type != "meta" and t.numel()]
+
+
+def nan_problems(dense: list[tuple[str, Any]]) -> list[str]:
+    """The tensors of `dense` (`_dense_floats`) that hold a NaN, as problems."""
+    import torch
+
     # one fused pass, no mask allocated: an L2 norm is NaN exactly when a value is NaN (Inf
     # and overflow give Inf: x*x never makes a NaN), and torch's CPU kernel for it is ~3x
     # faster than the L1 norm's
     norms = torch._foreach_norm([t for _, t in dense], 2.0) if dense else []
     nan = [key for (key, _), n in zip(dense, norms, strict=True) if bool(torch.isnan(n))]
-    found = [f"NaN in {key}" for key in nan[:SHOWN]]
-    if len(nan) > SHOWN:
-        found.append(f"NaN in {len(nan) - SHOWN} more tensors")
-    return found
+    return _shown([f"NaN in {key}" for key in nan], "NaN in {} more tensors")
 
 
-def variance_problems(obj: Any) -> list[str]:
-    """Normalisation layers' running variances (`*.running_var`) holding a negative value, as
-    problems: a running mean of variances never is, and in eval mode the layer divides by its
-    square root (NaN). The guard reads buffers for size only, so a flipped sign passes it."""
-    import torch
-
-    from inspector.ledger.moments import FLOATS
-    from inspector.tensors.load import split_leaves
-
+def variance_problems(dense: list[tuple[str, Any]]) -> list[str]:
+    """Normalisation layers' running variances (`*.running_var`) among `dense` holding a
+    negative value, as problems: a running mean of variances never is, and in eval mode the
+    layer divides by its square root (NaN). The guard reads buffers for size only, so a
+    flipped sign passes it."""
     found = []
-    for key, t in split_leaves(obj)[0]:
-        if (key.rsplit(".", 1)[-1] == "running_var" and t.dtype in FLOATS
-                and t.layout == torch.strided and t.device.type != "meta"):
-            negative = int((t.detach() < 0).sum())
-            if negative:
-                found.append(f"{key} negative in {counted(negative, 'value')} (a running "
-                             "variance never is)")
-    return found[:SHOWN] + ([f"negative running variances in {len(found) - SHOWN} more "
-                             "tensors"] if len(found) > SHOWN else [])
+    for key, t in dense:
+        if key.rsplit(".", 1)[-1] == "running_var" and (negative := int((t < 0).sum())):
+            found.append(f"{key} negative in {counted(negative, 'value')} (a running "
+                         "variance never is)")
+    return _shown(found, "negative running variances in {} more tensors")
+
+
+def _shown(found: list[str], more: str) -> list[str]:
+    """At most SHOWN problems named, the rest counted in `more` (its `{}`)."""
+    return found[:SHOWN] + ([more.format(len(found) - SHOWN)] if len(found) > SHOWN else [])
 
 
 def evidence_path(target: Path) -> Path:
