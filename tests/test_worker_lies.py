@@ -521,7 +521,7 @@ class _Chunks:
     ((b"abcd" * 1000,), (b"abcd" * 999 + b"abce",), False),
 ])
 def test_bytes_are_compared_in_step_whatever_the_chunks(a, b, same) -> None:
-    from inspector.sandbox.host.claims import same_bytes
+    from inspector.sandbox.host.claims.bytes_equal import same_bytes
 
     assert same_bytes(_Chunks(*a), _Chunks(*b)) is same
     assert same_bytes(_Chunks(*b), _Chunks(*a)) is same

@@ -15,7 +15,8 @@ from typing import Any
 
 from inspector.core.progress import CancelToken
 from inspector.sandbox.host.admission import check_loadable, static_scan
-from inspector.sandbox.host.claims import Expected, check_consistency
+from inspector.sandbox.host.claims.expected import Expected
+from inspector.sandbox.host.claims.inspection import check_consistency
 from inspector.sandbox.host.jobs import SandboxError, run_job
 from inspector.sandbox.protocol import Limits
 

@@ -24,15 +24,10 @@ from inspector.core.progress import Cancelled, CancelToken
 from inspector.integrity.hashing import DIGEST_ALGORITHM, sha256_file
 from inspector.integrity.shard_index import ShardError, ShardIndex, check_contents
 from inspector.sandbox.host.admission import check_loadable, static_scan
-from inspector.sandbox.host.claims import (
-    Asked,
-    Expected,
-    SideBySide,
-    check_conversion,
-    check_diff,
-    check_digests,
-    check_inspection,
-)
+from inspector.sandbox.host.claims.conversion import Asked, check_conversion
+from inspector.sandbox.host.claims.diff import SideBySide, check_diff
+from inspector.sandbox.host.claims.expected import Expected
+from inspector.sandbox.host.claims.inspection import check_digests, check_inspection
 from inspector.sandbox.host.events import ProtocolViolation
 from inspector.sandbox.host.jobs import EventFn, SandboxError, run_job
 from inspector.sandbox.protocol import Limits

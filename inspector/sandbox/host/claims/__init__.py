@@ -1,0 +1,31 @@
+"""A worker's reply is a claim until it passes these checks, made here from the files' bytes.
+
+The worker runs whatever code the input smuggles past the loader, so what it says about the
+input (each tensor's digest, NaN / Inf counts, the health judged from them) and about the
+output it wrote (`verified`) may be a lie. This package is the one place the user's process
+tests those claims, with readers that run nothing of the input (`rawtensors`). What the
+input's bytes say (`expected.Expected`) is measured on a thread of its own while the worker
+runs, and the worker's tensor records are held against it (`records`):
+
+- `inspection.check_inspection`: every tensor the file holds reported once, with its dtype,
+  shape and digest; NaN / Inf recounted here; the largest magnitude of the file's top binary
+  order, and the orders (`exponents`, where a flipped exponent bit shows) counted here
+  wherever an outlier may be; health judged here. Mean, std and the histogram stay the
+  worker's, as it says.
+- `inspection.check_digests`: the tensor digests `verify` compares with a manifest, checked
+  the same way.
+- `inspection.check_consistency`: the probe's rows, each tensor once with its SHA-256 (the
+  device got the file's weights), every 2-D+ float one probed, NaN / Inf recounted,
+  `consistent` only when no row failed; the repeats' outputs exist only in the worker.
+- `diff.check_diff`: each row's status and the overall `identical`, from both sides' bytes
+  compared here (`diff.SideBySide`); the rows' counts and bit flips are the worker's.
+- `conversion.check_conversion`: each tensor of the output safetensors file compared with the
+  input's own storage bytes; every input tensor written, an alias of a written one with the
+  same bytes, or skipped for a dtype safetensors cannot hold, and nothing else written. The
+  digests reported are the ones computed here.
+
+A file these readers cannot locate every tensor of (a pickle holding more than tensors, a DCP
+folder) is not checked: the record says why, and output says the answer is the jailed loader's.
+A claim that fails is `claim_refuted` (`refusal`): the whole reply is then untrusted. Bytes are
+compared with libc's memcmp (`bytes_equal`).
+"""

@@ -1,0 +1,93 @@
+"""Replies about one file's tensors: `inspect`, `verify`'s digests and the weights probe."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+from inspector.checkpoint.health import assess
+from inspector.checkpoint.results import ClaimCheck
+from inspector.checkpoint.tensor_stats import TensorStats
+from inspector.core.termtext import escape
+from inspector.core.vocabulary import CheckStatus
+from inspector.formats.safetensors_header import (
+    recorded_aliases,
+    recorded_specs,
+    spec_bytes,
+)
+from inspector.sandbox.host.claims.expected import Expected
+from inspector.sandbox.host.claims.records import INSPECTED, PROBED, record_problems
+from inspector.sandbox.host.claims.refusal import refuted, timed
+
+
+def check_inspection(expected: Expected, report: dict[str, Any]) -> None:
+    """Check an inspect reply (`report`, the inspect contract) against the file's bytes: set
+    its `claims`, its checked NaN / Inf counts and health; `error` when a claim fails."""
+    started = time.perf_counter()
+    measured = expected.wait()
+    if isinstance(measured, str):
+        # judged here from the loader's records, which nothing here could check
+        report["health"] = assess(map(TensorStats.from_json, report["tensors"])).to_json()
+        report["claims"] = ClaimCheck(reason=measured).to_json()
+        return
+    problems = record_problems(measured, report["tensors"], {}, INSPECTED)
+    if problems:
+        report["error"] = refuted("inspection", problems, report.get("sandbox")).to_json()
+        report["health"] = None
+        return
+    report["health"] = assess(map(TensorStats.from_json, report["tensors"])).to_json()
+    report["claims"] = ClaimCheck(checked=True, tensors=len(measured)).to_json()
+    timed(report, started)
+
+
+def check_digests(expected: Expected, result: dict[str, Any]) -> None:
+    """Check a `digests` reply (what `verify` compares with a manifest) against the file's
+    bytes: each tensor once with its digest, and a converted file's recorded aliases and
+    rebuild specs (`KEY::spec`) with theirs; SandboxError when a claim fails."""
+    measured = expected.wait()
+    if isinstance(measured, str):
+        result["claims"] = ClaimCheck(reason=measured).to_json()
+        return
+    metadata = expected.metadata
+    by_key = {t.key: m.digest for t, m in measured}
+    derived = {removed: by_key[kept] for removed, kept in recorded_aliases(metadata).items()
+               if kept in by_key and removed not in by_key}
+    derived |= {f"{key}::spec": hashlib.sha256(spec_bytes(spec)).hexdigest()
+                for key, spec in recorded_specs(metadata).items()}
+    problems = record_problems(measured, result["tensors"], derived, INSPECTED)
+    if problems:
+        raise refuted("tensor digests", problems, result.get("sandbox"))
+    result["claims"] = ClaimCheck(checked=True, tensors=len(measured)).to_json()
+
+
+def check_consistency(expected: Expected, result: dict[str, Any], probe: bool) -> None:
+    """Check a weights-probe reply (`probe`: what the client asked for, never the reply's
+    word) against the file's bytes: the rows' tensors, their NaN / Inf counts, and
+    `consistent` against the rows; set `claims`, or SandboxError when a claim fails. A model
+    run's outputs are only the worker's: its record says so."""
+    if not probe:
+        result["claims"] = ClaimCheck(reason="a model run's outputs exist only in the jailed "
+                                      "worker").to_json()
+        return
+    if result.get("mode") != "probe":
+        expected.stop()
+        raise refuted("weights probe", [f"the reply is a {escape(str(result.get('mode')))} "
+                                         "run"], result.get("sandbox"))
+    measured = expected.wait()
+    if isinstance(measured, str):
+        result["claims"] = ClaimCheck(reason=measured).to_json()
+        return
+    rows = result.get("tensors") or []
+    problems = record_problems(measured, rows, {}, PROBED)
+    failed = {str(r.get("key")) for r in rows if r.get("status") == CheckStatus.FAIL}
+    if result.get("consistent") is not (not failed):
+        problems.append(f"consistent is {escape(str(result.get('consistent')))} with "
+                        f"{len(failed)} failed rows")
+    problems += [f"{escape(str(r.get('key')))}'s device copy differs, yet its row passed"
+                 for r in result.get("resident_mismatches") or ()
+                 if str(r.get("key")) not in failed]
+    if problems:
+        raise refuted("weights probe", problems, result.get("sandbox"))
+    result["nonfinite_weights"] = [r["key"] for r in rows if r.get("nonfinite")]
+    result["claims"] = ClaimCheck(checked=True, tensors=len(measured)).to_json()

@@ -1,0 +1,136 @@
+"""How a worker's tensor records disagree with the tensors measured here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from inspector.checkpoint.health import (
+    MIN_JUDGED,
+    magnitude_outliers,
+    outlier_tail,
+)
+from inspector.core.dtypes import BY_NAME
+from inspector.core.termtext import escape
+from inspector.rawtensors.readers import RawTensor
+
+if TYPE_CHECKING:
+    from inspector.rawtensors.orders import Tops
+    from inspector.rawtensors.values import Measured
+
+
+def record_problems(measured: list[tuple[RawTensor, Measured]], records: list[dict],
+                     derived: dict[str, str], shape: RecordShape) -> list[str]:
+    """How the worker's tensor records disagree with the file's tensors measured here: each
+    once, with its dtype, shape and digest (its counts replaced by the ones measured here);
+    `derived`: keys the file names without storing them, with their digests."""
+    by_key: dict[str, list[dict]] = {}
+    for rec in records:
+        by_key.setdefault(str(rec.get("key")), []).append(rec)
+    problems = []
+    for t, m in measured:
+        found = by_key.pop(t.key, [])
+        if len(found) != 1:
+            problems.append(f"{escape(t.key)} reported {len(found)} times")
+            continue
+        problems += _tensor_problems(t, m, found[0], shape)
+    for key, found in by_key.items():
+        if key not in derived:
+            problems.append(f"{escape(key)} is no tensor of the file")
+        elif [r.get(shape.digest) for r in found] != [derived[key]]:
+            problems.append(f"{escape(key)}'s digest differs")
+    return problems
+
+
+def _tensor_problems(t: RawTensor, measured: Measured, rec: dict,
+                     shape: RecordShape) -> list[str]:
+    """How one worker record disagrees with the tensor read here; sets its checked counts."""
+    key = escape(t.key)
+    if rec.get("dtype") != t.dtype or list(rec.get("shape") or ()) != list(t.shape):
+        return [f"{key} is {t.dtype} {list(t.shape)}, reported as "
+                f"{escape(str(rec.get('dtype')))} {escape(str(rec.get('shape')))}"]
+    if rec.get(shape.digest) != measured.digest:
+        return [f"{key}'s digest differs"]
+    return shape.counts(t, measured, rec)
+
+
+def _inspected(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
+    """An inspect record's NaN and Inf counts, replaced by the ones counted here, and its
+    values' binary orders (what health judges a flipped exponent bit from) held against the
+    file's."""
+    if measured.nan is None:
+        return []
+    claimed = (rec.get("nan", 0), rec.get("inf", 0))
+    rec.update(nan=measured.nan, inf=measured.inf)
+    if claimed != (measured.nan, measured.inf):
+        return [f"{escape(t.key)} holds {measured.nan} NaN and {measured.inf} Inf, reported as "
+                f"{escape(str(claimed[0]))} and {escape(str(claimed[1]))}"]
+    return _order_problems(t, measured, rec)
+
+
+def clear(tops: Tops) -> bool:
+    """Whether a tensor's top orders prove it free of outliers: more than the tail of its
+    values lie within the gap of its top (a lower bound, so never a tensor that holds one)."""
+    return not tops.exact_only and tops.near > outlier_tail(tops.values)
+
+
+def _order_problems(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
+    """The record's largest magnitude must be of the file's top order; where the file's values
+    may hold an outlier, its orders were counted here and replace the worker's `exponents`;
+    elsewhere the worker's, if any, must show none."""
+    from inspector.rawtensors.orders import order_of  # NumPy's import, beside the worker's start
+
+    tops, key, absmax = measured.tops, escape(t.key), rec.get("absmax")
+    if tops is None:
+        return []
+    if tops.top is not None and not (isinstance(absmax, (int, float)) and absmax
+                                     and order_of(absmax) == tops.top):
+        return [f"{key}'s largest value is of order 2^{tops.top}, reported as "
+                f"{escape(str(absmax))}"]
+    if measured.orders is not None:
+        # the worker's form: counts only where enough values are non-zero to judge them
+        if sum(c for _, c in measured.orders) >= MIN_JUDGED:
+            rec["exponents"] = measured.orders
+        else:
+            rec.pop("exponents", None)
+        return []
+    told = rec.get("exponents")
+    if told and magnitude_outliers(told, tops.gap)[0]:
+        return [f"{key} reported with outliers its bytes do not hold"]
+    return []
+
+
+def _probed(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
+    """A weights-probe row: probed when the worker must probe it (a floating tensor of 2+
+    dims), and its non-finite count, which keeps the device from being judged on it,
+    replaced by the one counted here."""
+    dtype = BY_NAME.get(t.dtype)
+    must = dtype is not None and dtype.kind == "float" and len(t.shape) >= 2 and all(t.shape)
+    if must and "repeats" not in rec:
+        return [f"{escape(t.key)} was not probed"]
+    if "repeats" not in rec or measured.nan is None:
+        return []
+    claimed, counted = rec.get("nonfinite", 0), measured.nan + measured.inf
+    if counted:
+        rec["nonfinite"] = counted
+    else:
+        rec.pop("nonfinite", None)
+        rec.pop("first_nonfinite", None)
+    if claimed != counted:
+        return [f"{escape(t.key)} holds {counted} NaN/Inf, reported as {escape(str(claimed))}"]
+    return []
+
+
+@dataclass(frozen=True)
+class RecordShape:
+    """Where a kind of worker record keeps a tensor's digest, and how its counts are checked."""
+
+    digest: str
+    counts: Callable[[RawTensor, Measured, dict], list[str]]
+
+
+INSPECTED = RecordShape("digest", _inspected)
+
+
+PROBED = RecordShape("sha256", _probed)
