@@ -403,7 +403,8 @@ def test_a_worker_that_calls_changed_files_identical_is_caught(tmp_path, hostile
     _write(a, state, kind)
     _write(b, changed, kind)
     assert main(["diff", str(a), str(b)]) == 1  # the honest worker: they differ
-    assert "checked:  each of the 2 keys' status recomputed here" in capsys.readouterr().out
+    assert "checked:  each of the 2 keys' status, changed elements, NaN / Inf and bit flips " \
+        "recomputed here" in capsys.readouterr().out
     hostile(CALL_IT_IDENTICAL)
     # the lie under the real worker: the job's own reply calls the files identical
     # the lie under the real worker: the client's own job, its check left out, says identical
@@ -416,6 +417,116 @@ def test_a_worker_that_calls_changed_files_identical_is_caught(tmp_path, hostile
     assert code not in (0, 1)
     assert "comparison does not match the file's own bytes" in captured.err
     assert "a is changed, reported as identical" in captured.err
+
+
+_REWRITE_ROW = """
+    import inspector.sandbox.worker.diff as diff
+    real = diff.diff_sides
+    def lying(a, b, emit=None, cancel=None):
+        result = real(a, b, None, cancel)
+        row = next(r for r in result["tensors"] if r["key"] == "a")
+        rewrite(row, result)
+        return result
+    diff.diff_sides = lying
+"""
+CALL_DRIFT_ONE_FLIP = """
+    def rewrite(row, result):
+        row.update(changed_elements=1, single_bit_flips=1, multi_bit_elements=0,
+                   nonfinite_changes=0, bitflips=row["bitflips"][:1])
+        row["summary"] = "1 single-bit flip in `a`, in a mantissa bit"
+        result["summary"] = [r["summary"] for r in result["tensors"] if r["summary"]]
+"""
+HIDE_CHANGED_NAN = """
+    def rewrite(row, result):
+        row["nonfinite_changes"] = 0
+"""
+MOVE_THE_FLIP = """
+    def rewrite(row, result):
+        row["bitflips"][0].update(bit=3, kind="mantissa", index=row["bitflips"][0]["index"] + 1)
+"""
+CALL_IT_MANTISSA = """
+    def rewrite(row, result):
+        row["summary"] = row["summary"].replace("exponent", "mantissa")
+        result["summary"] = [r["summary"] for r in result["tensors"] if r["summary"]]
+"""
+MISCOUNT_TOTALS = """
+    def rewrite(row, result):
+        result["counts"] = {"identical": len(result["tensors"])}
+"""
+OTHER_SHAPE = """
+    def rewrite(row, result):
+        row["shape_b"] = [256]
+"""
+
+
+def _changed_pair(tmp_path, kind: str):
+    """Two checkpoints whose `a` differs: one exponent-bit flip, a NaN, and drift."""
+    state = _state()
+    changed = {**state, "a": state["a"].clone()}
+    bits = changed["a"].view(-1).view(torch.int32)
+    bits[5] ^= 1 << 27
+    changed["a"].view(-1)[7] = float("nan")
+    changed["a"].view(-1)[100:140] += 0.5
+    a, b = tmp_path / f"a{kind}", tmp_path / f"b{kind}"
+    _write(a, state, kind)
+    _write(b, changed, kind)
+    return a, b
+
+
+@pytest.mark.parametrize("lie", [CALL_DRIFT_ONE_FLIP, HIDE_CHANGED_NAN, MOVE_THE_FLIP,
+                                 CALL_IT_MANTISSA, MISCOUNT_TOTALS, OTHER_SHAPE],
+                         ids=["drift-as-one-flip", "hidden-nan", "moved-flip", "mantissa",
+                              "totals", "shape"])
+@pytest.mark.parametrize("kind", [".pt", "-shards"])
+def test_a_worker_that_lies_about_what_changed_is_caught(tmp_path, hostile, capsys,
+                                                         monkeypatch, lie, kind) -> None:
+    a, b = _changed_pair(tmp_path, kind)
+    assert main(["diff", str(a), str(b)]) == 1  # the honest worker's answer passes the check
+    honest = capsys.readouterr().out
+    assert "single-bit flips in `a`" in honest and "NaN or Inf" in honest
+
+    def unchecked() -> dict:
+        """The client's own job with its check left out: what the worker says."""
+        with monkeypatch.context() as patch:
+            patch.setattr(operations, "check_diff", lambda sides, result: None)
+            reply = operations.diff_files(a, b)
+        return {k: reply[k] for k in ("identical", "counts", "summary", "tensors")}
+
+    told = unchecked()
+    hostile(lie + _REWRITE_ROW)
+    lied = unchecked()  # the lie under the real worker: still "changed", other numbers
+    assert lied != told and lied["identical"] is False
+    assert [r["status"] for r in lied["tensors"]] == [r["status"] for r in told["tensors"]]
+    code = main(["diff", str(a), str(b)])
+    captured = capsys.readouterr()
+    assert code not in (0, 1)
+    assert "comparison does not match the file's own bytes" in captured.err
+
+
+@pytest.mark.parametrize("kind", [".pt", ".safetensors"])
+def test_an_honest_diff_of_every_dtype_is_checked_here(tmp_path, capsys, kind) -> None:
+    g = torch.Generator().manual_seed(3)
+    dtypes = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8,
+              torch.uint8, torch.int64, torch.bool, torch.float8_e4m3fn, torch.float8_e5m2,
+              torch.complex64]
+    state = {str(d).removeprefix("torch."): (torch.randn(32, 8, generator=g) * 4).to(d)
+             for d in dtypes}
+    changed = {k: v.clone() for k, v in state.items()}
+    for t in changed.values():
+        raw = t.view(-1).view(torch.uint8)
+        raw[3] ^= 0x40  # a single-bit flip
+        raw[40:52] ^= 0xFF  # drift
+        if t.is_floating_point() or t.is_complex():
+            t.view(-1)[60] = float("nan")
+    a, b = tmp_path / f"a{kind}", tmp_path / f"b{kind}"
+    _write(a, state, kind)
+    _write(b, changed, kind)
+    assert main(["diff", str(a), str(b), "--json"]) == 1
+    reply = json.loads(capsys.readouterr().out)
+    assert reply["claims"] == {"checked": True, "tensors": len(dtypes), "reason": None}
+    rows = {r["key"]: r for r in reply["tensors"]}
+    assert {k: r["single_bit_flips"] >= 1 for k, r in rows.items()} == dict.fromkeys(rows, True)
+    assert rows["float32"]["nonfinite_changes"] == 1 and rows["int8"]["nonfinite_changes"] == 0
 
 
 HIDE_NAN = """

@@ -117,8 +117,9 @@ def print_diff(result: DiffResult) -> None:
 def _checked(claims: ClaimCheck | None) -> str:
     """What of the jailed loader's comparison was checked here from both files' bytes."""
     if claims is not None and claims.checked:
-        return (f"checked:  each of the {claims.tensors} keys' status recomputed here from both "
-                "files' bytes; changed elements and bit flips as reported by the jailed loader")
+        return (f"checked:  each of the {claims.tensors} keys' status, changed elements, NaN / "
+                "Inf and bit flips recomputed here from both files' bytes; the largest "
+                "differences as reported by the jailed loader")
     why = claims.reason if claims is not None and claims.reason else "no check was made"
     return f"checked:  nothing here ({escape(why)}): the jailed loader's comparison"
 

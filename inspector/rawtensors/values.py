@@ -23,6 +23,9 @@ from inspector.core.dtypes import BY_NAME
 from inspector.rawtensors.orders import VALUES, Orders, Tops
 from inspector.rawtensors.readers import RawTensor
 
+Flags = Callable[[memoryview], "tuple[np.ndarray, np.ndarray] | None"]
+"""The NaN and Inf masks over a chunk's whole elements; None when every one is finite (the
+usual case, found in one pass)."""
 Counter = Callable[[memoryview], tuple[int, int]]
 """(NaN, Inf) among a chunk's whole elements."""
 
@@ -41,58 +44,58 @@ class Measured:
     """Its values counted by binary order (`exact_orders`), where the caller asked for them."""
 
 
-def _ieee(numpy_type: str) -> Counter:
-    def count(chunk: memoryview) -> tuple[int, int]:
+def _ieee(numpy_type: str) -> Flags:
+    def flags(chunk: memoryview) -> tuple[np.ndarray, np.ndarray] | None:
         values = np.frombuffer(chunk, dtype=numpy_type)
-        if np.isfinite(values).all():  # the usual case: one pass
-            return 0, 0
-        return int(np.isnan(values).sum()), int(np.isinf(values).sum())
+        if np.isfinite(values).all():
+            return None
+        return np.isnan(values), np.isinf(values)
 
-    return count
+    return flags
 
 
-def _complex(half: str) -> Counter:
-    def count(chunk: memoryview) -> tuple[int, int]:
+def _complex(half: str) -> Flags:
+    def flags(chunk: memoryview) -> tuple[np.ndarray, np.ndarray] | None:
         parts = np.frombuffer(chunk, dtype=half).reshape(-1, 2)
         if np.isfinite(parts).all():
-            return 0, 0
+            return None
         inf = np.isinf(parts).any(axis=1)
-        nan = np.isnan(parts).any(axis=1) & ~inf
-        return int(nan.sum()), int(inf.sum())
+        return np.isnan(parts).any(axis=1) & ~inf, inf
 
-    return count
+    return flags
 
 
-def _bits(word: str, exponent: int, mantissa: int) -> Counter:
+def _bits(word: str, exponent: int, mantissa: int) -> Flags:
     """IEEE-style formats NumPy has no type for (bfloat16, float8_e5m2): an all-ones exponent
     is Inf with a zero mantissa, NaN otherwise."""
     exp_mask, man_mask = ((1 << exponent) - 1) << mantissa, (1 << mantissa) - 1
 
-    def count(chunk: memoryview) -> tuple[int, int]:
+    def flags(chunk: memoryview) -> tuple[np.ndarray, np.ndarray] | None:
         words = np.frombuffer(chunk, dtype=word)
         special = (words & exp_mask) == exp_mask
         if not special.any():
-            return 0, 0
-        inf = int((special & ((words & man_mask) == 0)).sum())
-        return int(special.sum()) - inf, inf
+            return None
+        inf = special & ((words & man_mask) == 0)
+        return special & ~inf, inf
 
-    return count
+    return flags
 
 
-def _nan_pattern(pattern: int, mask: int) -> Counter:
+def _nan_pattern(pattern: int, mask: int) -> Flags:
     """8-bit floats without Inf whose NaN is one pattern under `mask` (e4m3fn: S.1111.111;
     the fnuz formats: 0x80 only; e8m0: 0xFF)."""
-    def count(chunk: memoryview) -> tuple[int, int]:
-        return int(((np.frombuffer(chunk, dtype=np.uint8) & mask) == pattern).sum()), 0
+    def flags(chunk: memoryview) -> tuple[np.ndarray, np.ndarray] | None:
+        nan = (np.frombuffer(chunk, dtype=np.uint8) & mask) == pattern
+        return (nan, np.zeros_like(nan)) if nan.any() else None
 
-    return count
-
-
-def _none(chunk: memoryview) -> tuple[int, int]:
-    return 0, 0
+    return flags
 
 
-COUNTERS: dict[str, Counter] = {
+def _none(chunk: memoryview) -> None:
+    return None
+
+
+FLAGS: dict[str, Flags] = {
     "float16": _ieee("<f2"), "float32": _ieee("<f4"), "float64": _ieee("<f8"),
     "complex64": _complex("<f4"), "complex128": _complex("<f8"),
     "bfloat16": _bits("<u2", 8, 7), "float8_e5m2": _bits("|u1", 5, 2),
@@ -100,6 +103,18 @@ COUNTERS: dict[str, Counter] = {
     "float8_e5m2fnuz": _nan_pattern(0x80, 0xFF), "float8_e8m0fnu": _nan_pattern(0xFF, 0xFF),
     **{d.name: _none for d in BY_NAME.values() if d.kind in ("int", "uint", "bool")},
 }
+"""dtype name -> its NaN / Inf masks; a dtype not listed is not decoded here."""
+
+
+def _counted(flags: Flags) -> Counter:
+    def count(chunk: memoryview) -> tuple[int, int]:
+        found = flags(chunk)
+        return (0, 0) if found is None else (int(found[0].sum()), int(found[1].sum()))
+
+    return count
+
+
+COUNTERS: dict[str, Counter] = {name: _counted(flags) for name, flags in FLAGS.items()}
 """dtype name -> its NaN / Inf counter; a dtype not listed is not decoded here."""
 
 

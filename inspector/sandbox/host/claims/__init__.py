@@ -17,8 +17,9 @@ runs, and the worker's tensor records are held against it (`records`):
 - `inspection.check_consistency`: the probe's rows, each tensor once with its SHA-256 (the
   device got the file's weights), every 2-D+ float one probed, NaN / Inf recounted,
   `consistent` only when no row failed; the repeats' outputs exist only in the worker.
-- `diff.check_diff`: each row's status and the overall `identical`, from both sides' bytes
-  compared here (`diff.SideBySide`); the rows' counts and bit flips are the worker's.
+- `diff.check_diff`: each row's dtypes, shapes and status, a changed row's element counts,
+  NaN / Inf, bit flips and sentence (`changes`), and the totals, from both sides' bytes
+  compared here (`diff.SideBySide`); the largest differences and file offsets are the worker's.
 - `conversion.check_conversion`: each tensor of the output safetensors file compared with the
   input's own storage bytes; every input tensor written, an alias of a written one with the
   same bytes, or skipped for a dtype safetensors cannot hold, and nothing else written. The

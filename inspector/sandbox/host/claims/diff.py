@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -11,20 +12,22 @@ from inspector.core.termtext import escape
 from inspector.core.vocabulary import TensorStatus
 from inspector.formats.safetensors_header import recorded_aliases
 from inspector.rawtensors.readers import NotReadable, RawTensor, open_raw
-from inspector.sandbox.host.claims.bytes_equal import same_bytes
+from inspector.sandbox.host.claims.changes import Changes, changes
 from inspector.sandbox.host.claims.refusal import refuted
+
+_COUNTED = ("changed_elements", "single_bit_flips", "multi_bit_elements", "nonfinite_changes")
 
 
 class SideBySide:
     """Both sides of a diff located here (each side its files: one, or a shard set's) and the
-    tensors they share compared byte for byte, on a thread of its own while the worker runs;
-    or why a side's tensors cannot all be located here."""
+    tensors they share compared element by element (`changes`), on a thread of its own while
+    the worker runs; or why a side's tensors cannot all be located here."""
 
     def __init__(self, sides: list[list[Path]]) -> None:
         self._stop, self._done = threading.Event(), threading.Event()
         self.reason: str | None = None
         self.sides: list[dict[str, RawTensor]] = [{}, {}]
-        self.same: dict[str, bool] = {}
+        self.found: dict[str, Changes] = {}
         threading.Thread(target=self._run, args=(sides,), name="claims-diff",
                          daemon=True).start()
 
@@ -35,7 +38,8 @@ class SideBySide:
             for key in sorted(a.keys() & b.keys()):
                 if self._stop.is_set():
                     return
-                self.same[key] = same_bytes(a[key], b[key])
+                if (a[key].dtype, a[key].shape) == (b[key].dtype, b[key].shape):
+                    self.found[key] = changes(a[key], b[key])
         except NotReadable as exc:
             self.reason = str(exc)
         except Exception as exc:  # a crafted file our reader fails on: then nothing is checked
@@ -51,18 +55,21 @@ class SideBySide:
         """The job ended without a reply to check: stop comparing."""
         self._stop.set()
 
+    def tensors(self, key: str, tied: dict[int, str]) -> list[RawTensor | None]:
+        """The tensor each side keeps `key` in; `tied`: the side (0, 1) on which the loader
+        says the key, not stored there, is the stored tensor named."""
+        return [side.get(key) or side.get(tied.get(n, "")) for n, side in enumerate(self.sides)]
+
     def status(self, key: str, tied: dict[int, str]) -> str:
-        """The status a diff row must have for `key`; `tied`: the side (0, 1) on which the
-        loader says the key, not stored there, is the stored tensor named."""
-        a, b = (side.get(key) or side.get(tied.get(n, "")) for n, side in enumerate(self.sides))
+        """The status a diff row must have for `key` (`tied` as in `tensors`)."""
+        a, b = self.tensors(key, tied)
         if a is None or b is None:
             return TensorStatus.ONLY_IN_A if b is None else TensorStatus.ONLY_IN_B
         if (a.dtype, a.shape) != (b.dtype, b.shape):
             return TensorStatus.DTYPE_OR_SHAPE_CHANGED
-        same = self.same.get(key) if not tied else None
-        if same is None:
-            same = same_bytes(a, b)
-        return TensorStatus.IDENTICAL if same else TensorStatus.CHANGED
+        if tied or key not in self.found:
+            self.found[key] = changes(a, b)
+        return TensorStatus.IDENTICAL if self.found[key].same else TensorStatus.CHANGED
 
 
 def _located(files: list[Path]) -> dict[str, RawTensor]:
@@ -78,43 +85,102 @@ def _located(files: list[Path]) -> dict[str, RawTensor]:
 
 
 def check_diff(compared: SideBySide, result: dict[str, Any]) -> None:
-    """Check a diff reply against both sides' bytes: every tensor of each side reported once,
+    """Check a diff reply against both sides' bytes: every tensor of each side reported once;
     each row's status the one its dtype, shape and bytes give (`not_compared` may stand for
-    any but identical: it claims less), and `identical` only when every row is; set `claims`,
-    or SandboxError when a claim fails. A key a side does not store, which the loader says it
-    ties to one it does (`stored_as_*`), is judged by that tensor's bytes: the tie itself is
-    the loader's word, as are the rows' element counts and bit flips."""
+    any but identical: it claims less); a changed row's element counts, NaN / Inf count, bit
+    flips and sentence the ones counted here; `identical`, `counts` and `summary` the rows';
+    set `claims`, or SandboxError when a claim fails. A key a side does not store, which the
+    loader says it ties to one it does (`stored_as_*`), is judged by that tensor's bytes: the
+    tie itself is the loader's word, as are the largest differences and the file offsets."""
     compared.wait()
     if compared.reason is not None:
         result["claims"] = ClaimCheck(reason=compared.reason).to_json()
         return
     problems: list[str] = []
-    rows: dict[str, tuple[str, dict[int, str]]] = {}
+    rows: dict[str, dict] = {}
     for rec in result["tensors"]:
         key = str(rec.get("key"))
         if key in rows:
             problems.append(f"{escape(key)} reported twice")
-        tied = {n: str(rec.get(f"stored_as_{letter}")) for n, letter in enumerate("ab")
-                if key not in compared.sides[n] and rec.get(f"stored_as_{letter}") is not None}
-        rows[key] = (str(rec.get("status")), tied)
-    keys = set().union(*(side.keys() for side in compared.sides)) | {
-        k for k, (_s, tied) in rows.items() if tied}
+        rows[key] = rec
+    tied = {key: {n: str(rec.get(f"stored_as_{letter}")) for n, letter in enumerate("ab")
+                  if key not in compared.sides[n] and rec.get(f"stored_as_{letter}") is not None}
+            for key, rec in rows.items()}
+    keys = set().union(*(side.keys() for side in compared.sides)) | {k for k, t in tied.items()
+                                                                      if t}
     try:
-        truths = {key: compared.status(key, rows.get(key, ("", {}))[1]) for key in sorted(keys)}
+        truths = {key: compared.status(key, tied.get(key, {})) for key in sorted(keys)}
     except Exception as exc:  # a tied tensor our reader cannot compare: nothing is checked
         result["claims"] = ClaimCheck(reason=f"a tensor could not be compared here "
                                              f"({type(exc).__name__}: {exc})").to_json()
         return
     for key, truth in truths.items():
-        said = rows.pop(key, (None, {}))[0]
-        if said is None:
+        rec = rows.pop(key, None)
+        said = None if rec is None else str(rec.get("status"))
+        if rec is None:
             problems.append(f"{escape(key)} is not reported")
         elif said != truth and not (said == TensorStatus.NOT_COMPARED
                                     and truth != TensorStatus.IDENTICAL):
-            problems.append(f"{escape(key)} is {truth}, reported as {escape(said)}")
+            problems.append(f"{escape(key)} is {truth}, reported as {escape(str(said))}")
+        else:
+            sides = compared.tensors(key, tied.get(key, {}))
+            wrong = _side_problems(key, rec, sides)
+            if said == TensorStatus.CHANGED and not wrong:
+                wrong = _change_problems(key, rec, compared.found[key], sides[0])
+            problems += wrong
     problems += [f"{escape(key)} is no tensor of either side" for key in rows]
     if result.get("identical") and any(t != TensorStatus.IDENTICAL for t in truths.values()):
         problems.append("the checkpoints were reported identical")
+    problems += _total_problems(result)
     if problems:
         raise refuted("comparison", problems, result.get("sandbox"))
     result["claims"] = ClaimCheck(checked=True, tensors=len(truths)).to_json()
+
+
+def _side_problems(key: str, rec: dict, sides: list[RawTensor | None]) -> list[str]:
+    """How a row's dtype and shape on each side differ from the tensors located here."""
+    return [f"{escape(key)} is {t.dtype} {list(t.shape)} in {letter}, reported as "
+            f"{escape(str(rec.get(f'dtype_{letter}')))} "
+            f"{escape(str(rec.get(f'shape_{letter}')))}"
+            for letter, t in zip("ab", sides, strict=True)
+            if t is not None and (rec.get(f"dtype_{letter}") != t.dtype
+                                  or rec.get(f"shape_{letter}") != list(t.shape))]
+
+
+def _change_problems(key: str, rec: dict, found: Changes, tensor: RawTensor) -> list[str]:
+    """How a changed row's numbers, flips and sentence differ from the ones counted here."""
+    import numpy as np
+
+    tally = found.tally
+    if tally is None:
+        return []
+    counted = (tally.changed, tally.single_bit, tally.multi_bit, found.nonfinite)
+    wrong = [f"{escape(key)} has {value} {name.replace('_', ' ')}, reported as "
+             f"{escape(str(rec.get(name)))}"
+             for name, value in zip(_COUNTED, counted, strict=True)
+             if value is not None and rec.get(name) != value]
+    if wrong:
+        return wrong
+    shape = tuple(tensor.shape)
+    flips = [flip.to_json() | {"position": [int(i) for i in np.unravel_index(flip.index, shape)]}
+             for flip in tally.flips]
+    told = rec.get("bitflips")
+    said = [{k: r.get(k) for k in f} if isinstance(r, dict) else r
+            for r, f in zip(told, flips, strict=True)
+            ] if isinstance(told, list) and len(told) == len(flips) else None
+    if said != flips:
+        return [f"{escape(key)}'s bit flips are not the ones its bytes hold"]
+    if found.nonfinite is not None and rec.get("summary") != tally.summary(key, found.nonfinite):
+        return [f"{escape(key)}'s sentence says what its bytes do not"]
+    return []
+
+
+def _total_problems(result: dict[str, Any]) -> list[str]:
+    """The reply's totals must be its rows': the count of each status and the sentences."""
+    rows = [r for r in result["tensors"] if isinstance(r, dict)]
+    problems = []
+    if result.get("counts") != dict(Counter(str(r.get("status")) for r in rows)):
+        problems.append("the counts of each status are not the rows'")
+    if result.get("summary") != [r.get("summary") for r in rows if r.get("summary")]:
+        problems.append("the summary is not the rows' sentences")
+    return problems
