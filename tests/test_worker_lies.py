@@ -403,8 +403,8 @@ def test_a_worker_that_calls_changed_files_identical_is_caught(tmp_path, hostile
     _write(a, state, kind)
     _write(b, changed, kind)
     assert main(["diff", str(a), str(b)]) == 1  # the honest worker: they differ
-    assert "checked:  each of the 2 keys' status, changed elements, NaN / Inf and bit flips " \
-        "recomputed here" in capsys.readouterr().out
+    assert "checked:  each of the 2 keys' status, changed elements, NaN / Inf, bit flips and " \
+        "largest differences recomputed here" in capsys.readouterr().out
     hostile(CALL_IT_IDENTICAL)
     # the lie under the real worker: the job's own reply calls the files identical
     # the lie under the real worker: the client's own job, its check left out, says identical
@@ -453,6 +453,10 @@ MISCOUNT_TOTALS = """
     def rewrite(row, result):
         result["counts"] = {"identical": len(result["tensors"])}
 """
+SMALLER_DRIFT = """
+    def rewrite(row, result):
+        row.update(max_abs_diff=1e-9, max_rel_diff=1e-9)
+"""
 OTHER_SHAPE = """
     def rewrite(row, result):
         row["shape_b"] = [256]
@@ -474,9 +478,9 @@ def _changed_pair(tmp_path, kind: str):
 
 
 @pytest.mark.parametrize("lie", [CALL_DRIFT_ONE_FLIP, HIDE_CHANGED_NAN, MOVE_THE_FLIP,
-                                 CALL_IT_MANTISSA, MISCOUNT_TOTALS, OTHER_SHAPE],
+                                 CALL_IT_MANTISSA, MISCOUNT_TOTALS, SMALLER_DRIFT, OTHER_SHAPE],
                          ids=["drift-as-one-flip", "hidden-nan", "moved-flip", "mantissa",
-                              "totals", "shape"])
+                              "totals", "smaller-drift", "shape"])
 @pytest.mark.parametrize("kind", [".pt", "-shards"])
 def test_a_worker_that_lies_about_what_changed_is_caught(tmp_path, hostile, capsys,
                                                          monkeypatch, lie, kind) -> None:

@@ -118,8 +118,8 @@ def _checked(claims: ClaimCheck | None) -> str:
     """What of the jailed loader's comparison was checked here from both files' bytes."""
     if claims is not None and claims.checked:
         return (f"checked:  each of the {claims.tensors} keys' status, changed elements, NaN / "
-                "Inf and bit flips recomputed here from both files' bytes; the largest "
-                "differences as reported by the jailed loader")
+                "Inf, bit flips and largest differences recomputed here from both files' "
+                "bytes")
     why = claims.reason if claims is not None and claims.reason else "no check was made"
     return f"checked:  nothing here ({escape(why)}): the jailed loader's comparison"
 

@@ -356,8 +356,8 @@ def _checked(result: DiffResult) -> str:
     """Whose word the comparison is: checked here from both files' bytes, or the loader's."""
     claims = result.claims
     if claims is not None and claims.checked:
-        return ("Each tensor's status, changed elements, NaN / Inf and bit flips were checked "
-                "here against both files' own bytes.")
+        return ("Each tensor's status, changed elements, NaN / Inf, bit flips and largest "
+                "differences were checked here against both files' own bytes.")
     why = claims.reason if claims is not None and claims.reason else "no check was made"
     return f"Not checked here ({why}): this is the sandboxed loader's comparison."
 

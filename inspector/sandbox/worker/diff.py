@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from inspector.checkpoint.bitflip import FlipTally, compare_raw, layout_for
+from inspector.checkpoint.bitflip import ChunkDiff, FlipTally, compare_raw, layout_for
+from inspector.checkpoint.drift import Drift, decoded, widened
 from inspector.checkpoint.tensor_pairs import Stored, pair_keys
-from inspector.core.dtypes import REGISTRY, canonical_dtype
+from inspector.core.dtypes import canonical_dtype
 from inspector.core.progress import CancelToken, check
 from inspector.core.vocabulary import TensorStatus
 from inspector.tensors.sources import (
@@ -41,13 +42,6 @@ TIED = "tied"
 ALIAS = "alias"
 """An alias the file records (a converter's `__metadata__`)."""
 
-_FLOAT_MAX = float(np.finfo(np.float64).max)
-
-_NUMPY_DTYPES = {d.name: np.dtype(d.numpy) for d in REGISTRY if d.numpy}
-
-# quantized tensors are compared on their integer representation
-_INT_REPR = {d.name: d.int_repr for d in REGISTRY if d.int_repr}
-
 
 @dataclass
 class TensorDiff:
@@ -60,9 +54,8 @@ class TensorDiff:
     shape_a: list[int] | None = None
     shape_b: list[int] | None = None
     changed_elements: int = 0
-    max_abs_diff: float | None = None
-    max_rel_diff: float | None = None
-    nonfinite_changes: int = 0
+    drift: Drift = field(default_factory=Drift)
+    """The changed elements' NaN / Inf count and largest differences."""
     note: str | None = None
     tally: FlipTally | None = field(default=None, repr=False)
     offset_a: int | None = None
@@ -76,7 +69,7 @@ class TensorDiff:
         """One sentence for a key that is not identical; empty when it is."""
         if self.status == CHANGED:
             return (
-                self.tally.summary(self.key, self.nonfinite_changes)
+                self.tally.summary(self.key, self.drift.nonfinite)
                 if self.tally
                 else f"`{self.key}` differs ({self.note})"
             )
@@ -99,9 +92,9 @@ class TensorDiff:
             "shape_a": self.shape_a,
             "shape_b": self.shape_b,
             "changed_elements": self.changed_elements,
-            "max_abs_diff": self.max_abs_diff,
-            "max_rel_diff": self.max_rel_diff,
-            "nonfinite_changes": self.nonfinite_changes,
+            "max_abs_diff": self.drift.max_abs,
+            "max_rel_diff": self.drift.max_rel,
+            "nonfinite_changes": self.drift.nonfinite,
             "offset_a": self.offset_a,
             "offset_b": self.offset_b,
             "single_bit_flips": self.tally.single_bit if self.tally else 0,
@@ -165,56 +158,40 @@ def diff_raw(
         chunk = compare_raw(a, b, layout)
         if chunk.changed.size:
             result.tally.add(chunk, start)
-            _numeric(result, name, layout.itemsize, a, b, chunk.changed)
+            _fold(result.drift, name, chunk)
         start += a.size // layout.itemsize
     result.changed_elements = result.tally.changed
     if result.changed_elements:
         result.status = CHANGED
     else:
-        result.max_abs_diff = result.max_rel_diff = 0.0
+        result.drift = Drift(0, 0.0, 0.0)
     return result
 
 
-def _decode(raw: np.ndarray, name: str, itemsize: int, idx: np.ndarray) -> np.ndarray | None:
-    """The numeric values of selected elements, as float64 or complex128."""
-    picked = np.ascontiguousarray(raw.reshape(-1, itemsize)[idx]).reshape(-1)
-    name = _INT_REPR.get(name, name)
-    if name in _NUMPY_DTYPES:
-        values = picked.view(_NUMPY_DTYPES[name])
-    else:
-        import torch  # bfloat16, float8 and complex32 have no numpy dtype
+def _decode(rows: np.ndarray, name: str) -> np.ndarray | None:
+    """Changed elements (rows of raw bytes) as float64 or complex128; torch for the float8
+    formats and complex32, which NumPy lacks; None where torch has no arithmetic either."""
+    values = decoded(rows, name)
+    if values is not None:
+        return values
+    import torch
 
-        tensor = torch.from_numpy(picked).view(getattr(torch, name))
-        try:
-            wide = torch.complex128 if tensor.is_complex() else torch.float64
-            values = tensor.to(wide).numpy()
-        except (RuntimeError, TypeError):  # packed float4 has no arithmetic in torch
-            return None
-    with np.errstate(invalid="ignore"):  # widening a signalling NaN raises the flag
-        return values.astype(np.complex128 if values.dtype.kind == "c" else np.float64)
+    tensor = torch.from_numpy(np.ascontiguousarray(rows).reshape(-1)).view(getattr(torch, name))
+    try:
+        wide = torch.complex128 if tensor.is_complex() else torch.float64
+        return widened(tensor.to(wide).numpy())
+    except (RuntimeError, TypeError):  # packed float4 has no arithmetic in torch
+        return None
 
 
-def _numeric(
-    result: TensorDiff, name: str, itemsize: int, a: np.ndarray, b: np.ndarray, idx: np.ndarray
-) -> None:
-    """Fold the changed elements' absolute and relative differences into the result."""
-    va, vb = _decode(a, name, itemsize, idx), _decode(b, name, itemsize, idx)
-    if va is None or vb is None:
+def _fold(drift: Drift, name: str, chunk: ChunkDiff) -> None:
+    """Fold a chunk's changed elements into the tensor's drift, where both sides decode."""
+    if chunk.before is None or chunk.after is None:
         return
-    finite = np.isfinite(va) & np.isfinite(vb)
-    result.nonfinite_changes += int((~finite).sum())
-    if not finite.any():
-        return
-    va, vb = va[finite], vb[finite]
-    with np.errstate(over="ignore"):
-        absdiff = np.abs(va - vb)
-    # relative to the larger magnitude: defined even where one side is zero, at most 2
-    scale = np.maximum(np.abs(va), np.abs(vb))
-    rel = np.divide(absdiff, scale, out=np.zeros_like(absdiff), where=scale > 0)
-    # the difference of two huge finite float64 values can overflow; JSON holds no Inf
-    largest = float(np.nan_to_num(absdiff.max(), posinf=_FLOAT_MAX))
-    result.max_abs_diff = max(result.max_abs_diff or 0.0, largest)
-    result.max_rel_diff = max(result.max_rel_diff or 0.0, float(np.nan_to_num(rel.max())))
+    va = _decode(chunk.before[chunk.changed], name)
+    vb = _decode(chunk.after[chunk.changed], name)
+    if va is not None and vb is not None:
+        drift.add(va, vb)
 
 
 def compare_sources(

@@ -18,8 +18,9 @@ runs, and the worker's tensor records are held against it (`records`):
   device got the file's weights), every 2-D+ float one probed, NaN / Inf recounted,
   `consistent` only when no row failed; the repeats' outputs exist only in the worker.
 - `diff.check_diff`: each row's dtypes, shapes and status, a changed row's element counts,
-  NaN / Inf, bit flips and sentence (`changes`), and the totals, from both sides' bytes
-  compared here (`diff.SideBySide`); the largest differences and file offsets are the worker's.
+  NaN / Inf, bit flips, largest differences and sentence (`changes`), and the totals, from
+  both sides' bytes compared here (`diff.SideBySide`); the file offsets, and the float8
+  formats' largest differences (NumPy cannot decode them), are the worker's.
 - `conversion.check_conversion`: each tensor of the output safetensors file compared with the
   input's own storage bytes; every input tensor written, an alias of a written one with the
   same bytes, or skipped for a dtype safetensors cannot hold, and nothing else written. The

@@ -1,6 +1,7 @@
 """What differs between two tensors of one dtype and shape, counted here from their bytes: the
-changed elements, single-bit flips by bit (the first ones with their bits), and how many
-changed elements are NaN or Inf on either side. A diff row's numbers are held against it."""
+changed elements, single-bit flips by bit (the first ones with their bits), how many changed
+elements are NaN or Inf on either side, and how far the others moved. A diff row's numbers are
+held against it."""
 
 from __future__ import annotations
 
@@ -14,17 +15,20 @@ if TYPE_CHECKING:
     import numpy as np
 
     from inspector.checkpoint.bitflip import FlipTally
+    from inspector.checkpoint.drift import Drift
     from inspector.rawtensors.values import Flags
 
 
 @dataclass(frozen=True)
 class Changes:
     """Two tensors' differences; `tally` None where the dtype has no bit layout (equality
-    only), `nonfinite` None where its values are not decoded here."""
+    only), `nonfinite` None where its NaN and Inf are not told here, `drift` None where its
+    values are not decoded here (the float8 formats)."""
 
     same: bool
     tally: FlipTally | None = None
     nonfinite: int | None = None
+    drift: Drift | None = None
 
 
 def changes(a: RawTensor, b: RawTensor) -> Changes:
@@ -32,6 +36,7 @@ def changes(a: RawTensor, b: RawTensor) -> Changes:
     others element by element (`bitflip.compare_raw`, as the diff's own engine)."""
     # NumPy's import, here on the comparing thread, not on the way to the worker's start
     from inspector.checkpoint.bitflip import FlipTally, compare_raw, layout_for
+    from inspector.checkpoint.drift import Drift, decoded
     from inspector.rawtensors.values import FLAGS
 
     try:
@@ -39,14 +44,21 @@ def changes(a: RawTensor, b: RawTensor) -> Changes:
     except ValueError:  # a packed dtype: equal or not, with no forensics
         return Changes(same_bytes(a, b))
     flags, nonfinite, start = FLAGS.get(a.dtype), 0, 0
+    drift: Drift | None = Drift()
     for x, y in in_step(a, b):
         if not equal(x, y):
             chunk = compare_raw(x, y, tally.layout)
             tally.add(chunk, start)
             if flags is not None:
                 nonfinite += _nonfinite(flags, x, y, chunk.changed)
+            va, vb = (decoded(rows[chunk.changed], a.dtype) for rows in (chunk.before,
+                                                                          chunk.after))
+            if drift is not None and va is not None and vb is not None:
+                drift.add(va, vb)
+            else:
+                drift = None
         start += x.size // tally.layout.itemsize
-    return Changes(not tally.changed, tally, nonfinite if flags is not None else None)
+    return Changes(not tally.changed, tally, nonfinite if flags is not None else None, drift)
 
 
 def _nonfinite(flags: Flags, x: np.ndarray, y: np.ndarray, changed: np.ndarray) -> int:

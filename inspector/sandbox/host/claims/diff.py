@@ -15,8 +15,6 @@ from inspector.rawtensors.readers import NotReadable, RawTensor, open_raw
 from inspector.sandbox.host.claims.changes import Changes, changes
 from inspector.sandbox.host.claims.refusal import refuted
 
-_COUNTED = ("changed_elements", "single_bit_flips", "multi_bit_elements", "nonfinite_changes")
-
 
 class SideBySide:
     """Both sides of a diff located here (each side its files: one, or a shard set's) and the
@@ -88,10 +86,11 @@ def check_diff(compared: SideBySide, result: dict[str, Any]) -> None:
     """Check a diff reply against both sides' bytes: every tensor of each side reported once;
     each row's status the one its dtype, shape and bytes give (`not_compared` may stand for
     any but identical: it claims less); a changed row's element counts, NaN / Inf count, bit
-    flips and sentence the ones counted here; `identical`, `counts` and `summary` the rows';
+    flips, largest differences (where NumPy decodes its dtype) and sentence the ones counted
+    here; `identical`, `counts` and `summary` the rows';
     set `claims`, or SandboxError when a claim fails. A key a side does not store, which the
     loader says it ties to one it does (`stored_as_*`), is judged by that tensor's bytes: the
-    tie itself is the loader's word, as are the largest differences and the file offsets."""
+    tie itself is the loader's word, as are the file offsets."""
     compared.wait()
     if compared.reason is not None:
         result["claims"] = ClaimCheck(reason=compared.reason).to_json()
@@ -154,11 +153,16 @@ def _change_problems(key: str, rec: dict, found: Changes, tensor: RawTensor) -> 
     tally = found.tally
     if tally is None:
         return []
-    counted = (tally.changed, tally.single_bit, tally.multi_bit, found.nonfinite)
+    counted: dict[str, object] = {"changed_elements": tally.changed,
+                                  "single_bit_flips": tally.single_bit,
+                                  "multi_bit_elements": tally.multi_bit}
+    if found.nonfinite is not None:
+        counted["nonfinite_changes"] = found.nonfinite
+    if found.drift is not None:
+        counted |= {"max_abs_diff": found.drift.max_abs, "max_rel_diff": found.drift.max_rel}
     wrong = [f"{escape(key)} has {value} {name.replace('_', ' ')}, reported as "
              f"{escape(str(rec.get(name)))}"
-             for name, value in zip(_COUNTED, counted, strict=True)
-             if value is not None and rec.get(name) != value]
+             for name, value in counted.items() if rec.get(name) != value]
     if wrong:
         return wrong
     shape = tuple(tensor.shape)
