@@ -116,3 +116,47 @@ def test_a_key_that_cannot_sign_is_one_clear_error_after_the_save(tmp_path, monk
     assert "saved and ledgered but not signed" in caught.value.message
     assert target.is_file() and len(read_ledger(tmp_path).saves) == 1
     assert not Path(f"{target}.sig").exists()
+
+
+def test_run_latest_with_a_key_passes_over_what_its_signer_did_not_sign(tmp_path, keys,
+                                                                        monkeypatch,
+                                                                        capsys) -> None:
+    from inspector.ledger import save
+
+    pem, pub = keys["alice"]
+    run = tmp_path / "run"
+    monkeypatch.setenv("CKPT_INSPECTOR_SIGNING_KEY", str(pem))
+    save(_state(1), run / "step-1.pt", step=1, run_dir=run)
+    # someone who can write the run folder, without alice's key: a save of their own, ledgered
+    # as any other (its hashes and chain hold), then one signed with another key
+    monkeypatch.delenv("CKPT_INSPECTOR_SIGNING_KEY")
+    save(_state(2), run / "step-2.pt", step=2, run_dir=run)
+    monkeypatch.setenv("CKPT_INSPECTOR_SIGNING_KEY", str(keys["bob"][0]))
+    save(_state(3), run / "step-3.pt", step=3, run_dir=run)
+
+    assert main(["run", "latest", str(run)]) == 0  # without a key: the newest intact one
+    assert capsys.readouterr().out.strip() == str(run / "step-3.pt")
+    assert main(["run", "latest", str(run), "--public-key", str(pub)]) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == str(run / "step-1.pt")
+    skipped = [line for line in out.err.splitlines() if "skipped" in line]
+    assert len(skipped) == 2
+    assert "step-3.pt" in skipped[0] and "signature invalid" in skipped[0]
+    assert "wrong key" in skipped[0]
+    assert "step-2.pt" in skipped[1] and "not signed: no signature at" in skipped[1]
+
+    assert main(["run", "latest", str(run), "--public-key", str(keys["bob"][1])]) == 0
+    assert capsys.readouterr().out.strip() == str(run / "step-3.pt")
+
+
+@pytest.mark.parametrize("action", ["latest", "verify"])
+def test_a_key_that_cannot_be_read_is_one_clear_error_before_any_check(tmp_path, capsys,
+                                                                      action) -> None:
+    from inspector.ledger import save
+
+    save(_state(1), tmp_path / "step-1.pt", step=1, run_dir=tmp_path)
+    code = main(["run", action, str(tmp_path), "--public-key", str(tmp_path / "absent.pub")])
+    out = capsys.readouterr()
+    assert code == 2 and out.out == ""
+    assert out.err.strip() == (f"ckpt-inspector run {action}: {tmp_path / 'absent.pub'}: "
+                               "cannot read the public key: No such file or directory")

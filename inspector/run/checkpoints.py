@@ -26,7 +26,7 @@ import hashlib
 import os
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -366,10 +366,13 @@ class ResumeChoice:
 
 
 def resume_choice(run_dir: str | os.PathLike[str], rank: int | None = None,
-                  checks: Sequence[CheckpointCheck] = ()) -> ResumeChoice:
+                  checks: Sequence[CheckpointCheck] = (),
+                  refuse: Callable[[RunLedger, CheckpointCheck], str | None] | None = None
+                  ) -> ResumeChoice:
     """The newest verified checkpoint (of `rank`, when given) whose bytes match its record,
     with every newer one it passed over and why. `checks` already made of the ledger's saves
-    (the Run pane hashes them all) are used instead of hashing those files again."""
+    (the Run pane hashes them all) are used instead of hashing those files again; `refuse`
+    says why an intact one must be passed over too (its signature, with a key given)."""
     ledger = read_ledger(run_dir)
     known = {c.record.line: c for c in checks}
     skipped: list[tuple[SaveRecord, str]] = []
@@ -383,6 +386,11 @@ def resume_choice(run_dir: str | os.PathLike[str], rank: int | None = None,
             skipped.append((record, f"its save was not proven ({record.outcome})"))
             continue
         checked = known.get(record.line) or check_saves(ledger, [record], jobs=1)[0]
+        refused = None if refuse is None or checked.state != CheckpointState.INTACT else refuse(
+            ledger, checked)
+        if refused is not None:
+            skipped.append((record, refused))
+            continue
         if checked.state == CheckpointState.INTACT:
             return ResumeChoice(record, tuple(skipped), ledger.bad_records)
         # a missing file's detail already leads with the word ("missing: a.pt")

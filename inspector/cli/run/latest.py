@@ -5,10 +5,24 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 
-from inspector.cli.run.run_dir import add_run_dir, unreadable
+from inspector.cli.run.run_dir import (
+    add_run_dir,
+    add_signer,
+    signature_of,
+    unreadable,
+    unreadable_signer,
+)
 from inspector.core.termtext import escape
-from inspector.run.checkpoints import LedgerError, read_ledger, resume_choice
+from inspector.core.vocabulary import SignatureState
+from inspector.run.checkpoints import (
+    CheckpointCheck,
+    LedgerError,
+    RunLedger,
+    read_ledger,
+    resume_choice,
+)
 
 EXIT_OK = 0
 EXIT_NONE = 1
@@ -19,16 +33,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_dir(parser)
     parser.add_argument("--rank", type=int, help="only checkpoints this rank saved")
     parser.add_argument("--json", action="store_true", help="print the save record as JSON")
+    add_signer(parser, "one whose signature does not hold, or that has none, is passed over")
     parser.epilog = ("exit status: 0 found (its path on stdout), 1 no checkpoint on record is "
-                     "still valid, 2 no readable journal")
+                     "still valid, 2 no readable journal, or a key or chain that cannot be read")
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the newest valid checkpoint's path (or record); every newer one passed over, and
     every journal line not trusted, is named on stderr."""
+    refused = unreadable_signer("latest", args)
+    if refused is not None:
+        return refused
     try:
         ledger = read_ledger(args.run_dir)
-        choice = resume_choice(args.run_dir, rank=args.rank)
+        choice = resume_choice(args.run_dir, rank=args.rank, refuse=_unsigned(args))
     except LedgerError as exc:
         return unreadable("latest", exc)
     for problem in choice.untrusted:
@@ -38,8 +56,10 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     record = choice.record
     if record is None:
+        keyed = " and signed by the key given" if args.public_key or args.certificate else ""
         print(f"ckpt-inspector run latest: none of the {len(ledger.saves)} ledgered checkpoints "
-              "is still intact; run `ckpt-inspector run verify` to see why", file=sys.stderr)
+              f"is still intact{keyed}; run `ckpt-inspector run verify` with the same options "
+              "to see why", file=sys.stderr)
         return EXIT_NONE
     where = ledger.resolve(record)
     if args.json:
@@ -50,3 +70,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"{record.label}, saved {record.time} on {escape(record.host)} (rank "
               f"{record.rank}); intact since then", file=sys.stderr)
     return EXIT_OK
+
+
+def _unsigned(args: argparse.Namespace) -> Callable[[RunLedger, CheckpointCheck], str | None
+                                                     ] | None:
+    """With a key or chain given: why an intact checkpoint's signature does not hold."""
+    if not (args.public_key or args.certificate):
+        return None
+
+    def refuse(ledger: RunLedger, check: CheckpointCheck) -> str | None:
+        verdict = signature_of(args, ledger, check)
+        if verdict is None or verdict.state == SignatureState.INTACT:
+            return None
+        said = ("not signed" if verdict.state == SignatureState.UNSIGNED
+                else f"signature {verdict.state}")
+        return said + (f": {verdict.reason}" if verdict.reason else "")
+
+    return refuse
