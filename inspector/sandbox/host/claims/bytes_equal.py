@@ -19,6 +19,9 @@ _LIBC.memcmp.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
 class Uneven(ValueError):
     """One tensor's bytes ended before the other's."""
 
+    def __init__(self) -> None:
+        super().__init__("one side's bytes end before the other's")
+
 
 def equal(a: np.ndarray, b: np.ndarray) -> bool:
     """Whether two byte arrays of one length are equal: libc's memcmp, about twice
