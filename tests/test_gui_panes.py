@@ -281,9 +281,9 @@ def test_overview_says_what_is_in_the_file(window, qtbot, small, artifacts):
     assert "epoch 3" in training and "optimizer: 1 parameter group, lr 0.001" in training
     # whose word each part of the answer is, as `inspect` prints it
     assert window.overview.fields["checked"].text() == (
-        f"{len(doc.tensors)} tensors' digests, NaN/Inf counts and binary orders recomputed "
-        "here from the file's bytes, health judged from them; other statistics as reported by "
-        "the jailed loader")
+        f"{len(doc.tensors)} tensors' digests, NaN/Inf counts, ranges, zeros and binary orders "
+        "recomputed here from the file's bytes, health judged from them; mean, std and "
+        "histograms as reported by the jailed loader")
     qtbot.waitUntil(lambda: not window.cancel_button.isVisible(), timeout=LOAD_TIMEOUT_MS)
     window.grab().save(str(artifacts / "gui" / "overview-training.png"))
     (plain,) = window.open_paths([folder / "benign.pt"])

@@ -294,10 +294,78 @@ def test_a_worker_that_hides_a_flipped_exponent_is_caught(tmp_path, hostile, cap
     report = json.loads(capsys.readouterr().out)
     if smaller:  # a largest value the bytes do not hold: none of the answer is trusted
         assert report["error"]["code"] == "claim_refuted" and report["health"] is None
-        assert "b's largest value is of order 2^124, reported as 1.0" in report["error"]["message"]
+        assert "b has max 3.000000106909804e+37, reported as 1.0" in report["error"]["message"]
     else:  # the orders counted here judge it
         assert code == 7 and report["health"]["status"] == "problem"
         assert [f["code"] for f in report["health"]["findings"]] == ["magnitude-outlier"]
+
+
+NOT_WIPED = """
+    import inspector.sandbox.worker.inspect_op as plain
+    import inspector.tensors.describe as op
+    def live(record):
+        if record.get("key") == "b":  # a wiped weight reported as a live one
+            record.update(min=-0.5, max=0.5, absmax=0.5, zeros=0)
+    real = op.describe_tensors
+    def hiding(tensors, on_tensor, **options):
+        def told(event):
+            live(event)
+            on_tensor(event)
+        return real(tensors, told, **options)
+    op.describe_tensors = hiding
+    read = plain.describe_file
+    def hiding_without_torch(path, fmt):
+        found = read(path, fmt)
+        for record in found.records if found is not None else ():
+            live(record)
+        return found
+    plain.describe_file = hiding_without_torch
+"""
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
+def test_a_worker_that_hides_a_wiped_weight_is_caught(tmp_path, hostile, capsys,
+                                                      suffix) -> None:
+    from safetensors.torch import save_file
+
+    state = _state()
+    state["b"].zero_()  # a layer wiped to zero: finite, and wrong
+    path = tmp_path / f"m{suffix}"
+    (torch.save if suffix == ".pt" else save_file)(state, path)
+    assert main(["inspect", str(path), "--json"]) == 0  # the honest worker: a warning
+    health = json.loads(capsys.readouterr().out)["health"]
+    assert [f["code"] for f in health["findings"]] == ["zero-weights"]
+    hostile(NOT_WIPED)
+    reply = _worker_inspect(path, suffix[1:] if suffix == ".safetensors" else "")
+    assert _assess(reply["tensors"]).status == "ok"  # the lie under the real worker
+    main(["inspect", str(path), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["error"]["code"] == "claim_refuted" and report["health"] is None
+    assert "b has min 0.0, reported as -0.5" in report["error"]["message"]
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
+def test_an_honest_inspection_of_every_real_dtype_is_checked_here(tmp_path, capsys,
+                                                                  suffix) -> None:
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(5)
+    state = {}
+    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8,
+                  torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool):
+        t = (torch.randn(40, 40, generator=g) * 50).to(dtype)
+        t.view(-1)[7] = 0
+        if t.is_floating_point():
+            t.view(-1)[900], t.view(-1)[30] = float("nan"), float("-inf")
+        state[str(dtype).removeprefix("torch.")] = t
+    path = tmp_path / f"m{suffix}"
+    (torch.save if suffix == ".pt" else save_file)(state, path)
+    main(["inspect", str(path), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["claims"] == {"checked": True, "tensors": len(state), "reason": None}
+    rows = {r["key"]: r for r in report["tensors"]}
+    assert rows["float32"]["first_nonfinite"] == 30 and rows["int8"]["zeros"] >= 1
+    assert rows["bool"]["max"] == 1 and rows["bfloat16"]["min"] < 0
 
 
 MALFORMED_RECORDS = """

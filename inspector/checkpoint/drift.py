@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from inspector.core.dtypes import REGISTRY
+from inspector.rawtensors.orders import VALUES
 
 _FLOAT_MAX = float(np.finfo(np.float64).max)
 _NUMPY_TYPES = {d.name: np.dtype(d.numpy) for d in REGISTRY if d.numpy}
@@ -27,7 +28,7 @@ def decoded(rows: np.ndarray, name: str) -> np.ndarray | None:
     if name in _NUMPY_TYPES:
         values = flat.view(_NUMPY_TYPES[name])
     elif name == "bfloat16":
-        values = (flat.view("<u2").astype("<u4") << 16).view("<f4")
+        values = VALUES[name](flat.data)
     else:
         return None
     return widened(values)

@@ -120,9 +120,9 @@ class InspectResult(JsonRecord):
         view."""
         claims = self.claims
         if claims is not None and claims.checked:
-            return (f"{claims.tensors} tensors' digests, NaN/Inf counts and binary orders "
-                    "recomputed here from the file's bytes, health judged from them; other "
-                    "statistics as reported by the jailed loader")
+            return (f"{claims.tensors} tensors' digests, NaN/Inf counts, ranges, zeros and "
+                    "binary orders recomputed here from the file's bytes, health judged from "
+                    "them; mean, std and histograms as reported by the jailed loader")
         why = claims.reason if claims is not None and claims.reason else "no check was made"
         return (f"nothing here ({why}): statistics, digests and health as reported by the "
                 "jailed loader")

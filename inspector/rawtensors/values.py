@@ -5,9 +5,10 @@ The digest is the one the worker reports (SHA-256 of the bytes, contiguous and r
 format, as the worker's statistics count them: a complex value is counted on its magnitude
 (Inf when either half is infinite, else NaN when either half is NaN); integers and bool hold
 none. A dtype whose values are not decoded here (`bits8` blocks, packed floats) has counts of
-None. With the counts come the values' binary orders (`orders`), from which health judges a
-flipped exponent bit. Hashing may run on a second thread beside the counting (hashlib and
-NumPy release the GIL).
+None. With the counts come, for real dtypes, the finite values' exact range, zeros and first
+NaN or Inf (`Span`), from which health judges a wiped or constant weight, and the values'
+binary orders (`orders`), from which it judges a flipped exponent bit. Hashing may run on a
+second thread beside the counting (hashlib and NumPy release the GIL).
 """
 
 from __future__ import annotations
@@ -42,6 +43,51 @@ class Measured:
     dtype is read here and a gap was asked for."""
     orders: list[list[int]] | None = None
     """Its values counted by binary order (`exact_orders`), where the caller asked for them."""
+    span: Span | None = None
+    """Its exact range and zeros, where its values are real numbers read here."""
+
+
+@dataclass
+class Span:
+    """A real tensor's finite values as the worker's statistics state them exactly: the least
+    and greatest, how many are zero, and the flat index of the first NaN or Inf."""
+
+    low: float | None = None
+    high: float | None = None
+    zeros: int = 0
+    first_nonfinite: int | None = None
+    seen: int = 0
+
+    def add(self, values: np.ndarray, nonfinite: bool) -> None:
+        """Fold the next chunk's values (`nonfinite`: it holds NaN or Inf)."""
+        count = len(values)
+        if nonfinite:
+            finite = np.isfinite(values)
+            if self.first_nonfinite is None:
+                self.first_nonfinite = self.seen + int(np.argmin(finite))
+            values = values[finite]
+        self.seen += count
+        self.zeros += int(np.count_nonzero(values == 0))
+        if values.size:
+            low, high = values.min().item(), values.max().item()
+            self.low = low if self.low is None else min(self.low, low)
+            self.high = high if self.high is None else max(self.high, high)
+
+
+def _integers(numpy_type: str) -> Callable[[memoryview], np.ndarray]:
+    def values(chunk: memoryview) -> np.ndarray:
+        return np.frombuffer(chunk, dtype=numpy_type)
+
+    return values
+
+
+REALS: dict[str, Callable[[memoryview], np.ndarray]] = {
+    **VALUES, "bool": _integers("|u1"),
+    **{d.name: _integers(d.numpy) for d in BY_NAME.values()
+       if d.kind in ("int", "uint") and d.numpy},
+}
+"""dtype name -> its values as real numbers in the worker's domain (floats as float32, kept
+float64; integers as they are), each exact; a dtype not listed is not read so."""
 
 
 def _ieee(numpy_type: str) -> Flags:
@@ -126,13 +172,14 @@ hashing a small tensor, and a file may hold 12,000 of them)."""
 def measure(tensor: RawTensor, counts: bool = True,
             hashing: ThreadPoolExecutor | None = None, gap: int | None = None) -> Measured:
     """The tensor's digest and (with `counts`, where its dtype is decoded here) NaN / Inf
-    counts, and (with a `gap`) its values' top orders, from one read of its bytes (the readers'
-    chunks hold whole elements). With `hashing`, a large chunk is hashed on that pool while
-    it is counted."""
+    counts, its exact range and zeros (`Span`) and (with a `gap`) its values' top orders, from
+    one read of its bytes (the readers' chunks hold whole elements). With `hashing`, a large
+    chunk is hashed on that pool while it is counted."""
     digest = hashlib.sha256()
     counter = COUNTERS.get(tensor.dtype) if counts else None
-    values = VALUES.get(tensor.dtype) if counts and gap is not None else None
-    tops = Tops(gap) if values is not None and gap is not None else None
+    reals = REALS.get(tensor.dtype) if counter is not None else None
+    span = Span() if reals is not None else None
+    tops = Tops(gap) if span is not None and gap is not None and tensor.dtype in VALUES else None
     nan = inf = 0
     for chunk in tensor.read():
         piped = hashing is not None and len(chunk) >= PIPED_BYTES
@@ -142,13 +189,16 @@ def measure(tensor: RawTensor, counts: bool = True,
         if counter is not None:
             n, i = counter(chunk)
             nan, inf = nan + n, inf + i
-        if tops is not None and values is not None:
-            tops.add(values(chunk))
+            if span is not None and reals is not None:
+                decoded = reals(chunk)  # once, for the span and the orders (`VALUES` in `REALS`)
+                span.add(decoded, bool(n or i))
+                if tops is not None:
+                    tops.add(decoded)
         if hashed is not None:
             hashed.result()  # before the reader gives the chunk's pages back
     if counter is None:
         return Measured(digest.hexdigest(), None, None)
-    return Measured(digest.hexdigest(), nan, inf, tops)
+    return Measured(digest.hexdigest(), nan, inf, tops, span=span)
 
 
 def exact_orders(tensor: RawTensor) -> list[list[int]] | None:

@@ -8,10 +8,11 @@ input's bytes say (`expected.Expected`) is measured on a thread of its own while
 runs, and the worker's tensor records are held against it (`records`):
 
 - `inspection.check_inspection`: every tensor the file holds reported once, with its dtype,
-  shape and digest; NaN / Inf recounted here; the largest magnitude of the file's top binary
-  order, and the orders (`exponents`, where a flipped exponent bit shows) counted here
-  wherever an outlier may be; health judged here. Mean, std and the histogram stay the
-  worker's, as it says.
+  shape and digest; NaN / Inf recounted here; a real tensor's range, largest magnitude, zeros
+  and first NaN or Inf read here (what health judges a wiped weight from); the largest
+  magnitude of the file's top binary order, and the orders (`exponents`, where a flipped
+  exponent bit shows) counted here wherever an outlier may be; health judged here. Mean, std
+  and the histogram stay the worker's, as it says.
 - `inspection.check_digests`: the tensor digests `verify` compares with a manifest, checked
   the same way.
 - `inspection.check_consistency`: the probe's rows, each tensor once with its SHA-256 (the

@@ -66,7 +66,22 @@ def _inspected(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
     if claimed != (measured.nan, measured.inf):
         return [f"{escape(t.key)} holds {measured.nan} NaN and {measured.inf} Inf, reported as "
                 f"{escape(str(claimed[0]))} and {escape(str(claimed[1]))}"]
-    return _order_problems(t, measured, rec)
+    return _span_problems(t, measured, rec) or _order_problems(t, measured, rec)
+
+
+def _span_problems(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
+    """A real tensor's least and greatest finite values, its largest magnitude, its zeros and
+    its first NaN or Inf (what health judges a wiped or constant weight from) must be the
+    ones read here."""
+    span = measured.span
+    if span is None:
+        return []
+    absmax = None if span.low is None or span.high is None else max(abs(span.low),
+                                                                     abs(span.high))
+    exact = {"min": span.low, "max": span.high, "absmax": absmax, "zeros": span.zeros,
+             "first_nonfinite": span.first_nonfinite}
+    return [f"{escape(t.key)} has {name} {value}, reported as {escape(str(rec.get(name)))}"
+            for name, value in exact.items() if rec.get(name) != value][:1]
 
 
 def clear(tops: Tops) -> bool:
