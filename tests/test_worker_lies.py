@@ -525,6 +525,11 @@ SMALLER_DRIFT = """
     def rewrite(row, result):
         row.update(max_abs_diff=1e-9, max_rel_diff=1e-9)
 """
+NUMBERS_ON_AN_IDENTICAL_ROW = """
+    def rewrite(row, result):
+        same = next(r for r in result["tensors"] if r["status"] == "identical")
+        same.update(changed_elements=3, multi_bit_elements=3)
+"""
 OTHER_SHAPE = """
     def rewrite(row, result):
         row["shape_b"] = [256]
@@ -546,9 +551,10 @@ def _changed_pair(tmp_path, kind: str):
 
 
 @pytest.mark.parametrize("lie", [CALL_DRIFT_ONE_FLIP, HIDE_CHANGED_NAN, MOVE_THE_FLIP,
-                                 CALL_IT_MANTISSA, MISCOUNT_TOTALS, SMALLER_DRIFT, OTHER_SHAPE],
+                                 CALL_IT_MANTISSA, MISCOUNT_TOTALS, SMALLER_DRIFT,
+                                 NUMBERS_ON_AN_IDENTICAL_ROW, OTHER_SHAPE],
                          ids=["drift-as-one-flip", "hidden-nan", "moved-flip", "mantissa",
-                              "totals", "smaller-drift", "shape"])
+                              "totals", "smaller-drift", "identical-row", "shape"])
 @pytest.mark.parametrize("kind", [".pt", "-shards"])
 def test_a_worker_that_lies_about_what_changed_is_caught(tmp_path, hostile, capsys,
                                                          monkeypatch, lie, kind) -> None:

@@ -58,6 +58,8 @@ def changes(a: RawTensor, b: RawTensor) -> Changes:
             else:
                 drift = None
         start += x.size // tally.layout.itemsize
+    if not tally.changed:
+        drift = Drift(0, 0.0, 0.0)  # the engine's numbers for a tensor that did not change
     return Changes(not tally.changed, tally, nonfinite if flags is not None else None, drift)
 
 

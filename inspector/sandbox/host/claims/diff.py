@@ -85,9 +85,9 @@ def _located(files: list[Path]) -> dict[str, RawTensor]:
 def check_diff(compared: SideBySide, result: dict[str, Any]) -> None:
     """Check a diff reply against both sides' bytes: every tensor of each side reported once;
     each row's status the one its dtype, shape and bytes give (`not_compared` may stand for
-    any but identical: it claims less); a changed row's element counts, NaN / Inf count, bit
-    flips, largest differences (where NumPy decodes its dtype) and sentence the ones counted
-    here; `identical`, `counts` and `summary` the rows';
+    any but identical: it claims less); a changed or identical row's element counts, NaN / Inf
+    count, bit flips, largest differences (where NumPy decodes its dtype) and sentence the ones
+    counted here; `identical`, `counts` and `summary` the rows';
     set `claims`, or SandboxError when a claim fails. A key a side does not store, which the
     loader says it ties to one it does (`stored_as_*`), is judged by that tensor's bytes: the
     tie itself is the loader's word, as are the file offsets."""
@@ -124,7 +124,7 @@ def check_diff(compared: SideBySide, result: dict[str, Any]) -> None:
         else:
             sides = compared.tensors(key, tied.get(key, {}))
             wrong = _side_problems(key, rec, sides)
-            if said == TensorStatus.CHANGED and not wrong:
+            if said in (TensorStatus.CHANGED, TensorStatus.IDENTICAL) and not wrong:
                 wrong = _change_problems(key, rec, compared.found[key], sides[0])
             problems += wrong
     problems += [f"{escape(key)} is no tensor of either side" for key in rows]
@@ -147,7 +147,8 @@ def _side_problems(key: str, rec: dict, sides: list[RawTensor | None]) -> list[s
 
 
 def _change_problems(key: str, rec: dict, found: Changes, tensor: RawTensor) -> list[str]:
-    """How a changed row's numbers, flips and sentence differ from the ones counted here."""
+    """How a compared row's numbers, flips and sentence differ from the ones counted here (an
+    identical row's are zeros, no flip and no sentence)."""
     import numpy as np
 
     tally = found.tally
@@ -174,7 +175,8 @@ def _change_problems(key: str, rec: dict, found: Changes, tensor: RawTensor) -> 
             ] if isinstance(told, list) and len(told) == len(flips) else None
     if said != flips:
         return [f"{escape(key)}'s bit flips are not the ones its bytes hold"]
-    if found.nonfinite is not None and rec.get("summary") != tally.summary(key, found.nonfinite):
+    sentence = tally.summary(key, found.nonfinite or 0) if tally.changed else ""
+    if found.nonfinite is not None and rec.get("summary") != sentence:
         return [f"{escape(key)}'s sentence says what its bytes do not"]
     return []
 
