@@ -327,3 +327,50 @@ def test_a_file_rows_detail_says_what_its_check_could_not_cover():
                                            note=note)])
     _summary, rows = verify_view(Verification(result, "tensors-only.json"))
     assert rows[0][5] == f"2,048 bytes; {note}"
+
+
+def test_a_comparison_the_worker_lies_about_is_refused_not_shown(window, qtbot, small, tmp_path,
+                                                                  artifacts, monkeypatch):
+    import pickle
+    import textwrap
+
+    from inspector.sandbox.protocol import PAYLOAD_ENV, SELFTEST_ENV
+
+    class Payload:
+        """Unpickles, inside each later worker's jail, as code that calls A and B identical."""
+
+        def __reduce__(self):
+            return exec, (textwrap.dedent("""
+                import inspector.sandbox.worker.diff as diff
+                real = diff.diff_sides
+                def lying(a, b, emit=None, cancel=None):
+                    result = real(a, b, None, cancel)
+                    for record in result["tensors"]:
+                        record["status"], record["summary"] = "identical", ""
+                    result.update(identical=True, summary=[],
+                                  counts={"identical": len(result["tensors"])})
+                    return result
+                diff.diff_sides = lying
+            """), {})
+
+    folder, _ = small
+    flipped = tmp_path / "flipped.pt"
+    flip_exponent_bit(folder / "benign.pt", flipped)
+    doc = open_loaded(window, qtbot, folder / "benign.pt")
+    # the pane's own button follows the scan's verdict, as the toolbar's does
+    assert window.integrity.compare_button.isEnabled()
+    payload = tmp_path / "payload.pkl"
+    payload.write_bytes(pickle.dumps(Payload()))
+    monkeypatch.setenv(SELFTEST_ENV, "1")
+    monkeypatch.setenv(PAYLOAD_ENV, str(payload))
+    window.integrity.compare_with(flipped)
+    text = window.integrity.summary.toPlainText
+    qtbot.waitUntil(lambda: "does not match the file's own bytes" in text(),
+                    timeout=LOAD_TIMEOUT_MS)
+    assert "fc1.weight is changed, reported as identical" in text()
+    assert doc.diff is None and "Identical" not in text()
+    assert "identical" not in results(window).values()
+    assert window.integrity.compare_button.isEnabled()  # the user may compare again
+    qtbot.waitUntil(lambda: not window.cancel_button.isVisible(), timeout=LOAD_TIMEOUT_MS)
+    window.tabs.setCurrentWidget(window.integrity)
+    window.grab().save(str(artifacts / "gui" / "integrity-compare-refused.png"))

@@ -159,13 +159,14 @@ class IntegrityPane(QWidget):
         self.set_document(None)
 
     def set_document(self, doc: FileDocument | None) -> None:
-        """Show `doc`'s last verification and its last comparison, side by side."""
+        """Show `doc`'s last verification and its last comparison, side by side; its buttons
+        follow the document (a comparison waits for the scan's verdict)."""
+        if self.doc is not None:
+            self.doc.changed.disconnect(self._update_buttons)
         self.doc = doc
-        for button, blocked, tip in ((self.choose_button, file_blocker(doc), VERIFY_TIP),
-                                     (self.create_button, file_blocker(doc), CREATE_TIP),
-                                     (self.compare_button, compare_blocker(doc), COMPARE_TIP)):
-            button.setEnabled(blocked is None)
-            button.setToolTip(blocked or tip)
+        if doc is not None:
+            doc.changed.connect(self._update_buttons)
+        self._update_buttons()
         self.badge.show_path(doc.path if doc is not None else None)
         if doc is None:
             self._show("<p>No file open.</p>", [])
@@ -263,6 +264,14 @@ class IntegrityPane(QWidget):
     def _diffed(self, doc: FileDocument, result: DiffResult) -> None:
         doc.diff = result
         self._changed(doc)
+
+    def _update_buttons(self) -> None:
+        doc = self.doc
+        for button, blocked, tip in ((self.choose_button, file_blocker(doc), VERIFY_TIP),
+                                     (self.create_button, file_blocker(doc), CREATE_TIP),
+                                     (self.compare_button, compare_blocker(doc), COMPARE_TIP)):
+            button.setEnabled(blocked is None)
+            button.setToolTip(blocked or tip)
 
     def _ask_file(self, title: str, name_filter: str, then: Callable[[str], object]) -> None:
         """Ask for a file, starting beside the current document's; `then` takes the chosen
