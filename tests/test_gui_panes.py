@@ -115,8 +115,8 @@ def test_compare_reports_a_single_bit_flip_in_plain_words(window, qtbot, small, 
     assert "memory or storage corruption" in text
     assert f"Differs from {flipped}" in text and "{" not in text  # a path, not a dict
     assert "Matches" in text  # the earlier verification stays beside the comparison
-    assert ("status, changed elements, NaN / Inf, bit flips and largest differences were "
-            "checked here against both files' own bytes") in text
+    assert ("Checked here: each of the 4 keys' status, changed elements, NaN / Inf, bit flips "
+            "and largest differences recomputed here from both files' bytes.") in text
     assert results(window)["fc1.weight"] == "changed"
     assert results(window)["benign.pt"] == "ok"
     (flip,) = [r for r in window.integrity.model.rows if r[0].startswith("fc1.weight[")]
@@ -133,6 +133,7 @@ def test_compare_reports_a_single_bit_flip_in_plain_words(window, qtbot, small, 
     (entry,) = json.loads((tmp_path / "report.json").read_text())["files"]
     comparison = entry["comparison"]
     assert comparison["other"] == str(flipped) and comparison["single_bit_flips"] == 1
+    assert comparison["checked"].startswith("each of the 4 keys' status, changed elements")
     (tensor,) = comparison["tensors"]
     (bits,) = tensor["bitflips"]
     assert (tensor["key"], bits["bit"], bits["kind"]) == ("fc1.weight", 30, "exponent")

@@ -311,6 +311,17 @@ class DiffResult(JsonRecord):
     """What the user's process checked of the rows' statuses against both files' bytes."""
 
     @property
+    def checked_words(self) -> str:
+        """What of the jailed loader's comparison was checked here, in one sentence for every
+        view."""
+        claims = self.claims
+        if claims is not None and claims.checked:
+            return (f"each of the {claims.tensors} keys' status, changed elements, NaN / Inf, "
+                    "bit flips and largest differences recomputed here from both files' bytes")
+        why = claims.reason if claims is not None and claims.reason else "no check was made"
+        return f"nothing here ({why}): the jailed loader's comparison"
+
+    @property
     def differing(self) -> list[TensorDiffRow]:
         """The rows that are not identical, worst first, as every view leads with them: NaN or
         Inf, then single-bit flips, then drift, then the rest (a key on one side only, a dtype

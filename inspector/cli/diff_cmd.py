@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from inspector.checkpoint.results import ClaimCheck, DiffResult, TensorDiffRow
+from inspector.checkpoint.results import DiffResult, TensorDiffRow
 from inspector.cli.common import (
     EXIT_JAIL,
     JAIL_ERRORS,
@@ -92,7 +92,7 @@ def print_diff(result: DiffResult) -> None:
     verdict = shout(status_look(TensorStatus.IDENTICAL if result.identical
                                 else TensorStatus.CHANGED).word)  # the Compare pane's words
     print(f"{verdict}: {len(result.tensors)} tensors ({counts})")
-    print(_checked(result.claims))
+    print(f"checked:  {escape(result.checked_words)}")
     for row in result.differing:
         print(escape(f"  {row.summary}{_shards(row) if sharded else ''}"))
         if row.status == TensorStatus.CHANGED:
@@ -112,16 +112,6 @@ def print_diff(result: DiffResult) -> None:
         print(escape(_alias_line(alias)))
     for obj in result.objects:
         print(escape(f"  object `{obj['key']}` {obj['status']}: {obj['a']} -> {obj['b']}"))
-
-
-def _checked(claims: ClaimCheck | None) -> str:
-    """What of the jailed loader's comparison was checked here from both files' bytes."""
-    if claims is not None and claims.checked:
-        return (f"checked:  each of the {claims.tensors} keys' status, changed elements, NaN / "
-                "Inf, bit flips and largest differences recomputed here from both files' "
-                "bytes")
-    why = claims.reason if claims is not None and claims.reason else "no check was made"
-    return f"checked:  nothing here ({escape(why)}): the jailed loader's comparison"
 
 
 def _shards(row: TensorDiffRow) -> str:

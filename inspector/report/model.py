@@ -208,6 +208,8 @@ class ComparisonInfo:
     """Only the tensors that differ, each with at most `MAX_FLIPS_SHOWN` of its flips."""
     single_bit_flips: int
     """Changed elements that differ in exactly one bit: the signature of corruption."""
+    checked: str = ""
+    """What of the comparison was checked here (`DiffResult.checked_words`)."""
 
 
 @dataclass

@@ -403,7 +403,8 @@ def _comparison(f: FileReport) -> str:
     if c is None:
         return cells.not_run("Not compared with another copy in this session.")
     parts = [cells.outcome(c.status, "Other copy", c.other, c.counts,
-                           ("Single-bit flips", escape(str(c.single_bit_flips))))]
+                           ("Single-bit flips", escape(str(c.single_bit_flips))),
+                           ("Checked here", escape(c.checked)))]
     for t in map(TensorDiffRow.from_json, c.tensors):
         parts.append(f"<h3>{cells.mono(t.key)}</h3><p>{escape(t.plain_summary)}</p>")
         if t.bitflips:

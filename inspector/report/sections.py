@@ -268,6 +268,7 @@ def comparison_info(diff: DiffResult | None) -> ComparisonInfo | None:
         tensors=[{**t.to_json(), "bitflips": [f.to_json() for f in t.bitflips[:MAX_FLIPS_SHOWN]]}
                  for t in changed],
         single_bit_flips=sum(t.single_bit_flips for t in changed),
+        checked=diff.checked_words,
     )
 
 
