@@ -11,6 +11,7 @@ their strict strings ("nan", "inf", "-inf") in JSON. Torch-free.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,16 @@ class ClaimCheck(JsonRecord):
     reason: str | None = None
 
 
+def checked_words(claims: ClaimCheck | None, checked: Callable[[int], str], whose: str) -> str:
+    """What of a worker's answer was checked here, in one sentence for every view: `checked`
+    (given the number of tensors checked) when the claims were, else why not and `whose` word
+    the answer is."""
+    if claims is not None and claims.checked:
+        return checked(claims.tensors)
+    why = claims.reason if claims is not None and claims.reason else "no check was made"
+    return f"nothing here ({why}): {whose}"
+
+
 @dataclass
 class ShardFile(JsonRecord):
     """One file of a sharded checkpoint's inspection: its format, tensors, size and hash."""
@@ -113,21 +124,18 @@ class InspectResult(JsonRecord):
     """What the user's process checked of the worker's answer (None: nothing loaded)."""
     contract: dict[str, Any] | None = field(default=None, repr=False, compare=False,
                                             metadata=TRANSIENT)
+    """The contract this result was read from, as it came (`of_contract`): what `--json`
+    prints, its keys in the order the worker and the host wrote them."""
 
     @property
     def checked_words(self) -> str:
         """What of the jailed loader's answer was checked here, in one sentence for every
         view."""
-        claims = self.claims
-        if claims is not None and claims.checked:
-            return (f"{claims.tensors} tensors' digests, NaN/Inf counts, ranges, zeros and "
-                    "binary orders recomputed here from the file's bytes, health judged from "
-                    "them; mean, std and histograms as reported by the jailed loader")
-        why = claims.reason if claims is not None and claims.reason else "no check was made"
-        return (f"nothing here ({why}): statistics, digests and health as reported by the "
-                "jailed loader")
-    """The contract this result was read from, as it came (`of_contract`): what `--json`
-    prints, its keys in the order the worker and the host wrote them."""
+        return checked_words(
+            self.claims, lambda n: f"{n} tensors' digests, NaN/Inf counts, ranges, zeros and "
+            "binary orders recomputed here from the file's bytes, health judged from them; "
+            "mean, std and histograms as reported by the jailed loader",
+            "statistics, digests and health as reported by the jailed loader")
 
     @classmethod
     def of_contract(cls, contract: dict[str, Any]) -> InspectResult:
@@ -192,12 +200,10 @@ class ConsistencyResult(JsonRecord):
     @property
     def checked_words(self) -> str:
         """What of the worker's answer was checked here, in one sentence for every view."""
-        if self.claims is not None and self.claims.checked:
-            return (f"the {self.claims.tensors} tensors the device was given are the file's "
-                    "bytes (SHA-256 recomputed here), NaN/Inf recounted here; the runs' "
-                    "outputs as reported by the jailed worker")
-        why = (self.claims.reason if self.claims is not None else None) or "no check was made"
-        return f"nothing here ({why}): the whole answer as reported by the jailed worker"
+        return checked_words(
+            self.claims, lambda n: f"the {n} tensors the device was given are the file's bytes "
+            "(SHA-256 recomputed here), NaN/Inf recounted here; the runs' outputs as reported "
+            "by the jailed worker", "the whole answer as reported by the jailed worker")
 
     @property
     def word(self) -> str:
@@ -314,12 +320,10 @@ class DiffResult(JsonRecord):
     def checked_words(self) -> str:
         """What of the jailed loader's comparison was checked here, in one sentence for every
         view."""
-        claims = self.claims
-        if claims is not None and claims.checked:
-            return (f"each of the {claims.tensors} keys' status, changed elements, NaN / Inf, "
-                    "bit flips and largest differences recomputed here from both files' bytes")
-        why = claims.reason if claims is not None and claims.reason else "no check was made"
-        return f"nothing here ({why}): the jailed loader's comparison"
+        return checked_words(
+            self.claims, lambda n: f"each of the {n} keys' status, changed elements, NaN / Inf, "
+            "bit flips and largest differences recomputed here from both files' bytes",
+            "the jailed loader's comparison")
 
     @property
     def differing(self) -> list[TensorDiffRow]:
