@@ -171,15 +171,20 @@ def read_results(paths: list[Path]) -> BatchResults:
                         tuple(unannounced), tuple(strays))
 
 
+def _slice(session: Mapping[str, Any]) -> JobSlice | None:
+    """The slice a session line names; None when it names none (`coverage_problems` says so)."""
+    try:
+        return parse_job_slice(str(session.get("shard")))
+    except ValueError:
+        return None
+
+
 def _unowned(keys: list[str], sessions: list[Mapping[str, Any]]) -> list[str]:
     """The keys none of a results file's own shards owns (a shard only records its own)."""
-    shards = []
-    for session in sessions:
-        try:
-            shards.append(parse_job_slice(str(session.get("shard"))))
-        except ValueError:
-            return []  # named by coverage_problems
-    return [key for key in dict.fromkeys(keys) if shards and not any(s.owns(key) for s in shards)]
+    shards = [_slice(session) for session in sessions]
+    if not shards or None in shards:
+        return []
+    return [key for key in dict.fromkeys(keys) if not any(s.owns(key) for s in shards if s)]
 
 
 def coverage_problems(batch: BatchResults) -> list[str]:
@@ -196,9 +201,8 @@ def coverage_problems(batch: BatchResults) -> list[str]:
         problems.append(f"and {len(batch.strays) - _NAMED} more results outside their shards")
     held: dict[str, set[JobSlice]] = {}
     for session in batch.sessions:
-        try:
-            part = parse_job_slice(str(session.get("shard")))
-        except ValueError:
+        part = _slice(session)
+        if part is None:
             problems.append(f"a session line names the slice {str(session.get('shard'))!r}, "
                             "not I/N")
             continue
