@@ -29,10 +29,10 @@ def test_every_flip_carries_its_bits_and_values(dtype):
     tally = FlipTally(layout)
     tally.add(compare_raw(bytes(raw), bytes(flipped), layout), 0)
     (flip,) = tally.flips
-    record = flip.to_json()
+    record = flip.to_json((64,))
     size = layout.itemsize
     before = int.from_bytes(raw[index * size:(index + 1) * size], "little")
-    assert (record["index"], record["bit"]) == (index, bit)
+    assert (record["index"], record["bit"], record["position"]) == (index, bit, [index])
     assert int(record["before_bits"], 16) == before
     assert int(record["after_bits"], 16) == before ^ (1 << bit)
     assert len(record["before_bits"]) == 2 * size

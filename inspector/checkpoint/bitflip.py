@@ -168,8 +168,9 @@ class BitFlip:
     after: int | None = None
     dtype: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        """The `bitflips` record of the diff contract (values as text: JSON has no NaN)."""
+    def to_json(self, shape: tuple[int, ...]) -> dict[str, Any]:
+        """The `bitflips` record of the diff contract (values as text: JSON has no NaN), with
+        the element's position in a tensor of `shape`."""
         record: dict[str, Any] = {"index": self.index, "bit": self.bit, "kind": self.kind}
         if self.part is not None:
             record["part"] = self.part
@@ -179,6 +180,7 @@ class BitFlip:
             record["after_bits"] = f"{self.after:0{digits}x}"
             record["before_value"] = decode_value(self.before, self.dtype)
             record["after_value"] = decode_value(self.after, self.dtype)
+        record["position"] = [int(i) for i in np.unravel_index(self.index, shape)]
         return record
 
     @property

@@ -7,12 +7,17 @@ piece, so an honest reply's numbers match the check's exactly.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from inspector.core.dtypes import REGISTRY
 from inspector.rawtensors.orders import VALUES
+
+if TYPE_CHECKING:
+    from inspector.checkpoint.bitflip import ChunkDiff
 
 _FLOAT_MAX = float(np.finfo(np.float64).max)
 _NUMPY_TYPES = {d.name: np.dtype(d.numpy) for d in REGISTRY if d.numpy}
@@ -20,18 +25,37 @@ _NUMPY_TYPES = {d.name: np.dtype(d.numpy) for d in REGISTRY if d.numpy}
 _INT_REPR = {d.name: d.int_repr for d in REGISTRY if d.int_repr}
 
 
-def decoded(rows: np.ndarray, name: str) -> np.ndarray | None:
-    """Elements given as rows of their raw bytes, as float64 or complex128; None for a dtype
-    NumPy has no type for, except bfloat16 (the top half of a float32, so read exactly)."""
-    flat = np.ascontiguousarray(rows).reshape(-1)
+def _reader(name: str) -> Callable[[np.ndarray], np.ndarray] | None:
+    """How a dtype's raw bytes read as its values here; None for a dtype NumPy has no type
+    for, except bfloat16 (the top half of a float32, so read exactly)."""
     name = _INT_REPR.get(name, name)
     if name in _NUMPY_TYPES:
-        values = flat.view(_NUMPY_TYPES[name])
-    elif name == "bfloat16":
-        values = VALUES[name](flat.data)
-    else:
-        return None
-    return widened(values)
+        return lambda flat: flat.view(_NUMPY_TYPES[name])
+    if name == "bfloat16":
+        return lambda flat: VALUES[name](flat.data)
+    return None
+
+
+def decodable(name: str) -> bool:
+    """Whether `decoded` reads this dtype's values."""
+    return _reader(name) is not None
+
+
+def decoded(rows: np.ndarray, name: str) -> np.ndarray | None:
+    """Elements given as rows of their raw bytes, as float64 or complex128; None where the
+    dtype is not `decodable`."""
+    read = _reader(name)
+    return None if read is None else widened(read(np.ascontiguousarray(rows).reshape(-1)))
+
+
+def fold(drift: Drift, chunk: ChunkDiff, decode: Callable[[np.ndarray], np.ndarray | None]
+         ) -> None:
+    """Fold a chunk's changed elements into `drift`, where `decode` reads both sides."""
+    if chunk.before is None or chunk.after is None:
+        return
+    va, vb = decode(chunk.before[chunk.changed]), decode(chunk.after[chunk.changed])
+    if va is not None and vb is not None:
+        drift.add(va, vb)
 
 
 def widened(values: np.ndarray) -> np.ndarray:

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from inspector.checkpoint.bitflip import ChunkDiff, FlipTally, compare_raw, layout_for
-from inspector.checkpoint.drift import Drift, decoded, widened
+from inspector.checkpoint.bitflip import FlipTally, compare_raw, layout_for
+from inspector.checkpoint.drift import Drift, decoded, fold, widened
 from inspector.checkpoint.tensor_pairs import Stored, pair_keys
 from inspector.core.dtypes import canonical_dtype
 from inspector.core.progress import CancelToken, check
@@ -106,8 +106,7 @@ class TensorDiff:
             shape = tuple(self.shape_a or ())
             itemsize = self.tally.layout.itemsize
             for flip in self.tally.flips:
-                item = flip.to_json()
-                item["position"] = [int(i) for i in np.unravel_index(flip.index, shape)]
+                item = flip.to_json(shape)
                 if self.offset_a is not None:
                     item["file_offset_a"] = self.offset_a + flip.index * itemsize + flip.bit // 8
                 if self.offset_b is not None:
@@ -158,7 +157,7 @@ def diff_raw(
         chunk = compare_raw(a, b, layout)
         if chunk.changed.size:
             result.tally.add(chunk, start)
-            _fold(result.drift, name, chunk)
+            fold(result.drift, chunk, lambda rows: _decode(rows, name))
         start += a.size // layout.itemsize
     result.changed_elements = result.tally.changed
     if result.changed_elements:
@@ -182,16 +181,6 @@ def _decode(rows: np.ndarray, name: str) -> np.ndarray | None:
         return widened(tensor.to(wide).numpy())
     except (RuntimeError, TypeError):  # packed float4 has no arithmetic in torch
         return None
-
-
-def _fold(drift: Drift, name: str, chunk: ChunkDiff) -> None:
-    """Fold a chunk's changed elements into the tensor's drift, where both sides decode."""
-    if chunk.before is None or chunk.after is None:
-        return
-    va = _decode(chunk.before[chunk.changed], name)
-    vb = _decode(chunk.after[chunk.changed], name)
-    if va is not None and vb is not None:
-        drift.add(va, vb)
 
 
 def compare_sources(

@@ -33,34 +33,34 @@ class Changes:
 
 def changes(a: RawTensor, b: RawTensor) -> Changes:
     """Compare two tensors of one dtype and shape, read in step: equal pieces by memcmp, the
-    others element by element (`bitflip.compare_raw`, as the diff's own engine)."""
+    others element by element (`bitflip.compare_raw`, `drift.fold`, as the diff's own
+    engine)."""
     # NumPy's import, here on the comparing thread, not on the way to the worker's start
     from inspector.checkpoint.bitflip import FlipTally, compare_raw, layout_for
-    from inspector.checkpoint.drift import Drift, decoded
+    from inspector.checkpoint.drift import Drift, decodable, decoded, fold
     from inspector.rawtensors.values import FLAGS
 
     try:
         tally = FlipTally(layout_for(a.dtype))
     except ValueError:  # a packed dtype: equal or not, with no forensics
         return Changes(same_bytes(a, b))
-    flags, nonfinite, start = FLAGS.get(a.dtype), 0, 0
-    drift: Drift | None = Drift()
+    # decoded values count their own NaN / Inf (`Drift`); the float8 formats' bit patterns
+    drift = Drift() if decodable(a.dtype) else None
+    flags = FLAGS.get(a.dtype) if drift is None else None
+    patterned, start = 0, 0
     for x, y in in_step(a, b):
         if not equal(x, y):
             chunk = compare_raw(x, y, tally.layout)
             tally.add(chunk, start)
-            if flags is not None:
-                nonfinite += _nonfinite(flags, x, y, chunk.changed)
-            va, vb = (decoded(rows[chunk.changed], a.dtype) for rows in (chunk.before,
-                                                                          chunk.after))
-            if drift is not None and va is not None and vb is not None:
-                drift.add(va, vb)
-            else:
-                drift = None
+            if drift is not None:
+                fold(drift, chunk, lambda rows: decoded(rows, a.dtype))
+            elif flags is not None:
+                patterned += _nonfinite(flags, x, y, chunk.changed)
         start += x.size // tally.layout.itemsize
+    nonfinite = drift.nonfinite if drift is not None else patterned if flags is not None else None
     if not tally.changed:
         drift = Drift(0, 0.0, 0.0)  # the engine's numbers for a tensor that did not change
-    return Changes(not tally.changed, tally, nonfinite if flags is not None else None, drift)
+    return Changes(not tally.changed, tally, nonfinite, drift)
 
 
 def _nonfinite(flags: Flags, x: np.ndarray, y: np.ndarray, changed: np.ndarray) -> int:

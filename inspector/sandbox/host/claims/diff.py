@@ -149,8 +149,6 @@ def _side_problems(key: str, rec: dict, sides: list[RawTensor | None]) -> list[s
 def _change_problems(key: str, rec: dict, found: Changes, tensor: RawTensor) -> list[str]:
     """How a compared row's numbers, flips and sentence differ from the ones counted here (an
     identical row's are zeros, no flip and no sentence)."""
-    import numpy as np
-
     tally = found.tally
     if tally is None:
         return []
@@ -166,9 +164,7 @@ def _change_problems(key: str, rec: dict, found: Changes, tensor: RawTensor) -> 
              for name, value in counted.items() if rec.get(name) != value]
     if wrong:
         return wrong
-    shape = tuple(tensor.shape)
-    flips = [flip.to_json() | {"position": [int(i) for i in np.unravel_index(flip.index, shape)]}
-             for flip in tally.flips]
+    flips = [flip.to_json(tuple(tensor.shape)) for flip in tally.flips]
     told = rec.get("bitflips")
     said = [{k: r.get(k) for k in f} if isinstance(r, dict) else r
             for r, f in zip(told, flips, strict=True)
