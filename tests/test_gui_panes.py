@@ -125,6 +125,7 @@ def test_compare_reports_a_single_bit_flip_in_plain_words(window, qtbot, small, 
     assert flip[3].endswith(f"(0x{before:08x})") and flip[4].endswith(
         f"(0x{before ^ 0x40000000:08x})")
     assert flip[5] == f"byte {start + 3:,} of this file, byte {start + 3:,} of the other file"
+    qtbot.waitUntil(lambda: not window.cancel_button.isVisible(), timeout=LOAD_TIMEOUT_MS)
     window.tabs.setCurrentWidget(window.integrity)
     window.grab().save(str(artifacts / "gui" / "integrity-compare.png"))
     # the exported report carries both: the comparison with its flip, the verification beside
