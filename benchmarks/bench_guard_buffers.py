@@ -1,7 +1,8 @@
 """What watching a model's buffers costs the guard per step: BatchNorm's running statistics
-read for their norm and largest |value| in two fused reductions (`_buffer_values`, what the
-guard does), against one reduction per buffer as the parameters are read (`_values`), and
-against one `guard.step` on the same model with the buffers and without them.
+read for their norm and largest |value| in two fused reductions, and each running variance
+for its lowest value (`_buffer_values`, what the guard does; also timed without the
+sign), against one reduction per buffer as the parameters are read (`_values`), and against
+one `guard.step` on the same model with the buffers and without them.
 
 The buffers are ResNet-50's: its 53 BatchNorm2d layers (64 to 2048 channels), 106 float32
 buffers. The model is those layers in a Sequential over a (batch, 2048) input reshaped to each
@@ -85,8 +86,12 @@ def main() -> None:
         unwatched = Guard(Path(tmp) / "without", GuardConfig())
         unwatched._watch(model).buffers = []  # the same guard, the buffers left out
         unwatched.watch.names = unwatched.watch.names[:len(unwatched.watch.params)]
+        unwatched.watch.variances = []
+        watch = watched._watch(model)
         ways = {
-            "fused (the guard)": lambda: fingerprint._buffer_values(buffers),
+            "fused (the guard)": lambda: fingerprint._buffer_values(watch.buffers,
+                                                                   watch.variances),
+            "fused, no variance sign": lambda: fingerprint._buffer_values(watch.buffers, []),
             "one per buffer": lambda: fingerprint._values(buffers, True),
             "guard.step, buffers watched": lambda: watched.step(loss, model, opt),
             "guard.step, buffers left out": lambda: unwatched.step(loss, model, opt),
@@ -105,6 +110,8 @@ def main() -> None:
     for name, value in med.items():
         print(f"  {name:30s} {value * 1e3:8.3f} ms")
     with_, without = med["guard.step, buffers watched"], med["guard.step, buffers left out"]
+    sign = med["fused (the guard)"] - med["fused, no variance sign"]
+    print(f"the {len(watch.variances)} running variances' sign: +{sign * 1e3:.3f} ms a step")
     print(f"fused / one per buffer = {med['fused (the guard)'] / med['one per buffer']:.2f}x; "
           f"guard.step with / without the buffers = {with_ / without:.2f}x "
           f"(+{(with_ - without) * 1e3:.2f} ms)")

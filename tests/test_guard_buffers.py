@@ -80,6 +80,42 @@ def test_an_exponent_flip_in_a_running_statistic_is_named_at_the_next_step(tmp_p
     assert ("weight-largest", f"1.{buffer}") in {(b.rule, b.param) for b in hit.alarm.breaches}
 
 
+def test_a_sign_flip_in_a_running_variance_is_named_at_the_next_step(tmp_path):
+    seen = {}
+
+    def fault(model, step):
+        if step == 20:
+            var = model[1].running_var
+            seen["before"] = (float(var.norm()), float(var.abs().max()))
+            seen["value"] = flip(var, 2, 31)
+            seen["after"] = (float(var.norm()), float(var.abs().max()))
+            # the harm: every eval output of that channel is NaN, the others are numbers
+            model.eval()
+            with torch.no_grad():
+                hidden = model[1](model[0](batch(0)[0]))
+            model.train()
+            seen["nan"] = torch.isnan(hidden).all(dim=0).tolist()
+
+    guard, model, verdicts, _ = train(tmp_path, 23, fault)
+    assert seen["value"] < 0 and seen["after"] == seen["before"]  # norm and |max| keep it
+    assert seen["nan"] == [i == 2 for i in range(8)]
+    assert all(v.loss < 1e6 for v in verdicts[21:])  # training normalises by the batch's own
+    hit = next(v for v in verdicts if v.alarm)
+    assert hit.step == 21
+    # the value is the variance after step 21's forward moved it by 10% towards the batch's
+    (breach,) = hit.alarm.breaches
+    assert (breach.rule, breach.param, breach.threshold) == ("variance-negative",
+                                                             "1.running_var", 0.0)
+    assert seen["value"] < breach.value < 0
+    # the ledger asks the guard's health before a save: it names the same
+    with torch.no_grad():
+        var = model[1].running_var
+        var.abs_()
+        var[5] = -var[5]
+    assert guard.health() == [f"variance-negative on 1.running_var (value {float(var[5]):.4g}, "
+                              "bound 0)"]
+
+
 def test_a_checkpoint_saved_after_a_running_var_flip_is_unhealthy_and_never_resumed(tmp_path,
                                                                                    capsys):
     def fault(model, step):

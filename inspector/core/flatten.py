@@ -12,6 +12,15 @@ from collections.abc import Iterator
 
 MAX_DEPTH = 64
 
+RUNNING_VARIANCE = "running_var"
+"""The leaf a normalisation layer (BatchNorm, InstanceNorm) keeps its running variance under."""
+
+
+def is_running_variance(key: str) -> bool:
+    """Whether the dotted `key` names a running variance: never negative, being a running mean
+    of variances, and a negative one turns that channel's every eval output into NaN."""
+    return key.rsplit(".", 1)[-1] == RUNNING_VARIANCE
+
 
 def flatten(obj: object) -> Iterator[tuple[str, object]]:
     """Yield (dotted key, leaf) for nested dicts, lists, tuples and argparse.Namespace."""

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from inspector.core.flatten import is_running_variance
 from inspector.core.termtext import counted
 from inspector.run import health_gate
 
@@ -73,11 +74,11 @@ def nan_problems(dense: list[tuple[str, Any]]) -> list[str]:
 def variance_problems(dense: list[tuple[str, Any]]) -> list[str]:
     """Normalisation layers' running variances (`*.running_var`) among `dense` holding a
     negative value, as problems: a running mean of variances never is, and in eval mode the
-    layer divides by its square root (NaN). The guard reads buffers for size only, so a
-    flipped sign passes it."""
+    layer divides by its square root (NaN). The guard judges the same at every step
+    (`variance-negative`); this holds for a run without it."""
     found = []
     for key, t in dense:
-        if key.rsplit(".", 1)[-1] == "running_var" and (negative := int((t < 0).sum())):
+        if is_running_variance(key) and (negative := int((t < 0).sum())):
             found.append(f"{key} negative in {counted(negative, 'value')} (a running "
                          "variance never is)")
     return _shown(found, "negative running variances in {} more tensors")

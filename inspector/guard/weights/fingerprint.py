@@ -38,10 +38,12 @@ import math
 import os
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+from inspector.core.flatten import is_running_variance
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
@@ -145,7 +147,7 @@ def readable(buffers: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.T
     kept, left = [], []
     for name, b in buffers:
         try:
-            _buffer_values([b])[1].tolist()
+            _buffer_values([b], [])[1].tolist()
         except Exception as exc:  # whatever the subclass raises: not watched, and said so
             left.append(f"{name} ({type(exc).__name__})")
             continue
@@ -157,9 +159,11 @@ def readable(buffers: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.T
     return kept
 
 
-def _buffer_values(buffers: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+def _buffer_values(buffers: list[torch.Tensor], variances: list[int]
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """The buffers' norms and largest |value|, two fused calls over them all (a CNN has a
-    hundred or more small ones: one reduction each costs ~5x more, per step)."""
+    hundred or more small ones: one reduction each costs ~5x more, per step), and the running
+    variances' (`variances`, their positions) lowest values (None: none)."""
     with torch.no_grad():
         # an empty one (a placeholder) reads as a zero: the infinity norm has no identity;
         # a float8 one is read as float32 (no norm kernel takes it)
@@ -167,12 +171,16 @@ def _buffer_values(buffers: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Ten
                  if b.numel() else b.new_zeros((), dtype=torch.float32) for b in buffers]
         norms = torch._foreach_norm(views, 2.0)
         top = torch._foreach_norm(views, math.inf)
+        # a flipped sign keeps a variance's norm and largest |value|: only its lowest value
+        # shows it (one small reduction each is faster here than two fused calls with a copy)
+        lowest = [views[i].min() for i in variances]
         device = views[0].device
         if any(v.device != device for v in views):
-            norms, top = [n.to(device) for n in norms], [t.to(device) for t in top]
+            norms, top, lowest = ([t.to(device) for t in part] for part in (norms, top, lowest))
         # float64 (stack promotes, then one cast): a float64 buffer's value past float32's
         # range stays a finite number
-        return torch.stack(norms).double(), torch.stack(top).double()
+        return (torch.stack(norms).double(), torch.stack(top).double(),
+                torch.stack(lowest).double() if lowest else None)
 
 
 @dataclass
@@ -186,8 +194,9 @@ class WeightReading:
     norms: torch.Tensor | Future
     largest: torch.Tensor | None
     settled: bool = False
-    buffers: tuple[torch.Tensor, torch.Tensor | None] | None = None
-    """The buffers' norms and largest |value|, which follow the parameters' in the vector."""
+    buffers: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
+    """The buffers' norms and largest |value|, which follow the parameters' in the vector, and
+    the running variances' lowest values, which end it."""
 
     def vector(self) -> torch.Tensor:
         """Everything as one float64 vector, to read back with the step's other numbers."""
@@ -195,8 +204,9 @@ class WeightReading:
             self.norms, self.largest = self.norms.result()
         if isinstance(self.changed, Future):
             self.changed = self.changed.result()
+        lowest = None
         if self.buffers is not None:
-            norms, top = self.buffers
+            norms, top, lowest = self.buffers
             self.buffers = None
             device = self.norms.device
             # no fingerprint covers a buffer, so its largest |value| is read at every step;
@@ -204,13 +214,14 @@ class WeightReading:
             params = (self.largest if self.largest is not None else
                       torch.full((self.norms.numel(),), math.nan, device=device))
             self.norms = torch.cat([self.norms, norms.to(device)])
-            if top is not None:
-                self.largest = torch.cat([params.to(device), top.to(device)])
+            self.largest = torch.cat([params.to(device), top.to(device)])
         parts = [self.norms.double()]
         if self.changed is not None:
             parts.insert(0, self.changed.double())
         if self.largest is not None:
             parts.append(self.largest.double())
+        if lowest is not None:
+            parts.append(lowest.to(self.norms.device))
         return torch.cat(parts)
 
 
@@ -226,6 +237,9 @@ class WeightValues:
     stepped: int | None = None
     """How many leading tensors an optimizer steps (the parameters; the buffers after them
     move by what each forward computes); None: all of them."""
+    negative: dict[int, float] = field(default_factory=dict)
+    """The running variances (by position) holding a negative value: their lowest value (a NaN
+    there is `nonfinite`'s)."""
 
 
 def spare_core(params: list[torch.Tensor]) -> bool:
@@ -256,6 +270,9 @@ class WeightWatch:
         self.buffers = [b for _, b in buffers]
         """Read for their norms and largest |value| only: each forward writes them, so no
         fingerprint taken after the optimizer step can say they should not have changed."""
+        self.variances = [i for i, (n, _) in enumerate(buffers) if is_running_variance(n)]
+        """The buffers that are running variances (by position among `buffers`): read for their
+        sign too."""
         self.every = every
         self.largest_every = max(1, largest_every)
         self.ids = {id(p) for _, p in named}
@@ -315,7 +332,7 @@ class WeightWatch:
             due = self.readings % self.largest_every == 0 if largest is None else largest
             self.readings += 1
             # the buffers as they are now, after this step's forward wrote them
-            buffers = _buffer_values(self.buffers) if self.buffers else None
+            buffers = _buffer_values(self.buffers, self.variances) if self.buffers else None
             if not self.params:
                 return WeightReading(None, torch.zeros(0), torch.zeros(0) if due else None,
                                      buffers=buffers)
@@ -359,7 +376,10 @@ class WeightWatch:
         nonfinite = [not math.isfinite(v) and (bool(torch.isnan(t.detach()).any()) if i >= printed
                                                else not bool(torch.isfinite(t.detach()).all()))
                      for i, (v, t) in enumerate(zip(norms, tensors, strict=True))]
-        return WeightValues(changed, norms, largest, nonfinite, printed)
+        lowest = flat[len(flat) - len(self.variances):] if self.variances else []
+        negative = {printed + i: v for i, v in zip(self.variances, lowest, strict=True)
+                    if v < 0}
+        return WeightValues(changed, norms, largest, nonfinite, printed, negative)
 
 
     def _reread(self, changed: list[bool], norms: list[float], largest: list[float] | None

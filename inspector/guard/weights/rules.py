@@ -3,9 +3,9 @@
 Each rule is a registered class (`WEIGHT_RULES`, `@register`) whose `judge` sees one reading of
 every watched tensor (`fingerprint.WeightValues`) and answers a `Breach` per tensor it blames, named
 with that tensor. The watched tensors are the floating-point parameters, then the floating-point
-buffers (BatchNorm's running statistics), which only `weight-nonfinite` and `weight-largest`
-judge: no fingerprint can cover what each forward writes, nor an update size what the data
-sets. They judge from the first reading on, without a warm-up:
+buffers (BatchNorm's running statistics), which only `weight-nonfinite`, `weight-largest` and
+`variance-negative` judge: no fingerprint can cover what each forward writes, nor an update
+size what the data sets. They judge from the first reading on, without a warm-up:
 
 - `weights-changed`: a tensor's exact fingerprint differs from the one taken right after the
   last optimizer step: its bytes changed outside the step (a device or memory fault, or code that
@@ -23,6 +23,10 @@ sets. They judge from the first reading on, without a warm-up:
   about 1e-7 from rounding alone, so a tiny learning rate's steps are not judged on noise), and
   above `absolute` (a norm that quadruples: a zero-initialised tensor's norm doubles in its
   second Adam step) before `early` values are known.
+- `variance-negative`: a normalisation layer's running variance (`*.running_var`) holds a
+  negative value. A running mean of variances never is one; a flipped sign bit keeps the
+  buffer's norm and largest |value|, passes training (which normalises by each batch's own
+  statistics) and makes every eval output of that channel NaN.
 
 A tensor's learned numbers are plain floats (`state_dict`), so scenes and checkpoints keep them.
 """
@@ -41,7 +45,7 @@ WEIGHT_RULES: dict[str, type] = {}
 """Every weight rule class by its name, in the order they were registered."""
 
 CORRUPTION_RULES = frozenset({"weights-changed", "weight-nonfinite", "weight-largest",
-                              "update-size", "replica-differs"})
+                              "update-size", "variance-negative", "replica-differs"})
 """Rules whose alarm means the weights themselves are not to be trusted (or resumed from)."""
 
 
@@ -131,6 +135,19 @@ class WeightLargest:
 
 @register
 @dataclass
+class VarianceNegative(Stateless):
+    """A running variance below zero, which no forward writes."""
+
+    name = "variance-negative"
+
+    def judge(self, names: list[str], v: WeightValues) -> list[Breach]:
+        """One breach per running variance holding a negative value (its lowest)."""
+        return [Breach(self.name, "weights", lowest, 0.0, names[i])
+                for i, lowest in v.negative.items()]
+
+
+@register
+@dataclass
 class UpdateSize:
     """A tensor's norm moving far more in one step than it has been moving."""
 
@@ -205,9 +222,9 @@ class WeightRuleSet(StateByName):
 
     @classmethod
     def default(cls, k_largest: float = 8.0, k_update: float = 50.0) -> WeightRuleSet:
-        """The four rules, with the guard's configured factors."""
+        """The five rules, with the guard's configured factors."""
         return cls([WeightsChanged(), WeightNonFinite(), WeightLargest(k=k_largest),
-                    UpdateSize(k=k_update)])
+                    VarianceNegative(), UpdateSize(k=k_update)])
 
     def judge(self, names: list[str], v: WeightValues) -> list[Breach]:
         """Every breach of every rule, in rule order."""
