@@ -167,6 +167,35 @@ def test_nan_checkpoint_is_safe_code_with_a_weights_problem(tmp_path: Path, caps
     assert [f["code"] for f in report["health"]["findings"]] == ["nonfinite-weights"]
 
 
+@pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
+def test_a_sign_flipped_running_variance_is_a_problem_through_the_jailed_inspect(
+        tmp_path: Path, capsys, suffix: str) -> None:
+    from safetensors.torch import save_file
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8))
+    model(torch.randn(32, 4))  # a training forward: running statistics of real data
+    clean = {k: v.clone() for k, v in model.state_dict().items()}
+    flipped = {k: v.clone() for k, v in clean.items()}
+    flipped["1.running_var"] = _flip(flipped["1.running_var"], 5, 31)
+    # the harm, under torch: channel 5 of every eval output is NaN, and only it
+    model.load_state_dict(flipped)
+    out = model.eval()(torch.randn(3, 4))
+    assert torch.isnan(out).all(dim=0).tolist() == [i == 5 for i in range(8)]
+    for name, state in (("clean", clean), ("flipped", flipped)):
+        path = tmp_path / f"{name}{suffix}"
+        if suffix == ".pt":
+            torch.save(state, path)
+        else:
+            save_file(state, str(path))
+        report = inspect_file(path)
+        assert report.error is None
+        found = [(f.key, f.code) for f in report.health.findings]
+        assert found == ([] if name == "clean" else [("1.running_var", "negative-variance")])
+    assert main(["inspect", str(path)]) == 7
+    assert "1.running_var: a running variance holds -" in capsys.readouterr().out
+
+
 def test_crc_damaged_file_is_named_damaged_with_both_checksums(tmp_path: Path, capsys) -> None:
     path = factories.crc_damaged(tmp_path / "damaged.pt")
     assert main(["inspect", str(path)]) == 1  # the scan still says suspicious
@@ -250,8 +279,8 @@ def test_tensors_without_statistics_are_not_judged() -> None:
 def test_every_health_rule_is_registered_with_a_scope_and_each_one_fires():
     from inspector.checkpoint.health import RULES
     assert [type(r).__name__ for r in RULES] == ["QuantizationScale", "NonFiniteValues",
-                                                 "MagnitudeOutlier", "ConstantWeights",
-                                                 "DuplicateWeights"]
+                                                 "MagnitudeOutlier", "NegativeVariance",
+                                                 "ConstantWeights", "DuplicateWeights"]
     assert {r.scope for r in RULES} == {"quantized", "values", "weights"}
     base = {"dtype": "float32", "shape": [4, 4], "numel": 16, "nan": 0, "inf": 0, "zeros": 0,
             "min": -1.0, "max": 1.0, "absmax": 1.0, "digest": "d"}
@@ -260,9 +289,10 @@ def test_every_health_rule_is_registered_with_a_scope_and_each_one_fires():
         {**base, "key": "n", "nan": 2, "digest": "n"},
         {**base, "key": "o", "exponents": [[-4, 15], [60, 1]], "absmax": 2.0 ** 60,
          "digest": "o"},
+        {**base, "key": "bn.running_var", "shape": [4], "digest": "v"},
         {**base, "key": "c", "min": 0.5, "max": 0.5, "digest": "c"},
         {**base, "key": "a"}, {**base, "key": "b"},
     ]).findings}
     assert found == {("q", "nonfinite-weights"), ("n", "nonfinite-weights"),
-                     ("o", "magnitude-outlier"), ("c", "constant-weights"),
-                     ("b", "duplicate-weights")}
+                     ("o", "magnitude-outlier"), ("bn.running_var", "negative-variance"),
+                     ("c", "constant-weights"), ("b", "duplicate-weights")}

@@ -2,7 +2,8 @@
 
 Judged from the `inspect` tensor records alone (no torch), so the CLI, the GUI and the report
 judge old and new results alike. Status is `problem` when a weight holds NaN or Inf or a
-magnitude outlier, `warning` for constant weight matrices and exact duplicates, `ok` otherwise.
+magnitude outlier, or a running variance is negative, `warning` for constant weight matrices
+and exact duplicates, `ok` otherwise.
 
 Rules:
 - Weights are floating tensors (complex ones judged on their magnitude) outside training
@@ -29,6 +30,8 @@ Rules:
   df 1; df 2 rarely, df 3 never).
 - A quantized weight whose scale (per channel: any channel's, `nonfinite_scales`) is NaN or
   Inf is a problem: every value it dequantizes to is NaN or Inf.
+- Negative variance: a normalisation layer's running variance (`*.running_var`) whose lowest
+  value is below zero is a problem (a flipped sign bit: its magnitude is unchanged).
 - Constant: a weight of two or more dimensions whose values are all equal (all zero, or one
   value) is a warning; 1-D and scalar tensors (biases, norm scales, running statistics, class
   tokens) are legitimately constant at initialisation and are not judged.
@@ -48,6 +51,7 @@ from typing import Any, ClassVar, Protocol
 
 from inspector.checkpoint.tensor_stats import TensorStats
 from inspector.core.dtypes import lookup
+from inspector.core.flatten import is_running_variance
 from inspector.core.json_record import JsonRecord, typed_list, word
 from inspector.core.termtext import counted
 from inspector.core.vocabulary import HealthSeverity, HealthStatus
@@ -337,6 +341,26 @@ class MagnitudeOutlier:
             f"fewer than {MIN_JUDGED} non-zero values: no weight is that large; the signature "
             f"of a flipped exponent bit",
             extra={"outliers": 1, "absmax": absmax, "bulk_exponent": None}))
+
+
+@register
+class NegativeVariance:
+    """A normalisation layer's running variance below zero: a running mean of variances never
+    is, and in eval mode the layer divides by its square root, so that channel's every output
+    is NaN (a flipped sign bit keeps the value's magnitude, so no outlier rule sees it)."""
+
+    scope = "weights"
+
+    def judge(self, rec: TensorStats, judging: Judging) -> None:
+        """A problem naming the most negative value."""
+        lo = rec.min
+        if not is_running_variance(rec.key) or not isinstance(lo, (int, float)) or not lo < 0:
+            return
+        judging.health.add(HealthFinding(
+            "negative-variance", rec.key, PROBLEM,
+            f"a running variance holds {_num(lo)} (its lowest value): a running mean of "
+            "variances is never negative; in eval mode that channel's outputs are NaN",
+            extra={"min": lo}))
 
 
 def is_constant(rec: TensorStats) -> bool:
