@@ -118,21 +118,27 @@ def test_a_key_that_cannot_sign_is_one_clear_error_after_the_save(tmp_path, monk
     assert not Path(f"{target}.sig").exists()
 
 
-def test_run_latest_with_a_key_passes_over_what_its_signer_did_not_sign(tmp_path, keys,
-                                                                        monkeypatch,
-                                                                        capsys) -> None:
+def _three_saves(run: Path, keys, monkeypatch) -> None:
+    """Step 1 signed by alice; then someone who can write the run folder, without alice's key:
+    a save of their own, ledgered as any other (its hashes and chain hold), and one signed
+    with bob's key."""
     from inspector.ledger import save
 
-    pem, pub = keys["alice"]
-    run = tmp_path / "run"
-    monkeypatch.setenv("CKPT_INSPECTOR_SIGNING_KEY", str(pem))
+    monkeypatch.setenv("CKPT_INSPECTOR_SIGNING_KEY", str(keys["alice"][0]))
     save(_state(1), run / "step-1.pt", step=1, run_dir=run)
-    # someone who can write the run folder, without alice's key: a save of their own, ledgered
-    # as any other (its hashes and chain hold), then one signed with another key
     monkeypatch.delenv("CKPT_INSPECTOR_SIGNING_KEY")
     save(_state(2), run / "step-2.pt", step=2, run_dir=run)
     monkeypatch.setenv("CKPT_INSPECTOR_SIGNING_KEY", str(keys["bob"][0]))
     save(_state(3), run / "step-3.pt", step=3, run_dir=run)
+    monkeypatch.delenv("CKPT_INSPECTOR_SIGNING_KEY")
+
+
+def test_run_latest_with_a_key_passes_over_what_its_signer_did_not_sign(tmp_path, keys,
+                                                                        monkeypatch,
+                                                                        capsys) -> None:
+    pub = keys["alice"][1]
+    run = tmp_path / "run"
+    _three_saves(run, keys, monkeypatch)
 
     assert main(["run", "latest", str(run)]) == 0  # without a key: the newest intact one
     assert capsys.readouterr().out.strip() == str(run / "step-3.pt")
@@ -147,6 +153,25 @@ def test_run_latest_with_a_key_passes_over_what_its_signer_did_not_sign(tmp_path
 
     assert main(["run", "latest", str(run), "--public-key", str(keys["bob"][1])]) == 0
     assert capsys.readouterr().out.strip() == str(run / "step-3.pt")
+
+
+def test_a_resume_in_python_takes_only_what_the_key_signed(tmp_path, keys, monkeypatch) -> None:
+    from inspector.run.checkpoints import latest_valid, resume_choice
+    from inspector.signing.errors import SignatureError
+    from inspector.signing.saves import signed_by
+
+    run = tmp_path / "run"
+    _three_saves(run, keys, monkeypatch)
+    assert latest_valid(run).step == 3  # hashes and chain alone: the planted saves pass
+    assert latest_valid(run, refuse=signed_by(keys["alice"][1])).step == 1
+    assert latest_valid(run, refuse=signed_by(str(keys["bob"][1]))).step == 3
+    choice = resume_choice(run, refuse=signed_by(keys["alice"][1]))
+    assert [(r.step, why.split(":")[0]) for r, why in choice.skipped] == [
+        (3, "signature invalid"), (2, "not signed")]
+    with pytest.raises(SignatureError, match="cannot read the public key"):
+        signed_by(tmp_path / "absent.pub")
+    with pytest.raises(ValueError, match="needs a public key"):
+        signed_by()
 
 
 @pytest.mark.parametrize("action", ["latest", "verify"])

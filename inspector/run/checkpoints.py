@@ -399,9 +399,12 @@ def resume_choice(run_dir: str | os.PathLike[str], rank: int | None = None,
     return ResumeChoice(None, tuple(skipped), ledger.bad_records)
 
 
-def latest_valid(run_dir: str | os.PathLike[str], rank: int | None = None) -> SaveRecord | None:
-    """The newest verified checkpoint (of `rank`, when given) whose bytes match its record."""
-    return resume_choice(run_dir, rank).record
+def latest_valid(run_dir: str | os.PathLike[str], rank: int | None = None,
+                 refuse: Callable[[RunLedger, CheckpointCheck], str | None] | None = None
+                 ) -> SaveRecord | None:
+    """The newest verified checkpoint (of `rank`, when given) whose bytes match its record and
+    that `refuse` does not pass over (`signing.saves.signed_by(key)`: its signature)."""
+    return resume_choice(run_dir, rank, refuse=refuse).record
 
 
 def find_record(path: str | os.PathLike[str]) -> tuple[RunLedger, SaveRecord] | None:

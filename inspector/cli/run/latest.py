@@ -7,15 +7,8 @@ import json
 import sys
 from collections.abc import Callable
 
-from inspector.cli.run.run_dir import (
-    add_run_dir,
-    add_signer,
-    signature_of,
-    unreadable,
-    unreadable_signer,
-)
+from inspector.cli.run.run_dir import add_run_dir, add_signer, unreadable, unreadable_signer
 from inspector.core.termtext import escape
-from inspector.core.vocabulary import SignatureState
 from inspector.run.checkpoints import (
     CheckpointCheck,
     LedgerError,
@@ -77,13 +70,6 @@ def _unsigned(args: argparse.Namespace) -> Callable[[RunLedger, CheckpointCheck]
     """With a key or chain given: why an intact checkpoint's signature does not hold."""
     if not (args.public_key or args.certificate):
         return None
+    from inspector.signing.saves import signed_by
 
-    def refuse(ledger: RunLedger, check: CheckpointCheck) -> str | None:
-        verdict = signature_of(args, ledger, check)
-        if verdict is None or verdict.state == SignatureState.INTACT:
-            return None
-        said = ("not signed" if verdict.state == SignatureState.UNSIGNED
-                else f"signature {verdict.state}")
-        return said + (f": {verdict.reason}" if verdict.reason else "")
-
-    return refuse
+    return signed_by(args.public_key, args.certificate or ())

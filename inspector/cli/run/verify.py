@@ -6,13 +6,7 @@ import argparse
 import json
 
 from inspector.cli.common import add_jobs_argument, add_loader_arguments, worker_digests
-from inspector.cli.run.run_dir import (
-    add_run_dir,
-    add_signer,
-    signature_of,
-    unreadable,
-    unreadable_signer,
-)
+from inspector.cli.run.run_dir import add_run_dir, add_signer, unreadable, unreadable_signer
 from inspector.core.badges import shout, status_look
 from inspector.core.termtext import counted, escape
 from inspector.core.vocabulary import CheckpointState, SignatureState
@@ -46,7 +40,10 @@ def run(args: argparse.Namespace) -> int:
         return unreadable("verify", exc)
     checks = check_saves(ledger, jobs=args.jobs, tensor_digests=worker_digests(args))
     summary = summarize(ledger, checks)
-    signatures = [signature_of(args, ledger, c) for c in checks]
+    from inspector.signing.saves import save_signature
+
+    signatures = [save_signature(ledger, c, args.public_key, args.certificate or ())
+                  for c in checks]
     keyed = bool(args.public_key or args.certificate)
     unsigned = keyed and any(v is not None and v.state != SignatureState.INTACT
                              for v in signatures)

@@ -1,0 +1,74 @@
+"""A ledgered checkpoint's signature (`NAME.sig` beside it, written when the run set a signing
+key) checked against the digests its record holds: what `run verify` shows, and why `run
+latest` and a resume with a key (`resume_choice(refuse=signed_by(key))`) pass a checkpoint over.
+
+The run's types (`run.checkpoints.RunLedger`, `CheckpointCheck`) are read by their attributes
+only: this package imports nothing of `run`, and the ledger's reader imports nothing of this.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from inspector.core.vocabulary import CheckpointState, SignatureState
+from inspector.signing.check import SignatureVerdict, check_against
+from inspector.signing.keys import read_certificates, read_public_key
+from inspector.signing.statement import beside, signed_name
+
+PathLike = str | os.PathLike[str]
+
+
+class _Ledger(Protocol):
+    run_dir: Path
+
+    def resolve(self, record: Any) -> Path: ...
+
+
+class _Check(Protocol):
+    state: str
+    record: Any
+
+
+def save_signature(ledger: _Ledger, check: _Check, public_key: PathLike | None = None,
+                   certificates: Sequence[PathLike] = ()) -> SignatureVerdict | None:
+    """A checkpoint's signature against its record: checked when a key or chain is given or a
+    signature lies beside it; None when neither (or the checkpoint is gone by rotation)."""
+    if check.state in (CheckpointState.REMOVED, CheckpointState.REPLACED):
+        return None
+    target = ledger.resolve(check.record)
+    if not (public_key or certificates or beside(target).exists()):
+        return None
+    expected = {signed_name(target, ledger.run_dir / Path(*f.path.split("/"))): f.sha256 or ""
+                for f in check.record.files}
+    return check_against(beside(target), expected, Path(public_key) if public_key else None,
+                         [Path(c) for c in certificates])
+
+
+def refusal(verdict: SignatureVerdict | None) -> str | None:
+    """Why a checkpoint must be passed over for its signature (None: it holds, or none asked)."""
+    if verdict is None or verdict.state == SignatureState.INTACT:
+        return None
+    said = ("not signed" if verdict.state == SignatureState.UNSIGNED
+            else f"signature {verdict.state}")
+    return said + (f": {verdict.reason}" if verdict.reason else "")
+
+
+def signed_by(public_key: PathLike | None = None, certificates: Sequence[PathLike] = ()
+              ) -> Callable[[Any, Any], str | None]:
+    """For `resume_choice` / `latest_valid(refuse=...)`: why an intact checkpoint's signature
+    does not hold with this key or chain, or it has none. The key and each chain are read now,
+    so one that cannot be read is a SignatureError before any checkpoint is judged."""
+    if not (public_key or certificates):
+        raise ValueError("signed_by needs a public key or a certificate chain")
+    if public_key:
+        read_public_key(Path(public_key))
+    for chain in certificates:
+        read_certificates(Path(chain))
+
+    def refuse(ledger: _Ledger, check: _Check) -> str | None:
+        return refusal(save_signature(ledger, check, public_key, certificates))
+
+    return refuse
