@@ -10,6 +10,7 @@ SGD's momentum and optimizers with other keys or hyper-parameters are not judged
 from __future__ import annotations
 
 import math
+import struct
 import warnings
 
 import pytest
@@ -21,7 +22,7 @@ from torch.utils.data import DataLoader
 from inspector.cli import main
 from inspector.core.vocabulary import SaveOutcome
 from inspector.ledger import save
-from inspector.ledger.moments import MARGIN, local_state, moment_problems
+from inspector.ledger.moments import MARGIN, group_problems, local_state, moment_problems
 from inspector.run.checkpoints import resume_choice
 
 OPTIMIZERS = {
@@ -440,3 +441,112 @@ def test_transformers_checkpoint_after_a_flipped_moment_is_unhealthy(tmp_path):
             callbacks=[Fault(), LedgerCallback()]).train()
     unhealthy_at_step_4(out, "Adam state of optimizer.parameter 0")
     assert get_last_checkpoint(str(out)) == str(out / "checkpoint-2")
+
+
+def flip_float(value: float, bit: int) -> float:
+    """The test's own fault in a Python float (a hyper-parameter): one bit of its 64."""
+    (word,) = struct.unpack("<Q", struct.pack("<d", value))
+    return struct.unpack("<d", struct.pack("<Q", word ^ (1 << bit)))[0]
+
+
+CLEAN_GROUPS = {
+    "sgd-momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-4),
+    "adam-tensor-lr": lambda ps: torch.optim.Adam(ps, lr=torch.tensor(1e-3)),
+    "adamw": lambda ps: torch.optim.AdamW(ps),
+    "nadam": lambda ps: torch.optim.NAdam(ps),
+    "radam": lambda ps: torch.optim.RAdam(ps),
+    "adamax": lambda ps: torch.optim.Adamax(ps),
+    "rmsprop-centred": lambda ps: torch.optim.RMSprop(ps, momentum=0.5, centered=True),
+    "adadelta": lambda ps: torch.optim.Adadelta(ps, rho=1.0),
+    "adagrad": lambda ps: torch.optim.Adagrad(ps, initial_accumulator_value=0.1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLEAN_GROUPS))
+def test_every_optimizer_s_own_hyper_parameters_pass_with_a_scheduler_driving_them(name):
+    model = tiny_model()
+    optimizer = CLEAN_GROUPS[name](model.parameters())
+    cycle = "betas" in optimizer.defaults or "momentum" in optimizer.defaults
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=1e-2, total_steps=20,
+                                                    cycle_momentum=cycle)
+    for step in range(20):  # the learning rate climbs from ~0 and anneals back down
+        optimizer.zero_grad(set_to_none=True)
+        x, y = batch(step)
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        scheduler.step()
+        assert group_problems({"optimizer": optimizer.state_dict()}) == []
+
+
+# each value is one torch's own constructor refuses (shown in the test), a flip away from a
+# default: the sign bit, or the top exponent bit of a beta or rho (x 2^1024: Inf)
+REFUSED = [
+    (torch.optim.SGD, {"lr": 0.1}, "lr", 63),
+    (torch.optim.SGD, {"momentum": 0.9}, "momentum", 63),
+    (torch.optim.Adam, {}, "eps", 63), (torch.optim.AdamW, {}, "weight_decay", 63),
+    (torch.optim.RMSprop, {}, "alpha", 63),
+    (torch.optim.Adagrad, {"lr_decay": 0.1}, "lr_decay", 63),
+    (torch.optim.Adagrad, {"initial_accumulator_value": 0.1}, "initial_accumulator_value", 63),
+    (torch.optim.NAdam, {}, "momentum_decay", 63), (torch.optim.Adadelta, {}, "rho", 62),
+    (torch.optim.Adam, {}, ("betas", 1), 62), (torch.optim.Adamax, {}, ("betas", 0), 63),
+]
+
+
+@pytest.mark.parametrize("cls, kwargs, key, bit", REFUSED,
+                         ids=[f"{c.__name__}-{k if isinstance(k, str) else k[0] + str(k[1])}"
+                              for c, _, k, _ in REFUSED])
+def test_a_flipped_hyper_parameter_torch_refuses_is_named(cls, kwargs, key, bit):
+    model = tiny_model()
+    optimizer = cls(model.parameters(), **kwargs)
+    state = optimizer.state_dict()
+    group = state["param_groups"][0]
+    name, index = (key, None) if isinstance(key, str) else key
+    before = group[name] if index is None else group[name][index]
+    after = flip_float(float(before), bit)
+    if index is None:
+        group[name] = after
+    else:
+        group[name] = tuple(after if i == index else b for i, b in enumerate(group[name]))
+    refused = {name: group[name]}
+    with pytest.raises(ValueError, match="Invalid"):
+        cls(tiny_model().parameters(), **{**kwargs, **refused})
+    (line,) = group_problems({"optimizer": state})
+    assert line == (f"optimizer.param group 0: {name} {after:g}, which torch's optimizers "
+                    "refuse")
+
+
+def test_a_save_after_a_negated_learning_rate_is_unhealthy_and_it_climbs_the_loss(tmp_path):
+    def train(optimizer, model, steps):
+        losses = []
+        for step in range(steps):
+            optimizer.zero_grad(set_to_none=True)
+            x, y = batch(step % 2)
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.detach()))
+        return losses
+
+    model = tiny_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    train(optimizer, model, 5)
+    good = save({"model": model.state_dict(), "optimizer": optimizer.state_dict()},
+                tmp_path / "step-4.pt", step=4)
+    optimizer.param_groups[0]["lr"] = flip_float(optimizer.param_groups[0]["lr"], 63)
+    bad = save({"model": model.state_dict(), "optimizer": optimizer.state_dict()},
+               tmp_path / "step-5.pt", step=5)
+    assert good.outcome == SaveOutcome.VERIFIED
+    assert bad.outcome == SaveOutcome.UNHEALTHY
+    assert "optimizer.param group 0: lr -0.05, which torch's optimizers refuse" in bad.detail
+    assert resume_choice(tmp_path).record.step == 4
+    # the harm, under torch's own step from the state that would have been sealed: every value
+    # stays finite and the loss climbs where the clean state's falls
+    resumed = tiny_model()
+    resumed.load_state_dict(model.state_dict())
+    ascent = torch.optim.SGD(resumed.parameters(), lr=0.05)
+    ascent.load_state_dict(optimizer.state_dict())
+    climbing = train(ascent, resumed, 10)
+    clean = torch.optim.SGD(model.parameters(), lr=0.05)
+    falling = train(clean, model, 10)
+    assert all(math.isfinite(v) for v in climbing)
+    assert climbing[-1] > climbing[0] and falling[-1] < falling[0]

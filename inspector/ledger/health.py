@@ -2,14 +2,15 @@
 
 Two sources: the state itself (a NaN in any floating-point tensor: no weight, moment or buffer
 is ever legitimately NaN, while -Inf masks are, so Inf is left to the guard, which knows which
-tensors are parameters; a negative running variance; and optimizer moments outside what their
-update can write, `moments`), and every check a training guard in this process registered for the
-run folder (`run.health_gate`: the weights finite, within their learned largest |w|, and their
-fingerprint the one the last optimizer step left). A checkpoint that fails is written beside its
-target under an `.unhealthy` name, as evidence, and recorded with outcome `unhealthy`; the
-previous checkpoint at the target stays, and no resume chooses the unhealthy one (a folder a
-trainer already placed, `record_folder`, is renamed so, out of the trainer's own pattern, so
-the trainer's resume skips it too).
+tensors are parameters; a negative running variance; optimizer hyper-parameters torch's own
+constructors refuse; and optimizer moments outside what their update can write, `moments`), and
+every check a training guard in this process registered for the run folder (`run.health_gate`:
+the weights finite, within their learned largest |w|, and their fingerprint the one the last
+optimizer step left). A checkpoint that fails is written beside its target under an
+`.unhealthy` name, as evidence, and recorded with outcome `unhealthy`; the previous checkpoint
+at the target stays, and no resume chooses the unhealthy one (a folder a trainer already
+placed, `record_folder`, is renamed so, out of the trainer's own pattern, so the trainer's
+resume skips it too).
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ def health_problems(obj: Any, run_dir: Path) -> list[str]:
 
 def state_problems(obj: Any) -> list[str]:
     """What the state `obj` itself shows: NaN anywhere, a negative running variance, optimizer
-    moments out of their bounds."""
-    from inspector.ledger.moments import moment_problems
+    hyper-parameters torch refuses, optimizer moments out of their bounds."""
+    from inspector.ledger.moments import group_problems, moment_problems
 
     dense = _dense_floats(obj)  # one flatten of the state serves both checks of its tensors
-    return nan_problems(dense) + variance_problems(dense) + moment_problems(obj)
+    return (nan_problems(dense) + variance_problems(dense) + group_problems(obj)
+            + moment_problems(obj))
 
 
 def optimizer_problems(optimizer: Any) -> list[str]:
