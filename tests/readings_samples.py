@@ -580,7 +580,9 @@ def _zip_readings(data: bytes) -> set[tuple[str, str]]:
 
 def _tar_readings(data: bytes) -> set[tuple[str, str]]:
     """torch's legacy tar path: `tarfile` opens it; `storages`, `tensors` and `pickle` are
-    unpickled (their pickles back-to-back)."""
+    unpickled (their pickles back-to-back, with a persistent_load). And every regular member
+    as unpacking (`tarfile.extractall`, `shutil.unpack_archive`) writes it: a whole file that
+    pickle.load and joblib.load read from its start (a model.tar.gz holding a model.joblib)."""
     seen: set[tuple[str, str]] = set()
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:",
@@ -592,6 +594,9 @@ def _tar_readings(data: bytes) -> set[tuple[str, str]]:
                     continue
                 if fh is not None:
                     seen |= _stream(fh.read(), persistent=True)
+            for member in tar.getmembers()[:1000]:
+                if member.isfile() and (fh := tar.extractfile(member)) is not None:
+                    seen |= _stream(fh.read(), persistent=False, readers=tuple(READERS))
     except Exception:
         pass
     return seen
@@ -602,7 +607,7 @@ def real_imports(data: bytes) -> set[tuple[str, str]]:
     back-to-back pickles from byte 0 (pickle.load, torch's legacy stream, joblib; a zip without
     persistent_load), each archive record torch's own zip reader or NumPy's zipfile hands out
     and they unpickle, each decoded stream joblib unpickles, each legacy tar member torch
-    unpickles, an .npy's object payload."""
+    unpickles, each tar member unpacked as a file, an .npy's object payload."""
     seen = _stream(data, data[:4] != b"PK\x03\x04", tuple(READERS))
     seen |= _zip_readings(data) | _tar_readings(data)
     if data[:6] == b"\x93NUMPY":

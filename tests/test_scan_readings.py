@@ -9,10 +9,12 @@ file, and that what only the walker sees is a finding, not an import."""
 
 from __future__ import annotations
 
+import io
 import pickle
 import random
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -552,3 +554,30 @@ def test_compressed_content_past_where_the_stdlib_decoder_stops_is_apart(
         path.write_bytes(data)
         _global_only_where_it_runs(path, load, canary, runs)
     assert not canary.exists()
+
+
+def test_a_tar_member_is_read_as_the_whole_file_unpacking_writes(tmp_path, jailed_readings,
+                                                                  python_exe):
+    # pure-Python pickle (joblib's) keeps a last line that has no newline, dropping its last
+    # byte as if it were one; C pickle stops: only joblib's reading imports `this`
+    payload = b"\x80\x02cthis\ndX"
+    archive = tmp_path / "model.tar"
+    with tarfile.open(archive, "w") as tar:
+        info = tarfile.TarInfo("model.joblib")
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    load = ("import pickle, sys, tarfile, joblib\n"
+            "tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='data')\n"
+            "read = joblib.load if sys.argv[3] == 'joblib' else (\n"
+            "    lambda p: pickle.load(open(p, 'rb')))\n"
+            "try:\n    read(sys.argv[2] + '/model.joblib')\n"
+            "except Exception as exc:\n    print(type(exc).__name__)\n")
+    out = {kind: subprocess.run([python_exe, "-c", load, str(archive), str(tmp_path / kind),
+                                 kind], capture_output=True, text=True, check=True).stdout
+           for kind in ("joblib", "pickle")}
+    # the harm: `import this` ran under joblib.load of the unpacked member (its Zen printed)
+    assert "Beautiful is better than ugly" in out["joblib"], out
+    assert out["pickle"].strip() == "UnpicklingError", out
+    res = scan_file(archive)
+    assert ("this", "d") in {(g.module, g.name) for g in res.globals}, res.to_json()
+    assert res.verdict == "dangerous", res.to_json()

@@ -60,7 +60,7 @@ class Blob:
     size: int = 0
     persistent: bool = True  # the loader has a persistent_load (torch); plain pickle has not
     # reader kinds: C with peek (open()), C without (io.BytesIO), pure Python (joblib, which
-    # reads whole files, never archive members)
+    # reads whole files: a tar member unpacked is one, a zip member is read in place)
     kinds: tuple[str, ...] = ("c", "c-nopeek", "py")
     py_opcodes: int = 0  # the pure-Python reading's opcode budget (`py_budget`)
     # whether a loader reads these bytes as pickles: False for a member the scan reads from
