@@ -376,3 +376,24 @@ def test_a_comparison_the_worker_lies_about_is_refused_not_shown(window, qtbot, 
     qtbot.waitUntil(lambda: not window.cancel_button.isVisible(), timeout=LOAD_TIMEOUT_MS)
     window.tabs.setCurrentWidget(window.integrity)
     window.grab().save(str(artifacts / "gui" / "integrity-compare-refused.png"))
+
+
+def test_overview_names_a_negative_running_variance_as_a_weights_problem(window, qtbot, tmp_path,
+                                                                          artifacts):
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.BatchNorm1d(8))
+    model(torch.randn(32, 4))
+    state = model.state_dict()
+    state["1.running_var"][5] = -state["1.running_var"][5]  # a flipped sign bit
+    path = tmp_path / "bn.pt"
+    torch.save(state, path)
+    doc = open_loaded(window, qtbot, path)
+    assert doc.health.status == "problem"
+    assert [(f.key, f.code) for f in doc.health.findings] == [("1.running_var",
+                                                               "negative-variance")]
+    window.tabs.setCurrentWidget(window.overview)
+    assert "1.running_var" in window.overview.health_banner.subtitle.text()
+    qtbot.waitUntil(lambda: not window.cancel_button.isVisible(), timeout=LOAD_TIMEOUT_MS)
+    window.grab().save(str(artifacts / "gui" / "overview-negative-variance.png"))

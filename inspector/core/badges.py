@@ -41,8 +41,8 @@ class Badge(StrEnum):
     WEIGHTS_OK = "weights_ok"
     WEIGHTS_CHECK = "weights_check"
     WEIGHTS_CORRUPTED = "weights_corrupted"
-    """Weights hold NaN or Inf or flipped-exponent outliers: the bytes are whole, the values
-    are not."""
+    """Weights hold NaN or Inf, flipped-exponent outliers or a negative running variance: the
+    bytes are whole, the values are not."""
     WEIGHTS_PENDING = "weights_pending"
     WEIGHTS_NOT_JUDGED = "weights_not_judged"
     SKIPPED = "skipped"
@@ -78,12 +78,14 @@ LOOKS: dict[Badge, Look] = {
     Badge.NO_CODE: Look("No code found", "#1e8e3e", "–",
                         "No code runs when it is loaded, but its weights are corrupted."),
     Badge.WEIGHTS_OK: Look("Weights OK", "#1e8e3e", "✓",
-                           "No NaN or Inf, no outlier, no constant or duplicated matrix."),
+                           "No NaN or Inf, no outlier, no negative running variance, no "
+                           "constant or duplicated matrix."),
     Badge.WEIGHTS_CHECK: Look("Weights: check", "#b86e00", "≈",
                               "A constant or all-zero matrix, or duplicated weights."),
     Badge.WEIGHTS_CORRUPTED: Look("Weights corrupted", "#c2185b", "∿",
-                                  "Weights hold NaN or Inf, or values far beyond the rest of "
-                                  "their tensor (a flipped exponent bit)."),
+                                  "Weights hold NaN or Inf, values far beyond the rest of "
+                                  "their tensor (a flipped exponent bit), or a negative "
+                                  "running variance (a flipped sign bit)."),
     Badge.WEIGHTS_PENDING: Look("Weights not judged yet", "#5f6fa0", "…",
                                 "The weights are judged once the sandbox has read them."),
     Badge.WEIGHTS_NOT_JUDGED: Look("Weights not judged", GREY, "–",

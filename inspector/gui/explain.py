@@ -76,8 +76,8 @@ SAFETENSORS = Explanation(
 
 NO_CODE_DAMAGED_WEIGHTS = Explanation(
     "No code found — but the weights are damaged",
-    "Loading it runs no code, but some weights hold NaN or Inf or values far beyond the rest "
-    "of their tensor (see Weights health).",
+    "Loading it runs no code, but some weights hold NaN or Inf, values far beyond the rest "
+    "of their tensor, or a negative running variance (see Weights health).",
     HEALTH_PROBLEM_ACTION,
 )
 
@@ -117,8 +117,9 @@ HEALTH_TEXT: dict[str, Explanation] = {
         "twice are duplicates."),
     HealthStatus.PROBLEM: Explanation(
         "Weights are corrupted or diverged",
-        "Some weights hold NaN or Inf, or values far beyond the rest of their tensor (the "
-        "signature of a flipped exponent bit).",
+        "Some weights hold NaN or Inf, values far beyond the rest of their tensor (the "
+        "signature of a flipped exponent bit), or a negative running variance (of a flipped "
+        "sign bit).",
         HEALTH_PROBLEM_ACTION),
 }
 HEALTH_PENDING = Explanation("Weights health: not judged yet",

@@ -378,8 +378,8 @@ def _health(f: FileReport) -> str:
             [cells.severity(x.get("severity")), cells.mono(x.get("code")), cells.mono(x.get("key")),
              escape(str(x.get("message")))] for x in h.findings]))
     else:
-        parts.append("<p class=\"pass\">No NaN or Inf, no outliers, no constant or duplicate "
-                     "weights.</p>")
+        parts.append("<p class=\"pass\">No NaN or Inf, no outliers, no negative running "
+                     "variance, no constant or duplicate weights.</p>")
     return "".join(parts)
 
 
