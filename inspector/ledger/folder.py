@@ -49,7 +49,7 @@ from inspector.ledger.record import append_save, prior_ledger, relative
 from inspector.ledger.rotate import rotate
 from inspector.ledger.space import check_space, disk_full
 from inspector.ledger.strays import clear_strays, temp_tag
-from inspector.run.checkpoints import LedgerError, SaveRecord
+from inspector.run.checkpoints import LedgerError, SaveRecord, checkpoint_files
 from inspector.scan.dcp_folder import is_dcp_folder
 
 TENSOR_FORMATS = frozenset({Format.SAFETENSORS, Format.ZIP, Format.PICKLE})
@@ -234,11 +234,6 @@ def _place(tmp: Path, target: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def folder_files(folder: Path) -> list[Path]:
-    """Every file of a checkpoint folder, sorted (hidden ones too: DCP's `.metadata`)."""
-    return sorted(p for p in folder.rglob("*") if p.is_file())
-
-
 def measure_folder(folder: Path, rel: str, expected: Any
                    ) -> tuple[list[FileEntry], str | None, SaveOutcome, str | None]:
     """Each file's manifest entry, the folder's format, and the comparison with memory: a
@@ -247,7 +242,7 @@ def measure_folder(folder: Path, rel: str, expected: Any
     file's SHA-256."""
     if is_dcp_folder(folder):
         files = [FileEntry(_name(path, rel, folder), sha256_file(path), path.stat().st_size)
-                 for path in folder_files(folder)]
+                 for path in checkpoint_files(folder)]
         try:
             found, unread = disk_digests(folder)[1], []
         except CodedError as exc:
@@ -258,7 +253,7 @@ def measure_folder(folder: Path, rel: str, expected: Any
     held = len(memory)
     files, differ, unread = [], [], []
     with ThreadPoolExecutor(1, thread_name_prefix="ledger-folder") as pool:
-        for path in folder_files(folder):
+        for path in checkpoint_files(folder):
             file_hash = pool.submit(sha256_file, path)
             entry = FileEntry(_name(path, rel, folder), None, path.stat().st_size)
             if _kind(path) in TENSOR_FORMATS:

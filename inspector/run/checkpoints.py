@@ -309,13 +309,20 @@ def check_saves(
     return [results[i] for i in range(len(chosen))]
 
 
+def checkpoint_files(folder: Path, links: bool = False) -> list[Path]:
+    """Every file of a checkpoint folder, sorted (hidden ones too: DCP's `.metadata`), as the
+    ledger records them; with `links`, every link too, a dangling one included (a resume that
+    opens it fails, so it is a file the save did not write)."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() or (links and p.is_symlink()))
+
+
 def _unwritten(folder: Path, rec: SaveRecord) -> list[str]:
     """The files in a checkpoint folder that its save record does not name, as the record
     names files (relative to the run folder)."""
     named = {f.path for f in rec.files}
     base = rec.path.rstrip("/")
     try:
-        found = [p for p in folder.rglob("*") if p.is_file() or p.is_symlink()]
+        found = checkpoint_files(folder, links=True)
     except OSError:
         return []
     return sorted(name for name in (f"{base}/{p.relative_to(folder).as_posix()}" for p in found)
