@@ -69,6 +69,7 @@ from inspector.guard.weights.rules import CORRUPTION_RULES, WeightRuleSet
 from inspector.run import health_gate, journal
 from inspector.run.blocklog import BlockWriter
 from inspector.run.metrics import METRICS_KIND, metrics_path
+from inspector.run.optimizer_settings import refused
 
 # Megatron-LM exits 17 when a validation failure ends the job; a halted guard means the same.
 EXIT_HALTED = 17
@@ -78,6 +79,10 @@ NONFINITE_RULES = frozenset({"loss-nonfinite", "grad_norm-nonfinite"})
 Attribution = Literal["reproducible", "transient", "device"]
 DEVICE_RULES = frozenset({"weights-changed", "replica-differs"})
 """Rules that fire only when bytes changed where no computation of the step wrote them."""
+SETTING_RULE = "optimizer-setting"
+"""An optimizer hyper-parameter torch's optimizers refuse (`run.optimizer_settings`)."""
+NOT_RESUMED = CORRUPTION_RULES | {SETTING_RULE}
+"""Rules whose scene holds weights or an optimizer not to be resumed from."""
 
 
 class GuardHalt(SystemExit):
@@ -184,6 +189,8 @@ class Guard:
         self.replicas = ReplicaCheck()
         self._watched: Any = None
         self.console = AlarmConsole(self.rank) if self.config.console else None
+        self._stepped: weakref.WeakSet = weakref.WeakSet()
+        """Every optimizer that stepped since this guard began: its settings are checked."""
         self._post_hook = register_optimizer_step_post_hook(
             _weak_hook(self, "_after_optimizer_step"))
         self._pre_hook = register_optimizer_step_pre_hook(
@@ -228,7 +235,8 @@ class Guard:
         numbers = step_numbers(loss, model, reading.vector)
         weights = watch.values(reading, numbers.extra)
         values = {"loss": numbers.loss, "grad_norm": numbers.grad_norm}
-        breaches = self.weight_rules.judge(watch.names, weights) + self.rules.judge(values)
+        breaches = (self.weight_rules.judge(watch.names, weights) + self.rules.judge(values)
+                    + self._setting_breaches(optimizer))
         every = self.config.replica_every
         if every and self.step_index % every == 0:
             breaches = self.replicas.compare(watch) + breaches
@@ -273,13 +281,14 @@ class Guard:
                optimizer: torch.optim.Optimizer | None = None, *,
                skip_bad_samples: bool = True) -> Scene:
         """Load a halted step's scene into model and optimizer and continue at that step; a
-        scene whose weights were the fault (a weight rule fired) is refused, naming the tensor:
+        scene whose weights or optimizer settings were the fault is refused, naming them:
         resume from the newest healthy checkpoint (`ckpt-inspector run latest`) instead. With
         a linked order ledger, the samples the scene blames are left out of later batches."""
-        corrupt = [a for a in read_scene(scene_dir).alarms if a.get("rule") in CORRUPTION_RULES]
+        corrupt = [a for a in read_scene(scene_dir).alarms if a.get("rule") in NOT_RESUMED]
         if corrupt:
             first = corrupt[0]
-            raise CodedError("scene-weights-corrupt", f"{scene_dir} holds the weights the guard "
+            what = "optimizer" if first["rule"] == SETTING_RULE else "weights"
+            raise CodedError("scene-weights-corrupt", f"{scene_dir} holds the {what} the guard "
                              f"alarmed on ({first['rule']} on {first.get('param')}); resume "
                              f"from the checkpoint `ckpt-inspector run latest {self.run_dir}` "
                              "names instead")
@@ -355,8 +364,19 @@ class Guard:
             self.watch.settle()
 
     def _after_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        self._stepped.add(optimizer)
         if self.watch is not None and self.watch.owns(optimizer):
             self.watch.after_step()
+
+    def _setting_breaches(self, optimizer: torch.optim.Optimizer | None) -> list[Breach]:
+        """A breach per hyper-parameter torch's optimizers refuse, in every optimizer that
+        stepped and the one given: checked before the step it would steer (a few µs)."""
+        optimizers = list(self._stepped)
+        if optimizer is not None and optimizer not in optimizers:
+            optimizers.append(optimizer)
+        return [Breach(SETTING_RULE, "optimizer", value, None, f"param_groups.{i}.{key}")
+                for opt in optimizers for i, group in enumerate(getattr(opt, "param_groups", ()))
+                for key, value in refused(group)]
 
     def _action(self, breaches: list[Breach]) -> Action:
         """The configured action; `skip` for a non-finite loss or gradient under `warn`."""
@@ -478,6 +498,8 @@ def _said(b: Breach) -> str:
     """A breach in words, for the console line."""
     if b.rule == REPLICA_RULE:
         return f"rank {int(b.value)}'s {b.param} differs from the other replicas"
+    if b.rule == SETTING_RULE:
+        return f"the optimizer's {b.param} is {b.value:.4g}, which torch's optimizers refuse"
     where = f" on {b.param}" if b.param else ""
     bar = f" (bound {b.threshold:.4g})" if isinstance(b.threshold, float) else ""
     return f"{b.signal}{where} is {b.value:.4g}{bar}"

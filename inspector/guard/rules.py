@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-Signal = Literal["loss", "grad_norm", "weights"]
+Signal = Literal["loss", "grad_norm", "weights", "optimizer"]
 
 
 @dataclass(frozen=True)

@@ -21,15 +21,14 @@ was sealed.
   their start.
 
 Every moment of these is finite, and a `step` count is a whole number from zero (a flipped sign
-or mantissa makes the bias corrections negative or odd). Every parameter group's hyper-parameters
-(of any optimizer) must lie where torch's constructors admit them, and be finite
-(`group_problems`): `load_state_dict` never checks them again, and a negated learning rate
-climbs the loss while every number stays finite. The bound checked is 2C against
-sqrt(v + the dtype's smallest normal): rounding takes bfloat16 states to 1.004 C and float16
-subnormals to 1.7 C. Not caught: a flip that enlarges a second moment (it freezes its element)
-or shrinks a first one, or that enlarges a step count by a power of two, SGD's momentum (no
-such bound) and RMSprop's; a state holding keys beyond its family's, or a group without its
-family's hyper-parameters, is left alone, its rule unknown.
+or mantissa makes the bias corrections negative or odd). Every parameter group's
+hyper-parameters (of any optimizer) must lie where torch's constructors admit them, and be
+finite (`group_problems`, by `run.optimizer_settings`, which the guard also checks after each
+step). The bound checked is 2C against sqrt(v + the dtype's smallest normal): rounding takes
+bfloat16 states to 1.004 C and float16 subnormals to 1.7 C. Not caught: a flip that enlarges a
+second moment (it freezes its element) or shrinks a first one, or that enlarges a step count by
+a power of two, SGD's momentum (no such bound) and RMSprop's; a state holding keys beyond its
+family's, or a group without its family's hyper-parameters, is left alone, its rule unknown.
 """
 
 from __future__ import annotations
@@ -42,6 +41,7 @@ from typing import Any
 import torch
 
 from inspector.core.termtext import counted
+from inspector.run.optimizer_settings import refused
 
 MARGIN = 2.0
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -148,51 +148,17 @@ def moment_problems(obj: Any) -> list[str]:
     return found
 
 
-HYPER_PARAMETERS: dict[str, tuple[float, float, bool]] = {
-    "lr": (0.0, math.inf, False), "eps": (0.0, math.inf, False),
-    "weight_decay": (0.0, math.inf, False), "momentum": (0.0, math.inf, False),
-    "alpha": (0.0, math.inf, False), "lr_decay": (0.0, math.inf, False),
-    "initial_accumulator_value": (0.0, math.inf, False),
-    "momentum_decay": (0.0, math.inf, False), "rho": (0.0, 1.0, True),
-    "betas": (0.0, 1.0, False),
-}
-"""A parameter group's hyper-parameter -> the range torch's optimizers admit it in (low, high,
-whether high itself is admitted), as their constructors check it (`Invalid learning rate`);
-each beta in [0, 1). Finite too: a flipped exponent that makes one infinite passes those
-checks, not a training step."""
-
-
 def group_problems(obj: Any) -> list[str]:
     """Every parameter group in `obj`'s optimizer state dicts holding a hyper-parameter torch's
-    optimizers refuse (a flipped sign makes the learning rate climb the loss), one line per
-    group: a restored state dict is never checked again by the constructor."""
+    optimizers refuse (`run.optimizer_settings`), one line per group."""
     found = []
     for where, state in _state_dicts(obj, "", 0):
         for i, group in enumerate(state["param_groups"]):
-            bad = [f"{key} {value:g}" for key, value in _hyper_values(group)
-                   if not _admitted(key, value)]
+            bad = refused(group)
             if bad:
-                found.append(f"{where}param group {i}: {', '.join(bad)}, which torch's "
-                             "optimizers refuse")
+                said = ", ".join(f"{key} {value:g}" for key, value in bad)
+                found.append(f"{where}param group {i}: {said}, which torch's optimizers refuse")
     return found
-
-
-def _hyper_values(group: Any) -> Iterator[tuple[str, float]]:
-    """(key, value) of the group's checked hyper-parameters that are plain numbers (or
-    one-element tensors: a tensor learning rate), each beta apart."""
-    if not isinstance(group, dict):
-        return
-    for key in HYPER_PARAMETERS:
-        value = group.get(key)
-        for one in (value if key == "betas" and isinstance(value, (tuple, list)) else [value]):
-            number = isinstance(one, (int, float)) and not isinstance(one, bool)
-            if number or (isinstance(one, torch.Tensor) and one.numel() == 1):
-                yield key, float(one)
-
-
-def _admitted(key: str, value: float) -> bool:
-    low, high, closed = HYPER_PARAMETERS[key]
-    return math.isfinite(value) and low <= value and (value <= high if closed else value < high)
 
 
 def local_state(optimizer: Any) -> dict | None:

@@ -1,0 +1,52 @@
+"""An optimizer's hyper-parameters where torch's own optimizers admit them: what the ledger
+checks before it seals a state and the guard after every optimizer step.
+
+Torch's constructors refuse a learning rate, `eps`, `weight_decay`, `momentum` and the like below
+zero and a beta outside [0, 1) (`Invalid learning rate`); `load_state_dict` and a write into
+`param_groups` never check again, and a negated learning rate climbs the loss while every number
+stays finite. Finite too: a flipped exponent that makes one infinite passes those checks, not a
+training step. Torch-free, so both writers import it: a one-element tensor (a tensor learning
+rate) is read with `float`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+RANGES: dict[str, tuple[float, float, bool]] = {
+    "lr": (0.0, math.inf, False), "eps": (0.0, math.inf, False),
+    "weight_decay": (0.0, math.inf, False), "momentum": (0.0, math.inf, False),
+    "alpha": (0.0, math.inf, False), "lr_decay": (0.0, math.inf, False),
+    "initial_accumulator_value": (0.0, math.inf, False),
+    "momentum_decay": (0.0, math.inf, False), "rho": (0.0, 1.0, True),
+    "betas": (0.0, 1.0, False),
+}
+"""A parameter group's hyper-parameter -> the range torch's optimizers admit it in (low, high,
+whether high itself is admitted); each beta in [0, 1)."""
+
+
+def refused(group: Any) -> list[tuple[str, float]]:
+    """The group's hyper-parameters torch's optimizers refuse, as (name, value), each beta
+    apart; empty for a group that is not a dict."""
+    return [(key, value) for key, value in _numbers(group) if not _admitted(key, value)]
+
+
+def _numbers(group: Any) -> Iterator[tuple[str, float]]:
+    """(key, value) of the group's checked hyper-parameters that are plain numbers or
+    one-element tensors."""
+    if not isinstance(group, dict):
+        return
+    for key in RANGES:
+        value = group.get(key)
+        for one in (value if key == "betas" and isinstance(value, (tuple, list)) else [value]):
+            number = isinstance(one, (int, float)) and not isinstance(one, bool)
+            numel = getattr(one, "numel", None)
+            if number or (callable(numel) and numel() == 1):
+                yield key, float(one)
+
+
+def _admitted(key: str, value: float) -> bool:
+    low, high, closed = RANGES[key]
+    return math.isfinite(value) and low <= value and (value <= high if closed else value < high)
