@@ -3,7 +3,8 @@ Lightning and transformers Trainers on the CPU, each injected by the test's own 
 the guard's BitFlip): an exponent-bit flip in a weight between steps is named at the next
 check, a NaN sample under the default warn never reaches the weights, and a checkpoint the
 Trainer saves just after the flip is recorded unhealthy and never resumed; the same for a
-flipped float buffer (`weight-largest`), which no optimizer step touches."""
+flipped float buffer (`weight-largest`), which no optimizer step touches; and a learning rate
+negated in the optimizer's `param_groups` (`optimizer-setting`)."""
 
 from __future__ import annotations
 
@@ -162,3 +163,16 @@ def test_lightning_checkpoint_saved_after_a_flip_is_unhealthy_and_never_resumed(
         trainer.fit(model, DataLoader(Pairs(), batch_size=None, shuffle=False))
     saves = unhealthy_at_step_4(run, "weights-changed on net.0.weight")
     assert ".unhealthy." in saves[4].path
+
+
+def test_lightning_names_a_learning_rate_negated_between_steps(tmp_path):
+    def negate(module):  # the test's own fault: the sign bit of the group's Python float
+        group = module.trainer.optimizers[0].param_groups[0]
+        group["lr"] = -group["lr"]
+
+    _, callback = lightning_fit(tmp_path, Pairs(), fault=negate)
+    first = callback.guard.alarms[0]
+    assert first.step == BAD
+    assert [(b.rule, b.param) for b in first.breaches] == [("optimizer-setting",
+                                                            "param_groups.0.lr")]
+    assert first.breaches[0].value < 0
