@@ -88,28 +88,31 @@ def test_scan_shards_cover_the_folder_once_and_merge(models, tmp_path):
 def test_a_killed_report_shard_resumes_and_the_merge_equals_one_process(models, tmp_path):
     _cli("report", models, "-o", tmp_path / "single.json", "-q", "--jobs", "1", check=1)
     results = [tmp_path / f"r{i}.jsonl" for i in range(2)]
-    victim = subprocess.Popen([*CLI, "report", str(models), "-o", str(tmp_path / "s0.json"),
-                               "-q", "--jobs", "1", "--cold-workers", "--shard", "0/2",
-                               "--results", str(results[0])],
+    # the shard killed is the one owning more files: which owns what follows the folder's path
+    # (tmp_path), and one shard may own none of the seven
+    owned = [sum(JobSlice(i, 2).owns(str(p)) for p in models.iterdir()) for i in range(2)]
+    k = 0 if owned[0] >= owned[1] else 1
+    victim = subprocess.Popen([*CLI, "report", str(models), "-o", str(tmp_path / f"s{k}.json"),
+                               "-q", "--jobs", "1", "--cold-workers", "--shard", f"{k}/2",
+                               "--results", str(results[k])],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and victim.poll() is None:
-        if results[0].exists() and journal.read(results[0]).of_kind("report.file"):
+        if results[k].exists() and journal.read(results[k]).of_kind("report.file"):
             break
         time.sleep(0.05)
     killed_early = victim.poll() is None
     victim.kill()  # SIGKILL; nothing when it already ended (os.kill raised on its reaped pid)
     victim.wait()
-    done_before = len(journal.read(results[0]).of_kind("report.file"))
-    owned = sum(JobSlice(0, 2).owns(str(p)) for p in models.iterdir())
+    done_before = len(journal.read(results[k]).of_kind("report.file"))
     assert done_before >= 1
-    again = _cli("report", models, "-o", tmp_path / "s0.json", "-q", "--jobs", "1",
-                 "--shard", "0/2", "--results", results[0], "--force")
+    again = _cli("report", models, "-o", tmp_path / f"s{k}.json", "-q", "--jobs", "1",
+                 "--shard", f"{k}/2", "--results", results[k], "--force")
     assert again.returncode in (0, 1), again.stderr
-    if killed_early and done_before < owned:
+    if killed_early and done_before < owned[k]:
         assert f"{counted(done_before, 'result')} kept from earlier runs" in again.stderr
-    _cli("report", models, "-o", tmp_path / "s1.json", "-q", "--shard", "1/2", "--results",
-         results[1])
+    _cli("report", models, "-o", tmp_path / f"s{1 - k}.json", "-q", "--shard", f"{1 - k}/2",
+         "--results", results[1 - k])
     _cli("merge", *results, "-o", tmp_path / "merged.json", check=1)
     assert _files(tmp_path / "merged.json") == _files(tmp_path / "single.json")
     merged, single = (json.loads((tmp_path / n).read_text()) for n in ("merged.json",
