@@ -479,7 +479,7 @@ def test_every_optimizer_s_own_hyper_parameters_pass_with_a_scheduler_driving_th
 
 
 # each value is one torch's own constructor refuses (shown in the test), a flip away from a
-# default: the sign bit, or the top exponent bit of a beta or rho (x 2^1024: Inf)
+# default: the sign bit, or a beta's top exponent bit (0.999 -> 1.8e308)
 REFUSED = [
     (torch.optim.SGD, {"lr": 0.1}, "lr", 63),
     (torch.optim.SGD, {"momentum": 0.9}, "momentum", 63),
@@ -487,7 +487,7 @@ REFUSED = [
     (torch.optim.RMSprop, {}, "alpha", 63),
     (torch.optim.Adagrad, {"lr_decay": 0.1}, "lr_decay", 63),
     (torch.optim.Adagrad, {"initial_accumulator_value": 0.1}, "initial_accumulator_value", 63),
-    (torch.optim.NAdam, {}, "momentum_decay", 63), (torch.optim.Adadelta, {}, "rho", 62),
+    (torch.optim.NAdam, {}, "momentum_decay", 63), (torch.optim.Adadelta, {}, "rho", 63),
     (torch.optim.Adam, {}, ("betas", 1), 62), (torch.optim.Adamax, {}, ("betas", 0), 63),
 ]
 
@@ -550,3 +550,12 @@ def test_a_save_after_a_negated_learning_rate_is_unhealthy_and_it_climbs_the_los
     falling = train(clean, model, 10)
     assert all(math.isfinite(v) for v in climbing)
     assert climbing[-1] > climbing[0] and falling[-1] < falling[0]
+
+
+def test_a_name_another_optimizer_uses_more_widely_keeps_the_wider_bound():
+    # ASAM's radius `rho` is 2.0 (Adadelta's `rho` is at most 1); a tensor lr is read too
+    state = {"state": {}, "param_groups": [
+        {"lr": 0.1, "rho": 2.0, "adaptive": True, "momentum": 0.9, "params": [0]},
+        {"lr": torch.tensor(-1e-3), "params": [1]}]}
+    assert group_problems({"optimizer": state}) == [
+        "optimizer.param group 1: lr -0.001, which torch's optimizers refuse"]

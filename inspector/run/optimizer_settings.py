@@ -20,11 +20,13 @@ RANGES: dict[str, tuple[float, float, bool]] = {
     "weight_decay": (0.0, math.inf, False), "momentum": (0.0, math.inf, False),
     "alpha": (0.0, math.inf, False), "lr_decay": (0.0, math.inf, False),
     "initial_accumulator_value": (0.0, math.inf, False),
-    "momentum_decay": (0.0, math.inf, False), "rho": (0.0, 1.0, True),
+    "momentum_decay": (0.0, math.inf, False), "rho": (0.0, math.inf, False),
     "betas": (0.0, 1.0, False),
 }
 """A parameter group's hyper-parameter -> the range torch's optimizers admit it in (low, high,
-whether high itself is admitted); each beta in [0, 1)."""
+whether high itself is admitted); each beta in [0, 1). Where another optimizer uses the same
+name more widely only the wider bound is kept: `rho` is Adadelta's decay in [0, 1], and a
+sharpness-aware wrapper's radius (ASAM's 2.0)."""
 
 
 def refused(group: Any) -> list[tuple[str, float]]:
