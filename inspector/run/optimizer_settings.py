@@ -15,18 +15,13 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-RANGES: dict[str, tuple[float, float, bool]] = {
-    "lr": (0.0, math.inf, False), "eps": (0.0, math.inf, False),
-    "weight_decay": (0.0, math.inf, False), "momentum": (0.0, math.inf, False),
-    "alpha": (0.0, math.inf, False), "lr_decay": (0.0, math.inf, False),
-    "initial_accumulator_value": (0.0, math.inf, False),
-    "momentum_decay": (0.0, math.inf, False), "rho": (0.0, math.inf, False),
-    "betas": (0.0, 1.0, False),
-}
-"""A parameter group's hyper-parameter -> the range torch's optimizers admit it in (low, high,
-whether high itself is admitted); each beta in [0, 1). Where another optimizer uses the same
-name more widely only the wider bound is kept: `rho` is Adadelta's decay in [0, 1], and a
-sharpness-aware wrapper's radius (ASAM's 2.0)."""
+NON_NEGATIVE = ("lr", "eps", "weight_decay", "momentum", "alpha", "lr_decay",
+                "initial_accumulator_value", "momentum_decay", "rho")
+"""Hyper-parameters torch's optimizers admit at zero or above (and finite). Where another
+optimizer uses a name more widely only the wider bound is kept: `rho` is Adadelta's decay in
+[0, 1], and a sharpness-aware wrapper's radius (ASAM's 2.0)."""
+FRACTIONS = ("betas",)
+"""Hyper-parameters whose every value torch's optimizers admit in [0, 1) (and finite)."""
 
 
 def refused(group: Any) -> list[tuple[str, float]]:
@@ -40,9 +35,9 @@ def _numbers(group: Any) -> Iterator[tuple[str, float]]:
     one-element tensors."""
     if not isinstance(group, dict):
         return
-    for key in RANGES:
+    for key in NON_NEGATIVE + FRACTIONS:
         value = group.get(key)
-        for one in (value if key == "betas" and isinstance(value, (tuple, list)) else [value]):
+        for one in (value if key in FRACTIONS and isinstance(value, (tuple, list)) else [value]):
             number = isinstance(one, (int, float)) and not isinstance(one, bool)
             numel = getattr(one, "numel", None)
             if number or (callable(numel) and numel() == 1):
@@ -50,5 +45,4 @@ def _numbers(group: Any) -> Iterator[tuple[str, float]]:
 
 
 def _admitted(key: str, value: float) -> bool:
-    low, high, closed = RANGES[key]
-    return math.isfinite(value) and low <= value and (value <= high if closed else value < high)
+    return math.isfinite(value) and value >= 0 and (value < 1 or key not in FRACTIONS)
