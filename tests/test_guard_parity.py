@@ -15,8 +15,9 @@ from guard_support import alarms, unhealthy_at_step_4
 from test_guard_integrations import BAD, HfRows, HfTiny, Pairs, _tiny_class
 from torch.utils.data import DataLoader
 
+from inspector.core.vocabulary import SaveOutcome
 from inspector.guard.guard import GuardConfig
-from inspector.run.checkpoints import resume_choice
+from inspector.run.checkpoints import read_ledger, resume_choice
 
 
 def flip_top_exponent(param: torch.Tensor, index: int = 1) -> None:
@@ -77,7 +78,9 @@ def test_lightning_default_warn_keeps_a_nan_sample_out_of_the_weights(tmp_path):
 
 
 def hf_train(tmp_path, flip_at=None, when="begin", save_steps=None,
-             target=lambda m: m.net[0].weight, prepare=lambda m: m):
+             target=lambda m: m.net[0].weight, prepare=lambda m: m, fault=None):
+    """A real transformers Trainer with the guard (and the ledger, when it saves); at step
+    `flip_at` the test's own fault: `fault(model, optimizer)`, else a flip of `target`."""
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
     from inspector.guard.hf_callback import GuardTrainerCallback
@@ -85,14 +88,20 @@ def hf_train(tmp_path, flip_at=None, when="begin", save_steps=None,
 
     out = tmp_path / "out"
 
-    class Fault(TrainerCallback):
-        def on_step_begin(self, args, state, control, model=None, **kwargs):
-            if when == "begin" and state.global_step == flip_at:
-                flip_top_exponent(target(model))
+    def act(model, optimizer):
+        if fault is not None:
+            fault(model, optimizer)
+        else:
+            flip_top_exponent(target(model))
 
-        def on_step_end(self, args, state, control, model=None, **kwargs):
+    class Fault(TrainerCallback):
+        def on_step_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+            if when == "begin" and state.global_step == flip_at:
+                act(model, optimizer)
+
+        def on_step_end(self, args, state, control, model=None, optimizer=None, **kwargs):
             if when == "end" and state.global_step == flip_at:  # after the optimizer step
-                flip_top_exponent(target(model))
+                act(model, optimizer)
 
     guard = GuardTrainerCallback(out, GuardConfig(console=False))
     saving = ({"save_strategy": "steps", "save_steps": save_steps} if save_steps
@@ -176,3 +185,23 @@ def test_lightning_names_a_learning_rate_negated_between_steps(tmp_path):
     assert [(b.rule, b.param) for b in first.breaches] == [("optimizer-setting",
                                                             "param_groups.0.lr")]
     assert first.breaches[0].value < 0
+
+
+def test_transformers_checkpoint_saved_after_a_negated_learning_rate_is_unhealthy(tmp_path):
+    def negate(model, optimizer):  # after optimizer and scheduler step 4, before its save
+        inner = optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer
+        group = inner.param_groups[0]
+        group["lr"] = -group["lr"]
+
+    out, callback = hf_train(tmp_path, flip_at=4, when="end", save_steps=2, fault=negate)
+    saves = {s.step: s for s in read_ledger(out).saves}
+    assert saves[4].outcome == SaveOutcome.UNHEALTHY
+    assert "optimizer.param group 0: lr -0.005, which torch's" in saves[4].detail
+    assert saves[4].path == "checkpoint-4.unhealthy"
+    # the scheduler's next step sets the lr from its own base again: the later saves are sound
+    assert [saves[s].outcome for s in (2, 6, 8)] == [SaveOutcome.VERIFIED] * 3
+    assert resume_choice(out).record.step == 8
+    # and the guard names it before the step it would steer
+    first = callback.guard.alarms[0]
+    assert (first.step, [(b.rule, b.param) for b in first.breaches]) == (
+        4, [("optimizer-setting", "param_groups.0.lr")])

@@ -371,11 +371,11 @@ class Guard:
     def _setting_breaches(self, optimizer: torch.optim.Optimizer | None) -> list[Breach]:
         """A breach per hyper-parameter torch's optimizers refuse, in every optimizer that
         stepped and the one given: checked before the step it would steer (a few µs)."""
-        optimizers = list(self._stepped)
-        if optimizer is not None and optimizer not in optimizers:
-            optimizers.append(optimizer)
+        # a wrapper (accelerate's, Lightning's) shares its optimizer's param_groups: read once
+        lists = {id(groups): groups for opt in [*self._stepped, optimizer]
+                 if isinstance(groups := getattr(opt, "param_groups", None), list)}
         return [Breach(SETTING_RULE, "optimizer", value, None, f"param_groups.{i}.{key}")
-                for opt in optimizers for i, group in enumerate(getattr(opt, "param_groups", ()))
+                for groups in lists.values() for i, group in enumerate(groups)
                 for key, value in refused(group)]
 
     def _action(self, breaches: list[Breach]) -> Action:
