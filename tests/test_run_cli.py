@@ -10,6 +10,7 @@ import sys
 import jsonschema
 import pytest
 import torch
+from signing_keys import write_key
 
 from inspector.cli import main
 from inspector.cli.run.command import ACTIONS
@@ -195,3 +196,24 @@ def test_a_record_naming_a_path_with_a_nul_byte_is_a_bad_record_not_a_traceback(
         captured = capsys.readouterr()
         assert "holds a NUL byte, which no file name can" in captured.out + captured.err
         assert "Traceback" not in captured.err
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_a_journal_read_without_a_seal_key_is_said_to_be_anyones_word(tmp_path, capsys,
+                                                                      monkeypatch, keyed):
+    if keyed:  # the same key where the run writes and where it is read
+        key = tmp_path / "seal.key"
+        key.write_bytes(b"the run's secret")
+        monkeypatch.setenv(journal.KEY_FILE_ENV, str(key))
+    run = _run(tmp_path / "run", steps=(1,))
+    said = "the journal is unauthenticated (no seal key)"
+    for argv in (["run", "latest", str(run)], ["run", "verify", str(run)],
+                 ["verify", str(run / "ckpt" / "step-1.pt")]):
+        assert main(argv) == 0
+        err = capsys.readouterr().err
+        assert (said in err) is not keyed, (argv, err)
+    assert journal.read(journal.journal_path(run)).authenticated is keyed
+    # with --public-key the saves' signatures stand for the record instead: no line then
+    _, pub = write_key(tmp_path, "alice")
+    assert main(["run", "verify", str(run), "--public-key", str(pub)]) == 1  # unsigned
+    assert said not in capsys.readouterr().err

@@ -33,6 +33,7 @@ from inspector.scan.pickles.presets import PRESETS, preset_help
 if TYPE_CHECKING:  # types only: importing verify (manifests, shards) costs every command
     from inspector.fleet.jobs import JobSlice, ResultsLog
     from inspector.integrity.verify import TensorDigestFn, VerifyResult
+    from inspector.run.checkpoints import RunLedger
     from inspector.scan.result import GlobalUse, ScanResult
     from inspector.signing.check import SignatureVerdict
     from inspector.signing.keyless import KeylessTrust
@@ -382,6 +383,16 @@ def open_batch(args: argparse.Namespace, kind: str) -> Batch:
                      "is not: use a new results file to check everything again)"),
               file=sys.stderr)
     return Batch(shard, log)
+
+
+def say_unauthenticated(command: str, ledger: RunLedger, keyed: bool) -> None:
+    """One line on stderr when a run's journal was read without a seal key and no key checks
+    the saves' signatures: its records are then the word of anyone who can write the folder."""
+    from inspector.run.journal import unauthenticated
+
+    if not ledger.journal.authenticated and not keyed:
+        print(f"ckpt-inspector {command}: {unauthenticated('the journal is')}, or sign the "
+              "saves and give --public-key", file=sys.stderr)
 
 
 def add_signature_arguments(parser: argparse.ArgumentParser, effect: str) -> None:

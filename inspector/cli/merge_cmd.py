@@ -42,7 +42,7 @@ from inspector.report import (
     output_problem,
     write_report,
 )
-from inspector.run.journal import SealKeyError
+from inspector.run.journal import SealKeyError, unauthenticated
 from inspector.scan.result import ScanResult
 
 EXIT_FAILED_CHECK = 1
@@ -83,8 +83,8 @@ def run(args: argparse.Namespace) -> int:
                             f"that fails its own check may hide a worse verdict; nothing "
                             f"written"), EXIT_BROKEN_RECORD)
     if not batch.authenticated:
-        print("merge: the results files are unauthenticated (no seal key: set "
-              "CKPT_INSPECTOR_SEAL_KEY_FILE for every shard and for the merge)", file=sys.stderr)
+        print(f"merge: {unauthenticated('the results files are')} (every shard and the merge)",
+              file=sys.stderr)
     try:
         files = evidence_of(batch)
     except _WrongShape as exc:

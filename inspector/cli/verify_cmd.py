@@ -20,6 +20,7 @@ from inspector.cli.common import (
     keyless_trust,
     open_batch,
     print_verify_result,
+    say_unauthenticated,
     stderr_progress,
     warm_workers,
     worker_digests,
@@ -283,6 +284,7 @@ def _run_against_ledger(args: argparse.Namespace, ledger: RunLedger, record: Sav
     print(f"ckpt-inspector verify: no manifest given; using the ledger record at "
           f"{ledger.path}:{record.line} ({record.label}, saved {record.time}, {record.outcome} "
           "then)", file=sys.stderr)
+    say_unauthenticated("verify", ledger, keyed=False)
     manifest = record.manifest(ledger.run_dir, source=ledger.path)
     result = _verify_against(args, manifest, [ledger.resolve(record)])
     return _finish(args, result, f"{ledger.path}:{record.line}", manifest.dialect)

@@ -122,6 +122,13 @@ class Journal:
         return tuple(e for e in self.entries if e.kind == kind)
 
 
+def unauthenticated(what: str) -> str:
+    """The words a reader says when `what` ("the journal is", "the results files are") was read
+    without a seal key: its seals and chain find damage, not a forger."""
+    return (f"{what} unauthenticated (no seal key): anyone who can write it can add records "
+            f"whose seals and chain hold; set {KEY_FILE_ENV} where it is written and read")
+
+
 def journal_path(run_dir: str | os.PathLike[str]) -> Path:
     """Where a run folder keeps its journal."""
     return Path(run_dir) / JOURNAL_NAME

@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Callable
 
+from inspector.cli.common import say_unauthenticated
 from inspector.cli.run.run_dir import add_run_dir, add_signer, unreadable, unreadable_signer
 from inspector.core.termtext import escape
 from inspector.run.checkpoints import (
@@ -42,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
         choice = resume_choice(args.run_dir, rank=args.rank, refuse=_unsigned(args))
     except LedgerError as exc:
         return unreadable("latest", exc)
+    say_unauthenticated("run latest", ledger, bool(args.public_key or args.certificate))
     for problem in choice.untrusted:
         print(escape(f"run latest: ignored {problem}"), file=sys.stderr)
     for skipped, why in choice.skipped:

@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from inspector.cli.common import add_jobs_argument, add_loader_arguments, worker_digests
+from inspector.cli.common import (
+    add_jobs_argument,
+    add_loader_arguments,
+    say_unauthenticated,
+    worker_digests,
+)
 from inspector.cli.run.run_dir import add_run_dir, add_signer, unreadable, unreadable_signer
 from inspector.core.badges import shout, status_look
 from inspector.core.termtext import counted, escape
@@ -38,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
         ledger = read_ledger(args.run_dir)
     except LedgerError as exc:
         return unreadable("verify", exc)
+    say_unauthenticated("run verify", ledger, bool(args.public_key or args.certificate))
     checks = check_saves(ledger, jobs=args.jobs, tensor_digests=worker_digests(args))
     summary = summarize(ledger, checks)
     from inspector.signing.saves import save_signature
