@@ -50,7 +50,7 @@ def test_a_run_folder_opens_as_its_checkpoints_checked_off_the_ui_thread(window,
     changed = pane.model.rows[1]
     assert "tensor: head.weight" in changed.detail
     assert pane.model.data(pane.model.index(1, 3)).endswith("kB")
-    assert "chain intact (4 records)" in pane.chain.text()
+    assert "chain intact (4 records, no seal key)" in pane.chain.text()
     assert "2 intact" in pane.chain.text() and "1 changed" in pane.chain.text()
     (artifacts / "screens").mkdir(parents=True, exist_ok=True)
     window.resize(1280, 720)

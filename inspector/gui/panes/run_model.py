@@ -84,7 +84,9 @@ def resume_html(choice: ResumeChoice, ledger: RunLedger) -> str:
 def chain_text(ledger: RunLedger) -> str:
     """The journal's integrity in one line."""
     if ledger.journal.intact:
-        return f"chain intact ({len(ledger.journal.entries)} records)"
+        # without a seal key the chain finds damage, not a forger (`journal.unauthenticated`)
+        keyed = "sealed with the key" if ledger.journal.authenticated else "no seal key"
+        return f"chain intact ({len(ledger.journal.entries)} records, {keyed})"
     named = "; ".join(f"line {p.line} {p.kind}" for p in ledger.journal.problems[:4])
     more = len(ledger.journal.problems) - 4
     return f"chain broken: {named}" + (f" and {more} more" if more > 0 else "")
