@@ -213,6 +213,8 @@ def test_a_journal_read_without_a_seal_key_is_said_to_be_anyones_word(tmp_path, 
         err = capsys.readouterr().err
         assert (said in err) is not keyed, (argv, err)
     assert journal.read(journal.journal_path(run)).authenticated is keyed
+    assert main(["run", "verify", str(run), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sealed"] is keyed
     # with --public-key the saves' signatures stand for the record instead: no line then
     _, pub = write_key(tmp_path, "alice")
     assert main(["run", "verify", str(run), "--public-key", str(pub)]) == 1  # unsigned

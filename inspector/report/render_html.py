@@ -480,8 +480,9 @@ def _run(run: dict, n: int) -> str:
                        f"{run['missing']} missing, {run['removed']} removed by rotation, "
                        f"{run['replaced']} written over by a later save")),
         ("Latest valid", cells.mono(latest["path"]) + escape(step) if latest else "none"),
-        ("Chain", escape("intact" if run["chain_intact"] else "broken: "
-                         + "; ".join(run["problems"]))),
+        ("Chain", escape(("intact" + (" (sealed with the key)" if run.get("sealed") else
+                                      " (no seal key: it finds damage, not a forger)"))
+                         if run["chain_intact"] else "broken: " + "; ".join(run["problems"]))),
         ("Journal records", escape(", ".join(f"{labels.record_kind(k)}: {n}"
                                              for k, n in sorted(run["records"].items())))),
     ]

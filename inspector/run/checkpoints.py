@@ -476,6 +476,8 @@ class LedgerSummary:
     kinds: Mapping[str, int]
     alarms: tuple[Alarm, ...] = ()
     """The training guard's alarms in the same journal, with their attribution."""
+    sealed: bool = False
+    """Every line's seal was made with the seal key (`journal.unauthenticated` otherwise)."""
 
     def to_json(self) -> dict[str, Any]:
         """The report's `ledger` section."""
@@ -487,7 +489,8 @@ class LedgerSummary:
             "replaced": self.replaced,
             "latest_valid": None if latest is None else {
                 "path": latest.path, "step": latest.step, "time": latest.time},
-            "chain_intact": self.chain_intact, "problems": list(self.problems),
+            "chain_intact": self.chain_intact, "sealed": self.sealed,
+            "problems": list(self.problems),
             "records": dict(self.kinds),
             "alarms": [a.to_json() for a in self.alarms],
         }
@@ -507,5 +510,5 @@ def summarize(ledger: RunLedger, checks: list[CheckpointCheck]) -> LedgerSummary
         replaced=states[CheckpointState.REPLACED],
         latest_valid=valid[-1] if valid else None, chain_intact=ledger.journal.intact,
         problems=problems + ledger.bad_records, kinds=ledger.kinds,
-        alarms=read_alarms(ledger.journal),
+        alarms=read_alarms(ledger.journal), sealed=ledger.journal.authenticated,
     )
