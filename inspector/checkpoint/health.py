@@ -359,7 +359,8 @@ class NegativeVariance:
         judging.health.add(HealthFinding(
             "negative-variance", rec.key, PROBLEM,
             f"a running variance holds {_num(lo)} (its lowest value): a running mean of "
-            "variances is never negative; in eval mode that channel's outputs are NaN",
+            "variances is never negative; in eval mode, once it is below -eps (1e-5 by "
+            "default), that channel's outputs are NaN",
             extra={"min": lo}))
 
 

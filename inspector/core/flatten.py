@@ -18,7 +18,7 @@ RUNNING_VARIANCE = "running_var"
 
 def is_running_variance(key: str) -> bool:
     """Whether the dotted `key` names a running variance: never negative, being a running mean
-    of variances, and a negative one turns that channel's every eval output into NaN."""
+    of variances; one below -eps turns that channel's every eval output into NaN."""
     return key.rsplit(".", 1)[-1] == RUNNING_VARIANCE
 
 

@@ -26,7 +26,7 @@ size what the data sets. They judge from the first reading on, without a warm-up
 - `variance-negative`: a normalisation layer's running variance (`*.running_var`) holds a
   negative value. A running mean of variances never is one; a flipped sign bit keeps the
   buffer's norm and largest |value|, passes training (which normalises by each batch's own
-  statistics) and makes every eval output of that channel NaN.
+  statistics) and, below -eps, makes every eval output of that channel NaN.
 
 A tensor's learned numbers are plain floats (`state_dict`), so scenes and checkpoints keep them.
 """
