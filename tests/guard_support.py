@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 import torch
 from torch import nn
@@ -19,6 +21,12 @@ def weights_reader(request, monkeypatch) -> str:
     spare core) the norms and the check's fingerprint read by the guard's background thread."""
     monkeypatch.setattr(fingerprint, "spare_core", lambda params: request.param == "background")
     return request.param
+
+
+def flip_float(value: float, bit: int) -> float:
+    """One bit of a Python float's 64 flipped: the test's own fault in a hyper-parameter."""
+    (word,) = struct.unpack("<Q", struct.pack("<d", value))
+    return struct.unpack("<d", struct.pack("<Q", word ^ (1 << bit)))[0]
 
 
 def tiny_model(seed: int = 0) -> nn.Module:

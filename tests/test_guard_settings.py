@@ -5,21 +5,13 @@ Each fault is the test's own: one bit of the Python float in `param_groups`."""
 
 from __future__ import annotations
 
-import struct
-
 import pytest
 import torch
-from guard_support import alarms, batch, run, tiny_model
+from guard_support import alarms, batch, flip_float, run, tiny_model
 from torch import nn
 
 from inspector.core.errors import CodedError
 from inspector.guard.guard import Guard, GuardConfig, GuardHalt
-
-
-def flip_float(value: float, bit: int) -> float:
-    """One bit of a Python float's 64, flipped (the test's own fault)."""
-    (word,) = struct.unpack("<Q", struct.pack("<d", value))
-    return struct.unpack("<d", struct.pack("<Q", word ^ (1 << bit)))[0]
 
 
 def test_schedulers_driving_the_settings_raise_nothing(tmp_path):

@@ -10,12 +10,11 @@ SGD's momentum and optimizers with other keys or hyper-parameters are not judged
 from __future__ import annotations
 
 import math
-import struct
 import warnings
 
 import pytest
 import torch
-from guard_support import batch, tiny_model, unhealthy_at_step_4
+from guard_support import batch, flip_float, tiny_model, unhealthy_at_step_4
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -442,11 +441,6 @@ def test_transformers_checkpoint_after_a_flipped_moment_is_unhealthy(tmp_path):
     unhealthy_at_step_4(out, "Adam state of optimizer.parameter 0")
     assert get_last_checkpoint(str(out)) == str(out / "checkpoint-2")
 
-
-def flip_float(value: float, bit: int) -> float:
-    """The test's own fault in a Python float (a hyper-parameter): one bit of its 64."""
-    (word,) = struct.unpack("<Q", struct.pack("<d", value))
-    return struct.unpack("<d", struct.pack("<Q", word ^ (1 << bit)))[0]
 
 
 CLEAN_GROUPS = {
