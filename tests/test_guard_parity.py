@@ -3,8 +3,9 @@ Lightning and transformers Trainers on the CPU, each injected by the test's own 
 the guard's BitFlip): an exponent-bit flip in a weight between steps is named at the next
 check, a NaN sample under the default warn never reaches the weights, and a checkpoint the
 Trainer saves just after the flip is recorded unhealthy and never resumed; the same for a
-flipped float buffer (`weight-largest`), which no optimizer step touches; and a learning rate
-negated in the optimizer's `param_groups` (`optimizer-setting`)."""
+flipped float buffer (`weight-largest`), which no optimizer step touches; a running variance
+whose sign flipped (`variance-negative`); and a learning rate negated in the optimizer's
+`param_groups` (`optimizer-setting`)."""
 
 from __future__ import annotations
 
@@ -205,3 +206,19 @@ def test_transformers_checkpoint_saved_after_a_negated_learning_rate_is_unhealth
     first = callback.guard.alarms[0]
     assert (first.step, [(b.rule, b.param) for b in first.breaches]) == (
         4, [("optimizer-setting", "param_groups.0.lr")])
+
+
+def test_lightning_names_a_running_variance_whose_sign_flipped(tmp_path):
+    def with_norm(model):  # a BatchNorm beside the weights: its running statistics are buffers
+        model.bn = torch.nn.BatchNorm1d(4)
+        return model
+
+    def negate(module):  # the test's own fault: the sign bit of one float32 element
+        with torch.no_grad():
+            module.bn.running_var.view(torch.int32)[1] ^= -(1 << 31)
+
+    _, callback = lightning_fit(tmp_path, Pairs(), fault=negate, prepare=with_norm)
+    first = callback.guard.alarms[0]
+    assert first.step == BAD
+    assert [(b.rule, b.param, b.value) for b in first.breaches] == [
+        ("variance-negative", "bn.running_var", -1.0)]
