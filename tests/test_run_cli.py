@@ -213,6 +213,9 @@ def test_a_journal_read_without_a_seal_key_is_said_to_be_anyones_word(tmp_path, 
         err = capsys.readouterr().err
         assert (said in err) is not keyed, (argv, err)
     assert journal.read(journal.journal_path(run)).authenticated is keyed
+    assert main(["run", "verify", str(run)]) == 0
+    sealed = "sealed with the key" if keyed else "no seal key"
+    assert f"chain intact ({sealed})" in capsys.readouterr().out
     assert main(["run", "verify", str(run), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["sealed"] is keyed
     # with --public-key the saves' signatures stand for the record instead: no line then

@@ -78,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
         (CheckpointState.MISSING, summary.missing), (CheckpointState.REMOVED, summary.removed),
         (CheckpointState.REPLACED, summary.replaced),
     ) if n)
-    chain = "chain intact" if summary.chain_intact else f"chain broken ({len(summary.problems)})"
+    sealed = "sealed with the key" if summary.sealed else "no seal key"
+    chain = (f"chain intact ({sealed})" if summary.chain_intact
+             else f"chain broken ({len(summary.problems)})")
     print(f"{counted(summary.saves, 'checkpoint')}: {counts or 'none'}; {chain}; latest valid: "
           f"{escape(latest.path) + ' (' + latest.label + ')' if latest else 'none'}")
     return EXIT_FAILED if failed else EXIT_OK
