@@ -58,18 +58,33 @@ class PackageLayout:
     """What a torch.package archive holds: its folder and its interned modules' sources."""
 
     root: str
-    modules: dict[str, str]  # interned module -> its source member
+    # interned module (the atoms of its dotted name, as PackageImporter's tree holds them) ->
+    # its source member
+    modules: dict[tuple[str, ...], str]
     extern: frozenset[str]  # modules the archive leaves to the loading interpreter
 
-    def resolve(self, module: str) -> str | None:
+    def resolve(self, module: str) -> tuple[str, ...] | None:
         """The interned module that `module` (a pickle global's) resolves to, or None: the
-        module itself or the package it lies in, as PackageImporter walks its tree."""
-        parts = module.split(".")
+        module itself or the package it lies in, as PackageImporter walks its tree (one atom
+        per dot, whatever the atom spells: `my-mod`, `9lives` and `a b` import as well)."""
+        parts = tuple(module.split("."))
         for i in range(len(parts), 0, -1):
-            name = ".".join(parts[:i])
-            if name in self.modules:
-                return name
+            if parts[:i] in self.modules:
+                return parts[:i]
         return None
+
+
+def module_atoms(inner: str) -> tuple[str, ...] | None:
+    """The module a record of the package's folder (`a/b.py`, `a/__init__.py`) is, as
+    PackageImporter's `_add_file` files it into the tree it imports from: one atom per path
+    part, any text at all (it checks none for being an identifier). None for a record that is
+    no module: not `.py`, under `.data/` (its own records), or the folder's own `__init__.py`
+    (the root, which no name imports)."""
+    if not inner.endswith(".py") or inner.startswith(".data/"):
+        return None
+    *prefix, last = inner.split("/")
+    atoms = tuple(prefix) if last == "__init__.py" else (*prefix, last[:-3])
+    return atoms or None
 
 
 def layout_of(buf, members: list[zipread.Member]) -> PackageLayout | None:
@@ -83,14 +98,11 @@ def layout_of(buf, members: list[zipread.Member]) -> PackageLayout | None:
         text = zipread.member_bytes(buf, listed, 1 << 20).decode("utf-8", "replace")
     except ValueError:
         text = ""
-    modules: dict[str, str] = {}
+    modules: dict[tuple[str, ...], str] = {}
     for name in names:
-        inner = name[len(root) + 1:] if name.startswith(root + "/") else ""
-        if not inner.endswith(".py") or inner.startswith(".data/"):
-            continue
-        dotted = inner[:-3].replace("/", ".").removesuffix(".__init__")
-        if dotted and all(p.isidentifier() for p in dotted.split(".")):
-            modules[dotted] = name
+        atoms = module_atoms(name[len(root) + 1:]) if name.startswith(root + "/") else None
+        if atoms is not None:
+            modules[atoms] = name
     return PackageLayout(root, modules, frozenset(text.split()))
 
 
@@ -251,8 +263,9 @@ def report(ctx: FormatContext, buf, layout: PackageLayout, members: list[zipread
     """Report each interned source as code its loader runs, and judge the pickle globals that
     resolve to one (`ctx.uses`, after every member was read)."""
     by_name = {m.name: m for m in members}
-    judged: dict[str, tuple[str, str]] = {}
-    for module, member in sorted(layout.modules.items()):
+    judged: dict[tuple[str, ...], tuple[str, str]] = {}
+    for atoms, member in sorted(layout.modules.items()):
+        module = ".".join(atoms)
         severity, why = Severity.SUSPICIOUS, []
         if reason := shadowed(module):
             severity, why = Severity.DANGEROUS, [reason]
@@ -270,12 +283,13 @@ def report(ctx: FormatContext, buf, layout: PackageLayout, members: list[zipread
                    f"package's code imports it{listed}")
         ctx.find(severity, "package-code", message + ("; " + "; ".join(why) if why else ""),
                  member)
-        judged[module] = (severity, "; ".join(why))
+        judged[atoms] = (severity, "; ".join(why))
     for use in ctx.uses.values():
-        module = layout.resolve(use.module)
-        if module is None:
+        atoms = layout.resolve(use.module)
+        if atoms is None:
             continue
-        severity, why = judged[module]
+        module = ".".join(atoms)
+        severity, why = judged[atoms]
         use.reason = (f"resolves to {module}, which the archive interns: {LOADER} runs its "
                       f"source at load" + (f" ({why})" if why else ""))
         if severity == Severity.DANGEROUS or use.severity == Severity.SAFE:

@@ -1,0 +1,101 @@
+"""torch.package archives the scan must judge as PackageImporter reads them, written by hand
+(zipfile) the way a hostile tool would: a module whose name is no Python identifier
+(`my-mod.py`, `a b.py`, `9lives.py`), which PackageImporter imports by that name all the same.
+Each hostile sample is scanned first (dangerous, and its canary absent), then proven in a fresh
+process to run its payload under the real loader (the canary appears); each benign twin keeps
+the verdict a package's own code gets (suspicious, never dangerous, never safe)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from inspector.scan.engine import scan_file
+
+# The real loader, in a throwaway process: PackageImporter unpickles res/model.pkl.
+_LOAD = ("import sys\n"
+         "from torch.package import PackageImporter\n"
+         "print(PackageImporter(sys.argv[1]).load_pickle('res', 'model.pkl'))\n")
+
+
+def _pickle_of(module: str) -> bytes:
+    """Protocol 2: GLOBAL 'module X', returned as it is (nothing called)."""
+    return b"\x80\x02c" + module.encode() + b"\nX\n."
+
+
+def _source(canary: Path | None) -> bytes:
+    """A module defining class X; with a canary, it writes that file as it is imported."""
+    payload = f"open({str(canary)!r}, 'w').write('ran')\n" if canary else ""
+    return (payload + "class X:\n    pass\n").encode()
+
+
+def _package(path: Path, sources: list[tuple[str, bytes]], pickled: str) -> Path:
+    """A torch.package archive (folder `pkg`) holding `sources` (record name, bytes) in that
+    order, and res/model.pkl naming `pickled`.X."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("pkg/.data/version", "6\n")
+        z.writestr("pkg/.data/extern_modules", "")
+        for name, data in sources:
+            z.writestr(f"pkg/{name}", data)
+        z.writestr("pkg/res/model.pkl", _pickle_of(pickled))
+    return path
+
+
+def _load(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _LOAD, str(path)], capture_output=True,
+                          text=True, timeout=300)
+
+
+def _dangerous_evidence(res) -> list[str]:
+    return ([f"{f.code}: {f.message}" for f in res.findings if f.severity == "dangerous"]
+            + [f"{g.import_name}: {g.reason}" for g in res.globals if g.severity == "dangerous"])
+
+
+# module name -> its record in the archive
+NON_IDENTIFIERS = {"my-mod": "my-mod.py", "a b": "a b.py", "9lives": "9lives.py",
+                   "my-pkg.in-ner": "my-pkg/in-ner.py", "pkg-init": "pkg-init/__init__.py"}
+
+
+@pytest.mark.parametrize("module", sorted(NON_IDENTIFIERS))
+def test_a_module_whose_name_is_no_identifier_is_judged_as_the_code_it_runs(
+        tmp_path: Path, module: str) -> None:
+    canary = tmp_path / "canary"
+    path = _package(tmp_path / "model.pt", [(NON_IDENTIFIERS[module], _source(canary))], module)
+    res = scan_file(path)
+    assert not canary.exists()  # the scan ran none of it
+    assert res.verdict == "dangerous", res.to_json()
+    code = [f for f in res.findings if f.code == "package-code"]
+    assert [f.member for f in code] == [f"pkg/{NON_IDENTIFIERS[module]}"], res.to_json()
+    assert f"as module {module} " in code[0].message
+    assert any("builtins.open: can write files" in e for e in _dangerous_evidence(res))
+    proc = _load(path)
+    assert canary.exists(), proc.stdout + proc.stderr  # PackageImporter imported it and ran it
+
+
+@pytest.mark.parametrize("module", sorted(NON_IDENTIFIERS))
+def test_the_benign_twin_is_suspicious_package_code_as_any_other_module(
+        tmp_path: Path, module: str) -> None:
+    """The same archive with a module that only defines X: PackageImporter loads it (the class
+    comes back), and the scan calls it what a package's own code is, suspicious."""
+    path = _package(tmp_path / "model.pt", [(NON_IDENTIFIERS[module], _source(None))], module)
+    res = scan_file(path)
+    assert res.verdict == "suspicious", res.to_json()
+    assert not _dangerous_evidence(res)
+    assert [f.member for f in res.findings if f.code == "package-code"] == [
+        f"pkg/{NON_IDENTIFIERS[module]}"]
+    proc = _load(path)
+    assert proc.returncode == 0 and f".{module}.X'" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_the_scan_command_calls_the_non_identifier_module_dangerous(tmp_path: Path) -> None:
+    canary = tmp_path / "canary"
+    path = _package(tmp_path / "model.pt", [("my-mod.py", _source(canary))], "my-mod")
+    proc = subprocess.run([sys.executable, "-m", "inspector", "scan", str(path)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stdout + proc.stderr[-2000:]
+    assert proc.stdout.startswith("DANGEROUS"), proc.stdout
+    assert not canary.exists()
