@@ -83,6 +83,87 @@ def tar_hardlink(path: Path, canary: Path) -> Path:
     return path
 
 
+MODE, OWNER = 0o6777, 12345  # what the members below set on the outside file: setuid, setgid
+
+
+def _folder(name: str) -> tarfile.TarInfo:
+    """A folder member setting mode 6777, owner 12345 and mtime 0 on its path."""
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.mtime = tarfile.DIRTYPE, MODE, 0
+    info.uid = info.gid = OWNER
+    return info
+
+
+def _metadata(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.mode, info.mtime, info.uid, info.gid = MODE, 0, OWNER, OWNER
+    return info
+
+
+# Each builder below is `builder(path, target) -> path`: `target` is an existing file beside
+# `unpack_folder(target)`, and unpacking the archive there with tarfile (no filter) sets its
+# mode to 6777 and its mtime to 0 (its owner to 12345 when root unpacks); no member is named by
+# the target's path or climbs out by name.
+
+def tar_folder_over_link(path: Path, target: Path) -> Path:
+    """A symlink to the target, then a folder member of the link's name: mkdir finds the path
+    taken and passes; extractall then sets the folder's mode, owner and times through it."""
+    path.write_bytes(_tar([_link("weights", str(target), tarfile.SYMTYPE),
+                           _folder("weights")]))
+    return path
+
+
+def tar_folder_then_link(path: Path, target: Path) -> Path:
+    """A file, a folder member of its name (mkdir passes), then a symlink of that name to the
+    target: extractall sets the folder's mode, owner and times after the last member, through
+    the link that stands then."""
+    path.write_bytes(_tar([_file("weights"), _folder("weights"),
+                           _link("weights", str(target), tarfile.SYMTYPE)]))
+    return path
+
+
+def tar_hardlink_over_link(path: Path, target: Path) -> Path:
+    """A file, a symlink to the target, then a hard link of the symlink's name to the file:
+    linking over the symlink fails, and tarfile copies the file there, through the link."""
+    path.write_bytes(_tar([_metadata(_file("config.txt")),
+                           _link("weights", str(target), tarfile.SYMTYPE),
+                           _metadata(_link("weights", "config.txt", tarfile.LNKTYPE))]))
+    return path
+
+
+def tar_hardlink_folder_over_link(path: Path, target: Path) -> Path:
+    """A folder, a symlink to the target, then a hard link of the symlink's name to the folder:
+    linking fails, and tarfile makes the folder member there and sets its mode through it."""
+    path.write_bytes(_tar([_folder("cache"), _link("weights", str(target), tarfile.SYMTYPE),
+                           _metadata(_link("weights", "cache", tarfile.LNKTYPE))]))
+    return path
+
+
+def tar_hardlink_to_symlink(path: Path, target: Path) -> Path:
+    """A symlink `a/b/s -> ../NAME` (to the file `a/NAME`, inside), then a hard link `t` to it:
+    link(2) links the symlink itself, so `t` reads `../NAME` from the folder's top, the target;
+    tarfile sets the hard link's mode, owner and times through it. No symlink points outside."""
+    path.write_bytes(_tar([_file("a/" + target.name),
+                           _link("a/b/s", "../" + target.name, tarfile.SYMTYPE),
+                           _metadata(_link("t", "a/b/s", tarfile.LNKTYPE))]))
+    return path
+
+
+def tar_folder_beside_link(path: Path, target: Path) -> Path:
+    """The harmless twin of `tar_folder_over_link`: the same symlink, and a folder member of
+    another name, which no link leads through."""
+    path.write_bytes(_tar([_link("weights", str(target), tarfile.SYMTYPE), _folder("cache")]))
+    return path
+
+
+def tar_hardlink_to_symlink_beside(path: Path, target: Path) -> Path:
+    """The harmless twin of `tar_hardlink_to_symlink`: the hard link sits beside the symlink,
+    so the copy reads `../NAME` from the same place, the file `a/NAME` inside."""
+    path.write_bytes(_tar([_file("a/" + target.name),
+                           _link("a/b/s", "../" + target.name, tarfile.SYMTYPE),
+                           _metadata(_link("a/b/t", "a/b/s", tarfile.LNKTYPE))]))
+    return path
+
+
 def _zip(entries: list[tuple[zipfile.ZipInfo, bytes]]) -> bytes:
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as z:
@@ -118,6 +199,14 @@ TAR_BUILDERS: dict[str, Callable[[Path, Path], Path]] = {
     "tar_symlink_through": tar_symlink_through,
     "tar_symlink_chain": tar_symlink_chain,
     "tar_hardlink": tar_hardlink,
+}
+# unpacking these into `unpack_folder(target)` sets the mode, owner and times of `target`
+THROUGH_LINK_BUILDERS: dict[str, Callable[[Path, Path], Path]] = {
+    "tar_folder_over_link": tar_folder_over_link,
+    "tar_folder_then_link": tar_folder_then_link,
+    "tar_hardlink_over_link": tar_hardlink_over_link,
+    "tar_hardlink_folder_over_link": tar_hardlink_folder_over_link,
+    "tar_hardlink_to_symlink": tar_hardlink_to_symlink,
 }
 ZIP_BUILDERS: dict[str, Callable[[Path, Path], Path]] = {
     "zip_dotdot": zip_dotdot,

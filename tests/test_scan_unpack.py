@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -15,9 +16,14 @@ import zipfile
 
 import pytest
 from hostile_unpack import (
+    MODE,
+    OWNER,
     TAR_BUILDERS,
+    THROUGH_LINK_BUILDERS,
     WRITTEN,
     ZIP_BUILDERS,
+    tar_folder_beside_link,
+    tar_hardlink_to_symlink_beside,
     unpack_folder,
     zip_nul_torch_zip,
 )
@@ -139,6 +145,79 @@ def test_unzip_makes_the_link_that_points_outside(tmp_path):
     assert ("writes-outside", "cache/" + canary.name) in codes
 
 
+# the real unpackers, each in a fresh process of its own: nothing of ours runs beside them
+FRESH_UNPACKERS = {
+    "tarfile.extractall": "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])",
+    "shutil.unpack_archive": "import sys, shutil; shutil.unpack_archive(sys.argv[1], sys.argv[2])",
+}
+
+
+def _outside_target(tmp_path):
+    target = tmp_path / "target"
+    target.write_bytes(b"secret\n")
+    target.chmod(0o600)
+    os.utime(target, (1_700_000_000, 1_700_000_000))
+    return target
+
+
+def _metadata(path):
+    st = os.stat(path)
+    return stat.S_IMODE(st.st_mode), st.st_uid, st.st_mtime, path.read_bytes()
+
+
+def _unpack_fresh(unpacker, archive, target):
+    folder = unpack_folder(target)
+    folder.mkdir()
+    proc = subprocess.run([sys.executable, "-c", FRESH_UNPACKERS[unpacker], str(archive),
+                           str(folder)], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("unpacker", sorted(FRESH_UNPACKERS))
+@pytest.mark.parametrize("name", sorted(THROUGH_LINK_BUILDERS))
+def test_a_member_through_a_link_sets_the_outside_file_mode_and_is_dangerous(tmp_path, name,
+                                                                             unpacker):
+    """Finding 6 and its kin: a folder member (its mode, owner and times set after mkdir found
+    the path taken, or once every member is unpacked), a hard link over a link (tarfile copies
+    the member it names there) or a hard link to a symlink (a copy of the symlink, read from
+    its own place): each reaches the existing file outside through a link, under the real
+    unpacker, and the scan calls it dangerous on that member."""
+    target = _outside_target(tmp_path)
+    archive = THROUGH_LINK_BUILDERS[name](tmp_path / f"{name}.tar", target)
+    before = _metadata(target)
+    res = scan_file(archive)
+    assert _metadata(target) == before  # the scan read names and links, and changed nothing
+    _unpack_fresh(unpacker, archive, target)
+    mode, uid, mtime, _ = _metadata(target)
+    assert mode != before[0] and mode & 0o777 == MODE & 0o777 and mtime == 0
+    if os.geteuid() == 0:
+        assert (mode, uid) == (MODE, OWNER)  # setuid, setgid, and the archive's owner
+    assert res.verdict == "dangerous"
+    escaped = [f for f in res.findings if f.code == "writes-outside"]
+    member = "t" if name == "tar_hardlink_to_symlink" else "weights"
+    assert [f.member for f in escaped] == [member]
+    assert "writes outside its folder when unpacked" in escaped[0].message
+
+
+@pytest.mark.parametrize("unpacker", sorted(FRESH_UNPACKERS))
+@pytest.mark.parametrize("build", [tar_folder_beside_link, tar_hardlink_to_symlink_beside],
+                         ids=lambda b: b.__name__)
+def test_the_harmless_twins_leave_the_outside_file_and_stay_as_they_were(tmp_path, build,
+                                                                         unpacker):
+    """The same members where no link leads the folder or the hard link out: the outside file
+    keeps its mode, and the scan says what it said before (the symlink to the outside is
+    suspicious; a symlink and a hard link that stay inside, nothing)."""
+    target = _outside_target(tmp_path)
+    archive = build(tmp_path / "twin.tar", target)
+    before = _metadata(target)
+    _unpack_fresh(unpacker, archive, target)
+    assert _metadata(target) == before
+    findings = {(f.code, f.member) for f in scan_file(archive).findings
+                if f.code in ("writes-outside", "link-outside")}
+    assert findings == ({("link-outside", "weights")} if build is tar_folder_beside_link
+                        else set())
+
+
 def _benign_tar(tmp_path):
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w") as tar:
@@ -180,7 +259,8 @@ def test_torch_zip_inside_a_zip_under_a_nul_name(tmp_path):
 def test_cli_calls_every_hostile_archive_dangerous(python_exe, tmp_path):
     folder = tmp_path / "samples"
     folder.mkdir()
-    builders = {**TAR_BUILDERS, **ZIP_BUILDERS, "zip_nul_torch_zip": zip_nul_torch_zip}
+    builders = {**TAR_BUILDERS, **THROUGH_LINK_BUILDERS, **ZIP_BUILDERS,
+                "zip_nul_torch_zip": zip_nul_torch_zip}
     for name, build in builders.items():
         build(folder / name, tmp_path / f"canary-{name}")
     cli_calls_all_dangerous(python_exe, folder, builders)

@@ -7,6 +7,16 @@ A member written outside the folder (an absolute name, a `..` part that climbs o
 through a link that leads out) and a hard link to a file outside it are dangerous; a symlink
 that merely points outside is suspicious (it writes nothing until a member goes through it,
 and that member is then the dangerous one).
+
+Going through a link includes its last part wherever tarfile follows it: a file is opened
+for writing; a folder member's mode, owner and times are set with chmod, chown and utime
+(which follow a link), at its turn by `extract` and once every member is unpacked by
+`extractall` (so by the links as they stand then); a hard link made over an existing link
+fails, and tarfile then copies the member it names there, through the link, and sets its
+mode, owner and times. And `os.link` links a symlink itself, not what it points at: a hard
+link to a symlink becomes a copy of it, read from its own place, and its mode, owner and
+times are set through it. A symlink member is made with its own owner (`lchown`) and no mode
+or times; a fifo or device over an existing path fails (`mkfifo`, `mknod`).
 """
 
 from __future__ import annotations
@@ -67,6 +77,7 @@ class _Folder:
 
     def __init__(self) -> None:
         self.links: dict[str, str] = {}  # a symlink's place -> where it leads (resolved)
+        self.texts: dict[str, str] = {}  # a symlink's place -> its target as written
 
     def place(self, name: str, follow_last: bool) -> tuple[str, str | None]:
         """Where `name` lands (its links followed; the last part too when `follow_last`, as
@@ -96,26 +107,45 @@ class _Folder:
         return self._walk(start, link, True, 0)[0]
 
 
+# why a member through a link to the outside reaches it, by what tarfile does at its last part
+_THROUGH = {
+    Kind.FOLDER: "tarfile sets the folder's mode, owner and times there",
+    Kind.HARDLINK: "tarfile, unable to link over the link, copies the member it names there "
+                   "and sets its mode, owner and times",
+}
+
+
+def _outside(e: Entry, via: str | None, when: str = "") -> Escape:
+    how = (f"through the link {via!r}, which leads outside" if via is not None
+           else "its absolute name" if e.name.startswith("/")
+           else "a '..' part climbs out")
+    if via is not None and e.kind in _THROUGH:
+        how += f"{when}: {_THROUGH[e.kind]}"
+    return Escape(e.name, Severity.DANGEROUS, f"writes outside its folder when unpacked ({how})")
+
+
 def escapes(entries: list[Entry]) -> list[Escape]:
     """Every member of `entries` (in archive order) whose unpacking reaches outside the folder."""
     folder, found = _Folder(), []
+    folders: list[Entry] = []  # folder members placed inside: judged again once all are made
     for e in entries:
-        place, via = folder.place(e.name, e.kind == Kind.FILE)
+        # tarfile follows the last part too: opening a file; chmod, chown and utime of a folder
+        # or a hard link; copying into a hard link's place when linking over a link fails
+        place, via = folder.place(e.name, e.kind != Kind.SYMLINK)
         if not _inside(place):
-            how = (f"through the link {via!r}, which leads outside" if via is not None
-                   else "its absolute name" if e.name.startswith("/")
-                   else "a '..' part climbs out")
-            found.append(Escape(e.name, Severity.DANGEROUS,
-                                f"writes outside its folder when unpacked ({how})"))
+            found.append(_outside(e, via))
             continue
-        if e.kind == Kind.SYMLINK:
+        if e.kind == Kind.FOLDER:
+            folders.append(e)
+        elif e.kind == Kind.SYMLINK:
             target = folder.link_target(place, e.link)
-            folder.links[place] = target
+            folder.links[place], folder.texts[place] = target, e.link
             if not _inside(target):
                 found.append(Escape(e.name, Severity.SUSPICIOUS,
                                     f"a symlink to {e.link!r}, outside its folder: a member "
                                     "written through it, or a reader of it, leaves the folder"))
         elif e.kind == Kind.HARDLINK:
+            copy = _symlink_copy(folder, e)
             # tarfile links to os.path.join(folder, linkname): an absolute name stays absolute
             target = folder.place(e.link, True)[0]
             if not _inside(target):
@@ -123,7 +153,34 @@ def escapes(entries: list[Entry]) -> list[Escape]:
                                     f"writes outside its folder when unpacked (a hard link to "
                                     f"{e.link!r}, outside it: writing the member writes that "
                                     "file)"))
+            elif copy is not None and not _inside(copy[0]):
+                found.append(Escape(e.name, Severity.DANGEROUS,
+                                    f"writes outside its folder when unpacked (a hard link to "
+                                    f"the symlink {e.link!r}, which makes it a symlink to "
+                                    f"{copy[1]!r} from its own place, outside its folder: "
+                                    "tarfile sets its mode, owner and times through it)"))
+    # extractall sets a folder's mode, owner and times after the last member, through the links
+    # that stand then
+    for e in folders:
+        place, via = folder.place(e.name, True)
+        if not _inside(place):
+            found.append(_outside(e, via, " once every member is unpacked"))
     return found
+
+
+def _symlink_copy(folder: _Folder, e: Entry) -> tuple[str, str] | None:
+    """A hard link to a symlink: link(2) links the symlink itself (as does tarfile's fallback,
+    which makes the symlink member again), so the member becomes a symlink with the same target
+    as written, read from its own place (recorded here; tarfile then sets the member's mode,
+    owner and times through it). Where the copy leads and its target as written; None where
+    `e` links no symlink."""
+    source = folder.place(e.link, False)[0]
+    if source not in folder.links:
+        return None
+    text = folder.texts[source]
+    here = folder.place(e.name, False)[0]
+    folder.links[here], folder.texts[here] = folder.link_target(here, text), text
+    return folder.links[here], text
 
 
 def report(ctx: FormatContext, entries: list[Entry]) -> bool:
