@@ -99,3 +99,38 @@ def test_the_scan_command_calls_the_non_identifier_module_dangerous(tmp_path: Pa
     assert proc.returncode == 2, proc.stdout + proc.stderr[-2000:]
     assert proc.stdout.startswith("DANGEROUS"), proc.stdout
     assert not canary.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Two members of one name: torch's reader hands PackageImporter the first, zipfile the last
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hostile_copy", ["first", "last"])
+def test_every_copy_of_a_duplicated_source_is_judged(tmp_path: Path, hostile_copy: str) -> None:
+    canary = tmp_path / "canary"
+    copies = [_source(canary), _source(None)]
+    if hostile_copy == "last":
+        copies.reverse()
+    path = _package(tmp_path / "model.pt", [("mymod.py", c) for c in copies], "mymod")
+    res = scan_file(path)
+    assert not canary.exists()
+    assert res.verdict == "dangerous", res.to_json()
+    code = [f for f in res.findings if f.code == "package-code"]
+    assert len(code) == 1 and code[0].severity == "dangerous", res.to_json()
+    assert "builtins.open: can write files" in code[0].message
+    assert "2 sources" in code[0].message
+    mymod = next(g for g in res.globals if g.import_name == "mymod.X")
+    assert mymod.severity == "dangerous", mymod.reason
+    proc = _load(path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # torch's reader runs the first copy: the hostile one ran exactly when it came first
+    assert canary.exists() == (hostile_copy == "first"), proc.stdout + proc.stderr
+
+
+def test_two_benign_copies_stay_suspicious_package_code(tmp_path: Path) -> None:
+    path = _package(tmp_path / "model.pt", [("mymod.py", _source(None))] * 2, "mymod")
+    res = scan_file(path)
+    assert res.verdict == "suspicious", res.to_json()
+    assert not _dangerous_evidence(res)
+    assert [f.severity for f in res.findings if f.code == "package-code"] == ["suspicious"]

@@ -59,8 +59,9 @@ class PackageLayout:
 
     root: str
     # interned module (the atoms of its dotted name, as PackageImporter's tree holds them) ->
-    # its source member
-    modules: dict[tuple[str, ...], str]
+    # every record that may be its source: each copy of a name the zip holds twice (torch's
+    # reader runs the first, zipfile hands out the last), and both of `a.py` and `a/__init__.py`
+    modules: dict[tuple[str, ...], tuple[zipread.Member, ...]]
     extern: frozenset[str]  # modules the archive leaves to the loading interpreter
 
     def resolve(self, module: str) -> tuple[str, ...] | None:
@@ -98,11 +99,11 @@ def layout_of(buf, members: list[zipread.Member]) -> PackageLayout | None:
         text = zipread.member_bytes(buf, listed, 1 << 20).decode("utf-8", "replace")
     except ValueError:
         text = ""
-    modules: dict[tuple[str, ...], str] = {}
-    for name in names:
-        atoms = module_atoms(name[len(root) + 1:]) if name.startswith(root + "/") else None
+    modules: dict[tuple[str, ...], tuple[zipread.Member, ...]] = {}
+    for m in members:
+        atoms = module_atoms(m.name[len(root) + 1:]) if m.name.startswith(root + "/") else None
         if atoms is not None:
-            modules[atoms] = name
+            modules[atoms] = (*modules.get(atoms, ()), m)
     return PackageLayout(root, modules, frozenset(text.split()))
 
 
@@ -117,7 +118,7 @@ _TEXT_RECORDS = {".data/extern_modules": re.compile(rb"(?:[A-Za-z_][\w.]*\n)*"),
 def not_pickles(buf, layout: PackageLayout, by_name: dict[str, zipread.Member]) -> set[str]:
     """The members PackageImporter reads as something other than a pickle: the interned
     sources (Python), and its text records where they read as it writes them."""
-    found = set(layout.modules.values())
+    found = {m.name for copies in layout.modules.values() for m in copies}
     for inner, pattern in _TEXT_RECORDS.items():
         m = by_name.get(f"{layout.root}/{inner}")
         try:
@@ -262,27 +263,36 @@ def _denied(target: str) -> str | None:
 def report(ctx: FormatContext, buf, layout: PackageLayout, members: list[zipread.Member]) -> None:
     """Report each interned source as code its loader runs, and judge the pickle globals that
     resolve to one (`ctx.uses`, after every member was read)."""
-    by_name = {m.name: m for m in members}
     judged: dict[tuple[str, ...], tuple[str, str]] = {}
-    for atoms, member in sorted(layout.modules.items()):
+    for atoms, copies in sorted(layout.modules.items()):
         module = ".".join(atoms)
         severity, why = Severity.SUSPICIOUS, []
         if reason := shadowed(module):
             severity, why = Severity.DANGEROUS, [reason]
-        try:
-            text = zipread.member_bytes(buf, by_name[member], MAX_SOURCE_BYTES).decode("utf-8")
-            imports, bad = judge_source(text)
-        except (ValueError, UnicodeDecodeError) as exc:
-            imports, bad = [], []
-            why.append(f"its source could not be read ({str(exc)[:100]})")
+        imports: list[str] = []
+        bad: list[str] = []
+        for copy in copies:  # every copy is judged: any one may be the source that runs
+            try:
+                text = zipread.member_bytes(buf, copy, MAX_SOURCE_BYTES).decode("utf-8")
+                found, denied = judge_source(text)
+            except (ValueError, UnicodeDecodeError) as exc:
+                unread = f"its source could not be read ({str(exc)[:100]})"
+                why += [unread] if unread not in why else []
+                continue
+            imports += [i for i in found if i not in imports]
+            bad += [b for b in denied if b not in bad]
         if bad:
             severity = Severity.DANGEROUS
             why.append("at import or unpickling it calls " + "; ".join(bad[:3]))
+        if len(copies) > 1:
+            why.append(f"the archive holds {len(copies)} sources for it "
+                       f"({', '.join(sorted({c.name for c in copies}))}), each judged: "
+                       "readers differ on which one runs")
         listed = f"; it imports {', '.join(imports[:8])}" if imports else ""
         message = (f"{LOADER} runs this source as module {module} wherever a pickle or the "
                    f"package's code imports it{listed}")
         ctx.find(severity, "package-code", message + ("; " + "; ".join(why) if why else ""),
-                 member)
+                 copies[0].name)
         judged[atoms] = (severity, "; ".join(why))
     for use in ctx.uses.values():
         atoms = layout.resolve(use.module)
