@@ -110,3 +110,64 @@ def test_a_link_to_a_walked_folder_keeps_the_real_name(tmp_path):
     lines = _lines(root)
     assert lines[os.path.join("z_real", "w.pkl")].verdict == "safe"
     assert lines["a_link"].verdict == "skipped"
+
+
+_REMOTE_CONFIG = """\
+import os
+from transformers import PretrainedConfig
+
+with open(os.environ["CANARY"], "w") as fh:  # runs when the loader imports the module
+    fh.write("ran")
+
+
+class EvilConfig(PretrainedConfig):
+    model_type = "evil"
+"""
+
+
+@pytest.mark.parametrize("how", ["hard link", "symlink"])
+def test_every_name_of_a_file_is_judged_as_the_loader_opens_it(tmp_path, how):
+    """config.json (its auto_map naming configuration_evil.py) and that .py share their inodes
+    with names that read as notes (`0_notes.txt`, `0_readme.txt`): a walk that kept one name per
+    file judged only the notes. transformers opens config.json and the .py by name and runs it;
+    the scan judges every name and fails."""
+    import json
+    import subprocess
+    import sys
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    config = folder / "config.json"
+    config.write_text(json.dumps({"model_type": "evil", "auto_map": {
+        "AutoConfig": "configuration_evil.EvilConfig"}}))
+    (folder / "configuration_evil.py").write_text(_REMOTE_CONFIG)
+    for other, name in (("0_notes.txt", "config.json"), ("0_readme.txt", "configuration_evil.py")):
+        if how == "hard link":
+            os.link(folder / name, folder / other)
+        else:
+            (folder / other).symlink_to(name)
+    canary = tmp_path / "canary"
+
+    scan = subprocess.run([sys.executable, "-m", "inspector", "scan", "--json", str(folder)],
+                          capture_output=True, text=True, timeout=600)
+    assert not canary.exists()  # the scan imported nothing
+    records = {os.path.basename(r["path"]): r for r in map(json.loads, scan.stdout.splitlines())}
+    assert scan.returncode == 2, (scan.stdout, scan.stderr)
+    assert {r["verdict"] for r in records.values()} == {"dangerous"}, records
+    remote = [f["message"] for r in records.values() for f in r["findings"]
+              if f["code"] == "remote-code"]
+    assert remote and all("config.json" in m and "configuration_evil.py" in m for m in remote)
+    code = [f["message"] for r in records.values() for f in r["findings"]
+            if f["code"] == "python-code"]
+    assert code and all("configuration_evil.py" in m for m in code)
+    named = json.dumps(list(records.values()))
+    assert all(name in named for name in ("config.json", "configuration_evil.py",
+                                          "0_notes.txt", "0_readme.txt"))  # no name left out
+
+    env = {**os.environ, "CANARY": str(canary), "HF_HOME": str(tmp_path / "hf-home"),
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    load = subprocess.run([sys.executable, "-c", "import sys, transformers; transformers."
+                           "AutoConfig.from_pretrained(sys.argv[1], trust_remote_code=True)",
+                           str(folder)], env=env, capture_output=True, text=True, timeout=300)
+    assert load.returncode == 0, load.stderr
+    assert canary.read_text() == "ran"  # the real loader ran the payload

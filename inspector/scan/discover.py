@@ -10,14 +10,19 @@ the scanned folder is followed, and each file reached through it says where it l
 link inside such a folder that leads out of that folder too is not followed again (a chain of
 links cannot wander the disk). A folder that cannot be read gets a line with its error. A file
 reached twice, such as a Hugging Face cache's `blobs/<sha256>` and the `snapshots/<rev>/<name>`
-link to it, is listed once, under the link's name: the name a user and a loader know it by.
+link to it, gets one line, under the link's name (the name a user and a loader know it by; for
+hard links, the first name in sort order), and that line carries every other name of the file
+(`Found.also`): a loader opens files by name, so the scan judges the file under each of them too
+(a `config.json` hard-linked to `notes.txt` is a `config.json` to `from_pretrained`; its bytes
+are read again only for a name in another folder or with another suffix, `scan.engine`) and the
+line names each of them.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from inspector.core.vocabulary import Verdict
@@ -36,12 +41,14 @@ class Unwalked:
 class Found:
     """A file to scan; `in_folder` when it came from walking a folder, not named directly.
     `outside`: where the file really lies when a link led outside the scanned folder.
-    `unwalked`: set for a folder entry that was not walked (not a file to scan)."""
+    `unwalked`: set for a folder entry that was not walked (not a file to scan).
+    `also`: the file's other names in the walk (hard links, links to it), judged with it."""
 
     path: Path
     in_folder: bool
     outside: str | None = None
     unwalked: Unwalked | None = None
+    also: tuple[Path, ...] = ()
 
 
 def _identity(path: Path | str) -> tuple[int, int] | None:
@@ -135,19 +142,27 @@ def _refusal(path: Path, real: str, root_real: str, folder: _Folder,
 
 def discover_entries(paths: Iterable[str | os.PathLike]) -> Iterator[Found]:
     """Every entry under `paths` that gets a line: each real file once (folders recursed,
-    sorted), and each folder entry that was not walked, with its reason."""
+    sorted) with its other names in `also`, and each folder entry that was not walked, with its
+    reason."""
     for raw in paths:
         root = Path(raw)
         if not root.is_dir():
             yield Found(root, False)
             continue
         chosen: dict[tuple[int, int] | Path, Found] = {}
+        names: dict[tuple[int, int] | Path, list[Path]] = {}
         for found in _walk(root):
             key = (_identity(found.path) if found.unwalked is None else None) or found.path
+            names.setdefault(key, []).append(found.path)
             kept = chosen.get(key)
             if kept is None or (found.path.is_symlink() and not kept.path.is_symlink()):
                 chosen[key] = found
-        yield from sorted(chosen.values(), key=lambda f: f.path.relative_to(root).parts)
+        lines = []
+        for key, found in chosen.items():
+            also = sorted({p for p in names[key] if p != found.path},
+                          key=lambda p: p.relative_to(root).parts)
+            lines.append(replace(found, also=tuple(also)) if also else found)
+        yield from sorted(lines, key=lambda f: f.path.relative_to(root).parts)
 
 
 def discover(paths: Iterable[str | os.PathLike]) -> Iterator[Found]:

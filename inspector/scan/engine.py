@@ -24,7 +24,7 @@ from inspector.formats.archives.compressed import scan_also_compressed
 from inspector.formats.archives.tar import scan_also_as_tar
 from inspector.formats.archives.zip_archive import scan_listed_items
 from inspector.formats.pickle_stream import scan_also_as_pickle, scan_stream
-from inspector.layout.dcp_items import listed_archives
+from inspector.layout.dcp_items import METADATA_NAME, listed_archives
 from inspector.scan import readings, remote_code
 from inspector.scan.budget import (  # noqa: F401 (MAX_LISTED_PICKLES: part of the interface)
     CRC_BUDGET,
@@ -209,6 +209,8 @@ def scan_found(found: Found) -> ScanResult:
         res = scan_dcp_aware(found.path)
         _check_index(res)
         remote_code.judge(res)  # a JSON naming code, a .py as code: never skipped
+        for other in found.also:  # the same file under its other names: a loader's too
+            _merge_name(res, found.path, other)
     except Exception as exc:  # scan_file never raises for a bad file; a bug must not hide
         res = ScanResult(path=os.fspath(found.path), verdict=Verdict.ERROR,
                          error=" ".join(f"scan failed: {type(exc).__name__}: {exc}"
@@ -222,7 +224,70 @@ def scan_found(found: Found) -> ScanResult:
                                     f"reached through a link, it lies at {found.outside}, "
                                     "outside the scanned folder: a loader given the folder "
                                     "reads it, so it was scanned"))
+    if found.also:
+        _name_also(res, found.path, found.also)
     return res
+
+
+def _relative(path: Path, primary: Path) -> str:
+    """`path` as seen from the folder of the line's own name."""
+    return os.path.relpath(path, primary.parent)
+
+
+def _reads_alike(primary: Path, other: Path) -> bool:
+    """Whether a scan of the file's bytes reads the same under either name: the same folder
+    (an ONNX file's external data, a DCP folder's `.metadata`) and the same suffix (the DCP
+    data files, `*.safetensors`), neither a DCP `.metadata`. Only the name's own judges
+    (`remote_code`) then tell them apart."""
+    return (primary.parent == other.parent and primary.suffix == other.suffix
+            and METADATA_NAME not in (primary.name, other.name))
+
+
+def _as_named(res: ScanResult, primary: Path, other: Path) -> ScanResult:
+    """The file judged as a loader opening it by `other` judges it: its bytes scanned again
+    only where that name reads them differently (`_reads_alike`)."""
+    if _reads_alike(primary, other):
+        alias = ScanResult(path=os.fspath(other), format=res.format, verdict=res.verdict,
+                           error=res.error)
+    else:
+        alias = scan_dcp_aware(other)
+        _check_index(alias)
+    remote_code.judge(alias)
+    return alias
+
+
+def _merge_name(res: ScanResult, primary: Path, other: Path) -> None:
+    """Fold into the line of `primary` what the file means under its other name `other`
+    (a `config.json` hard-linked to `notes.txt` names code to `from_pretrained`): each import
+    and finding the line lacks, the finding saying which name it is about, and the verdict."""
+    alias = _as_named(res, primary, other)
+    have = {(g.module, g.name) for g in res.globals}
+    imports = [g for g in alias.globals if (g.module, g.name) not in have]
+    seen = {(f.code, f.message) for f in res.findings}
+    name = _relative(other, primary)
+    findings = [Finding(f.severity, f.code, f"as {name}: {f.message}", f.member, f.offset, f.call)
+                for f in alias.findings if (f.code, f.message) not in seen]
+    if not imports and not findings:
+        return
+    cleared = not_a_checkpoint(res)  # no checkpoint under this name; under the other, these
+    if cleared:
+        res.error = None
+    res.globals += imports
+    res.findings += findings
+    verdict = worst(([] if cleared else [res.verdict]) + [g.severity for g in res.globals]
+                    + [f.severity for f in res.findings])
+    res.verdict = Verdict.ERROR if res.error and verdict != Verdict.DANGEROUS else verdict
+
+
+def _name_also(res: ScanResult, primary: Path, also: tuple[Path, ...]) -> None:
+    """Say on the line every other name of its file (none is left out of the report): in the
+    reason of a line that has one (a skipped file stays skipped), else as an `info` finding."""
+    names = ", ".join(_relative(p, primary) for p in also)
+    what = f"the same file is also named {names} (each name judged as a loader opens it)"
+    if res.error:
+        res.error = f"{res.error}; {what}"
+    else:
+        res.findings.append(Finding(Severity.INFO, "same-file", what))
 
 
 def _unwalked(found: Found) -> ScanResult:
