@@ -15,9 +15,9 @@ from inspector.run.checkpoints import (
     SAVE_KIND,
     RunLedger,
     SaveRecord,
-    folder_digest,
     read_ledger,
     size_warning,
+    summary,
 )
 
 
@@ -39,11 +39,10 @@ def append_save(
     """Append the `ledger.save` record of the checkpoint now at `target` (and sign it when a
     signing key is configured, `ledger.signing`); return it."""
     rank = current_rank() if rank is None else rank
-    size = sum(f.size or 0 for f in files)
+    size, sha256 = summary(layout, files)
     warning = size_warning(prior_ledger(run_dir), size, rank, writer)
     record = SaveRecord(
-        path=relative(target, run_dir), size=size,
-        sha256=files[0].sha256 if layout == "file" and files else folder_digest(files),
+        path=relative(target, run_dir), size=size, sha256=sha256,
         files=tuple(files), outcome=outcome, step=step, epoch=epoch, time=now(), host=host(),
         rank=rank, layout=layout, format=fmt, writer=writer,
         verified=outcome == SaveOutcome.VERIFIED,

@@ -16,8 +16,10 @@ verified record whose bytes still match: what a resume should load.
 Nothing a journal line says is believed past its own checks: only lines whose own seal holds
 (`Journal.sound`) are read as saves, and a save whose path (or any of its files') is absolute,
 climbs out with `..`, or resolves outside the run folder is refused as a bad record, so no
-record can name a file elsewhere as the checkpoint to resume from. `resume_choice` says which
-newer checkpoints it passed over, and why.
+record can name a file elsewhere as the checkpoint to resume from; a record whose path, size
+or SHA-256 is not what its own files give (the files are what is hashed and signed, the path is
+what a reader answers), or whose fields are not of the types a save writes, is refused too.
+`resume_choice` says which newer checkpoints it passed over, and why.
 """
 
 from __future__ import annotations
@@ -98,11 +100,15 @@ class SaveRecord:
         rec = entry.record
         try:
             files = tuple(file_entry(f, f"line {entry.line}") for f in rec.get("files") or ())
+            path = _typed(rec, "path", str, required=True)
+            if "\0" in path:
+                raise ValueError("its path holds a NUL byte, which no file name can")
             return cls(
-                path=str(rec["path"]), size=int(rec["size"]), sha256=rec.get("sha256"),
-                files=files, outcome=_outcome(rec.get("outcome")), step=rec.get("step"),
-                epoch=rec.get("epoch"), time=str(rec.get("time", "")),
-                host=str(rec.get("host", "")), rank=int(rec.get("rank") or 0),
+                path=path, size=_typed(rec, "size", int, required=True),
+                sha256=_typed(rec, "sha256", str), files=files,
+                outcome=_outcome(rec.get("outcome")), step=_typed(rec, "step", int),
+                epoch=_typed(rec, "epoch", (int, float)), time=str(rec.get("time", "")),
+                host=str(rec.get("host", "")), rank=_typed(rec, "rank", int) or 0,
                 layout=str(rec.get("layout", "file")), format=rec.get("format"),
                 writer=str(rec.get("writer", "")), verified=bool(rec.get("verified")),
                 warnings=tuple(str(w) for w in rec.get("warnings") or ()),
@@ -119,6 +125,21 @@ class SaveRecord:
     def label(self) -> str:
         """'step 12,000' or the path when no step was given."""
         return f"step {self.step:,}" if self.step is not None else self.path
+
+
+def _typed(rec: Mapping[str, Any], key: str, kinds: type | tuple[type, ...],
+           required: bool = False) -> Any:
+    """A record's field when it has the type a save writes (None when absent and allowed);
+    else TypeError, so a hostile record is a bad record, never a traceback later."""
+    if key not in rec and required:
+        raise KeyError(key)
+    value = rec.get(key)
+    if value is None and not required:
+        return None
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise TypeError(f"its {key} is {type(value).__name__} {value!r:.40}, not what a save "
+                        "writes")
+    return value
 
 
 def _outcome(word: object) -> SaveOutcome:
@@ -178,7 +199,7 @@ def read_ledger(path: str | os.PathLike[str]) -> RunLedger:
     for entry in read.entries:
         if entry.kind == SAVE_KIND:
             try:
-                record = _inside(root, SaveRecord.from_entry(entry))
+                record = _inside(root, _agrees(SaveRecord.from_entry(entry)))
             except LedgerError as exc:
                 if entry.line in sound:
                     bad.append(exc.message)
@@ -191,6 +212,37 @@ def read_ledger(path: str | os.PathLike[str]) -> RunLedger:
     kinds = Counter(e.kind for e in read.entries)
     return RunLedger(root, read, tuple(saves), frozenset(removed), _replaced(saves),
                      tuple(bad), dict(kinds), tuple(untrusted))
+
+
+def summary(layout: str, files: Sequence[FileEntry]) -> tuple[int, str | None]:
+    """A save's size and SHA-256 as its files give them (a folder's: `folder_digest`)."""
+    size = sum(f.size or 0 for f in files)
+    return size, files[0].sha256 if layout == "file" and files else folder_digest(list(files))
+
+
+def _agrees(record: SaveRecord) -> SaveRecord:
+    """The record, when its path, size and SHA-256 are what its files say; else LedgerError.
+    The files are what a check hashes and a signature covers, and the path is what a reader
+    answers, so a record whose path names another file than its checked ones is refused."""
+    where = f"line {record.line}"
+    if record.layout == "file":
+        own = len(record.files) == 1 and record.files[0].path == record.path
+        why = "a file save lists exactly one file, its own path"
+    elif record.layout == "folder":
+        base = record.path.rstrip("/") + "/"
+        own = all(f.path.startswith(base) for f in record.files)
+        why = "a folder save lists only files inside its folder"
+    else:
+        raise LedgerError("bad_record", f"{where}: layout {record.layout!r} is neither a "
+                          "file nor a folder save")
+    if not own:
+        named = ", ".join(f.path for f in record.files[:3]) or "none"
+        raise LedgerError("bad_record", f"{where}: {record.path} is not what its files name "
+                          f"({named}): {why}")
+    if (record.size, record.sha256) != summary(record.layout, record.files):
+        raise LedgerError("bad_record", f"{where}: {record.path}'s size or SHA-256 is not what "
+                          "its files give")
+    return record
 
 
 def _inside(root: Path, record: SaveRecord) -> SaveRecord:

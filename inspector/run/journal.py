@@ -14,7 +14,9 @@ journal interleave whole lines and the chain stays one chain.
 
 Reading never stops at a bad line: a line that is not JSON (a write cut short), a line whose
 successor's `prev` does not match it (changed after it was written), a gap in `seq` (lines
-deleted), a seal that does not hold or a line without the key's seal when a key is set are
+deleted; the line after it is still judged by its own seal), a `seq` the chain has passed (a
+line copied from earlier), a seal that does not hold or a line without the key's seal when a
+key is set are
 each a named `JournalProblem`, and every readable line is still returned; `Journal.sound`
 gives the entries a verdict may rest on (their own line intact).
 """
@@ -44,8 +46,9 @@ _MAC_PREFIX = b',"mac":"'
 KEY_FILE_ENV = "CKPT_INSPECTOR_SEAL_KEY_FILE"
 KEY_ENV = "CKPT_INSPECTOR_SEAL_KEY"
 
-ProblemKind = Literal["truncated", "unreadable", "edited", "deleted", "forged", "unsigned"]
-UNSOUND: frozenset[str] = frozenset({"unreadable", "edited", "forged", "unsigned"})
+ProblemKind = Literal["truncated", "unreadable", "edited", "deleted", "forged", "unsigned",
+                      "replayed"]
+UNSOUND: frozenset[str] = frozenset({"unreadable", "edited", "forged", "unsigned", "replayed"})
 """Problems that make a line's own record untrustworthy (a gap before a line does not)."""
 
 
@@ -99,7 +102,7 @@ class Journal:
     entries: tuple[JournalEntry, ...] = ()
     problems: tuple[JournalProblem, ...] = field(default_factory=tuple)
     authenticated: bool = False
-    """Read with a key, and every line carried that key's seal."""
+    """Read with a key: every line in `sound` carries that key's seal."""
 
     @property
     def intact(self) -> bool:
@@ -205,17 +208,28 @@ def read(path: str | os.PathLike[str], key: bytes | None = _FROM_ENVIRONMENT) ->
                 problems.append(JournalProblem(
                     number, "deleted",
                     f"{missing} line(s) (seq {expect_seq}..{seq - 1}) are missing before it"))
-            elif seal := _seal_problem(raw, key):
+            # a line after a gap is still judged by its own seal: a gap must not be a way
+            # to add a line nobody sealed
+            if seal := _seal_problem(raw, key):
                 problems.append(JournalProblem(number, *seal))
+            elif seq < expect_seq:
+                # writers take seq under one lock, so it only grows: a line whose seq the
+                # chain has passed was copied from earlier or moved, and its seal still holds
+                problems.append(JournalProblem(
+                    number, "replayed", f"its place in the chain (seq {seq}) was taken by "
+                    "an earlier line: copied from earlier in the journal, or moved"))
+            elif seq > expect_seq:
+                pass  # the lines its `prev` names are gone: there is nothing to compare with
             elif record["prev"] != want_prev:
                 problems.extend(_chain_break(problems, number))
             elif problems and problems[-1].line == number - 1 and problems[-1].kind == "unreadable":
                 # the writer chained on from a line a crash cut short: evidence, not an edit
                 problems[-1] = JournalProblem(number - 1, "truncated", _CUT_AND_CONTINUED)
-            expect_seq = seq + 1
+            expect_seq = max(expect_seq, seq + 1)
             entries.append(JournalEntry(number, seq, str(record["kind"]), record))
         prev_raw = raw
-    authenticated = key is not None and bool(lines) and not problems
+    # with a key, every line in `sound` carries that key's seal (any other is a problem)
+    authenticated = key is not None and bool(lines)
     return Journal(target, tuple(entries), tuple(problems), authenticated)
 
 
