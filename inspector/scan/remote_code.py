@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from inspector.core.verdict import worst
 from inspector.core.vocabulary import Severity, Verdict
+from inspector.formats import python_source
 from inspector.formats.archives.torch_package import RUN_AT_LOAD, judge_source
 from inspector.scan.context import not_a_checkpoint
 from inspector.scan.result import Finding, ScanResult
@@ -133,10 +134,9 @@ def read_python(path: str, mtime_ns: int = 0) -> PythonCode:
             raw = fh.read(MAX_SOURCE_BYTES + 1)
         if len(raw) > MAX_SOURCE_BYTES:
             return PythonCode([], [], [], [], f"larger than {MAX_SOURCE_BYTES >> 20} MiB")
-        text = raw.decode("utf-8")
-        imports, at_load = judge_source(text, TRANSFORMERS_RUNS)
-        tree = ast.parse(text)
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        tree = python_source.parse(raw)  # decoded as the import system decodes it
+        imports, at_load = judge_source(tree, TRANSFORMERS_RUNS)
+    except (OSError, ValueError) as exc:
         return PythonCode([], [], [], [], str(exc)[:120])
     calls = sorted({ast.unparse(n.func)[:80] for n in ast.walk(tree) if isinstance(n, ast.Call)})
     relative = sorted({n.module.split(".")[0] for n in ast.walk(tree)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from inspector.core.vocabulary import Severity
+from inspector.formats import python_source
 from inspector.formats.archives import zipread
 from inspector.scan.pickles.policy import (
     CALL_ALLOWED,
@@ -220,16 +221,15 @@ def _load_time_nodes(tree: ast.Module, run_at_load: frozenset[str]) -> list[ast.
     return out
 
 
-def judge_source(text: str, run_at_load: frozenset[str] = RUN_AT_LOAD
+def judge_source(source: str | bytes | ast.Module, run_at_load: frozenset[str] = RUN_AT_LOAD
                  ) -> tuple[list[str], list[str]]:
     """(the imports of a module's source, the calls it makes at load that reach a capability on
     the deny list, each with its reason), read with `ast`; ValueError if it does not parse.
-    `run_at_load`: the methods its loader runs unasked (another loader's, such as
-    transformers', which builds the class it names, add `__init__`)."""
-    try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError) as exc:
-        raise ValueError(f"does not parse as Python: {exc}") from None
+    `source`: the file's bytes (decoded as Python decodes them, `python_source.parse`), or
+    text or a tree already read so. `run_at_load`: the methods its loader runs unasked
+    (another loader's, such as transformers', which builds the class it names, add
+    `__init__`)."""
+    tree = source if isinstance(source, ast.Module) else python_source.parse(source)
     aliases = _aliases(tree)
     imports = sorted(set(aliases.values()))
     bad: list[str] = []
@@ -273,9 +273,9 @@ def report(ctx: FormatContext, buf, layout: PackageLayout, members: list[zipread
         bad: list[str] = []
         for copy in copies:  # every copy is judged: any one may be the source that runs
             try:
-                text = zipread.member_bytes(buf, copy, MAX_SOURCE_BYTES).decode("utf-8")
-                found, denied = judge_source(text)
-            except (ValueError, UnicodeDecodeError) as exc:
+                raw = zipread.member_bytes(buf, copy, MAX_SOURCE_BYTES)
+                found, denied = judge_source(python_source.normalized(raw))
+            except ValueError as exc:
                 unread = f"its source could not be read ({str(exc)[:100]})"
                 why += [unread] if unread not in why else []
                 continue
