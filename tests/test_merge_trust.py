@@ -20,14 +20,16 @@ def _scan(path: str, verdict: str) -> dict:
 
 
 def _results(tmp_path: Path, name: str, *records: tuple[str, str], job: str = "0/1",
-             command: str = "ckpt-inspector scan models") -> Path:
-    """A results file as `scan --shard JOB --results NAME` writes it: its session line, then
-    one line per file."""
+             command: str = "ckpt-inspector scan models", finished: bool = True) -> Path:
+    """A results file as `scan --shard JOB --results NAME` writes it: its session line, one
+    line per file, then (once the shard is done) its completion line."""
     target = tmp_path / name
     log = ResultsLog(target, "scan.result")
     log.begin({"command": command, "shard": job, "environment": None})
     for path, verdict in records:
         log.record(path, tmp_path / "absent", _scan(path, verdict))
+    if finished:
+        log.end()
     return target
 
 
@@ -91,11 +93,14 @@ def test_with_a_key_an_untouched_batch_merges_authenticated(tmp_path, capsys, mo
 
 @pytest.mark.parametrize("cut", [10, 40])
 def test_a_last_line_cut_short_is_named_and_left_out(tmp_path, capsys, cut):
-    results = _results(tmp_path, "r0.jsonl", ("a.pt", "safe"), ("b.pt", "safe"))
+    # a shard killed while writing b.pt's line: no completion line, so it did not finish
+    results = _results(tmp_path, "r0.jsonl", ("a.pt", "safe"), ("b.pt", "safe"),
+                       finished=False)
     data = results.read_bytes()
     results.write_bytes(data[:-cut])
     code, out, err = _merge(tmp_path, results, capsys=capsys)
-    assert code == 0 and "1 file" in out and "line 3 truncated" in err
+    assert code == 1 and "1 file" in out and "line 3 truncated" in err
+    assert "scan --shard 0/1 did not finish (no completion line)" in out
 
 
 WRONG = {

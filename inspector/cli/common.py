@@ -365,6 +365,12 @@ class Batch:
         if self.log is not None:
             self.log.record(key, path, result)
 
+    def end(self) -> None:
+        """Note in the results file that this run did its whole share (its completion line;
+        nothing without --results): without it a merge calls the shard unfinished."""
+        if self.log is not None:
+            self.log.end()
+
 
 def open_batch(args: argparse.Namespace, kind: str) -> Batch:
     """The batch a command's --shard and --results describe; damaged result lines are named."""

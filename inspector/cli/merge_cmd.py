@@ -9,9 +9,13 @@ Nothing a results file says is taken on trust. A last line cut short by a killed
 and left out; any other damaged, edited, forged or deleted line fails the merge (exit 2, the
 file and line named, nothing written), since the line it hides may be the one that found a
 file dangerous. Where one file has several results (a shard run twice), the worst one wins,
-never the last. Every slice of every job must be there: a slice no results file holds (or a
-results file that names no job) is a problem of the report, which then fails (exit 1), since
-its files were never checked. Without a seal key (`CKPT_INSPECTOR_SEAL_KEY_FILE`, the same for
+never the last. Every slice of every job must be there, and must have finished: a slice no
+results file holds, a results file that names no job, or one whose last line is not the
+completion line its shard writes when its share is done (a shard killed part-way; re-run, it
+resumes) is a problem of the report, which then fails (exit 1), since files of it may never
+have been checked. Results files of shards of the same N whose commands differ (other paths,
+another manifest) are no partition of one job: the merge refuses them (exit 1, nothing
+written). Without a seal key (`CKPT_INSPECTOR_SEAL_KEY_FILE`, the same for
 every shard) the inputs are unauthenticated, and the merge says so.
 
 Its exit codes are in `inspector/cli/reference.py` (`EXITS`).
@@ -32,7 +36,7 @@ from inspector.core.envinfo import EnvInfo, GpuInfo
 from inspector.core.termtext import counted, escape
 from inspector.core.verdict import exit_code, rank
 from inspector.core.vocabulary import ReportStatus, Verdict
-from inspector.fleet.jobs import BatchResults, coverage_problems, read_results
+from inspector.fleet.jobs import BatchResults, command_clash, coverage_problems, read_results
 from inspector.integrity.verify import VerifyResult
 from inspector.report import (
     WRITERS,
@@ -42,6 +46,7 @@ from inspector.report import (
     output_problem,
     write_report,
 )
+from inspector.report.advice import headline_word
 from inspector.run.journal import SealKeyError, unauthenticated
 from inspector.scan.result import ScanResult
 
@@ -85,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
     if not batch.authenticated:
         print(f"merge: {unauthenticated('the results files are')} (every shard and the merge)",
               file=sys.stderr)
+    if clash := command_clash(batch):
+        return _fail(escape(f"{clash}; nothing written"), EXIT_FAILED_CHECK)
     try:
         files = evidence_of(batch)
     except _WrongShape as exc:
@@ -102,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         write_report(report, args.output, overwrite=args.force)
     except (OutputExistsError, OSError) as exc:
         return _fail(f"report not written: {exc}", EXIT_NOT_WRITTEN)
-    print(f"{report.verdict.upper()}: {counted(len(report.files), 'file')} from "
+    print(f"{headline_word(report).upper()}: {counted(len(report.files), 'file')} from "
           f"{counted(len(args.results), 'results file')}, "
           f"{counted(len(report.problems), 'problem')}; report written to "
           f"{args.output}")

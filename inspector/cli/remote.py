@@ -90,11 +90,13 @@ def verify_remote(args: argparse.Namespace, manifest: Manifest | None) -> Verify
         parts.append(lambda: verify_each(manifest, pairs, keeper, digests, args.strict))
     for url in (p for p in args.paths if isinstance(p, str)):
         parts.append(lambda url=url: verify_objects(manifest, url, batch, digests, args.strict))
+    unlisted = False
     for part in parts:
         try:
             got = part()
         except ObjectStoreError as exc:
             result.errors.append(exc.message)
+            unlisted = True  # this shard's share is not all done: no completion line
             continue
         result.files += got.files
         result.tensors += got.tensors
@@ -102,6 +104,8 @@ def verify_remote(args: argparse.Namespace, manifest: Manifest | None) -> Verify
     if manifest.files and compared_nothing(result):
         result.errors.append(part_checked_nothing(args, manifest,
                                                   batch.shard if batch else None))
+    if batch is not None and not unlisted:
+        batch.end()  # every file of this shard is done: the completion line
     return result
 
 

@@ -133,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
             evidence = _gather(files, args, manifest, batch)
         environment = probe.result()
     batch.begin(_command_line(args), environment.to_json())
+    batch.end()  # every file of this shard is done: the completion line
     session = SessionEvidence(evidence, telemetry=store, telemetry_source=source,
                               environment=environment,
                               command=_command_line(args), runs=_runs(args),

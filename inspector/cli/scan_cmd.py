@@ -130,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(res.to_json()), flush=True)
         else:
             print("\n".join(_human(res, colour)), flush=True)
+    batch.end()  # every file of this shard is done: the results file's completion line
     if not results and args.shard is not None:
         print(f"ckpt-inspector scan: shard {args.shard.label} holds none of the files",
               file=sys.stderr)

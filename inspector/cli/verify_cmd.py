@@ -169,6 +169,7 @@ def _verify_against(args: argparse.Namespace, manifest: Manifest, paths: list[Pa
                                  progress=progress)
             if manifest.files and compared_nothing(result):
                 result.errors.append(part_checked_nothing(args, manifest, batch.shard))
+            batch.end()  # every file of this shard is done: the completion line
             return result
         return verify(manifest, paths, tensor_digests=digests, progress=progress,
                       strict=args.strict, pairs=pairs)

@@ -6,13 +6,17 @@ are added or removed (the others keep their shard), and is the same on every mac
 the same paths. `--results FILE.jsonl` is a run journal (`run.journal`): one record per file as
 it finishes, fsync'd and hash-chained, so a preempted job that runs again skips what is already
 there; a record cut short by the kill is not readable and that file is simply done again.
-`ckpt-inspector merge` reads the journals of every shard into one report.
+A run that finishes its share appends a completion line naming how many files' results the
+file holds: a results file whose last line (of its kind) is not one, or whose count differs,
+is of a shard that did not finish. `ckpt-inspector merge` reads the journals of every shard
+into one report.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +26,9 @@ from inspector.fleet.objstore import RemoteObject
 from inspector.run import journal
 
 SESSION_KIND = "batch.session"
+END_KIND = "batch.end"
+"""The line a run appends when it has done its whole share: `for` (its kind of results) and
+`results` (how many files' results of that kind the file then holds)."""
 _NAMED = 3
 """Results outside their shard named one by one; the rest are counted."""
 Where = str | os.PathLike[str] | RemoteObject
@@ -113,6 +120,12 @@ class ResultsLog:
         journal.append(self.path, self.kind, fields)
         self.done[key] = fields
 
+    def end(self) -> None:
+        """Note that this run did its whole share: the completion line, naming how many
+        files' results the file holds (those kept from earlier runs and this run's). Without
+        it, or with results after it, a merge calls the shard unfinished."""
+        journal.append(self.path, END_KIND, {"for": self.kind, "results": len(self.done)})
+
 
 def open_results(path: str | os.PathLike[str], kind: str) -> ResultsLog:
     """The results file at `path`, with what earlier runs finished (nothing if it is new)."""
@@ -140,6 +153,10 @@ class BatchResults:
     writes one): what job and slice they are cannot be said."""
     strays: tuple[tuple[Path, str], ...] = ()
     """(results file, key) of each result for a file none of that file's shards owns."""
+    unfinished: tuple[str, ...] = ()
+    """Why each results file whose shard did not finish is so (one line each)."""
+    session_files: tuple[Path, ...] = ()
+    """The results file of each session line (`sessions[i]` is read from `session_files[i]`)."""
 
 
 def read_results(paths: list[Path]) -> BatchResults:
@@ -150,6 +167,8 @@ def read_results(paths: list[Path]) -> BatchResults:
     problems: list[tuple[Path, journal.JournalProblem]] = []
     unannounced: list[Path] = []
     strays: list[tuple[Path, str]] = []
+    unfinished: list[str] = []
+    session_files: list[Path] = []
     authenticated = bool(paths)
     for path in paths:
         read = journal.read(path)
@@ -160,15 +179,49 @@ def read_results(paths: list[Path]) -> BatchResults:
         for entry in read.sound:
             if entry.kind == SESSION_KIND:
                 sessions.append(entry.record)
+                session_files.append(path)
             elif "key" in entry.record and "result" in entry.record:
                 results.setdefault(entry.kind, {}).setdefault(
                     str(entry.record["key"]), []).append(entry.record["result"])
                 keys.append(str(entry.record["key"]))
         if keys and len(sessions) == held:
             unannounced.append(path)
+        else:
+            unfinished += _unfinished(path, read.sound)
         strays += [(path, key) for key in _unowned(keys, sessions[held:])]
     return BatchResults(results, tuple(sessions), tuple(problems), authenticated,
-                        tuple(unannounced), tuple(strays))
+                        tuple(unannounced), tuple(strays), tuple(unfinished),
+                        tuple(session_files))
+
+
+def _unfinished(path: Path, sound: tuple[journal.JournalEntry, ...]) -> list[str]:
+    """Why the shard (of each kind of results) that wrote `path` did not finish, if it did
+    not: its last line of that kind is not a completion line (killed part-way, or a later run
+    of it was), or the completion line's count is not the number of files the file holds."""
+    lines: dict[str, list[journal.JournalEntry]] = {}
+    for entry in sound:
+        kind = str(entry.record.get("for")) if entry.kind in (SESSION_KIND, END_KIND) \
+            else entry.kind
+        lines.setdefault(kind, []).append(entry)
+    said = []
+    again = "run that shard again with the same results file (it resumes: kept results stay)"
+    for kind, entries in lines.items():
+        shards = sorted({str(e.record.get("shard")) for e in entries if e.kind == SESSION_KIND})
+        who = f"{kind.partition('.')[0]} --shard {' and '.join(shards) or '?'}"
+        last = entries[-1]
+        if last.kind != END_KIND:
+            how = ("results after its completion line (a later run of it was cut short)"
+                   if any(e.kind == END_KIND for e in entries) else "no completion line")
+            said.append(f"{path}: {who} did not finish ({how}), so files it owns may never "
+                        f"have been checked; {again}")
+            continue
+        held = len({str(e.record["key"]) for e in entries
+                    if "key" in e.record and "result" in e.record})
+        if last.record.get("results") != held:
+            said.append(f"{path}: {who}: its completion line counts "
+                        f"{last.record.get('results')!r} results but the file holds {held}, so "
+                        f"results are missing or were added; {again}")
+    return said
 
 
 def _slice(session: Mapping[str, Any]) -> JobSlice | None:
@@ -199,6 +252,7 @@ def coverage_problems(batch: BatchResults) -> list[str]:
                  "it is not that shard's record" for path, key in batch.strays[:_NAMED]]
     if len(batch.strays) > _NAMED:
         problems.append(f"and {len(batch.strays) - _NAMED} more results outside their shards")
+    problems += batch.unfinished
     held: dict[str, set[JobSlice]] = {}
     for session in batch.sessions:
         part = _slice(session)
@@ -213,3 +267,41 @@ def coverage_problems(batch: BatchResults) -> list[str]:
                          "never checked; merge every shard's results file"
                          for i in range(n) if JobSlice(i, n) not in parts]
     return problems
+
+
+def _job_command(session: Mapping[str, Any]) -> str:
+    """A session line's command with what differs between shards of one job left out: a
+    report shard's own report file (`-o`); `--shard` and `--results` are never in it."""
+    command = str(session.get("command"))
+    if session.get("for") != "report.file":
+        return command
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return command
+    kept = [w for i, w in enumerate(words)
+            if w not in ("-o", "--output") and (i == 0 or words[i - 1] not in ("-o", "--output"))]
+    return shlex.join(kept)
+
+
+def command_clash(batch: BatchResults) -> str | None:
+    """One line naming two results files whose sessions are slices `I/N` of the same kind
+    and the same N but of different commands (other paths, another manifest): together
+    they are no partition of one job's files, so a file one of them left out may be in no
+    other's share; None when every split is of one command."""
+    first: dict[tuple[str, int], tuple[Path | str, str]] = {}
+    named = batch.session_files or ("?",) * len(batch.sessions)
+    for path, session in zip(named, batch.sessions, strict=True):
+        part = _slice(session)
+        if part is None:
+            continue  # coverage_problems names it
+        group = (str(session.get("for")), part.count)
+        command = _job_command(session)
+        seen = first.setdefault(group, (path, command))
+        if seen[1] != command:
+            return (f"{seen[0]} and {path} hold shards of N={part.count} of different "
+                    f"commands ({shlex.quote(seen[1])} and {shlex.quote(command)}): together "
+                    "they do not cover either command's files; merge the results of one "
+                    "command run as every --shard I/N, with the same paths and options")
+    return None
+
