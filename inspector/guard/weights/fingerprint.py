@@ -196,7 +196,10 @@ class WeightReading:
     settled: bool = False
     buffers: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None] | None = None
     """The buffers' norms and largest |value|, which follow the parameters' in the vector, and
-    the running variances' lowest values, which end it."""
+    the running variances' lowest values, which follow them."""
+    constants: torch.Tensor | None = None
+    """Which constant buffers' bytes differ from their fingerprint (`WeightWatch.constants`),
+    which end the vector."""
 
     def vector(self) -> torch.Tensor:
         """Everything as one float64 vector, to read back with the step's other numbers."""
@@ -222,6 +225,8 @@ class WeightReading:
             parts.append(self.largest.double())
         if lowest is not None:
             parts.append(lowest.to(self.norms.device))
+        if self.constants is not None:
+            parts.append(self.constants.to(self.norms.device).double())
         return torch.cat(parts)
 
 
@@ -240,6 +245,34 @@ class WeightValues:
     negative: dict[int, float] = field(default_factory=dict)
     """The running variances (by position) holding a negative value: their lowest value (a NaN
     there is `nonfinite`'s)."""
+    constants_changed: dict[str, float] = field(default_factory=dict)
+    """The constant buffers whose bytes changed (`WeightWatch.constants`): name -> L2 norm."""
+
+
+CONSTANT_LEARNING = 2
+"""Readings during which an integer buffer that changes is taken for a forward's own counter
+(written at every step), not a fault, and left unwatched."""
+
+
+def constant_buffers(model: nn.Module) -> tuple[list[str], list[torch.Tensor]]:
+    """The model's dense integer and bool buffers that only a fault changes: not a norm
+    layer's `num_batches_tracked` (its forward counts) nor any buffer of torch's quantization
+    observers and fake-quantizers (their forward and their switches write them)."""
+    from torch.ao.quantization import FakeQuantizeBase, ObserverBase
+    from torch.nn.modules.batchnorm import _NormBase
+
+    names, tensors = [], []
+    for module_name, module in model.named_modules():
+        if isinstance(module, (FakeQuantizeBase, ObserverBase)):
+            continue
+        for name, b in module.named_buffers(recurse=False):
+            if (b is None or b.is_floating_point() or b.is_complex()
+                    or b.layout != torch.strided or b.device.type == "meta"
+                    or (isinstance(module, _NormBase) and name == "num_batches_tracked")):
+                continue
+            names.append(f"{module_name}.{name}" if module_name else name)
+            tensors.append(local(b))
+    return names, tensors
 
 
 def spare_core(params: list[torch.Tensor]) -> bool:
@@ -273,6 +306,13 @@ class WeightWatch:
         self.variances = [i for i, (n, _) in enumerate(buffers) if is_running_variance(n)]
         """The buffers that are running variances (by position among `buffers`): read for their
         sign too."""
+        self.constant_names, self.constants = constant_buffers(model)
+        """Integer and bool buffers (position ids, index tables): no optimizer steps them and,
+        but for those `constant_buffers` leaves out and those `CONSTANT_LEARNING` finds moving,
+        no forward writes them, so any change of their bytes is a fault; their fingerprint is
+        taken once and compared at every reading."""
+        self.constant_expected = fingerprint(self.constants) if self.constants else None
+        self.constant_readings = 0
         self.every = every
         self.largest_every = max(1, largest_every)
         self.ids = {id(p) for _, p in named}
@@ -324,6 +364,8 @@ class WeightWatch:
         self.settle()
         self.after = None
         self.expected = fingerprint(self.params) if self.every > 0 else None
+        if self.constants:
+            self.constant_expected = fingerprint(self.constants)
 
     def reading(self, largest: bool | None = None) -> WeightReading:
         """Read every tensor now (no sync); `largest` forces or drops the |w| pass. In the
@@ -333,15 +375,18 @@ class WeightWatch:
             self.readings += 1
             # the buffers as they are now, after this step's forward wrote them
             buffers = _buffer_values(self.buffers, self.variances) if self.buffers else None
+            constants = (fingerprint(self.constants) != self.constant_expected
+                         if self.constants else None)
             if not self.params:
                 return WeightReading(None, torch.zeros(0), torch.zeros(0) if due else None,
-                                     buffers=buffers)
+                                     buffers=buffers, constants=constants)
             after, self.after = self.after, None
             if self.worker is not None and after is not None and largest is None:
                 expected = self.expected
                 changed = (None if expected is None else self.worker.submit(
                     lambda: fingerprint(self.params) != expected))
-                return WeightReading(changed, after, None, settled=True, buffers=buffers)
+                return WeightReading(changed, after, None, settled=True, buffers=buffers,
+                                     constants=constants)
             if after is not None:
                 after.result()
             device = self.params[0].device
@@ -351,7 +396,8 @@ class WeightWatch:
             if check:
                 changed = torch.stack([r[0].to(device) for r in read]) != self.expected
             top = _stack([r[2] for r in read]) if due else None
-            return WeightReading(changed, _stack([r[1] for r in read]), top, buffers=buffers)
+            return WeightReading(changed, _stack([r[1] for r in read]), top, buffers=buffers,
+                                 constants=constants)
 
     def close(self) -> None:
         """Stop the background reader (its pending reads finish first)."""
@@ -361,6 +407,11 @@ class WeightWatch:
     def values(self, reading: WeightReading, flat: list[float]) -> WeightValues:
         """Split a read-back `reading.vector()` into its parts."""
         n, printed = len(self.names), len(self.params)
+        moved: list[str] = []
+        if reading.constants is not None:
+            cut = len(flat) - len(self.constants)
+            flags, flat = flat[cut:], flat[:cut]
+            moved = self._constants_moved([c != 0 for c in flags])
         at = 0
         changed = None
         if reading.changed is not None:
@@ -379,7 +430,27 @@ class WeightWatch:
         lowest = flat[len(flat) - len(self.variances):] if self.variances else []
         negative = {printed + i: v for i, v in zip(self.variances, lowest, strict=True)
                     if v < 0}
-        return WeightValues(changed, norms, largest, nonfinite, printed, negative)
+        return WeightValues(changed, norms, largest, nonfinite, printed, negative,
+                            {name: self._constant_norm(name) for name in moved})
+
+    def _constants_moved(self, flags: list[bool]) -> list[str]:
+        """The constant buffers whose bytes changed; during the first `CONSTANT_LEARNING`
+        readings, those are a forward's own counters instead, and are no longer watched."""
+        moved = [name for name, flag in zip(self.constant_names, flags, strict=True) if flag]
+        self.constant_readings += 1
+        if self.constant_readings > CONSTANT_LEARNING or not moved:
+            return moved
+        kept = [(n, t) for n, t in zip(self.constant_names, self.constants, strict=True)
+                if n not in moved]
+        self.constant_names = [n for n, _ in kept]
+        self.constants = [t for _, t in kept]
+        self.constant_expected = fingerprint(self.constants) if self.constants else None
+        return []
+
+    def _constant_norm(self, name: str) -> float:
+        """A changed constant buffer's L2 norm now (the alarm path only)."""
+        t = self.constants[self.constant_names.index(name)]
+        return float(t.detach().double().norm())
 
 
     def _reread(self, changed: list[bool], norms: list[float], largest: list[float] | None

@@ -9,7 +9,9 @@ size what the data sets. They judge from the first reading on, without a warm-up
 
 - `weights-changed`: a tensor's exact fingerprint differs from the one taken right after the
   last optimizer step: its bytes changed outside the step (a device or memory fault, or code that
-  edits weights without telling the guard: `Guard.accept_weights`).
+  edits weights without telling the guard: `Guard.accept_weights`); or an integer or bool buffer
+  (position ids, an index table: `fingerprint.constant_buffers`) is not the bytes it had when the
+  guard first read it, since neither a step nor a forward writes it.
 - `weight-nonfinite`: a tensor holds NaN or Inf (a norm that overflows on finite values is
   told apart, and is an infinite `update-size`).
 - `weight-largest`: a tensor's largest |w| is above `k` x the largest it has had at a reading
@@ -64,10 +66,12 @@ class WeightsChanged(Stateless):
 
     def judge(self, names: list[str], v: WeightValues) -> list[Breach]:
         """One breach per tensor whose fingerprint moved."""
+        constants = [Breach(self.name, "weights", norm, None, name)
+                     for name, norm in v.constants_changed.items()]
         if v.changed is None:
-            return []
+            return constants
         return [Breach(self.name, "weights", v.norms[i], None, names[i])
-                for i, moved in enumerate(v.changed) if moved]
+                for i, moved in enumerate(v.changed) if moved] + constants
 
 
 @register
