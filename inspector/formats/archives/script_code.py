@@ -15,7 +15,9 @@ are judged as that code, not listed as imports.
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -49,6 +51,7 @@ TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "quantized", "_quantized"
 """Operator namespaces of torch itself; any other one runs the native library that
 registered it."""
 _SEP = r"[\s\\]*\.[\s\\]*"  # TorchScript's lexer, like Python's, allows space around a dot
+# (comments, which it skips as well, are blanked out of the text first: `_readings`)
 
 
 def _op_pattern(qualified: str) -> str:
@@ -76,22 +79,67 @@ def _line(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
 
 
+def _blank(text: str, spans: list[tuple[int, int]]) -> str:
+    """`text` with each span's characters but line breaks turned to spaces: every offset and
+    line stays where it was."""
+    out = list(text)
+    for start, end in spans:
+        for i in range(start, end):
+            if out[i] not in "\r\n":
+                out[i] = " "
+    return "".join(out)
+
+
+def _comments_by_tokenizer(text: str) -> list[tuple[int, int]] | None:
+    """The comments' spans as Python's tokenizer finds them (strings and all, which a `#`
+    inside does not start a comment); None where it cannot tokenize the text."""
+    lines = io.StringIO(text, newline="").readlines()  # as tokenize numbers them
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    spans = []
+    try:
+        for tok in tokenize.generate_tokens(iter(lines).__next__):
+            if tok.type == tokenize.COMMENT:
+                (row, col), (end_row, end_col) = tok.start, tok.end
+                spans.append((starts[row - 1] + col, starts[end_row - 1] + end_col))
+    except (tokenize.TokenError, SyntaxError, StopIteration):
+        return None
+    return spans
+
+
+def _readings(text: str) -> list[str]:
+    """The code file's text as read for operator spellings: as it is, and with its comments
+    blanked. TorchScript's lexer skips a comment as it skips space, so `(torch  # x` on one
+    line and `.from_file)(...)` on the next call torch.from_file; blanked, the spelling reads
+    whole. The comments are Python's tokenizer's (TorchScript's code is Python's syntax); where
+    it cannot tokenize the text, every `#` to its line's end is blanked instead. The text as
+    it is stays a reading: nothing matched before is lost."""
+    spans = _comments_by_tokenizer(text)
+    if spans is None:
+        spans = [m.span() for m in re.finditer(r"#[^\r\n]*", text)]
+    return [text, _blank(text, spans)] if spans else [text]
+
+
 def op_uses(text: str) -> list[OpUse]:
     """The operators a code file's text refers to that reach files or the network, and those
-    outside torch's own namespaces, in text order."""
-    found = [OpUse(op, what, _line(text, m.start()))
-             for pattern, op, what in _REACHING for m in pattern.finditer(text)]
-    for m in _NAMESPACE.finditer(text):
-        namespace = m.group(1)
-        if namespace in REACHING_NAMESPACES:
-            found.append(OpUse(f"{namespace}::{m.group(2)}", REACHING_NAMESPACES[namespace],
-                               _line(text, m.start())))
-        elif namespace not in TORCH_NAMESPACES:
-            found.append(OpUse(f"{namespace}::{m.group(2)}", None, _line(text, m.start())))
-    for m in _CLASS.finditer(text):
-        if m.group(1) in REACHING_CLASS_NAMESPACES:
-            found.append(OpUse(f"torch.classes.{m.group(1)}.{m.group(2)}",
-                               REACHING_CLASS_NAMESPACES[m.group(1)], _line(text, m.start())))
+    outside torch's own namespaces, in text order; a spelling split by a comment counts."""
+    found: list[OpUse] = []
+    for read in _readings(text):
+        found += [OpUse(op, what, _line(read, m.start()))
+                  for pattern, op, what in _REACHING for m in pattern.finditer(read)]
+        for m in _NAMESPACE.finditer(read):
+            namespace = m.group(1)
+            if namespace in REACHING_NAMESPACES:
+                found.append(OpUse(f"{namespace}::{m.group(2)}",
+                                   REACHING_NAMESPACES[namespace], _line(read, m.start())))
+            elif namespace not in TORCH_NAMESPACES:
+                found.append(OpUse(f"{namespace}::{m.group(2)}", None, _line(read, m.start())))
+        for m in _CLASS.finditer(read):
+            if m.group(1) in REACHING_CLASS_NAMESPACES:
+                found.append(OpUse(f"torch.classes.{m.group(1)}.{m.group(2)}",
+                                   REACHING_CLASS_NAMESPACES[m.group(1)],
+                                   _line(read, m.start())))
     return sorted(set(found), key=lambda u: (u.line, u.op))
 
 
