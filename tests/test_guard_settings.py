@@ -73,3 +73,86 @@ def test_a_negated_beta_halts_and_its_scene_is_never_resumed(tmp_path):
                                          r"\(optimizer-setting on param_groups.0.betas\)"):
         Guard(tmp_path, GuardConfig()).resume(caught.value.scene, tiny_model(),
                                               torch.optim.Adam(tiny_model().parameters()))
+
+
+def _steps_with(run_dir, scheduler_for, steps):
+    """The documented loop under a scheduler built by `scheduler_for(optimizer)`; the verdicts
+    and the learning rates it set."""
+    model = tiny_model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    scheduler = scheduler_for(optimizer)
+    rates = []
+
+    def between(step):
+        if step:
+            scheduler.step()
+        rates.append(optimizer.param_groups[0]["lr"])
+
+    return run(Guard(run_dir, GuardConfig()), model, range(steps), optimizer, between), rates
+
+
+@pytest.mark.parametrize("name", ["one-cycle-20", "cosine-to-zero-and-back", "linear-to-zero",
+                                  "step-x0.01", "hf-cosine", "hf-polynomial-1e-7"])
+def test_schedules_that_fall_fast_or_end_at_zero_raise_nothing(tmp_path, name):
+    from transformers import (
+        get_cosine_schedule_with_warmup,
+        get_polynomial_decay_schedule_with_warmup,
+    )
+    sched = torch.optim.lr_scheduler
+    build = {
+        "one-cycle-20": lambda o: sched.OneCycleLR(o, max_lr=1e-2, total_steps=21),
+        "cosine-to-zero-and-back": lambda o: sched.CosineAnnealingLR(o, T_max=15),
+        "linear-to-zero": lambda o: sched.LambdaLR(o, lambda s: max(0.0, 1 - s / 20)),
+        "step-x0.01": lambda o: sched.MultiStepLR(o, [10, 20], gamma=0.01),
+        "hf-cosine": lambda o: get_cosine_schedule_with_warmup(o, 5, 20),
+        "hf-polynomial-1e-7": lambda o: get_polynomial_decay_schedule_with_warmup(
+            o, 2, 20, lr_end=1e-9),
+    }[name]
+    verdicts, rates = _steps_with(tmp_path, build, steps=20)
+    assert not [v for v in verdicts if v.alarm]
+    assert min(rates) <= max(rates) / 10  # each falls at least 10x in these 20 steps
+
+
+def test_a_learning_rate_collapsed_by_an_exponent_flip_is_named_and_never_sealed(
+        tmp_path, capfd):
+    from inspector.core.vocabulary import SaveOutcome
+    from inspector.ledger import save
+    from inspector.run.checkpoints import read_ledger, resume_choice
+
+    def train(fault_step):
+        model = tiny_model()
+        optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+        guard = Guard(tmp_path / str(fault_step), GuardConfig())
+        kept = {}
+
+        def between(step):
+            if step == fault_step:
+                group = optimizer.param_groups[0]
+                group["lr"] = flip_float(group["lr"], 57)  # exponent bit 5: / 2^32
+                kept["lr"] = group["lr"]
+                kept["weights"] = [p.detach().clone() for p in model.parameters()]
+            if step in (4, 8):
+                save(model.state_dict(), guard.run_dir / f"step-{step}.pt", step=step)
+
+        verdicts = run(guard, model, range(60), optimizer, between)
+        return guard, model, verdicts, kept
+
+    clean_guard, _, clean, _ = train(fault_step=-1)
+    guard, model, hurt, kept = train(fault_step=6)
+    # the harm, under torch's own Adam: every value finite and in range, and the run stalls
+    assert 0 < kept["lr"] < 1e-12
+    moved = max(float((p - q).abs().max())
+                for p, q in zip(model.parameters(), kept["weights"], strict=True))
+    assert moved < 1e-9
+    assert hurt[-1].loss > 1.3 * clean[-1].loss
+    assert not [v for v in clean if v.alarm] and clean_guard.health() == []
+    hit = next(v for v in hurt if v.alarm)
+    assert hit.step == 6
+    assert [(b.rule, b.param) for b in hit.alarm.breaches] == [
+        ("optimizer-setting", "param_groups.0.lr")]
+    assert "param_groups.0.lr fell to 6.985e-13 in one step, from 0.003" in capfd.readouterr().err
+    assert any("param_groups.0.lr" in p for p in guard.health())
+    saves = {s.step: s for s in read_ledger(guard.run_dir).saves}
+    assert saves[4].outcome == SaveOutcome.VERIFIED
+    assert saves[8].outcome == SaveOutcome.UNHEALTHY and "fell from 0.003" in saves[8].detail
+    assert resume_choice(guard.run_dir).record.step == 4

@@ -69,7 +69,7 @@ from inspector.guard.weights.rules import CORRUPTION_RULES, WeightRuleSet
 from inspector.run import health_gate, journal
 from inspector.run.blocklog import BlockWriter
 from inspector.run.metrics import METRICS_KIND, metrics_path
-from inspector.run.optimizer_settings import refused
+from inspector.run.optimizer_settings import COLLAPSE, collapsed, learning_rate, refused
 
 # Megatron-LM exits 17 when a validation failure ends the job; a halted guard means the same.
 EXIT_HALTED = 17
@@ -190,6 +190,11 @@ class Guard:
         self._watched: Any = None
         self.console = AlarmConsole(self.rank) if self.config.console else None
         self._stepped: weakref.WeakSet = weakref.WeakSet()
+        self._lrs: dict[tuple[int, int], float | None] = {}
+        """Each param group's learning rate at the last step, by (id of its list, index)."""
+        self._collapsed: dict[tuple[int, int], tuple[float, float]] = {}
+        """The learning rates that collapsed (`optimizer_settings.collapsed`) and are still
+        low: (the rate before, the rate now)."""
         """Every optimizer that stepped since this guard began: its settings are checked."""
         self._post_hook = register_optimizer_step_post_hook(
             _weak_hook(self, "_after_optimizer_step"))
@@ -312,7 +317,8 @@ class Guard:
 
     def health(self) -> list[str]:
         """The weights' health now, one line per problem: non-finite, past their learned
-        largest |w|, or changed since the last optimizer step (what the ledger asks)."""
+        largest |w|, or changed since the last optimizer step; and a learning rate still
+        collapsed (what the ledger asks)."""
         if self.watch is None:
             return []
         watch = self.watch
@@ -322,7 +328,10 @@ class Guard:
                  if b.rule != "update-size"]
         return [f"{b.rule} on {b.param} (value {b.value:.4g}"
                 + (f", bound {b.threshold:.4g})" if b.threshold is not None else ")")
-                for b in found]
+                for b in found] + [
+            f"{SETTING_RULE} on param_groups.{i}.lr (value {now:.4g}, fell from {before:.4g} "
+            "in one step, by more than 65,536x, which no schedule does)"
+            for (_, i), (before, now) in self._collapsed.items()]
 
     def state_dict(self) -> dict:
         """The guard's own state, to save in a checkpoint beside the model's."""
@@ -374,9 +383,30 @@ class Guard:
         # a wrapper (accelerate's, Lightning's) shares its optimizer's param_groups: read once
         lists = {id(groups): groups for opt in [*self._stepped, optimizer]
                  if isinstance(groups := getattr(opt, "param_groups", None), list)}
-        return [Breach(SETTING_RULE, "optimizer", value, None, f"param_groups.{i}.{key}")
-                for groups in lists.values() for i, group in enumerate(groups)
-                for key, value in refused(group)]
+        found = [Breach(SETTING_RULE, "optimizer", value, None, f"param_groups.{i}.{key}")
+                 for groups in lists.values() for i, group in enumerate(groups)
+                 for key, value in refused(group)]
+        return found + self._collapses(lists)
+
+    def _collapses(self, lists: dict[int, list]) -> list[Breach]:
+        """A breach per learning rate that fell by more than `COLLAPSE` since the last step;
+        each stays one of the guard's health problems until the rate is back within it."""
+        found = []
+        for place, groups in lists.items():
+            for i, group in enumerate(groups):
+                key, now = (place, i), learning_rate(group)
+                if collapsed(self._lrs.get(key), now):
+                    found.append(Breach(SETTING_RULE, "optimizer", now,
+                                        self._lrs[key] / COLLAPSE, f"param_groups.{i}.lr"))
+                    self._collapsed[key] = (self._lrs[key], now)
+                elif key in self._collapsed:
+                    first = self._collapsed[key][0]
+                    if collapsed(first, now):
+                        self._collapsed[key] = (first, now)
+                    else:
+                        del self._collapsed[key]
+                self._lrs[key] = now
+        return found
 
     def _action(self, breaches: list[Breach]) -> Action:
         """The configured action; `skip` for a non-finite loss or gradient under `warn`."""
@@ -498,6 +528,9 @@ def _said(b: Breach) -> str:
     """A breach in words, for the console line."""
     if b.rule == REPLICA_RULE:
         return f"rank {int(b.value)}'s {b.param} differs from the other replicas"
+    if b.rule == SETTING_RULE and b.threshold is not None:  # a collapse: its floor is set
+        return (f"the optimizer's {b.param} fell to {b.value:.4g} in one step, from "
+                f"{b.threshold * COLLAPSE:.4g} (more than 65,536x: no schedule falls so fast)")
     if b.rule == SETTING_RULE:
         return f"the optimizer's {b.param} is {b.value:.4g}, which torch's optimizers refuse"
     where = f" on {b.param}" if b.param else ""

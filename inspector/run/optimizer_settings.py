@@ -1,5 +1,6 @@
 """An optimizer's hyper-parameters where torch's own optimizers admit them: what the ledger
-checks before it seals a state and the guard after every optimizer step.
+checks before it seals a state and the guard after every optimizer step; and a learning rate
+that collapsed in one step (`collapsed`), which only the guard, watching every step, can see.
 
 Torch's constructors refuse a learning rate, `eps`, `weight_decay`, `momentum` and the like below
 zero and a beta outside [0, 1) (`Invalid learning rate`); `load_state_dict` and a write into
@@ -22,6 +23,25 @@ optimizer uses a name more widely only the wider bound is kept: `rho` is Adadelt
 [0, 1], and a sharpness-aware wrapper's radius (ASAM's 2.0)."""
 FRACTIONS = ("betas",)
 """Hyper-parameters whose every value torch's optimizers admit in [0, 1) (and finite)."""
+
+
+COLLAPSE = 2.0 ** 16
+"""How far a learning rate may fall in one step, to a value above zero, before the guard names
+it: a flipped exponent bit that shrinks it by 2^16 or more (float64 bits 56 to 61) stalls the
+run with every value finite and in range, while the schedulers of torch and transformers fall
+by at most a few x per step (OneCycleLR's last step over 20 annealing steps: ~1,500x)."""
+
+
+def learning_rate(group: Any) -> float | None:
+    """The group's learning rate as a number (None when it has none a check can read)."""
+    return next((value for key, value in _numbers(group) if key == "lr"), None)
+
+
+def collapsed(before: float | None, now: float | None) -> bool:
+    """Whether a learning rate fell by more than `COLLAPSE` in one step, to a value above zero
+    (zero is a schedule's end or a freeze, both meant)."""
+    return (before is not None and now is not None and math.isfinite(before)
+            and 0 < now < before / COLLAPSE)
 
 
 def refused(group: Any) -> list[tuple[str, float]]:
