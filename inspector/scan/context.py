@@ -404,6 +404,8 @@ class ScanContext:
 def _call_text(call: Call, use: GlobalUse | None) -> str:
     """A call as pseudo-Python, named by its real import: `os.system("touch x")`."""
     name = use.import_name if use else (call.func.key if call.func else "<computed>")
+    if call.via and call.opcode in ("BUILD", "APPEND", "APPENDS", "ADDITEMS"):
+        return f"{name}({call.args}) ({call.via})"  # a method an earlier BUILD stored
     if call.opcode == "BUILD":
         return f"{name}(…).__setstate__({call.args})"
     if call.via:

@@ -22,8 +22,11 @@ from inspector.scan.pickles.values import (
     _Obj,
     _Seq,
     decode_text,
+    is_called_name,
     kind_of,
+    render,
     strings_of,
+    watch_keys,
 )
 
 Handler = Callable[[WalkState, int, int], bool | None]
@@ -143,10 +146,36 @@ def _stack_global(st: WalkState, op: int, at: int) -> None:
     st.stack.append(st.add_global(module, name, "STACK_GLOBAL", at))
 
 
+def _called_attributes(state: object) -> dict:
+    """What a BUILD state stores that the unpickler or later code calls by name (its dict part
+    and its slot part, `(dict, slots)`): name -> value."""
+    parts = state if isinstance(state, tuple) and len(state) == 2 else (state,)
+    found: dict = {}
+    for part in parts:
+        hot = part.hot if isinstance(part, _Seq | _Obj) else None
+        for key, value in (hot or {}).items():
+            if is_called_name(key):
+                found.setdefault(key, value)
+    return found
+
+
 @_handles("BUILD")
 def _build(st: WalkState, op: int, at: int) -> None:
     state = st.pop(at)
     inst = st.stack[-1] if st.stack else UNKNOWN
+    stored = inst.stored if isinstance(inst, _Obj) else None
+    if stored and "__setstate__" in stored:
+        # an earlier BUILD stored __setstate__ on the instance: this BUILD calls it with state
+        st.stored_call(inst, "__setstate__", (state,), "BUILD", at)
+    else:
+        called = _called_attributes(state)
+        if called:
+            names = ", ".join(sorted(called))
+            st.note("build-stores-called-attribute", f"BUILD stores {names} on "
+                    f"{render(inst)}: the unpickler (a later BUILD, APPENDS, ADDITEMS) or code "
+                    "that copies or pickles it looks it up on the instance and calls it", at, True)
+            if isinstance(inst, _Obj):
+                inst.stored = {**(inst.stored or {}), **called}
     if isinstance(inst, _Obj) and inst.func is not None:
         if inst.func.key not in st.allowed:
             st.block(f"BUILD of {inst.func.key}")
@@ -178,6 +207,8 @@ def _setitems(st: WalkState, op: int, at: int) -> None:
         if len(target.strings) < 16:
             strings_of(tuple(items), target.strings)
         target.set_items(items)
+    elif isinstance(target, _Obj):
+        watch_keys(target, items)  # a dict subclass's instance filled as a dict (OrderedDict)
 
 
 @_handles("APPEND", "APPENDS")
@@ -192,11 +223,19 @@ def _appends(st: WalkState, op: int, at: int) -> None:
             st.note("container-type-confusion", f"{name} on a {kind}, not a list", at, True)
     if isinstance(target, _Seq) and len(target.strings) < 16:
         strings_of(tuple(items), target.strings)
+    stored = target.stored if isinstance(target, _Obj) else None
+    for method in ("extend", "append") if stored else ():
+        if method in stored:  # stored by a BUILD: APPEND(S) of a non-list looks it up and calls
+            st.stored_call(target, method, tuple(items), "APPENDS" if op != 0x61 else "APPEND",
+                           at)
 
 
 @_handles("ADDITEMS")
 def _additems(st: WalkState, op: int, at: int) -> None:
-    st.pop_mark(at)
+    items = st.pop_mark(at)
+    target = st.stack[-1] if st.stack else UNKNOWN
+    if isinstance(target, _Obj) and target.stored and "add" in target.stored:
+        st.stored_call(target, "add", tuple(items), "ADDITEMS", at)
     if kind_of(st.stack[-1] if st.stack else UNKNOWN) not in ("set", "unknown"):
         st.note("container-type-confusion", "ADDITEMS on something not a set", at, True)
 

@@ -24,6 +24,7 @@ from inspector.scan.pickles.numpy_dtypes import numpy_dtype_class as numpy_dtype
 from inspector.scan.pickles.numpy_dtypes import numpy_dtype_classes as numpy_dtype_classes
 from inspector.scan.pickles.opcodes import OPCODE_BYTES, WEIGHTS_ONLY_OPCODES_DEFAULT
 from inspector.scan.pickles.presets import PRESET_GLOBALS, PRESETS
+from inspector.scan.pickles.static_source import resolve
 
 
 def _words(text: str) -> list[str]:
@@ -436,9 +437,19 @@ def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> C
             if path is not parts and len(path) < len(parts):
                 reason += f" (reached by attribute walk: {key})"
             return Classification(dangerous, reason)
-    if parts[-1] in DENY_LEAF_NAMES or _LEAF_PREFIX_RE.match(parts[-1]):
+    # Python's names are case-sensitive, but `Popen` is `popen`'s class: leaf names match
+    # whatever their case
+    if parts[-1].lower() in DENY_LEAF_NAMES or _LEAF_PREFIX_RE.match(parts[-1]):
         return Classification(dangerous, f"'{parts[-1]}' names a callable that runs code, "
                                          "loads data or opens, writes or deletes files")
+    # what the name IS: a module that re-exports a denied callable (`from subprocess import
+    # Popen`) hands out that callable under its own, longer name (read from source, not run)
+    real_module, real = resolve(module, name)
+    if (real_module, real) != (module, name):
+        behind = classify(real_module, real, rules)
+        if behind.severity == dangerous:
+            return Classification(dangerous, f"is {real_module}.{real}, which {key}'s module "
+                                             f"re-exports: {behind.reason}")
     if module in rules.blocked_modules:
         return Classification(dangerous, f"module {module} is blocked by torch")
     if key in preset_flags():

@@ -235,6 +235,20 @@ class WalkState:
                 self.note("indirect-call", f"{role}, a value computed while loading (not a "
                           "plain import), which cannot be checked statically", at, True)
 
+    def stored_call(self, inst: _Obj, name: str, args: tuple, opname: str, at: int) -> None:
+        """`opname` calls `inst.<name>`, which an earlier BUILD stored on the instance: a call of
+        what was stored there, judged as a REDUCE of it is (`via`)."""
+        value = (inst.stored or {}).get(name, UNKNOWN)
+        role = f"{opname} calls the {name} an earlier BUILD stored on {render(inst)}"
+        if isinstance(value, GlobalRef):
+            strings: list[str] = []
+            strings_of(args, strings)
+            if len(self.res.calls) < 200_000:
+                self.res.calls.append(Call(value, opname, at, strings, _shown(args), role))
+        elif isinstance(value, _Obj) or value is UNKNOWN:
+            self.note("indirect-call", f"{role}, a value computed while loading (not a plain "
+                      "import), which cannot be checked statically", at, True)
+
     def joblib_array(self, state: object, at: int) -> None:
         """After a joblib NumpyArrayWrapper's BUILD (state `state`), read on as joblib does:
         step over the array's raw bytes, or walk the pickle an object array is written as."""

@@ -10,33 +10,68 @@ from inspector.scan.pickles.records import GlobalRef
 # type), so they keep the names they have always had.
 
 
+# Names the unpickler or later code looks up on an instance and calls: BUILD calls
+# `inst.__setstate__`, APPEND(S) `inst.append` / `inst.extend` of a non-list, ADDITEMS `inst.add`
+# of a non-set; copy, pickle and NumPy look up `__deepcopy__`, `__reduce_ex__`, `__array__` ...
+# on the instance too. A dict that sets one of them (BUILD state, keywords) is kept track of.
+CALLED_METHODS = frozenset({"append", "extend", "add"})
+
+
+def is_called_name(key: object) -> bool:
+    """Whether an attribute named `key` is one the unpickler or later code calls by name."""
+    return isinstance(key, str) and (key in CALLED_METHODS or (
+        len(key) > 4 and key.startswith("__") and key.endswith("__")))
+
+
+def watch_keys(target: object, flat: list) -> None:
+    """Keep, on `target` (a dict being filled), its keys that name called attributes, with
+    their values; all of them, not the first 16."""
+    hot = getattr(target, "hot", MISSING)
+    if hot is MISSING:
+        return
+    for i in range(0, len(flat) - 1, 2):
+        key = flat[i]
+        computed = isinstance(key, _Obj | _Unknown)  # a value made while loading
+        if computed or is_called_name(key):
+            if target.hot is None:
+                target.hot = {}
+            if len(target.hot) < 64:
+                target.hot.setdefault(UNKNOWN if computed else key, flat[i + 1])
+
+
 class _Obj:
     """Result of a call; `func` is the import that produced it (None when unknown). `detail`:
     what a later opcode needs to know of it, kept for a few callables only (a numpy.dtype's
-    arguments and BUILD state, which size a joblib array: `joblib_arrays`)."""
+    arguments and BUILD state, which size a joblib array: `joblib_arrays`). `hot`: when it is
+    a dict filled with watched keys (`watch_keys`), those keys and values; `stored`: attributes
+    a BUILD stored on it that the unpickler later calls (`__setstate__`, `append` ...)."""
 
-    __slots__ = ("detail", "func")
+    __slots__ = ("detail", "func", "hot", "stored")
 
     def __init__(self, func: GlobalRef | None, detail: object = None) -> None:
         self.func = func
         self.detail = detail
+        self.hot: dict | None = None
+        self.stored: dict | None = None
 
 
 class _Seq:
     """A list, dict or set under construction; keeps a few strings for the code-text check and,
     for a dict, its first text-keyed items (a joblib array's wrapper state is one)."""
 
-    __slots__ = ("items", "kind", "strings")
+    __slots__ = ("hot", "items", "kind", "strings")
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.strings: list[str] = []
         self.items: dict[str, object] | None = None  # made on a dict's first items
+        self.hot: dict | None = None  # its watched keys (`watch_keys`), all of them
 
     def set_items(self, flat: list) -> None:
         """Keep the text-keyed items of `flat` (key, value, key, value ...), the first 16."""
         if self.kind != "dict":
             return
+        watch_keys(self, flat)
         if self.items is None:
             self.items = {}
         items = self.items

@@ -1,0 +1,197 @@
+"""Calls a pickle makes without REDUCE, and imports judged by what they are (red-team round).
+
+Each hostile sample is built here, its harm proven under the real loader in a fresh process (a
+canary appears that was absent; for the pointer call, the loader dies by SIGSEGV), and only
+then scanned: DANGEROUS, exit 2. Benign twins keep the verdict they had.
+
+- BUILD on a function or class itself sets attributes on shared code, and torch's legacy
+  reader's `('module', obj, file, source)` persistent id writes `<obj.__name__>.patch` when
+  `obj.dump_patches` is set (`_check_container_source`).
+- OBJ and INST call their target with no arguments too (pickle's `_instantiate`).
+- A BUILD state that stores `__setstate__` (or `append`, `extend`, `add`, any dunder) on an
+  instance makes a later BUILD (APPENDS, ADDITEMS) a call of the stored value.
+- An import is classified by what it is: leaf names whatever their case, re-exports of denied
+  callables followed through the source (`static_source`, nothing imported).
+- NEWOBJ_EX keywords that are raw pointers to torch's C constructors (`allocator`, `cdata`).
+- The enum-member exemption (`Class('word')`) only where the class is an enum by its source.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import subprocess
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from inspector.scan.engine import scan_file
+from inspector.scan.pickles.policy import classify
+
+POPEN_REEXPORT = (b"torch.distributed.elastic.multiprocessing.subprocess_handler."
+                  b"subprocess_handler\nPopen\n")
+
+
+def _s(text: str) -> bytes:
+    """BINUNICODE of `text`."""
+    raw = text.encode()
+    return b"X" + struct.pack("<I", len(raw)) + raw
+
+
+def _load(python_exe: str, code: str, cwd: Path, env: dict | None = None,
+          timeout: int = 180) -> subprocess.CompletedProcess:
+    """Run `code` (a real loader) in a fresh interpreter in `cwd`."""
+    return subprocess.run([python_exe, "-W", "ignore", "-c", code], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _wait_for(path: Path, seconds: float = 10.0) -> bool:
+    """Whether `path` exists, waiting for a process the loader spawned to make it."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if path.exists():
+            return True
+        time.sleep(0.1)
+    return path.exists()
+
+
+def _cli(python_exe: str, path: Path) -> tuple[int, str]:
+    """`ckpt-inspector scan PATH`: its exit status and output."""
+    proc = subprocess.run([python_exe, "-c", "import sys; from inspector.cli import entry; "
+                           "sys.argv[0] = 'ckpt-inspector'; sys.exit(entry())", "scan",
+                           str(path)], capture_output=True, text=True, timeout=300)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _dangerous(res) -> list[str]:
+    return ([f"{f.code}: {f.message}" for f in res.findings if f.severity == "dangerous"]
+            + [f"{g.import_name}: {g.reason}" for g in res.globals if g.severity == "dangerous"])
+
+
+# --- a BUILD that stores __setstate__ (finding 3) -----------------------------------------------
+
+def _splice_into_torch_zip(path: Path, payload: bytes) -> Path:
+    """torch.save of a small model's state and an epoch, with d['optimizer'] = payload."""
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({"model": torch.nn.Linear(2, 2).state_dict(), "epoch": 3}, buf)
+    zin = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            if info.filename.endswith("/data.pkl"):
+                assert data.endswith(b"u.")
+                data = data[:-1] + _s("optimizer") + payload + b"s."
+            zout.writestr(info.filename, data)
+    return path
+
+
+def test_setstate_stored_by_build_runs_a_shell_command_in_a_torch_zip(tmp_path, python_exe):
+    canary = tmp_path / "canary"
+    payload = (b"ccollections\nOrderedDict\n)R"                   # an allowed OrderedDict()
+               b"}" + _s("__setstate__") + b"c" + POPEN_REEXPORT + b"sb"  # o.__setstate__ = Popen
+               b"(" + _s("sh") + _s("-c") + _s(f"touch {canary}") + b"lb")  # Popen([...])
+    path = _splice_into_torch_zip(tmp_path / "ckpt.pt", payload)
+    proc = _load(python_exe, "import torch, time; "
+                 f"torch.load({str(path)!r}, weights_only=False); time.sleep(0.5)", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert _wait_for(canary), "the stored __setstate__ did not run"
+    canary.unlink()
+    code, out = _cli(python_exe, path)
+    assert code == 2, out
+    assert "build-stores-called-attribute" in out, out
+
+
+@pytest.mark.parametrize("state", ["dict", "slots", "ordereddict"])
+def test_setstate_stored_by_build_is_a_call_of_any_callable(tmp_path, python_exe, state):
+    """mailbox.Maildir (an import judged suspicious, no denied name) stored as __setstate__ by
+    a dict state, a slot state or an OrderedDict state: the next BUILD calls
+    Maildir('<dir>'), which creates the folder."""
+    stored = _s("__setstate__") + b"cmailbox\nMaildir\n"
+    first = {"dict": b"}" + stored + b"s",
+             "slots": b"N}" + stored + b"s\x86",
+             "ordereddict": b"ccollections\nOrderedDict\n)R" + stored + b"s"}[state]
+    data = (b"\x80\x02ccollections\nOrderedDict\n)R" + first + b"b"
+            + _s("mdcanary") + b"b.")
+    path = tmp_path / "setstate.pkl"
+    path.write_bytes(data)
+    canary = tmp_path / "mdcanary"
+    proc = _load(python_exe, f"import pickle; pickle.load(open({str(path)!r}, 'rb'))", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (canary / "new").is_dir(), "the stored __setstate__ was not called"
+    res = scan_file(path)
+    assert res.verdict == "dangerous", res.to_json()
+    evidence = _dangerous(res)
+    assert any("build-stores-called-attribute" in e for e in evidence), evidence
+    assert any("mailbox.Maildir" in e and "__setstate__" in e for e in evidence), evidence
+
+
+def test_append_stored_by_build_is_called_by_appends(tmp_path, python_exe):
+    """APPENDS on a non-list looks up `extend`, then `append`, on the instance."""
+    data = (b"\x80\x02ccollections\nOrderedDict\n)R}" + _s("append") + b"cmailbox\nMaildir\n"
+            b"sb(" + _s("mdcanary") + b"e.")
+    path = tmp_path / "append.pkl"
+    path.write_bytes(data)
+    proc = _load(python_exe, f"import pickle; pickle.load(open({str(path)!r}, 'rb'))", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "mdcanary" / "new").is_dir()
+    res = scan_file(path)
+    assert res.verdict == "dangerous", res.to_json()
+    assert any("mailbox.Maildir" in e and "append" in e for e in _dangerous(res))
+
+
+def test_checkpoints_with_plain_object_state_keep_their_verdict(tmp_path):
+    import argparse
+    import collections
+
+    import torch
+
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 3)
+    path = tmp_path / "train.pt"
+    torch.save({"model": model.state_dict(), "optim": opt.state_dict(),
+                "sched": sched.state_dict()}, path)
+    assert scan_file(path).verdict == "safe"
+    path = tmp_path / "hp.pt"
+    torch.save({"hparams": argparse.Namespace(lr=0.1, name="run"),
+                "od": collections.OrderedDict(a=1)}, path)
+    res = scan_file(path)
+    assert res.verdict == "suspicious", res.to_json()
+    assert not [f for f in res.findings if f.code == "build-stores-called-attribute"]
+
+
+def test_leaf_names_are_denied_whatever_their_case():
+    for module, name in [("somepkg.helpers", "Popen"), ("somepkg.helpers", "SYSTEM"),
+                         ("somepkg", "Check_Output")]:
+        assert classify(module, name).severity == "dangerous", (module, name)
+    assert classify("somepkg.helpers", "Opener").severity == "suspicious"
+
+
+REEXPORT_PROBE = """
+import sys
+from inspector.scan.pickles.policy import classify
+c = classify("transformers.tokenization_utils_sentencepiece", "copyfile")
+print(c.severity, "|", c.reason)
+print("imported:", sorted(m for m in ("transformers", "torch") if m in sys.modules))
+"""
+
+
+def test_a_reexport_of_a_denied_callable_is_classified_as_what_it_is(python_exe, tmp_path):
+    """transformers' `from shutil import copyfile` hands out shutil.copyfile under a name no
+    deny rule matches; the source says what it is, and nothing is imported to read it."""
+    pytest.importorskip("transformers")
+    truth = _load(python_exe, "import shutil, transformers.tokenization_utils_sentencepiece "
+                  "as m; print(m.copyfile is shutil.copyfile)", tmp_path)
+    assert truth.stdout.strip() == "True", truth.stderr
+    proc = _load(python_exe, REEXPORT_PROBE, tmp_path)
+    severity, reason = proc.stdout.splitlines()[0].split(" | ")
+    assert severity == "dangerous", proc.stdout + proc.stderr
+    assert "shutil.copyfile" in reason
+    assert proc.stdout.splitlines()[1] == "imported: []"
+    popen = classify("torch.distributed.elastic.multiprocessing.subprocess_handler."
+                     "subprocess_handler", "Popen")
+    assert popen.severity == "dangerous"
