@@ -19,6 +19,7 @@ then scanned: DANGEROUS, exit 2. Benign twins keep the verdict they had.
 from __future__ import annotations
 
 import io
+import os
 import struct
 import subprocess
 import time
@@ -28,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from inspector.scan.engine import scan_file
-from inspector.scan.pickles.policy import classify
+from inspector.scan.pickles.policy import call_verdict, classify
 
 POPEN_REEXPORT = (b"torch.distributed.elastic.multiprocessing.subprocess_handler."
                   b"subprocess_handler\nPopen\n")
@@ -195,3 +196,50 @@ def test_a_reexport_of_a_denied_callable_is_classified_as_what_it_is(python_exe,
     popen = classify("torch.distributed.elastic.multiprocessing.subprocess_handler."
                      "subprocess_handler", "Popen")
     assert popen.severity == "dangerous"
+
+
+# --- the enum-member exemption (finding 6) ------------------------------------------------------
+
+def test_popen_reexport_called_with_one_word_is_dangerous(tmp_path, python_exe):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    canary = tmp_path / "spawned"
+    program = bin_dir / "rtcanary"
+    program.write_text(f"#!/bin/sh\necho SPAWNED > {canary}\n")
+    program.chmod(0o755)
+    path = tmp_path / "popen.pkl"
+    path.write_bytes(b"\x80\x02c" + POPEN_REEXPORT + _s("rtcanary") + b"\x85R.")
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    proc = _load(python_exe, f"import pickle, time; pickle.load(open({str(path)!r}, 'rb')); "
+                 "time.sleep(0.5)", tmp_path, env)
+    assert proc.returncode == 0, proc.stderr
+    assert _wait_for(canary), "Popen('rtcanary') did not spawn the program"
+    code, out = _cli(python_exe, path)
+    assert code == 2, out
+    assert "enum member" not in out, out
+
+
+def test_the_enum_pattern_needs_an_enum_class(tmp_path, python_exe):
+    """mailbox.Maildir('mdcanary') looks like an enum member rebuilt by value; it creates a
+    mail folder."""
+    path = tmp_path / "maildir.pkl"
+    path.write_bytes(b"\x80\x02cmailbox\nMaildir\n" + _s("mdcanary") + b"\x85R.")
+    proc = _load(python_exe, f"import pickle; pickle.load(open({str(path)!r}, 'rb'))", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "mdcanary" / "cur").is_dir()
+    res = scan_file(path)
+    assert res.verdict == "dangerous", res.to_json()
+    assert any("calls mailbox.Maildir" in e for e in _dangerous(res))
+
+
+@pytest.mark.parametrize("module, name, value", [
+    ("transformers.trainer_utils", "IntervalStrategy", "'steps'"),
+    ("lightning.pytorch.trainer.states", "TrainerFn", "'fit'"),
+    ("re", "RegexFlag", "2"),
+])
+def test_real_enum_members_keep_the_exemption(module, name, value):
+    pytest.importorskip(module.split(".")[0])
+    target = f"{module}.{name}"
+    verdict = call_verdict(target, False, [f"{target}({value})"])
+    assert verdict is not None and verdict.severity == "suspicious", verdict
+    assert "enum member" in verdict.reason

@@ -24,7 +24,7 @@ from inspector.scan.pickles.numpy_dtypes import numpy_dtype_class as numpy_dtype
 from inspector.scan.pickles.numpy_dtypes import numpy_dtype_classes as numpy_dtype_classes
 from inspector.scan.pickles.opcodes import OPCODE_BYTES, WEIGHTS_ONLY_OPCODES_DEFAULT
 from inspector.scan.pickles.presets import PRESET_GLOBALS, PRESETS
-from inspector.scan.pickles.static_source import resolve
+from inspector.scan.pickles.static_source import is_enum_class, resolve
 
 
 def _words(text: str) -> list[str]:
@@ -520,7 +520,8 @@ CALLS_ARGUMENTS: dict[str, tuple[CalledArgument, ...]] = {
         CalledArgument(0, "subtype", "makes an instance of and runs a method of",
                        "__array_finalize__"),) for core in ("core", "_core")},
 }
-# An enum member or a small value class rebuilt by value: Class('steps'), Class(2)
+# An enum member rebuilt by value: Class('steps'), Class(2); only where the class's source shows
+# it is an enum (`static_source.is_enum_class`), never for any capitalised callable
 _ENUM_CALL_RE = re.compile(r"\((?:'[\w.-]{0,64}'|\"[\w.-]{0,64}\"|-?\d{1,20})\)")
 
 
@@ -547,7 +548,8 @@ def call_verdict(target: str | None, computed: bool, texts: list[str],
     if denied is not None and denied.severity == Severity.DANGEROUS:
         return Classification(Severity.DANGEROUS, f"calls {target}: {denied.reason}")
     if leaf[:1].isupper() and texts and all(
-            _ENUM_CALL_RE.fullmatch(t[len(target):]) for t in texts if t.startswith(target)):
+            _ENUM_CALL_RE.fullmatch(t[len(target):]) for t in texts if t.startswith(target)
+    ) and module and is_enum_class(module, name):
         return Classification(Severity.SUSPICIOUS, f"rebuilds {target} from one plain value "
                               "(an enum member's pattern): the class is called")
     return Classification(Severity.DANGEROUS, f"calls {target}, which no benign save calls "
