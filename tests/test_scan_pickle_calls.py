@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import os
+import pickle
 import struct
 import subprocess
 import time
@@ -69,6 +70,49 @@ def _cli(python_exe: str, path: Path) -> tuple[int, str]:
 def _dangerous(res) -> list[str]:
     return ([f"{f.code}: {f.message}" for f in res.findings if f.severity == "dangerous"]
             + [f"{g.import_name}: {g.reason}" for g in res.globals if g.severity == "dangerous"])
+
+
+# --- OBJ / INST with no arguments (finding 2) ---------------------------------------------------
+
+@pytest.mark.parametrize("name, data, loader, harm", [
+    ("obj_write_config", b"(caccelerate.utils\nwrite_basic_config\no.",
+     "import pickle; pickle.load(open(P, 'rb'))", "config"),
+    ("inst_logout", b"(ihuggingface_hub\nlogout\n.", "import joblib; joblib.load(P)", "token"),
+])
+def test_obj_and_inst_without_arguments_call_their_target(tmp_path, python_exe, name, data,
+                                                           loader, harm):
+    pytest.importorskip("accelerate" if harm == "config" else "huggingface_hub")
+    home = tmp_path / "hf_home"
+    home.mkdir()
+    token = home / "token"
+    token.write_text("hf_not_a_real_token")
+    config = home / "accelerate" / "default_config.yaml"
+    path = tmp_path / f"{name}.pkl"
+    path.write_bytes(data)
+    env = {**os.environ, "HF_HOME": str(home)}
+    proc = _load(python_exe, f"P = {str(path)!r}; {loader}", tmp_path, env)
+    assert proc.returncode == 0, proc.stderr
+    if harm == "config":
+        assert config.exists(), "write_basic_config() did not run"
+    else:
+        assert not token.exists(), "logout() did not delete the token"
+    code, out = _cli(python_exe, path)
+    assert code == 2, out
+    assert "call-outside-allowlist" in out, out
+
+
+def test_python3_protocol_0_and_1_objects_keep_their_verdict(tmp_path):
+    """Python 3 writes no INST or OBJ for instances (copyreg._reconstructor, REDUCE), and OBJ
+    of an allowed class with no arguments stays what it was."""
+    import argparse
+
+    for proto in (0, 1):
+        path = tmp_path / f"ns{proto}.pkl"
+        path.write_bytes(pickle.dumps({"hparams": argparse.Namespace(lr=0.1)}, protocol=proto))
+        assert scan_file(path).verdict == "suspicious"
+    path = tmp_path / "od.pkl"
+    path.write_bytes(b"(ccollections\nOrderedDict\no.")
+    assert scan_file(path).verdict == "safe"
 
 
 # --- a BUILD that stores __setstate__ (finding 3) -----------------------------------------------

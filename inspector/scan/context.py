@@ -240,7 +240,10 @@ class ScanContext:
                               f"{call.via}: {verdict.reason}", member,
                               call.offset if depth == 0 else None, text)
             elif call.func is not None and not allowed and not judged and (
-                    call.opcode == "REDUCE" or (call.opcode in ("INST", "OBJ") and call.args)):
+                    call.opcode in ("REDUCE", "INST", "OBJ")):
+                # INST and OBJ call their target as REDUCE does, with no arguments too: pickle's
+                # _instantiate calls klass() when it is not a class (a function), and a class's
+                # __init__ runs when the argument tuple is not empty
                 verdict = call_verdict(call.func.key, False, [f"{call.func.key}({call.args})"],
                                        self.rules)
                 if verdict is not None:
