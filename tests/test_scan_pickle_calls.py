@@ -23,6 +23,7 @@ import os
 import pickle
 import struct
 import subprocess
+import textwrap
 import time
 import zipfile
 from pathlib import Path
@@ -70,6 +71,70 @@ def _cli(python_exe: str, path: Path) -> tuple[int, str]:
 def _dangerous(res) -> list[str]:
     return ([f"{f.code}: {f.message}" for f in res.findings if f.severity == "dangerous"]
             + [f"{g.import_name}: {g.reason}" for g in res.globals if g.severity == "dangerous"])
+
+
+# --- BUILD on a global; torch's legacy source check (finding 1) -------------------------------
+
+LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+LEGACY_SYS_INFO = {"protocol_version": 1001, "little_endian": True,
+                   "type_sizes": {"short": 2, "int": 4, "long": 4}}
+
+
+def _legacy(path: Path, main: bytes) -> Path:
+    """A legacy (non-zip) torch file whose main pickle is `main`, with no storages."""
+    with open(path, "wb") as f:
+        pickle.dump(LEGACY_MAGIC, f, protocol=2)
+        pickle.dump(1001, f, protocol=2)
+        pickle.dump(LEGACY_SYS_INFO, f, protocol=2)
+        f.write(main)
+        pickle.dump([], f, protocol=2)
+    return path
+
+
+def test_build_on_a_function_and_legacy_module_id_write_a_patch_file(tmp_path, python_exe):
+    canary = tmp_path / "elsewhere" / "canary"
+    canary.parent.mkdir()
+    main = (b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\nq\x00"      # an allowed function
+            b"N}(" + _s("dump_patches") + b"\x88" + _s("__name__") + _s(str(canary)) + b"u"
+            b"\x86b0"                                                # BUILD on it: setattr
+            b"}" + _s("weights") + b"(" + _s("module") + b"h\x00" + _s("model.py")
+            + _s("class Net:\n    pass  # not the installed source\n") + b"tQs.")
+    path = _legacy(tmp_path / "legacy.pt", main)
+    patch = Path(f"{canary}.patch")
+    assert not patch.exists()
+    proc = _load(python_exe, f"import torch; torch.load({str(path)!r}, weights_only=False)",
+                 tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert patch.exists(), "the legacy reader did not write the .patch file"
+    assert "class Net" in patch.read_text()
+    patch.unlink()
+    code, out = _cli(python_exe, path)
+    assert code == 2, out
+    assert "build-on-global" in out and "legacy-source-patch" in out, out
+    assert not patch.exists()
+
+
+def test_legacy_save_of_a_whole_model_keeps_its_verdict(tmp_path, python_exe):
+    """torch.save(model, _use_new_zipfile_serialization=False) writes a ('module', cls, file,
+    source) persistent id for each module class: no BUILD on them, no finding of this kind."""
+    (tmp_path / "tinynet.py").write_text(textwrap.dedent("""
+        import torch
+
+        class TinyNet(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = torch.nn.Linear(3, 2)
+    """))
+    path = tmp_path / "legacy_model.pt"
+    proc = _load(python_exe, "import torch, tinynet; torch.save(tinynet.TinyNet(), "
+                 f"{str(path)!r}, _use_new_zipfile_serialization=False)", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert b"module" in path.read_bytes()  # the source-check persistent ids are there
+    res = scan_file(path)
+    assert not [f for f in res.findings if f.code in ("build-on-global", "legacy-source-patch")]
+    # its verdict is what it was: the walk pushes a value it cannot see for every persistent
+    # id, so the NEWOBJ of the module's class is an indirect call (dangerous before this, too)
+    assert {f.code for f in res.findings if f.severity == "dangerous"} <= {"indirect-call"}
 
 
 # --- OBJ / INST with no arguments (finding 2) ---------------------------------------------------

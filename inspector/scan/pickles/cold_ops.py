@@ -163,6 +163,17 @@ def _called_attributes(state: object) -> dict:
 def _build(st: WalkState, op: int, at: int) -> None:
     state = st.pop(at)
     inst = st.stack[-1] if st.stack else UNKNOWN
+    if isinstance(inst, GlobalRef):
+        # BUILD of a global sets attributes on the function or class itself (slot state is
+        # setattr): code every later use shares. torch.load's legacy reader, for one, writes
+        # `<obj.__name__>.patch` when a persistent id's obj has `dump_patches` set.
+        st.note("build-on-global", f"BUILD sets attributes on {inst.key} itself (a function or "
+                f"class, shared code, not an instance) with {render(state)[:200]}: no save does "
+                "this, and what the loader or later code reads from it is then the pickle's", at,
+                True)
+        st.block(f"BUILD on {inst.key}")
+        st.built_globals.add(inst.key)
+        return
     stored = inst.stored if isinstance(inst, _Obj) else None
     if stored and "__setstate__" in stored:
         # an earlier BUILD stored __setstate__ on the instance: this BUILD calls it with state

@@ -73,6 +73,9 @@ class WalkState:
     removed: int = 0  # `unbuffered`: bytes dropped so far (positions after a drop shift by this)
     op_at: int = 0  # where the walk stopped: the last opcode it began
     reported_ops: set[int] = field(default_factory=set)  # outside weights_only's, each noted once
+    # functions and classes a BUILD set attributes on (by key: every import of one is the same
+    # object to the loader), for what later reads them (`persistent_id`)
+    built_globals: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.n = len(self.data)
@@ -235,6 +238,27 @@ class WalkState:
                 self.note("indirect-call", f"{role}, a value computed while loading (not a "
                           "plain import), which cannot be checked statically", at, True)
 
+    def container_source(self, pid: tuple, at: int) -> None:
+        """torch.load's legacy reader, given `('module', obj, source_file, source)` with all
+        three set, checks obj's source (`_check_container_source`): when it differs and
+        `obj.dump_patches` is true it writes a diff to `<obj.__name__>.patch`, a path relative
+        to the working folder or absolute. No class or function has `dump_patches` set but by
+        a pickle's own BUILD on it; a value computed while loading cannot be checked."""
+        obj = pid[1] if len(pid) > 1 else None
+        if len(pid) < 4 or not all(v is UNKNOWN or bool(v) for v in pid[1:4]):
+            return  # torch skips a container without its source saved
+        if isinstance(obj, GlobalRef):
+            if obj.key in self.built_globals:
+                self.note("legacy-source-patch", f"a ('module', {obj.key}, …) persistent id makes "
+                          "torch.load's legacy reader check its source and, with the "
+                          "dump_patches and __name__ this pickle's BUILD set on it, write a "
+                          "'<__name__>.patch' file of the pickle's text anywhere", at, True)
+        else:
+            self.note("legacy-source-patch", f"a ('module', {render(obj)[:80]}, …) persistent id "
+                      "hands torch.load's legacy source check (which may write "
+                      "'<obj.__name__>.patch' files) a value computed while loading, which "
+                      "cannot be checked statically", at, True)
+
     def stored_call(self, inst: _Obj, name: str, args: tuple, opname: str, at: int) -> None:
         """`opname` calls `inst.<name>`, which an earlier BUILD stored on the instance: a call of
         what was stored there, judged as a REDUCE of it is (`via`)."""
@@ -305,4 +329,6 @@ class WalkState:
                                   at))
         elif isinstance(pid, tuple) and pid and pid[0] not in ("storage", b"storage"):
             self.block("persistent id that is not a storage")
+            if pid[0] in ("module", b"module"):
+                self.container_source(pid, at)
         self.stack.append(_Obj(None))
