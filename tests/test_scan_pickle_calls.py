@@ -21,6 +21,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import signal
 import struct
 import subprocess
 import textwrap
@@ -305,6 +306,33 @@ def test_a_reexport_of_a_denied_callable_is_classified_as_what_it_is(python_exe,
     popen = classify("torch.distributed.elastic.multiprocessing.subprocess_handler."
                      "subprocess_handler", "Popen")
     assert popen.severity == "dangerous"
+
+
+# --- NEWOBJ_EX pointer keywords (finding 5) -----------------------------------------------------
+
+def _untyped_storage(kwargs: bytes) -> bytes:
+    return (b"\x80\x04ctorch.storage\nUntypedStorage\nK\x10\x85" + kwargs + b"\x92.")
+
+
+def test_storage_allocator_keyword_is_a_pointer_call(tmp_path, python_exe):
+    path = tmp_path / "allocator.pkl"
+    path.write_bytes(_untyped_storage(b"}\x8c\tallocator\x8a\x05\x41\x41\x41\x41\x41s"))
+    proc = _load(python_exe, "import pickle, torch; print('before', flush=True); "
+                 f"pickle.load(open({str(path)!r}, 'rb')); print('survived')", tmp_path)
+    assert proc.returncode == -signal.SIGSEGV, (proc.returncode, proc.stdout, proc.stderr)
+    assert "before" in proc.stdout and "survived" not in proc.stdout
+    code, out = _cli(python_exe, path)
+    assert code == 2, out
+    assert "torch-pointer-keyword" in out and "allocator" in out, out
+
+
+def test_storage_with_a_device_keyword_stays_safe(tmp_path, python_exe):
+    path = tmp_path / "device.pkl"
+    path.write_bytes(_untyped_storage(b"}\x8c\x06device\x8c\x03cpus"))
+    proc = _load(python_exe, "import pickle, torch; "
+                 f"print(len(pickle.load(open({str(path)!r}, 'rb'))))", tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "16", proc.stderr
+    assert scan_file(path).verdict == "safe"
 
 
 # --- the enum-member exemption (finding 6) ------------------------------------------------------

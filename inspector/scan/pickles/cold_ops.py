@@ -19,6 +19,7 @@ from inspector.scan.pickles.state import Truncated, WalkState
 from inspector.scan.pickles.values import (
     MISSING,
     UNKNOWN,
+    WATCHED_KEYWORDS,
     _Obj,
     _Seq,
     decode_text,
@@ -284,8 +285,31 @@ def _newobj(st: WalkState, op: int, at: int) -> None:
     cls = st.pop(at)
     if not ex and isinstance(cls, GlobalRef) and cls.key not in st.allowed:
         st.block(f"NEWOBJ of {cls.key}")
+    if ex and isinstance(cls, GlobalRef) and cls.module.partition(".")[0] == "torch":
+        _torch_keywords(st, cls, kwargs, at)
     st.stack.append(st.add_call(cls, (args, kwargs) if ex else args,
                                 "NEWOBJ_EX" if ex else "NEWOBJ", at))
+
+
+def _torch_keywords(st: WalkState, cls: GlobalRef, kwargs: object, at: int) -> None:
+    """NEWOBJ_EX hands keyword arguments to a torch class's C constructor, some of which are raw
+    pointers it calls through or wraps (`UntypedStorage(size, allocator=ADDRESS)`,
+    `torch.Tensor(cdata=ADDRESS)`): those, and keywords that cannot be seen, are dangerous."""
+    hot = kwargs.hot if isinstance(kwargs, _Seq | _Obj) else None
+    if isinstance(kwargs, _Seq) and kwargs.kind == "dict":
+        pointers = sorted(str(k) for k in (hot or {}) if k in WATCHED_KEYWORDS)
+        if pointers:
+            why = f"keyword {', '.join(pointers)}: a raw pointer or handle its C code calls "
+            why += "through or wraps (an address the pickle chose: memory corruption)"
+        elif hot and UNKNOWN in hot:
+            why = "a keyword computed while loading, which cannot be checked statically"
+        else:
+            return
+    elif kwargs is None or isinstance(kwargs, _Seq):
+        return  # not a dict: the unpickler refuses it before any call
+    else:
+        why = "keywords computed while loading, which cannot be checked statically"
+    st.note("torch-pointer-keyword", f"NEWOBJ_EX of {cls.key} with {why}", at, True)
 
 
 @_handles("OBJ")

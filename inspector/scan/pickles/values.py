@@ -24,15 +24,16 @@ def is_called_name(key: object) -> bool:
 
 
 def watch_keys(target: object, flat: list) -> None:
-    """Keep, on `target` (a dict being filled), its keys that name called attributes, with
-    their values; all of them, not the first 16."""
+    """Keep, on `target` (a dict being filled), its keys that name called attributes or
+    pointer-like keywords (`WATCHED_KEYWORDS`), with their values; all of them, not the first 16."""
     hot = getattr(target, "hot", MISSING)
     if hot is MISSING:
         return
     for i in range(0, len(flat) - 1, 2):
         key = flat[i]
         computed = isinstance(key, _Obj | _Unknown)  # a value made while loading
-        if computed or is_called_name(key):
+        if computed or (isinstance(key, str) and (is_called_name(key)
+                                                  or key in WATCHED_KEYWORDS)):
             if target.hot is None:
                 target.hot = {}
             if len(target.hot) < 64:
@@ -97,6 +98,10 @@ class _Unknown:
 
 UNKNOWN = _Unknown()
 MISSING = object()
+# Keywords that hand torch's C constructors a raw pointer or handle: `UntypedStorage(size,
+# allocator=ADDRESS)` casts it to a c10::Allocator* and calls through it; the legacy tensor
+# constructor `torch.Tensor(cdata=ADDRESS)` wraps the address as a TensorImpl*.
+WATCHED_KEYWORDS = frozenset({"allocator", "cdata"})
 BIG = 1 << 16  # strings and bytes longer than this are kept as a length only
 
 
