@@ -185,3 +185,45 @@ def test_a_key_that_cannot_be_read_is_one_clear_error_before_any_check(tmp_path,
     assert code == 2 and out.out == ""
     assert out.err.strip() == (f"ckpt-inspector run {action}: {tmp_path / 'absent.pub'}: "
                                "cannot read the public key: No such file or directory")
+
+
+@pytest.mark.parametrize("plant", ["copied-as-step-3", "record-replayed"])
+def test_a_signed_save_under_another_name_step_or_line_is_not_that_save(
+        tmp_path, keys, monkeypatch, capsys, plant) -> None:
+    """Without the signing key, someone who can write the run folder copies step 1's file
+    and signature as step 3, or appends step 1's record again so it is the newest: the signed
+    bytes hold, but the signature names the save it was made for."""
+    import shutil
+
+    from inspector.ledger import save
+    from inspector.run import journal
+    from inspector.run.checkpoints import latest_valid
+    from inspector.signing.saves import signed_by
+
+    pem, pub = keys["alice"]
+    run = tmp_path / "run"
+    monkeypatch.setenv("CKPT_INSPECTOR_SIGNING_KEY", str(pem))
+    for step in (1, 2):
+        save(_state(step), run / f"step-{step}.pt", step=step, run_dir=run)
+    monkeypatch.delenv("CKPT_INSPECTOR_SIGNING_KEY")
+    path = journal.journal_path(run)
+    first = json.loads(path.read_bytes().split(b"\n")[0])
+    fields = {k: v for k, v in first.items() if k not in ("seq", "prev", "kind", "seal")}
+    if plant == "copied-as-step-3":
+        for suffix in ("", ".sig"):
+            shutil.copy(run / f"step-1.pt{suffix}", run / f"step-3.pt{suffix}")
+        fields = {**fields, "step": 3, "path": "step-3.pt",
+                  "files": [{**fields["files"][0], "path": "step-3.pt"}]}
+        said = "signed for step 1 at step-1.pt (journal seq 0), but the record is step 3 at " \
+               "step-3.pt (journal seq 2)"
+    else:
+        said = "signed for step 1 at step-1.pt (journal seq 0), but the record is step 1 at " \
+               "step-1.pt (journal seq 2)"
+    journal.append(path, "ledger.save", fields)
+    assert latest_valid(run).seq == 2  # hashes and chain alone: the planted record passes
+    assert latest_valid(run, refuse=signed_by(pub)).step == 2
+    assert main(["run", "latest", str(run), "--public-key", str(pub)]) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == str(run / "step-2.pt")
+    assert said in out.err
+    assert _reference_accepts(run / "step-2.pt", pub)  # the extra field is the reference's too

@@ -49,5 +49,6 @@ def append_save(
         warnings=(warning,) if warning else (), detail=detail,
     )
     entry = journal.append(journal.journal_path(run_dir), SAVE_KIND, record.to_fields())
-    sign_save(run_dir, target, record)
-    return dataclasses.replace(record, seq=entry.seq)
+    record = dataclasses.replace(record, seq=entry.seq)
+    sign_save(run_dir, target, record)  # the signature names the save's line too
+    return record

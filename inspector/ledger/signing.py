@@ -28,14 +28,15 @@ def sign_save(run_dir: Path, target: Path, record: SaveRecord) -> Path | None:
     # imported here: a training run without a key never pays for the cryptography stack
     from inspector.signing.errors import SignatureError
     from inspector.signing.make import sign_digests
-    from inspector.signing.statement import beside, signed_name
+    from inspector.signing.statement import SavePlace, beside, signed_name
 
     named = {signed_name(target, run_dir / Path(*f.path.split("/"))): f for f in record.files}
     digests = {name: f.sha256 or "" for name, f in named.items()}
     tensors = {name: f.tensors for name, f in named.items() if f.tensors}
     try:
         return sign_digests(target, digests, Path(key), beside(target), tensors or None,
-                            overwrite=True).signature
+                            overwrite=True,
+                            save=SavePlace(record.path, record.step, record.seq)).signature
     except SignatureError as exc:
         raise LedgerError("signing_failed", f"{target}: saved and ledgered but not signed: "
                           f"{exc.message} ({SIGNING_KEY_ENV})") from exc

@@ -29,7 +29,7 @@ from inspector.signing.keys import (
     read_public_key,
 )
 from inspector.signing.library import reference
-from inspector.signing.statement import SignedStatement, from_library
+from inspector.signing.statement import SavePlace, SignedStatement, from_library
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -185,10 +185,12 @@ def verdict_for(bundle_path: Path, error: SignatureError | None = None,
 
 
 def check_against(signature: Path, expected: dict[str, str], public_key: Path | None = None,
-                  certificate_chain: Sequence[Path] = ()) -> SignatureVerdict:
-    """A checkpoint's signature against the digests its record holds (`signed_name`): intact
-    when it verifies and signs exactly those, else why not (never raises for bad input: a
-    damaged signature is a verdict here)."""
+                  certificate_chain: Sequence[Path] = (),
+                  save: SavePlace | None = None) -> SignatureVerdict:
+    """A checkpoint's signature against the digests its record holds (`signed_name`) and, when
+    it was signed for a ledger save, against that save's place (`save`): intact when it
+    verifies and signs exactly those, else why not (never raises for bad input: a damaged
+    signature is a verdict here)."""
     if not signature.exists():
         return SignatureVerdict(state=SignatureState.UNSIGNED, signature=str(signature),
                                 reason=f"no signature at {signature}")
@@ -207,4 +209,9 @@ def check_against(signature: Path, expected: dict[str, str], public_key: Path | 
         verdict.state = SignatureState.CHANGED
         verdict.reason = (f"the signed statement and the record disagree on {differ[0]!r}"
                           + (f" and {len(differ) - 1} more" if len(differ) > 1 else ""))
+    elif save is not None and checked.statement.save not in (None, save):
+        # the same signed bytes under another name, step or journal line: a copy, not that save
+        verdict.state = SignatureState.CHANGED
+        verdict.reason = (f"signed for {checked.statement.save.said()}, but the record is "
+                          f"{save.said()}")
     return verdict

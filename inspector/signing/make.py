@@ -24,7 +24,13 @@ from inspector.signing.keys import (
     read_signing_certificate,
 )
 from inspector.signing.library import reference
-from inspector.signing.statement import GIT_PATHS, TENSORS_FIELD, tensor_predicate
+from inspector.signing.statement import (
+    GIT_PATHS,
+    SAVE_FIELD,
+    TENSORS_FIELD,
+    SavePlace,
+    tensor_predicate,
+)
 
 
 @dataclass(frozen=True)
@@ -109,7 +115,7 @@ def sign_folder(folder: Path, key: SigningKey, signature: Path | None = None,
 
 def sign_digests(target: Path, digests: dict[str, str], private_key: Path, signature: Path,
                  tensors: dict[str, list[TensorEntry]] | None = None,
-                 overwrite: bool = False) -> Signed:
+                 overwrite: bool = False, save: SavePlace | None = None) -> Signed:
     """Sign SHA-256s the caller has just proven (the ledger, after re-reading a save), named as
     the reference library names them for `target` (a file is `.`, a folder's files relative to
     it), so `model_signing verify key TARGET --signature SIG` accepts the result."""
@@ -124,12 +130,14 @@ def sign_digests(target: Path, digests: dict[str, str], private_key: Path, signa
     items = [serialization.new_item(name, hashing.Digest("sha256", bytes.fromhex(digest)))
              for name, digest in sorted(digests.items())]
     manifest = manifest_module.Manifest(target.name, items, serialization)
-    return _write_signed(manifest, tensors, key, signature, overwrite, signer)
+    return _write_signed(manifest, tensors, key, signature, overwrite, signer, save)
 
 
 def _write_signed(manifest: Any, tensors: dict[str, list[TensorEntry]] | None,
-                  key: SigningKey, destination: Path, overwrite: bool, signer: str) -> Signed:
-    """The library's statement of `manifest` (with the tensors field), signed and written."""
+                  key: SigningKey, destination: Path, overwrite: bool, signer: str,
+                  save: SavePlace | None = None) -> Signed:
+    """The library's statement of `manifest` (with the tensors and save fields), signed and
+    written."""
     signing = reference("_signing.signing")
     names = {rd.identifier for rd in manifest.resource_descriptors()}
     unknown = sorted(set(tensors or {}) - names)
@@ -139,6 +147,8 @@ def _write_signed(manifest: Any, tensors: dict[str, list[TensorEntry]] | None,
     payload = signing.Payload(manifest)
     if tensors:
         payload.statement.pb.predicate.update({TENSORS_FIELD: tensor_predicate(tensors)})
+    if save is not None:
+        payload.statement.pb.predicate.update({SAVE_FIELD: save.to_json()})
     bundle = key.library_signer().sign(payload).bundle  # type: ignore[attr-defined]
     write_bytes_atomic(destination, bundle.to_json().encode("utf-8"), overwrite=overwrite)
     return Signed(signature=destination, files=len(names),

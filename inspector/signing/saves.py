@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from inspector.core.vocabulary import CheckpointState, SignatureState
 from inspector.signing.check import SignatureVerdict, check_against
 from inspector.signing.keys import read_certificates, read_public_key
-from inspector.signing.statement import beside, signed_name
+from inspector.signing.statement import SavePlace, beside, signed_name
 
 PathLike = str | os.PathLike[str]
 
@@ -43,8 +43,10 @@ def save_signature(ledger: _Ledger, check: _Check, public_key: PathLike | None =
         return None
     expected = {signed_name(target, ledger.run_dir / Path(*f.path.split("/"))): f.sha256 or ""
                 for f in check.record.files}
+    record = check.record
     return check_against(beside(target), expected, Path(public_key) if public_key else None,
-                         [Path(c) for c in certificates])
+                         [Path(c) for c in certificates],
+                         SavePlace(record.path, record.step, record.seq))
 
 
 def refusal(verdict: SignatureVerdict | None) -> str | None:

@@ -6,6 +6,7 @@ the statement as a manifest: for `verify`, and as the entries `manifest create` 
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,10 @@ TENSORS_FIELD = "ckpt_inspector_tensors"
 """The predicate field holding `{file: [tensor records]}` (this project's JSON manifest's
 per-tensor records): signed with the rest, read only by this project."""
 
+SAVE_FIELD = "ckpt_inspector_save"
+"""The predicate field a ledger's signature adds: the save's place in its run (`SavePlace`), so
+a signed checkpoint copied under another name, step or journal line is not that save."""
+
 GIT_PATHS = (".git", ".github", ".gitattributes", ".gitignore")
 """What the reference library leaves out of every signature unless told otherwise."""
 
@@ -41,6 +46,25 @@ class Resource:
     digest: str
 
 
+@dataclass(frozen=True)
+class SavePlace:
+    """Which ledgered save a signature was made for: its path in the run folder, its step and
+    its line's place in the journal's chain (`seq`)."""
+
+    path: str
+    step: int | None
+    seq: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The signed predicate field."""
+        return {"path": self.path, "step": self.step, "seq": self.seq}
+
+    def said(self) -> str:
+        """'step 1 at ckpt/step-1.pt (journal seq 0)'."""
+        step = f"step {self.step}" if self.step is not None else "no step"
+        return f"{step} at {self.path} (journal seq {self.seq})"
+
+
 @dataclass
 class SignedStatement:
     """What a verified signature says about a folder."""
@@ -53,6 +77,8 @@ class SignedStatement:
     resources: list[Resource]
     tensors: dict[str, list[TensorEntry]] = field(default_factory=dict)
     shard_size: int | None = None
+    save: SavePlace | None = None
+    """The ledger save it was made for (None: a folder's signature, or one made before)."""
 
     @property
     def plain_sha256(self) -> bool:
@@ -64,6 +90,7 @@ def from_library(manifest: Any, payload: bytes, source: Path) -> SignedStatement
     """The statement from the library's verified manifest and the envelope's verified payload."""
     args = manifest.serialization_type
     tensors = _tensors(payload, source)
+    save = _save(payload, source)
     return SignedStatement(
         model_name=manifest.model_name,
         method=str(args.get("method")),
@@ -74,7 +101,26 @@ def from_library(manifest: Any, payload: bytes, source: Path) -> SignedStatement
                    for rd in manifest.resource_descriptors()],
         tensors=tensors,
         shard_size=args.get("shard_size"),
+        save=save,
     )
+
+
+def _save(payload: bytes, source: Path) -> SavePlace | None:
+    """The signed `SAVE_FIELD`, checked for the types a ledger writes (None when absent)."""
+    record = json.loads(payload, object_pairs_hook=no_repeats).get("predicate", {}).get(SAVE_FIELD)
+    if record is None:
+        return None
+    if not isinstance(record, dict):
+        record = {}
+    # the statement's predicate is a protobuf Struct: its numbers come back as floats
+    whole = {k: v for k in ("step", "seq") if isinstance(v := record.get(k), (int, float))
+             and not isinstance(v, bool) and math.isfinite(v) and float(v).is_integer()}
+    if (not isinstance(record.get("path"), str) or "seq" not in whole
+            or ("step" not in whole and record.get("step") is not None)):
+        raise SignatureError("not-a-bundle", f"{source}: the signed {SAVE_FIELD} field is "
+                             "malformed")
+    step = int(whole["step"]) if "step" in whole else None
+    return SavePlace(record["path"], step, int(whole["seq"]))
 
 
 def _tensors(payload: bytes, source: Path) -> dict[str, list[TensorEntry]]:
