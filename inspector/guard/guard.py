@@ -79,6 +79,9 @@ NONFINITE_RULES = frozenset({"loss-nonfinite", "grad_norm-nonfinite"})
 Attribution = Literal["reproducible", "transient", "device"]
 DEVICE_RULES = frozenset({"weights-changed", "replica-differs"})
 """Rules that fire only when bytes changed where no computation of the step wrote them."""
+RECENT_ALARMS = 10
+"""How many steps back a loss or gradient alarm (whose step was taken) fails the guard's health
+check: a save then holds weights the guard named; `run latest` takes the one before."""
 SETTING_RULE = "optimizer-setting"
 """An optimizer hyper-parameter torch's optimizers refuse (`run.optimizer_settings`)."""
 NOT_RESUMED = CORRUPTION_RULES | {SETTING_RULE}
@@ -317,8 +320,9 @@ class Guard:
 
     def health(self) -> list[str]:
         """The weights' health now, one line per problem: non-finite, past their learned
-        largest |w|, or changed since the last optimizer step; and a learning rate still
-        collapsed (what the ledger asks)."""
+        largest |w|, or changed since the last optimizer step; a learning rate still
+        collapsed; a loss or gradient alarm in the last `RECENT_ALARMS` steps (what the
+        ledger asks)."""
         if self.watch is None:
             return []
         watch = self.watch
@@ -331,7 +335,20 @@ class Guard:
                 for b in found] + [
             f"{SETTING_RULE} on param_groups.{i}.lr (value {now:.4g}, fell from {before:.4g} "
             "in one step, by more than 65,536x, which no schedule does)"
-            for (_, i), (before, now) in self._collapsed.items()]
+            for (_, i), (before, now) in self._collapsed.items()] + self._recent_alarms()
+
+    def _recent_alarms(self) -> list[str]:
+        """The loss and gradient alarms of the last `RECENT_ALARMS` steps whose step was
+        taken: the weights now were computed by, or right after, a step the guard named."""
+        since = self.step_index - RECENT_ALARMS
+        said = [f"{b.rule} on the {b.signal} at step {a.step} (value {b.value:.4g}"
+                + (f", bound {b.threshold:.4g})" if b.threshold is not None else ")")
+                for a in self.alarms if a.step >= since and a.action != "skip"
+                for b in a.breaches if b.signal in ("loss", "grad_norm")]
+        if len(said) > 1:
+            return [f"{said[-1]} and {len(said) - 1} more loss or gradient alarms in the last "
+                    f"{RECENT_ALARMS} steps"]
+        return said
 
     def state_dict(self) -> dict:
         """The guard's own state, to save in a checkpoint beside the model's."""
