@@ -129,8 +129,14 @@ def _is_alias(name: str, t: RawTensor, inputs: dict[str, RawTensor],
     of the same bytes in the input."""
     kept = aliases.get(name)
     other = inputs.get(kept) if kept in written else None
-    return other is not None and (other.dtype, other.shape, other.view) == (
-        t.dtype, t.shape, t.view)
+    return other is not None and same_view(other, t)
+
+
+def same_view(a: RawTensor, b: RawTensor) -> bool:
+    """Whether two tensors located in one file are the same view of the same bytes: dtype,
+    shape and where they lie (`RawTensor.view`: offset and stride). What a tie or an alias
+    must be before it is believed (`_is_alias`, `diff.check_diff`)."""
+    return (a.dtype, a.shape, a.view) == (b.dtype, b.shape, b.view)
 
 
 def _same_bytes(t: RawTensor, out: mmap.mmap, begin: int, end: int) -> bool:

@@ -13,6 +13,7 @@ from inspector.core.vocabulary import TensorStatus
 from inspector.formats.safetensors_header import recorded_aliases
 from inspector.rawtensors.readers import NotReadable, RawTensor, open_raw
 from inspector.sandbox.host.claims.changes import Changes, changes
+from inspector.sandbox.host.claims.conversion import same_view
 from inspector.sandbox.host.claims.refusal import refuted
 
 
@@ -25,13 +26,17 @@ class SideBySide:
         self._stop, self._done = threading.Event(), threading.Event()
         self.reason: str | None = None
         self.sides: list[dict[str, RawTensor]] = [{}, {}]
+        self.files: list[dict[str, int]] = [{}, {}]
+        """Which of a side's files (its number) holds each key."""
         self.found: dict[str, Changes] = {}
         threading.Thread(target=self._run, args=(sides,), name="claims-diff",
                          daemon=True).start()
 
     def _run(self, sides: list[list[Path]]) -> None:
         try:
-            self.sides = [_located(files) for files in sides]
+            located = [_located(files) for files in sides]
+            self.sides = [tensors for tensors, _ in located]
+            self.files = [numbers for _, numbers in located]
             a, b = self.sides
             for key in sorted(a.keys() & b.keys()):
                 if self._stop.is_set():
@@ -58,6 +63,13 @@ class SideBySide:
         says the key, not stored there, is the stored tensor named."""
         return [side.get(key) or side.get(tied.get(n, "")) for n, side in enumerate(self.sides)]
 
+    def same_bytes(self, n: int, key: str, twin: str) -> bool:
+        """Whether side `n` keeps `key` and `twin` in the same bytes: one file, one view of one
+        storage (`conversion.same_view`). What a tie must be before it is believed."""
+        side, files = self.sides[n], self.files[n]
+        return (key in side and twin in side and key != twin
+                and files[key] == files[twin] and same_view(side[key], side[twin]))
+
     def status(self, key: str, tied: dict[int, str]) -> str:
         """The status a diff row must have for `key` (`tied` as in `tensors`)."""
         a, b = self.tensors(key, tied)
@@ -70,16 +82,19 @@ class SideBySide:
         return TensorStatus.IDENTICAL if self.found[key].same else TensorStatus.CHANGED
 
 
-def _located(files: list[Path]) -> dict[str, RawTensor]:
-    """Every tensor of one side's files by key, a converted file's recorded aliases too."""
+def _located(files: list[Path]) -> tuple[dict[str, RawTensor], dict[str, int]]:
+    """Every tensor of one side's files by key, a converted file's recorded aliases too, and
+    the number of the file each is in."""
     out: dict[str, RawTensor] = {}
-    for path in files:
+    where: dict[str, int] = {}
+    for number, path in enumerate(files):
         raw = open_raw(path)
         mine = {t.key: t for t in raw.tensors}
         mine |= {removed: mine[kept] for removed, kept in recorded_aliases(raw.metadata).items()
                  if kept in mine and removed not in mine}
         out |= mine
-    return out
+        where |= dict.fromkeys(mine, number)
+    return out, where
 
 
 def check_diff(compared: SideBySide, result: dict[str, Any]) -> None:
@@ -89,8 +104,9 @@ def check_diff(compared: SideBySide, result: dict[str, Any]) -> None:
     count, bit flips, largest differences (where NumPy decodes its dtype) and sentence the ones
     counted here; `identical`, `counts` and `summary` the rows';
     set `claims`, or SandboxError when a claim fails. A key a side does not store, which the
-    loader says it ties to one it does (`stored_as_*`), is judged by that tensor's bytes: the
-    tie itself is the loader's word, as are the file offsets."""
+    loader says it ties to one it does (`stored_as_*`), is judged by that tensor's bytes, and
+    only when the other side keeps both keys in the same bytes (`SideBySide.same_bytes`: the
+    tie is seen here, not taken on the loader's word); the file offsets are the loader's."""
     compared.wait()
     if compared.reason is not None:
         result["claims"] = ClaimCheck(reason=compared.reason).to_json()
@@ -105,6 +121,7 @@ def check_diff(compared: SideBySide, result: dict[str, Any]) -> None:
     tied = {key: {n: str(rec.get(f"stored_as_{letter}")) for n, letter in enumerate("ab")
                   if key not in compared.sides[n] and rec.get(f"stored_as_{letter}") is not None}
             for key, rec in rows.items()}
+    problems += _unseen_ties(compared, tied)
     keys = set().union(*(side.keys() for side in compared.sides)) | {k for k, t in tied.items()
                                                                       if t}
     try:
@@ -134,6 +151,21 @@ def check_diff(compared: SideBySide, result: dict[str, Any]) -> None:
     if problems:
         raise refuted("comparison", problems, result.get("sandbox"))
     result["claims"] = ClaimCheck(checked=True, tensors=len(truths)).to_json()
+
+
+def _unseen_ties(compared: SideBySide, tied: dict[str, dict[int, str]]) -> list[str]:
+    """The claimed ties the bytes do not show, each dropped from `tied`: a key side `n` does
+    not store is read from its twin there only when the other side keeps the key and the twin
+    in the same bytes (a tied weight, as `checkpoint.tensor_pairs` pairs them)."""
+    problems = []
+    for key, ties in tied.items():
+        for n, twin in list(ties.items()):
+            if not compared.same_bytes(1 - n, key, twin):
+                problems.append(f"{escape(key)} is said to be {'AB'[n]}'s {escape(twin)}, tied "
+                                f"weights, but {'BA'[n]} does not keep the two in the same "
+                                "bytes")
+                del ties[n]
+    return problems
 
 
 def _side_problems(key: str, rec: dict, sides: list[RawTensor | None]) -> list[str]:
