@@ -32,6 +32,7 @@ from inspector.integrity.manifest import write_manifest as write
 from inspector.integrity.verify import (
     FolderWalk,
     TensorDigestFn,
+    loader_word,
     measure_file,
     unread_note,
     walk_folder,
@@ -111,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         digests = worker_digests(args) if want_tensors else None
         entries = _entries(files, base, dialect, digests, args)
+        say_loader_word(entries)
         created_by = f"ckpt-inspector {__version__}"
         if to_stdout:
             sys.stdout.write(format_json(entries, created_by=created_by))
@@ -125,9 +127,25 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _fail(f"{exc.filename or out}: {exc.strerror or exc}", EXIT_OUTPUT)
     tensors = sum(len(e.tensors or []) for e in entries)
+    unchecked = sum(t.unchecked is not None for e in entries for t in e.tensors or [])
     detail = f", {counted(tensors, 'tensor')}" if want_tensors else ""
+    if unchecked:
+        detail += (f" ({unchecked} of their digests as reported by the jailed loader: not "
+                   "checked here)")
     print(f"wrote {out} ({dialect}): {counted(len(entries), 'file')}{detail}")
     return EXIT_OK
+
+
+def say_loader_word(entries: list[FileEntry]) -> None:
+    """On stderr, each file whose tensor digests go on record on the jailed loader's word
+    alone (its bytes could not check them here): how many, and why. The manifest itself
+    records digests only; a later `verify` of such a file says the same of its verdicts."""
+    for entry in entries:
+        unchecked = [t for t in entry.tensors or [] if t.unchecked is not None]
+        if unchecked:
+            print(escape(f"ckpt-inspector manifest: {entry.path}: "
+                         f"{counted(len(unchecked), 'tensor digest')} recorded "
+                         f"{loader_word(unchecked[0].unchecked or '')}"), file=sys.stderr)
 
 
 class _TensorsFailed(Exception):

@@ -49,6 +49,10 @@ class TensorEntry:
     shape: tuple[int, ...] | None = None
     digest: str | None = None
     digest_algorithm: str | None = None
+    unchecked: str | None = field(default=None, compare=False)
+    """Set on a digest the jailed loader reported that the user's process could not check
+    against the file's bytes: why not (the digest is then only the loader's word). Never
+    written to a manifest."""
 
     def to_json(self) -> dict[str, Any]:
         """The JSON manifest's per-tensor record."""

@@ -4,9 +4,14 @@ File level: ok / mismatch / missing / size_mismatch / extra, the size compared f
 truncated download is reported without hashing it. As with `sha256sum -c`, a file the manifest
 does not list is reported as extra but fails the check only when the caller asks for strict.
 Tensor level (when the manifest has tensors): ok / mismatch / missing / extra /
-dtype_or_shape_changed. Tensor digests come from a caller-supplied function (the CLI and GUI
-pass the jailed worker's), so this module never deserialises anything; it hashes the file
-while that function runs, on a second core.
+dtype_or_shape_changed, and unchecked: a digest the jailed worker reported equal that the
+user's process could not check against the file's bytes (`TensorEntry.unchecked`, e.g. a
+pickle holding more than tensors) is no `ok` but the loader's word, and says so (`note`); a
+mismatch on its word keeps its status and the same note. A file whose SHA-256 (computed
+here) is the recorded one vouches for its tensors itself (`vouch_by_hash`). Tensor digests
+come from a caller-supplied function (the CLI and GUI pass the jailed worker's), so this
+module never deserialises anything; it hashes the file while that function runs, on a
+second core.
 """
 
 from __future__ import annotations
@@ -75,6 +80,17 @@ class TensorCheck(JsonRecord):
     actual_dtype: str | None = None
     expected_shape: list[int] | None = None
     actual_shape: list[int] | None = None
+    note: str | None = None
+    """Set when the verdict rests on the jailed loader's word (`loader_word`)."""
+
+
+LOADER_WORD = "as reported by the jailed loader: not checked here, "
+"""How a tensor verdict that rests on the worker's word begins its note; the reason follows."""
+
+
+def loader_word(reason: str) -> str:
+    """The note of a tensor verdict whose digest the user's process could not check."""
+    return LOADER_WORD + reason
 
 
 @dataclass
@@ -96,8 +112,13 @@ class VerifyResult(JsonRecord):
     def differs(self) -> bool:
         """True when a file or tensor differs from the record (not merely unchecked)."""
         return any(f.status != UNCHECKED for f in self.failed_files) or any(
-            t.status != OK for t in self.tensors
+            t.status not in (OK, UNCHECKED) for t in self.tensors
         )
+
+    @property
+    def unchecked_tensors(self) -> list[TensorCheck]:
+        """Tensor verdicts that rest on the jailed loader's word, whatever their status."""
+        return [t for t in self.tensors if t.note is not None]
 
     @property
     def ok(self) -> bool:
@@ -418,14 +439,23 @@ def _verify_pairs(manifest: Manifest, pairs: Plan, sizes: list[int | None], to_h
         if measured.error:
             result.errors.append(measured.error)
         elif want_tensors:
-            result.tensors += compare_tensors(
-                entry.tensors or [], measured.tensors or [], entry.path
-            )
+            checks = compare_tensors(entry.tensors or [], measured.tensors or [], entry.path)
+            if i in to_hash and record.status == OK:
+                vouch_by_hash(checks)
+            result.tensors += checks
     if whole:
         mark_index_extras(result, manifest, pairs)
         if manifest.files and all(f.status == EXTRA for f in result.files):
             result.errors.append(nothing_checked(manifest, paths))
     return result
+
+
+def vouch_by_hash(checks: list[TensorCheck]) -> None:
+    """A file whose SHA-256, computed here, is the one on record holds the recorded bytes: its
+    tensors that the loader alone called equal are `ok` on that hash, not on its word."""
+    for check_ in checks:
+        if check_.status == UNCHECKED:
+            check_.status, check_.note = OK, None
 
 
 def unhashed_note(entry: FileEntry, tensors: bool) -> str:
@@ -526,7 +556,9 @@ def verify_tensors_only(
 def compare_tensors(
     expected: list[TensorEntry], actual: list[TensorEntry], file: str
 ) -> list[TensorCheck]:
-    """Match tensors by key and compare dtype, shape and digest."""
+    """Match tensors by key and compare dtype, shape and digest; an `ok` whose digest the
+    user's process could not check (`TensorEntry.unchecked`) is `unchecked`, and every verdict
+    on such a digest carries the note why (`loader_word`)."""
     have = {t.key: t for t in actual}
     checks = []
     for want in expected:
@@ -546,6 +578,8 @@ def compare_tensors(
         check_.actual = got.digest
         check_.actual_dtype = got.dtype
         check_.actual_shape = _shape(got.shape)
+        if got.unchecked is not None:
+            check_.note = loader_word(got.unchecked)
         if (
             want.dtype is not None and canonical_dtype(want.dtype) != canonical_dtype(got.dtype)
         ) or (want.shape is not None and tuple(want.shape) != tuple(got.shape or ())):
@@ -555,6 +589,8 @@ def compare_tensors(
             or (want.digest_algorithm or "sha256") != (got.digest_algorithm or "sha256")
         ):
             check_.status = MISMATCH
+        if check_.status == OK and check_.note is not None:
+            check_.status = UNCHECKED  # equal only on the worker's word: no ok
     checks += [
         TensorCheck(
             key=t.key,
@@ -563,6 +599,7 @@ def compare_tensors(
             actual=t.digest,
             actual_dtype=t.dtype,
             actual_shape=_shape(t.shape),
+            note=None if t.unchecked is None else loader_word(t.unchecked),
         )
         for t in have.values()
     ]

@@ -275,7 +275,8 @@ def tensor_digests(
     on_event: EventFn | None = None,
     timeout: float | None = None,
 ) -> list:
-    """Every tensor of a checkpoint with its content digest (`TensorEntry`s), from the jail."""
+    """Every tensor of a checkpoint with its content digest (`TensorEntry`s), from the jail;
+    where the file's bytes could not check them, each carries why (`unchecked`)."""
     from inspector.integrity.manifest import TensorEntry
 
     target = Path(path).resolve()
@@ -293,6 +294,9 @@ def tensor_digests(
         check_digests(expected, result)  # a worker's digests are claims until they pass
     finally:
         expected.stop()
+    claims = result.get("claims") or {}
+    # a digest nothing here could check carries why: verify and manifest say it is the loader's
+    unchecked = None if claims.get("checked") else (claims.get("reason") or "no check was made")
     return [
         TensorEntry(
             key=r["key"],
@@ -300,6 +304,7 @@ def tensor_digests(
             shape=tuple(r["shape"]),
             digest=r["digest"],
             digest_algorithm=r["digest_algorithm"],
+            unchecked=unchecked,
         )
         for r in result["tensors"]
     ]
