@@ -29,6 +29,7 @@ from inspector.scan.budget import (
     ScanBudget,
 )
 from inspector.scan.code_text import looks_like_code
+from inspector.scan.pickles.opcodes import OPCODE_BYTES
 from inspector.scan.pickles.policy import (
     WeightsOnlyRules,
     call_verdict,
@@ -40,6 +41,7 @@ from inspector.scan.pickles.walker import (
     Issue,
     Limits,
     PickleScan,
+    imports,
     looks_like_pickle,
     scan_pickle,
 )
@@ -47,6 +49,11 @@ from inspector.scan.reading_record import ArchiveAsk, Blob
 from inspector.scan.result import KEPT_CALLS, KEPT_MEMBERS, Finding, GlobalUse, ScanResult
 
 _PROBE = Limits(max_opcodes=100_000)  # a quick look at bytes that are rarely a pickle
+# the first bytes a pickle without PROTO may start with: any opcode but PROTO and STOP
+_OPCODE_CHARS = frozenset(OPCODE_BYTES.values()) - {0x80, 0x2E}
+# how a `nested-pickle` finding says the pickle goes to code of a class that may unpickle it
+# (`reading_apply` then never says of that file's pickled values that loading runs nothing)
+HANDED_TO_CODE = "own code may unpickle it when this file loads"
 TORCH_WEIGHTS_FORMATS = (Format.PYTORCH_ZIP, Format.PYTORCH_LEGACY, Format.DISTCP)
 
 Dispatch = Callable[["ScanContext", object, int], None]
@@ -288,16 +295,36 @@ class ScanContext:
             use.members.append(member)
 
     def _nested(self, call: Call, member: str | None, depth: int) -> None:
-        """Scan pickles passed as call arguments (pickle.loads(b"..."), decoders, configs)."""
+        """Scan pickles passed as call arguments (pickle.loads(b"..."), decoders, configs) or
+        handed to a class (its BUILD state, its constructor's arguments), whose own code may
+        unpickle them: torch's _DataPipeSerializationWrapper.__setstate__ runs pickle.loads of
+        its state. A pickle needs no PROTO opcode (protocol 0 and 1 have none, and any opcode
+        reads without one): text that is no PROTO pickle is probed (bounded), and walked as one
+        where it imports a real name (without an import a pickle calls nothing)."""
         for text in call.strings:
-            if len(text) > 2 and text[0] == "\x80" and ord(text[1]) <= 5:
-                inner = self.walk(text.encode("latin-1"))
-                if looks_like_pickle(inner):
-                    target = call.func.key if call.func else "a computed callable"
-                    self.find(Severity.SUSPICIOUS, "nested-pickle",
-                              f"{call.opcode} of {target} receives a "
-                              "pickle as an argument; it was scanned too", member, call.offset)
-                    self.add_pickle(inner, member, False, depth + 1)
+            if len(text) < 3:
+                continue
+            proto = text[0] == "\x80" and ord(text[1]) <= 5
+            if not proto and (ord(text[0]) not in _OPCODE_CHARS
+                              or not imports(self.probe(text.encode("latin-1")))):
+                continue
+            inner = self.walk(text.encode("latin-1"))
+            if not (looks_like_pickle(inner) if proto else imports(inner)):
+                continue
+            target = call.func.key if call.func else "a computed callable"
+            if call.opcode == "BUILD":
+                how = (f"BUILD hands {target} a pickle in its state (its __setstate__ gets it): "
+                       f"that class's {HANDED_TO_CODE}")
+            elif call.opcode in ("NEWOBJ", "NEWOBJ_EX", "INST", "OBJ") or call.via:
+                how = (f"{call.opcode} of {target} receives a pickle as an argument: its "
+                       f"{HANDED_TO_CODE}")
+            else:
+                how = f"{call.opcode} of {target} receives a pickle as an argument"
+            protocol = "" if proto else " (protocol 0 or 1, no PROTO opcode)"
+            self.find(Severity.SUSPICIOUS, "nested-pickle",
+                      f"{how}{protocol}; it was scanned as part of this file", member,
+                      call.offset)
+            self.add_pickle(inner, member, False, depth + 1)
 
     def probe(self, data, start: int = 0) -> PickleScan:
         """A quick bounded walk (`_PROBE`, within the budget) of bytes rarely a pickle."""

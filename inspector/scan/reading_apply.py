@@ -26,6 +26,7 @@ import re
 
 from inspector.core.verdict import worst
 from inspector.core.vocabulary import Severity, Verdict
+from inspector.scan.context import HANDED_TO_CODE
 from inspector.scan.pickles.policy import (
     call_verdict,
     classify,
@@ -88,6 +89,10 @@ def apply(res, blob: Blob, records: list[StreamReading]) -> tuple[set[tuple[str,
             seen.add((code, message, member))
             res.findings.append(Finding(severity, code, message, member, None, call))
 
+    # the walk saw a pickle handed to a class whose own code may unpickle it (BUILD state,
+    # constructor arguments): no value of this file is then said to run nothing
+    handed = [f.message.split(":", 1)[0] for f in res.findings
+              if f.code == "nested-pickle" and HANDED_TO_CODE in f.message]
     for rec in records:
         read_pickle |= rec.pickles > 0 and not rec.apart
         if rec.cut:
@@ -106,7 +111,7 @@ def apply(res, blob: Blob, records: list[StreamReading]) -> tuple[set[tuple[str,
         for call in rec.calls:
             _judge_call(call, find, rules)
         for inner in rec.nested:
-            _nested(inner, find, rules, where)
+            _nested(inner, find, rules, where, handed)
         for value in rec.code_values[:5]:
             find(Severity.INFO, "code-in-value",
                  f"the value at {value['key'] or '<root>'} reads like code: "
@@ -228,15 +233,23 @@ def _judge_call(call: dict, find, rules) -> None:
              f"{call['code'][:120]!r}", text)
 
 
-def _nested(inner: NestedPickle, find, rules, member: str | None) -> None:
-    """A pickle held in a value: its dangerous imports and calls are a finding on its key."""
+def _nested(inner: NestedPickle, find, rules, member: str | None,
+            handed: list[str] | None = None) -> None:
+    """A pickle held in a value: its dangerous imports and calls are a finding on its key.
+    `handed`: how the walk saw this file hand a pickle to a class whose own code may unpickle
+    it (then loading the file may well run it: dangerous)."""
     bad = [f"{m}.{n}" for m, n, _ in inner.imports
            if classify(m, n, rules).severity == Severity.DANGEROUS]
     bad += [c["target"] for c in inner.calls if c["op"] == "call" and call_verdict(
         c["target"], c["computed"], c["texts"], rules) is not None]
     key = _key(member, inner.key)
     shown = next((c["texts"][0] for c in inner.calls if c["texts"]), None)
-    if bad:
+    if bad and handed:
+        find(Severity.DANGEROUS, "nested-pickle-value",
+             f"the value at {inner.key or '<root>'} is a pickle ({inner.encoding}) that "
+             f"calls {', '.join(sorted(set(bad))[:4])}, and loading this file hands a pickle "
+             f"to a class whose own code may unpickle it ({handed[0][:160]})", shown, key)
+    elif bad:
         find(Severity.SUSPICIOUS, "nested-pickle-value",
              f"the value at {inner.key or '<root>'} is a pickle ({inner.encoding}) that "
              f"calls {', '.join(sorted(set(bad))[:4])}: loading this file runs nothing, but "
