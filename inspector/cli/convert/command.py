@@ -114,7 +114,8 @@ def _human(report: ConversionResult) -> list[str]:
                  for key, spec in report.encoded.items())
     lines.extend(f"skipped   {s['key']}: {s['reason']}" for s in report.tensors_skipped)
     if report.sidecar:
-        lines.append(f"sidecar   {report.sidecar} ({len(report.objects_moved)} values)")
+        whose = "" if report.unchecked_reason is None else ", as reported by the jailed loader"
+        lines.append(f"sidecar   {report.sidecar} ({len(report.objects_moved)} values{whose})")
     lines.extend(f"not kept  {o['key']} ({o['type']}): JSON cannot hold {o['repr']}"
                  for o in report.not_serializable)
     hint = None if report.key else extract_hint(

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
+import math
 import mmap
 import os
+import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from inspector.checkpoint.extract import strip_prefixes
 from inspector.checkpoint.results import ClaimCheck
 from inspector.core.dtypes import BY_NAME
 from inspector.core.errors import CodedError
+from inspector.core.flatten import flatten, unique_keys
 from inspector.core.termtext import escape
 from inspector.formats.safetensors_header import (
     ALIASES_KEY,
@@ -19,7 +25,15 @@ from inspector.formats.safetensors_header import (
     read_buffer,
     recorded_aliases,
 )
-from inspector.rawtensors.readers import RawTensor
+from inspector.layout.torch_legacy import _next_pickle
+from inspector.layout.torch_save import (
+    NotCovered,
+    TensorLayout,
+    archive_members,
+    main_pickle,
+    walk_pickle,
+)
+from inspector.rawtensors.readers import CHUNK_BYTES, RawTensor
 from inspector.sandbox.host.claims.bytes_equal import equal
 from inspector.sandbox.host.claims.expected import Expected
 from inspector.sandbox.host.claims.refusal import refuted, timed
@@ -30,6 +44,11 @@ if TYPE_CHECKING:
 
 OWN_METADATA = frozenset({"format", ENCODED_KEY, ALIASES_KEY})
 """`__metadata__` entries a conversion writes that are not aliases."""
+SIDECAR_FORMAT = "ckpt-inspector-sidecar/1"
+"""The sidecar document's `format` (`sandbox.worker.convert.SIDECAR_FORMAT`)."""
+UNCHECKED_KEY = "unchecked"
+"""The sidecar entry that says its values are the jailed loader's word, and why."""
+_PLAIN = (bool, int, float, str)
 
 
 @dataclass(frozen=True)
@@ -47,29 +66,208 @@ def check_conversion(expected: Expected, output_fd: int, result: dict[str, Any],
                      asked: Asked) -> None:
     """Check a convert reply against the input's and the output's bytes before the output is
     kept: set `claims`, the digests and the input's tensor count computed here; SandboxError
-    when a claim fails."""
+    when a claim fails. Whatever the input, the output's SHA-256 is computed here from the
+    written file, and the tensor and byte totals read from its header; where the input is
+    read here, the sidecar's values and the cloned views are the ones its bytes give, and
+    elsewhere the sidecar says they are the jailed loader's (`UNCHECKED_KEY`)."""
     started = time.perf_counter()
+    if os.fstat(output_fd).st_size == 0:
+        raise refuted("conversion", ["the output is empty"], result.get("sandbox"))
     measured = expected.wait()
     if asked.key:
         # `--key` walks the loaded object (a dotted key may be one name or a path); the flat
         # names located here cannot say which tensors it selects
         measured = "a --key selection is made only by the jailed loader"
+    with mmap.mmap(output_fd, 0, access=mmap.ACCESS_READ) as out:
+        sha256 = _hashing(out)  # beside the comparison: hashlib lets go of the GIL
+        try:
+            if isinstance(measured, str):
+                problems, digests, inputs = [], {}, {}
+            else:
+                try:
+                    inputs = _selected(measured, asked)
+                except CodedError as exc:  # two names after --strip-prefix: none holds both
+                    raise refuted("conversion", [exc.message], result.get("sandbox")) from None
+                problems, digests = _conversion_problems(inputs, out, result, asked)
+            header = read_buffer(out, len(out))
+        finally:
+            sha256.exception()  # the mapping outlives the hashing thread's view of it
+        problems += [p for p in _written_problems(header, sha256.result(), result)
+                     if p not in problems]
+    if isinstance(measured, str):
+        _mark_unchecked(result, measured)
+    elif header.refusal() is None:
+        problems += _leaf_problems(expected, inputs, header, result, asked)
+    if problems:
+        raise refuted("conversion", problems, result.get("sandbox"))
+    result["sha256"] = sha256.result()
     if isinstance(measured, str):
         result["claims"] = ClaimCheck(reason=measured).to_json()
         return
-    if os.fstat(output_fd).st_size == 0:
-        raise refuted("conversion", ["the output is empty"], result.get("sandbox"))
-    try:
-        inputs = _selected(measured, asked)
-    except CodedError as exc:  # two names after --strip-prefix: no output could hold both
-        raise refuted("conversion", [exc.message], result.get("sandbox")) from None
-    with mmap.mmap(output_fd, 0, access=mmap.ACCESS_READ) as out:
-        problems, digests = _conversion_problems(inputs, out, result, asked)
-    if problems:
-        raise refuted("conversion", problems, result.get("sandbox"))
     result.update(digests=digests, tensors_in_input=len(inputs))
     result["claims"] = ClaimCheck(checked=True, tensors=len(inputs)).to_json()
     timed(result, started)
+
+
+def _hashing(out: mmap.mmap) -> Future[str]:
+    """The SHA-256 of the whole output, computed on a thread of its own."""
+    done: Future[str] = Future()
+
+    def run() -> None:
+        try:
+            digest = hashlib.sha256()
+            with memoryview(out) as view:
+                for start in range(0, len(out), CHUNK_BYTES):
+                    digest.update(view[start:start + CHUNK_BYTES])
+            done.set_result(digest.hexdigest())
+        except BaseException as exc:  # the waiter must not wait for ever
+            done.set_exception(exc)
+
+    threading.Thread(target=run, name="claims-sha256", daemon=True).start()
+    return done
+
+
+def _written_problems(header, sha256: str, result: dict[str, Any]) -> list[str]:
+    """How the reply's account of the written file differs from the file: its SHA-256, and
+    the tensors and bytes of tensor data its header lists."""
+    if header.refusal() is not None:
+        return [f"the output's header: {header.refusal()}"]
+    problems = []
+    if result.get("sha256") != sha256:
+        problems.append(f"the output's SHA-256 is {sha256}, reported as "
+                        f"{escape(str(result.get('sha256')))}")
+    counted = {"tensors_written": len(header.entries),
+               "bytes_written": sum(e.end - e.begin for e in header.entries)}
+    problems += [f"the output holds {value} {name.replace('_', ' ')}, reported as "
+                 f"{escape(str(result.get(name)))}"
+                 for name, value in counted.items() if result.get(name) != value]
+    return problems
+
+
+def _mark_unchecked(result: dict[str, Any], reason: str) -> None:
+    """A sidecar whose values could not be read here says so, in itself."""
+    document = result.get("sidecar_document")
+    if isinstance(document, dict):
+        document[UNCHECKED_KEY] = (f"these values are as reported by the jailed loader; not "
+                                   f"checked here: {reason}")
+
+
+def _leaf_problems(expected: Expected, inputs: dict[str, RawTensor], header,
+                   result: dict[str, Any], asked: Asked) -> list[str]:
+    """How the sidecar document and the cloned views differ from what the input's pickle
+    holds, walked here without running it (its plain values, and which tensors share a
+    storage); a file the walk cannot read again leaves the sidecar marked unchecked."""
+    fmt = expected.file.format if expected.file is not None else None
+    try:
+        leaves = _input_leaves(Path(expected._path), fmt)  # the file `expected` measured
+    except (NotCovered, OSError, ValueError) as exc:
+        _mark_unchecked(result, f"the input's values could not be read here ({exc})")
+        return []
+    tensors = [(k, leaf) for k, leaf in leaves if not _is_plain(leaf)]
+    plain = [(k, leaf) for k, leaf in leaves if _is_plain(leaf)]
+    try:
+        names = strip_prefixes([k for k, _ in tensors] + [k for k, _ in plain],
+                               list(asked.strip_prefix))
+    except CodedError as exc:  # a value and a tensor under one name: the worker's refusal
+        return [exc.message]
+    if {names[k] for k, _ in tensors} != set(inputs):
+        return ["the input's tensors are not the ones located here"]
+    problems = _sidecar_problems([(names[k], v) for k, v in plain], result, asked)
+    kept = {e.key for e in header.entries}
+    stored = {names[k]: leaf for k, leaf in tensors
+              if names[k] in kept or names[k] in recorded_aliases(header.metadata)}
+    sharing: dict[str, int] = {}
+    for leaf in stored.values():
+        if leaf.storage.nbytes:
+            sharing[leaf.storage.key] = sharing.get(leaf.storage.key, 0) + 1
+    cloned = sorted(k for k, leaf in stored.items() if k in kept
+                    and sharing.get(leaf.storage.key, 0) > 1 and not _covers_storage(leaf))
+    told = result.get("cloned_views")
+    if not isinstance(told, list) or sorted(map(str, told)) != cloned or len(told) != len(
+            cloned):
+        problems.append(f"the cloned views are {', '.join(map(escape, cloned)) or 'none'}, "
+                        f"reported as {escape(str(told))}")
+    return problems
+
+
+def _is_plain(leaf: object) -> bool:
+    return leaf is None or type(leaf) in _PLAIN
+
+
+def _input_leaves(path: Path, fmt: str | None) -> list[tuple[str, object]]:
+    """Every leaf of a torch zip archive's or legacy stream's pickle, keyed as torch flattens
+    it: a tensor as the layout walk's record of it (its storage, offset, shape, stride), a
+    plain value as itself; the pickle walked (`layout.torch_save.walk_pickle`), nothing of it
+    run. NotCovered for another format."""
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        if fmt == "pytorch-zip":
+            data = main_pickle(buf, archive_members(buf), "data.pkl")
+        elif fmt == "pytorch-legacy":
+            end = 0
+            for _ in range(4):  # magic, protocol, system info, then the object
+                data, end = _next_pickle(buf, end)
+        else:
+            raise NotCovered(f"a {fmt} file's values are read only by the jailed loader")
+    root, _ = walk_pickle(data, floats=True, legacy=fmt == "pytorch-legacy", int_keys=True)
+    return unique_keys(flatten(root))
+
+
+def _covers_storage(leaf: Any) -> bool:
+    """Whether a walked tensor is its whole storage, row-major from its start (the worker's
+    test of a view it need not clone)."""
+    layout = TensorLayout("", leaf.dtype, leaf.itemsize, leaf.shape, leaf.stride, 0)
+    return (leaf.offset == 0 and layout.contiguous
+            and math.prod(leaf.shape) * leaf.itemsize == leaf.storage.nbytes)
+
+
+def _sidecar_problems(plain: list[tuple[str, object]], result: dict[str, Any],
+                      asked: Asked) -> list[str]:
+    """How the sidecar document, and the reply's list of the values moved to it, differ from
+    the input's plain values read here."""
+    from inspector.tensors.plain.leaves import describe_object
+
+    skipped = result.get("tensors_skipped") or []
+    document: dict[str, Any] | None = None
+    if plain or skipped:
+        kept = [(k, v) for k, v in plain if not (isinstance(v, float) and not math.isfinite(v))]
+        document = {"format": SIDECAR_FORMAT,
+                    "values": {k: _typed(v) for k, v in kept},
+                    "types": {k: describe_object(k, v)["type"] for k, v in kept},
+                    "not_serializable": [describe_object(k, v) for k, v in plain
+                                         if (k, v) not in kept]}
+        if skipped:
+            document["tensors_skipped"] = skipped
+        if asked.key or asked.strip_prefix:
+            document.update(key=asked.key, strip_prefix=list(asked.strip_prefix))
+    told = result.get("sidecar_document")
+    said = ({k: _typed(v) if k == "values" else v for k, v in told.items()}
+            if isinstance(told, dict) and isinstance(told.get("values"), dict) else told)
+    if said != document:
+        return ["the sidecar's values are not the input's"
+                + (f" ({_first_difference(document, said)})" if document else "")]
+    if result.get("objects_moved") != list(document["values"] if document else ()) or (
+            result.get("not_serializable") != (document["not_serializable"] if document
+                                               else [])):
+        return ["the values moved to the sidecar are not the input's"]
+    return []
+
+
+def _typed(value: object) -> object:
+    """A plain value with its type, so that 1, 1.0 and True differ; a mapping's values so."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    return (type(value).__name__, value)
+
+
+def _first_difference(document: dict, said: object) -> str:
+    """The first of the input's values the sidecar does not hold as the input does."""
+    values = said.get("values") if isinstance(said, dict) else None
+    for key, (_, value) in document["values"].items():
+        if not isinstance(values, dict) or values.get(key) != _typed(value):
+            got = values.get(key) if isinstance(values, dict) else None
+            return (f"{escape(key)} is {value!r}, written as "
+                    f"{escape(repr(got[1] if isinstance(got, tuple) else got))}")
+    return "entries the input does not hold"
 
 
 def _selected(measured: list[tuple[RawTensor, Measured]], asked: Asked
