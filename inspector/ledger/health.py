@@ -33,12 +33,14 @@ def health_problems(obj: Any, run_dir: Path) -> list[str]:
 
 def state_problems(obj: Any) -> list[str]:
     """What the state `obj` itself shows: NaN anywhere, a negative running variance, optimizer
-    hyper-parameters torch refuses, optimizer moments out of their bounds."""
+    hyper-parameters torch refuses, optimizer moments out of their bounds, a gradient scaler's
+    state GradScaler could not have written."""
     from inspector.ledger.moments import group_problems, moment_problems
+    from inspector.ledger.scaler_state import scaler_problems
 
     dense = _dense_floats(obj)  # one flatten of the state serves both checks of its tensors
     return (nan_problems(dense) + variance_problems(dense) + group_problems(obj)
-            + moment_problems(obj))
+            + moment_problems(obj) + scaler_problems(obj))
 
 
 def optimizer_problems(optimizer: Any) -> list[str]:

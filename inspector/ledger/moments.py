@@ -181,11 +181,21 @@ def local_state(optimizer: Any) -> dict | None:
             "param_groups": groups}
 
 
+def _is_optimizer_state(obj: dict) -> bool:
+    return isinstance(obj.get("state"), dict) and isinstance(obj.get("param_groups"), list)
+
+
 def _state_dicts(obj: Any, where: str, depth: int) -> Iterator[tuple[str, dict]]:
-    """Every optimizer state dict in `obj` (dicts, lists and tuples, a few levels deep), with
-    where it is (`optimizer_states.0.`)."""
+    """Every optimizer state dict in `obj`, with where it is (`optimizer_states.0.`)."""
+    return dicts_in(obj, _is_optimizer_state, where, depth)
+
+
+def dicts_in(obj: Any, test: Callable[[dict], bool], where: str = "", depth: int = 0
+             ) -> Iterator[tuple[str, dict]]:
+    """Every dict in `obj` that `test` accepts (in dicts, lists and tuples, a few levels
+    deep, not inside an accepted one), with where it is (`optimizer_states.0.`)."""
     if isinstance(obj, dict):
-        if isinstance(obj.get("state"), dict) and isinstance(obj.get("param_groups"), list):
+        if test(obj):
             yield where, obj
             return
         items = obj.items()
@@ -195,7 +205,7 @@ def _state_dicts(obj: Any, where: str, depth: int) -> Iterator[tuple[str, dict]]
         return
     if depth < _DEPTH:
         for key, value in items:
-            yield from _state_dicts(value, f"{where}{key}.", depth + 1)
+            yield from dicts_in(value, test, f"{where}{key}.", depth + 1)
 
 
 def _checked_params(state: dict) -> Iterator[tuple[Any, Family, float, float, dict]]:
