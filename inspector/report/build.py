@@ -20,7 +20,12 @@ from inspector.core.vocabulary import (
     Verdict,
 )
 from inspector.integrity.verify import VerifyResult
-from inspector.report.checklist import checklist, file_problems, telemetry_problems
+from inspector.report.checklist import (
+    checklist,
+    file_problems,
+    telemetry_problems,
+    unchecked_lines,
+)
 from inspector.report.model import (
     SCHEMA_VERSION,
     FileEvidence,
@@ -30,6 +35,7 @@ from inspector.report.model import (
     ToolInfo,
 )
 from inspector.report.sections import (
+    claims_info,
     code_info,
     code_problems,
     comparison_info,
@@ -78,6 +84,7 @@ def build_report(
     for run in session.runs:
         problems += run_problems(run)
     verdict = worst(f.verdict for f in files)
+    unchecked = [f"{f.file.name}: {line}" for f in files for line in unchecked_lines(f)]
     return Report(
         schema_version=SCHEMA_VERSION,
         tool=ToolInfo(
@@ -94,6 +101,7 @@ def build_report(
         telemetry=telemetry,
         runs=[run.to_json() for run in session.runs],
         signatures=[v.to_json() for v in session.signatures],
+        unchecked=unchecked,
     )
 
 
@@ -128,6 +136,7 @@ def _file_report(
     loaded = inspect if load.status == LoadStatus.LOADED else None
     tensors = summarize_tensors(loaded) if loaded is not None else None
     health = health_info(loaded) if loaded is not None else None
+    claims = claims_info(loaded) if loaded is not None else None
     verification = verification_info(as_result(VerifyResult, ev.verify), ev.manifest)
     conversion = conversion_info(conversion_record(ev.conversion))
     consistency = consistency_info(ev.consistency)
@@ -153,6 +162,7 @@ def _file_report(
         model=model,
         code=code,
         shards=shards,
+        claims=claims,
     )
     report.problems = file_problems(report) + shard_problems(shards) + code_problems(code)
     report.checklist = checklist(ev, inspect, session_files, report)

@@ -75,17 +75,32 @@ def _several_files(inspect: InspectResult | None) -> bool:
 
 
 def _check_weights_health(health: HealthInfo | None) -> CheckItem:
+    """Pass or fail on the weights' values; where those values are only the jailed loader's
+    word (`health.unchecked`), a problem it reports still fails, said to be its word, and
+    anything else is not checked here: a loader the input took over can describe repaired
+    weights."""
     title = "Weights are healthy (no NaN or Inf, no flipped-exponent outliers)"
     if health is None:
         return CheckItem("weights_health", title, NOT_CHECKED, "the weights were not loaded")
     by_severity = _findings_by_severity(health)
+    whose = f"{health.unchecked}; " if health.unchecked else ""
     if health.status == HealthStatus.PROBLEM:
         return CheckItem("weights_health", title, FAIL,
-                         "; ".join(by_severity[HealthSeverity.PROBLEM][:5]))
+                         whose + "; ".join(by_severity[HealthSeverity.PROBLEM][:5]))
     detail = f"{health.weights_checked} weight tensors judged"
     if by_severity[HealthSeverity.WARNING]:
         detail += "; warnings: " + "; ".join(by_severity[HealthSeverity.WARNING][:5])
+    if health.unchecked:
+        return CheckItem("weights_health", title, NOT_CHECKED,
+                         f"{whose}the loader's values gave {health.status}: {detail}")
     return CheckItem("weights_health", title, PASS, detail)
+
+
+def unchecked_lines(f: FileReport) -> list[str]:
+    """What of one file's verdicts rests on the jailed loader's word alone, one line each."""
+    if f.health is None or not f.health.unchecked:
+        return []
+    return [f"weights health ({f.health.status}) {f.health.unchecked}"]
 
 
 def _findings_by_severity(health: HealthInfo) -> dict[str, list[str]]:

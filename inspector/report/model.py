@@ -170,6 +170,23 @@ class HealthInfo:
     """`checkpoint.health` findings: code, key, severity (problem|warning|info), message, ..."""
     weights_checked: int
     state_tensors: int
+    unchecked: str | None = None
+    """Set when the values health was judged from are the jailed loader's word, which the
+    file's bytes could not check here: `as reported by the jailed loader: not checked here,
+    <why>` (`sections.LOADER_WORD`)."""
+
+
+@dataclass
+class ClaimsInfo:
+    """What the user's process checked of the jailed loader's answer from the file's own bytes:
+    the inspect contract's `claims`, with its sentence (`InspectResult.checked_words`)."""
+
+    checked: bool
+    tensors: int
+    """The tensors whose digests, NaN / Inf counts, ranges and orders were recomputed here."""
+    reason: str | None
+    """Why nothing was checked here (`checked` false): then the answer is the loader's."""
+    words: str
 
 
 @dataclass
@@ -305,6 +322,8 @@ class FileReport:
     """None unless the file is a TorchScript or torch.export archive that was read."""
     shards: ShardsInfo | None = None
     """None unless the path is a sharded checkpoint (a model folder or a `*.index.json`)."""
+    claims: ClaimsInfo | None = None
+    """What of the jailed load was checked here (None when nothing was loaded)."""
 
 
 @dataclass
@@ -371,6 +390,11 @@ class Report:
     signatures: list[dict] = field(default_factory=list)
     """Each signed folder's verdict (`signing.check.SignatureVerdict.to_json`), first in the
     summary."""
+    unchecked: list[str] = field(default_factory=list)
+    """One line per verdict that rests on the jailed loader's word alone (the file's bytes
+    could not check it here), prefixed with the file name: said in the summary, beside the
+    problems; it fails nothing by itself (as `inspect`, which judges from that word and says
+    so)."""
 
     def to_json(self) -> dict:
         """The report as a JSON-ready dict (non-finite floats become strings)."""

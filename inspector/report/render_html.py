@@ -159,7 +159,12 @@ def _summary(report: Report) -> str:
         headline_text, explanation, color = worse.headline.upper(), worse.action, BAD_DATA_COLOR
     status = ("All checks that ran passed." if report.status == ReportStatus.PASSED
               else f"{counted(len(report.problems), 'problem')} found.")
+    if report.unchecked:
+        n = len(report.unchecked)
+        status += (f" {counted(n, 'verdict')} {'rests' if n == 1 else 'rest'} on the jailed "
+                   "loader's word, not checked here (see below).")
     problems = "".join(f"<li>{escape(p)}</li>" for p in report.problems)
+    unchecked = "".join(f"<li>{escape(u)}</li>" for u in report.unchecked)
     return (
         "<section id=\"summary\" data-section=\"summary\">"
         f"<table class=\"banner\" width=\"100%\" cellpadding=\"10\"><tr>"
@@ -169,6 +174,9 @@ def _summary(report: Report) -> str:
         f"{escape(explanation)}<br><b>{escape(status)}</b></td></tr></table>"
         + _signatures(report)
         + (f"<ul>{problems}</ul>" if problems else "")
+        + (f"<p data-unchecked=\"{len(report.unchecked)}\"><b>Not checked here</b> (the "
+           "jailed loader's word; the file's bytes could not confirm it):</p>"
+           f"<ul>{unchecked}</ul>" if unchecked else "")
         + cells.table(["File", "Code safety", "Weights health", "Problems", "Detail"], [
             [cells.breakable(f.file.name), _word_cell(f), _health_cell(f),
              escape(str(len(f.problems))), f"<a href=\"#file-{n}\">appendix {n}</a>"]
@@ -199,6 +207,7 @@ def _file_sections(f: FileReport, n: int, image_src: ImageSrc) -> str:
                                                else "not computed"))),
             ("Code safety", _word_cell(f)),
             ("Weights health", _health_cell(f)),
+            *([("Checked here", escape(f.claims.words))] if f.claims else []),
             ("What to do", escape(file_advice(f).action)),
         ])),
         *([cells.section("shards", anchor, "Shards", _shards(f))] if f.shards else []),
@@ -354,7 +363,8 @@ def _health_cell(f: FileReport) -> str:
     in its first clause (the load's section gives the whole of it)."""
     badge, load = weights_health(f), f.load
     if badge != Badge.WEIGHTS_NOT_JUDGED:
-        why = ""
+        # judged from values the file's bytes could not confirm: whose word it is, first
+        why = "as reported by the jailed loader" if f.health and f.health.unchecked else ""
     elif load.error:
         why = load.error
     elif load.status == LoadStatus.NOT_RUN and f.verdict == Verdict.DANGEROUS:
@@ -370,6 +380,7 @@ def _health(f: FileReport) -> str:
         return cells.not_run("The weights were not loaded, so their values were not judged.")
     parts = [cells.kv([
         ("Status", _health_cell(f)),
+        *([("Judged from", escape(h.unchecked))] if h.unchecked else []),
         ("Weight tensors judged", escape(f"{h.weights_checked:,}")),
         ("Training-state tensors (shown, not judged)", escape(f"{h.state_tensors:,}")),
     ])]

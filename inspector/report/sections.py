@@ -33,6 +33,7 @@ from inspector.report.model import (
     FAIL,
     PASS,
     AbsRow,
+    ClaimsInfo,
     CodeInfo,
     ComparisonInfo,
     ConsistencyInfo,
@@ -169,11 +170,32 @@ def summarize_tensors(inspect: InspectResult) -> TensorSummary:
     )
 
 
+LOADER_WORD = "as reported by the jailed loader: not checked here, "
+"""How a verdict that rests on the jailed loader's word alone begins; the reason follows (the
+words `verify` uses for such a tensor digest)."""
+
+
 def health_info(inspect: InspectResult) -> HealthInfo:
-    """Weights health as the engine judged it (judged here for results saved before it did)."""
+    """Weights health as the engine judged it (judged here for results saved before it did);
+    `unchecked` says why when the values it was judged from are only the jailed loader's."""
     health = inspect.health or assess(inspect.tensors)
+    claims = inspect.claims
+    unchecked = None if claims is not None and claims.checked else LOADER_WORD + (
+        claims.reason if claims is not None and claims.reason else "no check was made")
     return HealthInfo(status=health.status, findings=records(health.findings),
-                      weights_checked=health.weights_checked, state_tensors=health.state_tensors)
+                      weights_checked=health.weights_checked, state_tensors=health.state_tensors,
+                      unchecked=unchecked)
+
+
+def claims_info(inspect: InspectResult) -> ClaimsInfo:
+    """What of the jailed load was checked here, as `inspect` says it (`checked_words`)."""
+    claims = inspect.claims
+    return ClaimsInfo(checked=bool(claims and claims.checked),
+                      tensors=claims.tensors if claims is not None else 0,
+                      reason=None if claims is not None and claims.checked else (
+                          claims.reason if claims is not None and claims.reason
+                          else "no check was made"),
+                      words=inspect.checked_words)
 
 
 def _abs_max(tensor: TensorStats) -> float | None:
