@@ -135,6 +135,7 @@ def test_a_learning_rate_collapsed_by_an_exponent_flip_is_named_and_never_sealed
                 save(model.state_dict(), guard.run_dir / f"step-{step}.pt", step=step)
 
         verdicts = run(guard, model, range(60), optimizer, between)
+        kept["optimizer"] = optimizer  # alive, as in a training script (the guard holds it weakly)
         return guard, model, verdicts, kept
 
     clean_guard, _, clean, _ = train(fault_step=-1)
@@ -154,5 +155,75 @@ def test_a_learning_rate_collapsed_by_an_exponent_flip_is_named_and_never_sealed
     assert any("param_groups.0.lr" in p for p in guard.health())
     saves = {s.step: s for s in read_ledger(guard.run_dir).saves}
     assert saves[4].outcome == SaveOutcome.VERIFIED
-    assert saves[8].outcome == SaveOutcome.UNHEALTHY and "fell from 0.003" in saves[8].detail
+    assert saves[8].outcome == SaveOutcome.UNHEALTHY
+    assert "fell to 6.985e-13 in one step, from 0.003" in saves[8].detail
     assert resume_choice(guard.run_dir).record.step == 4
+
+
+def _saved_after(run_dir, fault, steps=40):
+    """The plain loop with Adam at 1e-2, `fault(optimizer, step)` before each step and a
+    ledger save right after the fault at steps 4 and 8; the verdicts, the saves, the model
+    and the optimizer (kept alive, as a training script does)."""
+    from inspector.ledger import save
+    from inspector.run.checkpoints import read_ledger
+
+    model = tiny_model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    def between(step):
+        fault(optimizer, step)
+        if step in (4, 8):
+            save(model.state_dict(), run_dir / f"step-{step}.pt", step=step)
+
+    verdicts = run(Guard(run_dir, GuardConfig()), model, range(steps), optimizer, between)
+    return verdicts, {s.step: s for s in read_ledger(run_dir).saves}, model, optimizer
+
+
+@pytest.mark.parametrize("key", ["eps", "maximize"])
+def test_a_setting_no_schedule_writes_is_named_when_it_changes(tmp_path, key):
+    from inspector.core.vocabulary import SaveOutcome
+
+    def fault(optimizer, step):
+        group = optimizer.param_groups[0]
+        if step == 6:
+            group[key] = flip_float(group["eps"], 62) if key == "eps" else True
+
+    _, _, clean, _ = _saved_after(tmp_path / "clean", lambda o, s: None)
+    verdicts, saves, model, _ = _saved_after(tmp_path / key, fault)
+    # the harm, under torch's own Adam: eps 1.8e300 freezes the weights, maximize climbs
+    x, y = batch(999)
+    loss = float(nn.functional.mse_loss(model(x), y))
+    assert loss > 2 * float(nn.functional.mse_loss(clean(x), y))
+    hit = next(v for v in verdicts if v.alarm)
+    assert hit.step == 6
+    assert [(b.rule, b.param) for b in hit.alarm.breaches] == [
+        ("optimizer-setting", f"param_groups.0.{key}")]
+    assert saves[4].outcome == SaveOutcome.VERIFIED
+    assert saves[8].outcome == SaveOutcome.UNHEALTHY
+    assert f"param_groups.0.{key} changed from" in saves[8].detail
+
+
+def test_a_collapse_after_the_guard_read_the_settings_is_not_sealed(tmp_path):
+    from inspector.core.vocabulary import SaveOutcome
+
+    def fault(optimizer, step):
+        if step == 8:  # after guard.step of step 7, before the save
+            group = optimizer.param_groups[0]
+            group["lr"] = flip_float(group["lr"], 57)
+
+    verdicts, saves, _, _ = _saved_after(tmp_path, fault, steps=9)
+    assert saves[4].outcome == SaveOutcome.VERIFIED
+    assert saves[8].outcome == SaveOutcome.UNHEALTHY
+    assert "param_groups.0.lr fell to" in saves[8].detail
+    assert verdicts[8].alarm is not None  # and the step itself names it
+
+
+def test_settings_a_schedule_writes_or_that_never_change_raise_nothing(tmp_path):
+    def fault(optimizer, step):
+        group = optimizer.param_groups[0]
+        group["weight_decay"] = 0.01 * step  # a weight-decay schedule (DINO's kind)
+        group["betas"] = (0.9 - 0.001 * step, 0.999)
+
+    verdicts, saves, _, _ = _saved_after(tmp_path, fault, steps=20)
+    assert not [v for v in verdicts if v.alarm]
+    assert all(s.verified for s in saves.values())

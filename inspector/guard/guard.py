@@ -62,6 +62,7 @@ from inspector.guard.scene import (
     rng_states,
     write_scene,
 )
+from inspector.guard.settings import SETTING_RULE, SettingsWatch, said
 from inspector.guard.weights.fingerprint import WeightWatch
 from inspector.guard.weights.replicas import RULE as REPLICA_RULE
 from inspector.guard.weights.replicas import ReplicaCheck
@@ -69,7 +70,6 @@ from inspector.guard.weights.rules import CORRUPTION_RULES, WeightRuleSet
 from inspector.run import health_gate, journal
 from inspector.run.blocklog import BlockWriter
 from inspector.run.metrics import METRICS_KIND, metrics_path
-from inspector.run.optimizer_settings import COLLAPSE, collapsed, learning_rate, refused
 
 # Megatron-LM exits 17 when a validation failure ends the job; a halted guard means the same.
 EXIT_HALTED = 17
@@ -82,8 +82,6 @@ DEVICE_RULES = frozenset({"weights-changed", "replica-differs"})
 RECENT_ALARMS = 10
 """How many steps back a loss or gradient alarm (whose step was taken) fails the guard's health
 check: a save then holds weights the guard named; `run latest` takes the one before."""
-SETTING_RULE = "optimizer-setting"
-"""An optimizer hyper-parameter torch's optimizers refuse (`run.optimizer_settings`)."""
 NOT_RESUMED = CORRUPTION_RULES | {SETTING_RULE}
 """Rules whose scene holds weights or an optimizer not to be resumed from."""
 
@@ -193,11 +191,7 @@ class Guard:
         self._watched: Any = None
         self.console = AlarmConsole(self.rank) if self.config.console else None
         self._stepped: weakref.WeakSet = weakref.WeakSet()
-        self._lrs: dict[tuple[int, int], float | None] = {}
-        """Each param group's learning rate at the last step, by (id of its list, index)."""
-        self._collapsed: dict[tuple[int, int], tuple[float, float]] = {}
-        """The learning rates that collapsed (`optimizer_settings.collapsed`) and are still
-        low: (the rate before, the rate now)."""
+        self.settings = SettingsWatch()
         """Every optimizer that stepped since this guard began: its settings are checked."""
         self._post_hook = register_optimizer_step_post_hook(
             _weak_hook(self, "_after_optimizer_step"))
@@ -244,7 +238,7 @@ class Guard:
         weights = watch.values(reading, numbers.extra)
         values = {"loss": numbers.loss, "grad_norm": numbers.grad_norm}
         breaches = (self.weight_rules.judge(watch.names, weights) + self.rules.judge(values)
-                    + self._setting_breaches(optimizer))
+                    + self.settings.judge(self._groups(optimizer)))
         every = self.config.replica_every
         if every and self.step_index % every == 0:
             breaches = self.replicas.compare(watch) + breaches
@@ -320,9 +314,10 @@ class Guard:
 
     def health(self) -> list[str]:
         """The weights' health now, one line per problem: non-finite, past their learned
-        largest |w|, or changed since the last optimizer step; a learning rate still
-        collapsed; a loss or gradient alarm in the last `RECENT_ALARMS` steps (what the
-        ledger asks)."""
+        largest |w|, or changed since the last optimizer step; a learning rate still collapsed
+        or a setting no schedule writes that changed (`settings`; the ledger checks what torch
+        refuses in the state itself);
+        a loss or gradient alarm in the last `RECENT_ALARMS` steps (what the ledger asks)."""
         if self.watch is None:
             return []
         watch = self.watch
@@ -333,22 +328,21 @@ class Guard:
         return [f"{b.rule} on {b.param} (value {b.value:.4g}"
                 + (f", bound {b.threshold:.4g})" if b.threshold is not None else ")")
                 for b in found] + [
-            f"{SETTING_RULE} on param_groups.{i}.lr (value {now:.4g}, fell from {before:.4g} "
-            "in one step, by more than 65,536x, which no schedule does)"
-            for (_, i), (before, now) in self._collapsed.items()] + self._recent_alarms()
+            f"{SETTING_RULE}: {said(b)}" for b in self.settings.problems(self._groups(None))
+        ] + self._recent_alarms()
 
     def _recent_alarms(self) -> list[str]:
         """The loss and gradient alarms of the last `RECENT_ALARMS` steps whose step was
         taken: the weights now were computed by, or right after, a step the guard named."""
         since = self.step_index - RECENT_ALARMS
-        said = [f"{b.rule} on the {b.signal} at step {a.step} (value {b.value:.4g}"
-                + (f", bound {b.threshold:.4g})" if b.threshold is not None else ")")
-                for a in self.alarms if a.step >= since and a.action != "skip"
-                for b in a.breaches if b.signal in ("loss", "grad_norm")]
-        if len(said) > 1:
-            return [f"{said[-1]} and {len(said) - 1} more loss or gradient alarms in the last "
+        lines = [f"{b.rule} on the {b.signal} at step {a.step} (value {b.value:.4g}"
+                 + (f", bound {b.threshold:.4g})" if b.threshold is not None else ")")
+                 for a in self.alarms if a.step >= since and a.action != "skip"
+                 for b in a.breaches if b.signal in ("loss", "grad_norm")]
+        if len(lines) > 1:
+            return [f"{lines[-1]} and {len(lines) - 1} more loss or gradient alarms in the last "
                     f"{RECENT_ALARMS} steps"]
-        return said
+        return lines
 
     def state_dict(self) -> dict:
         """The guard's own state, to save in a checkpoint beside the model's."""
@@ -394,36 +388,12 @@ class Guard:
         if self.watch is not None and self.watch.owns(optimizer):
             self.watch.after_step()
 
-    def _setting_breaches(self, optimizer: torch.optim.Optimizer | None) -> list[Breach]:
-        """A breach per hyper-parameter torch's optimizers refuse, in every optimizer that
-        stepped and the one given: checked before the step it would steer (a few µs)."""
+    def _groups(self, optimizer: torch.optim.Optimizer | None) -> dict[int, list]:
+        """The param groups of every optimizer that stepped and the one given, by their list:
+        the settings each `guard.step` checks before the step they would steer (a few µs)."""
         # a wrapper (accelerate's, Lightning's) shares its optimizer's param_groups: read once
-        lists = {id(groups): groups for opt in [*self._stepped, optimizer]
-                 if isinstance(groups := getattr(opt, "param_groups", None), list)}
-        found = [Breach(SETTING_RULE, "optimizer", value, None, f"param_groups.{i}.{key}")
-                 for groups in lists.values() for i, group in enumerate(groups)
-                 for key, value in refused(group)]
-        return found + self._collapses(lists)
-
-    def _collapses(self, lists: dict[int, list]) -> list[Breach]:
-        """A breach per learning rate that fell by more than `COLLAPSE` since the last step;
-        each stays one of the guard's health problems until the rate is back within it."""
-        found = []
-        for place, groups in lists.items():
-            for i, group in enumerate(groups):
-                key, now = (place, i), learning_rate(group)
-                if collapsed(self._lrs.get(key), now):
-                    found.append(Breach(SETTING_RULE, "optimizer", now,
-                                        self._lrs[key] / COLLAPSE, f"param_groups.{i}.lr"))
-                    self._collapsed[key] = (self._lrs[key], now)
-                elif key in self._collapsed:
-                    first = self._collapsed[key][0]
-                    if collapsed(first, now):
-                        self._collapsed[key] = (first, now)
-                    else:
-                        del self._collapsed[key]
-                self._lrs[key] = now
-        return found
+        return {id(groups): groups for opt in [*self._stepped, optimizer]
+                if isinstance(groups := getattr(opt, "param_groups", None), list)}
 
     def _action(self, breaches: list[Breach]) -> Action:
         """The configured action; `skip` for a non-finite loss or gradient under `warn`."""
@@ -545,11 +515,8 @@ def _said(b: Breach) -> str:
     """A breach in words, for the console line."""
     if b.rule == REPLICA_RULE:
         return f"rank {int(b.value)}'s {b.param} differs from the other replicas"
-    if b.rule == SETTING_RULE and b.threshold is not None:  # a collapse: its floor is set
-        return (f"the optimizer's {b.param} fell to {b.value:.4g} in one step, from "
-                f"{b.threshold * COLLAPSE:.4g} (more than 65,536x: no schedule falls so fast)")
     if b.rule == SETTING_RULE:
-        return f"the optimizer's {b.param} is {b.value:.4g}, which torch's optimizers refuse"
+        return said(b)
     where = f" on {b.param}" if b.param else ""
     bar = f" (bound {b.threshold:.4g})" if isinstance(b.threshold, float) else ""
     return f"{b.signal}{where} is {b.value:.4g}{bar}"

@@ -1,6 +1,7 @@
 """An optimizer's hyper-parameters where torch's own optimizers admit them: what the ledger
-checks before it seals a state and the guard after every optimizer step; and a learning rate
-that collapsed in one step (`collapsed`), which only the guard, watching every step, can see.
+checks before it seals a state and the guard after every optimizer step; and what only the
+guard, watching every step, can see: a learning rate that collapsed in one step (`collapsed`),
+and a setting no schedule writes that changed (`FIXED`).
 
 Torch's constructors refuse a learning rate, `eps`, `weight_decay`, `momentum` and the like below
 zero and a beta outside [0, 1) (`Invalid learning rate`); `load_state_dict` and a write into
@@ -25,6 +26,13 @@ FRACTIONS = ("betas",)
 """Hyper-parameters whose every value torch's optimizers admit in [0, 1) (and finite)."""
 
 
+FIXED = ("eps", "maximize", "amsgrad", "nesterov", "dampening", "centered", "lr_decay",
+         "initial_accumulator_value", "momentum_decay", "decoupled_weight_decay")
+"""Settings no scheduler of torch or transformers writes (a learning rate, momentum, betas and
+weight decay are scheduled; these are not): one that changes between two steps was written by
+something else. A flipped exponent bit in `eps` (1e-8 -> 1.8e300) is finite and admitted and
+freezes Adam; `maximize` set turns descent into ascent."""
+
 COLLAPSE = 2.0 ** 16
 """How far a learning rate may fall in one step, to a value above zero, before the guard names
 it: a flipped exponent bit that shrinks it by 2^16 or more (float64 bits 56 to 61) stalls the
@@ -42,6 +50,14 @@ def collapsed(before: float | None, now: float | None) -> bool:
     (zero is a schedule's end or a freeze, both meant)."""
     return (before is not None and now is not None and math.isfinite(before)
             and 0 < now < before / COLLAPSE)
+
+
+def fixed_values(group: Any) -> dict[str, Any]:
+    """The group's `FIXED` settings it holds, as they are (numbers and flags)."""
+    if not isinstance(group, dict):
+        return {}
+    return {key: group[key] for key in FIXED
+            if key in group and (group[key] is None or isinstance(group[key], (bool, int, float)))}
 
 
 def refused(group: Any) -> list[tuple[str, float]]:
