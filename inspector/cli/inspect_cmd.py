@@ -124,7 +124,7 @@ def _human(report: InspectResult) -> list[str]:
     objects = report.objects
     if objects:
         lines.append("")
-        lines.append(f"{counted(len(objects), 'non-tensor value')}:")
+        lines.append(f"{counted(len(objects), 'non-tensor value')}{_unchecked(report)}:")
         lines.extend(f"  {o.key}: {o.type} = {o.repr}" for o in objects[:50])
     if report.error is not None:
         lines.append("")
@@ -143,13 +143,24 @@ def _human(report: InspectResult) -> list[str]:
                      f"elements, {unique['nbytes']:,} bytes (shared storage counted once)")
     training = training_summary(contents)
     if training:
-        lines.append(f"training state: {training}")
+        lines.append(f"training state: {training}{_unchecked(report)}")
     hyper = hyper_parameters_line(objects)
     if hyper:
         lines.append(f"hyper-parameters: {hyper}")
     lines.extend(f"optimizer ids: {escape(o.summary())}" for o in report.optimizer_params or ())
     lines.extend(_model_lines(report))
     return lines
+
+
+def _unchecked(report: InspectResult) -> str:
+    """What a line read from the worker's `objects` (the plain values: epoch, step, learning
+    rates) adds where they were not held against the file's own bytes here (`claims` not
+    checked: a file the host's readers cannot read, as the `checked:` line says); nothing
+    where they were (`sandbox.host.claims.objects`: a disagreement refuses the answer, and an
+    answer refused says so in its `error:` line)."""
+    claims = report.claims
+    return "" if not report.loaded or (claims is not None and claims.checked) else (
+        " (as reported by the jailed loader, not checked here)")
 
 
 def shard_lines(report: InspectResult) -> list[str]:
@@ -189,7 +200,7 @@ def _model_lines(report: InspectResult) -> list[str]:
         lines.append(f"architecture: {report.architecture.summary()}")
     if report.resume is not None:
         first, *rows = resume_text(report.resume).splitlines()
-        lines.append(f"resume:   {first}")
+        lines.append(f"resume:   {first}{_unchecked(report)}")
         lines.extend(f"  {row}" for row in rows)
     return lines
 

@@ -346,14 +346,14 @@ def _check_plain(value: object, depth: int) -> None:
 
 
 def describe_archive(buf, base: int = 0, end: int | None = None,
-                     plain_leaves: bool = False) -> list[TensorLayout]:
+                     plain_leaves: bool = False) -> Layouts:
     """Every tensor of the torch zip archive in `buf[base:end]` (bytes or mmap; offsets are the
     buffer's, as `zipread.read_zip` gives them), keyed as torch flattens it.
 
     Raises NotCovered when anything in the archive is outside the subset described above.
     `plain_leaves` admits leaves that are plain values (int, float, str, bool, None: a training
-    checkpoint's `epoch`), left out of the list, and int dict keys (an optimizer's state); a
-    caller that must list them loads the file.
+    checkpoint's `epoch`), left out of the list and kept in its `plain`, and int dict keys (an
+    optimizer's state).
     """
     by_name = archive_members(buf, base, end)
     root, storages = walk_pickle(main_pickle(buf, by_name, "data.pkl"), floats=plain_leaves,
@@ -411,20 +411,31 @@ def main_pickle(buf, by_name: dict[str, zipread.Member], name: str) -> bytes:
     return data
 
 
+class Layouts(list):
+    """The tensors' layouts (a list of `TensorLayout`), and the plain values read beside them
+    (`plain`: key and value of each leaf that is not a tensor, in the loaded object's order;
+    empty unless `plain_leaves`): what the user's process holds a worker's `objects` against
+    (`sandbox.host.claims.objects`)."""
+
+    plain: list[tuple[str, object]]
+
+
 def tensor_layouts(leaves: list[tuple[str, object]], storages: dict[str, _Storage],
                    by_name: dict[str, zipread.Member], folder: str,
-                   plain_leaves: bool = False) -> list[TensorLayout]:
+                   plain_leaves: bool = False) -> Layouts:
     """The layouts of keyed tensor leaves over records `folder + storage key`, each checked to
     hold exactly its declared bytes; NotCovered at a leaf that is not a tensor (or, with
-    `plain_leaves`, a plain value, which is skipped)."""
+    `plain_leaves`, a plain value, which is kept apart in `plain`)."""
     for key, storage in storages.items():
         record = by_name.get(f"{folder}{key}")
         if record is None or record.size != storage.nbytes:
             raise NotCovered(f"record {folder}{key} is missing or not the declared size")
-    out = []
+    out = Layouts()
+    out.plain = []
     for key, leaf in leaves:
         if type(leaf) is not _Tensor:
             if plain_leaves and (leaf is None or type(leaf) in _PLAIN):
+                out.plain.append((key, leaf))
                 continue
             raise NotCovered(f"{key} is not a tensor")
         start = by_name[f"{folder}{leaf.storage.key}"].data_offset + leaf.offset * leaf.itemsize

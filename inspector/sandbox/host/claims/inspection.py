@@ -17,13 +17,15 @@ from inspector.formats.safetensors_header import (
     spec_bytes,
 )
 from inspector.sandbox.host.claims.expected import Expected
+from inspector.sandbox.host.claims.objects import file_objects, object_problems
 from inspector.sandbox.host.claims.records import INSPECTED, PROBED, record_problems
 from inspector.sandbox.host.claims.refusal import refuted, timed
 
 
 def check_inspection(expected: Expected, report: dict[str, Any]) -> None:
-    """Check an inspect reply (`report`, the inspect contract) against the file's bytes: set
-    its `claims`, its checked NaN / Inf counts and health; `error` when a claim fails."""
+    """Check an inspect reply (`report`, the inspect contract) against the file's bytes: its
+    tensors' records and its `objects` (the plain values, `objects`); set its `claims`, its
+    checked NaN / Inf counts and health; `error` when a claim fails."""
     started = time.perf_counter()
     measured = expected.wait()
     if isinstance(measured, str):
@@ -32,6 +34,7 @@ def check_inspection(expected: Expected, report: dict[str, Any]) -> None:
         report["claims"] = ClaimCheck(reason=measured).to_json()
         return
     problems = record_problems(measured, report["tensors"], {}, INSPECTED)
+    problems += _objects_problems(expected, report)
     if problems:
         report["error"] = refuted("inspection", problems, report.get("sandbox")).to_json()
         report["health"] = None
@@ -39,6 +42,19 @@ def check_inspection(expected: Expected, report: dict[str, Any]) -> None:
     report["health"] = assess(map(TensorStats.from_json, report["tensors"])).to_json()
     report["claims"] = ClaimCheck(checked=True, tensors=len(measured)).to_json()
     timed(report, started)
+
+
+def _objects_problems(expected: Expected, report: dict[str, Any]) -> list[str]:
+    """How the reply's `objects` (the plain values the training state, hyper-parameters and
+    resume checklist are read from) disagree with the ones read here from the file's bytes
+    (`objects`), where every tensor was located; a file that changed since is refused too."""
+    fmt = expected.file.format if expected.file is not None else None
+    try:
+        made = file_objects(report["path"], str(fmt))
+    except Exception as exc:  # a file that changed since, or one our readers fail on
+        return [f"the file's non-tensor values could not be read here again "
+                f"({type(exc).__name__}: {escape(str(exc))})"]
+    return object_problems(made, report.get("objects"))
 
 
 def check_digests(expected: Expected, result: dict[str, Any]) -> None:
