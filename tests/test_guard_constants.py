@@ -107,6 +107,17 @@ def test_a_flipped_bit_in_position_ids_is_named_and_never_sealed(tmp_path):
     assert resume_choice(tmp_path).record.step == 18
 
 
+def test_a_flip_in_the_first_steps_is_named_once_they_are_read(tmp_path):
+    def fault(model, step):
+        if step == 0:  # between the guard's first two readings: not a counter, it holds
+            model.position_ids[5] ^= 1 << 1
+
+    _, _, verdicts = train(tmp_path, 8, fault)
+    hit = next(v for v in verdicts if v.alarm)
+    assert hit.step == 3  # the last of the readings that tell counters from faults
+    assert ("weights-changed", "position_ids") in {(b.rule, b.param) for b in hit.alarm.breaches}
+
+
 def test_accept_weights_takes_a_deliberate_change(tmp_path):
     model = Positions()
     guard = Guard(tmp_path, GuardConfig())

@@ -249,9 +249,10 @@ class WeightValues:
     """The constant buffers whose bytes changed (`WeightWatch.constants`): name -> L2 norm."""
 
 
-CONSTANT_LEARNING = 2
-"""Readings during which an integer buffer that changes is taken for a forward's own counter
-(written at every step), not a fault, and left unwatched."""
+CONSTANT_LEARNING = 4
+"""The first readings, over which an integer buffer that changed between every two of them is
+taken for a forward's own counter and left unwatched; one that changed between some only (a
+fault in the first steps) is named at the last of them, like any later change."""
 
 
 def constant_buffers(model: nn.Module) -> tuple[list[str], list[torch.Tensor]]:
@@ -312,6 +313,10 @@ class WeightWatch:
         no forward writes them, so any change of their bytes is a fault; their fingerprint is
         taken once and compared at every reading."""
         self.constant_expected = fingerprint(self.constants) if self.constants else None
+        self.constant_last: list[int] | None = None
+        """Their fingerprints at the last reading, while `CONSTANT_LEARNING` lasts."""
+        self.constant_moves = [0] * len(self.constants)
+        """Between how many consecutive readings each changed, while it lasts."""
         self.constant_readings = 0
         self.every = every
         self.largest_every = max(1, largest_every)
@@ -434,18 +439,27 @@ class WeightWatch:
                             {name: self._constant_norm(name) for name in moved})
 
     def _constants_moved(self, flags: list[bool]) -> list[str]:
-        """The constant buffers whose bytes changed; during the first `CONSTANT_LEARNING`
-        readings, those are a forward's own counters instead, and are no longer watched."""
-        moved = [name for name, flag in zip(self.constant_names, flags, strict=True) if flag]
-        self.constant_readings += 1
-        if self.constant_readings > CONSTANT_LEARNING or not moved:
-            return moved
-        kept = [(n, t) for n, t in zip(self.constant_names, self.constants, strict=True)
-                if n not in moved]
-        self.constant_names = [n for n, _ in kept]
-        self.constants = [t for _, t in kept]
-        self.constant_expected = fingerprint(self.constants) if self.constants else None
-        return []
+        """The constant buffers whose bytes differ from their fingerprint; over the first
+        `CONSTANT_LEARNING` readings, read whole to tell a forward's counter (it changed
+        between every two readings, and is dropped at the last) from a fault (named then)."""
+        if self.constant_readings < CONSTANT_LEARNING and self.constants:
+            self.constant_readings += 1
+            now = fingerprint(self.constants).tolist()
+            if self.constant_last is not None:
+                self.constant_moves = [m + (a != b) for m, a, b in
+                                       zip(self.constant_moves, now, self.constant_last,
+                                           strict=True)]
+            self.constant_last = now
+            if self.constant_readings < CONSTANT_LEARNING:
+                return []
+            kept = [i for i, m in enumerate(self.constant_moves)
+                    if m < CONSTANT_LEARNING - 1]
+            flags = [flags[i] for i in kept]
+            self.constant_names = [self.constant_names[i] for i in kept]
+            self.constants = [self.constants[i] for i in kept]
+            expected = self.constant_expected
+            self.constant_expected = expected[kept] if kept and expected is not None else None
+        return [name for name, flag in zip(self.constant_names, flags, strict=True) if flag]
 
     def _constant_norm(self, name: str) -> float:
         """A changed constant buffer's L2 norm now (the alarm path only)."""
