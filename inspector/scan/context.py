@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from inspector.core.verdict import rank, worst
 from inspector.core.vocabulary import Format, Severity, Verdict
 from inspector.formats.archives import decompress, zipread
+from inspector.formats.archives.torch_package import _denied as denied_in_source
 from inspector.formats.sniffing import NESTED_KINDS, sniff
 from inspector.scan.budget import (
     CRC_BUDGET,
@@ -32,10 +33,12 @@ from inspector.scan.code_text import looks_like_code
 from inspector.scan.pickles.opcodes import OPCODE_BYTES
 from inspector.scan.pickles.policy import (
     WeightsOnlyRules,
+    call_allowed,
     call_verdict,
     classify,
     numpy_dtype_class,
 )
+from inspector.scan.pickles.static_source import method_reaches
 from inspector.scan.pickles.walker import (
     Call,
     Issue,
@@ -51,6 +54,14 @@ from inspector.scan.result import KEPT_CALLS, KEPT_MEMBERS, Finding, GlobalUse, 
 _PROBE = Limits(max_opcodes=100_000)  # a quick look at bytes that are rarely a pickle
 # the first bytes a pickle without PROTO may start with: any opcode but PROTO and STOP
 _OPCODE_CHARS = frozenset(OPCODE_BYTES.values()) - {0x80, 0x2E}
+# The methods the unpickler runs on an instance without a call opcode naming them: NEWOBJ runs
+# cls.__new__(cls, *args); BUILD runs __setstate__ where the class defines one; SETITEM(S) on a
+# non-dict runs __setitem__; APPEND(S) on a non-list the C unpickler's extend (else append),
+# pickle.py's APPEND append; ADDITEMS on a non-set add
+IMPLICIT_METHODS = {"NEWOBJ": ("__new__",), "NEWOBJ_EX": ("__new__",), "BUILD": ("__setstate__",),
+                    "SETITEM": ("__setitem__",), "SETITEMS": ("__setitem__",),
+                    "APPEND": ("extend", "append"), "APPENDS": ("extend", "append"),
+                    "ADDITEMS": ("add",)}
 # how a `nested-pickle` finding says the pickle goes to code of a class that may unpickle it
 # (`reading_apply` then never says of that file's pickled values that loading runs nothing)
 HANDED_TO_CODE = "own code may unpickle it when this file loads"
@@ -85,6 +96,7 @@ class ScanContext:
         self.unreached: set[int] = set()
         # damaged archives whose pickles torch's own zip reader hands out (`ask_torch`)
         self.torch_archives: list[ArchiveAsk] = []
+        self.implicit_seen: set[tuple[str, str]] = set()  # (class, method) judged (`_implicit`)
 
     def find(self, severity: str, code: str, message: str, member: str | None = None,
              offset: int | None = None, call: str | None = None) -> None:
@@ -222,14 +234,17 @@ class ScanContext:
             allowed = call.func is not None and call.func.key in self.rules.allowed
             known = call.func and self.uses.get((call.func.module, call.func.name))
             text = _call_text(call, known)
+            implicit = call.opcode in IMPLICIT_METHODS and not call.via
             if known and known.severity != Severity.SAFE and call.opcode != "BUILD" and (
+                    not implicit or call.opcode.startswith("NEWOBJ")) and (
                     len(known.calls) < KEPT_CALLS and text not in known.calls):
                 known.calls.append(text)
                 known.call_sites.append({"member": member,
                                          "offset": call.offset if depth == 0 else None})
             # BUILD hands state to __setstate__ (data such as logged command lines, not code);
             # a callable already judged dangerous needs no second reason
-            code = None if (allowed or call.opcode == "BUILD"
+            code = None if (allowed or call.opcode == "BUILD" or (
+                implicit and not call.opcode.startswith("NEWOBJ"))
                             or (known and known.severity == Severity.DANGEROUS)) else next(
                 (s for s in call.strings if looks_like_code(s)), None)
             if code is not None:
@@ -256,6 +271,8 @@ class ScanContext:
                 if verdict is not None:
                     self.find(verdict.severity, "call-outside-allowlist", verdict.reason,
                               member, call.offset if depth == 0 else None, text)
+            if implicit and call.func is not None and not allowed:
+                self._implicit(call, member, call.offset if depth == 0 else None, text)
             if not allowed and depth < MAX_NESTING:
                 self._nested(call, member, depth)
             if call.opcode == "REDUCE" and call.func is not None and call.strings and (
@@ -269,6 +286,33 @@ class ScanContext:
                 self.block(reason)
             if not scan.stopped:
                 self.block("pickle does not end cleanly")
+
+    def _implicit(self, call: Call, member: str | None, offset: int | None, text: str) -> None:
+        """NEWOBJ, BUILD, SETITEM(S), APPEND(S) and ADDITEMS run a method the instance's class
+        may define (`IMPLICIT_METHODS`): outside the call allow-list, that method is read from
+        the class's source (`static_source.method_reaches`, never imported) and what it calls,
+        directly or through the instance's other methods and the module's functions, is judged
+        as load-time source code is (`torch_package._denied`, the deny list's capabilities). A
+        method the source does not show (compiled, a builtin's) leaves the class's import
+        judged alone."""
+        func = call.func
+        if call_allowed(func.key, self.rules):
+            return
+        for method in IMPLICIT_METHODS[call.opcode]:
+            seen = (func.key, method)
+            if seen in self.implicit_seen:
+                continue
+            self.implicit_seen.add(seen)
+            try:
+                reach = method_reaches(func.module, func.name, method, denied_in_source)
+            except (RecursionError, ValueError):  # source too deep to read: as if unreadable
+                reach = None
+            if reach is None or not reach[1]:
+                continue
+            where, reasons = reach
+            self.find(Severity.DANGEROUS, "implicit-call",
+                      f"{call.opcode} of {func.key} runs {where}, which calls "
+                      f"{'; '.join(reasons[:3])}", member, offset, text)
 
     def _needs_dtype_class(self, code: str, member: str | None) -> None:
         """A pickled numpy.dtype(code) also needs its class allowed (torch checks the class of
@@ -315,7 +359,8 @@ class ScanContext:
             if call.opcode == "BUILD":
                 how = (f"BUILD hands {target} a pickle in its state (its __setstate__ gets it): "
                        f"that class's {HANDED_TO_CODE}")
-            elif call.opcode in ("NEWOBJ", "NEWOBJ_EX", "INST", "OBJ") or call.via:
+            elif call.opcode in ("NEWOBJ", "NEWOBJ_EX", "INST", "OBJ", "SETITEM", "SETITEMS",
+                                 "APPEND", "APPENDS", "ADDITEMS") or call.via:
                 how = (f"{call.opcode} of {target} receives a pickle as an argument: its "
                        f"{HANDED_TO_CODE}")
             else:

@@ -193,8 +193,11 @@ def _build(st: WalkState, op: int, at: int) -> None:
             st.block(f"BUILD of {inst.func.key}")
         strings: list[str] = []
         strings_of(state, strings)
-        if strings:
-            st.res.calls.append(Call(inst.func, "BUILD", at, strings))
+        # BUILD runs the class's __setstate__ where it defines one: recorded as a call of its
+        # class (`ScanContext` judges what that method's source calls)
+        cls = inst.class_ref()
+        if (strings or cls.key not in st.allowed) and len(st.res.calls) < 200_000:
+            st.res.calls.append(Call(cls, "BUILD", at, strings))
         if inst.func.key == NUMPY_DTYPE:
             inst.detail = (inst.detail, state)  # (its arguments, its state): a joblib array's size
         elif inst.func.key == WRAPPER:
@@ -221,6 +224,8 @@ def _setitems(st: WalkState, op: int, at: int) -> None:
         target.set_items(items)
     elif isinstance(target, _Obj):
         watch_keys(target, items)  # a dict subclass's instance filled as a dict (OrderedDict)
+        if kind == "object":  # obj[key] = value runs the class's __setitem__
+            st.implicit_call(target, "SETITEMS" if op == 0x75 else "SETITEM", tuple(items), at)
 
 
 @_handles("APPEND", "APPENDS")
@@ -236,6 +241,9 @@ def _appends(st: WalkState, op: int, at: int) -> None:
     if isinstance(target, _Seq) and len(target.strings) < 16:
         strings_of(tuple(items), target.strings)
     stored = target.stored if isinstance(target, _Obj) else None
+    if kind == "object" and not (stored and ("extend" in stored or "append" in stored)):
+        # the C unpickler calls the instance's extend (else append), pickle.py's APPEND append
+        st.implicit_call(target, "APPENDS" if op != 0x61 else "APPEND", tuple(items), at)
     for method in ("extend", "append") if stored else ():
         if method in stored:  # stored by a BUILD: APPEND(S) of a non-list looks it up and calls
             st.stored_call(target, method, tuple(items), "APPENDS" if op != 0x61 else "APPEND",
@@ -248,6 +256,8 @@ def _additems(st: WalkState, op: int, at: int) -> None:
     target = st.stack[-1] if st.stack else UNKNOWN
     if isinstance(target, _Obj) and target.stored and "add" in target.stored:
         st.stored_call(target, "add", tuple(items), "ADDITEMS", at)
+    elif kind_of(target) == "object":
+        st.implicit_call(target, "ADDITEMS", tuple(items), at)  # calls the instance's add
     if kind_of(st.stack[-1] if st.stack else UNKNOWN) not in ("set", "unknown"):
         st.note("container-type-confusion", "ADDITEMS on something not a set", at, True)
 

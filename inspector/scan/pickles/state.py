@@ -25,6 +25,8 @@ from inspector.scan.pickles.values import (
     strings_of,
 )
 
+RECONSTRUCTOR = "copyreg._reconstructor"
+
 
 class Truncated(Exception):
     """An opcode's argument runs past the end of the data."""
@@ -214,7 +216,22 @@ class WalkState:
         calls = self.res.calls
         if len(calls) < 200_000:
             calls.append(Call(fref, opname, at, strings, _shown(args)))
-        return _Obj(fref, args if fref is not None and fref.key == NUMPY_DTYPE else None)
+        obj = _Obj(fref, args if fref is not None and fref.key == NUMPY_DTYPE else None)
+        if fref is not None and fref.key == RECONSTRUCTOR and isinstance(args, tuple) and (
+                args and isinstance(args[0], GlobalRef)):
+            obj.cls = args[0]  # an instance of its first argument: BUILD runs its __setstate__
+        return obj
+
+    def implicit_call(self, target: object, opname: str, items: object, at: int) -> None:
+        """`opname` runs a method the class of `target` (an instance) may define (SETITEM(S):
+        `__setitem__` of a non-dict, APPEND(S): `extend` or `append` of a non-list, ADDITEMS:
+        `add` of a non-set): recorded as a call of its class, judged by what that method's
+        source calls (`ScanContext`)."""
+        cls = target.class_ref() if isinstance(target, _Obj) else None
+        if cls is not None and cls.key not in self.allowed and len(self.res.calls) < 200_000:
+            strings: list[str] = []
+            strings_of(items, strings)
+            self.res.calls.append(Call(cls, opname, at, strings, _shown(items)))
 
     def called_arguments(self, via: GlobalRef, called: tuple[CalledArgument, ...],
                          args: object, opname: str, at: int) -> None:

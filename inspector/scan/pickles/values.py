@@ -45,15 +45,23 @@ class _Obj:
     what a later opcode needs to know of it, kept for a few callables only (a numpy.dtype's
     arguments and BUILD state, which size a joblib array: `joblib_arrays`). `hot`: when it is
     a dict filled with watched keys (`watch_keys`), those keys and values; `stored`: attributes
-    a BUILD stored on it that the unpickler later calls (`__setstate__`, `append` ...)."""
+    a BUILD stored on it that the unpickler later calls (`__setstate__`, `append` ...);
+    `cls`: its class where that is not `func` (copyreg._reconstructor's first argument)."""
 
-    __slots__ = ("detail", "func", "hot", "stored")
+    __slots__ = ("cls", "detail", "func", "hot", "stored")
 
     def __init__(self, func: GlobalRef | None, detail: object = None) -> None:
         self.func = func
         self.detail = detail
         self.hot: dict | None = None
         self.stored: dict | None = None
+        self.cls: GlobalRef | None = None
+
+    def class_ref(self) -> GlobalRef | None:
+        """The import that is (or made) its class: a class NEWOBJ or REDUCE called, or
+        copyreg._reconstructor's first argument; a function's import where a function made it
+        (whose source then defines no method: nothing is judged)."""
+        return self.cls or self.func
 
 
 class _Seq:
