@@ -11,7 +11,7 @@ from torch import nn
 
 from inspector.core.vocabulary import SaveOutcome
 from inspector.ledger import save
-from inspector.ledger.scaler_state import scaler_problems
+from inspector.ledger.health import scaler_problems
 from inspector.run.checkpoints import resume_choice
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from inspector.core.verdict import worst
 from inspector.core.vocabulary import Severity, Verdict
-from inspector.formats import python_source
+from inspector.formats.archives import python_source
 from inspector.formats.archives.torch_package import RUN_AT_LOAD, judge_source
 from inspector.scan.context import not_a_checkpoint
 from inspector.scan.result import Finding, ScanResult

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from inspector.core.vocabulary import Severity
-from inspector.formats import python_source
-from inspector.formats.archives import zipread
+from inspector.formats.archives import python_source, zipread
 from inspector.scan.pickles.policy import (
     CALL_ALLOWED,
     DENY,

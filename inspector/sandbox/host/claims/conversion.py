@@ -224,7 +224,7 @@ def _sidecar_problems(plain: list[tuple[str, object]], result: dict[str, Any],
                       asked: Asked) -> list[str]:
     """How the sidecar document, and the reply's list of the values moved to it, differ from
     the input's plain values read here."""
-    from inspector.tensors.plain.leaves import describe_object
+    from inspector.sandbox.host.claims.objects import record as describe_object
 
     skipped = result.get("tensors_skipped") or []
     document: dict[str, Any] | None = None
