@@ -268,3 +268,20 @@ def test_hf_training_args_keep_their_verdict(tmp_path, python_exe):
     res = scan_file(path)
     assert res.verdict == "suspicious", res.to_json()
     assert not [f for f in res.findings if f.code == "implicit-call"], res.to_json()
+
+
+def test_a_pickle_in_a_plain_container_is_no_call_of_code(tmp_path):
+    """A protocol-0 pickle held in a dict, a defaultdict or an OrderedDict is data: their own
+    (C) code unpickles nothing, so loading the file runs nothing of it."""
+    import collections
+    import pickle
+
+    inner = b"cposix\nsystem\n(Vtrue\ntR."
+    value = {"plain": {"blob": inner}, "dd": collections.defaultdict(list, {"blob": inner}),
+             "od": collections.OrderedDict(blob=inner)}
+    path = tmp_path / "values.pkl"
+    path.write_bytes(pickle.dumps(value, protocol=4))
+    res = scan_file(path)
+    assert res.verdict == "suspicious", res.to_json()
+    assert not [f for f in res.findings if f.code in ("nested-pickle", "implicit-call")], \
+        res.to_json()

@@ -344,12 +344,15 @@ class ScanContext:
         unpickle them: torch's _DataPipeSerializationWrapper.__setstate__ runs pickle.loads of
         its state. A pickle needs no PROTO opcode (protocol 0 and 1 have none, and any opcode
         reads without one): text that is no PROTO pickle is probed (bounded), and walked as one
-        where it imports a real name (without an import a pickle calls nothing)."""
+        where it imports a real name (without an import a pickle calls nothing), when it goes to
+        a callable outside the call allowlist (NumPy's array state, a datetime's bytes are data
+        to code that unpickles nothing)."""
+        probe = call.func is None or not call_allowed(call.func.key, self.rules)
         for text in call.strings:
             if len(text) < 3:
                 continue
             proto = text[0] == "\x80" and ord(text[1]) <= 5
-            if not proto and (ord(text[0]) not in _OPCODE_CHARS
+            if not proto and (not probe or ord(text[0]) not in _OPCODE_CHARS
                               or not imports(self.probe(text.encode("latin-1")))):
                 continue
             inner = self.walk(text.encode("latin-1"))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from inspector.scan.pickles.joblib_arrays import NUMPY_DTYPE, PLAIN_SUBCLASSES, WRAPPER, layout
 from inspector.scan.pickles.opcodes import OPCODE_NAMES
-from inspector.scan.pickles.policy import CALLS_ARGUMENTS, CalledArgument
+from inspector.scan.pickles.policy import CALLS_ARGUMENTS, CalledArgument, call_allowed
 from inspector.scan.pickles.records import Call, GlobalRef, Issue, Limits, PickleScan
 from inspector.scan.pickles.unbuffered import unbuffered_splice
 from inspector.scan.pickles.values import (
@@ -228,7 +228,8 @@ class WalkState:
         `add` of a non-set): recorded as a call of its class, judged by what that method's
         source calls (`ScanContext`)."""
         cls = target.class_ref() if isinstance(target, _Obj) else None
-        if cls is not None and cls.key not in self.allowed and len(self.res.calls) < 200_000:
+        if cls is not None and cls.key not in self.allowed and len(self.res.calls) < 200_000 and (
+                not call_allowed(cls.key)):  # defaultdict, deque: their own C code
             strings: list[str] = []
             strings_of(items, strings)
             self.res.calls.append(Call(cls, opname, at, strings, _shown(items)))
