@@ -49,7 +49,14 @@ from inspector.scan.pickles.walker import (
     scan_pickle,
 )
 from inspector.scan.reading_record import ArchiveAsk, Blob
-from inspector.scan.result import KEPT_CALLS, KEPT_MEMBERS, Finding, GlobalUse, ScanResult
+from inspector.scan.result import (
+    HANDED_TO_CODE,
+    KEPT_CALLS,
+    KEPT_MEMBERS,
+    Finding,
+    GlobalUse,
+    ScanResult,
+)
 
 _PROBE = Limits(max_opcodes=100_000)  # a quick look at bytes that are rarely a pickle
 # the first bytes a pickle without PROTO may start with: any opcode but PROTO and STOP
@@ -64,7 +71,6 @@ IMPLICIT_METHODS = {"NEWOBJ": ("__new__",), "NEWOBJ_EX": ("__new__",), "BUILD": 
                     "ADDITEMS": ("add",)}
 # how a `nested-pickle` finding says the pickle goes to code of a class that may unpickle it
 # (`reading_apply` then never says of that file's pickled values that loading runs nothing)
-HANDED_TO_CODE = "own code may unpickle it when this file loads"
 TORCH_WEIGHTS_FORMATS = (Format.PYTORCH_ZIP, Format.PYTORCH_LEGACY, Format.DISTCP)
 
 Dispatch = Callable[["ScanContext", object, int], None]

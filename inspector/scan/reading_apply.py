@@ -26,7 +26,6 @@ import re
 
 from inspector.core.verdict import worst
 from inspector.core.vocabulary import Severity, Verdict
-from inspector.scan.context import HANDED_TO_CODE
 from inspector.scan.pickles.policy import (
     call_verdict,
     classify,
@@ -34,7 +33,7 @@ from inspector.scan.pickles.policy import (
     weights_only_rules,
 )
 from inspector.scan.reading_record import Blob, NestedPickle, StreamReading
-from inspector.scan.result import Finding, GlobalUse
+from inspector.scan.result import HANDED_TO_CODE, Finding, GlobalUse
 
 _NAME = re.compile(r"[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*")
 

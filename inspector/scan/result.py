@@ -13,6 +13,10 @@ from inspector.scan.pickles.policy import real_name
 KEPT_MEMBERS = 8  # a global's `members`: where to look first, not every place
 KEPT_CALLS = 4  # and its `calls`
 
+HANDED_TO_CODE = "own code may unpickle it when this file loads"
+"""What a `nested-pickle` finding says of a pickle handed to a class (`scan.context`), which
+`reading_apply` looks for: that class's code may unpickle it."""
+
 
 @dataclass
 class GlobalUse:
