@@ -202,7 +202,8 @@ def _own_module_classes(scan: ScanResult) -> list[GlobalUse]:
 
 def print_verify_result(result: VerifyResult) -> None:
     """One line per file that is not ok (unrelated extras folded into one), tensors that are
-    not ok under it, then totals."""
+    not ok under it, each file's tensors followed by the note of those whose verdicts rest on
+    the jailed loader's word (why they could not be checked here), then totals."""
     extras = [f for f in result.files if f.status == FileStatus.EXTRA and not f.note]
     for f in result.files:
         if f in extras:
@@ -216,16 +217,18 @@ def print_verify_result(result: VerifyResult) -> None:
         if f.note:
             detail += f"  ({f.note})"
         print(escape(f"{shout(status_look(f.status).word):<14} {f.path}{detail}"))
-    for t in result.tensors:
-        if t.status == TensorCheckStatus.OK:
-            continue
-        if t.status == TensorCheckStatus.DTYPE_OR_SHAPE_CHANGED:
-            got, want = (t.actual_dtype, t.actual_shape), (t.expected_dtype, t.expected_shape)
-            detail = f"  {got[0]}{got[1]}, expected {want[0]}{want[1]}"
-        else:
-            detail = ""
-        print(escape(f"  tensor {shout(status_look(t.status).word):<22} {t.key} ({t.file})"
-                     f"{detail}"))
+    noted = Counter((t.file, t.note) for t in result.tensors if t.note)
+    for i, t in enumerate(result.tensors):
+        if t.status != TensorCheckStatus.OK:
+            if t.status == TensorCheckStatus.DTYPE_OR_SHAPE_CHANGED:
+                got, want = (t.actual_dtype, t.actual_shape), (t.expected_dtype, t.expected_shape)
+                detail = f"  {got[0]}{got[1]}, expected {want[0]}{want[1]}"
+            else:
+                detail = ""
+            print(escape(f"  tensor {shout(status_look(t.status).word):<22} {t.key} ({t.file})"
+                         f"{detail}"))
+        if t.file != (result.tensors[i + 1].file if i + 1 < len(result.tensors) else None):
+            _say_notes(t.file, noted)
     if extras:
         names = ", ".join(Path(f.path).name for f in extras[:3])
         more = f" and {len(extras) - 3} more" if len(extras) > 3 else ""
@@ -238,6 +241,16 @@ def print_verify_result(result: VerifyResult) -> None:
     if result.tensors:
         totals.append(_totals("tensor", result.tensors))
     print("; ".join(totals))
+
+
+def _say_notes(file: str, noted: Counter) -> None:
+    """Under a file's tensor lines: how many of its verdicts rest on the jailed loader's word,
+    and why (`TensorCheck.note`), so the reason reads beside the verdicts, not after the
+    totals."""
+    for (where, note), n in list(noted.items()):
+        if where == file:
+            print(escape(f"  {counted(n, 'tensor verdict')} of {file}: {note}"))
+            del noted[where, note]  # said once, even were a file's tensors not together
 
 
 def _totals(noun: str, records: list) -> str:

@@ -363,6 +363,10 @@ def _telemetry() -> Iterator[tuple[object | None, str]]:
 def _print_summary(report: Report, output: Path | str, stream: TextIO) -> None:
     print(f"{headline_word(report).upper()}: {counted(len(report.files), 'file')}, "
           f"{counted(len(report.problems), 'problem')}; report written to {output}", file=stream)
+    if report.unchecked:  # as the HTML summary says it: the verdict is not all checked here
+        n = len(report.unchecked)
+        print(f"  {counted(n, 'verdict')} {'rests' if n == 1 else 'rest'} on the jailed "
+              "loader's word, not checked here; the report says which and why", file=stream)
     for problem in report.problems:
         print(f"  {problem}", file=stream)
 

@@ -391,7 +391,11 @@ def _hash(path: Path, cancel: CancelToken | None) -> str | None:
 
 def _changed_tensors(files: list[tuple[FileEntry, Path]], digests: TensorDigestFn | None,
                      cancel: CancelToken | None) -> list[str]:
-    """The keys whose digest differs from the record, in the files whose hash changed."""
+    """The keys whose digest differs from the record, in the files whose hash changed. Only
+    digests checked here name a tensor: where the user's process could not check the jailed
+    loader's (`TensorEntry.unchecked`: a pickle holding more than tensors), which tensors it
+    calls changed is its word alone, and a taken-over loader names whichever it likes; such a
+    file is named by its SHA-256, computed here, instead ("bytes differ")."""
     if digests is None:
         return []
     names = []
@@ -402,8 +406,10 @@ def _changed_tensors(files: list[tuple[FileEntry, Path]], digests: TensorDigestF
             actual = digests(where, cancel=cancel)
         except (CodedError, OSError):
             continue  # too damaged to load: the file is named instead
-        names += [t.key for t in compare_tensors(entry.tensors, actual, entry.path)
-                  if t.status != TensorCheckStatus.OK]
+        checks = compare_tensors(entry.tensors, actual, entry.path)
+        if any(t.note is not None for t in checks):
+            continue  # the loader's word (its `unchecked` too): the file is named instead
+        names += [t.key for t in checks if t.status != TensorCheckStatus.OK]
     return names
 
 

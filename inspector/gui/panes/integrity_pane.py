@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import html
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QModelIndex
+from PySide6.QtCore import QModelIndex, Qt
 from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
     QHBoxLayout,
     QLabel,
     QPushButton,
+    QStyledItemDelegate,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
@@ -37,7 +39,7 @@ from inspector.gui.jobs import EmitFn, Job, JobRunner
 from inspector.gui.pipeline import Pipeline
 from inspector.gui.signing.badge import SignatureBadge
 from inspector.gui.verdict_style import status_style, tint
-from inspector.integrity.verify import FileCheck, TensorCheck
+from inspector.integrity.verify import FileCheck, TensorCheck, loader_word
 
 MANIFEST_FILTER = (
     "Manifests (*.json *.sha256 *.sha256sum *.txt *.tsv *.md5 *);;All files (*)"
@@ -48,6 +50,7 @@ WRITE_FILTERS = {
     "TSV (*.tsv)": ".tsv",
 }
 RESULT_COLUMNS = ("Item", "Kind", "Status", "This file", "Manifest / other file", "Details")
+DETAILS = RESULT_COLUMNS.index("Details")
 """The open file (the one under suspicion) is always the first value column, never
 "expected": a manifest's value or the other checkpoint's is the second."""
 VERIFY_TIP = "Check the file and every tensor against a manifest"
@@ -83,6 +86,14 @@ class ResultsModel(roles.RowsModel):
         if role == roles.USER:
             return status
         return None
+
+
+class ElideMiddle(QStyledItemDelegate):
+    """A cell too long for its column drops its middle, not its end (a note's reason)."""
+
+    def initStyleOption(self, option, index: QModelIndex) -> None:
+        super().initStyleOption(option, index)
+        option.textElideMode = Qt.TextElideMode.ElideMiddle
 
 
 class ManifestDropZone(QFrame):
@@ -146,6 +157,8 @@ class IntegrityPane(QWidget):
         self.table = roles.rows_view(self.model, "Integrity results",
                                      self.fontMetrics().height() + 8)
         self.table.setWordWrap(False)
+        # a long Details cell keeps its end: why a verdict is the jailed loader's word ends it
+        self.table.setItemDelegateForColumn(DETAILS, ElideMiddle(self.table))
         # Sized so Details (a flip's byte offsets) keeps about 200 px in a 1280-pixel window.
         for i, width in enumerate((220, 130, 100, 180, 180)):
             self.table.setColumnWidth(i, width)
@@ -239,6 +252,10 @@ class IntegrityPane(QWidget):
         with_tensors = ""
         if tensors and dialect == "json":
             with_tensors = f" with {len(tensors)} tensor hashes"
+            why = next((t.unchecked for t in tensors if t.unchecked is not None), None)
+            if why is not None:  # recorded on the loader's word, as `manifest create` says
+                with_tensors += (f" ({html.escape(loader_word(why))}: a later verification "
+                                 "of this file says so of its tensors)")
         self._show(f"<p>Wrote a {html.escape(dialect)} manifest{with_tensors} to "
                    f"<b>{html.escape(str(path))}</b>.</p>", [])
 
@@ -316,12 +333,21 @@ def verify_view(verification: Verification) -> tuple[str, list[Row]]:
         for t in tensors
     ]
     bad_files = sum(f.status != FileStatus.OK for f in files)
-    bad_tensors = sum(t.status != TensorCheckStatus.OK for t in tensors)
+    # a tensor equal on the jailed loader's word alone is neither a match nor a difference
+    unchecked = sum(t.status == FileStatus.UNCHECKED for t in tensors)
+    bad_tensors = sum(t.status not in (TensorCheckStatus.OK, FileStatus.UNCHECKED)
+                      for t in tensors)
     name = html.escape(verification.manifest)
     if bad_files or bad_tensors or result.errors:
+        also = f"; {unchecked} not checked here" if unchecked else ""
         head = (f"<p><b style='color:{status_style('mismatch').colour}'>✕ Does not match "
                 f"{name}</b>: {bad_files} of {counted(len(files), 'file')} and {bad_tensors} of "
-                f"{counted(len(tensors), 'tensor')} differ.</p>")
+                f"{counted(len(tensors), 'tensor')} differ{also}.</p>")
+    elif unchecked:
+        look = status_style(FileStatus.UNCHECKED)
+        head = (f"<p><b style='color:{look.colour}'>{look.glyph} Not checked against {name}"
+                f"</b>: nothing differs, but {unchecked} of {counted(len(tensors), 'tensor')} "
+                "match only on the jailed loader's word (not a pass).</p>")
     else:
         head = (f"<p><b style='color:{status_style('ok').colour}'>✓ Matches {name}</b>: "
                 f"{counted(len(files), 'file')} and {counted(len(tensors), 'tensor')} "
@@ -330,6 +356,10 @@ def verify_view(verification: Verification) -> tuple[str, list[Row]]:
     # what a file's check could not cover reads in full here; its row's cell elides it
     notes += "".join(f"<p>{html.escape(f.path)}: {html.escape(f.note)}</p>"
                      for f in files if f.note)
+    # whose word a tensor verdict is, and why, as the CLI says it beside the file's verdicts
+    noted = Counter((t.file, t.note) for t in tensors if t.note)
+    notes += "".join(f"<p>{html.escape(file)}: {counted(n, 'tensor verdict')} "
+                     f"{html.escape(note)}</p>" for (file, note), n in noted.items())
     if verification.note:
         notes += f"<p>{html.escape(verification.note)}</p>"
     return head + notes, rows
@@ -418,19 +448,30 @@ def _file_detail(f: FileCheck) -> str:
 
 
 def _tensor_detail(t: TensorCheck) -> str:
+    """A tensor row's detail: its dtype (or how it changed), then whose word the verdict is
+    (`note`: the jailed loader's, not checked here, and why), as the CLI prints it."""
     if t.status == TensorCheckStatus.DTYPE_OR_SHAPE_CHANGED:
-        return (f"{t.expected_dtype} {t.expected_shape} → {t.actual_dtype} {t.actual_shape}")
-    return str(t.actual_dtype or t.expected_dtype or "")
+        kind = f"{t.expected_dtype} {t.expected_shape} → {t.actual_dtype} {t.actual_shape}"
+    else:
+        kind = str(t.actual_dtype or t.expected_dtype or "")
+    return "; ".join(part for part in (kind, t.note) if part)
 
 
 def _tensor_entries(doc: FileDocument) -> list:
-    """The document's measured tensors as manifest entries (already hashed in the sandbox)."""
+    """The document's measured tensors as manifest entries (already hashed in the sandbox),
+    each carrying why its digest is only the jailed loader's word where the load's claims
+    were not checked here (`TensorEntry.unchecked`, as `tensor_digests` sets it for the CLI):
+    a verification then calls an equal digest `unchecked`, never `ok`."""
     from inspector.integrity.manifest import TensorEntry
 
-    algorithm = (doc.result.digest_algorithm if doc.result else None) or "sha256"
+    result = doc.result
+    algorithm = (result.digest_algorithm if result else None) or "sha256"
+    claims = result.claims if result is not None else None
+    unchecked = None if claims is not None and claims.checked else (
+        (claims.reason if claims is not None else None) or "no check was made")
     return [
         TensorEntry(key=t["key"], dtype=t.get("dtype"), shape=tuple(t.get("shape") or ()),
-                    digest=t.get("digest"), digest_algorithm=algorithm)
+                    digest=t.get("digest"), digest_algorithm=algorithm, unchecked=unchecked)
         for t in doc.tensors
     ]
 
