@@ -131,3 +131,49 @@ def test_a_field_of_the_wrong_type_is_a_bad_record_not_a_traceback(tmp_path, cha
     assert main(["run", "verify", str(run)]) == 1
     assert "not a save record" in capsys.readouterr().out
     assert main(["verify", str(run / "ckpt" / "step-1.pt")]) == 0
+
+
+def test_a_line_sealed_for_another_journal_is_misplaced_and_blames_no_other(tmp_path, keyed,
+                                                                            capsys):
+    run_a, run_b = _run(tmp_path / "a", (1, 2, 3)), _run(tmp_path / "b", (1, 2, 3, 4))
+    foreign = _lines(run_b)[2]  # run B's step-3 save, sealed with the same key
+    (run_a / "ckpt" / "step-3.pt").write_bytes((run_b / "ckpt" / "step-3.pt").read_bytes())
+    _append_raw(run_a, foreign)
+    got = journal.read(journal.journal_path(run_a))
+    assert [(p.line, p.kind) for p in got.problems] == [(4, "misplaced")]
+    assert [e.line for e in got.sound] == [1, 2, 3]
+    # after a gap too: the chain id says whose journal it was written to
+    lines, later = _lines(run_a), _lines(run_b)[3]  # B's seq 3: no seq 2 before it in A
+    journal.journal_path(run_a).write_bytes(b"\n".join([*lines[:2], later]) + b"\n")
+    got = journal.read(journal.journal_path(run_a))
+    assert [(p.line, p.kind) for p in got.problems] == [(3, "misplaced")]
+    assert latest_valid(run_a).path == "ckpt/step-2.pt"
+
+
+def test_a_moved_line_is_read_in_its_place_and_the_newest_save_stays_newest(tmp_path, keyed,
+                                                                            capsys):
+    run = _run(tmp_path, (1, 2, 3))
+    journal.append(journal.journal_path(run), "guard.alarm", {"step": 3})
+    lines = _lines(run)
+    moved = [lines[0], lines[3], *lines[1:3]]  # the alarm (seq 3) moved up to line 2
+    journal.journal_path(run).write_bytes(b"\n".join(moved) + b"\n")
+    got = journal.read(journal.journal_path(run))
+    assert {p.kind for p in got.problems} == {"moved"}
+    assert [e.seq for e in got.entries] == [0, 1, 2, 3]
+    assert latest_valid(run).path == "ckpt/step-3.pt"
+    assert main(["run", "latest", str(run)]) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == str(run / "ckpt" / "step-3.pt")
+    assert "the journal was changed" in out.err and "moved" in out.err
+
+
+def test_run_latest_says_when_lines_were_deleted(tmp_path, keyed, capsys):
+    run = _run(tmp_path, (1, 2, 3))
+    journal.append(journal.journal_path(run), "guard.alarm", {"step": 3})
+    lines = _lines(run)
+    journal.journal_path(run).write_bytes(b"\n".join([*lines[:2], lines[3]]) + b"\n")
+    assert main(["run", "latest", str(run)]) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == str(run / "ckpt" / "step-2.pt")
+    assert ("the journal was changed: line 3: deleted: 1 line(s) (seq 2..2) are missing "
+            "before it (a newer save's record may be gone)") in out.err

@@ -40,15 +40,16 @@ from inspector.integrity.regular_file import read_regular
 
 JOURNAL_NAME = "journal.jsonl"
 GENESIS = "0" * 64
-_RESERVED = ("seq", "prev", "kind", "seal", "mac")
+_RESERVED = ("seq", "prev", "chain", "kind", "seal", "mac")
 _SEAL_PREFIX = b',"seal":"'
 _MAC_PREFIX = b',"mac":"'
 KEY_FILE_ENV = "CKPT_INSPECTOR_SEAL_KEY_FILE"
 KEY_ENV = "CKPT_INSPECTOR_SEAL_KEY"
 
 ProblemKind = Literal["truncated", "unreadable", "edited", "deleted", "forged", "unsigned",
-                      "replayed"]
-UNSOUND: frozenset[str] = frozenset({"unreadable", "edited", "forged", "unsigned", "replayed"})
+                      "replayed", "misplaced", "moved"]
+UNSOUND: frozenset[str] = frozenset({"unreadable", "edited", "forged", "unsigned", "replayed",
+                                     "misplaced"})
 """Problems that make a line's own record untrustworthy (a gap before a line does not)."""
 
 
@@ -163,6 +164,7 @@ def append(path: str | os.PathLike[str], kind: str, fields: Mapping[str, Any]) -
         with _locked(fd):
             last, seq, ends_cleanly = _tail(fd)
             record = {"seq": seq, "prev": line_hash(last) if last is not None else GENESIS,
+                      **({"chain": line_hash(_head(fd))} if last is not None else {}),
                       "kind": kind, **fields}
             raw = _sealed(strict_json.dumps(record, sort_keys=False).encode("utf-8"), key)
             # A line cut short by a crash stays as it is (read back as 'truncated'); the new
@@ -190,10 +192,8 @@ def read(path: str | os.PathLike[str], key: bytes | None = _FROM_ENVIRONMENT) ->
     cut_short = bool(lines) and lines[-1] != b""
     if not cut_short:
         lines = lines[:-1]
-    entries: list[JournalEntry] = []
+    parsed: list[tuple[int, bytes, dict[str, Any]]] = []
     problems: list[JournalProblem] = []
-    prev_raw: bytes | None = None
-    expect_seq = 0
     for number, raw in enumerate(lines, start=1):
         record = _parse(raw)
         if record is None:
@@ -201,36 +201,83 @@ def read(path: str | os.PathLike[str], key: bytes | None = _FROM_ENVIRONMENT) ->
             kind: ProblemKind = "truncated" if last and cut_short else "unreadable"
             problems.append(JournalProblem(number, kind, _unreadable_detail(kind)))
         else:
-            seq = record["seq"]
-            want_prev = line_hash(prev_raw) if prev_raw is not None else GENESIS
-            if seq > expect_seq:
-                missing = seq - expect_seq
-                problems.append(JournalProblem(
-                    number, "deleted",
-                    f"{missing} line(s) (seq {expect_seq}..{seq - 1}) are missing before it"))
-            # a line after a gap is still judged by its own seal: a gap must not be a way
-            # to add a line nobody sealed
-            if seal := _seal_problem(raw, key):
-                problems.append(JournalProblem(number, *seal))
-            elif seq < expect_seq:
-                # writers take seq under one lock, so it only grows: a line whose seq the
-                # chain has passed was copied from earlier or moved, and its seal still holds
-                problems.append(JournalProblem(
-                    number, "replayed", f"its place in the chain (seq {seq}) was taken by "
-                    "an earlier line: copied from earlier in the journal, or moved"))
-            elif seq > expect_seq:
-                pass  # the lines its `prev` names are gone: there is nothing to compare with
-            elif record["prev"] != want_prev:
-                problems.extend(_chain_break(problems, number))
-            elif problems and problems[-1].line == number - 1 and problems[-1].kind == "unreadable":
-                # the writer chained on from a line a crash cut short: evidence, not an edit
-                problems[-1] = JournalProblem(number - 1, "truncated", _CUT_AND_CONTINUED)
-            expect_seq = max(expect_seq, seq + 1)
-            entries.append(JournalEntry(number, seq, str(record["kind"]), record))
-        prev_raw = raw
+            parsed.append((number, raw, record))
+    problems += _chain_problems(parsed, lines, problems, key)
+    # the chain's order is `seq`'s, whatever order the file's lines are in (a line moved up the
+    # file goes back to its place): readers take "newest" from it
+    entries = [JournalEntry(number, record["seq"], str(record["kind"]), record)
+               for number, _, record in sorted(parsed, key=lambda p: (p[2]["seq"], p[0]))]
+    problems.sort(key=lambda p: p.line)
+    # with a key, every line in `sound` carries that key's seal (any other is a problem)
     # with a key, every line in `sound` carries that key's seal (any other is a problem)
     authenticated = key is not None and bool(lines)
     return Journal(target, tuple(entries), tuple(problems), authenticated)
+
+
+def _chain_problems(parsed: list[tuple[int, bytes, dict[str, Any]]], lines: list[bytes],
+                    problems: list[JournalProblem], key: bytes | None) -> list[JournalProblem]:
+    """Each readable line judged by its own seal and by its place in the chain: its `prev`
+    against the line whose `seq` is one less, wherever that line stands in the file."""
+    found: list[JournalProblem] = []
+    by_seq: dict[int, list[tuple[int, bytes]]] = {}
+    for number, raw, record in parsed:
+        by_seq.setdefault(record["seq"], []).append((number, raw))
+    sealed = set()
+    for number, raw, _ in parsed:
+        if seal := _seal_problem(raw, key):
+            found.append(JournalProblem(number, *seal))
+        else:
+            sealed.add(number)
+    unreadable = {p.line for p in problems}
+    # the chain id is the hash of the first line as its successor's writer saw it (so an edit
+    # of line 1 is that line's problem, not every later line's)
+    chain = next((r["prev"] for n, _, r in parsed if r["seq"] == 1 and n in sealed),
+                 line_hash(lines[0]) if lines else None)
+    highest = -1
+    for number, raw, record in parsed:
+        seq = record["seq"]
+        if "chain" in record and record["chain"] != chain:
+            found.append(JournalProblem(number, "misplaced", "written to another journal (its "
+                                        "chain id is not the hash of this one's first line)"))
+            continue
+        twins = by_seq[seq]
+        if any(other == raw and at < number for at, other in twins):
+            found.append(JournalProblem(number, "replayed", f"a copy of line "
+                                        f"{next(at for at, o in twins if o == raw)}: its seq "
+                                        f"{seq} is taken"))
+            continue
+        if seq < highest:
+            found.append(JournalProblem(number, "moved", f"the file's lines are out of seq "
+                                        f"order here (seq {seq} after seq {highest}): lines "
+                                        "were moved; the chain is read in seq order"))
+        highest = max(highest, seq)
+        before = by_seq.get(seq - 1, [])
+        if seq == 0:
+            if record["prev"] != GENESIS:
+                found.append(JournalProblem(number, "edited",
+                                            "the first line does not start a chain"))
+        elif not before:
+            low = max((q for q in by_seq if q < seq), default=-1) + 1
+            found.append(JournalProblem(number, "deleted", f"{seq - low} line(s) (seq "
+                                        f"{low}..{seq - 1}) are missing before it"))
+        elif record["prev"] in {line_hash(b) for _, b in before}:
+            pass
+        elif number - 1 in unreadable and record["prev"] == line_hash(lines[number - 2]):
+            # the writer chained on from a line a crash cut short: evidence, not an edit
+            found.append(JournalProblem(number - 1, "truncated", _CUT_AND_CONTINUED))
+        elif key is not None and number in sealed and all(at in sealed for at, _ in before):
+            # every line here carries the key's seal, so none was edited: this one was put
+            # here from elsewhere (another journal sealed with the same key, a forked chain)
+            found.append(JournalProblem(number, "misplaced", f"its prev is not the hash of the "
+                                        f"line with seq {seq - 1}: it was not written after it"))
+        else:
+            found += [JournalProblem(at, "edited", "changed after it was written (the next "
+                                     "line's hash of it differs)")
+                      for at, _ in before if at not in {p.line for p in found}]
+    # a truncated line the writer chained on from is named once, as that
+    cut = {p.line for p in found if p.kind == "truncated"}
+    problems[:] = [p for p in problems if p.line not in cut]
+    return found
 
 
 def _mac(key: bytes, head: bytes) -> str:
@@ -267,16 +314,6 @@ def _seal_problem(raw: bytes, key: bytes | None) -> tuple[ProblemKind, str] | No
     return "edited", "changed after it was written (it carries no seal)"
 
 
-def _chain_break(problems: list[JournalProblem], number: int) -> list[JournalProblem]:
-    """The problem a `prev` mismatch names: the line before, unless it is already named."""
-    if number == 1:
-        return [JournalProblem(1, "edited", "the first line does not start a chain")]
-    if any(p.line == number - 1 for p in problems):
-        return []
-    return [JournalProblem(number - 1, "edited",
-                           "changed after it was written (the next line's hash of it differs)")]
-
-
 def _parse(raw: bytes) -> dict[str, Any] | None:
     try:
         record = json.loads(raw.decode("utf-8"))
@@ -297,6 +334,18 @@ def _unreadable_detail(kind: ProblemKind) -> str:
     if kind == "truncated":
         return "the last line was cut short (a write that did not finish)"
     return "not a journal record (damaged or not JSON)"
+
+
+def _head(fd: int) -> bytes:
+    """The journal's first line: its hash is the chain id every later line carries, so a line
+    sealed for another journal with the same key is told apart even after a gap."""
+    window = 1 << 12
+    while True:
+        chunk = os.pread(fd, window, 0)
+        cut = chunk.find(b"\n")
+        if cut >= 0 or len(chunk) < window:
+            return chunk[:cut] if cut >= 0 else chunk
+        window *= 4
 
 
 def _tail(fd: int) -> tuple[bytes | None, int, bool]:

@@ -46,6 +46,11 @@ def run(args: argparse.Namespace) -> int:
     say_unauthenticated("run latest", ledger, bool(args.public_key or args.certificate))
     for problem in choice.untrusted:
         print(escape(f"run latest: ignored {problem}"), file=sys.stderr)
+    for problem in ledger.journal.problems:
+        if problem.kind in ("deleted", "moved"):  # the lines are trusted; the journal was changed
+            print(escape(f"run latest: the journal was changed: line {problem.line}: "
+                         f"{problem.kind}: {problem.detail} (a newer save's record may be gone)"),
+                  file=sys.stderr)
     for skipped, why in choice.skipped:
         print(escape(f"run latest: skipped {skipped.label} ({skipped.path}): {why}"),
               file=sys.stderr)
