@@ -98,7 +98,7 @@ def test_forged_digests_of_an_unreadable_pickle_are_not_ok(tmp_path, hostile, ca
     out = capsys.readouterr().out
     assert "2 tensors: 2 unchecked" in out
     assert "ok" not in out.split("2 tensors:")[1].split("\n")[0]
-    assert f"UNCHECKED      2 tensor verdicts ({deployed}) {LOADER_WORD}" in out
+    assert f"  2 tensor verdicts of {deployed}: {LOADER_WORD}" in out
     assert REASON in out
 
     assert main([*args, "--json"]) == 3

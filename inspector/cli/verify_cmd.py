@@ -7,7 +7,6 @@ import argparse
 import contextlib
 import json
 import sys
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -247,7 +246,6 @@ def _run_signed(args: argparse.Namespace) -> int:
     print(escape(f"{'SIGNED':<14} by {verdict.signer} ({signature}, "
                  f"{counted(verdict.files_signed, 'file')} signed): {verdict.state}"))
     print_verify_result(result)
-    say_loader_word(result)
     if any(t.status != TensorCheckStatus.OK for t in result.tensors):
         print("which bits of a changed tensor flipped: `ckpt-inspector diff` the file against "
               "a copy you trust")
@@ -300,16 +298,7 @@ def _finish(args: argparse.Namespace, result: VerifyResult, manifest: str | None
         print(json.dumps(doc, indent=1))
     else:
         print_verify_result(result)
-        say_loader_word(result)
     return exit_status(result)
-
-
-def say_loader_word(result: VerifyResult) -> None:
-    """One line per file whose tensor verdicts rest on the jailed loader's word (its digests
-    could not be checked here): how many, and why; such an `ok` is `unchecked` (exit 3)."""
-    grouped = Counter((t.file, t.note) for t in result.unchecked_tensors)
-    for (file, note), n in grouped.items():
-        print(escape(f"{'UNCHECKED':<14} {counted(n, 'tensor verdict')} ({file}) {note}"))
 
 
 def _usage(message: str) -> int:
