@@ -74,3 +74,32 @@ def signed_by(public_key: PathLike | None = None, certificates: Sequence[PathLik
         return refusal(save_signature(ledger, check, public_key, certificates))
 
     return refuse
+
+
+ORPHANS_LOOKED_AT = 4096
+"""At most this many signature files of a run folder are checked for a save the journal lost."""
+
+
+def unrecorded(ledger: Any, public_key: PathLike | None = None,
+               certificates: Sequence[PathLike] = ()) -> list[str]:
+    """Saves the key signed whose records the journal no longer holds: each `*.sig` in the run
+    folder that holds with the key or chain and names a save (`SavePlace`) whose journal `seq`
+    no save record has. Lines cut from the end of a journal leave no gap to see; a signature
+    made for one of them still says it was there."""
+    from inspector.signing.bundle import read_bundle
+    from inspector.signing.check import check_signature
+    from inspector.signing.errors import SignatureError
+
+    recorded = {r.seq for r in (*ledger.saves, *ledger.untrusted)}
+    found = []
+    for sig in sorted(ledger.run_dir.rglob("*.sig"))[:ORPHANS_LOOKED_AT]:
+        try:
+            checked = check_signature(read_bundle(sig), Path(public_key) if public_key else None,
+                                      [Path(c) for c in certificates])
+        except SignatureError:
+            continue  # not the key's, or not a signature: nothing it says is believed
+        save = checked.statement.save
+        if save is not None and save.seq not in recorded:
+            found.append(f"{sig.relative_to(ledger.run_dir)} is signed for {save.said()}, "
+                         "which no journal line records: lines were deleted")
+    return found

@@ -54,6 +54,12 @@ def run(args: argparse.Namespace) -> int:
     for skipped, why in choice.skipped:
         print(escape(f"run latest: skipped {skipped.label} ({skipped.path}): {why}"),
               file=sys.stderr)
+    if args.public_key or args.certificate:
+        from inspector.signing.saves import unrecorded
+
+        for lost in unrecorded(ledger, args.public_key, args.certificate or ()):
+            print(escape(f"run latest: the journal was changed: {lost} (a newer save's record "
+                         "may be gone)"), file=sys.stderr)
     record = choice.record
     if record is None:
         keyed = " and signed by the key given" if args.public_key or args.certificate else ""

@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = ("exit status: 0 every checkpoint on record intact and the ledger whole, "
                      "1 a checkpoint changed or is missing, a signature does not hold (with "
                      "--public-key or --certificate), or ledger lines were cut, edited or "
-                     "deleted, 2 no readable journal, or a key or chain that cannot be read")
+                     "deleted (a signature for a save no line records, too), 2 no readable "
+                     "journal, or a key or chain that cannot be read")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,17 +47,19 @@ def run(args: argparse.Namespace) -> int:
     say_unauthenticated("run verify", ledger, bool(args.public_key or args.certificate))
     checks = check_saves(ledger, jobs=args.jobs, tensor_digests=worker_digests(args))
     summary = summarize(ledger, checks)
-    from inspector.signing.saves import save_signature
+    from inspector.signing.saves import save_signature, unrecorded
 
     signatures = [save_signature(ledger, c, args.public_key, args.certificate or ())
                   for c in checks]
     keyed = bool(args.public_key or args.certificate)
     unsigned = keyed and any(v is not None and v.state != SignatureState.INTACT
                              for v in signatures)
+    # a journal cut at its end leaves no gap; a signature made for a lost line still says so
+    lost = unrecorded(ledger, args.public_key, args.certificate or ()) if keyed else []
     failed = (summary.changed or summary.missing or not summary.chain_intact
-              or ledger.bad_records or unsigned)
+              or ledger.bad_records or unsigned or lost)
     if args.json:
-        print(json.dumps({**summary.to_json(), "checkpoints": [
+        print(json.dumps({**summary.to_json(), "unrecorded_signed_saves": lost, "checkpoints": [
             {**c.to_json(), **({"signature": v.to_json()} if v else {})}
             for c, v in zip(checks, signatures, strict=True)]}, indent=1))
         return EXIT_FAILED if failed else EXIT_OK
@@ -70,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
             who = f" by {v.signer}" if v.signer else ""
             why = f": {v.reason}" if v.reason else ""
             print(escape(f"{'':8} {'signature':>14}  {v.state}{who}{why}"))
-    for problem in summary.problems:
+    for problem in [*summary.problems, *lost]:
         print(f"ledger: {escape(problem)}")
     latest = summary.latest_valid
     counts = ", ".join(f"{n} {status_look(s).word.lower()}" for s, n in (
