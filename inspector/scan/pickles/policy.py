@@ -264,7 +264,8 @@ class Classification:
     reason: str
 
 
-def _cache_dir() -> Path:
+def cache_dir() -> Path:
+    """Where this project keeps what it derives from installed source (per version)."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "ckpt-inspector"
 
@@ -351,7 +352,7 @@ def weights_only_rules() -> WeightsOnlyRules:
         return _builtin_rules("torch has no _weights_only_unpickler.py")
     stamp = f"{version}|{stat.st_size}|{stat.st_mtime_ns}"
     safe_version = re.sub(r"[^\w.+-]", "_", str(version))
-    cache = _cache_dir() / f"weights-only-{safe_version}.json"
+    cache = cache_dir() / f"weights-only-{safe_version}.json"
     parsed = None
     try:
         cached = json.loads(cache.read_text(encoding="utf-8"))

@@ -14,6 +14,8 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
+import hashlib
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -91,11 +93,17 @@ def _dotted(node: ast.expr) -> list[str] | None:
 def _binding(module: str, name: str) -> tuple[str, object] | None:
     """What binds `name` at the top level of `module`: ("def", node), ("from", (module, name))
     or None where the source does not say (the last plain binding wins, as at import)."""
+    return _bindings(module).get(name)
+
+
+@functools.lru_cache(maxsize=1024)
+def _bindings(module: str) -> dict[str, tuple[str, object]]:
+    """`_binding` of every name `module` binds at its top level, in one walk of its source."""
     path = module_file(module)
     tree = _tree(path) if path else None
     if tree is None:
-        return None
-    found: tuple[str, object] | None = None
+        return {}
+    found: dict[str, tuple[str, object]] = {}
     imports: dict[str, str] = {}  # `import a.b as c` bindings seen so far
     for node in _top_level(tree.body):
         if isinstance(node, ast.Import):
@@ -108,23 +116,57 @@ def _binding(module: str, name: str) -> tuple[str, object] | None:
         elif isinstance(node, ast.ImportFrom):
             source = _absolute(module, path, node)
             for alias in node.names:
-                if source and (alias.asname or alias.name) == name and alias.name != "*":
-                    found = ("from", (source, alias.name))
-                elif source and alias.name != "*":
+                if source and alias.name != "*":
+                    found[alias.asname or alias.name] = ("from", (source, alias.name))
                     imports.setdefault(alias.asname or alias.name, f"{source}.{alias.name}")
         elif isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-            if node.name == name:
-                found = ("def", node)
+            found[node.name] = ("def", node)
         elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
-                dotted = _dotted(node.value)
+            dotted = _dotted(node.value)
+            for target in (t for t in targets if isinstance(t, ast.Name)):
                 if dotted and len(dotted) > 1 and dotted[0] in imports:
                     real = imports[dotted[0]].split(".") + dotted[1:]
-                    found = ("from", (".".join(real[:-1]), real[-1]))
+                    found[target.id] = ("from", (".".join(real[:-1]), real[-1]))
                 else:
-                    found = ("other", node)
+                    found[target.id] = ("other", node)
     return found
+
+
+@functools.lru_cache(maxsize=1024)
+def _reexports(module: str) -> dict[str, tuple[str, str]]:
+    """The names `module` re-exports (`_bindings`' "from" ones): kept on disk per file version
+    (`~/.cache/ckpt-inspector/source-bindings/`), so a scan does not parse torch's 110 KB
+    `__init__.py` (15 ms) again in every process; the cache holds only what the installed
+    source says."""
+    path = module_file(module)
+    if path is None:
+        return {}
+    try:
+        st = path.stat()
+    except OSError:
+        return {}
+    from inspector.scan.pickles.policy import cache_dir
+
+    stamp = f"{path}|{st.st_size}|{st.st_mtime_ns}"
+    cache = cache_dir() / "source-bindings" / f"{hashlib.sha256(stamp.encode()).hexdigest()}.json"
+    try:
+        doc = json.loads(cache.read_text(encoding="utf-8"))
+        if doc.get("stamp") == stamp:
+            return {k: (v[0], v[1]) for k, v in doc["reexports"].items()}
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        pass
+    found = {name: bound[1] for name, bound in _bindings(module).items()
+             if bound[0] == "from"}
+    try:
+        from inspector.core.atomic import write_text_atomic
+
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(cache, json.dumps({"stamp": stamp, "reexports": found}),
+                          overwrite=True)
+    except OSError:
+        pass  # a read-only home only costs a parse next time
+    return found  # type: ignore[return-value]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -134,10 +176,10 @@ def resolve(module: str, name: str) -> tuple[str, str]:
     head, dot, rest = name.partition(".")
     current = (module, head)
     for _ in range(_MAX_HOPS):
-        bound = _binding(*current)
-        if bound is None or bound[0] != "from":
+        source = _reexports(current[0]).get(current[1])
+        if source is None:
             break
-        src_module, src_name = bound[1]
+        src_module, src_name = source
         # `from pkg import sub` may name a submodule: its attribute then lives in it
         if module_file(f"{src_module}.{src_name}") is not None and not rest:
             break
