@@ -9,14 +9,18 @@ Nothing a results file says is taken on trust. A last line cut short by a killed
 and left out; any other damaged, edited, forged or deleted line fails the merge (exit 2, the
 file and line named, nothing written), since the line it hides may be the one that found a
 file dangerous. Where one file has several results (a shard run twice), the worst one wins,
-never the last. Every slice of every job must be there, and must have finished: a slice no
-results file holds, a results file that names no job, or one whose last line is not the
-completion line its shard writes when its share is done (a shard killed part-way; re-run, it
-resumes) is a problem of the report, which then fails (exit 1), since files of it may never
-have been checked. Results files of shards of the same N whose commands differ (other paths,
-another manifest) are no partition of one job: the merge refuses them (exit 1, nothing
-written). Without a seal key (`CKPT_INSPECTOR_SEAL_KEY_FILE`, the same for
-every shard) the inputs are unauthenticated, and the merge says so.
+never the last. Every part of a record must have the shape its writer gives it (each nested
+record's fields; a scan verdict a word of the vocabulary), else it is a bad record (exit 2,
+nothing written). Every slice of every job must be there, and every run must have finished: a
+slice no results file holds, a results file that names no job, or a run whose session line
+is not followed by its own completion line before the next run's (a shard killed part-way;
+re-run, it resumes) is a problem of the report, which then fails (exit 1, headed PROBLEM,
+as any failed check is, never SAFE), since files of it may never have been checked. Results
+files of shards of the same N whose commands differ (other paths, another manifest), or that
+ran one command with relative paths in different working folders, are no partition of one
+job: the merge refuses them (exit 1, nothing written). Without a seal key
+(`CKPT_INSPECTOR_SEAL_KEY_FILE`, the same for every shard) the inputs are unauthenticated,
+and the merge says so.
 
 Its exit codes are in `inspector/cli/reference.py` (`EXITS`).
 """
@@ -27,15 +31,27 @@ import argparse
 import shlex
 import sys
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import MISSING, fields, is_dataclass
+from enum import StrEnum
+from functools import cache
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from inspector.checkpoint.optimizer_map import OptimizerParams
+from inspector.checkpoint.results import (
+    ConsistencyResult,
+    ConversionResult,
+    DiffResult,
+    FolderConversion,
+    InspectResult,
+)
 from inspector.core.atomic import OutputExistsError
 from inspector.core.envinfo import EnvInfo, GpuInfo
+from inspector.core.strict_json import NON_FINITE
 from inspector.core.termtext import counted, escape
 from inspector.core.verdict import exit_code, rank
-from inspector.core.vocabulary import ReportStatus, Verdict
+from inspector.core.vocabulary import HealthStatus, ReportStatus, Verdict
 from inspector.fleet.jobs import BatchResults, command_clash, coverage_problems, read_results
 from inspector.integrity.verify import VerifyResult
 from inspector.report import (
@@ -104,12 +120,21 @@ def run(args: argparse.Namespace) -> int:
     session = SessionEvidence(files, environment=_environment(batch), command=command,
                               telemetry_source="not sampled (merged from a batch's shards)",
                               problems=coverage_problems(batch))
-    report = build_report(session)
+    try:
+        report = build_report(session)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+        # the shape checks reach each record's typed fields, not inside the free-form
+        # objects some fields are (an inspect's code list): what they miss still fails here
+        return _fail(escape(f"a results record of the wrong shape ({type(exc).__name__}: "
+                            f"{exc}); nothing written"), EXIT_BROKEN_RECORD)
     try:
         write_report(report, args.output, overwrite=args.force)
     except (OutputExistsError, OSError) as exc:
         return _fail(f"report not written: {exc}", EXIT_NOT_WRITTEN)
-    print(f"{headline_word(report).upper()}: {counted(len(report.files), 'file')} from "
+    word = headline_word(report)
+    if report.status == ReportStatus.FAILED and word in (Verdict.SAFE, Verdict.SKIPPED):
+        word = HealthStatus.PROBLEM  # a failed check (a verify mismatch) is never SAFE
+    print(f"{word.upper()}: {counted(len(report.files), 'file')} from "
           f"{counted(len(args.results), 'results file')}, "
           f"{counted(len(report.problems), 'problem')}; report written to "
           f"{args.output}")
@@ -124,10 +149,14 @@ class _WrongShape(ValueError):
 
 
 _PARTS = {f.name for f in fields(FileEvidence)} - {"path"}
+_TEXT_PARTS = ("manifest", "folder")
+"""A report.file's parts that are words (the manifest's name, the folder given), or None."""
 
 
 def _checked(kind: str, key: str, record: object) -> dict[str, Any]:
-    """The record, when it has the shape its kind has; else _WrongShape naming it."""
+    """The record, when it has the shape its kind's writer gives it, every part of it down
+    to each nested record's fields (`_shape_problem`), and its scan verdicts are words of
+    the vocabulary; else _WrongShape naming what is not."""
     if not isinstance(record, Mapping):
         raise _WrongShape(f"{kind} of {key!r} is not an object")
     path = record.get("path", key)
@@ -137,24 +166,116 @@ def _checked(kind: str, key: str, record: object) -> dict[str, Any]:
         raise _WrongShape(f"{kind} of {key!r} names a path holding a NUL byte")
     if kind == "report.file":
         extra = set(record) - _PARTS - {"path"}
-        if extra or not all(isinstance(v, (Mapping, str, type(None))) for v in record.values()):
-            raise _WrongShape(f"report.file of {key!r} holds {sorted(extra) or 'wrong types'}")
-        for part, sub in (("scan", "scan.result"), ("verify", "verify.result")):
-            if record.get(part) is not None:
-                _checked(sub, key, record[part])
-    elif kind == "scan.result":
-        try:
-            ScanResult.from_json(dict(record))
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise _WrongShape(f"scan.result of {key!r}: {exc}") from None
-        if not isinstance(record.get("verdict"), str):
-            raise _WrongShape(f"scan.result of {key!r} has no verdict word")
-    elif kind == "verify.result":
-        try:
-            VerifyResult.from_json(dict(record))
-        except (TypeError, ValueError, AttributeError) as exc:
-            raise _WrongShape(f"verify.result of {key!r}: {exc}") from None
+        if extra:
+            raise _WrongShape(f"report.file of {key!r} holds {sorted(extra)}")
+        for part in _TEXT_PARTS:
+            if not isinstance(record.get(part), (str, type(None))):
+                raise _WrongShape(f"report.file of {key!r}: its {part} is not a name")
+        for part, value in record.items():
+            if part in _TEXT_PARTS or part == "path" or value is None:
+                continue
+            cls = _conversion_type(value) if part == "conversion" else _PART_TYPES[part]
+            if problem := _shape_problem(value, cls, part):
+                raise _WrongShape(f"report.file of {key!r}: {problem}")
+        return dict(record)
+    cls = {"scan.result": ScanResult, "verify.result": VerifyResult}.get(kind)
+    if cls is not None and (problem := _shape_problem(record, cls, kind.partition(".")[0])):
+        raise _WrongShape(f"{kind} of {key!r}: {problem}")
     return dict(record)
+
+
+def _conversion_type(value: object) -> type:
+    """A conversion's record type, as the report reads it (`sections.conversion_record`)."""
+    return FolderConversion if isinstance(value, Mapping) and "shards" in value \
+        else ConversionResult
+
+
+_PART_TYPES: dict[str, type] = {
+    "scan": ScanResult, "inspect": InspectResult, "verify": VerifyResult,
+    "consistency": ConsistencyResult, "diff": DiffResult}
+"""The record type of each part of a report.file (a conversion's: `_conversion_type`)."""
+_OWN_SHAPE = (OptimizerParams,)
+"""Record classes whose JSON is not one key per field (`from_json` builds them)."""
+_EXTRA_WORDS = {VerifyResult: {"manifest": (str, type(None)), "ok": (bool,)},
+                ConversionResult: {"error": (str, type(None))}}
+"""Keys outside a record's fields that its writer adds and the report reads."""
+
+
+def _shape_problem(value: object, hint: Any, where: str) -> str | None:
+    """What in `value` is not of the type `hint` (a record class or a typing annotation), as
+    'WHERE: why'; None when it all is. A record's fields are checked by their annotations
+    (unknown keys are a newer writer's and left as they are); a scan verdict must be a word
+    of `Verdict`."""
+    if hint is Any or hint is object:
+        return None
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, UnionType):
+        tried = [_shape_problem(value, a, where) for a in args]
+        return None if None in tried else next(p for p in tried if p)
+    if hint is type(None):
+        return None if value is None else f"{where}: not null"
+    if origin is list or hint is list:
+        if not isinstance(value, list):
+            return f"{where}: not a list"
+        return next((p for i, v in enumerate(value)
+                     if (p := _shape_problem(v, args[0] if args else Any, f"{where}[{i}]"))),
+                    None)
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            return f"{where}: not an object"
+        return next((p for k, v in value.items()
+                     if (p := _shape_problem(v, args[1] if args else Any, f"{where}.{k}"))),
+                    None)
+    if not isinstance(hint, type):
+        return None  # no other annotation form is used by the results' records
+    if is_dataclass(hint):
+        return _record_problem(value, hint, where)
+    if issubclass(hint, StrEnum):
+        return None if isinstance(value, str) else f"{where}: not a word"
+    if hint is bool:
+        return None if isinstance(value, bool) else f"{where}: not true or false"
+    if hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return None if ok else f"{where}: not an integer"
+    if hint is float:
+        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)) or (
+            isinstance(value, str) and value in NON_FINITE)
+        return None if ok else f"{where}: not a number"
+    return None if isinstance(value, hint) else f"{where}: not a {hint.__name__}"
+
+
+def _record_problem(value: object, cls: type, where: str) -> str | None:
+    """`value` as the JSON object of the record class `cls`: an object, every field it needs
+    there, each field of its type; then the few extra keys its writer adds."""
+    if not isinstance(value, dict):
+        return f"{where}: not an object"
+    hints = _hints(cls)
+    if cls in _OWN_SHAPE:  # its JSON is not its fields: read it, then check what it read
+        try:
+            read = cls.from_json(value)
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+            return f"{where}: {type(exc).__name__}: {exc}"
+        value = {f.name: getattr(read, f.name) for f in fields(cls)}
+    for f in fields(cls):
+        if f.name in ("extra", "absent") or f.metadata.get("transient") or f.name not in hints:
+            continue
+        if f.name not in value:
+            if f.default is MISSING and f.default_factory is MISSING:
+                return f"{where}: no {f.name}"
+            continue
+        if problem := _shape_problem(value[f.name], hints[f.name], f"{where}.{f.name}"):
+            return problem
+    for name, types in _EXTRA_WORDS.get(cls, {}).items():
+        if name in value and not isinstance(value[name], types):
+            return f"{where}.{name}: not of its type"
+    if cls is ScanResult and value.get("verdict") not in set(Verdict):
+        return f"{where}.verdict: {value.get('verdict')!r} is no verdict word"
+    return None
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls)
 
 
 def evidence_of(batch: BatchResults) -> list[FileEvidence]:

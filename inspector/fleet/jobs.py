@@ -6,10 +6,12 @@ are added or removed (the others keep their shard), and is the same on every mac
 the same paths. `--results FILE.jsonl` is a run journal (`run.journal`): one record per file as
 it finishes, fsync'd and hash-chained, so a preempted job that runs again skips what is already
 there; a record cut short by the kill is not readable and that file is simply done again.
-A run that finishes its share appends a completion line naming how many files' results the
-file holds: a results file whose last line (of its kind) is not one, or whose count differs,
-is of a shard that did not finish. `ckpt-inspector merge` reads the journals of every shard
-into one report.
+A run notes itself on a session line (its command, shard and working folder) and, once it
+has finished its share, appends a completion line naming how many files' results of its kind
+the file holds: a run whose session line is not followed by its own completion line before
+the next run's session line or the file's end (unless the same shard, run again with the same
+command, finished later), or whose count differs, is of a shard that did not finish.
+`ckpt-inspector merge` reads the journals of every shard into one report.
 """
 
 from __future__ import annotations
@@ -111,8 +113,11 @@ class ResultsLog:
         return record["result"]
 
     def begin(self, session: Mapping[str, Any]) -> None:
-        """Note what this run is (command, shard, environment), so a merge can say it."""
-        journal.append(self.path, SESSION_KIND, {"for": self.kind, **session})
+        """Note what this run is (command, shard, environment) and the working folder its
+        command's relative paths resolve from (`cwd`), so a merge can say it and tell shards
+        of one command text run in different folders (other files) apart."""
+        journal.append(self.path, SESSION_KIND,
+                       {"for": self.kind, **session, "cwd": os.path.abspath(os.curdir)})
 
     def record(self, key: str, path: Where, result: Mapping[str, Any]) -> None:
         """Append one finished file's result (durable before this returns)."""
@@ -122,8 +127,9 @@ class ResultsLog:
 
     def end(self) -> None:
         """Note that this run did its whole share: the completion line, naming how many
-        files' results the file holds (those kept from earlier runs and this run's). Without
-        it, or with results after it, a merge calls the shard unfinished."""
+        files' results of its kind the file holds (those kept from earlier runs and this
+        run's). Without it, before another run's session line or the file's end, or with
+        results after it, a merge calls the run unfinished."""
         journal.append(self.path, END_KIND, {"for": self.kind, "results": len(self.done)})
 
 
@@ -194,34 +200,111 @@ def read_results(paths: list[Path]) -> BatchResults:
                         tuple(session_files))
 
 
+_AGAIN = "run that shard again with the same results file (it resumes: kept results stay)"
+
+
+def _who(kind: str, session: Mapping[str, Any] | None, shards: str = "?") -> str:
+    """`verify --shard 0/4` of a session line (or of a kind's results that have none)."""
+    shard = str(session.get("shard")) if session is not None else shards
+    return f"{kind.partition('.')[0]} --shard {shard}"
+
+
+def _run_of(session: Mapping[str, Any]) -> tuple[str, ...]:
+    """What one run is: a later session line with the same is the same shard run again (a
+    resume), whose completion covers an earlier, killed run of it."""
+    return tuple(str(session.get(k)) for k in ("for", "command", "shard", "cwd"))
+
+
 def _unfinished(path: Path, sound: tuple[journal.JournalEntry, ...]) -> list[str]:
-    """Why the shard (of each kind of results) that wrote `path` did not finish, if it did
-    not: its last line of that kind is not a completion line (killed part-way, or a later run
-    of it was), or the completion line's count is not the number of files the file holds."""
-    lines: dict[str, list[journal.JournalEntry]] = {}
+    """Why each run (session) that wrote `path` did not finish, if one did not. Every session
+    line must have a completion line of its own (of its kind) before another run's session
+    line or the file's end; a shard run again with the same command (a resume) may finish
+    for a killed run of it. Each completion line must count the results of its kind that
+    the file holds before it (as the run that wrote it counted them)."""
+    said: list[str] = []
+    shards: dict[str, list[str]] = {}
     for entry in sound:
-        kind = str(entry.record.get("for")) if entry.kind in (SESSION_KIND, END_KIND) \
-            else entry.kind
-        lines.setdefault(kind, []).append(entry)
-    said = []
-    again = "run that shard again with the same results file (it resumes: kept results stay)"
-    for kind, entries in lines.items():
-        shards = sorted({str(e.record.get("shard")) for e in entries if e.kind == SESSION_KIND})
-        who = f"{kind.partition('.')[0]} --shard {' and '.join(shards) or '?'}"
-        last = entries[-1]
-        if last.kind != END_KIND:
-            how = ("results after its completion line (a later run of it was cut short)"
-                   if any(e.kind == END_KIND for e in entries) else "no completion line")
-            said.append(f"{path}: {who} did not finish ({how}), so files it owns may never "
-                        f"have been checked; {again}")
+        if entry.kind == SESSION_KIND:
+            shards.setdefault(str(entry.record.get("for")), []).append(
+                str(entry.record.get("shard")))
+    ended: set[str] = set()  # kinds a completion line was seen for
+    held: dict[str, set[str]] = {}  # kind -> distinct keys of its results so far
+    segment: list[journal.JournalEntry] = []
+    finished: list[tuple[int, tuple[str, ...]]] = []  # (completion line, run) of each run
+    killed: list[tuple[int, tuple[str, ...], str]] = []  # (session line, run, why) unfinished
+
+    def unfinished(kind: str, session: Mapping[str, Any] | None, how: str) -> str:
+        who = _who(kind, session, " and ".join(sorted(set(shards.get(kind, [])))) or "?")
+        command = f"; its command: {session.get('command')}" if session is not None else ""
+        return (f"{path}: {who} did not finish ({how}), so files it owns may never have been "
+                f"checked; {_AGAIN}{command}")
+
+    def close(end: journal.JournalEntry | None) -> None:
+        lines = [e for e in segment if e.kind == SESSION_KIND]
+        sessions = [e.record for e in lines]
+        owner = sessions[-1] if end is not None and sessions else None
+        if owner is not None and owner.get("for") != end.record.get("for"):
+            owner = None  # the completion line is of another kind: not this run's
+        if owner is not None:
+            finished.append((end.line, _run_of(owner)))
+        seen: set[tuple[str, ...]] = set()
+        for line in lines:
+            session, run = line.record, _run_of(line.record)
+            if (owner is not None and run == _run_of(owner)) or run in seen:
+                continue
+            seen.add(run)
+            kind = str(session.get("for"))
+            if end is None:
+                how = ("results after its completion line (a later run of it was cut short)"
+                       if kind in ended else "no completion line")
+            else:
+                how = "another run's session line came before its completion line"
+            killed.append((line.line, run, unfinished(kind, session, how)))
+        announced = {str(s.get("for")) for s in sessions}
+        for kind in dict.fromkeys(e.kind for e in segment if _is_result(e)):
+            if kind in announced:
+                continue
+            if end is not None:
+                how = "results with no session line of their own"
+            elif kind in ended:
+                how = "results after its completion line (a later run of it was cut short)"
+            else:
+                how = "no completion line"
+            said.append(unfinished(kind, None, how))
+        if end is None:
+            return
+        kind = str(end.record.get("for"))
+        ended.add(kind)
+        count = len(held.get(kind, ()))
+        if owner is None and not sessions and not segment:
+            said.append(f"{path}: line {end.line}: a completion line of {kind} with no run "
+                        f"of its own before it; {_AGAIN}")
+        elif end.record.get("results") != count:
+            said.append(f"{path}: {_who(kind, owner)}: its completion line counts "
+                        f"{end.record.get('results')!r} results but the file holds {count} "
+                        f"before it, so results are missing or were added; {_AGAIN}")
+
+    for entry in sound:
+        if entry.kind == END_KIND:
+            close(entry)
+            segment = []
             continue
-        held = len({str(e.record["key"]) for e in entries
-                    if "key" in e.record and "result" in e.record})
-        if last.record.get("results") != held:
-            said.append(f"{path}: {who}: its completion line counts "
-                        f"{last.record.get('results')!r} results but the file holds {held}, so "
-                        f"results are missing or were added; {again}")
+        segment.append(entry)
+        if _is_result(entry):
+            held.setdefault(entry.kind, set()).add(str(entry.record["key"]))
+    if segment:
+        close(None)
+    # a killed run that the same shard, run again with the same command, later finished
+    # is done: the later run did its whole share (only unchanged files' results were kept)
+    said += [why for at, run, why in killed
+             if not any(then > at and done == run for then, done in finished)]
     return said
+
+
+def _is_result(entry: journal.JournalEntry) -> bool:
+    """Whether a line is one file's result (not a session or completion line)."""
+    return entry.kind not in (SESSION_KIND, END_KIND) and "key" in entry.record \
+        and "result" in entry.record
 
 
 def _slice(session: Mapping[str, Any]) -> JobSlice | None:
@@ -289,7 +372,7 @@ def command_clash(batch: BatchResults) -> str | None:
     and the same N but of different commands (other paths, another manifest): together
     they are no partition of one job's files, so a file one of them left out may be in no
     other's share; None when every split is of one command."""
-    first: dict[tuple[str, int], tuple[Path | str, str]] = {}
+    first: dict[tuple[str, int], tuple[Path | str, str, str | None]] = {}
     named = batch.session_files or ("?",) * len(batch.sessions)
     for path, session in zip(named, batch.sessions, strict=True):
         part = _slice(session)
@@ -297,11 +380,32 @@ def command_clash(batch: BatchResults) -> str | None:
             continue  # coverage_problems names it
         group = (str(session.get("for")), part.count)
         command = _job_command(session)
-        seen = first.setdefault(group, (path, command))
+        cwd = session.get("cwd")
+        cwd = str(cwd) if cwd is not None else None
+        seen = first.setdefault(group, (path, command, cwd))
         if seen[1] != command:
             return (f"{seen[0]} and {path} hold shards of N={part.count} of different "
                     f"commands ({shlex.quote(seen[1])} and {shlex.quote(command)}): together "
                     "they do not cover either command's files; merge the results of one "
                     "command run as every --shard I/N, with the same paths and options")
+        if None not in (seen[2], cwd) and seen[2] != cwd and _relative(command):
+            return (f"{seen[0]} and {path} hold shards of N={part.count} of the command "
+                    f"{shlex.quote(command)} run in different working folders "
+                    f"({shlex.quote(str(seen[2]))} and {shlex.quote(str(cwd))}), so its "
+                    "relative paths name other files in each: together they do not cover "
+                    "either folder's files; run every --shard I/N in one folder (or give "
+                    "absolute paths)")
     return None
+
+
+def _relative(command: str) -> bool:
+    """Whether a session's command has a word that could be a relative path (neither an
+    option, absolute, nor a URL): what it names then depends on the working folder. A
+    session line written before sessions noted their folder (`cwd`) is compared by its
+    command text alone."""
+    try:
+        words = shlex.split(command)[2:]  # past `ckpt-inspector COMMAND`
+    except ValueError:
+        return True
+    return any(not w.startswith(("-", "/")) and "://" not in w for w in words)
 
