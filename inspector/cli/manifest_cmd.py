@@ -21,6 +21,7 @@ from inspector.core.atomic import OutputExistsError
 from inspector.core.progress import CancelToken
 from inspector.core.termtext import counted, escape
 from inspector.core.vocabulary import Format
+from inspector.integrity.folder_walk import FolderWalk, unread_note, walk_folder
 from inspector.integrity.manifest import (
     FileEntry,
     ManifestError,
@@ -29,14 +30,7 @@ from inspector.integrity.manifest import (
     relative_path,
 )
 from inspector.integrity.manifest import write_manifest as write
-from inspector.integrity.verify import (
-    FolderWalk,
-    TensorDigestFn,
-    loader_word,
-    measure_file,
-    unread_note,
-    walk_folder,
-)
+from inspector.integrity.verify import TensorDigestFn, loader_word, measure_file
 from inspector.scan.dcp_folder import folder_files, is_dcp_folder
 
 # TorchScript and torch.export weights are digested from their records (code never runs)

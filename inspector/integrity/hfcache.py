@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inspector.core.progress import CancelToken, ProgressFn, check
+from inspector.integrity.folder_walk import unread_note
 from inspector.integrity.hashing import CHUNK_BYTES, ByteProgress, sha256_file
 from inspector.integrity.verify import (
     MISMATCH,
@@ -29,7 +30,6 @@ from inspector.integrity.verify import (
     UNCHECKED,
     FileCheck,
     VerifyResult,
-    unread_note,
 )
 
 REPO_PREFIXES = ("models--", "datasets--", "spaces--")

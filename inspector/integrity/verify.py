@@ -17,7 +17,6 @@ second core.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +28,9 @@ from inspector.core.progress import Cancelled, CancelToken, ProgressFn, check
 from inspector.core.termtext import counted
 from inspector.core.vocabulary import FileStatus, TensorCheckStatus
 from inspector.formats.safetensors_header import SafetensorsHeader, read_header
+from inspector.integrity.folder_walk import unread_note, walk_folder
 from inspector.integrity.hashing import ByteProgress, HashAhead, sha256_file
 from inspector.integrity.manifest import FileEntry, Manifest, ManifestError, TensorEntry
-from inspector.integrity.regular_file import kind_of
 from inspector.integrity.shard_index import (
     ORPHAN_NOTE,
     ShardError,
@@ -271,48 +270,6 @@ def _match_file(manifest: Manifest, path: Path) -> FileEntry | None:
             return entry
     by_name = [e for e in manifest.files if e.path.rsplit("/", 1)[-1] == path.name]
     return by_name[0] if len(by_name) == 1 else None
-
-
-@dataclass(frozen=True)
-class FolderWalk:
-    """What a folder holds: its files, and the links to folders in it, which are never
-    followed (a manifest's names are read inside one folder) but each reported."""
-
-    files: list[Path]
-    folder_links: list[Path]
-
-
-def walk_folder(root: Path) -> FolderWalk:
-    """Every file under a folder and every link to a folder in it, skipping hidden names
-    (.git, editors' and our temp files)."""
-    files: list[Path] = []
-    links: list[Path] = []
-    for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        links += [Path(folder, d) for d in dirs if os.path.islink(os.path.join(folder, d))]
-        files += [Path(folder, n) for n in sorted(names) if not n.startswith(".")]
-    return FolderWalk(files, links)
-
-
-def list_files(root: Path) -> list[Path]:
-    """Every file under a folder, skipping hidden names (.git, editors' and our temp files)."""
-    return walk_folder(root).files
-
-
-def unread_note(path: Path) -> str | None:
-    """What a path that is no plain file is, said beside it: a link (never read through: a
-    linked folder is not followed, a linked file's bytes are not the folder's), or a FIFO or
-    a device (never read); None for a plain file or nothing at all."""
-    if path.is_symlink():
-        target = os.readlink(path)
-        if path.is_dir():
-            return f"a link to a folder ({target}): not followed, nothing in it was checked"
-        return f"a link to {target}" + ("" if path.exists() else ", which does not exist")
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return None
-    return None if stat.S_ISREG(mode) else f"{kind_of(mode)}, not a regular file: not read"
 
 
 def tensor_targets(pairs: Plan) -> list[Path]:

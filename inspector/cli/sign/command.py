@@ -84,7 +84,7 @@ def _tensors(args: argparse.Namespace) -> dict[str, list[TensorEntry]]:
     (files of other formats carry none); formats come from the static scan, no code runs."""
     from inspector import formats
     from inspector.core.vocabulary import Format
-    from inspector.integrity.verify import list_files
+    from inspector.integrity.folder_walk import list_files
     from inspector.scan.engine import scan_file
 
     loadable = set(formats.loadable()) - {Format.DCP}  # a DCP data file is part of a folder

@@ -13,7 +13,6 @@ import ast
 import functools
 import importlib.util
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from inspector.scan.pickles.numpy_dtypes import numpy_dtype_class as numpy_dtype
 from inspector.scan.pickles.numpy_dtypes import numpy_dtype_classes as numpy_dtype_classes
 from inspector.scan.pickles.opcodes import OPCODE_BYTES, WEIGHTS_ONLY_OPCODES_DEFAULT
 from inspector.scan.pickles.presets import PRESET_GLOBALS, PRESETS
-from inspector.scan.pickles.static_source import is_enum_class, resolve
+from inspector.scan.pickles.static_source import cache_dir, is_enum_class, resolve
 
 
 def _words(text: str) -> list[str]:
@@ -262,12 +261,6 @@ class Classification:
 
     severity: str
     reason: str
-
-
-def cache_dir() -> Path:
-    """Where this project keeps what it derives from installed source (per version)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "ckpt-inspector"
 
 
 def _torch_dir() -> Path | None:

@@ -16,6 +16,7 @@ import builtins
 import functools
 import hashlib
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -133,6 +134,12 @@ def _bindings(module: str) -> dict[str, tuple[str, object]]:
     return found
 
 
+def cache_dir() -> Path:
+    """Where this project keeps what it derives from installed source (per file version)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ckpt-inspector"
+
+
 @functools.lru_cache(maxsize=1024)
 def _reexports(module: str) -> dict[str, tuple[str, str]]:
     """The names `module` re-exports (`_bindings`' "from" ones): kept on disk per file version
@@ -146,8 +153,6 @@ def _reexports(module: str) -> dict[str, tuple[str, str]]:
         st = path.stat()
     except OSError:
         return {}
-    from inspector.scan.pickles.policy import cache_dir
-
     stamp = f"{path}|{st.st_size}|{st.st_mtime_ns}"
     cache = cache_dir() / "source-bindings" / f"{hashlib.sha256(stamp.encode()).hexdigest()}.json"
     try:
