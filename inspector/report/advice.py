@@ -44,17 +44,17 @@ CHECKS_FAILED = Advice(
     "Read the problems below before using these checkpoints: a training guard's alarm, a "
     "checkpoint changed after it was saved, or GPU errors can mean the weights are bad.",
     case="checks-failed")
-"""A clean scan with problems outside the files (training runs, GPU telemetry)."""
+"""A clean scan with a failed check (a manifest or signature, a training run, GPU telemetry)."""
 
 
 def bad_data(report: Report) -> Advice | None:
     """What outranks a safe or suspicious scan on the report's first line: the first file whose
-    data is bad, else the problems outside the files (runs, telemetry)."""
+    data is bad, else any check that failed (a file's manifest or signature, a run, the
+    telemetry): a failed report never heads as safe."""
     if report.verdict not in (Verdict.SAFE, Verdict.SUSPICIOUS):
         return None
     worse = next((a for a in map(file_advice, report.files) if a.word in WORSE_THAN_CODE), None)
-    outside = len(report.problems) - sum(len(f.problems) for f in report.files)
-    return worse or (CHECKS_FAILED if outside > 0 else None)
+    return worse or (CHECKS_FAILED if report.problems else None)
 
 
 def headline_word(report: Report) -> str:
