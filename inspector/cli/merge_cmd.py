@@ -51,7 +51,7 @@ from inspector.core.envinfo import EnvInfo, GpuInfo
 from inspector.core.strict_json import NON_FINITE
 from inspector.core.termtext import counted, escape
 from inspector.core.verdict import exit_code, rank
-from inspector.core.vocabulary import HealthStatus, ReportStatus, Verdict
+from inspector.core.vocabulary import ReportStatus, Verdict
 from inspector.fleet.jobs import BatchResults, command_clash, coverage_problems, read_results
 from inspector.integrity.verify import VerifyResult
 from inspector.report import (
@@ -131,10 +131,7 @@ def run(args: argparse.Namespace) -> int:
         write_report(report, args.output, overwrite=args.force)
     except (OutputExistsError, OSError) as exc:
         return _fail(f"report not written: {exc}", EXIT_NOT_WRITTEN)
-    word = headline_word(report)
-    if report.status == ReportStatus.FAILED and word in (Verdict.SAFE, Verdict.SKIPPED):
-        word = HealthStatus.PROBLEM  # a failed check (a verify mismatch) is never SAFE
-    print(f"{word.upper()}: {counted(len(report.files), 'file')} from "
+    print(f"{headline_word(report).upper()}: {counted(len(report.files), 'file')} from "
           f"{counted(len(args.results), 'results file')}, "
           f"{counted(len(report.problems), 'problem')}; report written to "
           f"{args.output}")

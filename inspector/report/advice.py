@@ -48,10 +48,10 @@ CHECKS_FAILED = Advice(
 
 
 def bad_data(report: Report) -> Advice | None:
-    """What outranks a safe or suspicious scan on the report's first line: the first file whose
-    data is bad, else any check that failed (a file's manifest or signature, a run, the
-    telemetry): a failed report never heads as safe."""
-    if report.verdict not in (Verdict.SAFE, Verdict.SUSPICIOUS):
+    """What outranks a safe, suspicious or skipped scan on the report's first line: the first
+    file whose data is bad, else any check that failed (a file's manifest or signature, a run,
+    the telemetry): a failed report never heads as safe."""
+    if report.verdict not in (Verdict.SAFE, Verdict.SUSPICIOUS, Verdict.SKIPPED):
         return None
     worse = next((a for a in map(file_advice, report.files) if a.word in WORSE_THAN_CODE), None)
     return worse or (CHECKS_FAILED if report.problems else None)
