@@ -43,6 +43,24 @@ def _stop_the_run_if_stuck(request: pytest.FixtureRequest):
 
 
 @pytest.fixture
+def hostile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """`hostile(source)`: every jailed worker started from here on first runs `source` (a lying
+    or dying loader, `hostile_worker`)."""
+    from hostile_worker import arm
+
+    return lambda source: arm(tmp_path, monkeypatch, source)
+
+
+@pytest.fixture
+def fast_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Skip the environment's torch subprocess probe (a report's environment section)."""
+    from inspector.core import envinfo
+
+    real = envinfo.collect
+    monkeypatch.setattr(envinfo, "collect", lambda probe_torch=True: real(probe_torch=False))
+
+
+@pytest.fixture
 def canary(tmp_path: Path) -> Path:
     """A path a malicious payload writes to when it runs; tests assert it never appears."""
     path = tmp_path / "CANARY_EXECUTED"

@@ -12,39 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import pickle
-import textwrap
 
 import pytest
 import torch
 
 from inspector.cli import main
 from inspector.sandbox.host import operations
-from inspector.sandbox.protocol import PAYLOAD_ENV, SELFTEST_ENV
 
 EXIT_REFUTED = 6  # `convert`: claim_refuted, as verify_failed
-
-
-class _Exec:
-    """Unpickles as `exec(source)`: the hostile code a payload carries."""
-
-    def __init__(self, source: str) -> None:
-        self.source = textwrap.dedent(source)
-
-    def __reduce__(self):
-        return exec, (self.source, {})
-
-
-@pytest.fixture
-def hostile(tmp_path, monkeypatch):
-    """Every worker started from here on first runs `source` inside its jail."""
-    def arm(source: str) -> None:
-        payload = tmp_path / "payload.pkl"
-        payload.write_bytes(pickle.dumps(_Exec(source)))
-        monkeypatch.setenv(SELFTEST_ENV, "1")
-        monkeypatch.setenv(PAYLOAD_ENV, str(payload))
-
-    return arm
 
 
 def _reply_lie(change: str) -> str:

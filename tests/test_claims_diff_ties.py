@@ -8,39 +8,13 @@ bytes do not show is refused (`claim_refuted`), whatever the tie would make the 
 
 from __future__ import annotations
 
-import pickle
-import textwrap
-
 import pytest
 import torch
 from safetensors.torch import save_file
 
 from inspector.cli import main
-from inspector.sandbox.protocol import PAYLOAD_ENV, SELFTEST_ENV
 
 EXIT_REFUTED = 2  # `diff`: claim_refuted is an error (not 0 identical, not 1 different)
-
-
-class _Exec:
-    """Unpickles as `exec(source)`: the hostile code a payload carries."""
-
-    def __init__(self, source: str) -> None:
-        self.source = textwrap.dedent(source)
-
-    def __reduce__(self):
-        return exec, (self.source, {})
-
-
-@pytest.fixture
-def hostile(tmp_path, monkeypatch):
-    """Every worker started from here on first runs `source` inside its jail."""
-    def arm(source: str) -> None:
-        payload = tmp_path / "payload.pkl"
-        payload.write_bytes(pickle.dumps(_Exec(source)))
-        monkeypatch.setenv(SELFTEST_ENV, "1")
-        monkeypatch.setenv(PAYLOAD_ENV, str(payload))
-
-    return arm
 
 
 CLAIM_A_TIE = """

@@ -14,15 +14,15 @@ from __future__ import annotations
 import collections
 import json
 import os
-import pickle
 import textwrap
 
 import pytest
 import torch
+from hostile_worker import arm
 
 from inspector.cli import main
 from inspector.sandbox.host.operations import inspect_reply
-from inspector.sandbox.protocol import PAYLOAD_ENV, SELFTEST_ENV, Limits
+from inspector.sandbox.protocol import Limits
 
 REFUSED = 5
 """`inspect`'s exit code for a refused answer (`claim_refuted`)."""
@@ -42,29 +42,16 @@ LIE = """
 """
 
 
-class _Exec:
-    """Unpickles as `exec(source)`: the hostile code a payload carries."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def __reduce__(self):
-        return exec, (self.source, {})
-
-
 @pytest.fixture
 def hostile(tmp_path, monkeypatch):
     """Every worker started from here on reports its objects changed: `change` (key: fields
     replaced), `drop` (keys left out) and `add` (key: repr of an int the file does not hold)."""
-    def arm(change: dict | None = None, drop: tuple = (), add: dict | None = None) -> None:
+    def lie(change: dict | None = None, drop: tuple = (), add: dict | None = None) -> None:
         source = (f"CHANGE = {change or {}!r}\nDROP = {set(drop)!r}\nADD = {add or {}!r}\n"
                   + textwrap.dedent(LIE))
-        payload = tmp_path / "payload.pkl"
-        payload.write_bytes(pickle.dumps(_Exec(source)))
-        monkeypatch.setenv(SELFTEST_ENV, "1")
-        monkeypatch.setenv(PAYLOAD_ENV, str(payload))
+        arm(tmp_path, monkeypatch, source)
 
-    return arm
+    return lie
 
 
 def _worker_objects(path, fmt: str = "") -> dict[str, str]:

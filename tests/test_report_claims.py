@@ -10,67 +10,16 @@ lists it in its summary; the verdict and exit code stay the loader's word, as in
 from __future__ import annotations
 
 import json
-import pickle
-import textwrap
 
 import jsonschema
 import pytest
 import torch
+from hostile_worker import LOADER_WORD, REASON, REPAIRED
 
 from inspector.cli import main
-from inspector.core import envinfo
 from inspector.report.render_json import load_schema
-from inspector.sandbox.protocol import PAYLOAD_ENV, SELFTEST_ENV
 
 pytestmark = pytest.mark.usefixtures("qapp")
-
-LOADER_WORD = "as reported by the jailed loader: not checked here, "
-REASON = "dtype is not a tensor"
-
-# Describe each tensor as if its flipped-exponent outlier were an ordinary value; the file's
-# bytes still hold it.
-REPAIRED = """
-    import torch
-    import inspector.tensors.describe as d
-    real = d.describe_tensors
-    def lying(items, emit, *a, **k):
-        fixed = []
-        for key, t in items:
-            if t.is_floating_point() and t.numel() and t.abs().max() > 1e6:
-                t = torch.where(t.abs() > 1e6, torch.zeros_like(t), t)
-            fixed.append((key, t))
-        return real(fixed, emit, *a, **k)
-    d.describe_tensors = lying
-"""
-
-
-class _Exec:
-    """Unpickles as `exec(source)`: the hostile code a payload carries."""
-
-    def __init__(self, source: str) -> None:
-        self.source = textwrap.dedent(source)
-
-    def __reduce__(self):
-        return exec, (self.source, {})
-
-
-@pytest.fixture
-def fast_env(monkeypatch):
-    """Skip the environment's torch subprocess probe."""
-    real = envinfo.collect
-    monkeypatch.setattr(envinfo, "collect", lambda probe_torch=True: real(probe_torch=False))
-
-
-@pytest.fixture
-def hostile(tmp_path, monkeypatch):
-    """Every worker started from here on first runs `source` inside its jail."""
-    def arm(source: str) -> None:
-        payload = tmp_path / "payload.pkl"
-        payload.write_bytes(pickle.dumps(_Exec(source)))
-        monkeypatch.setenv(SELFTEST_ENV, "1")
-        monkeypatch.setenv(PAYLOAD_ENV, str(payload))
-
-    return arm
 
 
 def _tampered(path, extra: dict) -> None:

@@ -12,11 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from hostile_worker import arm
 
 from inspector.sandbox.host import admission, launch
 from inspector.sandbox.host.admission import dry_run_reader
 from inspector.sandbox.host.jobs import SandboxError
-from inspector.sandbox.protocol import PAYLOAD_ENV, SELFTEST_ENV
+from inspector.sandbox.protocol import PAYLOAD_ENV
 from inspector.scan import readings
 from inspector.scan.discover import Found
 from inspector.scan.engine import SMALL_FILE, scan_batch, scan_file
@@ -39,25 +40,12 @@ def test_scan_with_a_relative_path_from_the_files_folder(tmp_path: Path) -> None
     assert (record["verdict"], out.returncode) == ("safe", 0)
 
 
-class _Exec:
-    """Unpickles as `exec(source)`: code the self-test hook runs inside each jailed worker."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def __reduce__(self):
-        return exec, (self.source, {})
-
-
 _KILL_SELF = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"
 
 
 def _arm(tmp_path: Path, monkeypatch) -> None:
     """Every reading worker started from here on kills itself with SIGKILL once jailed."""
-    payload = tmp_path / "payload.pkl"
-    payload.write_bytes(pickle.dumps(_Exec(_KILL_SELF)))
-    monkeypatch.setenv(SELFTEST_ENV, "1")
-    monkeypatch.setenv(PAYLOAD_ENV, str(payload))
+    arm(tmp_path, monkeypatch, _KILL_SELF)
 
 
 def _scan_small(tmp_path: Path) -> ScanResult:
@@ -156,10 +144,7 @@ def test_a_file_that_kills_the_batch_reader_loses_no_other_files_readings(
         note = "KILL-THE-READER" if n == killer else f"plain {n}"
         path.write_bytes(pickle.dumps({"note": note, "w": [1.0, float(n)]}))
         files.append(path)
-    payload = tmp_path / "payload.pkl"
-    payload.write_bytes(pickle.dumps(_Exec(_KILL_ON_MARK)))
-    monkeypatch.setenv(SELFTEST_ENV, "1")
-    monkeypatch.setenv(PAYLOAD_ENV, str(payload))
+    arm(tmp_path, monkeypatch, _KILL_ON_MARK)
     jobs: list[int] = []
     real = admission.run_job
 

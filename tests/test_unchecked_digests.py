@@ -11,80 +11,15 @@ over can then hand back the manifest's digests for weights it changed. Such a ve
 from __future__ import annotations
 
 import json
-import pickle
-import textwrap
 
-import pytest
 import torch
+from hostile_worker import LOADER_WORD, REASON, deploy, forge_digests, weights
 
 from inspector.cli import main
-from inspector.sandbox.protocol import PAYLOAD_ENV, SELFTEST_ENV
-
-LOADER_WORD = "as reported by the jailed loader: not checked here, "
-REASON = "dtype is not a tensor"
-
-
-class _Exec:
-    """Unpickles as `exec(source)`: the hostile code a payload carries."""
-
-    def __init__(self, source: str) -> None:
-        self.source = textwrap.dedent(source)
-
-    def __reduce__(self):
-        return exec, (self.source, {})
-
-
-@pytest.fixture
-def hostile(tmp_path, monkeypatch):
-    """Every worker started from here on first runs `source` inside its jail."""
-    def arm(source: str) -> None:
-        payload = tmp_path / "payload.pkl"
-        payload.write_bytes(pickle.dumps(_Exec(source)))
-        monkeypatch.setenv(SELFTEST_ENV, "1")
-        monkeypatch.setenv(PAYLOAD_ENV, str(payload))
-
-    return arm
-
-
-def _weights() -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    return {"w": torch.randn(16, 16, generator=g), "b": torch.randn(16, generator=g)}
-
-
-def _flipped(w: torch.Tensor) -> torch.Tensor:
-    t = w.clone()
-    t.view(torch.int32)[3, 5] ^= 1 << 30  # one exponent bit
-    return t
-
-
-def _deploy(tmp_path, capsys, with_dtype: bool = True):
-    """A manifest of the original (made by the honest worker), and the file deployed in its
-    place with one exponent bit flipped in `model.w`."""
-    weights = _weights()
-    extra = {"dtype": torch.float16} if with_dtype else {"epoch": 3}
-    original, deployed = tmp_path / "orig" / "m.pt", tmp_path / "m.pt"
-    original.parent.mkdir()
-    torch.save({"model": weights, **extra}, original)
-    torch.save({"model": {"w": _flipped(weights["w"]), "b": weights["b"]}, **extra}, deployed)
-    manifest = tmp_path / "m.json"
-    assert main(["manifest", "create", str(original), "-o", str(manifest)]) == 0
-    capsys.readouterr()
-    recorded = json.loads(manifest.read_text())["files"][0]["tensors"]
-    return manifest, deployed, {t["key"]: t["digest"] for t in recorded}
-
-
-def _forge(hostile, digests: dict[str, str]) -> None:
-    """The worker reports the manifest's digests whatever the bytes hold."""
-    hostile(f"""
-        import inspector.tensors.sources as sources
-        known = {digests!r}
-        real = sources.digest
-        sources.digest = lambda source, cancel=None: known.get(source.key) or real(source, cancel)
-    """)
 
 
 def test_forged_digests_of_an_unreadable_pickle_are_not_ok(tmp_path, hostile, capsys) -> None:
-    manifest, deployed, digests = _deploy(tmp_path, capsys)
+    manifest, deployed, digests = deploy(tmp_path, capsys)
     args = ["verify", "--tensors-only", "-m", str(manifest), str(deployed)]
     # the honest worker finds the flipped weight; its word is still its word
     assert main(args) == 1
@@ -93,7 +28,7 @@ def test_forged_digests_of_an_unreadable_pickle_are_not_ok(tmp_path, hostile, ca
     assert "1 mismatch, 1 unchecked" in out
     assert LOADER_WORD in out and REASON in out
 
-    _forge(hostile, digests)
+    forge_digests(hostile, digests)
     assert main(args) == 3  # nothing here says they differ, nor that they are equal
     out = capsys.readouterr().out
     assert "2 tensors: 2 unchecked" in out
@@ -111,9 +46,9 @@ def test_forged_digests_of_an_unreadable_pickle_are_not_ok(tmp_path, hostile, ca
 
 def test_forged_digests_against_the_whole_manifest_are_not_ok(tmp_path, hostile,
                                                               capsys) -> None:
-    manifest, deployed, digests = _deploy(tmp_path, capsys)
+    manifest, deployed, digests = deploy(tmp_path, capsys)
     deployed.replace(tmp_path / "orig" / "m.pt")  # in the manifest's place
-    _forge(hostile, digests)
+    forge_digests(hostile, digests)
     code = main(["verify", "-m", str(manifest), "--json"])
     doc = json.loads(capsys.readouterr().out)
     assert code == 1  # the file's SHA-256 is checked here and differs
@@ -124,7 +59,7 @@ def test_forged_digests_against_the_whole_manifest_are_not_ok(tmp_path, hostile,
 
 def test_manifest_create_says_which_digests_it_took_on_trust(tmp_path, capsys) -> None:
     path = tmp_path / "m.pt"
-    torch.save({"model": _weights(), "dtype": torch.float16}, path)
+    torch.save({"model": weights(), "dtype": torch.float16}, path)
     out = tmp_path / "m.json"
     assert main(["manifest", "create", str(path), "-o", str(out)]) == 0
     captured = capsys.readouterr()
@@ -142,7 +77,7 @@ def test_manifest_create_says_which_digests_it_took_on_trust(tmp_path, capsys) -
 
 def test_a_readable_file_is_checked_here_and_says_nothing_of_the_loader(tmp_path,
                                                                        capsys) -> None:
-    manifest, deployed, _digests = _deploy(tmp_path, capsys, with_dtype=False)
+    manifest, deployed, _digests = deploy(tmp_path, capsys, with_dtype=False)
     assert "jailed loader" not in capsys.readouterr().err
     args = ["verify", "--tensors-only", "-m", str(manifest), str(deployed)]
     assert main(args) == 1
@@ -157,8 +92,8 @@ def test_a_readable_file_is_checked_here_and_says_nothing_of_the_loader(tmp_path
 def test_a_file_whose_hash_matches_vouches_for_its_tensors(tmp_path, hostile, capsys) -> None:
     """The SHA-256 computed here is the record's: the bytes are the recorded ones, whatever
     the loader says of their digests."""
-    manifest, _deployed, digests = _deploy(tmp_path, capsys)
-    _forge(hostile, digests)
+    manifest, _deployed, digests = deploy(tmp_path, capsys)
+    forge_digests(hostile, digests)
     assert main(["verify", "-m", str(manifest), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["ok"] is True and doc["files"][0]["status"] == "ok"

@@ -12,106 +12,17 @@ verify`'s naming of changed tensors.
 from __future__ import annotations
 
 import json
-import pickle
-import textwrap
 
-import pytest
 import torch
 from gui_support import LOAD_TIMEOUT_MS, drop_files, wait_loaded
+from hostile_worker import LOADER_WORD, REASON, REPAIRED, deploy, flipped, forge_digests, weights
 from signing_keys import write_key
 
 from inspector.cli import main
-from inspector.core import envinfo
 from inspector.gui.panes.integrity_pane import ManifestDropZone
 from inspector.ledger import save
-from inspector.sandbox.protocol import PAYLOAD_ENV, SELFTEST_ENV
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window
-
-LOADER_WORD = "as reported by the jailed loader: not checked here, "
-REASON = "dtype is not a tensor"
-
-# Describe each tensor as if its flipped-exponent outlier were an ordinary value; the file's
-# bytes still hold it (as tests/test_report_claims.py's).
-REPAIRED = """
-    import torch
-    import inspector.tensors.describe as d
-    real = d.describe_tensors
-    def lying(items, emit, *a, **k):
-        fixed = []
-        for key, t in items:
-            if t.is_floating_point() and t.numel() and t.abs().max() > 1e6:
-                t = torch.where(t.abs() > 1e6, torch.zeros_like(t), t)
-            fixed.append((key, t))
-        return real(fixed, emit, *a, **k)
-    d.describe_tensors = lying
-"""
-
-
-class _Exec:
-    """Unpickles as `exec(source)`: the hostile code a payload carries."""
-
-    def __init__(self, source: str) -> None:
-        self.source = textwrap.dedent(source)
-
-    def __reduce__(self):
-        return exec, (self.source, {})
-
-
-@pytest.fixture
-def hostile(tmp_path, monkeypatch):
-    """Every worker started from here on first runs `source` inside its jail."""
-    def arm(source: str) -> None:
-        payload = tmp_path / "payload.pkl"
-        payload.write_bytes(pickle.dumps(_Exec(source)))
-        monkeypatch.setenv(SELFTEST_ENV, "1")
-        monkeypatch.setenv(PAYLOAD_ENV, str(payload))
-
-    return arm
-
-
-@pytest.fixture
-def fast_env(monkeypatch):
-    """Skip the environment's torch subprocess probe."""
-    real = envinfo.collect
-    monkeypatch.setattr(envinfo, "collect", lambda probe_torch=True: real(probe_torch=False))
-
-
-def _weights() -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    return {"w": torch.randn(16, 16, generator=g), "b": torch.randn(16, generator=g)}
-
-
-def _flipped(w: torch.Tensor) -> torch.Tensor:
-    t = w.clone()
-    t.view(torch.int32)[3, 5] ^= 1 << 30  # one exponent bit
-    return t
-
-
-def _deploy(tmp_path, capsys):
-    """A manifest of the original (made by the honest worker), and the file deployed in its
-    place with one exponent bit flipped in `model.w`; both hold a `torch.dtype`."""
-    weights = _weights()
-    original, deployed = tmp_path / "orig" / "m.pt", tmp_path / "m.pt"
-    original.parent.mkdir()
-    torch.save({"model": weights, "dtype": torch.float16}, original)
-    torch.save({"model": {"w": _flipped(weights["w"]), "b": weights["b"]},
-                "dtype": torch.float16}, deployed)
-    manifest = tmp_path / "m.json"
-    assert main(["manifest", "create", str(original), "-o", str(manifest)]) == 0
-    capsys.readouterr()
-    recorded = json.loads(manifest.read_text())["files"][0]["tensors"]
-    return manifest, deployed, {t["key"]: t["digest"] for t in recorded}
-
-
-def _forge(hostile, digests: dict[str, str]) -> None:
-    """The worker reports the manifest's digests whatever the bytes hold."""
-    hostile(f"""
-        import inspector.tensors.sources as sources
-        known = {digests!r}
-        real = sources.digest
-        sources.digest = lambda source, cancel=None: known.get(source.key) or real(source, cancel)
-    """)
 
 
 # The loaded tensors as the original's: `inspect` describes (and digests) model.w as it was
@@ -140,8 +51,8 @@ def _before_totals(out: str, totals: str) -> str:
 def test_report_summary_line_says_how_many_verdicts_are_the_loaders_word(tmp_path, hostile,
                                                                         fast_env, capsys):
     path = tmp_path / "dt.pt"
-    weights = _weights()
-    torch.save({"model": {"w": _flipped(weights["w"]), "b": weights["b"]},
+    w = weights()
+    torch.save({"model": {"w": flipped(w["w"]), "b": w["b"]},
                 "dtype": torch.float16}, path)
     hostile(REPAIRED)
     out = tmp_path / "r.json"
@@ -156,7 +67,7 @@ def test_report_summary_line_says_how_many_verdicts_are_the_loaders_word(tmp_pat
 def test_report_summary_of_files_checked_here_says_nothing_of_the_loader(tmp_path, fast_env,
                                                                         capsys):
     path = tmp_path / "plain.pt"
-    torch.save({"model": _weights(), "epoch": 3}, path)
+    torch.save({"model": weights(), "epoch": 3}, path)
     assert main(["report", str(path), "-o", str(tmp_path / "r.json"), "--quiet"]) == 0
     assert "jailed loader" not in capsys.readouterr().out
 
@@ -164,8 +75,8 @@ def test_report_summary_of_files_checked_here_says_nothing_of_the_loader(tmp_pat
 # --- verify: the note stays with the file's verdicts -----------------------------------------
 
 def test_verify_says_whose_word_beside_the_tensor_verdicts(tmp_path, hostile, capsys):
-    manifest, deployed, digests = _deploy(tmp_path, capsys)
-    _forge(hostile, digests)
+    manifest, deployed, digests = deploy(tmp_path, capsys)
+    forge_digests(hostile, digests)
     assert main(["verify", "--tensors-only", "-m", str(manifest), str(deployed)]) == 3
     head = _before_totals(capsys.readouterr().out, "0 files; 2 tensors: 2 unchecked")
     assert head.splitlines()[-1] == f"  2 tensor verdicts of {deployed}: {LOADER_WORD}" + (
@@ -175,12 +86,12 @@ def test_verify_says_whose_word_beside_the_tensor_verdicts(tmp_path, hostile, ca
 def test_a_signed_folder_says_whose_word_its_tensor_verdicts_are(tmp_path, hostile, capsys):
     folder = tmp_path / "model"
     folder.mkdir()
-    weights = _weights()
-    torch.save({"model": weights, "dtype": torch.float16}, folder / "m.pt")
+    w = weights()
+    torch.save({"model": w, "dtype": torch.float16}, folder / "m.pt")
     pem, pub = write_key(tmp_path, "k")
     assert main(["sign", str(folder), "--private-key", str(pem), "--tensors"]) == 0
     capsys.readouterr()
-    torch.save({"model": {"w": _flipped(weights["w"]), "b": weights["b"]},
+    torch.save({"model": {"w": flipped(w["w"]), "b": w["b"]},
                 "dtype": torch.float16}, folder / "m.pt")
     # the SHA-256 differs (checked here); which tensors changed is the loader's word
     hostile("pass")  # an honest loader: its word is still its word
@@ -242,7 +153,7 @@ def test_run_verify_names_no_tensor_on_the_loaders_word(tmp_path, hostile, capsy
 
 def test_integrity_pane_shows_why_a_tensor_is_unchecked(window, qtbot, tmp_path, hostile,
                                                         capsys, artifacts):
-    manifest, deployed, _digests = _deploy(tmp_path, capsys)
+    manifest, deployed, _digests = deploy(tmp_path, capsys)
     hostile(RESTORED)
     (doc,) = window.open_paths([deployed])
     wait_loaded(qtbot, doc)
@@ -270,7 +181,7 @@ def test_integrity_pane_tensors_only_unchecked_is_no_match(window, qtbot, tmp_pa
                                                            capsys):
     """Against tensor digests alone (no SHA-256 to check here), the loader's equal digests
     are no match and no difference: the summary says so."""
-    manifest, deployed, _digests = _deploy(tmp_path, capsys)
+    manifest, deployed, _digests = deploy(tmp_path, capsys)
     record = json.loads(manifest.read_text())
     del record["files"][0]["sha256"]
     record["files"][0]["path"] = deployed.name

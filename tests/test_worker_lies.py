@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import textwrap
 
 import pytest
@@ -24,34 +23,12 @@ from inspector.cli import main
 from inspector.sandbox.host import operations
 from inspector.sandbox.host.jobs import run_job
 from inspector.sandbox.host.operations import inspect_reply
-from inspector.sandbox.protocol import PAYLOAD_ENV, SELFTEST_ENV, Limits
-
-
-class _Exec:
-    """Unpickles as `exec(source)`: the hostile code a payload carries."""
-
-    def __init__(self, source: str) -> None:
-        self.source = textwrap.dedent(source)
-
-    def __reduce__(self):
-        return exec, (self.source, {})  # one namespace: its functions see its names
+from inspector.sandbox.protocol import Limits
 
 
 def _assess(rows) -> Health:
     """The health of the contract's tensor records (dicts, as the worker writes them)."""
     return assess(map(TensorStats.from_json, rows))
-
-
-@pytest.fixture
-def hostile(tmp_path, monkeypatch):
-    """Every worker started from here on first runs `source` inside its jail."""
-    def arm(source: str) -> None:
-        payload = tmp_path / "payload.pkl"
-        payload.write_bytes(pickle.dumps(_Exec(source)))
-        monkeypatch.setenv(SELFTEST_ENV, "1")
-        monkeypatch.setenv(PAYLOAD_ENV, str(payload))
-
-    return arm
 
 
 ALTER_OUTPUT = """
