@@ -13,48 +13,16 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from shard_runs import cli as _cli
+from shard_runs import killed_after as _killed_after
 
 from inspector.fleet.jobs import JobSlice, ResultsLog
 from inspector.run import journal
 
-CLI = [sys.executable, "-m", "inspector"]
 SESSION_KIND, END_KIND = "batch.session", "batch.end"  # a results file's first and last lines
-
-# the shard's own process, SIGKILLed right after its k-th result line is written and fsync'd
-_KILLED_AFTER = """
-import os, signal, sys
-from inspector.run import journal
-from inspector.cli import entry
-
-after, written, real = int(sys.argv[1]), 0, journal.append
-
-def append(path, kind, fields):
-    global written
-    entry_ = real(path, kind, fields)
-    written += kind not in ("batch.session", "batch.end")
-    if written == after:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return entry_
-
-journal.append = append
-sys.argv = ["ckpt-inspector", *sys.argv[2:]]
-entry()
-"""
-
-
-def _cli(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=240)
-
-
-def _killed_after(k: int, *args: object) -> None:
-    proc = subprocess.run([sys.executable, "-c", _KILLED_AFTER, str(k), *map(str, args)],
-                          capture_output=True, text=True, timeout=240)
-    assert proc.returncode == -9, proc.stdout + proc.stderr  # it was killed, not finished
-
 
 @pytest.fixture
 def store(tmp_path: Path) -> tuple[Path, Path]:
@@ -175,7 +143,11 @@ def test_a_completion_line_whose_count_differs_is_unfinished(tmp_path):
 def test_shards_of_one_split_that_ran_different_commands_are_refused(store, tmp_path):
     folder, sums = store
     (folder / "z.bin").write_bytes((folder / "z.bin").read_bytes()[:-7])
-    names = [f"f{i}.bin" for i in range(10)]
+    # which shard owns a file is a hash of its path (the temporary folder's too): enough files
+    # that shard 1/2 owns at least two, whatever the folder is called
+    names: list[str] = []
+    while sum(JobSlice(1, 2).owns(str(folder / n)) for n in names) < 2 or len(names) < 10:
+        names.append(f"f{len(names)}.bin")
     for name in names:
         (folder / name).write_bytes(os.urandom(100))
     assert _cli("manifest", "create", folder, "-o", sums, "--force").returncode == 0

@@ -15,58 +15,30 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from shard_runs import cli as _cli
+from shard_runs import killed_after as _killed_after
 
 from inspector.cli import main
 from inspector.fleet.jobs import JobSlice, ResultsLog
 from inspector.run import journal
-
-CLI = [sys.executable, "-m", "inspector"]
-
-_KILLED_AFTER = """
-import os, signal, sys
-from inspector.run import journal
-from inspector.cli import entry
-
-after, written, real = int(sys.argv[1]), 0, journal.append
-
-def append(path, kind, fields):
-    global written
-    entry_ = real(path, kind, fields)
-    written += kind not in ("batch.session", "batch.end")
-    if written == after:
-        os.kill(os.getpid(), signal.SIGKILL)
-    return entry_
-
-journal.append = append
-sys.argv = ["ckpt-inspector", *sys.argv[2:]]
-entry()
-"""
-
-
-def _cli(*args: object, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=240,
-                          cwd=cwd)
-
-
-def _killed_after(k: int, *args: object) -> None:
-    proc = subprocess.run([sys.executable, "-c", _KILLED_AFTER, str(k), *map(str, args)],
-                          capture_output=True, text=True, timeout=240)
-    assert proc.returncode == -9, proc.stdout + proc.stderr  # it was killed, not finished
 
 
 def _merge(tmp_path: Path, *results: Path) -> subprocess.CompletedProcess:
     return _cli("merge", *results, "-o", tmp_path / "m.json", "--force")
 
 
-def _store(folder: Path, n: int) -> Path:
-    """`n` files and their SHA256SUMS (beside the folder)."""
+def _store(folder: Path, n: int, shard_owns: int = 0) -> Path:
+    """`n` files and their SHA256SUMS (beside the folder); more where shard 1/2 would own fewer
+    than `shard_owns` (which shard owns a file is a hash of its path, the temporary folder's
+    too)."""
     folder.mkdir(parents=True)
-    for i in range(n):
+    i = 0
+    while i < n or sum(JobSlice(1, 2).owns(str(p)) for p in folder.glob("*.bin")) < shard_owns:
         (folder / f"f{i}.bin").write_bytes(os.urandom(512))
+        i += 1
     sums = folder.parent / f"{folder.name}.sha256"
     assert _cli("manifest", "create", folder, "-o", sums).returncode == 0
     return sums
@@ -123,7 +95,7 @@ def test_a_killed_shard_in_a_results_file_shared_with_a_finished_shard_is_unfini
         tmp_path):
     """f6b: every shard given one results file: shard 1/2 is killed after its first result,
     then shard 0/2 finishes and writes the completion line."""
-    sums = _store(tmp_path / "d", 10)
+    sums = _store(tmp_path / "d", 10, shard_owns=2)  # one result kept, one left to corrupt
     shared = tmp_path / "r.jsonl"
     shard = ["verify", "-m", sums, tmp_path / "d", "-j", "1", "--results", shared]
     _killed_after(1, *shard, "--shard", "1/2")
@@ -201,10 +173,12 @@ def test_shards_of_one_command_run_in_different_folders_are_refused(tmp_path):
     1/2 verified a clean copy while x/ holds a tampered file in its share."""
     (tmp_path / "x" / "d").mkdir(parents=True)
     lines = []
-    for i in range(6):
+    i = 0  # six files, more until shard 1/2 owns one (ownership hashes the temporary path)
+    while i < 6 or not any(JobSlice(1, 2).owns(str(p)) for p in (tmp_path / "x" / "d").iterdir()):
         data = os.urandom(512)
         (tmp_path / "x" / "d" / f"f{i}.bin").write_bytes(data)
         lines.append(f"{hashlib.sha256(data).hexdigest()}  f{i}.bin\n")
+        i += 1
     (tmp_path / "x" / "d" / "SHA256SUMS").write_text("".join(lines))  # as sha256sum in d/
     subprocess.run(["cp", "-r", tmp_path / "x", tmp_path / "y"], check=True)
     for p in sorted((tmp_path / "x" / "d").glob("*.bin")):

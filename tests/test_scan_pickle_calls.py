@@ -22,51 +22,21 @@ import io
 import os
 import pickle
 import signal
-import struct
-import subprocess
 import textwrap
-import time
 import zipfile
 from pathlib import Path
 
 import pytest
+from loader_proof import run_loader as _load
+from loader_proof import scan_cli as _cli
+from loader_proof import unicode as _s
+from loader_proof import wait_for as _wait_for
 
 from inspector.scan.engine import scan_file
 from inspector.scan.pickles.policy import call_verdict, classify
 
 POPEN_REEXPORT = (b"torch.distributed.elastic.multiprocessing.subprocess_handler."
                   b"subprocess_handler\nPopen\n")
-
-
-def _s(text: str) -> bytes:
-    """BINUNICODE of `text`."""
-    raw = text.encode()
-    return b"X" + struct.pack("<I", len(raw)) + raw
-
-
-def _load(python_exe: str, code: str, cwd: Path, env: dict | None = None,
-          timeout: int = 180) -> subprocess.CompletedProcess:
-    """Run `code` (a real loader) in a fresh interpreter in `cwd`."""
-    return subprocess.run([python_exe, "-W", "ignore", "-c", code], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def _wait_for(path: Path, seconds: float = 10.0) -> bool:
-    """Whether `path` exists, waiting for a process the loader spawned to make it."""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if path.exists():
-            return True
-        time.sleep(0.1)
-    return path.exists()
-
-
-def _cli(python_exe: str, path: Path) -> tuple[int, str]:
-    """`ckpt-inspector scan PATH`: its exit status and output."""
-    proc = subprocess.run([python_exe, "-c", "import sys; from inspector.cli import entry; "
-                           "sys.argv[0] = 'ckpt-inspector'; sys.exit(entry())", "scan",
-                           str(path)], capture_output=True, text=True, timeout=300)
-    return proc.returncode, proc.stdout + proc.stderr
 
 
 def _dangerous(res) -> list[str]:
