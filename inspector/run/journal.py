@@ -229,14 +229,17 @@ def _chain_problems(parsed: list[tuple[int, bytes, dict[str, Any]]], lines: list
         else:
             sealed.add(number)
     unreadable = {p.line for p in problems}
-    # the chain id is the hash of the first line as its successor's writer saw it (so an edit
-    # of line 1 is that line's problem, not every later line's)
-    chain = next((r["prev"] for n, _, r in parsed if r["seq"] == 1 and n in sealed),
-                 line_hash(lines[0]) if lines else None)
+    # the chain id is the hash of the first line; where line 1 was changed (no sealed line
+    # with seq 1 chains to it), as its successor's writer saw it, so that edit is line 1's
+    # problem and not every later line's
+    chains = {line_hash(lines[0])} if lines else set()
+    seconds = {r["prev"] for n, _, r in parsed if r["seq"] == 1 and n in sealed}
+    if not chains & seconds:
+        chains |= seconds
     highest = -1
     for number, raw, record in parsed:
         seq = record["seq"]
-        if "chain" in record and record["chain"] != chain:
+        if "chain" in record and record["chain"] not in chains:
             found.append(JournalProblem(number, "misplaced", "written to another journal (its "
                                         "chain id is not the hash of this one's first line)"))
             continue
