@@ -204,6 +204,7 @@ def test_values_the_host_cannot_read_are_the_jailed_loaders_word(tmp_path, hosti
 def test_the_host_reads_the_values_the_worker_reports(tmp_path) -> None:
     """Every plain value of a torch.save file, read here without torch, is the record the
     worker makes of the torch-loaded object: the honest answer always passes."""
+    from inspector.rawtensors.readers import open_raw
     from inspector.sandbox.host.claims.objects import file_objects
     from inspector.tensors.load import split_leaves
     from inspector.tensors.plain.leaves import describe_object  # the worker's own
@@ -218,13 +219,16 @@ def test_the_host_reads_the_values_the_worker_reports(tmp_path) -> None:
     for path, fmt in ((zipped, "pytorch-zip"), (legacy, "pytorch-legacy"),
                       (light, "pytorch-zip")):
         _, objects = split_leaves(torch.load(path, weights_only=True))
-        assert file_objects(str(path), fmt) == [describe_object(k, v) for k, v in objects]
+        raw = open_raw(path)  # the read that locates the tensors gives the values too
+        assert raw.format == fmt
+        assert file_objects(str(path), raw) == [describe_object(k, v) for k, v in objects]
 
 
 def test_a_gguf_files_quantized_records_are_the_workers(tmp_path, hostile, capsys) -> None:
     gguf = pytest.importorskip("gguf", reason="gguf is in the dev extra")
     import numpy as np
 
+    from inspector.rawtensors.readers import open_raw
     from inspector.sandbox.host.claims.objects import file_objects
     from inspector.tensors.gguf_load import load_gguf
     from inspector.tensors.load import split_leaves
@@ -241,7 +245,7 @@ def test_a_gguf_files_quantized_records_are_the_workers(tmp_path, hostile, capsy
     w.write_tensors_to_file()
     w.close()
     _, objects = split_leaves(load_gguf(str(path)))
-    made = file_objects(str(path), "gguf")
+    made = file_objects(str(path), open_raw(path))
     assert made == [describe_object(k, v) for k, v in objects] and made[0]["key"] == "q::ggml"
     assert _inspect(path, capsys)[0] == 0
     hostile(change={"q::ggml": {"repr": "Q8_0 tensor"}})

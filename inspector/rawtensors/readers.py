@@ -56,6 +56,9 @@ class RawFile:
     tensors: list[RawTensor]
     metadata: dict[str, str]
     """A safetensors header's `__metadata__` (free text; empty for other formats)."""
+    plain: tuple[tuple[str, object], ...] = ()
+    """A torch zip archive's or legacy stream's plain values (key, value), walked with its
+    tensors (`layout.torch_save.Layouts.plain`); none for other formats."""
 
 
 def open_raw(path: str | os.PathLike[str]) -> RawFile:
@@ -84,7 +87,8 @@ def open_raw(path: str | os.PathLike[str]) -> RawFile:
         except NotCovered as exc:
             raise NotReadable(f"the legacy stream holds more than tensors and plain values "
                               f"({exc})") from None
-        return RawFile("pytorch-legacy", [_layout_tensor(view, t) for t in layouts], {})
+        return RawFile("pytorch-legacy", [_layout_tensor(view, t) for t in layouts], {},
+                       tuple(layouts.plain))
     raise NotReadable(f"a {kind} file's tensors are located only by loading it")
 
 
@@ -108,7 +112,8 @@ def _torch_zip(mm: mmap.mmap, view: memoryview) -> RawFile:
     except NotCovered as exc:
         raise NotReadable(f"the archive holds more than tensors and plain values ({exc})"
                           ) from None
-    return RawFile("pytorch-zip", [_layout_tensor(view, t) for t in layouts], {})
+    return RawFile("pytorch-zip", [_layout_tensor(view, t) for t in layouts], {},
+                   tuple(layouts.plain))
 
 
 def _layout_tensor(view: memoryview, t: TensorLayout) -> RawTensor:

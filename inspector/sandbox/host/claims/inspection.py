@@ -47,11 +47,12 @@ def check_inspection(expected: Expected, report: dict[str, Any]) -> None:
 def _objects_problems(expected: Expected, report: dict[str, Any]) -> list[str]:
     """How the reply's `objects` (the plain values the training state, hyper-parameters and
     resume checklist are read from) disagree with the ones read here from the file's bytes
-    (`objects`), where every tensor was located; a file that changed since is refused too."""
-    fmt = expected.file.format if expected.file is not None else None
+    (`objects`), in the same read that located every tensor."""
+    if expected.file is None:
+        return ["the file's non-tensor values could not be read here"]
     try:
-        made = file_objects(report["path"], str(fmt))
-    except Exception as exc:  # a file that changed since, or one our readers fail on
+        made = file_objects(report["path"], expected.file)
+    except Exception as exc:  # a GGUF header that changed since, or one our reader fails on
         return [f"the file's non-tensor values could not be read here again "
                 f"({type(exc).__name__}: {escape(str(exc))})"]
     return object_problems(made, report.get("objects"))

@@ -15,11 +15,14 @@ those, each once, and no others.
 from __future__ import annotations
 
 import mmap
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inspector.core.dtypes import GGUF_DENSE
 from inspector.core.flatten import flatten, unique_keys
 from inspector.core.termtext import escape
+
+if TYPE_CHECKING:
+    from inspector.rawtensors.readers import RawFile
 
 _SHOWN = 60
 """Characters of a value a problem quotes at most."""
@@ -39,22 +42,17 @@ def _record(key: str, kind: str, text: str) -> dict:
     return {"key": key, "type": kind, "repr": text}
 
 
-def file_objects(path: str, fmt: str) -> list[dict]:
-    """The `object` records of the file at `path` (of format `fmt`, as `rawtensors.open_raw`
-    read it), made from its bytes here; NotCovered or OSError where they cannot be."""
-    if fmt == "safetensors":
-        return []  # a header of tensors and free-text metadata: no leaf but tensors
-    if fmt == "gguf":
+def file_objects(path: str, raw: RawFile) -> list[dict]:
+    """The `object` records of the file at `path`, as `rawtensors.open_raw` read it (`raw`):
+    a torch file's plain values walked with its tensors, in that same read; a GGUF header's
+    quantized records; none for safetensors. NotCovered or OSError where they cannot be."""
+    if raw.format == "gguf":
         return _gguf_objects(path)
-    from inspector.layout.torch_legacy import describe_legacy
-    from inspector.layout.torch_save import NotCovered, describe_archive
+    if raw.format not in ("safetensors", "pytorch-zip", "pytorch-legacy"):
+        from inspector.layout.torch_save import NotCovered
 
-    describe = {"pytorch-zip": describe_archive, "pytorch-legacy": describe_legacy}.get(fmt)
-    if describe is None:
-        raise NotCovered(f"a {fmt} file's non-tensor values are not read here")
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        plain = describe(mm, plain_leaves=True).plain
-    return [record(key, value) for key, value in plain]
+        raise NotCovered(f"a {raw.format} file's non-tensor values are not read here")
+    return [record(key, value) for key, value in raw.plain]
 
 
 def _gguf_objects(path: str) -> list[dict]:
