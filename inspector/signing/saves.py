@@ -83,16 +83,19 @@ ORPHANS_LOOKED_AT = 4096
 def unrecorded(ledger: Any, public_key: PathLike | None = None,
                certificates: Sequence[PathLike] = ()) -> list[str]:
     """Saves the key signed whose records the journal no longer holds: each `*.sig` in the run
-    folder that holds with the key or chain and names a save (`SavePlace`) whose journal `seq`
-    no save record has. Lines cut from the end of a journal leave no gap to see; a signature
-    made for one of them still says it was there."""
+    folder beside no recorded checkpoint that holds with the key or chain and names a save
+    (`SavePlace`) whose journal `seq` no save record has. Lines cut from the end of a journal
+    leave no gap to see; a signature made for one of them still says it was there."""
     from inspector.signing.bundle import read_bundle
     from inspector.signing.check import check_signature
     from inspector.signing.errors import SignatureError
 
-    recorded = {r.seq for r in (*ledger.saves, *ledger.untrusted)}
+    records = (*ledger.saves, *ledger.untrusted)
+    recorded = {r.seq for r in records}
+    # a signature beside a recorded checkpoint is judged against that record (`save_signature`)
+    judged = {beside(ledger.resolve(r)) for r in records}
     found = []
-    for sig in sorted(ledger.run_dir.rglob("*.sig"))[:ORPHANS_LOOKED_AT]:
+    for sig in sorted(set(ledger.run_dir.rglob("*.sig")) - judged)[:ORPHANS_LOOKED_AT]:
         try:
             checked = check_signature(read_bundle(sig), Path(public_key) if public_key else None,
                                       [Path(c) for c in certificates])
