@@ -2,7 +2,7 @@
 
 Hostile builders, `builder(path, canary) -> path`, each with the loader that runs its payload
 (`HOSTILE`): callables that an allowed function calls (its argument positions in
-`policy.CALLS_ARGUMENTS`), and torch.package archives whose pickle names a module the package
+`calls.CALLS_ARGUMENTS`), and torch.package archives whose pickle names a module the package
 interns. Benign builders, `builder(path) -> path` (`BENIGN`): a scikit-learn pipeline and NumPy
 arrays saved with joblib.dump, Lightning-style checkpoints whose hyper-parameters are an
 argparse Namespace or omegaconf containers. Heavy imports stay inside the builders.
@@ -101,6 +101,15 @@ def reconstructor_maildir_inst(path: Path, canary: Path) -> Path:
     Maildir folder is created."""
     data = (MARK + p_global("mailbox", "Maildir") + p_global("mailbox", "Maildir")
             + p_string(str(canary)) + p_inst("copyreg", "_reconstructor") + STOP)
+    return _write(path, data)
+
+
+def numpy_generator_ctor_mbox(path: Path, canary: Path) -> Path:
+    """NumPy's own Generator unpickling helper calls its second argument with its first:
+    __generator_ctor(CANARY, mailbox.mbox) creates the mailbox file before Generator refuses
+    what it got."""
+    data = (PROTO2 + p_global("numpy.random._pickle", "__generator_ctor") + MARK
+            + p_unicode(str(canary)) + p_global("mailbox", "mbox") + TUPLE + REDUCE + STOP)
     return _write(path, data)
 
 
@@ -230,6 +239,8 @@ HOSTILE: dict[str, tuple[str, Callable[[Path, Path], Path], str]] = {
     "reconstructor_mbox": ("pickle", reconstructor_mbox, "constructs and initialises"),
     "reconstructor_maildir_inst": ("pickle", reconstructor_maildir_inst,
                                    "constructs and initialises"),
+    "numpy_generator_ctor_mbox": ("pickle", numpy_generator_ctor_mbox,
+                                  "__generator_ctor calls its argument bit_generator_ctor"),
     "joblib_payload_after_array": ("joblib", joblib_payload_after_array, "calls mailbox.mbox"),
     "joblib_object_array_payload": ("joblib", joblib_object_array_payload, "os.system"),
     "joblib_array_bytes_are_opcodes": ("pickle", joblib_array_bytes_are_opcodes, "os.system"),
@@ -369,8 +380,57 @@ def package_of_a_model(path: Path) -> Path:
     return Path(path)
 
 
+def sklearn_models_joblib(path: Path) -> Path:
+    """Fitted scikit-learn models whose pickles call compiled classes and NumPy's random
+    helpers (a forest's trees, gradient boosting's loss and RNG, SGD's loss, a KD-tree and a
+    ball tree with their distance metric, an MLP's RandomState), in one joblib.dump."""
+    import joblib
+    import numpy as np
+    from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
+    from sklearn.linear_model import SGDClassifier
+    from sklearn.neighbors import KNeighborsClassifier, NearestNeighbors
+    from sklearn.neural_network import MLPClassifier
+
+    x = np.random.RandomState(0).randn(64, 4)
+    y = (x[:, 0] > 0).astype(int)
+    models = [RandomForestClassifier(n_estimators=2, random_state=0),
+              HistGradientBoostingClassifier(max_iter=2), SGDClassifier(random_state=0),
+              KNeighborsClassifier(algorithm="kd_tree"), MLPClassifier(max_iter=2)]
+    fitted = [m.fit(x, y) for m in models] + [NearestNeighbors(algorithm="ball_tree").fit(x)]
+    joblib.dump(fitted, path)
+    return Path(path)
+
+
+def numpy_generators_pickle(path: Path) -> Path:
+    """NumPy's random generators of every bit generator, a RandomState, a SeedSequence and
+    arrays at pickle protocol 5 (Python 3.14's default), as `pickle.dump` writes them."""
+    import pickle
+
+    import numpy as np
+
+    rngs = [np.random.Generator(bits(1)) for bits in (
+        np.random.PCG64, np.random.PCG64DXSM, np.random.MT19937, np.random.Philox,
+        np.random.SFC64)]
+    value = {"rngs": rngs, "legacy": np.random.RandomState(0), "seed": np.random.SeedSequence(1),
+             "array": np.arange(6.0).reshape(2, 3), "scalar": np.float32(2.0)}
+    path.write_bytes(pickle.dumps(value, protocol=5))
+    return Path(path)
+
+
+def grad_scaler_object(path: Path) -> Path:
+    """A whole GradScaler object saved with torch.save (not its state_dict): its per-optimizer
+    state is a defaultdict whose factory is torch's own `_refresh_per_optimizer_state`."""
+    import torch
+
+    torch.save({"scaler": torch.amp.GradScaler("cpu")}, path)
+    return Path(path)
+
+
 BENIGN: dict[str, Callable[[Path], Path]] = {
     "sklearn_pipeline_joblib": sklearn_pipeline_joblib,
+    "sklearn_models_joblib": sklearn_models_joblib,
+    "numpy_generators_pickle": numpy_generators_pickle,
+    "grad_scaler_object": grad_scaler_object,
     "numpy_arrays_joblib": numpy_arrays_joblib,
     "numpy_arrays_joblib_compressed": numpy_arrays_joblib_compressed,
     "lightning_namespace_hparams": lightning_namespace_hparams,

@@ -659,6 +659,6 @@ def disagreement(truth: set[tuple[str, str]], res) -> tuple[set, set]:
 
 
 def _dtype_classes() -> list[str]:
-    from inspector.scan.pickles.numpy_dtypes import numpy_dtype_classes
+    from inspector.scan.pickles.presets import numpy_dtype_classes
 
     return numpy_dtype_classes()

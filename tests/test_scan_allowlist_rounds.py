@@ -19,9 +19,8 @@ from factories import mal_os_system
 
 from inspector.cli import main
 from inspector.scan.engine import scan_file
-from inspector.scan.pickles.numpy_dtypes import numpy_dtype_class
 from inspector.scan.pickles.policy import classify
-from inspector.scan.pickles.presets import PRESETS, allow_flags
+from inspector.scan.pickles.presets import PRESETS, allow_flags, numpy_dtype_class
 from inspector.tensors.load import allowed_global
 
 CODES = ["f2", "f4", "f8", "f16", "c8", "c16", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8",

@@ -1,5 +1,5 @@
 """A call is judged wherever it happens: what an allowed callable calls among its arguments
-(`policy.CALLS_ARGUMENTS`) is judged as a REDUCE target is.
+(`calls.CALLS_ARGUMENTS`) is judged as a REDUCE target is.
 
 The declarations are held to the allowed callables' own source (read here with `inspect`, never
 by the scanner). The hostile samples that abuse them are proven and scanned in
@@ -16,13 +16,8 @@ import pytest
 from factories import MARK, PROTO2, REDUCE, STOP, TUPLE, p_global, p_unicode
 
 from inspector.scan.engine import scan_bytes, scan_file
-from inspector.scan.pickles.policy import (
-    CALL_ALLOWED,
-    CALLS_ARGUMENTS,
-    KNOWN_DATA,
-    call_allowed,
-    weights_only_rules,
-)
+from inspector.scan.pickles.calls import CALL_ALLOWED, CALLS_ARGUMENTS
+from inspector.scan.pickles.policy import KNOWN_DATA, call_allowed, weights_only_rules
 from inspector.scan.pickles.presets import PRESET_GLOBALS
 
 # Methods a class's construction runs with the arguments of the call that builds it.

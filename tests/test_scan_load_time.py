@@ -72,6 +72,9 @@ def test_the_scan_command_calls_every_hostile_sample_dangerous(proven, python_ex
 # suspicious with the preset that admits them named.
 BENIGN_VERDICTS = {
     "sklearn_pipeline_joblib": "suspicious",
+    "sklearn_models_joblib": "suspicious",
+    "numpy_generators_pickle": "suspicious",
+    "grad_scaler_object": "suspicious",
     "numpy_arrays_joblib": "suspicious",
     "numpy_arrays_joblib_compressed": "suspicious",
     "lightning_namespace_hparams": "suspicious",

@@ -21,6 +21,16 @@ OPCODE_NAMES: dict[int, str] = {
 }
 OPCODE_BYTES = {name: code for code, name in OPCODE_NAMES.items()}
 
+# The methods the unpickler runs on an instance without a call opcode naming them: NEWOBJ runs
+# cls.__new__(cls, *args); BUILD runs __setstate__ where the class defines one; SETITEM(S) on a
+# non-dict runs __setitem__; APPEND(S) on a non-list the C unpickler's extend (else append),
+# pickle.py's APPEND append; ADDITEMS on a non-set add. One fact, read by the pickle's judge
+# (`scan.context`) and by the judge of the source a package ships (`torch_package.RUN_AT_LOAD`).
+IMPLICIT_METHODS: dict[str, tuple[str, ...]] = {
+    "NEWOBJ": ("__new__",), "NEWOBJ_EX": ("__new__",), "BUILD": ("__setstate__",),
+    "SETITEM": ("__setitem__",), "SETITEMS": ("__setitem__",),
+    "APPEND": ("extend", "append"), "APPENDS": ("extend", "append"), "ADDITEMS": ("add",)}
+
 # Opcodes torch's weights-only unpickler implements; overridden from the installed torch.
 WEIGHTS_ONLY_OPCODES_DEFAULT = frozenset(
     OPCODE_BYTES[n] for n in (

@@ -18,39 +18,34 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.core.vocabulary import Severity
+from inspector.scan.pickles.calls import CALL_ALLOWED, words
 from inspector.scan.pickles.joblib_arrays import WRAPPER as JOBLIB_WRAPPER
-from inspector.scan.pickles.numpy_dtypes import numpy_dtype_class as numpy_dtype_class
-from inspector.scan.pickles.numpy_dtypes import numpy_dtype_classes as numpy_dtype_classes
 from inspector.scan.pickles.opcodes import OPCODE_BYTES, WEIGHTS_ONLY_OPCODES_DEFAULT
 from inspector.scan.pickles.presets import PRESET_GLOBALS, PRESETS
+from inspector.scan.pickles.presets import numpy_dtype_class as numpy_dtype_class
+from inspector.scan.pickles.presets import numpy_dtype_classes as numpy_dtype_classes
 from inspector.scan.pickles.static_source import cache_dir, is_enum_class, resolve
 
-
-def _words(text: str) -> list[str]:
-    """Split a whitespace-separated table into names."""
-    return text.split()
-
-
-_DTYPES = _words(
+_DTYPES = words(
     "float16 float32 float64 bfloat16 complex32 complex64 complex128 bool uint8 int8 int16 int32 "
     "int64 uint16 uint32 uint64 quint8 qint8 qint32 quint4x2 quint2x4 bits1x8 bits2x4 bits4x2 "
     "bits8 bits16 float8_e4m3fn float8_e4m3fnuz float8_e5m2 float8_e5m2fnuz float8_e8m0fnu "
     "float4_e2m1fn_x2"
 ) + [f"{p}int{i}" for p in ("", "u") for i in range(1, 8)]
-_DENSE = _words("BFloat16 Bool Byte Char Double Float Half Int Long Short")
-_STORAGE_ONLY = _words("ComplexDouble ComplexFloat")
-_QUANT_STORAGE = _words("QInt32 QInt8 QUInt2x4 QUInt4x2 QUInt8")
-_QSCHEMES = _words(
+_DENSE = words("BFloat16 Bool Byte Char Double Float Half Int Long Short")
+_STORAGE_ONLY = words("ComplexDouble ComplexFloat")
+_QUANT_STORAGE = words("QInt32 QInt8 QUInt2x4 QUInt4x2 QUInt8")
+_QSCHEMES = words(
     "per_tensor_affine per_tensor_symmetric per_channel_affine per_channel_symmetric "
     "per_channel_affine_float_qparams"
 )
-_REBUILD = _words(
+_REBUILD = words(
     "_rebuild_parameter _rebuild_parameter_with_state _rebuild_qtensor _rebuild_tensor "
     "_rebuild_tensor_v2 _rebuild_tensor_v3 _rebuild_sparse_tensor _rebuild_meta_tensor_no_storage "
     "_rebuild_nested_tensor _rebuild_wrapper_subclass _rebuild_device_tensor_from_numpy "
     "_rebuild_device_tensor_from_cpu_tensor"
 )
-_LITERAL = _words(
+_LITERAL = words(
     "collections.OrderedDict collections.Counter torch.nn.parameter.Parameter "
     "torch.serialization._get_layout torch.Size torch.Tensor torch.device _codecs.encode "
     "builtins.bytearray builtins.set builtins.complex torch._tensor._rebuild_from_type_v2"
@@ -203,12 +198,12 @@ class DenyEntry:
 
 DENY: dict[str, DenyEntry] = {}
 for _capability, (_reason, _modules, _names) in CAPABILITIES.items():
-    for _entry in _words(_modules) + _words(_names):
+    for _entry in words(_modules) + words(_names):
         DENY[_entry] = DenyEntry(_entry, _capability, _reason, DENY_NOTES.get(_entry, ""))
 _DENY: dict[str, str] = {entry: d.text for entry, d in DENY.items()}
 # A final name like these (or starting with one of them and "_") is dangerous in any module
 # outside the allowlist: loaders, runners and shell helpers hide under many module names.
-DENY_LEAF_NAMES = frozenset(_words("""
+DENY_LEAF_NAMES = frozenset(words("""
 system popen popen2 popen3 popen4 spawn spawnl spawnv spawnve execv execve execl execvp
 eval exec execfile compile __import__ import_module load loads run run_path run_module
 check_call check_output call getoutput getstatusoutput runstring runsource runcode
@@ -222,7 +217,7 @@ REAL_MODULES = {"posix": "os", "nt": "os", "_io": "io", "_pickle": "pickle", "_s
 # Plain data classes of stock files outside torch's weights_only allowlist:
 # torch.distributed.checkpoint's `.metadata` (pickled with plain pickle) and the paths in it
 # and in Lightning checkpoints.
-_DCP_DATA = frozenset(_words("""
+_DCP_DATA = frozenset(words("""
 torch.distributed.checkpoint.metadata.Metadata
 torch.distributed.checkpoint.metadata.MetadataIndex
 torch.distributed.checkpoint.metadata.ChunkStorageMetadata
@@ -236,7 +231,7 @@ torch.distributed.checkpoint.planner.LoadItemType
 torch.distributed.checkpoint.planner.WriteItemType
 torch.strided torch.contiguous_format torch.channels_last
 """))
-_PATHS = frozenset(_words("""
+_PATHS = frozenset(words("""
 pathlib.PosixPath pathlib.PurePosixPath pathlib.WindowsPath pathlib.PureWindowsPath pathlib.Path
 pathlib._local.PosixPath pathlib._local.PurePosixPath pathlib._local.WindowsPath
 pathlib._local.PureWindowsPath pathlib._local.Path
@@ -457,63 +452,6 @@ def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> C
                                       "only loads with weights_only=False")
 
 
-# Callables benign saves call (REDUCE): torch's and NumPy's rebuild functions and the plain
-# containers their pickles build; everything else a pickle calls is dangerous (`call_verdict`),
-# whatever its name. Classes rebuilt through copyreg (NEWOBJ, or _reconstructor and BUILD) are
-# not calls of the class: they stay as suspicious as the class's import.
-CALL_ALLOWED = frozenset(_words("""
-copyreg._reconstructor builtins.object
-builtins.set builtins.frozenset builtins.bytearray builtins.bytes builtins.complex builtins.slice
-builtins.range builtins.list builtins.dict builtins.tuple builtins.int builtins.float
-builtins.str builtins.bool collections.OrderedDict collections.defaultdict collections.deque
-collections.Counter _codecs.encode datetime.datetime datetime.date datetime.time
-datetime.timedelta datetime.timezone decimal.Decimal fractions.Fraction
-numpy.core.multiarray._reconstruct numpy._core.multiarray._reconstruct numpy.dtype
-numpy.core.multiarray.scalar numpy._core.multiarray.scalar numpy.ndarray
-torch._tensor._rebuild_from_type_v2 torch._utils._rebuild_tensor_v2
-torch.jit._pickle.build_intlist torch.jit._pickle.build_doublelist
-torch.jit._pickle.build_boollist torch.jit._pickle.build_tensorlist
-torch.jit._pickle.build_complexlist torch.jit._pickle.restore_type_tag
-"""))
-
-
-@dataclass(frozen=True)
-class CalledArgument:
-    """One argument an allowed callable calls while loading, by position and parameter name.
-
-    `method` names what is called on the argument (`data.to(...)`); empty when the argument
-    itself is called or constructed. Whatever arrives there is judged as a REDUCE target is."""
-
-    position: int
-    name: str
-    how: str
-    method: str = ""
-
-
-# What each allowed callable does with its arguments, beside the allow-list entries above: the
-# argument positions it calls, constructs or calls a method of. A callable that arrives there is
-# judged under the same call allow-list as a REDUCE target (`call_allowed`), so an allowed name
-# cannot lend its trust to what it is handed. `tests/test_scan_called_arguments.py` reads each
-# allowed callable's source and fails on a call of a parameter not declared here. Dunder
-# protocols a builtin runs on an instance it is handed (`int(x)` calls `x.__int__`) are not
-# declared: the instance's class is judged where it was built (its import, NEWOBJ, BUILD).
-CALLS_ARGUMENTS: dict[str, tuple[CalledArgument, ...]] = {
-    "torch._tensor._rebuild_from_type_v2": (CalledArgument(0, "func", "calls"),),
-    "copyreg._reconstructor": (
-        CalledArgument(1, "base", "constructs and initialises (base.__new__, base.__init__)"),),
-    "collections.defaultdict": (
-        CalledArgument(0, "default_factory", "calls on every missing key after the load"),),
-    "torch._utils._rebuild_device_tensor_from_cpu_tensor": (
-        CalledArgument(0, "data", "calls a method of", "to"),),
-    "torch.nn.parameter.Parameter": (CalledArgument(0, "data", "calls a method of", "detach"),),
-    "fractions.Fraction": (
-        CalledArgument(0, "numerator", "calls a method of", "as_integer_ratio"),),
-    "omegaconf.nodes.EnumNode": (
-        CalledArgument(0, "enum_type", "calls a method of", "__members__"),),
-    **{f"numpy.{core}.multiarray._reconstruct": (
-        CalledArgument(0, "subtype", "makes an instance of and runs a method of",
-                       "__array_finalize__"),) for core in ("core", "_core")},
-}
 # An enum member rebuilt by value: Class('steps'), Class(2); only where the class's source shows
 # it is an enum (`static_source.is_enum_class`), never for any capitalised callable
 _ENUM_CALL_RE = re.compile(r"\((?:'[\w.-]{0,64}'|\"[\w.-]{0,64}\"|-?\d{1,20})\)")
@@ -547,8 +485,8 @@ def call_verdict(target: str | None, computed: bool, texts: list[str],
         return Classification(Severity.SUSPICIOUS, f"rebuilds {target} from one plain value "
                               "(an enum member's pattern): the class is called")
     return Classification(Severity.DANGEROUS, f"calls {target}, which no benign save calls "
-                          "(outside torch's and NumPy's rebuilds, the weights_only allowlist "
-                          "and the --allow presets)")
+                          "(outside torch's, NumPy's and scikit-learn's rebuilds, the "
+                          "weights_only allowlist and the --allow presets)")
 
 
 @functools.cache

@@ -40,7 +40,7 @@ class Call:
     offset: int
     strings: list[str]
     args: str = ""  # the arguments as pseudo-Python, e.g. `"curl x | sh", 1`
-    # made by an allowed callable with its argument (`policy.CALLS_ARGUMENTS`): what it does,
+    # made by an allowed callable with its argument (`calls.CALLS_ARGUMENTS`): what it does,
     # e.g. "torch._tensor._rebuild_from_type_v2 calls its argument func"; `args` are its own
     via: str = ""
 

@@ -10,9 +10,10 @@ from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from inspector.scan.pickles.calls import CALLS_ARGUMENTS, CalledArgument
 from inspector.scan.pickles.joblib_arrays import NUMPY_DTYPE, PLAIN_SUBCLASSES, WRAPPER, layout
 from inspector.scan.pickles.opcodes import OPCODE_NAMES
-from inspector.scan.pickles.policy import CALLS_ARGUMENTS, CalledArgument, call_allowed
+from inspector.scan.pickles.policy import call_allowed
 from inspector.scan.pickles.records import Call, GlobalRef, Issue, Limits, PickleScan
 from inspector.scan.pickles.unbuffered import unbuffered_splice
 from inspector.scan.pickles.values import (

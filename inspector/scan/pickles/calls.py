@@ -1,0 +1,130 @@
+"""What benign saves call while loading, and what each allowed callable does with its arguments.
+
+Torch's and NumPy's rebuild functions, the plain containers their pickles build, and the
+rebuilds NumPy's random generators and scikit-learn's compiled classes pickle themselves with
+(`LIBRARY_REBUILDS`). A name here only says the call is one benign saves make: whatever such a
+callable calls, constructs or calls a method of among its arguments (`CALLS_ARGUMENTS`) is
+judged as a call of its own, so an allowed name cannot lend its trust to what it is handed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def words(text: str) -> list[str]:
+    """Split a whitespace-separated table into names."""
+    return text.split()
+
+
+# Compiled classes and pickling helpers of NumPy's random generators and scikit-learn that
+# their own pickles call (a fitted forest, gradient boosting, SGD, nearest neighbours, a
+# Generator or RandomState, a protocol-5 array). Each was read in its library's source: a
+# compiled class's constructor takes typed numbers and arrays, and the helpers' calls of their
+# arguments are declared in CALLS_ARGUMENTS. A user-supplied distance function
+# (PyFuncDistance) calls code of the pickle's choosing at use, and is left out.
+_SKLEARN_LOSSES = words("""
+AbsoluteError ExponentialLoss HalfBinomialLoss HalfGammaLoss HalfMultinomialLoss
+HalfPoissonLoss HalfSquaredError HalfTweedieLoss HalfTweedieLossIdentity HuberLoss PinballLoss
+""")
+_SKLEARN_METRICS = words("""
+BrayCurtis Canberra Chebyshev Dice Euclidean Hamming Haversine Jaccard Kulsinski Mahalanobis
+Manhattan Matching Minkowski RogersTanimoto RussellRao SEuclidean SokalMichener SokalSneath
+""")
+LIBRARY_REBUILDS = frozenset(
+    [f"numpy.{core}.numeric._frombuffer" for core in ("core", "_core")]
+    + [f"numpy.random._pickle.__{kind}_ctor" for kind in ("bit_generator", "generator",
+                                                          "randomstate")]
+    + words("""
+numpy.random._pcg64.PCG64 numpy.random._pcg64.PCG64DXSM numpy.random._mt19937.MT19937
+numpy.random._philox.Philox numpy.random._sfc64.SFC64
+numpy.random.bit_generator.SeedSequence numpy.random.bit_generator.SeedlessSeedSequence
+numpy.random.bit_generator.__pyx_unpickle_SeedSequence
+numpy.random.bit_generator.__pyx_unpickle_SeedlessSeedSequence
+sklearn.tree._tree.Tree
+sklearn.linear_model._sgd_fast.Hinge sklearn.linear_model._sgd_fast.SquaredHinge
+sklearn.linear_model._sgd_fast.ModifiedHuber sklearn.linear_model._sgd_fast.EpsilonInsensitive
+sklearn.linear_model._sgd_fast.SquaredEpsilonInsensitive
+sklearn.metrics._dist_metrics.newObj sklearn.neighbors._kd_tree.newObj
+sklearn.neighbors._ball_tree.newObj
+""")
+    + [f"sklearn._loss._loss.Cy{loss}" for loss in _SKLEARN_LOSSES]
+    + [f"sklearn.metrics._dist_metrics.{metric}Distance{bits}"
+       for metric in _SKLEARN_METRICS for bits in ("32", "64")]
+    + [f"sklearn.neighbors._{module}.{tree}{bits}" for module, tree in (
+        ("kd_tree", "KDTree"), ("ball_tree", "BallTree")) for bits in ("", "32", "64")]
+)
+
+
+# Callables benign saves call (REDUCE): torch's and NumPy's rebuild functions, the plain
+# containers their pickles build, the factory of a pickled GradScaler's per-optimizer state,
+# and the libraries' own rebuilds above; everything else a pickle calls is dangerous
+# (`call_verdict`), whatever its name. Classes rebuilt through copyreg (NEWOBJ, or
+# _reconstructor and BUILD) are not calls of the class: they stay as suspicious as the class's
+# import.
+CALL_ALLOWED = frozenset(words("""
+copyreg._reconstructor builtins.object
+builtins.set builtins.frozenset builtins.bytearray builtins.bytes builtins.complex builtins.slice
+builtins.range builtins.list builtins.dict builtins.tuple builtins.int builtins.float
+builtins.str builtins.bool collections.OrderedDict collections.defaultdict collections.deque
+collections.Counter _codecs.encode datetime.datetime datetime.date datetime.time
+datetime.timedelta datetime.timezone decimal.Decimal fractions.Fraction
+numpy.core.multiarray._reconstruct numpy._core.multiarray._reconstruct numpy.dtype
+numpy.core.multiarray.scalar numpy._core.multiarray.scalar numpy.ndarray
+torch._tensor._rebuild_from_type_v2 torch._utils._rebuild_tensor_v2
+torch.jit._pickle.build_intlist torch.jit._pickle.build_doublelist
+torch.jit._pickle.build_boollist torch.jit._pickle.build_tensorlist
+torch.jit._pickle.build_complexlist torch.jit._pickle.restore_type_tag
+torch.amp.grad_scaler._refresh_per_optimizer_state
+""")) | LIBRARY_REBUILDS
+
+
+@dataclass(frozen=True)
+class CalledArgument:
+    """One argument an allowed callable calls while loading, by position and parameter name.
+
+    `method` names what is called on the argument (`data.to(...)`); empty when the argument
+    itself is called or constructed. Whatever arrives there is judged as a REDUCE target is."""
+
+    position: int
+    name: str
+    how: str
+    method: str = ""
+
+
+# What each allowed callable does with its arguments, beside the allow-list entries above: the
+# argument positions it calls, constructs or calls a method of. A callable that arrives there is
+# judged under the same call allow-list as a REDUCE target (`call_allowed`), so an allowed name
+# cannot lend its trust to what it is handed. `tests/test_scan_called_arguments.py` reads each
+# allowed callable's source and fails on a call of a parameter not declared here. Dunder
+# protocols a builtin runs on an instance it is handed (`int(x)` calls `x.__int__`) are not
+# declared: the instance's class is judged where it was built (its import, NEWOBJ, BUILD).
+CALLS_ARGUMENTS: dict[str, tuple[CalledArgument, ...]] = {
+    "torch._tensor._rebuild_from_type_v2": (CalledArgument(0, "func", "calls"),),
+    "copyreg._reconstructor": (
+        CalledArgument(1, "base", "constructs and initialises (base.__new__, base.__init__)"),),
+    "collections.defaultdict": (
+        CalledArgument(0, "default_factory", "calls on every missing key after the load"),),
+    "torch._utils._rebuild_device_tensor_from_cpu_tensor": (
+        CalledArgument(0, "data", "calls a method of", "to"),),
+    "torch.nn.parameter.Parameter": (CalledArgument(0, "data", "calls a method of", "detach"),),
+    "fractions.Fraction": (
+        CalledArgument(0, "numerator", "calls a method of", "as_integer_ratio"),),
+    "omegaconf.nodes.EnumNode": (
+        CalledArgument(0, "enum_type", "calls a method of", "__members__"),),
+    **{f"numpy.{core}.multiarray._reconstruct": (
+        CalledArgument(0, "subtype", "makes an instance of and runs a method of",
+                       "__array_finalize__"),) for core in ("core", "_core")},
+    **{f"numpy.random._pickle.__{kind}_ctor": (
+        CalledArgument(0, "bit_generator_name", "constructs (when it is a class, through its "
+                       "default bit_generator_ctor) or wraps", "capsule"),
+        CalledArgument(1, "bit_generator_ctor", "calls")) for kind in ("generator", "randomstate")},
+    "numpy.random._pickle.__bit_generator_ctor": (
+        CalledArgument(0, "bit_generator", "constructs (when it is a class)"),),
+    **{f"numpy.random.bit_generator.__pyx_unpickle_{cls}": (
+        CalledArgument(0, "__pyx_type", f"makes an instance ({cls}.__new__) of"),)
+       for cls in ("SeedSequence", "SeedlessSeedSequence")},
+    **{f"sklearn.{module}.newObj": (
+        CalledArgument(0, "obj", "makes an instance (obj.__new__(obj)) of"),)
+       for module in ("metrics._dist_metrics", "neighbors._kd_tree", "neighbors._ball_tree")},
+}
