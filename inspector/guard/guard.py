@@ -64,6 +64,7 @@ from inspector.guard.scene import (
 )
 from inspector.guard.settings import SETTING_RULE, SettingsWatch, said
 from inspector.guard.weights.fingerprint import WeightWatch
+from inspector.guard.weights.members import ORPHAN_RULE, REPLACED_RULE, Owners, replaced
 from inspector.guard.weights.replicas import RULE as REPLICA_RULE
 from inspector.guard.weights.replicas import ReplicaCheck
 from inspector.guard.weights.rules import CORRUPTION_RULES, WeightRuleSet
@@ -82,6 +83,8 @@ DEVICE_RULES = frozenset({"weights-changed", "replica-differs"})
 RECENT_ALARMS = 10
 """How many steps back a loss or gradient alarm (whose step was taken) fails the guard's health
 check: a save then holds weights the guard named; `run latest` takes the one before."""
+HELD_SHOWN = 3
+"""How many held corruption alarms the health check names one by one (the rest counted)."""
 NOT_RESUMED = CORRUPTION_RULES | {SETTING_RULE}
 """Rules whose scene holds weights or an optimizer not to be resumed from."""
 
@@ -189,6 +192,12 @@ class Guard:
         self.watch: WeightWatch | None = None
         self.replicas = ReplicaCheck()
         self._watched: Any = None
+        self.owners = Owners()
+        self._held: dict[tuple[str, str | None], str] = {}
+        """Each corruption alarm (`CORRUPTION_RULES`) by rule and tensor, in words: the
+        weights still hold what the guard named, whatever the rules learned since, so the
+        health check names it until `accept_weights` (or `resume`) says the weights are
+        intended."""
         self.console = AlarmConsole(self.rank) if self.config.console else None
         self._stepped: weakref.WeakSet = weakref.WeakSet()
         self.settings = SettingsWatch()
@@ -232,13 +241,15 @@ class Guard:
             batch = self.ledger.last_batch if batch is None else batch
             data_state = self.ledger.state_dict if data_state is None else data_state
         inject.apply(list(self.config.faults), model, self.step_index, "grad", rerun=False)
-        watch = self._watch(model)
+        watch, swapped = self._watch(model)
         reading = watch.reading()
         numbers = step_numbers(loss, model, reading.vector)
         weights = watch.values(reading, numbers.extra)
         values = {"loss": numbers.loss, "grad_norm": numbers.grad_norm}
-        breaches = (self.weight_rules.judge(watch.names, weights) + self.rules.judge(values)
-                    + self.settings.judge(self._groups(optimizer)))
+        lists = self._groups(optimizer)
+        breaches = (swapped + self.weight_rules.judge(watch.names, weights)
+                    + self.rules.judge(values) + self.settings.judge(lists)
+                    + self.owners.judge(watch.named_params, lists.values()))
         every = self.config.replica_every
         if every and self.step_index % every == 0:
             breaches = self.replicas.compare(watch) + breaches
@@ -263,6 +274,7 @@ class Guard:
                 self._attribute(alarm, numbers, closure, model, pending)
             verdict.alarm = alarm
             self.alarms.append(alarm)
+            self._hold(alarm)
             self._act(alarm, verdict, model, optimizer, batch, sample_ids, data_state)
         self.step_index += 1
         return verdict
@@ -303,9 +315,12 @@ class Guard:
         return scene
 
     def accept_weights(self, model: nn.Module | None = None) -> None:
-        """The weights now are intended (a load, a deliberate edit): retake the fingerprint."""
-        if model is not None and self._watched is not model:
+        """The weights now are intended (a load, a deliberate edit, parameters replaced):
+        watch the model's tensors as they are now, retake the fingerprint, and drop the
+        corruption alarms held so far."""
+        if model is not None:
             self._watch(model)
+        self._held.clear()
         if self.watch is not None:
             self.watch.accept()
             reading = self.watch.reading(largest=True)
@@ -317,7 +332,8 @@ class Guard:
         largest |w|, or changed since the last optimizer step; a learning rate still collapsed
         or a setting no schedule writes that changed (`settings`; the ledger checks what torch
         refuses in the state itself);
-        a loss or gradient alarm in the last `RECENT_ALARMS` steps (what the ledger asks)."""
+        a corruption alarm since the last `accept_weights`; a loss or gradient alarm in the
+        last `RECENT_ALARMS` steps (what the ledger asks)."""
         if self.watch is None:
             return []
         watch = self.watch
@@ -329,7 +345,21 @@ class Guard:
                 + (f", bound {b.threshold:.4g})" if b.threshold is not None else ")")
                 for b in found] + [
             f"{SETTING_RULE}: {said(b)}" for b in self.settings.problems(self._groups(None))
-        ] + self._recent_alarms()
+        ] + self._held_alarms({(b.rule, b.param) for b in found}) + self._recent_alarms()
+
+    def _hold(self, alarm: Alarm) -> None:
+        """Keep the alarm's corruption breaches for the health check: the bytes it named stay
+        in the weights, skipped step or not, after the rules learned them as the new normal."""
+        for b in alarm.breaches:
+            if b.rule in CORRUPTION_RULES:
+                self._held.setdefault((b.rule, b.param), f"{_said(b)} at step {alarm.step}")
+
+    def _held_alarms(self, now: set[tuple[str, str | None]]) -> list[str]:
+        """The held corruption alarms not already found in the weights `now`, in words."""
+        lines = [f"{rule}: {line} (held until guard.accept_weights)"
+                 for (rule, param), line in self._held.items() if (rule, param) not in now]
+        more = len(lines) - HELD_SHOWN
+        return lines[:HELD_SHOWN] + ([f"and {more} more corruption alarms"] if more > 0 else [])
 
     def _recent_alarms(self) -> list[str]:
         """The loss and gradient alarms of the last `RECENT_ALARMS` steps whose step was
@@ -369,15 +399,22 @@ class Guard:
             self._xids.close()
             self._xids = None
 
-    def _watch(self, model: nn.Module) -> WeightWatch:
-        """The watch over this model's weights (a new one for a model not seen before)."""
-        if self.watch is None or self._watched is not model:
-            if self.watch is not None:
-                self.watch.close()
-            self.watch = WeightWatch(model, self.config.fingerprint_every,
-                                     self.config.largest_every, self.config.overlap)
-            self._watched = model
-        return self.watch
+    def _watch(self, model: nn.Module) -> tuple[WeightWatch, list[Breach]]:
+        """The watch over this model's weights: a new one for a model not seen before, or for
+        one whose tensors were replaced, added or removed since (then also a
+        `weights-replaced` breach per tensor, for the step to judge)."""
+        if self.watch is not None and self._watched is model and self.watch.current():
+            return self.watch, []
+        swapped = []
+        if self.watch is not None:
+            if self._watched is model:
+                swapped = replaced(self.watch.members, model)
+            self.watch.close()
+        self.watch = WeightWatch(model, self.config.fingerprint_every,
+                                 self.config.largest_every, self.config.overlap)
+        self._watched = model
+        self.owners.reset()
+        return self.watch, swapped
 
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         if self.watch is not None:
@@ -517,6 +554,12 @@ def _said(b: Breach) -> str:
         return f"rank {int(b.value)}'s {b.param} differs from the other replicas"
     if b.rule == SETTING_RULE:
         return said(b)
+    if b.rule == REPLACED_RULE:
+        return (f"{b.param} is not the tensor the guard watched (replaced, added or removed "
+                "without guard.accept_weights(model))")
+    if b.rule == ORPHAN_RULE:
+        return (f"{b.param} gets gradients (norm {b.value:.4g}) but no optimizer that steps "
+                "the model holds it: it never learns")
     where = f" on {b.param}" if b.param else ""
     bar = f" (bound {b.threshold:.4g})" if isinstance(b.threshold, float) else ""
     return f"{b.signal}{where} is {b.value:.4g}{bar}"

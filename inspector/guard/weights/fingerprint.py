@@ -44,6 +44,7 @@ import torch
 from torch import nn
 
 from inspector.core.flatten import is_running_variance
+from inspector.guard.weights.members import layout, members
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
@@ -290,6 +291,12 @@ class WeightWatch:
     def __init__(self, model: nn.Module, every: int = 1, largest_every: int = 1,
                  overlap: bool | None = None) -> None:
         named = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
+        self.named_params = named
+        """The floating-point parameters, the model's own objects (a DTensor, not its shard)."""
+        self.members = members(model)
+        """Every parameter and buffer as the watch first saw them (`members.replaced`)."""
+        self.modules = list(model.modules())
+        self.layout = layout(self.modules)
         # FSDP wraps modules and shards parameters (DTensors): its ranks hold different bytes
         self.sharded = (any(hasattr(p, "to_local") for _, p in named)
                         or any("FullyShardedDataParallel" in type(m).__name__
@@ -335,6 +342,10 @@ class WeightWatch:
         self.after: Future | None = None
         """The norms (and largest |w| when due) of the weights the last step wrote, read in the
         background: what the next check reports when its fingerprints agree."""
+
+    def current(self) -> bool:
+        """Whether the model still holds the tensors (and modules) the watch reads."""
+        return layout(self.modules) == self.layout
 
     def owns(self, optimizer: torch.optim.Optimizer) -> bool:
         """Whether `optimizer` steps any watched tensor (another model's step changes none)."""

@@ -42,12 +42,14 @@ from dataclasses import dataclass, field
 
 from inspector.guard.rules import Breach, StateByName, Stateless
 from inspector.guard.weights.fingerprint import WeightValues
+from inspector.guard.weights.members import REPLACED_RULE
 
 WEIGHT_RULES: dict[str, type] = {}
 """Every weight rule class by its name, in the order they were registered."""
 
 CORRUPTION_RULES = frozenset({"weights-changed", "weight-nonfinite", "weight-largest",
-                              "update-size", "variance-negative", "replica-differs"})
+                              "update-size", "variance-negative", "replica-differs",
+                              REPLACED_RULE})
 """Rules whose alarm means the weights themselves are not to be trusted (or resumed from)."""
 
 

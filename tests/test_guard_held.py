@@ -1,0 +1,208 @@
+"""A corruption the guard named stays in the weights after the step, so it stays in the guard's
+health check until `accept_weights`: the ledger does not seal a save made after it, and `run
+latest` takes the one before. And the watch follows the tensors the model computes with: a
+load with `assign=True`, weights untied, a parameter no optimizer holds. Every fault is the
+test's own (its integer view of the weight's bytes, its own assignment), shown to do harm
+against a clean twin run the same way."""
+
+from __future__ import annotations
+
+import torch
+from guard_support import batch, tiny_model
+from torch import nn
+
+from inspector.core.vocabulary import SaveOutcome
+from inspector.guard.guard import Guard, GuardConfig
+from inspector.ledger import save
+from inspector.run.checkpoints import read_ledger, resume_choice
+
+FLIP_STEP = 15
+
+
+def times_16(tensor: torch.Tensor) -> int:
+    """Flip exponent bit 25 of the largest float32 element where it is clear: x16, finite."""
+    with torch.no_grad():
+        words = tensor.detach().view(-1).view(torch.int32)
+        clear = ((words >> 25) & 1) == 0
+        index = int(torch.where(clear, tensor.detach().abs().view(-1), -1.0).argmax())
+        words[index] ^= 1 << 25
+    return index
+
+
+def flipped_harm(model: nn.Module, clean: nn.Module) -> None:
+    """The harm the flip did, against the clean twin: the flipped weight is still ~16x its
+    twin's at the end (the steps since moved it little) and the model fits worse."""
+    index = int((model[0].weight - clean[0].weight).abs().argmax())
+    hurt, twin = (float(m[0].weight.view(-1)[index]) for m in (model, clean))
+    assert abs(hurt) > 8 * abs(twin)
+    assert eval_loss(model) > eval_loss(clean)
+
+
+def eval_loss(model: nn.Module) -> float:
+    """The loss over steps 100..119's batches, which no run trains on."""
+    with torch.no_grad():
+        return sum(float(nn.functional.mse_loss(model(x), y))
+                   for x, y in map(batch, range(100, 120))) / 20
+
+
+def train(run_dir, flip=False, assign=False, keep_optimizer=False, steps=24):
+    """The documented plain loop with Adam and a save every 4 steps (after the optimizer
+    step); at step 10 the weights are reloaded (`assign`: the tensors replaced) and accepted,
+    with a fresh optimizer unless `keep_optimizer`; with `flip`, one exponent bit of
+    0.weight flips between steps 14 and 15. The model, the verdicts, the saves by step."""
+    model = tiny_model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    guard = Guard(run_dir, GuardConfig(console=False))
+    verdicts = []
+    for step in range(steps):
+        if step == 10:
+            model.load_state_dict({k: v.clone() for k, v in model.state_dict().items()},
+                                  assign=assign)
+            if not keep_optimizer:
+                opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+            guard.accept_weights(model)  # as docs/guard.md says after a load
+        if flip and step == FLIP_STEP:
+            times_16(model[0].weight)
+        opt.zero_grad(set_to_none=True)
+        x, y = batch(step)
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        verdict = guard.step(loss, model, opt, step=step)
+        if verdict.take_step:
+            opt.step()
+        verdicts.append(verdict)
+        if step % 4 == 3:
+            save({"model": model.state_dict(), "optimizer": opt.state_dict()},
+                 run_dir / "ckpt" / f"step-{step + 1}.pt", step=step + 1, keep=2,
+                 run_dir=run_dir)
+    guard.close()
+    return model, verdicts, {s.step: s for s in read_ledger(run_dir).saves}
+
+
+def rules_at(verdicts, step: int) -> set[str]:
+    v = verdicts[step]
+    return {b.rule for b in v.alarm.breaches} if v.alarm else set()
+
+
+def test_a_flip_the_guard_named_under_warn_is_never_sealed_nor_resumed(tmp_path):
+    clean_model, clean, clean_saves = train(tmp_path / "clean")
+    model, hurt, saves = train(tmp_path / "flipped", flip=True)
+    assert not [v for v in clean if v.alarm]
+    assert all(s.outcome == SaveOutcome.VERIFIED for s in clean_saves.values())
+    flipped_harm(model, clean_model)
+    assert "weights-changed" in rules_at(hurt, FLIP_STEP)
+    assert hurt[FLIP_STEP].take_step  # warn: the step was taken
+    # the rules learned the flipped weight as the new normal; the alarm stays held
+    assert not any(v.alarm for v in hurt[FLIP_STEP + 2:])
+    assert saves[12].outcome == SaveOutcome.VERIFIED
+    for step in (16, 20, 24):
+        assert saves[step].outcome == SaveOutcome.UNHEALTHY
+        assert "weights-changed" in saves[step].detail and "0.weight" in saves[step].detail
+    assert resume_choice(tmp_path / "flipped").record.step == 12
+
+
+def test_accept_weights_ends_the_hold(tmp_path):
+    model = tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    guard = Guard(tmp_path, GuardConfig(console=False))
+    for step in range(6):
+        if step == 3:
+            times_16(model[0].weight)
+        opt.zero_grad()
+        x, y = batch(step)
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        guard.step(loss, model, opt, step=step)
+        opt.step()
+    assert any("weights-changed" in line and "held" in line for line in guard.health())
+    guard.accept_weights(model)
+    assert guard.health() == []
+    guard.close()
+
+
+def test_a_flip_after_an_assign_load_is_named_and_not_sealed(tmp_path):
+    clean_model, clean, clean_saves = train(tmp_path / "clean", assign=True)
+    model, hurt, saves = train(tmp_path / "flipped", flip=True, assign=True)
+    assert not [v for v in clean if v.alarm]
+    assert all(s.outcome == SaveOutcome.VERIFIED for s in clean_saves.values())
+    flipped_harm(model, clean_model)
+    assert "weights-changed" in rules_at(hurt, FLIP_STEP)
+    assert hurt[FLIP_STEP].alarm.params[0] == "0.weight"
+    assert saves[16].outcome == SaveOutcome.UNHEALTHY
+    assert resume_choice(tmp_path / "flipped").record.step == 12
+
+
+def test_a_kept_optimizer_after_an_assign_load_names_the_parameters_it_no_longer_holds(
+        tmp_path):
+    clean_model, _, _ = train(tmp_path / "clean", assign=True)
+    model, hurt, _ = train(tmp_path / "kept", assign=True, keep_optimizer=True)
+    # the harm: the old optimizer steps tensors the model no longer has; the model never learns
+    assert eval_loss(model) > 1.5 * eval_loss(clean_model)
+    orphans = [b for v in hurt if v.alarm for b in v.alarm.breaches
+               if b.rule == "param-orphaned"]
+    assert {b.param for b in orphans} == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    assert all(v.step == 10 for v in hurt if v.alarm)  # named once, at the first step
+
+
+class Tied(nn.Module):
+    """An embedding and an output head that share one weight."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = nn.Embedding(16, 8)
+        self.hidden = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 16, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, ids):
+        return self.head(torch.tanh(self.hidden(self.emb(ids))))
+
+
+def tied_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(2000 + step)
+    ids = torch.randint(0, 16, (32,), generator=g)
+    return ids, (ids * 3 + 1) % 16
+
+
+def train_tied(run_dir, untie: bool):
+    """The plain loop on `Tied`; with `untie`, the head gets a copy of the shared weight as a
+    parameter of its own at step 6 (the test's own fault), which no optimizer holds."""
+    model = Tied()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    guard = Guard(run_dir, GuardConfig(console=False))
+    verdicts = []
+    for step in range(16):
+        if untie and step == 6:
+            model.head.weight = nn.Parameter(model.emb.weight.detach().clone())
+        opt.zero_grad(set_to_none=True)
+        ids, target = tied_batch(step)
+        loss = nn.functional.cross_entropy(model(ids), target)
+        loss.backward()
+        verdict = guard.step(loss, model, opt, step=step)
+        if verdict.take_step:
+            opt.step()
+        verdicts.append(verdict)
+        if step % 4 == 3:
+            save(model.state_dict(), run_dir / f"step-{step + 1}.pt", step=step + 1,
+                 run_dir=run_dir)
+    guard.close()
+    with torch.no_grad():
+        ids, target = tied_batch(999)
+        final = float(nn.functional.cross_entropy(model(ids), target))
+    return final, verdicts, {s.step: s for s in read_ledger(run_dir).saves}
+
+
+def test_untied_weights_are_named_and_the_saves_after_them_are_not_sealed(tmp_path):
+    clean_loss, clean, clean_saves = train_tied(tmp_path / "clean", untie=False)
+    loss, hurt, saves = train_tied(tmp_path / "untied", untie=True)
+    assert not [v for v in clean if v.alarm]
+    assert all(s.outcome == SaveOutcome.VERIFIED for s in clean_saves.values())
+    assert loss > 1.02 * clean_loss  # the head stopped learning
+    named = {(b.rule, b.param) for b in hurt[6].alarm.breaches}
+    assert ("weights-replaced", "head.weight") in named
+    assert ("param-orphaned", "head.weight") in named
+    assert saves[4].outcome == SaveOutcome.VERIFIED
+    assert saves[8].outcome == saves[16].outcome == SaveOutcome.UNHEALTHY
+    assert "head.weight" in saves[8].detail
+    assert resume_choice(tmp_path / "untied").record.step == 4
