@@ -90,6 +90,9 @@ class CalledArgument:
     name: str
     how: str
     method: str = ""
+    # the position of the tuple the argument is called with (`func(*args)`): an allowed
+    # callable arriving there is held to its own declarations over those arguments
+    args_at: int = -1
 
 
 # What each allowed callable does with its arguments, beside the allow-list entries above: the
@@ -100,7 +103,7 @@ class CalledArgument:
 # protocols a builtin runs on an instance it is handed (`int(x)` calls `x.__int__`) are not
 # declared: the instance's class is judged where it was built (its import, NEWOBJ, BUILD).
 CALLS_ARGUMENTS: dict[str, tuple[CalledArgument, ...]] = {
-    "torch._tensor._rebuild_from_type_v2": (CalledArgument(0, "func", "calls"),),
+    "torch._tensor._rebuild_from_type_v2": (CalledArgument(0, "func", "calls", args_at=2),),
     "copyreg._reconstructor": (
         CalledArgument(1, "base", "constructs and initialises (base.__new__, base.__init__)"),),
     "collections.defaultdict": (
@@ -128,3 +131,13 @@ CALLS_ARGUMENTS: dict[str, tuple[CalledArgument, ...]] = {
         CalledArgument(0, "obj", "makes an instance (obj.__new__(obj)) of"),)
        for module in ("metrics._dist_metrics", "neighbors._kd_tree", "neighbors._ball_tree")},
 }
+
+# Allowed rebuilds that hand their `state` argument to the object they make, as a BUILD does
+# (position of the state, and of the class whose own `__setstate__` gets it, or -1): torch's
+# `_set_obj_state` sets each name of the state on the object, so a stored `__setstate__` or
+# `append` is called by a later BUILD or APPEND as one a BUILD stored would be.
+SETS_STATE: dict[str, tuple[int, int]] = {
+    "torch._tensor._rebuild_from_type_v2": (3, 1),
+    "torch._utils._rebuild_parameter_with_state": (3, -1),
+}
+

@@ -22,8 +22,8 @@ from inspector.scan.pickles.values import (
     WATCHED_KEYWORDS,
     _Obj,
     _Seq,
+    called_attributes,
     decode_text,
-    is_called_name,
     kind_of,
     render,
     strings_of,
@@ -147,19 +147,6 @@ def _stack_global(st: WalkState, op: int, at: int) -> None:
     st.stack.append(st.add_global(module, name, "STACK_GLOBAL", at))
 
 
-def _called_attributes(state: object) -> dict:
-    """What a BUILD state stores that the unpickler or later code calls by name (its dict part
-    and its slot part, `(dict, slots)`): name -> value."""
-    parts = state if isinstance(state, tuple) and len(state) == 2 else (state,)
-    found: dict = {}
-    for part in parts:
-        hot = part.hot if isinstance(part, _Seq | _Obj) else None
-        for key, value in (hot or {}).items():
-            if is_called_name(key):
-                found.setdefault(key, value)
-    return found
-
-
 @_handles("BUILD")
 def _build(st: WalkState, op: int, at: int) -> None:
     state = st.pop(at)
@@ -180,7 +167,7 @@ def _build(st: WalkState, op: int, at: int) -> None:
         # an earlier BUILD stored __setstate__ on the instance: this BUILD calls it with state
         st.stored_call(inst, "__setstate__", (state,), "BUILD", at)
     else:
-        called = _called_attributes(state)
+        called = called_attributes(state)
         if called:
             names = ", ".join(sorted(called))
             st.note("build-stores-called-attribute", f"BUILD stores {names} on "

@@ -93,7 +93,7 @@ CAPABILITIES: dict[str, tuple[str, str, str]] = {
         io _io _pyio pathlib shutil tempfile tarfile zipfile zipapp compileall py_compile mmap
         fcntl shelve dbm glob fileinput linecache logging codecs numpy.lib.format
         numpy.lib._format_impl numpy.lib.npyio numpy.lib._npyio_impl numpy.core.memmap
-        numpy._core.memmap
+        numpy._core.memmap numpy.lib._datasource
     """, """
         builtins.open numpy.save numpy.savez numpy.savez_compressed numpy.savetxt numpy.memmap
         numpy.ndarray.tofile numpy.ndarray.dump torch.save

@@ -10,7 +10,7 @@ from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from inspector.scan.pickles.calls import CALLS_ARGUMENTS, CalledArgument
+from inspector.scan.pickles.calls import CALLS_ARGUMENTS, SETS_STATE, CalledArgument
 from inspector.scan.pickles.joblib_arrays import NUMPY_DTYPE, PLAIN_SUBCLASSES, WRAPPER, layout
 from inspector.scan.pickles.opcodes import OPCODE_NAMES
 from inspector.scan.pickles.policy import call_allowed
@@ -21,6 +21,7 @@ from inspector.scan.pickles.values import (
     UNKNOWN,
     _Big,
     _Obj,
+    called_attributes,
     describe,
     render,
     strings_of,
@@ -206,8 +207,11 @@ class WalkState:
             called = CALLS_ARGUMENTS.get(fref.key)
             if called is not None:
                 self.called_arguments(fref, called, args, opname, at)
-            if fref.key in self.allowed:
-                return _Obj(fref)  # torch's own rebuild functions: nothing more to learn
+            if fref.key in self.allowed:  # torch's own rebuilds: only the state they hand on
+                made = _Obj(fref)
+                if fref.key in SETS_STATE and isinstance(args, tuple):
+                    self.state_handed(fref, SETS_STATE[fref.key], args, made, at)
+                return made
         if fref is None:
             self.note("indirect-call", f"{opname} calls a value computed while loading "
                       "(not a plain import), which cannot be checked statically", at, True)
@@ -253,9 +257,37 @@ class WalkState:
             if isinstance(value, GlobalRef):
                 if len(self.res.calls) < 200_000:
                     self.res.calls.append(Call(value, opname, at, [], _shown(args), role))
+                forwarded = CALLS_ARGUMENTS.get(value.key)
+                if forwarded and positional is not None and 0 <= arg.args_at < len(positional):
+                    # `func(*args)`: what func does with those arguments is judged too
+                    self.called_arguments(value, forwarded, positional[arg.args_at], "REDUCE", at)
             elif isinstance(value, _Obj) or value is UNKNOWN:
                 self.note("indirect-call", f"{role}, a value computed while loading (not a "
                           "plain import), which cannot be checked statically", at, True)
+
+    def state_handed(self, via: GlobalRef, where: tuple[int, int], args: tuple, made: _Obj,
+                     at: int) -> None:
+        """`via` hands its state argument to the object it makes (`calls.SETS_STATE`): the
+        class's own `__setstate__` runs with it (recorded as a BUILD of the class, judged from
+        its source), or each name is set on the object, and a stored name the unpickler or
+        later code calls is noted as a BUILD's is and kept for the BUILD or APPEND that calls
+        it."""
+        state_at, cls_at = where
+        state = args[state_at] if state_at < len(args) else None
+        cls = args[cls_at] if 0 <= cls_at < len(args) else None
+        if isinstance(cls, GlobalRef) and not call_allowed(cls.key) and (
+                len(self.res.calls) < 200_000):
+            strings: list[str] = []
+            strings_of(state, strings)
+            self.res.calls.append(Call(cls, "BUILD", at, strings))
+        called = called_attributes(state)
+        if called:
+            self.note("build-stores-called-attribute", f"{via.key} sets "
+                      f"{', '.join(sorted(called))} on the object it makes (torch's "
+                      "_set_obj_state): the unpickler (a later BUILD, APPENDS, ADDITEMS) or code "
+                      "that copies or pickles it looks it up on the instance and calls it", at,
+                      True)
+            made.stored = {**(made.stored or {}), **called}
 
     def container_source(self, pid: tuple, at: int) -> None:
         """torch.load's legacy reader, given `('module', obj, source_file, source)` with all
@@ -279,10 +311,11 @@ class WalkState:
                       "cannot be checked statically", at, True)
 
     def stored_call(self, inst: _Obj, name: str, args: tuple, opname: str, at: int) -> None:
-        """`opname` calls `inst.<name>`, which an earlier BUILD stored on the instance: a call of
-        what was stored there, judged as a REDUCE of it is (`via`)."""
+        """`opname` calls `inst.<name>`, which an earlier BUILD (or a rebuild's `_set_obj_state`)
+        stored on the instance: a call of what was stored there, judged as a REDUCE of it is
+        (`via`)."""
         value = (inst.stored or {}).get(name, UNKNOWN)
-        role = f"{opname} calls the {name} an earlier BUILD stored on {render(inst)}"
+        role = f"{opname} calls the {name} stored earlier on {render(inst)}"
         if isinstance(value, GlobalRef):
             strings: list[str] = []
             strings_of(args, strings)

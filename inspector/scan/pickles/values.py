@@ -187,3 +187,16 @@ def describe(value: object) -> str:
     if type(value) is int:
         return str(value)
     return f"<{kind_of(value)}>"
+
+
+def called_attributes(state: object) -> dict:
+    """What a BUILD state stores that the unpickler or later code calls by name (its dict part
+    and its slot part, `(dict, slots)`): name -> value."""
+    parts = state if isinstance(state, tuple) and len(state) == 2 else (state,)
+    found: dict = {}
+    for part in parts:
+        hot = part.hot if isinstance(part, _Seq | _Obj) else None
+        for key, value in (hot or {}).items():
+            if is_called_name(key):
+                found.setdefault(key, value)
+    return found
