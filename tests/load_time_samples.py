@@ -14,12 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from factories import (
+    BUILD,
     EMPTY_DICT,
+    EMPTY_TUPLE,
     MARK,
     OBJ,
     PROTO2,
     PROTO4,
     REDUCE,
+    SETITEM,
     STACK_GLOBAL,
     STOP,
     TUPLE,
@@ -101,6 +104,27 @@ def reconstructor_maildir_inst(path: Path, canary: Path) -> Path:
     Maildir folder is created."""
     data = (MARK + p_global("mailbox", "Maildir") + p_global("mailbox", "Maildir")
             + p_string(str(canary)) + p_inst("copyreg", "_reconstructor") + STOP)
+    return _write(path, data)
+
+
+def from_type_forwards_reconstructor(path: Path, canary: Path) -> Path:
+    """_rebuild_from_type_v2 calls func(*args): with copyreg._reconstructor as func, the args
+    it forwards make _reconstructor run mailbox.mbox.__init__(CANARY), which creates the file."""
+    data = (PROTO2 + p_global("torch._tensor", "_rebuild_from_type_v2") + MARK
+            + p_global("copyreg", "_reconstructor") + p_global("collections", "OrderedDict")
+            + MARK + p_global("mailbox", "mbox") + p_global("mailbox", "mbox")
+            + p_unicode(str(canary)) + TUPLE + NONE + TUPLE + REDUCE + STOP)
+    return _write(path, data)
+
+
+def from_type_state_stores_setstate(path: Path, canary: Path) -> Path:
+    """_rebuild_from_type_v2's state is set on the object it makes, name by name
+    (torch._utils._set_obj_state): a stored __setstate__ is what the next BUILD calls, here
+    mailbox.mbox(CANARY)."""
+    data = (PROTO2 + p_global("torch._tensor", "_rebuild_from_type_v2") + MARK
+            + p_global("collections", "OrderedDict") + p_global("collections", "OrderedDict")
+            + EMPTY_TUPLE + EMPTY_DICT + p_unicode("__setstate__") + p_global("mailbox", "mbox")
+            + SETITEM + TUPLE + REDUCE + p_unicode(str(canary)) + BUILD + STOP)
     return _write(path, data)
 
 
@@ -239,6 +263,10 @@ HOSTILE: dict[str, tuple[str, Callable[[Path, Path], Path], str]] = {
     "reconstructor_mbox": ("pickle", reconstructor_mbox, "constructs and initialises"),
     "reconstructor_maildir_inst": ("pickle", reconstructor_maildir_inst,
                                    "constructs and initialises"),
+    "from_type_forwards_reconstructor": ("pickle", from_type_forwards_reconstructor,
+                                         "constructs and initialises"),
+    "from_type_state_stores_setstate": ("pickle", from_type_state_stores_setstate,
+                                        "__setstate__ stored earlier"),
     "numpy_generator_ctor_mbox": ("pickle", numpy_generator_ctor_mbox,
                                   "__generator_ctor calls its argument bit_generator_ctor"),
     "joblib_payload_after_array": ("joblib", joblib_payload_after_array, "calls mailbox.mbox"),
