@@ -227,3 +227,33 @@ def test_settings_a_schedule_writes_or_that_never_change_raise_nothing(tmp_path)
     verdicts, saves, _, _ = _saved_after(tmp_path, fault, steps=20)
     assert not [v for v in verdicts if v.alarm]
     assert all(s.verified for s in saves.values())
+
+
+def test_a_flipped_beta2_is_named_and_the_moment_it_hides_is_not_sealed(tmp_path):
+    from inspector.core.vocabulary import SaveOutcome
+
+    index = 3
+
+    def fault(optimizer, step, moment=True):
+        group = optimizer.param_groups[0]
+        if step == 8:  # after guard.step of step 7, before the save: torch admits 0.24975
+            b1, b2 = group["betas"]
+            group["betas"] = (b1, flip_float(b2, 53))
+            if moment:  # and one first moment x65536, finite: no bound holds it at these betas
+                state = optimizer.state[optimizer.param_groups[0]["params"][0]]
+                state["exp_avg"].view(-1)[index] *= 2.0 ** 16
+
+    _, clean_saves, clean, _ = _saved_after(tmp_path / "clean", lambda o, s: None, steps=10)
+    _, _, beta_only, _ = _saved_after(tmp_path / "beta2", lambda o, s: fault(o, s, False),
+                                      steps=10)
+    verdicts, saves, model, _ = _saved_after(tmp_path / "both", fault, steps=10)
+    # the harm: the element the moment steers moves ~x65536 further than in either twin
+    moved = abs(float(model[0].weight.view(-1)[index] - clean[0].weight.view(-1)[index]))
+    alone = abs(float(beta_only[0].weight.view(-1)[index] - clean[0].weight.view(-1)[index]))
+    assert moved > 100 * max(alone, 1e-6)
+    assert all(s.verified for s in clean_saves.values())
+    assert saves[4].outcome == SaveOutcome.VERIFIED
+    assert saves[8].outcome == SaveOutcome.UNHEALTHY
+    assert "param_groups.0.betas.1 changed from 0.999 to 0.2497" in saves[8].detail
+    assert [(b.rule, b.param) for b in verdicts[8].alarm.breaches] == [
+        ("optimizer-setting", "param_groups.0.betas.1")]

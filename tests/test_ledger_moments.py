@@ -553,3 +553,46 @@ def test_a_name_another_optimizer_uses_more_widely_keeps_the_wider_bound():
         {"lr": torch.tensor(-1e-3), "params": [1]}]}
     assert group_problems({"optimizer": state}) == [
         "optimizer.param group 1: lr -0.001, which torch's optimizers refuse"]
+
+
+BETA2_FLIPPED = flip_float(0.999, 53)  # 0.24975: exponent bit 53, admitted by torch
+NO_BOUND = {
+    "adam": lambda ps: torch.optim.Adam(ps, lr=1e-3, betas=(0.9, BETA2_FLIPPED)),
+    "adam-amsgrad": lambda ps: torch.optim.Adam(ps, lr=1e-3, betas=(0.9, BETA2_FLIPPED),
+                                                amsgrad=True),
+    "adamax": lambda ps: torch.optim.Adamax(ps, lr=1e-3, betas=(0.9, 0.5)),
+}
+"""Optimizers torch admits whose betas leave |m| without a bound (b1^2 >= b2; b1 >= b2)."""
+NO_BOUND_FAULTS = {
+    # optimizer, state key, the value written into one element, what the check says
+    "exp_avg Inf": ("adam", "exp_avg", math.inf, "exp_avg infinite in 1 value"),
+    "exp_avg_sq negative": ("adam", "exp_avg_sq", -1.0, "exp_avg_sq negative in 1 value"),
+    "amsgrad max below": ("adam-amsgrad", "max_exp_avg_sq", -1.0,
+                          "max_exp_avg_sq below exp_avg_sq in 1 value"),
+    "adamax exp_avg Inf": ("adamax", "exp_avg", -math.inf, "exp_avg infinite in 1 value"),
+    "adamax exp_inf negative": ("adamax", "exp_inf", -1.0, "exp_inf negative in 1 value"),
+}
+
+
+def trained_with(factory, steps: int = 6):
+    """A tiny model trained a few steps by the optimizer `factory` builds."""
+    model = tiny_model()
+    optimizer = factory(model.parameters())
+    for step in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        x, y = batch(step)
+        nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    return model, optimizer
+
+
+@pytest.mark.parametrize("fault", NO_BOUND_FAULTS)
+def test_betas_without_a_bound_still_get_every_bound_free_check(fault):
+    name, key, value, said = NO_BOUND_FAULTS[fault]
+    _, clean = trained_with(NO_BOUND[name])
+    assert moment_problems(clean.state_dict()) == []
+    model, optimizer = trained_with(NO_BOUND[name])
+    optimizer.state[model[0].weight][key].view(-1)[3] = value
+    problems = moment_problems(optimizer.state_dict())
+    assert len(problems) == 1 and said in problems[0], problems
+

@@ -61,8 +61,9 @@ class Family:
     """Moments that are never negative nor below the group's `floor`; the first is the scale
     of `moment`'s bound."""
     limit: Callable[[dict], float | None]
-    """The bound's factor K from the parameter group (0: no bound on `moment`), or None when
-    the group's hyper-parameters are not this family's."""
+    """The bound's factor K from the parameter group (0: no bound on `moment`, which is then
+    checked for finiteness only, as every scale for its range), or None when the group's
+    hyper-parameters are not this family's."""
     moment: str | None = None
     """The moment bounded by |moment| <= K sqrt(scale) (K scale for a running maximum)."""
     needs_moment: bool = False
@@ -98,17 +99,21 @@ def _betas(group: dict) -> tuple[float, float] | None:
 
 def _adam_limit(group: dict) -> float | None:
     betas = _betas(group)
-    if betas is None or betas[0] ** 2 >= betas[1]:
+    if betas is None:
         return None
     b1, b2 = betas
+    if b1 * b1 >= b2:  # no bound (a flipped beta2 torch admits); the rest is still checked
+        return 0.0
     return MARGIN * (1 - b1) / math.sqrt((1 - b2) * (1 - b1 * b1 / b2))
 
 
 def _adamax_limit(group: dict) -> float | None:
     betas = _betas(group)
-    if betas is None or betas[0] >= betas[1]:
+    if betas is None:
         return None
     b1, b2 = betas
+    if b1 >= b2:
+        return 0.0
     return MARGIN * (1 - b1) / (1 - b1 / b2)
 
 
@@ -228,8 +233,6 @@ def _param_problems(name: str, family: Family, k: float, floor: float,
     """One parameter's broken state: a fast float32 pass, then exact counts where it failed."""
     flat = {key: moments[key].detach().reshape(-1)
             for key in (*family.scales, family.moment, family.ceiling) if key in moments}
-    if not k:
-        flat.pop(family.moment, None)
     # a start the state was filled with in its own dtype (float16 holds 0.1 as 0.09998)
     floor = float(torch.tensor(floor, dtype=flat[family.scales[0]].dtype))
     said = _bad_step(moments.get("step"))
@@ -272,7 +275,7 @@ def _suspect(family: Family, flat: dict[str, torch.Tensor], k: float, floor: flo
     buf = torch.empty(min(scale.numel(), _CHUNK), dtype=torch.float32, device=scale.device)
     # m^2 - k^2 v already exceeds its bound where a mean of squares is negative, and is -Inf
     # or NaN where it is infinite or NaN: a second pass over it would only double the cost
-    ranged = family.scales[1:] if m is not None and family.squared else family.scales
+    ranged = family.scales[1:] if m is not None and family.squared and k else family.scales
     for start in range(0, scale.numel(), _CHUNK):
         part = slice(start, start + _CHUNK)
         for key in ranged:
@@ -280,9 +283,13 @@ def _suspect(family: Family, flat: dict[str, torch.Tensor], k: float, floor: flo
             if not (float(low) >= floor and float(high) < math.inf):
                 return True
         vc = scale[part]
-        if m is not None:
+        if m is not None and k:
             low, high = torch.aminmax(_room(family, m[part], vc, k, buf[:vc.numel()]))
             if not (float(high) <= k * k * tiny and float(low) > -math.inf):
+                return True
+        elif m is not None:  # no bound: the moment finite (NaN fails both comparisons)
+            low, high = torch.aminmax(m[part])
+            if not (float(low) > -math.inf and float(high) < math.inf):
                 return True
         if top is not None and bool(torch.lt(top[part], vc).any()):
             return True
@@ -302,7 +309,8 @@ def _count(family: Family, flat: dict[str, torch.Tensor], k: float,
     if moment in flat:
         size = f"sqrt({scale_key})" if family.squared else scale_key
         tally[(moment, "inf")] = (f"{moment} infinite", 0)
-        tally[(moment, "bound")] = (f"|{moment}| above {k:.3g} x {size}", 0)
+        if k:
+            tally[(moment, "bound")] = (f"|{moment}| above {k:.3g} x {size}", 0)
     if family.ceiling in flat:
         tally[(family.ceiling, "low")] = (f"{family.ceiling} below {scale_key}", 0)
 
@@ -319,9 +327,10 @@ def _count(family: Family, flat: dict[str, torch.Tensor], k: float,
         if moment in part:
             mc = part[moment]
             add((moment, "inf"), torch.isinf(mc).sum())
-            finite = torch.isfinite(mc) & torch.isfinite(vc) & (vc >= 0)
-            size = (vc + tiny) if family.squared else (vc + tiny) ** 2
-            add((moment, "bound"), (finite & (mc * mc > k * k * size)).sum())
+            if k:
+                finite = torch.isfinite(mc) & torch.isfinite(vc) & (vc >= 0)
+                size = (vc + tiny) if family.squared else (vc + tiny) ** 2
+                add((moment, "bound"), (finite & (mc * mc > k * k * size)).sum())
         if family.ceiling in part:
             add((family.ceiling, "low"), torch.lt(part[family.ceiling], vc).sum())
     return list(tally.values())

@@ -32,6 +32,11 @@ FIXED = ("eps", "maximize", "amsgrad", "nesterov", "dampening", "centered", "lr_
 weight decay are scheduled; these are not): one that changes between two steps was written by
 something else. A flipped exponent bit in `eps` (1e-8 -> 1.8e300) is finite and admitted and
 freezes Adam; `maximize` set turns descent into ascent."""
+FIXED_ITEMS = (("betas", 1),)
+"""Items of a scheduled setting that no scheduler writes, checked as `FIXED` under the name
+`betas.1`: OneCycleLR and CyclicLR (`cycle_momentum`) cycle beta1 and keep beta2, and no
+scheduler of torch or transformers writes it. Adam's beta2 with exponent bit 53 flipped (0.999
+-> 0.24975) is admitted, and below beta1^2 no bound holds its moments (`ledger.moments`)."""
 
 COLLAPSE = 2.0 ** 16
 """How far a learning rate may fall in one step, to a value above zero, before the guard names
@@ -53,11 +58,20 @@ def collapsed(before: float | None, now: float | None) -> bool:
 
 
 def fixed_values(group: Any) -> dict[str, Any]:
-    """The group's `FIXED` settings it holds, as they are (numbers and flags)."""
+    """The group's `FIXED` settings and `FIXED_ITEMS` it holds, as they are (numbers and
+    flags; an item as `KEY.INDEX`)."""
     if not isinstance(group, dict):
         return {}
-    return {key: group[key] for key in FIXED
-            if key in group and (group[key] is None or isinstance(group[key], (bool, int, float)))}
+    found = {key: group[key] for key in FIXED if key in group and _plain(group[key])}
+    for key, i in FIXED_ITEMS:
+        value = group.get(key)
+        if isinstance(value, (tuple, list)) and len(value) > i and _plain(value[i]):
+            found[f"{key}.{i}"] = value[i]
+    return found
+
+
+def _plain(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float))
 
 
 def refused(group: Any) -> list[tuple[str, float]]:
