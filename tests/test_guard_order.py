@@ -365,3 +365,21 @@ def test_bad_samples_reads_input_rows_and_per_sample_losses():
     losses = torch.tensor([0.1, math.nan, 0.2, 0.3])
     assert bad_samples({"x": torch.ones(4, 3)}, [7, 8, 9, 10], lambda: losses) == [8]
     assert bad_samples(x, None) == [2]
+
+
+def test_a_sample_drawn_twice_inside_one_batch_is_a_repeat(tmp_path):
+    def first_batches(run_dir, order):
+        loader = track(DataLoader(Squares(), batch_size=BS, sampler=order), run_dir)
+        batches = [x[:, 0].long().tolist() for x in itertools.islice(loader, 3)]
+        loader.ledger.close()
+        return batches
+
+    clean = first_batches(tmp_path / "clean", list(range(N)))
+    order = list(range(N))
+    order[6] = 5  # the test's own fault: index 5 drawn again in its own batch, 6 never
+    hurt = first_batches(tmp_path / "hurt", order)
+    assert sorted(clean[1]) == [4, 5, 6, 7] and sorted(hurt[1]) == [4, 5, 5, 7]
+    assert alarms(tmp_path / "clean") == []
+    [record] = alarms(tmp_path / "hurt")
+    assert record["rule"] == "sample-duplicated" and record["step"] == 1
+    assert record["samples"] == [5] and record["value"] == 1

@@ -137,8 +137,13 @@ class OrderLedger:
         self._hash = rolling_hash(self._hash, ids)
         rec = StepOrder(self.epoch, self.step, self.rank, worker, ids, self._hash, self.session)
         self._writer.step(rec)
-        dup = [i for i in ids if i in self._seen]
-        self._seen.update(ids)
+        # a sample drawn twice inside this batch is a repeat too, not only one of an earlier batch
+        seen, dup = self._seen, []
+        for i in ids:
+            if i in seen:
+                dup.append(i)
+            else:
+                seen.add(i)
         if dup:
             self._alarm("sample-duplicated", len(dup), None, samples=list(dup[:8]),
                         worker=worker, epoch=self.epoch)
