@@ -350,3 +350,29 @@ def test_real_enum_members_keep_the_exemption(module, name, value):
     verdict = call_verdict(target, False, [f"{target}({value})"])
     assert verdict is not None and verdict.severity == "suspicious", verdict
     assert "enum member" in verdict.reason
+
+
+# --- a finalizer the load leaves behind (red-team round 53) ----------------------------------
+
+
+@pytest.mark.parametrize("module", ["numpy.lib._datasource", "numpy.lib.npyio"])
+def test_a_datasource_whose_finalizer_removes_a_folder_is_dangerous(tmp_path, python_exe,
+                                                                    module):
+    """NumPy's DataSource removes its `_destpath` when it is collected, if `_istmpdest` is set
+    (its __del__): a pickle that builds one (NEWOBJ + BUILD) deletes any folder once the loaded
+    object is dropped, under its defining module's name as under the re-export's."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "kept.txt").write_text("precious")
+    state = (b"}" + _s("_destpath") + _s(str(victim)) + b"s" + _s("_istmpdest") + b"\x88s")
+    data = (b"\x80\x02c" + module.encode() + b"\nDataSource\n)\x81" + state + b"b.")
+    path = tmp_path / "source.pkl"
+    path.write_bytes(data)
+    proc = _load(python_exe, f"import pickle; pickle.load(open({str(path)!r}, 'rb'))", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not victim.exists(), "the finalizer did not remove the folder"
+    victim.mkdir()
+    code, out = _cli(python_exe, path)
+    assert code == 2, out
+    assert victim.exists()
+    assert "DataSource" in out and "dangerous" in out, out
