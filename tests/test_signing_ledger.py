@@ -227,3 +227,128 @@ def test_a_signed_save_under_another_name_step_or_line_is_not_that_save(
     assert out.out.strip() == str(run / "step-2.pt")
     assert said in out.err
     assert _reference_accepts(run / "step-2.pt", pub)  # the extra field is the reference's too
+
+
+def _rechained(path: Path, swap: dict[int, dict]) -> None:
+    """The journal at `path` written again line by line with plain SHA-256 seals (what anyone
+    who can write the folder can do without the seal key), the fields of `swap` (seq -> a
+    record) put in place of those lines'."""
+    import os
+
+    from inspector.run import journal
+
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    new = path.with_name("journal.new")
+    for rec in records:
+        fields = swap.get(rec["seq"], rec)
+        journal.append(new, rec["kind"], {k: v for k, v in fields.items()
+                                          if k not in ("seq", "prev", "chain", "kind", "seal")})
+    os.replace(new, path)
+
+
+def test_a_save_signed_for_another_run_is_not_this_runs(tmp_path, keys, monkeypatch,
+                                                         capsys) -> None:
+    """Two runs signed with one key, no seal key: run A's step-3 file and signature copied
+    over run B's and B's journal re-chained with A's record of it. Path, step, seq and
+    bytes all hold; the signature names A's journal (its chain id), not B's."""
+    import shutil
+
+    import torch
+
+    from inspector.ledger import save
+    from inspector.run.checkpoints import latest_valid
+    from inspector.signing.saves import signed_by
+
+    pem, pub = keys["alice"]
+    monkeypatch.setenv("CKPT_INSPECTOR_SIGNING_KEY", str(pem))
+    runs = {name: tmp_path / name for name in ("a", "b")}
+    for seed, run in enumerate(runs.values()):
+        for step in (1, 2, 3):
+            state = _state(10 * seed + step)
+            if run == runs["a"] and step == 3:
+                state = {"model": {k: torch.zeros_like(v) for k, v in state["model"].items()}}
+            save(state, run / "ckpt" / f"step-{step}.pt", step=step, run_dir=run)
+    monkeypatch.delenv("CKPT_INSPECTOR_SIGNING_KEY")
+    for suffix in ("", ".sig"):
+        shutil.copy(runs["a"] / f"ckpt/step-3.pt{suffix}", runs["b"] / f"ckpt/step-3.pt{suffix}")
+    theirs = json.loads(journal_lines(runs["a"])[2])
+    _rechained(runs["b"] / "journal.jsonl", {2: theirs})
+
+    assert latest_valid(runs["b"]).step == 3  # hashes and chain alone: A's save passes
+    assert latest_valid(runs["b"], refuse=signed_by(pub)).step == 2
+    assert main(["run", "latest", str(runs["b"]), "--public-key", str(pub)]) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == str(runs["b"] / "ckpt/step-2.pt")
+    assert "in another run's journal (chain id" in out.err
+    assert main(["run", "verify", str(runs["b"]), "--public-key", str(pub)]) == 1
+    out = capsys.readouterr().out
+    assert "signature  changed" in out
+    assert "latest valid: ckpt/step-2.pt (step 2)" in out  # not the save whose signature fails
+    assert main(["run", "verify", str(runs["a"]), "--public-key", str(pub)]) == 0
+
+
+def journal_lines(run: Path) -> list[str]:
+    return (run / "journal.jsonl").read_text().splitlines()
+
+
+def test_an_unverified_save_edited_to_verified_is_not_what_was_signed(tmp_path, keys,
+                                                                      monkeypatch,
+                                                                      capsys) -> None:
+    """A save recorded `unverified` (its re-read proved nothing against memory) is signed; its
+    record edited to `verified` (no seal key: the journal re-chained) would make `run latest`
+    choose it. The signature names the outcome it was made for."""
+    from inspector.core.vocabulary import SaveOutcome
+    from inspector.integrity.hashing import sha256_file
+    from inspector.integrity.manifest import FileEntry
+    from inspector.ledger import save
+    from inspector.ledger.record import append_save
+
+    pem, pub = keys["alice"]
+    run = tmp_path / "run"
+    monkeypatch.setenv("CKPT_INSPECTOR_SIGNING_KEY", str(pem))
+    save(_state(1), run / "step-1.pt", step=1, run_dir=run)
+    target = run / "step-2.pt"
+    target.write_bytes(b"bytes the ledger could not prove")
+    entry = FileEntry("step-2.pt", sha256_file(target), target.stat().st_size, None, None)
+    append_save(run, target, layout="file", fmt=None, writer="test", files=[entry],
+                outcome=SaveOutcome.UNVERIFIED, detail="re-read failed", step=2, epoch=None)
+    monkeypatch.delenv("CKPT_INSPECTOR_SIGNING_KEY")
+    assert main(["run", "latest", str(run), "--public-key", str(pub)]) == 0
+    assert capsys.readouterr().out.strip() == str(run / "step-1.pt")
+
+    second = json.loads(journal_lines(run)[1])
+    _rechained(run / "journal.jsonl", {1: {**second, "outcome": "verified", "verified": True,
+                                           "detail": None}})
+    assert main(["run", "latest", str(run)]) == 0  # without a key: the edited record passes
+    assert capsys.readouterr().out.strip() == str(target)
+    assert main(["run", "latest", str(run), "--public-key", str(pub)]) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == str(run / "step-1.pt")
+    assert "signed as a save unverified at its write, but the record says verified" in out.err
+
+
+def test_a_signature_made_before_it_named_run_and_outcome_holds_and_says_so(
+        tmp_path, keys, monkeypatch, capsys) -> None:
+    """An earlier version's save signature (path, step and seq only) is still intact, and
+    `run latest` says what it does not bind instead of passing it as fully checked."""
+    from inspector.ledger import save
+    from inspector.run.checkpoints import read_ledger
+    from inspector.signing.make import sign_digests
+    from inspector.signing.statement import SavePlace
+
+    pem, pub = keys["alice"]
+    run = tmp_path / "run"
+    monkeypatch.setenv("CKPT_INSPECTOR_SIGNING_KEY", str(pem))
+    target = run / "step-1.pt"
+    save(_state(1), target, step=1, run_dir=run)
+    monkeypatch.delenv("CKPT_INSPECTOR_SIGNING_KEY")
+    [record] = read_ledger(run).saves
+    sign_digests(target, {".": record.sha256}, pem, Path(f"{target}.sig"), overwrite=True,
+                 save=SavePlace(record.path, record.step, record.seq))
+    assert main(["run", "latest", str(run), "--public-key", str(pub)]) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == str(target)
+    assert ("signature intact, but made before signatures named its run's journal and its "
+            "outcome") in out.err
+    assert main(["run", "verify", str(run), "--public-key", str(pub)]) == 0
+    assert "made before signatures named" in capsys.readouterr().out

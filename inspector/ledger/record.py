@@ -48,7 +48,9 @@ def append_save(
         verified=outcome == SaveOutcome.VERIFIED,
         warnings=(warning,) if warning else (), detail=detail,
     )
-    entry = journal.append(journal.journal_path(run_dir), SAVE_KIND, record.to_fields())
-    record = dataclasses.replace(record, seq=entry.seq)
-    sign_save(run_dir, target, record)  # the signature names the save's line too
+    path = journal.journal_path(run_dir)
+    entry = journal.append(path, SAVE_KIND, record.to_fields())
+    chain = entry.record.get("chain") or journal.chain_id(path)  # the first line: its own hash
+    record = dataclasses.replace(record, seq=entry.seq, chain=chain)
+    sign_save(run_dir, target, record, chain)  # the signature names the save's line and run
     return record

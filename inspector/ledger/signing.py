@@ -19,8 +19,10 @@ SIGNING_KEY_ENV = "CKPT_INSPECTOR_SIGNING_KEY"
 """The PEM private key (ECDSA P-256/384/521) each proven save is signed with; unset: none is."""
 
 
-def sign_save(run_dir: Path, target: Path, record: SaveRecord) -> Path | None:
-    """Sign a save's recorded digests when a key is configured; the signature's path, or None.
+def sign_save(run_dir: Path, target: Path, record: SaveRecord, chain: str | None
+              ) -> Path | None:
+    """Sign a save's recorded digests, with its place, its journal's chain id (`chain`: which
+    run) and its outcome, when a key is configured; the signature's path, or None.
     LedgerError when the key cannot sign (the save itself stands, ledgered)."""
     key = os.environ.get(SIGNING_KEY_ENV)
     if not key or record.outcome not in SIGNED_OUTCOMES:
@@ -36,7 +38,8 @@ def sign_save(run_dir: Path, target: Path, record: SaveRecord) -> Path | None:
     try:
         return sign_digests(target, digests, Path(key), beside(target), tensors or None,
                             overwrite=True,
-                            save=SavePlace(record.path, record.step, record.seq)).signature
+                            save=SavePlace(record.path, record.step, record.seq, chain,
+                                           str(record.outcome))).signature
     except SignatureError as exc:
         raise LedgerError("signing_failed", f"{target}: saved and ledgered but not signed: "
                           f"{exc.message} ({SIGNING_KEY_ENV})") from exc

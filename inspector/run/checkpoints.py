@@ -82,6 +82,9 @@ class SaveRecord:
     seq: int = -1
     line: int = field(default=0, compare=False)
     """The 1-based journal line it was read from (0 for a record just appended)."""
+    chain: str | None = field(default=None, compare=False)
+    """The chain id its line carries (None on a journal's first line, whose hash is the id:
+    `RunLedger.chain_of`)."""
 
     def to_fields(self) -> dict[str, Any]:
         """The record's fields as the journal stores them (without seq and line)."""
@@ -113,6 +116,7 @@ class SaveRecord:
                 writer=str(rec.get("writer", "")), verified=bool(rec.get("verified")),
                 warnings=tuple(str(w) for w in rec.get("warnings") or ()),
                 detail=rec.get("detail"), seq=entry.seq, line=entry.line,
+                chain=_typed(rec, "chain", str),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise LedgerError("bad_record", f"line {entry.line}: not a save record: {exc}") from exc
@@ -180,6 +184,11 @@ class RunLedger:
     def resolve(self, record: SaveRecord) -> Path:
         """Where a record's checkpoint lies."""
         return self.run_dir / Path(*record.path.split("/"))
+
+    def chain_of(self, record: SaveRecord) -> str | None:
+        """The chain id of the journal a record was read from, as its line names it (the
+        first line's own hash for the first line): which run it is a save of."""
+        return record.chain or (self.journal.head if record.seq == 0 else None)
 
 
 def read_ledger(path: str | os.PathLike[str]) -> RunLedger:

@@ -104,6 +104,9 @@ class Journal:
     problems: tuple[JournalProblem, ...] = field(default_factory=tuple)
     authenticated: bool = False
     """Read with a key: every line in `sound` carries that key's seal."""
+    head: str | None = None
+    """The hash of the first line as it reads now: the chain id of a journal whose first line
+    is the record a reader asks about (later lines carry theirs as `chain`)."""
 
     @property
     def intact(self) -> bool:
@@ -147,6 +150,16 @@ def is_run_path(path: str | os.PathLike[str]) -> bool:
 def line_hash(raw: bytes) -> str:
     """The SHA-256 that the next line's `prev` must carry."""
     return hashlib.sha256(raw).hexdigest()
+
+
+def chain_id(path: str | os.PathLike[str]) -> str | None:
+    """The chain id of the journal at `path`: the hash of its first line (None when empty),
+    which every later line carries as `chain`."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return line_hash(_head(fd)) if os.fstat(fd).st_size else None
+    finally:
+        os.close(fd)
 
 
 def append(path: str | os.PathLike[str], kind: str, fields: Mapping[str, Any]) -> JournalEntry:
@@ -209,9 +222,9 @@ def read(path: str | os.PathLike[str], key: bytes | None = _FROM_ENVIRONMENT) ->
                for number, _, record in sorted(parsed, key=lambda p: (p[2]["seq"], p[0]))]
     problems.sort(key=lambda p: p.line)
     # with a key, every line in `sound` carries that key's seal (any other is a problem)
-    # with a key, every line in `sound` carries that key's seal (any other is a problem)
     authenticated = key is not None and bool(lines)
-    return Journal(target, tuple(entries), tuple(problems), authenticated)
+    head = line_hash(lines[0]) if lines else None
+    return Journal(target, tuple(entries), tuple(problems), authenticated, head)
 
 
 def _chain_problems(parsed: list[tuple[int, bytes, dict[str, Any]]], lines: list[bytes],
@@ -325,7 +338,7 @@ def _parse(raw: bytes) -> dict[str, Any] | None:
     if not isinstance(record, dict):
         return None
     ok = (isinstance(record.get("seq"), int) and isinstance(record.get("prev"), str)
-          and isinstance(record.get("kind"), str))
+          and isinstance(record.get("kind"), str) and isinstance(record.get("chain", ""), str))
     return record if ok else None
 
 

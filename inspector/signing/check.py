@@ -188,9 +188,9 @@ def check_against(signature: Path, expected: dict[str, str], public_key: Path | 
                   certificate_chain: Sequence[Path] = (),
                   save: SavePlace | None = None) -> SignatureVerdict:
     """A checkpoint's signature against the digests its record holds (`signed_name`) and, when
-    it was signed for a ledger save, against that save's place (`save`): intact when it
-    verifies and signs exactly those, else why not (never raises for bad input: a damaged
-    signature is a verdict here)."""
+    it was signed for a ledger save, against that save's place, run and outcome (`save`):
+    intact when it verifies and signs exactly those, else why not (never raises for bad
+    input: a damaged signature is a verdict here)."""
     if not signature.exists():
         return SignatureVerdict(state=SignatureState.UNSIGNED, signature=str(signature),
                                 reason=f"no signature at {signature}")
@@ -209,9 +209,15 @@ def check_against(signature: Path, expected: dict[str, str], public_key: Path | 
         verdict.state = SignatureState.CHANGED
         verdict.reason = (f"the signed statement and the record disagree on {differ[0]!r}"
                           + (f" and {len(differ) - 1} more" if len(differ) > 1 else ""))
-    elif save is not None and checked.statement.save not in (None, save):
-        # the same signed bytes under another name, step or journal line: a copy, not that save
+    elif save is not None and checked.statement.save is None:
+        # made before signatures named their save: the bytes hold, nothing else is bound
+        verdict.reason = ("the signature names no save (made before signatures did): it binds "
+                          "the bytes, not this save's path, step, journal or outcome")
+    elif save is not None and (why := checked.statement.save.mismatch(save)):
+        # the same signed bytes under another name, step, journal line, run or outcome: a
+        # copy or an edit, not that save
         verdict.state = SignatureState.CHANGED
-        verdict.reason = (f"signed for {checked.statement.save.said()}, but the record is "
-                          f"{save.said()}")
+        verdict.reason = why
+    elif save is not None:
+        verdict.reason = checked.statement.save.unbound()
     return verdict

@@ -26,6 +26,8 @@ class _Ledger(Protocol):
 
     def resolve(self, record: Any) -> Path: ...
 
+    def chain_of(self, record: Any) -> str | None: ...
+
 
 class _Check(Protocol):
     state: str
@@ -46,7 +48,8 @@ def save_signature(ledger: _Ledger, check: _Check, public_key: PathLike | None =
     record = check.record
     return check_against(beside(target), expected, Path(public_key) if public_key else None,
                          [Path(c) for c in certificates],
-                         SavePlace(record.path, record.step, record.seq))
+                         SavePlace(record.path, record.step, record.seq,
+                                   ledger.chain_of(record), str(record.outcome)))
 
 
 def refusal(verdict: SignatureVerdict | None) -> str | None:

@@ -48,21 +48,50 @@ class Resource:
 
 @dataclass(frozen=True)
 class SavePlace:
-    """Which ledgered save a signature was made for: its path in the run folder, its step and
-    its line's place in the journal's chain (`seq`)."""
+    """Which ledgered save a signature was made for: its path in the run folder, its step,
+    its line's place in the journal's chain (`seq`), that journal's chain id (the hash of its
+    first line: which run) and the save's outcome (how its bytes were proven). `chain` and
+    `outcome` are None in a signature made before they were signed."""
 
     path: str
     step: int | None
     seq: int
+    chain: str | None = None
+    outcome: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The signed predicate field."""
-        return {"path": self.path, "step": self.step, "seq": self.seq}
+        bound = {k: v for k, v in (("chain", self.chain), ("outcome", self.outcome))
+                 if v is not None}
+        return {"path": self.path, "step": self.step, "seq": self.seq, **bound}
 
     def said(self) -> str:
         """'step 1 at ckpt/step-1.pt (journal seq 0)'."""
         step = f"step {self.step}" if self.step is not None else "no step"
         return f"{step} at {self.path} (journal seq {self.seq})"
+
+    def mismatch(self, record: SavePlace) -> str | None:
+        """Why the save a record describes is not the one this signature was made for (None
+        when it is); a part this signature does not name is not compared (`unbound`)."""
+        if (self.path, self.step, self.seq) != (record.path, record.step, record.seq):
+            return f"signed for {self.said()}, but the record is {record.said()}"
+        if self.chain is not None and self.chain != record.chain:
+            return (f"signed for {self.said()} in another run's journal (chain id "
+                    f"{self.chain[:12]}…, this journal's is {str(record.chain)[:12]}…)")
+        if self.outcome is not None and self.outcome != record.outcome:
+            return (f"signed as a save {self.outcome} at its write, but the record says "
+                    f"{record.outcome}")
+        return None
+
+    def unbound(self) -> str | None:
+        """What an older signature leaves unsigned ("its run's journal and its outcome"), so
+        a reader says it checked less; None when it names them all."""
+        missing = [what for what, value in (("its run's journal", self.chain),
+                                            ("its outcome", self.outcome)) if value is None]
+        if not missing:
+            return None
+        return (f"made before signatures named {' and '.join(missing)}: a save copied from "
+                "another run signed with the same key, or an edited outcome, is not told apart")
 
 
 @dataclass
@@ -119,8 +148,12 @@ def _save(payload: bytes, source: Path) -> SavePlace | None:
             or ("step" not in whole and record.get("step") is not None)):
         raise SignatureError("not-a-bundle", f"{source}: the signed {SAVE_FIELD} field is "
                              "malformed")
+    words = {k: record.get(k) for k in ("chain", "outcome")}
+    if any(not isinstance(v, (str, type(None))) for v in words.values()):
+        raise SignatureError("not-a-bundle", f"{source}: the signed {SAVE_FIELD} field is "
+                             "malformed")
     step = int(whole["step"]) if "step" in whole else None
-    return SavePlace(record["path"], step, int(whole["seq"]))
+    return SavePlace(record["path"], step, int(whole["seq"]), **words)
 
 
 def _tensors(payload: bytes, source: Path) -> dict[str, list[TensorEntry]]:

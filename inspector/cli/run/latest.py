@@ -14,6 +14,7 @@ from inspector.run.checkpoints import (
     CheckpointCheck,
     LedgerError,
     RunLedger,
+    SaveRecord,
     read_ledger,
     resume_choice,
 )
@@ -67,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
               f"is still intact{keyed}; run `ckpt-inspector run verify` with the same options "
               "to see why", file=sys.stderr)
         return EXIT_NONE
+    if args.public_key or args.certificate:
+        _say_less_checked(args, ledger, record)
     where = ledger.resolve(record)
     if args.json:
         print(json.dumps({**record.to_fields(), "line": record.line, "location": str(where)},
@@ -76,6 +79,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"{record.label}, saved {record.time} on {escape(record.host)} (rank "
               f"{record.rank}); intact since then", file=sys.stderr)
     return EXIT_OK
+
+
+def _say_less_checked(args: argparse.Namespace, ledger: RunLedger, record: SaveRecord) -> None:
+    """One line on stderr when the chosen save's signature holds but binds less than a
+    signature made now (an earlier version's: no save, run or outcome named), so the choice
+    is not taken as fully checked."""
+    from inspector.core.vocabulary import CheckpointState
+    from inspector.signing.saves import save_signature
+
+    verdict = save_signature(ledger, CheckpointCheck(record, CheckpointState.INTACT),
+                             args.public_key, args.certificate or ())
+    if verdict is not None and verdict.reason:
+        print(escape(f"run latest: {record.label} ({record.path}): signature {verdict.state}, "
+                     f"but {verdict.reason}"), file=sys.stderr)
 
 
 def _unsigned(args: argparse.Namespace) -> Callable[[RunLedger, CheckpointCheck], str | None

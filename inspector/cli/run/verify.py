@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 
 from inspector.cli.common import (
@@ -54,6 +55,10 @@ def run(args: argparse.Namespace) -> int:
     keyed = bool(args.public_key or args.certificate)
     unsigned = keyed and any(v is not None and v.state != SignatureState.INTACT
                              for v in signatures)
+    if keyed:  # with a key, the latest valid save is also one whose signature holds
+        held = [c for c, v in zip(checks, signatures, strict=True)
+                if v is not None and v.state == SignatureState.INTACT]
+        summary = dataclasses.replace(summary, latest_valid=summarize(ledger, held).latest_valid)
     # a journal cut at its end leaves no gap; a signature made for a lost line still says so
     lost = unrecorded(ledger, args.public_key, args.certificate or ()) if keyed else []
     failed = (summary.changed or summary.missing or not summary.chain_intact
