@@ -88,6 +88,37 @@ def test_verify_without_a_manifest_finds_the_ledger_record(tmp_path, capsys):
     assert [t["key"] for t in doc["tensors"] if t["status"] != "ok"] == ["head.bias"]
 
 
+def test_a_journal_copied_in_beside_a_checkpoint_does_not_stand_in_for_its_runs(
+        tmp_path, monkeypatch, capsys):
+    """Two runs share one seal key. Run A's sealed journal and its step-3 file copied into
+    run B's ckpt/ folder: the nearest journal records the file as it now is, B's own (one
+    folder up) records other bytes. Every journal above the file is read, and they disagree."""
+    import shutil
+
+    monkeypatch.setenv("CKPT_INSPECTOR_SEAL_KEY", "team-seal-key-0123456789")
+    run_a, run_b = tmp_path / "a", tmp_path / "b"
+    for step in (1, 2, 3):
+        save({"enc.weight": torch.zeros(8, 8) + (step == 3) * 7, "head.bias": torch.ones(3)},
+             run_a / f"step-{step}.pt", step=step, run_dir=run_a)
+    _run(run_b)
+    target = run_b / "ckpt" / "step-3.pt"
+    assert main(["verify", str(target)]) == 0  # B's own record, alone
+    capsys.readouterr()
+    shutil.copy(run_a / "step-3.pt", target)
+    shutil.copy(journal.journal_path(run_a), run_b / "ckpt" / "journal.jsonl")
+    assert main(["verify", str(target)]) == 1
+    err = capsys.readouterr().err
+    assert "the journals above it record other bytes for it" in err
+    assert f"{run_b / 'ckpt' / 'journal.jsonl'}:3 (step 3)" in err
+    assert f"{journal.journal_path(run_b)}:3 (step 3)" in err
+    out = tmp_path / "report.json"
+    assert main(["report", str(target), "-o", str(out), "--quiet"]) == 1
+    [file] = json.loads(out.read_text())["files"]
+    assert file["verification"]["status"] == "fail"
+    assert "the journals above it record other bytes" in file["verification"]["errors"][0]
+    assert main(["run", "verify", str(run_b)]) == 1  # what B's own journal says
+
+
 def test_report_of_a_run_folder_carries_the_ledger_summary(tmp_path, capsys):
     run = _run(tmp_path, steps=(1, 2))
     journal.append(journal.journal_path(run), "guard.alarm",

@@ -256,7 +256,7 @@ def _evidence(target: tuple[Path, str | None], cancel, args: argparse.Namespace,
 
 def _file_evidence(target: tuple[Path, str | None], cancel, args: argparse.Namespace, manifest,
                    jobs: int) -> FileEvidence:
-    from inspector.run.checkpoints import find_record
+    from inspector.run.checkpoints import LedgerError, find_record
     from inspector.sandbox.host.client import inspect_file, static_scan
 
     path, folder = target
@@ -273,7 +273,17 @@ def _file_evidence(target: tuple[Path, str | None], cancel, args: argparse.Names
     ev = FileEvidence(str(path), inspect=inspect, folder=folder)
     if manifest is not None:
         ev.verify, ev.manifest = _verify(path, manifest), str(args.manifest)
-    elif (found := find_record(path)) is not None:
+        return ev
+    try:
+        found = find_record(path)
+    except LedgerError as exc:  # journals above it disagree: a failed check, not a pass
+        from inspector.integrity.verify import VerifyResult
+
+        ev.verify = {"manifest": None, "dialect": "ledger",
+                     **VerifyResult(errors=[exc.message]).to_json()}
+        ev.manifest = "the journals above it, which disagree"
+        return ev
+    if found is not None:
         # a checkpoint saved through the ledger is verified against its save record
         ledger, record = found
         ev.verify = _verify(path, record.manifest(ledger.run_dir, source=ledger.path))

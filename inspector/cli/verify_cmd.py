@@ -263,10 +263,15 @@ def _run_without_manifest(args: argparse.Namespace) -> int:
         return _finish(args, result, None, "sha256")
     # imported here: a verify against a manifest (the batch case) needs neither
     from inspector.integrity.hfcache import is_cache_path, verify_cache
-    from inspector.run.checkpoints import find_record
+    from inspector.run.checkpoints import LedgerError, find_record
 
     not_cache = [p for p in args.paths if not is_cache_path(p)]
-    if len(args.paths) == 1 and not_cache and (found := find_record(args.paths[0])):
+    try:
+        found = find_record(args.paths[0]) if len(args.paths) == 1 and not_cache else None
+    except LedgerError as exc:  # journals above it disagree: none is taken as its record
+        print(escape(f"ckpt-inspector verify: {exc.message}"), file=sys.stderr)
+        return EXIT_FAILED
+    if found:
         return _run_against_ledger(args, *found)
     if not args.paths or not_cache:
         named = f"{not_cache[0]} is not in a Hugging Face cache; " if not_cache else ""
