@@ -19,7 +19,7 @@ import pytest
 from shard_runs import cli as _cli
 from shard_runs import killed_after as _killed_after
 
-from inspector.fleet.jobs import JobSlice, ResultsLog
+from inspector.fleet.jobs import Job, JobSlice, ResultsLog
 from inspector.run import journal
 
 SESSION_KIND, END_KIND = "batch.session", "batch.end"  # a results file's first and last lines
@@ -128,7 +128,7 @@ def test_a_completion_line_whose_count_differs_is_unfinished(tmp_path):
     """The count a completion line names is what the file holds; a file holding fewer (or
     more) is not what that shard finished."""
     results = tmp_path / "r0.jsonl"
-    log = ResultsLog(results, "scan.result")
+    log = ResultsLog(results, Job("scan.result", "ckpt-inspector scan m"))
     log.begin({"command": "ckpt-inspector scan m", "shard": "0/1", "environment": None})
     scan = {"path": "a.pt", "format": "pytorch-zip", "verdict": "safe", "weights_only_ok": True,
             "globals": [], "findings": [], "error": None}

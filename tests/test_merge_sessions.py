@@ -22,7 +22,7 @@ from shard_runs import cli as _cli
 from shard_runs import killed_after as _killed_after
 
 from inspector.cli import main
-from inspector.fleet.jobs import JobSlice, ResultsLog
+from inspector.fleet.jobs import Job, JobSlice, ResultsLog
 from inspector.run import journal
 
 
@@ -157,7 +157,7 @@ def test_a_record_of_the_wrong_shape_fails_the_merge_never_a_traceback(
     """fuzz_merge.py: sealed, chained records with a completion line, each part of the wrong
     shape: a bad record (exit 2, nothing written), never a traceback or SAFE."""
     results = tmp_path / "r0.jsonl"
-    log = ResultsLog(results, kind)
+    log = ResultsLog(results, Job(kind, "ckpt-inspector scan models"))
     log.begin({"command": "ckpt-inspector scan models", "shard": "0/1", "environment": None})
     log.record("/k/a.bin", tmp_path / "absent", result)
     log.end()

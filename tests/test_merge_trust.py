@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from inspector.cli import main
-from inspector.fleet.jobs import ResultsLog
+from inspector.fleet.jobs import Job, ResultsLog
 from inspector.run import journal
 
 
@@ -24,7 +24,7 @@ def _results(tmp_path: Path, name: str, *records: tuple[str, str], job: str = "0
     """A results file as `scan --shard JOB --results NAME` writes it: its session line, one
     line per file, then (once the shard is done) its completion line."""
     target = tmp_path / name
-    log = ResultsLog(target, "scan.result")
+    log = ResultsLog(target, Job("scan.result", command))
     log.begin({"command": command, "shard": job, "environment": None})
     for path, verdict in records:
         log.record(path, tmp_path / "absent", _scan(path, verdict))
@@ -166,7 +166,8 @@ def test_every_split_of_each_kind_must_be_whole(tmp_path, capsys):
 
 def test_results_that_name_no_job_fail_the_merge(tmp_path, capsys):
     target = tmp_path / "bare.jsonl"
-    ResultsLog(target, "scan.result").record("a.pt", tmp_path / "absent", _scan("a.pt", "safe"))
+    log = ResultsLog(target, Job("scan.result", "ckpt-inspector scan m"))
+    log.record("a.pt", tmp_path / "absent", _scan("a.pt", "safe"))
     code, out, _err = _merge(tmp_path, target, capsys=capsys)
     assert code == 1 and "results but no session line" in out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import hashlib
 import os
 import sys
 from collections import Counter
@@ -32,6 +33,7 @@ from inspector.scan.pickles.presets import PRESETS, preset_help
 
 if TYPE_CHECKING:  # types only: importing verify (manifests, shards) costs every command
     from inspector.fleet.jobs import JobSlice, ResultsLog
+    from inspector.integrity.manifest import Manifest
     from inspector.integrity.verify import TensorDigestFn, VerifyResult
     from inspector.run.checkpoints import RunLedger
     from inspector.scan.result import GlobalUse, ScanResult
@@ -363,10 +365,11 @@ class Batch:
         """Whether this process runs the file named `key`."""
         return self.shard is None or self.shard.owns(key)
 
-    def begin(self, command: str, environment: Mapping[str, Any] | None = None) -> None:
-        """Note this run in the results file (nothing without --results)."""
+    def begin(self, environment: Mapping[str, Any] | None = None) -> None:
+        """Note this run, with its job's command, in the results file (nothing without
+        --results)."""
         if self.log is not None:
-            self.log.begin({"command": command, "shard": self.shard.label,
+            self.log.begin({"command": self.log.job.command, "shard": self.shard.label,
                             "environment": environment})
 
     def finished(self, key: str, path: Path) -> Mapping[str, Any] | None:
@@ -385,23 +388,46 @@ class Batch:
             self.log.end()
 
 
-def open_batch(args: argparse.Namespace, kind: str) -> Batch:
-    """The batch a command's --shard and --results describe; damaged result lines are named."""
+def open_batch(args: argparse.Namespace, kind: str, command: str,
+               manifest: Manifest | None = None, options: Mapping[str, Any] | None = None
+               ) -> Batch:
+    """The batch a command's --shard and --results describe, for the job `command` runs
+    against `manifest` with the `options` that change a result (`fleet.jobs.Job`); damaged
+    result lines, and results kept for another job, are named."""
     if args.results is None:  # the batch modules load only for a batch
         return Batch(args.shard, None)
-    from inspector.fleet.jobs import JobSlice, open_results
+    from inspector.fleet.jobs import Job, JobSlice, open_results
 
     shard = args.shard or JobSlice()
-    log = open_results(args.results, kind)
+    log = open_results(args.results, Job(kind, command, manifest_digest(manifest),
+                                         dict(options or {})))
     for problem in log.problems:
         print(escape(f"{args.results}: line {problem.line} {problem.kind}: {problem.detail}; "
                      "its file is done again"), file=sys.stderr)
+    if log.other_jobs:
+        print(escape(f"{args.results}: the results of {counted(log.other_jobs, 'file')} "
+                     "were made for another manifest or other options, or by an earlier "
+                     "version that recorded neither: not reused, each is done again (start a "
+                     "new results file for a new manifest: a merge refuses one holding two "
+                     "jobs)"),
+              file=sys.stderr)
     if log.done:
         print(escape(f"{args.results}: {counted(len(log.done), 'result')} kept from earlier runs; "
                      "files written since are done again (corruption below the file system "
                      "is not: use a new results file to check everything again)"),
               file=sys.stderr)
     return Batch(shard, log)
+
+
+def manifest_digest(manifest: Manifest | None) -> str | None:
+    """The SHA-256 of a manifest's content as it was read (its dialect and every entry, with
+    their tensors): what a kept result was checked against."""
+    if manifest is None:
+        return None
+    from inspector.integrity.manifest import format_json
+
+    text = f"{manifest.dialect}\n{format_json(manifest.files)}"
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def say_unauthenticated(command: str, ledger: RunLedger, keyed: bool) -> None:

@@ -16,11 +16,12 @@ slice no results file holds, a results file that names no job, or a run whose se
 is not followed by its own completion line before the next run's (a shard killed part-way;
 re-run, it resumes) is a problem of the report, which then fails (exit 1, headed PROBLEM,
 as any failed check is, never SAFE), since files of it may never have been checked. Results
-files of shards of the same N whose commands differ (other paths, another manifest), or that
-ran one command with relative paths in different working folders, are no partition of one
-job: the merge refuses them (exit 1, nothing written). Without a seal key
-(`CKPT_INSPECTOR_SEAL_KEY_FILE`, the same for every shard) the inputs are unauthenticated,
-and the merge says so.
+files of shards of the same N whose commands differ (other paths, another manifest), whose
+jobs differ (the manifest's content, the options: a results file reused after its manifest
+changed holds two), or that ran one command with relative paths in different working
+folders, are no partition of one job: the merge refuses them (exit 1, nothing written).
+Without a seal key (`CKPT_INSPECTOR_SEAL_KEY_FILE`, the same for every shard) the inputs are
+unauthenticated, and the merge says so.
 
 Its exit codes are in `inspector/cli/reference.py` (`EXITS`).
 """
@@ -52,7 +53,13 @@ from inspector.core.strict_json import NON_FINITE
 from inspector.core.termtext import counted, escape
 from inspector.core.verdict import exit_code, rank
 from inspector.core.vocabulary import ReportStatus, Verdict
-from inspector.fleet.jobs import BatchResults, command_clash, coverage_problems, read_results
+from inspector.fleet.jobs import (
+    BatchResults,
+    command_clash,
+    coverage_problems,
+    read_results,
+    unbound_runs,
+)
 from inspector.integrity.verify import VerifyResult
 from inspector.report import (
     WRITERS,
@@ -108,6 +115,11 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
     if clash := command_clash(batch):
         return _fail(escape(f"{clash}; nothing written"), EXIT_FAILED_CHECK)
+    for path in unbound_runs(batch):
+        print(escape(f"merge: {path}: runs of an earlier version, which recorded no manifest "
+                     "digest or options: its shards are compared by command text alone, and "
+                     "a result kept after its manifest changed cannot be told apart (run it "
+                     "again with a new results file to check that)"), file=sys.stderr)
     try:
         files = evidence_of(batch)
     except _WrongShape as exc:

@@ -55,6 +55,11 @@ def batch_command(args: argparse.Namespace) -> str:
     return shlex.join(words + (["-m", str(args.manifest)] if args.manifest else []))
 
 
+def verify_options(args: argparse.Namespace) -> dict[str, bool]:
+    """The verify options that change a result and are not in `batch_command`."""
+    return {"strict": bool(args.strict), "no_tensors": bool(args.no_tensors)}
+
+
 def verify_remote(args: argparse.Namespace, manifest: Manifest | None) -> VerifyResult:
     """`verify -m M` over paths where some are URLs (or, without M, `--sha256 HEX URL`); a
     URL that cannot be listed is an error line of the result (exit 3), the others are still
@@ -74,9 +79,10 @@ def verify_remote(args: argparse.Namespace, manifest: Manifest | None) -> Verify
     if manifest is None:  # one object against a hash given by hand: a one-line manifest
         name = str(args.paths[0]).rstrip("/").rsplit("/", 1)[-1]
         manifest = Manifest("sha256", [FileEntry(name, sha256=args.sha256.lower())])
-    batch = open_batch(args, VERIFY_KIND) if args.shard or args.results else None
+    batch = open_batch(args, VERIFY_KIND, batch_command(args), manifest,
+                       verify_options(args)) if args.shard or args.results else None
     if batch is not None:
-        batch.begin(batch_command(args))
+        batch.begin()
     result = VerifyResult(strict=args.strict)
     if args.tensors_only:
         result.errors.append("--tensors-only compares local files; copy the objects first")

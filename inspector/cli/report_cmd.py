@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"{args.manifest}: {exc}", EXIT_MANIFEST)
     from inspector.cli.common import open_batch
 
-    batch = open_batch(args, REPORT_KIND)
+    batch = open_batch(args, REPORT_KIND, _command_line(args), manifest)
     files = [t for t in _targets(args.paths) if batch.owns(_key(args, t[0]))]
     if not files and args.shard is not None:
         print(f"report: shard {args.shard.label} holds none of the files; an empty report",
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         with _telemetry() as (store, source), warm_workers(len(files), args.cold_workers):
             evidence = _gather(files, args, manifest, batch)
         environment = probe.result()
-    batch.begin(_command_line(args), environment.to_json())
+    batch.begin(environment.to_json())
     batch.end()  # every file of this shard is done: the completion line
     session = SessionEvidence(evidence, telemetry=store, telemetry_source=source,
                               environment=environment,

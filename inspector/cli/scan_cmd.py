@@ -120,8 +120,9 @@ def run(args: argparse.Namespace) -> int:
         readings.set_reader(None)
     results: list[ScanResult] = []
     colour = use_colour()
-    batch = open_batch(args, "scan.result")
-    batch.begin(shlex.join(["ckpt-inspector", "scan", *args.paths]))
+    batch = open_batch(args, "scan.result", shlex.join(["ckpt-inspector", "scan", *args.paths]),
+                       options={"walker_only": bool(args.walker_only)})
+    batch.begin()
     for source, res, done in _scanned(args.paths, batch):
         if done is None:
             batch.record(source.key, source.where, res.to_json())

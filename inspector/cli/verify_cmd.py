@@ -29,6 +29,7 @@ from inspector.cli.remote import (
     batch_command,
     part_checked_nothing,
     path_or_url,
+    verify_options,
     verify_remote,
 )
 from inspector.core.progress import CancelToken
@@ -154,7 +155,8 @@ def _verify_against(args: argparse.Namespace, manifest: Manifest, paths: list[Pa
     """Files, then their tensors (digested `--jobs` at a time), against the manifest; with
     --shard or --results one file at a time, each kept as it finishes."""
     pairs = plan(manifest, paths)
-    batch = open_batch(args, VERIFY_KIND) if args.shard or args.results else None
+    batch = open_batch(args, VERIFY_KIND, batch_command(args), manifest, verify_options(args)
+                       ) if args.shard or args.results else None
     todo = pending(pairs, batch) if batch else pairs
     files = [] if args.no_tensors else tensor_targets(todo)
     # no file for the worker (a SHA256SUMS, or an index, whose shards' headers list their
@@ -164,7 +166,7 @@ def _verify_against(args: argparse.Namespace, manifest: Manifest, paths: list[Pa
     with stderr_progress("verifying", args.quiet) as progress, \
             warm_workers(len(files)), ahead as digests:
         if batch:
-            batch.begin(batch_command(args))
+            batch.begin()
             result = verify_each(manifest, pairs, batch, digests, args.strict,
                                  progress=progress)
             if manifest.files and compared_nothing(result):

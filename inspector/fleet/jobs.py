@@ -6,7 +6,10 @@ are added or removed (the others keep their shard), and is the same on every mac
 the same paths. `--results FILE.jsonl` is a run journal (`run.journal`): one record per file as
 it finishes, fsync'd and hash-chained, so a preempted job that runs again skips what is already
 there; a record cut short by the kill is not readable and that file is simply done again.
-A run notes itself on a session line (its command, shard and working folder) and, once it
+Each result is kept with the job it was made for (`Job`: the command, the SHA-256 of the
+manifest's content, the options that change results) and is reused only by a run of the same
+job: a result checked against another manifest says nothing about this one.
+A run notes itself on a session line (its command, shard, job and working folder) and, once it
 has finished its share, appends a completion line naming how many files' results of its kind
 the file holds: a run whose session line is not followed by its own completion line before
 the next run's session line or the file's end (unless the same shard, run again with the same
@@ -17,6 +20,7 @@ command, finished later), or whose count differs, is of a shard that did not fin
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shlex
 from collections.abc import Mapping
@@ -95,15 +99,49 @@ def identity(path: Where) -> list[Any] | None:
     return [total, newest, count, inodes]
 
 
+@dataclass(frozen=True)
+class Job:
+    """What a batch run's results depend on besides each file: its kind, its command (less
+    what differs between shards, `_job_command`), the SHA-256 of the manifest's content it
+    checks against, and the options that change a result but are not in the command text."""
+
+    kind: str
+    command: str
+    manifest: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        """One SHA-256 of it all: kept results are reused, and shards merged, only under
+        the same."""
+        doc = {"for": self.kind, "command": _job_command({"for": self.kind,
+                                                          "command": self.command}),
+               "manifest": self.manifest, "options": dict(self.options)}
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode("utf-8")).hexdigest()
+
+
 @dataclass
 class ResultsLog:
     """The finished files of one kind of batch job, read from and appended to a results file."""
 
     path: Path
-    kind: str
+    job: Job
     done: dict[str, Mapping[str, Any]] = field(default_factory=dict)
-    """key -> the record: its `result` and the file's `identity` when it was made."""
+    """key -> the record made for this job: its `result` and the file's `identity` then."""
+    held: set[str] = field(default_factory=set)
+    """The keys of every result of this kind the file holds, of any job."""
     problems: tuple[journal.JournalProblem, ...] = ()
+
+    @property
+    def kind(self) -> str:
+        """The kind of its results (`scan.result`, `verify.result`, `report.file`)."""
+        return self.job.kind
+
+    @property
+    def other_jobs(self) -> int:
+        """How many files have results in the file made for another job only (another
+        manifest or options, or a run of an earlier version, which named none)."""
+        return len(self.held - set(self.done))
 
     def finished(self, key: str, path: Where) -> Mapping[str, Any] | None:
         """The kept result for `key`, unless the file at `path` changed since."""
@@ -113,34 +151,41 @@ class ResultsLog:
         return record["result"]
 
     def begin(self, session: Mapping[str, Any]) -> None:
-        """Note what this run is (command, shard, environment) and the working folder its
-        command's relative paths resolve from (`cwd`), so a merge can say it and tell shards
-        of one command text run in different folders (other files) apart."""
+        """Note what this run is (command, shard, environment), its job (`Job`, with the
+        manifest's SHA-256 and the options, so a merge can compare them) and the working
+        folder its command's relative paths resolve from (`cwd`), so a merge can say it and
+        tell shards of one command text run in different folders (other files) apart."""
         journal.append(self.path, SESSION_KIND,
-                       {"for": self.kind, **session, "cwd": os.path.abspath(os.curdir)})
+                       {"for": self.kind, **session, "job": self.job.id,
+                        "manifest_sha256": self.job.manifest, "options": dict(self.job.options),
+                        "cwd": os.path.abspath(os.curdir)})
 
     def record(self, key: str, path: Where, result: Mapping[str, Any]) -> None:
         """Append one finished file's result (durable before this returns)."""
-        fields = {"key": key, "identity": identity(path), "result": result}
+        fields = {"key": key, "identity": identity(path), "job": self.job.id, "result": result}
         journal.append(self.path, self.kind, fields)
         self.done[key] = fields
+        self.held.add(key)
 
     def end(self) -> None:
         """Note that this run did its whole share: the completion line, naming how many
         files' results of its kind the file holds (those kept from earlier runs and this
         run's). Without it, before another run's session line or the file's end, or with
         results after it, a merge calls the run unfinished."""
-        journal.append(self.path, END_KIND, {"for": self.kind, "results": len(self.done)})
+        journal.append(self.path, END_KIND, {"for": self.kind, "results": len(self.held)})
 
 
-def open_results(path: str | os.PathLike[str], kind: str) -> ResultsLog:
-    """The results file at `path`, with what earlier runs finished (nothing if it is new)."""
+def open_results(path: str | os.PathLike[str], job: Job) -> ResultsLog:
+    """The results file at `path`, with what earlier runs of the same job finished (nothing
+    if it is new)."""
     target = Path(path)
     read = journal.read(target) if target.exists() else None
-    log = ResultsLog(target, kind, problems=read.problems if read else ())
+    log = ResultsLog(target, job, problems=read.problems if read else ())
     for entry in read.sound if read else ():
-        if entry.kind == kind and "result" in entry.record:
-            log.done[str(entry.record["key"])] = entry.record
+        if entry.kind == job.kind and "result" in entry.record:
+            log.held.add(str(entry.record["key"]))
+            if entry.record.get("job") == job.id:
+                log.done[str(entry.record["key"])] = entry.record
     return log
 
 
@@ -369,10 +414,12 @@ def _job_command(session: Mapping[str, Any]) -> str:
 
 def command_clash(batch: BatchResults) -> str | None:
     """One line naming two results files whose sessions are slices `I/N` of the same kind
-    and the same N but of different commands (other paths, another manifest): together
-    they are no partition of one job's files, so a file one of them left out may be in no
-    other's share; None when every split is of one command."""
+    and the same N but of different commands (other paths, another manifest) or jobs (the
+    manifest's content, the options: `Job`): together they are no partition of one job's
+    files, so a file one of them left out may be in no other's share; None when every split
+    is of one job."""
     first: dict[tuple[str, int], tuple[Path | str, str, str | None]] = {}
+    bound: dict[tuple[str, int], tuple[Path | str, Mapping[str, Any]]] = {}  # first with a job
     named = batch.session_files or ("?",) * len(batch.sessions)
     for path, session in zip(named, batch.sessions, strict=True):
         part = _slice(session)
@@ -383,11 +430,21 @@ def command_clash(batch: BatchResults) -> str | None:
         cwd = session.get("cwd")
         cwd = str(cwd) if cwd is not None else None
         seen = first.setdefault(group, (path, command, cwd))
+        if session.get("job") is not None:
+            bound.setdefault(group, (path, session))
         if seen[1] != command:
             return (f"{seen[0]} and {path} hold shards of N={part.count} of different "
                     f"commands ({shlex.quote(seen[1])} and {shlex.quote(command)}): together "
                     "they do not cover either command's files; merge the results of one "
                     "command run as every --shard I/N, with the same paths and options")
+        other, job = bound.get(group, (path, session))
+        if session.get("job") is not None and job.get("job") != session.get("job"):
+            held = f"{path} holds" if other == path else f"{other} and {path} hold"
+            return (f"{held} runs of {shlex.quote(command)} (N="
+                    f"{part.count}) against different manifests or options ({_job_said(job)} "
+                    f"and {_job_said(session)}): their results check other things; merge the "
+                    "results of one job (a manifest changed since a results file was begun: "
+                    "start a new results file for it)")
         if None not in (seen[2], cwd) and seen[2] != cwd and _relative(command):
             return (f"{seen[0]} and {path} hold shards of N={part.count} of the command "
                     f"{shlex.quote(command)} run in different working folders "
@@ -396,6 +453,22 @@ def command_clash(batch: BatchResults) -> str | None:
                     "either folder's files; run every --shard I/N in one folder (or give "
                     "absolute paths)")
     return None
+
+
+def _job_said(session: Mapping[str, Any]) -> str:
+    """'manifest sha256 1a2b3c4d5e6f…, options {...}' of a session line's job."""
+    digest = session.get("manifest_sha256")
+    manifest = f"manifest sha256 {str(digest)[:12]}…" if digest else "no manifest"
+    return f"{manifest}, options {json.dumps(session.get('options'), sort_keys=True)}"
+
+
+def unbound_runs(batch: BatchResults) -> list[Path]:
+    """The results files holding a session line that names no job (an earlier version's):
+    their shards are compared by command text alone, and a result kept across a changed
+    manifest cannot be told apart."""
+    return list(dict.fromkeys(path for path, session in zip(batch.session_files,
+                                                            batch.sessions, strict=True)
+                              if session.get("job") is None))
 
 
 def _relative(command: str) -> bool:
