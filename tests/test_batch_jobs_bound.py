@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from inspector.cli import main
+from inspector.fleet.jobs import Job, ResultsLog
 from inspector.run import journal
 
 
@@ -90,3 +91,25 @@ def test_results_of_an_earlier_version_are_done_again_and_said(tmp_path, capsys)
     assert "kept from earlier runs" not in err
     redone = [e.record for e in journal.read(old).entries if e.kind == "verify.result"]
     assert len(redone) == 4 and sum("job" in r for r in redone) == 2
+
+
+def test_a_result_of_a_job_no_run_of_its_file_ran_is_a_problem_of_the_merge(tmp_path, capsys):
+    """A result line of another job (as a run against another manifest writes it) among a
+    finished run's own, in a results file whose runs were all of one job: not their record."""
+    data, sums = _store(tmp_path)
+    assert _verify(data, sums, tmp_path / "r.jsonl") == 0
+    entries = journal.read(tmp_path / "r.jsonl").entries
+    session = next(e.record for e in entries if e.kind == "batch.session")
+    kept = next(e.record for e in entries if e.kind == "verify.result")
+    results = tmp_path / "forged.jsonl"
+    log = ResultsLog(results, Job("verify.result", session["command"], "1" * 64))
+    log.begin({"command": session["command"], "shard": "0/1", "environment": None})
+    log.record(kept["key"], Path(kept["key"]), kept["result"])
+    journal.append(results, "verify.result", {"key": kept["key"], "identity": None,
+                                              "job": "0" * 64, "result": kept["result"]})
+    log.end()
+    capsys.readouterr()
+    assert main(["merge", str(results), "-o", str(tmp_path / "m.json")]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("PROBLEM: 1 file from 1 results file, 1 problem")
+    assert "made for a job (manifest, options) that none of that file's runs ran" in out

@@ -204,6 +204,9 @@ class BatchResults:
     writes one): what job and slice they are cannot be said."""
     strays: tuple[tuple[Path, str], ...] = ()
     """(results file, key) of each result for a file none of that file's shards owns."""
+    jobless: tuple[tuple[Path, str], ...] = ()
+    """(results file, key) of each result made for a job (`Job.id`, or none) that none of
+    that file's session lines names: no run of it wrote that line."""
     unfinished: tuple[str, ...] = ()
     """Why each results file whose shard did not finish is so (one line each)."""
     session_files: tuple[Path, ...] = ()
@@ -218,6 +221,7 @@ def read_results(paths: list[Path]) -> BatchResults:
     problems: list[tuple[Path, journal.JournalProblem]] = []
     unannounced: list[Path] = []
     strays: list[tuple[Path, str]] = []
+    jobless: list[tuple[Path, str]] = []
     unfinished: list[str] = []
     session_files: list[Path] = []
     authenticated = bool(paths)
@@ -227,6 +231,7 @@ def read_results(paths: list[Path]) -> BatchResults:
         problems += [(path, p) for p in read.problems]
         held = len(sessions)
         keys: list[str] = []
+        made_for: list[str] = []  # each result's job, as text (a forged one: any JSON type)
         for entry in read.sound:
             if entry.kind == SESSION_KIND:
                 sessions.append(entry.record)
@@ -235,13 +240,17 @@ def read_results(paths: list[Path]) -> BatchResults:
                 results.setdefault(entry.kind, {}).setdefault(
                     str(entry.record["key"]), []).append(entry.record["result"])
                 keys.append(str(entry.record["key"]))
+                made_for.append(str(entry.record.get("job")))
         if keys and len(sessions) == held:
             unannounced.append(path)
         else:
             unfinished += _unfinished(path, read.sound)
+            ran = {str(session.get("job")) for session in sessions[held:]}
+            jobless += [(path, key) for key, job in zip(keys, made_for, strict=True)
+                        if job not in ran]
         strays += [(path, key) for key in _unowned(keys, sessions[held:])]
     return BatchResults(results, tuple(sessions), tuple(problems), authenticated,
-                        tuple(unannounced), tuple(strays), tuple(unfinished),
+                        tuple(unannounced), tuple(strays), tuple(jobless), tuple(unfinished),
                         tuple(session_files))
 
 
@@ -380,6 +389,11 @@ def coverage_problems(batch: BatchResults) -> list[str]:
                  "it is not that shard's record" for path, key in batch.strays[:_NAMED]]
     if len(batch.strays) > _NAMED:
         problems.append(f"and {len(batch.strays) - _NAMED} more results outside their shards")
+    problems += [f"{path}: a result for {key} made for a job (manifest, options) that none of "
+                 "that file's runs ran, so it is not their record" for path, key in
+                 batch.jobless[:_NAMED]]
+    if len(batch.jobless) > _NAMED:
+        problems.append(f"and {len(batch.jobless) - _NAMED} more results of no run's job")
     problems += batch.unfinished
     held: dict[str, set[JobSlice]] = {}
     for session in batch.sessions:
