@@ -137,3 +137,107 @@ def test_a_negated_running_variance_is_unhealthy_and_is_nan_in_eval(tmp_path):
     assert record.outcome == SaveOutcome.UNHEALTHY
     assert "1.running_var negative in 1 value (a running variance never is)" in record.detail
     assert resume_choice(tmp_path).record.step == 3
+
+
+class Masked(nn.Module):
+    """The tiny MLP with a -inf mask buffer, which a model and its EMA both hold (meant)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = tiny_model()
+        self.register_buffer("mask", torch.tensor([0.0, -math.inf]))
+
+    def forward(self, x):
+        return self.net(x) + self.mask.exp().sum()
+
+
+OPTIMIZER_STATE_FAULTS = {
+    "sgd": (lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9), "momentum_buffer"),
+    "rmsprop": (lambda ps: torch.optim.RMSprop(ps, lr=1e-3, momentum=0.9), "momentum_buffer"),
+}
+
+
+def train_with_ema(run, opt_name, fault=None, steps=12):
+    """The documented loop under a guard, an EMA of the weights kept beside the model and
+    saved with it every 4 steps; `fault(model, optimizer, ema)` (the test's own) runs right
+    before the step-8 save. The model, its optimizer, the EMA, the saves by step."""
+    model = Masked()
+    factory, _ = OPTIMIZER_STATE_FAULTS[opt_name]
+    opt = factory(model.parameters())
+    guard = Guard(run, GuardConfig(console=False))
+    ema = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    for step in range(1, steps + 1):
+        opt.zero_grad(set_to_none=True)
+        x, y = batch(step)
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        if guard.step(loss, model, opt, step=step).take_step:
+            opt.step()
+        with torch.no_grad():
+            for k, v in model.state_dict().items():
+                if k != "mask":
+                    ema[k].mul_(0.9).add_(v, alpha=0.1)
+        if step == 8 and fault is not None:
+            fault(model, opt, ema)
+        if step % 4 == 0:
+            save({"model": model.state_dict(), "optimizer": opt.state_dict(), "ema": ema},
+                 run / f"step-{step}.pt", step=step, run_dir=run)
+    guard.close()
+    return model, opt, ema, {s.step: s for s in read_ledger(run).saves}
+
+
+def resumed_step(run, path, opt_name) -> torch.Tensor:
+    """A resume from `path` (fresh model and optimizer, as the script builds them) and one
+    step: the first weight after it."""
+    state = torch.load(run / path, weights_only=True)
+    model = Masked()
+    model.load_state_dict(state["model"])
+    opt = OPTIMIZER_STATE_FAULTS[opt_name][0](model.parameters())
+    opt.load_state_dict(state["optimizer"])
+    x, y = batch(99)
+    nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+    return model.net[0].weight.detach()
+
+
+@pytest.mark.parametrize("opt_name", OPTIMIZER_STATE_FAULTS)
+def test_an_inf_in_a_momentum_no_family_bounds_is_unhealthy(tmp_path, opt_name):
+    key = OPTIMIZER_STATE_FAULTS[opt_name][1]
+
+    def fault(model, opt, ema):
+        opt.state[model.net[0].weight][key].view(-1)[3] = math.inf
+
+    *_, clean_saves = train_with_ema(tmp_path / "clean", opt_name)
+    *_, saves = train_with_ema(tmp_path / "hurt", opt_name, fault)
+    assert all(s.outcome == SaveOutcome.VERIFIED for s in clean_saves.values())
+    # the harm: a resume from it makes the weight non-finite at its first step
+    assert torch.isfinite(resumed_step(tmp_path / "clean", "step-8.pt", opt_name)).all()
+    assert not torch.isfinite(
+        resumed_step(tmp_path / "hurt", saves[8].path, opt_name)).all()
+    assert saves[8].outcome == SaveOutcome.UNHEALTHY
+    assert f"Inf in optimizer.state.0.{key}" in saves[8].detail
+    assert resume_choice(tmp_path / "hurt").record.step == 4
+
+
+@pytest.mark.parametrize("factor", [math.inf, 2.0 ** 16])
+def test_an_ema_copy_corrupted_beside_its_model_is_unhealthy(tmp_path, factor):
+    def fault(model, opt, ema):
+        weight = ema["net.2.weight"].view(-1)  # the output layer: no tanh saturates it
+        weight[3] = factor if math.isinf(factor) else weight[3] * factor  # the test's own
+
+    _, _, clean_ema, clean_saves = train_with_ema(tmp_path / "clean", "sgd")
+    _, _, ema, saves = train_with_ema(tmp_path / "hurt", "sgd", fault)
+    assert all(s.outcome == SaveOutcome.VERIFIED for s in clean_saves.values())
+    # the harm: the EMA model evaluates far worse than its clean twin's
+    losses = []
+    for weights in (clean_ema, ema):
+        model = Masked()
+        model.load_state_dict(weights)
+        x, y = batch(99)
+        with torch.no_grad():
+            losses.append(float(nn.functional.mse_loss(model(x), y)))
+    assert not losses[1] < 100 * losses[0]  # NaN or Inf included
+    assert saves[8].outcome == SaveOutcome.UNHEALTHY
+    assert "ema.net.2.weight largest |value|" in saves[8].detail
+    assert "its copy model.net.2.weight" in saves[8].detail
+    assert resume_choice(tmp_path / "hurt").record.step == 4

@@ -1,10 +1,12 @@
 """The health check a checkpoint must pass before the ledger seals it as verified.
 
 Two sources: the state itself (a NaN in any floating-point tensor: no weight, moment or buffer
-is ever legitimately NaN, while -Inf masks are, so Inf is left to the guard, which knows which
-tensors are parameters; a negative running variance; optimizer hyper-parameters torch's own
-constructors refuse; and optimizer moments outside what their update can write, `moments`), and
-every check a training guard in this process registered for the run folder (`run.health_gate`:
+is ever legitimately NaN, while -Inf masks are, so Inf in a model's tensors is left to the
+guard, which knows which tensors are parameters; an Inf in any tensor of an optimizer's state,
+where no moment, momentum or count is ever infinite; a negative running variance; optimizer
+hyper-parameters torch's own constructors refuse; and optimizer moments outside what their
+update can write, `moments`), and every check a training guard in this process registered for
+the run folder (`run.health_gate`:
 the weights finite, within their learned largest |w|, and their fingerprint the one the last
 optimizer step left). A checkpoint that fails is written beside its target under an
 `.unhealthy` name, as evidence, and recorded with outcome `unhealthy`; the previous checkpoint
@@ -36,11 +38,13 @@ def state_problems(obj: Any) -> list[str]:
     """What the state `obj` itself shows: NaN anywhere, a negative running variance, optimizer
     hyper-parameters torch refuses, optimizer moments out of their bounds, a gradient scaler's
     state GradScaler could not have written."""
-    from inspector.ledger.moments import group_problems, moment_problems
+    from inspector.ledger.moments import group_problems, moment_problems, optimizer_prefixes
 
-    dense = _dense_floats(obj)  # one flatten of the state serves both checks of its tensors
-    return (nan_problems(dense) + variance_problems(dense) + group_problems(obj)
-            + moment_problems(obj) + scaler_problems(obj))
+    dense = _dense_floats(obj)  # one flatten of the state serves every check of its tensors
+    optimizer = optimizer_prefixes(obj)
+    return (nonfinite_problems(dense, optimizer) + mirror_problems(dense, optimizer)
+            + variance_problems(dense) + group_problems(obj) + moment_problems(obj)
+            + scaler_problems(obj))
 
 
 def optimizer_problems(optimizer: Any) -> list[str]:
@@ -63,16 +67,81 @@ def _dense_floats(obj: Any) -> list[tuple[str, Any]]:
             and t.device.type != "meta" and t.numel()]
 
 
-def nan_problems(dense: list[tuple[str, Any]]) -> list[str]:
-    """The tensors of `dense` (`_dense_floats`) that hold a NaN, as problems."""
+def nonfinite_problems(dense: list[tuple[str, Any]], optimizer: tuple[str, ...]) -> list[str]:
+    """The tensors of `dense` (`_dense_floats`) that hold a NaN, and those under an
+    optimizer's state (keys starting with one of `optimizer`) that hold an Inf, as problems."""
     import torch
 
     # one fused pass, no mask allocated: an L2 norm is NaN exactly when a value is NaN (Inf
     # and overflow give Inf: x*x never makes a NaN), and torch's CPU kernel for it is ~3x
-    # faster than the L1 norm's
+    # faster than the L1 norm's; an infinite norm of an optimizer's tensor is read again
+    # (the rare path) to tell an Inf from a sum of squares that overflowed
     norms = torch._foreach_norm([t for _, t in dense], 2.0) if dense else []
-    nan = [key for (key, _), n in zip(dense, norms, strict=True) if bool(torch.isnan(n))]
-    return _shown([f"NaN in {key}" for key in nan], "NaN in {} more tensors")
+    nan, inf = [], []
+    for (key, t), n in zip(dense, norms, strict=True):
+        if bool(torch.isnan(n)):
+            nan.append(key)
+        elif key.startswith(optimizer) and bool(torch.isinf(n)) and bool(torch.isinf(t).any()):
+            inf.append(key)
+    return (_shown([f"NaN in {key}" for key in nan], "NaN in {} more tensors")
+            + _shown([f"Inf in {key} (no optimizer's state is ever infinite)" for key in inf],
+                     "Inf in {} more optimizer tensors"))
+
+
+MIRROR_FACTOR = 256.0
+"""How far the largest |value| of a tensor and of its mirror may differ (`mirror_problems`):
+an EMA lags its model by a few steps' worth of change, and one flipped exponent bit of the top
+four multiplies a value by 2^16 or more."""
+MIRROR_FLOOR = 0.1
+"""The smaller largest |value| is taken as at least this (a tensor that starts at zero)."""
+
+
+def mirrors(dense: list[tuple[str, Any]], optimizer: tuple[str, ...]
+            ) -> list[tuple[int, int]]:
+    """Pairs of positions in `dense` holding copies of one tensor kept side by side (a model
+    and its EMA, `model.0.weight` and `ema.module.0.weight`): under different top-level keys,
+    the shorter key (past its top level) a dotted suffix of the other's, the same shape and
+    dtype; optimizer state is left out."""
+    seen: dict[str, int] = {}  # every dotted suffix of a key past its top level: its first
+    pairs = []
+    for i, (key, t) in enumerate(dense):
+        top, _, rest = key.partition(".")
+        if not rest or key.startswith(optimizer):
+            continue
+        parts = rest.split(".")
+        suffixes = [".".join(parts[cut:]) for cut in range(len(parts))]
+        for suffix in suffixes:  # the longest first
+            j = seen.get(suffix)
+            if j is not None and not dense[j][0].startswith(top + ".") and (
+                    dense[j][1].shape == t.shape and dense[j][1].dtype == t.dtype):
+                pairs.append((j, i))
+                break
+        for suffix in suffixes:
+            seen.setdefault(suffix, i)
+    return pairs
+
+
+def mirror_problems(dense: list[tuple[str, Any]], optimizer: tuple[str, ...]) -> list[str]:
+    """Copies of one tensor (`mirrors`) where one holds an Inf the other does not, or whose
+    largest |value| is past `MIRROR_FACTOR` x the other's: an EMA copy saved beside its model,
+    which no guard watches. One fused reduction over the mirrored tensors, none without them."""
+    import torch
+
+    pairs = mirrors(dense, optimizer)
+    if not pairs:
+        return []
+    used = sorted({i for pair in pairs for i in pair})
+    top = dict(zip(used, (float(x) for x in torch._foreach_norm(
+        [dense[i][1] for i in used], math.inf)), strict=True))
+    found = []
+    for a, b in pairs:
+        (low, x), (high, y) = sorted(((a, top[a]), (b, top[b])), key=lambda p: p[1])
+        if math.isnan(x) or math.isnan(y):
+            continue  # NaN is `nonfinite_problems`'
+        if y > MIRROR_FACTOR * max(x, MIRROR_FLOOR):
+            found.append(f"{dense[high][0]} largest |value| {y:.4g}, over "
+                         f"{MIRROR_FACTOR:g}x its copy {dense[low][0]}'s {x:.4g}")
+    return _shown(found, "{} more tensors far past their copies")
 
 
 def variance_problems(dense: list[tuple[str, Any]]) -> list[str]:

@@ -13,6 +13,8 @@ was sealed.
   `exp_avg_sq`.
 - **Adamax**: `m` as Adam's, `u = max(b2 u, |g| + eps)`, so |g| a step back k is at most
   u / b2^k and |m| <= (1 - b1) / (1 - b1 / b2) u whenever b1 < b2 (1.01 for the defaults).
+  Betas outside those ranges (a flipped beta2 torch admits: 0.999 -> 0.24975) leave |m|
+  unbounded; every other check below still holds and runs (the guard names beta2's change).
 - **RMSprop**: `square_avg` a running mean of g^2 with weights summing to at most one, and a
   centred one's `grad_avg` the mean of g with the same weights, so grad_avg^2 <= square_avg
   (C = 1; also for a TF-style square_avg that starts at one).
@@ -27,8 +29,10 @@ finite (`group_problems`, by `run.optimizer_settings`, which the guard also chec
 step). The bound checked is 2C against sqrt(v + the dtype's smallest normal): rounding takes
 bfloat16 states to 1.004 C and float16 subnormals to 1.7 C. Not caught: a flip that enlarges a
 second moment (it freezes its element) or shrinks a first one, or that enlarges a step count by
-a power of two, SGD's momentum (no such bound) and RMSprop's; a state holding keys beyond its
-family's, or a group without its family's hyper-parameters, is left alone, its rule unknown.
+a power of two, a finite flip in SGD's momentum (no such bound) or RMSprop's; a state holding
+keys beyond its family's, or a group without its family's hyper-parameters, is left alone, its
+rule unknown (an Inf in any optimizer's state is named by `ledger.health`, whatever its
+family).
 """
 
 from __future__ import annotations
@@ -184,6 +188,12 @@ def local_state(optimizer: Any) -> dict | None:
     by_id = {id(p): s for p, s in optimizer.state.items()}
     return {"state": {i: by_id[pid] for pid, i in index.items() if pid in by_id},
             "param_groups": groups}
+
+
+def optimizer_prefixes(obj: Any) -> tuple[str, ...]:
+    """Where the per-parameter state of each optimizer state dict in `obj` lies, as the
+    prefix of its tensors' dotted keys (`optimizer.state.`)."""
+    return tuple(f"{where}state." for where, _ in _state_dicts(obj, "", 0))
 
 
 def _is_optimizer_state(obj: dict) -> bool:
