@@ -352,3 +352,33 @@ def test_a_signature_made_before_it_named_run_and_outcome_holds_and_says_so(
             "outcome") in out.err
     assert main(["run", "verify", str(run), "--public-key", str(pub)]) == 0
     assert "made before signatures named" in capsys.readouterr().out
+
+
+def test_a_signature_beside_no_record_names_what_the_journal_lost(tmp_path, keys, monkeypatch,
+                                                                   capsys) -> None:
+    """Signatures beside no recorded checkpoint: one whose save's line now records another
+    path (the line was changed: re-chained without the seal key), and one of another run
+    signed with the same key (copied in), are each named, not passed over as recorded."""
+    import shutil
+
+    from inspector.ledger import save
+
+    pem, pub = keys["alice"]
+    monkeypatch.setenv("CKPT_INSPECTOR_SIGNING_KEY", str(pem))
+    run, other = tmp_path / "run", tmp_path / "other"
+    for step in (1, 2):
+        save(_state(step), run / f"step-{step}.pt", step=step, run_dir=run)
+    save(_state(7), other / "step-1.pt", step=1, run_dir=other)
+    monkeypatch.delenv("CKPT_INSPECTOR_SIGNING_KEY")
+    shutil.copy(other / "step-1.pt.sig", run / "old.pt.sig")
+    shutil.copy(run / "step-2.pt", run / "step-9.pt")
+    second = json.loads(journal_lines(run)[1])
+    _rechained(run / "journal.jsonl", {1: {**second, "step": 9, "path": "step-9.pt",
+                                           "files": [{**second["files"][0],
+                                                      "path": "step-9.pt"}]}})
+    assert main(["run", "verify", str(run), "--public-key", str(pub)]) == 1
+    out = capsys.readouterr().out
+    assert ("old.pt.sig is signed for step 1 at step-1.pt (journal seq 0) of another run "
+            "(its journal's chain id is not this one's)") in out
+    assert ("step-2.pt.sig is signed for step 2 at step-2.pt (journal seq 1), but that line "
+            "now records step 9 at step-9.pt: the line was changed") in out

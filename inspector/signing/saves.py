@@ -85,16 +85,19 @@ ORPHANS_LOOKED_AT = 4096
 
 def unrecorded(ledger: Any, public_key: PathLike | None = None,
                certificates: Sequence[PathLike] = ()) -> list[str]:
-    """Saves the key signed whose records the journal no longer holds: each `*.sig` in the run
-    folder beside no recorded checkpoint that holds with the key or chain and names a save
-    (`SavePlace`) whose journal `seq` no save record has. Lines cut from the end of a journal
-    leave no gap to see; a signature made for one of them still says it was there."""
+    """What the signatures in the run folder beside no recorded checkpoint say the journal
+    lost: each `*.sig` that holds with the key or chain and names a save (`SavePlace`) whose
+    journal `seq` no save record has (lines cut from the end of a journal leave no gap to
+    see; a signature made for one of them still says it was there), or whose line now
+    records another path or step (the line was changed), or that names another run's
+    journal (a signed file copied in from another run)."""
     from inspector.signing.bundle import read_bundle
     from inspector.signing.check import check_signature
     from inspector.signing.errors import SignatureError
 
     records = (*ledger.saves, *ledger.untrusted)
-    recorded = {r.seq for r in records}
+    by_seq = {r.seq: r for r in records}
+    ours = {ledger.chain_of(r) for r in records} | {ledger.journal.head}
     # a signature beside a recorded checkpoint is judged against that record (`save_signature`)
     judged = {beside(ledger.resolve(r)) for r in records}
     found = []
@@ -104,8 +107,17 @@ def unrecorded(ledger: Any, public_key: PathLike | None = None,
                                       [Path(c) for c in certificates])
         except SignatureError:
             continue  # not the key's, or not a signature: nothing it says is believed
-        save = checked.statement.save
-        if save is not None and save.seq not in recorded:
-            found.append(f"{sig.relative_to(ledger.run_dir)} is signed for {save.said()}, "
-                         "which no journal line records: lines were deleted")
+        save, name = checked.statement.save, sig.relative_to(ledger.run_dir)
+        if save is None:
+            continue
+        record = by_seq.get(save.seq)
+        if save.chain is not None and save.chain not in ours:
+            found.append(f"{name} is signed for {save.said()} of another run (its journal's "
+                         "chain id is not this one's): a signed file copied in from it")
+        elif record is None:
+            found.append(f"{name} is signed for {save.said()}, which no journal line "
+                         "records: lines were deleted")
+        elif (record.path, record.step) != (save.path, save.step):
+            found.append(f"{name} is signed for {save.said()}, but that line now records "
+                         f"{record.label} at {record.path}: the line was changed")
     return found
