@@ -99,7 +99,9 @@ def test_benign_file_of_a_real_tool_is_never_dangerous(benign, name):
     assert res.verdict == BENIGN_VERDICTS[name], res.to_json()
     assert not [f for f in res.findings if f.severity == "dangerous"]
     assert not [g for g in res.globals if g.severity == "dangerous"]
-    assert not [f for f in res.findings if f.code in ("malformed", "joblib-array-unread")]
+    # joblib's reading steps over array data as joblib does: every import is one it reaches
+    assert not [f for f in res.findings if f.code in ("malformed", "joblib-array-unread",
+                                                      "parser-differential")], res.to_json()
 
 
 @pytest.mark.parametrize("name", ["lightning_namespace_hparams", "lightning_omegaconf_hparams"])
