@@ -44,6 +44,7 @@ from inspector.core.map_io import MapIO
 from inspector.core.progress import CancelToken
 from inspector.sandbox.worker.zip_records import torch_pickles
 from inspector.scan.code_text import looks_like_code
+from inspector.scan.pickles.joblib_arrays import WRAPPER, array_layout
 
 MAX_PICKLES = 10_000  # pickles one stream reading follows (a million tiny ones: the walker)
 MAX_TEXTS = 3  # reconstructed calls kept per target
@@ -224,7 +225,7 @@ def _reader_class(base: type, persistent: bool) -> type:
 
         def __init__(self, file, log: _Log) -> None:
             super().__init__(file)
-            self._ci_log = log
+            self._ci_log, self._ci_file = log, file
             self._ci_classes: dict[tuple[str, str], type] = {}
 
         def find_class(self, module, name):
@@ -267,6 +268,33 @@ class _CountedDispatch(dict):
         return dict.__getitem__(self, key)
 
 
+def _joblib_build(reader) -> None:
+    """BUILD as joblib's NumpyUnpickler runs it: after the state is set on a NumpyArrayWrapper,
+    the array is read from the file right there (`joblib_arrays.array_layout`): its raw bytes
+    (after a padding byte and its padding) are stepped over, and an object array's own pickle
+    is read by a fresh C unpickler, as joblib's `pickle.load(file_handle)` reads it."""
+    pickle._Unpickler.load_build(reader)
+    top = reader.stack[-1]
+    if type(top) is not _Value or top._ci_target != WRAPPER or not top._ci_state:
+        return
+    state, log, fh = top._ci_state[-1], reader._ci_log, reader._ci_file
+    dtype = state.get("dtype") if isinstance(state, dict) else None
+    detail = ((dtype._ci_args, dtype._ci_state[-1]) if dtype._ci_state else dtype._ci_args
+              ) if type(dtype) is _Value else None
+    found = array_layout(state, detail) if isinstance(state, dict) else "no state dict"
+    if isinstance(found, str):
+        raise pickle.UnpicklingError(f"a joblib array joblib cannot read: {found}")
+    if found.nbytes is None:
+        reader.stack[-1] = _READERS[("c", False)](fh, log).load()
+        return
+    pad = fh.read(1) if found.aligned else b"\0"
+    end = fh.tell() + (pad[0] if pad else 0) + found.nbytes
+    if not pad or end > fh.seek(0, 2):
+        raise pickle.UnpicklingError("a joblib array's data is cut short")
+    fh.seek(end)
+    reader.stack[-1] = _Value(log, "numpy.ndarray", (), "(joblib's array data)")
+
+
 _READERS = {(kind, persistent): _reader_class(
     pickle._Unpickler if kind == "py" else pickle.Unpickler, persistent)
     for kind in KINDS for persistent in (False, True)}
@@ -287,6 +315,7 @@ def read_stream(data, start: int, kind: str, persistent: bool = True,
     reader = _READERS[(kind, persistent)](fh, log)
     if kind == "py":
         reader.dispatch = _CountedDispatch(py_opcodes)
+        reader.dispatch[pickle.BUILD[0]] = _joblib_build
     tell = fh.tell
     values, error, pickles, end, boundaries, cut = [], None, 0, start, set(), False
     while pickles < MAX_PICKLES:

@@ -58,12 +58,18 @@ def layout(state: object) -> JoblibArray | str:
     """What joblib reads after the wrapper whose BUILD state (a walked dict) is `state`, or why
     that cannot be told from the walk."""
     items = getattr(state, "items", None)
-    if not isinstance(items, dict) or "shape" not in items or "dtype" not in items:
+    if not isinstance(items, dict) or "dtype" not in items:
         return "the wrapper's state is not the dict joblib writes"
-    shape = items["shape"]
+    return array_layout(items, getattr(items["dtype"], "detail", None))
+
+
+def array_layout(items: dict, dtype: object) -> JoblibArray | str:
+    """What joblib reads after a wrapper whose state dict is `items` and whose dtype was built
+    as `dtype` (numpy.dtype's arguments, or (arguments, BUILD state)), or why that cannot be
+    told; the walker and the jailed dry run's joblib reading both ask it."""
+    shape = items.get("shape")
     if not isinstance(shape, tuple) or not all(type(d) is int and d >= 0 for d in shape):
         return "its shape is not a tuple of sizes"
-    dtype = getattr(items["dtype"], "detail", None)
     size = _item_size(dtype)
     if isinstance(size, str):
         return size
