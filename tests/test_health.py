@@ -285,7 +285,7 @@ def test_every_health_rule_is_registered_with_a_scope_and_each_one_fires():
     base = {"dtype": "float32", "shape": [4, 4], "numel": 16, "nan": 0, "inf": 0, "zeros": 0,
             "min": -1.0, "max": 1.0, "absmax": 1.0, "digest": "d"}
     found = {(f.key, f.code) for f in _assess([
-        {**base, "key": "q", "quantization": {"scale": "nan"}},
+        {**base, "key": "q", "dtype": "qint8", "quantization": {"scale": "nan"}},
         {**base, "key": "n", "nan": 2, "digest": "n"},
         {**base, "key": "o", "exponents": [[-4, 15], [60, 1]], "absmax": 2.0 ** 60,
          "digest": "o"},

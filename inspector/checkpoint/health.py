@@ -28,7 +28,8 @@ Rules:
   model, ViT, T5 (random initialisation) and a trained small GPT-2, in float32, float16 and
   bfloat16. Its limit: float16's 256x gap also flags Cauchy-tailed tensors (Student-t with
   df 1; df 2 rarely, df 3 never).
-- A quantized weight whose scale (per channel: any channel's, `nonfinite_scales`) is NaN or
+- A quantized weight (one whose dtype is quantized: a `quantization` record beside any other
+  dtype is ignored) whose scale (per channel: any channel's, `nonfinite_scales`) is NaN or
   Inf is a problem: every value it dequantizes to is NaN or Inf.
 - Negative variance: a normalisation layer's running variance (`*.running_var`) whose lowest
   value is below zero is a problem (a flipped sign bit: its magnitude is unchanged).
@@ -127,6 +128,13 @@ def _is_judged_kind(rec: TensorStats) -> bool:
     return d is not None and d.kind in _JUDGED_KINDS
 
 
+def _is_quantized(rec: TensorStats) -> bool:
+    """A quantized tensor, judged by its scale: its dtype says so (a `quantization` record
+    beside a float dtype is ignored, so its values are still judged)."""
+    d = lookup(rec.dtype)
+    return d is not None and d.kind == "quantized" and isinstance(rec.quantization, dict)
+
+
 def _is_complex(rec: TensorStats) -> bool:
     d = lookup(rec.dtype)
     return d is not None and d.kind == "complex"
@@ -209,7 +217,7 @@ def assess(tensors: Iterable[TensorStats]) -> Health:
     judged: dict[str, tuple[str | None, bool]] = {}  # key: (digest, training state)
     for rec in tensors:
         state = is_state_key(rec.key)
-        if isinstance(rec.quantization, dict):
+        if _is_quantized(rec):
             judging.severity = INFO if state else PROBLEM
             _apply(judging, rec, ("quantized",))
             continue  # its integer representation has no NaN to count

@@ -46,6 +46,9 @@ class RawTensor:
     read: Reader
     view: tuple[Any, ...]
     """Where it lies (offset, stride): equal for the same view of the same bytes."""
+    reach: tuple[int, int]
+    """The file's bytes [begin, end) its elements lie in (begin == end when it has none):
+    tensors whose reaches overlap share bytes."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,7 @@ def _safetensors(path: str | os.PathLike[str], view: memoryview, size: int) -> R
     if refusal is not None:
         raise NotReadable(f"bad safetensors header: {refusal}")
     tensors = [RawTensor(e.key, canonical_dtype(e.dtype.name), tuple(e.shape),
-                         range_reader(view, e.begin, e.end), (e.begin, e.end))
+                         range_reader(view, e.begin, e.end), (e.begin, e.end), (e.begin, e.end))
                for e in header.entries]
     return RawFile("safetensors", tensors, dict(header.metadata))
 
@@ -119,7 +122,9 @@ def _torch_zip(mm: mmap.mmap, view: memoryview) -> RawFile:
 def _layout_tensor(view: memoryview, t: TensorLayout) -> RawTensor:
     read = (range_reader(view, t.data_offset, t.data_offset + t.numel * t.itemsize)
             if t.contiguous else strided_reader(view, t))
-    return RawTensor(t.key, t.dtype, t.shape, read, (t.data_offset, t.stride))
+    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride, strict=True)) if t.numel else 0
+    return RawTensor(t.key, t.dtype, t.shape, read, (t.data_offset, t.stride),
+                     (t.data_offset, t.data_offset + span * t.itemsize))
 
 
 def _gguf(mm: mmap.mmap, view: memoryview, size: int) -> RawFile:
@@ -137,7 +142,7 @@ def _gguf(mm: mmap.mmap, view: memoryview, size: int) -> RawFile:
         shape = t.shape if dense else (*t.shape[:-1], t.n_bytes // max(1, rows))
         tensors.append(RawTensor(t.name, dense or "bits8", tuple(shape),
                                  range_reader(view, t.data_offset, t.data_offset + t.n_bytes),
-                                 (t.data_offset,)))
+                                 (t.data_offset,), (t.data_offset, t.data_offset + t.n_bytes)))
     return RawFile("gguf", tensors, {})
 
 

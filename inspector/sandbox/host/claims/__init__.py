@@ -8,7 +8,10 @@ input's bytes say (`expected.Expected`) is measured on a thread of its own while
 runs, and the worker's tensor records are held against it (`records`):
 
 - `inspection.check_inspection`: every tensor the file holds reported once, with its dtype,
-  shape and digest; NaN / Inf recounted here; a real tensor's range, largest magnitude, zeros
+  shape and digest; its element and byte counts the ones they give, a plain strided tensor
+  (no `quantization`, no flags: nothing these readers locate is quantized, sparse or meta),
+  and each tensor it is said to share storage with one whose bytes overlap its own here;
+  NaN / Inf recounted here; a real tensor's range, largest magnitude, zeros
   and first NaN or Inf read here (what health judges a wiped weight from); the largest
   magnitude of the file's top binary order, and the orders (`exponents`, where a flipped
   exponent bit shows) counted here wherever an outlier may be; health judged here. Mean, std

@@ -18,7 +18,7 @@ from inspector.formats.safetensors_header import (
 )
 from inspector.sandbox.host.claims.expected import Expected
 from inspector.sandbox.host.claims.objects import file_objects, object_problems
-from inspector.sandbox.host.claims.records import INSPECTED, PROBED, record_problems
+from inspector.sandbox.host.claims.records import DIGESTS, INSPECTED, PROBED, record_problems
 from inspector.sandbox.host.claims.refusal import refuted, timed
 
 
@@ -72,7 +72,7 @@ def check_digests(expected: Expected, result: dict[str, Any]) -> None:
                if kept in by_key and removed not in by_key}
     derived |= {f"{key}::spec": hashlib.sha256(spec_bytes(spec)).hexdigest()
                 for key, spec in recorded_specs(metadata).items()}
-    problems = record_problems(measured, result["tensors"], derived, INSPECTED)
+    problems = record_problems(measured, result["tensors"], derived, DIGESTS)
     if problems:
         raise refuted("tensor digests", problems, result.get("sandbox"))
     result["claims"] = ClaimCheck(checked=True, tensors=len(measured)).to_json()

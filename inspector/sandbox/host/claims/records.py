@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -29,12 +30,14 @@ def record_problems(measured: list[tuple[RawTensor, Measured]], records: list[di
     for rec in records:
         by_key.setdefault(str(rec.get("key")), []).append(rec)
     problems = []
+    located = {t.key: t for t, _ in measured}
     for t, m in measured:
         found = by_key.pop(t.key, [])
         if len(found) != 1:
             problems.append(f"{escape(t.key)} reported {len(found)} times")
             continue
-        problems += _tensor_problems(t, m, found[0], shape)
+        problems += _tensor_problems(t, m, found[0], shape) or shape.layout(t, found[0],
+                                                                            located)
     for key, found in by_key.items():
         if key not in derived:
             problems.append(f"{escape(key)} is no tensor of the file")
@@ -53,6 +56,37 @@ def _tensor_problems(t: RawTensor, measured: Measured, rec: dict,
     if rec.get(shape.digest) != measured.digest:
         return [f"{key}'s digest differs"]
     return shape.counts(t, measured, rec)
+
+
+def _layout_problems(t: RawTensor, rec: dict, located: dict[str, RawTensor]) -> list[str]:
+    """An inspect record's layout facts, which health, resume and the contents judge and
+    print, must be the ones the tensor's checked dtype, shape and place in the file give: its
+    element and byte counts, a plain strided tensor (none of the file's readers here locates
+    a quantized, sparse, nested or meta one, so a record saying so is a lie), and each tensor
+    it is said to share storage with one whose bytes overlap its own here."""
+    key, numel = escape(t.key), math.prod(t.shape)
+    dtype = BY_NAME.get(t.dtype)
+    facts = {"numel": numel, "nbytes": None if dtype is None else numel * dtype.itemsize,
+             "layout": "strided", "flags": []}
+    wrong = [f"{key} has {name} {value}, reported as {escape(str(rec.get(name)))}"
+             for name, value in facts.items() if value is not None and rec.get(name) != value]
+    if rec.get("quantization") is not None:
+        wrong.append(f"{key} is {t.dtype}, reported as quantized")
+    twins = rec.get("shared_with")
+    if twins is not None and not isinstance(twins, list):
+        wrong.append(f"{key}'s shared storage is not a list")
+    wrong += [f"{key} is said to share storage with {escape(str(twin))}, whose bytes are "
+              "elsewhere" for twin in twins or () if not _overlap(t, located.get(str(twin)))]
+    return wrong[:1]
+
+
+def _overlap(t: RawTensor, other: RawTensor | None) -> bool:
+    """Whether two tensors' bytes in the file overlap (a tensor without elements reaches none,
+    and shares storage with nothing, as the loader counts it)."""
+    if other is None or other is t:
+        return False
+    (b1, e1), (b2, e2) = t.reach, other.reach
+    return b1 < e1 and b2 < e2 and b1 < e2 and b2 < e1
 
 
 def _inspected(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
@@ -143,9 +177,16 @@ class RecordShape:
 
     digest: str
     counts: Callable[[RawTensor, Measured, dict], list[str]]
+    layout: Callable[[RawTensor, dict, dict[str, RawTensor]], list[str]] = (
+        lambda _t, _rec, _located: [])
+    """How the record's layout facts disagree with the tensor's (none for a record without
+    them)."""
 
 
-INSPECTED = RecordShape("digest", _inspected)
+INSPECTED = RecordShape("digest", _inspected, _layout_problems)
+"""An `inspect` tensor record."""
 
+DIGESTS = RecordShape("digest", _inspected)
+"""A `digests` reply's record: key, dtype, shape and digest only."""
 
 PROBED = RecordShape("sha256", _probed)
