@@ -6,7 +6,9 @@ the embedding's storage in a `.bin`, and drops it from safetensors): when the si
 the key stores it in the same bytes as another key (same shard, same storage, dtype and
 shape), and the other side stores that twin, the key is compared with the twin there and the
 pair says so (`stored_as`). The pairs come ordered by shard on each side, so a comparison
-that keeps one shard per side open opens each as rarely as possible.
+that keeps one shard per side open opens each as rarely as possible. The plain values (not
+tensors) of both sides are paired by key too (`object_changes`): the jailed worker and the
+host's check of its answer make the diff's `objects` with this one function.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
+from typing import Any
+
+from inspector.core.vocabulary import TensorStatus
 
 A, B = "a", "b"
 
@@ -97,3 +102,21 @@ def _counterpart(
         if found is not None and (found.dtype, found.shape) == (own.dtype, own.shape):
             return found
     return None
+
+
+def object_changes(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Non-tensor leaves (`key`, `type`, `repr` records) that differ (by type and bounded repr)
+    or exist on one side only: the diff contract's `objects`."""
+    in_b = {o["key"]: o for o in b}
+    changes = []
+    for obj in a:
+        other = in_b.pop(obj["key"], None)
+        if other is None:
+            changes.append({"key": obj["key"], "status": TensorStatus.ONLY_IN_A,
+                            "a": obj["repr"], "b": None})
+        elif (obj["type"], obj["repr"]) != (other["type"], other["repr"]):
+            changes.append({"key": obj["key"], "status": TensorStatus.CHANGED,
+                            "a": obj["repr"], "b": other["repr"]})
+    changes += [{"key": k, "status": TensorStatus.ONLY_IN_B, "a": None, "b": o["repr"]}
+                for k, o in in_b.items()]
+    return changes

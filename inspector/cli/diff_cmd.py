@@ -83,11 +83,12 @@ def print_diff(result: DiffResult) -> None:
     """Totals, one sentence per key that differs, and the first flips of each tensor."""
     sides = [(letter, side) for letter, side in (("A", result.a), ("B", result.b)) if side]
     sharded = any(len(side.shards) > 1 for _letter, side in sides)
+    unchecked = _unchecked(result)
     for letter, side in sides:
         count = f", {len(side.shards)} shards" if len(side.shards) > 1 else ""
         print(escape(f"{letter}: {side.path} ({side.format}{count})"))
         for problem in side.problems:
-            print(escape(f"  warning: {problem['message']}"))
+            print(escape(f"  warning: {problem['message']}{unchecked}"))
     counts = ", ".join(f"{n} {status}" for status, n in sorted(result.counts.items()))
     verdict = shout(status_look(TensorStatus.IDENTICAL if result.identical
                                 else TensorStatus.CHANGED).word)  # the Compare pane's words
@@ -111,7 +112,17 @@ def print_diff(result: DiffResult) -> None:
     for alias in result.aliases:
         print(escape(_alias_line(alias)))
     for obj in result.objects:
-        print(escape(f"  object `{obj['key']}` {obj['status']}: {obj['a']} -> {obj['b']}"))
+        print(escape(f"  object `{obj['key']}` {obj['status']}: {obj['a']} -> {obj['b']}"
+                     f"{unchecked}"))
+
+
+def _unchecked(result: DiffResult) -> str:
+    """What follows a line that is the jailed loader's word: where the comparison was not
+    checked here (the `checked:` line says why), which file holds each key and which plain
+    values differ are its word too."""
+    claims = result.claims
+    return "" if claims is not None and claims.checked else (
+        " (as reported by the jailed loader, not checked here)")
 
 
 def _shards(row: TensorDiffRow) -> str:

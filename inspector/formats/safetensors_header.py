@@ -297,3 +297,10 @@ def spec_bytes(spec: dict) -> bytes:
     """An encoded tensor's rebuild spec as the bytes its `KEY::spec` part holds: canonical
     JSON, so the original and a converted file give the same digest."""
     return json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()
+
+
+def metadata_objects(metadata: dict[str, str]) -> list[dict]:
+    """The `__metadata__` entries as a diff's plain-value records (`__metadata__.KEY`, its
+    type and bounded repr): what the jailed diff reports and the host's check makes alike."""
+    return [{"key": f"__metadata__.{k}", "type": "builtins.str", "repr": repr(v)[:200]}
+            for k, v in metadata.items()]

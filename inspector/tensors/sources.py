@@ -30,6 +30,7 @@ from inspector.core.errors import CodedError
 from inspector.core.progress import CancelToken, check
 from inspector.formats import HEAD_BYTES, detect, sniff
 from inspector.formats.safetensors_header import (
+    metadata_objects,
     read_header,
     recorded_aliases,
     recorded_specs,
@@ -206,11 +207,7 @@ def _open_safetensors(path: str) -> Checkpoint:
     ]
     sources += _aliases(sources, header.metadata)
     sources += _spec_sources(recorded_specs(header.metadata), {s.key for s in sources})
-    objects = [
-        {"key": f"__metadata__.{k}", "type": "builtins.str", "repr": repr(v)[:200]}
-        for k, v in header.metadata.items()
-    ]
-    return Checkpoint("safetensors", sources, objects)
+    return Checkpoint("safetensors", sources, metadata_objects(header.metadata))
 
 
 SPEC_PART = "::spec"

@@ -345,28 +345,38 @@ def diff_files(
         "allow_globals": allow,
         "limits": _limits(sum(size for size, _fs in inputs), None),
     }
-    compared = SideBySide(files)  # both sides' bytes, compared here while the worker runs
+    # both sides' bytes, compared here while the worker runs
+    compared = SideBySide(files, [side["names"] for side in sides])
     try:
         result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout)
         check_diff(compared, result)  # the rows' statuses are claims until they pass
     finally:
         compared.stop()
-    for letter, shard_set in zip("ab", sets, strict=True):
+    for n, (letter, shard_set) in enumerate(zip("ab", sets, strict=True)):
         index = shard_set.index
+        # which shard stores each key: as read here, else (nothing checked) the loader's word
+        stored = ({key: sides[n]["names"][number] for key, number in compared.stored[n].items()}
+                  if compared.reason is None else _loaders_shards(result["tensors"], letter))
         result[letter]["index"] = str(index.path) if index is not None else None
-        result[letter]["problems"] = _index_problems(index, result["tensors"], letter)
+        result[letter]["problems"] = _index_problems(index, stored)
     return result
 
 
-def _index_problems(index: ShardIndex | None, records: list[dict], letter: str) -> list[dict]:
-    """How the keys a diff found in each shard of one side disagree with that side's index."""
+def _loaders_shards(records: list[dict], letter: str) -> dict[str, str]:
+    """Which shard of one side the loader says stores each key (a row it reads through a tie
+    or an alias is stored under another key)."""
+    return {record["key"]: record[f"shard_{letter}"] for record in records
+            if record.get(f"shard_{letter}") is not None
+            and record.get(f"stored_as_{letter}") is None}
+
+
+def _index_problems(index: ShardIndex | None, stored: dict[str, str]) -> list[dict]:
+    """How the shard that stores each key of one side disagrees with that side's index."""
     if index is None:
         return []
     found: dict[str, list[str]] = {shard: [] for shard in index.shards()}
-    for record in records:
-        shard = record.get(f"shard_{letter}")
-        if shard is not None and record.get(f"stored_as_{letter}") is None:
-            found.setdefault(shard, []).append(record["key"])
+    for key, shard in stored.items():
+        found.setdefault(shard, []).append(key)
     return [p.to_json() for p in check_contents(index, found)]
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from inspector.checkpoint.bitflip import FlipTally, compare_raw, layout_for
 from inspector.checkpoint.drift import Drift, decoded, fold, widened
-from inspector.checkpoint.tensor_pairs import Stored, pair_keys
+from inspector.checkpoint.tensor_pairs import Stored, object_changes, pair_keys
 from inspector.core.dtypes import canonical_dtype
 from inspector.core.progress import CancelToken, check
 from inspector.core.vocabulary import TensorStatus
@@ -320,7 +320,7 @@ def diff_sides(
         "counts": dict(counts),
         "tensors": records,
         "aliases": aliases,
-        "objects": _object_changes(inv_a.objects, inv_b.objects),
+        "objects": object_changes(inv_a.objects, inv_b.objects),
         "summary": [r["summary"] for r in records if r["summary"]],
     }
 
@@ -346,22 +346,6 @@ def diff_checkpoints(
                         emit, cancel)
     del result["a"], result["b"]
     return result
-
-
-def _object_changes(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Non-tensor leaves that differ (by type and bounded repr) or exist on one side only."""
-    in_b = {o["key"]: o for o in b}
-    changes = []
-    for obj in a:
-        other = in_b.pop(obj["key"], None)
-        if other is None:
-            changes.append({"key": obj["key"], "status": ONLY_IN_A, "a": obj["repr"], "b": None})
-        elif (obj["type"], obj["repr"]) != (other["type"], other["repr"]):
-            changes.append(
-                {"key": obj["key"], "status": CHANGED, "a": obj["repr"], "b": other["repr"]}
-            )
-    changes += [{"key": k, "status": ONLY_IN_B, "a": None, "b": o["repr"]} for k, o in in_b.items()]
-    return changes
 
 
 def diff(request: dict, emit: Callable[[dict], None], cancel: CancelToken) -> dict:

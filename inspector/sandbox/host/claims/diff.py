@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from inspector.checkpoint.results import ClaimCheck
+from inspector.checkpoint.tensor_pairs import object_changes
 from inspector.core.termtext import escape
 from inspector.core.vocabulary import TensorStatus
 from inspector.formats.safetensors_header import recorded_aliases
 from inspector.rawtensors.readers import NotReadable, RawTensor, open_raw
 from inspector.sandbox.host.claims.changes import Changes, changes
 from inspector.sandbox.host.claims.conversion import same_view
+from inspector.sandbox.host.claims.objects import diff_objects
 from inspector.sandbox.host.claims.refusal import refuted
 
 
@@ -22,12 +25,19 @@ class SideBySide:
     tensors they share compared element by element (`changes`), on a thread of its own while
     the worker runs; or why a side's tensors cannot all be located here."""
 
-    def __init__(self, sides: list[list[Path]]) -> None:
+    def __init__(self, sides: list[list[Path]], names: list[list[str]]) -> None:
         self._stop, self._done = threading.Event(), threading.Event()
+        self.names = names
+        """Each side's files as the user names them (what a row's `shard_a`/`_b` says)."""
         self.reason: str | None = None
         self.sides: list[dict[str, RawTensor]] = [{}, {}]
         self.files: list[dict[str, int]] = [{}, {}]
-        """Which of a side's files (its number) holds each key."""
+        """Which of a side's files (its number) holds each key, a recorded alias's included."""
+        self.stored: list[dict[str, int]] = [{}, {}]
+        """Which of a side's files stores each tensor (what its index must say)."""
+        self.objects: list[list[dict]] = [[], []]
+        """Each side's plain values (`objects.diff_objects`), the first of a key its files
+        repeat."""
         self.found: dict[str, Changes] = {}
         threading.Thread(target=self._run, args=(sides,), name="claims-diff",
                          daemon=True).start()
@@ -35,8 +45,10 @@ class SideBySide:
     def _run(self, sides: list[list[Path]]) -> None:
         try:
             located = [_located(files) for files in sides]
-            self.sides = [tensors for tensors, _ in located]
-            self.files = [numbers for _, numbers in located]
+            self.sides = [side.tensors for side in located]
+            self.files = [side.files for side in located]
+            self.stored = [side.stored for side in located]
+            self.objects = [side.objects for side in located]
             a, b = self.sides
             for key in sorted(a.keys() & b.keys()):
                 if self._stop.is_set():
@@ -70,6 +82,19 @@ class SideBySide:
         return (key in side and twin in side and key != twin
                 and files[key] == files[twin] and same_view(side[key], side[twin]))
 
+    def places(self, key: str, tied: dict[int, str]) -> list[tuple[str | None, str | None]]:
+        """Where each side keeps `key` (`tied` as in `tensors`): the file (its name), and the
+        key whose bytes are read when that is not `key` itself (its twin, or the key a
+        converted file records it as an alias of), as a row's `shard_*` and `stored_as_*`."""
+        out = []
+        for n, (side, files, names) in enumerate(zip(self.sides, self.files, self.names,
+                                                     strict=True)):
+            name = tied.get(n) or key
+            number, tensor = files.get(name), side.get(name)
+            stored = None if tensor is None or tensor.key == key else tensor.key
+            out.append((None if number is None else names[number], stored))
+        return out
+
     def status(self, key: str, tied: dict[int, str]) -> str:
         """The status a diff row must have for `key` (`tied` as in `tensors`)."""
         a, b = self.tensors(key, tied)
@@ -82,19 +107,35 @@ class SideBySide:
         return TensorStatus.IDENTICAL if self.found[key].same else TensorStatus.CHANGED
 
 
-def _located(files: list[Path]) -> tuple[dict[str, RawTensor], dict[str, int]]:
-    """Every tensor of one side's files by key, a converted file's recorded aliases too, and
-    the number of the file each is in."""
-    out: dict[str, RawTensor] = {}
-    where: dict[str, int] = {}
+@dataclass
+class _Side:
+    """One side's files read here: its tensors by key, a converted file's recorded aliases
+    too, the number of the file each key is in (`files`) and each stored tensor is in
+    (`stored`), and its plain values, each key once (the first file's: shards repeat
+    metadata, as the worker keeps it)."""
+
+    tensors: dict[str, RawTensor] = field(default_factory=dict)
+    files: dict[str, int] = field(default_factory=dict)
+    stored: dict[str, int] = field(default_factory=dict)
+    objects: list[dict] = field(default_factory=list)
+
+
+def _located(files: list[Path]) -> _Side:
+    """One side's files, each read here (`_Side`)."""
+    side = _Side()
+    values: dict[str, dict] = {}
     for number, path in enumerate(files):
         raw = open_raw(path)
         mine = {t.key: t for t in raw.tensors}
+        side.stored |= dict.fromkeys(mine, number)
         mine |= {removed: mine[kept] for removed, kept in recorded_aliases(raw.metadata).items()
                  if kept in mine and removed not in mine}
-        out |= mine
-        where |= dict.fromkeys(mine, number)
-    return out, where
+        side.tensors |= mine
+        side.files |= dict.fromkeys(mine, number)
+        for obj in diff_objects(str(path), raw):
+            values.setdefault(obj["key"], obj)
+    side.objects = list(values.values())
+    return side
 
 
 def check_diff(compared: SideBySide, result: dict[str, Any]) -> None:
@@ -102,11 +143,14 @@ def check_diff(compared: SideBySide, result: dict[str, Any]) -> None:
     each row's status the one its dtype, shape and bytes give (`not_compared` may stand for
     any but identical: it claims less); a changed or identical row's element counts, NaN / Inf
     count, bit flips, largest differences (where NumPy decodes its dtype) and sentence the ones
-    counted here; `identical`, `counts` and `summary` the rows';
-    set `claims`, or SandboxError when a claim fails. A key a side does not store, which the
-    loader says it ties to one it does (`stored_as_*`), is judged by that tensor's bytes, and
-    only when the other side keeps both keys in the same bytes (`SideBySide.same_bytes`: the
-    tie is seen here, not taken on the loader's word); the file offsets are the loader's."""
+    counted here; the file each side keeps it in (`shard_a`/`_b`) and the key read for it
+    there (`stored_as_a`/`_b`), and the `aliases` listing them, the ones found here;
+    `identical`, `counts` and `summary` the rows'; the plain values that differ (`objects`)
+    the ones both sides' files differ in, read here; set `claims`, or SandboxError when a
+    claim fails. A key a side does not store, which the loader says it ties to one it does
+    (`stored_as_*`), is judged by that tensor's bytes, and only when the other side keeps
+    both keys in the same bytes (`SideBySide.same_bytes`: the tie is seen here, not taken on
+    the loader's word); the file offsets are the loader's."""
     compared.wait()
     if compared.reason is not None:
         result["claims"] = ClaimCheck(reason=compared.reason).to_json()
@@ -140,14 +184,17 @@ def check_diff(compared: SideBySide, result: dict[str, Any]) -> None:
             problems.append(f"{escape(key)} is {truth}, reported as {escape(str(said))}")
         else:
             sides = compared.tensors(key, tied.get(key, {}))
-            wrong = _side_problems(key, rec, sides)
+            wrong = (_side_problems(key, rec, sides)
+                     + _place_problems(key, rec, compared.places(key, tied.get(key, {}))))
             if said in (TensorStatus.CHANGED, TensorStatus.IDENTICAL) and not wrong:
                 wrong = _change_problems(key, rec, compared.found[key], sides[0])
             problems += wrong
     problems += [f"{escape(key)} is no tensor of either side" for key in rows]
     if result.get("identical") and any(t != TensorStatus.IDENTICAL for t in truths.values()):
         problems.append("the checkpoints were reported identical")
-    problems += _total_problems(result)
+    problems += _total_problems(result) + _alias_problems(result, tied)
+    if result.get("objects") != object_changes(*compared.objects):
+        problems.append("the plain values said to differ are not the ones the files' differ in")
     if problems:
         raise refuted("comparison", problems, result.get("sandbox"))
     result["claims"] = ClaimCheck(checked=True, tensors=len(truths)).to_json()
@@ -176,6 +223,31 @@ def _side_problems(key: str, rec: dict, sides: list[RawTensor | None]) -> list[s
             for letter, t in zip("ab", sides, strict=True)
             if t is not None and (rec.get(f"dtype_{letter}") != t.dtype
                                   or rec.get(f"shape_{letter}") != list(t.shape))]
+
+
+def _place_problems(key: str, rec: dict,
+                    places: list[tuple[str | None, str | None]]) -> list[str]:
+    """How a row's file on each side (`shard_a`/`_b`), and the key read for it there
+    (`stored_as_a`/`_b`), differ from the ones read here."""
+    def where(shard: object, stored: object) -> str:
+        return (f"read as {escape(str(stored))} " if stored is not None else "") + (
+            f"in {escape(str(shard))}" if shard is not None else "absent")
+
+    return [f"{escape(key)} is {where(*place)} in {letter}, reported as "
+            f"{where(rec.get(f'shard_{letter}'), rec.get(f'stored_as_{letter}'))}"
+            for letter, place in zip("ab", places, strict=True)
+            if (rec.get(f"shard_{letter}"), rec.get(f"stored_as_{letter}")) != place]
+
+
+def _alias_problems(result: dict[str, Any], tied: dict[str, dict[int, str]]) -> list[str]:
+    """The reply's `aliases` (what the alias and tie lines print) must be its rows': each key
+    a side reads under another name, and how (a tie seen here, or a converter's alias)."""
+    rows = [r for r in result["tensors"] if isinstance(r, dict)]
+    made = [{"key": r.get("key"), "side": letter, "stored_as": r[f"stored_as_{letter}"],
+             "how": "tied" if n in tied.get(str(r.get("key")), {}) else "alias"}
+            for r in rows for n, letter in enumerate("ab")
+            if r.get(f"stored_as_{letter}") is not None]
+    return [] if result.get("aliases") == made else ["the aliases are not the rows'"]
 
 
 def _change_problems(key: str, rec: dict, found: Changes, tensor: RawTensor) -> list[str]:

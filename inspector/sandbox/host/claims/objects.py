@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from inspector.core.dtypes import GGUF_DENSE
 from inspector.core.flatten import flatten, unique_keys
 from inspector.core.termtext import escape
+from inspector.formats.safetensors_header import metadata_objects
 
 if TYPE_CHECKING:
     from inspector.rawtensors.readers import RawFile
@@ -53,6 +54,14 @@ def file_objects(path: str, raw: RawFile) -> list[dict]:
 
         raise NotCovered(f"a {raw.format} file's non-tensor values are not read here")
     return [record(key, value) for key, value in raw.plain]
+
+
+def diff_objects(path: str, raw: RawFile) -> list[dict]:
+    """The plain-value records a diff reads from the file at `path` (`tensors.sources`): a
+    safetensors header's `__metadata__` entries (`metadata_objects`), else `file_objects`."""
+    if raw.format == "safetensors":
+        return metadata_objects(raw.metadata)
+    return file_objects(path, raw)
 
 
 def _gguf_objects(path: str) -> list[dict]:

@@ -1,0 +1,98 @@
+"""What a diff says beside each key's status is a claim too: which file of a sharded side
+holds each key (what the index is checked against, and what the rows print) and which plain
+values differ (the `object ... changed` lines). Both are read here from the files' bytes
+(`sandbox.host.claims.diff.SideBySide`): the shards' index warnings come from the files the
+keys were found in here, and a row's shard or the changed values the worker reports must be
+those (`claim_refuted` otherwise). Where the files cannot be read here, the lines made from
+the worker's answer say they are its word.
+
+Each lie runs as hostile code inside a real `diff` job (the jail's self-test hook).
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from safetensors.torch import save_file
+
+from inspector.cli import main
+
+FAILED = 2
+"""`diff`'s exit code when it cannot answer (a refused answer included)."""
+UNCHECKED = "(as reported by the jailed loader, not checked here)"
+
+SHARD_LIE = """
+    import inspector.sandbox.worker.diff as wd
+    real = wd.diff_sides
+    def lying(a, b, emit=None, cancel=None):
+        out = real(a, b, emit, cancel)
+        for r in out["tensors"]:
+            if r["key"] == "w2":
+                r["shard_a"] = "model-00002-of-00002.safetensors"
+        return out
+    wd.diff_sides = lying
+"""
+
+OBJECTS_LIE = """
+    import inspector.sandbox.worker.diff as wd
+    wd.object_changes = lambda a, b: [{"key": "epoch", "status": "changed", "a": "3", "b": "4"}]
+"""
+
+
+def _misplaced(tmp_path):
+    """A two-shard folder whose index puts w2 in shard 2 while shard 1 holds it, and one file
+    of the same tensors."""
+    folder = tmp_path / "A"
+    folder.mkdir()
+    g = torch.Generator().manual_seed(0)
+    t = {k: torch.randn(4, 4, generator=g) for k in ("w1", "w2", "w3")}
+    first, second = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+    save_file({"w1": t["w1"], "w2": t["w2"]}, folder / first)
+    save_file({"w3": t["w3"]}, folder / second)
+    (folder / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {"w1": first, "w2": second, "w3": second}}))
+    save_file(t, tmp_path / "B.safetensors")
+    return folder, tmp_path / "B.safetensors"
+
+
+def test_the_shard_each_key_is_in_is_read_here(tmp_path, hostile, capsys) -> None:
+    a, b = _misplaced(tmp_path)
+    warning = ("warning: w2: in model-00001-of-00002.safetensors, the index says "
+               "model-00002-of-00002.safetensors")
+    assert main(["diff", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert warning in out and UNCHECKED not in out  # honest
+    hostile(SHARD_LIE)
+    assert main(["diff", str(a), str(b)]) == FAILED
+    err = capsys.readouterr().err
+    assert "comparison does not match the file's own bytes" in err
+    assert ("w2 is in model-00001-of-00002.safetensors in a, reported as in "
+            "model-00002-of-00002.safetensors") in err
+
+
+def _trained(tmp_path, lr_b: float, extra: dict | None = None):
+    w = {"w": torch.randn(8, 8, generator=torch.Generator().manual_seed(0))}
+    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
+    torch.save({"model": w, "epoch": 3, "lr": 0.0003, **(extra or {})}, a)
+    torch.save({"model": w, "epoch": 3, "lr": lr_b, **(extra or {})}, b)
+    return a, b
+
+
+def test_the_plain_values_that_differ_are_read_here(tmp_path, hostile, capsys) -> None:
+    a, b = _trained(tmp_path, 0.3)
+    assert main(["diff", str(a), str(b)]) == 0  # the tensors are identical
+    out = capsys.readouterr().out
+    assert "object `lr` changed: 0.0003 -> 0.3" in out and UNCHECKED not in out  # honest
+    hostile(OBJECTS_LIE)
+    assert main(["diff", str(a), str(b)]) == FAILED
+    err = capsys.readouterr().err
+    assert "the plain values said to differ are not the ones the files' differ in" in err
+
+
+def test_plain_values_not_read_here_are_the_loaders_word(tmp_path, capsys) -> None:
+    a, b = _trained(tmp_path, 0.3, {"dtype": torch.float16})  # a torch.dtype: not read here
+    assert main(["diff", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "checked:  nothing here" in out
+    assert f"object `lr` changed: 0.0003 -> 0.3 {UNCHECKED}" in out
