@@ -98,6 +98,13 @@ class ArchiveLayout:
     constants: int = 0
     """Tensors kept beside the weights (TorchScript constants, export's lifted constants)."""
 
+    def code_report(self) -> dict:
+        """The `code` part of an inspect result: what torch would run on loading, and its
+        flags."""
+        return {"code": [c.to_json() for c in self.code],
+                "code_archive": {"kind": self.kind, "constants": self.constants,
+                                 "flags": sum(len(c.flags) for c in self.code)}}
+
 
 def judge_code(text: str) -> list[str]:
     """What in a code file's text could reach beyond tensor maths (empty when nothing)."""

@@ -43,11 +43,3 @@ def load_weights(path: str, kind: str) -> dict[str, torch.Tensor]:
         out[t.key] = torch.empty(0, dtype=dtype).set_(
             mapped[t.data_offset : t.data_offset + span], 0, t.shape, t.stride)
     return out
-
-
-def code_report(path: str, kind: str) -> dict:
-    """The `code` part of an inspect result: what torch would run on loading, and its flags."""
-    layout = describe(path, kind)
-    return {"code": [c.to_json() for c in layout.code],
-            "code_archive": {"kind": kind, "constants": layout.constants,
-                             "flags": sum(len(c.flags) for c in layout.code)}}

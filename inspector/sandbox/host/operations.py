@@ -11,6 +11,7 @@ its input's size, then the caller's own (`limits`).
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import threading
 from collections.abc import Iterable
@@ -23,6 +24,7 @@ from inspector.core.atomic import OutputExistsError, atomic_write, write_text_at
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.integrity.hashing import DIGEST_ALGORITHM, sha256_file
 from inspector.integrity.shard_index import ShardError, ShardIndex, check_contents
+from inspector.layout.torchscript import CODE_ARCHIVES, NotCovered, describe_code_archive
 from inspector.sandbox.host.admission import check_loadable, static_scan
 from inspector.sandbox.host.claims.conversion import Asked, check_conversion
 from inspector.sandbox.host.claims.diff import SideBySide, check_diff
@@ -118,8 +120,9 @@ def inspect_one(path: str | os.PathLike[str], options: InspectOptions = InspectO
                       objects=result["objects"], timing=result["timing"],
                       digest_algorithm=result.get("digest_algorithm", DIGEST_ALGORITHM),
                       unique_storage=result.get("unique_storage"))
-        report.update({k: result[k] for k in ("code", "code_archive") if k in result})
         check_inspection(expected, report)  # the reply is a claim until it passes
+        if report["format"] in CODE_ARCHIVES:
+            report.update(_code_report(target, report["format"]))
     except SandboxError as exc:
         expected.stop()
         report["error"] = exc.to_json()
@@ -128,6 +131,16 @@ def inspect_one(path: str | os.PathLike[str], options: InspectOptions = InspectO
     if cancel is not None:
         cancel.check()
     return report
+
+
+def _code_report(path: Path, kind: str) -> dict:
+    """A TorchScript or torch.export archive's code files and what is flagged in them, read
+    here from the zip (`layout.torchscript`, which runs nothing), never the worker's word."""
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        try:
+            return describe_code_archive(mm, kind).code_report()
+        except NotCovered as exc:
+            raise SandboxError("not_covered", f"{kind} archive's code not read: {exc}") from None
 
 
 def inspect_reply(request: dict, on_event: EventFn | None = None, **job: Any) -> dict:

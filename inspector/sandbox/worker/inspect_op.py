@@ -4,8 +4,9 @@ A safetensors or GGUF file of small tensors is read without torch (`tensors.plai
 records, and torch is never imported, which was most of a cold worker's start); any other
 input, or one that reader leaves to torch, is loaded with torch (`_with_torch`).
 
-A TorchScript or torch.export archive's result also has `code` and `code_archive`
-(`tensors.torchscript.code_report`): the code torch would run on loading it, never run here.
+A TorchScript or torch.export archive's `code` and `code_archive` (the code torch would run on
+loading it) are read by the client from the zip itself (`sandbox.host.operations.inspect_one`),
+never taken from here.
 
 Each tensor's record is sent once, in a `tensors` event (`records`: those completed since the
 last, at most PROGRESS_STEPS lines a job; the objects likewise in `objects` events); the
@@ -87,14 +88,12 @@ def _with_torch(request: dict, emit: Callable[[dict], None], cancel: CancelToken
     # imported here: a file `describe_file` reads never pays for importing torch (1.1-1.3 s)
     import torch
 
-    from inspector.layout.torchscript import CODE_ARCHIVES
-    from inspector.tensors.by_format import LoadSpec, load_request
+    from inspector.tensors.by_format import load_request
     from inspector.tensors.describe import describe_tensors
     from inspector.tensors.load import split_leaves
     from inspector.tensors.mapped import PageReleaser
     from inspector.tensors.plain.leaves import describe_object
     from inspector.tensors.records import unique_storage
-    from inspector.tensors.torchscript import code_report
 
     path = request["path"]
     # describe_tensors runs the job's threads itself (a tensor per core, a huge one's hashing
@@ -108,9 +107,5 @@ def _with_torch(request: dict, emit: Callable[[dict], None], cancel: CancelToken
     release.refresh()
     records = describe_tensors(tensors, _Sender(emit, len(tensors)), release=release,
                                cancel=cancel, threads=request["_threads"])
-    result = {"digest_algorithm": DIGEST_ALGORITHM, "tensor_keys": [r["key"] for r in records],
-              "objects": objects_out, "unique_storage": unique_storage(tensors)}
-    fmt = LoadSpec.of(request).format
-    if fmt in CODE_ARCHIVES:
-        result.update(code_report(path, fmt))
-    return result
+    return {"digest_algorithm": DIGEST_ALGORITHM, "tensor_keys": [r["key"] for r in records],
+            "objects": objects_out, "unique_storage": unique_storage(tensors)}
