@@ -139,8 +139,10 @@ def _human(report: InspectResult) -> list[str]:
     lines.append(f"{contents.tensors} tensors, {contents.parameters:,} elements, "
                  f"{contents.bytes:,} bytes of tensor data")
     if unique:
+        # the loader's count of its storages: nothing here knows a torch file's storages
         lines.append(f"unique storage: {unique['storages']} storages, {unique['numel']:,} "
-                     f"elements, {unique['nbytes']:,} bytes (shared storage counted once)")
+                     f"elements, {unique['nbytes']:,} bytes (shared storage counted once; "
+                     "as reported by the jailed loader, not checked here)")
     training = training_summary(contents)
     if training:
         lines.append(f"training state: {training}{_unchecked(report)}")
