@@ -467,3 +467,165 @@ BENIGN: dict[str, Callable[[Path], Path]] = {
 }
 
 
+# ---------------------------------------------------------------------------------------------
+# The same load-time call in other spellings: a record name in other letter case (torch's zip
+# reader finds records case-insensitively), a parenthesised operator, a star import, a method
+# the unpickler runs unasked. Each hostile sample has a benign twin (`SPELLING_TWINS`).
+# ---------------------------------------------------------------------------------------------
+
+_SCRIPTED = '''
+import torch
+
+
+class Restores(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.zeros(2)
+
+    def forward(self, x):
+        return x + self.w
+
+    @torch.jit.export
+    def __getstate__(self):
+        return (self.w, self.training)
+
+    @torch.jit.export
+    def __setstate__(self, state: tuple[torch.Tensor, bool]):
+        self.w = state[0]
+        self.training = state[1]
+        print("MARKER")
+'''
+
+
+def _scripted(path: Path, statement: str, code_folder: str = "code") -> Path:
+    """A TorchScript archive (torch.jit.save) whose scripted __setstate__, which torch.jit.load
+    runs, holds `statement` in place of a print, its code folder spelled `code_folder`."""
+    import importlib
+    import io
+    import sys
+    import tempfile
+    import zipfile
+
+    import torch
+
+    with tempfile.TemporaryDirectory() as folder:  # torch.jit.script reads the class's source
+        (Path(folder) / "restores_model.py").write_text(_SCRIPTED)
+        sys.path.insert(0, folder)
+        try:
+            saved = io.BytesIO()
+            torch.jit.save(torch.jit.script(importlib.import_module(
+                "restores_model").Restores()), saved)
+        finally:
+            sys.path.remove(folder)
+            sys.modules.pop("restores_model", None)
+    out = io.BytesIO()
+    with zipfile.ZipFile(saved) as zin, zipfile.ZipFile(out, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename).replace(b'print("MARKER")', statement.encode())
+            zout.writestr(info.filename.replace("/code/", f"/{code_folder}/"), data)
+    return _write(path, out.getvalue())
+
+
+def script_code_folder_upper_case(path: Path, canary: Path) -> Path:
+    """A TorchScript archive whose code folder is `CODE/`: torch's reader opens it for `code/`."""
+    return _scripted(path, f"torch.save(state[0], {str(canary)!r})", "CODE")
+
+
+def script_code_folder_upper_case_twin(path: Path) -> Path:
+    return _scripted(path, 'print("restored")', "CODE")
+
+
+def script_parenthesised_save(path: Path, canary: Path) -> Path:
+    """`(ops.aten).save(...)`: TorchScript compiles it as aten::save."""
+    return _scripted(path, f"(ops.aten).save(state[0], {str(canary)!r})")
+
+
+def script_parenthesised_save_twin(path: Path) -> Path:
+    return _scripted(path, "self.w = (torch).zeros(2)")
+
+
+def _renamed(path: Path, old: str, new: str) -> Path:
+    """The zip at `path` with every member name's `old` spelled `new`."""
+    import io
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(path) as zin, zipfile.ZipFile(out, "w") as zout:
+        for info in zin.infolist():
+            zout.writestr(info.filename.replace(old, new), zin.read(info.filename))
+    return _write(path, out.getvalue())
+
+
+def _package_extern_upper(path: Path, source: str) -> Path:
+    _package(path, "mymodels", source, _new("mymodels", "Box"))
+    return _renamed(path, "/.data/extern_modules", "/.data/EXTERN_MODULES")
+
+
+def package_extern_modules_upper_case(path: Path, canary: Path) -> Path:
+    """A torch.package whose `.data/extern_modules` is spelled `.data/EXTERN_MODULES`
+    (PackageImporter reads it all the same); its module opens a file as it is imported."""
+    return _package_extern_upper(path, f"open({str(canary)!r}, 'w').close()\n\n\n"
+                                       "class Box(dict):\n    pass\n")
+
+
+def package_extern_modules_upper_case_twin(path: Path) -> Path:
+    return _package_extern_upper(path, "class Box(dict):\n    pass\n")
+
+
+def package_star_import_system(path: Path, canary: Path) -> Path:
+    """`from os import *`, then `system(...)` as the module is imported."""
+    source = f"from os import *\n\nsystem('touch {canary}')\n\n\nclass Box(dict):\n    pass\n"
+    return _package(path, "mymodels", source, _new("mymodels", "Box"))
+
+
+def package_star_import_system_twin(path: Path) -> Path:
+    source = "from os import *\n\nHERE = getcwd()\n\n\nclass Box(dict):\n    pass\n"
+    return _package(path, "mymodels", source, _new("mymodels", "Box"))
+
+
+# Store() (NEWOBJ), then SETITEMS of one item: the class's __setitem__ runs
+_STORE = PROTO2 + p_global("mymodels", "Store") + b")\x81" + MARK + p_unicode("lr") + (
+    b"K\x01u" + STOP)
+
+
+def package_setitem_runs_program(path: Path, canary: Path) -> Path:
+    """An interned dict subclass whose __setitem__, which SETITEMS runs, runs a program."""
+    source = ("import os\n\n\nclass Store(dict):\n    def __setitem__(self, key, value):\n"
+              f"        os.system('touch {canary}')\n        dict.__setitem__(self, key, value)\n")
+    return _package(path, "mymodels", source, _STORE)
+
+
+def package_del_runs_program(path: Path, canary: Path) -> Path:
+    """An interned class whose __del__, which runs once the loaded object is dropped, runs a
+    program."""
+    source = ("import os\n\n\nclass Store(dict):\n    def __del__(self):\n"
+              f"        os.system('touch {canary}')\n")
+    return _package(path, "mymodels", source, _STORE)
+
+
+def package_setitem_twin(path: Path) -> Path:
+    source = ("class Store(dict):\n    def __setitem__(self, key, value):\n"
+              "        dict.__setitem__(self, key, value)\n\n    def __del__(self):\n"
+              "        self.clear()\n")
+    return _package(path, "mymodels", source, _STORE)
+
+
+HOSTILE.update({
+    "script_code_folder_upper_case": ("torch", script_code_folder_upper_case, "aten::save"),
+    "script_parenthesised_save": ("torch", script_parenthesised_save, "aten::save"),
+    "package_extern_modules_upper_case": ("package", package_extern_modules_upper_case,
+                                          "builtins.open: can write files"),
+    "package_star_import_system": ("package", package_star_import_system, "os.system"),
+    "package_setitem_runs_program": ("package", package_setitem_runs_program, "os.system"),
+    "package_del_runs_program": ("package", package_del_runs_program, "os.system"),
+})
+SPELLING_TWINS: dict[str, Callable[[Path], Path]] = {
+    "script_code_folder_upper_case_twin": script_code_folder_upper_case_twin,
+    "script_parenthesised_save_twin": script_parenthesised_save_twin,
+    "package_extern_modules_upper_case_twin": package_extern_modules_upper_case_twin,
+    "package_star_import_system_twin": package_star_import_system_twin,
+    "package_setitem_twin": package_setitem_twin,
+}
+"""The benign twins: each suspicious (code that runs at load, reaching nothing on the deny
+list)."""
+BENIGN.update(SPELLING_TWINS)

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from load_time_samples import BENIGN, HOSTILE, LOADER
+from load_time_samples import BENIGN, HOSTILE, LOADER, SPELLING_TWINS
 from proofs import run_each_forked
 
 from inspector.scan.engine import scan_file
@@ -80,7 +80,7 @@ BENIGN_VERDICTS = {
     "lightning_namespace_hparams": "suspicious",
     "lightning_omegaconf_hparams": "suspicious",
     "package_of_a_model": "suspicious",  # its own model code runs at load: package-code
-}
+} | dict.fromkeys(SPELLING_TWINS, "suspicious")  # code that runs at load, reaching nothing
 
 
 @pytest.fixture(scope="module")
@@ -180,3 +180,49 @@ def test_package_sources_are_judged_by_what_runs_at_load():
     _, bad = judge_source(HOSTILE_SOURCE)
     assert sorted(b.split(":", 1)[0] for b in bad) == [
         "builtins.__import__", "os.system", "pathlib.Path.write_text"], bad
+
+
+@pytest.mark.parametrize("statement", [
+    "(torch).save(x, p)", "((torch)).save(x, p)", "(ops.aten).save(x, p)",
+    "(ops).aten.save(x, p)", "(torch  # a comment\n ).from_file(p, True, 2)",
+    "(torch.ops.aten\n).from_file(p, True, 2)"])
+def test_every_spelling_of_a_reaching_operator_is_found(statement):
+    """What TorchScript's compiler resolves a spelling to, parentheses, comments and line
+    breaks aside (Python's parser reads the code as TorchScript's does)."""
+    from inspector.formats.archives.script_code import op_uses
+
+    code = f"def f(x: Tensor, p: str):\n    {statement}\n"
+    assert [u.op for u in op_uses(code) if u.reaches] in (["aten::save"], ["aten::from_file"])
+
+
+@pytest.mark.parametrize("names", [
+    ["a/data.pkl", "a/constants.pkl", "a/CODE/__torch__.py"],
+    ["a/DATA.PKL", "a/Constants.Pkl", "a/Code/__TORCH__.PY"]])
+def test_a_torchscript_archive_is_known_by_the_names_torch_finds(names):
+    """torch's reader (miniz) finds a record by its name in any ASCII letter case."""
+    from inspector.formats.archives.script_code import code_members
+    from inspector.formats.archives.zipread import Member
+    from inspector.formats.sniffing import zip_kind
+
+    assert zip_kind(names) == "torchscript"
+    members = [Member(n, n, 0, 0, 0, 0, 0, 0, 0, 0, 0) for n in names]
+    assert [m.name for m in code_members(members)] == [names[2]]
+
+
+def test_a_bare_name_is_judged_as_every_star_imported_module_would_bind_it():
+    from inspector.formats.archives.torch_package import judge_source
+
+    imports, bad = judge_source("from math import *\nfrom os import *\nsystem('id')\n"
+                                "x = getcwd()\n")
+    assert imports == ["math.*", "os.*"]
+    assert [b.split(":", 1)[0] for b in bad] == ["os.system"], bad
+    assert judge_source("from os import *\nx = getcwd()\n")[1] == []
+
+
+def test_every_method_an_opcode_runs_is_run_at_load_in_package_source():
+    """One registry of the methods unpickling runs unasked, read by both judges."""
+    from inspector.formats.archives.torch_package import RUN_AT_LOAD
+    from inspector.scan.pickles.opcodes import IMPLICIT_METHODS
+
+    assert {m for methods in IMPLICIT_METHODS.values() for m in methods} | {
+        "__del__", "__setattr__", "__hash__"} <= RUN_AT_LOAD

@@ -30,7 +30,7 @@ import re
 import struct
 from dataclasses import dataclass
 
-from inspector.formats.archives import decompress
+from inspector.formats.archives import decompress, zipread
 from inspector.formats.safetensors_header import length_error
 
 TORCH_MAGIC_PICKLE = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19\x2e"
@@ -100,14 +100,16 @@ def is_tar(head: bytes) -> bool:
 
 def zip_kind(names: list[str]) -> str:
     """Which kind of zip archive a list of member names is."""
-    # torch's reader finds members case-insensitively (miniz), so "A/DATA.PKL" is data.pkl
-    if any(n.lower() == "data.pkl" or n.lower().endswith("/data.pkl") for n in names):
-        if any(n.endswith("constants.pkl") for n in names) and any("/code/" in n for n in names):
+    # torch's reader looks its records up case-insensitively (miniz), so "A/DATA.PKL" is
+    # data.pkl and "A/CODE/m.py" the code torch.jit.load compiles; numpy's zipfile does not
+    torch = [zipread.torch_name(n) for n in names]
+    if any(n == "data.pkl" or n.endswith("/data.pkl") for n in torch):
+        if any(n.endswith("constants.pkl") for n in torch) and any("/code/" in n for n in torch):
             return "torchscript"
         return "pytorch-zip"
-    if any(n.endswith("constants.pkl") for n in names):
+    if any(n.endswith("constants.pkl") for n in torch):
         return "torchscript"
-    if any(n.endswith("/archive_format") for n in names) and any("/models/" in n for n in names):
+    if any(n.endswith("/archive_format") for n in torch) and any("/models/" in n for n in names):
         return "torch-export"
     if names and all(n.endswith(".npy") for n in names):
         return "npz"

@@ -30,7 +30,7 @@ from inspector.scan.budget import (
     ScanBudget,
 )
 from inspector.scan.code_text import looks_like_code
-from inspector.scan.pickles.opcodes import OPCODE_BYTES
+from inspector.scan.pickles.opcodes import IMPLICIT_METHODS, OPCODE_BYTES
 from inspector.scan.pickles.policy import (
     WeightsOnlyRules,
     call_allowed,
@@ -61,14 +61,6 @@ from inspector.scan.result import (
 _PROBE = Limits(max_opcodes=100_000)  # a quick look at bytes that are rarely a pickle
 # the first bytes a pickle without PROTO may start with: any opcode but PROTO and STOP
 _OPCODE_CHARS = frozenset(OPCODE_BYTES.values()) - {0x80, 0x2E}
-# The methods the unpickler runs on an instance without a call opcode naming them: NEWOBJ runs
-# cls.__new__(cls, *args); BUILD runs __setstate__ where the class defines one; SETITEM(S) on a
-# non-dict runs __setitem__; APPEND(S) on a non-list the C unpickler's extend (else append),
-# pickle.py's APPEND append; ADDITEMS on a non-set add
-IMPLICIT_METHODS = {"NEWOBJ": ("__new__",), "NEWOBJ_EX": ("__new__",), "BUILD": ("__setstate__",),
-                    "SETITEM": ("__setitem__",), "SETITEMS": ("__setitem__",),
-                    "APPEND": ("extend", "append"), "APPENDS": ("extend", "append"),
-                    "ADDITEMS": ("add",)}
 # how a `nested-pickle` finding says the pickle goes to code of a class that may unpickle it
 # (`reading_apply` then never says of that file's pickled values that loading runs nothing)
 TORCH_WEIGHTS_FORMATS = (Format.PYTORCH_ZIP, Format.PYTORCH_LEGACY, Format.DISTCP)

@@ -18,6 +18,8 @@ import ast
 import io
 import re
 import tokenize
+import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -64,6 +66,11 @@ def _op_pattern(qualified: str) -> str:
 _REACHING = [(re.compile(_op_pattern(op)), op, what) for op, what in REACHING_OPS.items()]
 _NAMESPACE = re.compile(rf"\bops{_SEP}(\w+){_SEP}(\w+)")
 _CLASS = re.compile(rf"\bclasses{_SEP}(\w+){_SEP}(\w+)")
+# a name every spelling of a reaching operator holds whole: without one, the parsed code holds
+# no such spelling either
+_NEEDED = re.compile(r"\b(?:{})\b".format("|".join(sorted(
+    {op.split("::")[1] for op in REACHING_OPS} | set(REACHING_NAMESPACES)
+    | set(REACHING_CLASS_NAMESPACES)))))
 
 
 @dataclass(frozen=True)
@@ -121,25 +128,62 @@ def _readings(text: str) -> list[str]:
     return [text, _blank(text, spans)] if spans else [text]
 
 
+def _spellings(text: str) -> list[tuple[str, int]]:
+    """Each attribute chain rooted at a name (`torch.save`), and each call of a bare name
+    (`rpc_async(`), as Python's parser reads the code, with its line: a spelling with
+    parentheses, spaces, comments or line breaks inside (`(torch).save`, `(ops.aten)
+    .save`) reads as what TorchScript's compiler resolves it to. Empty where the text does
+    not parse (its text readings still hold), and where the text holds no name a reaching
+    operator's spelling needs (the parser reads names NFKC-normalised: `_NEEDED`)."""
+    if not _NEEDED.search(text if text.isascii() else unicodedata.normalize("NFKC", text)):
+        return []
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return []
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            out.append((f"{node.func.id}(", node.lineno))
+        elif isinstance(node, ast.Attribute):
+            chain, inner = [node.attr], node.value
+            while isinstance(inner, ast.Attribute):
+                chain.append(inner.attr)
+                inner = inner.value
+            if isinstance(inner, ast.Name):
+                out.append((".".join([inner.id, *reversed(chain)]), node.lineno))
+    return out
+
+
+def _matches(read: str, line: Callable[[int], int]) -> list[OpUse]:
+    """The operator spellings in one reading of the code (`line`: a match's line from its
+    offset)."""
+    found = [OpUse(op, what, line(m.start()))
+             for pattern, op, what in _REACHING for m in pattern.finditer(read)]
+    for m in _NAMESPACE.finditer(read):
+        namespace = m.group(1)
+        if namespace in REACHING_NAMESPACES:
+            found.append(OpUse(f"{namespace}::{m.group(2)}", REACHING_NAMESPACES[namespace],
+                               line(m.start())))
+        elif namespace not in TORCH_NAMESPACES:
+            found.append(OpUse(f"{namespace}::{m.group(2)}", None, line(m.start())))
+    for m in _CLASS.finditer(read):
+        if m.group(1) in REACHING_CLASS_NAMESPACES:
+            found.append(OpUse(f"torch.classes.{m.group(1)}.{m.group(2)}",
+                               REACHING_CLASS_NAMESPACES[m.group(1)], line(m.start())))
+    return found
+
+
 def op_uses(text: str) -> list[OpUse]:
     """The operators a code file's text refers to that reach files or the network, and those
-    outside torch's own namespaces, in text order; a spelling split by a comment counts."""
+    outside torch's own namespaces, in text order; read in the text (a spelling split by a
+    comment counts) and in the parsed code (a parenthesised one counts: `_spellings`)."""
     found: list[OpUse] = []
     for read in _readings(text):
-        found += [OpUse(op, what, _line(read, m.start()))
-                  for pattern, op, what in _REACHING for m in pattern.finditer(read)]
-        for m in _NAMESPACE.finditer(read):
-            namespace = m.group(1)
-            if namespace in REACHING_NAMESPACES:
-                found.append(OpUse(f"{namespace}::{m.group(2)}",
-                                   REACHING_NAMESPACES[namespace], _line(read, m.start())))
-            elif namespace not in TORCH_NAMESPACES:
-                found.append(OpUse(f"{namespace}::{m.group(2)}", None, _line(read, m.start())))
-        for m in _CLASS.finditer(read):
-            if m.group(1) in REACHING_CLASS_NAMESPACES:
-                found.append(OpUse(f"torch.classes.{m.group(1)}.{m.group(2)}",
-                                   REACHING_CLASS_NAMESPACES[m.group(1)],
-                                   _line(read, m.start())))
+        found += _matches(read, lambda pos, read=read: _line(read, pos))
+    spellings = _spellings(text)  # matched as one text, a spelling a line
+    joined, lines = "\n".join(s for s, _ in spellings), [n for _, n in spellings]
+    found += _matches(joined, lambda pos: lines[joined.count("\n", 0, pos)])
     return sorted(set(found), key=lambda u: (u.line, u.op))
 
 
@@ -202,8 +246,18 @@ def classes_defined(text: str) -> set[str]:
 
 
 def code_members(members: list[zipread.Member]) -> list[zipread.Member]:
-    """The code files `torch.jit.load` compiles: `<folder>/code/**.py`."""
-    return [m for m in members if "/code/" in m.name and m.name.endswith(".py")]
+    """The code files `torch.jit.load` compiles: `<folder>/code/**.py`, as its reader finds
+    them (`code/__torch__/m.py` opens `CODE/__TORCH__/M.PY`: `zipread.torch_name`)."""
+    return [m for m in members if _code_path(m.name) is not None]
+
+
+def _code_path(name: str) -> str | None:
+    """The path under `code/` a member is to torch's reader, without `.py` (`__torch__/m`),
+    or None where it is no code file."""
+    folded = zipread.torch_name(name)
+    if "/code/" not in folded or not folded.endswith(".py"):
+        return None
+    return folded.split("/code/", 1)[1][:-3]
 
 
 def report(ctx: FormatContext, buf, members: list[zipread.Member]) -> None:
@@ -219,7 +273,7 @@ def report(ctx: FormatContext, buf, members: list[zipread.Member]) -> None:
         except ValueError as exc:
             unread.append(f"{m.name} ({str(exc)[:80]})")
             continue
-        module = m.name.split("/code/", 1)[1][:-3].replace("/", ".")
+        module = _code_path(m.name).replace("/", ".")
         own |= {f"{module}.{name}" for name in classes_defined(text)}
         functions = _functions(text)
         for use in op_uses(text):
@@ -250,8 +304,8 @@ _SCRIPT_PICKLE_HELPERS = "torch.jit._pickle"  # build_intlist...: TorchScript's 
 def _judge_own_classes(ctx: FormatContext, own: set[str]) -> None:
     """The archive's own classes and TorchScript's list builders are what torch.jit.save
     writes into data.pkl; torch resolves them against the code above, never by import."""
-    for use in ctx.uses.values():
-        name = f"{use.module}.{use.name}"
+    for use in ctx.uses.values():  # torch finds a class's code file by its folded module
+        name = f"{zipread.torch_name(use.module)}.{use.name}"
         if use.module == _SCRIPT_PICKLE_HELPERS:
             use.severity = Severity.SAFE
             use.reason = ("TorchScript's own unpickler builds this list in C++ (the archive "

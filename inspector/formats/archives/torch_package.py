@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from inspector.core.vocabulary import Severity
 from inspector.formats.archives import python_source, zipread
+from inspector.scan.pickles.opcodes import IMPLICIT_METHODS
 from inspector.scan.pickles.policy import (
     CALL_ALLOWED,
     DENY,
@@ -41,9 +42,14 @@ MAX_SOURCE_BYTES = 4 << 20  # a larger source is reported unread
 _LOAD_TIME_CAPABILITIES = frozenset(c for c in {d.capability for d in DENY.values()}
                                     if c != "reach the interpreter")
 # Methods the unpickler or the import machinery runs without the pickle calling them by name
-# (a pickle that calls a class runs its __init__, but such a call is judged in the pickle).
-RUN_AT_LOAD = frozenset({"__setstate__", "__new__", "__getattr__", "__getattribute__",
-                          "__set_name__", "__init_subclass__", "__class_getitem__"})
+# (a pickle that calls a class runs its __init__, but such a call is judged in the pickle):
+# those its opcodes run (`IMPLICIT_METHODS`), the attribute hooks BUILD's look-up of
+# __setstate__ runs, __setattr__ (BUILD's slot state), __hash__ and __eq__ (an instance as a
+# dict key or a set item), the class-creation hooks, and __del__ (every instance the load
+# builds is finalised, the moment the last reference goes if the load fails).
+RUN_AT_LOAD = frozenset(m for methods in IMPLICIT_METHODS.values() for m in methods) | {
+    "__getattr__", "__getattribute__", "__setattr__", "__hash__", "__eq__", "__set_name__",
+    "__init_subclass__", "__class_getitem__", "__del__"}
 # Final names of calls that run, load, open, write or delete, beside the policy's own
 _SOURCE_LEAVES = DENY_LEAF_NAMES | frozenset((
     "Popen", "FileHandler", "FileIO", "remove", "rmdir", "rename", "replace", "mkdir", "makedirs",
@@ -89,21 +95,31 @@ def module_atoms(inner: str) -> tuple[str, ...] | None:
 
 
 def layout_of(buf, members: list[zipread.Member]) -> PackageLayout | None:
-    """The archive read as a torch.package, or None where it is not one."""
-    names = {m.name: m for m in members}
+    """The archive read as a torch.package, or None where it is not one: PackageImporter
+    needs `.data/extern_modules`, and torch's reader `.data/version` or `version`, each found
+    as that reader looks a record up (case-insensitively: `zipread.torch_member`)."""
     root = members[0].name.split("/", 1)[0] if members else ""
-    listed = names.get(f"{root}/.data/extern_modules")
-    if listed is None or f"{root}/.data/version" not in names:
+    listed = zipread.torch_member(members, f"{root}/.data/extern_modules")
+    if listed is None or not any(zipread.torch_member(members, f"{root}/{version}")
+                                 for version in (".data/version", "version")):
         return None
     try:
         text = zipread.member_bytes(buf, listed, 1 << 20).decode("utf-8", "replace")
     except ValueError:
         text = ""
+    # its module tree holds each record's name as written (`get_all_records`), but it reads a
+    # module's source with `get_record`, which may open any record whose name differs only in
+    # case: every one of those is a copy that may run
+    alike: dict[str, list[zipread.Member]] = {}
+    for m in members:
+        alike.setdefault(zipread.torch_name(m.name), []).append(m)
     modules: dict[tuple[str, ...], tuple[zipread.Member, ...]] = {}
     for m in members:
         atoms = module_atoms(m.name[len(root) + 1:]) if m.name.startswith(root + "/") else None
         if atoms is not None:
-            modules[atoms] = (*modules.get(atoms, ()), m)
+            known = modules.get(atoms, ())
+            modules[atoms] = known + tuple(c for c in alike[zipread.torch_name(m.name)]
+                                           if c not in known)
     return PackageLayout(root, modules, frozenset(text.split()))
 
 
@@ -115,12 +131,13 @@ _TEXT_RECORDS = {".data/extern_modules": re.compile(rb"(?:[A-Za-z_][\w.]*\n)*"),
                  ".data/serialization_id": re.compile(rb"\d{0,40}\n?")}
 
 
-def not_pickles(buf, layout: PackageLayout, by_name: dict[str, zipread.Member]) -> set[str]:
+def not_pickles(buf, layout: PackageLayout, members: list[zipread.Member]) -> set[str]:
     """The members PackageImporter reads as something other than a pickle: the interned
-    sources (Python), and its text records where they read as it writes them."""
+    sources (Python), and its text records (the ones torch's reader opens for their names)
+    where they read as it writes them."""
     found = {m.name for copies in layout.modules.values() for m in copies}
     for inner, pattern in _TEXT_RECORDS.items():
-        m = by_name.get(f"{layout.root}/{inner}")
+        m = zipread.torch_member(members, f"{layout.root}/{inner}")
         try:
             if m is not None and pattern.fullmatch(zipread.member_bytes(buf, m, 1 << 20)):
                 found.add(m.name)
@@ -132,10 +149,10 @@ def not_pickles(buf, layout: PackageLayout, by_name: dict[str, zipread.Member]) 
 def records(layout: PackageLayout, by_name: dict[str, zipread.Member]
             ) -> dict[str, zipread.Member]:
     """The storage records under the names a torch zip gives them (`ROOT/data/KEY`):
-    PackageImporter reads storage KEY from `ROOT/.data/KEY.storage`."""
-    head, tail = f"{layout.root}/.data/", ".storage"
+    PackageImporter reads storage KEY from `ROOT/.data/KEY.storage` (found case-insensitively)."""
+    head, tail = zipread.torch_name(f"{layout.root}/.data/"), ".storage"
     return {f"{layout.root}/data/{name[len(head):-len(tail)]}": m for name, m in by_name.items()
-            if name.startswith(head) and name.endswith(tail)}
+            if (folded := zipread.torch_name(name)).startswith(head) and folded.endswith(tail)}
 
 
 @functools.cache
@@ -156,9 +173,11 @@ def shadowed(module: str) -> str | None:
     return None
 
 
-def _aliases(tree: ast.Module) -> dict[str, str]:
-    """Local name -> dotted name, from every import in the source."""
+def _aliases(tree: ast.Module) -> tuple[dict[str, str], list[str]]:
+    """Local name -> dotted name, from every import in the source; and the modules it
+    star-imports (`from os import *` binds os's names without naming them)."""
     names: dict[str, str] = {}
+    stars: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
@@ -166,23 +185,31 @@ def _aliases(tree: ast.Module) -> dict[str, str]:
                     a.name.split(".", 1)[0]
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             for a in node.names:
-                names[a.asname or a.name] = f"{node.module}.{a.name}"
-    return names
+                if a.name == "*":
+                    stars.append(node.module)
+                else:
+                    names[a.asname or a.name] = f"{node.module}.{a.name}"
+    return names, stars
 
 
-def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
-    """The dotted name a call's target spells (`os.system`, `open` as `builtins.open`)."""
+def _dotted(node: ast.AST, aliases: dict[str, str], stars: list[str] = ()) -> list[str]:
+    """The dotted names a call's target may spell (`os.system`, `open` as `builtins.open`): a
+    bare name no import binds is the builtin's, or the name of any module the source
+    star-imports (which one binds it is not read here, so each is judged)."""
     chain: list[str] = []
     while isinstance(node, ast.Attribute):
         chain.append(node.attr)
         node = node.value
     if isinstance(node, ast.Call):  # __import__('os').system(...)
-        inner = _dotted(node.func, aliases)
-        return ".".join([inner, *reversed(chain)]) if inner else None
+        return [".".join([inner, *reversed(chain)])
+                for inner in _dotted(node.func, aliases, stars)]
     if not isinstance(node, ast.Name):
-        return None
-    head = aliases.get(node.id, f"builtins.{node.id}")
-    return ".".join([head, *reversed(chain)])
+        return []
+    if node.id in aliases:
+        heads = [aliases[node.id]]
+    else:
+        heads = [f"builtins.{node.id}", *(f"{module}.{node.id}" for module in stars)]
+    return [".".join([head, *reversed(chain)]) for head in heads]
 
 
 def _load_time_nodes(tree: ast.Module, run_at_load: frozenset[str]) -> list[ast.AST]:
@@ -229,15 +256,15 @@ def judge_source(source: str | bytes | ast.Module, run_at_load: frozenset[str] =
     (another loader's, such as transformers', which builds the class it names, add
     `__init__`)."""
     tree = source if isinstance(source, ast.Module) else python_source.parse(source)
-    aliases = _aliases(tree)
-    imports = sorted(set(aliases.values()))
+    aliases, stars = _aliases(tree)
+    imports = sorted(set(aliases.values()) | {f"{module}.*" for module in stars})
     bad: list[str] = []
     for node in _load_time_nodes(tree, run_at_load):
         for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
-            target = _dotted(call.func, aliases)
-            reason = _denied(target) if target else None
-            if reason and reason not in bad:
-                bad.append(reason)
+            for target in _dotted(call.func, aliases, stars):
+                reason = _denied(target)
+                if reason and reason not in bad:
+                    bad.append(reason)
     return imports, bad
 
 

@@ -215,8 +215,8 @@ def scan_archive(ctx: FormatContext, buf, archive: zipread.ZipArchive,
         main=zipread.torch_member(members, f"{prefix}/data.pkl"),
         damaged=bool(archive.anomalies), package=torch_package.layout_of(buf, members))
     # a torch.package's sources are Python that PackageImporter runs, never a pickle
-    sources = torch_package.not_pickles(buf, reading.package, {
-        m.name: m for m in members}) if reading.package else set()
+    sources = torch_package.not_pickles(buf, reading.package,
+                                        members) if reading.package else set()
     if reading.torch_zip:
         outside = next((m.name for m in members if not m.name.startswith(prefix + "/")), None)
         if outside is not None:
@@ -330,7 +330,8 @@ def _scan_member(ctx: FormatContext, buf, reading: _Reading, m: zipread.Member) 
         return
     main = reading.main
     ctx.member_of[id(data)] = m.name
-    with reading.apart(ctx, m, data, "torch" if m.name.endswith(TORCH_PICKLES) else ""):
+    torch_name = zipread.torch_name(m.name)  # torch finds `X.PKL` for `x.pkl`
+    with reading.apart(ctx, m, data, "torch" if torch_name.endswith(TORCH_PICKLES) else ""):
         scan = ctx.walk(data)
     if not (imports(scan) if is_record else looks_like_pickle(scan)):
         if m.encrypted:
@@ -343,9 +344,9 @@ def _scan_member(ctx: FormatContext, buf, reading: _Reading, m: zipread.Member) 
         return
     fold_pickles(ctx, data, m.name, scan, 1 if reading.torch_zip and m is main else 0)
     reading.storages.extend(scan.storages)
-    if m is main or m.name.endswith(".pkl"):
+    if m is main or torch_name.endswith(".pkl"):
         reading.records |= {f"{reading.prefix}/data/{s.key}" for s in scan.storages}
-    if m.method != zipread.STORED and not m.name.endswith(".debug_pkl"):
+    if m.method != zipread.STORED and not torch_name.endswith(".debug_pkl"):
         ctx.find(Severity.SUSPICIOUS, "zip-compressed-pickle", "pickle member is compressed; "
                  "torch.save always stores pickles uncompressed", m.name)
     if m is not main and reading.torch_zip:
@@ -412,7 +413,8 @@ def _member_bytes(ctx: FormatContext, buf, reading: _Reading,
                  f"not match {m.crc:08x} in the central directory (corrupted, tampered "
                  "or encrypted)", m.name)
     # torch's reader parses the version record as it opens the archive
-    if m.name.endswith(_VERSION_RECORDS) and not _WRITTEN_VERSION.fullmatch(data):
+    if zipread.torch_name(m.name).endswith(_VERSION_RECORDS) and not (
+            _WRITTEN_VERSION.fullmatch(data)):
         reading.damaged = True
     return data
 
@@ -457,8 +459,8 @@ def _finish_reading(ctx: FormatContext, reading: _Reading, members: list[zipread
     prefix = reading.prefix
     if reading.torch_zip:
         for m in members:
-            if m.unsupported_by_miniz and (m.name in reading.records or m.name[len(prefix) + 1:]
-                                           in TORCH_READS):
+            if m.unsupported_by_miniz and (m.name in reading.records or zipread.torch_name(
+                    m.name[len(prefix) + 1:]) in TORCH_READS):
                 ctx.block(f"{m.name} has encryption/patch flag bits torch cannot read")
     by_name = {m.name: m for m in members}
     if reading.package:  # PackageImporter reads storage KEY from .data/KEY.storage
