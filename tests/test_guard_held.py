@@ -206,3 +206,48 @@ def test_untied_weights_are_named_and_the_saves_after_them_are_not_sealed(tmp_pa
     assert saves[8].outcome == saves[16].outcome == SaveOutcome.UNHEALTHY
     assert "head.weight" in saves[8].detail
     assert resume_choice(tmp_path / "untied").record.step == 4
+
+
+def fit_lightning(run, flip: bool):
+    """Lightning with the guard's callback and the ledger's checkpoint IO, a checkpoint every
+    2 steps; with `flip`, the test's own callback flips a x16 exponent bit of net.0.weight
+    before step 3's forward. The model and the saves by step."""
+    import warnings
+
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from test_guard_integrations import Pairs, _tiny_class
+    from torch.utils.data import DataLoader
+
+    from inspector.guard.lightning_callback import GuardCallback
+    from inspector.ledger.lightning import LedgerCheckpointIO
+
+    class Fault(pl.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if flip and trainer.global_step == 3:
+                times_16(pl_module.net[0].weight)
+
+    model = _tiny_class(pl)()
+    trainer = pl.Trainer(max_steps=8, accelerator="cpu", logger=False,
+                         enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=run, plugins=[LedgerCheckpointIO(run_dir=run)],
+                         callbacks=[Fault(), GuardCallback(run, GuardConfig(console=False)),
+                                    ModelCheckpoint(dirpath=run, every_n_train_steps=2,
+                                                    save_top_k=-1)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(model, DataLoader(Pairs(), batch_size=None, shuffle=False))
+    return model, {s.step: s for s in read_ledger(run).saves}
+
+
+def test_lightning_a_flip_the_guard_named_is_not_sealed_after_it(tmp_path):
+    clean, clean_saves = fit_lightning(tmp_path / "clean", flip=False)
+    model, saves = fit_lightning(tmp_path / "flipped", flip=True)
+    assert all(s.outcome == SaveOutcome.VERIFIED for s in clean_saves.values())
+    index = int((model.net[0].weight - clean.net[0].weight).abs().argmax())
+    hurt, twin = (float(m.net[0].weight.view(-1)[index]) for m in (model, clean))
+    assert abs(hurt) > 8 * abs(twin)  # the harm: the flipped weight trains on
+    assert saves[2].outcome == SaveOutcome.VERIFIED
+    assert all(saves[s].outcome == SaveOutcome.UNHEALTHY for s in (4, 6, 8))
+    assert "weights-changed" in saves[4].detail
+    assert resume_choice(tmp_path / "flipped").record.step == 2
