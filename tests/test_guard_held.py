@@ -251,3 +251,42 @@ def test_lightning_a_flip_the_guard_named_is_not_sealed_after_it(tmp_path):
     assert all(saves[s].outcome == SaveOutcome.UNHEALTHY for s in (4, 6, 8))
     assert "weights-changed" in saves[4].detail
     assert resume_choice(tmp_path / "flipped").record.step == 2
+
+
+def train_frozen(run_dir, freeze_at=None, every_other=False, steps=40):
+    """The plain loop with Adam; at `freeze_at` the test turns 0.weight's requires_grad off
+    (its own fault); with `every_other`, 2.bias is cut from the graph at odd steps (a head
+    some batches skip, meant). The model and the verdicts."""
+    model = tiny_model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    guard = Guard(run_dir, GuardConfig(console=False))
+    verdicts = []
+    for step in range(steps):
+        if step == freeze_at:
+            model[0].weight.requires_grad_(False)
+        opt.zero_grad(set_to_none=True)
+        x, y = batch(step)
+        if every_other and step % 2:  # the same function, 2.bias outside the graph
+            out = nn.functional.linear(model[1](model[0](x)), model[2].weight,
+                                       model[2].bias.detach())
+        else:
+            out = model(x)
+        loss = nn.functional.mse_loss(out, y)
+        loss.backward()
+        verdict = guard.step(loss, model, opt, step=step)
+        if verdict.take_step:
+            opt.step()
+        verdicts.append(verdict)
+    guard.close()
+    return model, verdicts
+
+
+def test_a_parameter_that_stops_getting_gradients_is_named_once(tmp_path):
+    _, skipping = train_frozen(tmp_path / "skipping", every_other=True)
+    assert not [v for v in skipping if v.alarm]  # a gap of one step is meant
+    clean, clean_verdicts = train_frozen(tmp_path / "clean")
+    model, verdicts = train_frozen(tmp_path / "frozen", freeze_at=10)
+    assert not [v for v in clean_verdicts if v.alarm]
+    assert eval_loss(model) > 1.1 * eval_loss(clean)  # the harm: it stopped learning
+    named = [(v.step, b.rule, b.param) for v in verdicts if v.alarm for b in v.alarm.breaches]
+    assert named == [(29, "grad-stopped", "0.weight")]

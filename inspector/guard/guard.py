@@ -64,7 +64,14 @@ from inspector.guard.scene import (
 )
 from inspector.guard.settings import SETTING_RULE, SettingsWatch, said
 from inspector.guard.weights.fingerprint import WeightWatch
-from inspector.guard.weights.members import ORPHAN_RULE, REPLACED_RULE, Owners, replaced
+from inspector.guard.weights.members import (
+    ORPHAN_RULE,
+    REPLACED_RULE,
+    STOPPED_RULE,
+    Owners,
+    Stopped,
+    replaced,
+)
 from inspector.guard.weights.replicas import RULE as REPLICA_RULE
 from inspector.guard.weights.replicas import ReplicaCheck
 from inspector.guard.weights.rules import CORRUPTION_RULES, WeightRuleSet
@@ -193,6 +200,7 @@ class Guard:
         self.replicas = ReplicaCheck()
         self._watched: Any = None
         self.owners = Owners()
+        self.stopped = Stopped()
         self._held: dict[tuple[str, str | None], str] = {}
         """Each corruption alarm (`CORRUPTION_RULES`) by rule and tensor, in words: the
         weights still hold what the guard named, whatever the rules learned since, so the
@@ -249,7 +257,8 @@ class Guard:
         lists = self._groups(optimizer)
         breaches = (swapped + self.weight_rules.judge(watch.names, weights)
                     + self.rules.judge(values) + self.settings.judge(lists)
-                    + self.owners.judge(watch.named_params, lists.values()))
+                    + self.owners.judge(watch.named_params, lists.values())
+                    + self.stopped.judge(numbers.names, self.step_index))
         every = self.config.replica_every
         if every and self.step_index % every == 0:
             breaches = self.replicas.compare(watch) + breaches
@@ -318,8 +327,8 @@ class Guard:
         """The weights now are intended (a load, a deliberate edit, parameters replaced):
         watch the model's tensors as they are now, retake the fingerprint, and drop the
         corruption alarms held so far."""
-        if model is not None:
-            self._watch(model)
+        if model is not None or self._watched is not None:
+            self._watch(model if model is not None else self._watched)
         self._held.clear()
         if self.watch is not None:
             self.watch.accept()
@@ -557,6 +566,9 @@ def _said(b: Breach) -> str:
     if b.rule == REPLACED_RULE:
         return (f"{b.param} is not the tensor the guard watched (replaced, added or removed "
                 "without guard.accept_weights(model))")
+    if b.rule == STOPPED_RULE:
+        return (f"{b.param} had gradients and got none for the last {b.value:.0f} steps "
+                "(requires_grad off, a branch cut from the graph): it stopped learning")
     if b.rule == ORPHAN_RULE:
         return (f"{b.param} gets gradients (norm {b.value:.4g}) but no optimizer that steps "
                 "the model holds it: it never learns")

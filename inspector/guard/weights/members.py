@@ -16,6 +16,12 @@ replaced after its optimizer was built, a fresh optimizer missing a group) never
 `param-orphaned` names it once (`Owners`). Under an optimizer that steps other tensors than the
 model's (DeepSpeed's flat partitions) nothing the guard sees owns any parameter, and the rule
 stays silent.
+
+A parameter that got gradients and then gets none for `STOPPED_STEPS` checks in a row
+(`requires_grad_(False)` mid-run, a branch cut from the graph) has stopped learning:
+`grad-stopped` names it once, until it gets one again (`Stopped`; a set of the names that hold
+a gradient, which the step's grad norm already lists, ~3 µs for 100 parameters). A gradient
+that arrives as zeros is not seen.
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ from inspector.guard.rules import Breach
 
 REPLACED_RULE = "weights-replaced"
 ORPHAN_RULE = "param-orphaned"
+STOPPED_RULE = "grad-stopped"
+STOPPED_STEPS = 20
+"""How many checks in a row a parameter that had gradients may get none before it is named:
+a branch some batches skip (a task's head, an MoE expert no token reached) misses a few."""
 
 
 def members(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -98,4 +108,31 @@ class Owners:
             if p.grad is not None and name not in self.named:
                 self.named.add(name)
                 out.append(Breach(ORPHAN_RULE, "optimizer", _norm(p.grad), None, name))
+        return out
+
+
+@dataclass
+class Stopped:
+    """When each parameter that has had a gradient last got none, by name."""
+
+    had: set[str] = field(default_factory=set)
+    since: dict[str, int] = field(default_factory=dict)
+    named: set[str] = field(default_factory=set)
+
+    def judge(self, with_grads: list[str], step: int) -> list[Breach]:
+        """A `grad-stopped` breach per parameter without a gradient at the last
+        `STOPPED_STEPS` checks that had one before (`with_grads`: those that hold one now)."""
+        now = set(with_grads)
+        if len(now) != len(self.had) or not now >= self.had:
+            for name in self.had - now:
+                self.since.setdefault(name, step)
+            self.had |= now
+        out = []
+        for name, first in list(self.since.items()):
+            if name in now:
+                del self.since[name]
+                self.named.discard(name)
+            elif step - first + 1 >= STOPPED_STEPS and name not in self.named:
+                self.named.add(name)
+                out.append(Breach(STOPPED_RULE, "weights", float(step - first + 1), None, name))
         return out
