@@ -360,7 +360,8 @@ def test_a_datasource_whose_finalizer_removes_a_folder_is_dangerous(tmp_path, py
                                                                     module):
     """NumPy's DataSource removes its `_destpath` when it is collected, if `_istmpdest` is set
     (its __del__): a pickle that builds one (NEWOBJ + BUILD) deletes any folder once the loaded
-    object is dropped, under its defining module's name as under the re-export's."""
+    object is dropped, under its defining module's name as under the re-export's. The
+    finalizer is judged from its source as every method the load runs unasked is."""
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "kept.txt").write_text("precious")
@@ -376,3 +377,5 @@ def test_a_datasource_whose_finalizer_removes_a_folder_is_dangerous(tmp_path, py
     assert code == 2, out
     assert victim.exists()
     assert "DataSource" in out and "dangerous" in out, out
+    # the finalizer itself is judged (IMPLICIT_METHODS), beside the module's deny entry
+    assert "runs DataSource.__del__, which calls shutil.rmtree" in out, out

@@ -43,13 +43,10 @@ _LOAD_TIME_CAPABILITIES = frozenset(c for c in {d.capability for d in DENY.value
                                     if c != "reach the interpreter")
 # Methods the unpickler or the import machinery runs without the pickle calling them by name
 # (a pickle that calls a class runs its __init__, but such a call is judged in the pickle):
-# those its opcodes run (`IMPLICIT_METHODS`), the attribute hooks BUILD's look-up of
-# __setstate__ runs, __setattr__ (BUILD's slot state), __hash__ and __eq__ (an instance as a
-# dict key or a set item), the class-creation hooks, and __del__ (every instance the load
-# builds is finalised, the moment the last reference goes if the load fails).
+# those its opcodes run (`IMPLICIT_METHODS`: the attribute hooks and __del__ among them),
+# __hash__ and __eq__ (an instance as a dict key or a set item), and the class-creation hooks.
 RUN_AT_LOAD = frozenset(m for methods in IMPLICIT_METHODS.values() for m in methods) | {
-    "__getattr__", "__getattribute__", "__setattr__", "__hash__", "__eq__", "__set_name__",
-    "__init_subclass__", "__class_getitem__", "__del__"}
+    "__hash__", "__eq__", "__set_name__", "__init_subclass__", "__class_getitem__"}
 # Final names of calls that run, load, open, write or delete, beside the policy's own
 _SOURCE_LEAVES = DENY_LEAF_NAMES | frozenset((
     "Popen", "FileHandler", "FileIO", "remove", "rmdir", "rename", "replace", "mkdir", "makedirs",

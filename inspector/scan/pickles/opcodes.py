@@ -22,14 +22,20 @@ OPCODE_NAMES: dict[int, str] = {
 OPCODE_BYTES = {name: code for code, name in OPCODE_NAMES.items()}
 
 # The methods the unpickler runs on an instance without a call opcode naming them: NEWOBJ runs
-# cls.__new__(cls, *args); BUILD runs __setstate__ where the class defines one; SETITEM(S) on a
-# non-dict runs __setitem__; APPEND(S) on a non-list the C unpickler's extend (else append),
-# pickle.py's APPEND append; ADDITEMS on a non-set add. One fact, read by the pickle's judge
-# (`scan.context`) and by the judge of the source a package ships (`torch_package.RUN_AT_LOAD`).
+# cls.__new__(cls, *args); BUILD looks __setstate__ up on the instance (its __getattribute__,
+# and its __getattr__ where the class defines no __setstate__) and runs it, or sets slot state
+# with setattr (__setattr__); SETITEM(S) on a non-dict runs __setitem__; APPEND(S) on a non-list
+# looks up and runs the C unpickler's extend (else append), pickle.py's APPEND append; ADDITEMS
+# on a non-set add. Every instance NEWOBJ or BUILD makes is finalised (__del__) once the load
+# drops it. One fact, read by the pickle's judge (`scan.context`) and by the judge of the source
+# a package ships (`torch_package.RUN_AT_LOAD`).
+_LOOKUP = ("__getattribute__", "__getattr__")
 IMPLICIT_METHODS: dict[str, tuple[str, ...]] = {
-    "NEWOBJ": ("__new__",), "NEWOBJ_EX": ("__new__",), "BUILD": ("__setstate__",),
+    "NEWOBJ": ("__new__", "__del__"), "NEWOBJ_EX": ("__new__", "__del__"),
+    "BUILD": ("__setstate__", *_LOOKUP, "__setattr__", "__del__"),
     "SETITEM": ("__setitem__",), "SETITEMS": ("__setitem__",),
-    "APPEND": ("extend", "append"), "APPENDS": ("extend", "append"), "ADDITEMS": ("add",)}
+    "APPEND": ("extend", "append", *_LOOKUP), "APPENDS": ("extend", "append", *_LOOKUP),
+    "ADDITEMS": ("add", *_LOOKUP)}
 
 # Opcodes torch's weights-only unpickler implements; overridden from the installed torch.
 WEIGHTS_ONLY_OPCODES_DEFAULT = frozenset(
