@@ -102,9 +102,11 @@ def inspect_one(path: str | os.PathLike[str], options: InspectOptions = InspectO
     # what the bytes say, measured while the worker runs: once the scan has admitted the file,
     # since the worker waits for the scan and a worker that skips torch is ready before it
     expected = Expected(target, counts=True, start=False)
+    admitted: list[ScanResult] = []  # the host's own scan, once the gate has run
 
     def admit() -> dict:
         scanned = scan or static_scan(target)
+        admitted.append(scanned)
         report.update(scan=scanned.to_json(), format=scanned.format)
         check_loadable(scanned, allow, options.override_dangerous)
         expected.start()
@@ -121,8 +123,9 @@ def inspect_one(path: str | os.PathLike[str], options: InspectOptions = InspectO
                       digest_algorithm=result.get("digest_algorithm", DIGEST_ALGORITHM),
                       unique_storage=result.get("unique_storage"))
         check_inspection(expected, report)  # the reply is a claim until it passes
-        if report["format"] in CODE_ARCHIVES:
-            report.update(_code_report(target, report["format"]))
+        kind = admitted[0].format if admitted else None
+        if kind in CODE_ARCHIVES:
+            report.update(_code_report(target, kind))
     except SandboxError as exc:
         expected.stop()
         report["error"] = exc.to_json()
