@@ -256,7 +256,8 @@ def _evidence(target: tuple[Path, str | None], cancel, args: argparse.Namespace,
 
 def _file_evidence(target: tuple[Path, str | None], cancel, args: argparse.Namespace, manifest,
                    jobs: int) -> FileEvidence:
-    from inspector.run.checkpoints import LedgerError, find_record
+    from inspector.run.checkpoints import LedgerError
+    from inspector.run.record_lookup import find_record
     from inspector.sandbox.host.client import inspect_file, static_scan
 
     path, folder = target

@@ -265,7 +265,8 @@ def _run_without_manifest(args: argparse.Namespace) -> int:
         return _finish(args, result, None, "sha256")
     # imported here: a verify against a manifest (the batch case) needs neither
     from inspector.integrity.hfcache import is_cache_path, verify_cache
-    from inspector.run.checkpoints import LedgerError, find_record
+    from inspector.run.checkpoints import LedgerError
+    from inspector.run.record_lookup import find_record
 
     not_cache = [p for p in args.paths if not is_cache_path(p)]
     try:

@@ -30,7 +30,7 @@ import torch
 from inspector.core.errors import CodedError
 from inspector.guard.alarm_record import append_alarm
 from inspector.guard.scene import batch_hash, iter_tensors
-from inspector.run.checkpoints import find_record
+from inspector.run.record_lookup import find_record
 
 
 @dataclass

@@ -51,8 +51,6 @@ SIZE_JUMP = 1.5
 warning in its record (a dropped optimizer state, a model saved twice, a truncated write)."""
 SIZE_HISTORY = 5
 """How many earlier verified saves of the same rank the size median is taken over."""
-PARENT_LEVELS = 3
-"""How far up from a checkpoint `find_record` looks for a run journal."""
 
 
 class LedgerError(CodedError):
@@ -479,43 +477,6 @@ def latest_valid(run_dir: str | os.PathLike[str], rank: int | None = None,
     """The newest verified checkpoint (of `rank`, when given) whose bytes match its record and
     that `refuse` does not pass over (`signing.saves.signed_by(key)`: its signature)."""
     return resume_choice(run_dir, rank, refuse=refuse).record
-
-
-def find_record(path: str | os.PathLike[str]) -> tuple[RunLedger, SaveRecord] | None:
-    """The newest save record of the checkpoint (or a file of the folder checkpoint) at
-    `path`, from the journals in the folders above it (`PARENT_LEVELS`), all read: a journal
-    copied in from another run cannot stand in for the file's own, so those recording it
-    must expect the same bytes (and none may be unreadable), else LedgerError
-    `records-disagree`. None when no journal records it."""
-    target = Path(os.path.abspath(path))
-    found: list[tuple[RunLedger, SaveRecord]] = []
-    for folder in list(target.parents)[:PARENT_LEVELS]:
-        if not journal.journal_path(folder).is_file():
-            continue
-        try:
-            ledger = read_ledger(folder)
-        except LedgerError as exc:
-            raise LedgerError("records-disagree", f"{target}: {exc.message}; it may record "
-                              "this checkpoint, so no record above it is taken alone") from exc
-        for record in reversed(ledger.saves):
-            places = [record.path, *(f.path for f in record.files)]
-            if any(Path(os.path.abspath(folder / p)) == target for p in places):
-                found.append((ledger, record))
-                break
-    if len({_expected_bytes(ledger, record) for ledger, record in found}) > 1:
-        named = " and ".join(f"{ledger.path}:{record.line} ({record.label})"
-                             for ledger, record in found)
-        raise LedgerError("records-disagree", f"{target}: the journals above it record other "
-                          f"bytes for it ({named}): one of them is another run's, copied in "
-                          "or writing the same path; check it against its own run's "
-                          "(`run verify RUN_DIR`)")
-    return found[0] if found else None
-
-
-def _expected_bytes(ledger: RunLedger, record: SaveRecord) -> tuple[tuple[str, str | None], ...]:
-    """Each file a record names, where it lies and its SHA-256: what two records must share."""
-    return tuple(sorted((os.path.abspath(ledger.run_dir / f.path), f.sha256)
-                        for f in record.files))
 
 
 def folder_digest(files: list[FileEntry]) -> str:
