@@ -171,7 +171,7 @@ class _Items:
         if not isinstance(name, str) or os.path.basename(name) != name or name in ("", ".."):
             raise LoadError("load_failed", f"{fqn}: data file {name!r} is not in the folder")
         if getattr(info, "transform_descriptors", None):
-            raise LoadError("unsupported_format", f"{fqn}: stored with transforms "
+            raise LoadError("unsupported_tensors", f"{fqn}: stored with transforms "
                             f"{info.transform_descriptors}, which are not read here")
         start, length = int(info.offset), int(info.length)
         # opened per item: a folder written by many ranks has more files than the jail's limit

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from inspector.core.errors import CodedError
 from inspector.core.progress import Cancelled, CancelToken
+from inspector.core.termtext import escape
 from inspector.core.vocabulary import DEFAULT_REQUIRED_JAIL, JailLevel, JailRequirement
 from inspector.sandbox.host import deadlines
 from inspector.sandbox.host.events import ProtocolViolation, read_events
@@ -194,8 +195,7 @@ def run_job(
     if stop.reason in STOPPED:
         raise _stopped(stop.reason, limits, max_threads, sandbox, tail)
     if error is not None:
-        raise SandboxError(str(error.get("code") or "error"), str(error.get("message") or ""),
-                           error.get("globals") or (), sandbox=sandbox, stderr=tail)
+        raise worker_error(error, sandbox, tail)
     if result is None:
         raise _died(proc, request, sandbox, tail)
     result["sandbox"] = sandbox
@@ -204,6 +204,41 @@ def run_job(
                         "compute_threads": result.pop("compute_threads", None),
                         "worker": "cold" if isinstance(proc, subprocess.Popen) else "forked"}
     return result
+
+
+REFUTED = "claim_refuted"
+"""The code of a worker's answer that this process found false (`claims.refusal.refuted`)."""
+
+WORKER_CODES = frozenset({
+    # the worker's own (`sandbox.worker.main`): the request, a cancel, its memory, a bug
+    "bad_request", "unknown_op", "not_started", "cancelled", "memory_limit", "internal",
+    # the loaders' (`tensors.load`, `tensors.sources`, `tensors.dcp`, `tensors.by_format`)
+    "load_failed", "weights_only_refused", "bad_allowed_global", "bad_safetensors",
+    "no_checkpoint", "ambiguous", "unsupported_tensors", "not_tensor_mapping",
+    "key_not_found", "key_collision", "key_in_two_shards", "bad_index", "coverage",
+    "not_covered",
+    # a conversion's (`sandbox.worker.convert_op`) and a weights probe's (`consistency`)
+    "already_safetensors", "output_exists", "output_unwritable", "verify_failed",
+    "no_cuda", "bad_factory",
+})
+"""Every code a worker may end a job with. The others are this process's own word: its
+admission's refusals (`admission.check_loadable`: `refused_dangerous`, `refused_global`,
+`unsupported_format`), the jail's and the protocol's, its limits', its claims checks'; a
+worker that sends one of them (or any code not listed) is answering falsely."""
+
+
+def worker_error(error: dict, sandbox: dict | None, tail: str) -> SandboxError:
+    """A worker's `error` event as this process's error: its own code where the worker may
+    send it, else the answer is refuted (a worker naming a policy refusal would turn a file
+    it failed to load into one deliberately not loaded, which a report passes)."""
+    code, message = str(error.get("code") or "error"), str(error.get("message") or "")
+    if code not in WORKER_CODES:
+        return SandboxError(REFUTED, f"the jailed worker ended with the code "
+                            f"'{escape(code[:80])}', which is not one a worker may send, so "
+                            f"none of its answer is trusted: {message}", sandbox=sandbox,
+                            stderr=tail)
+    return SandboxError(code, message, error.get("globals") or (), sandbox=sandbox,
+                        stderr=tail)
 
 
 STOPPED = ("cancel", "timeout", "idle", "threads")

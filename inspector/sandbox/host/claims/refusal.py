@@ -5,10 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from inspector.sandbox.host.jobs import SandboxError
-
-REFUTED = "claim_refuted"
-
+from inspector.sandbox.host.jobs import REFUTED, SandboxError
 
 _LISTED = 3
 
