@@ -321,6 +321,17 @@ def test_a_file_put_into_a_saved_folder_since_is_a_change_and_never_resumed(tmp_
     out, err = capsys.readouterr()
     assert out.strip().endswith("checkpoint-1")
     assert "skipped step 2 (checkpoint-2): changed: added since the save: " in err
+    # `verify` and `report` through the save record hold the folder to the same listing
+    assert main(["verify", str(tmp_path / "checkpoint-1")]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "checkpoint-2"), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["strict"] and [f["path"] for f in doc["files"] if f["status"] == "extra"] == [
+        str(tmp_path / "checkpoint-2" / "rng_state.pth")]
+    report = tmp_path / "report.json"
+    assert main(["report", str(tmp_path / "checkpoint-2"), "-o", str(report), "--quiet"]) == 1
+    by_name = {f["file"]["name"]: f for f in json.loads(report.read_text())["files"]}
+    assert by_name["model.safetensors"]["verification"]["status"] == "fail"
 
 
 @pytest.mark.filterwarnings("ignore:.*quantize.*:UserWarning")

@@ -256,7 +256,7 @@ def _evidence(target: tuple[Path, str | None], cancel, args: argparse.Namespace,
 
 def _file_evidence(target: tuple[Path, str | None], cancel, args: argparse.Namespace, manifest,
                    jobs: int) -> FileEvidence:
-    from inspector.run.checkpoints import LedgerError
+    from inspector.run.checkpoints import LedgerError, unwritten
     from inspector.run.record_lookup import find_record
     from inspector.sandbox.host.client import inspect_file, static_scan
 
@@ -287,7 +287,10 @@ def _file_evidence(target: tuple[Path, str | None], cancel, args: argparse.Names
     if found is not None:
         # a checkpoint saved through the ledger is verified against its save record
         ledger, record = found
-        ev.verify = _verify(path, record.manifest(ledger.run_dir, source=ledger.path))
+        # a folder save lists the whole folder: a file added since fails, as `run verify` says
+        added = [ledger.run_dir / name for name in unwritten(ledger, record)]
+        ev.verify = _verify(path, record.manifest(ledger.run_dir, source=ledger.path),
+                            strict=record.strict, added=added)
         ev.manifest = f"{ledger.path}:{record.line} ({record.label}, saved {record.time})"
     return ev
 
@@ -307,7 +310,10 @@ def _runs(args: argparse.Namespace) -> list:
     return runs
 
 
-def _verify(path: Path, manifest) -> dict:
+def _verify(path: Path, manifest, strict: bool = False, added: list[Path] | None = None
+            ) -> dict:
+    """`path` against the manifest, with the files `added` to its checkpoint since (with
+    `strict`, a file the manifest does not list fails)."""
     from inspector.cli.common import worker_digests
     from inspector.integrity.manifest import ManifestError
     from inspector.integrity.verify import VerifyResult, verify
@@ -321,7 +327,8 @@ def _verify(path: Path, manifest) -> dict:
     files = ([f for f in shards.files if f.is_file()] if shards is not None
              else folder_files(path) if is_dcp_folder(path) else [path])
     try:
-        result = verify(manifest, files, tensor_digests=worker_digests())
+        result = verify(manifest, [*files, *(added or ())], tensor_digests=worker_digests(),
+                        strict=strict)
     except ManifestError as exc:
         result = VerifyResult(errors=[str(exc)])
     return {"manifest": str(manifest.source), "dialect": manifest.dialect, **result.to_json()}

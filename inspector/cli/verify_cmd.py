@@ -144,16 +144,17 @@ def run(args: argparse.Namespace) -> int:
             result = verify_tensors_only(manifest, args.paths, digests)
     else:
         try:
-            result = _verify_against(args, manifest, args.paths)
+            result = _verify_against(args, manifest, args.paths, args.strict)
         except ManifestError as exc:
             return _usage(escape(f"{args.manifest}: {exc}"))
     return _finish(args, result, str(args.manifest), manifest.dialect)
 
 
-def _verify_against(args: argparse.Namespace, manifest: Manifest, paths: list[Path]
-                    ) -> VerifyResult:
-    """Files, then their tensors (digested `--jobs` at a time), against the manifest; with
-    --shard or --results one file at a time, each kept as it finishes."""
+def _verify_against(args: argparse.Namespace, manifest: Manifest, paths: list[Path],
+                    strict: bool) -> VerifyResult:
+    """Files, then their tensors (digested `--jobs` at a time), against the manifest (with
+    `strict`, a file it does not list fails); with --shard or --results one file at a time,
+    each kept as it finishes."""
     pairs = plan(manifest, paths)
     batch = open_batch(args, VERIFY_KIND, batch_command(args), manifest, verify_options(args)
                        ) if args.shard or args.results else None
@@ -167,14 +168,13 @@ def _verify_against(args: argparse.Namespace, manifest: Manifest, paths: list[Pa
             warm_workers(len(files)), ahead as digests:
         if batch:
             batch.begin()
-            result = verify_each(manifest, pairs, batch, digests, args.strict,
-                                 progress=progress)
+            result = verify_each(manifest, pairs, batch, digests, strict, progress=progress)
             if manifest.files and compared_nothing(result):
                 result.errors.append(part_checked_nothing(args, manifest, batch.shard))
             batch.end()  # every file of this shard is done: the completion line
             return result
         return verify(manifest, paths, tensor_digests=digests, progress=progress,
-                      strict=args.strict, pairs=pairs)
+                      strict=strict, pairs=pairs)
 
 
 @contextlib.contextmanager
@@ -295,7 +295,9 @@ def _run_against_ledger(args: argparse.Namespace, ledger: RunLedger, record: Sav
           "then)", file=sys.stderr)
     say_unauthenticated("verify", ledger, keyed=False)
     manifest = record.manifest(ledger.run_dir, source=ledger.path)
-    result = _verify_against(args, manifest, [ledger.resolve(record)])
+    # a folder save lists the whole folder: a file added since fails, as `run verify` says
+    result = _verify_against(args, manifest, [ledger.resolve(record)],
+                             args.strict or record.strict)
     return _finish(args, result, f"{ledger.path}:{record.line}", manifest.dialect)
 
 

@@ -124,6 +124,14 @@ class SaveRecord:
         return Manifest(dialect="ledger", files=list(self.files), base_dir=run_dir, source=source)
 
     @property
+    def strict(self) -> bool:
+        """Whether a file its checkpoint holds that the record does not name fails a check
+        through the record: a folder save's files are the folder's complete listing, and a
+        resume loads what the folder holds, so `check_saves` calls such a file a change
+        (`unwritten`) and `verify` and `report` through the record fail it as `--strict` does."""
+        return self.layout == "folder"
+
+    @property
     def label(self) -> str:
         """'step 12,000' or the path when no step was given."""
         return f"step {self.step:,}" if self.step is not None else self.path
@@ -334,7 +342,7 @@ def check_saves(
                 resized.append(entry.path)
             elif entry.sha256:
                 to_hash.append((i, entry, where))
-        added = _unwritten(ledger.resolve(rec), rec) if rec.layout == "folder" else []
+        added = unwritten(ledger, rec)
         if missing or not rec.files:
             results[i] = CheckpointCheck(rec, CheckpointState.MISSING, tuple(missing),
                                          detail=_named("missing", missing))
@@ -375,9 +383,12 @@ def checkpoint_files(folder: Path, links: bool = False) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file() or (links and p.is_symlink()))
 
 
-def _unwritten(folder: Path, rec: SaveRecord) -> list[str]:
+def unwritten(ledger: RunLedger, rec: SaveRecord) -> list[str]:
     """The files in a checkpoint folder that its save record does not name, as the record
-    names files (relative to the run folder)."""
+    names files (relative to the run folder); none for a record that is not `strict`."""
+    if not rec.strict:
+        return []
+    folder = ledger.resolve(rec)
     named = {f.path for f in rec.files}
     base = rec.path.rstrip("/")
     try:
