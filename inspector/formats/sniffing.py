@@ -109,7 +109,10 @@ def zip_kind(names: list[str]) -> str:
         return "pytorch-zip"
     if any(n.endswith("constants.pkl") for n in torch):
         return "torchscript"
-    if any(n.endswith("/archive_format") for n in torch) and any("/models/" in n for n in names):
+    # a .pt2: torch.export.save's (its graph in models/) or AOTInductor's package (its model
+    # compiled, or to compile, in data/aotinductor/), both read by torch's reader
+    if any(n.endswith("/archive_format") for n in torch) and any(
+            "/models/" in n or "/data/aotinductor/" in n for n in names):
         return "torch-export"
     if names and all(n.endswith(".npy") for n in names):
         return "npz"

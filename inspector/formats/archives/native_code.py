@@ -5,7 +5,12 @@ library it carries (`<name>/data/aotinductor/<model>/*.so`) with `dlopen`, which
 library's constructors before torch looks at anything in it: native code by design. So a
 native library (known by its magic, ELF or Mach-O, or by its name) in a package of that
 shape is dangerous (`native-code`); one in any other zip is suspicious (`native-library`):
-nothing in that archive's loaders runs it, but it is code, not data.
+nothing in that archive's loaders runs it, but it is code, not data. A package that carries
+its model as C++ source (`data/aotinductor/<model>/*.cpp`, no library) is native code too:
+the loader (torch's C++ `AOTIModelPackageLoader`, where the Python reading falls back to it)
+compiles it with a shell command built unescaped from the package's own
+`*_compile_flags.json` and `*_linker_flags.json` strings (`compiler`, `cflags`, ...), runs it
+with `system()`, and dlopens what it built.
 """
 
 from __future__ import annotations
@@ -25,6 +30,18 @@ LOADER = "torch._inductor.aoti_load_package"
 _MAGIC = (b"\x7fELF", b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf", b"\xce\xfa\xed\xfe",
           b"\xcf\xfa\xed\xfe", b"\xca\xfe\xba\xbe")
 _NAMED = re.compile(r"\.(?:so(?:\.\d+)*|dylib|dll|pyd)$", re.IGNORECASE)
+_AOTI_FOLDER = "data/aotinductor/"
+
+
+def _in_aoti_folder(name: str) -> bool:
+    """Whether the member lies in AOTInductor's folder, at the top or under the package's."""
+    return name.startswith(_AOTI_FOLDER) or f"/{_AOTI_FOLDER}" in name
+
+
+def is_compiled_source(member: zipread.Member) -> bool:
+    """Whether the member is C++ source the package's loader compiles and loads: a `.cpp`
+    in AOTInductor's folder (the loader picks it by that ending, as it picks a `.so`)."""
+    return member.name.endswith(".cpp") and _in_aoti_folder(member.name)
 
 
 def is_native(buf, member: zipread.Member, by_name_only: bool = False) -> bool:
@@ -38,7 +55,7 @@ def is_aoti_package(buf, members: list[zipread.Member]) -> bool:
     """Whether the zip has a `.pt2` package's shape: an `archive_format` reading `pt2`, or
     AOTInductor's `data/aotinductor/` folder."""
     for m in members:
-        if "/data/aotinductor/" in m.name or m.name.startswith("data/aotinductor/"):
+        if _in_aoti_folder(m.name):
             return True
         if m.name.rsplit("/", 1)[-1] == "archive_format" and zipread.member_head(
                 buf, m, 8).strip() == b"pt2":
@@ -48,9 +65,15 @@ def is_aoti_package(buf, members: list[zipread.Member]) -> bool:
 
 def report(ctx: FormatContext, buf, members: list[zipread.Member],
            records: set[str] = frozenset()) -> None:
-    """A finding for each native library in the archive (at most 8 named). `records`: the
-    tensor records its pickles name, data to every loader, known by name only (a .pt2's
-    loader finds its library by name; reading thousands of records' first bytes costs)."""
+    """A finding for each native library and each compiled C++ source in the archive (at most
+    8 of each named). `records`: the tensor records its pickles name, data to every loader,
+    known by name only (a .pt2's loader finds its library by name; reading thousands of
+    records' first bytes costs)."""
+    for m in [m for m in members if is_compiled_source(m)][:8]:  # its folder makes a package
+        ctx.find(Severity.DANGEROUS, "native-code",
+                 f"C++ source in a .pt2 package: {LOADER} compiles it with a shell command "
+                 "built from the package's own *_compile_flags.json and *_linker_flags.json "
+                 "strings, then loads what it built with dlopen", m.name)
     native = [m for m in members if m.size and not m.name.endswith("/")
               and is_native(buf, m, m.name in records)]
     if not native:

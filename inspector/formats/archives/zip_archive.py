@@ -308,7 +308,8 @@ def _name_archive(ctx: FormatContext, archive: zipread.ZipArchive) -> str:
     if kind == Format.TORCH_EXPORT:
         ctx.find(Severity.SUSPICIOUS, "torch-export",
                  "torch.export archive: torch.export.load rebuilds "
-                 "and runs the graph in models/ (custom operators run native code), and "
+                 "and runs the graph in models/ (custom operators run native code), "
+                 "aoti_load_package the model compiled in data/aotinductor/, and "
                  "torch.load refuses it")
     return kind
 
