@@ -5,9 +5,10 @@ The digest is the one the worker reports (SHA-256 of the bytes, contiguous and r
 format, as the worker's statistics count them: a complex value is counted on its magnitude
 (Inf when either half is infinite, else NaN when either half is NaN); integers and bool hold
 none. A dtype whose values are not decoded here (`bits8` blocks, packed floats) has counts of
-None. With the counts come, for real dtypes, the finite values' exact range, zeros and first
-NaN or Inf (`Span`), from which health judges a wiped or constant weight, and the values'
-binary orders (`orders`), from which it judges a flipped exponent bit. Hashing may run on a
+None. With the counts come the finite values' exact range, zeros and first NaN or Inf
+(`Span`; a complex tensor's on its magnitudes, to within `orders.ROUNDED`), from which health
+judges a wiped or constant weight, and the values' binary orders (`orders`), from which it
+judges a flipped exponent bit. Hashing may run on a
 second thread beside the counting (hashlib and NumPy release the GIL).
 """
 
@@ -87,7 +88,8 @@ REALS: dict[str, Callable[[memoryview], np.ndarray]] = {
        if d.kind in ("int", "uint") and d.numpy},
 }
 """dtype name -> its values as real numbers in the worker's domain (floats as float32, kept
-float64; integers as they are), each exact; a dtype not listed is not read so."""
+float64; integers as they are; complex values as their magnitudes), each exact but the
+magnitudes (`orders.ROUNDED`); a dtype not listed is not read so."""
 
 
 def _ieee(numpy_type: str) -> Flags:
@@ -100,13 +102,16 @@ def _ieee(numpy_type: str) -> Flags:
     return flags
 
 
-def _complex(half: str) -> Flags:
+def _complex(name: str) -> Flags:
+    """On the magnitude, as the worker counts: Inf where a half is, or where it overflows
+    float32 (two halves near its largest value)."""
+    magnitudes = VALUES[name]
+
     def flags(chunk: memoryview) -> tuple[np.ndarray, np.ndarray] | None:
-        parts = np.frombuffer(chunk, dtype=half).reshape(-1, 2)
-        if np.isfinite(parts).all():
+        values = magnitudes(chunk)
+        if np.isfinite(values).all():
             return None
-        inf = np.isinf(parts).any(axis=1)
-        return np.isnan(parts).any(axis=1) & ~inf, inf
+        return np.isnan(values), np.isinf(values)
 
     return flags
 
@@ -143,7 +148,7 @@ def _none(chunk: memoryview) -> None:
 
 FLAGS: dict[str, Flags] = {
     "float16": _ieee("<f2"), "float32": _ieee("<f4"), "float64": _ieee("<f8"),
-    "complex64": _complex("<f4"), "complex128": _complex("<f8"),
+    **{name: _complex(name) for name in ("complex32", "complex64", "complex128")},
     "bfloat16": _bits("<u2", 8, 7), "float8_e5m2": _bits("|u1", 5, 2),
     "float8_e4m3fn": _nan_pattern(0x7F, 0x7F), "float8_e4m3fnuz": _nan_pattern(0x80, 0xFF),
     "float8_e5m2fnuz": _nan_pattern(0x80, 0xFF), "float8_e8m0fnu": _nan_pattern(0xFF, 0xFF),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -104,9 +105,12 @@ def _inspected(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
 
 
 def _span_problems(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
-    """A real tensor's least and greatest finite values, its largest magnitude, its zeros and
-    its first NaN or Inf (what health judges a wiped or constant weight from) must be the
-    ones read here."""
+    """A tensor's least and greatest finite values, its largest magnitude, its zeros and its
+    first NaN or Inf (what health judges a wiped or constant weight from) must be the ones
+    read here; a complex tensor's magnitudes within one unit in the last place, and the ones
+    computed here replace the worker's (`orders.ROUNDED`)."""
+    from inspector.rawtensors.orders import ROUNDED  # NumPy's import, beside the worker's start
+
     span = measured.span
     if span is None:
         return []
@@ -114,8 +118,26 @@ def _span_problems(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
                                                                      abs(span.high))
     exact = {"min": span.low, "max": span.high, "absmax": absmax, "zeros": span.zeros,
              "first_nonfinite": span.first_nonfinite}
-    return [f"{escape(t.key)} has {name} {value}, reported as {escape(str(rec.get(name)))}"
-            for name, value in exact.items() if rec.get(name) != value][:1]
+    rounded = t.dtype in ROUNDED
+    wrong = [f"{escape(t.key)} has {name} {value}, reported as {escape(str(rec.get(name)))}"
+             for name, value in exact.items() if rec.get(name) != value
+             and not (rounded and _one_ulp(value, rec.get(name), t.dtype == "complex128"))]
+    if not wrong and rounded:
+        rec.update(exact)
+    return wrong[:1]
+
+
+def _one_ulp(here: object, told: object, wide: bool) -> bool:
+    """Whether two non-negative magnitudes (float64 where `wide`, else float32) are at most
+    one representable value apart."""
+    if not all(isinstance(v, float) and math.isfinite(v) and v >= 0 for v in (here, told)):
+        return False
+    pattern = "<d" if wide else "<f"
+    try:
+        a, b = (int.from_bytes(struct.pack(pattern, v), "little") for v in (here, told))
+    except OverflowError:
+        return False
+    return abs(a - b) <= 1 and (wide or struct.unpack("<f", struct.pack("<f", told))[0] == told)
 
 
 def clear(tops: Tops) -> bool:
