@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import statistics
 from pathlib import Path
 
+from inspector.core.termtext import counted
 from inspector.core.vocabulary import SaveOutcome
 from inspector.integrity.manifest import FileEntry
 from inspector.ledger.identity import current_rank, host, now
@@ -16,9 +18,14 @@ from inspector.run.checkpoints import (
     RunLedger,
     SaveRecord,
     read_ledger,
-    size_warning,
     summary,
 )
+
+SIZE_JUMP = 1.5
+"""A checkpoint this many times larger or smaller than the median of its predecessors is a
+warning in its record (a dropped optimizer state, a model saved twice, a truncated write)."""
+SIZE_HISTORY = 5
+"""How many earlier verified saves of the same rank the size median is taken over."""
 
 
 def relative(path: Path, run_dir: Path) -> str:
@@ -54,3 +61,23 @@ def append_save(
     record = dataclasses.replace(record, seq=entry.seq, chain=chain)
     sign_save(run_dir, target, record, chain)  # the signature names the save's line and run
     return record
+
+
+def size_warning(ledger: RunLedger | None, size: int, rank: int, writer: str) -> str | None:
+    """A warning when `size` differs sharply from the median of recent verified saves of the
+    same rank and writer."""
+    if ledger is None:
+        return None
+    earlier = [s.size for s in ledger.saves if s.rank == rank and s.writer == writer
+               and s.outcome == SaveOutcome.VERIFIED][-SIZE_HISTORY:]
+    if not earlier:
+        return None
+    median = statistics.median(earlier)
+    if median <= 0 or 1 / SIZE_JUMP <= size / median <= SIZE_JUMP:
+        return None
+    return (f"size {_mb(size)} is {size / median:.2f}x the median of the last "
+            f"{counted(len(earlier), 'checkpoint')} ({_mb(median)})")
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.1f} MB" if n >= 1e5 else f"{n:,.0f} bytes"

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +35,6 @@ from typing import Any
 
 from inspector.core.errors import CodedError
 from inspector.core.progress import CancelToken, check
-from inspector.core.termtext import counted
 from inspector.core.vocabulary import CheckpointState, SaveOutcome, TensorCheckStatus
 from inspector.integrity.hashing import sha256_file
 from inspector.integrity.manifest import FileEntry, Manifest, file_entry, format_sha256sum
@@ -46,11 +44,6 @@ from inspector.run.metrics import Alarm, read_alarms
 
 SAVE_KIND = "ledger.save"
 ROTATE_KIND = "ledger.rotate"
-SIZE_JUMP = 1.5
-"""A checkpoint this many times larger or smaller than the median of its predecessors is a
-warning in its record (a dropped optimizer state, a model saved twice, a truncated write)."""
-SIZE_HISTORY = 5
-"""How many earlier verified saves of the same rank the size median is taken over."""
 
 
 class LedgerError(CodedError):
@@ -494,26 +487,6 @@ def folder_digest(files: list[FileEntry]) -> str:
     """A folder checkpoint's SHA-256: that of its files' sha256sum listing, sorted by path."""
     listing = format_sha256sum(sorted(files, key=lambda f: f.path))
     return hashlib.sha256(listing.encode("utf-8", "surrogateescape")).hexdigest()
-
-
-def size_warning(ledger: RunLedger | None, size: int, rank: int, writer: str) -> str | None:
-    """A warning when `size` differs sharply from the median of recent verified saves of the
-    same rank and writer."""
-    if ledger is None:
-        return None
-    earlier = [s.size for s in ledger.saves if s.rank == rank and s.writer == writer
-               and s.outcome == SaveOutcome.VERIFIED][-SIZE_HISTORY:]
-    if not earlier:
-        return None
-    median = statistics.median(earlier)
-    if median <= 0 or 1 / SIZE_JUMP <= size / median <= SIZE_JUMP:
-        return None
-    return (f"size {_mb(size)} is {size / median:.2f}x the median of the last "
-            f"{counted(len(earlier), 'checkpoint')} ({_mb(median)})")
-
-
-def _mb(n: float) -> str:
-    return f"{n / 1e6:,.1f} MB" if n >= 1e5 else f"{n:,.0f} bytes"
 
 
 @dataclass(frozen=True)
