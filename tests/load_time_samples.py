@@ -629,3 +629,48 @@ SPELLING_TWINS: dict[str, Callable[[Path], Path]] = {
 """The benign twins: each suspicious (code that runs at load, reaching nothing on the deny
 list)."""
 BENIGN.update(SPELLING_TWINS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Members, methods and names a loader reaches that a fixed list misses: a tar member of a type
+# flag tarfile does not know (it extracts it as a regular file), ...
+# ---------------------------------------------------------------------------------------------
+
+
+def _legacy_tar(path: Path, data: bytes) -> Path:
+    """A legacy torch tar whose `storages`, `tensors` and `pickle` members hold `data` with a
+    type flag tarfile does not know (`Z`): tarfile.extract writes each as a regular file
+    (`makeunknown`) and torch.load's legacy reading unpickles `storages`."""
+    import io
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        meta = PROTO2 + EMPTY_DICT + STOP
+        info = tarfile.TarInfo("meta")
+        info.size = len(meta)
+        tar.addfile(info, io.BytesIO(meta))
+        for name in ("storages", "tensors", "pickle"):
+            info = tarfile.TarInfo(name)
+            info.size, info.type = len(data), b"Z"
+            tar.addfile(info, io.BytesIO(data))
+    return _write(path, out.getvalue())
+
+
+def tar_unknown_type_members(path: Path, canary: Path) -> Path:
+    return _legacy_tar(path, PROTO2 + p_global("os", "system") + MARK
+                       + p_unicode(f"touch {canary}") + TUPLE + REDUCE + STOP)
+
+
+def tar_unknown_type_members_twin(path: Path) -> Path:
+    return _legacy_tar(path, PROTO2 + EMPTY_DICT + STOP)
+
+
+_SCAN3_TWINS: dict[str, Callable[[Path], Path]] = {
+    "tar_unknown_type_members_twin": tar_unknown_type_members_twin,
+}
+HOSTILE.update({
+    "tar_unknown_type_members": ("torch", tar_unknown_type_members, "os.system"),
+})
+SPELLING_TWINS.update(_SCAN3_TWINS)
+BENIGN.update(_SCAN3_TWINS)

@@ -35,7 +35,7 @@ def scan_tar(ctx: FormatContext, buf) -> None:
     fileobj.seek(0)
     with tarfile.open(fileobj=fileobj, mode="r:") as tar:
         every = tar.getmembers()
-    members = [m for m in every if m.isfile()]
+    members = [m for m in every if _extracted_as_file(m)]
     names = {m.name for m in members}
     # torch.load extracts its legacy tar's members (no extraction filter) and unpickles them: a
     # link reads the file it points at (a hard link to an earlier member reads that member,
@@ -80,6 +80,15 @@ def scan_tar(ctx: FormatContext, buf) -> None:
         carve(ctx, data, m.name, covered)
     if not found and not ctx.uses and not links and not escaped:
         raise ValueError("tar archive without pickles")
+
+
+def _extracted_as_file(m) -> bool:
+    """Whether tarfile extracts the member as a regular file and `extractfile` hands out its
+    bytes: the regular types (contiguous and GNU sparse files among them) and every type flag
+    tarfile does not know (its `makeunknown` writes them as regular files)."""
+    import tarfile
+
+    return m.isreg() or m.type not in tarfile.SUPPORTED_TYPES
 
 
 def _entry(m) -> unpack.Entry:
