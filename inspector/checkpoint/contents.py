@@ -44,6 +44,11 @@ def tally_dtypes(rows: Iterable[tuple[str, int, int]]) -> list[DtypeTotal]:
     return sorted(by_dtype.values(), key=lambda d: d.bytes, reverse=True)
 
 
+UNIQUE_WORD = "as reported by the jailed loader, not checked here"
+"""Whose word the unique-storage figures are: the loader's count of the storages it rebuilt,
+which nothing in the user's process reads (a torch file's storages are its pickle's)."""
+
+
 @dataclass
 class Contents:
     """Counts over the tensors, and what the training state says, if any."""
@@ -52,6 +57,7 @@ class Contents:
     parameters: int
     bytes: int
     unique_parameters: int | None
+    """Elements counted once per storage: the loader's word (`unique_word`)."""
     unique_bytes: int | None
     by_dtype: list[DtypeTotal]
     """Largest first."""
@@ -62,6 +68,11 @@ class Contents:
     """One per optimizer parameter group, in group order."""
     has_scheduler: bool = False
     has_scaler: bool = False
+
+    @property
+    def unique_word(self) -> str | None:
+        """Whose word the unique figures are (`UNIQUE_WORD`), where there are some."""
+        return None if self.unique_parameters is None else UNIQUE_WORD
 
     @property
     def dtypes(self) -> list[tuple[str, int]]:

@@ -158,6 +158,9 @@ class TensorSummary:
     unique_parameters: int | None = None
     """Elements counted once per storage (tied weights once); None for older results."""
     unique_bytes: int | None = None
+    unique_unchecked: str | None = None
+    """Whose word the unique figures are, with them (`checkpoint.contents.UNIQUE_WORD`): the
+    jailed loader's count of its storages, which nothing here checks."""
 
 
 @dataclass

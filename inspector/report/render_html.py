@@ -331,7 +331,8 @@ def _tensors(f: FileReport, anchor: str, image_src: ImageSrc) -> str:
         ("Parameters (all elements)", escape(f"{t.parameters:,}")),
         ("Tensor bytes", escape(cells.size(t.bytes))),
     ] + ([("Unique storage (tied weights once)",
-           escape(f"{t.unique_parameters:,} elements, {cells.size(t.unique_bytes)}"))]
+           escape(f"{t.unique_parameters:,} elements, {cells.size(t.unique_bytes)}"
+                  + (f" ({t.unique_unchecked})" if t.unique_unchecked else "")))]
          if t.unique_parameters is not None else []) + [
         ("Other objects", escape(f"{t.objects:,}")),
         ("Content digest", escape(t.digest_algorithm or "n/a")),

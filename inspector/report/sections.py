@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from inspector.checkpoint.contents import summarize, tally_dtypes, training_summary
+from inspector.checkpoint.contents import UNIQUE_WORD, summarize, tally_dtypes, training_summary
 from inspector.checkpoint.health import assess
 from inspector.checkpoint.results import (
     ConsistencyResult,
@@ -167,6 +167,7 @@ def summarize_tensors(inspect: InspectResult) -> TensorSummary:
         largest_abs=magnitudes[:LARGEST_ABS_ROWS],
         unique_parameters=unique.get("numel"),
         unique_bytes=unique.get("nbytes"),
+        unique_unchecked=UNIQUE_WORD if unique.get("numel") is not None else None,
     )
 
 

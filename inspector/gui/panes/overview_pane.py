@@ -377,7 +377,8 @@ def contents_text(c: Contents) -> str:
     and the Architecture line beside it counts the model's parameters."""
     parts = [counted(c.tensors, "tensor"), counted(c.parameters, "element")]
     if c.unique_parameters is not None and c.unique_parameters != c.parameters:
-        parts[-1] += f" ({c.unique_parameters:,} unique: tied or shared storage counted once)"
+        parts[-1] += (f" ({c.unique_parameters:,} unique: tied or shared storage counted once, "
+                      f"{c.unique_word})")
     parts.append(human_size(c.bytes))
     parts.append(", ".join(f"{dtype} {human_size(n)}" for dtype, n in c.dtypes[:4]))
     return " · ".join(parts)

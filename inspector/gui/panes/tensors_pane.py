@@ -21,6 +21,7 @@ from PySide6.QtCore import QEvent, QItemSelectionModel, QModelIndex, QPoint, Qt,
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QBoxLayout, QTableWidgetItem, QWidget
 
+from inspector.checkpoint.contents import UNIQUE_WORD
 from inspector.checkpoint.radar import build_radar
 from inspector.core.vocabulary import DocumentState, HealthSeverity
 from inspector.gui import app as appmod
@@ -293,7 +294,7 @@ class TensorsPane(TensorsPaneLayout):
         unique = doc.result.unique_storage if doc and doc.result else None
         if unique:
             text += (f"  — unique storage {unique['numel']:,} elements, "
-                     f"{unique['nbytes']:,} bytes (tied weights once)")
+                     f"{unique['nbytes']:,} bytes (tied weights once; {UNIQUE_WORD})")
         shown = self.model.rowCount()
         if doc and shown != self.summary.count:
             text += f"  — {shown:,} shown by the filter"
