@@ -382,3 +382,68 @@ def test_a_signature_beside_no_record_names_what_the_journal_lost(tmp_path, keys
             "(its journal's chain id is not this one's)") in out
     assert ("step-2.pt.sig is signed for step 2 at step-2.pt (journal seq 1), but that line "
             "now records step 9 at step-9.pt: the line was changed") in out
+
+
+@pytest.mark.parametrize("forged", ["rotate", "save-over", "save-over-unhealthy"])
+def test_a_line_saying_the_newest_signed_save_is_gone_is_not_believed_while_it_is_there(
+        tmp_path, keys, monkeypatch, capsys, forged) -> None:
+    """Without a seal key anyone can append a line that calls the newest save gone: a
+    `ledger.rotate` naming it, or a save of their own over its path (`replaced`; an unhealthy
+    one is passed over before its signature is asked). With --public-key the checkpoint is
+    still there and signed, so `run latest` takes it and names the line, and `run verify`
+    shows it intact, "yet present"; a journal sealed with a key is believed."""
+    from inspector.ledger import save
+    from inspector.run import journal
+    from inspector.run.checkpoints import ROTATE_KIND, SAVE_KIND, read_ledger
+
+    pem, pub = keys["alice"]
+    run = tmp_path / "run"
+    monkeypatch.setenv("CKPT_INSPECTOR_SIGNING_KEY", str(pem))
+    for step in (1, 2, 3):
+        save(_state(step), run / f"step-{step}.pt", step=step, run_dir=run)
+    monkeypatch.delenv("CKPT_INSPECTOR_SIGNING_KEY")
+    newest = read_ledger(run).saves[-1]
+    if forged == "rotate":
+        journal.append(journal.journal_path(run), ROTATE_KIND, {
+            "save_seq": newest.seq, "path": newest.path, "step": 3, "reason": "keep=2"})
+    else:
+        outcome = "unhealthy" if forged == "save-over-unhealthy" else "verified"
+        journal.append(journal.journal_path(run), SAVE_KIND, {
+            **newest.to_fields(), "step": 4, "outcome": outcome})
+    assert main(["run", "latest", str(run)]) == 0  # no key: the journal's word alone
+    believed = "step-3.pt" if forged == "save-over" else "step-2.pt"  # (the forged record's)
+    assert capsys.readouterr().out.strip() == str(run / believed)
+
+    assert main(["run", "latest", str(run), "--public-key", str(pub)]) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == str(run / "step-3.pt")
+    gone = "deleted by rotation, as line 4" if forged == "rotate" else "written over by the save"
+    assert f"ignored the journal's word that step 3 (step-3.pt) is {gone}" in out.err
+    # a forged save is no signed one: `run verify` fails it, and still shows step 3 intact
+    failed = forged != "rotate"
+    assert main(["run", "verify", str(run), "--public-key", str(pub), "--json"]) == failed
+    doc = json.loads(capsys.readouterr().out)
+    third = doc["checkpoints"][2]
+    assert third["state"] == "intact" and third["detail"].endswith("yet present and intact")
+    assert third["signature"]["state"] == "intact" and doc["latest_valid"]["step"] == 3
+
+
+def test_a_rotation_sealed_with_the_seal_key_is_believed(tmp_path, keys, monkeypatch,
+                                                         capsys) -> None:
+    """A line only the seal key's holder can write is the trainer's own: a rotation killed
+    before the file went (`ledger.rotate`'s order) leaves it removed, signature or not."""
+    from inspector.ledger import save
+    from inspector.run import journal
+    from inspector.run.checkpoints import ROTATE_KIND, read_ledger
+
+    pem, pub = keys["alice"]
+    run = tmp_path / "run"
+    monkeypatch.setenv("CKPT_INSPECTOR_SEAL_KEY", "team-seal-key-0123456789")
+    monkeypatch.setenv("CKPT_INSPECTOR_SIGNING_KEY", str(pem))
+    for step in (1, 2):
+        save(_state(step), run / f"step-{step}.pt", step=step, run_dir=run)
+    newest = read_ledger(run).saves[-1]
+    journal.append(journal.journal_path(run), ROTATE_KIND, {"save_seq": newest.seq})
+    assert main(["run", "latest", str(run), "--public-key", str(pub)]) == 0
+    out = capsys.readouterr()
+    assert out.out.strip() == str(run / "step-1.pt") and "ignored" not in out.err

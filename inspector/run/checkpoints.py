@@ -29,7 +29,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -159,8 +159,8 @@ class RunLedger:
     run_dir: Path
     journal: journal.Journal
     saves: tuple[SaveRecord, ...]
-    removed: frozenset[int] = frozenset()
-    """The `seq` of each save whose checkpoint a `ledger.rotate` record deleted."""
+    removed: Mapping[int, int] = field(default_factory=dict)
+    """seq -> the line of the `ledger.rotate` record that deleted the save's checkpoint."""
     replaced: Mapping[int, int] = field(default_factory=dict)
     """seq -> the line of the later save that wrote over the same path (Lightning's
     `last.ckpt`, a `save_pretrained` into one folder): its bytes are gone on purpose."""
@@ -179,6 +179,24 @@ class RunLedger:
     def live(self) -> list[SaveRecord]:
         """Saves neither rotated away nor written over, oldest first."""
         return [s for s in self.saves if s.seq not in self.removed and s.seq not in self.replaced]
+
+    def gone(self, record: SaveRecord) -> CheckpointCheck | None:
+        """The record's check as the journal tells it, when a line says its checkpoint is
+        gone on purpose (rotated away, or written over by a later save); else None."""
+        if record.seq in self.removed:
+            return CheckpointCheck(record, CheckpointState.REMOVED, detail=(
+                f"deleted by rotation, as line {self.removed[record.seq]} records"))
+        if record.seq in self.replaced:
+            return CheckpointCheck(record, CheckpointState.REPLACED, detail=(
+                f"written over by the save on line {self.replaced[record.seq]}"))
+        return None
+
+    def doubts_gone(self, signed: bool) -> bool:
+        """Whether a line saying a checkpoint is gone is checked against the disk rather than
+        believed: on an unauthenticated journal (no seal key) anyone can append one, and where
+        the caller checks signatures (`signed`) a checkpoint still present whose signature
+        holds outweighs it (a real rotation deletes it, and never the newest valid save)."""
+        return signed and not self.journal.authenticated
 
     def resolve(self, record: SaveRecord) -> Path:
         """Where a record's checkpoint lies."""
@@ -201,7 +219,7 @@ def read_ledger(path: str | os.PathLike[str]) -> RunLedger:
         read = journal.read(source)
     except OSError as exc:
         raise LedgerError("unreadable", f"{source}: {exc.strerror or exc}") from exc
-    saves, untrusted, bad, removed = [], [], [], set()
+    saves, untrusted, bad, removed = [], [], [], {}
     root = source.parent
     sound = {e.line for e in read.sound}
     for entry in read.entries:
@@ -215,10 +233,10 @@ def read_ledger(path: str | os.PathLike[str]) -> RunLedger:
             (saves if entry.line in sound else untrusted).append(record)
         elif (entry.line in sound and entry.kind == ROTATE_KIND
               and isinstance(entry.record.get("save_seq"), int)):
-            removed.add(entry.record["save_seq"])
+            removed.setdefault(entry.record["save_seq"], entry.line)
     bad += [f"line {p.line}: {p.kind}, not trusted: {p.detail}" for p in read.unsound]
     kinds = Counter(e.kind for e in read.entries)
-    return RunLedger(root, read, tuple(saves), frozenset(removed), _replaced(saves),
+    return RunLedger(root, read, tuple(saves), removed, _replaced(saves),
                      tuple(bad), dict(kinds), tuple(untrusted))
 
 
@@ -309,19 +327,19 @@ def check_saves(
     jobs: int | None = None,
     tensor_digests: TensorDigestFn | None = None,
     cancel: CancelToken | None = None,
+    signed: bool = False,
 ) -> list[CheckpointCheck]:
-    """Check records (default: every save) against the disk: sizes, then hashes in parallel."""
+    """Check records (default: every save) against the disk: sizes, then hashes in parallel.
+    With `signed` (the caller checks signatures), a save the journal calls gone is checked
+    too where `RunLedger.doubts_gone`: intact, it is named "yet present" (`_as_told`)."""
     chosen = list(ledger.saves if records is None else records)
+    gone = {i: told for i, rec in enumerate(chosen) if (told := ledger.gone(rec)) is not None}
     results: dict[int, CheckpointCheck] = {}
+    if not ledger.doubts_gone(signed):
+        results.update(gone)
     to_hash: list[tuple[int, FileEntry, Path]] = []
     for i, rec in enumerate(chosen):
-        if rec.seq in ledger.removed:
-            results[i] = CheckpointCheck(rec, CheckpointState.REMOVED,
-                                         detail="deleted by rotation, as recorded")
-            continue
-        if rec.seq in ledger.replaced:
-            results[i] = CheckpointCheck(rec, CheckpointState.REPLACED, detail=(
-                f"written over by the save on line {ledger.replaced[rec.seq]}"))
+        if i in results:
             continue
         missing, resized = [], []
         for entry in rec.files:
@@ -366,7 +384,17 @@ def check_saves(
         what = _named("tensor", tensors) if tensors else _named("bytes differ", files)
         results[i] = CheckpointCheck(rec, CheckpointState.CHANGED, tuple(files), tuple(tensors),
                                      detail=what)
-    return [results[i] for i in range(len(chosen))]
+    return [_as_told(results[i], gone.get(i)) for i in range(len(chosen))]
+
+
+def _as_told(check: CheckpointCheck, told: CheckpointCheck | None) -> CheckpointCheck:
+    """A check of a save the journal calls gone (`told`): the journal's word when its bytes
+    are not all there as recorded, else intact and named as present against that word."""
+    if told is None or check is told:
+        return check
+    if check.state != CheckpointState.INTACT:
+        return told
+    return replace(check, detail=f"{told.detail}, yet present and intact")
 
 
 def checkpoint_files(folder: Path, links: bool = False) -> list[Path]:
@@ -448,27 +476,40 @@ def resume_choice(run_dir: str | os.PathLike[str], rank: int | None = None,
     """The newest verified checkpoint (of `rank`, when given) whose bytes match its record,
     with every newer one it passed over and why. `checks` already made of the ledger's saves
     (the Run pane hashes them all) are used instead of hashing those files again; `refuse`
-    says why an intact one must be passed over too (its signature, with a key given)."""
+    says why an intact one must be passed over too (its signature, with a key given). With
+    `refuse` on a journal without a seal key, a save a line calls gone is taken when it is
+    present, intact and not refused, and that line is named (`RunLedger.doubts_gone`)."""
     ledger = read_ledger(run_dir)
+    signed = refuse is not None
     known = {c.record.line: c for c in checks}
     skipped: list[tuple[SaveRecord, str]] = []
-    for record in reversed(ledger.live()):
+    for record in reversed(ledger.saves if ledger.doubts_gone(signed) else ledger.live()):
         if rank is not None and record.rank != rank:
             continue
+        checked = known.get(record.line)
+        told = ledger.gone(record)
+        if told is not None:  # gone, as a line says, unless its bytes are all still there
+            checked = checked or check_saves(ledger, [record], jobs=1, signed=signed)[0]
+            if checked.state != CheckpointState.INTACT:
+                continue
         if record.outcome == SaveOutcome.UNHEALTHY:
             skipped.append((record, record.detail or "unhealthy at save"))
             continue
         if record.outcome != SaveOutcome.VERIFIED:
             skipped.append((record, f"its save was not proven ({record.outcome})"))
             continue
-        checked = known.get(record.line) or check_saves(ledger, [record], jobs=1)[0]
+        checked = checked or check_saves(ledger, [record], jobs=1, signed=signed)[0]
         refused = None if refuse is None or checked.state != CheckpointState.INTACT else refuse(
             ledger, checked)
         if refused is not None:
             skipped.append((record, refused))
             continue
         if checked.state == CheckpointState.INTACT:
-            return ResumeChoice(record, tuple(skipped), ledger.bad_records)
+            unbelieved = () if told is None else (
+                f"the journal's word that {record.label} ({record.path}) is {told.detail}: it "
+                "is present, intact and signed, and anyone can append such a line to a "
+                "journal without a seal key",)
+            return ResumeChoice(record, tuple(skipped), ledger.bad_records + unbelieved)
         # a missing file's detail already leads with the word ("missing: a.pt")
         said = checked.detail.startswith(str(checked.state))
         skipped.append((record, checked.detail if said else f"{checked.state}: {checked.detail}"))

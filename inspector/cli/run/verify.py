@@ -45,14 +45,16 @@ def run(args: argparse.Namespace) -> int:
         ledger = read_ledger(args.run_dir)
     except LedgerError as exc:
         return unreadable("verify", exc)
-    say_unauthenticated("run verify", ledger, bool(args.public_key or args.certificate))
-    checks = check_saves(ledger, jobs=args.jobs, tensor_digests=worker_digests(args))
+    keyed = bool(args.public_key or args.certificate)
+    say_unauthenticated("run verify", ledger, keyed)
+    # with a key, a save a line calls gone is looked at: present and signed, it is named
+    checks = check_saves(ledger, jobs=args.jobs, tensor_digests=worker_digests(args),
+                         signed=keyed)
     summary = summarize(ledger, checks)
     from inspector.signing.saves import save_signature, unrecorded
 
     signatures = [save_signature(ledger, c, args.public_key, args.certificate or ())
                   for c in checks]
-    keyed = bool(args.public_key or args.certificate)
     unsigned = keyed and any(v is not None and v.state != SignatureState.INTACT
                              for v in signatures)
     if keyed:  # with a key, the latest valid save is also one whose signature holds
