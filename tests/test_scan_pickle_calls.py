@@ -379,3 +379,25 @@ def test_a_datasource_whose_finalizer_removes_a_folder_is_dangerous(tmp_path, py
     assert "DataSource" in out and "dangerous" in out, out
     # the finalizer itself is judged (IMPLICIT_METHODS), beside the module's deny entry
     assert "runs DataSource.__del__, which calls shutil.rmtree" in out, out
+
+
+def test_a_pass_through_rebuild_keeps_the_class_whose_setstate_the_build_runs(tmp_path,
+                                                                               python_exe):
+    """torch.jit._pickle.restore_type_tag (allowed) hands its first argument back: the BUILD
+    after it runs that instance's own __setstate__ (fsspec's MMapCache creates a file at the
+    state's path), judged as the same BUILD straight on the instance is."""
+    canary = tmp_path / "canary"
+    state = (b"}(" + _s("size") + b"M\x00\x10" + _s("location") + _s(str(canary))
+             + _s("blocksize") + b"K\x01" + _s("fetcher") + b"Nu")
+    made = b"cfsspec.caching\nMMapCache\n)\x81"
+    laundered = b"ctorch.jit._pickle\nrestore_type_tag\n(" + made + _s("x") + b"tR"
+    path = tmp_path / "laundered.pkl"
+    path.write_bytes(b"\x80\x02" + laundered + state + b"b.")
+    proc = _load(python_exe, f"import pickle; pickle.load(open({str(path)!r}, 'rb'))", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert canary.exists(), "MMapCache.__setstate__ did not create the file"
+    canary.unlink()
+    code, out = _cli(python_exe, path)
+    assert code == 2, out
+    assert "BUILD of fsspec.caching.MMapCache runs MMapCache.__setstate__" in out, out
+    assert not canary.exists()

@@ -141,3 +141,12 @@ SETS_STATE: dict[str, tuple[int, int]] = {
     "torch._utils._rebuild_parameter_with_state": (3, -1),
 }
 
+# Allowed rebuilds whose result is not an object of their own making: the argument they hand
+# back (position, True: `restore_type_tag(value, tag)` returns `value`), or the class at a
+# position their result is an instance of (position, False). A later BUILD, APPEND or SETITEMS
+# on the result runs that object's or class's methods, judged as they would be on it.
+RETURNS: dict[str, tuple[int, bool]] = {
+    "torch.jit._pickle.restore_type_tag": (0, True),
+    "torch._tensor._rebuild_from_type_v2": (1, False),
+}
+

@@ -10,7 +10,7 @@ from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from inspector.scan.pickles.calls import CALLS_ARGUMENTS, SETS_STATE, CalledArgument
+from inspector.scan.pickles.calls import CALLS_ARGUMENTS, RETURNS, SETS_STATE, CalledArgument
 from inspector.scan.pickles.joblib_arrays import NUMPY_DTYPE, PLAIN_SUBCLASSES, WRAPPER, layout
 from inspector.scan.pickles.opcodes import OPCODE_NAMES
 from inspector.scan.pickles.policy import call_allowed
@@ -50,6 +50,20 @@ def _shown(args: object) -> str:
     if isinstance(args, tuple):
         shown = shown[1:-1].removesuffix(",")
     return shown[:400]
+
+
+def _returned(fref: GlobalRef, args: object, made: _Obj) -> object:
+    """What a call of `fref` pushes: `made`, or where the callable hands an argument back or
+    makes an instance of one (`calls.RETURNS`), that argument, or `made` with it as its class."""
+    returns = RETURNS.get(fref.key)
+    if returns is None or not isinstance(args, tuple) or returns[0] >= len(args):
+        return made
+    value = args[returns[0]]
+    if returns[1]:
+        return value
+    if isinstance(value, GlobalRef):
+        made.cls = value
+    return made
 
 
 @dataclass(slots=True, eq=False)
@@ -211,7 +225,7 @@ class WalkState:
                 made = _Obj(fref)
                 if fref.key in SETS_STATE and isinstance(args, tuple):
                     self.state_handed(fref, SETS_STATE[fref.key], args, made, at)
-                return made
+                return _returned(fref, args, made)
         if fref is None:
             self.note("indirect-call", f"{opname} calls a value computed while loading "
                       "(not a plain import), which cannot be checked statically", at, True)
@@ -225,7 +239,7 @@ class WalkState:
         if fref is not None and fref.key == RECONSTRUCTOR and isinstance(args, tuple) and (
                 args and isinstance(args[0], GlobalRef)):
             obj.cls = args[0]  # an instance of its first argument: BUILD runs its __setstate__
-        return obj
+        return _returned(fref, args, obj) if fref is not None else obj
 
     def implicit_call(self, target: object, opname: str, items: object, at: int) -> None:
         """`opname` runs a method the class of `target` (an instance) may define (SETITEM(S):
