@@ -633,7 +633,8 @@ BENIGN.update(SPELLING_TWINS)
 
 # ---------------------------------------------------------------------------------------------
 # Members, methods and names a loader reaches that a fixed list misses: a tar member of a type
-# flag tarfile does not know (it extracts it as a regular file), ...
+# flag tarfile does not know (it extracts it as a regular file), a TorchScript operator reached
+# through a binding (a module's alias, getattr), ...
 # ---------------------------------------------------------------------------------------------
 
 
@@ -666,11 +667,34 @@ def tar_unknown_type_members_twin(path: Path) -> Path:
     return _legacy_tar(path, PROTO2 + EMPTY_DICT + STOP)
 
 
+def script_autograd_save(path: Path, canary: Path) -> Path:
+    """`torch.autograd.save(...)`: torch's BuiltinModule maps `autograd` back to aten."""
+    return _scripted(path, f"torch.autograd.save(state[0], {str(canary)!r})")
+
+
+def script_module_alias_save(path: Path, canary: Path) -> Path:
+    """`t = torch` then `t.save(...)`: the compiler binds the module to a local name."""
+    return _scripted(path, f"t = torch\n    t.save(state[0], {str(canary)!r})")
+
+
+def script_getattr_pieces_save(path: Path, canary: Path) -> Path:
+    """`getattr(ops.aten, "sa" "ve")(...)`: the compiler joins the string's pieces."""
+    return _scripted(path, f'getattr(ops.aten, "sa" "ve")(state[0], {str(canary)!r})')
+
+
+def script_module_alias_twin(path: Path) -> Path:
+    return _scripted(path, "t = torch\n    self.w = getattr(t, \"zeros\")(2)")
+
+
 _SCAN3_TWINS: dict[str, Callable[[Path], Path]] = {
+    "script_module_alias_twin": script_module_alias_twin,
     "tar_unknown_type_members_twin": tar_unknown_type_members_twin,
 }
 HOSTILE.update({
     "tar_unknown_type_members": ("torch", tar_unknown_type_members, "os.system"),
+    "script_autograd_save": ("torch", script_autograd_save, "aten::save"),
+    "script_module_alias_save": ("torch", script_module_alias_save, "aten::save"),
+    "script_getattr_pieces_save": ("torch", script_getattr_pieces_save, "aten::save"),
 })
 SPELLING_TWINS.update(_SCAN3_TWINS)
 BENIGN.update(_SCAN3_TWINS)

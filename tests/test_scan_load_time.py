@@ -226,3 +226,34 @@ def test_every_method_an_opcode_runs_is_run_at_load_in_package_source():
 
     assert {m for methods in IMPLICIT_METHODS.values() for m in methods} | {
         "__del__", "__setattr__", "__hash__"} <= RUN_AT_LOAD
+
+
+@pytest.mark.parametrize(("statement", "op"), [
+    ("torch.autograd.save(x, p)", "aten::save"),
+    ("ops.c10d.autograd.save(x, p)", "aten::save"),
+    ("t = torch\n    t.save(x, p)", "aten::save"),
+    ("self = torch\n    self.save(x, p)", "aten::save"),
+    ("s = torch.save\n    s(x, p)", "aten::save"),
+    ("o = ops.aten\n    o.from_file(p, True, 2)", "aten::from_file"),
+    ('getattr(torch, "sa" "ve")(x, p)', "aten::save"),
+    ('getattr(getattr(ops, "aten"), "save")(x, p)', "aten::save"),
+    ("r = rpc_async\n    r(p, x)", "prim::rpc_async"),
+    ("c = ops.c10d\n    c.barrier(x)", "c10d::*"),
+    ("c = torch.classes\n    c.dist_rpc.Agent(x)", "dist_rpc::*")])
+def test_a_reaching_operator_is_found_through_any_binding(statement, op):
+    """The compiler reaches an operator through any binding of its module or of itself to a
+    name (`t = torch`, `s = torch.save`), `torch.autograd` (mapped back to aten) and getattr
+    (whose string it joins): the operator's or namespace's name is an attribute whatever the
+    binding."""
+    from inspector.formats.archives.script_code import op_uses
+
+    code = f"def f(self, x: Tensor, p: str):\n    {statement}\n"
+    assert op in [u.op for u in op_uses(code) if u.reaches]
+
+
+def test_everyday_torchscript_names_reach_nothing():
+    from inspector.formats.archives.script_code import op_uses
+
+    code = ("def f(self, x: Tensor):\n    t = torch\n    y = getattr(self, \"0\")\n"
+            "    saved = t.zeros(2)\n    return ops.aten.add(x, y.save_mode)\n")
+    assert [u for u in op_uses(code) if u.reaches] == []

@@ -56,21 +56,25 @@ _SEP = r"[\s\\]*\.[\s\\]*"  # TorchScript's lexer, like Python's, allows space a
 # (comments, which it skips as well, are blanked out of the text first: `_readings`)
 
 
-def _op_pattern(qualified: str) -> str:
-    namespace, name = qualified.split("::")
-    spelled = [rf"ops{_SEP}{namespace}"] + (["torch"] if namespace == "aten" else [])
-    bare = [rf"(?<![\w.]){name}(?=[\s\\]*\()"] if namespace == "prim" else []
-    return "|".join([rf"\b(?:{'|'.join(spelled)}){_SEP}{name}\b", *bare])
-
-
-_REACHING = [(re.compile(_op_pattern(op)), op, what) for op, what in REACHING_OPS.items()]
+# What the compiler can reach an operator through: its module (`torch`, `ops.aten`,
+# `torch.autograd`, which torch's BuiltinModule maps back to aten, `ops.<any>.autograd`), a
+# local name bound to any of them (`t = torch`, `s = torch.save`, even `self = torch`), or
+# `getattr(module, "name")`. Whatever the binding, the operator's own name is an attribute of
+# something (`.save`, `getattr(_, "save")` read as `_.save`), so a reaching operator is known
+# by its name as any attribute, and a reaching namespace by its name as any attribute; a
+# `prim` operator is also a builtin bare name (`rpc_async(...)`).
+_LEAVES = {op.split("::")[1]: (op, what) for op, what in REACHING_OPS.items()}
+_PRIM_LEAVES = frozenset(op.split("::")[1] for op in REACHING_OPS if op.startswith("prim::"))
+_REACHING_SPACES = REACHING_NAMESPACES | REACHING_CLASS_NAMESPACES
+_ATTRIBUTE = re.compile(rf"{_SEP}({'|'.join(sorted(_LEAVES))})\b")
+_BARE = re.compile(rf"(?<![\w.])({'|'.join(sorted(_PRIM_LEAVES))})(?=[\s\\]*\()")
+_SPACE = re.compile(rf"{_SEP}({'|'.join(sorted(_REACHING_SPACES))})\b")
 _NAMESPACE = re.compile(rf"\bops{_SEP}(\w+){_SEP}(\w+)")
 _CLASS = re.compile(rf"\bclasses{_SEP}(\w+){_SEP}(\w+)")
-# a name every spelling of a reaching operator holds whole: without one, the parsed code holds
-# no such spelling either
+# a name every spelling of a reaching operator holds whole, or `getattr`, whose string may
+# spell it in pieces (`"sa" "ve"`): without one, the parsed code holds no such spelling either
 _NEEDED = re.compile(r"\b(?:{})\b".format("|".join(sorted(
-    {op.split("::")[1] for op in REACHING_OPS} | set(REACHING_NAMESPACES)
-    | set(REACHING_CLASS_NAMESPACES)))))
+    set(_LEAVES) | set(_REACHING_SPACES) | {"getattr"}))))
 
 
 @dataclass(frozen=True)
@@ -129,12 +133,14 @@ def _readings(text: str) -> list[str]:
 
 
 def _spellings(text: str) -> list[tuple[str, int]]:
-    """Each attribute chain rooted at a name (`torch.save`), and each call of a bare name
-    (`rpc_async(`), as Python's parser reads the code, with its line: a spelling with
-    parentheses, spaces, comments or line breaks inside (`(torch).save`, `(ops.aten)
-    .save`) reads as what TorchScript's compiler resolves it to. Empty where the text does
-    not parse (its text readings still hold), and where the text holds no name a reaching
-    operator's spelling needs (the parser reads names NFKC-normalised: `_NEEDED`)."""
+    """Each attribute chain (`torch.save`; rooted at `_` where its root is no name:
+    `getattr(...).save`), each `getattr(x, "name")` as `_.name` (its string as the parser
+    joins its pieces), and each bare name of a `prim` operator (`rpc_async(`), as Python's
+    parser reads the code, with its line: a spelling with parentheses, spaces, comments or
+    line breaks inside (`(torch).save`, `(ops.aten)\n.save`) reads as what TorchScript's
+    compiler resolves it to. Empty where the text does not parse (its text readings still
+    hold), and where the text holds no name such a spelling needs (the parser reads names
+    NFKC-normalised: `_NEEDED`)."""
     if not _NEEDED.search(text if text.isascii() else unicodedata.normalize("NFKC", text)):
         return []
     try:
@@ -143,34 +149,44 @@ def _spellings(text: str) -> list[tuple[str, int]]:
         return []
     out = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            out.append((f"{node.func.id}(", node.lineno))
+        if isinstance(node, ast.Name) and node.id in _PRIM_LEAVES:
+            out.append((f"{node.id}(", node.lineno))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id == "getattr" and len(node.args) > 1
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+            out.append((f"_.{node.args[1].value}", node.lineno))  # the parser joined its pieces
         elif isinstance(node, ast.Attribute):
             chain, inner = [node.attr], node.value
             while isinstance(inner, ast.Attribute):
                 chain.append(inner.attr)
                 inner = inner.value
-            if isinstance(inner, ast.Name):
-                out.append((".".join([inner.id, *reversed(chain)]), node.lineno))
+            root = inner.id if isinstance(inner, ast.Name) else "_"  # `getattr(...).save`
+            # the line of its last name, where the text readings find `.save`
+            out.append((".".join([root, *reversed(chain)]), node.end_lineno or node.lineno))
     return out
 
 
 def _matches(read: str, line: Callable[[int], int]) -> list[OpUse]:
     """The operator spellings in one reading of the code (`line`: a match's line from its
     offset)."""
-    found = [OpUse(op, what, line(m.start()))
-             for pattern, op, what in _REACHING for m in pattern.finditer(read)]
+    found = [OpUse(*_LEAVES[m.group(1)], line(m.start(1)))
+             for pattern in (_ATTRIBUTE, _BARE) for m in pattern.finditer(read)]
+    named: set[int] = set()  # where a namespace is named with its operator or class
     for m in _NAMESPACE.finditer(read):
         namespace = m.group(1)
+        named.add(m.start(1))
         if namespace in REACHING_NAMESPACES:
             found.append(OpUse(f"{namespace}::{m.group(2)}", REACHING_NAMESPACES[namespace],
                                line(m.start())))
         elif namespace not in TORCH_NAMESPACES:
             found.append(OpUse(f"{namespace}::{m.group(2)}", None, line(m.start())))
     for m in _CLASS.finditer(read):
+        named.add(m.start(1))
         if m.group(1) in REACHING_CLASS_NAMESPACES:
             found.append(OpUse(f"torch.classes.{m.group(1)}.{m.group(2)}",
                                REACHING_CLASS_NAMESPACES[m.group(1)], line(m.start())))
+    found += [OpUse(f"{m.group(1)}::*", _REACHING_SPACES[m.group(1)], line(m.start(1)))
+              for m in _SPACE.finditer(read) if m.start(1) not in named]  # through a binding
     return found
 
 
