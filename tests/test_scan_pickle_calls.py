@@ -401,3 +401,25 @@ def test_a_pass_through_rebuild_keeps_the_class_whose_setstate_the_build_runs(tm
     assert code == 2, out
     assert "BUILD of fsspec.caching.MMapCache runs MMapCache.__setstate__" in out, out
     assert not canary.exists()
+
+
+def test_a_method_the_load_runs_is_followed_into_an_object_the_pickle_put_in_an_attribute(
+        tmp_path, python_exe):
+    """fsspec's FSMap.__setitem__ (SETITEMS) writes through `self.fs`: the LocalFileSystem the
+    pickle's BUILD state put there writes the pickle's bytes to a file of its choosing. The
+    judge follows `self.fs.pipe_file` into that class's own method (`Call.attrs`)."""
+    local = (b"cfsspec.implementations.local\nLocalFileSystem\n)\x81}(" + _s("auto_mkdir")
+             + b"\x88" + _s("_intrans") + b"\x89" + _s("_transaction") + b"Nub")
+    mapping = (b"cfsspec.mapping\nFSMap\n)\x81}(" + _s("fs") + local + _s("root")
+               + _s(str(tmp_path)) + _s("_root_key_to_str") + _s(f"{tmp_path}/") + b"ub")
+    path = tmp_path / "fsmap.pkl"
+    path.write_bytes(b"\x80\x02" + mapping + b"(" + _s("canary") + b"C\x05pwnedu.")
+    proc = _load(python_exe, f"import pickle; pickle.load(open({str(path)!r}, 'rb'))", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "canary").read_bytes() == b"pwned", "FSMap did not write the file"
+    (tmp_path / "canary").unlink()
+    code, out = _cli(python_exe, path)
+    assert code == 2, out
+    assert "SETITEMS of fsspec.mapping.FSMap runs FSMap.__setitem__" in out, out
+    assert "AbstractFileSystem.pipe_file" in out, out
+    assert not (tmp_path / "canary").exists()

@@ -94,7 +94,7 @@ class ScanContext:
         self.unreached: set[int] = set()
         # damaged archives whose pickles torch's own zip reader hands out (`ask_torch`)
         self.torch_archives: list[ArchiveAsk] = []
-        self.implicit_seen: set[tuple[str, str]] = set()  # (class, method) judged (`_implicit`)
+        self.implicit_seen: set[tuple] = set()  # (class, method, attributes) judged (`_implicit`)
 
     def find(self, severity: str, code: str, message: str, member: str | None = None,
              offset: int | None = None, call: str | None = None) -> None:
@@ -297,12 +297,13 @@ class ScanContext:
         if call_allowed(func.key, self.rules):
             return
         for method in IMPLICIT_METHODS[call.opcode]:
-            seen = (func.key, method)
+            seen = (func.key, method, call.attrs)
             if seen in self.implicit_seen:
                 continue
             self.implicit_seen.add(seen)
             try:
-                reach = method_reaches(func.module, func.name, method, denied_in_source)
+                reach = method_reaches(func.module, func.name, method, denied_in_source,
+                                       call.attrs)
             except (RecursionError, ValueError):  # source too deep to read: as if unreadable
                 reach = None
             if reach is None or not reach[1]:

@@ -24,6 +24,7 @@ from inspector.scan.pickles.values import (
     _Seq,
     called_attributes,
     decode_text,
+    instance_attributes,
     kind_of,
     render,
     strings_of,
@@ -180,11 +181,14 @@ def _build(st: WalkState, op: int, at: int) -> None:
             st.block(f"BUILD of {inst.func.key}")
         strings: list[str] = []
         strings_of(state, strings)
+        held = instance_attributes(state)
+        if held:
+            inst.attrs = {**(inst.attrs or {}), **held}
         # BUILD runs the class's __setstate__ where it defines one: recorded as a call of its
         # class (`ScanContext` judges what that method's source calls)
         cls = inst.class_ref()
         if (strings or cls.key not in st.allowed) and len(st.res.calls) < 200_000:
-            st.res.calls.append(Call(cls, "BUILD", at, strings))
+            st.res.calls.append(Call(cls, "BUILD", at, strings, attrs=inst.attributes()))
         if inst.func.key == NUMPY_DTYPE:
             inst.detail = (inst.detail, state)  # (its arguments, its state): a joblib array's size
         elif inst.func.key == WRAPPER:

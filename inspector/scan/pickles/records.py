@@ -43,6 +43,9 @@ class Call:
     # made by an allowed callable with its argument (`calls.CALLS_ARGUMENTS`): what it does,
     # e.g. "torch._tensor._rebuild_from_type_v2 calls its argument func"; `args` are its own
     via: str = ""
+    # (attribute, module, class) of each instance the pickle's BUILD states put into the
+    # instance's attributes: its method's `self.<attribute>.m()` runs that class's `m`
+    attrs: tuple[tuple[str, str, str], ...] = ()
 
 
 class StorageRef(NamedTuple):

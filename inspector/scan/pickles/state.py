@@ -251,7 +251,8 @@ class WalkState:
                 not call_allowed(cls.key)):  # defaultdict, deque: their own C code
             strings: list[str] = []
             strings_of(items, strings)
-            self.res.calls.append(Call(cls, opname, at, strings, _shown(items)))
+            self.res.calls.append(Call(cls, opname, at, strings, _shown(items),
+                                       attrs=target.attributes()))
 
     def called_arguments(self, via: GlobalRef, called: tuple[CalledArgument, ...],
                          args: object, opname: str, at: int) -> None:

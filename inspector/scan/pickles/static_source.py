@@ -374,11 +374,15 @@ def _target(module: str, parts: list[str]) -> str:
 
 
 @functools.lru_cache(maxsize=2048)
-def method_reaches(module: str, name: str, method: str, judge: Callable[[str], str | None]
+def method_reaches(module: str, name: str, method: str, judge: Callable[[str], str | None],
+                   attributes: tuple[tuple[str, str, str], ...] = ()
                    ) -> tuple[str, tuple[str, ...]] | None:
     """What `module.name`'s `method` reaches that `judge` (dotted target -> reason or None)
     denies: (the class and method that defines it, the reasons, each with the path of calls
-    that gets there), or None where the method is not in the class's readable source."""
+    that gets there), or None where the method is not in the class's readable source.
+    `attributes`: (attribute, module, class) of each instance the pickle put into an attribute
+    of the instance (`Call.attrs`, from its BUILD states): a call `self.<attribute>.m()` runs
+    that class's `m`, followed as the instance's own methods are."""
     mro = _mro(module, name)
     found = _method_in(mro, method) if mro else None
     if found is None:
@@ -395,7 +399,8 @@ def method_reaches(module: str, name: str, method: str, judge: Callable[[str], s
             reason = judge(real) if real != target else None
         return reason
 
-    def visit(mod: str, cls_at: int | None, fn: ast.FunctionDef, path: str, depth: int) -> None:
+    def visit(mod: str, klass: tuple, cls_at: int | None, fn: ast.FunctionDef, path: str,
+              depth: int, attrs: dict[str, tuple[str, str]]) -> None:
         if id(fn) in seen or len(seen) >= _MAX_BODIES:
             return
         seen.add(id(fn))
@@ -418,19 +423,27 @@ def method_reaches(module: str, name: str, method: str, judge: Callable[[str], s
                         reasons.append(text)
             if depth >= _MAX_DEPTH:
                 continue
-            nxt = _next(mod, cls_at, call, parts, this)
+            held = attrs.get(parts[1]) if parts and len(parts) == 3 and parts[0] == this else None
+            other = _mro(*held) if held else ()
+            got = _method_in(other, parts[2]) if other else None
+            if got is not None:  # self.<attribute>.m(): the pickled instance's own method
+                o_at, o_fn = got
+                visit(other[o_at][0], other, o_at, o_fn,
+                      f"{path} → {other[o_at][1].rsplit('.', 1)[-1]}.{o_fn.name}", depth + 1, {})
+                continue
+            nxt = _next(mod, klass, cls_at, call, parts, this)
             if nxt is not None:
                 n_mod, n_at, n_fn, n_name = nxt
-                visit(n_mod, n_at, n_fn, f"{path} → {n_name}", depth + 1)
+                visit(n_mod, klass, n_at, n_fn, f"{path} → {n_name}", depth + 1, attrs)
 
-    def _next(mod, cls_at, call, parts, this):
+    def _next(mod, klass, cls_at, call, parts, this):
         """The function a call in the method's code runs, where the source says plainly."""
         func = call.func
         if parts and len(parts) == 2 and parts[0] == this and cls_at is not None:
-            hit = _method_in(mro, parts[1])  # self.m(), cls.m(): the instance's class
+            hit = _method_in(klass, parts[1])  # self.m(), cls.m(): the instance's class
         elif (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Call)
               and _dotted(func.value.func) == ["super"] and cls_at is not None):
-            hit = _method_in(mro, func.attr, cls_at + 1)  # super().m()
+            hit = _method_in(klass, func.attr, cls_at + 1)  # super().m()
         elif parts and len(parts) == 1:
             bound = _binding(mod, parts[0])  # a function of the same module, by name
             if bound and bound[0] == "def" and isinstance(bound[1], _FUNCS):
@@ -443,14 +456,14 @@ def method_reaches(module: str, name: str, method: str, judge: Callable[[str], s
             if got is None:
                 return None
             # the instance is still of the pickled class: its self.m() calls follow its MRO
-            at = mro.index(other[got[0]]) if other[got[0]] in mro else cls_at
+            at = klass.index(other[got[0]]) if other[got[0]] in klass else cls_at
             return other[got[0]][0], at, got[1], f"{other[got[0]][1]}.{parts[1]}"
         else:
             return None
         if hit is None:
             return None
         at, fn = hit
-        return mro[at][0], at, fn, f"{mro[at][1].rsplit('.', 1)[-1]}.{fn.name}"
+        return klass[at][0], at, fn, f"{klass[at][1].rsplit('.', 1)[-1]}.{fn.name}"
 
-    visit(mro[index][0], index, node, where, 0)
+    visit(mro[index][0], mro, index, node, where, 0, {a: (m, n) for a, m, n in attributes})
     return where, tuple(reasons)

@@ -46,9 +46,10 @@ class _Obj:
     arguments and BUILD state, which size a joblib array: `joblib_arrays`). `hot`: when it is
     a dict filled with watched keys (`watch_keys`), those keys and values; `stored`: attributes
     a BUILD stored on it that the unpickler later calls (`__setstate__`, `append` ...);
-    `cls`: its class where that is not `func` (copyreg._reconstructor's first argument)."""
+    `cls`: its class where that is not `func` (copyreg._reconstructor's first argument);
+    `attrs`: the class of each instance a BUILD put into one of its attributes."""
 
-    __slots__ = ("cls", "detail", "func", "hot", "stored")
+    __slots__ = ("attrs", "cls", "detail", "func", "hot", "stored")
 
     def __init__(self, func: GlobalRef | None, detail: object = None) -> None:
         self.func = func
@@ -56,6 +57,11 @@ class _Obj:
         self.hot: dict | None = None
         self.stored: dict | None = None
         self.cls: GlobalRef | None = None
+        self.attrs: dict[str, GlobalRef] | None = None
+
+    def attributes(self) -> tuple[tuple[str, str, str], ...]:
+        """`attrs` as a `Call` records them: (attribute, module, class), sorted."""
+        return tuple(sorted((k, r.module, r.name) for k, r in (self.attrs or {}).items()))
 
     def class_ref(self) -> GlobalRef | None:
         """The import that is (or made) its class: a class NEWOBJ or REDUCE called, or
@@ -66,15 +72,18 @@ class _Obj:
 
 class _Seq:
     """A list, dict or set under construction; keeps a few strings for the code-text check and,
-    for a dict, its first text-keyed items (a joblib array's wrapper state is one)."""
+    for a dict, its first text-keyed items (a joblib array's wrapper state is one) and every
+    text-keyed item whose value is an object the pickle made (`objs`: as a BUILD state, the
+    instances it puts into attributes)."""
 
-    __slots__ = ("hot", "items", "kind", "strings")
+    __slots__ = ("hot", "items", "kind", "objs", "strings")
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.strings: list[str] = []
         self.items: dict[str, object] | None = None  # made on a dict's first items
         self.hot: dict | None = None  # its watched keys (`watch_keys`), all of them
+        self.objs: dict[str, _Obj] | None = None
 
     def set_items(self, flat: list) -> None:
         """Keep the text-keyed items of `flat` (key, value, key, value ...), the first 16."""
@@ -85,10 +94,15 @@ class _Seq:
             self.items = {}
         items = self.items
         for i in range(0, len(flat) - 1, 2):
-            if len(items) >= 16:
-                break
-            if isinstance(flat[i], str):
-                items[flat[i]] = flat[i + 1]
+            key, value = flat[i], flat[i + 1]
+            if not isinstance(key, str):
+                continue
+            if len(items) < 16:
+                items[key] = value
+            if isinstance(value, _Obj):
+                if self.objs is None:
+                    self.objs = {}
+                self.objs[key] = value
 
 
 class _Big:
@@ -200,3 +214,17 @@ def called_attributes(state: object) -> dict:
             if is_called_name(key):
                 found.setdefault(key, value)
     return found
+
+
+def instance_attributes(state: object) -> dict[str, GlobalRef]:
+    """The class of each object a BUILD state (its dict part and its slot part) puts into an
+    attribute of the instance: name -> the import that is (or made) its class."""
+    parts = state if isinstance(state, tuple) and len(state) == 2 else (state,)
+    found: dict[str, GlobalRef] = {}
+    for part in parts:
+        for key, value in ((part.objs or {}) if isinstance(part, _Seq) else {}).items():
+            ref = value.class_ref()
+            if ref is not None:
+                found[key] = ref
+    return found
+
