@@ -634,7 +634,8 @@ BENIGN.update(SPELLING_TWINS)
 # ---------------------------------------------------------------------------------------------
 # Members, methods and names a loader reaches that a fixed list misses: a tar member of a type
 # flag tarfile does not know (it extracts it as a regular file), a TorchScript operator reached
-# through a binding (a module's alias, getattr), ...
+# through a binding (a module's alias, getattr), a package's method reached through `self.`
+# or a local name bound to a denied callable.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -686,7 +687,32 @@ def script_module_alias_twin(path: Path) -> Path:
     return _scripted(path, "t = torch\n    self.w = getattr(t, \"zeros\")(2)")
 
 
+def _package_restores(path: Path, restore: str) -> Path:
+    """An interned class whose __setstate__ (which unpickling runs) calls `self._restore()`,
+    whose body is `restore`; its `dump`, which nothing calls at load, runs a program."""
+    source = ("import os\n\n\nclass Box:\n    def __setstate__(self, state):\n"
+              "        self.__dict__.update(state)\n        self._restore()\n\n"
+              f"    def _restore(self):\n        {restore}\n\n"
+              "    def dump(self):\n        os.system('echo dump')\n")
+    return _package(path, "mymodels", source, _new("mymodels", "Box", EMPTY_DICT))
+
+
+def package_setstate_calls_method(path: Path, canary: Path) -> Path:
+    """__setstate__ -> self._restore() -> os.system(...)."""
+    return _package_restores(path, f"os.system('touch {canary}')")
+
+
+def package_setstate_alias(path: Path, canary: Path) -> Path:
+    """__setstate__ -> self._restore(), which binds os.system to a local name and calls it."""
+    return _package_restores(path, f"run = os.system\n        run('touch {canary}')")
+
+
+def package_setstate_calls_method_twin(path: Path) -> Path:
+    return _package_restores(path, "run = os.path.join\n        self.where = run('a', 'b')")
+
+
 _SCAN3_TWINS: dict[str, Callable[[Path], Path]] = {
+    "package_setstate_calls_method_twin": package_setstate_calls_method_twin,
     "script_module_alias_twin": script_module_alias_twin,
     "tar_unknown_type_members_twin": tar_unknown_type_members_twin,
 }
@@ -695,6 +721,8 @@ HOSTILE.update({
     "script_autograd_save": ("torch", script_autograd_save, "aten::save"),
     "script_module_alias_save": ("torch", script_module_alias_save, "aten::save"),
     "script_getattr_pieces_save": ("torch", script_getattr_pieces_save, "aten::save"),
+    "package_setstate_calls_method": ("package", package_setstate_calls_method, "os.system"),
+    "package_setstate_alias": ("package", package_setstate_alias, "os.system"),
 })
 SPELLING_TWINS.update(_SCAN3_TWINS)
 BENIGN.update(_SCAN3_TWINS)

@@ -170,3 +170,101 @@ def test_an_auto_map_key_written_with_escapes_is_read_as_the_loader_reads_it(
     assert not canary.exists()
     _load("AutoConfig", folder, canary, tmp_path / "hf-home")
     assert canary.exists()
+
+
+_REACHED = {  # each runs under AutoConfig.from_pretrained, though not in __init__'s own body
+    "classmethod": """
+        import os
+        from transformers import PretrainedConfig
+
+
+        class EvilConfig(PretrainedConfig):
+            model_type = "evil"
+
+            @classmethod
+            def _dict_from_json_file(cls, json_file):  # from_pretrained reads the JSON so
+                open(os.environ["CANARY"], "w").close()
+                return super()._dict_from_json_file(json_file)
+    """,
+    "self_call": """
+        import os
+        import pathlib
+        from transformers import PretrainedConfig
+
+
+        class EvilConfig(PretrainedConfig):
+            model_type = "evil"
+
+            def __init__(self, **kwargs):
+                self._prepare()
+                super().__init__(**kwargs)
+
+            def _prepare(self):
+                pathlib.Path(os.environ["CANARY"]).write_text("ran")
+    """,
+    "alias": """
+        import os
+        from transformers import PretrainedConfig
+
+
+        class EvilConfig(PretrainedConfig):
+            model_type = "evil"
+
+            def __init__(self, **kwargs):
+                run = os.system
+                run("touch " + os.environ["CANARY"])
+                super().__init__(**kwargs)
+    """,
+}
+_REACHED_TWIN = """
+    import os
+    from transformers import PretrainedConfig
+
+
+    class TinyConfig(PretrainedConfig):
+        model_type = "tiny"
+
+        def __init__(self, hidden_size=8, **kwargs):
+            self.hidden_size = self._checked(hidden_size)
+            join = os.path.join
+            self.where = join("a", "b")
+            super().__init__(**kwargs)
+
+        def _checked(self, size):
+            return int(size)
+
+        @property
+        def width(self):
+            return self.hidden_size
+
+        def dump(self, path):  # nothing calls it while loading
+            os.system("cp config.json " + path)
+"""
+
+
+def test_code_that_loading_reaches_through_methods_and_names_is_dangerous(
+        tmp_path: Path) -> None:
+    """What from_pretrained runs beyond __init__'s body: a classmethod it calls on the class
+    (`_dict_from_json_file`), a method __init__ calls through `self.`, a denied callable bound
+    to a local name. Each is dangerous and runs under the real loader; a twin whose reached
+    code is harmless (and whose unreached `dump` is not) stays suspicious and loads."""
+    folders = {name: _folder(tmp_path, name, {
+        "config.json": {"model_type": "evil",
+                        "auto_map": {"AutoConfig": "configuration_evil.EvilConfig"}},
+        "configuration_evil.py": source}) for name, source in _REACHED.items()}
+    twin = _folder(tmp_path, "twin", {
+        "config.json": {"model_type": "tiny",
+                        "auto_map": {"AutoConfig": "configuration_tiny.TinyConfig"}},
+        "configuration_tiny.py": _REACHED_TWIN})
+    results = _scan(*folders.values(), twin)
+    canaries = {name: tmp_path / f"canary-{name}" for name in folders}
+    assert not any(c.exists() for c in canaries.values())
+    for name, folder in folders.items():
+        assert results[f"{name}/configuration_evil.py"]["verdict"] == "dangerous", name
+        assert results[f"{name}/config.json"]["verdict"] == "dangerous", name
+        _load("AutoConfig", folder, canaries[name], tmp_path / "hf-home")
+        assert canaries[name].exists(), name
+    assert {k: r["verdict"] for k, r in results.items() if k.startswith("twin/")} == {
+        "twin/config.json": "suspicious", "twin/configuration_tiny.py": "suspicious"}
+    loaded = _load("AutoConfig", twin, tmp_path / "unused", tmp_path / "hf-home")
+    assert loaded.returncode == 0, loaded.stderr[-500:]

@@ -33,11 +33,24 @@ MAX_JSON_BYTES = 64 << 20  # as `other_files` reads text
 MAX_SIBLINGS = 256  # JSON files of one folder read for the auto_map naming a .py
 _SHOWN = 12  # imports or calls named in one finding
 # The methods transformers runs on the class it builds, beside what any import and unpickling
-# runs: its constructor, the loading classmethods a class may override, weight set-up.
+# runs: its constructor, the loading classmethods a class may override (a config's
+# from_pretrained reads the JSON through get_config_dict, _get_config_dict,
+# _dict_from_json_file and _decode_special_floats), what logging the built object runs
+# (__repr__, to_dict), weight set-up and the module calls a model's loading makes (eval,
+# train, apply, load_state_dict). The methods of the module's classes these reach through
+# `self.m()`, `cls.m()` or `super().m()`, and every property (transformers reads the built
+# object's attributes), run too (`torch_package.judge_source`).
 TRANSFORMERS_RUNS = RUN_AT_LOAD | frozenset({
-    "__init__", "__post_init__", "from_pretrained", "_from_pretrained", "from_dict",
-    "from_config", "_from_config", "post_init", "init_weights", "_init_weights", "tie_weights",
-    "register_for_auto_class"})
+    "__init__", "__post_init__", "__repr__", "__str__", "from_pretrained", "_from_pretrained",
+    "from_dict", "from_json_file", "get_config_dict", "_get_config_dict",
+    "_dict_from_json_file", "_decode_special_floats", "to_dict", "to_diff_dict",
+    "to_json_string", "validate", "from_config", "_from_config", "from_args_and_dict",
+    "get_processor_dict", "get_image_processor_dict", "get_feature_extractor_dict",
+    "post_init", "init_weights", "_init_weights", "_initialize_weights", "tie_weights",
+    "_tie_or_clone_weights", "get_input_embeddings", "get_output_embeddings", "eval", "train",
+    "apply", "to", "_apply", "load_state_dict", "_load_from_state_dict", "can_generate",
+    "register_for_auto_class", "get_vocab", "__len__", "_add_tokens", "add_special_tokens",
+    "_convert_token_to_id", "convert_tokens_to_ids"})
 
 
 @dataclass(frozen=True)
@@ -135,7 +148,7 @@ def read_python(path: str, mtime_ns: int = 0) -> PythonCode:
         if len(raw) > MAX_SOURCE_BYTES:
             return PythonCode([], [], [], [], f"larger than {MAX_SOURCE_BYTES >> 20} MiB")
         tree = python_source.parse(raw)  # decoded as the import system decodes it
-        imports, at_load = judge_source(tree, TRANSFORMERS_RUNS)
+        imports, at_load = judge_source(tree, TRANSFORMERS_RUNS, properties=True)
     except (OSError, ValueError) as exc:
         return PythonCode([], [], [], [], str(exc)[:120])
     calls = sorted({ast.unparse(n.func)[:80] for n in ast.walk(tree) if isinstance(n, ast.Call)})

@@ -14,6 +14,7 @@ the deny list. A pickle global that resolves to an interned module is judged as 
 from __future__ import annotations
 
 import ast
+import builtins
 import functools
 import re
 import sys
@@ -189,31 +190,92 @@ def _aliases(tree: ast.Module) -> tuple[dict[str, str], list[str]]:
     return names, stars
 
 
-def _dotted(node: ast.AST, aliases: dict[str, str], stars: list[str] = ()) -> list[str]:
+def _pairs(node: ast.AST) -> list[tuple[ast.expr, ast.expr]]:
+    """(target, value) of each binding a statement makes: assignments (a tuple's items pair
+    up), `:=`, and a function's parameters with their defaults."""
+    if isinstance(node, ast.Assign):
+        pairs = [(t, node.value) for t in node.targets]
+    elif isinstance(node, ast.AnnAssign | ast.NamedExpr) and node.value is not None:
+        pairs = [(node.target, node.value)]
+    elif isinstance(node, _FUNCTIONS):
+        args = node.args.posonlyargs + node.args.args
+        pairs = list(zip(args[len(args) - len(node.args.defaults):], node.args.defaults,
+                         strict=True)) + [(a, d) for a, d in zip(
+                             node.args.kwonlyargs, node.args.kw_defaults, strict=True) if d]
+    else:
+        return []
+    out = []
+    while pairs:
+        target, value = pairs.pop()
+        if isinstance(target, ast.Tuple | ast.List) and isinstance(value, ast.Tuple | ast.List):
+            pairs += zip(target.elts, value.elts, strict=False)
+        else:
+            out.append((target, value))
+    return out
+
+
+def _bindings(tree: ast.Module, aliases: dict[str, str], stars: list[str]
+              ) -> dict[str, list[str]]:
+    """Name -> the dotted names an assignment binds to it anywhere in the source (`run =
+    os.system`, `self.run = os.system` binds `.run`, `def f(run=os.system)`): flow and scope
+    aside, any such binding may be the one a call meets. Chains of them (`o = os`, then `run =
+    o.system`) are followed."""
+    pairs = [p for node in ast.walk(tree) for p in _pairs(node)]
+    bound: dict[str, list[str]] = {}
+    for _ in range(3):  # a chain of a few assignments; a longer one is no everyday code
+        for target, value in pairs:
+            if isinstance(value, ast.Call):  # its result, not a callable the source names
+                continue
+            key = (target.id if isinstance(target, ast.Name) else f".{target.attr}"
+                   if isinstance(target, ast.Attribute) else
+                   target.arg if isinstance(target, ast.arg) else None)
+            if key is None:
+                continue
+            known = bound.setdefault(key, [])
+            known += [d for d in _dotted(value, aliases, stars, bound, bare=False)
+                      if d not in known]
+    return bound
+
+
+def _dotted(node: ast.AST, aliases: dict[str, str], stars: list[str] = (),
+            bound: dict[str, list[str]] | None = None, bare: bool = True) -> list[str]:
     """The dotted names a call's target may spell (`os.system`, `open` as `builtins.open`): a
     bare name no import binds is the builtin's, or the name of any module the source
-    star-imports (which one binds it is not read here, so each is judged)."""
+    star-imports (which one binds it is not read here, so each is judged); a name or an
+    attribute an assignment binds (`bound`) is also what it binds. `bare`: a name nothing
+    binds spells nothing (False: an assignment's value, which may be a local)."""
+    bound = bound or {}
     chain: list[str] = []
     while isinstance(node, ast.Attribute):
         chain.append(node.attr)
         node = node.value
+    tails = [[*reversed(chain)]]
+    if chain:  # `self.run(...)` after `self.run = os.system`: its last attribute's bindings
+        tails += [[target] for target in bound.get(f".{chain[0]}", [])]
     if isinstance(node, ast.Call):  # __import__('os').system(...)
-        return [".".join([inner, *reversed(chain)])
-                for inner in _dotted(node.func, aliases, stars)]
-    if not isinstance(node, ast.Name):
-        return []
-    if node.id in aliases:
-        heads = [aliases[node.id]]
+        heads = _dotted(node.func, aliases, stars, bound)
+    elif not isinstance(node, ast.Name):
+        heads = []
+    elif node.id in aliases:
+        heads = [aliases[node.id], *bound.get(node.id, [])]
     else:
-        heads = [f"builtins.{node.id}", *(f"{module}.{node.id}" for module in stars)]
-    return [".".join([head, *reversed(chain)]) for head in heads]
+        heads = bound.get(node.id, []) + ([f"builtins.{node.id}"] if bare or hasattr(
+            builtins, node.id) else []) + [f"{module}.{node.id}" for module in stars]
+    out = [".".join([head, *tails[0]]) for head in heads]
+    return out + [tail[0] for tail in tails[1:]]
 
 
-def _load_time_nodes(tree: ast.Module, run_at_load: frozenset[str]) -> list[ast.AST]:
-    """The statements that run when the module is imported or its objects unpickled: the
-    module's and its classes' bodies, the methods the unpickler runs, and the module's own
-    functions those call (followed by name)."""
+def _load_time_nodes(tree: ast.Module, run_at_load: frozenset[str],
+                     properties: bool = False) -> list[ast.AST]:
+    """The statements that run when the module is imported or its objects unpickled (or, with
+    `properties`, built by a loader that reads their attributes): the module's and its
+    classes' bodies, the methods the loader runs, and what those reach, followed by name: the
+    module's own functions they call, the methods of the module's classes any attribute of that
+    name (`self.m`, `cls.m`, `super().m`, `getattr(x, "m")`) may be, and the constructors of
+    the classes they call."""
     functions = {n.name: n for n in tree.body if isinstance(n, _FUNCTIONS)}
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    methods: dict[str, list[ast.AST]] = {}
     todo: list[ast.AST] = []
     for node in tree.body:
         if isinstance(node, _FUNCTIONS):
@@ -223,42 +285,75 @@ def _load_time_nodes(tree: ast.Module, run_at_load: frozenset[str]) -> list[ast.
         elif isinstance(node, ast.ClassDef):
             for item in node.body:
                 if isinstance(item, _FUNCTIONS):
+                    methods.setdefault(item.name, []).append(item)
                     todo += item.decorator_list + item.args.defaults
-                    if item.name in run_at_load:
+                    if item.name in run_at_load or (properties and _is_property(item)):
                         todo.append(item)
                 else:
                     todo.append(item)
             todo += node.decorator_list + node.bases + node.keywords
         else:
             todo.append(node)
-    seen: set[str] = set()
+    seen: set[int] = {id(n) for n in todo}
     out: list[ast.AST] = []
     while todo:
         node = todo.pop()
         out.append(node)
-        for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
-            if isinstance(call.func, ast.Name) and call.func.id in functions and (
-                    call.func.id not in seen):
-                seen.add(call.func.id)
-                todo.append(functions[call.func.id])
+        for inner in ast.walk(node):
+            for reached in _reaches(inner, functions, classes, methods):
+                if id(reached) not in seen:
+                    seen.add(id(reached))
+                    todo.append(reached)
     return out
 
 
-def judge_source(source: str | bytes | ast.Module, run_at_load: frozenset[str] = RUN_AT_LOAD
-                 ) -> tuple[list[str], list[str]]:
+_CONSTRUCTION = ("__new__", "__init__", "__post_init__")
+
+
+def _reaches(node: ast.AST, functions: dict[str, ast.AST], classes: dict[str, ast.ClassDef],
+             methods: dict[str, list[ast.AST]]) -> list[ast.AST]:
+    """The module's own functions and methods one node of code that runs may run."""
+    if isinstance(node, ast.Attribute):
+        return methods.get(node.attr, [])
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+        return []
+    name = node.func.id
+    if name in functions:
+        return [functions[name]]
+    if name in classes:
+        return [m for m in classes[name].body if isinstance(m, _FUNCTIONS)
+                and m.name in _CONSTRUCTION]
+    if (name == "getattr" and len(node.args) > 1 and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)):
+        return methods.get(node.args[1].value, [])
+    return []
+
+
+def _is_property(node: ast.AST) -> bool:
+    """Whether a method is a property's getter or setter (`@property`, `@x.setter`,
+    `@functools.cached_property`): reading an attribute runs it."""
+    return any((d.attr if isinstance(d, ast.Attribute) else getattr(d, "id", "")) in (
+        "property", "cached_property", "setter", "getter", "deleter")
+        for d in node.decorator_list)
+
+
+def judge_source(source: str | bytes | ast.Module, run_at_load: frozenset[str] = RUN_AT_LOAD,
+                 properties: bool = False) -> tuple[list[str], list[str]]:
     """(the imports of a module's source, the calls it makes at load that reach a capability on
     the deny list, each with its reason), read with `ast`; ValueError if it does not parse.
     `source`: the file's bytes (decoded as Python decodes them, `python_source.parse`), or
     text or a tree already read so. `run_at_load`: the methods its loader runs unasked
     (another loader's, such as transformers', which builds the class it names, add
-    `__init__`)."""
+    `__init__`); `properties`: whether that loader reads the built object's attributes, so
+    its properties run too."""
     tree = source if isinstance(source, ast.Module) else python_source.parse(source)
     aliases, stars = _aliases(tree)
+    bound = _bindings(tree, aliases, stars)
     imports = sorted(set(aliases.values()) | {f"{module}.*" for module in stars})
     bad: list[str] = []
-    for node in _load_time_nodes(tree, run_at_load):
+    for node in _load_time_nodes(tree, run_at_load, properties):
         for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
-            for target in _dotted(call.func, aliases, stars):
+            for target in _dotted(call.func, aliases, stars, bound):
                 reason = _denied(target)
                 if reason and reason not in bad:
                     bad.append(reason)
