@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from guard_support import batch, tiny_model
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from inspector.core.vocabulary import SaveOutcome
 from inspector.guard.guard import Guard, GuardConfig
@@ -290,3 +291,56 @@ def test_a_parameter_that_stops_getting_gradients_is_named_once(tmp_path):
     assert eval_loss(model) > 1.1 * eval_loss(clean)  # the harm: it stopped learning
     named = [(v.step, b.rule, b.param) for v in verdicts if v.alarm for b in v.alarm.breaches]
     assert named == [(29, "grad-stopped", "0.weight")]
+
+
+def train_scaled(run_dir, scale_at=None, steps=26):
+    """The plain loop with Adam, a save after every step from 10 on; with `scale_at`, the
+    test's own optimizer hook doubles 0.weight inside that optimizer step (after the
+    optimizer's write, before the guard's post-step fingerprint): only `update-size` sees it.
+    The verdicts and the saves by step."""
+    model = tiny_model()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    taken = {"steps": 0}
+
+    def inside_the_step(optimizer, args, kwargs):
+        taken["steps"] += 1
+        if taken["steps"] == scale_at:
+            with torch.no_grad():
+                model[0].weight.mul_(2.0)
+
+    hook = register_optimizer_step_post_hook(inside_the_step)  # before the guard's own
+    try:
+        guard = Guard(run_dir, GuardConfig(console=False))
+        verdicts = []
+        for step in range(steps):
+            opt.zero_grad(set_to_none=True)
+            x, y = batch(step)
+            loss = nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            verdict = guard.step(loss, model, opt, step=step)
+            if verdict.take_step:
+                opt.step()
+            verdicts.append(verdict)
+            if step >= 10:
+                save(model.state_dict(), run_dir / f"step-{step + 1}.pt", step=step + 1,
+                     keep=30, run_dir=run_dir)
+        guard.close()
+    finally:
+        hook.remove()
+    return verdicts, {s.step: s for s in read_ledger(run_dir).saves}
+
+
+def test_a_statistical_weight_alarm_fails_the_saves_of_the_recent_window_only(tmp_path):
+    clean, clean_saves = train_scaled(tmp_path / "clean")
+    hurt, saves = train_scaled(tmp_path / "scaled", scale_at=12)
+    assert not [v for v in clean if v.alarm]
+    assert all(s.outcome == SaveOutcome.VERIFIED for s in clean_saves.values())
+    # optimizer step 12 is taken after guard.step 11; guard.step 12 reads the doubled norm
+    assert [(v.step, {b.rule for b in v.alarm.breaches}) for v in hurt if v.alarm] == [
+        (12, {"update-size"})]
+    assert saves[12].outcome == SaveOutcome.VERIFIED  # saved before the step doubled it
+    assert saves[13].outcome == SaveOutcome.UNHEALTHY
+    assert "update-size on 0.weight at step 12" in saves[13].detail
+    # a heuristic, not held until accept_weights: the recent-alarm window (10 steps) ends
+    assert saves[22].outcome == SaveOutcome.UNHEALTHY
+    assert all(saves[s].outcome == SaveOutcome.VERIFIED for s in (23, 24, 25, 26))

@@ -74,7 +74,7 @@ from inspector.guard.weights.members import (
 )
 from inspector.guard.weights.replicas import RULE as REPLICA_RULE
 from inspector.guard.weights.replicas import ReplicaCheck
-from inspector.guard.weights.rules import CORRUPTION_RULES, WeightRuleSet
+from inspector.guard.weights.rules import HELD_RULES, WINDOWED_RULES, WeightRuleSet
 from inspector.run import health_gate, journal
 from inspector.run.blocklog import BlockWriter
 from inspector.run.metrics import METRICS_KIND, metrics_path
@@ -88,11 +88,12 @@ Attribution = Literal["reproducible", "transient", "device"]
 DEVICE_RULES = frozenset({"weights-changed", "replica-differs"})
 """Rules that fire only when bytes changed where no computation of the step wrote them."""
 RECENT_ALARMS = 10
-"""How many steps back a loss or gradient alarm (whose step was taken) fails the guard's health
-check: a save then holds weights the guard named; `run latest` takes the one before."""
+"""How many steps back a loss or gradient alarm (whose step was taken) or a statistical weight
+alarm (`WINDOWED_RULES`, skipped or not) fails the guard's health check: a save then holds
+weights the guard named; `run latest` takes the one before."""
 HELD_SHOWN = 3
 """How many held corruption alarms the health check names one by one (the rest counted)."""
-NOT_RESUMED = CORRUPTION_RULES | {SETTING_RULE}
+NOT_RESUMED = HELD_RULES | WINDOWED_RULES | {SETTING_RULE}
 """Rules whose scene holds weights or an optimizer not to be resumed from."""
 
 
@@ -202,10 +203,9 @@ class Guard:
         self.owners = Owners()
         self.stopped = Stopped()
         self._held: dict[tuple[str, str | None], str] = {}
-        """Each corruption alarm (`CORRUPTION_RULES`) by rule and tensor, in words: the
-        weights still hold what the guard named, whatever the rules learned since, so the
-        health check names it until `accept_weights` (or `resume`) says the weights are
-        intended."""
+        """Each definitive weight alarm (`HELD_RULES`) by rule and tensor, in words: the
+        weights still hold what it named, whatever the rules learned since, so the health
+        check names it until `accept_weights` (or `resume`) says the weights are intended."""
         self.console = AlarmConsole(self.rank) if self.config.console else None
         self._stepped: weakref.WeakSet = weakref.WeakSet()
         self.settings = SettingsWatch()
@@ -255,6 +255,7 @@ class Guard:
         weights = watch.values(reading, numbers.extra)
         values = {"loss": numbers.loss, "grad_norm": numbers.grad_norm}
         lists = self._groups(optimizer)
+        weights.rates = self.owners.rates(watch.named_params, lists.values())
         breaches = (swapped + self.weight_rules.judge(watch.names, weights)
                     + self.rules.judge(values) + self.settings.judge(lists)
                     + self.owners.judge(watch.named_params, lists.values())
@@ -341,8 +342,8 @@ class Guard:
         largest |w|, or changed since the last optimizer step; a learning rate still collapsed
         or a setting no schedule writes that changed (`settings`; the ledger checks what torch
         refuses in the state itself);
-        a corruption alarm since the last `accept_weights`; a loss or gradient alarm in the
-        last `RECENT_ALARMS` steps (what the ledger asks)."""
+        a definitive weight alarm since the last `accept_weights`; a loss, gradient or
+        weight-statistics alarm in the last `RECENT_ALARMS` steps (what the ledger asks)."""
         if self.watch is None:
             return []
         watch = self.watch
@@ -357,10 +358,10 @@ class Guard:
         ] + self._held_alarms({(b.rule, b.param) for b in found}) + self._recent_alarms()
 
     def _hold(self, alarm: Alarm) -> None:
-        """Keep the alarm's corruption breaches for the health check: the bytes it named stay
-        in the weights, skipped step or not, after the rules learned them as the new normal."""
+        """Keep the alarm's definitive weight breaches for the health check: the bytes it named
+        stay in the weights, skipped step or not, after the rules learned them as normal."""
         for b in alarm.breaches:
-            if b.rule in CORRUPTION_RULES:
+            if b.rule in HELD_RULES:
                 self._held.setdefault((b.rule, b.param), f"{_said(b)} at step {alarm.step}")
 
     def _held_alarms(self, now: set[tuple[str, str | None]]) -> list[str]:
@@ -372,15 +373,18 @@ class Guard:
 
     def _recent_alarms(self) -> list[str]:
         """The loss and gradient alarms of the last `RECENT_ALARMS` steps whose step was
-        taken: the weights now were computed by, or right after, a step the guard named."""
+        taken, and the statistical weight alarms (`WINDOWED_RULES`) of those steps: the
+        weights now were computed by, or right after, a step the guard named."""
         since = self.step_index - RECENT_ALARMS
-        lines = [f"{b.rule} on the {b.signal} at step {a.step} (value {b.value:.4g}"
+        lines = [f"{b.rule} on {b.param or 'the ' + b.signal} at step {a.step} "
+                 f"(value {b.value:.4g}"
                  + (f", bound {b.threshold:.4g})" if b.threshold is not None else ")")
-                 for a in self.alarms if a.step >= since and a.action != "skip"
-                 for b in a.breaches if b.signal in ("loss", "grad_norm")]
+                 for a in self.alarms if a.step >= since
+                 for b in a.breaches if b.rule in WINDOWED_RULES
+                 or (b.signal in ("loss", "grad_norm") and a.action != "skip")]
         if len(lines) > 1:
-            return [f"{lines[-1]} and {len(lines) - 1} more loss or gradient alarms in the last "
-                    f"{RECENT_ALARMS} steps"]
+            return [f"{lines[-1]} and {len(lines) - 1} more loss, gradient or weight-statistics "
+                    f"alarms in the last {RECENT_ALARMS} steps"]
         return lines
 
     def state_dict(self) -> dict:

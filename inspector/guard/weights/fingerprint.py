@@ -248,6 +248,9 @@ class WeightValues:
     there is `nonfinite`'s)."""
     constants_changed: dict[str, float] = field(default_factory=dict)
     """The constant buffers whose bytes changed (`WeightWatch.constants`): name -> L2 norm."""
+    rates: list[float | None] | None = None
+    """The learning rate each stepped tensor's param group has now (None: not known), which
+    `update-size` measures a step against; set by the guard, which reads the groups."""
 
 
 CONSTANT_LEARNING = 4

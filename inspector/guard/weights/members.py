@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from inspector.guard.rules import Breach
+from inspector.run.optimizer_settings import learning_rate
 
 REPLACED_RULE = "weights-replaced"
 ORPHAN_RULE = "param-orphaned"
@@ -85,30 +86,56 @@ class Owners:
     seen_owned: bool = False
     """Whether an optimizer has held a watched parameter: until then the model may be stepped
     through tensors of another kind (DeepSpeed's flat partitions), and nothing is named."""
+    group_of: list[dict | None] = field(default_factory=list)
+    """Each watched parameter's param group (None: no optimizer given holds it)."""
+    groups: list[dict] = field(default_factory=list)
+    """The param groups `group_of` was derived from."""
+    last_rates: list[float | None] | None = None
+    """The learning rates `rates` read at its last call."""
 
     def reset(self) -> None:
         """A new watch (the model's tensors replaced): derive and name afresh."""
-        self.signature, self.unowned, self.named = (), [], set()
+        self.signature, self.unowned, self.named, self.group_of = (), [], set(), []
+        self.last_rates = None
 
     def judge(self, params: list[tuple[str, torch.Tensor]],
               group_lists: Iterable[list]) -> list[Breach]:
         """A `param-orphaned` breach per parameter (name, the model's own object) with a
         gradient that none of the optimizers' `param_groups` lists holds."""
-        groups = [g for gs in group_lists for g in gs if isinstance(g, dict)]
-        # a group's list object and length: what add_param_group or a new optimizer changes
-        signature = tuple((id(g.get("params")), len(g.get("params", ()))) for g in groups)
-        if signature != self.signature:
-            self.signature = signature
-            owned = {id(p) for g in groups for p in g.get("params", ())}
-            held = [(n, p) for n, p in params if id(p) not in owned]
-            self.seen_owned = self.seen_owned or len(held) < len(params)
-            self.unowned = held if self.seen_owned else []
+        self._derive(params, group_lists)
         out = []
         for name, p in self.unowned:
             if p.grad is not None and name not in self.named:
                 self.named.add(name)
                 out.append(Breach(ORPHAN_RULE, "optimizer", _norm(p.grad), None, name))
         return out
+
+    def rates(self, params: list[tuple[str, torch.Tensor]],
+              group_lists: Iterable[list]) -> list[float | None] | None:
+        """Each parameter's learning rate at the last call (None: no group held it, or its
+        rate was not a number a check can read): the rate the optimizer step since then used,
+        as a scheduler steps after it. A list walk when the groups are unchanged."""
+        self._derive(params, group_lists)
+        by_group = {id(g): learning_rate(g) for g in self.groups}
+        before, self.last_rates = self.last_rates, [
+            None if g is None else by_group[id(g)] for g in self.group_of]
+        return before
+
+    def _derive(self, params: list[tuple[str, torch.Tensor]], group_lists: Iterable[list]
+                ) -> None:
+        """Re-derive who holds each parameter when the optimizers' groups changed."""
+        groups = [g for gs in group_lists for g in gs if isinstance(g, dict)]
+        # a group's list object and length: what add_param_group or a new optimizer changes
+        signature = tuple((id(g.get("params")), len(g.get("params", ()))) for g in groups)
+        if signature == self.signature and len(self.group_of) == len(params):
+            return
+        self.signature = signature
+        self.groups = groups
+        holder = {id(p): g for g in groups for p in g.get("params", ())}
+        self.group_of = [holder.get(id(p)) for _, p in params]
+        held = [(n, p) for n, p in params if id(p) not in holder]
+        self.seen_owned = self.seen_owned or len(held) < len(params)
+        self.unowned = held if self.seen_owned else []
 
 
 @dataclass

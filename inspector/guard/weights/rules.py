@@ -21,10 +21,14 @@ size what the data sets. They judge from the first reading on, without a warm-up
   A buffer's factor is `k_buffer` (2^16): a forward's accumulation may grow fast.
 - `update-size`: the change of a tensor's norm between two readings, |n1 - n0| / n0, a lower
   bound of ||dw|| / ||w|| that needs no copy of the weights, above `k` x its running median over
-  the last `window` steps (robust to one odd step) and above `floor` (a float32 norm moves by
+  the last `window` steps (robust to one odd step), each size taken per unit of the learning
+  rate of the tensor's param group (`WeightValues.rates`: a schedule's warm restart multiplies
+  the rate, and the step, by thousands at once), and above `floor` (a float32 norm moves by
   about 1e-7 from rounding alone, so a tiny learning rate's steps are not judged on noise), and
   above `absolute` (a norm that quadruples: a zero-initialised tensor's norm doubles in its
-  second Adam step) before `early` values are known.
+  second Adam step) before `early` values are known. A norm that did not move at all is no
+  size (the tensor got no step: an idle task head, a frozen layer), so the window holds only
+  the steps the tensor took.
 - `variance-negative`: a normalisation layer's running variance (`*.running_var`) holds a
   negative value. A running mean of variances never is one; a flipped sign bit keeps the
   buffer's norm and largest |value|, passes training (which normalises by each batch's own
@@ -47,9 +51,15 @@ from inspector.guard.weights.members import REPLACED_RULE
 WEIGHT_RULES: dict[str, type] = {}
 """Every weight rule class by its name, in the order they were registered."""
 
-CORRUPTION_RULES = frozenset({"weights-changed", "weight-nonfinite", "weight-largest",
-                              "update-size", "variance-negative", "replica-differs",
-                              REPLACED_RULE})
+HELD_RULES = frozenset({"weights-changed", "weight-nonfinite", "variance-negative",
+                        "replica-differs", REPLACED_RULE})
+"""Definitive rules: their alarm names bytes that no healthy step writes, and those bytes stay
+in the weights, so the guard's health check holds it until `Guard.accept_weights`."""
+WINDOWED_RULES = frozenset({"weight-largest", "update-size"})
+"""Statistical rules, judged against what each tensor did before: their alarm fails the health
+check for the guard's recent-alarm window (as a loss or gradient alarm does), not for good, so
+a false one (a schedule's warm restart) costs the saves of a few steps, not every later one."""
+CORRUPTION_RULES = HELD_RULES | WINDOWED_RULES
 """Rules whose alarm means the weights themselves are not to be trusted (or resumed from)."""
 
 
@@ -166,39 +176,48 @@ class UpdateSize:
     recent: dict[str, deque] = field(default_factory=dict)
     name = "update-size"
 
-    def sizes(self, names: list[str], v: WeightValues) -> list[tuple[str, float]]:
-        """(tensor, |n1 - n0| / n0) for each tensor an optimizer steps with an earlier finite,
-        non-zero norm and finite values now (a norm that overflowed on finite values is an
-        infinite change)."""
+    def sizes(self, names: list[str], v: WeightValues) -> list[tuple[str, float, float]]:
+        """(tensor, |n1 - n0| / n0, its learning rate) for each tensor an optimizer steps with
+        an earlier finite, non-zero norm and finite values now (a norm that overflowed on
+        finite values is an infinite change). A norm that did not move is no size: the tensor
+        was not stepped (no gradient: an idle task head, a frozen layer), and a window of such
+        zeros would make any real step look huge. The rate is the group's (`v.rates`), 1.0
+        where none is known; a tensor whose rate is 0 or less takes no sized step."""
         out = []
+        rates = v.rates or []
         stepped = list(zip(names, v.norms, v.nonfinite, strict=True))[:v.stepped]
-        for name, norm, bad in stepped:
+        for i, (name, norm, bad) in enumerate(stepped):
             before = self.last.get(name)
-            if before is not None and before > 0 and not bad and not math.isnan(norm):
-                out.append((name, abs(norm - before) / before))
+            rate = rates[i] if i < len(rates) and rates[i] is not None else 1.0
+            if (before is not None and before > 0 and not bad and not math.isnan(norm)
+                    and norm != before and rate > 0 and math.isfinite(rate)):
+                out.append((name, abs(norm - before) / before, rate))
         return out
 
-    def threshold(self, tensor: str) -> float:
-        """The bar for this tensor now: absolute while young, then k x its running median."""
+    def threshold(self, tensor: str, rate: float = 1.0) -> float:
+        """The bar for this tensor now: absolute while young, then k x its running median
+        of sizes per unit of learning rate, times the rate now (a warm restart's jump in the
+        rate is no jump in the size per rate)."""
         seen = self.recent.get(tensor)
-        if seen is None or len(seen) < self.early:
-            return self.absolute
-        return max(self.k * statistics.median(seen), self.floor)
+        median = statistics.median(seen) if seen and len(seen) >= self.early else 0.0
+        # a median of 0 (a window of a saved state's zeros) is no history
+        return max(self.k * median * rate, self.floor) if median > 0 else self.absolute
 
     def judge(self, names: list[str], v: WeightValues) -> list[Breach]:
         """One breach per tensor whose norm moved past its threshold."""
         out = []
-        for name, size in self.sizes(names, v):
-            bar = self.threshold(name)
+        for name, size, rate in self.sizes(names, v):
+            bar = self.threshold(name, rate)
             if size > bar:
                 out.append(Breach(self.name, "weights", size, bar, name))
         return out
 
     def learn(self, names: list[str], v: WeightValues) -> None:
-        """Fold each tensor's change into its window and keep its norm."""
-        for name, size in self.sizes(names, v):
+        """Fold each tensor's change per unit of learning rate into its window and keep its
+        norm."""
+        for name, size, rate in self.sizes(names, v):
             if math.isfinite(size):
-                self.recent.setdefault(name, deque(maxlen=self.window)).append(size)
+                self.recent.setdefault(name, deque(maxlen=self.window)).append(size / rate)
         for name, norm in zip(names, v.norms, strict=True):
             if math.isfinite(norm):
                 self.last[name] = norm
@@ -210,14 +229,16 @@ class UpdateSize:
                 self.last[name] = norm
 
     def state_dict(self) -> dict:
-        """Each tensor's last norm and recent changes."""
-        return {"last": dict(self.last), "recent": {k: list(d) for k, d in self.recent.items()}}
+        """Each tensor's last norm and recent changes per unit of learning rate."""
+        return {"last": dict(self.last),
+                "per_rate": {k: list(d) for k, d in self.recent.items()}}
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue from a saved state."""
+        """Continue from a saved state (an older state's `recent`, sizes not per rate, is
+        left out: the tensors start young again)."""
         self.last = {str(k): float(v) for k, v in state.get("last", {}).items()}
         self.recent = {str(k): deque((float(x) for x in v), maxlen=self.window)
-                       for k, v in state.get("recent", {}).items()}
+                       for k, v in state.get("per_rate", {}).items()}
 
 
 @dataclass
