@@ -63,18 +63,10 @@ from inspector.guard.scene import (
     write_scene,
 )
 from inspector.guard.settings import SETTING_RULE, SettingsWatch, said
-from inspector.guard.weights.fingerprint import WeightWatch
-from inspector.guard.weights.members import (
-    ORPHAN_RULE,
-    REPLACED_RULE,
-    STOPPED_RULE,
-    Owners,
-    Stopped,
-    replaced,
-)
+from inspector.guard.weights.members import ORPHAN_RULE, REPLACED_RULE, STOPPED_RULE
+from inspector.guard.weights.models import Models
 from inspector.guard.weights.replicas import RULE as REPLICA_RULE
-from inspector.guard.weights.replicas import ReplicaCheck
-from inspector.guard.weights.rules import HELD_RULES, WINDOWED_RULES, WeightRuleSet
+from inspector.guard.weights.rules import HELD_RULES, WINDOWED_RULES
 from inspector.run import health_gate, journal
 from inspector.run.blocklog import BlockWriter
 from inspector.run.metrics import METRICS_KIND, metrics_path
@@ -196,14 +188,11 @@ class Guard:
         check_journal(self.journal)
         self.rules = RuleSet.default(self.config.k_max, self.config.k_ema, self.config.warmup,
                                      self.config.k_median)
-        self.weight_rules = WeightRuleSet.default(self.config.k_largest, self.config.k_update)
-        self.watch: WeightWatch | None = None
-        self.replicas = ReplicaCheck()
-        self._watched: Any = None
-        self.owners = Owners()
-        self.stopped = Stopped()
-        self._held: dict[tuple[str, str | None], str] = {}
-        """Each definitive weight alarm (`HELD_RULES`) by rule and tensor, in words: the
+        self.models = Models(self.config.fingerprint_every, self.config.largest_every,
+                             self.config.overlap, self.config.k_largest, self.config.k_update)
+        """Each guarded model's watch and learned numbers (`weights.models`)."""
+        self._held: dict[tuple[str, str, str | None], str] = {}
+        """Each definitive weight alarm (`HELD_RULES`) by model, rule and tensor, in words: the
         weights still hold what it named, whatever the rules learned since, so the health
         check names it until `accept_weights` (or `resume`) says the weights are intended."""
         self.console = AlarmConsole(self.rank) if self.config.console else None
@@ -249,27 +238,28 @@ class Guard:
             batch = self.ledger.last_batch if batch is None else batch
             data_state = self.ledger.state_dict if data_state is None else data_state
         inject.apply(list(self.config.faults), model, self.step_index, "grad", rerun=False)
-        watch, swapped = self._watch(model)
+        watched, swapped = self.models.watch(model)
+        watch = watched.watch
         reading = watch.reading()
         numbers = step_numbers(loss, model, reading.vector)
         weights = watch.values(reading, numbers.extra)
         values = {"loss": numbers.loss, "grad_norm": numbers.grad_norm}
         lists = self._groups(optimizer)
-        weights.rates = self.owners.rates(watch.named_params, lists.values())
-        breaches = (swapped + self.weight_rules.judge(watch.names, weights)
+        weights.rates = watched.owners.rates(watch.named_params, lists.values())
+        breaches = (swapped + watched.rules.judge(watch.names, weights)
                     + self.rules.judge(values) + self.settings.judge(lists)
-                    + self.owners.judge(watch.named_params, lists.values())
-                    + self.stopped.judge(numbers.names, self.step_index))
+                    + watched.owners.judge(watch.named_params, lists.values())
+                    + watched.stopped.judge(numbers.names, self.step_index))
         every = self.config.replica_every
         if every and self.step_index % every == 0:
-            breaches = self.replicas.compare(watch) + breaches
+            breaches = watched.replicas.compare(watch) + breaches
         verdict = StepVerdict(self.step_index, numbers.loss, numbers.grad_norm)
         self._record_metrics(verdict, breaches)
         if not breaches:
             self.rules.learn(values)
-            self.weight_rules.learn(watch.names, weights)
+            watched.rules.learn(watch.names, weights)
         else:
-            self.weight_rules.rebase(watch.names, weights)
+            watched.rules.rebase(watch.names, weights)
             blamed = [b.param for b in breaches if b.param is not None]
             params = list(dict.fromkeys(blamed + numbers.nonfinite_params(
                 self.config.report_params)))[:self.config.report_params]
@@ -284,7 +274,7 @@ class Guard:
                 self._attribute(alarm, numbers, closure, model, pending)
             verdict.alarm = alarm
             self.alarms.append(alarm)
-            self._hold(alarm)
+            self._hold(alarm, watched.label)
             self._act(alarm, verdict, model, optimizer, batch, sample_ids, data_state)
         self.step_index += 1
         return verdict
@@ -326,16 +316,15 @@ class Guard:
 
     def accept_weights(self, model: nn.Module | None = None) -> None:
         """The weights now are intended (a load, a deliberate edit, parameters replaced):
-        watch the model's tensors as they are now, retake the fingerprint, and drop the
-        corruption alarms held so far."""
-        if model is not None or self._watched is not None:
-            self._watch(model if model is not None else self._watched)
-        self._held.clear()
-        if self.watch is not None:
-            self.watch.accept()
-            reading = self.watch.reading(largest=True)
-            self.weight_rules.accept(self.watch.names, self.watch.values(
-                reading, reading.vector().tolist()))
+        watch the model's tensors as they are now (every watched model's without `model`),
+        retake the fingerprint, and drop the corruption alarms held so far."""
+        every = [self.models.watch(model)[0]] if model is not None else self.models.all()
+        for watched in every:
+            self._held = {k: v for k, v in self._held.items() if k[0] != watched.label}
+            watch = watched.watch
+            watch.accept()
+            reading = watch.reading(largest=True)
+            watched.rules.accept(watch.names, watch.values(reading, reading.vector().tolist()))
 
     def health(self) -> list[str]:
         """The weights' health now, one line per problem: non-finite, past their learned
@@ -344,30 +333,32 @@ class Guard:
         refuses in the state itself);
         a definitive weight alarm since the last `accept_weights`; a loss, gradient or
         weight-statistics alarm in the last `RECENT_ALARMS` steps (what the ledger asks)."""
-        if self.watch is None:
-            return []
-        watch = self.watch
-        reading = watch.reading(largest=True)
-        values = watch.values(reading, reading.vector().tolist())
-        found = [b for b in self.weight_rules.judge(watch.names, values)
-                 if b.rule != "update-size"]
-        return [f"{b.rule} on {b.param} (value {b.value:.4g}"
+        found = []
+        for watched in self.models.all():
+            watch = watched.watch
+            reading = watch.reading(largest=True)
+            values = watch.values(reading, reading.vector().tolist())
+            found += [(watched.label, b) for b in watched.rules.judge(watch.names, values)
+                      if b.rule != "update-size"]
+        return [f"{b.rule} on {label}{b.param} (value {b.value:.4g}"
                 + (f", bound {b.threshold:.4g})" if b.threshold is not None else ")")
-                for b in found] + [
+                for label, b in found] + [
             f"{SETTING_RULE}: {said(b)}" for b in self.settings.problems(self._groups(None))
-        ] + self._held_alarms({(b.rule, b.param) for b in found}) + self._recent_alarms()
+        ] + self._held_alarms({(label, b.rule, b.param) for label, b in found}
+                              ) + self._recent_alarms()
 
-    def _hold(self, alarm: Alarm) -> None:
+    def _hold(self, alarm: Alarm, label: str) -> None:
         """Keep the alarm's definitive weight breaches for the health check: the bytes it named
         stay in the weights, skipped step or not, after the rules learned them as normal."""
         for b in alarm.breaches:
             if b.rule in HELD_RULES:
-                self._held.setdefault((b.rule, b.param), f"{_said(b)} at step {alarm.step}")
+                self._held.setdefault((label, b.rule, b.param),
+                                      f"{label}{_said(b)} at step {alarm.step}")
 
-    def _held_alarms(self, now: set[tuple[str, str | None]]) -> list[str]:
+    def _held_alarms(self, now: set[tuple[str, str, str | None]]) -> list[str]:
         """The held corruption alarms not already found in the weights `now`, in words."""
-        lines = [f"{rule}: {line} (held until guard.accept_weights)"
-                 for (rule, param), line in self._held.items() if (rule, param) not in now]
+        lines = [f"{key[1]}: {line} (held until guard.accept_weights)"
+                 for key, line in self._held.items() if key not in now]
         more = len(lines) - HELD_SHOWN
         return lines[:HELD_SHOWN] + ([f"and {more} more corruption alarms"] if more > 0 else [])
 
@@ -401,8 +392,7 @@ class Guard:
         and the ledger, and stop the XID listener (if a GPU was there)."""
         self._post_hook.remove()
         self._pre_hook.remove()
-        if self.watch is not None:
-            self.watch.close()
+        self.models.close()
         health_gate.unregister(self.run_dir, self.health)
         if self.console is not None:
             self.console.close()
@@ -412,31 +402,15 @@ class Guard:
             self._xids.close()
             self._xids = None
 
-    def _watch(self, model: nn.Module) -> tuple[WeightWatch, list[Breach]]:
-        """The watch over this model's weights: a new one for a model not seen before, or for
-        one whose tensors were replaced, added or removed since (then also a
-        `weights-replaced` breach per tensor, for the step to judge)."""
-        if self.watch is not None and self._watched is model and self.watch.current():
-            return self.watch, []
-        swapped = []
-        if self.watch is not None:
-            if self._watched is model:
-                swapped = replaced(self.watch.members, model)
-            self.watch.close()
-        self.watch = WeightWatch(model, self.config.fingerprint_every,
-                                 self.config.largest_every, self.config.overlap)
-        self._watched = model
-        self.owners.reset()
-        return self.watch, swapped
-
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        if self.watch is not None:
-            self.watch.settle()
+        for watched in self.models.all():
+            watched.watch.settle()
 
     def _after_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         self._stepped.add(optimizer)
-        if self.watch is not None and self.watch.owns(optimizer):
-            self.watch.after_step()
+        for watched in self.models.all():
+            if watched.watch.owns(optimizer):
+                watched.watch.after_step()
 
     def _groups(self, optimizer: torch.optim.Optimizer | None) -> dict[int, list]:
         """The param groups of every optimizer that stepped and the one given, by their list:
@@ -453,11 +427,13 @@ class Guard:
         return self.config.action
 
     def _rules_state(self) -> dict:
-        return {**self.rules.state_dict(), "weights": self.weight_rules.state_dict()}
+        first, *more = self.models.state_dict() or [{}]  # more: the models after the first
+        return {**self.rules.state_dict(), "weights": first,
+                **({"weights_more": more} if more else {})}
 
     def _load_rules(self, state: dict) -> None:
         self.rules.load_state_dict(state)
-        self.weight_rules.load_state_dict(state.get("weights", {}))
+        self.models.load_state_dict([state.get("weights", {}), *state.get("weights_more", [])])
 
     def _record_metrics(self, verdict: StepVerdict, breaches: list[Breach]) -> None:
         """One line per step (loss, grad norm, the first rule broken) in the rank's metrics file,
