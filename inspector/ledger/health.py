@@ -56,15 +56,28 @@ def optimizer_problems(optimizer: Any) -> list[str]:
 
 
 def _dense_floats(obj: Any) -> list[tuple[str, Any]]:
-    """The state's dense, non-empty floating-point tensors by key, detached."""
+    """The state's dense, non-empty floating-point and complex tensors by key, detached, each
+    in a dtype the checks reduce (`_reducible`)."""
+    import torch
+
+    from inspector.tensors.load import split_leaves
+
+    return [(key, _reducible(t.detach())) for key, t in split_leaves(obj)[0]
+            if (t.is_floating_point() or t.is_complex()) and t.layout == torch.strided
+            and t.device.type != "meta" and t.numel()]
+
+
+def _reducible(t: Any) -> Any:
+    """A tensor the checks' reductions take: a complex one as its real and imaginary parts
+    (`view_as_real`, no copy: a NaN in either part is a NaN of the tensor), a float8 one as
+    float32 (no norm kernel takes it; a copy, of a rare tensor)."""
     import torch
 
     from inspector.ledger.moments import FLOATS
-    from inspector.tensors.load import split_leaves
 
-    return [(key, t.detach()) for key, t in split_leaves(obj)[0]
-            if t.dtype in FLOATS and t.layout == torch.strided
-            and t.device.type != "meta" and t.numel()]
+    if t.is_complex():
+        return torch.view_as_real(t.resolve_conj())
+    return t if t.dtype in FLOATS else t.float()
 
 
 def nonfinite_problems(dense: list[tuple[str, Any]], optimizer: tuple[str, ...]) -> list[str]:

@@ -48,9 +48,17 @@ from inspector.guard.weights.members import layout, members
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
-    """The bytes this rank holds: a DTensor's local shard (a view of its storage), else `t`."""
+    """The bytes this rank holds: a DTensor's local shard (a view of its storage), else `t`;
+    a complex tensor as its real and imaginary parts (`view_as_real`, a float view of the same
+    bytes), which every reading reduces as any float tensor."""
     to_local = getattr(t, "to_local", None)
-    return to_local() if callable(to_local) else t
+    t = to_local() if callable(to_local) else t
+    return torch.view_as_real(t) if t.is_complex() else t
+
+
+def watched(t: torch.Tensor | None) -> bool:
+    """Whether the weight rules read this tensor: a floating-point or complex one."""
+    return t is not None and (t.is_floating_point() or t.is_complex())
 
 
 PIECE_BYTES = 1 << 20
@@ -293,7 +301,7 @@ class WeightWatch:
 
     def __init__(self, model: nn.Module, every: int = 1, largest_every: int = 1,
                  overlap: bool | None = None) -> None:
-        named = [(n, p) for n, p in model.named_parameters() if p.is_floating_point()]
+        named = [(n, p) for n, p in model.named_parameters() if watched(p)]
         self.named_params = named
         """The floating-point parameters, the model's own objects (a DTensor, not its shard)."""
         self.members = members(model)
@@ -306,7 +314,7 @@ class WeightWatch:
                                or type(m).__name__.startswith("FSDP") for m in model.modules()))
         # dense ones: a sparse buffer (a graph's adjacency) has no reductions of this kind
         buffers = readable([(n, local(b)) for n, b in model.named_buffers()
-                            if b.is_floating_point() and b.layout == torch.strided])
+                            if watched(b) and b.layout == torch.strided])
         self.names = [n for n, _ in named] + [n for n, _ in buffers]
         """The parameters' names, then the floating-point buffers' (BatchNorm's running
         statistics): every tensor the checkpoint holds and the model computes with."""
