@@ -74,3 +74,49 @@ def test_a_skipped_nonfinite_step_does_not_fail_the_next_save(tmp_path):
     alarmed = [v for v in verdicts if v.alarm]
     assert [(v.step, v.alarm.action) for v in alarmed] == [(152, "skip")]
     assert saves[155].outcome == SaveOutcome.VERIFIED
+
+
+def train_distilled(run_dir, inf_at=None, steps=20):
+    """A student learning from a frozen teacher outside the guarded model (saved beside it,
+    as a resumable distillation run keeps it); with `inf_at`, one teacher weight turns +Inf
+    before that step (the test's own write): every later loss is NaN and every step skipped.
+    The verdicts and the saves by step."""
+    student = tiny_model()
+    # another architecture: no tensor of it mirrors the student's (the ledger's EMA check)
+    teacher = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(),
+                                  torch.nn.Linear(16, 1)).requires_grad_(False)
+    opt = torch.optim.Adam(student.parameters(), lr=1e-2)
+    guard = Guard(run_dir, GuardConfig(console=False))
+    verdicts = []
+    for step in range(steps):
+        if step == inf_at:
+            with torch.no_grad():
+                teacher[2].weight[0, 0] = float("inf")
+        opt.zero_grad(set_to_none=True)
+        x, y = batch(step)
+        out = student(x)
+        loss = (torch.nn.functional.mse_loss(out, y)
+                + torch.nn.functional.mse_loss(out, teacher(x)))
+        loss.backward()
+        verdict = guard.step(loss, student, opt, step=step)
+        if verdict.take_step:
+            opt.step()
+        verdicts.append(verdict)
+        if step % 4 == 3:
+            save({"student": student.state_dict(), "teacher": teacher.state_dict()},
+                 run_dir / f"step-{step + 1}.pt", step=step + 1, keep=5, run_dir=run_dir)
+    guard.close()
+    return verdicts, {s.step: s for s in read_ledger(run_dir).saves}
+
+
+def test_a_state_that_computes_no_finite_loss_step_after_step_is_not_sealed(tmp_path):
+    clean, clean_saves = train_distilled(tmp_path / "clean")
+    hurt, saves = train_distilled(tmp_path / "inf", inf_at=9)
+    assert not [v for v in clean if v.alarm]
+    assert all(s.outcome == SaveOutcome.VERIFIED for s in clean_saves.values())
+    assert all(not v.take_step for v in hurt[9:])  # nothing reaches the student's weights
+    assert saves[8].outcome == SaveOutcome.VERIFIED
+    # saved after steps 9-11: three skipped in a row
+    assert saves[12].outcome == saves[16].outcome == saves[20].outcome == SaveOutcome.UNHEALTHY
+    assert "the last 3 steps were all skipped for a non-finite loss" in saves[12].detail
+    assert resume_choice(tmp_path / "inf").record.step == 8

@@ -83,6 +83,11 @@ RECENT_ALARMS = 10
 """How many steps back a loss or gradient alarm (whose step was taken) or a statistical weight
 alarm (`WINDOWED_RULES`, skipped or not) fails the guard's health check: a save then holds
 weights the guard named; `run latest` takes the one before."""
+NONFINITE_STREAK = 3
+"""How many `guard.step`s in a row skipped for a non-finite loss or gradient fail the health
+check while the streak lasts: one NaN batch is routine (skipped, as GradScaler skips), but a
+state that computes no finite loss step after step (an Inf in a frozen teacher, a NaN in a
+tensor no rule reads) is not one to resume from."""
 HELD_SHOWN = 3
 """How many held corruption alarms the health check names one by one (the rest counted)."""
 NOT_RESUMED = HELD_RULES | WINDOWED_RULES | {SETTING_RULE}
@@ -205,6 +210,8 @@ class Guard:
             _weak_hook(self, "_before_optimizer_step"))
         health_gate.register(self.run_dir, self.health)
         self.alarms: list[Alarm] = []
+        self._nonfinite_skips = 0
+        """How many `guard.step`s in a row, up to the last, skipped a non-finite step."""
         self._pending: _Pending | None = None
         self._xids: XidWatch | None = XidWatch() if torch.cuda.is_available() else None
         self._metrics: BlockWriter | None = None
@@ -255,6 +262,9 @@ class Guard:
             breaches = watched.replicas.compare(watch) + breaches
         verdict = StepVerdict(self.step_index, numbers.loss, numbers.grad_norm)
         self._record_metrics(verdict, breaches)
+        skipped = (any(b.rule in NONFINITE_RULES for b in breaches)
+                   and self._action(breaches) != "warn")
+        self._nonfinite_skips = self._nonfinite_skips + 1 if skipped else 0
         if not breaches:
             self.rules.learn(values)
             watched.rules.learn(watch.names, weights)
@@ -332,7 +342,8 @@ class Guard:
         or a setting no schedule writes that changed (`settings`; the ledger checks what torch
         refuses in the state itself);
         a definitive weight alarm since the last `accept_weights`; a loss, gradient or
-        weight-statistics alarm in the last `RECENT_ALARMS` steps (what the ledger asks)."""
+        weight-statistics alarm in the last `RECENT_ALARMS` steps; the last `NONFINITE_STREAK`
+        or more steps all skipped as non-finite (what the ledger asks)."""
         found = []
         for watched in self.models.all():
             watch = watched.watch
@@ -345,7 +356,15 @@ class Guard:
                 for label, b in found] + [
             f"{SETTING_RULE}: {said(b)}" for b in self.settings.problems(self._groups(None))
         ] + self._held_alarms({(label, b.rule, b.param) for label, b in found}
-                              ) + self._recent_alarms()
+                              ) + self._recent_alarms() + self._nonfinite_streak()
+
+    def _nonfinite_streak(self) -> list[str]:
+        """A line when the last `NONFINITE_STREAK` or more steps were all skipped as
+        non-finite: the state no longer computes a finite loss."""
+        if self._nonfinite_skips < NONFINITE_STREAK:
+            return []
+        return [f"the last {self._nonfinite_skips} steps were all skipped for a non-finite "
+                "loss or gradient: the state no longer computes a finite loss"]
 
     def _hold(self, alarm: Alarm, label: str) -> None:
         """Keep the alarm's definitive weight breaches for the health check: the bytes it named
