@@ -156,7 +156,7 @@ def bench_steps(args: argparse.Namespace, run_dir: Path) -> tuple[dict[str, floa
     for g in guards.values():
         g.close()
         assert not g.alarms, g.alarms
-    print(f"background reader: {'on' if guards['guard'].watch.worker else 'off'} "
+    print(f"background reader: {'on' if guards['guard'].models.all()[0].watch.worker else 'off'} "
           f"(torch threads {torch.get_num_threads()})")
     n = sum(p.numel() for p in trained["off"][0].parameters())
     print(f"model: {n / 1e6:.2f}M parameters on {args.device}, batch {args.batch}; "
@@ -192,12 +192,13 @@ def isolated_fingerprint(guard, args: argparse.Namespace) -> list[float]:
     its own: timed with one)."""
     import torch
 
+    watch = guard.models.all()[0].watch  # the one model this benchmark guards
     out = []
     for _ in range(args.rounds):
         start = time.perf_counter()
         for _ in range(args.steps):
-            guard.watch.after_step()
-            guard.watch.expected.sum().item()
+            watch.after_step()
+            watch.expected.sum().item()
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         out.append((time.perf_counter() - start) / args.steps)

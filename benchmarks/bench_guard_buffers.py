@@ -84,10 +84,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-guard-buffers-") as tmp:
         watched = Guard(Path(tmp) / "with", GuardConfig())
         unwatched = Guard(Path(tmp) / "without", GuardConfig())
-        unwatched._watch(model).buffers = []  # the same guard, the buffers left out
-        unwatched.watch.names = unwatched.watch.names[:len(unwatched.watch.params)]
-        unwatched.watch.variances = []
-        watch = watched._watch(model)
+        bare = unwatched.models.watch(model)[0].watch  # the same guard, the buffers left out
+        bare.buffers = []
+        bare.names = bare.names[:len(bare.params)]
+        bare.variances = []
+        watch = watched.models.watch(model)[0].watch
         ways = {
             "fused (the guard)": lambda: fingerprint._buffer_values(watch.buffers,
                                                                    watch.variances),
