@@ -293,12 +293,16 @@ class TensorsPane(TensorsPaneLayout):
             text += "  (still loading…)"
         unique = doc.result.unique_storage if doc and doc.result else None
         if unique:
+            # short beside the counts (a second line would take the table's height); the
+            # tooltip says whose word it is in full
             text += (f"  — unique storage {unique['numel']:,} elements, "
-                     f"{unique['nbytes']:,} bytes (tied weights once; {UNIQUE_WORD})")
+                     f"{unique['nbytes']:,} bytes (the loader's count, not checked here)")
         shown = self.model.rowCount()
         if doc and shown != self.summary.count:
             text += f"  — {shown:,} shown by the filter"
         self.summary_label.setText(text)
+        self.summary_label.setToolTip(f"Unique storage (tied weights counted once): "
+                                      f"{UNIQUE_WORD}." if unique else "")
 
     # --- views -------------------------------------------------------------------------
 
