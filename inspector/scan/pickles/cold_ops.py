@@ -22,7 +22,6 @@ from inspector.scan.pickles.values import (
     WATCHED_KEYWORDS,
     _Obj,
     _Seq,
-    called_attributes,
     decode_text,
     instance_attributes,
     kind_of,
@@ -168,14 +167,7 @@ def _build(st: WalkState, op: int, at: int) -> None:
         # an earlier BUILD stored __setstate__ on the instance: this BUILD calls it with state
         st.stored_call(inst, "__setstate__", (state,), "BUILD", at)
     else:
-        called = called_attributes(state)
-        if called:
-            names = ", ".join(sorted(called))
-            st.note("build-stores-called-attribute", f"BUILD stores {names} on "
-                    f"{render(inst)}: the unpickler (a later BUILD, APPENDS, ADDITEMS) or code "
-                    "that copies or pickles it looks it up on the instance and calls it", at, True)
-            if isinstance(inst, _Obj):
-                inst.stored = {**(inst.stored or {}), **called}
+        st.stores_called(inst, state, "BUILD stores", f"on {render(inst)}", at)
     if isinstance(inst, _Obj) and inst.func is not None:
         if inst.func.key not in st.allowed:
             st.block(f"BUILD of {inst.func.key}")

@@ -295,14 +295,22 @@ class WalkState:
             strings: list[str] = []
             strings_of(state, strings)
             self.res.calls.append(Call(cls, "BUILD", at, strings))
+        self.stores_called(made, state, f"{via.key} sets",
+                           "on the object it makes (torch's _set_obj_state)", at)
+
+    def stores_called(self, inst: object, state: object, lead: str, where: str,
+                      at: int) -> None:
+        """A state set on `inst` (a BUILD's, or a rebuild's `_set_obj_state`) that stores a
+        name the unpickler or later code calls (`values.called_attributes`): noted, and kept
+        on the instance for the BUILD or APPEND that calls it (`stored_call`)."""
         called = called_attributes(state)
-        if called:
-            self.note("build-stores-called-attribute", f"{via.key} sets "
-                      f"{', '.join(sorted(called))} on the object it makes (torch's "
-                      "_set_obj_state): the unpickler (a later BUILD, APPENDS, ADDITEMS) or code "
-                      "that copies or pickles it looks it up on the instance and calls it", at,
-                      True)
-            made.stored = {**(made.stored or {}), **called}
+        if not called:
+            return
+        self.note("build-stores-called-attribute", f"{lead} {', '.join(sorted(called))} "
+                  f"{where}: the unpickler (a later BUILD, APPENDS, ADDITEMS) or code that "
+                  "copies or pickles it looks it up on the instance and calls it", at, True)
+        if isinstance(inst, _Obj):
+            inst.stored = {**(inst.stored or {}), **called}
 
     def container_source(self, pid: tuple, at: int) -> None:
         """torch.load's legacy reader, given `('module', obj, source_file, source)` with all

@@ -203,12 +203,16 @@ def describe(value: object) -> str:
     return f"<{kind_of(value)}>"
 
 
+def _state_parts(state: object) -> tuple:
+    """A BUILD state's dict part and slot part (`(dict, slots)`), or the state alone."""
+    return state if isinstance(state, tuple) and len(state) == 2 else (state,)
+
+
 def called_attributes(state: object) -> dict:
     """What a BUILD state stores that the unpickler or later code calls by name (its dict part
     and its slot part, `(dict, slots)`): name -> value."""
-    parts = state if isinstance(state, tuple) and len(state) == 2 else (state,)
     found: dict = {}
-    for part in parts:
+    for part in _state_parts(state):
         hot = part.hot if isinstance(part, _Seq | _Obj) else None
         for key, value in (hot or {}).items():
             if is_called_name(key):
@@ -219,9 +223,8 @@ def called_attributes(state: object) -> dict:
 def instance_attributes(state: object) -> dict[str, GlobalRef]:
     """The class of each object a BUILD state (its dict part and its slot part) puts into an
     attribute of the instance: name -> the import that is (or made) its class."""
-    parts = state if isinstance(state, tuple) and len(state) == 2 else (state,)
     found: dict[str, GlobalRef] = {}
-    for part in parts:
+    for part in _state_parts(state):
         for key, value in ((part.objs or {}) if isinstance(part, _Seq) else {}).items():
             ref = value.class_ref()
             if ref is not None:
