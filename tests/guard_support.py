@@ -53,22 +53,34 @@ def closure_for(model: nn.Module, optimizer: torch.optim.Optimizer, data):
     return closure
 
 
-def run(guard: Guard, model: nn.Module, steps, opt=None, before_step=None, data=batch):
-    """The documented plain loop; `before_step(step)` runs between optimizer steps (where a
-    memory fault lands). The verdicts."""
+def mse(model: nn.Module, data, step: int) -> torch.Tensor:
+    """The plain loop's loss: MSE of the model's output against the batch's target."""
+    x, y = data
+    return nn.functional.mse_loss(model(x), y)
+
+
+def run(guard: Guard, model: nn.Module, steps, opt=None, before_step=None, data=batch,
+        loss_of=mse, after_step=None):
+    """The documented plain loop. `before_step(step)` runs between optimizer steps (where a
+    memory fault lands); an optimizer it returns is the one used from then on; `loss_of(model,
+    batch, step)` computes the loss; `after_step(step, opt)` runs after the optimizer step
+    (where a run saves). The verdicts."""
     opt = opt or torch.optim.SGD(model.parameters(), lr=0.01)
     out = []
     for step in steps:
         if before_step is not None:
-            before_step(step)
+            swapped = before_step(step)
+            if isinstance(swapped, torch.optim.Optimizer):
+                opt = swapped
         opt.zero_grad(set_to_none=True)
-        x, y = data(step)
-        loss = nn.functional.mse_loss(model(x), y)
+        loss = loss_of(model, data(step), step)
         loss.backward()
         verdict = guard.step(loss, model, opt, step=step)
         if verdict.take_step:
             opt.step()
         out.append(verdict)
+        if after_step is not None:
+            after_step(step, opt)
     return out
 
 

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from guard_support import weights_reader  # noqa: F401
+from guard_support import run, weights_reader  # noqa: F401
 from torch import nn
 
 from inspector.core.vocabulary import SaveOutcome
@@ -47,24 +47,20 @@ def train(run_dir, fault=None, steps=16):
     """The documented loop, a save every 4 steps; `fault(model)` runs before `FAULT_STEP`.
     The verdicts and the saves by step."""
     model = Spectral()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     guard = Guard(run_dir, GuardConfig(console=False))
-    verdicts = []
-    for step in range(steps):
+
+    def faulting(step):
         if step == FAULT_STEP and fault is not None:
             with torch.no_grad():
                 fault(model)
-        opt.zero_grad(set_to_none=True)
-        x, y = data(step)
-        loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        verdict = guard.step(loss, model, opt, step=step)
-        if verdict.take_step:
-            opt.step()
-        verdicts.append(verdict)
+
+    def saving(step, opt):
         if step % 4 == 3:
             save({"model": model.state_dict(), "optimizer": opt.state_dict()},
                  run_dir / f"step-{step + 1}.pt", step=step + 1, keep=5, run_dir=run_dir)
+
+    verdicts = run(guard, model, range(steps), torch.optim.Adam(model.parameters(), lr=1e-2),
+                   faulting, data, after_step=saving)
     guard.close()
     return verdicts, {s.step: s for s in read_ledger(run_dir).saves}
 

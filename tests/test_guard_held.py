@@ -8,7 +8,7 @@ against a clean twin run the same way."""
 from __future__ import annotations
 
 import torch
-from guard_support import batch, tiny_model
+from guard_support import batch, mse, run, tiny_model
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -52,30 +52,26 @@ def train(run_dir, flip=False, assign=False, keep_optimizer=False, steps=24):
     with a fresh optimizer unless `keep_optimizer`; with `flip`, one exponent bit of
     0.weight flips between steps 14 and 15. The model, the verdicts, the saves by step."""
     model = tiny_model()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     guard = Guard(run_dir, GuardConfig(console=False))
-    verdicts = []
-    for step in range(steps):
-        if step == 10:
-            model.load_state_dict({k: v.clone() for k, v in model.state_dict().items()},
-                                  assign=assign)
-            if not keep_optimizer:
-                opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-            guard.accept_weights(model)  # as docs/guard.md says after a load
+
+    def between(step):
         if flip and step == FLIP_STEP:
             times_16(model[0].weight)
-        opt.zero_grad(set_to_none=True)
-        x, y = batch(step)
-        loss = nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        verdict = guard.step(loss, model, opt, step=step)
-        if verdict.take_step:
-            opt.step()
-        verdicts.append(verdict)
+        if step != 10:
+            return None
+        model.load_state_dict({k: v.clone() for k, v in model.state_dict().items()},
+                              assign=assign)
+        guard.accept_weights(model)  # as docs/guard.md says after a load
+        return None if keep_optimizer else torch.optim.Adam(model.parameters(), lr=1e-2)
+
+    def saving(step, opt):
         if step % 4 == 3:
             save({"model": model.state_dict(), "optimizer": opt.state_dict()},
                  run_dir / "ckpt" / f"step-{step + 1}.pt", step=step + 1, keep=2,
                  run_dir=run_dir)
+
+    verdicts = run(guard, model, range(steps), torch.optim.Adam(model.parameters(), lr=1e-2),
+                   between, after_step=saving)
     guard.close()
     return model, verdicts, {s.step: s for s in read_ledger(run_dir).saves}
 
@@ -166,31 +162,31 @@ def tied_batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, (ids * 3 + 1) % 16
 
 
+def cross_entropy(model: nn.Module, data, step: int) -> torch.Tensor:
+    ids, target = data
+    return nn.functional.cross_entropy(model(ids), target)
+
+
 def train_tied(run_dir, untie: bool):
     """The plain loop on `Tied`; with `untie`, the head gets a copy of the shared weight as a
     parameter of its own at step 6 (the test's own fault), which no optimizer holds."""
     model = Tied()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     guard = Guard(run_dir, GuardConfig(console=False))
-    verdicts = []
-    for step in range(16):
+
+    def untying(step):
         if untie and step == 6:
             model.head.weight = nn.Parameter(model.emb.weight.detach().clone())
-        opt.zero_grad(set_to_none=True)
-        ids, target = tied_batch(step)
-        loss = nn.functional.cross_entropy(model(ids), target)
-        loss.backward()
-        verdict = guard.step(loss, model, opt, step=step)
-        if verdict.take_step:
-            opt.step()
-        verdicts.append(verdict)
+
+    def saving(step, opt):
         if step % 4 == 3:
             save(model.state_dict(), run_dir / f"step-{step + 1}.pt", step=step + 1,
                  run_dir=run_dir)
+
+    verdicts = run(guard, model, range(16), torch.optim.Adam(model.parameters(), lr=1e-2),
+                   untying, tied_batch, cross_entropy, saving)
     guard.close()
     with torch.no_grad():
-        ids, target = tied_batch(999)
-        final = float(nn.functional.cross_entropy(model(ids), target))
+        final = float(cross_entropy(model, tied_batch(999), 999))
     return final, verdicts, {s.step: s for s in read_ledger(run_dir).saves}
 
 
@@ -259,25 +255,22 @@ def train_frozen(run_dir, freeze_at=None, every_other=False, steps=40):
     (its own fault); with `every_other`, 2.bias is cut from the graph at odd steps (a head
     some batches skip, meant). The model and the verdicts."""
     model = tiny_model()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     guard = Guard(run_dir, GuardConfig(console=False))
-    verdicts = []
-    for step in range(steps):
+
+    def freezing(step):
         if step == freeze_at:
             model[0].weight.requires_grad_(False)
-        opt.zero_grad(set_to_none=True)
-        x, y = batch(step)
+
+    def loss_of(model, data, step):
+        x, y = data
         if every_other and step % 2:  # the same function, 2.bias outside the graph
             out = nn.functional.linear(model[1](model[0](x)), model[2].weight,
                                        model[2].bias.detach())
-        else:
-            out = model(x)
-        loss = nn.functional.mse_loss(out, y)
-        loss.backward()
-        verdict = guard.step(loss, model, opt, step=step)
-        if verdict.take_step:
-            opt.step()
-        verdicts.append(verdict)
+            return nn.functional.mse_loss(out, y)
+        return mse(model, data, step)
+
+    verdicts = run(guard, model, range(steps), torch.optim.Adam(model.parameters(), lr=1e-2),
+                   freezing, loss_of=loss_of)
     guard.close()
     return model, verdicts
 
@@ -299,7 +292,6 @@ def train_scaled(run_dir, scale_at=None, steps=26):
     optimizer's write, before the guard's post-step fingerprint): only `update-size` sees it.
     The verdicts and the saves by step."""
     model = tiny_model()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     taken = {"steps": 0}
 
     def inside_the_step(optimizer, args, kwargs):
@@ -308,27 +300,20 @@ def train_scaled(run_dir, scale_at=None, steps=26):
             with torch.no_grad():
                 model[0].weight.mul_(2.0)
 
+    def saving(step, opt):
+        if step >= 10:
+            save(model.state_dict(), run_dir / f"step-{step + 1}.pt", step=step + 1,
+                 keep=30, run_dir=run_dir)
+
     hook = register_optimizer_step_post_hook(inside_the_step)  # before the guard's own
     try:
         guard = Guard(run_dir, GuardConfig(console=False))
-        verdicts = []
-        for step in range(steps):
-            opt.zero_grad(set_to_none=True)
-            x, y = batch(step)
-            loss = nn.functional.mse_loss(model(x), y)
-            loss.backward()
-            verdict = guard.step(loss, model, opt, step=step)
-            if verdict.take_step:
-                opt.step()
-            verdicts.append(verdict)
-            if step >= 10:
-                save(model.state_dict(), run_dir / f"step-{step + 1}.pt", step=step + 1,
-                     keep=30, run_dir=run_dir)
+        verdicts = run(guard, model, range(steps),
+                       torch.optim.Adam(model.parameters(), lr=1e-2), after_step=saving)
         guard.close()
     finally:
         hook.remove()
     return verdicts, {s.step: s for s in read_ledger(run_dir).saves}
-
 
 def test_a_statistical_weight_alarm_fails_the_saves_of_the_recent_window_only(tmp_path):
     clean, clean_saves = train_scaled(tmp_path / "clean")

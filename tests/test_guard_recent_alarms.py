@@ -7,7 +7,7 @@ changed nothing and does not count."""
 from __future__ import annotations
 
 import torch
-from guard_support import batch, run, tiny_model
+from guard_support import batch, mse, run, tiny_model
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from inspector.core.vocabulary import SaveOutcome
@@ -85,26 +85,25 @@ def train_distilled(run_dir, inf_at=None, steps=20):
     # another architecture: no tensor of it mirrors the student's (the ledger's EMA check)
     teacher = torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(),
                                   torch.nn.Linear(16, 1)).requires_grad_(False)
-    opt = torch.optim.Adam(student.parameters(), lr=1e-2)
     guard = Guard(run_dir, GuardConfig(console=False))
-    verdicts = []
-    for step in range(steps):
+
+    def poisoning(step):
         if step == inf_at:
             with torch.no_grad():
                 teacher[2].weight[0, 0] = float("inf")
-        opt.zero_grad(set_to_none=True)
-        x, y = batch(step)
-        out = student(x)
-        loss = (torch.nn.functional.mse_loss(out, y)
-                + torch.nn.functional.mse_loss(out, teacher(x)))
-        loss.backward()
-        verdict = guard.step(loss, student, opt, step=step)
-        if verdict.take_step:
-            opt.step()
-        verdicts.append(verdict)
+
+    def distilled(model, data, step):
+        x, _ = data
+        return mse(model, data, step) + torch.nn.functional.mse_loss(model(x), teacher(x))
+
+    def saving(step, opt):
         if step % 4 == 3:
             save({"student": student.state_dict(), "teacher": teacher.state_dict()},
                  run_dir / f"step-{step + 1}.pt", step=step + 1, keep=5, run_dir=run_dir)
+
+    verdicts = run(guard, student, range(steps),
+                   torch.optim.Adam(student.parameters(), lr=1e-2), poisoning,
+                   loss_of=distilled, after_step=saving)
     guard.close()
     return verdicts, {s.step: s for s in read_ledger(run_dir).saves}
 
