@@ -1,6 +1,7 @@
 """A kept batch result is reused only by a run of the job it was made for (`fleet.jobs.Job`:
-the command, the SHA-256 of the manifest's content, the options that change a result), and
-`merge` refuses a split whose runs checked against different manifests or options. A results
+the command, the SHA-256 of the manifest's content, the options that change a result, the
+version that judged it), and `merge` refuses a split whose runs checked against different
+manifests, options or versions. A results
 file of an earlier version, whose lines name no job, is done again and said so, never reused
 as if it were checked against the manifest given now."""
 
@@ -51,7 +52,7 @@ def test_a_manifest_rewritten_in_place_is_not_checked_by_the_results_kept_for_th
     assert "the results of 2 files were made for another manifest or other options" in out.err
     assert main(["merge", str(results), "-o", str(tmp_path / "m.json")]) == 1
     err = capsys.readouterr().err
-    assert "holds runs of" in err and "against different manifests or options" in err
+    assert "holds runs of" in err and "against different manifests, options or versions" in err
     assert not (tmp_path / "m.json").exists()
 
 
@@ -66,6 +67,30 @@ def test_other_options_are_another_job(tmp_path, capsys):
     assert "made for another manifest or other options" in capsys.readouterr().err
     lines = [e.record for e in journal.read(results).entries if e.kind == "verify.result"]
     assert len({line["job"] for line in lines}) == 2
+
+
+def test_results_another_version_judged_are_done_again_and_not_merged(tmp_path, capsys,
+                                                                      monkeypatch):
+    """An upgrade may judge the same bytes otherwise (a scanner rule added): the results the
+    version before kept are done again, and shards run by two versions are not merged."""
+    import inspector
+
+    made_by = inspector.__version__
+    data, sums = _store(tmp_path)
+    results = tmp_path / "r.jsonl"
+    assert _verify(data, sums, results) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(inspector, "__version__", "99.0")
+    assert _verify(data, sums, results) == 0
+    err = capsys.readouterr().err
+    assert "the results of 2 files were made for another manifest or other options, by " \
+        "another version of ckpt-inspector" in err
+    assert "kept from earlier runs" not in err
+    assert main(["merge", str(results), "-o", str(tmp_path / "m.json")]) == 1
+    err = capsys.readouterr().err
+    assert "against different manifests, options or versions" in err
+    assert "version 99.0" in err and f"version {made_by}" in err
+    assert not (tmp_path / "m.json").exists()
 
 
 def test_results_of_an_earlier_version_are_done_again_and_said(tmp_path, capsys):
@@ -112,4 +137,4 @@ def test_a_result_of_a_job_no_run_of_its_file_ran_is_a_problem_of_the_merge(tmp_
     assert main(["merge", str(results), "-o", str(tmp_path / "m.json")]) == 1
     out = capsys.readouterr().out
     assert out.startswith("PROBLEM: 1 file from 1 results file, 1 problem")
-    assert "made for a job (manifest, options) that none of that file's runs ran" in out
+    assert "made for a job (manifest, options, version) that none of that file's runs ran" in out

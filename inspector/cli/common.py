@@ -406,10 +406,10 @@ def open_batch(args: argparse.Namespace, kind: str, command: str,
                      "its file is done again"), file=sys.stderr)
     if log.other_jobs:
         print(escape(f"{args.results}: the results of {counted(log.other_jobs, 'file')} "
-                     "were made for another manifest or other options, or by an earlier "
-                     "version that recorded neither: not reused, each is done again (start a "
-                     "new results file for a new manifest: a merge refuses one holding two "
-                     "jobs)"),
+                     "were made for another manifest or other options, by another version of "
+                     "ckpt-inspector, or by one that recorded none of these: not reused, each "
+                     "is done again (start a new results file for a new manifest: a merge "
+                     "refuses one holding two jobs)"),
               file=sys.stderr)
     if log.done:
         print(escape(f"{args.results}: {counted(len(log.done), 'result')} kept from earlier runs; "

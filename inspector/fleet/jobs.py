@@ -7,8 +7,9 @@ the same paths. `--results FILE.jsonl` is a run journal (`run.journal`): one rec
 it finishes, fsync'd and hash-chained, so a preempted job that runs again skips what is already
 there; a record cut short by the kill is not readable and that file is simply done again.
 Each result is kept with the job it was made for (`Job`: the command, the SHA-256 of the
-manifest's content, the options that change results) and is reused only by a run of the same
-job: a result checked against another manifest says nothing about this one.
+manifest's content, the options that change results, the version that made it) and is reused
+only by a run of the same job: a result checked against another manifest, or judged by another
+version's rules, says nothing about this one.
 A run notes itself on a session line (its command, shard, job and working folder) and, once it
 has finished its share, appends a completion line naming how many files' results of its kind
 the file holds: a run whose session line is not followed by its own completion line before
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import inspector
 from inspector.fleet.objstore import RemoteObject
 from inspector.run import journal
 
@@ -103,12 +105,15 @@ def identity(path: Where) -> list[Any] | None:
 class Job:
     """What a batch run's results depend on besides each file: its kind, its command (less
     what differs between shards, `_job_command`), the SHA-256 of the manifest's content it
-    checks against, and the options that change a result but are not in the command text."""
+    checks against, the options that change a result but are not in the command text, and
+    the version of ckpt-inspector whose rules judged it (an upgrade's scanner may judge the
+    same bytes otherwise)."""
 
     kind: str
     command: str
     manifest: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    version: str = field(default_factory=lambda: inspector.__version__)
 
     @property
     def id(self) -> str:
@@ -116,7 +121,8 @@ class Job:
         the same."""
         doc = {"for": self.kind, "command": _job_command({"for": self.kind,
                                                           "command": self.command}),
-               "manifest": self.manifest, "options": dict(self.options)}
+               "manifest": self.manifest, "options": dict(self.options),
+               "version": self.version}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode("utf-8")).hexdigest()
 
 
@@ -140,7 +146,7 @@ class ResultsLog:
     @property
     def other_jobs(self) -> int:
         """How many files have results in the file made for another job only (another
-        manifest or options, or a run of an earlier version, which named none)."""
+        manifest, options or version, or a run of a version that named no job)."""
         return len(self.held - set(self.done))
 
     def finished(self, key: str, path: Where) -> Mapping[str, Any] | None:
@@ -158,7 +164,7 @@ class ResultsLog:
         journal.append(self.path, SESSION_KIND,
                        {"for": self.kind, **session, "job": self.job.id,
                         "manifest_sha256": self.job.manifest, "options": dict(self.job.options),
-                        "cwd": os.path.abspath(os.curdir)})
+                        "version": self.job.version, "cwd": os.path.abspath(os.curdir)})
 
     def record(self, key: str, path: Where, result: Mapping[str, Any]) -> None:
         """Append one finished file's result (durable before this returns)."""
@@ -389,8 +395,8 @@ def coverage_problems(batch: BatchResults) -> list[str]:
                  "it is not that shard's record" for path, key in batch.strays[:_NAMED]]
     if len(batch.strays) > _NAMED:
         problems.append(f"and {len(batch.strays) - _NAMED} more results outside their shards")
-    problems += [f"{path}: a result for {key} made for a job (manifest, options) that none of "
-                 "that file's runs ran, so it is not their record" for path, key in
+    problems += [f"{path}: a result for {key} made for a job (manifest, options, version) "
+                 "that none of that file's runs ran, so it is not their record" for path, key in
                  batch.jobless[:_NAMED]]
     if len(batch.jobless) > _NAMED:
         problems.append(f"and {len(batch.jobless) - _NAMED} more results of no run's job")
@@ -454,9 +460,9 @@ def command_clash(batch: BatchResults) -> str | None:
         other, job = bound.get(group, (path, session))
         if session.get("job") is not None and job.get("job") != session.get("job"):
             held = f"{path} holds" if other == path else f"{other} and {path} hold"
-            return (f"{held} runs of {shlex.quote(command)} (N="
-                    f"{part.count}) against different manifests or options ({_job_said(job)} "
-                    f"and {_job_said(session)}): their results check other things; merge the "
+            return (f"{held} runs of {shlex.quote(command)} (N={part.count}) against "
+                    f"different manifests, options or versions ({_job_said(job)} and "
+                    f"{_job_said(session)}): their results check other things; merge the "
                     "results of one job (a manifest changed since a results file was begun: "
                     "start a new results file for it)")
         if None not in (seen[2], cwd) and seen[2] != cwd and _relative(command):
@@ -470,10 +476,14 @@ def command_clash(batch: BatchResults) -> str | None:
 
 
 def _job_said(session: Mapping[str, Any]) -> str:
-    """'manifest sha256 1a2b3c4d5e6f…, options {...}' of a session line's job."""
+    """'manifest sha256 1a2b3c4d5e6f…, options {...}, version 0.1.0' of a session line's
+    job (a version that recorded none: 'version not recorded')."""
     digest = session.get("manifest_sha256")
     manifest = f"manifest sha256 {str(digest)[:12]}…" if digest else "no manifest"
-    return f"{manifest}, options {json.dumps(session.get('options'), sort_keys=True)}"
+    version = session.get("version")
+    made_by = f"version {version}" if version is not None else "version not recorded"
+    return (f"{manifest}, options {json.dumps(session.get('options'), sort_keys=True)}, "
+            f"{made_by}")
 
 
 def unbound_runs(batch: BatchResults) -> list[Path]:
