@@ -144,3 +144,30 @@ def test_tied_weights_the_bytes_share_pass(tmp_path, capsys) -> None:
     # how many storages the loader made is its word: nothing here knows a torch file's
     assert ("bytes (shared storage counted once; as reported by the jailed loader, not checked "
             "here)") in capsys.readouterr().out
+
+
+def test_statistics_of_a_dtype_no_loader_summarises_are_refused(tmp_path, hostile,
+                                                                capsys) -> None:
+    """A GGUF block-quantized tensor is read as its raw `bits8` blocks by both sides: an honest
+    worker states none of its values, so NaN counts and a range it states are invented (and
+    health would judge them)."""
+    gguf = pytest.importorskip("gguf", reason="gguf is in the dev extra")
+    import numpy as np
+
+    path = tmp_path / "m.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tensor("dense", np.arange(64, dtype=np.float32).reshape(8, 8))
+    q4 = gguf.GGMLQuantizationType.Q4_0
+    w.add_tensor("q", gguf.quants.quantize(np.ones((2, 32), dtype=np.float32), q4),
+                 raw_dtype=q4)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    assert main(["inspect", str(path), "--json"]) == 0
+    honest = {t["key"]: t for t in json.loads(capsys.readouterr().out)["tensors"]}
+    assert honest["q"]["dtype"] == "bits8" and honest["q"]["stats_on"] is None
+    _lie(hostile, "q", stats_on="values", nan=3, inf=0, min=-1.0, max=1.0, absmax=1.0,
+         zeros=0, mean=0.0, std=0.5)
+    message = _refused(path, capsys)
+    assert "q is bits8, whose values no loader summarises, reported with statistics" in message

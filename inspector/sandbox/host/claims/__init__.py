@@ -11,7 +11,8 @@ runs, and the worker's tensor records are held against it (`records`):
   shape and digest; its element and byte counts the ones they give, a plain strided tensor
   (no `quantization`, no flags: nothing these readers locate is quantized, sparse or meta),
   and each tensor it is said to share storage with one whose bytes overlap its own here;
-  NaN / Inf recounted here; a real tensor's range, largest magnitude, zeros
+  NaN / Inf recounted here (a dtype read as bytes on both sides, `bits8` or packed float4,
+  with no statistics at all); a real tensor's range, largest magnitude, zeros
   and first NaN or Inf read here (what health judges a wiped weight from); the largest
   magnitude of the file's top binary order, and the orders (`exponents`, where a flipped
   exponent bit shows) counted here wherever an outlier may be; health judged here. Mean, std

@@ -95,13 +95,25 @@ def _inspected(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
     values' binary orders (what health judges a flipped exponent bit from) held against the
     file's."""
     if measured.nan is None:
-        return []
+        return _unsummarised(t, rec)
     claimed = (rec.get("nan", 0), rec.get("inf", 0))
     rec.update(nan=measured.nan, inf=measured.inf)
     if claimed != (measured.nan, measured.inf):
         return [f"{escape(t.key)} holds {measured.nan} NaN and {measured.inf} Inf, reported as "
                 f"{escape(str(claimed[0]))} and {escape(str(claimed[1]))}"]
     return _span_problems(t, measured, rec) or _order_problems(t, measured, rec)
+
+
+def _unsummarised(t: RawTensor, rec: dict) -> list[str]:
+    """A dtype decoded neither here nor by the loader's statistics (`bits8`, packed float4):
+    an honest worker states none of its values, so any it states are invented (and health
+    would judge them)."""
+    from inspector.rawtensors.values import COUNTERS  # NumPy's import, beside the worker's start
+
+    if t.dtype in COUNTERS or (rec.get("stats_on") is None and "nan" not in rec):
+        return []
+    return [f"{escape(t.key)} is {t.dtype}, whose values no loader summarises, reported with "
+            "statistics"]
 
 
 def _span_problems(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
