@@ -208,3 +208,32 @@ def test_the_huggingface_folder_and_blobs_named_directly(tmp_path: Path) -> None
         hashlib.sha256(TOKENIZER).hexdigest(): "ok",
         _git_sha1(CONFIG): "mismatch",
     }
+
+
+@pytest.mark.parametrize("level", ["repo", "snapshot", "blobs"])
+def test_a_blob_that_is_a_link_to_another_blob_is_refused(tmp_path: Path, capsys,
+                                                         level) -> None:
+    """A blob whose name is the hash of the weights, made a link to another blob that holds
+    other bytes under their own hash: both names hold, and the loader reads the other bytes
+    through the snapshot link. The link was 'ok' (checked against the last blob's name)."""
+    hub = _cache(tmp_path)
+    blobs = hub / "models--org--tiny" / "blobs"
+    good = hashlib.sha256(WEIGHTS).hexdigest()
+    evil = b"weights nobody downloaded" * 10
+    (blobs / hashlib.sha256(evil).hexdigest()).write_bytes(evil)
+    (blobs / good).unlink()
+    os.symlink(hashlib.sha256(evil).hexdigest(), blobs / good)
+    hub_client = pytest.importorskip("huggingface_hub")
+    # the real loader's path: the cached file it hands out holds the other blob's bytes
+    handed = hub_client.hf_hub_download("org/tiny", "model.safetensors", cache_dir=str(hub),
+                                        local_files_only=True)
+    assert Path(handed).read_bytes() == evil
+    path = {"repo": hub / "models--org--tiny", "snapshot": _snapshot(hub),
+            "blobs": blobs}[level]
+    assert main(["verify", str(path), "--json"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    notes = {f["path"]: (f["status"], f["note"]) for f in doc["files"]}
+    named = str(blobs / good) if level == "blobs" else str(_snapshot(hub) / "model.safetensors")
+    assert notes[named][0] == "unchecked" and "is a link" in notes[named][1], notes
+    assert all(status != "ok" for p, (status, _) in notes.items()
+               if p.endswith(("model.safetensors", good)))

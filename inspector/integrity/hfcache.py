@@ -8,6 +8,9 @@ SHA-256 of its content for a Git LFS file (every weight file), the Git blob SHA-
 recomputed here, so a cache is verified without a network. A blob named otherwise, a snapshot
 file that is a copy rather than a link (caches made without symlink support) and an unfinished
 `.incomplete` download have nothing offline to check against and are reported as unchecked.
+A snapshot link is checked against the blob it names, which must be a file in the repository's
+own blobs: a blob that is itself a link (its name one hash, the bytes a loader reads another
+file's) is reported unchecked and never read.
 
 Paths in results are the user's: the snapshot link as reached from the folder given, never
 the blob it points to (a blob appears under its own name only when no snapshot links to it).
@@ -130,32 +133,56 @@ def _add_repo(out: CacheScope, repo: Path, shown: Path) -> None:
     _add_links(out, repo, shown / "snapshots")
     blobs = repo / "blobs"
     for blob in sorted(blobs.iterdir()) if blobs.is_dir() else []:
-        key = os.path.realpath(blob)
-        if key not in out.blobs and blob.is_file():
-            out.blobs[key] = BlobUse(blob=blob, links=[shown / "blobs" / blob.name])
+        user = shown / "blobs" / blob.name
+        if blob.is_symlink():
+            out.unread.append((user, _blob_link("a blob", blob)))
+        elif os.path.realpath(blob) not in out.blobs and blob.is_file():
+            out.blobs[os.path.realpath(blob)] = BlobUse(blob=blob, links=[user])
+
+
+def _blob_link(what: str, blob: Path) -> str:
+    """Why a blob that is a link is not read: `what` ("a blob", "its blob NAME") says which."""
+    return (f"{what} is a link (to {os.readlink(blob)}): the cache writes each blob as a file "
+            "named by its hash, and a link's name says nothing of the bytes it leads to; not "
+            "read")
 
 
 def _add_links(out: CacheScope, repo: Path, shown: Path) -> None:
     """Snapshot files under `shown` (a folder or one file), by the path the user gave; blobs
-    named directly are checked as themselves."""
+    named directly are checked as themselves. A snapshot link is checked against the blob it
+    names (the last name in its target): that blob must be a file in the repository's blobs,
+    never a link, so the hash its name is is the hash of the bytes a loader reads."""
     blobs = repo / "blobs"
     real_blobs = os.path.realpath(blobs)
     for link in _walk(shown):
-        if not link.is_symlink() and Path(os.path.abspath(link)).parent == blobs:
-            out.blobs.setdefault(os.path.realpath(link), BlobUse(blob=link)).links.append(link)
-            continue
+        in_blobs = Path(os.path.abspath(link)).parent == blobs
         if not link.is_symlink():
-            out.copies.append(link)
+            if in_blobs:
+                out.blobs.setdefault(os.path.realpath(link), BlobUse(blob=link)).links.append(link)
+            else:
+                out.copies.append(link)
             continue
-        target = Path(os.path.realpath(link))
-        if target.is_dir():
+        blob = _named_blob(link)
+        if in_blobs or blob.is_symlink():
+            out.unread.append((link, _blob_link("a blob", link) if in_blobs
+                               else _blob_link(f"its blob {blob.name}", blob)))
+        elif blob.is_dir():
             out.unread.append((link, unread_note(link) or ""))
-        elif not target.is_file():
+        elif not blob.is_file():
             out.dangling.append(link)
-        elif str(target.parent) != real_blobs:
-            out.unread.append((link, f"a link to {target}, outside {blobs}: not read"))
+        elif str(blob.parent) != real_blobs:
+            out.unread.append((link, f"a link to {blob}, outside {blobs}: not read"))
         else:
-            out.blobs.setdefault(str(target), BlobUse(blob=target)).links.append(link)
+            out.blobs.setdefault(str(blob), BlobUse(blob=blob)).links.append(link)
+
+
+def _named_blob(link: Path) -> Path:
+    """The file a link names: its target's folders resolved, its last name kept as written
+    (a link to a link is not followed past the name the link gives)."""
+    pointed = link.parent / os.readlink(link)
+    if pointed.name in ("", ".", ".."):  # names a folder, never a blob
+        return Path(os.path.realpath(pointed))
+    return Path(os.path.realpath(pointed.parent)) / pointed.name
 
 
 def _walk(root: Path) -> list[Path]:
