@@ -160,9 +160,10 @@ class RunLedger:
     journal: journal.Journal
     saves: tuple[SaveRecord, ...]
     removed: Mapping[int, int] = field(default_factory=dict)
-    """seq -> the line of the `ledger.rotate` record that deleted the save's checkpoint."""
+    """A save's line -> the line of the `ledger.rotate` record that deleted its checkpoint
+    (keyed by line: a line is one place, where a seq is what a line claims)."""
     replaced: Mapping[int, int] = field(default_factory=dict)
-    """seq -> the line of the later save that wrote over the same path (Lightning's
+    """A save's line -> the line of the later save that wrote over the same path (Lightning's
     `last.ckpt`, a `save_pretrained` into one folder): its bytes are gone on purpose."""
     bad_records: tuple[str, ...] = ()
     kinds: Mapping[str, int] = field(default_factory=dict)
@@ -178,17 +179,18 @@ class RunLedger:
 
     def live(self) -> list[SaveRecord]:
         """Saves neither rotated away nor written over, oldest first."""
-        return [s for s in self.saves if s.seq not in self.removed and s.seq not in self.replaced]
+        return [s for s in self.saves
+                if s.line not in self.removed and s.line not in self.replaced]
 
     def gone(self, record: SaveRecord) -> CheckpointCheck | None:
         """The record's check as the journal tells it, when a line says its checkpoint is
         gone on purpose (rotated away, or written over by a later save); else None."""
-        if record.seq in self.removed:
+        if record.line in self.removed:
             return CheckpointCheck(record, CheckpointState.REMOVED, detail=(
-                f"deleted by rotation, as line {self.removed[record.seq]} records"))
-        if record.seq in self.replaced:
+                f"deleted by rotation, as line {self.removed[record.line]} records"))
+        if record.line in self.replaced:
             return CheckpointCheck(record, CheckpointState.REPLACED, detail=(
-                f"written over by the save on line {self.replaced[record.seq]}"))
+                f"written over by the save on line {self.replaced[record.line]}"))
         return None
 
     def doubts_gone(self, signed: bool) -> bool:
@@ -219,7 +221,7 @@ def read_ledger(path: str | os.PathLike[str]) -> RunLedger:
         read = journal.read(source)
     except OSError as exc:
         raise LedgerError("unreadable", f"{source}: {exc.strerror or exc}") from exc
-    saves, untrusted, bad, removed = [], [], [], {}
+    saves, untrusted, bad, rotations = [], [], [], {}
     root = source.parent
     sound = {e.line for e in read.sound}
     for entry in read.entries:
@@ -233,10 +235,10 @@ def read_ledger(path: str | os.PathLike[str]) -> RunLedger:
             (saves if entry.line in sound else untrusted).append(record)
         elif (entry.line in sound and entry.kind == ROTATE_KIND
               and isinstance(entry.record.get("save_seq"), int)):
-            removed.setdefault(entry.record["save_seq"], entry.line)
+            rotations.setdefault(entry.record["save_seq"], entry.line)
     bad += [f"line {p.line}: {p.kind}, not trusted: {p.detail}" for p in read.unsound]
     kinds = Counter(e.kind for e in read.entries)
-    return RunLedger(root, read, tuple(saves), removed, _replaced(saves),
+    return RunLedger(root, read, tuple(saves), _removed(saves, rotations), _replaced(saves),
                      tuple(bad), dict(kinds), tuple(untrusted))
 
 
@@ -286,16 +288,25 @@ def _inside(root: Path, record: SaveRecord) -> SaveRecord:
     return record
 
 
+def _removed(saves: list[SaveRecord], rotations: Mapping[int, int]) -> dict[int, int]:
+    """The lines of the saves a `ledger.rotate` line names by seq (`rotations`: seq -> its
+    line), each to that line; a seq two sound saves claim names neither (the journal reader
+    calls such a fork unsound, so this is the second lock)."""
+    claims = Counter(s.seq for s in saves)
+    return {s.line: rotations[s.seq] for s in saves
+            if s.seq in rotations and claims[s.seq] == 1}
+
+
 def _replaced(saves: list[SaveRecord]) -> dict[int, int]:
-    """Saves a later one wrote over: same path, and the later one was put in place (a
-    mismatched save never replaces its target)."""
+    """Saves (by line) a later one wrote over: same path, and the later one was put in place
+    (a mismatched save never replaces its target)."""
     newest: dict[str, SaveRecord] = {}
     replaced = {}
     for record in saves:
         earlier = newest.get(record.path)
         if record.outcome != SaveOutcome.MISMATCH:
             if earlier is not None:
-                replaced[earlier.seq] = record.line
+                replaced[earlier.line] = record.line
             newest[record.path] = record
     return replaced
 

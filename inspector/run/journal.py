@@ -15,10 +15,12 @@ journal interleave whole lines and the chain stays one chain.
 Reading never stops at a bad line: a line that is not JSON (a write cut short), a line whose
 successor's `prev` does not match it (changed after it was written), a gap in `seq` (lines
 deleted; the line after it is still judged by its own seal), a `seq` the chain has passed (a
-line copied from earlier), a seal that does not hold or a line without the key's seal when a
-key is set are
-each a named `JournalProblem`, and every readable line is still returned; `Journal.sound`
-gives the entries a verdict may rest on (their own line intact).
+line copied from earlier), a line out of its place (another journal's chain id, or a chain's
+first line, seq 0, past line 1), two sealed lines claiming one `seq` or not chaining to each
+other (a fork: neither is believed), a seal that does not hold or a line without the key's
+seal when a key is set are each a named `JournalProblem`, and every readable line is still
+returned; `Journal.sound` gives the entries a verdict may rest on (their own line intact and
+in its place).
 """
 
 from __future__ import annotations
@@ -47,9 +49,9 @@ KEY_FILE_ENV = "CKPT_INSPECTOR_SEAL_KEY_FILE"
 KEY_ENV = "CKPT_INSPECTOR_SEAL_KEY"
 
 ProblemKind = Literal["truncated", "unreadable", "edited", "deleted", "forged", "unsigned",
-                      "replayed", "misplaced", "moved"]
+                      "replayed", "misplaced", "forked", "moved"]
 UNSOUND: frozenset[str] = frozenset({"unreadable", "edited", "forged", "unsigned", "replayed",
-                                     "misplaced"})
+                                     "misplaced", "forked"})
 """Problems that make a line's own record untrustworthy (a gap before a line does not)."""
 
 
@@ -229,19 +231,17 @@ def read(path: str | os.PathLike[str], key: bytes | None = _FROM_ENVIRONMENT) ->
 
 def _chain_problems(parsed: list[tuple[int, bytes, dict[str, Any]]], lines: list[bytes],
                     problems: list[JournalProblem], key: bytes | None) -> list[JournalProblem]:
-    """Each readable line judged by its own seal and by its place in the chain: its `prev`
-    against the line whose `seq` is one less, wherever that line stands in the file."""
+    """Each readable line judged by its own seal and by its place in the chain: first where it
+    stands (whose chain it names, a copy, a chain's start past line 1), then its `prev` against
+    the line placed here whose `seq` is one less, wherever that line stands in the file; two
+    lines left claiming one `seq` are a fork, and neither is believed."""
     found: list[JournalProblem] = []
-    by_seq: dict[int, list[tuple[int, bytes]]] = {}
-    for number, raw, record in parsed:
-        by_seq.setdefault(record["seq"], []).append((number, raw))
     sealed = set()
     for number, raw, _ in parsed:
         if seal := _seal_problem(raw, key):
             found.append(JournalProblem(number, *seal))
         else:
             sealed.add(number)
-    unreadable = {p.line for p in problems}
     # the chain id is the hash of the first line; where line 1 was changed (no sealed line
     # with seq 1 chains to it), as its successor's writer saw it, so that edit is line 1's
     # problem and not every later line's
@@ -249,19 +249,17 @@ def _chain_problems(parsed: list[tuple[int, bytes, dict[str, Any]]], lines: list
     seconds = {r["prev"] for n, _, r in parsed if r["seq"] == 1 and n in sealed}
     if not chains & seconds:
         chains |= seconds
+    first: dict[bytes, int] = {}
+    for number, raw, _ in parsed:
+        first.setdefault(raw, number)
+    placed = [p for p in parsed if not _out_of_place(*p, chains, first[p[1]], found)]
+    by_seq: dict[int, list[tuple[int, bytes]]] = {}
+    for number, raw, record in placed:
+        by_seq.setdefault(record["seq"], []).append((number, raw))
+    unreadable = {p.line for p in problems}
     highest = -1
-    for number, raw, record in parsed:
+    for number, _, record in placed:
         seq = record["seq"]
-        if "chain" in record and record["chain"] not in chains:
-            found.append(JournalProblem(number, "misplaced", "written to another journal (its "
-                                        "chain id is not the hash of this one's first line)"))
-            continue
-        twins = by_seq[seq]
-        if any(other == raw and at < number for at, other in twins):
-            found.append(JournalProblem(number, "replayed", f"a copy of line "
-                                        f"{next(at for at, o in twins if o == raw)}: its seq "
-                                        f"{seq} is taken"))
-            continue
         if seq < highest:
             found.append(JournalProblem(number, "moved", f"the file's lines are out of seq "
                                         f"order here (seq {seq} after seq {highest}): lines "
@@ -282,18 +280,62 @@ def _chain_problems(parsed: list[tuple[int, bytes, dict[str, Any]]], lines: list
             # the writer chained on from a line a crash cut short: evidence, not an edit
             found.append(JournalProblem(number - 1, "truncated", _CUT_AND_CONTINUED))
         elif key is not None and number in sealed and all(at in sealed for at, _ in before):
-            # every line here carries the key's seal, so none was edited: this one was put
-            # here from elsewhere (another journal sealed with the same key, a forked chain)
+            # every line here carries the key's seal, so none was edited: one side was put
+            # here from elsewhere (another journal sealed with the same key, a forked chain),
+            # and which one no check can tell, so neither is believed
             found.append(JournalProblem(number, "misplaced", f"its prev is not the hash of the "
                                         f"line with seq {seq - 1}: it was not written after it"))
+            found += [JournalProblem(at, "forked", f"line {number} (seq {seq}) was not written "
+                                     "after it: one of the two is another chain's")
+                      for at, _ in before if at not in {p.line for p in found}]
         else:
             found += [JournalProblem(at, "edited", "changed after it was written (the next "
                                      "line's hash of it differs)")
                       for at, _ in before if at not in {p.line for p in found}]
+    found += _forks(placed, {p.line for p in found if p.kind in UNSOUND})
     # a truncated line the writer chained on from is named once, as that
     cut = {p.line for p in found if p.kind == "truncated"}
     problems[:] = [p for p in problems if p.line not in cut]
     return found
+
+
+def _out_of_place(number: int, raw: bytes, record: dict[str, Any], chains: set[str],
+                  first: int, found: list[JournalProblem]) -> bool:
+    """Whether a line stands where no line of this chain can, named in `found` when so: it
+    names another journal's chain id, repeats line `first` (the first with its bytes), or
+    starts a chain (seq 0, which carries no chain id) anywhere but line 1 (another run's
+    first line, or this one's moved)."""
+    seq = record["seq"]
+    if "chain" in record and record["chain"] not in chains:
+        why = ("written to another journal (its chain id is not the hash of this one's "
+               "first line)")
+    elif first < number:
+        found.append(JournalProblem(number, "replayed", f"a copy of line {first}: its seq "
+                                    f"{seq} is taken"))
+        return True
+    elif seq == 0 and number != 1:
+        why = ("a chain's first line (seq 0) past line 1: another journal's first line, or "
+               "this one's moved from its place")
+    else:
+        return False
+    found.append(JournalProblem(number, "misplaced", why))
+    return True
+
+
+def _forks(placed: list[tuple[int, bytes, dict[str, Any]]],
+           unsound: set[int]) -> list[JournalProblem]:
+    """Lines whose own checks all hold but that claim one `seq` with different bytes: two
+    chains from one start (a copied journal written on in two places), and no check tells
+    which is this run's, so each is named and neither believed."""
+    by_seq: dict[int, list[tuple[int, bytes]]] = {}
+    for number, raw, record in placed:
+        if number not in unsound:
+            by_seq.setdefault(record["seq"], []).append((number, raw))
+    return [JournalProblem(at, "forked", f"seq {seq} is claimed by line(s) "
+                           f"{', '.join(str(n) for n, _ in claims if n != at)} too, with other "
+                           "bytes: a forked chain")
+            for seq, claims in by_seq.items() if len({raw for _, raw in claims}) > 1
+            for at, _ in claims]
 
 
 def _mac(key: bytes, head: bytes) -> str:
