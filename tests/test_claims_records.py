@@ -22,6 +22,7 @@ from safetensors.torch import save_file
 from inspector.checkpoint.health import assess
 from inspector.checkpoint.tensor_stats import TensorStats
 from inspector.cli import main
+from inspector.tensors.load import load_safetensors
 
 REFUSED = 5
 """`inspect`'s exit code for a refused answer (`claim_refuted`)."""
@@ -126,8 +127,54 @@ def test_storage_the_bytes_do_not_share_is_refused(tmp_path, hostile, capsys) ->
     torch.save({"a.weight": w, "b.weight": w.clone()}, path)  # equal bytes, stored twice
     assert "duplicate-weights" in json.dumps(_health(path, capsys))  # honest
     _lie(hostile, "b.weight", shared_with=["a.weight"])
-    assert ("b.weight is said to share storage with a.weight, whose bytes are elsewhere"
+    assert ("b.weight shares its bytes with [], reported as ['a.weight']"
             in _refused(path, capsys))
+
+
+def test_a_sharing_left_out_is_refused(tmp_path, hostile, capsys) -> None:
+    """Tied weights the loader says nothing of sharing were a duplicate-weights warning: the
+    host sees the two keys over the same bytes of the file."""
+    w = torch.randn(32, 16)
+    path = tmp_path / "tied.pt"
+    torch.save({"embed.weight": w, "lm_head.weight": w}, path)
+    assert _health(path, capsys)["status"] == "ok"  # honest: one tensor, tied
+    _lie(hostile, "lm_head.weight", shared_with=None)
+    assert ("lm_head.weight shares its bytes with ['embed.weight'], reported as []"
+            in _refused(path, capsys))
+
+
+def _views(tmp_path):
+    """A transposed view (stride [1, 8]) and a row of its storage (offset 16) in a torch file,
+    and a safetensors tensor (a view of the mapped file, offset in elements from its start)."""
+    base = torch.arange(64, dtype=torch.float32).reshape(8, 8)
+    torch.save({"t": base.t(), "row": base[2]}, tmp_path / "views.pt")
+    save_file({"a": torch.ones(4), "b": torch.zeros(2, 3)}, tmp_path / "flat.safetensors")
+    return tmp_path
+
+
+@pytest.mark.parametrize("name, key, fields, said", [
+    ("views.pt", "t", {"stride": [8, 1]}, "t has stride [1, 8], reported as [8, 1]"),
+    ("views.pt", "t", {"contiguous": True}, "t has contiguous False, reported as True"),
+    ("views.pt", "row", {"storage_offset": 0}, "row has storage_offset 16, reported as 0"),
+    ("views.pt", "row", {"device": "cuda"}, "row has device cpu, reported as cuda"),
+    ("flat.safetensors", "b", {"storage_offset": 0}, "b has storage_offset "),
+], ids=["stride", "contiguous", "offset", "device", "safetensors-offset"])
+def test_a_place_the_file_does_not_give_is_refused(tmp_path, hostile, capsys, name, key,
+                                                   fields, said) -> None:
+    """A tensor's stride, storage offset and contiguity are the loader's view of the file's
+    layout, read here (`RawTensor.placed`); the worker moves no tensor off the CPU."""
+    path = _views(tmp_path) / name
+    main(["inspect", str(path), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert report["error"] is None and report["claims"]["checked"]  # honest: all as torch has
+    loaded = (torch.load(path, weights_only=True) if name.endswith(".pt")
+              else load_safetensors(str(path)))
+    for rec in report["tensors"]:
+        t = loaded[rec["key"]]
+        assert (rec["stride"], rec["storage_offset"], rec["contiguous"], rec["device"]) == (
+            list(t.stride()), t.storage_offset(), t.is_contiguous(), "cpu")
+    _lie(hostile, key, **fields)
+    assert said in _refused(path, capsys)
 
 
 def test_tied_weights_the_bytes_share_pass(tmp_path, capsys) -> None:

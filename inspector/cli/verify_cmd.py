@@ -294,11 +294,23 @@ def _run_against_ledger(args: argparse.Namespace, ledger: RunLedger, record: Sav
           f"{ledger.path}:{record.line} ({record.label}, saved {record.time}, {record.outcome} "
           "then)", file=sys.stderr)
     say_unauthenticated("verify", ledger, keyed=False)
+    from inspector.core.vocabulary import SaveOutcome
+    from inspector.run.checkpoints import unwritten
+
     manifest = record.manifest(ledger.run_dir, source=ledger.path)
     # a folder save lists the whole folder: a file added since fails, as `run verify` says
-    result = _verify_against(args, manifest, [ledger.resolve(record)],
+    # (`unwritten`, whatever the folder walk leaves out: Git's files, a name another took)
+    added = [ledger.run_dir / name for name in unwritten(ledger, record)]
+    result = _verify_against(args, manifest, [ledger.resolve(record), *added],
                              args.strict or record.strict)
-    return _finish(args, result, f"{ledger.path}:{record.line}", manifest.dialect)
+    if record.outcome != SaveOutcome.VERIFIED:
+        # bytes as recorded are bytes as written, not a state proven: no ok rests on it
+        result.errors.append(f"its save record's outcome is {record.outcome}, not verified "
+                             f"({record.detail or 'not proven at save'}): matching it shows "
+                             "only that the bytes are what was written then; `run latest` "
+                             "passes over it")
+    code = _finish(args, result, f"{ledger.path}:{record.line}", manifest.dialect)
+    return code if record.outcome == SaveOutcome.VERIFIED else EXIT_FAILED
 
 
 def _finish(args: argparse.Namespace, result: VerifyResult, manifest: str | None,

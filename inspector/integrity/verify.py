@@ -236,8 +236,9 @@ def plan(manifest: Manifest, paths: Iterable[Path]) -> Plan:
             for found in walk.files + walk.folder_links:
                 if os.path.abspath(found) not in skipped:
                     add(None, found)
-        else:
-            add(_match_file(manifest, root_abs), root_abs)
+        else:  # a file named whose entry another file took is not on record: an extra
+            entry = _match_file(manifest, root_abs)
+            add(None if entry is not None and id(entry) in claimed else entry, root_abs)
     return pairs
 
 

@@ -68,6 +68,9 @@ class TensorLayout:
     stride: tuple[int, ...]
     data_offset: int
     """Byte offset in the file of the tensor's first element (record start + offset*itemsize)."""
+    storage_offset: int = 0
+    """Its first element's index in its storage (the pickle's offset, what torch's
+    `storage_offset()` gives once loaded)."""
 
     @property
     def numel(self) -> int:
@@ -439,5 +442,6 @@ def tensor_layouts(leaves: list[tuple[str, object]], storages: dict[str, _Storag
                 continue
             raise NotCovered(f"{key} is not a tensor")
         start = by_name[f"{folder}{leaf.storage.key}"].data_offset + leaf.offset * leaf.itemsize
-        out.append(TensorLayout(key, leaf.dtype, leaf.itemsize, leaf.shape, leaf.stride, start))
+        out.append(TensorLayout(key, leaf.dtype, leaf.itemsize, leaf.shape, leaf.stride, start,
+                                leaf.offset))
     return out

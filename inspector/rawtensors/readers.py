@@ -17,9 +17,9 @@ import os
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from inspector.core.dtypes import GGUF_DENSE, canonical_dtype
+from inspector.core.dtypes import BY_NAME, GGUF_DENSE, canonical_dtype
 from inspector.formats import HEAD_BYTES, gguf_header, sniff
 from inspector.formats.safetensors_header import read_header
 from inspector.layout.torch_legacy import describe_legacy
@@ -36,6 +36,15 @@ class NotReadable(Exception):
     """The file's tensors cannot all be located without running a loader: `reason` says why."""
 
 
+class Placed(NamedTuple):
+    """Where the worker's loader puts a tensor in its storage: what torch's `stride()`,
+    `storage_offset()` and `is_contiguous()` give for it once loaded."""
+
+    stride: tuple[int, ...]
+    storage_offset: int
+    contiguous: bool
+
+
 @dataclass(frozen=True)
 class RawTensor:
     """One tensor: its key, dtype (torch's name), shape, and a reader of its bytes."""
@@ -49,6 +58,7 @@ class RawTensor:
     reach: tuple[int, int]
     """The file's bytes [begin, end) its elements lie in (begin == end when it has none):
     tensors whose reaches overlap share bytes."""
+    placed: Placed
 
 
 @dataclass(frozen=True)
@@ -102,7 +112,8 @@ def _safetensors(path: str | os.PathLike[str], view: memoryview, size: int) -> R
     if refusal is not None:
         raise NotReadable(f"bad safetensors header: {refusal}")
     tensors = [RawTensor(e.key, canonical_dtype(e.dtype.name), tuple(e.shape),
-                         range_reader(view, e.begin, e.end), (e.begin, e.end), (e.begin, e.end))
+                         range_reader(view, e.begin, e.end), (e.begin, e.end), (e.begin, e.end),
+                         _mapped(canonical_dtype(e.dtype.name), e.shape, e.begin))
                for e in header.entries]
     return RawFile("safetensors", tensors, dict(header.metadata))
 
@@ -123,8 +134,10 @@ def _layout_tensor(view: memoryview, t: TensorLayout) -> RawTensor:
     read = (range_reader(view, t.data_offset, t.data_offset + t.numel * t.itemsize)
             if t.contiguous else strided_reader(view, t))
     span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride, strict=True)) if t.numel else 0
+    # torch counts every tensor without elements contiguous, whatever its strides
+    placed = Placed(t.stride, t.storage_offset, t.contiguous or not t.numel)
     return RawTensor(t.key, t.dtype, t.shape, read, (t.data_offset, t.stride),
-                     (t.data_offset, t.data_offset + span * t.itemsize))
+                     (t.data_offset, t.data_offset + span * t.itemsize), placed)
 
 
 def _gguf(mm: mmap.mmap, view: memoryview, size: int) -> RawFile:
@@ -142,8 +155,21 @@ def _gguf(mm: mmap.mmap, view: memoryview, size: int) -> RawFile:
         shape = t.shape if dense else (*t.shape[:-1], t.n_bytes // max(1, rows))
         tensors.append(RawTensor(t.name, dense or "bits8", tuple(shape),
                                  range_reader(view, t.data_offset, t.data_offset + t.n_bytes),
-                                 (t.data_offset,), (t.data_offset, t.data_offset + t.n_bytes)))
+                                 (t.data_offset,), (t.data_offset, t.data_offset + t.n_bytes),
+                                 _mapped(dense or "bits8", shape, t.data_offset)))
     return RawFile("gguf", tensors, {})
+
+
+def _mapped(dtype: str, shape: tuple[int, ...] | list[int], begin: int) -> Placed:
+    """A safetensors or GGUF tensor as the worker's loaders place it: a row-major view of one
+    mapping of the whole file (`tensors.load.load_safetensors`, `tensors.gguf_load`), or, where
+    its bytes are not aligned to its elements, a copy of its own."""
+    stride, step = [], 1
+    for n in reversed(shape):
+        stride.append(step)
+        step *= max(n, 1)
+    size = BY_NAME[dtype].itemsize if dtype in BY_NAME else 1
+    return Placed(tuple(reversed(stride)), begin // size if begin % size == 0 else 0, True)
 
 
 def range_reader(view: memoryview, begin: int, end: int) -> Reader:

@@ -9,8 +9,10 @@ runs, and the worker's tensor records are held against it (`records`):
 
 - `inspection.check_inspection`: every tensor the file holds reported once, with its dtype,
   shape and digest; its element and byte counts the ones they give, a plain strided tensor
-  (no `quantization`, no flags: nothing these readers locate is quantized, sparse or meta),
-  and each tensor it is said to share storage with one whose bytes overlap its own here;
+  on the CPU (no `quantization`, no flags: nothing these readers locate is quantized, sparse
+  or meta), its stride, storage offset and contiguity the loader's view of its place in the
+  file (`RawTensor.placed`), and its `shared_with` exactly the tensors whose bytes overlap
+  its own here (a sharing left out would make tied weights a duplicate warning);
   NaN / Inf recounted here (a dtype read as bytes on both sides, `bits8` or packed float4,
   with no statistics at all); a real tensor's range, largest magnitude, zeros
   and first NaN or Inf read here (what health judges a wiped weight from); the largest

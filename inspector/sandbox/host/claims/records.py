@@ -16,6 +16,7 @@ from inspector.checkpoint.health import (
 from inspector.core.dtypes import BY_NAME
 from inspector.core.termtext import escape
 from inspector.rawtensors.readers import RawTensor
+from inspector.tensors.plain.spans import overlapping
 
 if TYPE_CHECKING:
     from inspector.rawtensors.orders import Tops
@@ -31,14 +32,16 @@ def record_problems(measured: list[tuple[RawTensor, Measured]], records: list[di
     for rec in records:
         by_key.setdefault(str(rec.get("key")), []).append(rec)
     problems = []
-    located = {t.key: t for t, _ in measured}
+    # the host's own sharing: tensors whose bytes overlap in the file (none without elements)
+    shared = overlapping({None: [(*t.reach, t.key) for t, _ in measured
+                                 if t.reach[0] < t.reach[1]]})
     for t, m in measured:
         found = by_key.pop(t.key, [])
         if len(found) != 1:
             problems.append(f"{escape(t.key)} reported {len(found)} times")
             continue
-        problems += _tensor_problems(t, m, found[0], shape) or shape.layout(t, found[0],
-                                                                            located)
+        problems += _tensor_problems(t, m, found[0], shape) or shape.layout(
+            t, found[0], shared.get(t.key, []))
     for key, found in by_key.items():
         if key not in derived:
             problems.append(f"{escape(key)} is no tensor of the file")
@@ -59,35 +62,34 @@ def _tensor_problems(t: RawTensor, measured: Measured, rec: dict,
     return shape.counts(t, measured, rec)
 
 
-def _layout_problems(t: RawTensor, rec: dict, located: dict[str, RawTensor]) -> list[str]:
-    """An inspect record's layout facts, which health, resume and the contents judge and
-    print, must be the ones the tensor's checked dtype, shape and place in the file give: its
-    element and byte counts, a plain strided tensor (none of the file's readers here locates
-    a quantized, sparse, nested or meta one, so a record saying so is a lie), and each tensor
-    it is said to share storage with one whose bytes overlap its own here."""
+def _layout_problems(t: RawTensor, rec: dict, twins: list[str]) -> list[str]:
+    """An inspect record's layout facts, which health, resume, the contents and shard aliases
+    judge and print, must be the ones the tensor's checked dtype, shape and place in the file
+    give: its element and byte counts, a plain strided tensor on the CPU (none of the file's
+    readers here locates a quantized, sparse, nested or meta one, and the worker moves no
+    tensor, so a record saying so is a lie), the stride, storage offset and contiguity the
+    loader gives it (`RawTensor.placed`), and the tensors it shares bytes with (`twins`,
+    found here: a sharing left out would make tied weights a duplicate warning), which
+    replace the worker's list."""
     key, numel = escape(t.key), math.prod(t.shape)
     dtype = BY_NAME.get(t.dtype)
     facts = {"numel": numel, "nbytes": None if dtype is None else numel * dtype.itemsize,
-             "layout": "strided", "flags": []}
+             "layout": "strided", "flags": [], "device": "cpu",
+             "stride": list(t.placed.stride), "storage_offset": t.placed.storage_offset,
+             "contiguous": t.placed.contiguous}
     wrong = [f"{key} has {name} {value}, reported as {escape(str(rec.get(name)))}"
              for name, value in facts.items() if value is not None and rec.get(name) != value]
     if rec.get("quantization") is not None:
         wrong.append(f"{key} is {t.dtype}, reported as quantized")
-    twins = rec.get("shared_with")
-    if twins is not None and not isinstance(twins, list):
+    told = rec.get("shared_with")
+    if told is not None and not isinstance(told, list):
         wrong.append(f"{key}'s shared storage is not a list")
-    wrong += [f"{key} is said to share storage with {escape(str(twin))}, whose bytes are "
-              "elsewhere" for twin in twins or () if not _overlap(t, located.get(str(twin)))]
+    elif sorted(map(str, told or ())) != sorted(twins):
+        wrong.append(f"{key} shares its bytes with {escape(str(twins))}, reported as "
+                     f"{escape(str(told or []))}")
+    if twins:
+        rec["shared_with"] = twins
     return wrong[:1]
-
-
-def _overlap(t: RawTensor, other: RawTensor | None) -> bool:
-    """Whether two tensors' bytes in the file overlap (a tensor without elements reaches none,
-    and shares storage with nothing, as the loader counts it)."""
-    if other is None or other is t:
-        return False
-    (b1, e1), (b2, e2) = t.reach, other.reach
-    return b1 < e1 and b2 < e2 and b1 < e2 and b2 < e1
 
 
 def _inspected(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
@@ -211,8 +213,8 @@ class RecordShape:
 
     digest: str
     counts: Callable[[RawTensor, Measured, dict], list[str]]
-    layout: Callable[[RawTensor, dict, dict[str, RawTensor]], list[str]] = (
-        lambda _t, _rec, _located: [])
+    layout: Callable[[RawTensor, dict, list[str]], list[str]] = (
+        lambda _t, _rec, _twins: [])
     """How the record's layout facts disagree with the tensor's (none for a record without
     them)."""
 
