@@ -284,13 +284,17 @@ def _check_deterministic(consistency: ConsistencyInfo | None) -> CheckItem:
         fault = self_test_words(consistency.self_test)
         if consistency.status == PASS:
             return CheckItem("deterministic", "Fault-injection self-test (not a check of the "
-                             "file)", PASS, f"detected: {fault}{where}")
+                             "file)", PASS, f"detected: {fault}{where}{word}")
         return CheckItem("deterministic", "Fault-injection self-test (not a check of the file)",
                          FAIL, f"NOT detected: {fault}{where}; the detector did not work")
     if consistency.status == PASS:
-        return CheckItem("deterministic", title, PASS, f"identical every repeat{where}")
+        return CheckItem("deterministic", title, PASS, f"identical every repeat{where}{word}")
     if consistency.error:
         return CheckItem("deterministic", title, FAIL,
+    # the repeats' outputs exist only in the jailed worker: a pass is its word
+    word = ", as reported by the jailed worker " + (
+        "(the weights it was given checked here)" if consistency.weights_checked
+        else "(nothing of its answer checked here)")
                          f"the run failed{where}: {consistency.error}")
     return CheckItem("deterministic", title, FAIL,
                      f"{len(consistency.failures) or 'some'} results differed{where}")

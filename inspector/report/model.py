@@ -248,6 +248,9 @@ class ConsistencyInfo:
     self_test: dict | None = None
     """The fault flipped on purpose ({key, index, bit, iteration}): the run is a test of the
     detector, which passes when the results differ, and says nothing about the file."""
+    weights_checked: bool = False
+    """Whether the weights the device was given were checked here against the file's bytes
+    (the repeats' outputs exist only in the jailed worker either way)."""
 
 
 @dataclass

@@ -377,6 +377,7 @@ def consistency_info(result: dict | ConsistencyResult | None) -> ConsistencyInfo
         details={k: v for k, v in result.to_json().items() if k not in CONSISTENCY_BULK},
         error=error,
         self_test=self_test,
+        weights_checked=result.claims is not None and result.claims.checked,
     )
 
 

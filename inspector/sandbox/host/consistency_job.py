@@ -15,8 +15,8 @@ from typing import Any
 
 from inspector.core.progress import CancelToken
 from inspector.sandbox.host.admission import check_loadable, static_scan
+from inspector.sandbox.host.claims.consistency import check_consistency
 from inspector.sandbox.host.claims.expected import Expected
-from inspector.sandbox.host.claims.inspection import check_consistency
 from inspector.sandbox.host.jobs import SandboxError, run_job
 from inspector.sandbox.protocol import Limits
 
@@ -95,21 +95,22 @@ def run_consistency(
     timeout: float | None = None,
 ) -> dict[str, Any]:
     """Scan, then run the check in a jailed worker and check its reply against the file's
-    bytes (`claims.check_consistency`); raises SandboxError with a one-line message."""
+    bytes and the request (`claims.consistency.check_consistency`); raises SandboxError with
+    a one-line message."""
     target = Path(spec.path).resolve()
     if not target.is_file():
         raise SandboxError("not_found", f"{spec.path}: no such file")
     scan = static_scan(target)
     check_loadable(scan, spec.allow_globals, override_dangerous=False)
     # what the file's bytes say, measured while the worker loads and repeats
-    probe = not spec.model
-    expected = Expected(target, counts=True, start=probe)
+    expected = Expected(target, counts=True, start=not spec.model)
+    request = spec.to_request()
     try:
-        result = run_job(spec.to_request(), on_event=on_event, cancel=cancel, timeout=timeout)
+        result = run_job(dict(request), on_event=on_event, cancel=cancel, timeout=timeout)
     except BaseException:
         expected.stop()
         raise
-    check_consistency(expected, result, probe)  # the reply is a claim until it passes
+    check_consistency(expected, result, request)  # the reply is a claim until it passes
     result["path"] = os.fspath(target)
     result["scan_verdict"] = scan.verdict
     return result

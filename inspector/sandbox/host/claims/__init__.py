@@ -21,8 +21,10 @@ runs, and the worker's tensor records are held against it (`records`):
   and the histogram stay the worker's, as it says.
 - `inspection.check_digests`: the tensor digests `verify` compares with a manifest, checked
   the same way.
-- `inspection.check_consistency`: the probe's rows, each tensor once with its SHA-256 (the
-  device got the file's weights), every 2-D+ float one probed, NaN / Inf recounted,
+- `consistency.check_consistency`: the reply's mode, device, repeats, seed and injected fault
+  the request's (a fault nobody asked for would make a failed run a passed self-test); the
+  probe's rows, each tensor once with its SHA-256 (the device got the file's weights), every
+  2-D+ float one probed, the probed count and bytes the file's, NaN / Inf recounted,
   `consistent` only when no row failed; the repeats' outputs exist only in the worker.
 - `diff.check_diff`: each row's dtypes, shapes and status, a changed row's element counts,
   NaN / Inf, bit flips, largest differences and sentence (`changes`), and the totals, from

@@ -1,4 +1,4 @@
-"""Replies about one file's tensors: `inspect`, `verify`'s digests and the weights probe."""
+"""Replies about one file's tensors: `inspect` and `verify`'s digests."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from inspector.checkpoint.health import assess
 from inspector.checkpoint.results import ClaimCheck
 from inspector.checkpoint.tensor_stats import TensorStats
 from inspector.core.termtext import escape
-from inspector.core.vocabulary import CheckStatus
 from inspector.formats.safetensors_header import (
     recorded_aliases,
     recorded_specs,
@@ -18,7 +17,7 @@ from inspector.formats.safetensors_header import (
 )
 from inspector.sandbox.host.claims.expected import Expected
 from inspector.sandbox.host.claims.objects import file_objects, object_problems
-from inspector.sandbox.host.claims.records import DIGESTS, INSPECTED, PROBED, record_problems
+from inspector.sandbox.host.claims.records import DIGESTS, INSPECTED, record_problems
 from inspector.sandbox.host.claims.refusal import refuted, timed
 
 
@@ -77,34 +76,3 @@ def check_digests(expected: Expected, result: dict[str, Any]) -> None:
         raise refuted("tensor digests", problems, result.get("sandbox"))
     result["claims"] = ClaimCheck(checked=True, tensors=len(measured)).to_json()
 
-
-def check_consistency(expected: Expected, result: dict[str, Any], probe: bool) -> None:
-    """Check a weights-probe reply (`probe`: what the client asked for, never the reply's
-    word) against the file's bytes: the rows' tensors, their NaN / Inf counts, and
-    `consistent` against the rows; set `claims`, or SandboxError when a claim fails. A model
-    run's outputs are only the worker's: its record says so."""
-    if not probe:
-        result["claims"] = ClaimCheck(reason="a model run's outputs exist only in the jailed "
-                                      "worker").to_json()
-        return
-    if result.get("mode") != "probe":
-        expected.stop()
-        raise refuted("weights probe", [f"the reply is a {escape(str(result.get('mode')))} "
-                                         "run"], result.get("sandbox"))
-    measured = expected.wait()
-    if isinstance(measured, str):
-        result["claims"] = ClaimCheck(reason=measured).to_json()
-        return
-    rows = result.get("tensors") or []
-    problems = record_problems(measured, rows, {}, PROBED)
-    failed = {str(r.get("key")) for r in rows if r.get("status") == CheckStatus.FAIL}
-    if result.get("consistent") is not (not failed):
-        problems.append(f"consistent is {escape(str(result.get('consistent')))} with "
-                        f"{len(failed)} failed rows")
-    problems += [f"{escape(str(r.get('key')))}'s device copy differs, yet its row passed"
-                 for r in result.get("resident_mismatches") or ()
-                 if str(r.get("key")) not in failed]
-    if problems:
-        raise refuted("weights probe", problems, result.get("sandbox"))
-    result["nonfinite_weights"] = [r["key"] for r in rows if r.get("nonfinite")]
-    result["claims"] = ClaimCheck(checked=True, tensors=len(measured)).to_json()
