@@ -55,6 +55,8 @@ def test_the_app_says_whose_word_the_unique_storage_is(window, qtbot, tmp_path, 
     assert "272 unique: tied or shared storage counted once" in contents
     assert UNIQUE_WORD in contents
     window.tabs.setCurrentWidget(window.overview)
+    # the document is whole before the pipeline's last job ends: grab the window at rest
+    qtbot.waitUntil(lambda: window.stage_label.text() == "Ready", timeout=20000)
     assert window.grab().save(str(artifacts / "gui" / "unique-storage-overview.png"))
     window.tabs.setCurrentWidget(window.tensors)
     qtbot.waitUntil(lambda: "3 tensors" in window.tensors.summary_label.text(), timeout=10000)
