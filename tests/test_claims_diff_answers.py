@@ -12,7 +12,9 @@ Each lie runs as hostile code inside a real `diff` job (the jail's self-test hoo
 from __future__ import annotations
 
 import json
+import textwrap
 
+import pytest
 import torch
 from safetensors.torch import save_file
 
@@ -96,3 +98,71 @@ def test_plain_values_not_read_here_are_the_loaders_word(tmp_path, capsys) -> No
     out = capsys.readouterr().out
     assert "checked:  nothing here" in out
     assert f"object `lr` changed: 0.0003 -> 0.3 {UNCHECKED}" in out
+
+
+SIDE_LIE = """
+    import inspector.sandbox.worker.diff as wd
+    real = wd.diff_sides
+    def lying(a, b, emit=None, cancel=None):
+        out = real(a, b, emit, cancel)
+        for row in out["tensors"]:
+            for name, value in ROW.items():
+                if name in row:
+                    row[name] = value
+            for flip in row["bitflips"]:
+                flip.update(FLIP)
+        out["a"].update(SIDE)
+        return out
+    wd.diff_sides = lying
+"""
+
+
+def _flipped(tmp_path):
+    """Two torch files, B's `w` one exponent bit away from A's at element 53."""
+    w = torch.randn(8, 8, generator=torch.Generator().manual_seed(2))
+    a, b = tmp_path / "a.pt", tmp_path / "b.pt"
+    torch.save({"w": w, "bias": torch.ones(4)}, a)
+    w = w.clone()
+    w.view(-1).view(torch.int32)[53] ^= 1 << 30
+    torch.save({"w": w, "bias": torch.ones(4)}, b)
+    return a, b
+
+
+def _side_lie(hostile, row=None, flip=None, side=None) -> None:
+    hostile(f"ROW = {row or {}!r}\nFLIP = {flip or {}!r}\nSIDE = {side or {}!r}\n"
+            + textwrap.dedent(SIDE_LIE))
+
+
+@pytest.mark.parametrize("lie, said", [
+    ({"flip": {"file_offset_a": 100}}, "w's file offset a is {at}, reported as 100"),
+    ({"row": {"offset_b": 64}}, "offset b is "),
+    ({"side": {"format": "safetensors", "shards": [
+        {"file": "a.pt", "format": "safetensors", "tensors": 7}]}},
+     "A is {'format': 'pytorch-zip', 'shards': [{'file': 'a.pt', 'format': 'pytorch-zip', "
+     "'tensors': 2}]}, reported as {'format': 'safetensors'"),
+], ids=["flip-offset", "row-offset", "side-format"])
+def test_byte_offsets_and_each_sides_files_are_read_here(tmp_path, hostile, capsys, lie,
+                                                         said) -> None:
+    """The report and the Integrity pane print a flip's byte in each file, and `diff` each
+    side's format and tensor count: all computed here from the files."""
+    a, b = _flipped(tmp_path)
+    assert main(["diff", str(a), str(b), "--json"]) == 1
+    honest = json.loads(capsys.readouterr().out)
+    flip = next(r for r in honest["tensors"] if r["key"] == "w")["bitflips"][0]
+    at = flip["file_offset_a"]
+    data_a, data_b = a.read_bytes(), b.read_bytes()
+    # the place is the flipped byte itself: the only byte of the tensor's that differs
+    assert data_a[at] ^ data_b[at] == 1 << 6 and at == flip["file_offset_b"]
+    _side_lie(hostile, **lie)
+    assert main(["diff", str(a), str(b)]) == FAILED
+    err = capsys.readouterr().err
+    assert "comparison does not match the file's own bytes" in err
+    assert said.replace("{at}", str(at)) in err
+
+
+def test_each_sides_path_is_the_one_asked_about(tmp_path, hostile, capsys) -> None:
+    a, b = _flipped(tmp_path)
+    _side_lie(hostile, side={"path": "/srv/other/model.safetensors"})
+    assert main(["diff", str(a), str(b)]) == 1
+    out = capsys.readouterr().out
+    assert f"A: {a.resolve()} (pytorch-zip)" in out and "/srv/other" not in out

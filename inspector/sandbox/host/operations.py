@@ -373,6 +373,7 @@ def diff_files(
         # which shard stores each key: as read here, else (nothing checked) the loader's word
         stored = ({key: sides[n]["names"][number] for key, number in compared.stored[n].items()}
                   if compared.reason is None else _loaders_shards(result["tensors"], letter))
+        result[letter]["path"] = sides[n]["path"]  # the path asked about, not its echo
         result[letter]["index"] = str(index.path) if index is not None else None
         result[letter]["problems"] = _index_problems(index, stored)
     return result

@@ -6,18 +6,21 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inspector.checkpoint.results import ClaimCheck
 from inspector.checkpoint.tensor_pairs import object_changes
 from inspector.core.termtext import escape
 from inspector.core.vocabulary import TensorStatus
-from inspector.formats.safetensors_header import recorded_aliases
+from inspector.formats.safetensors_header import recorded_aliases, recorded_specs
 from inspector.rawtensors.readers import NotReadable, RawTensor, open_raw
 from inspector.sandbox.host.claims.changes import Changes, changes
 from inspector.sandbox.host.claims.conversion import same_view
 from inspector.sandbox.host.claims.objects import diff_objects
 from inspector.sandbox.host.claims.refusal import refuted
+
+if TYPE_CHECKING:
+    from inspector.checkpoint.bitflip import FlipTally  # NumPy's import, on the comparing thread
 
 
 class SideBySide:
@@ -38,6 +41,8 @@ class SideBySide:
         self.objects: list[list[dict]] = [[], []]
         """Each side's plain values (`objects.diff_objects`), the first of a key its files
         repeat."""
+        self.shards: list[list[tuple[str, int]]] = [[], []]
+        """Each side's files' format and tensor count, as a diff's `a`/`b` record lists them."""
         self.found: dict[str, Changes] = {}
         threading.Thread(target=self._run, args=(sides,), name="claims-diff",
                          daemon=True).start()
@@ -49,6 +54,7 @@ class SideBySide:
             self.files = [side.files for side in located]
             self.stored = [side.stored for side in located]
             self.objects = [side.objects for side in located]
+            self.shards = [side.shards for side in located]
             a, b = self.sides
             for key in sorted(a.keys() & b.keys()):
                 if self._stop.is_set():
@@ -118,6 +124,9 @@ class _Side:
     files: dict[str, int] = field(default_factory=dict)
     stored: dict[str, int] = field(default_factory=dict)
     objects: list[dict] = field(default_factory=list)
+    shards: list[tuple[str, int]] = field(default_factory=list)
+    """Each file's format and its tensors as the worker's readers count them: the stored
+    ones, a converted file's recorded aliases and its encoded tensors' `KEY::spec` parts."""
 
 
 def _located(files: list[Path]) -> _Side:
@@ -130,6 +139,7 @@ def _located(files: list[Path]) -> _Side:
         side.stored |= dict.fromkeys(mine, number)
         mine |= {removed: mine[kept] for removed, kept in recorded_aliases(raw.metadata).items()
                  if kept in mine and removed not in mine}
+        side.shards.append((raw.format, len(mine) + len(recorded_specs(raw.metadata))))
         side.tensors |= mine
         side.files |= dict.fromkeys(mine, number)
         for obj in diff_objects(str(path), raw):
@@ -145,12 +155,13 @@ def check_diff(compared: SideBySide, result: dict[str, Any]) -> None:
     count, bit flips, largest differences (where NumPy decodes its dtype) and sentence the ones
     counted here; the file each side keeps it in (`shard_a`/`_b`) and the key read for it
     there (`stored_as_a`/`_b`), and the `aliases` listing them, the ones found here;
-    `identical`, `counts` and `summary` the rows'; the plain values that differ (`objects`)
+    `identical`, `counts` and `summary` the rows'; each side's files' formats and tensor
+    counts (`_sides_problems`); the plain values that differ (`objects`)
     the ones both sides' files differ in, read here; set `claims`, or SandboxError when a
     claim fails. A key a side does not store, which the loader says it ties to one it does
     (`stored_as_*`), is judged by that tensor's bytes, and only when the other side keeps
     both keys in the same bytes (`SideBySide.same_bytes`: the tie is seen here, not taken on
-    the loader's word); the file offsets are the loader's."""
+    the loader's word); the byte offsets in the files computed here (`_offset_problems`)."""
     compared.wait()
     if compared.reason is not None:
         result["claims"] = ClaimCheck(reason=compared.reason).to_json()
@@ -186,13 +197,16 @@ def check_diff(compared: SideBySide, result: dict[str, Any]) -> None:
             sides = compared.tensors(key, tied.get(key, {}))
             wrong = (_side_problems(key, rec, sides)
                      + _place_problems(key, rec, compared.places(key, tied.get(key, {}))))
-            if said in (TensorStatus.CHANGED, TensorStatus.IDENTICAL) and not wrong:
+            compared_here = said in (TensorStatus.CHANGED, TensorStatus.IDENTICAL)
+            if compared_here and not wrong:
                 wrong = _change_problems(key, rec, compared.found[key], sides[0])
-            problems += wrong
+            problems += wrong or _offset_problems(
+                key, rec, compared.found[key].tally if compared_here else None, sides)
     problems += [f"{escape(key)} is no tensor of either side" for key in rows]
     if result.get("identical") and any(t != TensorStatus.IDENTICAL for t in truths.values()):
         problems.append("the checkpoints were reported identical")
-    problems += _total_problems(result) + _alias_problems(result, tied)
+    problems += (_total_problems(result) + _alias_problems(result, tied)
+                 + _sides_problems(compared, result))
     if result.get("objects") != object_changes(*compared.objects):
         problems.append("the plain values said to differ are not the ones the files' differ in")
     if problems:
@@ -279,6 +293,56 @@ def _change_problems(key: str, rec: dict, found: Changes, tensor: RawTensor) -> 
     if found.nonfinite is not None and rec.get("summary") != sentence:
         return [f"{escape(key)}'s sentence says what its bytes do not"]
     return []
+
+
+def _offset_problems(key: str, rec: dict, tally: FlipTally | None,
+                     sides: list[RawTensor | None]) -> list[str]:
+    """A row's byte offsets in each side's file, which the report and the Integrity pane
+    print as forensic positions, computed here: where a tensor stored in one run of bytes
+    starts (`offset_a`/`_b`), and each flip's byte (that start + index x itemsize + the bit's
+    byte), only for a row compared bit by bit (`tally`), as the worker's diff engine places
+    them. The worker's may be left out (it loads some formats, which then place nothing) and
+    is then filled in here; one that differs is refuted."""
+    wrong = []
+    flips = rec.get("bitflips") if tally is not None else None
+    for letter, t in zip("ab", sides, strict=True):
+        start = (t.view[0] if tally is not None and t is not None and t.placed.contiguous
+                 else None)
+        places = [(f"offset_{letter}", rec, start)] + [
+            (f"file_offset_{letter}", item, None if start is None else
+             start + flip.index * tally.layout.itemsize + flip.bit // 8)
+            for flip, item in zip(tally.flips if tally else (), flips or (), strict=False)
+            if isinstance(item, dict)]
+        for name, record, at in places:
+            told = record.get(name)
+            if told is not None and told != at:
+                wrong.append(f"{escape(key)}'s {name.replace('_', ' ')} is {at}, reported as "
+                             f"{escape(str(told))}")
+            if at is not None or record is rec:  # a flip without a place has no field
+                record[name] = at
+            else:
+                record.pop(name, None)
+    return wrong[:1]
+
+
+def _sides_problems(compared: SideBySide, result: dict[str, Any]) -> list[str]:
+    """Each side's record (the `A: path (format)` line and the files' counts) must be its
+    files as read here: each file's format and tensor count, and the side's formats."""
+    wrong = []
+    for letter, names, shards in zip("ab", compared.names, compared.shards, strict=True):
+        side = result.get(letter) if isinstance(result.get(letter), dict) else {}
+        made = {"format": "+".join(dict.fromkeys(fmt for fmt, _ in shards)),
+                "shards": [{"file": name, "format": fmt, "tensors": count}
+                           for name, (fmt, count) in zip(names, shards, strict=True)]}
+        told = side.get("shards")
+        said = {"format": side.get("format"),
+                "shards": [{k: r.get(k) for k in ("file", "format", "tensors")}
+                           if isinstance(r, dict) else r for r in told]
+                if isinstance(told, list) else told}
+        if said != made:
+            wrong.append(f"{letter.upper()} is {escape(str(made))}, reported as "
+                         f"{escape(str(said))}")
+    return wrong
 
 
 def _total_problems(result: dict[str, Any]) -> list[str]:
