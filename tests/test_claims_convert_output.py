@@ -1,8 +1,10 @@
 """What `convert` says of the file it wrote is checked here, not repeated from the worker.
 
-The output's SHA-256 is computed here from the written file, its tensor and byte totals read
-from its header, the sidecar's values held against the input's plain values (walked here
-without running the pickle) and the cloned views against the input's storages. A jailed worker
+The output's SHA-256 is computed here from the written file, its tensor and byte totals, its
+aliases and encoded tensors read from its header, the selection the one the client asked for,
+the digest algorithm this process's own (it hashed each tensor), the sidecar's values held
+against the input's plain values (walked here without running the pickle), and the cloned
+views and the views made contiguous against the input's storages and strides. A jailed worker
 (through the self-test hook, as in `test_worker_lies.py`) that lies about any of them is
 refused (`claim_refuted`, exit 6), and neither the output nor the sidecar is left written.
 Where the input cannot be read here, the sidecar says its values are the loader's word.
@@ -58,6 +60,12 @@ LIES = {
                       "the output holds 112 bytes written, reported as 224"),
     "cloned-views": (_reply_lie('result["cloned_views"] = []'),
                      "the cloned views are first, second, reported as []"),
+    "made-contiguous": (_reply_lie('result["made_contiguous"] = ["model.w"]'),
+                        "the views made contiguous are none, reported as ['model.w']"),
+    "skipped": (_reply_lie('result["tensors_skipped"] = [{"key": "model.w", "reason": "x"}]'),
+                "the tensors left out are none, reported as ['model.w']"),
+    "digest-algorithm": (_reply_lie('result["digest_algorithm"] = "md5"'),
+                         "the digests are sha256, named md5"),
     "sidecar-values": (SIDECAR_LIE,
                        "the sidecar's values are not the input's (epoch is 3, written as 30)"),
     "sidecar-dropped": (_reply_lie('result["sidecar_document"] = None; '
@@ -97,6 +105,8 @@ def test_a_lie_about_the_written_file_is_refused(tmp_path, hostile, capsys, monk
     assert (reply["sha256"] != hashlib.sha256(shown.read_bytes()).hexdigest()
             or reply["tensors_written"] != 4 or reply["bytes_written"] != 112
             or reply["cloned_views"] != ["first", "second"]
+            or reply["made_contiguous"] != [] or reply["digest_algorithm"] != "sha256"
+            or reply["tensors_skipped"] != []
             or sidecar is None or sidecar["values"]["epoch"] != 3)
     out = tmp_path / "train.safetensors"
     code = main(["convert", str(source), "-o", str(out)])
@@ -160,3 +170,40 @@ def test_the_written_file_is_checked_where_the_input_is_not_read(tmp_path, hosti
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "the output's SHA-256 is " in err
     assert not out.exists() and not (tmp_path / "q.sidecar.json").exists()
+
+
+ECHO = _reply_lie('result.update(key="state_dict", strip_prefix=["model."], '
+                  'aliases={"model.b": "model.w"}, '
+                  'encoded={"model.w": {"kind": "quantized", "dtype": "qint8"}})')
+"""A worker that says it converted a selection it was not asked for, and wrote an alias and
+an encoded tensor its output does not hold."""
+
+
+def test_what_was_asked_and_written_is_the_clients_and_the_outputs(tmp_path, hostile, capsys,
+                                                                   monkeypatch) -> None:
+    source = _training(tmp_path)
+    hostile(ECHO)
+    with monkeypatch.context() as patch:  # the lie reaches the client
+        patch.setattr(operations, "check_conversion", lambda *args: None)
+        reply = operations.convert_file(source, tmp_path / "shown.safetensors")
+    assert reply["key"] == "state_dict" and reply["encoded"] and reply["aliases"]
+    out = tmp_path / "train.safetensors"
+    assert main(["convert", str(source), "-o", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["key"], report["strip_prefix"]) == (None, [])
+    assert (report["aliases"], report["encoded"]) == ({}, {})
+    assert main(["convert", str(source), "-o", str(out), "--force"]) == 0
+    text = capsys.readouterr().out
+    assert "all 4 tensors of the input" in text and "(sha256)" in text
+    assert "extracted" not in text and "encoded" not in text and "alias " not in text
+
+
+def test_a_strided_view_is_said_made_contiguous_from_the_inputs_layout(tmp_path,
+                                                                        capsys) -> None:
+    source = tmp_path / "t.pt"
+    torch.save({"t": torch.arange(12.0).reshape(3, 4).t(), "row": torch.ones(0, 3).t()},
+               source)
+    assert main(["convert", str(source), "-o", str(tmp_path / "t.safetensors"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["claims"]["checked"] is True
+    assert report["made_contiguous"] == ["t"]  # an empty tensor is contiguous, as torch says

@@ -58,10 +58,11 @@ def test_a_worker_that_names_a_host_code_is_refuted(tmp_path, hostile, capsys, f
 
 
 def _raised_codes() -> set[str]:
-    """Every code literal a worker-side module raises a coded error with."""
+    """Every code literal a worker-side module raises a coded error with: the worker's own,
+    the loaders' and the --key selection's (`checkpoint.extract`, which the worker runs)."""
     root = Path(inspector.__file__).parent
     files = [*(root / "tensors").rglob("*.py"), *(root / "sandbox" / "worker").rglob("*.py"),
-             *(root / "shards").rglob("*.py")]
+             root / "checkpoint" / "extract.py"]
     codes = set()
     for file in files:
         for node in ast.walk(ast.parse(file.read_text())):
@@ -74,12 +75,15 @@ def _raised_codes() -> set[str]:
     return codes
 
 
-def test_every_code_a_worker_raises_is_registered_and_none_is_a_policy_code() -> None:
+def test_every_code_a_worker_raises_is_registered_and_none_is_the_hosts() -> None:
     from inspector.report.sections import REFUSALS
 
     raised = _raised_codes()
-    assert "load_failed" in raised  # the walk found the loaders' errors
-    # shards/ also holds the host's folder conversion, whose codes no worker sends
-    worker_side = raised - {"bad_shards", "missing_shard", "exists", "not_a_folder"}
-    assert not worker_side - WORKER_CODES, worker_side - WORKER_CODES
-    assert not WORKER_CODES & set(REFUSALS)
+    assert "load_failed" in raised and "key_not_found" in raised  # the walk found them
+    every = set().union(*WORKER_CODES.values())
+    assert not raised - every, raised - every
+    assert not every & set(REFUSALS)
+    # the host's own checks of the output and the shards: a worker never ends with them
+    assert not every & {"output_exists", "output_is_input", "verify_failed",
+                        "already_safetensors", "bad_index", "coverage", "no_checkpoint"}
+    assert "key_not_found" not in WORKER_CODES["inspect"]  # only convert selects a --key

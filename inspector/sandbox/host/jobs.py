@@ -195,7 +195,7 @@ def run_job(
     if stop.reason in STOPPED:
         raise _stopped(stop.reason, limits, max_threads, sandbox, tail)
     if error is not None:
-        raise worker_error(error, sandbox, tail)
+        raise worker_error(error, sandbox, tail, request.get("op"))
     if result is None:
         raise _died(proc, request, sandbox, tail)
     result["sandbox"] = sandbox
@@ -209,32 +209,41 @@ def run_job(
 REFUTED = "claim_refuted"
 """The code of a worker's answer that this process found false (`claims.refusal.refuted`)."""
 
-WORKER_CODES = frozenset({
+_WORKERS = frozenset({
     # the worker's own (`sandbox.worker.main`): the request, a cancel, its memory, a bug
     "bad_request", "unknown_op", "not_started", "cancelled", "memory_limit", "internal",
-    # the loaders' (`tensors.load`, `tensors.sources`, `tensors.dcp`, `tensors.by_format`)
+    # the loaders' (`tensors.load`, `tensors.sources`, `tensors.dcp`, `tensors.gguf_load`,
+    # `tensors.torchscript`): a DCP folder's transforms are unsupported_tensors, a converted
+    # file's part named like a rebuild spec a key_collision
     "load_failed", "weights_only_refused", "bad_allowed_global", "bad_safetensors",
-    "no_checkpoint", "ambiguous", "unsupported_tensors", "not_tensor_mapping",
-    "key_not_found", "key_collision", "key_in_two_shards", "bad_index", "coverage",
-    "not_covered",
-    # a conversion's (`sandbox.worker.convert_op`) and a weights probe's (`consistency`)
-    "already_safetensors", "output_exists", "output_unwritable", "verify_failed",
-    "no_cuda", "bad_factory",
+    "unsupported_tensors", "key_collision", "not_covered",
 })
-"""Every code a worker may end a job with. The others are this process's own word: its
+WORKER_CODES: dict[str, frozenset[str]] = {
+    "inspect": _WORKERS, "digests": _WORKERS, "dry-run": _WORKERS,
+    # `sandbox.worker.convert`: the --key selection, the output descriptor
+    "convert": _WORKERS | {"key_not_found", "not_tensor_mapping", "output_unwritable"},
+    "diff": _WORKERS | {"key_in_two_shards"},  # `sandbox.worker.diff`
+    "consistency": _WORKERS | {"no_cuda", "bad_factory"},  # `sandbox.worker.consistency`
+}
+"""The codes a worker may end each operation with. The others are this process's own word: its
 admission's refusals (`admission.check_loadable`: `refused_dangerous`, `refused_global`,
-`unsupported_format`), the jail's and the protocol's, its limits', its claims checks'; a
-worker that sends one of them (or any code not listed) is answering falsely."""
+`unsupported_format`), its own checks of the output and the shards (`output_exists`,
+`verify_failed`, `already_safetensors`, `bad_index`, `coverage`, `no_checkpoint`), the jail's
+and the protocol's, its limits', its claims checks'; a worker that sends one of them, or one
+its operation never raises, is answering falsely. Where the host can confirm a listed code
+from its own facts, it does (`claims.errors`)."""
 
 
-def worker_error(error: dict, sandbox: dict | None, tail: str) -> SandboxError:
-    """A worker's `error` event as this process's error: its own code where the worker may
-    send it, else the answer is refuted (a worker naming a policy refusal would turn a file
-    it failed to load into one deliberately not loaded, which a report passes)."""
+def worker_error(error: dict, sandbox: dict | None, tail: str, op: object) -> SandboxError:
+    """A worker's `error` event as this process's error: its own code where a worker may end
+    the operation `op` with it, else the answer is refuted (a worker naming a policy refusal
+    would turn a file it failed to load into one deliberately not loaded, which a report
+    passes; one naming an existing output would choose convert's exit status)."""
     code, message = str(error.get("code") or "error"), str(error.get("message") or "")
-    if code not in WORKER_CODES:
+    if code not in WORKER_CODES.get(str(op), _WORKERS):
         return SandboxError(REFUTED, f"the jailed worker ended with the code "
-                            f"'{escape(code[:80])}', which is not one a worker may send, so "
+                            f"'{escape(code[:80])}', which is not one a worker may send for "
+                            f"{escape(str(op)[:40])}, so "
                             f"none of its answer is trusted: {message}", sandbox=sandbox,
                             stderr=tail)
     return SandboxError(code, message, error.get("globals") or (), sandbox=sandbox,

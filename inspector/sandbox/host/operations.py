@@ -28,6 +28,7 @@ from inspector.layout.torchscript import CODE_ARCHIVES, NotCovered, describe_cod
 from inspector.sandbox.host.admission import check_loadable, static_scan
 from inspector.sandbox.host.claims.conversion import Asked, check_conversion
 from inspector.sandbox.host.claims.diff import SideBySide, check_diff
+from inspector.sandbox.host.claims.errors import checked_convert_error, checked_refusal
 from inspector.sandbox.host.claims.expected import Expected
 from inspector.sandbox.host.claims.inspection import check_digests, check_inspection
 from inspector.sandbox.host.events import ProtocolViolation
@@ -128,6 +129,7 @@ def inspect_one(path: str | os.PathLike[str], options: InspectOptions = InspectO
             report.update(_code_report(target, kind))
     except SandboxError as exc:
         expected.stop()
+        exc = checked_refusal(exc, admitted, allow)  # held against the scan, as a reply is
         report["error"] = exc.to_json()
         report["sandbox"] = exc.sandbox
     report["sha256"] = hasher.result() if hasher is not None else None
@@ -244,18 +246,22 @@ def convert_file(
                # Views are cloned, so the output may exceed the input; this bounds it.
                "output_bytes": 4 * size + (64 << 20)}
     expected = Expected(source, counts=False)  # the input's bytes, while the worker runs
+    asked = Asked(key, tuple(request["strip_prefix"]), skip_unsupported)
     try:
         with atomic_write(out, overwrite=overwrite) as fh:
             request["output_fd"] = fh.fileno()
-            result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout,
-                             pass_fds=(fh.fileno(),), gate=admit)
+            try:
+                result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout,
+                                 pass_fds=(fh.fileno(),), gate=admit)
+            except SandboxError as exc:  # its code chooses the exit status: a claim too
+                raise checked_convert_error(checked_refusal(exc, scanned, allow), expected,
+                                            asked) from None
             if not result.get("verified"):
                 raise SandboxError("verify_failed", "the output does not match the input: "
                                    + ", ".join(result.get("mismatches", [])[:8]),
                                    sandbox=result.get("sandbox"))
             # "verified" is the worker's word; the output is kept only once it is checked here
-            check_conversion(expected, fh.fileno(), result,
-                             Asked(key, tuple(request["strip_prefix"]), skip_unsupported))
+            check_conversion(expected, fh.fileno(), result, asked)
         sidecar_doc = result.pop("sidecar_document", None)
         result["sidecar"] = None
         if sidecar_doc is not None:
@@ -274,12 +280,14 @@ def convert_file(
     return result
 
 
-def _admit_for_integrity(path: Path, allow: list[str], override_dangerous: bool) -> str:
-    """Scan one input and refuse a dangerous pickle as `inspect` would (safetensors has none)."""
+def _admit_for_integrity(path: Path, allow: list[str], override_dangerous: bool
+                         ) -> ScanResult:
+    """Scan one input and refuse a dangerous pickle as `inspect` would (safetensors has none);
+    the scan."""
     scan = static_scan(path)
     if scan.format != "safetensors":
         check_loadable(scan, allow, override_dangerous)
-    return scan.format
+    return scan
 
 
 def tensor_digests(
@@ -297,7 +305,7 @@ def tensor_digests(
 
     target = Path(path).resolve()
     allow = list(allow_globals)
-    _admit_for_integrity(target, allow, override_dangerous)
+    scan = _admit_for_integrity(target, allow, override_dangerous)
     request = {
         "op": "digests",
         "path": str(target),
@@ -306,7 +314,10 @@ def tensor_digests(
     }
     expected = Expected(target, counts=False)  # the file's own digests, while the worker runs
     try:
-        result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout)
+        try:
+            result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout)
+        except SandboxError as exc:
+            raise checked_refusal(exc, [scan], allow) from None
         check_digests(expected, result)  # a worker's digests are claims until they pass
     finally:
         expected.stop()
@@ -319,7 +330,7 @@ def tensor_digests(
             dtype=r["dtype"],
             shape=tuple(r["shape"]),
             digest=r["digest"],
-            digest_algorithm=r["digest_algorithm"],
+            digest_algorithm=DIGEST_ALGORITHM,  # each one checked named so (check_digests)
             unchecked=unchecked,
         )
         for r in result["tensors"]
@@ -347,8 +358,7 @@ def diff_files(
     allow = list(allow_globals)
     files = [[p.resolve() for p in s.files] for s in sets]
     every = list(dict.fromkeys(p for side in files for p in side))
-    for path in every:
-        _admit_for_integrity(path, allow, override_dangerous)
+    scans = [_admit_for_integrity(path, allow, override_dangerous) for path in every]
     # the worker opens the links' targets; output names the files as the user reaches them
     sides = [{"path": str(s.path if s.index is not None else side[0]),
               "files": [str(p) for p in side], "names": [p.name for p in s.files]}
@@ -364,7 +374,10 @@ def diff_files(
     # both sides' bytes, compared here while the worker runs
     compared = SideBySide(files, [side["names"] for side in sides])
     try:
-        result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout)
+        try:
+            result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout)
+        except SandboxError as exc:
+            raise checked_refusal(exc, scans, allow) from None
         check_diff(compared, result)  # the rows' statuses are claims until they pass
     finally:
         compared.stop()

@@ -38,7 +38,12 @@ runs, and the worker's tensor records are held against it (`records`):
 - `conversion.check_conversion`: each tensor of the output safetensors file compared with the
   input's own storage bytes; every input tensor written, an alias of a written one with the
   same bytes, or skipped for a dtype safetensors cannot hold, and nothing else written. The
-  digests reported are the ones computed here.
+  digests reported are the ones computed here; the aliases and encoded tensors the output's
+  header's, the selection the one asked (`Asked`).
+- `errors`: the code a worker ends a job with, held against the request, the static scan and
+  the tensors located here (a --key failure needs a --key; a weights_only refusal needs the
+  scan to find what torch refuses, and offers only such globals).
+- Every reply's `digest_algorithm` is this process's own, SHA-256 (`refusal.algorithm_problems`).
 
 A file these readers cannot locate every tensor of (a pickle holding more than tensors, a DCP
 folder) is not checked: the record says why, and output says the answer is the jailed loader's.

@@ -17,13 +17,14 @@ from inspector.checkpoint.extract import strip_prefixes
 from inspector.checkpoint.results import ClaimCheck
 from inspector.core.dtypes import BY_NAME
 from inspector.core.errors import CodedError
-from inspector.core.flatten import flatten, unique_keys
+from inspector.core.flatten import colliding_keys, flatten, unique_keys
 from inspector.core.termtext import escape
 from inspector.formats.safetensors_header import (
     ALIASES_KEY,
     ENCODED_KEY,
     read_buffer,
     recorded_aliases,
+    recorded_specs,
 )
 from inspector.layout.torch_legacy import _next_pickle
 from inspector.layout.torch_save import (
@@ -36,7 +37,7 @@ from inspector.layout.torch_save import (
 from inspector.rawtensors.readers import CHUNK_BYTES, RawTensor
 from inspector.sandbox.host.claims.bytes_equal import equal
 from inspector.sandbox.host.claims.expected import Expected
-from inspector.sandbox.host.claims.refusal import refuted, timed
+from inspector.sandbox.host.claims.refusal import algorithm_problems, refuted, timed
 
 if TYPE_CHECKING:
     from inspector.rawtensors.values import Measured
@@ -67,9 +68,11 @@ def check_conversion(expected: Expected, output_fd: int, result: dict[str, Any],
     """Check a convert reply against the input's and the output's bytes before the output is
     kept: set `claims`, the digests and the input's tensor count computed here; SandboxError
     when a claim fails. Whatever the input, the output's SHA-256 is computed here from the
-    written file, and the tensor and byte totals read from its header; where the input is
-    read here, the sidecar's values and the cloned views are the ones its bytes give, and
-    elsewhere the sidecar says they are the jailed loader's (`UNCHECKED_KEY`)."""
+    written file, the tensor and byte totals, the aliases and the encoded tensors' rebuild
+    specs read from its header, the selection (`key`, `strip_prefix`) the one asked, and the
+    digest algorithm this process's own; where the input is read here, the sidecar's values,
+    the cloned views and the views made contiguous are the ones its bytes give, and elsewhere
+    the sidecar says they are the jailed loader's (`UNCHECKED_KEY`)."""
     started = time.perf_counter()
     if os.fstat(output_fd).st_size == 0:
         raise refuted("conversion", ["the output is empty"], result.get("sandbox"))
@@ -94,13 +97,17 @@ def check_conversion(expected: Expected, output_fd: int, result: dict[str, Any],
             sha256.exception()  # the mapping outlives the hashing thread's view of it
         problems += [p for p in _written_problems(header, sha256.result(), result)
                      if p not in problems]
+    problems += algorithm_problems(result)
     if isinstance(measured, str):
         _mark_unchecked(result, measured)
     elif header.refusal() is None:
         problems += _leaf_problems(expected, inputs, header, result, asked)
     if problems:
         raise refuted("conversion", problems, result.get("sandbox"))
-    result["sha256"] = sha256.result()
+    # what was asked is the client's, what was written the output's own header
+    result.update(sha256=sha256.result(), key=asked.key, strip_prefix=list(asked.strip_prefix),
+                  aliases=recorded_aliases(header.metadata),
+                  encoded=recorded_specs(header.metadata))
     if isinstance(measured, str):
         result["claims"] = ClaimCheck(reason=measured).to_json()
         return
@@ -159,7 +166,7 @@ def _leaf_problems(expected: Expected, inputs: dict[str, RawTensor], header,
     storage); a file the walk cannot read again leaves the sidecar marked unchecked."""
     fmt = expected.file.format if expected.file is not None else None
     try:
-        leaves = _input_leaves(Path(expected._path), fmt)  # the file `expected` measured
+        leaves = _input_leaves(expected.path, fmt)  # the file `expected` measured
     except (NotCovered, OSError, ValueError) as exc:
         _mark_unchecked(result, f"the input's values could not be read here ({exc})")
         return []
@@ -182,11 +189,16 @@ def _leaf_problems(expected: Expected, inputs: dict[str, RawTensor], header,
             sharing[leaf.storage.key] = sharing.get(leaf.storage.key, 0) + 1
     cloned = sorted(k for k, leaf in stored.items() if k in kept
                     and sharing.get(leaf.storage.key, 0) > 1 and not _covers_storage(leaf))
-    told = result.get("cloned_views")
-    if not isinstance(told, list) or sorted(map(str, told)) != cloned or len(told) != len(
-            cloned):
-        problems.append(f"the cloned views are {', '.join(map(escape, cloned)) or 'none'}, "
-                        f"reported as {escape(str(told))}")
+    # the worker writes every other view row-major, copying those that are not
+    made = sorted(k for k, leaf in stored.items() if k in kept and k not in cloned
+                  and not _row_major(leaf))
+    for field, name, listed in (("cloned_views", "cloned views", cloned),
+                                ("made_contiguous", "views made contiguous", made)):
+        told = result.get(field)
+        if not isinstance(told, list) or sorted(map(str, told)) != listed or len(
+                told) != len(listed):
+            problems.append(f"the {name} are {', '.join(map(escape, listed)) or 'none'}, "
+                            f"reported as {escape(str(told))}")
     return problems
 
 
@@ -197,8 +209,22 @@ def _is_plain(leaf: object) -> bool:
 def _input_leaves(path: Path, fmt: str | None) -> list[tuple[str, object]]:
     """Every leaf of a torch zip archive's or legacy stream's pickle, keyed as torch flattens
     it: a tensor as the layout walk's record of it (its storage, offset, shape, stride), a
-    plain value as itself; the pickle walked (`layout.torch_save.walk_pickle`), nothing of it
-    run. NotCovered for another format."""
+    plain value as itself. NotCovered for another format."""
+    return unique_keys(flatten(_input_root(path, fmt)))
+
+
+def input_collides(path: Path, fmt: str | None) -> bool:
+    """Whether two leaves of the input's pickle take one name once flattened, or a tensor
+    the name a safetensors header keeps for its metadata (what the worker refuses as
+    `key_collision` when nothing is selected). NotCovered for a format not walked here."""
+    root = _input_root(path, fmt)
+    return bool(colliding_keys(root)) or any(
+        key == "__metadata__" and not _is_plain(leaf) for key, leaf in flatten(root))
+
+
+def _input_root(path: Path, fmt: str | None) -> object:
+    """A torch zip archive's or legacy stream's pickle as the layout walk rebuilds it
+    (`layout.torch_save.walk_pickle`), nothing of it run; NotCovered for another format."""
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
         if fmt == "pytorch-zip":
             data = main_pickle(buf, archive_members(buf), "data.pkl")
@@ -209,7 +235,14 @@ def _input_leaves(path: Path, fmt: str | None) -> list[tuple[str, object]]:
         else:
             raise NotCovered(f"a {fmt} file's values are read only by the jailed loader")
     root, _ = walk_pickle(data, floats=True, legacy=fmt == "pytorch-legacy", int_keys=True)
-    return unique_keys(flatten(root))
+    return root
+
+
+def _row_major(leaf: Any) -> bool:
+    """Whether a walked tensor is row-major as torch tests it (`Tensor.is_contiguous`: one
+    without elements always is)."""
+    layout = TensorLayout("", leaf.dtype, leaf.itemsize, leaf.shape, leaf.stride, 0)
+    return math.prod(leaf.shape) == 0 or layout.contiguous
 
 
 def _covers_storage(leaf: Any) -> bool:
@@ -292,10 +325,11 @@ def _conversion_problems(selected: dict[str, tuple[RawTensor, Measured]], out: m
     problems = [f"{escape(k)} was written but is no tensor of the input"
                 for k in written if k not in inputs]
     digests: dict[str, str] = {}
+    left_out: list[str] = []
     for name, t in inputs.items():
         entry = written.get(name)
         if entry is not None:
-            if _safetensors_code(t.dtype) != entry.dtype.safetensors or (
+            if safetensors_code(t.dtype) != entry.dtype.safetensors or (
                     list(entry.shape) != list(t.shape)):
                 problems.append(f"{escape(name)} was written as {entry.dtype.name} "
                                 f"{entry.shape}, the input holds {t.dtype} {list(t.shape)}")
@@ -304,18 +338,26 @@ def _conversion_problems(selected: dict[str, tuple[RawTensor, Measured]], out: m
                 digests[name] = selected[name][1].digest
             else:
                 problems.append(f"{escape(name)}'s bytes differ from the input's")
-        elif name in skipped and _safetensors_code(t.dtype) is None:
-            continue
+        elif name in skipped and safetensors_code(t.dtype) is None:
+            left_out.append(name)
         elif not _is_alias(name, t, inputs, aliases, written):
             problems.append(f"{escape(name)} of the input is missing from the output")
+    listed = [s.get("key") if isinstance(s, dict) else s
+              for s in result.get("tensors_skipped") or ()]
+    if sorted(map(str, listed)) != sorted(left_out):  # what `skipped` lines are printed from
+        problems.append(f"the tensors left out are {', '.join(map(escape, left_out)) or 'none'}"
+                        f", reported as {escape(str(listed))}")
     problems += [f"the output names {escape(k)} an alias, which is no dropped input tensor"
                  for k in aliases if k in written or k not in inputs]
     if {k: v for k, v in header.metadata.items() if k not in OWN_METADATA} != aliases:
         problems.append("the output's metadata holds entries that are not its recorded aliases")
+    if recorded_specs(header.metadata) or ENCODED_KEY in header.metadata:
+        # no tensor located here is quantized or sparse: nothing of the input was encoded
+        problems.append("the output records encoded tensors, which the input does not hold")
     return problems, digests
 
 
-def _safetensors_code(dtype: str) -> str | None:
+def safetensors_code(dtype: str) -> str | None:
     """The safetensors code of a dtype; None where a safetensors file cannot hold it."""
     known = BY_NAME.get(dtype)
     return known.safetensors if known is not None else None

@@ -22,7 +22,7 @@ class Expected:
     (`counts`), its NaN / Inf; or why the file's tensors cannot all be located here."""
 
     def __init__(self, path: Path, counts: bool, start: bool = True) -> None:
-        self._path, self._counts = path, counts
+        self.path, self._counts = path, counts
         self._stop = threading.Event()
         self.file: RawFile | None = None
         self.reason: str | None = None
@@ -40,7 +40,7 @@ class Expected:
             # NumPy (0.09 s) is imported here, beside the worker's start, not before it
             from inspector.rawtensors.values import exact_orders, measure
 
-            self.file = open_raw(self._path)
+            self.file = open_raw(self.path)
             with ThreadPoolExecutor(max_workers=1, thread_name_prefix="claims-hash") as pool:
                 for t in self.file.tensors:
                     if self._stop.is_set():
@@ -69,6 +69,14 @@ class Expected:
         if self.file is None:
             return self.reason or "the file was not read"
         return list(zip(self.file.tensors, self.measured, strict=True))
+
+    def located(self) -> RawFile | str:
+        """The input's tensors as located here, their measuring stopped (a job that ended with
+        an error has no records to check), or why they could not be located."""
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join()
+        return self.file if self.file is not None else self.reason or "the file was not read"
 
     def stop(self) -> None:
         """The job ended without a reply to check: stop measuring."""

@@ -18,14 +18,20 @@ from inspector.formats.safetensors_header import (
 from inspector.sandbox.host.claims.expected import Expected
 from inspector.sandbox.host.claims.objects import file_objects, object_problems
 from inspector.sandbox.host.claims.records import DIGESTS, INSPECTED, record_problems
-from inspector.sandbox.host.claims.refusal import refuted, timed
+from inspector.sandbox.host.claims.refusal import algorithm_problems, refuted, timed
 
 
 def check_inspection(expected: Expected, report: dict[str, Any]) -> None:
     """Check an inspect reply (`report`, the inspect contract) against the file's bytes: its
     tensors' records and its `objects` (the plain values, `objects`); set its `claims`, its
-    checked NaN / Inf counts and health; `error` when a claim fails."""
+    checked NaN / Inf counts and health; `error` when a claim fails. The digest algorithm is
+    this process's whether or not the file is read here (`algorithm_problems`)."""
     started = time.perf_counter()
+    named = algorithm_problems(report)
+    if named:
+        expected.stop()
+        report["error"] = refuted("inspection", named, report.get("sandbox")).to_json()
+        return
     measured = expected.wait()
     if isinstance(measured, str):
         # judged here from the loader's records, which nothing here could check
@@ -60,7 +66,12 @@ def _objects_problems(expected: Expected, report: dict[str, Any]) -> list[str]:
 def check_digests(expected: Expected, result: dict[str, Any]) -> None:
     """Check a `digests` reply (what `verify` compares with a manifest) against the file's
     bytes: each tensor once with its digest, and a converted file's recorded aliases and
-    rebuild specs (`KEY::spec`) with theirs; SandboxError when a claim fails."""
+    rebuild specs (`KEY::spec`) with theirs, each named with this process's digest algorithm;
+    SandboxError when a claim fails."""
+    named = algorithm_problems(result, result["tensors"])
+    if named:
+        expected.stop()
+        raise refuted("tensor digests", named, result.get("sandbox"))
     measured = expected.wait()
     if isinstance(measured, str):
         result["claims"] = ClaimCheck(reason=measured).to_json()

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
+from inspector.core.termtext import escape
+from inspector.integrity.hashing import DIGEST_ALGORITHM
 from inspector.sandbox.host.jobs import REFUTED, SandboxError
 
 _LISTED = 3
@@ -21,3 +24,16 @@ def timed(result: dict[str, Any], started: float) -> None:
     """The check's own seconds, beside the job's (`timing.claims_s`)."""
     if isinstance(result.get("timing"), dict):
         result["timing"]["claims_s"] = round(time.perf_counter() - started, 3)
+
+
+def algorithm_problems(reply: dict[str, Any], records: Sequence[dict] = ()) -> list[str]:
+    """The digest algorithm a reply, and each of its `records`, names: this process hashes
+    every tensor it checks itself, with SHA-256 (`DIGEST_ALGORITHM`), and the worker's code
+    does too, so any other name is false (a manifest or signature written with it would fail
+    every later honest verify). The reply then carries this process's own name."""
+    named = [reply.get("digest_algorithm", DIGEST_ALGORITHM)]
+    named += [r.get("digest_algorithm", DIGEST_ALGORITHM) for r in records]
+    wrong = next((n for n in named if n != DIGEST_ALGORITHM), None)
+    reply["digest_algorithm"] = DIGEST_ALGORITHM
+    return [] if wrong is None else [f"the digests are {DIGEST_ALGORITHM}, named "
+                                     f"{escape(str(wrong)[:40])}"]
