@@ -218,3 +218,22 @@ def test_statistics_of_a_dtype_no_loader_summarises_are_refused(tmp_path, hostil
          zeros=0, mean=0.0, std=0.5)
     message = _refused(path, capsys)
     assert "q is bits8, whose values no loader summarises, reported with statistics" in message
+
+
+@pytest.mark.parametrize("fields, said", [
+    ({"std": 3.0e30}, "layers.2.weight has std 3e+30, outside [0, "),
+    ({"std_sample": -1.0}, "layers.2.weight has std_sample -1.0, outside [0, "),
+    ({"mean": 5.0}, "layers.2.weight has mean 5.0, outside ["),
+], ids=["std-past-range", "negative-std", "mean-past-range"])
+def test_statistics_the_checked_range_cannot_hold_are_refused(tmp_path, hostile, capsys,
+                                                              fields, said) -> None:
+    """The mean and std are the loader's (the radar's std view colours by them), yet a mean
+    outside [min, max] or a std past max - min is impossible for the checked range: a forged
+    std of 3e30 made a healthy layer the radar's brightest cell."""
+    g = torch.Generator().manual_seed(6)
+    path = tmp_path / "layers.pt"
+    torch.save({f"layers.{i}.weight": torch.randn(16, 16, generator=g) * 0.02
+                for i in range(4)}, path)
+    assert _health(path, capsys)["status"] == "ok"  # honest
+    _lie(hostile, "layers.2.weight", **fields)
+    assert said in _refused(path, capsys)

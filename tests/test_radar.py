@@ -163,3 +163,16 @@ def test_zero_and_missing_statistics() -> None:
     ("classifier.weight", "head"), ("scale", "other")])
 def test_weight_kinds(label, kind) -> None:
     assert kind_of(label) == kind
+
+
+def test_the_std_view_says_it_is_the_loaders_word(flipped) -> None:
+    """Nothing here computes a std (the claims only bound it by the checked range): its
+    legend and tooltips say whose it is, and do not read a bright cell as a flipped bit."""
+    radar = build_radar(flipped)
+    legend = radar.legend(STD)
+    assert "as reported by the jailed loader (not checked here)" in legend
+    assert "flipped exponent bit" not in legend
+    row, column = next(iter(radar.cells))
+    assert "std " in radar.describe(row, column)
+    assert all(line.endswith("(the loader's)") for line in
+               radar.describe(row, column).splitlines() if line.startswith("std "))

@@ -12,7 +12,9 @@ as the state dict orders them. Training state, buffers and index tensors are lef
 
 Cells carry each metric's value: absmax and std on a log10 scale, where a flipped exponent
 bit (x 2**128 for float32) stands tens of orders above its neighbours, and the NaN/Inf share
-of the tensor's elements. Cells that a weights-health finding names are marked with its codes.
+of the tensor's elements. The std is the jailed loader's word (the claims bound it by the
+checked range, nothing here computes it): its legend and tooltips say so. Cells that a
+weights-health finding names are marked with its codes.
 """
 
 from __future__ import annotations
@@ -147,9 +149,12 @@ class Radar:
             return ("Colour: share of NaN/Inf elements, dark for none; any NaN or Inf is at "
                     f"least {NONFINITE_FLOOR:.0%} up the scale, all of them brightest.")
         lo, hi = self.scale(metric)
-        return (f"Colour: {METRICS[metric]}, from {10 ** lo:.3g} (dark) to {10 ** hi:.3g} "
-                "(bright) on a log scale; a flipped exponent bit lights up tens of orders "
-                "above its row.")
+        scale = f"from {10 ** lo:.3g} (dark) to {10 ** hi:.3g} (bright) on a log scale"
+        if metric == STD:  # nothing here computes a std: the loader's, as its tooltip says
+            return (f"Colour: {METRICS[metric]}, as reported by the jailed loader (not "
+                    f"checked here), {scale}.")
+        return (f"Colour: {METRICS[metric]}, {scale}; a flipped exponent bit lights up tens "
+                "of orders above its row.")
 
     def describe(self, row: int, column: int) -> str:
         """A cell's key, place and exact statistics, one per line (its tooltip)."""
@@ -160,7 +165,7 @@ class Radar:
                  else f"{'before' if cell.layer == BEFORE else 'after'} the layers")
         share = cell.nonfinite
         lines = [cell.key, f"{where} · {self.rows[row].kind}",
-                 f"absmax {_number(cell.absmax)}", f"std {_number(cell.std)}",
+                 f"absmax {_number(cell.absmax)}", f"std {_number(cell.std)} (the loader's)",
                  f"NaN {cell.nan:,} · Inf {cell.inf:,} of {cell.numel:,}"
                  + (f" ({share:.3g})" if share else "")]
         lines += [f"weights health: {code}" for code in cell.findings]

@@ -103,7 +103,8 @@ def _inspected(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
     if claimed != (measured.nan, measured.inf):
         return [f"{escape(t.key)} holds {measured.nan} NaN and {measured.inf} Inf, reported as "
                 f"{escape(str(claimed[0]))} and {escape(str(claimed[1]))}"]
-    return _span_problems(t, measured, rec) or _order_problems(t, measured, rec)
+    return (_span_problems(t, measured, rec) or _order_problems(t, measured, rec)
+            or (_moment_problems(t, rec) if measured.span is not None else []))
 
 
 def _unsummarised(t: RawTensor, rec: dict) -> list[str]:
@@ -139,6 +140,27 @@ def _span_problems(t: RawTensor, measured: Measured, rec: dict) -> list[str]:
     if not wrong and rounded:
         rec.update(exact)
     return wrong[:1]
+
+
+def _moment_problems(t: RawTensor, rec: dict) -> list[str]:
+    """The worker's mean and standard deviations, which nothing here computes (the radar's
+    std view shows them), must be possible for the checked range: a mean within [min, max],
+    a std within [0, max - min] (population std is at most half the range, the sample one
+    at most that times sqrt(n / (n - 1))), none without a finite value; a slack of a
+    thousandth of the range's magnitude for the worker's rounding."""
+    low, high = rec.get("min"), rec.get("max")
+    moments = {name: rec.get(name) for name in ("mean", "std", "std_sample")}
+    if low is None or high is None:
+        told = {k: v for k, v in moments.items() if v is not None}
+        return [f"{escape(t.key)} has no finite value, reported with {escape(str(told))}"
+                ] if told else []
+    slack = 1e-3 * max(abs(low), abs(high))
+    bounds = {"mean": (low - slack, high + slack), "std": (0.0, high - low + slack),
+              "std_sample": (0.0, high - low + slack)}
+    return [f"{escape(t.key)} has {name} {escape(str(value))}, outside [{lo:.6g}, {hi:.6g}] "
+            f"for its values' range" for name, (lo, hi) in bounds.items()
+            if (value := moments[name]) is not None
+            and not (isinstance(value, (int, float)) and lo <= value <= hi)][:1]
 
 
 def _one_ulp(here: object, told: object, wide: bool) -> bool:
