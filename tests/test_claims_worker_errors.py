@@ -136,3 +136,16 @@ def test_a_global_the_file_imports_but_torch_allows_is_not_offered(tmp_path, hos
     assert "collections.OrderedDict" not in error["message"]
     assert _more_to_allow(InspectResult.from_json({"path": str(path), "error": error}).error,
                           ()) == ["argparse.Namespace"]
+
+
+def test_consistency_holds_a_weights_only_refusal_against_the_scan(tmp_path, hostile,
+                                                                   capsys) -> None:
+    path = _floats(tmp_path)
+    args = ["consistency", str(path), "--device", "cpu", "--repeats", "2", "--json"]
+    assert main(args) == 0  # honest
+    capsys.readouterr()
+    hostile(_ends_with("weights_only_refused", f"Unsupported global: GLOBAL {FORGED}",
+                       [FORGED]))
+    assert main(args) != 0
+    err = capsys.readouterr().err
+    assert "none of its answer is trusted" in err and "finds nothing" in err
