@@ -149,3 +149,21 @@ def test_consistency_holds_a_weights_only_refusal_against_the_scan(tmp_path, hos
     assert main(args) != 0
     err = capsys.readouterr().err
     assert "none of its answer is trusted" in err and "finds nothing" in err
+
+
+def test_a_failed_read_back_is_said_as_the_workers_word(tmp_path, hostile, capsys) -> None:
+    source = _floats(tmp_path)
+    hostile("""
+    import inspector.sandbox.worker.main as main
+    real = main._Emitter.__call__
+    def lying(self, event):
+        if event.get("type") == "result":
+            event = {**event, "verified": False, "mismatches": ["w"]}
+        return real(self, event)
+    main._Emitter.__call__ = lying
+    """)
+    out = tmp_path / "m.safetensors"
+    assert main(["convert", str(source), "-o", str(out)]) == EXIT_REFUTED
+    assert "the jailed worker says the output it read back does not match the input" in (
+        capsys.readouterr().err)
+    assert not out.exists()

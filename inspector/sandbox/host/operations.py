@@ -22,6 +22,7 @@ from typing import Any
 from inspector.checkpoint.results import DiffResult
 from inspector.core.atomic import OutputExistsError, atomic_write, write_text_atomic
 from inspector.core.progress import Cancelled, CancelToken
+from inspector.core.termtext import escape
 from inspector.integrity.hashing import DIGEST_ALGORITHM, sha256_file
 from inspector.integrity.shard_index import ShardError, ShardIndex, check_contents
 from inspector.layout.torchscript import CODE_ARCHIVES, NotCovered, describe_code_archive
@@ -257,8 +258,11 @@ def convert_file(
                 raise checked_convert_error(checked_refusal(exc, scanned, allow), expected,
                                             asked) from None
             if not result.get("verified"):
-                raise SandboxError("verify_failed", "the output does not match the input: "
-                                   + ", ".join(result.get("mismatches", [])[:8]),
+                # nothing is kept either way; the mismatches are only the worker's word
+                raise SandboxError("verify_failed", "the jailed worker says the output it read "
+                                   "back does not match the input (nothing kept): "
+                                   + ", ".join(escape(str(m)) for m in
+                                               result.get("mismatches", [])[:8]),
                                    sandbox=result.get("sandbox"))
             # "verified" is the worker's word; the output is kept only once it is checked here
             check_conversion(expected, fh.fileno(), result, asked)
