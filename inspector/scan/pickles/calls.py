@@ -19,7 +19,9 @@ def words(text: str) -> list[str]:
 
 # Compiled classes and pickling helpers of NumPy's random generators and scikit-learn that
 # their own pickles call (a fitted forest, gradient boosting, SGD, nearest neighbours, a
-# Generator or RandomState, a protocol-5 array). Each was read in its library's source: a
+# Generator or RandomState, a protocol-5 array), and NumPy's masked-array rebuild (a masked
+# array pickles itself as `_mareconstruct(MaskedArray, ndarray, shape, dtype)`: a fitted
+# GridSearchCV's cv_results_ holds them). Each was read in its library's source: a
 # compiled class's constructor takes typed numbers and arrays, and the helpers' calls of their
 # arguments are declared in CALLS_ARGUMENTS. A user-supplied distance function
 # (PyFuncDistance) calls code of the pickle's choosing at use, and is left out.
@@ -46,7 +48,8 @@ sklearn.linear_model._sgd_fast.Hinge sklearn.linear_model._sgd_fast.SquaredHinge
 sklearn.linear_model._sgd_fast.ModifiedHuber sklearn.linear_model._sgd_fast.EpsilonInsensitive
 sklearn.linear_model._sgd_fast.SquaredEpsilonInsensitive
 sklearn.metrics._dist_metrics.newObj sklearn.neighbors._kd_tree.newObj
-sklearn.neighbors._ball_tree.newObj
+sklearn.neighbors._ball_tree.newObj numpy.ma.core._mareconstruct numpy.ma.core.MaskedArray
+numpy.ma.MaskedArray
 """)
     + [f"sklearn._loss._loss.Cy{loss}" for loss in _SKLEARN_LOSSES]
     + [f"sklearn.metrics._dist_metrics.{metric}Distance{bits}"
@@ -118,6 +121,12 @@ CALLS_ARGUMENTS: dict[str, tuple[CalledArgument, ...]] = {
     **{f"numpy.{core}.multiarray._reconstruct": (
         CalledArgument(0, "subtype", "makes an instance of and runs a method of",
                        "__array_finalize__"),) for core in ("core", "_core")},
+    "numpy.ma.core._mareconstruct": (
+        CalledArgument(0, "subtype", "makes an instance of (subtype.__new__)", "__new__"),
+        CalledArgument(1, "baseclass", "makes an instance of (ndarray.__new__) and runs a "
+                       "method of", "__array_finalize__")),
+    **{f"numpy.ma{core}.MaskedArray": (CalledArgument(1, "mask", "calls a method of", "any"),)
+       for core in ("", ".core")},
     **{f"numpy.random._pickle.__{kind}_ctor": (
         CalledArgument(0, "bit_generator_name", "constructs (when it is a class, through its "
                        "default bit_generator_ctor) or wraps", "capsule"),
