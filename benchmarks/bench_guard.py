@@ -107,7 +107,7 @@ def time_steps(mode: str, model, opt, x, y, guard, steps: int, device: str,
                     opt.step()
                 continue
             # the other modes' steps moved the weights: the comparison is read, not obeyed
-            same = (fingerprint(weights) == prints[0]).all()
+            same = (fingerprint(weights).flat == prints[0].flat).all()
             if torch.stack([fine, same]).tolist()[0]:
                 opt.step()
                 prints[0] = fingerprint(weights)
@@ -198,7 +198,7 @@ def isolated_fingerprint(guard, args: argparse.Namespace) -> list[float]:
         start = time.perf_counter()
         for _ in range(args.steps):
             watch.after_step()
-            watch.expected.sum().item()
+            watch.expected.flat.sum().item()
         if args.device.startswith("cuda"):
             torch.cuda.synchronize()
         out.append((time.perf_counter() - start) / args.steps)

@@ -1,12 +1,11 @@
 """What the weights look like between optimizer steps: an exact fingerprint per tensor, its norm
 and its largest |value|, computed on the tensor's own device with no sync.
 
-The fingerprint of a tensor is the wrap-around int64 sum of its raw bytes read as 64-bit words
-(32-bit words, or bytes, summed into int64 where a piece of the tensor cannot be viewed as
-64-bit words). Integer addition is exact and order-free, so the same bytes give the same sum on
-any device, kernel or rank, and one flipped bit (any of them) moves it by ±2^k, never by 0. On
-a CPU it costs about one `sum` over the weights (a float64 sum of squares, which needs a
-float64 copy, costs ~70x more there).
+The fingerprint (`weights.prints`) is exact integer arithmetic over a tensor's bytes: the
+sums of the rows and the columns of its 64-bit words laid out as a grid, which no pair of bit
+flips leaves unchanged. On a CPU it costs about two `sum`s over the weights in cache, less
+where the pass is bound by memory (a float64 sum of squares, which needs a float64 copy, costs
+~70x more there).
 
 `WeightWatch.after_step` takes the fingerprint right after an optimizer step (a global
 `torch.optim` post-hook calls it); `reading()` takes the next one together with the per-tensor
@@ -45,6 +44,17 @@ from torch import nn
 
 from inspector.core.flatten import is_running_variance
 from inspector.guard.weights.members import layout, members
+from inspector.guard.weights.prints import (
+    CACHED_BYTES,
+    Prints,
+    column_sums,
+    fingerprint,
+    grid,
+    print_parts,
+    raw_bytes,
+    tails,
+    words_of,
+)
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
@@ -61,64 +71,31 @@ def watched(t: torch.Tensor | None) -> bool:
     return t is not None and (t.is_floating_point() or t.is_complex())
 
 
-PIECE_BYTES = 1 << 20
-"""The piece of a tensor a reading reduces at a time: small enough to stay in a core's L2
-cache between its reductions, large enough that dispatching them costs little (a multiple of
-8, so every piece but a tensor's last is read as 64-bit words)."""
-
-
-def fingerprint(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """Each tensor's exact fingerprint (int64, on the first tensor's device)."""
-    if not tensors:
-        return torch.zeros(0, dtype=torch.int64)
-    device = tensors[0].device
-    return torch.stack([_fingerprint(t).to(device) for t in tensors])
-
-
-def _fingerprint(t: torch.Tensor) -> torch.Tensor:
-    """One tensor's fingerprint: the sum of its pieces' word sums (as `_read` takes it), in
-    one pass when the whole tensor reads as 64-bit words (the same sum, cut nowhere)."""
-    raw = _raw(t)
-    if raw.numel() % 8 == 0 and raw.storage_offset() % 8 == 0:
-        return _word_sum(raw)
-    return torch.stack([_word_sum(piece) for piece in _pieces(raw)]).sum()
-
-
-def _raw(t: torch.Tensor) -> torch.Tensor:
-    """The tensor's bytes, flat (a view when it is contiguous)."""
-    flat = t.detach().reshape(-1)
-    return flat.view(torch.uint8) if flat.element_size() != 1 else flat
-
-
-def _pieces(raw: torch.Tensor) -> list[torch.Tensor]:
-    """`raw` cut into views of at most PIECE_BYTES bytes."""
-    return [raw[at:at + PIECE_BYTES] for at in range(0, raw.numel(), PIECE_BYTES)]
-
-
-def _word_sum(raw: torch.Tensor) -> torch.Tensor:
-    """The wrap-around int64 sum of a piece of raw bytes, read as the widest words it allows."""
-    if raw.numel() == 0:
-        return torch.zeros((), dtype=torch.int64, device=raw.device)
-    if raw.numel() % 8 == 0 and raw.storage_offset() % 8 == 0:
-        return raw.view(torch.int64).sum()
-    if raw.numel() % 4 == 0 and raw.storage_offset() % 4 == 0:
-        return raw.view(torch.int32).sum(dtype=torch.int64)
-    return raw.sum(dtype=torch.int64)
+PIECE_BYTES = CACHED_BYTES
+"""The piece of a tensor a reading reduces at a time (a multiple of 8, so every piece but a
+tensor's last is read as 64-bit words)."""
 
 
 def _read(t: torch.Tensor, prints: bool, largest: bool
-          ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
-    """One tensor's fingerprint and largest |w| (each when asked) and its L2 norm (float32).
-    On a CPU its bytes come from memory once: every reduction runs on a piece while it is in
-    cache. A GPU reads its own memory at full speed and pays per kernel launch instead, so
+          ) -> tuple[list[torch.Tensor] | None, torch.Tensor, torch.Tensor | None]:
+    """One tensor's fingerprint parts and largest |w| (each when asked) and its L2 norm
+    (float32). On a CPU its bytes come from memory once: every reduction runs on a piece while
+    it is in cache (pieces of whole rows of `grid`, the fingerprint's parts as `print_parts` takes
+    them). A GPU reads its own memory at full speed and pays per kernel launch instead, so
     there each reduction takes the whole tensor."""
-    raw = _raw(t)
+    raw = raw_bytes(t)
     cut = raw.device.type == "cpu"
-    sums, norms, highs, lows = [], [], [], []
-    for piece in _pieces(raw) if cut else [raw]:
-        values = piece.view(t.dtype)
-        if prints and cut:
-            sums.append(_word_sum(piece))
+    # 64-bit words that are a view of the bytes can be summed piece by piece
+    in_place = raw.storage_offset() % 8 == 0
+    rows, columns = grid(raw.numel() // 8) if in_place else (0, 0)
+    pieces = _cuts(raw.numel(), rows, columns, in_place) if cut else [(0, raw.numel())]
+    columns_sums, row_sums, norms, highs, lows = [], [], [], [], []
+    for start, end in pieces:
+        values = raw[start:end].view(t.dtype)
+        if prints and cut and in_place and end <= 8 * rows * columns:
+            block = raw[start:end].view(torch.int64).view(-1, columns)
+            columns_sums.append(block.sum(0))
+            row_sums.append(block.sum(1))
         norms.append(torch.linalg.vector_norm(values, dtype=_norm_dtype(t)))
         if largest:
             low, high = torch.aminmax(values)
@@ -126,14 +103,30 @@ def _read(t: torch.Tensor, prints: bool, largest: bool
             lows.append(low)
     if not norms:
         zero = torch.zeros((), device=t.device)
-        return _word_sum(raw) if prints else None, zero, zero if largest else None
+        return print_parts(raw) if prints else None, zero, zero if largest else None
     top = None
     if largest:
         top = torch.maximum(torch.stack(highs).max(), -torch.stack(lows).min()).float()
-    total = None
-    if prints:  # the pieces' word sums are `_fingerprint`'s, cut where it cuts
-        total = torch.stack(sums).sum() if cut else _fingerprint(t)
-    return total, torch.linalg.vector_norm(torch.stack(norms)), top
+    parts = None
+    if prints and cut and in_place:  # the pieces' sums are `print_parts`', cut at whole rows
+        words, covered = words_of(raw)
+        summed = [column_sums(columns_sums), *row_sums] if rows else []
+        parts = summed + tails(raw, words, rows * columns, covered)
+    elif prints:
+        parts = print_parts(raw)
+    return parts, torch.linalg.vector_norm(torch.stack(norms)), top
+
+
+def _cuts(size: int, rows: int, columns: int, in_place: bool) -> list[tuple[int, int]]:
+    """The byte ranges a CPU reading takes in turn: blocks of whole rows of about
+    `PIECE_BYTES` while the words are a view of the bytes, then the rest; else plain
+    `PIECE_BYTES` pieces."""
+    if not in_place or not rows:
+        return [(at, min(at + PIECE_BYTES, size)) for at in range(0, size, PIECE_BYTES)]
+    step = 8 * columns * max(1, PIECE_BYTES // (8 * columns))
+    summed = 8 * rows * columns
+    cuts = [(at, min(at + step, summed)) for at in range(0, summed, step)]
+    return cuts + ([(summed, size)] if summed < size else [])
 
 
 def _norm_dtype(t: torch.Tensor) -> torch.dtype:
@@ -331,7 +324,7 @@ class WeightWatch:
         no forward writes them, so any change of their bytes is a fault; their fingerprint is
         taken once and compared at every reading."""
         self.constant_expected = fingerprint(self.constants) if self.constants else None
-        self.constant_last: list[int] | None = None
+        self.constant_last: list[tuple[int, ...]] | None = None
         """Their fingerprints at the last reading, while `CONSTANT_LEARNING` lasts."""
         self.constant_moves = [0] * len(self.constants)
         """Between how many consecutive readings each changed, while it lasts."""
@@ -339,7 +332,7 @@ class WeightWatch:
         self.every = every
         self.largest_every = max(1, largest_every)
         self.ids = {id(p) for _, p in named}
-        self.expected: torch.Tensor | None = None
+        self.expected: Prints | None = None
         self.steps = 0
         self.readings = 0
         on = spare_core(self.params) if overlap is None else overlap and bool(self.params)
@@ -371,15 +364,15 @@ class WeightWatch:
             largest = self.readings % self.largest_every == 0
             self.after = self.worker.submit(_values, self.params, largest)
 
-    def _fingerprint_now(self) -> torch.Tensor:
+    def _fingerprint_now(self) -> Prints:
         """`fingerprint(params)`, on both threads when there is a background one; returns
         only when every tensor has been read."""
         if self.worker is None or not self.params:
             return fingerprint(self.params)
         theirs = self.worker.submit(fingerprint, self.params[self.cut:])
-        mine = fingerprint(self.params[:self.cut])
-        device = self.params[0].device
-        return torch.cat([mine.to(device), theirs.result().to(device)])
+        mine, rest = fingerprint(self.params[:self.cut]), theirs.result()
+        return Prints(torch.cat([mine.flat, rest.flat.to(mine.flat.device)]),
+                      mine.lengths + rest.lengths)
 
     def settle(self) -> None:
         """Wait for the background reads (before anything writes the weights)."""
@@ -402,8 +395,8 @@ class WeightWatch:
             self.readings += 1
             # the buffers as they are now, after this step's forward wrote them
             buffers = _buffer_values(self.buffers, self.variances) if self.buffers else None
-            constants = (fingerprint(self.constants) != self.constant_expected
-                         if self.constants else None)
+            constants = (fingerprint(self.constants).differ(self.constant_expected)
+                         if self.constants and self.constant_expected is not None else None)
             if not self.params:
                 return WeightReading(None, torch.zeros(0), torch.zeros(0) if due else None,
                                      buffers=buffers, constants=constants)
@@ -411,7 +404,7 @@ class WeightWatch:
             if self.worker is not None and after is not None and largest is None:
                 expected = self.expected
                 changed = (None if expected is None else self.worker.submit(
-                    lambda: fingerprint(self.params) != expected))
+                    lambda: fingerprint(self.params).differ(expected)))
                 return WeightReading(changed, after, None, settled=True, buffers=buffers,
                                      constants=constants)
             if after is not None:
@@ -421,7 +414,8 @@ class WeightWatch:
             read = [_read(p, check, due) for p in self.params]
             changed = None
             if check:
-                changed = torch.stack([r[0].to(device) for r in read]) != self.expected
+                now = Prints.join([r[0] for r in read], device)
+                changed = now.differ(self.expected)
             top = _stack([r[2] for r in read]) if due else None
             return WeightReading(changed, _stack([r[1] for r in read]), top, buffers=buffers,
                                  constants=constants)
@@ -466,7 +460,7 @@ class WeightWatch:
         between every two readings, and is dropped at the last) from a fault (named then)."""
         if self.constant_readings < CONSTANT_LEARNING and self.constants:
             self.constant_readings += 1
-            now = fingerprint(self.constants).tolist()
+            now = fingerprint(self.constants).per_tensor()
             if self.constant_last is not None:
                 self.constant_moves = [m + (a != b) for m, a, b in
                                        zip(self.constant_moves, now, self.constant_last,
@@ -480,7 +474,8 @@ class WeightWatch:
             self.constant_names = [self.constant_names[i] for i in kept]
             self.constants = [self.constants[i] for i in kept]
             expected = self.constant_expected
-            self.constant_expected = expected[kept] if kept and expected is not None else None
+            self.constant_expected = (expected.select(kept) if kept and expected is not None
+                                      else None)
         return [name for name, flag in zip(self.constant_names, flags, strict=True) if flag]
 
     def _constant_norm(self, name: str) -> float:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from inspector.guard.rules import Breach
-from inspector.guard.weights.fingerprint import WeightWatch, fingerprint
+from inspector.guard.weights.fingerprint import Prints, WeightWatch, fingerprint
 
 RULE = "replica-differs"
 
@@ -55,14 +55,15 @@ class ReplicaCheck:
         size = place[1]
         device = watch.params[0].device
         with torch.no_grad():
-            prints = fingerprint(watch.params).to(device)
+            prints = fingerprint(watch.params)
             norms = torch.stack(torch._foreach_norm([p.detach() for p in watch.params], 2.0)
                                 ).to(device=device, dtype=torch.float64)
-        all_prints = [torch.empty_like(prints) for _ in range(size)]
+        flat = prints.flat.to(device)
+        all_prints = [torch.empty_like(flat) for _ in range(size)]
         all_norms = [torch.empty_like(norms) for _ in range(size)]
-        dist.all_gather(all_prints, prints)
+        dist.all_gather(all_prints, flat)
         dist.all_gather(all_norms, norms)
-        by_rank = [t.tolist() for t in all_prints]
+        by_rank = [Prints(t, prints.lengths).per_tensor() for t in all_prints]
         norm_by_rank = [t.tolist() for t in all_norms]
         out = []
         for i, name in enumerate(watch.names[:len(watch.params)]):
@@ -74,7 +75,7 @@ class ReplicaCheck:
             out.append(Breach(RULE, "weights", float(blamed), None, name))
         return out
 
-    def _blame(self, name: str, values: list[int], norms: list[float]) -> int:
+    def _blame(self, name: str, values: list[tuple[int, ...]], norms: list[float]) -> int:
         """The odd rank out by vote; on a tie, the rank whose norm moved furthest from the
         last agreement (the first rank when there was none)."""
         counts = Counter(values).most_common()
