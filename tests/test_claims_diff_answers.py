@@ -166,3 +166,26 @@ def test_each_sides_path_is_the_one_asked_about(tmp_path, hostile, capsys) -> No
     assert main(["diff", str(a), str(b)]) == 1
     out = capsys.readouterr().out
     assert f"A: {a.resolve()} (pytorch-zip)" in out and "/srv/other" not in out
+
+
+def test_converted_files_encoded_tensors_rebuild_specs_are_compared_here(tmp_path,
+                                                                         capsys) -> None:
+    """`convert` writes a quantized tensor as parts and records how to rebuild it; the worker
+    lists that record as one more part, `KEY::spec`, which was no tensor of either side here,
+    so every diff of such files was refused."""
+    outs = []
+    for axis in (0, 1):  # the same parts, quantized along another axis
+        source, out = tmp_path / f"q{axis}.pt", tmp_path / f"q{axis}.safetensors"
+        q = torch.quantize_per_channel(torch.ones(4, 4), torch.full((4,), 0.1),
+                                       torch.zeros(4, dtype=torch.long), axis, torch.qint8)
+        torch.save({"q": q, "w": torch.ones(4)}, source)
+        assert main(["convert", str(source), "-o", str(out)]) == 0
+        outs.append(out)
+    capsys.readouterr()
+    assert main(["diff", str(outs[0]), str(outs[0]), "--json"]) == 0
+    same = json.loads(capsys.readouterr().out)
+    assert same["claims"]["checked"] and "error" not in same
+    assert "q::spec" in {r["key"] for r in same["tensors"]}
+    assert main(["diff", *map(str, outs), "--json"]) == 1
+    rows = {r["key"]: r["status"] for r in json.loads(capsys.readouterr().out)["tensors"]}
+    assert rows["q::spec"] == "changed" and rows["q::int_repr"] == rows["w"] == "identical"

@@ -12,8 +12,8 @@ from inspector.checkpoint.results import ClaimCheck
 from inspector.checkpoint.tensor_pairs import object_changes
 from inspector.core.termtext import escape
 from inspector.core.vocabulary import TensorStatus
-from inspector.formats.safetensors_header import recorded_aliases, recorded_specs
-from inspector.rawtensors.readers import NotReadable, RawTensor, open_raw
+from inspector.formats.safetensors_header import recorded_aliases, recorded_specs, spec_bytes
+from inspector.rawtensors.readers import NotReadable, Placed, RawTensor, open_raw
 from inspector.sandbox.host.claims.changes import Changes, changes
 from inspector.sandbox.host.claims.conversion import same_view
 from inspector.sandbox.host.claims.objects import diff_objects
@@ -139,13 +139,27 @@ def _located(files: list[Path]) -> _Side:
         side.stored |= dict.fromkeys(mine, number)
         mine |= {removed: mine[kept] for removed, kept in recorded_aliases(raw.metadata).items()
                  if kept in mine and removed not in mine}
-        side.shards.append((raw.format, len(mine) + len(recorded_specs(raw.metadata))))
+        mine |= _spec_parts(raw.metadata)
+        side.shards.append((raw.format, len(mine)))
         side.tensors |= mine
         side.files |= dict.fromkeys(mine, number)
         for obj in diff_objects(str(path), raw):
             values.setdefault(obj["key"], obj)
     side.objects = list(values.values())
     return side
+
+
+def _spec_parts(metadata: dict[str, str]) -> dict[str, RawTensor]:
+    """A converted file's rebuild specs of its encoded tensors as the worker's readers list
+    them (`KEY::spec`, its canonical JSON as bytes: `tensors.sources`), so two encoded tensors
+    that rebuild differently differ; they lie in no place of the file (`view` None)."""
+    parts = {}
+    for key, spec in recorded_specs(metadata).items():
+        data = spec_bytes(spec)
+        parts[f"{key}::spec"] = RawTensor(
+            f"{key}::spec", "uint8", (len(data),), lambda data=data: iter([memoryview(data)]),
+            (None,), (0, 0), Placed((1,), 0, True))
+    return parts
 
 
 def check_diff(compared: SideBySide, result: dict[str, Any]) -> None:
