@@ -115,6 +115,10 @@ def test_flipped_exponent_lights_up_its_cell_and_a_click_selects_it(window, qtbo
                 assert view.isVisible() and right <= window.width()
                 assert view.table.visualRect(by_key[FLIPPED]).height() > 0
                 window.grab().save(str(artifacts / f"radar-{width}x{height}-{scheme}.png"))
+        view.metric_box.setCurrentIndex(1)  # the std: the loader's word, said in the legend
+        assert "as reported by the jailed loader" in view.legend.text()
+        qtbot.wait(50)
+        window.grab().save(str(artifacts / "radar-std-1920x1080-dark.png"))
     finally:
         appmod.set_theme("system")
 
