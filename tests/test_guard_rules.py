@@ -56,7 +56,9 @@ def test_the_median_rule_judges_from_its_fifth_value_and_follows_a_falling_loss(
         rule.learn(0.05)  # the window now holds the recent, low losses only
     assert rule.judge(1.4) is None
     breach = rule.judge(0.05 * 300)
-    assert breach is not None and math.isclose(breach.threshold, 1.5)
+    # the bar: 30 x the median 0.05, but not below half the largest of the first five values
+    assert breach is not None and math.isclose(breach.threshold, 2.5)
+    assert rule.judge(2.4) is None
 
 
 def test_every_registered_rule_is_named_by_its_kind_and_judges_through_the_rule_set():

@@ -6,8 +6,11 @@ value of one signal (`loss` or `grad_norm`) and answers the threshold it broke, 
 rule is one class here and one test. Megatron's and the EMA rule learn during a warm-up and never
 alarm in it; the median rule judges from its `early`-th value on, against the median of a short
 window, so a spike at step 40 is not waited out. A value that raised an alarm is not learned, so
-one spike does not lift the bar for the next. The rules over the weights themselves (per tensor)
-are in `rules_weights`.
+one spike does not lift the bar for the next. Neither the EMA nor the median rule alarms below
+half the largest of the signal's first `early` values (`StartScale`): a run trained to near-zero
+loss has a median so low that an ordinary hard batch is 30x it, but a value far below what the
+run itself produced when its weights knew nothing is no blow-up. The rules over the weights
+themselves (per tensor) are in `weights.rules`.
 Their state is plain numbers (`state_dict`), so a scene carries it and a resumed run keeps its
 thresholds.
 """
@@ -164,6 +167,30 @@ class MaxOfFirst(OnSignal):
         self.seen, self.largest = int(state["seen"]), float(state["largest"])
 
 
+@dataclass
+class StartScale:
+    """A share of the largest |value| among a signal's first `count` finite values: the scale
+    the run starts at, below which a spike rule does not alarm however low the recent values
+    are."""
+
+    count: int = 5
+    share: float = 0.5
+    """Half: a corruption that sends a fitted model's loss back to about its untrained level
+    (rows of a weight rolled: 0.05 -> 4.4 after a start at 4.6-5.0) is still a spike; an ordinary
+    hard batch of a run fitted to near-zero loss stays far below (0.14 after a start at 1.5,
+    its gradient norm 1.05 after 3.4)."""
+    first: list = field(default_factory=list)
+
+    def learn(self, value: float) -> None:
+        """Keep the value while fewer than `count` are known."""
+        if len(self.first) < self.count and math.isfinite(value):
+            self.first.append(abs(value))
+
+    def floor(self) -> float:
+        """`share` x the largest of the first values (0 before any)."""
+        return self.share * max(self.first, default=0.0)
+
+
 @register
 @dataclass
 class EmaSpike(OnSignal):
@@ -175,13 +202,14 @@ class EmaSpike(OnSignal):
     beta: float = 0.99
     seen: int = 0
     ema: float = 0.0
+    start: StartScale = field(default_factory=StartScale)
     kind = "spike-ema"
 
     def judge(self, value: float) -> Breach | None:
         """The breach, with the threshold broken, or None."""
         if self.seen < self.warmup or not math.isfinite(value):
             return None
-        threshold = self.k * self.ema
+        threshold = max(self.k * self.ema, self.start.floor())
         if value > threshold > 0:
             return Breach(self.name, self.signal, value, threshold)
         return None
@@ -193,34 +221,42 @@ class EmaSpike(OnSignal):
         self.seen += 1
         weight = max(1.0 - self.beta, 1.0 / self.seen)
         self.ema += weight * (value - self.ema)
+        self.start.learn(value)
 
     def state_dict(self) -> dict:
         """What a resumed run needs to keep the same threshold."""
-        return {"seen": self.seen, "ema": self.ema}
+        return {"seen": self.seen, "ema": self.ema, "first": list(self.start.first)}
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue from a saved state."""
+        """Continue from a saved state (one saved without its first values learns them
+        again from the next ones)."""
         self.seen, self.ema = int(state["seen"]), float(state["ema"])
+        self.start.first = [float(v) for v in state.get("first", [])]
 
 
 @register
 @dataclass
 class MedianSpike(OnSignal):
     """Alarm at >= k x the median of the last `window` values, from the `early`-th value on:
-    robust to one odd step, and it follows a loss that falls, so no long warm-up is needed."""
+    robust to one odd step, and it follows a loss that falls, so no long warm-up is needed;
+    never below half the largest of the first `early` values (`StartScale`)."""
 
     signal: Signal
     k: float = 30.0
     early: int = 5
     window: int = 16
     recent: deque = field(default_factory=deque)
+    start: StartScale = field(default_factory=StartScale)
     kind = "spike-median"
+
+    def __post_init__(self) -> None:
+        self.start.count = self.early
 
     def judge(self, value: float) -> Breach | None:
         """The breach, with the threshold broken, or None."""
         if len(self.recent) < self.early or not math.isfinite(value):
             return None
-        threshold = self.k * statistics.median(self.recent)
+        threshold = max(self.k * statistics.median(self.recent), self.start.floor())
         if abs(value) >= threshold > 0:
             return Breach(self.name, self.signal, value, threshold)
         return None
@@ -231,14 +267,17 @@ class MedianSpike(OnSignal):
             self.recent.append(abs(value))
             while len(self.recent) > self.window:
                 self.recent.popleft()
+            self.start.learn(value)
 
     def state_dict(self) -> dict:
         """What a resumed run needs to keep the same threshold."""
-        return {"recent": list(self.recent)}
+        return {"recent": list(self.recent), "first": list(self.start.first)}
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue from a saved state."""
+        """Continue from a saved state (one saved without its first values learns them
+        again from the next ones)."""
         self.recent = deque(float(v) for v in state["recent"])
+        self.start.first = [float(v) for v in state.get("first", [])]
 
 
 @dataclass
