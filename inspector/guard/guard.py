@@ -23,7 +23,7 @@ gradients (so `optimizer.step()` changes nothing), `halt` writes a scene (`scene
 `GuardHalt`, a `SystemExit` with `EXIT_HALTED`. A non-finite loss or gradient is skipped even
 under `warn` (`skip_nonfinite`, as GradScaler does), so NaN never reaches the weights unsaid.
 The guard registers its health check with `run.health_gate`, so the ledger asks it before
-sealing a checkpoint of the same run folder.
+sealing a checkpoint of its run folder (or a folder inside it) or of a model it watches.
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ class Guard:
             _weak_hook(self, "_after_optimizer_step"))
         self._pre_hook = register_optimizer_step_pre_hook(
             _weak_hook(self, "_before_optimizer_step"))
-        health_gate.register(self.run_dir, self.health)
+        health_gate.register(self.run_dir, self.health, self.models.holds)
         self.alarms: list[Alarm] = []
         self._nonfinite_skips = 0
         """How many `guard.step`s in a row, up to the last, skipped a non-finite step."""

@@ -1,46 +1,81 @@
 """The health checks a process has for a run folder, which the checkpoint ledger runs before
 it seals a save: so a guard and a ledger in one training process meet with no call between them.
 
-The training guard registers its check (`register(RUN_DIR, check)`: the weights finite, within
-their learned bounds, their fingerprint the one the last optimizer step left); the ledger asks
-`problems(RUN_DIR)` and records a save whose answer is not empty as unhealthy. Torch-free, so
-both writers (`guard/`, `ledger/`) can import it; checks are held weakly, so a guard that is
-gone stops being asked.
+The training guard registers its check (`register(RUN_DIR, check, watches)`: the weights finite,
+within their learned bounds, their fingerprint the one the last optimizer step left); the ledger
+asks `problems(RUN_DIR, state)` and records a save whose answer is not empty as unhealthy. A
+check is asked when the save's run folder is the guard's or inside it (a ledger whose run folder
+defaults to the checkpoint's folder, `RUN/checkpoints`, beside a guard of `RUN`), or when the
+saved state holds a tensor of a model the guard watches (`watches`), wherever either was told
+to write. A live guard that neither connects is not asked, and one line on stderr says so (once
+per guard and run folder): a save sealed without its guard's word must not look like one that
+had it. Torch-free, so both writers (`guard/`, `ledger/`) can import it; checks are held
+weakly, so a guard that is gone stops being asked.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 HealthCheck = Callable[[], list[str]]
 """A check: one line per problem found, empty when the weights are healthy."""
+Watches = Callable[[Any], bool]
+"""Whether a state about to be saved holds a tensor of a model the check's guard watches."""
 
-_CHECKS: dict[Path, list[weakref.WeakMethod]] = {}
+
+@dataclass
+class _Registered:
+    run_dir: Path
+    check: weakref.WeakMethod
+    watches: weakref.WeakMethod | None
+    said: set[Path]
+    """The run folders of saves this check was not asked for, already said on stderr."""
+
+
+_CHECKS: list[_Registered] = []
 
 
 def _key(run_dir: str | os.PathLike[str]) -> Path:
     return Path(os.path.abspath(run_dir))
 
 
-def register(run_dir: str | os.PathLike[str], check: HealthCheck) -> None:
-    """Ask `check` (a bound method, held weakly) before every save into `run_dir`."""
-    _CHECKS.setdefault(_key(run_dir), []).append(weakref.WeakMethod(check))  # type: ignore[arg-type]
+def register(run_dir: str | os.PathLike[str], check: HealthCheck,
+             watches: Watches | None = None) -> None:
+    """Ask `check` (a bound method, held weakly) before every save into `run_dir` or a folder
+    inside it, and before every save of a state `watches` (a bound method) says it watches."""
+    _CHECKS.append(_Registered(_key(run_dir), weakref.WeakMethod(check),  # type: ignore[arg-type]
+                               weakref.WeakMethod(watches) if watches else None,  # type: ignore[arg-type]
+                               set()))
 
 
 def unregister(run_dir: str | os.PathLike[str], check: HealthCheck) -> None:
     """Stop asking `check`."""
-    held = _CHECKS.get(_key(run_dir), [])
-    held[:] = [ref for ref in held if ref() is not None and ref() != check]
+    _CHECKS[:] = [r for r in _CHECKS if r.check() is not None and r.check() != check]
 
 
-def problems(run_dir: str | os.PathLike[str]) -> list[str]:
-    """Every problem the live checks of `run_dir` find now."""
+def problems(run_dir: str | os.PathLike[str], state: Any = None) -> list[str]:
+    """Every problem the live checks connected to a save of `state` into `run_dir` find now;
+    each live check not connected is said once on stderr."""
+    run = _key(run_dir)
     out: list[str] = []
-    for ref in list(_CHECKS.get(_key(run_dir), [])):
-        check = ref()
-        if check is not None:
+    for r in list(_CHECKS):
+        check = r.check()
+        if check is None:
+            continue
+        watches = r.watches() if r.watches is not None else None
+        if run == r.run_dir or r.run_dir in run.parents or (
+                state is not None and watches is not None and watches(state)):
             out += check()
+        elif run not in r.said:
+            r.said.add(run)
+            print(f"inspector.ledger: the training guard of {r.run_dir} was not asked about a "
+                  f"save into {run}: neither is that run folder inside the guard's nor does the "
+                  "save hold a tensor of a model it watches; pass run_dir= to the ledger so "
+                  "the guard's alarms reach its saves", file=sys.stderr)
     return out

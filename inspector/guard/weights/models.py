@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
+import torch
 from torch import nn
 
+from inspector.core.flatten import flatten
 from inspector.guard.rules import Breach
-from inspector.guard.weights.fingerprint import WeightWatch
+from inspector.guard.weights.fingerprint import WeightWatch, local
 from inspector.guard.weights.members import Owners, Stopped, replaced
 from inspector.guard.weights.replicas import ReplicaCheck
 from inspector.guard.weights.rules import WeightRuleSet
@@ -91,6 +94,13 @@ class Models:
         self.by_id[id(model)] = w
         return w, []
 
+    def holds(self, state: Any) -> bool:
+        """Whether `state` (a state about to be saved: nested dicts, lists, tuples) holds a
+        tensor whose storage is a watched parameter's (`model.state_dict()` returns views of
+        the parameters, so a save of it is a save of the watched model)."""
+        ours = {p.untyped_storage().data_ptr() for w in self.all() for p in w.watch.params}
+        return any(_storage(leaf) in ours for _, leaf in flatten(state))
+
     def _new_watch(self, model: nn.Module) -> WeightWatch:
         return WeightWatch(model, self.every, self.largest_every, self.overlap)
 
@@ -110,3 +120,11 @@ class Models:
         """Stop every watch's background reader."""
         for w in self.by_id.values():
             w.watch.close()
+
+
+def _storage(leaf: object) -> int | None:
+    """The data pointer of a tensor leaf's storage (a DTensor's local shard), else None."""
+    if (not isinstance(leaf, torch.Tensor) or leaf.layout != torch.strided
+            or leaf.device.type == "meta"):  # no storage to share with a parameter
+        return None
+    return local(leaf).untyped_storage().data_ptr()
