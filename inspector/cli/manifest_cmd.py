@@ -31,7 +31,6 @@ from inspector.integrity.manifest import (
 )
 from inspector.integrity.manifest import write_manifest as write
 from inspector.integrity.verify import TensorDigestFn, loader_word, measure_file
-from inspector.scan.dcp_folder import folder_files, is_dcp_folder
 
 # TorchScript and torch.export weights are digested from their records (code never runs)
 CHECKPOINT_FORMATS = frozenset(formats.loadable()) - {Format.DCP}  # a DCP input is a folder
@@ -148,14 +147,13 @@ class _TensorsFailed(Exception):
 
 def collect_files(paths: list[Path], skip: Path, base: Path) -> list[Path]:
     """Files named directly, and every non-hidden file under folders, without the output; a
-    torch.distributed.checkpoint folder's hidden `.metadata` too (it is part of the checkpoint).
-    ManifestError for a folder holding a link that no manifest in `base` can record."""
+    hidden file a loader reads too, at any depth (`walk_folder`: a torch.distributed.checkpoint
+    folder's `.metadata`, its map of every tensor to its bytes). ManifestError for a folder
+    holding a link that no manifest in `base` can record."""
     skipped = os.path.abspath(skip)
     found: list[Path] = []
     for path in paths:
-        if is_dcp_folder(path):
-            items = folder_files(path)
-        elif path.is_dir():
+        if path.is_dir():
             walk = walk_folder(path)
             if refused := unrecordable_link(path, walk, base):
                 raise ManifestError(refused)

@@ -91,7 +91,7 @@ def verify_remote(args: argparse.Namespace, manifest: Manifest | None) -> Verify
     local = [p for p in args.paths if not isinstance(p, str)]
     parts = []
     if local:
-        pairs = plan(manifest, local)
+        pairs = plan(manifest, local, hidden=args.strict)
         keeper = batch or Unbatched()
         parts.append(lambda: verify_each(manifest, pairs, keeper, digests, args.strict))
     for url in (p for p in args.paths if isinstance(p, str)):
@@ -107,9 +107,9 @@ def verify_remote(args: argparse.Namespace, manifest: Manifest | None) -> Verify
         result.files += got.files
         result.tensors += got.tensors
         result.errors += got.errors
-    if manifest.files and compared_nothing(result):
-        result.errors.append(part_checked_nothing(args, manifest,
-                                                  batch.shard if batch else None))
+    whole = [part_checked_nothing(args, manifest, batch.shard if batch else None)] \
+        if manifest.files and compared_nothing(result) else []
+    result.errors += whole
     if batch is not None and not unlisted:
         batch.end()  # every file of this shard is done: the completion line
     return result

@@ -155,7 +155,7 @@ def _verify_against(args: argparse.Namespace, manifest: Manifest, paths: list[Pa
     """Files, then their tensors (digested `--jobs` at a time), against the manifest (with
     `strict`, a file it does not list fails); with --shard or --results one file at a time,
     each kept as it finishes."""
-    pairs = plan(manifest, paths)
+    pairs = plan(manifest, paths, hidden=strict)
     batch = open_batch(args, VERIFY_KIND, batch_command(args), manifest, verify_options(args)
                        ) if args.shard or args.results else None
     todo = pending(pairs, batch) if batch else pairs

@@ -1,5 +1,6 @@
-"""What a folder holds, as a manifest names it: its files (hidden names skipped) and the links
-to folders in it (never followed, each reported), and what a path that is no plain file is."""
+"""What a folder holds, as a manifest names it: its files (hidden names skipped, but never one a
+loader reads) and the links to folders in it (never followed, each reported), and what a path
+that is no plain file is."""
 
 from __future__ import annotations
 
@@ -9,6 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.integrity.regular_file import kind_of
+from inspector.layout.dcp_items import METADATA_NAME
+
+LOADED_HIDDEN = frozenset({METADATA_NAME})
+"""Hidden names a loader reads, kept in every walk: a torch.distributed.checkpoint folder's
+`.metadata` (at any depth), which maps each tensor to its bytes in the data files."""
+GIT_PATHS = (".git", ".github", ".gitattributes", ".gitignore")
+"""Git's own files at a folder's top: left out of a walk that sees hidden names, as the
+reference signer leaves them out of every signature unless told otherwise."""
 
 
 @dataclass(frozen=True)
@@ -20,20 +29,24 @@ class FolderWalk:
     folder_links: list[Path]
 
 
-def walk_folder(root: Path) -> FolderWalk:
-    """Every file under a folder and every link to a folder in it, skipping hidden names
-    (.git, editors' and our temp files)."""
+def walk_folder(root: Path, hidden: bool = False) -> FolderWalk:
+    """Every file under a folder and every link to a folder in it. Hidden names (editors' and
+    our temp files) are skipped unless `hidden` (what `verify --strict` sees), but never one a
+    loader reads (`LOADED_HIDDEN`); Git's own files at the top are always left out."""
     files: list[Path] = []
     links: list[Path] = []
+    top = os.fspath(root)
     for folder, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        skip = GIT_PATHS if folder == top else ()
+        dirs[:] = sorted(d for d in dirs if d not in skip and (hidden or not d.startswith(".")))
         links += [Path(folder, d) for d in dirs if os.path.islink(os.path.join(folder, d))]
-        files += [Path(folder, n) for n in sorted(names) if not n.startswith(".")]
+        files += [Path(folder, n) for n in sorted(names) if n not in skip and (
+            hidden or not n.startswith(".") or n in LOADED_HIDDEN)]
     return FolderWalk(files, links)
 
 
 def list_files(root: Path) -> list[Path]:
-    """Every file under a folder, skipping hidden names (.git, editors' and our temp files)."""
+    """Every file under a folder, hidden names skipped but those a loader reads (`walk_folder`)."""
     return walk_folder(root).files
 
 

@@ -2,7 +2,8 @@
 
 File level: ok / mismatch / missing / size_mismatch / extra, the size compared first so a
 truncated download is reported without hashing it. As with `sha256sum -c`, a file the manifest
-does not list is reported as extra but fails the check only when the caller asks for strict.
+does not list is reported as extra but fails the check only when the caller asks for strict,
+unless a loader reads it (`extras`: an index's shard, a DCP `.metadata`, a checkpoint's bytes).
 Tensor level (when the manifest has tensors): ok / mismatch / missing / extra /
 dtype_or_shape_changed, and unchecked: a digest the jailed worker reported equal that the
 user's process could not check against the file's bytes (`TensorEntry.unchecked`, e.g. a
@@ -17,7 +18,7 @@ second core.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,21 +29,14 @@ from inspector.core.progress import Cancelled, CancelToken, ProgressFn, check
 from inspector.core.termtext import counted
 from inspector.core.vocabulary import FileStatus, TensorCheckStatus
 from inspector.formats.safetensors_header import SafetensorsHeader, read_header
+from inspector.integrity.extras import loaded_extras
 from inspector.integrity.folder_walk import unread_note, walk_folder
 from inspector.integrity.hashing import ByteProgress, HashAhead, sha256_file
 from inspector.integrity.manifest import FileEntry, Manifest, ManifestError, TensorEntry
-from inspector.integrity.shard_index import (
-    ORPHAN_NOTE,
-    ShardError,
-    ShardIndex,
-    is_index,
-    orphan_shards,
-    read_index,
-)
 
 OK, MISMATCH, MISSING = FileStatus.OK, FileStatus.MISMATCH, FileStatus.MISSING
 EXTRA, SIZE_MISMATCH = FileStatus.EXTRA, FileStatus.SIZE_MISMATCH
-UNCHECKED, ORPHAN = FileStatus.UNCHECKED, FileStatus.ORPHAN
+UNCHECKED = FileStatus.UNCHECKED
 DTYPE_OR_SHAPE_CHANGED = TensorCheckStatus.DTYPE_OR_SHAPE_CHANGED
 
 
@@ -195,8 +189,9 @@ Plan = list[tuple[FileEntry | None, Path]]
 """Manifest entries paired with the files on disk (`plan`); None marks an extra file."""
 
 
-def plan(manifest: Manifest, paths: Iterable[Path]) -> Plan:
-    """Pair manifest entries with files on disk; an entry with None is an extra file.
+def plan(manifest: Manifest, paths: Iterable[Path], hidden: bool = False) -> Plan:
+    """Pair manifest entries with files on disk; an entry with None is an extra file (hidden
+    names among them only when `hidden`, as `strict` sees them: `walk_folder`).
 
     No paths: the manifest's folder. For a folder the user names, the manifest's names are read
     against that folder when they are found there (as `sha256sum -c` reads them from the
@@ -232,7 +227,7 @@ def plan(manifest: Manifest, paths: Iterable[Path]) -> Plan:
                 _refuse_outside(entry, location, within)
                 if within != base or root_abs == location or root_abs in location.parents:
                     add(entry, location)
-            walk = walk_folder(root_abs)
+            walk = walk_folder(root_abs, hidden)
             for found in walk.files + walk.folder_links:
                 if os.path.abspath(found) not in skipped:
                     add(None, found)
@@ -336,7 +331,7 @@ def verify(
     across several calls), verdicts come in the plan's order. `whole` False is one part of a
     batch: the checks over every file (extras an index picks, nothing checked at all) are left
     to the caller."""
-    pairs = plan(manifest, paths) if pairs is None else pairs
+    pairs = plan(manifest, paths, hidden=strict) if pairs is None else pairs
     sizes = [_size(loc) for _e, loc in pairs]
     to_hash = {i for i, (entry, _loc) in enumerate(pairs) if _hashes(entry, sizes[i])}
     if hashes is not None:
@@ -401,10 +396,10 @@ def _verify_pairs(manifest: Manifest, pairs: Plan, sizes: list[int | None], to_h
             if i in to_hash and record.status == OK:
                 vouch_by_hash(checks)
             result.tensors += checks
-    if whole:
-        mark_index_extras(result, manifest, pairs)
+    if whole:  # nothing compared is judged first: an extra a loader reads is still no check
         if manifest.files and all(f.status == EXTRA for f in result.files):
             result.errors.append(nothing_checked(manifest, paths))
+        loaded_extras(manifest, pairs).mark(result.files)
     return result
 
 
@@ -427,15 +422,6 @@ def unhashed_note(entry: FileEntry, tensors: bool) -> str:
     return f"no SHA-256 recorded: only its {' and '.join(compared)} compared, not its other bytes"
 
 
-def mark_index_extras(result: VerifyResult, manifest: Manifest, pairs: Plan) -> None:
-    """Extra files that an index picks are no tolerated extras (`_mark_extras`), over every
-    pair planned (a batch verifies them one at a time, then marks once over all)."""
-    if manifest.dialect == "index" and manifest.source is not None:
-        _mark_extras(result, [manifest.source], orphan_shards, ORPHAN, ORPHAN_NOTE)
-    listed_indexes = [loc for entry, loc in pairs if entry is not None and is_index(loc)]
-    _mark_extras(result, listed_indexes, ShardIndex.shards, UNCHECKED, UNLISTED_SHARD_NOTE)
-
-
 def nothing_checked(manifest: Manifest, paths: Iterable[Path]) -> str:
     """Why a verification that compared no file is no pass: what was expected, and where."""
     expected = [e.path for e in manifest.files]
@@ -447,27 +433,6 @@ def nothing_checked(manifest: Manifest, paths: Iterable[Path]) -> str:
             f"({shown}) was found under {', '.join(roots)}; their paths are read relative to "
             f"{os.path.abspath(manifest.base_dir)} (the manifest's folder). Name the folder "
             "that holds them, or run verify from the manifest's folder")
-
-
-UNLISTED_SHARD_NOTE = ("a shard that an index the manifest lists names, so the model loads it, "
-                       "but the manifest does not list it: it was not verified")
-
-
-def _mark_extras(result: VerifyResult, indexes: list[Path],
-                 names: Callable[[ShardIndex], Iterable[str]], status: FileStatus,
-                 note: str) -> None:
-    """Extra files that `names` of an index picks are no tolerated extras: an orphan is a shard
-    the index lost (a fault); a shard a listed index names is loaded with it, unverified."""
-    picked = set()
-    for index_path in indexes:
-        try:
-            picked |= {os.path.abspath(index_path.parent / name)
-                       for name in names(read_index(index_path))}
-        except (ShardError, OSError):
-            continue
-    for record in result.files:
-        if record.status == EXTRA and os.path.abspath(record.path) in picked:
-            record.status, record.note = status, note
 
 
 def verify_sha256(

@@ -2,7 +2,9 @@
 
 `verify_each` runs `integrity.verify` on each planned pair this process owns, keeps each file's
 verify JSON in the results file as it finishes (kind `verify.result`, which `merge` joins by
-path into a report) and takes the ones an earlier run kept. `verify_objects` checks the
+path into a report) and takes the ones an earlier run kept; an extra file a loader reads
+(`extras`: found over every pair first) is marked so before its result is kept, so the results
+file says what the plain `verify` would. `verify_objects` checks the
 objects under a URL against a manifest: the listed size first (a size mismatch downloads
 nothing), then the SHA-256 as the object streams; tensors, when the manifest records them, are
 read by the digest function from a private local copy made by the same stream.
@@ -20,6 +22,7 @@ from inspector.fleet import objstore
 from inspector.fleet.jobs import Where
 from inspector.fleet.objstore import RemoteObject
 from inspector.formats.safetensors_header import read_buffer
+from inspector.integrity.extras import loaded_extras
 from inspector.integrity.hashing import ByteProgress, HashAhead
 from inspector.integrity.manifest import FileEntry, Manifest
 from inspector.integrity.verify import (
@@ -38,7 +41,6 @@ from inspector.integrity.verify import (
     from_header,
     hash_targets,
     header_tensors,
-    mark_index_extras,
     verify,
 )
 
@@ -68,17 +70,17 @@ def verify_each(manifest: Manifest, pairs: Plan, keeper: Keeper,
                 tensor_digests: TensorDigestFn | None = None, strict: bool = False,
                 cancel: CancelToken | None = None,
                 progress: ProgressFn | None = None) -> VerifyResult:
-    """`verify` of the owned pairs one file at a time, each kept as it finishes; the files
-    still to do are hashed a core each at once, ahead of their turn."""
+    """`verify` of the owned pairs one file at a time, each kept as it finishes, with the
+    extras a loader reads marked first (what the indexes among all the pairs pick is found
+    once); the files still to do are hashed a core each at once, ahead of their turn."""
     targets = hash_targets(pending(pairs, keeper))
     track = ByteProgress(progress, sum(p.stat().st_size for p in targets))
+    loaded = loaded_extras(manifest, pairs)
     with HashAhead(targets, track, cancel) as hashes:
         jobs = [(str(location), location, _one(manifest, (entry, location), tensor_digests,
                                                 strict, cancel, hashes))
                 for entry, location in pairs]
-        result = _each(jobs, keeper, manifest, strict, cancel)
-    mark_index_extras(result, manifest, pairs)
-    return result
+        return _each(jobs, keeper, manifest, strict, cancel, loaded.mark)
 
 
 def _one(manifest: Manifest, pair: tuple[FileEntry | None, Path],
@@ -89,7 +91,10 @@ def _one(manifest: Manifest, pair: tuple[FileEntry | None, Path],
 
 
 def _each(jobs: list[tuple[str, Where, Callable[[], VerifyResult]]], keeper: Keeper,
-          manifest: Manifest, strict: bool, cancel: CancelToken | None) -> VerifyResult:
+          manifest: Manifest, strict: bool, cancel: CancelToken | None,
+          mark: Callable[[list[FileCheck]], None] | None = None) -> VerifyResult:
+    """Each owned job's result, kept or run; `mark` judges a part's extras before it is kept
+    (a kept one again: a results file is not trusted to have)."""
     result = VerifyResult(strict=strict)
     for key, where, job in jobs:
         check(cancel)
@@ -97,6 +102,8 @@ def _each(jobs: list[tuple[str, Where, Callable[[], VerifyResult]]], keeper: Kee
             continue
         kept = keeper.finished(key, where)
         part = VerifyResult.from_json(dict(kept)) if kept is not None else job()
+        if mark is not None:
+            mark(part.files)
         if kept is None:
             source = str(manifest.source) if manifest.source is not None else None
             keeper.record(key, where, {"manifest": source, "dialect": manifest.dialect,

@@ -23,6 +23,7 @@ from inspector.integrity.verify import VerifyResult
 from inspector.report.checklist import (
     checklist,
     file_problems,
+    record_problems,
     telemetry_problems,
     unchecked_lines,
 )
@@ -166,4 +167,5 @@ def _file_report(
     )
     report.problems = file_problems(report) + shard_problems(shards) + code_problems(code)
     report.checklist = checklist(ev, inspect, session_files, report)
+    report.problems += record_problems(report)
     return report

@@ -158,6 +158,17 @@ def _check_hash_on_record(path: str, verification: VerificationInfo | None,
                      f"{row.get('status')} against {verification.manifest}")
 
 
+def record_problems(f: FileReport) -> list[str]:
+    """The checklist's own hash item failing where the verification passed (the checkpoint's
+    file or a shard of it is one the manifest does not list, which `sha256sum -c` tolerates):
+    a problem, as a failed verification is, so no report passes on it."""
+    verification = f.verification
+    if verification is None or verification.status == FAIL:
+        return []  # none given, or `file_problems` already names it
+    return [f"SHA-256 on record: {item.detail}" for item in f.checklist
+            if item.id == "hash_on_record" and item.status == FAIL]
+
+
 def _manifest_row(path: str, verification: VerificationInfo) -> dict | None:
     """This file's verify row: by path under the manifest, by unique name, or the only row."""
     rows = verification.files

@@ -1,7 +1,8 @@
 """A folder checked against a verified statement: every signed file hashed (the project's own
 verify, a core each), every file the statement does not cover reported (hidden ones too: the
-reference tool signs them), links where the signer allowed none marked, and for a changed file
-whose tensors the statement records, the tensors that changed named."""
+reference tool signs them; one a loader reads, such as an unsigned checkpoint, fails and the
+signature's verdict is `changed`), links where the signer allowed none marked, and for a
+changed file whose tensors the statement records, the tensors that changed named."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ from typing import TYPE_CHECKING
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.core.termtext import counted
 from inspector.core.vocabulary import FileStatus
+from inspector.integrity.extras import LoadedExtras
 from inspector.integrity.hashing import sha256_file
 from inspector.integrity.manifest import ManifestError
 from inspector.integrity.verify import (
     FileCheck,
-    Plan,
     TensorDigestFn,
     VerifyResult,
     compare_tensors,
@@ -29,7 +30,7 @@ from inspector.signing.bundle import read_bundle
 from inspector.signing.errors import SignatureError
 from inspector.signing.keyless import KeylessTrust
 from inspector.signing.library import reference
-from inspector.signing.statement import GIT_PATHS, SignedStatement, to_manifest
+from inspector.signing.statement import SignedStatement, to_manifest
 
 if TYPE_CHECKING:
     from inspector.signing.check import SignatureVerdict
@@ -37,19 +38,6 @@ if TYPE_CHECKING:
 IGNORED_NOTE = "the signature's ignore list leaves it out: not signed"
 LINK_NOTE = "a symbolic link, and the signature was made over a folder without links"
 CHANGED = {FileStatus.MISMATCH, FileStatus.SIZE_MISMATCH}
-
-
-def candidates(folder: Path) -> list[Path]:
-    """Every file under `folder` as `verify`'s plan names it (absolute, normalised), Git's
-    own files left out as the reference library leaves them out."""
-    root = os.path.abspath(folder)
-    found = []
-    for current, dirs, names in os.walk(root):
-        dirs.sort()
-        found += [Path(current, name) for name in sorted(names)
-                  if covered(os.path.relpath(os.path.join(current, name), root)
-                             .replace(os.sep, "/"))]
-    return found
 
 
 def verify_folder(folder: Path, statement: SignedStatement, signature: Path | None,
@@ -61,8 +49,7 @@ def verify_folder(folder: Path, statement: SignedStatement, signature: Path | No
     if not statement.plain_sha256:
         return _verify_by_library(folder, statement, signature, strict)
     manifest = to_manifest(statement, folder, signature)
-    pairs = plan(manifest, [folder])
-    pairs += _unlisted(pairs, candidates(folder), signature)
+    pairs = plan(manifest, [folder], hidden=True)  # the signature itself is its `source`
     result = verify(manifest, [folder], strict=strict, pairs=pairs, progress=progress,
                     cancel=cancel)
     _mark(result, folder, statement)
@@ -81,19 +68,6 @@ def another_folder(folder: Path, statement: SignedStatement) -> str:
     return (f"none of the {counted(len(statement.resources), 'file')} the signature covers ({names}"
             f"{more}) is in {folder}: it is the signature of another folder (signed as "
             f"{statement.model_name!r}), or of this one before its files were moved")
-
-
-def covered(name: str) -> bool:
-    """False for what the reference library never signs by default (Git's own files)."""
-    return name.split("/", 1)[0] not in GIT_PATHS
-
-
-def _unlisted(pairs: Plan, found: list[Path], signature: Path | None) -> Plan:
-    """Files `plan` leaves out (hidden names) that the signature would have covered."""
-    seen = {os.path.abspath(location) for _entry, location in pairs}
-    if signature is not None:
-        seen.add(os.path.abspath(signature))
-    return [(None, path) for path in found if os.path.abspath(path) not in seen]
 
 
 def _under(rel: str, ignored: list[str]) -> bool:
@@ -159,9 +133,10 @@ def _verify_by_library(folder: Path, statement: SignedStatement, signature: Path
         result.files.append(FileCheck(path=resource.name, status=status,
                                       expected=resource.digest, actual=got,
                                       algorithm=statement.hash_type))
-    result.files += [FileCheck(path=name, status=FileStatus.EXTRA, actual=digest,
+    result.files += [FileCheck(path=str(folder / name), status=FileStatus.EXTRA, actual=digest,
                                algorithm=statement.hash_type)
                      for name, digest in sorted(actual.items())]
+    LoadedExtras().mark(result.files)  # an unsigned file a loader reads is no harmless extra
     return result
 
 
@@ -201,7 +176,13 @@ def check_folder(folder: Path, signature: Path, public_key: Path | None = None,
     except ManifestError as exc:  # a signed name that leaves the folder
         error = SignatureError("outside-folder", f"{signature}: {exc}")
         return SignedCheck(verdict_for(signature, error=error, kind=kind), error=error)
-    verdict = verdict_for(signature, checked=checked, kind=kind, changed=result.differs)
+    loaded = [f for f in result.failed_files if f.status == FileStatus.UNCHECKED]
+    verdict = verdict_for(signature, checked=checked, kind=kind,
+                          changed=result.differs or bool(loaded))
+    if loaded and not result.differs:  # the signed files are intact, the folder is not
+        verdict.reason = (f"an unsigned file a loader reads: {loaded[0].path}: {loaded[0].note}"
+                          + (f"; and {counted(len(loaded) - 1, 'more file')}"
+                             if len(loaded) > 1 else ""))
     result.extra["signature"] = verdict.to_json()
     return SignedCheck(verdict, result)
 
