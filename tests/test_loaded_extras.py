@@ -7,7 +7,7 @@
   --strict, against a manifest and against a signature: transformers loads an added
   `model.safetensors` before the listed `pytorch_model.bin`;
 - a batch's results file carries every verdict the plain verify gives: an index's unlisted
-  shard.
+  shard, and a shard that checked nothing (its completion line), which merge also re-derives.
 Each hostile folder is shown to do its harm under the real loader first.
 """
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import shutil
 from pathlib import Path
 
 import factories
@@ -24,6 +25,7 @@ from safetensors.torch import save_file
 from signing_keys import write_key
 
 from inspector.cli import main
+from inspector.fleet.jobs import END_KIND, Job, open_results
 from inspector.integrity.manifest import read_manifest
 from inspector.integrity.verify import FileCheck, VerifyResult, verify
 from inspector.integrity.verify_batch import VERIFY_KIND
@@ -212,3 +214,53 @@ def test_a_batch_keeps_an_index_shard_the_manifest_leaves_out_as_unchecked(tmp_p
     capsys.readouterr()
     assert main(["merge", str(results), "-o", str(tmp_path / "merged.json")]) == 1
     assert capsys.readouterr().out.startswith("PROBLEM")
+
+
+def _wrong_folder(root: Path) -> tuple[Path, Path]:
+    """A manifest of root/release and a folder beside it holding none of its files."""
+    good, wrong = root / "release", root / "wrong"
+    good.mkdir(parents=True)
+    wrong.mkdir()
+    (good / "model.bin").write_bytes(b"weights v1" * 100)
+    (wrong / "model-other.bin").write_bytes(b"anything at all")
+    sums = root / "SHA256SUMS"
+    assert main(["manifest", "create", str(good), "-o", str(sums)]) == 0
+    return wrong, sums
+
+
+def test_a_batch_that_checked_nothing_says_so_in_its_results_and_merge_fails(tmp_path,
+                                                                             capsys):
+    wrong, sums = _wrong_folder(tmp_path)
+    results = tmp_path / "r.jsonl"
+    assert main(["verify", "-m", str(sums), str(wrong), "--shard", "0/1",
+                 "--results", str(results)]) == 3
+    (end,) = [e.record for e in journal.read(results).sound if e.kind == END_KIND]
+    assert end["errors"] and "nothing was checked" in end["errors"][0]
+    capsys.readouterr()
+    assert main(["merge", str(results), "-o", str(tmp_path / "merged.json")]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("PROBLEM") and "nothing was checked" in out
+
+
+def test_merge_rederives_a_shard_that_compared_nothing(tmp_path, capsys):
+    # a results file whose completion line names no error (an earlier writer, or one that
+    # left it out): its results alone show that no file was compared
+    wrong, sums = _wrong_folder(tmp_path)
+    extra = wrong / "model-other.bin"
+    log = open_results(tmp_path / "r.jsonl", Job(VERIFY_KIND, f"ckpt-inspector verify {wrong}"))
+    log.begin({"command": log.job.command, "shard": "0/1", "environment": None})
+    part = VerifyResult(files=[FileCheck(path=str(extra), status="extra", actual_size=15)])
+    log.record(str(extra), extra, {"manifest": str(sums), "dialect": "sha256sum",
+                                   **part.to_json()})
+    log.end()
+    capsys.readouterr()
+    assert main(["merge", str(log.path), "-o", str(tmp_path / "merged.json")]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("PROBLEM") and "compare no file with the manifest" in out
+    # the clean twin: the right folder's results merge SAFE
+    shutil.rmtree(wrong)
+    good = tmp_path / "r_good.jsonl"
+    assert main(["verify", "-m", str(sums), str(tmp_path / "release"), "--shard", "0/1",
+                 "--results", str(good)]) == 0
+    capsys.readouterr()
+    assert main(["merge", str(good), "-o", str(tmp_path / "good.json")]) == 0

@@ -381,11 +381,12 @@ class Batch:
         if self.log is not None:
             self.log.record(key, path, result)
 
-    def end(self) -> None:
-        """Note in the results file that this run did its whole share (its completion line;
-        nothing without --results): without it a merge calls the shard unfinished."""
+    def end(self, errors: list[str] | tuple[str, ...] = ()) -> None:
+        """Note in the results file that this run did its whole share (its completion line,
+        with the `errors` of that share as a whole, which a merge reports; nothing without
+        --results): without it a merge calls the shard unfinished."""
         if self.log is not None:
-            self.log.end()
+            self.log.end(errors)
 
 
 def open_batch(args: argparse.Namespace, kind: str, command: str,

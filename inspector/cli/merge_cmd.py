@@ -61,6 +61,7 @@ from inspector.fleet.jobs import (
     unbound_runs,
 )
 from inspector.integrity.verify import VerifyResult
+from inspector.integrity.verify_batch import VERIFY_KIND, compared_nothing
 from inspector.report import (
     WRITERS,
     FileEvidence,
@@ -131,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
                           "-o", str(args.output)])
     session = SessionEvidence(files, environment=_environment(batch), command=command,
                               telemetry_source="not sampled (merged from a batch's shards)",
-                              problems=coverage_problems(batch))
+                              problems=coverage_problems(batch) + checked_nothing(batch))
     try:
         report = build_report(session)
     except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
@@ -306,6 +307,29 @@ def evidence_of(batch: BatchResults) -> list[FileEvidence]:
             if getattr(ev, part) is None or badness(worst) > badness(getattr(ev, part)):
                 setattr(ev, part, dict(worst))
     return [merged[key] for key in sorted(merged)]
+
+
+def checked_nothing(batch: BatchResults) -> list[str]:
+    """Each results file of a verify run whose results, read again here, compare no file with
+    the manifest (each is a file it does not list, or there is none; a manifest always lists
+    one): that shard checked nothing, and fails as it failed itself, whether or not its
+    completion line says so (named once: not again where that line does)."""
+    said = {path for path, _error in batch.failed_runs}
+    runs = dict.fromkeys(path for path, session in zip(batch.session_files, batch.sessions,
+                                                       strict=True)
+                         if session.get("for") == VERIFY_KIND and path not in said)
+    out = []
+    for path in runs:
+        share = VerifyResult()
+        for record in batch.shares.get(path, {}).get(VERIFY_KIND, []):
+            part = VerifyResult.from_json(dict(record))
+            share.files += part.files
+            share.tensors += part.tensors
+        if compared_nothing(share):
+            out.append(f"{path}: its verify results compare no file with the manifest (each "
+                       "is a file it does not list): nothing was checked by that shard; give "
+                       "it the folder that holds the manifest's files")
+    return out
 
 
 def _scan_badness(scan: Mapping[str, Any] | None) -> int:

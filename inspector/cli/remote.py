@@ -111,7 +111,7 @@ def verify_remote(args: argparse.Namespace, manifest: Manifest | None) -> Verify
         if manifest.files and compared_nothing(result) else []
     result.errors += whole
     if batch is not None and not unlisted:
-        batch.end()  # every file of this shard is done: the completion line
+        batch.end(whole)  # every file of this shard is done: the completion line, its errors
     return result
 
 

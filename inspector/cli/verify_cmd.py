@@ -169,9 +169,11 @@ def _verify_against(args: argparse.Namespace, manifest: Manifest, paths: list[Pa
         if batch:
             batch.begin()
             result = verify_each(manifest, pairs, batch, digests, strict, progress=progress)
-            if manifest.files and compared_nothing(result):
-                result.errors.append(part_checked_nothing(args, manifest, batch.shard))
-            batch.end()  # every file of this shard is done: the completion line
+            # no file's result holds it: the completion line does, and a merge fails on it
+            whole = [part_checked_nothing(args, manifest, batch.shard)] \
+                if manifest.files and compared_nothing(result) else []
+            result.errors += whole
+            batch.end(whole)  # every file of this shard is done: the completion line
             return result
         return verify(manifest, paths, tensor_digests=digests, progress=progress,
                       strict=strict, pairs=pairs)

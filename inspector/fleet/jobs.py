@@ -35,8 +35,10 @@ from inspector.run import journal
 
 SESSION_KIND = "batch.session"
 END_KIND = "batch.end"
-"""The line a run appends when it has done its whole share: `for` (its kind of results) and
-`results` (how many files' results of that kind the file then holds)."""
+"""The line a run appends when it has done its whole share: `for` (its kind of results),
+`results` (how many files' results of that kind the file then holds) and, where the share as
+a whole failed a check no one file's result holds (a verify shard that compared nothing),
+`errors`: each such failure in one line."""
 _NAMED = 3
 """Results outside their shard named one by one; the rest are counted."""
 Where = str | os.PathLike[str] | RemoteObject
@@ -173,12 +175,15 @@ class ResultsLog:
         self.done[key] = fields
         self.held.add(key)
 
-    def end(self) -> None:
+    def end(self, errors: list[str] | tuple[str, ...] = ()) -> None:
         """Note that this run did its whole share: the completion line, naming how many
         files' results of its kind the file holds (those kept from earlier runs and this
-        run's). Without it, before another run's session line or the file's end, or with
-        results after it, a merge calls the run unfinished."""
-        journal.append(self.path, END_KIND, {"for": self.kind, "results": len(self.held)})
+        run's) and the `errors` of the share as a whole, which a merge reports. Without it,
+        before another run's session line or the file's end, or with results after it, a
+        merge calls the run unfinished."""
+        said = {"errors": list(errors)} if errors else {}
+        journal.append(self.path, END_KIND, {"for": self.kind, "results": len(self.held),
+                                             **said})
 
 
 def open_results(path: str | os.PathLike[str], job: Job) -> ResultsLog:
@@ -217,6 +222,13 @@ class BatchResults:
     """Why each results file whose shard did not finish is so (one line each)."""
     session_files: tuple[Path, ...] = ()
     """The results file of each session line (`sessions[i]` is read from `session_files[i]`)."""
+    failed_runs: tuple[tuple[Path, str], ...] = ()
+    """(results file, error) of each error a completion line names: its share as a whole
+    failed a check."""
+    shares: dict[Path, dict[str, list[Mapping[str, Any]]]] = field(default_factory=dict)
+    """results file -> kind -> every sound result it holds: what each shard itself recorded,
+    for a check over a shard's whole share (`merge` re-derives a verify shard that compared
+    nothing)."""
 
 
 def read_results(paths: list[Path]) -> BatchResults:
@@ -230,6 +242,8 @@ def read_results(paths: list[Path]) -> BatchResults:
     jobless: list[tuple[Path, str]] = []
     unfinished: list[str] = []
     session_files: list[Path] = []
+    failed_runs: list[tuple[Path, str]] = []
+    shares: dict[Path, dict[str, list[Mapping[str, Any]]]] = {}
     authenticated = bool(paths)
     for path in paths:
         read = journal.read(path)
@@ -242,9 +256,13 @@ def read_results(paths: list[Path]) -> BatchResults:
             if entry.kind == SESSION_KIND:
                 sessions.append(entry.record)
                 session_files.append(path)
+            elif entry.kind == END_KIND:
+                failed_runs += [(path, error) for error in _errors(entry.record)]
             elif "key" in entry.record and "result" in entry.record:
                 results.setdefault(entry.kind, {}).setdefault(
                     str(entry.record["key"]), []).append(entry.record["result"])
+                shares.setdefault(path, {}).setdefault(entry.kind, []).append(
+                    entry.record["result"])
                 keys.append(str(entry.record["key"]))
                 made_for.append(str(entry.record.get("job")))
         if keys and len(sessions) == held:
@@ -257,7 +275,13 @@ def read_results(paths: list[Path]) -> BatchResults:
         strays += [(path, key) for key in _unowned(keys, sessions[held:])]
     return BatchResults(results, tuple(sessions), tuple(problems), authenticated,
                         tuple(unannounced), tuple(strays), tuple(jobless), tuple(unfinished),
-                        tuple(session_files))
+                        tuple(session_files), tuple(failed_runs), shares)
+
+
+def _errors(end: Mapping[str, Any]) -> list[str]:
+    """A completion line's errors, each as text (a forged one: any JSON, said as it is)."""
+    errors = end.get("errors") or []
+    return [str(e) for e in errors] if isinstance(errors, list) else [str(errors)]
 
 
 _AGAIN = "run that shard again with the same results file (it resumes: kept results stay)"
@@ -385,9 +409,10 @@ def _unowned(keys: list[str], sessions: list[Mapping[str, Any]]) -> list[str]:
 
 def coverage_problems(batch: BatchResults) -> list[str]:
     """What a batch's results files leave unchecked, each in one line: a file that names no
-    job, and for each kind of result (scan, verify, report), every slice `I/N` that no results
-    file holds for an N its session lines name (a shard's own command line differs from the
-    others' in its output names, so slices are matched by kind, not command)."""
+    job, a run whose completion line names errors of its whole share, and for each kind of
+    result (scan, verify, report), every slice `I/N` that no results file holds for an N its
+    session lines name (a shard's own command line differs from the others' in its output
+    names, so slices are matched by kind, not command)."""
     problems = [f"{path}: results but no session line, so no job or slice is named (a job "
                 "killed before its end writes none: run it again with the same results file)"
                 for path in batch.unannounced]
@@ -401,6 +426,7 @@ def coverage_problems(batch: BatchResults) -> list[str]:
     if len(batch.jobless) > _NAMED:
         problems.append(f"and {len(batch.jobless) - _NAMED} more results of no run's job")
     problems += batch.unfinished
+    problems += [f"{path}: {error}" for path, error in batch.failed_runs]
     held: dict[str, set[JobSlice]] = {}
     for session in batch.sessions:
         part = _slice(session)
