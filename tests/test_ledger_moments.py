@@ -505,8 +505,8 @@ def test_a_flipped_hyper_parameter_torch_refuses_is_named(cls, kwargs, key, bit)
     with pytest.raises(ValueError, match="Invalid"):
         cls(tiny_model().parameters(), **{**kwargs, **refused})
     (line,) = group_problems({"optimizer": state})
-    assert line == (f"optimizer.param group 0: {name} {after:g}, which torch's optimizers "
-                    "refuse")
+    assert line == (f"optimizer.param group 0: {name} {after:g}, out of the bounds its "
+                    "optimizer admits")
 
 
 def test_a_save_after_a_negated_learning_rate_is_unhealthy_and_it_climbs_the_loss(tmp_path):
@@ -531,7 +531,7 @@ def test_a_save_after_a_negated_learning_rate_is_unhealthy_and_it_climbs_the_los
                tmp_path / "step-5.pt", step=5)
     assert good.outcome == SaveOutcome.VERIFIED
     assert bad.outcome == SaveOutcome.UNHEALTHY
-    assert "optimizer.param group 0: lr -0.05, which torch's optimizers refuse" in bad.detail
+    assert "optimizer.param group 0: lr -0.05, out of the bounds its optimizer admits" in bad.detail
     assert resume_choice(tmp_path).record.step == 4
     # the harm, under torch's own step from the state that would have been sealed: every value
     # stays finite and the loss climbs where the clean state's falls
@@ -552,7 +552,7 @@ def test_a_name_another_optimizer_uses_more_widely_keeps_the_wider_bound():
         {"lr": 0.1, "rho": 2.0, "adaptive": True, "momentum": 0.9, "params": [0]},
         {"lr": torch.tensor(-1e-3), "params": [1]}]}
     assert group_problems({"optimizer": state}) == [
-        "optimizer.param group 1: lr -0.001, which torch's optimizers refuse"]
+        "optimizer.param group 1: lr -0.001, out of the bounds its optimizer admits"]
 
 
 BETA2_FLIPPED = flip_float(0.999, 53)  # 0.24975: exponent bit 53, admitted by torch

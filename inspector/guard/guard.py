@@ -62,7 +62,7 @@ from inspector.guard.scene import (
     rng_states,
     write_scene,
 )
-from inspector.guard.settings import SETTING_RULE, SettingsWatch, said
+from inspector.guard.settings import NORM_RULE, SETTING_RULE, SettingsWatch, said
 from inspector.guard.weights.members import ORPHAN_RULE, REPLACED_RULE, STOPPED_RULE
 from inspector.guard.weights.models import Models
 from inspector.guard.weights.replicas import RULE as REPLICA_RULE
@@ -202,7 +202,7 @@ class Guard:
         check names it until `accept_weights` (or `resume`) says the weights are intended."""
         self.console = AlarmConsole(self.rank) if self.config.console else None
         self._stepped: weakref.WeakSet = weakref.WeakSet()
-        self.settings = SettingsWatch()
+        self.settings = SettingsWatch(self.run_dir)
         """Every optimizer that stepped since this guard began: its settings are checked."""
         self._post_hook = register_optimizer_step_post_hook(
             _weak_hook(self, "_after_optimizer_step"))
@@ -254,7 +254,7 @@ class Guard:
         lists = self._groups(optimizer)
         weights.rates = watched.owners.rates(watch.named_params, lists.values())
         breaches = (swapped + watched.rules.judge(watch.names, weights)
-                    + self.rules.judge(values) + self.settings.judge(lists)
+                    + self.rules.judge(values) + self.settings.judge(lists, model)
                     + watched.owners.judge(watch.named_params, lists.values())
                     + watched.stopped.judge(numbers.names, self.step_index))
         every = self.config.replica_every
@@ -329,12 +329,17 @@ class Guard:
         watch the model's tensors as they are now (every watched model's without `model`),
         retake the fingerprint, and drop the corruption alarms held so far."""
         every = [self.models.watch(model)[0]] if model is not None else self.models.all()
+        self.settings.norms.accept(model)  # its norm layers as they are now (one replaced)
         for watched in every:
             self._held = {k: v for k, v in self._held.items() if k[0] != watched.label}
             watch = watched.watch
             watch.accept()
             reading = watch.reading(largest=True)
             watched.rules.accept(watch.names, watch.values(reading, reading.vector().tolist()))
+
+    def accept_settings(self) -> None:
+        """The optimizers' and norm layers' settings now are intended (`SettingsWatch.accept`)."""
+        self.settings.accept(self._groups(None))
 
     def health(self) -> list[str]:
         """The weights' health now, one line per problem: non-finite, past their learned
@@ -354,7 +359,7 @@ class Guard:
         return [f"{b.rule} on {label}{b.param} (value {b.value:.4g}"
                 + (f", bound {b.threshold:.4g})" if b.threshold is not None else ")")
                 for label, b in found] + [
-            f"{SETTING_RULE}: {said(b)}" for b in self.settings.problems(self._groups(None))
+            f"{b.rule}: {said(b)}" for b in self.settings.problems(self._groups(None))
         ] + self._held_alarms({(label, b.rule, b.param) for label, b in found}
                               ) + self._recent_alarms() + self._nonfinite_streak()
 
@@ -560,7 +565,7 @@ def _said(b: Breach) -> str:
     """A breach in words, for the console line."""
     if b.rule == REPLICA_RULE:
         return f"rank {int(b.value)}'s {b.param} differs from the other replicas"
-    if b.rule == SETTING_RULE:
+    if b.rule in (SETTING_RULE, NORM_RULE):
         return said(b)
     if b.rule == REPLACED_RULE:
         return (f"{b.param} is not the tensor the guard watched (replaced, added or removed "

@@ -17,7 +17,8 @@ The order is what makes a crash at any moment harmless:
    both SHA-256s beside the write on other threads;
 4. rename it over the target and fsync the folder; only now can a reader see it;
 5. append the `ledger.save` record (fsync'd), then rotate older ones (`keep`).
-Before 1, the guard's checks for the run (`run.health_gate`) are asked; the state's own
+Before 1, the guard's checks for the run (`run.health_gate`) and the journaled optimizer settings
+are asked (`ledger.health.run_problems`); the state's own
 checks in memory (`ledger.health`: NaN, optimizer moments) run on the digests' thread during 2,
 before the re-read needs the verdict. A state that fails either is still written and proven,
 but renamed to `NAME.unhealthy.SUFFIX` and recorded `unhealthy` (the previous checkpoint at the
@@ -41,13 +42,18 @@ from inspector.core.vocabulary import SaveOutcome
 from inspector.integrity.hashing import sha256_file
 from inspector.integrity.manifest import FileEntry
 from inspector.ledger.digests import expected_bytes, memory_tensors, proven_digests
-from inspector.ledger.health import evidence_path, say_unhealthy, state_problems, unhealthy_detail
+from inspector.ledger.health import (
+    evidence_path,
+    run_problems,
+    say_unhealthy,
+    state_problems,
+    unhealthy_detail,
+)
 from inspector.ledger.record import append_save, relative
 from inspector.ledger.rotate import rotate
 from inspector.ledger.space import check_space, disk_full
 from inspector.ledger.strays import clear_strays, temp_tag
 from inspector.ledger.tee import DigestingWriter, FileFollower
-from inspector.run import health_gate
 from inspector.run.checkpoints import LedgerError, SaveRecord
 
 
@@ -69,7 +75,7 @@ def save(
     trainer pickles beside the tensors (`scan.pickles.presets`, e.g. Lightning's)."""
     asked = Path(path)
     run = Path(run_dir) if run_dir is not None else asked.parent
-    gate = health_gate.problems(run)
+    gate = run_problems(obj, run)
     folder = asked.parent  # the evidence name's too
     folder.mkdir(parents=True, exist_ok=True)
     as_safetensors = asked.suffix == ".safetensors"

@@ -31,7 +31,15 @@ SHOWN = 3
 
 def health_problems(obj: Any, run_dir: Path) -> list[str]:
     """Every reason the state `obj` should not be sealed (empty when it is healthy)."""
-    return state_problems(obj) + health_gate.problems(run_dir)
+    return state_problems(obj) + run_problems(obj, run_dir)
+
+
+def run_problems(obj: Any, run_dir: Path) -> list[str]:
+    """What the run knows against the state `obj`: its guards' checks (`run.health_gate`) and
+    its optimizers' journaled settings no schedule writes."""
+    from inspector.ledger.moments import journaled_problems
+
+    return health_gate.problems(run_dir) + journaled_problems(obj, run_dir)
 
 
 def state_problems(obj: Any) -> list[str]:

@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from inspector.core.termtext import counted
-from inspector.run.optimizer_settings import refused
+from inspector.run.optimizer_settings import refused, saved_problems
 
 MARGIN = 2.0
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -158,16 +158,25 @@ def moment_problems(obj: Any) -> list[str]:
 
 
 def group_problems(obj: Any) -> list[str]:
-    """Every parameter group in `obj`'s optimizer state dicts holding a hyper-parameter torch's
-    optimizers refuse (`run.optimizer_settings`), one line per group."""
+    """Every parameter group in `obj`'s optimizer state dicts holding a hyper-parameter out of
+    its bounds (`run.optimizer_settings.BOUNDS`), one line per group."""
     found = []
     for where, state in _state_dicts(obj, "", 0):
         for i, group in enumerate(state["param_groups"]):
             bad = refused(group)
             if bad:
                 said = ", ".join(f"{key} {value:g}" for key, value in bad)
-                found.append(f"{where}param group {i}: {said}, which torch's optimizers refuse")
+                found.append(f"{where}param group {i}: {said}, out of the bounds its "
+                             "optimizer admits")
     return found
+
+
+def journaled_problems(obj: Any, run_dir: Any) -> list[str]:
+    """Every optimizer state dict in `obj` whose settings no schedule writes differ from the
+    run's journaled first values (`run.optimizer_settings.saved_problems`): a value flipped in
+    the state being saved is never sealed, nor learned as the baseline by a resumed run."""
+    return [f"{where}{line}" for where, state in _state_dicts(obj, "", 0)
+            for line in saved_problems(state["param_groups"], run_dir)]
 
 
 def local_state(optimizer: Any) -> dict | None:
