@@ -39,7 +39,7 @@ def run_problems(obj: Any, run_dir: Path) -> list[str]:
     its optimizers' journaled settings no schedule writes."""
     from inspector.ledger.moments import journaled_problems
 
-    return health_gate.problems(run_dir) + journaled_problems(obj, run_dir)
+    return health_gate.problems(run_dir, obj) + journaled_problems(obj, run_dir)
 
 
 def state_problems(obj: Any) -> list[str]:
