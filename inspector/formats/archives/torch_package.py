@@ -16,7 +16,10 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
+import inspect
+import os
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -28,6 +31,7 @@ from inspector.scan.pickles.policy import (
     CALL_ALLOWED,
     DENY,
     DENY_LEAF_NAMES,
+    DENY_MODULES,
     KNOWN_DATA,
     weights_only_rules,
 )
@@ -48,12 +52,23 @@ _LOAD_TIME_CAPABILITIES = frozenset(c for c in {d.capability for d in DENY.value
 # __hash__ and __eq__ (an instance as a dict key or a set item), and the class-creation hooks.
 RUN_AT_LOAD = frozenset(m for methods in IMPLICIT_METHODS.values() for m in methods) | {
     "__hash__", "__eq__", "__set_name__", "__init_subclass__", "__class_getitem__"}
+# os's process runners, read from its own names (every exec*, spawn*, posix_spawn*, popen*, and
+# Windows' startfile, which this platform's os may lack), and shutil's functions but the few
+# that only read (every other one copies, moves, deletes, packs or unpacks files)
+_OS_RUNNERS = frozenset(n for n in dir(os) if n.startswith(
+    ("exec", "spawn", "posix_spawn", "popen"))) | {"startfile"}
+_SHUTIL_READERS = frozenset(("which", "disk_usage", "get_archive_formats",
+                             "get_unpack_formats", "get_terminal_size", "ignore_patterns"))
+_SHUTIL_WRITERS = frozenset(n for n in shutil.__all__ if n not in _SHUTIL_READERS and
+                            inspect.isfunction(getattr(shutil, n, None)))
 # Final names of calls that run, load, open, write or delete, beside the policy's own
-_SOURCE_LEAVES = DENY_LEAF_NAMES | frozenset((
+_SOURCE_LEAVES = DENY_LEAF_NAMES | _OS_RUNNERS | _SHUTIL_WRITERS | frozenset((
     "Popen", "FileHandler", "FileIO", "remove", "rmdir", "rename", "replace", "mkdir", "makedirs",
     "chmod", "chown", "kill", "fork", "forkpty", "connect", "create_connection", "socket",
-    "touch", "write", "mkstemp", "mkdtemp", "NamedTemporaryFile", "TemporaryFile", "copy",
-    "copyfile", "copytree", "move", "symlink", "link", "truncate", "putenv"))
+    "touch", "write", "mkstemp", "mkdtemp", "NamedTemporaryFile", "TemporaryFile", "symlink",
+    "link", "truncate", "putenv"))
+# Calls that hand out a module's attributes by a name the code computes, or all of them at once
+_REACH_ATTRIBUTES = frozenset(("builtins.getattr", "builtins.vars", "inspect.getmembers"))
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
@@ -217,15 +232,15 @@ def _pairs(node: ast.AST) -> list[tuple[ast.expr, ast.expr]]:
 def _bindings(tree: ast.Module, aliases: dict[str, str], stars: list[str]
               ) -> dict[str, list[str]]:
     """Name -> the dotted names an assignment binds to it anywhere in the source (`run =
-    os.system`, `self.run = os.system` binds `.run`, `def f(run=os.system)`): flow and scope
-    aside, any such binding may be the one a call meets. Chains of them (`o = os`, then `run =
-    o.system`) are followed."""
+    os.system`, `self.run = os.system` binds `.run`, `def f(run=os.system)`, `m =
+    sys.modules.get('os')` binds the module): flow and scope aside, any such binding may be
+    the one a call meets. Chains of them (`o = os`, then `run = o.system`) are followed."""
     pairs = [p for node in ast.walk(tree) for p in _pairs(node)]
     bound: dict[str, list[str]] = {}
     for _ in range(3):  # a chain of a few assignments; a longer one is no everyday code
         for target, value in pairs:
-            if isinstance(value, ast.Call):  # its result, not a callable the source names
-                continue
+            if isinstance(value, ast.Call) and _module_named(value, aliases, stars, bound) is None:
+                continue  # its result, not a callable the source names (but a module it looks up)
             key = (target.id if isinstance(target, ast.Name) else f".{target.attr}"
                    if isinstance(target, ast.Attribute) else
                    target.arg if isinstance(target, ast.arg) else None)
@@ -252,7 +267,9 @@ def _dotted(node: ast.AST, aliases: dict[str, str], stars: list[str] = (),
     tails = [[*reversed(chain)]]
     if chain:  # `self.run(...)` after `self.run = os.system`: its last attribute's bindings
         tails += [[target] for target in bound.get(f".{chain[0]}", [])]
-    if isinstance(node, ast.Call):  # __import__('os').system(...)
+    if (named := _module_named(node, aliases, stars, bound)) is not None:
+        heads = [named]  # sys.modules['os'].system
+    elif isinstance(node, ast.Call):  # __import__('os').system(...)
         heads = _dotted(node.func, aliases, stars, bound)
     elif not isinstance(node, ast.Name):
         heads = []
@@ -263,6 +280,22 @@ def _dotted(node: ast.AST, aliases: dict[str, str], stars: list[str] = (),
             builtins, node.id) else []) + [f"{module}.{node.id}" for module in stars]
     out = [".".join([head, *tails[0]]) for head in heads]
     return out + [tail[0] for tail in tails[1:]]
+
+
+def _module_named(node: ast.AST, aliases: dict[str, str], stars: list[str],
+                  bound: dict[str, list[str]]) -> str | None:
+    """The module `sys.modules['m']` or `sys.modules.get('m')` looks up by its literal name."""
+    if isinstance(node, ast.Subscript):
+        table, key = node.value, node.slice
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and (
+            node.func.attr == "get") and node.args:
+        table, key = node.func.value, node.args[0]
+    else:
+        return None
+    if isinstance(key, ast.Constant) and isinstance(key.value, str) and "sys.modules" in (
+            _dotted(table, aliases, stars, bound)):
+        return key.value
+    return None
 
 
 def _load_time_nodes(tree: ast.Module, run_at_load: frozenset[str],
@@ -312,14 +345,15 @@ _CONSTRUCTION = ("__new__", "__init__", "__post_init__")
 
 def _reaches(node: ast.AST, functions: dict[str, ast.AST], classes: dict[str, ast.ClassDef],
              methods: dict[str, list[ast.AST]]) -> list[ast.AST]:
-    """The module's own functions and methods one node of code that runs may run."""
+    """The module's own functions and methods one node of code that runs may run: any it names
+    as a value counts as called (a decorator, `map(f, ...)`, `atexit.register(f)`, a callback)."""
     if isinstance(node, ast.Attribute):
         return methods.get(node.attr, [])
+    if isinstance(node, ast.Name) and node.id in functions:
+        return [functions[node.id]]
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
         return []
     name = node.func.id
-    if name in functions:
-        return [functions[name]]
     if name in classes:
         return [m for m in classes[name].body if isinstance(m, _FUNCTIONS)
                 and m.name in _CONSTRUCTION]
@@ -339,8 +373,11 @@ def _is_property(node: ast.AST) -> bool:
 
 def judge_source(source: str | bytes | ast.Module, run_at_load: frozenset[str] = RUN_AT_LOAD,
                  properties: bool = False) -> tuple[list[str], list[str]]:
-    """(the imports of a module's source, the calls it makes at load that reach a capability on
-    the deny list, each with its reason), read with `ast`; ValueError if it does not parse.
+    """(the imports of a module's source, what it calls or names at load that reaches a
+    capability on the deny list, each with its reason), read with `ast`; ValueError if it does
+    not parse. A denied callable named as a value counts as called (whatever it is handed to
+    may call it), and so does getattr with a computed name, vars or `__dict__` of a module the
+    deny list names whole (`_attribute_reach`).
     `source`: the file's bytes (decoded as Python decodes them, `python_source.parse`), or
     text or a tree already read so. `run_at_load`: the methods its loader runs unasked
     (another loader's, such as transformers', which builds the class it names, add
@@ -350,14 +387,51 @@ def judge_source(source: str | bytes | ast.Module, run_at_load: frozenset[str] =
     aliases, stars = _aliases(tree)
     bound = _bindings(tree, aliases, stars)
     imports = sorted(set(aliases.values()) | {f"{module}.*" for module in stars})
+    # names the source assigns or takes as parameters: as a value (not called), such a name is
+    # what it binds, not the builtin it shadows (`input = input_ids.reshape(...)`)
+    local = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(
+        n.ctx, ast.Store)} | {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
     bad: list[str] = []
     for node in _load_time_nodes(tree, run_at_load, properties):
-        for call in (n for n in ast.walk(node) if isinstance(n, ast.Call)):
-            for target in _dotted(call.func, aliases, stars, bound):
-                reason = _denied(target)
-                if reason and reason not in bad:
-                    bad.append(reason)
+        inner = {id(n.value) for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+        called = {id(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
+        for n in ast.walk(node):
+            # a denied callable named as a value is as dangerous as its call: map(os.system,
+            # ...), atexit.register(os.system, ...), Thread(target=...), `run = os.system`
+            if isinstance(n, ast.Name | ast.Attribute) and isinstance(n.ctx, ast.Load) and (
+                    id(n) not in inner):
+                shadowed_builtin = (isinstance(n, ast.Name) and id(n) not in called
+                                    and n.id in local and n.id not in aliases)
+                targets = bound.get(n.id, []) if shadowed_builtin else _dotted(
+                    n, aliases, stars, bound)
+                reasons = [_denied(t) for t in targets if t not in DENY_MODULES]
+            elif isinstance(n, ast.Call):
+                reasons = _attribute_reach(n, aliases, stars, bound)
+            else:
+                continue
+            bad += [r for r in reasons if r and r not in bad]
     return imports, bad
+
+
+def _attribute_reach(call: ast.Call, aliases: dict[str, str], stars: list[str],
+                     bound: dict[str, list[str]]) -> list[str]:
+    """Why `getattr(m, name)`, `vars(m)` or `inspect.getmembers(m)` of a module the deny list
+    names whole (`m.__dict__` is judged as a reference) reaches its capabilities: a literal name
+    is judged as `m.name` would be, a computed one may be any of its callables."""
+    if not call.args or not set(_dotted(call.func, aliases, stars, bound)) & _REACH_ATTRIBUTES:
+        return []
+    out = []
+    for module in _dotted(call.args[0], aliases, stars, bound, bare=False):
+        entry = DENY.get(module)
+        if module not in DENY_MODULES or entry.capability not in _LOAD_TIME_CAPABILITIES:
+            continue
+        name = call.args[1] if len(call.args) > 1 else None
+        if isinstance(name, ast.Constant) and isinstance(name.value, str):
+            out.append(_denied(f"{module}.{name.value}"))
+        else:
+            out.append(f"{ast.unparse(call)[:80]}: hands out {module}'s callables (by a name "
+                       f"computed at load, or all at once), and {module} {entry.text}")
+    return out
 
 
 def _denied(target: str) -> str | None:
@@ -372,7 +446,7 @@ def _denied(target: str) -> str | None:
         entry = DENY.get(".".join(parts[:i]))
         if entry is None or entry.capability not in _LOAD_TIME_CAPABILITIES:
             continue
-        if i == len(parts) or parts[-1] in _SOURCE_LEAVES:
+        if i == len(parts) or parts[-1] in _SOURCE_LEAVES or parts[-1] == "__dict__":
             return f"{target}: {entry.text}"
         return None
     return None

@@ -201,6 +201,9 @@ for _capability, (_reason, _modules, _names) in CAPABILITIES.items():
     for _entry in words(_modules) + words(_names):
         DENY[_entry] = DenyEntry(_entry, _capability, _reason, DENY_NOTES.get(_entry, ""))
 _DENY: dict[str, str] = {entry: d.text for entry, d in DENY.items()}
+# The entries that name a whole module (the second column): a module object whose attributes are
+# the capability, as opposed to one callable
+DENY_MODULES = frozenset(m for _, modules, _ in CAPABILITIES.values() for m in words(modules))
 # A final name like these (or starting with one of them and "_") is dangerous in any module
 # outside the allowlist: loaders, runners and shell helpers hide under many module names.
 DENY_LEAF_NAMES = frozenset(words("""
