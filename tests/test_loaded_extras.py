@@ -31,6 +31,7 @@ from inspector.integrity.verify import FileCheck, VerifyResult, verify
 from inspector.integrity.verify_batch import VERIFY_KIND
 from inspector.report import FileEvidence, SessionEvidence, build_report
 from inspector.run import journal
+from inspector.scan.engine import scan_file
 
 
 def _dcp_load(folder: Path) -> dict[str, list[float]]:
@@ -100,20 +101,34 @@ def test_strict_sees_hidden_files_and_plain_verify_leaves_them(tmp_path: Path):
     assert [(Path(f.path).name, f.status) for f in strict.failed_files] == [(".notes", "extra")]
 
 
-def test_a_report_whose_hash_item_fails_is_no_pass(tmp_path: Path):
-    # the file's own row is an extra (the manifest does not list it): the checklist fails it,
-    # and so must the report, though `sha256sum -c` tolerates extras
-    path = tmp_path / "model.safetensors"
-    save_file({"a": torch.ones(2)}, str(path))
+def _extra_evidence(path: Path, manifest: Path, scanned: bool) -> FileEvidence:
+    """A file whose verify row is an extra (the manifest does not list it)."""
     verified = VerifyResult(files=[FileCheck(path=str(path), status="extra")])
-    ev = FileEvidence(str(path), verify={"manifest": str(tmp_path / "SHA256SUMS"),
-                                         **verified.to_json()},
-                      manifest=str(tmp_path / "SHA256SUMS"))
-    report = build_report(SessionEvidence([ev], environment=None, command="test"))
+    return FileEvidence(str(path), scan=scan_file(path).to_json() if scanned else None,
+                        verify={"manifest": str(manifest), **verified.to_json()},
+                        manifest=str(manifest))
+
+
+def test_a_report_whose_hash_item_fails_is_no_pass(tmp_path: Path):
+    # a checkpoint the report scanned whose own row is an extra: the checklist fails it, and
+    # so must the report, though `sha256sum -c` tolerates extras
+    path = tmp_path / "model.npy"
+    path.write_bytes(b"\x93NUMPY\x01\x00v\x00" + b"{'descr': '<f4', 'fortran_order': False, "
+                     b"'shape': (2,), }".ljust(117) + b"\n" + b"\x00" * 8)
+    manifest = tmp_path / "SHA256SUMS"
+    report = build_report(SessionEvidence([_extra_evidence(path, manifest, True)],
+                                          environment=None, command="test"))
     (item,) = [c for c in report.files[0].checklist if c.id == "hash_on_record"]
     assert item.status == "fail"
     assert report.status == "failed"
-    assert any(p.startswith("model.safetensors: SHA-256 on record") for p in report.problems)
+    assert any(p.startswith("model.npy: SHA-256 on record") for p in report.problems)
+    # the twin: a batch verify's extra (a README), which the report holds only the
+    # verification of, is judged as `verify` judged it: tolerated
+    readme = tmp_path / "README.md"
+    readme.write_text("# notes\n")
+    report = build_report(SessionEvidence([_extra_evidence(readme, manifest, False)],
+                                          environment=None, command="test"))
+    assert report.status == "passed"
 
 
 def _bert_folder(root: Path) -> dict[str, torch.Tensor]:

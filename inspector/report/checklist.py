@@ -161,10 +161,13 @@ def _check_hash_on_record(path: str, verification: VerificationInfo | None,
 def record_problems(f: FileReport) -> list[str]:
     """The checklist's own hash item failing where the verification passed (the checkpoint's
     file or a shard of it is one the manifest does not list, which `sha256sum -c` tolerates):
-    a problem, as a failed verification is, so no report passes on it."""
+    a problem, as a failed verification is, so no report passes on it. A file the report
+    holds only a verification of (a batch verify's extra, a README: never scanned nor loaded
+    as a checkpoint) is judged by that verification alone, as `verify` judged it."""
     verification = f.verification
-    if verification is None or verification.status == FAIL:
-        return []  # none given, or `file_problems` already names it
+    examined = f.scan.status != StepStatus.NOT_RUN or f.load.status != LoadStatus.NOT_RUN
+    if verification is None or verification.status == FAIL or not examined:
+        return []  # none given, `file_problems` already names it, or no checkpoint of ours
     return [f"SHA-256 on record: {item.detail}" for item in f.checklist
             if item.id == "hash_on_record" and item.status == FAIL]
 
