@@ -294,6 +294,10 @@ def _check_deterministic(consistency: ConsistencyInfo | None) -> CheckItem:
     if consistency is None:
         return CheckItem("deterministic", title, NOT_CHECKED, "no consistency run in this session")
     where = f" on {consistency.device}" if consistency.device else ""
+    # the repeats' outputs exist only in the jailed worker: a pass is its word
+    word = ", as reported by the jailed worker " + (
+        "(the weights it was given checked here)" if consistency.weights_checked
+        else "(nothing of its answer checked here)")
     if consistency.self_test and not consistency.error:
         fault = self_test_words(consistency.self_test)
         if consistency.status == PASS:
@@ -305,10 +309,6 @@ def _check_deterministic(consistency: ConsistencyInfo | None) -> CheckItem:
         return CheckItem("deterministic", title, PASS, f"identical every repeat{where}{word}")
     if consistency.error:
         return CheckItem("deterministic", title, FAIL,
-    # the repeats' outputs exist only in the jailed worker: a pass is its word
-    word = ", as reported by the jailed worker " + (
-        "(the weights it was given checked here)" if consistency.weights_checked
-        else "(nothing of its answer checked here)")
                          f"the run failed{where}: {consistency.error}")
     return CheckItem("deterministic", title, FAIL,
                      f"{len(consistency.failures) or 'some'} results differed{where}")
