@@ -247,6 +247,9 @@ class WeightValues:
     negative: dict[int, float] = field(default_factory=dict)
     """The running variances (by position) holding a negative value: their lowest value (a NaN
     there is `nonfinite`'s)."""
+    variance_lowest: dict[int, float] = field(default_factory=dict)
+    """The lowest value of each running variance (by position) whose layer moves it by at most
+    half a batch's worth per forward (`slow_variances`)."""
     constants_changed: dict[str, float] = field(default_factory=dict)
     """The constant buffers whose bytes changed (`WeightWatch.constants`): name -> L2 norm."""
     rates: list[float | None] | None = None
@@ -279,6 +282,19 @@ def constant_buffers(model: nn.Module) -> tuple[list[str], list[torch.Tensor]]:
             names.append(f"{module_name}.{name}" if module_name else name)
             tensors.append(local(b))
     return names, tensors
+
+
+def slow_variances(model: nn.Module) -> set[str]:
+    """The running variances of the model's norm layers whose forward moves them by at most
+    half of a batch's variance (momentum at most 0.5, or None: a cumulative average, which from
+    its second batch on moves them by at most half): no forward shrinks one by 2^16 at once.
+    A layer with a larger momentum follows its last batch, which may hold a dead channel."""
+    from torch.nn.modules.batchnorm import _NormBase
+
+    return {f"{name}.running_var" if name else "running_var"
+            for name, m in model.named_modules()
+            if isinstance(m, _NormBase) and m.track_running_stats
+            and (m.momentum is None or m.momentum <= 0.5)}
 
 
 def spare_core(params: list[torch.Tensor]) -> bool:
@@ -317,7 +333,10 @@ class WeightWatch:
         fingerprint taken after the optimizer step can say they should not have changed."""
         self.variances = [i for i, (n, _) in enumerate(buffers) if is_running_variance(n)]
         """The buffers that are running variances (by position among `buffers`): read for their
-        sign too."""
+        sign and lowest value too."""
+        slow = slow_variances(model)
+        self.slow = {i for i in self.variances if buffers[i][0] in slow}
+        """Those a forward moves by at most half a batch's worth (`slow_variances`)."""
         self.constant_names, self.constants = constant_buffers(model)
         """Integer and bool buffers (position ids, index tables): no optimizer steps them and,
         but for those `constant_buffers` leaves out and those `CONSTANT_LEARNING` finds moving,
@@ -451,7 +470,9 @@ class WeightWatch:
         lowest = flat[len(flat) - len(self.variances):] if self.variances else []
         negative = {printed + i: v for i, v in zip(self.variances, lowest, strict=True)
                     if v < 0}
-        return WeightValues(changed, norms, largest, nonfinite, printed, negative,
+        slow = {printed + i: v for i, v in zip(self.variances, lowest, strict=True)
+                if i in self.slow}
+        return WeightValues(changed, norms, largest, nonfinite, printed, negative, slow,
                             {name: self._constant_norm(name) for name in moved})
 
     def _constants_moved(self, flags: list[bool]) -> list[str]:

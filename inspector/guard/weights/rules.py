@@ -3,9 +3,10 @@
 Each rule is a registered class (`WEIGHT_RULES`, `@register`) whose `judge` sees one reading of
 every watched tensor (`fingerprint.WeightValues`) and answers a `Breach` per tensor it blames, named
 with that tensor. The watched tensors are the floating-point parameters, then the floating-point
-buffers (BatchNorm's running statistics), which only `weight-nonfinite`, `weight-largest` and
-`variance-negative` judge: no fingerprint can cover what each forward writes, nor an update
-size what the data sets. They judge from the first reading on, without a warm-up:
+buffers (BatchNorm's running statistics), which only `weight-nonfinite`, `weight-largest`,
+`variance-negative` and `variance-shrunk` judge: no fingerprint can cover what each forward
+writes, nor an update size what the data sets. They judge from the first reading on, without a
+warm-up:
 
 - `weights-changed`: a tensor's exact fingerprint differs from the one taken right after the
   last optimizer step: its bytes changed outside the step (a device or memory fault, or code that
@@ -33,6 +34,11 @@ size what the data sets. They judge from the first reading on, without a warm-up
   negative value. A running mean of variances never is one; a flipped sign bit keeps the
   buffer's norm and largest |value|, passes training (which normalises by each batch's own
   statistics) and, below -eps, makes every eval output of that channel NaN.
+- `variance-shrunk`: a running variance's lowest value below 2^-16 x the lowest it had at a
+  reading that raised no alarm (only a layer whose momentum is at most 0.5, or None: its
+  forward moves the variance by at most half a batch's worth, so a dead channel's variance
+  decays by at most 2x per step). An exponent bit cleared multiplies a variance by 2^-64 or
+  less: still positive and finite, it divides that channel's every eval output by 2^32.
 
 A tensor's learned numbers are plain floats (`state_dict`), so scenes and checkpoints keep them.
 """
@@ -55,7 +61,7 @@ HELD_RULES = frozenset({"weights-changed", "weight-nonfinite", "variance-negativ
                         "replica-differs", REPLACED_RULE})
 """Definitive rules: their alarm names bytes that no healthy step writes, and those bytes stay
 in the weights, so the guard's health check holds it until `Guard.accept_weights`."""
-WINDOWED_RULES = frozenset({"weight-largest", "update-size"})
+WINDOWED_RULES = frozenset({"weight-largest", "update-size", "variance-shrunk"})
 """Statistical rules, judged against what each tensor did before: their alarm fails the health
 check for the guard's recent-alarm window (as a loss or gradient alarm does), not for good, so
 a false one (a schedule's warm restart) costs the saves of a few steps, not every later one."""
@@ -164,6 +170,40 @@ class VarianceNegative(Stateless):
 
 @register
 @dataclass
+class VarianceShrunk:
+    """A running variance's lowest value far below the lowest it had before."""
+
+    factor: float = 2.0 ** -16
+    low: dict[str, float] = field(default_factory=dict)
+    name = "variance-shrunk"
+
+    def judge(self, names: list[str], v: WeightValues) -> list[Breach]:
+        """One breach per running variance whose lowest value fell below `factor` x the lowest
+        it had at a reading that raised no alarm."""
+        out = []
+        for i, lowest in v.variance_lowest.items():
+            seen = self.low.get(names[i])
+            if seen is not None and 0.0 <= lowest < self.factor * seen:
+                out.append(Breach(self.name, "weights", lowest, self.factor * seen, names[i]))
+        return out
+
+    def learn(self, names: list[str], v: WeightValues) -> None:
+        """Keep each running variance's lowest value so far."""
+        for i, lowest in v.variance_lowest.items():
+            if math.isfinite(lowest) and lowest >= 0.0:
+                self.low[names[i]] = min(self.low.get(names[i], lowest), lowest)
+
+    def state_dict(self) -> dict:
+        """Each running variance's lowest value."""
+        return {"low": dict(self.low)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a saved state."""
+        self.low = {str(k): float(x) for k, x in state.get("low", {}).items()}
+
+
+@register
+@dataclass
 class UpdateSize:
     """A tensor's norm moving far more in one step than it has been moving."""
 
@@ -249,9 +289,9 @@ class WeightRuleSet(StateByName):
 
     @classmethod
     def default(cls, k_largest: float = 8.0, k_update: float = 50.0) -> WeightRuleSet:
-        """The five rules, with the guard's configured factors."""
+        """The six rules, with the guard's configured factors."""
         return cls([WeightsChanged(), WeightNonFinite(), WeightLargest(k=k_largest),
-                    VarianceNegative(), UpdateSize(k=k_update)])
+                    VarianceNegative(), VarianceShrunk(), UpdateSize(k=k_update)])
 
     def judge(self, names: list[str], v: WeightValues) -> list[Breach]:
         """Every breach of every rule, in rule order."""
