@@ -15,7 +15,7 @@ import importlib
 from typing import Any
 
 __all__ = ["EXIT_HALTED", "BitFlip", "Guard", "GuardConfig", "GuardHalt", "OrderLedger", "Shadow",
-           "audit", "track"]
+           "audit", "intended", "track"]
 
 _LAZY = {
     "Guard": "inspector.guard.guard",
@@ -27,6 +27,7 @@ _LAZY = {
     "track": "inspector.guard.order",
     "Shadow": "inspector.guard.shadow",
     "audit": "inspector.guard.audit",
+    "intended": "inspector.guard.perturb",
 }
 
 

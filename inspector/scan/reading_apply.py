@@ -99,8 +99,9 @@ def apply(res, blob: Blob, records: list[StreamReading]) -> tuple[set[tuple[str,
             find(Severity.SUSPICIOUS, "readings-budget",
                  f"the pure-Python unpickler's reading (joblib's) {rec.error}; what lies "
                  "past that is read by the C unpicklers only")
-        for module, name, count in rec.imports:
-            if not _importable(module, name):
+        looked_up = _class_attributes(rec)
+        for module, name, count in rec.imports + [[m, n, 1] for m, n in looked_up]:
+            if not _importable(module, name) or (looked_up and (module, name) == _GETATTR):
                 continue
             if rec.apart:
                 apart.add((module, name))
@@ -108,7 +109,8 @@ def apply(res, blob: Blob, records: list[StreamReading]) -> tuple[set[tuple[str,
                 real[(module, name)] = max(real.get((module, name), 0), count)
                 found_in.setdefault((module, name), rec.member or where)
         for call in rec.calls:
-            _judge_call(call, find, rules)
+            if not (looked_up and (call["target"], call["op"]) == (".".join(_GETATTR), "call")):
+                _judge_call(call, find, rules)
         for inner in rec.nested:
             _nested(inner, find, rules, where, handed)
         for value in rec.code_values[:5]:
@@ -215,6 +217,32 @@ _RANK = {Severity.SAFE: 0, Severity.INFO: 0, Severity.SUSPICIOUS: 1, Severity.DA
 
 def _key(member: str | None, key: str) -> str:
     return f"{member}!{key}" if member and key else (member or key or "<root>")
+
+
+_GETATTR = ("builtins", "getattr")
+# a getattr call as the dry run shows it: an import's stand-in by its label, a literal name
+_LOOKUP = re.compile(r"builtins\.getattr\(([A-Za-z_][\w.]*), '([A-Za-z_]\w*)'\)")
+
+
+def _class_attributes(rec: StreamReading) -> list[tuple[str, str]]:
+    """The dotted imports (`module`, `Class.name`) a reading's getattr calls look up, where
+    every one of them (each shown: the count no larger than the texts kept) is
+    `getattr(<import>, '<identifier>')`: each is judged as a dotted STACK_GLOBAL is, as the
+    walk judges it (`WalkState.class_attribute`), and the getattr import with them. Empty
+    for any other reading: a computed owner or name leaves getattr a call of its own."""
+    call = next((c for c in rec.calls if c["target"] == ".".join(_GETATTR)), None)
+    if call is None or call["op"] != "call" or call["computed"] or (
+            call["count"] > len(call["texts"])):
+        return []
+    labels = {f"{m}.{n}": (m, n) for m, n, _ in rec.imports}
+    out = []
+    for text in call["texts"]:
+        found = _LOOKUP.fullmatch(text)
+        owner = labels.get(found.group(1)) if found else None
+        if owner is None:
+            return []
+        out.append((owner[0], f"{owner[1]}.{found.group(2)}"))
+    return out
 
 
 def _judge_call(call: dict, find, rules) -> None:

@@ -365,6 +365,9 @@ class WeightWatch:
         self.after: Future | None = None
         """The norms (and largest |w| when due) of the weights the last step wrote, read in the
         background: what the next check reports when its fingerprints agree."""
+        self.moved_before: torch.Tensor | None = None
+        """Which tensors had changed since the post-step fingerprint when an intended change
+        began (`begin_intended`): the next reading reports them."""
 
     def current(self) -> bool:
         """Whether the model still holds the tensors (and modules) the watch reads."""
@@ -406,6 +409,24 @@ class WeightWatch:
         if self.constants:
             self.constant_expected = fingerprint(self.constants)
 
+    def begin_intended(self) -> None:
+        """An intended change outside a step is about to run (SAM's ascent step): compare
+        the weights with the post-step fingerprint now, for the next reading to report."""
+        self.settle()
+        if self.expected is not None:
+            moved = fingerprint(self.params).differ(self.expected)
+            held = self.moved_before
+            self.moved_before = moved if held is None else moved | held
+
+    def end_intended(self) -> None:
+        """The intended change is done: its weights are the ones the next check expects."""
+        if self.expected is not None:
+            self.expected = fingerprint(self.params)
+
+    def _held(self, changed: torch.Tensor, held: torch.Tensor | None) -> torch.Tensor:
+        """`changed`, with what `begin_intended` found before the intended change."""
+        return changed if held is None else changed | held.to(changed.device)
+
     def reading(self, largest: bool | None = None) -> WeightReading:
         """Read every tensor now (no sync); `largest` forces or drops the |w| pass. In the
         background when the post-step reads are there and nothing is forced."""
@@ -420,10 +441,11 @@ class WeightWatch:
                 return WeightReading(None, torch.zeros(0), torch.zeros(0) if due else None,
                                      buffers=buffers, constants=constants)
             after, self.after = self.after, None
+            held, self.moved_before = self.moved_before, None
             if self.worker is not None and after is not None and largest is None:
                 expected = self.expected
                 changed = (None if expected is None else self.worker.submit(
-                    lambda: fingerprint(self.params).differ(expected)))
+                    lambda: self._held(fingerprint(self.params).differ(expected), held)))
                 return WeightReading(changed, after, None, settled=True, buffers=buffers,
                                      constants=constants)
             if after is not None:
@@ -434,7 +456,7 @@ class WeightWatch:
             changed = None
             if check:
                 now = Prints.join([r[0] for r in read], device)
-                changed = now.differ(self.expected)
+                changed = self._held(now.differ(self.expected), held)
             top = _stack([r[2] for r in read]) if due else None
             return WeightReading(changed, _stack([r[1] for r in read]), top, buffers=buffers,
                                  constants=constants)

@@ -28,6 +28,7 @@ from inspector.scan.pickles.values import (
 )
 
 RECONSTRUCTOR = "copyreg._reconstructor"
+GETATTR = "builtins.getattr"
 
 
 class Truncated(Exception):
@@ -226,9 +227,34 @@ class WalkState:
                 if fref.key in SETS_STATE and isinstance(args, tuple):
                     self.state_handed(fref, SETS_STATE[fref.key], args, made, at)
                 return _returned(fref, args, made)
+    def class_attribute(self, fref: GlobalRef | None, args: object, opname: str, at: int
+                        ) -> GlobalRef | None:
+        """`getattr(<import>, '<name>')` is the dotted import `module.Class.name`, judged as a
+        dotted STACK_GLOBAL is (the unpickler's own lookup walks attributes so): protocol 2
+        pickles a class's staticmethod this way (a whole CyclicLR's default scale_fn). The
+        getattr import it consumes is no longer an import of its own where it was just made
+        (a later use of it, memoised, is a call of builtins.getattr judged as any). None for
+        any other call: a computed owner or a name that is not a literal identifier."""
+        if fref is None or fref.key != GETATTR or not isinstance(args, tuple) or len(args) != 2:
+            return None
+        owner, name = args
+        if not isinstance(owner, GlobalRef) or not isinstance(name, str) or (
+                not name.isidentifier()):
+            return None
+        made = self.res.globals[-8:]  # the getattr import, then the owner's where it is new
+        if any(g is fref for g in made):
+            del self.res.globals[len(self.res.globals) - len(made) + next(
+                i for i, g in enumerate(made) if g is fref)]
+        ref = GlobalRef(owner.module, f"{owner.name}.{name}", opname, at)
+        if len(self.res.globals) < 100_000:
+            self.res.globals.append(ref)
+        return ref
+
         if fref is None:
             self.note("indirect-call", f"{opname} calls a value computed while loading "
                       "(not a plain import), which cannot be checked statically", at, True)
+        if (looked_up := self.class_attribute(fref, args, opname, at)) is not None:
+            return looked_up
             self.block(f"{opname} on a value that is not an allowed global")
         strings: list[str] = []
         strings_of(args, strings)
