@@ -48,6 +48,15 @@ def test_a_save_into_a_folder_inside_the_guards_run_asks_the_guard(tmp_path):
         SaveOutcome.UNHEALTHY]
 
 
+def test_a_save_of_the_watched_model_elsewhere_asks_the_guard(tmp_path):
+    bad, _ = train(tmp_path / "guard", tmp_path / "elsewhere" / "s.pt", fault=True,
+                   run_folder=tmp_path / "elsewhere")
+    good, _ = train(tmp_path / "guard2", tmp_path / "elsewhere2" / "s.pt", fault=False,
+                    run_folder=tmp_path / "elsewhere2")
+    assert good.outcome == SaveOutcome.VERIFIED
+    assert bad.outcome == SaveOutcome.UNHEALTHY and "weights-changed" in bad.detail
+
+
 def test_a_guard_the_save_does_not_reach_is_said(tmp_path, capsys):
     """A copy of the weights (not the watched tensors) saved to another folder: the guard is
     not asked, and stderr says so once."""
