@@ -279,3 +279,23 @@ def test_merge_rederives_a_shard_that_compared_nothing(tmp_path, capsys):
                  "--results", str(good)]) == 0
     capsys.readouterr()
     assert main(["merge", str(good), "-o", str(tmp_path / "good.json")]) == 0
+
+
+def test_a_checkpoint_in_a_folder_the_manifest_lists_nothing_from_is_a_plain_extra(
+        tmp_path, monkeypatch, capsys) -> None:
+    """A loader picks among the files of a model's folder: an unlisted checkpoint beside a
+    listed one fails, while one in a folder the manifest lists nothing from (the working
+    folder holding the manifest, another run's file) is another model: reported, tolerated."""
+    (tmp_path / "models").mkdir()
+    torch.save({"w": torch.ones(2)}, tmp_path / "models" / "step-100.pt")
+    monkeypatch.chdir(tmp_path)
+    assert main(["manifest", "create", "models/", "-o", "SHA256SUMS"]) == 0
+    torch.save({"w": torch.zeros(2)}, tmp_path / "other.pt")
+    capsys.readouterr()
+    assert main(["verify", "-m", "SHA256SUMS"]) == 0
+    out = capsys.readouterr().out
+    assert "NOT IN MANIFEST" in out and "other.pt" in out and "UNCHECKED" not in out
+    torch.save({"w": torch.zeros(2)}, tmp_path / "models" / "step-200.pt")
+    assert main(["verify", "-m", "SHA256SUMS"]) == 3
+    out = capsys.readouterr().out
+    assert "UNCHECKED" in out and "step-200.pt" in out

@@ -145,8 +145,10 @@ def test_the_report_and_sarif_carry_the_keyless_verdict(signed, tmp_path, capsys
     from safetensors.numpy import save_file
 
     model, _instance, root = signed
-    # a checkpoint for the report to read, added after signing: an unsigned extra
-    save_file({"w": np.arange(8, dtype=np.float32)}, str(model / "extra.safetensors"))
+    # a checkpoint for the report to read, added after signing in a folder of its own: an
+    # unsigned extra (beside the signed files a loader could pick it: it would fail the check)
+    (model / "scratch").mkdir()
+    save_file({"w": np.arange(8, dtype=np.float32)}, str(model / "scratch" / "extra.safetensors"))
     out, sarif = tmp_path / "report.json", tmp_path / "scan.sarif"
     trust = ["--trust-root", str(root), "--identity", IDENTITY, "--identity-provider", ISSUER]
     assert main(["report", str(model), "-o", str(out), *trust]) == 0

@@ -5,10 +5,12 @@ An orphan (a file named like a shard of an index manifest that the index does no
 fault; a shard that a listed `*.index.json` names is loaded with it; a file whose bytes are a
 checkpoint format the jailed worker loads (`formats.loadable`, recognised from the bytes as the
 scan recognises them, never from the name) is a loader's pick too: transformers reads an
-unlisted `model.safetensors` before the listed `pytorch_model.bin`. Each is `unchecked` (or
+unlisted `model.safetensors` before the listed `pytorch_model.bin`, when it lies in a folder
+beside a listed file (a model's folder: a loader picks among the files there; a checkpoint in a
+folder the record lists nothing from is another model, a plain extra). Each is `unchecked` (or
 `orphan`) with a note saying why, whether or not the check is strict. So is a hidden file a
 loader reads (`folder_walk.LOADED_HIDDEN`: a DCP folder's `.metadata`, its map of every tensor
-to its bytes).
+to its bytes) beside a listed file.
 """
 
 from __future__ import annotations
@@ -58,9 +60,11 @@ class ExtraRecord(Protocol):
 @dataclass(frozen=True)
 class LoadedExtras:
     """The extra files an index picks, found over every pair planned, by absolute path, with
-    the status and note each gets; any other extra is judged by its own bytes (`mark`)."""
+    the status and note each gets; any other extra in one of `folders` (those holding a listed
+    file, absolute) is judged by its own bytes (`mark`)."""
 
     picked: dict[str, tuple[FileStatus, str]] = field(default_factory=dict)
+    folders: frozenset[str] = frozenset()
 
     def mark(self, files: Iterable[ExtraRecord]) -> None:
         """Each extra that a loader reads becomes no tolerated extra: an index's pick, a
@@ -73,6 +77,8 @@ class LoadedExtras:
         picked = self.picked.get(os.path.abspath(record.path))
         if picked is not None:
             return picked
+        if os.path.dirname(os.path.abspath(record.path)) not in self.folders:
+            return record.status, record.note
         if os.path.basename(record.path) in LOADED_HIDDEN:
             return FileStatus.UNCHECKED, LOADED_HIDDEN_NOTE
         fmt = weights_format(Path(record.path))
@@ -86,11 +92,18 @@ def loaded_extras(manifest: Manifest, pairs: Iterable[tuple[object, Path]]) -> L
     pair, then marks each file's result before it is kept): against an index manifest, the
     orphans of its set; against any, the shards a listed `*.index.json` names."""
     picked: dict[str, tuple[FileStatus, str]] = {}
+    pairs = list(pairs)
     listed = [location for entry, location in pairs if entry is not None and is_index(location)]
     if manifest.dialect == "index" and manifest.source is not None:
         _pick(picked, [manifest.source], orphan_shards, FileStatus.ORPHAN, ORPHAN_NOTE)
     _pick(picked, listed, ShardIndex.shards, FileStatus.UNCHECKED, UNLISTED_SHARD_NOTE)
-    return LoadedExtras(picked)
+    return LoadedExtras(picked, model_folders(location for entry, location in pairs
+                                              if entry is not None))
+
+
+def model_folders(listed: Iterable[str | os.PathLike[str]]) -> frozenset[str]:
+    """The folders (absolute) that hold a listed file: where a loader picks among files."""
+    return frozenset(os.path.dirname(os.path.abspath(path)) for path in listed)
 
 
 def _pick(picked: dict[str, tuple[FileStatus, str]], indexes: list[Path],

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.core.termtext import counted
 from inspector.core.vocabulary import FileStatus
-from inspector.integrity.extras import LoadedExtras
+from inspector.integrity.extras import LoadedExtras, model_folders
 from inspector.integrity.hashing import sha256_file
 from inspector.integrity.manifest import ManifestError
 from inspector.integrity.verify import (
@@ -136,7 +136,9 @@ def _verify_by_library(folder: Path, statement: SignedStatement, signature: Path
     result.files += [FileCheck(path=str(folder / name), status=FileStatus.EXTRA, actual=digest,
                                algorithm=statement.hash_type)
                      for name, digest in sorted(actual.items())]
-    LoadedExtras().mark(result.files)  # an unsigned file a loader reads is no harmless extra
+    # an unsigned file a loader reads beside a signed one is no harmless extra
+    LoadedExtras(folders=model_folders(folder / r.name for r in statement.resources)).mark(
+        result.files)
     return result
 
 
