@@ -387,30 +387,38 @@ def judge_source(source: str | bytes | ast.Module, run_at_load: frozenset[str] =
     aliases, stars = _aliases(tree)
     bound = _bindings(tree, aliases, stars)
     imports = sorted(set(aliases.values()) | {f"{module}.*" for module in stars})
-    # names the source assigns or takes as parameters: as a value (not called), such a name is
-    # what it binds, not the builtin it shadows (`input = input_ids.reshape(...)`)
-    local = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(
-        n.ctx, ast.Store)} | {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
     bad: list[str] = []
+    local: frozenset[str] | None = None  # `_locals`, read where first needed
     for node in _load_time_nodes(tree, run_at_load, properties):
-        inner = {id(n.value) for n in ast.walk(node) if isinstance(n, ast.Attribute)}
-        called = {id(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
-        for n in ast.walk(node):
+        nodes = list(ast.walk(node))
+        inner = {id(n.value) for n in nodes if isinstance(n, ast.Attribute)}
+        called = {id(n.func) for n in nodes if isinstance(n, ast.Call)}
+        for n in nodes:
             # a denied callable named as a value is as dangerous as its call: map(os.system,
             # ...), atexit.register(os.system, ...), Thread(target=...), `run = os.system`
             if isinstance(n, ast.Name | ast.Attribute) and isinstance(n.ctx, ast.Load) and (
                     id(n) not in inner):
-                shadowed_builtin = (isinstance(n, ast.Name) and id(n) not in called
-                                    and n.id in local and n.id not in aliases)
-                targets = bound.get(n.id, []) if shadowed_builtin else _dotted(
-                    n, aliases, stars, bound)
-                reasons = [_denied(t) for t in targets if t not in DENY_MODULES]
+                reasons = [_denied(t) for t in _dotted(n, aliases, stars, bound)
+                           if t not in DENY_MODULES]
+                if any(reasons) and isinstance(n, ast.Name) and id(n) not in called and (
+                        n.id not in aliases):
+                    local = _locals(tree) if local is None else local
+                    if n.id in local:  # as a value, what it binds, not the builtin it
+                        # shadows (`input = input_ids.reshape(...)`)
+                        reasons = [_denied(t) for t in bound.get(n.id, [])]
             elif isinstance(n, ast.Call):
                 reasons = _attribute_reach(n, aliases, stars, bound)
             else:
                 continue
             bad += [r for r in reasons if r and r not in bad]
     return imports, bad
+
+
+def _locals(tree: ast.Module) -> frozenset[str]:
+    """The names a source assigns or takes as parameters anywhere."""
+    return frozenset(n.id if isinstance(n, ast.Name) else n.arg for n in ast.walk(tree)
+                     if isinstance(n, ast.arg) or (isinstance(n, ast.Name)
+                                                   and isinstance(n.ctx, ast.Store)))
 
 
 def _attribute_reach(call: ast.Call, aliases: dict[str, str], stars: list[str],
