@@ -112,8 +112,10 @@ def test_a_sign_flip_in_a_running_variance_is_named_at_the_next_step(tmp_path):
         var = model[1].running_var
         var.abs_()
         var[5] = -var[5]
-    assert guard.health() == [f"variance-negative on 1.running_var (value {float(var[5]):.4g}, "
-                              "bound 0)"]
+    # (and, since no forward wrote the statistics after the step, that they changed)
+    assert guard.health() == [
+        f"weights-changed on 1.running_var (value {float(var.norm()):.4g})",
+        f"variance-negative on 1.running_var (value {float(var[5]):.4g}, bound 0)"]
 
 
 def test_a_checkpoint_saved_after_a_running_var_flip_is_unhealthy_and_never_resumed(tmp_path,

@@ -52,17 +52,25 @@ def normalised(model) -> float:
     return out
 
 
-def train(run_dir, shrink: bool):
+def train(run_dir, shrink: bool = False, flip_mean: bool = False, forward: bool = False):
+    """60 steps with a save after the last; before the save, the test's own memory fault
+    (`shrink`: an exponent bit of a running variance cleared, x 2^-64; `flip_mean`: the sign
+    of the running mean farthest from 0) or a training-mode forward (`forward`)."""
     model = bn_model()
     guard = Guard(run_dir, GuardConfig(console=False))
     saved = []
 
     def at_end(step, opt):
         if step == 59:
-            if shrink:  # the test's own memory fault, after the last step, before the save
+            if shrink:
                 var = model[1].running_var.view(torch.int32)
                 i = next(j for j in range(8) if int(var[j]) >> 29 & 1)
                 var[i] ^= 1 << 29
+            if flip_mean:
+                mean = model[1].running_mean
+                mean.view(torch.int32)[int(mean.abs().argmax())] ^= -(1 << 31)
+            if forward:
+                model(data(7)[0])
             saved.append(save(model.state_dict(), run_dir / "ckpt" / "s.pt", step=step,
                               run_dir=run_dir))
 
@@ -99,3 +107,22 @@ def test_ordinary_batchnorm_training_raises_nothing(tmp_path, kind):
     assert [(v.step, v.alarm.breaches[0].rule) for v in verdicts if v.alarm] == []
     if kind == "dead channel":
         assert float(model[1].running_var[3]) < 1e-6  # it did decay toward 0
+
+
+def test_a_running_mean_changed_with_no_forward_is_named_before_the_save(tmp_path):
+    bad, bad_save = train(tmp_path / "bad", flip_mean=True)
+    good, good_save = train(tmp_path / "good")
+    x = data(99_999)[0]
+    with torch.no_grad():  # the harm: the channel shifted by twice its mean in eval mode
+        bad.eval(), good.eval()
+        shift = (bad[1](bad[0](x)) - good[1](good[0](x))).abs().max().item()
+    assert shift > 1.0
+    assert good_save.outcome == SaveOutcome.VERIFIED
+    assert bad_save.outcome == SaveOutcome.UNHEALTHY
+    assert "weights-changed on 1.running_mean" in bad_save.detail
+
+
+def test_a_training_mode_forward_before_the_save_is_no_fault(tmp_path):
+    """The statistics moved, and so did the layer's count: a forward wrote them."""
+    _, record = train(tmp_path, forward=True)
+    assert record.outcome == SaveOutcome.VERIFIED

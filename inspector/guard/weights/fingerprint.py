@@ -44,6 +44,7 @@ from torch import nn
 
 from inspector.core.flatten import is_running_variance
 from inspector.guard.weights.members import layout, members
+from inspector.guard.weights.norm_stats import NormStats
 from inspector.guard.weights.prints import (
     CACHED_BYTES,
     Prints,
@@ -251,7 +252,8 @@ class WeightValues:
     """The lowest value of each running variance (by position) whose layer moves it by at most
     half a batch's worth per forward (`slow_variances`)."""
     constants_changed: dict[str, float] = field(default_factory=dict)
-    """The constant buffers whose bytes changed (`WeightWatch.constants`): name -> L2 norm."""
+    """The constant buffers whose bytes changed (`WeightWatch.constants`), and the norm layers'
+    running statistics changed with no forward since the step (`NormStats`): name -> L2 norm."""
     rates: list[float | None] | None = None
     """The learning rate each stepped tensor's param group has now (None: not known), which
     `update-size` measures a step against; set by the guard, which reads the groups."""
@@ -334,6 +336,9 @@ class WeightWatch:
         self.variances = [i for i, (n, _) in enumerate(buffers) if is_running_variance(n)]
         """The buffers that are running variances (by position among `buffers`): read for their
         sign and lowest value too."""
+        self.norm_stats = NormStats(model)
+        """The norm layers' running statistics as each step's forward left them: a save's
+        reading compares them (`NormStats`)."""
         slow = slow_variances(model)
         self.slow = {i for i in self.variances if buffers[i][0] in slow}
         """Those a forward moves by at most half a batch's worth (`slow_variances`)."""
@@ -365,6 +370,8 @@ class WeightWatch:
         self.after: Future | None = None
         """The norms (and largest |w| when due) of the weights the last step wrote, read in the
         background: what the next check reports when its fingerprints agree."""
+        self.stats_moved: list[str] = []
+        """The norm statistics the last forced reading found changed with no forward."""
         self.moved_before: torch.Tensor | None = None
         """Which tensors had changed since the post-step fingerprint when an intended change
         began (`begin_intended`): the next reading reports them."""
@@ -408,6 +415,7 @@ class WeightWatch:
         self.expected = fingerprint(self.params) if self.every > 0 else None
         if self.constants:
             self.constant_expected = fingerprint(self.constants)
+        self.norm_stats.keep()
 
     def begin_intended(self) -> None:
         """An intended change outside a step is about to run (SAM's ascent step): compare
@@ -433,8 +441,13 @@ class WeightWatch:
         with torch.no_grad():
             due = self.readings % self.largest_every == 0 if largest is None else largest
             self.readings += 1
-            # the buffers as they are now, after this step's forward wrote them
+            # the buffers as they are now, after this step's forward wrote them; a forced
+            # reading (a save's health check) finds the norm statistics no forward wrote since
             buffers = _buffer_values(self.buffers, self.variances) if self.buffers else None
+            if largest is None:
+                self.norm_stats.keep()
+            else:
+                self.stats_moved = self.norm_stats.moved()
             constants = (fingerprint(self.constants).differ(self.constant_expected)
                          if self.constants and self.constant_expected is not None else None)
             if not self.params:
@@ -494,8 +507,11 @@ class WeightWatch:
                     if v < 0}
         slow = {printed + i: v for i, v in zip(self.variances, lowest, strict=True)
                 if i in self.slow}
+        moved_stats, self.stats_moved = self.stats_moved, []
         return WeightValues(changed, norms, largest, nonfinite, printed, negative, slow,
-                            {name: self._constant_norm(name) for name in moved})
+                            {name: self._constant_norm(name) for name in moved}
+                            | {name: norms[self.names.index(name)] if name in self.names
+                               else math.nan for name in moved_stats})
 
     def _constants_moved(self, flags: list[bool]) -> list[str]:
         """The constant buffers whose bytes differ from their fingerprint; over the first
