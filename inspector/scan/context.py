@@ -232,9 +232,9 @@ class ScanContext:
             allowed = call.func is not None and call.func.key in self.rules.allowed
             known = call.func and self.uses.get((call.func.module, call.func.name))
             text = _call_text(call, known)
-            implicit = call.opcode in IMPLICIT_METHODS and not call.via
+            implicit = (call.opcode in IMPLICIT_METHODS or call.runs) and not call.via
             if known and known.severity != Severity.SAFE and call.opcode != "BUILD" and (
-                    not implicit or call.opcode.startswith("NEWOBJ")) and (
+                    not implicit or (call.opcode.startswith("NEWOBJ") and not call.runs)) and (
                     len(known.calls) < KEPT_CALLS and text not in known.calls):
                 known.calls.append(text)
                 known.call_sites.append({"member": member,
@@ -259,7 +259,7 @@ class ScanContext:
                     self.find(verdict.severity, "call-outside-allowlist",
                               f"{call.via}: {verdict.reason}", member,
                               call.offset if depth == 0 else None, text)
-            elif call.func is not None and not allowed and not judged and (
+            elif call.func is not None and not allowed and not judged and not call.runs and (
                     call.opcode in ("REDUCE", "INST", "OBJ")):
                 # INST and OBJ call their target as REDUCE does, with no arguments too: pickle's
                 # _instantiate calls klass() when it is not a class (a function), and a class's
@@ -287,16 +287,21 @@ class ScanContext:
 
     def _implicit(self, call: Call, member: str | None, offset: int | None, text: str) -> None:
         """NEWOBJ, BUILD, SETITEM(S), APPEND(S) and ADDITEMS run a method the instance's class
-        may define (`IMPLICIT_METHODS`): outside the call allow-list, that method is read from
-        the class's source (`static_source.method_reaches`, never imported) and what it calls,
-        directly or through the instance's other methods and the module's functions, is judged
-        as load-time source code is (`torch_package._denied`, the deny list's capabilities). A
-        method the source does not show (compiled, a builtin's) leaves the class's import
-        judged alone."""
+        may define (`IMPLICIT_METHODS`), and a dict key, a set item or an instance handed to
+        an allowed callable has its protocols run (`Call.runs`): outside the call allow-list,
+        each method is read from the class's source (`static_source.method_reaches`, never
+        imported) and what it calls, directly or through the instance's other methods, the
+        functions its module defines or imports from its own package and the classes of what
+        the pickle put into its attributes, is judged as load-time source code is
+        (`torch_package._denied`, the deny list's capabilities); a value the pickle stored that
+        it calls is judged as a REDUCE of it. A method the source does not show (compiled, a
+        builtin's) leaves the class's import judged alone."""
         func = call.func
         if call_allowed(func.key, self.rules):
             return
-        for method in IMPLICIT_METHODS[call.opcode]:
+        lead = (f"{call.opcode} {call.role} an instance of {func.key}, which" if call.role
+                else f"{call.opcode} of {func.key}")
+        for method in call.runs or IMPLICIT_METHODS[call.opcode]:
             seen = (func.key, method, call.attrs)
             if seen in self.implicit_seen:
                 continue
@@ -306,12 +311,20 @@ class ScanContext:
                                        call.attrs)
             except (RecursionError, ValueError):  # source too deep to read: as if unreadable
                 reach = None
-            if reach is None or not reach[1]:
+            if reach is None:
                 continue
-            where, reasons = reach
-            self.find(Severity.DANGEROUS, "implicit-call",
-                      f"{call.opcode} of {func.key} runs {where}, which calls "
-                      f"{'; '.join(reasons[:3])}", member, offset, text)
+            reasons = list(reach.reasons)
+            for ref, path in reach.stored:
+                verdict = call_verdict(ref, False, [], self.rules) if ref else None
+                if verdict is not None and verdict.severity == Severity.DANGEROUS:
+                    reasons.append(f"what the pickle stored there ({path}): {verdict.reason}")
+                elif not ref:
+                    reasons.append(f"what the pickle stored there ({path}), a value made while "
+                                   "loading, which cannot be checked statically")
+            if reasons:
+                self.find(Severity.DANGEROUS, "implicit-call",
+                          f"{lead} runs {reach.where}, which calls {'; '.join(reasons[:3])}",
+                          member, offset, text)
 
     def _needs_dtype_class(self, code: str, member: str | None) -> None:
         """A pickled numpy.dtype(code) also needs its class allowed (torch checks the class of
@@ -481,6 +494,8 @@ class ScanContext:
 def _call_text(call: Call, use: GlobalUse | None) -> str:
     """A call as pseudo-Python, named by its real import: `os.system("touch x")`."""
     name = use.import_name if use else (call.func.key if call.func else "<computed>")
+    if call.role:
+        return f"{call.opcode} {call.role} an instance of {name}"
     if call.via and call.opcode in ("BUILD", "APPEND", "APPENDS", "ADDITEMS"):
         return f"{name}({call.args}) ({call.via})"  # a method an earlier BUILD stored
     if call.opcode == "BUILD":

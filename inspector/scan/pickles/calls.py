@@ -104,7 +104,8 @@ class CalledArgument:
 # cannot lend its trust to what it is handed. `tests/test_scan_called_arguments.py` reads each
 # allowed callable's source and fails on a call of a parameter not declared here. Dunder
 # protocols a builtin runs on an instance it is handed (`int(x)` calls `x.__int__`) are not
-# declared: the instance's class is judged where it was built (its import, NEWOBJ, BUILD).
+# declared: an instance in any allowed callable's arguments has them judged from its class's
+# source (`WalkState.handled`, `opcodes.HANDED`).
 CALLS_ARGUMENTS: dict[str, tuple[CalledArgument, ...]] = {
     "torch._tensor._rebuild_from_type_v2": (CalledArgument(0, "func", "calls", args_at=2),),
     "copyreg._reconstructor": (

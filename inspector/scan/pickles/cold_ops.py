@@ -13,7 +13,7 @@ from collections.abc import Callable
 from struct import unpack_from
 
 from inspector.scan.pickles.joblib_arrays import NUMPY_DTYPE, WRAPPER
-from inspector.scan.pickles.opcodes import OPCODE_BYTES
+from inspector.scan.pickles.opcodes import HASHED, OPCODE_BYTES
 from inspector.scan.pickles.records import Call, GlobalRef
 from inspector.scan.pickles.state import Truncated, WalkState
 from inspector.scan.pickles.values import (
@@ -23,7 +23,7 @@ from inspector.scan.pickles.values import (
     _Obj,
     _Seq,
     decode_text,
-    instance_attributes,
+    held_values,
     kind_of,
     render,
     strings_of,
@@ -173,9 +173,9 @@ def _build(st: WalkState, op: int, at: int) -> None:
             st.block(f"BUILD of {inst.func.key}")
         strings: list[str] = []
         strings_of(state, strings)
-        held = instance_attributes(state)
+        held = held_values(state)
         if held:
-            inst.attrs = {**(inst.attrs or {}), **held}
+            inst.held = {**(inst.held or {}), **held}
         # BUILD runs the class's __setstate__ where it defines one: recorded as a call of its
         # class (`ScanContext` judges what that method's source calls)
         cls = inst.class_ref()
@@ -201,6 +201,9 @@ def _setitems(st: WalkState, op: int, at: int) -> None:
         else:
             st.note("container-type-confusion", f"{name} on a {kind}, not a dict", at, True)
             st.block(f"{name} on a {kind}")
+    if kind in ("dict", "unknown"):  # a dict hashes and compares its keys
+        st.handled(tuple(items[0::2]), "SETITEMS" if op == 0x75 else "SETITEM",
+                   "uses as a dict key", HASHED, at)
     if isinstance(target, _Seq):
         if len(target.strings) < 16:
             strings_of(tuple(items), target.strings)
@@ -237,6 +240,8 @@ def _appends(st: WalkState, op: int, at: int) -> None:
 def _additems(st: WalkState, op: int, at: int) -> None:
     items = st.pop_mark(at)
     target = st.stack[-1] if st.stack else UNKNOWN
+    if kind_of(target) in ("set", "unknown"):  # a set hashes and compares its items
+        st.handled(tuple(items), "ADDITEMS", "adds to a set", HASHED, at)
     if isinstance(target, _Obj) and target.stored and "add" in target.stored:
         st.stored_call(target, "add", tuple(items), "ADDITEMS", at)
     elif kind_of(target) == "object":
@@ -251,13 +256,14 @@ def _dict_or_list(st: WalkState, op: int, at: int) -> None:
     seq = _Seq("dict" if op == 0x64 else "list")
     strings_of(tuple(items), seq.strings)
     if op == 0x64:
+        st.handled(tuple(items[0::2]), "DICT", "uses as a dict key", HASHED, at)
         seq.set_items(items)
     st.stack.append(seq)
 
 
 @_handles("FROZENSET")
 def _frozenset(st: WalkState, op: int, at: int) -> None:
-    st.pop_mark(at)
+    st.handled(tuple(st.pop_mark(at)), "FROZENSET", "adds to a frozenset", HASHED, at)
     st.stack.append(_Seq("frozenset"))
 
 

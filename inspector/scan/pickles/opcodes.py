@@ -36,6 +36,16 @@ IMPLICIT_METHODS: dict[str, tuple[str, ...]] = {
     "SETITEM": ("__setitem__",), "SETITEMS": ("__setitem__",),
     "APPEND": ("extend", "append", *_LOOKUP), "APPENDS": ("extend", "append", *_LOOKUP),
     "ADDITEMS": ("add", *_LOOKUP)}
+# Beside those, the load runs protocol methods of an instance it only handles: a dict key
+# (SETITEM(S), DICT, an allowed dict-like's keys), a set or frozenset item (ADDITEMS,
+# FROZENSET) is hashed and compared; an allowed callable handed an instance (`builtins.list(x)`
+# iterates it, `int(x)` asks its __index__, `dict(x)` its keys and items, torch's rebuilds
+# their sizes' lengths and items) may run any of the protocols below on it.
+HASHED = ("__hash__", "__eq__")
+HANDED = (*HASHED, "__iter__", "__next__", "__len__", "__length_hint__", "__contains__", "keys",
+          "items", "values", "__getitem__", "__index__", "__int__", "__float__", "__complex__",
+          "__trunc__", "__bool__", "__str__", "__repr__", "__format__", "__bytes__",
+          "__buffer__", "__fspath__", *_LOOKUP)
 
 # Opcodes torch's weights-only unpickler implements; overridden from the installed torch.
 WEIGHTS_ONLY_OPCODES_DEFAULT = frozenset(

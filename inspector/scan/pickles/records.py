@@ -31,6 +31,19 @@ class GlobalRef:
         self.key = f"{self.module}.{self.name}"
 
 
+class Held(NamedTuple):
+    """What a pickle's state put into one attribute of an instance (`name`; "" for a key
+    computed while loading, which may be any name): an import (`ref`, its dotted name), an
+    instance (`cls`: its class's module and name; `attrs`: what it holds in turn), or, with
+    neither, a value made while loading whose class cannot be known. A tuple: every method
+    the load runs is looked up by it, and tuples hash and compare in C."""
+
+    name: str
+    ref: str = ""
+    cls: tuple[str, str] | None = None
+    attrs: tuple[Held, ...] = ()
+
+
 @dataclass(slots=True)
 class Call:
     """A call the unpickler would make: callable (None when not a plain import) and its text."""
@@ -43,9 +56,14 @@ class Call:
     # made by an allowed callable with its argument (`calls.CALLS_ARGUMENTS`): what it does,
     # e.g. "torch._tensor._rebuild_from_type_v2 calls its argument func"; `args` are its own
     via: str = ""
-    # (attribute, module, class) of each instance the pickle's BUILD states put into the
-    # instance's attributes: its method's `self.<attribute>.m()` runs that class's `m`
-    attrs: tuple[tuple[str, str, str], ...] = ()
+    # what the pickle's BUILD states put into the instance's attributes (imports, instances):
+    # its method's `self.<attribute>.m()` runs that class's `m`, `self.<attribute>(...)` calls
+    # what is stored there
+    attrs: tuple[Held, ...] = ()
+    # the methods the load runs on an instance of `func` where the opcode's own do not say
+    # (`opcodes.HASHED`, `opcodes.HANDED`), and how it meets the instance (`role`)
+    runs: tuple[str, ...] = ()
+    role: str = ""
 
 
 class StorageRef(NamedTuple):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from inspector.scan.pickles.calls import CALLS_ARGUMENTS, RETURNS, SETS_STATE, CalledArgument
 from inspector.scan.pickles.joblib_arrays import NUMPY_DTYPE, PLAIN_SUBCLASSES, WRAPPER, layout
-from inspector.scan.pickles.opcodes import OPCODE_NAMES
+from inspector.scan.pickles.opcodes import HANDED, OPCODE_NAMES
 from inspector.scan.pickles.policy import call_allowed
 from inspector.scan.pickles.records import Call, GlobalRef, Issue, Limits, PickleScan
 from inspector.scan.pickles.unbuffered import unbuffered_splice
@@ -67,6 +67,23 @@ def _returned(fref: GlobalRef, args: object, made: _Obj) -> object:
     return made
 
 
+def _instances(values: tuple) -> list[_Obj]:
+    """The objects made while loading among `values` and the items of their tuples (each
+    tuple once: the memo hands one tuple to many, and hostile files nest them thousands
+    deep)."""
+    found: list[_Obj] = []
+    seen: set[int] = set()
+    todo = [values]
+    while todo:
+        for item in todo.pop():
+            if isinstance(item, _Obj):
+                found.append(item)
+            elif isinstance(item, tuple) and id(item) not in seen:
+                seen.add(id(item))
+                todo.append(item)
+    return found
+
+
 @dataclass(slots=True, eq=False)
 class WalkState:
     """One walk's state. `at` arguments are the offset of the opcode being walked."""
@@ -95,6 +112,7 @@ class WalkState:
     # functions and classes a BUILD set attributes on (by key: every import of one is the same
     # object to the loader), for what later reads them (`persistent_id`)
     built_globals: set[str] = field(default_factory=set)
+    handled_seen: set[tuple] = field(default_factory=set)  # `handled`'s calls, each once
 
     def __post_init__(self) -> None:
         self.n = len(self.data)
@@ -215,18 +233,6 @@ class WalkState:
             self.res.globals.append(ref)
         return ref
 
-    def add_call(self, func: object, args: object, opname: str, at: int) -> _Obj:
-        """Record a call of `func` with `args`; returns the value it pushes."""
-        fref = func if isinstance(func, GlobalRef) else None
-        if fref is not None:
-            called = CALLS_ARGUMENTS.get(fref.key)
-            if called is not None:
-                self.called_arguments(fref, called, args, opname, at)
-            if fref.key in self.allowed:  # torch's own rebuilds: only the state they hand on
-                made = _Obj(fref)
-                if fref.key in SETS_STATE and isinstance(args, tuple):
-                    self.state_handed(fref, SETS_STATE[fref.key], args, made, at)
-                return _returned(fref, args, made)
     def class_attribute(self, fref: GlobalRef | None, args: object, opname: str, at: int
                         ) -> GlobalRef | None:
         """`getattr(<import>, '<name>')` is the dotted import `module.Class.name`, judged as a
@@ -250,11 +256,25 @@ class WalkState:
             self.res.globals.append(ref)
         return ref
 
+    def add_call(self, func: object, args: object, opname: str, at: int) -> _Obj:
+        """Record a call of `func` with `args`; returns the value it pushes."""
+        fref = func if isinstance(func, GlobalRef) else None
+        if (looked_up := self.class_attribute(fref, args, opname, at)) is not None:
+            return looked_up
+        if fref is not None:
+            called = CALLS_ARGUMENTS.get(fref.key)
+            if called is not None:
+                self.called_arguments(fref, called, args, opname, at)
+            if fref.key in self.allowed or call_allowed(fref.key):
+                self.handled(args, opname, f"hands to {fref.key}", HANDED, at)
+            if fref.key in self.allowed:  # torch's own rebuilds: only the state they hand on
+                made = _Obj(fref)
+                if fref.key in SETS_STATE and isinstance(args, tuple):
+                    self.state_handed(fref, SETS_STATE[fref.key], args, made, at)
+                return _returned(fref, args, made)
         if fref is None:
             self.note("indirect-call", f"{opname} calls a value computed while loading "
                       "(not a plain import), which cannot be checked statically", at, True)
-        if (looked_up := self.class_attribute(fref, args, opname, at)) is not None:
-            return looked_up
             self.block(f"{opname} on a value that is not an allowed global")
         strings: list[str] = []
         strings_of(args, strings)
@@ -279,6 +299,23 @@ class WalkState:
             strings_of(items, strings)
             self.res.calls.append(Call(cls, opname, at, strings, _shown(items),
                                        attrs=target.attributes()))
+
+    def handled(self, values: object, opname: str, role: str, methods: tuple[str, ...],
+                at: int) -> None:
+        """`opname` runs `methods` (`opcodes.HASHED`, `opcodes.HANDED`) of each instance among
+        `values` (in tuples too, whose hash and comparison run their items'): one of a class
+        outside the allowlists is recorded as a call of its class running those methods,
+        judged by what they reach in its source (`ScanContext`), each class and state once."""
+        for value in _instances(values) if isinstance(values, tuple) else ():
+            cls = value.class_ref()
+            if cls is None or cls.key in self.allowed or call_allowed(cls.key):
+                continue
+            attrs = value.attributes()
+            seen = (cls.key, methods, attrs)
+            if seen not in self.handled_seen and len(self.res.calls) < 200_000:
+                self.handled_seen.add(seen)
+                self.res.calls.append(Call(cls, opname, at, [], "", attrs=attrs, runs=methods,
+                                           role=role))
 
     def called_arguments(self, via: GlobalRef, called: tuple[CalledArgument, ...],
                          args: object, opname: str, at: int) -> None:

@@ -4,7 +4,7 @@ opcode meets (`kind_of`)."""
 
 from __future__ import annotations
 
-from inspector.scan.pickles.records import GlobalRef
+from inspector.scan.pickles.records import GlobalRef, Held
 
 # The classes' names show in findings (an import whose operand is a call's result names its
 # type), so they keep the names they have always had.
@@ -47,9 +47,9 @@ class _Obj:
     a dict filled with watched keys (`watch_keys`), those keys and values; `stored`: attributes
     a BUILD stored on it that the unpickler later calls (`__setstate__`, `append` ...);
     `cls`: its class where that is not `func` (copyreg._reconstructor's first argument);
-    `attrs`: the class of each instance a BUILD put into one of its attributes."""
+    `held`: each import or made object a BUILD put into one of its attributes (`held_values`)."""
 
-    __slots__ = ("attrs", "cls", "detail", "func", "hot", "stored")
+    __slots__ = ("cls", "detail", "func", "held", "hot", "stored")
 
     def __init__(self, func: GlobalRef | None, detail: object = None) -> None:
         self.func = func
@@ -57,11 +57,21 @@ class _Obj:
         self.hot: dict | None = None
         self.stored: dict | None = None
         self.cls: GlobalRef | None = None
-        self.attrs: dict[str, GlobalRef] | None = None
+        self.held: dict[str, object] | None = None
 
-    def attributes(self) -> tuple[tuple[str, str, str], ...]:
-        """`attrs` as a `Call` records them: (attribute, module, class), sorted."""
-        return tuple(sorted((k, r.module, r.name) for k, r in (self.attrs or {}).items()))
+    def attributes(self, depth: int = 0) -> tuple[Held, ...]:
+        """`held` as a `Call` records it, sorted by name: what each attribute holds, and what
+        an instance there holds in turn (a few levels: a pickle may make an object hold
+        itself)."""
+        out = []
+        for name, value in sorted((self.held or {}).items()):
+            if isinstance(value, GlobalRef):
+                out.append(Held(name, ref=value.key))
+                continue
+            ref = value.class_ref() if isinstance(value, _Obj) else None
+            inner = value.attributes(depth + 1) if ref and depth < _HELD_DEPTH else ()
+            out.append(Held(name, cls=(ref.module, ref.name) if ref else None, attrs=inner))
+        return tuple(out)
 
     def class_ref(self) -> GlobalRef | None:
         """The import that is (or made) its class: a class NEWOBJ or REDUCE called, or
@@ -70,11 +80,20 @@ class _Obj:
         return self.cls or self.func
 
 
+_HELD_DEPTH = 3  # levels of `_Obj.attributes`
+
+
+def _held(value: object) -> bool:
+    """Whether a state's value is one an instance's code may call or run methods of: an
+    import, or an object made while loading."""
+    return isinstance(value, GlobalRef | _Obj) or value is UNKNOWN
+
+
 class _Seq:
     """A list, dict or set under construction; keeps a few strings for the code-text check and,
     for a dict, its first text-keyed items (a joblib array's wrapper state is one) and every
-    text-keyed item whose value is an object the pickle made (`objs`: as a BUILD state, the
-    instances it puts into attributes)."""
+    item whose value is an import or an object the pickle made (`objs`, by its text key, or ""
+    for a key computed while loading: as a BUILD state, what it puts into attributes)."""
 
     __slots__ = ("hot", "items", "kind", "objs", "strings")
 
@@ -83,7 +102,7 @@ class _Seq:
         self.strings: list[str] = []
         self.items: dict[str, object] | None = None  # made on a dict's first items
         self.hot: dict | None = None  # its watched keys (`watch_keys`), all of them
-        self.objs: dict[str, _Obj] | None = None
+        self.objs: dict[str, object] | None = None
 
     def set_items(self, flat: list) -> None:
         """Keep the text-keyed items of `flat` (key, value, key, value ...), the first 16."""
@@ -96,10 +115,13 @@ class _Seq:
         for i in range(0, len(flat) - 1, 2):
             key, value = flat[i], flat[i + 1]
             if not isinstance(key, str):
+                if _held(value) and isinstance(key, _Obj | _Unknown):
+                    self.objs = self.objs or {}
+                    self.objs[""] = value  # a computed key: it may be any attribute's name
                 continue
             if len(items) < 16:
                 items[key] = value
-            if isinstance(value, _Obj):
+            if _held(value):
                 if self.objs is None:
                     self.objs = {}
                 self.objs[key] = value
@@ -220,14 +242,26 @@ def called_attributes(state: object) -> dict:
     return found
 
 
-def instance_attributes(state: object) -> dict[str, GlobalRef]:
-    """The class of each object a BUILD state (its dict part and its slot part) puts into an
-    attribute of the instance: name -> the import that is (or made) its class."""
-    found: dict[str, GlobalRef] = {}
+OPAQUE = "*"  # `held_values`' name for a state no dict, which may hold code where it likes
+
+
+def held_values(state: object) -> dict[str, object]:
+    """What a BUILD state (its dict part and its slot part) puts into the instance's
+    attributes that its code may call or run methods of: name ("" for a computed one, `OPAQUE`
+    for a state that is no dict but holds such values) -> the import or the object made while
+    loading."""
+    found: dict[str, object] = {}
     for part in _state_parts(state):
-        for key, value in ((part.objs or {}) if isinstance(part, _Seq) else {}).items():
-            ref = value.class_ref()
-            if ref is not None:
-                found[key] = ref
+        if isinstance(part, _Seq) and part.kind == "dict":
+            found.update(part.objs or {})
+        elif _may_hold_code(part, 0):  # the class's own __setstate__ places what it holds
+            found[OPAQUE] = UNKNOWN
     return found
+
+
+def _may_hold_code(value: object, depth: int) -> bool:
+    """Whether a state that is no dict may hold an import or an object made while loading."""
+    if isinstance(value, tuple):
+        return depth > 8 or any(_may_hold_code(v, depth + 1) for v in value)
+    return _held(value) or isinstance(value, _Seq)
 
