@@ -27,7 +27,7 @@ _LAZY = {
     "track": "inspector.guard.order",
     "Shadow": "inspector.guard.shadow",
     "audit": "inspector.guard.audit",
-    "intended": "inspector.guard.perturb",
+    "intended": "inspector.guard.weights.perturb",
 }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from inspector.core.strict_json import strict
-from inspector.tensors.plain.spans import Spans, overlapping, reached
+from inspector.layout.spans import Spans, overlapping, reached
 
 
 def dtype_name(dtype: torch.dtype) -> str:

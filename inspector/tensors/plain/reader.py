@@ -30,11 +30,11 @@ import numpy as np
 from inspector.core.dtypes import GGUF_DENSE
 from inspector.core.flatten import flatten, unique_keys
 from inspector.formats.safetensors_header import read_header
+from inspector.layout.spans import overlapping, reached
 from inspector.tensors.gguf_load import QuantizedTensor, refusal, rows
 from inspector.tensors.gguf_load import read_header as read_gguf_header
 from inspector.tensors.plain.leaves import describe_object
 from inspector.tensors.plain.segments import describe_joined, refused_dtype
-from inspector.tensors.plain.spans import overlapping, reached
 
 FORMATS = ("safetensors", "gguf")
 MAX_BYTES = 256 * 1024

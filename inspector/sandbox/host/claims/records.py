@@ -15,8 +15,8 @@ from inspector.checkpoint.health import (
 )
 from inspector.core.dtypes import BY_NAME
 from inspector.core.termtext import escape
+from inspector.layout.spans import overlapping
 from inspector.rawtensors.readers import RawTensor
-from inspector.tensors.plain.spans import overlapping
 
 if TYPE_CHECKING:
     from inspector.rawtensors.orders import Tops

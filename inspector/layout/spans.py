@@ -1,8 +1,9 @@
 """The byte spans tensors reach in their storages, torch-free: which tensors overlap, and how
 many bytes they reach, each counted once.
 
-`records` hands them the spans of loaded tensors; `plain` the spans a safetensors or GGUF
-header lists, so both give the same `shared_with` and `unique_storage`.
+`tensors.records` hands them the spans of loaded tensors, `tensors.plain` the spans a
+safetensors or GGUF header lists, so both give the same `shared_with` and `unique_storage`; the
+user's process checks a worker's `shared_with` with the same function (`claims.records`).
 """
 
 from __future__ import annotations
