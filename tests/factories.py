@@ -141,6 +141,24 @@ def save_safetensors(path: Path, state: dict | None = None) -> Path:
     return Path(path)
 
 
+def save_gguf_q4(path: Path) -> Path:
+    """A GGUF file of a dense float32 `dense` (8x8) and a Q4_0 block-quantized `q` (2x32),
+    written with llama.cpp's `gguf` package (the dev extra; the caller skips without it)."""
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tensor("dense", np.arange(64, dtype=np.float32).reshape(8, 8))
+    q4 = gguf.GGMLQuantizationType.Q4_0
+    writer.add_tensor("q", gguf.quants.quantize(np.ones((2, 32), dtype=np.float32), q4),
+                      raw_dtype=q4)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
 def save_npy(path: Path) -> Path:
     """A plain numeric .npy array (no pickle inside)."""
     import numpy as np

@@ -16,6 +16,7 @@ import json
 import os
 import textwrap
 
+import factories
 import pytest
 import torch
 from hostile_worker import arm
@@ -225,25 +226,14 @@ def test_the_host_reads_the_values_the_worker_reports(tmp_path) -> None:
 
 
 def test_a_gguf_files_quantized_records_are_the_workers(tmp_path, hostile, capsys) -> None:
-    gguf = pytest.importorskip("gguf", reason="gguf is in the dev extra")
-    import numpy as np
-
+    pytest.importorskip("gguf", reason="gguf is in the dev extra")
     from inspector.rawtensors.readers import open_raw
     from inspector.sandbox.host.claims.objects import file_objects
     from inspector.tensors.gguf_load import load_gguf
     from inspector.tensors.load import split_leaves
     from inspector.tensors.plain.leaves import describe_object
 
-    path = tmp_path / "m.gguf"
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_tensor("dense", np.arange(64, dtype=np.float32).reshape(8, 8))
-    q4 = gguf.GGMLQuantizationType.Q4_0
-    w.add_tensor("q", gguf.quants.quantize(np.ones((2, 32), dtype=np.float32), q4),
-                 raw_dtype=q4)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    path = factories.save_gguf_q4(tmp_path / "m.gguf")
     _, objects = split_leaves(load_gguf(str(path)))
     made = file_objects(str(path), open_raw(path))
     assert made == [describe_object(k, v) for k, v in objects] and made[0]["key"] == "q::ggml"

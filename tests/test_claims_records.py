@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import textwrap
 
+import factories
 import pytest
 import torch
 from safetensors.torch import save_file
@@ -198,19 +199,8 @@ def test_statistics_of_a_dtype_no_loader_summarises_are_refused(tmp_path, hostil
     """A GGUF block-quantized tensor is read as its raw `bits8` blocks by both sides: an honest
     worker states none of its values, so NaN counts and a range it states are invented (and
     health would judge them)."""
-    gguf = pytest.importorskip("gguf", reason="gguf is in the dev extra")
-    import numpy as np
-
-    path = tmp_path / "m.gguf"
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_tensor("dense", np.arange(64, dtype=np.float32).reshape(8, 8))
-    q4 = gguf.GGMLQuantizationType.Q4_0
-    w.add_tensor("q", gguf.quants.quantize(np.ones((2, 32), dtype=np.float32), q4),
-                 raw_dtype=q4)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    pytest.importorskip("gguf", reason="gguf is in the dev extra")
+    path = factories.save_gguf_q4(tmp_path / "m.gguf")
     assert main(["inspect", str(path), "--json"]) == 0
     honest = {t["key"]: t for t in json.loads(capsys.readouterr().out)["tensors"]}
     assert honest["q"]["dtype"] == "bits8" and honest["q"]["stats_on"] is None
