@@ -13,7 +13,7 @@ SURFACE = {
     "inspector.ledger": ["LedgerError", "SaveRecord", "latest_valid", "record_folder", "save",
                          "save_dcp", "save_folder", "save_pretrained"],
     "inspector.guard": ["EXIT_HALTED", "BitFlip", "Guard", "GuardConfig", "GuardHalt",
-                        "OrderLedger", "Shadow", "audit", "track"],
+                        "OrderLedger", "Shadow", "audit", "intended", "track"],
 }
 
 

@@ -310,26 +310,31 @@ def evidence_of(batch: BatchResults) -> list[FileEvidence]:
 
 
 def checked_nothing(batch: BatchResults) -> list[str]:
-    """Each results file of a verify run whose results, read again here, compare no file with
-    the manifest (each is a file it does not list, or there is none; a manifest always lists
-    one): that shard checked nothing, and fails as it failed itself, whether or not its
-    completion line says so (named once: not again where that line does)."""
-    said = {path for path, _error in batch.failed_runs}
-    runs = dict.fromkeys(path for path, session in zip(batch.session_files, batch.sessions,
-                                                       strict=True)
-                         if session.get("for") == VERIFY_KIND and path not in said)
-    out = []
-    for path in runs:
+    """The verify shards that compared no file with the manifest, as their completion lines
+    say (`errors`) or as their results, read again here, show (each a file the manifest does
+    not list, or none): a problem of the merge when no shard of the same job compared a file
+    (a partition may give one shard none of the files; a shard given other paths is another
+    command, which `command_clash` refuses)."""
+    jobs: dict[Path, set[str]] = {}
+    for path, session in zip(batch.session_files, batch.sessions, strict=True):
+        if session.get("for") == VERIFY_KIND:
+            jobs.setdefault(path, set()).add(str(session.get("job")))
+    said = dict(batch.failed_runs)
+    empty, compared = {}, set()
+    for path, ran in jobs.items():
         share = VerifyResult()
         for record in batch.shares.get(path, {}).get(VERIFY_KIND, []):
             part = VerifyResult.from_json(dict(record))
             share.files += part.files
             share.tensors += part.tensors
-        if compared_nothing(share):
-            out.append(f"{path}: its verify results compare no file with the manifest (each "
-                       "is a file it does not list): nothing was checked by that shard; give "
-                       "it the folder that holds the manifest's files")
-    return out
+        if path in said or compared_nothing(share):
+            empty[path] = ran
+        else:
+            compared |= ran
+    return [f"{path}: {said[path]}" if path in said else
+            f"{path}: its verify results compare no file with the manifest (each is a file it "
+            "does not list): nothing was checked by that shard; give it the folder that holds "
+            "the manifest's files" for path, ran in empty.items() if not ran & compared]
 
 
 def _scan_badness(scan: Mapping[str, Any] | None) -> int:

@@ -426,7 +426,6 @@ def coverage_problems(batch: BatchResults) -> list[str]:
     if len(batch.jobless) > _NAMED:
         problems.append(f"and {len(batch.jobless) - _NAMED} more results of no run's job")
     problems += batch.unfinished
-    problems += [f"{path}: {error}" for path, error in batch.failed_runs]
     held: dict[str, set[JobSlice]] = {}
     for session in batch.sessions:
         part = _slice(session)
