@@ -91,6 +91,18 @@ def python_exe() -> str:
 
 
 @pytest.fixture(autouse=True)
+def _no_guard_outlives_its_test():
+    """A guard a test leaves alive (a halted one, held by its traceback's frames until the next
+    collection) stays registered with the health gate: a later test's ledger save would ask it,
+    or name it on stderr. Each test starts with none (the gate holds guards weakly, so this only
+    ends what collection would end at a time of its own)."""
+    yield
+    health_gate = sys.modules.get("inspector.run.health_gate")
+    if health_gate is not None:
+        health_gate._CHECKS.clear()
+
+
+@pytest.fixture(autouse=True)
 def _collect_garbage_on_the_main_thread():
     """The GUI switches automatic collection off (inspector.gui.ui_gc); collect between tests."""
     yield
