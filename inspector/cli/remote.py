@@ -71,7 +71,6 @@ def verify_remote(args: argparse.Namespace, manifest: Manifest | None) -> Verify
     from inspector.integrity.verify_batch import (
         VERIFY_KIND,
         Unbatched,
-        compared_nothing,
         verify_each,
         verify_objects,
     )
@@ -107,25 +106,27 @@ def verify_remote(args: argparse.Namespace, manifest: Manifest | None) -> Verify
         result.files += got.files
         result.tensors += got.tensors
         result.errors += got.errors
-    whole = [part_checked_nothing(args, manifest, batch.shard if batch else None)] \
-        if manifest.files and compared_nothing(result) else []
+    whole = checked_nothing(args, manifest, result, batch.shard if batch else None)
     result.errors += whole
     if batch is not None and not unlisted:
         batch.end(whole)  # every file of this shard is done: the completion line, its errors
     return result
 
 
-def part_checked_nothing(args: argparse.Namespace, manifest: Manifest,
-                         shard: JobSlice | None) -> str:
-    """The error of a verify (or one shard of a batch's) that compared no file with the
-    manifest: the whole run's reason when it is the only shard, else the shard's."""
+def checked_nothing(args: argparse.Namespace, manifest: Manifest, result: VerifyResult,
+                    shard: JobSlice | None) -> list[str]:
+    """The error of a verify (or one shard of a batch's) that compared no file of a manifest
+    that lists some: the whole run's reason when it is the only shard, else the shard's; none
+    when a file was compared."""
     from inspector.integrity.verify import nothing_checked
-    from inspector.integrity.verify_batch import nothing_checked_part
+    from inspector.integrity.verify_batch import compared_nothing, nothing_checked_part
 
+    if not manifest.files or not compared_nothing(result):
+        return []
     if shard is None or shard.count == 1:
-        return nothing_checked(manifest, args.paths)
+        return [nothing_checked(manifest, args.paths)]
     where = ", ".join(map(str, args.paths)) or str(manifest.base_dir)
-    return nothing_checked_part(manifest, shard.label, where)
+    return [nothing_checked_part(manifest, shard.label, where)]
 
 
 @dataclass

@@ -27,7 +27,7 @@ from inspector.cli.common import (
 )
 from inspector.cli.remote import (
     batch_command,
-    part_checked_nothing,
+    checked_nothing,
     path_or_url,
     verify_options,
     verify_remote,
@@ -47,7 +47,7 @@ from inspector.integrity.verify import (
     verify_sha256,
     verify_tensors_only,
 )
-from inspector.integrity.verify_batch import VERIFY_KIND, compared_nothing, pending, verify_each
+from inspector.integrity.verify_batch import VERIFY_KIND, pending, verify_each
 
 if TYPE_CHECKING:
     from inspector.run.checkpoints import RunLedger, SaveRecord
@@ -170,8 +170,7 @@ def _verify_against(args: argparse.Namespace, manifest: Manifest, paths: list[Pa
             batch.begin()
             result = verify_each(manifest, pairs, batch, digests, strict, progress=progress)
             # no file's result holds it: the completion line does, and a merge fails on it
-            whole = [part_checked_nothing(args, manifest, batch.shard)] \
-                if manifest.files and compared_nothing(result) else []
+            whole = checked_nothing(args, manifest, result, batch.shard)
             result.errors += whole
             batch.end(whole)  # every file of this shard is done: the completion line
             return result
