@@ -2,7 +2,8 @@
 
 Safetensors (`formats.safetensors_header`), a plain torch zip archive (`layout.torch_save`, a
 static walk of data.pkl that builds values itself and imports nothing), a legacy torch stream
-(`layout.torch_legacy`, the same walk) and GGUF
+(`layout.torch_legacy`, the same walk), a TorchScript or torch.export archive's weights
+(`layout.torchscript`, the parser the worker reads them with) and GGUF
 (`formats.gguf_header`; a block-quantized tensor is its raw blocks, dtype `bits8`, as the
 worker lists it). Anything else, or anything these readers do not fully
 cover, is `NotReadable` with the reason: the caller then knows its claim about that file can
@@ -16,7 +17,7 @@ import mmap
 import os
 import stat
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from inspector.core.dtypes import BY_NAME, GGUF_DENSE, canonical_dtype
@@ -24,7 +25,7 @@ from inspector.formats import HEAD_BYTES, gguf_header, sniff
 from inspector.formats.safetensors_header import read_header
 from inspector.layout.torch_legacy import describe_legacy
 from inspector.layout.torch_save import NotCovered, TensorLayout, describe_archive
-from inspector.layout.torchscript import code_archive_kind
+from inspector.layout.torchscript import code_archive_kind, describe_code_archive
 
 CHUNK_BYTES = 16 * 1024 * 1024
 """Bytes read at a time; bounds memory whatever the tensor size."""
@@ -119,8 +120,9 @@ def _safetensors(path: str | os.PathLike[str], view: memoryview, size: int) -> R
 
 
 def _torch_zip(mm: mmap.mmap, view: memoryview) -> RawFile:
-    if code_archive_kind(mm) is not None:
-        raise NotReadable("a TorchScript or torch.export archive")
+    kind = code_archive_kind(mm)
+    if kind is not None:
+        return _code_archive(mm, view, kind)
     try:
         layouts = describe_archive(mm, plain_leaves=True)
     except NotCovered as exc:
@@ -128,6 +130,25 @@ def _torch_zip(mm: mmap.mmap, view: memoryview) -> RawFile:
                           ) from None
     return RawFile("pytorch-zip", [_layout_tensor(view, t) for t in layouts], {},
                    tuple(layouts.plain))
+
+
+def _code_archive(mm: mmap.mmap, view: memoryview, kind: str) -> RawFile:
+    """A TorchScript or torch.export archive's weights, located by the static parser the
+    worker's loader reads them with (`tensors.torchscript.load_weights`): each one a view of
+    its record, which the worker sets on a slice of the mapping (storage offset 0), and one
+    without elements a fresh row-major tensor."""
+    try:
+        layouts = describe_code_archive(mm, kind).tensors
+    except NotCovered as exc:
+        raise NotReadable(f"the {kind} archive's records are not all understood ({exc})"
+                          ) from None
+    tensors = []
+    for t in layouts:
+        located = _layout_tensor(view, t)
+        placed = (Placed(t.stride, 0, t.contiguous) if t.numel
+                  else _mapped(t.dtype, t.shape, 0))
+        tensors.append(replace(located, placed=placed))
+    return RawFile(kind, tensors, {})
 
 
 def _layout_tensor(view: memoryview, t: TensorLayout) -> RawTensor:

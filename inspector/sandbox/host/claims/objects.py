@@ -21,6 +21,7 @@ from inspector.core.dtypes import GGUF_DENSE
 from inspector.core.flatten import flatten, unique_keys
 from inspector.core.termtext import escape
 from inspector.formats.safetensors_header import metadata_objects
+from inspector.layout.torchscript import CODE_ARCHIVES
 
 if TYPE_CHECKING:
     from inspector.rawtensors.readers import RawFile
@@ -46,9 +47,12 @@ def _record(key: str, kind: str, text: str) -> dict:
 def file_objects(path: str, raw: RawFile) -> list[dict]:
     """The `object` records of the file at `path`, as `rawtensors.open_raw` read it (`raw`):
     a torch file's plain values walked with its tensors, in that same read; a GGUF header's
-    quantized records; none for safetensors. NotCovered or OSError where they cannot be."""
+    quantized records; none for safetensors or a TorchScript or torch.export archive.
+    NotCovered or OSError where they cannot be."""
     if raw.format == "gguf":
         return _gguf_objects(path)
+    if raw.format in CODE_ARCHIVES:
+        return []  # the worker reads an archive's weights alone (`tensors.torchscript`)
     if raw.format not in ("safetensors", "pytorch-zip", "pytorch-legacy"):
         from inspector.layout.torch_save import NotCovered
 
