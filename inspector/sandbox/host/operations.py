@@ -29,7 +29,7 @@ from inspector.layout.torchscript import CODE_ARCHIVES, NotCovered, describe_cod
 from inspector.sandbox.host.admission import check_loadable, static_scan
 from inspector.sandbox.host.claims.conversion import Asked, check_conversion
 from inspector.sandbox.host.claims.diff import SideBySide, check_diff
-from inspector.sandbox.host.claims.errors import checked_convert_error, checked_refusal
+from inspector.sandbox.host.claims.errors import Facts, checked_error
 from inspector.sandbox.host.claims.expected import Expected
 from inspector.sandbox.host.claims.inspection import check_digests, check_inspection
 from inspector.sandbox.host.events import ProtocolViolation
@@ -130,7 +130,7 @@ def inspect_one(path: str | os.PathLike[str], options: InspectOptions = InspectO
             report.update(_code_report(target, kind))
     except SandboxError as exc:
         expected.stop()
-        exc = checked_refusal(exc, admitted, allow)  # held against the scan, as a reply is
+        exc = checked_error(exc, Facts(admitted, tuple(allow)))  # a claim, as a reply is
         report["error"] = exc.to_json()
         report["sandbox"] = exc.sandbox
     report["sha256"] = hasher.result() if hasher is not None else None
@@ -255,8 +255,8 @@ def convert_file(
                 result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout,
                                  pass_fds=(fh.fileno(),), gate=admit)
             except SandboxError as exc:  # its code chooses the exit status: a claim too
-                raise checked_convert_error(checked_refusal(exc, scanned, allow), expected,
-                                            asked) from None
+                expected.stop()
+                raise checked_error(exc, Facts(scanned, tuple(allow), asked)) from None
             if not result.get("verified"):
                 # nothing is kept either way; the mismatches are only the worker's word
                 raise SandboxError("verify_failed", "the jailed worker says the output it read "
@@ -321,7 +321,8 @@ def tensor_digests(
         try:
             result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout)
         except SandboxError as exc:
-            raise checked_refusal(exc, [scan], allow) from None
+            expected.stop()
+            raise checked_error(exc, Facts([scan], tuple(allow))) from None
         check_digests(expected, result)  # a worker's digests are claims until they pass
     finally:
         expected.stop()
@@ -381,7 +382,8 @@ def diff_files(
         try:
             result = run_job(request, on_event=on_event, cancel=cancel, timeout=timeout)
         except SandboxError as exc:
-            raise checked_refusal(exc, scans, allow) from None
+            compared.stop()
+            raise checked_error(exc, Facts(scans, tuple(allow))) from None
         check_diff(compared, result)  # the rows' statuses are claims until they pass
     finally:
         compared.stop()
