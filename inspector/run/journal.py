@@ -236,19 +236,14 @@ def _chain_problems(parsed: list[tuple[int, bytes, dict[str, Any]]], lines: list
     the line placed here whose `seq` is one less, wherever that line stands in the file; two
     lines left claiming one `seq` are a fork, and neither is believed."""
     found: list[JournalProblem] = []
-    sealed = set()
+    sealed: set[int] = set()
     for number, raw, _ in parsed:
         if seal := _seal_problem(raw, key):
             found.append(JournalProblem(number, *seal))
         else:
             sealed.add(number)
-    # the chain id is the hash of the first line; where line 1 was changed (no sealed line
-    # with seq 1 chains to it), as its successor's writer saw it, so that edit is line 1's
-    # problem and not every later line's
-    chains = {line_hash(lines[0])} if lines else set()
-    seconds = {r["prev"] for n, _, r in parsed if r["seq"] == 1 and n in sealed}
-    if not chains & seconds:
-        chains |= seconds
+    chains, contested = _chain_ids(parsed, lines, sealed)
+    found += contested
     first: dict[bytes, int] = {}
     for number, raw, _ in parsed:
         first.setdefault(raw, number)
@@ -297,6 +292,32 @@ def _chain_problems(parsed: list[tuple[int, bytes, dict[str, Any]]], lines: list
     cut = {p.line for p in found if p.kind == "truncated"}
     problems[:] = [p for p in problems if p.line not in cut]
     return found
+
+
+def _chain_ids(parsed: list[tuple[int, bytes, dict[str, Any]]], lines: list[bytes],
+               sealed: set[int]) -> tuple[set[str], list[JournalProblem]]:
+    """The chain ids a line may name here, and line 1's problem when its place is contested.
+
+    The id is the hash of line 1 when line 1 is a sealed chain start that a later sealed line
+    names (or none names any id). A sealed start that no line names, while later lines name
+    another id, is contested: it or they were put here from another run sealed with the same
+    key, so it is forked and their id is not taken. Where line 1 is no sealed start (damaged,
+    or a later line: the start was deleted), the id its writers saw is taken, and only when
+    every sealed line names that one id; two ids are two runs' lines, and neither is taken."""
+    if not lines:
+        return set(), []
+    head = line_hash(lines[0])
+    named = {r["chain"] for n, _, r in parsed if n in sealed and n != 1 and "chain" in r}
+    named |= {r["prev"] for n, _, r in parsed if n in sealed and n != 1 and r["seq"] == 1}
+    start = next((r for n, _, r in parsed if n == 1), None)
+    if 1 in sealed and start is not None and start["seq"] == 0 and "chain" not in start:
+        if head in named or not named:
+            return {head}, []
+        return {head}, [JournalProblem(1, "forked", "no later line was written after it, and "
+                                       "they name another chain: one side is another run's")]
+    if start is not None and 1 in sealed and "chain" in start:
+        named.add(start["chain"])  # a later line at the top names its chain itself
+    return ({head} | named if len(named) == 1 else {head}), []
 
 
 def _out_of_place(number: int, raw: bytes, record: dict[str, Any], chains: set[str],
