@@ -91,6 +91,23 @@ def _verified_line(report: ConversionResult) -> str:
             f"{escape(why)}")
 
 
+def _values_unchecked(report: ConversionResult) -> str | None:
+    """Why what the worker says beside the tensors (the sidecar's values, the values not kept,
+    the cloned views) was not checked here: none of the answer was (`unchecked_reason`), or
+    the tensors were and the input's other values could not be read (the claims' reason
+    beside `checked`); None when it was."""
+    claims = report.claims
+    return report.unchecked_reason or (claims.reason if claims is not None else None)
+
+
+def skipped_lines(report: ConversionResult) -> list[str]:
+    """A `skipped` line per tensor left out: checked here against the input's dtypes, or,
+    where the conversion was not, the loader's word."""
+    whose = "" if report.unchecked_reason is None else " (as reported by the jailed loader)"
+    return [f"skipped   {escape(str(s.get('key')))}: {escape(str(s.get('reason')))}{whose}"
+            for s in report.tensors_skipped if isinstance(s, dict)]
+
+
 def _human(report: ConversionResult) -> list[str]:
     lines = [
         f"wrote     {report.output} ({report.tensors_written} tensors, "
@@ -104,20 +121,26 @@ def _human(report: ConversionResult) -> list[str]:
                      + "".join(f", {p!r} stripped" for p in report.strip_prefix))
     for alias, kept in report.aliases.items():
         lines.append(f"alias     {alias} -> {kept} (shared storage, stored once)")
+    values_unchecked = _values_unchecked(report)
+    whose = "" if values_unchecked is None else ", as reported by the jailed loader"
     cloned = report.cloned_views
     if len(cloned) > _LISTED_CLONES:
         lines.append(f"cloned    {len(cloned)} tensors that were partial views of a shared "
-                     f"storage ({', '.join(cloned[:2])}, …; every key in --json)")
+                     f"storage ({', '.join(cloned[:2])}, …; every key in --json){whose}")
     else:
-        lines.extend(f"cloned    {key} (partial view of a shared storage)" for key in cloned)
+        lines.extend(f"cloned    {escape(key)} (partial view of a shared storage{whose})"
+                     for key in cloned)
     lines.extend(f"encoded   {key} ({spec['kind']}, {spec['dtype']}) as {key}::* parts"
                  for key, spec in report.encoded.items())
-    lines.extend(f"skipped   {s['key']}: {s['reason']}" for s in report.tensors_skipped)
+    lines += skipped_lines(report)
     if report.sidecar:
-        whose = "" if report.unchecked_reason is None else ", as reported by the jailed loader"
-        lines.append(f"sidecar   {report.sidecar} ({len(report.objects_moved)} values{whose})")
-    lines.extend(f"not kept  {o['key']} ({o['type']}): JSON cannot hold {o['repr']}"
-                 for o in report.not_serializable)
+        # the reason, once: the verified line gives it where none of the answer was checked
+        why = ("" if values_unchecked is None or report.unchecked_reason is not None
+               else f"; not checked here: {escape(values_unchecked)}")
+        lines.append(f"sidecar   {report.sidecar} ({len(report.objects_moved)} values{whose}"
+                     f"{why})")
+    lines.extend(f"not kept  {escape(str(o['key']))} ({escape(str(o['type']))}{whose}): JSON "
+                 f"cannot hold {escape(str(o['repr']))}" for o in report.not_serializable)
     hint = None if report.key else extract_hint(
         [*report.digests, *map(str, report.objects_moved)])
     if hint:

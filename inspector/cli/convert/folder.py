@@ -15,6 +15,7 @@ from pathlib import Path
 
 from inspector.checkpoint.results import FolderConversion, jail_line
 from inspector.cli.common import progress_events, stderr_progress, warm_workers
+from inspector.cli.convert.command import skipped_lines
 from inspector.core.termtext import escape
 from inspector.integrity.shard_index import Problem
 from inspector.sandbox.host.parallel import run_parallel
@@ -31,7 +32,7 @@ def human_lines(report: FolderConversion) -> list[str]:
                      f"{shard.bytes_written:,} bytes) from {shard.input}")
         lines += [f"alias     {alias} -> {kept} (shared storage, stored once)"
                   for alias, kept in shard.aliases.items()]
-        lines += [f"skipped   {s['key']}: {s['reason']}" for s in shard.tensors_skipped]
+        lines += skipped_lines(shard)
         if shard.sidecar:
             lines.append(f"sidecar   {shard.sidecar}")
     if report.output_index:

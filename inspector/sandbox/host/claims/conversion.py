@@ -98,10 +98,12 @@ def check_conversion(expected: Expected, output_fd: int, result: dict[str, Any],
         problems += [p for p in _written_problems(header, sha256.result(), result)
                      if p not in problems]
     problems += algorithm_problems(result)
+    values_unchecked = None
     if isinstance(measured, str):
         _mark_unchecked(result, measured)
     elif header.refusal() is None:
-        problems += _leaf_problems(expected, inputs, header, result, asked)
+        leaf_problems, values_unchecked = _leaf_problems(expected, inputs, header, result, asked)
+        problems += leaf_problems
     if problems:
         raise refuted("conversion", problems, result.get("sandbox"))
     # what was asked is the client's, what was written the output's own header
@@ -112,7 +114,10 @@ def check_conversion(expected: Expected, output_fd: int, result: dict[str, Any],
         result["claims"] = ClaimCheck(reason=measured).to_json()
         return
     result.update(digests=digests, tensors_in_input=len(inputs))
-    result["claims"] = ClaimCheck(checked=True, tensors=len(inputs)).to_json()
+    # the tensors are checked; a reason beside that says the rest (the sidecar's values, the
+    # values not kept, the cloned views) is the jailed loader's word, and why
+    result["claims"] = ClaimCheck(checked=True, tensors=len(inputs),
+                                  reason=values_unchecked).to_json()
     timed(result, started)
 
 
@@ -159,39 +164,48 @@ def _mark_unchecked(result: dict[str, Any], reason: str) -> None:
                                    f"checked here: {reason}")
 
 
+@dataclass(frozen=True)
+class _Leaves:
+    """An input's leaves as the worker's loader gives them, read here without running any:
+    its tensors (a pickle's as the layout walk's record of each: storage, offset, shape and
+    stride; a GGUF file's as None, each a row-major view of bytes of its own), its plain
+    values, and the records of the other values (a GGUF file's `KEY::ggml`)."""
+
+    tensors: list[tuple[str, Any]]
+    plain: list[tuple[str, object]]
+    described: list[dict]
+
+    def keys(self) -> list[str]:
+        """Every leaf's name, in the order the worker selects them (tensors, then values)."""
+        return [k for k, _ in self.tensors] + [k for k, _ in self.plain] + [
+            r["key"] for r in self.described]
+
+
 def _leaf_problems(expected: Expected, inputs: dict[str, RawTensor], header,
-                   result: dict[str, Any], asked: Asked) -> list[str]:
-    """How the sidecar document and the cloned views differ from what the input's pickle
-    holds, walked here without running it (its plain values, and which tensors share a
-    storage); a file the walk cannot read again leaves the sidecar marked unchecked."""
+                   result: dict[str, Any], asked: Asked) -> tuple[list[str], str | None]:
+    """How the sidecar document and the cloned views differ from what the input holds, read
+    here without running it (its plain values and other records, and which tensors share a
+    storage); for a file the readers cannot read so, none, and why (the sidecar marked)."""
     fmt = expected.file.format if expected.file is not None else None
     try:
         leaves = _input_leaves(expected.path, fmt)  # the file `expected` measured
     except (NotCovered, OSError, ValueError) as exc:
-        _mark_unchecked(result, f"the input's values could not be read here ({exc})")
-        return []
-    tensors = [(k, leaf) for k, leaf in leaves if not _is_plain(leaf)]
-    plain = [(k, leaf) for k, leaf in leaves if _is_plain(leaf)]
+        why = f"the input's values could not be read here ({exc})"
+        _mark_unchecked(result, why)
+        return [], why
     try:
-        names = strip_prefixes([k for k, _ in tensors] + [k for k, _ in plain],
-                               list(asked.strip_prefix))
+        names = strip_prefixes(leaves.keys(), list(asked.strip_prefix))
     except CodedError as exc:  # a value and a tensor under one name: the worker's refusal
-        return [exc.message]
-    if {names[k] for k, _ in tensors} != set(inputs):
-        return ["the input's tensors are not the ones located here"]
-    problems = _sidecar_problems([(names[k], v) for k, v in plain], result, asked)
+        return [exc.message], None
+    if {names[k] for k, _ in leaves.tensors} != set(inputs):
+        return ["the input's tensors are not the ones located here"], None
+    described = [{**r, "key": names[r["key"]]} for r in leaves.described]
+    problems = _sidecar_problems([(names[k], v) for k, v in leaves.plain], described, result,
+                                 asked)
     kept = {e.key for e in header.entries}
-    stored = {names[k]: leaf for k, leaf in tensors
+    stored = {names[k]: leaf for k, leaf in leaves.tensors
               if names[k] in kept or names[k] in recorded_aliases(header.metadata)}
-    sharing: dict[str, int] = {}
-    for leaf in stored.values():
-        if leaf.storage.nbytes:
-            sharing[leaf.storage.key] = sharing.get(leaf.storage.key, 0) + 1
-    cloned = sorted(k for k, leaf in stored.items() if k in kept
-                    and sharing.get(leaf.storage.key, 0) > 1 and not _covers_storage(leaf))
-    # the worker writes every other view row-major, copying those that are not
-    made = sorted(k for k, leaf in stored.items() if k in kept and k not in cloned
-                  and not _row_major(leaf))
+    cloned, made = _views(stored, kept)
     for field, name, listed in (("cloned_views", "cloned views", cloned),
                                 ("made_contiguous", "views made contiguous", made)):
         told = result.get(field)
@@ -199,18 +213,40 @@ def _leaf_problems(expected: Expected, inputs: dict[str, RawTensor], header,
                 told) != len(listed):
             problems.append(f"the {name} are {', '.join(map(escape, listed)) or 'none'}, "
                             f"reported as {escape(str(told))}")
-    return problems
+    return problems, None
+
+
+def _views(stored: dict[str, Any], kept: set[str]) -> tuple[list[str], list[str]]:
+    """The written tensors the worker must clone (views sharing a storage that do not cover
+    it) and those it must make row-major (the other views that are not)."""
+    walked = {k: leaf for k, leaf in stored.items() if leaf is not None}
+    sharing: dict[str, int] = {}
+    for leaf in walked.values():
+        if leaf.storage.nbytes:
+            sharing[leaf.storage.key] = sharing.get(leaf.storage.key, 0) + 1
+    cloned = sorted(k for k, leaf in walked.items() if k in kept
+                    and sharing.get(leaf.storage.key, 0) > 1 and not _covers_storage(leaf))
+    made = sorted(k for k, leaf in walked.items() if k in kept and k not in cloned
+                  and not _row_major(leaf))
+    return cloned, made
 
 
 def _is_plain(leaf: object) -> bool:
     return leaf is None or type(leaf) in _PLAIN
 
 
-def _input_leaves(path: Path, fmt: str | None) -> list[tuple[str, object]]:
-    """Every leaf of a torch zip archive's or legacy stream's pickle, keyed as torch flattens
-    it: a tensor as the layout walk's record of it (its storage, offset, shape, stride), a
-    plain value as itself. NotCovered for another format."""
-    return unique_keys(flatten(_input_root(path, fmt)))
+def _input_leaves(path: Path, fmt: str | None) -> _Leaves:
+    """Every leaf of the input: a torch zip archive's or legacy stream's pickle, keyed as
+    torch flattens it, or a GGUF file's tensors and `KEY::ggml` records (`objects`, as the
+    worker's `tensors.gguf_load` gives them). NotCovered for another format."""
+    if fmt == "gguf":
+        from inspector.sandbox.host.claims.objects import gguf_leaves
+
+        names, records = gguf_leaves(str(path))
+        return _Leaves([(name, None) for name in names], [], records)
+    leaves = unique_keys(flatten(_input_root(path, fmt)))
+    return _Leaves([(k, leaf) for k, leaf in leaves if not _is_plain(leaf)],
+                   [(k, leaf) for k, leaf in leaves if _is_plain(leaf)], [])
 
 
 def input_collides(path: Path, fmt: str | None) -> bool:
@@ -253,21 +289,21 @@ def _covers_storage(leaf: Any) -> bool:
             and math.prod(leaf.shape) * leaf.itemsize == leaf.storage.nbytes)
 
 
-def _sidecar_problems(plain: list[tuple[str, object]], result: dict[str, Any],
-                      asked: Asked) -> list[str]:
+def _sidecar_problems(plain: list[tuple[str, object]], described: list[dict],
+                      result: dict[str, Any], asked: Asked) -> list[str]:
     """How the sidecar document, and the reply's list of the values moved to it, differ from
-    the input's plain values read here."""
+    the input's plain values and other records (`described`: none JSON holds) read here."""
     from inspector.sandbox.host.claims.objects import record as describe_object
 
     skipped = result.get("tensors_skipped") or []
     document: dict[str, Any] | None = None
-    if plain or skipped:
+    if plain or described or skipped:
         kept = [(k, v) for k, v in plain if not (isinstance(v, float) and not math.isfinite(v))]
         document = {"format": SIDECAR_FORMAT,
                     "values": {k: _typed(v) for k, v in kept},
                     "types": {k: describe_object(k, v)["type"] for k, v in kept},
                     "not_serializable": [describe_object(k, v) for k, v in plain
-                                         if (k, v) not in kept]}
+                                         if (k, v) not in kept] + described}
         if skipped:
             document["tensors_skipped"] = skipped
         if asked.key or asked.strip_prefix:
@@ -342,11 +378,7 @@ def _conversion_problems(selected: dict[str, tuple[RawTensor, Measured]], out: m
             left_out.append(name)
         elif not _is_alias(name, t, inputs, aliases, written):
             problems.append(f"{escape(name)} of the input is missing from the output")
-    listed = [s.get("key") if isinstance(s, dict) else s
-              for s in result.get("tensors_skipped") or ()]
-    if sorted(map(str, listed)) != sorted(left_out):  # what `skipped` lines are printed from
-        problems.append(f"the tensors left out are {', '.join(map(escape, left_out)) or 'none'}"
-                        f", reported as {escape(str(listed))}")
+    problems += _skipped_problems(result.get("tensors_skipped") or [], left_out, inputs)
     problems += [f"the output names {escape(k)} an alias, which is no dropped input tensor"
                  for k in aliases if k in written or k not in inputs]
     if {k: v for k, v in header.metadata.items() if k not in OWN_METADATA} != aliases:
@@ -355,6 +387,25 @@ def _conversion_problems(selected: dict[str, tuple[RawTensor, Measured]], out: m
         # no tensor located here is quantized or sparse: nothing of the input was encoded
         problems.append("the output records encoded tensors, which the input does not hold")
     return problems, digests
+
+
+def _skipped_problems(told: object, left_out: list[str], inputs: dict[str, RawTensor]
+                      ) -> list[str]:
+    """How the reply's tensors left out (what the `skipped` lines and the sidecar are written
+    from) differ from those of the input whose dtype safetensors cannot hold: each with that
+    dtype and the worker's one reason for a dense tensor (`worker.convert._unsupported`)."""
+    made = sorted(({"key": k, "dtype": inputs[k].dtype,
+                    "reason": f"safetensors has no dtype for {inputs[k].dtype}"}
+                   for k in left_out), key=lambda r: r["key"])
+    if isinstance(told, list) and sorted(
+            told, key=lambda r: str(r.get("key") if isinstance(r, dict) else r)) == made:
+        return []
+    keys = [r.get("key") if isinstance(r, dict) else r for r in told] if isinstance(
+        told, list) else told
+    listed = ', '.join(map(escape, sorted(left_out))) or 'none'
+    if isinstance(keys, list) and sorted(map(str, keys)) == sorted(left_out):
+        return [f"the tensors left out ({listed}) are reported with another dtype or reason"]
+    return [f"the tensors left out are {listed}, reported as {escape(str(keys)[:200])}"]
 
 
 def safetensors_code(dtype: str) -> str | None:

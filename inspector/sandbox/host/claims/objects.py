@@ -50,7 +50,7 @@ def file_objects(path: str, raw: RawFile) -> list[dict]:
     quantized records; none for safetensors or a TorchScript or torch.export archive.
     NotCovered or OSError where they cannot be."""
     if raw.format == "gguf":
-        return _gguf_objects(path)
+        return gguf_leaves(path)[1]
     if raw.format in CODE_ARCHIVES:
         return []  # the worker reads an archive's weights alone (`tensors.torchscript`)
     if raw.format not in ("safetensors", "pytorch-zip", "pytorch-legacy"):
@@ -68,9 +68,9 @@ def diff_objects(path: str, raw: RawFile) -> list[dict]:
     return file_objects(path, raw)
 
 
-def _gguf_objects(path: str) -> list[dict]:
-    """A GGUF file's leaves as the worker's readers build them (`tensors.gguf_load`): each
-    block-quantized tensor beside its `KEY::ggml` record."""
+def gguf_leaves(path: str) -> tuple[list[str], list[dict]]:
+    """A GGUF file's leaves as the worker's readers build them (`tensors.gguf_load`): its
+    tensors' names, and beside each block-quantized tensor its `KEY::ggml` record."""
     from inspector.formats import gguf_header
 
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
@@ -82,8 +82,9 @@ def _gguf_objects(path: str) -> list[dict]:
         if GGUF_DENSE.get(t.type_name) is None:
             leaves[t.name + "::ggml"] = _quantized(t.type_name, t.shape, t.n_bytes,
                                                    t.data_offset)
-    return [_record(key, _QUANTIZED, value) for key, value in unique_keys(flatten(leaves))
-            if value is not tensor]
+    flat = unique_keys(flatten(leaves))
+    return ([key for key, value in flat if value is tensor],
+            [_record(key, _QUANTIZED, value) for key, value in flat if value is not tensor])
 
 
 def _quantized(ggml_type: str, shape: tuple[int, ...], nbytes: int | None, offset: int) -> str:
