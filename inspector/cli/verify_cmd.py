@@ -151,11 +151,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _verify_against(args: argparse.Namespace, manifest: Manifest, paths: list[Path],
-                    strict: bool) -> VerifyResult:
+                    strict: bool, anchored: bool = False) -> VerifyResult:
     """Files, then their tensors (digested `--jobs` at a time), against the manifest (with
-    `strict`, a file it does not list fails); with --shard or --results one file at a time,
-    each kept as it finishes."""
-    pairs = plan(manifest, paths, hidden=strict)
+    `strict`, a file it does not list fails; `anchored`: its names are read only where they
+    were recorded); with --shard or --results one file at a time, each kept as it finishes."""
+    pairs = plan(manifest, paths, hidden=strict, anchored=anchored)
     batch = open_batch(args, VERIFY_KIND, batch_command(args), manifest, verify_options(args)
                        ) if args.shard or args.results else None
     todo = pending(pairs, batch) if batch else pairs
@@ -302,8 +302,9 @@ def _run_against_ledger(args: argparse.Namespace, ledger: RunLedger, record: Sav
     # a folder save lists the whole folder: a file added since fails, as `run verify` says
     # (`unwritten`, whatever the folder walk leaves out: Git's files, a name another took)
     added = [ledger.run_dir / name for name in unwritten(ledger, record)]
+    # the record's names are the run folder's: never re-read against the folder named
     result = _verify_against(args, manifest, [ledger.resolve(record), *added],
-                             args.strict or record.strict)
+                             args.strict or record.strict, anchored=True)
     if record.outcome != SaveOutcome.VERIFIED:
         # bytes as recorded are bytes as written, not a state proven: no ok rests on it
         result.errors.append(f"its save record's outcome is {record.outcome}, not verified "

@@ -189,15 +189,17 @@ Plan = list[tuple[FileEntry | None, Path]]
 """Manifest entries paired with the files on disk (`plan`); None marks an extra file."""
 
 
-def plan(manifest: Manifest, paths: Iterable[Path], hidden: bool = False) -> Plan:
+def plan(manifest: Manifest, paths: Iterable[Path], hidden: bool = False,
+         anchored: bool = False) -> Plan:
     """Pair manifest entries with files on disk; an entry with None is an extra file (hidden
     names among them only when `hidden`, as `strict` sees them: `walk_folder`).
 
     No paths: the manifest's folder. For a folder the user names, the manifest's names are read
-    against that folder when they are found there (as `sha256sum -c` reads them from the
-    folder it runs in), else against the manifest's folder when the named folder lies in it
-    (only the entries under the named folder are checked), else the folder is taken as a copy
-    of the manifest's folder (a download beside a manifest kept elsewhere). Every name must
+    where they were recorded, the manifest's folder, whenever the named folder can hold them
+    there (only the entries under the named folder are checked), else against the named
+    folder (as `sha256sum -c` reads them from the folder it runs in: names written relative
+    to it, or a copy of the manifest's folder, a download beside a manifest kept elsewhere;
+    `_read_against`); `anchored` (a ledger record): always the manifest's folder. Every name must
     stay inside the folder it is read against: one that leaves it (`..`, or a link pointing
     out) is refused (ManifestError), and nothing outside is ever read. A file is matched by
     its path, or else by its name when only one entry has that name (a Git LFS pointer).
@@ -221,9 +223,9 @@ def plan(manifest: Manifest, paths: Iterable[Path], hidden: bool = False) -> Pla
     for root in roots:
         root_abs = Path(os.path.abspath(root))
         if root_abs.is_dir():
-            start, within = _read_against(manifest, root_abs, base)
+            within = _read_against(manifest, root_abs, base, anchored)
             for entry in manifest.files:
-                location = Path(os.path.normpath(start / Path(*entry.path.split("/"))))
+                location = _recorded(within, entry)
                 _refuse_outside(entry, location, within)
                 if within != base or root_abs == location or root_abs in location.parents:
                     add(entry, location)
@@ -237,14 +239,30 @@ def plan(manifest: Manifest, paths: Iterable[Path], hidden: bool = False) -> Pla
     return pairs
 
 
-def _read_against(manifest: Manifest, root: Path, base: Path) -> tuple[Path, Path]:
-    """(the folder names are read against, the folder they must stay inside) for a folder
-    the user named."""
-    if root != base and base not in root.parents:
-        return root, root  # a copy of the manifest's folder
-    here = sum(1 for e in manifest.files if (root / Path(*e.path.split("/"))).is_file())
-    there = sum(1 for e in manifest.files if (base / Path(*e.path.split("/"))).is_file())
-    return (root, root) if here > there else (base, base)
+def _read_against(manifest: Manifest, root: Path, base: Path, anchored: bool) -> Path:
+    """The folder the manifest's names are read against (and must stay inside) for a folder
+    the user named: where the files were recorded (the manifest's folder) wherever the named
+    folder can hold them there, since a copy beside them is no check of them.
+
+    The manifest's folder when the manifest is `anchored` (a ledger record's names are the
+    run folder's); for a folder inside it, whenever a name recorded there lies in the named
+    folder (decided by the names: whatever else exists there, anyone who can write the
+    folder put it), else the named folder (names written relative to it, the manifest kept
+    above); for a folder holding it, whenever a listed file is at its recorded place, else
+    the named folder (names relative to it, `sha256sum -c` habits); for any other folder,
+    the named one (a copy of the manifest's folder)."""
+    if anchored or root == base:
+        return base
+    if base in root.parents:
+        return base if any(root in _recorded(base, e).parents for e in manifest.files) else root
+    if root in base.parents:
+        return base if any(_recorded(base, e).is_file() for e in manifest.files) else root
+    return root  # a copy of the manifest's folder
+
+
+def _recorded(base: Path, entry: FileEntry) -> Path:
+    """Where an entry's name puts its file in the manifest's folder."""
+    return Path(os.path.normpath(base / Path(*entry.path.split("/"))))
 
 
 def _refuse_outside(entry: FileEntry, location: Path, within: Path) -> None:
