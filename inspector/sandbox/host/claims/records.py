@@ -54,12 +54,21 @@ def _tensor_problems(t: RawTensor, measured: Measured, rec: dict,
                      shape: RecordShape) -> list[str]:
     """How one worker record disagrees with the tensor read here; sets its checked counts."""
     key = escape(t.key)
-    if rec.get("dtype") != t.dtype or list(rec.get("shape") or ()) != list(t.shape):
+    if not same_dtype(rec.get("dtype"), t.dtype) or list(rec.get("shape") or ()) != list(t.shape):
         return [f"{key} is {t.dtype} {list(t.shape)}, reported as "
                 f"{escape(str(rec.get('dtype')))} {escape(str(rec.get('shape')))}"]
     if rec.get(shape.digest) != measured.digest:
         return [f"{key}'s digest differs"]
     return shape.counts(t, measured, rec)
+
+
+def same_dtype(told: object, here: str) -> bool:
+    """Whether a worker's dtype name is the tensor's read here: torch's name, or for a dtype
+    torch lacks (safetensors' F4, F6) the file's own code, which the worker's loader keeps
+    (`dtypes.SAFETENSORS_NAMES`) where the readers here name it in torch's style."""
+    record = BY_NAME.get(here)
+    return told == here or (record is not None and not record.in_torch
+                            and record.safetensors is not None and told == record.safetensors)
 
 
 def _layout_problems(t: RawTensor, rec: dict, twins: list[str]) -> list[str]:
