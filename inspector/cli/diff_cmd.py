@@ -23,6 +23,7 @@ from inspector.cli.common import (
     stderr_progress,
 )
 from inspector.core.badges import shout, status_look
+from inspector.core.dtypes import lookup
 from inspector.core.termtext import escape
 from inspector.core.vocabulary import TensorStatus
 
@@ -96,9 +97,10 @@ def print_diff(result: DiffResult) -> None:
     print(f"checked:  {escape(result.checked_words)}")
     for row in result.differing:
         print(escape(f"  {row.summary}{_shards(row) if sharded else ''}"))
+        unit = "byte" if _bytewise(row) else "element"
         if row.status == TensorStatus.CHANGED:
             print(
-                f"    {_elements(row.changed_elements)}; max abs diff "
+                f"    {_differ(row.changed_elements, unit)}; max abs diff "
                 f"{_num(row.max_abs_diff)}, max rel diff {_num(row.max_rel_diff)}"
                 + (f", {row.nonfinite_changes} to/from NaN or Inf"
                    if row.nonfinite_changes else "")
@@ -106,7 +108,7 @@ def print_diff(result: DiffResult) -> None:
         for flip in row.bitflips[:_SHOWN_FLIPS]:
             where = ", ".join(str(i) for i in flip.position)
             part = f" ({flip.part})" if flip.part else ""
-            print(f"    [{where}] (element {flip.index}): bit {flip.bit}, {flip.kind}{part}")
+            print(f"    [{where}] ({unit} {flip.index}): bit {flip.bit}, {flip.kind}{part}")
         if len(row.bitflips) > _SHOWN_FLIPS:
             print(f"    … {row.single_bit_flips - _SHOWN_FLIPS} more single-bit flips")
     for alias in result.aliases:
@@ -148,5 +150,12 @@ def _num(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.6g}"
 
 
-def _elements(n: int) -> str:
-    return "1 element differs" if n == 1 else f"{n} elements differ"
+def _differ(n: int, unit: str) -> str:
+    return f"1 {unit} differs" if n == 1 else f"{n} {unit}s differ"
+
+
+def _bytewise(row: TensorDiffRow) -> bool:
+    """Whether a row's dtype has no bit layout (GGUF's bits8 blocks, F4 / F6), so its numbers
+    count bytes (`claims.diff._bytewise_row`), as `bitflip` gives a layout only to torch's."""
+    dtype = lookup(row.dtype_a)
+    return dtype is None or not dtype.in_torch

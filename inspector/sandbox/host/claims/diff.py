@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from inspector.checkpoint.results import ClaimCheck
+from inspector.checkpoint.results import ClaimCheck, FlipRecord, TensorDiffRow
 from inspector.checkpoint.tensor_pairs import object_changes
 from inspector.core.termtext import escape
 from inspector.core.vocabulary import TensorStatus
@@ -17,6 +17,7 @@ from inspector.rawtensors.readers import NotReadable, Placed, RawTensor, open_ra
 from inspector.sandbox.host.claims.changes import Changes, changes
 from inspector.sandbox.host.claims.conversion import same_view
 from inspector.sandbox.host.claims.objects import diff_objects
+from inspector.sandbox.host.claims.records import same_dtype
 from inspector.sandbox.host.claims.refusal import refuted
 
 if TYPE_CHECKING:
@@ -163,13 +164,12 @@ def _spec_parts(metadata: dict[str, str]) -> dict[str, RawTensor]:
 
 
 def check_diff(compared: SideBySide, result: dict[str, Any]) -> None:
-    """Check a diff reply against both sides' bytes: every tensor of each side reported once;
-    each row's status the one its dtype, shape and bytes give (`not_compared` may stand for
-    any but identical: it claims less); a changed or identical row's element counts, NaN / Inf
-    count, bit flips, largest differences (where NumPy decodes its dtype) and sentence the ones
-    counted here; the file each side keeps it in (`shard_a`/`_b`) and the key read for it
-    there (`stored_as_a`/`_b`), and the `aliases` listing them, the ones found here;
-    `identical`, `counts` and `summary` the rows'; each side's files' formats and tensor
+    """Check a diff reply against both sides' bytes: every tensor of each side reported once,
+    each row as `_row_problems` checks it (every field of it computed here: its status,
+    dtypes, shapes, numbers, flips and sentence); the file each side keeps it in
+    (`shard_a`/`_b`) and the key read for it there (`stored_as_a`/`_b`), and the `aliases`
+    listing them, the ones found here; `identical` true exactly when every row is identical,
+    `counts` and `summary` the rows'; each side's files' formats and tensor
     counts (`_sides_problems`); the plain values that differ (`objects`)
     the ones both sides' files differ in, read here; set `claims`, or SandboxError when a
     claim fails. A key a side does not store, which the loader says it ties to one it does
@@ -199,32 +199,25 @@ def check_diff(compared: SideBySide, result: dict[str, Any]) -> None:
         result["claims"] = ClaimCheck(reason=f"a tensor could not be compared here "
                                              f"({type(exc).__name__}: {exc})").to_json()
         return
+    problems += _total_problems(result)  # the worker's rows, before any is rewritten here
     for key, truth in truths.items():
         rec = rows.pop(key, None)
-        said = None if rec is None else str(rec.get("status"))
         if rec is None:
             problems.append(f"{escape(key)} is not reported")
-        elif said != truth and not (said == TensorStatus.NOT_COMPARED
-                                    and truth != TensorStatus.IDENTICAL):
-            problems.append(f"{escape(key)} is {truth}, reported as {escape(str(said))}")
         else:
-            sides = compared.tensors(key, tied.get(key, {}))
-            wrong = (_side_problems(key, rec, sides)
-                     + _place_problems(key, rec, compared.places(key, tied.get(key, {}))))
-            compared_here = said in (TensorStatus.CHANGED, TensorStatus.IDENTICAL)
-            if compared_here and not wrong:
-                wrong = _change_problems(key, rec, compared.found[key], sides[0])
-            problems += wrong or _offset_problems(
-                key, rec, compared.found[key].tally if compared_here else None, sides)
+            problems += _row_problems(compared, key, rec, truth, tied.get(key, {}))
     problems += [f"{escape(key)} is no tensor of either side" for key in rows]
-    if result.get("identical") and any(t != TensorStatus.IDENTICAL for t in truths.values()):
-        problems.append("the checkpoints were reported identical")
-    problems += (_total_problems(result) + _alias_problems(result, tied)
-                 + _sides_problems(compared, result))
+    identical = all(t == TensorStatus.IDENTICAL for t in truths.values())
+    if result.get("identical") is not identical:
+        problems.append("the checkpoints were reported "
+                        + ("different" if identical else "identical"))
+    problems += _alias_problems(result, tied) + _sides_problems(compared, result)
     if result.get("objects") != object_changes(*compared.objects):
         problems.append("the plain values said to differ are not the ones the files' differ in")
     if problems:
         raise refuted("comparison", problems, result.get("sandbox"))
+    # the rows' sentences, a bytewise row's written here (`_bytewise_row`)
+    result["summary"] = [r["summary"] for r in result["tensors"] if r.get("summary")]
     result["claims"] = ClaimCheck(checked=True, tensors=len(truths)).to_json()
 
 
@@ -243,14 +236,114 @@ def _unseen_ties(compared: SideBySide, tied: dict[str, dict[int, str]]) -> list[
     return problems
 
 
+def _row_problems(compared: SideBySide, key: str, rec: dict, truth: str,
+                  ties: dict[int, str]) -> list[str]:
+    """How one row differs from the key's tensors located here: its status the one their
+    dtype, shape and bytes give (`not_compared` too is refuted: both sides' bytes were
+    compared here), its fields all known ones; its dtypes, shapes and places the ones read
+    here; a row the worker's engine compares element by element (`_change_problems`,
+    `_offset_problems`) or not at all (`_plain_problems`; a bytewise one then rewritten
+    here, `_bytewise_row`)."""
+    said = str(rec.get("status"))
+    if said != truth:
+        return [f"{escape(key)} is {truth}, reported as {escape(said)}"]
+    sides = compared.tensors(key, ties)
+    wrong = (_field_problems(key, rec) + _side_problems(key, rec, sides)
+             + _place_problems(key, rec, compared.places(key, ties)))
+    if wrong:
+        return wrong
+    found = compared.found.get(key) if truth in _COMPARED else None
+    if found is None or found.bytewise:
+        wrong = _plain_problems(key, rec, truth)
+        if found is not None and not wrong:
+            _bytewise_row(key, rec, found)
+            return _offset_problems(key, rec, found.tally, sides)
+        return wrong
+    return (_change_problems(key, rec, found, sides[0])
+            or _offset_problems(key, rec, found.tally, sides))
+
+
+_COMPARED = (TensorStatus.CHANGED, TensorStatus.IDENTICAL)
+_ROW_FIELDS = frozenset(f.name for f in fields(TensorDiffRow)) - {"extra", "absent"}
+_FLIP_FIELDS = frozenset(f.name for f in fields(FlipRecord)) - {"extra", "absent"}
+_UNCOMPARED: dict[str, object] = {
+    "changed_elements": 0, "single_bit_flips": 0, "multi_bit_elements": 0,
+    "nonfinite_changes": 0, "max_abs_diff": None, "max_rel_diff": None, "bitflips": [],
+    "offset_a": None, "offset_b": None}
+"""The numbers of a row whose elements the worker's engine does not compare: a key on one
+side, a dtype or shape changed, a dtype with no bit layout (only its bytes' equality)."""
+
+
+def _field_problems(key: str, rec: dict) -> list[str]:
+    """A row, or one of its flips, with a field no diff row has: it would reach `--json` as
+    the worker wrote it (`JsonRecord.extra`), checked by nothing."""
+    flips = rec.get("bitflips") if isinstance(rec.get("bitflips"), list) else []
+    unknown = set(rec) - _ROW_FIELDS
+    for flip in flips:
+        unknown |= set(flip) - _FLIP_FIELDS if isinstance(flip, dict) else {"a flip not a record"}
+    return [f"{escape(key)} reported with fields no diff row has: "
+            f"{escape(str(sorted(map(str, unknown))))}"] if unknown else []
+
+
+def _plain_problems(key: str, rec: dict, truth: str) -> list[str]:
+    """A row whose elements the worker's engine does not compare must carry no number, flip
+    or offset of them (`_UNCOMPARED`), and the sentence its checked status, dtypes and shapes
+    give (`_sentence`): any other is the worker's free text."""
+    wrong = [f"{escape(key)} is {truth}, whose elements are not compared, reported with "
+             f"{name.replace('_', ' ')} {escape(str(rec.get(name)))}"
+             for name, value in _UNCOMPARED.items()
+             if rec.get(name) != value or type(rec.get(name)) is not type(value)]
+    if rec.get("summary") != _sentence(key, truth, rec):
+        wrong.append(f"{escape(key)}'s sentence says what its bytes do not")
+    return wrong[:1]
+
+
+def _sentence(key: str, truth: str, rec: dict) -> str:
+    """The sentence of a row the worker's engine does not compare element by element, as it
+    writes it, from the row's status, dtypes and shapes (checked here before)."""
+    quoted = f"`{key}`"
+    dtype_a, shape_a = rec.get("dtype_a"), rec.get("shape_a")
+    return {
+        TensorStatus.ONLY_IN_A: f"{quoted} is only in A",
+        TensorStatus.ONLY_IN_B: f"{quoted} is only in B",
+        TensorStatus.DTYPE_OR_SHAPE_CHANGED: f"{quoted} changed from {dtype_a}{shape_a} to "
+                                             f"{rec.get('dtype_b')}{rec.get('shape_b')}",
+        TensorStatus.CHANGED: f"{quoted} differs (no bit layout for {dtype_a}: only byte "
+                              "equality compared)",
+    }.get(truth, "")
+
+
+def _bytewise_row(key: str, rec: dict, found: Changes) -> None:
+    """A row of a dtype with no bit layout (GGUF's `bits8` blocks, F4 / F6), which the
+    worker's engine only calls changed or identical, given the numbers its bytes compared
+    here give: differing bytes (`changed_elements`, a byte a `bits8` element), the ones
+    differing in one bit, and those bits (their meaning not known here)."""
+    tally = found.tally
+    rec.update(changed_elements=tally.changed, single_bit_flips=tally.single_bit,
+               multi_bit_elements=tally.multi_bit,
+               bitflips=[{"index": flip.index, "bit": flip.bit, "kind": flip.kind,
+                          "before_bits": f"{flip.before or 0:02x}",
+                          "after_bits": f"{flip.after or 0:02x}", "position": [flip.index]}
+                         for flip in tally.flips])
+    if tally.changed:
+        noun = "byte" if tally.changed == 1 else "bytes"
+        rec["summary"] = (f"`{key}` differs in {tally.changed} {noun}, {tally.single_bit} of "
+                          f"them in a single bit ({rec.get('dtype_a')} has no bit layout here: "
+                          "compared byte by byte)")
+
+
 def _side_problems(key: str, rec: dict, sides: list[RawTensor | None]) -> list[str]:
-    """How a row's dtype and shape on each side differ from the tensors located here."""
-    return [f"{escape(key)} is {t.dtype} {list(t.shape)} in {letter}, reported as "
-            f"{escape(str(rec.get(f'dtype_{letter}')))} "
-            f"{escape(str(rec.get(f'shape_{letter}')))}"
-            for letter, t in zip("ab", sides, strict=True)
-            if t is not None and (rec.get(f"dtype_{letter}") != t.dtype
-                                  or rec.get(f"shape_{letter}") != list(t.shape))]
+    """How a row's dtype and shape on each side differ from the tensors located here (none on
+    a side without the key)."""
+    wrong = []
+    for letter, t in zip("ab", sides, strict=True):
+        dtype, shape = rec.get(f"dtype_{letter}"), rec.get(f"shape_{letter}")
+        if (t is None and (dtype, shape) != (None, None)) or (t is not None and not (
+                same_dtype(dtype, t.dtype) and shape == list(t.shape))):
+            here = "absent" if t is None else f"{t.dtype} {list(t.shape)}"
+            wrong.append(f"{escape(key)} is {here} in {letter}, reported as "
+                         f"{escape(str(dtype))} {escape(str(shape))}")
+    return wrong
 
 
 def _place_problems(key: str, rec: dict,
@@ -280,17 +373,15 @@ def _alias_problems(result: dict[str, Any], tied: dict[str, dict[int, str]]) -> 
 
 def _change_problems(key: str, rec: dict, found: Changes, tensor: RawTensor) -> list[str]:
     """How a compared row's numbers, flips and sentence differ from the ones counted here (an
-    identical row's are zeros, no flip and no sentence)."""
-    tally = found.tally
-    if tally is None:
-        return []
+    identical row's are zeros, no flip and no sentence; the largest differences None where
+    neither side reads the dtype's values, packed float4)."""
+    tally, drift = found.tally, found.drift
     counted: dict[str, object] = {"changed_elements": tally.changed,
                                   "single_bit_flips": tally.single_bit,
-                                  "multi_bit_elements": tally.multi_bit}
-    if found.nonfinite is not None:
-        counted["nonfinite_changes"] = found.nonfinite
-    if found.drift is not None:
-        counted |= {"max_abs_diff": found.drift.max_abs, "max_rel_diff": found.drift.max_rel}
+                                  "multi_bit_elements": tally.multi_bit,
+                                  "nonfinite_changes": found.nonfinite,
+                                  "max_abs_diff": None if drift is None else drift.max_abs,
+                                  "max_rel_diff": None if drift is None else drift.max_rel}
     wrong = [f"{escape(key)} has {value} {name.replace('_', ' ')}, reported as "
              f"{escape(str(rec.get(name)))}"
              for name, value in counted.items() if rec.get(name) != value]
@@ -304,28 +395,27 @@ def _change_problems(key: str, rec: dict, found: Changes, tensor: RawTensor) -> 
     if said != flips:
         return [f"{escape(key)}'s bit flips are not the ones its bytes hold"]
     sentence = tally.summary(key, found.nonfinite or 0) if tally.changed else ""
-    if found.nonfinite is not None and rec.get("summary") != sentence:
+    if rec.get("summary") != sentence:
         return [f"{escape(key)}'s sentence says what its bytes do not"]
     return []
 
 
-def _offset_problems(key: str, rec: dict, tally: FlipTally | None,
+def _offset_problems(key: str, rec: dict, tally: FlipTally,
                      sides: list[RawTensor | None]) -> list[str]:
-    """A row's byte offsets in each side's file, which the report and the Integrity pane
-    print as forensic positions, computed here: where a tensor stored in one run of bytes
-    starts (`offset_a`/`_b`), and each flip's byte (that start + index x itemsize + the bit's
-    byte), only for a row compared bit by bit (`tally`), as the worker's diff engine places
-    them. The worker's may be left out (it loads some formats, which then place nothing) and
+    """A compared row's byte offsets in each side's file, which the report and the Integrity
+    pane print as forensic positions, computed here: where a tensor stored in one run of
+    bytes starts (`offset_a`/`_b`), and each flip's byte (that start + index x itemsize +
+    the bit's byte), as the worker's diff engine places them. The worker's may be left out
+    (it loads some formats, which then place nothing; a bytewise row it does not place) and
     is then filled in here; one that differs is refuted."""
     wrong = []
-    flips = rec.get("bitflips") if tally is not None else None
+    flips = rec.get("bitflips")
     for letter, t in zip("ab", sides, strict=True):
-        start = (t.view[0] if tally is not None and t is not None and t.placed.contiguous
-                 else None)
+        start = t.view[0] if t is not None and t.placed.contiguous else None
         places = [(f"offset_{letter}", rec, start)] + [
             (f"file_offset_{letter}", item, None if start is None else
              start + flip.index * tally.layout.itemsize + flip.bit // 8)
-            for flip, item in zip(tally.flips if tally else (), flips or (), strict=False)
+            for flip, item in zip(tally.flips, flips or (), strict=False)
             if isinstance(item, dict)]
         for name, record, at in places:
             told = record.get(name)
