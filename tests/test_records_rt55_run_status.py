@@ -1,0 +1,74 @@
+"""What `telemetry --serve --run DIR` publishes rests only on journal lines whose own checks
+hold: a save line forged without the seal key, or another run's sealed line spliced in, is no
+fresh verified checkpoint; a save naming a file outside the run folder (an absolute path, `..`)
+is not watched. Each beside its clean twin."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from inspector.run import journal
+from inspector.run.status import read_run
+
+NOW = 1_800_000_000.0
+
+
+def _save(run: Path, step: int, when: float) -> None:
+    data = f"step {step}".encode()
+    (run / f"step{step}.pt").parent.mkdir(parents=True, exist_ok=True)
+    (run / f"step{step}.pt").write_bytes(data)
+    journal.append(journal.journal_path(run), "ledger.save", {
+        "step": step, "time": when, "path": f"step{step}.pt", "size": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(), "verified": True})
+
+
+def _lines(run: Path) -> list[bytes]:
+    return journal.journal_path(run).read_bytes().rstrip(b"\n").split(b"\n")
+
+
+@pytest.fixture
+def keyed(monkeypatch):
+    monkeypatch.setenv(journal.KEY_ENV, "the team's seal key")
+
+
+@pytest.mark.parametrize("how", ["twin", "forged", "spliced"])
+def test_a_line_that_fails_its_checks_is_no_verified_save(tmp_path, keyed, how):
+    run, other = tmp_path / "run", tmp_path / "other"
+    _save(run, 1, NOW - 3000)
+    _save(run, 2, NOW - 2000)
+    for step in (1, 2, 3):
+        _save(other, step, NOW - 10)
+    if how == "forged":  # a line anyone can write: its MAC is not the key's
+        record = {"seq": 2, "prev": journal.line_hash(_lines(run)[-1]),
+                  "chain": journal.line_hash(_lines(run)[0]), "kind": "ledger.save",
+                  "step": 9, "time": NOW - 10, "path": "step2.pt", "verified": True,
+                  "mac": "0" * 64}
+        with journal.journal_path(run).open("ab") as out:
+            out.write(json.dumps(record).encode() + b"\n")
+    elif how == "spliced":  # another run's sealed line, with its checkpoint
+        with journal.journal_path(run).open("ab") as out:
+            out.write(_lines(other)[2] + b"\n")
+        shutil.copy(other / "step3.pt", run / "step3.pt")
+    status = read_run(run)
+    assert status.journal_problems == (0 if how == "twin" else 1)
+    assert [s.step for s in status.saves] == [1, 2]
+    assert status.last_verified().time == NOW - 2000
+
+
+def test_a_save_outside_the_run_folder_is_not_watched(tmp_path, monkeypatch):
+    monkeypatch.delenv(journal.KEY_ENV, raising=False)
+    run = tmp_path / "run"
+    _save(run, 1, NOW)
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(b"not the run's")
+    for path in (str(secret), "../secret.bin"):
+        journal.append(journal.journal_path(run), "ledger.save",
+                       {"step": 2, "time": NOW, "path": path, "sha256": "0" * 64,
+                        "verified": True})
+    assert [s.path for s in read_run(run).saves] == [run / "step1.pt"]
+
