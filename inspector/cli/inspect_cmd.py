@@ -117,7 +117,7 @@ def _human(report: InspectResult) -> list[str]:
         for t in tensors:
             std = t.std if "std_sample" in t.absent else t.std_sample  # an older worker's
             lines.append(
-                f"{t.key[:width]:<{width}}  {t.dtype:<14} {tuple(t.shape)!s:<18} "
+                f"{escape(t.key)[:width]:<{width}}  {escape(t.dtype):<14} {tuple(t.shape)!s:<18} "
                 f"{_num(t.min):>10} {_num(t.max):>10} {_num(t.mean):>10} {_num(std):>10} "
                 f"{_num(t.nan):>6} {_num(t.inf):>6}  "
                 f"{(t.digest or ','.join(t.flags) or '-')[:16]}")
@@ -125,7 +125,8 @@ def _human(report: InspectResult) -> list[str]:
     if objects:
         lines.append("")
         lines.append(f"{counted(len(objects), 'non-tensor value')}{_unchecked(report)}:")
-        lines.extend(f"  {o.key}: {o.type} = {o.repr}" for o in objects[:50])
+        lines.extend(f"  {escape(str(o.key))}: {escape(str(o.type))} = {escape(str(o.repr))}"
+                     for o in objects[:50])
     if report.error is not None:
         lines.append("")
         lines.append(f"error:    {report.error.message}")
@@ -136,22 +137,45 @@ def _human(report: InspectResult) -> list[str]:
     unique = report.unique_storage
     contents = summarize(tensors, objects, unique)
     lines.append("")
-    lines.append(f"{contents.tensors} tensors, {contents.parameters:,} elements, "
-                 f"{contents.bytes:,} bytes of tensor data")
+    lines += _marked(report, [f"{contents.tensors} tensors, {contents.parameters:,} elements, "
+                              f"{contents.bytes:,} bytes of tensor data"])
     if unique:
         # the loader's count of its storages: nothing here knows a torch file's storages
         lines.append(f"unique storage: {unique['storages']} storages, {unique['numel']:,} "
                      f"elements, {unique['nbytes']:,} bytes (shared storage counted once; "
                      "as reported by the jailed loader, not checked here)")
+    return lines + _marked(report, _facts_lines(report, contents)) + _resume_rows(report)
+
+
+def _facts_lines(report: InspectResult, contents) -> list[str]:
+    """What the file is, read from the worker's records: its training state, hyper-parameters,
+    optimizer ids, architecture and the resume checklist's headline."""
+    lines = []
     training = training_summary(contents)
     if training:
-        lines.append(f"training state: {training}{_unchecked(report)}")
-    hyper = hyper_parameters_line(objects)
+        lines.append(f"training state: {training}")
+    hyper = hyper_parameters_line(report.objects)
     if hyper:
         lines.append(f"hyper-parameters: {hyper}")
     lines.extend(f"optimizer ids: {escape(o.summary())}" for o in report.optimizer_params or ())
-    lines.extend(_model_lines(report))
+    if report.architecture is not None:
+        lines.append(f"architecture: {escape(report.architecture.summary())}")
+    if report.resume is not None:
+        lines.append(f"resume:   {resume_text(report.resume).splitlines()[0]}")
     return lines
+
+
+def _resume_rows(report: InspectResult) -> list[str]:
+    """The resume checklist's rows under its headline (`_facts_lines`)."""
+    if report.resume is None:
+        return []
+    return [f"  {row}" for row in resume_text(report.resume).splitlines()[1:]]
+
+
+def _marked(report: InspectResult, lines: list[str]) -> list[str]:
+    """The one rule for every line read from the worker's answer: each says it is the jailed
+    loader's word where the answer was not checked here (`_unchecked`)."""
+    return [line + _unchecked(report) for line in lines]
 
 
 def _unchecked(report: InspectResult) -> str:
@@ -192,18 +216,6 @@ def code_lines(report: InspectResult) -> list[str]:
     for c in code:
         lines.append(f"  {c['name']}  {c['size']:,} bytes")
         lines.extend(f"    FLAG: {flag}" for flag in c["flags"])
-    return lines
-
-
-def _model_lines(report: InspectResult) -> list[str]:
-    """The architecture guess and, for a training checkpoint, the resume checklist."""
-    lines = []
-    if report.architecture is not None:
-        lines.append(f"architecture: {report.architecture.summary()}")
-    if report.resume is not None:
-        first, *rows = resume_text(report.resume).splitlines()
-        lines.append(f"resume:   {first}{_unchecked(report)}")
-        lines.extend(f"  {row}" for row in rows)
     return lines
 
 

@@ -134,3 +134,13 @@ def digest_table(title: str, name: str, records: list[dict]) -> str:
         [[mono(r.get(name)), escape(str(r.get("status"))),
           mono(short(r.get("expected"))), mono(short(r.get("actual")))]
          for r in records])
+
+
+def whose_rows(rows: list[tuple[str, str]], unchecked: str | None) -> list[tuple[str, str]]:
+    """Key-value rows read from the jailed worker's records, escaped: where its answer was
+    not checked here (`unchecked`, why), each value says whose word it is and a last row
+    gives why."""
+    if not unchecked:
+        return [(name, escape(value)) for name, value in rows]
+    return [(name, escape(f"{value} (as reported by the jailed loader)")) for name, value in rows
+            ] + [("Read from", escape(unchecked))]

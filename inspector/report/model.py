@@ -276,6 +276,9 @@ class ModelInfo:
     """'Ready to resume' or what stops it; None for weights alone."""
     resume_items: list[dict]
     """One row per thing a resume needs: item, status (in words), detail."""
+    unchecked: str | None = None
+    """Why every field above is only the jailed loader's word (they are read from its
+    records: `LOADER_WORD` and the reason); None when its answer was checked here."""
 
 
 @dataclass

@@ -250,10 +250,9 @@ def _model(f: FileReport) -> str:
     m = f.model
     if m is None:
         return cells.not_run("Nothing was loaded, so the model was not read.")
-    rows = [("Architecture", escape(m.architecture or "not recognised")),
-            ("Training state", escape(m.training or "weights only (no training state)"))]
-    if m.resume:
-        rows.append(("Resume", escape(m.resume)))
+    rows = cells.whose_rows([("Architecture", m.architecture or "not recognised"), (
+        "Training state", m.training or "weights only (no training state)"),
+        *([("Resume", m.resume)] if m.resume else [])], m.unchecked)
     table = cells.table(["Needed to resume", "Status", "Detail"],
                    [[escape(r["item"]), escape(r["status"]), escape(r["detail"])]
                     for r in m.resume_items]) if m.resume_items else ""

@@ -176,16 +176,22 @@ LOADER_WORD = "as reported by the jailed loader: not checked here, "
 words `verify` uses for such a tensor digest)."""
 
 
+def loaders_word(inspect: InspectResult) -> str | None:
+    """The one mark of every section read from the worker's records (weights health, the
+    model and training state): why they are only the jailed loader's word (`LOADER_WORD` and
+    the reason), or None where its answer was checked here."""
+    claims = inspect.claims
+    return None if claims is not None and claims.checked else LOADER_WORD + (
+        claims.reason if claims is not None and claims.reason else "no check was made")
+
+
 def health_info(inspect: InspectResult) -> HealthInfo:
     """Weights health as the engine judged it (judged here for results saved before it did);
     `unchecked` says why when the values it was judged from are only the jailed loader's."""
     health = inspect.health or assess(inspect.tensors)
-    claims = inspect.claims
-    unchecked = None if claims is not None and claims.checked else LOADER_WORD + (
-        claims.reason if claims is not None and claims.reason else "no check was made")
     return HealthInfo(status=health.status, findings=records(health.findings),
                       weights_checked=health.weights_checked, state_tensors=health.state_tensors,
-                      unchecked=unchecked)
+                      unchecked=loaders_word(inspect))
 
 
 def claims_info(inspect: InspectResult) -> ClaimsInfo:
@@ -242,7 +248,8 @@ MAX_FLIPS_SHOWN = 20
 
 
 def model_info(inspect: InspectResult) -> ModelInfo:
-    """The inspect result's architecture guess and training state, in the Overview's words."""
+    """The inspect result's architecture guess and training state, in the Overview's words,
+    marked as the jailed loader's word where its answer was not checked here."""
     training = training_summary(summarize(inspect.tensors, inspect.objects))
     checklist = inspect.resume
     return ModelInfo(
@@ -251,6 +258,7 @@ def model_info(inspect: InspectResult) -> ModelInfo:
         resume=headline(checklist) if checklist else None,
         resume_items=[{"item": item_label(i), "status": status_word(i), "detail": i.detail}
                       for i in checklist.items] if checklist else [],
+        unchecked=loaders_word(inspect),
     )
 
 

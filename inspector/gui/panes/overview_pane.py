@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 
 from inspector.checkpoint.contents import Contents, summarize, training_summary
 from inspector.checkpoint.health import Health
+from inspector.checkpoint.results import InspectResult
 from inspector.core.termtext import counted
 from inspector.core.vocabulary import DocumentState, HealthSeverity, Severity, Verdict
 from inspector.formats import read_without_pickle
@@ -146,6 +147,15 @@ ROWS = ((Row.PATH, "File"), (Row.FORMAT, "Format"), (Row.SIZE, "Size"), (Row.SHA
         (Row.CHECKED, "Checked here"), (Row.CONTENTS, "Contents"),
         (Row.ARCHITECTURE, "Architecture"), (Row.TRAINING, "Training state"), (Row.CODE, "Code"))
 """The form's rows, in order, with their labels."""
+
+
+def _whose(result: InspectResult | None, text: str) -> str:
+    """A field read from the worker's records, saying it is the jailed loader's word where
+    its answer was not checked here (as every view marks such a field)."""
+    claims = result.claims if result is not None else None
+    if text == "—" or result is None or (claims is not None and claims.checked):
+        return text
+    return f"{text} (as reported by the jailed loader)"
 
 
 class OverviewPane(QWidget):
@@ -314,6 +324,8 @@ class OverviewPane(QWidget):
                                           and contents.tensors else "—")
         self.fields[Row.TRAINING].setText((contents and training_summary(contents)) or "—")
         self.model_summary.show(doc.result)
+        for row in (Row.CONTENTS, Row.TRAINING, Row.ARCHITECTURE):
+            self.fields[row].setText(_whose(result, self.fields[row].text()))
         code = code_summary(doc.result)
         self.fields[Row.CODE].setText(code or "—")
         self.form.setRowVisible(self.code_row, code is not None)
