@@ -97,7 +97,8 @@ def test_a_flipped_bit_in_position_ids_is_named_and_never_sealed(tmp_path):
     assert not torch.equal(hurt, clean) and torch.isfinite(hurt).all()
     model.position_ids[2] = 3
     hit = next(v for v in verdicts if v.alarm)
-    assert hit.step == 21
+    # changed at step 21's reading, named at 22's where it held still (a counter would not)
+    assert hit.step == 22
     assert ("weights-changed", "position_ids") in {(b.rule, b.param) for b in hit.alarm.breaches}
     assert any("weights-changed on position_ids" in p for p in guard.health())
     saves = {s.step: s for s in read_ledger(tmp_path).saves}

@@ -309,8 +309,7 @@ class Guard:
         resume from the newest healthy checkpoint (`ckpt-inspector run latest`) instead. With
         a linked order ledger, the samples the scene blames are left out of later batches."""
         corrupt = [a for a in read_scene(scene_dir).alarms if a.get("rule") in NOT_RESUMED]
-        if corrupt:
-            first = corrupt[0]
+        if first := (corrupt or [None])[0]:
             what = "optimizer" if first["rule"] == SETTING_RULE else "weights"
             raise CodedError("scene-weights-corrupt", f"{scene_dir} holds the {what} the guard "
                              f"alarmed on ({first['rule']} on {first.get('param')}); resume "
@@ -366,10 +365,9 @@ class Guard:
     def _nonfinite_streak(self) -> list[str]:
         """A line when the last `NONFINITE_STREAK` or more steps were all skipped as
         non-finite: the state no longer computes a finite loss."""
-        if self._nonfinite_skips < NONFINITE_STREAK:
-            return []
         return [f"the last {self._nonfinite_skips} steps were all skipped for a non-finite "
-                "loss or gradient: the state no longer computes a finite loss"]
+                "loss or gradient: the state no longer computes a finite loss"
+                ] if self._nonfinite_skips >= NONFINITE_STREAK else []
 
     def _hold(self, alarm: Alarm, label: str) -> None:
         """Keep the alarm's definitive weight breaches for the health check: the bytes it named
@@ -380,9 +378,12 @@ class Guard:
                                       f"{label}{_said(b)} at step {alarm.step}")
 
     def _held_alarms(self, now: set[tuple[str, str, str | None]]) -> list[str]:
-        """The held corruption alarms not already found in the weights `now`, in words."""
+        """The held corruption alarms not already found in the weights `now`, in words; a
+        buffer's change is no longer held once a second one showed its writer (`written`)."""
+        written = {(w.label, "weights-changed", n) for w in self.models.all()
+                   for n in w.watch.constants.written}
         lines = [f"{key[1]}: {line} (held until guard.accept_weights)"
-                 for key, line in self._held.items() if key not in now]
+                 for key, line in self._held.items() if key not in now | written]
         more = len(lines) - HELD_SHOWN
         return lines[:HELD_SHOWN] + ([f"and {more} more corruption alarms"] if more > 0 else [])
 
@@ -554,10 +555,8 @@ def check_journal(path: Path) -> None:
 
 
 def _same(a: float, b: float, rtol: float) -> bool:
-    if math.isnan(a) or math.isnan(b):
-        return math.isnan(a) and math.isnan(b)
-    if math.isinf(a) or math.isinf(b):
-        return a == b
+    if not (math.isfinite(a) and math.isfinite(b)):  # NaN is NaN's twin, Inf only itself
+        return a == b or (math.isnan(a) and math.isnan(b))
     return abs(a - b) <= rtol * max(abs(a), abs(b))
 
 

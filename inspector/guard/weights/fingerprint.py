@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -43,6 +42,7 @@ import torch
 from torch import nn
 
 from inspector.core.flatten import is_running_variance
+from inspector.guard.weights.constants import Constants, probed
 from inspector.guard.weights.members import layout, members
 from inspector.guard.weights.norm_stats import NormStats
 from inspector.guard.weights.prints import (
@@ -144,22 +144,8 @@ def _values(params: list[torch.Tensor], largest: bool
 
 
 def readable(buffers: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
-    """The named buffers whose values the readings can reduce and read back, tried once each;
-    the others (a tensor subclass without the kernels) are named in one line on stderr, since
-    a guard that stopped the training it watches would cost more than it saves."""
-    kept, left = [], []
-    for name, b in buffers:
-        try:
-            _buffer_values([b], [])[1].tolist()
-        except Exception as exc:  # whatever the subclass raises: not watched, and said so
-            left.append(f"{name} ({type(exc).__name__})")
-            continue
-        kept.append((name, b))
-    if left:
-        print(f"inspector.guard: buffers not watched, their values cannot be reduced: "
-              f"{', '.join(left[:5])}{f' and {len(left) - 5} more' if len(left) > 5 else ''}",
-              file=sys.stderr)
-    return kept
+    """The named buffers whose values the readings can reduce and read back (`probed`)."""
+    return probed(buffers, lambda b: _buffer_values([b], [])[1].tolist(), "reduced")
 
 
 def _buffer_values(buffers: list[torch.Tensor], variances: list[int]
@@ -201,8 +187,10 @@ class WeightReading:
     """The buffers' norms and largest |value|, which follow the parameters' in the vector, and
     the running variances' lowest values, which follow them."""
     constants: torch.Tensor | None = None
-    """Which constant buffers' bytes differ from their fingerprint (`WeightWatch.constants`),
-    which end the vector."""
+    """Which constant buffers' bytes changed (`constants.Constants.flags`), which end the
+    vector."""
+    forced: bool = False
+    """A reading a save's check forced (`reading(largest=True)`), not a step's."""
 
     def vector(self) -> torch.Tensor:
         """Everything as one float64 vector, to read back with the step's other numbers."""
@@ -252,38 +240,11 @@ class WeightValues:
     """The lowest value of each running variance (by position) whose layer moves it by at most
     half a batch's worth per forward (`slow_variances`)."""
     constants_changed: dict[str, float] = field(default_factory=dict)
-    """The constant buffers whose bytes changed (`WeightWatch.constants`), and the norm layers'
+    """The constant buffers named changed (`constants.Constants.judge`), and the norm layers'
     running statistics changed with no forward since the step (`NormStats`): name -> L2 norm."""
     rates: list[float | None] | None = None
     """The learning rate each stepped tensor's param group has now (None: not known), which
     `update-size` measures a step against; set by the guard, which reads the groups."""
-
-
-CONSTANT_LEARNING = 4
-"""The first readings, over which an integer buffer that changed between every two of them is
-taken for a forward's own counter and left unwatched; one that changed between some only (a
-fault in the first steps) is named at the last of them, like any later change."""
-
-
-def constant_buffers(model: nn.Module) -> tuple[list[str], list[torch.Tensor]]:
-    """The model's dense integer and bool buffers that only a fault changes: not a norm
-    layer's `num_batches_tracked` (its forward counts) nor any buffer of torch's quantization
-    observers and fake-quantizers (their forward and their switches write them)."""
-    from torch.ao.quantization import FakeQuantizeBase, ObserverBase
-    from torch.nn.modules.batchnorm import _NormBase
-
-    names, tensors = [], []
-    for module_name, module in model.named_modules():
-        if isinstance(module, (FakeQuantizeBase, ObserverBase)):
-            continue
-        for name, b in module.named_buffers(recurse=False):
-            if (b is None or b.is_floating_point() or b.is_complex()
-                    or b.layout != torch.strided or b.device.type == "meta"
-                    or (isinstance(module, _NormBase) and name == "num_batches_tracked")):
-                continue
-            names.append(f"{module_name}.{name}" if module_name else name)
-            tensors.append(local(b))
-    return names, tensors
 
 
 def slow_variances(model: nn.Module) -> set[str]:
@@ -331,8 +292,9 @@ class WeightWatch:
         statistics): every tensor the checkpoint holds and the model computes with."""
         self.params = [local(p) for _, p in named]
         self.buffers = [b for _, b in buffers]
-        """Read for their norms and largest |value| only: each forward writes them, so no
-        fingerprint taken after the optimizer step can say they should not have changed."""
+        """Read for their norms and largest |value|: a forward may write them, so no
+        fingerprint taken after the optimizer step can say they should not have changed (those
+        no forward writes are `constants` too)."""
         self.variances = [i for i, (n, _) in enumerate(buffers) if is_running_variance(n)]
         """The buffers that are running variances (by position among `buffers`): read for their
         sign and lowest value too."""
@@ -342,17 +304,9 @@ class WeightWatch:
         slow = slow_variances(model)
         self.slow = {i for i in self.variances if buffers[i][0] in slow}
         """Those a forward moves by at most half a batch's worth (`slow_variances`)."""
-        self.constant_names, self.constants = constant_buffers(model)
-        """Integer and bool buffers (position ids, index tables): no optimizer steps them and,
-        but for those `constant_buffers` leaves out and those `CONSTANT_LEARNING` finds moving,
-        no forward writes them, so any change of their bytes is a fault; their fingerprint is
-        taken once and compared at every reading."""
-        self.constant_expected = fingerprint(self.constants) if self.constants else None
-        self.constant_last: list[tuple[int, ...]] | None = None
-        """Their fingerprints at the last reading, while `CONSTANT_LEARNING` lasts."""
-        self.constant_moves = [0] * len(self.constants)
-        """Between how many consecutive readings each changed, while it lasts."""
-        self.constant_readings = 0
+        self.constants = Constants(model)
+        """The buffers no optimizer steps and no forward writes (position ids, a position
+        table, `inv_freq`): their fingerprint is compared at every reading (`constants`)."""
         self.every = every
         self.largest_every = max(1, largest_every)
         self.ids = {id(p) for _, p in named}
@@ -413,8 +367,7 @@ class WeightWatch:
         self.settle()
         self.after = None
         self.expected = fingerprint(self.params) if self.every > 0 else None
-        if self.constants:
-            self.constant_expected = fingerprint(self.constants)
+        self.constants.accept()
         self.norm_stats.keep()
 
     def begin_intended(self) -> None:
@@ -448,11 +401,11 @@ class WeightWatch:
                 self.norm_stats.keep()
             else:
                 self.stats_moved = self.norm_stats.moved()
-            constants = (fingerprint(self.constants).differ(self.constant_expected)
-                         if self.constants and self.constant_expected is not None else None)
+            forced = largest is not None
+            constants = self.constants.flags(forced)
             if not self.params:
                 return WeightReading(None, torch.zeros(0), torch.zeros(0) if due else None,
-                                     buffers=buffers, constants=constants)
+                                     buffers=buffers, constants=constants, forced=forced)
             after, self.after = self.after, None
             held, self.moved_before = self.moved_before, None
             if self.worker is not None and after is not None and largest is None:
@@ -460,7 +413,7 @@ class WeightWatch:
                 changed = (None if expected is None else self.worker.submit(
                     lambda: self._held(fingerprint(self.params).differ(expected), held)))
                 return WeightReading(changed, after, None, settled=True, buffers=buffers,
-                                     constants=constants)
+                                     constants=constants, forced=forced)
             if after is not None:
                 after.result()
             device = self.params[0].device
@@ -472,7 +425,7 @@ class WeightWatch:
                 changed = self._held(now.differ(self.expected), held)
             top = _stack([r[2] for r in read]) if due else None
             return WeightReading(changed, _stack([r[1] for r in read]), top, buffers=buffers,
-                                 constants=constants)
+                                 constants=constants, forced=forced)
 
     def close(self) -> None:
         """Stop the background reader (its pending reads finish first)."""
@@ -486,7 +439,7 @@ class WeightWatch:
         if reading.constants is not None:
             cut = len(flat) - len(self.constants)
             flags, flat = flat[cut:], flat[:cut]
-            moved = self._constants_moved([c != 0 for c in flags])
+            moved = self.constants.judge([c != 0 for c in flags], reading.forced)
         at = 0
         changed = None
         if reading.changed is not None:
@@ -509,39 +462,9 @@ class WeightWatch:
                 if i in self.slow}
         moved_stats, self.stats_moved = self.stats_moved, []
         return WeightValues(changed, norms, largest, nonfinite, printed, negative, slow,
-                            {name: self._constant_norm(name) for name in moved}
+                            {name: self.constants.norm(name) for name in moved}
                             | {name: norms[self.names.index(name)] if name in self.names
                                else math.nan for name in moved_stats})
-
-    def _constants_moved(self, flags: list[bool]) -> list[str]:
-        """The constant buffers whose bytes differ from their fingerprint; over the first
-        `CONSTANT_LEARNING` readings, read whole to tell a forward's counter (it changed
-        between every two readings, and is dropped at the last) from a fault (named then)."""
-        if self.constant_readings < CONSTANT_LEARNING and self.constants:
-            self.constant_readings += 1
-            now = fingerprint(self.constants).per_tensor()
-            if self.constant_last is not None:
-                self.constant_moves = [m + (a != b) for m, a, b in
-                                       zip(self.constant_moves, now, self.constant_last,
-                                           strict=True)]
-            self.constant_last = now
-            if self.constant_readings < CONSTANT_LEARNING:
-                return []
-            kept = [i for i, m in enumerate(self.constant_moves)
-                    if m < CONSTANT_LEARNING - 1]
-            flags = [flags[i] for i in kept]
-            self.constant_names = [self.constant_names[i] for i in kept]
-            self.constants = [self.constants[i] for i in kept]
-            expected = self.constant_expected
-            self.constant_expected = (expected.select(kept) if kept and expected is not None
-                                      else None)
-        return [name for name, flag in zip(self.constant_names, flags, strict=True) if flag]
-
-    def _constant_norm(self, name: str) -> float:
-        """A changed constant buffer's L2 norm now (the alarm path only)."""
-        t = self.constants[self.constant_names.index(name)]
-        return float(t.detach().double().norm())
-
 
     def _reread(self, changed: list[bool], norms: list[float], largest: list[float] | None
                 ) -> None:

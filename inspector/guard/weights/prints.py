@@ -92,9 +92,10 @@ def fingerprint(tensors: list[torch.Tensor]) -> Prints:
 
 
 def raw_bytes(t: torch.Tensor) -> torch.Tensor:
-    """The tensor's bytes, flat (a view when it is contiguous)."""
+    """The tensor's bytes, flat, as uint8 (a view when it is contiguous): a one-byte float
+    (float8) as its bytes too, never converted by value (1.0 and 1.5 would both read 1)."""
     flat = t.detach().reshape(-1)
-    return flat.view(torch.uint8) if flat.element_size() != 1 else flat
+    return flat if flat.dtype == torch.uint8 else flat.view(torch.uint8)
 
 
 def words_of(raw: torch.Tensor) -> tuple[torch.Tensor, int]:

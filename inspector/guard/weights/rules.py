@@ -4,15 +4,16 @@ Each rule is a registered class (`WEIGHT_RULES`, `@register`) whose `judge` sees
 every watched tensor (`fingerprint.WeightValues`) and answers a `Breach` per tensor it blames, named
 with that tensor. The watched tensors are the floating-point parameters, then the floating-point
 buffers (BatchNorm's running statistics), which only `weight-nonfinite`, `weight-largest`,
-`variance-negative` and `variance-shrunk` judge: no fingerprint can cover what each forward
-writes, nor an update size what the data sets. They judge from the first reading on, without a
-warm-up:
+`variance-negative` and `variance-shrunk` judge by their values (no fingerprint taken after the
+optimizer step can cover what each forward writes, nor an update size what the data sets);
+the buffers no forward writes are fingerprinted apart (`constants`). They judge from the
+first reading on, without a warm-up:
 
 - `weights-changed`: a tensor's exact fingerprint differs from the one taken right after the
   last optimizer step: its bytes changed outside the step (a device or memory fault, or code that
-  edits weights without telling the guard: `Guard.accept_weights`); or an integer or bool buffer
-  (position ids, an index table: `fingerprint.constant_buffers`) is not the bytes it had when the
-  guard first read it, since neither a step nor a forward writes it.
+  edits weights without telling the guard: `Guard.accept_weights`); or a buffer no forward
+  writes (position ids, a position table, `inv_freq`: `constants.constant_buffers`) changed and
+  then held still, or is not the bytes it had when the guard first read it at a save's check.
 - `weight-nonfinite`: a tensor holds NaN or Inf (a norm that overflows on finite values is
   told apart, and is an infinite `update-size`).
 - `weight-largest`: a tensor's largest |w| is above `k` x the largest it has had at a reading
