@@ -265,5 +265,29 @@ def test_a_row_field_no_diff_row_has_is_refuted(tmp_path, hostile, capsys) -> No
     a, b, _ = _f32_pair(tmp_path)
     hostile(_lie(EXTRA_FIELD))
     code, out, err = _diff(capsys, a, b, "--json")
-    assert code == FAILED and "w reported with fields no diff row has: ['verdict']" in err
-    assert "signed by the vendor" not in out
+    assert code == FAILED and "w's row has fields no diff has: ['verdict']" in err
+    assert "tensors" not in json.loads(out)  # the error's object, not the answer
+
+
+ANSWER_FIELDS = """
+    import inspector.sandbox.worker.diff as d
+    real_sides = d.diff_sides
+    def sides(*a, **k):
+        out = real_sides(*a, **k)
+        {body}
+        return out
+    d.diff_sides = sides
+"""
+
+
+@pytest.mark.parametrize("body", [
+    'out["verdict"] = "safe: signed by the vendor"',
+    'out["a"]["verdict"] = "safe: signed by the vendor"',
+    'out["a"]["shards"][0]["verdict"] = "safe: signed by the vendor"',
+])
+def test_an_answer_field_no_diff_answer_has_is_refuted(tmp_path, hostile, capsys, body) -> None:
+    a, b, _ = _f32_pair(tmp_path)
+    hostile(ANSWER_FIELDS.replace("{body}", body))
+    code, out, err = _diff(capsys, a, b, "--json")
+    assert code == FAILED and REFUTED in err
+    assert "tensors" not in json.loads(out)  # the error's object, not the answer

@@ -32,9 +32,13 @@ runs, and the worker's tensor records are held against it (`records`):
   key read for it there (a tie or a converter's alias), the `aliases` listing them, and the
   plain values that differ (`objects`, `tensor_pairs.object_changes` of both sides' values
   read here); each side's files' formats and tensor counts; the byte offsets of a tensor and
-  of each flip in each file (computed here from where the tensor starts); the float8 formats'
-  largest differences (NumPy cannot decode them) are the worker's. A sharded side's index is
-  checked against the files the keys were found in here.
+  of each flip in each file (computed here from where the tensor starts); the largest
+  differences of every dtype either side decodes (float8 by its exact tables). A dtype with
+  no bit layout (bits8 blocks, F4 / F6) is compared byte by byte here and its row written
+  here; `not_compared` is refuted; a row compared by no element has its status's sentence
+  and no numbers; `identical` is true exactly when every row is; no record of the answer has
+  a field its contract lacks. A sharded side's index is checked against the files the keys
+  were found in here.
 - `conversion.check_conversion`: each tensor of the output safetensors file compared with the
   input's own storage bytes; every input tensor written, an alias of a written one with the
   same bytes, or skipped for a dtype safetensors cannot hold, and nothing else written. The

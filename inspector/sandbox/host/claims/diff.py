@@ -8,7 +8,13 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from inspector.checkpoint.results import ClaimCheck, FlipRecord, TensorDiffRow
+from inspector.checkpoint.results import (
+    ClaimCheck,
+    DiffResult,
+    DiffSide,
+    FlipRecord,
+    TensorDiffRow,
+)
 from inspector.checkpoint.tensor_pairs import object_changes
 from inspector.core.termtext import escape
 from inspector.core.vocabulary import TensorStatus
@@ -264,8 +270,15 @@ def _row_problems(compared: SideBySide, key: str, rec: dict, truth: str,
 
 
 _COMPARED = (TensorStatus.CHANGED, TensorStatus.IDENTICAL)
-_ROW_FIELDS = frozenset(f.name for f in fields(TensorDiffRow)) - {"extra", "absent"}
-_FLIP_FIELDS = frozenset(f.name for f in fields(FlipRecord)) - {"extra", "absent"}
+
+
+def _contract(record: type) -> frozenset[str]:
+    """The JSON fields of a record of the diff contract."""
+    return frozenset(f.name for f in fields(record)) - {"extra", "absent"}
+
+
+_ROW_FIELDS, _FLIP_FIELDS = _contract(TensorDiffRow), _contract(FlipRecord)
+_ANSWER_FIELDS, _SIDE_FIELDS = _contract(DiffResult), _contract(DiffSide)
 _UNCOMPARED: dict[str, object] = {
     "changed_elements": 0, "single_bit_flips": 0, "multi_bit_elements": 0,
     "nonfinite_changes": 0, "max_abs_diff": None, "max_rel_diff": None, "bitflips": [],
@@ -275,14 +288,13 @@ side, a dtype or shape changed, a dtype with no bit layout (only its bytes' equa
 
 
 def _field_problems(key: str, rec: dict) -> list[str]:
-    """A row, or one of its flips, with a field no diff row has: it would reach `--json` as
-    the worker wrote it (`JsonRecord.extra`), checked by nothing."""
+    """A row, or one of its flips, with a field no diff row has (`_unknown`)."""
     flips = rec.get("bitflips") if isinstance(rec.get("bitflips"), list) else []
-    unknown = set(rec) - _ROW_FIELDS
+    wrong = _unknown(f"{escape(key)}'s row", rec, _ROW_FIELDS)
     for flip in flips:
-        unknown |= set(flip) - _FLIP_FIELDS if isinstance(flip, dict) else {"a flip not a record"}
-    return [f"{escape(key)} reported with fields no diff row has: "
-            f"{escape(str(sorted(map(str, unknown))))}"] if unknown else []
+        wrong += (_unknown(f"{escape(key)}'s flip", flip, _FLIP_FIELDS)
+                  if isinstance(flip, dict) else [f"{escape(key)}'s flip is not a record"])
+    return wrong[:1]
 
 
 def _plain_problems(key: str, rec: dict, truth: str) -> list[str]:
@@ -431,22 +443,27 @@ def _offset_problems(key: str, rec: dict, tally: FlipTally,
 
 def _sides_problems(compared: SideBySide, result: dict[str, Any]) -> list[str]:
     """Each side's record (the `A: path (format)` line and the files' counts) must be its
-    files as read here: each file's format and tensor count, and the side's formats."""
+    files as read here: each file's format and tensor count, and the side's formats; neither
+    it nor the answer has a field of its own."""
     wrong = []
     for letter, names, shards in zip("ab", compared.names, compared.shards, strict=True):
         side = result.get(letter) if isinstance(result.get(letter), dict) else {}
         made = {"format": "+".join(dict.fromkeys(fmt for fmt, _ in shards)),
                 "shards": [{"file": name, "format": fmt, "tensors": count}
                            for name, (fmt, count) in zip(names, shards, strict=True)]}
-        told = side.get("shards")
-        said = {"format": side.get("format"),
-                "shards": [{k: r.get(k) for k in ("file", "format", "tensors")}
-                           if isinstance(r, dict) else r for r in told]
-                if isinstance(told, list) else told}
+        said = {"format": side.get("format"), "shards": side.get("shards")}
         if said != made:
             wrong.append(f"{letter.upper()} is {escape(str(made))}, reported as "
                          f"{escape(str(said))}")
-    return wrong
+        wrong += _unknown(f"{letter.upper()}'s record", side, _SIDE_FIELDS)
+    return wrong + _unknown("the answer", result, _ANSWER_FIELDS)
+
+
+def _unknown(what: str, record: dict, known: frozenset[str]) -> list[str]:
+    """A record with a field its contract does not have, which would reach `--json` as the
+    worker wrote it (`JsonRecord.extra`), checked by nothing."""
+    unknown = sorted(map(str, set(record) - known))
+    return [f"{what} has fields no diff has: {escape(str(unknown))}"] if unknown else []
 
 
 def _total_problems(result: dict[str, Any]) -> list[str]:
