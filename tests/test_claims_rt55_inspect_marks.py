@@ -16,7 +16,6 @@ import torch
 
 from inspector.checkpoint.results import ClaimCheck, InspectResult
 from inspector.cli import main
-from inspector.gui.panes.overview_pane import _whose
 from inspector.report.render_json import load_schema
 
 MARK = "(as reported by the jailed loader"
@@ -106,6 +105,8 @@ def test_a_checked_reports_model_section_is_not_marked(tmp_path, fast_env) -> No
 
 
 def test_the_overviews_rows_say_whose_word_they_are() -> None:
+    from inspector.gui.panes.overview_pane import _whose  # the app's module, imported late
+
     unchecked = InspectResult(path="x", claims=ClaimCheck(reason="a dtype"))
     checked = InspectResult(path="x", claims=ClaimCheck(checked=True, tensors=2))
     assert _whose(unchecked, "epoch 3") == "epoch 3 (as reported by the jailed loader)"
