@@ -26,8 +26,11 @@ def _folder(run, on_disk, memory):
                          ids=["mismatch", "unverified"])
 def test_a_record_whose_save_was_not_proven_is_no_ok(tmp_path, capsys, memory):
     # what landed is not the state in memory (mismatch), or no state to prove it against
-    folder, record = _folder(tmp_path, {"w": torch.full((8,), -1.0)}, memory)
+    asked, record = _folder(tmp_path, {"w": torch.full((8,), -1.0)}, memory)
     assert record.outcome == ("mismatch" if memory else "unverified")
+    # renamed out of its writer's pattern (step-1.mismatch), as an unhealthy folder is
+    folder = tmp_path / record.path
+    assert folder.name == f"step-1.{record.outcome}" and not asked.exists()
     assert load_file(str(folder / "model.safetensors"))["w"].tolist() == [-1.0] * 8
     assert main(["verify", str(folder), "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)

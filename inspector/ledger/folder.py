@@ -144,24 +144,29 @@ def record_folder(
     run_dir: str | os.PathLike[str] | None = None,
     writer: str = "folder",
     optimizer: Any = None,
+    scheduler: Any = None,
 ) -> SaveRecord:
     """Ledger a checkpoint folder another writer already put in place (fsync'd first);
-    `optimizer`, whose state the writer saved beside the model, is checked along."""
+    `optimizer` and its LR `scheduler`, whose states the writer saved beside the model, are
+    checked along.
+    A folder not sealed verified is renamed `NAME.OUTCOME`, out of the writer's pattern."""
     target = Path(folder)
     run = Path(run_dir) if run_dir is not None else target.parent
     _fsync_tree(target)
     rel = relative(target, run)
     files, fmt, outcome, detail = measure_folder(target, rel, expected)
     problems = (health_problems(expected if expected is not None else {}, run)
-                + optimizer_problems(optimizer))
+                + optimizer_problems(optimizer, scheduler))
     if problems and outcome == SaveOutcome.VERIFIED:
-        # renamed out of the trainer's own pattern (checkpoint-N), so its resume skips it too
         outcome, detail = SaveOutcome.UNHEALTHY, unhealthy_detail(problems)
-        asked, target = target, evidence_path(target)
+    if outcome != SaveOutcome.VERIFIED:
+        # renamed out of the trainer's own pattern (checkpoint-N), so its resume
+        # (get_last_checkpoint, resume_from_checkpoint=True) skips it as `run latest` does
+        asked, target = target, evidence_path(target, outcome)
         _place(asked, target)
         new_rel = relative(target, run)
         files = [dataclasses.replace(f, path=new_rel + f.path[len(rel):]) for f in files]
-        say_unhealthy(asked, target, detail)
+        say_unhealthy(asked, target, detail or str(outcome))
     return append_save(run, target, layout="folder", fmt=fmt, writer=writer, files=files,
                        outcome=outcome, detail=detail, step=step, epoch=epoch)
 

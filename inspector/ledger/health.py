@@ -45,22 +45,27 @@ def run_problems(obj: Any, run_dir: Path) -> list[str]:
 def state_problems(obj: Any) -> list[str]:
     """What the state `obj` itself shows: NaN anywhere, a negative running variance, optimizer
     hyper-parameters torch refuses, optimizer moments out of their bounds, a gradient scaler's
-    state GradScaler could not have written."""
+    or an LR scheduler's state neither could have written (`schedulers`)."""
     from inspector.ledger.moments import group_problems, moment_problems, optimizer_prefixes
+    from inspector.ledger.schedulers import scheduler_problems
 
     dense = _dense_floats(obj)  # one flatten of the state serves every check of its tensors
     optimizer = optimizer_prefixes(obj)
     return (nonfinite_problems(dense, optimizer) + mirror_problems(dense, optimizer)
             + variance_problems(dense) + group_problems(obj) + moment_problems(obj)
-            + scaler_problems(obj))
+            + scaler_problems(obj) + scheduler_problems(obj))
 
 
-def optimizer_problems(optimizer: Any) -> list[str]:
-    """What an optimizer's own state shows (`state_problems`); none for None or a non-torch one."""
+def optimizer_problems(optimizer: Any, scheduler: Any = None) -> list[str]:
+    """What an optimizer's own state shows, with its LR scheduler's (`state_problems`); none
+    for None or a non-torch one."""
     from inspector.ledger.moments import local_state
 
     state = local_state(optimizer) if optimizer is not None else None
-    return state_problems({"optimizer": state}) if state is not None else []
+    held = {"optimizer": state} if state is not None else {}
+    if callable(getattr(scheduler, "state_dict", None)):
+        held["lr_scheduler"] = scheduler.state_dict()
+    return state_problems(held) if held else []
 
 
 def _dense_floats(obj: Any) -> list[tuple[str, Any]]:
@@ -185,9 +190,10 @@ def _shown(found: list[str], more: str) -> list[str]:
     return found[:SHOWN] + ([more.format(len(found) - SHOWN)] if len(found) > SHOWN else [])
 
 
-def evidence_path(target: Path) -> Path:
-    """Where an unhealthy checkpoint is kept: `NAME.unhealthy.SUFFIX` beside its target."""
-    return target.with_name(f"{target.stem}.unhealthy{target.suffix}")
+def evidence_path(target: Path, outcome: str = "unhealthy") -> Path:
+    """Where a checkpoint that was not sealed verified is kept: `NAME.OUTCOME.SUFFIX` beside
+    its target (`checkpoint-8.mismatch`), out of every trainer's own naming pattern."""
+    return target.with_name(f"{target.stem}.{outcome}{target.suffix}")
 
 
 def unhealthy_detail(problems: list[str]) -> str:

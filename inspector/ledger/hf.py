@@ -1,10 +1,12 @@
 """transformers: `Trainer(..., callbacks=[LedgerCallback()])` ledgers each `checkpoint-N` folder.
 
 The Trainer writes the folder itself; `on_save` runs after it is complete, fsyncs it, re-reads
-every file (the model's tensors compared with the model in memory), checks the optimizer's
-state in memory (`ledger.health`) and appends one record to the run folder's ledger (default:
-`output_dir`). Folders the Trainer's `save_total_limit`
-deleted are recorded as removed. Only the main process writes to the ledger.
+every file (the model's tensors compared with the model in memory), checks the optimizer's and
+the LR scheduler's state in memory (`ledger.health`) and appends one record to the run folder's
+ledger (default: `output_dir`). A folder not sealed verified is renamed out of the Trainer's
+`checkpoint-N` pattern (`checkpoint-N.mismatch`, `.unhealthy`, `.unverified`), so neither
+`get_last_checkpoint` nor `resume_from_checkpoint=True` finds it. Folders the Trainer's
+`save_total_limit` deleted are recorded as removed. Only the main process writes to the ledger.
 """
 
 from __future__ import annotations
@@ -36,4 +38,5 @@ class LedgerCallback(TrainerCallback):
         note_removed(run, "removed by the Trainer (save_total_limit)")
         record_folder(folder, expected=model.state_dict() if model is not None else None,
                       step=state.global_step, epoch=state.epoch, run_dir=run,
-                      writer="transformers.Trainer", optimizer=kwargs.get("optimizer"))
+                      writer="transformers.Trainer", optimizer=kwargs.get("optimizer"),
+                      scheduler=kwargs.get("lr_scheduler"))

@@ -205,13 +205,14 @@ def optimizer_prefixes(obj: Any) -> tuple[str, ...]:
     return tuple(f"{where}state." for where, _ in _state_dicts(obj, "", 0))
 
 
-def _is_optimizer_state(obj: dict) -> bool:
+def is_optimizer_state(obj: dict) -> bool:
+    """Whether `obj` is shaped as an optimizer's `state_dict()`."""
     return isinstance(obj.get("state"), dict) and isinstance(obj.get("param_groups"), list)
 
 
 def _state_dicts(obj: Any, where: str, depth: int) -> Iterator[tuple[str, dict]]:
     """Every optimizer state dict in `obj`, with where it is (`optimizer_states.0.`)."""
-    return dicts_in(obj, _is_optimizer_state, where, depth)
+    return dicts_in(obj, is_optimizer_state, where, depth)
 
 
 def dicts_in(obj: Any, test: Callable[[dict], bool], where: str = "", depth: int = 0
