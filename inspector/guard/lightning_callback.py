@@ -1,7 +1,10 @@
 """The guard as a Lightning `Callback`: `Trainer(callbacks=[GuardCallback(RUN_DIR)])`.
 
 Lightning calls `on_before_optimizer_step` after backward and before the optimizer's update, so
-the guard checks there with the loss it saw in `on_before_backward`. `skip` drops the gradients
+the guard checks there with the loss it saw in `on_before_backward`. A step whose backward
+Lightning never saw (manual optimization calling `loss.backward()` itself) has no loss to give
+the guard: it is said on stderr and every later save of the run is unhealthy
+(`guard.unchecked`), never passed over in silence. `skip` drops the gradients
 (the update changes nothing); `halt` writes the scene and raises `GuardHalt` out of `fit`. The
 re-run for attribution replays `training_step` on the same batch through the strategy's
 backward (other callbacks' backward hooks see that second backward too).
@@ -16,6 +19,11 @@ import lightning.pytorch as pl
 import torch
 
 from inspector.guard.guard import Guard, GuardConfig
+from inspector.guard.unchecked import Unchecked
+
+NO_LOSS = ("no backward went through Lightning before this optimizer step (a manual "
+           "optimization's `loss.backward()` instead of `self.manual_backward(loss)`), so "
+           "the callback saw no loss")
 
 
 class GuardCallback(pl.Callback):
@@ -26,6 +34,7 @@ class GuardCallback(pl.Callback):
         self._loss: torch.Tensor | None = None
         self._batch: tuple[Any, int] | None = None
         self._replaying = False
+        self._unchecked = Unchecked(self.guard, NO_LOSS)
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                              batch: Any, batch_idx: int) -> None:
@@ -41,8 +50,9 @@ class GuardCallback(pl.Callback):
 
     def on_before_optimizer_step(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                                  optimizer: torch.optim.Optimizer) -> None:
-        """Check the step; act on an alarm."""
+        """Check the step; act on an alarm; a step with no loss seen is counted unchecked."""
         if self._loss is None:
+            self._unchecked.note(trainer.global_step)
             return
         batch = self._batch[0] if self._batch else None
         closure = (lambda: self._replay(trainer, pl_module, optimizer)) if self._batch else None
@@ -52,6 +62,7 @@ class GuardCallback(pl.Callback):
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Stop the guard's XID listener."""
+        self._unchecked.close()
         self.guard.close()
 
     def _replay(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
