@@ -59,6 +59,51 @@ numpy.ma.MaskedArray
 )
 
 
+# torch's struct-sequence result types (`x.max(0)`, `topk`, `sort`...): C tuple types torch
+# makes from `torch._C._return_types`, so their names cannot be read from torch's Python source.
+# A call of one (`max((values, indices), {})`, what their __reduce__ writes) only stores the
+# sequence's items: tests/test_scan_rt55_pickle_data_types.py holds each name to the installed
+# type. torch.return_types' own helpers (pytree_register_structseq) are not among them.
+STRUCT_SEQUENCES = frozenset(f"torch.return_types.{name}" for name in words("""
+_fake_quantize_per_tensor_affine_cachemask_tensor_qparams _fused_moving_avg_obs_fq_helper
+_linalg_det _linalg_det_out _linalg_eigh _linalg_eigh_out _linalg_slogdet _linalg_slogdet_out
+_linalg_solve_ex _linalg_solve_ex_out _linalg_svd _linalg_svd_out _lu_with_info
+_scaled_dot_product_cudnn_attention _scaled_dot_product_efficient_attention
+_scaled_dot_product_flash_attention _scaled_dot_product_flash_attention_for_cpu _unpack_dual
+aminmax aminmax_out cummax cummax_out cummin cummin_out frexp frexp_out geqrf geqrf_out histogram
+histogram_out histogramdd kthvalue kthvalue_out linalg_cholesky_ex linalg_cholesky_ex_out
+linalg_eig linalg_eig_out linalg_eigh linalg_eigh_out linalg_inv_ex linalg_inv_ex_out
+linalg_ldl_factor linalg_ldl_factor_ex linalg_ldl_factor_ex_out linalg_ldl_factor_out linalg_lstsq
+linalg_lstsq_out linalg_lu linalg_lu_factor linalg_lu_factor_ex linalg_lu_factor_ex_out
+linalg_lu_factor_out linalg_lu_out linalg_qr linalg_qr_out linalg_slogdet linalg_slogdet_out
+linalg_solve_ex linalg_solve_ex_out linalg_svd linalg_svd_out lu_unpack lu_unpack_out max max_out
+median median_out min min_out mode mode_out nanmedian nanmedian_out qr qr_out slogdet slogdet_out
+sort sort_out svd svd_out topk topk_out triangular_solve triangular_solve_out
+"""))
+
+# Plain data classes of modules the deny list names whole (`policy.CAPABILITIES`): the class
+# gives a pickle none of its module's capability, so an import of one is as suspicious as any
+# name outside weights_only's allowlist, not dangerous; every other name of its module stays
+# denied. What each does was read in the installed class by
+# tests/test_scan_rt55_pickle_data_types.py, never by running a pickle.
+DATA_CLASSES: dict[str, str] = {
+    "uuid.UUID": "a UUID value (uuid's program-running helpers are not reached from it): its "
+                 "pickle is NEWOBJ and a BUILD whose __setstate__ only sets its int and "
+                 "is_safe fields",
+    "types.SimpleNamespace": "the C attribute-namespace type (what sys.implementation is): "
+                             "calling and BUILDing one only sets attributes",
+}
+
+# Callables benign saves call only with literal arguments, with the pattern the call's shown
+# arguments (`values.render`: repr of text, digits of a number) must match whole; with anything
+# else (an instance, an import, a value made while loading) the call is judged as any call
+# outside the allow-list. re._compile is what a compiled pattern pickles itself as
+# (`re._pickle`): it compiles its text with its int flags, calling nothing of the pickle's.
+_TEXT = r"""b?(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")"""
+LITERAL_CALLS: dict[str, str] = {
+    "re._compile": rf"\({_TEXT}, \d{{1,10}}\)",
+}
+
 # Callables benign saves call (REDUCE): torch's and NumPy's rebuild functions, the plain
 # containers their pickles build, the factory of a pickled GradScaler's per-optimizer state,
 # and the libraries' own rebuilds above; everything else a pickle calls is dangerous
@@ -78,8 +123,8 @@ torch._tensor._rebuild_from_type_v2 torch._utils._rebuild_tensor_v2
 torch.jit._pickle.build_intlist torch.jit._pickle.build_doublelist
 torch.jit._pickle.build_boollist torch.jit._pickle.build_tensorlist
 torch.jit._pickle.build_complexlist torch.jit._pickle.restore_type_tag
-torch.amp.grad_scaler._refresh_per_optimizer_state
-""")) | LIBRARY_REBUILDS
+torch.amp.grad_scaler._refresh_per_optimizer_state types.SimpleNamespace
+""")) | LIBRARY_REBUILDS | STRUCT_SEQUENCES
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from struct import unpack_from
 
 from inspector.scan.pickles.joblib_arrays import NUMPY_DTYPE, WRAPPER
-from inspector.scan.pickles.opcodes import HASHED, OPCODE_BYTES
+from inspector.scan.pickles.opcodes import HANDED, HASHED, OPCODE_BYTES
 from inspector.scan.pickles.records import Call, GlobalRef
 from inspector.scan.pickles.state import Truncated, WalkState
+from inspector.scan.pickles.static_source import defines_method
 from inspector.scan.pickles.values import (
     MISSING,
     UNKNOWN,
@@ -181,12 +182,29 @@ def _build(st: WalkState, op: int, at: int) -> None:
         cls = inst.class_ref()
         if (strings or cls.key not in st.allowed) and len(st.res.calls) < 200_000:
             st.res.calls.append(Call(cls, "BUILD", at, strings, attrs=inst.attributes()))
+        _state_handed(st, cls, state, at)
         if inst.func.key == NUMPY_DTYPE:
             inst.detail = (inst.detail, state)  # (its arguments, its state): a joblib array's size
         elif inst.func.key == WRAPPER:
             st.joblib_array(state, at)
     elif not isinstance(inst, _Obj):
         st.block(f"BUILD on a {kind_of(inst)}")
+
+
+def _state_handed(st: WalkState, cls: GlobalRef, state: object, at: int) -> None:
+    """BUILD hands its state to the class's own `__setstate__`, which may run any protocol of
+    what it is given (`state['x']`, `'x' in state`, `SafeUUID(state['is_safe'])` hashes a
+    value): the instances it holds (itself, a tuple's items, a dict's values) are handled as
+    an allowed callable's arguments are. A state that is no dict only ever reaches one (the
+    unpickler's own BUILD refuses it); a dict's values where the class's source defines one."""
+    if cls.key in st.allowed:
+        return
+    parts = state if isinstance(state, tuple) else (state,)
+    held = tuple(v for part in parts if isinstance(part, _Seq) and part.kind == "dict"
+                 for v in (part.objs or {}).values())
+    custom = defines_method(cls.module, cls.name, "__setstate__") if held else False
+    handed = (state, *held) if custom else (state,)
+    st.handled(handed, "BUILD", f"hands its state to {cls.key}.__setstate__", HANDED, at)
 
 
 @_handles("SETITEM", "SETITEMS")

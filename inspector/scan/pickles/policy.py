@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.core.vocabulary import Severity
-from inspector.scan.pickles.calls import CALL_ALLOWED, words
+from inspector.scan.pickles.calls import CALL_ALLOWED, DATA_CLASSES, LITERAL_CALLS, words
 from inspector.scan.pickles.joblib_arrays import WRAPPER as JOBLIB_WRAPPER
 from inspector.scan.pickles.opcodes import OPCODE_BYTES, WEIGHTS_ONLY_OPCODES_DEFAULT
 from inspector.scan.pickles.presets import PRESET_GLOBALS, PRESETS
@@ -423,6 +423,10 @@ def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> C
     if any(p.startswith("__") and p.endswith("__") and p not in _SAFE_DUNDERS for p in parts):
         return Classification(dangerous,
                               "reaches interpreter internals through a dunder attribute")
+    if key in DATA_CLASSES:
+        return Classification(suspicious, f"{DATA_CLASSES[key]}; not allowed by torch.load("
+                                          "weights_only=True), the file only loads with "
+                                          "weights_only=False")
     for path in _candidates(module, name):
         reason = _deny_reason(path)
         if reason:
@@ -458,6 +462,14 @@ def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> C
 # An enum member rebuilt by value: Class('steps'), Class(2); only where the class's source shows
 # it is an enum (`static_source.is_enum_class`), never for any capitalised callable
 _ENUM_CALL_RE = re.compile(r"\((?:'[\w.-]{0,64}'|\"[\w.-]{0,64}\"|-?\d{1,20})\)")
+_LITERAL_CALL_RES = {target: re.compile(pattern) for target, pattern in LITERAL_CALLS.items()}
+
+
+def _literal_call(target: str, texts: list[str]) -> bool:
+    """Whether every shown call of `target` has the literal arguments `LITERAL_CALLS` admits."""
+    pattern = _LITERAL_CALL_RES.get(target)
+    return pattern is not None and bool(texts) and all(
+        t.startswith(target) and pattern.fullmatch(t[len(target):]) for t in texts)
 
 
 def call_allowed(target: str, rules: WeightsOnlyRules | None = None) -> bool:
@@ -475,7 +487,7 @@ def call_verdict(target: str | None, computed: bool, texts: list[str],
     if computed or not target:
         return Classification(Severity.DANGEROUS, "calls a computed callable (the result of "
                               "another call or attribute walk), which no benign save does")
-    if call_allowed(target, rules):
+    if call_allowed(target, rules) or _literal_call(target, texts):
         return None
     leaf = target.rsplit(".", 1)[-1]
     module, _, name = target.rpartition(".")

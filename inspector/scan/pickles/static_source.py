@@ -342,6 +342,13 @@ def _method_in(mro: tuple[tuple[str, str], ...], method: str, start: int = 0
     return None
 
 
+@functools.lru_cache(maxsize=1024)
+def defines_method(module: str, name: str, method: str) -> bool:
+    """Whether the class's readable source (its own or a readable base's) defines `method`."""
+    mro = _mro(module, name)
+    return bool(mro) and _method_in(mro, method) is not None
+
+
 def _reads_only(call: ast.Call) -> bool:
     """Whether an `open(...)` call opens for reading only (its mode a literal without w, a, x
     or +, or left at 'r')."""
