@@ -245,23 +245,31 @@ def _read_against(manifest: Manifest, root: Path, base: Path, anchored: bool) ->
     folder can hold them there, since a copy beside them is no check of them.
 
     The manifest's folder when the manifest is `anchored` (a ledger record's names are the
-    run folder's); for a folder inside it, whenever a name recorded there lies in the named
-    folder (decided by the names: whatever else exists there, anyone who can write the
-    folder put it), else the named folder (names written relative to it, the manifest kept
-    above); for a folder holding it, whenever a listed file is at its recorded place, else
-    the named folder (names relative to it, `sha256sum -c` habits); for any other folder,
-    the named one (a copy of the manifest's folder)."""
+    run folder's). For a folder inside it: the manifest's folder whenever a name recorded
+    there lies in the named folder (decided by the names: whatever else exists there, anyone
+    who can write the folder put it); else the named folder when a name is found there
+    (names written relative to it, the manifest kept above), which hides no recorded file.
+    For a folder holding it: the manifest's folder whenever a listed file is at its recorded
+    place, else the named folder (names relative to it, `sha256sum -c` habits). Any other
+    folder: the named one (a copy of the manifest's folder)."""
     if anchored or root == base:
         return base
     if base in root.parents:
-        return base if any(root in _recorded(base, e).parents for e in manifest.files) else root
+        if any(root in _recorded(base, e).parents for e in manifest.files):
+            return base
+        return root if _holds_any(root, manifest) else base
     if root in base.parents:
-        return base if any(_recorded(base, e).is_file() for e in manifest.files) else root
+        return base if _holds_any(base, manifest) else root
     return root  # a copy of the manifest's folder
 
 
+def _holds_any(folder: Path, manifest: Manifest) -> bool:
+    """Whether a name of the manifest, read against `folder`, is a file there."""
+    return any(_recorded(folder, e).is_file() for e in manifest.files)
+
+
 def _recorded(base: Path, entry: FileEntry) -> Path:
-    """Where an entry's name puts its file in the manifest's folder."""
+    """Where an entry's name puts its file when read against `base`."""
     return Path(os.path.normpath(base / Path(*entry.path.split("/"))))
 
 
