@@ -127,8 +127,8 @@ class Journal:
         return tuple(p for p in self.problems if p.kind in UNSOUND)
 
     def of_kind(self, kind: str) -> tuple[JournalEntry, ...]:
-        """The entries of one kind, in journal order."""
-        return tuple(e for e in self.entries if e.kind == kind)
+        """The sound entries of one kind, in journal order: what a reader may act on."""
+        return tuple(e for e in self.sound if e.kind == kind)
 
 
 def unauthenticated(what: str) -> str:

@@ -22,7 +22,7 @@ from inspector.core.termtext import counted
 from inspector.run import journal
 from inspector.run.blocklog import read_lines
 from inspector.run.order_log import LEDGER_KIND, read_ledger
-from inspector.run.status import GUARD_ALARM
+from inspector.run.status import GUARD_ALARM, run_file
 
 METRICS_KIND = "guard.metrics"
 METRICS_DIR = "guard"
@@ -184,12 +184,13 @@ class RunMetrics:
 
 
 def _named_files(read: journal.Journal, kind: str, run_dir: Path) -> dict[int, Path]:
-    """rank -> the file the journal's records of `kind` name (the last one per rank)."""
+    """rank -> the file the journal's sound records of `kind` name (the last one per rank),
+    inside the run folder: a forged or spliced line names no file of this run."""
     out: dict[int, Path] = {}
     for entry in read.of_kind(kind):
-        path, rank = entry.record.get("path"), entry.record.get("rank", 0)
-        if isinstance(path, str) and isinstance(rank, int):
-            out[rank] = run_dir / Path(*path.split("/"))
+        path, rank = run_file(run_dir, entry.record.get("path")), entry.record.get("rank", 0)
+        if path is not None and isinstance(rank, int):
+            out[rank] = path
     return out
 
 
@@ -220,7 +221,8 @@ def _rank_order(path: Path, rank: int, alarms: tuple[Alarm, ...]) -> RankOrder:
 
 
 def read_alarms(read: journal.Journal) -> tuple[Alarm, ...]:
-    """Every `guard.alarm` record of a journal, in journal order."""
+    """Every `guard.alarm` record on a sound line of a journal, in journal order (a forged
+    line, or another run's, raised no alarm here)."""
     return tuple(Alarm.from_entry(e) for e in read.of_kind(GUARD_ALARM))
 
 

@@ -71,20 +71,28 @@ def _number(value: Any) -> float | None:
     return float(value) if ok else None
 
 
-def _saved(folder: Path, record: Mapping[str, Any]) -> SavedCheckpoint | None:
-    """The save a record names, or None when it names no file inside the run folder (an
-    absolute path or `..` would have the watch hash any file on the machine)."""
-    raw = record.get("path")
+def run_file(folder: Path, raw: object) -> Path | None:
+    """The file a journal record's `path` names in the run folder, or None when it names none
+    inside it (absolute, `..`, not text): a record is never a way to read any other file."""
     if not isinstance(raw, str) or not raw or "\0" in raw:
         return None
     parts = raw.replace("\\", "/").split("/")
     if raw.startswith("/") or ".." in parts:
         return None
+    return folder / Path(*parts)
+
+
+def _saved(folder: Path, record: Mapping[str, Any]) -> SavedCheckpoint | None:
+    """The save a record names, or None when it names no file inside the run folder (an
+    absolute path or `..` would have the watch hash any file on the machine)."""
+    path = run_file(folder, record.get("path"))
+    if path is None:
+        return None
     step, size = _number(record.get("step")), _number(record.get("size"))
     verified = record.get("verified")
     sha = record.get("sha256")
     return SavedCheckpoint(
-        path=folder / Path(*parts),
+        path=path,
         step=None if step is None else int(step),
         time=_number(record.get("time")),
         size=None if size is None else int(size),
@@ -101,20 +109,18 @@ def read_run(folder: str | os.PathLike[str]) -> RunStatus:
         got = journal.read(journal.journal_path(root))
     except OSError as exc:
         return RunStatus(name, root, error=f"cannot read its journal: {exc.strerror or exc}")
-    # only lines whose own seal and place hold: a forged line, or another run's spliced in,
-    # would publish a fresh verified save that never was
-    sound = got.sound
-    times = [t for e in sound if (t := _number(e.record.get("time"))) is not None]
-    saves = [s for e in sound if e.kind == LEDGER_SAVE and (s := _saved(root, e.record))]
+    # only lines whose own seal and place hold (`of_kind`): a forged line, or another run's
+    # spliced in, would publish a fresh verified save that never was
+    times = [t for e in got.sound if (t := _number(e.record.get("time"))) is not None]
+    saves = [s for e in got.of_kind(LEDGER_SAVE) if (s := _saved(root, e.record))]
     alarms: Counter[tuple[str, str]] = Counter()
     alarm_times = []
-    for entry in (e for e in sound if e.kind == GUARD_ALARM):
+    for entry in got.of_kind(GUARD_ALARM):
         rec = entry.record
         alarms[(str(rec.get("rule", "unknown")), str(rec.get("action", "unknown")))] += 1
         if (t := _number(rec.get("time"))) is not None:
             alarm_times.append(t)
-    outcomes = Counter(str(e.record.get("outcome", "unknown")) for e in sound
-                       if e.kind == CONSISTENCY)
+    outcomes = Counter(str(e.record.get("outcome", "unknown")) for e in got.of_kind(CONSISTENCY))
     return RunStatus(
         run=name, folder=root, started=min(times) if times else None, saves=tuple(saves),
         alarms=dict(alarms), last_alarm=max(alarm_times) if alarm_times else None,
