@@ -20,7 +20,9 @@ first line, seq 0, past line 1), two sealed lines claiming one `seq` or not chai
 other (a fork: neither is believed), a seal that does not hold or a line without the key's
 seal when a key is set are each a named `JournalProblem`, and every readable line is still
 returned; `Journal.sound` gives the entries a verdict may rest on (their own line intact and
-in its place).
+in its place). A journal has one chain id, the hash of its first line (a sealed start that no
+later line names while they name another is forked); only where line 1 does not hold is the
+one id every sealed line names taken instead, and never two (`_chain_ids`).
 """
 
 from __future__ import annotations
