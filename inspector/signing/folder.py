@@ -10,12 +10,13 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from inspector.core.progress import CancelToken, ProgressFn
 from inspector.core.termtext import counted
 from inspector.core.vocabulary import FileStatus
 from inspector.integrity.extras import LoadedExtras, model_folders
+from inspector.integrity.folder_walk import walk_folder
 from inspector.integrity.hashing import sha256_file
 from inspector.integrity.manifest import ManifestError
 from inspector.integrity.verify import (
@@ -30,7 +31,7 @@ from inspector.signing.bundle import read_bundle
 from inspector.signing.errors import SignatureError
 from inspector.signing.keyless import KeylessTrust
 from inspector.signing.library import reference
-from inspector.signing.statement import SignedStatement, to_manifest
+from inspector.signing.statement import SignedStatement, name_inside, to_manifest
 
 if TYPE_CHECKING:
     from inspector.signing.check import SignatureVerdict
@@ -46,6 +47,9 @@ def verify_folder(folder: Path, statement: SignedStatement, signature: Path | No
                   cancel: CancelToken | None = None) -> VerifyResult:
     """Every file of `folder` against the statement (ManifestError for a signed name that leaves
     the folder); `strict`: files the signature does not cover fail."""
+    if [r.name for r in statement.resources] == ["."]:
+        raise SignatureError("not-this-folder", f"{signature}: signs one file, not a folder: "
+                             "name the file it signs")
     if not statement.plain_sha256:
         return _verify_by_library(folder, statement, signature, strict)
     manifest = to_manifest(statement, folder, signature)
@@ -102,23 +106,21 @@ def _tensor_forensics(result: VerifyResult, folder: Path, statement: SignedState
         result.tensors += compare_tensors(expected, actual, record.path)
 
 
+LIBRARY_HASHES = {"sha256": "sha256", "blake2b": "blake2", "blake2": "blake2",
+                  "blake3": "blake3"}
+"""A statement's hash type, as the library records it (BLAKE2 as `blake2b`), to the name its
+hashing config takes."""
+
+PAST_SIGNED_NOTE = ("a part of {} the signature does not cover: the file's size changed after "
+                    "signing (bytes appended, or cut)")
+
+
 def _verify_by_library(folder: Path, statement: SignedStatement, signature: Path | None,
                        strict: bool) -> VerifyResult:
     """Statements hashed otherwise (BLAKE2, BLAKE3, file shards): the reference library hashes
-    the folder as the signer did, and each item is compared here."""
-    hashing = reference("hashing")
-    ignored = list(statement.ignore_paths)
-    if signature is not None and Path(os.path.abspath(signature)).is_relative_to(
-            os.path.abspath(folder)):
-        ignored.append(os.path.relpath(signature, folder))
-    config = hashing.Config().set_ignored_paths(paths=ignored, ignore_git_paths=True)
-    if statement.method == "shards":
-        config.use_shard_serialization(hashing_algorithm=statement.hash_type,
-                                       shard_size=statement.shard_size or 0,
-                                       allow_symlinks=statement.allow_symlinks)
-    else:
-        config.use_file_serialization(hashing_algorithm=statement.hash_type,
-                                      allow_symlinks=statement.allow_symlinks)
+    the folder as the signer did, and each item is compared here; every file it does not
+    list (ignore-listed ones too) is an extra judged by its bytes, as for plain statements."""
+    config = _library_config(folder, statement, signature)
     result = VerifyResult(strict=strict)
     try:
         actual = {rd.identifier: rd.digest.digest_hex
@@ -126,6 +128,7 @@ def _verify_by_library(folder: Path, statement: SignedStatement, signature: Path
     except ValueError as exc:
         result.errors.append(f"{folder}: cannot be hashed as it was signed: {exc}")
         return result
+    hashed = {_file_of(name, statement) for name in actual}
     for resource in statement.resources:
         got = actual.pop(resource.name, None)
         status = FileStatus.MISSING if got is None else \
@@ -133,13 +136,80 @@ def _verify_by_library(folder: Path, statement: SignedStatement, signature: Path
         result.files.append(FileCheck(path=resource.name, status=status,
                                       expected=resource.digest, actual=got,
                                       algorithm=statement.hash_type))
-    result.files += [FileCheck(path=str(folder / name), status=FileStatus.EXTRA, actual=digest,
-                               algorithm=statement.hash_type)
-                     for name, digest in sorted(actual.items())]
+    result.files += _unsigned_parts(folder, statement, actual)
+    result.files += _unhashed(folder, statement, signature, hashed)
     # an unsigned file a loader reads beside a signed one is no harmless extra
-    LoadedExtras(folders=model_folders(folder / r.name for r in statement.resources)).mark(
-        result.files)
+    LoadedExtras(folders=model_folders(folder / _file_of(r.name, statement)
+                                       for r in statement.resources)).mark(result.files)
+    _mark(result, folder, statement)
     return result
+
+
+def _library_config(folder: Path, statement: SignedStatement, signature: Path | None) -> Any:
+    """The library's hashing config for the statement (SignatureError for a hash type or shard
+    size it cannot hash with); Git's files and the signature itself left out."""
+    algorithm = LIBRARY_HASHES.get(statement.hash_type)
+    if algorithm is None or (statement.method == "shards" and not statement.shard_size):
+        what = f"shards of {statement.shard_size} bytes" if algorithm else statement.hash_type
+        raise SignatureError("unsupported-statement", f"{signature}: the statement's items are "
+                             f"hashed as {what!r}, which the reference library cannot hash")
+    own = name_inside(folder, signature) if signature is not None else None
+    config = reference("hashing").Config().set_ignored_paths(
+        paths=[*statement.ignore_paths, *([own] if own else [])], ignore_git_paths=True)
+    if statement.method == "shards":
+        return config.use_shard_serialization(hashing_algorithm=algorithm,
+                                              shard_size=statement.shard_size,
+                                              allow_symlinks=statement.allow_symlinks)
+    return config.use_file_serialization(hashing_algorithm=algorithm,
+                                         allow_symlinks=statement.allow_symlinks)
+
+
+def _file_of(name: str, statement: SignedStatement) -> str:
+    """The file an item names: a shard's `path:start:end` is part of `path`."""
+    return name.rsplit(":", 2)[0] if statement.method == "shards" else name
+
+
+def _unsigned_parts(folder: Path, statement: SignedStatement,
+                    unsigned: dict[str, str]) -> list[FileCheck]:
+    """The items the library hashed that the statement does not list: a shard of a signed
+    file is that file changed (bytes past its signed end, or cut short: its signed size and
+    its size now); any other file is one extra, named by its path so that its bytes can be
+    judged."""
+    ends: dict[str, int] = {}
+    for resource in statement.resources:
+        file = _file_of(resource.name, statement)
+        ends[file] = max(ends.get(file, 0), _shard_end(resource.name, statement))
+    changed, extras = [], {}
+    for name, digest in sorted(unsigned.items()):
+        file = _file_of(name, statement)
+        if file in ends:
+            changed.append(FileCheck(path=name, status=FileStatus.SIZE_MISMATCH, actual=digest,
+                                     expected_size=ends[file],
+                                     actual_size=(folder / file).stat().st_size,
+                                     algorithm=statement.hash_type,
+                                     note=PAST_SIGNED_NOTE.format(file)))
+        else:
+            extras.setdefault(file, digest if name == file else None)
+    return changed + [FileCheck(path=str(folder / file), status=FileStatus.EXTRA,
+                                actual=digest, algorithm=statement.hash_type)
+                      for file, digest in extras.items()]
+
+
+def _shard_end(name: str, statement: SignedStatement) -> int:
+    """Where a signed shard ends (0 for a whole file: a file statement has no parts)."""
+    return int(name.rsplit(":", 1)[1]) if statement.method == "shards" else 0
+
+
+def _unhashed(folder: Path, statement: SignedStatement, signature: Path | None,
+              hashed: set[str]) -> list[FileCheck]:
+    """The files the library left unread for the statement's ignore list (never the signature
+    or Git's own): extras, so that one a loader reads is judged as any other."""
+    own = name_inside(folder, signature) if signature is not None else None
+    found = (Path(os.path.relpath(p, folder)).as_posix()
+             for p in walk_folder(folder, hidden=True).files)
+    return [FileCheck(path=str(folder / name), status=FileStatus.EXTRA, actual=None,
+                      algorithm=None)
+            for name in found if name not in hashed and name != own]
 
 
 @dataclass(frozen=True)
@@ -150,6 +220,8 @@ class SignedCheck:
     verdict: SignatureVerdict
     result: VerifyResult | None = None
     error: SignatureError | None = None
+    files: frozenset[str] = frozenset()
+    """The files the signature covers, by their signed names (a single file's is `.`)."""
 
 
 def check_folder(folder: Path, signature: Path, public_key: Path | None = None,
@@ -178,6 +250,7 @@ def check_folder(folder: Path, signature: Path, public_key: Path | None = None,
     except ManifestError as exc:  # a signed name that leaves the folder
         error = SignatureError("outside-folder", f"{signature}: {exc}")
         return SignedCheck(verdict_for(signature, error=error, kind=kind), error=error)
+    misplaced = _bind_save(result, checked.statement, folder)
     loaded = [f for f in result.failed_files if f.status == FileStatus.UNCHECKED]
     verdict = verdict_for(signature, checked=checked, kind=kind,
                           changed=result.differs or bool(loaded))
@@ -185,8 +258,10 @@ def check_folder(folder: Path, signature: Path, public_key: Path | None = None,
         verdict.reason = (f"an unsigned file a loader reads: {loaded[0].path}: {loaded[0].note}"
                           + (f"; and {counted(len(loaded) - 1, 'more file')}"
                              if len(loaded) > 1 else ""))
+    verdict.reason = misplaced or verdict.reason
     result.extra["signature"] = verdict.to_json()
-    return SignedCheck(verdict, result)
+    return SignedCheck(verdict, result, files=frozenset(
+        _file_of(r.name, checked.statement) for r in checked.statement.resources))
 
 
 def check_signed_file(path: Path, signature: Path, public_key: Path | None = None,
@@ -215,6 +290,21 @@ def check_signed_file(path: Path, signature: Path, public_key: Path | None = Non
         record.actual = sha256_file(path, cancel=cancel)
         record.status = FileStatus.OK if record.actual == expected else FileStatus.MISMATCH
     result = VerifyResult(files=[record], strict=strict)
+    misplaced = _bind_save(result, checked.statement, path)
     verdict = verdict_for(signature, checked=checked, kind=kind, changed=result.differs)
+    verdict.reason = misplaced
     result.extra["signature"] = verdict.to_json()
-    return SignedCheck(verdict, result)
+    return SignedCheck(verdict, result, files=frozenset({"."}))
+
+
+def _bind_save(result: VerifyResult, statement: SignedStatement, target: Path) -> str | None:
+    """A ledger's signature names the save it was made for: checked on `target` with no
+    journal at hand, by its path, so a signed save copied over another save's name (a
+    rollback) is not that save's signature (`run verify` checks step, line and run too): each
+    signed file is then marked as not the one signed there. Why, or None when it is."""
+    why = statement.save.misplaced(target) if statement.save is not None else None
+    if why is not None:
+        for record in result.files:
+            if record.status == FileStatus.OK:
+                record.status, record.note = FileStatus.MISMATCH, why
+    return why

@@ -29,6 +29,7 @@ from inspector.signing.statement import (
     SAVE_FIELD,
     TENSORS_FIELD,
     SavePlace,
+    name_inside,
     tensor_predicate,
 )
 
@@ -100,10 +101,11 @@ def sign_folder(folder: Path, key: SigningKey, signature: Path | None = None,
     hashing = reference("hashing")
     destination = signature_path(folder, signature)
     signer = check_inputs(folder, key, destination, overwrite)
-    ignored = []
-    if Path(os.path.abspath(destination)).is_relative_to(os.path.abspath(folder)):
-        ignored.append(os.path.relpath(destination, folder))
-    config = hashing.Config().set_ignored_paths(paths=ignored, ignore_git_paths=True)
+    # the signature is left out wherever it lands in the folder, a linked path included (an
+    # old one replaced by --force would be signed, then changed by this very write)
+    own = name_inside(folder, destination)
+    config = hashing.Config().set_ignored_paths(paths=[own] if own else [],
+                                                ignore_git_paths=True)
     try:
         manifest = config.hash(folder)
     except ValueError as exc:  # a link, a socket, a file that vanished

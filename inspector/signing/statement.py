@@ -9,7 +9,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from inspector.core.strict_json import no_repeats
@@ -93,6 +93,18 @@ class SavePlace:
         return (f"made before signatures named {' and '.join(missing)}: a save copied from "
                 "another run signed with the same key, or an edited outcome, is not told apart")
 
+    def misplaced(self, target: Path) -> str | None:
+        """Why `target` is not the save this signature was made for, read from its path alone
+        (the signed path, relative to its run folder, must be how `target`'s path ends: a
+        signed save copied over another save's name is that other save's rollback); None when
+        it is."""
+        # a save outside its run folder is named from it with leading `..` (os.path.relpath)
+        signed = tuple(part for part in PurePosixPath(self.path).parts if part != "..")
+        if signed and Path(os.path.abspath(target)).parts[-len(signed):] == signed:
+            return None
+        return (f"signed for {self.said()}, not for {target}: a copy of that save under "
+                "another name")
+
 
 @dataclass
 class SignedStatement:
@@ -129,9 +141,21 @@ def from_library(manifest: Any, payload: bytes, source: Path) -> SignedStatement
         resources=[Resource(rd.identifier, rd.digest.algorithm, rd.digest.digest_hex)
                    for rd in manifest.resource_descriptors()],
         tensors=tensors,
-        shard_size=args.get("shard_size"),
+        shard_size=_shard_size(args.get("shard_size"), source),
         save=save,
     )
+
+
+def _shard_size(value: Any, source: Path) -> int | None:
+    """The signed shard size as an int (a protobuf Struct keeps every number as a double, and
+    the library's hashing takes only an int); None for a statement by whole files."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or \
+            not math.isfinite(value) or not float(value).is_integer() or value <= 0:
+        raise SignatureError("bad-statement", f"{source}: the signed shard size {value!r} is "
+                             "not a whole number of bytes")
+    return int(value)
 
 
 def _save(payload: bytes, source: Path) -> SavePlace | None:
@@ -212,6 +236,15 @@ def beside(target: Path) -> Path:
     """Where a checkpoint's own signature lies: `NAME.sig` next to the file or folder (outside a
     folder, so the folder's files are exactly those signed)."""
     return target.with_name(target.name + ".sig")
+
+
+def name_inside(folder: Path, path: Path) -> str | None:
+    """`path`'s name relative to `folder` when it lies inside it, the links above it resolved
+    on both sides (a signature written through a linked path into the folder it signs is in
+    that folder; a name that is itself a link is the folder's entry); None when outside."""
+    real = Path(os.path.realpath(Path(path).parent), Path(path).name)
+    root = Path(os.path.realpath(folder))
+    return real.relative_to(root).as_posix() if real.is_relative_to(root) else None
 
 
 def signed_name(target: Path, path: Path) -> str:
