@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QMessageBox, QPushButton, QWidget
 
 from inspector.core.badges import GREY
 from inspector.core.progress import CancelToken
+from inspector.core.termtext import counted
 from inspector.core.vocabulary import FileStatus, SignatureState
 from inspector.gui.jobs import EmitFn, Job, JobRunner
 
@@ -116,6 +117,40 @@ def check_path(path: Path, keys: list[Path], cancel: CancelToken | None = None) 
                                           cancel=cancel))
 
 
+def badge_for(shown: Shown, path: Path | None) -> tuple[SignatureState, str]:
+    """The state and detail shown for the open checkpoint `path`: the check of the signature
+    covering it, and "not signed" when that signature (its folder's `model.sig`) does not
+    sign this file, whatever it says of the files it does sign."""
+    if shown.check is None:
+        return SignatureState.UNSIGNED, "No model.sig covers this checkpoint"
+    verdict = shown.check.verdict
+    outside = _not_covered(shown, path)
+    if outside is not None:
+        return SignatureState.UNSIGNED, outside
+    detail = verdict.signer or verdict.reason or ""
+    if verdict.state == SignatureState.CHANGED and shown.check.result is not None:
+        changed = [f.path for f in shown.check.result.files
+                   if f.status not in (FileStatus.OK, FileStatus.EXTRA)]
+        detail = f"{', '.join(changed[:3]) or verdict.reason} — signed by {verdict.signer}"
+    return SignatureState(verdict.state), detail
+
+
+def _not_covered(shown: Shown, path: Path | None) -> str | None:
+    """Why the open file is not one the folder's signature signs (None when it is, or when the
+    signature was not checked: then its own state says so)."""
+    check = shown.check
+    if check is None or check.result is None or path is None or not shown.folder.is_dir() \
+            or os.path.abspath(path) == os.path.abspath(shown.folder):
+        return None
+    name = Path(os.path.relpath(path, shown.folder)).as_posix()
+    if name in check.files:
+        return None
+    state = check.verdict.state
+    return (f"{name} is not among the {counted(len(check.files), 'file')} "
+            f"{shown.signature} signs"
+            + ("" if state == SignatureState.INTACT else f" (and that signature is {state})"))
+
+
 class SignatureBadge(QPushButton):
     """The badge; `show_path(path)` checks in the background, a click shows the statement."""
 
@@ -125,6 +160,7 @@ class SignatureBadge(QPushButton):
         self.shown: Shown | None = None
         self.state: SignatureState | None = None
         self.covering: tuple[Path, Path] | None = None
+        self.path: Path | None = None
         self._job: Job | None = None
         self.setFlat(True)
         self.setAccessibleName("Signature")
@@ -135,7 +171,10 @@ class SignatureBadge(QPushButton):
         """Check the signature covering `path` (None: hide the badge); another file under the
         same signature keeps the check made (a folder is not hashed again on every switch)."""
         covering = covering_signature(path) if path is not None else None
+        self.path = path
         if covering is not None and covering == self.covering:
+            if self._job is None and self.shown is not None:
+                self._show(self.shown)  # the same check, judged for this file
             return self._job
         self.covering = covering
         if self._job is not None:
@@ -159,16 +198,7 @@ class SignatureBadge(QPushButton):
     def _show(self, shown: Shown) -> None:
         self._job = None
         self.shown = shown
-        if shown.check is None:
-            self._paint(SignatureState.UNSIGNED, "No model.sig covers this checkpoint")
-            return
-        verdict = shown.check.verdict
-        detail = verdict.signer or verdict.reason or ""
-        if verdict.state == SignatureState.CHANGED and shown.check.result is not None:
-            changed = [f.path for f in shown.check.result.files
-                       if f.status not in (FileStatus.OK, FileStatus.EXTRA)]
-            detail = f"{', '.join(changed[:3])} — signed by {verdict.signer}"
-        self._paint(SignatureState(verdict.state), detail)
+        self._paint(*badge_for(shown, self.path))
 
     def _paint(self, state: SignatureState | None, detail: str) -> None:
         self.state = state

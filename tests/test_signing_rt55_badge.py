@@ -1,0 +1,62 @@
+"""The app's signature badge speaks of the open checkpoint: a file in a signed folder that the
+folder's `model.sig` does not sign (added after signing, of a format no loader rule flags) is
+"Not signed", beside a signed twin file in the same folder that is "Signed · intact"; switching
+between the two under the same signature (no second hashing) repaints for each."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+from signing_keys import write_key
+
+from inspector.cli import main
+from inspector.core.vocabulary import SignatureState
+from inspector.gui.jobs import JobRunner
+from inspector.gui.signing.badge import TRUSTED_KEYS_ENV, SignatureBadge, check_path, trusted_keys
+
+
+@pytest.fixture
+def folder(tmp_path: Path, monkeypatch) -> Path:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "weights.pkl").write_bytes(pickle.dumps({"w": [1.0, 2.0]}))
+    pem, pub = write_key(tmp_path, "key")
+    assert main(["sign", str(model), "--private-key", str(pem)]) == 0
+    (model / "optimizer.pkl").write_bytes(pickle.dumps({"lr": 0.1}))  # after signing
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, str(pub))
+    return model
+
+
+def _shown(qtbot, path: Path) -> SignatureBadge:
+    runner = JobRunner()
+    badge = SignatureBadge(runner)
+    qtbot.addWidget(badge)
+    badge.show_path(path)
+    qtbot.waitUntil(lambda: badge.state is not None, timeout=30_000)
+    runner.shutdown()
+    return badge
+
+
+def test_a_file_the_folder_signature_does_not_sign_is_not_signed(qtbot, folder) -> None:
+    assert _shown(qtbot, folder / "weights.pkl").state == SignatureState.INTACT
+    added = check_path(folder / "optimizer.pkl", trusted_keys())
+    assert added.check.verdict.state == SignatureState.INTACT  # the signed files are intact
+    badge = _shown(qtbot, folder / "optimizer.pkl")
+    assert badge.state == SignatureState.UNSIGNED
+    assert "optimizer.pkl is not among the 1 file" in badge.text()
+
+
+def test_switching_files_under_one_signature_repaints_for_each(qtbot, folder) -> None:
+    runner = JobRunner()
+    badge = SignatureBadge(runner)
+    qtbot.addWidget(badge)
+    badge.show_path(folder / "weights.pkl")
+    qtbot.waitUntil(lambda: badge.state is not None, timeout=30_000)
+    assert badge.state == SignatureState.INTACT
+    badge.show_path(folder / "optimizer.pkl")
+    assert badge.state == SignatureState.UNSIGNED and badge.text().startswith("Not signed")
+    badge.show_path(folder / "weights.pkl")
+    assert badge.state == SignatureState.INTACT
+    runner.shutdown()
