@@ -128,8 +128,9 @@ def test_inspect_asks_for_the_preset_then_summarises_the_training_state(trained,
     assert main(["inspect", str(path), "--allow", "lightning"]) == 1
     text = capsys.readouterr().out.splitlines()
     data_dir = values["hyper_parameters.data_dir"]
+    # a PurePosixPath is no value the host reads: the line is the jailed loader's word
     assert (f"hyper-parameters: lr 0.01 · data_dir {data_dir} · schedule.step_size 1 · "
-            "schedule.gamma 0.5") in text
+            "schedule.gamma 0.5 (as reported by the jailed loader, not checked here)") in text
     assert any(line.startswith("optimizer ids: optimizer_states.0 (AdamW): 4 parameter ids "
                                "named from state_dict (0 model.fc1.weight") for line in text)
     assert "  LR scheduler (optional): saved — StepLR · last_epoch 2" in text
