@@ -8,6 +8,7 @@ does not seal a save made meanwhile, even one made after `guard.step` read the s
 
 from __future__ import annotations
 
+import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +94,8 @@ class SettingsWatch:
     """First values not yet journaled: the first health check (a save's) journals them."""
     norms: NormWatch = field(default_factory=NormWatch)
     """The guarded models' normalisation layers' settings."""
+    claims: dict[int, int] = field(default_factory=dict)
+    """Each watched list's baseline, by its position in `records`: one optimizer's each."""
 
     def judge(self, lists: dict[int, list], model: nn.Module | None = None) -> list[Breach]:
         """The breaches of this step (`model`'s norm layers' too), then the settings now are
@@ -139,11 +142,13 @@ class SettingsWatch:
         held, and take the norm layers' as they are."""
         self.norms.accept()
         self._meet(lists)
-        for groups in lists.values():
+        at = time.time()  # one time for the records of one accept: together the baseline
+        for lid, groups in lists.items():
             if self.run_dir is not None and not any(refused(g) for g in groups):
-                fields = opt_settings.settings_record(groups, accepted=True)
+                fields = opt_settings.settings_record(groups, accepted=True, at=at)
                 opt_settings.record(self.run_dir, fields)
                 self._records().append(fields)
+                self.claims[lid] = len(self._records()) - 1
         for place, _, group in _groups(lists):
             self.first[place] = dict(fixed_values(group))
             self.collapsed.pop(place, None)
@@ -182,6 +187,7 @@ class SettingsWatch:
         at the first health check when there are none)."""
         for lid in [lid for lid, held in self.lists.items() if lists.get(lid) is not held]:
             del self.lists[lid]
+            self.claims.pop(lid, None)
             for table in (self.lrs, self.first, self.collapsed):
                 for place in [p for p in table if p[0] == lid]:
                     del table[place]
@@ -194,19 +200,30 @@ class SettingsWatch:
                 self._first_sight(lid, groups)
 
     def _first_sight(self, lid: int, groups: list) -> None:
-        """Learn a list's `FIXED` values from the run's journal (then `judge` names each
-        difference with `_changed` until back), or as they are when none is journaled."""
-        known = opt_settings.baselines(self._records(), groups)
-        if not known:
+        """Learn a list's `FIXED` values from the run's journaled baseline of its shape that no
+        other list of this process holds (`claims`): the one it matches, else the closest (a
+        restart that loaded a changed value: `judge` names each difference with `_changed`
+        until back). When every baseline of its shape is another list's (two Adams of one
+        shape with their own betas: a GAN) or there is none, it is a new optimizer: its values
+        as they are, journaled at the first health check."""
+        records = self._records()
+        taken = set(self.claims.values())
+        free = [i for i in opt_settings.baseline_indices(records, groups) if i not in taken]
+        match = next((i for i in free if not opt_settings.differences(groups,
+                                                                      records[i]["groups"])),
+                     None)
+        if match is None and free:
+            match = opt_settings.closest(groups, records, free)
+        if match is None:
+            base = [fixed_values(g) for g in groups]
             if self.run_dir is not None and not any(refused(g) for g in groups):
                 self.pending.append(opt_settings.settings_record(groups))
-                self._records().append(self.pending[-1])
-            known = [[fixed_values(g) for g in groups]]
-        # the journaled values it matches (several optimizers of one shape may differ), never
-        # the ones it holds now
-        match = next((b for b in known if not opt_settings.differences(groups, b)), known[0])
-        for i, base in enumerate(match):
-            self.first[(lid, i)] = dict(base)
+                records.append(self.pending[-1])
+                self.claims[lid] = len(records) - 1
+        else:
+            base, self.claims[lid] = records[match]["groups"], match
+        for i, values in enumerate(base):
+            self.first[(lid, i)] = dict(values)
 
     def _records(self) -> list[dict]:
         if self.records is None:

@@ -170,13 +170,23 @@ def journaled(run_dir: str | os.PathLike[str]) -> list[dict]:
     return [dict(e.record) for e in journal.read(path).sound if e.kind == KIND]
 
 
-def baselines(records: list[dict], groups: list) -> list[list[dict]]:
-    """The journaled `FIXED` values a param-group list of this shape may hold: each record of
-    its shape since the last accepted one (several optimizers of one shape may differ)."""
-    same = [r for r in records
+def baseline_indices(records: list[dict], groups: list) -> list[int]:
+    """The positions in `records` of the journaled `FIXED` values a param-group list of this
+    shape may hold: each record of its shape since the last `accept` (whose records, one per
+    optimizer, share one time): one per optimizer of that shape, which may differ."""
+    same = [i for i, r in enumerate(records)
             if r.get("shape") == shape(groups) and isinstance(r.get("groups"), list)]
-    last = max((i for i, r in enumerate(same) if r.get("accepted")), default=0)
-    return [r["groups"] for r in same[last:]]
+    accepted = [records[i].get("time") for i in same if records[i].get("accepted")]
+    if not accepted:
+        return same
+    first = next(i for i in same if records[i].get("accepted")
+                 and records[i].get("time") == accepted[-1])
+    return [i for i in same if i >= first]
+
+
+def closest(groups: list, records: list[dict], indices: list[int]) -> int:
+    """Of the records at `indices`, the one whose values differ least from `groups`'."""
+    return min(indices, key=lambda i: len(differences(groups, records[i]["groups"])))
 
 
 def differences(groups: list, baseline: list[dict]) -> list[tuple[int, str, Any, Any]]:
@@ -189,10 +199,13 @@ def differences(groups: list, baseline: list[dict]) -> list[tuple[int, str, Any,
             and key not in dict(refused(group))]
 
 
-def settings_record(groups: list, *, accepted: bool = False) -> dict:
-    """A param-group list's `FIXED` settings as a `KIND` record's fields."""
+def settings_record(groups: list, *, accepted: bool = False, key: str | None = None,
+                    at: float | None = None) -> dict:
+    """A param-group list's `FIXED` settings as a `KIND` record's fields; `key`: where a save
+    holds this optimizer's state (`optG.`), `at`: the time (one for an accept's records)."""
     return {"shape": shape(groups), "groups": [fixed_values(g) for g in groups],
-            "accepted": accepted, "time": time.time()}
+            "accepted": accepted, "time": time.time() if at is None else at,
+            **({"key": key} if key else {})}
 
 
 def record(run_dir: str | os.PathLike[str], fields: dict) -> None:
@@ -200,17 +213,26 @@ def record(run_dir: str | os.PathLike[str], fields: dict) -> None:
     journal.append(journal.journal_path(run_dir), KIND, fields)
 
 
-def saved_problems(state_groups: list, run_dir: str | os.PathLike[str]) -> list[str]:
-    """A saved param-group list's `FIXED` settings against the run's journaled baseline, in
-    words; the first such list of a shape, in bounds, becomes the baseline."""
+def saved_problems(state_groups: list, run_dir: str | os.PathLike[str],
+                   key: str | None = None) -> list[str]:
+    """A saved param-group list's `FIXED` settings against the run's journaled baselines of its
+    shape, in words: one per optimizer, so it passes when it holds one of them. With `key`
+    (where the save holds it, `optG.`), the baselines journaled under that key are its own, and
+    without any, those the guard journaled (no key); when only other optimizers' baselines of
+    its shape are journaled (or none), it is a new optimizer and, in bounds, its values become
+    its baseline. Without `key`, every baseline of its shape."""
     records = journaled(run_dir)
-    known = baselines(records, state_groups)
+    known = baseline_indices(records, state_groups)
+    if key:
+        known = ([i for i in known if records[i].get("key") == key]
+                 or [i for i in known if not records[i].get("key")])
     if not known:
         if not any(refused(g) for g in state_groups):
-            record(run_dir, settings_record(state_groups))
+            record(run_dir, settings_record(state_groups, key=key))
         return []
-    if any(not differences(state_groups, base) for base in known):
+    if any(not differences(state_groups, records[i]["groups"]) for i in known):
         return []
-    i, key, value, was = differences(state_groups, known[0])[0]
-    return [f"param group {i}: {key} {value!r}, journaled {was!r} when the run first showed "
+    i, name, value, was = differences(state_groups,
+                                      records[closest(state_groups, records, known)]["groups"])[0]
+    return [f"param group {i}: {name} {value!r}, journaled {was!r} when the run first showed "
             "it; no schedule writes it (a deliberate change: Guard.accept_settings)"]
