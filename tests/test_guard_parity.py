@@ -172,7 +172,7 @@ def test_lightning_checkpoint_saved_after_a_flip_is_unhealthy_and_never_resumed(
         warnings.simplefilter("ignore")
         trainer.fit(model, DataLoader(Pairs(), batch_size=None, shuffle=False))
     saves = unhealthy_at_step_4(run, "weights-changed on net.0.weight")
-    assert ".unhealthy." in saves[4].path
+    assert saves[4].path.endswith(".ckpt.unhealthy")
 
 
 def test_lightning_names_a_learning_rate_negated_between_steps(tmp_path):

@@ -87,3 +87,51 @@ def test_an_unverified_folder_is_renamed_out_of_the_trainers_pattern(tmp_path):
     assert get_last_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-2")
     assert torch.equal(load_file(tmp_path / "checkpoint-2" / "model.safetensors")["net.0.weight"],
                        HfTiny().net[0].weight)
+
+
+
+def lightning_run(run, fault: bool, steps: int, resume: bool = False):
+    """A real Lightning fit with the guard, through the ledger saving `last.ckpt` every 2
+    steps; with `fault`, the test's own flip of a weight after optimizer step 4; `resume` fits
+    on from `ckpt_path="last"`. The Trainer (its `ckpt_path` is what it resumed from)."""
+    import warnings
+
+    import lightning.pytorch as pl
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from test_guard_integrations import Pairs, _tiny_class
+    from test_guard_parity import flip_top_exponent
+    from torch.utils.data import DataLoader
+
+    from inspector.guard.guard import GuardConfig
+    from inspector.guard.lightning_callback import GuardCallback
+    from inspector.ledger.lightning import LedgerCheckpointIO
+
+    class Fault(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if fault and trainer.global_step == 4:
+                flip_top_exponent(pl_module.net[0].weight)
+
+    saving = ModelCheckpoint(dirpath=run, every_n_train_steps=2, save_top_k=0, save_last=True)
+    trainer = pl.Trainer(max_steps=steps, accelerator="cpu", logger=False,
+                         enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=run, plugins=[LedgerCheckpointIO(run_dir=run)],
+                         callbacks=[Fault(), GuardCallback(run, GuardConfig(console=False)),
+                                    saving])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(_tiny_class(pl)(), DataLoader(Pairs(), batch_size=None, shuffle=False),
+                    ckpt_path="last" if resume else None)
+    return trainer
+
+
+def test_lightnings_last_never_resumes_an_unhealthy_last_checkpoint(tmp_path):
+    clean, flip = tmp_path / "clean", tmp_path / "flip"
+    lightning_run(clean, fault=False, steps=6)
+    lightning_run(flip, fault=True, steps=6)
+    assert {s.outcome for s in read_ledger(clean).saves} == {SaveOutcome.VERIFIED}
+    assert [s.outcome for s in read_ledger(flip).saves] == [
+        SaveOutcome.VERIFIED, SaveOutcome.UNHEALTHY, SaveOutcome.UNHEALTHY]
+    assert lightning_run(clean, False, steps=8, resume=True).ckpt_path == str(clean / "last.ckpt")
+    # the step-6 save is kept as evidence beside last.ckpt (step 2's), never as a last*.ckpt
+    assert torch.load(flip / "last.ckpt", weights_only=False)["global_step"] == 2
+    assert lightning_run(flip, False, steps=8, resume=True).ckpt_path == str(flip / "last.ckpt")

@@ -83,7 +83,7 @@ def test_a_flipped_scheduler_state_is_unhealthy_and_never_resumed(tmp_path, faul
     assert read_ledger(tmp_path / "clean").saves[0].outcome == SaveOutcome.VERIFIED
     record = read_ledger(tmp_path / "flip").saves[0]
     assert record.outcome == SaveOutcome.UNHEALTHY and said in record.detail
-    assert record.path == "step-40.unhealthy.pt"
+    assert record.path == "step-40.pt.unhealthy"
     assert resume_choice(tmp_path / "flip").record is None
 
 

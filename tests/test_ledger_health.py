@@ -55,17 +55,17 @@ def test_a_weight_corrupted_before_a_save_is_recorded_unhealthy_and_never_resume
     assert good.outcome == SaveOutcome.VERIFIED
     assert bad.outcome == SaveOutcome.UNHEALTHY and not bad.verified
     assert "weights-changed on 0.weight" in bad.detail
-    assert bad.path == "step-9.unhealthy.pt" and (tmp_path / bad.path).is_file()
+    assert bad.path == "step-9.pt.unhealthy" and (tmp_path / bad.path).is_file()
     assert not (tmp_path / "step-9.pt").exists()
     assert "not sealed" in capsys.readouterr().err
     choice = resume_choice(tmp_path)
     assert choice.record.path == "step-5.pt"
     assert [(r.path, why.split(":")[0]) for r, why in choice.skipped] == [
-        ("step-9.unhealthy.pt", "unhealthy at save")]
+        ("step-9.pt.unhealthy", "unhealthy at save")]
     assert main(["run", "latest", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
     assert out.strip().endswith("step-5.pt")
-    assert "skipped step 9 (step-9.unhealthy.pt): unhealthy at save: " in err
+    assert "skipped step 9 (step-9.pt.unhealthy): unhealthy at save: " in err
     assert "weights-changed on 0.weight" in err
     guard.close()
 

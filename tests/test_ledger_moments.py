@@ -365,7 +365,7 @@ def test_a_plain_ledger_save_after_a_flipped_moment_is_unhealthy_and_never_resum
     assert records[5].outcome == SaveOutcome.VERIFIED
     assert records[9].outcome == SaveOutcome.UNHEALTHY
     assert "Adam state of optimizer.parameter 0 (8x4)" in records[9].detail
-    assert records[9].path == "step-9.unhealthy.pt"
+    assert records[9].path == "step-9.pt.unhealthy"
     assert resume_choice(tmp_path).record.step == 5
     capsys.readouterr()
     assert main(["run", "latest", str(tmp_path)]) == 0

@@ -21,8 +21,9 @@ Before 1, the guard's checks for the run (`run.health_gate`) and the journaled o
 are asked (`ledger.health.run_problems`); the state's own
 checks in memory (`ledger.health`: NaN, optimizer moments) run on the digests' thread during 2,
 before the re-read needs the verdict. A state that fails either is still written and proven,
-but renamed to `NAME.unhealthy.SUFFIX` and recorded `unhealthy` (the previous checkpoint at the
-target stays), so no resume lands on it.
+but renamed to `NAME.SUFFIX.unhealthy` and recorded `unhealthy` (the previous checkpoint at the
+target stays), so no resume lands on it; a file whose re-read proved nothing (`unverified`)
+is placed as `NAME.SUFFIX.unverified` for the same reason.
 A kill before 4 leaves the previous checkpoint untouched beside a stray temp file; a kill
 between 4 and 5 leaves a checkpoint without a record, which `latest_valid` never returns.
 """
@@ -30,6 +31,7 @@ between 4 and 5 leaves a checkpoint without a record, which `latest_valid` never
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import tempfile
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -101,6 +103,10 @@ def save(
                 durable = pool.submit(os.fsync, fd)
                 entry, outcome, detail = _prove(tmp, rel, obj, allow_globals, file_hash, known)
                 durable.result()
+            if outcome == SaveOutcome.UNVERIFIED and target == asked:
+                # bytes nothing proved never take the name a trainer's resume picks
+                target = evidence_path(asked, outcome)
+                entry = dataclasses.replace(entry, path=relative(target, run))
         except Exception as exc:
             full = disk_full(exc, folder)
             if full is not None:
@@ -123,7 +129,8 @@ def save(
     fsync_path(folder)
     if problems and outcome == SaveOutcome.VERIFIED:
         outcome, detail = SaveOutcome.UNHEALTHY, unhealthy_detail(problems)
-        say_unhealthy(asked, target, detail)
+    if target != asked:
+        say_unhealthy(asked, target, detail or str(outcome))
     record = append_save(run, target, layout="file", fmt=entry.format,
                          writer=_writer(writer, as_safetensors), files=[entry],
                          outcome=outcome, detail=detail, step=step, epoch=epoch)

@@ -9,10 +9,10 @@ update can write, `moments`), and every check a training guard in this process r
 the run folder (`run.health_gate`:
 the weights finite, within their learned largest |w|, and their fingerprint the one the last
 optimizer step left). A checkpoint that fails is written beside its target under an
-`.unhealthy` name, as evidence, and recorded with outcome `unhealthy`; the previous checkpoint
-at the target stays, and no resume chooses the unhealthy one (a folder a trainer already
-placed, `record_folder`, is renamed so, out of the trainer's own pattern, so the trainer's
-resume skips it too).
+`.unhealthy` name (`evidence_path`), as evidence, and recorded with outcome `unhealthy`; the
+previous checkpoint at the target stays, and no resume chooses the unhealthy one (a folder a
+trainer already placed, `record_folder`, is renamed so, out of the trainer's own pattern, so
+the trainer's resume skips it too).
 """
 
 from __future__ import annotations
@@ -191,9 +191,11 @@ def _shown(found: list[str], more: str) -> list[str]:
 
 
 def evidence_path(target: Path, outcome: str = "unhealthy") -> Path:
-    """Where a checkpoint that was not sealed verified is kept: `NAME.OUTCOME.SUFFIX` beside
-    its target (`checkpoint-8.mismatch`), out of every trainer's own naming pattern."""
-    return target.with_name(f"{target.stem}.{outcome}{target.suffix}")
+    """Where a checkpoint that was not sealed verified is kept: `NAME.OUTCOME` beside its
+    target (`checkpoint-8.mismatch`, `last.ckpt.unhealthy`): out of every trainer's own naming
+    pattern, and without its extension, which loaders pick by (Lightning's `ckpt_path="last"`
+    takes any `last*.ckpt`, so `last.unhealthy.ckpt` was resumed from)."""
+    return target.with_name(f"{target.name}.{outcome}")
 
 
 def unhealthy_detail(problems: list[str]) -> str:
