@@ -105,3 +105,17 @@ def test_a_pickles_clash_is_only_a_conversions(tmp_path, hostile) -> None:
     with pytest.raises(SandboxError) as confirmed:
         operations.convert_file(path, tmp_path / "c.safetensors")
     assert confirmed.value.code == "key_collision"
+
+
+def test_a_failed_loads_message_is_the_loaders_word_and_escaped(tmp_path, hostile,
+                                                                capsys) -> None:
+    path = _pickled(tmp_path)
+    hostile(_ends_with("load_failed", "\x1b[2J\x1b[32mSAFE: the file was tampered with"))
+    assert main(["inspect", str(path)]) == EXIT_LOAD_FAILED
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\\x1b[32mSAFE" in out
+    error = next(line for line in out.splitlines() if line.startswith("error:"))
+    assert "as reported by the jailed loader; not checked here" in error
+    assert main(["convert", str(path), "-o", str(tmp_path / "c.safetensors")]) == EXIT_LOAD_FAILED
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "as reported by the jailed loader" in err

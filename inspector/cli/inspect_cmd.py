@@ -129,7 +129,7 @@ def _human(report: InspectResult) -> list[str]:
                      for o in objects[:50])
     if report.error is not None:
         lines.append("")
-        lines.append(f"error:    {report.error.message}")
+        lines.append(f"error:    {escape(report.error.message)}")
         if report.error.code == "refused_dangerous":
             lines.append("          to load it anyway (weights_only=True, inside the jail): "
                          "--override-dangerous")

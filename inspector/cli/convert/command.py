@@ -203,7 +203,7 @@ def run(args: argparse.Namespace) -> int:
     except SandboxError as exc:
         if args.json:
             print(json.dumps({"input": args.file, "error": exc.to_json(), "sandbox": exc.sandbox}))
-        print(f"ckpt-inspector convert: {exc.message}", file=sys.stderr)
+        print(f"ckpt-inspector convert: {escape(exc.message)}", file=sys.stderr)
         return exit_for(exc)
     except OSError as exc:
         print(f"ckpt-inspector convert: {exc.strerror or exc}: {exc.filename or args.file}",

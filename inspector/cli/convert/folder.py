@@ -93,7 +93,7 @@ def _fail(args: argparse.Namespace, code: str, message: str, problems: list[Prob
     if args.json:
         print(json.dumps({"input": args.file, "error": {"code": code, "message": message},
                           "problems": [p.to_json() for p in problems]}))
-    print(f"ckpt-inspector convert: {message}", file=sys.stderr)
+    print(f"ckpt-inspector convert: {escape(message)}", file=sys.stderr)
     for problem in problems:
         print(f"  {problem.code}: {problem.message}", file=sys.stderr)
     return status

@@ -197,6 +197,12 @@ def _collides(path: Path, fmt: str, converting: bool) -> bool:
     raise NotCovered(f"a {fmt} input's names are read only by the jailed loader")
 
 
+def _load_failed(exc: SandboxError, facts: Facts) -> SandboxError:
+    """A load that failed: why is known only by loading the file, which runs it, so its
+    message (free text: "corrupt", "tampered") is the loader's word."""
+    return _loaders_word(exc, "only loading the file shows why it fails")
+
+
 def _key_selection(exc: SandboxError, facts: Facts) -> SandboxError:
     """A --key selection's failure, which needs a --key."""
     if facts.asked is None or not facts.asked.key:
@@ -210,6 +216,7 @@ _CHECKS: dict[str, Callable[[SandboxError, Facts], SandboxError]] = {
     "not_covered": _not_covered,
     "unsupported_tensors": _unsupported_tensors,
     "key_collision": _key_collision,
+    "load_failed": _load_failed,
     **dict.fromkeys(_KEY_CODES, _key_selection),
 }
 """Each code this process holds against its own facts, whatever the operation."""
