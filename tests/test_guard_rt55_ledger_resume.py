@@ -135,3 +135,23 @@ def test_lightnings_last_never_resumes_an_unhealthy_last_checkpoint(tmp_path):
     # the step-6 save is kept as evidence beside last.ckpt (step 2's), never as a last*.ckpt
     assert torch.load(flip / "last.ckpt", weights_only=False)["global_step"] == 2
     assert lightning_run(flip, False, steps=8, resume=True).ckpt_path == str(flip / "last.ckpt")
+
+
+class Note:
+    """A global the re-read (`weights_only=True`) refuses: nothing proves the file."""
+
+    def __init__(self, text):
+        self.text = text
+
+
+def test_a_file_nothing_proved_never_takes_its_targets_name(tmp_path):
+    from inspector.ledger import save
+
+    weights = {"w": torch.ones(4)}
+    first = save(weights, tmp_path / "last.ckpt", step=1)
+    again = save({**weights, "note": Note("hello")}, tmp_path / "last.ckpt", step=2)
+    assert (first.outcome, first.path) == (SaveOutcome.VERIFIED, "last.ckpt")
+    assert (again.outcome, again.path) == (SaveOutcome.UNVERIFIED, "last.ckpt.unverified")
+    # what a resume of last.ckpt loads is still the proven step-1 save
+    assert set(torch.load(tmp_path / "last.ckpt", weights_only=True)) == {"w"}
+    assert resume_choice(tmp_path).record.step == 1
