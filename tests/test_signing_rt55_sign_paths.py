@@ -52,3 +52,19 @@ def test_a_one_file_signature_against_a_folder_is_one_clear_line(tmp_path, capsy
                  "--public-key", str(pub)]) == 2
     err = capsys.readouterr().err
     assert "signs one file, not a folder" in err and len(err.strip().splitlines()) == 1
+
+
+def test_sign_force_never_replaces_a_file_that_is_no_signature(tmp_path, capsys) -> None:
+    pem, pub = write_key(tmp_path, "key")
+    folder = _model(tmp_path / "model")
+    weights = (folder / "weights.bin").read_bytes()
+    assert main(["sign", str(folder), "--private-key", str(pem), "--signature",
+                 str(folder / "weights.bin"), "--force"]) == 4
+    assert "is not a signature" in capsys.readouterr().err
+    assert (folder / "weights.bin").read_bytes() == weights
+    assert main(["sign", str(folder), "--private-key", str(pem)]) == 0
+    whole = (folder / "model.sig").read_bytes()
+    (folder / "model.sig").write_bytes(whole[:len(whole) // 2])  # cut short by a crash
+    for _ in range(2):  # a damaged signature, then a whole one, are replaced
+        assert main(["sign", str(folder), "--private-key", str(pem), "--force"]) == 0
+    assert main(["verify", str(folder), "--public-key", str(pub)]) == 0

@@ -14,6 +14,7 @@ from typing import Any
 
 from inspector.core.strict_json import no_repeats
 from inspector.core.vocabulary import SignerKind
+from inspector.integrity.regular_file import open_regular
 from inspector.signing.errors import SignatureError
 from inspector.signing.library import reference
 from inspector.signing.small_file import read_small
@@ -49,6 +50,18 @@ def read_bundle(path: str | os.PathLike[str]) -> Bundle:
                              "not UTF-8; a Sigstore bundle is JSON text)") from exc
     document = _parse_json(source, text)
     return Bundle(path=source, data=data, document=document, kind=_kind(source, document))
+
+
+def looks_like_signature(path: Path) -> bool:
+    """True for a file a signature may replace: empty, or a Sigstore bundle by its first bytes
+    (read whole or not: one cut short by a crash is still the signature it was)."""
+    try:
+        with open_regular(path, "not a signature")[0] as handle:
+            head = handle.read(4096)
+    except OSError:
+        return False
+    return not head.strip() or (head.lstrip().startswith(b"{")
+                                and BUNDLE_MEDIA_PREFIX.encode() in head)
 
 
 def _parse_json(source: Path, text: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from inspector.core.atomic import write_bytes_atomic
 from inspector.integrity.manifest import Manifest, TensorEntry
-from inspector.signing.bundle import DEFAULT_NAME
+from inspector.signing.bundle import DEFAULT_NAME, looks_like_signature
 from inspector.signing.errors import SignatureError
 from inspector.signing.keys import (
     certificate_identity,
@@ -83,12 +83,24 @@ def check_inputs(folder: Path, key: SigningKey, signature: Path, overwrite: bool
         raise SignatureError("not-a-folder", f"{folder}: not a folder; sign the folder that "
                              "holds the model's files")
     signer = key.describe()
-    if signature.exists() and not overwrite:
-        raise SignatureError("exists", f"{signature} exists; pass --force to replace it")
+    _replaceable(signature, overwrite)
     if not signature.parent.is_dir():
         raise SignatureError("unreadable", f"{signature.parent}: no such folder for the "
                              "signature")
     return signer
+
+
+def _replaceable(signature: Path, overwrite: bool) -> None:
+    """SignatureError unless `signature` may be written: absent, or with `overwrite` a
+    signature (whole or damaged: `looks_like_signature`), never another file named by mistake
+    (a model's weights named as the destination were replaced by the signature)."""
+    if not os.path.lexists(signature):
+        return
+    if not overwrite:
+        raise SignatureError("exists", f"{signature} exists; pass --force to replace it")
+    if not looks_like_signature(signature):
+        raise SignatureError("exists", f"{signature} exists and is not a signature; --force "
+                             "replaces only a signature: name another destination")
 
 
 def sign_folder(folder: Path, key: SigningKey, signature: Path | None = None,
