@@ -60,3 +60,20 @@ def test_switching_files_under_one_signature_repaints_for_each(qtbot, folder) ->
     badge.show_path(folder / "weights.pkl")
     assert badge.state == SignatureState.INTACT
     runner.shutdown()
+
+
+def test_a_file_with_its_own_signature_in_a_signed_folder_is_checked_by_it(qtbot, folder,
+                                                                          tmp_path) -> None:
+    import subprocess
+    import sys
+
+    checkpoint = folder / "step-1.bin"
+    checkpoint.write_bytes(b"weights" * 100)
+    done = subprocess.run([sys.executable, "-m", "model_signing", "sign", "key",
+                           str(checkpoint), "--private_key", str(tmp_path / "key.pem"),
+                           "--signature", f"{checkpoint}.sig"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert _shown(qtbot, checkpoint).state == SignatureState.INTACT
+    checkpoint.write_bytes(b"weights" * 99)
+    assert _shown(qtbot, checkpoint).state == SignatureState.CHANGED

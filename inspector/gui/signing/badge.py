@@ -55,13 +55,16 @@ class Shown:
 
 
 def covering_signature(path: Path) -> tuple[Path, Path] | None:
-    """(what is signed, its signature) for a checkpoint: the folder's `model.sig`, the
-    ledger's `NAME.sig` beside a file or folder; None when nothing signs it."""
+    """(what is signed, its signature) for a checkpoint: a file's own `NAME.sig` beside it
+    (the ledger's, or `model_signing sign key FILE`'s: it signs this file, where the
+    folder's may not), else its folder's `model.sig`, or for a folder its `model.sig`, else
+    the ledger's `NAME.sig` beside it; None when nothing signs it."""
     from inspector.signing.bundle import DEFAULT_NAME
     from inspector.signing.statement import beside
 
     folder = path if path.is_dir() else path.parent
-    for target, signature in ((folder, folder / DEFAULT_NAME), (path, beside(path))):
+    places = [(folder, folder / DEFAULT_NAME), (path, beside(path))]
+    for target, signature in (places if path.is_dir() else places[::-1]):
         if signature.is_file():
             return target, signature
     return None
