@@ -20,7 +20,13 @@ counted as duplicates. When a guard is linked (`Guard(..., ledger=)`, whose `ste
 `trained()`), a replayed batch that is trained is a repeat (`sample-duplicated`); with
 `batches_per_step` given (1 without gradient accumulation), batches drawn beyond a step's own
 and never trained are a skip (`sample-skipped`). Without it nothing is called a skip, since
-an accumulating loop draws several batches per step.
+an accumulating loop draws several batches per step. Either way, after a resume at S the
+session's first batch that an earlier session recorded at step S+K of this epoch means the
+sampler resumed K steps ahead (`sample-skipped`, `steps`, `ahead`), and at the epoch's end the
+samples any session's line drew in it that no kept step drew are named (`sample-skipped`,
+`never_drawn`), from the ledger file alone. A sampler that draws with replacement (`track`
+reads `replacement` off it) draws a sample twice and leaves others out by design: neither is
+called a repeat or a skip.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 from inspector.core.errors import CodedError
 from inspector.guard.alarm_record import append_alarm
 from inspector.run import journal
+from inspector.run.blocklog import read_lines
 from inspector.run.order_log import (
     GENESIS,
     LEDGER_KIND,
@@ -65,8 +72,12 @@ class OrderLedger:
 
     def __init__(self, run_dir: str | os.PathLike[str], rank: int | None = None,
                  start_step: int = 0, epoch: int = 0, flush_every: int = 64,
-                 batches_per_step: int | None = None) -> None:
+                 batches_per_step: int | None = None, replacement: bool = False) -> None:
         self.run_dir = Path(run_dir)
+        self.replacement = replacement
+        """The sampler draws with replacement (a weighted sampler): a sample drawn twice in an
+        epoch is its way, and no epoch promises to draw every sample (`track` reads it off the
+        sampler)."""
         self.batches_per_step = batches_per_step
         """Batches drawn per optimizer step (gradient accumulation), when the caller knows it:
         then more drawn between two trained steps are a skip. None: no skip check."""
@@ -87,6 +98,14 @@ class OrderLedger:
         self._replayed = 0
         self._last_replayed: StepOrder | None = None
         self._untrained: deque[StepOrder] = deque(maxlen=UNTRAINED_KEPT)
+        self._later: dict[tuple, int] = {}
+        """After a resume at S: the batches earlier sessions recorded at this epoch's steps S
+        and on, by their ids: the session's first batch found there at a later step skipped
+        the steps between."""
+        self._drawn: set = set()
+        """After a resume: every sample any session drew in this epoch (the ledger file's
+        lines, the steps later sessions replaced included), which the epoch's end compares
+        with the samples its steps kept."""
         self.skip: set = set()
         """Sample ids the tracked loader leaves out of every batch (a scene's bad samples)."""
         path = ledger_path(self.run_dir, self.rank)
@@ -105,11 +124,14 @@ class OrderLedger:
         self.epoch, self.step = epoch, step
         self._seen = set()
         self._replay, self._replayed = [], 0
+        self._later, self._drawn = {}, set()
         if self.path.exists():
-            earlier = [s for s in read_ledger(self.path).steps
-                       if s.epoch == epoch and s.step < step]
+            steps = [s for s in read_ledger(self.path).steps if s.epoch == epoch]
+            earlier = [s for s in steps if s.step < step]
             self._seen.update(i for s in earlier for i in s.ids)
             self._replay = earlier
+            self._later = {s.ids: s.step for s in steps if s.step >= step and len(s.ids) > 1}
+            self._drawn = set() if self.replacement else drawn_in(self.path, epoch, self.rank)
 
     def skip_samples(self, ids: Sequence) -> None:
         """Leave these samples out of every later batch of the tracked loader (workers started
@@ -117,10 +139,23 @@ class OrderLedger:
         self.skip.update(_hashable(i) for i in ids)
 
     def set_epoch(self, epoch: int) -> None:
-        """Start an epoch: duplicates are counted within one."""
+        """Start an epoch (the one before it ended): duplicates are counted within one."""
+        self.end_epoch()
         self.epoch = epoch
         self._seen = set()
         self._replay, self._replayed = [], 0
+        self._later = {}
+
+    def end_epoch(self) -> None:
+        """The epoch's last batch was drawn: after a resume, the samples some session drew in
+        it that none of the steps it kept drew (nor `skip_samples` left out) were skipped
+        (`sample-skipped`, with `never_drawn`); a sampler that draws with replacement promises
+        no such thing."""
+        missing = [i for i in self._drawn if i not in self._seen and i not in self.skip]
+        self._drawn = set()
+        if missing and not self.replacement:
+            self._alarm("sample-skipped", len(missing), None, samples=sorted(
+                missing, key=repr)[:8], epoch=self.epoch, never_drawn=True)
 
     def expect(self, batches: Sequence[Sequence], start_step: int | None = None) -> None:
         """After a resume: the ids the uninterrupted run got at the next len(batches) steps."""
@@ -137,6 +172,7 @@ class OrderLedger:
         self._hash = rolling_hash(self._hash, ids)
         rec = StepOrder(self.epoch, self.step, self.rank, worker, ids, self._hash, self.session)
         self._writer.step(rec)
+        self._check_ahead(rec)
         # a sample drawn twice inside this batch is a repeat too, not only one of an earlier batch
         seen, dup = self._seen, []
         for i in ids:
@@ -144,7 +180,7 @@ class OrderLedger:
                 dup.append(i)
             else:
                 seen.add(i)
-        if dup:
+        if dup and not self.replacement:
             self._alarm("sample-duplicated", len(dup), None, samples=list(dup[:8]),
                         worker=worker, epoch=self.epoch)
         self._check_resume(rec)
@@ -204,6 +240,19 @@ class OrderLedger:
         """Flush and fsync the ledger file."""
         self._writer.close()
 
+    def _check_ahead(self, rec: StepOrder) -> None:
+        """The session's first batch after a resume: one an earlier session recorded K steps
+        later in this epoch means the sampler resumed K steps ahead (`sample-skipped`, the
+        skipped steps' samples as that session recorded them)."""
+        later, self._later = self._later, {}
+        at = later.get(rec.ids)
+        if at is None or at <= rec.step:
+            return
+        by_step = {step: ids for ids, step in later.items()}
+        ids = [i for step in range(rec.step, at) for i in by_step.get(step, ())]
+        self._alarm("sample-skipped", len(ids), None, samples=ids[:8], epoch=self.epoch,
+                    steps=list(range(rec.step, at)), ahead=at - rec.step)
+
     def _check_resume(self, rec: StepOrder) -> None:
         want = self._expected.pop(rec.step, None)
         if want is None or self.resume_mismatch is not None:
@@ -217,6 +266,14 @@ class OrderLedger:
     def _alarm(self, rule: str, value: Any, threshold: Any, **extra: Any) -> None:
         append_alarm(self.run_dir, step=self.step, rule=rule, value=value,
                      threshold=threshold, action="warn", rank=self.rank, **extra)
+
+
+def drawn_in(path: Path, epoch: int, rank: int) -> set:
+    """Every sample id any session's line of `path` records for this epoch and rank, the steps
+    a later session recorded again included (what the file says was drawn)."""
+    records, _ = read_lines(path)
+    return {_hashable(i) for r in records if r.get("e") == epoch and r.get("r") == rank
+            and isinstance(r.get("ids"), list) for i in r["ids"]}
 
 
 def expected_from_ledger(path: str | os.PathLike[str], epoch: int, start_step: int,
@@ -272,6 +329,7 @@ class TrackedLoader:
             self.ledger.record(ids, worker)
             self.ledger.last_batch = batch
             yield batch
+        self.ledger.end_epoch()
 
 
 def track(loader: DataLoader, run_dir: str | os.PathLike[str] | None = None, *,
@@ -286,6 +344,8 @@ def track(loader: DataLoader, run_dir: str | os.PathLike[str] | None = None, *,
         raise CodedError("not-map-style", "track() needs a map-style dataset with batches "
                          "(batch_size set); record an iterable dataset's ids with "
                          "OrderLedger.record")
+    sampler = getattr(loader.batch_sampler, "sampler", loader.sampler)
+    ledger.replacement = ledger.replacement or bool(getattr(sampler, "replacement", False))
     workers = loader.num_workers
     # The same class again: torchdata's StatefulDataLoader keeps its state_dict/load_state_dict.
     extra = ({"snapshot_every_n_steps": loader.snapshot_every_n_steps}
