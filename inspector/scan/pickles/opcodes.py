@@ -42,10 +42,20 @@ IMPLICIT_METHODS: dict[str, tuple[str, ...]] = {
 # iterates it, `int(x)` asks its __index__, `dict(x)` its keys and items, torch's rebuilds
 # their sizes' lengths and items) may run any of the protocols below on it.
 HASHED = ("__hash__", "__eq__")
+# NumPy's conversions read these of what they are given, where a method or a property runs:
+# a dtype argument's dtype attribute (numpy.dtype(x), ndarray(shape, x), _reconstruct's and
+# _frombuffer's dtype), an array argument's array protocols (a masked array's data and
+# fill_value go through np.array)
+_ARRAY_PROTOCOLS = ("dtype", "__array__", "__array_interface__", "__array_struct__",
+                    "__array_priority__")
 HANDED = (*HASHED, "__iter__", "__next__", "__len__", "__length_hint__", "__contains__", "keys",
           "items", "values", "__getitem__", "__index__", "__int__", "__float__", "__complex__",
           "__trunc__", "__bool__", "__str__", "__repr__", "__format__", "__bytes__",
-          "__buffer__", "__fspath__", *_LOOKUP)
+          "__buffer__", "__fspath__", *_ARRAY_PROTOCOLS, *_LOOKUP)
+# torch.load's storage loader, given a persistent id ('storage', storage_type, key, location,
+# numel), compares the tag, reads storage_type.dtype, hashes and formats the key, compares
+# the location and calls its startswith (each device's deserializer), multiplies numel
+PERSISTENT_ID_READS = (*HANDED, "__ne__", "startswith", "__mul__", "__rmul__")
 
 # Opcodes torch's weights-only unpickler implements; overridden from the installed torch.
 WEIGHTS_ONLY_OPCODES_DEFAULT = frozenset(

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from inspector.scan.pickles.calls import CALLS_ARGUMENTS, RETURNS, SETS_STATE, CalledArgument
 from inspector.scan.pickles.joblib_arrays import NUMPY_DTYPE, PLAIN_SUBCLASSES, WRAPPER, layout
-from inspector.scan.pickles.opcodes import HANDED, OPCODE_NAMES
+from inspector.scan.pickles.opcodes import HANDED, OPCODE_NAMES, PERSISTENT_ID_READS
 from inspector.scan.pickles.policy import call_allowed
 from inspector.scan.pickles.records import Call, GlobalRef, Issue, Limits, PickleScan
 from inspector.scan.pickles.unbuffered import unbuffered_splice
@@ -460,7 +460,11 @@ class WalkState:
         return self.add_call(func, args, "REDUCE", at)
 
     def persistent_id(self, pid: object, at: int) -> None:
-        """Record a persistent id's storage reference and push what loading it gives."""
+        """Record a persistent id's storage reference and push what loading it gives; the
+        loader runs protocols of the instances in it (`opcodes.PERSISTENT_ID_READS`)."""
+        if isinstance(pid, tuple):
+            self.handled(pid, "BINPERSID", "hands to torch.load's storage loader",
+                         PERSISTENT_ID_READS, at)
         if isinstance(pid, tuple) and len(pid) >= 5 and pid[0] in ("storage", b"storage"):
             numel = pid[4] if type(pid[4]) is int else -1
             self.storages.append((describe(pid[1]), describe(pid[2]), describe(pid[3]), numel,
