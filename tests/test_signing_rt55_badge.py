@@ -77,3 +77,22 @@ def test_a_file_with_its_own_signature_in_a_signed_folder_is_checked_by_it(qtbot
     assert _shown(qtbot, checkpoint).state == SignatureState.INTACT
     checkpoint.write_bytes(b"weights" * 99)
     assert _shown(qtbot, checkpoint).state == SignatureState.CHANGED
+
+
+def test_a_bundle_naming_no_key_is_checked_with_the_trusted_key_that_holds(qtbot, folder,
+                                                                          tmp_path,
+                                                                          monkeypatch) -> None:
+    import json
+
+    # older signers wrote no hint: `verify --public-key` and the reference accept it
+    document = json.loads((folder / "model.sig").read_text())
+    del document["verificationMaterial"]["publicKey"]["hint"]
+    (folder / "model.sig").write_text(json.dumps(document))
+    other = write_key(tmp_path, "other")[1]
+    (tmp_path / "unreadable.pub").write_text("not a key")
+    trusted = [tmp_path / "unreadable.pub", other, tmp_path / "key.pub"]
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, ":".join(map(str, trusted)))
+    assert main(["verify", str(folder), "--public-key", str(tmp_path / "key.pub")]) == 0
+    assert _shown(qtbot, folder / "weights.pkl").state == SignatureState.INTACT
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, str(other))
+    assert _shown(qtbot, folder / "weights.pkl").state == SignatureState.UNVERIFIED

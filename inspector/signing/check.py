@@ -98,8 +98,9 @@ def _key_verifier(bundle: Bundle, public_key: Path) -> tuple[Any, str]:
     key = read_public_key(public_key)
     hint = _hint(bundle)
     if hint and hint != fingerprint(key):
-        raise SignatureError("wrong-key", f"{bundle.path}: wrong key: signed by the key "
-                             f"sha256:{hint}, not {public_key} (sha256:{fingerprint(key)})")
+        # the hint is not signed: it is the bundle's word, refused as the reference refuses it
+        raise SignatureError("wrong-key", f"{bundle.path}: wrong key: the signature names the "
+                             f"key sha256:{hint}, not {public_key} (sha256:{fingerprint(key)})")
     return sign_ec_key.Verifier(public_key), describe_key(key)
 
 

@@ -92,6 +92,29 @@ def keyless_trust(bundle: Bundle) -> KeylessTrust | None:
     return KeylessTrust(Path(root))  # no trusted signer: the check says whom it names
 
 
+def trusted_key(bundle: Bundle, keys: list[Path]) -> Path | None:
+    """The trusted key a key bundle is checked with: the one its hint names (its fingerprint),
+    or for a bundle that names none (older signers wrote no hint) the first whose check of
+    the signature holds; None when no trusted key fits. A key file that cannot be read is
+    passed over, not a reason to check none."""
+    from inspector.signing.check import check_signature
+    from inspector.signing.errors import SignatureError
+    from inspector.signing.keys import fingerprint, read_public_key
+
+    hint = bundle.document["verificationMaterial"].get("publicKey")
+    wanted = hint.get("hint") if isinstance(hint, dict) else None
+    for key in keys:
+        try:
+            if fingerprint(read_public_key(key)) == wanted:
+                return key
+            if not wanted:
+                check_signature(bundle, key)
+                return key
+        except SignatureError:
+            continue
+    return None
+
+
 def check_path(path: Path, keys: list[Path], cancel: CancelToken | None = None) -> Shown:
     """The signature covering `path`, checked with the trusted key it names (its fingerprint),
     or the trust root and signer trusted for a keyless one, else unverified; every signed file
@@ -100,7 +123,6 @@ def check_path(path: Path, keys: list[Path], cancel: CancelToken | None = None) 
     from inspector.signing.bundle import read_bundle
     from inspector.signing.errors import SignatureError
     from inspector.signing.folder import check_folder, check_signed_file
-    from inspector.signing.keys import fingerprint, read_public_key
 
     found = covering_signature(path)
     if found is None:
@@ -109,9 +131,7 @@ def check_path(path: Path, keys: list[Path], cancel: CancelToken | None = None) 
     key, keyless = None, None
     try:
         bundle = read_bundle(signature)
-        hint = bundle.document["verificationMaterial"].get("publicKey", {})
-        wanted = hint.get("hint") if isinstance(hint, dict) else None
-        key = next((k for k in keys if fingerprint(read_public_key(k)) == wanted), None)
+        key = trusted_key(bundle, keys) if bundle.kind is SignerKind.KEY else None
         keyless = keyless_trust(bundle) if bundle.kind is SignerKind.SIGSTORE else None
     except SignatureError:
         pass  # check_folder says what is wrong with the signature
