@@ -6,14 +6,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from inspector.checkpoint.results import ClaimCheck
+from inspector.checkpoint.results import ClaimCheck, ConsistencyResult
 from inspector.core.dtypes import BY_NAME
 from inspector.core.termtext import escape
 from inspector.core.vocabulary import CheckStatus
 from inspector.rawtensors.readers import RawTensor
 from inspector.sandbox.host.claims.expected import Expected
 from inspector.sandbox.host.claims.records import PROBED, record_problems
-from inspector.sandbox.host.claims.refusal import refuted
+from inspector.sandbox.host.claims.refusal import check_shape, refuted
 
 _PROBED_KINDS = ("float", "packed")
 """Dtype kinds of the tensors torch calls floating point, the ones the worker may probe."""
@@ -26,6 +26,7 @@ def check_consistency(expected: Expected, result: dict[str, Any], request: dict[
     against the file's bytes: the rows' tensors, their NaN / Inf counts, the probed count and
     bytes, and `consistent` against the rows; set `claims`, or SandboxError when a claim
     fails. A model run's outputs are only the worker's: its record says so."""
+    check_shape("consistency run", ConsistencyResult, result)
     probe = not request.get("model")
     problems = _echo_problems(result, request, probe)
     if problems or not probe:

@@ -24,7 +24,7 @@ from inspector.sandbox.host.claims.changes import Changes, changes
 from inspector.sandbox.host.claims.conversion import same_view
 from inspector.sandbox.host.claims.objects import diff_objects
 from inspector.sandbox.host.claims.records import same_dtype
-from inspector.sandbox.host.claims.refusal import refuted
+from inspector.sandbox.host.claims.refusal import check_shape, refuted
 
 if TYPE_CHECKING:
     from inspector.checkpoint.bitflip import FlipTally  # NumPy's import, on the comparing thread
@@ -182,6 +182,7 @@ def check_diff(compared: SideBySide, result: dict[str, Any]) -> None:
     (`stored_as_*`), is judged by that tensor's bytes, and only when the other side keeps
     both keys in the same bytes (`SideBySide.same_bytes`: the tie is seen here, not taken on
     the loader's word); the byte offsets in the files computed here (`_offset_problems`)."""
+    check_shape("comparison", DiffResult, result)
     compared.wait()
     if compared.reason is not None:
         result["claims"] = ClaimCheck(reason=compared.reason).to_json()

@@ -6,6 +6,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from inspector.core.json_record import JsonRecord
+from inspector.core.record_shape import shape_problems
 from inspector.core.termtext import escape
 from inspector.integrity.hashing import DIGEST_ALGORITHM
 from inspector.sandbox.host.jobs import REFUTED, SandboxError
@@ -14,10 +16,28 @@ _LISTED = 3
 
 
 def refuted(what: str, problems: list[str], sandbox: dict | None) -> SandboxError:
-    listed = "; ".join(problems[:_LISTED]) + (
-        f" (and {len(problems) - _LISTED} more)" if len(problems) > _LISTED else "")
+    """The error of a reply a check refutes: the first problems, and how many more."""
     return SandboxError(REFUTED, f"the jailed loader's {what} does not match the file's own "
-                        f"bytes, so none of its answer is trusted: {listed}", sandbox=sandbox)
+                        f"bytes, so none of its answer is trusted: {_listed(problems)}",
+                        sandbox=sandbox)
+
+
+def check_shape(what: str, contract: type[JsonRecord], reply: dict[str, Any]) -> None:
+    """Refuse a reply that is not shaped as its contract's record (`core.record_shape`)
+    before any check or view reads it: a value of another type would otherwise be a traceback,
+    or printed as it came."""
+    problems = shape_problems(contract, reply)
+    if problems:
+        sandbox = reply.get("sandbox") if isinstance(reply, dict) else None
+        raise SandboxError(REFUTED, f"the jailed loader's {what} is not shaped as its "
+                           f"contract says, so none of its answer is trusted: "
+                           f"{escape(_listed(problems))}",
+                           sandbox=sandbox if isinstance(sandbox, dict) else None)
+
+
+def _listed(problems: list[str]) -> str:
+    return "; ".join(problems[:_LISTED]) + (
+        f" (and {len(problems) - _LISTED} more)" if len(problems) > _LISTED else "")
 
 
 def timed(result: dict[str, Any], started: float) -> None:
