@@ -37,10 +37,10 @@ _SHAPES = {
                 "import functools\nfunctools.partial(len, 'x')()"),
     "sys_modules": ("import sys\nsys.modules['os'].system('touch {c}')",
                     "import sys\nhere = sys.modules[__name__]"),
-    "vars": ("vars(os)['system']('touch {c}')", "vars(os.path)['join']('a', 'b')"),
+    "vars": ("vars(os)['system']('touch {c}')", "import string\nvars(string)['capwords']('a b')"),
     "posix_spawn": ("import sys\nos.waitpid(os.posix_spawn(sys.executable, [sys.executable, '-c',"
                     " \"open('{c}', 'w')\"], dict(os.environ)), 0)",
-                    "import sys\nos.waitpid(os.getpid() and 0, os.WNOHANG) if False else None"),
+                    "import sys\nos.getpid() if sys.executable else None"),
     "spawnlp": ("os.spawnlp(os.P_WAIT, 'touch', 'touch', '{c}')", "os.getpid()"),
     "copy2": ("import shutil\nshutil.copy2(__file__, '{c}')",
               "import shutil\nshutil.which('touch')"),
@@ -171,7 +171,7 @@ def test_other_ways_to_reach_a_denied_callable_are_dangerous(statement: str) -> 
 
 @pytest.mark.parametrize("statement", [
     "x = os.path.join('a', os.environ.get('B', ''))", "here = sys.modules[__name__]",
-    "getattr(os.path, name)", "input = x.reshape(2)\ny = input",
+    "getattr(os.path, 'join')", "input = x.reshape(2)\ny = input",
     "def helper():\n    os.system('x')", "import logging\nlog = logging.getLogger(__name__)",
     "import shutil\nwhere = shutil.which('sh')"])
 def test_everyday_source_reaches_nothing(statement: str) -> None:
