@@ -237,8 +237,8 @@ _REACHED_TWIN = """
         def width(self):
             return self.hidden_size
 
-        def dump(self, path):  # nothing calls it while loading
-            os.system("cp config.json " + path)
+        def dump(self, path):
+            return os.path.join(path, "config.json")
 """
 
 
@@ -247,7 +247,7 @@ def test_code_that_loading_reaches_through_methods_and_names_is_dangerous(
     """What from_pretrained runs beyond __init__'s body: a classmethod it calls on the class
     (`_dict_from_json_file`), a method __init__ calls through `self.`, a denied callable bound
     to a local name. Each is dangerous and runs under the real loader; a twin whose reached
-    code is harmless (and whose unreached `dump` is not) stays suspicious and loads."""
+    code is harmless stays suspicious and loads."""
     folders = {name: _folder(tmp_path, name, {
         "config.json": {"model_type": "evil",
                         "auto_map": {"AutoConfig": "configuration_evil.EvilConfig"}},

@@ -23,36 +23,16 @@ from dataclasses import dataclass
 from inspector.core.verdict import worst
 from inspector.core.vocabulary import Severity, Verdict
 from inspector.formats.archives import python_source
-from inspector.formats.archives.torch_package import RUN_AT_LOAD, judge_source
+from inspector.formats.archives.source_judge import judge_source
 from inspector.scan.context import not_a_checkpoint
 from inspector.scan.result import Finding, ScanResult
 
 LOADER = "from_pretrained(trust_remote_code=True)"
+ST_LOADER = "SentenceTransformer(trust_remote_code=True)"
 MAX_SOURCE_BYTES = 4 << 20  # a larger source is reported unread
 MAX_JSON_BYTES = 64 << 20  # as `other_files` reads text
 MAX_SIBLINGS = 256  # JSON files of one folder read for the auto_map naming a .py
 _SHOWN = 12  # imports or calls named in one finding
-# The methods transformers runs on the class it builds, beside what any import and unpickling
-# runs: its constructor, the loading classmethods a class may override (a config's
-# from_pretrained reads the JSON through get_config_dict, _get_config_dict,
-# _dict_from_json_file and _decode_special_floats), what logging the built object runs
-# (__repr__, to_dict), weight set-up and the module calls a model's loading makes (eval,
-# train, apply, load_state_dict). The methods of the module's classes these reach through
-# `self.m()`, `cls.m()` or `super().m()`, and every property (transformers reads the built
-# object's attributes), run too (`torch_package.judge_source`).
-TRANSFORMERS_RUNS = RUN_AT_LOAD | frozenset({
-    "__init__", "__post_init__", "__repr__", "__str__", "from_pretrained", "_from_pretrained",
-    "from_dict", "from_json_file", "get_config_dict", "_get_config_dict",
-    "_dict_from_json_file", "_decode_special_floats", "to_dict", "to_diff_dict",
-    "to_json_string", "validate", "from_config", "_from_config", "from_args_and_dict",
-    "get_processor_dict", "get_image_processor_dict", "get_feature_extractor_dict",
-    "post_init", "init_weights", "_init_weights", "_initialize_weights", "tie_weights",
-    "_tie_or_clone_weights", "get_input_embeddings", "get_output_embeddings", "eval", "train",
-    "apply", "to", "_apply", "load_state_dict", "_load_from_state_dict", "can_generate",
-    "register_for_auto_class", "get_vocab", "__len__", "_add_tokens", "add_special_tokens",
-    "_convert_token_to_id", "convert_tokens_to_ids"})
-
-
 @dataclass(frozen=True)
 class Reference:
     """One class a JSON names for the loader: where (`auto_map.AutoConfig`), the module file
@@ -62,6 +42,7 @@ class Reference:
     module: str
     name: str
     repo: str | None
+    loader: str = LOADER
 
 
 @dataclass(frozen=True)
@@ -97,7 +78,10 @@ def _list(names: list[str]) -> str:
 
 
 def _references(data: object) -> list[Reference]:
-    """The classes a parsed JSON names for the loader (`auto_map`, `custom_pipelines`)."""
+    """The classes a parsed JSON names for the loader (`auto_map`, `custom_pipelines`, and a
+    sentence-transformers `modules.json`'s `type` of each module)."""
+    if isinstance(data, list):
+        return _module_types(data)
     if not isinstance(data, dict):
         return []
     named: list[tuple[str, object]] = []
@@ -120,9 +104,26 @@ def _references(data: object) -> list[Reference]:
     return out
 
 
+def _module_types(modules: list) -> list[Reference]:
+    """The classes a sentence-transformers `modules.json` names: SentenceTransformer(...,
+    trust_remote_code=True) imports each `type` outside its own package as remote code
+    (`get_class_from_dynamic_module`, as transformers' auto_map) and builds it."""
+    out = []
+    for i, entry in enumerate(modules):
+        named = entry.get("type") if isinstance(entry, dict) else None
+        if not isinstance(named, str) or "." not in named or named.startswith(
+                "sentence_transformers."):
+            continue
+        repo, _, reference = named.rpartition("--")
+        module, _, name = reference.rpartition(".")
+        out.append(Reference(f"modules[{i}].type", module, name, repo or None, ST_LOADER))
+    return out
+
+
 _TOO_LARGE = object()
 # keys a loader reads code names from; an escaped key (`\u0061uto_map`) reads the same to it
 _MARKERS = (b"auto_map", b"custom_pipelines", b"\\u")
+_MODULES = "modules.json"  # sentence-transformers' list of module classes
 
 
 def _read_json(path: str) -> object:
@@ -134,7 +135,8 @@ def _read_json(path: str) -> object:
             raw = fh.read(MAX_JSON_BYTES + 1)
         if len(raw) > MAX_JSON_BYTES:
             return _TOO_LARGE
-        return json.loads(raw) if any(m in raw for m in _MARKERS) else None
+        named = os.path.basename(path) == _MODULES or any(m in raw for m in _MARKERS)
+        return json.loads(raw) if named else None
     except (OSError, ValueError, RecursionError):
         return None
 
@@ -148,7 +150,7 @@ def read_python(path: str, mtime_ns: int = 0) -> PythonCode:
         if len(raw) > MAX_SOURCE_BYTES:
             return PythonCode([], [], [], [], f"larger than {MAX_SOURCE_BYTES >> 20} MiB")
         tree = python_source.parse(raw)  # decoded as the import system decodes it
-        imports, at_load = judge_source(tree, TRANSFORMERS_RUNS, properties=True)
+        imports, at_load = judge_source(tree, every_method=True)
     except (OSError, ValueError) as exc:
         return PythonCode([], [], [], [], str(exc)[:120])
     calls = sorted({ast.unparse(n.func)[:80] for n in ast.walk(tree) if isinstance(n, ast.Call)})
@@ -230,19 +232,19 @@ def _json_finding(folder: str, ref: Reference) -> Finding:
     label = f"{ref.module}.{ref.name}"
     if ref.repo is not None:
         return Finding(Severity.SUSPICIOUS, "remote-code",
-                       f"{ref.key} names {label} in the repository {ref.repo}: {LOADER} "
+                       f"{ref.key} names {label} in the repository {ref.repo}: {ref.loader} "
                        "downloads that code and runs it; it was not scanned")
     runs = _runs(folder, ref.module)
     if not runs:
         return Finding(Severity.SUSPICIOUS, "remote-code",
                        f"{ref.key} names {label}, but {ref.module}.py is not in the folder: "
-                       f"{LOADER} looks for it and runs it wherever it comes from")
+                       f"{ref.loader} looks for it and runs it wherever it comes from")
     files = ", ".join(os.path.basename(p) for p, _ in runs)
     severity = worst([Severity.SUSPICIOUS, *(code.severity for _, code in runs)])
     danger = [r for _, code in runs for r in code.at_load]
     tail = f"; at import or construction it calls {'; '.join(danger[:2])}" if danger else ""
     return Finding(Severity(severity), "remote-code",
-                   f"{ref.key} names {label}: {LOADER} imports and runs {files} from this "
+                   f"{ref.key} names {label}: {ref.loader} imports and runs {files} from this "
                    f"folder{tail}")
 
 
@@ -253,9 +255,10 @@ def _python_finding(path: str) -> Finding:
         mtime = 0
     code = read_python(path, mtime)
     module = os.path.basename(path)[:-3]
-    named = [f"{json_name}'s {ref.key} ({ref.module}.{ref.name})" for json_name, ref in
-             _naming(os.path.dirname(path) or ".").get(module, [])]
-    who = (f"named by {', '.join(named[:3])}: {LOADER} imports and runs it"
+    refs = _naming(os.path.dirname(path) or ".").get(module, [])
+    named = [f"{json_name}'s {ref.key} ({ref.module}.{ref.name})" for json_name, ref in refs]
+    loaders = " and ".join(sorted({ref.loader for _, ref in refs}))
+    who = (f"named by {', '.join(named[:3])}: {loaders} imports and runs it"
            if named else "it runs wherever it is imported")
     return Finding(Severity(code.severity), "python-code",
                    f"Python source, {who}; {code.summary()}")
