@@ -80,3 +80,22 @@ def test_a_save_outside_its_run_folder_is_still_its_signature(tmp_path, key, cap
     save({"w": torch.zeros(2)}, target, step=3, run_dir=tmp_path / "run")
     code, verdict = _verify(target, key, capsys)
     assert code == 0 and verdict["state"] == SignatureState.INTACT
+
+
+def test_a_missing_folder_save_keeps_its_signature_verdict(tmp_path, key, capsys) -> None:
+    from inspector.ledger import save_folder
+
+    def write(folder: Path) -> None:
+        save_file({"w": np.ones(8, dtype=np.float32)}, str(folder / "model.safetensors"))
+        (folder / "config.json").write_text("{}")
+
+    runs = {name: tmp_path / name for name in ("kept", "gone")}
+    for run in runs.values():
+        save_folder(write, run / "checkpoint-5", step=5, run_dir=run)
+    shutil.rmtree(runs["gone"] / "checkpoint-5")
+    for name, state in (("kept", "intact"), ("gone", "missing")):
+        main(["run", "verify", str(runs[name]), "--public-key", str(key), "--json"])
+        [checkpoint] = json.loads(capsys.readouterr().out)["checkpoints"]
+        assert checkpoint["state"] == state
+        # the signature still signs exactly what the record holds
+        assert checkpoint["signature"]["state"] == SignatureState.INTACT, name

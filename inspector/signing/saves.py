@@ -9,6 +9,7 @@ only: this package imports nothing of `run`, and the ledger's reader imports not
 from __future__ import annotations
 
 import os
+import posixpath
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -16,7 +17,7 @@ from typing import Any, Protocol
 from inspector.core.vocabulary import CheckpointState, SignatureState
 from inspector.signing.check import SignatureVerdict, check_against
 from inspector.signing.keys import read_certificates, read_public_key
-from inspector.signing.statement import SavePlace, beside, signed_name
+from inspector.signing.statement import SavePlace, beside
 
 PathLike = str | os.PathLike[str]
 
@@ -43,13 +44,19 @@ def save_signature(ledger: _Ledger, check: _Check, public_key: PathLike | None =
     target = ledger.resolve(check.record)
     if not (public_key or certificates or beside(target).exists()):
         return None
-    expected = {signed_name(target, ledger.run_dir / Path(*f.path.split("/"))): f.sha256 or ""
-                for f in check.record.files}
     record = check.record
+    expected = {recorded_name(record, f.path): f.sha256 or "" for f in record.files}
     return check_against(beside(target), expected, Path(public_key) if public_key else None,
                          [Path(c) for c in certificates],
                          SavePlace(record.path, record.step, record.seq,
                                    ledger.chain_of(record), str(record.outcome)))
+
+
+def recorded_name(record: Any, path: str) -> str:
+    """A recorded file's name in its save's signature, from the record alone (`.` for a file
+    save, else relative to the save's folder, as `signed_name` names them on disk): a folder
+    save whose folder is gone is still checked as a folder's signature."""
+    return posixpath.relpath(path, record.path)
 
 
 def refusal(verdict: SignatureVerdict | None) -> str | None:
