@@ -97,3 +97,67 @@ def test_the_shape_is_read_from_the_records_annotations() -> None:
         "tensors[0].shape_a[0] is a number, not a whole number",
         "tensors[0].max_abs_diff is a string, not a number"]
     assert shape_problems(TensorStats, {}) != []  # a record's required fields must be there
+
+
+INSPECT = """
+    import inspector.tensors.describe as d
+    real = d.describe_tensors
+    def lying(tensors, on_tensor, **options):
+        def told(ev):
+            ev["dtype"] = 5
+            on_tensor(ev)
+        return real(tensors, told, **options)
+    d.describe_tensors = lying
+"""
+
+DIGESTS = """
+    import inspector.tensors.sources as s
+    s.digest = lambda source, cancel: 5
+"""
+
+CONVERT = """
+    import inspector.sandbox.worker.convert as c
+    c.verify_output = lambda *a, **k: 5
+"""
+
+
+def _torch_file(tmp_path):
+    path = tmp_path / "m.pt"
+    torch.save({"w": torch.arange(12, dtype=torch.float32).reshape(3, 4)}, path)
+    return path
+
+
+def test_an_inspect_reply_not_shaped_as_its_contract_is_refused(tmp_path, hostile,
+                                                                capsys) -> None:
+    path = _torch_file(tmp_path)
+    assert main(["inspect", str(path)]) == 0
+    capsys.readouterr()
+    hostile(INSPECT)
+    assert main(["inspect", str(path)]) == 5
+    captured = capsys.readouterr()
+    assert MISSHAPEN in captured.out + captured.err and "Traceback" not in captured.err
+
+
+def test_a_digests_reply_not_shaped_as_its_contract_is_refused(tmp_path, hostile,
+                                                               capsys) -> None:
+    path = _torch_file(tmp_path)
+    manifest = tmp_path / "m.json"
+    assert main(["manifest", "create", str(path), "-o", str(manifest)]) == 0
+    capsys.readouterr()
+    hostile(DIGESTS)
+    assert main(["verify", "-m", str(manifest), str(tmp_path)]) != 0
+    captured = capsys.readouterr()
+    assert MISSHAPEN in captured.out + captured.err and "Traceback" not in captured.err
+
+
+def test_a_convert_reply_not_shaped_as_its_contract_is_refused(tmp_path, hostile,
+                                                               capsys) -> None:
+    path = _torch_file(tmp_path)
+    assert main(["convert", str(path), "-o", str(tmp_path / "honest.safetensors")]) == 0
+    capsys.readouterr()
+    hostile(CONVERT)
+    out = tmp_path / "m.safetensors"
+    assert main(["convert", str(path), "-o", str(out)]) == 6
+    captured = capsys.readouterr()
+    assert MISSHAPEN in captured.err and "Traceback" not in captured.err
+    assert not out.exists()

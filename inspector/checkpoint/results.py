@@ -335,6 +335,31 @@ class DiffResult(JsonRecord):
                                            not r.multi_bit_elements))
 
 
+# --- digests ---------------------------------------------------------------------------
+
+
+@dataclass
+class TensorDigest(JsonRecord):
+    """One tensor of the `digests` reply: its key, dtype, shape and content digest."""
+
+    key: str
+    dtype: str
+    shape: list[int]
+    digest: str
+    digest_algorithm: str | None = None
+
+
+@dataclass
+class DigestsResult(JsonRecord):
+    """The `digests` reply (what `verify` compares with a manifest): every tensor's digest."""
+
+    format: str | None = None
+    digest_algorithm: str | None = None
+    tensors: list[TensorDigest] = field(default_factory=list, metadata=typed_list(TensorDigest))
+    sandbox: Jail | None = field(default=None, metadata=typed(Jail))
+    timing: dict[str, Any] | None = None
+
+
 # --- convert ---------------------------------------------------------------------------
 
 

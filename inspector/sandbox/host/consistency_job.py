@@ -16,7 +16,7 @@ from typing import Any
 from inspector.core.progress import CancelToken
 from inspector.sandbox.host.admission import check_loadable, static_scan
 from inspector.sandbox.host.claims.consistency import check_consistency
-from inspector.sandbox.host.claims.errors import checked_refusal
+from inspector.sandbox.host.claims.errors import Facts, checked_error
 from inspector.sandbox.host.claims.expected import Expected
 from inspector.sandbox.host.jobs import SandboxError, run_job
 from inspector.sandbox.protocol import Limits
@@ -110,7 +110,7 @@ def run_consistency(
         result = run_job(dict(request), on_event=on_event, cancel=cancel, timeout=timeout)
     except SandboxError as exc:
         expected.stop()
-        raise checked_refusal(exc, [scan], spec.allow_globals) from None  # as `inspect`'s
+        raise checked_error(exc, Facts([scan], tuple(spec.allow_globals))) from None  # as inspect's
     except BaseException:
         expected.stop()
         raise

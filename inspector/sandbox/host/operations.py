@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inspector.checkpoint.results import DiffResult
+from inspector.checkpoint.results import ConversionResult, DiffResult
 from inspector.core.atomic import OutputExistsError, atomic_write, write_text_atomic
 from inspector.core.progress import Cancelled, CancelToken
 from inspector.core.termtext import escape
@@ -32,6 +32,7 @@ from inspector.sandbox.host.claims.diff import SideBySide, check_diff
 from inspector.sandbox.host.claims.errors import Facts, checked_error
 from inspector.sandbox.host.claims.expected import Expected
 from inspector.sandbox.host.claims.inspection import check_digests, check_inspection
+from inspector.sandbox.host.claims.refusal import check_shape
 from inspector.sandbox.host.events import ProtocolViolation
 from inspector.sandbox.host.jobs import EventFn, SandboxError, run_job
 from inspector.sandbox.protocol import Limits
@@ -257,6 +258,7 @@ def convert_file(
             except SandboxError as exc:  # its code chooses the exit status: a claim too
                 expected.stop()
                 raise checked_error(exc, Facts(scanned, tuple(allow), asked)) from None
+            check_shape("conversion", ConversionResult, result)  # before any of it is read
             if not result.get("verified"):
                 # nothing is kept either way; the mismatches are only the worker's word
                 raise SandboxError("verify_failed", "the jailed worker says the output it read "

@@ -66,15 +66,15 @@ def _ours(exc: SandboxError, message: str) -> SandboxError:
 
 def checked_error(exc: SandboxError, facts: Facts) -> SandboxError:
     """Any operation's error code, held against `facts`: a weights_only refusal against the
-    scans (`checked_refusal`), and each code this process has facts for by its own check
+    scans (`_checked_refusal`), and each code this process has facts for by its own check
     (`_CHECKS`); the other codes (a load that failed, the worker's limits, a cancel) say
     nothing about the input that a view shows as a finding."""
-    exc = checked_refusal(exc, facts.scans, facts.allowed)
+    exc = _checked_refusal(exc, facts.scans, facts.allowed)
     check = _CHECKS.get(exc.code)
     return exc if check is None else check(exc, facts)
 
 
-def checked_refusal(exc: SandboxError, scans: Sequence[ScanResult],
+def _checked_refusal(exc: SandboxError, scans: Sequence[ScanResult],
                     allowed: Iterable[str]) -> SandboxError:
     """A `weights_only_refused` answer (any operation that loads), held against the static
     scans of its inputs: refuted when every scan says torch.load(weights_only=True) loads its

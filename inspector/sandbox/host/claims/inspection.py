@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from inspector.checkpoint.health import assess
-from inspector.checkpoint.results import ClaimCheck
+from inspector.checkpoint.results import ClaimCheck, DigestsResult, InspectResult
 from inspector.checkpoint.tensor_stats import TensorStats
 from inspector.core.termtext import escape
 from inspector.formats.safetensors_header import (
@@ -18,7 +18,8 @@ from inspector.formats.safetensors_header import (
 from inspector.sandbox.host.claims.expected import Expected
 from inspector.sandbox.host.claims.objects import file_objects, object_problems
 from inspector.sandbox.host.claims.records import DIGESTS, INSPECTED, record_problems
-from inspector.sandbox.host.claims.refusal import algorithm_problems, refuted, timed
+from inspector.sandbox.host.claims.refusal import algorithm_problems, check_shape, refuted, timed
+from inspector.sandbox.host.jobs import SandboxError
 
 
 def check_inspection(expected: Expected, report: dict[str, Any]) -> None:
@@ -27,6 +28,13 @@ def check_inspection(expected: Expected, report: dict[str, Any]) -> None:
     checked NaN / Inf counts and health; `error` when a claim fails. The digest algorithm is
     this process's whether or not the file is read here (`algorithm_problems`)."""
     started = time.perf_counter()
+    try:
+        check_shape("inspection", InspectResult, report)
+    except SandboxError as exc:
+        expected.stop()
+        # no view may read what is not shaped as the contract (a table would trip on it)
+        report.update(error=exc.to_json(), tensors=[], objects=[], unique_storage=None)
+        return
     named = algorithm_problems(report)
     if named:
         expected.stop()
@@ -68,6 +76,11 @@ def check_digests(expected: Expected, result: dict[str, Any]) -> None:
     bytes: each tensor once with its digest, and a converted file's recorded aliases and
     rebuild specs (`KEY::spec`) with theirs, each named with this process's digest algorithm;
     SandboxError when a claim fails."""
+    try:
+        check_shape("tensor digests", DigestsResult, result)
+    except SandboxError:
+        expected.stop()
+        raise
     named = algorithm_problems(result, result["tensors"])
     if named:
         expected.stop()
