@@ -121,3 +121,26 @@ def test_a_hash_the_library_cannot_redo_is_one_line(tmp_path, key, capsys) -> No
     assert main(["verify", str(folder), "--public-key", str(pub)]) == 2
     err = capsys.readouterr().err
     assert "'md5'" in err and "cannot hash" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("hash_type,shards", [("blake2", None), ("sha256", 512)])
+def test_one_file_signed_with_blake2_or_shards_verifies_and_a_change_fails(
+        tmp_path, key, capsys, hash_type, shards) -> None:
+    from model_signing import hashing, signing
+
+    pem, pub = key
+    target = tmp_path / "step-1.bin"
+    target.write_bytes(bytes(range(256)) * 8)
+    config = hashing.Config()
+    if shards:
+        config.use_shard_serialization(hashing_algorithm=hash_type, shard_size=shards)
+    else:
+        config.use_file_serialization(hashing_algorithm=hash_type)
+    signing.Config().use_elliptic_key_signer(private_key=pem).set_hashing_config(
+        config).sign(target, Path(f"{target}.sig"))
+    assert main(["verify", str(target), "--public-key", str(pub)]) == 0
+    assert "intact" in capsys.readouterr().out
+    with target.open("ab") as handle:
+        handle.write(b"\0")
+    assert main(["verify", str(target), "--public-key", str(pub)]) == 1
+    assert "changed" in capsys.readouterr().out

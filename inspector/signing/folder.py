@@ -268,8 +268,8 @@ def check_signed_file(path: Path, signature: Path, public_key: Path | None = Non
                       certificate_chain: Sequence[Path] = (), *,
                       keyless: KeylessTrust | None = None, strict: bool = False,
                       cancel: CancelToken | None = None) -> SignedCheck:
-    """One file against a signature over it alone: its statement's one item is `.`, as the
-    ledger and `model_signing sign key FILE` write it."""
+    """One file against a signature over it alone: its statement's items are `.` (or its
+    shards `.:start:end`), as the ledger and `model_signing sign key FILE` write it."""
     from inspector.signing.check import check_signature, verdict_for
 
     kind = None
@@ -277,24 +277,39 @@ def check_signed_file(path: Path, signature: Path, public_key: Path | None = Non
         bundle = read_bundle(signature)
         kind = bundle.kind
         checked = check_signature(bundle, public_key, certificate_chain, keyless)
-        names = [r.name for r in checked.statement.resources]
-        if not checked.statement.plain_sha256 or names != ["."]:
+        statement = checked.statement
+        names = {_file_of(r.name, statement) for r in statement.resources}
+        if names != {"."}:
             raise SignatureError("not-this-file", f"{signature}: signs a folder "
-                                 f"({counted(len(names), 'item')}), not one file: name the "
-                                 "folder it signs")
+                                 f"({counted(len(statement.resources), 'item')}), not one "
+                                 "file: name the folder it signs")
+        result = _one_file(path, statement, strict, cancel)
     except SignatureError as exc:
         return SignedCheck(verdict_for(signature, error=exc, kind=kind), error=exc)
-    expected = checked.statement.resources[0].digest
-    record = FileCheck(path=str(path), status=FileStatus.MISSING, expected=expected)
-    if path.is_file():
-        record.actual = sha256_file(path, cancel=cancel)
-        record.status = FileStatus.OK if record.actual == expected else FileStatus.MISMATCH
-    result = VerifyResult(files=[record], strict=strict)
-    misplaced = _bind_save(result, checked.statement, path)
+    misplaced = _bind_save(result, statement, path)
     verdict = verdict_for(signature, checked=checked, kind=kind, changed=result.differs)
     verdict.reason = misplaced
     result.extra["signature"] = verdict.to_json()
     return SignedCheck(verdict, result, files=frozenset({"."}))
+
+
+def _one_file(path: Path, statement: SignedStatement, strict: bool,
+              cancel: CancelToken | None) -> VerifyResult:
+    """The file against a statement over it alone: its SHA-256 here, any other hashing (BLAKE2,
+    BLAKE3, shards) by the library as the signer hashed it."""
+    expected = statement.resources[0].digest
+    if not path.is_file():
+        return VerifyResult(files=[FileCheck(path=str(path), status=FileStatus.MISSING,
+                                             expected=expected)], strict=strict)
+    if not statement.plain_sha256:
+        result = _verify_by_library(path, statement, None, strict)
+        for record in result.files:  # `.` and `.:0:512` are this file and its parts
+            record.path = str(path) + record.path[1:]
+        return result
+    actual = sha256_file(path, cancel=cancel)
+    status = FileStatus.OK if actual == expected else FileStatus.MISMATCH
+    return VerifyResult(files=[FileCheck(path=str(path), status=status, expected=expected,
+                                         actual=actual)], strict=strict)
 
 
 def _bind_save(result: VerifyResult, statement: SignedStatement, target: Path) -> str | None:

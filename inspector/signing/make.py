@@ -92,13 +92,14 @@ def check_inputs(folder: Path, key: SigningKey, signature: Path, overwrite: bool
 
 def _replaceable(signature: Path, overwrite: bool) -> None:
     """SignatureError unless `signature` may be written: absent, or with `overwrite` a
-    signature (whole or damaged: `looks_like_signature`), never another file named by mistake
-    (a model's weights named as the destination were replaced by the signature)."""
+    signature by its name (`*.sig`) or its bytes (whole or damaged: `looks_like_signature`),
+    never another file named by mistake (a model's weights named as the destination were
+    replaced by the signature)."""
     if not os.path.lexists(signature):
         return
     if not overwrite:
         raise SignatureError("exists", f"{signature} exists; pass --force to replace it")
-    if not looks_like_signature(signature):
+    if signature.suffix != ".sig" and not looks_like_signature(signature):
         raise SignatureError("exists", f"{signature} exists and is not a signature; --force "
                              "replaces only a signature: name another destination")
 
