@@ -1,6 +1,6 @@
 """A jailed worker's reply is held to the shape of its contract's record before any check or view
-reads it (`core.record_shape`, `claims.refusal.check_shape`): a row that is no object, a dtype
-that is a number, a flip index that is true. Before, such a reply reached the checks and views
+reads it (`json_record.shape_problems`, `claims.refusal.check_shape`): a row that is no object, a
+dtype that is a number, a flip index that is true. Before, such a reply reached the checks and views
 as it came: `diff` died with a traceback and exit 1 (its "different"), `inspect` printed a
 traceback from its table.
 
@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 
 from inspector.checkpoint.results import DiffResult, TensorStats
 from inspector.cli import main
-from inspector.core.record_shape import shape_problems
+from inspector.core.json_record import shape_problems
 
 MISSHAPEN = "is not shaped as its contract says"
 

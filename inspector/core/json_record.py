@@ -7,13 +7,22 @@ carry stays absent.
 Field metadata says how a field is read and written (`NUMBER`, `word`, `typed`, `typed_list`).
 Its own module so that `checkpoint.health` (which `checkpoint.results` imports through
 `checkpoint.architecture`) can be one. Torch-free.
+
+`shape_problems(cls, data)` says where a JSON object departs from a record's annotations (every
+field the record declares holds the type it names, every field without a default present): what
+another process sends (the jailed worker's replies) is held to it before any of it is read, since
+`from_json` keeps values as they come and the checks and views after it take the annotations at
+their word.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
-from enum import StrEnum
+from enum import Enum, StrEnum
 from functools import cache
 from typing import Any, ClassVar, TypeVar
 
@@ -125,3 +134,96 @@ def as_result(cls: type[R], value: R | dict[str, Any] | None) -> R | None:
     if value is None or isinstance(value, cls):
         return value
     return cls.from_json(value)
+
+
+# --- shape: whether a JSON object is shaped as a record (what another process sends) ---
+
+_SHOWN = 3
+"""Problems named per list before the rest are counted as one."""
+
+
+def shape_problems(cls: type[JsonRecord], data: Any, where: str = "") -> list[str]:
+    """Where `data` departs from the shape of `cls` (empty when it conforms)."""
+    if not isinstance(data, dict):
+        return [f"{where or 'the reply'} is {_kind(data)}, not an object"]
+    problems = []
+    prefix = f"{where}." if where else ""
+    for name, hint, number, required in _fields(cls):
+        if name not in data:
+            problems += [f"{prefix}{name} is missing"] if required else []
+            continue
+        problems += _problems(hint, data[name], f"{prefix}{name}", number)
+    return problems
+
+
+@cache
+def _fields(cls: type[JsonRecord]) -> tuple[tuple[str, Any, bool, bool], ...]:
+    """(name, annotation, a number that may be non-finite, required) of each JSON field."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        if f.name in JsonRecord._OWN or f.metadata.get("transient"):
+            continue
+        required = f.default is dataclasses.MISSING and \
+            f.default_factory is dataclasses.MISSING
+        out.append((f.name, hints[f.name], f.metadata.get("load") is _number, required))
+    return tuple(out)
+
+
+def _problems(hint: Any, value: Any, where: str, number: bool = False) -> list[str]:
+    """Where one value departs from its annotation (an annotation not modelled here, such as
+    `Any`, admits everything)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return []
+        found = [_problems(a, value, where, number) for a in args if a is not type(None)]
+        return [] if any(not f for f in found) else found[0]
+    if origin is list or origin is tuple:
+        if not isinstance(value, list):
+            return [f"{where} is {_kind(value)}, not a list"]
+        inner = args[0] if args else Any
+        return _first([p for i, v in enumerate(value)
+                       for p in _problems(inner, v, f"{where}[{i}]")])
+    if origin is dict:
+        if not isinstance(value, dict):
+            return [f"{where} is {_kind(value)}, not an object"]
+        inner = args[1] if len(args) == 2 else Any
+        return _first([p for k, v in value.items() for p in _problems(inner, v, f"{where}.{k}")])
+    return _leaf_problems(hint, value, where, number)
+
+
+def _leaf_problems(hint: Any, value: Any, where: str, number: bool) -> list[str]:
+    if not isinstance(hint, type):
+        return []
+    if issubclass(hint, JsonRecord):
+        return shape_problems(hint, value, where)
+    if hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        ok = (isinstance(value, (int, float)) and not isinstance(value, bool)) or \
+            (number and isinstance(value, str) and value in NON_FINITE)
+    elif hint is str or issubclass(hint, Enum):
+        ok = isinstance(value, str)
+    elif hint is list or hint is dict:
+        ok = isinstance(value, hint)
+    else:
+        return []
+    return [] if ok else [f"{where} is {_kind(value)}, not {_NAMES.get(hint, 'a word')}"]
+
+
+_NAMES = {bool: "true or false", int: "a whole number", float: "a number", str: "a string",
+          list: "a list", dict: "an object"}
+
+
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "true or false",
+            int: "a whole number", float: "a number", type(None): "null"}.get(
+        type(value), type(value).__name__)
+
+
+def _first(problems: list[str]) -> list[str]:
+    more = len(problems) - _SHOWN
+    return problems[:_SHOWN] + ([f"and {more} more"] if more > 0 else [])

@@ -32,6 +32,7 @@ from inspector.cli.common import (
     progress_events,
     stderr_progress,
 )
+from inspector.cli.convert.lines import skipped_lines
 from inspector.core.termtext import escape
 from inspector.formats import sniff
 
@@ -98,14 +99,6 @@ def _values_unchecked(report: ConversionResult) -> str | None:
     beside `checked`); None when it was."""
     claims = report.claims
     return report.unchecked_reason or (claims.reason if claims is not None else None)
-
-
-def skipped_lines(report: ConversionResult) -> list[str]:
-    """A `skipped` line per tensor left out: checked here against the input's dtypes, or,
-    where the conversion was not, the loader's word."""
-    whose = "" if report.unchecked_reason is None else " (as reported by the jailed loader)"
-    return [f"skipped   {escape(str(s.get('key')))}: {escape(str(s.get('reason')))}{whose}"
-            for s in report.tensors_skipped if isinstance(s, dict)]
 
 
 def _human(report: ConversionResult) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from inspector.checkpoint.results import FolderConversion, jail_line
 from inspector.cli.common import progress_events, stderr_progress, warm_workers
-from inspector.cli.convert.command import skipped_lines
+from inspector.cli.convert.lines import skipped_lines
 from inspector.core.termtext import escape
 from inspector.integrity.shard_index import Problem
 from inspector.sandbox.host.parallel import run_parallel

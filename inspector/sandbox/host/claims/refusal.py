@@ -6,8 +6,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from inspector.core.json_record import JsonRecord
-from inspector.core.record_shape import shape_problems
+from inspector.core.json_record import JsonRecord, shape_problems
 from inspector.core.termtext import escape
 from inspector.integrity.hashing import DIGEST_ALGORITHM
 from inspector.sandbox.host.jobs import REFUTED, SandboxError
@@ -23,7 +22,7 @@ def refuted(what: str, problems: list[str], sandbox: dict | None) -> SandboxErro
 
 
 def check_shape(what: str, contract: type[JsonRecord], reply: dict[str, Any]) -> None:
-    """Refuse a reply that is not shaped as its contract's record (`core.record_shape`)
+    """Refuse a reply that is not shaped as its contract's record (`json_record.shape_problems`)
     before any check or view reads it: a value of another type would otherwise be a traceback,
     or printed as it came."""
     problems = shape_problems(contract, reply)
