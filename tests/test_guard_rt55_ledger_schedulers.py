@@ -1,9 +1,9 @@
-"""An LR scheduler's saved state is part of the health check (`ledger.schedulers`): a flipped
-`last_epoch` or `base_lrs` bit, which leaves every number finite and moves every later learning
-rate of a resumed run, is never sealed; the ordinary recipes (torch's schedulers, alone, chained,
-sequential, created mid-run, resumed with `last_epoch=N`, stepped per epoch, skipped by a
-GradScaler, transformers' schedules, two optimizers) raise nothing. Faults are the test's own,
-each beside a clean same-seed twin."""
+"""An LR scheduler's saved state is part of the health check
+(`ledger.health.scheduler_problems`): a flipped `last_epoch` or `base_lrs` bit, which leaves
+every number finite and moves every later learning rate of a resumed run, is never sealed; the
+ordinary recipes (torch's schedulers, alone, chained, sequential, created mid-run, resumed with
+`last_epoch=N`, stepped per epoch, skipped by a GradScaler, transformers' schedules, two
+optimizers) raise nothing. Faults are the test's own, each beside a clean same-seed twin."""
 
 from __future__ import annotations
 

@@ -2,7 +2,10 @@
 guard and the data-order ledger (and read by the ledger's `report RUN_DIR`), and the guard's
 voice on stderr (`AlarmConsole`): one line the first time each rule fires, then a count line at
 its 10th, 100th, 1000th ... alarm, and at `close` one line per rule that fired more than once.
-So `warn` is never silent, and a rule that fires every step does not flood the console."""
+So `warn` is never silent, and a rule that fires every step does not flood the console. And the
+steps an integration's callback could not give the guard (`Unchecked`: no loss it could see),
+said once on stderr and held against every later save of the run through `run.health_gate`, so
+a run whose steps went unchecked never has its saves sealed as if the guard had passed them."""
 
 from __future__ import annotations
 
@@ -11,10 +14,11 @@ import socket
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from inspector.run import journal
+from inspector.run import health_gate, journal
 from inspector.run.status import GUARD_ALARM as ALARM_KIND
 
 
@@ -72,3 +76,34 @@ def _power_of_ten(n: int) -> bool:
     while n >= 10 and n % 10 == 0:
         n //= 10
     return n == 1
+
+
+class Unchecked:
+    """The optimizer steps a callback could not check, for the ledger's health check."""
+
+    def __init__(self, run_dir: Path, watches: Callable[[Any], bool], why: str) -> None:
+        self.run_dir = run_dir
+        self.watches = watches
+        self.why = why
+        self.steps: list[int] = []
+
+    def note(self, step: int) -> None:
+        """Step `step` went to the optimizer unchecked; the first one is said on stderr and
+        from then on every save of the run is unhealthy."""
+        self.steps.append(step)
+        if len(self.steps) == 1:
+            health_gate.register(self.run_dir, self.health, self.watches)
+            print(f"inspector.guard: step {step} was not checked: {self.why}; no save of "
+                  f"{self.run_dir} is sealed verified from now on", file=sys.stderr, flush=True)
+
+    def health(self) -> list[str]:
+        """One problem while any step went unchecked (`run.health_gate`'s check)."""
+        if not self.steps:
+            return []
+        return [f"{len(self.steps)} optimizer steps the guard never checked (first at step "
+                f"{self.steps[0]}): {self.why}"]
+
+    def close(self) -> None:
+        """Stop being asked by the ledger."""
+        if self.steps:
+            health_gate.unregister(self.run_dir, self.health)

@@ -10,7 +10,7 @@ the Trainer did (`label_smoothing_factor`, `compute_loss_func`, a subclass's own
 `compute_loss` to keep each training loss (unwrapped at `on_train_end`), and hooks the model's
 forward for the output's `loss` (a subclass's `training_step` that never calls
 `compute_loss`). A step that reaches the optimizer with no loss seen is never passed over in
-silence: one stderr line, and every later save of the run is unhealthy (`guard.unchecked`).
+silence: one stderr line, and every later save of the run is unhealthy (`alarm_record.Unchecked`).
 With `max_grad_norm` set, the gradient-norm spike rules see the clipped norm; the loss rules
 and the NaN/Inf checks are unaffected. `skip` drops the gradients (the optimizer changes
 nothing, the LR scheduler still steps); `halt` writes the scene and raises `GuardHalt` out of
@@ -32,8 +32,8 @@ from transformers import (
     TrainingArguments,
 )
 
+from inspector.guard.alarm_record import Unchecked
 from inspector.guard.guard import Guard, GuardConfig
-from inspector.guard.unchecked import Unchecked
 
 NO_LOSS = ("the callback saw no training loss (neither the Trainer's compute_loss nor the "
            "model's output gave one)")
@@ -47,7 +47,7 @@ class GuardTrainerCallback(TrainerCallback):
         self._loss: torch.Tensor | None = None
         self._hook: Any = None
         self._trainer: Trainer | None = None
-        self._unchecked = Unchecked(self.guard, NO_LOSS)
+        self._unchecked = Unchecked(self.guard.run_dir, self.guard.models.holds, NO_LOSS)
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState,
                        control: TrainerControl, model: torch.nn.Module | None = None,

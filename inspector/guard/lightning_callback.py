@@ -4,7 +4,7 @@ Lightning calls `on_before_optimizer_step` after backward and before the optimiz
 the guard checks there with the loss it saw in `on_before_backward`. A step whose backward
 Lightning never saw (manual optimization calling `loss.backward()` itself) has no loss to give
 the guard: it is said on stderr and every later save of the run is unhealthy
-(`guard.unchecked`), never passed over in silence. `skip` drops the gradients
+(`alarm_record.Unchecked`), never passed over in silence. `skip` drops the gradients
 (the update changes nothing); `halt` writes the scene and raises `GuardHalt` out of `fit`. The
 re-run for attribution replays `training_step` on the same batch through the strategy's
 backward (other callbacks' backward hooks see that second backward too).
@@ -18,8 +18,8 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
+from inspector.guard.alarm_record import Unchecked
 from inspector.guard.guard import Guard, GuardConfig
-from inspector.guard.unchecked import Unchecked
 
 NO_LOSS = ("no backward went through Lightning before this optimizer step (a manual "
            "optimization's `loss.backward()` instead of `self.manual_backward(loss)`), so "
@@ -34,7 +34,7 @@ class GuardCallback(pl.Callback):
         self._loss: torch.Tensor | None = None
         self._batch: tuple[Any, int] | None = None
         self._replaying = False
-        self._unchecked = Unchecked(self.guard, NO_LOSS)
+        self._unchecked = Unchecked(self.guard.run_dir, self.guard.models.holds, NO_LOSS)
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
                              batch: Any, batch_idx: int) -> None:
