@@ -15,6 +15,7 @@ from inspector.scan.pickles.joblib_arrays import NUMPY_DTYPE, PLAIN_SUBCLASSES, 
 from inspector.scan.pickles.opcodes import HANDED, OPCODE_NAMES, PERSISTENT_ID_READS
 from inspector.scan.pickles.policy import call_allowed
 from inspector.scan.pickles.records import Call, GlobalRef, Issue, Limits, PickleScan
+from inspector.scan.pickles.static_source import is_enum_class
 from inspector.scan.pickles.unbuffered import unbuffered_splice
 from inspector.scan.pickles.values import (
     BIG,
@@ -28,6 +29,9 @@ from inspector.scan.pickles.values import (
 )
 
 RECONSTRUCTOR = "copyreg._reconstructor"
+# A call of an enum class looks a member up by value, and on a value no member has runs the
+# class's _missing_: judged from its source as a protocol the load runs
+ENUM_LOOKUP = "looks a member up by value (on a miss the class's _missing_ runs) in"
 GETATTR = "builtins.getattr"
 
 
@@ -281,6 +285,9 @@ class WalkState:
         calls = self.res.calls
         if len(calls) < 200_000:
             calls.append(Call(fref, opname, at, strings, _shown(args)))
+        if fref is not None and opname == "REDUCE" and is_enum_class(fref.module, fref.name) and (
+                len(calls) < 200_000):
+            calls.append(Call(fref, opname, at, [], "", runs=("_missing_",), role=ENUM_LOOKUP))
         obj = _Obj(fref, args if fref is not None and fref.key == NUMPY_DTYPE else None)
         if fref is not None and fref.key == RECONSTRUCTOR and isinstance(args, tuple) and (
                 args and isinstance(args[0], GlobalRef)):

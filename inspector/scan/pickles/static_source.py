@@ -206,7 +206,8 @@ def is_enum_class(module: str, name: str, hops: int = 0) -> bool:
     if hops > _MAX_HOPS or "." in name:
         return False
     bound = _binding(module, name)
-    if bound is None or bound[0] != "def" or not isinstance(bound[1], ast.ClassDef):
+    if bound is None or bound[0] != "def" or not isinstance(bound[1], ast.ClassDef) or (
+            _custom_call(module, bound[1])):
         return False
     path = module_file(module)
     for deco in bound[1].decorator_list:  # `@enum._simple_enum(IntFlag) class RegexFlag:`
@@ -231,6 +232,25 @@ def is_enum_class(module: str, name: str, hops: int = 0) -> bool:
                         alias.name if alias.asname else alias.name.split(".")[0])
         if dotted[0] in modules and is_enum_class(
                 ".".join([modules[dotted[0]], *dotted[1:-1]]), dotted[-1], hops + 1):
+            return True
+    return False
+
+
+def _custom_call(module: str, node: ast.ClassDef) -> bool:
+    """Whether the class names a metaclass whose `__call__` (what calling the class runs) is
+    not enum's own, or one whose source cannot be read: then a call of it is no enum lookup."""
+    for keyword in node.keywords:
+        if keyword.arg != "metaclass":
+            continue
+        ref = _ref(module, keyword.value)
+        meta = resolve(*ref) if ref else None
+        if meta is None:
+            return True
+        if meta[0] == "enum":
+            continue
+        mro = _mro(*meta)
+        found = _method_in(mro, "__call__") if mro else None
+        if not mro or (found is not None and mro[found[0]][0] != "enum"):
             return True
     return False
 
