@@ -12,11 +12,11 @@ import codecs
 from collections.abc import Callable
 from struct import unpack_from
 
+from inspector.scan.pickles.class_source import defines_method
 from inspector.scan.pickles.joblib_arrays import NUMPY_DTYPE, WRAPPER
 from inspector.scan.pickles.opcodes import HANDED, HASHED, OPCODE_BYTES
 from inspector.scan.pickles.records import Call, GlobalRef
 from inspector.scan.pickles.state import Truncated, WalkState
-from inspector.scan.pickles.static_source import defines_method
 from inspector.scan.pickles.values import (
     MISSING,
     UNKNOWN,

@@ -19,12 +19,13 @@ from pathlib import Path
 
 from inspector.core.vocabulary import Severity
 from inspector.scan.pickles.calls import CALL_ALLOWED, DATA_CLASSES, LITERAL_CALLS, words
+from inspector.scan.pickles.class_source import is_enum_class
 from inspector.scan.pickles.joblib_arrays import WRAPPER as JOBLIB_WRAPPER
 from inspector.scan.pickles.opcodes import OPCODE_BYTES, WEIGHTS_ONLY_OPCODES_DEFAULT
 from inspector.scan.pickles.presets import PRESET_GLOBALS, PRESETS
 from inspector.scan.pickles.presets import numpy_dtype_class as numpy_dtype_class
 from inspector.scan.pickles.presets import numpy_dtype_classes as numpy_dtype_classes
-from inspector.scan.pickles.static_source import cache_dir, is_enum_class, resolve
+from inspector.scan.pickles.static_source import cache_dir, resolve
 
 _DTYPES = words(
     "float16 float32 float64 bfloat16 complex32 complex64 complex128 bool uint8 int8 int16 int32 "
@@ -460,7 +461,7 @@ def classify(module: str, name: str, rules: WeightsOnlyRules | None = None) -> C
 
 
 # An enum member rebuilt by value: Class('steps'), Class(2); only where the class's source shows
-# it is an enum (`static_source.is_enum_class`), never for any capitalised callable
+# it is an enum (`class_source.is_enum_class`), never for any capitalised callable
 _ENUM_CALL_RE = re.compile(r"\((?:'[\w.-]{0,64}'|\"[\w.-]{0,64}\"|-?\d{1,20})\)")
 _LITERAL_CALL_RES = {target: re.compile(pattern) for target, pattern in LITERAL_CALLS.items()}
 

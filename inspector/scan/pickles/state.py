@@ -11,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from inspector.scan.pickles.calls import CALLS_ARGUMENTS, RETURNS, SETS_STATE, CalledArgument
+from inspector.scan.pickles.class_source import is_enum_class
 from inspector.scan.pickles.joblib_arrays import NUMPY_DTYPE, PLAIN_SUBCLASSES, WRAPPER, layout
 from inspector.scan.pickles.opcodes import HANDED, OPCODE_NAMES, PERSISTENT_ID_READS
 from inspector.scan.pickles.policy import call_allowed
 from inspector.scan.pickles.records import Call, GlobalRef, Issue, Limits, PickleScan
-from inspector.scan.pickles.static_source import is_enum_class
 from inspector.scan.pickles.unbuffered import unbuffered_splice
 from inspector.scan.pickles.values import (
     BIG,
