@@ -18,6 +18,8 @@ from inspector.checkpoint.results import ClaimCheck, InspectResult
 from inspector.cli import main
 from inspector.report.render_json import load_schema
 
+pytest_plugins = ("gui_fixtures",)  # fixtures: window
+
 MARK = "(as reported by the jailed loader"
 LR_LIE = """
     import inspector.sandbox.worker.inspect_op as op
@@ -112,3 +114,27 @@ def test_the_overviews_rows_say_whose_word_they_are() -> None:
     assert _whose(unchecked, "epoch 3") == "epoch 3 (as reported by the jailed loader)"
     assert _whose(checked, "epoch 3") == "epoch 3"
     assert _whose(unchecked, "—") == "—"
+
+
+def test_the_overview_of_an_unchecked_file_marks_its_rows(window, qtbot, tmp_path,
+                                                          artifacts) -> None:
+    """The real pane, not only its helper: a file the host cannot read shows its Contents,
+    Architecture and Training rows as the loader's word (and a screenshot to look at)."""
+    from gui_support import wait_loaded
+    from PySide6.QtWidgets import QLabel
+
+    from inspector.gui.panes.overview_pane import Row
+
+    path = tmp_path / "unreadable.ckpt"
+    _training(path, unreadable=True)
+    (doc,) = window.open_paths([path])
+    wait_loaded(qtbot, doc)
+    window.resize(1280, 800)
+    window.tabs.setCurrentWidget(window.overview)
+    qtbot.waitUntil(lambda: window.stage_label.text() == "Ready", timeout=20000)
+    for row in (Row.CONTENTS, Row.ARCHITECTURE, Row.TRAINING):
+        assert MARK in window.overview.fields[row].text(), row
+    assert MARK in window.overview.model_summary.resume.text()  # the checklist's headline
+    assert MARK in window.overview.health_banner.accessibleDescription() or MARK in "".join(
+        label.text() for label in window.overview.health_banner.findChildren(QLabel))
+    assert window.grab().save(str(artifacts / "gui" / "overview-unchecked-marks.png"))

@@ -155,7 +155,7 @@ def _whose(result: InspectResult | None, text: str) -> str:
     claims = result.claims if result is not None else None
     if text == "—" or result is None or (claims is not None and claims.checked):
         return text
-    return f"{text} (as reported by the jailed loader)"
+    return f"{text.rstrip('.')} (as reported by the jailed loader)"
 
 
 class OverviewPane(QWidget):
@@ -280,6 +280,8 @@ class OverviewPane(QWidget):
         detail = _health_detail(doc.health) or (
             not_judged_text(doc.state, doc.message) if status is None and loaded is not None
             else health_text.meaning)
+        if status is not None:  # judged from the worker's records: whose word they are
+            detail = _whose(doc.result, detail)
         self.health_banner.show_style(weights_style(status, loaded), health_text, detail)
         self.fields[Row.PATH].setText(str(doc.path))
         self.fields[Row.FORMAT].setText(doc.scan.format if doc.scan else "—")
@@ -323,7 +325,7 @@ class OverviewPane(QWidget):
         self.fields[Row.CONTENTS].setText(contents_text(contents) if contents is not None
                                           and contents.tensors else "—")
         self.fields[Row.TRAINING].setText((contents and training_summary(contents)) or "—")
-        self.model_summary.show(doc.result)
+        self.model_summary.show(doc.result, whose=_whose(result, ""))
         for row in (Row.CONTENTS, Row.TRAINING, Row.ARCHITECTURE):
             self.fields[row].setText(_whose(result, self.fields[row].text()))
         code = code_summary(doc.result)

@@ -43,14 +43,17 @@ class ResumeView(QLabel):
         super().__init__(parent)
         self.checklist: ResumeChecklist | None = None
         self.otherwise = ""
+        self.whose = ""
         self.setTextFormat(Qt.TextFormat.RichText)
         self.setWordWrap(True)
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.setAccessibleName("Resume readiness")
 
-    def show_checklist(self, checklist: ResumeChecklist | None, otherwise: str = "") -> None:
-        """Show `checklist`, or the words `otherwise`."""
-        self.checklist, self.otherwise = checklist, otherwise
+    def show_checklist(self, checklist: ResumeChecklist | None, otherwise: str = "",
+                       whose: str = "") -> None:
+        """Show `checklist` (its headline followed by `whose`: whose word it is), or the words
+        `otherwise`."""
+        self.checklist, self.otherwise, self.whose = checklist, otherwise, whose
         self._render()
 
     def changeEvent(self, event: QEvent) -> None:
@@ -64,12 +67,13 @@ class ResumeView(QLabel):
             self.setText(html.escape(self.otherwise))
             self.setAccessibleDescription(self.otherwise)
             return
-        self.setText(resume_html(self.checklist, self.palette()))
-        self.setAccessibleDescription(resume_text(self.checklist))
+        self.setText(resume_html(self.checklist, self.palette(), self.whose))
+        self.setAccessibleDescription(resume_text(self.checklist) + self.whose)
 
 
-def resume_html(checklist: ResumeChecklist, palette: QPalette) -> str:
-    """The checklist as rich text: each row's mark and status coloured by meaning, in words."""
+def resume_html(checklist: ResumeChecklist, palette: QPalette, whose: str = "") -> str:
+    """The checklist as rich text: each row's mark and status coloured by meaning, in words;
+    `whose` follows the headline (whose word the checklist is)."""
     rows = []
     for i in checklist.items:
         glyph, role = _MARKS[i.status] if alarming(i) else ("–", "")
@@ -78,7 +82,8 @@ def resume_html(checklist: ResumeChecklist, palette: QPalette) -> str:
             mark = f"<span style='color:{role_colour(role, palette).name()}'>{mark}</span>"
         rows.append(f"<tr><td>{html.escape(item_label(i))}&nbsp;&nbsp;</td>"
                     f"<td><b>{mark}</b>&nbsp;&nbsp;</td><td>{html.escape(i.detail)}</td></tr>")
-    return f"<b>{html.escape(headline(checklist))}</b><table>{''.join(rows)}</table>"
+    return (f"<b>{html.escape(headline(checklist))}</b>{html.escape(whose)}"
+            f"<table>{''.join(rows)}</table>")
 
 
 class ModelSummary:
@@ -91,11 +96,11 @@ class ModelSummary:
         form.addRow("Resume:", self.resume)
         form.setRowVisible(self.resume, False)
 
-    def show(self, result: InspectResult | None) -> None:
-        """Show what an inspect result says (typed on its job's thread); a dash before (or
-        without) one."""
+    def show(self, result: InspectResult | None, whose: str = "") -> None:
+        """Show what an inspect result says (typed on its job's thread), its checklist's
+        headline followed by `whose` (whose word it is); a dash before (or without) one."""
         arch = result.architecture if result is not None else None
         resume = result.resume if result is not None else None
         self.architecture_label.setText(arch.summary() if arch is not None else "—")
-        self.resume.show_checklist(resume, WEIGHTS_ONLY if arch is not None else "")
+        self.resume.show_checklist(resume, WEIGHTS_ONLY if arch is not None else "", whose)
         self.form.setRowVisible(self.resume, resume is not None or arch is not None)
