@@ -1,4 +1,4 @@
-"""`scan.pickles.stack_check.check_stack` decides as `pickletools.dis` does (what torch's legacy
+"""`layout.stack_check.check_stack` decides as `pickletools.dis` does (what torch's legacy
 stream check rests on): the same exception with the same message, or none, for the corpus's
 pickles, thousands of mutants of them and pickles made to break each rule."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from factories import mutate
 
-from inspector.scan.pickles.stack_check import check_stack
+from inspector.layout.stack_check import check_stack
 
 CORPUS = Path(__file__).resolve().parent.parent.parent / "shared" / "corpus" / "picklescan"
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from inspector.core.vocabulary import Format, Severity
 from inspector.formats.registry import FormatSpec, register
+from inspector.layout.stack_check import check_stack
 from inspector.scan.budget import MAX_FORKS, MAX_LISTED_PICKLES
-from inspector.scan.pickles.stack_check import check_stack
 from inspector.scan.pickles.walker import PickleScan, imports_or_stops, looks_like_pickle
 
 if TYPE_CHECKING:
