@@ -106,3 +106,21 @@ def test_a_save_knows_each_optimizer_by_its_key_without_a_guard(tmp_path):
     [line] = saved_problems(flipped, tmp_path, "optG.")
     assert "betas.1" in line and "0.99" in line
     assert saved_problems(groups["optD."], tmp_path, "optD.") == []
+
+
+def test_a_gan_saved_with_the_ledger_alone_keeps_each_optimizers_baseline(tmp_path):
+    """No guard in the process: the ledger's own check before each seal knows each optimizer
+    by its key in the saved state (`optD.`, `optG.`), so two Adams of one shape with their
+    own beta2 seal clean, and a flipped setting of one is still never sealed."""
+    d, g, opt_d, opt_g = players(0.99)
+
+    def state():
+        return {"D": d.state_dict(), "G": g.state_dict(), "optD": opt_d.state_dict(),
+                "optG": opt_g.state_dict()}
+
+    for step in (1, 2):
+        save(state(), tmp_path / f"step-{step}.pt", step=step, run_dir=tmp_path)
+    opt_g.param_groups[0]["eps"] = flip_float(1e-8, 55)
+    save(state(), tmp_path / "step-3.pt", step=3, run_dir=tmp_path)
+    assert outcomes(tmp_path) == {1: SaveOutcome.VERIFIED, 2: SaveOutcome.VERIFIED,
+                                  3: SaveOutcome.UNHEALTHY}

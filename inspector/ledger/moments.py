@@ -176,7 +176,7 @@ def journaled_problems(obj: Any, run_dir: Any) -> list[str]:
     run's journaled first values (`run.optimizer_settings.saved_problems`): a value flipped in
     the state being saved is never sealed, nor learned as the baseline by a resumed run."""
     return [f"{where}{line}" for where, state in _state_dicts(obj, "", 0)
-            for line in saved_problems(state["param_groups"], run_dir)]
+            for line in saved_problems(state["param_groups"], run_dir, where)]
 
 
 def local_state(optimizer: Any) -> dict | None:
