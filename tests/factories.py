@@ -10,10 +10,12 @@ Add new builders at the end; never change an existing builder's output (other te
 
 from __future__ import annotations
 
+import contextlib
 import io
 import struct
+import sys
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 # ---------------------------------------------------------------------------------------------
@@ -1749,3 +1751,16 @@ def hunt_frame_past_stop_legacy(path: Path, canary: Path) -> Path:
     data = b"\x80\x04\x95" + struct.pack("<Q", len(body)) + body + payload + STOP
     data += b"\x80\x02M\xe9\x03." + b"\x80\x02}." + b"\x80\x02}." + b"\x80\x02]."
     return _write(path, data)
+
+
+@contextlib.contextmanager
+def module_on_path(folder: Path, name: str, source: str) -> Iterator[Path]:
+    """`source` as module `name` in `folder`, importable while the block runs, then forgotten
+    (a fresh name per test module: the scanner's source reader caches what it read)."""
+    (folder / f"{name}.py").write_text(source)
+    sys.path.insert(0, str(folder))
+    try:
+        yield folder
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop(name, None)

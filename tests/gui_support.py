@@ -202,3 +202,18 @@ def each_theme(qtbot, settle_ms: int = 100) -> Iterator[str]:
             yield theme
     finally:
         appmod.set_theme("system")
+
+
+def shown_badge(qtbot, path: Path):
+    """A `SignatureBadge` that has shown `path`'s signature state (its check run to the end)."""
+    from inspector.gui.jobs import JobRunner
+    from inspector.gui.signing.badge import SignatureBadge
+
+    runner = JobRunner()
+    badge = SignatureBadge(runner)
+    qtbot.addWidget(badge)
+    badge.show_path(path)
+    qtbot.waitUntil(lambda: badge.state is not None, timeout=30_000)
+    runner.shutdown()
+    return badge
+

@@ -11,18 +11,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from gui_support import wait_loaded
+from gui_support import shown_badge, wait_loaded
 from signing_keys import write_key
 from sigstore_local import LocalSigstore, sign_keylessly
 
 from inspector.cli import main
 from inspector.core.vocabulary import SignatureState
-from inspector.gui.jobs import JobRunner
 from inspector.gui.signing.badge import (
     TRUST_ROOT_ENV,
     TRUSTED_KEYS_ENV,
     TRUSTED_SIGNERS_ENV,
-    SignatureBadge,
     statement_html,
 )
 
@@ -40,20 +38,10 @@ def signed(tmp_path: Path) -> tuple[Path, Path]:
     return folder, pub
 
 
-def _badge_state(qtbot, path: Path) -> SignatureBadge:
-    runner = JobRunner()
-    badge = SignatureBadge(runner)
-    qtbot.addWidget(badge)
-    badge.show_path(path)
-    qtbot.waitUntil(lambda: badge.state is not None, timeout=30_000)
-    runner.shutdown()
-    return badge
-
-
 def test_each_state_of_the_badge(qtbot, signed, monkeypatch, tmp_path) -> None:
     folder, pub = signed
     monkeypatch.setenv(TRUSTED_KEYS_ENV, str(pub))
-    badge = _badge_state(qtbot, folder / "weights.bin")
+    badge = shown_badge(qtbot, folder / "weights.bin")
     assert badge.state == SignatureState.INTACT
     assert badge.text().startswith("Signed · intact: ECDSA P-256 key sha256:")
     assert "weights.bin" in statement_html(badge.shown)
@@ -61,17 +49,17 @@ def test_each_state_of_the_badge(qtbot, signed, monkeypatch, tmp_path) -> None:
     data = bytearray((folder / "weights.bin").read_bytes())
     data[100] ^= 0x01
     (folder / "weights.bin").write_bytes(bytes(data))
-    badge = _badge_state(qtbot, folder / "weights.bin")
+    badge = shown_badge(qtbot, folder / "weights.bin")
     assert badge.state == SignatureState.CHANGED and "weights.bin" in badge.text()
 
     monkeypatch.setenv(TRUSTED_KEYS_ENV, "")
-    assert _badge_state(qtbot, folder / "config.json").state == SignatureState.UNVERIFIED
+    assert shown_badge(qtbot, folder / "config.json").state == SignatureState.UNVERIFIED
 
     (folder / "model.sig").write_text('{"mediaType": "application/vnd.dev.sigstore.bundle')
-    assert _badge_state(qtbot, folder / "config.json").state == SignatureState.INVALID
+    assert shown_badge(qtbot, folder / "config.json").state == SignatureState.INVALID
 
     (folder / "model.sig").unlink()
-    badge = _badge_state(qtbot, folder / "config.json")
+    badge = shown_badge(qtbot, folder / "config.json")
     assert badge.state == SignatureState.UNSIGNED and badge.text().startswith("Not signed")
 
 
@@ -84,10 +72,10 @@ def test_a_file_the_reference_signed_alone(qtbot, tmp_path, monkeypatch) -> None
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     monkeypatch.setenv(TRUSTED_KEYS_ENV, str(pub))
-    assert _badge_state(qtbot, target).state == SignatureState.INTACT
+    assert shown_badge(qtbot, target).state == SignatureState.INTACT
     assert main(["verify", str(target), "--public-key", str(pub)]) == 0
     target.write_bytes(b"weights" * 99)
-    assert _badge_state(qtbot, target).state == SignatureState.CHANGED
+    assert shown_badge(qtbot, target).state == SignatureState.CHANGED
     assert main(["verify", str(target), "--public-key", str(pub)]) == 1
 
 
@@ -114,18 +102,18 @@ def test_a_keyless_signature_in_the_badge(qtbot, tmp_path, monkeypatch) -> None:
     _instance, root = sign_keylessly(folder, tmp_path, "bot@example.org",
                                      "https://issuer.example")
     monkeypatch.delenv(TRUST_ROOT_ENV, raising=False)
-    badge = _badge_state(qtbot, folder / "weights.bin")
+    badge = shown_badge(qtbot, folder / "weights.bin")
     assert badge.state == SignatureState.UNVERIFIED  # no trust root: never passed
 
     monkeypatch.setenv(TRUST_ROOT_ENV, str(root))
     monkeypatch.setenv(TRUSTED_SIGNERS_ENV, "bot@example.org=https://issuer.example")
-    badge = _badge_state(qtbot, folder / "weights.bin")
+    badge = shown_badge(qtbot, folder / "weights.bin")
     assert badge.state == SignatureState.INTACT and "sigstore bot@example.org" in badge.text()
 
     monkeypatch.setenv(TRUSTED_SIGNERS_ENV, "someone@example.org=https://issuer.example")
-    assert _badge_state(qtbot, folder / "weights.bin").state == SignatureState.UNVERIFIED
+    assert shown_badge(qtbot, folder / "weights.bin").state == SignatureState.UNVERIFIED
 
     other = LocalSigstore().write_trusted_root(tmp_path / "other_root.json")
     monkeypatch.setenv(TRUST_ROOT_ENV, str(other))
     monkeypatch.setenv(TRUSTED_SIGNERS_ENV, "bot@example.org=https://issuer.example")
-    assert _badge_state(qtbot, folder / "weights.bin").state == SignatureState.INVALID
+    assert shown_badge(qtbot, folder / "weights.bin").state == SignatureState.INVALID

@@ -31,6 +31,7 @@ from factories import (
     SETITEM,
     STOP,
     TUPLE,
+    module_on_path,
     p_global,
     p_int,
     p_unicode,
@@ -210,15 +211,10 @@ def test_calls_outside_what_benign_saves_do_stay_dangerous(pickled):
 
 @pytest.fixture(scope="module")
 def gadgets(tmp_path_factory):
-    """A module of protocol gadgets on sys.path (a fresh name: the source reader caches)."""
+    """The gadgets' module, importable while this module's tests run."""
     folder = tmp_path_factory.mktemp("rt55-gadgets")
-    (folder / f"{GADGETS}.py").write_text(GADGET_SOURCE)
-    sys.path.insert(0, str(folder))
-    try:
+    with module_on_path(folder, GADGETS, GADGET_SOURCE):
         yield folder
-    finally:
-        sys.path.remove(str(folder))
-        sys.modules.pop(GADGETS, None)
 
 
 def _instance(name: str) -> bytes:

@@ -6,10 +6,8 @@ the canary never appears); an enum whose `_missing_` only raises stays suspiciou
 
 from __future__ import annotations
 
-import sys
-
 import pytest
-from factories import MARK, PROTO2, REDUCE, STOP, TUPLE, p_global, p_unicode
+from factories import MARK, PROTO2, REDUCE, STOP, TUPLE, module_on_path, p_global, p_unicode
 from proofs import run_each_forked
 
 from inspector.scan.engine import scan_bytes, scan_file
@@ -67,16 +65,10 @@ _LOAD = ("import pickle, sys\nsys.path.insert(0, sys.argv[1])\n"
 
 @pytest.fixture(scope="module")
 def gadgets(tmp_path_factory):
-    """The gadgets' folder, on sys.path while the module's tests run (a fresh module name:
-    the source reader caches)."""
+    """The gadgets' module, importable while this module's tests run."""
     folder = tmp_path_factory.mktemp("rt55-enum-gadgets")
-    (folder / f"{GADGETS}.py").write_text(GADGET_SOURCE)
-    sys.path.insert(0, str(folder))
-    try:
+    with module_on_path(folder, GADGETS, GADGET_SOURCE):
         yield folder
-    finally:
-        sys.path.remove(str(folder))
-        sys.modules.pop(GADGETS, None)
 
 
 @pytest.fixture(scope="module")

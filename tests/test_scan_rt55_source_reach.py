@@ -14,13 +14,13 @@ same shape with a harmless target, stays suspicious and loads.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
 import pytest
+from remote_code_support import from_pretrained, scan_records
 
 from inspector.formats.archives.torch_package import judge_source
 from inspector.scan.engine import scan_file
@@ -89,29 +89,9 @@ def _folder(root: Path, name: str, statements: str, config: str) -> Path:
     return folder
 
 
-_FROM_PRETRAINED = """
-import sys, transformers
-for folder in sys.argv[1:]:
-    try:
-        transformers.AutoConfig.from_pretrained(folder, trust_remote_code=True)
-    except Exception as exc:
-        print("failed", folder, type(exc).__name__, exc)
-"""
-
-
-def _from_pretrained(folders: list[Path], home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HOME": str(home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-c", _FROM_PRETRAINED, *map(str, folders)], env=env,
-                          capture_output=True, text=True, timeout=600)
-
-
 def _verdicts(folders: list[Path]) -> dict[str, str]:
-    """`ckpt-inspector scan --json` over the folders: 'folder/file' -> its verdict."""
-    out = subprocess.run([sys.executable, "-m", "inspector", "scan", "--json", *map(str, folders)],
-                         capture_output=True, text=True, timeout=600)
-    records = [json.loads(line) for line in out.stdout.splitlines()]
-    return {f"{Path(r['path']).parent.name}/{Path(r['path']).name}": r["verdict"]
-            for r in records}
+    """Each file's verdict under `scan --json`."""
+    return {key: r["verdict"] for key, r in scan_records(folders).items()}
 
 
 def _expect(word: str) -> dict[str, str]:
@@ -127,7 +107,7 @@ def test_source_that_reaches_a_capability_past_its_names_is_dangerous_and_runs(
                for name, (hostile, _, config) in _SHAPES.items()]
     assert _verdicts(folders) == _expect("dangerous")
     assert not [c for c in canaries.values() if c.exists()]  # the scan ran nothing
-    loaded = _from_pretrained(folders, tmp_path / "hf-home")
+    loaded = from_pretrained(folders, tmp_path / "hf-home")
     assert [n for n, c in canaries.items() if not c.exists()] == [], (
         loaded.stdout + loaded.stderr[-2000:])
 
@@ -137,7 +117,7 @@ def test_the_benign_twins_stay_suspicious_and_load(tmp_path: Path) -> None:
     folders = [_folder(tmp_path, name, benign, config)
                for name, (_, benign, config) in _SHAPES.items()]
     assert _verdicts(folders) == _expect("suspicious")
-    loaded = _from_pretrained(folders, tmp_path / "hf-home")
+    loaded = from_pretrained(folders, tmp_path / "hf-home")
     assert loaded.returncode == 0 and "failed" not in loaded.stdout, loaded.stdout
 
 

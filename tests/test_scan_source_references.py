@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from remote_code_support import from_pretrained, scan_records
 
 from inspector.formats.archives.torch_package import judge_source
 from inspector.scan.engine import scan_file
@@ -64,31 +65,6 @@ def _folder(root: Path, name: str, source: str) -> Path:
     return folder
 
 
-# The real loader over each folder in turn, offline; a folder that fails to load is reported
-_FROM_PRETRAINED = """
-import sys, transformers
-for folder in sys.argv[1:]:
-    try:
-        transformers.AutoConfig.from_pretrained(folder, trust_remote_code=True)
-    except Exception as exc:
-        print("failed", folder, type(exc).__name__, exc)
-"""
-
-
-def _from_pretrained(folders: list[Path], home: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HOME": str(home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-c", _FROM_PRETRAINED, *map(str, folders)], env=env,
-                          capture_output=True, text=True, timeout=600)
-
-
-def _scan(folders: list[Path]) -> dict[str, dict]:
-    """`ckpt-inspector scan --json` over the folders: 'folder/file' -> its record."""
-    out = subprocess.run([sys.executable, "-m", "inspector", "scan", "--json", *map(str, folders)],
-                         capture_output=True, text=True, timeout=600)
-    records = [json.loads(line) for line in out.stdout.splitlines()]
-    return {f"{Path(r['path']).parent.name}/{Path(r['path']).name}": r for r in records}
-
-
 def _dangerous(res) -> list[str]:
     return ([f"{f.code}: {f.message}" for f in res.findings if f.severity == "dangerous"]
             + [f"{g.import_name}: {g.reason}" for g in res.globals if g.severity == "dangerous"])
@@ -100,12 +76,12 @@ def test_remote_code_that_names_a_denied_callable_is_dangerous_and_runs(tmp_path
     folders = {name: _folder(tmp_path, name, _config_source(
         hostile.format(c=canaries[name]), name == "decorator"))
         for name, (hostile, _) in _SHAPES.items()}
-    results = _scan(list(folders.values()))
+    results = scan_records(list(folders.values()))
     assert {k: r["verdict"] for k, r in results.items()} == {
         f"{name}/{file}": "dangerous" for name in _SHAPES
         for file in ("config.json", "configuration_x.py")}
     assert not [c for c in canaries.values() if c.exists()]  # the scan ran nothing
-    loaded = _from_pretrained(list(folders.values()), tmp_path / "hf-home")
+    loaded = from_pretrained(list(folders.values()), tmp_path / "hf-home")
     assert "failed" not in loaded.stdout, loaded.stdout + loaded.stderr[-2000:]
     assert [n for n, c in canaries.items() if not c.exists()] == [], loaded.stderr[-2000:]
 
@@ -114,11 +90,11 @@ def test_the_benign_twins_stay_suspicious_and_load(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     folders = [_folder(tmp_path, name, _config_source(benign, name == "decorator"))
                for name, (_, benign) in _SHAPES.items()]
-    results = _scan(folders)
+    results = scan_records(folders)
     assert {k: r["verdict"] for k, r in results.items()} == {
         f"{name}/{file}": "suspicious" for name in _SHAPES
         for file in ("config.json", "configuration_x.py")}
-    loaded = _from_pretrained(folders, tmp_path / "hf-home")
+    loaded = from_pretrained(folders, tmp_path / "hf-home")
     assert loaded.returncode == 0 and "failed" not in loaded.stdout, loaded.stdout
 
 

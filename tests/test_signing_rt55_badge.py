@@ -9,6 +9,7 @@ import pickle
 from pathlib import Path
 
 import pytest
+from gui_support import shown_badge
 from signing_keys import write_key
 
 from inspector.cli import main
@@ -29,21 +30,11 @@ def folder(tmp_path: Path, monkeypatch) -> Path:
     return model
 
 
-def _shown(qtbot, path: Path) -> SignatureBadge:
-    runner = JobRunner()
-    badge = SignatureBadge(runner)
-    qtbot.addWidget(badge)
-    badge.show_path(path)
-    qtbot.waitUntil(lambda: badge.state is not None, timeout=30_000)
-    runner.shutdown()
-    return badge
-
-
 def test_a_file_the_folder_signature_does_not_sign_is_not_signed(qtbot, folder) -> None:
-    assert _shown(qtbot, folder / "weights.pkl").state == SignatureState.INTACT
+    assert shown_badge(qtbot, folder / "weights.pkl").state == SignatureState.INTACT
     added = check_path(folder / "optimizer.pkl", trusted_keys())
     assert added.check.verdict.state == SignatureState.INTACT  # the signed files are intact
-    badge = _shown(qtbot, folder / "optimizer.pkl")
+    badge = shown_badge(qtbot, folder / "optimizer.pkl")
     assert badge.state == SignatureState.UNSIGNED
     assert "optimizer.pkl is not among the 1 file" in badge.text()
 
@@ -74,9 +65,9 @@ def test_a_file_with_its_own_signature_in_a_signed_folder_is_checked_by_it(qtbot
                            "--signature", f"{checkpoint}.sig"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert _shown(qtbot, checkpoint).state == SignatureState.INTACT
+    assert shown_badge(qtbot, checkpoint).state == SignatureState.INTACT
     checkpoint.write_bytes(b"weights" * 99)
-    assert _shown(qtbot, checkpoint).state == SignatureState.CHANGED
+    assert shown_badge(qtbot, checkpoint).state == SignatureState.CHANGED
 
 
 def test_a_bundle_naming_no_key_is_checked_with_the_trusted_key_that_holds(qtbot, folder,
@@ -93,6 +84,6 @@ def test_a_bundle_naming_no_key_is_checked_with_the_trusted_key_that_holds(qtbot
     trusted = [tmp_path / "unreadable.pub", other, tmp_path / "key.pub"]
     monkeypatch.setenv(TRUSTED_KEYS_ENV, ":".join(map(str, trusted)))
     assert main(["verify", str(folder), "--public-key", str(tmp_path / "key.pub")]) == 0
-    assert _shown(qtbot, folder / "weights.pkl").state == SignatureState.INTACT
+    assert shown_badge(qtbot, folder / "weights.pkl").state == SignatureState.INTACT
     monkeypatch.setenv(TRUSTED_KEYS_ENV, str(other))
-    assert _shown(qtbot, folder / "weights.pkl").state == SignatureState.UNVERIFIED
+    assert shown_badge(qtbot, folder / "weights.pkl").state == SignatureState.UNVERIFIED
