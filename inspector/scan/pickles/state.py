@@ -88,6 +88,16 @@ def _instances(values: tuple) -> list[_Obj]:
     return found
 
 
+def _enum_shaped(fref: GlobalRef, args: object) -> bool:
+    """Whether a call could be an enum lookup by value, as `policy.call_verdict` admits one: a
+    capitalised class called with one plain word or number (anything else is judged as a call
+    whatever the class is, so its source is not read: parsing each called module's source cost
+    the corpus scan 8x)."""
+    leaf = fref.name.rsplit(".", 1)[-1]
+    return leaf[:1].isupper() and isinstance(args, tuple) and len(args) == 1 and (
+        isinstance(args[0], str | int) and not isinstance(args[0], bool))
+
+
 @dataclass(slots=True, eq=False)
 class WalkState:
     """One walk's state. `at` arguments are the offset of the opcode being walked."""
@@ -285,8 +295,8 @@ class WalkState:
         calls = self.res.calls
         if len(calls) < 200_000:
             calls.append(Call(fref, opname, at, strings, _shown(args)))
-        if fref is not None and opname == "REDUCE" and is_enum_class(fref.module, fref.name) and (
-                len(calls) < 200_000):
+        if fref is not None and opname == "REDUCE" and _enum_shaped(fref, args) and (
+                is_enum_class(fref.module, fref.name)) and len(calls) < 200_000:
             calls.append(Call(fref, opname, at, [], "", runs=("_missing_",), role=ENUM_LOOKUP))
         obj = _Obj(fref, args if fref is not None and fref.key == NUMPY_DTYPE else None)
         if fref is not None and fref.key == RECONSTRUCTOR and isinstance(args, tuple) and (
