@@ -20,6 +20,13 @@ GIT_PATHS = (".git", ".github", ".gitattributes", ".gitignore")
 reference signer leaves them out of every signature unless told otherwise."""
 
 
+def entry_location(path: Path) -> Path:
+    """Where a folder entry lies: the links above it resolved, its own name kept (a file reached
+    through a linked folder is the same entry; a name that is itself a link stays that link)."""
+    path = Path(path)
+    return Path(os.path.realpath(path.parent), path.name)
+
+
 @dataclass(frozen=True)
 class FolderWalk:
     """What a folder holds: its files, and the links to folders in it, which are never

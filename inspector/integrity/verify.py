@@ -30,7 +30,7 @@ from inspector.core.termtext import counted
 from inspector.core.vocabulary import FileStatus, TensorCheckStatus
 from inspector.formats.safetensors_header import SafetensorsHeader, read_header
 from inspector.integrity.extras import loaded_extras
-from inspector.integrity.folder_walk import unread_note, walk_folder
+from inspector.integrity.folder_walk import entry_location, unread_note, walk_folder
 from inspector.integrity.hashing import ByteProgress, HashAhead, sha256_file
 from inspector.integrity.manifest import FileEntry, Manifest, ManifestError, TensorEntry
 
@@ -205,7 +205,8 @@ def plan(manifest: Manifest, paths: Iterable[Path], hidden: bool = False,
     its path, or else by its name when only one entry has that name (a Git LFS pointer).
     """
     roots = list(paths) or [manifest.base_dir]
-    skipped = {os.path.abspath(manifest.source)} if manifest.source is not None else set()
+    # the manifest (or signature) itself, by where it lies, also reached through a linked folder
+    skipped = {entry_location(manifest.source)} if manifest.source is not None else set()
     pairs: Plan = []
     claimed: set[int] = set()
     seen: set[str] = set()
@@ -231,7 +232,7 @@ def plan(manifest: Manifest, paths: Iterable[Path], hidden: bool = False,
                     add(entry, location)
             walk = walk_folder(root_abs, hidden)
             for found in walk.files + walk.folder_links:
-                if os.path.abspath(found) not in skipped:
+                if entry_location(found) not in skipped:
                     add(None, found)
         else:  # a file named whose entry another file took is not on record: an extra
             entry = _match_file(manifest, root_abs)

@@ -13,6 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from inspector.core.strict_json import no_repeats
+from inspector.integrity.folder_walk import entry_location
 from inspector.integrity.manifest import (
     FileEntry,
     Manifest,
@@ -242,7 +243,7 @@ def name_inside(folder: Path, path: Path) -> str | None:
     """`path`'s name relative to `folder` when it lies inside it, the links above it resolved
     on both sides (a signature written through a linked path into the folder it signs is in
     that folder; a name that is itself a link is the folder's entry); None when outside."""
-    real = Path(os.path.realpath(Path(path).parent), Path(path).name)
+    real = entry_location(path)
     root = Path(os.path.realpath(folder))
     return real.relative_to(root).as_posix() if real.is_relative_to(root) else None
 
