@@ -10,11 +10,12 @@ from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from inspector.core.vocabulary import Severity
 from inspector.scan.pickles.calls import CALLS_ARGUMENTS, RETURNS, SETS_STATE, CalledArgument
 from inspector.scan.pickles.class_source import is_enum_class
 from inspector.scan.pickles.joblib_arrays import NUMPY_DTYPE, PLAIN_SUBCLASSES, WRAPPER, layout
 from inspector.scan.pickles.opcodes import HANDED, OPCODE_NAMES, PERSISTENT_ID_READS
-from inspector.scan.pickles.policy import call_allowed
+from inspector.scan.pickles.policy import call_allowed, classify
 from inspector.scan.pickles.records import Call, GlobalRef, Issue, Limits, PickleScan
 from inspector.scan.pickles.unbuffered import unbuffered_splice
 from inspector.scan.pickles.values import (
@@ -96,6 +97,13 @@ def _enum_shaped(fref: GlobalRef, args: object) -> bool:
     leaf = fref.name.rsplit(".", 1)[-1]
     return leaf[:1].isupper() and isinstance(args, tuple) and len(args) == 1 and (
         isinstance(args[0], str | int) and not isinstance(args[0], bool))
+
+
+def _denied(fref: GlobalRef) -> bool:
+    """Whether the deny list already makes `fref` dangerous: its call needs no enum-lookup
+    reading of its source (`policy.call_verdict` judges a denied name before the enum
+    pattern, and a callable already judged dangerous needs no second reason)."""
+    return classify(fref.module, fref.name).severity == Severity.DANGEROUS
 
 
 @dataclass(slots=True, eq=False)
@@ -296,7 +304,8 @@ class WalkState:
         if len(calls) < 200_000:
             calls.append(Call(fref, opname, at, strings, _shown(args)))
         if fref is not None and opname == "REDUCE" and _enum_shaped(fref, args) and (
-                is_enum_class(fref.module, fref.name)) and len(calls) < 200_000:
+                not _denied(fref)) and is_enum_class(fref.module, fref.name) and (
+                len(calls) < 200_000):
             calls.append(Call(fref, opname, at, [], "", runs=("_missing_",), role=ENUM_LOOKUP))
         obj = _Obj(fref, args if fref is not None and fref.key == NUMPY_DTYPE else None)
         if fref is not None and fref.key == RECONSTRUCTOR and isinstance(args, tuple) and (
