@@ -47,7 +47,6 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 from inspector.core.errors import CodedError
 from inspector.guard.alarm_record import append_alarm
 from inspector.run import journal
-from inspector.run.blocklog import read_lines
 from inspector.run.order_log import (
     GENESIS,
     LEDGER_KIND,
@@ -269,11 +268,11 @@ class OrderLedger:
 
 
 def drawn_in(path: Path, epoch: int, rank: int) -> set:
-    """Every sample id any session's line of `path` records for this epoch and rank, the steps
-    a later session recorded again included (what the file says was drawn)."""
-    records, _ = read_lines(path)
-    return {_hashable(i) for r in records if r.get("e") == epoch and r.get("r") == rank
-            and isinstance(r.get("ids"), list) for i in r["ids"]}
+    """Every sample id any sound session's line of `path` records for this epoch and rank, the
+    steps a later session recorded again included (what the file says was drawn; `read_ledger`
+    checks each session's chain)."""
+    return {i for s in read_ledger(path).lines if s.epoch == epoch and s.rank == rank
+            for i in s.ids}
 
 
 def expected_from_ledger(path: str | os.PathLike[str], epoch: int, start_step: int,

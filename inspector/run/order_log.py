@@ -13,6 +13,15 @@ blocks (`blocklog`: a crash can cost the last block, never the journal). The jou
 A step recorded by two sessions (a run resumed from a checkpoint before its last steps) counts
 as the later session's: the model that trained on, trained on that order. No torch here: the CLI
 reads these files.
+
+`read_ledger` is the one reader, and it trusts no line's `h`: it recomputes each session's chain
+(`rolling_hash` of the session's step line before it, in file order, and the line's own ids). A
+session whose chain breaks anywhere (ids rewritten, a line dropped, moved or forged between two
+others) is not what its guard wrote: none of its lines is a step, and each break is a
+`ChainBreak`, named among the problems. A crash costs a session only its last lines, which breaks
+nothing. The chain has no key and no anchor outside the file: a session rewritten from some
+line to its end, every hash recomputed, reads as sound; only an edit that leaves a later line of
+its session standing shows.
 """
 
 from __future__ import annotations
@@ -45,14 +54,35 @@ class StepOrder:
     session: str
 
 
+@dataclass(frozen=True)
+class ChainBreak:
+    """A step line whose `h` is not the rolling hash of its session's line before it and its
+    own ids: the session is not what its guard wrote."""
+
+    session: str
+    epoch: int
+    step: int
+    rank: int
+
+    def text(self, path: str | os.PathLike[str]) -> str:
+        """The problem's line: where the chain breaks and what is left out for it."""
+        return (f"{path}: session {self.session}'s line for epoch {self.epoch} step {self.step} "
+                f"rank {self.rank} is not the rolling hash of the line before it and its ids "
+                "(a line rewritten, dropped or added): none of that session's lines is used")
+
+
 @dataclass
 class LedgerRead:
-    """One ledger file as a run finally saw it: steps in order, seeds, unreadable lines."""
+    """One ledger file as a run finally saw it: steps in order (sound sessions' only), every
+    sound step line in file order (`lines`, the steps a later session replaced included), seeds,
+    unreadable lines and chain breaks (each named among the problems too)."""
 
     path: Path
     steps: list[StepOrder] = field(default_factory=list)
+    lines: list[StepOrder] = field(default_factory=list)
     seeds: list[dict] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    breaks: list[ChainBreak] = field(default_factory=list)
 
 
 def ledger_path(run_dir: str | os.PathLike[str], rank: int) -> Path:
@@ -97,25 +127,55 @@ class LedgerWriter:
 
 
 def read_ledger(path: str | os.PathLike[str]) -> LedgerRead:
-    """Read one ledger file; a later session's record of a step replaces an earlier one's."""
+    """Read one ledger file, each session's chain recomputed (module doc); a later session's
+    record of a step replaces an earlier one's."""
     records, problems = read_lines(path)
     out = LedgerRead(Path(path), problems=problems)
-    by_step: dict[tuple[int, int, int], StepOrder] = {}
+    chains: dict[str, str] = {}
+    parsed: list[StepOrder] = []
     for obj in records:
         if obj.get("kind") == "seeds":
             out.seeds.append(obj)
         elif obj.get("kind") != "session":
-            try:
-                rec = StepOrder(int(obj["e"]), int(obj["s"]), int(obj["r"]), int(obj["w"]),
-                                tuple(_sample_id(i) for i in obj["ids"]), str(obj["h"]),
-                                str(obj["t"]))
-            except (KeyError, TypeError, ValueError):
+            rec = _step_line(obj)
+            if rec is None:
                 out.problems.append(f"{path}: a step line lacks a field or holds an id that "
                                     f"is no sample id: {obj!r:.80}")
                 continue
-            by_step[(rec.rank, rec.epoch, rec.step)] = rec
+            if not _links(chains, rec.session, obj["ids"], rec.hash):
+                out.breaks.append(ChainBreak(rec.session, rec.epoch, rec.step, rec.rank))
+            parsed.append(rec)
+    broken = {b.session for b in out.breaks}
+    out.problems += [b.text(path) for b in out.breaks]
+    out.lines = [rec for rec in parsed if rec.session not in broken]
+    by_step = {(rec.rank, rec.epoch, rec.step): rec for rec in out.lines}
     out.steps = [by_step[k] for k in sorted(by_step)]
     return out
+
+
+def _step_line(obj: dict) -> StepOrder | None:
+    """A step line's record, or None where a field is missing or of a type the writer never
+    writes (the hash and the session are strings, the ids a list)."""
+    h, session, ids = obj.get("h"), obj.get("t"), obj.get("ids")
+    if not (isinstance(h, str) and isinstance(session, str) and isinstance(ids, list)):
+        return None
+    try:
+        return StepOrder(int(obj["e"]), int(obj["s"]), int(obj["r"]), int(obj["w"]),
+                         tuple(_sample_id(i) for i in ids), h, session)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _links(chains: dict[str, str], session: str, ids: list, written: str) -> bool:
+    """Whether `written` is the rolling hash of the session's line before (its written `h`,
+    so a break is named where it is) and these ids, as read from the file; the session's
+    chain moves on to `written` either way."""
+    prev = chains.get(session, GENESIS)
+    chains[session] = written
+    try:
+        return rolling_hash(prev, ids) == written
+    except (OverflowError, ValueError, TypeError):  # an id no writer could have hashed
+        return False
 
 
 def _sample_id(value: object) -> object:
