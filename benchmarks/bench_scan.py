@@ -15,7 +15,9 @@ times each tool's command line (process start included; ours runs the loaders' o
 the jail, one worker per batch of files that starts while they are walked, as `scan` does)
 over the corpus folder, a folder of 100 mixed checkpoints (`build_folder`: torch.save zip and
 legacy, training checkpoints, safetensors, npz, TorchScript, one malicious pickle in ten),
-the 5,000-tensor `.pt` and one small file; then the issue's targets as ratios to picklescan.
+the 5,000-tensor `.pt` and one small file, the tools' runs alternating run by run (a shared
+machine's load changes by the second) with the load average printed; then the issue's
+targets as ratios to picklescan.
 `ckpt-inspector+readings` is `scan_file` with the jailed readings, one worker per file: its
 per-file times are wall time, the single-file latency a user of `scan FILE` sees.
 Ratios are peer time / ckpt-inspector time: above 1 means ckpt-inspector is faster.
@@ -131,15 +133,25 @@ def cli_argv(tool: str, target: Path) -> list[str]:
     return [str(BENCH_BIN / tool), "-p", str(target)]
 
 
-def cli_wall(tool: str, target: Path, rounds: int, work: Path) -> float:
-    """Median wall time of the tool's command line over `target` (exit status ignored)."""
-    times = []
+def cli_once(tool: str, target: Path, work: Path) -> float:
+    """Wall time of one run of the tool's command line over `target` (exit status ignored)."""
+    t0 = time.perf_counter()
+    subprocess.run(cli_argv(tool, target), capture_output=True, cwd=work, timeout=3600,
+                   check=False)
+    return time.perf_counter() - t0
+
+
+def cli_alternating(tools: list[str], targets: list[Path], rounds: int,
+                    work: Path) -> dict[tuple[str, Path], list[float]]:
+    """Each round runs every tool once over each target, one after the other, so a change in
+    the machine's load (a shared machine's other jobs) hits every tool alike: the wall times
+    of each (tool, target), in run order."""
+    times: dict[tuple[str, Path], list[float]] = {}
     for _ in range(rounds):
-        t0 = time.perf_counter()
-        subprocess.run(cli_argv(tool, target), capture_output=True, cwd=work, timeout=3600,
-                       check=False)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for target in targets:
+            for tool in tools:
+                times.setdefault((tool, target), []).append(cli_once(tool, target, work))
+    return times
 
 
 def build_large(work: Path) -> list[Path]:
@@ -202,7 +214,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5, help="scans per file (median)")
     ap.add_argument("--passes", type=int, default=3,
                     help="turns each tool takes; per file the best pass's median counts")
-    ap.add_argument("--cli-rounds", type=int, default=3, help="command-line runs (median)")
+    ap.add_argument("--cli-rounds", type=int, default=5,
+                    help="command-line runs per tool and target (median), alternating")
     ap.add_argument("--baseline", metavar="GIT_REV",
                     help="also time the scanner at this git revision (in process only)")
     args = ap.parse_args()
@@ -238,11 +251,15 @@ def main() -> int:
         cli_big: dict[str, float] = {}
         cli_mixed: dict[str, float] = {}
         cli_one: dict[str, float] = {}
-        for _ in range(args.passes):  # turns again; the best median of the passes counts
-            for t in cli_tools:
-                for into, target in ((cli, CORPUS), (cli_big, larges[0]), (cli_mixed, mixed),
-                                     (cli_one, single)):
-                    took = cli_wall(t, target, args.cli_rounds, work)
+        loads = [os.getloadavg()[0]]
+        for _ in range(args.passes):  # runs alternate; the best median of the passes counts
+            runs = cli_alternating(cli_tools, [CORPUS, larges[0], mixed, single],
+                                   args.cli_rounds, work)
+            loads.append(os.getloadavg()[0])
+            for into, target in ((cli, CORPUS), (cli_big, larges[0]), (cli_mixed, mixed),
+                                 (cli_one, single)):
+                for t in cli_tools:
+                    took = statistics.median(runs[(t, target)])
                     into[t] = min(into.get(t, took), took)
 
     print(f"Static scan benchmark, one run: {OURS} {version_of(OURS)}, "
@@ -274,7 +291,9 @@ def main() -> int:
                          f"{row['wall'] * 1e3:.1f}", verdict])
     print(table(rows))
     print(f"\nCommand line, process start included (ours: the jailed readings too), median "
-          f"of {args.cli_rounds} runs, best of {args.passes} passes")
+          f"of {args.cli_rounds} runs alternating with the peers', best of {args.passes} "
+          f"passes; load average {min(loads):.1f}-{max(loads):.1f} on "
+          f"{len(os.sched_getaffinity(0))} CPUs")
     rows = [["tool", "corpus folder s", "files/s", "ratio", "100 mixed s", "ratio",
              "large file s", "ratio", "one small file s", "ratio"]]
     for t in cli_tools:
