@@ -499,4 +499,11 @@ class WalkState:
             self.block("persistent id that is not a storage")
             if pid[0] in ("module", b"module"):
                 self.container_source(pid, at)
+            elif pid[0] in ("reduce_package", b"reduce_package") and len(pid) in (3, 4):
+                # torch.package's persistent_load calls func(importer, *args), from a
+                # ('reduce_package', [id,] func, args) id: a REDUCE of func
+                args = pid[-1]
+                self.stack.append(self.add_call(pid[-2], (UNKNOWN, *args) if isinstance(
+                    args, tuple) else (UNKNOWN, args), "REDUCE", at))
+                return
         self.stack.append(_Obj(None))
