@@ -194,6 +194,9 @@ class ConsistencyPane(ConsistencyPaneLayout):
             spec.reload = self.reload.isChecked()
             folder = self.model_path.text().strip()
             spec.python_path = [folder] if folder else []
+        refusal = spec.refusal()  # a fault after the last run would be a self-test of nothing
+        if refusal is not None:
+            raise ValueError(refusal)
         return spec
 
     # ---- running -------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 
 from inspector.core.progress import CancelToken
 from inspector.sandbox.host.admission import check_loadable, static_scan
-from inspector.sandbox.host.claims.consistency import check_consistency
+from inspector.sandbox.host.claims.consistency import check_consistency, resolved_device
 from inspector.sandbox.host.claims.errors import Facts, checked_error
 from inspector.sandbox.host.claims.expected import Expected
 from inspector.sandbox.host.jobs import SandboxError, run_job
@@ -44,20 +44,39 @@ class ConsistencyRequest:
     python_path: list[str] = field(default_factory=list)
     allow_globals: list[str] = field(default_factory=list)
 
+    def refusal(self) -> str | None:
+        """Why the runs cannot honour this request (None when they can): a fault is flipped
+        before one of runs 1 to `repeats`, into an element and a bit that exist, or never
+        (and a reply saying it was would be a self-test that tested nothing)."""
+        if self.repeats < 2:
+            return "repeats must be at least 2"
+        fault = self.inject
+        if fault is None:
+            return None
+        iteration = fault.get("iteration", 2)
+        if not (isinstance(iteration, int) and 1 <= iteration <= self.repeats):
+            return (f"the fault is asked before run {iteration}, but the runs are 1 to "
+                    f"{self.repeats}")
+        if any(not isinstance(fault.get(n), int) or fault[n] < 0 for n in ("index", "bit")):
+            return "the fault's element and bit must be numbers from 0"
+        return None
+
     def to_request(self) -> dict[str, Any]:
-        """The worker request (op `consistency`), with jail read paths and limits."""
+        """The worker request (op `consistency`), with jail read paths and limits; `auto`
+        names the GPU this host has (`claims.consistency.resolved_device`)."""
         path = Path(self.path).resolve()
         gigabytes = path.stat().st_size / 1e9
         python_path = [str(Path(p).resolve()) for p in self.python_path]
         limits = Limits(cpu_seconds=int(300 + 30 * gigabytes * self.repeats))
-        if self.device.startswith("cuda") or (self.device == "auto" and _nvidia_device()):
+        device = resolved_device(self.device)
+        if device.startswith("cuda") or (device == "auto" and _nvidia_device()):
             limits = limits.on_gpu()
         request: dict[str, Any] = {
             "op": "consistency",
             "path": str(path),
             # the user's code folders only for the user's model: a probe reads the file alone
             "paths": python_path if self.model else [],
-            "device": self.device,
+            "device": device,
             "repeats": self.repeats,
             "seed": self.seed,
             "inject": self.inject,
@@ -97,7 +116,10 @@ def run_consistency(
 ) -> dict[str, Any]:
     """Scan, then run the check in a jailed worker and check its reply against the file's
     bytes and the request (`claims.consistency.check_consistency`); raises SandboxError with
-    a one-line message."""
+    a one-line message; a request the runs cannot honour is refused before any work."""
+    refusal = spec.refusal()
+    if refusal is not None:
+        raise SandboxError("bad_request", refusal)
     target = Path(spec.path).resolve()
     if not target.is_file():
         raise SandboxError("not_found", f"{spec.path}: no such file")
