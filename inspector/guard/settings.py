@@ -25,7 +25,7 @@ from inspector.run.optimizer_settings import (
     fixed_values,
     learning_rate,
     refused,
-    rose,
+    rise_threshold,
     scheduled,
 )
 
@@ -170,9 +170,10 @@ class SettingsWatch:
             spot = (place, key)
             held = self.risen.get(spot)
             base = held if held is not None else self.highest.get(spot)
-            if rose(base, now):
+            limit = rise_threshold(key, base)
+            if limit is not None and now >= limit:
                 if held is None or not learn:
-                    found.append(Breach(SETTING_RULE, "optimizer", now, base * RISE,
+                    found.append(Breach(SETTING_RULE, "optimizer", now, limit,
                                         f"param_groups.{i}.{key}"))
                 if learn:
                     self.risen[spot] = base  # type: ignore[assignment]
@@ -253,6 +254,10 @@ def said(b: Breach) -> str:
                 "guard.accept_settings())")
     if b.threshold is None:
         return f"the optimizer's {b.param} is {b.value:.4g}, out of the bounds its optimizer admits"
+    if key in opt_settings.SCHEDULED and key not in opt_settings.WARMS_FROM_ZERO and \
+            b.threshold == opt_settings.FROM_ZERO:
+        return (f"the optimizer's {b.param} left 0 for {b.value:.4g} in one step: a schedule "
+                "from zero climbs in small steps (a deliberate change: guard.accept_settings())")
     if key in opt_settings.SCHEDULED and b.value >= b.threshold:
         return (f"the optimizer's {b.param} rose to {b.value:.4g}, {RISE:.0f}x or more above "
                 f"its highest so far ({b.threshold / RISE:.4g}): no schedule rises so fast")

@@ -84,8 +84,8 @@ by at most a few x per step (OneCycleLR's last step over 20 annealing steps: ~1,
 RISE = 2.0 ** 8
 """How far a scheduled setting may rise in one step above the highest value its group had: a
 flipped exponent bit 55 multiplies it by exactly 2^8 (lr 1e-3 -> 0.256, weight decay 5e-4 ->
-0.128), while a warm-up climbs a few x per step from its first rate, and one that starts at
-exactly zero is free (its first rate above zero is the baseline)."""
+0.128), while a warm-up climbs a few x per step from its first rate, and a learning rate that
+starts at exactly zero is free (its first rate above zero is the baseline; `WARMS_FROM_ZERO`)."""
 KIND = "optimizer.settings"
 """The journal record of a param-group list's `FIXED` settings: `shape` (each group's
 parameter count), `groups` (each group's values), `accepted` (a deliberate change,
@@ -111,10 +111,23 @@ def collapsed(before: float | None, now: float | None, highest: float = 0.0) -> 
     return 0 < now < before / COLLAPSE or (now == 0 < highest / 2 < before)
 
 
-def rose(highest: float | None, now: float | None) -> bool:
-    """Whether a scheduled setting is at `RISE` times or more the `highest` its group had
-    (above zero) before."""
-    return bool(highest) and now is not None and now >= highest * RISE  # type: ignore[operator]
+WARMS_FROM_ZERO = ("lr",)
+"""The scheduled settings a schedule may start at exactly zero and raise freely from there (a
+warm-up; its first rate above zero is the baseline)."""
+FROM_ZERO = 1.0
+"""How high any other scheduled setting held at exactly zero may go in one step: 0.0 with bit 62
+flipped is 2.0 (a weight decay that shrinks every weight each step; every other single flip of
+0.0 lands below 1e-150, harmless), while a weight-decay schedule from zero climbs in small steps
+(DINO's ends at 0.4)."""
+
+
+def rise_threshold(key: str, highest: float | None) -> float | None:
+    """The value at or above which a scheduled setting has risen too far in one step: `RISE`
+    times the `highest` its group had, `FROM_ZERO` above a held zero; None where it may rise
+    freely (nothing seen yet, or a learning rate warming up from zero)."""
+    if highest is None or (highest == 0 and key in WARMS_FROM_ZERO):
+        return None
+    return highest * RISE if highest else FROM_ZERO
 
 
 def fixed_values(group: Any) -> dict[str, Any]:
