@@ -195,3 +195,30 @@ def test_the_hosts_constants_are_the_probes() -> None:
 
     assert PROBE_COLUMNS == weights_probe.PROBE_COLUMNS
     assert set(COMPUTED) == {str(d).removeprefix("torch.") for d in weights_probe._COMPUTE}
+
+
+def test_a_model_run_of_another_factory_is_refuted(tmp_path, hostile, capsys) -> None:
+    from pathlib import Path
+
+    import consistency_models
+
+    path = tmp_path / "m.pt"
+    torch.save(consistency_models.tiny_mlp().state_dict(), path)
+    args = ["consistency", str(path), "--device", "cpu", "--repeats", "2", "--model",
+            "consistency_models:tiny_mlp", "--input-shape", "2,16", "--model-path",
+            str(Path(__file__).parent)]
+    assert main(args) == 0
+    assert "model consistency_models:tiny_mlp" in capsys.readouterr().out
+    hostile("""
+        import inspector.sandbox.worker.consistency.op as op
+        real = op.json_safe
+        def safe(obj):
+            out = real(obj)
+            if isinstance(out, dict) and "factory" in out:
+                out["factory"] = "torchvision.models:resnet50"
+            return out
+        op.json_safe = safe
+    """)
+    assert main(args) == REFUTED
+    assert ("factory is consistency_models:tiny_mlp as asked, reported as "
+            "torchvision.models:resnet50") in capsys.readouterr().err

@@ -217,3 +217,17 @@ def test_an_honest_fault_in_each_float_dtype_passes(tmp_path, capsys, dtype, fau
     assert main(["consistency", str(path), *RUN, "--inject", fault]) == INCONSISTENT
     out = capsys.readouterr().out
     assert "device copy of w differs from the checkpoint in 1 element:" in out
+
+
+def test_a_fault_never_made_in_a_file_not_read_here_is_refused(tmp_path, hostile,
+                                                               capsys) -> None:
+    """A file holding a `torch.dtype` is not read here, yet the fault's effect needs none of
+    its bytes: the device copy's differences must hold it."""
+    g = torch.Generator().manual_seed(0)
+    path = tmp_path / "d.pt"
+    torch.save({"w": torch.randn(16, 16, generator=g), "dtype": torch.float16}, path)
+    assert main(["consistency", str(path), *RUN, "--inject", "w:5:30"]) == INCONSISTENT
+    capsys.readouterr()
+    _lie(hostile, "pass", skip_fault=True)
+    assert _reply(path, FAULT)["consistent"]
+    assert "the fault was not made" in _refused(path, capsys, "--inject", "w:5:30")

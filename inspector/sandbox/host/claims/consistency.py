@@ -29,10 +29,13 @@ is entered, `fresh_root.host_gpu`)."""
 def check_consistency(expected: Expected, result: dict[str, Any], request: dict[str, Any]
                       ) -> None:
     """Check a consistency reply against the worker `request` this process sent (never the
-    reply's echo of it: mode, device, repeats, seed, injected fault) and, for a weights probe,
-    against the file's bytes: the rows' tensors, their NaN / Inf counts, the probed count and
-    bytes, and `consistent` against the rows; set `claims`, or SandboxError when a claim
-    fails. A model run's outputs are only the worker's: its record says so."""
+    reply's echo of it: mode, repeats, seed, injected fault, a model's factory and input), the
+    device against this host's GPUs, and, for a weights probe, against the file's bytes: the
+    rows' tensors, their NaN / Inf counts and first NaN / Inf, the probed count and bytes,
+    each row's status against its own checks and `consistent` against the rows, every
+    element a record names (`consistency_elements`), and the fault asked for among the
+    device copy's differences; set `claims`, or SandboxError when a claim fails. A model
+    run's outputs are only the worker's: its record says so."""
     check_shape("consistency run", ConsistencyResult, result)
     probe = not request.get("model")
     problems = _echo_problems(result, request, probe)
@@ -46,6 +49,10 @@ def check_consistency(expected: Expected, result: dict[str, Any], request: dict[
         return
     measured = expected.wait()
     if isinstance(measured, str):
+        # the fault asked for needs none of the file: only the reply's own records
+        problems = _fault_problems(request.get("inject"), result.get("resident_mismatches") or [])
+        if problems:
+            raise refuted("weights probe", problems, result.get("sandbox"))
         result["claims"] = ClaimCheck(reason=measured).to_json()
         return
     rows = result.get("tensors") or []
@@ -66,13 +73,17 @@ def check_consistency(expected: Expected, result: dict[str, Any], request: dict[
 def _echo_problems(result: dict[str, Any], request: dict[str, Any], probe: bool) -> list[str]:
     """How the reply's account of the run differs from what was asked: its mode, the repeats,
     the seed and the fault (none unless asked: a fault nobody asked for turns a failed run
-    into a passed self-test), and a device the request allows."""
+    into a passed self-test), a model run's factory and input, and a device the request
+    allows on this host."""
     fault = request.get("inject")
     asked = {"mode": "probe" if probe else "model", "repeats": request["repeats"],
              "seed": request["seed"],
              "injected": None if not fault else {
                  "key": str(fault["key"]), "index": int(fault["index"]),
                  "bit": int(fault["bit"]), "iteration": int(fault.get("iteration", 2))}}
+    if not probe:  # the model the user named, and the input asked of it
+        asked.update(factory=request["model"], input={"shape": list(request["input_shape"]),
+                                                      "dtype": request["input_dtype"]})
     wrong = [f"{name} is {escape(str(value))} as asked, reported as "
              f"{escape(str(result.get(name)))}"
              for name, value in asked.items() if result.get(name) != value]
