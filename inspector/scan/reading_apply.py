@@ -110,7 +110,7 @@ def apply(res, blob: Blob, records: list[StreamReading]) -> tuple[set[tuple[str,
                 found_in.setdefault((module, name), rec.member or where)
         for call in rec.calls:
             if not (looked_up and (call["target"], call["op"]) == (".".join(_GETATTR), "call")):
-                _judge_call(call, find, rules)
+                _judge_call(_looked_up_call(call, looked_up), find, rules)
         for inner in rec.nested:
             _nested(inner, find, rules, where, handed)
         for value in rec.code_values[:5]:
@@ -243,6 +243,26 @@ def _class_attributes(rec: StreamReading) -> list[tuple[str, str]]:
             return []
         out.append((owner[0], f"{owner[1]}.{found.group(2)}"))
     return out
+
+
+_CALLED_LOOKUP = re.compile(_LOOKUP.pattern + r"(\(.*\))", re.DOTALL)
+
+
+def _looked_up_call(call: dict, looked_up: list[tuple[str, str]]) -> dict:
+    """A computed call whose every shown text calls what a class-attribute lookup of this
+    reading returned (`getattr(zoneinfo.ZoneInfo, '_unpickle')('UTC', 1)`) is a call of that
+    dotted import, judged as the walk judges it; any other call unchanged."""
+    if not (looked_up and call["computed"] and call["texts"]) or (
+            call["count"] > len(call["texts"])):
+        return call
+    found = [_CALLED_LOOKUP.fullmatch(t) for t in call["texts"]]
+    targets = {f"{m.group(1)}.{m.group(2)}" for m in found if m}
+    known = {f"{module}.{name}" for module, name in looked_up}
+    if not all(found) or len(targets) != 1 or not targets <= known:
+        return call
+    target = targets.pop()
+    return {**call, "target": target, "computed": False,
+            "texts": [f"{target}{m.group(3)}" for m in found]}
 
 
 def _judge_call(call: dict, find, rules) -> None:

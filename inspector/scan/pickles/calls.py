@@ -92,7 +92,22 @@ DATA_CLASSES: dict[str, str] = {
                  "is_safe fields",
     "types.SimpleNamespace": "the C attribute-namespace type (what sys.implementation is): "
                              "calling and BUILDing one only sets attributes",
+    "torch._C.Generator": "torch.Generator, a random-number generator: its pickle calls it "
+                          "with a device and BUILDs it with a seed, an offset and a state "
+                          "tensor its C __setstate__ sets",
+    "platform.uname_result": "what platform.uname() returns, a named tuple of five texts: its "
+                             "pickle calls it with them (reading its processor field later runs "
+                             "the fixed program `uname -p`, none of the pickle's choosing)",
+    **{f"os.{kind}": "a C struct sequence of os's results (STDLIB_STRUCT_SEQUENCES): calling it "
+                     "only stores the sequence's items" for kind in words(
+                         "stat_result statvfs_result terminal_size times_result uname_result")},
 }
+
+# The standard library's struct-sequence types (C tuple types, as torch's STRUCT_SEQUENCES) that
+# benign saves hold (`time.localtime()`, `os.stat(path)`, `os.uname()`): their pickle calls the
+# type with the items and a dict of the extra fields, which it only stores.
+STDLIB_STRUCT_SEQUENCES = frozenset(["time.struct_time"] + [f"os.{kind}" for kind in words(
+    "stat_result statvfs_result terminal_size times_result uname_result")])
 
 # Callables benign saves call only with literal arguments, with the pattern the call's shown
 # arguments (`values.render`: repr of text, digits of a number) must match whole; with anything
@@ -102,6 +117,12 @@ DATA_CLASSES: dict[str, str] = {
 _TEXT = r"""b?(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")"""
 LITERAL_CALLS: dict[str, str] = {
     "re._compile": rf"\({_TEXT}, \d{{1,10}}\)",
+    # random.Random's __reduce__ calls it with nothing; its C-backed state comes by BUILD
+    "random.Random": r"\(\)",
+    "platform.uname_result": rf"\({_TEXT}(?:, {_TEXT}){{4}}\)",
+    # ZoneInfo._unpickle(key, from_cache) reads a time-zone file under the tz path by key (the
+    # key is checked against absolute paths and `..`); a plain key only, no dot
+    "zoneinfo.ZoneInfo._unpickle": r"\('[\w+/-]{1,64}', [01]\)",
 }
 
 # Callables benign saves call (REDUCE): torch's and NumPy's rebuild functions, the plain
@@ -123,8 +144,9 @@ torch._tensor._rebuild_from_type_v2 torch._utils._rebuild_tensor_v2
 torch.jit._pickle.build_intlist torch.jit._pickle.build_doublelist
 torch.jit._pickle.build_boollist torch.jit._pickle.build_tensorlist
 torch.jit._pickle.build_complexlist torch.jit._pickle.restore_type_tag
-torch.amp.grad_scaler._refresh_per_optimizer_state types.SimpleNamespace
-""")) | LIBRARY_REBUILDS | STRUCT_SEQUENCES
+torch.amp.grad_scaler._refresh_per_optimizer_state types.SimpleNamespace torch._C.Generator
+array.array array._array_reconstructor
+""")) | LIBRARY_REBUILDS | STRUCT_SEQUENCES | STDLIB_STRUCT_SEQUENCES
 
 
 @dataclass(frozen=True)
@@ -139,8 +161,16 @@ class CalledArgument:
     how: str
     method: str = ""
     # the position of the tuple the argument is called with (`func(*args)`): an allowed
-    # callable arriving there is held to its own declarations over those arguments
+    # callable arriving there is held to its own declarations over those arguments;
+    # `UNSEEN`: with values the scan does not keep (an iterable's items)
     args_at: int = -1
+    # where the argument is a class its source shows to be a NumPy array subclass (anything
+    # else fails the call before it runs), the methods an instance of it has run: judged from
+    # that source as the unpickler's own implicit methods are, not as a call of the class
+    array_runs: tuple[str, ...] = ()
+
+
+UNSEEN = -2  # `CalledArgument.args_at` of a callable called with what the scan cannot see
 
 
 # What each allowed callable does with its arguments, beside the allow-list entries above: the
@@ -166,7 +196,10 @@ CALLS_ARGUMENTS: dict[str, tuple[CalledArgument, ...]] = {
         CalledArgument(0, "enum_type", "calls a method of", "__members__"),),
     **{f"numpy.{core}.multiarray._reconstruct": (
         CalledArgument(0, "subtype", "makes an instance of and runs a method of",
-                       "__array_finalize__"),) for core in ("core", "_core")},
+                       "__array_finalize__", array_runs=("__array_finalize__", "__del__")),)
+       for core in ("core", "_core")},
+    "array._array_reconstructor": (
+        CalledArgument(0, "arraytype", "makes an instance (arraytype.__new__) of", "__new__"),),
     "numpy.ma.core._mareconstruct": (
         CalledArgument(0, "subtype", "makes an instance of (subtype.__new__)", "__new__"),
         CalledArgument(1, "baseclass", "makes an instance of (ndarray.__new__) and runs a "
@@ -203,5 +236,47 @@ SETS_STATE: dict[str, tuple[int, int]] = {
 RETURNS: dict[str, tuple[int, bool]] = {
     "torch.jit._pickle.restore_type_tag": (0, True),
     "torch._tensor._rebuild_from_type_v2": (1, False),
+    **{f"numpy.{core}.multiarray._reconstruct": (0, False) for core in ("core", "_core")},
+    "array._array_reconstructor": (0, False),
 }
 
+
+
+def _later(position: int, name: str, when: str) -> CalledArgument:
+    return CalledArgument(position, name, f"calls later ({when})", args_at=UNSEEN)
+
+
+_ITERATED = "on each item once iterated"
+# Types whose instances hold a callable they were built with and call it later: once iterated
+# (what `builtins.list(x)`, `tuple` or `deque` do at load), once their referent is collected
+# (a weak reference's callback), or once called or looked up through a class. Their own C
+# `__new__` stores the callable, so building one by any path (NEWOBJ runs `cls.__new__(cls,
+# *args)`, NEWOBJ_EX with keywords too) is a call of that argument, judged as a REDUCE of it
+# is (`call_verdict`); a class whose source derives from one is built by its `__new__`
+# (`policy.deferred_calls`). tests/test_scan_rt56_deferred_calls.py builds every public type of
+# builtins, itertools, functools, collections and weakref with a recording callable in each
+# position and fails on a position that calls it not declared here. Called with items the
+# scan does not keep, an allowed callable that calls its own arguments cannot be checked there.
+DEFERRED_CALLS: dict[str, tuple[CalledArgument, ...]] = {
+    "builtins.map": (_later(0, "func", _ITERATED),),
+    "builtins.filter": (_later(0, "function", _ITERATED),),
+    "itertools.starmap": (_later(0, "function", _ITERATED),),
+    "itertools.filterfalse": (_later(0, "function", _ITERATED),),
+    "itertools.dropwhile": (_later(0, "predicate", _ITERATED),),
+    "itertools.takewhile": (_later(0, "predicate", _ITERATED),),
+    "itertools.accumulate": (_later(1, "func", _ITERATED),),
+    "itertools.groupby": (_later(1, "key", _ITERATED),),
+    "builtins.property": tuple(_later(i, name, "on attribute access through a class")
+                               for i, name in enumerate(("fget", "fset", "fdel"))),
+    **{f"builtins.{kind}": (_later(0, "function", "when called"),)
+       for kind in ("staticmethod", "classmethod")},
+    "_functools._lru_cache_wrapper": (_later(0, "user_function", "when called"),
+                                     _later(3, "cache_info_type", "on cache_info()")),
+    **{f"_weakref.{kind}": (_later(1, "callback", "once its referent is collected"),)
+       for kind in ("ref", "ReferenceType")},
+    "weakref.KeyedRef": (_later(1, "callback", "once its referent is collected"),),
+    "weakref.finalize": (_later(1, "func", "once its referent is collected"),),
+    "functools.partialmethod": (_later(0, "func", "once looked up and called"),),
+    "functools._HashedSeq": (_later(1, "hash", "when built"),),
+    "weakref.WeakMethod": (_later(1, "callback", "once its method's object is collected"),),
+}

@@ -10,6 +10,7 @@ import functools
 from inspector.scan.pickles.static_source import (
     _MAX_HOPS,
     _binding,
+    _class_def,
     _dotted,
     _method_in,
     _mro,
@@ -86,3 +87,45 @@ def defines_method(module: str, name: str, method: str) -> bool:
     """Whether the class's readable source (its own or a readable base's) defines `method`."""
     mro = _mro(module, name)
     return bool(mro) and _method_in(mro, method) is not None
+
+
+@functools.lru_cache(maxsize=1024)
+def source_bases(module: str, name: str) -> tuple[str, ...]:
+    """Every base class the class's readable source and its readable bases' name (dotted, as
+    re-exports resolve), those whose own source cannot be read (builtins, compiled) included:
+    what a class derived from a C type inherits from it (its `__new__`) is then known."""
+    found: list[str] = []
+    for mod, cls in _mro(module, name):
+        node = _class_def(mod, cls)
+        for base in node[2].bases if node else ():
+            ref = _ref(node[0], base)
+            if ref is None:
+                continue
+            dotted = ".".join(resolve(*ref))
+            if ref[0] == node[0] and _binding(*ref) is None and "." not in ref[1]:
+                dotted = f"builtins.{ref[1]}"  # a name the module never binds: a builtin
+            if dotted not in found:
+                found.append(dotted)
+    return tuple(found)
+
+
+_NDARRAY = frozenset(f"numpy.{core}{sub}ndarray" for core in ("", "core.", "_core.")
+                     for sub in ("", "multiarray."))
+
+
+@functools.lru_cache(maxsize=256)
+def array_subclass(module: str, name: str) -> tuple[str, str] | None:
+    """Where the class `module.name` is defined, when its source shows a NumPy array subclass
+    (its bases lead to numpy.ndarray), following the module's `from X import *` (numpy.rec's
+    recarray); None where the source does not show one."""
+    found = _class_def(module, name)
+    if found is None and "." not in name:
+        path = module_file(module)
+        tree = _tree(path) if path else None
+        stars = [n.module for n in _top_level(tree.body if tree else [])
+                 if isinstance(n, ast.ImportFrom) and not n.level and n.module
+                 and any(a.name == "*" for a in n.names)]
+        return next((hit for hit in (array_subclass(m, name) for m in stars) if hit), None)
+    if found is None or not _NDARRAY & set(source_bases(found[0], found[1])):
+        return None
+    return found[0], found[1]

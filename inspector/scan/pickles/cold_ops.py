@@ -244,6 +244,8 @@ def _appends(st: WalkState, op: int, at: int) -> None:
             st.note("container-type-confusion", f"{name} on a {kind}, not a list", at, True)
     if isinstance(target, _Seq) and len(target.strings) < 16:
         strings_of(tuple(items), target.strings)
+    if isinstance(target, _Seq) and kind == "list":
+        target.keep_made(items)
     stored = target.stored if isinstance(target, _Obj) else None
     if kind == "object" and not (stored and ("extend" in stored or "append" in stored)):
         # the C unpickler calls the instance's extend (else append), pickle.py's APPEND append
@@ -276,6 +278,8 @@ def _dict_or_list(st: WalkState, op: int, at: int) -> None:
     if op == 0x64:
         st.handled(tuple(items[0::2]), "DICT", "uses as a dict key", HASHED, at)
         seq.set_items(items)
+    else:
+        seq.keep_made(items)
     st.stack.append(seq)
 
 

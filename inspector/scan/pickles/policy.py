@@ -18,8 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.core.vocabulary import Severity
-from inspector.scan.pickles.calls import CALL_ALLOWED, DATA_CLASSES, LITERAL_CALLS, words
-from inspector.scan.pickles.class_source import is_enum_class
+from inspector.scan.pickles.calls import (
+    CALL_ALLOWED,
+    DATA_CLASSES,
+    DEFERRED_CALLS,
+    LITERAL_CALLS,
+    CalledArgument,
+    words,
+)
+from inspector.scan.pickles.class_source import is_enum_class, source_bases
 from inspector.scan.pickles.joblib_arrays import WRAPPER as JOBLIB_WRAPPER
 from inspector.scan.pickles.opcodes import OPCODE_BYTES, WEIGHTS_ONLY_OPCODES_DEFAULT
 from inspector.scan.pickles.presets import PRESET_GLOBALS, PRESETS
@@ -77,7 +84,13 @@ CAPABILITIES: dict[str, tuple[str, str, str]] = {
         site torch.utils.collect_env torch.utils.cpp_extension torch._inductor torch._dynamo
         torch.compiler torch.export torch.fx torch.ops torch._C torch.library torch.classes
         torch.multiprocessing torch.distributed.rpc torch.utils._config_module numpy.testing
-        numpy.f2py numpy.distutils
+        numpy.f2py numpy.distutils torch.distributed.run torch.distributed.launch
+        torch.distributed.launcher torch.distributed.elastic torch.distributed.debug
+        torch.distributed.checkpoint._experimental.checkpoint_process
+        torch.distributed._symmetric_memory._nvshmem_triton torch.backends.xeon
+        torch.testing._internal torch._strobelight torch.utils._strobelight
+        torch.utils._get_clean_triton torch.utils.benchmark.utils.valgrind_wrapper
+        torch._vendor.quack torch.cuda._memory_viz
     """, """
         builtins.exec builtins.breakpoint builtins.input builtins.exit builtins.quit
         builtins.help builtins.__build_class__ builtins.apply builtins.execfile torch.compile
@@ -126,7 +139,8 @@ CAPABILITIES: dict[str, tuple[str, str, str]] = {
     """, """
         builtins.getattr builtins.setattr builtins.delattr builtins.globals builtins.locals
         builtins.vars builtins.type builtins.super builtins.memoryview functools.partial
-        functools.reduce copyreg.add_extension copyreg.pickle copyreg._inverted_registry
+        functools.reduce _functools.partial _functools.reduce copyreg.add_extension
+        copyreg.pickle copyreg._inverted_registry
         copyreg._extension_registry
     """),
 }
@@ -149,6 +163,15 @@ DENY_NOTES: dict[str, str] = {
     "torch.utils.collect_env": "collect_env.run(cmd) runs a shell command",
     "torch.utils.cpp_extension": "load_inline compiles and loads C++ code",
     "torch._inductor": "its code cache compiles and runs generated code",
+    "torch.distributed.run": "torchrun's entry point: main(['--no-python', PROGRAM, ...]) "
+                             "starts any program (round 56)",
+    "torch.distributed.launch": "the older torchrun entry point, the same launcher",
+    "torch.distributed.launcher": "elastic_launch starts worker processes of any entry point",
+    "torch.distributed.elastic": "its agents and multiprocessing start processes "
+                                 "(start_processes, SubprocessHandler's Popen, etcd_server)",
+    "torch.backends.xeon": "run_cpu launches a program under numactl or taskset",
+    "torch.testing._internal": "test helpers that run shell commands (common_utils.shell)",
+    "torch.cuda._memory_viz": "downloads flamegraph.pl and runs it",
     "torch.jit.load": "loading TorchScript runs scripted __setstate__ code",
     "builtins.exec": "executes Python source",
     "builtins.eval": "evaluates Python source",
@@ -216,6 +239,7 @@ savetxt dump to_pickle to_csv
 """))
 # Modules whose C implementation a pickle may name instead: the finding names the real import.
 REAL_MODULES = {"posix": "os", "nt": "os", "_io": "io", "_pickle": "pickle", "_socket": "socket",
+                "_functools": "functools",
                 "_operator": "operator", "_codecs": "codecs", "_posixsubprocess": "subprocess",
                 "_sqlite3": "sqlite3", "__builtin__": "builtins"}
 # Plain data classes of stock files outside torch's weights_only allowlist:
@@ -503,6 +527,20 @@ def call_verdict(target: str | None, computed: bool, texts: list[str],
     return Classification(Severity.DANGEROUS, f"calls {target}, which no benign save calls "
                           "(outside torch's, NumPy's and scikit-learn's rebuilds, the "
                           "weights_only allowlist and the --allow presets)")
+
+
+@functools.lru_cache(maxsize=4096)
+def deferred_calls(module: str, name: str) -> tuple[CalledArgument, ...]:
+    """What a type built as `module.name` calls later among its arguments (`DEFERRED_CALLS`):
+    looked up by the name, the walks from its parts, what its module re-exports it as, and
+    the bases its source names (`class Lazy(map)` is built by map's `__new__`)."""
+    names = [".".join(p) for p in _candidates(module, name)]
+    names.append(".".join(resolve(module, name)))
+    for dotted in names:
+        if dotted in DEFERRED_CALLS:
+            return DEFERRED_CALLS[dotted]
+    return next((DEFERRED_CALLS[b] for b in source_bases(module, name) if b in DEFERRED_CALLS),
+                ())
 
 
 @functools.cache

@@ -11,11 +11,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from inspector.core.vocabulary import Severity
-from inspector.scan.pickles.calls import CALLS_ARGUMENTS, RETURNS, SETS_STATE, CalledArgument
-from inspector.scan.pickles.class_source import is_enum_class
+from inspector.scan.pickles.calls import (
+    CALLS_ARGUMENTS,
+    RETURNS,
+    SETS_STATE,
+    UNSEEN,
+    CalledArgument,
+)
+from inspector.scan.pickles.class_source import array_subclass, is_enum_class
 from inspector.scan.pickles.joblib_arrays import NUMPY_DTYPE, PLAIN_SUBCLASSES, WRAPPER, layout
 from inspector.scan.pickles.opcodes import HANDED, OPCODE_NAMES, PERSISTENT_ID_READS
-from inspector.scan.pickles.policy import call_allowed, classify
+from inspector.scan.pickles.policy import call_allowed, classify, deferred_calls
 from inspector.scan.pickles.records import Call, GlobalRef, Issue, Limits, PickleScan
 from inspector.scan.pickles.unbuffered import unbuffered_splice
 from inspector.scan.pickles.values import (
@@ -23,6 +29,7 @@ from inspector.scan.pickles.values import (
     UNKNOWN,
     _Big,
     _Obj,
+    _Seq,
     called_attributes,
     describe,
     render,
@@ -73,8 +80,8 @@ def _returned(fref: GlobalRef, args: object, made: _Obj) -> object:
 
 
 def _instances(values: tuple) -> list[_Obj]:
-    """The objects made while loading among `values` and the items of their tuples (each
-    tuple once: the memo hands one tuple to many, and hostile files nest them thousands
+    """The objects made while loading among `values` and the items of their tuples and lists
+    (each once: the memo hands one tuple to many, and hostile files nest them thousands
     deep)."""
     found: list[_Obj] = []
     seen: set[int] = set()
@@ -83,10 +90,22 @@ def _instances(values: tuple) -> list[_Obj]:
         for item in todo.pop():
             if isinstance(item, _Obj):
                 found.append(item)
-            elif isinstance(item, tuple) and id(item) not in seen:
+            elif isinstance(item, tuple | _Seq) and id(item) not in seen:
                 seen.add(id(item))
-                todo.append(item)
+                todo.append(item if isinstance(item, tuple) else tuple(item.made or ()))
     return found
+
+
+def _arguments(args: object, opname: str) -> tuple[tuple | None, dict[str, object] | None]:
+    """A call's positional arguments and, for NEWOBJ_EX, the imports and objects among its
+    keywords by name ("" for a key computed while loading); None where a part was computed
+    while loading (it may hold anything)."""
+    if opname != "NEWOBJ_EX":
+        return (args if isinstance(args, tuple) else None), {}
+    positional, keywords = args if isinstance(args, tuple) and len(args) == 2 else (None, None)
+    if not (isinstance(keywords, _Seq) and keywords.kind == "dict"):
+        return (positional if isinstance(positional, tuple) else None), None
+    return (positional if isinstance(positional, tuple) else None), dict(keywords.objs or {})
 
 
 def _enum_shaped(fref: GlobalRef, args: object) -> bool:
@@ -284,10 +303,13 @@ class WalkState:
         if (looked_up := self.class_attribute(fref, args, opname, at)) is not None:
             return looked_up
         if fref is not None:
+            allowed = fref.key in self.allowed or call_allowed(fref.key)
             called = CALLS_ARGUMENTS.get(fref.key)
+            if called is None and not allowed and opname.startswith("NEWOBJ"):
+                self.constructed(fref, args, opname, at)
             if called is not None:
                 self.called_arguments(fref, called, args, opname, at)
-            if fref.key in self.allowed or call_allowed(fref.key):
+            if allowed:
                 self.handled(args, opname, f"hands to {fref.key}", HANDED, at)
             if fref.key in self.allowed:  # torch's own rebuilds: only the state they hand on
                 made = _Obj(fref)
@@ -343,31 +365,62 @@ class WalkState:
                 self.res.calls.append(Call(cls, opname, at, [], "", attrs=attrs, runs=methods,
                                            role=role))
 
+    def constructed(self, cls: GlobalRef, args: object, opname: str, at: int) -> None:
+        """NEWOBJ(_EX) builds `cls` (outside the allowlists) with `cls.__new__(cls, *args)`:
+        code that may run any protocol of the instances it is handed (`zip(x)` iterates x at
+        once), and a type that holds a callable to call later (`calls.DEFERRED_CALLS`:
+        `map(f, xs)` calls f once iterated) has that argument judged as a call of it."""
+        positional, keywords = _arguments(args, opname)
+        handed = (*(positional or ()), *(keywords.values() if keywords else ()))
+        self.handled(handed, opname, f"hands to {cls.key}'s constructor", HANDED, at)
+        deferred = deferred_calls(cls.module, cls.name)
+        if deferred:
+            self.called_arguments(cls, deferred, args, opname, at)
+
     def called_arguments(self, via: GlobalRef, called: tuple[CalledArgument, ...],
                          args: object, opname: str, at: int) -> None:
-        """Record what allowed `via` calls among its arguments as calls of their own: an import
+        """Record what `via` calls among its arguments as calls of their own: an import
         there is a call target, anything computed there cannot be checked (dangerous)."""
-        positional = args if isinstance(args, tuple) and opname != "NEWOBJ_EX" else None
+        positional, keywords = _arguments(args, opname)
         for arg in called:
             if positional is None:
                 value: object = UNKNOWN  # arguments built while loading: none can be seen
-            elif arg.position < len(positional):
+            elif 0 <= arg.position < len(positional):
                 value = positional[arg.position]
+            elif keywords is None:
+                value = UNKNOWN  # keywords built while loading
+            elif arg.name in keywords or "" in keywords:  # "": a key computed while loading
+                value = keywords.get(arg.name, keywords.get(""))
             else:
                 continue  # left at its default, which calls nothing of the pickle's
             role = f"{via.key} {arg.how} its argument {arg.name}"
             if isinstance(value, _Obj) and value.func is not None and arg.method:
                 value = value.func  # an instance: its maker's code runs (`data.to` of a tensor)
-            if isinstance(value, GlobalRef):
+            if isinstance(value, GlobalRef) and arg.array_runs and array_subclass(
+                    value.module, value.name):
+                self.made_instance(via, value, arg.array_runs, opname, at)
+            elif isinstance(value, GlobalRef):
                 if len(self.res.calls) < 200_000:
                     self.res.calls.append(Call(value, opname, at, [], _shown(args), role))
                 forwarded = CALLS_ARGUMENTS.get(value.key)
                 if forwarded and positional is not None and 0 <= arg.args_at < len(positional):
                     # `func(*args)`: what func does with those arguments is judged too
                     self.called_arguments(value, forwarded, positional[arg.args_at], "REDUCE", at)
+                elif forwarded and arg.args_at == UNSEEN:
+                    self.note("indirect-call", f"{role}: {value.key}, which calls its own "
+                              "arguments, with values the scan does not keep (an iterable's "
+                              "items), which cannot be checked statically", at, True)
             elif isinstance(value, _Obj) or value is UNKNOWN:
                 self.note("indirect-call", f"{role}, a value computed while loading (not a "
                           "plain import), which cannot be checked statically", at, True)
+
+    def made_instance(self, via: GlobalRef, cls: GlobalRef, methods: tuple[str, ...],
+                      opname: str, at: int) -> None:
+        """`via` makes an instance of `cls` (a NumPy array subclass by its source) and the load
+        runs `methods` of it: recorded as those methods run, judged from its source."""
+        if len(self.res.calls) < 200_000:
+            self.res.calls.append(Call(cls, opname, at, [], "", runs=methods,
+                                       role=f"of {via.key} makes"))
 
     def state_handed(self, via: GlobalRef, where: tuple[int, int], args: tuple, made: _Obj,
                      at: int) -> None:

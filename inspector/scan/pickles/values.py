@@ -95,7 +95,7 @@ class _Seq:
     item whose value is an import or an object the pickle made (`objs`, by its text key, or ""
     for a key computed while loading: as a BUILD state, what it puts into attributes)."""
 
-    __slots__ = ("hot", "items", "kind", "objs", "strings")
+    __slots__ = ("hot", "items", "kind", "made", "objs", "strings")
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -103,6 +103,17 @@ class _Seq:
         self.items: dict[str, object] | None = None  # made on a dict's first items
         self.hot: dict | None = None  # its watched keys (`watch_keys`), all of them
         self.objs: dict[str, object] | None = None
+        # a list's items that are objects made while loading, or tuples or lists that may hold
+        # some: code it is handed to iterates it and runs their protocols (`array('f', [x])`
+        # asks each x's __float__), the first 64
+        self.made: list[object] | None = None
+
+    def keep_made(self, items: list) -> None:
+        """Keep, in a list, the items that are or may hold objects made while loading."""
+        for item in items:
+            if isinstance(item, _Obj | tuple | _Seq) and len(self.made or ()) < 64:
+                self.made = self.made or []
+                self.made.append(item)
 
     def set_items(self, flat: list) -> None:
         """Keep the text-keyed items of `flat` (key, value, key, value ...), the first 16."""
