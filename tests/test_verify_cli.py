@@ -130,14 +130,16 @@ def test_unlisted_files_are_extra_and_fail_only_when_strict(
     manifest = tmp_path / "sums.sha256"
     assert main(["manifest", "create", str(folder), "-o", str(manifest)]) == 0
     capsys.readouterr()
-    (folder / "config.json").write_text("{}")
-    (folder / "shards" / "tokenizer.json").write_text("{}")
+    # names no loader reads: config.json or tokenizer.json here fail even without --strict
+    # (`integrity.loader_names`, tests/test_records_rt56_loaded_names.py)
+    (folder / "notes.json").write_text("{}")
+    (folder / "shards" / "log.json").write_text("{}")
     args = ["verify", "-m", str(manifest), str(folder), "--no-tensors", "--json"]
     assert main(args + (["--strict"] if strict else [])) == (1 if strict else 0)
     doc = json.loads(capsys.readouterr().out)
     assert doc["ok"] is not strict and doc["strict"] is strict
     extras = sorted(Path(f["path"]).name for f in doc["files"] if f["status"] == "extra")
-    assert extras == ["config.json", "tokenizer.json"]
+    assert extras == ["log.json", "notes.json"]
     (folder / "model weights.bin").write_bytes(b"changed")
     assert main(args) == 1
 

@@ -10,7 +10,11 @@ beside a listed file (a model's folder: a loader picks among the files there; a 
 folder the record lists nothing from is another model, a plain extra). Each is `unchecked` (or
 `orphan`) with a note saying why, whether or not the check is strict. So is a hidden file a
 loader reads (`folder_walk.LOADED_HIDDEN`: a DCP folder's `.metadata`, its map of every tensor
-to its bytes) beside a listed file.
+to its bytes) beside a listed file, and a file whose name is one a loader reads from a model's
+folder when present (`loader_names.LOADER_NAMES`: a chat template, tokenizer files, configs,
+processor configs, code a config's auto_map names), matched by name from a folder holding a
+listed file, against a record of the folder (a manifest or a signature; an index records its
+shards alone, so a config beside them is outside what it can vouch for, as before).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from inspector import formats
 from inspector.core.vocabulary import FileStatus
 from inspector.formats.archives.zipread import read_zip
 from inspector.integrity.folder_walk import LOADED_HIDDEN
+from inspector.integrity.loader_names import loader_read
 from inspector.integrity.manifest import Manifest
 from inspector.integrity.regular_file import open_regular
 from inspector.integrity.shard_index import (
@@ -45,6 +50,8 @@ WEIGHTS_NOTE = ("its bytes are a {} checkpoint, which a loader may read as the m
 LOADED_HIDDEN_NOTE = ("a file the loader reads (a torch.distributed.checkpoint folder's map of "
                       "its tensors to their bytes), but nothing on record lists it: it was not "
                       "verified")
+LOADER_NAME_NOTE = ("a file a model's loader reads from its folder when present ({}), "
+                    "but nothing on record lists it: it was not verified")
 WEIGHT_FORMATS = frozenset(formats.loadable())
 """What an unlisted file's bytes must not be (the formats the jailed worker loads)."""
 
@@ -61,23 +68,32 @@ class ExtraRecord(Protocol):
 class LoadedExtras:
     """The extra files an index picks, found over every pair planned, by absolute path, with
     the status and note each gets; any other extra in one of `folders` (those holding a listed
-    file, absolute) is judged by its own bytes (`mark`)."""
+    file, absolute) is judged by its name, then its own bytes (`mark`)."""
 
     picked: dict[str, tuple[FileStatus, str]] = field(default_factory=dict)
     folders: frozenset[str] = frozenset()
+    by_name: bool = True
+    """Judge extras by `loader_names` too: a record of the folder (a manifest, a signature),
+    not an index, which records the weights' shards and no other file by design."""
 
     def mark(self, files: Iterable[ExtraRecord]) -> None:
         """Each extra that a loader reads becomes no tolerated extra: an index's pick, a
-        hidden file a loader reads, or a file whose bytes are a checkpoint format."""
+        hidden file a loader reads, a file named as one a loader reads, or a file whose bytes
+        are a checkpoint format."""
         for record in files:
             if record.status == FileStatus.EXTRA:
                 record.status, record.note = self._verdict(record)
 
     def _verdict(self, record: ExtraRecord) -> tuple[str, str | None]:
-        picked = self.picked.get(os.path.abspath(record.path))
+        where = os.path.abspath(record.path)
+        picked = self.picked.get(where)
         if picked is not None:
             return picked
-        if os.path.dirname(os.path.abspath(record.path)) not in self.folders:
+        # before the folder test: a name may sit in a subfolder of the model's folder
+        named = loader_read(where, self.folders) if self.by_name else None
+        if named is not None:
+            return FileStatus.UNCHECKED, LOADER_NAME_NOTE.format(named.changes)
+        if os.path.dirname(where) not in self.folders:
             return record.status, record.note
         if os.path.basename(record.path) in LOADED_HIDDEN:
             return FileStatus.UNCHECKED, LOADED_HIDDEN_NOTE
@@ -98,7 +114,8 @@ def loaded_extras(manifest: Manifest, pairs: Iterable[tuple[object, Path]]) -> L
         _pick(picked, [manifest.source], orphan_shards, FileStatus.ORPHAN, ORPHAN_NOTE)
     _pick(picked, listed, ShardIndex.shards, FileStatus.UNCHECKED, UNLISTED_SHARD_NOTE)
     return LoadedExtras(picked, model_folders(location for entry, location in pairs
-                                              if entry is not None))
+                                              if entry is not None),
+                        by_name=manifest.dialect != "index")
 
 
 def model_folders(listed: Iterable[str | os.PathLike[str]]) -> frozenset[str]:

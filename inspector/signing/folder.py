@@ -59,7 +59,9 @@ def verify_folder(folder: Path, statement: SignedStatement, signature: Path | No
     _mark(result, folder, statement)
     if tensor_digests is not None:
         _tensor_forensics(result, folder, statement, tensor_digests, cancel)
-    listed = [f for f in result.files if f.status != FileStatus.EXTRA]
+    # the signed files only: an unsigned one a loader reads is `unchecked`, yet not signed
+    signed = {r.name for r in statement.resources}
+    listed = [f for f in result.files if f.path in signed]
     if listed and all(f.status == FileStatus.MISSING for f in listed):
         result.errors.append(another_folder(folder, statement))
     return result
