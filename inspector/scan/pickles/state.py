@@ -356,7 +356,8 @@ class WalkState:
         judged by what they reach in its source (`ScanContext`), each class and state once."""
         for value in _instances(values) if isinstance(values, tuple) else ():
             cls = value.class_ref()
-            if cls is None or cls.key in self.allowed or call_allowed(cls.key):
+            # a denied import is dangerous already: its source need not be read
+            if cls is None or cls.key in self.allowed or call_allowed(cls.key) or _denied(cls):
                 continue
             attrs = value.attributes()
             seen = (cls.key, methods, attrs)
@@ -373,7 +374,7 @@ class WalkState:
         positional, keywords = _arguments(args, opname)
         handed = (*(positional or ()), *(keywords.values() if keywords else ()))
         self.handled(handed, opname, f"hands to {cls.key}'s constructor", HANDED, at)
-        deferred = deferred_calls(cls.module, cls.name)
+        deferred = () if _denied(cls) else deferred_calls(cls.module, cls.name)
         if deferred:
             self.called_arguments(cls, deferred, args, opname, at)
 
@@ -396,8 +397,8 @@ class WalkState:
             role = f"{via.key} {arg.how} its argument {arg.name}"
             if isinstance(value, _Obj) and value.func is not None and arg.method:
                 value = value.func  # an instance: its maker's code runs (`data.to` of a tensor)
-            if isinstance(value, GlobalRef) and arg.array_runs and array_subclass(
-                    value.module, value.name):
+            if isinstance(value, GlobalRef) and arg.array_runs and not call_allowed(
+                    value.key) and array_subclass(value.module, value.name):
                 self.made_instance(via, value, arg.array_runs, opname, at)
             elif isinstance(value, GlobalRef):
                 if len(self.res.calls) < 200_000:
