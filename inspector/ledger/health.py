@@ -25,6 +25,7 @@ from typing import Any
 from inspector.core.flatten import is_running_variance
 from inspector.core.termtext import counted
 from inspector.run import health_gate
+from inspector.run.optimizer_settings import COLLAPSE
 
 SHOWN = 3
 
@@ -293,7 +294,7 @@ def scheduler_problems(obj: Any) -> list[str]:
     found = []
     for where, state in dicts_in(obj, _is_scheduler):
         said = _counter_problem(where, state, optimizers)
-        said = said or _base_problem(state, optimizers)
+        said = said or _base_problem(state, optimizers) or _gamma_problem(where, state)
         if said:
             found.append(f"LR scheduler {where.rstrip('.') or 'state'}: {said}")
     return found
@@ -351,6 +352,48 @@ def _base_problem(state: dict, optimizers: list[dict]) -> str | None:
         return None
     return (f"base_lrs {_listed(base)} are not its optimizer's initial_lr "
             f"{_listed(starts[0])} (every later learning rate is scaled from them)")
+
+
+def _gamma_problem(where: str, state: dict) -> str | None:
+    """ExponentialLR, StepLR and MultiStepLR: the last rate against `base_lr * gamma^k`, k the
+    decays its counters have taken, within `COLLAPSE` either way. Torch chains each step from the
+    last rate, so a `gamma` with a flipped exponent bit (0.99 -> 0.2475) leaves the rates of the
+    steps before it in `_last_lr` and puts the closed form orders of magnitude apart; a manual
+    warm-up writing the rate, or a second scheduler on the optimizer, moves it by far less."""
+    gamma, last = _float(state.get("gamma")), state["last_epoch"]
+    if gamma is None or gamma <= 0 or "max_lrs" in state or not _whole(last) or last < 0 \
+            or "._schedulers." in f".{where}":
+        return None
+    decays = _decays(state, last)
+    rates = state.get("_last_lr")
+    if decays is None or not isinstance(rates, list) or len(rates) != len(state["base_lrs"]):
+        return None
+    for base, rate in zip(map(_float, state["base_lrs"]), map(_float, rates), strict=True):
+        if not base or not rate or base < 0 or rate < 0:
+            continue
+        apart = math.log2(rate) - math.log2(base) - decays * math.log2(gamma)
+        if abs(apart) > math.log2(COLLAPSE):
+            return (f"the rate it holds, {rate:.4g}, is 2^{apart:+.0f} times base_lr x gamma "
+                    f"{gamma:g}^{decays}: its gamma changed during the run (a resume goes on "
+                    "from this gamma)")
+    return None
+
+
+def _decays(state: dict, last: int) -> int | None:
+    """How many times the scheduler has multiplied by `gamma` at `last_epoch` (None: not one of
+    the three, or a counter out of shape)."""
+    if "step_size" in state:
+        size = state["step_size"]
+        return last // size if _whole(size) and size > 0 else None
+    if "milestones" in state:
+        marks = state["milestones"]
+        if not isinstance(marks, dict) or not all(_whole(m) and _whole(c) for m, c in
+                                                  marks.items()):
+            return None
+        return sum(count for mark, count in marks.items() if mark <= last)
+    keys = set(state) - {"gamma", "base_lrs", "last_epoch", "_step_count", "_is_initial",
+                         "_get_lr_called_within_step", "_last_lr", "verbose"}
+    return None if keys else last
 
 
 def _steps(optimizer: dict) -> set[int]:
