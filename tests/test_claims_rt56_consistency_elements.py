@@ -182,9 +182,11 @@ def test_an_invented_first_mismatch_is_refused(tmp_path, hostile, capsys, first,
      "b passed its checks, reported as skipped"),
     ('rows["w"]["reference_ok"] = True\nrows["w"]["reference_error_ratio"] = 9.0',
      (0, "reference_error_ratio", 9.0), "w's reference_ok does not agree with its own record"),
-], ids=["failed-for-nothing", "skipped", "reference"])
-def test_a_row_status_its_checks_do_not_give_is_refused(tmp_path, hostile, capsys, body, lie,
-                                                        said) -> None:
+    ('rows["w"]["compute_dtype"] = "float64"', (0, "compute_dtype", "float64"),
+     "w (float32) is multiplied in float32, reported in float64"),
+], ids=["failed-for-nothing", "skipped", "reference", "compute-dtype"])
+def test_a_row_its_own_checks_do_not_give_is_refused(tmp_path, hostile, capsys, body, lie,
+                                                     said) -> None:
     path = _file(tmp_path)
     _lie(hostile, body)
     row, name, value = lie

@@ -16,7 +16,11 @@ from inspector.rawtensors.readers import RawTensor
 
 if TYPE_CHECKING:
     from inspector.rawtensors.values import Measured
-from inspector.sandbox.host.claims.consistency_elements import probeable, reply_element_problems
+from inspector.sandbox.host.claims.consistency_elements import (
+    compute_dtype,
+    probeable,
+    reply_element_problems,
+)
 from inspector.sandbox.host.claims.expected import Expected
 from inspector.sandbox.host.claims.records import PROBED, record_problems
 from inspector.sandbox.host.claims.refusal import check_shape, refuted
@@ -159,7 +163,8 @@ def resolved_device(device: str) -> str:
 def _probed_problems(located: dict[str, RawTensor], rows: list[dict],
                      result: dict[str, Any], repeats: int) -> list[str]:
     """The probed rows (a row with `repeats`, each a tensor of the file by then) must be
-    floating tensors of 2+ dimensions repeated as often as asked, and the reply's count and
+    floating tensors of 2+ dimensions repeated as often as asked, in the dtype the probe
+    multiplies theirs in (where their elements' bits are read), and the reply's count and
     bytes of probed weights the ones those tensors give here."""
     probed = [located[str(r.get("key"))] for r in rows
               if "repeats" in r and str(r.get("key")) in located]
@@ -168,6 +173,10 @@ def _probed_problems(located: dict[str, RawTensor], rows: list[dict],
     wrong += [f"{escape(str(r.get('key')))} was repeated {escape(str(r.get('repeats')))} "
               f"times, asked {repeats}" for r in rows
               if "repeats" in r and r.get("repeats") != repeats]
+    wrong += [f"{escape(t.key)} ({t.dtype}) is multiplied in {compute_dtype(t.dtype)}, "
+              f"reported in {escape(str(r.get('compute_dtype')))}" for r in rows
+              if (t := located.get(str(r.get("key")))) is not None and probeable(t)
+              and "repeats" in r and r.get("compute_dtype") != compute_dtype(t.dtype)]
     counted = {"probed_tensors": len(probed),
                "probed_bytes": sum(math.prod(t.shape) * BY_NAME[t.dtype].itemsize
                                    for t in probed if probeable(t))}
