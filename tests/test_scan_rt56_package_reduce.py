@@ -17,17 +17,19 @@ from proofs import run_each_forked
 from inspector.scan.engine import scan_file
 
 BINPERSID = b"Q"
-# rebuild(importer, path) writes `path`: what the payload's canary shows
+# rebuild(importer, path) writes `path`: what the payload's canary shows; the twin's only
+# measures it
 _REBUILD = ("import os\n\n\ndef rebuild(importer, path):\n"
             "    os.system('touch ' + path)\n    return path\n")
+_TWIN = _REBUILD.replace("os.system('touch ' + path)", "len(path)")
 
 
-def _exporter_form(path: Path, canary: Path) -> Path:
+def _exporter_form(path: Path, canary: Path, rebuild: str = _REBUILD) -> Path:
     """The archive as PackageExporter writes it for an object whose __reduce_package__ hands
     back (stepsmod.rebuild, (CANARY,)): the three-item form, with the object's id."""
     from torch.package import PackageExporter
 
-    source = _REBUILD + ("\n\nclass Box:\n    def __init__(self, path):\n"
+    source = rebuild + ("\n\nclass Box:\n    def __init__(self, path):\n"
                          "        self.path = path\n\n"
                          "    def __reduce_package__(self, exporter):\n"
                          "        return (rebuild, (self.path,))\n")
@@ -64,6 +66,11 @@ def _two_item_form(path: Path, canary: Path) -> Path:
 SAMPLES = {"exporter_form": _exporter_form, "two_item_form": _two_item_form}
 
 
+def _code(res) -> list[str]:
+    """The severities of the scan's package-code findings."""
+    return [f.severity for f in res.findings if f.code == "package-code"]
+
+
 @pytest.fixture(scope="module")
 def proven(tmp_path_factory, python_exe):
     """Each sample, built and proven to run its payload under PackageImporter."""
@@ -91,3 +98,20 @@ def test_a_reduce_package_id_is_a_call_of_its_function(proven, name):
              and f.code == "call-outside-allowlist"]
     assert any("stepsmod.rebuild" in f.message for f in calls), res.to_json()
     assert not canary.exists()
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_the_function_a_reduce_package_id_calls_is_judged_as_load_time_code(proven, name):
+    path, canary = proven[name]
+    res = scan_file(path)
+    code = [f.message for f in res.findings if f.code == "package-code"]
+    assert _code(res) == ["dangerous"] and "os.system" in code[0], code
+    assert not canary.exists()
+
+
+def test_a_harmless_reduce_function_leaves_its_module_suspicious(tmp_path):
+    """The twin: rebuild only measures its argument; its call is still a REDUCE outside the
+    allow-lists (dangerous, as any), but its module's code reaches nothing."""
+    res = scan_file(_exporter_form(tmp_path / "twin.pt", tmp_path / "never", _TWIN))
+    assert res.verdict == "dangerous"
+    assert _code(res) == ["suspicious"], res.to_json()

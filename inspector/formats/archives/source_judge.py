@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import builtins
 import sys
+from dataclasses import dataclass
 
 from inspector.formats.archives import python_source
 from inspector.formats.archives.source_capability import (
@@ -43,9 +44,11 @@ _REACH_ATTRIBUTES = frozenset(("builtins.getattr", "builtins.vars", "inspect.get
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
-def _aliases(tree: ast.Module) -> tuple[dict[str, str], list[str]]:
+def _aliases(tree: ast.Module, package: tuple[str, ...] | None = None
+             ) -> tuple[dict[str, str], list[str]]:
     """Local name -> dotted name, from every import in the source; and the modules it
-    star-imports (`from os import *` binds os's names without naming them)."""
+    star-imports (`from os import *` binds os's names without naming them). `package`: the
+    package a relative import starts from, where the source is a known module's."""
     names: dict[str, str] = {}
     stars: list[str] = []
     for node in ast.walk(tree):
@@ -53,13 +56,23 @@ def _aliases(tree: ast.Module) -> tuple[dict[str, str], list[str]]:
             for a in node.names:
                 names[a.asname or a.name.split(".", 1)[0]] = a.name if a.asname else \
                     a.name.split(".", 1)[0]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for a in node.names:
+        elif isinstance(node, ast.ImportFrom):
+            source = _relative(node, package) if node.level else node.module
+            for a in node.names if source else ():
                 if a.name == "*":
-                    stars.append(node.module)
+                    stars.append(source)
                 else:
-                    names[a.asname or a.name] = f"{node.module}.{a.name}"
+                    names[a.asname or a.name] = f"{source}.{a.name}"
     return names, stars
+
+
+def _relative(node: ast.ImportFrom, package: tuple[str, ...] | None) -> str | None:
+    """The module a relative import names, as the import system resolves it from `package`
+    (None where the package is unknown, or the import climbs above its top)."""
+    if package is None or node.level - 1 >= len(package):
+        return None
+    base = package[:len(package) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
 
 
 def _pairs(node: ast.AST) -> list[tuple[ast.expr, ast.expr]]:
@@ -283,24 +296,47 @@ def _is_property(node: ast.AST) -> bool:
         for d in node.decorator_list)
 
 
+@dataclass(frozen=True)
+class Judged:
+    """What one module's source does at load: its imports, what it calls or names that reaches
+    a deny-list capability (each with its reason), and every dotted name its load-time code
+    calls or names (where another module the artifact ships runs next)."""
+
+    imports: list[str]
+    denied: list[str]
+    named: frozenset[str]
+
+
 def judge_source(source: str | bytes | ast.Module, run_at_load: frozenset[str] = RUN_AT_LOAD,
                  properties: bool = False, every_method: bool = False
                  ) -> tuple[list[str], list[str]]:
     """(the imports of a module's source, what it calls or names at load that reaches a
     capability on the deny list, each with its reason), read with `ast`; ValueError if it does
-    not parse. A denied callable named as a value counts as called (whatever it is handed to
-    may call it), and so does getattr with a computed name, vars or `__dict__` of a module
-    that holds a capability (`_attribute_reach`).
+    not parse (`judge_module`, of a source that is no known module's)."""
+    judged = judge_module(source, run_at_load, properties, every_method)
+    return judged.imports, judged.denied
+
+
+def judge_module(source: str | bytes | ast.Module, run_at_load: frozenset[str] = RUN_AT_LOAD,
+                 properties: bool = False, every_method: bool = False,
+                 package: tuple[str, ...] | None = None) -> Judged:
+    """What a module's source does at load, read with `ast`; ValueError if it does not parse.
+    A denied callable named as a value counts as called (whatever it is handed to may call
+    it), and so does getattr with a computed name, vars or `__dict__` of a module that holds a
+    capability (`_attribute_reach`).
     `source`: the file's bytes (decoded as Python decodes them, `python_source.parse`), or
-    text or a tree already read so. `run_at_load`: the methods its loader runs unasked;
-    `properties`: whether that loader reads the built object's attributes, so its properties
-    run too; `every_method`: whether it builds the module's classes and may call any method
-    (transformers, sentence-transformers: a list of the ones it calls lags the loader)."""
+    text or a tree already read so. `run_at_load`: the functions and methods its loader runs
+    unasked, by name; `properties`: whether that loader reads the built object's attributes,
+    so its properties run too; `every_method`: whether it builds the module's classes and may
+    call any method (transformers, sentence-transformers: a list of the ones it calls lags the
+    loader); `package`: the package its relative imports start from (the module's own for an
+    `__init__.py`, else the one it lies in), where it is a known module's."""
     tree = source if isinstance(source, ast.Module) else python_source.parse(source)
-    aliases, stars = _aliases(tree)
+    aliases, stars = _aliases(tree, package)
     bound = _bindings(tree, aliases, stars)
     imports = sorted(set(aliases.values()) | {f"{module}.*" for module in stars})
     bad: list[str] = []
+    named: set[str] = set()
     local: frozenset[str] | None = None  # `_locals`, read where first needed
     typed = _typing(tree)
     for node in _load_time_nodes(tree, run_at_load, properties, every_method):
@@ -315,8 +351,9 @@ def judge_source(source: str | bytes | ast.Module, run_at_load: frozenset[str] =
                 call = calls.get(id(n))
                 if call is None and id(n) in typed:
                     continue  # a type in an annotation is stored, not called
-                reasons = [denied(t, call) for t in _dotted(n, aliases, stars, bound)
-                           if t not in DENY_MODULES]
+                targets = _dotted(n, aliases, stars, bound)
+                named.update(targets)
+                reasons = [denied(t, call) for t in targets if t not in DENY_MODULES]
                 if any(reasons) and isinstance(n, ast.Name) and call is None and (
                         n.id not in aliases):
                     local = _locals(tree) if local is None else local
@@ -328,7 +365,7 @@ def judge_source(source: str | bytes | ast.Module, run_at_load: frozenset[str] =
             else:
                 continue
             bad += [r for r in reasons if r and r not in bad]
-    return imports, bad
+    return Judged(imports, bad, frozenset(named))
 
 
 def _typing(tree: ast.Module) -> set[int]:

@@ -14,6 +14,7 @@ module is judged as that code.
 
 from __future__ import annotations
 
+import ast
 import functools
 import re
 import sys
@@ -24,7 +25,9 @@ from inspector.core.vocabulary import Severity
 from inspector.formats.archives import python_source, zipread
 from inspector.formats.archives.source_capability import legacy_denied
 from inspector.formats.archives.source_judge import RUN_AT_LOAD as RUN_AT_LOAD
-from inspector.formats.archives.source_judge import judge_source
+from inspector.formats.archives.source_judge import judge_module
+from inspector.formats.archives.source_judge import judge_source as judge_source
+from inspector.scan.pickles.opcodes import PERSISTENT_ID_READS
 from inspector.scan.pickles.policy import CALL_ALLOWED, KNOWN_DATA, weights_only_rules
 from inspector.scan.pickles.presets import PRESET_GLOBALS
 
@@ -33,6 +36,13 @@ if TYPE_CHECKING:
 
 LOADER = "torch.package.PackageImporter"
 MAX_SOURCE_BYTES = 4 << 20  # a larger source is reported unread
+_MANGLED = re.compile(r"<torch_package_\d+>")
+# PackageImporter binds itself as this module, before any the archive interns: a pickle's
+# `torch_package_importer.import_module` is its own import_module (and load_pickle ...)
+IMPORTER_MODULE = "torch_package_importer"
+_IMPORTER_REASON = (f"{IMPORTER_MODULE} is the {LOADER} itself (it binds itself under that "
+                    "name for the package's code): it can import modules: imports modules or "
+                    "loads code by name (import_module, load_pickle, its zip reader)")
 # the deny list read by final names, which `scan.context` judges installed methods with
 _denied = legacy_denied
 
@@ -52,11 +62,26 @@ class PackageLayout:
         """The interned module that `module` (a pickle global's) resolves to, or None: the
         module itself or the package it lies in, as PackageImporter walks its tree (one atom
         per dot, whatever the atom spells: `my-mod`, `9lives` and `a b` import as well)."""
-        parts = tuple(module.split("."))
-        for i in range(len(parts), 0, -1):
-            if parts[:i] in self.modules:
-                return parts[:i]
+        found = self.split(module)
+        return found[0] if found else None
+
+    def split(self, dotted: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+        """(the interned module `dotted` lies in, the names after it), or None where it lies
+        in none: read as written and demangled (PackageImporter strips its own
+        `<torch_package_N>.` prefix, N counting the importers the process made)."""
+        for name in dict.fromkeys((demangled(dotted), dotted)):
+            parts = tuple(name.split("."))
+            for i in range(len(parts), 0, -1):
+                if parts[:i] in self.modules:
+                    return parts[:i], parts[i:]
         return None
+
+
+def demangled(name: str) -> str:
+    """`name` without a leading `<torch_package_N>.` (PackageImporter's mangling of the modules
+    it makes, which its own `import_module` and `find_class` strip)."""
+    head, dot, rest = name.partition(".")
+    return rest if dot and _MANGLED.fullmatch(head) else name
 
 
 def module_atoms(inner: str) -> tuple[str, ...] | None:
@@ -151,47 +176,137 @@ def shadowed(module: str) -> str | None:
     return None
 
 
+# What the load may run in a module whose names a pickle, or code that runs at load, uses:
+# beside `RUN_AT_LOAD`, the protocols an allowed callable, torch's storage loader and the
+# package's persistent_load run on an instance they are handed (`PERSISTENT_ID_READS`, which
+# holds `HANDED` and `HASHED`), and what a call of one of its classes runs; each by name, in
+# every class of the module (a method may be inherited from any of them)
+_ON_USE = frozenset(PERSISTENT_ID_READS) | {"__init__", "__new__", "__post_init__", "__call__"}
+MAX_JUDGINGS = 4096  # module judgings while names are followed from module to module
+
+
+@dataclass(frozen=True)
+class _Copy:
+    """One record that may be an interned module's source: its tree, or why it is unread."""
+
+    member: zipread.Member
+    tree: ast.Module | None
+    unread: str
+    package: tuple[str, ...]  # where its relative imports start
+
+
+@dataclass
+class _Verdict:
+    """One interned module as judged with the names its load runs."""
+
+    severity: str
+    why: list[str]
+    imports: list[str]
+    named: set[str]  # what its load-time code names: where other interned code runs next
+
+
+def _copies(buf, layout: PackageLayout) -> dict[tuple[str, ...], list[_Copy]]:
+    """Every interned module's copies, each read and parsed once."""
+    out: dict[tuple[str, ...], list[_Copy]] = {}
+    for atoms, members in sorted(layout.modules.items()):
+        for m in members:
+            package = atoms if m.name.lower().endswith("/__init__.py") else atoms[:-1]
+            try:
+                raw = zipread.member_bytes(buf, m, MAX_SOURCE_BYTES)
+                tree, unread = python_source.parse(python_source.normalized(raw)), ""
+            except ValueError as exc:
+                tree, unread = None, f"its source could not be read ({str(exc)[:100]})"
+            out.setdefault(atoms, []).append(_Copy(m, tree, unread, package))
+    return out
+
+
+def _judge(atoms: tuple[str, ...], copies: list[_Copy], roots: frozenset[str]) -> _Verdict:
+    """One module's copies judged as code that runs at load, with `roots` beside
+    `RUN_AT_LOAD`; every copy is judged: any one may be the source that runs."""
+    reason = shadowed(".".join(atoms))
+    verdict = _Verdict(Severity.DANGEROUS if reason else Severity.SUSPICIOUS,
+                       [reason] if reason else [], [], set())
+    bad: list[str] = []
+    for copy in copies:
+        if copy.tree is None:
+            verdict.why += [copy.unread] if copy.unread not in verdict.why else []
+            continue
+        judged = judge_module(copy.tree, RUN_AT_LOAD | roots, package=copy.package)
+        verdict.imports += [i for i in judged.imports if i not in verdict.imports]
+        bad += [b for b in judged.denied if b not in bad]
+        verdict.named |= judged.named
+    if bad:
+        verdict.severity = Severity.DANGEROUS
+        verdict.why.append("at import, unpickling or as the load uses its objects it calls "
+                           + "; ".join(bad[:3]))
+    if len(copies) > 1:
+        verdict.why.append(f"the archive holds {len(copies)} sources for it "
+                           f"({', '.join(sorted({c.member.name for c in copies}))}), each "
+                           "judged: readers differ on which one runs")
+    return verdict
+
+
+def _grow(layout: PackageLayout, roots: dict[tuple[str, ...], frozenset[str]],
+          dotted: str) -> tuple[str, ...] | None:
+    """Add to `roots` what using `dotted` (a pickle's global, a name code that runs at load
+    names) may run in the interned module it lies in: the names after the module's (a
+    function's body, a class's methods by those names) and `_ON_USE`. The module, where its
+    roots grew."""
+    found = layout.split(dotted)
+    if found is None:
+        return None
+    atoms, rest = found
+    more = _ON_USE | set(rest)
+    if more <= roots[atoms]:
+        return None
+    roots[atoms] |= more
+    return atoms
+
+
+def _judge_package(ctx: FormatContext, buf, layout: PackageLayout
+                   ) -> dict[tuple[str, ...], _Verdict]:
+    """Every interned module judged with what the load runs of it: what the pickles use of it
+    (`ctx.uses`), then, round by round, what the judged code names in other interned
+    modules (PackageImporter imports them from the archive), until nothing more is named."""
+    copies = _copies(buf, layout)
+    roots = dict.fromkeys(copies, frozenset())
+    for use in ctx.uses.values():
+        _grow(layout, roots, f"{use.module}.{use.name}")
+    verdicts: dict[tuple[str, ...], _Verdict] = {}
+    todo, judgings = set(copies), 0
+    while todo and judgings < MAX_JUDGINGS:
+        judgings += len(todo)
+        for atoms in todo:
+            verdicts[atoms] = _judge(atoms, copies[atoms], roots[atoms])
+        named = {name for atoms in todo for name in verdicts[atoms].named}
+        todo = {grown for name in sorted(named) if (grown := _grow(layout, roots, name))}
+    if todo:
+        ctx.not_fully_read("package-code-unfollowed", f"the interned modules' calls of one "
+                           f"another were followed {MAX_JUDGINGS} judgings deep")
+    return verdicts
+
+
 def report(ctx: FormatContext, buf, layout: PackageLayout, members: list[zipread.Member]) -> None:
     """Report each interned source as code its loader runs, and judge the pickle globals that
     resolve to one (`ctx.uses`, after every member was read)."""
-    judged: dict[tuple[str, ...], tuple[str, str]] = {}
-    for atoms, copies in sorted(layout.modules.items()):
-        module = ".".join(atoms)
-        severity, why = Severity.SUSPICIOUS, []
-        if reason := shadowed(module):
-            severity, why = Severity.DANGEROUS, [reason]
-        imports: list[str] = []
-        bad: list[str] = []
-        for copy in copies:  # every copy is judged: any one may be the source that runs
-            try:
-                raw = zipread.member_bytes(buf, copy, MAX_SOURCE_BYTES)
-                found, denied = judge_source(python_source.normalized(raw))
-            except ValueError as exc:
-                unread = f"its source could not be read ({str(exc)[:100]})"
-                why += [unread] if unread not in why else []
-                continue
-            imports += [i for i in found if i not in imports]
-            bad += [b for b in denied if b not in bad]
-        if bad:
-            severity = Severity.DANGEROUS
-            why.append("at import or unpickling it calls " + "; ".join(bad[:3]))
-        if len(copies) > 1:
-            why.append(f"the archive holds {len(copies)} sources for it "
-                       f"({', '.join(sorted({c.name for c in copies}))}), each judged: "
-                       "readers differ on which one runs")
-        listed = f"; it imports {', '.join(imports[:8])}" if imports else ""
-        message = (f"{LOADER} runs this source as module {module} wherever a pickle or the "
-                   f"package's code imports it{listed}")
-        ctx.find(severity, "package-code", message + ("; " + "; ".join(why) if why else ""),
-                 copies[0].name)
-        judged[atoms] = (severity, "; ".join(why))
+    verdicts = _judge_package(ctx, buf, layout)
+    for atoms, verdict in sorted(verdicts.items()):
+        copies = layout.modules[atoms]
+        listed = f"; it imports {', '.join(verdict.imports[:8])}" if verdict.imports else ""
+        message = (f"{LOADER} runs this source as module {'.'.join(atoms)} wherever a pickle "
+                   f"or the package's code imports it{listed}")
+        ctx.find(verdict.severity, "package-code", message + (
+            "; " + "; ".join(verdict.why) if verdict.why else ""), copies[0].name)
     for use in ctx.uses.values():
+        if demangled(use.module) == IMPORTER_MODULE:
+            use.severity, use.reason = Severity.DANGEROUS, _IMPORTER_REASON
+            continue
         atoms = layout.resolve(use.module)
         if atoms is None:
             continue
-        module = ".".join(atoms)
-        severity, why = judged[atoms]
-        use.reason = (f"resolves to {module}, which the archive interns: {LOADER} runs its "
-                      f"source at load" + (f" ({why})" if why else ""))
-        if severity == Severity.DANGEROUS or use.severity == Severity.SAFE:
-            use.severity = severity
+        verdict = verdicts[atoms]
+        why = "; ".join(verdict.why)
+        use.reason = (f"resolves to {'.'.join(atoms)}, which the archive interns: {LOADER} "
+                      f"runs its source at load" + (f" ({why})" if why else ""))
+        if verdict.severity == Severity.DANGEROUS or use.severity == Severity.SAFE:
+            use.severity = verdict.severity
