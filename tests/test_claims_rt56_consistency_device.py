@@ -103,9 +103,13 @@ def test_a_gpu_named_as_its_driver_names_it_passes(tmp_path, hostile, capsys,
 def test_auto_asks_for_the_hosts_gpu_and_a_cpu_answer_is_refuted(tmp_path, hostile, capsys,
                                                                  monkeypatch) -> None:
     path = _file(tmp_path)
-    assert ConsistencyRequest(str(path)).to_request()["device"] == (
-        "auto" if consistency.host_gpu_model(0) is None else "cuda:0")
+    here = consistency.host_gpu_model(0) is not None and consistency._torch_built_for_cuda()
+    assert ConsistencyRequest(str(path)).to_request()["device"] == ("cuda:0" if here else "auto")
     _gpu_host(monkeypatch, "NVIDIA A10G")
+    # the CPU wheel (this project's pin) on a GPU host: auto runs on the CPU, as before
+    monkeypatch.setattr(consistency, "_torch_built_for_cuda", lambda: False)
+    assert ConsistencyRequest(str(path)).to_request()["device"] == "auto"
+    monkeypatch.setattr(consistency, "_torch_built_for_cuda", lambda: True)
     request = ConsistencyRequest(str(path), repeats=3).to_request()
     assert request["device"] == "cuda:0"
     assert request["limits"]["memory_mb"] >= 1 << 20

@@ -154,10 +154,25 @@ def _driver_field(text: str, name: str) -> str | None:
 
 def resolved_device(device: str) -> str:
     """The device a request names for the user's `device`: `auto` as `cuda:0` where this host
-    has that GPU (so the reply's device can be checked: a CPU answer is then refuted, and a
-    torch that cannot use the GPU says so), else as asked, trimmed and in lower case."""
+    has that GPU and the installed torch is built for CUDA (so the reply's device can be
+    checked: a CPU answer is then refuted, and a torch that still cannot use the GPU says so),
+    else as asked, trimmed and in lower case."""
     device = device.strip().lower()
-    return "cuda:0" if device == "auto" and host_gpu_model(0) is not None else device
+    if device == "auto" and host_gpu_model(0) is not None and _torch_built_for_cuda():
+        return "cuda:0"
+    return device
+
+
+def _torch_built_for_cuda() -> bool:
+    """Whether the installed torch is a CUDA build, read from its installed version (a CPU
+    wheel's carries `+cpu`), with no torch import: `auto` on a GPU host with the CPU wheel, as
+    this project pins it, runs on the CPU as before."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return "+cpu" not in version("torch")
+    except PackageNotFoundError:
+        return False
 
 
 def _probed_problems(located: dict[str, RawTensor], rows: list[dict],
