@@ -25,7 +25,10 @@ runs, and the worker's tensor records are held against it (`records`):
   the request's (a fault nobody asked for would make a failed run a passed self-test); the
   probe's rows, each tensor once with its SHA-256 (the device got the file's weights), every
   2-D+ float one probed, the probed count and bytes the file's, NaN / Inf recounted,
-  `consistent` only when no row failed; the repeats' outputs exist only in the worker.
+  `consistent` only when no row failed; every changed element it lists against the file
+  (`consistency_elements`), its first NaN/Inf the one read here, each row's status its own
+  checks', an asked fault among the device copy's differences, a CUDA device this host's GPU
+  labelled as its driver names it; the repeats' outputs exist only in the worker.
 - `diff.check_diff`: each row's dtypes, shapes and status, a changed row's element counts,
   NaN / Inf, bit flips, largest differences and sentence (`changes`), and the totals, from
   both sides' bytes compared here (`diff.SideBySide`); each row's file on each side and the
