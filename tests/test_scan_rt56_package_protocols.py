@@ -1,20 +1,30 @@
 """torch.package: what the load runs of the archive's own code beyond its import and the
 unpickler's own hooks (red team, stop 56, finding 3). A pickle that hands an instance of an
 interned class to an allowed callable runs that class's protocols (`list(x)`: __iter__,
-`dict(x)`: keys, `int(x)`: __index__), wherever in the archive the method lies (a base
-class in another interned module, a helper it calls there by a relative import); a module's
-top-level code runs the functions of other interned modules it calls; PackageImporter
-strips its own `<torch_package_N>.` prefix from a pickle's module names. Each hostile archive
-is proven to run its payload under the real PackageImporter in a process of its own; the scan
-calls it dangerous and runs none of it; its benign twin, the same code with a harmless line in
-place of the payload, stays suspicious."""
+`dict(x)`: keys, `int(x)`: __index__), and its `getattr(Cls, 'name')` a descriptor's __get__,
+wherever in the archive the method lies (a base class in another interned module, a helper
+it calls there by a relative import); a module's top-level code runs the functions of other
+interned modules it calls; PackageImporter strips its own `<torch_package_N>.` prefix from a
+pickle's module names. Each hostile archive is proven to run its payload under the real
+PackageImporter in a process of its own; the scan calls it dangerous and runs none of it; its
+benign twin, the same code with a harmless line in place of the payload, stays suspicious."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-from factories import EMPTY_TUPLE, MARK, NEWOBJ, PROTO2, REDUCE, STOP, TUPLE, p_global
+from factories import (
+    EMPTY_TUPLE,
+    MARK,
+    NEWOBJ,
+    PROTO2,
+    REDUCE,
+    STOP,
+    TUPLE,
+    p_global,
+    p_unicode,
+)
 from load_time_samples import LOADER
 from proofs import run_each_forked
 
@@ -39,6 +49,9 @@ _SPREAD = {"plans": "",
            "plans.base": ("from . import tools\n\n\nclass Base:\n    def __iter__(self):\n"
                           "        tools.fire()\n        yield 1\n"),
            "plans.tools": "import subprocess\n\n\ndef fire():\n    {act}\n"}
+# a class attribute whose descriptor runs as a pickle's getattr(Cls, 'name') looks it up
+_DESCRIPTOR = ("import os\n\n\nclass Lazy:\n    def __get__(self, obj, owner):\n        {act}\n"
+               "        return 1\n\n\nclass Config:\n    rate = Lazy()\n")
 # a module whose import calls another interned module's function
 _AT_IMPORT = {"stepsmod": "import helpers\n\nhelpers.fire()\n\n\nclass Box:\n    pass\n",
               "helpers": "import os\n\n\ndef fire():\n    {act}\n"}
@@ -51,6 +64,9 @@ SAMPLES: dict[str, tuple[dict[str, str], bytes]] = {
                                                        "Steps")),
     "import_calls_another_module": (_AT_IMPORT, PROTO2 + p_global("stepsmod", "Box")
                                     + EMPTY_TUPLE + NEWOBJ + STOP),
+    "getattr_runs_descriptor": ({"stepsmod": _DESCRIPTOR}, PROTO2 + p_global(
+        "builtins", "getattr") + MARK + p_global("stepsmod", "Config") + p_unicode("rate")
+        + TUPLE + REDUCE + STOP),
     "mangled_module_name": ({"stepsmod": _ITER}, _handed(
         ("builtins", "list"), "<torch_package_0>.stepsmod", "Steps")),
 }

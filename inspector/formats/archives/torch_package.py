@@ -179,9 +179,11 @@ def shadowed(module: str) -> str | None:
 # What the load may run in a module whose names a pickle, or code that runs at load, uses:
 # beside `RUN_AT_LOAD`, the protocols an allowed callable, torch's storage loader and the
 # package's persistent_load run on an instance they are handed (`PERSISTENT_ID_READS`, which
-# holds `HANDED` and `HASHED`), and what a call of one of its classes runs; each by name, in
+# holds `HANDED` and `HASHED`), what a call of one of its classes runs, and a descriptor's
+# `__get__` (`getattr(Cls, 'name')`) and `__set__` (BUILD's slot state); each by name, in
 # every class of the module (a method may be inherited from any of them)
-_ON_USE = frozenset(PERSISTENT_ID_READS) | {"__init__", "__new__", "__post_init__", "__call__"}
+_ON_USE = frozenset(PERSISTENT_ID_READS) | {"__init__", "__new__", "__post_init__", "__call__",
+                                            "__get__", "__set__"}
 MAX_JUDGINGS = 4096  # module judgings while names are followed from module to module
 
 
