@@ -12,10 +12,11 @@ or, with the step as a closure (which makes re-run attribution possible):
 Cost when nothing fires: one fused norm over the gradients, the weights' reading (`weights`:
 an exact fingerprint after each optimizer step and before the next check, a fused norm, the
 largest |w|) and one device sync for all of it (`numerics`); with a spare CPU core most of the
-weights' reading runs on a background thread (`weights.fingerprint`). Any optimizer step over
-the watched weights retakes the fingerprint (a global `torch.optim` post-hook; a global pre-hook
-waits for the background reads first), so weights that change between two steps are named with
-their tensor; code that edits weights on purpose calls `accept_weights`.
+weights' reading runs on a background thread (`weights.fingerprint`). An optimizer step retakes
+the fingerprints of the watched tensors it holds, only those (a global `torch.optim` post-hook;
+a pre-hook waits for the background reads first), so weights that change between two steps, or
+two optimizers' steps, are named with their tensor, once; code that edits weights on purpose
+calls `accept_weights`.
 
 An alarm writes one `guard.alarm` record to the run journal, prints one rate-limited line on
 stderr (`console`), and then takes the action: `warn` goes on, `skip` drops the step's
@@ -202,6 +203,7 @@ class Guard:
         check names it until `accept_weights` (or `resume`) says the weights are intended."""
         self.console = AlarmConsole(self.rank) if self.config.console else None
         self._stepped: weakref.WeakSet = weakref.WeakSet()
+        self._optimizer_steps = 0  # the post-hook's count: `Owners.judge` waits for one
         self.settings = SettingsWatch(self.run_dir)
         """Every optimizer that stepped since this guard began: its settings are checked."""
         self._post_hook = register_optimizer_step_post_hook(
@@ -210,8 +212,7 @@ class Guard:
             _weak_hook(self, "_before_optimizer_step"))
         health_gate.register(self.run_dir, self.health, self.models.holds)
         self.alarms: list[Alarm] = []
-        self._nonfinite_skips = 0
-        """How many `guard.step`s in a row, up to the last, skipped a non-finite step."""
+        self._nonfinite_skips = 0  # how many `guard.step`s in a row, to the last, skipped one
         self._pending: _Pending | None = None
         self._xids: XidWatch | None = XidWatch() if torch.cuda.is_available() else None
         self._metrics: BlockWriter | None = None
@@ -232,8 +233,7 @@ class Guard:
         """Check this step (after backward, before optimizer.step) and act on an alarm;
         `sample_losses()` (one loss per sample of the batch) helps name a bad sample whose
         inputs are finite."""
-        if step is not None:
-            self.step_index = step
+        self.step_index = self.step_index if step is None else step
         pending, self._pending = self._pending, None
         if pending is not None:
             batch = pending.batch if batch is None else batch
@@ -255,7 +255,8 @@ class Guard:
         weights.rates = watched.owners.rates(watch.named_params, lists.values())
         breaches = (swapped + watched.rules.judge(watch.names, weights)
                     + self.rules.judge(values) + self.settings.judge(lists, model)
-                    + watched.owners.judge(watch.named_params, lists.values())
+                    + watched.owners.judge(watch.named_params, lists.values(),
+                                           self._optimizer_steps)
                     + watched.stopped.judge(numbers.names, self.step_index))
         every = self.config.replica_every
         if every and self.step_index % every == 0:
@@ -432,10 +433,12 @@ class Guard:
             watched.watch.settle()
 
     def _after_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        # the fingerprints of the tensors this optimizer steps, only those, are retaken
         self._stepped.add(optimizer)
+        self._optimizer_steps += 1
         for watched in self.models.all():
-            if watched.watch.owns(optimizer):
-                watched.watch.after_step()
+            if (held := watched.watch.held_by(optimizer)) != []:
+                watched.watch.after_step(held)
 
     def _groups(self, optimizer: torch.optim.Optimizer | None) -> dict[int, list]:
         """The param groups of every optimizer that stepped and the one given, by their list:
@@ -581,10 +584,8 @@ def _said(b: Breach) -> str:
 
 
 def _breach_json(b: Breach) -> dict:
-    out = {"rule": b.rule, "signal": b.signal, "value": b.value, "threshold": b.threshold}
-    if b.param is not None:
-        out["param"] = b.param
-    return out
+    return {"rule": b.rule, "signal": b.signal, "value": b.value, "threshold": b.threshold,
+            **({"param": b.param} if b.param is not None else {})}
 
 
 def _weak_hook(guard: Guard, method: str) -> Callable[..., None]:
@@ -593,7 +594,6 @@ def _weak_hook(guard: Guard, method: str) -> Callable[..., None]:
     ref = weakref.ref(guard)
 
     def hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-        alive = ref()
-        if alive is not None:
+        if (alive := ref()) is not None:
             getattr(alive, method)(optimizer)
     return hook

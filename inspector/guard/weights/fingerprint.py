@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import os
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -316,14 +317,24 @@ class WeightWatch:
         on = spare_core(self.params) if overlap is None else overlap and bool(self.params)
         self.worker = (ThreadPoolExecutor(1, thread_name_prefix="guard-weights") if on
                        else None)
-        sizes = [p.numel() * p.element_size() for p in self.params]
-        self.cut = min(range(len(sizes) + 1),
-                       key=lambda i: abs(2 * sum(sizes[:i]) - sum(sizes)))
+        self.cut = _half(self.params)
         """The post-step fingerprint's split: the tensors before it on the training thread,
         the rest (as near half the bytes as whole tensors allow) on the background one."""
-        self.after: Future | None = None
-        """The norms (and largest |w| when due) of the weights the last step wrote, read in the
-        background: what the next check reports when its fingerprints agree."""
+        self.after: list[tuple[list[int] | None, Future]] = []
+        """The norms (and largest |w| when due) of the weights each optimizer step since the
+        last check wrote (the positions it stepped, None: all), read in the background: what
+        the next check reports when its fingerprints agree."""
+        self.held: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        """Per optimizer: the signature of its param groups and the positions of the watched
+        tensors they hold (`held_by`)."""
+        self.cuts: dict[tuple[int, ...] | None, int] = {None: self.cut}
+        """The two threads' split of each stepped subset's fingerprint (`_fingerprint_now`)."""
+        self.stepped = False
+        """Whether an optimizer stepped since the last check (the cadence counts checks)."""
+        self.due = False
+        """Whether the fingerprints are taken in this check's period (`every`)."""
+        self.checking: Future | None = None
+        """The background check's fingerprint, which becomes `expected` (`reading`)."""
         self.stats_moved: list[str] = []
         """The norm statistics the last forced reading found changed with no forward."""
         self.moved_before: torch.Tensor | None = None
@@ -334,38 +345,69 @@ class WeightWatch:
         """Whether the model still holds the tensors (and modules) the watch reads."""
         return layout(self.modules) == self.layout
 
-    def owns(self, optimizer: torch.optim.Optimizer) -> bool:
-        """Whether `optimizer` steps any watched tensor (another model's step changes none)."""
-        return any(id(p) in self.ids for g in optimizer.param_groups for p in g["params"])
+    def held_by(self, optimizer: torch.optim.Optimizer) -> list[int] | None:
+        """The positions of the watched tensors `optimizer` steps (None: every one; []: none),
+        re-derived only when its param groups change (a list walk per step otherwise)."""
+        groups = optimizer.param_groups
+        signature = tuple((id(g["params"]), len(g["params"])) for g in groups)
+        known = self.held.get(optimizer)
+        if known is not None and known[0] == signature:
+            return known[1]
+        ids = {id(p) for g in groups for p in g["params"]}
+        at = [i for i, (_, p) in enumerate(self.named_params) if id(p) in ids]
+        held = None if len(at) == len(self.params) else at
+        self.held[optimizer] = (signature, held)
+        return held
 
-    def after_step(self) -> None:
-        """The weights the optimizer just wrote are the ones to expect (every `every` steps)."""
-        self.steps += 1
-        due = self.every > 0 and self.steps % self.every == 0
-        self.expected = self._fingerprint_now() if due else None
+    def after_step(self, held: list[int] | None = None) -> None:
+        """The weights an optimizer just wrote (at positions `held`, None: all) are the ones
+        to expect: their fingerprints are retaken, every other tensor keeps the one it had
+        (no step wrote it since), so a change to another optimizer's tensors between two
+        optimizers' steps stays seen. The fingerprints are taken in every `every`-th check's
+        period (one check and the optimizer steps after it)."""
+        if not self.stepped:
+            self.stepped, self.steps = True, self.steps + 1
+            self.due = self.every > 0 and self.steps % self.every == 0
+        if not self.due:
+            self.expected = None
+        elif held is None or self.expected is None:
+            self.expected = self._fingerprint_now(None)
+        else:
+            spliced = self.expected.replaced(held, self._fingerprint_now(held))
+            self.expected = spliced if spliced is not None else self._fingerprint_now(None)
         if self.worker is not None:
             largest = self.readings % self.largest_every == 0
-            self.after = self.worker.submit(_values, self.params, largest)
+            params = self.params if held is None else [self.params[i] for i in held]
+            piece = self.worker.submit(_values, params, largest)
+            self.after = [(held, piece)] if held is None else [*self.after, (held, piece)]
 
-    def _fingerprint_now(self) -> Prints:
-        """`fingerprint(params)`, on both threads when there is a background one; returns
-        only when every tensor has been read."""
-        if self.worker is None or not self.params:
-            return fingerprint(self.params)
-        theirs = self.worker.submit(fingerprint, self.params[self.cut:])
-        mine, rest = fingerprint(self.params[:self.cut]), theirs.result()
+    def _fingerprint_now(self, held: list[int] | None) -> Prints:
+        """`fingerprint` of the tensors at `held` (None: all), on both threads when there is
+        a background one; returns only when every tensor has been read."""
+        params = self.params if held is None else [self.params[i] for i in held]
+        if self.worker is None or not params:
+            return fingerprint(params)
+        key = None if held is None else tuple(held)
+        cut = self.cuts.get(key)
+        if cut is None:
+            cut = self.cuts[key] = _half(params)
+        theirs = self.worker.submit(fingerprint, params[cut:])
+        mine, rest = fingerprint(params[:cut]), theirs.result()
         return Prints(torch.cat([mine.flat, rest.flat.to(mine.flat.device)]),
                       mine.lengths + rest.lengths)
 
     def settle(self) -> None:
         """Wait for the background reads (before anything writes the weights)."""
-        if self.after is not None:
-            self.after.result()
+        for _, piece in self.after:
+            piece.result()
+        if self.checking is not None:
+            self.checking.result()
+            self.checking = None
 
     def accept(self) -> None:
         """The weights now are the ones to expect (after a deliberate edit or a load)."""
         self.settle()
-        self.after = None
+        self.after = []
         self.expected = fingerprint(self.params) if self.every > 0 else None
         self.constants.accept()
         self.norm_stats.keep()
@@ -406,16 +448,16 @@ class WeightWatch:
             if not self.params:
                 return WeightReading(None, torch.zeros(0), torch.zeros(0) if due else None,
                                      buffers=buffers, constants=constants, forced=forced)
-            after, self.after = self.after, None
             held, self.moved_before = self.moved_before, None
-            if self.worker is not None and after is not None and largest is None:
-                expected = self.expected
-                changed = (None if expected is None else self.worker.submit(
-                    lambda: self._held(fingerprint(self.params).differ(expected), held)))
-                return WeightReading(changed, after, None, settled=True, buffers=buffers,
-                                     constants=constants, forced=forced)
-            if after is not None:
-                after.result()
+            if not forced:
+                self.stepped = False
+            if self.worker is not None and self.after and not forced:
+                after, self.after = self.after, []
+                return WeightReading(self._check_behind(held), self._gathered(after, due), None,
+                                     settled=True, buffers=buffers, constants=constants,
+                                     forced=forced)
+            self.settle()
+            self.after = []
             device = self.params[0].device
             check = self.expected is not None
             read = [_read(p, check, due) for p in self.params]
@@ -423,9 +465,42 @@ class WeightWatch:
             if check:
                 now = Prints.join([r[0] for r in read], device)
                 changed = self._held(now.differ(self.expected), held)
+                if not forced:  # a change is named once; a save's check leaves it to the step's
+                    self.expected = now
             top = _stack([r[2] for r in read]) if due else None
             return WeightReading(changed, _stack([r[1] for r in read]), top, buffers=buffers,
                                  constants=constants, forced=forced)
+
+    def _check_behind(self, held: torch.Tensor | None) -> Future | None:
+        """Which tensors differ from the post-step fingerprints (with `held`), read on the
+        background thread; the fingerprints read become the ones expected (a change is named
+        once, as inline). None when none are expected."""
+        expected, worker = self.expected, self.worker
+        if expected is None or worker is None:
+            return None
+
+        def check() -> torch.Tensor:
+            now = fingerprint(self.params)
+            self.expected = now
+            return self._held(now.differ(expected), held)
+        self.checking = worker.submit(check)
+        return self.checking
+
+    def _gathered(self, after: list[tuple[list[int] | None, Future]], due: bool) -> Future:
+        """Every tensor's norm (and largest |w| when `due`) on the background thread: from the
+        last optimizer step that wrote it, else read now (no step since the last check wrote
+        it)."""
+        if len(after) == 1 and after[0][0] is None:
+            return after[0][1]
+        assert self.worker is not None
+        covered: set[int] = set()
+        for at, _ in after:
+            covered |= set(range(len(self.params)) if at is None else at)
+        rest = [i for i in range(len(self.params)) if i not in covered]
+        if rest:
+            after = [*after, (rest, self.worker.submit(
+                _values, [self.params[i] for i in rest], due))]
+        return self.worker.submit(_merged, after, len(self.params))
 
     def close(self) -> None:
         """Stop the background reader (its pending reads finish first)."""
@@ -476,6 +551,33 @@ class WeightWatch:
                 norms[i] = float(norm)
                 if largest is not None and top is not None:
                     largest[i] = float(top)
+
+
+def _merged(pieces: list[tuple[list[int] | None, Future]], n: int
+            ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The norms and largest |w| of `n` tensors from pieces that each read some of them (their
+    positions, None: all), the last piece's reading winning; no largest |w| unless every piece
+    read it."""
+    norms: torch.Tensor | None = None
+    top: torch.Tensor | None = None
+    tops = True
+    for at, piece in pieces:
+        got, got_top = piece.result()
+        index = torch.arange(n) if at is None else torch.tensor(at, dtype=torch.int64)
+        index = index.to(got.device)
+        norms = (got.new_zeros(n) if norms is None else norms).index_copy(0, index, got)
+        tops = tops and got_top is not None
+        if tops and got_top is not None:
+            top = (got_top.new_zeros(n) if top is None else top).index_copy(0, index, got_top)
+    assert norms is not None
+    return norms, top if tops else None
+
+
+def _half(params: list[torch.Tensor]) -> int:
+    """Where to split `params` so that the tensors before it hold as near half the bytes as
+    whole tensors allow."""
+    sizes = [p.numel() * p.element_size() for p in params]
+    return min(range(len(sizes) + 1), key=lambda i: abs(2 * sum(sizes[:i]) - sum(sizes)))
 
 
 def _stack(values: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> torch.Tensor:

@@ -13,9 +13,11 @@ removed (`replaced`).
 
 A parameter that gets a gradient while no optimizer that steps the model holds it (one
 replaced after its optimizer was built, a fresh optimizer missing a group) never learns:
-`param-orphaned` names it once (`Owners`). Under an optimizer that steps other tensors than the
-model's (DeepSpeed's flat partitions) nothing the guard sees owns any parameter, and the rule
-stays silent.
+`param-orphaned` names it once (`Owners`), at the first check after an optimizer step
+has followed the check that first saw it so: a second optimizer of the model that steps after
+the first (an encoder's and a head's) is not known to the guard before it steps. Under an
+optimizer that steps other tensors than the model's (DeepSpeed's flat partitions) nothing the
+guard sees owns any parameter, and the rule stays silent.
 
 A parameter that got gradients and then gets none for `STOPPED_STEPS` checks in a row
 (`requires_grad_(False)` mid-run, a branch cut from the graph) has stopped learning:
@@ -93,19 +95,30 @@ class Owners:
     last_rates: list[float | None] | None = None
     """The learning rates `rates` read at its last call."""
 
+    suspects: dict[str, int] = field(default_factory=dict)
+    """The parameters seen with a gradient and no holder, by name: the optimizer steps counted
+    when each was first seen so."""
+
     def reset(self) -> None:
         """A new watch (the model's tensors replaced): derive and name afresh."""
         self.signature, self.unowned, self.named, self.group_of = (), [], set(), []
-        self.last_rates = None
+        self.last_rates, self.suspects = None, {}
 
     def judge(self, params: list[tuple[str, torch.Tensor]],
-              group_lists: Iterable[list]) -> list[Breach]:
+              group_lists: Iterable[list], steps: int) -> list[Breach]:
         """A `param-orphaned` breach per parameter (name, the model's own object) with a
-        gradient that none of the optimizers' `param_groups` lists holds."""
+        gradient that none of the optimizers' `param_groups` lists holds, neither when it was
+        first seen so nor after an optimizer step since (`steps`: those counted so far): an
+        optimizer that steps it but has not stepped yet (a second one, stepped after the
+        first) is known by then."""
         self._derive(params, group_lists)
+        unowned = {name for name, _ in self.unowned}
+        self.suspects = {n: at for n, at in self.suspects.items() if n in unowned}
         out = []
         for name, p in self.unowned:
-            if p.grad is not None and name not in self.named:
+            if p.grad is None or name in self.named:
+                continue
+            if steps > self.suspects.setdefault(name, steps):
                 self.named.add(name)
                 out.append(Breach(ORPHAN_RULE, "optimizer", _norm(p.grad), None, name))
         return out

@@ -66,6 +66,15 @@ class Prints:
                          ) if kept else self.flat[:0]
         return Prints(flat, [self.lengths[i] for i in kept])
 
+    def replaced(self, at: list[int], new: Prints) -> Prints | None:
+        """These fingerprints with those of the tensors at `at` (in order) taken from `new`
+        (one copy of the flat vector); None when their sizes differ (a tensor resized)."""
+        if [self.lengths[i] for i in at] != new.lengths:
+            return None
+        device = self.flat.device
+        index = _positions(tuple(self.lengths), tuple(at), device)
+        return Prints(self.flat.index_copy(0, index, new.flat.to(device)), self.lengths)
+
     @staticmethod
     def join(parts: list[list[torch.Tensor]], device: torch.device | None = None) -> Prints:
         """Each tensor's fingerprint parts (`print_parts`, in order) as one `Prints`: one `cat`,
@@ -82,6 +91,18 @@ def _segments(lengths: tuple[int, ...], device: torch.device) -> torch.Tensor:
     """Which tensor each value of a flat fingerprint belongs to (made once per layout: a
     host-to-device copy would sync)."""
     ids = [i for i, n in enumerate(lengths) for _ in range(n)]
+    return torch.tensor(ids, dtype=torch.int64, device=device)
+
+
+@functools.lru_cache(maxsize=32)
+def _positions(lengths: tuple[int, ...], at: tuple[int, ...], device: torch.device
+               ) -> torch.Tensor:
+    """The positions in a flat fingerprint of the values of the tensors at `at` (made once per
+    layout and optimizer)."""
+    starts = [0]
+    for n in lengths:
+        starts.append(starts[-1] + n)
+    ids = [k for i in at for k in range(starts[i], starts[i + 1])]
     return torch.tensor(ids, dtype=torch.int64, device=device)
 
 
