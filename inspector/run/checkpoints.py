@@ -37,9 +37,10 @@ from inspector.core.errors import CodedError
 from inspector.core.progress import CancelToken, check
 from inspector.core.vocabulary import CheckpointState, SaveOutcome, TensorCheckStatus
 from inspector.integrity.hashing import sha256_file
-from inspector.integrity.manifest import FileEntry, Manifest, file_entry, format_sha256sum
+from inspector.integrity.manifest import FileEntry, Manifest, format_sha256sum
 from inspector.integrity.verify import TensorDigestFn, compare_tensors
 from inspector.run import journal
+from inspector.run import save_fields as fields
 from inspector.run.metrics import Alarm, read_alarms
 
 SAVE_KIND = "ledger.save"
@@ -90,24 +91,25 @@ class SaveRecord:
 
     @classmethod
     def from_entry(cls, entry: journal.JournalEntry) -> SaveRecord:
-        """Read one `ledger.save` journal entry (a malformed one raises LedgerError)."""
+        """Read one `ledger.save` journal entry: every field of the type a save writes
+        (`run.save_fields`), else LedgerError `bad_record`."""
         rec = entry.record
         try:
-            files = tuple(file_entry(f, f"line {entry.line}") for f in rec.get("files") or ())
-            path = _typed(rec, "path", str, required=True)
-            if "\0" in path:
-                raise ValueError("its path holds a NUL byte, which no file name can")
+            path = fields.file_name(fields.typed(rec, "path", str, required=True), "its path")
             return cls(
-                path=path, size=_typed(rec, "size", int, required=True),
-                sha256=_typed(rec, "sha256", str), files=files,
-                outcome=_outcome(rec.get("outcome")), step=_typed(rec, "step", int),
-                epoch=_typed(rec, "epoch", (int, float)), time=str(rec.get("time", "")),
-                host=str(rec.get("host", "")), rank=_typed(rec, "rank", int) or 0,
-                layout=str(rec.get("layout", "file")), format=rec.get("format"),
-                writer=str(rec.get("writer", "")), verified=bool(rec.get("verified")),
-                warnings=tuple(str(w) for w in rec.get("warnings") or ()),
-                detail=rec.get("detail"), seq=entry.seq, line=entry.line,
-                chain=_typed(rec, "chain", str),
+                path=path, size=fields.count(rec, "size"),
+                sha256=fields.typed(rec, "sha256", str),
+                files=fields.saved_files(rec, f"line {entry.line}"),
+                outcome=fields.outcome(rec), step=fields.typed(rec, "step", int),
+                epoch=fields.finite(rec, "epoch"), time=fields.typed(rec, "time", str) or "",
+                host=fields.typed(rec, "host", str) or "",
+                rank=fields.typed(rec, "rank", int) or 0,
+                layout=fields.typed(rec, "layout", str) or "file",
+                format=fields.typed(rec, "format", str),
+                writer=fields.typed(rec, "writer", str) or "",
+                verified=bool(fields.typed(rec, "verified", bool)),
+                warnings=fields.texts(rec, "warnings"), detail=fields.typed(rec, "detail", str),
+                seq=entry.seq, line=entry.line, chain=fields.typed(rec, "chain", str),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise LedgerError("bad_record", f"line {entry.line}: not a save record: {exc}") from exc
@@ -128,28 +130,6 @@ class SaveRecord:
     def label(self) -> str:
         """'step 12,000' or the path when no step was given."""
         return f"step {self.step:,}" if self.step is not None else self.path
-
-
-def _typed(rec: Mapping[str, Any], key: str, kinds: type | tuple[type, ...],
-           required: bool = False) -> Any:
-    """A record's field when it has the type a save writes (None when absent and allowed);
-    else TypeError, so a hostile record is a bad record, never a traceback later."""
-    if key not in rec and required:
-        raise KeyError(key)
-    value = rec.get(key)
-    if value is None and not required:
-        return None
-    if isinstance(value, bool) or not isinstance(value, kinds):
-        raise TypeError(f"its {key} is {type(value).__name__} {value!r:.40}, not what a save "
-                        "writes")
-    return value
-
-
-def _outcome(word: object) -> SaveOutcome:
-    try:
-        return SaveOutcome(str(word))
-    except ValueError:
-        return SaveOutcome.UNVERIFIED
 
 
 @dataclass(frozen=True)
@@ -226,13 +206,14 @@ def read_ledger(path: str | os.PathLike[str]) -> RunLedger:
     sound = {e.line for e in read.sound}
     for entry in read.entries:
         if entry.kind == SAVE_KIND:
+            trusted = entry.line in sound  # judged before any field of the line is read
             try:
-                record = _inside(root, _agrees(SaveRecord.from_entry(entry)))
+                record = _read_save(root, entry)
             except LedgerError as exc:
-                if entry.line in sound:
+                if trusted:  # an unsound line is already named, as not trusted
                     bad.append(exc.message)
                 continue
-            (saves if entry.line in sound else untrusted).append(record)
+            (saves if trusted else untrusted).append(record)
         elif (entry.line in sound and entry.kind == ROTATE_KIND
               and isinstance(entry.record.get("save_seq"), int)):
             rotations.setdefault(entry.record["save_seq"], entry.line)
@@ -240,6 +221,13 @@ def read_ledger(path: str | os.PathLike[str]) -> RunLedger:
     kinds = Counter(e.kind for e in read.entries)
     return RunLedger(root, read, tuple(saves), _removed(saves, rotations), _replaced(saves),
                      tuple(bad), dict(kinds), tuple(untrusted))
+
+
+def _read_save(root: Path, entry: journal.JournalEntry) -> SaveRecord:
+    """A `ledger.save` line read as a record, its fields typed, its path and size agreeing
+    with its files and every path inside the run folder; else LedgerError, whatever the
+    line holds (no other exception leaves it)."""
+    return _inside(root, _agrees(SaveRecord.from_entry(entry)))
 
 
 def summary(layout: str, files: Sequence[FileEntry]) -> tuple[int, str | None]:
@@ -278,10 +266,14 @@ def _inside(root: Path, record: SaveRecord) -> SaveRecord:
     base = root.resolve()
     for name in (record.path, *(f.path for f in record.files)):
         parts = name.replace("\\", "/").split("/")
-        where = (root / Path(*parts)).resolve() if name else base
         if not name or name.startswith("/") or ".." in parts:
             raise LedgerError("bad_record", f"line {record.line}: the path {name!r} leaves the "
                               "run folder; a record may only name files inside it")
+        try:
+            where = (root / Path(*parts)).resolve()
+        except (OSError, RuntimeError) as exc:  # RuntimeError: a link loop (Python < 3.13)
+            raise LedgerError("bad_record", f"line {record.line}: {name} cannot be followed "
+                              f"to a file ({exc}); it is not read") from exc
         if not where.is_relative_to(base):  # the record is sound; what lies there now is not
             raise LedgerError("bad_record", f"line {record.line}: {name} is now a link to "
                               f"{where}, outside the run folder; it is not read")

@@ -9,6 +9,7 @@ folder is left out.
 
 from __future__ import annotations
 
+import math
 import os
 from collections import Counter
 from collections.abc import Mapping
@@ -67,8 +68,15 @@ class RunStatus:
 
 
 def _number(value: Any) -> float | None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    return float(value) if ok else None
+    """A finite number a record holds, else None (JSON readers take `NaN`, `Infinity` and
+    1e999 as floats, and no step, size or time is one)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past a float's range
+        return None
+    return number if math.isfinite(number) else None
 
 
 def run_file(folder: Path, raw: object) -> Path | None:
