@@ -257,7 +257,7 @@ def _from_signature(args: argparse.Namespace, out: Path, dialect: str, to_stdout
     try:
         checked = check_signature(read_bundle(args.signature), args.public_key,
                                   args.certificate or ())
-        entries = to_entries(checked.statement, args.paths[0], base)
+        entries = to_entries(checked.statement, args.paths[0], base, args.signature)
     except SignatureError as exc:
         return _fail(escape(exc.message), EXIT_USAGE)
     if dialect != "json" or args.no_tensors:

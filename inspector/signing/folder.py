@@ -31,7 +31,12 @@ from inspector.signing.bundle import read_bundle
 from inspector.signing.errors import SignatureError
 from inspector.signing.keyless import KeylessTrust
 from inspector.signing.library import reference
-from inspector.signing.statement import SignedStatement, name_inside, to_manifest
+from inspector.signing.statement import (
+    SignedStatement,
+    name_inside,
+    refuse_one_file,
+    to_manifest,
+)
 
 if TYPE_CHECKING:
     from inspector.signing.check import SignatureVerdict
@@ -47,9 +52,7 @@ def verify_folder(folder: Path, statement: SignedStatement, signature: Path | No
                   cancel: CancelToken | None = None) -> VerifyResult:
     """Every file of `folder` against the statement (ManifestError for a signed name that leaves
     the folder); `strict`: files the signature does not cover fail."""
-    if [r.name for r in statement.resources] == ["."]:
-        raise SignatureError("not-this-folder", f"{signature}: signs one file, not a folder: "
-                             "name the file it signs")
+    refuse_one_file(statement, signature)
     if not statement.plain_sha256:
         return _verify_by_library(folder, statement, signature, strict)
     manifest = to_manifest(statement, folder, signature)
@@ -89,8 +92,21 @@ def _mark(result: VerifyResult, folder: Path, statement: SignedStatement) -> Non
         if record.status == FileStatus.EXTRA and _under(rel, statement.ignore_paths):
             record.note = IGNORED_NOTE
         elif (not statement.allow_symlinks and record.status == FileStatus.OK
-              and location.is_symlink()):
-            record.status, record.note = FileStatus.MISMATCH, LINK_NOTE
+              and (link := _linked_part(folder, record.path)) is not None):
+            record.status = FileStatus.MISMATCH
+            record.note = LINK_NOTE if link == record.path else \
+                f"reached through {link}, {LINK_NOTE}"
+
+
+def _linked_part(folder: Path, name: str) -> str | None:
+    """The first part of the signed `name` below `folder` that is a symbolic link (the file
+    or a folder on its way: the reference tool refuses either where the signer allowed no
+    links); None when there is none."""
+    parts = Path(name).parts
+    for depth in range(1, len(parts) + 1):
+        if folder.joinpath(*parts[:depth]).is_symlink():
+            return Path(*parts[:depth]).as_posix()
+    return None
 
 
 def _tensor_forensics(result: VerifyResult, folder: Path, statement: SignedStatement,
@@ -310,8 +326,12 @@ def _one_file(path: Path, statement: SignedStatement, strict: bool,
         return result
     actual = sha256_file(path, cancel=cancel)
     status = FileStatus.OK if actual == expected else FileStatus.MISMATCH
-    return VerifyResult(files=[FileCheck(path=str(path), status=status, expected=expected,
-                                         actual=actual)], strict=strict)
+    # a link where the signer allowed none is not the file signed, whatever it reaches
+    note = LINK_NOTE if status == FileStatus.OK and not statement.allow_symlinks and \
+        path.is_symlink() else None
+    return VerifyResult(files=[FileCheck(path=str(path), expected=expected, actual=actual,
+                                         status=FileStatus.MISMATCH if note else status,
+                                         note=note)], strict=strict)
 
 
 def _bind_save(result: VerifyResult, statement: SignedStatement, target: Path) -> str | None:

@@ -221,9 +221,20 @@ def to_manifest(statement: SignedStatement, folder: Path, source: Path | None) -
     return Manifest(dialect=DIALECT, files=files, base_dir=folder, source=source)
 
 
-def to_entries(statement: SignedStatement, folder: Path, manifest_dir: Path) -> list[FileEntry]:
+def refuse_one_file(statement: SignedStatement, signature: Path | None) -> None:
+    """SignatureError when the statement signs one file alone (its items are `.`, or its
+    shards `.:start:end`): read against a folder, `.` would name the folder itself."""
+    if statement.resources and all(r.name == "." or r.name.startswith(".:")
+                                   for r in statement.resources):
+        raise SignatureError("not-this-folder", f"{signature}: signs one file, not a folder: "
+                             "name the file it signs")
+
+
+def to_entries(statement: SignedStatement, folder: Path, manifest_dir: Path,
+               source: Path | None = None) -> list[FileEntry]:
     """The signed files as a manifest's entries, named from `manifest_dir` (the signed tensors
-    with them), for `manifest create --signature`."""
+    with them), for `manifest create --signature` (`source`: the signature, for errors)."""
+    refuse_one_file(statement, source)
     if not statement.plain_sha256:
         raise SignatureError("unsupported-statement", f"the statement lists {statement.method} "
                              f"hashed with {statement.hash_type}; a manifest holds whole files' "
