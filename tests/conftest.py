@@ -23,9 +23,15 @@ _real_stderr: int | None = None
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Keep a handle on the terminal's stderr before output capture takes over."""
+    """Keep a handle on the terminal's stderr before output capture takes over, and keep
+    xdist's --dist loadfile to the collection's order (LONG_FIRST)."""
     global _real_stderr
     _real_stderr = os.dup(sys.stderr.fileno())
+    # pytest-xdist (3.6 on) hands files out by their number of tests, most first, unless told
+    # not to: the README clone test's file (two tests, the longest) went out near the end and
+    # one worker idled for minutes while it ran.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 @pytest.fixture(autouse=True)
@@ -137,17 +143,23 @@ def cold_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(launch, "_fork_server", None)
 
 
-LONG_FIRST = frozenset({
+LONG_FIRST = (
     "test_readme_commands.py", "test_gui_lifetimes.py", "test_gui_screens.py",
     "test_gpu_check_script.py", "test_scan_adversarial.py", "test_ledger_faults.py",
-})
-"""The files whose tests took longest on CI (its --durations list), started first."""
+)
+"""The files whose tests took longest on CI (its --durations list), longest first."""
+
+
+def _start_rank(item: pytest.Item) -> int:
+    """A LONG_FIRST file's place in it; every other file after them."""
+    name = item.path.name
+    return LONG_FIRST.index(name) if name in LONG_FIRST else len(LONG_FIRST)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the longest files first, the rest in their order: with --dist loadfile a long
-    file handed out last kept one worker busy for two minutes while the other sat idle."""
-    items.sort(key=lambda item: item.path.name not in LONG_FIRST)
+    """Run the longest files first, longest of all first, the rest in their order: with --dist
+    loadfile a long file handed out last kept one worker busy while the other sat idle."""
+    items.sort(key=_start_rank)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
