@@ -138,10 +138,8 @@ def test_a_kept_optimizer_after_an_assign_load_names_the_parameters_it_no_longer
     orphans = [b for v in hurt if v.alarm for b in v.alarm.breaches
                if b.rule == "param-orphaned"]
     assert {b.param for b in orphans} == {"0.weight", "0.bias", "2.weight", "2.bias"}
-    # named once: replaced at the first step, orphaned at the check after an optimizer step
-    assert {v.step for v in hurt if v.alarm} == {10, 11}
-    assert {b.rule for v in hurt if v.alarm and v.step == 11 for b in v.alarm.breaches
-            } == {"param-orphaned"}
+    # named once, at the check after the first optimizer step since the load
+    assert all(v.step == 11 for v in hurt if v.alarm)
 
 
 class Tied(nn.Module):
