@@ -138,3 +138,16 @@ def test_the_importer_under_its_own_module_name_is_dangerous(tmp_path):
     res = scan_file(_build(tmp_path / "importer.pt", {"torch_package_importer": ""}, data, None))
     use = next(g for g in res.globals if g.module == "torch_package_importer")
     assert use.severity == "dangerous" and "PackageImporter itself" in use.reason
+
+
+def test_calls_followed_past_the_bound_leave_the_file_not_fully_read(tmp_path, monkeypatch):
+    """Following one interned module's calls into the next is bounded; past the bound the
+    file is reported not fully scanned (never safe), not silently judged."""
+    from inspector.formats.archives import torch_package
+
+    monkeypatch.setattr(torch_package, "MAX_JUDGINGS", 2)
+    chain = {"first": "import second\n\nsecond.go()\n", "second": "import third\n\n\n"
+             "def go():\n    third.go()\n", "third": "def go():\n    return 1\n"}
+    res = scan_file(_build(tmp_path / "chain.pt", chain, PROTO2 + p_global("first", "x") + STOP,
+                           None))
+    assert any(f.code == "package-code-unfollowed" for f in res.findings), res.to_json()
