@@ -478,26 +478,49 @@ def keyless_trust(args: argparse.Namespace) -> KeylessTrust | None:
 
 
 def signature_verdicts(args: argparse.Namespace) -> list[SignatureVerdict]:
-    """Each local folder given that holds a signature (or any, with a key or chain given: then
-    an unsigned one is named), checked against it file by file."""
+    """Each local checkpoint given that a signature covers (`--signature`, else the one the
+    app and `verify` find: `signing.locate`), checked file by file; with a key or chain given,
+    one that no signature covers is named unsigned. A signature judged alike for several
+    checkpoints is listed once."""
+    from inspector.signing.locate import path_verdict
+
+    keyed = bool(args.public_key or args.certificate or args.trust_root)
+    verdicts: list[SignatureVerdict] = []
+    made: dict[tuple[Path, Path], Any] = {}  # signing.locate.Checks
+    for path in (Path(raw) for raw in args.paths):
+        if not path.exists():
+            continue
+        verdict = _given_signature(args, path) if args.signature else \
+            path_verdict(path, args.public_key, args.certificate or (),
+                         keyless=keyless_trust(args), made=made)
+        if verdict is None and keyed:
+            verdict = _unsigned(path)
+        if verdict is not None and verdict not in verdicts:
+            verdicts.append(verdict)
+    return verdicts
+
+
+def _given_signature(args: argparse.Namespace, path: Path) -> SignatureVerdict:
+    """`path` (a folder or a file signed alone) against the signature `--signature` names."""
+    from inspector.core.vocabulary import SignatureState
+    from inspector.signing.check import SignatureVerdict
+    from inspector.signing.folder import check_folder, check_signed_file
+
+    if not args.signature.exists():
+        return SignatureVerdict(state=SignatureState.UNSIGNED, signature=str(args.signature),
+                                reason=f"no signature at {args.signature}")
+    check = check_folder if path.is_dir() else check_signed_file
+    return check(path, args.signature, args.public_key, args.certificate or (),
+                 keyless=keyless_trust(args)).verdict
+
+
+def _unsigned(path: Path) -> SignatureVerdict:
+    """The verdict for a checkpoint no signature covers (with a key given, that is told)."""
     from inspector.core.vocabulary import SignatureState
     from inspector.signing.bundle import DEFAULT_NAME
     from inspector.signing.check import SignatureVerdict
-    from inspector.signing.folder import check_folder
+    from inspector.signing.statement import beside
 
-    keyed = bool(args.public_key or args.certificate or args.trust_root)
-    verdicts = []
-    for raw in args.paths:
-        folder = Path(raw)
-        signature = args.signature or folder / DEFAULT_NAME
-        if not folder.is_dir() or not (signature.exists() or keyed or args.signature):
-            continue
-        if not signature.exists():
-            verdicts.append(SignatureVerdict(state=SignatureState.UNSIGNED,
-                                             signature=str(signature),
-                                             reason=f"no signature at {signature}"))
-            continue
-        verdicts.append(check_folder(folder, signature, args.public_key,
-                                     args.certificate or (), keyless=keyless_trust(args)
-                                     ).verdict)
-    return verdicts
+    place = path / DEFAULT_NAME if path.is_dir() else beside(path)
+    return SignatureVerdict(state=SignatureState.UNSIGNED, signature=str(place),
+                            reason=f"no signature at {place}")

@@ -208,6 +208,7 @@ def _run_signed(args: argparse.Namespace) -> int:
     from inspector.core.vocabulary import SignatureState
     from inspector.signing.bundle import DEFAULT_NAME
     from inspector.signing.folder import check_folder, check_signed_file
+    from inspector.signing.locate import covering_signature
     from inspector.signing.statement import DIALECT, beside
 
     if args.manifest or args.sha256 or args.tensors_only or args.shard or args.results:
@@ -218,7 +219,11 @@ def _run_signed(args: argparse.Namespace) -> int:
         return _usage("a signature covers one folder or file: name it (verify DIR --signature "
                       "model.sig --public-key key.pub)")
     folder = args.paths[0]
-    signature = args.signature or (folder / DEFAULT_NAME if folder.is_dir() else beside(folder))
+    # the signature the app and the report find for it (a folder's model.sig, else the
+    # ledger's NAME.sig beside it), when it signs the path named
+    found = covering_signature(folder)
+    signature = args.signature or (found[1] if found is not None and found[0] == folder else
+                                   folder / DEFAULT_NAME if folder.is_dir() else beside(folder))
     if not args.signature and not signature.is_file():
         return _usage(f"{folder}: no {signature.name} found; pass --signature SIG")
     def digests(path: Path, *, cancel: CancelToken | None = None) -> list[TensorEntry]:

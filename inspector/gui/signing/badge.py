@@ -17,7 +17,6 @@ from PySide6.QtWidgets import QMessageBox, QPushButton, QWidget
 
 from inspector.core.badges import GREY
 from inspector.core.progress import CancelToken
-from inspector.core.termtext import counted
 from inspector.core.vocabulary import FileStatus, SignatureState
 from inspector.gui.jobs import EmitFn, Job, JobRunner
 
@@ -55,19 +54,11 @@ class Shown:
 
 
 def covering_signature(path: Path) -> tuple[Path, Path] | None:
-    """(what is signed, its signature) for a checkpoint: a file's own `NAME.sig` beside it
-    (the ledger's, or `model_signing sign key FILE`'s: it signs this file, where the
-    folder's may not), else its folder's `model.sig`, or for a folder its `model.sig`, else
-    the ledger's `NAME.sig` beside it; None when nothing signs it."""
-    from inspector.signing.bundle import DEFAULT_NAME
-    from inspector.signing.statement import beside
+    """(what is signed, its signature) for a checkpoint: the rule `verify` and `report` share
+    (`signing.locate.covering_signature`); None when nothing signs it."""
+    from inspector.signing.locate import covering_signature as covering
 
-    folder = path if path.is_dir() else path.parent
-    places = [(folder, folder / DEFAULT_NAME), (path, beside(path))]
-    for target, signature in (places if path.is_dir() else places[::-1]):
-        if signature.is_file():
-            return target, signature
-    return None
+    return covering(path)
 
 
 def trusted_keys() -> list[Path]:
@@ -161,17 +152,11 @@ def badge_for(shown: Shown, path: Path | None) -> tuple[SignatureState, str]:
 def _not_covered(shown: Shown, path: Path | None) -> str | None:
     """Why the open file is not one the folder's signature signs (None when it is, or when the
     signature was not checked: then its own state says so)."""
-    check = shown.check
-    if check is None or check.result is None or path is None or not shown.folder.is_dir() \
-            or os.path.abspath(path) == os.path.abspath(shown.folder):
+    from inspector.signing.locate import not_covered
+
+    if shown.check is None or shown.signature is None or path is None:
         return None
-    name = Path(os.path.relpath(path, shown.folder)).as_posix()
-    if name in check.files:
-        return None
-    state = check.verdict.state
-    return (f"{name} is not among the {counted(len(check.files), 'file')} "
-            f"{shown.signature} signs"
-            + ("" if state == SignatureState.INTACT else f" (and that signature is {state})"))
+    return not_covered(shown.check, shown.folder, shown.signature, path)
 
 
 class SignatureBadge(QPushButton):
