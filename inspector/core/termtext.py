@@ -2,14 +2,17 @@
 
 `escape` for one string, `html_escape` for a page, and `safe_output` for the CLI's whole
 terminal output: the one sanitiser every text sink of the user's process goes through; and
-`counted`, the one way a count is worded."""
+`counted`, the one way a count is worded; `write_exact_path`, the one way a path meant for
+scripts is printed (exactly, or not at all)."""
 
 from __future__ import annotations
 
 import contextlib
 import html
 import io
+import os
 import sys
+import unicodedata
 from collections.abc import Iterator
 from typing import TextIO
 
@@ -99,3 +102,38 @@ def safe_output(stdout: bool = True) -> Iterator[None]:
         yield
     finally:
         sys.stdout, sys.stderr = saved
+
+
+_UNSAFE_IN_A_LINE = frozenset({"Cc", "Cf", "Zl", "Zp"})
+"""Categories of the characters a path printed for scripts may not hold: controls (a line
+break ends the line early, an escape drives whatever terminal the line reaches), format
+characters (BiDi overrides, zero-width ones) and line and paragraph separators."""
+
+
+def write_exact_path(path: str, stream: TextIO) -> bool:
+    """Write `path` and a line break to `stream` as the very bytes that name the file
+    (`os.fsencode`), past `SafeStream`: a script that reads the line opens that file, never
+    an escaped spelling that names another. On a terminal only a path `escape` leaves alone is
+    written; elsewhere any path but one with a control (a tab aside), format or line-breaking
+    character, which could end the line early or drive a terminal downstream. False, and
+    nothing written, where the path cannot be given exactly."""
+    target = stream._stream if isinstance(stream, SafeStream) else stream
+    if target.isatty():
+        exact = path.isprintable()
+    else:
+        exact = not any(ch != "\t" and unicodedata.category(ch) in _UNSAFE_IN_A_LINE
+                        for ch in path)
+    if not exact:
+        return False
+    try:
+        raw = os.fsencode(path)  # an undecodable byte of a name comes back as that byte
+    except UnicodeEncodeError:  # a lone surrogate no file name decodes to
+        return False
+    buffer = getattr(target, "buffer", None)
+    if buffer is None:  # a text-only stream (a test's StringIO): the text is the path
+        target.write(path + "\n")
+        return True
+    target.flush()  # what was written as text comes first
+    buffer.write(raw + b"\n")
+    buffer.flush()
+    return True

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from inspector.cli.common import say_unauthenticated
 from inspector.cli.run.run_dir import add_run_dir, add_signer, unreadable, unreadable_signer
-from inspector.core.termtext import escape
+from inspector.core.termtext import escape, write_exact_path
 from inspector.run.checkpoints import (
     CheckpointCheck,
     LedgerError,
@@ -21,6 +21,7 @@ from inspector.run.checkpoints import (
 
 EXIT_OK = 0
 EXIT_NONE = 1
+EXIT_INEXACT = 2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,8 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rank", type=int, help="only checkpoints this rank saved")
     parser.add_argument("--json", action="store_true", help="print the save record as JSON")
     add_signer(parser, "one whose signature does not hold, or that has none, is passed over")
-    parser.epilog = ("exit status: 0 found (its path on stdout), 1 no checkpoint on record is "
-                     "still valid, 2 no readable journal, or a key or chain that cannot be read")
+    parser.epilog = ("exit status: 0 found (its path on stdout, as the exact bytes of its "
+                     "name), 1 no checkpoint on record is still valid, 2 no readable journal, "
+                     "a key or chain that cannot be read, or a path that cannot be printed "
+                     "exactly (a control or format character, or one a terminal cannot show "
+                     "as it is: --json gives it)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,8 +78,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**record.to_fields(), "line": record.line, "location": str(where)},
                          indent=1))
+    elif not write_exact_path(str(where), sys.stdout):
+        # an escaped spelling names another file, which `$(run latest)` would load unchecked
+        print(escape(f"ckpt-inspector run latest: {record.label}'s path ({where}) cannot be "
+                     "printed exactly here; its \"location\" under --json is exact"),
+              file=sys.stderr)
+        return EXIT_INEXACT
     else:
-        print(escape(str(where)))
         print(f"{record.label}, saved {record.time} on {escape(record.host)} (rank "
               f"{record.rank}); intact since then", file=sys.stderr)
     return EXIT_OK
