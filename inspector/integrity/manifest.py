@@ -400,6 +400,11 @@ def _clean_path(path: str, where: str) -> str:
     cleaned = path.replace("\\", "/") if os.sep == "\\" else path
     if "\0" in cleaned:  # no file name holds one, and the system calls refuse it
         raise ManifestError(f"{where}: path {path!r} holds a NUL byte, which no file name can")
+    try:  # JSON's "\ud800": a lone surrogate no byte stands for, which no system call takes
+        os.fsencode(cleaned)
+    except UnicodeEncodeError as exc:
+        raise ManifestError(f"{where}: path {path!r} holds {cleaned[exc.start]!r}, which no file "
+                            "name can") from exc
     if cleaned.startswith("/") or re.match(r"^[A-Za-z]:[/\\]", cleaned):
         raise ManifestError(f"{where}: path {path!r} must be relative to the manifest")
     if cleaned.endswith("/"):

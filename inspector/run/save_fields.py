@@ -87,7 +87,6 @@ def saved_files(rec: Mapping[str, Any], where: str) -> tuple[FileEntry, ...]:
     raw = typed(rec, "files", list) or []
     files = tuple(file_entry(f, f"{where}: files[{i}]") for i, f in enumerate(raw))
     for i, entry in enumerate(files):
-        file_name(entry.path, f"files[{i}]'s path")
         if entry.sha256 is None or entry.size is None:
             raise ValueError(f"files[{i}] ({entry.path}) has no SHA-256 or no size; a save "
                              "records both")
