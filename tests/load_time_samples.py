@@ -254,8 +254,9 @@ HOSTILE: dict[str, tuple[str, Callable[[Path, Path], Path], str]] = {
     # name: (the loader that runs it, builder, evidence a dangerous finding or import names)
     "from_type_gzip_in_torch_zip": ("torch", from_type_gzip_in_torch_zip,
                                     "_rebuild_from_type_v2 calls its argument func"),
+    # torch.distributed.elastic is denied whole since round 56: the import is the evidence
     "from_type_subprocess_handler": ("pickle", from_type_subprocess_handler,
-                                     "_rebuild_from_type_v2 calls its argument func"),
+                                     "torch.distributed.elastic can run code"),
     "from_type_memoised_stack_global": ("torch", from_type_memoised_stack_global,
                                         "_rebuild_from_type_v2 calls its argument func"),
     "from_type_obj_bz2": ("pickle", from_type_obj_bz2,
