@@ -39,7 +39,8 @@ from inspector.signing.statement import (
 )
 
 if TYPE_CHECKING:
-    from inspector.signing.check import SignatureVerdict
+    from inspector.core.vocabulary import SignerKind
+    from inspector.signing.check import Checked, SignatureVerdict
 
 IGNORED_NOTE = "the signature's ignore list leaves it out: not signed"
 LINK_NOTE = "a symbolic link, and the signature was made over a folder without links"
@@ -269,15 +270,7 @@ def check_folder(folder: Path, signature: Path, public_key: Path | None = None,
         error = SignatureError("outside-folder", f"{signature}: {exc}")
         return SignedCheck(verdict_for(signature, error=error, kind=kind), error=error)
     misplaced = _bind_save(result, checked.statement, folder)
-    loaded = [f for f in result.failed_files if f.status == FileStatus.UNCHECKED]
-    verdict = verdict_for(signature, checked=checked, kind=kind,
-                          changed=result.differs or bool(loaded))
-    if loaded and not result.differs:  # the signed files are intact, the folder is not
-        verdict.reason = (f"an unsigned file a loader reads: {loaded[0].path}: {loaded[0].note}"
-                          + (f"; and {counted(len(loaded) - 1, 'more file')}"
-                             if len(loaded) > 1 else ""))
-    verdict.reason = misplaced or verdict.reason
-    result.extra["signature"] = verdict.to_json()
+    verdict = _judged(signature, checked, kind, result, misplaced)
     return SignedCheck(verdict, result, files=frozenset(
         _file_of(r.name, checked.statement) for r in checked.statement.resources))
 
@@ -305,10 +298,30 @@ def check_signed_file(path: Path, signature: Path, public_key: Path | None = Non
     except SignatureError as exc:
         return SignedCheck(verdict_for(signature, error=exc, kind=kind), error=exc)
     misplaced = _bind_save(result, statement, path)
-    verdict = verdict_for(signature, checked=checked, kind=kind, changed=result.differs)
-    verdict.reason = misplaced
+    return SignedCheck(_judged(signature, checked, kind, result, misplaced), result,
+                       files=frozenset({"."}))
+
+
+def _judged(signature: Path, checked: Checked, kind: SignerKind | None, result: VerifyResult,
+            misplaced: str | None) -> SignatureVerdict:
+    """The verdict of a signature that holds, after its files: intact only when every signed
+    file matched and nothing stopped the check (files the library could not hash as signed,
+    a link or a special file among them, were 'intact' with no file checked), changed
+    otherwise, and why; recorded in `result.extra`."""
+    from inspector.signing.check import verdict_for
+
+    loaded = [f for f in result.failed_files if f.status == FileStatus.UNCHECKED]
+    verdict = verdict_for(signature, checked=checked, kind=kind,
+                          changed=result.differs or bool(loaded) or bool(result.errors))
+    if loaded and not result.differs:  # the signed files are intact, the folder is not
+        verdict.reason = (f"an unsigned file a loader reads: {loaded[0].path}: {loaded[0].note}"
+                          + (f"; and {counted(len(loaded) - 1, 'more file')}"
+                             if len(loaded) > 1 else ""))
+    elif result.errors and not result.differs:
+        verdict.reason = result.errors[0]
+    verdict.reason = misplaced or verdict.reason
     result.extra["signature"] = verdict.to_json()
-    return SignedCheck(verdict, result, files=frozenset({"."}))
+    return verdict
 
 
 def _one_file(path: Path, statement: SignedStatement, strict: bool,
