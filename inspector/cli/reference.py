@@ -149,8 +149,9 @@ EXITS: dict[str, tuple[Exit, ...]] = {
         Exit(1, "latest: no checkpoint on record is still valid; verify: a checkpoint "
                 "changed or is missing, or ledger lines were cut, edited or deleted; "
                 "order-diff: the order differs"),
-        Exit(2, "no journal in RUN_DIR or it cannot be read; order-diff: a ledger could not "
-                "be found or read"),
+        Exit(2, "no journal in RUN_DIR or it cannot be read; latest: the path cannot be "
+                "printed exactly (--json gives it); order-diff: a ledger could not be found "
+                "or read, or breaks its rolling hash"),
     ),
 }
 
