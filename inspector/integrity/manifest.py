@@ -466,7 +466,9 @@ def format_json(files: list[FileEntry], created_by: str | None = None) -> str:
     if created_by:
         doc["created_by"] = created_by
     doc["files"] = [f.to_json() for f in files]
-    return json.dumps(doc, indent=1, ensure_ascii=False) + "\n"
+    # ASCII with \u escapes: the same JSON to every reader, and nothing a terminal-safe stream
+    # (`manifest create -o -`) must rewrite: a C1 control in a name came out as text there
+    return json.dumps(doc, indent=1) + "\n"
 
 
 def write_manifest(
