@@ -187,8 +187,13 @@ def test_the_apps_pane_refuses_a_fault_after_the_last_run(qtbot, tmp_path) -> No
     pane.inject_key.setText("w")
     pane.inject_run.setValue(3)
     assert pane.request().inject["iteration"] == 3
+    pane.inject_run.setValue(4)  # the box offers no run after the last
+    assert pane.inject_run.value() == 3 and pane.request().inject["iteration"] == 3
+    pane.repeats.setValue(2)
+    assert pane.inject_run.value() == 2
+    pane.inject_run.setMaximum(4)  # and a request that still asks one is refused, said in a line
     pane.inject_run.setValue(4)
-    with pytest.raises(ValueError, match="before run 4, but the runs are 1 to 3"):
+    with pytest.raises(ValueError, match="before run 4, but the runs are 1 to 2"):
         pane.request()
 
 

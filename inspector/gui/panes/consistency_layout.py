@@ -140,7 +140,9 @@ class ConsistencyPaneLayout(QWidget):
         self.inject_bit.setRange(0, 63)
         self.inject_bit.setValue(22)
         self.inject_run = QSpinBox()
-        self.inject_run.setRange(1, 1_000_000)
+        # a fault asked after the last run would be a self-test of nothing: the box offers none
+        self.inject_run.setRange(1, self.repeats.value())
+        self.repeats.valueChanged.connect(self.inject_run.setMaximum)
         self.inject_run.setValue(2)
         inject_form.addRow("Tensor", self.inject_key)
         inject_form.addRow("Element", self.inject_index)
