@@ -144,10 +144,14 @@ def cold_workers(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 LONG_FIRST = (
-    "test_readme_commands.py", "test_gui_lifetimes.py", "test_gui_screens.py",
-    "test_gpu_check_script.py", "test_scan_adversarial.py", "test_ledger_faults.py",
+    "test_readme_commands.py", "test_gpu_check_script.py", "test_scan_rt55_source_loaders.py",
+    "test_scan_remote_code.py", "test_ledger_moments.py", "test_signing_report.py",
+    "test_batch_shards.py", "test_cli_broken_pipe.py", "test_ledger_faults.py",
+    "test_gui_lifetimes.py", "test_scan_native_code.py", "test_report_guard.py",
 )
-"""The files whose tests took longest on CI (its --durations list), longest first."""
+"""The files that took longest in a whole run (--durations=0, summed per file), longest first:
+each worker takes the next file when it is done, so the long ones go out while the other
+worker still has work to share."""
 
 
 def _start_rank(item: pytest.Item) -> int:
