@@ -6,6 +6,7 @@ Integrity pane."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -80,7 +81,7 @@ def test_a_file_the_reference_signed_alone(qtbot, tmp_path, monkeypatch) -> None
 
 
 def test_opening_a_signed_checkpoint_shows_the_badge(window, qtbot, small, tmp_path,
-                                                     monkeypatch) -> None:
+                                                     monkeypatch, artifacts) -> None:
     folder = tmp_path / "signed"
     folder.mkdir()
     checkpoint = folder / "benign.pt"
@@ -93,6 +94,10 @@ def test_opening_a_signed_checkpoint_shows_the_badge(window, qtbot, small, tmp_p
     badge = window.integrity.badge
     qtbot.waitUntil(lambda: badge.state == SignatureState.INTACT, timeout=30_000)
     assert badge.isVisibleTo(window.integrity)
+    # the line shows the key's first 16 digits, so it fits the pane; the tooltip holds all 64
+    assert re.search(r"sha256:[0-9a-f]{16}…$", badge.text())
+    assert re.search(r"sha256:[0-9a-f]{64}", badge.toolTip())
+    window.integrity.grab().save(str(artifacts / "gui" / "integrity-signed.png"))
 
 
 def test_a_keyless_signature_in_the_badge(qtbot, tmp_path, monkeypatch) -> None:

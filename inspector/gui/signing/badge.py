@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -159,6 +160,11 @@ def _not_covered(shown: Shown, path: Path | None) -> str | None:
     return not_covered(shown.check, shown.folder, shown.signature, path)
 
 
+_SHORT_PRINT = re.compile(r"(sha256:[0-9a-f]{16})[0-9a-f]{48}")
+"""A key's 64-digit fingerprint, shown by its first 16 digits: the whole one cut the badge's line
+off at the pane's right edge in a 640-pixel window."""
+
+
 class SignatureBadge(QPushButton):
     """The badge; `show_path(path)` checks in the background, a click shows the statement."""
 
@@ -211,7 +217,8 @@ class SignatureBadge(QPushButton):
     def _paint(self, state: SignatureState | None, detail: str) -> None:
         self.state = state
         word, colour = LOOKS[state] if state is not None else ("Checking the signature…", GREY)
-        self.setText(f"{word}: {detail}" if detail and state is not None else word)
+        shown = _SHORT_PRINT.sub(r"\1…", detail)  # the whole fingerprint in the tooltip
+        self.setText(f"{word}: {shown}" if detail and state is not None else word)
         self.setToolTip(detail)
         self.setStyleSheet(f"color: {colour}; font-weight: bold; text-align: left;")
         self.show()
