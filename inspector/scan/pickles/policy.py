@@ -107,19 +107,24 @@ CAPABILITIES: dict[str, tuple[str, str, str]] = {
         io _io _pyio pathlib shutil tempfile tarfile zipfile zipapp compileall py_compile mmap
         fcntl shelve dbm glob fileinput linecache logging codecs numpy.lib.format
         numpy.lib._format_impl numpy.lib.npyio numpy.lib._npyio_impl numpy.core.memmap
-        numpy._core.memmap numpy.lib._datasource
+        numpy._core.memmap numpy.lib._datasource torch.utils.tensorboard torch.onnx
+        torch.utils.hipify
     """, """
         builtins.open numpy.save numpy.savez numpy.savez_compressed numpy.savetxt numpy.memmap
         numpy.ndarray.tofile numpy.ndarray.dump torch.save
         torch.from_file torch.UntypedStorage.from_file
         torch.TypedStorage.from_file torch.storage.UntypedStorage.from_file
-        torch.storage.TypedStorage.from_file
+        torch.storage.TypedStorage.from_file torch.profiler.profiler.tensorboard_trace_handler
     """),
     "open sockets or databases": ("opens sockets, network connections or databases", """
         socket _socket ssl select selectors socketserver http urllib urllib3 requests httpx
         aiohttp httplib2 xmlrpc wsgiref smtplib ftplib poplib imaplib nntplib telnetlib sqlite3
         _sqlite3 psycopg psycopg2 pymysql MySQLdb sqlalchemy redis pymongo paramiko
-    """, ""),
+        torch.distributed.rendezvous
+    """, """
+        torch.distributed.distributed_c10d.init_process_group
+        torch.distributed.device_mesh.init_device_mesh
+    """),
     "import modules": ("imports modules or loads code by name", """
         importlib imp zipimport pkgutil torch.hub torch.package
     """, """
@@ -172,6 +177,14 @@ DENY_NOTES: dict[str, str] = {
     "torch.backends.xeon": "run_cpu launches a program under numactl or taskset",
     "torch.testing._internal": "test helpers that run shell commands (common_utils.shell)",
     "torch.cuda._memory_viz": "downloads flamegraph.pl and runs it",
+    "torch.distributed.distributed_c10d.init_process_group":
+        "its init_method listens on or connects to tcp:// addresses and creates file:// "
+        "stores (round 57)",
+    "torch.distributed.rendezvous": "the rendezvous handlers behind init_process_group: "
+                                    "TCP stores and file stores",
+    "torch.onnx": "export(model, args, path) writes a file anywhere",
+    "torch.utils.tensorboard": "SummaryWriter(logdir) creates the folder and an event file",
+    "torch.utils.hipify": "hipify rewrites the source files of a project folder",
     "torch.jit.load": "loading TorchScript runs scripted __setstate__ code",
     "builtins.exec": "executes Python source",
     "builtins.eval": "evaluates Python source",

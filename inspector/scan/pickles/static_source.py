@@ -144,9 +144,38 @@ def cache_dir() -> Path:
     return Path(base) / "ckpt-inspector"
 
 
+# Bumped when what the cache holds changes (format 2: names a star import brings in)
+_BINDINGS_FORMAT = 2
+_STAR_STACK: set[str] = set()  # star imports being followed (a cycle ends there)
+
+
+def _star_modules(module: str) -> list[str]:
+    """The modules `module` star-imports at its top level (`from .distributed_c10d import *`)."""
+    path = module_file(module)
+    tree = _tree(path) if path else None
+    if tree is None:
+        return []
+    return [source for node in _top_level(tree.body) if isinstance(node, ast.ImportFrom)
+            and any(a.name == "*" for a in node.names)
+            and (source := _absolute(module, path, node))]
+
+
+def _exported(module: str) -> set[str]:
+    """Every name `module` binds or re-exports, which a star import of it may bring in (a name
+    the star would not bring, being private, only fails the load that asks for it)."""
+    if module in _STAR_STACK:
+        return set()
+    _STAR_STACK.add(module)
+    try:
+        return set(_bindings(module)) | set(_reexports(module))
+    finally:
+        _STAR_STACK.discard(module)
+
+
 @functools.lru_cache(maxsize=1024)
 def _reexports(module: str) -> dict[str, tuple[str, str]]:
-    """The names `module` re-exports (`_bindings`' "from" ones): kept on disk per file version
+    """The names `module` re-exports (`_bindings`' "from" ones, and what its star imports bring
+    in): kept on disk per file version
     (`~/.cache/ckpt-inspector/source-bindings/`), so a scan does not parse torch's 110 KB
     `__init__.py` (15 ms) again in every process; the cache holds only what the installed
     source says."""
@@ -157,7 +186,7 @@ def _reexports(module: str) -> dict[str, tuple[str, str]]:
         st = path.stat()
     except OSError:
         return {}
-    stamp = f"{path}|{st.st_size}|{st.st_mtime_ns}"
+    stamp = f"{_BINDINGS_FORMAT}|{path}|{st.st_size}|{st.st_mtime_ns}"
     cache = cache_dir() / "source-bindings" / f"{hashlib.sha256(stamp.encode()).hexdigest()}.json"
     try:
         doc = json.loads(cache.read_text(encoding="utf-8"))
@@ -165,8 +194,12 @@ def _reexports(module: str) -> dict[str, tuple[str, str]]:
             return {k: (v[0], v[1]) for k, v in doc["reexports"].items()}
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         pass
-    found = {name: bound[1] for name, bound in _bindings(module).items()
-             if bound[0] == "from"}
+    bound = _bindings(module)
+    found = {name: b[1] for name, b in bound.items() if b[0] == "from"}
+    for star in _star_modules(module):
+        for name in _exported(star):
+            if name not in bound:
+                found.setdefault(name, (star, name))
     try:
         from inspector.core.atomic import write_text_atomic
 
