@@ -105,15 +105,16 @@ print(json.dumps(outputs))
 
 
 def run_each_forked(python_exe: str, code: str, runs: list[list[str]], cwd: Path | list[Path],
-                    preload: Iterable[str], isolated: bool = False) -> list[tuple[int, str]]:
+                    preload: Iterable[str], isolated: bool = False,
+                    env: dict[str, str] | None = None) -> list[tuple[int, str]]:
     """The exit code and output of `python [-I] -c code *args` for each args of `runs`, in
-    `cwd` (or each in its own, a list): each run in a child forked from one interpreter that
-    imported `preload` first."""
+    `cwd` (or each in its own, a list), with `env` (else ours): each run in a child forked
+    from one interpreter that imported `preload` first."""
     cwds = [str(c) for c in cwd] if isinstance(cwd, list) else [str(cwd)] * len(runs)
     job = {"code": code, "runs": runs, "cwds": cwds, "preload": list(preload), "timeout": 300}
     proc = subprocess.run([python_exe, *(["-I"] if isolated else []), "-c", _FORKING_DRIVER],
                           input=json.dumps(job), capture_output=True, text=True,
-                          cwd=cwds[0] if cwds else None,
+                          cwd=cwds[0] if cwds else None, env=env,
                           timeout=300 + 60 * len(runs), check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [(code, output) for code, output in json.loads(proc.stdout.splitlines()[-1])]

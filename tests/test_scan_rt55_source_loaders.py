@@ -5,19 +5,22 @@ list keeps up with (get_text_config, named_buffers, ...), and sentence-transform
 `modules.json` and runs `load` of each module class its `type` names from the folder. So every
 method and function of remote code is judged (but the ones only a user's save runs), and
 `modules.json` is read for the code it names. Each hostile folder runs its payload under the
-real loader (offline, a throwaway process: its canary appears) after the scan ran nothing; each
-benign twin stays suspicious and loads.
+real loader (offline, a throwaway process: its canary appears, and is removed) and the scan runs
+nothing (no canary after it); each benign twin stays suspicious and loads. The folders are built
+once per module (one benign save for both hooks folders) and never changed by a test.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from remote_code_support import Loaded, LoadRun, load_each
 
 from inspector.formats.archives.source_judge import judge_source
 
@@ -57,13 +60,11 @@ def _hooks_source(canary: Path | None) -> str:
 _SAVE = ("import sys\nfrom transformers import AutoConfig, AutoModel\n"
          "c = AutoConfig.from_pretrained(sys.argv[1], trust_remote_code=True)\n"
          "AutoModel.from_config(c, trust_remote_code=True).save_pretrained(sys.argv[1])\n")
-_LOAD_MODEL = ("import sys\nfrom transformers import AutoModel\n"
-               "AutoModel.from_pretrained(sys.argv[1], trust_remote_code=True)\n")
 
 
-def _hooks_folder(root: Path, canary: Path | None) -> Path:
-    """A model folder whose weights the benign code saved, then `canary`'s source put in."""
-    folder = root / ("hooks" if canary else "hooks_twin")
+def _saved_model(root: Path) -> Path:
+    """A model folder whose weights the benign code saved (the hooks folders copy it)."""
+    folder = root / "saved"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({
         "model_type": "hooktest", "hidden": 4,
@@ -71,28 +72,50 @@ def _hooks_folder(root: Path, canary: Path | None) -> Path:
     (folder / "hook_mod.py").write_text(_hooks_source(None))
     saved = _run(_SAVE, folder, root / "hf-save")
     assert saved.returncode == 0, saved.stderr[-2000:]
+    return folder
+
+
+def _hooks_folder(saved: Path, root: Path, canary: Path | None) -> Path:
+    """The saved model folder with `canary`'s source put in."""
+    folder = shutil.copytree(saved, root / ("hooks" if canary else "hooks_twin"))
     (folder / "hook_mod.py").write_text(_hooks_source(canary))
     return folder
 
 
-def test_methods_from_pretrained_runs_unlisted_are_judged_and_run(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory: pytest.TempPathFactory,
+           python_exe: str) -> dict[str, tuple[Path, Path, Loaded]]:
+    """Each folder of the module ('hooks', 'st' and their twins), built once and never changed,
+    with what the real loader did to it (offline, one forked child each): its canary was
+    removed after it was seen, so each test's scan is judged by what it leaves."""
     pytest.importorskip("transformers")
-    canary = tmp_path / "canary"
-    folder = _hooks_folder(tmp_path, canary)
+    root = tmp_path_factory.mktemp("rt55-loaders")
+    saved = _saved_model(root)
+    canaries = {"hooks": root / "canary-hooks", "st": root / "canary-st"}
+    folders = {"hooks": _hooks_folder(saved, root, canaries["hooks"]),
+               "hooks_twin": _hooks_folder(saved, root, None),
+               "st": _st_folder(root, canaries["st"]), "st_twin": _st_folder(root, None)}
+    runs = {name: LoadRun("sentence-transformers" if name.startswith("st") else "AutoModel",
+                          folder, canaries.get(name, root / f"unused-{name}"))
+            for name, folder in folders.items()}
+    results = load_each(python_exe, list(runs.values()), root / "hf-home")
+    return {name: (run.folder, run.canary, result)
+            for (name, run), result in zip(runs.items(), results, strict=True)}
+
+
+def test_methods_from_pretrained_runs_unlisted_are_judged_and_run(loaded) -> None:
+    folder, canary, result = loaded["hooks"]
     verdicts = _verdicts(folder)
     assert verdicts["hook_mod.py"] == verdicts["config.json"] == "dangerous", verdicts
     assert not canary.exists()
-    loaded = _run(_LOAD_MODEL, folder, tmp_path / "hf-home")
-    assert loaded.returncode == 0 and canary.exists(), loaded.stderr[-2000:]
+    assert result.exit_code == 0 and result.ran, result.output[-2000:]
 
 
-def test_the_hooks_twin_stays_suspicious_and_loads(tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
-    folder = _hooks_folder(tmp_path, None)
+def test_the_hooks_twin_stays_suspicious_and_loads(loaded) -> None:
+    folder, _, result = loaded["hooks_twin"]
     verdicts = _verdicts(folder)
     assert verdicts["hook_mod.py"] == verdicts["config.json"] == "suspicious", verdicts
-    loaded = _run(_LOAD_MODEL, folder, tmp_path / "hf-home")
-    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    assert result.exit_code == 0, result.output[-2000:]
 
 
 def test_any_method_name_counts_but_a_save_does_not() -> None:
@@ -101,23 +124,6 @@ def test_any_method_name_counts_but_a_save_does_not() -> None:
         assert judge_source(base.format(name=name), every_method=True)[1], name
         assert judge_source(base.format(name=name))[1] == [], name  # unpickling runs none
     assert judge_source(base.format(name="save_vocabulary"), every_method=True)[1] == []
-
-
-# sentence-transformers resolves a module `type` outside its package with transformers'
-# get_class_from_dynamic_module and calls the class's `load` (sentence_transformers/util/misc.py
-# import_module_class; base/model.py _load_module_class_from_ref): run the library where it is
-# installed, else that documented call
-_ST_LOAD = """
-import sys
-folder = sys.argv[1]
-try:
-    from sentence_transformers import SentenceTransformer
-except ImportError:
-    from transformers.dynamic_module_utils import get_class_from_dynamic_module
-    get_class_from_dynamic_module("custom_st.Custom", folder).load(folder)
-else:
-    SentenceTransformer(folder, trust_remote_code=True)
-"""
 
 
 def _st_folder(root: Path, canary: Path | None) -> Path:
@@ -137,21 +143,16 @@ def _st_folder(root: Path, canary: Path | None) -> Path:
     return folder
 
 
-def test_a_sentence_transformers_module_class_is_judged_and_runs(tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
-    canary = tmp_path / "canary"
-    folder = _st_folder(tmp_path, canary)
+def test_a_sentence_transformers_module_class_is_judged_and_runs(loaded) -> None:
+    folder, canary, result = loaded["st"]
     verdicts = _verdicts(folder)
     assert verdicts["custom_st.py"] == verdicts["modules.json"] == "dangerous", verdicts
     assert not canary.exists()
-    loaded = _run(_ST_LOAD, folder, tmp_path / "hf-home")
-    assert canary.exists(), loaded.stderr[-2000:]
+    assert result.ran, result.output[-2000:]
 
 
-def test_the_sentence_transformers_twin_stays_suspicious_and_loads(tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
-    folder = _st_folder(tmp_path, None)
+def test_the_sentence_transformers_twin_stays_suspicious_and_loads(loaded) -> None:
+    folder, _, result = loaded["st_twin"]
     verdicts = _verdicts(folder)
     assert verdicts["custom_st.py"] == verdicts["modules.json"] == "suspicious", verdicts
-    loaded = _run(_ST_LOAD, folder, tmp_path / "hf-home")
-    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    assert result.exit_code == 0, result.output[-2000:]
