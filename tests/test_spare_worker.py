@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import factories
 
@@ -101,3 +103,34 @@ def test_a_spare_that_cannot_start_leaves_the_job_to_start_its_own(tmp_path, mon
     assert row["verdict"] == "dangerous"
     assert "readings-unavailable" not in [f["code"] for f in row["findings"]]
     assert len(calls) == 2  # the spare's start failed; the job started its own
+
+
+# Modules the `scan` command needs only after its worker started: each is a share of the
+# start-up the worker's interpreter should spend starting beside this one, not after it.
+_AFTER_THE_SPARE = ("argparse", "json", "dataclasses", "inspector.cli.reference",
+                    "inspector.core.termtext", "inspector.sandbox.protocol",
+                    "inspector.scan.readings")
+
+_FIRST_START = """
+import sys
+from inspector.sandbox.host import launch
+real, seen = launch._cold, []
+def cold(pass_fds):
+    seen.append(sorted(m for m in sys.argv[2:] if m in sys.modules))
+    return real(pass_fds)
+launch._cold = cold
+from inspector.cli import main
+code = main(["scan", "--json", sys.argv[1]])
+import json
+print(json.dumps({"code": code, "seen": seen}), file=sys.stderr)
+"""
+
+
+def test_scan_starts_its_worker_before_its_heavy_imports(tmp_path):
+    path = factories.save_state_dict(tmp_path / "a.pt")
+    proc = subprocess.run([sys.executable, "-c", _FIRST_START, str(path), *_AFTER_THE_SPARE],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    report = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert report["code"] == 0
+    assert report["seen"][0] == []  # the spare: none of them imported yet
+    assert len(report["seen"]) == 1  # and the file's readings ran on it

@@ -7,23 +7,22 @@ Each subcommand lives in its own module under `inspector.cli` exposing
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import contextlib
 import importlib
 import io
-import json
 import os
-import re
-import select
 import sys
 import threading
 from types import ModuleType
-from typing import NamedTuple, NoReturn, TextIO
+from typing import TYPE_CHECKING, NamedTuple, NoReturn, TextIO
 
 from inspector import __version__
-from inspector.cli.reference import epilog
-from inspector.core.termtext import safe_output
+
+# The rest is imported where it is used: `scan` starts its worker (`_early_worker`) before
+# anything heavier than this, so the worker's interpreter starts while this one imports.
+if TYPE_CHECKING:
+    import argparse
 
 
 class Command(NamedTuple):
@@ -79,6 +78,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """Build the parser: with a `command`, its subparser alone (its module imported, its
     epilog written), the others only where none is chosen (the top-level help lists them;
     building the thirteen with their epilogs was 10 ms of every `scan`)."""
+    import argparse
+
+    from inspector.cli.reference import epilog
+
     parser = argparse.ArgumentParser(
         prog="ckpt-inspector",
         description="Open PyTorch checkpoints safely and prove their contents are intact. "
@@ -141,8 +144,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ckpt-inspector: '{argv[0]}' is not a command or a file; {hint} "
               "(ckpt-inspector --help lists them)", file=sys.stderr)
         return EXIT_OPTION
-    with _early_worker(command, argv), jailed_readings(), safe_output(
-            stdout="--json" not in argv):
+    with _early_worker(command, argv):
+        return _with_output(command, argv)
+
+
+def _with_output(command: str | None, argv: list[str]) -> int:
+    """`main` once the early worker started: the readings installed, the output made safe."""
+    from inspector.core.termtext import safe_output
+
+    with jailed_readings(), safe_output(stdout="--json" not in argv):
         return _main(argv, command)
 
 
@@ -244,11 +254,13 @@ class JsonErrors(io.TextIOBase):
     `CMD: error: message` too) becomes a JSON object `{"error": {"command", "message"}}` on
     its own line, argparse's usage lines are left out, and anything else passes through."""
 
-    _ERROR = re.compile(r"^ckpt-inspector(?: (?P<command>[\w-]+(?: [\w-]+)*))?: "
-                        r"(?:error: )?(?P<message>.*)$")
+    _ERROR = r"^ckpt-inspector(?: (?P<command>[\w-]+(?: [\w-]+)*))?: (?:error: )?(?P<message>.*)$"
 
     def __init__(self, stream: TextIO) -> None:
+        import re
+
         self._stream, self._pending, self._in_usage = stream, "", False
+        self._error = re.compile(self._ERROR)
 
     def write(self, text: str) -> int:
         """Buffer `text` and pass on every whole line it completes."""
@@ -278,8 +290,10 @@ class JsonErrors(io.TextIOBase):
             self._in_usage = True
             return
         self._in_usage = False
-        match = self._ERROR.match(line)
+        match = self._error.match(line)
         if match:
+            import json
+
             line = json.dumps({"error": {"command": match["command"] or "",
                                          "message": match["message"]}})
         self._stream.write(line + "\n")
@@ -294,6 +308,8 @@ def _looks_like_a_command(word: str) -> bool:
 
 def _stdout_closed() -> bool:
     """Whether nothing reads stdout any more (a pipe whose reader left polls as an error)."""
+    import select
+
     poller = select.poll()
     poller.register(sys.stdout.fileno(), 0)
     return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))

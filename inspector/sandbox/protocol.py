@@ -13,6 +13,8 @@ other module of the sandbox.
   takes the same default on both sides.
 - `SELFTEST_ENV`, `DISABLE_ENV` and `PAYLOAD_ENV`: switches only the test suite sets. The host
   passes them into the worker's otherwise scrubbed environment; the worker reads them per job.
+  They live in `sandbox.switches` (re-exported here), which imports nothing heavy: the `scan`
+  command starts its worker before its other imports (`sandbox.host.launch`).
 """
 
 from __future__ import annotations
@@ -23,23 +25,17 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from inspector.core.vocabulary import JailLevel
+from inspector.sandbox.switches import (  # noqa: F401 (the protocol's interface)
+    DISABLE_ENV,
+    PAYLOAD_ENV,
+    SELFTEST_ENV,
+    disabled_layers,
+    selftest,
+    selftest_payload,
+)
 
 LEVELS = tuple(JailLevel)
 """Jail levels from weakest to strongest."""
-
-SELFTEST_ENV = "CKPT_INSPECTOR_SANDBOX_SELFTEST"
-"""Set only by the test suite: the worker registers an operation that unpickles with plain
-`pickle`, to prove the jail contains code that escaped weights_only. The host passes it
-through, and never sets it."""
-DISABLE_ENV = "CKPT_INSPECTOR_SANDBOX_DISABLE"
-"""Comma-separated jail layers to leave off (namespaces, pidns, proc, root, rlimits, threads,
-landlock, seccomp, capabilities), so the test suite can check the level reported in a
-degraded environment. Honoured only together with SELFTEST_ENV."""
-PAYLOAD_ENV = "CKPT_INSPECTOR_SANDBOX_SELFTEST_PAYLOAD"
-"""A pickle file the worker unpickles with plain `pickle` once jailed, before it runs its
-operation, so the test suite can run hostile code inside a real job (a worker that lies about
-the input or the output). Honoured only together with SELFTEST_ENV."""
-
 
 SECRET_GUARDS = (frozenset({"landlock"}), frozenset({"root", "proc"}))
 """Guard sets each of which keeps the user's files and the client's `/proc/PID/environ` out of
@@ -53,23 +49,6 @@ def hides_secrets(active: Iterable[str]) -> bool:
     `SECRET_GUARDS`."""
     names = {str(a).split(":")[0] for a in active}
     return any(guards <= names for guards in SECRET_GUARDS)
-
-
-def selftest(env: Mapping[str, str]) -> bool:
-    """Whether `env` has the test suite's self-test switch on."""
-    return env.get(SELFTEST_ENV) == "1"
-
-
-def selftest_payload(env: Mapping[str, str]) -> str | None:
-    """The self-test payload a worker runs before its operation (None outside the test suite)."""
-    return env.get(PAYLOAD_ENV) or None if selftest(env) else None
-
-
-def disabled_layers(env: Mapping[str, str]) -> frozenset[str]:
-    """The jail layers a self-test environment leaves off (none outside the test suite)."""
-    if not selftest(env):
-        return frozenset()
-    return frozenset(filter(None, env.get(DISABLE_ENV, "").split(",")))
 
 
 GPU_MEMORY_MB = 1 << 30

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from inspector.sandbox.host.process import kill_group
-from inspector.sandbox.protocol import DISABLE_ENV, PAYLOAD_ENV, SELFTEST_ENV, selftest
+from inspector.sandbox.switches import DISABLE_ENV, PAYLOAD_ENV, SELFTEST_ENV, selftest
 
 if TYPE_CHECKING:  # the fork server's client (and `socket`) load only where one starts
     from inspector.sandbox.host.forkclient import ForkedWorker, ForkServer
