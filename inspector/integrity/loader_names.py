@@ -9,7 +9,8 @@ folder (`additional_chat_templates/*.jinja`) is matched from the model's folder,
 holds a listed file. Each kind was shown to change what transformers (5.24) loads in
 `tests/test_records_rt56_loaded_names.py`; the names are those its loaders open
 (`utils/hub.py`, `tokenization_utils_base.py`, the tokenizer classes' `VOCAB_FILES_NAMES`,
-`processing_utils.py`, `dynamic_module_utils.py`).
+`processing_utils.py`, `dynamic_module_utils.py`, `generation/utils.py`'s
+`load_custom_generate`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ MODEL_CONFIG = "it sets the model's configuration or its generation settings"
 PROCESSOR = "it sets the processor: its feature extractor, image, video or audio settings"
 REMOTE_CODE = ("it is code: with trust_remote_code the loader imports the modules a config's "
                "auto_map names, and the modules they import, from the model's folder")
+CUSTOM_GENERATE = ("it is code: with trust_remote_code, from_pretrained imports "
+                   "custom_generate/generate.py (and what it imports beside it) and its generate "
+                   "replaces the model's, whatever the config says; its requirements.txt decides "
+                   "whether that load goes on")
 
 LOADER_NAMES: tuple[LoaderName, ...] = (
     *_names(CHAT_TEMPLATE, "chat_template.jinja", "chat_template.json",
@@ -57,6 +62,7 @@ LOADER_NAMES: tuple[LoaderName, ...] = (
     *_names(PROCESSOR, "preprocessor_config.json", "processor_config.json",
             "video_preprocessor_config.json", "audio_tokenizer_config.json"),
     *_names(REMOTE_CODE, "*.py"),
+    *_names(CUSTOM_GENERATE, "custom_generate/*.py", "custom_generate/requirements.txt"),
 )
 """Every name a loader reads when present; the order is the order notes are looked up in."""
 
