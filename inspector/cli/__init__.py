@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import importlib
 import io
 import os
@@ -75,14 +76,13 @@ EXIT_BROKEN_PIPE = 141
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """Build the parser: with a `command`, its subparser alone (its module imported, its
-    epilog written), the others only where none is chosen (the top-level help lists them;
-    building the thirteen with their epilogs was 10 ms of every `scan`)."""
+    """Build the parser: with a `command`, its subparser alone (its module imported), the
+    others only where none is chosen (the top-level help lists them; building the thirteen
+    with their epilogs was 10 ms of every `scan`). A command's epilog is written when its help
+    is (`_parser_class`): the exit-code table and its dataclasses are no part of a run."""
     import argparse
 
-    from inspector.cli.reference import epilog
-
-    parser = argparse.ArgumentParser(
+    parser = _parser_class()(
         prog="ckpt-inspector",
         description="Open PyTorch checkpoints safely and prove their contents are intact. "
         "With no subcommand, opens the desktop app (on FILE if given).",
@@ -92,11 +92,36 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name, cmd in COMMANDS.items():
         if command is not None and name != command:
             continue
-        sp = sub.add_parser(name, help=cmd.help, description=cmd.help, epilog=epilog(name),
+        sp = sub.add_parser(name, help=cmd.help, description=cmd.help, epilog_of=name,
                             formatter_class=argparse.RawDescriptionHelpFormatter)
         if name == command:
             command_module(name).add_arguments(sp)
     return parser
+
+
+def epilog(name: str) -> str:
+    """Command `name`'s help epilog: its exit codes and examples (`cli.reference`)."""
+    from inspector.cli.reference import epilog as written
+
+    return written(name)
+
+
+@functools.cache
+def _parser_class() -> type[argparse.ArgumentParser]:
+    """argparse's parser, with the epilog of command `epilog_of` written when its help is."""
+    import argparse
+
+    class Parser(argparse.ArgumentParser):
+        def __init__(self, *args, epilog_of: str | None = None, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self._epilog_of = epilog_of
+
+        def format_help(self) -> str:
+            if self._epilog_of is not None:
+                self.epilog, self._epilog_of = epilog(self._epilog_of), None
+            return super().format_help()
+
+    return Parser
 
 
 def command_module(name: str) -> ModuleType:
