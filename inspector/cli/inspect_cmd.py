@@ -26,7 +26,7 @@ import sys
 from inspector.checkpoint.contents import summarize, training_summary
 from inspector.checkpoint.health import Health
 from inspector.checkpoint.hyper_params import hyper_parameters_line
-from inspector.checkpoint.results import InspectResult, jail_line
+from inspector.checkpoint.results import InspectResult, LoadError, jail_line
 from inspector.checkpoint.resume import resume_text
 from inspector.cli.common import (
     add_jobs_argument,
@@ -70,12 +70,11 @@ def _num(value: object) -> str:
     return f"{value:.4g}"
 
 
-def health_lines(health: Health | None) -> list[str]:
+def health_lines(health: Health | None, why: str = "the weights were not read") -> list[str]:
     """The weights-health badge (the app's word, `core.badges`) and its findings, one line
-    each."""
+    each; `why` none was judged."""
     if health is None:
-        return [f"health:   {LOOKS[Badge.WEIGHTS_NOT_JUDGED].word} (the weights were not "
-                "read)"]
+        return [f"health:   {LOOKS[Badge.WEIGHTS_NOT_JUDGED].word} ({why})"]
     lines = [f"health:   {LOOKS[weights_badge(health.status, False)].word} "
              f"({health.weights_checked} weight tensors judged, "
              f"{counted(len(health.findings), 'finding')})"]
@@ -103,10 +102,14 @@ def _human(report: InspectResult) -> list[str]:
     ]
     if report.index:
         lines.extend(shard_lines(report))
-    lines.extend(health_lines(report.health))  # a badge that ends, as the app's does
+    lines.extend(health_lines(report.health, "the weights were not read" if report.loaded
+                              else "no answer of the jailed loader stands"))
     if report.loaded:
         lines.append(f"checked:  {escape(report.checked_words)}")
     lines.extend(code_lines(report))
+    if report.error is not None:
+        # a refused (or cut short) answer: none of its records is shown, as in the report
+        return lines + _error_lines(report.error)
     tensors = report.tensors
     if tensors:
         width = min(48, max(len(t.key) for t in tensors))
@@ -127,13 +130,6 @@ def _human(report: InspectResult) -> list[str]:
         lines.append(f"{counted(len(objects), 'non-tensor value')}{_unchecked(report)}:")
         lines.extend(f"  {escape(str(o.key))}: {escape(str(o.type))} = {escape(str(o.repr))}"
                      for o in objects[:50])
-    if report.error is not None:
-        lines.append("")
-        lines.append(f"error:    {escape(report.error.message)}")
-        if report.error.code == "refused_dangerous":
-            lines.append("          to load it anyway (weights_only=True, inside the jail): "
-                         "--override-dangerous")
-        return lines
     unique = report.unique_storage
     contents = summarize(tensors, objects, unique)
     lines.append("")
@@ -145,6 +141,25 @@ def _human(report: InspectResult) -> list[str]:
                      f"elements, {unique['nbytes']:,} bytes (shared storage counted once; "
                      "as reported by the jailed loader, not checked here)")
     return lines + _marked(report, _facts_lines(report, contents)) + _resume_rows(report)
+
+
+def _error_lines(error: LoadError) -> list[str]:
+    """Why the load gave no answer that stands, and how to load a refused file anyway."""
+    lines = ["", f"error:    {escape(error.message)}"]
+    if error.code == "refused_dangerous":
+        lines.append("          to load it anyway (weights_only=True, inside the jail): "
+                     "--override-dangerous")
+    return lines
+
+
+def standing_contract(report: InspectResult) -> dict:
+    """The contract `--json` prints: as it came, except that an answer with an error (refused
+    by the check here, or cut short) lists none of the jailed loader's records: its tensors,
+    objects and storage count are the loader's word that did not stand."""
+    contract = dict(report.contract or report.to_json())
+    if report.error is not None:
+        contract.update(tensors=[], objects=[], unique_storage=None)
+    return contract
 
 
 def _facts_lines(report: InspectResult, contents) -> list[str]:
@@ -257,7 +272,7 @@ def inspect_one(args: argparse.Namespace, path: str) -> int:
         print(f"ckpt-inspector inspect: {exc.strerror or exc}: {path}", file=sys.stderr)
         return exit_code("error")
     if args.json:
-        print(strict_json.dumps(report.contract))  # the record as it came: nothing to rebuild
+        print(strict_json.dumps(standing_contract(report)))
     else:
         colour = use_colour()
         print("\n".join(_painted(escape(line), colour) for line in _human(report)))

@@ -166,21 +166,57 @@ class FileDocument(QObject):
             self.tensors_appended.emit(first, len(new_tensors))
 
     def set_inspect(self, typed: InspectResult) -> None:
-        """Record the final inspection, typed off the UI thread; its tensor list is
-        authoritative (the panes' rows: its contract's records)."""
+        """Record the final inspection, typed off the UI thread. The rows streamed in are the
+        worker's records before the host checked them (`operations.inspect_reply` copies each),
+        so they never stand as the answer: an answer that stands replaces them with its
+        contract's records (the checked ones, where the check replaced a count), and one with
+        an error (refused by the check, or cut short) leaves no rows at all (`drop_rows`)."""
         result = typed.contract or {}
         self.result = typed
         self.sha256 = typed.sha256 or self.sha256
         self.sandbox = result.get("sandbox") or self.sandbox
         if typed.scan:
             self.scan = typed.scan
-        final = result["tensors"]
-        if [t.key for t in typed.tensors] != [t.get("key") for t in self.tensors]:
-            self.tensors = list(final)
-            self.tensors_reset.emit()
+        if typed.error is not None:
+            self.drop_rows()
+            return
+        self.tensors = list(result["tensors"])
         self.objects = list(result["objects"])
+        self.tensors_reset.emit()
         self.changed.emit()
 
+    def drop_rows(self) -> None:
+        """Forget the rows streamed in: a load that ended without an answer that stands (an
+        error, a refusal, a cancel) leaves only the worker's unchecked word in them."""
+        self.tensors, self.objects = [], []
+        self.tensors_reset.emit()
+        self.changed.emit()
+
+    def rows_note(self) -> str:
+        """Whose word the tensor rows are, for the views that show them: nothing when they are
+        the answer the host checked; else while they stream in, or why they were not checked
+        here (`claims.reason`)."""
+        if self.state in (DocumentState.LOADING, DocumentState.QUEUED) and self.tensors:
+            return "the jailed loader's rows, not yet checked here"
+        result = self.result
+        if result is None or not result.loaded or not self.tensors:
+            return ""
+        claims = result.claims
+        if claims is not None and claims.checked:
+            return ""
+        why = claims.reason if claims is not None and claims.reason else "no check was made"
+        return f"as reported by the jailed loader, not checked here ({why})"
+
+    def refusal_words(self) -> str | None:
+        """Why an inspection that ended has no answer to show (its error), or None."""
+        error = self.result.error if self.result is not None else None
+        if error is None:
+            return None
+        from inspector.sandbox.host.jobs import REFUTED  # the app starts without the host
+
+        if error.code == REFUTED:  # its message says what the file's bytes disagree with
+            return f"refused: {error.message}"
+        return f"the load ended without an answer: {error.message or error.code}"
 
 def list_text(doc: FileDocument) -> str:
     """A document's row in the file list: its name and, for a sharded model, its coverage

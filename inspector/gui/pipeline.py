@@ -152,8 +152,8 @@ class Pipeline(QObject):
                   self, doc=doc)
         job.events.connect(doc.apply_events)
         job.finished.connect(lambda result: self._inspected(doc, result))
-        job.failed.connect(lambda msg: doc.set_state(DocumentState.LOAD_FAILED, msg))
-        job.cancelled.connect(lambda: doc.set_state(DocumentState.CANCELLED))
+        job.failed.connect(lambda msg: self._unanswered(doc, DocumentState.LOAD_FAILED, msg))
+        job.cancelled.connect(lambda: self._unanswered(doc, DocumentState.CANCELLED))
         self.run_heavy(job, doc, DocumentState.LOADING)
 
     def full_check(self, doc: FileDocument) -> Job:
@@ -265,6 +265,13 @@ class Pipeline(QObject):
         job.finished.connect(done)
         job.failed.connect(lambda msg: doc.set_state(DocumentState.ERROR, msg))
         self.run_heavy(job)
+
+    def _unanswered(self, doc: FileDocument, state: str, message: str = "") -> None:
+        """A load that ended with no answer: the rows it streamed are unchecked, so dropped,
+        and an earlier load's result (a refusal that asked for globals) is no answer either."""
+        doc.result = None
+        doc.drop_rows()
+        doc.set_state(state, message)
 
     def _inspected(self, doc: FileDocument, typed: InspectResult) -> None:
         doc.set_inspect(typed)

@@ -318,10 +318,11 @@ class OverviewPane(QWidget):
             )
         result = doc.result  # the final, typed records: the rows streaming in are not yet
         # the loaded file's answer: what of it was checked here, and whose word the rest is
-        checked = result.checked_words if result is not None and result.sandbox else "—"
+        checked = _checked_text(doc)
         self.fields[Row.CHECKED].setText(checked[:1].upper() + checked[1:])
+        # an answer with an error (refused here, or cut short) has no contents to summarize
         contents = (summarize(result.tensors, result.objects, result.unique_storage)
-                    if result is not None else None)
+                    if result is not None and result.loaded else None)
         self.fields[Row.CONTENTS].setText(contents_text(contents) if contents is not None
                                           and contents.tensors else "—")
         self.fields[Row.TRAINING].setText((contents and training_summary(contents)) or "—")
@@ -396,6 +397,15 @@ def contents_text(c: Contents) -> str:
     parts.append(human_size(c.bytes))
     parts.append(", ".join(f"{dtype} {human_size(n)}" for dtype, n in c.dtypes[:4]))
     return " · ".join(parts)
+
+
+def _checked_text(doc: FileDocument) -> str:
+    """The "Checked here" row: what of the loaded answer was checked here, or that the check
+    refused it (or the load gave none), so none of it is shown."""
+    result = doc.result
+    if result is None or not result.sandbox:
+        return "—"
+    return doc.refusal_words() or result.checked_words
 
 
 def _loaded(doc: FileDocument) -> bool | None:

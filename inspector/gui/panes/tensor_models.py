@@ -12,15 +12,19 @@ import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QAbstractItemModel, QAbstractTableModel, QModelIndex, QObject, Qt
 from PySide6.QtGui import QFont, QPalette
 from PySide6.QtWidgets import QApplication
 
+from inspector.core.vocabulary import DocumentState
 from inspector.gui import roles
 from inspector.gui.verdict_style import tint
 from inspector.gui.widgets.chart_style import role_colour
+
+if TYPE_CHECKING:
+    from inspector.gui.document import FileDocument
 
 Row = dict[str, Any]
 
@@ -207,6 +211,34 @@ class Summary:
             f"{self.count:,} tensors · {self.params:,} elements · {bytes_text(self.nbytes)} "
             f"({dtypes}){bad}"
         )
+
+
+NOT_SHOWN = {
+    DocumentState.BLOCKED: "Not loaded: the static scan calls this file dangerous, so no tensor "
+    "was read.",
+    DocumentState.NEEDS_DECISION: "Not loaded yet: allow its globals on the Overview pane.",
+    DocumentState.DECLINED: "Not loaded: its globals were not allowed.",
+    DocumentState.CANCELLED: "No tensors shown: the load was cancelled before its answer was "
+    "checked.",
+    DocumentState.ERROR: "Not loaded: the file could not be read.",
+}
+"""What the Tensors pane says instead of rows in a state that has none to show."""
+
+
+def rows_summary(doc: FileDocument | None, counts: str) -> str:
+    """The Tensors pane's summary line: `counts` (`Summary.text`) over the rows shown, with
+    whose word they are (`FileDocument.rows_note`), or why there are none: a state without
+    rows, or a load whose answer was refused or cut short (its rows dropped)."""
+    if doc is None:
+        return "No file open."
+    if doc.state == DocumentState.LOAD_FAILED and not doc.tensors:
+        why = doc.refusal_words() or doc.message or "the sandbox could not load it"
+        return f"No tensors shown: {why}"
+    if not doc.tensors and doc.state in NOT_SHOWN:
+        return NOT_SHOWN[doc.state]
+    loading = doc.state in (DocumentState.LOADING, DocumentState.QUEUED)
+    note = doc.rows_note()
+    return counts + ("  (still loading…)" if loading else "") + (f"  — {note}" if note else "")
 
 
 SERVED_ROLES = frozenset(

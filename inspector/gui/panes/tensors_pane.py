@@ -23,7 +23,7 @@ from PySide6.QtWidgets import QBoxLayout, QTableWidgetItem, QWidget
 
 from inspector.checkpoint.contents import UNIQUE_WORD
 from inspector.checkpoint.radar import build_radar
-from inspector.core.vocabulary import DocumentState, HealthSeverity
+from inspector.core.vocabulary import HealthSeverity
 from inspector.gui import app as appmod
 from inspector.gui import roles
 from inspector.gui.document import FileDocument
@@ -34,6 +34,7 @@ from inspector.gui.panes.tensor_models import (
     bad_brush,
     bytes_text,
     number_text,
+    rows_summary,
     shape_text,
 )
 from inspector.gui.panes.tensors_layout import NO_SELECTION, TensorsPaneLayout
@@ -150,6 +151,7 @@ class TensorsPane(TensorsPaneLayout):
             self.doc.changed.disconnect(self._update_flagged)
         self.doc = doc
         self._pending.clear()
+        self.selected = None  # another document's tensor of the same name is another tensor
         if doc is not None:
             doc.tensors_appended.connect(self._appended)
             doc.tensors_reset.connect(self._reset)
@@ -173,7 +175,9 @@ class TensorsPane(TensorsPaneLayout):
         self._refresh_tree()
         self._refresh_radar()
         self._update_summary()
-        self._show_detail(None)
+        # the final rows of the same load keep the selected tensor (`_follow_selection`)
+        if self.selected is None or self.model.view_row_of(self.selected.get("key")) < 0:
+            self._show_detail(None)
 
     def _appended(self, first: int, count: int) -> None:
         self._pending.append((first, count))
@@ -276,22 +280,9 @@ class TensorsPane(TensorsPaneLayout):
             self._show_detail(None, f"No selection: the filter hides {row.get('key')}.")
 
     def _update_summary(self) -> None:
-        text = self.summary.text()
         doc = self.doc
-        if doc is None:
-            text = "No file open."
-        elif not doc.tensors and doc.state not in (DocumentState.LOADED, DocumentState.LOADING,
-                                                   DocumentState.QUEUED):
-            text = {
-                DocumentState.BLOCKED: "Not loaded: the static scan calls this file dangerous, so "
-                "no tensor was read.",
-                DocumentState.NEEDS_DECISION: "Not loaded yet: allow its globals on the Overview "
-                "pane.",
-                DocumentState.DECLINED: "Not loaded: its globals were not allowed.",
-            }.get(doc.state, text)
-        elif doc.state in (DocumentState.LOADING, DocumentState.QUEUED):
-            text += "  (still loading…)"
-        unique = doc.result.unique_storage if doc and doc.result else None
+        text = rows_summary(doc, self.summary.text())
+        unique = doc.result.unique_storage if doc and doc.result and doc.result.loaded else None
         if unique:
             # short beside the counts (a second line would take the table's height); the
             # tooltip says whose word it is in full

@@ -1,0 +1,173 @@
+"""A refused inspection shows none of the jailed loader's answer, in every view.
+
+The worker streams each tensor's record before the host checks the answer against the file's
+bytes (`operations.inspect_reply` hands the app a copy of each as a `tensor` event). Those
+rows were the app's Tensors pane until the load ended, and stayed when the final answer had
+the same keys: a refused answer (`claim_refuted`) kept the loader's repaired statistics as the
+file's tensors, the Overview said no check was made, and `inspect`'s table and `--json` listed
+them beside the error. Now an answer with an error leaves no rows (as the HTML report, which
+says "No tensors were read"), the Overview says the check refused it, an accepted answer's
+rows are the checked records (a value the check replaced is the host's, not the worker's
+streamed one), and rows the loader streamed before a cancel are dropped.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from gui_support import LOAD_TIMEOUT_MS, wait_loaded
+from hostile_worker import REPAIRED, flipped, weights
+
+from inspector.cli import main
+from inspector.cli.inspect_cmd import EXIT_HEALTH_PROBLEM
+from inspector.gui.document import FileDocument
+from inspector.gui.panes.tensor_models import rows_summary
+
+pytest_plugins = ("gui_fixtures",)  # fixtures: window
+
+OUTLIER = 2.55e38
+"""model.w[3, 5] after its exponent bit flipped (0.75 becomes about 2.55e38)."""
+REFUSED = 5
+"""`inspect`'s exit status for a refused answer."""
+REFUSAL = ("the jailed loader's inspection does not match the file's own bytes, so none of its "
+           "answer is trusted: model.w's digest differs")
+
+ODD_ORDERS = """
+    import inspector.tensors.describe as d
+    real = d.describe_tensors
+    def lying(items, emit, *a, **k):
+        def odd(record):
+            if record.get("key") == "model.w" and "exponents" in record:
+                record["exponents"] = [[-7, 1]]  # no count the file's values give
+            emit(record)
+        return real(items, odd, *a, **k)
+    d.describe_tensors = lying
+"""
+"""A loader whose binary orders of model.w are not the file's: the check counts them itself
+and puts its own in the answer, which it accepts."""
+
+
+def _flipped_file(tmp_path):
+    """A checkpoint whose model.w holds one flipped exponent bit, and plain values beside."""
+    w = weights()
+    w["w"][3, 5] = 0.75
+    path = tmp_path / "flip.pt"
+    torch.save({"model": {"w": flipped(w["w"]), "b": w["b"]}, "epoch": 3}, path)
+    return path
+
+
+def _open(window, qtbot, path, state: str) -> tuple[FileDocument, list[dict]]:
+    """Open `path` in the window; its document once the load ended in `state`, and copies of
+    the rows as the worker streamed them in (its word, before the check)."""
+    streamed: list[dict] = []
+    watched: list[FileDocument] = []
+
+    def watch(job) -> None:
+        doc = job.doc
+        if doc is not None and doc not in watched:
+            watched.append(doc)
+            doc.tensors_appended.connect(lambda first, count: streamed.extend(
+                dict(r) for r in doc.tensors[first:first + count]))
+
+    window.pipeline.job_started.connect(watch)
+    (doc,) = window.open_paths([path])
+    wait_loaded(qtbot, doc, (state,))
+    return doc, streamed
+
+
+def _maximum(rows: list[dict], key: str) -> float:
+    return next(r["max"] for r in rows if r["key"] == key)
+
+
+# --- the app ----------------------------------------------------------------------------------
+
+def test_a_refused_answer_leaves_no_rows_in_the_tensors_pane_or_the_overview(
+        window, qtbot, tmp_path, hostile, artifacts):
+    path = _flipped_file(tmp_path)
+    hostile(REPAIRED)
+    doc, streamed = _open(window, qtbot, path, "load_failed")
+    # the lie, under the real loader: it streamed model.w without its outlier
+    assert 0 < _maximum(streamed, "model.w") < 10
+    assert doc.result.error.code == "claim_refuted" and doc.result.error.message == REFUSAL
+    pane = window.tensors
+    assert doc.tensors == [] and doc.objects == []
+    assert pane.model.rowCount() == 0 and pane.selected is None
+    assert pane.summary_label.text() == f"No tensors shown: refused: {REFUSAL}"
+    window.tabs.setCurrentWidget(pane)
+    window.grab().save(str(artifacts / "gui" / "rt57-refused-tensors.png"))
+
+    overview = window.overview
+    fields = overview.fields
+    assert fields["checked"].text() == f"Refused: {REFUSAL}"
+    assert "no check was made" not in fields["checked"].text()
+    assert [fields[k].text() for k in ("contents", "training", "architecture")] == ["—"] * 3
+    window.tabs.setCurrentWidget(overview)
+    window.grab().save(str(artifacts / "gui" / "rt57-refused-overview.png"))
+
+
+def test_the_honest_twin_shows_the_checked_outlier(window, qtbot, tmp_path):
+    path = _flipped_file(tmp_path)
+    doc, _streamed_rows = _open(window, qtbot, path, "loaded")
+    assert _maximum(doc.tensors, "model.w") > OUTLIER * 0.99
+    assert window.tensors.model.rowCount() == 2
+    checked = window.overview.fields["checked"].text()
+    assert checked.startswith("2 tensors' digests") and "Refused" not in checked
+    assert window.overview.fields["contents"].text().startswith("2 tensors")
+
+
+def test_an_accepted_answer_shows_the_values_the_check_put_in_it(window, qtbot, tmp_path,
+                                                                   hostile):
+    path = _flipped_file(tmp_path)
+    hostile(ODD_ORDERS)
+    doc, streamed = _open(window, qtbot, path, "loaded")
+    told = next(r for r in streamed if r["key"] == "model.w")
+    assert told["exponents"] == [[-7, 1]]  # the worker's word, streamed before the check
+    final = next(r for r in doc.result.contract["tensors"] if r["key"] == "model.w")
+    assert final["exponents"] != told["exponents"]  # the check counted them here
+    assert doc.tensors == doc.result.contract["tensors"]
+    shown = window.tensors.model.visible_rows()
+    assert next(r for r in shown if r["key"] == "model.w")["exponents"] == final["exponents"]
+
+
+def test_rows_streamed_before_a_cancel_are_dropped(qtbot, tmp_path):
+    doc = FileDocument(tmp_path / "m.pt")
+    doc.set_state("loading")
+    doc.apply_events([{"type": "tensor", "key": "w", "dtype": "float32", "shape": [2],
+                       "numel": 2, "nbytes": 8, "max": 1.0}])
+    assert rows_summary(doc, "1 tensor").endswith(
+        "(still loading…)  — the jailed loader's rows, not yet checked here")
+    from inspector.gui.jobs import JobRunner
+    from inspector.gui.pipeline import Pipeline
+
+    pipeline = Pipeline(JobRunner())
+    with qtbot.waitSignal(doc.tensors_reset, timeout=LOAD_TIMEOUT_MS):
+        pipeline._unanswered(doc, "cancelled")
+    assert doc.tensors == [] and doc.result is None
+    assert rows_summary(doc, "No tensors yet.").startswith("No tensors shown: the load was "
+                                                            "cancelled")
+
+
+# --- the CLI ----------------------------------------------------------------------------------
+
+def test_inspect_prints_no_record_of_a_refused_answer(tmp_path, hostile, capsys):
+    path = _flipped_file(tmp_path)
+    # the honest twin: its table, its values, and the outlier judged (exit 7: corrupted)
+    assert main(["inspect", str(path)]) == EXIT_HEALTH_PROBLEM
+    honest = capsys.readouterr().out
+    assert any(line.startswith("model.w ") and "2.552e+38" in line
+               for line in honest.splitlines())
+    assert "1 non-tensor value" in honest
+
+    hostile(REPAIRED)
+    assert main(["inspect", str(path)]) == REFUSED
+    out = capsys.readouterr().out.splitlines()
+    assert f"error:    {REFUSAL}" in out
+    assert not [line for line in out if line.startswith(("model.", "key ", "1 non-tensor"))]
+    assert "health:   Weights not judged (no answer of the jailed loader stands)" in out
+
+    assert main(["inspect", str(path), "--json"]) == REFUSED
+    contract = json.loads(capsys.readouterr().out)
+    assert contract["error"]["code"] == "claim_refuted"
+    assert contract["tensors"] == [] and contract["objects"] == []
+    assert contract["unique_storage"] is None
