@@ -166,15 +166,29 @@ def format_result(result: ConsistencyResult) -> list[str]:
 
 
 def _on_event(event: dict[str, Any]) -> None:
+    """Print an event as it arrives: only the device and the fault, which `run_consistency`
+    has checked by now; a run's numbers are the worker's word until the end (`run_lines`)."""
     kind = event.get("type")
     if kind == "device":
-        print(f"device: {event['label']}", flush=True)
-    elif kind == "iteration":
-        print(f"  {event['phase']} run {event['iteration']}: {event['mismatched']} mismatched, "
-              f"max |diff| {_fmt(event['max_abs_diff'])}, {event['seconds'] * 1000:.1f} ms",
-              flush=True)
+        print(f"device: {escape(str(event['label']))}", flush=True)
     elif kind == "injected":
-        print(f"  injected bit {event['bit']} into {event['key']}[{event['index']}]", flush=True)
+        print(f"  injected bit {event['bit']} into {escape(str(event['key']))}[{event['index']}]"
+              f" before run {event['iteration']}", flush=True)
+
+
+def run_lines(result: ConsistencyResult) -> list[str]:
+    """One line per run of a checked result, under a line saying what of them was checked."""
+    runs = result.iterations
+    if not runs:
+        return []
+    zero = all(r["mismatched"] == 0 for r in runs)
+    checked = result.claims is not None and result.claims.checked
+    head = ("  every run identical to the first (as the rows checked here say)" if zero and checked
+            else "  per run, as reported by the jailed worker (the count of runs that differ "
+            "and the largest |diff| agree with its rows)")
+    return [head] + [f"    {r['phase']} run {r['iteration']}: {r['mismatched']} mismatched, "
+                     f"max |diff| {_fmt(float(r['max_abs_diff']))}, "
+                     f"{r['seconds'] * 1000:.1f} ms" for r in runs]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -205,7 +219,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result, allow_nan=False))
     else:
-        print("\n".join(format_result(typed)))
+        print("\n".join(run_lines(typed) + format_result(typed)))
     if not typed.consistent:
         return EXIT_INCONSISTENT
     return EXIT_BAD_WEIGHTS if typed.nonfinite_rows else EXIT_CONSISTENT

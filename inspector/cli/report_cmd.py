@@ -339,20 +339,14 @@ def _consistency(path: Path, args: argparse.Namespace) -> dict:
     from inspector.sandbox.host.consistency_job import ConsistencyRequest, run_consistency
 
     print(f"report: consistency run on {path.name} ({args.device})", file=sys.stderr, flush=True)
-    iterations: list[dict] = []
-
-    def on_event(event: dict) -> None:
-        if event.get("type") == "iteration":
-            iterations.append(event)
-
     spec = ConsistencyRequest(path=str(path), device=args.device, repeats=args.repeats,
                               allow_globals=args.allow_global)
     try:
-        result = run_consistency(spec, on_event=on_event, timeout=args.timeout)
+        # its `iterations` are the runs once they agree with the checked answer, never the
+        # events as they came (`claims.consistency_events`)
+        return run_consistency(spec, timeout=args.timeout)
     except SandboxError as exc:
         return {"consistent": False, "device": args.device, "error": exc.message}
-    result["iterations"] = iterations
-    return result
 
 
 @contextlib.contextmanager

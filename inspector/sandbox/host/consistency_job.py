@@ -16,6 +16,7 @@ from typing import Any
 from inspector.core.progress import CancelToken
 from inspector.sandbox.host.admission import check_loadable, static_scan
 from inspector.sandbox.host.claims.consistency import check_consistency, resolved_device
+from inspector.sandbox.host.claims.consistency_events import LiveEvents
 from inspector.sandbox.host.claims.errors import Facts, checked_error
 from inspector.sandbox.host.claims.expected import Expected
 from inspector.sandbox.host.jobs import SandboxError, run_job
@@ -115,8 +116,10 @@ def run_consistency(
     timeout: float | None = None,
 ) -> dict[str, Any]:
     """Scan, then run the check in a jailed worker and check its reply against the file's
-    bytes and the request (`claims.consistency.check_consistency`); raises SandboxError with
-    a one-line message; a request the runs cannot honour is refused before any work."""
+    bytes and the request (`claims.consistency.check_consistency`), and its live events
+    against both (`claims.consistency_events`: `on_event` is given only the events that pass,
+    each run's marked `checked: False` until the end); raises SandboxError with a one-line
+    message; a request the runs cannot honour is refused before any work."""
     refusal = spec.refusal()
     if refusal is not None:
         raise SandboxError("bad_request", refusal)
@@ -128,8 +131,9 @@ def run_consistency(
     # what the file's bytes say, measured while the worker loads and repeats
     expected = Expected(target, counts=True, start=not spec.model)
     request = spec.to_request()
+    events = LiveEvents(request, on_event)  # a view is given only the events that pass
     try:
-        result = run_job(dict(request), on_event=on_event, cancel=cancel, timeout=timeout)
+        result = run_job(dict(request), on_event=events, cancel=cancel, timeout=timeout)
     except SandboxError as exc:
         expected.stop()
         raise checked_error(exc, Facts([scan], tuple(spec.allow_globals))) from None  # as inspect's
@@ -137,6 +141,9 @@ def run_consistency(
         expected.stop()
         raise
     check_consistency(expected, result, request)  # the reply is a claim until it passes
+    # the runs as the events told them, once they agree with the checked reply (never the
+    # reply's own `iterations`)
+    result["iterations"] = [run.to_json() for run in events.finish(result)]
     result["path"] = os.fspath(target)
     result["scan_verdict"] = scan.verdict
     return result

@@ -79,20 +79,30 @@ def _echo_problems(result: dict[str, Any], request: dict[str, Any], probe: bool)
     the seed and the fault (none unless asked: a fault nobody asked for turns a failed run
     into a passed self-test), a model run's factory and input, and a device the request
     allows on this host."""
-    fault = request.get("inject")
     asked = {"mode": "probe" if probe else "model", "repeats": request["repeats"],
-             "seed": request["seed"],
-             "injected": None if not fault else {
-                 "key": str(fault["key"]), "index": int(fault["index"]),
-                 "bit": int(fault["bit"]), "iteration": int(fault.get("iteration", 2))}}
+             "seed": request["seed"], "injected": asked_fault(request)}
     if not probe:  # the model the user named, and the input asked of it
         asked.update(factory=request["model"], input={"shape": list(request["input_shape"]),
                                                       "dtype": request["input_dtype"]})
     wrong = [f"{name} is {escape(str(value))} as asked, reported as "
              f"{escape(str(result.get(name)))}"
              for name, value in asked.items() if result.get(name) != value]
-    return wrong + _device_problems(str(request["device"]).strip().lower(),
-                                    result.get("device"), result.get("device_label"))
+    return wrong + device_problems(request, result.get("device"), result.get("device_label"))
+
+
+def asked_fault(request: dict[str, Any]) -> dict[str, Any] | None:
+    """The fault the worker `request` asks for, as the worker reports one, or None."""
+    fault = request.get("inject")
+    if not fault:
+        return None
+    return {"key": str(fault["key"]), "index": int(fault["index"]), "bit": int(fault["bit"]),
+            "iteration": int(fault.get("iteration", 2))}
+
+
+def device_problems(request: dict[str, Any], device: object, label: object) -> list[str]:
+    """How a reported device and label differ from what the worker `request` allows on this
+    host (`_device_problems`): the reply's, and each live event's."""
+    return _device_problems(str(request["device"]).strip().lower(), device, label)
 
 
 def _device_problems(asked: str, device: object, label: object) -> list[str]:
