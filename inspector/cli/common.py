@@ -479,9 +479,11 @@ def keyless_trust(args: argparse.Namespace) -> KeylessTrust | None:
 
 def signature_verdicts(args: argparse.Namespace) -> list[SignatureVerdict]:
     """Each local checkpoint given that a signature covers (`--signature`, else the one the
-    app and `verify` find: `signing.locate`), checked file by file; with a key or chain given,
-    one that no signature covers is named unsigned. A signature judged alike for several
-    checkpoints is listed once."""
+    app and `verify` find: `signing.locate`, held to its save record), checked file by file;
+    with a key or chain given, one that no signature covers is named unsigned. A signature
+    judged alike for several checkpoints is listed once."""
+    from inspector.run.record_check import check_record
+    from inspector.signing.ledger_binding import held_to_record
     from inspector.signing.locate import path_verdict
 
     keyed = bool(args.public_key or args.certificate or args.trust_root)
@@ -490,8 +492,10 @@ def signature_verdicts(args: argparse.Namespace) -> list[SignatureVerdict]:
     for path in (Path(raw) for raw in args.paths):
         if not path.exists():
             continue
-        verdict = _given_signature(args, path) if args.signature else \
-            path_verdict(path, args.public_key, args.certificate or (),
+        record = check_record(path)
+        verdict = held_to_record(_given_signature(args, path), record, args.public_key,
+                                 args.certificate or ()) if args.signature else \
+            path_verdict(path, args.public_key, args.certificate or (), record=record,
                          keyless=keyless_trust(args), made=made)
         if verdict is None and keyed:
             verdict = _unsigned(path)

@@ -206,8 +206,10 @@ def _run_signed(args: argparse.Namespace) -> int:
     """A folder against its OpenSSF Model Signing signature: the signature first (exit 1 when
     it does not hold, 3 when it cannot be checked here, 2 for bad input), then every file."""
     from inspector.core.vocabulary import SignatureState
+    from inspector.run.record_check import check_record
     from inspector.signing.bundle import DEFAULT_NAME
     from inspector.signing.folder import check_folder, check_signed_file
+    from inspector.signing.ledger_binding import combined, record_problems
     from inspector.signing.locate import covering_signature
     from inspector.signing.statement import DIALECT, beside
 
@@ -231,16 +233,25 @@ def _run_signed(args: argparse.Namespace) -> int:
         return worker_digests(args)(path, cancel=cancel)
 
     keyless = keyless_trust(args)
+    # the path's save record, where a journal above it keeps one, holds the signature to it
+    # (`signing.ledger_binding`): a folder save is its whole listing, as `run verify` reads it
+    record = check_record(folder)
+    strict = args.strict or bool(record and record.check and record.check.record.strict)
     with stderr_progress("verifying", args.quiet) as progress:
         checked = check_folder(folder, signature, args.public_key, args.certificate or (),
                                keyless=keyless,
                                tensor_digests=None if args.no_tensors else digests,
-                               strict=args.strict, progress=progress) if folder.is_dir() \
+                               strict=strict, progress=progress) if folder.is_dir() \
             else check_signed_file(folder, signature, args.public_key, args.certificate or (),
-                                   keyless=keyless, strict=args.strict)
-    verdict, result, error = checked.verdict, checked.result, checked.error
+                                   keyless=keyless, strict=strict)
+    result, error = checked.result, checked.error
     if error is not None and not error.invalid and error.code != "keyless-offline":
         return _usage(escape(error.message))
+    problems = record_problems(record, args.public_key, args.certificate or ()) \
+        if record is not None else []
+    verdict = combined(checked.verdict, problems)
+    failed = EXIT_FAILED if verdict.state in (SignatureState.INVALID, SignatureState.CHANGED) \
+        else EXIT_UNCHECKED
     if result is None:
         result = VerifyResult(errors=[verdict.reason or ""],
                               extra={"signature": verdict.to_json()})
@@ -248,16 +259,20 @@ def _run_signed(args: argparse.Namespace) -> int:
             _finish(args, result, str(signature), DIALECT)
         else:
             print(escape(f"{verdict.state.upper():<14} {verdict.reason}"))
-        return EXIT_FAILED if verdict.state == SignatureState.INVALID else EXIT_UNCHECKED
+        return failed
+    result.errors += [why for _, why in problems]
+    result.extra["signature"] = verdict.to_json()
     if args.json:
-        return _finish(args, result, str(signature), DIALECT)
-    print(escape(f"{'SIGNED':<14} by {verdict.signer} ({signature}, "
-                 f"{counted(verdict.files_signed, 'file')} signed): {verdict.state}"))
-    print_verify_result(result)
-    if any(t.status != TensorCheckStatus.OK for t in result.tensors):
-        print("which bits of a changed tensor flipped: `ckpt-inspector diff` the file against "
-              "a copy you trust")
-    return exit_status(result)
+        _finish(args, result, str(signature), DIALECT)
+    else:
+        print(escape(f"{'SIGNED':<14} by {verdict.signer} ({signature}, "
+                     f"{counted(verdict.files_signed, 'file')} signed): {verdict.state}"))
+        print_verify_result(result)
+        if any(t.status != TensorCheckStatus.OK for t in result.tensors):
+            print("which bits of a changed tensor flipped: `ckpt-inspector diff` the file "
+                  "against a copy you trust")
+    return exit_status(result) if verdict.state == SignatureState.INTACT else \
+        max(failed, exit_status(result), key=(EXIT_OK, EXIT_UNCHECKED, EXIT_FAILED).index)
 
 
 def _run_without_manifest(args: argparse.Namespace) -> int:

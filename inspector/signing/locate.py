@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the app finds the signature on its UI thread: the checks lo
     from inspector.signing.check import SignatureVerdict
     from inspector.signing.folder import SignedCheck
     from inspector.signing.keyless import KeylessTrust
+    from inspector.signing.ledger_binding import Held
 
 
 def covering_signature(path: Path) -> tuple[Path, Path] | None:
@@ -54,11 +55,25 @@ once."""
 
 def path_verdict(path: Path, public_key: Path | None = None,
                  certificate_chain: Sequence[Path] = (), *,
+                 record: Held | None,
                  keyless: KeylessTrust | None = None,
                  made: Checks | None = None) -> SignatureVerdict | None:
     """The signature state of one checkpoint (what the report leads with): the check of the
-    signature covering it, `unsigned` when a folder's signature leaves it out; None when no
-    signature covers it."""
+    signature covering it, `unsigned` when a folder's signature leaves it out, held to its
+    save record (`record`: `run.record_check.check_record(path)`, `held_to_record`); None
+    when no signature covers it."""
+    from inspector.signing.ledger_binding import held_to_record
+
+    verdict = _covering_verdict(path, public_key, certificate_chain, keyless, made)
+    if verdict is None:
+        return None
+    return held_to_record(verdict, record, public_key, certificate_chain)
+
+
+def _covering_verdict(path: Path, public_key: Path | None,
+                      certificate_chain: Sequence[Path], keyless: KeylessTrust | None,
+                      made: Checks | None) -> SignatureVerdict | None:
+    """The check of the signature covering `path` alone (`path_verdict`)."""
     from inspector.signing.check import SignatureVerdict
     from inspector.signing.folder import check_folder, check_signed_file
 
