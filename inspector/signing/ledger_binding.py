@@ -15,12 +15,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from inspector.core.vocabulary import CheckpointState, SignatureState
-from inspector.signing.check import SignatureVerdict
-from inspector.signing.saves import save_signature
 from inspector.signing.statement import beside
+
+if TYPE_CHECKING:  # the app weighs states on its UI thread: the checks load in its job
+    from inspector.signing.check import SignatureVerdict
 
 SEVERITY = (SignatureState.INTACT, SignatureState.UNVERIFIED, SignatureState.UNSIGNED,
             SignatureState.CHANGED, SignatureState.INVALID)
@@ -60,6 +61,8 @@ def record_problems(record: Held, public_key: Path | None = None,
                     certificates: Sequence[Path] = ()) -> list[tuple[SignatureState, str]]:
     """Why the save record fails the checkpoint (its bytes or listing now, or the ledger's own
     signature against it), each with the verdict state it stands for; empty when it holds."""
+    from inspector.signing.saves import save_signature
+
     if record.error is not None:
         return [(SignatureState.CHANGED, f"no save record above it can be trusted: "
                  f"{record.error}")]

@@ -52,6 +52,8 @@ class Shown:
     folder: Path
     signature: Path | None
     check: SignedCheck | None  # None: no signature covers it
+    problems: tuple[tuple[SignatureState, str], ...] = ()
+    """What the save record of the path checked fails it for (`signing.ledger_binding`)."""
 
 
 def covering_signature(path: Path) -> tuple[Path, Path] | None:
@@ -112,9 +114,11 @@ def check_path(path: Path, keys: list[Path], cancel: CancelToken | None = None) 
     or the trust root and signer trusted for a keyless one, else unverified; every signed file
     is hashed (a background job)."""
     from inspector.core.vocabulary import SignerKind
+    from inspector.run.record_check import check_record
     from inspector.signing.bundle import read_bundle
     from inspector.signing.errors import SignatureError
     from inspector.signing.folder import check_folder, check_signed_file
+    from inspector.signing.ledger_binding import record_problems
 
     found = covering_signature(path)
     if found is None:
@@ -128,16 +132,32 @@ def check_path(path: Path, keys: list[Path], cancel: CancelToken | None = None) 
     except SignatureError:
         pass  # check_folder says what is wrong with the signature
     check = check_folder if target.is_dir() else check_signed_file
-    return Shown(target, signature, check(target, signature, key, keyless=keyless,
-                                          cancel=cancel))
+    checked = check(target, signature, key, keyless=keyless, cancel=cancel)
+    # held to the path's save record, as `verify` and `report` hold it
+    record = check_record(path, cancel)
+    problems = record_problems(record, key) if record is not None else []
+    return Shown(target, signature, checked, tuple(problems))
 
 
 def badge_for(shown: Shown, path: Path | None) -> tuple[SignatureState, str]:
     """The state and detail shown for the open checkpoint `path`: the check of the signature
     covering it, and "not signed" when that signature (its folder's `model.sig`) does not
-    sign this file, whatever it says of the files it does sign."""
+    sign this file, whatever it says of the files it does sign; held to the save record
+    (`Shown.problems`: the worse state wins, each reason named)."""
     if shown.check is None:
         return SignatureState.UNSIGNED, "No model.sig covers this checkpoint"
+    from inspector.signing.ledger_binding import SEVERITY
+
+    state, detail = _signature_badge(shown, path)
+    if not shown.problems:
+        return state, detail
+    worst = max((state, *(s for s, _ in shown.problems)), key=SEVERITY.index)
+    return worst, "; ".join([detail, *(why for _, why in shown.problems)])
+
+
+def _signature_badge(shown: Shown, path: Path | None) -> tuple[SignatureState, str]:
+    """The state and detail of the covering signature's check alone (`badge_for`)."""
+    assert shown.check is not None
     verdict = shown.check.verdict
     outside = _not_covered(shown, path)
     if outside is not None:
