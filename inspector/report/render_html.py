@@ -466,10 +466,10 @@ def _consistency(f: FileReport, anchor: str, image_src: ImageSrc) -> str:
                                                  else str(c.repeats)))]
                  + ([("Error", escape(c.error))] if c.error else [])
                  + [(escape(k), escape(cells.short(v))) for k, v in c.details.items()])]
-    if c.series:
-        png = charts.line_chart("Max abs difference per iteration",
-                                [("max |Δ|", list(enumerate(c.series, 1)))],
-                                "iteration", "max |Δ|")
+    if c.series:  # the worker's runs, but for a checked probe's all-zero ones (its rows')
+        png = charts.line_chart("Max abs difference per iteration" + (
+            "" if c.weights_checked and not any(c.series) else " (as reported by the jailed "
+            "worker)"), [("max |Δ|", list(enumerate(c.series, 1)))], "iteration", "max |Δ|")
         parts.append(_img(image_src, f"{anchor}-consistency", png, "Consistency per iteration"))
     if c.failures:
         keys = sorted({k for r in c.failures for k in r})
