@@ -324,15 +324,55 @@ def _mro(module: str, name: str, depth: int = 0) -> tuple[tuple[str, str], ...]:
 
 
 def _method_in(mro: tuple[tuple[str, str], ...], method: str, start: int = 0
-               ) -> tuple[int, ast.FunctionDef] | None:
-    """The first class of `mro[start:]` whose body defines `method`: its index and def."""
+               ) -> tuple[int, ast.FunctionDef | ast.expr] | None:
+    """The first class of `mro[start:]` whose body binds `method`: its index and def, or the
+    expression an alias binds it to where the source does not lead to a def
+    (`__setattr__ = _ProxyLookup(...)`: the method exists, what it runs is unknown)."""
     for i in range(start, len(mro)):
         found = _class_def(*mro[i])
         if found is None:
             continue
-        for item in found[2].body:
-            if isinstance(item, _FUNCS) and item.name == method:
-                return i, item
+        bound = _class_binding(found[0], mro, i, found[2].body, method, 0)
+        if bound is not None:
+            return bound
+    return None
+
+
+def _class_binding(module: str, mro: tuple[tuple[str, str], ...], at: int,
+                   body: list[ast.stmt], name: str, hops: int
+                   ) -> tuple[int, ast.FunctionDef | ast.expr] | None:
+    """What binds `name` in a class body, the last binding winning as at class creation: a def,
+    or an alias (`__del__ = close`, `__setstate__ = Base.__setstate__`) followed to its def."""
+    bound = None
+    for item in _top_level(body):
+        if isinstance(item, _FUNCS) and item.name == name:
+            bound = (at, item)
+        elif isinstance(item, ast.Assign | ast.AnnAssign) and item.value is not None and any(
+                isinstance(t, ast.Name) and t.id == name
+                for t in (item.targets if isinstance(item, ast.Assign) else [item.target])):
+            bound = _alias(module, mro, at, body, item.value, hops) or (at, item.value)
+    return bound
+
+
+def _alias(module: str, mro: tuple[tuple[str, str], ...], at: int, body: list[ast.stmt],
+           value: ast.expr, hops: int) -> tuple[int, ast.FunctionDef | ast.expr] | None:
+    """The def an alias's value names: another name of the same body, a function of the
+    module, or `Base.method` of a class in the instance's linearisation; None otherwise."""
+    parts = _dotted(value)
+    if not parts or hops > _MAX_HOPS:
+        return None
+    if len(parts) == 1:
+        inner = _class_binding(module, mro, at, body, parts[0], hops + 1)
+        if inner is not None:
+            return inner
+        bound = _binding(module, parts[0])
+        return (at, bound[1]) if bound and bound[0] == "def" and isinstance(
+            bound[1], _FUNCS) else None
+    if len(parts) == 2:
+        ref = _ref(module, ast.Name(parts[0]))
+        base = resolve(*ref) if ref else None
+        if base in mro:
+            return _method_in(mro, parts[1], mro.index(base))
     return None
 
 
@@ -481,12 +521,17 @@ class _Follow:
         if len(self.reasons) < 8 and text not in self.reasons:
             self.reasons.append(text)
 
-    def visit(self, mod: str, klass: tuple, cls_at: int | None, fn: ast.FunctionDef, path: str,
+    def visit(self, mod: str, klass: tuple, cls_at: int | None,
+              fn: ast.FunctionDef | ast.expr, path: str,
               depth: int, held: tuple[Held, ...]) -> None:
         """Judge what `fn` (of `klass[cls_at]`, or a function of `mod`) does when it runs."""
         if (id(fn), held) in self.seen or len(self.seen) >= _MAX_BODIES:
             return
         self.seen.add((id(fn), held))
+        if not isinstance(fn, _FUNCS):  # an alias the source does not lead to a def
+            self.deny(f"`{path.rsplit(' → ', 1)[-1]}` is bound in the class body to "
+                      f"`{ast.unparse(fn)[:80]}`, which this scan cannot follow", path)
+            return
         first = fn.args.posonlyargs + fn.args.args
         this = first[0].arg if first and cls_at is not None else None  # self / cls
         for node, method in _uses(fn.body):
@@ -524,11 +569,13 @@ class _Follow:
         pickle put at `chain`), else, called, what the pickle stored under that name."""
         if chain:
             owner = _held_at(held, chain)
-            klass = _mro(*owner.cls) if owner is not None and owner.cls else ()
-            if not klass:
-                return  # a class whose source cannot be read: its import is judged
+            if owner is None:
+                return
+            # a class whose source cannot be read (types.SimpleNamespace) still calls what the
+            # pickle stored in its instance's attributes: they shadow the type's methods
+            klass = _mro(*owner.cls) if owner.cls else ()
             held = owner.attrs
-        hit = _method_in(klass, method)
+        hit = _method_in(klass, method) if klass else None
         if hit is not None:
             self.visit(klass[hit[0]][0], klass, hit[0], hit[1],
                        f"{path} → {klass[hit[0]][1].rsplit('.', 1)[-1]}.{method}", depth + 1,
@@ -590,4 +637,5 @@ def _next(mod: str, klass: tuple, cls_at: int | None, call: ast.Call, parts: lis
     if hit is None:
         return None
     at, fn = hit
-    return klass[at][0], at, fn, f"{klass[at][1].rsplit('.', 1)[-1]}.{fn.name}"
+    name = fn.name if isinstance(fn, _FUNCS) else (parts[-1] if parts else func.attr)
+    return klass[at][0], at, fn, f"{klass[at][1].rsplit('.', 1)[-1]}.{name}"
