@@ -52,6 +52,7 @@ from inspector.guard.alarm_record import AlarmConsole, append_alarm
 from inspector.guard.devstate import XidWatch, device_state
 from inspector.guard.inject import BitFlip
 from inspector.guard.numerics import StepNumbers, bad_samples, step_numbers
+from inspector.guard.optimizer_steps import OptimizerSteps
 from inspector.guard.rules import Breach, RuleSet
 from inspector.guard.scene import (
     Scene,
@@ -202,15 +203,14 @@ class Guard:
         weights still hold what it named, whatever the rules learned since, so the health
         check names it until `accept_weights` (or `resume`) says the weights are intended."""
         self.console = AlarmConsole(self.rank) if self.config.console else None
-        self._stepped: weakref.WeakSet = weakref.WeakSet()
-        self._optimizer_steps = 0  # the post-hook's count: `Owners.judge` waits for one
+        self._steps = OptimizerSteps(self.models)  # `total`: `Owners.judge` waits for one
         self.settings = SettingsWatch(self.run_dir)
         """Every optimizer that stepped since this guard began: its settings are checked."""
         self._post_hook = register_optimizer_step_post_hook(
             _weak_hook(self, "_after_optimizer_step"))
         self._pre_hook = register_optimizer_step_pre_hook(
             _weak_hook(self, "_before_optimizer_step"))
-        health_gate.register(self.run_dir, self.health, self.models.holds)
+        health_gate.register(self.run_dir, self.health, self.models.holds, self._steps.saved)
         self.alarms: list[Alarm] = []
         self._nonfinite_skips = 0  # how many `guard.step`s in a row, to the last, skipped one
         self._pending: _Pending | None = None
@@ -256,7 +256,7 @@ class Guard:
         breaches = (swapped + watched.rules.judge(watch.names, weights)
                     + self.rules.judge(values) + self.settings.judge(lists, model)
                     + watched.owners.judge(watch.named_params, lists.values(),
-                                           self._optimizer_steps)
+                                           self._steps.total)
                     + watched.stopped.judge(numbers.names, self.step_index))
         every = self.config.replica_every
         if every and self.step_index % every == 0:
@@ -429,13 +429,13 @@ class Guard:
             self._xids = None
 
     def _before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        self._steps.stepping(optimizer)
         for watched in self.models.all():
             watched.watch.settle()
 
     def _after_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         # the fingerprints of the tensors this optimizer steps, only those, are retaken
-        self._stepped.add(optimizer)
-        self._optimizer_steps += 1
+        self._steps.stepped(optimizer)
         for watched in self.models.all():
             if (held := watched.watch.held_by(optimizer)) != []:
                 watched.watch.after_step(held)
@@ -444,7 +444,7 @@ class Guard:
         """The param groups of every optimizer that stepped and the one given, by their list:
         the settings each `guard.step` checks before the step they would steer (a few µs)."""
         # a wrapper (accelerate's, Lightning's) shares its optimizer's param_groups: read once
-        return {id(groups): groups for opt in [*self._stepped, optimizer]
+        return {id(groups): groups for opt in [*self._steps, optimizer]
                 if isinstance(groups := getattr(opt, "param_groups", None), list)}
 
     def _action(self, breaches: list[Breach]) -> Action:

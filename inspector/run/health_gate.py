@@ -1,8 +1,10 @@
 """The health checks a process has for a run folder, which the checkpoint ledger runs before
 it seals a save: so a guard and a ledger in one training process meet with no call between them.
 
-The training guard registers its check (`register(RUN_DIR, check, watches)`: the weights finite,
-within their learned bounds, their fingerprint the one the last optimizer step left); the ledger
+The training guard registers its check (`register(RUN_DIR, check, watches, saved)`: the weights
+finite, within their learned bounds, their fingerprint the one the last optimizer step left;
+`saved(state)`: the state being saved, which may be a copy, held to what the guard knows, its
+weights' fingerprints and bounds, its optimizers' step counters); the ledger
 asks `problems(RUN_DIR, state)` and records a save whose answer is not empty as unhealthy. A
 check is asked when the save's run folder is the guard's or inside it (a ledger whose run folder
 defaults to the checkpoint's folder, `RUN/checkpoints`, beside a guard of `RUN`), or when the
@@ -27,6 +29,9 @@ HealthCheck = Callable[[], list[str]]
 """A check: one line per problem found, empty when the weights are healthy."""
 Watches = Callable[[Any], bool]
 """Whether a state about to be saved holds a tensor of a model the check's guard watches."""
+SavedCheck = Callable[[Any], list[str]]
+"""A check of the state about to be saved itself against what the guard knows (the copy of
+its weights, its optimizers' step counters): one line per problem."""
 
 
 @dataclass
@@ -34,6 +39,7 @@ class _Registered:
     run_dir: Path
     check: weakref.WeakMethod
     watches: weakref.WeakMethod | None
+    saved: weakref.WeakMethod | None
     said: set[Path]
     """The run folders of saves this check was not asked for, already said on stderr."""
 
@@ -46,12 +52,16 @@ def _key(run_dir: str | os.PathLike[str]) -> Path:
 
 
 def register(run_dir: str | os.PathLike[str], check: HealthCheck,
-             watches: Watches | None = None) -> None:
+             watches: Watches | None = None, saved: SavedCheck | None = None) -> None:
     """Ask `check` (a bound method, held weakly) before every save into `run_dir` or a folder
-    inside it, and before every save of a state `watches` (a bound method) says it watches."""
+    inside it, and before every save of a state `watches` (a bound method) says it watches;
+    then `saved(state)` (a bound method) with the state being saved, when there is one."""
     _CHECKS.append(_Registered(_key(run_dir), weakref.WeakMethod(check),  # type: ignore[arg-type]
-                               weakref.WeakMethod(watches) if watches else None,  # type: ignore[arg-type]
-                               set()))
+                               _weak(watches), _weak(saved), set()))
+
+
+def _weak(method: Callable | None) -> weakref.WeakMethod | None:
+    return weakref.WeakMethod(method) if method else None  # type: ignore[arg-type]
 
 
 def unregister(run_dir: str | os.PathLike[str], check: HealthCheck) -> None:
@@ -72,6 +82,9 @@ def problems(run_dir: str | os.PathLike[str], state: Any = None) -> list[str]:
         if run == r.run_dir or r.run_dir in run.parents or (
                 state is not None and watches is not None and watches(state)):
             out += check()
+            saved = r.saved() if r.saved is not None else None
+            if state is not None and saved is not None:
+                out += saved(state)
         elif run not in r.said:
             r.said.add(run)
             print(f"inspector.ledger: the training guard of {r.run_dir} was not asked about a "

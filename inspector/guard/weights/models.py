@@ -25,6 +25,7 @@ from inspector.guard.weights.fingerprint import WeightWatch, local
 from inspector.guard.weights.members import Owners, Stopped, replaced
 from inspector.guard.weights.replicas import ReplicaCheck
 from inspector.guard.weights.rules import WeightRuleSet
+from inspector.guard.weights.saved import saved_problems
 
 
 @dataclass
@@ -100,6 +101,16 @@ class Models:
         the parameters, so a save of it is a save of the watched model)."""
         ours = {p.untyped_storage().data_ptr() for w in self.all() for p in w.watch.params}
         return any(_storage(leaf) in ours for _, leaf in flatten(state))
+
+    def saved_problems(self, state: Any) -> list[str]:
+        """Each watched model's copy in a state about to be saved against the live weights
+        (`weights.saved`)."""
+        return [line for w in self.all()
+                for line in saved_problems(w.watch, w.rules, w.label, state)]
+
+    def param_names(self) -> dict[int, str]:
+        """Every watched parameter's name (with its model's label) by the parameter's `id`."""
+        return {id(p): f"{w.label}{n}" for w in self.all() for n, p in w.watch.named_params}
 
     def _new_watch(self, model: nn.Module) -> WeightWatch:
         return WeightWatch(model, self.every, self.largest_every, self.overlap)
