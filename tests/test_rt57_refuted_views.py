@@ -8,7 +8,9 @@ file's tensors, the Overview said no check was made, and `inspect`'s table and `
 them beside the error. Now an answer with an error leaves no rows (as the HTML report, which
 says "No tensors were read"), the Overview says the check refused it, an accepted answer's
 rows are the checked records (a value the check replaced is the host's, not the worker's
-streamed one), and rows the loader streamed before a cancel are dropped.
+streamed one), and rows the loader streamed before a cancel are dropped. A worker's progress
+line shows only a stage the app names, in its own words. A refused shard set counts no
+tensors per shard.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from inspector.cli import main
 from inspector.cli.inspect_cmd import EXIT_HEALTH_PROBLEM
 from inspector.gui.document import FileDocument
 from inspector.gui.panes.tensor_models import rows_summary
+from inspector.gui.pipeline import UNNAMED_STAGE, stage_text
 
 pytest_plugins = ("gui_fixtures",)  # fixtures: window
 
@@ -46,6 +49,17 @@ ODD_ORDERS = """
 """
 """A loader whose binary orders of model.w are not the file's: the check counts them itself
 and puts its own in the answer, which it accepts."""
+
+VERDICT = "Every tensor checked here: SAFE"
+POSING = f"""
+    import inspector.sandbox.worker.inspect_op as op
+    real = op._Sender.__init__
+    def posing(self, emit, total):
+        emit({{"type": "progress", "stage": {VERDICT!r}, "done": 1, "total": 1}})
+        real(self, emit, total)
+    op._Sender.__init__ = posing
+"""
+"""A loader whose progress line poses as a verdict."""
 
 
 def _flipped_file(tmp_path):
@@ -148,6 +162,22 @@ def test_rows_streamed_before_a_cancel_are_dropped(qtbot, tmp_path):
                                                             "cancelled")
 
 
+def test_a_progress_line_never_shows_the_workers_own_words(window, qtbot, tmp_path, hostile):
+    path = _flipped_file(tmp_path)
+    hostile(POSING)
+    told: list[str] = []
+    shown: list[str] = []
+    window.pipeline.job_started.connect(lambda job: job.events.connect(
+        lambda events: told.extend(str(e.get("stage")) for e in events
+                                   if e.get("type") == "progress")))
+    window.pipeline.progress.connect(lambda text, _done, _total: shown.append(text))
+    (doc,) = window.open_paths([path])
+    wait_loaded(qtbot, doc)
+    assert VERDICT in told  # the worker's line reached the app
+    assert VERDICT not in shown and stage_text(VERDICT) == UNNAMED_STAGE
+    assert stage_text("tensors") == "Computing tensor statistics"  # a stage the app names
+
+
 # --- the CLI ----------------------------------------------------------------------------------
 
 def test_inspect_prints_no_record_of_a_refused_answer(tmp_path, hostile, capsys):
@@ -171,3 +201,34 @@ def test_inspect_prints_no_record_of_a_refused_answer(tmp_path, hostile, capsys)
     assert contract["error"]["code"] == "claim_refuted"
     assert contract["tensors"] == [] and contract["objects"] == []
     assert contract["unique_storage"] is None
+
+
+def _sharded(tmp_path):
+    """Two torch shards and their index; model.w (with the flipped bit) in the first."""
+    w = weights()
+    w["w"][3, 5] = 0.75
+    folder = tmp_path / "sharded"
+    folder.mkdir()
+    names = ("pytorch_model-00001-of-00002.bin", "pytorch_model-00002-of-00002.bin")
+    torch.save({"model.w": flipped(w["w"])}, folder / names[0])
+    torch.save({"model.b": w["b"]}, folder / names[1])
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {"model.w": names[0], "model.b": names[1]}}))
+    return folder, names
+
+
+def test_a_refused_shard_set_counts_no_tensors(tmp_path, hostile, capsys):
+    folder, names = _sharded(tmp_path)
+    assert main(["inspect", str(folder), "--jobs", "1"]) == EXIT_HEALTH_PROBLEM  # honest
+    honest = capsys.readouterr().out
+    assert f"  {names[0]}  pytorch-zip  1 tensors  " in honest
+
+    hostile(REPAIRED)
+    assert main(["inspect", str(folder), "--jobs", "1"]) == REFUSED
+    out = capsys.readouterr().out
+    assert f"error:    {names[0]}: {REFUSAL}" in out.splitlines()
+    assert f"  {names[0]}  pytorch-zip  - tensors  " in out
+    assert main(["inspect", str(folder), "--jobs", "1", "--json"]) == REFUSED
+    contract = json.loads(capsys.readouterr().out)
+    assert [s["tensors"] for s in contract["shards"]] == [None, None]
+    assert contract["tensors"] == []

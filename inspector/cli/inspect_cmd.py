@@ -155,10 +155,13 @@ def _error_lines(error: LoadError) -> list[str]:
 def standing_contract(report: InspectResult) -> dict:
     """The contract `--json` prints: as it came, except that an answer with an error (refused
     by the check here, or cut short) lists none of the jailed loader's records: its tensors,
-    objects and storage count are the loader's word that did not stand."""
+    objects, storage count and shards' counts of tensors are the loader's word that did not
+    stand (a shard's `tensors` is then null, as a shard's not loaded)."""
     contract = dict(report.contract or report.to_json())
     if report.error is not None:
         contract.update(tensors=[], objects=[], unique_storage=None)
+        if isinstance(contract.get("shards"), list):
+            contract["shards"] = [{**s, "tensors": None} for s in contract["shards"]]
     return contract
 
 
@@ -208,8 +211,9 @@ def shard_lines(report: InspectResult) -> list[str]:
     """A sharded checkpoint: its index, each shard, tied keys and the coverage problems."""
     shards = report.shards or []
     lines = [f"shards:   {len(shards)} in {report.index}"]
-    lines.extend(f"  {s.file}  {s.format}  {_num(s.tensors)} tensors  "
-                 f"{s.bytes or 0:,} bytes  sha256 {s.sha256 or '-'}" for s in shards)
+    # a shard's count of tensors is its loader's records: none of a set whose answer fell
+    lines.extend(f"  {s.file}  {s.format}  {_num(s.tensors if report.loaded else None)} "
+                 f"tensors  {s.bytes or 0:,} bytes  sha256 {s.sha256 or '-'}" for s in shards)
     lines.extend(f"  alias {a['key']} -> {a['stored_as']} (shared storage in {a['shard']})"
                  for a in report.aliases or ())
     problems = report.problems or []
