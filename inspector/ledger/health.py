@@ -24,8 +24,8 @@ from typing import Any
 
 from inspector.core.flatten import is_running_variance
 from inspector.core.termtext import counted
+from inspector.ledger.schedulers import is_number, is_whole, scheduler_problems
 from inspector.run import health_gate
-from inspector.run.optimizer_settings import COLLAPSE
 
 SHOWN = 3
 
@@ -238,7 +238,7 @@ def scaler_problems(obj: Any) -> list[str]:
 def _problem(state: dict) -> str | None:
     scale, growth, backoff = (state[k] for k in ("scale", "growth_factor", "backoff_factor"))
     interval, tracker = state["growth_interval"], state["_growth_tracker"]
-    if not all(_number(v) for v in (scale, growth, backoff)):
+    if not all(is_number(v) for v in (scale, growth, backoff)):
         return "scale or factors are not numbers"
     if not (math.isfinite(scale) and SMALLEST_NORMAL <= scale < 2.0 ** 128):
         return (f"scale {scale:g} is not a positive normal float32, which the scaler holds "
@@ -246,175 +246,7 @@ def _problem(state: dict) -> str | None:
     if not growth > 1.0 or not backoff < 1.0:
         return (f"growth factor {growth:g} or backoff factor {backoff:g}: GradScaler requires "
                 "growth > 1 and backoff < 1")
-    if not (_whole(interval) and _whole(tracker) and 0 <= tracker < interval):
+    if not (is_whole(interval) and is_whole(tracker) and 0 <= tracker < interval):
         return (f"growth tracker {tracker!r} is not in [0, growth interval {interval!r}), "
                 "where the scaler keeps it")
     return None
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _whole(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-# An LR scheduler's saved state against what `torch.optim.lr_scheduler` can write, with no
-# history: a resumed schedule starts from `last_epoch` and `base_lrs`, which
-# `load_state_dict` takes as they are, so one flipped bit of either moves every later learning
-# rate (a cosine's step 40 read as 168 gave 0 at step 120 where 3.5e-3 was due) while every
-# number stays finite and within bounds.
-#
-# What holds in every state torch's schedulers write, and is checked here:
-#
-# - `last_epoch == _step_count - 1`: both count the scheduler's steps (its constructor takes one
-#   of each). They part only when a step is given an explicit epoch (deprecated since torch 1.4)
-#   or the scheduler was built with `last_epoch=N` to resume a schedule; then the optimizer,
-#   resumed along, counts `last_epoch` steps, so a `last_epoch` equal to any of its parameters'
-#   `step` is believed too. Left out: a sub-scheduler of `SequentialLR` (which steps them with
-#   explicit epochs at its milestones) and `CosineAnnealingWarmRestarts` (fractional epochs;
-#   its own `0 <= T_cur < T_i` with `T_i` one of `T_0 * T_mult^k` is checked instead).
-# - `base_lrs` are the `initial_lr` of its optimizer's parameter groups, which the first
-#   scheduler of an optimizer sets and every later one reads; the optimizer is one saved in the
-#   same state with as many groups, and the check holds if any such optimizer agrees (`CyclicLR`,
-#   whose `base_lrs` are its own argument, is left out).
-#
-# `ReduceLROnPlateau` keeps neither counter pair nor `base_lrs` and is not judged; nor is
-# `_last_lr` against the groups' `lr`, which a manual warm-up legitimately writes over between
-# scheduler steps (Lightning's documented recipe).
-
-
-def scheduler_problems(obj: Any) -> list[str]:
-    """Every LR scheduler state in `obj` that torch's schedulers could not have written, one
-    line each (empty when all hold)."""
-    from inspector.ledger.moments import dicts_in, is_optimizer_state
-
-    optimizers = [state for _, state in dicts_in(obj, is_optimizer_state)]
-    found = []
-    for where, state in dicts_in(obj, _is_scheduler):
-        said = _counter_problem(where, state, optimizers)
-        said = said or _base_problem(state, optimizers) or _gamma_problem(where, state)
-        if said:
-            found.append(f"LR scheduler {where.rstrip('.') or 'state'}: {said}")
-    return found
-
-
-def _is_scheduler(obj: dict) -> bool:
-    return "last_epoch" in obj and "_step_count" in obj and isinstance(obj.get("base_lrs"), list)
-
-
-def _counter_problem(where: str, state: dict, optimizers: list[dict]) -> str | None:
-    """`last_epoch` against the scheduler's own step count, else the optimizers' steps."""
-    if "T_cur" in state:
-        return _restarts_problem(state)
-    if "._schedulers." in f".{where}":
-        return None
-    last, count = state["last_epoch"], state["_step_count"]
-    if not (_whole(last) and _whole(count)):
-        return None
-    if last == count - 1 or any(last in _steps(o) for o in optimizers):
-        return None
-    steps = sorted({s for o in optimizers for s in _steps(o)})
-    told = f", its optimizer's at {_listed(steps)}" if steps else ""
-    return (f"last_epoch {last} but it took {count - 1} steps{told} (a resume would start "
-            "its schedule there)")
-
-
-def _restarts_problem(state: dict) -> str | None:
-    """`CosineAnnealingWarmRestarts`: its position in the current cycle within the cycle."""
-    t_cur, t_i, t_0, mult = (state.get(k) for k in ("T_cur", "T_i", "T_0", "T_mult"))
-    if not (_number(t_cur) and _whole(t_i) and _whole(t_0) and _whole(mult)):
-        return None
-    if t_0 < 1 or mult < 1 or not _cycle_length(t_i, t_0, mult):
-        return f"cycle length T_i {t_i} is not T_0 {t_0} x T_mult {mult}^k"
-    if not 0 <= t_cur < t_i:
-        return f"T_cur {t_cur} is outside its cycle [0, T_i {t_i})"
-    return None
-
-
-def _cycle_length(t_i: int, t_0: int, mult: int) -> bool:
-    length = t_0
-    while length < t_i and mult > 1:
-        length *= mult
-    return length == t_i
-
-
-def _base_problem(state: dict, optimizers: list[dict]) -> str | None:
-    """`base_lrs` against the `initial_lr` of the optimizers with as many groups."""
-    if "max_lrs" in state:  # CyclicLR
-        return None
-    base = [_float(v) for v in state["base_lrs"]]
-    starts = [[_float(g.get("initial_lr")) for g in o["param_groups"]] for o in optimizers
-              if len(o["param_groups"]) == len(base)]
-    starts = [s for s in starts if None not in s]
-    if not starts or None in base or any(s == base for s in starts):
-        return None
-    return (f"base_lrs {_listed(base)} are not its optimizer's initial_lr "
-            f"{_listed(starts[0])} (every later learning rate is scaled from them)")
-
-
-def _gamma_problem(where: str, state: dict) -> str | None:
-    """ExponentialLR, StepLR and MultiStepLR: the last rate against `base_lr * gamma^k`, k the
-    decays its counters have taken, within `COLLAPSE` either way. Torch chains each step from the
-    last rate, so a `gamma` with a flipped exponent bit (0.99 -> 0.2475) leaves the rates of the
-    steps before it in `_last_lr` and puts the closed form orders of magnitude apart; a manual
-    warm-up writing the rate, or a second scheduler on the optimizer, moves it by far less."""
-    gamma, last = _float(state.get("gamma")), state["last_epoch"]
-    if gamma is None or gamma <= 0 or "max_lrs" in state or not _whole(last) or last < 0 \
-            or "._schedulers." in f".{where}":
-        return None
-    decays = _decays(state, last)
-    rates = state.get("_last_lr")
-    if decays is None or not isinstance(rates, list) or len(rates) != len(state["base_lrs"]):
-        return None
-    for base, rate in zip(map(_float, state["base_lrs"]), map(_float, rates), strict=True):
-        if not base or not rate or base < 0 or rate < 0:
-            continue
-        apart = math.log2(rate) - math.log2(base) - decays * math.log2(gamma)
-        if abs(apart) > math.log2(COLLAPSE):
-            return (f"the rate it holds, {rate:.4g}, is 2^{apart:+.0f} times base_lr x gamma "
-                    f"{gamma:g}^{decays}: its gamma changed during the run (a resume goes on "
-                    "from this gamma)")
-    return None
-
-
-def _decays(state: dict, last: int) -> int | None:
-    """How many times the scheduler has multiplied by `gamma` at `last_epoch` (None: not one of
-    the three, or a counter out of shape)."""
-    if "step_size" in state:
-        size = state["step_size"]
-        return last // size if _whole(size) and size > 0 else None
-    if "milestones" in state:
-        marks = state["milestones"]
-        if not isinstance(marks, dict) or not all(_whole(m) and _whole(c) for m, c in
-                                                  marks.items()):
-            return None
-        return sum(count for mark, count in marks.items() if mark <= last)
-    keys = set(state) - {"gamma", "base_lrs", "last_epoch", "_step_count", "_is_initial",
-                         "_get_lr_called_within_step", "_last_lr", "verbose"}
-    return None if keys else last
-
-
-def _steps(optimizer: dict) -> set[int]:
-    """The whole-number `step` counts of an optimizer state dict's parameters."""
-    counts = set()
-    for param in optimizer["state"].values():
-        step = _float(param.get("step")) if isinstance(param, dict) else None
-        if step is not None and step.is_integer():
-            counts.add(int(step))
-    return counts
-
-
-def _float(value: Any) -> float | None:
-    """A number, or a one-element tensor, as a finite float; None otherwise."""
-    if hasattr(value, "numel") and value.numel() == 1:
-        value = value.item()
-    if not _number(value) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def _listed(values: list) -> str:
-    shown = ", ".join(f"{v:g}" for v in values[:4])
-    return f"[{shown}{', ...' if len(values) > 4 else ''}]"
