@@ -45,8 +45,13 @@ from inspector.sandbox.host.consistency_job import (
 RunFn = Callable[..., dict[str, Any]]
 PASS_STYLE, FAIL_STYLE, WARN_STYLE, IDLE_STYLE = "good", "bad", "warn", "idle"  # banner looks
 CHECKPOINT_FILTER = dialog_filter(Format.PYTORCH_ZIP, title="Checkpoints")
+RUN_PLOTS = ("diff", "count")
+"""The charts of the runs themselves (the others are the GPU's telemetry)."""
 GPU_PLOTS = {"temperature": ("temperature_gpu", "temperature"), "power": ("power_draw", "power")}
 """GPU chart name: (telemetry field, what it shows)."""
+LIVE_WORD = "live, the jailed worker's word until the run is checked"
+WORKER_WORD = "as reported by the jailed worker"
+"""What the run charts' titles add: whose word their points are (`_runs_word`)."""
 DANGEROUS_TIP = ("Disabled: the static scan calls this file dangerous, so it is never loaded, "
                  "not even for this check.")
 
@@ -75,6 +80,7 @@ class ConsistencyPane(ConsistencyPaneLayout):
         self._diffs: list[float] = []
         self._counts: list[float] = []
         self._marks: list[tuple[pg.PlotItem, pg.InfiniteLine]] = []
+        self._runs_word = ""
         self._verdicts: dict[str, str | None] = {}
         self._verdict_style = IDLE_STYLE
         self._connect()
@@ -99,7 +105,9 @@ class ConsistencyPane(ConsistencyPaneLayout):
         text = chart_style.text_colour(palette)
         self.graphics.setBackground(chart_style.base_colour(palette))
         for name, plot in self.plots.items():
-            plot.setTitle(f"<b>{self.plot_titles[name]}</b>", size="9pt", color=text.name())
+            word = f" <i>({self._runs_word})</i>" if self._runs_word and name in RUN_PLOTS else ""
+            plot.setTitle(f"<b>{self.plot_titles[name]}</b>{word}", size="9pt",
+                          color=text.name())
             for axis in ("left", "bottom"):
                 plot.getAxis(axis).setPen(text)
                 plot.getAxis(axis).setTextPen(text)
@@ -232,8 +240,8 @@ class ConsistencyPane(ConsistencyPaneLayout):
         job = Job("consistency", work, self)
         job.events.connect(self._on_events)
         job.finished.connect(self._on_finished)
-        job.failed.connect(lambda message: self._ended(message, FAIL_STYLE))
-        job.cancelled.connect(lambda: self._ended("Cancelled.", IDLE_STYLE))
+        job.failed.connect(lambda message: self._unchecked(message, FAIL_STYLE))
+        job.cancelled.connect(lambda: self._unchecked("Cancelled.", IDLE_STYLE))
         self.job = job
         self._set_running(True)
         self._verdict(f"Running {spec.repeats} runs on {spec.device}…", IDLE_STYLE)
@@ -252,24 +260,44 @@ class ConsistencyPane(ConsistencyPaneLayout):
 
     def _clear(self) -> None:
         self.result = None
-        self._xs, self._diffs, self._counts = [], [], []
-        self.diff_curve.setData([], [])
-        self.count_curve.setData([], [])
+        self._clear_runs()
         for name in ("temperature", "power"):
             for item in list(self.plots[name].listDataItems()):
                 self.plots[name].removeItem(item)
+        self.table.clear()
+
+    def _clear_runs(self) -> None:
+        """Take away everything the worker's events drew: the runs, the fault's marks and the
+        device line."""
+        self._xs, self._diffs, self._counts = [], [], []
+        self.diff_curve.setData([], [])
+        self.count_curve.setData([], [])
         for plot, line in self._marks:
             plot.removeItem(line)
         self._marks = []
-        self.table.clear()
         self.device_label.setText("")
+        self._set_runs_word("")
+
+    def _set_runs_word(self, word: str) -> None:
+        self._runs_word = word
+        self._restyle()
+
+    def _unchecked(self, message: str, style: str) -> None:
+        """A run that ends with no checked answer (refused, failed, cancelled): what its
+        events drew was never checked, so it goes."""
+        self._clear_runs()
+        self._ended(message, style)
 
     def _on_events(self, events: list[dict]) -> None:
+        """Draw the events `run_consistency` hands on: the device and the fault checked as
+        they came, each run the worker's word until the end (`_on_finished` replots it)."""
         for event in events:
             kind = event.get("type")
             if kind == "device":
                 self.device_label.setText(f"Device: {event['label']}")
             elif kind == "iteration":
+                if not self._runs_word:
+                    self._set_runs_word(LIVE_WORD)
                 self._xs.append(event["received"] - self._started)
                 # non-finite numbers arrive as 'inf' / 'nan' strings (JSON has none)
                 self._diffs.append(float(event["max_abs_diff"]))
@@ -279,6 +307,9 @@ class ConsistencyPane(ConsistencyPaneLayout):
             elif kind == "injected":
                 self._mark(event["received"] - self._started,
                            f"bit {event['bit']} flipped in {event['key']}")
+        self._plot_runs()
+
+    def _plot_runs(self) -> None:
         xs = np.asarray(self._xs)
         diffs = np.nan_to_num(np.asarray(self._diffs), posinf=np.nan)
         counts = np.asarray(self._counts)
@@ -325,8 +356,9 @@ class ConsistencyPane(ConsistencyPaneLayout):
 
     def _on_finished(self, result: dict[str, Any]) -> None:
         self.result = result
-        self._draw_telemetry()
         typed = ConsistencyResult.from_json(result)
+        self._checked_runs(typed)
+        self._draw_telemetry()
         fault = typed.injected
         # a self-test wants the results to differ: that is the detector seeing its bit
         passed = bool(typed.consistent) != bool(fault)
@@ -343,6 +375,19 @@ class ConsistencyPane(ConsistencyPaneLayout):
             detail += f", {typed.weights_gb_per_s:.3g} GB/s of weights"
         self._fill_table(result)
         self._ended(f"{detail}\nChecked here: {typed.checked_words}", style)
+
+    def _checked_runs(self, typed: ConsistencyResult) -> None:
+        """Replot the runs from the checked answer (the events that agreed with it), at the
+        times they arrived, and say whose word they are; the device line is the answer's."""
+        runs = typed.iterations
+        self._xs = self._xs[:len(runs)] + [self._xs[-1] if self._xs else 0.0] * (
+            len(runs) - len(self._xs))
+        self._diffs = [float(r["max_abs_diff"]) for r in runs]
+        self._counts = [float(r["mismatched"]) for r in runs]
+        self._plot_runs()
+        checked = typed.claims is not None and typed.claims.checked
+        self._set_runs_word("" if checked and not any(self._counts) else WORKER_WORD)
+        self.device_label.setText(f"Device: {typed.device_label}")
 
     def _ended(self, message: str, style: str) -> None:
         self.job = None
