@@ -23,7 +23,7 @@ from hostile_worker import REPAIRED, flipped, weights
 
 from inspector.cli import main
 from inspector.cli.inspect_cmd import EXIT_HEALTH_PROBLEM
-from inspector.gui.document import FileDocument
+from inspector.gui.document import REFUSED_WORDS, FileDocument
 from inspector.gui.panes.tensor_models import rows_summary
 from inspector.gui.pipeline import UNNAMED_STAGE, stage_text
 
@@ -108,6 +108,7 @@ def test_a_refused_answer_leaves_no_rows_in_the_tensors_pane_or_the_overview(
     assert doc.tensors == [] and doc.objects == []
     assert pane.model.rowCount() == 0 and pane.selected is None
     assert pane.summary_label.text() == f"No tensors shown: refused: {REFUSAL}"
+    qtbot.waitUntil(lambda: not window.cancel_button.isVisible(), timeout=LOAD_TIMEOUT_MS)
     window.tabs.setCurrentWidget(pane)
     window.grab().save(str(artifacts / "gui" / "rt57-refused-tensors.png"))
 
@@ -116,6 +117,8 @@ def test_a_refused_answer_leaves_no_rows_in_the_tensors_pane_or_the_overview(
     assert fields["checked"].text() == f"Refused: {REFUSAL}"
     assert "no check was made" not in fields["checked"].text()
     assert [fields[k].text() for k in ("contents", "training", "architecture")] == ["—"] * 3
+    assert fields["state"].text() == f"{REFUSED_WORDS}: {REFUSAL}"
+    assert overview.health_banner.subtitle.text() == f"Not judged: refused: {REFUSAL}."
     window.tabs.setCurrentWidget(overview)
     window.grab().save(str(artifacts / "gui" / "rt57-refused-overview.png"))
 

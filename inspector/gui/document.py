@@ -39,6 +39,8 @@ STATE_WORDS = {
 
 CODE_ARCHIVE_LOADED = "Weights read in the sandbox from their records; none of its code ran"
 """A TorchScript or torch.export archive is never unpickled, so it is not 'loaded'."""
+REFUSED_WORDS = "Read in the sandbox, but its answer was refused here"
+"""A load whose answer the check here refuted: the sandbox read it; none of its answer stands."""
 PLAIN_LOADED = "Read in the sandbox (its format holds no pickle: no torch.load)"
 """A safetensors, GGUF or ONNX file is not loaded with weights_only=True."""
 
@@ -131,6 +133,8 @@ class FileDocument(QObject):
 
     def state_words(self) -> str:
         """The pipeline state in words."""
+        if self.state == DocumentState.LOAD_FAILED and self.refused:
+            return REFUSED_WORDS
         if self.state == DocumentState.LOADED and self.scan:
             if self.scan.format in CODE_ARCHIVES:
                 return CODE_ARCHIVE_LOADED
@@ -207,14 +211,22 @@ class FileDocument(QObject):
         why = claims.reason if claims is not None and claims.reason else "no check was made"
         return f"as reported by the jailed loader, not checked here ({why})"
 
+    @property
+    def refused(self) -> bool:
+        """The check here refused the jailed loader's answer (`claim_refuted`)."""
+        error = self.result.error if self.result is not None else None
+        if error is None:
+            return False
+        from inspector.sandbox.host.jobs import REFUTED  # the app starts without the host
+
+        return error.code == REFUTED
+
     def refusal_words(self) -> str | None:
         """Why an inspection that ended has no answer to show (its error), or None."""
         error = self.result.error if self.result is not None else None
         if error is None:
             return None
-        from inspector.sandbox.host.jobs import REFUTED  # the app starts without the host
-
-        if error.code == REFUTED:  # its message says what the file's bytes disagree with
+        if self.refused:  # its message says what the file's bytes disagree with
             return f"refused: {error.message}"
         return f"the load ended without an answer: {error.message or error.code}"
 

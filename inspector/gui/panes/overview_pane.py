@@ -278,8 +278,7 @@ class OverviewPane(QWidget):
         loaded = _loaded(doc)
         health_text = health_explanation(status, loaded)
         detail = _health_detail(doc.health) or (
-            not_judged_text(doc.state, doc.message) if status is None and loaded is not None
-            else health_text.meaning)
+            _not_judged(doc) if status is None and loaded is not None else health_text.meaning)
         if status is not None:  # judged from the worker's records: whose word they are
             detail = _whose(doc.result, detail)
         self.health_banner.show_style(weights_style(status, loaded), health_text, detail)
@@ -397,6 +396,12 @@ def contents_text(c: Contents) -> str:
     parts.append(human_size(c.bytes))
     parts.append(", ".join(f"{dtype} {human_size(n)}" for dtype, n in c.dtypes[:4]))
     return " · ".join(parts)
+
+
+def _not_judged(doc: FileDocument) -> str:
+    """Why the weights were not judged: the check refused the answer, or the state's why."""
+    refusal = doc.refusal_words() if doc.refused else None
+    return f"Not judged: {refusal}." if refusal else not_judged_text(doc.state, doc.message)
 
 
 def _checked_text(doc: FileDocument) -> str:
