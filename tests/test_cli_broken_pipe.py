@@ -31,14 +31,16 @@ def reaper():
     libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 
 
-@pytest.fixture
-def files(tmp_path: Path) -> Path:
-    """Two checkpoints and a manifest with their tensor hashes, in `tmp_path`."""
-    save_state_dict(tmp_path / "a.pt", small_state_dict(seed=1))
-    save_state_dict(tmp_path / "b.pt", small_state_dict(seed=2))
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two checkpoints and a manifest with their tensor hashes, made once for the module: every
+    command here only reads them."""
+    folder = tmp_path_factory.mktemp("broken-pipe")
+    save_state_dict(folder / "a.pt", small_state_dict(seed=1))
+    save_state_dict(folder / "b.pt", small_state_dict(seed=2))
     subprocess.run([sys.executable, "-m", "inspector", "manifest", "create", "-o", "m.json",
-                    "--quiet", "a.pt", "b.pt"], cwd=tmp_path, check=True, capture_output=True)
-    return tmp_path
+                    "--quiet", "a.pt", "b.pt"], cwd=folder, check=True, capture_output=True)
+    return folder
 
 
 COMMANDS = {
