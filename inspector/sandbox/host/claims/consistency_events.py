@@ -177,7 +177,7 @@ class LiveEvents:
         if asked_fault(self._request) is not None and self.injected_after is None:
             problems.append("the fault asked for was never announced")
         problems += self._count_problems(result)
-        problems += _agreement_problems(self._loop_runs(), _rows(result))
+        problems += _agreement_problems(self._loop_runs(), _rows(result), self._repeats)
         problems += self._reload_problems(result)
         if problems:
             listed = "; ".join(problems[:_LISTED]) + (
@@ -221,8 +221,18 @@ class LiveEvents:
         return []
 
 
-def _rows(result: dict[str, Any]) -> list[tuple[int, float]]:
-    """(runs that differed, largest |diff|) of each row the loop repeated."""
+@dataclass(frozen=True)
+class RowRuns:
+    """What a row of the answer says of the runs: how many differed from the first, by how
+    much at most, and the run where it first differed (None when none did)."""
+
+    runs: int
+    diff: float
+    first: int | None
+
+
+def _rows(result: dict[str, Any]) -> list[RowRuns]:
+    """What each row the loop repeated says of the runs."""
     if result.get("mode") == "model":
         rows, field = result.get("outputs") or [], "runs_mismatched"
     else:
@@ -231,17 +241,19 @@ def _rows(result: dict[str, Any]) -> list[tuple[int, float]]:
     out = []
     for row in rows:
         runs, diff = _count(row.get(field)), number(row.get("max_abs_diff", 0.0))
-        out.append((runs or 0, 0.0 if diff is None else diff))
+        first = row.get("first_mismatch")
+        out.append(RowRuns(runs or 0, 0.0 if diff is None else diff,
+                           _count(first.get("iteration")) if isinstance(first, dict) else None))
     return out
 
 
-def _agreement_problems(runs: list[RunRecord], rows: list[tuple[int, float]]) -> list[str]:
+def _agreement_problems(runs: list[RunRecord], rows: list[RowRuns], repeats: int) -> list[str]:
     """The runs that differed and the largest |diff| against the rows: none when no row's
     repeats differed (so a consistent answer's runs are all zero), else at least as many as
-    the row that differed most often, at most as many as all rows together, and the same
-    largest |diff|."""
+    the row that differed most often, at most as many as all rows together, the same
+    largest |diff|, and (one loop over every row) the first run to differ the rows' first."""
     differing = sum(r.mismatched > 0 for r in runs)
-    most, total = max((n for n, _ in rows), default=0), sum(n for n, _ in rows)
+    most, total = max((r.runs for r in rows), default=0), sum(r.runs for r in rows)
     if not most:
         return [] if not differing else [
             f"the rows say every run agreed, the live events say {differing} runs differed"]
@@ -250,9 +262,15 @@ def _agreement_problems(runs: list[RunRecord], rows: list[tuple[int, float]]) ->
         wrong.append(f"the live events say {differing} runs differed, the rows {most} to "
                      f"{total}")
     live = max((r.max_abs_diff for r in runs), default=0.0, key=_order)
-    rowed = max((d for _, d in rows), default=0.0, key=_order)
+    rowed = max((r.diff for r in rows), default=0.0, key=_order)
     if not _same(live, rowed):
         wrong.append(f"the live events' largest |diff| is {live}, the rows' {rowed}")
+    firsts = [r.first for r in rows if r.first is not None]
+    if len(runs) == repeats and firsts:
+        told = next((r.iteration for r in runs if r.mismatched > 0), None)
+        if told != min(firsts):
+            wrong.append(f"the live events' first differing run is {told}, the rows' "
+                         f"{min(firsts)}")
     return wrong
 
 
