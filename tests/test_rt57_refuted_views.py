@@ -19,7 +19,7 @@ import json
 
 import torch
 from gui_support import LOAD_TIMEOUT_MS, wait_loaded
-from hostile_worker import REPAIRED, flipped, weights
+from hostile_worker import REASON, REPAIRED, flipped, weights
 
 from inspector.cli import main
 from inspector.cli.inspect_cmd import EXIT_HEALTH_PROBLEM
@@ -145,6 +145,16 @@ def test_an_accepted_answer_shows_the_values_the_check_put_in_it(window, qtbot, 
     assert doc.tensors == doc.result.contract["tensors"]
     shown = window.tensors.model.visible_rows()
     assert next(r for r in shown if r["key"] == "model.w")["exponents"] == final["exponents"]
+
+
+def test_rows_nothing_here_could_check_say_whose_word_they_are(window, qtbot, tmp_path):
+    path = tmp_path / "dt.pt"
+    torch.save({"model": weights(), "dtype": torch.float16}, path)  # a dtype: not read here
+    doc, _streamed_rows = _open(window, qtbot, path, "loaded")
+    assert not doc.result.claims.checked and REASON in doc.result.claims.reason
+    assert window.tensors.model.rowCount() == 2
+    assert (f"no NaN/Inf  — as reported by the jailed loader, not checked here "
+            f"({doc.result.claims.reason})") in window.tensors.summary_label.text()
 
 
 def test_rows_streamed_before_a_cancel_are_dropped(qtbot, tmp_path):
