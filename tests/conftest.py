@@ -66,6 +66,32 @@ def fast_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(envinfo, "collect", lambda probe_torch=True: real(probe_torch=False))
 
 
+_torch_builds: dict[tuple[str, float], dict] = {}
+"""What torch's probe answered in this run, per interpreter and timeout (answers only)."""
+
+
+@pytest.fixture(autouse=True)
+def _torch_probed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An in-process report asks torch's CUDA and cuDNN versions of a fresh interpreter that
+    imports torch (about 3 CPU-seconds; some 70 reports in the suite): the run asks once and
+    later reports get a copy of the answer. A failed probe is asked again. The probe itself is
+    tested in an interpreter of its own (test_report_model)."""
+    from inspector.core import envinfo
+
+    real = envinfo.torch_build_info
+
+    def once(python: str = sys.executable, timeout: float = 120.0) -> dict:
+        key = (python, timeout)
+        if key not in _torch_builds:
+            answer = real(python, timeout)
+            if not answer:
+                return answer
+            _torch_builds[key] = answer
+        return dict(_torch_builds[key])
+
+    monkeypatch.setattr(envinfo, "torch_build_info", once)
+
+
 @pytest.fixture
 def canary(tmp_path: Path) -> Path:
     """A path a malicious payload writes to when it runs; tests assert it never appears."""
