@@ -6,18 +6,13 @@ signers and verifiers, the bundle reader, hashing) import only what they need; t
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import sys
 import types
-from collections.abc import Iterator
 from typing import Any
 
 PACKAGE = "model_signing"
-MODELS = "_signing"
-"""The library's signers and verifiers: each imports the Sigstore bundle's pydantic models."""
-PLUGIN_LOADER = "pydantic.plugin._loader"
 
 
 def reference(module: str) -> Any:
@@ -33,27 +28,4 @@ def reference(module: str) -> Any:
         package.__spec__ = spec
         package.__file__ = spec.origin
         sys.modules[PACKAGE] = package
-    name = f"{PACKAGE}.{module}"
-    if name in sys.modules or module.split(".")[0] != MODELS:
-        return importlib.import_module(name)
-    with _models_without_plugin_scan():
-        return importlib.import_module(name)
-
-
-@contextlib.contextmanager
-def _models_without_plugin_scan() -> Iterator[None]:
-    """The library's bundle models built without pydantic's plugin scan, which reads every
-    installed distribution's entry points (about 20 ms of CPU, a tenth of the check's import)
-    the first time a model is built. Only when no model has scanned yet: the scan is then left
-    to the process's own first model, whose plugins load and apply as before (no environment
-    switch: the ledger's checks run inside the user's training process and its children)."""
-    loader = importlib.import_module(PLUGIN_LOADER)
-    if getattr(loader, "_plugins", True) is not None or \
-            getattr(loader, "_loading_plugins", None) is not False:
-        yield  # scanned already, or a pydantic that no longer has these: built as it builds
-        return
-    loader._loading_plugins = True  # pydantic's own guard: get_plugins() returns none
-    try:
-        yield
-    finally:
-        loader._loading_plugins = False
+    return importlib.import_module(f"{PACKAGE}.{module}")
