@@ -35,19 +35,15 @@ def module_file(module: str) -> Path | None:
     parts = module.split(".")
     if not all(p.isidentifier() for p in parts):
         return None
+    # plain strings until a hit: a cold scan asks ~1,100 times, and Path parsing cost ~30 ms
     for entry in sys.path:
         if not entry:
             continue  # the working folder: what a scan is run from decides nothing
-        base = Path(entry)
-        if not base.is_dir():
-            continue
-        folder = base.joinpath(*parts[:-1])
-        for candidate in (folder / parts[-1] / "__init__.py", folder / f"{parts[-1]}.py"):
-            try:
-                if candidate.is_file():
-                    return candidate
-            except OSError:
-                continue
+        folder = os.path.join(entry, *parts[:-1])
+        for candidate in (os.path.join(folder, parts[-1], "__init__.py"),
+                          os.path.join(folder, f"{parts[-1]}.py")):
+            if os.path.isfile(candidate):
+                return Path(candidate)
     return None
 
 
