@@ -278,3 +278,10 @@ def test_the_gate_checks_a_model_runs_reload_against_the_answer() -> None:
         _gate(events, MODEL)[0].finish(_model_answer(0, True))
     with pytest.raises(SandboxError, match="0 reload runs"):
         _gate(events[:-1], MODEL)[0].finish(_model_answer(0, True))
+
+
+def test_a_flood_of_bad_events_keeps_a_few_and_counts_them_all() -> None:
+    gate, shown = _gate([DEVICE, *[{"type": "injected", **FAULT}] * 5000, *HONEST[1:]])
+    assert len(gate.problems) <= 20 and gate.refused == 5000 and len(shown) == 4
+    with pytest.raises(SandboxError, match=r"never asked for \(and 4997 more\)"):
+        gate.finish(_answer())

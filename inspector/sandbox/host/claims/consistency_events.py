@@ -24,6 +24,7 @@ from inspector.sandbox.host.jobs import REFUTED, SandboxError
 
 EventFn = Callable[[dict[str, Any]], None]
 _LISTED = 3
+_KEPT = 20
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,8 @@ class LiveEvents:
         self._repeats = int(request["repeats"])
         self._model = bool(request.get("model"))
         self.problems: list[str] = []
+        self.refused = 0
+        """How many problems the events had (only the first `_KEPT` are kept)."""
         self.device: tuple[object, object] | None = None
         self.injected_after: int | None = None
         """How many runs had been reported when the fault was announced."""
@@ -95,8 +98,10 @@ class LiveEvents:
         if shown is not None and self._forward is not None:
             self._forward(shown)
 
-    def _refuse(self, problem: str) -> None:
-        self.problems.append(problem)
+    def _refuse(self, *problems: str) -> None:
+        # kept to a few: a worker sending events without end must not grow this without end
+        self.problems += problems[:_KEPT - len(self.problems)]
+        self.refused += len(problems)
 
     def _device(self, event: dict[str, Any]) -> dict[str, Any] | None:
         device, label = event.get("device"), event.get("label")
@@ -105,7 +110,7 @@ class LiveEvents:
             return None
         wrong = device_problems(self._request, device, label)
         if wrong:
-            self.problems += [f"the live device event: {p}" for p in wrong]
+            self._refuse(*(f"the live device event: {p}" for p in wrong))
             return None
         self.device = (device, label)
         return {"type": "device", "device": device, "label": label, "checked": True}
@@ -133,7 +138,7 @@ class LiveEvents:
             return None
         wrong = self._place_problems(record)
         if wrong:
-            self.problems += wrong
+            self._refuse(*wrong)
             return None
         self.runs.append(record)
         return {**record.to_json(), "checked": False}
@@ -180,8 +185,9 @@ class LiveEvents:
         problems += _agreement_problems(self._loop_runs(), _rows(result), self._repeats)
         problems += self._reload_problems(result)
         if problems:
+            total = len(problems) + self.refused - len(self.problems)  # those not kept too
             listed = "; ".join(problems[:_LISTED]) + (
-                f" (and {len(problems) - _LISTED} more)" if len(problems) > _LISTED else "")
+                f" (and {total - _LISTED} more)" if total > _LISTED else "")
             sandbox = result.get("sandbox")
             raise SandboxError(REFUTED, "the jailed loader's live events do not agree with the "
                                "request and its checked answer, so none of its answer is "
