@@ -4,8 +4,9 @@ A view over inspector.sandbox.host.consistency_job (which runs the check in the 
 module never imports torch. Each run's max |diff| and mismatched elements are plotted as they
 arrive (marked the jailed worker's word), on the same time axis as the GPU temperature and
 power, so a mismatch can be matched to a thermal or power event; at the end they are replotted
-from the checked answer, or taken away with the device line when no checked answer came. Without GPU telemetry (a CPU machine) the GPU charts are hidden
-and a line says why; a file the static scan calls dangerous cannot be run (the button says why).
+from the checked answer, or taken away with the device line when no checked answer came.
+Without GPU telemetry (a CPU machine) the GPU charts are hidden and a line says why; a file the
+static scan calls dangerous cannot be run (the button says why).
 The widgets are laid out by `consistency_layout`.
 """
 
