@@ -271,8 +271,10 @@ def _run_signed(args: argparse.Namespace) -> int:
         if any(t.status != TensorCheckStatus.OK for t in result.tensors):
             print("which bits of a changed tensor flipped: `ckpt-inspector diff` the file "
                   "against a copy you trust")
-    return exit_status(result) if verdict.state == SignatureState.INTACT else \
-        max(failed, exit_status(result), key=(EXIT_OK, EXIT_UNCHECKED, EXIT_FAILED).index)
+    if not problems:
+        return exit_status(result)
+    # the record's failure stands whatever the files against the signature say
+    return max(failed, exit_status(result), key=(EXIT_OK, EXIT_UNCHECKED, EXIT_FAILED).index)
 
 
 def _run_without_manifest(args: argparse.Namespace) -> int:
