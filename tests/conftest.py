@@ -12,6 +12,12 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+# torch's (and OpenBLAS's) thread pool spins while it waits: two test workers on CI's two cores,
+# each with a pool of two, spent CPU spinning that the other worker needed (test_ledger_moments'
+# torch-only cases took twice the CPU under load). The tests and the commands they start compute
+# on one thread; jailed workers get a scrubbed environment (launch.worker_env), so they keep a
+# user's defaults. Set before anything imports torch, which reads it once.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO.parent / "shared" / "corpus" / "picklescan"
