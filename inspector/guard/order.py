@@ -168,8 +168,9 @@ class OrderLedger:
         replayed = self._fast_forward(ids)
         if replayed is not None:
             return replayed
-        self._hash = rolling_hash(self._hash, ids)
-        rec = StepOrder(self.epoch, self.step, self.rank, worker, ids, self._hash, self.session)
+        place = (self.epoch, self.step, self.rank, worker)
+        self._hash = rolling_hash(self._hash, ids, place)
+        rec = StepOrder(*place, ids, self._hash, self.session)
         self._writer.step(rec)
         self._check_ahead(rec)
         # a sample drawn twice inside this batch is a repeat too, not only one of an earlier batch

@@ -5,9 +5,10 @@ blocks (`blocklog`: a crash can cost the last block, never the journal). The jou
 `order.ledger` record per session naming the file. Lines:
 
 - `{"kind": "session", "session": S, "rank": R, "time": T}` opens each process's part;
-- `{"e": EPOCH, "s": STEP, "r": RANK, "w": WORKER, "ids": [...], "h": HASH, "t": S}`, one per
-  step: the batch's sample ids, the worker that loaded it (-1: the main process) and a rolling
-  BLAKE2b of every id of the session so far;
+- `{"e": EPOCH, "s": STEP, "r": RANK, "w": WORKER, "ids": [...], "h": HASH, "t": S, "v": 2}`,
+  one per step: the batch's sample ids, the worker that loaded it (-1: the main process) and a
+  rolling BLAKE2b of the session so far: of every line's place (epoch, step, rank, worker) and
+  ids;
 - `{"kind": "seeds", "e": EPOCH, "w": WORKER, "seeds": {...}, "t": S}`, once per worker.
 
 A step recorded by two sessions (a run resumed from a checkpoint before its last steps) counts
@@ -15,13 +16,17 @@ as the later session's: the model that trained on, trained on that order. No tor
 reads these files.
 
 `read_ledger` is the one reader, and it trusts no line's `h`: it recomputes each session's chain
-(`rolling_hash` of the session's step line before it, in file order, and the line's own ids). A
-session whose chain breaks anywhere (ids rewritten, a line dropped, moved or forged between two
-others) is not what its guard wrote: none of its lines is a step, and each break is a
-`ChainBreak`, named among the problems. A crash costs a session only its last lines, which breaks
-nothing. The chain has no key and no anchor outside the file: a session rewritten from some
-line to its end, every hash recomputed, reads as sound; only an edit that leaves a later line of
-its session standing shows.
+(`rolling_hash` of the session's step line before it, in file order, and the line's own place
+and ids). A session whose chain breaks anywhere (ids or a step, epoch, rank or worker number
+rewritten, a line dropped, moved or forged between two others) is not what its guard wrote:
+none of its lines is a step, and each break is a `ChainBreak`, named among the problems. The
+place is what orders a run's steps, so it is hashed as the ids are (a line of version 2, `v`;
+hashed in a domain of its own, so no version-1 line, whose hash covers the ids alone, reads as
+one); a line of version 2 whose numbers are not integers is no step line. Lines written before
+version 2 (no `v`) are still read, but their numbers are their word alone. A crash costs a
+session only its last lines, which breaks nothing. The chain has no key and no anchor outside
+the file: a session rewritten from some line to its end, every hash recomputed, reads as sound;
+only an edit that leaves a later line of its session standing shows.
 """
 
 from __future__ import annotations
@@ -39,6 +44,11 @@ from inspector.run.blocklog import BlockWriter, read_lines
 ORDER_DIR = "order"
 LEDGER_KIND = "order.ledger"
 GENESIS = "0" * 32
+VERSION = 2
+"""The version of the step lines written now: their hash covers their place (module doc)."""
+_PLACED = b"ckpt-order-v2"
+"""BLAKE2b's personalisation of a version-2 hash: no version-1 hash input (prev and ids, which
+a forger may pick) gives the same digest as a placed line's."""
 
 
 @dataclass(frozen=True)
@@ -90,9 +100,14 @@ def ledger_path(run_dir: str | os.PathLike[str], rank: int) -> Path:
     return Path(run_dir) / ORDER_DIR / f"rank-{rank:05d}.jsonl"
 
 
-def rolling_hash(prev: str, ids: Sequence) -> str:
-    """The next link: BLAKE2b-128 of the previous hash and this step's ids."""
-    digest = hashlib.blake2b(prev.encode("ascii"), digest_size=16)
+def rolling_hash(prev: str, ids: Sequence, place: Sequence[int] | None = None) -> str:
+    """The next link: BLAKE2b-128 of the previous hash, this step's place (epoch, step, rank,
+    worker; None on a version-1 line, whose hash covers no number) and its ids."""
+    if place is None:
+        digest = hashlib.blake2b(prev.encode("ascii"), digest_size=16)
+    else:
+        digest = hashlib.blake2b(prev.encode("ascii"), digest_size=16, person=_PLACED)
+        digest.update(array("q", [int(n) for n in place]).tobytes())
     if all(type(i) is int for i in ids):
         digest.update(array("q", ids).tobytes())
     else:
@@ -112,9 +127,9 @@ class LedgerWriter:
 
     def step(self, record: StepOrder) -> None:
         """Write one step's line (flushed with its block)."""
-        self._out.write({"e": record.epoch, "s": record.step, "r": record.rank,
-                         "w": record.worker, "ids": list(record.ids), "h": record.hash,
-                         "t": record.session})
+        epoch, step, rank, worker = place_of(record)
+        self._out.write({"e": epoch, "s": step, "r": rank, "w": worker, "ids": list(record.ids),
+                         "h": record.hash, "t": record.session, "v": VERSION})
 
     def seeds(self, epoch: int, worker: int, seeds: dict) -> None:
         """Write one worker's seeds."""
@@ -124,6 +139,11 @@ class LedgerWriter:
     def close(self) -> None:
         """Flush, fsync and close."""
         self._out.close()
+
+
+def place_of(record: StepOrder) -> tuple[int, int, int, int]:
+    """A step's place as its line and its hash hold it: epoch, step, rank, worker, as ints."""
+    return int(record.epoch), int(record.step), int(record.rank), int(record.worker)
 
 
 def read_ledger(path: str | os.PathLike[str]) -> LedgerRead:
@@ -142,7 +162,8 @@ def read_ledger(path: str | os.PathLike[str]) -> LedgerRead:
                 out.problems.append(f"{path}: a step line lacks a field or holds an id that "
                                     f"is no sample id: {obj!r:.80}")
                 continue
-            if not _links(chains, rec.session, obj["ids"], rec.hash):
+            place = place_of(rec) if obj.get("v") == VERSION else None
+            if not _links(chains, rec.session, obj["ids"], rec.hash, place):
                 out.breaks.append(ChainBreak(rec.session, rec.epoch, rec.step, rec.rank))
             parsed.append(rec)
     broken = {b.session for b in out.breaks}
@@ -155,9 +176,13 @@ def read_ledger(path: str | os.PathLike[str]) -> LedgerRead:
 
 def _step_line(obj: dict) -> StepOrder | None:
     """A step line's record, or None where a field is missing or of a type the writer never
-    writes (the hash and the session are strings, the ids a list)."""
+    writes (the hash and the session are strings, the ids a list, a version-2 line's numbers
+    integers: its hash covers them as such, and `int` would make 1.9 or "1" a step)."""
     h, session, ids = obj.get("h"), obj.get("t"), obj.get("ids")
     if not (isinstance(h, str) and isinstance(session, str) and isinstance(ids, list)):
+        return None
+    if "v" in obj and not (obj["v"] == VERSION and type(obj["v"]) is int
+                           and all(type(obj.get(k)) is int for k in "esrw")):
         return None
     try:
         return StepOrder(int(obj["e"]), int(obj["s"]), int(obj["r"]), int(obj["w"]),
@@ -166,14 +191,15 @@ def _step_line(obj: dict) -> StepOrder | None:
         return None
 
 
-def _links(chains: dict[str, str], session: str, ids: list, written: str) -> bool:
+def _links(chains: dict[str, str], session: str, ids: list, written: str,
+           place: tuple[int, int, int, int] | None) -> bool:
     """Whether `written` is the rolling hash of the session's line before (its written `h`,
-    so a break is named where it is) and these ids, as read from the file; the session's
-    chain moves on to `written` either way."""
+    so a break is named where it is), the line's place (version 2) and these ids, as read from
+    the file; the session's chain moves on to `written` either way."""
     prev = chains.get(session, GENESIS)
     chains[session] = written
     try:
-        return rolling_hash(prev, ids) == written
+        return rolling_hash(prev, ids, place) == written
     except (OverflowError, ValueError, TypeError):  # an id no writer could have hashed
         return False
 
