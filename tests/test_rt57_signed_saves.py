@@ -45,14 +45,15 @@ def _folder_run(run: Path, seed: int = 1) -> Path:
     return run / "ckpt"
 
 
-def _file_run(run: Path, seed: int) -> Path:
+def _file_run(run: Path, seed: int, step: int = 1) -> Path:
     import torch
 
     from inspector.ledger import save
 
     g = torch.Generator().manual_seed(seed)
-    save({"w": torch.randn(4, 4, generator=g)}, run / "step-1.pt", step=1, run_dir=run)
-    return run / "step-1.pt"
+    target = run / f"step-{step}.pt"
+    save({"w": torch.randn(4, 4, generator=g)}, target, step=step, run_dir=run)
+    return target
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +79,13 @@ def built(tmp_path_factory) -> dict[str, Path]:
         for name in ("step-1.pt", "step-1.pt.sig"):
             shutil.copy(root / "runA" / name, root / "swapped" / name)
         paths["swapped"] = root / "swapped" / "step-1.pt"
+        # a save of runA's that runB never made, copied in with its signature: no line of
+        # runB's journal records it, and the signature names runA's journal
+        paths["copied-twin"] = _file_run(root / "runA", 3, step=2)
+        shutil.copytree(root / "runB", root / "copied")
+        for name in ("step-2.pt", "step-2.pt.sig"):
+            shutil.copy(root / "runA" / name, root / "copied" / name)
+        paths["copied"] = root / "copied" / "step-2.pt"
 
         other = root / "other"
         other.mkdir()
@@ -96,7 +104,7 @@ def _sealed(monkeypatch) -> None:
     monkeypatch.setenv("CKPT_INSPECTOR_SEAL_KEY", SEAL)
 
 
-CASES = ["added", "swapped", "modelsig"]
+CASES = ["added", "swapped", "modelsig", "copied"]
 
 
 def _verify(path: Path, pub: Path, capsys) -> tuple[int, dict]:
@@ -113,8 +121,13 @@ def test_verify_with_the_key_holds_the_signature_to_the_save_record(built, case,
     code, doc = _verify(built[case], built["pub"], capsys)
     assert code == 1
     assert doc["signature"]["state"] == "changed"
-    assert "its save record" in doc["signature"]["reason"]
-    assert any("journal.jsonl:" in error for error in doc["errors"])
+    assert "journal.jsonl" in doc["signature"]["reason"]
+    assert any("journal.jsonl" in error for error in doc["errors"])
+
+
+def test_a_signed_save_no_line_records_is_named_another_runs(built, capsys):
+    _code, doc = _verify(built["copied"], built["pub"], capsys)
+    assert "of another run" in doc["signature"]["reason"]
 
 
 def test_each_reason_is_named_for_another_runs_save(built, capsys):
@@ -161,7 +174,8 @@ def test_run_latest_and_run_verify_with_the_key_still_fail_them(built, case, cap
     def run_dir(path: Path) -> Path:
         return path.parent
 
-    for command in ("latest", "verify"):
+    # runB's own step 1 is still the latest valid save of the run `copied` was copied into
+    for command in ("verify",) if case == "copied" else ("latest", "verify"):
         assert main(["run", command, str(run_dir(built[f"{case}-twin"])), "--public-key",
                      str(built["pub"])]) == 0
         assert main(["run", command, str(run_dir(built[case])), "--public-key",

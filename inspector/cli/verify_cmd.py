@@ -247,7 +247,7 @@ def _run_signed(args: argparse.Namespace) -> int:
     result, error = checked.result, checked.error
     if error is not None and not error.invalid and error.code != "keyless-offline":
         return _usage(escape(error.message))
-    problems = record_problems(record, args.public_key, args.certificate or ()) \
+    problems = record_problems(record, args.public_key, args.certificate or (), signature) \
         if record is not None else []
     verdict = combined(checked.verdict, problems)
     failed = EXIT_FAILED if verdict.state in (SignatureState.INVALID, SignatureState.CHANGED) \

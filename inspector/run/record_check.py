@@ -7,10 +7,18 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from inspector.core.progress import CancelToken
-from inspector.run.checkpoints import CheckpointCheck, LedgerError, RunLedger, check_saves
-from inspector.run.record_lookup import find_record
+from inspector.run import journal
+from inspector.run.checkpoints import (
+    CheckpointCheck,
+    LedgerError,
+    RunLedger,
+    check_saves,
+    read_ledger,
+)
+from inspector.run.record_lookup import PARENT_LEVELS, find_record
 
 
 @dataclass(frozen=True)
@@ -22,20 +30,30 @@ class RecordCheck:
     ledger: RunLedger | None = None
     check: CheckpointCheck | None = None
     error: str | None = None
+    around: tuple[RunLedger, ...] = ()
+    """With no record: the journals above the path, none recording it (a ledger's signature
+    there that names a save is judged against them: `signing.saves.lost_save`)."""
 
 
 def check_record(path: str | os.PathLike[str],
                  cancel: CancelToken | None = None) -> RecordCheck | None:
     """The record of the checkpoint (or a file of the folder checkpoint) at `path`, checked
-    against the disk; None when no journal above it records it."""
+    against the disk; with none, the journals above it (`around`); None when there are none."""
     try:
         found = find_record(path)
+        if found is None:
+            around = tuple(read_ledger(folder) for folder in _journal_folders(path))
+            return RecordCheck(around=around) if around else None
     except LedgerError as exc:
         return RecordCheck(error=exc.message)
-    if found is None:
-        return None
     ledger, record = found
     # `signed`: a journal line calling the checkpoint gone is weighed against the disk where
     # the journal is not authenticated, as `run verify --public-key` does
     [check] = check_saves(ledger, [record], cancel=cancel, signed=True)
     return RecordCheck(ledger, check)
+
+
+def _journal_folders(path: str | os.PathLike[str]) -> list[Path]:
+    """The folders above `path` holding a run journal, as far as `find_record` looks."""
+    above = list(Path(os.path.abspath(path)).parents)[:PARENT_LEVELS]
+    return [folder for folder in above if journal.journal_path(folder).is_file()]

@@ -35,6 +35,7 @@ class Held(Protocol):
     ledger: Any
     check: Any
     error: str | None
+    around: tuple[Any, ...]
 
 
 def held_to_record(verdict: SignatureVerdict, record: Held | None,
@@ -42,7 +43,8 @@ def held_to_record(verdict: SignatureVerdict, record: Held | None,
                    certificates: Sequence[Path] = ()) -> SignatureVerdict:
     """`verdict` (the signature covering a path) combined with what the path's save record
     says (None: no journal above it records it): the worse state, every reason named."""
-    problems = [] if record is None else record_problems(record, public_key, certificates)
+    problems = [] if record is None else \
+        record_problems(record, public_key, certificates, Path(verdict.signature))
     return combined(verdict, problems)
 
 
@@ -58,14 +60,19 @@ def combined(verdict: SignatureVerdict,
 
 
 def record_problems(record: Held, public_key: Path | None = None,
-                    certificates: Sequence[Path] = ()) -> list[tuple[SignatureState, str]]:
+                    certificates: Sequence[Path] = (), signature: Path | None = None
+                    ) -> list[tuple[SignatureState, str]]:
     """Why the save record fails the checkpoint (its bytes or listing now, or the ledger's own
-    signature against it), each with the verdict state it stands for; empty when it holds."""
+    signature against it), or, with no record, why the journals above it fail `signature`
+    (a ledger's, naming a save they lost or another run's: `lost_save`); each with the verdict
+    state it stands for; empty when nothing fails."""
     from inspector.signing.saves import save_signature
 
     if record.error is not None:
         return [(SignatureState.CHANGED, f"no save record above it can be trusted: "
                  f"{record.error}")]
+    if record.check is None:
+        return _unrecorded(record, public_key, certificates, signature)
     ledger, check = record.ledger, record.check
     where = f"its save record {ledger.path}:{check.record.line} ({check.record.label})"
     problems = []
@@ -81,4 +88,22 @@ def record_problems(record: Held, public_key: Path | None = None,
             problems.append((SignatureState(signed.state),
                              f"{own} against {where}: {signed.state}"
                              + (f": {signed.reason}" if signed.reason else "")))
+    return problems
+
+
+def _unrecorded(record: Held, public_key: Path | None, certificates: Sequence[Path],
+                signature: Path | None) -> list[tuple[SignatureState, str]]:
+    """A path no journal above it records: its ledger signature judged by each of those
+    journals whose run folder holds it, as `run verify` judges a signature beside no record."""
+    from inspector.signing.saves import lost_save
+
+    if signature is None or not (public_key or certificates) or not signature.is_file():
+        return []
+    problems = []
+    for ledger in record.around:
+        if not signature.resolve().is_relative_to(ledger.run_dir.resolve()):
+            continue
+        why = lost_save(ledger, signature, public_key, certificates)
+        if why is not None:
+            problems.append((SignatureState.CHANGED, f"{signature} {why} ({ledger.path})"))
     return problems

@@ -93,38 +93,47 @@ ORPHANS_LOOKED_AT = 4096
 def unrecorded(ledger: Any, public_key: PathLike | None = None,
                certificates: Sequence[PathLike] = ()) -> list[str]:
     """What the signatures in the run folder beside no recorded checkpoint say the journal
-    lost: each `*.sig` that holds with the key or chain and names a save (`SavePlace`) whose
-    journal `seq` no save record has (lines cut from the end of a journal leave no gap to
-    see; a signature made for one of them still says it was there), or whose line now
-    records another path or step (the line was changed), or that names another run's
-    journal (a signed file copied in from another run)."""
-    from inspector.signing.bundle import read_bundle
-    from inspector.signing.check import check_signature
-    from inspector.signing.errors import SignatureError
-
+    lost (`lost_save`, each `*.sig` of the run folder but those `save_signature` judges)."""
     records = (*ledger.saves, *ledger.untrusted)
-    by_seq = {r.seq: r for r in records}
-    ours = {ledger.chain_of(r) for r in records} | {ledger.journal.head}
     # a signature beside a recorded checkpoint is judged against that record (`save_signature`)
     judged = {beside(ledger.resolve(r)) for r in records}
     found = []
     for sig in sorted(set(ledger.run_dir.rglob("*.sig")) - judged)[:ORPHANS_LOOKED_AT]:
-        try:
-            checked = check_signature(read_bundle(sig), Path(public_key) if public_key else None,
-                                      [Path(c) for c in certificates])
-        except SignatureError:
-            continue  # not the key's, or not a signature: nothing it says is believed
-        save, name = checked.statement.save, sig.relative_to(ledger.run_dir)
-        if save is None:
-            continue
-        record = by_seq.get(save.seq)
-        if save.chain is not None and save.chain not in ours:
-            found.append(f"{name} is signed for {save.said()} of another run (its journal's "
-                         "chain id is not this one's): a signed file copied in from it")
-        elif record is None:
-            found.append(f"{name} is signed for {save.said()}, which no journal line "
-                         "records: lines were deleted")
-        elif (record.path, record.step) != (save.path, save.step):
-            found.append(f"{name} is signed for {save.said()}, but that line now records "
-                         f"{record.label} at {record.path}: the line was changed")
+        why = lost_save(ledger, sig, public_key, certificates)
+        if why is not None:
+            found.append(f"{sig.relative_to(ledger.run_dir)} {why}")
     return found
+
+
+def lost_save(ledger: Any, sig: Path, public_key: PathLike | None = None,
+              certificates: Sequence[PathLike] = ()) -> str | None:
+    """What a signature in the run folder beside no recorded checkpoint says the journal lost,
+    when it holds with the key or chain and names a save (`SavePlace`): one whose journal
+    `seq` no save record has (lines cut from the end of a journal leave no gap to see; a
+    signature made for one of them still says it was there), whose line now records another
+    path or step (the line was changed), or that names another run's journal (a signed file
+    copied in from another run). None when it says none of these, or is not believed."""
+    from inspector.signing.bundle import read_bundle
+    from inspector.signing.check import check_signature
+    from inspector.signing.errors import SignatureError
+
+    try:
+        checked = check_signature(read_bundle(sig), Path(public_key) if public_key else None,
+                                  [Path(c) for c in certificates])
+    except SignatureError:
+        return None  # not the key's, or not a signature: nothing it says is believed
+    save = checked.statement.save
+    if save is None:
+        return None
+    records = (*ledger.saves, *ledger.untrusted)
+    record = {r.seq: r for r in records}.get(save.seq)
+    if save.chain is not None and \
+            save.chain not in {ledger.chain_of(r) for r in records} | {ledger.journal.head}:
+        return (f"is signed for {save.said()} of another run (its journal's chain id is not "
+                "this one's): a signed file copied in from it")
+    if record is None:
+        return f"is signed for {save.said()}, which no journal line records: lines were deleted"
+    if (record.path, record.step) != (save.path, save.step):
+        return (f"is signed for {save.said()}, but that line now records {record.label} at "
+                f"{record.path}: the line was changed")
+    return None

@@ -135,7 +135,7 @@ def check_path(path: Path, keys: list[Path], cancel: CancelToken | None = None) 
     checked = check(target, signature, key, keyless=keyless, cancel=cancel)
     # held to the path's save record, as `verify` and `report` hold it
     record = check_record(path, cancel)
-    problems = record_problems(record, key) if record is not None else []
+    problems = record_problems(record, key, (), signature) if record is not None else []
     return Shown(target, signature, checked, tuple(problems))
 
 
