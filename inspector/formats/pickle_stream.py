@@ -155,18 +155,19 @@ def carve(ctx: FormatContext, data: bytes, member: str, covered: int) -> None:
             covered = scan.end
 
 
-def scan_also_as_pickle(ctx: FormatContext, buf) -> None:
+def scan_also_as_pickle(ctx: FormatContext, buf) -> bool:
     """Files that are two formats at once: pickle.load (and torch.load's legacy path) unpickle
     the first bytes of anything that is not a zip, so a safetensors or tar file whose bytes
     also parse as a pickle (from any first opcode) that imports something is scanned that way
-    too; the worst wins."""
+    too; the worst wins. Returns whether it was."""
     # not gated by the first byte: the C unpickler takes any opcode there
     first = ctx.walk(buf, 0)
     if not (imports_or_stops(first) and (first.globals or first.calls)):
-        return
+        return False
     ctx.find(Severity.SUSPICIOUS, "polyglot", f"the {ctx.result.format} file is also a pickle that "
              "imports globals; pickle.load and torch.load would run it, so it was scanned too")
     fold_pickles(ctx, buf, None, first, 0)
+    return True
 
 
 def scan_raw(ctx: FormatContext, buf) -> None:

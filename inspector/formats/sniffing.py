@@ -84,6 +84,13 @@ def sniff(head: bytes, size: int) -> str:
     return "unknown"
 
 
+def is_archive(data) -> bool:
+    """Whether an archive or compression reader takes `data` (a kind `NESTED_KINDS` names),
+    whatever else its bytes read as: a tar's first member name ('./', '.hidden', 'l.txt')
+    opens like a pickle to a walk, and `tarfile` still unpacks every member."""
+    return sniff(bytes(data[:512]), len(data)) in NESTED_KINDS
+
+
 def is_tar(head: bytes) -> bool:
     """Whether a 512-byte block is a tar header (its checksum holds, as tarfile checks)."""
     if len(head) < 512 or head[0] == 0 or head[148:156].translate(None, b"01234567 \x00"):

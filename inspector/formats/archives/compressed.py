@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 
 from inspector.core.vocabulary import Format, Severity
 from inspector.formats.archives import decompress, squeeze
-from inspector.formats.pickle_stream import pickle_head, scan_stream
+from inspector.formats.pickle_stream import pickle_head, scan_also_as_pickle, scan_stream
 from inspector.formats.registry import HEAD_BYTES, FormatSpec, register
-from inspector.formats.sniffing import COMPRESSION_MAGIC, NESTED_KINDS, sniff
+from inspector.formats.sniffing import COMPRESSION_MAGIC, NESTED_KINDS, is_archive, sniff
 from inspector.scan.budget import DECODED_BASE, DECODED_PER_BYTE, MAX_STREAMED, BudgetSpent
 from inspector.scan.pickles.walker import imports
 
@@ -63,16 +63,23 @@ def scan_decoded(ctx: FormatContext, buf, decoded: decompress.Decoded, algo: str
         ctx.find(Severity.INFO, "stream-passed-over",
                  f"{decoded.passed_over} bytes of long string or bytes values in the {algo} "
                  "content were decoded and passed over (the scan keeps only their lengths)")
+    # content an archive reader takes is that archive first, as `sniff` orders a whole file: a
+    # tar whose first name opens like a pickle (`tar czf x.tar.gz -C dir .` writes './') is
+    # still unpacked member by member; its pickle reading counts only where it imports
+    archive = is_archive(decoded.data)
+    if archive:
+        res.format = Format.COMPRESSED_ARCHIVE
     with ctx.read_apart(decoded.data, decoded.failed):
-        streamed = scan_stream(ctx, decoded.data, None, False)
+        streamed = (scan_also_as_pickle(ctx, decoded.data) if archive
+                    else scan_stream(ctx, decoded.data, None, False))
     if decoded.failed:
         handed = decompress.handed_out(buf, algo, len(decoded.data))
         ctx.budget.decode(len(handed))
         ctx.read_also(handed, decoded.data)
-    if not streamed:
-        if not ctx.scan_nested(decoded.data, f"<{algo} content>"):
-            raise ValueError(f"{algo} content is not a pickle")
+    if archive and ctx.scan_nested(decoded.data, f"<{algo} content>"):
         res.format = Format.COMPRESSED_ARCHIVE
+    elif not streamed:
+        raise ValueError(f"{algo} content is not a pickle")
     else:
         res.format = Format.COMPRESSED_PICKLE
         members = f" ({decoded.members} members)" if decoded.members > 1 else ""

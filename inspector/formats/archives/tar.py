@@ -13,6 +13,7 @@ from inspector.core.vocabulary import Format, Severity
 from inspector.formats.archives import unpack
 from inspector.formats.pickle_stream import carve
 from inspector.formats.registry import FormatSpec, register
+from inspector.formats.sniffing import is_archive
 from inspector.formats.torch_zip import storage_itemsize
 from inspector.scan.budget import MAX_FORKS, MAX_MEMBER_BYTES
 from inspector.scan.pickles.walker import PickleScan, looks_like_pickle
@@ -74,7 +75,8 @@ def scan_tar(ctx: FormatContext, buf) -> None:
             data = bytes(buf[m.offset_data:m.offset_data + m.size])
         walked, covered = _tar_member_pickles(ctx, data, m.name)
         found += walked
-        if not walked and ctx.scan_nested(data, m.name):
+        # a nested tar whose first name opens like a pickle ('./') is still an archive
+        if is_archive(data) and ctx.scan_nested(data, m.name):
             found += 1
             continue  # its pickles were found inside it
         carve(ctx, data, m.name, covered)

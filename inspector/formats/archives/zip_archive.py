@@ -28,7 +28,7 @@ from inspector.formats.archives import (
 from inspector.formats.numpy_files import scan_member_npy
 from inspector.formats.pickle_stream import carve, fold_pickles, pickle_head, scan_stream
 from inspector.formats.registry import FormatSpec, register
-from inspector.formats.sniffing import NPY_MAGIC, PICKLE_FIRST_BYTES, zip_kind
+from inspector.formats.sniffing import NPY_MAGIC, PICKLE_FIRST_BYTES, is_archive, zip_kind
 from inspector.formats.torch_zip import TORCH_READS, check_records
 from inspector.scan.budget import MAX_MEMBER_BYTES
 from inspector.scan.pickles.walker import imports, looks_like_pickle
@@ -334,13 +334,16 @@ def _scan_member(ctx: FormatContext, buf, reading: _Reading, m: zipread.Member) 
     torch_name = zipread.torch_name(m.name)  # torch finds `X.PKL` for `x.pkl`
     with reading.apart(ctx, m, data, "torch" if torch_name.endswith(TORCH_PICKLES) else ""):
         scan = ctx.walk(data)
+    if not is_record and is_archive(data):
+        # a tar whose first name opens like a pickle ('./'): unpacked, its members load
+        ctx.scan_nested(data, m.name)
     if not (imports(scan) if is_record else looks_like_pickle(scan)):
         if m.encrypted:
             ctx.find(Severity.SUSPICIOUS, "zip-encrypted", "encrypted member cannot be scanned",
                      m.name)
         if m is main:
             ctx.block(f"{m.name} is not a pickle")
-        if not is_record:
+        if not is_record and not is_archive(data):
             ctx.scan_nested(data, m.name)
         return
     fold_pickles(ctx, data, m.name, scan, 1 if reading.torch_zip and m is main else 0)
