@@ -264,7 +264,9 @@ def _parse_tsv(lines: list[str], name: str) -> list[FileEntry]:
 
 
 def _parse_size(text: str, where: str) -> int:
-    if not text.isdigit():
+    """A size column's text as a count: ASCII digits only (`str.isdigit` takes "²", which
+    `int` refuses, and "３", which no other reader of the manifest would take for 3)."""
+    if not re.fullmatch(r"[0-9]+", text):
         raise ManifestError(f"{where}: size {text[:40]!r} is not a non-negative integer")
     return int(text)
 
@@ -307,7 +309,7 @@ def _parse_json(text: str, name: str) -> tuple[list[FileEntry], str]:
             f"{name}: JSON is neither a {SCHEMA} manifest nor a sharded checkpoint index"
         )
     version = doc.get("schema_version")
-    if not isinstance(version, int) or version > SCHEMA_VERSION:
+    if type(version) is not int or version > SCHEMA_VERSION:  # JSON's true is no version
         raise ManifestError(
             f"{name}: manifest schema_version {version!r} is not supported "
             f"(this version reads up to {SCHEMA_VERSION})"
@@ -331,7 +333,7 @@ def _json_file(record: Any, where: str) -> FileEntry:
     if digest is not None and not (isinstance(digest, str) and re.fullmatch(_HEX64, digest)):
         raise ManifestError(f"{where}: sha256 is not 64 hex digits")
     size = record.get("size")
-    if size is not None and not (isinstance(size, int) and size >= 0):
+    if size is not None and not (type(size) is int and size >= 0):  # true is no size
         raise ManifestError(f"{where}: size is not a non-negative integer")
     tensors = None
     if record.get("tensors") is not None:
@@ -367,7 +369,7 @@ def _json_tensor(record: Any, where: str) -> TensorEntry:
         raise ManifestError(f"{where}: tensor record needs a 'key' string")
     shape = record.get("shape")
     if shape is not None and not (
-        isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape)
+        isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)
     ):
         raise ManifestError(f"{where}: shape is not a list of non-negative integers")
     return TensorEntry(
