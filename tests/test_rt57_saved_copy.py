@@ -73,17 +73,17 @@ def loss_of(model: nn.Module, weights: dict[str, torch.Tensor]) -> float:
 
 
 def largest_index(t: torch.Tensor, below: float = float("inf")) -> int:
-    """The element of largest |w| below `below` (2: its exponent's top bit, 30, is clear)."""
+    """The element of largest |w| below `below` (0.5: bit 30 set keeps it finite, x2^128)."""
     magnitude = t.detach().abs().view(-1)
     return int(torch.where(magnitude < below, magnitude, 0.0).argmax())
 
 
 @pytest.mark.usefixtures("weights_reader")
-@pytest.mark.parametrize("bit", [30, 31])
+@pytest.mark.parametrize(("bit", "below"), [(30, 0.5), (31, float("inf"))])
 def test_a_weight_flipped_in_the_staged_copy_is_unhealthy_and_run_latest_skips_it(
-        tmp_path, capsys, bit):
-    """Bit 30 (x2^128, past the bound) and bit 31 (the sign of the largest weight: within the
-    bound, only the fingerprint sees it) of one element of the copy's `2.weight`."""
+        tmp_path, capsys, bit, below):
+    """Bit 30 (x2^128, finite, past the bound) and bit 31 (the sign of the largest weight:
+    within the bound, only the bytes show it) of one element of the copy's `2.weight`."""
     records = {}
     for faulty in (False, True):
         run = tmp_path / ("faulty" if faulty else "clean")
@@ -93,7 +93,7 @@ def test_a_weight_flipped_in_the_staged_copy_is_unhealthy_and_run_latest_skips_i
         assert first.outcome == SaveOutcome.VERIFIED
         copy = staged(model)
         if faulty:
-            flip(copy["2.weight"], largest_index(copy["2.weight"], 2.0), bit)
+            flip(copy["2.weight"], largest_index(copy["2.weight"], below), bit)
         records[faulty] = (save({"model": copy, "optimizer": opt.state_dict()},
                                 run / "step-10.pt", step=10, run_dir=run),
                            loss_of(model, dict(model.state_dict())), loss_of(model, copy))
@@ -101,6 +101,7 @@ def test_a_weight_flipped_in_the_staged_copy_is_unhealthy_and_run_latest_skips_i
     (clean, live0, saved0), (bad, live1, saved1) = records[False], records[True]
     assert clean.outcome == SaveOutcome.VERIFIED and live0 == saved0 == live1
     assert saved1 != live1  # the harm: the copy is not the model the run trained
+    assert copy["2.weight"].isfinite().all()
     assert bad.outcome == SaveOutcome.UNHEALTHY
     assert "saved-copy on model.2.weight: its bytes differ from the live weights" in bad.detail
     assert ("past the bound" in bad.detail) == (bit == 30)
@@ -157,3 +158,24 @@ def test_a_constant_buffer_flipped_in_the_copy_is_unhealthy(tmp_path):
     assert b_saved != b_live  # the harm
     assert bad.outcome == SaveOutcome.UNHEALTHY
     assert "saved-copy on state_dict.scale: its bytes differ from the live buffer" in bad.detail
+
+
+def test_two_guarded_models_sharing_names_stay_sealed(tmp_path):
+    """Two guarded models whose tensors share names (two `nn.Sequential`s, a GAN's pair), one
+    with weights 20x the other's, staged together: neither's copy is bounded by the other's."""
+    first, second = tiny_model(0), tiny_model(1)
+    with torch.no_grad():
+        second[2].weight.mul_(20)
+    opts = [torch.optim.SGD(m.parameters(), lr=1e-4) for m in (first, second)]
+    guard = Guard(tmp_path, GuardConfig(console=False))
+    for step in range(6):
+        for model, opt in zip((first, second), opts, strict=True):
+            opt.zero_grad(set_to_none=True)
+            loss = nn.functional.mse_loss(model(batch(step)[0]), batch(step)[1])
+            loss.backward()
+            if guard.step(loss, model, opt, step=step).take_step:
+                opt.step()
+    record = save({"G": staged(first), "D": staged(second)}, tmp_path / "pair.pt", step=6,
+                  run_dir=tmp_path)
+    assert record.outcome == SaveOutcome.VERIFIED, record.detail
+    guard.close()

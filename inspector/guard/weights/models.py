@@ -105,8 +105,10 @@ class Models:
     def saved_problems(self, state: Any) -> list[str]:
         """Each watched model's copy in a state about to be saved against the live weights
         (`weights.saved`)."""
-        return [line for w in self.all()
-                for line in saved_problems(w.watch, w.rules, w.label, state)]
+        every = self.all()
+        return [line for w in every for line in saved_problems(
+            w.watch, w.rules, w.label, state,
+            frozenset(n for o in every if o is not w for n in o.watch.names))]
 
     def param_names(self) -> dict[int, str]:
         """Every watched parameter's name (with its model's label) by the parameter's `id`."""

@@ -6,11 +6,14 @@ buffer) would otherwise be sealed.
 The saved tensors that carry a watched tensor's name (the key ends with it at a dot, with its
 shape and dtype) are grouped by the key's prefix (`model.`, `state_dict.`, `ema.`). A group is
 a copy of the live model when at least half of its tensors an optimizer steps (all of them
-when none is held by one) hold the live bytes exactly (the guard's own fingerprint,
-`prints.fingerprint`, against the one it read at the save); in such a copy every tensor whose
-bytes differ is named. A group that is not one (an EMA, weights staged some steps ago) still
-has each tensor's largest |value| held to the learned `weight-largest` bound (an EMA is a
-convex mix of past weights, so never past it). Both read the saved bytes only; a saved tensor
+when none is held by one) hold the live bytes exactly (compared byte for byte with the live
+tensor, which the health check just held to the guard's fingerprint; on another device, a
+staging buffer in host memory, the copy's fingerprint, `prints.fingerprint`, against the one
+the guard read at the save); in such a copy every tensor whose bytes differ is named, and so
+is every buffer no forward writes (`constants`) whose bytes are not the live buffer's. A group
+that is not one (an EMA, weights staged some steps ago) still has each tensor's largest |value|
+held to the learned `weight-largest` bound (an EMA is a convex mix of past weights, so never
+past it), as are a copy's tensors that differ. Both read the saved bytes only; a saved tensor
 that is the live parameter's own storage is the live bytes and is not read again.
 """
 
@@ -24,11 +27,13 @@ import torch
 
 from inspector.core.flatten import flatten
 from inspector.guard.weights.fingerprint import WeightWatch, local
-from inspector.guard.weights.prints import Prints, fingerprint
+from inspector.guard.weights.prints import Prints, fingerprint, raw_bytes
 from inspector.guard.weights.rules import WeightLargest, WeightRuleSet
 
 RULE = "saved-copy"
 SHOWN = 3
+INTS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+"""The integer dtype of each element size, to compare bytes as integers."""
 
 
 @dataclass
@@ -43,25 +48,33 @@ class _Group:
     """(position among the buffers no forward writes, saved key, tensor)."""
 
 
-def saved_problems(watch: WeightWatch, rules: WeightRuleSet, label: str, state: Any
-                   ) -> list[str]:
+def saved_problems(watch: WeightWatch, rules: WeightRuleSet, label: str, state: Any,
+                   shared: frozenset[str] = frozenset()) -> list[str]:
     """Every saved tensor of `state` carrying a watched name that a copy of the live model
-    holds with other bytes, or that is past its learned largest |value|, in words."""
+    holds with other bytes, or that is past its learned largest |value|, in words; a name in
+    `shared` (another guarded model watches it too: a GAN's two `nn.Sequential`s) is bounded
+    only in a copy of this model, as a tensor outside one may be the other model's."""
     with torch.no_grad():
         groups = _groups(watch, state)
         if not groups:
             return []
-        live = _live_prints(watch)
         largest = next((r for r in rules.rules if isinstance(r, WeightLargest)), None)
         held = _held(watch)
         out = []
         for group in groups.values():
-            differ = _differing(watch, live, group)
-            if _is_copy(group, differ, held):
+            differ = _differing(watch, group)
+            copy = _is_copy(group, differ, held)
+            if copy:
                 out += [f"{RULE} on {label}{key}: its bytes differ from the live weights the "
                         "guard fingerprinted at the save (a fault in the copy being saved)"
                         for (_, key, _), bad in zip(group.params, differ, strict=True) if bad]
                 out += _constants_differ(watch, label, group)
+                # the live bytes' largest |w| is the health check's: only the others are read
+                group.params = [e for e, bad in zip(group.params, differ, strict=True) if bad]
+            else:
+                group.params = [e for e in group.params
+                                if watch.named_params[e[0]][0] not in shared]
+                group.buffers = [e for e in group.buffers if e[0] not in shared]
             if largest is not None:
                 out += _past_bound(watch, largest, label, group)
         return out[:SHOWN] + ([f"and {len(out) - SHOWN} more saved-copy problems"]
@@ -129,15 +142,21 @@ def _held(watch: WeightWatch) -> set[int] | None:
     return {i for held in known for i in held}
 
 
-def _differing(watch: WeightWatch, live: Prints, group: _Group) -> list[bool]:
-    """Per saved parameter of the group, whether its bytes differ from the live fingerprint;
-    one that is the live parameter's own bytes (a view of its storage) is not read."""
-    read = [k for k, (i, _, t) in enumerate(group.params) if not _is_live(t, watch.params[i])]
-    out = [False] * len(group.params)
-    if read:
-        saved = fingerprint([group.params[k][2] for k in read])
-        expected = live.select([group.params[k][0] for k in read])
-        for k, bad in zip(read, saved.differ(expected).tolist(), strict=True):
+def _differing(watch: WeightWatch, group: _Group) -> list[bool]:
+    """Per saved parameter of the group, whether its bytes differ from the live ones: compared
+    byte for byte on the live tensor's device, else by the guard's fingerprint (another
+    device: a staging buffer in host memory); one that is the live parameter's own storage
+    is not read."""
+    out, far = [], []
+    for k, (i, _, saved) in enumerate(group.params):
+        live = watch.params[i]
+        far += [(k, i)] if saved.device != live.device else []
+        out.append(saved.device == live.device and not _is_live(saved, live)
+                   and not _same_bytes(saved, live))
+    if far:
+        printed = fingerprint([group.params[k][2] for k, _ in far])
+        expected = _live_prints(watch).select([i for _, i in far])
+        for (k, _), bad in zip(far, printed.differ(expected).tolist(), strict=True):
             out[k] = bool(bad)
     return out
 
@@ -146,14 +165,19 @@ def _constants_differ(watch: WeightWatch, label: str, group: _Group) -> list[str
     """The buffers no forward writes whose bytes in a copy of the live model are not the live
     buffer's (which the guard holds to the bytes it first read)."""
     items = watch.constants.items
-    read = [(i, key, t) for i, key, t in group.constants if not _is_live(t, items[i].tensor)]
-    if not read:
-        return []
-    saved = fingerprint([t for _, _, t in read])
-    live = fingerprint([items[i].tensor for i, _, _ in read])
     return [f"{RULE} on {label}{key}: its bytes differ from the live buffer {items[i].name}, "
             "which no forward writes (a fault in the copy being saved)"
-            for (i, key, _), bad in zip(read, saved.differ(live).tolist(), strict=True) if bad]
+            for i, key, saved in group.constants if not _is_live(saved, items[i].tensor)
+            and not _same_bytes(saved, items[i].tensor.to(saved.device))]
+
+
+def _same_bytes(saved: torch.Tensor, live: torch.Tensor) -> bool:
+    """Whether two tensors of one shape and dtype hold the same bytes (as integers: a float
+    compare would take -0.0 for 0.0 and never NaN for itself)."""
+    as_int = INTS.get(saved.element_size())
+    if as_int is None:
+        return torch.equal(raw_bytes(saved), raw_bytes(live))
+    return torch.equal(saved.detach().view(as_int), live.detach().view(as_int))
 
 
 def _is_live(saved: torch.Tensor, live: torch.Tensor) -> bool:
