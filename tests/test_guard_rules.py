@@ -62,7 +62,8 @@ def test_the_median_rule_judges_from_its_fifth_value_and_follows_a_falling_loss(
 
 
 def test_every_registered_rule_is_named_by_its_kind_and_judges_through_the_rule_set():
-    assert set(RULES) == {"nonfinite", "spike-max", "spike-ema", "spike-median"}
+    assert set(RULES) == {"nonfinite", "spike-max", "spike-ema", "spike-median",
+                          "spike-journaled"}
     for kind, cls in RULES.items():
         rule = cls("loss")
         assert rule.name == f"loss-{kind}" and rule.judge(1.0) is None

@@ -47,7 +47,7 @@ from torch.optim.optimizer import (
 
 from inspector.core import strict_json
 from inspector.core.errors import CodedError
-from inspector.guard import inject
+from inspector.guard import baseline, inject
 from inspector.guard.alarm_record import AlarmConsole, append_alarm
 from inspector.guard.devstate import XidWatch, device_state
 from inspector.guard.inject import BitFlip
@@ -137,6 +137,9 @@ class GuardConfig:
     overlap: bool | None = None
     """Read the weights' norms and the check's fingerprint on a background thread (None: when
     the weights are on the CPU and a core is spare; see `weights.fingerprint`)."""
+    resume_baseline: bool = True
+    """Start from the rules' numbers an earlier session journaled in the run folder
+    (`baseline`); False starts them afresh (a new task trained in the same folder)."""
 
 
 @dataclass
@@ -192,12 +195,15 @@ class Guard:
                              "warn, skip, halt")
         self.run_dir = Path(self.run_dir)
         self.journal = journal.journal_path(self.run_dir)
-        check_journal(self.journal)
-        self.rules = RuleSet.default(self.config.k_max, self.config.k_ema, self.config.warmup,
-                                     self.config.k_median)
-        self.models = Models(self.config.fingerprint_every, self.config.largest_every,
-                             self.config.overlap, self.config.k_largest, self.config.k_update)
-        """Each guarded model's watch and learned numbers (`weights.models`)."""
+        read = baseline.read_journal(self.journal)  # refuses a damaged one
+        self._fresh_rules()
+        self._baseline_step: int | None = None  # the step this session last journaled them at
+        if self.config.resume_baseline and (seed := baseline.latest(read, self.rank)):
+            try:  # an earlier session's numbers, the rules afresh where they do not fit
+                self._load_rules(seed.rules)
+                self.rules.new_session()
+            except (TypeError, ValueError, KeyError, AttributeError):
+                self._fresh_rules()
         self._held: dict[tuple[str, str, str | None], str] = {}
         """Each definitive weight alarm (`HELD_RULES`) by model, rule and tensor, in words: the
         weights still hold what it named, whatever the rules learned since, so the health
@@ -216,6 +222,19 @@ class Guard:
         self._pending: _Pending | None = None
         self._xids: XidWatch | None = XidWatch() if torch.cuda.is_available() else None
         self._metrics: BlockWriter | None = None
+
+    def _fresh_rules(self) -> None:  # the rules with nothing learned
+        self.rules = RuleSet.default(self.config.k_max, self.config.k_ema, self.config.warmup,
+                                     self.config.k_median)
+        self.models = Models(self.config.fingerprint_every, self.config.largest_every,
+                             self.config.overlap, self.config.k_largest, self.config.k_update)
+        """Each guarded model's watch and learned numbers (`weights.models`)."""
+
+    def _journal_baseline(self) -> None:
+        """Journal the rules' learned numbers once per step, after this session judged one."""
+        if self._metrics is not None and self.step_index != self._baseline_step:
+            baseline.record(self.run_dir, self.rank, self.step_index, self._rules_state())
+            self._baseline_step = self.step_index
 
     def begin(self, model: nn.Module | None = None, batch: Any = None,
               sample_ids: Sequence | None = None) -> None:
@@ -348,7 +367,9 @@ class Guard:
         refuses in the state itself);
         a definitive weight alarm since the last `accept_weights`; a loss, gradient or
         weight-statistics alarm in the last `RECENT_ALARMS` steps; the last `NONFINITE_STREAK`
-        or more steps all skipped as non-finite (what the ledger asks)."""
+        or more steps all skipped as non-finite (what the ledger asks); first journals the
+        rules' numbers (`baseline`), for a session resumed from this save."""
+        self._journal_baseline()
         found = []
         for watched in self.models.all():
             watch = watched.watch
@@ -415,7 +436,9 @@ class Guard:
 
     def close(self) -> None:
         """Flush the per-step metrics file, print the alarm counts, unhook from the optimizers
-        and the ledger, and stop the XID listener (if a GPU was there)."""
+        and the ledger, and stop the XID listener (if a GPU was there); journal the rules'
+        numbers for the next session (`baseline`)."""
+        self._journal_baseline()
         self._post_hook.remove()
         self._pre_hook.remove()
         self.models.close()
@@ -539,22 +562,6 @@ class Guard:
                      threshold=first.threshold, action=alarm.action, rank=self.rank,
                      params=alarm.params, attribution=alarm.attribution, scene=alarm.scene,
                      **extra)
-
-
-def check_journal(path: Path) -> None:
-    """Refuse to append to a run journal whose chain is broken (CodedError, nothing written);
-    a line cut short by a crash is kept as evidence and the chain goes on after it, as the
-    ledger and `run latest` do."""
-    if not path.exists():
-        return
-    try:
-        read = journal.read(path)
-    except OSError as exc:
-        raise CodedError("journal-unreadable", f"{path} cannot be read ({exc})") from None
-    if broken := [p for p in read.problems if p.kind != "truncated"]:
-        p = broken[0]
-        raise CodedError("journal-damaged", f"{path} line {p.line} is {p.kind} ({p.detail}); "
-                         "keep it as evidence and start the run in a new RUN_DIR")
 
 
 def _same(a: float, b: float, rtol: float) -> bool:

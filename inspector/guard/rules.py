@@ -11,8 +11,11 @@ half the largest of the signal's first `early` values (`StartScale`): a run trai
 loss has a median so low that an ordinary hard batch is 30x it, but a value far below what the
 run itself produced when its weights knew nothing is no blow-up. The rules over the weights
 themselves (per tensor) are in `weights.rules`.
-Their state is plain numbers (`state_dict`), so a scene carries it and a resumed run keeps its
-thresholds.
+Their state is plain numbers (`state_dict`), so a scene carries it, and the journal too
+(`guard.baseline`, at every save's health check and at close): a guard started on a run folder
+whose journal holds an earlier session's state continues from it (`guard.baseline`), and its
+loss is also held to k x the largest the run learned before (`JournaledMax`), so a resume never
+starts blind.
 """
 
 from __future__ import annotations
@@ -280,6 +283,48 @@ class MedianSpike(OnSignal):
         self.start.first = [float(v) for v in state.get("first", [])]
 
 
+@register
+@dataclass
+class JournaledMax(OnSignal):
+    """Alarm at >= k x the largest |value| the run learned before this session (a guard that
+    loaded an earlier session's numbers from the journal, `guard.baseline`): a bound fixed for
+    the session, so a steady climb that every warm-up and window learns as it
+    goes is still named once it passes k x anything the run showed before (its untrained
+    start included). Silent in a run's first session, which has Megatron's rule."""
+
+    signal: Signal
+    k: float = 10.0
+    largest: float = 0.0
+    """The bound's base: the largest value learned before this session (0: none)."""
+    seen: float = 0.0
+    """The largest |value| learned so far, earlier sessions included: the next session's base."""
+    kind = "spike-journaled"
+
+    def judge(self, value: float) -> Breach | None:
+        """The breach, with the threshold broken, or None."""
+        threshold = self.k * self.largest
+        if math.isfinite(value) and abs(value) >= threshold > 0:
+            return Breach(self.name, self.signal, value, threshold)
+        return None
+
+    def learn(self, value: float) -> None:
+        """Keep the largest |value| (the bound stays until the next load)."""
+        if math.isfinite(value):
+            self.seen = max(self.seen, abs(value))
+
+    def state_dict(self) -> dict:
+        """The largest value learned, for the next session."""
+        return {"largest": self.largest, "seen": self.seen}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from a saved state."""
+        self.largest, self.seen = float(state["largest"]), float(state["seen"])
+
+    def new_session(self) -> None:
+        """A resumed session: the largest value learned so far becomes the bound's base."""
+        self.largest = self.seen
+
+
 @dataclass
 class RuleSet(StateByName):
     """Every rule the guard applies, with their shared learning and state."""
@@ -290,13 +335,14 @@ class RuleSet(StateByName):
     def default(cls, k_max: float = 10.0, k_ema: float = 10.0, warmup: int = 100,
                 k_median: float = 30.0) -> RuleSet:
         """NaN/Inf on both signals, Megatron's rule on both, the EMA rule on the loss, the
-        median rule on both."""
+        median rule on both, and the loss against the largest learned before a resume."""
         return cls([RULES["nonfinite"]("loss"), RULES["nonfinite"]("grad_norm"),
                     RULES["spike-max"]("loss", k_max, warmup),
                     RULES["spike-max"]("grad_norm", k_max, warmup),
                     RULES["spike-ema"]("loss", k_ema, warmup),
                     RULES["spike-median"]("loss", k_median),
-                    RULES["spike-median"]("grad_norm", k_median)])
+                    RULES["spike-median"]("grad_norm", k_median),
+                    RULES["spike-journaled"]("loss", k_max)])
 
     def judge(self, values: dict[Signal, float]) -> list[Breach]:
         """Every rule the step's values break, in rule order."""
@@ -307,3 +353,9 @@ class RuleSet(StateByName):
         """Learn from a step that raised no alarm."""
         for rule in self.rules:
             rule.learn(values[rule.signal])
+
+    def new_session(self) -> None:
+        """A resumed session begins (`JournaledMax`: its bound from all learned before)."""
+        for rule in self.rules:
+            if isinstance(rule, JournaledMax):
+                rule.new_session()
