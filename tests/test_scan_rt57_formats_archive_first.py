@@ -113,3 +113,33 @@ def test_a_dot_slash_tar_inside_an_archive_is_opened(tmp_path: Path, outer: str)
     with open(tmp_path / "inner" / "model.pkl", "rb") as fh:
         pickle.load(fh)
     assert canary.exists()
+
+
+def _weak_checksum_tar(members: list[tuple[str, bytes]]) -> bytes:
+    """A tar whose first header writes its checksum '0_NNNNN': `int(s, 8)` reads the
+    underscore, so tarfile takes the header; a strict octal check refuses it."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    raw = bytearray(out.getvalue())
+    raw[148:156] = b" " * 8
+    raw[148:156] = b"0_%05o\x00" % sum(raw[:512])  # tarfile sums the field as spaces
+    tarfile.TarInfo.frombuf(bytes(raw[:512]), "utf-8", "surrogateescape")
+    return bytes(raw)
+
+
+def test_a_tar_gz_whose_header_only_tarfile_takes_is_read_as_a_tar(tmp_path: Path) -> None:
+    import gzip
+
+    sample = tmp_path / "model.tar.gz"
+    sample.write_bytes(gzip.compress(_weak_checksum_tar(
+        [("weights.txt", b"w"), ("../escaped.txt", b"x")])))
+    res = scan_file(sample)
+    assert not (tmp_path / "escaped.txt").exists()
+    assert res.verdict == Verdict.DANGEROUS
+    assert any(f.code == "writes-outside" for f in res.findings)
+    shutil.unpack_archive(sample, tmp_path / "unpacked")
+    assert (tmp_path / "escaped.txt").exists()

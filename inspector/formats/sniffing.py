@@ -88,7 +88,21 @@ def is_archive(data) -> bool:
     """Whether an archive or compression reader takes `data` (a kind `NESTED_KINDS` names),
     whatever else its bytes read as: a tar's first member name ('./', '.hidden', 'l.txt')
     opens like a pickle to a walk, and `tarfile` still unpacks every member."""
-    return sniff(bytes(data[:512]), len(data)) in NESTED_KINDS
+    head = bytes(data[:512])
+    return sniff(head, len(data)) in NESTED_KINDS or tarfile_takes(head)
+
+
+def tarfile_takes(head: bytes) -> bool:
+    """Whether Python's `tarfile` reads a 512-byte block as a header: it also takes checksums
+    `is_tar` refuses ('0_123456', after a tab: `int(s, 8)` reads them), so `tarfile.open`
+    and `shutil.unpack_archive` unpack such a file."""
+    import tarfile
+
+    try:
+        tarfile.TarInfo.frombuf(head, "utf-8", "surrogateescape")
+    except tarfile.HeaderError:
+        return False
+    return True
 
 
 def is_tar(head: bytes) -> bool:

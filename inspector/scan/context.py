@@ -19,7 +19,7 @@ from inspector.core.verdict import rank, worst
 from inspector.core.vocabulary import Format, Severity, Verdict
 from inspector.formats.archives import decompress, zipread
 from inspector.formats.archives.torch_package import _denied as denied_in_source
-from inspector.formats.sniffing import NESTED_KINDS, sniff
+from inspector.formats.sniffing import NESTED_KINDS, is_archive, sniff
 from inspector.scan.budget import (
     CRC_BUDGET,
     MAX_DECOMPRESSED,
@@ -444,9 +444,10 @@ class ScanContext:
         file of its own and its imports and findings are folded in under `member!inner`. Returns
         whether the member was one; torch.load never reads it, so nothing here blocks weights_only.
         """
-        kind = sniff(bytes(data[:512]), len(data))
-        if kind not in NESTED_KINDS:
+        if not is_archive(data):
             return False
+        kind = sniff(bytes(data[:512]), len(data))
+        kind = kind if kind in NESTED_KINDS else "tar"  # a header only tarfile takes
         if self.nesting >= MAX_NESTING_ARCHIVES:
             self.not_fully_read("nested-too-deep",
                                f"a {kind} inside {self.nesting} archives was not opened", member)

@@ -13,7 +13,7 @@ from inspector.core.vocabulary import Format, Severity
 from inspector.formats.archives import unpack
 from inspector.formats.pickle_stream import carve
 from inspector.formats.registry import FormatSpec, register
-from inspector.formats.sniffing import is_archive
+from inspector.formats.sniffing import is_archive, tarfile_takes
 from inspector.formats.torch_zip import storage_itemsize
 from inspector.scan.budget import MAX_FORKS, MAX_MEMBER_BYTES
 from inspector.scan.pickles.walker import PickleScan, looks_like_pickle
@@ -168,9 +168,7 @@ def scan_also_as_tar(ctx: FormatContext, buf) -> None:
     tab): such a file is scanned as a tar too, its own format kept; the worst wins."""
     import tarfile
 
-    try:
-        tarfile.TarInfo.frombuf(bytes(buf[:512]), "utf-8", "surrogateescape")
-    except tarfile.HeaderError:
+    if not tarfile_takes(bytes(buf[:512])):
         return
     fmt = ctx.result.format
     ctx.find(Severity.SUSPICIOUS, "polyglot", f"the {fmt} file is also a tar archive to Python's "
