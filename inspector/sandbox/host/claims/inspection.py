@@ -32,13 +32,12 @@ def check_inspection(expected: Expected, report: dict[str, Any]) -> None:
         check_shape("inspection", InspectResult, report)
     except SandboxError as exc:
         expected.stop()
-        # no view may read what is not shaped as the contract (a table would trip on it)
-        report.update(error=exc.to_json(), tensors=[], objects=[], unique_storage=None)
+        _refuse(report, exc)
         return
     named = algorithm_problems(report)
     if named:
         expected.stop()
-        report["error"] = refuted("inspection", named, report.get("sandbox")).to_json()
+        _refuse(report, refuted("inspection", named, report.get("sandbox")))
         return
     measured = expected.wait()
     if isinstance(measured, str):
@@ -49,12 +48,19 @@ def check_inspection(expected: Expected, report: dict[str, Any]) -> None:
     problems = record_problems(measured, report["tensors"], {}, INSPECTED)
     problems += _objects_problems(expected, report)
     if problems:
-        report["error"] = refuted("inspection", problems, report.get("sandbox")).to_json()
-        report["health"] = None
+        _refuse(report, refuted("inspection", problems, report.get("sandbox")))
         return
     report["health"] = assess(map(TensorStats.from_json, report["tensors"])).to_json()
     report["claims"] = ClaimCheck(checked=True, tensors=len(measured)).to_json()
     timed(report, started)
+
+
+def _refuse(report: dict[str, Any], error: SandboxError) -> None:
+    """A refused reply keeps none of the loader's answer: no view, results file or report may
+    read a record the check here did not let stand (nor one not shaped as the contract, which
+    a table would trip on)."""
+    report.update(error=error.to_json(), tensors=[], objects=[], unique_storage=None,
+                  health=None)
 
 
 def _objects_problems(expected: Expected, report: dict[str, Any]) -> list[str]:
