@@ -143,3 +143,26 @@ def test_a_tar_gz_whose_header_only_tarfile_takes_is_read_as_a_tar(tmp_path: Pat
     assert any(f.code == "writes-outside" for f in res.findings)
     shutil.unpack_archive(sample, tmp_path / "unpacked")
     assert (tmp_path / "escaped.txt").exists()
+
+
+_OTHER_MAGIC = {"zip": "PK\x03\x04notes", "npy": "\x93NUMPYx", "bz2": "BZh91AY&SYx",
+                "xz": "\xfd7zXZ\x00x", "zstd": "(\xb5/\xfdx", "lz4": "\x04\"M\x18x"}
+
+
+@pytest.mark.parametrize("magic", sorted(_OTHER_MAGIC))
+@pytest.mark.parametrize("mode", ["w", "w:gz"])
+def test_a_tar_whose_first_name_opens_with_another_magic_is_read_as_a_tar(
+        tmp_path: Path, magic: str, mode: str) -> None:
+    # the other format's parse fails on the tar; tarfile unpacks it all the same
+    sample = tmp_path / ("model.tar" if mode == "w" else "model.tar.gz")
+    with tarfile.open(sample, mode, format=tarfile.GNU_FORMAT, encoding="latin-1") as tar:
+        for name in (_OTHER_MAGIC[magic], "../escaped.txt"):
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+    res = scan_file(sample)
+    assert not (tmp_path / "escaped.txt").exists()
+    assert res.verdict == Verdict.DANGEROUS
+    assert any(f.code == "writes-outside" for f in res.findings)
+    shutil.unpack_archive(sample, tmp_path / "unpacked")
+    assert (tmp_path / "escaped.txt").exists()

@@ -77,6 +77,10 @@ def _scan_buffer(ctx: ScanContext, buf, size: int) -> None:
             res.error = f"not a readable {kind} file: {reason}"
         else:
             ctx.not_fully_read("format-unreadable", f"{kind} parse failed: {reason}")
+        if kind != Format.TAR:
+            # a tar whose first member name opens with another format's magic ('BZh...',
+            # 'PK\x03\x04...'): that format's parse fails, and tarfile unpacks it all the same
+            scan_also_as_tar(ctx, buf)
         return
     # torch.load and numpy.load take a zip's own path; pickle.load stops at its first byte
     if kind != Format.ZIP and res.format not in (Format.PICKLE, Format.PYTORCH_LEGACY,
