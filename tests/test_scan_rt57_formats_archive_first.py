@@ -166,3 +166,33 @@ def test_a_tar_whose_first_name_opens_with_another_magic_is_read_as_a_tar(
     assert any(f.code == "writes-outside" for f in res.findings)
     shutil.unpack_archive(sample, tmp_path / "unpacked")
     assert (tmp_path / "escaped.txt").exists()
+
+
+def test_a_tar_that_is_also_a_zip_is_read_as_a_tar_too(tmp_path: Path) -> None:
+    # its first name opens 'PK\x03\x04' and a zip ends it: zip readers find the zip, tarfile the tar
+    tar_part = io.BytesIO()
+    with tarfile.open(fileobj=tar_part, mode="w", format=tarfile.GNU_FORMAT,
+                      encoding="latin-1") as tar:
+        for name in ("PK\x03\x04notes", "../escaped.txt"):
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+    zip_part = io.BytesIO()
+    with zipfile.ZipFile(zip_part, "w") as z:
+        z.writestr("readme.txt", "hello")
+    sample = tmp_path / "model.tar"
+    sample.write_bytes(tar_part.getvalue() + zip_part.getvalue())
+    res = scan_file(sample)
+    assert not (tmp_path / "escaped.txt").exists()
+    assert res.verdict == Verdict.DANGEROUS
+    assert any(f.code == "writes-outside" for f in res.findings)
+    shutil.unpack_archive(sample, tmp_path / "unpacked")
+    assert (tmp_path / "escaped.txt").exists()
+
+
+def test_a_plain_zip_and_torch_save_stay_safe(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    torch.save({"w": torch.ones(2)}, tmp_path / "model.pt")
+    res = scan_file(tmp_path / "model.pt")
+    assert res.verdict == Verdict.SAFE
+    assert not any(f.code == "polyglot" for f in res.findings)

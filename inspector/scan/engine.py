@@ -86,7 +86,7 @@ def _scan_buffer(ctx: ScanContext, buf, size: int) -> None:
     if kind != Format.ZIP and res.format not in (Format.PICKLE, Format.PYTORCH_LEGACY,
                                                  Format.UNKNOWN):
         scan_also_as_pickle(ctx, buf)
-    if kind not in (Format.ZIP, Format.TAR):
+    if kind != Format.TAR:  # a zip too: tarfile reads a tar header at the start, the zip's end
         scan_also_as_tar(ctx, buf)
     if kind != Format.ZIP and not kind.startswith("compressed:"):
         scan_also_compressed(ctx, buf)

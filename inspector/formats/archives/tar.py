@@ -172,7 +172,8 @@ def scan_also_as_tar(ctx: FormatContext, buf) -> None:
         return
     fmt = ctx.result.format
     ctx.find(Severity.SUSPICIOUS, "polyglot", f"the {fmt} file is also a tar archive to Python's "
-             "tarfile; torch.load would unpickle its members, so it was scanned as one too")
+             "tarfile: shutil.unpack_archive unpacks its members (and torch.load, where it "
+             "takes its tar path, unpickles them), so it was scanned as one too")
     with contextlib.suppress(tarfile.TarError, ValueError):  # no member pickles: it stands
         scan_tar(ctx, buf)
     ctx.result.format = fmt
