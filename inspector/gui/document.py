@@ -217,7 +217,7 @@ class FileDocument(QObject):
         error = self.result.error if self.result is not None else None
         if error is None:
             return False
-        from inspector.sandbox.host.jobs import REFUTED  # the app starts without the host
+        from inspector.sandbox.host.client import REFUTED  # the app starts without the host
 
         return error.code == REFUTED
 

@@ -25,6 +25,7 @@ from inspector.sandbox.host.admission import check_loadable, dry_run_reader, sta
 from inspector.sandbox.host.forkclient import ForkServerError
 from inspector.sandbox.host.inspect_shards import inspect_path
 from inspector.sandbox.host.jobs import (
+    REFUTED,
     EventFn,
     SandboxError,
     jail_accepted,
@@ -55,6 +56,7 @@ from inspector.shards.inspect import is_sharded_input
 __all__ = [
     "DEFAULT_REQUIRED_JAIL",
     "DISABLE_ENV",
+    "REFUTED",
     "SELFTEST_ENV",
     "WORKER_MODULE",
     "EventFn",
