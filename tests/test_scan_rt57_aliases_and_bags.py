@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from inspector.scan.pickles.static_source import method_reaches
+from inspector.scan.pickles.class_source import method_reaches
 
 pytest.importorskip("accelerate")
 pytest.importorskip("scipy")

@@ -30,6 +30,7 @@ from inspector.scan.budget import (
     ScanBudget,
 )
 from inspector.scan.code_text import looks_like_code
+from inspector.scan.pickles.class_source import method_reaches
 from inspector.scan.pickles.opcodes import IMPLICIT_METHODS, OPCODE_BYTES
 from inspector.scan.pickles.policy import (
     WeightsOnlyRules,
@@ -38,7 +39,6 @@ from inspector.scan.pickles.policy import (
     classify,
     numpy_dtype_class,
 )
-from inspector.scan.pickles.static_source import method_reaches
 from inspector.scan.pickles.walker import (
     Call,
     Issue,
@@ -289,7 +289,7 @@ class ScanContext:
         """NEWOBJ, BUILD, SETITEM(S), APPEND(S) and ADDITEMS run a method the instance's class
         may define (`IMPLICIT_METHODS`), and a dict key, a set item or an instance handed to
         an allowed callable has its protocols run (`Call.runs`): outside the call allow-list,
-        each method is read from the class's source (`static_source.method_reaches`, never
+        each method is read from the class's source (`class_source.method_reaches`, never
         imported) and what it calls, directly or through the instance's other methods, the
         functions its module defines or imports from its own package and the classes of what
         the pickle put into its attributes, is judged as load-time source code is
