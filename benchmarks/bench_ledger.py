@@ -117,7 +117,7 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=None, help="scratch parent (default: temp)")
     ap.add_argument("--state", choices=("weights", "adam"), default="weights",
                     help="adam: weights plus their Adam moments (a third each), as a training "
-                         "checkpoint holds, for the moments' check (`ledger.moments`)")
+                         "checkpoint holds, for the moments' check (`ledger.health.moments`)")
     ap.add_argument("--no-pretrained", dest="pretrained", action="store_false",
                     help="skip the save_pretrained pair")
     args = ap.parse_args()

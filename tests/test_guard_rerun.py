@@ -12,7 +12,7 @@ from fake_pynvml import FakeGpu, FakeNvml, install
 from guard_support import alarms, batch, closure_for, tiny_model
 from torch import nn
 
-from inspector.guard import devstate
+from inspector.gpu import device_state
 from inspector.guard.guard import Guard, GuardConfig
 from inspector.guard.inject import BitFlip
 
@@ -93,12 +93,12 @@ def test_a_transient_alarm_carries_the_gpus_ecc_state(tmp_path, monkeypatch):
 
 def test_the_xid_watch_collects_events_from_the_start(monkeypatch):
     fake = install(monkeypatch, FakeNvml([FakeGpu(0)]))
-    watch = devstate.XidWatch()
+    watch = device_state.XidWatch()
     fake.inject_xid(0, 79)
     for _ in range(3000):  # the listener thread picks it up within one wait; 30 s at most
         if watch.events:
             break
         watch._stop.wait(0.01)
     watch.close()
-    state = devstate.device_state(watch)
+    state = device_state.device_state(watch)
     assert [(x["gpu"], x["xid"]) for x in state["xids"]] == [(0, 79)]

@@ -17,7 +17,7 @@ from torch import nn
 from inspector.core.vocabulary import SaveOutcome
 from inspector.guard.guard import Guard, GuardConfig
 from inspector.ledger import save
-from inspector.ledger.moments import group_problems
+from inspector.ledger.health.moments import group_problems
 from inspector.run.checkpoints import read_ledger
 
 

@@ -41,7 +41,7 @@ from inspector.sandbox.worker.main import OPS
 
 PACKAGE = Path(__file__).resolve().parent.parent / "inspector"
 HEAVY = ("torch", "safetensors")
-GUARD_TORCH_FREE = ("inspector.guard", "inspector.guard.order_diff")
+GUARD_TORCH_FREE = ("inspector.guard",)
 QT = ("PySide6", "pyqtgraph", "shiboken6")
 
 

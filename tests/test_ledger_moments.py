@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 from inspector.cli import main
 from inspector.core.vocabulary import SaveOutcome
 from inspector.ledger import save
-from inspector.ledger.moments import MARGIN, group_problems, local_state, moment_problems
+from inspector.ledger.health.moments import MARGIN, group_problems, local_state, moment_problems
 from inspector.run.checkpoints import resume_choice
 
 OPTIMIZERS = {

@@ -2,9 +2,9 @@
 ledger, the audit record and shadow re-inference, for the user's own training process.
 
 This package imports torch (it runs inside training, not in the app); the GUI never imports it
-and never will. Its torch-free module `order_diff` serves the CLI; the files it writes are read
-without torch by `run.blocklog`, `run.order_log` and `run.metrics`. Names are loaded
-on first use, so `import inspector.guard.order_diff` does not import torch:
+and never will. The files it writes are read without torch by `run.blocklog`, `run.order_log`,
+`run.order_diff` and `run.metrics`. Names are loaded on first use, so `import inspector.guard`
+does not import torch:
 
     from inspector.guard import Guard
 """

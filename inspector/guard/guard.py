@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 import os
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,12 +46,12 @@ from torch.optim.optimizer import (
 
 from inspector.core import strict_json
 from inspector.core.errors import CodedError
+from inspector.gpu.device_state import XidWatch, device_state
 from inspector.guard import baseline, inject
 from inspector.guard.alarm_record import AlarmConsole, append_alarm
-from inspector.guard.devstate import XidWatch, device_state
 from inspector.guard.inject import BitFlip
 from inspector.guard.numerics import StepNumbers, bad_samples, step_numbers
-from inspector.guard.optimizer_steps import OptimizerSteps
+from inspector.guard.optimizer_steps import OptimizerSteps, weak_hook
 from inspector.guard.rules import Breach, RuleSet
 from inspector.guard.scene import (
     Scene,
@@ -213,9 +212,9 @@ class Guard:
         self.settings = SettingsWatch(self.run_dir)
         """Every optimizer that stepped since this guard began: its settings are checked."""
         self._post_hook = register_optimizer_step_post_hook(
-            _weak_hook(self, "_after_optimizer_step"))
+            weak_hook(self, "_after_optimizer_step"))
         self._pre_hook = register_optimizer_step_pre_hook(
-            _weak_hook(self, "_before_optimizer_step"))
+            weak_hook(self, "_before_optimizer_step"))
         health_gate.register(self.run_dir, self.health, self.models.holds, self._steps.saved)
         self.alarms: list[Alarm] = []
         self._nonfinite_skips = 0  # how many `guard.step`s in a row, to the last, skipped one
@@ -593,14 +592,3 @@ def _said(b: Breach) -> str:
 def _breach_json(b: Breach) -> dict:
     return {"rule": b.rule, "signal": b.signal, "value": b.value, "threshold": b.threshold,
             **({"param": b.param} if b.param is not None else {})}
-
-
-def _weak_hook(guard: Guard, method: str) -> Callable[..., None]:
-    """A global optimizer hook calling one guard's `method(optimizer)`, holding the guard
-    weakly (a guard that is gone costs nothing and is not kept alive by the hook)."""
-    ref = weakref.ref(guard)
-
-    def hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-        if (alive := ref()) is not None:
-            getattr(alive, method)(optimizer)
-    return hook

@@ -17,7 +17,7 @@ stepped in turn).
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -209,3 +209,14 @@ def _saved_states(obj: Any, where: str = "", depth: int = 0) -> Iterator[tuple[s
     if depth < DEPTH:
         for key, value in items:
             yield from _saved_states(value, f"{where}{key}.", depth + 1)
+
+
+def weak_hook(owner: Any, method: str) -> Callable[..., None]:
+    """A global optimizer hook calling one owner's `method(optimizer)`, holding the owner
+    weakly (a guard that is gone costs nothing and is not kept alive by the hook)."""
+    ref = weakref.ref(owner)
+
+    def hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+        if (alive := ref()) is not None:
+            getattr(alive, method)(optimizer)
+    return hook

@@ -71,7 +71,7 @@ FIXED_ITEMS = (("betas", 1),)
 """Items of a scheduled setting that no scheduler writes, checked as `FIXED` under the name
 `betas.1`: OneCycleLR and CyclicLR (`cycle_momentum`) cycle beta1 and keep beta2, and no
 scheduler of torch or transformers writes it. Adam's beta2 with exponent bit 53 flipped (0.999
--> 0.24975) is admitted, and below beta1^2 no bound holds its moments (`ledger.moments`)."""
+-> 0.24975) is admitted, and below beta1^2 no bound holds its moments (`ledger.health.moments`)."""
 SCHEDULED = ("lr", "weight_decay")
 """Settings a schedule moves (DINO's weight decay rises 10x over a run), whose rise in one step
 the guard bounds (`rose`)."""

@@ -22,7 +22,7 @@ import sys
 
 from inspector.core import strict_json
 from inspector.core.termtext import escape
-from inspector.guard.order_diff import OrderDiff, Place, diff_orders
+from inspector.run.order_diff import OrderDiff, Place, diff_orders
 from inspector.run.order_log import LedgerRead, find_ledgers, read_ledger
 
 EXIT_SAME, EXIT_DIFFERENT, EXIT_UNREADABLE = 0, 1, 2

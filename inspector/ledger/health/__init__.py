@@ -24,7 +24,7 @@ from typing import Any
 
 from inspector.core.flatten import is_running_variance
 from inspector.core.termtext import counted
-from inspector.ledger.schedulers import is_number, is_whole, scheduler_problems
+from inspector.ledger.health.schedulers import is_number, is_whole, scheduler_problems
 from inspector.run import health_gate
 
 SHOWN = 3
@@ -38,7 +38,7 @@ def health_problems(obj: Any, run_dir: Path) -> list[str]:
 def run_problems(obj: Any, run_dir: Path) -> list[str]:
     """What the run knows against the state `obj`: its guards' checks (`run.health_gate`) and
     its optimizers' journaled settings no schedule writes."""
-    from inspector.ledger.moments import journaled_problems
+    from inspector.ledger.health.moments import journaled_problems
 
     return health_gate.problems(run_dir, obj) + journaled_problems(obj, run_dir)
 
@@ -47,7 +47,7 @@ def state_problems(obj: Any) -> list[str]:
     """What the state `obj` itself shows: NaN anywhere, a negative running variance, optimizer
     hyper-parameters torch refuses, optimizer moments out of their bounds, a gradient scaler's
     or an LR scheduler's state neither could have written (`scheduler_problems`)."""
-    from inspector.ledger.moments import group_problems, moment_problems, optimizer_prefixes
+    from inspector.ledger.health.moments import group_problems, moment_problems, optimizer_prefixes
 
     dense = _dense_floats(obj)  # one flatten of the state serves every check of its tensors
     optimizer = optimizer_prefixes(obj)
@@ -59,7 +59,7 @@ def state_problems(obj: Any) -> list[str]:
 def optimizer_problems(optimizer: Any, scheduler: Any = None) -> list[str]:
     """What an optimizer's own state shows, with its LR scheduler's (`state_problems`); none
     for None or a non-torch one."""
-    from inspector.ledger.moments import local_state
+    from inspector.ledger.health.moments import local_state
 
     state = local_state(optimizer) if optimizer is not None else None
     held = {"optimizer": state} if state is not None else {}
@@ -86,7 +86,7 @@ def _reducible(t: Any) -> Any:
     float32 (no norm kernel takes it; a copy, of a rare tensor)."""
     import torch
 
-    from inspector.ledger.moments import FLOATS
+    from inspector.ledger.health.moments import FLOATS
 
     if t.is_complex():
         return torch.view_as_real(t.resolve_conj())
@@ -229,7 +229,7 @@ SMALLEST_NORMAL = 2.0 ** -126
 def scaler_problems(obj: Any) -> list[str]:
     """Every gradient scaler state in `obj` that `GradScaler` could not have written, one line
     each (empty when all hold)."""
-    from inspector.ledger.moments import dicts_in
+    from inspector.ledger.health.moments import dicts_in
     return [f"{where}gradient scaler: {said}"
             for where, state in dicts_in(obj, lambda d: set(d) == SCALER_KEYS)
             if (said := _problem(state))]
