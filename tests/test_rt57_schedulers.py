@@ -2,7 +2,8 @@
 4196 or `eta_min` 0 -> 2.0, LinearLR's `total_iters`, PolynomialLR's `power`, the warm restarts'
 `eta_min`, CyclicLR's `max_lrs`, a OneCycleLR phase, the running part of a SequentialLR) is never
 sealed: the ledger holds the rate the state keeps to its closed form from the state's own
-numbers (`ledger.health.schedulers`), as torch's own schedulers always are (to ~1e-11 of the base rate
+numbers (`ledger.health.schedulers`), as torch's own schedulers always are (to ~1e-11 of the
+base rate
 over thousands of steps, a resume between). Faults are the test's own, each beside a clean
 same-seed twin; the clean recipes (warm-up by SequentialLR, restarts, one-cycle, cyclic, torch's
 documented chaining of two schedulers on one optimizer, a resume) raise nothing."""
