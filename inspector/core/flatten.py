@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 MAX_DEPTH = 64
 
@@ -66,3 +67,26 @@ def unique_keys(items: Iterator[tuple[str, object]]) -> list[tuple[str, object]]
         used.add(unique)
         out.append((unique, value))
     return out
+
+
+def is_optimizer_state(obj: dict) -> bool:
+    """Whether `obj` is shaped as an optimizer's `state_dict()`."""
+    return isinstance(obj.get("state"), dict) and isinstance(obj.get("param_groups"), list)
+
+
+def dicts_in(obj: Any, test: Callable[[dict], bool], where: str = "", depth: int = 0,
+             limit: int = 4) -> Iterator[tuple[str, dict]]:
+    """Every dict in `obj` that `test` accepts (in dicts, lists and tuples, `limit` levels
+    deep, not inside an accepted one), with where it is (`optimizer_states.0.`)."""
+    if isinstance(obj, dict):
+        if test(obj):
+            yield where, obj
+            return
+        items: Any = obj.items()
+    elif isinstance(obj, (list, tuple)):
+        items = enumerate(obj)
+    else:
+        return
+    if depth < limit:
+        for key, value in items:
+            yield from dicts_in(value, test, f"{where}{key}.", depth + 1, limit)

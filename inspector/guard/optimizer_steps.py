@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from inspector.core.flatten import dicts_in, is_optimizer_state
 from inspector.guard.weights.models import Models
 
 STEP = "step"
@@ -112,13 +113,13 @@ class OptimizerSteps:
             found = {id(p): v for p, v in _counters_of(optimizer.state, params).items()}
             said.append(_wrong(count, params, found))
             out += _said("the optimizer's", said[-1], names)
-        for where, state in _saved_states(saved):
+        for where, state in dicts_in(saved, is_optimizer_state, limit=DEPTH):
             verdicts = [_wrong(count, params, found) for count, optimizer in live
                         if (found := _numbered(state, params := _params(optimizer)))
                         is not None]
             # the saved counters the live ones already named (state_dict() shares them) once
             if verdicts and all(verdicts) and verdicts[0] not in said:
-                out += _said(f"saved {where or 'optimizer'}", verdicts[0], names)
+                out += _said(f"saved {where.rstrip('.') or 'optimizer'}", verdicts[0], names)
         return out
 
     def _live(self) -> list[tuple[_Count, Any]]:
@@ -192,23 +193,6 @@ def _said(what: str, wrong: list[tuple[int, float, int]], names: dict[int, str])
     return [f"optimizer-step: {what} step counters are not the steps the guard counted "
             f"(each hooked step adds one per parameter with a gradient): "
             + "; ".join(shown) + more]
-
-
-def _saved_states(obj: Any, where: str = "", depth: int = 0) -> Iterator[tuple[str, dict]]:
-    """Every dict shaped as an optimizer's `state_dict()` in a state about to be saved (in
-    dicts, lists and tuples, a few levels deep), with where it is (`optimizer_states.0`)."""
-    if isinstance(obj, dict):
-        if isinstance(obj.get("state"), dict) and isinstance(obj.get("param_groups"), list):
-            yield where.rstrip("."), obj
-            return
-        items: Any = obj.items()
-    elif isinstance(obj, (list, tuple)):
-        items = enumerate(obj)
-    else:
-        return
-    if depth < DEPTH:
-        for key, value in items:
-            yield from _saved_states(value, f"{where}{key}.", depth + 1)
 
 
 def weak_hook(owner: Any, method: str) -> Callable[..., None]:

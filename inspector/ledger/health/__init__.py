@@ -229,7 +229,7 @@ SMALLEST_NORMAL = 2.0 ** -126
 def scaler_problems(obj: Any) -> list[str]:
     """Every gradient scaler state in `obj` that `GradScaler` could not have written, one line
     each (empty when all hold)."""
-    from inspector.ledger.health.moments import dicts_in
+    from inspector.core.flatten import dicts_in
     return [f"{where}gradient scaler: {said}"
             for where, state in dicts_in(obj, lambda d: set(d) == SCALER_KEYS)
             if (said := _problem(state))]

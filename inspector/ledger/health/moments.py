@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from inspector.core.flatten import dicts_in, is_optimizer_state
 from inspector.core.termtext import counted
 from inspector.run.optimizer_settings import refused, saved_problems
 
@@ -51,7 +52,6 @@ MARGIN = 2.0
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 """The floating-point dtypes the state's checks reduce (`_foreach_norm`'s, and torch.finfo's)."""
 _CHUNK = 1 << 22  # elements per pass: bounds the temporaries of a large tensor
-_DEPTH = 4
 
 
 @dataclass(frozen=True)
@@ -205,32 +205,9 @@ def optimizer_prefixes(obj: Any) -> tuple[str, ...]:
     return tuple(f"{where}state." for where, _ in _state_dicts(obj, "", 0))
 
 
-def is_optimizer_state(obj: dict) -> bool:
-    """Whether `obj` is shaped as an optimizer's `state_dict()`."""
-    return isinstance(obj.get("state"), dict) and isinstance(obj.get("param_groups"), list)
-
-
 def _state_dicts(obj: Any, where: str, depth: int) -> Iterator[tuple[str, dict]]:
     """Every optimizer state dict in `obj`, with where it is (`optimizer_states.0.`)."""
     return dicts_in(obj, is_optimizer_state, where, depth)
-
-
-def dicts_in(obj: Any, test: Callable[[dict], bool], where: str = "", depth: int = 0
-             ) -> Iterator[tuple[str, dict]]:
-    """Every dict in `obj` that `test` accepts (in dicts, lists and tuples, a few levels
-    deep, not inside an accepted one), with where it is (`optimizer_states.0.`)."""
-    if isinstance(obj, dict):
-        if test(obj):
-            yield where, obj
-            return
-        items = obj.items()
-    elif isinstance(obj, (list, tuple)):
-        items = enumerate(obj)
-    else:
-        return
-    if depth < _DEPTH:
-        for key, value in items:
-            yield from dicts_in(value, test, f"{where}{key}.", depth + 1)
 
 
 def _checked_params(state: dict) -> Iterator[tuple[Any, Family, float, float, dict]]:

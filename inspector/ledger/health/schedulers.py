@@ -42,7 +42,7 @@ from inspector.run.optimizer_settings import COLLAPSE
 def scheduler_problems(obj: Any) -> list[str]:
     """Every LR scheduler state in `obj` that torch's schedulers could not have written, one
     line each (empty when all hold)."""
-    from inspector.ledger.health.moments import dicts_in, is_optimizer_state
+    from inspector.core.flatten import dicts_in, is_optimizer_state
 
     optimizers = [state for _, state in dicts_in(obj, is_optimizer_state)]
     found = []
@@ -216,7 +216,7 @@ def _closed_form_judged(obj: Any, schedulers: list[tuple[str, dict]]) -> set[str
     """Where the schedulers whose rate is held to the closed form are: each not inside a
     composite, or the running part of a SequentialLR; of the chained-ratio ones, not one
     `_rebuilt`, nor one beside another scheduler of the same base rates."""
-    from inspector.ledger.health.moments import dicts_in
+    from inspector.core.flatten import dicts_in
 
     running = {f"{where}_schedulers.{index}." for where, seq in dicts_in(obj, _is_sequential)
                if (index := _running(seq)) is not None}
