@@ -12,6 +12,7 @@ the real loaders (`shutil.unpack_archive`, then `pickle.load`: the canary appear
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import pickle
@@ -58,17 +59,35 @@ def _compressed_tar(path: Path, members: list[tuple[str, bytes | None]], mode: s
     return path
 
 
-@pytest.mark.parametrize("mode", ["w:gz", "w:bz2", "w:xz"])
-def test_a_dot_slash_tar_that_writes_outside_is_read_as_a_tar(tmp_path: Path, mode: str) -> None:
-    sample = _compressed_tar(tmp_path / f"model.tar.{mode[2:]}",
-                             [("./weights.txt", b"w"), ("./../escaped.txt", b"x")], mode)
+def _escaping_tar(first: str) -> bytes:
+    """A GNU tar of one file named `first` (latin-1: any byte a magic needs) and one named
+    `../escaped.txt`, which unpacking writes beside the folder."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT,
+                      encoding="latin-1") as tar:
+        for name in (first, "../escaped.txt"):
+            info = tarfile.TarInfo(name)
+            info.size = 1
+            tar.addfile(info, io.BytesIO(b"x"))
+    return out.getvalue()
+
+
+def _dangerous_and_escapes_under_unpack(sample: Path, tmp_path: Path) -> None:
+    """The scan calls `sample` dangerous (writes outside) and unpacks nothing; the real loader
+    (shutil.unpack_archive) writes `escaped.txt` beside the folder it was given."""
     res = scan_file(sample)
     assert not (tmp_path / "escaped.txt").exists()  # the scan unpacks nothing
     assert res.verdict == Verdict.DANGEROUS
     assert any(f.code == "writes-outside" for f in res.findings)
-    # the real loader: unpacking the archive writes beside the folder, not in it
     shutil.unpack_archive(sample, tmp_path / "unpacked")
     assert (tmp_path / "escaped.txt").exists()
+
+
+@pytest.mark.parametrize("mode", ["w:gz", "w:bz2", "w:xz"])
+def test_a_dot_slash_tar_that_writes_outside_is_read_as_a_tar(tmp_path: Path, mode: str) -> None:
+    sample = _compressed_tar(tmp_path / f"model.tar.{mode[2:]}",
+                             [("./weights.txt", b"w"), ("./../escaped.txt", b"x")], mode)
+    _dangerous_and_escapes_under_unpack(sample, tmp_path)
 
 
 def test_a_dot_slash_tar_gz_holding_a_hostile_pickle_is_dangerous(tmp_path: Path) -> None:
@@ -132,17 +151,10 @@ def _weak_checksum_tar(members: list[tuple[str, bytes]]) -> bytes:
 
 
 def test_a_tar_gz_whose_header_only_tarfile_takes_is_read_as_a_tar(tmp_path: Path) -> None:
-    import gzip
-
     sample = tmp_path / "model.tar.gz"
     sample.write_bytes(gzip.compress(_weak_checksum_tar(
         [("weights.txt", b"w"), ("../escaped.txt", b"x")])))
-    res = scan_file(sample)
-    assert not (tmp_path / "escaped.txt").exists()
-    assert res.verdict == Verdict.DANGEROUS
-    assert any(f.code == "writes-outside" for f in res.findings)
-    shutil.unpack_archive(sample, tmp_path / "unpacked")
-    assert (tmp_path / "escaped.txt").exists()
+    _dangerous_and_escapes_under_unpack(sample, tmp_path)
 
 
 _OTHER_MAGIC = {"zip": "PK\x03\x04notes", "npy": "\x93NUMPYx", "bz2": "BZh91AY&SYx",
@@ -155,39 +167,20 @@ def test_a_tar_whose_first_name_opens_with_another_magic_is_read_as_a_tar(
         tmp_path: Path, magic: str, mode: str) -> None:
     # the other format's parse fails on the tar; tarfile unpacks it all the same
     sample = tmp_path / ("model.tar" if mode == "w" else "model.tar.gz")
-    with tarfile.open(sample, mode, format=tarfile.GNU_FORMAT, encoding="latin-1") as tar:
-        for name in (_OTHER_MAGIC[magic], "../escaped.txt"):
-            info = tarfile.TarInfo(name)
-            info.size = 1
-            tar.addfile(info, io.BytesIO(b"x"))
-    res = scan_file(sample)
-    assert not (tmp_path / "escaped.txt").exists()
-    assert res.verdict == Verdict.DANGEROUS
-    assert any(f.code == "writes-outside" for f in res.findings)
-    shutil.unpack_archive(sample, tmp_path / "unpacked")
-    assert (tmp_path / "escaped.txt").exists()
+    data = _escaping_tar(_OTHER_MAGIC[magic])
+    sample.write_bytes(gzip.compress(data) if mode == "w:gz" else data)
+    _dangerous_and_escapes_under_unpack(sample, tmp_path)
 
 
 def test_a_tar_that_is_also_a_zip_is_read_as_a_tar_too(tmp_path: Path) -> None:
     # its first name opens 'PK\x03\x04' and a zip ends it: zip readers find the zip, tarfile the tar
-    tar_part = io.BytesIO()
-    with tarfile.open(fileobj=tar_part, mode="w", format=tarfile.GNU_FORMAT,
-                      encoding="latin-1") as tar:
-        for name in ("PK\x03\x04notes", "../escaped.txt"):
-            info = tarfile.TarInfo(name)
-            info.size = 1
-            tar.addfile(info, io.BytesIO(b"x"))
+    tar_part = io.BytesIO(_escaping_tar("PK\x03\x04notes"))
     zip_part = io.BytesIO()
     with zipfile.ZipFile(zip_part, "w") as z:
         z.writestr("readme.txt", "hello")
     sample = tmp_path / "model.tar"
     sample.write_bytes(tar_part.getvalue() + zip_part.getvalue())
-    res = scan_file(sample)
-    assert not (tmp_path / "escaped.txt").exists()
-    assert res.verdict == Verdict.DANGEROUS
-    assert any(f.code == "writes-outside" for f in res.findings)
-    shutil.unpack_archive(sample, tmp_path / "unpacked")
-    assert (tmp_path / "escaped.txt").exists()
+    _dangerous_and_escapes_under_unpack(sample, tmp_path)
 
 
 def test_a_plain_zip_and_torch_save_stay_safe(tmp_path: Path) -> None:
