@@ -12,29 +12,14 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from order_ledgers import rewrite, write
 
 from inspector.cli import main
-from inspector.guard.order import OrderLedger, drawn_in, expected_from_ledger
+from inspector.guard.order import drawn_in, expected_from_ledger
 from inspector.run.order_log import ledger_path, read_ledger
 
 GOOD = [list(range(4 * i, 4 * i + 4)) for i in range(8)]
 SKIPPING = GOOD[:2] + [list(range(16 + 4 * i, 20 + 4 * i)) for i in range(6)]
-
-
-def write(run_dir, batches, **kw):
-    """A run's order ledger as the real guard writes it, one session."""
-    ledger = OrderLedger(run_dir, rank=0, **kw)
-    for ids in batches:
-        ledger.record(ids)
-    ledger.close()
-    return ledger_path(run_dir, 0)
-
-
-def rewrite(path, edit):
-    """Apply `edit` to the list of the file's JSON lines and write them back."""
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    edit(lines)
-    path.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in lines))
 
 
 def order_diff(capsys, a, b, *extra):

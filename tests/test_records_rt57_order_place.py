@@ -10,28 +10,12 @@ import json
 import shutil
 
 import pytest
+from order_ledgers import rewrite, write
 
 from inspector.cli import main
-from inspector.guard.order import OrderLedger
 from inspector.run.order_log import GENESIS, ledger_path, read_ledger, rolling_hash
 
 FIRST, SECOND = [0, 1, 2, 3], [4, 5, 6, 7]
-
-
-def write(run_dir, batches):
-    """A run's order ledger as the real guard writes it, one session."""
-    ledger = OrderLedger(run_dir, rank=0)
-    for ids in batches:
-        ledger.record(ids)
-    ledger.close()
-    return ledger_path(run_dir, 0)
-
-
-def rewrite(path, edit):
-    """Apply `edit` to the file's step lines (JSON) and write every line back."""
-    lines = [json.loads(line) for line in path.read_text().splitlines()]
-    edit([rec for rec in lines if "s" in rec])
-    path.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in lines))
 
 
 def order_diff(capsys, a, b):
@@ -51,7 +35,7 @@ def runs(tmp_path):
     def swap(steps):
         steps[0]["s"], steps[1]["s"] = steps[1]["s"], steps[0]["s"]
 
-    rewrite(ledger_path(tmp_path / "swapped", 0), swap)
+    rewrite(ledger_path(tmp_path / "swapped", 0), swap, steps_only=True)
     return tmp_path
 
 
@@ -72,7 +56,7 @@ def test_each_number_of_a_line_is_covered(tmp_path, field, value):
     def edit(steps):
         steps[0][field] = value
 
-    rewrite(path, edit)
+    rewrite(path, edit, steps_only=True)
     read = read_ledger(path)
     assert read.steps == [] and len(read.breaks) == 1
 
@@ -84,7 +68,7 @@ def test_a_number_of_another_type_is_no_step(tmp_path, value):
     def edit(steps):
         steps[0]["s"] = value
 
-    rewrite(path, edit)
+    rewrite(path, edit, steps_only=True)
     read = read_ledger(path)
     assert all(s.ids != tuple(FIRST) for s in read.steps)
     assert any("lacks a field" in p for p in read.problems)
@@ -101,7 +85,7 @@ def test_a_line_stripped_of_its_version_breaks(tmp_path):
             del rec["v"]
             rec["s"] += 5
 
-    rewrite(path, downgrade)
+    rewrite(path, downgrade, steps_only=True)
     read = read_ledger(path)
     assert read.steps == [] and len(read.breaks) == 2
 
